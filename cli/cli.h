@@ -1,0 +1,50 @@
+/*
+ * cli.h — the `kvinfer` command-line tool: one cmd_*.c per command, each a
+ * function taking the arguments after the command name (argv[0] is the command
+ * name). The CLI uses only the public API (include/kvinfer.h) plus cJSON.
+ *
+ * Conventions shared by every command:
+ *  - errors: one line "kvinfer: error: ..." on stderr via cli_error(), return 1;
+ *  - --help / -h: the command's help on stdout, return 0;
+ *  - --json: stdout holds exactly one JSON document and nothing else (progress
+ *    and summaries go to stderr).
+ */
+#ifndef KVI_CLI_H
+#define KVI_CLI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvinfer.h"
+
+int cmd_run(int argc, char **argv);
+int cmd_logits(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_detokenize(int argc, char **argv);
+int cmd_synth(int argc, char **argv);
+int cmd_toy(int argc, char **argv);
+
+/* ---- helpers (cli/cli_util.c) ---- */
+
+/* Prints "kvinfer: error: <message>\n" to stderr. Always returns 1 (the exit status). */
+int cli_error(const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+/* Strict number parsing of a whole string within [min, max]; false on any junk. */
+bool cli_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out);
+bool cli_parse_f32(const char *s, float *out);
+bool cli_parse_u64(const char *s, uint64_t *out);
+/* "4096", "512MiB", "2GiB", "1.5G", "64k": bytes. */
+bool cli_parse_size(const char *s, size_t *out);
+/* "1,2,3" (also spaces or '[1, 2, 3]') into a malloc'd array; false on junk. */
+bool cli_parse_ids(const char *s, int32_t **ids, int32_t *n);
+/* Whole file into a malloc'd NUL-terminated buffer; NULL (and errno) on failure. */
+char *cli_read_file(const char *path, size_t *len);
+/* Value of a flag that takes an argument: returns argv[*i + 1] and advances *i,
+ * or prints "flag X needs a value" and returns NULL. */
+const char *cli_flag_value(int argc, char **argv, int *i);
+
+#endif

@@ -1,0 +1,248 @@
+/*
+ * kvinfer.h — the public C API of kvinfer.
+ *
+ * Inference has two phases. Prefill runs all prompt rows through the network in
+ * one forward pass; decode adds one row per step. Both are just "rows" here: a
+ * row is (sequence, position, token), and kvi_step() runs one forward pass over
+ * a batch of rows from any number of sequences. Each row attends to its own
+ * sequence's cached positions 0..pos (the causal mask is implied by position);
+ * its keys and values are appended to the sequence's paged KV cache.
+ *
+ * All handles are opaque. Functions that can fail return 0 (KVI_OK) or a
+ * negative KVI_E_* code, and fill a kvi_error with one line of text when given.
+ * Nothing in the library exits or aborts on bad input.
+ */
+#ifndef KVINFER_H
+#define KVINFER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- errors ------------------------------------------------------------ */
+
+enum {
+    KVI_OK = 0,
+    KVI_E_INVALID = -1,       /* bad argument or request */
+    KVI_E_IO = -2,            /* file could not be opened / read / written */
+    KVI_E_FORMAT = -3,        /* malformed or unsupported file contents */
+    KVI_E_NOMEM = -4,         /* allocation failed */
+    KVI_E_NO_KV_SPACE = -5,   /* the KV pool has no free block left */
+    KVI_E_BAD_BATCH = -6,     /* rows out of order, position gap, bad token id */
+    KVI_E_CONTEXT_FULL = -7,  /* a sequence would exceed n_ctx */
+    KVI_E_ABORTED = -8,
+    KVI_E_UNSUPPORTED = -9,   /* valid input that kvinfer does not handle (yet) */
+};
+
+typedef struct kvi_error {
+    int code;        /* last KVI_E_* code, 0 when none */
+    char msg[512];   /* one line, no trailing newline */
+} kvi_error;
+
+const char *kvi_strerror(int code);
+
+/* ---- tensor element types (numbering follows GGUF / ggml) --------------- */
+
+typedef enum kvi_type {
+    KVI_TYPE_F32 = 0,
+    KVI_TYPE_F16 = 1,
+    KVI_TYPE_Q4_0 = 2,
+    KVI_TYPE_Q4_1 = 3,
+    KVI_TYPE_Q5_0 = 6,
+    KVI_TYPE_Q5_1 = 7,
+    KVI_TYPE_Q8_0 = 8,
+    KVI_TYPE_Q8_1 = 9,
+    KVI_TYPE_Q2_K = 10,
+    KVI_TYPE_Q3_K = 11,
+    KVI_TYPE_Q4_K = 12,
+    KVI_TYPE_Q5_K = 13,
+    KVI_TYPE_Q6_K = 14,
+    KVI_TYPE_Q8_K = 15,
+    KVI_TYPE_BF16 = 30,
+    KVI_TYPE_COUNT = 31,
+} kvi_type;
+
+/* "f32", "q4_k", ...; NULL for a number that is not a known type. */
+const char *kvi_type_name(kvi_type t);
+/* Case-insensitive parse of a type name; 0 on success, KVI_E_INVALID otherwise. */
+int kvi_type_from_name(const char *name, kvi_type *out);
+
+/* ---- models -------------------------------------------------------------- */
+
+typedef struct kvi_model kvi_model;
+
+typedef struct kvi_load_params {
+    bool use_mmap;               /* map the file instead of reading it into memory */
+    const char *tokenizer_path;  /* llama2.c checkpoints: tokenizer.bin (NULL: next to the model) */
+} kvi_load_params;
+
+void kvi_load_params_default(kvi_load_params *p);
+
+/* Loads a GGUF file, a llama2.c checkpoint (.bin) or a Hugging Face folder. */
+kvi_model *kvi_model_load(const char *path, const kvi_load_params *p, kvi_error *err);
+/* Loads only a tokenizer (a GGUF with a tokenizer section and possibly no tensors,
+ * a llama2.c tokenizer.bin, or a tokenizer.json): kvi_model_has_weights() is false. */
+kvi_model *kvi_vocab_load(const char *path, kvi_error *err);
+void kvi_model_free(kvi_model *m);
+
+typedef struct kvi_model_info {
+    char arch[32];          /* "llama", "qwen2" */
+    char name[64];
+    int n_vocab;
+    int n_ctx_train;        /* context_length metadata */
+    int dim, n_layers, n_heads, n_kv_heads, head_dim, ffn_dim;
+    kvi_type weight_type;   /* type of most matrix weights */
+    size_t weight_bytes;    /* bytes of all weight tensors */
+    bool has_weights;
+} kvi_model_info;
+
+void kvi_model_get_info(const kvi_model *m, kvi_model_info *out);
+bool kvi_model_has_weights(const kvi_model *m);
+
+/* ---- tokenizer ----------------------------------------------------------- */
+
+/* Encodes text. add_special: add BOS (and EOS) as the model's metadata says.
+ * parse_special: text such as "<s>" becomes its special token (off for user text).
+ * Returns the number of tokens (which may exceed n_max: then only n_max were written
+ * and the caller retries with a larger buffer), or a negative KVI_E_* code. */
+int32_t kvi_tokenize(const kvi_model *m, const char *text, size_t len, bool add_special,
+                     bool parse_special, int32_t *out, int32_t n_max);
+
+/* The bytes of one token (SentencePiece "▁" shown as a space, byte tokens as their
+ * byte). Special tokens are rendered only when render_special. Returns the number
+ * of bytes (may exceed cap: then the output is truncated and not terminated), or a
+ * negative code for an out-of-range id. */
+int32_t kvi_token_to_piece(const kvi_model *m, int32_t token, char *buf, size_t cap,
+                           bool render_special);
+
+/* Text of a token sequence, as a user should read it (the leading space that
+ * SentencePiece adds after BOS removed when remove_leading_space). Returns bytes
+ * needed; writes at most cap-1 and terminates when cap > 0. */
+int32_t kvi_detokenize(const kvi_model *m, const int32_t *tokens, int32_t n, char *buf,
+                       size_t cap, bool render_special, bool remove_leading_space);
+
+int32_t kvi_token_bos(const kvi_model *m);      /* -1 when none */
+int32_t kvi_token_eos(const kvi_model *m);      /* -1 when none */
+bool kvi_token_is_eog(const kvi_model *m, int32_t token); /* EOS, EOT, ... */
+bool kvi_model_add_bos(const kvi_model *m);     /* does add_special put BOS first */
+int32_t kvi_n_vocab(const kvi_model *m);
+
+/* ---- engine, sequences, batches ------------------------------------------ */
+
+typedef struct kvi_engine kvi_engine;
+typedef struct kvi_seq kvi_seq;
+typedef struct kvi_batch kvi_batch;
+
+typedef struct kvi_engine_params {
+    int n_threads;           /* 0: every core */
+    int n_ctx;               /* positions per sequence; 0: the model's context_length */
+    kvi_type kv_type_k;      /* element type of cached keys (default F16) */
+    kvi_type kv_type_v;      /* element type of cached values (default F16) */
+    int kv_block_size;       /* tokens per KV block (default 16) */
+    size_t kv_budget_bytes;  /* bound on the whole KV pool; 0: n_seq_max * n_ctx tokens */
+    int n_seq_max;           /* sequences alive at once (default 1) */
+    int n_batch_max;         /* rows per forward pass; larger batches are split (default 512) */
+} kvi_engine_params;
+
+void kvi_engine_params_default(kvi_engine_params *p);
+kvi_engine *kvi_engine_create(kvi_model *m, const kvi_engine_params *p, kvi_error *err);
+void kvi_engine_free(kvi_engine *e);
+const kvi_model *kvi_engine_model(const kvi_engine *e);
+int kvi_engine_n_ctx(const kvi_engine *e);
+
+/* An empty sequence; it holds no KV memory until rows are run for it. NULL when
+ * n_seq_max sequences already exist. */
+kvi_seq *kvi_seq_create(kvi_engine *e);
+void kvi_seq_free(kvi_seq *s);               /* returns its blocks to the pool */
+int32_t kvi_seq_len(const kvi_seq *s);       /* positions held in the cache */
+/* Forgets positions >= n (rollback); their blocks return to the pool. */
+int kvi_seq_truncate(kvi_seq *s, int32_t n);
+
+kvi_batch *kvi_batch_create(int32_t n_rows_max);
+void kvi_batch_free(kvi_batch *b);
+void kvi_batch_clear(kvi_batch *b);
+int32_t kvi_batch_n_rows(const kvi_batch *b);
+/* Appends a row. Rows of one sequence must have consecutive positions, in order,
+ * starting at most at kvi_seq_len(s). Returns the row index, or KVI_E_INVALID
+ * when the batch is full. */
+int kvi_batch_add(kvi_batch *b, kvi_seq *s, int32_t token, int32_t pos, bool want_logits);
+
+/* One forward pass over all rows of the batch: 0, or KVI_E_NO_KV_SPACE,
+ * KVI_E_BAD_BATCH, KVI_E_CONTEXT_FULL ... On error no sequence is changed. */
+int kvi_step(kvi_engine *e, kvi_batch *b, kvi_error *err);
+/* Logits (n_vocab floats) of batch row `row` after kvi_step; NULL when the row
+ * was added without want_logits. Valid until the next kvi_step. */
+const float *kvi_logits(const kvi_engine *e, int32_t row);
+
+typedef struct kvi_stats {
+    /* KV cache (for a sequence: its blocks; for the pool: all blocks) */
+    size_t kv_bytes;              /* bytes of the blocks held */
+    size_t kv_bytes_allocated;    /* pool: bytes allocated from the system */
+    size_t kv_bytes_budget;       /* pool: upper bound */
+    size_t kv_bytes_per_token;    /* for the engine's K and V types */
+    int32_t kv_blocks_used;
+    int32_t kv_blocks_total;      /* pool: blocks the budget allows */
+    int32_t kv_block_size;
+    int32_t n_tokens;             /* sequence: its length; pool: positions held */
+    /* forward passes */
+    uint64_t n_steps;
+    uint64_t n_rows;
+    double forward_ms;            /* wall time inside kvi_step */
+} kvi_stats;
+
+/* Statistics of one sequence (s != NULL) or of the whole engine (s == NULL). */
+void kvi_stats_get(const kvi_engine *e, const kvi_seq *s, kvi_stats *out);
+
+/* ---- sampling ------------------------------------------------------------ */
+
+typedef struct kvi_sampler kvi_sampler;
+
+typedef struct kvi_sampler_params {
+    float temp;            /* 0: argmax, nothing else applied (default 0.8) */
+    int32_t top_k;         /* 0: off (default 40) */
+    float top_p;           /* 1: off (default 0.95) */
+    float min_p;           /* 0: off (default 0.05) */
+    float repeat_penalty;  /* 1: off (default 1.0) */
+    int32_t repeat_last_n; /* tokens the penalty looks back over (default 64) */
+    uint64_t seed;         /* default: fixed 0xC0FFEE... (documented in the CLI) */
+} kvi_sampler_params;
+
+void kvi_sampler_params_default(kvi_sampler_params *p);
+kvi_sampler *kvi_sampler_create(const kvi_sampler_params *p, int32_t n_vocab);
+void kvi_sampler_free(kvi_sampler *s);
+/* Picks a token from logits (n_vocab floats; not modified). */
+int32_t kvi_sampler_sample(kvi_sampler *s, const float *logits);
+/* Records a token of the sequence (prompt or generated) for the penalties. */
+void kvi_sampler_accept(kvi_sampler *s, int32_t token);
+
+/* ---- synthetic models (benchmarks and tests) ----------------------------- */
+
+typedef struct kvi_synth_params {
+    int dim, ffn_dim, n_layers, n_heads, n_kv_heads, n_vocab, n_ctx;
+    kvi_type type;            /* type of the matrices (norms stay F32) */
+    uint64_t seed;
+    const char *vocab_from;   /* GGUF whose tokenizer section is copied, or NULL */
+    const char *name;         /* general.name */
+} kvi_synth_params;
+
+/* Fills p from a preset ("stories15M", "stories110M", "llama-1b", ...). */
+int kvi_synth_preset(const char *name, kvi_synth_params *p);
+/* Names of the presets, NULL-terminated. */
+const char *const *kvi_synth_preset_names(void);
+/* Writes a llama-architecture GGUF with random N(0, 0.02) weights. */
+int kvi_synth_write(const kvi_synth_params *p, const char *path, kvi_error *err);
+
+/* ---- misc ---------------------------------------------------------------- */
+
+/* The SIMD path in use: "avx512", "avx2" or "scalar" (KVINFER_ISA overrides). */
+const char *kvi_isa_name(void);
+double kvi_time_ms(void);     /* monotonic clock */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KVINFER_H */

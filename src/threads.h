@@ -1,0 +1,23 @@
+/*
+ * threads.h — one worker pool shared by all kernels.
+ *
+ * The pool owns n_threads - 1 workers (the caller is thread 0). kvi_pool_run()
+ * calls fn(ctx, ith, nth) once on each of nth threads and returns when all are
+ * done; workers wait between runs, so no thread is created per token. A kernel
+ * splits its output between threads by ith/nth and must give every output the
+ * same reduction order whatever nth is (batch- and thread-invariance).
+ */
+#ifndef KVI_THREADS_H
+#define KVI_THREADS_H
+
+typedef struct kvi_pool kvi_pool;
+typedef void (*kvi_pool_fn)(void *ctx, int ith, int nth);
+
+kvi_pool *kvi_pool_create(int n_threads);   /* n_threads <= 0: number of cores */
+void kvi_pool_free(kvi_pool *p);
+int kvi_pool_size(const kvi_pool *p);
+/* Runs fn on all threads of the pool (a NULL pool runs fn(ctx, 0, 1)). */
+void kvi_pool_run(kvi_pool *p, kvi_pool_fn fn, void *ctx);
+int kvi_n_cores(void);
+
+#endif

@@ -1,0 +1,108 @@
+/* testutil.c — the test harness (see testutil.h). */
+#include "testutil.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+int t_passed, t_failed;
+
+int test_main_end(void)
+{
+    printf("%d passed, %d failed\n", t_passed, t_failed);
+    return (t_failed == 0 && t_passed > 0) ? 0 : 1;
+}
+
+static const char *rotate(const char *a, const char *b)
+{
+    static char bufs[8][4096];
+    static int k;
+    char *p = bufs[k++ & 7];
+    snprintf(p, 4096, "%s/%s", a, b);
+    return p;
+}
+
+const char *shared_path(const char *rel) { return rotate(KVI_SHARED_DIR, rel); }
+const char *tmp_path(const char *name) { return rotate(KVI_TMP_DIR, name); }
+
+char *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap + 1);
+    while (buf) {
+        size_t r = fread(buf + n, 1, cap - n, f);
+        n += r;
+        if (n < cap) break;
+        cap *= 2;
+        char *nb = realloc(buf, cap + 1);
+        if (!nb) { free(buf); buf = NULL; }
+        else buf = nb;
+    }
+    fclose(f);
+    if (!buf) return NULL;
+    buf[n] = 0;
+    if (len) *len = n;
+    return buf;
+}
+
+int write_file(const char *path, const void *data, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    size_t w = fwrite(data, 1, len, f);
+    int rc = fclose(f);
+    return (w == len && rc == 0) ? 0 : -1;
+}
+
+cJSON *load_json(const char *path)
+{
+    char *s = read_file(path, NULL);
+    if (!s) return NULL;
+    cJSON *j = cJSON_Parse(s);
+    free(s);
+    return j;
+}
+
+int run_kvinfer(const char *args, char **out, char **errout)
+{
+    static int seq;
+    char o[4096], e[4096], cmd[16384];
+    int id = (int)getpid() * 1000 + seq++;
+    snprintf(o, sizeof o, "%s/run_%d.out", KVI_TMP_DIR, id);
+    snprintf(e, sizeof e, "%s/run_%d.err", KVI_TMP_DIR, id);
+    snprintf(cmd, sizeof cmd, "'%s' %s </dev/null >'%s' 2>'%s'", KVI_BIN, args, o, e);
+    int st = system(cmd);
+    int rc;
+    if (st == -1) rc = -1;
+    else if (WIFEXITED(st)) rc = WEXITSTATUS(st);
+    else if (WIFSIGNALED(st)) rc = 128 + WTERMSIG(st);
+    else rc = -1;
+    if (out) *out = read_file(o, NULL);
+    if (errout) *errout = read_file(e, NULL);
+    remove(o);
+    remove(e);
+    return rc;
+}
+
+uint64_t trand_u64(uint64_t *s)
+{
+    uint64_t x = *s ? *s : 0x9E3779B97F4A7C15ull;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    *s = x;
+    return x * 0x2545F4914F6CDD1Dull;
+}
+
+float trand_uniform(uint64_t *s) { return (float)((trand_u64(s) >> 40) * (1.0 / 16777216.0)); }
+
+float trand_normal(uint64_t *s)
+{
+    float u1 = trand_uniform(s), u2 = trand_uniform(s);
+    if (u1 < 1e-7f) u1 = 1e-7f;
+    return sqrtf(-2.0f * logf(u1)) * cosf(6.2831853f * u2);
+}

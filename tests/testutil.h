@@ -1,0 +1,54 @@
+/*
+ * testutil.h — the small harness every test uses.
+ *
+ * CHECK(cond, fmt, ...) records a pass or a failure (with file:line and message)
+ * and continues; test_main_end() prints "N passed, N failed" and returns the exit
+ * status (0 only when nothing failed and at least one check ran).
+ */
+#ifndef KVI_TESTUTIL_H
+#define KVI_TESTUTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <cjson/cJSON.h>
+
+extern int t_passed, t_failed;
+
+#define CHECK(cond, ...)                                                          \
+    do {                                                                          \
+        if (cond) {                                                               \
+            t_passed++;                                                           \
+        } else {                                                                  \
+            t_failed++;                                                           \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);       \
+            fprintf(stderr, __VA_ARGS__);                                         \
+            fputc('\n', stderr);                                                  \
+        }                                                                         \
+    } while (0)
+
+int test_main_end(void);
+
+/* Path under ../shared (KVI_SHARED_DIR); static buffer rotated over 8 calls. */
+const char *shared_path(const char *rel);
+/* Path under the build's test temp folder. */
+const char *tmp_path(const char *name);
+
+/* Whole file into a NUL-terminated malloc'd buffer; NULL on failure. */
+char *read_file(const char *path, size_t *len);
+int write_file(const char *path, const void *data, size_t len);
+/* Parsed JSON file (cJSON_Delete it), NULL on failure. */
+cJSON *load_json(const char *path);
+
+/* Runs `KVI_BIN args` through /bin/sh with stdin from /dev/null; captures stdout
+ * and stderr (malloc'd, may be NULL) and returns the exit status (or 128+signal). */
+int run_kvinfer(const char *args, char **out, char **errout);
+
+/* Deterministic random numbers for tests (xorshift). */
+uint64_t trand_u64(uint64_t *state);
+float trand_normal(uint64_t *state);   /* N(0, 1) */
+float trand_uniform(uint64_t *state);  /* [0, 1) */
+
+#endif
