@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int cli_error(const char *fmt, ...)
 {
@@ -197,4 +198,149 @@ const char *cli_flag_value(int argc, char **argv, int *i)
     }
     *i += 1;
     return argv[*i];
+}
+
+const char *cli_default_model(void)
+{
+    static const char path[] = "../shared/models/stories260K.gguf";
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fclose(f);
+    return path;
+}
+
+int cli_tokenize(const kvi_model *m, const char *text, size_t len, bool add_special,
+                 bool parse_special, int32_t **ids, int32_t *n)
+{
+    /* a first guess; kvi_tokenize reports the real count when it is larger */
+    size_t guess = len + 8;
+    if (guess > (size_t)INT32_MAX) return cli_error("text too long to tokenize (%zu bytes)", len);
+    int32_t cap = (int32_t)guess;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        int32_t *buf = malloc((size_t)cap * sizeof *buf);   /* (cap) token ids */
+        if (!buf) return cli_error("out of memory tokenizing %zu bytes", len);
+        int32_t r = kvi_tokenize(m, text, len, add_special, parse_special, buf, cap);
+        if (r < 0) {
+            free(buf);
+            return cli_error("tokenization failed: %s", kvi_strerror(r));
+        }
+        if (r <= cap) {
+            *ids = buf;
+            *n = r;
+            return 0;
+        }
+        free(buf);
+        cap = r;
+    }
+    return cli_error("tokenization failed: the token count changed between calls");
+}
+
+char *cli_detokenize(const kvi_model *m, const int32_t *ids, int32_t n, bool render_special,
+                     bool remove_leading_space, size_t *len)
+{
+    size_t cap = (size_t)(n > 0 ? n : 0) * 8 + 16;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        char *buf = malloc(cap);   /* (cap) bytes, NUL-terminated by kvi_detokenize */
+        if (!buf) { cli_error("out of memory detokenizing %d tokens", (int)n); return NULL; }
+        int32_t r = kvi_detokenize(m, ids, n, buf, cap, render_special, remove_leading_space);
+        if (r < 0) {
+            free(buf);
+            cli_error("detokenization failed: %s", kvi_strerror(r));
+            return NULL;
+        }
+        if ((size_t)r < cap) {
+            buf[r] = '\0';
+            if (len) *len = (size_t)r;
+            return buf;
+        }
+        free(buf);
+        cap = (size_t)r + 1;
+    }
+    cli_error("detokenization failed: the text length changed between calls");
+    return NULL;
+}
+
+int cli_check_ids(const kvi_model *m, const int32_t *ids, int32_t n)
+{
+    int32_t n_vocab = kvi_n_vocab(m);
+    for (int32_t i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= n_vocab)
+            return cli_error("token id %d (at index %d) is out of range: the vocabulary has %d tokens",
+                             (int)ids[i], (int)i, (int)n_vocab);
+    }
+    return 0;
+}
+
+/* Length of the UTF-8 sequence a lead byte starts: 1..4, or 0 for a byte that
+ * cannot start one (continuation byte or invalid lead). */
+static int utf8_seq_len(unsigned char c)
+{
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF) return 2;
+    if (c >= 0xE0 && c <= 0xEF) return 3;
+    if (c >= 0xF0 && c <= 0xF4) return 4;
+    return 0;
+}
+
+size_t cli_utf8_complete_prefix(const char *s, size_t len)
+{
+    /* look back at most 3 bytes for the lead byte of a trailing sequence */
+    size_t back = len < 4 ? len : 4;
+    for (size_t k = 1; k <= back; k++) {
+        unsigned char c = (unsigned char)s[len - k];
+        if ((c & 0xC0) == 0x80) continue;   /* continuation byte: keep looking */
+        int need = utf8_seq_len(c);
+        if (need > (int)k) return len - k;  /* incomplete: hold it back */
+        return len;
+    }
+    return len;   /* only stray continuation bytes: nothing to wait for */
+}
+
+char *cli_utf8_sanitize(const char *s, size_t len)
+{
+    if (len > (SIZE_MAX - 1) / 3) return NULL;
+    char *out = malloc(len * 3 + 1);   /* (3 * len + 1) bytes: each bad byte becomes 3 */
+    if (!out) return NULL;
+    size_t o = 0, i = 0;
+    while (i < len) {
+        const unsigned char *u = (const unsigned char *)s + i;
+        int need = utf8_seq_len(u[0]);
+        bool ok = need > 0 && i + (size_t)need <= len;
+        for (int k = 1; ok && k < need; k++) ok = (u[k] & 0xC0) == 0x80;
+        /* reject overlongs and surrogates that the lead-byte ranges let through */
+        if (ok && need == 3 && u[0] == 0xE0 && u[1] < 0xA0) ok = false;
+        if (ok && need == 3 && u[0] == 0xED && u[1] >= 0xA0) ok = false;
+        if (ok && need == 4 && u[0] == 0xF0 && u[1] < 0x90) ok = false;
+        if (ok && need == 4 && u[0] == 0xF4 && u[1] >= 0x90) ok = false;
+        if (ok && need == 1 && u[0] == 0) ok = false;   /* NUL would end the C string */
+        if (ok) {
+            memcpy(out + o, u, (size_t)need);
+            o += (size_t)need;
+            i += (size_t)need;
+        } else {
+            out[o++] = (char)0xEF;
+            out[o++] = (char)0xBF;
+            out[o++] = (char)0xBD;
+            i++;
+        }
+    }
+    out[o] = '\0';
+    return out;
+}
+
+int cli_n_cores(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n >= 1 && n <= 4096 ? (int)n : 1;
+}
+
+bool cli_parse_kv_type(const char *flag, const char *s, kvi_type *out)
+{
+    kvi_type t;
+    if (kvi_type_from_name(s, &t) != 0 || (t != KVI_TYPE_F32 && t != KVI_TYPE_F16)) {
+        cli_error("%s: unknown KV cache type '%s' (use f32 or f16)", flag, s);
+        return false;
+    }
+    *out = t;
+    return true;
 }
