@@ -1,0 +1,315 @@
+/*
+ * sampler.c — picking the next token from a row of logits.
+ *
+ * Data structure: a kvi_sampler owns, sized once at create for n_vocab:
+ *   cand   (n_vocab) kvi_cand  — the surviving candidates (id, logit), compacted
+ *                                in place by each filter; cand[0..n_cand)
+ *   heap   (n_vocab) kvi_cand  — scratch for top-k selection (min-heap of k)
+ *   seen   (n_vocab) uint32_t  — stamp per token id: the penalty applies once
+ *                                per distinct token however often it recurs
+ *   recent (repeat_last_n) int32_t — ring buffer of the last accepted tokens
+ * and a xoshiro256** generator state (4 x uint64_t) seeded with splitmix64.
+ *
+ * Invariants:
+ *   - kvi_sampler_sample() never allocates and never modifies the caller's logits;
+ *   - temp <= 0 is pure argmax over the raw logits (lowest id on ties), nothing
+ *     else is applied and the generator is not advanced;
+ *   - otherwise the order is llama.cpp's default chain: repetition penalty,
+ *     top-k, top-p, min-p, temperature, softmax, one draw; every filter keeps at
+ *     least one candidate; after top-k (or whenever sorting is needed) cand is in
+ *     descending logit order with ties broken by the lower id;
+ *   - NaN logits count as -inf; a row that is entirely -inf/NaN yields token 0
+ *     via argmax rather than a NaN probability;
+ *   - the same seed and the same sequence of calls give the same tokens.
+ */
+#include "kvinfer.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The default seed, printed by the CLI's help. */
+#define KVI_SAMPLER_DEFAULT_SEED 0xC0FFEEull
+
+typedef struct kvi_cand {
+    int32_t id;
+    float logit;
+} kvi_cand;
+
+struct kvi_sampler {
+    kvi_sampler_params p;
+    int32_t n_vocab;
+    kvi_cand *cand;      /* (n_vocab) working candidates */
+    kvi_cand *heap;      /* (n_vocab) top-k min-heap scratch */
+    uint32_t *seen;      /* (n_vocab) penalty stamps */
+    uint32_t stamp;      /* current stamp value for seen[] */
+    int32_t *recent;     /* (repeat_last_n) ring of accepted tokens */
+    int32_t n_recent;    /* entries filled, <= repeat_last_n */
+    int32_t recent_pos;  /* next write index in recent */
+    uint64_t rng[4];     /* xoshiro256** state, never all zero */
+};
+
+/* ---- the generator: xoshiro256**, seeded through splitmix64 ---- */
+
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static inline uint64_t rotl64(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static uint64_t rng_next(uint64_t s[4])
+{
+    uint64_t result = rotl64(s[1] * 5, 7) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl64(s[3], 45);
+    return result;
+}
+
+/* Uniform double in [0, 1) from the top 53 bits. */
+static double rng_uniform(uint64_t s[4]) { return (double)(rng_next(s) >> 11) * (1.0 / 9007199254740992.0); }
+
+static void rng_seed(uint64_t s[4], uint64_t seed)
+{
+    uint64_t x = seed;
+    for (int i = 0; i < 4; i++) s[i] = splitmix64(&x);
+    if ((s[0] | s[1] | s[2] | s[3]) == 0) s[0] = 1;
+}
+
+/* ---- parameters and lifetime ---- */
+
+void kvi_sampler_params_default(kvi_sampler_params *p)
+{
+    if (!p) return;
+    p->temp = 0.8f;
+    p->top_k = 40;
+    p->top_p = 0.95f;
+    p->min_p = 0.05f;
+    p->repeat_penalty = 1.0f;
+    p->repeat_last_n = 64;
+    p->seed = KVI_SAMPLER_DEFAULT_SEED;
+}
+
+kvi_sampler *kvi_sampler_create(const kvi_sampler_params *p, int32_t n_vocab)
+{
+    if (n_vocab <= 0) return NULL;
+    kvi_sampler *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    if (p) s->p = *p;
+    else kvi_sampler_params_default(&s->p);
+    /* Out-of-range parameters become their "off" value rather than undefined behaviour. */
+    if (!(s->p.temp == s->p.temp)) s->p.temp = 0.0f;
+    if (s->p.top_k < 0) s->p.top_k = 0;
+    if (!(s->p.top_p > 0.0f) || s->p.top_p > 1.0f) s->p.top_p = 1.0f;
+    if (!(s->p.min_p > 0.0f)) s->p.min_p = 0.0f;
+    if (s->p.min_p > 1.0f) s->p.min_p = 1.0f;
+    if (!(s->p.repeat_penalty > 0.0f) || !isfinite(s->p.repeat_penalty)) s->p.repeat_penalty = 1.0f;
+    if (s->p.repeat_last_n < 0) s->p.repeat_last_n = 0;
+    s->n_vocab = n_vocab;
+    s->cand = malloc((size_t)n_vocab * sizeof *s->cand);
+    s->heap = malloc((size_t)n_vocab * sizeof *s->heap);
+    s->seen = calloc((size_t)n_vocab, sizeof *s->seen);
+    s->recent = malloc((size_t)(s->p.repeat_last_n > 0 ? s->p.repeat_last_n : 1) * sizeof *s->recent);
+    if (!s->cand || !s->heap || !s->seen || !s->recent) {
+        kvi_sampler_free(s);
+        return NULL;
+    }
+    rng_seed(s->rng, s->p.seed);
+    return s;
+}
+
+void kvi_sampler_free(kvi_sampler *s)
+{
+    if (!s) return;
+    free(s->cand);
+    free(s->heap);
+    free(s->seen);
+    free(s->recent);
+    free(s);
+}
+
+void kvi_sampler_accept(kvi_sampler *s, int32_t token)
+{
+    if (!s || s->p.repeat_last_n <= 0 || token < 0 || token >= s->n_vocab) return;
+    s->recent[s->recent_pos] = token;
+    s->recent_pos = (s->recent_pos + 1) % s->p.repeat_last_n;
+    if (s->n_recent < s->p.repeat_last_n) s->n_recent++;
+}
+
+/* ---- the filters ---- */
+
+/* a ranks before b: higher logit, then lower id. */
+static inline bool cand_before(const kvi_cand *a, const kvi_cand *b)
+{
+    return a->logit > b->logit || (a->logit == b->logit && a->id < b->id);
+}
+
+static int cand_cmp(const void *pa, const void *pb)
+{
+    const kvi_cand *a = pa, *b = pb;
+    if (cand_before(a, b)) return -1;
+    if (cand_before(b, a)) return 1;
+    return 0;
+}
+
+static int32_t argmax_raw(const float *logits, int32_t n)
+{
+    int32_t best = 0;
+    float bv = -INFINITY;
+    for (int32_t i = 0; i < n; i++) {
+        float v = logits[i];
+        if (v > bv) { /* strict: the lowest id wins ties; NaN never wins */
+            bv = v;
+            best = i;
+        }
+    }
+    return best;
+}
+
+static void apply_penalty(kvi_sampler *s)
+{
+    if (s->p.repeat_penalty == 1.0f || s->n_recent == 0) return;
+    if (++s->stamp == 0) { /* wrapped: clear stamps once every 2^32 calls */
+        memset(s->seen, 0, (size_t)s->n_vocab * sizeof *s->seen);
+        s->stamp = 1;
+    }
+    for (int32_t i = 0; i < s->n_recent; i++) s->seen[s->recent[i]] = s->stamp;
+    /* cand still holds every id at index id here (penalty runs first). */
+    const float pen = s->p.repeat_penalty;
+    for (int32_t i = 0; i < s->n_recent; i++) {
+        int32_t t = s->recent[i];
+        if (s->seen[t] != s->stamp) continue;
+        s->seen[t] = 0; /* once per distinct token */
+        float *l = &s->cand[t].logit;
+        *l = (*l > 0.0f) ? *l / pen : *l * pen;
+    }
+}
+
+/* Sift-down in a min-heap ordered so that the "worst" candidate is at the root. */
+static void heap_down(kvi_cand *h, int32_t n, int32_t i)
+{
+    for (;;) {
+        int32_t l = 2 * i + 1, r = l + 1, w = i;
+        if (l < n && cand_before(&h[w], &h[l])) w = l;
+        if (r < n && cand_before(&h[w], &h[r])) w = r;
+        if (w == i) return;
+        kvi_cand t = h[i];
+        h[i] = h[w];
+        h[w] = t;
+        i = w;
+    }
+}
+
+/* Keeps the k best candidates, sorted. */
+static int32_t apply_top_k(kvi_sampler *s, int32_t n, int32_t k)
+{
+    kvi_cand *h = s->heap;
+    for (int32_t i = 0; i < k; i++) h[i] = s->cand[i];
+    for (int32_t i = k / 2 - 1; i >= 0; i--) heap_down(h, k, i);
+    for (int32_t i = k; i < n; i++) {
+        if (cand_before(&s->cand[i], &h[0])) {
+            h[0] = s->cand[i];
+            heap_down(h, k, 0);
+        }
+    }
+    memcpy(s->cand, h, (size_t)k * sizeof *h);
+    qsort(s->cand, (size_t)k, sizeof *s->cand, cand_cmp);
+    return k;
+}
+
+/* cand sorted descending: keeps the smallest prefix whose probability mass >= p. */
+static int32_t apply_top_p(const kvi_sampler *s, int32_t n, float p)
+{
+    const kvi_cand *c = s->cand;
+    const float mx = c[0].logit;
+    double sum = 0.0;
+    for (int32_t i = 0; i < n; i++) sum += exp((double)c[i].logit - mx);
+    double cum = 0.0, target = (double)p * sum;
+    for (int32_t i = 0; i < n; i++) {
+        cum += exp((double)c[i].logit - mx);
+        if (cum >= target) return i + 1;
+    }
+    return n;
+}
+
+/* Keeps the candidates with p >= min_p * p_max, i.e. logit >= max + log(min_p).
+ * Order is preserved, so a sorted cand stays sorted. */
+static int32_t apply_min_p(kvi_sampler *s, int32_t n, float min_p)
+{
+    float mx = -INFINITY;
+    for (int32_t i = 0; i < n; i++)
+        if (s->cand[i].logit > mx) mx = s->cand[i].logit;
+    const double thr = (double)mx + log((double)min_p);
+    int32_t m = 0;
+    for (int32_t i = 0; i < n; i++)
+        if ((double)s->cand[i].logit >= thr) s->cand[m++] = s->cand[i];
+    return m > 0 ? m : 1; /* cannot happen (the max passes), kept for safety */
+}
+
+int32_t kvi_sampler_sample(kvi_sampler *s, const float *logits)
+{
+    if (!s || !logits) return KVI_E_INVALID;
+    const int32_t nv = s->n_vocab;
+    if (!(s->p.temp > 0.0f)) return argmax_raw(logits, nv);
+
+    for (int32_t i = 0; i < nv; i++) {
+        float v = logits[i];
+        s->cand[i].id = i;
+        s->cand[i].logit = (v == v) ? v : -INFINITY;
+    }
+    apply_penalty(s);
+
+    int32_t n = nv;
+    bool sorted = false;
+    if (s->p.top_k > 0 && s->p.top_k < n) {
+        n = apply_top_k(s, n, s->p.top_k);
+        sorted = true;
+    }
+    if (s->p.top_p < 1.0f) {
+        if (!sorted) {
+            qsort(s->cand, (size_t)n, sizeof *s->cand, cand_cmp);
+            sorted = true;
+        }
+        if (s->cand[0].logit == -INFINITY) return s->cand[0].id;
+        n = apply_top_p(s, n, s->p.top_p);
+    }
+
+    /* Find the best survivor; an all -inf row has no distribution. */
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (cand_before(&s->cand[i], &s->cand[best])) best = i;
+    if (s->cand[best].logit == -INFINITY) return s->cand[best].id;
+
+    if (s->p.min_p > 0.0f) n = apply_min_p(s, n, s->p.min_p);
+    if (n == 1) return s->cand[0].id;
+
+    /* Temperature, then softmax over the survivors (max subtracted), then one draw. */
+    const double inv_t = 1.0 / (double)s->p.temp;
+    float mx = -INFINITY;
+    for (int32_t i = 0; i < n; i++)
+        if (s->cand[i].logit > mx) mx = s->cand[i].logit;
+    double sum = 0.0;
+    for (int32_t i = 0; i < n; i++) {
+        float w = (float)exp(((double)s->cand[i].logit - mx) * inv_t);
+        s->cand[i].logit = w; /* reuse as an unnormalised probability */
+        sum += w;
+    }
+    const double u = rng_uniform(s->rng) * sum;
+    double cum = 0.0;
+    int32_t last = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (s->cand[i].logit <= 0.0f) continue;
+        cum += s->cand[i].logit;
+        last = i;
+        if (u < cum) return s->cand[i].id;
+    }
+    return s->cand[last].id; /* rounding at the very top of the range */
+}
