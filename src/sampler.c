@@ -8,7 +8,7 @@
  *   seen   (n_vocab) uint32_t  — stamp per token id: the penalty applies once
  *                                per distinct token however often it recurs
  *   recent (repeat_last_n) int32_t — ring buffer of the last accepted tokens
- * and a xoshiro256** generator state (4 x uint64_t) seeded with splitmix64.
+ * and a xoshiro256** generator (src/rng.h).
  *
  * Invariants:
  *   - kvi_sampler_sample() never allocates and never modifies the caller's logits;
@@ -23,6 +23,7 @@
  *   - the same seed and the same sequence of calls give the same tokens.
  */
 #include "kvinfer.h"
+#include "rng.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -46,43 +47,8 @@ struct kvi_sampler {
     int32_t *recent;     /* (repeat_last_n) ring of accepted tokens */
     int32_t n_recent;    /* entries filled, <= repeat_last_n */
     int32_t recent_pos;  /* next write index in recent */
-    uint64_t rng[4];     /* xoshiro256** state, never all zero */
+    kvi_rng rng;         /* seeded from p.seed at create */
 };
-
-/* ---- the generator: xoshiro256**, seeded through splitmix64 ---- */
-
-static uint64_t splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static inline uint64_t rotl64(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-static uint64_t rng_next(uint64_t s[4])
-{
-    uint64_t result = rotl64(s[1] * 5, 7) * 9;
-    uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl64(s[3], 45);
-    return result;
-}
-
-/* Uniform double in [0, 1) from the top 53 bits. */
-static double rng_uniform(uint64_t s[4]) { return (double)(rng_next(s) >> 11) * (1.0 / 9007199254740992.0); }
-
-static void rng_seed(uint64_t s[4], uint64_t seed)
-{
-    uint64_t x = seed;
-    for (int i = 0; i < 4; i++) s[i] = splitmix64(&x);
-    if ((s[0] | s[1] | s[2] | s[3]) == 0) s[0] = 1;
-}
 
 /* ---- parameters and lifetime ---- */
 
@@ -122,7 +88,7 @@ kvi_sampler *kvi_sampler_create(const kvi_sampler_params *p, int32_t n_vocab)
         kvi_sampler_free(s);
         return NULL;
     }
-    rng_seed(s->rng, s->p.seed);
+    kvi_rng_seed(&s->rng, s->p.seed);
     return s;
 }
 
@@ -302,7 +268,7 @@ int32_t kvi_sampler_sample(kvi_sampler *s, const float *logits)
         s->cand[i].logit = w; /* reuse as an unnormalised probability */
         sum += w;
     }
-    const double u = rng_uniform(s->rng) * sum;
+    const double u = kvi_rng_uniform(&s->rng) * sum;
     double cum = 0.0;
     int32_t last = 0;
     for (int32_t i = 0; i < n; i++) {
