@@ -10,6 +10,10 @@
  *
  * Writer: collect key/values and tensor descriptions, then stream the header and
  * each tensor's data in order (tensor data need not all be in memory at once).
+ *
+ * Strings: keys and tensor names containing a NUL byte are rejected; string values
+ * keep their full length (gguf_get_str shows the part before a NUL, gguf_get_str_n
+ * the whole). Nested arrays (arrays of arrays) are rejected.
  */
 #ifndef KVI_GGUF_H
 #define KVI_GGUF_H
@@ -49,10 +53,17 @@ uint32_t gguf_version(const gguf_ctx *g);
 size_t gguf_alignment(const gguf_ctx *g);
 size_t gguf_file_size(const gguf_ctx *g);
 
+/* Start of the data section (bytes from the file start) and the file image. */
+size_t gguf_data_offset(const gguf_ctx *g);
+const void *gguf_file_data(const gguf_ctx *g);
+
 int64_t gguf_n_kv(const gguf_ctx *g);
 const char *gguf_kv_key(const gguf_ctx *g, int64_t i);
 gguf_vtype gguf_kv_type(const gguf_ctx *g, int64_t i);
 int64_t gguf_find_key(const gguf_ctx *g, const char *key);   /* -1 when absent */
+/* The encoded value of kv i exactly as in the file (after its type field; an array
+ * starts with its element type and count). 0, or -1 when i is out of range. */
+int gguf_kv_raw(const gguf_ctx *g, int64_t i, gguf_vtype *type, const void **raw, size_t *len);
 
 /* Typed getters by key. Return 0 when found and convertible, -1 when absent,
  * KVI_E_FORMAT when present with an incompatible type (message in err). */
@@ -61,6 +72,8 @@ int gguf_get_float(const gguf_ctx *g, const char *key, double *out, kvi_error *e
 int gguf_get_bool(const gguf_ctx *g, const char *key, bool *out, kvi_error *err);
 /* NUL-terminated copy owned by g; NULL when absent or not a string. */
 const char *gguf_get_str(const gguf_ctx *g, const char *key);
+/* The same with its full length in *len (the value may contain NUL bytes). */
+const char *gguf_get_str_n(const gguf_ctx *g, const char *key, size_t *len);
 
 /* Arrays: element type and count. 0 found, -1 absent, KVI_E_FORMAT not an array. */
 int gguf_get_arr_info(const gguf_ctx *g, const char *key, gguf_vtype *elem, uint64_t *n, kvi_error *err);
@@ -86,9 +99,21 @@ int gguf_writer_set_i32(gguf_writer *w, const char *key, int32_t v);
 int gguf_writer_set_f32(gguf_writer *w, const char *key, float v);
 int gguf_writer_set_bool(gguf_writer *w, const char *key, bool v);
 int gguf_writer_set_str(gguf_writer *w, const char *key, const char *v);
+int gguf_writer_set_u8(gguf_writer *w, const char *key, uint8_t v);
+int gguf_writer_set_i8(gguf_writer *w, const char *key, int8_t v);
+int gguf_writer_set_u16(gguf_writer *w, const char *key, uint16_t v);
+int gguf_writer_set_i16(gguf_writer *w, const char *key, int16_t v);
+int gguf_writer_set_u64(gguf_writer *w, const char *key, uint64_t v);
+int gguf_writer_set_i64(gguf_writer *w, const char *key, int64_t v);
+int gguf_writer_set_f64(gguf_writer *w, const char *key, double v);
+/* An array of any fixed-size element type (not string/array); v holds n host values. */
+int gguf_writer_set_arr(gguf_writer *w, const char *key, gguf_vtype elem, const void *v, uint64_t n);
 int gguf_writer_set_arr_str(gguf_writer *w, const char *key, const char *const *v, uint64_t n);
 int gguf_writer_set_arr_f32(gguf_writer *w, const char *key, const float *v, uint64_t n);
 int gguf_writer_set_arr_i32(gguf_writer *w, const char *key, const int32_t *v, uint64_t n);
+/* Setters return 0, KVI_E_INVALID (bad key/argument; general.alignment must be a
+ * u32 power of two and then sets the writer's alignment) or KVI_E_NOMEM. Setting a
+ * key again replaces its value in place. */
 /* Copies key/value `key` (any type, arrays included) from a reader. */
 int gguf_writer_copy_kv(gguf_writer *w, const gguf_ctx *src, const char *key);
 /* Declares a tensor; its data is written later with gguf_writer_write_tensor. */
