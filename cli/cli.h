@@ -103,4 +103,16 @@ int cli_n_cores(void);
  * the flag and returns false when unknown. */
 bool cli_parse_kv_type(const char *flag, const char *s, kvi_type *out);
 
+/* Loads a model with weights from path, or from cli_default_model() when path is
+ * NULL (saying so on stderr). NULL with one error line printed on failure
+ * (unreadable/corrupt file: the library's message; vocabulary-only file). */
+kvi_model *cli_load_model(const char *path, bool use_mmap, const char *tokenizer_path);
+/* The prompt ids from exactly one of: text (-p), file (-f; one trailing newline
+ * dropped) or ids_str (--tokens "1,2,3": used as given, no BOS added, range
+ * checked). Text is tokenized with BOS as the model says. No source: empty text.
+ * An empty result is an error (a model without BOS needs a prompt). Returns 0 with
+ * a malloc'd array, or 1 with the error printed. */
+int cli_prompt_ids(const kvi_model *m, const char *text, const char *file, const char *ids_str,
+                   bool parse_special, int32_t **ids, int32_t *n);
+
 #endif

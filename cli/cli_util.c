@@ -344,3 +344,77 @@ bool cli_parse_kv_type(const char *flag, const char *s, kvi_type *out)
     *out = t;
     return true;
 }
+
+kvi_model *cli_load_model(const char *path, bool use_mmap, const char *tokenizer_path)
+{
+    if (!path) {
+        path = cli_default_model();
+        if (!path) {
+            cli_error("no model given and ../shared/models/stories260K.gguf not found: use -m MODEL.gguf");
+            return NULL;
+        }
+        fprintf(stderr, "kvinfer: no -m given, using %s\n", path);
+    }
+    kvi_load_params lp;
+    kvi_load_params_default(&lp);
+    lp.use_mmap = use_mmap;
+    lp.tokenizer_path = tokenizer_path;
+    kvi_error err = {0};
+    kvi_model *m = kvi_model_load(path, &lp, &err);
+    if (!m) {
+        cli_error("cannot load model '%s': %s", path, err.msg[0] ? err.msg : kvi_strerror(err.code));
+        return NULL;
+    }
+    if (!kvi_model_has_weights(m)) {
+        kvi_model_free(m);
+        cli_error("'%s' holds no weights (a vocabulary-only file?): this command needs a model", path);
+        return NULL;
+    }
+    return m;
+}
+
+int cli_prompt_ids(const kvi_model *m, const char *text, const char *file, const char *ids_str,
+                   bool parse_special, int32_t **ids, int32_t *n)
+{
+    if ((text != NULL) + (file != NULL) + (ids_str != NULL) > 1)
+        return cli_error("give the prompt only once: -p TEXT, -f FILE or --tokens IDS");
+    if (ids_str) {
+        int32_t *arr = NULL, k = 0;
+        if (!cli_parse_ids(ids_str, &arr, &k))
+            return cli_error("--tokens: '%s' is not a list of token ids (like 1,2,3)", ids_str);
+        if (k == 0) {
+            free(arr);
+            return cli_error("--tokens: the list of token ids is empty");
+        }
+        if (cli_check_ids(m, arr, k) != 0) {
+            free(arr);
+            return 1;
+        }
+        *ids = arr;
+        *n = k;
+        return 0;
+    }
+    char *owned = NULL;
+    size_t len = 0;
+    if (file) {
+        owned = cli_read_file(file, &len);
+        if (!owned) return cli_error("cannot read prompt file '%s': %s", file, strerror(errno));
+        if (len > 0 && owned[len - 1] == '\n') owned[--len] = '\0';
+        text = owned;
+    } else if (text) {
+        len = strlen(text);
+    } else {
+        text = "";
+    }
+    int32_t *arr = NULL, k = 0;
+    int rc = cli_tokenize(m, text, len, true, parse_special, &arr, &k);
+    free(owned);
+    if (rc != 0) return rc;
+    if (k == 0) {
+        free(arr);
+        return cli_error("the prompt is empty and the model adds no BOS token: give a prompt with -p");
+    }
+    *ids = arr;
+    *n = k;
+    return 0;
+}
