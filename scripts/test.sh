@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Builds kvinfer twice — optimised (warnings are errors) and with AddressSanitizer +
+# UndefinedBehaviorSanitizer — and runs the whole test suite in both builds.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/deps.sh
+jobs="$(nproc)"
+
+echo "== optimised build"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DKVI_WERROR=ON >/dev/null
+cmake --build build -j"$jobs"
+ctest --test-dir build --output-on-failure -j"$jobs"
+
+echo "== AddressSanitizer + UndefinedBehaviorSanitizer build"
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVI_SANITIZE=ON -DKVI_WERROR=ON >/dev/null
+cmake --build build-asan -j"$jobs"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir build-asan --output-on-failure -j"$jobs"

@@ -1,0 +1,230 @@
+/*
+ * forward.c — the transformer over a batch of rows (llama / qwen2).
+ *
+ * For n rows (any mix of prefill chunks and decode rows of any sequences):
+ *
+ *   x = embed(tokens)                                   x    [n][dim]
+ *   for each layer:
+ *     xb = rmsnorm(x) * attn_norm                       xb   [n][dim]
+ *     q = xb Wq^T (+bq), k = xb Wk^T (+bk),             q    [n][n_heads * head_dim]
+ *     v = xb Wv^T (+bv)     -- one matrix product       k, v [n][kv_dim]
+ *                              over all rows
+ *     RoPE(q, k) at each row's position
+ *     K, V of each row -> its sequence's KV blocks at its position
+ *     att = attention of each row over its sequence's  att  [n][n_heads * head_dim]
+ *           cached positions 0..pos (the causal mask is implied by the position)
+ *     x += att Wo^T
+ *     xb = rmsnorm(x) * ffn_norm
+ *     x += (silu(xb Wgate^T) * (xb Wup^T)) Wdown^T      hg, hu [n][ffn_dim]
+ *   logits = rmsnorm(x[out rows]) * output_norm  Wout^T logits [n_out][n_vocab]
+ *
+ * Nothing here knows whether a row is "prefill" or "decode". Every row's result
+ * depends only on its own inputs and its sequence's cache, computed in a fixed
+ * order, so a row gives the same bits alone or inside any batch.
+ */
+#include "forward.h"
+
+#include "attention.h"
+#include "error.h"
+#include "kernels.h"
+#include "quant.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct fwd_ctx {
+    const struct kvi_model *m;
+    int n_rows_max;
+    float *x;       /* [n_rows_max][dim] residual stream */
+    float *xb;      /* [n_rows_max][dim] normed input of a sub-layer */
+    float *q;       /* [n_rows_max][n_heads * head_dim] */
+    float *k;       /* [n_rows_max][kv_dim] */
+    float *v;       /* [n_rows_max][kv_dim] */
+    float *att;     /* [n_rows_max][n_heads * head_dim] attention output */
+    float *hg;      /* [n_rows_max][ffn_dim] gate */
+    float *hu;      /* [n_rows_max][ffn_dim] up */
+    float *rc, *rs; /* [n_rows_max][n_rot / 2] RoPE cos, sin per row */
+    float *inv_freq;/* [n_rot / 2] */
+    size_t bytes;
+    attn_scratch *attn;
+};
+
+static float *falloc(fwd_ctx *f, size_t n, bool *ok)
+{
+    void *p = NULL;
+    size_t bytes = ((n * sizeof(float)) + 63) & ~(size_t)63;
+    if (bytes == 0) bytes = 64;
+    if (posix_memalign(&p, 64, bytes) != 0) {
+        *ok = false;
+        return NULL;
+    }
+    f->bytes += bytes;
+    return p;
+}
+
+void fwd_free(fwd_ctx *f)
+{
+    if (!f) return;
+    free(f->x);
+    free(f->xb);
+    free(f->q);
+    free(f->k);
+    free(f->v);
+    free(f->att);
+    free(f->hg);
+    free(f->hu);
+    free(f->rc);
+    free(f->rs);
+    free(f->inv_freq);
+    attn_scratch_free(f->attn);
+    free(f);
+}
+
+fwd_ctx *fwd_create(const struct kvi_model *m, int n_rows_max, int n_threads, int block_size,
+                    kvi_error *err)
+{
+    fwd_ctx *f = calloc(1, sizeof *f);
+    if (!f) {
+        kvi_err_set(err, KVI_E_NOMEM, "forward: out of memory");
+        return NULL;
+    }
+    f->m = m;
+    f->n_rows_max = n_rows_max;
+    const size_t n = (size_t)n_rows_max;
+    const size_t qd = (size_t)m->n_heads * m->head_dim, kvd = (size_t)m->n_kv_heads * m->head_dim;
+    bool ok = true;
+    f->x = falloc(f, n * m->dim, &ok);
+    f->xb = falloc(f, n * m->dim, &ok);
+    f->q = falloc(f, n * qd, &ok);
+    f->k = falloc(f, n * kvd, &ok);
+    f->v = falloc(f, n * kvd, &ok);
+    f->att = falloc(f, n * qd, &ok);
+    f->hg = falloc(f, n * m->ffn_dim, &ok);
+    f->hu = falloc(f, n * m->ffn_dim, &ok);
+    f->rc = falloc(f, n * (m->n_rot / 2), &ok);
+    f->rs = falloc(f, n * (m->n_rot / 2), &ok);
+    f->inv_freq = falloc(f, (size_t)(m->n_rot / 2), &ok);
+    f->attn = attn_scratch_create(n_threads, block_size, m->head_dim, m->n_heads, m->n_kv_heads,
+                                  (int)kvd);
+    if (!ok || !f->attn) {
+        fwd_free(f);
+        kvi_err_set(err, KVI_E_NOMEM, "forward: cannot allocate scratch for %d rows", n_rows_max);
+        return NULL;
+    }
+    for (int i = 0; i < m->n_rot / 2; i++) {
+        double fr = pow((double)m->rope_theta, -2.0 * i / (double)m->n_rot);
+        if (m->rope_freqs) fr /= m->rope_freqs[i];
+        f->inv_freq[i] = (float)fr;
+    }
+    return f;
+}
+
+size_t fwd_scratch_bytes(const fwd_ctx *f) { return f->bytes; }
+
+/* out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w */
+static void rmsnorm_rows(float *out, const float *x, const float *w, int n, int dim, float eps)
+{
+    for (int r = 0; r < n; r++) {
+        const float *xr = x + (size_t)r * dim;
+        float *o = out + (size_t)r * dim;
+        double ss = 0;
+        for (int i = 0; i < dim; i++) ss += (double)xr[i] * xr[i];
+        const float s = (float)(1.0 / sqrt(ss / dim + eps));
+        for (int i = 0; i < dim; i++) o[i] = xr[i] * s * w[i];
+    }
+}
+
+static void add_bias(float *y, const float *b, int n, int d)
+{
+    if (!b) return;
+    for (int r = 0; r < n; r++)
+        for (int i = 0; i < d; i++) y[(size_t)r * d + i] += b[i];
+}
+
+/* Rotates pairs of every head of rows x [n][n_h * head_dim]. */
+static void rope_rows(const fwd_ctx *f, float *x, int n, int n_h)
+{
+    const struct kvi_model *m = f->m;
+    const int hd = m->head_dim, half = m->n_rot / 2;
+    for (int r = 0; r < n; r++) {
+        const float *c = f->rc + (size_t)r * half, *s = f->rs + (size_t)r * half;
+        for (int h = 0; h < n_h; h++) {
+            float *v = x + ((size_t)r * n_h + h) * hd;
+            for (int i = 0; i < half; i++) {
+                const int a = m->rope_neox ? i : 2 * i;
+                const int b = m->rope_neox ? i + half : 2 * i + 1;
+                const float v0 = v[a], v1 = v[b];
+                v[a] = v0 * c[i] - v1 * s[i];
+                v[b] = v0 * s[i] + v1 * c[i];
+            }
+        }
+    }
+}
+
+void fwd_run(fwd_ctx *f, kvi_pool *pool, kv_pool *kv, const fwd_rows *rows)
+{
+    const struct kvi_model *m = f->m;
+    const int n = rows->n, dim = m->dim, ffn = m->ffn_dim, hd = m->head_dim;
+    const int qd = m->n_heads * hd, kvd = m->n_kv_heads * hd, half = m->n_rot / 2;
+
+    for (int r = 0; r < n; r++) {
+        kvi_tensor_get_row(&m->tok_embd, rows->tokens[r], f->x + (size_t)r * dim);
+        for (int i = 0; i < half; i++) {
+            const double ang = (double)rows->pos[r] * f->inv_freq[i];
+            f->rc[(size_t)r * half + i] = (float)cos(ang);
+            f->rs[(size_t)r * half + i] = (float)sin(ang);
+        }
+    }
+
+    for (int l = 0; l < m->n_layers; l++) {
+        const kvi_layer *L = &m->layers[l];
+
+        /* attention block */
+        rmsnorm_rows(f->xb, f->x, L->attn_norm, n, dim, m->rms_eps);
+        kvi_matmul(pool, &L->wq, f->xb, dim, n, f->q, qd);
+        kvi_matmul(pool, &L->wk, f->xb, dim, n, f->k, kvd);
+        kvi_matmul(pool, &L->wv, f->xb, dim, n, f->v, kvd);
+        add_bias(f->q, L->bq, n, qd);
+        add_bias(f->k, L->bk, n, kvd);
+        add_bias(f->v, L->bv, n, kvd);
+        rope_rows(f, f->q, n, m->n_heads);
+        rope_rows(f, f->k, n, m->n_kv_heads);
+
+        /* K and V appended to the cache, then every row reads its own sequence back */
+        for (int r = 0; r < n; r++) {
+            kvi_quantize_row(kv->type_k, f->k + (size_t)r * kvd,
+                             kv_k_row(kv, rows->tables[r], l, rows->pos[r]), kvd);
+            kvi_quantize_row(kv->type_v, f->v + (size_t)r * kvd,
+                             kv_v_row(kv, rows->tables[r], l, rows->pos[r]), kvd);
+        }
+        const attn_args aa = {
+            .kv = kv, .layer = l, .n_rows = n, .tables = rows->tables, .pos = rows->pos,
+            .q = f->q, .out = f->att, .n_heads = m->n_heads, .n_kv_heads = m->n_kv_heads,
+            .head_dim = hd,
+        };
+        attention_rows(pool, f->attn, &aa);
+
+        /* x += att Wo^T (xb reused as the projection output) */
+        kvi_matmul(pool, &L->wo, f->att, qd, n, f->xb, dim);
+        for (size_t i = 0; i < (size_t)n * dim; i++) f->x[i] += f->xb[i];
+
+        /* feed-forward block: SwiGLU */
+        rmsnorm_rows(f->xb, f->x, L->ffn_norm, n, dim, m->rms_eps);
+        kvi_matmul(pool, &L->w_gate, f->xb, dim, n, f->hg, ffn);
+        kvi_matmul(pool, &L->w_up, f->xb, dim, n, f->hu, ffn);
+        for (size_t i = 0; i < (size_t)n * ffn; i++) {
+            const float g = f->hg[i];
+            f->hg[i] = g / (1.0f + expf(-g)) * f->hu[i];
+        }
+        kvi_matmul(pool, &L->w_down, f->hg, ffn, n, f->xb, dim);
+        for (size_t i = 0; i < (size_t)n * dim; i++) f->x[i] += f->xb[i];
+    }
+
+    /* logits only for the rows that asked: gather, norm, project */
+    for (int o = 0; o < rows->n_out; o++)
+        memcpy(f->xb + (size_t)o * dim, f->x + (size_t)rows->out_rows[o] * dim,
+               (size_t)dim * sizeof(float));
+    rmsnorm_rows(f->xb, f->xb, m->output_norm, rows->n_out, dim, m->rms_eps);
+    kvi_matmul(pool, &m->output, f->xb, dim, rows->n_out, rows->logits, m->n_vocab);
+}

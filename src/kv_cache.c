@@ -1,0 +1,136 @@
+/*
+ * kv_cache.c — block pool and block tables (layout and invariants in kv_cache.h).
+ *
+ * Allocation is lazy: a block gets its memory the first time it is handed out,
+ * so a pool sized for 64 long sequences costs nothing until they exist. Freed
+ * blocks keep their memory on a free stack and are reused first.
+ */
+#include "kv_cache.h"
+
+#include "error.h"
+#include "quant.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int kv_pool_init(kv_pool *p, int n_layers, int kv_dim, int block_size, kvi_type type_k,
+                 kvi_type type_v, size_t budget_bytes, kvi_error *err)
+{
+    memset(p, 0, sizeof *p);
+    if (n_layers <= 0 || kv_dim <= 0 || block_size <= 0 || block_size > 4096)
+        return kvi_err_set(err, KVI_E_INVALID, "kv cache: bad shape (layers %d, kv_dim %d, block %d)",
+                           n_layers, kv_dim, block_size);
+    p->row_bytes_k = kvi_row_bytes(type_k, kv_dim);
+    p->row_bytes_v = kvi_row_bytes(type_v, kv_dim);
+    if (p->row_bytes_k == 0 || p->row_bytes_v == 0)
+        return kvi_err_set(err, KVI_E_UNSUPPORTED,
+                           "kv cache: types %s/%s cannot hold rows of %d elements",
+                           kvi_type_name(type_k) ? kvi_type_name(type_k) : "?",
+                           kvi_type_name(type_v) ? kvi_type_name(type_v) : "?", kv_dim);
+    p->n_layers = n_layers;
+    p->kv_dim = kv_dim;
+    p->block_size = block_size;
+    p->type_k = type_k;
+    p->type_v = type_v;
+    p->layer_bytes = (size_t)block_size * (p->row_bytes_k + p->row_bytes_v);
+    p->block_bytes = (size_t)n_layers * p->layer_bytes;
+    size_t nb = budget_bytes / p->block_bytes;
+    if (nb < 1)
+        return kvi_err_set(err, KVI_E_INVALID,
+                           "kv cache: budget of %zu bytes is smaller than one block (%zu bytes)",
+                           budget_bytes, p->block_bytes);
+    if (nb > (size_t)INT32_MAX / 2) nb = (size_t)INT32_MAX / 2;
+    p->n_blocks_max = (int32_t)nb;
+    p->mem = calloc(nb, sizeof *p->mem);
+    p->refcount = calloc(nb, sizeof *p->refcount);
+    p->free_ids = malloc(nb * sizeof *p->free_ids);
+    if (!p->mem || !p->refcount || !p->free_ids) {
+        kv_pool_free(p);
+        return kvi_err_set(err, KVI_E_NOMEM, "kv cache: cannot allocate tables for %zu blocks", nb);
+    }
+    return 0;
+}
+
+void kv_pool_free(kv_pool *p)
+{
+    if (p->mem)
+        for (int32_t i = 0; i < p->n_alloc; i++) free(p->mem[i]);
+    free(p->mem);
+    free(p->refcount);
+    free(p->free_ids);
+    memset(p, 0, sizeof *p);
+}
+
+size_t kv_pool_bytes_per_token(const kv_pool *p)
+{
+    return (size_t)p->n_layers * (p->row_bytes_k + p->row_bytes_v);
+}
+
+size_t kv_pool_bytes_allocated(const kv_pool *p) { return (size_t)p->n_alloc * p->block_bytes; }
+
+/* A block with refcount 1, or -1 when the budget is spent. */
+static int32_t pool_take(kv_pool *p)
+{
+    int32_t b;
+    if (p->n_free > 0) {
+        b = p->free_ids[--p->n_free];
+    } else {
+        if (p->n_alloc >= p->n_blocks_max) return -1;
+        void *mem = NULL;
+        if (posix_memalign(&mem, 64, p->block_bytes) != 0) return -1;
+        b = p->n_alloc++;
+        p->mem[b] = mem;
+    }
+    p->refcount[b] = 1;
+    p->n_used++;
+    return b;
+}
+
+static void pool_unref(kv_pool *p, int32_t b)
+{
+    if (--p->refcount[b] == 0) {
+        p->free_ids[p->n_free++] = b;
+        p->n_used--;
+    }
+}
+
+int kv_table_reserve(kv_pool *p, kv_table *t, int32_t n_pos, kvi_error *err)
+{
+    const int32_t need = (int32_t)(((int64_t)n_pos + p->block_size - 1) / p->block_size);
+    if (need <= t->n_blocks) return 0;
+    if (need > t->cap) {
+        int32_t cap = t->cap ? t->cap : 8;
+        while (cap < need) cap *= 2;
+        int32_t *nb = realloc(t->blocks, (size_t)cap * sizeof *nb);
+        if (!nb) return kvi_err_set(err, KVI_E_NOMEM, "kv cache: cannot grow a block table");
+        t->blocks = nb;
+        t->cap = cap;
+    }
+    const int32_t had = t->n_blocks;
+    while (t->n_blocks < need) {
+        const int32_t b = pool_take(p);
+        if (b < 0) {
+            while (t->n_blocks > had) pool_unref(p, t->blocks[--t->n_blocks]);
+            return kvi_err_set(err, KVI_E_NO_KV_SPACE,
+                               "kv cache: pool exhausted (%d of %d blocks of %d tokens in use)",
+                               p->n_used, p->n_blocks_max, p->block_size);
+        }
+        t->blocks[t->n_blocks++] = b;
+    }
+    return 0;
+}
+
+void kv_table_truncate(kv_pool *p, kv_table *t, int32_t n_pos)
+{
+    if (n_pos < 0) n_pos = 0;
+    const int32_t keep = (int32_t)(((int64_t)n_pos + p->block_size - 1) / p->block_size);
+    while (t->n_blocks > keep) pool_unref(p, t->blocks[--t->n_blocks]);
+    if (t->n_pos > n_pos) t->n_pos = n_pos;
+}
+
+void kv_table_release(kv_pool *p, kv_table *t)
+{
+    kv_table_truncate(p, t, 0);
+    free(t->blocks);
+    memset(t, 0, sizeof *t);
+}
