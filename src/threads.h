@@ -10,6 +10,8 @@
 #ifndef KVI_THREADS_H
 #define KVI_THREADS_H
 
+#include <stddef.h>
+
 typedef struct kvi_pool kvi_pool;
 typedef void (*kvi_pool_fn)(void *ctx, int ith, int nth);
 
@@ -19,5 +21,10 @@ int kvi_pool_size(const kvi_pool *p);
 /* Runs fn on all threads of the pool (a NULL pool runs fn(ctx, 0, 1)). */
 void kvi_pool_run(kvi_pool *p, kvi_pool_fn fn, void *ctx);
 int kvi_n_cores(void);
+/* Scratch memory of thread ith (64-byte aligned, at least `bytes`), owned by the pool
+ * and kept between runs; growing it does not preserve the contents. Call it only
+ * from thread ith inside a run (or outside runs). NULL when p is NULL, ith is out of
+ * range or memory is short. */
+void *kvi_pool_scratch(kvi_pool *p, int ith, size_t bytes);
 
 #endif

@@ -1,0 +1,284 @@
+/*
+ * kernels.c — CPU-feature dispatch, dot products and the matrix product over
+ * weights of any type (see kernels.h).
+ *
+ * Dispatch: `g_tab` points at one of three constant tables (kernels_isa.h): scalar
+ * here, AVX2 / AVX-512 in their own files. It is chosen once (pthread_once) from
+ * kvi_isa_detect() lowered by the KVINFER_ISA environment variable, and changed
+ * afterwards only by kvi_isa_set() (tests).
+ *
+ * kvi_matmul: thread ith of nth owns the contiguous output columns
+ * [n_out*ith/nth, n_out*(ith+1)/nth). It walks them in tiles of up to TILE weight
+ * rows; each tile is dequantised into the thread's scratch (tile [TILE][n_in] f32,
+ * owned by the pool, or one malloc per call without a pool), then every input row
+ * r gets y[r][j] = dot(x_r, w_j) with the active ISA's dot. F32 weights are used in
+ * place. Each output is therefore one dot over the same two vectors, whatever the
+ * batch size, the tile or the thread count: results are bit-identical across them.
+ *
+ * Invariants: no function here allocates per row; bad arguments (unknown type,
+ * n_in not a multiple of the block size, ld too small, row out of range) never
+ * read out of bounds: the outputs are filled with NaN instead.
+ */
+#include "kernels.h"
+
+#include "kernels_isa.h"
+#include "quant.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define TILE 16
+#define TILE_MAX_FLOATS (1 << 18)   /* a tile is cut shorter when n_in is huge */
+
+/* ---- ISA detection and dispatch ---------------------------------------- */
+
+static float dot_scalar(const float *a, const float *b, int64_t n);
+
+static const kvi_kernel_table TAB_SCALAR = {KVI_ISA_SCALAR, dot_scalar, NULL};
+
+static _Atomic(const kvi_kernel_table *) g_tab;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+kvi_isa kvi_isa_detect(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx2") &&
+        __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+        return KVI_ISA_AVX512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        __builtin_cpu_supports("f16c"))
+        return KVI_ISA_AVX2;
+#endif
+    return KVI_ISA_SCALAR;
+}
+
+static const kvi_kernel_table *table_for(kvi_isa isa)
+{
+    kvi_isa best = kvi_isa_detect();
+    if ((int)isa > (int)best) isa = best;
+    switch (isa) {
+    case KVI_ISA_AVX512: return &kvi_kernels_avx512;
+    case KVI_ISA_AVX2: return &kvi_kernels_avx2;
+    default: return &TAB_SCALAR;
+    }
+}
+
+static void isa_init(void)
+{
+    kvi_isa isa = KVI_ISA_AVX512;
+    const char *env = getenv("KVINFER_ISA");
+    if (env && *env) {
+        if (strcasecmp(env, "scalar") == 0) isa = KVI_ISA_SCALAR;
+        else if (strcasecmp(env, "avx2") == 0) isa = KVI_ISA_AVX2;
+    }
+    atomic_store(&g_tab, table_for(isa));
+}
+
+static const kvi_kernel_table *tab(void)
+{
+    pthread_once(&g_once, isa_init);
+    return atomic_load_explicit(&g_tab, memory_order_acquire);
+}
+
+kvi_isa kvi_isa_active(void) { return tab()->isa; }
+
+void kvi_isa_set(kvi_isa isa)
+{
+    pthread_once(&g_once, isa_init);
+    atomic_store(&g_tab, table_for(isa));
+}
+
+const char *kvi_isa_str(kvi_isa isa)
+{
+    switch (isa) {
+    case KVI_ISA_AVX512: return "avx512";
+    case KVI_ISA_AVX2: return "avx2";
+    default: return "scalar";
+    }
+}
+
+const char *kvi_isa_name(void) { return kvi_isa_str(kvi_isa_active()); }
+
+/* ---- dot products ------------------------------------------------------ */
+
+/* Eight independent accumulators (i mod 8), summed pairwise at the end. */
+static float dot_scalar(const float *a, const float *b, int64_t n)
+{
+    float s[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) s[k] += a[i + k] * b[i + k];
+    for (int k = 0; i < n; i++, k++) s[k] += a[i] * b[i];
+    return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+}
+
+float kvi_dot_f32_ref(const float *a, const float *b, int64_t n)
+{
+    double s = 0.0;
+    for (int64_t i = 0; i < n; i++) s += (double)a[i] * (double)b[i];
+    return (float)s;
+}
+
+float kvi_dot_f32(const float *a, const float *b, int64_t n)
+{
+    if (n <= 0) return 0.0f;
+    return tab()->dot(a, b, n);
+}
+
+/* ---- rows of any type -------------------------------------------------- */
+
+static bool tensor_ok(const kvi_tensor *W)
+{
+    return W && W->data && W->n_in > 0 && W->n_out >= 0 && kvi_row_bytes(W->type, W->n_in) > 0;
+}
+
+static void fill_nan(float *p, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) p[i] = NAN;
+}
+
+static void dequant_with(const kvi_kernel_table *t, kvi_type type, const void *src, float *dst,
+                         int64_t n)
+{
+    if (t->dequant && t->dequant(type, src, dst, n)) return;
+    kvi_dequant_row(type, src, dst, n);
+}
+
+void kvi_tensor_get_row(const kvi_tensor *W, int64_t row, float *dst)
+{
+    if (!dst || !W || W->n_in <= 0) return;
+    if (!tensor_ok(W) || row < 0 || row >= W->n_out) {
+        fill_nan(dst, W->n_in);
+        return;
+    }
+    size_t rb = kvi_row_bytes(W->type, W->n_in);
+    dequant_with(tab(), W->type, (const uint8_t *)W->data + (size_t)row * rb, dst, W->n_in);
+}
+
+/* ---- matrix product ---------------------------------------------------- */
+
+typedef struct mm_ctx {
+    const kvi_tensor *W;
+    const float *x;            /* [n_rows][ldx] */
+    int64_t ldx, n_rows;
+    float *y;                  /* [n_rows][ldy] */
+    int64_t ldy;
+    kvi_pool *pool;
+    float *own_scratch;        /* [tile][n_in] when there is no pool, else NULL */
+    const kvi_kernel_table *tab;
+    size_t row_bytes;
+    int64_t tile;
+} mm_ctx;
+
+/* Out-of-memory fallback: dot of x with row w, one dequantised block at a time.
+ * Correct, but its rounding differs from the normal path. */
+static float dot_blockwise(const mm_ctx *c, const float *x, const uint8_t *w)
+{
+    float buf[QK_K];   /* one block (at most QK_K elements) */
+    int64_t be = kvi_type_block_elems(c->W->type);
+    size_t bb = kvi_type_block_bytes(c->W->type);
+    float s = 0.0f;
+    for (int64_t i = 0; i < c->W->n_in; i += be, w += bb) {
+        kvi_dequant_row(c->W->type, w, buf, be);
+        s += c->tab->dot(x + i, buf, be);
+    }
+    return s;
+}
+
+static void mm_worker(void *vctx, int ith, int nth)
+{
+    const mm_ctx *c = vctx;
+    const kvi_tensor *W = c->W;
+    const int64_t n_in = W->n_in;
+    const int64_t j0 = W->n_out * ith / nth, j1 = W->n_out * (ith + 1) / nth;
+    const uint8_t *base = W->data;
+    float (*dot)(const float *, const float *, int64_t) = c->tab->dot;
+
+    if (W->type == KVI_TYPE_F32) {
+        for (int64_t jt = j0; jt < j1; jt += c->tile) {
+            int64_t nt = j1 - jt < c->tile ? j1 - jt : c->tile;
+            for (int64_t r = 0; r < c->n_rows; r++)
+                for (int64_t t = 0; t < nt; t++)
+                    c->y[r * c->ldy + jt + t] =
+                        dot(c->x + r * c->ldx, (const float *)(base + (size_t)(jt + t) * c->row_bytes), n_in);
+        }
+        return;
+    }
+
+    float *scr = c->own_scratch;   /* [tile][n_in] */
+    if (!scr) scr = kvi_pool_scratch(c->pool, ith, (size_t)c->tile * (size_t)n_in * sizeof(float));
+    if (!scr) {
+        for (int64_t j = j0; j < j1; j++)
+            for (int64_t r = 0; r < c->n_rows; r++)
+                c->y[r * c->ldy + j] = dot_blockwise(c, c->x + r * c->ldx, base + (size_t)j * c->row_bytes);
+        return;
+    }
+    for (int64_t jt = j0; jt < j1; jt += c->tile) {
+        int64_t nt = j1 - jt < c->tile ? j1 - jt : c->tile;
+        for (int64_t t = 0; t < nt; t++)
+            dequant_with(c->tab, W->type, base + (size_t)(jt + t) * c->row_bytes, scr + t * n_in, n_in);
+        for (int64_t r = 0; r < c->n_rows; r++)
+            for (int64_t t = 0; t < nt; t++)
+                c->y[r * c->ldy + jt + t] = dot(c->x + r * c->ldx, scr + t * n_in, n_in);
+    }
+}
+
+static bool matmul_args_ok(const kvi_tensor *W, const float *x, int64_t ldx, int64_t ldy)
+{
+    return tensor_ok(W) && x && ldx >= W->n_in && ldy >= W->n_out;
+}
+
+static void nan_output(const kvi_tensor *W, int64_t n_rows, float *y, int64_t ldy)
+{
+    if (!y || !W || W->n_out <= 0 || ldy < W->n_out) return;
+    for (int64_t r = 0; r < n_rows; r++) fill_nan(y + r * ldy, W->n_out);
+}
+
+void kvi_matmul(kvi_pool *pool, const kvi_tensor *W, const float *x, int64_t ldx,
+                int64_t n_rows, float *y, int64_t ldy)
+{
+    if (n_rows <= 0 || !y) return;
+    if (!matmul_args_ok(W, x, ldx, ldy)) {
+        nan_output(W, n_rows, y, ldy);
+        return;
+    }
+    if (W->n_out == 0) return;
+    mm_ctx c = {
+        .W = W, .x = x, .ldx = ldx, .n_rows = n_rows, .y = y, .ldy = ldy, .pool = pool,
+        .own_scratch = NULL, .tab = tab(), .row_bytes = kvi_row_bytes(W->type, W->n_in),
+    };
+    c.tile = TILE_MAX_FLOATS / W->n_in;
+    if (c.tile > TILE) c.tile = TILE;
+    if (c.tile < 1) c.tile = 1;
+    if (!pool && W->type != KVI_TYPE_F32)
+        c.own_scratch = malloc((size_t)c.tile * (size_t)W->n_in * sizeof(float));
+    kvi_pool_run(pool, mm_worker, &c);
+    free(c.own_scratch);
+}
+
+void kvi_matmul_ref(const kvi_tensor *W, const float *x, int64_t ldx, int64_t n_rows, float *y,
+                    int64_t ldy)
+{
+    if (n_rows <= 0 || !y) return;
+    if (!matmul_args_ok(W, x, ldx, ldy)) {
+        nan_output(W, n_rows, y, ldy);
+        return;
+    }
+    size_t rb = kvi_row_bytes(W->type, W->n_in);
+    float *w = malloc((size_t)W->n_in * sizeof(float));   /* [n_in] one dequantised row */
+    if (!w) {
+        nan_output(W, n_rows, y, ldy);
+        return;
+    }
+    for (int64_t j = 0; j < W->n_out; j++) {
+        kvi_dequant_row(W->type, (const uint8_t *)W->data + (size_t)j * rb, w, W->n_in);
+        for (int64_t r = 0; r < n_rows; r++) y[r * ldy + j] = kvi_dot_f32_ref(x + r * ldx, w, W->n_in);
+    }
+    free(w);
+}
