@@ -1,0 +1,521 @@
+/*
+ * cmd_run.c — `kvinfer run`: text generation with the two phases made visible.
+ *
+ * Pipeline (public API only): one engine with one sequence; prefill = ONE
+ * kvi_step over a batch holding every prompt row (logits of the last row only);
+ * then decode = one row per kvi_step, each row's token sampled from the previous
+ * step's logits. With --no-kv-cache every decode step forgets the cache
+ * (kvi_seq_truncate(seq, 0)) and recomputes all tokens so far as one batch: the
+ * same tokens for quadratically more rows, counted in rows_computed.
+ *
+ * Invariants: all_ids[0 .. n_prompt + n_gen) holds the prompt then the generated
+ * tokens; in KV mode the sequence caches positions 0 .. n_prompt + n_gen - 2
+ * after each decode step (the newest token is run by the next step). Streaming
+ * never prints an incomplete UTF-8 sequence: bytes wait until it completes.
+ * With --json stdout holds exactly one JSON object and nothing else.
+ */
+#include "cli.h"
+
+#include <cjson/cJSON.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char run_help[] =
+    "usage: kvinfer run [-m MODEL] [-p TEXT | -f FILE | --tokens IDS] [options]\n"
+    "\n"
+    "Generates text: the prompt goes through one prefill pass, then tokens are decoded\n"
+    "one per step against the KV cache and streamed to stdout. A summary of both\n"
+    "phases (tokens, times, tokens/s, KV cache bytes) is printed on stderr.\n"
+    "\n"
+    "model and prompt:\n"
+    "  -m, --model PATH        GGUF model, llama2.c checkpoint or Hugging Face folder\n"
+    "                          (default: ../shared/models/stories260K.gguf if it exists)\n"
+    "  --tokenizer PATH        tokenizer.bin for llama2.c checkpoints (default: next to it)\n"
+    "  --mmap                  map the model file instead of reading it (default: off)\n"
+    "  -p, --prompt TEXT       the prompt (default: empty, i.e. BOS alone)\n"
+    "  -f, --file PATH         read the prompt from a file (one trailing newline dropped)\n"
+    "  --tokens IDS            prompt token ids \"1,2,3\", used exactly (no BOS added)\n"
+    "  --special               special-token text in the prompt (<s>) becomes the token\n"
+    "                          (default: off)\n"
+    "generation:\n"
+    "  -n, --n-predict N       tokens to generate (default 256; -1: until end of\n"
+    "                          generation or a full context)\n"
+    "  --ignore-eos            do not stop at the end-of-generation token (default: stop)\n"
+    "  --temp T                temperature (default 0.8; 0: argmax, no other sampler)\n"
+    "  --top-k K               keep the K most likely tokens (default 40; 0: off)\n"
+    "  --top-p P               nucleus sampling (default 0.95; 1: off)\n"
+    "  --min-p P               drop tokens below P * max probability (default 0.05; 0: off)\n"
+    "  --repeat-penalty R      penalty for repeated tokens (default 1.0: off)\n"
+    "  --repeat-last-n N       tokens the penalty looks back over (default 64)\n"
+    "  --seed S                sampler seed (default: random, printed in the summary)\n"
+    "engine:\n"
+    "  -t, --threads N         worker threads (default 0: every core)\n"
+    "  -c, --ctx-size N        context size in tokens (default: the model's context_length)\n"
+    "  --kv-type T             KV cache type for K and V: f32 or f16 (default f16)\n"
+    "  --kv-type-k T           KV cache type for K only (default f16)\n"
+    "  --kv-type-v T           KV cache type for V only (default f16)\n"
+    "  --no-kv-cache           recompute every token at each step instead of caching K and V\n"
+    "                          (same tokens, quadratically more work; default: cache)\n"
+    "output:\n"
+    "  --json                  print one JSON object (prompt_tokens, tokens, text,\n"
+    "                          finish_reason, stats) and nothing else on stdout\n"
+    "  -h, --help              this help\n";
+
+typedef struct run_opts {
+    const char *model, *tokenizer, *prompt, *file, *tokens;
+    bool mmap, special, ignore_eos, no_kv, json;
+    int64_t n_predict;      /* -1: unlimited */
+    int64_t n_threads;      /* 0: every core */
+    int64_t n_ctx;          /* 0: the model's */
+    kvi_type kv_k, kv_v;
+    kvi_sampler_params sp;
+    bool seed_given;
+} run_opts;
+
+/* Parses a float flag value; prints an error naming the flag on failure. */
+static bool flag_f32(const char *flag, const char *v, float lo, float hi, float *out)
+{
+    float x;
+    if (!v) return false;
+    if (!cli_parse_f32(v, &x) || x < lo || x > hi) {
+        cli_error("%s: '%s' is not a number in [%g, %g]", flag, v, (double)lo, (double)hi);
+        return false;
+    }
+    *out = x;
+    return true;
+}
+
+static bool flag_i64(const char *flag, const char *v, int64_t lo, int64_t hi, int64_t *out)
+{
+    if (!v) return false;
+    if (!cli_parse_i64(v, lo, hi, out)) {
+        cli_error("%s: '%s' is not an integer in [%" PRId64 ", %" PRId64 "]", flag, v, lo, hi);
+        return false;
+    }
+    return true;
+}
+
+/* 0: parsed; 1: error printed; 2: help printed. */
+static int parse_run_args(int argc, char **argv, run_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->n_predict = 256;
+    o->kv_k = o->kv_v = KVI_TYPE_F16;
+    kvi_sampler_params_default(&o->sp);
+    o->sp.temp = 0.8f;
+    o->sp.top_k = 40;
+    o->sp.top_p = 0.95f;
+    o->sp.min_p = 0.05f;
+    o->sp.repeat_penalty = 1.0f;
+    o->sp.repeat_last_n = 64;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int64_t v;
+        float f;
+#define VALUE() cli_flag_value(argc, argv, &i)
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(run_help, stdout);
+            return 2;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            if (!(o->model = VALUE())) return 1;
+        } else if (!strcmp(a, "--tokenizer")) {
+            if (!(o->tokenizer = VALUE())) return 1;
+        } else if (!strcmp(a, "--mmap")) {
+            o->mmap = true;
+        } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
+            if (!(o->prompt = VALUE())) return 1;
+        } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
+            if (!(o->file = VALUE())) return 1;
+        } else if (!strcmp(a, "--tokens")) {
+            if (!(o->tokens = VALUE())) return 1;
+        } else if (!strcmp(a, "--special")) {
+            o->special = true;
+        } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
+            if (!flag_i64(a, VALUE(), -1, INT32_MAX, &o->n_predict)) return 1;
+        } else if (!strcmp(a, "--ignore-eos")) {
+            o->ignore_eos = true;
+        } else if (!strcmp(a, "--temp")) {
+            if (!flag_f32(a, VALUE(), 0.0f, 1e6f, &o->sp.temp)) return 1;
+        } else if (!strcmp(a, "--top-k")) {
+            if (!flag_i64(a, VALUE(), 0, INT32_MAX, &v)) return 1;
+            o->sp.top_k = (int32_t)v;
+        } else if (!strcmp(a, "--top-p")) {
+            if (!flag_f32(a, VALUE(), 0.0f, 1.0f, &o->sp.top_p)) return 1;
+        } else if (!strcmp(a, "--min-p")) {
+            if (!flag_f32(a, VALUE(), 0.0f, 1.0f, &o->sp.min_p)) return 1;
+        } else if (!strcmp(a, "--repeat-penalty")) {
+            if (!flag_f32(a, VALUE(), 0.0f, 1e6f, &f)) return 1;
+            if (f <= 0.0f) { cli_error("%s: must be greater than 0", a); return 1; }
+            o->sp.repeat_penalty = f;
+        } else if (!strcmp(a, "--repeat-last-n")) {
+            if (!flag_i64(a, VALUE(), 0, INT32_MAX, &v)) return 1;
+            o->sp.repeat_last_n = (int32_t)v;
+        } else if (!strcmp(a, "--seed")) {
+            const char *s = VALUE();
+            if (!s) return 1;
+            if (!cli_parse_u64(s, &o->sp.seed)) {
+                cli_error("%s: '%s' is not an unsigned integer", a, s);
+                return 1;
+            }
+            o->seed_given = true;
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            if (!flag_i64(a, VALUE(), 0, 1024, &o->n_threads)) return 1;
+        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
+            if (!flag_i64(a, VALUE(), 1, 1 << 24, &o->n_ctx)) return 1;
+        } else if (!strcmp(a, "--kv-type")) {
+            const char *s = VALUE();
+            if (!s || !cli_parse_kv_type(a, s, &o->kv_k)) return 1;
+            o->kv_v = o->kv_k;
+        } else if (!strcmp(a, "--kv-type-k")) {
+            const char *s = VALUE();
+            if (!s || !cli_parse_kv_type(a, s, &o->kv_k)) return 1;
+        } else if (!strcmp(a, "--kv-type-v")) {
+            const char *s = VALUE();
+            if (!s || !cli_parse_kv_type(a, s, &o->kv_v)) return 1;
+        } else if (!strcmp(a, "--no-kv-cache")) {
+            o->no_kv = true;
+        } else if (!strcmp(a, "--json")) {
+            o->json = true;
+        } else if (a[0] == '-') {
+            cli_error("run: unknown option '%s' (kvinfer run --help)", a);
+            return 1;
+        } else {
+            cli_error("run: unexpected argument '%s' (the prompt goes after -p)", a);
+            return 1;
+        }
+#undef VALUE
+    }
+    return 0;
+}
+
+/* A seed below 2^32 (exact in JSON numbers) from the system's entropy. */
+static uint64_t random_seed(void)
+{
+    uint32_t s = 0;
+    FILE *f = fopen("/dev/urandom", "rb");
+    if (f) {
+        if (fread(&s, sizeof s, 1, f) != 1) s = 0;
+        fclose(f);
+    }
+    if (s == 0) s = (uint32_t)time(NULL) ^ ((uint32_t)getpid() << 16);
+    return s;
+}
+
+/* Growable byte buffer for the generated text. */
+typedef struct text_buf {
+    char *data;      /* (cap) bytes; data[0 .. len) is the text */
+    size_t len, cap;
+    size_t printed;  /* bytes already streamed to stdout */
+} text_buf;
+
+static bool text_append(text_buf *t, const char *s, size_t n)
+{
+    if (t->len + n + 1 > t->cap) {
+        size_t cap = t->cap ? t->cap : 256;
+        while (cap < t->len + n + 1) cap *= 2;
+        char *d = realloc(t->data, cap);
+        if (!d) return false;
+        t->data = d;
+        t->cap = cap;
+    }
+    memcpy(t->data + t->len, s, n);
+    t->len += n;
+    t->data[t->len] = '\0';
+    return true;
+}
+
+/* Appends the piece of tok (special tokens not rendered); false when out of memory. */
+static bool append_piece(const kvi_model *m, text_buf *t, int32_t tok)
+{
+    char small[128];
+    int32_t l = kvi_token_to_piece(m, tok, small, sizeof small, false);
+    if (l < 0) return true;   /* ids were range-checked; nothing to show */
+    if ((size_t)l <= sizeof small) return text_append(t, small, (size_t)l);
+    char *big = malloc((size_t)l);   /* (l) bytes of one long piece */
+    if (!big) return false;
+    bool ok = kvi_token_to_piece(m, tok, big, (size_t)l, false) == l && text_append(t, big, (size_t)l);
+    free(big);
+    return ok;
+}
+
+typedef struct run_result {
+    int32_t *all_ids;       /* (n_ctx + 1) prompt then generated ids */
+    int32_t n_prompt, n_gen;
+    const char *finish;     /* "stop" or "length" */
+    text_buf text;
+    double prefill_ms, ttft_ms, decode_ms;
+    int64_t n_decode_steps;
+    int64_t rows_computed;
+    kvi_stats kv;           /* of the sequence, at the end */
+    int n_ctx;
+} run_result;
+
+static double per_s(double count, double ms) { return ms > 0.0 ? count * 1000.0 / ms : 0.0; }
+
+/* Runs one forward pass; prints the library's error and returns 1 on failure. */
+static int step_or_error(kvi_engine *e, kvi_batch *b, const char *phase)
+{
+    kvi_error err = {0};
+    int rc = kvi_step(e, b, &err);
+    if (rc != 0)
+        return cli_error("%s failed: %s", phase, err.msg[0] ? err.msg : kvi_strerror(rc));
+    return 0;
+}
+
+/* The generation loop (see the file comment). Streams text when !o->json. */
+static int generate(const run_opts *o, kvi_model *m, kvi_engine *e, kvi_seq *seq,
+                    kvi_sampler *smp, run_result *r)
+{
+    const int n_ctx = r->n_ctx;
+    const int32_t n_prompt = r->n_prompt;
+    const int32_t n_vocab = kvi_n_vocab(m);
+    const int32_t bos = kvi_token_bos(m);
+    int32_t batch_rows = o->no_kv ? n_ctx : n_prompt;
+    kvi_batch *b = kvi_batch_create(batch_rows);
+    if (!b) return cli_error("out of memory creating a batch of %d rows", (int)batch_rows);
+
+    /* prefill: every prompt row in one pass, logits of the last row only */
+    double t0 = kvi_time_ms();
+    for (int32_t i = 0; i < n_prompt; i++) {
+        if (kvi_batch_add(b, seq, r->all_ids[i], i, i == n_prompt - 1) < 0) {
+            kvi_batch_free(b);
+            return cli_error("cannot add prompt row %d to the batch", (int)i);
+        }
+    }
+    if (step_or_error(e, b, "prefill")) { kvi_batch_free(b); return 1; }
+    double t1 = kvi_time_ms();
+    r->prefill_ms = t1 - t0;
+    r->rows_computed = n_prompt;
+    int32_t logits_row = n_prompt - 1;
+    for (int32_t i = 0; i < n_prompt; i++) kvi_sampler_accept(smp, r->all_ids[i]);
+
+    double t_decode0 = t1, t_last = t1;
+    r->finish = "length";
+    for (;;) {
+        if (o->n_predict >= 0 && r->n_gen >= o->n_predict) break;
+        const float *logits = kvi_logits(e, logits_row);
+        if (!logits) { kvi_batch_free(b); return cli_error("no logits after the forward pass"); }
+        int32_t tok = kvi_sampler_sample(smp, logits);
+        t_last = kvi_time_ms();
+        if (r->n_gen == 0 && r->n_decode_steps == 0) {
+            r->ttft_ms = t_last - t0;
+            t_decode0 = t_last;
+        }
+        if (tok < 0 || tok >= n_vocab) {
+            kvi_batch_free(b);
+            return cli_error("the sampler returned token %d, outside the vocabulary", (int)tok);
+        }
+        kvi_sampler_accept(smp, tok);
+        if (!o->ignore_eos && tok != bos && kvi_token_is_eog(m, tok)) {
+            r->finish = "stop";
+            break;
+        }
+        r->all_ids[n_prompt + r->n_gen] = tok;
+        r->n_gen++;
+        if (!append_piece(m, &r->text, tok)) { kvi_batch_free(b); return cli_error("out of memory"); }
+        if (!o->json) {
+            size_t ready = cli_utf8_complete_prefix(r->text.data, r->text.len);
+            if (ready > r->text.printed) {
+                fwrite(r->text.data + r->text.printed, 1, ready - r->text.printed, stdout);
+                r->text.printed = ready;
+            }
+            fflush(stdout);
+        }
+        if (o->n_predict >= 0 && r->n_gen >= o->n_predict) break;
+        int32_t n_all = n_prompt + r->n_gen;
+        /* the newest token takes position n_all - 1: none left means the context is full */
+        if (n_all > n_ctx) break;
+        kvi_batch_clear(b);
+        if (o->no_kv) {
+            /* recompute: forget the cache and run every token so far */
+            if (kvi_seq_truncate(seq, 0) != 0) { kvi_batch_free(b); return cli_error("cannot reset the sequence"); }
+            for (int32_t i = 0; i < n_all; i++) kvi_batch_add(b, seq, r->all_ids[i], i, i == n_all - 1);
+            logits_row = n_all - 1;
+            r->rows_computed += n_all;
+        } else {
+            kvi_batch_add(b, seq, tok, n_all - 1, true);
+            logits_row = 0;
+            r->rows_computed += 1;
+        }
+        if (step_or_error(e, b, "decode")) { kvi_batch_free(b); return 1; }
+        r->n_decode_steps++;
+    }
+    r->decode_ms = r->n_decode_steps > 0 ? t_last - t_decode0 : 0.0;
+    kvi_stats_get(e, seq, &r->kv);
+    kvi_batch_free(b);
+    return 0;
+}
+
+static void print_summary(const run_opts *o, const run_result *r, int n_threads)
+{
+    FILE *f = stderr;
+    fprintf(f, "\nkvinfer: prompt     %6d tokens   prefill %9.2f ms  %9.1f tok/s   time to first token %.2f ms\n",
+            (int)r->n_prompt, r->prefill_ms, per_s(r->n_prompt, r->prefill_ms), r->ttft_ms);
+    fprintf(f, "kvinfer: generated  %6d tokens   decode  %9.2f ms  %9.1f tok/s   (%" PRId64 " steps, finish: %s)\n",
+            (int)r->n_gen, r->decode_ms, per_s((double)r->n_decode_steps, r->decode_ms),
+            r->n_decode_steps, r->finish);
+    fprintf(f, "kvinfer: KV cache   %zu bytes in use, %zu bytes/token (K %s, V %s), context %d\n",
+            r->kv.kv_bytes, r->kv.kv_bytes_per_token, kvi_type_name(o->kv_k), kvi_type_name(o->kv_v),
+            r->n_ctx);
+    if (o->no_kv)
+        fprintf(f, "kvinfer: no KV cache: recomputed %" PRId64 " rows (with the cache: %d)\n",
+                r->rows_computed, (int)(r->n_prompt + r->n_decode_steps));
+    else
+        fprintf(f, "kvinfer: rows computed %" PRId64 "\n", r->rows_computed);
+    fprintf(f, "kvinfer: seed %" PRIu64 ", %d threads, isa %s\n", o->sp.seed, n_threads, kvi_isa_name());
+}
+
+static cJSON *id_array(const int32_t *ids, int32_t n)
+{
+    cJSON *a = cJSON_CreateArray();
+    for (int32_t i = 0; a && i < n; i++) {
+        cJSON *v = cJSON_CreateNumber(ids[i]);
+        if (!v) { cJSON_Delete(a); return NULL; }
+        cJSON_AddItemToArray(a, v);
+    }
+    return a;
+}
+
+static int print_json(const run_opts *o, const run_result *r, int n_threads)
+{
+    char *clean = cli_utf8_sanitize(r->text.data ? r->text.data : "", r->text.len);
+    cJSON *root = cJSON_CreateObject();
+    cJSON *pt = id_array(r->all_ids, r->n_prompt);
+    cJSON *gt = id_array(r->all_ids + r->n_prompt, r->n_gen);
+    cJSON *st = cJSON_CreateObject();
+    char seed[32];
+    snprintf(seed, sizeof seed, "%" PRIu64, o->sp.seed);   /* raw: exact beyond 2^53 */
+    bool ok = clean && root && pt && gt && st;
+    if (ok) {
+        cJSON_AddItemToObject(root, "prompt_tokens", pt);
+        cJSON_AddItemToObject(root, "tokens", gt);
+        pt = gt = NULL;
+        ok = cJSON_AddStringToObject(root, "text", clean) &&
+             cJSON_AddStringToObject(root, "finish_reason", r->finish);
+        cJSON_AddItemToObject(root, "stats", st);
+        st = NULL;
+    }
+    cJSON *s = ok ? cJSON_GetObjectItemCaseSensitive(root, "stats") : NULL;
+    if (s) {
+        ok = cJSON_AddNumberToObject(s, "n_prompt", r->n_prompt) &&
+             cJSON_AddNumberToObject(s, "n_gen", r->n_gen) &&
+             cJSON_AddNumberToObject(s, "prefill_ms", r->prefill_ms) &&
+             cJSON_AddNumberToObject(s, "prefill_tok_s", per_s(r->n_prompt, r->prefill_ms)) &&
+             cJSON_AddNumberToObject(s, "ttft_ms", r->ttft_ms) &&
+             cJSON_AddNumberToObject(s, "decode_ms", r->decode_ms) &&
+             cJSON_AddNumberToObject(s, "decode_tok_s", per_s((double)r->n_decode_steps, r->decode_ms)) &&
+             cJSON_AddNumberToObject(s, "decode_steps", (double)r->n_decode_steps) &&
+             cJSON_AddNumberToObject(s, "kv_bytes", (double)r->kv.kv_bytes) &&
+             cJSON_AddNumberToObject(s, "kv_bytes_per_token", (double)r->kv.kv_bytes_per_token) &&
+             cJSON_AddBoolToObject(s, "kv_cache", !o->no_kv) &&
+             cJSON_AddNumberToObject(s, "rows_computed", (double)r->rows_computed) &&
+             cJSON_AddNumberToObject(s, "n_ctx", r->n_ctx) &&
+             cJSON_AddNumberToObject(s, "n_threads", n_threads) &&
+             cJSON_AddStringToObject(s, "kv_type", o->kv_k == o->kv_v ? kvi_type_name(o->kv_k) : "mixed") &&
+             cJSON_AddStringToObject(s, "kv_type_k", kvi_type_name(o->kv_k)) &&
+             cJSON_AddStringToObject(s, "kv_type_v", kvi_type_name(o->kv_v)) &&
+             cJSON_AddRawToObject(s, "seed", seed) &&
+             cJSON_AddStringToObject(s, "isa", kvi_isa_name());
+    }
+    char *out = ok ? cJSON_PrintUnformatted(root) : NULL;
+    int rc = 0;
+    if (out) printf("%s\n", out);
+    else rc = cli_error("out of memory building JSON");
+    free(out);
+    cJSON_Delete(root);
+    cJSON_Delete(pt);
+    cJSON_Delete(gt);
+    cJSON_Delete(st);
+    free(clean);
+    return rc;
+}
+
+int cmd_run(int argc, char **argv)
+{
+    run_opts o;
+    int prc = parse_run_args(argc, argv, &o);
+    if (prc != 0) return prc == 2 ? 0 : 1;
+    if (!o.seed_given) o.sp.seed = random_seed();
+
+    kvi_model *m = cli_load_model(o.model, o.mmap, o.tokenizer);
+    if (!m) return 1;
+    int rc = 0;
+    int32_t *prompt = NULL, n_prompt = 0;
+    kvi_engine *e = NULL;
+    kvi_seq *seq = NULL;
+    kvi_sampler *smp = NULL;
+    run_result r;
+    memset(&r, 0, sizeof r);
+
+    rc = cli_prompt_ids(m, o.prompt, o.file, o.tokens, o.special, &prompt, &n_prompt);
+    kvi_model_info info;
+    kvi_model_get_info(m, &info);
+    int n_ctx = o.n_ctx > 0 ? (int)o.n_ctx : info.n_ctx_train;
+    if (rc == 0 && n_ctx > 0 && n_prompt > n_ctx)
+        rc = cli_error("context_length_exceeded: the prompt has %d tokens but the context holds %d "
+                       "(-c sets the context size)", (int)n_prompt, n_ctx);
+    if (rc == 0) {
+        kvi_engine_params ep;
+        kvi_engine_params_default(&ep);
+        ep.n_threads = (int)o.n_threads;
+        ep.n_ctx = n_ctx > 0 ? n_ctx : 0;
+        ep.kv_type_k = o.kv_k;
+        ep.kv_type_v = o.kv_v;
+        ep.n_seq_max = 1;
+        /* prefill must be ONE forward pass; without a cache, so must each recompute */
+        int need = o.no_kv && n_ctx > 0 ? n_ctx : n_prompt;
+        if (ep.n_batch_max < need) ep.n_batch_max = need;
+        kvi_error err = {0};
+        e = kvi_engine_create(m, &ep, &err);
+        if (!e) rc = cli_error("cannot create the engine: %s", err.msg[0] ? err.msg : kvi_strerror(err.code));
+    }
+    if (rc == 0) {
+        r.n_ctx = kvi_engine_n_ctx(e);
+        if (n_prompt > r.n_ctx)
+            rc = cli_error("context_length_exceeded: the prompt has %d tokens but the context holds %d "
+                           "(-c sets the context size)", (int)n_prompt, r.n_ctx);
+    }
+    if (rc == 0 && !(seq = kvi_seq_create(e))) rc = cli_error("cannot create a sequence");
+    if (rc == 0 && !(smp = kvi_sampler_create(&o.sp, kvi_n_vocab(m)))) rc = cli_error("cannot create the sampler");
+    if (rc == 0) {
+        r.all_ids = malloc(((size_t)r.n_ctx + 1) * sizeof *r.all_ids);
+        if (!r.all_ids) rc = cli_error("out of memory for %d token ids", r.n_ctx + 1);
+    }
+    if (rc == 0) {
+        memcpy(r.all_ids, prompt, (size_t)n_prompt * sizeof *prompt);
+        r.n_prompt = n_prompt;
+        if (!o.json) {
+            /* echo the prompt as the user should read it, then stream the rest */
+            int32_t bos = kvi_token_bos(m);
+            size_t len = 0;
+            char *txt = cli_detokenize(m, prompt, n_prompt, false, bos >= 0 && prompt[0] == bos, &len);
+            if (txt) fwrite(txt, 1, len, stdout);
+            free(txt);
+            fflush(stdout);
+        }
+        int threads = o.n_threads > 0 ? (int)o.n_threads : cli_n_cores();
+        rc = generate(&o, m, e, seq, smp, &r);
+        if (rc == 0 && !o.json) {
+            /* bytes held back waiting for a UTF-8 continuation are printed as they are */
+            if (r.text.len > r.text.printed) fwrite(r.text.data + r.text.printed, 1, r.text.len - r.text.printed, stdout);
+            putchar('\n');
+            fflush(stdout);
+        }
+        if (rc == 0) {
+            print_summary(&o, &r, threads);
+            if (o.json) rc = print_json(&o, &r, threads);
+        }
+    }
+    free(r.text.data);
+    free(r.all_ids);
+    if (smp) kvi_sampler_free(smp);
+    if (seq) kvi_seq_free(seq);
+    if (e) kvi_engine_free(e);
+    kvi_model_free(m);
+    free(prompt);
+    return rc;
+}

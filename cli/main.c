@@ -1,0 +1,79 @@
+/*
+ * main.c — entry point of the `kvinfer` command-line tool: global flags
+ * (--help, --version) and dispatch to one cmd_* function per command.
+ *
+ * Invariant: the process exit status is the command's return value, 0 on
+ * success and 1 on any error (each error printed as one line on stderr); only
+ * this file decides to exit.
+ */
+#include "cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define KVI_CLI_VERSION "0.1.0"
+
+/* synth and toy are written in parallel by another engineer: weak references
+ * keep the tool linking (and say so) until their files land. */
+#if defined(__GNUC__)
+#pragma weak cmd_synth
+#pragma weak cmd_toy
+#endif
+
+typedef struct cli_command {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *summary;   /* one line for the command list */
+} cli_command;
+
+static const cli_command commands[] = {
+    {"run", cmd_run, "generate text from a prompt (prefill + KV-cached decode), with timings"},
+    {"logits", cmd_logits, "print the logits of every prompt position (one prefill pass)"},
+    {"tokenize", cmd_tokenize, "print the token ids of a text"},
+    {"detokenize", cmd_detokenize, "print the text of token ids"},
+    {"synth", cmd_synth, "write a synthetic GGUF model with random weights"},
+    {"toy", cmd_toy, "a tiny worked example of prefill, decode and the KV cache"},
+};
+
+static void print_help(FILE *f)
+{
+    fprintf(f,
+            "kvinfer — an LLM inference engine for GGUF models (llama-family) in C11.\n"
+            "A prompt is run through the network in one prefill pass, then tokens are\n"
+            "decoded one at a time against a paged key/value cache.\n"
+            "\n"
+            "usage: kvinfer COMMAND [options]\n"
+            "       kvinfer --help | --version\n"
+            "\n"
+            "commands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-11s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\nkvinfer COMMAND --help for details.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        print_help(stderr);
+        return 1;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+        print_help(stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "--version") || !strcmp(cmd, "-V")) {
+        printf("kvinfer %s (isa: %s)\n", KVI_CLI_VERSION, kvi_isa_name());
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        if (!strcmp(cmd, commands[i].name)) {
+            if (!commands[i].fn) return cli_error("command '%s' is not available in this build", cmd);
+            int rc = commands[i].fn(argc - 1, argv + 1);
+            if (fflush(stdout) != 0 && rc == 0) rc = cli_error("writing to stdout failed");
+            return rc == 0 ? 0 : 1;
+        }
+    }
+    if (cmd[0] == '-') return cli_error("unknown option '%s' (kvinfer --help lists the commands)", cmd);
+    return cli_error("unknown command '%s' (kvinfer --help lists the commands)", cmd);
+}
