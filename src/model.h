@@ -63,11 +63,31 @@ struct kvi_model {
     gguf_ctx *gguf;           /* GGUF source (NULL for other formats) */
     void **owned;             /* buffers to free with the model */
     size_t n_owned, cap_owned;
+    void *map_addr;           /* llama2.c / safetensors file mapped with use_mmap, or NULL */
+    size_t map_len;
 };
 
 /* Keeps buf alive until the model is freed; returns buf (NULL on allocation failure
  * of the bookkeeping, in which case buf has been freed). */
 void *model_own(struct kvi_model *m, void *buf);
+
+/* The whole file at path, read into one 64-byte aligned buffer owned by the model,
+ * or mapped read-only when use_mmap (one mapping per model). Empty files are an error. */
+int model_read_file(struct kvi_model *m, const char *path, bool use_mmap, const uint8_t **data,
+                    size_t *size, kvi_error *err);
+
+/* A 1-D vector of n elements stored as F32, F16 or BF16, as f32: borrowed when it
+ * is F32 and 4-byte aligned, else converted into a buffer owned by the model.
+ * name is used in error messages only. */
+int model_vec_f32(struct kvi_model *m, const char *name, const void *data, kvi_type type,
+                  int64_t n, const float **out, kvi_error *err);
+
+/* Checks the hyper-parameters alone (ranges, divisibility); loaders call it before
+ * binding tensors. */
+int model_check_hparams(const struct kvi_model *m, kvi_error *err);
+
+/* "dir/name" in a malloc'd string (NULL on allocation failure). */
+char *model_path_join(const char *dir, const char *name);
 
 /* Loaders; each fills a zeroed model. On error the partially built model is freed
  * by the caller with kvi_model_free(). */
