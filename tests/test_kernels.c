@@ -1,0 +1,319 @@
+/*
+ * test_kernels.c — dot products of every ISA the machine has against the scalar
+ * reference, matmul of every weight type against kvi_matmul_ref, the bit-identity
+ * of an output row across batch sizes and thread counts, SIMD dequantisation
+ * against the reference, and the worker pool.
+ */
+#include "kernels.h"
+#include "quant.h"
+#include "testutil.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const kvi_type ALL_TYPES[] = {
+    KVI_TYPE_F32,  KVI_TYPE_F16,  KVI_TYPE_BF16, KVI_TYPE_Q8_0, KVI_TYPE_Q8_1,
+    KVI_TYPE_Q4_0, KVI_TYPE_Q4_1, KVI_TYPE_Q5_0, KVI_TYPE_Q5_1, KVI_TYPE_Q2_K,
+    KVI_TYPE_Q3_K, KVI_TYPE_Q4_K, KVI_TYPE_Q5_K, KVI_TYPE_Q6_K, KVI_TYPE_Q8_K,
+};
+#define N_TYPES (int)(sizeof ALL_TYPES / sizeof ALL_TYPES[0])
+
+static void fill_normal(float *x, int64_t n, uint64_t *rs)
+{
+    for (int64_t i = 0; i < n; i++) x[i] = trand_normal(rs);
+}
+
+/* A random [n_out][n_in] matrix of type t (Q8_1, which kvinfer does not quantise
+ * to, gets random quants and scales directly). Caller frees. */
+static void *random_matrix(kvi_type t, int64_t n_out, int64_t n_in, uint64_t *rs)
+{
+    size_t rb = kvi_row_bytes(t, n_in);
+    uint8_t *w = malloc(rb * (size_t)n_out);
+    float *row = malloc((size_t)n_in * sizeof(float));
+    for (int64_t j = 0; j < n_out; j++) {
+        if (t == KVI_TYPE_Q8_1) {
+            block_q8_1 *b = (block_q8_1 *)(w + (size_t)j * rb);
+            for (int64_t k = 0; k < n_in / 32; k++) {
+                b[k].d = kvi_f32_to_f16(0.01f + trand_uniform(rs) * 0.02f);
+                b[k].s = 0;
+                for (int l = 0; l < 32; l++) b[k].qs[l] = (int8_t)(trand_u64(rs) % 255 - 127);
+            }
+        } else {
+            fill_normal(row, n_in, rs);
+            kvi_quantize_row(t, row, w + (size_t)j * rb, n_in);
+        }
+    }
+    free(row);
+    return w;
+}
+
+static void test_isa(void)
+{
+    kvi_isa best = kvi_isa_detect();
+    printf("detected ISA: %s, active: %s\n", kvi_isa_str(best), kvi_isa_name());
+    CHECK(strcmp(kvi_isa_name(), kvi_isa_str(kvi_isa_active())) == 0, "isa name");
+    CHECK((int)kvi_isa_active() <= (int)best, "active never above detected");
+    for (int i = 0; i <= (int)best; i++) {
+        kvi_isa_set((kvi_isa)i);
+        CHECK(kvi_isa_active() == (kvi_isa)i, "set %s", kvi_isa_str((kvi_isa)i));
+    }
+    kvi_isa_set(KVI_ISA_AVX512);
+    CHECK(kvi_isa_active() == best, "set is capped at the CPU's best");
+    CHECK(strcmp(kvi_isa_str(KVI_ISA_AVX2), "avx2") == 0 && strcmp(kvi_isa_str(KVI_ISA_SCALAR), "scalar") == 0 &&
+              strcmp(kvi_isa_str(KVI_ISA_AVX512), "avx512") == 0, "isa strings");
+}
+
+static void test_dot(void)
+{
+    static const int64_t lens[] = {1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 127, 255, 257, 1000, 4097};
+    enum { MAXN = 4097 };
+    float *a = malloc(MAXN * sizeof(float)), *b = malloc(MAXN * sizeof(float));
+    uint64_t rs = 777;
+    fill_normal(a, MAXN, &rs);
+    fill_normal(b, MAXN, &rs);
+    for (int isa = 0; isa <= (int)kvi_isa_detect(); isa++) {
+        kvi_isa_set((kvi_isa)isa);
+        int bad = 0;
+        for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
+            int64_t n = lens[k];
+            double mag = 0;
+            for (int64_t i = 0; i < n; i++) mag += fabs((double)a[i] * b[i]);
+            /* offsets 0..2 make the loads unaligned */
+            for (int off = 0; off < 3 && off + n <= MAXN; off++) {
+                float d = kvi_dot_f32(a + off, b + off, n), r = kvi_dot_f32_ref(a + off, b + off, n);
+                if (!(fabs((double)d - r) <= 2e-6 * mag + 1e-7)) {
+                    bad++;
+                    CHECK(0, "%s dot n=%lld off=%d: %.9g vs ref %.9g", kvi_isa_str((kvi_isa)isa), (long long)n, off, d, r);
+                }
+            }
+        }
+        CHECK(bad == 0, "%s dot", kvi_isa_str((kvi_isa)isa));
+        /* hand value: sum_{i=1..n} i * 1 = n(n+1)/2, exact in f32 for n = 999 */
+        float *c = malloc(999 * sizeof(float)), *o = malloc(999 * sizeof(float));
+        for (int i = 0; i < 999; i++) {
+            c[i] = (float)(i + 1);
+            o[i] = 1.0f;
+        }
+        CHECK(kvi_dot_f32(c, o, 999) == 499500.0f, "%s dot 1..999", kvi_isa_str((kvi_isa)isa));
+        CHECK(kvi_dot_f32(c, o, 0) == 0.0f, "empty dot");
+        free(c);
+        free(o);
+    }
+    kvi_isa_set(KVI_ISA_AVX512);
+    free(a);
+    free(b);
+}
+
+/* SIMD dequantisation (through kvi_tensor_get_row) equals the reference exactly. */
+static void test_get_row(void)
+{
+    const int64_t n_in = 512, n_out = 3;
+    uint64_t rs = 99;
+    float *ref = malloc(n_in * sizeof(float)), *got = malloc(n_in * sizeof(float));
+    for (int k = 0; k < N_TYPES; k++) {
+        kvi_type t = ALL_TYPES[k];
+        void *w = random_matrix(t, n_out, n_in, &rs);
+        kvi_tensor W = {w, t, n_in, n_out};
+        size_t rb = kvi_row_bytes(t, n_in);
+        for (int isa = 0; isa <= (int)kvi_isa_detect(); isa++) {
+            kvi_isa_set((kvi_isa)isa);
+            int bad = 0;
+            for (int64_t j = 0; j < n_out; j++) {
+                kvi_dequant_row(t, (const uint8_t *)w + (size_t)j * rb, ref, n_in);
+                kvi_tensor_get_row(&W, j, got);
+                bad += memcmp(ref, got, (size_t)n_in * sizeof(float)) != 0;
+            }
+            CHECK(bad == 0, "%s get_row (%s) differs from reference", kvi_type_name(t), kvi_isa_str((kvi_isa)isa));
+        }
+        kvi_tensor_get_row(&W, n_out, got);
+        CHECK(isnan(got[0]), "%s get_row out of range gives NaN", kvi_type_name(t));
+        free(w);
+    }
+    kvi_isa_set(KVI_ISA_AVX512);
+    free(ref);
+    free(got);
+}
+
+/* kvi_matmul of every type and ISA against the scalar reference; strides wider than
+ * the data must leave the padding alone. */
+static void test_matmul_vs_ref(kvi_pool *pool)
+{
+    const int64_t n_in = 512, n_out = 37, n_rows = 5, ldx = n_in + 3, ldy = n_out + 5;
+    uint64_t rs = 4242;
+    float *x = malloc((size_t)(n_rows * ldx) * sizeof(float));
+    float *y = malloc((size_t)(n_rows * ldy) * sizeof(float));
+    float *yr = malloc((size_t)(n_rows * ldy) * sizeof(float));
+    float *w = malloc((size_t)n_in * sizeof(float));
+    fill_normal(x, n_rows * ldx, &rs);
+    for (int k = 0; k < N_TYPES; k++) {
+        kvi_type t = ALL_TYPES[k];
+        void *wq = random_matrix(t, n_out, n_in, &rs);
+        kvi_tensor W = {wq, t, n_in, n_out};
+        kvi_matmul_ref(&W, x, ldx, n_rows, yr, ldy);
+        for (int isa = 0; isa <= (int)kvi_isa_detect(); isa++) {
+            kvi_isa_set((kvi_isa)isa);
+            for (int64_t i = 0; i < n_rows * ldy; i++) y[i] = -777.0f;
+            kvi_matmul(pool, &W, x, ldx, n_rows, y, ldy);
+            int bad = 0, pad = 0;
+            for (int64_t r = 0; r < n_rows; r++) {
+                for (int64_t j = 0; j < n_out; j++) {
+                    kvi_tensor_get_row(&W, j, w);
+                    double mag = 0;
+                    for (int64_t i = 0; i < n_in; i++) mag += fabs((double)x[r * ldx + i] * w[i]);
+                    double e = fabs((double)y[r * ldy + j] - yr[r * ldy + j]);
+                    if (!(e <= 1e-4 * mag + 1e-6)) {
+                        if (bad++ < 3)
+                            CHECK(0, "%s/%s y[%lld][%lld] = %.7g, ref %.7g", kvi_type_name(t), kvi_isa_str((kvi_isa)isa),
+                                  (long long)r, (long long)j, y[r * ldy + j], yr[r * ldy + j]);
+                    }
+                }
+                for (int64_t j = n_out; j < ldy; j++) pad += y[r * ldy + j] != -777.0f;
+            }
+            CHECK(bad == 0, "%s/%s matmul vs ref: %d outputs off", kvi_type_name(t), kvi_isa_str((kvi_isa)isa), bad);
+            CHECK(pad == 0, "%s matmul wrote into the stride padding", kvi_type_name(t));
+        }
+        free(wq);
+    }
+    kvi_isa_set(KVI_ISA_AVX512);
+    /* hand check: W = [[1,2],[3,4],[5,6]] (rows), x = [1, -1] -> y = [-1, -1, -1] at f32
+     * with n_in a block-free 2 */
+    {
+        float wm[6] = {1, 2, 3, 4, 5, 6}, xv[2] = {1, -1}, yv[3];
+        kvi_tensor W = {wm, KVI_TYPE_F32, 2, 3};
+        kvi_matmul(pool, &W, xv, 2, 1, yv, 3);
+        CHECK(yv[0] == -1.0f && yv[1] == -1.0f && yv[2] == -1.0f, "hand matmul %g %g %g", yv[0], yv[1], yv[2]);
+    }
+    /* bad tensors: NaN output, no crash */
+    {
+        float yv[4] = {0};
+        kvi_tensor W = {x, (kvi_type)4, 32, 4};
+        kvi_matmul(pool, &W, x, 32, 1, yv, 4);
+        CHECK(isnan(yv[0]) && isnan(yv[3]), "unknown type gives NaN");
+        kvi_tensor W2 = {x, KVI_TYPE_Q4_0, 33, 4};
+        yv[0] = 0;
+        kvi_matmul(pool, &W2, x, 33, 1, yv, 4);
+        CHECK(isnan(yv[0]), "partial block gives NaN");
+    }
+    free(x);
+    free(y);
+    free(yr);
+    free(w);
+}
+
+/* A row computed alone equals the same row inside a 64-row batch, bit for bit,
+ * and the result does not depend on the number of threads. */
+static void test_bit_identity(void)
+{
+    const int64_t n_in = 768, n_out = 45, n_rows = 64;
+    uint64_t rs = 31337;
+    kvi_pool *p1 = kvi_pool_create(1), *p2 = kvi_pool_create(2), *p3 = kvi_pool_create(3);
+    float *x = malloc((size_t)(n_rows * n_in) * sizeof(float));
+    float *yb = malloc((size_t)(n_rows * n_out) * sizeof(float));
+    float *yt = malloc((size_t)(n_rows * n_out) * sizeof(float));
+    float *y1 = malloc((size_t)n_out * sizeof(float));
+    fill_normal(x, n_rows * n_in, &rs);
+    for (int k = 0; k < N_TYPES; k++) {
+        kvi_type t = ALL_TYPES[k];
+        if (kvi_row_bytes(t, n_in) == 0) continue;
+        void *wq = random_matrix(t, n_out, n_in, &rs);
+        kvi_tensor W = {wq, t, n_in, n_out};
+        for (int isa = 0; isa <= (int)kvi_isa_detect(); isa++) {
+            kvi_isa_set((kvi_isa)isa);
+            kvi_matmul(p2, &W, x, n_in, n_rows, yb, n_out);
+            int bad_rows = 0;
+            for (int64_t r = 0; r < n_rows; r += 7) {
+                kvi_matmul(NULL, &W, x + r * n_in, n_in, 1, y1, n_out);
+                bad_rows += memcmp(y1, yb + r * n_out, (size_t)n_out * sizeof(float)) != 0;
+            }
+            CHECK(bad_rows == 0, "%s/%s: %d rows differ alone vs in a batch", kvi_type_name(t),
+                  kvi_isa_str((kvi_isa)isa), bad_rows);
+            kvi_matmul(p1, &W, x, n_in, n_rows, yt, n_out);
+            CHECK(memcmp(yt, yb, (size_t)(n_rows * n_out) * sizeof(float)) == 0, "%s/%s: 1 vs 2 threads differ",
+                  kvi_type_name(t), kvi_isa_str((kvi_isa)isa));
+            kvi_matmul(p3, &W, x, n_in, n_rows, yt, n_out);
+            CHECK(memcmp(yt, yb, (size_t)(n_rows * n_out) * sizeof(float)) == 0, "%s/%s: 3 vs 2 threads differ",
+                  kvi_type_name(t), kvi_isa_str((kvi_isa)isa));
+        }
+        free(wq);
+    }
+    kvi_isa_set(KVI_ISA_AVX512);
+    kvi_pool_free(p1);
+    kvi_pool_free(p2);
+    kvi_pool_free(p3);
+    free(x);
+    free(yb);
+    free(yt);
+    free(y1);
+}
+
+/* ---- the pool ------------------------------------------------------------ */
+
+typedef struct pool_ctx {
+    atomic_int calls;
+    atomic_int mask;      /* bit ith set by thread ith */
+    int nth_seen[8];      /* each thread writes only its own slot */
+    long sum[8];
+} pool_ctx;
+
+static void pool_fn(void *vctx, int ith, int nth)
+{
+    pool_ctx *c = vctx;
+    atomic_fetch_add(&c->calls, 1);
+    atomic_fetch_or(&c->mask, 1 << ith);
+    c->nth_seen[ith] = nth;
+    long s = 0;
+    for (int i = ith; i < 1000; i += nth) s += i;
+    c->sum[ith] = s;
+}
+
+static void test_pool(void)
+{
+    CHECK(kvi_n_cores() >= 1, "cores");
+    for (int n = 1; n <= 4; n++) {
+        kvi_pool *p = kvi_pool_create(n);
+        CHECK(p != NULL && kvi_pool_size(p) == n, "pool of %d", n);
+        if (!p) continue;
+        int bad = 0;
+        for (int run = 0; run < 500; run++) {
+            pool_ctx c;
+            memset(&c, 0, sizeof c);
+            kvi_pool_run(p, pool_fn, &c);
+            long total = 0;
+            for (int i = 0; i < n; i++) {
+                total += c.sum[i];
+                bad += c.nth_seen[i] != n;
+            }
+            bad += atomic_load(&c.calls) != n || atomic_load(&c.mask) != (1 << n) - 1 || total != 499500;
+        }
+        CHECK(bad == 0, "pool of %d: %d bad runs", n, bad);
+        void *s1 = kvi_pool_scratch(p, n - 1, 100);
+        CHECK(s1 && ((uintptr_t)s1 & 63) == 0, "scratch aligned");
+        CHECK(kvi_pool_scratch(p, n - 1, 50) == s1, "scratch kept");
+        CHECK(kvi_pool_scratch(p, n, 50) == NULL && kvi_pool_scratch(NULL, 0, 50) == NULL, "scratch bounds");
+        kvi_pool_free(p);
+    }
+    pool_ctx c;
+    memset(&c, 0, sizeof c);
+    kvi_pool_run(NULL, pool_fn, &c);
+    CHECK(atomic_load(&c.calls) == 1 && c.nth_seen[0] == 1 && c.sum[0] == 499500, "NULL pool runs on the caller");
+    kvi_pool *p = kvi_pool_create(0);
+    CHECK(p && kvi_pool_size(p) == kvi_n_cores(), "pool of 0 threads uses every core");
+    kvi_pool_free(p);
+    kvi_pool_free(NULL);
+}
+
+int main(void)
+{
+    test_isa();
+    test_dot();
+    test_get_row();
+    test_pool();
+    kvi_pool *pool = kvi_pool_create(2);
+    test_matmul_vs_ref(pool);
+    test_matmul_vs_ref(NULL);
+    kvi_pool_free(pool);
+    test_bit_identity();
+    return test_main_end();
+}
