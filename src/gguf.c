@@ -29,10 +29,11 @@
  *     before the first NUL, gguf_get_str_n() and gguf_get_arr_str() the full length;
  *   - nested arrays (an array whose element type is array) are rejected;
  *   - general.alignment, when present, is a u32 power of two (default 32);
- *   - data_off = header end rounded up to alignment; each tensor has a known type,
- *     1..4 dims with ne >= 0, ne[0] a multiple of its block size, an element count and
- *     byte size without overflow, an aligned offset, lies inside the file, and no two
- *     non-empty tensors overlap;
+ *   - data_off = header end rounded up to alignment (a file without tensor data may
+ *     end before that padding; data_off is then the file size); each tensor has a
+ *     known type, 0..4 dims with ne >= 0 (unused dims 1), ne[0] a multiple of its
+ *     block size, an element count and byte size without overflow, an aligned offset,
+ *     lies inside the file, and no two non-empty tensors overlap;
  *   - a failed open frees everything it allocated and fills err with one line that
  *     names the file and the field.
  */
@@ -207,7 +208,9 @@ static int cur_u64(cursor *c, uint64_t *v, const char *what)
 /* A string: u64 length then bytes. *s points into the buffer. */
 static int cur_str(cursor *c, const uint8_t **s, size_t *len, const char *what)
 {
-    uint64_t n;
+    uint64_t n = 0;
+    *s = NULL;
+    *len = 0;
     int rc = cur_u64(c, &n, what);
     if (rc) return rc;
     if (n > cur_left(c))
@@ -232,8 +235,8 @@ static char *dup_bytes(const uint8_t *s, size_t n)
 /* A key or tensor name: non-empty, no NUL byte; returns a NUL-terminated copy. */
 static int cur_name(cursor *c, char **out, size_t *out_len, const char *what, int64_t idx)
 {
-    const uint8_t *s;
-    size_t n;
+    const uint8_t *s = NULL;
+    size_t n = 0;
     int rc = cur_str(c, &s, &n, what);
     if (rc) return rc;
     if (n == 0)
@@ -318,7 +321,7 @@ static int parse_kv(cursor *c, gguf_ctx *g, int64_t i)
     if (type == GGUF_T_ARRAY) {
         if ((rc = parse_array(c, kv))) return rc;
     } else if (type == GGUF_T_STRING) {
-        const uint8_t *s;
+        const uint8_t *s = NULL;
         if ((rc = cur_str(c, &s, &kv->str_len, "string value"))) return rc;
         kv->val = s;
         kv->str = dup_bytes(s, kv->str_len);

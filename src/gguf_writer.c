@@ -344,7 +344,11 @@ int gguf_writer_write_header(gguf_writer *w, FILE *f, kvi_error *err)
     uint64_t off = 0;
     for (size_t i = 0; i < w->n_t; i++) {
         w->t[i].offset = off;
-        off += w->t[i].nbytes + pad_to(w->t[i].nbytes, w->alignment);
+        uint64_t sz = (uint64_t)w->t[i].nbytes + pad_to(w->t[i].nbytes, w->alignment);
+        if (off > UINT64_MAX - sz || off + sz > (uint64_t)INT64_MAX)
+            return kvi_err_set(err, KVI_E_INVALID, "gguf writer: tensor '%s': data section too large",
+                               w->t[i].name);
+        off += sz;
     }
     bytes b = {0};
     b_put(&b, "GGUF", 4);
