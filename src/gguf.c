@@ -589,6 +589,10 @@ static int open_parsed(gguf_ctx *g, const char *file, gguf_ctx **out, kvi_error 
 {
     int rc = parse(g, file, err);
     if (rc) {
+        /* Names come from the file: keep the message one printable line. */
+        if (err)
+            for (char *p = err->msg; *p; p++)
+                if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
         gguf_close(g);
         return rc;
     }

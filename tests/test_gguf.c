@@ -270,6 +270,30 @@ static void test_corpus(void)
     MUT("same offset", "overlap", put_u64_at(m + b.off_t1_offset, 0));
 #undef MUT
 
+    /* Valid variants: version 2, a string value holding a NUL byte. */
+    memcpy(m, src, n);
+    put_u32_at(m + b.off_version, 2);
+    err.msg[0] = 0;
+    rc = gguf_open_mem(m, n, &g, &err);
+    CHECK(rc == 0 && gguf_version(g) == 2, "version 2 opens: %s", err.msg);
+    if (rc == 0) gguf_close(g);
+    memcpy(m, src, n);
+    m[b.off_arch_len + 8 + 2] = 0;
+    rc = gguf_open_mem(m, n, &g, &err);
+    CHECK(rc == 0, "string value with NUL opens: %s", err.msg);
+    if (rc == 0) {
+        size_t len = 0;
+        const char *s = gguf_get_str_n(g, "general.architecture", &len);
+        CHECK(s && len == 5 && memcmp(s, "ll\0ma", 5) == 0, "full string with NUL");
+        CHECK(strcmp(gguf_get_str(g, "general.architecture"), "ll") == 0, "C string stops at NUL");
+        gguf_close(g);
+    }
+    /* A name with a newline in a message is shown as '?': one line. */
+    memcpy(m, src, n);
+    m[b.off_t1_name + 8 + 1] = '\n';
+    put_u32_at(m + b.off_t1_type, 99);
+    expect_bad(m, n, "newline in tensor name", "tensor 't?': unknown type 99");
+
     /* Random byte corruption of the header region: any result but a crash; a failure
      * must explain itself. */
     uint64_t rs = 0xBADC0FFEEull;
