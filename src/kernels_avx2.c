@@ -91,11 +91,13 @@ AVX2 static void deq_bf16(const uint8_t *p, float *y, int64_t n)
     }
 }
 
-static float half_at(const uint8_t *p)
+/* F16C conversion: exact, so equal to kvi_f16_to_f32(). Kept inside the target
+ * region: calling plain SSE code from here costs an AVX/SSE transition per call. */
+AVX2 static float half_at(const uint8_t *p)
 {
     kvi_f16 h;
     memcpy(&h, p, 2);
-    return kvi_f16_to_f32(h);
+    return _cvtsh_ss(h);
 }
 
 AVX2 static void deq_q8_0(const uint8_t *p, float *y, int64_t nb)
@@ -123,7 +125,7 @@ AVX2 static void deq_q4_0(const uint8_t *p, float *y, int64_t nb)
 }
 
 /* Same unpacking as quant.c's scale_min_k4. */
-static void scale_min(int j, const uint8_t *q, float *sc, float *mn)
+AVX2 static void scale_min(int j, const uint8_t *q, float *sc, float *mn)
 {
     if (j < 4) {
         *sc = (float)(q[j] & 63);
