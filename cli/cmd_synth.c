@@ -48,7 +48,7 @@ static void synth_help(FILE *f)
         fprintf(f, "  %-12s %5d %6d %3d %3d %3d %6d %5d\n", names[i], p.dim, p.ffn_dim, p.n_layers, p.n_heads,
                 p.n_kv_heads, p.n_vocab, p.n_ctx);
     }
-    fprintf(f, "\nexample: kvinfer synth --preset stories15M --type q8_0 -o /tmp/s15m-q8.gguf\n");
+    fprintf(f, "\nexample: kvinfer synth --preset stories15M --type q8_0 -o s15m-q8.gguf\n");
 }
 
 /* A shape flag: its name and where its value goes. */

@@ -113,7 +113,7 @@ static void toy_print_mask(int n)
     }
 }
 
-static void toy_print_matrix(const double m[TOY_MAX][TOY_MAX], int n, const char *indent)
+static void toy_print_matrix(double m[TOY_MAX][TOY_MAX], int n, const char *indent)
 {
     for (int i = 0; i < n; i++) {
         printf("%s%-8s [", indent, k_tokens[i].text);
@@ -160,7 +160,7 @@ int cmd_toy(int argc, char **argv)
     }
 
     /* Prefill: rows 0..3 in one pass; their keys and values go into the cache. */
-    static toy_pass pre, full;
+    toy_pass pre, full;
     toy_full_pass(&pre, 4);
     double cache_k[TOY_HEADS][TOY_MAX], cache_v[TOY_HEADS][TOY_MAX];
     int cache_len = 4;
