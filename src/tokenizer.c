@@ -40,6 +40,7 @@ int tok_alloc(kvi_tokenizer **out, int32_t n_vocab, kvi_error *err)
     memset(t->type, KVI_TOKEN_NORMAL, (size_t)n_vocab);
     t->bos = t->eos = t->eot = t->eom = t->unk = t->pad = -1;
     for (int i = 0; i < 256; i++) t->byte_id[i] = -1;
+    tok_byte_enc_init(t);
     *out = t;
     return 0;
 }

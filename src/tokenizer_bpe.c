@@ -46,31 +46,19 @@ int tok_cpt_to_byte(uint32_t cpt)
     return -1;
 }
 
-/* UTF-8 bytes of the code point standing for each byte: len[b] bytes at enc[b]. */
-typedef struct byte_enc {
-    char enc[256][2];
-    uint8_t len[256];
-} byte_enc;
-
-static const byte_enc *byte_table(void)
+void tok_byte_enc_init(kvi_tokenizer *t)
 {
-    static byte_enc tab;
-    static bool ready;   /* idempotent fill: every thread writes the same bytes */
-    if (!ready) {
-        for (unsigned b = 0; b < 256; b++) {
-            uint32_t c = tok_byte_to_cpt((uint8_t)b);
-            if (c < 0x80) {
-                tab.enc[b][0] = (char)c;
-                tab.len[b] = 1;
-            } else {
-                tab.enc[b][0] = (char)(0xC0 | (c >> 6));
-                tab.enc[b][1] = (char)(0x80 | (c & 0x3F));
-                tab.len[b] = 2;
-            }
+    for (unsigned b = 0; b < 256; b++) {
+        uint32_t c = tok_byte_to_cpt((uint8_t)b);
+        if (c < 0x80) {
+            t->byte_enc[b][0] = (char)c;
+            t->byte_enc_len[b] = 1;
+        } else {
+            t->byte_enc[b][0] = (char)(0xC0 | (c >> 6));
+            t->byte_enc[b][1] = (char)(0x80 | (c & 0x3F));
+            t->byte_enc_len[b] = 2;
         }
-        ready = true;
     }
-    return &tab;
 }
 
 /* ---- merges -------------------------------------------------------------- */
@@ -196,6 +184,8 @@ static int try_pair(bpe_work *w, int32_t l, int32_t r)
 static int emit_unknown(bpe_work *w, const char *p, size_t n)
 {
     const kvi_tokenizer *t = w->t;
+    if (!t->byte_level && t->byte_id[(unsigned char)p[0]] < 0)   /* no byte tokens: one <unk> */
+        return t->unk >= 0 ? tok_ids_push(w->out, t->unk) : 0;
     for (size_t j = 0; j < n; j++) {
         int32_t id = t->byte_level ? tok_find(t, p + j, 1) : t->byte_id[(unsigned char)p[j]];
         if (id < 0 && !t->byte_level) id = t->unk;
@@ -211,12 +201,11 @@ static int encode_piece(void *ctx, const char *piece, size_t plen)
     if (plen == 0) return 0;
     size_t len = 0;
     if (t->byte_level) {
-        const byte_enc *be = byte_table();
         if (plen > SIZE_MAX / 2 || grow((void **)&w->word, &w->word_cap, 2 * plen, 1) != 0) return KVI_E_NOMEM;
         for (size_t i = 0; i < plen; i++) {
             unsigned char b = (unsigned char)piece[i];
-            memcpy(w->word + len, be->enc[b], be->len[b]);
-            len += be->len[b];
+            memcpy(w->word + len, t->byte_enc[b], t->byte_enc_len[b]);
+            len += t->byte_enc_len[b];
         }
     } else {
         if (grow((void **)&w->word, &w->word_cap, plen, 1) != 0) return KVI_E_NOMEM;

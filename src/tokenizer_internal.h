@@ -54,6 +54,8 @@ struct kvi_tokenizer {
     bool ignore_merges;      /* BPE (llama-bpe): a piece that is a token is kept whole */
 
     int32_t byte_id[256];    /* byte fallback token of each byte, -1 when none */
+    char byte_enc[256][2];   /* byte level: UTF-8 of the code point standing for each byte */
+    uint8_t byte_enc_len[256];   /* its length, 1 or 2 */
     int32_t *special;        /* [n_special] ids matched in text, longest text first */
     size_t n_special;
     int32_t *eog;            /* [n_eog] end-of-generation ids */
@@ -85,6 +87,7 @@ int tok_merges_build(kvi_tokenizer *t, const char *const *merges, const size_t *
 
 /* GPT-2 byte-to-unicode: the code point standing for byte b, and back (-1 if none). */
 uint32_t tok_byte_to_cpt(uint8_t b);
+void tok_byte_enc_init(kvi_tokenizer *t);   /* fills byte_enc / byte_enc_len */
 int tok_cpt_to_byte(uint32_t cpt);
 
 /* Pre-tokenizer by llama.cpp's tokenizer.ggml.pre name (unknown names: gpt-2's). */

@@ -12,6 +12,7 @@
 #include "gguf.h"
 #include "testutil.h"
 #include "tokenizer.h"
+#include "tokenizer_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -307,10 +308,9 @@ static void test_hf(void)
     int32_t *p = encode(t, "<|start_story|>Hi", 17, false, true, &n);
     CHECK(n >= 2 && p[0] == 1, "hf: parse_special finds <|start_story|> (n=%d, first %d)", n, n > 0 ? p[0] : -1);
     free(p);
-    p = encode(t, "\xE2\x82\xAC", 3, false, false, &n);
-    char *s = detok(t, p, n, false, true);
-    CHECK(s && strcmp(s, "\xE2\x82\xAC") == 0, "hf: byte fallback round trip \"%s\"", s);
-    free(s);
+    /* this vocabulary has no <0xXX> tokens: an unknown character is <unk> (id 0) */
+    p = encode(t, "a\xE2\x82\xAC", 4, false, false, &n);
+    CHECK(n >= 2 && p[n - 1] == 0, "hf: unknown character gives <unk> (n=%d)", n);
     free(p);
     tokenizer_free(t);
     rc = tokenizer_load_hf(shared_path("models/TinyStories-656K/config.json"), &t, &err);
@@ -336,8 +336,11 @@ static void test_robust(void)
         int32_t *p = encode(t, bad, sizeof bad - 1, false, false, &n);
         CHECK(n > 0, "%s: invalid UTF-8 encodes (%d)", vocabs[v], n);
         char *s = n > 0 ? detok(t, p, n, false, true) : NULL;
-        CHECK(s && strlen(s) == sizeof bad - 1 && memcmp(s, bad, sizeof bad - 1) == 0,
-              "%s: invalid UTF-8 bytes survive a round trip", vocabs[v]);
+        /* deepseek's user-defined tokens "À", "ÿ"... stand for the bytes invalid in UTF-8
+         * but decode as their text (llama.cpp does the same): no exact round trip there */
+        if (v < 2)
+            CHECK(s && strlen(s) == sizeof bad - 1 && memcmp(s, bad, sizeof bad - 1) == 0,
+                  "%s: invalid UTF-8 bytes survive a round trip", vocabs[v]);
         free(s);
         free(p);
         /* short output buffer: the full count comes back, only n_max written */
@@ -427,6 +430,59 @@ static void test_special(void)
     }
 }
 
+/* Pieces joined with '|' into a fixed buffer. */
+typedef struct joined {
+    char s[256];
+    size_t n;
+} joined;
+
+static int join_piece(void *ctx, const char *piece, size_t len)
+{
+    joined *j = ctx;
+    if (j->n + len + 2 >= sizeof j->s) return -100;
+    if (j->n) j->s[j->n++] = '|';
+    memcpy(j->s + j->n, piece, len);
+    j->n += len;
+    j->s[j->n] = 0;
+    return 0;
+}
+
+/* Pre-tokenizers without a vocabulary file here, against hand-applied regexes. */
+static void test_pretok(void)
+{
+    static const struct {
+        const char *pre, *text, *want;
+    } cases[] = {
+        /* Llama 3: digits in groups of up to three, \s+(?!\S) leaves the last space to the word */
+        { "llama-bpe", "I'm 12345  ok\n\n", "I|'m| |123|45| | ok|\n\n" },
+        { "llama-bpe", "HELLO'S x", "HELLO|'S| x" },
+        /* Qwen2: single digits */
+        { "qwen2", "a 123", "a| |1|2|3" },
+        /* GPT-2: a space joins the next word, digits stay together */
+        { "gpt-2", "Hello  world 123!", "Hello| | world| 123|!" },
+        { "unknown-name", "it's", "it|'s" },
+        /* StarCoder: every digit apart, first */
+        { "starcoder", "x42", "x|4|2" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        kvi_error err = { 0 };
+        tok_pretok *p = NULL;
+        int rc = tok_pretok_create(cases[i].pre, &p, &err);
+        CHECK(rc == 0, "pretok %s: %s", cases[i].pre, err.msg);
+        if (rc) continue;
+        joined j = { .n = 0 };
+        rc = tok_pretok_split(p, cases[i].text, strlen(cases[i].text), join_piece, &j);
+        CHECK(rc == 0 && strcmp(j.s, cases[i].want) == 0, "pretok %s \"%s\": got \"%s\" want \"%s\"", cases[i].pre,
+              cases[i].text, j.s, cases[i].want);
+        tok_pretok_free(p);
+    }
+    const char *bad[] = { "(" };
+    tok_pretok *p = NULL;
+    kvi_error err = { 0 };
+    CHECK(tok_pretok_create_patterns(bad, 1, &p, &err) == KVI_E_FORMAT && !p && err.msg[0],
+          "a bad regex is an error with a message");
+}
+
 int main(void)
 {
     const char *names[] = { "llama-spm", "phi-3", "gpt-2", "mpt", "falcon", "starcoder", "refact",
@@ -435,6 +491,7 @@ int main(void)
     test_llama2c();
     test_hf();
     test_special();
+    test_pretok();
     test_robust();
     return test_main_end();
 }
