@@ -184,8 +184,8 @@ static int try_pair(bpe_work *w, int32_t l, int32_t r)
 static int emit_unknown(bpe_work *w, const char *p, size_t n)
 {
     const kvi_tokenizer *t = w->t;
-    if (!t->byte_level && t->byte_id[(unsigned char)p[0]] < 0)   /* no byte tokens: one <unk> */
-        return t->unk >= 0 ? tok_ids_push(w->out, t->unk) : 0;
+    for (size_t j = 0; !t->byte_level && j < n; j++)   /* a byte without its token: one <unk> */
+        if (t->byte_id[(unsigned char)p[j]] < 0) return t->unk >= 0 ? tok_ids_push(w->out, t->unk) : 0;
     for (size_t j = 0; j < n; j++) {
         int32_t id = t->byte_level ? tok_find(t, p + j, 1) : t->byte_id[(unsigned char)p[j]];
         if (id < 0 && !t->byte_level) id = t->unk;

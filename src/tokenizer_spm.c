@@ -84,13 +84,13 @@ static int try_pair(const kvi_tokenizer *t, const char *text, const spm_sym *s, 
     return heap_push(h, (spm_pair){ t->score[id], l, r, size });
 }
 
+/* An unknown character: its byte tokens, or one <unk> when a byte has none. */
 static int emit_bytes(const kvi_tokenizer *t, const char *p, size_t n, tok_ids *out)
 {
-    for (size_t j = 0; j < n; j++) {
-        int32_t id = t->byte_id[(unsigned char)p[j]];
-        if (id < 0) id = t->unk;
-        if (id >= 0 && tok_ids_push(out, id) != 0) return KVI_E_NOMEM;
-    }
+    for (size_t j = 0; j < n; j++)
+        if (t->byte_id[(unsigned char)p[j]] < 0) return t->unk >= 0 ? tok_ids_push(out, t->unk) : 0;
+    for (size_t j = 0; j < n; j++)
+        if (tok_ids_push(out, t->byte_id[(unsigned char)p[j]]) != 0) return KVI_E_NOMEM;
     return 0;
 }
 

@@ -317,6 +317,102 @@ static void test_hf(void)
     CHECK(rc < 0 && !t, "config.json is not a tokenizer: rc %d", rc);
 }
 
+/* A hand-made byte-level tokenizer.json: ids worked out by hand from the merges. */
+static void test_hf_byte_level(void)
+{
+    static const char json[] =
+        "{\"added_tokens\":[{\"id\":14,\"content\":\"<|eot|>\",\"special\":true}],"
+        "\"normalizer\":null,\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false},"
+        "\"model\":{\"type\":\"BPE\",\"vocab\":{\"h\":0,\"e\":1,\"l\":2,\"o\":3,\"\u0120\":4,\"w\":5,"
+        "\"r\":6,\"d\":7,\"he\":8,\"ll\":9,\"hell\":10,\"hello\":11,\"\u0120w\":12,\"or\":13},"
+        "\"merges\":[\"h e\",\"l l\",[\"he\",\"ll\"],\"hell o\",\"\u0120 w\",\"o r\"]}}";
+    CHECK(write_file(tmp_path("bl_tokenizer.json"), json, sizeof json - 1) == 0, "write tokenizer.json");
+    kvi_error err = { 0 };
+    kvi_tokenizer *t = NULL;
+    int rc = tokenizer_load_hf(tmp_path("bl_tokenizer.json"), &t, &err);
+    CHECK(rc == 0 && t, "byte-level tokenizer.json: %s", err.msg);
+    if (!t) return;
+    CHECK(!tokenizer_add_bos(t) && tokenizer_n_vocab(t) == 15, "byte-level: no BOS, 15 tokens");
+    int32_t n;
+    int32_t *p = encode(t, "hello world<|eot|>", 18, false, true, &n);
+    const int32_t want[] = { 11, 12, 13, 2, 7, 14 };
+    CHECK(n == 6 && memcmp(p, want, sizeof want) == 0, "byte-level encode (n=%d)", n);
+    char *s = detok(t, p, n, true, false);
+    CHECK(s && strcmp(s, "hello world<|eot|>") == 0, "byte-level decode \"%s\"", s);
+    CHECK(tokenizer_is_eog(t, 14) == false, "<|eot|> is not a known end-of-generation text");
+    free(s);
+    free(p);
+    tokenizer_free(t);
+
+    /* malformed files: errors, never crashes */
+    static const char *bad[] = {
+        "{",
+        "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":-1},\"merges\":[]}}",
+        "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":1e12},\"merges\":[]}}",
+        "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[\"ab\"]}}",
+        "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[7]}}",
+        "{\"model\":{\"type\":\"Unigram\",\"vocab\":{\"a\":0},\"merges\":[]}}",
+        "{\"model\":{\"type\":\"BPE\",\"vocab\":[],\"merges\":[]}}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        write_file(tmp_path("bad_tokenizer.json"), bad[i], strlen(bad[i]));
+        t = NULL;
+        rc = tokenizer_load_hf(tmp_path("bad_tokenizer.json"), &t, &err);
+        CHECK(rc < 0 && !t, "bad tokenizer.json %zu: rc %d", i, rc);
+    }
+}
+
+/* Writes a small vocabulary GGUF; `variant` breaks one thing. Returns its path. */
+static const char *write_vocab_gguf(int variant)
+{
+    const char *toks[] = { "<unk>", "<s>", "</s>", "a", "b", "ab" };
+    const float scores[] = { 0, 0, 0, -1, -2, -0.5f };
+    const int32_t types[] = { 2, 3, 3, 1, 1, 1 };
+    gguf_writer *w = gguf_writer_create();
+    gguf_writer_set_str(w, "tokenizer.ggml.model", variant == 1 ? "bert" : variant == 2 ? "gpt2" : "llama");
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, 6);
+    gguf_writer_set_arr_f32(w, "tokenizer.ggml.scores", scores, variant == 3 ? 5 : 6);
+    gguf_writer_set_arr_i32(w, "tokenizer.ggml.token_type", types, 6);
+    gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", variant == 4 ? 99 : 1);
+    if (variant == 5) gguf_writer_set_str(w, "tokenizer.ggml.eos_token_id", "two");
+    const char *path = tmp_path("vocab_variant.gguf");
+    FILE *f = fopen(path, "wb");
+    kvi_error err = { 0 };
+    int rc = f ? gguf_writer_write_header(w, f, &err) : -1;
+    if (f) fclose(f);
+    gguf_writer_free(w);
+    CHECK(rc == 0, "write vocab gguf: %s", err.msg);
+    return path;
+}
+
+static void test_gguf_metadata(void)
+{
+    kvi_error err = { 0 };
+    for (int variant = 0; variant <= 5; variant++) {
+        const char *path = write_vocab_gguf(variant);
+        gguf_ctx *g = NULL;
+        if (gguf_open(path, false, &g, &err) != 0) {
+            CHECK(0, "reopen variant %d: %s", variant, err.msg);
+            continue;
+        }
+        kvi_tokenizer *t = NULL;
+        err.msg[0] = 0;
+        int rc = tokenizer_load_gguf(g, &t, &err);
+        if (variant == 0) {
+            CHECK(rc == 0 && t, "good vocabulary: %s", err.msg);
+            int32_t ids[8];
+            /* " ab" -> "▁", then "a"+"b" merge to "ab" (score -0.5); "▁" is unknown: bytes, none here: <unk> */
+            int32_t n = tokenizer_encode(t, "ab", 2, true, false, ids, 8);
+            CHECK(n == 3 && ids[0] == 1 && ids[1] == 0 && ids[2] == 5, "tiny SPM encode n=%d", n);
+        } else {
+            CHECK(rc < 0 && !t && err.msg[0], "variant %d must fail with a message (rc %d)", variant, rc);
+            if (variant == 1) CHECK(rc == KVI_E_UNSUPPORTED, "unknown model type: rc %d", rc);
+        }
+        tokenizer_free(t);
+        gguf_close(g);
+    }
+}
+
 /* Robustness on vocabularies of both kinds. */
 static void test_robust(void)
 {
@@ -490,6 +586,8 @@ int main(void)
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) test_vocab(names[i]);
     test_llama2c();
     test_hf();
+    test_hf_byte_level();
+    test_gguf_metadata();
     test_special();
     test_pretok();
     test_robust();
