@@ -81,14 +81,17 @@ static bool is_special_type(uint8_t ty)
     return ty == KVI_TOKEN_CONTROL || ty == KVI_TOKEN_USER_DEFINED || ty == KVI_TOKEN_UNKNOWN;
 }
 
-static const kvi_tokenizer *g_sort_tok;   /* only read during tok_finish's qsort */
+/* (text length, id) pairs sort longest text first, then by id: no shared state. */
+typedef struct len_id {
+    uint32_t len;
+    int32_t id;
+} len_id;
 
 static int cmp_special(const void *a, const void *b)
 {
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    uint32_t lx = g_sort_tok->text_len[x], ly = g_sort_tok->text_len[y];
-    if (lx != ly) return lx > ly ? -1 : 1;
-    return x < y ? -1 : (x > y);
+    const len_id *x = a, *y = b;
+    if (x->len != y->len) return x->len > y->len ? -1 : 1;
+    return x->id < y->id ? -1 : (x->id > y->id);
 }
 
 static int eog_add(kvi_tokenizer *t, int32_t id)
@@ -134,13 +137,17 @@ int tok_finish(kvi_tokenizer *t, kvi_error *err)
     for (int32_t i = 0; i < t->n_vocab; i++)
         if (is_special_type(t->type[i]) && t->text_len[i] > 0) ns++;
     if (ns) {
+        len_id *tmp = malloc(ns * sizeof *tmp);
         t->special = malloc(ns * sizeof *t->special);
-        if (!t->special) return kvi_err_set(err, KVI_E_NOMEM, "tokenizer: out of memory");
+        if (!tmp || !t->special) {
+            free(tmp);
+            return kvi_err_set(err, KVI_E_NOMEM, "tokenizer: out of memory");
+        }
         for (int32_t i = 0; i < t->n_vocab; i++)
-            if (is_special_type(t->type[i]) && t->text_len[i] > 0) t->special[t->n_special++] = i;
-        g_sort_tok = t;
-        qsort(t->special, t->n_special, sizeof *t->special, cmp_special);
-        g_sort_tok = NULL;
+            if (is_special_type(t->type[i]) && t->text_len[i] > 0) tmp[t->n_special++] = (len_id){ t->text_len[i], i };
+        qsort(tmp, t->n_special, sizeof *tmp, cmp_special);
+        for (size_t k = 0; k < t->n_special; k++) t->special[k] = tmp[k].id;
+        free(tmp);
     }
 
     static const char *const eog_texts[] = { "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",

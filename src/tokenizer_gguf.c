@@ -141,6 +141,7 @@ static int load(const gguf_ctx *g, kvi_tokenizer **out, kvi_error *err)
         (rc = get_flag(g, "tokenizer.ggml.add_eos_token", &t->add_eos, err)) ||
         (rc = get_flag(g, "tokenizer.ggml.add_space_prefix", &t->add_space_prefix, err)))
         return rc;
+    if (bpe) t->add_space_prefix = false;   /* llama.cpp's BPE never adds the dummy prefix */
     const char *tmpl = gguf_get_str(g, "tokenizer.chat_template");
     if (tmpl && !(t->chat_template = strdup(tmpl)))
         return kvi_err_set(err, KVI_E_NOMEM, "tokenizer: out of memory");

@@ -477,6 +477,17 @@ static void test_robust(void)
         CHECK(s && strlen(s) == big_len && memcmp(s, big, big_len) == 0, "%s: 8 KB round trip", vocabs[v]);
         free(s);
         free(p);
+        /* long runs (one huge piece for the merges, long regex matches) stay fast */
+        const char *fills[] = { "a", " ", "1", "\n" };
+        big = realloc(big, 65536);
+        for (int f = 0; f < 4; f++) {
+            memset(big, fills[f][0], 65536);
+            t0 = now_ms();
+            p = encode(t, big, 65536, false, false, &n);
+            dt = now_ms() - t0;
+            CHECK(n > 0 && dt < 2000, "%s: 64 KB of '%s' took %.1f ms (%d tokens)", vocabs[v], fills[f], dt, n);
+            free(p);
+        }
         free(big);
         tokenizer_free(t);
     }
