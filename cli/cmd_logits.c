@@ -152,6 +152,8 @@ int cmd_logits(int argc, char **argv)
         }
     }
     if (!prompt && !file && !tokens) return cli_error("logits: no prompt: use -p TEXT, -f FILE or --tokens IDS");
+    if ((prompt != NULL) + (file != NULL) + (tokens != NULL) > 1)
+        return cli_error("logits: give the prompt only once: -p TEXT, -f FILE or --tokens IDS");
 
     kvi_model *m = cli_load_model(model, mmap_model, tokenizer);
     if (!m) return 1;

@@ -256,6 +256,15 @@ typedef struct run_result {
 
 static double per_s(double count, double ms) { return ms > 0.0 ? count * 1000.0 / ms : 0.0; }
 
+/* Rows of the largest recompute batch without the KV cache: every token that
+ * can be run, bounded by the context and by -n. */
+static int32_t no_kv_rows(const run_opts *o, int32_t n_prompt, int n_ctx)
+{
+    int64_t rows = n_ctx;
+    if (o->n_predict >= 0 && (int64_t)n_prompt + o->n_predict < rows) rows = (int64_t)n_prompt + o->n_predict;
+    return rows > n_prompt ? (int32_t)rows : n_prompt;
+}
+
 /* Runs one forward pass; prints the library's error and returns 1 on failure. */
 static int step_or_error(kvi_engine *e, kvi_batch *b, const char *phase)
 {
@@ -274,7 +283,7 @@ static int generate(const run_opts *o, kvi_model *m, kvi_engine *e, kvi_seq *seq
     const int32_t n_prompt = r->n_prompt;
     const int32_t n_vocab = kvi_n_vocab(m);
     const int32_t bos = kvi_token_bos(m);
-    int32_t batch_rows = o->no_kv ? n_ctx : n_prompt;
+    int32_t batch_rows = o->no_kv ? no_kv_rows(o, n_prompt, n_ctx) : n_prompt;
     kvi_batch *b = kvi_batch_create(batch_rows);
     if (!b) return cli_error("out of memory creating a batch of %d rows", (int)batch_rows);
 
@@ -440,6 +449,8 @@ int cmd_run(int argc, char **argv)
     int prc = parse_run_args(argc, argv, &o);
     if (prc != 0) return prc == 2 ? 0 : 1;
     if (!o.seed_given) o.sp.seed = random_seed();
+    if ((o.prompt != NULL) + (o.file != NULL) + (o.tokens != NULL) > 1)
+        return cli_error("give the prompt only once: -p TEXT, -f FILE or --tokens IDS");
 
     kvi_model *m = cli_load_model(o.model, o.mmap, o.tokenizer);
     if (!m) return 1;
@@ -467,7 +478,7 @@ int cmd_run(int argc, char **argv)
         ep.kv_type_v = o.kv_v;
         ep.n_seq_max = 1;
         /* prefill must be ONE forward pass; without a cache, so must each recompute */
-        int need = o.no_kv && n_ctx > 0 ? n_ctx : n_prompt;
+        int need = o.no_kv && n_ctx > 0 ? no_kv_rows(&o, n_prompt, n_ctx) : n_prompt;
         if (ep.n_batch_max < need) ep.n_batch_max = need;
         kvi_error err = {0};
         e = kvi_engine_create(m, &ep, &err);
