@@ -208,7 +208,7 @@ typedef struct kvi_sampler_params {
     float min_p;           /* 0: off (default 0.05) */
     float repeat_penalty;  /* 1: off (default 1.0) */
     int32_t repeat_last_n; /* tokens the penalty looks back over (default 64) */
-    uint64_t seed;         /* default: fixed 0xC0FFEE... (documented in the CLI) */
+    uint64_t seed;         /* default 0xC0FFEE; the CLI picks a random seed and prints it */
 } kvi_sampler_params;
 
 void kvi_sampler_params_default(kvi_sampler_params *p);
