@@ -25,6 +25,10 @@ typedef struct attn_args {
     const float *q;                 /* [n_rows][n_heads * head_dim] after RoPE */
     float *out;                     /* [n_rows][n_heads * head_dim] */
     int n_heads, n_kv_heads, head_dim;
+    /* Optional (H2O eviction): when recv && recv[r], row r adds to recv[r][t], for
+     * every position t <= pos[r], the normalised attention weight it gave t, summed
+     * over heads. NULL: nothing recorded (and nothing paid). */
+    float *const *recv;               /* [n_rows] -> [pos + 1] */
 } attn_args;
 
 typedef struct attn_scratch attn_scratch;

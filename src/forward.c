@@ -193,10 +193,9 @@ void fwd_run(fwd_ctx *f, kvi_pool *pool, kv_pool *kv, const fwd_rows *rows)
 
         /* K and V appended to the cache, then every row reads its own sequence back */
         for (int r = 0; r < n; r++) {
-            kvi_quantize_row(kv->type_k, f->k + (size_t)r * kvd,
-                             kv_k_row(kv, rows->tables[r], l, rows->pos[r]), kvd);
-            kvi_quantize_row(kv->type_v, f->v + (size_t)r * kvd,
-                             kv_v_row(kv, rows->tables[r], l, rows->pos[r]), kvd);
+            kv_table *t = (kv_table *)rows->tables[r];
+            kv_write_row(kv, t, l, 0, rows->pos[r], f->k + (size_t)r * kvd);
+            kv_write_row(kv, t, l, 1, rows->pos[r], f->v + (size_t)r * kvd);
         }
         const attn_args aa = {
             .kv = kv, .layer = l, .n_rows = n, .tables = rows->tables, .pos = rows->pos,

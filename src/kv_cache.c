@@ -134,3 +134,17 @@ void kv_table_release(kv_pool *p, kv_table *t)
     free(t->blocks);
     memset(t, 0, sizeof *t);
 }
+
+void kv_read_row(const kv_pool *p, const kv_table *t, int l, int which, int32_t pos, float *out)
+{
+    const kvi_type ty = which ? p->type_v : p->type_k;
+    const uint8_t *row = which ? kv_v_row(p, t, l, pos) : kv_k_row(p, t, l, pos);
+    kvi_dequant_row(ty, row, out, p->kv_dim);
+}
+
+void kv_write_row(kv_pool *p, kv_table *t, int l, int which, int32_t pos, const float *in)
+{
+    const kvi_type ty = which ? p->type_v : p->type_k;
+    uint8_t *row = which ? kv_v_row(p, t, l, pos) : kv_k_row(p, t, l, pos);
+    kvi_quantize_row(ty, in, row, p->kv_dim);
+}

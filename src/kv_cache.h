@@ -77,4 +77,11 @@ static inline uint8_t *kv_v_row(const kv_pool *p, const kv_table *t, int l, int3
            (size_t)(pos % p->block_size) * p->row_bytes_v;
 }
 
+/* Type-independent access to one cached row (K when which == 0, V when 1) of
+ * position pos in layer l, as f32 (kv_dim floats). Every KV element type, block
+ * quantised or grouped, must support both: policies that move or re-rotate keys,
+ * session files and tests go through these, never through the raw layout. */
+void kv_read_row(const kv_pool *p, const kv_table *t, int l, int which, int32_t pos, float *out);
+void kv_write_row(kv_pool *p, kv_table *t, int l, int which, int32_t pos, const float *in);
+
 #endif
