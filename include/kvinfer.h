@@ -246,3 +246,160 @@ double kvi_time_ms(void);     /* monotonic clock */
 }
 #endif
 #endif /* KVINFER_H */
+/* ---- scheduler: continuous batching over one engine (owner: server) ------ */
+
+/* kvi_sched_submit: the waiting queue is full (HTTP 429). */
+#define KVI_E_QUEUE_FULL (-20)
+
+typedef struct kvi_sched kvi_sched;
+
+typedef struct kvi_sched_params {
+    int n_parallel;      /* sequences running at once (default 16; <= the engine's n_seq_max) */
+    int queue_max;       /* requests waiting beyond those; past it submit fails (default 256) */
+    int batch_tokens;    /* rows per step: decode rows first, then prefill chunks (default 512) */
+} kvi_sched_params;
+
+typedef enum kvi_finish {
+    KVI_FINISH_STOP = 0,      /* end-of-generation token, or on_token returned false */
+    KVI_FINISH_LENGTH = 1,    /* max_tokens reached or the context is full */
+    KVI_FINISH_CANCELLED = 2, /* kvi_sched_cancel() or the scheduler was freed */
+    KVI_FINISH_ERROR = 3,     /* the request could not run (error in on_done's err) */
+} kvi_finish;
+
+/* The cost of one request, delivered with on_done. */
+typedef struct kvi_usage {
+    int32_t prompt_tokens, completion_tokens;
+    int32_t cached_tokens;    /* prompt tokens served from the prefix cache */
+    int32_t n_preempted;      /* times its blocks were freed and recomputed later */
+    double queue_ms;          /* submit to admission */
+    double prefill_ms;        /* start of its first prefill chunk to its first token */
+    double ttft_ms;           /* submit to first token */
+    double decode_ms;         /* first token to last token */
+    size_t kv_bytes;          /* KV bytes the sequence held at the end */
+} kvi_usage;
+
+/* Both run on the scheduler's thread (the engine thread), never concurrently for
+ * one request. on_token: one call per generated token (an end-of-generation token
+ * is not delivered); return false to finish with KVI_FINISH_STOP (stop strings).
+ * on_done: exactly once per accepted request, last; err is non-NULL only for
+ * KVI_FINISH_ERROR. The request's memory is the caller's again after on_done. */
+typedef bool (*kvi_token_fn)(void *user, int32_t token);
+typedef void (*kvi_done_fn)(void *user, kvi_finish finish, const kvi_usage *u, const kvi_error *err);
+
+typedef struct kvi_request {
+    const int32_t *prompt;    /* copied at submit */
+    int32_t n_prompt;
+    kvi_sampler_params sampling;
+    int32_t max_tokens;       /* <= 0: until end of generation or a full context */
+    bool ignore_eos;
+    kvi_token_fn on_token;
+    kvi_done_fn on_done;
+    void *user;
+} kvi_request;
+
+typedef struct kvi_sched_stats {
+    int n_running, n_waiting;
+    uint64_t n_steps, n_prefill_tokens, n_decode_tokens, n_preemptions;
+    uint64_t n_prompt_tokens, n_cached_tokens;   /* prefix cache hit ratio = cached / prompt */
+    uint64_t n_done, n_rejected;
+    kvi_stats engine;          /* snapshot of kvi_stats_get(e, NULL) after the last step */
+} kvi_sched_stats;
+
+void kvi_sched_params_default(kvi_sched_params *p);
+/* The scheduler drives e exclusively from then on (one thread at a time). */
+kvi_sched *kvi_sched_create(kvi_engine *e, const kvi_sched_params *p, kvi_error *err);
+/* Stops the thread; requests still alive get on_done(KVI_FINISH_CANCELLED). */
+void kvi_sched_free(kvi_sched *s);
+/* Queues a request (thread-safe). 0 with *id set, or KVI_E_INVALID (bad ids),
+ * KVI_E_CONTEXT_FULL (context_length_exceeded), KVI_E_NO_KV_SPACE (can never fit
+ * the KV budget), KVI_E_QUEUE_FULL; on error no callback is ever called. */
+int kvi_sched_submit(kvi_sched *s, const kvi_request *r, uint64_t *id, kvi_error *err);
+/* Thread-safe; the request's sequence is freed at the start of the next step. */
+void kvi_sched_cancel(kvi_sched *s, uint64_t id);
+/* One step on the calling thread (when no thread was started): admission, one
+ * forward pass, sampling, callbacks. Returns the number of requests still alive,
+ * or a negative code. */
+int kvi_sched_step(kvi_sched *s, kvi_error *err);
+/* Runs steps on an engine thread of its own until kvi_sched_free. */
+int kvi_sched_start(kvi_sched *s, kvi_error *err);
+void kvi_sched_stats_get(kvi_sched *s, kvi_sched_stats *out);
+
+/* ---- speculative decoding (owner: spec; src/speculative.c) --------------- */
+
+/* The final distribution kvi_sampler_sample() would draw from for these logits
+ * (penalties, top-k, top-p, min-p, temperature applied): n_vocab floats summing
+ * to 1, zero for filtered tokens, one-hot at the argmax when temp is 0. */
+int kvi_sampler_probs(kvi_sampler *s, const float *logits, float *probs_out);
+/* Draws a token from non-negative weights (n_vocab floats, any positive sum) with
+ * the sampler's generator; argmax (lowest id on ties) when temp is 0. Negative
+ * KVI_E_INVALID when no weight is positive. */
+int32_t kvi_sampler_sample_probs(kvi_sampler *s, const float *weights);
+
+/* One kvi_spec per sequence. It holds the sequence's token history, proposes
+ * draft tokens (n-gram lookup in that history, or a smaller draft model with
+ * its own engine and sequence) and judges the target's logits for them with the
+ * lossless acceptance rule. Per round, for a target sequence holding positions
+ * 0 .. L-1 whose newest token (history[L]) is not yet run:
+ *   n = kvi_spec_draft(sp, k_max, drafts, err);          0 .. k_max tokens
+ *   rows (history[L], L), (drafts[i], L+1+i) for i < n, want_logits on all,
+ *   in any batch (rows of other sequences may share it); kvi_step;
+ *   m = kvi_spec_verify(sp, smp, row_logits, n, out, err);   1 .. n+1 tokens
+ *   kvi_seq_truncate(target, L + m);   drops the rejected positions
+ * out[0 .. m) are the new tokens in order (already given to kvi_sampler_accept
+ * and appended to the history; the last one is the newest, not yet run). The
+ * draft model's rollback happens inside kvi_spec_verify. With n == 0 a round is
+ * a plain decode step. A round with temp 0 yields exactly what plain greedy
+ * decoding yields; with sampling, the tokens follow exactly the distribution of
+ * kvi_sampler_sample (accept with min(1, p/q), else resample max(0, p - q)). */
+typedef struct kvi_spec kvi_spec;
+
+typedef struct kvi_spec_params {
+    int32_t draft_max;   /* K: most tokens drafted per round (default 8) */
+    int32_t draft_min;   /* a proposal shorter than this is not verified (default 1) */
+    int32_t ngram_max;   /* n-gram lookup: longest suffix matched, down to 1 (default 3) */
+    bool adapt;          /* shrink K / pause below the break-even acceptance (default true) */
+    uint64_t seed;       /* acceptance draws and the draft's sampler (default 0x5EEC) */
+} kvi_spec_params;
+
+typedef struct kvi_spec_stats {
+    uint64_t n_rounds;       /* kvi_spec_verify calls */
+    uint64_t n_spec_rounds;  /* ... of which verified at least one draft */
+    uint64_t n_drafted;      /* draft tokens verified */
+    uint64_t n_accepted;     /* ... of which accepted */
+    uint64_t n_generated;    /* tokens returned by kvi_spec_verify */
+    double acceptance;       /* n_accepted / n_drafted, 0 when nothing drafted */
+    double alpha;            /* recent per-token acceptance estimate (adaptive) */
+    int32_t k_now;           /* K the next round may draft; 0 while paused */
+    double cost_row;         /* cost of each extra verified row, in 1-row steps */
+    double cost_draft;       /* cost of one draft token, in 1-row target steps */
+    double break_even;       /* acceptance at which K = draft_max just pays */
+    double est_speedup;      /* expected tokens per unit cost at alpha and k_now */
+} kvi_spec_stats;
+
+void kvi_spec_params_default(kvi_spec_params *p);
+/* Same n_vocab, BOS/EOS and the text of every token; else KVI_E_INVALID naming
+ * the first difference. */
+int kvi_spec_check_vocab(const kvi_model *target, const kvi_model *draft, kvi_error *err);
+/* draft == NULL: n-gram lookup. Otherwise a draft model's engine (vocabulary
+ * checked against target; one sequence of it is taken for this kvi_spec). sp: the
+ * request's sampling parameters (the draft samples with them, penalty off). */
+kvi_spec *kvi_spec_create(const kvi_spec_params *p, const kvi_model *target, kvi_engine *draft,
+                          const kvi_sampler_params *sp, kvi_error *err);
+void kvi_spec_free(kvi_spec *s);
+/* Starts a sequence: its history becomes the prompt (the draft model's sequence
+ * is emptied). Then the first token comes from kvi_spec_verify(.., n_draft 0). */
+int kvi_spec_begin(kvi_spec *s, const int32_t *prompt, int32_t n, kvi_error *err);
+/* Proposes up to min(k_max, the adaptive K) tokens continuing the history. */
+int32_t kvi_spec_draft(kvi_spec *s, int32_t k_max, int32_t *drafts, kvi_error *err);
+/* logits[i]: the target's logits of the round's row i (i = 0 .. n_draft). */
+int32_t kvi_spec_verify(kvi_spec *s, kvi_sampler *smp, const float *const *logits,
+                        int32_t n_draft, int32_t *out, kvi_error *err);
+/* Costs for the adaptive choice of K, in units of one 1-row target step:
+ * verifying 1 + j rows costs 1 + j * cost_row; each draft token costs cost_draft. */
+void kvi_spec_set_costs(kvi_spec *s, double cost_row, double cost_draft);
+/* Measures those costs by timing target steps of 1 and K+1 rows at the end of seq
+ * (and a draft step), each rolled back: seq must hold >= 1 position and have room
+ * for K+1 more. Medians of `reps`. The sequence is left as it was. */
+int kvi_spec_calibrate(kvi_spec *s, kvi_engine *target, kvi_seq *seq, int reps, kvi_error *err);
+void kvi_spec_stats_get(const kvi_spec *s, kvi_spec_stats *out);
+

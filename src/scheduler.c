@@ -1,0 +1,578 @@
+/*
+ * scheduler.c — continuous batching over one engine: admission by KV budget,
+ * chunked prefill, decode rows first, preemption, cancellation, callbacks.
+ *
+ * Data structure: every accepted request is an sreq. New requests enter the
+ * `incoming` list under the mutex (any thread); the engine thread moves them to
+ * `live` (an array owned by the engine thread only) at the start of a step.
+ * A live request is WAITING (no sequence) or RUNNING (holds a kvi_seq).
+ *
+ *   tokens  [n_ctx + 1] int32  prompt, then every generated token
+ *   n_tokens                   prompt + generated so far
+ *   seq len (kvi_seq_len)      positions whose K/V are cached: 0..n_done-1
+ *
+ * A request needs rows for tokens[n_done .. n_tokens-1]; the last of them wants
+ * logits, from which the next token is sampled. One pending row is a decode row;
+ * more are a prefill (a new prompt, or a preempted request being recomputed from
+ * its tokens). So preemption is simply: free the sequence, n_done = 0, WAITING.
+ *
+ * One step: (1) cancellations and new requests; (2) admission, oldest first
+ * (preempted ones before new ones), while fewer than n_parallel run and the
+ * request's blocks fit the free blocks of the pool minus those that running
+ * prefills still need; (3) the batch: every decode row first, then prefill
+ * chunks in admission order until batch_tokens rows; (4) kvi_step; on
+ * KVI_E_NO_KV_SPACE the youngest running request is preempted and the batch
+ * rebuilt; (5) sampling and callbacks for rows that wanted logits.
+ *
+ * Invariants: only the engine thread touches the engine, the sequences and
+ * `live`; callbacks run on it without the mutex held; every accepted request
+ * gets exactly one on_done, after which it is freed. The engine is batch
+ * invariant, so what a request gets does not depend on what else is running.
+ */
+#include "kvinfer.h"
+
+#include "error.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { SREQ_WAITING = 0, SREQ_RUNNING = 1 };
+
+typedef struct sreq {
+    uint64_t id;
+    kvi_request r;           /* r.prompt not used after submit */
+    int32_t *tokens;         /* [cap] prompt then generated */
+    int32_t cap;             /* n_ctx + 1 */
+    int32_t n_prompt, n_tokens, n_done;
+    kvi_sampler *smp;
+    kvi_seq *seq;            /* RUNNING only */
+    int state;
+    bool cancel;             /* set under the mutex */
+    bool preempted;          /* waiting to be recomputed: admitted before new requests */
+    uint64_t admit_no;       /* order of admission: the youngest is preempted first */
+    int32_t row;             /* batch row whose logits it samples, -1 when none */
+    int32_t cached;
+    int32_t n_preempted;
+    double t_submit, t_admit, t_prefill0, t_first, t_last;
+    struct sreq *next;       /* incoming list */
+} sreq;
+
+struct kvi_sched {
+    kvi_engine *e;
+    kvi_sched_params p;
+    int n_ctx;
+    int32_t n_vocab;
+    const kvi_model *m;
+    kvi_batch *batch;        /* [batch_tokens + n_parallel] rows */
+    sreq **live;             /* [live_cap] engine thread only */
+    int n_live, live_cap;
+    uint64_t admit_counter;
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    sreq *incoming, *incoming_tail;
+    uint64_t next_id;
+    int n_waiting;           /* incoming + live WAITING (under mu) */
+    uint64_t *cancels;       /* [n_cancels] ids to cancel (under mu) */
+    int n_cancels, cancels_cap;
+    kvi_sched_stats st;      /* under mu */
+    bool thread_started, stop;
+    pthread_t thread;
+};
+
+void kvi_sched_params_default(kvi_sched_params *p)
+{
+    p->n_parallel = 16;
+    p->queue_max = 256;
+    p->batch_tokens = 512;
+}
+
+kvi_sched *kvi_sched_create(kvi_engine *e, const kvi_sched_params *params, kvi_error *err)
+{
+    kvi_sched_params p;
+    if (params) p = *params;
+    else kvi_sched_params_default(&p);
+    if (!e) {
+        kvi_err_set(err, KVI_E_INVALID, "scheduler: no engine");
+        return NULL;
+    }
+    if (p.n_parallel < 1 || p.n_parallel > 65536 || p.queue_max < 0 || p.queue_max > (1 << 24) ||
+        p.batch_tokens < 1 || p.batch_tokens > (1 << 20)) {
+        kvi_err_set(err, KVI_E_INVALID, "scheduler: parameter out of range (parallel %d, queue %d, batch %d)",
+                    p.n_parallel, p.queue_max, p.batch_tokens);
+        return NULL;
+    }
+    kvi_sched *s = calloc(1, sizeof *s);
+    if (!s) {
+        kvi_err_set(err, KVI_E_NOMEM, "scheduler: out of memory");
+        return NULL;
+    }
+    s->e = e;
+    s->p = p;
+    s->m = kvi_engine_model(e);
+    s->n_ctx = kvi_engine_n_ctx(e);
+    s->n_vocab = kvi_n_vocab(s->m);
+    s->next_id = 1;
+    s->live_cap = p.n_parallel + 16;
+    s->live = malloc((size_t)s->live_cap * sizeof *s->live);
+    s->batch = kvi_batch_create(p.batch_tokens + p.n_parallel);
+    if (!s->live || !s->batch) {
+        kvi_err_set(err, KVI_E_NOMEM, "scheduler: out of memory");
+        free(s->live);
+        kvi_batch_free(s->batch);
+        free(s);
+        return NULL;
+    }
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    kvi_stats_get(e, NULL, &s->st.engine);
+    return s;
+}
+
+static void sreq_free(sreq *q)
+{
+    if (!q) return;
+    if (q->seq) kvi_seq_free(q->seq);
+    kvi_sampler_free(q->smp);
+    free(q->tokens);
+    free(q);
+}
+
+/* Ends a live request: usage, its sequence freed, on_done, memory freed. */
+static void finish(kvi_sched *s, sreq *q, kvi_finish f, const kvi_error *err)
+{
+    kvi_usage u;
+    memset(&u, 0, sizeof u);
+    u.prompt_tokens = q->n_prompt;
+    u.completion_tokens = q->n_tokens - q->n_prompt;
+    u.cached_tokens = q->cached;
+    u.n_preempted = q->n_preempted;
+    u.queue_ms = q->t_admit > 0 ? q->t_admit - q->t_submit : 0.0;
+    u.prefill_ms = q->t_first > 0 && q->t_prefill0 > 0 ? q->t_first - q->t_prefill0 : 0.0;
+    u.ttft_ms = q->t_first > 0 ? q->t_first - q->t_submit : 0.0;
+    u.decode_ms = q->t_first > 0 ? q->t_last - q->t_first : 0.0;
+    if (q->seq) {
+        kvi_stats ks;
+        kvi_stats_get(s->e, q->seq, &ks);
+        u.kv_bytes = ks.kv_bytes;
+        kvi_seq_free(q->seq);
+        q->seq = NULL;
+    }
+    pthread_mutex_lock(&s->mu);
+    if (q->state == SREQ_WAITING) s->n_waiting--;
+    s->st.n_done++;
+    pthread_mutex_unlock(&s->mu);
+    if (q->r.on_done) q->r.on_done(q->r.user, f, &u, err);
+    sreq_free(q);
+}
+
+int kvi_sched_submit(kvi_sched *s, const kvi_request *r, uint64_t *id, kvi_error *err)
+{
+    if (!s || !r || !r->prompt || r->n_prompt < 1)
+        return kvi_err_set(err, KVI_E_INVALID, "scheduler: the prompt is empty");
+    for (int32_t i = 0; i < r->n_prompt; i++)
+        if (r->prompt[i] < 0 || r->prompt[i] >= s->n_vocab)
+            return kvi_err_set(err, KVI_E_INVALID, "token id %d at prompt position %d is out of range [0, %d)",
+                               r->prompt[i], i, s->n_vocab);
+    if (r->n_prompt > s->n_ctx)
+        return kvi_err_set(err, KVI_E_CONTEXT_FULL,
+                           "context_length_exceeded: the prompt has %d tokens but the context holds %d",
+                           r->n_prompt, s->n_ctx);
+    {
+        kvi_stats ks;
+        pthread_mutex_lock(&s->mu);
+        ks = s->st.engine;
+        pthread_mutex_unlock(&s->mu);
+        const int64_t need = ((int64_t)r->n_prompt + ks.kv_block_size) / ks.kv_block_size;
+        if (need > ks.kv_blocks_total)
+            return kvi_err_set(err, KVI_E_NO_KV_SPACE,
+                               "context_length_exceeded: the prompt needs %lld KV blocks but the KV budget "
+                               "holds %d", (long long)need, ks.kv_blocks_total);
+    }
+    sreq *q = calloc(1, sizeof *q);
+    if (!q) return kvi_err_set(err, KVI_E_NOMEM, "scheduler: out of memory");
+    q->r = *r;
+    q->r.prompt = NULL;
+    q->cap = s->n_ctx + 1;
+    q->tokens = malloc((size_t)q->cap * sizeof *q->tokens);
+    q->smp = kvi_sampler_create(&r->sampling, s->n_vocab);
+    if (!q->tokens || !q->smp) {
+        sreq_free(q);
+        return kvi_err_set(err, KVI_E_NOMEM, "scheduler: out of memory");
+    }
+    memcpy(q->tokens, r->prompt, (size_t)r->n_prompt * sizeof *q->tokens);
+    for (int32_t i = 0; i < r->n_prompt; i++) kvi_sampler_accept(q->smp, r->prompt[i]);
+    q->n_prompt = q->n_tokens = r->n_prompt;
+    q->row = -1;
+    q->t_submit = kvi_time_ms();
+
+    pthread_mutex_lock(&s->mu);
+    if (s->n_waiting >= s->p.queue_max) {
+        s->st.n_rejected++;
+        pthread_mutex_unlock(&s->mu);
+        sreq_free(q);
+        return kvi_err_set(err, KVI_E_QUEUE_FULL, "server over capacity: %d requests are already waiting",
+                           s->p.queue_max);
+    }
+    q->id = s->next_id++;
+    if (s->incoming_tail) s->incoming_tail->next = q;
+    else s->incoming = q;
+    s->incoming_tail = q;
+    s->n_waiting++;
+    if (id) *id = q->id;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+void kvi_sched_cancel(kvi_sched *s, uint64_t id)
+{
+    pthread_mutex_lock(&s->mu);
+    if (s->n_cancels == s->cancels_cap) {
+        int cap = s->cancels_cap ? 2 * s->cancels_cap : 16;
+        uint64_t *nc = realloc(s->cancels, (size_t)cap * sizeof *nc);
+        if (!nc) {
+            pthread_mutex_unlock(&s->mu);
+            return;
+        }
+        s->cancels = nc;
+        s->cancels_cap = cap;
+    }
+    s->cancels[s->n_cancels++] = id;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void live_remove(kvi_sched *s, int i)
+{
+    memmove(s->live + i, s->live + i + 1, (size_t)(s->n_live - i - 1) * sizeof *s->live);
+    s->n_live--;
+}
+
+/* (1) New requests into live; cancelled ones finished. */
+static int take_incoming(kvi_sched *s, kvi_error *err)
+{
+    pthread_mutex_lock(&s->mu);
+    sreq *in = s->incoming;
+    s->incoming = s->incoming_tail = NULL;
+    for (int c = 0; c < s->n_cancels; c++) {
+        for (sreq *q = in; q; q = q->next)
+            if (q->id == s->cancels[c]) q->cancel = true;
+        for (int i = 0; i < s->n_live; i++)
+            if (s->live[i]->id == s->cancels[c]) s->live[i]->cancel = true;
+    }
+    s->n_cancels = 0;
+    pthread_mutex_unlock(&s->mu);
+
+    while (in) {
+        sreq *q = in;
+        in = in->next;
+        q->next = NULL;
+        if (s->n_live == s->live_cap) {
+            int cap = 2 * s->live_cap;
+            sreq **nl = realloc(s->live, (size_t)cap * sizeof *nl);
+            if (!nl) {
+                kvi_error e2;
+                kvi_err_set(&e2, KVI_E_NOMEM, "scheduler: out of memory");
+                finish(s, q, KVI_FINISH_ERROR, &e2);
+                continue;
+            }
+            s->live = nl;
+            s->live_cap = cap;
+        }
+        s->live[s->n_live++] = q;
+    }
+    for (int i = 0; i < s->n_live;) {
+        sreq *q = s->live[i];
+        if (q->cancel) {
+            live_remove(s, i);
+            finish(s, q, KVI_FINISH_CANCELLED, NULL);
+        } else {
+            i++;
+        }
+    }
+    (void)err;
+    return 0;
+}
+
+static int32_t blocks_for(int32_t n_pos, int32_t bs) { return (n_pos + bs - 1) / bs; }
+
+/* (2) Admission, oldest first with preempted requests ahead of new ones. */
+static void admit(kvi_sched *s)
+{
+    kvi_stats ks;
+    kvi_stats_get(s->e, NULL, &ks);
+    const int32_t bs = ks.kv_block_size;
+    int n_running = 0;
+    int64_t pending = 0;   /* blocks that running requests still have to reserve */
+    for (int i = 0; i < s->n_live; i++) {
+        sreq *q = s->live[i];
+        if (q->state != SREQ_RUNNING) continue;
+        n_running++;
+        kvi_stats qs;
+        kvi_stats_get(s->e, q->seq, &qs);
+        const int32_t want = blocks_for(q->n_tokens, bs);
+        if (want > qs.kv_blocks_used) pending += want - qs.kv_blocks_used;
+    }
+    int64_t free_blocks = (int64_t)ks.kv_blocks_total - ks.kv_blocks_used - pending;
+    while (n_running < s->p.n_parallel) {
+        sreq *best = NULL;
+        for (int i = 0; i < s->n_live; i++) {
+            sreq *q = s->live[i];
+            if (q->state != SREQ_WAITING) continue;
+            if (!best || (q->preempted && !best->preempted) ||
+                (q->preempted == best->preempted && q->id < best->id))
+                best = q;
+        }
+        if (!best) break;
+        /* the pending rows plus the first generated token's row */
+        const int32_t need = blocks_for(best->n_tokens + 1, bs);
+        if (need > free_blocks && n_running > 0) break;
+        kvi_seq *seq = kvi_seq_create(s->e);
+        if (!seq) break;
+        best->seq = seq;
+        best->state = SREQ_RUNNING;
+        best->n_done = 0;
+        best->admit_no = ++s->admit_counter;
+        if (best->t_admit == 0) best->t_admit = kvi_time_ms();
+        best->preempted = false;
+        free_blocks -= need;
+        n_running++;
+        pthread_mutex_lock(&s->mu);
+        s->n_waiting--;
+        pthread_mutex_unlock(&s->mu);
+    }
+}
+
+/* (3) Decode rows first, then prefill chunks in admission order. Returns the
+ * number of rows; prefill rows counted in *n_prefill. */
+static int32_t build_batch(kvi_sched *s, double t_step, int32_t *n_prefill)
+{
+    kvi_batch *b = s->batch;
+    kvi_batch_clear(b);
+    *n_prefill = 0;
+    for (int i = 0; i < s->n_live; i++) {
+        sreq *q = s->live[i];
+        q->row = -1;
+        if (q->state != SREQ_RUNNING || q->n_tokens - q->n_done != 1) continue;
+        q->row = kvi_batch_add(b, q->seq, q->tokens[q->n_done], q->n_done, true);
+    }
+    int32_t budget = s->p.batch_tokens - kvi_batch_n_rows(b);
+    while (budget > 0) {
+        sreq *next = NULL;
+        for (int i = 0; i < s->n_live; i++) {
+            sreq *q = s->live[i];
+            if (q->state != SREQ_RUNNING || q->row >= 0 || q->n_tokens - q->n_done <= 1) continue;
+            if (!next || q->admit_no < next->admit_no) next = q;
+        }
+        if (!next) break;
+        int32_t n = next->n_tokens - next->n_done;
+        if (n > budget) n = budget;
+        int32_t last = -1;
+        for (int32_t k = 0; k < n; k++) {
+            const int32_t pos = next->n_done + k;
+            last = kvi_batch_add(b, next->seq, next->tokens[pos], pos, pos == next->n_tokens - 1);
+        }
+        if (next->n_done + n == next->n_tokens) next->row = last;
+        else next->row = -2;   /* in this batch, no logits yet */
+        if (next->t_prefill0 == 0) next->t_prefill0 = t_step;
+        budget -= n;
+        *n_prefill += n;
+    }
+    return kvi_batch_n_rows(b);
+}
+
+/* The youngest running request gives its blocks back and waits to be recomputed. */
+static bool preempt_youngest(kvi_sched *s)
+{
+    sreq *y = NULL;
+    int n_running = 0;
+    for (int i = 0; i < s->n_live; i++) {
+        sreq *q = s->live[i];
+        if (q->state != SREQ_RUNNING) continue;
+        n_running++;
+        if (!y || q->admit_no > y->admit_no) y = q;
+    }
+    if (!y || n_running < 2) return false;
+    kvi_seq_free(y->seq);
+    y->seq = NULL;
+    y->state = SREQ_WAITING;
+    y->n_done = 0;
+    y->preempted = true;
+    y->n_preempted++;
+    pthread_mutex_lock(&s->mu);
+    s->n_waiting++;
+    s->st.n_preemptions++;
+    pthread_mutex_unlock(&s->mu);
+    return true;
+}
+
+static void snapshot(kvi_sched *s, uint64_t steps, int32_t n_prefill, int32_t n_decode)
+{
+    int n_running = 0;
+    for (int i = 0; i < s->n_live; i++) n_running += s->live[i]->state == SREQ_RUNNING;
+    kvi_stats ks;
+    kvi_stats_get(s->e, NULL, &ks);
+    pthread_mutex_lock(&s->mu);
+    s->st.engine = ks;
+    s->st.n_running = n_running;
+    s->st.n_waiting = s->n_waiting;
+    s->st.n_steps += steps;
+    s->st.n_prefill_tokens += (uint64_t)n_prefill;
+    s->st.n_decode_tokens += (uint64_t)n_decode;
+    pthread_mutex_unlock(&s->mu);
+}
+
+int kvi_sched_step(kvi_sched *s, kvi_error *err)
+{
+    take_incoming(s, err);
+    admit(s);
+    const double t_step = kvi_time_ms();
+    int32_t n_prefill = 0, n_rows = 0;
+    for (;;) {
+        n_rows = build_batch(s, t_step, &n_prefill);
+        if (n_rows == 0) break;
+        kvi_error se = {0};
+        int rc = kvi_step(s->e, s->batch, &se);
+        if (rc == 0) break;
+        if (rc == KVI_E_NO_KV_SPACE && preempt_youngest(s)) continue;
+        /* nothing left to preempt, or a real error: fail the rows' requests */
+        for (int i = 0; i < s->n_live;) {
+            sreq *q = s->live[i];
+            if (q->state == SREQ_RUNNING && q->row != -1) {
+                live_remove(s, i);
+                finish(s, q, KVI_FINISH_ERROR, &se);
+            } else {
+                i++;
+            }
+        }
+        n_rows = 0;
+        break;
+    }
+    if (n_rows > 0) {
+        const double t_done = kvi_time_ms();
+        for (int i = 0; i < s->n_live;) {
+            sreq *q = s->live[i];
+            if (q->state != SREQ_RUNNING || q->row == -1) {
+                i++;
+                continue;
+            }
+            if (q->row == -2) {
+                /* a prefill chunk that did not reach the last pending row */
+                q->n_done = kvi_seq_len(q->seq);
+                q->row = -1;
+                i++;
+                continue;
+            }
+            q->n_done = q->n_tokens;
+            const float *logits = kvi_logits(s->e, q->row);
+            q->row = -1;
+            kvi_finish f = KVI_FINISH_LENGTH;
+            bool done = false;
+            if (!logits) {
+                kvi_error le;
+                kvi_err_set(&le, KVI_E_INVALID, "scheduler: no logits for a row that asked for them");
+                live_remove(s, i);
+                finish(s, q, KVI_FINISH_ERROR, &le);
+                continue;
+            }
+            const int32_t tok = kvi_sampler_sample(q->smp, logits);
+            kvi_sampler_accept(q->smp, tok);
+            if (q->t_first == 0) q->t_first = t_done;
+            q->t_last = t_done;
+            const int32_t bos = kvi_token_bos(s->m);
+            if (!q->r.ignore_eos && tok != bos && kvi_token_is_eog(s->m, tok)) {
+                f = KVI_FINISH_STOP;
+                done = true;
+            } else {
+                q->tokens[q->n_tokens++] = tok;
+                const bool more = q->r.on_token ? q->r.on_token(q->r.user, tok) : true;
+                const int32_t n_gen = q->n_tokens - q->n_prompt;
+                if (!more) {
+                    f = KVI_FINISH_STOP;
+                    done = true;
+                } else if ((q->r.max_tokens > 0 && n_gen >= q->r.max_tokens) || q->n_tokens > s->n_ctx ||
+                           q->n_tokens >= q->cap) {
+                    f = KVI_FINISH_LENGTH;
+                    done = true;
+                }
+            }
+            if (done) {
+                live_remove(s, i);
+                finish(s, q, f, NULL);
+            } else {
+                i++;
+            }
+        }
+    }
+    snapshot(s, n_rows > 0, n_prefill, n_rows - n_prefill > 0 ? n_rows - n_prefill : 0);
+    pthread_mutex_lock(&s->mu);
+    int alive = s->n_live;
+    for (sreq *q = s->incoming; q; q = q->next) alive++;
+    pthread_mutex_unlock(&s->mu);
+    return alive;
+}
+
+static void *engine_thread(void *arg)
+{
+    kvi_sched *s = arg;
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        while (!s->stop && s->n_live == 0 && !s->incoming && s->n_cancels == 0) pthread_cond_wait(&s->cv, &s->mu);
+        const bool stop = s->stop;
+        pthread_mutex_unlock(&s->mu);
+        if (stop) break;
+        kvi_sched_step(s, NULL);
+    }
+    return NULL;
+}
+
+int kvi_sched_start(kvi_sched *s, kvi_error *err)
+{
+    if (s->thread_started) return 0;
+    if (pthread_create(&s->thread, NULL, engine_thread, s) != 0)
+        return kvi_err_set(err, KVI_E_NOMEM, "scheduler: cannot start the engine thread");
+    s->thread_started = true;
+    return 0;
+}
+
+void kvi_sched_stats_get(kvi_sched *s, kvi_sched_stats *out)
+{
+    pthread_mutex_lock(&s->mu);
+    *out = s->st;
+    out->n_waiting = s->n_waiting;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void kvi_sched_free(kvi_sched *s)
+{
+    if (!s) return;
+    if (s->thread_started) {
+        pthread_mutex_lock(&s->mu);
+        s->stop = true;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->thread, NULL);
+    }
+    pthread_mutex_lock(&s->mu);
+    sreq *in = s->incoming;
+    s->incoming = s->incoming_tail = NULL;
+    pthread_mutex_unlock(&s->mu);
+    while (in) {
+        sreq *q = in;
+        in = in->next;
+        finish(s, q, KVI_FINISH_CANCELLED, NULL);
+    }
+    while (s->n_live > 0) {
+        sreq *q = s->live[s->n_live - 1];
+        s->n_live--;
+        finish(s, q, KVI_FINISH_CANCELLED, NULL);
+    }
+    kvi_batch_free(s->batch);
+    free(s->live);
+    free(s->cancels);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}

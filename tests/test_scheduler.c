@@ -1,0 +1,330 @@
+/*
+ * test_scheduler.c — continuous batching against llama2.c's greedy continuations
+ * (../shared/golden/stories260K): each golden request must get exactly its
+ * golden tokens while 44 other streams share every batch, with chunked prefill,
+ * under preemption (a KV budget too small for all), and on the engine thread.
+ * Also: queue limit, cancellation, stop from on_token, max_tokens, bad input,
+ * and every KV block returned at the end.
+ */
+#include "kvinfer.h"
+#include "testutil.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define N_GOLDEN 4
+#define GEN_MAX 200
+
+typedef struct golden {
+    int32_t prompt[64];
+    int n_prompt;
+    int32_t greedy[GEN_MAX];
+    int n_greedy;
+} golden;
+
+typedef struct result {
+    int32_t toks[GEN_MAX + 8];
+    int n;
+    int stop_after;          /* on_token returns false after this many (0: never) */
+    bool done;
+    kvi_finish finish;
+    kvi_usage usage;
+    int err_code;
+} result;
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+
+static bool on_token(void *user, int32_t tok)
+{
+    result *r = user;
+    if (r->n < GEN_MAX + 8) r->toks[r->n] = tok;
+    r->n++;
+    return !(r->stop_after > 0 && r->n >= r->stop_after);
+}
+
+static void on_done(void *user, kvi_finish f, const kvi_usage *u, const kvi_error *err)
+{
+    result *r = user;
+    pthread_mutex_lock(&mu);
+    r->finish = f;
+    r->usage = *u;
+    r->err_code = err ? err->code : 0;
+    r->done = true;
+    pthread_cond_broadcast(&cv);
+    pthread_mutex_unlock(&mu);
+}
+
+static bool load_golden(golden *g, int i)
+{
+    char rel[64];
+    snprintf(rel, sizeof rel, "golden/stories260K/case%d.json", i + 1);
+    cJSON *j = load_json(shared_path(rel));
+    if (!j) return false;
+    const cJSON *p = cJSON_GetObjectItem(j, "prompt_tokens"), *t = cJSON_GetObjectItem(j, "greedy_tokens");
+    g->n_prompt = cJSON_GetArraySize(p);
+    g->n_greedy = cJSON_GetArraySize(t);
+    if (g->n_prompt > 64) g->n_prompt = 64;
+    if (g->n_greedy > GEN_MAX) g->n_greedy = GEN_MAX;
+    for (int k = 0; k < g->n_prompt; k++) g->prompt[k] = cJSON_GetArrayItem(p, k)->valueint;
+    for (int k = 0; k < g->n_greedy; k++) g->greedy[k] = cJSON_GetArrayItem(t, k)->valueint;
+    cJSON_Delete(j);
+    return true;
+}
+
+static kvi_engine *make_engine(kvi_model *m, int n_seq, size_t budget)
+{
+    kvi_engine_params p;
+    kvi_engine_params_default(&p);
+    p.kv_type_k = p.kv_type_v = KVI_TYPE_F32;   /* the golden run is fp32 throughout */
+    p.n_ctx = 512;
+    p.n_threads = 2;
+    p.n_seq_max = n_seq;
+    p.kv_budget_bytes = budget;
+    kvi_error err = {0};
+    kvi_engine *e = kvi_engine_create(m, &p, &err);
+    CHECK(e != NULL, "engine: %s", err.msg);
+    return e;
+}
+
+static void greedy_request(kvi_request *rq, const int32_t *prompt, int n, int max_tokens, result *r)
+{
+    memset(rq, 0, sizeof *rq);
+    rq->prompt = prompt;
+    rq->n_prompt = n;
+    kvi_sampler_params_default(&rq->sampling);
+    rq->sampling.temp = 0.0f;
+    rq->max_tokens = max_tokens;
+    rq->ignore_eos = true;   /* the golden continuations run past EOS */
+    rq->on_token = on_token;
+    rq->on_done = on_done;
+    rq->user = r;
+}
+
+static int run_until_done(kvi_sched *s, int max_steps)
+{
+    int steps = 0, alive;
+    kvi_error err = {0};
+    while ((alive = kvi_sched_step(s, &err)) > 0 && steps < max_steps) steps++;
+    CHECK(alive == 0, "scheduler still has %d requests after %d steps", alive, steps);
+    return steps;
+}
+
+static void check_golden(const golden *g, const result *r, const char *what, int gi)
+{
+    int match = 0;
+    while (match < g->n_greedy && match < r->n && r->toks[match] == g->greedy[match]) match++;
+    CHECK(r->done && r->finish == KVI_FINISH_LENGTH, "%s case %d: finish %d (done %d)", what, gi + 1,
+          (int)r->finish, r->done);
+    CHECK(match == g->n_greedy && r->n == g->n_greedy, "%s case %d: %d of %d golden tokens (got %d)", what,
+          gi + 1, match, g->n_greedy, r->n);
+    CHECK(r->usage.prompt_tokens == g->n_prompt && r->usage.completion_tokens == g->n_greedy,
+          "%s case %d: usage %d+%d", what, gi + 1, r->usage.prompt_tokens, r->usage.completion_tokens);
+}
+
+/* 4 golden greedy requests among 48 streams; batch_tokens small so prompts are chunked. */
+static void test_batch_invariance(kvi_model *m, const golden *g)
+{
+    enum { N = 48 };
+    kvi_engine *e = make_engine(m, N, 0);
+    if (!e) return;
+    kvi_sched_params sp;
+    kvi_sched_params_default(&sp);
+    sp.n_parallel = N;
+    sp.batch_tokens = 56;   /* 48 decode rows + 8 prefill rows at most */
+    kvi_error err = {0};
+    kvi_sched *s = kvi_sched_create(e, &sp, &err);
+    CHECK(s != NULL, "sched: %s", err.msg);
+    static result res[N];
+    memset(res, 0, sizeof res);
+    int32_t other[N][40];
+    uint64_t rng = 0x5eed;
+    for (int i = 0; i < N; i++) {
+        kvi_request rq;
+        if (i % 12 == 0 && i / 12 < N_GOLDEN) {
+            const golden *gg = &g[i / 12];
+            greedy_request(&rq, gg->prompt, gg->n_prompt, gg->n_greedy, &res[i]);
+        } else {
+            const int n = 3 + (int)(trand_u64(&rng) % 37);
+            other[i][0] = 1;
+            for (int k = 1; k < n; k++) other[i][k] = 3 + (int32_t)(trand_u64(&rng) % 500);
+            greedy_request(&rq, other[i], n, 20 + (int)(trand_u64(&rng) % 150), &res[i]);
+            if (i % 2) {   /* sampled streams too */
+                rq.sampling.temp = 0.9f;
+                rq.sampling.seed = (uint64_t)i;
+            }
+        }
+        uint64_t id = 0;
+        int rc = kvi_sched_submit(s, &rq, &id, &err);
+        CHECK(rc == 0 && id > 0, "submit %d: %s", i, err.msg);
+    }
+    int steps = run_until_done(s, 5000);
+    for (int k = 0; k < N_GOLDEN; k++) check_golden(&g[k], &res[k * 12], "48 streams", k);
+    kvi_sched_stats st;
+    kvi_sched_stats_get(s, &st);
+    CHECK(st.n_done == N && st.n_running == 0 && st.n_waiting == 0, "stats: done %llu running %d waiting %d",
+          (unsigned long long)st.n_done, st.n_running, st.n_waiting);
+    CHECK(st.engine.kv_blocks_used == 0, "%d KV blocks still held", st.engine.kv_blocks_used);
+    /* decode rows are never starved: fewer steps than prompts+gens serially would take */
+    CHECK(steps < 400, "%d steps for 48 streams of at most 200 tokens", steps);
+    printf("48 streams: %d steps, %llu prefill rows, %llu decode rows\n", steps,
+           (unsigned long long)st.n_prefill_tokens, (unsigned long long)st.n_decode_tokens);
+    kvi_sched_free(s);
+    kvi_engine_free(e);
+}
+
+/* A KV budget that holds about two full golden sequences: four requests run and
+ * the youngest are preempted and recomputed; the tokens do not change. */
+static void test_preemption(kvi_model *m, const golden *g)
+{
+    kvi_stats ks;
+    kvi_engine *probe = make_engine(m, 1, 0);
+    if (!probe) return;
+    kvi_stats_get(probe, NULL, &ks);
+    kvi_engine_free(probe);
+    const size_t block_bytes = ks.kv_bytes_per_token * (size_t)ks.kv_block_size;
+    const size_t budget = block_bytes * 34;   /* 244 tokens need 16 blocks */
+    kvi_engine *e = make_engine(m, 4, budget);
+    if (!e) return;
+    kvi_sched_params sp;
+    kvi_sched_params_default(&sp);
+    sp.n_parallel = 4;
+    sp.batch_tokens = 16;
+    kvi_error err = {0};
+    kvi_sched *s = kvi_sched_create(e, &sp, &err);
+    static result res[N_GOLDEN];
+    memset(res, 0, sizeof res);
+    for (int k = 0; k < N_GOLDEN; k++) {
+        kvi_request rq;
+        greedy_request(&rq, g[k].prompt, g[k].n_prompt, g[k].n_greedy, &res[k]);
+        CHECK(kvi_sched_submit(s, &rq, NULL, &err) == 0, "submit: %s", err.msg);
+    }
+    run_until_done(s, 5000);
+    for (int k = 0; k < N_GOLDEN; k++) check_golden(&g[k], &res[k], "preemption", k);
+    kvi_sched_stats st;
+    kvi_sched_stats_get(s, &st);
+    int n_pre = 0;
+    for (int k = 0; k < N_GOLDEN; k++) n_pre += res[k].usage.n_preempted;
+    CHECK(st.n_preemptions > 0 && n_pre == (int)st.n_preemptions, "preemptions: %llu (per request %d)",
+          (unsigned long long)st.n_preemptions, n_pre);
+    CHECK(st.engine.kv_blocks_used == 0, "%d KV blocks still held", st.engine.kv_blocks_used);
+    printf("preemption: %llu preemptions, golden tokens unchanged\n", (unsigned long long)st.n_preemptions);
+    kvi_sched_free(s);
+    kvi_engine_free(e);
+}
+
+static void test_limits(kvi_model *m, const golden *g)
+{
+    kvi_engine *e = make_engine(m, 2, 0);
+    if (!e) return;
+    kvi_sched_params sp;
+    kvi_sched_params_default(&sp);
+    sp.n_parallel = 1;
+    sp.queue_max = 2;
+    kvi_error err = {0};
+    kvi_sched *s = kvi_sched_create(e, &sp, &err);
+    static result res[4];
+    memset(res, 0, sizeof res);
+    kvi_request rq;
+    uint64_t ids[3] = {0};
+    for (int k = 0; k < 2; k++) {
+        greedy_request(&rq, g[0].prompt, g[0].n_prompt, k == 0 ? 5 : 50, &res[k]);
+        CHECK(kvi_sched_submit(s, &rq, &ids[k], &err) == 0, "submit %d: %s", k, err.msg);
+    }
+    greedy_request(&rq, g[0].prompt, g[0].n_prompt, 5, &res[2]);
+    int rc = kvi_sched_submit(s, &rq, &ids[2], &err);
+    CHECK(rc == KVI_E_QUEUE_FULL, "third request past queue_max 2: rc %d", rc);
+    /* bad input */
+    int32_t bad[3] = {1, 99999, 5};
+    greedy_request(&rq, bad, 3, 5, &res[3]);
+    rc = kvi_sched_submit(s, &rq, NULL, &err);
+    CHECK(rc == KVI_E_INVALID && strstr(err.msg, "99999"), "bad token: rc %d '%s'", rc, err.msg);
+    int32_t *longp = calloc(600, sizeof *longp);
+    greedy_request(&rq, longp, 600, 5, &res[3]);
+    rc = kvi_sched_submit(s, &rq, NULL, &err);
+    CHECK(rc == KVI_E_CONTEXT_FULL && strstr(err.msg, "context_length_exceeded"), "long prompt: rc %d '%s'", rc,
+          err.msg);
+    free(longp);
+    greedy_request(&rq, bad, 0, 5, &res[3]);
+    CHECK(kvi_sched_submit(s, &rq, NULL, &err) == KVI_E_INVALID, "empty prompt accepted");
+
+    /* first finishes by max_tokens; the second is cancelled mid-decode */
+    for (int i = 0; i < 12; i++) kvi_sched_step(s, &err);
+    CHECK(res[0].done && res[0].finish == KVI_FINISH_LENGTH && res[0].n == 5, "max_tokens 5: done %d n %d",
+          res[0].done, res[0].n);
+    CHECK(res[0].n == 5 && !memcmp(res[0].toks, g[0].greedy, 5 * sizeof(int32_t)), "first 5 golden tokens");
+    CHECK(!res[1].done && res[1].n > 0, "second request running (%d tokens)", res[1].n);
+    kvi_stats ks;
+    kvi_stats_get(e, NULL, &ks);
+    CHECK(ks.kv_blocks_used > 0, "the running request holds blocks");
+    kvi_sched_cancel(s, ids[1]);
+    kvi_sched_step(s, &err);
+    CHECK(res[1].done && res[1].finish == KVI_FINISH_CANCELLED, "cancelled within one step");
+    kvi_stats_get(e, NULL, &ks);
+    CHECK(ks.kv_blocks_used == 0, "cancel freed every block (%d held)", ks.kv_blocks_used);
+
+    /* on_token returning false stops the request */
+    memset(&res[2], 0, sizeof res[2]);
+    res[2].stop_after = 3;
+    greedy_request(&rq, g[1].prompt, g[1].n_prompt, 0, &res[2]);
+    CHECK(kvi_sched_submit(s, &rq, NULL, &err) == 0, "submit: %s", err.msg);
+    run_until_done(s, 100);
+    CHECK(res[2].finish == KVI_FINISH_STOP && res[2].n == 3 && res[2].usage.completion_tokens == 3,
+          "stop from on_token: finish %d n %d", (int)res[2].finish, res[2].n);
+    CHECK(res[2].usage.ttft_ms > 0 && res[2].usage.kv_bytes > 0, "usage: ttft %g kv %zu", res[2].usage.ttft_ms,
+          res[2].usage.kv_bytes);
+
+    /* free with a request still queued: on_done(CANCELLED) */
+    memset(&res[3], 0, sizeof res[3]);
+    greedy_request(&rq, g[2].prompt, g[2].n_prompt, 10, &res[3]);
+    CHECK(kvi_sched_submit(s, &rq, NULL, &err) == 0, "submit: %s", err.msg);
+    kvi_sched_free(s);
+    CHECK(res[3].done && res[3].finish == KVI_FINISH_CANCELLED, "queued request cancelled by free");
+    kvi_engine_free(e);
+}
+
+/* The engine thread: requests submitted from this thread, completion awaited. */
+static void test_thread(kvi_model *m, const golden *g)
+{
+    kvi_engine *e = make_engine(m, 8, 0);
+    if (!e) return;
+    kvi_sched_params sp;
+    kvi_sched_params_default(&sp);
+    sp.n_parallel = 8;
+    kvi_error err = {0};
+    kvi_sched *s = kvi_sched_create(e, &sp, &err);
+    CHECK(kvi_sched_start(s, &err) == 0, "start: %s", err.msg);
+    static result res[N_GOLDEN];
+    memset(res, 0, sizeof res);
+    for (int k = 0; k < N_GOLDEN; k++) {
+        kvi_request rq;
+        greedy_request(&rq, g[k].prompt, g[k].n_prompt, g[k].n_greedy, &res[k]);
+        CHECK(kvi_sched_submit(s, &rq, NULL, &err) == 0, "submit: %s", err.msg);
+        usleep(2000);
+    }
+    pthread_mutex_lock(&mu);
+    for (int k = 0; k < N_GOLDEN; k++)
+        while (!res[k].done) pthread_cond_wait(&cv, &mu);
+    pthread_mutex_unlock(&mu);
+    for (int k = 0; k < N_GOLDEN; k++) check_golden(&g[k], &res[k], "engine thread", k);
+    kvi_sched_free(s);
+    kvi_engine_free(e);
+}
+
+int main(void)
+{
+    golden g[N_GOLDEN];
+    for (int k = 0; k < N_GOLDEN; k++) CHECK(load_golden(&g[k], k), "golden case %d", k + 1);
+    kvi_error err = {0};
+    kvi_model *m = kvi_model_load(shared_path("models/stories260K.gguf"), NULL, &err);
+    CHECK(m != NULL, "model: %s", err.msg);
+    if (!m) return test_main_end();
+    test_batch_invariance(m, g);
+    test_preemption(m, g);
+    test_limits(m, g);
+    test_thread(m, g);
+    kvi_model_free(m);
+    return test_main_end();
+}
