@@ -64,9 +64,14 @@ typedef enum kvi_type {
     KVI_TYPE_Q8_K = 15,
     KVI_TYPE_BF16 = 30,
     KVI_TYPE_COUNT = 31,
+    /* KV-cache-only type, outside ggml's numbering (never a tensor type in a file):
+     * "q4" = KIVI. Keys: 4-bit codes quantised per channel over each KV block of
+     * block_size tokens (f16 scale and min per channel), the newest, incomplete
+     * block kept in f16 per sequence; values: q4_0 (a value type of q4 means q4_0). */
+    KVI_TYPE_KV_Q4 = 64,
 } kvi_type;
 
-/* "f32", "q4_k", ...; NULL for a number that is not a known type. */
+/* "f32", "q4_k", ..., "q4" (KVI_TYPE_KV_Q4); NULL for a number that is not a known type. */
 const char *kvi_type_name(kvi_type t);
 /* Case-insensitive parse of a type name; 0 on success, KVI_E_INVALID otherwise. */
 int kvi_type_from_name(const char *name, kvi_type *out);

@@ -56,7 +56,11 @@ bool kvi_type_is_known(kvi_type t)
     return (int)t >= 0 && (int)t < KVI_TYPE_COUNT && TYPES[t].name != NULL;
 }
 
-const char *kvi_type_name(kvi_type t) { return kvi_type_is_known(t) ? TYPES[t].name : NULL; }
+const char *kvi_type_name(kvi_type t)
+{
+    if (t == KVI_TYPE_KV_Q4) return "q4";   /* KV-cache-only type (KIVI) */
+    return kvi_type_is_known(t) ? TYPES[t].name : NULL;
+}
 
 int kvi_type_from_name(const char *name, kvi_type *out)
 {
@@ -70,6 +74,10 @@ int kvi_type_from_name(const char *name, kvi_type *out)
             if (out) *out = (kvi_type)t;
             return KVI_OK;
         }
+    }
+    if ((name[0] == 'q' || name[0] == 'Q') && name[1] == '4' && name[2] == 0) {
+        if (out) *out = KVI_TYPE_KV_Q4;
+        return KVI_OK;
     }
     return KVI_E_INVALID;
 }
