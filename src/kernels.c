@@ -15,6 +15,12 @@
  * place. Each output is therefore one dot over the same two vectors, whatever the
  * batch size, the tile or the thread count: results are bit-identical across them.
  *
+ * Integer path (kernels_q8.h): for the weight types of kvi_q8_act_type() the input
+ * rows are first quantised (one pool run, rows split between threads) into a buffer
+ * that thread 0's pool scratch holds ahead of its own tile scratch; a second run
+ * splits the outputs in tiles of 16 columns (QTILE) and calls the table's qgemm, or
+ * kvi_qgemm_ref. Both give the contract's bits, so the split does not matter.
+ *
  * Invariants: no function here allocates per row; bad arguments (unknown type,
  * n_in not a multiple of the block size, ld too small, row out of range) never
  * read out of bounds: the outputs are filled with NaN instead.
@@ -22,6 +28,7 @@
 #include "kernels.h"
 
 #include "kernels_isa.h"
+#include "kernels_q8.h"
 #include "quant.h"
 
 #include <math.h>
@@ -38,7 +45,7 @@
 
 static float dot_scalar(const float *a, const float *b, int64_t n);
 
-static const kvi_kernel_table TAB_SCALAR = {KVI_ISA_SCALAR, dot_scalar, NULL};
+static const kvi_kernel_table TAB_SCALAR = {KVI_ISA_SCALAR, dot_scalar, NULL, NULL};
 
 static _Atomic(const kvi_kernel_table *) g_tab;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -229,6 +236,75 @@ static void mm_worker(void *vctx, int ith, int nth)
     }
 }
 
+/* ---- integer path ------------------------------------------------------ */
+
+#define QTILE 16
+
+typedef struct qmm_ctx {
+    const kvi_tensor *W;
+    const float *x;            /* [n_rows][ldx] */
+    int64_t ldx, n_rows;
+    float *y;                  /* [n_rows][ldy] */
+    int64_t ldy;
+    kvi_pool *pool;
+    uint8_t *xq;               /* [n_rows][xq_rb] quantised activations */
+    size_t xq_rb, w_rb;
+    uint8_t *scratch0;         /* thread 0's tile scratch (or the only one) */
+    size_t scratch_bytes;
+    const kvi_kernel_table *tab;
+} qmm_ctx;
+
+static void qmm_quant_worker(void *vctx, int ith, int nth)
+{
+    const qmm_ctx *c = vctx;
+    const int64_t r0 = c->n_rows * ith / nth, r1 = c->n_rows * (ith + 1) / nth;
+    for (int64_t r = r0; r < r1; r++)
+        kvi_q8_quantize_act(c->W->type, c->x + r * c->ldx, c->xq + (size_t)r * c->xq_rb, c->W->n_in);
+}
+
+static void qmm_worker(void *vctx, int ith, int nth)
+{
+    const qmm_ctx *c = vctx;
+    const int64_t n_out = c->W->n_out, n_tiles = (n_out + QTILE - 1) / QTILE;
+    const int64_t t0 = n_tiles * ith / nth, t1 = n_tiles * (ith + 1) / nth;
+    if (t0 >= t1) return;
+    void *scr = ith == 0 ? c->scratch0 : kvi_pool_scratch(c->pool, ith, c->scratch_bytes);
+    kvi_qgemm_args a = {
+        .type = c->W->type, .w = c->W->data, .w_rb = c->w_rb, .n_in = c->W->n_in,
+        .j0 = t0 * QTILE, .j1 = t1 * QTILE < n_out ? t1 * QTILE : n_out,
+        .xq = c->xq, .xq_rb = c->xq_rb, .n_rows = c->n_rows, .y = c->y, .ldy = c->ldy,
+        .scratch = scr,
+    };
+    if (c->tab->qgemm && c->tab->qgemm(&a)) return;
+    kvi_qgemm_ref(&a);
+}
+
+/* Returns false (nothing written) when memory is short: the caller falls back. */
+static bool matmul_q8(kvi_pool *pool, const kvi_tensor *W, const float *x, int64_t ldx,
+                      int64_t n_rows, float *y, int64_t ldy)
+{
+    qmm_ctx c = {
+        .W = W, .x = x, .ldx = ldx, .n_rows = n_rows, .y = y, .ldy = ldy, .pool = pool,
+        .xq_rb = kvi_q8_act_row_bytes(W->type, W->n_in), .w_rb = kvi_row_bytes(W->type, W->n_in),
+        .scratch_bytes = KVI_QGEMM_SCRATCH(W->n_in), .tab = tab(),
+    };
+    const size_t xq_bytes = ((c.xq_rb * (size_t)n_rows) + 63) & ~(size_t)63;
+    if (c.xq_rb == 0 || xq_bytes / c.xq_rb < (size_t)n_rows) return false;
+    uint8_t *buf = pool ? kvi_pool_scratch(pool, 0, xq_bytes + c.scratch_bytes) : NULL;
+    uint8_t *own = NULL;
+    if (!pool) {
+        if (posix_memalign((void **)&own, 64, xq_bytes + c.scratch_bytes) != 0) own = NULL;
+        buf = own;
+    }
+    if (!buf) return false;
+    c.xq = buf;
+    c.scratch0 = buf + xq_bytes;
+    kvi_pool_run(pool, qmm_quant_worker, &c);
+    kvi_pool_run(pool, qmm_worker, &c);
+    free(own);
+    return true;
+}
+
 static bool matmul_args_ok(const kvi_tensor *W, const float *x, int64_t ldx, int64_t ldy)
 {
     return tensor_ok(W) && x && ldx >= W->n_in && ldy >= W->n_out;
@@ -249,6 +325,7 @@ void kvi_matmul(kvi_pool *pool, const kvi_tensor *W, const float *x, int64_t ldx
         return;
     }
     if (W->n_out == 0) return;
+    if (kvi_q8_act_type(W->type) != KVI_TYPE_F32 && matmul_q8(pool, W, x, ldx, n_rows, y, ldy)) return;
     mm_ctx c = {
         .W = W, .x = x, .ldx = ldx, .n_rows = n_rows, .y = y, .ldy = ldy, .pool = pool,
         .own_scratch = NULL, .tab = tab(), .row_bytes = kvi_row_bytes(W->type, W->n_in),

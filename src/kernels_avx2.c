@@ -212,4 +212,4 @@ AVX2 int kvi_dequant_avx2(kvi_type t, const void *src, float *dst, int64_t n)
     }
 }
 
-const kvi_kernel_table kvi_kernels_avx2 = {KVI_ISA_AVX2, dot_avx2, kvi_dequant_avx2};
+const kvi_kernel_table kvi_kernels_avx2 = {KVI_ISA_AVX2, dot_avx2, kvi_dequant_avx2, NULL};

@@ -82,4 +82,151 @@ AVX512 static int dequant_avx512(kvi_type t, const void *src, float *dst, int64_
     }
 }
 
-const kvi_kernel_table kvi_kernels_avx512 = {KVI_ISA_AVX512, dot_avx512, dequant_avx512};
+
+/* ---- integer products with VNNI (kernels_q8.h contract) ------------------
+ *
+ * A tile is 16 weight rows; lane l of every vector belongs to weight row j0 + l.
+ * For a 32-input block, W[k] (k = 0..7) holds in lane l the four weight levels
+ * 4k..4k+3 of row l as unsigned bytes (Q8_0: q + 128; Q4_0: the nibble, q + 8), so
+ * one vpdpbusd with the broadcast activation quants 4k..4k+3 adds four products
+ * to each row's sum; starting the sum at -offset * sum(x quants) makes it the exact
+ * isum. Then acc = fma(dw * dx, (float)isum, acc), lane by lane: the contract's
+ * steps. With more than RB input rows the tile is first packed into the scratch
+ * (per block: W[0..7] then the 16 scales as f32, 576 bytes) and reused for every
+ * group of RB rows; otherwise the blocks are transposed in registers as they come.
+ */
+#define VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+#define VNNI_INLINE VNNI __attribute__((always_inline)) static inline
+#define RB 8            /* input rows per register tile */
+#define PACK_BYTES 576  /* one packed block of a 16-row tile */
+
+/* 16 rows x 16 bytes at p[l] + off -> T[k], lane l = bytes 4k..4k+3 of row l. */
+VNNI_INLINE void transpose16x4(const uint8_t *const *p, size_t off, __m512i T[4])
+{
+    __m512i Z[4];
+    for (int a = 0; a < 4; a++) {
+        __m512i z = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p[a] + off)));
+        z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(p[a + 4] + off)), 1);
+        z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(p[a + 8] + off)), 2);
+        Z[a] = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(p[a + 12] + off)), 3);
+    }
+    __m512i t0 = _mm512_unpacklo_epi32(Z[0], Z[1]), t1 = _mm512_unpacklo_epi32(Z[2], Z[3]);
+    __m512i t2 = _mm512_unpackhi_epi32(Z[0], Z[1]), t3 = _mm512_unpackhi_epi32(Z[2], Z[3]);
+    T[0] = _mm512_unpacklo_epi64(t0, t1);
+    T[1] = _mm512_unpackhi_epi64(t0, t1);
+    T[2] = _mm512_unpacklo_epi64(t2, t3);
+    T[3] = _mm512_unpackhi_epi64(t2, t3);
+}
+
+/* The 16 f16 scales at p[l] + off as floats. */
+VNNI_INLINE __m512 scales16(const uint8_t *const *p, size_t off)
+{
+    uint16_t h[16];
+    for (int l = 0; l < 16; l++) memcpy(&h[l], p[l] + off, 2);
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)h));
+}
+
+/* Block at byte offset off of the 16 rows p[] into W[8] and dw. */
+VNNI_INLINE void load_block(kvi_type t, const uint8_t *const *p, size_t off, __m512i W[8], __m512 *dw)
+{
+    if (t == KVI_TYPE_Q8_0) {
+        const __m512i flip = _mm512_set1_epi8((char)0x80);
+        transpose16x4(p, off + 2, W);
+        transpose16x4(p, off + 18, W + 4);
+        for (int k = 0; k < 8; k++) W[k] = _mm512_xor_si512(W[k], flip);
+    } else {   /* Q4_0: low nibbles are inputs 0..15, high nibbles 16..31 */
+        const __m512i lo = _mm512_set1_epi8(0x0f);
+        __m512i R[4];
+        transpose16x4(p, off + 2, R);
+        for (int k = 0; k < 4; k++) {
+            W[k] = _mm512_and_si512(R[k], lo);
+            W[k + 4] = _mm512_and_si512(_mm512_srli_epi16(R[k], 4), lo);
+        }
+    }
+    *dw = scales16(p, off);
+}
+
+VNNI_INLINE int32_t load_i32(const int8_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* acc[rr] for nr (<= RB) activation rows x[rr] at block b. */
+VNNI_INLINE void rows_block(const __m512i W[8], __m512 dw, int32_t off, const kvi_q8a *const *x, int64_t b,
+                            int nr, __m512 *acc)
+{
+    for (int rr = 0; rr < nr; rr++) {
+        const kvi_q8a *xb = x[rr] + b;
+        __m512i s = _mm512_set1_epi32(-off * xb->sum);
+        for (int k = 0; k < 8; k++) s = _mm512_dpbusd_epi32(s, W[k], _mm512_set1_epi32(load_i32(xb->qs + 4 * k)));
+        acc[rr] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(xb->d)), _mm512_cvtepi32_ps(s), acc[rr]);
+    }
+}
+
+VNNI static void tile_rows(const kvi_qgemm_args *a, const uint8_t *const *p, const uint8_t *packed, int64_t jt,
+                           __mmask16 m, int64_t r0, int nr)
+{
+    const int32_t off = a->type == KVI_TYPE_Q8_0 ? 128 : 8;
+    const int64_t nb = a->n_in / 32;
+    const size_t bb = kvi_type_block_bytes(a->type);
+    const kvi_q8a *x[RB];
+    __m512 acc[RB];
+    for (int rr = 0; rr < RB; rr++) {
+        x[rr] = (const kvi_q8a *)(a->xq + (size_t)(r0 + (rr < nr ? rr : 0)) * a->xq_rb);
+        acc[rr] = _mm512_setzero_ps();
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        __m512i W[8];
+        __m512 dw;
+        if (packed) {
+            const uint8_t *q = packed + (size_t)b * PACK_BYTES;
+            for (int k = 0; k < 8; k++) W[k] = _mm512_load_si512((const void *)(q + 64 * k));
+            dw = _mm512_load_ps((const float *)(q + 512));
+        } else {
+            load_block(a->type, p, (size_t)b * bb, W, &dw);
+        }
+        if (nr == RB) rows_block(W, dw, off, x, b, RB, acc);
+        else rows_block(W, dw, off, x, b, nr, acc);
+    }
+    for (int rr = 0; rr < nr; rr++) _mm512_mask_storeu_ps(a->y + (r0 + rr) * a->ldy + jt, m, acc[rr]);
+}
+
+static int has_vnni(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        __builtin_cpu_init();
+        v = __builtin_cpu_supports("avx512vnni") ? 1 : 0;
+    }
+    return v;
+}
+
+VNNI static int qgemm_avx512(const kvi_qgemm_args *a)
+{
+    if ((a->type != KVI_TYPE_Q8_0 && a->type != KVI_TYPE_Q4_0) || !has_vnni()) return 0;
+    const int64_t nb = a->n_in / 32;
+    const size_t bb = kvi_type_block_bytes(a->type);
+    uint8_t *packed = a->n_rows > RB && a->scratch ? a->scratch : NULL;
+    for (int64_t jt = a->j0; jt < a->j1; jt += 16) {
+        const int nv = a->j1 - jt < 16 ? (int)(a->j1 - jt) : 16;
+        const __mmask16 m = (__mmask16)((1u << nv) - 1);
+        const uint8_t *p[16];
+        for (int l = 0; l < 16; l++) p[l] = a->w + (size_t)(jt + (l < nv ? l : nv - 1)) * a->w_rb;
+        if (packed)
+            for (int64_t b = 0; b < nb; b++) {
+                __m512i W[8];
+                __m512 dw;
+                load_block(a->type, p, (size_t)b * bb, W, &dw);
+                uint8_t *q = packed + (size_t)b * PACK_BYTES;
+                for (int k = 0; k < 8; k++) _mm512_store_si512((void *)(q + 64 * k), W[k]);
+                _mm512_store_ps((float *)(q + 512), dw);
+            }
+        for (int64_t r = 0; r < a->n_rows; r += RB)
+            tile_rows(a, p, packed, jt, m, r, a->n_rows - r < RB ? (int)(a->n_rows - r) : RB);
+    }
+    return 1;
+}
+
+const kvi_kernel_table kvi_kernels_avx512 = {KVI_ISA_AVX512, dot_avx512, dequant_avx512, qgemm_avx512};

@@ -11,11 +11,15 @@
  * Invariant: `dequant` produces exactly the floats of kvi_dequant_row() (every
  * supported format dequantises exactly: products of small integers and halves),
  * or returns 0 to let the caller fall back to kvi_dequant_row().
+ *
+ * Invariant: `qgemm` gives exactly kvi_qgemm_ref()'s bits (kernels_q8.h contract),
+ * or returns 0 (type not handled, or CPU feature missing) and writes nothing.
  */
 #ifndef KVI_KERNELS_ISA_H
 #define KVI_KERNELS_ISA_H
 
 #include "kernels.h"
+#include "kernels_q8.h"
 
 typedef struct kvi_kernel_table {
     kvi_isa isa;
@@ -23,6 +27,8 @@ typedef struct kvi_kernel_table {
     float (*dot)(const float *a, const float *b, int64_t n);
     /* n elements of type t into dst; returns 0 when the type has no fast path */
     int (*dequant)(kvi_type t, const void *src, float *dst, int64_t n);
+    /* integer product with quantised activations; 1 when done, 0 to fall back */
+    int (*qgemm)(const kvi_qgemm_args *a);
 } kvi_kernel_table;
 
 extern const kvi_kernel_table kvi_kernels_avx2;

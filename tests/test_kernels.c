@@ -5,6 +5,7 @@
  * against the reference, and the worker pool.
  */
 #include "kernels.h"
+#include "kernels_q8.h"
 #include "quant.h"
 #include "testutil.h"
 
@@ -136,6 +137,108 @@ static void test_get_row(void)
     free(got);
 }
 
+/* The floats that the activation blocks of n inputs of x stand for (d * q). */
+static void q8_dequant_act(kvi_type t, const float *x, float *dst, int64_t n)
+{
+    void *xq = malloc(kvi_q8_act_row_bytes(t, n));
+    kvi_q8_quantize_act(t, x, xq, n);
+    if (kvi_q8_act_type(t) == KVI_TYPE_Q8_0) {
+        const kvi_q8a *b = xq;
+        for (int64_t i = 0; i < n; i++) dst[i] = b[i / 32].d * (float)b[i / 32].qs[i % 32];
+    } else {
+        const kvi_q8k *b = xq;
+        for (int64_t i = 0; i < n; i++) dst[i] = b[i / QK_K].d * (float)b[i / QK_K].qs[i % QK_K];
+    }
+    free(xq);
+}
+
+/* Activation quantisation: Q8_0 blocks equal kvi_quantize_row's (an independent
+ * quantiser) in scale and quants, sums are exact, and a hand-made Q8_K block. */
+static void test_q8_act(void)
+{
+    enum { N = 512 };
+    float x[N];
+    uint64_t rs = 5150;
+    fill_normal(x, N, &rs);
+    kvi_q8a qa[N / 32];
+    block_q8_0 ref[N / 32];
+    kvi_q8_quantize_act(KVI_TYPE_Q4_0, x, qa, N);
+    kvi_quantize_row(KVI_TYPE_Q8_0, x, ref, N);
+    int bad = 0;
+    for (int b = 0; b < N / 32; b++) {
+        int sum = 0;
+        for (int i = 0; i < 32; i++) sum += qa[b].qs[i];
+        bad += qa[b].d != kvi_f16_to_f32(ref[b].d) || memcmp(qa[b].qs, ref[b].qs, 32) != 0 || qa[b].sum != sum;
+        bad += fabsf(qa[b].s - qa[b].d * (float)sum) > 1e-3f * fabsf(qa[b].d * (float)sum) + 1e-6f;
+    }
+    CHECK(bad == 0, "q8 activation blocks differ from Q8_0 quantisation in %d blocks", bad);
+    /* Q8_K by hand: x = i - 155 for i < 256: largest magnitude -155, d = 155/127,
+     * q(100) = round(100 * 127 / 155) = 82 */
+    float xk[QK_K];
+    for (int i = 0; i < QK_K; i++) xk[i] = (float)(i - 155);
+    kvi_q8k k;
+    kvi_q8_quantize_act(KVI_TYPE_Q4_K, xk, &k, QK_K);
+    CHECK(fabsf(k.d - 155.0f / 127.0f) < 1e-6f && k.qs[0] == -127 && k.qs[155] == 0 && k.qs[255] == 82,
+          "q8_K hand block: d %g q %d %d %d", k.d, k.qs[0], k.qs[155], k.qs[255]);
+    int s32 = 0;
+    for (int i = 32; i < 64; i++) s32 += k.qs[i];
+    CHECK(k.sum32[1] == s32 && k.sum16[3] == k.qs[48] + k.qs[49] + k.qs[50] + k.qs[51] + k.qs[52] + k.qs[53] +
+                                                k.qs[54] + k.qs[55] + k.qs[56] + k.qs[57] + k.qs[58] + k.qs[59] +
+                                                k.qs[60] + k.qs[61] + k.qs[62] + k.qs[63],
+          "q8_K sums");
+    /* hand dot: Q8_0 weight block of ones (d = 0.5) times activation quants 1..32
+     * (d_x from the block): isum = 528, y = 0.5 * d_x * 528 */
+    block_q8_0 wb;
+    wb.d = kvi_f32_to_f16(0.5f);
+    for (int i = 0; i < 32; i++) wb.qs[i] = 1;
+    float xs[32];
+    for (int i = 0; i < 32; i++) xs[i] = (float)(i + 1);
+    kvi_q8a xa;
+    kvi_q8_quantize_act(KVI_TYPE_Q8_0, xs, &xa, 32);
+    CHECK(xa.qs[31] == 127 && xa.d == kvi_f16_to_f32(kvi_f32_to_f16(32.0f / 127.0f)), "q8 act hand block");
+    int isum = 0;
+    for (int i = 0; i < 32; i++) isum += xa.qs[i];
+    CHECK(kvi_q8_dot_ref(KVI_TYPE_Q8_0, &wb, &xa, 32) == 0.5f * xa.d * (float)isum, "q8 hand dot");
+}
+
+/* Every ISA's integer path gives kvi_q8_dot_ref's bits, on shapes with a partial
+ * 16-row tile and 1..9 input rows. */
+static void test_q8_exact(kvi_pool *pool)
+{
+    const int64_t n_in = 768, n_out = 53;
+    uint64_t rs = 8080;
+    float *x = malloc((size_t)(9 * n_in) * sizeof(float)), *y = malloc((size_t)(9 * n_out) * sizeof(float));
+    float *yr = malloc((size_t)(9 * n_out) * sizeof(float));
+    fill_normal(x, 9 * n_in, &rs);
+    for (int k = 0; k < N_TYPES; k++) {
+        kvi_type t = ALL_TYPES[k];
+        if (kvi_q8_act_type(t) == KVI_TYPE_F32) continue;
+        void *wq = random_matrix(t, n_out, n_in, &rs);
+        kvi_tensor W = {wq, t, n_in, n_out};
+        size_t xrb = kvi_q8_act_row_bytes(t, n_in), rb = kvi_row_bytes(t, n_in);
+        uint8_t *xq = malloc(xrb * 9);
+        for (int r = 0; r < 9; r++) kvi_q8_quantize_act(t, x + r * n_in, xq + (size_t)r * xrb, n_in);
+        for (int r = 0; r < 9; r++)
+            for (int64_t j = 0; j < n_out; j++)
+                yr[r * n_out + j] = kvi_q8_dot_ref(t, (const uint8_t *)wq + (size_t)j * rb, xq + (size_t)r * xrb, n_in);
+        for (int isa = 0; isa <= (int)kvi_isa_detect(); isa++) {
+            kvi_isa_set((kvi_isa)isa);
+            int bad = 0;
+            for (int nr = 1; nr <= 9; nr += 4) {
+                kvi_matmul(pool, &W, x, n_in, nr, y, n_out);
+                bad += memcmp(y, yr, (size_t)(nr * n_out) * sizeof(float)) != 0;
+            }
+            CHECK(bad == 0, "%s/%s: integer path differs from kvi_q8_dot_ref", kvi_type_name(t), kvi_isa_str((kvi_isa)isa));
+        }
+        free(xq);
+        free(wq);
+    }
+    kvi_isa_set(KVI_ISA_AVX512);
+    free(x);
+    free(y);
+    free(yr);
+}
+
 /* kvi_matmul of every type and ISA against the scalar reference; strides wider than
  * the data must leave the padding alone. */
 static void test_matmul_vs_ref(kvi_pool *pool)
@@ -152,6 +255,38 @@ static void test_matmul_vs_ref(kvi_pool *pool)
         void *wq = random_matrix(t, n_out, n_in, &rs);
         kvi_tensor W = {wq, t, n_in, n_out};
         kvi_matmul_ref(&W, x, ldx, n_rows, yr, ldy);
+        const bool q8 = kvi_q8_act_type(t) != KVI_TYPE_F32;
+        float *xd = malloc((size_t)(n_rows * ldx) * sizeof(float));   /* [n_rows][ldx] */
+        memcpy(xd, x, (size_t)(n_rows * ldx) * sizeof(float));
+        if (q8) {
+            /* the integer path multiplies the 8-bit activations: reference = the
+             * dequantised activations times the dequantised weights, in double */
+            for (int64_t r = 0; r < n_rows; r++) q8_dequant_act(t, x + r * ldx, xd + r * ldx, n_in);
+            for (int64_t j = 0; j < n_out; j++) {
+                kvi_tensor_get_row(&W, j, w);
+                for (int64_t r = 0; r < n_rows; r++) yr[r * ldy + j] = kvi_dot_f32_ref(xd + r * ldx, w, n_in);
+            }
+            if (t == KVI_TYPE_Q4_1 || t == KVI_TYPE_Q5_1) {
+                /* these use the block sum s = d * sum(q) rounded through f16 (as
+                 * ggml's Q8_1) for the min term m * s: add that rounding */
+                kvi_q8a *xa = malloc(kvi_q8_act_row_bytes(t, n_in));
+                size_t rb = kvi_row_bytes(t, n_in), bb = kvi_type_block_bytes(t);
+                for (int64_t r = 0; r < n_rows; r++) {
+                    kvi_q8_quantize_act(t, x + r * ldx, xa, n_in);
+                    for (int64_t j = 0; j < n_out; j++) {
+                        double c = 0;
+                        for (int64_t b = 0; b < n_in / 32; b++) {
+                            const uint8_t *blk = (const uint8_t *)wq + (size_t)j * rb + (size_t)b * bb;
+                            kvi_f16 mh;
+                            memcpy(&mh, blk + 2, 2);   /* m follows d in both layouts */
+                            c += (double)kvi_f16_to_f32(mh) * ((double)xa[b].s - (double)xa[b].d * xa[b].sum);
+                        }
+                        yr[r * ldy + j] = (float)(yr[r * ldy + j] + c);
+                    }
+                }
+                free(xa);
+            }
+        }
         for (int isa = 0; isa <= (int)kvi_isa_detect(); isa++) {
             kvi_isa_set((kvi_isa)isa);
             for (int64_t i = 0; i < n_rows * ldy; i++) y[i] = -777.0f;
@@ -161,7 +296,7 @@ static void test_matmul_vs_ref(kvi_pool *pool)
                 for (int64_t j = 0; j < n_out; j++) {
                     kvi_tensor_get_row(&W, j, w);
                     double mag = 0;
-                    for (int64_t i = 0; i < n_in; i++) mag += fabs((double)x[r * ldx + i] * w[i]);
+                    for (int64_t i = 0; i < n_in; i++) mag += fabs((double)xd[r * ldx + i] * w[i]);
                     double e = fabs((double)y[r * ldy + j] - yr[r * ldy + j]);
                     if (!(e <= 1e-4 * mag + 1e-6)) {
                         if (bad++ < 3)
@@ -175,6 +310,7 @@ static void test_matmul_vs_ref(kvi_pool *pool)
             CHECK(pad == 0, "%s matmul wrote into the stride padding", kvi_type_name(t));
         }
         free(wq);
+        free(xd);
     }
     kvi_isa_set(KVI_ISA_AVX512);
     /* hand check: W = [[1,2],[3,4],[5,6]] (rows), x = [1, -1] -> y = [-1, -1, -1] at f32
@@ -310,7 +446,10 @@ int main(void)
     test_dot();
     test_get_row();
     test_pool();
+    test_q8_act();
     kvi_pool *pool = kvi_pool_create(2);
+    test_q8_exact(pool);
+    test_q8_exact(NULL);
     test_matmul_vs_ref(pool);
     test_matmul_vs_ref(NULL);
     kvi_pool_free(pool);

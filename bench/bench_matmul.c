@@ -1,0 +1,84 @@
+/*
+ * bench_matmul.c — micro-benchmark of kvi_matmul: GOP/s (2 * n_in * n_out * rows
+ * per call) for each weight type on 2048x2048 and 2048x8192 matrices, 1 and 512
+ * input rows, with a pool of T threads (default 2); median of R timed calls.
+ *
+ * Build (from the repository root, after building kvinfer_core in BUILD):
+ *   gcc -O2 -std=gnu11 -Iinclude -Isrc bench/bench_matmul.c BUILD/libkvinfer_core.a \
+ *       -lpcre2-8 -lcjson -lm -lpthread -o /tmp/bench_matmul
+ * Run: /tmp/bench_matmul [threads] [reps] [type ...]   (KVINFER_ISA forces a path)
+ */
+#include "kernels.h"
+#include "quant.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv)
+{
+    int threads = argc > 1 ? atoi(argv[1]) : 2, reps = argc > 2 ? atoi(argv[2]) : 5;
+    const char *deflt[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k"};
+    const char **types = argc > 3 ? (const char **)argv + 3 : deflt;
+    int n_types = argc > 3 ? argc - 3 : (int)(sizeof deflt / sizeof deflt[0]);
+    const int64_t n_in = 2048, outs[2] = {2048, 8192}, rows[2] = {1, 512};
+    kvi_pool *pool = kvi_pool_create(threads);
+    float *x = malloc((size_t)(512 * n_in) * sizeof(float)), *y = malloc((size_t)(512 * 8192) * sizeof(float));
+    float *row = malloc((size_t)n_in * sizeof(float));
+    uint64_t s = 88172645463325252ull;
+    for (int64_t i = 0; i < 512 * n_in; i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        x[i] = (float)((double)(s >> 11) / 9007199254740992.0 - 0.5);
+    }
+    printf("isa %s threads %d reps %d (median GOP/s)\n", kvi_isa_name(), threads, reps);
+    printf("%-6s %14s %14s %14s %14s\n", "type", "2048x2048 r1", "2048x2048 r512", "2048x8192 r1", "2048x8192 r512");
+    for (int k = 0; k < n_types; k++) {
+        kvi_type t = KVI_TYPE_F32;
+        while (t < KVI_TYPE_COUNT && strcmp(kvi_type_name(t), types[k]) != 0) t++;
+        if (t >= KVI_TYPE_COUNT) continue;
+        printf("%-6s", types[k]);
+        for (int o = 0; o < 2; o++) {
+            size_t rb = kvi_row_bytes(t, n_in);
+            uint8_t *w = malloc(rb * (size_t)outs[o]);
+            for (int64_t j = 0; j < outs[o]; j++) {
+                for (int64_t i = 0; i < n_in; i++) row[i] = x[(j * 7 + i) % (512 * n_in)];
+                kvi_quantize_row(t, row, w + (size_t)j * rb, n_in);
+            }
+            kvi_tensor W = {w, t, n_in, outs[o]};
+            for (int r = 0; r < 2; r++) {
+                double ts[64];
+                int n = reps < 64 ? reps : 64, calls = rows[r] == 1 ? 20 : 1;
+                kvi_matmul(pool, &W, x, n_in, rows[r], y, outs[o]);   /* warm-up */
+                for (int i = 0; i < n; i++) {
+                    double t0 = now();
+                    for (int c = 0; c < calls; c++) kvi_matmul(pool, &W, x, n_in, rows[r], y, outs[o]);
+                    ts[i] = (now() - t0) / calls;
+                }
+                qsort(ts, (size_t)n, sizeof ts[0], cmp_d);
+                printf(" %14.1f", 2.0 * (double)n_in * (double)outs[o] * (double)rows[r] / ts[n / 2] * 1e-9);
+                fflush(stdout);
+            }
+            free(w);
+        }
+        printf("\n");
+    }
+    kvi_pool_free(pool);
+    free(x);
+    free(y);
+    free(row);
+    return 0;
+}

@@ -1,0 +1,265 @@
+/*
+ * kernels_q8.c — activation quantisation and the scalar reference of the integer
+ * matrix products (contract in kernels_q8.h).
+ *
+ * Data: a quantised activation row is n/32 kvi_q8a blocks or n/256 kvi_q8k blocks,
+ * contiguous. The reference unpacks each weight block into small integer levels
+ * (lv, one per input, with the type's offset already removed for the symmetric
+ * types), integer sub-block scales and mins, and float factors; it then forms the
+ * exact integer sums and applies the contract's float steps with fmaf, so the
+ * rounding is fixed by the contract and not by the compiler's contraction choices.
+ *
+ * Invariants: every integer sum fits int32 (largest: Q6_K, 256 * 32 * 127 * 128);
+ * nothing here allocates.
+ */
+#include "kernels_q8.h"
+
+#include <math.h>
+#include <string.h>
+
+kvi_type kvi_q8_act_type(kvi_type t)
+{
+    switch (t) {
+    case KVI_TYPE_Q8_0:
+    case KVI_TYPE_Q4_0:
+    case KVI_TYPE_Q4_1:
+    case KVI_TYPE_Q5_0:
+    case KVI_TYPE_Q5_1: return KVI_TYPE_Q8_0;
+    case KVI_TYPE_Q4_K:
+    case KVI_TYPE_Q5_K:
+    case KVI_TYPE_Q6_K: return KVI_TYPE_Q8_K;
+    default: return KVI_TYPE_F32;
+    }
+}
+
+size_t kvi_q8_act_row_bytes(kvi_type t, int64_t n)
+{
+    kvi_type a = kvi_q8_act_type(t);
+    if (n <= 0) return 0;
+    if (a == KVI_TYPE_Q8_0) return n % 32 ? 0 : (size_t)(n / 32) * sizeof(kvi_q8a);
+    if (a == KVI_TYPE_Q8_K) return n % QK_K ? 0 : (size_t)(n / QK_K) * sizeof(kvi_q8k);
+    return 0;
+}
+
+static float f16_round(float v) { return kvi_f16_to_f32(kvi_f32_to_f16(v)); }
+
+/* ggml's Q8_0 / Q8_1: d = amax / 127, q = round(x / d) (ties to even). */
+static void quant_a(const float *x, kvi_q8a *b)
+{
+    float amax = 0.0f;
+    for (int i = 0; i < 32; i++) {
+        float a = fabsf(x[i]);
+        if (a > amax) amax = a;
+    }
+    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    int sum = 0;
+    for (int i = 0; i < 32; i++) {
+        long q = lrintf(x[i] * id);
+        if (q > 127) q = 127;
+        if (q < -127) q = -127;
+        b->qs[i] = (int8_t)q;
+        sum += (int)q;
+    }
+    b->d = f16_round(d);
+    b->s = f16_round(d * (float)sum);
+    b->sum = sum;
+    b->pad = 0;
+}
+
+/* ggml's Q8_K: scale from the signed element of largest magnitude, -127 levels. */
+static void quant_k(const float *x, kvi_q8k *b)
+{
+    float amax = 0.0f, max = 0.0f;
+    for (int i = 0; i < QK_K; i++) {
+        float a = fabsf(x[i]);
+        if (a > amax) {
+            amax = a;
+            max = x[i];
+        }
+    }
+    memset(b, 0, sizeof *b);
+    if (amax == 0.0f) return;
+    const float iscale = -127.0f / max;
+    for (int i = 0; i < QK_K; i++) {
+        long q = lrintf(iscale * x[i]);
+        if (q > 127) q = 127;
+        if (q < -127) q = -127;
+        b->qs[i] = (int8_t)q;
+        b->sum16[i / 16] += (int32_t)q;
+        b->sum32[i / 32] += (int32_t)q;
+    }
+    b->d = 1.0f / iscale;
+}
+
+void kvi_q8_quantize_act(kvi_type t, const float *x, void *dst, int64_t n)
+{
+    kvi_type a = kvi_q8_act_type(t);
+    if (a == KVI_TYPE_Q8_0)
+        for (int64_t i = 0; i + 32 <= n; i += 32) quant_a(x + i, (kvi_q8a *)dst + i / 32);
+    else if (a == KVI_TYPE_Q8_K)
+        for (int64_t i = 0; i + QK_K <= n; i += QK_K) quant_k(x + i, (kvi_q8k *)dst + i / QK_K);
+}
+
+/* ---- weight blocks as integers ------------------------------------------ */
+
+static float F16(kvi_f16 h) { return kvi_f16_to_f32(h); }
+
+static void scale_min_k4(int j, const uint8_t *q, int *sc, int *mn)
+{
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *mn = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4);
+        *mn = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+/* One 32-input block of a legacy type: levels lv (offset removed for _0 types),
+ * scale d and min m (0 for the _0 types). */
+static void unpack32(kvi_type t, const uint8_t *p, int lv[32], float *d, float *m)
+{
+    uint32_t qh;
+    *m = 0.0f;
+    switch (t) {
+    case KVI_TYPE_Q8_0: {
+        const block_q8_0 *b = (const block_q8_0 *)p;
+        *d = F16(b->d);
+        for (int i = 0; i < 32; i++) lv[i] = b->qs[i];
+        break;
+    }
+    case KVI_TYPE_Q4_0: {
+        const block_q4_0 *b = (const block_q4_0 *)p;
+        *d = F16(b->d);
+        for (int i = 0; i < 16; i++) {
+            lv[i] = (b->qs[i] & 0xf) - 8;
+            lv[i + 16] = (b->qs[i] >> 4) - 8;
+        }
+        break;
+    }
+    case KVI_TYPE_Q4_1: {
+        const block_q4_1 *b = (const block_q4_1 *)p;
+        *d = F16(b->d);
+        *m = F16(b->m);
+        for (int i = 0; i < 16; i++) {
+            lv[i] = b->qs[i] & 0xf;
+            lv[i + 16] = b->qs[i] >> 4;
+        }
+        break;
+    }
+    case KVI_TYPE_Q5_0: {
+        const block_q5_0 *b = (const block_q5_0 *)p;
+        *d = F16(b->d);
+        memcpy(&qh, b->qh, 4);
+        for (int i = 0; i < 16; i++) {
+            lv[i] = ((b->qs[i] & 0xf) | (int)((qh >> i) & 1) << 4) - 16;
+            lv[i + 16] = ((b->qs[i] >> 4) | (int)((qh >> (i + 16)) & 1) << 4) - 16;
+        }
+        break;
+    }
+    default: { /* KVI_TYPE_Q5_1 */
+        const block_q5_1 *b = (const block_q5_1 *)p;
+        *d = F16(b->d);
+        *m = F16(b->m);
+        memcpy(&qh, b->qh, 4);
+        for (int i = 0; i < 16; i++) {
+            lv[i] = (b->qs[i] & 0xf) | (int)((qh >> i) & 1) << 4;
+            lv[i + 16] = (b->qs[i] >> 4) | (int)((qh >> (i + 16)) & 1) << 4;
+        }
+        break;
+    }
+    }
+}
+
+/* One 256-input K-quant block: levels lv, per-16 scales sc16 (Q6_K) or per-32
+ * scales/mins sc32/mn32 (Q4_K/Q5_K), d and dmin. */
+static void unpack256(kvi_type t, const uint8_t *p, int lv[QK_K], int sc[16], int mn[8], float *d,
+                      float *dmin)
+{
+    if (t == KVI_TYPE_Q6_K) {
+        const block_q6_K *b = (const block_q6_K *)p;
+        *d = F16(b->d);
+        *dmin = 0.0f;
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ql = b->ql + 64 * h, *qh = b->qh + 32 * h;
+            int *o = lv + 128 * h;
+            for (int l = 0; l < 32; l++) {
+                o[l] = ((ql[l] & 0xf) | ((qh[l] >> 0) & 3) << 4) - 32;
+                o[l + 32] = ((ql[l + 32] & 0xf) | ((qh[l] >> 2) & 3) << 4) - 32;
+                o[l + 64] = ((ql[l] >> 4) | ((qh[l] >> 4) & 3) << 4) - 32;
+                o[l + 96] = ((ql[l + 32] >> 4) | ((qh[l] >> 6) & 3) << 4) - 32;
+            }
+        }
+        for (int i = 0; i < 16; i++) sc[i] = b->scales[i];
+        return;
+    }
+    /* Q4_K and Q5_K share the header layout (d, dmin, scales) */
+    const block_q4_K *b4 = (const block_q4_K *)p;
+    const block_q5_K *b5 = (const block_q5_K *)p;
+    const uint8_t *scales = t == KVI_TYPE_Q4_K ? b4->scales : b5->scales;
+    const uint8_t *qs = t == KVI_TYPE_Q4_K ? b4->qs : b5->qs;
+    *d = F16(t == KVI_TYPE_Q4_K ? b4->d : b5->d);
+    *dmin = F16(t == KVI_TYPE_Q4_K ? b4->dmin : b5->dmin);
+    for (int c = 0; c < 4; c++) {
+        const uint8_t *q = qs + 32 * c;
+        for (int l = 0; l < 32; l++) {
+            int h0 = 0, h1 = 0;
+            if (t == KVI_TYPE_Q5_K) {
+                h0 = (b5->qh[l] >> (2 * c)) & 1;
+                h1 = (b5->qh[l] >> (2 * c + 1)) & 1;
+            }
+            lv[64 * c + l] = (q[l] & 0xf) | h0 << 4;
+            lv[64 * c + 32 + l] = (q[l] >> 4) | h1 << 4;
+        }
+    }
+    for (int j = 0; j < 8; j++) scale_min_k4(j, scales, &sc[j], &mn[j]);
+}
+
+float kvi_q8_dot_ref(kvi_type t, const void *w, const void *xq, int64_t n)
+{
+    const uint8_t *wp = w;
+    float acc = 0.0f;
+    if (kvi_q8_act_type(t) == KVI_TYPE_Q8_0) {
+        const size_t bb = kvi_type_block_bytes(t);
+        const kvi_q8a *x = xq;
+        int lv[32];
+        for (int64_t b = 0; b < n / 32; b++) {
+            float d, m;
+            unpack32(t, wp + (size_t)b * bb, lv, &d, &m);
+            int32_t isum = 0;
+            for (int i = 0; i < 32; i++) isum += lv[i] * x[b].qs[i];
+            acc = fmaf(d * x[b].d, (float)isum, acc);
+            if (t == KVI_TYPE_Q4_1 || t == KVI_TYPE_Q5_1) acc = fmaf(m, x[b].s, acc);
+        }
+        return acc;
+    }
+    if (kvi_q8_act_type(t) != KVI_TYPE_Q8_K) return NAN;
+    const size_t bb = kvi_type_block_bytes(t);
+    const kvi_q8k *x = xq;
+    int lv[QK_K], sc[16], mn[8];
+    for (int64_t b = 0; b < n / QK_K; b++) {
+        float d, dmin;
+        unpack256(t, wp + (size_t)b * bb, lv, sc, mn, &d, &dmin);
+        int32_t isum = 0, msum = 0;
+        const int sub = t == KVI_TYPE_Q6_K ? 16 : 32;
+        for (int s = 0; s < QK_K / sub; s++) {
+            int32_t si = 0;
+            for (int i = s * sub; i < (s + 1) * sub; i++) si += lv[i] * x[b].qs[i];
+            isum += sc[s] * si;
+        }
+        acc = fmaf(d * x[b].d, (float)isum, acc);
+        if (t != KVI_TYPE_Q6_K) {
+            for (int s = 0; s < 8; s++) msum += mn[s] * x[b].sum32[s];
+            acc = fmaf(-(dmin * x[b].d), (float)msum, acc);
+        }
+    }
+    return acc;
+}
+
+void kvi_qgemm_ref(const kvi_qgemm_args *a)
+{
+    for (int64_t j = a->j0; j < a->j1; j++)
+        for (int64_t r = 0; r < a->n_rows; r++)
+            a->y[r * a->ldy + j] =
+                kvi_q8_dot_ref(a->type, a->w + (size_t)j * a->w_rb, a->xq + (size_t)r * a->xq_rb, a->n_in);
+}
