@@ -24,6 +24,9 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 int cmd_toy(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
+int cmd_loadgen(int argc, char **argv);
 
 /* ---- helpers (cli/cli_util.c) ---- */
 

@@ -26,6 +26,9 @@ static const cli_command commands[] = {
     {"detokenize", cmd_detokenize, "print the text of token ids"},
     {"synth", cmd_synth, "write a synthetic GGUF model with random weights"},
     {"toy", cmd_toy, "a tiny worked example of prefill, decode and the KV cache"},
+    {"serve", cmd_serve, "OpenAI-compatible HTTP server with continuous batching"},
+    {"chat", cmd_chat, "interactive chat in the terminal, KV cache kept between turns"},
+    {"loadgen", cmd_loadgen, "load generator for a running server (throughput, TTFT, ITL)"},
 };
 
 static void print_help(FILE *f)

@@ -329,6 +329,30 @@ int kvi_sched_step(kvi_sched *s, kvi_error *err);
 int kvi_sched_start(kvi_sched *s, kvi_error *err);
 void kvi_sched_stats_get(kvi_sched *s, kvi_sched_stats *out);
 
+/* ---- chat templates (owner: server; src/chat_template.c) ----------------- */
+
+typedef struct kvi_chat_msg {
+    const char *role;         /* "system", "user", "assistant" */
+    const char *content;      /* plain text: never parsed for special tokens */
+} kvi_chat_msg;
+
+/* The template family of the model's tokenizer.chat_template, detected by
+ * substrings: "llama2", "llama3", "chatml", "phi3", "gemma", "mistral", or
+ * "fallback" (no or unknown template: chatml-shaped markers, as special tokens
+ * when the vocabulary has them, else as plain text). */
+const char *kvi_chat_family(const kvi_model *m);
+/* Token ids of messages[0..n) in the model's chat format (BOS as the model says,
+ * markers as special-token ids, message text tokenized with parse_special off),
+ * followed by the assistant's opening when add_assistant. Returns the number of
+ * ids (may exceed n_max: then only n_max were written), or a negative code. */
+int32_t kvi_chat_apply(const kvi_model *m, const kvi_chat_msg *msgs, int n, bool add_assistant, int32_t *out,
+                       int32_t n_max, kvi_error *err);
+/* The same for a given family, and the family a template text belongs to (tests,
+ * and models whose template kvinfer should not trust). */
+int32_t kvi_chat_apply_family(const kvi_model *m, const char *family, const kvi_chat_msg *msgs, int n,
+                              bool add_assistant, int32_t *out, int32_t n_max, kvi_error *err);
+const char *kvi_chat_family_of(const char *template_text);
+
 /* ---- speculative decoding (owner: spec; src/speculative.c) --------------- */
 
 /* The final distribution kvi_sampler_sample() would draw from for these logits

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages kvinfer needs to build, when any is missing.
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config libpcre2-dev libcjson-dev)
+pkgs=(build-essential cmake pkg-config libpcre2-dev libcjson-dev libmicrohttpd-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
