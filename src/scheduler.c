@@ -335,12 +335,15 @@ static void admit(kvi_sched *s)
         best->state = SREQ_RUNNING;
         best->n_done = 0;
         best->admit_no = ++s->admit_counter;
-        if (best->t_admit == 0) best->t_admit = kvi_time_ms();
+        const bool first = best->t_admit == 0;
+        if (first) best->t_admit = kvi_time_ms();
         best->preempted = false;
         free_blocks -= need;
         n_running++;
         pthread_mutex_lock(&s->mu);
         s->n_waiting--;
+        /* the prefix cache seam: cached tokens would be counted here as well */
+        if (first) s->st.n_prompt_tokens += (uint64_t)best->n_prompt;
         pthread_mutex_unlock(&s->mu);
     }
 }
