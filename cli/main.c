@@ -13,6 +13,11 @@
 
 #define KVI_CLI_VERSION "0.1.0"
 
+/* Measurement commands (cmd_bench.c, cmd_perplexity.c, cmd_kvplan.c). */
+int cmd_bench(int argc, char **argv);
+int cmd_perplexity(int argc, char **argv);
+int cmd_kvplan(int argc, char **argv);
+
 typedef struct cli_command {
     const char *name;
     int (*fn)(int argc, char **argv);
@@ -29,6 +34,9 @@ static const cli_command commands[] = {
     {"serve", cmd_serve, "OpenAI-compatible HTTP server with continuous batching"},
     {"chat", cmd_chat, "interactive chat in the terminal, KV cache kept between turns"},
     {"loadgen", cmd_loadgen, "load generator for a running server (throughput, TTFT, ITL)"},
+    {"bench", cmd_bench, "prefill/decode tokens/s (llama-bench style) against the machine's limits"},
+    {"perplexity", cmd_perplexity, "perplexity of a text file; KL divergence against saved logits"},
+    {"kv-plan", cmd_kvplan, "KV cache bytes per token/sequence and what fits in a memory size"},
 };
 
 static void print_help(FILE *f)

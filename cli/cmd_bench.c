@@ -1,0 +1,518 @@
+/*
+ * cmd_bench.c — `kvinfer bench`: prefill and decode speed with llama-bench's
+ * meaning, beside the machine's limits (a roofline), and `kvinfer bench --hw`:
+ * the limits alone.
+ *
+ * Tests (each the same as llama-bench's):
+ *  - ppP: one kvi_step of P rows (random valid token ids, logits for the last
+ *    row only) on a sequence already holding D positions;
+ *  - tgN: N steps of one row each (logits every step), from position D.
+ * D (-d) positions are prefilled once, untimed, in chunks of n_batch rows; every
+ * repetition truncates the sequence back to D, so each one starts from the same
+ * cache. One warm-up run of each test is not counted. t/s = tokens / wall time
+ * of the timed steps; avg and sample stddev over -r repetitions.
+ *
+ * Roofline: tg moves kvi_model_decode_bytes() of weights per token (GB/s against
+ * the measured read bandwidth); pp does 2 x kvi_model_matmul_params() operations
+ * per token (attention's share not counted), against the peak of the
+ * instruction the weight type's kernels use: int8 vpdpbusd for block-quantised
+ * weights, bf16 vdpbf16ps for F16/BF16, FP32 FMA for F32.
+ *
+ * Output: a table on stdout (progress on stderr); --json prints only
+ *   {"model", "type", "threads", "results": [{"test", "n_prompt", "n_gen",
+ *    "n_depth", "avg_ts", "stddev_ts", ..., roofline fields}], "hw": {...}}
+ * with results in the order: every pp test, then every tg test.
+ */
+#include "cli.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BENCH_MAX_VALUES 16
+#define BENCH_MAX_REPS 100
+
+static const char bench_help[] =
+    "usage: kvinfer bench -m MODEL [-p 512] [-n 128] [-d 0] [-t N] [-r 5] [--json]\n"
+    "       kvinfer bench --hw [--quick] [-t N] [--json]\n"
+    "\n"
+    "Measures prefill (ppP: one forward pass of P prompt rows) and decode (tgN: N\n"
+    "single-row steps) in tokens/s, like llama-bench, next to the machine's limits:\n"
+    "GB/s of weights read per token for tg, GOP/s of matrix work for pp.\n"
+    "\n"
+    "options:\n"
+    "  -m, --model PATH     GGUF model, llama2.c checkpoint or Hugging Face folder\n"
+    "  -p, --n-prompt LIST  prompt sizes, e.g. 128,512 (default 512; 0 skips pp)\n"
+    "  -n, --n-gen LIST     tokens generated (default 128; 0 skips tg)\n"
+    "  -d, --n-depth LIST   positions already in the KV cache (default 0)\n"
+    "  -t, --threads N      worker threads (default 0: every core)\n"
+    "  -r, --repetitions N  timed repetitions per test (default 5)\n"
+    "  -b, --batch-size N   rows per forward pass when filling the depth (default 512)\n"
+    "  --kv-type T          KV cache type for K and V (default f16)\n"
+    "  --mmap               map the model file instead of reading it\n"
+    "  --no-hw              do not measure the machine's limits (no roofline)\n"
+    "  --hw                 measure only the machine's limits: read GB/s, FP32 FMA,\n"
+    "                       BF16 vdpbf16ps and INT8 vpdpbusd peaks on all threads\n"
+    "  --quick              short limit measurements (a 64 MiB buffer; for tests)\n"
+    "  --json               print one JSON object only\n"
+    "  -h, --help           this help\n";
+
+typedef struct bench_opts {
+    const char *model;
+    int64_t pp[BENCH_MAX_VALUES], tg[BENCH_MAX_VALUES], depth[BENCH_MAX_VALUES];
+    int n_pp, n_tg, n_depth;
+    int64_t threads, reps, batch;
+    kvi_type kv_type;
+    bool mmap, json, hw_only, no_hw, quick;
+} bench_opts;
+
+typedef struct bench_result {
+    char name[64];
+    int n_prompt, n_gen, n_depth;
+    double avg_ts, stddev_ts;
+    double samples_ts[BENCH_MAX_REPS];   /* (reps) */
+    int n_samples;
+} bench_result;
+
+/* "128,512" into vals; false on junk, an empty field, a value outside [lo, hi]
+ * or too many values. */
+static bool parse_list(const char *s, int64_t lo, int64_t hi, int64_t *vals, int *n)
+{
+    char buf[32];
+    *n = 0;
+    for (const char *p = s;;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == 0 || len >= sizeof buf || *n >= BENCH_MAX_VALUES) return false;
+        memcpy(buf, p, len);
+        buf[len] = 0;
+        if (!cli_parse_i64(buf, lo, hi, &vals[*n])) return false;
+        (*n)++;
+        if (!end) return true;
+        p = end + 1;
+    }
+}
+
+static uint64_t xorshift(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+/* ---- the machine's limits ------------------------------------------------- */
+
+static cJSON *hw_json(const kvi_hw_limits *hw)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "threads", hw->n_threads);
+    cJSON_AddNumberToObject(o, "reps", hw->reps);
+    cJSON_AddNumberToObject(o, "read_bytes", (double)hw->read_bytes);
+    cJSON_AddNumberToObject(o, "read_gbs", hw->read_gbs);
+    cJSON_AddNumberToObject(o, "fp32_gflops", hw->fp32_gflops);
+    cJSON_AddStringToObject(o, "fp32_isa", hw->fp32_isa ? hw->fp32_isa : "none");
+    cJSON_AddNumberToObject(o, "bf16_gflops", hw->bf16_gflops);
+    cJSON_AddNumberToObject(o, "int8_gops", hw->int8_gops);
+    cJSON_AddStringToObject(o, "isa", kvi_isa_name());
+    return o;
+}
+
+static void hw_print(FILE *f, const kvi_hw_limits *hw)
+{
+    fprintf(f, "machine limits (%d threads, medians of %d runs, kernel isa %s):\n", hw->n_threads, hw->reps,
+            kvi_isa_name());
+    fprintf(f, "  read bandwidth     %8.1f GB/s   (%zu MiB buffer)\n", hw->read_gbs, hw->read_bytes >> 20);
+    if (hw->fp32_gflops > 0) fprintf(f, "  FP32 FMA           %8.1f GFLOP/s (%s)\n", hw->fp32_gflops, hw->fp32_isa);
+    else fprintf(f, "  FP32 FMA                n/a\n");
+    if (hw->bf16_gflops > 0) fprintf(f, "  BF16 vdpbf16ps     %8.1f GFLOP/s\n", hw->bf16_gflops);
+    else fprintf(f, "  BF16 vdpbf16ps           n/a (no AVX512_BF16)\n");
+    if (hw->int8_gops > 0) fprintf(f, "  INT8 vpdpbusd      %8.1f GOP/s\n", hw->int8_gops);
+    else fprintf(f, "  INT8 vpdpbusd            n/a (no AVX512_VNNI)\n");
+}
+
+/* The compute peak that weights of type t are multiplied at, and its name. */
+static double pp_limit(const kvi_hw_limits *hw, kvi_type t, const char **kind)
+{
+    if (t == KVI_TYPE_F32) {
+        *kind = "fp32";
+        return hw->fp32_gflops;
+    }
+    if ((t == KVI_TYPE_F16 || t == KVI_TYPE_BF16) && hw->bf16_gflops > 0) {
+        *kind = "bf16";
+        return hw->bf16_gflops;
+    }
+    if (t != KVI_TYPE_F16 && t != KVI_TYPE_BF16 && hw->int8_gops > 0) {
+        *kind = "int8";
+        return hw->int8_gops;
+    }
+    *kind = "fp32";
+    return hw->fp32_gflops;
+}
+
+/* ---- one test --------------------------------------------------------------- */
+
+typedef struct bench_ctx {
+    kvi_engine *e;
+    kvi_seq *seq;
+    kvi_batch *b;
+    int32_t n_vocab;
+    int batch;
+    uint64_t rng;
+} bench_ctx;
+
+/* Puts the sequence at exactly depth positions (prefilled untimed, in chunks). */
+static int set_depth(bench_ctx *c, int depth)
+{
+    kvi_seq_truncate(c->seq, depth);
+    int32_t pos = kvi_seq_len(c->seq);
+    while (pos < depth) {
+        int n = depth - pos < c->batch ? depth - pos : c->batch;
+        kvi_batch_clear(c->b);
+        for (int i = 0; i < n; i++)
+            kvi_batch_add(c->b, c->seq, (int32_t)(xorshift(&c->rng) % (uint64_t)c->n_vocab), pos + i, false);
+        kvi_error err = {0};
+        int rc = kvi_step(c->e, c->b, &err);
+        if (rc) return cli_error("bench: filling the cache to depth %d failed: %s", depth,
+                                 err.msg[0] ? err.msg : kvi_strerror(rc));
+        pos += n;
+    }
+    return 0;
+}
+
+/* Milliseconds of one run of the test (pp when n_prompt > 0, else tg), or < 0. */
+static double run_once(bench_ctx *c, int n_prompt, int n_gen, int depth)
+{
+    if (set_depth(c, depth)) return -1.0;
+    kvi_error err = {0};
+    double ms = 0.0;
+    if (n_prompt > 0) {
+        kvi_batch_clear(c->b);
+        for (int i = 0; i < n_prompt; i++)
+            kvi_batch_add(c->b, c->seq, (int32_t)(xorshift(&c->rng) % (uint64_t)c->n_vocab), depth + i,
+                          i == n_prompt - 1);
+        double t0 = kvi_time_ms();
+        int rc = kvi_step(c->e, c->b, &err);
+        ms = kvi_time_ms() - t0;
+        if (rc) {
+            cli_error("bench: pp%d failed: %s", n_prompt, err.msg[0] ? err.msg : kvi_strerror(rc));
+            return -1.0;
+        }
+        return ms;
+    }
+    for (int i = 0; i < n_gen; i++) {
+        kvi_batch_clear(c->b);
+        kvi_batch_add(c->b, c->seq, (int32_t)(xorshift(&c->rng) % (uint64_t)c->n_vocab), depth + i, true);
+        double t0 = kvi_time_ms();
+        int rc = kvi_step(c->e, c->b, &err);
+        ms += kvi_time_ms() - t0;
+        if (rc) {
+            cli_error("bench: tg%d failed at token %d: %s", n_gen, i, err.msg[0] ? err.msg : kvi_strerror(rc));
+            return -1.0;
+        }
+    }
+    return ms;
+}
+
+static int run_test(bench_ctx *c, int n_prompt, int n_gen, int depth, int reps, bench_result *r)
+{
+    memset(r, 0, sizeof *r);
+    r->n_prompt = n_prompt;
+    r->n_gen = n_gen;
+    r->n_depth = depth;
+    if (depth > 0) snprintf(r->name, sizeof r->name, "%s%d @ d%d", n_prompt ? "pp" : "tg", n_prompt ? n_prompt : n_gen, depth);
+    else snprintf(r->name, sizeof r->name, "%s%d", n_prompt ? "pp" : "tg", n_prompt ? n_prompt : n_gen);
+    fprintf(stderr, "kvinfer bench: %s: warm-up + %d runs\n", r->name, reps);
+    /* warm-up: the whole prefill; the first (up to) 16 decode steps */
+    if (run_once(c, n_prompt, n_gen > 16 ? 16 : n_gen, depth) < 0) return 1;
+    int tokens = n_prompt ? n_prompt : n_gen;
+    double sum = 0.0;
+    for (int k = 0; k < reps; k++) {
+        double ms = run_once(c, n_prompt, n_gen, depth);
+        if (ms < 0) return 1;
+        r->samples_ts[k] = ms > 0 ? tokens * 1e3 / ms : 0.0;
+        sum += r->samples_ts[k];
+    }
+    r->n_samples = reps;
+    r->avg_ts = sum / reps;
+    double ss = 0.0;
+    for (int k = 0; k < reps; k++) ss += (r->samples_ts[k] - r->avg_ts) * (r->samples_ts[k] - r->avg_ts);
+    r->stddev_ts = reps > 1 ? sqrt(ss / (reps - 1)) : 0.0;
+    return 0;
+}
+
+/* ---- the command ------------------------------------------------------------ */
+
+static void human_size(char *buf, size_t cap, double bytes)
+{
+    if (bytes >= 1024.0 * 1024 * 1024) snprintf(buf, cap, "%.2f GiB", bytes / (1024.0 * 1024 * 1024));
+    else snprintf(buf, cap, "%.2f MiB", bytes / (1024.0 * 1024));
+}
+
+static void human_count(char *buf, size_t cap, double n)
+{
+    if (n >= 1e9) snprintf(buf, cap, "%.2f B", n / 1e9);
+    else if (n >= 1e6) snprintf(buf, cap, "%.2f M", n / 1e6);
+    else snprintf(buf, cap, "%.2f K", n / 1e3);
+}
+
+static int parse_opts(int argc, char **argv, bench_opts *o, bool *help)
+{
+    memset(o, 0, sizeof *o);
+    o->pp[0] = 512, o->n_pp = 1;
+    o->tg[0] = 128, o->n_tg = 1;
+    o->depth[0] = 0, o->n_depth = 1;
+    o->reps = 5;
+    o->batch = 512;
+    o->kv_type = KVI_TYPE_F16;
+    *help = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            *help = true;
+            return 0;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            if (!(o->model = cli_flag_value(argc, argv, &i))) return 1;
+        } else if (!strcmp(a, "-p") || !strcmp(a, "--n-prompt")) {
+            if (!(v = cli_flag_value(argc, argv, &i))) return 1;
+            if (!parse_list(v, 0, 1 << 20, o->pp, &o->n_pp))
+                return cli_error("%s: '%s' is not a list of at most %d integers in [0, 1048576]", a, v, BENCH_MAX_VALUES);
+        } else if (!strcmp(a, "-n") || !strcmp(a, "--n-gen")) {
+            if (!(v = cli_flag_value(argc, argv, &i))) return 1;
+            if (!parse_list(v, 0, 1 << 20, o->tg, &o->n_tg))
+                return cli_error("%s: '%s' is not a list of at most %d integers in [0, 1048576]", a, v, BENCH_MAX_VALUES);
+        } else if (!strcmp(a, "-d") || !strcmp(a, "--n-depth")) {
+            if (!(v = cli_flag_value(argc, argv, &i))) return 1;
+            if (!parse_list(v, 0, 1 << 22, o->depth, &o->n_depth))
+                return cli_error("%s: '%s' is not a list of at most %d integers in [0, 4194304]", a, v, BENCH_MAX_VALUES);
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            if (!(v = cli_flag_value(argc, argv, &i))) return 1;
+            if (!cli_parse_i64(v, 0, 1024, &o->threads)) return cli_error("%s: '%s' is not an integer in [0, 1024]", a, v);
+        } else if (!strcmp(a, "-r") || !strcmp(a, "--repetitions")) {
+            if (!(v = cli_flag_value(argc, argv, &i))) return 1;
+            if (!cli_parse_i64(v, 1, BENCH_MAX_REPS, &o->reps))
+                return cli_error("%s: '%s' is not an integer in [1, %d]", a, v, BENCH_MAX_REPS);
+        } else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) {
+            if (!(v = cli_flag_value(argc, argv, &i))) return 1;
+            if (!cli_parse_i64(v, 1, 1 << 20, &o->batch)) return cli_error("%s: '%s' is not an integer in [1, 1048576]", a, v);
+        } else if (!strcmp(a, "--kv-type")) {
+            if (!(v = cli_flag_value(argc, argv, &i))) return 1;
+            if (kvi_type_from_name(v, &o->kv_type) != 0) return cli_error("%s: unknown type '%s'", a, v);
+        } else if (!strcmp(a, "--mmap")) {
+            o->mmap = true;
+        } else if (!strcmp(a, "--json")) {
+            o->json = true;
+        } else if (!strcmp(a, "--hw")) {
+            o->hw_only = true;
+        } else if (!strcmp(a, "--no-hw")) {
+            o->no_hw = true;
+        } else if (!strcmp(a, "--quick")) {
+            o->quick = true;
+        } else if (a[0] == '-') {
+            return cli_error("bench: unknown option '%s' (kvinfer bench --help)", a);
+        } else {
+            return cli_error("bench: unexpected argument '%s'", a);
+        }
+    }
+    if (o->hw_only && o->no_hw) return cli_error("bench: --hw and --no-hw contradict each other");
+    return 0;
+}
+
+/* Adds the llama-bench fields and the roofline of one result to arr. */
+static void result_json(cJSON *arr, const bench_result *r, const kvi_model_info *info, uint64_t n_params,
+                        int threads, const kvi_hw_limits *hw, double achieved, double limit, const char *kind)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "test", r->name);
+    cJSON_AddNumberToObject(o, "n_prompt", r->n_prompt);
+    cJSON_AddNumberToObject(o, "n_gen", r->n_gen);
+    cJSON_AddNumberToObject(o, "n_depth", r->n_depth);
+    cJSON_AddNumberToObject(o, "n_threads", threads);
+    cJSON_AddNumberToObject(o, "model_size", (double)info->weight_bytes);
+    cJSON_AddNumberToObject(o, "model_n_params", (double)n_params);
+    cJSON_AddNumberToObject(o, "avg_ts", r->avg_ts);
+    cJSON_AddNumberToObject(o, "stddev_ts", r->stddev_ts);
+    int tokens = r->n_prompt ? r->n_prompt : r->n_gen;
+    cJSON_AddNumberToObject(o, "avg_ns", r->avg_ts > 0 ? tokens * 1e9 / r->avg_ts : 0.0);
+    cJSON *s = cJSON_AddArrayToObject(o, "samples_ts");
+    for (int k = 0; k < r->n_samples; k++) cJSON_AddItemToArray(s, cJSON_CreateNumber(r->samples_ts[k]));
+    if (r->n_prompt) {
+        cJSON_AddNumberToObject(o, "achieved_gops", achieved);
+        if (hw) {
+            cJSON_AddNumberToObject(o, "limit_gops", limit);
+            cJSON_AddStringToObject(o, "limit_kind", kind);
+        }
+    } else {
+        cJSON_AddNumberToObject(o, "achieved_gbs", achieved);
+        if (hw) {
+            cJSON_AddNumberToObject(o, "limit_gbs", limit);
+            cJSON_AddStringToObject(o, "limit_kind", kind);
+        }
+    }
+    if (hw) cJSON_AddNumberToObject(o, "roofline_frac", limit > 0 ? achieved / limit : 0.0);
+    cJSON_AddItemToArray(arr, o);
+}
+
+static int print_json(cJSON *root)
+{
+    char *s = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    if (!s) return cli_error("bench: out of memory writing JSON");
+    puts(s);
+    free(s);
+    return 0;
+}
+
+static int bench_hw_only(const bench_opts *o)
+{
+    kvi_hw_limits hw;
+    kvi_error err = {0};
+    int rc = kvi_hw_bench(&hw, (int)o->threads, o->quick, &err);
+    if (rc) return cli_error("bench --hw: %s", err.msg[0] ? err.msg : kvi_strerror(rc));
+    if (o->json) {
+        cJSON *root = cJSON_CreateObject();
+        cJSON_AddItemToObject(root, "hw", hw_json(&hw));
+        return print_json(root);
+    }
+    hw_print(stdout, &hw);
+    return 0;
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    bench_opts o;
+    bool help;
+    if (parse_opts(argc, argv, &o, &help)) return 1;
+    if (help) {
+        fputs(bench_help, stdout);
+        return 0;
+    }
+    if (o.hw_only) return bench_hw_only(&o);
+
+    int max_need = 1, max_pp = 1;
+    for (int d = 0; d < o.n_depth; d++)
+        for (int k = 0; k < BENCH_MAX_VALUES; k++) {
+            int64_t need = o.depth[d] + (k < o.n_pp ? o.pp[k] : 0);
+            int64_t need2 = o.depth[d] + (k < o.n_tg ? o.tg[k] : 0);
+            if (need > max_need) max_need = (int)need;
+            if (need2 > max_need) max_need = (int)need2;
+        }
+    for (int k = 0; k < o.n_pp; k++)
+        if (o.pp[k] > max_pp) max_pp = (int)o.pp[k];
+    if (max_need > (1 << 24)) return cli_error("bench: depth + tokens = %d exceeds 16777216 positions", max_need);
+
+    kvi_model *m = cli_load_model(o.model, o.mmap, NULL);
+    if (!m) return 1;
+    kvi_model_info info;
+    kvi_model_get_info(m, &info);
+    uint64_t n_params = kvi_model_n_params(m), mm_params = kvi_model_matmul_params(m);
+    size_t decode_bytes = kvi_model_decode_bytes(m);
+    int threads = o.threads > 0 ? (int)o.threads : cli_n_cores();
+
+    bench_ctx c = {.n_vocab = kvi_n_vocab(m), .batch = (int)o.batch, .rng = 0x9E3779B97F4A7C15ull};
+    kvi_engine_params ep;
+    kvi_engine_params_default(&ep);
+    ep.n_threads = threads;
+    ep.n_ctx = max_need;
+    ep.kv_type_k = ep.kv_type_v = o.kv_type;
+    ep.n_seq_max = 1;
+    ep.n_batch_max = max_pp > (int)o.batch ? max_pp : (int)o.batch;
+    kvi_error err = {0};
+    int rc = 0;
+    if (!(c.e = kvi_engine_create(m, &ep, &err)))
+        rc = cli_error("bench: cannot create the engine: %s", err.msg[0] ? err.msg : kvi_strerror(err.code));
+    if (rc == 0 && !(c.seq = kvi_seq_create(c.e))) rc = cli_error("bench: cannot create a sequence");
+    if (rc == 0 && !(c.b = kvi_batch_create(ep.n_batch_max)))
+        rc = cli_error("bench: out of memory creating a batch of %d rows", ep.n_batch_max);
+
+    int n_tests = 0;
+    bench_result *res = calloc(2 * BENCH_MAX_VALUES * BENCH_MAX_VALUES, sizeof *res);
+    if (rc == 0 && !res) rc = cli_error("bench: out of memory");
+    for (int k = 0; rc == 0 && k < o.n_pp; k++)
+        for (int d = 0; rc == 0 && d < o.n_depth; d++)
+            if (o.pp[k] > 0)
+                rc = run_test(&c, (int)o.pp[k], 0, (int)o.depth[d], (int)o.reps, &res[n_tests++]);
+    for (int k = 0; rc == 0 && k < o.n_tg; k++)
+        for (int d = 0; rc == 0 && d < o.n_depth; d++)
+            if (o.tg[k] > 0)
+                rc = run_test(&c, 0, (int)o.tg[k], (int)o.depth[d], (int)o.reps, &res[n_tests++]);
+
+    /* the limits, measured in the same run, after the model tests */
+    kvi_hw_limits hw;
+    bool have_hw = false;
+    if (rc == 0 && !o.no_hw) {
+        fprintf(stderr, "kvinfer bench: measuring the machine's limits%s\n", o.quick ? " (quick)" : "");
+        kvi_error herr = {0};
+        int hr = kvi_hw_bench(&hw, threads, o.quick, &herr);
+        if (hr) fprintf(stderr, "kvinfer: warning: limits not measured: %s\n", herr.msg[0] ? herr.msg : kvi_strerror(hr));
+        else have_hw = true;
+    }
+
+    if (rc == 0) {
+        const char *tname = kvi_type_name(info.weight_type) ? kvi_type_name(info.weight_type) : "?";
+        char size_s[32], par_s[32], model_s[128];
+        human_size(size_s, sizeof size_s, (double)info.weight_bytes);
+        human_count(par_s, sizeof par_s, (double)n_params);
+        snprintf(model_s, sizeof model_s, "%s %s %s", info.arch, par_s, tname);
+        cJSON *root = o.json ? cJSON_CreateObject() : NULL;
+        cJSON *arr = NULL;
+        if (root) {
+            cJSON_AddStringToObject(root, "model", o.model ? o.model : "default");
+            cJSON_AddStringToObject(root, "model_type", model_s);
+            cJSON_AddStringToObject(root, "type", tname);
+            cJSON_AddNumberToObject(root, "threads", threads);
+            cJSON_AddNumberToObject(root, "model_size", (double)info.weight_bytes);
+            cJSON_AddNumberToObject(root, "model_n_params", (double)n_params);
+            cJSON_AddNumberToObject(root, "decode_bytes", (double)decode_bytes);
+            cJSON_AddStringToObject(root, "type_k", kvi_type_name(o.kv_type) ? kvi_type_name(o.kv_type) : "?");
+            cJSON_AddStringToObject(root, "type_v", kvi_type_name(o.kv_type) ? kvi_type_name(o.kv_type) : "?");
+            arr = cJSON_AddArrayToObject(root, "results");
+        } else {
+            printf("| %-24s | %10s | %9s | %5s | %7s | %14s | %20s | %-34s |\n", "model", "size", "params", "type",
+                   "threads", "test", "t/s", "roofline");
+            printf("| %.24s | %.10s | %.9s | %.5s | %.7s | %.14s | %.20s | %.34s |\n",
+                   "------------------------", "----------", "---------", "-----", "-------",
+                   "--------------", "--------------------", "----------------------------------");
+        }
+        for (int i = 0; i < n_tests; i++) {
+            const bench_result *r = &res[i];
+            const char *kind = "read";
+            double achieved, limit = 0.0;
+            if (r->n_prompt) {
+                achieved = 2.0 * (double)mm_params * r->avg_ts / 1e9;
+                if (have_hw) limit = pp_limit(&hw, info.weight_type, &kind);
+            } else {
+                achieved = (double)decode_bytes * r->avg_ts / 1e9;
+                if (have_hw) limit = hw.read_gbs;
+            }
+            if (root) {
+                result_json(arr, r, &info, n_params, threads, have_hw ? &hw : NULL, achieved, limit, kind);
+                continue;
+            }
+            char ts[40], roof[80];
+            snprintf(ts, sizeof ts, "%.2f ± %.2f", r->avg_ts, r->stddev_ts);
+            const char *unit = r->n_prompt ? "GOP/s" : "GB/s";
+            if (have_hw && limit > 0)
+                snprintf(roof, sizeof roof, "%.1f %s = %.0f%% of %.0f (%s)", achieved, unit, 100.0 * achieved / limit,
+                         limit, kind);
+            else snprintf(roof, sizeof roof, "%.1f %s", achieved, unit);
+            printf("| %-24s | %10s | %9s | %5s | %7d | %14s | %20s | %-34s |\n", model_s, size_s, par_s, tname,
+                   threads, r->name, ts, roof);
+        }
+        if (root) {
+            if (have_hw) cJSON_AddItemToObject(root, "hw", hw_json(&hw));
+            rc = print_json(root);
+        } else if (have_hw) {
+            putchar('\n');
+            hw_print(stdout, &hw);
+        }
+    }
+    free(res);
+    if (c.b) kvi_batch_free(c.b);
+    if (c.seq) kvi_seq_free(c.seq);
+    if (c.e) kvi_engine_free(c.e);
+    kvi_model_free(m);
+    return rc;
+}

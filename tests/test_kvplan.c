@@ -1,0 +1,154 @@
+/*
+ * test_kvplan.c — `kvinfer kv-plan` against hand-computed KV sizes, and
+ * kvi_model_info_from_file() against stories260K's known shape.
+ *
+ * Hand arithmetic (bytes per token = layers x (K + V bytes of kv_dim elements)):
+ *  - seed 70B, GQA: 80 layers, 8 KV heads x 128 = 1024 -> f16 2 x 80 x 1024 x 2 =
+ *    327680 B = 320 KiB; at 100000 tokens 32768000000 B (30.5 GiB); 80 GiB holds
+ *    floor(85899345920 / 32768000000) = 2 sequences, or 262144 tokens in one.
+ *  - without GQA (64 KV heads): 8x = 2621440 B per token; 0 sequences of 100k fit.
+ *  - q8_0: 1024 / 32 = 32 blocks x 34 B = 1088 per vector -> 2 x 80 x 1088 = 174080;
+ *    q4_0: 32 x 18 = 576 -> 92160; f32: 655360.
+ *  - llama-2-7b: 32 layers x 32 KV heads x 128 -> f16 2 x 32 x 4096 x 2 = 524288 (512 KiB).
+ *  - stories260K (dim 64, 8 heads, 4 KV heads, head_dim 8, 5 layers): kv_dim 32 ->
+ *    f16 2 x 5 x 32 x 2 = 640 B; q8_0 one 34-byte block per vector -> 340 B.
+ */
+#include "testutil.h"
+
+#include "kvinfer.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static cJSON *plan(const char *args, int *rc)
+{
+    char cmd[512], *out = NULL, *err = NULL;
+    snprintf(cmd, sizeof cmd, "kv-plan --json %s", args);
+    *rc = run_kvinfer(cmd, &out, &err);
+    cJSON *j = out ? cJSON_Parse(out) : NULL;
+    if (*rc == 0 && !j) fprintf(stderr, "kv-plan %s: no JSON on stdout; stderr: %s\n", args, err ? err : "");
+    free(out);
+    free(err);
+    return j;
+}
+
+static double num(const cJSON *j, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : -1.0;
+}
+
+static void expect_plan(const char *args, double bpt, double bps, double max_seq, double max_ctx)
+{
+    int rc;
+    cJSON *j = plan(args, &rc);
+    CHECK(rc == 0 && j, "kv-plan %s: exit %d", args, rc);
+    if (!j) return;
+    CHECK(num(j, "bytes_per_token") == bpt, "%s: bytes_per_token %.0f, expected %.0f", args, num(j, "bytes_per_token"), bpt);
+    if (bps >= 0)
+        CHECK(num(j, "bytes_per_sequence") == bps, "%s: bytes_per_sequence %.0f, expected %.0f", args,
+              num(j, "bytes_per_sequence"), bps);
+    if (max_seq >= 0)
+        CHECK(num(j, "max_sequences") == max_seq, "%s: max_sequences %.0f, expected %.0f", args,
+              num(j, "max_sequences"), max_seq);
+    if (max_ctx >= 0)
+        CHECK(num(j, "max_context") == max_ctx, "%s: max_context %.0f, expected %.0f", args, num(j, "max_context"),
+              max_ctx);
+    cJSON_Delete(j);
+}
+
+static void expect_fail(const char *args, const char *needle)
+{
+    char *out = NULL, *err = NULL;
+    int rc = run_kvinfer(args, &out, &err);
+    CHECK(rc == 1, "%s: exit %d, expected 1", args, rc);
+    CHECK(err && strstr(err, needle), "%s: stderr lacks '%s': %s", args, needle, err ? err : "(none)");
+    free(out);
+    free(err);
+}
+
+int main(void)
+{
+    /* the seed's 70B with and without grouped-query attention */
+    expect_plan("--preset seed-70b --ctx 100000 --mem 80GiB", 327680, 32768000000.0, 2, 262144);
+    expect_plan("--preset seed-70b-mha --ctx 100000 --mem 80GiB", 2621440, 262144000000.0, 0, 32768);
+    expect_plan("--preset seed-70b --ctx 100000 --mem 80GiB --kv-type q8_0", 174080, 17408000000.0, 4, -1);
+    expect_plan("--preset seed-70b --ctx 1000 --mem 1GiB --kv-type q4_0", 92160, 92160000.0, 11, 11650);
+    expect_plan("--preset seed-70b --ctx 1000 --mem 1GiB --kv-type f32", 655360, -1, 1, 1638);
+    /* K and V separately: f16 K (163840) + q4_0 V (46080) */
+    expect_plan("--preset seed-70b --ctx 1 --mem 1MiB --kv-type-k f16 --kv-type-v q4_0", 163840 + 46080, -1, 4, 4);
+    /* q4 (KIVI estimate): K 1024 x 5/8 = 640 B, V q4_0 576 B, x 80 layers */
+    expect_plan("--preset seed-70b --ctx 1 --mem 1MiB --kv-type q4", 80 * (640 + 576), -1, -1, -1);
+    expect_plan("--preset llama-2-7b --ctx 4096 --mem 24GiB", 524288, 2147483648.0, 12, 49152);
+    /* real models: same figures as their published shapes give */
+    expect_plan("--preset llama-3-8b --ctx 8192 --mem 16GiB", 131072, 1073741824.0, 16, -1);
+    expect_plan("--preset qwen2.5-7b --ctx 32768 --mem 8GiB", 57344, -1, -1, -1);
+    expect_plan("--preset llama-2-70b --ctx 4096 --mem 80GiB", 327680, -1, -1, -1);
+    expect_plan("--preset mistral-7b --ctx 4096 --mem 1GiB", 131072, -1, -1, 8192);
+
+    /* a model file's metadata */
+    char args[512];
+    snprintf(args, sizeof args, "-m %s --mem 1MiB --ctx 512", shared_path("models/stories260K.gguf"));
+    expect_plan(args, 640, 327680, 3, 1638);
+    snprintf(args, sizeof args, "-m %s --mem 1MiB --ctx 512 --kv-type q8_0", shared_path("models/stories260K.gguf"));
+    expect_plan(args, 340, 174080, 6, 3084);
+
+    /* the text table carries the same numbers */
+    char *out = NULL, *err = NULL;
+    int rc = run_kvinfer("kv-plan --preset seed-70b --ctx 100000 --mem 80GiB", &out, &err);
+    CHECK(rc == 0 && out && strstr(out, "320.00 KiB") && strstr(out, "327680 bytes") && strstr(out, "30.52 GiB"),
+          "text table: %s", out ? out : "(none)");
+    free(out);
+    free(err);
+
+    /* errors */
+    expect_fail("kv-plan --preset nosuch --ctx 1 --mem 1GiB", "unknown preset");
+    expect_fail("kv-plan --preset seed-70b --ctx 1", "--mem");
+    expect_fail("kv-plan --ctx 1 --mem 1GiB", "--preset");
+    expect_fail("kv-plan --preset seed-70b --ctx 1 --mem 1GiB --kv-type q3", "unknown KV type");
+    expect_fail("kv-plan --preset seed-70b --ctx 0 --mem 1GiB", "--ctx");
+    expect_fail("kv-plan --preset seed-70b --mem 1GiB", "--ctx");
+    expect_fail("kv-plan --preset seed-70b --ctx 5 --mem lots", "memory size");
+    snprintf(args, sizeof args, "kv-plan -m %s --mem 1GiB", tmp_path("kvplan_missing.gguf"));
+    expect_fail(args, "kvplan_missing.gguf");
+
+    /* kvi_model_info_from_file: stories260K's shape, no weights loaded */
+    kvi_model_info info;
+    kvi_error e = {0};
+    rc = kvi_model_info_from_file(shared_path("models/stories260K.gguf"), &info, &e);
+    CHECK(rc == 0, "info_from_file: %d %s", rc, e.msg);
+    CHECK(info.n_layers == 5 && info.n_heads == 8 && info.n_kv_heads == 4 && info.head_dim == 8 && info.dim == 64,
+          "shape %d layers %d heads %d kv %d hd %d dim", info.n_layers, info.n_heads, info.n_kv_heads, info.head_dim,
+          info.dim);
+    CHECK(info.n_vocab == 512 && !strcmp(info.arch, "llama") && info.has_weights, "vocab %d arch %s", info.n_vocab,
+          info.arch);
+    /* the same as the full loader says */
+    kvi_model *m = kvi_model_load(shared_path("models/stories260K.gguf"), NULL, &e);
+    CHECK(m != NULL, "load: %s", e.msg);
+    if (m) {
+        kvi_model_info full;
+        kvi_model_get_info(m, &full);
+        CHECK(full.weight_bytes == info.weight_bytes && full.weight_type == info.weight_type &&
+                  full.n_ctx_train == info.n_ctx_train && full.ffn_dim == info.ffn_dim,
+              "metadata-only info differs from the loaded model's (bytes %zu vs %zu)", info.weight_bytes,
+              full.weight_bytes);
+        kvi_model_free(m);
+    }
+
+    /* a truncated GGUF: a clean error, never a crash */
+    size_t len = 0;
+    char *buf = read_file(shared_path("models/stories260K.gguf"), &len);
+    CHECK(buf && len > 200, "read stories260K.gguf");
+    if (buf) {
+        size_t cuts[] = {3, 20, 100, 200};
+        for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
+            const char *p = tmp_path("kvplan_trunc.gguf");
+            write_file(p, buf, cuts[i]);
+            memset(&e, 0, sizeof e);
+            rc = kvi_model_info_from_file(p, &info, &e);
+            CHECK(rc < 0 && e.msg[0], "truncated at %zu: rc %d", cuts[i], rc);
+        }
+        free(buf);
+    }
+    return test_main_end();
+}
