@@ -60,6 +60,18 @@ static const char run_help[] =
     "  --kv-type-v T           KV cache type for V only (default f16)\n"
     "  --no-kv-cache           recompute every token at each step instead of caching K and V\n"
     "                          (same tokens, quadratically more work; default: cache)\n"
+    "  --kv-block N            tokens per KV block (default 16)\n"
+    "  --kv-budget SIZE        bound on the whole KV pool, bytes or 512MiB / 2GiB style\n"
+    "                          (default: one context's worth)\n"
+    "  --no-prefix-cache       do not index full KV blocks for reuse (default: on)\n"
+    "  --ctx-policy P          when the context is full: error (default), shift, sinks, heavy\n"
+    "  --keep N                shift: first tokens never dropped (default 0)\n"
+    "  --sink N                sinks, heavy: attention-sink tokens kept (default 4)\n"
+    "  --window N              sinks: recent tokens kept (default: all that fit);\n"
+    "                          heavy: recent window (default: a quarter of the context)\n"
+    "  --save-session FILE     write the sequence's tokens and KV cache to FILE at the end\n"
+    "  --load-session FILE     restore a saved session first and reuse its longest common\n"
+    "                          prefix with the prompt (same model, KV types, block size)\n"
     "output:\n"
     "  --json                  print one JSON object (prompt_tokens, tokens, text,\n"
     "                          finish_reason, stats) and nothing else on stdout\n"
@@ -74,6 +86,13 @@ typedef struct run_opts {
     kvi_type kv_k, kv_v;
     kvi_sampler_params sp;
     bool seed_given;
+    /* KV sharing, context policy, sessions */
+    int64_t kv_block;       /* 0: the engine's default */
+    size_t kv_budget;       /* 0: the engine's default */
+    bool no_prefix;
+    const char *ctx_policy;
+    int64_t keep, sink, window;
+    const char *save_session, *load_session;
 } run_opts;
 
 /* Parses a float flag value; prints an error naming the flag on failure. */
@@ -112,6 +131,7 @@ static int parse_run_args(int argc, char **argv, run_opts *o)
     o->sp.min_p = 0.05f;
     o->sp.repeat_penalty = 1.0f;
     o->sp.repeat_last_n = 64;
+    o->sink = 4;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int64_t v;
@@ -180,6 +200,35 @@ static int parse_run_args(int argc, char **argv, run_opts *o)
             o->no_kv = true;
         } else if (!strcmp(a, "--json")) {
             o->json = true;
+        } else if (!strcmp(a, "--kv-block")) {
+            if (!flag_i64(a, VALUE(), 1, 4096, &o->kv_block)) return 1;
+        } else if (!strcmp(a, "--kv-budget")) {
+            const char *s = VALUE();
+            if (!s) return 1;
+            if (!cli_parse_size(s, &o->kv_budget) || o->kv_budget == 0) {
+                cli_error("%s: '%s' is not a size (bytes, or like 512MiB, 2GiB)", a, s);
+                return 1;
+            }
+        } else if (!strcmp(a, "--no-prefix-cache")) {
+            o->no_prefix = true;
+        } else if (!strcmp(a, "--ctx-policy")) {
+            const char *s = VALUE();
+            if (!s) return 1;
+            if (strcmp(s, "error") && strcmp(s, "shift") && strcmp(s, "sinks") && strcmp(s, "heavy")) {
+                cli_error("%s: '%s' is not a policy (error, shift, sinks, heavy)", a, s);
+                return 1;
+            }
+            o->ctx_policy = s;
+        } else if (!strcmp(a, "--keep")) {
+            if (!flag_i64(a, VALUE(), 0, 1 << 24, &o->keep)) return 1;
+        } else if (!strcmp(a, "--sink")) {
+            if (!flag_i64(a, VALUE(), 0, 1 << 24, &o->sink)) return 1;
+        } else if (!strcmp(a, "--window")) {
+            if (!flag_i64(a, VALUE(), 0, 1 << 24, &o->window)) return 1;
+        } else if (!strcmp(a, "--save-session")) {
+            if (!(o->save_session = VALUE())) return 1;
+        } else if (!strcmp(a, "--load-session")) {
+            if (!(o->load_session = VALUE())) return 1;
         } else if (a[0] == '-') {
             cli_error("run: unknown option '%s' (kvinfer run --help)", a);
             return 1;
@@ -243,8 +292,10 @@ static bool append_piece(const kvi_model *m, text_buf *t, int32_t tok)
 }
 
 typedef struct run_result {
-    int32_t *all_ids;       /* (n_ctx + 1) prompt then generated ids */
+    int32_t *all_ids;       /* (ids_cap) prompt then generated ids */
+    int32_t ids_cap;
     int32_t n_prompt, n_gen;
+    int32_t n_cached;       /* prompt positions taken from a session or the prefix cache */
     const char *finish;     /* "stop" or "length" */
     text_buf text;
     double prefill_ms, ttft_ms, decode_ms;
@@ -284,12 +335,13 @@ static int generate(const run_opts *o, kvi_model *m, kvi_engine *e, kvi_seq *seq
     const int32_t n_vocab = kvi_n_vocab(m);
     const int32_t bos = kvi_token_bos(m);
     int32_t batch_rows = o->no_kv ? no_kv_rows(o, n_prompt, n_ctx) : n_prompt;
+    const int32_t n_cached = r->n_cached;   /* < n_prompt: the last prompt row always runs */
     kvi_batch *b = kvi_batch_create(batch_rows);
     if (!b) return cli_error("out of memory creating a batch of %d rows", (int)batch_rows);
 
     /* prefill: every prompt row in one pass, logits of the last row only */
     double t0 = kvi_time_ms();
-    for (int32_t i = 0; i < n_prompt; i++) {
+    for (int32_t i = n_cached; i < n_prompt; i++) {
         if (kvi_batch_add(b, seq, r->all_ids[i], i, i == n_prompt - 1) < 0) {
             kvi_batch_free(b);
             return cli_error("cannot add prompt row %d to the batch", (int)i);
@@ -298,8 +350,8 @@ static int generate(const run_opts *o, kvi_model *m, kvi_engine *e, kvi_seq *seq
     if (step_or_error(e, b, "prefill")) { kvi_batch_free(b); return 1; }
     double t1 = kvi_time_ms();
     r->prefill_ms = t1 - t0;
-    r->rows_computed = n_prompt;
-    int32_t logits_row = n_prompt - 1;
+    r->rows_computed = n_prompt - n_cached;
+    int32_t logits_row = n_prompt - 1 - n_cached;
     for (int32_t i = 0; i < n_prompt; i++) kvi_sampler_accept(smp, r->all_ids[i]);
 
     double t_decode0 = t1, t_last = t1;
@@ -323,6 +375,13 @@ static int generate(const run_opts *o, kvi_model *m, kvi_engine *e, kvi_seq *seq
             r->finish = "stop";
             break;
         }
+        if (n_prompt + r->n_gen >= r->ids_cap) {
+            int32_t cap = r->ids_cap * 2;
+            int32_t *ni = realloc(r->all_ids, (size_t)cap * sizeof *ni);
+            if (!ni) { kvi_batch_free(b); return cli_error("out of memory"); }
+            r->all_ids = ni;
+            r->ids_cap = cap;
+        }
         r->all_ids[n_prompt + r->n_gen] = tok;
         r->n_gen++;
         if (!append_piece(m, &r->text, tok)) { kvi_batch_free(b); return cli_error("out of memory"); }
@@ -336,8 +395,19 @@ static int generate(const run_opts *o, kvi_model *m, kvi_engine *e, kvi_seq *seq
         }
         if (o->n_predict >= 0 && r->n_gen >= o->n_predict) break;
         int32_t n_all = n_prompt + r->n_gen;
-        /* the newest token takes position n_all - 1: none left means the context is full */
-        if (n_all > n_ctx) break;
+        /* the newest token takes position n_all - 1: none left means the context is full,
+         * unless a context policy makes room (positions then re-assigned) */
+        const bool policy = !o->no_kv && o->ctx_policy && strcmp(o->ctx_policy, "error") != 0;
+        if (n_all > n_ctx && !policy) break;
+        int32_t pos = n_all - 1;
+        if (policy) {
+            kvi_error err = {0};
+            pos = kvi_seq_make_room(seq, 1, &err);
+            if (pos < 0) {
+                kvi_batch_free(b);
+                return cli_error("context policy: %s", err.msg[0] ? err.msg : kvi_strerror(pos));
+            }
+        }
         kvi_batch_clear(b);
         if (o->no_kv) {
             /* recompute: forget the cache and run every token so far */
@@ -346,7 +416,7 @@ static int generate(const run_opts *o, kvi_model *m, kvi_engine *e, kvi_seq *seq
             logits_row = n_all - 1;
             r->rows_computed += n_all;
         } else {
-            kvi_batch_add(b, seq, tok, n_all - 1, true);
+            kvi_batch_add(b, seq, tok, pos, true);
             logits_row = 0;
             r->rows_computed += 1;
         }
@@ -375,6 +445,11 @@ static void print_summary(const run_opts *o, const run_result *r, int n_threads)
                 r->rows_computed, (int)(r->n_prompt + r->n_decode_steps));
     else
         fprintf(f, "kvinfer: rows computed %" PRId64 "\n", r->rows_computed);
+    fprintf(f, "kvinfer: KV blocks  %d held (%d shared) of %d tokens; prompt: %d tokens reused, "
+               "%d computed; evicted %" PRIu64 " positions (policy %s)\n",
+            (int)r->kv.kv_blocks_used, (int)r->kv.kv_blocks_shared, (int)r->kv.kv_block_size,
+            (int)r->n_cached, (int)(r->n_prompt - r->n_cached), r->kv.n_evicted,
+            o->ctx_policy ? o->ctx_policy : "error");
     fprintf(f, "kvinfer: seed %" PRIu64 ", %d threads, isa %s\n", o->sp.seed, n_threads, kvi_isa_name());
 }
 
@@ -422,6 +497,10 @@ static int print_json(const run_opts *o, const run_result *r, int n_threads)
              cJSON_AddNumberToObject(s, "kv_bytes_per_token", (double)r->kv.kv_bytes_per_token) &&
              cJSON_AddBoolToObject(s, "kv_cache", !o->no_kv) &&
              cJSON_AddNumberToObject(s, "rows_computed", (double)r->rows_computed) &&
+             cJSON_AddNumberToObject(s, "prompt_cached_tokens", r->n_cached) &&
+             cJSON_AddNumberToObject(s, "kv_blocks", r->kv.kv_blocks_used) &&
+             cJSON_AddNumberToObject(s, "kv_evicted", (double)r->kv.n_evicted) &&
+             cJSON_AddStringToObject(s, "ctx_policy", o->ctx_policy ? o->ctx_policy : "error") &&
              cJSON_AddNumberToObject(s, "n_ctx", r->n_ctx) &&
              cJSON_AddNumberToObject(s, "n_threads", n_threads) &&
              cJSON_AddStringToObject(s, "kv_type", o->kv_k == o->kv_v ? kvi_type_name(o->kv_k) : "mixed") &&
@@ -477,6 +556,13 @@ int cmd_run(int argc, char **argv)
         ep.kv_type_k = o.kv_k;
         ep.kv_type_v = o.kv_v;
         ep.n_seq_max = 1;
+        if (o.kv_block > 0) ep.kv_block_size = (int)o.kv_block;
+        if (o.kv_budget > 0) ep.kv_budget_bytes = o.kv_budget;
+        ep.prefix_cache = !o.no_prefix;
+        if (o.ctx_policy) ep.ctx_policy = o.ctx_policy;
+        ep.n_keep = (int32_t)o.keep;
+        ep.n_sink = (int32_t)o.sink;
+        ep.n_window = (int32_t)o.window;
         /* prefill must be ONE forward pass; without a cache, so must each recompute */
         int need = o.no_kv && n_ctx > 0 ? no_kv_rows(&o, n_prompt, n_ctx) : n_prompt;
         if (ep.n_batch_max < need) ep.n_batch_max = need;
@@ -493,8 +579,29 @@ int cmd_run(int argc, char **argv)
     if (rc == 0 && !(seq = kvi_seq_create(e))) rc = cli_error("cannot create a sequence");
     if (rc == 0 && !(smp = kvi_sampler_create(&o.sp, kvi_n_vocab(m)))) rc = cli_error("cannot create the sampler");
     if (rc == 0) {
-        r.all_ids = malloc(((size_t)r.n_ctx + 1) * sizeof *r.all_ids);
+        r.ids_cap = r.n_ctx + 1;
+        r.all_ids = malloc((size_t)r.ids_cap * sizeof *r.all_ids);
         if (!r.all_ids) rc = cli_error("out of memory for %d token ids", r.n_ctx + 1);
+    }
+    if (rc == 0 && !o.no_kv) {
+        /* reuse: the longest common prefix with a restored session, else whole
+         * cached blocks (a no-op in a fresh process); the last prompt row always runs */
+        if (o.load_session) {
+            kvi_error err = {0};
+            bool shifted = false;
+            if (kvi_seq_load(seq, o.load_session, &shifted, &err) != 0) {
+                rc = cli_error("--load-session: %s", err.msg);
+            } else {
+                const int32_t *st = kvi_seq_tokens(seq);
+                int32_t lcp = 0, held = kvi_seq_len(seq);
+                while (!shifted && lcp < held && lcp < n_prompt - 1 && st[lcp] == prompt[lcp]) lcp++;
+                kvi_seq_truncate(seq, lcp);
+                r.n_cached = lcp;
+            }
+        } else {
+            int32_t held = kvi_seq_reuse_prefix(seq, prompt, n_prompt);
+            r.n_cached = held > 0 ? held : 0;
+        }
     }
     if (rc == 0) {
         memcpy(r.all_ids, prompt, (size_t)n_prompt * sizeof *prompt);
@@ -515,6 +622,10 @@ int cmd_run(int argc, char **argv)
             if (r.text.len > r.text.printed) fwrite(r.text.data + r.text.printed, 1, r.text.len - r.text.printed, stdout);
             putchar('\n');
             fflush(stdout);
+        }
+        if (rc == 0 && o.save_session) {
+            kvi_error err = {0};
+            if (kvi_seq_save(seq, o.save_session, &err) != 0) rc = cli_error("--save-session: %s", err.msg);
         }
         if (rc == 0) {
             print_summary(&o, &r, threads);

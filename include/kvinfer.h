@@ -151,6 +151,13 @@ typedef struct kvi_engine_params {
     size_t kv_budget_bytes;  /* bound on the whole KV pool; 0: n_seq_max * n_ctx tokens */
     int n_seq_max;           /* sequences alive at once (default 1) */
     int n_batch_max;         /* rows per forward pass; larger batches are split (default 512) */
+    /* KV sharing and bounded context (owner: kvshare) */
+    bool prefix_cache;       /* index full blocks for reuse by kvi_seq_reuse_prefix (default on) */
+    const char *ctx_policy;  /* at n_ctx: "error" (default), "shift", "sinks", "heavy" */
+    int32_t n_keep;          /* shift: first tokens never dropped (default 0) */
+    int32_t n_sink;          /* sinks, heavy: attention-sink tokens kept (default 4) */
+    int32_t n_window;        /* sinks: recent tokens kept (0: all that fit);
+                                heavy: recent window (0: n_ctx / 4) */
 } kvi_engine_params;
 
 void kvi_engine_params_default(kvi_engine_params *p);
@@ -197,10 +204,50 @@ typedef struct kvi_stats {
     uint64_t n_steps;
     uint64_t n_rows;
     double forward_ms;            /* wall time inside kvi_step */
+    /* sharing, prefix cache, eviction (owner: kvshare). For a sequence: its own
+     * figures; for the pool: totals. Invariant: kv_bytes_allocated ==
+     * (kv_blocks_used + kv_blocks_cached + kv_blocks_free) * block bytes. */
+    int32_t kv_blocks_shared;     /* held blocks with more than one holder */
+    int32_t kv_blocks_cached;     /* pool: unheld blocks kept in the prefix LRU */
+    int32_t kv_blocks_free;       /* pool: allocated blocks on the free list */
+    size_t kv_bytes_block;        /* bytes of one block */
+    uint64_t prefix_hit_tokens;   /* prompt positions taken from the prefix cache */
+    uint64_t prefix_miss_tokens;  /* prompt positions that had to be computed */
+    uint64_t n_evicted;           /* positions dropped by the context policy */
+    uint64_t n_cow;               /* pool: blocks copied before a write (copy on write) */
+    uint64_t n_lru_evicted;       /* pool: cached blocks reused for new data */
 } kvi_stats;
 
 /* Statistics of one sequence (s != NULL) or of the whole engine (s == NULL). */
 void kvi_stats_get(const kvi_engine *e, const kvi_seq *s, kvi_stats *out);
+
+/* ---- KV sharing, context policies, sessions (owner: kvshare) -------------- */
+
+/* A new sequence holding every block of s (shared, copy on write): parallel
+ * sampling from one prompt. NULL when n_seq_max sequences exist or no memory. */
+kvi_seq *kvi_seq_fork(kvi_seq *s);
+/* For an empty s about to run tokens[0..n): takes the longest run of whole cached
+ * blocks equal to the prompt's start, never all of it (at least the last token is
+ * left to compute, so the caller gets logits). Returns the positions now held
+ * (the caller continues at that position), or a negative code. 0 when the prefix
+ * cache is off. Counts prefix hits and misses. */
+int32_t kvi_seq_reuse_prefix(kvi_seq *s, const int32_t *tokens, int32_t n);
+/* Makes room for n_needed more positions within n_ctx by the engine's context
+ * policy (kvi_step itself never evicts). Returns the positions held afterwards
+ * (the next row's position), unchanged when there was room; KVI_E_CONTEXT_FULL
+ * ("context_length_exceeded") under policy "error"; KVI_E_NO_KV_SPACE. */
+int32_t kvi_seq_make_room(kvi_seq *s, int32_t n_needed, kvi_error *err);
+/* The tokens of the cached positions (kvi_seq_len of them; after a policy moved
+ * positions, those now held). Valid until the sequence changes. */
+const int32_t *kvi_seq_tokens(const kvi_seq *s);
+/* Writes s (tokens and KV blocks, with the KV types, block size and model shape)
+ * to a versioned binary session file. */
+int kvi_seq_save(const kvi_seq *s, const char *path, kvi_error *err);
+/* Restores a session file into the empty s; every field is validated (a file of
+ * another model, KV type or block size, truncated or corrupted, is refused with
+ * KVI_E_FORMAT / KVI_E_INVALID and s stays empty). *shifted (may be NULL) tells
+ * whether a context policy had re-assigned its positions. */
+int kvi_seq_load(kvi_seq *s, const char *path, bool *shifted, kvi_error *err);
 
 /* ---- sampling ------------------------------------------------------------ */
 

@@ -200,7 +200,7 @@ void fwd_run(fwd_ctx *f, kvi_pool *pool, kv_pool *kv, const fwd_rows *rows)
         const attn_args aa = {
             .kv = kv, .layer = l, .n_rows = n, .tables = rows->tables, .pos = rows->pos,
             .q = f->q, .out = f->att, .n_heads = m->n_heads, .n_kv_heads = m->n_kv_heads,
-            .head_dim = hd,
+            .head_dim = hd, .recv = rows->recv,
         };
         attention_rows(pool, f->attn, &aa);
 

@@ -20,6 +20,8 @@ typedef struct fwd_rows {
     int n_out;                        /* rows that want logits */
     const int32_t *out_rows;          /* [n_out] row indices, increasing */
     float *logits;                    /* [n_out][n_vocab] */
+    float *const *recv;               /* [n] per row: received attention out ([pos + 1],
+                                         accumulated; see attn_args), or NULL; NULL: none */
 } fwd_rows;
 
 typedef struct fwd_ctx fwd_ctx;

@@ -48,6 +48,10 @@ int kv_pool_init(kv_pool *p, int n_layers, int kv_dim, int block_size, kvi_type 
         kv_pool_free(p);
         return kvi_err_set(err, KVI_E_NOMEM, "kv cache: cannot allocate tables for %zu blocks", nb);
     }
+    if (kv_prefix_init(p, err) != 0) {
+        kv_pool_free(p);
+        return err ? err->code : KVI_E_NOMEM;
+    }
     return 0;
 }
 
@@ -58,6 +62,7 @@ void kv_pool_free(kv_pool *p)
     free(p->mem);
     free(p->refcount);
     free(p->free_ids);
+    kv_prefix_free(p);
     memset(p, 0, sizeof *p);
 }
 
@@ -68,49 +73,80 @@ size_t kv_pool_bytes_per_token(const kv_pool *p)
 
 size_t kv_pool_bytes_allocated(const kv_pool *p) { return (size_t)p->n_alloc * p->block_bytes; }
 
-/* A block with refcount 1, or -1 when the budget is spent. */
+/* A block with refcount 1, or -1 when the budget is spent. Order: a free block,
+ * then fresh memory, and only then the least recently used cached prefix. */
 static int32_t pool_take(kv_pool *p)
 {
     int32_t b;
     if (p->n_free > 0) {
         b = p->free_ids[--p->n_free];
-    } else {
-        if (p->n_alloc >= p->n_blocks_max) return -1;
+    } else if (p->n_alloc < p->n_blocks_max) {
         void *mem = NULL;
         if (posix_memalign(&mem, 64, p->block_bytes) != 0) return -1;
         b = p->n_alloc++;
         p->mem[b] = mem;
+    } else if (p->lru_head >= 0) {
+        b = p->lru_head;
+        kv_prefix_remove(p, b);            /* moves it to the free stack */
+        b = p->free_ids[--p->n_free];
+        p->n_lru_evicted++;
+    } else {
+        return -1;
     }
     p->refcount[b] = 1;
     p->n_used++;
     return b;
 }
 
-static void pool_unref(kv_pool *p, int32_t b)
+void kv_pool_ref(kv_pool *p, int32_t b)
+{
+    if (p->refcount[b] == 0) {
+        kv_lru_unlink(p, b);
+        p->n_cached--;
+        p->n_used++;
+    }
+    p->refcount[b]++;
+}
+
+void kv_pool_unref(kv_pool *p, int32_t b)
 {
     if (--p->refcount[b] == 0) {
-        p->free_ids[p->n_free++] = b;
         p->n_used--;
+        if (p->indexed[b]) {
+            kv_lru_push(p, b);
+            p->n_cached++;
+        } else {
+            p->free_ids[p->n_free++] = b;
+        }
     }
+}
+
+/* Grows the table's arrays to hold at least need blocks. */
+static int table_grow(kv_pool *p, kv_table *t, int32_t need, kvi_error *err)
+{
+    if (need <= t->cap) return 0;
+    int32_t cap = t->cap ? t->cap : 8;
+    while (cap < need) cap *= 2;
+    int32_t *nb = realloc(t->blocks, (size_t)cap * sizeof *nb);
+    if (!nb) return kvi_err_set(err, KVI_E_NOMEM, "kv cache: cannot grow a block table");
+    t->blocks = nb;
+    int32_t *nt = realloc(t->tokens, (size_t)cap * p->block_size * sizeof *nt);
+    if (!nt) return kvi_err_set(err, KVI_E_NOMEM, "kv cache: cannot grow a block table");
+    t->tokens = nt;
+    t->cap = cap;
+    return 0;
 }
 
 int kv_table_reserve(kv_pool *p, kv_table *t, int32_t n_pos, kvi_error *err)
 {
     const int32_t need = (int32_t)(((int64_t)n_pos + p->block_size - 1) / p->block_size);
     if (need <= t->n_blocks) return 0;
-    if (need > t->cap) {
-        int32_t cap = t->cap ? t->cap : 8;
-        while (cap < need) cap *= 2;
-        int32_t *nb = realloc(t->blocks, (size_t)cap * sizeof *nb);
-        if (!nb) return kvi_err_set(err, KVI_E_NOMEM, "kv cache: cannot grow a block table");
-        t->blocks = nb;
-        t->cap = cap;
-    }
+    if (table_grow(p, t, need, err) != 0) return KVI_E_NOMEM;
     const int32_t had = t->n_blocks;
     while (t->n_blocks < need) {
         const int32_t b = pool_take(p);
         if (b < 0) {
-            while (t->n_blocks > had) pool_unref(p, t->blocks[--t->n_blocks]);
+            while (t->n_blocks > had) kv_pool_unref(p, t->blocks[--t->n_blocks]);
             return kvi_err_set(err, KVI_E_NO_KV_SPACE,
                                "kv cache: pool exhausted (%d of %d blocks of %d tokens in use)",
                                p->n_used, p->n_blocks_max, p->block_size);
@@ -124,7 +160,7 @@ void kv_table_truncate(kv_pool *p, kv_table *t, int32_t n_pos)
 {
     if (n_pos < 0) n_pos = 0;
     const int32_t keep = (int32_t)(((int64_t)n_pos + p->block_size - 1) / p->block_size);
-    while (t->n_blocks > keep) pool_unref(p, t->blocks[--t->n_blocks]);
+    while (t->n_blocks > keep) kv_pool_unref(p, t->blocks[--t->n_blocks]);
     if (t->n_pos > n_pos) t->n_pos = n_pos;
 }
 
@@ -132,7 +168,61 @@ void kv_table_release(kv_pool *p, kv_table *t)
 {
     kv_table_truncate(p, t, 0);
     free(t->blocks);
+    free(t->tokens);
     memset(t, 0, sizeof *t);
+}
+
+void kv_table_drop_blocks(kv_pool *p, kv_table *t, int32_t n_blocks)
+{
+    if (n_blocks < 0) n_blocks = 0;
+    while (t->n_blocks > n_blocks) kv_pool_unref(p, t->blocks[--t->n_blocks]);
+    if (t->n_pos > t->n_blocks * p->block_size) t->n_pos = t->n_blocks * p->block_size;
+}
+
+int kv_table_cow(kv_pool *p, kv_table *t, int32_t i, int32_t *old, kvi_error *err)
+{
+    const int32_t b = pool_take(p);
+    if (b < 0)
+        return kvi_err_set(err, KVI_E_NO_KV_SPACE,
+                           "kv cache: pool exhausted copying a shared block (%d of %d blocks in use)",
+                           p->n_used, p->n_blocks_max);
+    *old = t->blocks[i];
+    memcpy(p->mem[b], p->mem[*old], p->block_bytes);
+    t->blocks[i] = b;
+    p->n_cow++;
+    return 0;
+}
+
+int kv_table_make_private(kv_pool *p, kv_table *t, int32_t b0, int32_t b1, kvi_error *err)
+{
+    if (b0 < 0) b0 = 0;
+    if (b1 >= t->n_blocks) b1 = t->n_blocks - 1;
+    for (int32_t i = b0; i <= b1; i++) {
+        const int32_t b = t->blocks[i];
+        if (p->refcount[b] > 1) {
+            int32_t old;
+            /* the copy has the same content: nothing to undo if a later one fails */
+            if (kv_table_cow(p, t, i, &old, err) != 0) return KVI_E_NO_KV_SPACE;
+            kv_pool_unref(p, old);
+        } else if (p->indexed[b]) {
+            kv_prefix_remove(p, b);
+        }
+    }
+    return 0;
+}
+
+int kv_table_share(kv_pool *p, kv_table *dst, const kv_table *src, kvi_error *err)
+{
+    if (table_grow(p, dst, src->n_blocks, err) != 0) return KVI_E_NOMEM;
+    for (int32_t i = 0; i < src->n_blocks; i++) {
+        kv_pool_ref(p, src->blocks[i]);
+        dst->blocks[i] = src->blocks[i];
+    }
+    if (src->n_pos > 0) memcpy(dst->tokens, src->tokens, (size_t)src->n_pos * sizeof *dst->tokens);
+    dst->n_blocks = src->n_blocks;
+    dst->n_pos = src->n_pos;
+    dst->no_index = src->no_index;
+    return 0;
 }
 
 void kv_read_row(const kv_pool *p, const kv_table *t, int l, int which, int32_t pos, float *out)

@@ -14,11 +14,15 @@
  * table refers to them any more.
  *
  * Invariants:
- *  - n_used + n_free == n_alloc <= n_blocks_max, and n_alloc * block_bytes is
- *    exactly the memory the pool holds (kv_pool_bytes_allocated);
+ *  - n_used + n_free + n_cached == n_alloc <= n_blocks_max, and n_alloc * block_bytes
+ *    is exactly the memory the pool holds (kv_pool_bytes_allocated);
  *  - refcount[b] > 0 exactly when some table holds b; the sum of refcounts equals
  *    the number of table entries over all tables;
- *  - a table with n_pos positions holds exactly ceil(n_pos / block_size) blocks.
+ *  - a table with n_pos positions holds exactly ceil(n_pos / block_size) blocks;
+ *  - sharing: a block with refcount > 1 (shared by prefix reuse or fork) or an
+ *    indexed block is never written; a writer first takes a private copy (copy on
+ *    write) or drops the block from the index. Unreferenced indexed blocks wait in
+ *    an LRU and are the last blocks the pool hands out again.
  */
 #ifndef KVI_KV_CACHE_H
 #define KVI_KV_CACHE_H
@@ -26,6 +30,7 @@
 #include "kvinfer.h"
 #include <stdint.h>
 #include <stddef.h>
+#include <stdbool.h>
 
 typedef struct kv_pool {
     int n_layers;
@@ -42,6 +47,21 @@ typedef struct kv_pool {
     int32_t *refcount;       /* [n_blocks_max] */
     int32_t *free_ids;       /* [n_blocks_max] stack of allocated, unreferenced blocks */
     int32_t n_free;
+    /* prefix index and LRU of reusable blocks (kv_prefix.c). An indexed block is
+     * full, its content is fixed, and (hash, parent, tokens) name it; an indexed
+     * block that no table holds sits in the LRU instead of the free stack. */
+    int32_t n_cached;        /* unreferenced indexed blocks (in the LRU) */
+    uint8_t *indexed;        /* [n_blocks_max] 1 when in the prefix index */
+    uint64_t *hash;          /* [n_blocks_max] chain hash of an indexed block */
+    int32_t *parent;         /* [n_blocks_max] indexed block before it, -1 for a first block */
+    int32_t *btok;           /* [n_blocks_max][block_size] tokens of an indexed block */
+    int32_t *hnext;          /* [n_blocks_max] next block of the same hash bucket, -1 */
+    int32_t *bucket;         /* [n_buckets] first block of each hash bucket, -1 */
+    uint32_t n_buckets;      /* power of two */
+    int32_t *lru_prev, *lru_next;  /* [n_blocks_max] LRU links, -1 at the ends */
+    int32_t lru_head, lru_tail;    /* least / most recently freed cached block, -1 */
+    uint64_t n_lru_evicted;  /* cached blocks taken back for new data */
+    uint64_t n_cow;          /* copy-on-write block copies */
 } kv_pool;
 
 typedef struct kv_table {
@@ -49,6 +69,8 @@ typedef struct kv_table {
     int32_t n_blocks;
     int32_t cap;
     int32_t n_pos;           /* positions whose K/V are valid: 0..n_pos-1 */
+    int32_t *tokens;         /* [cap * block_size] token of each position (prefix index) */
+    bool no_index;           /* positions re-assigned by a context policy: never indexed */
 } kv_table;
 
 int kv_pool_init(kv_pool *p, int n_layers, int kv_dim, int block_size, kvi_type type_k,
@@ -64,7 +86,41 @@ int kv_table_reserve(kv_pool *p, kv_table *t, int32_t n_pos, kvi_error *err);
 void kv_table_truncate(kv_pool *p, kv_table *t, int32_t n_pos);
 void kv_table_release(kv_pool *p, kv_table *t);   /* truncate to 0 and free the array */
 
-/* Address of the K (or V) row of position pos in layer l; pos must be reserved. */
+/* ---- sharing (kv_cache.c) ---- */
+/* One more reference to block b (taking it out of the LRU when it was cached). */
+void kv_pool_ref(kv_pool *p, int32_t b);
+/* Drops one reference; at zero the block goes to the LRU (indexed) or the free stack. */
+void kv_pool_unref(kv_pool *p, int32_t b);
+/* Drops the table's blocks past its first n_blocks (n_pos is clamped to them). */
+void kv_table_drop_blocks(kv_pool *p, kv_table *t, int32_t n_blocks);
+/* Replaces table block i by a private copy (copy on write). The old block keeps
+ * the table's reference, returned in *old: the caller unrefs it once the step
+ * commits, or puts it back and unrefs the copy to undo. KVI_E_NO_KV_SPACE. */
+int kv_table_cow(kv_pool *p, kv_table *t, int32_t i, int32_t *old, kvi_error *err);
+/* Gives the table its own unindexed copy of every block in [b0, b1] that is
+ * shared or indexed, so that those blocks may be written (context policies). */
+int kv_table_make_private(kv_pool *p, kv_table *t, int32_t b0, int32_t b1, kvi_error *err);
+/* Copies src's blocks (shared, refcounted), tokens and length into the empty dst. */
+int kv_table_share(kv_pool *p, kv_table *dst, const kv_table *src, kvi_error *err);
+
+/* ---- prefix index and LRU (kv_prefix.c) ---- */
+int kv_prefix_init(kv_pool *p, kvi_error *err);
+void kv_prefix_free(kv_pool *p);
+/* Indexes every full block of t in [b0, t->n_pos / block_size) whose predecessor
+ * is indexed (nothing when t->no_index). */
+void kv_prefix_index_table(kv_pool *p, kv_table *t, int32_t b0);
+/* Removes block b from the index (an unreferenced one moves to the free stack). */
+void kv_prefix_remove(kv_pool *p, int32_t b);
+/* For the empty table t: takes the longest chain of indexed blocks equal to the
+ * first whole blocks of tokens[0..n_max), at most n_max / block_size blocks;
+ * returns the number of positions now held. KVI_E_NOMEM (table unchanged). */
+int32_t kv_prefix_match(kv_pool *p, kv_table *t, const int32_t *tokens, int32_t n_max, kvi_error *err);
+/* LRU links (used by the pool): push as most recent / unlink. */
+void kv_lru_push(kv_pool *p, int32_t b);
+void kv_lru_unlink(kv_pool *p, int32_t b);
+
+/* Address of the K (or V) row of position pos in layer l; pos must be reserved.
+ * kv_k_row only for row key types (not q4: use kv_read_row / kv_k_group). */
 static inline uint8_t *kv_k_row(const kv_pool *p, const kv_table *t, int l, int32_t pos)
 {
     const int32_t b = t->blocks[pos / p->block_size];

@@ -1,0 +1,236 @@
+/*
+ * test_kv_policy.c — context policies (error, shift, sinks, heavy) on stories260K,
+ * with f32 and f16 caches.
+ *
+ * Independent check of the moving and re-rotation: layer 0's keys and values
+ * depend only on (token, position), so after a policy kept the positions
+ * keep[0..n), layer 0 of the sequence must equal layer 0 of a fresh prefill of
+ * the kept tokens at positions 0..n-1 (RoPE at j rotated by i - j equals RoPE at
+ * i, up to rounding: a tolerance).
+ */
+#include "testutil.h"
+
+#include "kvinfer.h"
+
+#include "engine_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static kvi_model *M;
+static int NV;
+
+static kvi_engine *engine(kvi_type kv, const char *policy, int n_ctx, int n_seq)
+{
+    kvi_engine_params p;
+    kvi_engine_params_default(&p);
+    p.kv_type_k = p.kv_type_v = kv;
+    p.n_threads = 2;
+    p.n_seq_max = n_seq;
+    p.n_ctx = n_ctx;
+    p.ctx_policy = policy;
+    p.n_keep = 4;
+    p.n_sink = 4;
+    p.n_window = 0;
+    kvi_error err = {0};
+    kvi_engine *e = kvi_engine_create(M, &p, &err);
+    CHECK(e != NULL, "engine: %s", err.msg);
+    return e;
+}
+
+static int step_rows(kvi_engine *e, kvi_seq *s, const int32_t *toks, int from, int n, float *last)
+{
+    kvi_batch *b = kvi_batch_create(n - from);
+    for (int i = from; i < n; i++) kvi_batch_add(b, s, toks[i - from], i, i == n - 1);
+    kvi_error err = {0};
+    int rc = kvi_step(e, b, &err);
+    CHECK(rc == 0, "step: %s", err.msg);
+    if (rc == 0 && last) memcpy(last, kvi_logits(e, n - 1 - from), NV * sizeof(float));
+    kvi_batch_free(b);
+    return rc;
+}
+
+/* Fills a sequence to n_ctx, makes room for one, then runs token 42 and compares
+ * with a fresh prefill of the kept tokens + 42. Returns the kept length. */
+static int32_t check_policy(kvi_type kv, const char *policy, float tol)
+{
+    enum { CTX = 64 };
+    kvi_engine *e = engine(kv, policy, CTX, 2);
+    if (!e) return -1;
+    int32_t P[CTX];
+    uint64_t rs = 0xabc;
+    P[0] = 1;
+    for (int i = 1; i < CTX; i++) P[i] = 3 + (int32_t)(trand_u64(&rs) % (uint64_t)(NV - 3));
+    kvi_seq *s = kvi_seq_create(e);
+    float *got = malloc(NV * sizeof(float)), *want = malloc(NV * sizeof(float));
+    /* heavy: a prefill then decode rows, so that received attention accumulates */
+    step_rows(e, s, P, 0, CTX / 2, NULL);
+    for (int i = CTX / 2; i < CTX; i++) step_rows(e, s, P + i, i, i + 1, NULL);
+    kvi_error err = {0};
+    const int32_t n = kvi_seq_make_room(s, 1, &err);
+    CHECK(n > 0 && n < CTX, "%s/%s: make_room returned %d (%s)", policy, kvi_type_name(kv), n, err.msg);
+    if (n <= 0) {
+        kvi_engine_free(e);
+        free(got);
+        free(want);
+        return n;
+    }
+    CHECK(kvi_seq_len(s) == n, "%s: length %d after make_room, want %d", policy, kvi_seq_len(s), n);
+    int32_t kept[CTX + 1];
+    memcpy(kept, kvi_seq_tokens(s), (size_t)n * sizeof *kept);
+    kvi_stats st;
+    kvi_stats_get(e, s, &st);
+    CHECK(st.n_evicted == (uint64_t)(CTX - n), "%s: evicted %llu, want %d", policy, (unsigned long long)st.n_evicted,
+          CTX - n);
+
+    kvi_engine *fresh = engine(kv, "error", CTX, 1);
+    kvi_seq *f = kvi_seq_create(fresh);
+    step_rows(fresh, f, kept, 0, n, want);
+    const kv_pool *pe = engine_kv_pool(e), *pf = engine_kv_pool(fresh);
+    const kv_table *te = engine_seq_table(s), *tf = engine_seq_table(f);
+    const int kvd = pe->kv_dim;
+    float *ra = malloc((size_t)kvd * sizeof(float)), *rb = malloc((size_t)kvd * sizeof(float));
+    float dk = 0, dv = 0;
+    for (int32_t i = 0; i < n; i++) {
+        for (int w = 0; w < 2; w++) {
+            kv_read_row(pe, te, 0, w, i, ra);
+            kv_read_row(pf, tf, 0, w, i, rb);
+            for (int j = 0; j < kvd; j++) {
+                const float d = fabsf(ra[j] - rb[j]) / (1.0f + fabsf(rb[j]));
+                if (w == 0) dk = fmaxf(dk, d);
+                else dv = fmaxf(dv, d);
+            }
+        }
+    }
+    CHECK(dk < tol, "%s/%s: re-rotated layer-0 keys differ from fresh ones by %g (tol %g)", policy,
+          kvi_type_name(kv), (double)dk, (double)tol);
+    CHECK(dv < tol, "%s/%s: moved layer-0 values differ from fresh ones by %g", policy, kvi_type_name(kv),
+          (double)dv);
+    free(ra);
+    free(rb);
+    kvi_engine_free(fresh);
+    /* and the sequence goes on */
+    int32_t t42 = 42;
+    step_rows(e, s, &t42, n, n + 1, got);
+    CHECK(isfinite(got[0]) && kvi_seq_len(s) == n + 1, "%s: no step after eviction", policy);
+    kvi_engine_free(e);
+    free(got);
+    free(want);
+    return n;
+}
+
+/* The kept positions: every policy keeps its sinks / keep prefix and the newest. */
+static void kept_sets(kvi_type kv)
+{
+    const float tol = kv == KVI_TYPE_F32 ? 1e-5f : 2e-3f;
+    int32_t n = check_policy(kv, "shift", tol);
+    CHECK(n == 4 + 30, "shift kept %d, want 4 + (60 - 30)", n);
+    n = check_policy(kv, "sinks", tol);
+    CHECK(n == 63, "sinks kept %d, want 63 (sinks + the window that fits)", n);
+    n = check_policy(kv, "heavy", tol);
+    CHECK(n == 63, "heavy kept %d, want 63", n);
+
+    kvi_engine *e = engine(kv, "error", 16, 1);
+    kvi_seq *s = kvi_seq_create(e);
+    int32_t T[16];
+    for (int i = 0; i < 16; i++) T[i] = 5 + i;
+    step_rows(e, s, T, 0, 16, NULL);
+    kvi_error err = {0};
+    int32_t rc = kvi_seq_make_room(s, 1, &err);
+    CHECK(rc == KVI_E_CONTEXT_FULL && strstr(err.msg, "context_length_exceeded"), "error policy: %d '%s'", rc,
+          err.msg);
+    CHECK(kvi_seq_make_room(s, 0, &err) == 16, "no room needed: unchanged");
+    kvi_engine_free(e);
+}
+
+/* A policy never changes a block another sequence holds. */
+static void shared_untouched(kvi_type kv)
+{
+    enum { CTX = 48 };
+    kvi_engine *e = engine(kv, "shift", CTX, 2);
+    int32_t P[CTX];
+    for (int i = 0; i < CTX; i++) P[i] = 3 + (i * 37) % 500;
+    kvi_seq *a = kvi_seq_create(e);
+    step_rows(e, a, P, 0, CTX, NULL);
+    kvi_seq *b = kvi_seq_fork(a);
+    float *before = malloc(NV * sizeof(float)), *after = malloc(NV * sizeof(float));
+    int32_t t = 77;
+    /* b's next-token logits at position CTX - 1 (overwrite the last position) */
+    step_rows(e, b, &P[CTX - 1], CTX - 1, CTX, before);
+    kvi_error err = {0};
+    CHECK(kvi_seq_make_room(a, 1, &err) > 0, "shift: %s", err.msg);
+    step_rows(e, a, &t, kvi_seq_len(a), kvi_seq_len(a) + 1, NULL);
+    step_rows(e, b, &P[CTX - 1], CTX - 1, CTX, after);
+    CHECK(memcmp(before, after, NV * sizeof(float)) == 0, "%s: shifting a changed its fork b", kvi_type_name(kv));
+    kvi_seq_free(b);
+    kvi_seq_free(a);
+    kvi_engine_free(e);
+    free(before);
+    free(after);
+}
+
+/* sinks: 4x the trained context (512) of generation, KV memory constant once full. */
+static void sinks_long(void)
+{
+    enum { CTX = 512, N = 4 * 512 };
+    kvi_engine *e = engine(KVI_TYPE_F16, "sinks", CTX, 1);
+    kvi_seq *s = kvi_seq_create(e);
+    kvi_batch *b = kvi_batch_create(1);
+    int32_t tok = 1;
+    size_t bytes_full = 0;
+    bool constant = true, ok = true;
+    for (int i = 0; i < N && ok; i++) {
+        kvi_error err = {0};
+        int32_t pos = kvi_seq_make_room(s, 1, &err);
+        if (pos < 0) {
+            CHECK(false, "make_room at step %d: %s", i, err.msg);
+            break;
+        }
+        kvi_batch_clear(b);
+        kvi_batch_add(b, s, tok, pos, true);
+        if (kvi_step(e, b, &err) != 0) {
+            CHECK(false, "step %d: %s", i, err.msg);
+            break;
+        }
+        const float *l = kvi_logits(e, 0);
+        int32_t best = 0;
+        for (int v = 1; v < NV; v++)
+            if (l[v] > l[best]) best = v;
+        tok = best;
+        kvi_stats st;
+        kvi_stats_get(e, NULL, &st);
+        if (i == CTX) bytes_full = st.kv_bytes_allocated;
+        if (i > CTX && st.kv_bytes_allocated != bytes_full) constant = false;
+        if (i == N - 1) {
+            kvi_stats_get(e, s, &st);
+            CHECK(st.n_evicted >= (uint64_t)(N - CTX), "evicted %llu", (unsigned long long)st.n_evicted);
+        }
+    }
+    CHECK(constant && bytes_full > 0, "KV memory grew after the window filled");
+    CHECK(kvi_seq_len(s) <= CTX, "length %d past the context", kvi_seq_len(s));
+    kvi_batch_free(b);
+    kvi_engine_free(e);
+}
+
+int main(void)
+{
+    kvi_error err = {0};
+    kvi_load_params lp;
+    kvi_load_params_default(&lp);
+    M = kvi_model_load(shared_path("models/stories260K.gguf"), &lp, &err);
+    CHECK(M != NULL, "load: %s", err.msg);
+    if (!M) return test_main_end();
+    NV = kvi_n_vocab(M);
+    kept_sets(KVI_TYPE_F32);
+    kept_sets(KVI_TYPE_F16);
+    shared_untouched(KVI_TYPE_F32);
+    shared_untouched(KVI_TYPE_F16);
+    sinks_long();
+    kvi_engine_params p;
+    kvi_engine_params_default(&p);
+    p.ctx_policy = "nonsense";
+    CHECK(kvi_engine_create(M, &p, &err) == NULL && err.code == KVI_E_INVALID, "unknown policy accepted");
+    kvi_model_free(M);
+    return test_main_end();
+}

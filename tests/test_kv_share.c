@@ -1,0 +1,283 @@
+/*
+ * test_kv_share.c — prefix sharing, fork and copy on write, the LRU of cached
+ * prefixes, and KV accounting (DESIGN.md invariants 4 and 5) on stories260K.
+ *
+ * The reference for every logits comparison is a separate engine with the
+ * prefix cache off that prefills the same tokens from scratch: sharing must
+ * change nothing, bit for bit (rows are batch-invariant, so K/V computed once
+ * and reused equal K/V computed again).
+ */
+#include "testutil.h"
+
+#include "kvinfer.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static kvi_model *M;
+static int NV;
+
+static kvi_engine *engine(kvi_type kv, int n_seq, size_t budget, bool prefix)
+{
+    kvi_engine_params p;
+    kvi_engine_params_default(&p);
+    p.kv_type_k = p.kv_type_v = kv;
+    p.n_threads = 2;
+    p.n_seq_max = n_seq;
+    p.kv_budget_bytes = budget;
+    p.n_ctx = 512;
+    p.prefix_cache = prefix;
+    kvi_error err = {0};
+    kvi_engine *e = kvi_engine_create(M, &p, &err);
+    CHECK(e != NULL, "engine: %s", err.msg);
+    return e;
+}
+
+/* Runs toks[from..n) for s at positions from.., logits of every row into out[n][NV]
+ * (rows before from untouched). */
+static int run_rows(kvi_engine *e, kvi_seq *s, const int32_t *toks, int from, int n, float *out)
+{
+    kvi_batch *b = kvi_batch_create(n);
+    for (int i = from; i < n; i++) kvi_batch_add(b, s, toks[i], i, true);
+    kvi_error err = {0};
+    int rc = kvi_step(e, b, &err);
+    CHECK(rc == 0, "step: %s", err.msg);
+    if (rc == 0 && out)
+        for (int i = from; i < n; i++) memcpy(out + (size_t)i * NV, kvi_logits(e, i - from), NV * sizeof(float));
+    kvi_batch_free(b);
+    return rc;
+}
+
+/* logits [n][NV] of a cold prefill on a fresh reference engine */
+static float *reference(kvi_type kv, const int32_t *toks, int n)
+{
+    kvi_engine *e = engine(kv, 1, 0, false);
+    float *out = calloc((size_t)n * NV, sizeof(float));
+    kvi_seq *s = kvi_seq_create(e);
+    run_rows(e, s, toks, 0, n, out);
+    kvi_engine_free(e);
+    return out;
+}
+
+static bool same(const float *a, const float *b) { return memcmp(a, b, NV * sizeof(float)) == 0; }
+
+static void accounting(kvi_engine *e, const char *where)
+{
+    kvi_stats st;
+    kvi_stats_get(e, NULL, &st);
+    const size_t sum = (size_t)(st.kv_blocks_used + st.kv_blocks_cached + st.kv_blocks_free) * st.kv_bytes_block;
+    CHECK(st.kv_bytes_allocated == sum, "%s: allocated %zu != (used %d + cached %d + free %d) x %zu", where,
+          st.kv_bytes_allocated, st.kv_blocks_used, st.kv_blocks_cached, st.kv_blocks_free, st.kv_bytes_block);
+    CHECK(st.kv_bytes_per_token * (size_t)st.kv_block_size == st.kv_bytes_block, "%s: block bytes", where);
+}
+
+static void share_and_cow(kvi_type kv)
+{
+    const char *tn = kvi_type_name(kv);
+    uint64_t rs = 0x5eed + (uint64_t)kv;
+    enum { NPR = 40 };
+    int32_t P[NPR + 1];
+    P[0] = 1;
+    for (int i = 1; i <= NPR; i++) P[i] = 3 + (int32_t)(trand_u64(&rs) % (uint64_t)(NV - 3));
+    float *ref = reference(kv, P, NPR);
+
+    kvi_engine *e = engine(kv, 4, 0, true);
+    float *la = calloc((size_t)(NPR + 1) * NV, sizeof(float));
+    float *lb = calloc((size_t)(NPR + 1) * NV, sizeof(float));
+    kvi_seq *a = kvi_seq_create(e), *b = kvi_seq_create(e);
+    run_rows(e, a, P, 0, NPR, la);
+    CHECK(same(la + (size_t)(NPR - 1) * NV, ref + (size_t)(NPR - 1) * NV), "%s: a differs from reference", tn);
+
+    /* b reuses whole blocks: (40 - 1) / 16 = 2 blocks = 32 positions */
+    int32_t held = kvi_seq_reuse_prefix(b, P, NPR);
+    CHECK(held == 32, "%s: reuse_prefix held %d, want 32", tn, held);
+    kvi_stats st;
+    kvi_stats_get(e, b, &st);
+    CHECK(st.kv_blocks_used == 2 && st.kv_blocks_shared == 2 && st.prefix_hit_tokens == 32 &&
+              st.prefix_miss_tokens == 8,
+          "%s: b holds %d blocks (%d shared), hits %llu misses %llu", tn, st.kv_blocks_used, st.kv_blocks_shared,
+          (unsigned long long)st.prefix_hit_tokens, (unsigned long long)st.prefix_miss_tokens);
+    run_rows(e, b, P, held, NPR, lb);
+    int bad = 0;
+    for (int i = held; i < NPR; i++) bad += !same(lb + (size_t)i * NV, ref + (size_t)i * NV);
+    CHECK(bad == 0, "%s: %d rows of b differ from a cold prefill", tn, bad);
+    kvi_stats_get(e, NULL, &st);
+    CHECK(st.kv_blocks_used == 4 && st.kv_blocks_shared == 2,
+          "%s: pool holds %d blocks (%d shared), want 3 of a + 1 of b, 2 shared", tn, st.kv_blocks_used,
+          st.kv_blocks_shared);
+    accounting(e, "after reuse");
+
+    /* fork a (shares its partial last block too), then both continue differently */
+    kvi_seq *c = kvi_seq_fork(a);
+    CHECK(c != NULL && kvi_seq_len(c) == NPR, "%s: fork", tn);
+    kvi_stats_get(e, NULL, &st);
+    CHECK(st.kv_blocks_used == 4 && st.kv_blocks_shared == 3, "%s: after fork %d used, %d shared", tn,
+          st.kv_blocks_used, st.kv_blocks_shared);
+    int32_t PX[NPR + 1], PY[NPR + 1];
+    memcpy(PX, P, sizeof P);
+    memcpy(PY, P, sizeof P);
+    PX[NPR] = 7;
+    PY[NPR] = 9;
+    float *rx = reference(kv, PX, NPR + 1), *ry = reference(kv, PY, NPR + 1);
+    float *lx = calloc((size_t)(NPR + 1) * NV, sizeof(float)), *ly = calloc((size_t)(NPR + 1) * NV, sizeof(float));
+    run_rows(e, a, PX, NPR, NPR + 1, lx);   /* writes into the shared block: copy on write */
+    kvi_stats_get(e, NULL, &st);
+    CHECK(st.n_cow == 1 && st.kv_blocks_used == 5, "%s: a's write: %llu copies, %d blocks", tn,
+          (unsigned long long)st.n_cow, st.kv_blocks_used);
+    run_rows(e, c, PY, NPR, NPR + 1, ly);   /* c is the last holder: writes in place */
+    CHECK(same(lx + (size_t)NPR * NV, rx + (size_t)NPR * NV), "%s: a after copy on write differs", tn);
+    CHECK(same(ly + (size_t)NPR * NV, ry + (size_t)NPR * NV), "%s: fork c was changed by a's write", tn);
+    accounting(e, "after cow");
+
+    /* everything freed: indexed full blocks stay cached, the rest is free */
+    kvi_seq_free(a);
+    kvi_seq_free(b);
+    kvi_seq_free(c);
+    kvi_stats_get(e, NULL, &st);
+    CHECK(st.kv_blocks_used == 0 && st.kv_blocks_cached == 2, "%s: after free %d used, %d cached", tn,
+          st.kv_blocks_used, st.kv_blocks_cached);
+    accounting(e, "after free");
+
+    /* a cached prefix serves a new sequence; a write inside it (after a rollback)
+     * must not poison the index */
+    kvi_seq *d = kvi_seq_create(e);
+    CHECK(kvi_seq_reuse_prefix(d, P, NPR) == 32, "%s: reuse from the LRU", tn);
+    kvi_seq_truncate(d, 20);
+    int32_t PZ[NPR];
+    memcpy(PZ, P, sizeof PZ);
+    for (int i = 20; i < NPR; i++) PZ[i] = 5 + i;
+    run_rows(e, d, PZ, 20, NPR, NULL);
+    kvi_seq *f = kvi_seq_create(e);
+    held = kvi_seq_reuse_prefix(f, P, NPR);
+    CHECK(held == 16, "%s: after the rewrite only block 0 is P's (held %d)", tn, held);
+    run_rows(e, f, P, held, NPR, lb);
+    CHECK(same(lb + (size_t)(NPR - 1) * NV, ref + (size_t)(NPR - 1) * NV), "%s: stale block served", tn);
+    float *rz = reference(kv, PZ, NPR);
+    kvi_seq *g = kvi_seq_create(e);
+    held = kvi_seq_reuse_prefix(g, PZ, NPR);
+    CHECK(held == 32, "%s: the rewritten chain is indexed (held %d)", tn, held);
+    run_rows(e, g, PZ, held, NPR, lb);
+    CHECK(same(lb + (size_t)(NPR - 1) * NV, rz + (size_t)(NPR - 1) * NV), "%s: rewritten chain differs", tn);
+    accounting(e, "after rewrite");
+    kvi_seq_free(d);
+    kvi_seq_free(f);
+    kvi_seq_free(g);
+    kvi_engine_free(e);
+
+    /* no prefix cache: nothing reused */
+    e = engine(kv, 2, 0, false);
+    a = kvi_seq_create(e);
+    run_rows(e, a, P, 0, NPR, NULL);
+    b = kvi_seq_create(e);
+    CHECK(kvi_seq_reuse_prefix(b, P, NPR) == 0, "%s: --no-prefix-cache reused blocks", tn);
+    kvi_engine_free(e);
+
+    free(ref);
+    free(rx);
+    free(ry);
+    free(rz);
+    free(la);
+    free(lb);
+    free(lx);
+    free(ly);
+}
+
+/* A small pool: cached prefixes are evicted (least recently used first) only
+ * when no free or fresh block is left; a failed step leaves the others intact. */
+static void lru_pressure(void)
+{
+    kvi_engine *probe = engine(KVI_TYPE_F16, 1, 0, true);
+    kvi_stats st;
+    kvi_stats_get(probe, NULL, &st);
+    const size_t blk = st.kv_bytes_block;
+    kvi_engine_free(probe);
+    kvi_engine *e = engine(KVI_TYPE_F16, 3, 4 * blk, true);
+    int32_t A[33], B[33];
+    for (int i = 0; i < 33; i++) {
+        A[i] = 10 + i;
+        B[i] = 100 + i;
+    }
+    kvi_seq *s = kvi_seq_create(e);
+    run_rows(e, s, A, 0, 32, NULL);   /* 2 full blocks, indexed */
+    kvi_seq_free(s);
+    s = kvi_seq_create(e);
+    run_rows(e, s, B, 0, 32, NULL);   /* 2 fresh blocks: A's stay cached */
+    kvi_seq_free(s);
+    kvi_stats_get(e, NULL, &st);
+    CHECK(st.kv_blocks_cached == 4 && st.n_lru_evicted == 0, "cached %d, evicted %llu", st.kv_blocks_cached,
+          (unsigned long long)st.n_lru_evicted);
+    s = kvi_seq_create(e);
+    CHECK(kvi_seq_reuse_prefix(s, B, 33) == 32, "B reused from the LRU");
+    kvi_seq_free(s);   /* B is now the most recent, A the oldest */
+    kvi_seq *t = kvi_seq_create(e);
+    int32_t C[20];
+    for (int i = 0; i < 20; i++) C[i] = 200 + i;
+    run_rows(e, t, C, 0, 20, NULL);   /* 2 blocks: A's two are evicted */
+    kvi_stats_get(e, NULL, &st);
+    CHECK(st.n_lru_evicted == 2 && st.kv_blocks_cached == 2, "evicted %llu, cached %d",
+          (unsigned long long)st.n_lru_evicted, st.kv_blocks_cached);
+    s = kvi_seq_create(e);
+    CHECK(kvi_seq_reuse_prefix(s, A, 33) == 0, "A must be gone");
+    kvi_seq_free(s);
+    s = kvi_seq_create(e);
+    CHECK(kvi_seq_reuse_prefix(s, B, 33) == 32, "B must still be cached");
+    /* the pool is now full (t: 2, s: 2): one more block fails cleanly */
+    kvi_batch *b = kvi_batch_create(4);
+    kvi_batch_add(b, t, 5, 20, false);
+    kvi_batch_add(b, s, 5, 32, true);
+    kvi_error err = {0};
+    int rc = kvi_step(e, b, &err);
+    CHECK(rc == KVI_E_NO_KV_SPACE && err.msg[0], "full pool: rc %d", rc);
+    CHECK(kvi_seq_len(t) == 20 && kvi_seq_len(s) == 32, "failed step changed lengths");
+    accounting(e, "lru");
+    kvi_batch_free(b);
+    kvi_engine_free(e);
+}
+
+/* The issue's figure: 16 sequences forked from one 256-token prompt, each with its
+ * own 16-token continuation, hold at most 1.25x one prompt's bytes plus theirs. */
+static void sixteen_forks(void)
+{
+    kvi_engine *e = engine(KVI_TYPE_F16, 16, 0, true);
+    int32_t P[256];
+    uint64_t rs = 77;
+    for (int i = 0; i < 256; i++) P[i] = 3 + (int32_t)(trand_u64(&rs) % 500);
+    kvi_seq *s[16];
+    s[0] = kvi_seq_create(e);
+    run_rows(e, s[0], P, 0, 256, NULL);
+    kvi_stats st;
+    kvi_stats_get(e, NULL, &st);
+    const size_t one = st.kv_bytes;
+    for (int k = 1; k < 16; k++) s[k] = kvi_seq_fork(s[0]);
+    kvi_batch *b = kvi_batch_create(16);
+    for (int step = 0; step < 16; step++) {
+        kvi_batch_clear(b);
+        for (int k = 0; k < 16; k++) kvi_batch_add(b, s[k], 3 + (k * 31 + step) % 500, 256 + step, true);
+        kvi_error err = {0};
+        CHECK(kvi_step(e, b, &err) == 0, "%s", err.msg);
+    }
+    kvi_stats_get(e, NULL, &st);
+    const size_t cont = 16u * 16u * st.kv_bytes_per_token;
+    CHECK((double)st.kv_bytes <= 1.25 * (double)one + (double)cont, "16 forks hold %zu bytes > 1.25 x %zu + %zu",
+          st.kv_bytes, one, cont);
+    accounting(e, "16 forks");
+    kvi_batch_free(b);
+    kvi_engine_free(e);
+}
+
+int main(void)
+{
+    kvi_error err = {0};
+    kvi_load_params lp;
+    kvi_load_params_default(&lp);
+    M = kvi_model_load(shared_path("models/stories260K.gguf"), &lp, &err);
+    CHECK(M != NULL, "load: %s", err.msg);
+    if (!M) return test_main_end();
+    NV = kvi_n_vocab(M);
+    share_and_cow(KVI_TYPE_F32);
+    share_and_cow(KVI_TYPE_F16);
+    lru_pressure();
+    sixteen_forks();
+    kvi_model_free(M);
+    return test_main_end();
+}
