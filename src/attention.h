@@ -9,6 +9,11 @@
  *
  * Determinism: each (row, head) output is reduced over positions 0..pos in
  * order, by one thread, independently of the other rows and of the thread count.
+ *
+ * Quantised caches are read directly: the thread converts only the tile it needs
+ * (one kv head's slice of one block's rows) into its scratch. A q4 key (KIVI) at
+ * position t is read, for a query at position p, in f16 while t's group is still
+ * incomplete at p and quantised once complete: exactly what decode at p saw.
  */
 #ifndef KVI_ATTENTION_H
 #define KVI_ATTENTION_H
@@ -27,8 +32,12 @@ typedef struct attn_args {
     int n_heads, n_kv_heads, head_dim;
     /* Optional (H2O eviction): when recv && recv[r], row r adds to recv[r][t], for
      * every position t <= pos[r], the normalised attention weight it gave t, summed
-     * over heads. NULL: nothing recorded (and nothing paid). */
+     * over heads (rows must not share an array). NULL: nothing recorded (and
+     * nothing paid). */
     float *const *recv;               /* [n_rows] -> [pos + 1] */
+    /* Optional (forward pass): q4 key groups this batch still reads in f16 after the
+     * sequence's tail moved on (kv_quant.h). NULL outside a forward pass. */
+    const struct kv_stash *stash;
 } attn_args;
 
 typedef struct attn_scratch attn_scratch;

@@ -159,8 +159,9 @@ kvi_engine *kvi_engine_create(kvi_model *m, const kvi_engine_params *params, kvi
                     p.n_ctx, p.kv_block_size, p.n_seq_max, p.n_batch_max, p.n_threads);
         return NULL;
     }
-    if (p.kv_type_k != KVI_TYPE_F32 && p.kv_type_k != KVI_TYPE_F16) {
-        kvi_err_set(err, KVI_E_UNSUPPORTED, "engine: KV key type %s is not supported (f32, f16)",
+    if (!kv_layout_type_ok(p.kv_type_k)) {
+        kvi_err_set(err, KVI_E_UNSUPPORTED,
+                    "engine: KV key type %s is not supported (f32, f16, q8_0, q4_0, q4)",
                     kvi_type_name(p.kv_type_k) ? kvi_type_name(p.kv_type_k) : "?");
         return NULL;
     }
@@ -175,8 +176,9 @@ kvi_engine *kvi_engine_create(kvi_model *m, const kvi_engine_params *params, kvi
                     p.n_sink, p.n_window);
         return NULL;
     }
-    if (p.kv_type_v != KVI_TYPE_F32 && p.kv_type_v != KVI_TYPE_F16) {
-        kvi_err_set(err, KVI_E_UNSUPPORTED, "engine: KV value type %s is not supported (f32, f16)",
+    if (!kv_layout_type_ok(p.kv_type_v)) {
+        kvi_err_set(err, KVI_E_UNSUPPORTED,
+                    "engine: KV value type %s is not supported (f32, f16, q8_0, q4_0, q4)",
                     kvi_type_name(p.kv_type_v) ? kvi_type_name(p.kv_type_v) : "?");
         return NULL;
     }
@@ -194,9 +196,9 @@ kvi_engine *kvi_engine_create(kvi_model *m, const kvi_engine_params *params, kvi
     const int kv_dim = m->n_kv_heads * m->head_dim;
     if (p.kv_budget_bytes == 0) {
         const size_t blocks_per_seq = ((size_t)p.n_ctx + p.kv_block_size - 1) / p.kv_block_size;
-        const size_t bpt = (size_t)m->n_layers *
-                           (kvi_row_bytes(p.kv_type_k, kv_dim) + kvi_row_bytes(p.kv_type_v, kv_dim));
-        e->p.kv_budget_bytes = blocks_per_seq * p.n_seq_max * p.kv_block_size * bpt;
+        e->p.kv_budget_bytes = blocks_per_seq * p.n_seq_max *
+                               kv_layout_block_bytes(m->n_layers, kv_dim, p.kv_block_size,
+                                                     p.kv_type_k, p.kv_type_v);
     }
     if (kv_pool_init(&e->kv, m->n_layers, kv_dim, p.kv_block_size, p.kv_type_k, p.kv_type_v,
                      e->p.kv_budget_bytes, err) != 0)

@@ -27,6 +27,7 @@
 #include "attention.h"
 #include "error.h"
 #include "kernels.h"
+#include "kv_quant.h"
 #include "quant.h"
 
 #include <math.h>
@@ -48,6 +49,7 @@ struct fwd_ctx {
     float *inv_freq;/* [n_rot / 2] */
     size_t bytes;
     attn_scratch *attn;
+    kv_stash stash; /* q4 key groups a layer's rows still read in f16 (kv_quant.h) */
 };
 
 static float *falloc(fwd_ctx *f, size_t n, bool *ok)
@@ -78,6 +80,7 @@ void fwd_free(fwd_ctx *f)
     free(f->rs);
     free(f->inv_freq);
     attn_scratch_free(f->attn);
+    kv_stash_free(&f->stash);
     free(f);
 }
 
@@ -192,14 +195,16 @@ void fwd_run(fwd_ctx *f, kvi_pool *pool, kv_pool *kv, const fwd_rows *rows)
         rope_rows(f, f->k, n, m->n_kv_heads);
 
         /* K and V appended to the cache, then every row reads its own sequence back */
+        kv_stash_begin(&f->stash, l);
         for (int r = 0; r < n; r++) {
             kv_table *t = (kv_table *)rows->tables[r];
-            kv_write_row(kv, t, l, 0, rows->pos[r], f->k + (size_t)r * kvd);
-            kv_write_row(kv, t, l, 1, rows->pos[r], f->v + (size_t)r * kvd);
+            kv_write_row_batch(kv, t, l, 0, rows->pos[r], f->k + (size_t)r * kvd, &f->stash);
+            kv_write_row_batch(kv, t, l, 1, rows->pos[r], f->v + (size_t)r * kvd, &f->stash);
         }
         const attn_args aa = {
             .kv = kv, .layer = l, .n_rows = n, .tables = rows->tables, .pos = rows->pos,
             .q = f->q, .out = f->att, .n_heads = m->n_heads, .n_kv_heads = m->n_kv_heads,
+            .stash = &f->stash,
             .head_dim = hd, .recv = rows->recv,
         };
         attention_rows(pool, f->attn, &aa);

@@ -8,6 +8,7 @@
 #include "kv_cache.h"
 
 #include "error.h"
+#include "kv_quant.h"
 #include "quant.h"
 
 #include <stdlib.h>
@@ -20,19 +21,25 @@ int kv_pool_init(kv_pool *p, int n_layers, int kv_dim, int block_size, kvi_type 
     if (n_layers <= 0 || kv_dim <= 0 || block_size <= 0 || block_size > 4096)
         return kvi_err_set(err, KVI_E_INVALID, "kv cache: bad shape (layers %d, kv_dim %d, block %d)",
                            n_layers, kv_dim, block_size);
-    p->row_bytes_k = kvi_row_bytes(type_k, kv_dim);
-    p->row_bytes_v = kvi_row_bytes(type_v, kv_dim);
-    if (p->row_bytes_k == 0 || p->row_bytes_v == 0)
+    /* layout (kv_quant.h): a q4 value cache is q4_0 */
+    if (type_v == KVI_TYPE_KV_Q4) type_v = KVI_TYPE_Q4_0;
+    p->k_bytes = kvq_k_region_bytes(type_k, kv_dim, block_size);
+    const size_t v_bytes = kvq_v_region_bytes(type_v, kv_dim, block_size);
+    if (p->k_bytes == 0 || v_bytes == 0)
         return kvi_err_set(err, KVI_E_UNSUPPORTED,
-                           "kv cache: types %s/%s cannot hold rows of %d elements",
+                           "kv cache: types %s/%s cannot hold rows of %d elements (KV types: f32, "
+                           "f16, q8_0 and q4_0 need a multiple of 32, q4 an even number)",
                            kvi_type_name(type_k) ? kvi_type_name(type_k) : "?",
                            kvi_type_name(type_v) ? kvi_type_name(type_v) : "?", kv_dim);
+    p->row_bytes_k = type_k == KVI_TYPE_KV_Q4 ? 0 : kvi_row_bytes(type_k, kv_dim);
+    p->row_bytes_v = kvi_row_bytes(type_v, kv_dim);
+    p->tail_bytes = kvq_tail_bytes(type_k, n_layers, kv_dim, block_size);
     p->n_layers = n_layers;
     p->kv_dim = kv_dim;
     p->block_size = block_size;
     p->type_k = type_k;
     p->type_v = type_v;
-    p->layer_bytes = (size_t)block_size * (p->row_bytes_k + p->row_bytes_v);
+    p->layer_bytes = p->k_bytes + v_bytes;
     p->block_bytes = (size_t)n_layers * p->layer_bytes;
     size_t nb = budget_bytes / p->block_bytes;
     if (nb < 1)
@@ -68,7 +75,22 @@ void kv_pool_free(kv_pool *p)
 
 size_t kv_pool_bytes_per_token(const kv_pool *p)
 {
-    return (size_t)p->n_layers * (p->row_bytes_k + p->row_bytes_v);
+    return p->block_size > 0 ? p->block_bytes / (size_t)p->block_size : 0;
+}
+
+bool kv_layout_type_ok(kvi_type t)
+{
+    return t == KVI_TYPE_F32 || t == KVI_TYPE_F16 || t == KVI_TYPE_Q8_0 || t == KVI_TYPE_Q4_0 ||
+           t == KVI_TYPE_KV_Q4;
+}
+
+size_t kv_layout_block_bytes(int n_layers, int kv_dim, int block_size, kvi_type type_k,
+                             kvi_type type_v)
+{
+    const size_t k = kvq_k_region_bytes(type_k, kv_dim, block_size);
+    const size_t v = kvq_v_region_bytes(type_v, kv_dim, block_size);
+    if (n_layers <= 0 || k == 0 || v == 0) return 0;
+    return (size_t)n_layers * (k + v);
 }
 
 size_t kv_pool_bytes_allocated(const kv_pool *p) { return (size_t)p->n_alloc * p->block_bytes; }
@@ -168,6 +190,7 @@ void kv_table_release(kv_pool *p, kv_table *t)
 {
     kv_table_truncate(p, t, 0);
     free(t->blocks);
+    free(t->tail);
     free(t->tokens);
     memset(t, 0, sizeof *t);
 }
@@ -227,14 +250,28 @@ int kv_table_share(kv_pool *p, kv_table *dst, const kv_table *src, kvi_error *er
 
 void kv_read_row(const kv_pool *p, const kv_table *t, int l, int which, int32_t pos, float *out)
 {
+    if (!which && p->type_k == KVI_TYPE_KV_Q4) {
+        kivi_read_key(p, t, l, pos, out);
+        return;
+    }
     const kvi_type ty = which ? p->type_v : p->type_k;
     const uint8_t *row = which ? kv_v_row(p, t, l, pos) : kv_k_row(p, t, l, pos);
     kvi_dequant_row(ty, row, out, p->kv_dim);
 }
 
-void kv_write_row(kv_pool *p, kv_table *t, int l, int which, int32_t pos, const float *in)
+void kv_write_row_batch(kv_pool *p, kv_table *t, int l, int which, int32_t pos, const float *in,
+                        struct kv_stash *stash)
 {
+    if (!which && p->type_k == KVI_TYPE_KV_Q4) {
+        kivi_write_key(p, t, l, pos, in, stash);
+        return;
+    }
     const kvi_type ty = which ? p->type_v : p->type_k;
     uint8_t *row = which ? kv_v_row(p, t, l, pos) : kv_k_row(p, t, l, pos);
     kvi_quantize_row(ty, in, row, p->kv_dim);
+}
+
+void kv_write_row(kv_pool *p, kv_table *t, int l, int which, int32_t pos, const float *in)
+{
+    kv_write_row_batch(p, t, l, which, pos, in, NULL);
 }

@@ -5,8 +5,11 @@
  * One block holds block_size consecutive positions of one sequence, for every
  * layer, keys and values:
  *
- *     block = [n_layers][ K: block_size rows of row_bytes_k | V: block_size rows of row_bytes_v ]
- *     row_bytes_k = kvi_row_bytes(type_k, kv_dim), kv_dim = n_kv_heads * head_dim
+ *     block = [n_layers][ K region: k_bytes | V: block_size rows of row_bytes_v ]
+ *     K region = block_size rows of row_bytes_k = kvi_row_bytes(type_k, kv_dim)
+ *                (f32, f16, q8_0, q4_0), or one KIVI key group (type q4, see
+ *                kv_quant.h: per-channel scales, then 4-bit codes), kv_dim =
+ *                n_kv_heads * head_dim
  *
  * so position p of a sequence lives in block table[p / block_size], row
  * p % block_size. Blocks get memory from the system lazily, the first time the
@@ -37,8 +40,8 @@ typedef struct kv_pool {
     int kv_dim;              /* n_kv_heads * head_dim: elements of one K (or V) row */
     int block_size;          /* positions per block */
     kvi_type type_k, type_v;
-    size_t row_bytes_k, row_bytes_v;
-    size_t layer_bytes;      /* block_size * (row_bytes_k + row_bytes_v) */
+    size_t row_bytes_k, row_bytes_v;  /* row_bytes_k is 0 for q4 keys (no K rows) */
+    size_t layer_bytes;      /* k_bytes + block_size * row_bytes_v */
     size_t block_bytes;      /* n_layers * layer_bytes */
     int32_t n_blocks_max;    /* what the budget allows */
     int32_t n_alloc;         /* blocks that have memory */
@@ -47,6 +50,9 @@ typedef struct kv_pool {
     int32_t *refcount;       /* [n_blocks_max] */
     int32_t *free_ids;       /* [n_blocks_max] stack of allocated, unreferenced blocks */
     int32_t n_free;
+    /* layout (owner: kvquant, kv_quant.h) */
+    size_t k_bytes;          /* one layer's K region of a block */
+    size_t tail_bytes;       /* per-table state (q4 keys: the newest group in f16), else 0 */
     /* prefix index and LRU of reusable blocks (kv_prefix.c). An indexed block is
      * full, its content is fixed, and (hash, parent, tokens) name it; an indexed
      * block that no table holds sits in the LRU instead of the free stack. */
@@ -69,6 +75,9 @@ typedef struct kv_table {
     int32_t n_blocks;
     int32_t cap;
     int32_t n_pos;           /* positions whose K/V are valid: 0..n_pos-1 */
+    uint8_t *tail;           /* [pool tail_bytes] q4 keys only: f16 keys of the newest
+                                group (kv_quant.h); NULL until the first key write.
+                                Fork: kv_table_copy_tail; freed by kv_table_release */
     int32_t *tokens;         /* [cap * block_size] token of each position (prefix index) */
     bool no_index;           /* positions re-assigned by a context policy: never indexed */
 } kv_table;
@@ -129,9 +138,21 @@ static inline uint8_t *kv_k_row(const kv_pool *p, const kv_table *t, int l, int3
 static inline uint8_t *kv_v_row(const kv_pool *p, const kv_table *t, int l, int32_t pos)
 {
     const int32_t b = t->blocks[pos / p->block_size];
-    return p->mem[b] + (size_t)l * p->layer_bytes + (size_t)p->block_size * p->row_bytes_k +
+    return p->mem[b] + (size_t)l * p->layer_bytes + p->k_bytes +
            (size_t)(pos % p->block_size) * p->row_bytes_v;
 }
+/* K region of layer l of the table's block g (logical index). */
+static inline uint8_t *kv_k_group(const kv_pool *p, const kv_table *t, int l, int32_t g)
+{
+    return p->mem[t->blocks[g]] + (size_t)l * p->layer_bytes;
+}
+/* Bytes of one block for this shape and these types (what kv_pool_init would use),
+ * 0 when the types cannot hold rows of kv_dim elements. Budgets: per token it is
+ * this / block_size. */
+size_t kv_layout_block_bytes(int n_layers, int kv_dim, int block_size, kvi_type type_k,
+                             kvi_type type_v);
+/* A type the cache can hold: f32, f16, q8_0, q4_0, q4 (KVI_TYPE_KV_Q4). */
+bool kv_layout_type_ok(kvi_type t);
 
 /* Type-independent access to one cached row (K when which == 0, V when 1) of
  * position pos in layer l, as f32 (kv_dim floats). Every KV element type, block
@@ -139,5 +160,10 @@ static inline uint8_t *kv_v_row(const kv_pool *p, const kv_table *t, int l, int3
  * session files and tests go through these, never through the raw layout. */
 void kv_read_row(const kv_pool *p, const kv_table *t, int l, int which, int32_t pos, float *out);
 void kv_write_row(kv_pool *p, kv_table *t, int l, int which, int32_t pos, const float *in);
+/* kv_write_row inside a forward pass: q4 keys of groups this batch still reads in
+ * f16 are kept in the stash (kv_quant.h) until the layer's attention is done. */
+struct kv_stash;
+void kv_write_row_batch(kv_pool *p, kv_table *t, int l, int which, int32_t pos, const float *in,
+                        struct kv_stash *stash);
 
 #endif

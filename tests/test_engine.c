@@ -285,6 +285,9 @@ int main(void)
     NV = kvi_n_vocab(M);
     invariant1(KVI_TYPE_F32, "f32");
     invariant1(KVI_TYPE_F16, "f16");
+    invariant1(KVI_TYPE_Q8_0, "q8_0");
+    invariant1(KVI_TYPE_Q4_0, "q4_0");
+    invariant1(KVI_TYPE_KV_Q4, "q4");
     invariant2();
     invariant3(1);
     invariant3(2);

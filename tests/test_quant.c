@@ -135,7 +135,12 @@ static void test_types(void)
         if (T[i].be > 1) CHECK(kvi_row_bytes(T[i].t, T[i].be + 1) == 0, "%s partial block", T[i].name);
     }
     kvi_type t;
-    CHECK(kvi_type_from_name("q4", &t) == KVI_E_INVALID, "q4 unknown");
+    /* "q4" names the KV-cache-only type (KIVI), never a tensor type of a file */
+    CHECK(kvi_type_from_name("q4", &t) == 0 && t == KVI_TYPE_KV_Q4 && !kvi_type_is_known(t) &&
+              kvi_row_bytes(t, 32) == 0 && kvi_type_block_bytes(t) == 0,
+          "q4 is the KV-only type");
+    CHECK(kvi_type_from_name("q4x", &t) == KVI_E_INVALID && kvi_type_from_name("q", &t) == KVI_E_INVALID,
+          "q4x, q unknown");
     CHECK(kvi_type_from_name("q4_k_m", &t) == KVI_E_INVALID, "q4_k_m is a file type, not a tensor type");
     CHECK(kvi_type_from_name("", &t) == KVI_E_INVALID && kvi_type_from_name(NULL, &t) == KVI_E_INVALID, "empty");
     CHECK(kvi_type_name((kvi_type)4) == NULL && kvi_type_name((kvi_type)99) == NULL &&
