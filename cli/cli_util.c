@@ -337,8 +337,10 @@ int cli_n_cores(void)
 bool cli_parse_kv_type(const char *flag, const char *s, kvi_type *out)
 {
     kvi_type t;
-    if (kvi_type_from_name(s, &t) != 0 || (t != KVI_TYPE_F32 && t != KVI_TYPE_F16)) {
-        cli_error("%s: unknown KV cache type '%s' (use f32 or f16)", flag, s);
+    if (kvi_type_from_name(s, &t) != 0 ||
+        (t != KVI_TYPE_F32 && t != KVI_TYPE_F16 && t != KVI_TYPE_Q8_0 && t != KVI_TYPE_Q4_0 &&
+         t != KVI_TYPE_KV_Q4)) {
+        cli_error("%s: unknown KV cache type '%s' (use f32, f16, q8_0, q4_0 or q4)", flag, s);
         return false;
     }
     *out = t;
