@@ -20,12 +20,17 @@
 
 int cli_error(const char *fmt, ...)
 {
+    /* Messages can quote file contents (token texts, names): control bytes become
+     * '?' so that an error is always exactly one line on stderr. */
+    char buf[2048];
     va_list ap;
-    fputs("kvinfer: error: ", stderr);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    int n = vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
+    if (n < 0) buf[0] = 0;
+    for (char *p = buf; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
+    fprintf(stderr, "kvinfer: error: %s\n", buf);
     return 1;
 }
 

@@ -152,13 +152,14 @@ int cmd_synth(int argc, char **argv)
     char vocab_desc[64];
     if (p.vocab_from) snprintf(vocab_desc, sizeof vocab_desc, "vocab from --vocab-from");
     else snprintf(vocab_desc, sizeof vocab_desc, "vocab %d", p.n_vocab);
-    fprintf(stderr, "synth: %s: dim %d, ffn %d, %d layers, %d heads (%d kv), %s, ctx %d, %s, seed %llu\n", out,
-            p.dim, p.ffn_dim, p.n_layers, p.n_heads, p.n_kv_heads, vocab_desc, p.n_ctx,
-            kvi_type_name(p.type) ? kvi_type_name(p.type) : "?", (unsigned long long)p.seed);
     kvi_error err = {0};
     const double t0 = kvi_time_ms();
     int rc = kvi_synth_write(&p, out, &err);
     if (rc != 0) return cli_error("%s", err.msg[0] ? err.msg : kvi_strerror(rc));
-    fprintf(stderr, "synth: wrote %s in %.1f s\n", out, (kvi_time_ms() - t0) / 1000.0);
+    /* Described only after success, so that a failure is exactly one error line. */
+    fprintf(stderr, "synth: wrote %s: dim %d, ffn %d, %d layers, %d heads (%d kv), %s, ctx %d, %s, seed %llu in %.1f s\n",
+            out, p.dim, p.ffn_dim, p.n_layers, p.n_heads, p.n_kv_heads, vocab_desc, p.n_ctx,
+            kvi_type_name(p.type) ? kvi_type_name(p.type) : "?", (unsigned long long)p.seed,
+            (kvi_time_ms() - t0) / 1000.0);
     return 0;
 }

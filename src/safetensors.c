@@ -5,7 +5,8 @@
  * point into the caller's buffer. Nothing from the header is trusted: the header
  * length, every dtype, dimension and offset is checked against the buffer, and all
  * size arithmetic is overflow-checked, so a lying header is an error, never a read
- * outside the buffer.
+ * outside the buffer. No two non-empty tensors may share bytes (as the format's own
+ * validation demands): overlapping ranges are an error.
  */
 #include "safetensors.h"
 
@@ -153,6 +154,36 @@ static int st_parse_entry(const cJSON *e, const uint8_t *data, size_t data_len, 
     return 0;
 }
 
+static int st_cmp_data(const void *a, const void *b)
+{
+    const st_tensor *x = *(const st_tensor *const *)a, *y = *(const st_tensor *const *)b;
+    uintptr_t px = (uintptr_t)x->data, py = (uintptr_t)y->data;
+    return px < py ? -1 : px > py;
+}
+
+/* Sorted by start, each non-empty tensor must end at or before the next one starts:
+ * a hostile header could otherwise alias one weight onto another's bytes. */
+static int st_check_overlaps(const st_index *ix, kvi_error *err)
+{
+    if (ix->n_tensors < 2)
+        return 0;
+    const st_tensor **s = malloc(ix->n_tensors * sizeof *s);
+    if (!s)
+        return kvi_err_set(err, KVI_E_NOMEM, "safetensors: out of memory");
+    size_t n = 0;
+    for (size_t i = 0; i < ix->n_tensors; i++)
+        if (ix->tensors[i].nbytes > 0)
+            s[n++] = &ix->tensors[i];
+    qsort(s, n, sizeof *s, st_cmp_data);
+    int rc = 0;
+    for (size_t i = 1; i < n && rc == 0; i++)
+        if ((uintptr_t)s[i - 1]->data + s[i - 1]->nbytes > (uintptr_t)s[i]->data)
+            rc = kvi_err_set(err, KVI_E_FORMAT, "safetensors: tensors '%s' and '%s' overlap",
+                             s[i - 1]->name, s[i]->name);
+    free(s);
+    return rc;
+}
+
 int st_parse(const void *buf, size_t len, st_index **out, kvi_error *err)
 {
     *out = NULL;
@@ -208,6 +239,7 @@ int st_parse(const void *buf, size_t len, st_index **out, kvi_error *err)
         }
         ix->n_tensors++;
     }
+    rc = st_check_overlaps(ix, err);
 done:
     cJSON_Delete(root);
     if (rc) {

@@ -13,7 +13,8 @@
  *  4. each final symbol is a token; otherwise its bytes fall back to <0xXX> tokens
  *     (SPM-style vocabularies) or to single-byte tokens when they exist (byte level).
  * With ignore_merges (Llama 3) a piece that already is a token is emitted whole.
- * Merges: tok_map "left right" -> rank (first occurrence wins), keys in merges_arena.
+ * Merges: tok_map "left right" -> rank (first occurrence wins), keys in merges_arena;
+ * both halves of every merge are tokens (checked when built).
  */
 #include "error.h"
 #include "tokenizer_internal.h"
@@ -82,6 +83,11 @@ int tok_merges_build(kvi_tokenizer *t, const char *const *merges, const size_t *
     for (size_t i = 0; i < n; i++) {
         const char *sp = lens[i] > 1 ? memchr(merges[i] + 1, ' ', lens[i] - 1) : NULL;
         if (!sp) return kvi_err_set(err, KVI_E_FORMAT, "tokenizer: merge %zu has no space separator", i);
+        /* Both halves must be tokens (as Hugging Face tokenizers requires): a merge of
+         * unknown pieces can never fire and means the file is corrupt. */
+        size_t ll = (size_t)(sp - merges[i]), lr = lens[i] - ll - 1;
+        if (tok_map_get(&t->map, merges[i], ll) < 0 || tok_map_get(&t->map, sp + 1, lr) < 0)
+            return kvi_err_set(err, KVI_E_FORMAT, "tokenizer: merge %zu names a piece that is not a token", i);
         memcpy(p, merges[i], lens[i]);
         tok_map_put(&t->merges, p, lens[i], (int32_t)i, false);
         p += lens[i];

@@ -149,6 +149,12 @@ static int load(cJSON *root, const char *json_path, kvi_tokenizer **out, kvi_err
     }
     if (!(max_id >= 0 && max_id < (1 << 28)))
         return kvi_err_set(err, KVI_E_FORMAT, "tokenizer.json: vocabulary ids out of range");
+    /* Ids may leave a few holes, but one huge id among few entries would make us
+     * allocate a table of max_id tokens for nothing (a memory bomb). */
+    double n_entries = (double)cJSON_GetArraySize(vocab) + (double)cJSON_GetArraySize(added);
+    if (max_id >= 2.0 * n_entries + 1024.0)
+        return kvi_err_set(err, KVI_E_FORMAT, "tokenizer.json: largest id %.0f but only %.0f tokens listed",
+                           max_id, n_entries);
     kvi_tokenizer *t;
     int rc = tok_alloc(&t, (int32_t)max_id + 1, err);
     if (rc) return rc;
