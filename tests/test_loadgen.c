@@ -1,0 +1,220 @@
+/*
+ * test_loadgen.c — `kvinfer loadgen` against a real `kvinfer serve` on
+ * stories260K (a child process on a free port, read from its first stdout line).
+ *
+ * Checks: every request completes; the JSON report has the vLLM-style fields and
+ * they are consistent with what was asked (N requests x G tokens; N x (G - 1)
+ * inter-token gaps; median <= p99 <= max); the server's own /metrics counts the
+ * same generated tokens and prompt tokens (an independent tally); Poisson
+ * arrivals at a low rate make the run last about as long as the arrivals say;
+ * non-loopback hosts are refused before any connection, with a clear message.
+ */
+#include "testutil.h"
+
+#include "kvinfer.h"
+
+#include <arpa/inet.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+typedef struct server {
+    pid_t pid;
+    int port;
+    FILE *out;
+} server;
+
+static bool server_start(server *s, const char *extra)
+{
+    int fd[2];
+    if (pipe(fd) != 0) return false;
+    s->pid = fork();
+    if (s->pid == 0) {
+        dup2(fd[1], 1);
+        close(fd[0]);
+        close(fd[1]);
+        char cmd[2048];
+        snprintf(cmd, sizeof cmd, "exec '%s' serve -m '%s' --port 0 -t 2 --quiet %s 2>'%s'", KVI_BIN,
+                 shared_path("models/stories260K.gguf"), extra, tmp_path("loadgen_server.err"));
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    close(fd[1]);
+    s->out = fdopen(fd[0], "r");
+    char line[256];
+    s->port = 0;
+    bool ready = false;
+    while (s->out && fgets(line, sizeof line, s->out)) {
+        const char *p = strstr(line, "127.0.0.1:");
+        if (p) s->port = atoi(p + 10);
+        if (strstr(line, "kvinfer: ready")) {
+            ready = true;
+            break;
+        }
+    }
+    return ready && s->port > 0;
+}
+
+static int server_stop(server *s)
+{
+    kill(s->pid, SIGTERM);
+    int st = 0;
+    waitpid(s->pid, &st, 0);
+    if (s->out) fclose(s->out);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+}
+
+/* GET path over HTTP/1.0; the body (malloc'd) or NULL. */
+static char *http_get(int port, const char *path)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        return NULL;
+    }
+    char req[256];
+    int n = snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n", path);
+    if (send(fd, req, (size_t)n, MSG_NOSIGNAL) != n) {
+        close(fd);
+        return NULL;
+    }
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    for (;;) {
+        if (len + 4096 > cap) buf = realloc(buf, cap *= 2);
+        ssize_t k = recv(fd, buf + len, cap - len - 1, 0);
+        if (k <= 0) break;
+        len += (size_t)k;
+    }
+    close(fd);
+    buf[len] = 0;
+    char *b = strstr(buf, "\r\n\r\n");
+    char *body = strdup(b ? b + 4 : "");
+    free(buf);
+    return body;
+}
+
+static double metric(const char *text, const char *name)
+{
+    char key[128];
+    snprintf(key, sizeof key, "\n%s ", name);
+    const char *p = text ? strstr(text, key) : NULL;
+    return p ? atof(p + strlen(key)) : -1;
+}
+
+static double num(const cJSON *o, const char *path1, const char *path2)
+{
+    const cJSON *j = cJSON_GetObjectItem(o, path1);
+    if (path2) j = cJSON_GetObjectItem(j, path2);
+    return cJSON_IsNumber(j) ? j->valuedouble : -1;
+}
+
+static cJSON *loadgen(int port, const char *extra, int *rc)
+{
+    char args[512], *out = NULL, *err = NULL;
+    snprintf(args, sizeof args, "loadgen --url http://127.0.0.1:%d --json --timeout 120 %s", port, extra);
+    *rc = run_kvinfer(args, &out, &err);
+    cJSON *j = out ? cJSON_Parse(out) : NULL;
+    if (!j) fprintf(stderr, "loadgen output: %s\nstderr: %s\n", out ? out : "", err ? err : "");
+    free(out);
+    free(err);
+    return j;
+}
+
+static void test_closed_loop(int port)
+{
+    /* 8 requests, 4 at a time, 24-token prompts sharing 8, 12 tokens each */
+    int rc;
+    cJSON *j = loadgen(port, "--concurrency 4 --requests 8 --prompt-len 24 --gen-len 12 --shared-prefix 8", &rc);
+    CHECK(rc == 0 && j, "loadgen exit %d", rc);
+    CHECK(num(j, "completed", NULL) == 8 && num(j, "failed", NULL) == 0, "completed %g failed %g (%s)",
+          num(j, "completed", NULL), num(j, "failed", NULL),
+          cJSON_IsString(cJSON_GetObjectItem(j, "first_error")) ? cJSON_GetObjectItem(j, "first_error")->valuestring
+                                                                : "");
+    CHECK(num(j, "total_output_tokens", NULL) == 96, "output tokens %g, want 8 x 12", num(j, "total_output_tokens", NULL));
+    CHECK(num(j, "total_input_tokens", NULL) == 192, "input tokens %g", num(j, "total_input_tokens", NULL));
+    CHECK(num(j, "itl_ms", "n") == 88, "ITL gaps %g, want 8 x 11", num(j, "itl_ms", "n"));
+    CHECK(num(j, "ttft_ms", "n") == 8 && num(j, "tpot_ms", "n") == 8, "TTFT/TPOT counts");
+    const char *names[] = {"ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"};
+    for (int k = 0; k < 4; k++) {
+        const double mean = num(j, names[k], "mean"), med = num(j, names[k], "median"), p99 = num(j, names[k], "p99"),
+                     mx = num(j, names[k], "max");
+        CHECK(mean > 0 && med > 0 && med <= p99 + 1e-9 && p99 <= mx + 1e-9 && mean <= mx + 1e-9,
+              "%s: mean %g median %g p99 %g max %g", names[k], mean, med, p99, mx);
+    }
+    /* e2e >= ttft + 11 gaps: TPOT x 11 == e2e - ttft on average */
+    CHECK(num(j, "e2e_ms", "mean") > num(j, "ttft_ms", "mean"), "e2e above ttft");
+    const double dur = num(j, "duration_s", NULL);
+    CHECK(dur > 0 && fabs(num(j, "output_throughput", NULL) - 96 / dur) < 1e-6 * (96 / dur) + 1e-9 &&
+              fabs(num(j, "request_throughput", NULL) - 8 / dur) < 1e-6 * (8 / dur) + 1e-9,
+          "throughputs over duration %g", dur);
+    cJSON_Delete(j);
+
+    /* the server's own tally of the same run */
+    char *m = http_get(port, "/metrics");
+    CHECK(metric(m, "kvinfer_generation_tokens_total") == 96, "server counted %g generated tokens",
+          metric(m, "kvinfer_generation_tokens_total"));
+    CHECK(metric(m, "kvinfer_prompt_tokens_total") == 192, "server counted %g prompt tokens",
+          metric(m, "kvinfer_prompt_tokens_total"));
+    CHECK(metric(m, "kvinfer_requests_success_total") == 8, "server counted %g successes",
+          metric(m, "kvinfer_requests_success_total"));
+    free(m);
+}
+
+static void test_poisson(int port)
+{
+    /* 6 arrivals at 10/s: the last one comes, on average, 0.5 s after the first */
+    int rc;
+    cJSON *j = loadgen(port, "--concurrency 6 --requests 6 --rate 10 --prompt-len 8 --gen-len 4 --seed 7", &rc);
+    CHECK(rc == 0 && num(j, "completed", NULL) == 6, "poisson run: rc %d completed %g", rc, num(j, "completed", NULL));
+    CHECK(num(j, "rate", NULL) == 10, "rate echoed");
+    CHECK(num(j, "duration_s", NULL) > 0.05, "arrivals spread the run (%g s)", num(j, "duration_s", NULL));
+    cJSON_Delete(j);
+}
+
+static void test_refusals(void)
+{
+    const char *bad[] = {"http://192.168.1.10:8080", "http://example.com", "http://8.8.8.8:80/v1/completions",
+                         "http://[2001:db8::1]:8080", "https://127.0.0.1:8080", "http://128.0.0.1:80"};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        char args[256], *out = NULL, *err = NULL;
+        snprintf(args, sizeof args, "loadgen --url '%s' --requests 1 --timeout 5", bad[k]);
+        const double t0 = kvi_time_ms();
+        int rc = run_kvinfer(args, &out, &err);
+        CHECK(rc == 1 && err && (strstr(err, "refusing") || strstr(err, "http://")), "%s: rc %d, stderr %s", bad[k],
+              rc, err ? err : "");
+        CHECK(kvi_time_ms() - t0 < 4000, "%s refused at once", bad[k]);
+        free(out);
+        free(err);
+    }
+    char *err = NULL;
+    CHECK(run_kvinfer("loadgen --url http://127.0.0.1:1 --shared-prefix 9 --prompt-len 8", NULL, &err) == 1 && err &&
+              strstr(err, "shared-prefix"),
+          "prefix longer than the prompt refused");
+    free(err);
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    test_refusals();
+    server s;
+    if (!server_start(&s, "--parallel 8")) {
+        CHECK(false, "server did not start (see %s)", tmp_path("loadgen_server.err"));
+        return test_main_end();
+    }
+    test_closed_loop(s.port);
+    test_poisson(s.port);
+    CHECK(server_stop(&s) == 0, "server exit status (see %s)", tmp_path("loadgen_server.err"));
+    return test_main_end();
+}
