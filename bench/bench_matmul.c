@@ -48,7 +48,7 @@ int main(int argc, char **argv)
     printf("%-6s %14s %14s %14s %14s\n", "type", "2048x2048 r1", "2048x2048 r512", "2048x8192 r1", "2048x8192 r512");
     for (int k = 0; k < n_types; k++) {
         kvi_type t = KVI_TYPE_F32;
-        while (t < KVI_TYPE_COUNT && strcmp(kvi_type_name(t), types[k]) != 0) t++;
+        while (t < KVI_TYPE_COUNT && (!kvi_type_name(t) || strcmp(kvi_type_name(t), types[k]) != 0)) t++;
         if (t >= KVI_TYPE_COUNT) continue;
         printf("%-6s", types[k]);
         for (int o = 0; o < 2; o++) {

@@ -215,6 +215,17 @@ static void unpack256(kvi_type t, const uint8_t *p, int lv[QK_K], int sc[16], in
     for (int j = 0; j < 8; j++) scale_min_k4(j, scales, &sc[j], &mn[j]);
 }
 
+int kvi_q8_level_offset(kvi_type t)
+{
+    switch (t) {
+    case KVI_TYPE_Q8_0: return 128;
+    case KVI_TYPE_Q4_0: return 8;
+    case KVI_TYPE_Q5_0: return 16;
+    case KVI_TYPE_Q6_K: return 32;
+    default: return 0;
+    }
+}
+
 float kvi_q8_dot_ref(kvi_type t, const void *w, const void *xq, int64_t n)
 {
     const uint8_t *wp = w;

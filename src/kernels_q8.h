@@ -78,8 +78,13 @@ typedef struct kvi_qgemm_args {
     void *scratch;         /* KVI_QGEMM_SCRATCH(n_in) bytes, 64-byte aligned, or NULL */
 } kvi_qgemm_args;
 
-/* Scratch a kernel may use to hold a 16-row weight tile in its own layout. */
-#define KVI_QGEMM_SCRATCH(n_in) ((size_t)((n_in) / 32 + 1) * 640)
+/* Scratch a kernel may use to hold a 16-row weight tile in its own layout
+ * (832 bytes per 32 inputs). */
+#define KVI_QGEMM_SCRATCH(n_in) ((size_t)((n_in) / 32 + 1) * 832)
+
+/* Offset added to a weight level to make it an unsigned byte (Q8_0 128, Q4_0 8,
+ * Q5_0 16, Q6_K 32, others 0). */
+int kvi_q8_level_offset(kvi_type t);
 
 /* Scalar implementation of the above (every type of kvi_q8_act_type). */
 void kvi_qgemm_ref(const kvi_qgemm_args *a);
