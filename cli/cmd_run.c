@@ -15,6 +15,7 @@
  * With --json stdout holds exactly one JSON object and nothing else.
  */
 #include "cli.h"
+#include "run_spec.h"
 
 #include <cjson/cJSON.h>
 #include <inttypes.h>
@@ -93,6 +94,7 @@ typedef struct run_opts {
     const char *ctx_policy;
     int64_t keep, sink, window;
     const char *save_session, *load_session;
+    run_spec_opts spec;     /* speculative decoding (cli/run_spec.c) */
 } run_opts;
 
 /* Parses a float flag value; prints an error naming the flag on failure. */
@@ -132,6 +134,7 @@ static int parse_run_args(int argc, char **argv, run_opts *o)
     o->sp.repeat_penalty = 1.0f;
     o->sp.repeat_last_n = 64;
     o->sink = 4;
+    run_spec_opts_default(&o->spec);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int64_t v;
@@ -139,6 +142,7 @@ static int parse_run_args(int argc, char **argv, run_opts *o)
 #define VALUE() cli_flag_value(argc, argv, &i)
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             fputs(run_help, stdout);
+            fputs(run_spec_help, stdout);
             return 2;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             if (!(o->model = VALUE())) return 1;
@@ -229,6 +233,8 @@ static int parse_run_args(int argc, char **argv, run_opts *o)
             if (!(o->save_session = VALUE())) return 1;
         } else if (!strcmp(a, "--load-session")) {
             if (!(o->load_session = VALUE())) return 1;
+        } else if ((v = run_spec_parse_flag(argc, argv, &i, &o->spec)) != 0) {
+            if (v < 0) return 1;
         } else if (a[0] == '-') {
             cli_error("run: unknown option '%s' (kvinfer run --help)", a);
             return 1;
@@ -303,9 +309,18 @@ typedef struct run_result {
     int64_t rows_computed;
     kvi_stats kv;           /* of the sequence, at the end */
     int n_ctx;
+    run_spec_result spec;   /* speculative decoding, when on */
 } run_result;
 
 static double per_s(double count, double ms) { return ms > 0.0 ? count * 1000.0 / ms : 0.0; }
+
+/* Decode speed: tokens after the first over decode time (one per step unless
+ * speculative decoding verified several per step). */
+static double decode_tok_s(const run_result *r)
+{
+    double n = r->spec.on ? (double)(r->n_gen > 0 ? r->n_gen - 1 : 0) : (double)r->n_decode_steps;
+    return per_s(n, r->decode_ms);
+}
 
 /* Rows of the largest recompute batch without the KV cache: every token that
  * can be run, bounded by the context and by -n. */
@@ -326,10 +341,69 @@ static int step_or_error(kvi_engine *e, kvi_batch *b, const char *phase)
     return 0;
 }
 
+/* One generated token from the speculative loop: the same bookkeeping as the
+ * plain loop below (end of generation, ids, text, streaming, -n). */
+typedef struct spec_sink {
+    const run_opts *o;
+    const kvi_model *m;
+    run_result *r;
+} spec_sink;
+
+static int spec_emit(void *ctx, int32_t tok)
+{
+    spec_sink *k = ctx;
+    const run_opts *o = k->o;
+    run_result *r = k->r;
+    const int32_t bos = kvi_token_bos(k->m);
+    if (!o->ignore_eos && tok != bos && kvi_token_is_eog(k->m, tok)) {
+        r->finish = "stop";
+        return 1;
+    }
+    if (r->n_prompt + r->n_gen >= r->ids_cap) {
+        int32_t cap = r->ids_cap * 2;
+        int32_t *ni = realloc(r->all_ids, (size_t)cap * sizeof *ni);
+        if (!ni) return -cli_error("out of memory");
+        r->all_ids = ni;
+        r->ids_cap = cap;
+    }
+    r->all_ids[r->n_prompt + r->n_gen] = tok;
+    r->n_gen++;
+    if (!append_piece(k->m, &r->text, tok)) return -cli_error("out of memory");
+    if (!o->json) {
+        size_t ready = cli_utf8_complete_prefix(r->text.data, r->text.len);
+        if (ready > r->text.printed) {
+            fwrite(r->text.data + r->text.printed, 1, ready - r->text.printed, stdout);
+            r->text.printed = ready;
+        }
+        fflush(stdout);
+    }
+    return o->n_predict >= 0 && r->n_gen >= o->n_predict ? 1 : 0;
+}
+
+static int generate_spec(const run_opts *o, kvi_model *m, kvi_engine *e, kvi_seq *seq, kvi_sampler *smp,
+                         run_result *r)
+{
+    r->finish = "length";
+    if (o->n_predict == 0) return 0;
+    spec_sink sink = {o, m, r};
+    run_spec_ctx c = {
+        .m = m, .e = e, .seq = seq, .smp = smp, .sp = &o->sp, .prompt = r->all_ids,
+        .n_prompt = r->n_prompt, .n_cached = r->n_cached, .n_ctx = r->n_ctx, .n_predict = o->n_predict,
+        .n_threads = (int)o->n_threads, .kv_k = o->kv_k, .kv_v = o->kv_v, .mmap = o->mmap,
+        .emit = spec_emit, .emit_ctx = &sink,
+    };
+    int rc = run_spec_generate(&o->spec, &c, &r->prefill_ms, &r->ttft_ms, &r->decode_ms, &r->spec);
+    r->n_decode_steps = r->spec.n_steps;
+    r->rows_computed = (r->n_prompt - r->n_cached) + r->spec.rows;
+    kvi_stats_get(e, seq, &r->kv);
+    return rc;
+}
+
 /* The generation loop (see the file comment). Streams text when !o->json. */
 static int generate(const run_opts *o, kvi_model *m, kvi_engine *e, kvi_seq *seq,
                     kvi_sampler *smp, run_result *r)
 {
+    if (run_spec_enabled(&o->spec)) return generate_spec(o, m, e, seq, smp, r);
     const int n_ctx = r->n_ctx;
     const int32_t n_prompt = r->n_prompt;
     const int32_t n_vocab = kvi_n_vocab(m);
@@ -435,8 +509,7 @@ static void print_summary(const run_opts *o, const run_result *r, int n_threads)
     fprintf(f, "\nkvinfer: prompt     %6d tokens   prefill %9.2f ms  %9.1f tok/s   time to first token %.2f ms\n",
             (int)r->n_prompt, r->prefill_ms, per_s(r->n_prompt, r->prefill_ms), r->ttft_ms);
     fprintf(f, "kvinfer: generated  %6d tokens   decode  %9.2f ms  %9.1f tok/s   (%" PRId64 " steps, finish: %s)\n",
-            (int)r->n_gen, r->decode_ms, per_s((double)r->n_decode_steps, r->decode_ms),
-            r->n_decode_steps, r->finish);
+            (int)r->n_gen, r->decode_ms, decode_tok_s(r), r->n_decode_steps, r->finish);
     fprintf(f, "kvinfer: KV cache   %zu bytes in use, %zu bytes/token (K %s, V %s), context %d\n",
             r->kv.kv_bytes, r->kv.kv_bytes_per_token, kvi_type_name(o->kv_k), kvi_type_name(o->kv_v),
             r->n_ctx);
@@ -450,6 +523,7 @@ static void print_summary(const run_opts *o, const run_result *r, int n_threads)
             (int)r->kv.kv_blocks_used, (int)r->kv.kv_blocks_shared, (int)r->kv.kv_block_size,
             (int)r->n_cached, (int)(r->n_prompt - r->n_cached), r->kv.n_evicted,
             o->ctx_policy ? o->ctx_policy : "error");
+    run_spec_print_summary(f, &r->spec);
     fprintf(f, "kvinfer: seed %" PRIu64 ", %d threads, isa %s\n", o->sp.seed, n_threads, kvi_isa_name());
 }
 
@@ -491,7 +565,7 @@ static int print_json(const run_opts *o, const run_result *r, int n_threads)
              cJSON_AddNumberToObject(s, "prefill_tok_s", per_s(r->n_prompt, r->prefill_ms)) &&
              cJSON_AddNumberToObject(s, "ttft_ms", r->ttft_ms) &&
              cJSON_AddNumberToObject(s, "decode_ms", r->decode_ms) &&
-             cJSON_AddNumberToObject(s, "decode_tok_s", per_s((double)r->n_decode_steps, r->decode_ms)) &&
+             cJSON_AddNumberToObject(s, "decode_tok_s", decode_tok_s(r)) &&
              cJSON_AddNumberToObject(s, "decode_steps", (double)r->n_decode_steps) &&
              cJSON_AddNumberToObject(s, "kv_bytes", (double)r->kv.kv_bytes) &&
              cJSON_AddNumberToObject(s, "kv_bytes_per_token", (double)r->kv.kv_bytes_per_token) &&
@@ -507,6 +581,7 @@ static int print_json(const run_opts *o, const run_result *r, int n_threads)
              cJSON_AddStringToObject(s, "kv_type_k", kvi_type_name(o->kv_k)) &&
              cJSON_AddStringToObject(s, "kv_type_v", kvi_type_name(o->kv_v)) &&
              cJSON_AddRawToObject(s, "seed", seed) &&
+             run_spec_json_add(s, &r->spec) &&
              cJSON_AddStringToObject(s, "isa", kvi_isa_name());
     }
     char *out = ok ? cJSON_PrintUnformatted(root) : NULL;
@@ -530,6 +605,10 @@ int cmd_run(int argc, char **argv)
     if (!o.seed_given) o.sp.seed = random_seed();
     if ((o.prompt != NULL) + (o.file != NULL) + (o.tokens != NULL) > 1)
         return cli_error("give the prompt only once: -p TEXT, -f FILE or --tokens IDS");
+    if (run_spec_enabled(&o.spec) && (o.no_kv || (o.ctx_policy && strcmp(o.ctx_policy, "error") != 0)))
+        return cli_error("speculative decoding (--spec, --draft) needs the KV cache and --ctx-policy error");
+    if (o.spec.ngram && o.spec.draft_path)
+        return cli_error("choose one speculation: --spec ngram or --draft PATH");
 
     kvi_model *m = cli_load_model(o.model, o.mmap, o.tokenizer);
     if (!m) return 1;

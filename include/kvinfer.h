@@ -478,6 +478,7 @@ typedef struct kvi_spec_stats {
     double acceptance;       /* n_accepted / n_drafted, 0 when nothing drafted */
     double alpha;            /* recent per-token acceptance estimate (adaptive) */
     int32_t k_now;           /* K the next round may draft; 0 while paused */
+    int32_t k_max;           /* draft_max */
     double cost_row;         /* cost of each extra verified row, in 1-row steps */
     double cost_draft;       /* cost of one draft token, in 1-row target steps */
     double break_even;       /* acceptance at which K = draft_max just pays */

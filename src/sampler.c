@@ -20,7 +20,12 @@
  *     descending logit order with ties broken by the lower id;
  *   - NaN logits count as -inf; a row that is entirely -inf/NaN yields token 0
  *     via argmax rather than a NaN probability;
- *   - the same seed and the same sequence of calls give the same tokens.
+ *   - the same seed and the same sequence of calls give the same tokens;
+ *   - kvi_sampler_probs() returns exactly the distribution kvi_sampler_sample()
+ *     draws from (one chain, sampler_chain(), serves both; one-hot when the
+ *     outcome is certain), and kvi_sampler_sample_probs() draws from any
+ *     non-negative weights with the same generator (argmax when temp <= 0):
+ *     speculative decoding needs both to stay lossless.
  */
 #include "kvinfer.h"
 #include "rng.h"
@@ -220,9 +225,12 @@ static int32_t apply_min_p(kvi_sampler *s, int32_t n, float min_p)
     return m > 0 ? m : 1; /* cannot happen (the max passes), kept for safety */
 }
 
-int32_t kvi_sampler_sample(kvi_sampler *s, const float *logits)
+/* The filter chain shared by sampling and by kvi_sampler_probs. Returns a token id
+ * when the outcome is certain (argmax, a single survivor, an all -inf row);
+ * otherwise returns -1 with cand[0 .. *n_out) holding (id, weight) where weight is
+ * the unnormalised probability after temperature, and *sum_out their sum. */
+static int32_t sampler_chain(kvi_sampler *s, const float *logits, int32_t *n_out, double *sum_out)
 {
-    if (!s || !logits) return KVI_E_INVALID;
     const int32_t nv = s->n_vocab;
     if (!(s->p.temp > 0.0f)) return argmax_raw(logits, nv);
 
@@ -257,7 +265,7 @@ int32_t kvi_sampler_sample(kvi_sampler *s, const float *logits)
     if (s->p.min_p > 0.0f) n = apply_min_p(s, n, s->p.min_p);
     if (n == 1) return s->cand[0].id;
 
-    /* Temperature, then softmax over the survivors (max subtracted), then one draw. */
+    /* Temperature, then softmax weights over the survivors (max subtracted). */
     const double inv_t = 1.0 / (double)s->p.temp;
     float mx = -INFINITY;
     for (int32_t i = 0; i < n; i++)
@@ -268,6 +276,18 @@ int32_t kvi_sampler_sample(kvi_sampler *s, const float *logits)
         s->cand[i].logit = w; /* reuse as an unnormalised probability */
         sum += w;
     }
+    *n_out = n;
+    *sum_out = sum;
+    return -1;
+}
+
+int32_t kvi_sampler_sample(kvi_sampler *s, const float *logits)
+{
+    if (!s || !logits) return KVI_E_INVALID;
+    int32_t n = 0;
+    double sum = 0.0;
+    int32_t certain = sampler_chain(s, logits, &n, &sum);
+    if (certain >= 0) return certain;
     const double u = kvi_rng_uniform(&s->rng) * sum;
     double cum = 0.0;
     int32_t last = 0;
@@ -278,4 +298,41 @@ int32_t kvi_sampler_sample(kvi_sampler *s, const float *logits)
         if (u < cum) return s->cand[i].id;
     }
     return s->cand[last].id; /* rounding at the very top of the range */
+}
+
+int kvi_sampler_probs(kvi_sampler *s, const float *logits, float *probs)
+{
+    if (!s || !logits || !probs) return KVI_E_INVALID;
+    memset(probs, 0, (size_t)s->n_vocab * sizeof *probs);
+    int32_t n = 0;
+    double sum = 0.0;
+    int32_t certain = sampler_chain(s, logits, &n, &sum);
+    if (certain >= 0) {
+        probs[certain] = 1.0f;
+        return 0;
+    }
+    const double inv = 1.0 / sum; /* sum >= 1: the best survivor has weight 1 */
+    for (int32_t i = 0; i < n; i++) probs[s->cand[i].id] = (float)((double)s->cand[i].logit * inv);
+    return 0;
+}
+
+int32_t kvi_sampler_sample_probs(kvi_sampler *s, const float *weights)
+{
+    if (!s || !weights) return KVI_E_INVALID;
+    const int32_t nv = s->n_vocab;
+    if (!(s->p.temp > 0.0f)) return argmax_raw(weights, nv);
+    double sum = 0.0;
+    for (int32_t i = 0; i < nv; i++)
+        if (weights[i] > 0.0f) sum += weights[i];
+    if (!(sum > 0.0) || !isfinite(sum)) return KVI_E_INVALID;
+    const double u = kvi_rng_uniform(&s->rng) * sum;
+    double cum = 0.0;
+    int32_t last = -1;
+    for (int32_t i = 0; i < nv; i++) {
+        if (!(weights[i] > 0.0f)) continue;
+        cum += weights[i];
+        last = i;
+        if (u < cum) return i;
+    }
+    return last; /* rounding at the very top of the range */
 }
