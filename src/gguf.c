@@ -649,7 +649,9 @@ int gguf_open(const char *path, bool use_mmap, gguf_ctx **out, kvi_error *err)
 {
     if (!out || !path) return kvi_err_set(err, KVI_E_INVALID, "gguf: no path or output pointer");
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer (fstat then refuses it);
+     * reads of a regular file are unaffected. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return kvi_err_set(err, KVI_E_IO, "gguf: %s: cannot open: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) {

@@ -83,7 +83,8 @@ int model_read_file(struct kvi_model *m, const char *path, bool use_mmap, const 
 {
     *data = NULL;
     *size = 0;
-    int fd = open(path, O_RDONLY);
+    /* O_NONBLOCK: a FIFO must not block the open (fstat below refuses it). */
+    int fd = open(path, O_RDONLY | O_NONBLOCK);
     if (fd < 0)
         return kvi_err_set(err, KVI_E_IO, "cannot open %s: %s", path, strerror(errno));
     struct stat st;

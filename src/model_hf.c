@@ -44,6 +44,10 @@
 static int hf_read_json(const char *path, cJSON **out, kvi_error *err)
 {
     *out = NULL;
+    /* Only a regular file: fopen of a FIFO would wait for a writer forever. */
+    struct stat sb;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+        return kvi_err_set(err, KVI_E_IO, "hf: %s is not a regular file", path);
     FILE *f = fopen(path, "rb");
     if (!f)
         return kvi_err_set(err, KVI_E_IO, "hf: cannot open %s", path);

@@ -15,9 +15,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static int read_all(const char *path, unsigned char **data, size_t *len, kvi_error *err)
 {
+    /* Only a regular file: fopen of a FIFO would wait for a writer forever. */
+    struct stat sb;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+        return kvi_err_set(err, KVI_E_IO, "tokenizer: %s is not a regular file", path);
     FILE *f = fopen(path, "rb");
     if (!f) return kvi_err_set(err, KVI_E_IO, "tokenizer: cannot open %s", path);
     size_t cap = 1 << 16, n = 0;

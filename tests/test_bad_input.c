@@ -486,6 +486,11 @@ static void test_gguf_variants(void)
                                    {"tokenizer.ggml.pre", GGUF_T_STRING, 0, 0, "no-such-pre"}},
          {{0}}, C_TOLERATE /* documented fallback: the GPT-2 regex */},
         {"all tokens empty strings", {{"tokenizer.ggml.tokens", KV_ARR + GGUF_T_STRING, 512, 0, ""}}, {{0}}, C_TOLERATE},
+        {"every token a byte token", {{"tokenizer.ggml.token_type", KV_ARR + GGUF_T_INT32, 512, 6, NULL}}, {{0}}, C_TOLERATE},
+        {"every token control", {{"tokenizer.ggml.token_type", KV_ARR + GGUF_T_INT32, 512, 3, NULL}}, {{0}}, C_TOLERATE},
+        {"byte tokens named <0xZZ>", {{"tokenizer.ggml.token_type", KV_ARR + GGUF_T_INT32, 512, 6, NULL},
+                                      {"tokenizer.ggml.tokens", KV_ARR + GGUF_T_STRING, 512, 0, "<0xZZ>"}},
+         {{0}}, C_TOLERATE},
     };
     char name[64];
     for (size_t i = 0; i < sizeof vs / sizeof vs[0]; i++) {
@@ -1102,7 +1107,8 @@ static void test_cli_args(void)
         {"run -m %s -c -5", M}, {"run -m %s -c 0x10", M}, {"run -m %s -t 100000", M},
         {"run -m %s -t -1", M}, {"run -m %s --temp nan", M}, {"run -m %s --temp -1", M},
         {"run -m %s --top-p 2", M}, {"run -m %s --top-k -1", M}, {"run -m %s --seed -1", M},
-        {"run -m %s --kv-type q9", M}, {"run -m %s --tokens 1,,2", M},
+        {"run -m %s --kv-type q9", M}, {"run -m %s --kv-block 0", M},
+        {"run -m %s --kv-budget 1 -n 2", M}, {"run -m %s -c 2000000000 -n 2", M}, {"run -m %s --tokens 1,,2", M},
         {"run -m %s --tokens 99999999999", M}, {"run -m %s --tokens 512", M},
         {"run -m %s --tokens -1", M}, {"run -m %s --tokens ''", M},
         {"run -m %s -p x --tokens 1", M}, {"run -m %s -f /nonexistent/prompt.txt", M},
@@ -1158,8 +1164,33 @@ static void test_cli_args(void)
         expect_fail("FIFO as -m", args, false);
         snprintf(args, sizeof args, "tokenize -m '%s' hi", ff);
         expect_fail("FIFO as -m (tokenize)", args, false);
+        snprintf(args, sizeof args, "run -m '%s' --tokenizer '%s' -n 2", shared_path("models/stories260K.bin"), ff);
+        expect_fail("FIFO as --tokenizer (llama2.c)", args, false);
+        snprintf(args, sizeof args, "synth --preset tiny --vocab-from '%s' -o %s", ff, O);
+        expect_fail("FIFO as --vocab-from", args, false);
         remove(ff);
     }
+    /* Each file of a Hugging Face folder as a FIFO (fopen would wait for a writer). */
+    const char *files[3] = {"config.json", "model.safetensors", "tokenizer.json"};
+    for (int i = 0; i < 3; i++) {
+        const char *hd = make_hf("hf_fifo", NULL, NULL, 0, NULL);
+        char fp[4300];
+        snprintf(fp, sizeof fp, "%s/%s", hd, files[i]);
+        remove(fp);
+        if (mkfifo(fp, 0600) != 0) continue;
+        snprintf(args, sizeof args, "run -m '%s' -n 2", hd);
+        expect_fail(files[i], args, false);
+        if (i == 2) {
+            snprintf(args, sizeof args, "tokenize -m '%s' hi", hd);
+            expect_fail(files[i], args, false);
+        }
+        remove(fp);
+    }
+    /* A vocabulary-only GGUF where a model is needed. */
+    snprintf(args, sizeof args, "run -m '%s' -n 2", shared_path("golden/tokenizer/ggml-vocab-gpt-2.gguf"));
+    expect_fail("vocabulary-only GGUF to run", args, false);
+    snprintf(args, sizeof args, "logits -m '%s' --tokens 1", shared_path("golden/tokenizer/ggml-vocab-llama-spm.gguf"));
+    expect_fail("vocabulary-only GGUF to logits", args, false);
 }
 
 static double now_s(void)
