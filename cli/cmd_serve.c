@@ -44,6 +44,8 @@ static const char serve_help[] =
     "  --batch-tokens N        rows per forward pass: decode rows first, then prefill chunks\n"
     "                          (default 512)\n"
     "  --kv-type T             KV cache type for K and V: f32 or f16 (default f16)\n"
+    "  --no-prefix-cache       recompute every prompt (default: whole KV blocks of earlier\n"
+    "                          prompts are reused; usage.prompt_tokens_details.cached_tokens)\n"
     "  --api-key KEY           require \"Authorization: Bearer KEY\" on /v1 endpoints\n"
     "  --alias NAME            the model's name in the API (default: file name without .gguf)\n"
     "  --quiet                 no per-request log lines\n"
@@ -67,7 +69,7 @@ static char *model_name_of(const char *path)
 int cmd_serve(int argc, char **argv)
 {
     const char *model = NULL, *tokenizer = NULL, *alias = NULL, *api_key = NULL, *host = "127.0.0.1";
-    bool mmap = false, quiet = false;
+    bool mmap = false, quiet = false, prefix_cache = true;
     int64_t port = 8080, threads = 0, ctx = 0, parallel = 16, queue_max = 256, batch_tokens = 512;
     size_t budget = 0;
     kvi_type kv = KVI_TYPE_F16;
@@ -88,6 +90,8 @@ int cmd_serve(int argc, char **argv)
             if (!(tokenizer = VALUE())) return 1;
         } else if (!strcmp(a, "--mmap")) {
             mmap = true;
+        } else if (!strcmp(a, "--no-prefix-cache")) {
+            prefix_cache = false;
         } else if (!strcmp(a, "--quiet")) {
             quiet = true;
         } else if (!strcmp(a, "--host")) {
@@ -175,6 +179,7 @@ int cmd_serve(int argc, char **argv)
     ep.n_seq_max = (int)parallel;
     ep.kv_budget_bytes = budget;
     ep.n_batch_max = (int)(batch_tokens + parallel);
+    ep.prefix_cache = prefix_cache;
     srv->e = kvi_engine_create(m, &ep, &err);
     if (!srv->e) { rc = cli_error("serve: cannot create the engine: %s", err.msg); goto out; }
     srv->cfg.n_ctx = kvi_engine_n_ctx(srv->e);

@@ -119,6 +119,8 @@ char *srv_metrics_render(srv_metrics *m, kvi_sched *s)
     counter(&b, "kvinfer_kv_blocks_used", "gauge", "KV cache blocks held by sequences.", st.engine.kv_blocks_used);
     counter(&b, "kvinfer_kv_blocks_total", "gauge", "KV cache blocks the budget allows.", st.engine.kv_blocks_total);
     counter(&b, "kvinfer_kv_bytes_used", "gauge", "KV cache bytes held by sequences.", (double)st.engine.kv_bytes);
+    counter(&b, "kvinfer_prompt_tokens_cached_total", "counter",
+            "Prompt tokens of admitted requests served from the prefix cache.", (double)st.n_cached_tokens);
     counter(&b, "kvinfer_prefix_cache_hit_ratio", "gauge", "Prompt tokens served from the prefix cache / prompt tokens.",
             st.n_prompt_tokens ? (double)st.n_cached_tokens / (double)st.n_prompt_tokens : 0.0);
     if (b.oom) {

@@ -18,8 +18,10 @@
  *
  * One step: (1) cancellations and new requests; (2) admission, oldest first
  * (preempted ones before new ones), while fewer than n_parallel run and the
- * request's blocks fit the free blocks of the pool minus those that running
- * prefills still need; (3) the batch: every decode row first, then prefill
+ * request's new blocks fit the free blocks of the pool minus those that running
+ * prefills still need (the start of its tokens found in the prefix cache is
+ * taken, not recomputed: n_done starts there, and only blocks it takes out of
+ * the cache's LRU or must still compute count against the budget); (3) the batch: every decode row first, then prefill
  * chunks in admission order until batch_tokens rows; (4) kvi_step; on
  * KVI_E_NO_KV_SPACE the youngest running request is preempted and the batch
  * rebuilt; (5) sampling and callbacks for rows that wanted logits.
@@ -326,24 +328,45 @@ static void admit(kvi_sched *s)
                 best = q;
         }
         if (!best) break;
-        /* the pending rows plus the first generated token's row */
-        const int32_t need = blocks_for(best->n_tokens + 1, bs);
-        if (need > free_blocks && n_running > 0) break;
         kvi_seq *seq = kvi_seq_create(s->e);
         if (!seq) break;
+        /* The prefix cache: whole cached blocks equal to the tokens' start are
+         * taken instead of recomputed. Only blocks that were unheld (in the LRU)
+         * come out of the free count; blocks shared with a running sequence cost
+         * nothing more. */
+        kvi_stats before, after, qs;
+        kvi_stats_get(s->e, NULL, &before);
+        int32_t reused = kvi_seq_reuse_prefix(seq, best->tokens, best->n_tokens);
+        if (reused < 0) {
+            kvi_seq_free(seq);
+            if (!(seq = kvi_seq_create(s->e))) break;
+            reused = 0;
+        }
+        kvi_stats_get(s->e, NULL, &after);
+        kvi_stats_get(s->e, seq, &qs);
+        const int64_t taken = (int64_t)after.kv_blocks_used - before.kv_blocks_used;
+        /* the pending rows plus the first generated token's row, beyond the reused blocks */
+        const int64_t need = (int64_t)blocks_for(best->n_tokens + 1, bs) - qs.kv_blocks_used + (taken > 0 ? taken : 0);
+        if (need > free_blocks && n_running > 0) {
+            kvi_seq_free(seq);
+            break;
+        }
         best->seq = seq;
         best->state = SREQ_RUNNING;
-        best->n_done = 0;
+        best->n_done = reused;
         best->admit_no = ++s->admit_counter;
         const bool first = best->t_admit == 0;
         if (first) best->t_admit = kvi_time_ms();
         best->preempted = false;
         free_blocks -= need;
         n_running++;
+        if (first) best->cached = reused < best->n_prompt ? reused : best->n_prompt;
         pthread_mutex_lock(&s->mu);
         s->n_waiting--;
-        /* the prefix cache seam: cached tokens would be counted here as well */
-        if (first) s->st.n_prompt_tokens += (uint64_t)best->n_prompt;
+        if (first) {
+            s->st.n_prompt_tokens += (uint64_t)best->n_prompt;
+            s->st.n_cached_tokens += (uint64_t)best->cached;
+        }
         pthread_mutex_unlock(&s->mu);
     }
 }
