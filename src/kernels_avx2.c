@@ -2,6 +2,8 @@
  * kernels_avx2.c — the AVX2 + FMA + F16C table: dot product and fast
  * dequantisation of F16, BF16, Q8_0, Q4_0, Q4_K and Q6_K rows.
  *
+ * The integer products reuse kernels_q8_rows.h, compiled here for AVX2 + FMA.
+ *
  * Every function carries __attribute__((target("avx2,fma,f16c"))) and is reached
  * only through the table after kvi_isa_detect() saw those features.
  *
@@ -212,4 +214,26 @@ AVX2 int kvi_dequant_avx2(kvi_type t, const void *src, float *dst, int64_t n)
     }
 }
 
-const kvi_kernel_table kvi_kernels_avx2 = {KVI_ISA_AVX2, dot_avx2, kvi_dequant_avx2, NULL};
+/* The integer products (kernels_q8.h): the scalar row code compiled for AVX2 + FMA. */
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+/* exact: int8 x int8 products summed in pairs as int16 x int16 -> int32 */
+static inline int32_t q8_idot(const int8_t *a, const int8_t *b, int n)
+{
+    __m256i acc = _mm256_setzero_si256();
+    for (int i = 0; i < n; i += 16) {
+        const __m256i va = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(a + i)));
+        const __m256i vb = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(b + i)));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(va, vb));
+    }
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+#define Q8_IDOT_DEFINED
+#include "kernels_q8_rows.h"
+static int qgemm_avx2(const kvi_qgemm_args *a) { return q8_rows(a); }
+#pragma GCC pop_options
+
+const kvi_kernel_table kvi_kernels_avx2 = {KVI_ISA_AVX2, dot_avx2, kvi_dequant_avx2, qgemm_avx2};

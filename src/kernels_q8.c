@@ -9,10 +9,14 @@
  * exact integer sums and applies the contract's float steps with fmaf, so the
  * rounding is fixed by the contract and not by the compiler's contraction choices.
  *
+ * kvi_qgemm_ref unpacks each weight row once (q8_rows, kernels_q8_rows.h) and
+ * reuses it for every activation row; kvi_q8_dot_ref unpacks per call.
+ *
  * Invariants: every integer sum fits int32 (largest: Q6_K, 256 * 32 * 127 * 128);
  * nothing here allocates.
  */
 #include "kernels_q8.h"
+#include "kernels_q8_rows.h"
 
 #include <math.h>
 #include <string.h>
@@ -100,121 +104,6 @@ void kvi_q8_quantize_act(kvi_type t, const float *x, void *dst, int64_t n)
         for (int64_t i = 0; i + QK_K <= n; i += QK_K) quant_k(x + i, (kvi_q8k *)dst + i / QK_K);
 }
 
-/* ---- weight blocks as integers ------------------------------------------ */
-
-static float F16(kvi_f16 h) { return kvi_f16_to_f32(h); }
-
-static void scale_min_k4(int j, const uint8_t *q, int *sc, int *mn)
-{
-    if (j < 4) {
-        *sc = q[j] & 63;
-        *mn = q[j + 4] & 63;
-    } else {
-        *sc = (q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4);
-        *mn = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-    }
-}
-
-/* One 32-input block of a legacy type: levels lv (offset removed for _0 types),
- * scale d and min m (0 for the _0 types). */
-static void unpack32(kvi_type t, const uint8_t *p, int lv[32], float *d, float *m)
-{
-    uint32_t qh;
-    *m = 0.0f;
-    switch (t) {
-    case KVI_TYPE_Q8_0: {
-        const block_q8_0 *b = (const block_q8_0 *)p;
-        *d = F16(b->d);
-        for (int i = 0; i < 32; i++) lv[i] = b->qs[i];
-        break;
-    }
-    case KVI_TYPE_Q4_0: {
-        const block_q4_0 *b = (const block_q4_0 *)p;
-        *d = F16(b->d);
-        for (int i = 0; i < 16; i++) {
-            lv[i] = (b->qs[i] & 0xf) - 8;
-            lv[i + 16] = (b->qs[i] >> 4) - 8;
-        }
-        break;
-    }
-    case KVI_TYPE_Q4_1: {
-        const block_q4_1 *b = (const block_q4_1 *)p;
-        *d = F16(b->d);
-        *m = F16(b->m);
-        for (int i = 0; i < 16; i++) {
-            lv[i] = b->qs[i] & 0xf;
-            lv[i + 16] = b->qs[i] >> 4;
-        }
-        break;
-    }
-    case KVI_TYPE_Q5_0: {
-        const block_q5_0 *b = (const block_q5_0 *)p;
-        *d = F16(b->d);
-        memcpy(&qh, b->qh, 4);
-        for (int i = 0; i < 16; i++) {
-            lv[i] = ((b->qs[i] & 0xf) | (int)((qh >> i) & 1) << 4) - 16;
-            lv[i + 16] = ((b->qs[i] >> 4) | (int)((qh >> (i + 16)) & 1) << 4) - 16;
-        }
-        break;
-    }
-    default: { /* KVI_TYPE_Q5_1 */
-        const block_q5_1 *b = (const block_q5_1 *)p;
-        *d = F16(b->d);
-        *m = F16(b->m);
-        memcpy(&qh, b->qh, 4);
-        for (int i = 0; i < 16; i++) {
-            lv[i] = (b->qs[i] & 0xf) | (int)((qh >> i) & 1) << 4;
-            lv[i + 16] = (b->qs[i] >> 4) | (int)((qh >> (i + 16)) & 1) << 4;
-        }
-        break;
-    }
-    }
-}
-
-/* One 256-input K-quant block: levels lv, per-16 scales sc16 (Q6_K) or per-32
- * scales/mins sc32/mn32 (Q4_K/Q5_K), d and dmin. */
-static void unpack256(kvi_type t, const uint8_t *p, int lv[QK_K], int sc[16], int mn[8], float *d,
-                      float *dmin)
-{
-    if (t == KVI_TYPE_Q6_K) {
-        const block_q6_K *b = (const block_q6_K *)p;
-        *d = F16(b->d);
-        *dmin = 0.0f;
-        for (int h = 0; h < 2; h++) {
-            const uint8_t *ql = b->ql + 64 * h, *qh = b->qh + 32 * h;
-            int *o = lv + 128 * h;
-            for (int l = 0; l < 32; l++) {
-                o[l] = ((ql[l] & 0xf) | ((qh[l] >> 0) & 3) << 4) - 32;
-                o[l + 32] = ((ql[l + 32] & 0xf) | ((qh[l] >> 2) & 3) << 4) - 32;
-                o[l + 64] = ((ql[l] >> 4) | ((qh[l] >> 4) & 3) << 4) - 32;
-                o[l + 96] = ((ql[l + 32] >> 4) | ((qh[l] >> 6) & 3) << 4) - 32;
-            }
-        }
-        for (int i = 0; i < 16; i++) sc[i] = b->scales[i];
-        return;
-    }
-    /* Q4_K and Q5_K share the header layout (d, dmin, scales) */
-    const block_q4_K *b4 = (const block_q4_K *)p;
-    const block_q5_K *b5 = (const block_q5_K *)p;
-    const uint8_t *scales = t == KVI_TYPE_Q4_K ? b4->scales : b5->scales;
-    const uint8_t *qs = t == KVI_TYPE_Q4_K ? b4->qs : b5->qs;
-    *d = F16(t == KVI_TYPE_Q4_K ? b4->d : b5->d);
-    *dmin = F16(t == KVI_TYPE_Q4_K ? b4->dmin : b5->dmin);
-    for (int c = 0; c < 4; c++) {
-        const uint8_t *q = qs + 32 * c;
-        for (int l = 0; l < 32; l++) {
-            int h0 = 0, h1 = 0;
-            if (t == KVI_TYPE_Q5_K) {
-                h0 = (b5->qh[l] >> (2 * c)) & 1;
-                h1 = (b5->qh[l] >> (2 * c + 1)) & 1;
-            }
-            lv[64 * c + l] = (q[l] & 0xf) | h0 << 4;
-            lv[64 * c + 32 + l] = (q[l] >> 4) | h1 << 4;
-        }
-    }
-    for (int j = 0; j < 8; j++) scale_min_k4(j, scales, &sc[j], &mn[j]);
-}
-
 int kvi_q8_level_offset(kvi_type t)
 {
     switch (t) {
@@ -269,6 +158,7 @@ float kvi_q8_dot_ref(kvi_type t, const void *w, const void *xq, int64_t n)
 
 void kvi_qgemm_ref(const kvi_qgemm_args *a)
 {
+    if (q8_rows(a)) return;
     for (int64_t j = a->j0; j < a->j1; j++)
         for (int64_t r = 0; r < a->n_rows; r++)
             a->y[r * a->ldy + j] =
