@@ -279,10 +279,13 @@ int srv_parse_request(srv_server *srv, const char *body, size_t len, bool chat, 
     x = p->sp.repeat_penalty;
     if ((rc = num_field(root, "repeat_penalty", 0, 10, false, &x, er))) goto done;
     p->sp.repeat_penalty = (float)x;
+    /* OpenAI's penalties on generated tokens (the sampler applies them) */
     x = 0;
-    /* accepted for compatibility, not applied (the sampler has one repetition penalty) */
     if ((rc = num_field(root, "presence_penalty", -2, 2, false, &x, er))) goto done;
+    p->sp.presence_penalty = (float)x;
+    x = 0;
     if ((rc = num_field(root, "frequency_penalty", -2, 2, false, &x, er))) goto done;
+    p->sp.frequency_penalty = (float)x;
     x = (double)p->sp.seed;
     if ((rc = num_field(root, "seed", -9007199254740992.0, 9007199254740992.0, true, &x, er))) goto done;
     p->sp.seed = (uint64_t)(int64_t)x;

@@ -261,6 +261,12 @@ typedef struct kvi_sampler_params {
     float repeat_penalty;  /* 1: off (default 1.0) */
     int32_t repeat_last_n; /* tokens the penalty looks back over (default 64) */
     uint64_t seed;         /* default 0xC0FFEE; the CLI picks a random seed and prints it */
+    /* OpenAI's penalties (owner: server): logit[t] -= presence * (count[t] > 0)
+     * + frequency * count[t], count = times t was generated (kvi_sampler_accept_output;
+     * prompt tokens do not count). Applied also at temp 0 (then argmax of the
+     * penalised logits). 0: off (default). */
+    float presence_penalty;
+    float frequency_penalty;
 } kvi_sampler_params;
 
 void kvi_sampler_params_default(kvi_sampler_params *p);
@@ -270,6 +276,9 @@ void kvi_sampler_free(kvi_sampler *s);
 int32_t kvi_sampler_sample(kvi_sampler *s, const float *logits);
 /* Records a token of the sequence (prompt or generated) for the penalties. */
 void kvi_sampler_accept(kvi_sampler *s, int32_t token);
+/* Records a generated token: kvi_sampler_accept, and counted for the presence and
+ * frequency penalties (owner: server). */
+void kvi_sampler_accept_output(kvi_sampler *s, int32_t token);
 
 /* ---- synthetic models (benchmarks and tests) ----------------------------- */
 

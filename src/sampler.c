@@ -8,14 +8,19 @@
  *   seen   (n_vocab) uint32_t  — stamp per token id: the penalty applies once
  *                                per distinct token however often it recurs
  *   recent (repeat_last_n) int32_t — ring buffer of the last accepted tokens
+ *   counts (n_vocab) int32_t  — times each id was generated (accept_output);
+ *                                allocated only when a presence or frequency
+ *                                penalty is set, else NULL
  * and a xoshiro256** generator (src/rng.h).
  *
  * Invariants:
  *   - kvi_sampler_sample() never allocates and never modifies the caller's logits;
  *   - temp <= 0 is pure argmax over the raw logits (lowest id on ties), nothing
- *     else is applied and the generator is not advanced;
+ *     else is applied and the generator is not advanced — except OpenAI's
+ *     presence/frequency penalties when set and a token was generated: argmax
+ *     of the penalised logits then;
  *   - otherwise the order is llama.cpp's default chain: repetition penalty,
- *     top-k, top-p, min-p, temperature, softmax, one draw; every filter keeps at
+ *     presence/frequency penalties, top-k, top-p, min-p, temperature, softmax, one draw; every filter keeps at
  *     least one candidate; after top-k (or whenever sorting is needed) cand is in
  *     descending logit order with ties broken by the lower id;
  *   - NaN logits count as -inf; a row that is entirely -inf/NaN yields token 0
@@ -52,6 +57,8 @@ struct kvi_sampler {
     int32_t *recent;     /* (repeat_last_n) ring of accepted tokens */
     int32_t n_recent;    /* entries filled, <= repeat_last_n */
     int32_t recent_pos;  /* next write index in recent */
+    int32_t *counts;     /* (n_vocab) generated-token counts, NULL when no such penalty */
+    int32_t n_output;    /* tokens given to accept_output */
     kvi_rng rng;         /* seeded from p.seed at create */
 };
 
@@ -67,6 +74,8 @@ void kvi_sampler_params_default(kvi_sampler_params *p)
     p->repeat_penalty = 1.0f;
     p->repeat_last_n = 64;
     p->seed = KVI_SAMPLER_DEFAULT_SEED;
+    p->presence_penalty = 0.0f;
+    p->frequency_penalty = 0.0f;
 }
 
 kvi_sampler *kvi_sampler_create(const kvi_sampler_params *p, int32_t n_vocab)
@@ -84,12 +93,17 @@ kvi_sampler *kvi_sampler_create(const kvi_sampler_params *p, int32_t n_vocab)
     if (s->p.min_p > 1.0f) s->p.min_p = 1.0f;
     if (!(s->p.repeat_penalty > 0.0f) || !isfinite(s->p.repeat_penalty)) s->p.repeat_penalty = 1.0f;
     if (s->p.repeat_last_n < 0) s->p.repeat_last_n = 0;
+    if (!isfinite(s->p.presence_penalty)) s->p.presence_penalty = 0.0f;
+    if (!isfinite(s->p.frequency_penalty)) s->p.frequency_penalty = 0.0f;
     s->n_vocab = n_vocab;
     s->cand = malloc((size_t)n_vocab * sizeof *s->cand);
     s->heap = malloc((size_t)n_vocab * sizeof *s->heap);
     s->seen = calloc((size_t)n_vocab, sizeof *s->seen);
     s->recent = malloc((size_t)(s->p.repeat_last_n > 0 ? s->p.repeat_last_n : 1) * sizeof *s->recent);
-    if (!s->cand || !s->heap || !s->seen || !s->recent) {
+    if (s->p.presence_penalty != 0.0f || s->p.frequency_penalty != 0.0f)
+        s->counts = calloc((size_t)n_vocab, sizeof *s->counts);
+    if (!s->cand || !s->heap || !s->seen || !s->recent ||
+        ((s->p.presence_penalty != 0.0f || s->p.frequency_penalty != 0.0f) && !s->counts)) {
         kvi_sampler_free(s);
         return NULL;
     }
@@ -104,6 +118,7 @@ void kvi_sampler_free(kvi_sampler *s)
     free(s->heap);
     free(s->seen);
     free(s->recent);
+    free(s->counts);
     free(s);
 }
 
@@ -113,6 +128,14 @@ void kvi_sampler_accept(kvi_sampler *s, int32_t token)
     s->recent[s->recent_pos] = token;
     s->recent_pos = (s->recent_pos + 1) % s->p.repeat_last_n;
     if (s->n_recent < s->p.repeat_last_n) s->n_recent++;
+}
+
+void kvi_sampler_accept_output(kvi_sampler *s, int32_t token)
+{
+    if (!s || token < 0 || token >= s->n_vocab) return;
+    kvi_sampler_accept(s, token);
+    if (s->counts && s->counts[token] < INT32_MAX) s->counts[token]++;
+    s->n_output++;
 }
 
 /* ---- the filters ---- */
@@ -161,6 +184,17 @@ static void apply_penalty(kvi_sampler *s)
         s->seen[t] = 0; /* once per distinct token */
         float *l = &s->cand[t].logit;
         *l = (*l > 0.0f) ? *l / pen : *l * pen;
+    }
+}
+
+/* OpenAI's penalties on cand (still indexed by id): presence once per generated
+ * token, frequency per occurrence. */
+static void apply_output_penalties(kvi_sampler *s)
+{
+    const float pres = s->p.presence_penalty, freq = s->p.frequency_penalty;
+    for (int32_t t = 0; t < s->n_vocab; t++) {
+        const int32_t c = s->counts[t];
+        if (c > 0) s->cand[t].logit -= pres + freq * (float)c;
     }
 }
 
@@ -232,14 +266,24 @@ static int32_t apply_min_p(kvi_sampler *s, int32_t n, float min_p)
 static int32_t sampler_chain(kvi_sampler *s, const float *logits, int32_t *n_out, double *sum_out)
 {
     const int32_t nv = s->n_vocab;
-    if (!(s->p.temp > 0.0f)) return argmax_raw(logits, nv);
+    const bool out_pen = s->counts && s->n_output > 0;
+    if (!(s->p.temp > 0.0f) && !out_pen) return argmax_raw(logits, nv);
 
     for (int32_t i = 0; i < nv; i++) {
         float v = logits[i];
         s->cand[i].id = i;
         s->cand[i].logit = (v == v) ? v : -INFINITY;
     }
+    if (!(s->p.temp > 0.0f)) {
+        /* greedy with OpenAI penalties: argmax of the penalised logits */
+        apply_output_penalties(s);
+        int32_t best = 0;
+        for (int32_t i = 1; i < nv; i++)
+            if (s->cand[i].logit > s->cand[best].logit) best = i;
+        return best;
+    }
     apply_penalty(s);
+    if (out_pen) apply_output_penalties(s);
 
     int32_t n = nv;
     bool sorted = false;

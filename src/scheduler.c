@@ -504,7 +504,7 @@ int kvi_sched_step(kvi_sched *s, kvi_error *err)
                 continue;
             }
             const int32_t tok = kvi_sampler_sample(q->smp, logits);
-            kvi_sampler_accept(q->smp, tok);
+            kvi_sampler_accept_output(q->smp, tok);
             if (q->t_first == 0) q->t_first = t_done;
             q->t_last = t_done;
             const int32_t bos = kvi_token_bos(s->m);

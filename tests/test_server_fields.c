@@ -6,7 +6,10 @@
  *    reports usage.prompt_tokens_details.cached_tokens (whole 16-token blocks,
  *    never the whole prompt) and the same greedy text, both equal to
  *    `kvinfer run --temp 0`; /metrics counts the cached tokens; with
- *    --no-prefix-cache nothing is cached and the text is the same.
+ *    --no-prefix-cache nothing is cached and the text is the same;
+ *  - presence_penalty / frequency_penalty: outside [-2, 2] is 400; 0 leaves the
+ *    greedy text as `kvinfer run` gives it; a strong frequency penalty makes a
+ *    greedy text with fewer of the most repeated tokens (periods and commas).
  */
 #include "testutil.h"
 
@@ -252,9 +255,47 @@ static void test_prefix_cache(void)
     free(ref2);
 }
 
+/* Periods and commas in a text: the tokens a small story model repeats most. */
+static int punct_count(const char *t)
+{
+    int n = 0;
+    for (; *t; t++) n += *t == '.' || *t == ',';
+    return n;
+}
+
+static void test_penalties(void)
+{
+    server s;
+    if (!server_start(&s, "")) {
+        CHECK(false, "server did not start");
+        return;
+    }
+    resp r = http(s.port, "POST", "/v1/completions", "{\"prompt\":\"Once\",\"presence_penalty\":2.5}");
+    CHECK(r.status == 400 && r.body && strstr(r.body, "presence_penalty"), "presence 2.5: %d %s", r.status, r.body);
+    free(r.body);
+    r = http(s.port, "POST", "/v1/completions", "{\"prompt\":\"Once\",\"frequency_penalty\":\"high\"}");
+    CHECK(r.status == 400, "frequency string: %d", r.status);
+    free(r.body);
+
+    char *ref = run_text("Once upon a time", 64);
+    completion a = complete(s.port, "{\"prompt\":\"Once upon a time\",\"max_tokens\":64,\"temperature\":0,"
+                                    "\"ignore_eos\":true,\"presence_penalty\":0,\"frequency_penalty\":0}");
+    CHECK(!strcmp(a.text, ref), "penalties 0 change the greedy text");
+    completion b = complete(s.port, "{\"prompt\":\"Once upon a time\",\"max_tokens\":64,\"temperature\":0,"
+                                    "\"ignore_eos\":true,\"frequency_penalty\":2}");
+    CHECK(b.status == 200 && b.completion_tokens == 64 && strcmp(b.text, ref) != 0, "frequency 2: same text as greedy");
+    CHECK(punct_count(b.text) < punct_count(ref), "frequency 2: %d periods and commas, greedy %d", punct_count(b.text),
+          punct_count(ref));
+    completion_free(&a);
+    completion_free(&b);
+    free(ref);
+    CHECK(server_stop(&s) == 0, "server exit status");
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
     test_prefix_cache();
+    test_penalties();
     return test_main_end();
 }
