@@ -111,9 +111,17 @@ int tok_pretok_create_patterns(const char *const *patterns, size_t n, tok_pretok
 
 int tok_pretok_create(const char *pre_name, tok_pretok **out, kvi_error *err)
 {
-    const pre_entry *e = &pre_table[0];   /* default and unknown names: GPT-2 */
-    for (size_t i = 0; pre_name && i < N_OF(pre_table); i++)
+    /* No name or "default": GPT-2's split. An unknown name is refused, as llama.cpp
+     * does: a wrong pre-split gives plausible-looking but wrong ids, silently. */
+    const pre_entry *e = NULL;
+    if (!pre_name || !pre_name[0] || strcmp(pre_name, "default") == 0) e = &pre_table[0];
+    for (size_t i = 0; !e && i < N_OF(pre_table); i++)
         if (strcmp(pre_name, pre_table[i].name) == 0) e = &pre_table[i];
+    if (!e) {
+        *out = NULL;
+        return kvi_err_set(err, KVI_E_UNSUPPORTED,
+                           "tokenizer: pre-tokenizer '%.64s' (tokenizer.ggml.pre) is not supported", pre_name);
+    }
     return tok_pretok_create_patterns(e->pats, e->n, out, err);
 }
 

@@ -484,7 +484,7 @@ static void test_gguf_variants(void)
         {"unknown pre-tokenizer", {{"tokenizer.ggml.model", GGUF_T_STRING, 0, 0, "gpt2"},
                                    {"tokenizer.ggml.merges", KV_ARR + GGUF_T_STRING, 1, 0, "a b"},
                                    {"tokenizer.ggml.pre", GGUF_T_STRING, 0, 0, "no-such-pre"}},
-         {{0}}, C_TOLERATE /* documented fallback: the GPT-2 regex */},
+         {{0}}, C_ALL /* refused: a wrong pre-split would give wrong ids silently */},
         {"all tokens empty strings", {{"tokenizer.ggml.tokens", KV_ARR + GGUF_T_STRING, 512, 0, ""}}, {{0}}, C_TOLERATE},
         {"every token a byte token", {{"tokenizer.ggml.token_type", KV_ARR + GGUF_T_INT32, 512, 6, NULL}}, {{0}}, C_TOLERATE},
         {"every token control", {{"tokenizer.ggml.token_type", KV_ARR + GGUF_T_INT32, 512, 3, NULL}}, {{0}}, C_TOLERATE},

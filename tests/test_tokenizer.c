@@ -567,7 +567,7 @@ static void test_pretok(void)
         { "qwen2", "a 123", "a| |1|2|3" },
         /* GPT-2: a space joins the next word, digits stay together */
         { "gpt-2", "Hello  world 123!", "Hello| | world| 123|!" },
-        { "unknown-name", "it's", "it|'s" },
+        { "default", "it's", "it|'s" },
         /* StarCoder: every digit apart, first */
         { "starcoder", "x42", "x|4|2" },
     };
@@ -582,6 +582,12 @@ static void test_pretok(void)
         CHECK(rc == 0 && strcmp(j.s, cases[i].want) == 0, "pretok %s \"%s\": got \"%s\" want \"%s\"", cases[i].pre,
               cases[i].text, j.s, cases[i].want);
         tok_pretok_free(p);
+    }
+    {
+        tok_pretok *u = NULL;
+        kvi_error e2 = { 0 };
+        CHECK(tok_pretok_create("no-such-pre", &u, &e2) == KVI_E_UNSUPPORTED && !u && strstr(e2.msg, "no-such-pre"),
+              "an unknown pre-tokenizer name is refused, naming it: %s", e2.msg);
     }
     const char *bad[] = { "(" };
     tok_pretok *p = NULL;
