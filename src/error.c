@@ -11,6 +11,9 @@ int kvi_err_set(kvi_error *err, int code, const char *fmt, ...)
         va_start(ap, fmt);
         vsnprintf(err->msg, sizeof err->msg, fmt, ap);
         va_end(ap);
+        /* one line, whatever a file name or a quoted file field contained */
+        for (char *c = err->msg; *c; c++)
+            if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
         err->code = code;
     }
     return code;
