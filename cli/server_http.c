@@ -11,13 +11,20 @@
  * condition variable until SSE bytes are queued (one event per token); when the
  * client goes away, libmicrohttpd frees the response and we cancel every choice
  * still running, which frees their sequences within one step. Non-streamed
- * requests wait for the end in the connection thread.
+ * requests wait for the end in the connection thread, looking every 50 ms
+ * whether the client closed its socket (EOF or an error on a non-consuming
+ * peek): then every choice is cancelled, the same way, and the connection is
+ * dropped without an answer. (A client that half-closes after sending its
+ * request reads as gone too; HTTP clients do not do that.)
  */
 #include "server.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -209,6 +216,19 @@ static void cancel_unfinished(srv_req *r)
     for (int i = 0; s && i < n; i++) kvi_sched_cancel(s, ids[i]);
 }
 
+/* Whether the client of con has closed its end (EOF or a socket error). */
+static bool client_gone(struct MHD_Connection *con)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(con, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci) return false;
+    struct pollfd pf = {ci->connect_fd, POLLIN, 0};
+    if (poll(&pf, 1, 0) <= 0) return false;
+    if (pf.revents & (POLLERR | POLLHUP | POLLNVAL)) return true;
+    char b;
+    const ssize_t k = recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
 static void sse_free(void *cls)
 {
     srv_req *r = cls;
@@ -320,9 +340,30 @@ static enum MHD_Result generate(srv_server *srv, struct MHD_Connection *con, con
         MHD_destroy_response(resp);
         return ret;
     }
+    /* wait for the end, cancelling when the client goes away meanwhile */
+    bool gone = false;
     pthread_mutex_lock(&r->mu);
-    while (!r->finished) pthread_cond_wait(&r->cv, &r->mu);
+    while (!r->finished) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 50 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        if (pthread_cond_timedwait(&r->cv, &r->mu, &ts) == ETIMEDOUT && !gone && !r->finished &&
+            client_gone(con)) {
+            gone = true;
+            pthread_mutex_unlock(&r->mu);
+            cancel_unfinished(r);
+            pthread_mutex_lock(&r->mu);
+        }
+    }
     pthread_mutex_unlock(&r->mu);
+    if (gone) {
+        req_release(r);
+        return MHD_NO;
+    }
     enum MHD_Result ret;
     if (r->error) {
         srv_err_set(&er, 500, "server_error", NULL, "%s", r->err_msg);

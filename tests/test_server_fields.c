@@ -9,9 +9,13 @@
  *    --no-prefix-cache nothing is cached and the text is the same;
  *  - presence_penalty / frequency_penalty: outside [-2, 2] is 400; 0 leaves the
  *    greedy text as `kvinfer run` gives it; a strong frequency penalty makes a
- *    greedy text with fewer of the most repeated tokens (periods and commas).
+ *    greedy text with fewer of the most repeated tokens (periods and commas);
+ *  - a non-streamed request whose client disconnects is cancelled: its KV
+ *    blocks are freed and /metrics counts it, long before it would have ended.
  */
 #include "testutil.h"
+
+#include "kvinfer.h"
 
 #include <arpa/inet.h>
 #include <math.h>
@@ -292,10 +296,45 @@ static void test_penalties(void)
     CHECK(server_stop(&s) == 0, "server exit status");
 }
 
+static void test_disconnect_non_streamed(void)
+{
+    server s;
+    if (!server_start(&s, "")) {
+        CHECK(false, "server did not start");
+        return;
+    }
+    const char *body = "{\"prompt\":\"Once upon a time\",\"max_tokens\":480,\"ignore_eos\":true}";
+    const double t0 = kvi_time_ms();
+    int fd = send_request(s.port, "POST", "/v1/completions", body);
+    CHECK(fd >= 0, "connect");
+    usleep(100000);
+    close(fd);
+    double cancelled = 0, used = -1;
+    for (int i = 0; i < 100 && (cancelled != 1 || used != 0); i++) {
+        usleep(20000);
+        resp m = http(s.port, "GET", "/metrics", NULL);
+        cancelled = metric(m.body, "kvinfer_requests_cancelled_total");
+        used = metric(m.body, "kvinfer_kv_blocks_used");
+        free(m.body);
+    }
+    CHECK(cancelled == 1 && used == 0, "after the disconnect: %g cancelled, %g KV blocks used", cancelled, used);
+    resp m = http(s.port, "GET", "/metrics", NULL);
+    CHECK(metric(m.body, "kvinfer_generation_tokens_total") < 480, "the request ran to its end (%g tokens)",
+          metric(m.body, "kvinfer_generation_tokens_total"));
+    free(m.body);
+    /* the server still answers */
+    completion c = complete(s.port, "{\"prompt\":\"Once\",\"max_tokens\":4}");
+    CHECK(c.status == 200 && c.completion_tokens == 4, "request after the disconnect: %d", c.status);
+    completion_free(&c);
+    fprintf(stderr, "disconnect handled in %.0f ms\n", kvi_time_ms() - t0);
+    CHECK(server_stop(&s) == 0, "server exit status");
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
     test_prefix_cache();
     test_penalties();
+    test_disconnect_non_streamed();
     return test_main_end();
 }
