@@ -102,6 +102,13 @@ AVX512 static int dequant_avx512(kvi_type t, const void *src, float *dst, int64_
 #define RB 8            /* input rows per register tile */
 #define PACK_BYTES 576  /* one packed block of a 16-row tile */
 
+/* The 16 weight rows of a tile: p[l] = p[0] + idx[l] (rows past the end repeat
+ * the last valid one), so one gather reads a word of every row. */
+typedef struct tile16 {
+    const uint8_t *p[16];
+    __m512i idx;   /* [16] i32 byte offsets of the rows from p[0] */
+} tile16;
+
 /* 16 rows x 16 bytes at p[l] + off -> T[k], lane l = bytes 4k..4k+3 of row l. */
 VNNI_INLINE void transpose16x4(const uint8_t *const *p, size_t off, __m512i T[4])
 {
@@ -120,32 +127,49 @@ VNNI_INLINE void transpose16x4(const uint8_t *const *p, size_t off, __m512i T[4]
     T[3] = _mm512_unpackhi_epi64(t2, t3);
 }
 
-/* The 16 f16 scales at p[l] + off as floats. */
-VNNI_INLINE __m512 scales16(const uint8_t *const *p, size_t off)
+/* lane l = the 32-bit word at p[l] + off */
+VNNI_INLINE __m512i gather16_u32(const tile16 *tl, size_t off)
 {
-    uint16_t h[16];
-    for (int l = 0; l < 16; l++) memcpy(&h[l], p[l] + off, 2);
-    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)h));
+    return _mm512_i32gather_epi32(tl->idx, (const void *)(tl->p[0] + off), 1);
+}
+
+/* The 16 f16 scales at p[l] + off as floats; hi: the half is the upper one of the
+ * word at p[l] + off - 2 (so that the gather stays inside a block that ends with it). */
+VNNI_INLINE __m512 scales16(const tile16 *tl, size_t off, int hi)
+{
+    __m512i g = hi ? _mm512_srli_epi32(gather16_u32(tl, off - 2), 16) : gather16_u32(tl, off);
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
 }
 
 /* Block at byte offset off of the 16 rows p[] into W[8] and dw. */
-VNNI_INLINE void load_block(kvi_type t, const uint8_t *const *p, size_t off, __m512i W[8], __m512 *dw)
+VNNI_INLINE void load_block(kvi_type t, const tile16 *tl, size_t off, __m512i W[8], __m512 *dw)
 {
     if (t == KVI_TYPE_Q8_0) {
         const __m512i flip = _mm512_set1_epi8((char)0x80);
-        transpose16x4(p, off + 2, W);
-        transpose16x4(p, off + 18, W + 4);
+        transpose16x4(tl->p, off + 2, W);
+        transpose16x4(tl->p, off + 18, W + 4);
         for (int k = 0; k < 8; k++) W[k] = _mm512_xor_si512(W[k], flip);
     } else {   /* Q4_0: low nibbles are inputs 0..15, high nibbles 16..31 */
         const __m512i lo = _mm512_set1_epi8(0x0f);
         __m512i R[4];
-        transpose16x4(p, off + 2, R);
+        transpose16x4(tl->p, off + 2, R);
         for (int k = 0; k < 4; k++) {
             W[k] = _mm512_and_si512(R[k], lo);
             W[k + 4] = _mm512_and_si512(_mm512_srli_epi16(R[k], 4), lo);
         }
     }
-    *dw = scales16(p, off);
+    *dw = scales16(tl, off, 0);
+}
+
+/* Rows jt .. jt + nv - 1 (nv >= 1), the rest repeating the last. */
+VNNI_INLINE void tile_init(tile16 *tl, const kvi_qgemm_args *a, int64_t jt, int nv)
+{
+    int32_t off[16];
+    for (int l = 0; l < 16; l++) {
+        tl->p[l] = a->w + (size_t)(jt + (l < nv ? l : nv - 1)) * a->w_rb;
+        off[l] = (int32_t)(tl->p[l] - tl->p[0]);
+    }
+    tl->idx = _mm512_loadu_si512((const void *)off);
 }
 
 VNNI_INLINE int32_t load_i32(const int8_t *p)
@@ -161,13 +185,18 @@ VNNI_INLINE void rows_block(const __m512i W[8], __m512 dw, int32_t off, const kv
 {
     for (int rr = 0; rr < nr; rr++) {
         const kvi_q8a *xb = x[rr] + b;
-        __m512i s = _mm512_set1_epi32(-off * xb->sum);
-        for (int k = 0; k < 8; k++) s = _mm512_dpbusd_epi32(s, W[k], _mm512_set1_epi32(load_i32(xb->qs + 4 * k)));
+        /* two dependency chains, then one exact add */
+        __m512i s = _mm512_set1_epi32(-off * xb->sum), s2 = _mm512_setzero_si512();
+        for (int k = 0; k < 4; k++) {
+            s = _mm512_dpbusd_epi32(s, W[k], _mm512_set1_epi32(load_i32(xb->qs + 4 * k)));
+            s2 = _mm512_dpbusd_epi32(s2, W[k + 4], _mm512_set1_epi32(load_i32(xb->qs + 16 + 4 * k)));
+        }
+        s = _mm512_add_epi32(s, s2);
         acc[rr] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(xb->d)), _mm512_cvtepi32_ps(s), acc[rr]);
     }
 }
 
-VNNI static void tile_rows(const kvi_qgemm_args *a, const uint8_t *const *p, const uint8_t *packed, int64_t jt,
+VNNI static void tile_rows(const kvi_qgemm_args *a, const tile16 *tl, const uint8_t *packed, int64_t jt,
                            __mmask16 m, int64_t r0, int nr)
 {
     const int32_t off = a->type == KVI_TYPE_Q8_0 ? 128 : 8;
@@ -187,7 +216,7 @@ VNNI static void tile_rows(const kvi_qgemm_args *a, const uint8_t *const *p, con
             for (int k = 0; k < 8; k++) W[k] = _mm512_load_si512((const void *)(q + 64 * k));
             dw = _mm512_load_ps((const float *)(q + 512));
         } else {
-            load_block(a->type, p, (size_t)b * bb, W, &dw);
+            load_block(a->type, tl, (size_t)b * bb, W, &dw);
         }
         if (nr == RB) rows_block(W, dw, off, x, b, RB, acc);
         else rows_block(W, dw, off, x, b, nr, acc);
@@ -222,13 +251,6 @@ static int has_vnni(void)
 
 /* ---- SIMD packing of a 16-row tile into the layout above ---------------- */
 
-/* lane l = the 32-bit word at p[l] + off */
-VNNI_INLINE __m512i gather16_u32(const uint8_t *const *p, size_t off)
-{
-    uint32_t v[16];
-    for (int l = 0; l < 16; l++) memcpy(&v[l], p[l] + off, 4);
-    return _mm512_loadu_si512((const void *)v);
-}
 
 /* Bits 0..3 of each 32-bit lane to bit 4 of its bytes 0..3 (b_i * 2^(7m) never collide). */
 VNNI_INLINE __m512i spread4_bit4(__m512i v)
@@ -243,7 +265,7 @@ VNNI_INLINE void store_chunk(uint8_t *g, const __m512i W[8])
 }
 
 /* Q4_1 Q5_0 Q5_1 (Q4_0/Q8_0 use load_block): levels, d and m. */
-VNNI static void pack_legacy(kvi_type t, const uint8_t *const *p, int64_t nb, uint8_t *packed)
+VNNI static void pack_legacy(kvi_type t, const tile16 *tl, int64_t nb, uint8_t *packed)
 {
     const size_t bb = kvi_type_block_bytes(t);
     const size_t qs_off = t == KVI_TYPE_Q4_1 ? 4 : t == KVI_TYPE_Q5_0 ? 6 : 8;
@@ -253,26 +275,26 @@ VNNI static void pack_legacy(kvi_type t, const uint8_t *const *p, int64_t nb, ui
     for (int64_t b = 0; b < nb; b++) {
         const size_t o = (size_t)b * bb;
         __m512i R[4], W[8];
-        transpose16x4(p, o + qs_off, R);
+        transpose16x4(tl->p, o + qs_off, R);
         for (int k = 0; k < 4; k++) {
             W[k] = _mm512_and_si512(R[k], lo);
             W[k + 4] = _mm512_and_si512(_mm512_srli_epi16(R[k], 4), lo);
         }
         if (five) {
-            const __m512i qh = gather16_u32(p, o + qh_off);
+            const __m512i qh = gather16_u32(tl, o + qh_off);
             for (int k = 0; k < 8; k++)
                 W[k] = _mm512_or_si512(W[k], spread4_bit4(_mm512_srli_epi32(qh, (unsigned)(4 * k))));
         }
         uint8_t *g = packed + (size_t)b * GEN_BYTES;
         store_chunk(g, W);
-        _mm512_store_ps((float *)(g + 704), scales16(p, o));
-        _mm512_store_ps((float *)(g + 768), has_m ? scales16(p, o + 2) : _mm512_setzero_ps());
+        _mm512_store_ps((float *)(g + 704), scales16(tl, o, 0));
+        _mm512_store_ps((float *)(g + 768), has_m ? scales16(tl, o + 2, 0) : _mm512_setzero_ps());
     }
 }
 
 /* Q4_K, and Q5_K (five: the fifth bit of input 64i+l / 64i+32+l is bit 2i / 2i+1 of
  * qh[l]); the two share d, dmin and the 6-bit scales. */
-VNNI static void pack_q4k(const uint8_t *const *p, int64_t nsb, bool five, uint8_t *packed)
+VNNI static void pack_q4k(const tile16 *tl, int64_t nsb, bool five, uint8_t *packed)
 {
     const size_t bsz = five ? sizeof(block_q5_K) : sizeof(block_q4_K), qs0 = five ? 48 : 16;
     const __m512i one = _mm512_set1_epi8(1);
@@ -283,13 +305,13 @@ VNNI static void pack_q4k(const uint8_t *const *p, int64_t nsb, bool five, uint8
         uint8_t *g0 = packed + (size_t)(sb * 8) * GEN_BYTES;
         __m512i QH[8];
         if (five) {
-            transpose16x4(p, o + 16, QH);
-            transpose16x4(p, o + 32, QH + 4);
+            transpose16x4(tl->p, o + 16, QH);
+            transpose16x4(tl->p, o + 32, QH + 4);
         }
         for (int i = 0; i < 4; i++) {
             __m512i R[8], W[8];
-            transpose16x4(p, o + qs0 + 32 * (size_t)i, R);
-            transpose16x4(p, o + qs0 + 32 * (size_t)i + 16, R + 4);
+            transpose16x4(tl->p, o + qs0 + 32 * (size_t)i, R);
+            transpose16x4(tl->p, o + qs0 + 32 * (size_t)i + 16, R + 4);
             for (int k = 0; k < 8; k++) {
                 W[k] = _mm512_and_si512(R[k], lo);
                 if (five)
@@ -305,7 +327,7 @@ VNNI static void pack_q4k(const uint8_t *const *p, int64_t nsb, bool five, uint8
             }
             store_chunk(g0 + (size_t)(2 * i + 1) * GEN_BYTES, W);
         }
-        const __m512i s0 = gather16_u32(p, o + 4), s1 = gather16_u32(p, o + 8), s2 = gather16_u32(p, o + 12);
+        const __m512i s0 = gather16_u32(tl, o + 4), s1 = gather16_u32(tl, o + 8), s2 = gather16_u32(tl, o + 12);
         for (int j = 0; j < 8; j++) {
             const unsigned sh = 8u * (unsigned)(j & 3);
             __m512i sc, mn;
@@ -324,12 +346,12 @@ VNNI static void pack_q4k(const uint8_t *const *p, int64_t nsb, bool five, uint8
             _mm512_store_si512((void *)(g + 576), _mm512_setzero_si512());
             _mm512_store_si512((void *)(g + 640), mn);
         }
-        _mm512_store_ps((float *)(g0 + 704), scales16(p, o));
-        _mm512_store_ps((float *)(g0 + 768), scales16(p, o + 2));
+        _mm512_store_ps((float *)(g0 + 704), scales16(tl, o, 0));
+        _mm512_store_ps((float *)(g0 + 768), scales16(tl, o + 2, 0));
     }
 }
 
-VNNI static void pack_q6k(const uint8_t *const *p, int64_t nsb, uint8_t *packed)
+VNNI static void pack_q6k(const tile16 *tl, int64_t nsb, uint8_t *packed)
 {
     const __m512i lo = _mm512_set1_epi8(0x0f), m3 = _mm512_set1_epi8(3);
     for (int64_t sb = 0; sb < nsb; sb++) {
@@ -337,12 +359,12 @@ VNNI static void pack_q6k(const uint8_t *const *p, int64_t nsb, uint8_t *packed)
         uint8_t *g0 = packed + (size_t)(sb * 8) * GEN_BYTES;
         for (int h = 0; h < 2; h++) {
             __m512i QA[8], QB[8], QH[8];
-            transpose16x4(p, o + 64 * (size_t)h, QA);
-            transpose16x4(p, o + 64 * (size_t)h + 16, QA + 4);
-            transpose16x4(p, o + 64 * (size_t)h + 32, QB);
-            transpose16x4(p, o + 64 * (size_t)h + 48, QB + 4);
-            transpose16x4(p, o + 128 + 32 * (size_t)h, QH);
-            transpose16x4(p, o + 128 + 32 * (size_t)h + 16, QH + 4);
+            transpose16x4(tl->p, o + 64 * (size_t)h, QA);
+            transpose16x4(tl->p, o + 64 * (size_t)h + 16, QA + 4);
+            transpose16x4(tl->p, o + 64 * (size_t)h + 32, QB);
+            transpose16x4(tl->p, o + 64 * (size_t)h + 48, QB + 4);
+            transpose16x4(tl->p, o + 128 + 32 * (size_t)h, QH);
+            transpose16x4(tl->p, o + 128 + 32 * (size_t)h + 16, QH + 4);
             for (int q = 0; q < 4; q++) {
                 __m512i W[8];
                 for (int k = 0; k < 8; k++) {
@@ -355,7 +377,7 @@ VNNI static void pack_q6k(const uint8_t *const *p, int64_t nsb, uint8_t *packed)
             }
         }
         __m512i S[4];
-        transpose16x4(p, o + 192, S);   /* lane l of S[k]: scales 4k..4k+3 of row l */
+        transpose16x4(tl->p, o + 192, S);   /* lane l of S[k]: scales 4k..4k+3 of row l */
         for (int c = 0; c < 8; c++) {
             const __m512i v = S[c / 2];
             const unsigned ba = 8u * (unsigned)((2 * c) & 3), bb2 = ba + 8;
@@ -364,7 +386,7 @@ VNNI static void pack_q6k(const uint8_t *const *p, int64_t nsb, uint8_t *packed)
             _mm512_store_si512((void *)(g + 576), _mm512_srai_epi32(_mm512_slli_epi32(v, 24 - bb2), 24));
             _mm512_store_si512((void *)(g + 640), _mm512_setzero_si512());
         }
-        _mm512_store_ps((float *)(g0 + 704), scales16(p, o + 208));
+        _mm512_store_ps((float *)(g0 + 704), scales16(tl, o + 208, 1));
         _mm512_store_ps((float *)(g0 + 768), _mm512_setzero_ps());
     }
 }
@@ -389,8 +411,12 @@ VNNI static void gen_rows_legacy(const kvi_qgemm_args *a, const uint8_t *packed,
         const __m512 fd = _mm512_load_ps((const float *)(g + 704)), fm = _mm512_load_ps((const float *)(g + 768));
         for (int rr = 0; rr < nr; rr++) {
             const kvi_q8a *xb = x[rr] + c;
-            __m512i s = _mm512_set1_epi32(-off * xb->sum);
-            for (int k = 0; k < 8; k++) s = _mm512_dpbusd_epi32(s, W[k], _mm512_set1_epi32(load_i32(xb->qs + 4 * k)));
+            __m512i s = _mm512_set1_epi32(-off * xb->sum), s2 = _mm512_setzero_si512();
+            for (int k = 0; k < 4; k++) {
+                s = _mm512_dpbusd_epi32(s, W[k], _mm512_set1_epi32(load_i32(xb->qs + 4 * k)));
+                s2 = _mm512_dpbusd_epi32(s2, W[k + 4], _mm512_set1_epi32(load_i32(xb->qs + 16 + 4 * k)));
+            }
+            s = _mm512_add_epi32(s, s2);
             acc[rr] = _mm512_fmadd_ps(_mm512_mul_ps(fd, _mm512_set1_ps(xb->d)), _mm512_cvtepi32_ps(s), acc[rr]);
             if (has_m) acc[rr] = _mm512_fmadd_ps(fm, _mm512_set1_ps(xb->s), acc[rr]);
         }
@@ -462,15 +488,15 @@ VNNI static int qgemm_generic(const kvi_qgemm_args *a)
     for (int64_t jt = a->j0; jt < a->j1; jt += 16) {
         const int nv = a->j1 - jt < 16 ? (int)(a->j1 - jt) : 16;
         const __mmask16 m = (__mmask16)((1u << nv) - 1);
-        const uint8_t *p[16];
-        for (int l = 0; l < 16; l++) p[l] = a->w + (size_t)(jt + (l < nv ? l : nv - 1)) * a->w_rb;
+        tile16 tl;
+        tile_init(&tl, a, jt, nv);
         switch (a->type) {
         case KVI_TYPE_Q4_1:
         case KVI_TYPE_Q5_0:
-        case KVI_TYPE_Q5_1: pack_legacy(a->type, p, a->n_in / 32, packed); break;
-        case KVI_TYPE_Q4_K: pack_q4k(p, a->n_in / QK_K, false, packed); break;
-        case KVI_TYPE_Q5_K: pack_q4k(p, a->n_in / QK_K, true, packed); break;
-        case KVI_TYPE_Q6_K: pack_q6k(p, a->n_in / QK_K, packed); break;
+        case KVI_TYPE_Q5_1: pack_legacy(a->type, &tl, a->n_in / 32, packed); break;
+        case KVI_TYPE_Q4_K: pack_q4k(&tl, a->n_in / QK_K, false, packed); break;
+        case KVI_TYPE_Q5_K: pack_q4k(&tl, a->n_in / QK_K, true, packed); break;
+        case KVI_TYPE_Q6_K: pack_q6k(&tl, a->n_in / QK_K, packed); break;
         default: return 0;
         }
         if (kq)
@@ -486,6 +512,7 @@ VNNI static int qgemm_generic(const kvi_qgemm_args *a)
 VNNI static int qgemm_avx512(const kvi_qgemm_args *a)
 {
     if (!has_vnni() || kvi_q8_act_type(a->type) == KVI_TYPE_F32) return 0;
+    if (a->w_rb > (size_t)INT32_MAX / 16) return 0;   /* gather offsets are int32 */
     if (a->type != KVI_TYPE_Q8_0 && a->type != KVI_TYPE_Q4_0) return qgemm_generic(a);
     const int64_t nb = a->n_in / 32;
     const size_t bb = kvi_type_block_bytes(a->type);
@@ -493,19 +520,19 @@ VNNI static int qgemm_avx512(const kvi_qgemm_args *a)
     for (int64_t jt = a->j0; jt < a->j1; jt += 16) {
         const int nv = a->j1 - jt < 16 ? (int)(a->j1 - jt) : 16;
         const __mmask16 m = (__mmask16)((1u << nv) - 1);
-        const uint8_t *p[16];
-        for (int l = 0; l < 16; l++) p[l] = a->w + (size_t)(jt + (l < nv ? l : nv - 1)) * a->w_rb;
+        tile16 tl;
+        tile_init(&tl, a, jt, nv);
         if (packed)
             for (int64_t b = 0; b < nb; b++) {
                 __m512i W[8];
                 __m512 dw;
-                load_block(a->type, p, (size_t)b * bb, W, &dw);
+                load_block(a->type, &tl, (size_t)b * bb, W, &dw);
                 uint8_t *q = packed + (size_t)b * PACK_BYTES;
                 for (int k = 0; k < 8; k++) _mm512_store_si512((void *)(q + 64 * k), W[k]);
                 _mm512_store_ps((float *)(q + 512), dw);
             }
         for (int64_t r = 0; r < a->n_rows; r += RB)
-            tile_rows(a, p, packed, jt, m, r, a->n_rows - r < RB ? (int)(a->n_rows - r) : RB);
+            tile_rows(a, &tl, packed, jt, m, r, a->n_rows - r < RB ? (int)(a->n_rows - r) : RB);
     }
     return 1;
 }
