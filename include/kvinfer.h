@@ -216,6 +216,10 @@ typedef struct kvi_stats {
     uint64_t n_evicted;           /* positions dropped by the context policy */
     uint64_t n_cow;               /* pool: blocks copied before a write (copy on write) */
     uint64_t n_lru_evicted;       /* pool: cached blocks reused for new data */
+    /* q4 keys (owner: kvfix): the f16 tail of the newest key group that each
+     * sequence holds outside the pool (sequence: its own; pool: every tail).
+     * Every KV byte allocated = kv_bytes_allocated + kv_bytes_tail. */
+    size_t kv_bytes_tail;
 } kvi_stats;
 
 /* Statistics of one sequence (s != NULL) or of the whole engine (s == NULL). */

@@ -537,6 +537,7 @@ kv_pool *engine_kv_pool(kvi_engine *e) { return &e->kv; }
 kv_table *engine_seq_table(kvi_seq *s) { return &s->table; }
 kvi_engine *engine_seq_engine(const kvi_seq *s) { return s->e; }
 bool engine_prefix_cache_on(const kvi_engine *e) { return e->p.prefix_cache; }
+const float *engine_seq_recv(const kvi_seq *s) { return s->recv; }
 
 void kvi_stats_get(const kvi_engine *e, const kvi_seq *s, kvi_stats *out)
 {
@@ -552,6 +553,7 @@ void kvi_stats_get(const kvi_engine *e, const kvi_seq *s, kvi_stats *out)
     out->kv_blocks_free = kv->n_free;
     out->n_cow = kv->n_cow;
     out->n_lru_evicted = kv->n_lru_evicted;
+    out->kv_bytes_tail = kv_pool_bytes_tails(kv);
     out->n_steps = e->n_steps;
     out->n_rows = e->n_rows;
     out->forward_ms = e->forward_ms;
@@ -564,6 +566,7 @@ void kvi_stats_get(const kvi_engine *e, const kvi_seq *s, kvi_stats *out)
         out->prefix_hit_tokens = s->prefix_hit;
         out->prefix_miss_tokens = s->prefix_miss;
         out->n_evicted = s->n_evicted;
+        out->kv_bytes_tail = s->table.tail ? kv->tail_bytes : 0;
     } else {
         out->kv_blocks_used = kv->n_used;
         out->kv_bytes = (size_t)kv->n_used * kv->block_bytes;

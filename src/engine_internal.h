@@ -11,5 +11,8 @@ kv_pool *engine_kv_pool(kvi_engine *e);
 kv_table *engine_seq_table(kvi_seq *s);
 kvi_engine *engine_seq_engine(const kvi_seq *s);
 bool engine_prefix_cache_on(const kvi_engine *e);
+/* [n_ctx] attention each position of s has received so far (policy heavy), or
+ * NULL: for tests and debugging. */
+const float *engine_seq_recv(const kvi_seq *s);
 
 #endif

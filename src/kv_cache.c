@@ -3,7 +3,8 @@
  *
  * Allocation is lazy: a block gets its memory the first time it is handed out,
  * so a pool sized for 64 long sequences costs nothing until they exist. Freed
- * blocks keep their memory on a free stack and are reused first.
+ * blocks keep their memory on a free stack and are reused first. Every block and
+ * tail allocation and free updates bytes_sys where it happens (invariant 5).
  */
 #include "kv_cache.h"
 
@@ -95,6 +96,8 @@ size_t kv_layout_block_bytes(int n_layers, int kv_dim, int block_size, kvi_type 
 
 size_t kv_pool_bytes_allocated(const kv_pool *p) { return (size_t)p->n_alloc * p->block_bytes; }
 
+size_t kv_pool_bytes_tails(const kv_pool *p) { return (size_t)p->n_tails * p->tail_bytes; }
+
 /* A block with refcount 1, or -1 when the budget is spent. Order: a free block,
  * then fresh memory, and only then the least recently used cached prefix. */
 static int32_t pool_take(kv_pool *p)
@@ -107,6 +110,7 @@ static int32_t pool_take(kv_pool *p)
         if (posix_memalign(&mem, 64, p->block_bytes) != 0) return -1;
         b = p->n_alloc++;
         p->mem[b] = mem;
+        p->bytes_sys += p->block_bytes;
     } else if (p->lru_head >= 0) {
         b = p->lru_head;
         kv_prefix_remove(p, b);            /* moves it to the free stack */
@@ -184,12 +188,19 @@ void kv_table_truncate(kv_pool *p, kv_table *t, int32_t n_pos)
     const int32_t keep = (int32_t)(((int64_t)n_pos + p->block_size - 1) / p->block_size);
     while (t->n_blocks > keep) kv_pool_unref(p, t->blocks[--t->n_blocks]);
     if (t->n_pos > n_pos) t->n_pos = n_pos;
+    /* the lossy keys are gone with their positions */
+    if (t->lossy_block > 0 && (int64_t)n_pos <= (int64_t)(t->lossy_block - 1) * p->block_size)
+        t->lossy_block = 0;
 }
 
 void kv_table_release(kv_pool *p, kv_table *t)
 {
     kv_table_truncate(p, t, 0);
     free(t->blocks);
+    if (t->tail) {
+        p->n_tails--;
+        p->bytes_sys -= p->tail_bytes;
+    }
     free(t->tail);
     free(t->tokens);
     memset(t, 0, sizeof *t);
@@ -245,6 +256,12 @@ int kv_table_share(kv_pool *p, kv_table *dst, const kv_table *src, kvi_error *er
     dst->n_blocks = src->n_blocks;
     dst->n_pos = src->n_pos;
     dst->no_index = src->no_index;
+    dst->lossy_block = src->lossy_block;
+    /* q4 keys: the newest group's exact keys, or the child reads them quantised */
+    if (kv_table_copy_tail(p, dst, src, err) != 0) {
+        kv_table_truncate(p, dst, 0);
+        return KVI_E_NOMEM;
+    }
     return 0;
 }
 

@@ -25,7 +25,26 @@
  *  - sharing: a block with refcount > 1 (shared by prefix reuse or fork) or an
  *    indexed block is never written; a writer first takes a private copy (copy on
  *    write) or drops the block from the index. Unreferenced indexed blocks wait in
- *    an LRU and are the last blocks the pool hands out again.
+ *    an LRU and are the last blocks the pool hands out again;
+ *  - accounting (invariant 5): bytes_sys is every byte of KV data the cache holds
+ *    from the system, counted where it is allocated and freed: n_alloc *
+ *    block_bytes of blocks plus n_tails * tail_bytes of per-table q4 key tails.
+ *
+ * KIVI (q4) keys and the per-table f16 tail (kv_quant.h), for every feature:
+ *  - fork (kv_table_share) copies the tail: the child reads exactly the keys the
+ *    parent reads, bit for bit;
+ *  - prefix reuse takes whole indexed blocks only (kv_prefix_match), i.e. whole,
+ *    complete key groups, which a fresh prefill quantises the same way; the new
+ *    sequence starts writing at a group boundary, so it never needs a tail for
+ *    reused positions;
+ *  - session files save and restore the tail (session.c, version 2);
+ *  - context policies rebuild the tail of every group they write (kv_policy.c);
+ *  - a write into a complete group whose f16 rows are gone (truncation into an
+ *    earlier group, or rewriting positions before n_pos) re-reads the group's
+ *    rows from its 4-bit codes: that is lossy, so the table records the first
+ *    such group in lossy_block and never offers it or later blocks to the prefix
+ *    index (a cold prefill would quantise different values). Truncation to a
+ *    group boundary or inside the tail's group stays exact.
  */
 #ifndef KVI_KV_CACHE_H
 #define KVI_KV_CACHE_H
@@ -68,6 +87,9 @@ typedef struct kv_pool {
     int32_t lru_head, lru_tail;    /* least / most recently freed cached block, -1 */
     uint64_t n_lru_evicted;  /* cached blocks taken back for new data */
     uint64_t n_cow;          /* copy-on-write block copies */
+    /* accounting (owner: kvfix) */
+    int32_t n_tails;         /* tables holding an allocated tail (tail_bytes each) */
+    size_t bytes_sys;        /* KV bytes held from the system: blocks and tails */
 } kv_pool;
 
 typedef struct kv_table {
@@ -80,13 +102,17 @@ typedef struct kv_table {
                                 Fork: kv_table_copy_tail; freed by kv_table_release */
     int32_t *tokens;         /* [cap * block_size] token of each position (prefix index) */
     bool no_index;           /* positions re-assigned by a context policy: never indexed */
+    int32_t lossy_block;     /* q4 keys: 1 + the first block whose keys were re-read
+                                from 4-bit codes (see above), 0 when none; blocks from
+                                it on are never indexed */
 } kv_table;
 
 int kv_pool_init(kv_pool *p, int n_layers, int kv_dim, int block_size, kvi_type type_k,
                  kvi_type type_v, size_t budget_bytes, kvi_error *err);
 void kv_pool_free(kv_pool *p);
 size_t kv_pool_bytes_per_token(const kv_pool *p);
-size_t kv_pool_bytes_allocated(const kv_pool *p);
+size_t kv_pool_bytes_allocated(const kv_pool *p);   /* blocks: n_alloc * block_bytes */
+size_t kv_pool_bytes_tails(const kv_pool *p);       /* tails: n_tails * tail_bytes */
 
 /* Makes the table hold blocks for positions 0..n_pos-1 (does not change t->n_pos).
  * KVI_E_NO_KV_SPACE when the pool is exhausted: then the table is unchanged. */
@@ -109,7 +135,8 @@ int kv_table_cow(kv_pool *p, kv_table *t, int32_t i, int32_t *old, kvi_error *er
 /* Gives the table its own unindexed copy of every block in [b0, b1] that is
  * shared or indexed, so that those blocks may be written (context policies). */
 int kv_table_make_private(kv_pool *p, kv_table *t, int32_t b0, int32_t b1, kvi_error *err);
-/* Copies src's blocks (shared, refcounted), tokens and length into the empty dst. */
+/* Copies src's blocks (shared, refcounted), tokens, length and q4 key tail into
+ * the empty dst. KVI_E_NOMEM (dst then holds nothing). */
 int kv_table_share(kv_pool *p, kv_table *dst, const kv_table *src, kvi_error *err);
 
 /* ---- prefix index and LRU (kv_prefix.c) ---- */

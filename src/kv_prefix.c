@@ -133,7 +133,9 @@ void kv_prefix_index_table(kv_pool *p, kv_table *t, int32_t b0)
 {
     if (t->no_index) return;
     const int bs = p->block_size;
-    const int32_t n_full = t->n_pos / bs;
+    int32_t n_full = t->n_pos / bs;
+    /* q4 keys re-read from codes (kv_cache.h): never offered as a cold prefix */
+    if (t->lossy_block > 0 && n_full > t->lossy_block - 1) n_full = t->lossy_block - 1;
     if (b0 < 0) b0 = 0;
     for (int32_t i = b0; i < n_full; i++) {
         const int32_t b = t->blocks[i];

@@ -205,16 +205,35 @@ const kvi_f16 *kivi_group_f16(const kv_pool *p, const kv_table *t, int l, int32_
 
 /* ---- per-table tail ----------------------------------------------------- */
 
-static int tail_alloc(const kv_pool *p, kv_table *t)
+static int tail_alloc(kv_pool *p, kv_table *t)
 {
     if (t->tail) return 0;
     t->tail = calloc(1, p->tail_bytes);
     if (!t->tail) return KVI_E_NOMEM;
+    p->n_tails++;
+    p->bytes_sys += p->tail_bytes;
     for (int l = 0; l < p->n_layers; l++) kivi_tail_part(p, t, l)->group = -1;
     return 0;
 }
 
-int kv_table_copy_tail(const kv_pool *p, kv_table *dst, const kv_table *src, kvi_error *err)
+int kivi_tail_alloc(kv_pool *p, kv_table *t) { return tail_alloc(p, t); }
+
+void kivi_tail_fit(const kv_pool *p, kv_table *t, int32_t n_pos)
+{
+    if (p->tail_bytes == 0 || !t->tail || n_pos <= 0) return;
+    const int bs = p->block_size;
+    const int32_t g = (n_pos - 1) / bs;
+    const int n = (int)(n_pos - g * bs);
+    for (int l = 0; l < p->n_layers; l++) {
+        kivi_tail_hdr *h = kivi_tail_part(p, t, l);
+        if (h->group != g) continue;
+        if (h->n_rows > n) h->n_rows = n;
+        h->epoch = 0;
+        group_quantize(kivi_tail_rows(h), h->n_rows, p->kv_dim, bs, kv_k_group(p, t, l, g));
+    }
+}
+
+int kv_table_copy_tail(kv_pool *p, kv_table *dst, const kv_table *src, kvi_error *err)
 {
     if (p->tail_bytes == 0 || !src->tail) return 0;
     if (tail_alloc(p, dst) != 0)
@@ -233,6 +252,7 @@ void kivi_write_key(kv_pool *p, kv_table *t, int l, int32_t pos, const float *in
     uint8_t *region = kv_k_group(p, t, l, g);
     if (tail_alloc(p, t) != 0) {
         /* out of memory: quantise this row alone into its slot (lossy, never a crash) */
+        if (t->lossy_block == 0 || t->lossy_block > g + 1) t->lossy_block = g + 1;
         kvi_f16 h[2];
         for (int c = 0; c + 1 < kvd; c += 2) {
             h[0] = kvi_f32_to_f16(in[c]);
@@ -256,6 +276,8 @@ void kivi_write_key(kv_pool *p, kv_table *t, int l, int32_t pos, const float *in
         /* the tail moves on: keep the old group's exact keys while this batch needs them */
         if (s && s->epoch > 0 && s->layer == l && h->group >= 0 && h->epoch == s->epoch)
             stash_push(s, p, t, h->group, rows);
+        /* rows of g that exist only as codes come back rounded: g is lossy from now on */
+        if (have > 0 && (t->lossy_block == 0 || t->lossy_block > g + 1)) t->lossy_block = g + 1;
         float tmp[64];
         for (int i = 0; i < have; i++)
             for (int c0 = 0; c0 < kvd; c0 += 64) {

@@ -103,7 +103,16 @@ const kvi_f16 *kivi_group_f16(const kv_pool *p, const kv_table *t, int l, int32_
 
 /* Copies src's tail into dst (fork: without it the child reads its newest key
  * group quantised, not bit-identical to the parent). 0 or KVI_E_NOMEM. */
-int kv_table_copy_tail(const kv_pool *p, kv_table *dst, const kv_table *src, kvi_error *err);
+int kv_table_copy_tail(kv_pool *p, kv_table *dst, const kv_table *src, kvi_error *err);
+/* After a context policy rewrote the table's keys up to n_pos (t->n_pos may still
+ * be the old length): each layer's tail, when it holds the group of position
+ * n_pos - 1, keeps exactly the rows below n_pos, and that group's codes are
+ * quantised again from them (the write-through invariant for the new length).
+ * The group's block must be private. */
+void kivi_tail_fit(const kv_pool *p, kv_table *t, int32_t n_pos);
+/* Allocates t's tail (all groups -1) if it has none: 0 or KVI_E_NOMEM (counted in
+ * the pool's n_tails / bytes_sys). Session restore fills it afterwards. */
+int kivi_tail_alloc(kv_pool *p, kv_table *t);
 
 /* Key writes and reads of KIVI (kv_write_row / kv_read_row dispatch here). */
 void kivi_write_key(kv_pool *p, kv_table *t, int l, int32_t pos, const float *in, kv_stash *s);

@@ -1,7 +1,7 @@
 /*
  * session.c — a sequence's tokens and KV blocks saved to a file and restored.
  *
- * File layout (version 1, little-endian, no padding):
+ * File layout (version 2, little-endian, no padding):
  *
  *   off  size  field
  *     0     8  magic "KVISESS\0"
@@ -13,9 +13,19 @@
  *    56     8  u64 row_bytes_k
  *    64     8  u64 row_bytes_v
  *    72     8  u64 n_blocks (= ceil(n_pos / block_size))
- *    80   4*n  i32 tokens[n_pos]
+ *    80     8  u64 tail_bytes: 0, or the pool's tail_bytes when the table has a q4
+ *              key tail (kv_quant.h: per layer kivi_tail_hdr + f16 rows)
+ *    88     4  i32 lossy_block (kv_cache.h), 0 .. n_blocks
+ *    92     4  u32 0
+ *    96   4*n  i32 tokens[n_pos]
  *     .     .  blocks[n_blocks][block_bytes], opaque, in the pool's own layout
+ *     .     .  tail[tail_bytes]
  *   end     8  u64 FNV-1a 64 of every byte before it
+ *
+ * Version 2 added the tail: without it a restored q4 sequence would read its
+ * newest keys quantised and not continue bit for bit. Each tail part's header is
+ * validated (group -1 .. n_blocks - 1, n_rows 0 .. block_size); its stash epoch
+ * is reset on load.
  *
  * Loading trusts nothing: every field is checked against the engine it is loaded
  * into (same model shape, KV types, block size and row sizes), n_pos against the
@@ -29,6 +39,7 @@
 #include "engine_internal.h"
 #include "error.h"
 #include "kv_cache.h"
+#include "kv_quant.h"
 #include "model.h"
 
 #include <errno.h>
@@ -37,8 +48,8 @@
 #include <string.h>
 
 #define SESS_MAGIC "KVISESS"
-#define SESS_VERSION 1u
-#define SESS_HEADER 80
+#define SESS_VERSION 2u
+#define SESS_HEADER 96
 
 static uint64_t fnv(uint64_t h, const void *data, size_t n)
 {
@@ -110,6 +121,9 @@ int kvi_seq_save(const kvi_seq *s, const char *path, kvi_error *err)
     put_u64(h + 56, p->row_bytes_k);
     put_u64(h + 64, p->row_bytes_v);
     put_u64(h + 72, (uint64_t)t->n_blocks);
+    const size_t tail_bytes = t->tail ? p->tail_bytes : 0;
+    put_u64(h + 80, (uint64_t)tail_bytes);
+    put_u32(h + 88, (uint32_t)t->lossy_block);
 
     FILE *f = fopen(path, "wb");
     if (!f) return kvi_err_set(err, KVI_E_IO, "session: cannot create %s: %s", path, strerror(errno));
@@ -121,6 +135,25 @@ int kvi_seq_save(const kvi_seq *s, const char *path, kvi_error *err)
         ok = write_all(f, tb, 4, &sum);
     }
     for (int32_t i = 0; ok && i < t->n_blocks; i++) ok = write_all(f, p->mem[t->blocks[i]], p->block_bytes, &sum);
+    if (ok && tail_bytes) {
+        /* a tail left past the table by a truncation is stale: saved as empty */
+        uint8_t *tb2 = malloc(tail_bytes);   /* [tail_bytes] */
+        ok = tb2 != NULL;
+        if (ok) {
+            memcpy(tb2, t->tail, tail_bytes);
+            const size_t part = tail_bytes / (size_t)p->n_layers;
+            for (int l = 0; l < p->n_layers; l++) {
+                kivi_tail_hdr th;
+                memcpy(&th, tb2 + (size_t)l * part, sizeof th);
+                if (th.group >= t->n_blocks) th.group = -1;
+                if (th.group < 0) th.n_rows = 0;
+                th.epoch = th.pad = 0;
+                memcpy(tb2 + (size_t)l * part, &th, sizeof th);
+            }
+            ok = write_all(f, tb2, tail_bytes, &sum);
+        }
+        free(tb2);
+    }
     uint8_t tail[8];
     put_u64(tail, sum);
     ok = ok && fwrite(tail, 1, 8, f) == 8;
@@ -219,15 +252,28 @@ int kvi_seq_load(kvi_seq *s, const char *path, bool *shifted, kvi_error *err)
                          (unsigned long long)n_blocks, n_pos);
         goto done;
     }
-    /* n_pos <= n_ctx <= 2^24 and block_bytes is the pool's: no overflow */
-    const uint64_t want = (uint64_t)SESS_HEADER + 4ull * (uint64_t)n_pos + n_blocks * p->block_bytes + 8;
+    const uint64_t tail_bytes = get_u64(h + 80);
+    const int32_t lossy_block = (int32_t)get_u32(h + 88);
+    if ((tail_bytes != 0 && tail_bytes != p->tail_bytes) || get_u32(h + 92) != 0) {
+        rc = kvi_err_set(err, KVI_E_FORMAT, "session: %s: key tail of %llu bytes, the engine's is %zu", path,
+                         (unsigned long long)tail_bytes, p->tail_bytes);
+        goto done;
+    }
+    if (lossy_block < 0 || (uint64_t)lossy_block > n_blocks) {
+        rc = kvi_err_set(err, KVI_E_FORMAT, "session: %s: lossy block %d outside 0..%llu", path, lossy_block,
+                         (unsigned long long)n_blocks);
+        goto done;
+    }
+    /* n_pos <= n_ctx <= 2^24, block_bytes and tail_bytes are the pool's: no overflow */
+    const uint64_t want =
+        (uint64_t)SESS_HEADER + 4ull * (uint64_t)n_pos + n_blocks * p->block_bytes + tail_bytes + 8;
     if ((uint64_t)fsize != want) {
         rc = kvi_err_set(err, KVI_E_FORMAT, "session: %s has %ld bytes, its header implies %llu (%s)", path, fsize,
                          (unsigned long long)want, (uint64_t)fsize < want ? "truncated" : "trailing bytes");
         goto done;
     }
     tokens = malloc(((size_t)n_pos + 1) * sizeof *tokens);
-    blk = malloc(p->block_bytes);
+    blk = malloc(p->block_bytes > p->tail_bytes ? p->block_bytes : p->tail_bytes);
     if (!tokens || !blk) {
         rc = kvi_err_set(err, KVI_E_NOMEM, "session: out of memory");
         goto done;
@@ -254,6 +300,24 @@ int kvi_seq_load(kvi_seq *s, const char *path, bool *shifted, kvi_error *err)
             goto done;
         }
     }
+    if (tail_bytes) {
+        if (!read_all(f, blk, (size_t)tail_bytes, &sum)) {
+            rc = kvi_err_set(err, KVI_E_FORMAT, "session: %s is truncated in its key tail", path);
+            goto done;
+        }
+        const size_t part = p->tail_bytes / (size_t)p->n_layers;
+        for (int l = 0; l < p->n_layers; l++) {
+            kivi_tail_hdr th;
+            memcpy(&th, blk + (size_t)l * part, sizeof th);
+            if (th.group < -1 || (int64_t)th.group >= (int64_t)n_blocks || th.n_rows < 0 ||
+                th.n_rows > p->block_size) {
+                rc = kvi_err_set(err, KVI_E_FORMAT, "session: %s: key tail of layer %d names group %d with %d rows "
+                                 "(%llu blocks of %d)", path, l, th.group, th.n_rows,
+                                 (unsigned long long)n_blocks, p->block_size);
+                goto done;
+            }
+        }
+    }
     uint8_t tail[8];
     if (fread(tail, 1, 8, f) != 8 || get_u64(tail) != sum) {
         rc = kvi_err_set(err, KVI_E_FORMAT, "session: %s: checksum mismatch (corrupted file)", path);
@@ -261,6 +325,11 @@ int kvi_seq_load(kvi_seq *s, const char *path, bool *shifted, kvi_error *err)
     }
     rc = kv_table_reserve(p, t, n_pos, err);
     if (rc) goto done;
+    if (tail_bytes && kivi_tail_alloc(p, t) != 0) {
+        rc = kvi_err_set(err, KVI_E_NOMEM, "session: cannot allocate a key tail of %zu bytes", p->tail_bytes);
+        kv_table_release(p, t);
+        goto done;
+    }
     if (blocks_at < 0 || fseek(f, blocks_at, SEEK_SET) != 0) {
         rc = kvi_err_set(err, KVI_E_IO, "session: cannot seek in %s", path);
         kv_table_release(p, t);
@@ -273,6 +342,19 @@ int kvi_seq_load(kvi_seq *s, const char *path, bool *shifted, kvi_error *err)
             goto done;
         }
     }
+    if (tail_bytes) {
+        if (fread(t->tail, 1, (size_t)tail_bytes, f) != (size_t)tail_bytes) {
+            rc = kvi_err_set(err, KVI_E_IO, "session: %s changed while being read", path);
+            kv_table_release(p, t);
+            goto done;
+        }
+        for (int l = 0; l < p->n_layers; l++) {
+            kivi_tail_hdr *th = kivi_tail_part(p, t, l);
+            th->epoch = 0;
+            th->pad = 0;
+        }
+    }
+    t->lossy_block = lossy_block;
     if (n_pos > 0) memcpy(t->tokens, tokens, (size_t)n_pos * sizeof *tokens);
     t->n_pos = n_pos;
     t->no_index = (flags & 1u) != 0;

@@ -5,10 +5,16 @@
  * The reference for every logits comparison is a separate engine with the
  * prefix cache off that prefills the same tokens from scratch: sharing must
  * change nothing, bit for bit (rows are batch-invariant, so K/V computed once
- * and reused equal K/V computed again).
+ * and reused equal K/V computed again), for every KV type: f32, f16, q8_0, q4_0
+ * and q4 (whose fork carries the newest key group's f16 tail).
+ *
+ * Accounting is checked against numbers computed here from the model's shape
+ * and the documented layouts (kv_cache.h, kv_quant.h), and against the pool's
+ * own byte counter, which is updated where memory is allocated and freed.
  */
 #include "testutil.h"
 
+#include "engine_internal.h"
 #include "kvinfer.h"
 
 #include <stdlib.h>
@@ -61,7 +67,29 @@ static float *reference(kvi_type kv, const int32_t *toks, int n)
 
 static bool same(const float *a, const float *b) { return memcmp(a, b, NV * sizeof(float)) == 0; }
 
-static void accounting(kvi_engine *e, const char *where)
+/* Bytes of one block and of one q4 tail for stories260K (5 layers, 4 KV heads x
+ * 8 = kv_dim 32) with blocks of 16, from the documented layouts alone. */
+static size_t want_block_bytes(kvi_type kv)
+{
+    const size_t kvd = 32, bs = 16;
+    size_t k = 0, v = 0;
+    switch (kv) {
+    case KVI_TYPE_F32: k = v = bs * kvd * 4; break;
+    case KVI_TYPE_F16: k = v = bs * kvd * 2; break;
+    case KVI_TYPE_Q8_0: k = v = bs * (kvd / 32) * 34; break;
+    case KVI_TYPE_Q4_0: k = v = bs * (kvd / 32) * 18; break;
+    default:   /* q4: f16 scale + minimum per channel, 4-bit codes, padded to 16; values q4_0 */
+        k = (4 * kvd + bs * kvd / 2 + 15) / 16 * 16;
+        v = bs * (kvd / 32) * 18;
+        break;
+    }
+    return 5 * (k + v);
+}
+static size_t want_tail_bytes(kvi_type kv) { return kv == KVI_TYPE_KV_Q4 ? 5 * (16 + 16 * 32 * 2) : 0; }
+
+/* Invariant 5: what the stats report adds up, per sequence and for the pool, to
+ * what the cache holds from the system. seqs: every live sequence. */
+static void accounting_seqs(kvi_engine *e, kvi_type kv, kvi_seq *const *seqs, int n, const char *where)
 {
     kvi_stats st;
     kvi_stats_get(e, NULL, &st);
@@ -69,6 +97,38 @@ static void accounting(kvi_engine *e, const char *where)
     CHECK(st.kv_bytes_allocated == sum, "%s: allocated %zu != (used %d + cached %d + free %d) x %zu", where,
           st.kv_bytes_allocated, st.kv_blocks_used, st.kv_blocks_cached, st.kv_blocks_free, st.kv_bytes_block);
     CHECK(st.kv_bytes_per_token * (size_t)st.kv_block_size == st.kv_bytes_block, "%s: block bytes", where);
+    CHECK(st.kv_bytes_block == want_block_bytes(kv), "%s: %s block of %zu bytes, layout says %zu", where,
+          kvi_type_name(kv), st.kv_bytes_block, want_block_bytes(kv));
+    const kv_pool *p = engine_kv_pool(e);
+    CHECK(st.kv_bytes_allocated + st.kv_bytes_tail == p->bytes_sys,
+          "%s: stats say %zu + %zu tail bytes, the cache holds %zu from the system", where, st.kv_bytes_allocated,
+          st.kv_bytes_tail, p->bytes_sys);
+    size_t tails = 0;
+    for (int i = 0; i < n; i++) {
+        if (!seqs[i]) continue;
+        kvi_stats ss;
+        kvi_stats_get(e, seqs[i], &ss);
+        CHECK(ss.kv_bytes_tail == 0 || ss.kv_bytes_tail == want_tail_bytes(kv), "%s: seq %d tail %zu bytes", where,
+              i, ss.kv_bytes_tail);
+        CHECK(ss.kv_bytes == (size_t)ss.kv_blocks_used * want_block_bytes(kv), "%s: seq %d holds %zu bytes", where,
+              i, ss.kv_bytes);
+        if (kv == KVI_TYPE_KV_Q4 && ss.n_tokens > 0)
+            CHECK(ss.kv_bytes_tail == want_tail_bytes(kv), "%s: q4 seq %d of %d tokens without a tail", where, i,
+                  ss.n_tokens);
+        tails += ss.kv_bytes_tail;
+    }
+    CHECK(tails == st.kv_bytes_tail, "%s: sequences hold %zu tail bytes, the pool reports %zu", where, tails,
+          st.kv_bytes_tail);
+}
+
+static void accounting(kvi_engine *e, const char *where)
+{
+    kvi_stats st;
+    kvi_stats_get(e, NULL, &st);
+    const size_t sum = (size_t)(st.kv_blocks_used + st.kv_blocks_cached + st.kv_blocks_free) * st.kv_bytes_block;
+    CHECK(st.kv_bytes_allocated == sum, "%s: allocated %zu != (used %d + cached %d + free %d) x %zu", where,
+          st.kv_bytes_allocated, st.kv_blocks_used, st.kv_blocks_cached, st.kv_blocks_free, st.kv_bytes_block);
+    CHECK(st.kv_bytes_allocated + st.kv_bytes_tail == engine_kv_pool(e)->bytes_sys, "%s: bytes_sys", where);
 }
 
 static void share_and_cow(kvi_type kv)
@@ -127,7 +187,10 @@ static void share_and_cow(kvi_type kv)
     run_rows(e, c, PY, NPR, NPR + 1, ly);   /* c is the last holder: writes in place */
     CHECK(same(lx + (size_t)NPR * NV, rx + (size_t)NPR * NV), "%s: a after copy on write differs", tn);
     CHECK(same(ly + (size_t)NPR * NV, ry + (size_t)NPR * NV), "%s: fork c was changed by a's write", tn);
-    accounting(e, "after cow");
+    {
+        kvi_seq *live[3] = {a, b, c};
+        accounting_seqs(e, kv, live, 3, "after cow");
+    }
 
     /* everything freed: indexed full blocks stay cached, the rest is free */
     kvi_seq_free(a);
@@ -136,10 +199,13 @@ static void share_and_cow(kvi_type kv)
     kvi_stats_get(e, NULL, &st);
     CHECK(st.kv_blocks_used == 0 && st.kv_blocks_cached == 2, "%s: after free %d used, %d cached", tn,
           st.kv_blocks_used, st.kv_blocks_cached);
-    accounting(e, "after free");
+    CHECK(st.kv_bytes_tail == 0, "%s: tails left after every sequence was freed: %zu bytes", tn, st.kv_bytes_tail);
+    accounting_seqs(e, kv, NULL, 0, "after free");
 
     /* a cached prefix serves a new sequence; a write inside it (after a rollback)
-     * must not poison the index */
+     * must not poison the index. q4: position 20 lies in the complete group 1,
+     * whose f16 rows are gone, so its rewrite re-reads rows 16..19 from 4-bit
+     * codes (kv_cache.h): group 1 is lossy and must never be indexed */
     kvi_seq *d = kvi_seq_create(e);
     CHECK(kvi_seq_reuse_prefix(d, P, NPR) == 32, "%s: reuse from the LRU", tn);
     kvi_seq_truncate(d, 20);
@@ -155,7 +221,8 @@ static void share_and_cow(kvi_type kv)
     float *rz = reference(kv, PZ, NPR);
     kvi_seq *g = kvi_seq_create(e);
     held = kvi_seq_reuse_prefix(g, PZ, NPR);
-    CHECK(held == 32, "%s: the rewritten chain is indexed (held %d)", tn, held);
+    const int32_t want_held = kv == KVI_TYPE_KV_Q4 ? 16 : 32;
+    CHECK(held == want_held, "%s: the rewritten chain: held %d, want %d", tn, held, want_held);
     run_rows(e, g, PZ, held, NPR, lb);
     CHECK(same(lb + (size_t)(NPR - 1) * NV, rz + (size_t)(NPR - 1) * NV), "%s: rewritten chain differs", tn);
     accounting(e, "after rewrite");
@@ -180,6 +247,36 @@ static void share_and_cow(kvi_type kv)
     free(lb);
     free(lx);
     free(ly);
+}
+
+/* q4 fork at every offset inside a key group: the child continues exactly like
+ * the parent would (a second engine, prefix cache off, runs the parent's path). */
+static void fork_mid_group(void)
+{
+    enum { N = 60 };
+    int32_t T[N + 1];
+    uint64_t rs = 0xf0f0;
+    T[0] = 1;
+    for (int i = 1; i <= N; i++) T[i] = 3 + (int32_t)(trand_u64(&rs) % (uint64_t)(NV - 3));
+    float *ref = reference(KVI_TYPE_KV_Q4, T, N + 1);
+    float *out = calloc((size_t)(N + 1) * NV, sizeof(float));
+    kvi_engine *e = engine(KVI_TYPE_KV_Q4, 2, 0, true);
+    int bad = 0;
+    for (int at = 17; at < N; at += 7) {
+        kvi_seq *a = kvi_seq_create(e);
+        run_rows(e, a, T, 0, at, NULL);
+        kvi_seq *c = kvi_seq_fork(a);
+        kvi_seq_free(a);   /* the child alone must hold everything it needs */
+        for (int i = at; i <= N; i++) run_rows(e, c, T, i, i + 1, out);
+        for (int i = at; i <= N; i++) bad += !same(out + (size_t)i * NV, ref + (size_t)i * NV);
+        kvi_seq *live[1] = {c};
+        accounting_seqs(e, KVI_TYPE_KV_Q4, live, 1, "fork_mid_group");
+        kvi_seq_free(c);
+    }
+    CHECK(bad == 0, "q4: %d rows of forks decoded differently from the unforked sequence", bad);
+    kvi_engine_free(e);
+    free(ref);
+    free(out);
 }
 
 /* A small pool: cached prefixes are evicted (least recently used first) only
@@ -276,6 +373,10 @@ int main(void)
     NV = kvi_n_vocab(M);
     share_and_cow(KVI_TYPE_F32);
     share_and_cow(KVI_TYPE_F16);
+    share_and_cow(KVI_TYPE_Q8_0);
+    share_and_cow(KVI_TYPE_Q4_0);
+    share_and_cow(KVI_TYPE_KV_Q4);
+    fork_mid_group();
     lru_pressure();
     sixteen_forks();
     kvi_model_free(M);

@@ -1,6 +1,7 @@
 /*
  * test_session.c — session files: a saved and restored sequence continues bit
- * for bit like the original (f32 and f16 caches); a restored session serves its
+ * for bit like the original (every KV type: f32, f16, q8_0, q4_0 and q4, whose
+ * f16 key tail the file carries); a restored session serves its
  * blocks to the prefix cache; a corpus of corrupted, truncated and mismatched
  * files is refused with a clear error and leaves the sequence and pool as they
  * were.
@@ -47,7 +48,9 @@ static int32_t P[NPR + 1];
 
 static void round_trip(kvi_type kv)
 {
-    const char *path = tmp_path(kv == KVI_TYPE_F32 ? "sess_f32.kvs" : "sess_f16.kvs");
+    char name[64];
+    snprintf(name, sizeof name, "sess_%s.kvs", kvi_type_name(kv));
+    const char *path = tmp_path(name);
     float *orig = malloc(NV * sizeof(float)), *rest = malloc(NV * sizeof(float));
     kvi_engine *e = engine(kv, 16, 2);
     kvi_seq *s = kvi_seq_create(e);
@@ -113,7 +116,7 @@ static void corpus(void)
     expect_refused(e, tmp_path("no_such_session.kvs"), "missing file");
     write_file(bad, data, 0);
     expect_refused(e, bad, "empty file");
-    const size_t cuts[] = {7, 40, 79, 80, 81, 80 + 4 * NPR - 1, 80 + 4 * NPR + 100, len - 9, len - 1};
+    const size_t cuts[] = {7, 40, 79, 80, 95, 96, 97, 96 + 4 * NPR - 1, 96 + 4 * NPR + 100, len - 9, len - 1};
     for (size_t i = 0; i < sizeof cuts / sizeof *cuts; i++) {
         write_file(bad, data, cuts[i]);
         char what[64];
@@ -129,16 +132,18 @@ static void corpus(void)
         uint32_t v;
         const char *what;
     } fields[] = {
-        {0, 0x4b4b4b4b, "magic"},          {8, 2, "version"},
+        {0, 0x4b4b4b4b, "magic"},          {8, 1, "version 1 (no key tail)"}, {8, 3, "version 3"},
         {12, 6, "flags"},                  {16, 1234, "model checksum"},
         {24, 4, "n_layers"},               {28, 64, "kv_dim"},
         {32, 32, "block size"},            {36, 0, "type_k"},
         {40, 99, "type_v"},                {44, 0x7fffffff, "n_pos huge"},
         {44, 0xffffffff, "n_pos negative"}, {44, 44, "n_pos smaller"},
         {48, 12345, "block bytes"},        {56, 1, "row bytes k"},
-        {72, 9, "n_blocks"},               {80 + 4 * 3, 5000, "token out of vocabulary"},
-        {80 + 4 * 3, 0x80000000u, "negative token"}, {80 + 4 * 3, 7, "token changed (checksum)"},
-        {80 + 4 * NPR + 17, 0x3c003c00, "block data changed (checksum)"},
+        {72, 9, "n_blocks"},               {80, 16, "tail bytes for an f16 cache"},
+        {88, 4, "lossy block past the blocks"}, {88, 0xffffffff, "lossy block negative"},
+        {92, 1, "reserved field"},         {96 + 4 * 3, 5000, "token out of vocabulary"},
+        {96 + 4 * 3, 0x80000000u, "negative token"}, {96 + 4 * 3, 7, "token changed (checksum)"},
+        {96 + 4 * NPR + 17, 0x3c003c00, "block data changed (checksum)"},
     };
     for (size_t i = 0; i < sizeof fields / sizeof *fields; i++) {
         memcpy(buf, data, len);
@@ -173,6 +178,78 @@ static void corpus(void)
     free(data);
 }
 
+/* FNV-1a 64 of the documented format, rewritten at the file's end: a file whose
+ * only fault is a field the checksum cannot catch. */
+static void fix_sum(uint8_t *d, size_t len)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < len - 8; i++) {
+        h ^= d[i];
+        h *= 0x100000001b3ull;
+    }
+    for (int i = 0; i < 8; i++) d[len - 8 + i] = (uint8_t)(h >> (8 * i));
+}
+
+/* q4 files: the key tail (stories260K: 5 layers, kv_dim 32, blocks of 16:
+ * 5 x (16 + 16 x 32 x 2) = 5200 bytes before the checksum) is validated. */
+static void tail_corpus(void)
+{
+    const char *good = tmp_path("sess_q4_good.kvs"), *bad = tmp_path("sess_q4_bad.kvs");
+    kvi_engine *e = engine(KVI_TYPE_KV_Q4, 16, 2);
+    kvi_seq *s = kvi_seq_create(e);
+    step_rows(e, s, P, 0, NPR, NULL);
+    kvi_error err = {0};
+    CHECK(kvi_seq_save(s, good, &err) == 0, "save: %s", err.msg);
+    kvi_engine_free(e);
+    size_t len = 0;
+    uint8_t *data = (uint8_t *)read_file(good, &len);
+    CHECK(data && len > 5300, "q4 session file of %zu bytes", len);
+    if (!data || len <= 5300) return;
+    const size_t part = 16 + 16 * 32 * 2, tail0 = len - 8 - 5 * part;
+    uint32_t tb = 0;
+    for (int i = 0; i < 4; i++) tb |= (uint32_t)data[80 + i] << (8 * i);
+    CHECK(tb == 5 * part, "q4 file: tail of %u bytes, want %zu", tb, 5 * part);
+    /* the tail of every layer names group 2 (positions 32..44) with 13 rows */
+    for (int l = 0; l < 5; l++) {
+        int32_t g, n;
+        memcpy(&g, data + tail0 + l * part, 4);
+        memcpy(&n, data + tail0 + l * part + 4, 4);
+        CHECK(g == 2 && n == 13, "layer %d tail: group %d, %d rows", l, g, n);
+    }
+    uint8_t *buf = malloc(len);
+    e = engine(KVI_TYPE_KV_Q4, 16, 2);
+    struct {
+        size_t off;
+        uint32_t v;
+        const char *what;
+    } fields[] = {
+        {tail0, 3, "tail group past the blocks"}, {tail0 + 2 * part, (uint32_t)-2, "tail group -2"},
+        {tail0 + 4, 17, "tail rows > block"},   {tail0 + 4 * part + 4, (uint32_t)-1, "tail rows negative"},
+        {80, 16, "tail bytes wrong"},
+    };
+    for (size_t i = 0; i < sizeof fields / sizeof *fields; i++) {
+        memcpy(buf, data, len);
+        put32(buf + fields[i].off, fields[i].v);
+        fix_sum(buf, len);
+        write_file(bad, buf, len);
+        expect_refused(e, bad, fields[i].what);
+    }
+    /* a file without its tail (tail bytes 0, tail cut off) loads: keys read quantised */
+    memcpy(buf, data, len);
+    put32(buf + 80, 0);
+    memmove(buf + tail0, buf + len - 8, 8);
+    fix_sum(buf, tail0 + 8);
+    write_file(bad, buf, tail0 + 8);
+    s = kvi_seq_create(e);
+    CHECK(kvi_seq_load(s, bad, NULL, &err) == 0 && kvi_seq_len(s) == NPR, "tail-less q4 file: %s", err.msg);
+    kvi_stats st;
+    kvi_stats_get(e, s, &st);
+    CHECK(st.kv_bytes_tail == 0, "tail-less restore holds a tail of %zu bytes", st.kv_bytes_tail);
+    kvi_engine_free(e);
+    free(buf);
+    free(data);
+}
+
 int main(void)
 {
     kvi_error err = {0};
@@ -187,7 +264,11 @@ int main(void)
     for (int i = 1; i <= NPR; i++) P[i] = 3 + (int32_t)(trand_u64(&rs) % (uint64_t)(NV - 3));
     round_trip(KVI_TYPE_F32);
     round_trip(KVI_TYPE_F16);
+    round_trip(KVI_TYPE_Q8_0);
+    round_trip(KVI_TYPE_Q4_0);
+    round_trip(KVI_TYPE_KV_Q4);
     corpus();
+    tail_corpus();
     kvi_model_free(M);
     return test_main_end();
 }
