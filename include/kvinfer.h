@@ -284,65 +284,6 @@ void kvi_sampler_accept(kvi_sampler *s, int32_t token);
  * frequency penalties (owner: server). */
 void kvi_sampler_accept_output(kvi_sampler *s, int32_t token);
 
-/* ---- synthetic models (benchmarks and tests) ----------------------------- */
-
-typedef struct kvi_synth_params {
-    int dim, ffn_dim, n_layers, n_heads, n_kv_heads, n_vocab, n_ctx;
-    kvi_type type;            /* type of the matrices (norms stay F32) */
-    uint64_t seed;
-    const char *vocab_from;   /* GGUF whose tokenizer section is copied, or NULL */
-    const char *name;         /* general.name */
-} kvi_synth_params;
-
-/* Fills p from a preset ("stories15M", "stories110M", "llama-1b", ...). */
-int kvi_synth_preset(const char *name, kvi_synth_params *p);
-/* Names of the presets, NULL-terminated. */
-const char *const *kvi_synth_preset_names(void);
-/* Writes a llama-architecture GGUF with random N(0, 0.02) weights. */
-int kvi_synth_write(const kvi_synth_params *p, const char *path, kvi_error *err);
-
-/* ---- measurement: machine limits, model sizes (owner: bench) -------------- */
-
-/* Limits of this machine measured by micro-benchmarks on n_threads threads
- * (medians of `reps` runs). A figure is 0 when the CPU lacks the instruction. */
-typedef struct kvi_hw_limits {
-    int n_threads;
-    int reps;
-    size_t read_bytes;        /* size of the buffer streamed by the read test */
-    double read_gbs;          /* streaming read bandwidth, 1e9 bytes/s */
-    double fp32_gflops;       /* FP32 FMA (AVX-512 or AVX2 vfmadd), 1e9 FLOP/s */
-    double bf16_gflops;       /* AVX512_BF16 vdpbf16ps, 1e9 FLOP/s (a pair product + add = 2) */
-    double int8_gops;         /* AVX512_VNNI vpdpbusd, 1e9 OP/s (a u8*s8 product + add = 2) */
-    const char *fp32_isa;     /* "avx512", "avx2" or "none" */
-} kvi_hw_limits;
-
-/* Measures the limits; quick: a small buffer and short runs (tests), else a 1 GiB
- * buffer and runs of about 0.1 s. n_threads 0: every core. */
-int kvi_hw_bench(kvi_hw_limits *out, int n_threads, bool quick, kvi_error *err);
-
-/* Hyper-parameters of a model file without loading its weights: a GGUF's header is
- * parsed from a read-only mapping (tensor data pages are never touched); other
- * formats are loaded. has_weights tells whether the file holds tensors. */
-int kvi_model_info_from_file(const char *path, kvi_model_info *out, kvi_error *err);
-/* Elements of all weight tensors (the tied output matrix counted once). */
-uint64_t kvi_model_n_params(const kvi_model *m);
-/* Elements of the matrices one token passes through (every layer matrix and the
- * output matrix): the forward pass costs 2 x this many FLOP per token. */
-uint64_t kvi_model_matmul_params(const kvi_model *m);
-/* Weight bytes one decode step reads: every layer matrix, the output matrix, the
- * norms and one row of the token embeddings. */
-size_t kvi_model_decode_bytes(const kvi_model *m);
-
-/* ---- misc ---------------------------------------------------------------- */
-
-/* The SIMD path in use: "avx512", "avx2" or "scalar" (KVINFER_ISA overrides). */
-const char *kvi_isa_name(void);
-double kvi_time_ms(void);     /* monotonic clock */
-
-#ifdef __cplusplus
-}
-#endif
-#endif /* KVINFER_H */
 /* ---- scheduler: continuous batching over one engine (owner: server) ------ */
 
 /* kvi_sched_submit: the waiting queue is full (HTTP 429). */
@@ -525,3 +466,62 @@ void kvi_spec_set_costs(kvi_spec *s, double cost_row, double cost_draft);
 int kvi_spec_calibrate(kvi_spec *s, kvi_engine *target, kvi_seq *seq, int reps, kvi_error *err);
 void kvi_spec_stats_get(const kvi_spec *s, kvi_spec_stats *out);
 
+/* ---- synthetic models (benchmarks and tests) ----------------------------- */
+
+typedef struct kvi_synth_params {
+    int dim, ffn_dim, n_layers, n_heads, n_kv_heads, n_vocab, n_ctx;
+    kvi_type type;            /* type of the matrices (norms stay F32) */
+    uint64_t seed;
+    const char *vocab_from;   /* GGUF whose tokenizer section is copied, or NULL */
+    const char *name;         /* general.name */
+} kvi_synth_params;
+
+/* Fills p from a preset ("stories15M", "stories110M", "llama-1b", ...). */
+int kvi_synth_preset(const char *name, kvi_synth_params *p);
+/* Names of the presets, NULL-terminated. */
+const char *const *kvi_synth_preset_names(void);
+/* Writes a llama-architecture GGUF with random N(0, 0.02) weights. */
+int kvi_synth_write(const kvi_synth_params *p, const char *path, kvi_error *err);
+
+/* ---- measurement: machine limits, model sizes (owner: bench) -------------- */
+
+/* Limits of this machine measured by micro-benchmarks on n_threads threads
+ * (medians of `reps` runs). A figure is 0 when the CPU lacks the instruction. */
+typedef struct kvi_hw_limits {
+    int n_threads;
+    int reps;
+    size_t read_bytes;        /* size of the buffer streamed by the read test */
+    double read_gbs;          /* streaming read bandwidth, 1e9 bytes/s */
+    double fp32_gflops;       /* FP32 FMA (AVX-512 or AVX2 vfmadd), 1e9 FLOP/s */
+    double bf16_gflops;       /* AVX512_BF16 vdpbf16ps, 1e9 FLOP/s (a pair product + add = 2) */
+    double int8_gops;         /* AVX512_VNNI vpdpbusd, 1e9 OP/s (a u8*s8 product + add = 2) */
+    const char *fp32_isa;     /* "avx512", "avx2" or "none" */
+} kvi_hw_limits;
+
+/* Measures the limits; quick: a small buffer and short runs (tests), else a 1 GiB
+ * buffer and runs of about 0.1 s. n_threads 0: every core. */
+int kvi_hw_bench(kvi_hw_limits *out, int n_threads, bool quick, kvi_error *err);
+
+/* Hyper-parameters of a model file without loading its weights: a GGUF's header is
+ * parsed from a read-only mapping (tensor data pages are never touched); other
+ * formats are loaded. has_weights tells whether the file holds tensors. */
+int kvi_model_info_from_file(const char *path, kvi_model_info *out, kvi_error *err);
+/* Elements of all weight tensors (the tied output matrix counted once). */
+uint64_t kvi_model_n_params(const kvi_model *m);
+/* Elements of the matrices one token passes through (every layer matrix and the
+ * output matrix): the forward pass costs 2 x this many FLOP per token. */
+uint64_t kvi_model_matmul_params(const kvi_model *m);
+/* Weight bytes one decode step reads: every layer matrix, the output matrix, the
+ * norms and one row of the token embeddings. */
+size_t kvi_model_decode_bytes(const kvi_model *m);
+
+/* ---- misc ---------------------------------------------------------------- */
+
+/* The SIMD path in use: "avx512", "avx2" or "scalar" (KVINFER_ISA overrides). */
+const char *kvi_isa_name(void);
+double kvi_time_ms(void);     /* monotonic clock */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KVINFER_H */
