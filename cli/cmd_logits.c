@@ -30,7 +30,7 @@ static const char logits_help[] =
     "  -f, --file PATH     read the prompt from a file (one trailing newline dropped)\n"
     "  --tokens IDS        prompt token ids \"1,2,3\", used exactly (no BOS added)\n"
     "  --special           special-token text in the prompt becomes the token (default: off)\n"
-    "  --kv-type T         KV cache type for K and V: f32 or f16 (default f16)\n"
+    "  --kv-type T         KV cache type for K and V: f32, f16, q8_0, q4_0, q4 (default f16)\n"
     "  -t, --threads N     worker threads (default 0: every core)\n"
     "  -c, --ctx-size N    context size (default: the model's context_length)\n"
     "  --top N             tokens listed per position without --json (default 5)\n"
