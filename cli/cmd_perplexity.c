@@ -12,6 +12,16 @@
  * against token j + 1. NLL_j = -log softmax(logits_j)[token j+1] (in double).
  *   PPL = exp(mean NLL); its error = PPL x stddev(NLL) / sqrt(N - 1) (delta method).
  *
+ * With --ctx-policy shift|sinks|heavy the text is instead ONE sequence past the
+ * context (stream mode): the first min(ctx, n_tokens) tokens are prefilled in
+ * one pass (-b rows at a time), then every further token is a decode row after
+ * kvi_seq_make_room(1) let the policy evict. Row j predicts token j + 1 and is
+ * scored when j >= ctx / 2 (the same warm-up as a chunk); the NLL is reported
+ * for all scored rows and split into rows inside the first context and rows
+ * past it, with the most KV bytes held (blocks + q4 tails) before and after the
+ * context filled: constant for sinks and heavy. --save-logits/--kl-base are for
+ * the chunked method only.
+ *
  * Log-probability file (--save-logits writes, --kl-base reads), little-endian:
  *   header (32 bytes): magic "KVIPPLLP", u32 version (1), u32 n_vocab,
  *                      u64 n_rows, u32 ctx, u32 0
@@ -52,8 +62,11 @@ static const char ppl_help[] =
     "  --kv-type T          KV cache type for K and V (any type the engine accepts; default f16)\n"
     "  --kv-type-k T        the type of the keys alone\n"
     "  --kv-type-v T        the type of the values alone\n"
-    "  --ctx-policy P       what a full context does (only 'error' here: a chunk never\n"
-    "                       exceeds the context)\n"
+    "  --ctx-policy P       error (default): chunks of CTX tokens; shift, sinks, heavy:\n"
+    "                       the whole text as one sequence past CTX, evicting by P\n"
+    "  --keep N             shift: first tokens never dropped (default 0)\n"
+    "  --sink N             sinks, heavy: first tokens kept (default 4; 0: a plain window)\n"
+    "  --window N           sinks: recent tokens kept; heavy: recent window (default 0: auto)\n"
     "  -t, --threads N      worker threads (default 0: every core)\n"
     "  --save-logits FILE   write the scored rows' log-probabilities (a KL baseline)\n"
     "  --kl-base FILE       compare with a baseline saved by --save-logits: mean, median,\n"
@@ -67,6 +80,8 @@ typedef struct ppl_opts {
     const char *model, *file, *save, *base;
     int64_t ctx, batch, chunks, threads;
     const char *kv_k, *kv_v;
+    const char *policy;        /* NULL or "error": chunks; else stream mode */
+    int64_t keep, sink, window;
     bool mmap, json;
 } ppl_opts;
 
@@ -166,6 +181,7 @@ static int cmp_double(const void *a, const void *b)
 static int parse_opts(int argc, char **argv, ppl_opts *o, bool *help)
 {
     memset(o, 0, sizeof *o);
+    o->sink = 4;
     *help = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -192,12 +208,14 @@ static int parse_opts(int argc, char **argv, ppl_opts *o, bool *help)
         } else if (!strcmp(a, "--kv-type-v")) {
             if (!(o->kv_v = cli_flag_value(argc, argv, &i))) return 1;
         } else if (!strcmp(a, "--ctx-policy")) {
-            /* Context policies (shift, sinks, heavy) belong to the engine; a chunk never
-             * exceeds the context here, so only 'error' is meaningful until the engine
-             * exposes a policy parameter: then pass it to kvi_engine_params here. */
             if (!(v = cli_flag_value(argc, argv, &i))) return 1;
-            if (strcmp(v, "error") != 0)
-                return cli_error("%s: policy '%s' is not available in perplexity yet (only 'error')", a, v);
+            if (strcmp(v, "error") && strcmp(v, "shift") && strcmp(v, "sinks") && strcmp(v, "heavy"))
+                return cli_error("%s: unknown policy '%s' (error, shift, sinks, heavy)", a, v);
+            o->policy = strcmp(v, "error") ? v : NULL;
+        } else if (!strcmp(a, "--keep") || !strcmp(a, "--sink") || !strcmp(a, "--window")) {
+            int64_t *dst = a[2] == 'k' ? &o->keep : a[2] == 's' ? &o->sink : &o->window;
+            if (!(v = cli_flag_value(argc, argv, &i))) return 1;
+            if (!cli_parse_i64(v, 0, 1 << 24, dst)) return cli_error("%s: '%s' is not an integer in [0, 16777216]", a, v);
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             if (!(v = cli_flag_value(argc, argv, &i))) return 1;
             if (!cli_parse_i64(v, 0, 1024, &o->threads)) return cli_error("%s: '%s' is not an integer in [0, 1024]", a, v);
@@ -216,6 +234,8 @@ static int parse_opts(int argc, char **argv, ppl_opts *o, bool *help)
         }
     }
     if (!o->file) return cli_error("perplexity: no text: use -f FILE");
+    if (o->policy && (o->save || o->base))
+        return cli_error("perplexity: --save-logits and --kl-base need the chunked method (no --ctx-policy)");
     return 0;
 }
 
@@ -278,6 +298,116 @@ static const char *kv_label(kvi_type k, kvi_type v, char *buf, size_t cap)
     return buf;
 }
 
+/* KV bytes the engine holds from the system: blocks and q4 key tails. */
+static size_t kv_held(const kvi_engine *e)
+{
+    kvi_stats st;
+    kvi_stats_get(e, NULL, &st);
+    return st.kv_bytes_allocated + st.kv_bytes_tail;
+}
+
+/* Stream mode (see the file header): ids[0..n_tok) as one sequence past ctx. */
+static int run_stream(const ppl_opts *o, kvi_engine *e, kvi_batch *b, const int32_t *ids, int32_t n_tok, int ctx,
+                      int batch, int32_t bos, int32_t n_vocab, double *lp, const char *kvname)
+{
+    kvi_seq *seq = kvi_seq_create(e);
+    if (!seq) return cli_error("perplexity: cannot create a sequence");
+    const int first = ctx / 2;
+    double nll[2] = {0, 0}, nll2 = 0;   /* [0] rows inside the first context, [1] past it */
+    uint64_t cnt[2] = {0, 0};
+    size_t bytes_full = 0, bytes_max = 0;
+    int rc = 0;
+    const int32_t n_pre = n_tok < ctx ? n_tok : ctx;
+    const double t0 = kvi_time_ms();
+    for (int32_t i = 0; rc == 0 && i < n_tok - 1;) {
+        int32_t pos, n;
+        kvi_error err = {0};
+        if (i < n_pre) {
+            pos = i;
+            n = n_pre - i < batch ? n_pre - i : batch;
+            if (i + n > n_tok - 1) n = n_tok - 1 - i;
+        } else {
+            pos = kvi_seq_make_room(seq, 1, &err);
+            if (pos < 0) {
+                rc = cli_error("perplexity: %s at token %d: %s", o->policy, (int)i, err.msg);
+                break;
+            }
+            n = 1;
+        }
+        kvi_batch_clear(b);
+        for (int32_t j = 0; j < n; j++) {
+            const int32_t tok = i + j == 0 && bos >= 0 ? bos : ids[i + j];
+            kvi_batch_add(b, seq, tok, pos + j, i + j >= first);
+        }
+        const int r = kvi_step(e, b, &err);
+        if (r) {
+            rc = cli_error("perplexity: token %d: %s", (int)i, err.msg[0] ? err.msg : kvi_strerror(r));
+            break;
+        }
+        for (int32_t j = 0; j < n; j++) {
+            if (i + j < first) continue;
+            const float *lg = kvi_logits(e, j);   /* (n_vocab) */
+            if (!lg || !log_softmax(lg, n_vocab, lp)) {
+                rc = cli_error("perplexity: row %d: logits missing or not finite", (int)(i + j));
+                break;
+            }
+            const double x = -lp[ids[i + j + 1]];
+            const int k = i + j >= ctx;
+            nll[k] += x;
+            nll2 += x * x;
+            cnt[k]++;
+        }
+        i += n;
+        const size_t held = kv_held(e);
+        if (held > bytes_max) bytes_max = held;
+        if (i == n_pre) bytes_full = held;
+    }
+    const double secs = (kvi_time_ms() - t0) / 1e3;
+    kvi_stats st;
+    kvi_stats_get(e, seq, &st);
+    kvi_seq_free(seq);
+    if (rc) return rc;
+    const uint64_t N = cnt[0] + cnt[1];
+    if (N == 0) return cli_error("perplexity: the text has %d tokens, too few to score past %d", (int)n_tok, first);
+    const double mean = (nll[0] + nll[1]) / (double)N, ppl = exp(mean);
+    const double var = nll2 / (double)N - mean * mean;
+    const double err_ppl = N > 1 && var > 0 ? ppl * sqrt(var / (double)(N - 1)) : 0.0;
+    const double ppl_in = cnt[0] ? exp(nll[0] / (double)cnt[0]) : 0.0, ppl_past = cnt[1] ? exp(nll[1] / (double)cnt[1]) : 0.0;
+    if (o->json) {
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddNumberToObject(j, "perplexity", ppl);
+        cJSON_AddNumberToObject(j, "ppl_error", err_ppl);
+        cJSON_AddNumberToObject(j, "nll_mean", mean);
+        cJSON_AddNumberToObject(j, "n_tokens", (double)N);
+        cJSON_AddNumberToObject(j, "ctx", ctx);
+        cJSON_AddStringToObject(j, "kv_type", kvname);
+        cJSON_AddStringToObject(j, "ctx_policy", o->policy);
+        cJSON_AddNumberToObject(j, "ppl_in_ctx", ppl_in);
+        cJSON_AddNumberToObject(j, "n_in_ctx", (double)cnt[0]);
+        cJSON_AddNumberToObject(j, "ppl_past_ctx", ppl_past);
+        cJSON_AddNumberToObject(j, "n_past_ctx", (double)cnt[1]);
+        cJSON_AddNumberToObject(j, "n_evicted", (double)st.n_evicted);
+        cJSON_AddNumberToObject(j, "kv_bytes_full", (double)bytes_full);
+        cJSON_AddNumberToObject(j, "kv_bytes_max", (double)bytes_max);
+        cJSON_AddNumberToObject(j, "seconds", secs);
+        char *txt = cJSON_PrintUnformatted(j);
+        cJSON_Delete(j);
+        if (!txt) return cli_error("perplexity: out of memory");
+        puts(txt);
+        free(txt);
+    } else {
+        printf("perplexity      %.4f ± %.4f (%s, one sequence of %d tokens, context %d)\n", ppl, err_ppl, o->policy,
+               (int)n_tok, ctx);
+        printf("inside context  %.4f (%llu rows)\n", ppl_in, (unsigned long long)cnt[0]);
+        printf("past context    %.4f (%llu rows, %llu positions evicted)\n", ppl_past, (unsigned long long)cnt[1],
+               (unsigned long long)st.n_evicted);
+        printf("KV bytes        %zu when the context filled, %zu at most\n", bytes_full, bytes_max);
+        printf("KV type         %s\n", kvname);
+        printf("time            %.2f s (%.1f tokens/s)\n", secs, secs > 0 ? (double)n_tok / secs : 0.0);
+    }
+    return 0;
+}
+
 int cmd_perplexity(int argc, char **argv)
 {
     ppl_opts o;
@@ -319,6 +449,7 @@ int cmd_perplexity(int argc, char **argv)
 
     rc = cli_tokenize(m, text, text_len, true, false, &ids, &n_tok);
     int64_t n_chunk = rc == 0 ? n_tok / ctx : 0;
+    if (o.policy) n_chunk = 1;   /* stream mode: one sequence */
     if (rc == 0 && n_chunk == 0)
         rc = cli_error("perplexity: the text has %d tokens, fewer than one chunk of %d (-c sets the chunk size)",
                        (int)n_tok, ctx);
@@ -334,6 +465,12 @@ int cmd_perplexity(int argc, char **argv)
         ep.kv_type_v = tv;
         ep.n_seq_max = 1;
         ep.n_batch_max = batch;
+        if (o.policy) {
+            ep.ctx_policy = o.policy;
+            ep.n_keep = (int)o.keep;
+            ep.n_sink = (int)o.sink;
+            ep.n_window = (int)o.window;
+        }
         kvi_error err = {0};
         if (!(e = kvi_engine_create(m, &ep, &err)))
             rc = cli_error("perplexity: cannot create the engine: %s", err.msg[0] ? err.msg : kvi_strerror(err.code));
@@ -357,9 +494,14 @@ int cmd_perplexity(int argc, char **argv)
 
     char kvbuf[64];
     const char *kvname = kv_label(tk, tv, kvbuf, sizeof kvbuf);
-    if (rc == 0)
+    if (rc == 0 && !o.policy)
         fprintf(stderr, "kvinfer perplexity: %d tokens, %lld chunks of %d (scoring %d per chunk), KV %s\n", (int)n_tok,
                 (long long)n_chunk, ctx, ctx - 1 - first, kvname);
+    if (rc == 0 && o.policy) {
+        rc = run_stream(&o, e, b, ids, n_tok, ctx, batch, bos, n_vocab, lp, kvname);
+        n_chunk = 0;   /* the chunked loop and report below are skipped */
+        if (rc == 0) rc = -1;
+    }
     double t0 = kvi_time_ms();
     for (int64_t c = 0; rc == 0 && c < n_chunk; c++) {
         const int32_t *chunk = ids + c * ctx;   /* (ctx) tokens */
@@ -456,6 +598,7 @@ int cmd_perplexity(int argc, char **argv)
             printf("time            %.2f s (%.1f tokens/s)\n", secs, secs > 0 ? (double)n_chunk * ctx / secs : 0.0);
         }
     }
+    if (rc == -1) rc = 0;   /* stream mode reported already */
     if (base) fclose(base);
     if (save) fclose(save);
     free(acc.kld);
