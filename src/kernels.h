@@ -36,10 +36,14 @@ float kvi_dot_f32_ref(const float *a, const float *b, int64_t n);
 
 /* y[r * ldy + j] = sum_i x[r * ldx + i] * W[j][i]   for r < n_rows, j < W->n_out.
  * x: [n_rows][ldx] f32 with ldx >= W->n_in; y: [n_rows][ldy] f32 with ldy >= W->n_out.
- * Work is split over output columns j between the pool's threads. */
+ * Work is split over output columns j between the pool's threads.
+ * For Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K weights the rows of x are first
+ * quantised to 8 bits (as llama.cpp does) and multiplied in integers, with the
+ * same bits on every ISA (kernels_q8.h); other types multiply in f32. */
 void kvi_matmul(kvi_pool *pool, const kvi_tensor *W, const float *x, int64_t ldx,
                 int64_t n_rows, float *y, int64_t ldy);
-/* The same, scalar reference, single thread (tests). */
+/* The f32 math reference, single thread (tests): dequantised weights times the
+ * unquantised x, accumulated in double. */
 void kvi_matmul_ref(const kvi_tensor *W, const float *x, int64_t ldx, int64_t n_rows,
                     float *y, int64_t ldy);
 
