@@ -1,47 +1,72 @@
 /*
  * attention.c — tiled causal attention with online softmax over paged KV
- * (contract in attention.h).
+ * (contract in attention.h; block kernels in attention_kernels.h).
  *
- * Work item = (row, kv head). For one item the thread walks the row's blocks in
- * order; for each block it converts the kv head's slice of the K and V rows to
- * f32 tiles ([n_tok][head_dim] each), then updates every query head of the
- * group (n_heads / n_kv_heads heads share one kv head: GQA):
- *     s_t = q_h . k_t / sqrt(head_dim)
- *     m' = max(m, max_t s_t);  acc = acc * e^(m - m') + sum_t e^(s_t - m') v_t
- *     l  = l * e^(m - m') + sum_t e^(s_t - m')
- * and finally out_h = acc / l.
+ * Work item = (row tile, kv head g). A row tile is up to `rmax` consecutive
+ * batch rows of the same sequence (same table), rmax * group <= 128 query lanes
+ * (group = n_heads / n_kv_heads query heads share one kv head: GQA); a row with
+ * a received-attention array (H2O) is a tile of its own. For one item the thread
+ * walks the blocks 0 .. (max position of the tile) / block_size in order; each
+ * block's K and V slices of kv head g are converted to f32 once
+ * ([nt][head_dim] each) and used by every (row, head) lane of the tile:
+ *     s_t = q . k_t * scale,  m' = max(m, max_t s_t),  acc = acc e^(m - m') + ...
+ * exactly as attention_kernels.h states it, lane by lane, with lim = the number
+ * of the block's positions that the lane's row sees (0 past its position). The
+ * operations a (row, head) output goes through do not depend on the other lanes,
+ * on the tile size, on the thread or on the ISA: a row alone and the row inside
+ * any batch give the same bits, and so do prefill and token-by-token decode.
  *
- * Tiles come straight from the cached format (kvq_row_slice for f32/f16/q8_0/
- * q4_0 rows; a KIVI group's codes, or its f16 rows from the table's tail or the
- * batch stash while the group is incomplete at the row's position).
+ * Tiles come straight from the cached format (f16/f32 rows by the kernel table,
+ * q8_0/q4_0 by kvq_row_slice; a KIVI group's codes, or its f16 rows from the
+ * table's tail or the batch stash while the group is incomplete at the row's
+ * position). When a KIVI block is seen quantised by some rows of a tile and in
+ * f16 by others, the block goes through the kernels twice, each lane taking part
+ * in exactly one of the two passes (lim = 0 in the other leaves it unchanged).
  *
- * Received attention (H2O): for a row with recv[r], one work item covers all its
- * kv heads in order, and after the online pass a second pass over the K tiles
- * recomputes each score exactly as before and adds e^(s - m) / l to recv[r][t],
- * heads in order: deterministic, and nothing is paid by rows without recv.
+ * Threads take items from a shared counter, the last tiles (the longest rows of
+ * a prefill) first, so neither thread idles at the end; an output is written by
+ * one item only, so the split never changes a bit.
+ *
+ * Received attention (H2O): the single-row item of a row with recv[r] covers all
+ * its kv heads in order, and after each head's online pass a second pass over the
+ * K tiles recomputes each score with the same kernel and adds e^(s - m) / l to
+ * recv[r][t], heads in order: deterministic, and nothing is paid by other rows.
  */
 #include "attention.h"
 
+#include "attention_kernels.h"
 #include "kernels.h"
 #include "kv_quant.h"
 #include "quant.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define ATTN_MAX_LANES 128   /* query vectors of one tile (rows x group) */
 
 struct attn_scratch {
     int n_threads;
     size_t floats_per_thread;
     float *buf;          /* [n_threads][floats_per_thread] */
     int block_size, head_dim, group, kv_dim;
+    int rmax;            /* rows per tile: max(1, ATTN_MAX_LANES / group) */
+    int nqp_max;         /* lanes of the largest tile, a multiple of 16 */
+    int32_t *tiles;      /* [tiles_cap] first batch row of each tile, then n_rows */
+    size_t tiles_cap;
 };
 
-/* Per-thread layout: ktile [bs][hd] | vtile [bs][hd] | scores [bs] | acc [group][hd]
- * | m [group] | l [group] | row [kv_dim] (generic dequantisation) */
+static size_t up16(size_t n) { return (n + 15) & ~(size_t)15; }
+
+/* Per-thread layout (each part 64-byte aligned):
+ *   qt [hd][nqp_max] | s [bs][nqp_max] | acc [hd][nqp_max] | m [nqp_max] | l [nqp_max]
+ *   | lim [nqp_max] int32 | k [bs][hd] | v [bs][hd] */
 attn_scratch *attn_scratch_create(int n_threads, int block_size, int head_dim, int n_heads,
                                   int n_kv_heads, int kv_dim)
 {
+    if (n_threads < 1 || block_size < 1 || head_dim < 1 || n_kv_heads < 1 || n_heads < n_kv_heads)
+        return NULL;
     attn_scratch *s = calloc(1, sizeof *s);
     if (!s) return NULL;
     s->n_threads = n_threads;
@@ -49,9 +74,11 @@ attn_scratch *attn_scratch_create(int n_threads, int block_size, int head_dim, i
     s->head_dim = head_dim;
     s->group = n_heads / n_kv_heads;
     s->kv_dim = kv_dim;
-    size_t f = 2 * (size_t)block_size * head_dim + block_size + (size_t)s->group * head_dim +
-               2 * (size_t)s->group + kv_dim;
-    s->floats_per_thread = (f + 15) & ~(size_t)15;
+    s->rmax = s->group < ATTN_MAX_LANES ? ATTN_MAX_LANES / s->group : 1;
+    s->nqp_max = (int)up16((size_t)s->rmax * s->group);
+    const size_t nq = (size_t)s->nqp_max, hd = (size_t)head_dim, bs = (size_t)block_size;
+    s->floats_per_thread = up16(hd * nq) + up16(bs * nq) + up16(hd * nq) + 3 * nq +
+                           2 * up16(bs * hd);
     s->buf = aligned_alloc(64, (size_t)n_threads * s->floats_per_thread * sizeof(float));
     if (!s->buf) {
         free(s);
@@ -63,143 +90,264 @@ attn_scratch *attn_scratch_create(int n_threads, int block_size, int head_dim, i
 void attn_scratch_free(attn_scratch *s)
 {
     if (!s) return;
+    free(s->tiles);
     free(s->buf);
     free(s);
 }
 
-/* K tile [nt][hd] of kv head g from logical block j (positions j*bs ..), as seen
- * by a query at position pos. */
-static void load_k_tile(const attn_args *a, const kv_table *t, int32_t j, int nt, int g,
-                        int32_t pos, float *ktile)
+/* One thread's view of its scratch for a tile of nqp lanes. */
+typedef struct attn_work {
+    const attn_kernels *kn;
+    attn_blk b;
+    float *ktile, *vtile;   /* [bs][hd] */
+    int32_t *lim;           /* [nqp_max] */
+} attn_work;
+
+static void work_init(attn_work *w, const attn_scratch *s, float *base, const attn_kernels *kn)
+{
+    const size_t nq = (size_t)s->nqp_max, hd = (size_t)s->head_dim, bs = (size_t)s->block_size;
+    memset(w, 0, sizeof *w);
+    w->kn = kn;
+    float *p = base;
+    w->b.qt = p;
+    p += up16(hd * nq);
+    w->b.s = p;
+    p += up16(bs * nq);
+    w->b.acc = p;
+    p += up16(hd * nq);
+    w->b.m = p;
+    p += nq;
+    w->b.l = p;
+    p += nq;
+    w->lim = (int32_t *)p;
+    w->b.lim = w->lim;
+    p += nq;
+    w->ktile = p;
+    p += up16(bs * hd);
+    w->vtile = p;
+    w->b.hd = s->head_dim;
+}
+
+/* Rows [nt][hd] of kv head g of a row-type cache (K when which == 0), block j. */
+static void load_rows(const attn_args *a, const attn_work *w, const kv_table *t, int which,
+                      int32_t j, int nt, int g, float *dst)
 {
     const kv_pool *kv = a->kv;
-    const int hd = a->head_dim, bs = kv->block_size, kvd = kv->kv_dim, off = g * hd;
-    if (kv->type_k == KVI_TYPE_KV_Q4) {
-        const kvi_f16 *f = NULL;
-        if ((int64_t)j * bs + bs - 1 > pos) f = kivi_group_f16(kv, t, a->layer, j, a->stash);
-        if (f) {
-            for (int i = 0; i < nt; i++)
-                for (int d = 0; d < hd; d++)
-                    ktile[(size_t)i * hd + d] = kvi_f16_to_f32(f[(size_t)i * kvd + off + d]);
-        } else {
-            const uint8_t *region = kv_k_group(kv, t, a->layer, j);
-            for (int i = 0; i < nt; i++) kivi_group_slice(region, kvd, i, off, hd, ktile + (size_t)i * hd);
-        }
+    const int hd = a->head_dim, off = g * hd;
+    const kvi_type ty = which ? kv->type_v : kv->type_k;
+    const int32_t t0 = j * kv->block_size;
+    for (int i = 0; i < nt; i++) {
+        const uint8_t *row = which ? kv_v_row(kv, t, a->layer, t0 + i) : kv_k_row(kv, t, a->layer, t0 + i);
+        float *d = dst + (size_t)i * hd;
+        if (ty == KVI_TYPE_F16) w->kn->f16_to_f32((const uint16_t *)row + off, d, hd);
+        else if (ty == KVI_TYPE_F32) memcpy(d, (const float *)row + off, (size_t)hd * sizeof(float));
+        else kvq_row_slice(ty, row, off, hd, d);
+    }
+}
+
+/* KIVI keys of block j, kv head g: the f16 rows f when given, else the codes. */
+static void load_kivi(const attn_args *a, const attn_work *w, const kv_table *t, int32_t j, int nt,
+                      int g, const kvi_f16 *f, float *dst)
+{
+    const kv_pool *kv = a->kv;
+    const int hd = a->head_dim, kvd = kv->kv_dim, off = g * hd;
+    if (f) {
+        for (int i = 0; i < nt; i++) w->kn->f16_to_f32(f + (size_t)i * kvd + off, dst + (size_t)i * hd, hd);
         return;
     }
-    const int32_t t0 = j * bs;
-    for (int i = 0; i < nt; i++)
-        kvq_row_slice(kv->type_k, kv_k_row(kv, t, a->layer, t0 + i), off, hd, ktile + (size_t)i * hd);
+    const uint8_t *region = kv_k_group(kv, t, a->layer, j);
+    for (int i = 0; i < nt; i++) kivi_group_slice(region, kvd, i, off, hd, dst + (size_t)i * hd);
 }
 
-static void load_v_tile(const attn_args *a, const kv_table *t, int32_t j, int nt, int g, float *vtile)
+/* Sets lim for the lanes of rows [r0, r0 + nr) over block start t0 (nt positions
+ * at most), keeping only rows whose position is >= from (sel > 0), < from (sel < 0)
+ * or all (sel == 0). Returns the largest lim. */
+static int set_lim(const attn_args *a, attn_work *w, int r0, int nr, int group, int32_t t0, int nt,
+                   int sel, int32_t from)
+{
+    int most = 0;
+    for (int rr = 0; rr < nr; rr++) {
+        const int32_t p = a->pos[r0 + rr];
+        int64_t n = (int64_t)p - t0 + 1;
+        if (n < 0) n = 0;
+        if (n > nt) n = nt;
+        if ((sel > 0 && p < from) || (sel < 0 && p >= from)) n = 0;
+        for (int j = 0; j < group; j++) w->lim[rr * group + j] = (int32_t)n;
+        if (n > most) most = (int)n;
+    }
+    return most;
+}
+
+static void run_block(attn_work *w, int nt)
+{
+    w->b.nt = nt;
+    w->kn->scores(&w->b);
+    w->kn->update(&w->b);
+}
+
+/* H2O: adds the normalised weights of kv head g's query heads of row r to recv. */
+static void add_recv(const attn_args *a, attn_work *w, int r, int g, int group, float *recv)
 {
     const kv_pool *kv = a->kv;
-    const int hd = a->head_dim;
-    const int32_t t0 = j * kv->block_size;
-    for (int i = 0; i < nt; i++)
-        kvq_row_slice(kv->type_v, kv_v_row(kv, t, a->layer, t0 + i), g * hd, hd, vtile + (size_t)i * hd);
+    const kv_table *t = a->tables[r];
+    const int bs = kv->block_size, nqp = w->b.nqp;
+    const int32_t pos = a->pos[r];
+    for (int32_t t0 = 0, blk = 0; t0 <= pos; t0 += bs, blk++) {
+        const int nt = (pos - t0 + 1) < bs ? (int)(pos - t0 + 1) : bs;
+        if (kv->type_k == KVI_TYPE_KV_Q4) {
+            const kvi_f16 *f = (int64_t)t0 + bs - 1 > pos ? kivi_group_f16(kv, t, a->layer, blk, a->stash) : NULL;
+            load_kivi(a, w, t, blk, nt, g, f, w->ktile);
+        } else {
+            load_rows(a, w, t, 0, blk, nt, g, w->ktile);
+        }
+        w->b.nt = nt;
+        w->kn->scores(&w->b);
+        for (int j = 0; j < group; j++) {
+            const float inv = 1.0f / w->b.l[j];
+            for (int i = 0; i < nt; i++)
+                recv[t0 + i] += attn_exp(w->b.s[(size_t)i * nqp + j] - w->b.m[j]) * inv;
+        }
+    }
 }
 
-static void attend_item(const attn_args *a, attn_scratch *s, float *w, int r, int g)
+/* Rows [r0, r0 + nr) (one table), kv head g. */
+static void attend_tile(const attn_args *a, const attn_scratch *s, attn_work *w, int r0, int nr, int g)
 {
     const kv_pool *kv = a->kv;
     const int hd = a->head_dim, bs = kv->block_size, group = s->group;
-    float *ktile = w;
-    float *vtile = ktile + (size_t)bs * hd;
-    float *sc = vtile + (size_t)bs * hd;
-    float *acc = sc + bs;
-    float *mx = acc + (size_t)group * hd;
-    float *sum = mx + group;
-    const float scale = 1.0f / sqrtf((float)hd);
-    const int32_t pos = a->pos[r];
-    const kv_table *t = a->tables[r];
+    const int nq = nr * group, nqp = (int)up16((size_t)nq);
     const size_t qstride = (size_t)a->n_heads * hd;
+    const kv_table *t = a->tables[r0];
+    attn_blk *b = &w->b;
+    b->nqp = nqp;
+    b->scale = 1.0f / sqrtf((float)hd);
 
-    for (int j = 0; j < group; j++) {
-        mx[j] = -INFINITY;
-        sum[j] = 0.0f;
-    }
-    memset(acc, 0, (size_t)group * hd * sizeof(float));
-
-    for (int32_t t0 = 0, blk = 0; t0 <= pos; t0 += bs, blk++) {
-        const int nt = (pos - t0 + 1) < bs ? (int)(pos - t0 + 1) : bs;
-        load_k_tile(a, t, blk, nt, g, pos, ktile);
-        load_v_tile(a, t, blk, nt, g, vtile);
+    /* queries of the tile, transposed: lane rr * group + j is head g * group + j of row r0 + rr */
+    float *qt = (float *)b->qt;
+    for (int rr = 0; rr < nr; rr++)
         for (int j = 0; j < group; j++) {
-            const int h = g * group + j;
-            const float *qh = a->q + (size_t)r * qstride + (size_t)h * hd;
-            float bmax = -INFINITY;
-            for (int i = 0; i < nt; i++) {
-                sc[i] = kvi_dot_f32(qh, ktile + (size_t)i * hd, hd) * scale;
-                if (sc[i] > bmax) bmax = sc[i];
-            }
-            float *ah = acc + (size_t)j * hd;
-            if (bmax > mx[j]) {
-                const float c = expf(mx[j] - bmax);   /* 0 on the first block */
-                for (int d = 0; d < hd; d++) ah[d] *= c;
-                sum[j] *= c;
-                mx[j] = bmax;
-            }
-            for (int i = 0; i < nt; i++) {
-                const float e = expf(sc[i] - mx[j]);
-                sum[j] += e;
-                const float *vi = vtile + (size_t)i * hd;
-                for (int d = 0; d < hd; d++) ah[d] += e * vi[d];
-            }
+            const float *src = a->q + (size_t)(r0 + rr) * qstride + (size_t)(g * group + j) * hd;
+            const int i = rr * group + j;
+            for (int d = 0; d < hd; d++) qt[(size_t)d * nqp + i] = src[d];
+        }
+    for (int d = 0; d < hd; d++)
+        for (int i = nq; i < nqp; i++) qt[(size_t)d * nqp + i] = 0.0f;
+    for (int i = 0; i < nqp; i++) {
+        b->m[i] = -INFINITY;
+        b->l[i] = 0.0f;
+    }
+    memset(b->acc, 0, (size_t)hd * nqp * sizeof(float));
+    for (int i = nq; i < nqp; i++) w->lim[i] = 0;
+
+    int32_t pmin = a->pos[r0], pmax = a->pos[r0];
+    for (int rr = 1; rr < nr; rr++) {
+        if (a->pos[r0 + rr] < pmin) pmin = a->pos[r0 + rr];
+        if (a->pos[r0 + rr] > pmax) pmax = a->pos[r0 + rr];
+    }
+    const bool kivi = kv->type_k == KVI_TYPE_KV_Q4;
+    for (int32_t t0 = 0, blk = 0; t0 <= pmax; t0 += bs, blk++) {
+        const int ntb = (pmax - t0 + 1) < bs ? (int)(pmax - t0 + 1) : bs;
+        b->k = w->ktile;
+        b->v = w->vtile;
+        load_rows(a, w, t, 1, blk, ntb, g, w->vtile);
+        const int32_t end = t0 + bs - 1;   /* the KIVI group is complete at positions >= end */
+        const kvi_f16 *f = kivi && pmin < end ? kivi_group_f16(kv, t, a->layer, blk, a->stash) : NULL;
+        if (!f) {
+            const int nt = set_lim(a, w, r0, nr, group, t0, ntb, 0, 0);
+            if (kivi) load_kivi(a, w, t, blk, nt, g, NULL, w->ktile);
+            else load_rows(a, w, t, 0, blk, nt, g, w->ktile);
+            run_block(w, nt);
+            continue;
+        }
+        int nt = set_lim(a, w, r0, nr, group, t0, ntb, 1, end);
+        if (nt > 0) {
+            load_kivi(a, w, t, blk, nt, g, NULL, w->ktile);
+            run_block(w, nt);
+        }
+        nt = set_lim(a, w, r0, nr, group, t0, ntb, -1, end);
+        if (nt > 0) {
+            load_kivi(a, w, t, blk, nt, g, f, w->ktile);
+            run_block(w, nt);
         }
     }
-    for (int j = 0; j < group; j++) {
-        const int h = g * group + j;
-        float *o = a->out + (size_t)r * qstride + (size_t)h * hd;
-        const float inv = 1.0f / sum[j];
-        for (int d = 0; d < hd; d++) o[d] = acc[(size_t)j * hd + d] * inv;
-    }
 
-    /* H2O: normalised weights of this kv head's query heads, added per position */
-    float *recv = a->recv ? a->recv[r] : NULL;
-    if (!recv) return;
-    for (int32_t t0 = 0, blk = 0; t0 <= pos; t0 += bs, blk++) {
-        const int nt = (pos - t0 + 1) < bs ? (int)(pos - t0 + 1) : bs;
-        load_k_tile(a, t, blk, nt, g, pos, ktile);
+    for (int rr = 0; rr < nr; rr++)
         for (int j = 0; j < group; j++) {
-            const int h = g * group + j;
-            const float *qh = a->q + (size_t)r * qstride + (size_t)h * hd;
-            const float inv = 1.0f / sum[j];
-            for (int i = 0; i < nt; i++) {
-                const float si = kvi_dot_f32(qh, ktile + (size_t)i * hd, hd) * scale;
-                recv[t0 + i] += expf(si - mx[j]) * inv;
-            }
+            const int i = rr * group + j;
+            float *o = a->out + (size_t)(r0 + rr) * qstride + (size_t)(g * group + j) * hd;
+            const float inv = 1.0f / b->l[i];
+            for (int d = 0; d < hd; d++) o[d] = b->acc[(size_t)d * nqp + i] * inv;
         }
-    }
+
+    float *recv = a->recv ? a->recv[r0] : NULL;
+    if (recv && nr == 1) add_recv(a, w, r0, g, group, recv);
 }
 
 typedef struct {
     const attn_args *a;
     attn_scratch *s;
+    const attn_kernels *kn;
+    int n_tiles;
+    const int32_t *tiles;   /* [n_tiles + 1] first rows, NULL: one row per tile */
+    atomic_int_fast64_t next;
 } attn_job;
 
 static void attn_worker(void *ctx, int ith, int nth)
 {
-    const attn_job *job = ctx;
+    attn_job *job = ctx;
     const attn_args *a = job->a;
-    float *w = job->s->buf + (size_t)ith * job->s->floats_per_thread;
-    const int64_t n_items = (int64_t)a->n_rows * a->n_kv_heads;
-    for (int64_t it = ith; it < n_items; it += nth) {
-        const int r = (int)(it / a->n_kv_heads), g = (int)(it % a->n_kv_heads);
-        if (a->recv && a->recv[r]) {
-            /* one thread adds every head of the row to recv[r], in head order */
+    if (ith >= job->s->n_threads) return;
+    attn_work w;
+    work_init(&w, job->s, job->s->buf + (size_t)ith * job->s->floats_per_thread, job->kn);
+    const int nkv = a->n_kv_heads;
+    const int64_t n_items = (int64_t)job->n_tiles * nkv;
+    for (;;) {
+        const int64_t it = atomic_fetch_add(&job->next, 1);
+        if (it >= n_items) break;
+        const int tile = job->n_tiles - 1 - (int)(it / nkv), g = (int)(it % nkv);
+        const int r0 = job->tiles ? job->tiles[tile] : tile;
+        const int nr = job->tiles ? job->tiles[tile + 1] - r0 : 1;
+        if (a->recv && a->recv[r0]) {
+            /* one item adds every head of the row to recv[r], in head order */
             if (g == 0)
-                for (int gg = 0; gg < a->n_kv_heads; gg++) attend_item(a, job->s, w, r, gg);
+                for (int gg = 0; gg < nkv; gg++) attend_tile(a, job->s, &w, r0, 1, gg);
         } else {
-            attend_item(a, job->s, w, r, g);
+            attend_tile(a, job->s, &w, r0, nr, g);
         }
     }
 }
 
 void attention_rows(kvi_pool *pool, attn_scratch *s, const attn_args *a)
 {
-    attn_job job = {a, s};
+    if (a->n_rows <= 0) return;
+    attn_job job = {.a = a, .s = s, .kn = attn_kernels_active()};
+    atomic_init(&job.next, 0);
+    /* tiles: runs of rows of one table without recv, at most rmax rows */
+    if (s->tiles_cap < (size_t)a->n_rows + 1) {
+        int32_t *nt = realloc(s->tiles, ((size_t)a->n_rows + 1) * sizeof *nt);
+        if (nt) {
+            s->tiles = nt;
+            s->tiles_cap = (size_t)a->n_rows + 1;
+        }
+    }
+    if (s->tiles_cap >= (size_t)a->n_rows + 1) {
+        int n = 0;
+        for (int r = 0; r < a->n_rows;) {
+            s->tiles[n++] = r;
+            const bool alone = a->recv && a->recv[r];
+            int e = r + 1;
+            if (!alone)
+                while (e < a->n_rows && e - r < s->rmax && a->tables[e] == a->tables[r] &&
+                       !(a->recv && a->recv[e]))
+                    e++;
+            r = e;
+        }
+        s->tiles[n] = a->n_rows;
+        job.n_tiles = n;
+        job.tiles = s->tiles;
+    } else {
+        job.n_tiles = a->n_rows;   /* no memory for the tile list: one row per tile */
+    }
     kvi_pool_run(pool, attn_worker, &job);
 }
 

@@ -3,11 +3,18 @@
  * plain full-softmax reference, on random data: several sequences of different
  * lengths, GQA (8 query heads over 2 KV heads), blocks of 4 positions (so rows
  * cross many blocks), f32 and f16 caches, 1 and 2 threads; plus the block pool's
- * accounting invariants.
+ * accounting invariants. The tiled path (row tiles of one sequence sharing each
+ * converted K/V block): every KV type (f32, f16, q8_0, q4_0, KIVI q4 keys with the
+ * batch stash), GQA groups 4, 1 and 12, head dims 16, 20, 32, odd tile sizes, long
+ * rows over many blocks; row alone == row in the batch, every ISA the same bits,
+ * 1 vs 2 threads; and the softmax exponential against libm.
  */
 #include "testutil.h"
 
 #include "attention.h"
+#include "attention_kernels.h"
+#include "kernels.h"
+#include "kv_quant.h"
 #include "kv_cache.h"
 #include "quant.h"
 
@@ -99,6 +106,173 @@ static void run(kvi_type type, int threads)
     kv_pool_free(&kv);
 }
 
+
+/* ---- tiled path (work items of up to 128 / group rows of one sequence) ---- */
+
+typedef struct shape {
+    int heads, kvh, hd, bs;
+} shape;
+
+/* Max |a - b| over n floats. */
+static double maxdiff(const float *a, const float *b, size_t n)
+{
+    double md = 0;
+    for (size_t i = 0; i < n; i++) md = fmax(md, fabs((double)a[i] - b[i]));
+    return md;
+}
+
+/* Sequences of 1, 29 and 150 positions (150 rows: tiles of 32 and 22 rows under
+ * GQA 4, rows crossing up to 38 blocks); the whole batch (two sequences
+ * interleaved, so tiles break) against the reference; every row of the long
+ * sequence alone == inside the batch; every ISA the CPU has gives the same bits;
+ * 1 vs 2 threads. KIVI keys go through the batch write path with a stash, so the
+ * blocks that some rows of a tile see in f16 and others quantised are exercised. */
+static void tiled(kvi_type type, shape sh, int threads)
+{
+    const int kvd = sh.kvh * sh.hd, qd = sh.heads * sh.hd, bs = sh.bs;
+    kv_pool kv;
+    kvi_error err = {0};
+    const kvi_type tv = type == KVI_TYPE_KV_Q4 ? KVI_TYPE_Q4_0 : type;
+    int rc = kv_pool_init(&kv, 1, kvd, bs, type, tv, (size_t)1 << 24, &err);
+    CHECK(rc == 0, "pool %s: %s", kvi_type_name(type), err.msg);
+    if (rc) return;
+    uint64_t rng = 777 + (uint64_t)type * 31 + (uint64_t)sh.hd;
+    enum { NS = 3 };
+    const int lens[NS] = {1, 29, 150};
+    kv_table t[NS];
+    memset(t, 0, sizeof t);
+    kv_stash stash;
+    kv_stash_init(&stash);
+    kv_stash_begin(&stash, 0);
+    float *row = malloc((size_t)kvd * sizeof(float));
+    for (int sq = 0; sq < NS; sq++) {
+        CHECK(kv_table_reserve(&kv, &t[sq], lens[sq], &err) == 0, "%s", err.msg);
+        for (int p = 0; p < lens[sq]; p++) {
+            t[sq].n_pos = p + 1;
+            for (int i = 0; i < kvd; i++) row[i] = trand_normal(&rng);
+            kv_write_row_batch(&kv, &t[sq], 0, 0, p, row, &stash);
+            for (int i = 0; i < kvd; i++) row[i] = trand_normal(&rng);
+            kv_write_row_batch(&kv, &t[sq], 0, 1, p, row, &stash);
+        }
+    }
+    /* batch: seq 0, then seq 1 and seq 2 interleaved in runs of 7, then the rest of seq 2 */
+    const int n = lens[0] + lens[1] + lens[2];
+    const kv_table **tabs = malloc((size_t)n * sizeof *tabs);
+    int32_t *pos = malloc((size_t)n * sizeof *pos);
+    int r = 0, p1 = 0, p2 = 0;
+    tabs[r] = &t[0];
+    pos[r++] = 0;
+    while (p1 < lens[1] || p2 < lens[2]) {
+        for (int k = 0; k < 7 && p1 < lens[1]; k++, r++) {
+            tabs[r] = &t[1];
+            pos[r] = p1++;
+        }
+        for (int k = 0; k < 7 && p2 < lens[2]; k++, r++) {
+            tabs[r] = &t[2];
+            pos[r] = p2++;
+        }
+        if (p1 == lens[1])
+            for (; p2 < lens[2]; r++) {
+                tabs[r] = &t[2];
+                pos[r] = p2++;
+            }
+    }
+    CHECK(r == n, "batch of %d rows", r);
+    float *q = malloc((size_t)n * qd * sizeof(float));
+    float *out = malloc((size_t)n * qd * sizeof(float));
+    float *out2 = malloc((size_t)n * qd * sizeof(float));
+    float *ref = malloc((size_t)n * qd * sizeof(float));
+    float *one = malloc((size_t)qd * sizeof(float));
+    for (int i = 0; i < n * qd; i++) q[i] = 2.0f * trand_normal(&rng);
+    kvi_pool *pool = kvi_pool_create(threads);
+    attn_scratch *sc = attn_scratch_create(kvi_pool_size(pool), bs, sh.hd, sh.heads, sh.kvh, kvd);
+    CHECK(sc != NULL, "scratch");
+    attn_args a = {.kv = &kv, .layer = 0, .n_rows = n, .tables = tabs, .pos = pos, .q = q,
+                   .out = out, .n_heads = sh.heads, .n_kv_heads = sh.kvh, .head_dim = sh.hd,
+                   .stash = &stash};
+    attention_rows(pool, sc, &a);
+    a.out = ref;
+    attention_rows_ref(&a);
+    double md = maxdiff(out, ref, (size_t)n * qd);
+    CHECK(md < 2e-5, "%s h%d/%d hd%d: tiled vs reference %g", kvi_type_name(type), sh.heads, sh.kvh, sh.hd, md);
+
+    /* each row of the long sequence alone, and the tail of the batch as its own call */
+    int bad = 0;
+    for (int rr = 0; rr < n; rr++) {
+        if (tabs[rr] != &t[2] && rr != n - 1) continue;
+        attn_args b = a;
+        b.n_rows = 1;
+        b.tables = tabs + rr;
+        b.pos = pos + rr;
+        b.q = q + (size_t)rr * qd;
+        b.out = one;
+        attention_rows(pool, sc, &b);
+        if (memcmp(one, out + (size_t)rr * qd, (size_t)qd * sizeof(float)) != 0) bad++;
+    }
+    CHECK(bad == 0, "%s hd%d: %d rows alone differ from the rows in the batch", kvi_type_name(type), sh.hd, bad);
+    attn_args c = a;
+    c.n_rows = 45;
+    c.tables = tabs + (n - 45);
+    c.pos = pos + (n - 45);
+    c.q = q + (size_t)(n - 45) * qd;
+    c.out = out2;
+    attention_rows(pool, sc, &c);
+    CHECK(memcmp(out2, out + (size_t)(n - 45) * qd, (size_t)45 * qd * sizeof(float)) == 0,
+          "%s: rows in a batch of 45 differ from the full batch", kvi_type_name(type));
+
+    /* every ISA path gives the same bits (the kernels share one exact definition) */
+    const kvi_isa best = kvi_isa_detect(), was = kvi_isa_active();
+    for (int isa = KVI_ISA_SCALAR; isa <= (int)best; isa++) {
+        kvi_isa_set((kvi_isa)isa);
+        a.out = out2;
+        attention_rows(pool, sc, &a);
+        CHECK(memcmp(out2, out, (size_t)n * qd * sizeof(float)) == 0, "%s: ISA %s differs from %s",
+              kvi_type_name(type), kvi_isa_str((kvi_isa)isa), kvi_isa_str(kvi_isa_active()));
+    }
+    kvi_isa_set(was);
+    attn_scratch_free(sc);
+    kvi_pool_free(pool);
+
+    /* other thread count, same bits */
+    kvi_pool *pool3 = kvi_pool_create(3 - threads);
+    attn_scratch *sc3 = attn_scratch_create(kvi_pool_size(pool3), bs, sh.hd, sh.heads, sh.kvh, kvd);
+    a.out = out2;
+    attention_rows(pool3, sc3, &a);
+    CHECK(memcmp(out2, out, (size_t)n * qd * sizeof(float)) == 0, "%s: %d threads differ", kvi_type_name(type),
+          3 - threads);
+    attn_scratch_free(sc3);
+    kvi_pool_free(pool3);
+
+    for (int sq = 0; sq < NS; sq++) kv_table_release(&kv, &t[sq]);
+    kv_stash_free(&stash);
+    kv_pool_free(&kv);
+    free(row);
+    free(tabs);
+    free(pos);
+    free(q);
+    free(out);
+    free(out2);
+    free(ref);
+    free(one);
+}
+
+/* attn_exp against libm's expf on a sweep of arguments (relative error, 0 below -87). */
+static void exp_check(void)
+{
+    double worst = 0;
+    for (float x = -90.0f; x <= 0.5f; x += 0.0137f) {
+        const float e = attn_exp(x), ref = expf(x);
+        if (x < -87.0f) {
+            CHECK(e == 0.0f, "attn_exp(%g) = %g, want 0", x, e);
+            continue;
+        }
+        if (ref > 1e-37f) worst = fmax(worst, fabs((double)e - ref) / ref);
+    }
+    CHECK(worst < 4e-7, "attn_exp relative error %g", worst);
+    CHECK(attn_exp(-INFINITY) == 0.0f && attn_exp(NAN) == 0.0f && attn_exp(0.0f) == 1.0f,
+          "attn_exp special values");
+}
+
 static void exhaustion(void)
 {
     kv_pool kv;
@@ -122,6 +296,14 @@ int main(void)
     run(KVI_TYPE_F32, 1);
     run(KVI_TYPE_F32, 2);
     run(KVI_TYPE_F16, 2);
+    /* tiled path: every KV type, GQA shapes, head dims off the SIMD width, ISAs */
+    const kvi_type types[5] = {KVI_TYPE_F32, KVI_TYPE_F16, KVI_TYPE_Q8_0, KVI_TYPE_Q4_0, KVI_TYPE_KV_Q4};
+    const shape shapes[3] = {{8, 2, 16, 4}, {6, 6, 20, 5}, {12, 1, 32, 16}};
+    for (int ti = 0; ti < 5; ti++)
+        for (int si = 0; si < 3; si++)
+            if (types[ti] == KVI_TYPE_F32 || types[ti] == KVI_TYPE_F16 || shapes[si].kvh * shapes[si].hd % 32 == 0)
+                tiled(types[ti], shapes[si], si == 2 ? 1 : 2);
+    exp_check();
     exhaustion();
     return test_main_end();
 }

@@ -1,0 +1,79 @@
+/*
+ * attention_kernels.c — the scalar reference of the attention block kernels
+ * (semantics in attention_kernels.h) and the choice of the build to use.
+ *
+ * The reference spells out the exact operation sequence of every lane; the SIMD
+ * builds (attention_avx2.c, attention_avx512.c) perform the same operations lane
+ * by lane, and floating-point contraction is off in all of them, so every build
+ * gives identical bits (tests/test_attention.c checks it).
+ */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+#include "attention_kernels.h"
+
+#include "kernels.h"
+#include "quant.h"
+
+static void scores_scalar(const attn_blk *b)
+{
+    const int nqp = b->nqp, hd = b->hd;
+    for (int t = 0; t < b->nt; t++) {
+        const float *kt = b->k + (size_t)t * hd;
+        float *st = b->s + (size_t)t * nqp;
+        for (int i = 0; i < nqp; i++) {
+            float a = 0.0f;
+            for (int d = 0; d < hd; d++) a = fmaf(b->qt[(size_t)d * nqp + i], kt[d], a);
+            st[i] = a * b->scale;
+        }
+    }
+}
+
+static void update_scalar(const attn_blk *b)
+{
+    const int nqp = b->nqp, hd = b->hd, nt = b->nt;
+    for (int i = 0; i < nqp; i++) {
+        const int lim = b->lim[i];
+        float bmax = -INFINITY;
+        for (int t = 0; t < lim; t++) {
+            const float s = b->s[(size_t)t * nqp + i];
+            if (s > bmax) bmax = s;
+        }
+        if (bmax > b->m[i]) {
+            const float c = attn_exp(b->m[i] - bmax);
+            b->l[i] *= c;
+            for (int d = 0; d < hd; d++) b->acc[(size_t)d * nqp + i] *= c;
+            b->m[i] = bmax;
+        }
+        for (int t = 0; t < nt; t++) {
+            float *s = b->s + (size_t)t * nqp + i;
+            const float e = t < lim ? attn_exp(*s - b->m[i]) : 0.0f;
+            *s = e;
+            b->l[i] += e;
+        }
+    }
+    for (int t = 0; t < nt; t++) {
+        const float *e = b->s + (size_t)t * nqp;
+        const float *vt = b->v + (size_t)t * hd;
+        for (int d = 0; d < hd; d++) {
+            float *a = b->acc + (size_t)d * nqp;
+            for (int i = 0; i < nqp; i++) a[i] = fmaf(e[i], vt[d], a[i]);
+        }
+    }
+}
+
+static void f16_scalar(const uint16_t *src, float *dst, int n)
+{
+    for (int i = 0; i < n; i++) dst[i] = kvi_f16_to_f32(src[i]);
+}
+
+const attn_kernels attn_kernels_scalar = {scores_scalar, update_scalar, f16_scalar};
+
+const attn_kernels *attn_kernels_active(void)
+{
+    switch (kvi_isa_active()) {
+    case KVI_ISA_AVX512: return &attn_kernels_avx512;
+    case KVI_ISA_AVX2: return &attn_kernels_avx2;
+    default: return &attn_kernels_scalar;
+    }
+}
