@@ -80,6 +80,9 @@ typedef struct srv_params {
     kvi_sampler_params sp;
     char *stop[SRV_MAX_STOP];
     int n_stop;
+    /* logprobs: chat "logprobs": true + "top_logprobs": k; completions "logprobs": k */
+    bool logprobs;
+    int32_t top_logprobs;     /* 0 .. KVI_LOGPROBS_MAX alternatives per token */
 } srv_params;
 
 /* One failure answer: HTTP status plus OpenAI's error object. */
@@ -102,6 +105,16 @@ void srv_params_free(srv_params *p);
 
 /* ---- one request in flight (server_http.c builds, server_json.c formats) ---- */
 
+/* The log-probabilities of one generated token (raw logits' log-softmax). */
+typedef struct srv_lp {
+    int32_t token;
+    float logprob;
+    size_t offset;                        /* bytes of the choice's text before it */
+    int32_t n_top;
+    int32_t top_id[KVI_LOGPROBS_MAX];     /* [n_top] descending */
+    float top_lp[KVI_LOGPROBS_MAX];       /* [n_top] */
+} srv_lp;
+
 typedef struct srv_choice {
     uint64_t sched_id;
     char *text;               /* generated text (stop strings cut off) */
@@ -113,6 +126,8 @@ typedef struct srv_choice {
     double t_last;
     struct srv_req *req;
     int index;
+    srv_lp *lp;               /* [n_lp] one per generated token, when logprobs were asked */
+    int32_t n_lp, cap_lp;
 } srv_choice;
 
 typedef struct srv_req {
@@ -137,6 +152,10 @@ typedef struct srv_req {
  * caller holds r->mu. Returns false when out of memory. */
 bool srv_sse_token(srv_req *r, srv_choice *c, const char *piece, size_t n);
 bool srv_sse_final(srv_req *r);
+/* Records the logprobs of the choice's next token (caller holds r->mu; offset =
+ * the text's length now, before the token's text is appended). */
+bool srv_logprobs_push(srv_choice *c, int32_t token, float logprob, const int32_t *top_ids, const float *top_lps,
+                       int32_t n_top);
 /* The non-streamed response body (malloc'd). */
 char *srv_response_json(srv_req *r);
 /* usage object with prompt_tokens_details and kvinfer's timings */

@@ -42,7 +42,10 @@ static void req_release(srv_req *r)
     const int left = --r->refs;
     pthread_mutex_unlock(&r->mu);
     if (left > 0) return;
-    for (int i = 0; i < SRV_MAX_N; i++) free(r->ch[i].text);
+    for (int i = 0; i < SRV_MAX_N; i++) {
+        free(r->ch[i].text);
+        free(r->ch[i].lp);
+    }
     free(r->out);
     srv_params_free(&r->p);
     pthread_cond_destroy(&r->cv);
@@ -118,6 +121,15 @@ static bool on_token(void *user, int32_t tok)
     }
     pthread_mutex_unlock(&r->mu);
     return more && ok;
+}
+
+/* Before on_token for the same token: its logprobs, formatted with its event. */
+static void on_logprobs(void *user, int32_t tok, float lp, const int32_t *ids, const float *lps, int32_t n)
+{
+    srv_choice *c = user;
+    pthread_mutex_lock(&c->req->mu);
+    srv_logprobs_push(c, tok, lp, ids, lps, n);
+    pthread_mutex_unlock(&c->req->mu);
 }
 
 static void on_done(void *user, kvi_finish f, const kvi_usage *u, const kvi_error *err)
@@ -291,6 +303,10 @@ static enum MHD_Result generate(srv_server *srv, struct MHD_Connection *con, con
         rq.on_token = on_token;
         rq.on_done = on_done;
         rq.user = c;
+        if (r->p.logprobs) {
+            rq.on_logprobs = on_logprobs;
+            rq.top_logprobs = r->p.top_logprobs;
+        }
         kvi_error err = {0};
         uint64_t id = 0;
         int rc = kvi_sched_submit(srv->s, &rq, &id, &err);
@@ -459,6 +475,30 @@ static enum MHD_Result kv_ep(srv_server *srv, struct MHD_Connection *con)
     cJSON_AddNumberToObject(o, "prefill_tokens", (double)st.n_prefill_tokens);
     cJSON_AddNumberToObject(o, "decode_tokens", (double)st.n_decode_tokens);
     cJSON_AddNumberToObject(o, "preemptions", (double)st.n_preemptions);
+    /* the web page's pool view: held blocks (shared: more than one holder),
+     * blocks kept for the prefix cache, allocated free blocks, never-allocated */
+    cJSON_AddNumberToObject(o, "blocks_shared", st.engine.kv_blocks_shared);
+    cJSON_AddNumberToObject(o, "blocks_cached", st.engine.kv_blocks_cached);
+    cJSON_AddNumberToObject(o, "blocks_free", st.engine.kv_blocks_free);
+    cJSON_AddNumberToObject(o, "prefix_hit_tokens", (double)st.n_cached_tokens);
+    enum { MAX_VIEWS = 64, MAX_IDS = 16384 };
+    kvi_sched_seq_view *v = malloc(MAX_VIEWS * sizeof *v);
+    int32_t *ids = malloc(MAX_IDS * sizeof *ids);
+    cJSON *seqs = cJSON_AddArrayToObject(o, "seqs");
+    const int n = v && ids ? kvi_sched_kv_view(srv->s, v, MAX_VIEWS, ids, MAX_IDS) : 0;
+    for (int i = 0; i < n && i < MAX_VIEWS; i++) {
+        cJSON *q = cJSON_CreateObject();
+        cJSON_AddNumberToObject(q, "id", (double)v[i].id);
+        cJSON_AddNumberToObject(q, "prompt_tokens", v[i].n_prompt);
+        cJSON_AddNumberToObject(q, "tokens", v[i].n_tokens);
+        cJSON_AddNumberToObject(q, "kv_tokens", v[i].n_kv);
+        cJSON_AddNumberToObject(q, "n_blocks", v[i].n_blocks);
+        cJSON *b = cJSON_AddArrayToObject(q, "blocks");
+        for (int32_t k = 0; k < v[i].n_shown; k++) cJSON_AddItemToArray(b, cJSON_CreateNumber(v[i].blocks[k]));
+        cJSON_AddItemToArray(seqs, q);
+    }
+    free(v);
+    free(ids);
     return send_json(con, 200, o);
 }
 

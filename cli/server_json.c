@@ -7,6 +7,17 @@
  * prompt plus max_tokens past the context is context_length_exceeded (400), as
  * OpenAI answers. Response text always goes through cli_utf8_sanitize so that
  * the JSON is valid UTF-8 whatever the tokens were.
+ *
+ * Logprobs, in OpenAI's two shapes. Chat ("logprobs": true, "top_logprobs":
+ * 0..20): choices[i].logprobs.content[j] = {token, logprob, bytes, top_logprobs:
+ * [{token, logprob, bytes}]}. Completions ("logprobs": 0..20): choices[i].logprobs
+ * = {tokens, token_logprobs, top_logprobs: [{token: logprob}], text_offset}, the
+ * top dictionary also holding the sampled token (OpenAI's "up to logprobs + 1"),
+ * text_offset counted in bytes of the completion text from 0. Streamed chunks
+ * carry the entry of their token. Values are the log-softmax of the RAW logits
+ * (before penalties, temperature and top-k/top-p/min-p), as OpenAI reports them;
+ * token strings render special tokens ("</s>"); bytes are the token's own bytes.
+ * A stop string's cut drops the entries of tokens wholly after it.
  */
 #include "server.h"
 
@@ -78,6 +89,26 @@ static int bool_field(const cJSON *o, const char *name, bool *out, srv_err *er)
     if (!v || cJSON_IsNull(v)) return 0;
     if (!cJSON_IsBool(v)) return bad(er, name, "must be true or false");
     *out = cJSON_IsTrue(v);
+    return 0;
+}
+
+/* Chat: "logprobs": bool, "top_logprobs": 0..20 (only with logprobs true).
+ * Completions: "logprobs": 0..20 or null. */
+static int parse_logprobs(const cJSON *root, bool chat, srv_params *p, srv_err *er)
+{
+    double k = 0;
+    int rc;
+    if (chat) {
+        if ((rc = bool_field(root, "logprobs", &p->logprobs, er))) return rc;
+        if ((rc = num_field(root, "top_logprobs", 0, KVI_LOGPROBS_MAX, true, &k, er))) return rc;
+        if (k > 0 && !p->logprobs) return bad(er, "top_logprobs", "requires \"logprobs\": true");
+    } else {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "logprobs");
+        if (!v || cJSON_IsNull(v)) return 0;
+        if ((rc = num_field(root, "logprobs", 0, KVI_LOGPROBS_MAX, true, &k, er))) return rc;
+        p->logprobs = true;
+    }
+    p->top_logprobs = (int32_t)k;
     return 0;
 }
 
@@ -300,6 +331,7 @@ int srv_parse_request(srv_server *srv, const char *body, size_t len, bool chat, 
         if ((rc = bool_field(so, "include_usage", &p->include_usage, er))) goto done;
     }
     if ((rc = parse_stop(root, p, er))) goto done;
+    if ((rc = parse_logprobs(root, chat, p, er))) goto done;
     rc = chat ? parse_messages(srv, root, p, er) : parse_prompt(srv, root, p, er);
     if (rc) goto done;
     if (p->n_prompt == 0) {
@@ -389,7 +421,111 @@ static bool emit(srv_req *r, cJSON *o)
     return ok;
 }
 
-static cJSON *chunk_choice(srv_req *r, cJSON *o, int index, const char *text, const char *finish, bool first)
+bool srv_logprobs_push(srv_choice *c, int32_t token, float logprob, const int32_t *top_ids, const float *top_lps,
+                       int32_t n_top)
+{
+    if (c->n_lp == c->cap_lp) {
+        const int32_t cap = c->cap_lp ? 2 * c->cap_lp : 32;
+        srv_lp *nl = realloc(c->lp, (size_t)cap * sizeof *nl);
+        if (!nl) return false;
+        c->lp = nl;
+        c->cap_lp = cap;
+    }
+    srv_lp *e = &c->lp[c->n_lp++];
+    memset(e, 0, sizeof *e);
+    e->token = token;
+    e->logprob = logprob;
+    e->offset = c->len;
+    e->n_top = n_top < 0 ? 0 : n_top > KVI_LOGPROBS_MAX ? KVI_LOGPROBS_MAX : n_top;
+    memcpy(e->top_id, top_ids, (size_t)e->n_top * sizeof *top_ids);
+    memcpy(e->top_lp, top_lps, (size_t)e->n_top * sizeof *top_lps);
+    return true;
+}
+
+/* A token's bytes for logprobs (special tokens rendered); *n_out bytes. */
+static const char *lp_piece(const kvi_model *m, int32_t tok, char *buf, size_t cap, size_t *n_out)
+{
+    int32_t n = kvi_token_to_piece(m, tok, buf, cap, true);
+    if (n < 0) n = 0;
+    if ((size_t)n > cap) n = (int32_t)cap;   /* a longer piece is cut (none in real vocabularies) */
+    *n_out = (size_t)n;
+    return buf;
+}
+
+/* {token, logprob, bytes} of the chat shape. */
+static cJSON *chat_lp_item(const kvi_model *m, int32_t tok, float lp)
+{
+    char buf[512];
+    size_t n;
+    lp_piece(m, tok, buf, sizeof buf, &n);
+    cJSON *o = cJSON_CreateObject();
+    char *clean = cli_utf8_sanitize(buf, n);
+    cJSON_AddStringToObject(o, "token", clean ? clean : "");
+    free(clean);
+    cJSON_AddNumberToObject(o, "logprob", lp);
+    cJSON *b = cJSON_AddArrayToObject(o, "bytes");
+    for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(b, cJSON_CreateNumber((unsigned char)buf[i]));
+    return o;
+}
+
+/* Chat: {"content": [entries], "refusal": null}. */
+static cJSON *chat_logprobs(const kvi_model *m, const srv_lp *e, int32_t n)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON *a = cJSON_AddArrayToObject(o, "content");
+    for (int32_t i = 0; i < n; i++) {
+        cJSON *it = chat_lp_item(m, e[i].token, e[i].logprob);
+        cJSON *top = cJSON_AddArrayToObject(it, "top_logprobs");
+        for (int32_t j = 0; j < e[i].n_top; j++) cJSON_AddItemToArray(top, chat_lp_item(m, e[i].top_id[j], e[i].top_lp[j]));
+        cJSON_AddItemToArray(a, it);
+    }
+    cJSON_AddNullToObject(o, "refusal");
+    return o;
+}
+
+/* Adds {piece: logprob} unless the piece is already a key (two ids, one text). */
+static void add_top_key(cJSON *d, const kvi_model *m, int32_t tok, float lp)
+{
+    char buf[512];
+    size_t n;
+    lp_piece(m, tok, buf, sizeof buf, &n);
+    char *clean = cli_utf8_sanitize(buf, n);
+    if (clean && !cJSON_GetObjectItemCaseSensitive(d, clean)) cJSON_AddNumberToObject(d, clean, lp);
+    free(clean);
+}
+
+/* Completions: {tokens, token_logprobs, top_logprobs, text_offset}. */
+static cJSON *completion_logprobs(const kvi_model *m, const srv_lp *e, int32_t n)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON *toks = cJSON_AddArrayToObject(o, "tokens");
+    cJSON *lps = cJSON_AddArrayToObject(o, "token_logprobs");
+    cJSON *tops = cJSON_AddArrayToObject(o, "top_logprobs");
+    cJSON *offs = cJSON_AddArrayToObject(o, "text_offset");
+    for (int32_t i = 0; i < n; i++) {
+        char buf[512];
+        size_t len;
+        lp_piece(m, e[i].token, buf, sizeof buf, &len);
+        char *clean = cli_utf8_sanitize(buf, len);
+        cJSON_AddItemToArray(toks, cJSON_CreateString(clean ? clean : ""));
+        free(clean);
+        cJSON_AddItemToArray(lps, cJSON_CreateNumber(e[i].logprob));
+        cJSON *d = cJSON_CreateObject();
+        for (int32_t j = 0; j < e[i].n_top; j++) add_top_key(d, m, e[i].top_id[j], e[i].top_lp[j]);
+        add_top_key(d, m, e[i].token, e[i].logprob);
+        cJSON_AddItemToArray(tops, d);
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)e[i].offset));
+    }
+    return o;
+}
+
+static cJSON *logprobs_json(srv_req *r, const srv_lp *e, int32_t n)
+{
+    return r->p.chat ? chat_logprobs(r->srv->m, e, n) : completion_logprobs(r->srv->m, e, n);
+}
+
+static cJSON *chunk_choice(srv_req *r, cJSON *o, int index, const char *text, const char *finish, bool first,
+                           const srv_lp *lp)
 {
     cJSON *a = cJSON_AddArrayToObject(o, "choices");
     cJSON *c = cJSON_CreateObject();
@@ -402,7 +538,8 @@ static cJSON *chunk_choice(srv_req *r, cJSON *o, int index, const char *text, co
     } else {
         cJSON_AddStringToObject(c, "text", text ? text : "");
     }
-    cJSON_AddNullToObject(c, "logprobs");
+    if (lp) cJSON_AddItemToObject(c, "logprobs", logprobs_json(r, lp, 1));
+    else cJSON_AddNullToObject(c, "logprobs");
     if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
     else cJSON_AddNullToObject(c, "finish_reason");
     return c;
@@ -413,7 +550,9 @@ bool srv_sse_token(srv_req *r, srv_choice *c, const char *piece, size_t n)
     char *clean = cli_utf8_sanitize(piece, n);
     if (!clean) return false;
     cJSON *o = envelope(r, true);
-    chunk_choice(r, o, c->index, clean, NULL, c->n_tokens == 1);
+    /* the token's logprobs ride with its event (when recorded for this very token) */
+    const srv_lp *lp = r->p.logprobs && c->n_lp > 0 && c->n_lp == c->n_tokens ? &c->lp[c->n_lp - 1] : NULL;
+    chunk_choice(r, o, c->index, clean, NULL, c->n_tokens == 1, lp);
     free(clean);
     return emit(r, o);
 }
@@ -426,7 +565,8 @@ bool srv_sse_final(srv_req *r)
         char *rest = cli_utf8_sanitize(c->text ? c->text + c->sent : "", c->text ? c->len - c->sent : 0);
         c->sent = c->len;
         cJSON *o = envelope(r, true);
-        chunk_choice(r, o, i, rest && *rest ? rest : (r->p.chat ? NULL : ""), finish_name(c->finish), c->n_tokens == 0);
+        chunk_choice(r, o, i, rest && *rest ? rest : (r->p.chat ? NULL : ""), finish_name(c->finish), c->n_tokens == 0,
+                     NULL);
         free(rest);
         ok = ok && emit(r, o);
     }
@@ -456,7 +596,16 @@ char *srv_response_json(srv_req *r)
         } else {
             cJSON_AddStringToObject(ch, "text", txt ? txt : "");
         }
-        cJSON_AddNullToObject(ch, "logprobs");
+        if (r->p.logprobs) {
+            /* entries of tokens that start before the end of the text (a stop
+             * string's cut drops the rest) */
+            int32_t n = c->n_lp;
+            if (c->stopped)
+                for (n = 0; n < c->n_lp && c->lp[n].offset < c->len;) n++;
+            cJSON_AddItemToObject(ch, "logprobs", logprobs_json(r, c->lp, n));
+        } else {
+            cJSON_AddNullToObject(ch, "logprobs");
+        }
         cJSON_AddStringToObject(ch, "finish_reason", finish_name(c->finish));
         free(txt);
     }

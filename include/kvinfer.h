@@ -324,6 +324,19 @@ typedef struct kvi_usage {
 typedef bool (*kvi_token_fn)(void *user, int32_t token);
 typedef void (*kvi_done_fn)(void *user, kvi_finish finish, const kvi_usage *u, const kvi_error *err);
 
+/* Log-probabilities (owner: server3). The log-softmax of the RAW logits of the
+ * position a token was sampled from (before penalties, temperature, top-k/p and
+ * min-p, as OpenAI's API reports them): the sampled token's own value and the
+ * n_top most likely tokens in descending order (ties: lower id first). */
+#define KVI_LOGPROBS_MAX 20
+typedef void (*kvi_logprobs_fn)(void *user, int32_t token, float logprob, const int32_t *top_ids,
+                                const float *top_logprobs, int32_t n_top);
+/* Computes those for logits[0..n_vocab): *token_lp (may be NULL) for `token`, and
+ * the min(k, n_vocab) best into top_ids/top_lps (k <= KVI_LOGPROBS_MAX). Returns
+ * how many were written, or KVI_E_INVALID. */
+int32_t kvi_logprobs_top(const float *logits, int32_t n_vocab, int32_t token, int32_t k, float *token_lp,
+                         int32_t *top_ids, float *top_lps);
+
 typedef struct kvi_request {
     const int32_t *prompt;    /* copied at submit */
     int32_t n_prompt;
@@ -333,6 +346,11 @@ typedef struct kvi_request {
     kvi_token_fn on_token;
     kvi_done_fn on_done;
     void *user;
+    /* logprobs (owner: server3): when on_logprobs is set, it is called on the
+     * engine thread just before on_token, for the same token, with top_logprobs
+     * (0 .. KVI_LOGPROBS_MAX) alternatives; computed only for such requests. */
+    kvi_logprobs_fn on_logprobs;
+    int32_t top_logprobs;
 } kvi_request;
 
 typedef struct kvi_sched_stats {
@@ -361,6 +379,28 @@ int kvi_sched_step(kvi_sched *s, kvi_error *err);
 /* Runs steps on an engine thread of its own until kvi_sched_free. */
 int kvi_sched_start(kvi_sched *s, kvi_error *err);
 void kvi_sched_stats_get(kvi_sched *s, kvi_sched_stats *out);
+
+/* ---- KV view of the running requests (owner: server3; the web page) ------ */
+
+/* Physical block ids of s's KV table in logical order (position p lives in block
+ * ids[p / block_size]). Returns the table's length; writes min(that, cap). */
+int32_t kvi_seq_block_ids(const kvi_seq *s, int32_t *ids, int32_t cap);
+
+typedef struct kvi_sched_seq_view {
+    uint64_t id;              /* kvi_sched_submit's id */
+    int32_t n_prompt;         /* prompt tokens */
+    int32_t n_tokens;         /* prompt + generated so far */
+    int32_t n_kv;             /* positions held in the KV cache */
+    int32_t n_blocks;         /* length of its block table */
+    int32_t n_shown;          /* entries of it copied into the caller's ids (<= n_blocks) */
+    const int32_t *blocks;    /* [n_shown] into the caller's ids buffer */
+} kvi_sched_seq_view;
+
+/* The block tables of the requests running after the last step (a snapshot the
+ * engine thread takes each step; thread-safe). Fills up to max_views views and
+ * up to cap_ids ids; returns the number of running requests. A block id in two
+ * tables is shared (prefix cache or parallel choices). */
+int kvi_sched_kv_view(kvi_sched *s, kvi_sched_seq_view *views, int max_views, int32_t *ids, int32_t cap_ids);
 
 /* ---- chat templates (owner: server; src/chat_template.c) ----------------- */
 

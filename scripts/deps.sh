@@ -1,15 +1,38 @@
 #!/usr/bin/env bash
-# Installs the Debian packages kvinfer needs to build, when any is missing.
+# Installs the Debian packages kvinfer needs to build, when any is missing, and
+# what the web page's browser test needs when node and npm are on the machine:
+# chromium (apt, without its recommended desktop packages) and playwright-core
+# (npm ci in tests/web, from the committed package-lock.json; it drives the
+# system chromium and downloads no browser). KVI_NO_WEB=1 skips those two.
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config libpcre2-dev libcjson-dev libmicrohttpd-dev)
-missing=()
-for p in "${pkgs[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
+cd "$(dirname "$0")/.."
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+updated=0
+
+# apt_install [apt-get options --] PACKAGES...: installs the missing ones.
+apt_install() {
+  local opts=()
+  while [ "$1" != -- ]; do opts+=("$1"); shift; done
+  shift
+  local missing=()
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
   echo "installing: ${missing[*]}" >&2
-  SUDO=""
-  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+  if [ "$updated" = 0 ]; then $SUDO apt-get update -qq; updated=1; fi
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${opts[@]}" "${missing[@]}" >/dev/null
+}
+
+apt_install -- build-essential cmake pkg-config libpcre2-dev libcjson-dev libmicrohttpd-dev
+
+if [ "${KVI_NO_WEB:-0}" != 1 ] && command -v node >/dev/null && command -v npm >/dev/null; then
+  apt_install --no-install-recommends -- chromium fonts-dejavu-core ||
+    echo "warning: chromium could not be installed; the browser test will be skipped" >&2
+  if [ ! -d tests/web/node_modules/playwright-core ]; then
+    echo "installing: playwright-core (npm ci in tests/web)" >&2
+    (cd tests/web && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error) ||
+      echo "warning: npm ci in tests/web failed; the browser test will be skipped" >&2
+  fi
 fi

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Builds kvinfer twice — optimised (warnings are errors) and with AddressSanitizer +
-# UndefinedBehaviorSanitizer — and runs the whole test suite in both builds.
+# UndefinedBehaviorSanitizer — and runs the whole test suite in both builds. The
+# web page's headless-Chromium test (test_web_page) runs in the optimised build
+# only, when scripts/deps.sh could install chromium and playwright-core; its
+# screenshot is build/testtmp/web_page.png.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh

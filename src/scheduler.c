@@ -36,6 +36,7 @@
 #include "error.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -79,6 +80,13 @@ struct kvi_sched {
     uint64_t *cancels;       /* [n_cancels] ids to cancel (under mu) */
     int n_cancels, cancels_cap;
     kvi_sched_stats st;      /* under mu */
+    /* block tables of the running requests after the last step (under mu;
+     * kvi_sched_kv_view): view[i]'s ids are view_ids[view_off[i] ..] */
+    kvi_sched_seq_view *view;   /* [view_cap] (blocks pointers unused) */
+    int32_t *view_off;          /* [view_cap] */
+    int n_view, view_cap;
+    int32_t *view_ids;          /* [view_ids_cap] */
+    int32_t n_view_ids, view_ids_cap;
     bool thread_started, stop;
     pthread_t thread;
 };
@@ -177,6 +185,9 @@ int kvi_sched_submit(kvi_sched *s, const kvi_request *r, uint64_t *id, kvi_error
         if (r->prompt[i] < 0 || r->prompt[i] >= s->n_vocab)
             return kvi_err_set(err, KVI_E_INVALID, "token id %d at prompt position %d is out of range [0, %d)",
                                r->prompt[i], i, s->n_vocab);
+    if (r->top_logprobs < 0 || r->top_logprobs > KVI_LOGPROBS_MAX)
+        return kvi_err_set(err, KVI_E_INVALID, "top_logprobs is %d, outside [0, %d]", r->top_logprobs,
+                           KVI_LOGPROBS_MAX);
     if (r->n_prompt > s->n_ctx)
         return kvi_err_set(err, KVI_E_CONTEXT_FULL,
                            "context_length_exceeded: the prompt has %d tokens but the context holds %d",
@@ -434,6 +445,68 @@ static bool preempt_youngest(kvi_sched *s)
     return true;
 }
 
+/* The running requests' block tables into the view (mu held). Out of memory
+ * leaves tables out; the view is for display only. */
+static void view_update(kvi_sched *s)
+{
+    s->n_view = 0;
+    s->n_view_ids = 0;
+    for (int i = 0; i < s->n_live; i++) {
+        const sreq *q = s->live[i];
+        if (q->state != SREQ_RUNNING) continue;
+        if (s->n_view == s->view_cap) {
+            const int cap = s->view_cap ? 2 * s->view_cap : 16;
+            kvi_sched_seq_view *nv = realloc(s->view, (size_t)cap * sizeof *nv);
+            if (nv) s->view = nv;
+            int32_t *no = realloc(s->view_off, (size_t)cap * sizeof *no);
+            if (no) s->view_off = no;
+            if (!nv || !no) return;
+            s->view_cap = cap;
+        }
+        const int32_t n = kvi_seq_block_ids(q->seq, NULL, 0);
+        if ((int64_t)s->n_view_ids + n > s->view_ids_cap) {
+            const int64_t want = 2 * ((int64_t)s->n_view_ids + n);
+            int32_t *ni = want <= INT32_MAX ? realloc(s->view_ids, (size_t)want * sizeof *ni) : NULL;
+            if (ni) {
+                s->view_ids = ni;
+                s->view_ids_cap = (int32_t)want;
+            }
+        }
+        int32_t shown = s->view_ids_cap - s->n_view_ids;
+        if (shown > n) shown = n;
+        kvi_seq_block_ids(q->seq, s->view_ids + s->n_view_ids, shown);
+        kvi_sched_seq_view *v = &s->view[s->n_view];
+        memset(v, 0, sizeof *v);
+        v->id = q->id;
+        v->n_prompt = q->n_prompt;
+        v->n_tokens = q->n_tokens;
+        v->n_kv = kvi_seq_len(q->seq);
+        v->n_blocks = n;
+        v->n_shown = shown;
+        s->view_off[s->n_view++] = s->n_view_ids;
+        s->n_view_ids += shown;
+    }
+}
+
+int kvi_sched_kv_view(kvi_sched *s, kvi_sched_seq_view *views, int max_views, int32_t *ids, int32_t cap_ids)
+{
+    pthread_mutex_lock(&s->mu);
+    const int n = s->n_view;
+    int32_t used = 0;
+    for (int i = 0; i < n && i < max_views; i++) {
+        views[i] = s->view[i];
+        int32_t k = s->view[i].n_shown;
+        if (k > cap_ids - used) k = cap_ids - used;
+        if (k < 0 || !ids) k = 0;
+        if (k > 0) memcpy(ids + used, s->view_ids + s->view_off[i], (size_t)k * sizeof *ids);
+        views[i].n_shown = k;
+        views[i].blocks = ids ? ids + used : NULL;
+        used += k;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
 static void snapshot(kvi_sched *s, uint64_t steps, int32_t n_prefill, int32_t n_decode)
 {
     int n_running = 0;
@@ -447,7 +520,21 @@ static void snapshot(kvi_sched *s, uint64_t steps, int32_t n_prefill, int32_t n_
     s->st.n_steps += steps;
     s->st.n_prefill_tokens += (uint64_t)n_prefill;
     s->st.n_decode_tokens += (uint64_t)n_decode;
+    view_update(s);
     pthread_mutex_unlock(&s->mu);
+}
+
+/* The log-probabilities of a token sampled from logits, for a request that
+ * asked for them (a pass over the vocabulary; raw logits, see kvinfer.h). Called
+ * right before on_token for every delivered token, whatever path sampled it. */
+static void deliver_logprobs(const kvi_sched *s, const sreq *q, const float *logits, int32_t tok)
+{
+    int32_t ids[KVI_LOGPROBS_MAX];
+    float lps[KVI_LOGPROBS_MAX];
+    float lp = 0.0f;
+    int32_t n = kvi_logprobs_top(logits, s->n_vocab, tok, q->r.top_logprobs, &lp, ids, lps);
+    if (n < 0) n = 0;
+    q->r.on_logprobs(q->r.user, tok, lp, ids, lps, n);
 }
 
 int kvi_sched_step(kvi_sched *s, kvi_error *err)
@@ -513,6 +600,7 @@ int kvi_sched_step(kvi_sched *s, kvi_error *err)
                 done = true;
             } else {
                 q->tokens[q->n_tokens++] = tok;
+                if (q->r.on_logprobs) deliver_logprobs(s, q, logits, tok);
                 const bool more = q->r.on_token ? q->r.on_token(q->r.user, tok) : true;
                 const int32_t n_gen = q->n_tokens - q->n_prompt;
                 if (!more) {
@@ -598,6 +686,9 @@ void kvi_sched_free(kvi_sched *s)
     kvi_batch_free(s->batch);
     free(s->live);
     free(s->cancels);
+    free(s->view);
+    free(s->view_off);
+    free(s->view_ids);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     free(s);
