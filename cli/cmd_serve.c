@@ -8,11 +8,17 @@
  * request still alive is cancelled and its client told), stop HTTP, free the
  * engine and the model.
  *
+ * Speculative decoding (--spec ngram, --draft PATH): the scheduler gives every
+ * request a kvi_spec (a request's "speculative": false opts out); a draft model
+ * gets one engine of its own with a sequence per parallel slot, the target's
+ * context and KV type, freed after the scheduler.
+ *
  * Invariant: defaults equal `kvinfer run`'s (KV type f16, sampling temp 0.8,
  * top-k 40, top-p 0.95, min-p 0.05, context = the model's), so a greedy request
  * gets the same tokens from both.
  */
 #include "server.h"
+#include "run_spec.h"
 
 #include <inttypes.h>
 #include <signal.h>
@@ -48,6 +54,15 @@ static const char serve_help[] =
     "                          prompts are reused; usage.prompt_tokens_details.cached_tokens)\n"
     "  --api-key KEY           require \"Authorization: Bearer KEY\" on /v1 endpoints\n"
     "  --alias NAME            the model's name in the API (default: file name without .gguf)\n"
+    "  --spec ngram            speculative decoding by prompt lookup for every request\n"
+    "  --draft PATH            speculative decoding with a draft model of the same vocabulary\n"
+    "  --draft-max K           most tokens drafted per round (default 8)\n"
+    "  --draft-min N           verify only proposals of at least N tokens (default 1)\n"
+    "  --ngram N               longest suffix matched by --spec ngram (default 3)\n"
+    "  --no-spec-adapt         always draft K (default: K follows the acceptance and the\n"
+    "                          measured cost of extra rows at the current load)\n"
+    "                          A request's \"speculative\": false turns it off for that request;\n"
+    "                          usage.timings reports spec_drafted, spec_accepted, spec_acceptance.\n"
     "  --quiet                 no per-request log lines\n"
     "  -h, --help              this help\n"
     "\n"
@@ -73,8 +88,13 @@ int cmd_serve(int argc, char **argv)
     int64_t port = 8080, threads = 0, ctx = 0, parallel = 16, queue_max = 256, batch_tokens = 512;
     size_t budget = 0;
     kvi_type kv = KVI_TYPE_F16;
+    run_spec_opts so;
+    run_spec_opts_default(&so);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
+        const int sf = run_spec_parse_flag(argc, argv, &i, &so);
+        if (sf < 0) return 1;
+        if (sf > 0) continue;
 #define VALUE() (v = cli_flag_value(argc, argv, &i))
 #define INT_FLAG(var, lo, hi)                                                                 \
     do {                                                                                      \
@@ -125,6 +145,11 @@ int cmd_serve(int argc, char **argv)
     }
     if (!model) model = cli_default_model();
     if (!model) return cli_error("serve: no model given (-m MODEL)");
+    if (so.ngram && so.draft_path) return cli_error("serve: choose one speculation: --spec ngram or --draft PATH");
+    if (so.draft_min > so.draft_max)
+        return cli_error("serve: --draft-min %d is larger than --draft-max %d", (int)so.draft_min, (int)so.draft_max);
+    kvi_model *dm = NULL;
+    kvi_engine *de = NULL;
 
     /* every thread started from here on inherits this mask: signals come to sigwait */
     sigset_t sigs;
@@ -189,6 +214,40 @@ int cmd_serve(int argc, char **argv)
     sp.queue_max = (int)queue_max;
     sp.batch_tokens = (int)batch_tokens;
     kvi_sched *s = kvi_sched_create(srv->e, &sp, &err);
+    if (s && run_spec_enabled(&so)) {
+        kvi_spec_params pp;
+        kvi_spec_params_default(&pp);
+        pp.draft_max = so.draft_max;
+        pp.draft_min = so.draft_min;
+        pp.ngram_max = so.ngram_n;
+        pp.adapt = so.adapt;
+        if (so.draft_path) {
+            if (!(dm = cli_load_model(so.draft_path, mmap, NULL))) {
+                kvi_sched_free(s);
+                rc = 1;
+                goto out;
+            }
+            kvi_engine_params dp;
+            kvi_engine_params_default(&dp);
+            dp.n_threads = (int)threads;
+            dp.n_ctx = srv->cfg.n_ctx;
+            dp.kv_type_k = dp.kv_type_v = kv;
+            dp.n_seq_max = (int)parallel;
+            dp.prefix_cache = false;
+            if (!(de = kvi_engine_create(dm, &dp, &err))) {
+                kvi_sched_free(s);
+                rc = cli_error("serve: cannot create the draft engine: %s", err.msg);
+                goto out;
+            }
+        }
+        if (kvi_sched_set_spec(s, &pp, de, &err) != 0) {
+            kvi_sched_free(s);
+            rc = cli_error("serve: speculative decoding: %s", err.msg);
+            goto out;
+        }
+        fprintf(stderr, "kvinfer: speculative decoding: %s, draft-max %d\n", so.draft_path ? so.draft_path : "ngram",
+                (int)so.draft_max);
+    }
     if (!s || kvi_sched_start(s, &err) != 0) {
         kvi_sched_free(s);
         rc = cli_error("serve: cannot start the scheduler: %s", err.msg);
@@ -213,6 +272,8 @@ int cmd_serve(int argc, char **argv)
 out:
     srv_stop(srv);
     __atomic_store_n(&srv->s, NULL, __ATOMIC_RELEASE);
+    kvi_engine_free(de);
+    kvi_model_free(dm);
     kvi_engine_free(srv->e);
     kvi_model_free(srv->m);
     srv_metrics_free(&srv->metrics);

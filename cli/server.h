@@ -77,6 +77,7 @@ typedef struct srv_params {
     int32_t max_tokens;       /* 0: until end of generation or a full context */
     int n;
     bool stream, include_usage, ignore_eos;
+    bool no_spec;             /* kvinfer's "speculative": false (spec2) */
     kvi_sampler_params sp;
     char *stop[SRV_MAX_STOP];
     int n_stop;

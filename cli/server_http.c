@@ -300,6 +300,7 @@ static enum MHD_Result generate(srv_server *srv, struct MHD_Connection *con, con
         rq.sampling.seed = r->p.sp.seed + (uint64_t)i;
         rq.max_tokens = r->p.max_tokens;
         rq.ignore_eos = r->p.ignore_eos;
+        rq.no_spec = r->p.no_spec;
         rq.on_token = on_token;
         rq.on_done = on_done;
         rq.user = c;

@@ -325,6 +325,11 @@ int srv_parse_request(srv_server *srv, const char *body, size_t len, bool chat, 
     p->n = (int)x;
     if ((rc = bool_field(root, "stream", &p->stream, er))) goto done;
     if ((rc = bool_field(root, "ignore_eos", &p->ignore_eos, er))) goto done;
+    {
+        bool spec = true;   /* kvinfer's own: false opts out of the server's speculation */
+        if ((rc = bool_field(root, "speculative", &spec, er))) goto done;
+        p->no_spec = !spec;
+    }
     const cJSON *so = cJSON_GetObjectItemCaseSensitive(root, "stream_options");
     if (so && !cJSON_IsNull(so)) {
         if (!cJSON_IsObject(so)) { rc = bad(er, "stream_options", "must be an object"); goto done; }
@@ -382,6 +387,14 @@ cJSON *srv_usage_json(srv_req *r)
     cJSON_AddNumberToObject(t, "decode_ms", u0->decode_ms);
     cJSON_AddNumberToObject(t, "kv_bytes", (double)kv);
     cJSON_AddNumberToObject(t, "preempted", u0->n_preempted);
+    int32_t sd = 0, sa = 0;   /* speculative decoding, every choice */
+    for (int i = 0; i < r->p.n; i++) {
+        sd += r->ch[i].usage.spec_drafted;
+        sa += r->ch[i].usage.spec_accepted;
+    }
+    cJSON_AddNumberToObject(t, "spec_drafted", sd);
+    cJSON_AddNumberToObject(t, "spec_accepted", sa);
+    cJSON_AddNumberToObject(t, "spec_acceptance", sd > 0 ? (double)sa / (double)sd : 0.0);
     return u;
 }
 

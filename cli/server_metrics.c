@@ -114,6 +114,10 @@ char *srv_metrics_render(srv_metrics *m, kvi_sched *s)
     counter(&b, "kvinfer_requests_error_total", "counter", "Requests answered with an error.", (double)c.requests_error);
     counter(&b, "kvinfer_preemptions_total", "counter", "Sequences preempted to free KV blocks.", (double)st.n_preemptions);
     counter(&b, "kvinfer_steps_total", "counter", "Forward passes run by the scheduler.", (double)st.n_steps);
+    counter(&b, "kvinfer_spec_drafted_total", "counter", "Draft tokens verified by speculative decoding.",
+            (double)st.n_spec_drafted);
+    counter(&b, "kvinfer_spec_accepted_total", "counter", "Draft tokens accepted by speculative decoding.",
+            (double)st.n_spec_accepted);
     counter(&b, "kvinfer_requests_running", "gauge", "Requests holding a sequence.", st.n_running);
     counter(&b, "kvinfer_requests_waiting", "gauge", "Requests queued for admission.", st.n_waiting);
     counter(&b, "kvinfer_kv_blocks_used", "gauge", "KV cache blocks held by sequences.", st.engine.kv_blocks_used);

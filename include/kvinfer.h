@@ -314,6 +314,9 @@ typedef struct kvi_usage {
     double ttft_ms;           /* submit to first token */
     double decode_ms;         /* first token to last token */
     size_t kv_bytes;          /* KV bytes the sequence held at the end */
+    /* speculative decoding (owner: spec2; kvi_sched_set_spec): draft tokens
+     * verified for this request and how many of them were accepted */
+    int32_t spec_drafted, spec_accepted;
 } kvi_usage;
 
 /* Both run on the scheduler's thread (the engine thread), never concurrently for
@@ -351,6 +354,7 @@ typedef struct kvi_request {
      * (0 .. KVI_LOGPROBS_MAX) alternatives; computed only for such requests. */
     kvi_logprobs_fn on_logprobs;
     int32_t top_logprobs;
+    bool no_spec;             /* (spec2) never speculate for this request, even when enabled */
 } kvi_request;
 
 typedef struct kvi_sched_stats {
@@ -359,6 +363,11 @@ typedef struct kvi_sched_stats {
     uint64_t n_prompt_tokens, n_cached_tokens;   /* prefix cache hit ratio = cached / prompt */
     uint64_t n_done, n_rejected;
     kvi_stats engine;          /* snapshot of kvi_stats_get(e, NULL) after the last step */
+    /* speculative decoding (owner: spec2): draft tokens verified / accepted over
+     * all requests, and the cost of one more verified row at the current load in
+     * units of the step's average row (what kvi_spec_set_costs gets as cost_row) */
+    uint64_t n_spec_drafted, n_spec_accepted;
+    double spec_cost_row;
 } kvi_sched_stats;
 
 void kvi_sched_params_default(kvi_sched_params *p);
@@ -505,6 +514,17 @@ void kvi_spec_set_costs(kvi_spec *s, double cost_row, double cost_draft);
  * for K+1 more. Medians of `reps`. The sequence is left as it was. */
 int kvi_spec_calibrate(kvi_spec *s, kvi_engine *target, kvi_seq *seq, int reps, kvi_error *err);
 void kvi_spec_stats_get(const kvi_spec *s, kvi_spec_stats *out);
+
+/* ---- speculative decoding in the scheduler (owner: spec2) ---------------- */
+
+/* Every request admitted from now on speculates (unless its no_spec is set or it
+ * uses presence/frequency penalties): one kvi_spec per request with parameters p
+ * (NULL: defaults), n-gram lookup when draft is NULL, else drafts from the draft
+ * engine (vocabulary checked; it needs n_seq_max >= the scheduler's n_parallel;
+ * the scheduler drives it from the engine thread only). Call before
+ * kvi_sched_start. The cost of extra rows is measured from the scheduler's own
+ * step times per row count, so under load speculation backs off by itself. */
+int kvi_sched_set_spec(kvi_sched *s, const kvi_spec_params *p, kvi_engine *draft, kvi_error *err);
 
 /* ---- synthetic models (benchmarks and tests) ----------------------------- */
 

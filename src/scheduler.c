@@ -26,6 +26,25 @@
  * KVI_E_NO_KV_SPACE the youngest running request is preempted and the batch
  * rebuilt; (5) sampling and callbacks for rows that wanted logits.
  *
+ * Speculative decoding (kvi_sched_set_spec): a speculating request owns a
+ * kvi_spec whose history equals tokens[0 .. n_tokens). Before the batch is
+ * built, each speculating request with one pending row (tokens[L], L = n_done)
+ * drafts n tokens (bounded by the context, max_tokens and the rows left in the
+ * budget); its rows are (tokens[L], L) and (drafts[i], L+1+i), consecutive in
+ * the batch from q->row, all with logits. After the step kvi_spec_verify gives
+ * m = 1 .. n+1 tokens (out[i] decided by row i), the sequence is cut to L + m
+ * and the tokens are delivered one by one as plain decoding would. Every sampled
+ * token of such a request (also the first, after prefill) goes through
+ * kvi_spec_verify, so its sampler and history stay in step.
+ *   t_rows [rows_cap + 1] double   EMA of kvi_step's ms per row count (0: unseen)
+ * Cost model: the marginal ms of the extra rows at the current load, divided by
+ * the step's average ms per row, is each kvi_spec's cost_row: a plain round's
+ * share of a B-row step is T(B)/B, k more rows cost k * T'(B), so aggregate
+ * tokens per second rise exactly when every sequence's own expected tokens per
+ * unit cost exceed 1 — which is what kvi_spec's adaptive K maximises. With few
+ * rows T' is small (weights streamed once whatever the rows); in a full batch it
+ * approaches T(B)/B and speculation pauses unless nearly every draft is kept.
+ *
  * Invariants: only the engine thread touches the engine, the sequences and
  * `live`; callbacks run on it without the mutex held; every accepted request
  * gets exactly one on_done, after which it is freed. The engine is batch
@@ -59,6 +78,9 @@ typedef struct sreq {
     int32_t n_preempted;
     double t_submit, t_admit, t_prefill0, t_first, t_last;
     struct sreq *next;       /* incoming list */
+    kvi_spec *sp;            /* speculation state; NULL: plain sampling */
+    int32_t *drafts;         /* [spec draft_max] this step's proposal */
+    int32_t n_draft;         /* drafts in this step's batch, rows row+1 .. row+n_draft */
 } sreq;
 
 struct kvi_sched {
@@ -89,6 +111,17 @@ struct kvi_sched {
     int32_t n_view_ids, view_ids_cap;
     bool thread_started, stop;
     pthread_t thread;
+    /* speculative decoding (engine thread only, set before start) */
+    bool spec_on;
+    kvi_spec_params spec_p;
+    kvi_engine *draft;       /* shared draft engine, not owned; NULL: n-gram lookup */
+    double *t_rows;          /* [rows_cap + 1] EMA of step ms by row count, 0: unseen */
+    int32_t rows_cap;
+    double draft_ms_tok;     /* EMA of the draft model's ms per drafted token */
+    int32_t spec_rows_prev;  /* draft rows of the previous step */
+    const float **spec_lg;   /* [draft_max + 1] logits of a request's rows */
+    int32_t *spec_out;       /* [draft_max + 1] tokens kvi_spec_verify returns */
+    uint64_t step_drafted, step_accepted;   /* this step's, added to st in snapshot */
 };
 
 void kvi_sched_params_default(kvi_sched_params *p)
@@ -145,6 +178,8 @@ static void sreq_free(sreq *q)
     if (!q) return;
     if (q->seq) kvi_seq_free(q->seq);
     kvi_sampler_free(q->smp);
+    kvi_spec_free(q->sp);
+    free(q->drafts);
     free(q->tokens);
     free(q);
 }
@@ -162,6 +197,12 @@ static void finish(kvi_sched *s, sreq *q, kvi_finish f, const kvi_error *err)
     u.prefill_ms = q->t_first > 0 && q->t_prefill0 > 0 ? q->t_first - q->t_prefill0 : 0.0;
     u.ttft_ms = q->t_first > 0 ? q->t_first - q->t_submit : 0.0;
     u.decode_ms = q->t_first > 0 ? q->t_last - q->t_first : 0.0;
+    if (q->sp) {
+        kvi_spec_stats ss;
+        kvi_spec_stats_get(q->sp, &ss);
+        u.spec_drafted = (int32_t)ss.n_drafted;
+        u.spec_accepted = (int32_t)ss.n_accepted;
+    }
     if (q->seq) {
         kvi_stats ks;
         kvi_stats_get(s->e, q->seq, &ks);
@@ -311,6 +352,145 @@ static int take_incoming(kvi_sched *s, kvi_error *err)
 
 static int32_t blocks_for(int32_t n_pos, int32_t bs) { return (n_pos + bs - 1) / bs; }
 
+/* ---- speculative decoding ---- */
+
+int kvi_sched_set_spec(kvi_sched *s, const kvi_spec_params *p, kvi_engine *draft, kvi_error *err)
+{
+    if (!s) return kvi_err_set(err, KVI_E_INVALID, "scheduler: no scheduler");
+    if (s->thread_started) return kvi_err_set(err, KVI_E_INVALID, "scheduler: speculation is set before the start");
+    kvi_spec_params pp;
+    if (p) pp = *p;
+    else kvi_spec_params_default(&pp);
+    /* the same checks kvi_spec_create makes, up front: a bad setting fails here, not per request */
+    kvi_spec *probe = kvi_spec_create(&pp, s->m, NULL, NULL, err);
+    if (!probe) return err ? err->code : KVI_E_INVALID;
+    kvi_spec_free(probe);
+    if (draft && kvi_spec_check_vocab(s->m, kvi_engine_model(draft), err) != 0) return err ? err->code : KVI_E_INVALID;
+    s->rows_cap = s->p.batch_tokens + s->p.n_parallel;
+    free(s->t_rows);
+    free(s->spec_lg);
+    free(s->spec_out);
+    s->t_rows = calloc((size_t)s->rows_cap + 1, sizeof *s->t_rows);
+    s->spec_lg = malloc(((size_t)pp.draft_max + 1) * sizeof *s->spec_lg);
+    s->spec_out = malloc(((size_t)pp.draft_max + 1) * sizeof *s->spec_out);
+    if (!s->t_rows || !s->spec_lg || !s->spec_out) {
+        s->spec_on = false;
+        return kvi_err_set(err, KVI_E_NOMEM, "scheduler: out of memory for speculation");
+    }
+    s->spec_p = pp;
+    s->draft = draft;
+    s->spec_on = true;
+    return 0;
+}
+
+/* At first admission: a kvi_spec whose history is the request's tokens. Requests
+ * that opt out, and those with OpenAI penalties (kvi_spec_verify records tokens
+ * with kvi_sampler_accept, which does not count them as generated), stay plain;
+ * so does any request whose state cannot be made (no draft sequence free). */
+static void spec_attach(kvi_sched *s, sreq *q)
+{
+    if (!s->spec_on || q->r.no_spec || q->sp) return;
+    if (q->r.sampling.presence_penalty != 0.0f || q->r.sampling.frequency_penalty != 0.0f) return;
+    kvi_error e2 = {0};
+    q->drafts = malloc((size_t)s->spec_p.draft_max * sizeof *q->drafts);
+    q->sp = q->drafts ? kvi_spec_create(&s->spec_p, s->m, s->draft, &q->r.sampling, &e2) : NULL;
+    if (q->sp && kvi_spec_begin(q->sp, q->tokens, q->n_tokens, &e2) != 0) {
+        kvi_spec_free(q->sp);
+        q->sp = NULL;
+    }
+    if (!q->sp) {
+        free(q->drafts);
+        q->drafts = NULL;
+    }
+}
+
+/* Measured ms of a step of r rows: the EMA at r, else linear between the nearest
+ * measured counts around r; past the largest, every further row is charged the
+ * average row of the largest (pessimistic: speculation must first prove itself
+ * at a size before it is trusted there). 0 when nothing was measured. */
+static double step_ms_at(const kvi_sched *s, int32_t r)
+{
+    if (r < 1) r = 1;
+    if (r > s->rows_cap) r = s->rows_cap;
+    if (s->t_rows[r] > 0.0) return s->t_rows[r];
+    int32_t lo = r - 1, hi = r + 1;
+    while (lo >= 1 && s->t_rows[lo] <= 0.0) lo--;
+    while (hi <= s->rows_cap && s->t_rows[hi] <= 0.0) hi++;
+    if (lo >= 1 && hi <= s->rows_cap)
+        return s->t_rows[lo] + (s->t_rows[hi] - s->t_rows[lo]) * (double)(r - lo) / (double)(hi - lo);
+    if (lo >= 1) return s->t_rows[lo] * (double)r / (double)lo;
+    if (hi <= s->rows_cap) return s->t_rows[hi];
+    return 0.0;
+}
+
+/* cost_row for a step of b plain rows plus about x draft rows: T'(b) / (T(b) / b). */
+static double spec_cost_row(const kvi_sched *s, int32_t b, int32_t x)
+{
+    if (b < 1) b = 1;
+    if (x < 1) x = 1;
+    const double tb = step_ms_at(s, b), tx = step_ms_at(s, b + x);
+    if (tb <= 0.0 || tx <= 0.0) return -1.0;   /* nothing measured: kvi_spec's prior */
+    double c = (tx - tb) / (double)x / (tb / (double)b);
+    if (c < 0.0) c = 0.0;
+    if (c > 2.0) c = 2.0;
+    return c;
+}
+
+static void spec_observe_step(kvi_sched *s, int32_t rows, double ms)
+{
+    if (!s->spec_on || rows < 1 || rows > s->rows_cap || !(ms > 0.0)) return;
+    double *t = &s->t_rows[rows];
+    *t = *t > 0.0 ? 0.8 * *t + 0.2 * ms : ms;
+}
+
+/* Before the batch: every speculating request with one pending row proposes
+ * its drafts, within the context, max_tokens and the rows the budget leaves. */
+static void spec_draft_all(kvi_sched *s)
+{
+    if (!s->spec_on) return;
+    int32_t n_plain = 0;
+    for (int i = 0; i < s->n_live; i++) {
+        sreq *q = s->live[i];
+        q->n_draft = 0;
+        if (q->state == SREQ_RUNNING && q->n_tokens - q->n_done == 1) n_plain++;
+    }
+    int32_t budget = s->p.batch_tokens - n_plain;
+    const int32_t x_guess = s->spec_rows_prev > 0 ? s->spec_rows_prev : n_plain;
+    const double c_row = spec_cost_row(s, n_plain, x_guess);
+    const double avg_row = n_plain > 0 ? step_ms_at(s, n_plain) / (double)n_plain : 0.0;
+    const double c_draft = s->draft && avg_row > 0.0 && s->draft_ms_tok > 0.0 ? s->draft_ms_tok / avg_row : -1.0;
+    pthread_mutex_lock(&s->mu);
+    if (c_row >= 0.0) s->st.spec_cost_row = c_row;
+    pthread_mutex_unlock(&s->mu);
+    int32_t rows = 0;
+    for (int i = 0; i < s->n_live; i++) {
+        sreq *q = s->live[i];
+        if (!q->sp || q->state != SREQ_RUNNING || q->n_tokens - q->n_done != 1) continue;
+        const int32_t L = q->n_done;
+        int32_t kmax = s->spec_p.draft_max;
+        if (kmax > s->n_ctx - L - 1) kmax = s->n_ctx - L - 1;       /* drafts at L+1 .. L+k < n_ctx */
+        if (q->r.max_tokens > 0) {
+            const int32_t left = q->r.max_tokens - (q->n_tokens - q->n_prompt);
+            if (kmax > left - 1) kmax = left - 1;                     /* a round yields up to k+1 */
+        }
+        if (kmax > budget) kmax = budget;
+        if (kmax < 0) kmax = 0;
+        kvi_spec_set_costs(q->sp, c_row, c_draft);
+        const double t0 = kvi_time_ms();
+        kvi_error e2 = {0};
+        int32_t n = kvi_spec_draft(q->sp, kmax, q->drafts, &e2);
+        if (n < 0 || n > kmax) n = 0;   /* a failed draft is a plain round */
+        if (s->draft && n > 0) {
+            const double ms = (kvi_time_ms() - t0) / (double)n;
+            s->draft_ms_tok = s->draft_ms_tok > 0.0 ? 0.8 * s->draft_ms_tok + 0.2 * ms : ms;
+        }
+        q->n_draft = n;
+        budget -= n;
+        rows += n;
+    }
+    s->spec_rows_prev = rows;
+}
+
 /* (2) Admission, oldest first with preempted requests ahead of new ones. */
 static void admit(kvi_sched *s)
 {
@@ -372,6 +552,7 @@ static void admit(kvi_sched *s)
         free_blocks -= need;
         n_running++;
         if (first) best->cached = reused < best->n_prompt ? reused : best->n_prompt;
+        if (first) spec_attach(s, best);
         pthread_mutex_lock(&s->mu);
         s->n_waiting--;
         if (first) {
@@ -394,6 +575,7 @@ static int32_t build_batch(kvi_sched *s, double t_step, int32_t *n_prefill)
         q->row = -1;
         if (q->state != SREQ_RUNNING || q->n_tokens - q->n_done != 1) continue;
         q->row = kvi_batch_add(b, q->seq, q->tokens[q->n_done], q->n_done, true);
+        for (int32_t k = 0; k < q->n_draft; k++) kvi_batch_add(b, q->seq, q->drafts[k], q->n_done + 1 + k, true);
     }
     int32_t budget = s->p.batch_tokens - kvi_batch_n_rows(b);
     while (budget > 0) {
@@ -520,8 +702,11 @@ static void snapshot(kvi_sched *s, uint64_t steps, int32_t n_prefill, int32_t n_
     s->st.n_steps += steps;
     s->st.n_prefill_tokens += (uint64_t)n_prefill;
     s->st.n_decode_tokens += (uint64_t)n_decode;
+    s->st.n_spec_drafted += s->step_drafted;
+    s->st.n_spec_accepted += s->step_accepted;
     view_update(s);
     pthread_mutex_unlock(&s->mu);
+    s->step_drafted = s->step_accepted = 0;
 }
 
 /* The log-probabilities of a token sampled from logits, for a request that
@@ -537,19 +722,85 @@ static void deliver_logprobs(const kvi_sched *s, const sreq *q, const float *log
     q->r.on_logprobs(q->r.user, tok, lp, ids, lps, n);
 }
 
+/* Hands one sampled token (already given to the sampler) to the request: end of
+ * generation, logprobs, on_token, then max_tokens and the context. true when the
+ * request is finished, with *f its reason. */
+static bool deliver(kvi_sched *s, sreq *q, const float *logits, int32_t tok, double t_done, kvi_finish *f)
+{
+    if (q->t_first == 0) q->t_first = t_done;
+    q->t_last = t_done;
+    const int32_t bos = kvi_token_bos(s->m);
+    if (!q->r.ignore_eos && tok != bos && kvi_token_is_eog(s->m, tok)) {
+        *f = KVI_FINISH_STOP;
+        return true;
+    }
+    q->tokens[q->n_tokens++] = tok;
+    if (q->r.on_logprobs) deliver_logprobs(s, q, logits, tok);
+    const bool more = q->r.on_token ? q->r.on_token(q->r.user, tok) : true;
+    const int32_t n_gen = q->n_tokens - q->n_prompt;
+    if (!more) {
+        *f = KVI_FINISH_STOP;
+        return true;
+    }
+    if ((q->r.max_tokens > 0 && n_gen >= q->r.max_tokens) || q->n_tokens > s->n_ctx || q->n_tokens >= q->cap) {
+        *f = KVI_FINISH_LENGTH;
+        return true;
+    }
+    return false;
+}
+
+/* A speculating request's round after the step: verify the rows from q->row,
+ * keep the accepted positions, deliver the tokens. true when it finished. */
+static bool spec_round(kvi_sched *s, sreq *q, double t_done, kvi_finish *f, kvi_error *le)
+{
+    const int32_t n = q->n_draft;
+    for (int32_t k = 0; k <= n; k++) s->spec_lg[k] = kvi_logits(s->e, q->row + k);
+    const int32_t L = q->n_tokens - 1;   /* the round's first row holds tokens[L] at L */
+    const int32_t m = kvi_spec_verify(q->sp, q->smp, s->spec_lg, n, s->spec_out, le);
+    q->row = -1;
+    q->n_draft = 0;
+    if (m < 1) {
+        if (m >= 0) kvi_err_set(le, KVI_E_INVALID, "scheduler: speculative verification returned no token");
+        *f = KVI_FINISH_ERROR;
+        return true;
+    }
+    if (n > 0) {
+        s->step_drafted += (uint64_t)n;
+        s->step_accepted += (uint64_t)(m - 1 < n ? m - 1 : n);
+        kvi_seq_truncate(q->seq, L + m);   /* drops the rejected draft positions */
+    }
+    q->n_done = L + m;
+    for (int32_t k = 0; k < m; k++)
+        if (deliver(s, q, s->spec_lg[k], s->spec_out[k], t_done, f)) return true;
+    return false;
+}
+
 int kvi_sched_step(kvi_sched *s, kvi_error *err)
 {
     take_incoming(s, err);
     admit(s);
+    spec_draft_all(s);
     const double t_step = kvi_time_ms();
     int32_t n_prefill = 0, n_rows = 0;
     for (;;) {
         n_rows = build_batch(s, t_step, &n_prefill);
         if (n_rows == 0) break;
         kvi_error se = {0};
+        const double t0 = kvi_time_ms();
         int rc = kvi_step(s->e, s->batch, &se);
-        if (rc == 0) break;
-        if (rc == KVI_E_NO_KV_SPACE && preempt_youngest(s)) continue;
+        if (rc == 0) {
+            spec_observe_step(s, n_rows, kvi_time_ms() - t0);
+            break;
+        }
+        if (rc == KVI_E_NO_KV_SPACE) {
+            /* drafts go first (a round without them is a plain step), then the youngest */
+            bool had_drafts = false;
+            for (int i = 0; i < s->n_live; i++) {
+                had_drafts |= s->live[i]->n_draft > 0;
+                s->live[i]->n_draft = 0;
+            }
+            if (had_drafts || preempt_youngest(s)) continue;
+        }
         /* nothing left to preempt, or a real error: fail the rows' requests */
         for (int i = 0; i < s->n_live;) {
             sreq *q = s->live[i];
@@ -578,43 +829,28 @@ int kvi_sched_step(kvi_sched *s, kvi_error *err)
                 i++;
                 continue;
             }
-            q->n_done = q->n_tokens;
-            const float *logits = kvi_logits(s->e, q->row);
-            q->row = -1;
             kvi_finish f = KVI_FINISH_LENGTH;
             bool done = false;
-            if (!logits) {
-                kvi_error le;
-                kvi_err_set(&le, KVI_E_INVALID, "scheduler: no logits for a row that asked for them");
-                live_remove(s, i);
-                finish(s, q, KVI_FINISH_ERROR, &le);
-                continue;
-            }
-            const int32_t tok = kvi_sampler_sample(q->smp, logits);
-            kvi_sampler_accept_output(q->smp, tok);
-            if (q->t_first == 0) q->t_first = t_done;
-            q->t_last = t_done;
-            const int32_t bos = kvi_token_bos(s->m);
-            if (!q->r.ignore_eos && tok != bos && kvi_token_is_eog(s->m, tok)) {
-                f = KVI_FINISH_STOP;
-                done = true;
+            kvi_error le = {0};
+            if (q->sp) {
+                done = spec_round(s, q, t_done, &f, &le);
             } else {
-                q->tokens[q->n_tokens++] = tok;
-                if (q->r.on_logprobs) deliver_logprobs(s, q, logits, tok);
-                const bool more = q->r.on_token ? q->r.on_token(q->r.user, tok) : true;
-                const int32_t n_gen = q->n_tokens - q->n_prompt;
-                if (!more) {
-                    f = KVI_FINISH_STOP;
+                q->n_done = q->n_tokens;
+                const float *logits = kvi_logits(s->e, q->row);
+                q->row = -1;
+                if (!logits) {
+                    kvi_err_set(&le, KVI_E_INVALID, "scheduler: no logits for a row that asked for them");
+                    f = KVI_FINISH_ERROR;
                     done = true;
-                } else if ((q->r.max_tokens > 0 && n_gen >= q->r.max_tokens) || q->n_tokens > s->n_ctx ||
-                           q->n_tokens >= q->cap) {
-                    f = KVI_FINISH_LENGTH;
-                    done = true;
+                } else {
+                    const int32_t tok = kvi_sampler_sample(q->smp, logits);
+                    kvi_sampler_accept_output(q->smp, tok);
+                    done = deliver(s, q, logits, tok, t_done, &f);
                 }
             }
             if (done) {
                 live_remove(s, i);
-                finish(s, q, f, NULL);
+                finish(s, q, f, f == KVI_FINISH_ERROR ? &le : NULL);
             } else {
                 i++;
             }
@@ -689,6 +925,9 @@ void kvi_sched_free(kvi_sched *s)
     free(s->view);
     free(s->view_off);
     free(s->view_ids);
+    free(s->t_rows);
+    free(s->spec_lg);
+    free(s->spec_out);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     free(s);
