@@ -45,7 +45,7 @@
 
 static float dot_scalar(const float *a, const float *b, int64_t n);
 
-static const kvi_kernel_table TAB_SCALAR = {KVI_ISA_SCALAR, dot_scalar, NULL, NULL};
+static const kvi_kernel_table TAB_SCALAR = {KVI_ISA_SCALAR, dot_scalar, NULL, NULL, NULL};
 
 static _Atomic(const kvi_kernel_table *) g_tab;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -198,6 +198,31 @@ static float dot_blockwise(const mm_ctx *c, const float *x, const uint8_t *w)
     return s;
 }
 
+/* y[r * ldy + t] = dot(x_r, w_t) for r < n_rows, t < nt (w_t at w + t * ldw), in
+ * register tiles of 3 x 2 where the ISA has them: the same bits as dot. */
+static void dots(const kvi_kernel_table *tb, const float *x, int64_t ldx, int64_t n_rows, const float *w,
+                 int64_t ldw, int64_t nt, int64_t n, float *y, int64_t ldy)
+{
+    int64_t r = 0;
+    if (tb->dot_3x2 && n % 64 == 0) {
+        float o[6];
+        for (; r + 3 <= n_rows; r += 3) {
+            int64_t t = 0;
+            for (; t + 2 <= nt; t += 2) {
+                tb->dot_3x2(x + r * ldx, ldx, w + t * ldw, ldw, n, o);
+                for (int i = 0; i < 3; i++) {
+                    y[(r + i) * ldy + t] = o[2 * i];
+                    y[(r + i) * ldy + t + 1] = o[2 * i + 1];
+                }
+            }
+            for (; t < nt; t++)
+                for (int i = 0; i < 3; i++) y[(r + i) * ldy + t] = tb->dot(x + (r + i) * ldx, w + t * ldw, n);
+        }
+    }
+    for (; r < n_rows; r++)
+        for (int64_t t = 0; t < nt; t++) y[r * ldy + t] = tb->dot(x + r * ldx, w + t * ldw, n);
+}
+
 static void mm_worker(void *vctx, int ith, int nth)
 {
     const mm_ctx *c = vctx;
@@ -205,15 +230,12 @@ static void mm_worker(void *vctx, int ith, int nth)
     const int64_t n_in = W->n_in;
     const int64_t j0 = W->n_out * ith / nth, j1 = W->n_out * (ith + 1) / nth;
     const uint8_t *base = W->data;
-    float (*dot)(const float *, const float *, int64_t) = c->tab->dot;
 
     if (W->type == KVI_TYPE_F32) {
         for (int64_t jt = j0; jt < j1; jt += c->tile) {
             int64_t nt = j1 - jt < c->tile ? j1 - jt : c->tile;
-            for (int64_t r = 0; r < c->n_rows; r++)
-                for (int64_t t = 0; t < nt; t++)
-                    c->y[r * c->ldy + jt + t] =
-                        dot(c->x + r * c->ldx, (const float *)(base + (size_t)(jt + t) * c->row_bytes), n_in);
+            dots(c->tab, c->x, c->ldx, c->n_rows, (const float *)(base + (size_t)jt * c->row_bytes),
+                 (int64_t)(c->row_bytes / sizeof(float)), nt, n_in, c->y + jt, c->ldy);
         }
         return;
     }
@@ -230,9 +252,7 @@ static void mm_worker(void *vctx, int ith, int nth)
         int64_t nt = j1 - jt < c->tile ? j1 - jt : c->tile;
         for (int64_t t = 0; t < nt; t++)
             dequant_with(c->tab, W->type, base + (size_t)(jt + t) * c->row_bytes, scr + t * n_in, n_in);
-        for (int64_t r = 0; r < c->n_rows; r++)
-            for (int64_t t = 0; t < nt; t++)
-                c->y[r * c->ldy + jt + t] = dot(c->x + r * c->ldx, scr + t * n_in, n_in);
+        dots(c->tab, c->x, c->ldx, c->n_rows, scr, n_in, nt, n_in, c->y + jt, c->ldy);
     }
 }
 

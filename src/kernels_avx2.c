@@ -236,4 +236,4 @@ static inline int32_t q8_idot(const int8_t *a, const int8_t *b, int n)
 static int qgemm_avx2(const kvi_qgemm_args *a) { return q8_rows(a); }
 #pragma GCC pop_options
 
-const kvi_kernel_table kvi_kernels_avx2 = {KVI_ISA_AVX2, dot_avx2, kvi_dequant_avx2, qgemm_avx2};
+const kvi_kernel_table kvi_kernels_avx2 = {KVI_ISA_AVX2, dot_avx2, kvi_dequant_avx2, NULL, qgemm_avx2};

@@ -27,6 +27,9 @@ typedef struct kvi_kernel_table {
     float (*dot)(const float *a, const float *b, int64_t n);
     /* n elements of type t into dst; returns 0 when the type has no fast path */
     int (*dequant)(kvi_type t, const void *src, float *dst, int64_t n);
+    /* out[2r + t] = dot(x + r * ldx, w + t * ldw, n) for r < 3, t < 2, with dot's
+     * bits; n a multiple of 64; NULL when the ISA has none */
+    void (*dot_3x2)(const float *x, int64_t ldx, const float *w, int64_t ldw, int64_t n, float out[6]);
     /* integer product with quantised activations; 1 when done, 0 to fall back */
     int (*qgemm)(const kvi_qgemm_args *a);
 } kvi_kernel_table;
