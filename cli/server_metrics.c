@@ -118,6 +118,9 @@ char *srv_metrics_render(srv_metrics *m, kvi_sched *s)
             (double)st.n_spec_drafted);
     counter(&b, "kvinfer_spec_accepted_total", "counter", "Draft tokens accepted by speculative decoding.",
             (double)st.n_spec_accepted);
+    counter(&b, "kvinfer_spec_cost_row", "gauge",
+            "Measured cost of one more verified row at the current load, in average rows of a step.",
+            st.spec_cost_row);
     counter(&b, "kvinfer_requests_running", "gauge", "Requests holding a sequence.", st.n_running);
     counter(&b, "kvinfer_requests_waiting", "gauge", "Requests queued for admission.", st.n_waiting);
     counter(&b, "kvinfer_kv_blocks_used", "gauge", "KV cache blocks held by sequences.", st.engine.kv_blocks_used);

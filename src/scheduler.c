@@ -423,15 +423,24 @@ static double step_ms_at(const kvi_sched *s, int32_t r)
     return 0.0;
 }
 
-/* cost_row for a step of b plain rows plus about x draft rows: T'(b) / (T(b) / b). */
+/* Least cost_row ever used: step times are noisy (other processes, attention
+ * over longer contexts), and a measured 0 would make any acceptance above 0
+ * look worth drafting for; with this floor a sequence whose drafts are almost
+ * never kept pauses. */
+#define SPEC_COST_ROW_MIN 0.05
+
+/* cost_row for a step of b plain rows plus about x draft rows: T'(b) / (T(b) / b),
+ * the slope taken over at least max(4, b / 2) rows so that two noisy neighbours
+ * do not decide it. */
 static double spec_cost_row(const kvi_sched *s, int32_t b, int32_t x)
 {
     if (b < 1) b = 1;
-    if (x < 1) x = 1;
+    const int32_t span = b / 2 > 4 ? b / 2 : 4;
+    if (x < span) x = span;
     const double tb = step_ms_at(s, b), tx = step_ms_at(s, b + x);
     if (tb <= 0.0 || tx <= 0.0) return -1.0;   /* nothing measured: kvi_spec's prior */
     double c = (tx - tb) / (double)x / (tb / (double)b);
-    if (c < 0.0) c = 0.0;
+    if (c < SPEC_COST_ROW_MIN) c = SPEC_COST_ROW_MIN;
     if (c > 2.0) c = 2.0;
     return c;
 }
