@@ -122,7 +122,7 @@ float kvi_q8_dot_ref(kvi_type t, const void *w, const void *xq, int64_t n)
     if (kvi_q8_act_type(t) == KVI_TYPE_Q8_0) {
         const size_t bb = kvi_type_block_bytes(t);
         const kvi_q8a *x = xq;
-        int lv[32];
+        int8_t lv[32];
         for (int64_t b = 0; b < n / 32; b++) {
             float d, m;
             unpack32(t, wp + (size_t)b * bb, lv, &d, &m);
@@ -136,7 +136,8 @@ float kvi_q8_dot_ref(kvi_type t, const void *w, const void *xq, int64_t n)
     if (kvi_q8_act_type(t) != KVI_TYPE_Q8_K) return NAN;
     const size_t bb = kvi_type_block_bytes(t);
     const kvi_q8k *x = xq;
-    int lv[QK_K], sc[16], mn[8];
+    int8_t lv[QK_K];
+    int sc[16], mn[8];
     for (int64_t b = 0; b < n / QK_K; b++) {
         float d, dmin;
         unpack256(t, wp + (size_t)b * bb, lv, sc, mn, &d, &dmin);

@@ -33,7 +33,7 @@ static void scale_min_k4(int j, const uint8_t *q, int *sc, int *mn)
 
 /* One 32-input block of a legacy type: levels lv (offset removed for _0 types),
  * scale d and min m (0 for the _0 types). */
-static void unpack32(kvi_type t, const uint8_t *p, int lv[32], float *d, float *m)
+static void unpack32(kvi_type t, const uint8_t *p, int8_t lv[32], float *d, float *m)
 {
     uint32_t qh;
     *m = 0.0f;
@@ -41,15 +41,15 @@ static void unpack32(kvi_type t, const uint8_t *p, int lv[32], float *d, float *
     case KVI_TYPE_Q8_0: {
         const block_q8_0 *b = (const block_q8_0 *)p;
         *d = F16(b->d);
-        for (int i = 0; i < 32; i++) lv[i] = b->qs[i];
+        memcpy(lv, b->qs, 32);
         break;
     }
     case KVI_TYPE_Q4_0: {
         const block_q4_0 *b = (const block_q4_0 *)p;
         *d = F16(b->d);
         for (int i = 0; i < 16; i++) {
-            lv[i] = (b->qs[i] & 0xf) - 8;
-            lv[i + 16] = (b->qs[i] >> 4) - 8;
+            lv[i] = (int8_t)((b->qs[i] & 0xf) - 8);
+            lv[i + 16] = (int8_t)((b->qs[i] >> 4) - 8);
         }
         break;
     }
@@ -58,8 +58,8 @@ static void unpack32(kvi_type t, const uint8_t *p, int lv[32], float *d, float *
         *d = F16(b->d);
         *m = F16(b->m);
         for (int i = 0; i < 16; i++) {
-            lv[i] = b->qs[i] & 0xf;
-            lv[i + 16] = b->qs[i] >> 4;
+            lv[i] = (int8_t)(b->qs[i] & 0xf);
+            lv[i + 16] = (int8_t)(b->qs[i] >> 4);
         }
         break;
     }
@@ -68,8 +68,8 @@ static void unpack32(kvi_type t, const uint8_t *p, int lv[32], float *d, float *
         *d = F16(b->d);
         memcpy(&qh, b->qh, 4);
         for (int i = 0; i < 16; i++) {
-            lv[i] = ((b->qs[i] & 0xf) | (int)((qh >> i) & 1) << 4) - 16;
-            lv[i + 16] = ((b->qs[i] >> 4) | (int)((qh >> (i + 16)) & 1) << 4) - 16;
+            lv[i] = (int8_t)(((b->qs[i] & 0xf) | (int)((qh >> i) & 1) << 4) - 16);
+            lv[i + 16] = (int8_t)(((b->qs[i] >> 4) | (int)((qh >> (i + 16)) & 1) << 4) - 16);
         }
         break;
     }
@@ -79,8 +79,8 @@ static void unpack32(kvi_type t, const uint8_t *p, int lv[32], float *d, float *
         *m = F16(b->m);
         memcpy(&qh, b->qh, 4);
         for (int i = 0; i < 16; i++) {
-            lv[i] = (b->qs[i] & 0xf) | (int)((qh >> i) & 1) << 4;
-            lv[i + 16] = (b->qs[i] >> 4) | (int)((qh >> (i + 16)) & 1) << 4;
+            lv[i] = (int8_t)((b->qs[i] & 0xf) | (int)((qh >> i) & 1) << 4);
+            lv[i + 16] = (int8_t)((b->qs[i] >> 4) | (int)((qh >> (i + 16)) & 1) << 4);
         }
         break;
     }
@@ -89,7 +89,7 @@ static void unpack32(kvi_type t, const uint8_t *p, int lv[32], float *d, float *
 
 /* One 256-input K-quant block: levels lv, per-16 scales sc16 (Q6_K) or per-32
  * scales/mins sc32/mn32 (Q4_K/Q5_K), d and dmin. */
-static void unpack256(kvi_type t, const uint8_t *p, int lv[QK_K], int sc[16], int mn[8], float *d,
+static void unpack256(kvi_type t, const uint8_t *p, int8_t lv[QK_K], int sc[16], int mn[8], float *d,
                       float *dmin)
 {
     if (t == KVI_TYPE_Q6_K) {
@@ -98,12 +98,12 @@ static void unpack256(kvi_type t, const uint8_t *p, int lv[QK_K], int sc[16], in
         *dmin = 0.0f;
         for (int h = 0; h < 2; h++) {
             const uint8_t *ql = b->ql + 64 * h, *qh = b->qh + 32 * h;
-            int *o = lv + 128 * h;
+            int8_t *o = lv + 128 * h;
             for (int l = 0; l < 32; l++) {
-                o[l] = ((ql[l] & 0xf) | ((qh[l] >> 0) & 3) << 4) - 32;
-                o[l + 32] = ((ql[l + 32] & 0xf) | ((qh[l] >> 2) & 3) << 4) - 32;
-                o[l + 64] = ((ql[l] >> 4) | ((qh[l] >> 4) & 3) << 4) - 32;
-                o[l + 96] = ((ql[l + 32] >> 4) | ((qh[l] >> 6) & 3) << 4) - 32;
+                o[l] = (int8_t)(((ql[l] & 0xf) | ((qh[l] >> 0) & 3) << 4) - 32);
+                o[l + 32] = (int8_t)(((ql[l + 32] & 0xf) | ((qh[l] >> 2) & 3) << 4) - 32);
+                o[l + 64] = (int8_t)(((ql[l] >> 4) | ((qh[l] >> 4) & 3) << 4) - 32);
+                o[l + 96] = (int8_t)(((ql[l + 32] >> 4) | ((qh[l] >> 6) & 3) << 4) - 32);
             }
         }
         for (int i = 0; i < 16; i++) sc[i] = b->scales[i];
@@ -119,14 +119,14 @@ static void unpack256(kvi_type t, const uint8_t *p, int lv[QK_K], int sc[16], in
     for (int c = 0; c < 4; c++) {
         const uint8_t *q = qs + 32 * c;
         for (int l = 0; l < 32; l++) {
-            int h0 = 0, h1 = 0;
-            if (t == KVI_TYPE_Q5_K) {
-                h0 = (b5->qh[l] >> (2 * c)) & 1;
-                h1 = (b5->qh[l] >> (2 * c + 1)) & 1;
-            }
-            lv[64 * c + l] = (q[l] & 0xf) | h0 << 4;
-            lv[64 * c + 32 + l] = (q[l] >> 4) | h1 << 4;
+            lv[64 * c + l] = (int8_t)(q[l] & 0xf);
+            lv[64 * c + 32 + l] = (int8_t)(q[l] >> 4);
         }
+        if (t == KVI_TYPE_Q5_K)
+            for (int l = 0; l < 32; l++) {
+                lv[64 * c + l] = (int8_t)(lv[64 * c + l] | ((b5->qh[l] >> (2 * c)) & 1) << 4);
+                lv[64 * c + 32 + l] = (int8_t)(lv[64 * c + 32 + l] | ((b5->qh[l] >> (2 * c + 1)) & 1) << 4);
+            }
     }
     for (int j = 0; j < 8; j++) scale_min_k4(j, scales, &sc[j], &mn[j]);
 }
@@ -158,15 +158,13 @@ static int q8_rows(const kvi_qgemm_args *a)
     const size_t bb = kvi_type_block_bytes(t);
     int8_t *lv8 = a->scratch;                                      /* [n_in] levels */
     q8_blk *blk = (q8_blk *)((uint8_t *)a->scratch + ((a->n_in + 63) & ~(int64_t)63)); /* [nb] */
-    int lv[QK_K];
     for (int64_t j = a->j0; j < a->j1; j++) {
         const uint8_t *w = a->w + (size_t)j * a->w_rb;
         for (int64_t b = 0; b < nb; b++) {
+            /* every field q8_rows reads below is written here */
             q8_blk *k = &blk[b];
-            memset(k, 0, sizeof *k);
-            if (kq) unpack256(t, w + (size_t)b * bb, lv, k->sc, k->mn, &k->d, &k->m);
-            else unpack32(t, w + (size_t)b * bb, lv, &k->d, &k->m);
-            for (int64_t i = 0; i < be; i++) lv8[b * be + i] = (int8_t)lv[i];
+            if (kq) unpack256(t, w + (size_t)b * bb, lv8 + b * be, k->sc, k->mn, &k->d, &k->m);
+            else unpack32(t, w + (size_t)b * bb, lv8 + b * be, &k->d, &k->m);
         }
         for (int64_t r = 0; r < a->n_rows; r++) {
             float acc = 0.0f;
