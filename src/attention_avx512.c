@@ -43,13 +43,16 @@ INLINE512 void scores_tile(const attn_blk *b, int i0, int t0, int tn, const int 
 {
     const int nqp = b->nqp, hd = b->hd;
     const float *kp[8];
+    #pragma GCC unroll 8
     for (int j = 0; j < 8; j++) kp[j] = b->k + (size_t)(t0 + (j < tn ? j : 0)) * hd;
     __m512 a0[8], a1[8];
+    #pragma GCC unroll 8
     for (int j = 0; j < 8; j++) a0[j] = a1[j] = _mm512_setzero_ps();
     const float *q = b->qt + i0;
     for (int d = 0; d < hd; d++, q += nqp) {
         const __m512 q0 = _mm512_loadu_ps(q);
         const __m512 q1 = A == 2 ? _mm512_loadu_ps(q + 16) : q0;
+        #pragma GCC unroll 8
         for (int j = 0; j < 8; j++) {
             const __m512 kb = _mm512_set1_ps(kp[j][d]);
             a0[j] = _mm512_fmadd_ps(q0, kb, a0[j]);
@@ -57,6 +60,7 @@ INLINE512 void scores_tile(const attn_blk *b, int i0, int t0, int tn, const int 
         }
     }
     const __m512 sc = _mm512_set1_ps(b->scale);
+    #pragma GCC unroll 8
     for (int j = 0; j < tn; j++) {
         float *st = b->s + (size_t)(t0 + j) * nqp + i0;
         _mm512_storeu_ps(st, _mm512_mul_ps(a0[j], sc));
@@ -82,6 +86,7 @@ INLINE512 void pv_tile(const attn_blk *b, int i0, int d0, const int A, const int
 {
     const int nqp = b->nqp, hd = b->hd;
     __m512 a0[8], a1[8];
+    #pragma GCC unroll 8
     for (int j = 0; j < DN; j++) {
         a0[j] = _mm512_loadu_ps(b->acc + (size_t)(d0 + j) * nqp + i0);
         if (A == 2) a1[j] = _mm512_loadu_ps(b->acc + (size_t)(d0 + j) * nqp + i0 + 16);
@@ -91,12 +96,14 @@ INLINE512 void pv_tile(const attn_blk *b, int i0, int d0, const int A, const int
         const float *vt = b->v + (size_t)t * hd + d0;
         const __m512 e0 = _mm512_loadu_ps(e);
         const __m512 e1 = A == 2 ? _mm512_loadu_ps(e + 16) : e0;
+        #pragma GCC unroll 8
         for (int j = 0; j < DN; j++) {
             const __m512 vb = _mm512_set1_ps(vt[j]);
             a0[j] = _mm512_fmadd_ps(e0, vb, a0[j]);
             if (A == 2) a1[j] = _mm512_fmadd_ps(e1, vb, a1[j]);
         }
     }
+    #pragma GCC unroll 8
     for (int j = 0; j < DN; j++) {
         _mm512_storeu_ps(b->acc + (size_t)(d0 + j) * nqp + i0, a0[j]);
         if (A == 2) _mm512_storeu_ps(b->acc + (size_t)(d0 + j) * nqp + i0 + 16, a1[j]);
