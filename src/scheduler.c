@@ -122,6 +122,8 @@ struct kvi_sched {
     const float **spec_lg;   /* [draft_max + 1] logits of a request's rows */
     int32_t *spec_out;       /* [draft_max + 1] tokens kvi_spec_verify returns */
     uint64_t step_drafted, step_accepted;   /* this step's, added to st in snapshot */
+    double g_acc, g_trials;  /* server-wide EMA of accepted / verified drafts */
+    uint64_t spec_steps;     /* steps that planned drafts (probe schedule) */
 };
 
 void kvi_sched_params_default(kvi_sched_params *p)
@@ -379,6 +381,8 @@ int kvi_sched_set_spec(kvi_sched *s, const kvi_spec_params *p, kvi_engine *draft
     }
     s->spec_p = pp;
     s->draft = draft;
+    s->g_acc = 1.0;   /* a weak prior of one draft in two kept */
+    s->g_trials = 2.0;
     s->spec_on = true;
     return 0;
 }
@@ -428,6 +432,8 @@ static double step_ms_at(const kvi_sched *s, int32_t r)
  * look worth drafting for; with this floor a sequence whose drafts are almost
  * never kept pauses. */
 #define SPEC_COST_ROW_MIN 0.05
+/* While the server's acceptance is below break-even: steps between probes. */
+#define SPEC_PROBE_EVERY 16
 
 /* cost_row for a step of b plain rows plus about x draft rows: T'(b) / (T(b) / b),
  * the slope taken over at least max(4, b / 2) rows so that two noisy neighbours
@@ -471,6 +477,13 @@ static void spec_draft_all(kvi_sched *s)
     pthread_mutex_lock(&s->mu);
     if (c_row >= 0.0) s->st.spec_cost_row = c_row;
     pthread_mutex_unlock(&s->mu);
+    /* Each kvi_spec learns its acceptance from scratch, ~10 wasted rounds per
+     * request. When the server's recent acceptance is below the break-even of
+     * even one draft (a < cost_row), a request that has not itself shown
+     * acceptance above it drafts only one token, every SPEC_PROBE_EVERY steps. */
+    const double c_gate = c_row > SPEC_COST_ROW_MIN ? c_row : SPEC_COST_ROW_MIN;
+    const bool gated = s->spec_p.adapt && s->g_acc / s->g_trials < c_gate;
+    const bool probe = s->spec_steps++ % SPEC_PROBE_EVERY == 0;
     int32_t rows = 0;
     for (int i = 0; i < s->n_live; i++) {
         sreq *q = s->live[i];
@@ -483,6 +496,11 @@ static void spec_draft_all(kvi_sched *s)
             if (kmax > left - 1) kmax = left - 1;                     /* a round yields up to k+1 */
         }
         if (kmax > budget) kmax = budget;
+        if (gated) {
+            kvi_spec_stats ss;
+            kvi_spec_stats_get(q->sp, &ss);
+            if (ss.n_drafted < 8 || ss.acceptance < c_gate) kmax = probe && kmax > 0 ? 1 : 0;
+        }
         if (kmax < 0) kmax = 0;
         kvi_spec_set_costs(q->sp, c_row, c_draft);
         const double t0 = kvi_time_ms();
@@ -774,8 +792,11 @@ static bool spec_round(kvi_sched *s, sreq *q, double t_done, kvi_finish *f, kvi_
         return true;
     }
     if (n > 0) {
+        const int32_t acc = m - 1 < n ? m - 1 : n;
         s->step_drafted += (uint64_t)n;
-        s->step_accepted += (uint64_t)(m - 1 < n ? m - 1 : n);
+        s->step_accepted += (uint64_t)acc;
+        s->g_acc = 0.98 * s->g_acc + (double)acc;
+        s->g_trials = 0.98 * s->g_trials + (double)n;
         kvi_seq_truncate(q->seq, L + m);   /* drops the rejected draft positions */
     }
     q->n_done = L + m;
