@@ -7,6 +7,12 @@
  *   gcc -O2 -std=gnu11 -Iinclude -Isrc bench/bench_matmul.c BUILD/libkvinfer_core.a \
  *       -lpcre2-8 -lcjson -lm -lpthread -o /tmp/bench_matmul
  * Run: /tmp/bench_matmul [threads] [reps] [type ...]   (KVINFER_ISA forces a path)
+ *
+ * Decode mode: /tmp/bench_matmul gemv [threads] [reps] [MiB] [type ...] times one
+ * input row against 2048x2048, 8192x2048 and 2048x8192 (n_out x n_in) matrices and
+ * prints GB/s of weights read. Each timed repetition walks copies of the matrix
+ * that together hold MiB (default 1024) MiB, more than the last-level cache, so the
+ * weights come from memory as in a real decode step.
  */
 #include "kernels.h"
 #include "quant.h"
@@ -29,8 +35,80 @@ static int cmp_d(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+static int find_type(const char *name, kvi_type *out)
+{
+    for (int t = 0; t < KVI_TYPE_COUNT; t++)
+        if (kvi_type_name((kvi_type)t) && strcmp(kvi_type_name((kvi_type)t), name) == 0) {
+            *out = (kvi_type)t;
+            return 1;
+        }
+    return 0;
+}
+
+static int bench_gemv(int argc, char **argv)
+{
+    int threads = argc > 2 ? atoi(argv[2]) : 2, reps = argc > 3 ? atoi(argv[3]) : 5;
+    size_t mib = argc > 4 ? (size_t)atol(argv[4]) : 1024;
+    const char *deflt[] = {"q8_0", "q4_0", "q4_k", "q6_k"};
+    const char **types = argc > 5 ? (const char **)argv + 5 : deflt;
+    int n_types = argc > 5 ? argc - 5 : (int)(sizeof deflt / sizeof deflt[0]);
+    const int64_t shapes[3][2] = {{2048, 2048}, {8192, 2048}, {2048, 8192}};   /* n_out, n_in */
+    kvi_pool *pool = kvi_pool_create(threads);
+    float *x = malloc(8192 * sizeof(float)), *y = malloc(8192 * sizeof(float));
+    float *row = malloc(8192 * sizeof(float));
+    uint64_t s = 88172645463325252ull;
+    for (int i = 0; i < 8192; i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        x[i] = (float)((double)(s >> 11) / 9007199254740992.0 - 0.5);
+    }
+    if (reps > 64) reps = 64;
+    printf("gemv: isa %s threads %d reps %d, %zu MiB of copies (median GB/s of weights)\n", kvi_isa_name(), threads,
+           reps, mib);
+    printf("%-6s %14s %14s %14s\n", "type", "2048x2048", "8192x2048", "2048x8192");
+    for (int k = 0; k < n_types; k++) {
+        kvi_type t;
+        if (!find_type(types[k], &t)) continue;
+        printf("%-6s", types[k]);
+        for (int o = 0; o < 3; o++) {
+            const int64_t n_out = shapes[o][0], n_in = shapes[o][1];
+            const size_t rb = kvi_row_bytes(t, n_in), mb = rb * (size_t)n_out;
+            const size_t copies = mb ? (mib << 20) / mb + 1 : 0;
+            uint8_t *w = mb ? malloc(mb * copies) : NULL;
+            if (!w) {
+                printf(" %14s", "-");
+                continue;
+            }
+            for (int64_t j = 0; j < n_out; j++) {
+                for (int64_t i = 0; i < n_in; i++) row[i] = x[(j * 7 + i) % 8192];
+                kvi_quantize_row(t, row, w + (size_t)j * rb, n_in);
+            }
+            for (size_t c = 1; c < copies; c++) memcpy(w + c * mb, w, mb);
+            double ts[64];
+            for (int i = -1; i < reps; i++) {   /* i = -1: warm-up */
+                double t0 = now();
+                for (size_t c = 0; c < copies; c++) {
+                    kvi_tensor W = {w + c * mb, t, n_in, n_out};
+                    kvi_matmul(pool, &W, x, n_in, 1, y, n_out);
+                }
+                if (i >= 0) ts[i] = (now() - t0) / (double)copies;
+            }
+            qsort(ts, (size_t)reps, sizeof ts[0], cmp_d);
+            printf(" %14.1f", (double)mb / ts[reps / 2] * 1e-9);
+            fflush(stdout);
+            free(w);
+        }
+        printf("\n");
+    }
+    kvi_pool_free(pool);
+    free(x);
+    free(y);
+    free(row);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "gemv") == 0) return bench_gemv(argc, argv);
     int threads = argc > 1 ? atoi(argv[1]) : 2, reps = argc > 2 ? atoi(argv[2]) : 5;
     const char *deflt[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k"};
     const char **types = argc > 3 ? (const char **)argv + 3 : deflt;

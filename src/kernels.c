@@ -20,6 +20,9 @@
  * that thread 0's pool scratch holds ahead of its own tile scratch; a second run
  * splits the outputs in tiles of 16 columns (QTILE) and calls the table's qgemm, or
  * kvi_qgemm_ref. Both give the contract's bits, so the split does not matter.
+ * kvi_matmul_multi does the same for several matrices that read the same input
+ * (Q/K/V, gate/up): one quantisation, one run over their concatenated tiles.
+ * Up to QUANT_INLINE_ROWS input rows are quantised by the calling thread.
  *
  * Invariants: no function here allocates per row; bad arguments (unknown type,
  * n_in not a multiple of the block size, ld too small, row out of range) never
@@ -261,14 +264,16 @@ static void mm_worker(void *vctx, int ith, int nth)
 #define QTILE 16
 
 typedef struct qmm_ctx {
-    const kvi_tensor *W;
+    int n_w;
+    const kvi_tensor *const *W;   /* [n_w], one activation type and n_in */
+    float *const *y;              /* [n_w] outputs, y[i]: [n_rows][ldy[i]] */
+    const int64_t *ldy;           /* [n_w] */
+    int64_t tiles_before[KVI_MATMUL_MULTI_MAX + 1];   /* QTILE tiles of W[0..i) */
     const float *x;            /* [n_rows][ldx] */
     int64_t ldx, n_rows;
-    float *y;                  /* [n_rows][ldy] */
-    int64_t ldy;
     kvi_pool *pool;
     uint8_t *xq;               /* [n_rows][xq_rb] quantised activations */
-    size_t xq_rb, w_rb;
+    size_t xq_rb;
     uint8_t *scratch0;         /* thread 0's tile scratch (or the only one) */
     size_t scratch_bytes;
     const kvi_kernel_table *tab;
@@ -279,35 +284,50 @@ static void qmm_quant_worker(void *vctx, int ith, int nth)
     const qmm_ctx *c = vctx;
     const int64_t r0 = c->n_rows * ith / nth, r1 = c->n_rows * (ith + 1) / nth;
     for (int64_t r = r0; r < r1; r++)
-        kvi_q8_quantize_act(c->W->type, c->x + r * c->ldx, c->xq + (size_t)r * c->xq_rb, c->W->n_in);
+        kvi_q8_quantize_act(c->W[0]->type, c->x + r * c->ldx, c->xq + (size_t)r * c->xq_rb, c->W[0]->n_in);
 }
 
+/* Thread ith takes the tiles [T*ith/nth, T*(ith+1)/nth) of the concatenated outputs
+ * (T tiles of QTILE rows over every matrix), so the threads end together. */
 static void qmm_worker(void *vctx, int ith, int nth)
 {
     const qmm_ctx *c = vctx;
-    const int64_t n_out = c->W->n_out, n_tiles = (n_out + QTILE - 1) / QTILE;
+    const int64_t n_tiles = c->tiles_before[c->n_w];
     const int64_t t0 = n_tiles * ith / nth, t1 = n_tiles * (ith + 1) / nth;
     if (t0 >= t1) return;
     void *scr = ith == 0 ? c->scratch0 : kvi_pool_scratch(c->pool, ith, c->scratch_bytes);
-    kvi_qgemm_args a = {
-        .type = c->W->type, .w = c->W->data, .w_rb = c->w_rb, .n_in = c->W->n_in,
-        .j0 = t0 * QTILE, .j1 = t1 * QTILE < n_out ? t1 * QTILE : n_out,
-        .xq = c->xq, .xq_rb = c->xq_rb, .n_rows = c->n_rows, .y = c->y, .ldy = c->ldy,
-        .scratch = scr,
-    };
-    if (c->tab->qgemm && c->tab->qgemm(&a)) return;
-    kvi_qgemm_ref(&a);
+    for (int i = 0; i < c->n_w; i++) {
+        const int64_t a0 = c->tiles_before[i], a1 = c->tiles_before[i + 1];
+        const int64_t s0 = t0 > a0 ? t0 : a0, s1 = t1 < a1 ? t1 : a1;
+        if (s0 >= s1) continue;
+        const kvi_tensor *W = c->W[i];
+        const int64_t j1 = (s1 - a0) * QTILE;
+        kvi_qgemm_args a = {
+            .type = W->type, .w = W->data, .w_rb = kvi_row_bytes(W->type, W->n_in), .n_in = W->n_in,
+            .j0 = (s0 - a0) * QTILE, .j1 = j1 < W->n_out ? j1 : W->n_out,
+            .xq = c->xq, .xq_rb = c->xq_rb, .n_rows = c->n_rows, .y = c->y[i], .ldy = c->ldy[i],
+            .scratch = scr,
+        };
+        if (!(c->tab->qgemm && c->tab->qgemm(&a))) kvi_qgemm_ref(&a);
+    }
 }
 
-/* Returns false (nothing written) when memory is short: the caller falls back. */
-static bool matmul_q8(kvi_pool *pool, const kvi_tensor *W, const float *x, int64_t ldx,
-                      int64_t n_rows, float *y, int64_t ldy)
+/* Few rows are quantised by the caller: a pool run costs more than the work. */
+#define QUANT_INLINE_ROWS 4
+
+/* Returns false (nothing written) when memory is short: the caller falls back.
+ * Every W[i] has the activation type and n_in of W[0]. */
+static bool matmul_q8(kvi_pool *pool, int n_w, const kvi_tensor *const *W, const float *x, int64_t ldx,
+                      int64_t n_rows, float *const *y, const int64_t *ldy)
 {
     qmm_ctx c = {
-        .W = W, .x = x, .ldx = ldx, .n_rows = n_rows, .y = y, .ldy = ldy, .pool = pool,
-        .xq_rb = kvi_q8_act_row_bytes(W->type, W->n_in), .w_rb = kvi_row_bytes(W->type, W->n_in),
-        .scratch_bytes = KVI_QGEMM_SCRATCH(W->n_in), .tab = tab(),
+        .n_w = n_w, .W = W, .y = y, .ldy = ldy,
+        .x = x, .ldx = ldx, .n_rows = n_rows, .pool = pool,
+        .xq_rb = kvi_q8_act_row_bytes(W[0]->type, W[0]->n_in),
+        .scratch_bytes = KVI_QGEMM_SCRATCH(W[0]->n_in), .tab = tab(),
     };
+    c.tiles_before[0] = 0;
+    for (int i = 0; i < n_w; i++) c.tiles_before[i + 1] = c.tiles_before[i] + (W[i]->n_out + QTILE - 1) / QTILE;
     const size_t xq_bytes = ((c.xq_rb * (size_t)n_rows) + 63) & ~(size_t)63;
     if (c.xq_rb == 0 || xq_bytes / c.xq_rb < (size_t)n_rows) return false;
     uint8_t *buf = pool ? kvi_pool_scratch(pool, 0, xq_bytes + c.scratch_bytes) : NULL;
@@ -319,7 +339,8 @@ static bool matmul_q8(kvi_pool *pool, const kvi_tensor *W, const float *x, int64
     if (!buf) return false;
     c.xq = buf;
     c.scratch0 = buf + xq_bytes;
-    kvi_pool_run(pool, qmm_quant_worker, &c);
+    if (n_rows <= QUANT_INLINE_ROWS) qmm_quant_worker(&c, 0, 1);
+    else kvi_pool_run(pool, qmm_quant_worker, &c);
     kvi_pool_run(pool, qmm_worker, &c);
     free(own);
     return true;
@@ -345,7 +366,7 @@ void kvi_matmul(kvi_pool *pool, const kvi_tensor *W, const float *x, int64_t ldx
         return;
     }
     if (W->n_out == 0) return;
-    if (kvi_q8_act_type(W->type) != KVI_TYPE_F32 && matmul_q8(pool, W, x, ldx, n_rows, y, ldy)) return;
+    if (kvi_q8_act_type(W->type) != KVI_TYPE_F32 && matmul_q8(pool, 1, &W, x, ldx, n_rows, &y, &ldy)) return;
     mm_ctx c = {
         .W = W, .x = x, .ldx = ldx, .n_rows = n_rows, .y = y, .ldy = ldy, .pool = pool,
         .own_scratch = NULL, .tab = tab(), .row_bytes = kvi_row_bytes(W->type, W->n_in),
@@ -357,6 +378,18 @@ void kvi_matmul(kvi_pool *pool, const kvi_tensor *W, const float *x, int64_t ldx
         c.own_scratch = malloc((size_t)c.tile * (size_t)W->n_in * sizeof(float));
     kvi_pool_run(pool, mm_worker, &c);
     free(c.own_scratch);
+}
+
+void kvi_matmul_multi(kvi_pool *pool, int n_w, const kvi_tensor *const W[], const float *x, int64_t ldx,
+                      int64_t n_rows, float *const y[], const int64_t ldy[])
+{
+    if (n_rows <= 0 || n_w <= 0 || !W || !y || !ldy) return;
+    bool shared = n_w <= KVI_MATMUL_MULTI_MAX && kvi_q8_act_type(W[0] ? W[0]->type : KVI_TYPE_F32) != KVI_TYPE_F32;
+    for (int i = 0; shared && i < n_w; i++)
+        shared = y[i] && matmul_args_ok(W[i], x, ldx, ldy[i]) && W[i]->n_out > 0 &&
+                 W[i]->n_in == W[0]->n_in && kvi_q8_act_type(W[i]->type) == kvi_q8_act_type(W[0]->type);
+    if (shared && matmul_q8(pool, n_w, W, x, ldx, n_rows, y, ldy)) return;
+    for (int i = 0; i < n_w; i++) kvi_matmul(pool, W[i], x, ldx, n_rows, y[i], ldy[i]);
 }
 
 void kvi_matmul_ref(const kvi_tensor *W, const float *x, int64_t ldx, int64_t n_rows, float *y,

@@ -42,6 +42,12 @@ float kvi_dot_f32_ref(const float *a, const float *b, int64_t n);
  * same bits on every ISA (kernels_q8.h); other types multiply in f32. */
 void kvi_matmul(kvi_pool *pool, const kvi_tensor *W, const float *x, int64_t ldx,
                 int64_t n_rows, float *y, int64_t ldy);
+/* The same as kvi_matmul(pool, W[i], x, ldx, n_rows, y[i], ldy[i]) for i < n_w,
+ * bit for bit, with x quantised once and one pool run over all the outputs when
+ * every W[i] has the same n_in and activation type (else one kvi_matmul each). */
+#define KVI_MATMUL_MULTI_MAX 8
+void kvi_matmul_multi(kvi_pool *pool, int n_w, const kvi_tensor *const W[], const float *x, int64_t ldx,
+                      int64_t n_rows, float *const y[], const int64_t ldy[]);
 /* The f32 math reference, single thread (tests): dequantised weights times the
  * unquantised x, accumulated in double. */
 void kvi_matmul_ref(const kvi_tensor *W, const float *x, int64_t ldx, int64_t n_rows,

@@ -384,6 +384,107 @@ static void test_bit_identity(void)
     free(y1);
 }
 
+
+/* Decode shapes: 1..4 input rows (the AVX-512 row-major path for Q8_0/Q4_0) give
+ * kvi_q8_dot_ref's bits and the bits of the same rows inside a 64-row product, for
+ * every ISA and 1..3 threads; n_in = 416 leaves a partial group of blocks. */
+static void test_gemv_exact(void)
+{
+    const int64_t n_ins[2] = {416, 2048}, n_out = 53, n_big = 64;
+    uint64_t rs = 4242;
+    kvi_pool *pools[3] = {kvi_pool_create(1), kvi_pool_create(2), kvi_pool_create(3)};
+    float *x = malloc((size_t)(n_big * 2048) * sizeof(float));
+    float *yb = malloc((size_t)(n_big * n_out) * sizeof(float)), *y = malloc((size_t)(4 * n_out) * sizeof(float));
+    float *yr = malloc((size_t)(4 * n_out) * sizeof(float));
+    fill_normal(x, n_big * 2048, &rs);
+    for (int ni = 0; ni < 2; ni++) {
+        const int64_t n_in = n_ins[ni];
+        for (int k = 0; k < N_TYPES; k++) {
+            const kvi_type t = ALL_TYPES[k];
+            const size_t xrb = kvi_q8_act_row_bytes(t, n_in), rb = kvi_row_bytes(t, n_in);
+            if (xrb == 0) continue;
+            void *wq = random_matrix(t, n_out, n_in, &rs);
+            kvi_tensor W = {wq, t, n_in, n_out};
+            uint8_t *xq = malloc(xrb * 4);
+            for (int r = 0; r < 4; r++) {
+                kvi_q8_quantize_act(t, x + r * n_in, xq + (size_t)r * xrb, n_in);
+                for (int64_t j = 0; j < n_out; j++)
+                    yr[r * n_out + j] = kvi_q8_dot_ref(t, (const uint8_t *)wq + (size_t)j * rb, xq + (size_t)r * xrb, n_in);
+            }
+            for (int isa = 0; isa <= (int)kvi_isa_detect(); isa++) {
+                kvi_isa_set((kvi_isa)isa);
+                kvi_matmul(pools[1], &W, x, n_in, n_big, yb, n_out);
+                int bad_ref = 0, bad_big = 0;
+                for (int p = 0; p < 3; p++)
+                    for (int nr = 1; nr <= 4; nr++) {
+                        for (int64_t i = 0; i < nr * n_out; i++) y[i] = -777.0f;
+                        kvi_matmul(pools[p], &W, x, n_in, nr, y, n_out);
+                        bad_ref += memcmp(y, yr, (size_t)(nr * n_out) * sizeof(float)) != 0;
+                        bad_big += memcmp(y, yb, (size_t)(nr * n_out) * sizeof(float)) != 0;
+                    }
+                CHECK(bad_ref == 0 && bad_big == 0, "%s n_in %d/%s: %d decode products differ from the reference, %d from the 64-row product",
+                      kvi_type_name(t), (int)n_in, kvi_isa_str((kvi_isa)isa), bad_ref, bad_big);
+            }
+            free(xq);
+            free(wq);
+        }
+    }
+    kvi_isa_set(KVI_ISA_AVX512);
+    for (int p = 0; p < 3; p++) kvi_pool_free(pools[p]);
+    free(x);
+    free(yb);
+    free(y);
+    free(yr);
+}
+
+/* kvi_matmul_multi equals one kvi_matmul per matrix, bit for bit: matrices of one
+ * type, of two types sharing an activation type, of different activation types
+ * (fallback) and of a float type; 1 and 9 input rows; padded output strides. */
+static void test_matmul_multi(kvi_pool *pool)
+{
+    const int64_t n_in = 512, n_out[3] = {53, 16, 37}, ldy[3] = {55, 16, 40};
+    const kvi_type sets[5][3] = {
+        {KVI_TYPE_Q8_0, KVI_TYPE_Q8_0, KVI_TYPE_Q8_0}, {KVI_TYPE_Q4_0, KVI_TYPE_Q4_0, KVI_TYPE_Q4_0},
+        {KVI_TYPE_Q4_K, KVI_TYPE_Q6_K, KVI_TYPE_Q4_K}, {KVI_TYPE_Q8_0, KVI_TYPE_Q4_K, KVI_TYPE_Q4_0},
+        {KVI_TYPE_F16, KVI_TYPE_Q8_0, KVI_TYPE_F32},
+    };
+    uint64_t rs = 777;
+    float *x = malloc((size_t)(9 * n_in) * sizeof(float));
+    fill_normal(x, 9 * n_in, &rs);
+    float *ym[3], *ys[3];
+    for (int i = 0; i < 3; i++) {
+        ym[i] = malloc((size_t)(9 * ldy[i]) * sizeof(float));
+        ys[i] = malloc((size_t)(9 * ldy[i]) * sizeof(float));
+    }
+    for (int s = 0; s < 5; s++) {
+        void *wq[3];
+        kvi_tensor W[3];
+        const kvi_tensor *Wp[3];
+        for (int i = 0; i < 3; i++) {
+            wq[i] = random_matrix(sets[s][i], n_out[i], n_in, &rs);
+            W[i] = (kvi_tensor){wq[i], sets[s][i], n_in, n_out[i]};
+            Wp[i] = &W[i];
+        }
+        for (int nr = 1; nr <= 9; nr += 8) {
+            for (int i = 0; i < 3; i++) {
+                for (int64_t e = 0; e < 9 * ldy[i]; e++) ym[i][e] = ys[i][e] = -777.0f;
+                kvi_matmul(pool, &W[i], x, n_in, nr, ys[i], ldy[i]);
+            }
+            kvi_matmul_multi(pool, 3, Wp, x, n_in, nr, ym, ldy);
+            int bad = 0;
+            for (int i = 0; i < 3; i++) bad += memcmp(ym[i], ys[i], (size_t)(9 * ldy[i]) * sizeof(float)) != 0;
+            CHECK(bad == 0, "set %d, %d rows: %d of 3 multi outputs differ from kvi_matmul", s, nr, bad);
+            CHECK(ys[0][0] != -777.0f && ys[0][54] == -777.0f, "set %d: output written, padding kept", s);
+        }
+        for (int i = 0; i < 3; i++) free(wq[i]);
+    }
+    for (int i = 0; i < 3; i++) {
+        free(ym[i]);
+        free(ys[i]);
+    }
+    free(x);
+}
+
 /* ---- the pool ------------------------------------------------------------ */
 
 typedef struct pool_ctx {
@@ -452,7 +553,10 @@ int main(void)
     test_q8_exact(NULL);
     test_matmul_vs_ref(pool);
     test_matmul_vs_ref(NULL);
+    test_matmul_multi(pool);
+    test_matmul_multi(NULL);
     kvi_pool_free(pool);
+    test_gemv_exact();
     test_bit_identity();
     return test_main_end();
 }
