@@ -169,11 +169,6 @@ static int synth_file_type(kvi_type t)
     }
 }
 
-static bool synth_type_is_quantised(kvi_type t)
-{
-    return t != KVI_TYPE_F32 && t != KVI_TYPE_F16 && t != KVI_TYPE_BF16;
-}
-
 /* The stored type of a matrix with rows of n elements, and a note when it differs. */
 static kvi_type synth_matrix_type(kvi_type want, int64_t n)
 {
@@ -202,6 +197,7 @@ static void synth_note_fallbacks(const synth_tensor *t, size_t n, kvi_type want)
     int64_t done[2] = {0, 0}; /* row lengths already reported (dim and ffn at most) */
     for (size_t i = 0; i < n; i++) {
         if (t[i].is_norm || t[i].type == want || t[i].ne[0] == done[0] || t[i].ne[0] == done[1]) continue;
+        if (!strcmp(t[i].name, "output.weight") && t[i].type == KVI_TYPE_Q6_K) continue;   /* deliberate */
         const int64_t len = t[i].ne[0];
         char roles[256] = "";
         for (size_t j = i; j < n; j++) {
@@ -248,6 +244,10 @@ static size_t synth_build_table(const kvi_synth_params *p, int n_vocab, synth_te
     }
     synth_add(t, &n, "output_norm.weight", dim, 1, true, p->type);
     synth_add(t, &n, "output.weight", dim, n_vocab, false, p->type);
+    /* llama.cpp's Q4_0 file type keeps the output matrix in Q6_K (its quantiser's
+     * default, and what ../shared/golden/quant/qtest-q4_0.gguf holds): do the same,
+     * so benchmarks against llama.cpp's Q4_0 files compare like with like. */
+    if (p->type == KVI_TYPE_Q4_0 && dim % QK_K == 0) t[n - 1].type = KVI_TYPE_Q6_K;
     return n;
 }
 
@@ -407,7 +407,8 @@ static int synth_set_metadata(gguf_writer *w, const kvi_synth_params *p, int n_v
     bad |= gguf_writer_set_str(w, "general.architecture", "llama") < 0;
     bad |= gguf_writer_set_str(w, "general.name", p->name && p->name[0] ? p->name : "kvinfer-synth") < 0;
     bad |= gguf_writer_set_u32(w, "general.file_type", (uint32_t)synth_file_type(p->type)) < 0;
-    if (synth_type_is_quantised(p->type)) bad |= gguf_writer_set_u32(w, "general.quantization_version", 2) < 0;
+    /* llama.cpp's quantiser writes the version for every file type, f16/bf16 included */
+    if (p->type != KVI_TYPE_F32) bad |= gguf_writer_set_u32(w, "general.quantization_version", 2) < 0;
     bad |= gguf_writer_set_u32(w, "llama.context_length", (uint32_t)p->n_ctx) < 0;
     bad |= gguf_writer_set_u32(w, "llama.embedding_length", (uint32_t)p->dim) < 0;
     bad |= gguf_writer_set_u32(w, "llama.feed_forward_length", (uint32_t)p->ffn_dim) < 0;
