@@ -185,9 +185,12 @@ void fwd_run(fwd_ctx *f, kvi_pool *pool, kv_pool *kv, const fwd_rows *rows)
 
         /* attention block */
         rmsnorm_rows(f->xb, f->x, L->attn_norm, n, dim, m->rms_eps);
-        kvi_matmul(pool, &L->wq, f->xb, dim, n, f->q, qd);
-        kvi_matmul(pool, &L->wk, f->xb, dim, n, f->k, kvd);
-        kvi_matmul(pool, &L->wv, f->xb, dim, n, f->v, kvd);
+        {   /* one quantisation of xb for the three products (bits as three kvi_matmul) */
+            const kvi_tensor *w3[3] = {&L->wq, &L->wk, &L->wv};
+            float *const y3[3] = {f->q, f->k, f->v};
+            const int64_t ld3[3] = {qd, kvd, kvd};
+            kvi_matmul_multi(pool, 3, w3, f->xb, dim, n, y3, ld3);
+        }
         add_bias(f->q, L->bq, n, qd);
         add_bias(f->k, L->bk, n, kvd);
         add_bias(f->v, L->bv, n, kvd);
@@ -215,8 +218,12 @@ void fwd_run(fwd_ctx *f, kvi_pool *pool, kv_pool *kv, const fwd_rows *rows)
 
         /* feed-forward block: SwiGLU */
         rmsnorm_rows(f->xb, f->x, L->ffn_norm, n, dim, m->rms_eps);
-        kvi_matmul(pool, &L->w_gate, f->xb, dim, n, f->hg, ffn);
-        kvi_matmul(pool, &L->w_up, f->xb, dim, n, f->hu, ffn);
+        {
+            const kvi_tensor *w2[2] = {&L->w_gate, &L->w_up};
+            float *const y2[2] = {f->hg, f->hu};
+            const int64_t ld2[2] = {ffn, ffn};
+            kvi_matmul_multi(pool, 2, w2, f->xb, dim, n, y2, ld2);
+        }
         for (size_t i = 0; i < (size_t)n * ffn; i++) {
             const float g = f->hg[i];
             f->hg[i] = g / (1.0f + expf(-g)) * f->hu[i];
