@@ -11,106 +11,15 @@
  */
 #include "testutil.h"
 
+#include "http_util.h"
+
 #include "kvinfer.h"
 
-#include <arpa/inet.h>
 #include <math.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
-
-typedef struct server {
-    pid_t pid;
-    int port;
-    FILE *out;
-} server;
-
-static bool server_start(server *s, const char *extra)
-{
-    int fd[2];
-    if (pipe(fd) != 0) return false;
-    s->pid = fork();
-    if (s->pid == 0) {
-        dup2(fd[1], 1);
-        close(fd[0]);
-        close(fd[1]);
-        char cmd[2048];
-        snprintf(cmd, sizeof cmd, "exec '%s' serve -m '%s' --port 0 -t 2 --quiet %s 2>'%s'", KVI_BIN,
-                 shared_path("models/stories260K.gguf"), extra, tmp_path("loadgen_server.err"));
-        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-        _exit(127);
-    }
-    close(fd[1]);
-    s->out = fdopen(fd[0], "r");
-    char line[256];
-    s->port = 0;
-    bool ready = false;
-    while (s->out && fgets(line, sizeof line, s->out)) {
-        const char *p = strstr(line, "127.0.0.1:");
-        if (p) s->port = atoi(p + 10);
-        if (strstr(line, "kvinfer: ready")) {
-            ready = true;
-            break;
-        }
-    }
-    return ready && s->port > 0;
-}
-
-static int server_stop(server *s)
-{
-    kill(s->pid, SIGTERM);
-    int st = 0;
-    waitpid(s->pid, &st, 0);
-    if (s->out) fclose(s->out);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
-}
-
-/* GET path over HTTP/1.0; the body (malloc'd) or NULL. */
-static char *http_get(int port, const char *path)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_port = htons((uint16_t)port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-        close(fd);
-        return NULL;
-    }
-    char req[256];
-    int n = snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n", path);
-    if (send(fd, req, (size_t)n, MSG_NOSIGNAL) != n) {
-        close(fd);
-        return NULL;
-    }
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);
-    for (;;) {
-        if (len + 4096 > cap) buf = realloc(buf, cap *= 2);
-        ssize_t k = recv(fd, buf + len, cap - len - 1, 0);
-        if (k <= 0) break;
-        len += (size_t)k;
-    }
-    close(fd);
-    buf[len] = 0;
-    char *b = strstr(buf, "\r\n\r\n");
-    char *body = strdup(b ? b + 4 : "");
-    free(buf);
-    return body;
-}
-
-static double metric(const char *text, const char *name)
-{
-    char key[128];
-    snprintf(key, sizeof key, "\n%s ", name);
-    const char *p = text ? strstr(text, key) : NULL;
-    return p ? atof(p + strlen(key)) : -1;
-}
 
 static double num(const cJSON *o, const char *path1, const char *path2)
 {
@@ -161,13 +70,13 @@ static void test_closed_loop(int port)
     cJSON_Delete(j);
 
     /* the server's own tally of the same run */
-    char *m = http_get(port, "/metrics");
-    CHECK(metric(m, "kvinfer_generation_tokens_total") == 96, "server counted %g generated tokens",
-          metric(m, "kvinfer_generation_tokens_total"));
-    CHECK(metric(m, "kvinfer_prompt_tokens_total") == 192, "server counted %g prompt tokens",
-          metric(m, "kvinfer_prompt_tokens_total"));
-    CHECK(metric(m, "kvinfer_requests_success_total") == 8, "server counted %g successes",
-          metric(m, "kvinfer_requests_success_total"));
+    char *m = http_request(port, "GET", "/metrics", NULL, NULL).body;
+    CHECK(prom_metric(m, "kvinfer_generation_tokens_total") == 96, "server counted %g generated tokens",
+          prom_metric(m, "kvinfer_generation_tokens_total"));
+    CHECK(prom_metric(m, "kvinfer_prompt_tokens_total") == 192, "server counted %g prompt tokens",
+          prom_metric(m, "kvinfer_prompt_tokens_total"));
+    CHECK(prom_metric(m, "kvinfer_requests_success_total") == 8, "server counted %g successes",
+          prom_metric(m, "kvinfer_requests_success_total"));
     free(m);
 }
 
@@ -208,13 +117,13 @@ int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
     test_refusals();
-    server s;
-    if (!server_start(&s, "--parallel 8")) {
+    test_server s;
+    if (!test_server_start(&s, "--parallel 8", "loadgen_server.err")) {
         CHECK(false, "server did not start (see %s)", tmp_path("loadgen_server.err"));
         return test_main_end();
     }
     test_closed_loop(s.port);
     test_poisson(s.port);
-    CHECK(server_stop(&s) == 0, "server exit status (see %s)", tmp_path("loadgen_server.err"));
+    CHECK(test_server_stop(&s) == 0, "server exit status (see %s)", tmp_path("loadgen_server.err"));
     return test_main_end();
 }

@@ -10,17 +10,13 @@
  */
 #include "testutil.h"
 
+#include "http_util.h"
+
 #include "kvinfer.h"
 
-#include <arpa/inet.h>
 #include <math.h>
-#include <netinet/in.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 /* ---- kvi_logprobs_top alone ---- */
 
@@ -77,92 +73,10 @@ static void test_random_values(void)
 
 /* ---- the server ---- */
 
-typedef struct server {
-    pid_t pid;
-    int port;
-    FILE *out;
-} server;
-
-static bool server_start(server *s)
+static http_resp post(int port, const char *path, const char *body)
 {
-    int fd[2];
-    if (pipe(fd) != 0) return false;
-    s->pid = fork();
-    if (s->pid == 0) {
-        dup2(fd[1], 1);
-        close(fd[0]);
-        close(fd[1]);
-        char cmd[2048];
-        snprintf(cmd, sizeof cmd, "exec '%s' serve -m '%s' --port 0 -t 2 --quiet 2>'%s'", KVI_BIN,
-                 shared_path("models/stories260K.gguf"), tmp_path("logprobs_server.err"));
-        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-        _exit(127);
-    }
-    close(fd[1]);
-    s->out = fdopen(fd[0], "r");
-    char line[256];
-    bool ready = false;
-    s->port = 0;
-    while (s->out && fgets(line, sizeof line, s->out)) {
-        const char *p = strstr(line, "127.0.0.1:");
-        if (p) s->port = atoi(p + 10);
-        if (strstr(line, "kvinfer: ready")) {
-            ready = true;
-            break;
-        }
-    }
-    return ready && s->port > 0;
-}
-
-static int server_stop(server *s)
-{
-    kill(s->pid, SIGTERM);
-    int st = 0;
-    waitpid(s->pid, &st, 0);
-    if (s->out) fclose(s->out);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
-
-typedef struct resp {
-    int status;
-    char *body;   /* malloc'd, after the headers */
-} resp;
-
-static resp post(int port, const char *path, const char *body)
-{
-    resp r = {0, NULL};
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_port = htons((uint16_t)port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-        if (fd >= 0) close(fd);
-        r.body = strdup("");
-        return r;
-    }
-    char head[512];
-    const size_t blen = strlen(body);
-    int hn = snprintf(head, sizeof head,
-                      "POST %s HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
-                      path, blen);
-    send(fd, head, (size_t)hn, MSG_NOSIGNAL);
-    send(fd, body, blen, MSG_NOSIGNAL);
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);
-    for (;;) {
-        if (len + 4096 > cap) buf = realloc(buf, cap *= 2);
-        ssize_t k = recv(fd, buf + len, cap - len - 1, 0);
-        if (k <= 0) break;
-        len += (size_t)k;
-    }
-    close(fd);
-    buf[len] = 0;
-    sscanf(buf, "HTTP/1.%*d %d", &r.status);
-    const char *b = strstr(buf, "\r\n\r\n");
-    r.body = strdup(b ? b + 4 : "");
-    free(buf);
+    http_resp r = http_request(port, "POST", path, NULL, body);
+    if (!r.body) r.body = strdup("");
     return r;
 }
 
@@ -171,19 +85,13 @@ static cJSON *sse_choices(const char *body, bool *done)
 {
     cJSON *arr = cJSON_CreateArray();
     *done = false;
-    for (const char *p = body; (p = strstr(p, "data: "));) {
-        p += 6;
-        const char *e = strstr(p, "\n\n");
-        if (!e) break;
-        if (!strncmp(p, "[DONE]", 6)) {
-            *done = true;
-            break;
-        }
-        cJSON *j = cJSON_ParseWithLength(p, (size_t)(e - p));
+    const char *p = body, *ev;
+    size_t n;
+    while (sse_next(&p, &ev, &n, done)) {
+        cJSON *j = cJSON_ParseWithLength(ev, n);
         cJSON *ch = cJSON_GetObjectItem(j, "choices");
         if (cJSON_GetArraySize(ch) > 0) cJSON_AddItemToArray(arr, cJSON_DetachItemFromArray(ch, 0));
         cJSON_Delete(j);
-        p = e;
     }
     return arr;
 }
@@ -296,7 +204,7 @@ static void test_completions(int port)
     snprintf(body, sizeof body,
              "{\"prompt\":[1,403,407],\"max_tokens\":%d,\"temperature\":0,\"ignore_eos\":true,\"logprobs\":%d}", NG,
              TOPK);
-    resp r = post(port, "/v1/completions", body);
+    http_resp r = post(port, "/v1/completions", body);
     CHECK(r.status == 200, "completions %d: %s", r.status, r.body);
     cJSON *j = cJSON_Parse(r.body);
     const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
@@ -389,7 +297,7 @@ static void test_chat(int port)
     char body[512];
     snprintf(body, sizeof body,
              "{%s,\"max_tokens\":5,\"temperature\":0,\"ignore_eos\":true,\"logprobs\":true,\"top_logprobs\":3}", msgs);
-    resp r = post(port, "/v1/chat/completions", body);
+    http_resp r = post(port, "/v1/chat/completions", body);
     CHECK(r.status == 200, "chat %d: %s", r.status, r.body);
     cJSON *j = cJSON_Parse(r.body);
     const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
@@ -447,7 +355,7 @@ static void test_errors(int port)
                               "\"top_logprobs\":2", "\"logprobs\":\"yes\"", "\"logprobs\":true,\"top_logprobs\":1.5"};
     for (int i = 0; i < 5; i++) {
         snprintf(body, sizeof body, "{%s,\"max_tokens\":2,%s}", m, chat_bad[i]);
-        resp r = post(port, "/v1/chat/completions", body);
+        http_resp r = post(port, "/v1/chat/completions", body);
         CHECK(r.status == 400 && strstr(r.body, "\"invalid_request_error\"") && strstr(r.body, "logprobs"),
               "chat %s: %d %s", chat_bad[i], r.status, r.body);
         free(r.body);
@@ -455,14 +363,14 @@ static void test_errors(int port)
     const char *cmpl_bad[] = {"21", "-1", "true", "\"3\""};
     for (int i = 0; i < 4; i++) {
         snprintf(body, sizeof body, "{\"prompt\":\"Once\",\"max_tokens\":2,\"logprobs\":%s}", cmpl_bad[i]);
-        resp r = post(port, "/v1/completions", body);
+        http_resp r = post(port, "/v1/completions", body);
         CHECK(r.status == 400 && strstr(r.body, "'logprobs'"), "completions logprobs %s: %d %s", cmpl_bad[i],
               r.status, r.body);
         free(r.body);
     }
     /* 20 is the most, and allowed */
     snprintf(body, sizeof body, "{%s,\"max_tokens\":1,\"logprobs\":true,\"top_logprobs\":20}", m);
-    resp r = post(port, "/v1/chat/completions", body);
+    http_resp r = post(port, "/v1/chat/completions", body);
     CHECK(r.status == 200 && strstr(r.body, "\"top_logprobs\""), "top_logprobs 20: %d", r.status);
     free(r.body);
 }
@@ -471,14 +379,14 @@ int main(void)
 {
     test_hand_values();
     test_random_values();
-    server s;
-    const bool up = server_start(&s);
+    test_server s;
+    const bool up = test_server_start(&s, "", "logprobs_server.err");
     CHECK(up, "the server did not start");
     if (up) {
         test_completions(s.port);
         test_chat(s.port);
         test_errors(s.port);
     }
-    CHECK(server_stop(&s) == 0, "server exit status");
+    CHECK(test_server_stop(&s) == 0, "server exit status");
     return test_main_end();
 }

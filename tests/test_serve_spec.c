@@ -14,98 +14,38 @@
  */
 #include "testutil.h"
 
+#include "http_util.h"
+
 #include "kvinfer.h"
 
-#include <arpa/inet.h>
 #include <math.h>
-#include <netinet/in.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #define PROMPT "Once upon a time, there was a little girl named Lily. She loved to play"
 
-typedef struct child {
-    pid_t pid;
-    int port;
-    FILE *out;
-} child;
+typedef test_server child;
 
-/* Starts the server with extra flags; true once it printed "kvinfer: ready". */
+/* Starts the server (4 sequences) with extra flags; true once it printed "kvinfer: ready". */
 static bool serve(child *c, const char *extra)
 {
-    int fd[2];
-    if (pipe(fd) != 0) return false;
-    c->pid = fork();
-    if (c->pid == 0) {
-        dup2(fd[1], 1);
-        close(fd[0]);
-        close(fd[1]);
-        char cmd[2048];
-        snprintf(cmd, sizeof cmd, "exec '%s' serve -m '%s' --port 0 -t 2 --parallel 4 --quiet %s 2>'%s'", KVI_BIN,
-                 shared_path("models/stories260K.gguf"), extra, tmp_path("serve_spec.err"));
-        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-        _exit(127);
-    }
-    close(fd[1]);
-    c->out = fdopen(fd[0], "r");
-    char line[256];
-    c->port = 0;
-    while (c->out && fgets(line, sizeof line, c->out)) {
-        const char *p = strstr(line, "127.0.0.1:");
-        if (p) c->port = atoi(p + 10);
-        if (strstr(line, "kvinfer: ready")) return c->port > 0;
-    }
-    return false;
+    char flags[1200];
+    snprintf(flags, sizeof flags, "--parallel 4 %s", extra);
+    return test_server_start(c, flags, "serve_spec.err");
 }
 
 static void stop(child *c)
 {
-    kill(c->pid, SIGTERM);
-    int st = 0;
-    waitpid(c->pid, &st, 0);
-    if (c->out) fclose(c->out);
-    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "server exit status %d", st);
+    const int st = test_server_stop(c);
+    CHECK(st == 0, "server exit status %d", st);
 }
 
 /* One HTTP/1.0 exchange; returns the body (malloc'd) and sets *status. */
 static char *http(int port, const char *method, const char *path, const char *body, int *status)
 {
-    *status = 0;
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_port = htons((uint16_t)port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-        if (fd >= 0) close(fd);
-        return NULL;
-    }
-    char head[512];
-    const size_t bl = body ? strlen(body) : 0;
-    int n = snprintf(head, sizeof head, "%s %s HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
-                     method, path, bl);
-    send(fd, head, (size_t)n, MSG_NOSIGNAL);
-    if (bl) send(fd, body, bl, MSG_NOSIGNAL);
-    size_t cap = 1 << 15, len = 0;
-    char *buf = malloc(cap);
-    for (;;) {
-        if (len + 4096 > cap) buf = realloc(buf, cap *= 2);
-        ssize_t k = recv(fd, buf + len, cap - len - 1, 0);
-        if (k <= 0) break;
-        len += (size_t)k;
-    }
-    close(fd);
-    buf[len] = 0;
-    sscanf(buf, "HTTP/1.%*d %d", status);
-    const char *b = strstr(buf, "\r\n\r\n");
-    char *r = strdup(b ? b + 4 : "");
-    free(buf);
-    return r;
+    http_resp r = http_request(port, method, path, NULL, body);
+    *status = r.status;
+    return r.body;
 }
 
 typedef struct answer {
@@ -141,28 +81,9 @@ static double metric(int port, const char *name)
 {
     int st = 0;
     char *r = http(port, "GET", "/metrics", NULL, &st);
-    char key[128];
-    snprintf(key, sizeof key, "\n%s ", name);
-    const char *p = r ? strstr(r, key) : NULL;
-    double v = p ? atof(p + strlen(key)) : -1;
+    double v = prom_metric(r, name);
     free(r);
     return v;
-}
-
-/* `kvinfer run --temp 0` text of PROMPT, 64 tokens. */
-static char *reference(void)
-{
-    char args[1024], *out = NULL;
-    snprintf(args, sizeof args, "run -m '%s' -p '%s' -n 64 --temp 0 --ignore-eos --json -t 2",
-             shared_path("models/stories260K.gguf"), PROMPT);
-    int rc = run_kvinfer(args, &out, NULL);
-    CHECK(rc == 0, "kvinfer run failed (%d)", rc);
-    cJSON *j = out ? cJSON_Parse(out) : NULL;
-    const cJSON *t = cJSON_GetObjectItem(j, "text");
-    char *s = strdup(cJSON_IsString(t) ? t->valuestring : "");
-    cJSON_Delete(j);
-    free(out);
-    return s;
 }
 
 static void test_ngram(const char *ref)
@@ -232,7 +153,7 @@ static void test_bad_flags(void)
 
 int main(void)
 {
-    char *ref = reference();
+    char *ref = run_text(PROMPT, 64);
     CHECK(ref && strlen(ref) > 20, "reference text '%s'", ref ? ref : "");
     if (ref && strlen(ref) > 20) {
         test_ngram(ref);

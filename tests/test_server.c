@@ -14,126 +14,27 @@
  */
 #include "testutil.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
+#include "http_util.h"
+
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #define KEY "sekrit"
 #define MODEL "../shared/models/stories260K.gguf"
 
-typedef struct server {
-    pid_t pid;
-    int port;
-    FILE *out;
-} server;
-
-static bool server_start(server *s, const char *extra)
-{
-    int fd[2];
-    if (pipe(fd) != 0) return false;
-    s->pid = fork();
-    if (s->pid == 0) {
-        dup2(fd[1], 1);
-        close(fd[0]);
-        close(fd[1]);
-        char cmd[2048];
-        snprintf(cmd, sizeof cmd, "exec '%s' serve -m '%s' --port 0 -t 2 --quiet %s 2>'%s'", KVI_BIN,
-                 shared_path("models/stories260K.gguf"), extra, tmp_path("server.err"));
-        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-        _exit(127);
-    }
-    close(fd[1]);
-    s->out = fdopen(fd[0], "r");
-    char line[256];
-    s->port = 0;
-    bool ready = false;
-    while (s->out && fgets(line, sizeof line, s->out)) {
-        const char *p = strstr(line, "127.0.0.1:");
-        if (p) s->port = atoi(p + 10);
-        if (strstr(line, "kvinfer: ready")) { ready = true; break; }
-    }
-    return ready && s->port > 0;
-}
-
-static int server_stop(server *s)
-{
-    kill(s->pid, SIGTERM);
-    int st = 0;
-    waitpid(s->pid, &st, 0);
-    if (s->out) fclose(s->out);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
-}
-
-static int connect_to(int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_port = htons((uint16_t)port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
-static void send_all(int fd, const char *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
-        if (k <= 0) return;
-        p += k;
-        n -= (size_t)k;
-    }
-}
-
 static int send_request(int port, const char *method, const char *path, const char *body, size_t blen, bool key)
 {
-    int fd = connect_to(port);
-    if (fd < 0) return -1;
-    char head[512];
-    int n = snprintf(head, sizeof head,
-                     "%s %s HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n%sContent-Length: %zu\r\n\r\n",
-                     method, path, key ? "Authorization: Bearer " KEY "\r\n" : "", body ? blen : 0);
-    send_all(fd, head, (size_t)n);
-    if (body) send_all(fd, body, blen);
-    return fd;
+    return http_send_request(port, method, path, key ? "Authorization: Bearer " KEY "\r\n" : NULL, body, blen);
 }
 
-typedef struct resp {
-    int status;
-    char *body;    /* malloc'd, after the headers */
-} resp;
-
 /* Whole response (to the close). */
-static resp http(int port, const char *method, const char *path, const char *body, bool key)
+static http_resp http(int port, const char *method, const char *path, const char *body, bool key)
 {
-    resp r = {0, NULL};
-    int fd = send_request(port, method, path, body, body ? strlen(body) : 0, key);
-    if (fd < 0) return r;
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);
-    for (;;) {
-        if (len + 4096 > cap) buf = realloc(buf, cap *= 2);
-        ssize_t k = recv(fd, buf + len, cap - len - 1, 0);
-        if (k <= 0) break;
-        len += (size_t)k;
-    }
-    close(fd);
-    buf[len] = 0;
-    sscanf(buf, "HTTP/1.%*d %d", &r.status);
-    char *b = strstr(buf, "\r\n\r\n");
-    r.body = strdup(b ? b + 4 : "");
-    free(buf);
-    return r;
+    return http_read_response(send_request(port, method, path, body, body ? strlen(body) : 0, key));
 }
 
 /* Concatenated text of a stream's events; *n_events counts events with a token. */
@@ -144,12 +45,10 @@ static char *sse_text(const char *body, bool chat, int *n_events, bool *done, in
     *n_events = 0;
     *done = false;
     *usage_completion = -1;
-    for (const char *p = body; (p = strstr(p, "data: ")); ) {
-        p += 6;
-        const char *e = strstr(p, "\n\n");
-        if (!e) break;
-        if (!strncmp(p, "[DONE]", 6)) { *done = true; break; }
-        cJSON *j = cJSON_ParseWithLength(p, (size_t)(e - p));
+    const char *p = body, *ev;
+    size_t n;
+    while (sse_next(&p, &ev, &n, done)) {
+        cJSON *j = cJSON_ParseWithLength(ev, n);
         const cJSON *u = cJSON_GetObjectItem(j, "usage");
         if (u) *usage_completion = cJSON_GetObjectItem(u, "completion_tokens")->valueint;
         const cJSON *c = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
@@ -163,25 +62,8 @@ static char *sse_text(const char *body, bool chat, int *n_events, bool *done, in
             len += l;
         }
         cJSON_Delete(j);
-        p = e;
     }
     return out;
-}
-
-/* `kvinfer run --temp 0 --json` text of a prompt. */
-static char *run_text(const char *prompt, int n)
-{
-    char args[512], *out = NULL;
-    snprintf(args, sizeof args, "run -m '%s' -p '%s' -n %d --temp 0 --ignore-eos --json -t 2",
-             shared_path("models/stories260K.gguf"), prompt, n);
-    int rc = run_kvinfer(args, &out, NULL);
-    CHECK(rc == 0, "kvinfer run failed (%d)", rc);
-    cJSON *j = out ? cJSON_Parse(out) : NULL;
-    const cJSON *t = cJSON_GetObjectItem(j, "text");
-    char *s = strdup(cJSON_IsString(t) ? t->valuestring : "");
-    cJSON_Delete(j);
-    free(out);
-    return s;
 }
 
 static const char *prompts[4] = {"Once upon a time", "Lily and Tom went to the park", "The cat sat on the mat",
@@ -204,7 +86,7 @@ static void *stream_client(void *arg)
              "{\"prompt\":\"%s\",\"max_tokens\":48,\"temperature\":0,\"ignore_eos\":true,\"stream\":true,"
              "\"stream_options\":{\"include_usage\":true}}",
              prompts[k]);
-    resp r = http(g_port, "POST", "/v1/completions", body, true);
+    http_resp r = http(g_port, "POST", "/v1/completions", body, true);
     int ne, uc;
     bool done;
     char *t = sse_text(r.body ? r.body : "", false, &ne, &done, &uc);
@@ -216,7 +98,7 @@ static void *stream_client(void *arg)
     return NULL;
 }
 
-static void check_error(resp r, int status, const char *code, const char *what)
+static void check_error(http_resp r, int status, const char *code, const char *what)
 {
     cJSON *j = r.body ? cJSON_Parse(r.body) : NULL;
     const cJSON *e = cJSON_GetObjectItem(j, "error");
@@ -232,7 +114,7 @@ static void check_error(resp r, int status, const char *code, const char *what)
 
 static cJSON *get_json(const char *path)
 {
-    resp r = http(g_port, "GET", path, NULL, true);
+    http_resp r = http(g_port, "GET", path, NULL, true);
     cJSON *j = r.status == 200 && r.body ? cJSON_Parse(r.body) : NULL;
     free(r.body);
     return j;
@@ -281,7 +163,7 @@ static void test_errors(void)
         free(big);
     }
     /* unknown fields are ignored; model may name the alias */
-    resp r = http(g_port, "POST", "/v1/completions",
+    http_resp r = http(g_port, "POST", "/v1/completions",
                   "{\"prompt\":\"Once\",\"max_tokens\":2,\"model\":\"stories260K\",\"frobnicate\":[1,2]}", true);
     CHECK(r.status == 200, "unknown field: status %d %s", r.status, r.body);
     free(r.body);
@@ -319,15 +201,15 @@ static void test_disconnect(void)
         if (used != 0) usleep(20000);
     }
     CHECK(used == 0, "KV blocks still held after the disconnect: %d", used);
-    resp m = http(g_port, "GET", "/metrics", NULL, true);
+    http_resp m = http(g_port, "GET", "/metrics", NULL, true);
     CHECK(m.body && strstr(m.body, "kvinfer_requests_cancelled_total 1"), "metrics: one cancelled request");
     free(m.body);
 }
 
 static void test_429(void)
 {
-    server s2;
-    CHECK(server_start(&s2, "--parallel 1 --queue-max 1"), "second server did not start");
+    test_server s2;
+    CHECK(test_server_start(&s2, "--parallel 1 --queue-max 1", "server.err"), "second server did not start");
     const char *body = "{\"prompt\":\"Once\",\"max_tokens\":1500,\"ignore_eos\":true,\"stream\":true}";
     int fds[3];
     for (int i = 0; i < 3; i++) {
@@ -339,26 +221,26 @@ static void test_429(void)
     buf[k > 0 ? k : 0] = 0;
     CHECK(strstr(buf, " 429 ") && strstr(buf, "server_overloaded"), "third request over capacity: %.200s", buf);
     for (int i = 0; i < 3; i++) close(fds[i]);
-    CHECK(server_stop(&s2) == 0, "second server exit status");
+    CHECK(test_server_stop(&s2) == 0, "second server exit status");
 }
 
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
     for (int k = 0; k < 4; k++) refs[k] = run_text(prompts[k], 48);
-    server s;
-    if (!server_start(&s, "-c 256 --parallel 48 --api-key " KEY)) {
+    test_server s;
+    if (!test_server_start(&s, "-c 256 --parallel 48 --api-key " KEY, "server.err")) {
         CHECK(false, "server did not start");
         return test_main_end();
     }
     g_port = s.port;
 
-    resp h = http(g_port, "GET", "/health", NULL, false);
+    http_resp h = http(g_port, "GET", "/health", NULL, false);
     CHECK(h.status == 200 && strstr(h.body, "ok"), "health: %d", h.status);
     free(h.body);
 
     /* non-streamed greedy == kvinfer run --temp 0 */
-    resp r = http(g_port, "POST", "/v1/completions",
+    http_resp r = http(g_port, "POST", "/v1/completions",
                   "{\"prompt\":\"Once upon a time\",\"max_tokens\":48,\"temperature\":0,\"ignore_eos\":true}", true);
     cJSON *j = r.body ? cJSON_Parse(r.body) : NULL;
     const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
@@ -387,13 +269,13 @@ int main(void)
                        "\"content\":\"A dog <|im_end|> named Max\"}],\"max_tokens\":20,\"temperature\":0%s}";
     char cb[512];
     snprintf(cb, sizeof cb, chat, "");
-    resp cr = http(g_port, "POST", "/v1/chat/completions", cb, true);
+    http_resp cr = http(g_port, "POST", "/v1/chat/completions", cb, true);
     cJSON *cj = cr.body ? cJSON_Parse(cr.body) : NULL;
     const cJSON *msg = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(cj, "choices"), 0), "message");
     const cJSON *content = cJSON_GetObjectItem(msg, "content");
     CHECK(cr.status == 200 && cJSON_IsString(content), "chat: %d %s", cr.status, cr.body);
     snprintf(cb, sizeof cb, chat, ",\"stream\":true");
-    resp cs = http(g_port, "POST", "/v1/chat/completions", cb, true);
+    http_resp cs = http(g_port, "POST", "/v1/chat/completions", cb, true);
     int ne, uc;
     bool done;
     char *st = sse_text(cs.body ? cs.body : "", true, &ne, &done, &uc);
@@ -405,7 +287,7 @@ int main(void)
     free(cs.body);
 
     /* stop strings: the text ends before the first '.' */
-    resp sr = http(g_port, "POST", "/v1/completions",
+    http_resp sr = http(g_port, "POST", "/v1/completions",
                    "{\"prompt\":\"Once upon a time\",\"max_tokens\":48,\"temperature\":0,\"stop\":[\".\"]}", true);
     const char *dot = strchr(refs[0], '.');
     char want[256] = {0};
@@ -443,23 +325,23 @@ int main(void)
     const cJSON *m0 = cJSON_GetArrayItem(cJSON_GetObjectItem(mj, "data"), 0);
     CHECK(m0 && !strcmp(cJSON_GetObjectItem(m0, "id")->valuestring, "stories260K"), "models");
     cJSON_Delete(mj);
-    resp tk = http(g_port, "POST", "/tokenize", "{\"content\":\"Once upon a time\",\"add_special\":true}", true);
+    http_resp tk = http(g_port, "POST", "/tokenize", "{\"content\":\"Once upon a time\",\"add_special\":true}", true);
     CHECK(tk.status == 200 && tk.body && strstr(tk.body, "[1,403,407,261,378]"), "tokenize: %s", tk.body);
     free(tk.body);
-    resp dt = http(g_port, "POST", "/detokenize", "{\"tokens\":[403,407,261,378]}", true);
+    http_resp dt = http(g_port, "POST", "/detokenize", "{\"tokens\":[403,407,261,378]}", true);
     CHECK(dt.status == 200 && dt.body && strstr(dt.body, "Once upon a time"), "detokenize: %s", dt.body);
     free(dt.body);
-    resp mt = http(g_port, "GET", "/metrics", NULL, false);
+    http_resp mt = http(g_port, "GET", "/metrics", NULL, false);
     CHECK(mt.body && strstr(mt.body, "kvinfer_time_to_first_token_seconds_bucket") &&
               strstr(mt.body, "kvinfer_inter_token_latency_seconds_count") &&
               strstr(mt.body, "kvinfer_kv_blocks_total") && strstr(mt.body, "kvinfer_prefix_cache_hit_ratio"),
           "metrics text");
     free(mt.body);
-    resp pg = http(g_port, "GET", "/", NULL, false);
+    http_resp pg = http(g_port, "GET", "/", NULL, false);
     CHECK(pg.status == 200 && pg.body && strstr(pg.body, "/v1/kv"), "web page");
     free(pg.body);
 
-    CHECK(server_stop(&s) == 0, "server exit status (see %s)", tmp_path("server.err"));
+    CHECK(test_server_stop(&s) == 0, "server exit status (see %s)", tmp_path("server.err"));
     test_429();
     for (int k = 0; k < 4; k++) free(refs[k]);
     return test_main_end();

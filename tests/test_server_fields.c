@@ -15,144 +15,16 @@
  */
 #include "testutil.h"
 
+#include "http_util.h"
+
 #include "kvinfer.h"
 
-#include <arpa/inet.h>
 #include <math.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
-
-typedef struct server {
-    pid_t pid;
-    int port;
-    FILE *out;
-} server;
-
-static bool server_start(server *s, const char *extra)
-{
-    int fd[2];
-    if (pipe(fd) != 0) return false;
-    s->pid = fork();
-    if (s->pid == 0) {
-        dup2(fd[1], 1);
-        close(fd[0]);
-        close(fd[1]);
-        char cmd[2048];
-        snprintf(cmd, sizeof cmd, "exec '%s' serve -m '%s' --port 0 -t 2 --quiet %s 2>'%s'", KVI_BIN,
-                 shared_path("models/stories260K.gguf"), extra, tmp_path("fields_server.err"));
-        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-        _exit(127);
-    }
-    close(fd[1]);
-    s->out = fdopen(fd[0], "r");
-    char line[256];
-    s->port = 0;
-    bool ready = false;
-    while (s->out && fgets(line, sizeof line, s->out)) {
-        const char *p = strstr(line, "127.0.0.1:");
-        if (p) s->port = atoi(p + 10);
-        if (strstr(line, "kvinfer: ready")) {
-            ready = true;
-            break;
-        }
-    }
-    return ready && s->port > 0;
-}
-
-static int server_stop(server *s)
-{
-    kill(s->pid, SIGTERM);
-    int st = 0;
-    waitpid(s->pid, &st, 0);
-    if (s->out) fclose(s->out);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
-}
-
-static int connect_to(int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_port = htons((uint16_t)port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
-static int send_request(int port, const char *method, const char *path, const char *body)
-{
-    int fd = connect_to(port);
-    if (fd < 0) return -1;
-    char head[512];
-    const size_t blen = body ? strlen(body) : 0;
-    int n = snprintf(head, sizeof head,
-                     "%s %s HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
-                     method, path, blen);
-    send(fd, head, (size_t)n, MSG_NOSIGNAL);
-    if (body) send(fd, body, blen, MSG_NOSIGNAL);
-    return fd;
-}
-
-typedef struct resp {
-    int status;
-    char *body;   /* malloc'd, after the headers */
-} resp;
-
-static resp http(int port, const char *method, const char *path, const char *body)
-{
-    resp r = {0, NULL};
-    int fd = send_request(port, method, path, body);
-    if (fd < 0) return r;
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);
-    for (;;) {
-        if (len + 4096 > cap) buf = realloc(buf, cap *= 2);
-        ssize_t k = recv(fd, buf + len, cap - len - 1, 0);
-        if (k <= 0) break;
-        len += (size_t)k;
-    }
-    close(fd);
-    buf[len] = 0;
-    sscanf(buf, "HTTP/1.%*d %d", &r.status);
-    char *b = strstr(buf, "\r\n\r\n");
-    r.body = strdup(b ? b + 4 : "");
-    free(buf);
-    return r;
-}
-
-static double metric(const char *text, const char *name)
-{
-    char key[128];
-    snprintf(key, sizeof key, "\n%s ", name);
-    const char *p = text ? strstr(text, key) : NULL;
-    return p ? atof(p + strlen(key)) : -1;
-}
-
-/* `kvinfer run --temp 0 --json` text of a prompt. */
-static char *run_text(const char *prompt, int n)
-{
-    char *args = malloc(strlen(prompt) + 512), *out = NULL;
-    sprintf(args, "run -m '%s' -p '%s' -n %d --temp 0 --ignore-eos --json -t 2", shared_path("models/stories260K.gguf"),
-            prompt, n);
-    int rc = run_kvinfer(args, &out, NULL);
-    free(args);
-    CHECK(rc == 0, "kvinfer run failed (%d)", rc);
-    cJSON *j = out ? cJSON_Parse(out) : NULL;
-    const cJSON *t = cJSON_GetObjectItem(j, "text");
-    char *s = strdup(cJSON_IsString(t) ? t->valuestring : "");
-    cJSON_Delete(j);
-    free(out);
-    return s;
-}
 
 /* Non-streamed completion: text (malloc'd) and usage numbers. */
 typedef struct completion {
@@ -165,7 +37,7 @@ typedef struct completion {
 static completion complete(int port, const char *body)
 {
     completion c = {0, NULL, -1, -1, -1, NULL};
-    resp r = http(port, "POST", "/v1/completions", body);
+    http_resp r = http_request(port, "POST", "/v1/completions", NULL, body);
     c.status = r.status;
     c.json = r.body ? cJSON_Parse(r.body) : NULL;
     const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(c.json, "choices"), 0);
@@ -200,8 +72,8 @@ static void test_prefix_cache(void)
     char body[2048];
     snprintf(body, sizeof body, "{\"prompt\":\"%s\",\"max_tokens\":24,\"temperature\":0,\"ignore_eos\":true}", LONG_PROMPT);
 
-    server s;
-    if (!server_start(&s, "")) {
+    test_server s;
+    if (!test_server_start(&s, "", "fields_server.err")) {
         CHECK(false, "server did not start (see %s)", tmp_path("fields_server.err"));
         free(ref);
         return;
@@ -230,17 +102,17 @@ static void test_prefix_cache(void)
           "partial prefix: %d cached tokens (full prompt %d)", c.cached_tokens, want);
     CHECK(!strcmp(c.text, ref2), "partial prefix text differs: '%s' vs '%s'", c.text, ref2);
 
-    resp m = http(s.port, "GET", "/metrics", NULL);
-    const double cached = metric(m.body, "kvinfer_prompt_tokens_cached_total");
-    const double ratio = metric(m.body, "kvinfer_prefix_cache_hit_ratio");
+    http_resp m = http_request(s.port, "GET", "/metrics", NULL, NULL);
+    const double cached = prom_metric(m.body, "kvinfer_prompt_tokens_cached_total");
+    const double ratio = prom_metric(m.body, "kvinfer_prefix_cache_hit_ratio");
     const double prompt = a.prompt_tokens + b.prompt_tokens + c.prompt_tokens;
     CHECK(cached == want + c.cached_tokens, "metrics: %g cached tokens, want %d", cached, want + c.cached_tokens);
     CHECK(fabs(ratio - cached / prompt) < 1e-6, "hit ratio %g, cached %g of %g prompt tokens", ratio, cached, prompt);
     free(m.body);
-    CHECK(server_stop(&s) == 0, "server exit status");
+    CHECK(test_server_stop(&s) == 0, "server exit status");
 
     /* --no-prefix-cache: nothing cached, the same text */
-    if (server_start(&s, "--no-prefix-cache")) {
+    if (test_server_start(&s, "--no-prefix-cache", "fields_server.err")) {
         completion d = complete(s.port, body);
         completion e = complete(s.port, body);
         CHECK(d.cached_tokens == 0 && e.cached_tokens == 0, "no prefix cache: %d %d cached", d.cached_tokens,
@@ -248,7 +120,7 @@ static void test_prefix_cache(void)
         CHECK(!strcmp(e.text, ref), "no prefix cache text differs");
         completion_free(&d);
         completion_free(&e);
-        CHECK(server_stop(&s) == 0, "server exit status");
+        CHECK(test_server_stop(&s) == 0, "server exit status");
     } else {
         CHECK(false, "server --no-prefix-cache did not start");
     }
@@ -269,15 +141,15 @@ static int punct_count(const char *t)
 
 static void test_penalties(void)
 {
-    server s;
-    if (!server_start(&s, "")) {
+    test_server s;
+    if (!test_server_start(&s, "", "fields_server.err")) {
         CHECK(false, "server did not start");
         return;
     }
-    resp r = http(s.port, "POST", "/v1/completions", "{\"prompt\":\"Once\",\"presence_penalty\":2.5}");
+    http_resp r = http_request(s.port, "POST", "/v1/completions", NULL, "{\"prompt\":\"Once\",\"presence_penalty\":2.5}");
     CHECK(r.status == 400 && r.body && strstr(r.body, "presence_penalty"), "presence 2.5: %d %s", r.status, r.body);
     free(r.body);
-    r = http(s.port, "POST", "/v1/completions", "{\"prompt\":\"Once\",\"frequency_penalty\":\"high\"}");
+    r = http_request(s.port, "POST", "/v1/completions", NULL, "{\"prompt\":\"Once\",\"frequency_penalty\":\"high\"}");
     CHECK(r.status == 400, "frequency string: %d", r.status);
     free(r.body);
 
@@ -293,41 +165,41 @@ static void test_penalties(void)
     completion_free(&a);
     completion_free(&b);
     free(ref);
-    CHECK(server_stop(&s) == 0, "server exit status");
+    CHECK(test_server_stop(&s) == 0, "server exit status");
 }
 
 static void test_disconnect_non_streamed(void)
 {
-    server s;
-    if (!server_start(&s, "")) {
+    test_server s;
+    if (!test_server_start(&s, "", "fields_server.err")) {
         CHECK(false, "server did not start");
         return;
     }
     const char *body = "{\"prompt\":\"Once upon a time\",\"max_tokens\":480,\"ignore_eos\":true}";
     const double t0 = kvi_time_ms();
-    int fd = send_request(s.port, "POST", "/v1/completions", body);
+    int fd = http_send_request(s.port, "POST", "/v1/completions", NULL, body, strlen(body));
     CHECK(fd >= 0, "connect");
     usleep(100000);
     close(fd);
     double cancelled = 0, used = -1;
     for (int i = 0; i < 100 && (cancelled != 1 || used != 0); i++) {
         usleep(20000);
-        resp m = http(s.port, "GET", "/metrics", NULL);
-        cancelled = metric(m.body, "kvinfer_requests_cancelled_total");
-        used = metric(m.body, "kvinfer_kv_blocks_used");
+        http_resp m = http_request(s.port, "GET", "/metrics", NULL, NULL);
+        cancelled = prom_metric(m.body, "kvinfer_requests_cancelled_total");
+        used = prom_metric(m.body, "kvinfer_kv_blocks_used");
         free(m.body);
     }
     CHECK(cancelled == 1 && used == 0, "after the disconnect: %g cancelled, %g KV blocks used", cancelled, used);
-    resp m = http(s.port, "GET", "/metrics", NULL);
-    CHECK(metric(m.body, "kvinfer_generation_tokens_total") < 480, "the request ran to its end (%g tokens)",
-          metric(m.body, "kvinfer_generation_tokens_total"));
+    http_resp m = http_request(s.port, "GET", "/metrics", NULL, NULL);
+    CHECK(prom_metric(m.body, "kvinfer_generation_tokens_total") < 480, "the request ran to its end (%g tokens)",
+          prom_metric(m.body, "kvinfer_generation_tokens_total"));
     free(m.body);
     /* the server still answers */
     completion c = complete(s.port, "{\"prompt\":\"Once\",\"max_tokens\":4}");
     CHECK(c.status == 200 && c.completion_tokens == 4, "request after the disconnect: %d", c.status);
     completion_free(&c);
     fprintf(stderr, "disconnect handled in %.0f ms\n", kvi_time_ms() - t0);
-    CHECK(server_stop(&s) == 0, "server exit status");
+    CHECK(test_server_stop(&s) == 0, "server exit status");
 }
 
 int main(void)
