@@ -12,6 +12,8 @@
  */
 #include "testutil.h"
 
+#include "ppl_util.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,43 +23,13 @@ static char text_path[512];
 
 static cJSON *ppl_json(const char *args, int *rc, char **errout)
 {
-    char cmd[2048], *out = NULL, *err = NULL;
-    snprintf(cmd, sizeof cmd, "perplexity --json -m %s -f %s %s", model, text_path, args);
-    *rc = run_kvinfer(cmd, &out, &err);
-    cJSON *j = out ? cJSON_Parse(out) : NULL;
-    if (*rc == 0 && !j) fprintf(stderr, "perplexity %s: stdout not JSON: %.300s\n", args, out ? out : "");
-    free(out);
-    if (errout) *errout = err;
-    else free(err);
-    return j;
-}
-
-static double num(const cJSON *j, const char *key)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
-    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+    return ppl_json_run("", model, text_path, args, rc, errout);
 }
 
 /* Builds the text: every golden case's prompt and greedy continuation. */
 static bool make_text(void)
 {
-    size_t cap = 1 << 16, len = 0;
-    char *t = malloc(cap);
-    if (!t) return false;
-    for (int i = 1; i <= 4; i++) {
-        char rel[64];
-        snprintf(rel, sizeof rel, "golden/stories260K/case%d.json", i);
-        cJSON *c = load_json(shared_path(rel));
-        const cJSON *p = cJSON_GetObjectItemCaseSensitive(c, "prompt");
-        const cJSON *g = cJSON_GetObjectItemCaseSensitive(c, "greedy_text");
-        if (cJSON_IsString(p) && cJSON_IsString(g))
-            len += (size_t)snprintf(t + len, cap - len, "%s%s\n", p->valuestring, g->valuestring);
-        cJSON_Delete(c);
-    }
-    snprintf(text_path, sizeof text_path, "%s", tmp_path("ppl_text.txt"));
-    bool ok = len > 1000 && write_file(text_path, t, len) == 0;
-    free(t);
-    return ok;
+    return ppl_golden_text("ppl_text.txt", text_path, sizeof text_path);
 }
 
 /* exp(mean NLL) of one chunk of c tokens, from the tokenize and logits commands. */
@@ -125,12 +97,12 @@ int main(void)
     cJSON *j = ppl_json("-c 64 --chunks 1 --kv-type f16", &rc, NULL);
     double ref = reference_ppl(64);
     CHECK(rc == 0 && j, "perplexity -c 64: exit %d", rc);
-    CHECK(fabs(num(j, "perplexity") / ref - 1) < 1e-5, "perplexity %.9g, recomputed %.9g", num(j, "perplexity"), ref);
-    CHECK(num(j, "n_tokens") == 31 && num(j, "n_chunks") == 1, "n_tokens %g n_chunks %g", num(j, "n_tokens"),
-          num(j, "n_chunks"));
+    CHECK(fabs(json_num(j, "perplexity") / ref - 1) < 1e-5, "perplexity %.9g, recomputed %.9g", json_num(j, "perplexity"), ref);
+    CHECK(json_num(j, "n_tokens") == 31 && json_num(j, "n_chunks") == 1, "n_tokens %g n_chunks %g", json_num(j, "n_tokens"),
+          json_num(j, "n_chunks"));
     const cJSON *kv = cJSON_GetObjectItemCaseSensitive(j, "kv_type");
     CHECK(cJSON_IsString(kv) && !strcmp(kv->valuestring, "f16"), "kv_type");
-    CHECK(num(j, "ppl_error") > 0 && num(j, "ppl_error") < num(j, "perplexity"), "ppl_error %g", num(j, "ppl_error"));
+    CHECK(json_num(j, "ppl_error") > 0 && json_num(j, "ppl_error") < json_num(j, "perplexity"), "ppl_error %g", json_num(j, "ppl_error"));
     cJSON_Delete(j);
 
     /* f32 base saved; f16 nearly the same; f32 against its own base: KL 0, top-1 1 */
@@ -140,28 +112,28 @@ int main(void)
     snprintf(args, sizeof args, "-c 128 --kv-type f32 --save-logits %s", base);
     cJSON *f32 = ppl_json(args, &rc, NULL);
     CHECK(rc == 0 && f32, "f32 run: exit %d", rc);
-    double p32 = num(f32, "perplexity");
+    double p32 = json_num(f32, "perplexity");
     CHECK(p32 > 1.0 && p32 < 50.0, "f32 perplexity %g (stories260K on its own text is low)", p32);
-    CHECK(num(f32, "n_tokens") >= 4 * 63 && fmod(num(f32, "n_tokens"), 63) == 0, "n_tokens %g", num(f32, "n_tokens"));
+    CHECK(json_num(f32, "n_tokens") >= 4 * 63 && fmod(json_num(f32, "n_tokens"), 63) == 0, "n_tokens %g", json_num(f32, "n_tokens"));
     cJSON_Delete(f32);
 
     snprintf(args, sizeof args, "-c 128 --kv-type f16 --kl-base %s", base);
     cJSON *f16 = ppl_json(args, &rc, NULL);
     CHECK(rc == 0 && f16, "f16 run: exit %d", rc);
-    double p16 = num(f16, "perplexity");
+    double p16 = json_num(f16, "perplexity");
     CHECK(fabs(p16 / p32 - 1) < 0.01, "f16 perplexity %g vs f32 %g", p16, p32);
-    CHECK(num(f16, "kld_mean") >= 0 && num(f16, "kld_mean") < 1e-3, "f16 kld_mean %g", num(f16, "kld_mean"));
-    CHECK(num(f16, "top1_agreement") > 0.95, "f16 top1 %g", num(f16, "top1_agreement"));
-    CHECK(fabs(num(f16, "perplexity_base") - p32) < 1e-6 * p32, "perplexity_base %g vs %g", num(f16, "perplexity_base"), p32);
+    CHECK(json_num(f16, "kld_mean") >= 0 && json_num(f16, "kld_mean") < 1e-3, "f16 kld_mean %g", json_num(f16, "kld_mean"));
+    CHECK(json_num(f16, "top1_agreement") > 0.95, "f16 top1 %g", json_num(f16, "top1_agreement"));
+    CHECK(fabs(json_num(f16, "perplexity_base") - p32) < 1e-6 * p32, "perplexity_base %g vs %g", json_num(f16, "perplexity_base"), p32);
     cJSON_Delete(f16);
 
     snprintf(args, sizeof args, "-c 128 --kv-type f32 --kl-base %s", base);
     cJSON *self = ppl_json(args, &rc, NULL);
     CHECK(rc == 0 && self, "self run: exit %d", rc);
-    CHECK(num(self, "kld_mean") == 0 && num(self, "kld_max") == 0, "self KL mean %g max %g", num(self, "kld_mean"),
-          num(self, "kld_max"));
-    CHECK(num(self, "top1_agreement") == 1, "self top1 %g", num(self, "top1_agreement"));
-    CHECK(num(self, "perplexity") == p32, "same run, different perplexity %.17g vs %.17g", num(self, "perplexity"), p32);
+    CHECK(json_num(self, "kld_mean") == 0 && json_num(self, "kld_max") == 0, "self KL mean %g max %g", json_num(self, "kld_mean"),
+          json_num(self, "kld_max"));
+    CHECK(json_num(self, "top1_agreement") == 1, "self top1 %g", json_num(self, "top1_agreement"));
+    CHECK(json_num(self, "perplexity") == p32, "same run, different perplexity %.17g vs %.17g", json_num(self, "perplexity"), p32);
     cJSON_Delete(self);
 
     /* bad base files */

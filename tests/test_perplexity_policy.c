@@ -13,6 +13,8 @@
  */
 #include "testutil.h"
 
+#include "ppl_util.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,42 +24,13 @@ static char text_path[512];
 
 static cJSON *ppl_json(const char *args, int *rc, char **errout)
 {
-    char cmd[2048], *out = NULL, *err = NULL;
-    snprintf(cmd, sizeof cmd, "perplexity --json -t 1 -m %s -f %s %s", model, text_path, args);
-    *rc = run_kvinfer(cmd, &out, &err);
-    cJSON *j = out ? cJSON_Parse(out) : NULL;
-    if (*rc == 0 && !j) fprintf(stderr, "perplexity %s: stdout not JSON: %.300s\n", args, out ? out : "");
-    free(out);
-    if (errout) *errout = err;
-    else free(err);
-    return j;
+    return ppl_json_run("-t 1", model, text_path, args, rc, errout);
 }
 
-static double num(const cJSON *j, const char *key)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
-    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
-}
-
+/* Builds the text: every golden case's prompt and greedy continuation. */
 static bool make_text(void)
 {
-    size_t cap = 1 << 16, len = 0;
-    char *t = malloc(cap);
-    if (!t) return false;
-    for (int i = 1; i <= 4; i++) {
-        char rel[64];
-        snprintf(rel, sizeof rel, "golden/stories260K/case%d.json", i);
-        cJSON *c = load_json(shared_path(rel));
-        const cJSON *p = cJSON_GetObjectItemCaseSensitive(c, "prompt");
-        const cJSON *g = cJSON_GetObjectItemCaseSensitive(c, "greedy_text");
-        if (cJSON_IsString(p) && cJSON_IsString(g))
-            len += (size_t)snprintf(t + len, cap - len, "%s%s\n", p->valuestring, g->valuestring);
-        cJSON_Delete(c);
-    }
-    snprintf(text_path, sizeof text_path, "%s", tmp_path("ppl_policy_text.txt"));
-    bool ok = len > 1000 && write_file(text_path, t, len) == 0;
-    free(t);
-    return ok;
+    return ppl_golden_text("ppl_policy_text.txt", text_path, sizeof text_path);
 }
 
 /* Tokens of the text as the perplexity command sees them (BOS included). */
@@ -83,18 +56,18 @@ static void past_context(const char *policy, const char *kv, bool constant)
     cJSON *j = ppl_json(args, &rc, NULL);
     CHECK(rc == 0 && j, "%s: exit %d", args, rc);
     if (!j) return;
-    const double ppl = num(j, "perplexity"), past = num(j, "n_past_ctx");
+    const double ppl = json_num(j, "perplexity"), past = json_num(j, "n_past_ctx");
     /* q4_0 keys are known to cost a lot on this model (outlier channels, issue 4) */
     const double hi = strcmp(kv, "q4_0") ? 30.0 : 200.0;
     CHECK(ppl > 1.0 && ppl < hi, "%s: perplexity %g", args, ppl);
     CHECK(past > 4 * 64, "%s: only %g rows past the context", args, past);
-    CHECK(num(j, "n_in_ctx") == 32, "%s: %g rows inside the context, want 64 - 32", args, num(j, "n_in_ctx"));
-    CHECK(num(j, "n_tokens") == num(j, "n_in_ctx") + past, "%s: row counts do not add up", args);
+    CHECK(json_num(j, "n_in_ctx") == 32, "%s: %g rows inside the context, want 64 - 32", args, json_num(j, "n_in_ctx"));
+    CHECK(json_num(j, "n_tokens") == json_num(j, "n_in_ctx") + past, "%s: row counts do not add up", args);
     if (constant) {
-        CHECK(num(j, "kv_bytes_full") > 0 && num(j, "kv_bytes_max") == num(j, "kv_bytes_full"),
-              "%s: KV bytes grew past the context: %g then %g", args, num(j, "kv_bytes_full"), num(j, "kv_bytes_max"));
-        CHECK(num(j, "n_evicted") == past, "%s: %g evicted for %g tokens past the context", args,
-              num(j, "n_evicted"), past);
+        CHECK(json_num(j, "kv_bytes_full") > 0 && json_num(j, "kv_bytes_max") == json_num(j, "kv_bytes_full"),
+              "%s: KV bytes grew past the context: %g then %g", args, json_num(j, "kv_bytes_full"), json_num(j, "kv_bytes_max"));
+        CHECK(json_num(j, "n_evicted") == past, "%s: %g evicted for %g tokens past the context", args,
+              json_num(j, "n_evicted"), past);
     }
     cJSON_Delete(j);
 }
@@ -117,11 +90,11 @@ int main(void)
     cJSON *stream = ppl_json(args, &rc, NULL);
     CHECK(rc == 0 && stream, "stream -c %d: exit %d", n, rc);
     if (chunk && stream) {
-        CHECK(num(chunk, "perplexity") == num(stream, "perplexity") &&
-                  num(chunk, "n_tokens") == num(stream, "n_tokens"),
-              "one context: stream %.17g over %g rows, chunked %.17g over %g", num(stream, "perplexity"),
-              num(stream, "n_tokens"), num(chunk, "perplexity"), num(chunk, "n_tokens"));
-        CHECK(num(stream, "n_evicted") == 0 && num(stream, "n_past_ctx") == 0, "one context: evictions");
+        CHECK(json_num(chunk, "perplexity") == json_num(stream, "perplexity") &&
+                  json_num(chunk, "n_tokens") == json_num(stream, "n_tokens"),
+              "one context: stream %.17g over %g rows, chunked %.17g over %g", json_num(stream, "perplexity"),
+              json_num(stream, "n_tokens"), json_num(chunk, "perplexity"), json_num(chunk, "n_tokens"));
+        CHECK(json_num(stream, "n_evicted") == 0 && json_num(stream, "n_past_ctx") == 0, "one context: evictions");
     }
     cJSON_Delete(chunk);
     cJSON_Delete(stream);
