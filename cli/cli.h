@@ -78,34 +78,6 @@ int cli_n_cores(void);
  * the flag and returns false when unknown. */
 bool cli_parse_kv_type(const char *flag, const char *s, kvi_type *out);
 
-/* ---- more helpers (cli/cli_util.c), shared by run / logits / tokenize ---- */
-
-/* "../shared/models/stories260K.gguf" when that file exists relative to the
- * current directory, else NULL. */
-const char *cli_default_model(void);
-/* Tokenizes text into a malloc'd array (*ids, *n). Returns 0, or prints an error
- * and returns 1. */
-int cli_tokenize(const kvi_model *m, const char *text, size_t len, bool add_special,
-                 bool parse_special, int32_t **ids, int32_t *n);
-/* Text of ids as a malloc'd NUL-terminated string (length in *len when non-NULL);
- * NULL (error printed) on failure. */
-char *cli_detokenize(const kvi_model *m, const int32_t *ids, int32_t n, bool render_special,
-                     bool remove_leading_space, size_t *len);
-/* Checks every id is in [0, n_vocab); prints an error naming the first bad one
- * and returns 1, else 0. */
-int cli_check_ids(const kvi_model *m, const int32_t *ids, int32_t n);
-/* Length of the longest prefix of s that does not end inside an incomplete UTF-8
- * sequence (what can be printed now while streaming). */
-size_t cli_utf8_complete_prefix(const char *s, size_t len);
-/* Copy of s (malloc'd, NUL-terminated) with invalid UTF-8 replaced by U+FFFD, so
- * that it can go into JSON; NULL when out of memory. */
-char *cli_utf8_sanitize(const char *s, size_t len);
-/* Number of online CPU cores (at least 1): what n_threads 0 means. */
-int cli_n_cores(void);
-/* Parses "f32", "f16", ... into a KV cache element type; prints an error naming
- * the flag and returns false when unknown. */
-bool cli_parse_kv_type(const char *flag, const char *s, kvi_type *out);
-
 /* Loads a model with weights from path, or from cli_default_model() when path is
  * NULL (saying so on stderr). NULL with one error line printed on failure
  * (unreadable/corrupt file: the library's message; vocabulary-only file). */
