@@ -53,6 +53,8 @@ struct attn_scratch {
     int block_size, head_dim, group, kv_dim;
     int rmax;            /* rows per tile: max(1, ATTN_MAX_LANES / group) */
     int nqp_max;         /* lanes of the largest tile, a multiple of 16 */
+    int pcb;             /* position lanes: blocks per chunk of scores, max(1, 128 / block_size) */
+    int pld;             /* positions of a chunk, rounded up to 16 */
     int32_t *tiles;      /* [tiles_cap] first batch row of each tile, then n_rows */
     size_t tiles_cap;
 };
@@ -61,7 +63,9 @@ static size_t up16(size_t n) { return (n + 15) & ~(size_t)15; }
 
 /* Per-thread layout (each part 64-byte aligned):
  *   qt [hd][nqp_max] | s [bs][nqp_max] | acc [hd][nqp_max] | m [nqp_max] | l [nqp_max]
- *   | lim [nqp_max] int32 | k [bs][hd] | v [bs][hd] */
+ *   | lim [nqp_max] int32 | k [bs][hd] | v [bs][hd]
+ *   | position lanes (Q = ATTN_POS_MAXQ): kc [pld][hd] | kt [hd][pld] | ps [Q][pld]
+ *   | pq [Q][hd] | pacc [Q][hd] | pm, pl, plim [16] */
 attn_scratch *attn_scratch_create(int n_threads, int block_size, int head_dim, int n_heads,
                                   int n_kv_heads, int kv_dim)
 {
@@ -77,8 +81,12 @@ attn_scratch *attn_scratch_create(int n_threads, int block_size, int head_dim, i
     s->rmax = s->group < ATTN_MAX_LANES ? ATTN_MAX_LANES / s->group : 1;
     s->nqp_max = (int)up16((size_t)s->rmax * s->group);
     const size_t nq = (size_t)s->nqp_max, hd = (size_t)head_dim, bs = (size_t)block_size;
+    s->pcb = block_size < 128 ? 128 / block_size : 1;
+    s->pld = (int)up16((size_t)s->pcb * bs);
+    const size_t pld = (size_t)s->pld, pq = ATTN_POS_MAXQ;
     s->floats_per_thread = up16(hd * nq) + up16(bs * nq) + up16(hd * nq) + 3 * nq +
-                           2 * up16(bs * hd);
+                           2 * up16(bs * hd) + 2 * up16(pld * hd) + up16(pq * pld) +
+                           2 * up16(pq * hd) + 3 * 16;
     s->buf = aligned_alloc(64, (size_t)n_threads * s->floats_per_thread * sizeof(float));
     if (!s->buf) {
         free(s);
@@ -101,6 +109,13 @@ typedef struct attn_work {
     attn_blk b;
     float *ktile, *vtile;   /* [bs][hd] */
     int32_t *lim;           /* [nqp_max] */
+    /* position lanes */
+    float *kc;              /* [pld][hd] keys of a chunk */
+    float *kt;              /* [hd][pld] the same, transposed */
+    float *ps;              /* [ATTN_POS_MAXQ][pld] scores, weights */
+    float *pq, *pacc;       /* [ATTN_POS_MAXQ][hd] */
+    float *pm, *pl;         /* [16] */
+    int32_t *plim;          /* [16] */
 } attn_work;
 
 static void work_init(attn_work *w, const attn_scratch *s, float *base, const attn_kernels *kn)
@@ -125,6 +140,23 @@ static void work_init(attn_work *w, const attn_scratch *s, float *base, const at
     w->ktile = p;
     p += up16(bs * hd);
     w->vtile = p;
+    p += up16(bs * hd);
+    const size_t pld = (size_t)s->pld, pq = ATTN_POS_MAXQ;
+    w->kc = p;
+    p += up16(pld * hd);
+    w->kt = p;
+    p += up16(pld * hd);
+    w->ps = p;
+    p += up16(pq * pld);
+    w->pq = p;
+    p += up16(pq * hd);
+    w->pacc = p;
+    p += up16(pq * hd);
+    w->pm = p;
+    p += 16;
+    w->pl = p;
+    p += 16;
+    w->plim = (int32_t *)p;
     w->b.hd = s->head_dim;
 }
 
@@ -283,6 +315,65 @@ static void attend_tile(const attn_args *a, const attn_scratch *s, attn_work *w,
     if (recv && nr == 1) add_recv(a, w, r0, g, group, recv);
 }
 
+/* Rows [r0, r0 + nr) (one table), kv head g, in position lanes (nr * group <=
+ * ATTN_POS_MAXQ, row-type keys): the scores of a chunk of pcb blocks at once
+ * (scores do not depend on m or l), then each block's online-softmax update in
+ * order; every lane goes through the operations attend_tile gives it. */
+static void attend_pos(const attn_args *a, const attn_scratch *s, attn_work *w, int r0, int nr, int g)
+{
+    const kv_pool *kv = a->kv;
+    const int hd = a->head_dim, bs = kv->block_size, group = s->group, nq = nr * group, ld = s->pld;
+    const size_t qstride = (size_t)a->n_heads * hd;
+    const kv_table *t = a->tables[r0];
+    const attn_kernels *kn = w->kn;
+    const float scale = 1.0f / sqrtf((float)hd);
+    for (int rr = 0; rr < nr; rr++)
+        memcpy(w->pq + (size_t)rr * group * hd, a->q + (size_t)(r0 + rr) * qstride + (size_t)g * group * hd,
+               (size_t)group * hd * sizeof(float));
+    for (int i = 0; i < nq; i++) {
+        w->pm[i] = -INFINITY;
+        w->pl[i] = 0.0f;
+    }
+    memset(w->pacc, 0, (size_t)nq * hd * sizeof(float));
+    int32_t pmax = a->pos[r0];
+    for (int rr = 1; rr < nr; rr++)
+        if (a->pos[r0 + rr] > pmax) pmax = a->pos[r0 + rr];
+    attn_pblk pb = {.nq = nq, .hd = hd, .ld = ld, .v = w->vtile, .lim = w->plim, .m = w->pm, .l = w->pl,
+                    .acc = w->pacc};
+    for (int32_t c0 = 0; c0 <= pmax; c0 += s->pcb * bs) {
+        const int np = (int64_t)pmax - c0 + 1 < (int64_t)s->pcb * bs ? (int)(pmax - c0 + 1) : s->pcb * bs;
+        for (int j = 0; j * bs < np; j++) {
+            const int nt = np - j * bs < bs ? np - j * bs : bs;
+            load_rows(a, w, t, 0, c0 / bs + j, nt, g, w->kc + (size_t)j * bs * hd);
+        }
+        kn->ptrans(w->kc, np, hd, w->kt, ld);
+        kn->pscores(w->pq, nq, hd, w->kt, ld, (np + 15) & ~15, scale, w->ps);
+        for (int j = 0; j * bs < np; j++) {
+            const int32_t t0 = c0 + j * bs;
+            const int ntb = np - j * bs < bs ? np - j * bs : bs;
+            int most = 0;
+            for (int rr = 0; rr < nr; rr++) {
+                int64_t n = (int64_t)a->pos[r0 + rr] - t0 + 1;
+                if (n < 0) n = 0;
+                if (n > ntb) n = ntb;
+                for (int q = 0; q < group; q++) w->plim[rr * group + q] = (int32_t)n;
+                if (n > most) most = (int)n;
+            }
+            load_rows(a, w, t, 1, t0 / bs, ntb, g, w->vtile);
+            pb.nt = most;
+            pb.s = w->ps + (size_t)j * bs;
+            kn->pupdate(&pb);
+        }
+    }
+    for (int rr = 0; rr < nr; rr++)
+        for (int q = 0; q < group; q++) {
+            const int i = rr * group + q;
+            float *o = a->out + (size_t)(r0 + rr) * qstride + (size_t)(g * group + q) * hd;
+            const float inv = 1.0f / w->pl[i];
+            for (int d = 0; d < hd; d++) o[d] = w->pacc[(size_t)i * hd + d] * inv;
+        }
+}
+
 typedef struct {
     const attn_args *a;
     attn_scratch *s;
@@ -311,6 +402,9 @@ static void attn_worker(void *ctx, int ith, int nth)
             /* one item adds every head of the row to recv[r], in head order */
             if (g == 0)
                 for (int gg = 0; gg < nkv; gg++) attend_tile(a, job->s, &w, r0, 1, gg);
+        } else if (w.kn->pscores && nr * job->s->group <= ATTN_POS_MAXQ &&
+                   a->kv->type_k != KVI_TYPE_KV_Q4) {
+            attend_pos(a, job->s, &w, r0, nr, g);
         } else {
             attend_tile(a, job->s, &w, r0, nr, g);
         }

@@ -149,4 +149,4 @@ AVX2 static void f16_avx2(const uint16_t *src, float *dst, int n)
     for (; i < n; i++) dst[i] = _cvtsh_ss(src[i]);
 }
 
-const attn_kernels attn_kernels_avx2 = {scores_avx2, update_avx2, f16_avx2};
+const attn_kernels attn_kernels_avx2 = {scores_avx2, update_avx2, f16_avx2, NULL, NULL, NULL};

@@ -166,4 +166,175 @@ AVX512 static void f16_avx512(const uint16_t *src, float *dst, int n)
     for (; i < n; i++) dst[i] = _cvtsh_ss(src[i]);
 }
 
-const attn_kernels attn_kernels_avx512 = {scores_avx512, update_avx512, f16_avx512};
+/* ---- position lanes (attention_kernels.h, attn_pblk) ---- */
+
+/* kt[d0 + c][t0 + r] = k[t0 + r][d0 + c], r, c < 16: a 16 x 16 transpose in registers */
+INLINE512 void trans16(const float *k, int hd, float *kt, int ld)
+{
+    __m512 r[16], u[16];
+    #pragma GCC unroll 16
+    for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(k + (size_t)i * hd);
+    #pragma GCC unroll 8
+    for (int i = 0; i < 16; i += 2) {
+        u[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        u[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    #pragma GCC unroll 4
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_shuffle_ps(u[i], u[i + 2], 0x44);
+        r[i + 1] = _mm512_shuffle_ps(u[i], u[i + 2], 0xEE);
+        r[i + 2] = _mm512_shuffle_ps(u[i + 1], u[i + 3], 0x44);
+        r[i + 3] = _mm512_shuffle_ps(u[i + 1], u[i + 3], 0xEE);
+    }
+    /* r[4a + b] holds, in 128-bit lane c, column 4c + b of rows 4a .. 4a + 3; then
+     * u[b] = (col b rows 0-3, col 8+b rows 0-3, col b rows 4-7, col 8+b rows 4-7),
+     * u[4 + b] the same for cols 4+b / 12+b, u[8 + b], u[12 + b] for rows 8-15 */
+    #pragma GCC unroll 4
+    for (int b = 0; b < 4; b++) {
+        u[b] = _mm512_shuffle_f32x4(r[b], r[4 + b], 0x88);
+        u[4 + b] = _mm512_shuffle_f32x4(r[b], r[4 + b], 0xDD);
+        u[8 + b] = _mm512_shuffle_f32x4(r[8 + b], r[12 + b], 0x88);
+        u[12 + b] = _mm512_shuffle_f32x4(r[8 + b], r[12 + b], 0xDD);
+    }
+    #pragma GCC unroll 4
+    for (int b = 0; b < 4; b++) {
+        _mm512_storeu_ps(kt + (size_t)b * ld, _mm512_shuffle_f32x4(u[b], u[8 + b], 0x88));
+        _mm512_storeu_ps(kt + (size_t)(8 + b) * ld, _mm512_shuffle_f32x4(u[b], u[8 + b], 0xDD));
+        _mm512_storeu_ps(kt + (size_t)(4 + b) * ld, _mm512_shuffle_f32x4(u[4 + b], u[12 + b], 0x88));
+        _mm512_storeu_ps(kt + (size_t)(12 + b) * ld, _mm512_shuffle_f32x4(u[4 + b], u[12 + b], 0xDD));
+    }
+}
+
+AVX512 static void ptrans_avx512(const float *k, int n, int hd, float *kt, int ld)
+{
+    const int np = (n + 15) & ~15;
+    int t0 = 0;
+    for (; t0 + 16 <= n; t0 += 16) {
+        int d0 = 0;
+        for (; d0 + 16 <= hd; d0 += 16) trans16(k + (size_t)t0 * hd + d0, hd, kt + (size_t)d0 * ld + t0, ld);
+        for (; d0 < hd; d0++)
+            for (int t = t0; t < t0 + 16; t++) kt[(size_t)d0 * ld + t] = k[(size_t)t * hd + d0];
+    }
+    for (int d = 0; d < hd && t0 < np; d++)
+        for (int t = t0; t < np; t++) kt[(size_t)d * ld + t] = t < n ? k[(size_t)t * hd + d] : 0.0f;
+}
+
+/* s[i][t0 .. t0 + 16 J) of query i: J chains over d, one per 16 positions */
+INLINE512 void pscores_tile(const float *q, int hd, const float *kt, int ld, int t0, float scale,
+                            float *s, const int J)
+{
+    __m512 a[8];
+    #pragma GCC unroll 8
+    for (int j = 0; j < J; j++) a[j] = _mm512_setzero_ps();
+    const float *k = kt + t0;
+    for (int d = 0; d < hd; d++, k += ld) {
+        const __m512 qb = _mm512_set1_ps(q[d]);
+        #pragma GCC unroll 8
+        for (int j = 0; j < J; j++) a[j] = _mm512_fmadd_ps(qb, _mm512_loadu_ps(k + 16 * j), a[j]);
+    }
+    const __m512 sc = _mm512_set1_ps(scale);
+    #pragma GCC unroll 8
+    for (int j = 0; j < J; j++) _mm512_storeu_ps(s + t0 + 16 * j, _mm512_mul_ps(a[j], sc));
+}
+
+AVX512 static void pscores_avx512(const float *q, int nq, int hd, const float *kt, int ld, int np,
+                                  float scale, float *s)
+{
+    for (int t0 = 0; t0 < np; t0 += 128) {
+        const int J = np - t0 >= 128 ? 8 : (np - t0) / 16;
+        for (int i = 0; i < nq; i++) {
+            const float *qi = q + (size_t)i * hd;
+            float *si = s + (size_t)i * ld;
+            switch (J) {
+            case 8: pscores_tile(qi, hd, kt, ld, t0, scale, si, 8); break;
+            case 7: pscores_tile(qi, hd, kt, ld, t0, scale, si, 7); break;
+            case 6: pscores_tile(qi, hd, kt, ld, t0, scale, si, 6); break;
+            case 5: pscores_tile(qi, hd, kt, ld, t0, scale, si, 5); break;
+            case 4: pscores_tile(qi, hd, kt, ld, t0, scale, si, 4); break;
+            case 3: pscores_tile(qi, hd, kt, ld, t0, scale, si, 3); break;
+            case 2: pscores_tile(qi, hd, kt, ld, t0, scale, si, 2); break;
+            default: pscores_tile(qi, hd, kt, ld, t0, scale, si, 1); break;
+            }
+        }
+    }
+}
+
+static inline __mmask16 first_n(int n) { return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1u); }
+
+/* acc[i .. i + Q)[d0 .. d0 + 64) (masked at hd) += e[t] v[t][d], t in order */
+INLINE512 void ppv_tile(const attn_pblk *b, int i, int d0, const int Q)
+{
+    const int hd = b->hd;
+    __mmask16 mk[4];
+    __m512 a[2][4];
+    #pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) {
+        mk[c] = first_n(hd - d0 - 16 * c > 0 ? hd - d0 - 16 * c : 0);
+        #pragma GCC unroll 2
+        for (int qq = 0; qq < Q; qq++)
+            a[qq][c] = _mm512_maskz_loadu_ps(mk[c], b->acc + (size_t)(i + qq) * hd + d0 + 16 * c);
+    }
+    const float *e0 = b->s + (size_t)i * b->ld, *e1 = e0 + (Q == 2 ? b->ld : 0);
+    for (int t = 0; t < b->nt; t++) {
+        const float *vt = b->v + (size_t)t * hd + d0;
+        const __m512 w0 = _mm512_set1_ps(e0[t]);
+        const __m512 w1 = _mm512_set1_ps(e1[t]);
+        #pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+            const __m512 vv = _mm512_maskz_loadu_ps(mk[c], vt + 16 * c);
+            a[0][c] = _mm512_fmadd_ps(w0, vv, a[0][c]);
+            if (Q == 2) a[1][c] = _mm512_fmadd_ps(w1, vv, a[1][c]);
+        }
+    }
+    #pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) {
+        #pragma GCC unroll 2
+        for (int qq = 0; qq < Q; qq++)
+            _mm512_mask_storeu_ps(b->acc + (size_t)(i + qq) * hd + d0 + 16 * c, mk[c], a[qq][c]);
+    }
+}
+
+AVX512 static void pupdate_avx512(const attn_pblk *b)
+{
+    const int hd = b->hd, nt = b->nt;
+    for (int i = 0; i < b->nq; i++) {
+        float *s = b->s + (size_t)i * b->ld, *acc = b->acc + (size_t)i * hd;
+        const int lim = b->lim[i];
+        /* the block max (max is exact: the lane order cannot change it; NaN scores
+         * are skipped as the reference's `s > bmax` skips them) */
+        __m512 bm = _mm512_set1_ps(-INFINITY);
+        for (int t0 = 0; t0 < lim; t0 += 16) {
+            const __mmask16 in = first_n(lim - t0);
+            bm = _mm512_mask_max_ps(bm, in, _mm512_maskz_loadu_ps(in, s + t0), bm);
+        }
+        const float bmax = _mm512_reduce_max_ps(bm);
+        if (bmax > b->m[i]) {
+            const float c = attn_exp(b->m[i] - bmax);
+            b->l[i] *= c;
+            const __m512 cv = _mm512_set1_ps(c);
+            for (int d0 = 0; d0 < hd; d0 += 16) {
+                const __mmask16 mk = first_n(hd - d0);
+                _mm512_mask_storeu_ps(acc + d0, mk, _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, acc + d0), cv));
+            }
+            b->m[i] = bmax;
+        }
+        const __m512 mv = _mm512_set1_ps(b->m[i]);
+        for (int t0 = 0; t0 < nt; t0 += 16) {
+            const __mmask16 all = first_n(nt - t0);
+            const __mmask16 in = first_n(lim - t0 > 0 ? lim - t0 : 0);
+            const __m512 e = _mm512_maskz_mov_ps(in, exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(all, s + t0), mv)));
+            _mm512_mask_storeu_ps(s + t0, all, e);
+        }
+        float l = b->l[i];
+        for (int t = 0; t < nt; t++) l += s[t];
+        b->l[i] = l;
+    }
+    for (int d0 = 0; d0 < hd; d0 += 64) {
+        int i = 0;
+        for (; i + 2 <= b->nq; i += 2) ppv_tile(b, i, d0, 2);
+        if (i < b->nq) ppv_tile(b, i, d0, 1);
+    }
+}
+
+const attn_kernels attn_kernels_avx512 = {scores_avx512, update_avx512, f16_avx512,
+                                          ptrans_avx512, pscores_avx512, pupdate_avx512};

@@ -67,7 +67,50 @@ static void f16_scalar(const uint16_t *src, float *dst, int n)
     for (int i = 0; i < n; i++) dst[i] = kvi_f16_to_f32(src[i]);
 }
 
-const attn_kernels attn_kernels_scalar = {scores_scalar, update_scalar, f16_scalar};
+static void ptrans_scalar(const float *k, int n, int hd, float *kt, int ld)
+{
+    const int np = (n + 15) & ~15;
+    for (int d = 0; d < hd; d++)
+        for (int t = 0; t < np; t++) kt[(size_t)d * ld + t] = t < n ? k[(size_t)t * hd + d] : 0.0f;
+}
+
+static void pscores_scalar(const float *q, int nq, int hd, const float *kt, int ld, int np, float scale,
+                           float *s)
+{
+    for (int i = 0; i < nq; i++)
+        for (int t = 0; t < np; t++) {
+            float a = 0.0f;
+            for (int d = 0; d < hd; d++) a = fmaf(q[(size_t)i * hd + d], kt[(size_t)d * ld + t], a);
+            s[(size_t)i * ld + t] = a * scale;
+        }
+}
+
+static void pupdate_scalar(const attn_pblk *b)
+{
+    const int hd = b->hd, nt = b->nt;
+    for (int i = 0; i < b->nq; i++) {
+        float *s = b->s + (size_t)i * b->ld, *acc = b->acc + (size_t)i * hd;
+        const int lim = b->lim[i];
+        float bmax = -INFINITY;
+        for (int t = 0; t < lim; t++)
+            if (s[t] > bmax) bmax = s[t];
+        if (bmax > b->m[i]) {
+            const float c = attn_exp(b->m[i] - bmax);
+            b->l[i] *= c;
+            for (int d = 0; d < hd; d++) acc[d] *= c;
+            b->m[i] = bmax;
+        }
+        for (int t = 0; t < nt; t++) {
+            s[t] = t < lim ? attn_exp(s[t] - b->m[i]) : 0.0f;
+            b->l[i] += s[t];
+        }
+        for (int t = 0; t < nt; t++)
+            for (int d = 0; d < hd; d++) acc[d] = fmaf(s[t], b->v[(size_t)t * hd + d], acc[d]);
+    }
+}
+
+const attn_kernels attn_kernels_scalar = {scores_scalar, update_scalar, f16_scalar,
+                                          ptrans_scalar, pscores_scalar, pupdate_scalar};
 
 const attn_kernels *attn_kernels_active(void)
 {

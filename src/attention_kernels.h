@@ -44,6 +44,31 @@ typedef struct attn_blk {
     float *acc;          /* [hd][nqp] */
 } attn_blk;
 
+/* Position lanes, for tiles of few query vectors (a decode row: group lanes of 16
+ * would sit idle). The same per-element operations as above, laid out so that
+ * positions fill the lanes of the scores and head dims those of P x V:
+ *
+ *     q    [nq][hd]   query vectors (nq <= ATTN_POS_MAXQ)
+ *     kt   [hd][ld]   keys of a chunk of positions, transposed (ld % 16 == 0)
+ *     s    [nq][ld]   scores of the chunk, then (block by block) weights e
+ *     v    [nt][hd]   one block's values
+ *     acc  [nq][hd]   running weighted sum; m, l, lim [nq]
+ *
+ * ptrans: kt[d][t] = k[t][d] for t < n, 0 for n <= t < round16(n).
+ * pscores: s[i][t] for t < np (np % 16 == 0) as s[t][i] above.
+ * pupdate: one block (positions 0..nt-1 of s and v; s already offset to it, row
+ *   stride ld): lane i does exactly what `update` does for lane i. */
+#define ATTN_POS_MAXQ 8
+
+typedef struct attn_pblk {
+    int nq, hd, nt, ld;
+    const float *v;      /* [nt][hd] */
+    const int32_t *lim;  /* [nq] */
+    float *s;            /* [nq][ld], offset to the block */
+    float *m, *l;        /* [nq] */
+    float *acc;          /* [nq][hd] */
+} attn_pblk;
+
 typedef struct attn_kernels {
     /* s = scaled scores of every lane and position t < nt */
     void (*scores)(const attn_blk *b);
@@ -51,6 +76,11 @@ typedef struct attn_kernels {
     void (*update)(const attn_blk *b);
     /* n f16 values to f32 (exact) */
     void (*f16_to_f32)(const uint16_t *src, float *dst, int n);
+    /* position lanes (NULL: the build has none; tiles use the query lanes) */
+    void (*ptrans)(const float *k, int n, int hd, float *kt, int ld);
+    void (*pscores)(const float *q, int nq, int hd, const float *kt, int ld, int np, float scale,
+                    float *s);
+    void (*pupdate)(const attn_pblk *b);
 } attn_kernels;
 
 /* The table of the active ISA (kernels.h kvi_isa_active). */

@@ -1,0 +1,159 @@
+/*
+ * test_attention_decode.c — the position-lane path of attention (tiles of at most
+ * ATTN_POS_MAXQ query vectors: decode rows) against the query-lane path and the
+ * plain reference, on random data over long rows (up to ~700 positions, many
+ * chunks of scores): every row-type KV cache (f32, f16, q8_0, q4_0), GQA groups
+ * 1, 4 and 8, head dims 64, 40 and 72 (off the 16-lane width), block sizes 16, 7
+ * and 160 (a block longer than a chunk).
+ *   - a decode row alone, and two rows of one sequence as one tile, give the same
+ *     bits as the same rows inside a 20-row tile (query lanes, which the test of
+ *     tiled attention checks across ISAs);
+ *   - every ISA the CPU has gives the same bits for the decode rows;
+ *   - the decode rows agree with the double-precision reference (2e-5);
+ *   - the kernels' f16 conversion equals kvi_f16_to_f32 for all 65536 halves
+ *     (NaNs compared as NaN) on every ISA.
+ */
+#include "testutil.h"
+
+#include "attention.h"
+#include "attention_kernels.h"
+#include "kernels.h"
+#include "kv_cache.h"
+#include "quant.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct shape {
+    int heads, kvh, hd, bs;
+} shape;
+
+static double maxdiff(const float *a, const float *b, size_t n)
+{
+    double md = 0;
+    for (size_t i = 0; i < n; i++) md = fmax(md, fabs((double)a[i] - b[i]));
+    return md;
+}
+
+static void run_rows(kvi_pool *pool, attn_scratch *sc, const attn_args *base, int r0, int n, float *out)
+{
+    attn_args b = *base;
+    b.n_rows = n;
+    b.tables = base->tables + r0;
+    b.pos = base->pos + r0;
+    b.q = base->q + (size_t)r0 * base->n_heads * base->head_dim;
+    b.out = out;
+    attention_rows(pool, sc, &b);
+}
+
+static void decode(kvi_type type, shape sh, int len)
+{
+    const int kvd = sh.kvh * sh.hd, qd = sh.heads * sh.hd;
+    kv_pool kv;
+    kvi_error err = {0};
+    int rc = kv_pool_init(&kv, 1, kvd, sh.bs, type, type, (size_t)1 << 25, &err);
+    CHECK(rc == 0, "pool %s: %s", kvi_type_name(type), err.msg);
+    if (rc) return;
+    uint64_t rng = 99 + (uint64_t)type * 7 + (uint64_t)sh.hd * 131 + (uint64_t)sh.bs;
+    kv_table t;
+    memset(&t, 0, sizeof t);
+    CHECK(kv_table_reserve(&kv, &t, len, &err) == 0, "%s", err.msg);
+    float *row = malloc((size_t)kvd * sizeof(float));
+    for (int p = 0; p < len; p++) {
+        t.n_pos = p + 1;
+        for (int i = 0; i < kvd; i++) row[i] = trand_normal(&rng);
+        kv_write_row(&kv, &t, 0, 0, p, row);
+        for (int i = 0; i < kvd; i++) row[i] = trand_normal(&rng);
+        kv_write_row(&kv, &t, 0, 1, p, row);
+    }
+    /* the last 20 positions of the sequence as one batch (one query-lane tile) */
+    enum { N = 20 };
+    const kv_table *tabs[N];
+    int32_t pos[N];
+    for (int r = 0; r < N; r++) {
+        tabs[r] = &t;
+        pos[r] = len - N + r;
+    }
+    float *q = malloc((size_t)N * qd * sizeof(float));
+    float *tile = malloc((size_t)N * qd * sizeof(float));
+    float *ref = malloc((size_t)N * qd * sizeof(float));
+    float *one = malloc((size_t)2 * qd * sizeof(float));
+    float *isa_out = malloc((size_t)2 * qd * sizeof(float));
+    for (int i = 0; i < N * qd; i++) q[i] = 2.0f * trand_normal(&rng);
+    kvi_pool *pool = kvi_pool_create(2);
+    attn_scratch *sc = attn_scratch_create(kvi_pool_size(pool), sh.bs, sh.hd, sh.heads, sh.kvh, kvd);
+    CHECK(sc != NULL, "scratch");
+    attn_args a = {.kv = &kv, .layer = 0, .n_rows = N, .tables = tabs, .pos = pos, .q = q, .out = tile,
+                   .n_heads = sh.heads, .n_kv_heads = sh.kvh, .head_dim = sh.hd};
+    const int group = sh.heads / sh.kvh;
+    CHECK(N * group > ATTN_POS_MAXQ, "the batch is a query-lane tile");
+    attention_rows(pool, sc, &a);
+    a.out = ref;
+    attention_rows_ref(&a);
+    CHECK(maxdiff(tile, ref, (size_t)N * qd) < 2e-5, "%s h%d/%d hd%d bs%d: tile vs reference %g",
+          kvi_type_name(type), sh.heads, sh.kvh, sh.hd, sh.bs, maxdiff(tile, ref, (size_t)N * qd));
+
+    const kvi_isa best = kvi_isa_detect(), was = kvi_isa_active();
+    for (int isa = KVI_ISA_SCALAR; isa <= (int)best; isa++) {
+        kvi_isa_set((kvi_isa)isa);
+        int bad = 0;
+        for (int r = 0; r < N; r++) {
+            run_rows(pool, sc, &a, r, 1, one);
+            if (memcmp(one, tile + (size_t)r * qd, (size_t)qd * sizeof(float)) != 0) bad++;
+        }
+        CHECK(bad == 0, "%s h%d/%d hd%d bs%d ISA %s: %d decode rows differ from the tile", kvi_type_name(type),
+              sh.heads, sh.kvh, sh.hd, sh.bs, kvi_isa_str(kvi_isa_active()), bad);
+        /* two rows of one sequence: one position-lane tile when 2 * group fits */
+        run_rows(pool, sc, &a, N - 2, 2, isa_out);
+        CHECK(memcmp(isa_out, tile + (size_t)(N - 2) * qd, (size_t)2 * qd * sizeof(float)) == 0,
+              "%s h%d/%d hd%d bs%d ISA %s: a 2-row tile differs", kvi_type_name(type), sh.heads, sh.kvh, sh.hd,
+              sh.bs, kvi_isa_str(kvi_isa_active()));
+    }
+    kvi_isa_set(was);
+
+    attn_scratch_free(sc);
+    kvi_pool_free(pool);
+    kv_table_release(&kv, &t);
+    kv_pool_free(&kv);
+    free(row);
+    free(q);
+    free(tile);
+    free(ref);
+    free(one);
+    free(isa_out);
+}
+
+static void f16_all(void)
+{
+    uint16_t *h = malloc(65536 * sizeof *h);
+    float *f = malloc(65536 * sizeof *f);
+    for (int i = 0; i < 65536; i++) h[i] = (uint16_t)i;
+    const kvi_isa best = kvi_isa_detect(), was = kvi_isa_active();
+    for (int isa = KVI_ISA_SCALAR; isa <= (int)best; isa++) {
+        kvi_isa_set((kvi_isa)isa);
+        /* odd start and length: the vector body and the scalar tail both run */
+        attn_kernels_active()->f16_to_f32(h + 1, f + 1, 65535);
+        attn_kernels_active()->f16_to_f32(h, f, 1);
+        int bad = 0;
+        for (int i = 0; i < 65536; i++) {
+            const float want = kvi_f16_to_f32((kvi_f16)i);
+            if (isnan(want) ? !isnan(f[i]) : memcmp(&want, &f[i], sizeof want) != 0) bad++;
+        }
+        CHECK(bad == 0, "ISA %s: %d halves convert differently", kvi_isa_str(kvi_isa_active()), bad);
+    }
+    kvi_isa_set(was);
+    free(h);
+    free(f);
+}
+
+int main(void)
+{
+    const kvi_type types[] = {KVI_TYPE_F32, KVI_TYPE_F16, KVI_TYPE_Q8_0, KVI_TYPE_Q4_0};
+    const shape shapes[] = {{32, 8, 64, 16}, {8, 8, 40, 7}, {32, 4, 72, 160}, {4, 1, 64, 16}};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+        for (size_t j = 0; j < sizeof shapes / sizeof shapes[0]; j++)
+            decode(types[i], shapes[j], j == 2 ? 700 : 300 + 37 * (int)j);
+    f16_all();
+    return test_main_end();
+}
