@@ -311,6 +311,8 @@ typedef struct run_result {
     kvi_stats kv;           /* of the sequence, at the end */
     int n_ctx;
     run_spec_result spec;   /* speculative decoding, when on */
+    kvi_mem_stats mem;      /* at the end, before anything is freed */
+    double load_ms;         /* model load and engine creation */
 } run_result;
 
 static double per_s(double count, double ms) { return ms > 0.0 ? count * 1000.0 / ms : 0.0; }
@@ -525,6 +527,13 @@ static void print_summary(const run_opts *o, const run_result *r, int n_threads)
             (int)r->n_cached, (int)(r->n_prompt - r->n_cached), r->kv.n_evicted,
             o->ctx_policy ? o->ctx_policy : "error");
     run_spec_print_summary(f, &r->spec);
+    const double mib = 1024.0 * 1024.0;
+    fprintf(f, "kvinfer: memory     peak RSS %.1f MiB = model %.1f MiB + KV %.1f MiB + %.1f MiB other "
+               "(scratch %.1f MiB); load %.0f ms\n",
+            (double)r->mem.rss_peak_bytes / mib, (double)r->mem.model_bytes / mib,
+            (double)r->mem.kv_bytes / mib,
+            ((double)r->mem.rss_peak_bytes - (double)r->mem.model_bytes - (double)r->mem.kv_bytes) / mib,
+            (double)r->mem.scratch_bytes / mib, r->load_ms);
     fprintf(f, "kvinfer: seed %" PRIu64 ", %d threads, isa %s\n", o->sp.seed, n_threads, kvi_isa_name());
 }
 
@@ -583,6 +592,12 @@ static int print_json(const run_opts *o, const run_result *r, int n_threads)
              cJSON_AddStringToObject(s, "kv_type_v", kvi_type_name(o->kv_v)) &&
              cJSON_AddRawToObject(s, "seed", seed) &&
              run_spec_json_add(s, &r->spec) &&
+             cJSON_AddNumberToObject(s, "rss_peak_bytes", (double)r->mem.rss_peak_bytes) &&
+             cJSON_AddNumberToObject(s, "rss_bytes", (double)r->mem.rss_bytes) &&
+             cJSON_AddNumberToObject(s, "model_bytes", (double)r->mem.model_bytes) &&
+             cJSON_AddNumberToObject(s, "kv_bytes_allocated", (double)r->mem.kv_bytes) &&
+             cJSON_AddNumberToObject(s, "scratch_bytes", (double)r->mem.scratch_bytes) &&
+             cJSON_AddNumberToObject(s, "load_ms", r->load_ms) &&
              cJSON_AddStringToObject(s, "isa", kvi_isa_name());
     }
     char *out = ok ? cJSON_PrintUnformatted(root) : NULL;
@@ -611,6 +626,7 @@ int cmd_run(int argc, char **argv)
     if (o.spec.ngram && o.spec.draft_path)
         return cli_error("choose one speculation: --spec ngram or --draft PATH");
 
+    const double t_load0 = kvi_time_ms();
     kvi_model *m = cli_load_model(o.model, o.mmap, o.tokenizer);
     if (!m) return 1;
     int rc = 0;
@@ -651,6 +667,7 @@ int cmd_run(int argc, char **argv)
         if (!e) rc = cli_error("cannot create the engine: %s", err.msg[0] ? err.msg : kvi_strerror(err.code));
     }
     if (rc == 0) {
+        r.load_ms = kvi_time_ms() - t_load0;
         r.n_ctx = kvi_engine_n_ctx(e);
         if (n_prompt > r.n_ctx)
             rc = cli_error("context_length_exceeded: the prompt has %d tokens but the context holds %d "
@@ -708,6 +725,7 @@ int cmd_run(int argc, char **argv)
             if (kvi_seq_save(seq, o.save_session, &err) != 0) rc = cli_error("--save-session: %s", err.msg);
         }
         if (rc == 0) {
+            kvi_mem_stats_get(m, e, &r.mem);
             print_summary(&o, &r, threads);
             if (o.json) rc = print_json(&o, &r, threads);
         }

@@ -575,6 +575,23 @@ uint64_t kvi_model_matmul_params(const kvi_model *m);
  * norms and one row of the token embeddings. */
 size_t kvi_model_decode_bytes(const kvi_model *m);
 
+/* ---- memory accounting (owner: mem) -------------------------------------- */
+
+/* Where a process's memory goes. Bound that `kvinfer run` keeps (tests/test_memory):
+ * rss_peak_bytes <= model_bytes + kv_bytes + 64 MiB. */
+typedef struct kvi_mem_stats {
+    size_t model_bytes;     /* bytes of the model file(s), read into memory or mapped */
+    size_t kv_bytes;        /* KV cache allocated: pool blocks and q4 key tails */
+    size_t scratch_bytes;   /* activations, kernel per-thread scratch, logits */
+    size_t rss_bytes;       /* resident set now (VmRSS); 0 where unknown */
+    size_t rss_peak_bytes;  /* peak resident set (VmHWM, else getrusage); 0 where unknown */
+} kvi_mem_stats;
+
+/* m and e may be NULL (their figures are then 0). */
+void kvi_mem_stats_get(const kvi_model *m, const kvi_engine *e, kvi_mem_stats *out);
+size_t kvi_model_file_bytes(const kvi_model *m);
+size_t kvi_engine_scratch_bytes(const kvi_engine *e);
+
 /* ---- misc ---------------------------------------------------------------- */
 
 /* The SIMD path in use: "avx512", "avx2" or "scalar" (KVINFER_ISA overrides). */

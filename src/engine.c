@@ -223,6 +223,13 @@ fail:
 const kvi_model *kvi_engine_model(const kvi_engine *e) { return e->m; }
 int kvi_engine_n_ctx(const kvi_engine *e) { return e->p.n_ctx; }
 
+size_t kvi_engine_scratch_bytes(const kvi_engine *e)
+{
+    if (!e) return 0;
+    return fwd_scratch_bytes(e->fwd) + kvi_pool_scratch_bytes(e->pool) +
+           (size_t)e->logits_cap * (size_t)e->m->n_vocab * sizeof(float);
+}
+
 kvi_seq *kvi_seq_create(kvi_engine *e)
 {
     for (int i = 0; i < e->p.n_seq_max; i++) {

@@ -21,6 +21,14 @@
  * Nothing here knows whether a row is "prefill" or "decode". Every row's result
  * depends only on its own inputs and its sequence's cache, computed in a fixed
  * order, so a row gives the same bits alone or inside any batch.
+ *
+ * Memory: only x (and the RoPE tables) hold every row. Each layer runs over the rows
+ * in chunks of `chunk` rows (xb, q, k, v, att, hg, hu hold one chunk), chunk sized
+ * so that those buffers stay near FWD_CHUNK_BYTES: a 1000-row prefill of a 1B model
+ * would otherwise hold ~100 MB of activations. A chunk's rows write their K, V and
+ * then attend; rows of one sequence come in position order, so every position a row
+ * reads was written by its own or an earlier chunk, and the batch invariance above
+ * makes the chunked pass bit-identical to an unchunked one.
  */
 #include "forward.h"
 
@@ -34,17 +42,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Target bytes of the per-chunk activations (xb, q, k, v, att, hg, hu). */
+#define FWD_CHUNK_BYTES ((size_t)16 << 20)
+#define FWD_CHUNK_ALIGN 16   /* rows; the GEMM's row tile */
+
 struct fwd_ctx {
     const struct kvi_model *m;
     int n_rows_max;
+    int chunk;      /* rows per chunk, 1..n_rows_max */
     float *x;       /* [n_rows_max][dim] residual stream */
-    float *xb;      /* [n_rows_max][dim] normed input of a sub-layer */
-    float *q;       /* [n_rows_max][n_heads * head_dim] */
-    float *k;       /* [n_rows_max][kv_dim] */
-    float *v;       /* [n_rows_max][kv_dim] */
-    float *att;     /* [n_rows_max][n_heads * head_dim] attention output */
-    float *hg;      /* [n_rows_max][ffn_dim] gate */
-    float *hu;      /* [n_rows_max][ffn_dim] up */
+    float *xb;      /* [chunk][dim] normed input of a sub-layer */
+    float *q;       /* [chunk][n_heads * head_dim] */
+    float *k;       /* [chunk][kv_dim] */
+    float *v;       /* [chunk][kv_dim] */
+    float *att;     /* [chunk][n_heads * head_dim] attention output */
+    float *hg;      /* [chunk][ffn_dim] gate */
+    float *hu;      /* [chunk][ffn_dim] up */
     float *rc, *rs; /* [n_rows_max][n_rot / 2] RoPE cos, sin per row */
     float *inv_freq;/* [n_rot / 2] */
     size_t bytes;
@@ -96,15 +109,23 @@ fwd_ctx *fwd_create(const struct kvi_model *m, int n_rows_max, int n_threads, in
     f->n_rows_max = n_rows_max;
     const size_t n = (size_t)n_rows_max;
     const size_t qd = (size_t)m->n_heads * m->head_dim, kvd = (size_t)m->n_kv_heads * m->head_dim;
+    const size_t row_bytes = ((size_t)m->dim + 2 * qd + 2 * kvd + 2 * (size_t)m->ffn_dim) * sizeof(float);
+    size_t chunk = FWD_CHUNK_BYTES / row_bytes;
+    chunk = chunk > FWD_CHUNK_ALIGN ? chunk / FWD_CHUNK_ALIGN * FWD_CHUNK_ALIGN : FWD_CHUNK_ALIGN;
+    /* KVINFER_FWD_CHUNK=N forces N rows per chunk (tests of the chunked path) */
+    const char *force = getenv("KVINFER_FWD_CHUNK");
+    if (force && atoi(force) > 0) chunk = (size_t)atoi(force);
+    if (chunk > n) chunk = n;
+    f->chunk = (int)chunk;
     bool ok = true;
     f->x = falloc(f, n * m->dim, &ok);
-    f->xb = falloc(f, n * m->dim, &ok);
-    f->q = falloc(f, n * qd, &ok);
-    f->k = falloc(f, n * kvd, &ok);
-    f->v = falloc(f, n * kvd, &ok);
-    f->att = falloc(f, n * qd, &ok);
-    f->hg = falloc(f, n * m->ffn_dim, &ok);
-    f->hu = falloc(f, n * m->ffn_dim, &ok);
+    f->xb = falloc(f, chunk * m->dim, &ok);
+    f->q = falloc(f, chunk * qd, &ok);
+    f->k = falloc(f, chunk * kvd, &ok);
+    f->v = falloc(f, chunk * kvd, &ok);
+    f->att = falloc(f, chunk * qd, &ok);
+    f->hg = falloc(f, chunk * m->ffn_dim, &ok);
+    f->hu = falloc(f, chunk * m->ffn_dim, &ok);
     f->rc = falloc(f, n * (m->n_rot / 2), &ok);
     f->rs = falloc(f, n * (m->n_rot / 2), &ok);
     f->inv_freq = falloc(f, (size_t)(m->n_rot / 2), &ok);
@@ -145,13 +166,13 @@ static void add_bias(float *y, const float *b, int n, int d)
         for (int i = 0; i < d; i++) y[(size_t)r * d + i] += b[i];
 }
 
-/* Rotates pairs of every head of rows x [n][n_h * head_dim]. */
-static void rope_rows(const fwd_ctx *f, float *x, int n, int n_h)
+/* Rotates pairs of every head of rows x [n][n_h * head_dim], batch rows r0.. */
+static void rope_rows(const fwd_ctx *f, float *x, int r0, int n, int n_h)
 {
     const struct kvi_model *m = f->m;
     const int hd = m->head_dim, half = m->n_rot / 2;
     for (int r = 0; r < n; r++) {
-        const float *c = f->rc + (size_t)r * half, *s = f->rs + (size_t)r * half;
+        const float *c = f->rc + (size_t)(r0 + r) * half, *s = f->rs + (size_t)(r0 + r) * half;
         for (int h = 0; h < n_h; h++) {
             float *v = x + ((size_t)r * n_h + h) * hd;
             for (int i = 0; i < half; i++) {
@@ -165,11 +186,68 @@ static void rope_rows(const fwd_ctx *f, float *x, int n, int n_h)
     }
 }
 
+/* One layer over rows [r0, r0 + n) of the batch (a chunk; see the file comment). */
+static void layer_chunk(fwd_ctx *f, kvi_pool *pool, kv_pool *kv, const fwd_rows *rows, int l, int r0,
+                        int n)
+{
+    const struct kvi_model *m = f->m;
+    const kvi_layer *L = &m->layers[l];
+    const int dim = m->dim, ffn = m->ffn_dim, hd = m->head_dim;
+    const int qd = m->n_heads * hd, kvd = m->n_kv_heads * hd;
+    float *x = f->x + (size_t)r0 * dim;   /* [n][dim] this chunk's residual rows */
+
+    /* attention block */
+    rmsnorm_rows(f->xb, x, L->attn_norm, n, dim, m->rms_eps);
+    {   /* one quantisation of xb for the three products (bits as three kvi_matmul) */
+        const kvi_tensor *w3[3] = {&L->wq, &L->wk, &L->wv};
+        float *const y3[3] = {f->q, f->k, f->v};
+        const int64_t ld3[3] = {qd, kvd, kvd};
+        kvi_matmul_multi(pool, 3, w3, f->xb, dim, n, y3, ld3);
+    }
+    add_bias(f->q, L->bq, n, qd);
+    add_bias(f->k, L->bk, n, kvd);
+    add_bias(f->v, L->bv, n, kvd);
+    rope_rows(f, f->q, r0, n, m->n_heads);
+    rope_rows(f, f->k, r0, n, m->n_kv_heads);
+
+    /* K and V appended to the cache, then every row reads its own sequence back */
+    for (int r = 0; r < n; r++) {
+        kv_table *t = (kv_table *)rows->tables[r0 + r];
+        kv_write_row_batch(kv, t, l, 0, rows->pos[r0 + r], f->k + (size_t)r * kvd, &f->stash);
+        kv_write_row_batch(kv, t, l, 1, rows->pos[r0 + r], f->v + (size_t)r * kvd, &f->stash);
+    }
+    const attn_args aa = {
+        .kv = kv, .layer = l, .n_rows = n, .tables = rows->tables + r0, .pos = rows->pos + r0,
+        .q = f->q, .out = f->att, .n_heads = m->n_heads, .n_kv_heads = m->n_kv_heads,
+        .stash = &f->stash,
+        .head_dim = hd, .recv = rows->recv ? rows->recv + r0 : NULL,
+    };
+    attention_rows(pool, f->attn, &aa);
+
+    /* x += att Wo^T (xb reused as the projection output) */
+    kvi_matmul(pool, &L->wo, f->att, qd, n, f->xb, dim);
+    for (size_t i = 0; i < (size_t)n * dim; i++) x[i] += f->xb[i];
+
+    /* feed-forward block: SwiGLU */
+    rmsnorm_rows(f->xb, x, L->ffn_norm, n, dim, m->rms_eps);
+    {
+        const kvi_tensor *w2[2] = {&L->w_gate, &L->w_up};
+        float *const y2[2] = {f->hg, f->hu};
+        const int64_t ld2[2] = {ffn, ffn};
+        kvi_matmul_multi(pool, 2, w2, f->xb, dim, n, y2, ld2);
+    }
+    for (size_t i = 0; i < (size_t)n * ffn; i++) {
+        const float g = f->hg[i];
+        f->hg[i] = g / (1.0f + expf(-g)) * f->hu[i];
+    }
+    kvi_matmul(pool, &L->w_down, f->hg, ffn, n, f->xb, dim);
+    for (size_t i = 0; i < (size_t)n * dim; i++) x[i] += f->xb[i];
+}
+
 void fwd_run(fwd_ctx *f, kvi_pool *pool, kv_pool *kv, const fwd_rows *rows)
 {
     const struct kvi_model *m = f->m;
-    const int n = rows->n, dim = m->dim, ffn = m->ffn_dim, hd = m->head_dim;
-    const int qd = m->n_heads * hd, kvd = m->n_kv_heads * hd, half = m->n_rot / 2;
+    const int n = rows->n, dim = m->dim, half = m->n_rot / 2;
 
     for (int r = 0; r < n; r++) {
         kvi_tensor_get_row(&m->tok_embd, rows->tokens[r], f->x + (size_t)r * dim);
@@ -181,61 +259,18 @@ void fwd_run(fwd_ctx *f, kvi_pool *pool, kv_pool *kv, const fwd_rows *rows)
     }
 
     for (int l = 0; l < m->n_layers; l++) {
-        const kvi_layer *L = &m->layers[l];
-
-        /* attention block */
-        rmsnorm_rows(f->xb, f->x, L->attn_norm, n, dim, m->rms_eps);
-        {   /* one quantisation of xb for the three products (bits as three kvi_matmul) */
-            const kvi_tensor *w3[3] = {&L->wq, &L->wk, &L->wv};
-            float *const y3[3] = {f->q, f->k, f->v};
-            const int64_t ld3[3] = {qd, kvd, kvd};
-            kvi_matmul_multi(pool, 3, w3, f->xb, dim, n, y3, ld3);
-        }
-        add_bias(f->q, L->bq, n, qd);
-        add_bias(f->k, L->bk, n, kvd);
-        add_bias(f->v, L->bv, n, kvd);
-        rope_rows(f, f->q, n, m->n_heads);
-        rope_rows(f, f->k, n, m->n_kv_heads);
-
-        /* K and V appended to the cache, then every row reads its own sequence back */
-        kv_stash_begin(&f->stash, l);
-        for (int r = 0; r < n; r++) {
-            kv_table *t = (kv_table *)rows->tables[r];
-            kv_write_row_batch(kv, t, l, 0, rows->pos[r], f->k + (size_t)r * kvd, &f->stash);
-            kv_write_row_batch(kv, t, l, 1, rows->pos[r], f->v + (size_t)r * kvd, &f->stash);
-        }
-        const attn_args aa = {
-            .kv = kv, .layer = l, .n_rows = n, .tables = rows->tables, .pos = rows->pos,
-            .q = f->q, .out = f->att, .n_heads = m->n_heads, .n_kv_heads = m->n_kv_heads,
-            .stash = &f->stash,
-            .head_dim = hd, .recv = rows->recv,
-        };
-        attention_rows(pool, f->attn, &aa);
-
-        /* x += att Wo^T (xb reused as the projection output) */
-        kvi_matmul(pool, &L->wo, f->att, qd, n, f->xb, dim);
-        for (size_t i = 0; i < (size_t)n * dim; i++) f->x[i] += f->xb[i];
-
-        /* feed-forward block: SwiGLU */
-        rmsnorm_rows(f->xb, f->x, L->ffn_norm, n, dim, m->rms_eps);
-        {
-            const kvi_tensor *w2[2] = {&L->w_gate, &L->w_up};
-            float *const y2[2] = {f->hg, f->hu};
-            const int64_t ld2[2] = {ffn, ffn};
-            kvi_matmul_multi(pool, 2, w2, f->xb, dim, n, y2, ld2);
-        }
-        for (size_t i = 0; i < (size_t)n * ffn; i++) {
-            const float g = f->hg[i];
-            f->hg[i] = g / (1.0f + expf(-g)) * f->hu[i];
-        }
-        kvi_matmul(pool, &L->w_down, f->hg, ffn, n, f->xb, dim);
-        for (size_t i = 0; i < (size_t)n * dim; i++) f->x[i] += f->xb[i];
+        kv_stash_begin(&f->stash, l);   /* once per layer: chunks of one batch share it */
+        for (int r0 = 0; r0 < n; r0 += f->chunk)
+            layer_chunk(f, pool, kv, rows, l, r0, n - r0 < f->chunk ? n - r0 : f->chunk);
     }
 
-    /* logits only for the rows that asked: gather, norm, project */
-    for (int o = 0; o < rows->n_out; o++)
-        memcpy(f->xb + (size_t)o * dim, f->x + (size_t)rows->out_rows[o] * dim,
-               (size_t)dim * sizeof(float));
-    rmsnorm_rows(f->xb, f->xb, m->output_norm, rows->n_out, dim, m->rms_eps);
-    kvi_matmul(pool, &m->output, f->xb, dim, rows->n_out, rows->logits, m->n_vocab);
+    /* logits only for the rows that asked, a chunk at a time: gather, norm, project */
+    for (int o0 = 0; o0 < rows->n_out; o0 += f->chunk) {
+        const int no = rows->n_out - o0 < f->chunk ? rows->n_out - o0 : f->chunk;
+        for (int o = 0; o < no; o++)
+            memcpy(f->xb + (size_t)o * dim, f->x + (size_t)rows->out_rows[o0 + o] * dim,
+                   (size_t)dim * sizeof(float));
+        rmsnorm_rows(f->xb, f->xb, m->output_norm, no, dim, m->rms_eps);
+        kvi_matmul(pool, &m->output, f->xb, dim, no, rows->logits + (size_t)o0 * m->n_vocab, m->n_vocab);
+    }
 }

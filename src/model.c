@@ -113,6 +113,7 @@ int model_read_file(struct kvi_model *m, const char *path, bool use_mmap, const 
             return kvi_err_set(err, KVI_E_IO, "cannot map %s: %s", path, strerror(errno));
         m->map_addr = p;
         m->map_len = len;
+        m->file_bytes += len;
         *data = p;
         *size = len;
         return 0;
@@ -142,6 +143,7 @@ int model_read_file(struct kvi_model *m, const char *path, bool use_mmap, const 
     memset(buf + len, 0, cap - len);
     if (!model_own(m, buf))
         return kvi_err_set(err, KVI_E_NOMEM, "out of memory");
+    m->file_bytes += len;
     *data = buf;
     *size = len;
     return 0;
@@ -370,6 +372,7 @@ int model_load_gguf(struct kvi_model *m, const char *path, const kvi_load_params
     if (rc)
         return rc;
     const gguf_ctx *g = m->gguf;
+    m->file_bytes += gguf_file_size(g);
     const char *arch = gguf_get_str(g, "general.architecture");
     if (!arch)
         return kvi_err_set(err, KVI_E_FORMAT, "gguf: %s has no general.architecture", path);

@@ -58,6 +58,7 @@ struct kvi_model {
     kvi_tokenizer *tok;       /* never NULL after a successful load */
     bool has_weights;
     size_t weight_bytes;
+    size_t file_bytes;        /* bytes of the file(s) read or mapped (all shards) */
 
     /* ownership */
     gguf_ctx *gguf;           /* GGUF source (NULL for other formats) */

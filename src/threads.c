@@ -199,3 +199,10 @@ void *kvi_pool_scratch(kvi_pool *p, int ith, size_t bytes)
     s->cap = cap;
     return np;
 }
+
+size_t kvi_pool_scratch_bytes(const kvi_pool *p)
+{
+    size_t total = 0;
+    for (int i = 0; p && i < p->n; i++) total += p->scratch[i].cap;
+    return total;
+}

@@ -26,5 +26,7 @@ int kvi_n_cores(void);
  * from thread ith inside a run (or outside runs). NULL when p is NULL, ith is out of
  * range or memory is short. */
 void *kvi_pool_scratch(kvi_pool *p, int ith, size_t bytes);
+/* Bytes of per-thread scratch held now, all threads together (memory accounting). */
+size_t kvi_pool_scratch_bytes(const kvi_pool *p);
 
 #endif
