@@ -3,7 +3,7 @@
  *
  * Data structure
  *   gguf_ctx holds the whole file in one buffer `buf` of `size` bytes: an anonymous
- *   page-aligned mapping filled with read() (default), a read-only mapping of the
+ *   page-aligned mapping filled by pread() slices on parallel threads (default), a read-only mapping of the
  *   file (use_mmap), or a caller's buffer (gguf_open_mem, not owned). Nothing in it
  *   is ever written after parsing.
  *
@@ -46,6 +46,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -613,6 +615,40 @@ int gguf_open_mem(const void *buf, size_t len, gguf_ctx **out, kvi_error *err)
     return open_parsed(g, "<memory>", out, err);
 }
 
+/* One slice [off, off + len) of the file read into dst + off by one thread. Most of
+ * the time of a read from the page cache goes into faulting in (zeroing) the fresh
+ * anonymous pages and copying, both per-CPU work: slices on several threads divide
+ * the start-up time of a large model by the cores. */
+typedef struct read_slice {
+    int fd;
+    uint8_t *dst;        /* the whole buffer */
+    size_t off, len;
+    size_t done;         /* bytes read */
+    int err;             /* errno of a failed read, -1 when the file ended early, 0 */
+} read_slice;
+
+static void *read_slice_run(void *arg)
+{
+    read_slice *s = arg;
+    while (s->done < s->len) {
+        size_t chunk = s->len - s->done;
+        if (chunk > ((size_t)1 << 30)) chunk = (size_t)1 << 30;
+        ssize_t r = pread(s->fd, s->dst + s->off + s->done, chunk, (off_t)(s->off + s->done));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            s->err = r == 0 ? -1 : errno;
+            break;
+        }
+        s->done += (size_t)r;
+    }
+    return NULL;
+}
+
+#ifndef GGUF_READ_SLICES_MAX
+#define GGUF_READ_SLICES_MAX 8
+#endif
+#define GGUF_READ_SLICE_MIN ((size_t)32 << 20)   /* smaller files are read by one thread */
+
 /* Reads the whole file into an anonymous mapping (page-aligned, so 64-aligned). */
 static int read_whole(int fd, size_t size, const char *path, void **out, kvi_error *err)
 {
@@ -623,22 +659,34 @@ static int read_whole(int fd, size_t size, const char *path, void **out, kvi_err
 #ifdef MADV_HUGEPAGE
     if (size >= GGUF_HUGEPAGE_MIN) (void)madvise(p, size, MADV_HUGEPAGE);   /* a hint only */
 #endif
-    size_t done = 0;
-    while (done < size) {
-        size_t chunk = size - done;
-        if (chunk > ((size_t)1 << 30)) chunk = (size_t)1 << 30;
-        ssize_t r = read(fd, (uint8_t *)p + done, chunk);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) {
-            int e = errno;
-            munmap(p, size);
-            if (r == 0)
-                return kvi_err_set(err, KVI_E_IO, "gguf: %s: file shrank while reading (%zu of %zu bytes)",
-                                   path, done, size);
-            return kvi_err_set(err, KVI_E_IO, "gguf: %s: read failed at offset %zu: %s", path, done,
-                               strerror(e));
-        }
-        done += (size_t)r;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    size_t n = cores > 1 ? (size_t)cores : 1;
+    if (n > GGUF_READ_SLICES_MAX) n = GGUF_READ_SLICES_MAX;
+    if (n > size / GGUF_READ_SLICE_MIN) n = size / GGUF_READ_SLICE_MIN > 0 ? size / GGUF_READ_SLICE_MIN : 1;
+    read_slice sl[GGUF_READ_SLICES_MAX];      /* [n] slices, 2 MiB-aligned bounds */
+    pthread_t th[GGUF_READ_SLICES_MAX];
+    bool started[GGUF_READ_SLICES_MAX] = {false};
+    const size_t step = ((size / n) + ((size_t)2 << 20) - 1) & ~(((size_t)2 << 20) - 1);
+    for (size_t i = 0; i < n; i++) {
+        size_t off = i * step < size ? i * step : size;
+        size_t end = (i + 1) * step < size && i + 1 < n ? (i + 1) * step : size;
+        sl[i] = (read_slice){.fd = fd, .dst = p, .off = off, .len = end - off};
+    }
+    for (size_t i = 1; i < n; i++) started[i] = pthread_create(&th[i], NULL, read_slice_run, &sl[i]) == 0;
+    read_slice_run(&sl[0]);
+    for (size_t i = 1; i < n; i++) {
+        if (started[i]) pthread_join(th[i], NULL);
+        else read_slice_run(&sl[i]);   /* no thread: read it here */
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (sl[i].err == 0) continue;
+        const size_t at = sl[i].off + sl[i].done;
+        const int e = sl[i].err;
+        munmap(p, size);
+        if (e < 0)
+            return kvi_err_set(err, KVI_E_IO, "gguf: %s: file shrank while reading (ended before byte %zu of %zu)",
+                               path, at, size);
+        return kvi_err_set(err, KVI_E_IO, "gguf: %s: read failed at offset %zu: %s", path, at, strerror(e));
     }
     (void)mprotect(p, size, PROT_READ);   /* nothing writes the file image after this */
     *out = p;
