@@ -16,12 +16,21 @@
  * on the tile size, on the thread or on the ISA: a row alone and the row inside
  * any batch give the same bits, and so do prefill and token-by-token decode.
  *
- * Tiles come straight from the cached format (f16/f32 rows by the kernel table,
- * q8_0/q4_0 by kvq_row_slice; a KIVI group's codes, or its f16 rows from the
+ * Tiles come straight from the cached format (f16/f32/q8_0/q4_0 rows by the
+ * kernel table's f16_to_f32 / qslice, exact; a KIVI group's codes, or its f16 rows from the
  * table's tail or the batch stash while the group is incomplete at the row's
  * position). When a KIVI block is seen quantised by some rows of a tile and in
  * f16 by others, the block goes through the kernels twice, each lane taking part
  * in exactly one of the two passes (lim = 0 in the other leaves it unchanged).
+ *
+ * Tiles of at most ATTN_POS_MAXQ query vectors (decode rows: one row under GQA
+ * fills `group` of 16 query lanes) go, when the ISA has them and keys are
+ * row-typed, through the position-lane kernels instead (attend_pos): the keys of
+ * a chunk of pcb blocks are transposed, the chunk's scores computed with
+ * positions in lanes, then each block's update with head dims in lanes; the
+ * per-element operations are those above, so the bits are the same. Its K/V
+ * slices are prefetched a block (values) and a chunk (keys) ahead: at depth the
+ * KV stream comes from memory in strided 128-byte pieces.
  *
  * Threads take items from a shared counter, the last tiles (the longest rows of
  * a prefill) first, so neither thread idles at the end; an output is written by
@@ -45,6 +54,7 @@
 #include <string.h>
 
 #define ATTN_MAX_LANES 128   /* query vectors of one tile (rows x group) */
+#define PF_V_BLOCKS 1        /* position lanes: values prefetched this many blocks ahead */
 
 struct attn_scratch {
     int n_threads;
@@ -173,7 +183,23 @@ static void load_rows(const attn_args *a, const attn_work *w, const kv_table *t,
         float *d = dst + (size_t)i * hd;
         if (ty == KVI_TYPE_F16) w->kn->f16_to_f32((const uint16_t *)row + off, d, hd);
         else if (ty == KVI_TYPE_F32) memcpy(d, (const float *)row + off, (size_t)hd * sizeof(float));
-        else kvq_row_slice(ty, row, off, hd, d);
+        else w->kn->qslice(ty, row, off, hd, d);
+    }
+}
+
+/* Hints the cache to fetch the slices of kv head g of positions [p0, p1) (K when
+ * which == 0) of a row-type cache: at depth, the KV stream of a decode row comes
+ * from memory, and the rows of a head's slice are too far apart for the hardware
+ * prefetcher. */
+static void prefetch_rows(const attn_args *a, const kv_table *t, int which, int32_t p0, int32_t p1, int g)
+{
+    const kv_pool *kv = a->kv;
+    const kvi_type ty = which ? kv->type_v : kv->type_k;
+    const size_t off = kvi_row_bytes(ty, (int64_t)g * a->head_dim), n = kvi_row_bytes(ty, a->head_dim);
+    for (int32_t p = p0; p < p1; p++) {
+        const uint8_t *row = (which ? kv_v_row(kv, t, a->layer, p) : kv_k_row(kv, t, a->layer, p)) + off;
+        for (size_t b = 0; b < n; b += 64) __builtin_prefetch(row + b, 0, 2);
+        __builtin_prefetch(row + n - 1, 0, 2);
     }
 }
 
@@ -348,9 +374,15 @@ static void attend_pos(const attn_args *a, const attn_scratch *s, attn_work *w, 
         }
         kn->ptrans(w->kc, np, hd, w->kt, ld);
         kn->pscores(w->pq, nq, hd, w->kt, ld, (np + 15) & ~15, scale, w->ps);
+        const int32_t c1 = c0 + s->pcb * bs;   /* the next chunk */
         for (int j = 0; j * bs < np; j++) {
             const int32_t t0 = c0 + j * bs;
             const int ntb = np - j * bs < bs ? np - j * bs : bs;
+            /* the next block's values and the next chunk's keys, a block at a time */
+            const int32_t vn = t0 + PF_V_BLOCKS * bs;
+            if (vn <= pmax) prefetch_rows(a, t, 1, vn, vn + bs <= pmax + 1 ? vn + bs : pmax + 1, g);
+            if (c1 + j * bs <= pmax)
+                prefetch_rows(a, t, 0, c1 + j * bs, c1 + (j + 1) * bs <= pmax + 1 ? c1 + (j + 1) * bs : pmax + 1, g);
             int most = 0;
             for (int rr = 0; rr < nr; rr++) {
                 int64_t n = (int64_t)a->pos[r0 + rr] - t0 + 1;

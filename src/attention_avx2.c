@@ -13,6 +13,7 @@
 #pragma GCC optimize("fp-contract=off")
 #endif
 #include "attention_kernels.h"
+#include "kv_quant.h"
 
 #include <immintrin.h>
 
@@ -149,4 +150,5 @@ AVX2 static void f16_avx2(const uint16_t *src, float *dst, int n)
     for (; i < n; i++) dst[i] = _cvtsh_ss(src[i]);
 }
 
-const attn_kernels attn_kernels_avx2 = {scores_avx2, update_avx2, f16_avx2, NULL, NULL, NULL};
+const attn_kernels attn_kernels_avx2 = {scores_avx2, update_avx2, f16_avx2, NULL, NULL, NULL,
+                                        kvq_row_slice};

@@ -14,6 +14,8 @@
 #pragma GCC optimize("fp-contract=off")
 #endif
 #include "attention_kernels.h"
+#include "kv_quant.h"
+#include "quant.h"
 
 #include <immintrin.h>
 
@@ -336,5 +338,39 @@ AVX512 static void pupdate_avx512(const attn_pblk *b)
     }
 }
 
+/* q8_0 / q4_0 slices on whole blocks: level to f32 (exact), times the block's
+ * scale (f16 to f32, exact): the one product kvq_row_slice computes. */
+AVX512 static void qslice_avx512(kvi_type t, const uint8_t *row, int off, int n, float *dst)
+{
+    if ((t != KVI_TYPE_Q8_0 && t != KVI_TYPE_Q4_0) || off % 32 || n % 32) {
+        kvq_row_slice(t, row, off, n, dst);
+        return;
+    }
+    if (t == KVI_TYPE_Q8_0) {
+        const block_q8_0 *b = (const block_q8_0 *)row + off / QK8_0;
+        for (int i = 0; i < n; i += 32, b++) {
+            const __m512 d = _mm512_set1_ps(_cvtsh_ss(b->d));
+            const __m128i lo = _mm_loadu_si128((const __m128i *)b->qs);
+            const __m128i hi = _mm_loadu_si128((const __m128i *)(b->qs + 16));
+            _mm512_storeu_ps(dst + i, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lo)), d));
+            _mm512_storeu_ps(dst + i + 16, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(hi)), d));
+        }
+        return;
+    }
+    const block_q4_0 *b = (const block_q4_0 *)row + off / QK4_0;
+    const __m128i m4 = _mm_set1_epi8(0x0F);
+    const __m512i eight = _mm512_set1_epi32(8);
+    for (int i = 0; i < n; i += 32, b++) {
+        const __m512 d = _mm512_set1_ps(_cvtsh_ss(b->d));
+        const __m128i q = _mm_loadu_si128((const __m128i *)b->qs);
+        const __m128i lo = _mm_and_si128(q, m4), hi = _mm_and_si128(_mm_srli_epi16(q, 4), m4);
+        const __m512i l32 = _mm512_sub_epi32(_mm512_cvtepu8_epi32(lo), eight);
+        const __m512i h32 = _mm512_sub_epi32(_mm512_cvtepu8_epi32(hi), eight);
+        _mm512_storeu_ps(dst + i, _mm512_mul_ps(_mm512_cvtepi32_ps(l32), d));
+        _mm512_storeu_ps(dst + i + 16, _mm512_mul_ps(_mm512_cvtepi32_ps(h32), d));
+    }
+}
+
 const attn_kernels attn_kernels_avx512 = {scores_avx512, update_avx512, f16_avx512,
-                                          ptrans_avx512, pscores_avx512, pupdate_avx512};
+                                          ptrans_avx512, pscores_avx512, pupdate_avx512,
+                                          qslice_avx512};

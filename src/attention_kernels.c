@@ -13,6 +13,7 @@
 #include "attention_kernels.h"
 
 #include "kernels.h"
+#include "kv_quant.h"
 #include "quant.h"
 
 static void scores_scalar(const attn_blk *b)
@@ -110,7 +111,8 @@ static void pupdate_scalar(const attn_pblk *b)
 }
 
 const attn_kernels attn_kernels_scalar = {scores_scalar, update_scalar, f16_scalar,
-                                          ptrans_scalar, pscores_scalar, pupdate_scalar};
+                                          ptrans_scalar, pscores_scalar, pupdate_scalar,
+                                          kvq_row_slice};
 
 const attn_kernels *attn_kernels_active(void)
 {

@@ -30,6 +30,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kvinfer.h"
+
 #define ATTN_LANES 16
 
 typedef struct attn_blk {
@@ -81,6 +83,9 @@ typedef struct attn_kernels {
     void (*pscores)(const float *q, int nq, int hd, const float *kt, int ld, int np, float scale,
                     float *s);
     void (*pupdate)(const attn_pblk *b);
+    /* elements [off, off + n) of a q8_0 / q4_0 row to f32: exactly kvq_row_slice
+     * (level x scale, one product per element) */
+    void (*qslice)(kvi_type t, const uint8_t *row, int off, int n, float *dst);
 } attn_kernels;
 
 /* The table of the active ISA (kernels.h kvi_isa_active). */
