@@ -3,7 +3,7 @@
 # with none, it generates from ../shared/models/stories260K.gguf.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/deps.sh
+KVI_NO_WEB=1 scripts/deps.sh   # the browser test's packages are for scripts/test.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)" >/dev/null
 if [ $# -eq 0 ]; then
