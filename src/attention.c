@@ -17,20 +17,20 @@
  * any batch give the same bits, and so do prefill and token-by-token decode.
  *
  * Tiles come straight from the cached format (f16/f32/q8_0/q4_0 rows by the
- * kernel table's f16_to_f32 / qslice, exact; a KIVI group's codes, or its f16 rows from the
- * table's tail or the batch stash while the group is incomplete at the row's
- * position). When a KIVI block is seen quantised by some rows of a tile and in
+ * kernel table's f16_to_f32 / qslice, exact; a KIVI group's codes by kslice, or
+ * its f16 rows from the table's tail or the batch stash while the group is
+ * incomplete at the row's position). When a KIVI block is seen quantised by some rows of a tile and in
  * f16 by others, the block goes through the kernels twice, each lane taking part
  * in exactly one of the two passes (lim = 0 in the other leaves it unchanged).
  *
  * Tiles of at most ATTN_POS_MAXQ query vectors (decode rows: one row under GQA
- * fills `group` of 16 query lanes) go, when the ISA has them and keys are
- * row-typed, through the position-lane kernels instead (attend_pos): the keys of
- * a chunk of pcb blocks are transposed, the chunk's scores computed with
- * positions in lanes, then each block's update with head dims in lanes; the
- * per-element operations are those above, so the bits are the same. Its K/V
- * slices are prefetched a block (values) and a chunk (keys) ahead: at depth the
- * KV stream comes from memory in strided 128-byte pieces.
+ * fills `group` of 16 query lanes) go, when the ISA has them (and for KIVI keys
+ * when the tile is one row), through the position-lane kernels instead
+ * (attend_pos): the keys of a chunk of pcb blocks are transposed, the chunk's
+ * scores computed with positions in lanes, then each block's update with head
+ * dims in lanes; the per-element operations are those above, so the bits are the
+ * same. Its K/V slices are prefetched a block (values) and a chunk (row keys)
+ * ahead: at depth the KV stream comes from memory in strided 128-byte pieces.
  *
  * Threads take items from a shared counter, the last tiles (the longest rows of
  * a prefill) first, so neither thread idles at the end; an output is written by
@@ -214,7 +214,7 @@ static void load_kivi(const attn_args *a, const attn_work *w, const kv_table *t,
         return;
     }
     const uint8_t *region = kv_k_group(kv, t, a->layer, j);
-    for (int i = 0; i < nt; i++) kivi_group_slice(region, kvd, i, off, hd, dst + (size_t)i * hd);
+    for (int i = 0; i < nt; i++) w->kn->kslice(region, kvd, i, off, hd, dst + (size_t)i * hd);
 }
 
 /* Sets lim for the lanes of rows [r0, r0 + nr) over block start t0 (nt positions
@@ -353,6 +353,7 @@ static void attend_pos(const attn_args *a, const attn_scratch *s, attn_work *w, 
     const kv_table *t = a->tables[r0];
     const attn_kernels *kn = w->kn;
     const float scale = 1.0f / sqrtf((float)hd);
+    const bool kivi = kv->type_k == KVI_TYPE_KV_Q4;
     for (int rr = 0; rr < nr; rr++)
         memcpy(w->pq + (size_t)rr * group * hd, a->q + (size_t)(r0 + rr) * qstride + (size_t)g * group * hd,
                (size_t)group * hd * sizeof(float));
@@ -370,7 +371,15 @@ static void attend_pos(const attn_args *a, const attn_scratch *s, attn_work *w, 
         const int np = (int64_t)pmax - c0 + 1 < (int64_t)s->pcb * bs ? (int)(pmax - c0 + 1) : s->pcb * bs;
         for (int j = 0; j * bs < np; j++) {
             const int nt = np - j * bs < bs ? np - j * bs : bs;
-            load_rows(a, w, t, 0, c0 / bs + j, nt, g, w->kc + (size_t)j * bs * hd);
+            const int32_t blk = c0 / bs + j;
+            if (kivi) {
+                /* one row: the group is f16 (incomplete at pmax) or quantised for all lanes */
+                const int32_t end = blk * bs + bs - 1;
+                const kvi_f16 *f = pmax < end ? kivi_group_f16(kv, t, a->layer, blk, a->stash) : NULL;
+                load_kivi(a, w, t, blk, nt, g, f, w->kc + (size_t)j * bs * hd);
+            } else {
+                load_rows(a, w, t, 0, blk, nt, g, w->kc + (size_t)j * bs * hd);
+            }
         }
         kn->ptrans(w->kc, np, hd, w->kt, ld);
         kn->pscores(w->pq, nq, hd, w->kt, ld, (np + 15) & ~15, scale, w->ps);
@@ -381,7 +390,7 @@ static void attend_pos(const attn_args *a, const attn_scratch *s, attn_work *w, 
             /* the next block's values and the next chunk's keys, a block at a time */
             const int32_t vn = t0 + PF_V_BLOCKS * bs;
             if (vn <= pmax) prefetch_rows(a, t, 1, vn, vn + bs <= pmax + 1 ? vn + bs : pmax + 1, g);
-            if (c1 + j * bs <= pmax)
+            if (!kivi && c1 + j * bs <= pmax)
                 prefetch_rows(a, t, 0, c1 + j * bs, c1 + (j + 1) * bs <= pmax + 1 ? c1 + (j + 1) * bs : pmax + 1, g);
             int most = 0;
             for (int rr = 0; rr < nr; rr++) {
@@ -435,7 +444,7 @@ static void attn_worker(void *ctx, int ith, int nth)
             if (g == 0)
                 for (int gg = 0; gg < nkv; gg++) attend_tile(a, job->s, &w, r0, 1, gg);
         } else if (w.kn->pscores && nr * job->s->group <= ATTN_POS_MAXQ &&
-                   a->kv->type_k != KVI_TYPE_KV_Q4) {
+                   (a->kv->type_k != KVI_TYPE_KV_Q4 || nr == 1)) {
             attend_pos(a, job->s, &w, r0, nr, g);
         } else {
             attend_tile(a, job->s, &w, r0, nr, g);

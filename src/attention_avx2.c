@@ -151,4 +151,4 @@ AVX2 static void f16_avx2(const uint16_t *src, float *dst, int n)
 }
 
 const attn_kernels attn_kernels_avx2 = {scores_avx2, update_avx2, f16_avx2, NULL, NULL, NULL,
-                                        kvq_row_slice};
+                                        kvq_row_slice, kivi_group_slice};

@@ -371,6 +371,29 @@ AVX512 static void qslice_avx512(kvi_type t, const uint8_t *row, int off, int n,
     }
 }
 
+/* KIVI key slices of 16 channels at a time (off even): codes of channels 2k, 2k+1
+ * in the low, high nibble of byte k; code x scale, then + minimum (no fma, as
+ * kivi_group_slice). */
+AVX512 static void kslice_avx512(const uint8_t *region, int kv_dim, int i, int off, int n, float *dst)
+{
+    if (off % 2 || n % 16) {
+        kivi_group_slice(region, kv_dim, i, off, n, dst);
+        return;
+    }
+    const uint16_t *d = (const uint16_t *)region, *mn = d + kv_dim;
+    const uint8_t *q = region + 4 * (size_t)kv_dim + (size_t)i * (size_t)(kv_dim / 2);
+    const __m128i m4 = _mm_set1_epi8(0x0F);
+    for (int k = 0; k < n; k += 16) {
+        const int c = off + k;
+        const __m128i b = _mm_loadl_epi64((const __m128i *)(q + c / 2));
+        const __m128i lo = _mm_and_si128(b, m4), hi = _mm_and_si128(_mm_srli_epi16(b, 4), m4);
+        const __m512 code = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)));
+        const __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(d + c)));
+        const __m512 mv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(mn + c)));
+        _mm512_storeu_ps(dst + k, _mm512_add_ps(_mm512_mul_ps(code, dv), mv));
+    }
+}
+
 const attn_kernels attn_kernels_avx512 = {scores_avx512, update_avx512, f16_avx512,
                                           ptrans_avx512, pscores_avx512, pupdate_avx512,
-                                          qslice_avx512};
+                                          qslice_avx512, kslice_avx512};

@@ -86,6 +86,9 @@ typedef struct attn_kernels {
     /* elements [off, off + n) of a q8_0 / q4_0 row to f32: exactly kvq_row_slice
      * (level x scale, one product per element) */
     void (*qslice)(kvi_type t, const uint8_t *row, int off, int n, float *dst);
+    /* channels [off, off + n) of token i of a KIVI key group: exactly
+     * kivi_group_slice (code x scale, then + minimum: two roundings, no fma) */
+    void (*kslice)(const uint8_t *region, int kv_dim, int i, int off, int n, float *dst);
 } attn_kernels;
 
 /* The table of the active ISA (kernels.h kvi_isa_active). */

@@ -2,7 +2,8 @@
  * test_attention_decode.c — the position-lane path of attention (tiles of at most
  * ATTN_POS_MAXQ query vectors: decode rows) against the query-lane path and the
  * plain reference, on random data over long rows (up to ~700 positions, many
- * chunks of scores): every row-type KV cache (f32, f16, q8_0, q4_0), GQA groups
+ * chunks of scores): every KV cache type (f32, f16, q8_0, q4_0, KIVI q4 keys
+ * with q4_0 values; KIVI's last group in f16, the others quantised), GQA groups
  * 1, 4 and 8, head dims 64, 40 and 72 (off the 16-lane width), block sizes 16, 7
  * and 160 (a block longer than a chunk).
  *   - a decode row alone, and two rows of one sequence as one tile, give the same
@@ -52,7 +53,8 @@ static void decode(kvi_type type, shape sh, int len)
     const int kvd = sh.kvh * sh.hd, qd = sh.heads * sh.hd;
     kv_pool kv;
     kvi_error err = {0};
-    int rc = kv_pool_init(&kv, 1, kvd, sh.bs, type, type, (size_t)1 << 25, &err);
+    const kvi_type tv = type == KVI_TYPE_KV_Q4 ? KVI_TYPE_Q4_0 : type;
+    int rc = kv_pool_init(&kv, 1, kvd, sh.bs, type, tv, (size_t)1 << 25, &err);
     CHECK(rc == 0, "pool %s: %s", kvi_type_name(type), err.msg);
     if (rc) return;
     uint64_t rng = 99 + (uint64_t)type * 7 + (uint64_t)sh.hd * 131 + (uint64_t)sh.bs;
@@ -149,7 +151,7 @@ static void f16_all(void)
 
 int main(void)
 {
-    const kvi_type types[] = {KVI_TYPE_F32, KVI_TYPE_F16, KVI_TYPE_Q8_0, KVI_TYPE_Q4_0};
+    const kvi_type types[] = {KVI_TYPE_F32, KVI_TYPE_F16, KVI_TYPE_Q8_0, KVI_TYPE_Q4_0, KVI_TYPE_KV_Q4};
     const shape shapes[] = {{32, 8, 64, 16}, {8, 8, 40, 7}, {32, 4, 72, 160}, {4, 1, 64, 16}};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         for (size_t j = 0; j < sizeof shapes / sizeof shapes[0]; j++)
