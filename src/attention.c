@@ -305,6 +305,11 @@ static void attend_tile(const attn_args *a, const attn_scratch *s, attn_work *w,
     const bool kivi = kv->type_k == KVI_TYPE_KV_Q4;
     for (int32_t t0 = 0, blk = 0; t0 <= pmax; t0 += bs, blk++) {
         const int ntb = (pmax - t0 + 1) < bs ? (int)(pmax - t0 + 1) : bs;
+        if (t0 + bs <= pmax) {   /* the next block's slices (see attend_pos) */
+            const int32_t n1 = t0 + 2 * bs <= pmax + 1 ? t0 + 2 * bs : pmax + 1;
+            if (!kivi) prefetch_rows(a, t, 0, t0 + bs, n1, g);
+            prefetch_rows(a, t, 1, t0 + bs, n1, g);
+        }
         b->k = w->ktile;
         b->v = w->vtile;
         load_rows(a, w, t, 1, blk, ntb, g, w->vtile);
