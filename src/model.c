@@ -366,6 +366,76 @@ static void copy_str(char *dst, size_t cap, const char *src)
     snprintf(dst, cap, "%s", src ? src : "");
 }
 
+int model_hparams_gguf(struct kvi_model *m, const gguf_ctx *g, bool metadata_only, kvi_error *err)
+{
+    const char *arch = gguf_get_str(g, "general.architecture");
+    if (!arch || !arch[0])
+        return kvi_err_set(err, KVI_E_FORMAT, "gguf: no general.architecture");
+    if (strlen(arch) >= sizeof m->arch)
+        return kvi_err_set(err, KVI_E_FORMAT, "gguf: general.architecture is %zu bytes long", strlen(arch));
+    copy_str(m->arch, sizeof m->arch, arch);
+    copy_str(m->name, sizeof m->name, gguf_get_str(g, "general.name"));
+    m->rope_neox = strcmp(arch, "qwen2") == 0;
+
+    int rc;
+    if ((rc = gguf_hp_int(g, arch, "context_length", true, 0, 1, MODEL_MAX_CTX, &m->n_ctx_train, err)) ||
+        (rc = gguf_hp_int(g, arch, "embedding_length", true, 0, 1, MODEL_MAX_DIM, &m->dim, err)) ||
+        (rc = gguf_hp_int(g, arch, "feed_forward_length", !metadata_only, 0, metadata_only ? 0 : 1,
+                          MODEL_MAX_FFN, &m->ffn_dim, err)) ||
+        (rc = gguf_hp_int(g, arch, "block_count", true, 0, 1, MODEL_MAX_LAYERS, &m->n_layers, err)) ||
+        (rc = gguf_hp_int(g, arch, "attention.head_count", true, 0, 1, MODEL_MAX_HEADS, &m->n_heads, err)) ||
+        (rc = gguf_hp_int(g, arch, "attention.head_count_kv", false, m->n_heads, 1, MODEL_MAX_HEADS,
+                          &m->n_kv_heads, err)))
+        return rc;
+    if (m->n_heads % m->n_kv_heads != 0)
+        return kvi_err_set(err, KVI_E_FORMAT, "gguf: head_count %d is not a multiple of head_count_kv %d",
+                           m->n_heads, m->n_kv_heads);
+    char key_len_name[96];
+    snprintf(key_len_name, sizeof key_len_name, "%s.attention.key_length", arch);
+    if (m->dim % m->n_heads != 0 && gguf_find_key(g, key_len_name) < 0)
+        return kvi_err_set(err, KVI_E_FORMAT, "gguf: embedding_length %d is not a multiple of head_count %d",
+                           m->dim, m->n_heads);
+    if ((rc = gguf_hp_int(g, arch, "attention.key_length", false, m->dim / m->n_heads, 1,
+                          MODEL_MAX_HEAD_DIM, &m->head_dim, err)))
+        return rc;
+
+    /* vocabulary: vocab_size, else the embedding's rows, else (metadata only) the token list */
+    int64_t nv = 0;
+    const gguf_tensor *te = gguf_find_tensor(g, "token_embd.weight");
+    if (te) {
+        nv = te->ne[1];
+    } else if (metadata_only) {
+        gguf_vtype et;
+        uint64_t n = 0;
+        if ((rc = gguf_get_arr_info(g, "tokenizer.ggml.tokens", &et, &n, err)) == KVI_E_FORMAT)
+            return rc;
+        nv = n > MODEL_MAX_VOCAB ? MODEL_MAX_VOCAB + 1 : (int64_t)n;
+    } else {
+        return kvi_err_set(err, KVI_E_FORMAT, "gguf: missing tensor token_embd.weight");
+    }
+    if ((nv < 1 && !metadata_only) || nv > MODEL_MAX_VOCAB)
+        return kvi_err_set(err, KVI_E_FORMAT, "gguf: token_embd.weight has %lld rows", (long long)nv);
+    if ((rc = gguf_hp_int(g, arch, "vocab_size", false, nv, metadata_only ? 0 : 1, MODEL_MAX_VOCAB, &m->n_vocab,
+                          err)))
+        return rc;
+    if (metadata_only)
+        return 0;
+
+    /* what the forward pass computes with */
+    int v_len;
+    if ((rc = gguf_hp_int(g, arch, "attention.value_length", false, m->head_dim, 1, MODEL_MAX_HEAD_DIM,
+                          &v_len, err)) ||
+        (rc = gguf_hp_int(g, arch, "rope.dimension_count", false, m->head_dim, 1, MODEL_MAX_HEAD_DIM,
+                          &m->n_rot, err)) ||
+        (rc = gguf_hp_float(g, arch, "attention.layer_norm_rms_epsilon", true, 0, &m->rms_eps, err)) ||
+        (rc = gguf_hp_float(g, arch, "rope.freq_base", false, 10000.0, &m->rope_theta, err)))
+        return rc;
+    if (v_len != m->head_dim)
+        return kvi_err_set(err, KVI_E_UNSUPPORTED, "gguf: value_length %d differs from key_length %d",
+                           v_len, m->head_dim);
+    return model_check_hparams(m, err);
+}
+
 int model_load_gguf(struct kvi_model *m, const char *path, const kvi_load_params *p, kvi_error *err)
 {
     int rc = gguf_open(path, p->use_mmap, &m->gguf, err);
@@ -379,46 +449,7 @@ int model_load_gguf(struct kvi_model *m, const char *path, const kvi_load_params
     if (strcmp(arch, "llama") != 0 && strcmp(arch, "qwen2") != 0)
         return kvi_err_set(err, KVI_E_UNSUPPORTED, "gguf: architecture '%.64s' is not supported (llama, qwen2)",
                            arch);
-    copy_str(m->arch, sizeof m->arch, arch);
-    copy_str(m->name, sizeof m->name, gguf_get_str(g, "general.name"));
-    m->rope_neox = strcmp(arch, "qwen2") == 0;
-
-    if ((rc = gguf_hp_int(g, arch, "context_length", true, 0, 1, MODEL_MAX_CTX, &m->n_ctx_train, err)) ||
-        (rc = gguf_hp_int(g, arch, "embedding_length", true, 0, 1, MODEL_MAX_DIM, &m->dim, err)) ||
-        (rc = gguf_hp_int(g, arch, "feed_forward_length", true, 0, 1, MODEL_MAX_FFN, &m->ffn_dim, err)) ||
-        (rc = gguf_hp_int(g, arch, "block_count", true, 0, 1, MODEL_MAX_LAYERS, &m->n_layers, err)) ||
-        (rc = gguf_hp_int(g, arch, "attention.head_count", true, 0, 1, MODEL_MAX_HEADS, &m->n_heads, err)) ||
-        (rc = gguf_hp_int(g, arch, "attention.head_count_kv", false, m->n_heads, 1, MODEL_MAX_HEADS,
-                          &m->n_kv_heads, err)))
-        return rc;
-    char key_len_name[96];
-    snprintf(key_len_name, sizeof key_len_name, "%s.attention.key_length", arch);
-    if (m->dim % m->n_heads != 0 && gguf_find_key(g, key_len_name) < 0)
-        return kvi_err_set(err, KVI_E_FORMAT, "gguf: embedding_length %d is not a multiple of head_count %d",
-                           m->dim, m->n_heads);
-    int v_len;
-    if ((rc = gguf_hp_int(g, arch, "attention.key_length", false, m->dim / m->n_heads, 1,
-                          MODEL_MAX_HEAD_DIM, &m->head_dim, err)) ||
-        (rc = gguf_hp_int(g, arch, "attention.value_length", false, m->head_dim, 1, MODEL_MAX_HEAD_DIM,
-                          &v_len, err)) ||
-        (rc = gguf_hp_int(g, arch, "rope.dimension_count", false, m->head_dim, 1, MODEL_MAX_HEAD_DIM,
-                          &m->n_rot, err)) ||
-        (rc = gguf_hp_float(g, arch, "attention.layer_norm_rms_epsilon", true, 0, &m->rms_eps, err)) ||
-        (rc = gguf_hp_float(g, arch, "rope.freq_base", false, 10000.0, &m->rope_theta, err)))
-        return rc;
-    if (v_len != m->head_dim)
-        return kvi_err_set(err, KVI_E_UNSUPPORTED, "gguf: value_length %d differs from key_length %d",
-                           v_len, m->head_dim);
-
-    const gguf_tensor *te = gguf_find_tensor(g, "token_embd.weight");
-    if (!te)
-        return kvi_err_set(err, KVI_E_FORMAT, "gguf: missing tensor token_embd.weight");
-    if (te->ne[1] < 1 || te->ne[1] > MODEL_MAX_VOCAB)
-        return kvi_err_set(err, KVI_E_FORMAT, "gguf: token_embd.weight has %lld rows",
-                           (long long)te->ne[1]);
-    if ((rc = gguf_hp_int(g, arch, "vocab_size", false, te->ne[1], 1, MODEL_MAX_VOCAB, &m->n_vocab, err)))
-        return rc;
-    if ((rc = model_check_hparams(m, err)))
+    if ((rc = model_hparams_gguf(m, g, false, err)))
         return rc;
 
     const int64_t dim = m->dim, q_dim = (int64_t)m->n_heads * m->head_dim,

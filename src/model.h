@@ -90,6 +90,13 @@ int model_check_hparams(const struct kvi_model *m, kvi_error *err);
 /* "dir/name" in a malloc'd string (NULL on allocation failure). */
 char *model_path_join(const char *dir, const char *name);
 
+/* Hyper-parameters from a GGUF's metadata alone (no tensor is bound): arch, name,
+ * context, widths, heads, head_dim, vocabulary size; unless metadata_only, also what
+ * the forward pass computes with (n_rot, rms epsilon, rope base), checked by
+ * model_check_hparams. The loader and kvi_model_info_from_file both read a file
+ * through it, so they cannot disagree about a shape. */
+int model_hparams_gguf(struct kvi_model *m, const gguf_ctx *g, bool metadata_only, kvi_error *err);
+
 /* Loaders; each fills a zeroed model. On error the partially built model is freed
  * by the caller with kvi_model_free(). */
 int model_load_gguf(struct kvi_model *m, const char *path, const kvi_load_params *p, kvi_error *err);

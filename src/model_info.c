@@ -8,10 +8,10 @@
  * pages of the data section are never touched), so a 40 GB file costs a few
  * page reads. Other formats (llama2.c, Hugging Face folders) are loaded in full.
  *
- * Invariants: every hyper-parameter taken from a file is range-checked here
- * (1 .. INFO_MAX_*) before it is stored; head_dim is the key length, or
- * dim / n_heads only when that division is exact; n_heads is a multiple of
- * n_kv_heads. Counts use uint64_t so a 400B model does not overflow.
+ * Invariants: the hyper-parameters come from model_hparams_gguf() (model.c), the
+ * loader's own reading of the metadata with its range checks, so the planner and
+ * the loader never disagree about a shape. Counts use uint64_t so a 400B model does
+ * not overflow.
  */
 #include "error.h"
 #include "gguf.h"
@@ -21,12 +21,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#define INFO_MAX_DIM (1 << 20)
-#define INFO_MAX_LAYERS 4096
-#define INFO_MAX_HEADS 65536
-#define INFO_MAX_CTX (1 << 30)
-#define INFO_MAX_VOCAB (1 << 24)
-
 static void copy_str(char *dst, size_t cap, const char *src)
 {
     size_t n = 0;
@@ -35,72 +29,30 @@ static void copy_str(char *dst, size_t cap, const char *src)
     dst[n] = 0;
 }
 
-/* "<arch>.<key>" as an integer in [lo, hi]; def when absent and not required. */
-static int meta_int(const gguf_ctx *g, const char *file, const char *arch, const char *key,
-                    bool required, int64_t def, int64_t lo, int64_t hi, int *out, kvi_error *err)
-{
-    char full[160];
-    snprintf(full, sizeof full, "%s.%s", arch, key);
-    int64_t v = def;
-    int rc = gguf_get_int(g, full, &v, err);
-    if (rc == KVI_E_FORMAT) return rc;
-    if (rc != 0) {
-        if (required)
-            return kvi_err_set(err, KVI_E_FORMAT, "model info: %s: metadata key %s is missing", file, full);
-        v = def;
-    }
-    if (v < lo || v > hi)
-        return kvi_err_set(err, KVI_E_FORMAT, "model info: %s: %s = %lld is outside [%lld, %lld]", file,
-                           full, (long long)v, (long long)lo, (long long)hi);
-    *out = (int)v;
-    return 0;
-}
-
 /* Fills out from a parsed GGUF header. */
 static int info_from_gguf(const gguf_ctx *g, const char *file, kvi_model_info *out, kvi_error *err)
 {
-    const char *arch = gguf_get_str(g, "general.architecture");
-    if (!arch || !arch[0])
-        return kvi_err_set(err, KVI_E_FORMAT, "model info: %s: general.architecture is missing", file);
-    if (strlen(arch) > 64)
-        return kvi_err_set(err, KVI_E_FORMAT, "model info: %s: general.architecture is %zu bytes long",
-                           file, strlen(arch));
-    copy_str(out->arch, sizeof out->arch, arch);
-    copy_str(out->name, sizeof out->name, gguf_get_str(g, "general.name"));
-
-    int rc;
-    if ((rc = meta_int(g, file, arch, "context_length", true, 0, 1, INFO_MAX_CTX, &out->n_ctx_train, err)) ||
-        (rc = meta_int(g, file, arch, "embedding_length", true, 0, 1, INFO_MAX_DIM, &out->dim, err)) ||
-        (rc = meta_int(g, file, arch, "block_count", true, 0, 1, INFO_MAX_LAYERS, &out->n_layers, err)) ||
-        (rc = meta_int(g, file, arch, "feed_forward_length", false, 0, 0, INFO_MAX_DIM, &out->ffn_dim, err)) ||
-        (rc = meta_int(g, file, arch, "attention.head_count", true, 0, 1, INFO_MAX_HEADS, &out->n_heads, err)) ||
-        (rc = meta_int(g, file, arch, "attention.head_count_kv", false, out->n_heads, 1, out->n_heads,
-                       &out->n_kv_heads, err)))
+    struct kvi_model m;
+    memset(&m, 0, sizeof m);
+    int rc = model_hparams_gguf(&m, g, true, err);
+    if (rc) {
+        if (err) {
+            char msg[sizeof err->msg];
+            snprintf(msg, sizeof msg, "%s", err->msg);
+            kvi_err_set(err, rc, "model info: %s: %s", file, msg);
+        }
         return rc;
-    if (out->n_heads % out->n_kv_heads != 0)
-        return kvi_err_set(err, KVI_E_FORMAT, "model info: %s: head_count %d is not a multiple of head_count_kv %d",
-                           file, out->n_heads, out->n_kv_heads);
-    int def_hd = out->dim % out->n_heads == 0 ? out->dim / out->n_heads : 0;
-    char key_len[160];
-    snprintf(key_len, sizeof key_len, "%s.attention.key_length", arch);
-    if (def_hd == 0 && gguf_find_key(g, key_len) < 0)
-        return kvi_err_set(err, KVI_E_FORMAT,
-                           "model info: %s: embedding_length %d is not a multiple of head_count %d and %s is missing",
-                           file, out->dim, out->n_heads, key_len);
-    if ((rc = meta_int(g, file, arch, "attention.key_length", false, def_hd, 1, INFO_MAX_DIM, &out->head_dim, err)))
-        return rc;
-
-    /* Vocabulary: the tokenizer's token list, else the embedding matrix's rows. */
-    gguf_vtype et;
-    uint64_t nv = 0;
-    rc = gguf_get_arr_info(g, "tokenizer.ggml.tokens", &et, &nv, err);
-    if (rc == KVI_E_FORMAT) return rc;
-    const gguf_tensor *te = gguf_find_tensor(g, "token_embd.weight");
-    if (te && te->n_dims >= 2 && te->ne[1] > 0) nv = (uint64_t)te->ne[1];
-    if (nv > INFO_MAX_VOCAB)
-        return kvi_err_set(err, KVI_E_FORMAT, "model info: %s: vocabulary of %llu tokens is too large", file,
-                           (unsigned long long)nv);
-    out->n_vocab = (int)nv;
+    }
+    copy_str(out->arch, sizeof out->arch, m.arch);
+    copy_str(out->name, sizeof out->name, m.name);
+    out->n_ctx_train = m.n_ctx_train;
+    out->dim = m.dim;
+    out->n_layers = m.n_layers;
+    out->ffn_dim = m.ffn_dim;
+    out->n_heads = m.n_heads;
+    out->n_kv_heads = m.n_kv_heads;
+    out->head_dim = m.head_dim;
+    out->n_vocab = m.n_vocab;
 
     /* Weight bytes (validated by the reader) and the type of most layer-matrix elements. */
     uint64_t count[KVI_TYPE_COUNT] = {0};
