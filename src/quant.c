@@ -569,16 +569,26 @@ static void quant_q2_k(const float *x, block_q2_K *b)
                 b->qs[32 * h + l] |= (uint8_t)(L[128 * h + 32 * s + l] << (2 * s));
 }
 
-static void quant_q3_k(const float *x, block_q3_K *b)
+/* Q3_K and Q6_K: the scale of each of the 16 sub-blocks of 16 (signed abs-max over
+ * the lowest level, div), the one of largest magnitude in *maxs; returns |*maxs|. */
+static float subblock_scales(const float *x, float div, float sc[16], float *maxs)
 {
-    float sc[16], maxs = 0.0f, amax = 0.0f;
+    float amax = 0.0f;
+    *maxs = 0.0f;
     for (int i = 0; i < 16; i++) {
-        sc[i] = signed_absmax(x + 16 * i, 16) / -4.0f;
+        sc[i] = signed_absmax(x + 16 * i, 16) / div;
         if (fabsf(sc[i]) > amax) {
             amax = fabsf(sc[i]);
-            maxs = sc[i];
+            *maxs = sc[i];
         }
     }
+    return amax;
+}
+
+static void quant_q3_k(const float *x, block_q3_K *b)
+{
+    float sc[16], maxs;
+    const float amax = subblock_scales(x, -4.0f, sc, &maxs);
     memset(b, 0, sizeof *b);
     if (amax == 0.0f) return;
     float iscale = -32.0f / maxs;
@@ -665,14 +675,8 @@ static void quant_q5_k(const float *x, block_q5_K *b)
 
 static void quant_q6_k(const float *x, block_q6_K *b)
 {
-    float sc[16], maxs = 0.0f, amax = 0.0f;
-    for (int i = 0; i < 16; i++) {
-        sc[i] = signed_absmax(x + 16 * i, 16) / -32.0f;
-        if (fabsf(sc[i]) > amax) {
-            amax = fabsf(sc[i]);
-            maxs = sc[i];
-        }
-    }
+    float sc[16], maxs;
+    const float amax = subblock_scales(x, -32.0f, sc, &maxs);
     memset(b, 0, sizeof *b);
     if (amax == 0.0f) {
         memset(b->ql, 0x00, sizeof b->ql);
