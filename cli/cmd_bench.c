@@ -112,6 +112,17 @@ static cJSON *hw_json(const kvi_hw_limits *hw)
     cJSON_AddNumberToObject(o, "reps", hw->reps);
     cJSON_AddNumberToObject(o, "read_bytes", (double)hw->read_bytes);
     cJSON_AddNumberToObject(o, "read_gbs", hw->read_gbs);
+    cJSON_AddStringToObject(o, "read_method", hw->read_method ? hw->read_method : "none");
+    cJSON *rm = cJSON_AddArrayToObject(o, "read_methods");
+    for (int k = 0; rm && k < hw->n_read_methods && k < KVI_HW_READ_METHODS_MAX; k++) {
+        const kvi_hw_read_figure *fig = &hw->read_methods[k];
+        cJSON *e = cJSON_CreateObject();
+        if (!e) break;
+        cJSON_AddStringToObject(e, "method", fig->method ? fig->method : "none");
+        cJSON_AddNumberToObject(e, "median_gbs", fig->median_gbs);
+        cJSON_AddNumberToObject(e, "best_gbs", fig->best_gbs);
+        cJSON_AddItemToArray(rm, e);
+    }
     cJSON_AddNumberToObject(o, "fp32_gflops", hw->fp32_gflops);
     cJSON_AddStringToObject(o, "fp32_isa", hw->fp32_isa ? hw->fp32_isa : "none");
     cJSON_AddNumberToObject(o, "bf16_gflops", hw->bf16_gflops);
@@ -124,7 +135,11 @@ static void hw_print(FILE *f, const kvi_hw_limits *hw)
 {
     fprintf(f, "machine limits (%d threads, medians of %d runs, kernel isa %s):\n", hw->n_threads, hw->reps,
             kvi_isa_name());
-    fprintf(f, "  read bandwidth     %8.1f GB/s   (%zu MiB buffer)\n", hw->read_gbs, hw->read_bytes >> 20);
+    fprintf(f, "  read bandwidth     %8.1f GB/s   (%zu MiB buffer, read method %s)\n", hw->read_gbs,
+            hw->read_bytes >> 20, hw->read_method ? hw->read_method : "none");
+    for (int k = 0; hw->n_read_methods > 1 && k < hw->n_read_methods && k < KVI_HW_READ_METHODS_MAX; k++)
+        fprintf(f, "    %-20s %8.1f GB/s median, %5.1f best\n", hw->read_methods[k].method,
+                hw->read_methods[k].median_gbs, hw->read_methods[k].best_gbs);
     if (hw->fp32_gflops > 0) fprintf(f, "  FP32 FMA           %8.1f GFLOP/s (%s)\n", hw->fp32_gflops, hw->fp32_isa);
     else fprintf(f, "  FP32 FMA                n/a\n");
     if (hw->bf16_gflops > 0) fprintf(f, "  BF16 vdpbf16ps     %8.1f GFLOP/s\n", hw->bf16_gflops);

@@ -547,19 +547,32 @@ int kvi_synth_write(const kvi_synth_params *p, const char *path, kvi_error *err)
 
 /* Limits of this machine measured by micro-benchmarks on n_threads threads
  * (medians of `reps` runs). A figure is 0 when the CPU lacks the instruction. */
+#define KVI_HW_READ_METHODS_MAX 8
+typedef struct kvi_hw_read_figure {
+    const char *method;       /* e.g. "avx512 s4 pf512": streams per thread, prefetch distance */
+    double median_gbs;        /* median of the reps runs, 1e9 bytes/s */
+    double best_gbs;          /* fastest run */
+} kvi_hw_read_figure;
+
 typedef struct kvi_hw_limits {
     int n_threads;
     int reps;
     size_t read_bytes;        /* size of the buffer streamed by the read test */
-    double read_gbs;          /* streaming read bandwidth, 1e9 bytes/s */
+    double read_gbs;          /* streaming read bandwidth, 1e9 bytes/s: the highest
+                               * median over the read methods tried */
+    const char *read_method;  /* the method that gave read_gbs */
+    int n_read_methods;       /* read methods tried (1 when quick) */
+    kvi_hw_read_figure read_methods[KVI_HW_READ_METHODS_MAX];   /* [n_read_methods] */
     double fp32_gflops;       /* FP32 FMA (AVX-512 or AVX2 vfmadd), 1e9 FLOP/s */
     double bf16_gflops;       /* AVX512_BF16 vdpbf16ps, 1e9 FLOP/s (a pair product + add = 2) */
     double int8_gops;         /* AVX512_VNNI vpdpbusd, 1e9 OP/s (a u8*s8 product + add = 2) */
     const char *fp32_isa;     /* "avx512", "avx2" or "none" */
 } kvi_hw_limits;
 
-/* Measures the limits; quick: a small buffer and short runs (tests), else a 1 GiB
- * buffer and runs of about 0.1 s. n_threads 0: every core. */
+/* Measures the limits; quick: a small buffer, one read method and short runs
+ * (tests), else a 1 GiB buffer (huge-page hinted, faulted in first) read by every
+ * read method in turn, reps rounds, threads pinned to distinct cores, and compute
+ * runs of about 0.1 s. n_threads 0: every core. */
 int kvi_hw_bench(kvi_hw_limits *out, int n_threads, bool quick, kvi_error *err);
 
 /* Hyper-parameters of a model file without loading its weights: a GGUF's header is

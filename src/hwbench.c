@@ -8,10 +8,15 @@
  * arithmetic peak of its kernels' instruction.
  *
  * Method (each figure is the median of `reps` timed runs after one warm-up):
- *  - read: a buffer of read_bytes (1 GiB, 64 MiB quick; much larger than the
- *    per-core caches), filled with non-zero bytes first so every page is faulted
- *    in; each thread sums its contiguous slice with 64-byte loads into 8
- *    independent accumulators. GB/s = read_bytes / wall time.
+ *  - read: a buffer of read_bytes (1 GiB, 64 MiB quick; larger than the last-level
+ *    cache when not quick), 2 MiB-aligned with a huge-page hint, filled with
+ *    non-zero bytes first so every page is faulted in; each thread sums its
+ *    contiguous slice by one of several read methods (streams per thread, prefetch
+ *    distance: see "read loops"). The methods run in turn, one run each per round,
+ *    reps rounds; read_gbs is the highest of their medians, and every method's
+ *    median and best run are reported. Threads are pinned to distinct cores for the
+ *    whole measurement (not when quick, nor with more threads than cores) and get
+ *    their affinity back at the end. GB/s = read_bytes / wall time of one run.
  *  - compute: each thread runs `iters` iterations of 12 independent dependency
  *    chains of one instruction on registers (12 chains hide a 4-cycle latency on
  *    two ports); the count is doubled until one run takes the target time. The
@@ -25,50 +30,118 @@
  * vdpbf16ps zmm = 16 lanes x 2 products x 2 = 64 FLOP; vpdpbusd zmm =
  * 16 lanes x 4 products x 2 = 128 OP.
  */
+#define _GNU_SOURCE
 #include "error.h"
+#include "hwbench.h"
 #include "threads.h"
 
 #include <immintrin.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #define HW_CHAINS 12
 #define HW_MAX_REPS 64
 
-typedef enum hw_kernel { HW_READ, HW_FMA512, HW_FMA256, HW_BF16, HW_VNNI } hw_kernel;
+typedef enum hw_kernel { HW_READ, HW_PIN, HW_UNPIN, HW_FMA512, HW_FMA256, HW_BF16, HW_VNNI } hw_kernel;
 
 typedef struct hw_job {
     hw_kernel kind;
     const uint8_t *buf;       /* [bytes] read test buffer */
     size_t bytes;
+    int method;               /* read test: index into HW_READ_METHODS */
     uint64_t iters;           /* compute tests: iterations per thread */
+    int n_cpus;               /* pin: online CPUs */
+    bool pinned[64];          /* [thread] affinity changed by HW_PIN */
+    cpu_set_t saved[64];      /* [thread] affinity before HW_PIN */
     volatile float sink[64];  /* [thread] results kept alive */
 } hw_job;
 
-/* ---- per-ISA loops --------------------------------------------------------- */
+/* ---- read loops -------------------------------------------------------------
+ *
+ * Every read loop returns the same checksum of its n bytes, so any two can be
+ * compared exactly (tests/test_hwbench.c): the sum mod 2^64 of the little-endian
+ * u64 words of the first n / 8 * 8 bytes, plus the trailing bytes one by one.
+ * hw_read_ref() is the scalar reference.
+ *
+ * A method reads one thread's slice as S streams (S contiguous sub-slices read
+ * side by side, 16 / S cache lines from each per iteration: 1 KiB per iteration,
+ * 8 independent accumulators) and, when pf > 0, issues one prefetcht0 per line pf
+ * bytes ahead in its stream. Several streams keep more misses in flight than the
+ * L2 streamer starts for one; the prefetches start them earlier. Loads are
+ * unaligned-safe (loadu), prefetches past the end are harmless (they never fault).
+ */
 
-__attribute__((target("avx512f")))
-static float read_avx512(const uint8_t *p, size_t n)
+static uint64_t sum_tail(const uint8_t *p, size_t n)
 {
-    __m512i a[8];
-    for (int k = 0; k < 8; k++) a[k] = _mm512_setzero_si512();
+    uint64_t s = 0;
     size_t i = 0;
-    for (; i + 512 <= n; i += 512)
-#pragma GCC unroll 8
-        for (int k = 0; k < 8; k++)
-            a[k] = _mm512_add_epi64(a[k], _mm512_load_si512((const void *)(p + i + 64 * k)));
-    for (int k = 1; k < 8; k++) a[0] = _mm512_add_epi64(a[0], a[k]);
-    uint64_t t[8], s = 0;   /* unsigned sum: the header's reduce is signed and may overflow */
-    _mm512_storeu_si512((void *)t, a[0]);
-    for (int k = 0; k < 8; k++) s += t[k];
+    for (; i + 8 <= n; i += 8) {
+        uint64_t v;
+        memcpy(&v, p + i, 8);
+        s += v;
+    }
     for (; i < n; i++) s += p[i];
-    return (float)s;
+    return s;
 }
 
+uint64_t hw_read_ref(const uint8_t *p, size_t n)
+{
+    uint64_t s = 0;
+    for (size_t i = 0; i + 8 <= n; i += 8) {
+        uint64_t v;
+        memcpy(&v, p + i, 8);
+        s += v;
+    }
+    for (size_t i = n / 8 * 8; i < n; i++) s += p[i];
+    return s;
+}
+
+#define HW_LINES 16                 /* cache lines per iteration, all streams */
+#define HW_ITER_BYTES (HW_LINES * 64)
+
+__attribute__((target("avx512f"), always_inline))
+static inline uint64_t read512_streams(const uint8_t *p, size_t n, const int S, const size_t pf)
+{
+    const int lps = HW_LINES / S;                          /* lines per stream and iteration */
+    const size_t step = (size_t)lps * 64;                  /* bytes per stream and iteration */
+    const size_t per = n / ((size_t)S * step) * step;      /* bytes of each stream */
+    __m512i a[8];
+    for (int k = 0; k < 8; k++) a[k] = _mm512_setzero_si512();
+    for (size_t i = 0; i < per; i += step) {
+#pragma GCC unroll 16
+        for (int l = 0; l < HW_LINES; l++) {
+            const uint8_t *q = p + (size_t)(l / lps) * per + i + (size_t)(l % lps) * 64;
+            if (pf) _mm_prefetch((const char *)(q + pf), _MM_HINT_T0);
+            a[l & 7] = _mm512_add_epi64(a[l & 7], _mm512_loadu_si512((const void *)q));
+        }
+    }
+    for (int k = 1; k < 8; k++) a[0] = _mm512_add_epi64(a[0], a[k]);
+    uint64_t t[8], s = 0;
+    _mm512_storeu_si512((void *)t, a[0]);
+    for (int k = 0; k < 8; k++) s += t[k];
+    /* the streams covered S * per bytes, a multiple of 64 (so of 8): the words after
+     * them continue the same word sum */
+    return s + sum_tail(p + (size_t)S * per, n - (size_t)S * per);
+}
+
+#define HW_READ512(NAME, S, PF)                                                     \
+    __attribute__((target("avx512f"))) static uint64_t NAME(const uint8_t *p, size_t n) \
+    {                                                                                 \
+        return read512_streams(p, n, S, PF);                                          \
+    }
+HW_READ512(read512_s1, 1, 0)        /* one stream, no prefetch: the earlier method */
+HW_READ512(read512_s1_pf, 1, 2048)
+HW_READ512(read512_s2_pf, 2, 1024)
+HW_READ512(read512_s4, 4, 0)
+HW_READ512(read512_s4_pf, 4, 512)
+HW_READ512(read512_s8_pf, 8, 512)
+
 __attribute__((target("avx2")))
-static float read_avx2(const uint8_t *p, size_t n)
+static uint64_t read256_s1(const uint8_t *p, size_t n)
 {
     __m256i a[8];
     for (int k = 0; k < 8; k++) a[k] = _mm256_setzero_si256();
@@ -76,16 +149,14 @@ static float read_avx2(const uint8_t *p, size_t n)
     for (; i + 256 <= n; i += 256)
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++)
-            a[k] = _mm256_add_epi64(a[k], _mm256_load_si256((const __m256i *)(p + i + 32 * k)));
+            a[k] = _mm256_add_epi64(a[k], _mm256_loadu_si256((const __m256i *)(p + i + 32 * k)));
     for (int k = 1; k < 8; k++) a[0] = _mm256_add_epi64(a[0], a[k]);
     uint64_t t[4];
     _mm256_storeu_si256((__m256i *)t, a[0]);
-    uint64_t s = t[0] + t[1] + t[2] + t[3];
-    for (; i < n; i++) s += p[i];
-    return (float)s;
+    return t[0] + t[1] + t[2] + t[3] + sum_tail(p + i, n - i);
 }
 
-static float read_scalar(const uint8_t *p, size_t n)
+static uint64_t read_scalar4(const uint8_t *p, size_t n)
 {
     uint64_t s[4] = {0, 0, 0, 0};
     size_t i = 0;
@@ -95,9 +166,54 @@ static float read_scalar(const uint8_t *p, size_t n)
             memcpy(&v, p + i + 8 * k, 8);
             s[k] += v;
         }
-    for (; i < n; i++) s[0] += p[i];
-    return (float)(s[0] + s[1] + s[2] + s[3]);
+    return s[0] + s[1] + s[2] + s[3] + sum_tail(p + i, n - i);
 }
+
+typedef uint64_t (*hw_read_fn)(const uint8_t *p, size_t n);
+
+typedef struct hw_read_method {
+    const char *name;     /* "avx512 s4 pf512": ISA, streams per thread, prefetch distance */
+    hw_read_fn fn;
+    int isa;              /* 2 = AVX-512F, 1 = AVX2, 0 = none */
+} hw_read_method;
+
+/* All read methods; the first one the CPU supports is the quick-mode method. */
+static const hw_read_method HW_READ_METHODS[] = {
+    {"avx512 s4 pf512", read512_s4_pf, 2},
+    {"avx512 s1", read512_s1, 2},
+    {"avx512 s1 pf2048", read512_s1_pf, 2},
+    {"avx512 s2 pf1024", read512_s2_pf, 2},
+    {"avx512 s4", read512_s4, 2},
+    {"avx512 s8 pf512", read512_s8_pf, 2},
+    {"avx2 s1", read256_s1, 1},
+    {"scalar", read_scalar4, 0},
+};
+#define HW_N_READ_METHODS ((int)(sizeof HW_READ_METHODS / sizeof HW_READ_METHODS[0]))
+
+static int cpu_isa_level(void)
+{
+    if (__builtin_cpu_supports("avx512f")) return 2;
+    if (__builtin_cpu_supports("avx2")) return 1;
+    return 0;
+}
+
+int hw_read_n_methods(void) { return HW_N_READ_METHODS; }
+
+const char *hw_read_method_name(int m) { return m >= 0 && m < HW_N_READ_METHODS ? HW_READ_METHODS[m].name : NULL; }
+
+bool hw_read_method_supported(int m)
+{
+    __builtin_cpu_init();
+    return m >= 0 && m < HW_N_READ_METHODS && HW_READ_METHODS[m].isa <= cpu_isa_level();
+}
+
+uint64_t hw_read_sum(int m, const uint8_t *p, size_t n)
+{
+    if (!hw_read_method_supported(m)) return 0;
+    return HW_READ_METHODS[m].fn(p, n);
+}
+
+/* ---- compute loops --------------------------------------------------------- */
 
 __attribute__((target("avx512f,fma")))
 static float fma_avx512(uint64_t iters)
@@ -170,15 +286,29 @@ static void hw_worker(void *ctx, int ith, int nth)
     float r = 0.0f;
     switch (j->kind) {
     case HW_READ: {
-        /* contiguous slices on 512-byte boundaries; the last thread takes the tail */
-        size_t per = j->bytes / (size_t)nth / 512 * 512;
+        /* contiguous slices on 4 KiB boundaries; the last thread takes the tail */
+        size_t per = j->bytes / (size_t)nth / 4096 * 4096;
         size_t off = per * (size_t)ith;
         size_t len = ith == nth - 1 ? j->bytes - off : per;
-        if (cpu_has_avx512()) r = read_avx512(j->buf + off, len);
-        else if (__builtin_cpu_supports("avx2")) r = read_avx2(j->buf + off, len);
-        else r = read_scalar(j->buf + off, len);
+        r = (float)HW_READ_METHODS[j->method].fn(j->buf + off, len);
         break;
     }
+    case HW_PIN:
+    case HW_UNPIN:
+        if (ith < 64) {
+            /* pin: thread ith on core ith (mod the cores); unpin: the mask it had */
+            if (j->kind == HW_PIN) {
+                j->pinned[ith] = sched_getaffinity(0, sizeof j->saved[ith], &j->saved[ith]) == 0;
+                cpu_set_t one;
+                CPU_ZERO(&one);
+                CPU_SET(ith % j->n_cpus, &one);
+                if (j->pinned[ith]) j->pinned[ith] = sched_setaffinity(0, sizeof one, &one) == 0;
+            } else if (j->pinned[ith]) {
+                (void)sched_setaffinity(0, sizeof j->saved[ith], &j->saved[ith]);
+                j->pinned[ith] = false;
+            }
+        }
+        break;
     case HW_FMA512: r = fma_avx512(j->iters); break;
     case HW_FMA256: r = fma_avx2(j->iters); break;
     case HW_BF16: r = bf16_avx512(j->iters); break;
@@ -193,6 +323,12 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+static double median(double *t, int n)
+{
+    qsort(t, (size_t)n, sizeof t[0], cmp_double);
+    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
 /* Median wall time (ms) of reps runs of the job, after one warm-up. */
 static double time_median(kvi_pool *pool, hw_job *j, int reps)
 {
@@ -203,8 +339,7 @@ static double time_median(kvi_pool *pool, hw_job *j, int reps)
         kvi_pool_run(pool, hw_worker, j);
         t[r] = kvi_time_ms() - t0;
     }
-    qsort(t, (size_t)reps, sizeof t[0], cmp_double);
-    return reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
+    return median(t, reps);
 }
 
 /* Rate (1e9 ops/s, all threads) of a compute kernel doing ops_per_iter per thread
@@ -228,6 +363,55 @@ static double compute_rate(kvi_pool *pool, hw_kernel kind, double ops_per_iter, 
     return ms > 0 ? ops / (ms * 1e6) : 0.0;
 }
 
+/* The read test: every supported method (only the first when quick) once per
+ * round, rounds interleaved so that a burst of load elsewhere hits every method
+ * alike; one untimed warm-up round. Fills out->read_* (read_bytes already set). */
+static void read_bench(kvi_pool *pool, hw_job *j, kvi_hw_limits *out, bool quick)
+{
+    int ms_of[KVI_HW_READ_METHODS_MAX];   /* [n] index into HW_READ_METHODS */
+    int n = 0;
+    const int isa = cpu_isa_level();
+    for (int m = 0; m < HW_N_READ_METHODS && n < KVI_HW_READ_METHODS_MAX && !(quick && n == 1); m++)
+        if (HW_READ_METHODS[m].isa == isa) ms_of[n++] = m;
+    double t[KVI_HW_READ_METHODS_MAX][HW_MAX_REPS];   /* [method][rep] ms */
+    for (int r = -1; r < out->reps; r++)
+        for (int k = 0; k < n; k++) {
+            j->method = ms_of[k];
+            double t0 = kvi_time_ms();
+            kvi_pool_run(pool, hw_worker, j);
+            if (r >= 0) t[k][r] = kvi_time_ms() - t0;
+        }
+    const double gb = (double)out->read_bytes / 1e6;   /* GB/s = gb / ms */
+    out->n_read_methods = n;
+    for (int k = 0; k < n; k++) {
+        kvi_hw_read_figure *f = &out->read_methods[k];
+        f->method = HW_READ_METHODS[ms_of[k]].name;
+        double med = median(t[k], out->reps);   /* sorted: t[k][0] is the fastest */
+        f->median_gbs = med > 0 ? gb / med : 0.0;
+        f->best_gbs = t[k][0] > 0 ? gb / t[k][0] : 0.0;
+        if (f->median_gbs > out->read_gbs) {
+            out->read_gbs = f->median_gbs;
+            out->read_method = f->method;
+        }
+    }
+}
+
+/* Anonymous buffer of `bytes` on a 2 MiB boundary, huge pages hinted; *map_len is
+ * the length to unmap from the returned base (*base). NULL when memory is short. */
+static uint8_t *alloc_read_buffer(size_t bytes, void **base, size_t *map_len)
+{
+    const size_t huge = (size_t)2 << 20;
+    *map_len = bytes + huge;
+    void *p = mmap(NULL, *map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    *base = p;
+    uint8_t *b = (uint8_t *)(((uintptr_t)p + huge - 1) & ~(uintptr_t)(huge - 1));
+#ifdef MADV_HUGEPAGE
+    (void)madvise(b, bytes, MADV_HUGEPAGE);   /* a hint only */
+#endif
+    return b;
+}
+
 int kvi_hw_bench(kvi_hw_limits *out, int n_threads, bool quick, kvi_error *err)
 {
     if (!out) return kvi_err_set(err, KVI_E_INVALID, "hw bench: no output");
@@ -238,29 +422,36 @@ int kvi_hw_bench(kvi_hw_limits *out, int n_threads, bool quick, kvi_error *err)
     kvi_pool *pool = kvi_pool_create(n_threads);
     if (!pool) return kvi_err_set(err, KVI_E_NOMEM, "hw bench: cannot create a pool of %d threads", n_threads);
     out->n_threads = kvi_pool_size(pool);
-    out->reps = quick ? 3 : 7;
+    out->reps = quick ? 3 : 9;
     out->read_bytes = quick ? (size_t)64 << 20 : (size_t)1 << 30;
+    out->read_method = "none";
     double target_ms = quick ? 5.0 : 100.0;
 
-    void *buf = mmap(NULL, out->read_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (buf == MAP_FAILED) {
+    void *base = NULL;
+    size_t map_len = 0;
+    uint8_t *buf = alloc_read_buffer(out->read_bytes, &base, &map_len);
+    hw_job *j = buf ? calloc(1, sizeof *j) : NULL;
+    if (!j) {
+        if (buf) munmap(base, map_len);
         kvi_pool_free(pool);
         size_t b = out->read_bytes;
         memset(out, 0, sizeof *out);
         return kvi_err_set(err, KVI_E_NOMEM, "hw bench: cannot allocate the %zu-byte read buffer", b);
     }
-    memset(buf, 0x5A, out->read_bytes);   /* fault every page in; non-zero data */
-    hw_job *j = calloc(1, sizeof *j);
-    bool read_ok = j != NULL;
-    if (j) {
-        j->kind = HW_READ;
-        j->buf = buf;
-        j->bytes = out->read_bytes;
-        double ms = time_median(pool, j, out->reps);
-        out->read_gbs = ms > 0 ? (double)out->read_bytes / (ms * 1e6) : 0.0;
-        free(j);
+    memset(buf, 0x5A, out->read_bytes);   /* fault every page in before timing; non-zero data */
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    j->n_cpus = cpus > 0 ? (int)cpus : 1;
+    /* pinning only when every thread gets a core of its own */
+    const bool pin = !quick && out->n_threads > 1 && out->n_threads <= j->n_cpus;
+    if (pin) {
+        j->kind = HW_PIN;
+        kvi_pool_run(pool, hw_worker, j);
     }
-    munmap(buf, out->read_bytes);
+    j->kind = HW_READ;
+    j->buf = buf;
+    j->bytes = out->read_bytes;
+    read_bench(pool, j, out, quick);
+    munmap(base, map_len);
 
     out->fp32_isa = "none";
     if (cpu_has_avx512()) {
@@ -274,7 +465,11 @@ int kvi_hw_bench(kvi_hw_limits *out, int n_threads, bool quick, kvi_error *err)
         out->bf16_gflops = compute_rate(pool, HW_BF16, HW_CHAINS * 64.0, target_ms, out->reps);
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vnni"))
         out->int8_gops = compute_rate(pool, HW_VNNI, HW_CHAINS * 128.0, target_ms, out->reps);
+    if (pin) {
+        j->kind = HW_UNPIN;   /* the caller's thread gets its own mask back */
+        kvi_pool_run(pool, hw_worker, j);
+    }
+    free(j);
     kvi_pool_free(pool);
-    if (!read_ok) return kvi_err_set(err, KVI_E_NOMEM, "hw bench: out of memory");
     return 0;
 }
