@@ -87,7 +87,7 @@ static int bench_gemv(int argc, char **argv)
             for (int i = -1; i < reps; i++) {   /* i = -1: warm-up */
                 double t0 = now();
                 for (size_t c = 0; c < copies; c++) {
-                    kvi_tensor W = {w + c * mb, t, n_in, n_out};
+                    kvi_tensor W = {w + c * mb, t, n_in, n_out, KVI_LAYOUT_ROWS};
                     kvi_matmul(pool, &W, x, n_in, 1, y, n_out);
                 }
                 if (i >= 0) ts[i] = (now() - t0) / (double)copies;
@@ -136,7 +136,7 @@ int main(int argc, char **argv)
                 for (int64_t i = 0; i < n_in; i++) row[i] = x[(j * 7 + i) % (512 * n_in)];
                 kvi_quantize_row(t, row, w + (size_t)j * rb, n_in);
             }
-            kvi_tensor W = {w, t, n_in, outs[o]};
+            kvi_tensor W = {w, t, n_in, outs[o], KVI_LAYOUT_ROWS};
             for (int r = 0; r < 2; r++) {
                 double ts[64];
                 int n = reps < 64 ? reps : 64, calls = rows[r] == 1 ? 20 : 1;

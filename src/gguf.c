@@ -967,6 +967,14 @@ const gguf_tensor *gguf_tensor_at(const gguf_ctx *g, int64_t i)
     return (i >= 0 && i < g->n_tensors) ? &g->tensors[i] : NULL;
 }
 
+/* ---- in-place rewriting (weight repacking at load) ------------------------- */
+
+int gguf_set_writable(gguf_ctx *g, bool writable)
+{
+    if (!g || g->buf_kind != BUF_ANON || !g->buf || g->map_len == 0) return 0;
+    return mprotect((void *)g->buf, g->map_len, writable ? PROT_READ | PROT_WRITE : PROT_READ) == 0 ? 1 : 0;
+}
+
 const gguf_tensor *gguf_find_tensor(const gguf_ctx *g, const char *name)
 {
     if (!name || !g->tensor_index.slot) return NULL;

@@ -49,6 +49,11 @@ int gguf_open(const char *path, bool use_mmap, gguf_ctx **out, kvi_error *err);
 int gguf_open_mem(const void *buf, size_t len, gguf_ctx **out, kvi_error *err);
 void gguf_close(gguf_ctx *g);
 
+/* A file image read into private anonymous memory (not use_mmap, not a caller's
+ * buffer) can be made writable for in-place rewriting (weight repacking at load) and
+ * sealed again: 1 when done, 0 for other kinds of buffer (nothing changed). */
+int gguf_set_writable(gguf_ctx *g, bool writable);
+
 uint32_t gguf_version(const gguf_ctx *g);
 size_t gguf_alignment(const gguf_ctx *g);
 size_t gguf_file_size(const gguf_ctx *g);

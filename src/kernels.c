@@ -32,7 +32,9 @@
 
 #include "kernels_isa.h"
 #include "kernels_q8.h"
+#include "kernels_r16.h"
 #include "quant.h"
+#include "weight_r16.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -168,6 +170,17 @@ void kvi_tensor_get_row(const kvi_tensor *W, int64_t row, float *dst)
         return;
     }
     size_t rb = kvi_row_bytes(W->type, W->n_in);
+    if (W->layout == KVI_LAYOUT_R16) {   /* the row out of its tile, then as usual */
+        uint8_t stack[8192], *buf = rb <= sizeof stack ? stack : malloc(rb);   /* [rb] one row */
+        if (!buf) {
+            fill_nan(dst, W->n_in);
+            return;
+        }
+        kvi_r16_row(W->type, (const uint8_t *)W->data + (size_t)(row / 16) * 16 * rb, W->n_in, (int)(row % 16), buf);
+        dequant_with(tab(), W->type, buf, dst, W->n_in);
+        if (buf != stack) free(buf);
+        return;
+    }
     dequant_with(tab(), W->type, (const uint8_t *)W->data + (size_t)row * rb, dst, W->n_in);
 }
 
@@ -275,7 +288,8 @@ typedef struct qmm_ctx {
     uint8_t *xq;               /* [n_rows][xq_rb] quantised activations */
     size_t xq_rb;
     uint8_t *scratch0;         /* thread 0's tile scratch (or the only one) */
-    size_t scratch_bytes;
+    size_t scratch_bytes;      /* KVI_QGEMM_SCRATCH, then [16 * row bytes] for R16 tiles */
+    size_t r16_rows_off;       /* where that R16 tile-as-rows buffer starts */
     const kvi_kernel_table *tab;
 } qmm_ctx;
 
@@ -308,7 +322,8 @@ static void qmm_worker(void *vctx, int ith, int nth)
             .xq = c->xq, .xq_rb = c->xq_rb, .n_rows = c->n_rows, .y = c->y[i], .ldy = c->ldy[i],
             .scratch = scr,
         };
-        if (!(c->tab->qgemm && c->tab->qgemm(&a))) kvi_qgemm_ref(&a);
+        if (W->layout == KVI_LAYOUT_R16) kvi_qgemm_r16(c->tab, &a, (uint8_t *)scr + c->r16_rows_off);
+        else if (!(c->tab->qgemm && c->tab->qgemm(&a))) kvi_qgemm_ref(&a);
     }
 }
 
@@ -328,6 +343,12 @@ static bool matmul_q8(kvi_pool *pool, int n_w, const kvi_tensor *const *W, const
     };
     c.tiles_before[0] = 0;
     for (int i = 0; i < n_w; i++) c.tiles_before[i + 1] = c.tiles_before[i] + (W[i]->n_out + QTILE - 1) / QTILE;
+    c.r16_rows_off = (c.scratch_bytes + 63) & ~(size_t)63;
+    for (int i = 0; i < n_w; i++)
+        if (W[i]->layout == KVI_LAYOUT_R16) {
+            const size_t need = c.r16_rows_off + 16 * kvi_row_bytes(W[i]->type, W[i]->n_in);
+            if (need > c.scratch_bytes) c.scratch_bytes = need;
+        }
     const size_t xq_bytes = ((c.xq_rb * (size_t)n_rows) + 63) & ~(size_t)63;
     if (c.xq_rb == 0 || xq_bytes / c.xq_rb < (size_t)n_rows) return false;
     uint8_t *buf = pool ? kvi_pool_scratch(pool, 0, xq_bytes + c.scratch_bytes) : NULL;
@@ -367,6 +388,10 @@ void kvi_matmul(kvi_pool *pool, const kvi_tensor *W, const float *x, int64_t ldx
     }
     if (W->n_out == 0) return;
     if (kvi_q8_act_type(W->type) != KVI_TYPE_F32 && matmul_q8(pool, 1, &W, x, ldx, n_rows, &y, &ldy)) return;
+    if (W->layout != KVI_LAYOUT_ROWS) {   /* only the integer path reads other layouts */
+        nan_output(W, n_rows, y, ldy);
+        return;
+    }
     mm_ctx c = {
         .W = W, .x = x, .ldx = ldx, .n_rows = n_rows, .y = y, .ldy = ldy, .pool = pool,
         .own_scratch = NULL, .tab = tab(), .row_bytes = kvi_row_bytes(W->type, W->n_in),
@@ -407,7 +432,8 @@ void kvi_matmul_ref(const kvi_tensor *W, const float *x, int64_t ldx, int64_t n_
         return;
     }
     for (int64_t j = 0; j < W->n_out; j++) {
-        kvi_dequant_row(W->type, (const uint8_t *)W->data + (size_t)j * rb, w, W->n_in);
+        if (W->layout == KVI_LAYOUT_R16) kvi_tensor_get_row(W, j, w);   /* exact, like kvi_dequant_row */
+        else kvi_dequant_row(W->type, (const uint8_t *)W->data + (size_t)j * rb, w, W->n_in);
         for (int64_t r = 0; r < n_rows; r++) y[r * ldy + j] = kvi_dot_f32_ref(x + r * ldx, w, W->n_in);
     }
     free(w);

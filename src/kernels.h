@@ -28,7 +28,13 @@ typedef struct kvi_tensor {
     kvi_type type;
     int64_t n_in;    /* row length (GGUF ne[0]) */
     int64_t n_out;   /* number of rows (GGUF ne[1]) */
+    int layout;      /* KVI_LAYOUT_*: how the bytes are arranged (0: rows) */
 } kvi_tensor;
+
+/* KVI_LAYOUT_ROWS: row j at data + j * kvi_row_bytes(type, n_in) (GGUF's layout).
+ * KVI_LAYOUT_R16: Q8_0 / Q4_0 tiles of 16 rows interleaved (weight_r16.h). */
+#define KVI_LAYOUT_ROWS 0
+#define KVI_LAYOUT_R16 1
 
 /* sum_i a[i] * b[i] */
 float kvi_dot_f32(const float *a, const float *b, int64_t n);

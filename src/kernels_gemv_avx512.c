@@ -2,6 +2,7 @@
  * kernels_gemv_avx512.c — Q8_0 / Q4_0 products with few input rows (decode), with
  * AVX-512 VNNI; the bits of kernels_q8.h's contract. See the comment below.
  */
+#include "kernels_r16.h"
 #include "kernels_vnni.h"
 
 /* ---- few input rows (decode): weights streamed row-major -----------------
@@ -176,3 +177,113 @@ VNNI int kvi_qgemv_avx512(const kvi_qgemm_args *a)
     return 1;
 }
 
+
+/* ---- R16 weights (weight_r16.h): one linear stream per tile -----------------
+ *
+ * The tile's vectors already have lane l = weight row l, so each block is: the
+ * 16 scales (one f16 load), the quants as 8 u8 vectors (Q8_0) or 4 vectors whose
+ * low / high nibbles are inputs 4k.. / 16+4k.. (Q4_0), vpdpbusd against the
+ * activation quads broadcast from the kvi_q8a block, the sum started at
+ * -offset * sum(x quants). Then acc = fma(dw * dx, (float)isum, acc) block by block:
+ * the contract's steps, so the bits of every other path. Prefetch runs
+ * R16_PF_BYTES ahead of the stream. */
+#define R16_PF_BYTES 1024
+
+VNNI_INLINE void r16_block(kvi_type t, const uint8_t *q, __m512 dw, const kvi_q8a *const *x, int64_t b, int nr,
+                           __m512 *acc)
+{
+    __m512i W[8];
+    if (t == KVI_TYPE_Q8_0) {
+        _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) W[k] = _mm512_loadu_si512((const void *)(q + 64 * k));
+    } else {
+        const __m512i lo = _mm512_set1_epi8(0x0f);
+        _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
+            const __m512i v = _mm512_loadu_si512((const void *)(q + 64 * k));
+            W[k] = _mm512_and_si512(v, lo);
+            W[k + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), lo);
+        }
+    }
+    const int32_t off = t == KVI_TYPE_Q8_0 ? 128 : 8;
+    _Pragma("GCC unroll 4") for (int rr = 0; rr < nr; rr++) {
+        const kvi_q8a *xb = x[rr] + b;
+        __m512i s = _mm512_set1_epi32(-off * xb->sum), s2 = _mm512_setzero_si512();
+        _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
+            s = _mm512_dpbusd_epi32(s, W[k], _mm512_set1_epi32(load_i32(xb->qs + 4 * k)));
+            s2 = _mm512_dpbusd_epi32(s2, W[k + 4], _mm512_set1_epi32(load_i32(xb->qs + 16 + 4 * k)));
+        }
+        s = _mm512_add_epi32(s, s2);
+        acc[rr] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(xb->d)), _mm512_cvtepi32_ps(s), acc[rr]);
+    }
+}
+
+/* Tile rows [jt, jt + 16) for the nr (1..GV_ROWS, a constant after inlining)
+ * activation rows x[0..nr), outputs at y + jt (row rr at y + rr * ldy). */
+VNNI_INLINE void r16_tile(const kvi_qgemm_args *a, const uint8_t *tile, const kvi_q8a *const *x, int nr, float *y)
+{
+    const int64_t np = a->n_in / 64;
+    const size_t qb = a->type == KVI_TYPE_Q8_0 ? 512 : 256, pair = 64 + 2 * qb;
+    __m512 acc[GV_ROWS];
+    _Pragma("GCC unroll 4") for (int rr = 0; rr < GV_ROWS; rr++) acc[rr] = _mm512_setzero_ps();
+    for (int64_t p = 0; p < np; p++) {
+        const uint8_t *q = tile + (size_t)p * pair;
+        _Pragma("GCC unroll 17") for (size_t o = 0; o < pair; o += 64)
+            _mm_prefetch((const char *)(q + R16_PF_BYTES + o), _MM_HINT_T0);
+        const __m512 d0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)q));
+        const __m512 d1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(q + 32)));
+        r16_block(a->type, q + 64, d0, x, 2 * p, nr, acc);
+        r16_block(a->type, q + 64 + qb, d1, x, 2 * p + 1, nr, acc);
+    }
+    _Pragma("GCC unroll 4") for (int rr = 0; rr < nr; rr++) _mm512_storeu_ps(y + rr * a->ldy, acc[rr]);
+}
+
+/* Q8_0 / Q4_0 over R16 weights, any number of rows: each tile is read once from
+ * memory and reused (from L1) by the groups of up to GV_ROWS activation rows. */
+VNNI int kvi_qgemv_r16_avx512(const kvi_qgemm_args *a)
+{
+    if (a->type != KVI_TYPE_Q8_0 && a->type != KVI_TYPE_Q4_0) return 0;
+    if (a->n_rows < 1 || a->n_in % 64 != 0 || a->j0 % 16 || a->j1 % 16) return 0;
+    if (!kvi_has_vnni()) return 0;
+    const size_t tb = 16 * a->w_rb;
+    for (int64_t jt = a->j0; jt < a->j1; jt += 16) {
+        const uint8_t *tile = a->w + (size_t)(jt / 16) * tb;
+        for (int64_t r0 = 0; r0 < a->n_rows; r0 += GV_ROWS) {
+            const int nr = a->n_rows - r0 < GV_ROWS ? (int)(a->n_rows - r0) : GV_ROWS;
+            const kvi_q8a *x[GV_ROWS];
+            for (int rr = 0; rr < GV_ROWS; rr++)
+                x[rr] = (const kvi_q8a *)(a->xq + (size_t)(r0 + (rr < nr ? rr : 0)) * a->xq_rb);
+            float *y = a->y + r0 * a->ldy + jt;
+            switch (nr) {
+            case 1: r16_tile(a, tile, x, 1, y); break;
+            case 2: r16_tile(a, tile, x, 2, y); break;
+            case 3: r16_tile(a, tile, x, 3, y); break;
+            default: r16_tile(a, tile, x, 4, y); break;
+            }
+        }
+    }
+    return 1;
+}
+
+/* kvi_r16_from_rows with in-register transposes (the same bytes; weight_r16.c's
+ * scalar version is the reference). */
+VNNI void kvi_r16_from_rows_avx512(kvi_type t, const uint8_t *src, int64_t n_in, uint8_t *dst)
+{
+    const size_t rb = kvi_row_bytes(t, n_in), bb = kvi_type_block_bytes(t);
+    const size_t qb = t == KVI_TYPE_Q8_0 ? 512 : 256, pair = 64 + 2 * qb;
+    const uint8_t *p[16];
+    for (int l = 0; l < 16; l++) p[l] = src + (size_t)l * rb;
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    for (int64_t b = 0; b < n_in / 32; b++) {
+        uint8_t *q = dst + (size_t)(b / 2) * pair;
+        const size_t off = (size_t)b * bb;
+        for (int l = 0; l < 16; l++) memcpy(q + 32 * (b % 2) + 2 * l, p[l] + off, 2);
+        uint8_t *o = q + 64 + (size_t)(b % 2) * qb;
+        __m512i T[8];
+        transpose16x4(p, off + 2, T);
+        if (t == KVI_TYPE_Q8_0) {
+            transpose16x4(p, off + 18, T + 4);
+            for (int k = 0; k < 8; k++) _mm512_storeu_si512((void *)(o + 64 * k), _mm512_xor_si512(T[k], flip));
+        } else {
+            for (int k = 0; k < 4; k++) _mm512_storeu_si512((void *)(o + 64 * k), T[k]);
+        }
+    }
+}

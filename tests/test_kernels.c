@@ -116,7 +116,7 @@ static void test_get_row(void)
     for (int k = 0; k < N_TYPES; k++) {
         kvi_type t = ALL_TYPES[k];
         void *w = random_matrix(t, n_out, n_in, &rs);
-        kvi_tensor W = {w, t, n_in, n_out};
+        kvi_tensor W = {w, t, n_in, n_out, KVI_LAYOUT_ROWS};
         size_t rb = kvi_row_bytes(t, n_in);
         for (int isa = 0; isa <= (int)kvi_isa_detect(); isa++) {
             kvi_isa_set((kvi_isa)isa);
@@ -214,7 +214,7 @@ static void test_q8_exact(kvi_pool *pool)
         kvi_type t = ALL_TYPES[k];
         if (kvi_q8_act_type(t) == KVI_TYPE_F32) continue;
         void *wq = random_matrix(t, n_out, n_in, &rs);
-        kvi_tensor W = {wq, t, n_in, n_out};
+        kvi_tensor W = {wq, t, n_in, n_out, KVI_LAYOUT_ROWS};
         size_t xrb = kvi_q8_act_row_bytes(t, n_in), rb = kvi_row_bytes(t, n_in);
         uint8_t *xq = malloc(xrb * 9);
         for (int r = 0; r < 9; r++) kvi_q8_quantize_act(t, x + r * n_in, xq + (size_t)r * xrb, n_in);
@@ -253,7 +253,7 @@ static void test_matmul_vs_ref(kvi_pool *pool)
     for (int k = 0; k < N_TYPES; k++) {
         kvi_type t = ALL_TYPES[k];
         void *wq = random_matrix(t, n_out, n_in, &rs);
-        kvi_tensor W = {wq, t, n_in, n_out};
+        kvi_tensor W = {wq, t, n_in, n_out, KVI_LAYOUT_ROWS};
         kvi_matmul_ref(&W, x, ldx, n_rows, yr, ldy);
         const bool q8 = kvi_q8_act_type(t) != KVI_TYPE_F32;
         float *xd = malloc((size_t)(n_rows * ldx) * sizeof(float));   /* [n_rows][ldx] */
@@ -317,17 +317,17 @@ static void test_matmul_vs_ref(kvi_pool *pool)
      * with n_in a block-free 2 */
     {
         float wm[6] = {1, 2, 3, 4, 5, 6}, xv[2] = {1, -1}, yv[3];
-        kvi_tensor W = {wm, KVI_TYPE_F32, 2, 3};
+        kvi_tensor W = {wm, KVI_TYPE_F32, 2, 3, KVI_LAYOUT_ROWS};
         kvi_matmul(pool, &W, xv, 2, 1, yv, 3);
         CHECK(yv[0] == -1.0f && yv[1] == -1.0f && yv[2] == -1.0f, "hand matmul %g %g %g", yv[0], yv[1], yv[2]);
     }
     /* bad tensors: NaN output, no crash */
     {
         float yv[4] = {0};
-        kvi_tensor W = {x, (kvi_type)4, 32, 4};
+        kvi_tensor W = {x, (kvi_type)4, 32, 4, KVI_LAYOUT_ROWS};
         kvi_matmul(pool, &W, x, 32, 1, yv, 4);
         CHECK(isnan(yv[0]) && isnan(yv[3]), "unknown type gives NaN");
-        kvi_tensor W2 = {x, KVI_TYPE_Q4_0, 33, 4};
+        kvi_tensor W2 = {x, KVI_TYPE_Q4_0, 33, 4, KVI_LAYOUT_ROWS};
         yv[0] = 0;
         kvi_matmul(pool, &W2, x, 33, 1, yv, 4);
         CHECK(isnan(yv[0]), "partial block gives NaN");
@@ -354,7 +354,7 @@ static void test_bit_identity(void)
         kvi_type t = ALL_TYPES[k];
         if (kvi_row_bytes(t, n_in) == 0) continue;
         void *wq = random_matrix(t, n_out, n_in, &rs);
-        kvi_tensor W = {wq, t, n_in, n_out};
+        kvi_tensor W = {wq, t, n_in, n_out, KVI_LAYOUT_ROWS};
         for (int isa = 0; isa <= (int)kvi_isa_detect(); isa++) {
             kvi_isa_set((kvi_isa)isa);
             kvi_matmul(p2, &W, x, n_in, n_rows, yb, n_out);
@@ -404,7 +404,7 @@ static void test_gemv_exact(void)
             const size_t xrb = kvi_q8_act_row_bytes(t, n_in), rb = kvi_row_bytes(t, n_in);
             if (xrb == 0) continue;
             void *wq = random_matrix(t, n_out, n_in, &rs);
-            kvi_tensor W = {wq, t, n_in, n_out};
+            kvi_tensor W = {wq, t, n_in, n_out, KVI_LAYOUT_ROWS};
             uint8_t *xq = malloc(xrb * 4);
             for (int r = 0; r < 4; r++) {
                 kvi_q8_quantize_act(t, x + r * n_in, xq + (size_t)r * xrb, n_in);
@@ -462,7 +462,7 @@ static void test_matmul_multi(kvi_pool *pool)
         const kvi_tensor *Wp[3];
         for (int i = 0; i < 3; i++) {
             wq[i] = random_matrix(sets[s][i], n_out[i], n_in, &rs);
-            W[i] = (kvi_tensor){wq[i], sets[s][i], n_in, n_out[i]};
+            W[i] = (kvi_tensor){wq[i], sets[s][i], n_in, n_out[i], KVI_LAYOUT_ROWS};
             Wp[i] = &W[i];
         }
         for (int nr = 1; nr <= 9; nr += 8) {

@@ -1,0 +1,24 @@
+/*
+ * kernels_r16.c — dispatch of the integer products over R16 weights
+ * (kernels_r16.h): decode rows go to the AVX-512 VNNI kernel that streams the
+ * tiles as they lie; everything else unpacks one tile at a time into rows (the
+ * tile's 16 rows, 16 * w_rb bytes) and runs the row kernels on it, so every path
+ * gives the bits of the rows layout.
+ */
+#include "kernels_r16.h"
+
+#include "weight_r16.h"
+
+void kvi_qgemm_r16(const kvi_kernel_table *tab, const kvi_qgemm_args *a, uint8_t *rows)
+{
+    if (tab->isa == KVI_ISA_AVX512 && kvi_qgemv_r16_avx512(a)) return;
+    for (int64_t jt = a->j0; jt < a->j1; jt += 16) {
+        kvi_r16_to_rows(a->type, a->w + (size_t)jt * a->w_rb, a->n_in, rows);
+        kvi_qgemm_args b = *a;
+        b.w = rows;
+        b.j0 = 0;
+        b.j1 = a->j1 - jt < 16 ? a->j1 - jt : 16;
+        b.y = a->y + jt;
+        if (!(tab->qgemm && tab->qgemm(&b))) kvi_qgemm_ref(&b);
+    }
+}

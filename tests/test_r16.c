@@ -1,0 +1,160 @@
+/*
+ * test_r16.c — the R16 weight layout (src/weight_r16.h): repacking loses nothing,
+ * the SIMD repack writes the scalar reference's bytes, rows read back exactly, and
+ * every matrix product over R16 weights gives the bits of the same product over
+ * the rows layout on every ISA the CPU has, for 1..33 input rows and 1..3 threads
+ * (decode rows take the streaming kernel, more rows the tiled one).
+ */
+#include "kernels.h"
+#include "kernels_r16.h"
+#include "kernels_vnni.h"
+#include "quant.h"
+#include "testutil.h"
+#include "weight_r16.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* [n_out][n_in] weights of type t from normal floats with a spread of row scales,
+ * so block scales differ (never all zero). */
+static uint8_t *random_weights(kvi_type t, int64_t n_out, int64_t n_in, uint64_t *rs)
+{
+    const size_t rb = kvi_row_bytes(t, n_in);
+    uint8_t *w = aligned_alloc(64, (rb * (size_t)n_out + 63) & ~(size_t)63);
+    float *row = malloc((size_t)n_in * sizeof(float));
+    for (int64_t j = 0; j < n_out; j++) {
+        const float s = 0.05f + trand_uniform(rs);
+        for (int64_t i = 0; i < n_in; i++) row[i] = s * trand_normal(rs) * (i % 97 == 5 ? 8.0f : 1.0f);
+        kvi_quantize_row(t, row, w + (size_t)j * rb, n_in);
+    }
+    free(row);
+    return w;
+}
+
+static void test_layout(kvi_type t, int64_t n_in, uint64_t *rs)
+{
+    const int64_t n_out = 48;
+    const size_t rb = kvi_row_bytes(t, n_in), tb = 16 * rb, bytes = rb * (size_t)n_out;
+    uint8_t *w = random_weights(t, n_out, n_in, rs);
+    uint8_t *ref = malloc(bytes), *back = malloc(bytes), *row = malloc(rb);
+    for (int64_t tt = 0; tt < n_out / 16; tt++) kvi_r16_from_rows(t, w + tt * tb, n_in, ref + tt * tb);
+    CHECK(memcmp(ref, w, bytes) != 0, "%s n_in %lld: R16 differs from rows", kvi_type_name(t), (long long)n_in);
+    for (int64_t tt = 0; tt < n_out / 16; tt++) kvi_r16_to_rows(t, ref + tt * tb, n_in, back + tt * tb);
+    CHECK(memcmp(back, w, bytes) == 0, "%s n_in %lld: rows -> R16 -> rows changed bytes", kvi_type_name(t),
+          (long long)n_in);
+    int bad_rows = 0;
+    for (int64_t j = 0; j < n_out; j++) {
+        kvi_r16_row(t, ref + (j / 16) * tb, n_in, (int)(j % 16), row);
+        bad_rows += memcmp(row, w + (size_t)j * rb, rb) != 0;
+    }
+    CHECK(bad_rows == 0, "%s n_in %lld: %d rows read back wrong", kvi_type_name(t), (long long)n_in, bad_rows);
+    if (kvi_isa_detect() == KVI_ISA_AVX512 && kvi_has_vnni()) {
+        for (int64_t tt = 0; tt < n_out / 16; tt++) kvi_r16_from_rows_avx512(t, w + tt * tb, n_in, back + tt * tb);
+        CHECK(memcmp(back, ref, bytes) == 0, "%s n_in %lld: AVX-512 repack differs from the scalar one",
+              kvi_type_name(t), (long long)n_in);
+    }
+    /* in place, several threads: the reference's bytes, and the layout recorded */
+    for (int threads = 1; threads <= 3; threads += 2) {
+        memcpy(back, w, bytes);
+        kvi_tensor W = {.data = back, .type = t, .n_in = n_in, .n_out = n_out};
+        CHECK(kvi_r16_repack(&W, threads) == 0 && W.layout == KVI_LAYOUT_R16, "%s: repack failed",
+              kvi_type_name(t));
+        CHECK(memcmp(back, ref, bytes) == 0, "%s, %d threads: in-place repack differs", kvi_type_name(t), threads);
+        float *g0 = malloc((size_t)n_in * sizeof(float)), *g1 = malloc((size_t)n_in * sizeof(float));
+        kvi_tensor R = {.data = w, .type = t, .n_in = n_in, .n_out = n_out};
+        int bad = 0;
+        for (int64_t j = 0; j < n_out; j += 7) {
+            kvi_tensor_get_row(&R, j, g0);
+            kvi_tensor_get_row(&W, j, g1);
+            bad += memcmp(g0, g1, (size_t)n_in * sizeof(float)) != 0;
+        }
+        CHECK(bad == 0, "%s: %d rows of get_row differ between layouts", kvi_type_name(t), bad);
+        free(g0);
+        free(g1);
+    }
+    free(w);
+    free(ref);
+    free(back);
+    free(row);
+}
+
+/* Products over R16 == products over rows, bit for bit. */
+static void test_products(kvi_type t, int64_t n_out, int64_t n_in, uint64_t *rs)
+{
+    const int max_rows = 33;
+    uint8_t *w = random_weights(t, n_out, n_in, rs);
+    const size_t bytes = kvi_row_bytes(t, n_in) * (size_t)n_out;
+    uint8_t *wr = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    memcpy(wr, w, bytes);
+    kvi_tensor rows = {.data = w, .type = t, .n_in = n_in, .n_out = n_out};
+    kvi_tensor r16 = {.data = wr, .type = t, .n_in = n_in, .n_out = n_out};
+    CHECK(kvi_r16_repack(&r16, 2) == 0, "repack");
+    float *x = malloc((size_t)max_rows * (size_t)n_in * sizeof(float));
+    float *y0 = malloc((size_t)max_rows * (size_t)n_out * sizeof(float));
+    float *y1 = malloc((size_t)max_rows * (size_t)n_out * sizeof(float));
+    for (int64_t i = 0; i < max_rows * n_in; i++) x[i] = trand_normal(rs);
+    const kvi_isa best = kvi_isa_detect();
+    const int row_counts[] = {1, 2, 3, 4, 5, 7, 8, 16, 33};
+    for (int isa = KVI_ISA_SCALAR; isa <= (int)best; isa++) {
+        kvi_isa_set((kvi_isa)isa);
+        for (int threads = 1; threads <= 3; threads++) {
+            kvi_pool *pool = kvi_pool_create(threads);
+            int bad = 0, nan = 0;
+            for (size_t k = 0; k < sizeof row_counts / sizeof row_counts[0]; k++) {
+                const int nr = row_counts[k];
+                kvi_matmul(pool, &rows, x, n_in, nr, y0, n_out);
+                for (int64_t i = 0; i < nr * n_out; i++) y1[i] = NAN;
+                kvi_matmul(pool, &r16, x, n_in, nr, y1, n_out);
+                bad += memcmp(y0, y1, (size_t)nr * (size_t)n_out * sizeof(float)) != 0;
+                for (int64_t i = 0; i < nr * n_out; i++) nan += isnan(y1[i]) || y1[i] == 0.0f;
+            }
+            CHECK(bad == 0 && nan == 0, "%s %lldx%lld isa %s %d threads: %d row counts differ, %d bad values",
+                  kvi_type_name(t), (long long)n_out, (long long)n_in, kvi_isa_str((kvi_isa)isa), threads, bad, nan);
+            /* shared quantisation of Q/K/V-like groups: R16 beside rows */
+            const kvi_tensor *ws[2] = {&r16, &rows};
+            float *ys[2] = {y1, y1 + 5 * n_out};
+            const int64_t ldy[2] = {n_out, n_out};
+            kvi_matmul_multi(pool, 2, ws, x, n_in, 5, ys, ldy);
+            kvi_matmul(pool, &rows, x, n_in, 5, y0, n_out);
+            CHECK(memcmp(y0, y1, (size_t)5 * (size_t)n_out * sizeof(float)) == 0 &&
+                      memcmp(y0, y1 + 5 * n_out, (size_t)5 * (size_t)n_out * sizeof(float)) == 0,
+                  "%s isa %s: kvi_matmul_multi over R16 + rows differs", kvi_type_name(t), kvi_isa_str((kvi_isa)isa));
+            kvi_pool_free(pool);
+        }
+    }
+    kvi_isa_set(best);
+    free(w);
+    free(wr);
+    free(x);
+    free(y0);
+    free(y1);
+}
+
+static void test_eligibility(void)
+{
+    uint8_t buf[64];
+    kvi_tensor a = {.data = buf, .type = KVI_TYPE_Q8_0, .n_in = 64, .n_out = 40};
+    CHECK(!kvi_r16_eligible(&a) && kvi_r16_repack(&a, 1) < 0 && a.layout == KVI_LAYOUT_ROWS,
+          "40 rows (not a multiple of 16) must be refused");
+    kvi_tensor b = {.data = buf, .type = KVI_TYPE_Q4_0, .n_in = 96, .n_out = 16};
+    CHECK(!kvi_r16_eligible(&b), "n_in 96 (odd number of blocks) must be refused");
+    kvi_tensor c = {.data = buf, .type = KVI_TYPE_Q4_1, .n_in = 64, .n_out = 16};
+    CHECK(!kvi_r16_eligible(&c), "Q4_1 has no R16 layout");
+    kvi_tensor d = {.data = buf, .type = KVI_TYPE_Q8_0, .n_in = 64, .n_out = 16, .layout = KVI_LAYOUT_R16};
+    CHECK(!kvi_r16_eligible(&d), "an R16 tensor is not repacked twice");
+}
+
+int main(void)
+{
+    uint64_t rs = 0x5eed16;
+    const kvi_type types[2] = {KVI_TYPE_Q8_0, KVI_TYPE_Q4_0};
+    for (int k = 0; k < 2; k++) {
+        test_layout(types[k], 64, &rs);
+        test_layout(types[k], 2048, &rs);
+        test_products(types[k], 48, 256, &rs);
+        test_products(types[k], 80, 768, &rs);
+    }
+    test_eligibility();
+    return test_main_end();
+}
