@@ -287,3 +287,34 @@ VNNI void kvi_r16_from_rows_avx512(kvi_type t, const uint8_t *src, int64_t n_in,
         }
     }
 }
+
+/* kvi_r16_to_rows with in-register transposes (the 4 x 4 dword transposes of
+ * transpose16x4 undo themselves): the same bytes as weight_r16.c's version. */
+VNNI void kvi_r16_to_rows_avx512(kvi_type t, const uint8_t *tile, int64_t n_in, uint8_t *dst)
+{
+    const size_t rb = kvi_row_bytes(t, n_in), bb = kvi_type_block_bytes(t);
+    const size_t qb = t == KVI_TYPE_Q8_0 ? 512 : 256, pair = 64 + 2 * qb;
+    const __m512i flip = _mm512_set1_epi8(t == KVI_TYPE_Q8_0 ? (char)0x80 : 0);
+    for (int64_t b = 0; b < n_in / 32; b++) {
+        const uint8_t *q = tile + (size_t)(b / 2) * pair;
+        const uint8_t *in = q + 64 + (size_t)(b % 2) * qb;
+        const size_t off = (size_t)b * bb;
+        for (int l = 0; l < 16; l++) memcpy(dst + (size_t)l * rb + off, q + 32 * (b % 2) + 2 * l, 2);
+        for (int h = 0; h < (t == KVI_TYPE_Q8_0 ? 2 : 1); h++) {
+            __m512i T[4];
+            for (int k = 0; k < 4; k++)
+                T[k] = _mm512_xor_si512(_mm512_loadu_si512((const void *)(in + 256 * (size_t)h + 64 * k)), flip);
+            const __m512i t0 = _mm512_unpacklo_epi32(T[0], T[1]), t1 = _mm512_unpacklo_epi32(T[2], T[3]);
+            const __m512i t2 = _mm512_unpackhi_epi32(T[0], T[1]), t3 = _mm512_unpackhi_epi32(T[2], T[3]);
+            const __m512i Z[4] = {_mm512_unpacklo_epi64(t0, t1), _mm512_unpackhi_epi64(t0, t1),
+                                  _mm512_unpacklo_epi64(t2, t3), _mm512_unpackhi_epi64(t2, t3)};
+            for (int a = 0; a < 4; a++) {
+                uint8_t *r = dst + off + 2 + 16 * (size_t)h;
+                _mm_storeu_si128((__m128i *)(r + (size_t)a * rb), _mm512_castsi512_si128(Z[a]));
+                _mm_storeu_si128((__m128i *)(r + (size_t)(a + 4) * rb), _mm512_extracti32x4_epi32(Z[a], 1));
+                _mm_storeu_si128((__m128i *)(r + (size_t)(a + 8) * rb), _mm512_extracti32x4_epi32(Z[a], 2));
+                _mm_storeu_si128((__m128i *)(r + (size_t)(a + 12) * rb), _mm512_extracti32x4_epi32(Z[a], 3));
+            }
+        }
+    }
+}

@@ -17,7 +17,13 @@ void kvi_qgemm_r16(const kvi_kernel_table *tab, const kvi_qgemm_args *a, uint8_t
 /* AVX-512 VNNI, 1..4 input rows (kernels_gemv_avx512.c); 0 when not handled. */
 int kvi_qgemv_r16_avx512(const kvi_qgemm_args *a);
 
-/* kvi_r16_from_rows (weight_r16.h) with AVX-512; callers check kvi_has_vnni(). */
+/* kvi_r16_from_rows / kvi_r16_to_rows (weight_r16.h) with AVX-512; callers check
+ * kvi_has_vnni(). */
 void kvi_r16_from_rows_avx512(kvi_type t, const uint8_t *src, int64_t n_in, uint8_t *dst);
+void kvi_r16_to_rows_avx512(kvi_type t, const uint8_t *tile, int64_t n_in, uint8_t *dst);
+
+/* Above this many input rows, R16 tiles are unpacked for the table's many-row
+ * kernel (kernels_avx512.c) instead of read by the streaming one. */
+#define KVI_R16_STREAM_ROWS_MAX 16
 
 #endif

@@ -53,6 +53,10 @@ static void test_layout(kvi_type t, int64_t n_in, uint64_t *rs)
         for (int64_t tt = 0; tt < n_out / 16; tt++) kvi_r16_from_rows_avx512(t, w + tt * tb, n_in, back + tt * tb);
         CHECK(memcmp(back, ref, bytes) == 0, "%s n_in %lld: AVX-512 repack differs from the scalar one",
               kvi_type_name(t), (long long)n_in);
+        memset(back, 0x5a, bytes);
+        for (int64_t tt = 0; tt < n_out / 16; tt++) kvi_r16_to_rows_avx512(t, ref + tt * tb, n_in, back + tt * tb);
+        CHECK(memcmp(back, w, bytes) == 0, "%s n_in %lld: AVX-512 unpack differs from the rows", kvi_type_name(t),
+              (long long)n_in);
     }
     /* in place, several threads: the reference's bytes, and the layout recorded */
     for (int threads = 1; threads <= 3; threads += 2) {
