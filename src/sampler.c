@@ -26,6 +26,11 @@
  *   - NaN logits count as -inf; a row that is entirely -inf/NaN yields token 0
  *     via argmax rather than a NaN probability;
  *   - the same seed and the same sequence of calls give the same tokens;
+ *   - with top-k set and no penalty to apply, top-k reads the logits directly
+ *     (top_k_direct: no copy of the row into cand); it gives the same k
+ *     candidates in the same order as the reference chain (every logit copied
+ *     into cand, then apply_top_k), which sampler_set_reference() forces and
+ *     tests/test_sampler_fast.c compares it with;
  *   - kvi_sampler_probs() returns exactly the distribution kvi_sampler_sample()
  *     draws from (one chain, sampler_chain(), serves both; one-hot when the
  *     outcome is certain), and kvi_sampler_sample_probs() draws from any
@@ -34,6 +39,7 @@
  */
 #include "kvinfer.h"
 #include "rng.h"
+#include "sampler_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -59,8 +65,14 @@ struct kvi_sampler {
     int32_t recent_pos;  /* next write index in recent */
     int32_t *counts;     /* (n_vocab) generated-token counts, NULL when no such penalty */
     int32_t n_output;    /* tokens given to accept_output */
+    bool reference;      /* always the reference chain (tests) */
     kvi_rng rng;         /* seeded from p.seed at create */
 };
+
+void sampler_set_reference(kvi_sampler *s, bool on)
+{
+    if (s) s->reference = on;
+}
 
 /* ---- parameters and lifetime ---- */
 
@@ -230,6 +242,48 @@ static int32_t apply_top_k(kvi_sampler *s, int32_t n, int32_t k)
     return k;
 }
 
+/* Top-k of the raw logits into cand[0 .. k), sorted: the same heap operations
+ * apply_top_k does on a cand filled with every (id, logit) in id order. Ids
+ * only rise, so a logit equal to the heap's worst never ranks before it: only
+ * a strictly larger logit enters. NaN reads as -inf and never enters. The scan
+ * looks at 16 logits at a time for one above the threshold (no branch per
+ * logit; with k << n_vocab almost every group has none). */
+static int32_t top_k_direct(kvi_sampler *s, const float *logits, int32_t k)
+{
+    const int32_t nv = s->n_vocab;
+    kvi_cand *h = s->heap;
+    for (int32_t i = 0; i < k; i++) {
+        const float v = logits[i];
+        h[i].id = i;
+        h[i].logit = (v == v) ? v : -INFINITY;
+    }
+    for (int32_t i = k / 2 - 1; i >= 0; i--) heap_down(h, k, i);
+    float thr = h[0].logit;
+    int32_t i = k;
+    for (; i + 16 <= nv; i += 16) {
+        int any = 0;
+        for (int j = 0; j < 16; j++) any |= logits[i + j] > thr;
+        if (!any) continue;
+        for (int j = 0; j < 16; j++) {
+            if (!(logits[i + j] > thr)) continue;
+            h[0].id = i + j;
+            h[0].logit = logits[i + j];
+            heap_down(h, k, 0);
+            thr = h[0].logit;
+        }
+    }
+    for (; i < nv; i++) {
+        if (!(logits[i] > thr)) continue;
+        h[0].id = i;
+        h[0].logit = logits[i];
+        heap_down(h, k, 0);
+        thr = h[0].logit;
+    }
+    memcpy(s->cand, h, (size_t)k * sizeof *h);
+    qsort(s->cand, (size_t)k, sizeof *s->cand, cand_cmp);
+    return k;
+}
+
 /* cand sorted descending: keeps the smallest prefix whose probability mass >= p. */
 static int32_t apply_top_p(const kvi_sampler *s, int32_t n, float p)
 {
@@ -269,27 +323,32 @@ static int32_t sampler_chain(kvi_sampler *s, const float *logits, int32_t *n_out
     const bool out_pen = s->counts && s->n_output > 0;
     if (!(s->p.temp > 0.0f) && !out_pen) return argmax_raw(logits, nv);
 
-    for (int32_t i = 0; i < nv; i++) {
-        float v = logits[i];
-        s->cand[i].id = i;
-        s->cand[i].logit = (v == v) ? v : -INFINITY;
-    }
-    if (!(s->p.temp > 0.0f)) {
-        /* greedy with OpenAI penalties: argmax of the penalised logits */
-        apply_output_penalties(s);
-        int32_t best = 0;
-        for (int32_t i = 1; i < nv; i++)
-            if (s->cand[i].logit > s->cand[best].logit) best = i;
-        return best;
-    }
-    apply_penalty(s);
-    if (out_pen) apply_output_penalties(s);
-
     int32_t n = nv;
     bool sorted = false;
-    if (s->p.top_k > 0 && s->p.top_k < n) {
-        n = apply_top_k(s, n, s->p.top_k);
+    const bool rep_pen = s->p.repeat_penalty != 1.0f && s->n_recent > 0;
+    if (!s->reference && s->p.temp > 0.0f && !rep_pen && !out_pen && s->p.top_k > 0 && s->p.top_k < nv) {
+        n = top_k_direct(s, logits, s->p.top_k);
         sorted = true;
+    } else {
+        for (int32_t i = 0; i < nv; i++) {
+            float v = logits[i];
+            s->cand[i].id = i;
+            s->cand[i].logit = (v == v) ? v : -INFINITY;
+        }
+        if (!(s->p.temp > 0.0f)) {
+            /* greedy with OpenAI penalties: argmax of the penalised logits */
+            apply_output_penalties(s);
+            int32_t best = 0;
+            for (int32_t i = 1; i < nv; i++)
+                if (s->cand[i].logit > s->cand[best].logit) best = i;
+            return best;
+        }
+        apply_penalty(s);
+        if (out_pen) apply_output_penalties(s);
+        if (s->p.top_k > 0 && s->p.top_k < n) {
+            n = apply_top_k(s, n, s->p.top_k);
+            sorted = true;
+        }
     }
     if (s->p.top_p < 1.0f) {
         if (!sorted) {
