@@ -30,6 +30,7 @@
  */
 #include "kernels.h"
 
+#include "kernels_f16_avx512.h"
 #include "kernels_isa.h"
 #include "kernels_q8.h"
 #include "kernels_r16.h"
@@ -246,6 +247,18 @@ static void mm_worker(void *vctx, int ith, int nth)
     const int64_t n_in = W->n_in;
     const int64_t j0 = W->n_out * ith / nth, j1 = W->n_out * (ith + 1) / nth;
     const uint8_t *base = W->data;
+
+    if (c->tab->isa == KVI_ISA_AVX512 &&
+        (W->type == KVI_TYPE_F32 || W->type == KVI_TYPE_F16 || W->type == KVI_TYPE_BF16)) {
+        float *fscr = NULL;   /* [KVI_FMM_TILE][n_in]; NULL: streaming path, same bits */
+        if (W->type != KVI_TYPE_F32 && c->n_rows >= KVI_FMM_MIN_ROWS && c->tile == KVI_FMM_TILE)
+            fscr = c->own_scratch ? c->own_scratch : kvi_pool_scratch(c->pool, ith, KVI_FMM_SCRATCH(n_in));
+        const kvi_fmm_args fa = {
+            .type = W->type, .w = base, .w_rb = c->row_bytes, .n_in = n_in, .j0 = j0, .j1 = j1,
+            .x = c->x, .ldx = c->ldx, .n_rows = c->n_rows, .y = c->y, .ldy = c->ldy, .scratch = fscr,
+        };
+        if (kvi_fmm_avx512(&fa)) return;
+    }
 
     if (W->type == KVI_TYPE_F32) {
         for (int64_t jt = j0; jt < j1; jt += c->tile) {

@@ -1,0 +1,263 @@
+/*
+ * kernels_f16_avx512.c — y = x W^T for F32 / F16 / BF16 weights with AVX-512, in
+ * the reduction order of kernels_f16_avx512.h (one 16-lane accumulator per output,
+ * lane l over i = l mod 16, then a fixed tree over the lanes).
+ *
+ * Two paths, same per-output operations:
+ *  - streaming (few rows, decode): 16 weight rows at a time are read straight from
+ *    the weights (F16/BF16 widened in registers, no copy), 16 accumulators, one per
+ *    weight row, each a dot-product chain with the input row;
+ *  - tiled (>= FMM_MR rows and a scratch): a tile of 16 weight rows is widened once
+ *    into scratch [16][n_in] f32 (F32 weights are read in place), then register
+ *    tiles of FMM_MR input rows x 4 weight rows (24 accumulators) walk n_in; the
+ *    remaining n_rows mod FMM_MR rows take the streaming kernel on the f32 tile.
+ * Both end with reduce16(), which sums 16 accumulators at once with shuffles: each
+ * output gets exactly hsum's lane tree (l+8, l+4, l+2, l+1), so the bits do not
+ * depend on which path or which tile position an output had.
+ *
+ * Invariants: reads only rows [j0, j1) of W (a short tile repeats its last row and
+ * drops the duplicates) and x[r][0..n_in); writes only y[r][j0..j1).
+ */
+#include "kernels_f16_avx512.h"
+
+#include "quant.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+#define AVX512_INLINE AVX512 static inline __attribute__((always_inline))
+
+#define FMM_MR KVI_FMM_MIN_ROWS   /* input rows per register tile of the tiled path */
+#define FMM_NR 4   /* weight rows per register tile */
+
+/* ---- the contract in scalar C ------------------------------------------ */
+
+static float weight_at(kvi_type t, const void *w, int64_t i)
+{
+    const uint8_t *p = w;
+    if (t == KVI_TYPE_F32) {
+        float f;
+        memcpy(&f, p + 4 * i, 4);
+        return f;
+    }
+    uint16_t h;
+    memcpy(&h, p + 2 * i, 2);
+    return t == KVI_TYPE_F16 ? kvi_f16_to_f32(h) : kvi_bf16_to_f32(h);
+}
+
+float kvi_fdot_lanes16_ref(kvi_type t, const void *w, const float *x, int64_t n)
+{
+    float v[16] = {0};
+    int64_t i = 0;
+    for (; i < n; i++) v[i % 16] = fmaf(x[i], weight_at(t, w, i), v[i % 16]);
+    for (; i % 16 != 0; i++) v[i % 16] = fmaf(0.0f, 0.0f, v[i % 16]);   /* the padded tail */
+    for (int h = 8; h >= 1; h /= 2)
+        for (int l = 0; l < h; l++) v[l] = v[l] + v[l + h];
+    return v[0];
+}
+
+/* ---- loads ------------------------------------------------------------- */
+
+/* 16 weights of the row at p from element i, widened to f32 (t is a constant at
+ * every call site, so the switch folds away). */
+AVX512_INLINE __m512 load_w(kvi_type t, const uint8_t *p, int64_t i)
+{
+    switch (t) {
+    case KVI_TYPE_F16: return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 2 * i)));
+    case KVI_TYPE_BF16:
+        return _mm512_castsi512_ps(
+            _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p + 2 * i))), 16));
+    default: return _mm512_loadu_ps((const float *)p + i);
+    }
+}
+
+/* The same for the lanes of m only (the others 0). */
+AVX512_INLINE __m512 load_w_mask(kvi_type t, const uint8_t *p, int64_t i, __mmask16 m)
+{
+    switch (t) {
+    case KVI_TYPE_F16: return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p + 2 * i));
+    case KVI_TYPE_BF16:
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p + 2 * i)), 16));
+    default: return _mm512_maskz_loadu_ps(m, (const float *)p + i);
+    }
+}
+
+/* ---- the lane tree, 16 outputs at once --------------------------------- */
+
+/* Lane k of the result is the tree sum of a[k] (s1 = l + l+8, then l + l+4,
+ * l + l+2, l + l+1), the same additions hsum would do on a[k] alone. */
+AVX512_INLINE __m512 reduce16(const __m512 a[16])
+{
+    __m512 b[8], c[4], d[2];
+    /* b[p]: lanes 0-7 = a[p] lo + hi, lanes 8-15 = a[p+8] lo + hi */
+    #pragma GCC unroll 32
+    for (int p = 0; p < 8; p++)
+        b[p] = _mm512_add_ps(_mm512_shuffle_f32x4(a[p], a[p + 8], 0x44), _mm512_shuffle_f32x4(a[p], a[p + 8], 0xEE));
+    /* c[q]: 128-bit blocks = outputs q, q+8, q+4, q+12 (4 partials each) */
+    #pragma GCC unroll 32
+    for (int q = 0; q < 4; q++)
+        c[q] = _mm512_add_ps(_mm512_shuffle_f32x4(b[q], b[q + 4], 0x88), _mm512_shuffle_f32x4(b[q], b[q + 4], 0xDD));
+    /* d[s]: per block two outputs of c[s] then two of c[s+2], 2 partials each */
+    #pragma GCC unroll 32
+    for (int s = 0; s < 2; s++)
+        d[s] = _mm512_add_ps(_mm512_shuffle_ps(c[s], c[s + 2], 0x44), _mm512_shuffle_ps(c[s], c[s + 2], 0xEE));
+    /* e lanes hold outputs 0 2 1 3 8 10 9 11 4 6 5 7 12 14 13 15 */
+    const __m512 e = _mm512_add_ps(_mm512_shuffle_ps(d[0], d[1], 0x88), _mm512_shuffle_ps(d[0], d[1], 0xDD));
+    const __m512i order = _mm512_setr_epi32(0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15);
+    return _mm512_permutexvar_ps(order, e);
+}
+
+/* ---- streaming kernel: one input row, 16 weight rows -------------------- */
+
+/* y[t] = x . w_t for t < nt (w_t at w + t * rb; rows nt..15 repeat row nt-1). */
+AVX512_INLINE void stream16(kvi_type t, const uint8_t *w, size_t rb, int nt, const float *x, int64_t n, float *y)
+{
+    const uint8_t *p[16];
+    #pragma GCC unroll 32
+    for (int k = 0; k < 16; k++) p[k] = w + (size_t)(k < nt ? k : nt - 1) * rb;
+    __m512 acc[16];
+    #pragma GCC unroll 32
+    for (int k = 0; k < 16; k++) acc[k] = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 xv = _mm512_loadu_ps(x + i);
+        #pragma GCC unroll 32
+        for (int k = 0; k < 16; k++) acc[k] = _mm512_fmadd_ps(load_w(t, p[k], i), xv, acc[k]);
+    }
+    if (i < n) {
+        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        const __m512 xv = _mm512_maskz_loadu_ps(m, x + i);
+        #pragma GCC unroll 32
+        for (int k = 0; k < 16; k++) acc[k] = _mm512_fmadd_ps(load_w_mask(t, p[k], i, m), xv, acc[k]);
+    }
+    _mm512_mask_storeu_ps(y, (__mmask16)((1u << nt) - 1), reduce16(acc));
+}
+
+AVX512 static void stream16_f32(const uint8_t *w, size_t rb, int nt, const float *x, int64_t n, float *y)
+{
+    stream16(KVI_TYPE_F32, w, rb, nt, x, n, y);
+}
+
+AVX512 static void stream16_f16(const uint8_t *w, size_t rb, int nt, const float *x, int64_t n, float *y)
+{
+    stream16(KVI_TYPE_F16, w, rb, nt, x, n, y);
+}
+
+AVX512 static void stream16_bf16(const uint8_t *w, size_t rb, int nt, const float *x, int64_t n, float *y)
+{
+    stream16(KVI_TYPE_BF16, w, rb, nt, x, n, y);
+}
+
+typedef void (*stream_fn)(const uint8_t *w, size_t rb, int nt, const float *x, int64_t n, float *y);
+
+/* ---- tiled kernel: FMM_MR input rows x FMM_NR f32 weight rows ---------- */
+
+/* y[r * ldy + t] = x_r . w_t for r < FMM_MR, t < nt (w_t at w + t * ldw floats). */
+AVX512 static void tile_mr_nr(const float *x, int64_t ldx, const float *w, int64_t ldw, int nt, int64_t n,
+                              float *y, int64_t ldy)
+{
+    __m512 acc[FMM_MR * FMM_NR];   /* acc[r * FMM_NR + t] */
+    #pragma GCC unroll 32
+    for (int k = 0; k < FMM_MR * FMM_NR; k++) acc[k] = _mm512_setzero_ps();
+    const float *wp[FMM_NR];
+    #pragma GCC unroll 32
+    for (int t = 0; t < FMM_NR; t++) wp[t] = w + (t < nt ? t : nt - 1) * ldw;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 wv[FMM_NR];
+        #pragma GCC unroll 32
+        for (int t = 0; t < FMM_NR; t++) wv[t] = _mm512_loadu_ps(wp[t] + i);
+        #pragma GCC unroll 32
+        for (int r = 0; r < FMM_MR; r++) {
+            const __m512 xv = _mm512_loadu_ps(x + r * ldx + i);
+            #pragma GCC unroll 32
+            for (int t = 0; t < FMM_NR; t++) acc[r * FMM_NR + t] = _mm512_fmadd_ps(wv[t], xv, acc[r * FMM_NR + t]);
+        }
+    }
+    if (i < n) {
+        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        __m512 wv[FMM_NR];
+        #pragma GCC unroll 32
+        for (int t = 0; t < FMM_NR; t++) wv[t] = _mm512_maskz_loadu_ps(m, wp[t] + i);
+        #pragma GCC unroll 32
+        for (int r = 0; r < FMM_MR; r++) {
+            const __m512 xv = _mm512_maskz_loadu_ps(m, x + r * ldx + i);
+            #pragma GCC unroll 32
+            for (int t = 0; t < FMM_NR; t++) acc[r * FMM_NR + t] = _mm512_fmadd_ps(wv[t], xv, acc[r * FMM_NR + t]);
+        }
+    }
+    const __mmask16 keep = (__mmask16)((1u << nt) - 1);
+    /* rows 0-3 in one tree, rows 4-5 (given twice) in another */
+    float out[32];
+    _mm512_storeu_ps(out, reduce16(acc));
+    __m512 rest[16];
+    #pragma GCC unroll 32
+    for (int k = 0; k < 16; k++) rest[k] = acc[16 + k % 8];
+    _mm512_storeu_ps(out + 16, reduce16(rest));
+    #pragma GCC unroll 32
+    for (int r = 0; r < FMM_MR; r++)
+        _mm512_mask_storeu_ps(y + r * ldy, keep, _mm512_maskz_loadu_ps((__mmask16)0xF, out + r * FMM_NR));
+}
+_Static_assert(FMM_MR == 6 && FMM_NR == 4, "tile_mr_nr reduces 16 + 8 accumulators");
+
+/* ---- driver ------------------------------------------------------------ */
+
+/* Widens rows [0, nt) of the tile at w into dst [16][n] f32 (rows nt..15 unused). */
+AVX512 static void widen_tile(kvi_type t, const uint8_t *w, size_t rb, int nt, int64_t n, float *dst)
+{
+    for (int k = 0; k < nt; k++) {
+        const uint8_t *p = w + (size_t)k * rb;
+        float *d = dst + (size_t)k * (size_t)n;
+        int64_t i = 0;
+        if (t == KVI_TYPE_F16)
+            for (; i + 16 <= n; i += 16) _mm512_storeu_ps(d + i, load_w(KVI_TYPE_F16, p, i));
+        else
+            for (; i + 16 <= n; i += 16) _mm512_storeu_ps(d + i, load_w(KVI_TYPE_BF16, p, i));
+        if (i < n) {
+            const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+            _mm512_mask_storeu_ps(d + i, m,
+                                  t == KVI_TYPE_F16 ? load_w_mask(KVI_TYPE_F16, p, i, m)
+                                                    : load_w_mask(KVI_TYPE_BF16, p, i, m));
+        }
+    }
+}
+
+int kvi_fmm_avx512(const kvi_fmm_args *a)
+{
+    stream_fn stream;
+    switch (a->type) {
+    case KVI_TYPE_F32: stream = stream16_f32; break;
+    case KVI_TYPE_F16: stream = stream16_f16; break;
+    case KVI_TYPE_BF16: stream = stream16_bf16; break;
+    default: return 0;
+    }
+    const int64_t n = a->n_in;
+    const bool tiled = a->n_rows >= FMM_MR && (a->scratch || a->type == KVI_TYPE_F32);
+    for (int64_t jt = a->j0; jt < a->j1; jt += KVI_FMM_TILE) {
+        const int nt = (int)(a->j1 - jt < KVI_FMM_TILE ? a->j1 - jt : KVI_FMM_TILE);
+        const uint8_t *wt = a->w + (size_t)jt * a->w_rb;
+        if (!tiled) {
+            for (int64_t r = 0; r < a->n_rows; r++) stream(wt, a->w_rb, nt, a->x + r * a->ldx, n, a->y + r * a->ldy + jt);
+            continue;
+        }
+        /* the f32 tile: [16][ldw] */
+        const float *tw = (const float *)wt;
+        int64_t ldw = (int64_t)(a->w_rb / sizeof(float));
+        if (a->type != KVI_TYPE_F32) {
+            widen_tile(a->type, wt, a->w_rb, nt, n, a->scratch);
+            tw = a->scratch;
+            ldw = n;
+        }
+        int64_t r = 0;
+        for (; r + FMM_MR <= a->n_rows; r += FMM_MR)
+            for (int t0 = 0; t0 < nt; t0 += FMM_NR)
+                tile_mr_nr(a->x + r * a->ldx, a->ldx, tw + t0 * ldw, ldw, nt - t0 < FMM_NR ? nt - t0 : FMM_NR, n,
+                           a->y + r * a->ldy + jt + t0, a->ldy);
+        for (; r < a->n_rows; r++)
+            stream16_f32((const uint8_t *)tw, (size_t)ldw * sizeof(float), nt, a->x + r * a->ldx, n,
+                         a->y + r * a->ldy + jt);
+    }
+    return 1;
+}
