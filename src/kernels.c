@@ -14,6 +14,9 @@
  * r gets y[r][j] = dot(x_r, w_j) with the active ISA's dot. F32 weights are used in
  * place. Each output is therefore one dot over the same two vectors, whatever the
  * batch size, the tile or the thread count: results are bit-identical across them.
+ * On AVX-512, F32/F16/BF16 weights go to kernels_f16_avx512.c instead (its own
+ * fixed order, one 16-lane accumulator per output; the scratch only from
+ * KVI_FMM_MIN_ROWS rows, decode rows read the weights in place).
  *
  * Integer path (kernels_q8.h): for the weight types of kvi_q8_act_type() the input
  * rows are first quantised (one pool run, rows split between threads) into a buffer
