@@ -4,7 +4,9 @@
  * Data structure
  *   gguf_ctx holds the whole file in one buffer `buf` of `size` bytes: an anonymous
  *   page-aligned mapping filled by pread() slices on parallel threads (default), a read-only mapping of the
- *   file (use_mmap), or a caller's buffer (gguf_open_mem, not owned). Nothing in it
+ *   file (use_mmap; 2 MiB-aligned when the file is at least GGUF_HUGEPAGE_MIN, so
+ *   2 MiB page-cache folios map as huge pages; gguf_prefault() maps every page up
+ *   front), or a caller's buffer (gguf_open_mem, not owned). Nothing in it
  *   is ever written after parsing.
  *
  *     file  = header | kv[n_kv] | tensor_info[n_tensors] | pad | data section
@@ -693,6 +695,79 @@ static int read_whole(int fd, size_t size, const char *path, void **out, kvi_err
     return 0;
 }
 
+/* A read-only private mapping of the file at a 2 MiB-aligned address (when the file
+ * is large enough to hold a huge page): page-cache folios of 2 MiB can then be
+ * mapped by one page-table entry each (fewer TLB misses when decode streams the
+ * weights). A region 2 MiB larger is reserved, the file mapped over it at the
+ * aligned address, the slack on both sides unmapped: exactly [p, p + size) remains,
+ * so gguf_close's munmap(buf, map_len) is unchanged. MAP_FAILED on failure. */
+static void *map_file_aligned(int fd, size_t size)
+{
+    const size_t huge = (size_t)2 << 20;
+    if (size < GGUF_HUGEPAGE_MIN || size > SIZE_MAX - huge) return mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    uint8_t *r = mmap(NULL, size + huge, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (r == MAP_FAILED) return mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    uint8_t *a = (uint8_t *)(((uintptr_t)r + huge - 1) & ~(uintptr_t)(huge - 1));
+    void *p = mmap(a, size, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0);
+    if (p == MAP_FAILED) {
+        munmap(r, size + huge);
+        return mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    }
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    const size_t end = ((size_t)(a - r) + size + page - 1) / page * page;   /* file pages end here */
+    if (a > r) munmap(r, (size_t)(a - r));
+    if (end < size + huge) munmap(r + end, size + huge - end);
+    return p;
+}
+
+/* One page-aligned slice of a file mapping populated by one thread: the kernel's
+ * MADV_POPULATE_READ (Linux 5.14+), else one read per page. */
+typedef struct fault_slice {
+    const uint8_t *p;
+    size_t len;
+} fault_slice;
+
+static void *fault_slice_run(void *arg)
+{
+    const fault_slice *s = arg;
+#ifdef MADV_POPULATE_READ
+    if (madvise((void *)s->p, s->len, MADV_POPULATE_READ) == 0) return NULL;
+#endif
+    volatile uint8_t sink = 0;
+    for (size_t i = 0; i < s->len; i += 4096) sink ^= s->p[i];
+    (void)sink;
+    return NULL;
+}
+
+void gguf_prefault(const gguf_ctx *g)
+{
+    if (!g || g->buf_kind != BUF_FILEMAP || !g->buf || g->map_len == 0) return;
+    const uint8_t *p = g->buf;
+    const size_t size = g->map_len;
+#ifdef MADV_HUGEPAGE
+    if (size >= GGUF_HUGEPAGE_MIN) (void)madvise((void *)p, size, MADV_HUGEPAGE);   /* a hint only */
+#endif
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    size_t n = cores > 1 ? (size_t)cores : 1;
+    if (n > GGUF_READ_SLICES_MAX) n = GGUF_READ_SLICES_MAX;
+    if (n > size / GGUF_READ_SLICE_MIN) n = size / GGUF_READ_SLICE_MIN > 0 ? size / GGUF_READ_SLICE_MIN : 1;
+    fault_slice sl[GGUF_READ_SLICES_MAX];    /* [n] slices, 2 MiB-aligned bounds */
+    pthread_t th[GGUF_READ_SLICES_MAX];
+    bool started[GGUF_READ_SLICES_MAX] = {false};
+    const size_t step = ((size / n) + ((size_t)2 << 20) - 1) & ~(((size_t)2 << 20) - 1);
+    for (size_t i = 0; i < n; i++) {
+        size_t off = i * step < size ? i * step : size;
+        size_t end = (i + 1) * step < size && i + 1 < n ? (i + 1) * step : size;
+        sl[i] = (fault_slice){.p = p + off, .len = end - off};
+    }
+    for (size_t i = 1; i < n; i++) started[i] = pthread_create(&th[i], NULL, fault_slice_run, &sl[i]) == 0;
+    fault_slice_run(&sl[0]);
+    for (size_t i = 1; i < n; i++) {
+        if (started[i]) pthread_join(th[i], NULL);
+        else fault_slice_run(&sl[i]);
+    }
+}
+
 int gguf_open(const char *path, bool use_mmap, gguf_ctx **out, kvi_error *err)
 {
     if (!out || !path) return kvi_err_set(err, KVI_E_INVALID, "gguf: no path or output pointer");
@@ -730,7 +805,7 @@ int gguf_open(const char *path, bool use_mmap, gguf_ctx **out, kvi_error *err)
     }
     void *p = NULL;
     if (use_mmap) {
-        p = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+        p = map_file_aligned(fd, size);
         if (p == MAP_FAILED) {
             int e = errno;
             close(fd);
@@ -967,17 +1042,17 @@ const gguf_tensor *gguf_tensor_at(const gguf_ctx *g, int64_t i)
     return (i >= 0 && i < g->n_tensors) ? &g->tensors[i] : NULL;
 }
 
+const gguf_tensor *gguf_find_tensor(const gguf_ctx *g, const char *name)
+{
+    if (!name || !g->tensor_index.slot) return NULL;
+    int64_t i = *index_slot(&g->tensor_index, g, tensor_name_at, name, strlen(name));
+    return i < 0 ? NULL : &g->tensors[i];
+}
+
 /* ---- in-place rewriting (weight repacking at load) ------------------------- */
 
 int gguf_set_writable(gguf_ctx *g, bool writable)
 {
     if (!g || g->buf_kind != BUF_ANON || !g->buf || g->map_len == 0) return 0;
     return mprotect((void *)g->buf, g->map_len, writable ? PROT_READ | PROT_WRITE : PROT_READ) == 0 ? 1 : 0;
-}
-
-const gguf_tensor *gguf_find_tensor(const gguf_ctx *g, const char *name)
-{
-    if (!name || !g->tensor_index.slot) return NULL;
-    int64_t i = *index_slot(&g->tensor_index, g, tensor_name_at, name, strlen(name));
-    return i < 0 ? NULL : &g->tensors[i];
 }

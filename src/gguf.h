@@ -48,6 +48,11 @@ int gguf_open(const char *path, bool use_mmap, gguf_ctx **out, kvi_error *err);
 /* Parses a buffer the caller keeps alive (tests, fuzzing). */
 int gguf_open_mem(const void *buf, size_t len, gguf_ctx **out, kvi_error *err);
 void gguf_close(gguf_ctx *g);
+/* A file-mapped context (use_mmap): maps every page of the file now, on parallel
+ * threads, with a huge-page hint, so the first forward pass takes no page faults.
+ * Pages the kernel cannot map now are faulted later as usual; no effect on other
+ * kinds of buffer. */
+void gguf_prefault(const gguf_ctx *g);
 
 /* A file image read into private anonymous memory (not use_mmap, not a caller's
  * buffer) can be made writable for in-place rewriting (weight repacking at load) and
