@@ -12,10 +12,15 @@
  * kvi_qgemm_ref unpacks each weight row once (q8_rows, kernels_q8_rows.h) and
  * reuses it for every activation row; kvi_q8_dot_ref unpacks per call.
  *
+ * quant_a / quant_k are the scalar references of the activation quantisation;
+ * kvi_q8_quantize_act hands the row to the active ISA's copy (kernels_actq_*.c,
+ * the same bytes, tests/test_actq.c) when there is one.
+ *
  * Invariants: every integer sum fits int32 (largest: Q6_K, 256 * 32 * 127 * 128);
  * nothing here allocates.
  */
 #include "kernels_q8.h"
+#include "kernels_actq.h"
 #include "kernels_q8_rows.h"
 
 #include <math.h>
@@ -95,13 +100,22 @@ static void quant_k(const float *x, kvi_q8k *b)
     b->d = 1.0f / iscale;
 }
 
+/* The SIMD versions (kernels_actq_*.c) give these loops' bytes exactly. */
 void kvi_q8_quantize_act(kvi_type t, const float *x, void *dst, int64_t n)
 {
-    kvi_type a = kvi_q8_act_type(t);
-    if (a == KVI_TYPE_Q8_0)
-        for (int64_t i = 0; i + 32 <= n; i += 32) quant_a(x + i, (kvi_q8a *)dst + i / 32);
-    else if (a == KVI_TYPE_Q8_K)
-        for (int64_t i = 0; i + QK_K <= n; i += QK_K) quant_k(x + i, (kvi_q8k *)dst + i / QK_K);
+    const kvi_type a = kvi_q8_act_type(t);
+    const kvi_isa isa = kvi_isa_active();
+    if (a == KVI_TYPE_Q8_0) {
+        if (isa == KVI_ISA_AVX512) kvi_actq_a_avx512(x, dst, n / 32);
+        else if (isa == KVI_ISA_AVX2) kvi_actq_a_avx2(x, dst, n / 32);
+        else
+            for (int64_t i = 0; i + 32 <= n; i += 32) quant_a(x + i, (kvi_q8a *)dst + i / 32);
+    } else if (a == KVI_TYPE_Q8_K) {
+        if (isa == KVI_ISA_AVX512) kvi_actq_k_avx512(x, dst, n / QK_K);
+        else if (isa == KVI_ISA_AVX2) kvi_actq_k_avx2(x, dst, n / QK_K);
+        else
+            for (int64_t i = 0; i + QK_K <= n; i += QK_K) quant_k(x + i, (kvi_q8k *)dst + i / QK_K);
+    }
 }
 
 int kvi_q8_level_offset(kvi_type t)

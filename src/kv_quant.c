@@ -6,6 +6,7 @@
 #include "kv_quant.h"
 
 #include "error.h"
+#include "kernels_actq.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -283,7 +284,7 @@ void kivi_write_key(kv_pool *p, kv_table *t, int l, int32_t pos, const float *in
             for (int c0 = 0; c0 < kvd; c0 += 64) {
                 const int n = kvd - c0 < 64 ? kvd - c0 : 64;
                 kivi_group_slice(region, kvd, i, c0, n, tmp);
-                for (int k = 0; k < n; k++) rows[(size_t)i * kvd + c0 + k] = kvi_f32_to_f16(tmp[k]);
+                kvi_f32_to_f16_row(tmp, rows + (size_t)i * kvd + c0, n);
             }
         h->group = g;
         h->n_rows = have;
@@ -292,7 +293,7 @@ void kivi_write_key(kv_pool *p, kv_table *t, int l, int32_t pos, const float *in
         /* rows past the table's length that this batch has not written are stale */
         h->n_rows = have > off ? have : off;
     }
-    for (int c = 0; c < kvd; c++) rows[(size_t)off * kvd + c] = kvi_f32_to_f16(in[c]);
+    kvi_f32_to_f16_row(in, rows + (size_t)off * kvd, kvd);   /* = kvi_f32_to_f16 each */
     if (h->n_rows < off + 1) h->n_rows = off + 1;
     if (s && s->epoch > 0 && s->layer == l && off < bs - 1) h->epoch = s->epoch;
     group_quantize(rows, h->n_rows, kvd, bs, region);

@@ -17,9 +17,12 @@
  * Invariants: dequantisation never reads outside n / block_elems blocks and never
  * writes outside dst[0..n); for an unknown type or an n that is not a multiple of the
  * block size it writes NaN (the caller is expected to have validated with
- * kvi_row_bytes()). Quantisation output is readable by llama.cpp.
+ * kvi_row_bytes()). Quantisation output is readable by llama.cpp. F16 rows go through
+ * kvi_f32_to_f16_row (kernels_actq.h: SIMD when the CPU has it, same bytes).
  */
 #include "quant.h"
+
+#include "kernels_actq.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -712,12 +715,7 @@ int kvi_quantize_row(kvi_type t, const float *src, void *dst, int64_t n)
     uint8_t *p = dst;
     switch (t) {
     case KVI_TYPE_F32: memcpy(dst, src, (size_t)n * sizeof(float)); return KVI_OK;
-    case KVI_TYPE_F16:
-        for (int64_t i = 0; i < n; i++) {
-            kvi_f16 h = kvi_f32_to_f16(src[i]);
-            memcpy(p + 2 * i, &h, 2);
-        }
-        return KVI_OK;
+    case KVI_TYPE_F16: kvi_f32_to_f16_row(src, dst, n); return KVI_OK;   /* = kvi_f32_to_f16 each */
     case KVI_TYPE_BF16:
         for (int64_t i = 0; i < n; i++) {
             kvi_bf16 h = kvi_f32_to_bf16(src[i]);
