@@ -120,12 +120,29 @@ AVX512 static int dequant_avx512(kvi_type t, const void *src, float *dst, int64_
  * one vpdpbusd with the broadcast activation quants 4k..4k+3 adds four products
  * to each row's sum; starting the sum at -offset * sum(x quants) makes it the exact
  * isum. Then acc = fma(dw * dx, (float)isum, acc), lane by lane: the contract's
- * steps. With more than RB input rows the tile is first packed into the scratch
- * (per block: W[0..7] then the 16 scales as f32, 576 bytes) and reused for every
- * group of RB rows; otherwise the blocks are transposed in registers as they come.
+ * steps.
+ *
+ * Q8_0 / Q4_0 with many rows (qgemm_packed): the inputs are walked in chunks of
+ * at most KC blocks; for each chunk, each pair of 16-row tiles (32 outputs) is
+ * packed into the scratch, per block PACK2 bytes: for k = 0..7 the two tiles'
+ * W[k] side by side (128 bytes), then their dw (2 x 16 f32). Every group of RT
+ * activation rows then runs over the packed chunk (L1-resident). An output's
+ * accumulator goes through y between chunks (an exact f32 store and load), so
+ * each output still takes its blocks in order 0, 1, ...: the contract. A chunk of
+ * every activation row (n_rows * KC * 48 bytes) stays in L2 while all tiles use it.
+ *
+ * Register tile (rt_kernel): 32 outputs (nh = 2 tiles; 1 for a last odd tile) x
+ * nr <= RT rows, fully unrolled: per tile and row an int32 sum and an f32
+ * accumulator (4 * RT zmm), W[k] of both tiles (2), one broadcast activation word
+ * (used by both tiles' vpdpbusd), dw. The k loop is outside the row loop, so the
+ * 2 * RT sums are independent vpdpbusd chains in flight together. Each sum starts
+ * at its row's correction, read from cor[b][h][rr] (built per row group and chunk);
+ * dx is a broadcast operand of the multiply. Per 32-input block and row:
+ * 16 vpdpbusd + 2 x (cvt, mul, fma), and 8 + 3 activation loads.
  */
-#define RB 8            /* input rows per register tile */
-#define PACK_BYTES 576  /* one packed block of a 16-row tile */
+#define RT 6        /* activation rows per register tile */
+#define KC 32       /* at most this many 32-input blocks per chunk */
+#define PACK2 1152  /* one packed block of a tile pair */
 
 /* Block at byte offset off of the 16 rows p[] into W[8] and dw. */
 VNNI_INLINE void load_block(kvi_type t, const tile16 *tl, size_t off, __m512i W[8], __m512 *dw)
@@ -148,49 +165,173 @@ VNNI_INLINE void load_block(kvi_type t, const tile16 *tl, size_t off, __m512i W[
 }
 
 
-/* acc[rr] for nr (<= RB) activation rows x[rr] at block b. */
-VNNI_INLINE void rows_block(const __m512i W[8], __m512 dw, int32_t off, const kvi_q8a *const *x, int64_t b,
-                            int nr, __m512 *acc)
+/* acc[h * RT + rr] += blocks b < nk of rows xr[rr] (each pointing at the chunk's
+ * first block) times tiles h < nh of the packed chunk wp; corrections
+ * cor[(2 * b + h) * RT + rr] (one copy per tile: two loads, not a register copy). */
+VNNI_INLINE void rt_kernel(const uint8_t *wp, const int32_t *cor, const uint8_t *const *xr, int64_t nk,
+                           const int nh, const int nr, __m512 *acc)
 {
-    for (int rr = 0; rr < nr; rr++) {
-        const kvi_q8a *xb = x[rr] + b;
-        /* two dependency chains, then one exact add */
-        __m512i s = _mm512_set1_epi32(-off * xb->sum), s2 = _mm512_setzero_si512();
-        for (int k = 0; k < 4; k++) {
-            s = _mm512_dpbusd_epi32(s, W[k], _mm512_set1_epi32(load_i32(xb->qs + 4 * k)));
-            s2 = _mm512_dpbusd_epi32(s2, W[k + 4], _mm512_set1_epi32(load_i32(xb->qs + 16 + 4 * k)));
+    for (int64_t b = 0; b < nk; b++) {
+        const uint8_t *q = wp + (size_t)b * PACK2;
+        const size_t o = (size_t)b * sizeof(kvi_q8a);
+        __m512i s[2 * RT];   /* [h * RT + rr] */
+#pragma GCC unroll 2
+        for (int h = 0; h < nh; h++)
+#pragma GCC unroll 16
+            for (int rr = 0; rr < nr; rr++) s[h * RT + rr] = _mm512_set1_epi32(cor[(2 * b + h) * RT + rr]);
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            __m512i W[2];
+#pragma GCC unroll 2
+            for (int h = 0; h < nh; h++) W[h] = _mm512_load_si512((const void *)(q + 128 * k + 64 * h));
+#pragma GCC unroll 16
+            for (int rr = 0; rr < nr; rr++) {
+                const __m512i xv = _mm512_set1_epi32(load_i32((const int8_t *)xr[rr] + o + 4 * k));
+#pragma GCC unroll 2
+                for (int h = 0; h < nh; h++) s[h * RT + rr] = _mm512_dpbusd_epi32(s[h * RT + rr], W[h], xv);
+            }
         }
-        s = _mm512_add_epi32(s, s2);
-        acc[rr] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(xb->d)), _mm512_cvtepi32_ps(s), acc[rr]);
+#pragma GCC unroll 2
+        for (int h = 0; h < nh; h++) {
+            const __m512 dw = _mm512_load_ps((const float *)(q + 1024 + 64 * h));
+#pragma GCC unroll 16
+            for (int rr = 0; rr < nr; rr++) {
+                const __m512 dx = _mm512_set1_ps(((const kvi_q8a *)(xr[rr] + o))->d);
+                acc[h * RT + rr] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(s[h * RT + rr]),
+                                                   acc[h * RT + rr]);
+            }
+        }
     }
 }
 
-VNNI static void tile_rows(const kvi_qgemm_args *a, const tile16 *tl, const uint8_t *packed, int64_t jt,
-                           __mmask16 m, int64_t r0, int nr)
+/* rt_kernel for nh tiles (masks m[h]) and n rows: accumulators from y (or 0 when
+ * lm[h] is 0: the first chunk), back to y. One instance per (nh, n), so that every
+ * loop above unrolls. */
+VNNI_INLINE void rt_run(const uint8_t *wp, const int32_t *cor, const uint8_t *const *xr, int64_t nk, const int nh,
+                        const int n, float *const *yr, const __mmask16 *lm, const __mmask16 *m)
+{
+    __m512 acc[2 * RT];
+#pragma GCC unroll 2
+    for (int h = 0; h < nh; h++)
+#pragma GCC unroll 16
+        for (int rr = 0; rr < n; rr++) acc[h * RT + rr] = _mm512_maskz_loadu_ps(lm[h], yr[rr] + 16 * h);
+    rt_kernel(wp, cor, xr, nk, nh, n, acc);
+#pragma GCC unroll 2
+    for (int h = 0; h < nh; h++)
+#pragma GCC unroll 16
+        for (int rr = 0; rr < n; rr++) _mm512_mask_storeu_ps(yr[rr] + 16 * h, m[h], acc[h * RT + rr]);
+}
+
+#define RT_CASE(n)                                                  \
+    case n:                                                         \
+        if (nh == 2) rt_run(wp, cor, xr, nk, 2, n, yr, lm, m);      \
+        else rt_run(wp, cor, xr, nk, 1, n, yr, lm, m);              \
+        break;
+
+/* Rows r0 .. r0 + nr - 1 (nr <= RT) times the nh packed tiles of outputs jt ..
+ * (masks m), chunk kb0 .. kb0 + nk - 1. */
+VNNI static void rows_chunk(const kvi_qgemm_args *a, const uint8_t *wp, int64_t jt, int nh, const __mmask16 m[2],
+                            int64_t r0, int nr, int64_t kb0, int64_t nk)
 {
     const int32_t off = a->type == KVI_TYPE_Q8_0 ? 128 : 8;
-    const int64_t nb = a->n_in / 32;
-    const size_t bb = kvi_type_block_bytes(a->type);
-    const kvi_q8a *x[RB];
-    __m512 acc[RB];
-    for (int rr = 0; rr < RB; rr++) {
-        x[rr] = (const kvi_q8a *)(a->xq + (size_t)(r0 + (rr < nr ? rr : 0)) * a->xq_rb);
-        acc[rr] = _mm512_setzero_ps();
+    const __mmask16 lm[2] = {kb0 > 0 ? m[0] : 0, kb0 > 0 ? m[1] : 0};   /* the first chunk starts from 0 */
+    int32_t cor[KC * 2 * RT];                                           /* [nk][2][RT] -off * sum(x quants) */
+    const uint8_t *xr[RT];                                              /* row rr's block kb0 */
+    float *yr[RT];                                                      /* row rr's output jt */
+    for (int rr = 0; rr < nr; rr++) {
+        xr[rr] = a->xq + (size_t)(r0 + rr) * a->xq_rb + (size_t)kb0 * sizeof(kvi_q8a);
+        yr[rr] = a->y + (r0 + rr) * a->ldy + jt;
+        const kvi_q8a *xb = (const kvi_q8a *)xr[rr];
+        for (int64_t b = 0; b < nk; b++) cor[2 * b * RT + rr] = cor[(2 * b + 1) * RT + rr] = -off * xb[b].sum;
     }
-    for (int64_t b = 0; b < nb; b++) {
+    switch (nr) {
+        RT_CASE(1)
+        RT_CASE(2)
+        RT_CASE(3)
+        RT_CASE(4)
+        RT_CASE(5)
+        RT_CASE(6)
+    default: break;
+    }
+}
+
+/* Blocks kb0 .. kb0 + nk - 1 of tile h (outputs jt + 16h .., nv of them) from the
+ * rows layout into the packed chunk. */
+VNNI static void pack_rows_tile(const kvi_qgemm_args *a, int64_t jt, int h, int nv, int64_t kb0, int64_t nk,
+                                uint8_t *packed)
+{
+    const size_t bb = kvi_type_block_bytes(a->type);
+    tile16 tl;
+    tile_init(&tl, a, jt + 16 * h, nv);
+    for (int64_t b = 0; b < nk; b++) {
         __m512i W[8];
         __m512 dw;
-        if (packed) {
-            const uint8_t *q = packed + (size_t)b * PACK_BYTES;
-            for (int k = 0; k < 8; k++) W[k] = _mm512_load_si512((const void *)(q + 64 * k));
-            dw = _mm512_load_ps((const float *)(q + 512));
-        } else {
-            load_block(a->type, tl, (size_t)b * bb, W, &dw);
-        }
-        if (nr == RB) rows_block(W, dw, off, x, b, RB, acc);
-        else rows_block(W, dw, off, x, b, nr, acc);
+        load_block(a->type, &tl, (size_t)(kb0 + b) * bb, W, &dw);
+        uint8_t *q = packed + (size_t)b * PACK2 + 64 * (size_t)h;
+        for (int k = 0; k < 8; k++) _mm512_store_si512((void *)(q + 128 * k), W[k]);
+        _mm512_store_ps((float *)(q + 1024), dw);
     }
-    for (int rr = 0; rr < nr; rr++) _mm512_mask_storeu_ps(a->y + (r0 + rr) * a->ldy + jt, m, acc[rr]);
+}
+
+/* The same from the R16 layout (weight_r16.h): the tile's vectors are already
+ * transposed; Q4_0's nibbles are split as load_block splits them. */
+VNNI static void pack_r16_tile(const kvi_qgemm_args *a, int64_t jt, int h, int64_t kb0, int64_t nk, uint8_t *packed)
+{
+    const bool q8 = a->type == KVI_TYPE_Q8_0;
+    const size_t pair = q8 ? 1088 : 576, qbytes = q8 ? 512 : 256;   /* bytes per block pair, per block's quants */
+    const uint8_t *tile = a->w + (size_t)(jt + 16 * h) * a->w_rb;
+    const __m512i lo = _mm512_set1_epi8(0x0f);
+    for (int64_t b = 0; b < nk; b++) {
+        const int64_t blk = kb0 + b;
+        const uint8_t *p = tile + (size_t)(blk / 2) * pair;
+        const uint8_t *qs = p + 64 + (size_t)(blk & 1) * qbytes;
+        uint8_t *q = packed + (size_t)b * PACK2 + 64 * (size_t)h;
+        if (q8) {
+            for (int k = 0; k < 8; k++)
+                _mm512_store_si512((void *)(q + 128 * k), _mm512_loadu_si512((const void *)(qs + 64 * k)));
+        } else {
+            for (int k = 0; k < 4; k++) {
+                const __m512i r = _mm512_loadu_si512((const void *)(qs + 64 * k));
+                _mm512_store_si512((void *)(q + 128 * k), _mm512_and_si512(r, lo));
+                _mm512_store_si512((void *)(q + 128 * (k + 4)), _mm512_and_si512(_mm512_srli_epi16(r, 4), lo));
+            }
+        }
+        const __m256i d16 = _mm256_loadu_si256((const __m256i *)(p + 32 * (size_t)(blk & 1)));
+        _mm512_store_ps((float *)(q + 1024), _mm512_cvtph_ps(d16));
+    }
+}
+
+/* Q8_0 / Q4_0 with the scratch (KVI_QGEMM_SCRATCH(n_in) bytes), any number of rows;
+ * r16: a->w is in the R16 layout (j0, j1 multiples of 16). */
+VNNI static void qgemm_packed(const kvi_qgemm_args *a, uint8_t *packed, bool r16)
+{
+    const int64_t nb = a->n_in / 32;
+    const int64_t kc_fit = (int64_t)(KVI_QGEMM_SCRATCH(a->n_in) / PACK2);   /* >= 1 */
+    const int64_t kc = kc_fit < KC ? kc_fit : KC;
+    for (int64_t kb0 = 0; kb0 < nb; kb0 += kc) {
+        const int64_t nk = nb - kb0 < kc ? nb - kb0 : kc;
+        for (int64_t jt = a->j0; jt < a->j1; jt += 32) {
+            const int64_t left = a->j1 - jt;
+            const int nh = left > 16 ? 2 : 1;
+            __mmask16 m[2] = {0, 0};
+            for (int h = 0; h < nh; h++) {
+                const int nv = left - 16 * h < 16 ? (int)(left - 16 * h) : 16;
+                m[h] = (__mmask16)((1u << nv) - 1);
+                if (r16) pack_r16_tile(a, jt, h, kb0, nk, packed);
+                else pack_rows_tile(a, jt, h, nv, kb0, nk, packed);
+            }
+            for (int64_t r = 0; r < a->n_rows; r += RT)
+                rows_chunk(a, packed, jt, nh, m, r, a->n_rows - r < RT ? (int)(a->n_rows - r) : RT, kb0, nk);
+        }
+    }
+}
+
+int kvi_qgemm_r16_many_avx512(const kvi_qgemm_args *a)
+{
+    if (!kvi_has_vnni() || (a->type != KVI_TYPE_Q8_0 && a->type != KVI_TYPE_Q4_0) || !a->scratch) return 0;
+    if (a->n_in % 64 != 0 || a->j0 % 16 != 0 || a->j1 % 16 != 0 || a->n_rows < 1) return 0;
+    qgemm_packed(a, a->scratch, true);
+    return 1;
 }
 
 int kvi_has_vnni(void)
@@ -216,6 +357,7 @@ int kvi_has_vnni(void)
  */
 #define GEN_BYTES 832
 #define RBK 4   /* input rows per register tile, K-quants */
+#define RB 8    /* input rows per register tile, other legacy types */
 
 
 /* ---- SIMD packing of a 16-row tile into the layout above ---------------- */
@@ -485,26 +627,8 @@ VNNI static int qgemm_avx512(const kvi_qgemm_args *a)
     if (a->w_rb > (size_t)INT32_MAX / 16) return 0;   /* gather offsets are int32 */
     if (kvi_qgemv_avx512(a) || kvi_qgemv_kq_avx512(a)) return 1;
     if (a->type != KVI_TYPE_Q8_0 && a->type != KVI_TYPE_Q4_0) return qgemm_generic(a);
-    const int64_t nb = a->n_in / 32;
-    const size_t bb = kvi_type_block_bytes(a->type);
-    uint8_t *packed = a->n_rows > RB && a->scratch ? a->scratch : NULL;
-    for (int64_t jt = a->j0; jt < a->j1; jt += 16) {
-        const int nv = a->j1 - jt < 16 ? (int)(a->j1 - jt) : 16;
-        const __mmask16 m = (__mmask16)((1u << nv) - 1);
-        tile16 tl;
-        tile_init(&tl, a, jt, nv);
-        if (packed)
-            for (int64_t b = 0; b < nb; b++) {
-                __m512i W[8];
-                __m512 dw;
-                load_block(a->type, &tl, (size_t)b * bb, W, &dw);
-                uint8_t *q = packed + (size_t)b * PACK_BYTES;
-                for (int k = 0; k < 8; k++) _mm512_store_si512((void *)(q + 64 * k), W[k]);
-                _mm512_store_ps((float *)(q + 512), dw);
-            }
-        for (int64_t r = 0; r < a->n_rows; r += RB)
-            tile_rows(a, &tl, packed, jt, m, r, a->n_rows - r < RB ? (int)(a->n_rows - r) : RB);
-    }
+    if (!a->scratch) return 0;
+    qgemm_packed(a, a->scratch, false);
     return 1;
 }
 

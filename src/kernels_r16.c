@@ -14,6 +14,7 @@ void kvi_qgemm_r16(const kvi_kernel_table *tab, const kvi_qgemm_args *a, uint8_t
 {
     const bool avx512 = tab->isa == KVI_ISA_AVX512 && kvi_has_vnni();
     if (avx512 && a->n_rows <= KVI_R16_STREAM_ROWS_MAX && kvi_qgemv_r16_avx512(a)) return;
+    if (avx512 && a->n_rows > KVI_R16_STREAM_ROWS_MAX && kvi_qgemm_r16_many_avx512(a)) return;
     for (int64_t jt = a->j0; jt < a->j1; jt += 16) {
         if (avx512) kvi_r16_to_rows_avx512(a->type, a->w + (size_t)jt * a->w_rb, a->n_in, rows);
         else kvi_r16_to_rows(a->type, a->w + (size_t)jt * a->w_rb, a->n_in, rows);

@@ -85,4 +85,8 @@ int kvi_qgemv_avx512(const kvi_qgemm_args *a);
 /* K-quants (kernels_gemv_kq_avx512.c): */
 int kvi_qgemv_kq_avx512(const kvi_qgemm_args *a);
 
+/* Many-row product over Q8_0 / Q4_0 weights in the R16 layout (weight_r16.h;
+ * kernels_avx512.c, the rows layout's tiles and bits); 0 when not handled. */
+int kvi_qgemm_r16_many_avx512(const kvi_qgemm_args *a);
+
 #endif

@@ -239,6 +239,52 @@ static void test_q8_exact(kvi_pool *pool)
     free(yr);
 }
 
+/* The many-row integer tiles against kvi_q8_dot_ref, bit for bit: every row count
+ * 1..14 and 31 (register tiles of several rows with a partial last one), outputs
+ * that are not a multiple of 32 split over 1, 2 and 4 threads (thread ranges of an
+ * odd number of 16-output tiles), and n_in = 37 blocks (the packed path walks the
+ * inputs in chunks, carrying accumulators through y). */
+static void test_qgemm_tiles(void)
+{
+    const int64_t n_in = 37 * 32, n_out = 87, max_rows = 31, x_cap = 5 * QK_K;   /* x_cap >= every nin */
+    const kvi_type types[] = {KVI_TYPE_Q8_0, KVI_TYPE_Q4_0, KVI_TYPE_Q5_0, KVI_TYPE_Q4_1, KVI_TYPE_Q6_K};
+    uint64_t rs = 4242;
+    float *x = malloc((size_t)(max_rows * x_cap) * sizeof(float));
+    float *y = malloc((size_t)(max_rows * n_out) * sizeof(float));
+    float *yr = malloc((size_t)(max_rows * n_out) * sizeof(float));
+    fill_normal(x, max_rows * x_cap, &rs);
+    for (int k = 0; k < (int)(sizeof types / sizeof types[0]); k++) {
+        const kvi_type t = types[k];
+        const int64_t nin = kvi_q8_act_type(t) == KVI_TYPE_Q8_K ? 5 * QK_K : n_in;
+        void *wq = random_matrix(t, n_out, nin, &rs);
+        kvi_tensor W = {wq, t, nin, n_out, KVI_LAYOUT_ROWS};
+        const size_t xrb = kvi_q8_act_row_bytes(t, nin), rb = kvi_row_bytes(t, nin);
+        uint8_t *xq = malloc(xrb * (size_t)max_rows);
+        for (int r = 0; r < max_rows; r++) {
+            kvi_q8_quantize_act(t, x + r * nin, xq + (size_t)r * xrb, nin);
+            for (int64_t j = 0; j < n_out; j++)
+                yr[r * n_out + j] = kvi_q8_dot_ref(t, (const uint8_t *)wq + (size_t)j * rb, xq + (size_t)r * xrb, nin);
+        }
+        const int threads[] = {1, 2, 4};
+        for (int ti = 0; ti < 3; ti++) {
+            kvi_pool *pool = kvi_pool_create(threads[ti]);
+            int bad = 0;
+            for (int nr = 1; nr <= max_rows; nr = nr < 14 ? nr + 1 : max_rows + (nr == max_rows)) {
+                for (int64_t i = 0; i < nr * n_out; i++) y[i] = NAN;
+                kvi_matmul(pool, &W, x, nin, nr, y, n_out);
+                bad += memcmp(y, yr, (size_t)(nr * n_out) * sizeof(float)) != 0;
+            }
+            CHECK(bad == 0, "%s, %d threads: %d row counts differ from kvi_q8_dot_ref", kvi_type_name(t), threads[ti], bad);
+            kvi_pool_free(pool);
+        }
+        free(xq);
+        free(wq);
+    }
+    free(x);
+    free(y);
+    free(yr);
+}
+
 /* kvi_matmul of every type and ISA against the scalar reference; strides wider than
  * the data must leave the padding alone. */
 static void test_matmul_vs_ref(kvi_pool *pool)
@@ -557,6 +603,7 @@ int main(void)
     test_matmul_multi(NULL);
     kvi_pool_free(pool);
     test_gemv_exact();
+    test_qgemm_tiles();
     test_bit_identity();
     return test_main_end();
 }
