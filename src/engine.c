@@ -544,6 +544,7 @@ kv_pool *engine_kv_pool(kvi_engine *e) { return &e->kv; }
 kv_table *engine_seq_table(kvi_seq *s) { return &s->table; }
 kvi_engine *engine_seq_engine(const kvi_seq *s) { return s->e; }
 bool engine_prefix_cache_on(const kvi_engine *e) { return e->p.prefix_cache; }
+kvi_pool *engine_pool(kvi_engine *e) { return e->pool; }
 const float *engine_seq_recv(const kvi_seq *s) { return s->recv; }
 
 void kvi_stats_get(const kvi_engine *e, const kvi_seq *s, kvi_stats *out)

@@ -6,11 +6,15 @@
 #define KVI_ENGINE_INTERNAL_H
 
 #include "kv_cache.h"
+#include "threads.h"
 
 kv_pool *engine_kv_pool(kvi_engine *e);
 kv_table *engine_seq_table(kvi_seq *s);
 kvi_engine *engine_seq_engine(const kvi_seq *s);
 bool engine_prefix_cache_on(const kvi_engine *e);
+/* The engine's worker pool: the scheduler runs per-row work of a step on it
+ * between kvi_step calls (never during one). */
+kvi_pool *engine_pool(kvi_engine *e);
 /* [n_ctx] attention each position of s has received so far (policy heavy), or
  * NULL: for tests and debugging. */
 const float *engine_seq_recv(const kvi_seq *s);

@@ -45,16 +45,26 @@
  * rows T' is small (weights streamed once whatever the rows); in a full batch it
  * approaches T(B)/B and speculation pauses unless nearly every draft is kept.
  *
+ * After a step, the plain (not speculating) requests that got logits draw their
+ * tokens on the engine's worker pool (sample_rows: each request's own sampler,
+ * rows taken from a shared counter), then every request is delivered in `live`
+ * order on the engine thread: a sampler's draws depend only on its own state, so
+ * the tokens are those of a serial loop.
+ *   smp_q   [live_cap] sreq *   this step's requests to sample (engine thread)
+ *
  * Invariants: only the engine thread touches the engine, the sequences and
- * `live`; callbacks run on it without the mutex held; every accepted request
+ * `live` (the pool's threads only sample, each request by exactly one thread,
+ * while the engine thread waits); callbacks run on it without the mutex held; every accepted request
  * gets exactly one on_done, after which it is freed. The engine is batch
  * invariant, so what a request gets does not depend on what else is running.
  */
 #include "kvinfer.h"
 
+#include "engine_internal.h"
 #include "error.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,6 +84,7 @@ typedef struct sreq {
     bool preempted;          /* waiting to be recomputed: admitted before new requests */
     uint64_t admit_no;       /* order of admission: the youngest is preempted first */
     int32_t row;             /* batch row whose logits it samples, -1 when none */
+    int32_t sampled;         /* token drawn by sample_rows for this step's row (< 0: none) */
     int32_t cached;
     int32_t n_preempted;
     double t_submit, t_admit, t_prefill0, t_first, t_last;
@@ -92,6 +103,8 @@ struct kvi_sched {
     kvi_batch *batch;        /* [batch_tokens + n_parallel] rows */
     sreq **live;             /* [live_cap] engine thread only */
     int n_live, live_cap;
+    sreq **smp_q;            /* [smp_cap] requests sample_rows draws for */
+    int smp_cap;
     uint64_t admit_counter;
 
     pthread_mutex_t mu;
@@ -805,6 +818,56 @@ static bool spec_round(kvi_sched *s, sreq *q, double t_done, kvi_finish *f, kvi_
     return false;
 }
 
+typedef struct {
+    kvi_engine *e;
+    sreq **q;            /* [n] */
+    int n;
+    atomic_int next;
+} sample_job;
+
+static void sample_worker(void *ctx, int ith, int nth)
+{
+    sample_job *j = ctx;
+    (void)ith;
+    (void)nth;
+    for (;;) {
+        const int i = atomic_fetch_add(&j->next, 1);
+        if (i >= j->n) break;
+        sreq *q = j->q[i];
+        const float *logits = kvi_logits(j->e, q->row);
+        q->sampled = logits ? kvi_sampler_sample(q->smp, logits) : -1;
+    }
+}
+
+/* Every plain request with logits in this step draws its token, on the pool
+ * when there are several (q->sampled; the order of draws across requests does
+ * not matter, each has its own sampler). */
+static void sample_rows(kvi_sched *s)
+{
+    if (s->smp_cap < s->n_live) {
+        sreq **nq = realloc(s->smp_q, (size_t)s->live_cap * sizeof *nq);
+        if (nq) {
+            s->smp_q = nq;
+            s->smp_cap = s->live_cap;
+        }
+    }
+    sample_job j = {.e = s->e, .q = s->smp_q, .n = 0};
+    atomic_init(&j.next, 0);
+    for (int i = 0; i < s->n_live; i++) {
+        sreq *q = s->live[i];
+        q->sampled = -1;
+        if (q->state != SREQ_RUNNING || q->row < 0 || q->sp) continue;
+        if (j.n < s->smp_cap) {
+            s->smp_q[j.n++] = q;
+        } else {   /* no memory for the list: this one on the engine thread */
+            const float *logits = kvi_logits(s->e, q->row);
+            q->sampled = logits ? kvi_sampler_sample(q->smp, logits) : -1;
+        }
+    }
+    if (j.n > 1) kvi_pool_run(engine_pool(s->e), sample_worker, &j);
+    else if (j.n == 1) sample_worker(&j, 0, 1);
+}
+
 int kvi_sched_step(kvi_sched *s, kvi_error *err)
 {
     take_incoming(s, err);
@@ -845,6 +908,7 @@ int kvi_sched_step(kvi_sched *s, kvi_error *err)
         break;
     }
     if (n_rows > 0) {
+        sample_rows(s);
         const double t_done = kvi_time_ms();
         for (int i = 0; i < s->n_live;) {
             sreq *q = s->live[i];
@@ -868,12 +932,12 @@ int kvi_sched_step(kvi_sched *s, kvi_error *err)
                 q->n_done = q->n_tokens;
                 const float *logits = kvi_logits(s->e, q->row);
                 q->row = -1;
-                if (!logits) {
+                if (!logits || q->sampled < 0) {
                     kvi_err_set(&le, KVI_E_INVALID, "scheduler: no logits for a row that asked for them");
                     f = KVI_FINISH_ERROR;
                     done = true;
                 } else {
-                    const int32_t tok = kvi_sampler_sample(q->smp, logits);
+                    const int32_t tok = q->sampled;
                     kvi_sampler_accept_output(q->smp, tok);
                     done = deliver(s, q, logits, tok, t_done, &f);
                 }
@@ -951,6 +1015,7 @@ void kvi_sched_free(kvi_sched *s)
     }
     kvi_batch_free(s->batch);
     free(s->live);
+    free(s->smp_q);
     free(s->cancels);
     free(s->view);
     free(s->view_off);
