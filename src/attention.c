@@ -54,6 +54,8 @@
 #include <string.h>
 
 #define ATTN_MAX_LANES 128   /* query vectors of one tile (rows x group) */
+#define ATTN_BIG_LANES 512   /* the same on the chunked path (row-type caches) */
+#define ATTN_SUB_LANES 32    /* chunked path: lanes of a sub-tile (its qt, acc, s stay in L1) */
 #define PF_V_BLOCKS 1        /* position lanes: values prefetched this many blocks ahead */
 
 struct attn_scratch {
@@ -62,6 +64,7 @@ struct attn_scratch {
     float *buf;          /* [n_threads][floats_per_thread] */
     int block_size, head_dim, group, kv_dim;
     int rmax;            /* rows per tile: max(1, ATTN_MAX_LANES / group) */
+    int rmax_big;        /* rows per tile on the chunked path: max(1, ATTN_BIG_LANES / group) */
     int nqp_max;         /* lanes of the largest tile, a multiple of 16 */
     int pcb;             /* position lanes: blocks per chunk of scores, max(1, 128 / block_size) */
     int pld;             /* positions of a chunk, rounded up to 16 */
@@ -75,6 +78,7 @@ static size_t up16(size_t n) { return (n + 15) & ~(size_t)15; }
  *   qt [hd][nqp_max] | s [bs][nqp_max] | acc [hd][nqp_max] | m [nqp_max] | l [nqp_max]
  *   | lim [nqp_max] int32 | k [bs][hd] | v [bs][hd]
  *   | position lanes (Q = ATTN_POS_MAXQ): kc [pld][hd] | kt [hd][pld] | ps [Q][pld]
+ *   (the chunked path: kc, vc [pld][hd] keys and values of a chunk)
  *   | pq [Q][hd] | pacc [Q][hd] | pm, pl, plim [16] */
 attn_scratch *attn_scratch_create(int n_threads, int block_size, int head_dim, int n_heads,
                                   int n_kv_heads, int kv_dim)
@@ -89,13 +93,14 @@ attn_scratch *attn_scratch_create(int n_threads, int block_size, int head_dim, i
     s->group = n_heads / n_kv_heads;
     s->kv_dim = kv_dim;
     s->rmax = s->group < ATTN_MAX_LANES ? ATTN_MAX_LANES / s->group : 1;
-    s->nqp_max = (int)up16((size_t)s->rmax * s->group);
+    s->rmax_big = s->group < ATTN_BIG_LANES ? ATTN_BIG_LANES / s->group : 1;
+    s->nqp_max = (int)up16((size_t)s->rmax_big * s->group);
     const size_t nq = (size_t)s->nqp_max, hd = (size_t)head_dim, bs = (size_t)block_size;
     s->pcb = block_size < 128 ? 128 / block_size : 1;
     s->pld = (int)up16((size_t)s->pcb * bs);
     const size_t pld = (size_t)s->pld, pq = ATTN_POS_MAXQ;
     s->floats_per_thread = up16(hd * nq) + up16(bs * nq) + up16(hd * nq) + 3 * nq +
-                           2 * up16(bs * hd) + 2 * up16(pld * hd) + up16(pq * pld) +
+                           2 * up16(bs * hd) + 3 * up16(pld * hd) + up16(pq * pld) +
                            2 * up16(pq * hd) + 3 * 16;
     s->buf = aligned_alloc(64, (size_t)n_threads * s->floats_per_thread * sizeof(float));
     if (!s->buf) {
@@ -121,6 +126,7 @@ typedef struct attn_work {
     int32_t *lim;           /* [nqp_max] */
     /* position lanes */
     float *kc;              /* [pld][hd] keys of a chunk */
+    float *vc;              /* [pld][hd] values of a chunk (chunked path) */
     float *kt;              /* [hd][pld] the same, transposed */
     float *ps;              /* [ATTN_POS_MAXQ][pld] scores, weights */
     float *pq, *pacc;       /* [ATTN_POS_MAXQ][hd] */
@@ -153,6 +159,8 @@ static void work_init(attn_work *w, const attn_scratch *s, float *base, const at
     p += up16(bs * hd);
     const size_t pld = (size_t)s->pld, pq = ATTN_POS_MAXQ;
     w->kc = p;
+    p += up16(pld * hd);
+    w->vc = p;
     p += up16(pld * hd);
     w->kt = p;
     p += up16(pld * hd);
@@ -346,6 +354,117 @@ static void attend_tile(const attn_args *a, const attn_scratch *s, attn_work *w,
     if (recv && nr == 1) add_recv(a, w, r0, g, group, recv);
 }
 
+/* Rows [r0, r0 + nr) (one table, row-type keys), kv head g, chunked: the K and V
+ * slices of a chunk of pcb blocks are converted once for the whole tile (up to
+ * ATTN_BIG_LANES query vectors, so the KV stream is read once per 128 rows under
+ * GQA 4), then each sub-tile of ATTN_SUB_LANES lanes runs the chunk's blocks in
+ * order with its own qt, acc, m, l (sub-tile lanes [i0, i0 + sw): qt and acc at
+ * i0 * hd, laid out [hd][sw]). A sub-tile skips the blocks none of its lanes
+ * sees (those would add exact zeros); otherwise every lane goes through the
+ * operations attend_tile gives it, so the bits are the same. */
+static void attend_chunked(const attn_args *a, const attn_scratch *s, attn_work *w, int r0, int nr, int g)
+{
+    const kv_pool *kv = a->kv;
+    const int hd = a->head_dim, bs = kv->block_size, group = s->group, cpos = s->pcb * bs;
+    const int nq = nr * group, nqp = (int)up16((size_t)nq);
+    const size_t qstride = (size_t)a->n_heads * hd;
+    const kv_table *t = a->tables[r0];
+    attn_blk *b = &w->b;
+    float *const qt = (float *)b->qt, *const acc = b->acc, *const m = b->m, *const l = b->l;
+    b->scale = 1.0f / sqrtf((float)hd);
+
+    /* queries: lane i = rr * group + j is head g * group + j of row r0 + rr */
+    for (int i0 = 0; i0 < nqp; i0 += ATTN_SUB_LANES) {
+        const int sw = nqp - i0 < ATTN_SUB_LANES ? nqp - i0 : ATTN_SUB_LANES;
+        for (int li = 0; li < sw; li++) {
+            const int i = i0 + li;
+            float *qd = qt + (size_t)i0 * hd + li;
+            if (i < nq) {
+                const float *src = a->q + (size_t)(r0 + i / group) * qstride + (size_t)(g * group + i % group) * hd;
+                for (int d = 0; d < hd; d++) qd[(size_t)d * sw] = src[d];
+            } else {
+                for (int d = 0; d < hd; d++) qd[(size_t)d * sw] = 0.0f;
+            }
+            m[i] = -INFINITY;
+            l[i] = 0.0f;
+        }
+    }
+    memset(acc, 0, (size_t)hd * nqp * sizeof(float));
+    int32_t pmax = a->pos[r0];
+    for (int rr = 1; rr < nr; rr++)
+        if (a->pos[r0 + rr] > pmax) pmax = a->pos[r0 + rr];
+
+    for (int32_t c0 = 0; c0 <= pmax; c0 += cpos) {
+        const int np = (int64_t)pmax - c0 + 1 < cpos ? (int)(pmax - c0 + 1) : cpos;
+        for (int j = 0; j * bs < np; j++) {
+            const int nt = np - j * bs < bs ? np - j * bs : bs;
+            load_rows(a, w, t, 0, c0 / bs + j, nt, g, w->kc + (size_t)j * bs * hd);
+            load_rows(a, w, t, 1, c0 / bs + j, nt, g, w->vc + (size_t)j * bs * hd);
+        }
+        /* the next chunk's slices, spread over the sub-tiles (a burst of them
+         * would stall on full fill buffers) */
+        const int32_t c1 = c0 + cpos, n1 = (int64_t)c1 + cpos <= (int64_t)pmax + 1 ? c1 + cpos : pmax + 1;
+        const int nsub = (nqp + ATTN_SUB_LANES - 1) / ATTN_SUB_LANES;
+        for (int i0 = 0, k = 0; i0 < nqp; i0 += ATTN_SUB_LANES, k++) {
+            if (c1 <= pmax) {
+                const int32_t p0 = c1 + (int32_t)((int64_t)(n1 - c1) * k / nsub);
+                const int32_t p1 = c1 + (int32_t)((int64_t)(n1 - c1) * (k + 1) / nsub);
+                prefetch_rows(a, t, 0, p0, p1, g);
+                prefetch_rows(a, t, 1, p0, p1, g);
+            }
+            const int sw = nqp - i0 < ATTN_SUB_LANES ? nqp - i0 : ATTN_SUB_LANES;
+            const int ie = i0 + sw < nq ? i0 + sw : nq;   /* real lanes [i0, ie) */
+            const int ra = i0 / group, rb = (ie - 1) / group;   /* its rows r0 + [ra, rb] */
+            int32_t smax = a->pos[r0 + ra], smin = smax;
+            for (int rr = ra + 1; rr <= rb; rr++) {
+                if (a->pos[r0 + rr] > smax) smax = a->pos[r0 + rr];
+                if (a->pos[r0 + rr] < smin) smin = a->pos[r0 + rr];
+            }
+            if (smax < c0) continue;
+            b->nqp = sw;
+            b->qt = qt + (size_t)i0 * hd;
+            b->acc = acc + (size_t)i0 * hd;
+            b->m = m + i0;
+            b->l = l + i0;
+            b->lim = w->lim + i0;
+            for (int i = ie; i < i0 + sw; i++) w->lim[i] = 0;
+            for (int j = 0; j * bs < np && c0 + j * bs <= smax; j++) {
+                const int32_t t0 = c0 + j * bs;
+                const int ntb = np - j * bs < bs ? np - j * bs : bs;
+                int most = ntb;
+                if ((int64_t)t0 + ntb - 1 <= smin) {   /* every lane sees the whole block */
+                    for (int i = i0; i < ie; i++) w->lim[i] = ntb;
+                } else {
+                    most = 0;
+                    for (int rr = ra, i = i0; rr <= rb; rr++) {
+                        int64_t n = (int64_t)a->pos[r0 + rr] - t0 + 1;
+                        if (n < 0) n = 0;
+                        if (n > ntb) n = ntb;
+                        if (n > most) most = (int)n;
+                        for (int e = rr == ra ? i0 - ra * group : 0; e < group && i < ie; e++) w->lim[i++] = (int32_t)n;
+                    }
+                }
+                b->k = w->kc + (size_t)j * bs * hd;
+                b->v = w->vc + (size_t)j * bs * hd;
+                run_block(w, most);
+            }
+        }
+    }
+
+    for (int i = 0; i < nq; i++) {
+        const int i0 = i - i % ATTN_SUB_LANES, sw = nqp - i0 < ATTN_SUB_LANES ? nqp - i0 : ATTN_SUB_LANES;
+        const float *ai = acc + (size_t)i0 * hd + (i - i0);
+        float *o = a->out + (size_t)(r0 + i / group) * qstride + (size_t)(g * group + i % group) * hd;
+        const float inv = 1.0f / l[i];
+        for (int d = 0; d < hd; d++) o[d] = ai[(size_t)d * sw] * inv;
+    }
+    b->qt = qt;
+    b->acc = acc;
+    b->m = m;
+    b->l = l;
+    b->lim = w->lim;
+}
+
 /* Rows [r0, r0 + nr) (one table), kv head g, in position lanes (nr * group <=
  * ATTN_POS_MAXQ, row-type keys): the scores of a chunk of pcb blocks at once
  * (scores do not depend on m or l), then each block's online-softmax update in
@@ -451,6 +570,8 @@ static void attn_worker(void *ctx, int ith, int nth)
         } else if (w.kn->pscores && nr * job->s->group <= ATTN_POS_MAXQ &&
                    (a->kv->type_k != KVI_TYPE_KV_Q4 || nr == 1)) {
             attend_pos(a, job->s, &w, r0, nr, g);
+        } else if (a->kv->type_k != KVI_TYPE_KV_Q4 && nr * job->s->group > ATTN_LANES) {
+            attend_chunked(a, job->s, &w, r0, nr, g);
         } else {
             attend_tile(a, job->s, &w, r0, nr, g);
         }
@@ -472,12 +593,13 @@ void attention_rows(kvi_pool *pool, attn_scratch *s, const attn_args *a)
     }
     if (s->tiles_cap >= (size_t)a->n_rows + 1) {
         int n = 0;
+        const int rmax = a->kv->type_k == KVI_TYPE_KV_Q4 ? s->rmax : s->rmax_big;
         for (int r = 0; r < a->n_rows;) {
             s->tiles[n++] = r;
             const bool alone = a->recv && a->recv[r];
             int e = r + 1;
             if (!alone)
-                while (e < a->n_rows && e - r < s->rmax && a->tables[e] == a->tables[r] &&
+                while (e < a->n_rows && e - r < rmax && a->tables[e] == a->tables[r] &&
                        !(a->recv && a->recv[e]))
                     e++;
             r = e;
