@@ -167,11 +167,15 @@ VNNI_INLINE void load_block(kvi_type t, const tile16 *tl, size_t off, __m512i W[
 
 /* acc[h * RT + rr] += blocks b < nk of rows xr[rr] (each pointing at the chunk's
  * first block) times tiles h < nh of the packed chunk wp; corrections
- * cor[(2 * b + h) * RT + rr] (one copy per tile: two loads, not a register copy). */
+ * cor[(2 * b + h) * RT + rr] (one copy per tile: two loads, not a register copy).
+ * The same block of the next row group (pf bytes further) is prefetched into L1. */
 VNNI_INLINE void rt_kernel(const uint8_t *wp, const int32_t *cor, const uint8_t *const *xr, int64_t nk,
-                           const int nh, const int nr, __m512 *acc)
+                           const int nh, const int nr, __m512 *acc, size_t pf)
 {
     for (int64_t b = 0; b < nk; b++) {
+#pragma GCC unroll 16
+        for (int rr = 0; rr < nr; rr++)
+            _mm_prefetch((const char *)xr[rr] + (size_t)b * sizeof(kvi_q8a) + pf, _MM_HINT_T0);
         const uint8_t *q = wp + (size_t)b * PACK2;
         const size_t o = (size_t)b * sizeof(kvi_q8a);
         __m512i s[2 * RT];   /* [h * RT + rr] */
@@ -208,24 +212,24 @@ VNNI_INLINE void rt_kernel(const uint8_t *wp, const int32_t *cor, const uint8_t 
  * lm[h] is 0: the first chunk), back to y. One instance per (nh, n), so that every
  * loop above unrolls. */
 VNNI_INLINE void rt_run(const uint8_t *wp, const int32_t *cor, const uint8_t *const *xr, int64_t nk, const int nh,
-                        const int n, float *const *yr, const __mmask16 *lm, const __mmask16 *m)
+                        const int n, float *const *yr, const __mmask16 *lm, const __mmask16 *m, size_t pf)
 {
     __m512 acc[2 * RT];
 #pragma GCC unroll 2
     for (int h = 0; h < nh; h++)
 #pragma GCC unroll 16
         for (int rr = 0; rr < n; rr++) acc[h * RT + rr] = _mm512_maskz_loadu_ps(lm[h], yr[rr] + 16 * h);
-    rt_kernel(wp, cor, xr, nk, nh, n, acc);
+    rt_kernel(wp, cor, xr, nk, nh, n, acc, pf);
 #pragma GCC unroll 2
     for (int h = 0; h < nh; h++)
 #pragma GCC unroll 16
         for (int rr = 0; rr < n; rr++) _mm512_mask_storeu_ps(yr[rr] + 16 * h, m[h], acc[h * RT + rr]);
 }
 
-#define RT_CASE(n)                                                  \
-    case n:                                                         \
-        if (nh == 2) rt_run(wp, cor, xr, nk, 2, n, yr, lm, m);      \
-        else rt_run(wp, cor, xr, nk, 1, n, yr, lm, m);              \
+#define RT_CASE(n)                                                 \
+    case n:                                                        \
+        if (nh == 2) rt_run(wp, cor, xr, nk, 2, n, yr, lm, m, pf); \
+        else rt_run(wp, cor, xr, nk, 1, n, yr, lm, m, pf);         \
         break;
 
 /* Rows r0 .. r0 + nr - 1 (nr <= RT) times the nh packed tiles of outputs jt ..
@@ -238,6 +242,7 @@ VNNI static void rows_chunk(const kvi_qgemm_args *a, const uint8_t *wp, int64_t 
     int32_t cor[KC * 2 * RT];                                           /* [nk][2][RT] -off * sum(x quants) */
     const uint8_t *xr[RT];                                              /* row rr's block kb0 */
     float *yr[RT];                                                      /* row rr's output jt */
+    const size_t pf = RT * a->xq_rb;   /* to the next row group (a prefetch past the last row is harmless) */
     for (int rr = 0; rr < nr; rr++) {
         xr[rr] = a->xq + (size_t)(r0 + rr) * a->xq_rb + (size_t)kb0 * sizeof(kvi_q8a);
         yr[rr] = a->y + (r0 + rr) * a->ldy + jt;
