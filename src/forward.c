@@ -146,16 +146,39 @@ fwd_ctx *fwd_create(const struct kvi_model *m, int n_rows_max, int n_threads, in
 
 size_t fwd_scratch_bytes(const fwd_ctx *f) { return f->bytes; }
 
-/* out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w */
+/* Elementwise helpers work 4 lanes at a time with GCC/Clang vector types (SSE2 on
+ * any x86-64, no target flags): each lane computes the scalar tail's expression,
+ * with no fused multiply-add (the build targets no FMA), so the bits do not
+ * depend on a row's length or place in the batch. */
+typedef float v4f __attribute__((vector_size(16)));
+static v4f ld4(const float *p)
+{
+    v4f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+static void st4(float *p, v4f v) { memcpy(p, &v, sizeof v); }
+
+/* x[i] += y[i], x and y not overlapping */
+static void add_into(float *x, const float *y, size_t n)
+{
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) st4(x + i, ld4(x + i) + ld4(y + i));
+    for (; i < n; i++) x[i] += y[i];
+}
+
+/* out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w (out may be x) */
 static void rmsnorm_rows(float *out, const float *x, const float *w, int n, int dim, float eps)
 {
     for (int r = 0; r < n; r++) {
         const float *xr = x + (size_t)r * dim;
         float *o = out + (size_t)r * dim;
-        double ss = 0;
+        double ss = 0;   /* in order: the sum's rounding fixes the bits */
         for (int i = 0; i < dim; i++) ss += (double)xr[i] * xr[i];
         const float s = (float)(1.0 / sqrt(ss / dim + eps));
-        for (int i = 0; i < dim; i++) o[i] = xr[i] * s * w[i];
+        int i = 0;
+        for (; i + 4 <= dim; i += 4) st4(o + i, ld4(xr + i) * s * ld4(w + i));
+        for (; i < dim; i++) o[i] = xr[i] * s * w[i];
     }
 }
 
@@ -166,6 +189,36 @@ static void add_bias(float *y, const float *b, int n, int d)
         for (int i = 0; i < d; i++) y[(size_t)r * d + i] += b[i];
 }
 
+/* One head v [head_dim]: pair i = (v[a], v[b]) rotated by (c[i], s[i]), with (a, b) =
+ * (i, i + half) for NeoX, (2i, 2i + 1) otherwise; 4 pairs a step (odd/even lanes
+ * split and merged back for the interleaved layout), the rest one by one. */
+static void rope_head(float *v, const float *c, const float *s, int half, bool neox)
+{
+    int i = 0;
+    if (neox) {
+        for (; i + 4 <= half; i += 4) {
+            const v4f v0 = ld4(v + i), v1 = ld4(v + i + half), ci = ld4(c + i), si = ld4(s + i);
+            st4(v + i, v0 * ci - v1 * si);
+            st4(v + i + half, v0 * si + v1 * ci);
+        }
+    } else {
+        for (; i + 4 <= half; i += 4) {
+            const v4f p0 = ld4(v + 2 * i), p1 = ld4(v + 2 * i + 4), ci = ld4(c + i), si = ld4(s + i);
+            const v4f v0 = __builtin_shufflevector(p0, p1, 0, 2, 4, 6);
+            const v4f v1 = __builtin_shufflevector(p0, p1, 1, 3, 5, 7);
+            const v4f r0 = v0 * ci - v1 * si, r1 = v0 * si + v1 * ci;
+            st4(v + 2 * i, __builtin_shufflevector(r0, r1, 0, 4, 1, 5));
+            st4(v + 2 * i + 4, __builtin_shufflevector(r0, r1, 2, 6, 3, 7));
+        }
+    }
+    for (; i < half; i++) {
+        const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+        const float v0 = v[a], v1 = v[b];
+        v[a] = v0 * c[i] - v1 * s[i];
+        v[b] = v0 * s[i] + v1 * c[i];
+    }
+}
+
 /* Rotates pairs of every head of rows x [n][n_h * head_dim], batch rows r0.. */
 static void rope_rows(const fwd_ctx *f, float *x, int r0, int n, int n_h)
 {
@@ -173,16 +226,7 @@ static void rope_rows(const fwd_ctx *f, float *x, int r0, int n, int n_h)
     const int hd = m->head_dim, half = m->n_rot / 2;
     for (int r = 0; r < n; r++) {
         const float *c = f->rc + (size_t)(r0 + r) * half, *s = f->rs + (size_t)(r0 + r) * half;
-        for (int h = 0; h < n_h; h++) {
-            float *v = x + ((size_t)r * n_h + h) * hd;
-            for (int i = 0; i < half; i++) {
-                const int a = m->rope_neox ? i : 2 * i;
-                const int b = m->rope_neox ? i + half : 2 * i + 1;
-                const float v0 = v[a], v1 = v[b];
-                v[a] = v0 * c[i] - v1 * s[i];
-                v[b] = v0 * s[i] + v1 * c[i];
-            }
-        }
+        for (int h = 0; h < n_h; h++) rope_head(x + ((size_t)r * n_h + h) * hd, c, s, half, m->rope_neox);
     }
 }
 
@@ -226,7 +270,7 @@ static void layer_chunk(fwd_ctx *f, kvi_pool *pool, kv_pool *kv, const fwd_rows 
 
     /* x += att Wo^T (xb reused as the projection output) */
     kvi_matmul(pool, &L->wo, f->att, qd, n, f->xb, dim);
-    for (size_t i = 0; i < (size_t)n * dim; i++) x[i] += f->xb[i];
+    add_into(x, f->xb, (size_t)n * dim);
 
     /* feed-forward block: SwiGLU */
     rmsnorm_rows(f->xb, x, L->ffn_norm, n, dim, m->rms_eps);
@@ -241,7 +285,7 @@ static void layer_chunk(fwd_ctx *f, kvi_pool *pool, kv_pool *kv, const fwd_rows 
         f->hg[i] = g / (1.0f + expf(-g)) * f->hu[i];
     }
     kvi_matmul(pool, &L->w_down, f->hg, ffn, n, f->xb, dim);
-    for (size_t i = 0; i < (size_t)n * dim; i++) x[i] += f->xb[i];
+    add_into(x, f->xb, (size_t)n * dim);
 }
 
 void fwd_run(fwd_ctx *f, kvi_pool *pool, kv_pool *kv, const fwd_rows *rows)
