@@ -361,7 +361,7 @@ int kvi_has_vnni(void)
  * The K-quant sums isum/msum are exact int32 (vpmulld of scale and sub-block dot).
  */
 #define GEN_BYTES 832
-#define RBK 4   /* input rows per register tile, K-quants */
+#define RBK 6   /* input rows per register tile, K-quants */
 #define RB 8    /* input rows per register tile, other legacy types */
 
 
@@ -540,58 +540,90 @@ VNNI static void gen_rows_legacy(const kvi_qgemm_args *a, const uint8_t *packed,
     for (int rr = 0; rr < nr; rr++) _mm512_mask_storeu_ps(a->y + (r0 + rr) * a->ldy + jt, msk, acc[rr]);
 }
 
-/* K-quants from the packed tile. */
+/* K-quants from the packed tile: acc[rr] for the nr rows x[rr]. The chunk's
+ * vpdpbusd run k-outer over the rows, so the rows' chains are in flight together;
+ * the integer sums are exact (their order does not matter), the float steps are
+ * the contract's. One instance per (nr, q6), so that every loop unrolls. */
+VNNI_INLINE void genk_kernel(const uint8_t *packed, int64_t nsb, const kvi_q8k *const *x, const int nr, const bool q6,
+                             __m512 *acc)
+{
+    const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
+    for (int64_t sb = 0; sb < nsb; sb++) {
+        __m512i isum[RBK], msum[RBK];
+#pragma GCC unroll 16
+        for (int rr = 0; rr < nr; rr++) isum[rr] = msum[rr] = _mm512_setzero_si512();
+        for (int c = 0; c < 8; c++) {
+            const uint8_t *g = packed + (size_t)(sb * 8 + c) * GEN_BYTES;
+            const __m512i sa = _mm512_load_si512((const void *)(g + 512));
+            __m512i s0[RBK], s1[RBK];
+#pragma GCC unroll 16
+            for (int rr = 0; rr < nr; rr++) {
+                s0[rr] = q6 ? _mm512_set1_epi32(-32 * x[rr][sb].sum16[2 * c]) : _mm512_setzero_si512();
+                if (q6) s1[rr] = _mm512_set1_epi32(-32 * x[rr][sb].sum16[2 * c + 1]);
+            }
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) {
+                const __m512i W = _mm512_load_si512((const void *)(g + 64 * k));
+#pragma GCC unroll 16
+                for (int rr = 0; rr < nr; rr++) {
+                    const __m512i xv = _mm512_set1_epi32(load_i32(x[rr][sb].qs + 32 * c + 4 * k));
+                    if (q6 && k >= 4) s1[rr] = _mm512_dpbusd_epi32(s1[rr], W, xv);
+                    else s0[rr] = _mm512_dpbusd_epi32(s0[rr], W, xv);
+                }
+            }
+            if (q6) {
+                const __m512i sbv = _mm512_load_si512((const void *)(g + 576));
+#pragma GCC unroll 16
+                for (int rr = 0; rr < nr; rr++)
+                    isum[rr] = _mm512_add_epi32(isum[rr], _mm512_add_epi32(_mm512_mullo_epi32(sa, s0[rr]),
+                                                                          _mm512_mullo_epi32(sbv, s1[rr])));
+            } else {
+                const __m512i mn = _mm512_load_si512((const void *)(g + 640));
+#pragma GCC unroll 16
+                for (int rr = 0; rr < nr; rr++) {
+                    isum[rr] = _mm512_add_epi32(isum[rr], _mm512_mullo_epi32(sa, s0[rr]));
+                    msum[rr] = _mm512_add_epi32(msum[rr], _mm512_mullo_epi32(mn, _mm512_set1_epi32(x[rr][sb].sum32[c])));
+                }
+            }
+        }
+        const uint8_t *g0 = packed + (size_t)(sb * 8) * GEN_BYTES;
+        const __m512 fd = _mm512_load_ps((const float *)(g0 + 704)), fm = _mm512_load_ps((const float *)(g0 + 768));
+#pragma GCC unroll 16
+        for (int rr = 0; rr < nr; rr++) {
+            const __m512 dx = _mm512_set1_ps(x[rr][sb].d);
+            acc[rr] = _mm512_fmadd_ps(_mm512_mul_ps(fd, dx), _mm512_cvtepi32_ps(isum[rr]), acc[rr]);
+            if (!q6)
+                acc[rr] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(_mm512_mul_ps(fm, dx)), sign)),
+                                          _mm512_cvtepi32_ps(msum[rr]), acc[rr]);
+        }
+    }
+}
+
+#define GENK_CASE(n)                                                  \
+    case n:                                                           \
+        if (q6) genk_kernel(packed, a->n_in / QK_K, x, n, true, acc); \
+        else genk_kernel(packed, a->n_in / QK_K, x, n, false, acc);   \
+        break;
+
+/* K-quants from the packed tile, rows r0 .. r0 + nr - 1 (nr <= RBK). */
 VNNI static void gen_rows_k(const kvi_qgemm_args *a, const uint8_t *packed, int64_t jt, __mmask16 msk, int64_t r0,
                             int nr)
 {
     const bool q6 = a->type == KVI_TYPE_Q6_K;
-    const int64_t nsb = a->n_in / QK_K;
     const kvi_q8k *x[RBK];
     __m512 acc[RBK];
     for (int rr = 0; rr < RBK; rr++) {
         x[rr] = (const kvi_q8k *)(a->xq + (size_t)(r0 + (rr < nr ? rr : 0)) * a->xq_rb);
         acc[rr] = _mm512_setzero_ps();
     }
-    for (int64_t sb = 0; sb < nsb; sb++) {
-        __m512i isum[RBK], msum[RBK];
-        for (int rr = 0; rr < RBK; rr++) isum[rr] = msum[rr] = _mm512_setzero_si512();
-        for (int c = 0; c < 8; c++) {
-            const uint8_t *g = packed + (size_t)(sb * 8 + c) * GEN_BYTES;
-            __m512i W[8];
-            for (int k = 0; k < 8; k++) W[k] = _mm512_load_si512((const void *)(g + 64 * k));
-            const __m512i sa = _mm512_load_si512((const void *)(g + 512));
-            const __m512i sbv = _mm512_load_si512((const void *)(g + 576));
-            const __m512i mn = _mm512_load_si512((const void *)(g + 640));
-            for (int rr = 0; rr < nr; rr++) {
-                const kvi_q8k *xb = x[rr] + sb;
-                const int8_t *xq = xb->qs + 32 * c;
-                if (q6) {
-                    __m512i s0 = _mm512_set1_epi32(-32 * xb->sum16[2 * c]);
-                    __m512i s1 = _mm512_set1_epi32(-32 * xb->sum16[2 * c + 1]);
-                    for (int k = 0; k < 4; k++) {
-                        s0 = _mm512_dpbusd_epi32(s0, W[k], _mm512_set1_epi32(load_i32(xq + 4 * k)));
-                        s1 = _mm512_dpbusd_epi32(s1, W[k + 4], _mm512_set1_epi32(load_i32(xq + 16 + 4 * k)));
-                    }
-                    isum[rr] = _mm512_add_epi32(isum[rr], _mm512_add_epi32(_mm512_mullo_epi32(sa, s0),
-                                                                          _mm512_mullo_epi32(sbv, s1)));
-                } else {
-                    __m512i s = _mm512_setzero_si512();
-                    for (int k = 0; k < 8; k++) s = _mm512_dpbusd_epi32(s, W[k], _mm512_set1_epi32(load_i32(xq + 4 * k)));
-                    isum[rr] = _mm512_add_epi32(isum[rr], _mm512_mullo_epi32(sa, s));
-                    msum[rr] = _mm512_add_epi32(msum[rr], _mm512_mullo_epi32(mn, _mm512_set1_epi32(xb->sum32[c])));
-                }
-            }
-        }
-        const uint8_t *g0 = packed + (size_t)(sb * 8) * GEN_BYTES;
-        const __m512 fd = _mm512_load_ps((const float *)(g0 + 704)), fm = _mm512_load_ps((const float *)(g0 + 768));
-        const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
-        for (int rr = 0; rr < nr; rr++) {
-            const __m512 dx = _mm512_set1_ps(x[rr][sb].d);
-            acc[rr] = _mm512_fmadd_ps(_mm512_mul_ps(fd, dx), _mm512_cvtepi32_ps(isum[rr]), acc[rr]);
-            if (!q6)
-                acc[rr] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(_mm512_mul_ps(fm, dx)), sign)), _mm512_cvtepi32_ps(msum[rr]),
-                                          acc[rr]);
-        }
+    switch (nr) {
+        GENK_CASE(1)
+        GENK_CASE(2)
+        GENK_CASE(3)
+        GENK_CASE(4)
+        GENK_CASE(5)
+        GENK_CASE(6)
+    default: break;
     }
     for (int rr = 0; rr < nr; rr++) _mm512_mask_storeu_ps(a->y + (r0 + rr) * a->ldy + jt, msk, acc[rr]);
 }
