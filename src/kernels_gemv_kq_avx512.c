@@ -3,7 +3,7 @@
  * (decode), with AVX-512 VNNI; the bits of kernels_q8.h's contract.
  *
  * With 1..KQ_ROWS activation rows, each weight row is read as it lies (contiguous
- * loads of its 256-input blocks, software prefetch ahead in every row) and dotted
+ * loads of its 256-input blocks) and dotted
  * with vpdpbusd against the activation, arranged once per call in the scratch so
  * that the bytes of a weight load meet their inputs with no shuffle:
  *
@@ -18,8 +18,8 @@
  *              sum of its four x quants (the level offset), the dpbusd start.
  *
  * D_k = dpbusd(start, W_k, X_k) holds partial dots of four inputs of one
- * sub-block per dword lane; every one fits int16 (|D| <= 4 * 63 * 127 or
- * 4 * 32 * 127), so vpdpwssd against the sub-block scale (low word, high word 0)
+ * sub-block per dword lane; every one fits int16 (|D| <= 4 * 32 * 127: Q4_K
+ * levels 0..15, Q5_K 0..31, Q6_K -32..31 with C), so vpdpwssd against the sub-block scale (low word, high word 0)
  * multiplies each exactly: T = sum_k D_k * scale(lane), lane sum = isum. For
  * Q4_K/Q5_K, Q_l takes T's 8-lane half sum in lanes 0..7 and min_s * sum32_s in
  * lanes 8..15 (lane sum = msum); Q6_K: Q_l = T. A fixed unpack/shuffle/add tree
@@ -29,6 +29,10 @@
  * in order: acc = fma(d * dx, (float)isum, acc), and for Q4_K/Q5_K
  * acc = fma(-(dmin * dx), (float)msum, acc): the reference's operations, hence
  * kvi_qgemm_ref's bits whatever the tile, the row range or the thread count.
+ *
+ * Prefetch: each row of a tile is a stream that runs on into the same row of the
+ * next tile (a row of 768 inputs is only 432 bytes); every block prefetches, into
+ * L2, the lines KQ_PREFETCH bytes ahead in that stream.
  *
  * Scratch per activation row (kq_act): blk [nb][512] (X[0..3], then C[0..3] or
  * the sum32 vector S: dword lanes 8..15 = sum32[0..7], lanes 0..7 zero), then
