@@ -32,6 +32,15 @@
  * same. Its K/V slices are prefetched a block (values) and a chunk (row keys)
  * ahead: at depth the KV stream comes from memory in strided 128-byte pieces.
  *
+ * Chunked path (row-type caches, tiles of more than 16 query vectors: prefill):
+ * tiles grow to ATTN_BIG_LANES query vectors (128 rows under GQA 4), so the KV
+ * stream of a prefill chunk is read once per 128 rows. The K and V slices of a
+ * chunk of pcb blocks (128 positions) are converted once for the tile; each
+ * sub-tile of ATTN_SUB_LANES lanes then runs the chunk's blocks in order with its
+ * own qt, acc, m, l (laid out [hd][32] at lane offset * hd, L1-resident), skipping
+ * the blocks none of its rows sees (they would add exact zeros). Every lane still
+ * goes through the operations above, block by block: the same bits.
+ *
  * Threads take items from a shared counter, the last tiles (the longest rows of
  * a prefill) first, so neither thread idles at the end; an output is written by
  * one item only, so the split never changes a bit.
