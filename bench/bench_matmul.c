@@ -12,10 +12,12 @@
  * input row against 2048x2048, 8192x2048 and 2048x8192 (n_out x n_in) matrices and
  * prints GB/s of weights read. Each timed repetition walks copies of the matrix
  * that together hold MiB (default 1024) MiB, more than the last-level cache, so the
- * weights come from memory as in a real decode step.
+ * weights come from memory as in a real decode step. BENCH_R16=1 repacks the Q8_0 /
+ * Q4_0 copies into the R16 layout first, as the model loader does.
  */
 #include "kernels.h"
 #include "quant.h"
+#include "weight_r16.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,8 +64,9 @@ static int bench_gemv(int argc, char **argv)
         x[i] = (float)((double)(s >> 11) / 9007199254740992.0 - 0.5);
     }
     if (reps > 64) reps = 64;
-    printf("gemv: isa %s threads %d reps %d, %zu MiB of copies (median GB/s of weights)\n", kvi_isa_name(), threads,
-           reps, mib);
+    const int r16 = getenv("BENCH_R16") && strcmp(getenv("BENCH_R16"), "1") == 0;
+    printf("gemv: isa %s threads %d reps %d, %zu MiB of copies, %s layout (median GB/s of weights)\n", kvi_isa_name(),
+           threads, reps, mib, r16 ? "R16 where possible" : "rows");
     printf("%-6s %14s %14s %14s\n", "type", "2048x2048", "8192x2048", "2048x8192");
     for (int k = 0; k < n_types; k++) {
         kvi_type t;
@@ -83,11 +86,19 @@ static int bench_gemv(int argc, char **argv)
                 kvi_quantize_row(t, row, w + (size_t)j * rb, n_in);
             }
             for (size_t c = 1; c < copies; c++) memcpy(w + c * mb, w, mb);
+            int layout = KVI_LAYOUT_ROWS;   /* R16 (as the loader does) when asked and possible */
+            if (r16) {
+                kvi_tensor T = {.data = w, .type = t, .n_in = n_in, .n_out = n_out};
+                for (size_t c = 0; c < copies && kvi_r16_eligible(&T); c++) {
+                    T = (kvi_tensor){.data = w + c * mb, .type = t, .n_in = n_in, .n_out = n_out};
+                    if (kvi_r16_repack(&T, threads) == 0) layout = T.layout;
+                }
+            }
             double ts[64];
             for (int i = -1; i < reps; i++) {   /* i = -1: warm-up */
                 double t0 = now();
                 for (size_t c = 0; c < copies; c++) {
-                    kvi_tensor W = {w + c * mb, t, n_in, n_out, KVI_LAYOUT_ROWS};
+                    kvi_tensor W = {w + c * mb, t, n_in, n_out, layout};
                     kvi_matmul(pool, &W, x, n_in, 1, y, n_out);
                 }
                 if (i >= 0) ts[i] = (now() - t0) / (double)copies;

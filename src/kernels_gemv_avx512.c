@@ -187,7 +187,12 @@ VNNI int kvi_qgemv_avx512(const kvi_qgemm_args *a)
  * -offset * sum(x quants). Then acc = fma(dw * dx, (float)isum, acc) block by block:
  * the contract's steps, so the bits of every other path. Prefetch runs
  * R16_PF_BYTES ahead of the stream. */
-#define R16_PF_BYTES 1024
+#ifndef R16_PF_BYTES
+#define R16_PF_BYTES 512
+#endif
+#ifndef R16_STREAMS
+#define R16_STREAMS 2   /* tiles streamed at once by one thread for one input row */
+#endif
 
 VNNI_INLINE void r16_block(kvi_type t, const uint8_t *q, __m512 dw, const kvi_q8a *const *x, int64_t b, int nr,
                            __m512 *acc)
@@ -196,11 +201,12 @@ VNNI_INLINE void r16_block(kvi_type t, const uint8_t *q, __m512 dw, const kvi_q8
     if (t == KVI_TYPE_Q8_0) {
         _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) W[k] = _mm512_loadu_si512((const void *)(q + 64 * k));
     } else {
-        const __m512i lo = _mm512_set1_epi8(0x0f);
+        /* high nibbles kept in place (16 x level): their sum is shifted down once */
+        const __m512i lo = _mm512_set1_epi8(0x0f), hi = _mm512_set1_epi8((char)0xf0);
         _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
             const __m512i v = _mm512_loadu_si512((const void *)(q + 64 * k));
             W[k] = _mm512_and_si512(v, lo);
-            W[k + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), lo);
+            W[k + 4] = _mm512_and_si512(v, hi);
         }
     }
     const int32_t off = t == KVI_TYPE_Q8_0 ? 128 : 8;
@@ -211,7 +217,8 @@ VNNI_INLINE void r16_block(kvi_type t, const uint8_t *q, __m512 dw, const kvi_q8
             s = _mm512_dpbusd_epi32(s, W[k], _mm512_set1_epi32(load_i32(xb->qs + 4 * k)));
             s2 = _mm512_dpbusd_epi32(s2, W[k + 4], _mm512_set1_epi32(load_i32(xb->qs + 16 + 4 * k)));
         }
-        s = _mm512_add_epi32(s, s2);
+        /* Q4_0: s2 = 16 * (exact sum), so the shift is exact */
+        s = _mm512_add_epi32(s, t == KVI_TYPE_Q8_0 ? s2 : _mm512_srai_epi32(s2, 4));
         acc[rr] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(xb->d)), _mm512_cvtepi32_ps(s), acc[rr]);
     }
 }
@@ -226,14 +233,42 @@ VNNI_INLINE void r16_tile(const kvi_qgemm_args *a, const uint8_t *tile, const kv
     _Pragma("GCC unroll 4") for (int rr = 0; rr < GV_ROWS; rr++) acc[rr] = _mm512_setzero_ps();
     for (int64_t p = 0; p < np; p++) {
         const uint8_t *q = tile + (size_t)p * pair;
+#if R16_PF_BYTES > 0
         _Pragma("GCC unroll 17") for (size_t o = 0; o < pair; o += 64)
             _mm_prefetch((const char *)(q + R16_PF_BYTES + o), _MM_HINT_T0);
+#endif
         const __m512 d0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)q));
         const __m512 d1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(q + 32)));
         r16_block(a->type, q + 64, d0, x, 2 * p, nr, acc);
         r16_block(a->type, q + 64 + qb, d1, x, 2 * p + 1, nr, acc);
     }
     _Pragma("GCC unroll 4") for (int rr = 0; rr < nr; rr++) _mm512_storeu_ps(y + rr * a->ldy, acc[rr]);
+}
+
+/* One activation row against ns (2 or 4, a constant after inlining) tiles at once:
+ * several linear streams per thread (the memory system serves them faster than
+ * one); each tile's outputs take exactly r16_tile's steps. */
+VNNI_INLINE void r16_tiles(const kvi_qgemm_args *a, const uint8_t *const *t, const kvi_q8a *const *x,
+                           float *const *y, int ns)
+{
+    const int64_t np = a->n_in / 64;
+    const size_t qb = a->type == KVI_TYPE_Q8_0 ? 512 : 256, pair = 64 + 2 * qb;
+    __m512 acc[4];
+    _Pragma("GCC unroll 4") for (int i = 0; i < ns; i++) acc[i] = _mm512_setzero_ps();
+    for (int64_t p = 0; p < np; p++) {
+        _Pragma("GCC unroll 4") for (int i = 0; i < ns; i++) {
+            const uint8_t *q = t[i] + (size_t)p * pair;
+#if R16_PF_BYTES > 0
+            _Pragma("GCC unroll 17") for (size_t o = 0; o < pair; o += 64)
+                _mm_prefetch((const char *)(q + R16_PF_BYTES + o), _MM_HINT_T0);
+#endif
+            const __m512 d0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)q));
+            const __m512 d1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(q + 32)));
+            r16_block(a->type, q + 64, d0, x, 2 * p, 1, &acc[i]);
+            r16_block(a->type, q + 64 + qb, d1, x, 2 * p + 1, 1, &acc[i]);
+        }
+    }
+    _Pragma("GCC unroll 4") for (int i = 0; i < ns; i++) _mm512_storeu_ps(y[i], acc[i]);
 }
 
 /* Q8_0 / Q4_0 over R16 weights, any number of rows: each tile is read once from
@@ -244,7 +279,23 @@ VNNI int kvi_qgemv_r16_avx512(const kvi_qgemm_args *a)
     if (a->n_rows < 1 || a->n_in % 64 != 0 || a->j0 % 16 || a->j1 % 16) return 0;
     if (!kvi_has_vnni()) return 0;
     const size_t tb = 16 * a->w_rb;
-    for (int64_t jt = a->j0; jt < a->j1; jt += 16) {
+    int64_t j0 = a->j0;
+    if (a->n_rows == 1 && R16_STREAMS > 1) {   /* tiles i, i + part, i + 2 part, ... together */
+        const int64_t part = (a->j1 - a->j0) / 16 / R16_STREAMS;
+        const kvi_q8a *x[1] = {(const kvi_q8a *)a->xq};
+        for (int64_t i = 0; i < part; i++) {
+            const uint8_t *t[R16_STREAMS];
+            float *y[R16_STREAMS];
+            for (int k = 0; k < R16_STREAMS; k++) {
+                const int64_t jt = a->j0 + 16 * (i + k * part);
+                t[k] = a->w + (size_t)(jt / 16) * tb;
+                y[k] = a->y + jt;
+            }
+            r16_tiles(a, t, x, y, R16_STREAMS);
+        }
+        j0 = a->j0 + 16 * R16_STREAMS * part;   /* the last few tiles below */
+    }
+    for (int64_t jt = j0; jt < a->j1; jt += 16) {
         const uint8_t *tile = a->w + (size_t)(jt / 16) * tb;
         for (int64_t r0 = 0; r0 < a->n_rows; r0 += GV_ROWS) {
             const int nr = a->n_rows - r0 < GV_ROWS ? (int)(a->n_rows - r0) : GV_ROWS;
