@@ -120,8 +120,15 @@ AVX512_INLINE void stream16(kvi_type t, const uint8_t *w, size_t rb, int nt, con
     __m512 acc[16];
     #pragma GCC unroll 32
     for (int k = 0; k < 16; k++) acc[k] = _mm512_setzero_ps();
+    /* the same rows of the next tile (16 rows on), one line per row per 64 bytes
+     * consumed, into L2: short rows would otherwise start every tile cold */
+    const size_t es = t == KVI_TYPE_F32 ? 4 : 2, ahead = 16 * rb;
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
+        if ((((size_t)i * es) & 63) == 0) {
+            #pragma GCC unroll 32
+            for (int k = 0; k < 16; k++) _mm_prefetch((const char *)(p[k] + ahead + (size_t)i * es), _MM_HINT_T1);
+        }
         const __m512 xv = _mm512_loadu_ps(x + i);
         #pragma GCC unroll 32
         for (int k = 0; k < 16; k++) acc[k] = _mm512_fmadd_ps(load_w(t, p[k], i), xv, acc[k]);
