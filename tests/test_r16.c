@@ -2,8 +2,8 @@
  * test_r16.c — the R16 weight layout (src/weight_r16.h): repacking loses nothing,
  * the SIMD repack writes the scalar reference's bytes, rows read back exactly, and
  * every matrix product over R16 weights gives the bits of the same product over
- * the rows layout on every ISA the CPU has, for 1..33 input rows and 1..3 threads
- * (decode rows take the streaming kernel, more rows the tiled one).
+ * the rows layout on every ISA the CPU has, for 1..70 input rows and 1..3 threads
+ * (up to 64 rows take the streaming kernel, more the tiled one).
  */
 #include "kernels.h"
 #include "kernels_r16.h"
@@ -86,7 +86,7 @@ static void test_layout(kvi_type t, int64_t n_in, uint64_t *rs)
 /* Products over R16 == products over rows, bit for bit. */
 static void test_products(kvi_type t, int64_t n_out, int64_t n_in, uint64_t *rs)
 {
-    const int max_rows = 33;
+    const int max_rows = 70;
     uint8_t *w = random_weights(t, n_out, n_in, rs);
     const size_t bytes = kvi_row_bytes(t, n_in) * (size_t)n_out;
     uint8_t *wr = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
@@ -99,7 +99,7 @@ static void test_products(kvi_type t, int64_t n_out, int64_t n_in, uint64_t *rs)
     float *y1 = malloc((size_t)max_rows * (size_t)n_out * sizeof(float));
     for (int64_t i = 0; i < max_rows * n_in; i++) x[i] = trand_normal(rs);
     const kvi_isa best = kvi_isa_detect();
-    const int row_counts[] = {1, 2, 3, 4, 5, 7, 8, 16, 33};
+    const int row_counts[] = {1, 2, 3, 4, 5, 7, 8, 16, 33, 64, 65, 70};
     for (int isa = KVI_ISA_SCALAR; isa <= (int)best; isa++) {
         kvi_isa_set((kvi_isa)isa);
         for (int threads = 1; threads <= 3; threads++) {
