@@ -195,6 +195,12 @@ static void load_rows(const attn_args *a, const attn_work *w, const kv_table *t,
     const int hd = a->head_dim, off = g * hd;
     const kvi_type ty = which ? kv->type_v : kv->type_k;
     const int32_t t0 = j * kv->block_size;
+    if (ty == KVI_TYPE_F16 && w->kn->f16_rows && nt > 0) {   /* the block's rows lie row_bytes apart */
+        const uint8_t *row0 = which ? kv_v_row(kv, t, a->layer, t0) : kv_k_row(kv, t, a->layer, t0);
+        const size_t stride = (which ? kv->row_bytes_v : kv->row_bytes_k) / sizeof(uint16_t);
+        w->kn->f16_rows((const uint16_t *)row0 + off, stride, nt, hd, dst);
+        return;
+    }
     for (int i = 0; i < nt; i++) {
         const uint8_t *row = which ? kv_v_row(kv, t, a->layer, t0 + i) : kv_k_row(kv, t, a->layer, t0 + i);
         float *d = dst + (size_t)i * hd;

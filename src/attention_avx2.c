@@ -150,5 +150,10 @@ AVX2 static void f16_avx2(const uint16_t *src, float *dst, int n)
     for (; i < n; i++) dst[i] = _cvtsh_ss(src[i]);
 }
 
+AVX2 static void f16_rows_avx2(const uint16_t *src, size_t src_stride, int nt, int n, float *dst)
+{
+    for (int r = 0; r < nt; r++) f16_avx2(src + (size_t)r * src_stride, dst + (size_t)r * n, n);
+}
+
 const attn_kernels attn_kernels_avx2 = {scores_avx2, update_avx2, f16_avx2, NULL, NULL, NULL,
-                                        kvq_row_slice, kivi_group_slice};
+                                        kvq_row_slice, kivi_group_slice, f16_rows_avx2};

@@ -168,6 +168,11 @@ AVX512 static void f16_avx512(const uint16_t *src, float *dst, int n)
     for (; i < n; i++) dst[i] = _cvtsh_ss(src[i]);
 }
 
+AVX512 static void f16_rows_avx512(const uint16_t *src, size_t src_stride, int nt, int n, float *dst)
+{
+    for (int r = 0; r < nt; r++) f16_avx512(src + (size_t)r * src_stride, dst + (size_t)r * n, n);
+}
+
 /* ---- position lanes (attention_kernels.h, attn_pblk) ---- */
 
 /* kt[d0 + c][t0 + r] = k[t0 + r][d0 + c], r, c < 16: a 16 x 16 transpose in registers */
@@ -396,4 +401,4 @@ AVX512 static void kslice_avx512(const uint8_t *region, int kv_dim, int i, int o
 
 const attn_kernels attn_kernels_avx512 = {scores_avx512, update_avx512, f16_avx512,
                                           ptrans_avx512, pscores_avx512, pupdate_avx512,
-                                          qslice_avx512, kslice_avx512};
+                                          qslice_avx512, kslice_avx512, f16_rows_avx512};

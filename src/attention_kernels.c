@@ -112,7 +112,7 @@ static void pupdate_scalar(const attn_pblk *b)
 
 const attn_kernels attn_kernels_scalar = {scores_scalar, update_scalar, f16_scalar,
                                           ptrans_scalar, pscores_scalar, pupdate_scalar,
-                                          kvq_row_slice, kivi_group_slice};
+                                          kvq_row_slice, kivi_group_slice, NULL};
 
 const attn_kernels *attn_kernels_active(void)
 {

@@ -89,6 +89,9 @@ typedef struct attn_kernels {
     /* channels [off, off + n) of token i of a KIVI key group: exactly
      * kivi_group_slice (code x scale, then + minimum: two roundings, no fma) */
     void (*kslice)(const uint8_t *region, int kv_dim, int i, int off, int n, float *dst);
+    /* nt rows of n f16 values, src_stride values apart, to dst[nt][n] (exact: the
+     * bits of f16_to_f32 per row); NULL: f16_to_f32 row by row */
+    void (*f16_rows)(const uint16_t *src, size_t src_stride, int nt, int n, float *dst);
 } attn_kernels;
 
 /* The table of the active ISA (kernels.h kvi_isa_active). */
