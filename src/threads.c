@@ -18,8 +18,9 @@
  *    before waiting on cv_done for the same reason.
  *  - kvi_pool_run() returns only when pending == 0: every fn call has returned and
  *    its writes are visible to the caller (acq_rel decrement, acquire load).
- *  - Idle workers sleep on a condition variable; they spin only a few microseconds
- *    after a run is expected.
+ *  - Idle workers sleep on a condition variable after spinning SPIN_ITERS pauses
+ *    (about a millisecond) for the next run: long enough to bridge the serial
+ *    work between two matrix products and between two serving steps.
  *  - kvi_pool_run() must not be called from inside fn, nor from two threads at once.
  *  - scratch[i] is touched only by thread i (or by the owner outside runs).
  */
@@ -39,7 +40,7 @@
 #define CPU_RELAX() ((void)0)
 #endif
 
-#define SPIN_ITERS 2000
+#define SPIN_ITERS 20000
 #define MAX_THREADS 256
 
 typedef struct scratch_slot {
