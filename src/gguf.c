@@ -651,6 +651,40 @@ static void *read_slice_run(void *arg)
 #endif
 #define GGUF_READ_SLICE_MIN ((size_t)32 << 20)   /* smaller files are read by one thread */
 
+/* [0, size) in n slices with 2 MiB-aligned bounds, one per core (at most
+ * GGUF_READ_SLICES_MAX, none smaller than GGUF_READ_SLICE_MIN but the last):
+ * slice i is [off[i], off[i] + len[i]). Returns n >= 1. */
+static size_t plan_slices(size_t size, size_t off[GGUF_READ_SLICES_MAX], size_t len[GGUF_READ_SLICES_MAX])
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    size_t n = cores > 1 ? (size_t)cores : 1;
+    if (n > GGUF_READ_SLICES_MAX) n = GGUF_READ_SLICES_MAX;
+    if (n > size / GGUF_READ_SLICE_MIN) n = size / GGUF_READ_SLICE_MIN > 0 ? size / GGUF_READ_SLICE_MIN : 1;
+    const size_t step = ((size / n) + ((size_t)2 << 20) - 1) & ~(((size_t)2 << 20) - 1);
+    for (size_t i = 0; i < n; i++) {
+        const size_t o = i * step < size ? i * step : size;
+        const size_t end = (i + 1) * step < size && i + 1 < n ? (i + 1) * step : size;
+        off[i] = o;
+        len[i] = end - o;
+    }
+    return n;
+}
+
+/* fn(args + i * arg_size) for i < n: slices 1.. on their own threads, slice 0 here,
+ * and any slice whose thread could not start here too. Returns when all are done. */
+static void run_slices(size_t n, void *(*fn)(void *), void *args, size_t arg_size)
+{
+    pthread_t th[GGUF_READ_SLICES_MAX];
+    bool started[GGUF_READ_SLICES_MAX] = {false};
+    uint8_t *a = args;
+    for (size_t i = 1; i < n; i++) started[i] = pthread_create(&th[i], NULL, fn, a + i * arg_size) == 0;
+    fn(a);
+    for (size_t i = 1; i < n; i++) {
+        if (started[i]) pthread_join(th[i], NULL);
+        else fn(a + i * arg_size);
+    }
+}
+
 /* Reads the whole file into an anonymous mapping (page-aligned, so 64-aligned). */
 static int read_whole(int fd, size_t size, const char *path, void **out, kvi_error *err)
 {
@@ -661,25 +695,11 @@ static int read_whole(int fd, size_t size, const char *path, void **out, kvi_err
 #ifdef MADV_HUGEPAGE
     if (size >= GGUF_HUGEPAGE_MIN) (void)madvise(p, size, MADV_HUGEPAGE);   /* a hint only */
 #endif
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    size_t n = cores > 1 ? (size_t)cores : 1;
-    if (n > GGUF_READ_SLICES_MAX) n = GGUF_READ_SLICES_MAX;
-    if (n > size / GGUF_READ_SLICE_MIN) n = size / GGUF_READ_SLICE_MIN > 0 ? size / GGUF_READ_SLICE_MIN : 1;
-    read_slice sl[GGUF_READ_SLICES_MAX];      /* [n] slices, 2 MiB-aligned bounds */
-    pthread_t th[GGUF_READ_SLICES_MAX];
-    bool started[GGUF_READ_SLICES_MAX] = {false};
-    const size_t step = ((size / n) + ((size_t)2 << 20) - 1) & ~(((size_t)2 << 20) - 1);
-    for (size_t i = 0; i < n; i++) {
-        size_t off = i * step < size ? i * step : size;
-        size_t end = (i + 1) * step < size && i + 1 < n ? (i + 1) * step : size;
-        sl[i] = (read_slice){.fd = fd, .dst = p, .off = off, .len = end - off};
-    }
-    for (size_t i = 1; i < n; i++) started[i] = pthread_create(&th[i], NULL, read_slice_run, &sl[i]) == 0;
-    read_slice_run(&sl[0]);
-    for (size_t i = 1; i < n; i++) {
-        if (started[i]) pthread_join(th[i], NULL);
-        else read_slice_run(&sl[i]);   /* no thread: read it here */
-    }
+    size_t off[GGUF_READ_SLICES_MAX], len[GGUF_READ_SLICES_MAX];
+    const size_t n = plan_slices(size, off, len);
+    read_slice sl[GGUF_READ_SLICES_MAX];      /* [n] */
+    for (size_t i = 0; i < n; i++) sl[i] = (read_slice){.fd = fd, .dst = p, .off = off[i], .len = len[i]};
+    run_slices(n, read_slice_run, sl, sizeof sl[0]);
     for (size_t i = 0; i < n; i++) {
         if (sl[i].err == 0) continue;
         const size_t at = sl[i].off + sl[i].done;
@@ -747,25 +767,11 @@ void gguf_prefault(const gguf_ctx *g)
 #ifdef MADV_HUGEPAGE
     if (size >= GGUF_HUGEPAGE_MIN) (void)madvise((void *)p, size, MADV_HUGEPAGE);   /* a hint only */
 #endif
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    size_t n = cores > 1 ? (size_t)cores : 1;
-    if (n > GGUF_READ_SLICES_MAX) n = GGUF_READ_SLICES_MAX;
-    if (n > size / GGUF_READ_SLICE_MIN) n = size / GGUF_READ_SLICE_MIN > 0 ? size / GGUF_READ_SLICE_MIN : 1;
-    fault_slice sl[GGUF_READ_SLICES_MAX];    /* [n] slices, 2 MiB-aligned bounds */
-    pthread_t th[GGUF_READ_SLICES_MAX];
-    bool started[GGUF_READ_SLICES_MAX] = {false};
-    const size_t step = ((size / n) + ((size_t)2 << 20) - 1) & ~(((size_t)2 << 20) - 1);
-    for (size_t i = 0; i < n; i++) {
-        size_t off = i * step < size ? i * step : size;
-        size_t end = (i + 1) * step < size && i + 1 < n ? (i + 1) * step : size;
-        sl[i] = (fault_slice){.p = p + off, .len = end - off};
-    }
-    for (size_t i = 1; i < n; i++) started[i] = pthread_create(&th[i], NULL, fault_slice_run, &sl[i]) == 0;
-    fault_slice_run(&sl[0]);
-    for (size_t i = 1; i < n; i++) {
-        if (started[i]) pthread_join(th[i], NULL);
-        else fault_slice_run(&sl[i]);
-    }
+    size_t off[GGUF_READ_SLICES_MAX], len[GGUF_READ_SLICES_MAX];
+    const size_t n = plan_slices(size, off, len);
+    fault_slice sl[GGUF_READ_SLICES_MAX];    /* [n] */
+    for (size_t i = 0; i < n; i++) sl[i] = (fault_slice){.p = p + off[i], .len = len[i]};
+    run_slices(n, fault_slice_run, sl, sizeof sl[0]);
 }
 
 int gguf_open(const char *path, bool use_mmap, gguf_ctx **out, kvi_error *err)
