@@ -31,6 +31,10 @@
 
 #define FMM_MR KVI_FMM_MIN_ROWS   /* input rows per register tile of the tiled path */
 #define FMM_NR 4   /* weight rows per register tile */
+#define FMM_KC 256 /* elements of n_in per block (multiple of 16): a 16-row f32 tile's block
+                    * (16 KiB) stays in L1 while every row group of a row block passes */
+#define FMM_MB_MAX 96               /* input rows per row block, a multiple of FMM_MR */
+#define FMM_XBLOCK_BYTES (1 << 20)  /* a row block's inputs stay in L2 across weight tiles */
 
 /* ---- the contract in scalar C ------------------------------------------ */
 
@@ -161,18 +165,24 @@ typedef void (*stream_fn)(const uint8_t *w, size_t rb, int nt, const float *x, i
 
 /* ---- tiled kernel: FMM_MR input rows x FMM_NR f32 weight rows ---------- */
 
-/* y[r * ldy + t] = x_r . w_t for r < FMM_MR, t < nt (w_t at w + t * ldw floats). */
-AVX512 static void tile_mr_nr(const float *x, int64_t ldx, const float *w, int64_t ldw, int nt, int64_t n,
-                              float *y, int64_t ldy)
+/* Continues the accumulators of x_r . w_t (r < FMM_MR, t < FMM_NR; w_t at w + t *
+ * ldw floats, rows t >= nt repeat row nt-1) over elements [k0, k0 + kn): acc is
+ * [FMM_MR * FMM_NR][16] (64-byte aligned, index r * FMM_NR + t), zero when first;
+ * kn is a multiple of 16 unless the block ends the row. When last, the trees are
+ * summed into y[r * ldy + t] for t < nt instead of storing acc. */
+AVX512 static void tile_mr_nr(const float *x, int64_t ldx, const float *w, int64_t ldw, int nt, int64_t k0,
+                              int64_t kn, float *acc_mem, bool first, bool last, float *y, int64_t ldy)
 {
     __m512 acc[FMM_MR * FMM_NR];   /* acc[r * FMM_NR + t] */
     #pragma GCC unroll 32
-    for (int k = 0; k < FMM_MR * FMM_NR; k++) acc[k] = _mm512_setzero_ps();
+    for (int k = 0; k < FMM_MR * FMM_NR; k++)
+        acc[k] = first ? _mm512_setzero_ps() : _mm512_load_ps(acc_mem + 16 * k);
     const float *wp[FMM_NR];
     #pragma GCC unroll 32
-    for (int t = 0; t < FMM_NR; t++) wp[t] = w + (t < nt ? t : nt - 1) * ldw;
+    for (int t = 0; t < FMM_NR; t++) wp[t] = w + (t < nt ? t : nt - 1) * ldw + k0;
+    x += k0;
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
+    for (; i + 16 <= kn; i += 16) {
         __m512 wv[FMM_NR];
         #pragma GCC unroll 32
         for (int t = 0; t < FMM_NR; t++) wv[t] = _mm512_loadu_ps(wp[t] + i);
@@ -183,8 +193,8 @@ AVX512 static void tile_mr_nr(const float *x, int64_t ldx, const float *w, int64
             for (int t = 0; t < FMM_NR; t++) acc[r * FMM_NR + t] = _mm512_fmadd_ps(wv[t], xv, acc[r * FMM_NR + t]);
         }
     }
-    if (i < n) {
-        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+    if (i < kn) {
+        const __mmask16 m = (__mmask16)((1u << (kn - i)) - 1);
         __m512 wv[FMM_NR];
         #pragma GCC unroll 32
         for (int t = 0; t < FMM_NR; t++) wv[t] = _mm512_maskz_loadu_ps(m, wp[t] + i);
@@ -194,6 +204,11 @@ AVX512 static void tile_mr_nr(const float *x, int64_t ldx, const float *w, int64
             #pragma GCC unroll 32
             for (int t = 0; t < FMM_NR; t++) acc[r * FMM_NR + t] = _mm512_fmadd_ps(wv[t], xv, acc[r * FMM_NR + t]);
         }
+    }
+    if (!last) {
+        #pragma GCC unroll 32
+        for (int k = 0; k < FMM_MR * FMM_NR; k++) _mm512_store_ps(acc_mem + 16 * k, acc[k]);
+        return;
     }
     const __mmask16 keep = (__mmask16)((1u << nt) - 1);
     /* rows 0-3 in one tree, rows 4-5 (given twice) in another */
@@ -211,22 +226,34 @@ _Static_assert(FMM_MR == 6 && FMM_NR == 4, "tile_mr_nr reduces 16 + 8 accumulato
 
 /* ---- driver ------------------------------------------------------------ */
 
-/* Widens rows [0, nt) of the tile at w into dst [16][n] f32 (rows nt..15 unused). */
-AVX512 static void widen_tile(kvi_type t, const uint8_t *w, size_t rb, int nt, int64_t n, float *dst)
+/* Input rows per row block for rows of n floats: FMM_XBLOCK_BYTES of x, a multiple
+ * of FMM_MR within [FMM_MR, FMM_MB_MAX]. */
+static int64_t row_block(int64_t n)
+{
+    int64_t mb = FMM_XBLOCK_BYTES / (n * (int64_t)sizeof(float)) / FMM_MR * FMM_MR;
+    return mb < FMM_MR ? FMM_MR : mb > FMM_MB_MAX ? FMM_MB_MAX : mb;
+}
+
+/* Widens elements [k0, k0 + kn) of rows [0, nt) of the tile at w into dst
+ * [16][FMM_KC] f32 (rows nt..15 and columns kn.. unused). */
+AVX512 static void widen_block(kvi_type t, const uint8_t *w, size_t rb, int nt, int64_t k0, int64_t kn, float *dst)
 {
     for (int k = 0; k < nt; k++) {
         const uint8_t *p = w + (size_t)k * rb;
-        float *d = dst + (size_t)k * (size_t)n;
-        int64_t i = 0;
+        float *d = dst + (size_t)k * FMM_KC - k0;
+        int64_t i = k0;
         if (t == KVI_TYPE_F16)
-            for (; i + 16 <= n; i += 16) _mm512_storeu_ps(d + i, load_w(KVI_TYPE_F16, p, i));
+            for (; i + 16 <= k0 + kn; i += 16) _mm512_store_ps(d + i, load_w(KVI_TYPE_F16, p, i));
+        else if (t == KVI_TYPE_BF16)
+            for (; i + 16 <= k0 + kn; i += 16) _mm512_store_ps(d + i, load_w(KVI_TYPE_BF16, p, i));
         else
-            for (; i + 16 <= n; i += 16) _mm512_storeu_ps(d + i, load_w(KVI_TYPE_BF16, p, i));
-        if (i < n) {
-            const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
-            _mm512_mask_storeu_ps(d + i, m,
-                                  t == KVI_TYPE_F16 ? load_w_mask(KVI_TYPE_F16, p, i, m)
-                                                    : load_w_mask(KVI_TYPE_BF16, p, i, m));
+            for (; i + 16 <= k0 + kn; i += 16) _mm512_store_ps(d + i, load_w(KVI_TYPE_F32, p, i));
+        if (i < k0 + kn) {
+            const __mmask16 m = (__mmask16)((1u << (k0 + kn - i)) - 1);
+            _mm512_mask_store_ps(d + i, m,
+                                 t == KVI_TYPE_F16    ? load_w_mask(KVI_TYPE_F16, p, i, m)
+                                 : t == KVI_TYPE_BF16 ? load_w_mask(KVI_TYPE_BF16, p, i, m)
+                                                      : load_w_mask(KVI_TYPE_F32, p, i, m));
         }
     }
 }
@@ -242,29 +269,38 @@ int kvi_fmm_avx512(const kvi_fmm_args *a)
     }
     const int64_t n = a->n_in;
     const bool tiled = a->n_rows >= FMM_MR && (a->scratch || a->type == KVI_TYPE_F32);
-    for (int64_t jt = a->j0; jt < a->j1; jt += KVI_FMM_TILE) {
-        const int nt = (int)(a->j1 - jt < KVI_FMM_TILE ? a->j1 - jt : KVI_FMM_TILE);
-        const uint8_t *wt = a->w + (size_t)jt * a->w_rb;
-        if (!tiled) {
+    if (!tiled) {
+        for (int64_t jt = a->j0; jt < a->j1; jt += KVI_FMM_TILE) {
+            const int nt = (int)(a->j1 - jt < KVI_FMM_TILE ? a->j1 - jt : KVI_FMM_TILE);
+            const uint8_t *wt = a->w + (size_t)jt * a->w_rb;
             for (int64_t r = 0; r < a->n_rows; r++) stream(wt, a->w_rb, nt, a->x + r * a->ldx, n, a->y + r * a->ldy + jt);
-            continue;
         }
-        /* the f32 tile: [16][ldw] */
-        const float *tw = (const float *)wt;
-        int64_t ldw = (int64_t)(a->w_rb / sizeof(float));
-        if (a->type != KVI_TYPE_F32) {
-            widen_tile(a->type, wt, a->w_rb, nt, n, a->scratch);
-            tw = a->scratch;
-            ldw = n;
+        return 1;
+    }
+    /* the register tiles' accumulators between blocks of n_in:
+     * [row group][weight quad][FMM_MR * FMM_NR][16] */
+    _Alignas(64) float wblk[KVI_FMM_TILE * FMM_KC];   /* [16][FMM_KC]: a block of n_in of the tile */
+    _Alignas(64) float acc[FMM_MB_MAX / FMM_MR * (KVI_FMM_TILE / FMM_NR) * FMM_MR * FMM_NR * 16];
+    const int64_t mb = row_block(n);
+    for (int64_t r0 = 0; r0 < a->n_rows; r0 += mb) {
+        const int64_t rn = a->n_rows - r0 < mb ? a->n_rows - r0 : mb, ng = rn / FMM_MR;
+        const float *xb = a->x + r0 * a->ldx;
+        float *yb = a->y + r0 * a->ldy;
+        for (int64_t jt = a->j0; jt < a->j1; jt += KVI_FMM_TILE) {
+            const int nt = (int)(a->j1 - jt < KVI_FMM_TILE ? a->j1 - jt : KVI_FMM_TILE);
+            const uint8_t *wt = a->w + (size_t)jt * a->w_rb;
+            for (int64_t k0 = 0; k0 < n; k0 += FMM_KC) {
+                const int64_t kn = n - k0 < FMM_KC ? n - k0 : FMM_KC;
+                widen_block(a->type, wt, a->w_rb, nt, k0, kn, wblk);
+                for (int64_t g = 0; g < ng; g++)
+                    for (int t0 = 0; t0 < nt; t0 += FMM_NR)
+                        tile_mr_nr(xb + g * FMM_MR * a->ldx, a->ldx, wblk + t0 * FMM_KC - k0, FMM_KC,
+                                   nt - t0 < FMM_NR ? nt - t0 : FMM_NR, k0, kn,
+                                   acc + (g * (KVI_FMM_TILE / FMM_NR) + t0 / FMM_NR) * (FMM_MR * FMM_NR * 16),
+                                   k0 == 0, k0 + kn >= n, yb + g * FMM_MR * a->ldy + jt + t0, a->ldy);
+            }
+            for (int64_t r = ng * FMM_MR; r < rn; r++) stream(wt, a->w_rb, nt, xb + r * a->ldx, n, yb + r * a->ldy + jt);
         }
-        int64_t r = 0;
-        for (; r + FMM_MR <= a->n_rows; r += FMM_MR)
-            for (int t0 = 0; t0 < nt; t0 += FMM_NR)
-                tile_mr_nr(a->x + r * a->ldx, a->ldx, tw + t0 * ldw, ldw, nt - t0 < FMM_NR ? nt - t0 : FMM_NR, n,
-                           a->y + r * a->ldy + jt + t0, a->ldy);
-        for (; r < a->n_rows; r++)
-            stream16_f32((const uint8_t *)tw, (size_t)ldw * sizeof(float), nt, a->x + r * a->ldx, n,
-                         a->y + r * a->ldy + jt);
     }
     return 1;
 }

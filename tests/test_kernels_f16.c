@@ -6,6 +6,8 @@
  * in batches of 3, 17 and 64 rows (streaming and tiled paths, partial register
  * tiles, a short last weight tile) and on 1, 2 or 3 threads, with and without a
  * pool. Nothing is written outside y's columns [0, n_out).
+ * kvi_fmm_avx512 on 203 rows (several row blocks, blocks of n_in, leftover rows)
+ * and a column range [j0, j1) is also checked against the order directly.
  */
 #include "kernels.h"
 #include "kernels_f16_avx512.h"
@@ -127,12 +129,60 @@ static void test_lanes16_ref(void)
     CHECK(kvi_fdot_lanes16_ref(KVI_TYPE_F32, a, b, 17) == 1.0f, "lanes16: i and i+16 share lane 0");
 }
 
+/* kvi_fmm_avx512 alone on many rows: several row blocks (their size depends on
+ * n_in), n_in in several blocks with a partial last group of 16, columns [3, n_out
+ * - 2) with a short last tile: every output is kvi_fdot_lanes16_ref's bits and
+ * nothing outside the columns is written. */
+static void test_many_rows(int64_t n_in, int64_t n_out, uint64_t *rs)
+{
+    const int64_t n_rows = 203, ldx = n_in + 3, ldy = n_out + 1, j0 = 3, j1 = n_out - 2;
+    float *x = malloc((size_t)(n_rows * ldx) * sizeof(float));   /* [n_rows][ldx] */
+    float *y = malloc((size_t)(n_rows * ldy) * sizeof(float));   /* [n_rows][ldy] */
+    float *row = malloc((size_t)n_in * sizeof(float));           /* [n_in] */
+    float *scr = malloc(KVI_FMM_SCRATCH(n_in));                  /* [16][n_in] */
+    fill_normal(x, n_rows * ldx, rs);
+    for (int k = 0; k < N_FTYPES; k++) {
+        const kvi_type t = TYPES[k];
+        const size_t rb = kvi_row_bytes(t, n_in);
+        uint8_t *w = malloc(rb * (size_t)n_out);   /* [n_out][rb] */
+        for (int64_t j = 0; j < n_out; j++) {
+            fill_normal(row, n_in, rs);
+            kvi_quantize_row(t, row, w + (size_t)j * rb, n_in);
+        }
+        for (int64_t i = 0; i < n_rows * ldy; i++) y[i] = -777.0f;
+        const kvi_fmm_args a = {.type = t, .w = w, .w_rb = rb, .n_in = n_in, .j0 = j0, .j1 = j1, .x = x,
+                                .ldx = ldx, .n_rows = n_rows, .y = y, .ldy = ldy, .scratch = scr};
+        if (kvi_fmm_avx512(&a)) {
+            int bad = 0, pad = 0;
+            for (int64_t r = 0; r < n_rows; r++)
+                for (int64_t j = 0; j < ldy; j++) {
+                    if (j < j0 || j >= j1) {
+                        pad += y[r * ldy + j] != -777.0f;
+                        continue;
+                    }
+                    const float e = kvi_fdot_lanes16_ref(t, w + (size_t)j * rb, x + r * ldx, n_in);
+                    bad += memcmp(&e, &y[r * ldy + j], sizeof e) != 0;
+                }
+            CHECK(bad == 0, "%s fmm %lld rows %lldx%lld: %d outputs differ from the lanes16 order",
+                  kvi_type_name(t), (long long)n_rows, (long long)n_out, (long long)n_in, bad);
+            CHECK(pad == 0, "%s fmm: %d writes outside columns [j0, j1)", kvi_type_name(t), pad);
+        }
+        free(w);
+    }
+    free(x);
+    free(y);
+    free(row);
+    free(scr);
+}
+
 int main(void)
 {
     kvi_pool *pools[3] = {kvi_pool_create(1), kvi_pool_create(2), kvi_pool_create(3)};
     uint64_t rs = 20240611;
     test_lanes16_ref();
     for (int s = 0; s < N_SHAPES; s++) test_shape(N_INS[s], N_OUTS[s], pools, &rs);
+    test_many_rows(2056, 37, &rs);
+    test_many_rows(8200, 21, &rs);
     for (int p = 0; p < 3; p++) kvi_pool_free(pools[p]);
     return test_main_end();
 }
