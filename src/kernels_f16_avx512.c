@@ -7,10 +7,13 @@
  *  - streaming (few rows, decode): 16 weight rows at a time are read straight from
  *    the weights (F16/BF16 widened in registers, no copy), 16 accumulators, one per
  *    weight row, each a dot-product chain with the input row;
- *  - tiled (>= FMM_MR rows and a scratch): a tile of 16 weight rows is widened once
- *    into scratch [16][n_in] f32 (F32 weights are read in place), then register
- *    tiles of FMM_MR input rows x 4 weight rows (24 accumulators) walk n_in; the
- *    remaining n_rows mod FMM_MR rows take the streaming kernel on the f32 tile.
+ *  - tiled (>= FMM_MR rows and a scratch, which it no longer reads): rows in row
+ *    blocks (row_block: ~1 MiB of x, stays in L2 across the weight tiles); per
+ *    16-row weight tile, n_in in blocks of FMM_KC widened into an aligned stack
+ *    buffer wblk [16][FMM_KC] (stays in L1 while the row groups pass), register
+ *    tiles of FMM_MR input rows x 4 weight rows (24 accumulators) kept in acc
+ *    between blocks, so each lane's chain is still increasing i; the remaining
+ *    rows of a row block (< FMM_MR) take the streaming kernel on the weights.
  * Both end with reduce16(), which sums 16 accumulators at once with shuffles: each
  * output gets exactly hsum's lane tree (l+8, l+4, l+2, l+1), so the bits do not
  * depend on which path or which tile position an output had.
