@@ -29,8 +29,13 @@
  * (attend_pos): the keys of a chunk of pcb blocks are transposed, the chunk's
  * scores computed with positions in lanes, then each block's update with head
  * dims in lanes; the per-element operations are those above, so the bits are the
- * same. Its K/V slices are prefetched a block (values) and a chunk (row keys)
- * ahead: at depth the KV stream comes from memory in strided 128-byte pieces.
+ * same. An f16 cache's key rows go straight into position lanes (ptrans_f16) and
+ * its values are read as f16 by pupdate: no f32 copies. The first chunk's K/V
+ * slices are prefetched all at once when the item starts, together with those of
+ * the next item of the thread's claim (items are taken ATTN_CLAIM at a time: the
+ * next kv head of the row); later ones a block (values) and a chunk (row keys)
+ * ahead: the KV stream comes from memory in strided 128-byte pieces, and a
+ * serving step's short rows would otherwise wait on each block's misses in turn.
  *
  * Chunked path (row-type caches, tiles of more than 16 query vectors: prefill):
  * tiles grow to ATTN_BIG_LANES query vectors (128 rows under GQA 4), so the KV
@@ -65,6 +70,7 @@
 #define ATTN_MAX_LANES 128   /* query vectors of one tile (rows x group) */
 #define ATTN_BIG_LANES 512   /* the same on the chunked path (row-type caches) */
 #define ATTN_SUB_LANES 32    /* chunked path: lanes of a sub-tile (its qt, acc, s stay in L1) */
+#define ATTN_CLAIM 1         /* items a thread takes at once (2: -35% decode attention in bench_attn_decode, but test_server_fields then fails: not understood yet) */
 #define PF_V_BLOCKS 1        /* position lanes: values prefetched this many blocks ahead */
 
 struct attn_scratch {
@@ -219,10 +225,18 @@ static void prefetch_rows(const attn_args *a, const kv_table *t, int which, int3
     const kv_pool *kv = a->kv;
     const kvi_type ty = which ? kv->type_v : kv->type_k;
     const size_t off = kvi_row_bytes(ty, (int64_t)g * a->head_dim), n = kvi_row_bytes(ty, a->head_dim);
-    for (int32_t p = p0; p < p1; p++) {
+    const size_t stride = which ? kv->row_bytes_v : kv->row_bytes_k;
+    const int32_t bs = kv->block_size;
+    for (int32_t p = p0; p < p1;) {
+        /* one block's rows lie `stride` apart: one table look-up per block, one
+         * hint per 64-byte line the slice touches */
+        const int32_t be = (p / bs + 1) * bs < p1 ? (p / bs + 1) * bs : p1;
         const uint8_t *row = (which ? kv_v_row(kv, t, a->layer, p) : kv_k_row(kv, t, a->layer, p)) + off;
-        for (size_t b = 0; b < n; b += 64) __builtin_prefetch(row + b, 0, 2);
-        __builtin_prefetch(row + n - 1, 0, 2);
+        for (; p < be; p++, row += stride) {
+            const uintptr_t last = (uintptr_t)(row + n - 1);
+            for (uintptr_t c = (uintptr_t)row & ~(uintptr_t)63; c <= last; c += 64)
+                __builtin_prefetch((const void *)c, 0, 2);
+        }
     }
 }
 
@@ -484,7 +498,8 @@ static void attend_chunked(const attn_args *a, const attn_scratch *s, attn_work 
  * ATTN_POS_MAXQ, row-type keys): the scores of a chunk of pcb blocks at once
  * (scores do not depend on m or l), then each block's online-softmax update in
  * order; every lane goes through the operations attend_tile gives it. */
-static void attend_pos(const attn_args *a, const attn_scratch *s, attn_work *w, int r0, int nr, int g)
+static void attend_pos(const attn_args *a, const attn_scratch *s, attn_work *w, int r0, int nr, int g,
+                       int g_next)
 {
     const kv_pool *kv = a->kv;
     const int hd = a->head_dim, bs = kv->block_size, group = s->group, nq = nr * group, ld = s->pld;
@@ -506,6 +521,21 @@ static void attend_pos(const attn_args *a, const attn_scratch *s, attn_work *w, 
         if (a->pos[r0 + rr] > pmax) pmax = a->pos[r0 + rr];
     attn_pblk pb = {.nq = nq, .hd = hd, .ld = ld, .v = w->vtile, .lim = w->plim, .m = w->pm, .l = w->pl,
                     .acc = w->pacc};
+    /* f16 rows go straight into the kernels: keys into position lanes, values read as they lie */
+    const bool kh = kv->type_k == KVI_TYPE_F16 && kn->ptrans_f16;
+    const bool vh = kv->type_v == KVI_TYPE_F16;
+    const size_t kstride = kv->row_bytes_k / sizeof(uint16_t), vstride = kv->row_bytes_v / sizeof(uint16_t);
+    pb.vh_stride = vstride;
+    /* the first chunk's slices all at once: a short row (a serving step's decode
+     * rows) is read from memory with every line in flight together, not block by
+     * block behind the loads that need them */
+    const int32_t n0 = (int64_t)pmax + 1 < (int64_t)s->pcb * bs ? pmax + 1 : s->pcb * bs;
+    if (!kivi) prefetch_rows(a, t, 0, 0, n0, g);
+    prefetch_rows(a, t, 1, 0, n0, g);
+    if (g_next >= 0) {   /* and those of this thread's next item (the next kv head) */
+        if (!kivi) prefetch_rows(a, t, 0, 0, n0, g_next);
+        prefetch_rows(a, t, 1, 0, n0, g_next);
+    }
     for (int32_t c0 = 0; c0 <= pmax; c0 += s->pcb * bs) {
         const int np = (int64_t)pmax - c0 + 1 < (int64_t)s->pcb * bs ? (int)(pmax - c0 + 1) : s->pcb * bs;
         for (int j = 0; j * bs < np; j++) {
@@ -516,11 +546,19 @@ static void attend_pos(const attn_args *a, const attn_scratch *s, attn_work *w, 
                 const int32_t end = blk * bs + bs - 1;
                 const kvi_f16 *f = pmax < end ? kivi_group_f16(kv, t, a->layer, blk, a->stash) : NULL;
                 load_kivi(a, w, t, blk, nt, g, f, w->kc + (size_t)j * bs * hd);
+            } else if (kh) {
+                const uint16_t *k0 = (const uint16_t *)kv_k_row(kv, t, a->layer, blk * bs) + (size_t)g * hd;
+                kn->ptrans_f16(k0, kstride, nt, hd, w->kt + (size_t)j * bs, ld);
             } else {
                 load_rows(a, w, t, 0, blk, nt, g, w->kc + (size_t)j * bs * hd);
             }
         }
-        kn->ptrans(w->kc, np, hd, w->kt, ld);
+        if (kh) {
+            for (int d = 0; d < hd; d++)
+                for (int c = np; c < ((np + 15) & ~15); c++) w->kt[(size_t)d * ld + c] = 0.0f;
+        } else {
+            kn->ptrans(w->kc, np, hd, w->kt, ld);
+        }
         kn->pscores(w->pq, nq, hd, w->kt, ld, (np + 15) & ~15, scale, w->ps);
         const int32_t c1 = c0 + s->pcb * bs;   /* the next chunk */
         for (int j = 0; j * bs < np; j++) {
@@ -528,7 +566,7 @@ static void attend_pos(const attn_args *a, const attn_scratch *s, attn_work *w, 
             const int ntb = np - j * bs < bs ? np - j * bs : bs;
             /* the next block's values and the next chunk's keys, a block at a time */
             const int32_t vn = t0 + PF_V_BLOCKS * bs;
-            if (vn <= pmax) prefetch_rows(a, t, 1, vn, vn + bs <= pmax + 1 ? vn + bs : pmax + 1, g);
+            if (vn >= n0 && vn <= pmax) prefetch_rows(a, t, 1, vn, vn + bs <= pmax + 1 ? vn + bs : pmax + 1, g);
             if (!kivi && c1 + j * bs <= pmax)
                 prefetch_rows(a, t, 0, c1 + j * bs, c1 + (j + 1) * bs <= pmax + 1 ? c1 + (j + 1) * bs : pmax + 1, g);
             int most = 0;
@@ -539,7 +577,8 @@ static void attend_pos(const attn_args *a, const attn_scratch *s, attn_work *w, 
                 for (int q = 0; q < group; q++) w->plim[rr * group + q] = (int32_t)n;
                 if (n > most) most = (int)n;
             }
-            load_rows(a, w, t, 1, t0 / bs, ntb, g, w->vtile);
+            if (vh) pb.vh = (const uint16_t *)kv_v_row(kv, t, a->layer, t0) + (size_t)g * hd;
+            else load_rows(a, w, t, 1, t0 / bs, ntb, g, w->vtile);
             pb.nt = most;
             pb.s = w->ps + (size_t)j * bs;
             kn->pupdate(&pb);
@@ -572,10 +611,19 @@ static void attn_worker(void *ctx, int ith, int nth)
     work_init(&w, job->s, job->s->buf + (size_t)ith * job->s->floats_per_thread, job->kn);
     const int nkv = a->n_kv_heads;
     const int64_t n_items = (int64_t)job->n_tiles * nkv;
-    for (;;) {
-        const int64_t it = atomic_fetch_add(&job->next, 1);
+    /* items are claimed ATTN_CLAIM at a time: a decode tile prefetches the
+     * first chunk of the next item of the claim (the next kv head of the row)
+     * while it computes, so the KV stream of short rows overlaps the work (the
+     * item still prefetches its own: measured faster than relying on the hint
+     * given a whole item earlier) */
+    for (int64_t it = 0, claim_end = 0;; it++) {
+        if (it >= claim_end) {
+            it = atomic_fetch_add(&job->next, ATTN_CLAIM);
+            claim_end = it + ATTN_CLAIM < n_items ? it + ATTN_CLAIM : n_items;
+        }
         if (it >= n_items) break;
         const int tile = job->n_tiles - 1 - (int)(it / nkv), g = (int)(it % nkv);
+        const int g_next = it + 1 < claim_end && g + 1 < nkv ? g + 1 : -1;
         const int r0 = job->tiles ? job->tiles[tile] : tile;
         const int nr = job->tiles ? job->tiles[tile + 1] - r0 : 1;
         if (a->recv && a->recv[r0]) {
@@ -584,7 +632,7 @@ static void attn_worker(void *ctx, int ith, int nth)
                 for (int gg = 0; gg < nkv; gg++) attend_tile(a, job->s, &w, r0, 1, gg);
         } else if (w.kn->pscores && nr * job->s->group <= ATTN_POS_MAXQ &&
                    (a->kv->type_k != KVI_TYPE_KV_Q4 || nr == 1)) {
-            attend_pos(a, job->s, &w, r0, nr, g);
+            attend_pos(a, job->s, &w, r0, nr, g, g_next);
         } else if (a->kv->type_k != KVI_TYPE_KV_Q4 && nr * job->s->group > ATTN_LANES) {
             attend_chunked(a, job->s, &w, r0, nr, g);
         } else {

@@ -156,4 +156,4 @@ AVX2 static void f16_rows_avx2(const uint16_t *src, size_t src_stride, int nt, i
 }
 
 const attn_kernels attn_kernels_avx2 = {scores_avx2, update_avx2, f16_avx2, NULL, NULL, NULL,
-                                        kvq_row_slice, kivi_group_slice, f16_rows_avx2};
+                                        kvq_row_slice, kivi_group_slice, f16_rows_avx2, NULL};

@@ -8,6 +8,9 @@
  * update: per 16-lane chunk the masked block max, the masked rescale, the weights
  *   by the vector attn_exp, the sequential sum; then P x V in register tiles of
  *   32 (or 16) lanes x 8 head dims, positions in order.
+ * position lanes: ptrans (16 x 16 register transposes), ptrans_f16 (the same,
+ *   the rows converted from f16 as loaded), pscores (positions in lanes, one fma
+ *   chain per position), pupdate (head dims in lanes; values f32 or f16 rows).
  * Contraction is off: every mul and add is the one the reference performs.
  */
 #if defined(__GNUC__) && !defined(__clang__)
@@ -175,12 +178,11 @@ AVX512 static void f16_rows_avx512(const uint16_t *src, size_t src_stride, int n
 
 /* ---- position lanes (attention_kernels.h, attn_pblk) ---- */
 
-/* kt[d0 + c][t0 + r] = k[t0 + r][d0 + c], r, c < 16: a 16 x 16 transpose in registers */
-INLINE512 void trans16(const float *k, int hd, float *kt, int ld)
+/* kt[c][r] = r_in[r][c], r, c < 16, columns r outside mk left as they are: a
+ * 16 x 16 transpose in registers (r is clobbered) */
+INLINE512 void trans16_regs(__m512 *r, float *kt, int ld, __mmask16 mk)
 {
-    __m512 r[16], u[16];
-    #pragma GCC unroll 16
-    for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(k + (size_t)i * hd);
+    __m512 u[16];
     #pragma GCC unroll 8
     for (int i = 0; i < 16; i += 2) {
         u[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
@@ -205,11 +207,20 @@ INLINE512 void trans16(const float *k, int hd, float *kt, int ld)
     }
     #pragma GCC unroll 4
     for (int b = 0; b < 4; b++) {
-        _mm512_storeu_ps(kt + (size_t)b * ld, _mm512_shuffle_f32x4(u[b], u[8 + b], 0x88));
-        _mm512_storeu_ps(kt + (size_t)(8 + b) * ld, _mm512_shuffle_f32x4(u[b], u[8 + b], 0xDD));
-        _mm512_storeu_ps(kt + (size_t)(4 + b) * ld, _mm512_shuffle_f32x4(u[4 + b], u[12 + b], 0x88));
-        _mm512_storeu_ps(kt + (size_t)(12 + b) * ld, _mm512_shuffle_f32x4(u[4 + b], u[12 + b], 0xDD));
+        _mm512_mask_storeu_ps(kt + (size_t)b * ld, mk, _mm512_shuffle_f32x4(u[b], u[8 + b], 0x88));
+        _mm512_mask_storeu_ps(kt + (size_t)(8 + b) * ld, mk, _mm512_shuffle_f32x4(u[b], u[8 + b], 0xDD));
+        _mm512_mask_storeu_ps(kt + (size_t)(4 + b) * ld, mk, _mm512_shuffle_f32x4(u[4 + b], u[12 + b], 0x88));
+        _mm512_mask_storeu_ps(kt + (size_t)(12 + b) * ld, mk, _mm512_shuffle_f32x4(u[4 + b], u[12 + b], 0xDD));
     }
+}
+
+/* kt[d0 + c][t0 + r] = k[t0 + r][d0 + c], r, c < 16 */
+INLINE512 void trans16(const float *k, int hd, float *kt, int ld)
+{
+    __m512 r[16];
+    #pragma GCC unroll 16
+    for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(k + (size_t)i * hd);
+    trans16_regs(r, kt, ld, (__mmask16)0xFFFF);
 }
 
 AVX512 static void ptrans_avx512(const float *k, int n, int hd, float *kt, int ld)
@@ -224,6 +235,30 @@ AVX512 static void ptrans_avx512(const float *k, int n, int hd, float *kt, int l
     }
     for (int d = 0; d < hd && t0 < np; d++)
         for (int t = t0; t < np; t++) kt[(size_t)d * ld + t] = t < n ? k[(size_t)t * hd + d] : 0.0f;
+}
+
+static inline __mmask16 first_n(int n) { return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1u); }
+
+/* f16 key rows to position lanes: 16 rows x 16 dims converted in registers
+ * (vcvtph2ps, exact) and transposed; rows past nt load as zeros and their
+ * columns are not stored; dims past the last 16 one by one. */
+AVX512 static void ptrans_f16_avx512(const uint16_t *src, size_t src_stride, int nt, int hd, float *kt, int ld)
+{
+    for (int t0 = 0; t0 < nt; t0 += 16) {
+        const int n = nt - t0 < 16 ? nt - t0 : 16;
+        const uint16_t *s0 = src + (size_t)t0 * src_stride;
+        int d0 = 0;
+        for (; d0 + 16 <= hd; d0 += 16) {
+            __m512 r[16];
+            #pragma GCC unroll 16
+            for (int i = 0; i < 16; i++)
+                r[i] = i < n ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(s0 + (size_t)i * src_stride + d0)))
+                             : _mm512_setzero_ps();
+            trans16_regs(r, kt + (size_t)d0 * ld + t0, ld, first_n(n));
+        }
+        for (; d0 < hd; d0++)
+            for (int i = 0; i < n; i++) kt[(size_t)d0 * ld + t0 + i] = _cvtsh_ss(s0[(size_t)i * src_stride + d0]);
+    }
 }
 
 /* s[i][t0 .. t0 + 16 J) of query i: J chains over d, one per 16 positions */
@@ -266,10 +301,9 @@ AVX512 static void pscores_avx512(const float *q, int nq, int hd, const float *k
     }
 }
 
-static inline __mmask16 first_n(int n) { return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1u); }
-
-/* acc[i .. i + Q)[d0 .. d0 + 64) (masked at hd) += e[t] v[t][d], t in order */
-INLINE512 void ppv_tile(const attn_pblk *b, int i, int d0, const int Q)
+/* acc[i .. i + Q)[d0 .. d0 + 64) (masked at hd) += e[t] v[t][d], t in order;
+ * H: the values are f16 rows (b->vh), converted as loaded */
+INLINE512 void ppv_tile(const attn_pblk *b, int i, int d0, const int Q, const int H)
 {
     const int hd = b->hd;
     __mmask16 mk[4];
@@ -283,12 +317,14 @@ INLINE512 void ppv_tile(const attn_pblk *b, int i, int d0, const int Q)
     }
     const float *e0 = b->s + (size_t)i * b->ld, *e1 = e0 + (Q == 2 ? b->ld : 0);
     for (int t = 0; t < b->nt; t++) {
-        const float *vt = b->v + (size_t)t * hd + d0;
+        const float *vt = H ? NULL : b->v + (size_t)t * hd + d0;
+        const uint16_t *vht = H ? b->vh + (size_t)t * b->vh_stride + d0 : NULL;
         const __m512 w0 = _mm512_set1_ps(e0[t]);
         const __m512 w1 = _mm512_set1_ps(e1[t]);
         #pragma GCC unroll 4
         for (int c = 0; c < 4; c++) {
-            const __m512 vv = _mm512_maskz_loadu_ps(mk[c], vt + 16 * c);
+            const __m512 vv = H ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk[c], vht + 16 * c))
+                                : _mm512_maskz_loadu_ps(mk[c], vt + 16 * c);
             a[0][c] = _mm512_fmadd_ps(w0, vv, a[0][c]);
             if (Q == 2) a[1][c] = _mm512_fmadd_ps(w1, vv, a[1][c]);
         }
@@ -338,8 +374,13 @@ AVX512 static void pupdate_avx512(const attn_pblk *b)
     }
     for (int d0 = 0; d0 < hd; d0 += 64) {
         int i = 0;
-        for (; i + 2 <= b->nq; i += 2) ppv_tile(b, i, d0, 2);
-        if (i < b->nq) ppv_tile(b, i, d0, 1);
+        if (b->vh) {
+            for (; i + 2 <= b->nq; i += 2) ppv_tile(b, i, d0, 2, 1);
+            if (i < b->nq) ppv_tile(b, i, d0, 1, 1);
+        } else {
+            for (; i + 2 <= b->nq; i += 2) ppv_tile(b, i, d0, 2, 0);
+            if (i < b->nq) ppv_tile(b, i, d0, 1, 0);
+        }
     }
 }
 
@@ -401,4 +442,5 @@ AVX512 static void kslice_avx512(const uint8_t *region, int kv_dim, int i, int o
 
 const attn_kernels attn_kernels_avx512 = {scores_avx512, update_avx512, f16_avx512,
                                           ptrans_avx512, pscores_avx512, pupdate_avx512,
-                                          qslice_avx512, kslice_avx512, f16_rows_avx512};
+                                          qslice_avx512, kslice_avx512, f16_rows_avx512,
+                                          ptrans_f16_avx512};

@@ -59,12 +59,19 @@ typedef struct attn_blk {
  * ptrans: kt[d][t] = k[t][d] for t < n, 0 for n <= t < round16(n).
  * pscores: s[i][t] for t < np (np % 16 == 0) as s[t][i] above.
  * pupdate: one block (positions 0..nt-1 of s and v; s already offset to it, row
- *   stride ld): lane i does exactly what `update` does for lane i. */
+ *   stride ld): lane i does exactly what `update` does for lane i. With vh set,
+ *   the values are read from f16 rows instead (v[t][d] = f16_to_f32(vh[t *
+ *   vh_stride + d]), exact), so an f16 cache needs no f32 copy of them.
+ * ptrans_f16: kt[d][t] = f16_to_f32(src[t * src_stride + d]) for t < nt, d < hd
+ *   (exact): an f16 cache's key rows straight into position lanes; columns
+ *   t >= nt are left as they are (the caller pads the chunk's last columns). */
 #define ATTN_POS_MAXQ 8
 
 typedef struct attn_pblk {
     int nq, hd, nt, ld;
-    const float *v;      /* [nt][hd] */
+    const float *v;      /* [nt][hd] (vh == NULL) */
+    const uint16_t *vh;  /* [nt][vh_stride] f16 values, first hd of each row used; NULL: v */
+    size_t vh_stride;
     const int32_t *lim;  /* [nq] */
     float *s;            /* [nq][ld], offset to the block */
     float *m, *l;        /* [nq] */
@@ -92,6 +99,8 @@ typedef struct attn_kernels {
     /* nt rows of n f16 values, src_stride values apart, to dst[nt][n] (exact: the
      * bits of f16_to_f32 per row); NULL: f16_to_f32 row by row */
     void (*f16_rows)(const uint16_t *src, size_t src_stride, int nt, int n, float *dst);
+    /* f16 key rows to position lanes (NULL: f16_rows, then ptrans) */
+    void (*ptrans_f16)(const uint16_t *src, size_t src_stride, int nt, int hd, float *kt, int ld);
 } attn_kernels;
 
 /* The table of the active ISA (kernels.h kvi_isa_active). */

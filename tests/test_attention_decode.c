@@ -12,7 +12,11 @@
  *   - every ISA the CPU has gives the same bits for the decode rows;
  *   - the decode rows agree with the double-precision reference (2e-5);
  *   - the kernels' f16 conversion equals kvi_f16_to_f32 for all 65536 halves
- *     (NaNs compared as NaN) on every ISA.
+ *     (NaNs compared as NaN) on every ISA;
+ *   - the f16 kernels of position lanes (ptrans_f16, pupdate reading f16 values)
+ *     give, on random halves, the bits of f16_rows + ptrans and of pupdate over
+ *     the converted values, on every ISA that has them (row counts off 16, head
+ *     dims off 16, strided rows, columns past nt left untouched).
  */
 #include "testutil.h"
 
@@ -149,6 +153,71 @@ static void f16_all(void)
     free(f);
 }
 
+static uint16_t rand_half(uint64_t *rng)
+{
+    /* finite halves of every exponent: sign, exponent 0..30, mantissa */
+    const uint32_t r = (uint32_t)(trand_u64(rng) >> 11);
+    return (uint16_t)((r & 0x8000u) | ((r >> 16) % 31u) << 10 | (r & 0x3FFu));
+}
+
+static void f16_kernels(void)
+{
+    enum { LD = 48, Q = 3, SRC = 96 };
+    const int nts[] = {16, 5, 23, 32}, hds[] = {64, 40, 72};
+    uint64_t rng = 4242;
+    uint16_t *src = malloc((size_t)32 * SRC * sizeof *src);
+    float *rows = malloc((size_t)32 * 80 * sizeof *rows);
+    float *want = malloc((size_t)80 * LD * sizeof *want), *got = malloc((size_t)80 * LD * sizeof *got);
+    float s0[Q * LD], s1[Q * LD], a0[Q * 80], a1[Q * 80], m0[Q], m1[Q], l0[Q], l1[Q];
+    int32_t lim[Q];
+    const kvi_isa best = kvi_isa_detect(), was = kvi_isa_active();
+    for (int isa = KVI_ISA_SCALAR; isa <= (int)best; isa++) {
+        kvi_isa_set((kvi_isa)isa);
+        const attn_kernels *kn = attn_kernels_active();
+        if (!kn->ptrans_f16 || !kn->pupdate) continue;
+        for (size_t a = 0; a < sizeof nts / sizeof nts[0]; a++)
+            for (size_t h = 0; h < sizeof hds / sizeof hds[0]; h++) {
+                const int nt = nts[a], hd = hds[h];
+                for (int i = 0; i < 32 * SRC; i++) src[i] = rand_half(&rng);
+                for (int t = 0; t < nt; t++) attn_kernels_scalar.f16_to_f32(src + (size_t)t * SRC + 3, rows + (size_t)t * hd, hd);
+                for (int i = 0; i < 80 * LD; i++) want[i] = got[i] = -7.0f;
+                attn_kernels_scalar.ptrans(rows, nt, hd, want, LD);
+                for (int d = 0; d < hd; d++)   /* ptrans pads to 16; ptrans_f16 leaves those columns */
+                    for (int t = nt; t < LD; t++) want[(size_t)d * LD + t] = -7.0f;
+                kn->ptrans_f16(src + 3, SRC, nt, hd, got, LD);
+                CHECK(memcmp(want, got, (size_t)80 * LD * sizeof *got) == 0, "ISA %s: ptrans_f16 nt %d hd %d",
+                      kvi_isa_str(kvi_isa_active()), nt, hd);
+                /* one block's update: f32 values vs the same values as f16 rows */
+                for (int i = 0; i < Q * LD; i++) s0[i] = s1[i] = 3.0f * trand_normal(&rng);
+                for (int i = 0; i < Q * hd; i++) a0[i] = a1[i] = trand_normal(&rng);
+                for (int i = 0; i < Q; i++) {
+                    m0[i] = m1[i] = i == 0 ? -INFINITY : 0.5f;
+                    l0[i] = l1[i] = i == 0 ? 0.0f : 1.5f;
+                    lim[i] = i == 2 ? nt / 2 : nt;
+                }
+                attn_pblk b = {.nq = Q, .hd = hd, .nt = nt, .ld = LD, .v = rows, .lim = lim, .s = s0, .m = m0,
+                               .l = l0, .acc = a0};
+                attn_kernels_scalar.pupdate(&b);
+                b.v = NULL;
+                b.vh = src + 3;
+                b.vh_stride = SRC;
+                b.s = s1;
+                b.m = m1;
+                b.l = l1;
+                b.acc = a1;
+                kn->pupdate(&b);
+                CHECK(memcmp(a0, a1, (size_t)Q * hd * sizeof *a0) == 0 && memcmp(l0, l1, sizeof l0) == 0 &&
+                          memcmp(m0, m1, sizeof m0) == 0,
+                      "ISA %s: pupdate from f16 values nt %d hd %d", kvi_isa_str(kvi_isa_active()), nt, hd);
+            }
+    }
+    kvi_isa_set(was);
+    free(src);
+    free(rows);
+    free(want);
+    free(got);
+}
+
 int main(void)
 {
     const kvi_type types[] = {KVI_TYPE_F32, KVI_TYPE_F16, KVI_TYPE_Q8_0, KVI_TYPE_Q4_0, KVI_TYPE_KV_Q4};
@@ -157,5 +226,6 @@ int main(void)
         for (size_t j = 0; j < sizeof shapes / sizeof shapes[0]; j++)
             decode(types[i], shapes[j], j == 2 ? 700 : 300 + 37 * (int)j);
     f16_all();
+    f16_kernels();
     return test_main_end();
 }

@@ -1,0 +1,130 @@
+/*
+ * bench_attn_decode.c — micro-benchmark of the decode attention of a serving step:
+ * the stories110M shape (12 layers, 12 heads = 12 KV heads, head_dim 64, f16 cache,
+ * blocks of 16 positions), SEQS sequences of one decode row each, at positions
+ * spread evenly over [LO, HI] (the 16-stream load: 32-token prompts, 128 new
+ * tokens), random K/V/Q. One step = attention_rows once per layer (each layer's
+ * slices lie where the engine puts them, so the cache footprint is a real step's).
+ * Prints the best and median wall and process-CPU milliseconds of a step over R
+ * steps and an FNV hash of the last step's output bits (two builds must agree).
+ *
+ * Build (from the repository root, after building kvinfer_core in BUILD; to time
+ * other attention sources, put their objects before the archive):
+ *   gcc -O2 -std=gnu11 -Iinclude -Isrc bench/bench_attn_decode.c BUILD/libkvinfer_core.a \
+ *       -lpcre2-8 -lcjson -lm -lpthread -o /tmp/bench_attn_decode
+ * Run: /tmp/bench_attn_decode [threads=1] [steps=50] [seqs=16] [lo=32] [hi=160]
+ */
+#include "attention.h"
+#include "kv_cache.h"
+#include "quant.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { LAYERS = 12, HEADS = 12, KVH = 12, HD = 64, BS = 16 };
+
+static double now(clockid_t c)
+{
+    struct timespec ts;
+    clock_gettime(c, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+
+static float rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float)((rng_state >> 40) & 0xFFFFFF) / 16777216.0f * 2.0f - 1.0f;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv)
+{
+    const int threads = argc > 1 ? atoi(argv[1]) : 1;
+    const int steps = argc > 2 ? atoi(argv[2]) : 50;
+    const int seqs = argc > 3 ? atoi(argv[3]) : 16;
+    const int lo = argc > 4 ? atoi(argv[4]) : 32;
+    const int hi = argc > 5 ? atoi(argv[5]) : 160;
+    if (threads < 1 || steps < 1 || seqs < 1 || lo < 0 || hi < lo) return 2;
+    const int kvd = KVH * HD, qd = HEADS * HD;
+    kv_pool kv;
+    kvi_error err = {0};
+    const size_t budget = (size_t)seqs * (hi + BS + 1) * kvd * 4 * LAYERS + ((size_t)1 << 24);
+    if (kv_pool_init(&kv, LAYERS, kvd, BS, KVI_TYPE_F16, KVI_TYPE_F16, budget, &err)) {
+        fprintf(stderr, "pool: %s\n", err.msg);
+        return 1;
+    }
+    kv_table *tab = calloc((size_t)seqs, sizeof *tab);
+    const kv_table **tabs = malloc((size_t)seqs * sizeof *tabs);
+    int32_t *pos = malloc((size_t)seqs * sizeof *pos);
+    float *row = malloc((size_t)kvd * sizeof(float));
+    float *q = malloc((size_t)LAYERS * seqs * qd * sizeof(float));
+    float *out = malloc((size_t)seqs * qd * sizeof(float));
+    double *ts = malloc((size_t)steps * sizeof(double)), *cs = malloc((size_t)steps * sizeof(double));
+    if (!tab || !tabs || !pos || !row || !q || !out || !ts || !cs) return 1;
+    for (int s = 0; s < seqs; s++) {
+        pos[s] = seqs > 1 ? lo + (int32_t)((int64_t)(hi - lo) * s / (seqs - 1)) : hi;
+        if (kv_table_reserve(&kv, &tab[s], pos[s] + 1, &err)) {
+            fprintf(stderr, "reserve: %s\n", err.msg);
+            return 1;
+        }
+        tab[s].n_pos = pos[s] + 1;
+        tabs[s] = &tab[s];
+        for (int l = 0; l < LAYERS; l++)
+            for (int p = 0; p <= pos[s]; p++) {
+                for (int i = 0; i < kvd; i++) row[i] = 2.0f * rnd();
+                kvi_quantize_row(KVI_TYPE_F16, row, kv_k_row(&kv, &tab[s], l, p), kvd);
+                for (int i = 0; i < kvd; i++) row[i] = rnd();
+                kvi_quantize_row(KVI_TYPE_F16, row, kv_v_row(&kv, &tab[s], l, p), kvd);
+            }
+    }
+    for (size_t i = 0; i < (size_t)LAYERS * seqs * qd; i++) q[i] = 2.0f * rnd();
+    kvi_pool *pool = kvi_pool_create(threads);
+    attn_scratch *sc = attn_scratch_create(kvi_pool_size(pool), BS, HD, HEADS, KVH, kvd);
+    if (!pool || !sc) return 1;
+    for (int i = -1; i < steps; i++) {   /* -1: warm-up */
+        const double t0 = now(CLOCK_MONOTONIC), c0 = now(CLOCK_PROCESS_CPUTIME_ID);
+        for (int l = 0; l < LAYERS; l++) {
+            attn_args a = {.kv = &kv, .layer = l, .n_rows = seqs, .tables = tabs, .pos = pos,
+                           .q = q + (size_t)l * seqs * qd, .out = out, .n_heads = HEADS,
+                           .n_kv_heads = KVH, .head_dim = HD};
+            attention_rows(pool, sc, &a);
+        }
+        if (i >= 0) {
+            ts[i] = now(CLOCK_MONOTONIC) - t0;
+            cs[i] = now(CLOCK_PROCESS_CPUTIME_ID) - c0;
+        }
+    }
+    qsort(ts, (size_t)steps, sizeof *ts, cmp_d);
+    qsort(cs, (size_t)steps, sizeof *cs, cmp_d);
+    uint64_t h = 1469598103934665603ull;
+    const unsigned char *ob = (const unsigned char *)out;
+    for (size_t i = 0; i < (size_t)seqs * qd * sizeof(float); i++) h = (h ^ ob[i]) * 1099511628211ull;
+    printf("threads %d seqs %d pos %d..%d: step wall best %.3f median %.3f ms, cpu best %.3f median %.3f ms"
+           "  hash %016llx\n",
+           threads, seqs, lo, hi, ts[0] * 1e3, ts[steps / 2] * 1e3, cs[0] * 1e3, cs[steps / 2] * 1e3,
+           (unsigned long long)h);
+    attn_scratch_free(sc);
+    kvi_pool_free(pool);
+    for (int s = 0; s < seqs; s++) kv_table_release(&kv, &tab[s]);
+    kv_pool_free(&kv);
+    free(tab);
+    free(tabs);
+    free(pos);
+    free(row);
+    free(q);
+    free(out);
+    free(ts);
+    free(cs);
+    return 0;
+}
