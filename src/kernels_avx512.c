@@ -15,6 +15,8 @@
 
 #include <immintrin.h>
 #include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
@@ -136,7 +138,8 @@ AVX512 static int dequant_avx512(kvi_type t, const void *src, float *dst, int64_
  * accumulator (4 * RT zmm), W[k] of both tiles (2), one broadcast activation word
  * (used by both tiles' vpdpbusd), dw. The k loop is outside the row loop, so the
  * 2 * RT sums are independent vpdpbusd chains in flight together. Each sum starts
- * at its row's correction, read from cor[rr][h][b] (built per row group and chunk);
+ * at its row's correction, read from cor[rr][b] (built once per chunk for every
+ * row by cor_build, in a buffer allocated per call; the kernel declines without it);
  * dx is a broadcast operand of the multiply. Per 32-input block and row:
  * 16 vpdpbusd + 2 x (cvt, mul, fma), and 8 + 3 activation loads.
  */
@@ -167,7 +170,7 @@ VNNI_INLINE void load_block(kvi_type t, const tile16 *tl, size_t off, __m512i W[
 
 /* acc[h * RT + rr] += blocks b < nk of rows xr[rr] (each pointing at the chunk's
  * first block) times tiles h < nh of the packed chunk wp; corrections
- * cor[(2 * rr + h) * KC + b] (one copy per tile: two loads, not a register copy).
+ * cor[rr * KC + b] (one broadcast load, the second tile's sum a register copy).
  * The same block of the next row group (pf bytes further) is prefetched into L1. */
 VNNI_INLINE void rt_kernel(const uint8_t *wp, const int32_t *cor, const uint8_t *const *xr, int64_t nk,
                            const int nh, const int nr, __m512 *acc, size_t pf)
@@ -182,7 +185,7 @@ VNNI_INLINE void rt_kernel(const uint8_t *wp, const int32_t *cor, const uint8_t 
 #pragma GCC unroll 2
         for (int h = 0; h < nh; h++)
 #pragma GCC unroll 16
-            for (int rr = 0; rr < nr; rr++) s[h * RT + rr] = _mm512_set1_epi32(cor[(2 * rr + h) * KC + b]);
+            for (int rr = 0; rr < nr; rr++) s[h * RT + rr] = _mm512_set1_epi32(cor[rr * KC + b]);
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) {
             __m512i W[2];
@@ -233,30 +236,43 @@ VNNI_INLINE void rt_run(const uint8_t *wp, const int32_t *cor, const uint8_t *co
         else rt_run(wp, cor, xr, nk, 1, n, yr, kb0 == 0, m, pf);         \
         break;
 
-/* Rows r0 .. r0 + nr - 1 (nr <= RT) times the nh packed tiles of outputs jt ..
- * (masks m), chunk kb0 .. kb0 + nk - 1. */
-VNNI static void rows_chunk(const kvi_qgemm_args *a, const uint8_t *wp, int64_t jt, int nh, const __mmask16 m[2],
-                            int64_t r0, int nr, int64_t kb0, int64_t nk)
+/* The corrections -off * sum(x quants) of nk blocks of one activation row (x: its
+ * first block) into dst[b]: the sums (48 bytes = 12 words apart) 16 blocks at a
+ * time by a gather. */
+VNNI_INLINE void cor_build(const uint8_t *x, int64_t nk, int32_t off, int32_t *dst)
 {
-    const int32_t off = a->type == KVI_TYPE_Q8_0 ? 128 : 8;
-    int32_t cor[RT * 2 * KC];                                           /* [RT][2][KC] -off * sum(x quants) */
+    const __m512i gidx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                            _mm512_set1_epi32((int)(sizeof(kvi_q8a) / 4)));
+    const int32_t *sums = &((const kvi_q8a *)x)->sum;
+    for (int64_t b = 0; b < nk; b += 16) {
+        const __mmask16 bm = nk - b >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (nk - b)) - 1);
+        __m512i v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), bm, gidx, sums + 12 * b, 4);
+        v = _mm512_mullo_epi32(v, _mm512_set1_epi32(-off));
+        _mm512_mask_storeu_epi32(dst + b, bm, v);
+    }
+}
+
+/* Rows r0 .. r0 + nr - 1 (nr <= RT) times the nh packed tiles of outputs jt ..
+ * (masks m), chunk kb0 .. kb0 + nk - 1. cor_rows: the chunk's corrections of every
+ * row, [n_rows][KC] (cor_build). */
+VNNI static void rows_chunk(const kvi_qgemm_args *a, const uint8_t *wp, const int32_t *cor_rows, int64_t jt, int nh,
+                            const __mmask16 m[2], int64_t r0, int nr, int64_t kb0, int64_t nk)
+{
+    const int32_t *cor = cor_rows + r0 * KC;                            /* [RT][KC] -off * sum(x quants) */
     const uint8_t *xr[RT];                                              /* row rr's block kb0 */
     float *yr[RT];                                                      /* row rr's output jt */
     const size_t pf = RT * a->xq_rb;   /* to the next row group (a prefetch past the last row is harmless) */
-    const __m512i gidx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                            _mm512_set1_epi32((int)(sizeof(kvi_q8a) / 4)));
+    /* the next row group's accumulators, read back from y after this group (later chunks) */
+    if (kb0 > 0)
+        for (int64_t r = r0 + RT; r < r0 + 2 * RT && r < a->n_rows; r++)
+            for (int h = 0; h < nh; h++) _mm_prefetch((const char *)(a->y + r * a->ldy + jt + 16 * h), _MM_HINT_T0);
+    /* and its corrections (RT rows x KC words) */
+    const int64_t next = a->n_rows - r0 - RT < RT ? a->n_rows - r0 - RT : RT;   /* rows of the next group */
+    for (int64_t l = 0; l < next * (int64_t)(KC * sizeof(int32_t) / 64); l++)
+        _mm_prefetch((const char *)(cor + RT * KC) + 64 * l, _MM_HINT_T0);
     for (int rr = 0; rr < nr; rr++) {
         xr[rr] = a->xq + (size_t)(r0 + rr) * a->xq_rb + (size_t)kb0 * sizeof(kvi_q8a);
         yr[rr] = a->y + (r0 + rr) * a->ldy + jt;
-        /* 16 blocks' sums (48 bytes = 12 words apart) at a time */
-        const int32_t *sums = &((const kvi_q8a *)xr[rr])->sum;
-        for (int64_t b = 0; b < nk; b += 16) {
-            const __mmask16 bm = nk - b >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (nk - b)) - 1);
-            __m512i v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), bm, gidx, sums + 12 * b, 4);
-            v = _mm512_mullo_epi32(v, _mm512_set1_epi32(-off));
-            _mm512_mask_storeu_epi32(cor + (2 * rr) * KC + b, bm, v);
-            _mm512_mask_storeu_epi32(cor + (2 * rr + 1) * KC + b, bm, v);
-        }
     }
     switch (nr) {
         RT_CASE(1)
@@ -316,14 +332,23 @@ VNNI static void pack_r16_tile(const kvi_qgemm_args *a, int64_t jt, int h, int64
 }
 
 /* Q8_0 / Q4_0 with the scratch (KVI_QGEMM_SCRATCH(n_in) bytes), any number of rows;
- * r16: a->w is in the R16 layout (j0, j1 multiples of 16). */
-VNNI static void qgemm_packed(const kvi_qgemm_args *a, uint8_t *packed, bool r16)
+ * r16: a->w is in the R16 layout (j0, j1 multiples of 16). Returns 0 (nothing
+ * written) when the corrections' buffer cannot be allocated. */
+VNNI static int qgemm_packed(const kvi_qgemm_args *a, uint8_t *packed, bool r16)
 {
     const int64_t nb = a->n_in / 32;
     const int64_t kc_fit = (int64_t)(KVI_QGEMM_SCRATCH(a->n_in) / PACK2);   /* >= 1 */
     const int64_t kc = kc_fit < KC ? kc_fit : KC;
+    const int32_t off = a->type == KVI_TYPE_Q8_0 ? 128 : 8;
+    /* [n_rows][KC]: every row's corrections of the chunk, built once per chunk
+     * (not once per tile pair and row group) */
+    int32_t *cor_rows = a->n_rows <= (int64_t)(SIZE_MAX / (KC * sizeof(int32_t)))
+                            ? malloc((size_t)a->n_rows * KC * sizeof(int32_t)) : NULL;
+    if (!cor_rows) return 0;
     for (int64_t kb0 = 0; kb0 < nb; kb0 += kc) {
         const int64_t nk = nb - kb0 < kc ? nb - kb0 : kc;
+        for (int64_t r = 0; r < a->n_rows; r++)
+            cor_build(a->xq + (size_t)r * a->xq_rb + (size_t)kb0 * sizeof(kvi_q8a), nk, off, cor_rows + r * KC);
         for (int64_t jt = a->j0; jt < a->j1; jt += 32) {
             const int64_t left = a->j1 - jt;
             const int nh = left > 16 ? 2 : 1;
@@ -335,17 +360,18 @@ VNNI static void qgemm_packed(const kvi_qgemm_args *a, uint8_t *packed, bool r16
                 else pack_rows_tile(a, jt, h, nv, kb0, nk, packed);
             }
             for (int64_t r = 0; r < a->n_rows; r += RT)
-                rows_chunk(a, packed, jt, nh, m, r, a->n_rows - r < RT ? (int)(a->n_rows - r) : RT, kb0, nk);
+                rows_chunk(a, packed, cor_rows, jt, nh, m, r, a->n_rows - r < RT ? (int)(a->n_rows - r) : RT, kb0, nk);
         }
     }
+    free(cor_rows);
+    return 1;
 }
 
 int kvi_qgemm_r16_many_avx512(const kvi_qgemm_args *a)
 {
     if (!kvi_has_vnni() || (a->type != KVI_TYPE_Q8_0 && a->type != KVI_TYPE_Q4_0) || !a->scratch) return 0;
     if (a->n_in % 64 != 0 || a->j0 % 16 != 0 || a->j1 % 16 != 0 || a->n_rows < 1) return 0;
-    qgemm_packed(a, a->scratch, true);
-    return 1;
+    return qgemm_packed(a, a->scratch, true);
 }
 
 int kvi_has_vnni(void)
@@ -674,8 +700,7 @@ VNNI static int qgemm_avx512(const kvi_qgemm_args *a)
     if (kvi_qgemv_avx512(a) || kvi_qgemv_kq_avx512(a)) return 1;
     if (a->type != KVI_TYPE_Q8_0 && a->type != KVI_TYPE_Q4_0) return qgemm_generic(a);
     if (!a->scratch) return 0;
-    qgemm_packed(a, a->scratch, false);
-    return 1;
+    return qgemm_packed(a, a->scratch, false);
 }
 
 const kvi_kernel_table kvi_kernels_avx512 = {KVI_ISA_AVX512, dot_avx512, dequant_avx512, dot_3x2_avx512, qgemm_avx512};
