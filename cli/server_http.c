@@ -11,7 +11,7 @@
  * condition variable until SSE bytes are queued (one event per token); when the
  * client goes away, libmicrohttpd frees the response and we cancel every choice
  * still running, which frees their sequences within one step. Non-streamed
- * requests wait for the end in the connection thread, looking every 50 ms
+ * requests wait for the end in the connection thread, looking every 10 ms
  * whether the client closed its socket (EOF or an error on a non-consuming
  * peek): then every choice is cancelled, the same way, and the connection is
  * dropped without an answer. (A client that half-closes after sending its
@@ -363,7 +363,7 @@ static enum MHD_Result generate(srv_server *srv, struct MHD_Connection *con, con
     while (!r->finished) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 50 * 1000000L;
+        ts.tv_nsec += 10 * 1000000L;   /* a few steps of a small model */
         if (ts.tv_nsec >= 1000000000L) {
             ts.tv_sec++;
             ts.tv_nsec -= 1000000000L;

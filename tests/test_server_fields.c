@@ -179,7 +179,15 @@ static void test_disconnect_non_streamed(void)
     const double t0 = kvi_time_ms();
     int fd = http_send_request(s.port, "POST", "/v1/completions", NULL, body, strlen(body));
     CHECK(fd >= 0, "connect");
-    usleep(100000);
+    /* disconnect as soon as the request runs: 480 tokens of this small model take
+     * well under 100 ms, so a fixed wait could outlast the whole generation */
+    double running = 0;
+    for (int i = 0; i < 2000 && running < 1; i++) {
+        http_resp r = http_request(s.port, "GET", "/metrics", NULL, NULL);
+        running = prom_metric(r.body, "kvinfer_requests_running");
+        free(r.body);
+    }
+    CHECK(running >= 1, "the request never showed as running");
     close(fd);
     double cancelled = 0, used = -1;
     for (int i = 0; i < 100 && (cancelled != 1 || used != 0); i++) {
