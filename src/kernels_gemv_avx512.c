@@ -223,25 +223,30 @@ VNNI_INLINE void r16_block(kvi_type t, const uint8_t *q, __m512 dw, const kvi_q8
     }
 }
 
+/* Pair p (blocks 2p, 2p+1) of the tile at `tile` for nr activation rows: prefetch
+ * ahead, the two blocks' scales, then r16_block for each. */
+VNNI_INLINE void r16_pair(const kvi_qgemm_args *a, const uint8_t *tile, int64_t p, const kvi_q8a *const *x, int nr,
+                          __m512 *acc)
+{
+    const size_t qb = a->type == KVI_TYPE_Q8_0 ? 512 : 256, pair = 64 + 2 * qb;
+    const uint8_t *q = tile + (size_t)p * pair;
+#if R16_PF_BYTES > 0
+    _Pragma("GCC unroll 17") for (size_t o = 0; o < pair; o += 64)
+        _mm_prefetch((const char *)(q + R16_PF_BYTES + o), _MM_HINT_T0);
+#endif
+    const __m512 d0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)q));
+    const __m512 d1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(q + 32)));
+    r16_block(a->type, q + 64, d0, x, 2 * p, nr, acc);
+    r16_block(a->type, q + 64 + qb, d1, x, 2 * p + 1, nr, acc);
+}
+
 /* Tile rows [jt, jt + 16) for the nr (1..GV_ROWS, a constant after inlining)
  * activation rows x[0..nr), outputs at y + jt (row rr at y + rr * ldy). */
 VNNI_INLINE void r16_tile(const kvi_qgemm_args *a, const uint8_t *tile, const kvi_q8a *const *x, int nr, float *y)
 {
-    const int64_t np = a->n_in / 64;
-    const size_t qb = a->type == KVI_TYPE_Q8_0 ? 512 : 256, pair = 64 + 2 * qb;
     __m512 acc[GV_ROWS];
     _Pragma("GCC unroll 4") for (int rr = 0; rr < GV_ROWS; rr++) acc[rr] = _mm512_setzero_ps();
-    for (int64_t p = 0; p < np; p++) {
-        const uint8_t *q = tile + (size_t)p * pair;
-#if R16_PF_BYTES > 0
-        _Pragma("GCC unroll 17") for (size_t o = 0; o < pair; o += 64)
-            _mm_prefetch((const char *)(q + R16_PF_BYTES + o), _MM_HINT_T0);
-#endif
-        const __m512 d0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)q));
-        const __m512 d1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(q + 32)));
-        r16_block(a->type, q + 64, d0, x, 2 * p, nr, acc);
-        r16_block(a->type, q + 64 + qb, d1, x, 2 * p + 1, nr, acc);
-    }
+    for (int64_t p = 0; p < a->n_in / 64; p++) r16_pair(a, tile, p, x, nr, acc);
     _Pragma("GCC unroll 4") for (int rr = 0; rr < nr; rr++) _mm512_storeu_ps(y + rr * a->ldy, acc[rr]);
 }
 
@@ -251,23 +256,10 @@ VNNI_INLINE void r16_tile(const kvi_qgemm_args *a, const uint8_t *tile, const kv
 VNNI_INLINE void r16_tiles(const kvi_qgemm_args *a, const uint8_t *const *t, const kvi_q8a *const *x,
                            float *const *y, int ns)
 {
-    const int64_t np = a->n_in / 64;
-    const size_t qb = a->type == KVI_TYPE_Q8_0 ? 512 : 256, pair = 64 + 2 * qb;
     __m512 acc[4];
     _Pragma("GCC unroll 4") for (int i = 0; i < ns; i++) acc[i] = _mm512_setzero_ps();
-    for (int64_t p = 0; p < np; p++) {
-        _Pragma("GCC unroll 4") for (int i = 0; i < ns; i++) {
-            const uint8_t *q = t[i] + (size_t)p * pair;
-#if R16_PF_BYTES > 0
-            _Pragma("GCC unroll 17") for (size_t o = 0; o < pair; o += 64)
-                _mm_prefetch((const char *)(q + R16_PF_BYTES + o), _MM_HINT_T0);
-#endif
-            const __m512 d0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)q));
-            const __m512 d1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(q + 32)));
-            r16_block(a->type, q + 64, d0, x, 2 * p, 1, &acc[i]);
-            r16_block(a->type, q + 64 + qb, d1, x, 2 * p + 1, 1, &acc[i]);
-        }
-    }
+    for (int64_t p = 0; p < a->n_in / 64; p++)
+        _Pragma("GCC unroll 4") for (int i = 0; i < ns; i++) r16_pair(a, t[i], p, x, 1, &acc[i]);
     _Pragma("GCC unroll 4") for (int i = 0; i < ns; i++) _mm512_storeu_ps(y[i], acc[i]);
 }
 
