@@ -31,10 +31,8 @@
  * dims in lanes; the per-element operations are those above, so the bits are the
  * same. An f16 cache's key rows go straight into position lanes (ptrans_f16) and
  * its values are read as f16 by pupdate: no f32 copies. The first chunk's K/V
- * slices are prefetched all at once when the item starts, together with those of
- * the next item of the thread's claim (items are taken ATTN_CLAIM at a time: the
- * next kv head of the row); later ones a block (values) and a chunk (row keys)
- * ahead: the KV stream comes from memory in strided 128-byte pieces, and a
+ * slices are prefetched all at once when the item starts; later ones a block
+ * (values) and a chunk (row keys) ahead: the KV stream comes from memory in strided 128-byte pieces, and a
  * serving step's short rows would otherwise wait on each block's misses in turn.
  *
  * Chunked path (row-type caches, tiles of more than 16 query vectors: prefill):
@@ -498,8 +496,7 @@ static void attend_chunked(const attn_args *a, const attn_scratch *s, attn_work 
  * ATTN_POS_MAXQ, row-type keys): the scores of a chunk of pcb blocks at once
  * (scores do not depend on m or l), then each block's online-softmax update in
  * order; every lane goes through the operations attend_tile gives it. */
-static void attend_pos(const attn_args *a, const attn_scratch *s, attn_work *w, int r0, int nr, int g,
-                       int g_next)
+static void attend_pos(const attn_args *a, const attn_scratch *s, attn_work *w, int r0, int nr, int g)
 {
     const kv_pool *kv = a->kv;
     const int hd = a->head_dim, bs = kv->block_size, group = s->group, nq = nr * group, ld = s->pld;
@@ -532,10 +529,6 @@ static void attend_pos(const attn_args *a, const attn_scratch *s, attn_work *w, 
     const int32_t n0 = (int64_t)pmax + 1 < (int64_t)s->pcb * bs ? pmax + 1 : s->pcb * bs;
     if (!kivi) prefetch_rows(a, t, 0, 0, n0, g);
     prefetch_rows(a, t, 1, 0, n0, g);
-    if (g_next >= 0) {   /* and those of this thread's next item (the next kv head) */
-        if (!kivi) prefetch_rows(a, t, 0, 0, n0, g_next);
-        prefetch_rows(a, t, 1, 0, n0, g_next);
-    }
     for (int32_t c0 = 0; c0 <= pmax; c0 += s->pcb * bs) {
         const int np = (int64_t)pmax - c0 + 1 < (int64_t)s->pcb * bs ? (int)(pmax - c0 + 1) : s->pcb * bs;
         for (int j = 0; j * bs < np; j++) {
@@ -611,11 +604,9 @@ static void attn_worker(void *ctx, int ith, int nth)
     work_init(&w, job->s, job->s->buf + (size_t)ith * job->s->floats_per_thread, job->kn);
     const int nkv = a->n_kv_heads;
     const int64_t n_items = (int64_t)job->n_tiles * nkv;
-    /* items are claimed ATTN_CLAIM at a time: a decode tile prefetches the
-     * first chunk of the next item of the claim (the next kv head of the row)
-     * while it computes, so the KV stream of short rows overlaps the work (the
-     * item still prefetches its own: measured faster than relying on the hint
-     * given a whole item earlier) */
+    /* items are claimed ATTN_CLAIM at a time (fewer atomic claims; hinting the
+     * next item's first chunk too was measured slower when serving: 16 streams
+     * 772-793 -> 807-815 tok/s without it) */
     for (int64_t it = 0, claim_end = 0;; it++) {
         if (it >= claim_end) {
             it = atomic_fetch_add(&job->next, ATTN_CLAIM);
@@ -623,7 +614,6 @@ static void attn_worker(void *ctx, int ith, int nth)
         }
         if (it >= n_items) break;
         const int tile = job->n_tiles - 1 - (int)(it / nkv), g = (int)(it % nkv);
-        const int g_next = it + 1 < claim_end && g + 1 < nkv ? g + 1 : -1;
         const int r0 = job->tiles ? job->tiles[tile] : tile;
         const int nr = job->tiles ? job->tiles[tile + 1] - r0 : 1;
         if (a->recv && a->recv[r0]) {
@@ -632,7 +622,7 @@ static void attn_worker(void *ctx, int ith, int nth)
                 for (int gg = 0; gg < nkv; gg++) attend_tile(a, job->s, &w, r0, 1, gg);
         } else if (w.kn->pscores && nr * job->s->group <= ATTN_POS_MAXQ &&
                    (a->kv->type_k != KVI_TYPE_KV_Q4 || nr == 1)) {
-            attend_pos(a, job->s, &w, r0, nr, g, g_next);
+            attend_pos(a, job->s, &w, r0, nr, g);
         } else if (a->kv->type_k != KVI_TYPE_KV_Q4 && nr * job->s->group > ATTN_LANES) {
             attend_chunked(a, job->s, &w, r0, nr, g);
         } else {
