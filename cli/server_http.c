@@ -146,12 +146,9 @@ static void on_done(void *user, kvi_finish f, const kvi_usage *u, const kvi_erro
         snprintf(r->err_msg, sizeof r->err_msg, "%s", err && err->msg[0] ? err->msg : "generation failed");
     }
     const bool last = ++r->n_done == r->p.n;
-    if (last) {
-        if (r->p.stream) srv_sse_final(r);
-        r->finished = true;
-        pthread_cond_broadcast(&r->cv);
-    }
-    pthread_mutex_unlock(&r->mu);
+    /* counted before the client can see the end (the final event or the answer),
+     * so /metrics read after a response already includes it (lock order: r->mu,
+     * then metrics.mu; nothing takes them the other way round) */
     pthread_mutex_lock(&srv->metrics.mu);
     if (f == KVI_FINISH_CANCELLED) srv->metrics.requests_cancelled++;
     else if (f == KVI_FINISH_ERROR) srv->metrics.requests_error++;
@@ -159,7 +156,13 @@ static void on_done(void *user, kvi_finish f, const kvi_usage *u, const kvi_erro
     srv->metrics.prompt_tokens += last ? (uint64_t)u->prompt_tokens : 0;
     srv->metrics.completion_tokens += (uint64_t)u->completion_tokens;
     pthread_mutex_unlock(&srv->metrics.mu);
-    if (last) srv_hist_observe(&srv->metrics, &srv->metrics.e2e, (kvi_time_ms() - r->t_submit) / 1e3);
+    if (last) {
+        srv_hist_observe(&srv->metrics, &srv->metrics.e2e, (kvi_time_ms() - r->t_submit) / 1e3);
+        if (r->p.stream) srv_sse_final(r);
+        r->finished = true;
+        pthread_cond_broadcast(&r->cv);
+    }
+    pthread_mutex_unlock(&r->mu);
     if (last) req_release(r);
 }
 

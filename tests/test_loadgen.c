@@ -58,7 +58,11 @@ static void test_closed_loop(int port)
     for (int k = 0; k < 4; k++) {
         const double mean = num(j, names[k], "mean"), med = num(j, names[k], "median"), p99 = num(j, names[k], "p99"),
                      mx = num(j, names[k], "max");
-        CHECK(mean > 0 && med > 0 && med <= p99 + 1e-9 && p99 <= mx + 1e-9 && mean <= mx + 1e-9,
+        /* an inter-token gap is timed per received chunk, like vLLM's bench: on this
+         * tiny model a step takes ~0.1 ms, so several events of a stream can arrive
+         * in one read and most gaps measure 0; every other figure is positive */
+        const bool med_ok = k == 2 ? med >= 0 : med > 0;
+        CHECK(mean > 0 && med_ok && med <= p99 + 1e-9 && p99 <= mx + 1e-9 && mean <= mx + 1e-9,
               "%s: mean %g median %g p99 %g max %g", names[k], mean, med, p99, mx);
     }
     /* e2e >= ttft + 11 gaps: TPOT x 11 == e2e - ttft on average */
