@@ -18,6 +18,8 @@
 #include "kv_cache.h"
 #include "quant.h"
 
+#include "bench_util.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,28 +27,6 @@
 
 enum { LAYERS = 12, HEADS = 12, KVH = 12, HD = 64, BS = 16 };
 
-static double now(clockid_t c)
-{
-    struct timespec ts;
-    clock_gettime(c, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-
-static float rnd(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (float)((rng_state >> 40) & 0xFFFFFF) / 16777216.0f * 2.0f - 1.0f;
-}
-
-static int cmp_d(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 int main(int argc, char **argv)
 {
@@ -82,18 +62,18 @@ int main(int argc, char **argv)
         tabs[s] = &tab[s];
         for (int l = 0; l < LAYERS; l++)
             for (int p = 0; p <= pos[s]; p++) {
-                for (int i = 0; i < kvd; i++) row[i] = 2.0f * rnd();
+                for (int i = 0; i < kvd; i++) row[i] = 2.0f * bench_rnd();
                 kvi_quantize_row(KVI_TYPE_F16, row, kv_k_row(&kv, &tab[s], l, p), kvd);
-                for (int i = 0; i < kvd; i++) row[i] = rnd();
+                for (int i = 0; i < kvd; i++) row[i] = bench_rnd();
                 kvi_quantize_row(KVI_TYPE_F16, row, kv_v_row(&kv, &tab[s], l, p), kvd);
             }
     }
-    for (size_t i = 0; i < (size_t)LAYERS * seqs * qd; i++) q[i] = 2.0f * rnd();
+    for (size_t i = 0; i < (size_t)LAYERS * seqs * qd; i++) q[i] = 2.0f * bench_rnd();
     kvi_pool *pool = kvi_pool_create(threads);
     attn_scratch *sc = attn_scratch_create(kvi_pool_size(pool), BS, HD, HEADS, KVH, kvd);
     if (!pool || !sc) return 1;
     for (int i = -1; i < steps; i++) {   /* -1: warm-up */
-        const double t0 = now(CLOCK_MONOTONIC), c0 = now(CLOCK_PROCESS_CPUTIME_ID);
+        const double t0 = bench_now(CLOCK_MONOTONIC), c0 = bench_now(CLOCK_PROCESS_CPUTIME_ID);
         for (int l = 0; l < LAYERS; l++) {
             attn_args a = {.kv = &kv, .layer = l, .n_rows = seqs, .tables = tabs, .pos = pos,
                            .q = q + (size_t)l * seqs * qd, .out = out, .n_heads = HEADS,
@@ -101,12 +81,12 @@ int main(int argc, char **argv)
             attention_rows(pool, sc, &a);
         }
         if (i >= 0) {
-            ts[i] = now(CLOCK_MONOTONIC) - t0;
-            cs[i] = now(CLOCK_PROCESS_CPUTIME_ID) - c0;
+            ts[i] = bench_now(CLOCK_MONOTONIC) - t0;
+            cs[i] = bench_now(CLOCK_PROCESS_CPUTIME_ID) - c0;
         }
     }
-    qsort(ts, (size_t)steps, sizeof *ts, cmp_d);
-    qsort(cs, (size_t)steps, sizeof *cs, cmp_d);
+    qsort(ts, (size_t)steps, sizeof *ts, bench_cmp_d);
+    qsort(cs, (size_t)steps, sizeof *cs, bench_cmp_d);
     uint64_t h = 1469598103934665603ull;
     const unsigned char *ob = (const unsigned char *)out;
     for (size_t i = 0; i < (size_t)seqs * qd * sizeof(float); i++) h = (h ^ ob[i]) * 1099511628211ull;

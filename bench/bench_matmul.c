@@ -19,23 +19,12 @@
 #include "quant.h"
 #include "weight_r16.h"
 
+#include "bench_util.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 static int find_type(const char *name, kvi_type *out)
 {
@@ -96,14 +85,14 @@ static int bench_gemv(int argc, char **argv)
             }
             double ts[64];
             for (int i = -1; i < reps; i++) {   /* i = -1: warm-up */
-                double t0 = now();
+                double t0 = bench_now(CLOCK_MONOTONIC);
                 for (size_t c = 0; c < copies; c++) {
                     kvi_tensor W = {w + c * mb, t, n_in, n_out, layout};
                     kvi_matmul(pool, &W, x, n_in, 1, y, n_out);
                 }
-                if (i >= 0) ts[i] = (now() - t0) / (double)copies;
+                if (i >= 0) ts[i] = (bench_now(CLOCK_MONOTONIC) - t0) / (double)copies;
             }
-            qsort(ts, (size_t)reps, sizeof ts[0], cmp_d);
+            qsort(ts, (size_t)reps, sizeof ts[0], bench_cmp_d);
             printf(" %14.1f", (double)mb / ts[reps / 2] * 1e-9);
             fflush(stdout);
             free(w);
@@ -153,11 +142,11 @@ int main(int argc, char **argv)
                 int n = reps < 64 ? reps : 64, calls = rows[r] == 1 ? 20 : 1;
                 kvi_matmul(pool, &W, x, n_in, rows[r], y, outs[o]);   /* warm-up */
                 for (int i = 0; i < n; i++) {
-                    double t0 = now();
+                    double t0 = bench_now(CLOCK_MONOTONIC);
                     for (int c = 0; c < calls; c++) kvi_matmul(pool, &W, x, n_in, rows[r], y, outs[o]);
-                    ts[i] = (now() - t0) / calls;
+                    ts[i] = (bench_now(CLOCK_MONOTONIC) - t0) / calls;
                 }
-                qsort(ts, (size_t)n, sizeof ts[0], cmp_d);
+                qsort(ts, (size_t)n, sizeof ts[0], bench_cmp_d);
                 printf(" %14.1f", 2.0 * (double)n_in * (double)outs[o] * (double)rows[r] / ts[n / 2] * 1e-9);
                 fflush(stdout);
             }
