@@ -441,23 +441,28 @@ int model_hparams_gguf(struct kvi_model *m, const gguf_ctx *g, bool metadata_onl
  * (weight_r16.h), in place, when the active kernels read it faster (AVX-512 VNNI)
  * and KVINFER_REPACK is not "0". A tied output matrix is the token embedding too:
  * both views get the layout. Anything not eligible keeps the rows layout; a repack
- * that fails (memory) leaves its matrix as it was. */
+ * that fails (memory) leaves the matrices as they were. All are repacked by one
+ * set of threads (one start-up pass over the weights). */
 static void model_repack_weights(struct kvi_model *m)
 {
     const char *env = getenv("KVINFER_REPACK");
     if ((env && strcmp(env, "0") == 0) || !kvi_r16_preferred() || !gguf_set_writable(m->gguf, true))
         return;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    const int nt = cores > 1 ? (int)cores : 1;
-    for (int l = 0; l < m->n_layers; l++) {
+    kvi_tensor **mats = malloc(((size_t)m->n_layers * 7 + 1) * sizeof *mats);   /* the eligible ones */
+    int n = 0;
+    for (int l = 0; mats && l < m->n_layers; l++) {
         kvi_layer *L = &m->layers[l];
-        kvi_tensor *mats[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        kvi_tensor *lm[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
         for (int i = 0; i < 7; i++)
-            if (kvi_r16_eligible(mats[i]))
-                (void)kvi_r16_repack(mats[i], nt);
+            if (kvi_r16_eligible(lm[i]))
+                mats[n++] = lm[i];
     }
-    if (kvi_r16_eligible(&m->output) && kvi_r16_repack(&m->output, nt) == 0 && m->tok_embd.data == m->output.data)
+    if (mats && kvi_r16_eligible(&m->output))
+        mats[n++] = &m->output;
+    if (mats && kvi_r16_repack_many(mats, n, cores > 1 ? (int)cores : 1) == 0 && m->tok_embd.data == m->output.data)
         m->tok_embd.layout = m->output.layout;
+    free(mats);
     (void)gguf_set_writable(m->gguf, false);
 }
 

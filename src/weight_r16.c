@@ -92,53 +92,70 @@ void kvi_r16_row(kvi_type t, const uint8_t *tile, int64_t n_in, int lane, uint8_
 }
 
 typedef struct repack_job {
-    kvi_tensor *W;
-    int64_t t0, t1;     /* tiles [t0, t1) */
-    uint8_t *buf;       /* [16 * row_bytes] */
-    bool simd;          /* kvi_r16_from_rows_avx512 (the same bytes) */
+    kvi_tensor *const *W;   /* [n_w] the matrices, their tiles taken in order */
+    int n_w;
+    int64_t t0, t1;         /* tiles [t0, t1) of that concatenated order */
+    uint8_t *buf;           /* [16 * largest row_bytes] */
+    bool simd;              /* kvi_r16_from_rows_avx512 (the same bytes) */
 } repack_job;
 
 static void *repack_run(void *v)
 {
     repack_job *j = v;
-    const size_t tb = 16 * kvi_row_bytes(j->W->type, j->W->n_in);
-    uint8_t *base = (uint8_t *)j->W->data;
-    for (int64_t t = j->t0; t < j->t1; t++) {
-        memcpy(j->buf, base + (size_t)t * tb, tb);
-        if (j->simd) kvi_r16_from_rows_avx512(j->W->type, j->buf, j->W->n_in, base + (size_t)t * tb);
-        else kvi_r16_from_rows(j->W->type, j->buf, j->W->n_in, base + (size_t)t * tb);
+    int64_t first = 0;   /* the concatenated index of matrix i's tile 0 */
+    for (int i = 0; i < j->n_w && first < j->t1; first += j->W[i]->n_out / 16, i++) {
+        const kvi_tensor *W = j->W[i];
+        const int64_t nt = W->n_out / 16;
+        const int64_t a = j->t0 > first ? j->t0 - first : 0, b = j->t1 - first < nt ? j->t1 - first : nt;
+        const size_t tb = 16 * kvi_row_bytes(W->type, W->n_in);
+        uint8_t *base = (uint8_t *)W->data;
+        for (int64_t t = a; t < b; t++) {
+            memcpy(j->buf, base + (size_t)t * tb, tb);
+            if (j->simd) kvi_r16_from_rows_avx512(W->type, j->buf, W->n_in, base + (size_t)t * tb);
+            else kvi_r16_from_rows(W->type, j->buf, W->n_in, base + (size_t)t * tb);
+        }
     }
     return NULL;
 }
 
 #define R16_THREADS_MAX 16
 
-int kvi_r16_repack(kvi_tensor *W, int n_threads)
+int kvi_r16_repack_many(kvi_tensor *const *W, int n_w, int n_threads)
 {
-    if (!kvi_r16_eligible(W)) return KVI_E_INVALID;
+    int64_t n_tiles = 0;
+    size_t tb_max = 0;
+    for (int i = 0; i < n_w; i++) {
+        if (!kvi_r16_eligible(W[i])) return KVI_E_INVALID;
+        for (int k = 0; k < i; k++)
+            if (W[k]->data == W[i]->data) return KVI_E_INVALID;   /* the same bytes twice */
+        n_tiles += W[i]->n_out / 16;
+        const size_t tb = 16 * kvi_row_bytes(W[i]->type, W[i]->n_in);
+        if (tb > tb_max) tb_max = tb;
+    }
+    if (n_tiles == 0) return 0;
     if (n_threads < 1) n_threads = 1;
     if (n_threads > R16_THREADS_MAX) n_threads = R16_THREADS_MAX;
-    const int64_t n_tiles = W->n_out / 16;
     if (n_threads > n_tiles) n_threads = (int)n_tiles;
-    const size_t tb = 16 * kvi_row_bytes(W->type, W->n_in);
     const bool simd = kvi_r16_preferred();
     repack_job job[R16_THREADS_MAX];
-    pthread_t th[R16_THREADS_MAX];
-    bool started[R16_THREADS_MAX] = {false};
     int rc = 0;
     for (int i = 0; i < n_threads; i++) {
-        job[i] = (repack_job){W, n_tiles * i / n_threads, n_tiles * (i + 1) / n_threads, malloc(tb), simd};
+        job[i] = (repack_job){W, n_w, n_tiles * i / n_threads, n_tiles * (i + 1) / n_threads, malloc(tb_max), simd};
         if (!job[i].buf) rc = KVI_E_NOMEM;
     }
     if (rc == 0) {
+        pthread_t th[R16_THREADS_MAX];
+        bool started[R16_THREADS_MAX] = {false};
         for (int i = 1; i < n_threads; i++) started[i] = pthread_create(&th[i], NULL, repack_run, &job[i]) == 0;
         repack_run(&job[0]);
         for (int i = 1; i < n_threads; i++) {
             if (started[i]) pthread_join(th[i], NULL);
             else repack_run(&job[i]);   /* no thread: do its tiles here */
         }
-        W->layout = KVI_LAYOUT_R16;
+        for (int i = 0; i < n_w; i++) W[i]->layout = KVI_LAYOUT_R16;
     }
     for (int i = 0; i < n_threads; i++) free(job[i].buf);
     return rc;
 }
+
+int kvi_r16_repack(kvi_tensor *W, int n_threads) { return kvi_r16_repack_many(&W, 1, n_threads); }

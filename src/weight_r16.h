@@ -56,5 +56,8 @@ void kvi_r16_row(kvi_type t, const uint8_t *tile, int64_t n_in, int lane, uint8_
  * KVI_E_* when W is not eligible or memory for the per-thread tile buffer is short
  * (W unchanged). */
 int kvi_r16_repack(kvi_tensor *W, int n_threads);
+/* The same for n_w matrices at once (distinct data, each eligible, else
+ * KVI_E_INVALID and nothing changed): one set of threads splits all their tiles. */
+int kvi_r16_repack_many(kvi_tensor *const *W, int n_w, int n_threads);
 
 #endif

@@ -135,6 +135,33 @@ static void test_products(kvi_type t, int64_t n_out, int64_t n_in, uint64_t *rs)
     free(y1);
 }
 
+/* Several matrices in one call: each gets exactly kvi_r16_repack's bytes; the same
+ * data named twice is refused with nothing changed. */
+static void test_repack_many(uint64_t *rs)
+{
+    uint8_t *a = random_weights(KVI_TYPE_Q8_0, 48, 128, rs), *b = random_weights(KVI_TYPE_Q4_0, 32, 256, rs);
+    const size_t na = kvi_row_bytes(KVI_TYPE_Q8_0, 128) * 48, nb = kvi_row_bytes(KVI_TYPE_Q4_0, 256) * 32;
+    uint8_t *a2 = malloc(na), *b2 = malloc(nb);
+    memcpy(a2, a, na);
+    memcpy(b2, b, nb);
+    kvi_tensor A = {.data = a, .type = KVI_TYPE_Q8_0, .n_in = 128, .n_out = 48};
+    kvi_tensor B = {.data = b, .type = KVI_TYPE_Q4_0, .n_in = 256, .n_out = 32};
+    kvi_tensor A2 = {.data = a2, .type = KVI_TYPE_Q8_0, .n_in = 128, .n_out = 48};
+    kvi_tensor B2 = {.data = b2, .type = KVI_TYPE_Q4_0, .n_in = 256, .n_out = 32};
+    kvi_tensor *dup[2] = {&A, &A};
+    CHECK(kvi_r16_repack_many(dup, 2, 2) < 0 && A.layout == KVI_LAYOUT_ROWS && memcmp(a, a2, na) == 0,
+          "the same matrix twice must be refused untouched");
+    kvi_tensor *both[2] = {&A, &B};
+    CHECK(kvi_r16_repack_many(both, 2, 3) == 0 && A.layout == KVI_LAYOUT_R16 && B.layout == KVI_LAYOUT_R16,
+          "repack of two matrices");
+    CHECK(kvi_r16_repack(&A2, 1) == 0 && kvi_r16_repack(&B2, 1) == 0, "single repacks");
+    CHECK(memcmp(a, a2, na) == 0 && memcmp(b, b2, nb) == 0, "one call over two matrices differs from one each");
+    free(a);
+    free(b);
+    free(a2);
+    free(b2);
+}
+
 static void test_eligibility(void)
 {
     uint8_t buf[64];
@@ -159,6 +186,7 @@ int main(void)
         test_products(types[k], 48, 256, &rs);
         test_products(types[k], 80, 768, &rs);
     }
+    test_repack_many(&rs);
     test_eligibility();
     return test_main_end();
 }
