@@ -187,12 +187,8 @@ VNNI int kvi_qgemv_avx512(const kvi_qgemm_args *a)
  * -offset * sum(x quants). Then acc = fma(dw * dx, (float)isum, acc) block by block:
  * the contract's steps, so the bits of every other path. Prefetch runs
  * R16_PF_BYTES ahead of the stream. */
-#ifndef R16_PF_BYTES
-#define R16_PF_BYTES 512
-#endif
-#ifndef R16_STREAMS
-#define R16_STREAMS 2   /* tiles streamed at once by one thread for one input row */
-#endif
+#define R16_PF_BYTES 512   /* measured against 0, 256, 1024, 2048, 4096 (T0/T1/T2 hints) */
+#define R16_STREAMS 2      /* tiles streamed at once by one thread for one input row (3, 4: no gain) */
 
 VNNI_INLINE void r16_block(kvi_type t, const uint8_t *q, __m512 dw, const kvi_q8a *const *x, int64_t b, int nr,
                            __m512 *acc)
@@ -230,10 +226,8 @@ VNNI_INLINE void r16_pair(const kvi_qgemm_args *a, const uint8_t *tile, int64_t 
 {
     const size_t qb = a->type == KVI_TYPE_Q8_0 ? 512 : 256, pair = 64 + 2 * qb;
     const uint8_t *q = tile + (size_t)p * pair;
-#if R16_PF_BYTES > 0
     _Pragma("GCC unroll 17") for (size_t o = 0; o < pair; o += 64)
         _mm_prefetch((const char *)(q + R16_PF_BYTES + o), _MM_HINT_T0);
-#endif
     const __m512 d0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)q));
     const __m512 d1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(q + 32)));
     r16_block(a->type, q + 64, d0, x, 2 * p, nr, acc);

@@ -24,8 +24,6 @@ void kvi_r16_to_rows_avx512(kvi_type t, const uint8_t *tile, int64_t n_in, uint8
 
 /* Above this many input rows, R16 tiles are unpacked for the table's many-row
  * kernel (kernels_avx512.c) instead of read by the streaming one. */
-#ifndef KVI_R16_STREAM_ROWS_MAX
 #define KVI_R16_STREAM_ROWS_MAX 64
-#endif
 
 #endif
