@@ -113,7 +113,11 @@ int main(int argc, char **argv)
     const char *deflt[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k"};
     const char **types = argc > 3 ? (const char **)argv + 3 : deflt;
     int n_types = argc > 3 ? argc - 3 : (int)(sizeof deflt / sizeof deflt[0]);
-    const int64_t n_in = 2048, outs[2] = {2048, 8192}, rows[2] = {1, 512};
+    const int64_t n_in = 2048, outs[2] = {2048, 8192};
+    int64_t rows[2] = {1, 512};
+    if (getenv("BENCH_ROWS") && atoi(getenv("BENCH_ROWS")) >= 1 && atoi(getenv("BENCH_ROWS")) <= 512)
+        rows[1] = atoi(getenv("BENCH_ROWS"));
+    const int r16 = getenv("BENCH_R16") && strcmp(getenv("BENCH_R16"), "1") == 0;
     kvi_pool *pool = kvi_pool_create(threads);
     float *x = malloc((size_t)(512 * n_in) * sizeof(float)), *y = malloc((size_t)(512 * 8192) * sizeof(float));
     float *row = malloc((size_t)n_in * sizeof(float));
@@ -122,8 +126,10 @@ int main(int argc, char **argv)
         s ^= s << 13, s ^= s >> 7, s ^= s << 17;
         x[i] = (float)((double)(s >> 11) / 9007199254740992.0 - 0.5);
     }
-    printf("isa %s threads %d reps %d (median GOP/s)\n", kvi_isa_name(), threads, reps);
-    printf("%-6s %14s %14s %14s %14s\n", "type", "2048x2048 r1", "2048x2048 r512", "2048x8192 r1", "2048x8192 r512");
+    printf("isa %s threads %d reps %d, %s layout (median GOP/s)\n", kvi_isa_name(), threads, reps,
+           r16 ? "R16 where possible" : "rows");
+    printf("%-6s %14s %11s%-3d %14s %11s%-3d\n", "type", "2048x2048 r1", "2048x2048 r", (int)rows[1], "2048x8192 r1",
+           "2048x8192 r", (int)rows[1]);
     for (int k = 0; k < n_types; k++) {
         kvi_type t = KVI_TYPE_F32;
         while (t < KVI_TYPE_COUNT && (!kvi_type_name(t) || strcmp(kvi_type_name(t), types[k]) != 0)) t++;
@@ -137,6 +143,7 @@ int main(int argc, char **argv)
                 kvi_quantize_row(t, row, w + (size_t)j * rb, n_in);
             }
             kvi_tensor W = {w, t, n_in, outs[o], KVI_LAYOUT_ROWS};
+            if (r16 && kvi_r16_eligible(&W) && kvi_r16_repack(&W, threads) != 0) printf(" (repack failed)");
             for (int r = 0; r < 2; r++) {
                 double ts[64];
                 int n = reps < 64 ? reps : 64, calls = rows[r] == 1 ? 20 : 1;

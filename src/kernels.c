@@ -33,6 +33,7 @@
  */
 #include "kernels.h"
 
+#include "kernels_amx_q8.h"
 #include "kernels_f16_avx512.h"
 #include "kernels_isa.h"
 #include "kernels_q8.h"
@@ -303,6 +304,7 @@ typedef struct qmm_ctx {
     kvi_pool *pool;
     uint8_t *xq;               /* [n_rows][xq_rb] quantised activations */
     size_t xq_rb;
+    uint8_t *xt;               /* NULL, or the same as 16-row tiles for the AMX kernels (kernels_q8.h) */
     uint8_t *scratch0;         /* thread 0's tile scratch (or the only one) */
     size_t scratch_bytes;      /* KVI_QGEMM_SCRATCH, then [16 * row bytes] for R16 tiles */
     size_t r16_rows_off;       /* where that R16 tile-as-rows buffer starts */
@@ -313,8 +315,10 @@ static void qmm_quant_worker(void *vctx, int ith, int nth)
 {
     const qmm_ctx *c = vctx;
     const int64_t r0 = c->n_rows * ith / nth, r1 = c->n_rows * (ith + 1) / nth;
-    for (int64_t r = r0; r < r1; r++)
+    for (int64_t r = r0; r < r1; r++) {
         kvi_q8_quantize_act(c->W[0]->type, c->x + r * c->ldx, c->xq + (size_t)r * c->xq_rb, c->W[0]->n_in);
+        if (c->xt) kvi_q8_tiles_row(c->xq + (size_t)r * c->xq_rb, c->W[0]->n_in, r, r == c->n_rows - 1, c->xt);
+    }
 }
 
 /* Thread ith takes the tiles [T*ith/nth, T*(ith+1)/nth) of the concatenated outputs
@@ -336,7 +340,7 @@ static void qmm_worker(void *vctx, int ith, int nth)
             .type = W->type, .w = W->data, .w_rb = kvi_row_bytes(W->type, W->n_in), .n_in = W->n_in,
             .j0 = (s0 - a0) * QTILE, .j1 = j1 < W->n_out ? j1 : W->n_out,
             .xq = c->xq, .xq_rb = c->xq_rb, .n_rows = c->n_rows, .y = c->y[i], .ldy = c->ldy[i],
-            .scratch = scr,
+            .scratch = scr, .xt = c->xt,
         };
         if (W->layout == KVI_LAYOUT_R16) kvi_qgemm_r16(c->tab, &a, (uint8_t *)scr + c->r16_rows_off);
         else if (!(c->tab->qgemm && c->tab->qgemm(&a))) kvi_qgemm_ref(&a);
@@ -367,15 +371,21 @@ static bool matmul_q8(kvi_pool *pool, int n_w, const kvi_tensor *const *W, const
         }
     const size_t xq_bytes = ((c.xq_rb * (size_t)n_rows) + 63) & ~(size_t)63;
     if (c.xq_rb == 0 || xq_bytes / c.xq_rb < (size_t)n_rows) return false;
-    uint8_t *buf = pool ? kvi_pool_scratch(pool, 0, xq_bytes + c.scratch_bytes) : NULL;
+    /* the AMX kernels read the activations as 16-row tiles, built beside them */
+    size_t xt_bytes = 0;
+    if (c.tab->isa == KVI_ISA_AVX512 && kvi_qgemm_amx_q8_wanted(W[0]->type, n_rows, W[0]->n_in))
+        xt_bytes = (kvi_q8_tiles_bytes(n_rows, W[0]->n_in) + 63) & ~(size_t)63;
+    if (xt_bytes > SIZE_MAX - xq_bytes - c.scratch_bytes) xt_bytes = 0;
+    uint8_t *buf = pool ? kvi_pool_scratch(pool, 0, xq_bytes + xt_bytes + c.scratch_bytes) : NULL;
     uint8_t *own = NULL;
     if (!pool) {
-        if (posix_memalign((void **)&own, 64, xq_bytes + c.scratch_bytes) != 0) own = NULL;
+        if (posix_memalign((void **)&own, 64, xq_bytes + xt_bytes + c.scratch_bytes) != 0) own = NULL;
         buf = own;
     }
     if (!buf) return false;
     c.xq = buf;
-    c.scratch0 = buf + xq_bytes;
+    c.xt = xt_bytes ? buf + xq_bytes : NULL;
+    c.scratch0 = buf + xq_bytes + xt_bytes;
     if (n_rows <= QUANT_INLINE_ROWS) qmm_quant_worker(&c, 0, 1);
     else kvi_pool_run(pool, qmm_quant_worker, &c);
     kvi_pool_run(pool, qmm_worker, &c);

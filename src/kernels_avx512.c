@@ -9,6 +9,7 @@
  * elements (masked load) into accumulator 1; then (a0 + a1) + (a2 + a3), folded
  * 16 -> 8 -> 4 -> 2 -> 1 lanes.
  */
+#include "kernels_amx_q8.h"
 #include "kernels_isa.h"
 #include "kernels_vnni.h"
 #include "quant.h"
@@ -700,6 +701,7 @@ VNNI static int qgemm_avx512(const kvi_qgemm_args *a)
     if (kvi_qgemv_avx512(a) || kvi_qgemv_kq_avx512(a)) return 1;
     if (a->type != KVI_TYPE_Q8_0 && a->type != KVI_TYPE_Q4_0) return qgemm_generic(a);
     if (!a->scratch) return 0;
+    if (a->n_rows >= KVI_AMX_Q8_MIN_ROWS && kvi_qgemm_amx_q8(a, false)) return 1;
     return qgemm_packed(a, a->scratch, false);
 }
 

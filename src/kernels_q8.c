@@ -118,6 +118,30 @@ void kvi_q8_quantize_act(kvi_type t, const float *x, void *dst, int64_t n)
     }
 }
 
+size_t kvi_q8_tiles_bytes(int64_t n_rows, int64_t n_in)
+{
+    if (n_rows < 1 || n_in < 32) return 0;
+    const uint64_t tiles = ((uint64_t)n_rows + 15) / 16, nb = (uint64_t)n_in / 32;
+    if (nb > SIZE_MAX / KVI_Q8_TILE_BLOCK / tiles) return 0;
+    return (size_t)(tiles * nb * KVI_Q8_TILE_BLOCK);
+}
+
+void kvi_q8_tiles_row(const void *xq, int64_t n_in, int64_t r, bool pad, uint8_t *xt)
+{
+    const kvi_q8a *x = xq;
+    const int64_t nb = n_in / 32, t = r / 16;
+    const int m = (int)(r % 16), m_end = pad ? 16 : m + 1;
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *blk = xt + (size_t)(t * nb + b) * KVI_Q8_TILE_BLOCK;
+        memcpy(blk + 32 * m, x[b].qs, 32);
+        memcpy(blk + 512 + 4 * m, &x[b].d, 4);
+        if (m_end > m + 1) {
+            memset(blk + 32 * (m + 1), 0, 32 * (size_t)(m_end - m - 1));
+            memset(blk + 512 + 4 * (m + 1), 0, 4 * (size_t)(m_end - m - 1));
+        }
+    }
+}
+
 int kvi_q8_level_offset(kvi_type t)
 {
     switch (t) {

@@ -26,6 +26,7 @@
 #include "kernels.h"
 #include "quant.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -76,7 +77,19 @@ typedef struct kvi_qgemm_args {
     float *y;
     int64_t ldy;
     void *scratch;         /* KVI_QGEMM_SCRATCH(n_in) bytes, 64-byte aligned, or NULL */
+    const uint8_t *xt;     /* NULL, or the same activations as 16-row tiles (kvi_q8_tiles_row) */
 } kvi_qgemm_args;
+
+/* The activations of kvi_q8a rows as 16-row tiles, for the AMX kernels: tile t
+ * (rows 16t .. 16t+15), block b at xt + (t * nb + b) * KVI_Q8_TILE_BLOCK
+ * (nb = n_in / 32): the 16 rows' 32 quants (row m at byte 32m), then their 16 d
+ * (f32, at byte 512 + 4m). Rows past the last are all zero (quants and d). */
+#define KVI_Q8_TILE_BLOCK 576
+/* Bytes of the tiles of n_rows rows of n_in inputs (0 when it overflows). */
+size_t kvi_q8_tiles_bytes(int64_t n_rows, int64_t n_in);
+/* Row r of the tiles from its kvi_q8a row xq (n_in inputs); pad: also zero the
+ * rows past r up to the end of its tile (the caller's last row). */
+void kvi_q8_tiles_row(const void *xq, int64_t n_in, int64_t r, bool pad, uint8_t *xt);
 
 /* Scratch a kernel may use to hold a 16-row weight tile in its own layout
  * (832 bytes per 32 inputs). */

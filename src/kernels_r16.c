@@ -1,18 +1,21 @@
 /*
  * kernels_r16.c — dispatch of the integer products over R16 weights
- * (kernels_r16.h): decode rows go to the AVX-512 VNNI kernel that streams the
+ * (kernels_r16.h): many rows go to the AMX tiles where the CPU has them
+ * (kernels_amx_q8.h), decode rows to the AVX-512 VNNI kernel that streams the
  * tiles as they lie; everything else unpacks one tile at a time into rows (the
  * tile's 16 rows, 16 * w_rb bytes) and runs the row kernels on it, so every path
  * gives the bits of the rows layout.
  */
 #include "kernels_r16.h"
 
+#include "kernels_amx_q8.h"
 #include "kernels_vnni.h"
 #include "weight_r16.h"
 
 void kvi_qgemm_r16(const kvi_kernel_table *tab, const kvi_qgemm_args *a, uint8_t *rows)
 {
     const bool avx512 = tab->isa == KVI_ISA_AVX512 && kvi_has_vnni();
+    if (avx512 && a->n_rows >= KVI_AMX_Q8_MIN_ROWS && kvi_qgemm_amx_q8(a, true)) return;
     if (avx512 && a->n_rows <= KVI_R16_STREAM_ROWS_MAX && kvi_qgemv_r16_avx512(a)) return;
     if (avx512 && a->n_rows > KVI_R16_STREAM_ROWS_MAX && kvi_qgemm_r16_many_avx512(a)) return;
     for (int64_t jt = a->j0; jt < a->j1; jt += 16) {

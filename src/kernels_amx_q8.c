@@ -1,0 +1,240 @@
+/*
+ * kernels_amx_q8.c — Q8_0 / Q4_0 weights times many quantised activation rows
+ * with AMX-INT8 tiles (TDPBSSD), in kernels_q8.h's contract: the bits of
+ * kvi_qgemm_ref, whatever the rows, tiles or threads.
+ *
+ * One 16 x 16 output tile (16 activation rows x 16 weight rows) per step, one
+ * 32-input block at a time: TDPBSSD multiplies the rows' block (A tile: 16 rows x
+ * 32 signed bytes, from the activations as 16-row tiles, a->xt, kernels_q8.h) by
+ * the weight rows' block (B tile: 8 rows x 64 bytes, row k = for each weight row
+ * n the four signed levels 4k..4k+3) into 16 x 16 exact int32 sums isum_b. The
+ * sums go to memory (TILESTORED) and each output takes
+ *     acc = fma(dw_b * dx_b, (float)isum_b, acc)
+ * block by block in order, its accumulator in a zmm register (16 rows = 16 zmm):
+ * the contract's steps. Two C tiles alternate, and the float steps of a pair of
+ * blocks run while the next pair's products do (row_tile_chunk).
+ *
+ * Data: per (16-output tile, chunk of blocks), the weights are packed once into
+ * the scratch, PACKED_BLOCK bytes per block: the B tile (levels as signed bytes:
+ * Q8_0 as stored, Q4_0 nibble - 8), then dw as 16 f32. Every row tile then runs
+ * over the packed chunk (L1-resident). Chunks of the inputs keep the activation
+ * tiles of every row (n_tiles x chunk x 576 bytes) within ACT_CHUNK_BYTES, so
+ * they stay in L2 while all the output tiles use them; accumulators go through
+ * y between chunks (an exact f32 store and load). The last row tile's rows past
+ * n_rows are zero in a->xt: computed, never stored.
+ *
+ * Weights come from the R16 layout (weight_r16.h; the quants are already B
+ * tiles) or from rows (16 rows transposed in registers, kernels_vnni.h).
+ * Invariants: reads only weight rows [j0, j1) (a short last tile repeats its last
+ * row and drops the duplicates) and the activation tiles; writes only
+ * y[r][j0..j1); loads its own tile configuration and releases the tiles before
+ * returning (amx.h).
+ */
+#include "kernels_amx_q8.h"
+
+#include "amx.h"
+#include "kernels_vnni.h"
+
+#include <immintrin.h>
+#include <stdalign.h>
+
+#define AMX_Q8 __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+#define AMX_INLINE AMX_Q8 __attribute__((always_inline)) static inline
+
+#define PACKED_BLOCK 576               /* B tile (8 x 64 bytes), then 16 f32 dw */
+#define ACT_CHUNK_BYTES (768 * 1024)   /* activations of one chunk, every row */
+
+/* tile registers */
+#define TC0 0   /* C: isum of an even block, 16 x 16 int32 */
+#define TC1 1   /* C: the odd block's */
+#define TA0 2   /* A: 16 rows x 32 activation bytes */
+#define TA1 3
+#define TB0 4   /* B: 8 x 64 weight bytes */
+#define TB1 5
+
+/* The compiler must not move plain stores to a buffer past a tile load of it
+ * (_tile_loadd carries no memory clobber). */
+#define TILE_BARRIER() __asm__ volatile("" ::: "memory")
+
+/* nr rows in the C and A tiles */
+static void cfg_rows(kvi_amx_cfg *c, int nr)
+{
+    *c = (kvi_amx_cfg){.palette = 1};
+    c->rows[TC0] = c->rows[TC1] = (uint8_t)nr;
+    c->colsb[TC0] = c->colsb[TC1] = 64;
+    c->rows[TA0] = c->rows[TA1] = (uint8_t)nr;
+    c->colsb[TA0] = c->colsb[TA1] = 32;
+    c->rows[TB0] = c->rows[TB1] = 8;
+    c->colsb[TB0] = c->colsb[TB1] = 64;
+}
+
+/* Blocks kb0 .. kb0 + nk - 1 of the R16 tile with outputs jt .. jt + 15. */
+AMX_INLINE void pack_r16(const kvi_qgemm_args *a, int64_t jt, int64_t kb0, int64_t nk, uint8_t *packed)
+{
+    const bool q8 = a->type == KVI_TYPE_Q8_0;
+    const size_t qb = q8 ? 512 : 256, pair = 64 + 2 * qb;   /* bytes per block's quants, per block pair */
+    const uint8_t *tile = a->w + (size_t)jt * a->w_rb;
+    const __m512i flip = _mm512_set1_epi8((char)0x80), lo = _mm512_set1_epi8(0x0f), eight = _mm512_set1_epi8(8);
+    for (int64_t b = 0; b < nk; b++) {
+        const int64_t blk = kb0 + b;
+        const uint8_t *p = tile + (size_t)(blk / 2) * pair;
+        const uint8_t *qs = p + 64 + (size_t)(blk & 1) * qb;
+        uint8_t *o = packed + (size_t)b * PACKED_BLOCK;
+        if (q8) {
+            for (int k = 0; k < 8; k++)
+                _mm512_store_si512((void *)(o + 64 * k),
+                                   _mm512_xor_si512(_mm512_loadu_si512((const void *)(qs + 64 * k)), flip));
+        } else {
+            for (int k = 0; k < 4; k++) {
+                const __m512i v = _mm512_loadu_si512((const void *)(qs + 64 * k));
+                _mm512_store_si512((void *)(o + 64 * k), _mm512_sub_epi8(_mm512_and_si512(v, lo), eight));
+                _mm512_store_si512((void *)(o + 64 * (k + 4)),
+                                   _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(v, 4), lo), eight));
+            }
+        }
+        _mm512_store_ps((float *)(o + 512), _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32 * (blk & 1)))));
+    }
+}
+
+/* The same from the rows layout: outputs jt .. jt + nv - 1 (rows past the end
+ * repeat the last one). */
+AMX_INLINE void pack_rows(const kvi_qgemm_args *a, int64_t jt, int nv, int64_t kb0, int64_t nk, uint8_t *packed)
+{
+    const bool q8 = a->type == KVI_TYPE_Q8_0;
+    const size_t bb = kvi_type_block_bytes(a->type);
+    const __m512i lo = _mm512_set1_epi8(0x0f), eight = _mm512_set1_epi8(8);
+    tile16 tl;
+    tile_init(&tl, a, jt, nv);
+    for (int64_t b = 0; b < nk; b++) {
+        const size_t off = (size_t)(kb0 + b) * bb;
+        uint8_t *o = packed + (size_t)b * PACKED_BLOCK;
+        __m512i W[8];
+        transpose16x4(tl.p, off + 2, W);
+        if (q8) {
+            transpose16x4(tl.p, off + 18, W + 4);
+        } else {   /* low nibbles are inputs 0..15, high nibbles 16..31 */
+            for (int k = 0; k < 4; k++) {
+                W[k + 4] = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(W[k], 4), lo), eight);
+                W[k] = _mm512_sub_epi8(_mm512_and_si512(W[k], lo), eight);
+            }
+        }
+        for (int k = 0; k < 8; k++) _mm512_store_si512((void *)(o + 64 * k), W[k]);
+        _mm512_store_ps((float *)(o + 512), scales16(&tl, off, 0));
+    }
+}
+
+/* acc[m] = fma(dw * dx[m], (float)isum[m], acc[m]) for the 16 rows of one block:
+ * isum the stored C tile, ab the rows' tile block (dx at byte 512 + 4m). */
+AMX_INLINE void block_floats(const int32_t (*isum)[16], const uint8_t *bp, const uint8_t *ab, __m512 *acc)
+{
+    const __m512 dw = _mm512_load_ps((const float *)(bp + 512));
+    const float *dx = (const float *)(ab + 512);
+#pragma GCC unroll 16
+    for (int m = 0; m < 16; m++)
+        acc[m] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(dx[m])),
+                                 _mm512_cvtepi32_ps(_mm512_load_si512((const void *)isum[m])), acc[m]);
+}
+
+/* Loads, product and nothing else: block `b` into C tile c from A tile ta, B tile tb. */
+#define TILE_PRODUCT(c, ta, tb, b)                                               \
+    do {                                                                         \
+        _tile_loadd(ta, xa + (size_t)(b) * KVI_Q8_TILE_BLOCK, 32);               \
+        _tile_loadd(tb, packed + (size_t)(b) * PACKED_BLOCK, 64);                \
+        _tile_zero(c);                                                           \
+        _tile_dpbssd(c, ta, tb);                                                 \
+    } while (0)
+
+/* Blocks 0 .. nk - 1 of the packed chunk times one row tile's chunk xa (its
+ * block 0), into acc[16]. Block b's product goes to C0 (b even) or C1 (b odd).
+ * Per pair of blocks: store both sums (to isum[pair parity]), start the next
+ * pair's products, then run the float steps of the PREVIOUS pair, whose sums
+ * were stored one iteration earlier (the stores have left the core by then, so
+ * the loads do not wait on them); blocks stay in order. */
+AMX_INLINE void row_tile_chunk(const uint8_t *packed, const uint8_t *xa, int64_t nk, __m512 *acc)
+{
+    alignas(64) int32_t isum[2][2][16][16];   /* [pair parity][C0, C1][row][output] */
+    const int64_t np = (nk + 1) / 2;
+    TILE_PRODUCT(TC0, TA0, TB0, 0);
+    if (nk > 1) TILE_PRODUCT(TC1, TA1, TB1, 1);
+    for (int64_t i = 0; i < np; i++) {
+        const int64_t b = 2 * i;
+        _tile_stored(TC0, isum[i & 1][0], 64);
+        if (b + 1 < nk) _tile_stored(TC1, isum[i & 1][1], 64);
+        if (b + 2 < nk) TILE_PRODUCT(TC0, TA0, TB0, b + 2);
+        if (b + 3 < nk) TILE_PRODUCT(TC1, TA1, TB1, b + 3);
+        if (i > 0) {   /* the previous pair: two full blocks */
+            const int64_t pb = b - 2;
+            block_floats((const int32_t(*)[16])isum[(i - 1) & 1][0], packed + (size_t)pb * PACKED_BLOCK,
+                         xa + (size_t)pb * KVI_Q8_TILE_BLOCK, acc);
+            block_floats((const int32_t(*)[16])isum[(i - 1) & 1][1], packed + (size_t)(pb + 1) * PACKED_BLOCK,
+                         xa + (size_t)(pb + 1) * KVI_Q8_TILE_BLOCK, acc);
+        }
+    }
+    const int64_t lb = 2 * (np - 1);   /* the last pair (one block when nk is odd) */
+    block_floats((const int32_t(*)[16])isum[(np - 1) & 1][0], packed + (size_t)lb * PACKED_BLOCK,
+                 xa + (size_t)lb * KVI_Q8_TILE_BLOCK, acc);
+    if (lb + 1 < nk)
+        block_floats((const int32_t(*)[16])isum[(np - 1) & 1][1], packed + (size_t)(lb + 1) * PACKED_BLOCK,
+                     xa + (size_t)(lb + 1) * KVI_Q8_TILE_BLOCK, acc);
+}
+
+/* One 16-output tile (mask m) of row tile t over the chunk kb0 .. kb0 + nk - 1:
+ * accumulators from y (0 in the first chunk), back to y; rows past n_rows are
+ * computed (zero tiles) and not stored. */
+AMX_Q8 static void out_tile(const kvi_qgemm_args *a, const uint8_t *packed, int64_t jt, __mmask16 m, int64_t t,
+                            int64_t kb0, int64_t nk)
+{
+    const int nr = a->n_rows - 16 * t < 16 ? (int)(a->n_rows - 16 * t) : 16;
+    float *y = a->y + 16 * t * a->ldy + jt;
+    __m512 acc[16];
+#pragma GCC unroll 16
+    for (int r = 0; r < 16; r++)
+        acc[r] = kb0 == 0 || r >= nr ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m, y + r * a->ldy);
+    const int64_t nb = a->n_in / 32;
+    row_tile_chunk(packed, a->xt + (size_t)(t * nb + kb0) * KVI_Q8_TILE_BLOCK, nk, acc);
+#pragma GCC unroll 16
+    for (int r = 0; r < 16; r++)
+        if (r < nr) _mm512_mask_storeu_ps(y + r * a->ldy, m, acc[r]);
+}
+
+AMX_Q8 static void qgemm_amx(const kvi_qgemm_args *a, bool r16)
+{
+    const int64_t nb = a->n_in / 32, n_tiles = (a->n_rows + 15) / 16;
+    int64_t kc = (int64_t)(ACT_CHUNK_BYTES / ((size_t)n_tiles * KVI_Q8_TILE_BLOCK));
+    if (kc < 8) kc = 8;
+    if (kc > nb) kc = nb;
+    uint8_t *packed = a->scratch;   /* [kc][PACKED_BLOCK] */
+    kvi_amx_cfg cfg;
+    cfg_rows(&cfg, 16);
+    _tile_loadconfig(&cfg);
+    for (int64_t kb0 = 0; kb0 < nb; kb0 += kc) {
+        const int64_t nk = nb - kb0 < kc ? nb - kb0 : kc;
+        for (int64_t jt = a->j0; jt < a->j1; jt += 16) {
+            const int nv = a->j1 - jt < 16 ? (int)(a->j1 - jt) : 16;
+            const __mmask16 m = (__mmask16)((1u << nv) - 1);
+            if (r16) pack_r16(a, jt, kb0, nk, packed);
+            else pack_rows(a, jt, nv, kb0, nk, packed);
+            TILE_BARRIER();
+            for (int64_t t = 0; t < n_tiles; t++) out_tile(a, packed, jt, m, t, kb0, nk);
+        }
+    }
+    _tile_release();
+}
+
+bool kvi_qgemm_amx_q8_wanted(kvi_type t, int64_t n_rows, int64_t n_in)
+{
+    return (t == KVI_TYPE_Q8_0 || t == KVI_TYPE_Q4_0) && n_rows >= KVI_AMX_Q8_MIN_ROWS && n_in >= 32 && n_in % 32 == 0 &&
+           kvi_has_vnni() && kvi_amx_on();
+}
+
+int kvi_qgemm_amx_q8(const kvi_qgemm_args *a, bool r16)
+{
+    if (a->type != KVI_TYPE_Q8_0 && a->type != KVI_TYPE_Q4_0) return 0;
+    if (a->n_rows < 1 || a->n_in < 32 || a->n_in % (r16 ? 64 : 32) != 0 || !a->scratch || !a->xt) return 0;
+    if (r16 && (a->j0 % 16 != 0 || a->j1 % 16 != 0)) return 0;
+    if (a->j0 >= a->j1) return 1;
+    if (a->w_rb > (size_t)INT32_MAX / 16) return 0;   /* gather offsets are int32 */
+    if (!kvi_has_vnni() || !kvi_amx_on()) return 0;
+    qgemm_amx(a, r16);
+    return 1;
+}

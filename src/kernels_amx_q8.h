@@ -1,0 +1,26 @@
+/*
+ * kernels_amx_q8.h — Q8_0 / Q4_0 products over many activation rows with
+ * AMX-INT8 tiles (kernels_amx_q8.c), internal to the kernels. Same arguments and
+ * bits as kvi_qgemm_ref (kernels_q8.h contract).
+ */
+#ifndef KVI_KERNELS_AMX_Q8_H
+#define KVI_KERNELS_AMX_Q8_H
+
+#include "kernels_q8.h"
+
+#include <stdbool.h>
+
+/* Fewer activation rows than this take the VNNI kernels (measured: bench_matmul). */
+#define KVI_AMX_Q8_MIN_ROWS 16
+
+/* true when kvi_qgemm_amx_q8 would take a product of n_rows rows of n_in inputs
+ * with weights of type t (the caller then builds a->xt, kernels_q8.h). */
+bool kvi_qgemm_amx_q8_wanted(kvi_type t, int64_t n_rows, int64_t n_in);
+
+/* r16: a->w is in the R16 layout (weight_r16.h; n_in % 64 == 0, j0 and j1
+ * multiples of 16), else rows. Needs a->scratch (KVI_QGEMM_SCRATCH(n_in) bytes,
+ * 64-byte aligned) and a->xt (the activations as 16-row tiles). Returns 1 when computed, 0 (nothing written) when not handled:
+ * another type, AMX off or missing (amx.h), or arguments it does not take. */
+int kvi_qgemm_amx_q8(const kvi_qgemm_args *a, bool r16);
+
+#endif

@@ -1,0 +1,186 @@
+/*
+ * test_kernels_amx.c — the AMX-INT8 product (src/kernels_amx_q8.c) gives exactly
+ * the scalar reference's bits (kernels_q8.h contract) for Q8_0 and Q4_0 weights in
+ * both layouts (rows, R16), on random weights and activations: 16 to 700 input
+ * rows (partial last row tiles, several input chunks), outputs not a multiple of
+ * 16 (rows layout), 1 to 3 threads through kvi_matmul, and with the AMX kernels
+ * turned off (the VNNI kernels) the same bits again. Also the 16-row activation
+ * tiles (kvi_q8_tiles_row) against the rows they come from.
+ *
+ * Where the CPU or the OS gives no AMX the kernel checks are reported as skipped
+ * (this project's CI machines have AMX; the product tests still run on the VNNI
+ * and scalar paths).
+ */
+#include "amx.h"
+#include "kernels.h"
+#include "kernels_amx_q8.h"
+#include "kernels_q8.h"
+#include "quant.h"
+#include "testutil.h"
+#include "weight_r16.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* [n_out][n_in] weights of type t from normal floats with a spread of row scales
+ * and a few large inputs, so block scales differ and levels reach the extremes. */
+static uint8_t *random_weights(kvi_type t, int64_t n_out, int64_t n_in, uint64_t *rs)
+{
+    const size_t rb = kvi_row_bytes(t, n_in);
+    uint8_t *w = aligned_alloc(64, (rb * (size_t)n_out + 63) & ~(size_t)63);
+    float *row = malloc((size_t)n_in * sizeof(float));
+    for (int64_t j = 0; j < n_out; j++) {
+        const float s = 0.05f + trand_uniform(rs);
+        for (int64_t i = 0; i < n_in; i++) row[i] = s * trand_normal(rs) * (i % 89 == 3 ? 9.0f : 1.0f);
+        kvi_quantize_row(t, row, w + (size_t)j * rb, n_in);
+    }
+    free(row);
+    return w;
+}
+
+static float *random_acts(int64_t n_rows, int64_t n_in, uint64_t *rs)
+{
+    float *x = malloc((size_t)(n_rows * n_in) * sizeof(float));
+    for (int64_t r = 0; r < n_rows; r++) {
+        const float s = 0.1f + 3.0f * trand_uniform(rs);
+        for (int64_t i = 0; i < n_in; i++) x[r * n_in + i] = s * trand_normal(rs);
+    }
+    return x;
+}
+
+/* The kernel called directly against kvi_qgemm_ref, both on the same quantised
+ * activations; r16: the weights repacked first. */
+static void test_direct(kvi_type t, int64_t n_out, int64_t n_in, int64_t n_rows, bool r16, uint64_t *rs)
+{
+    const size_t rb = kvi_row_bytes(t, n_in), xq_rb = kvi_q8_act_row_bytes(t, n_in);
+    uint8_t *w = random_weights(t, n_out, n_in, rs);
+    uint8_t *wr = NULL;
+    if (r16) {
+        wr = aligned_alloc(64, (rb * (size_t)n_out + 63) & ~(size_t)63);
+        memcpy(wr, w, rb * (size_t)n_out);
+        kvi_tensor T = {wr, t, n_in, n_out, KVI_LAYOUT_ROWS};
+        CHECK(kvi_r16_repack(&T, 2) == 0 && T.layout == KVI_LAYOUT_R16, "repack %s %lld x %lld", kvi_type_name(t),
+              (long long)n_out, (long long)n_in);
+    }
+    float *x = random_acts(n_rows, n_in, rs);
+    uint8_t *xq = malloc(xq_rb * (size_t)n_rows);
+    const size_t xt_bytes = kvi_q8_tiles_bytes(n_rows, n_in);
+    uint8_t *xt = aligned_alloc(64, (xt_bytes + 63) & ~(size_t)63);
+    memset(xt, 0x77, xt_bytes);   /* every byte must be written: pads included */
+    for (int64_t r = 0; r < n_rows; r++) {
+        kvi_q8_quantize_act(t, x + r * n_in, xq + (size_t)r * xq_rb, n_in);
+        kvi_q8_tiles_row(xq + (size_t)r * xq_rb, n_in, r, r == n_rows - 1, xt);
+    }
+    const size_t scr_bytes = (KVI_QGEMM_SCRATCH(n_in) + 63) & ~(size_t)63;
+    void *scr = aligned_alloc(64, scr_bytes);
+    float *y = malloc((size_t)(n_rows * n_out) * sizeof(float)), *yr = malloc((size_t)(n_rows * n_out) * sizeof(float));
+    for (int64_t i = 0; i < n_rows * n_out; i++) y[i] = yr[i] = -12345.0f;
+    kvi_qgemm_args a = {.type = t, .w = w, .w_rb = rb, .n_in = n_in, .j0 = 0, .j1 = n_out, .xq = xq, .xq_rb = xq_rb,
+                        .n_rows = n_rows, .y = yr, .ldy = n_out, .scratch = scr, .xt = NULL};
+    kvi_qgemm_ref(&a);
+    a.w = r16 ? wr : w;
+    a.y = y;
+    a.xt = xt;
+    const int done = kvi_qgemm_amx_q8(&a, r16);
+    CHECK(done == 1, "AMX kernel declined %s %lld x %lld, %lld rows, %s", kvi_type_name(t), (long long)n_out,
+          (long long)n_in, (long long)n_rows, r16 ? "R16" : "rows");
+    if (done) {
+        int64_t bad = 0;
+        for (int64_t i = 0; i < n_rows * n_out; i++) bad += memcmp(&y[i], &yr[i], sizeof(float)) != 0;
+        CHECK(bad == 0, "%s %lld x %lld, %lld rows, %s: %lld of %lld outputs differ from the reference (e.g. %.9g vs %.9g)",
+              kvi_type_name(t), (long long)n_out, (long long)n_in, (long long)n_rows, r16 ? "R16" : "rows",
+              (long long)bad, (long long)(n_rows * n_out), y[0], yr[0]);
+    }
+    /* the activation tiles hold the rows' quants and scales, zero past the last row */
+    const int64_t nb = n_in / 32, n_tiles = (n_rows + 15) / 16;
+    int64_t bad_tiles = 0;
+    for (int64_t tt = 0; tt < n_tiles; tt++)
+        for (int64_t b = 0; b < nb; b++)
+            for (int m = 0; m < 16; m++) {
+                const uint8_t *blk = xt + (size_t)(tt * nb + b) * KVI_Q8_TILE_BLOCK;
+                const int64_t r = 16 * tt + m;
+                if (r < n_rows) {
+                    const kvi_q8a *q = (const kvi_q8a *)(xq + (size_t)r * xq_rb) + b;
+                    bad_tiles += memcmp(blk + 32 * m, q->qs, 32) != 0 || memcmp(blk + 512 + 4 * m, &q->d, 4) != 0;
+                } else {
+                    static const uint8_t zero[32];
+                    bad_tiles += memcmp(blk + 32 * m, zero, 32) != 0 || memcmp(blk + 512 + 4 * m, zero, 4) != 0;
+                }
+            }
+    CHECK(bad_tiles == 0, "%lld rows: %lld tile rows differ from the activation rows", (long long)n_rows,
+          (long long)bad_tiles);
+    free(w);
+    free(wr);
+    free(x);
+    free(xq);
+    free(xt);
+    free(scr);
+    free(y);
+    free(yr);
+}
+
+/* kvi_matmul with AMX on (several thread counts) and off: the same bits as the
+ * reference (kvi_matmul single-threaded on the scalar ISA). */
+static void test_matmul(kvi_type t, int64_t n_out, int64_t n_in, int64_t n_rows, bool r16, uint64_t *rs)
+{
+    const size_t rb = kvi_row_bytes(t, n_in), n_y = (size_t)(n_rows * n_out);
+    uint8_t *w = random_weights(t, n_out, n_in, rs);
+    kvi_tensor W = {w, t, n_in, n_out, KVI_LAYOUT_ROWS};
+    float *x = random_acts(n_rows, n_in, rs);
+    float *yref = malloc(n_y * sizeof(float)), *y = malloc(n_y * sizeof(float));
+    const kvi_isa isa0 = kvi_isa_active();
+    kvi_isa_set(KVI_ISA_SCALAR);
+    kvi_matmul(NULL, &W, x, n_in, n_rows, yref, n_out);
+    kvi_isa_set(isa0);
+    if (r16) CHECK(kvi_r16_repack(&W, 1) == 0, "repack %s", kvi_type_name(t));
+    (void)rb;
+    for (int amx = 1; amx >= 0; amx--) {
+        kvi_amx_set(amx);
+        for (int th = 1; th <= 3; th++) {
+            kvi_pool *pool = kvi_pool_create(th);
+            memset(y, 0x7f, n_y * sizeof(float));
+            kvi_matmul(pool, &W, x, n_in, n_rows, y, n_out);
+            kvi_pool_free(pool);
+            CHECK(memcmp(y, yref, n_y * sizeof(float)) == 0,
+                  "kvi_matmul %s %lld x %lld, %lld rows, %s, AMX %s, %d threads: not the reference's bits",
+                  kvi_type_name(t), (long long)n_out, (long long)n_in, (long long)n_rows, r16 ? "R16" : "rows",
+                  amx ? "on" : "off", th);
+        }
+    }
+    kvi_amx_set(1);
+    free(w);
+    free(x);
+    free(yref);
+    free(y);
+}
+
+int main(void)
+{
+    uint64_t rs = 0x5eed0a3cull;
+    const kvi_type types[2] = {KVI_TYPE_Q8_0, KVI_TYPE_Q4_0};
+    const bool amx = kvi_isa_detect() == KVI_ISA_AVX512 && kvi_amx_available();
+    if (!amx) printf("note: no AMX here (CPU or OS); the direct kernel checks are skipped\n");
+    for (int k = 0; k < 2; k++) {
+        const kvi_type t = types[k];
+        if (amx) {
+            const int64_t rows[] = {16, 17, 31, 33, 64, 100, 700};
+            for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+                test_direct(t, 48, 2048, rows[i], false, &rs);   /* 700 rows: 3 input chunks */
+                test_direct(t, 48, 256, rows[i], true, &rs);
+            }
+            test_direct(t, 40, 96, 20, false, &rs);   /* a short last output tile, odd block count */
+            test_direct(t, 16, 64, 16, true, &rs);
+            test_direct(t, 32, 32, 18, false, &rs);   /* one block */
+            CHECK(!kvi_qgemm_amx_q8_wanted(t, KVI_AMX_Q8_MIN_ROWS - 1, 256), "AMX wanted below its row minimum");
+        }
+        test_matmul(t, 80, 512, 37, false, &rs);
+        test_matmul(t, 64, 512, 37, true, &rs);
+        test_matmul(t, 96, 1024, 16, true, &rs);
+    }
+    kvi_amx_set(0);
+    CHECK(!kvi_amx_on(), "kvi_amx_set(0) leaves AMX on");
+    CHECK(!kvi_qgemm_amx_q8_wanted(KVI_TYPE_Q8_0, 64, 256), "AMX wanted while turned off");
+    kvi_amx_set(1);
+    CHECK(!kvi_qgemm_amx_q8_wanted(KVI_TYPE_Q6_K, 64, 256), "AMX wanted for Q6_K");
+    return test_main_end();
+}
