@@ -33,6 +33,7 @@
  */
 #include "kernels.h"
 
+#include "kernels_amx_f16.h"
 #include "kernels_amx_q8.h"
 #include "kernels_f16_avx512.h"
 #include "kernels_isa.h"
@@ -418,6 +419,7 @@ void kvi_matmul(kvi_pool *pool, const kvi_tensor *W, const float *x, int64_t ldx
         nan_output(W, n_rows, y, ldy);
         return;
     }
+    if (tab()->isa == KVI_ISA_AVX512 && kvi_amx_f16_matmul(pool, W, x, ldx, n_rows, y, ldy)) return;
     mm_ctx c = {
         .W = W, .x = x, .ldx = ldx, .n_rows = n_rows, .y = y, .ldy = ldy, .pool = pool,
         .own_scratch = NULL, .tab = tab(), .row_bytes = kvi_row_bytes(W->type, W->n_in),

@@ -9,6 +9,7 @@
  * kvi_fmm_avx512 on 203 rows (several row blocks, blocks of n_in, leftover rows)
  * and a column range [j0, j1) is also checked against the order directly.
  */
+#include "amx.h"
 #include "kernels.h"
 #include "kernels_f16_avx512.h"
 #include "quant.h"
@@ -179,6 +180,7 @@ int main(void)
 {
     kvi_pool *pools[3] = {kvi_pool_create(1), kvi_pool_create(2), kvi_pool_create(3)};
     uint64_t rs = 20240611;
+    kvi_amx_set(0);   /* this file tests the FP32 order; the AMX path has test_kernels_amx_f16.c */
     test_lanes16_ref();
     for (int s = 0; s < N_SHAPES; s++) test_shape(N_INS[s], N_OUTS[s], pools, &rs);
     test_many_rows(2056, 37, &rs);
