@@ -23,6 +23,12 @@
  * y between chunks (an exact f32 store and load). The last row tile's rows past
  * n_rows are zero in a->xt: computed, never stored.
  *
+ * Direct (R16 Q8_0, at most DIRECT_TILES_MAX row tiles: decode batches): packing
+ * would cost as much as the products, so the B tiles are read in place from the
+ * R16 tile (levels + 128, unsigned: TDPBSUD, signed x unsigned) and each C tile
+ * starts from a correction tile (row m = -128 * the row's sum of quants, built
+ * once per chunk in the scratch), so C ends as the same exact isum_b.
+ *
  * Weights come from the R16 layout (weight_r16.h; the quants are already B
  * tiles) or from rows (16 rows transposed in registers, kernels_vnni.h).
  * Invariants: reads only weight rows [j0, j1) (a short last tile repeats its last
@@ -43,6 +49,8 @@
 
 #define PACKED_BLOCK 576               /* B tile (8 x 64 bytes), then 16 f32 dw */
 #define ACT_CHUNK_BYTES (768 * 1024)   /* activations of one chunk, every row */
+#define DIRECT_TILES_MAX 2             /* R16 Q8_0 with at most this many row tiles: no packing */
+#define DIRECT_PF_BYTES 1024           /* direct: weights prefetched this far ahead */
 
 /* tile registers */
 #define TC0 0   /* C: isum of an even block, 16 x 16 int32 */
@@ -125,9 +133,8 @@ AMX_INLINE void pack_rows(const kvi_qgemm_args *a, int64_t jt, int nv, int64_t k
 
 /* acc[m] = fma(dw * dx[m], (float)isum[m], acc[m]) for the 16 rows of one block:
  * isum the stored C tile, ab the rows' tile block (dx at byte 512 + 4m). */
-AMX_INLINE void block_floats(const int32_t (*isum)[16], const uint8_t *bp, const uint8_t *ab, __m512 *acc)
+AMX_INLINE void block_floats(const int32_t (*isum)[16], __m512 dw, const uint8_t *ab, __m512 *acc)
 {
-    const __m512 dw = _mm512_load_ps((const float *)(bp + 512));
     const float *dx = (const float *)(ab + 512);
 #pragma GCC unroll 16
     for (int m = 0; m < 16; m++)
@@ -135,22 +142,55 @@ AMX_INLINE void block_floats(const int32_t (*isum)[16], const uint8_t *bp, const
                                  _mm512_cvtepi32_ps(_mm512_load_si512((const void *)isum[m])), acc[m]);
 }
 
-/* Loads, product and nothing else: block `b` into C tile c from A tile ta, B tile tb. */
-#define TILE_PRODUCT(c, ta, tb, b)                                               \
-    do {                                                                         \
-        _tile_loadd(ta, xa + (size_t)(b) * KVI_Q8_TILE_BLOCK, 32);               \
-        _tile_loadd(tb, packed + (size_t)(b) * PACKED_BLOCK, 64);                \
-        _tile_zero(c);                                                           \
-        _tile_dpbssd(c, ta, tb);                                                 \
+/* Where one chunk's weights come from: packed (B tiles of signed levels, dw as
+ * f32), or (direct) the R16 Q8_0 tile in place (levels + 128 as unsigned bytes,
+ * dw as f16), with cor the chunk's correction tiles of the row tile. */
+typedef struct wsrc {
+    const uint8_t *packed;   /* [nk][PACKED_BLOCK] */
+    const uint8_t *tile;     /* direct: the R16 tile */
+    const uint8_t *cor;      /* direct: [nk][16][16] i32, row m = -128 * sum(x quants of row m) */
+    int64_t kb0;             /* direct: the chunk's first block */
+} wsrc;
+
+AMX_INLINE const uint8_t *b_tile(const wsrc *w, int64_t b, bool direct)
+{
+    if (!direct) return w->packed + (size_t)b * PACKED_BLOCK;
+    const int64_t blk = w->kb0 + b;
+    return w->tile + (size_t)(blk / 2) * 1088 + 64 + (size_t)(blk & 1) * 512;
+}
+
+AMX_INLINE __m512 b_scales(const wsrc *w, int64_t b, bool direct)
+{
+    if (!direct) return _mm512_load_ps((const float *)(w->packed + (size_t)b * PACKED_BLOCK + 512));
+    const int64_t blk = w->kb0 + b;
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w->tile + (size_t)(blk / 2) * 1088 + 32 * (blk & 1))));
+}
+
+/* Block b into C tile c from A tile ta and B tile tb. Packed: C from zero, signed x
+ * signed. Direct: C from the correction tile, signed x unsigned, so C = isum. The
+ * weights of a few blocks ahead are prefetched (direct: they come from memory). */
+#define TILE_PRODUCT(c, ta, tb, b)                                                               \
+    do {                                                                                         \
+        _tile_loadd(ta, xa + (size_t)(b) * KVI_Q8_TILE_BLOCK, 32);                               \
+        _tile_loadd(tb, b_tile(w, (b), direct), 64);                                             \
+        if (direct) {                                                                            \
+            _mm_prefetch((const char *)b_tile(w, (b), direct) + DIRECT_PF_BYTES, _MM_HINT_T0);      \
+            _mm_prefetch((const char *)b_tile(w, (b), direct) + DIRECT_PF_BYTES + 256, _MM_HINT_T0); \
+            _tile_loadd(c, w->cor + (size_t)(b) * 1024, 64);                                     \
+            _tile_dpbsud(c, ta, tb);                                                             \
+        } else {                                                                                 \
+            _tile_zero(c);                                                                       \
+            _tile_dpbssd(c, ta, tb);                                                             \
+        }                                                                                        \
     } while (0)
 
-/* Blocks 0 .. nk - 1 of the packed chunk times one row tile's chunk xa (its
+/* Blocks 0 .. nk - 1 of the chunk (weights w) times one row tile's chunk xa (its
  * block 0), into acc[16]. Block b's product goes to C0 (b even) or C1 (b odd).
  * Per pair of blocks: store both sums (to isum[pair parity]), start the next
  * pair's products, then run the float steps of the PREVIOUS pair, whose sums
  * were stored one iteration earlier (the stores have left the core by then, so
  * the loads do not wait on them); blocks stay in order. */
-AMX_INLINE void row_tile_chunk(const uint8_t *packed, const uint8_t *xa, int64_t nk, __m512 *acc)
+AMX_INLINE void row_tile_chunk(const wsrc *w, const uint8_t *xa, int64_t nk, __m512 *acc, const bool direct)
 {
     alignas(64) int32_t isum[2][2][16][16];   /* [pair parity][C0, C1][row][output] */
     const int64_t np = (nk + 1) / 2;
@@ -164,25 +204,25 @@ AMX_INLINE void row_tile_chunk(const uint8_t *packed, const uint8_t *xa, int64_t
         if (b + 3 < nk) TILE_PRODUCT(TC1, TA1, TB1, b + 3);
         if (i > 0) {   /* the previous pair: two full blocks */
             const int64_t pb = b - 2;
-            block_floats((const int32_t(*)[16])isum[(i - 1) & 1][0], packed + (size_t)pb * PACKED_BLOCK,
+            block_floats((const int32_t(*)[16])isum[(i - 1) & 1][0], b_scales(w, pb, direct),
                          xa + (size_t)pb * KVI_Q8_TILE_BLOCK, acc);
-            block_floats((const int32_t(*)[16])isum[(i - 1) & 1][1], packed + (size_t)(pb + 1) * PACKED_BLOCK,
+            block_floats((const int32_t(*)[16])isum[(i - 1) & 1][1], b_scales(w, pb + 1, direct),
                          xa + (size_t)(pb + 1) * KVI_Q8_TILE_BLOCK, acc);
         }
     }
     const int64_t lb = 2 * (np - 1);   /* the last pair (one block when nk is odd) */
-    block_floats((const int32_t(*)[16])isum[(np - 1) & 1][0], packed + (size_t)lb * PACKED_BLOCK,
+    block_floats((const int32_t(*)[16])isum[(np - 1) & 1][0], b_scales(w, lb, direct),
                  xa + (size_t)lb * KVI_Q8_TILE_BLOCK, acc);
     if (lb + 1 < nk)
-        block_floats((const int32_t(*)[16])isum[(np - 1) & 1][1], packed + (size_t)(lb + 1) * PACKED_BLOCK,
+        block_floats((const int32_t(*)[16])isum[(np - 1) & 1][1], b_scales(w, lb + 1, direct),
                      xa + (size_t)(lb + 1) * KVI_Q8_TILE_BLOCK, acc);
 }
 
 /* One 16-output tile (mask m) of row tile t over the chunk kb0 .. kb0 + nk - 1:
  * accumulators from y (0 in the first chunk), back to y; rows past n_rows are
  * computed (zero tiles) and not stored. */
-AMX_Q8 static void out_tile(const kvi_qgemm_args *a, const uint8_t *packed, int64_t jt, __mmask16 m, int64_t t,
-                            int64_t kb0, int64_t nk)
+AMX_INLINE void out_tile(const kvi_qgemm_args *a, const wsrc *w, int64_t jt, __mmask16 m, int64_t t, int64_t kb0,
+                         int64_t nk, const bool direct)
 {
     const int nr = a->n_rows - 16 * t < 16 ? (int)(a->n_rows - 16 * t) : 16;
     float *y = a->y + 16 * t * a->ldy + jt;
@@ -191,31 +231,70 @@ AMX_Q8 static void out_tile(const kvi_qgemm_args *a, const uint8_t *packed, int6
     for (int r = 0; r < 16; r++)
         acc[r] = kb0 == 0 || r >= nr ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m, y + r * a->ldy);
     const int64_t nb = a->n_in / 32;
-    row_tile_chunk(packed, a->xt + (size_t)(t * nb + kb0) * KVI_Q8_TILE_BLOCK, nk, acc);
+    row_tile_chunk(w, a->xt + (size_t)(t * nb + kb0) * KVI_Q8_TILE_BLOCK, nk, acc, direct);
 #pragma GCC unroll 16
     for (int r = 0; r < 16; r++)
         if (r < nr) _mm512_mask_storeu_ps(y + r * a->ldy, m, acc[r]);
 }
 
+AMX_Q8 static void out_tile_packed(const kvi_qgemm_args *a, const wsrc *w, int64_t jt, __mmask16 m, int64_t t,
+                                   int64_t kb0, int64_t nk)
+{
+    out_tile(a, w, jt, m, t, kb0, nk, false);
+}
+
+AMX_Q8 static void out_tile_direct(const kvi_qgemm_args *a, const wsrc *w, int64_t jt, __mmask16 m, int64_t t,
+                                   int64_t kb0, int64_t nk)
+{
+    out_tile(a, w, jt, m, t, kb0, nk, true);
+}
+
+/* The correction tiles of row tile t, blocks kb0 .. kb0 + nk - 1, into cor
+ * ([nk][16][16] i32: row m = -128 * the row's sum of quants). */
+AMX_Q8 static void build_cor(const kvi_qgemm_args *a, int64_t t, int64_t kb0, int64_t nk, uint8_t *cor)
+{
+    const int64_t nb = a->n_in / 32;
+    for (int64_t b = 0; b < nk; b++) {
+        const int32_t *sx = (const int32_t *)(a->xt + (size_t)(t * nb + kb0 + b) * KVI_Q8_TILE_BLOCK + 576);
+        for (int m = 0; m < 16; m++)
+            _mm512_store_si512((void *)(cor + (size_t)b * 1024 + 64 * m), _mm512_set1_epi32(-128 * sx[m]));
+    }
+}
+
 AMX_Q8 static void qgemm_amx(const kvi_qgemm_args *a, bool r16)
 {
     const int64_t nb = a->n_in / 32, n_tiles = (a->n_rows + 15) / 16;
+    const bool direct = r16 && a->type == KVI_TYPE_Q8_0 && n_tiles <= DIRECT_TILES_MAX;
     int64_t kc = (int64_t)(ACT_CHUNK_BYTES / ((size_t)n_tiles * KVI_Q8_TILE_BLOCK));
-    if (kc < 8) kc = 8;
+    if (direct) kc = (int64_t)(KVI_QGEMM_SCRATCH(a->n_in) / ((size_t)n_tiles * 1024));   /* the correction tiles */
+    if (kc < 1) kc = 1;
     if (kc > nb) kc = nb;
-    uint8_t *packed = a->scratch;   /* [kc][PACKED_BLOCK] */
     kvi_amx_cfg cfg;
     cfg_rows(&cfg, 16);
     _tile_loadconfig(&cfg);
+    wsrc w = {.packed = a->scratch};
     for (int64_t kb0 = 0; kb0 < nb; kb0 += kc) {
         const int64_t nk = nb - kb0 < kc ? nb - kb0 : kc;
+        if (direct) {
+            for (int64_t t = 0; t < n_tiles; t++) build_cor(a, t, kb0, nk, (uint8_t *)a->scratch + (size_t)(t * kc) * 1024);
+            TILE_BARRIER();
+        }
         for (int64_t jt = a->j0; jt < a->j1; jt += 16) {
             const int nv = a->j1 - jt < 16 ? (int)(a->j1 - jt) : 16;
             const __mmask16 m = (__mmask16)((1u << nv) - 1);
-            if (r16) pack_r16(a, jt, kb0, nk, packed);
-            else pack_rows(a, jt, nv, kb0, nk, packed);
+            if (direct) {
+                w.tile = a->w + (size_t)jt * a->w_rb;
+                w.kb0 = kb0;
+                for (int64_t t = 0; t < n_tiles; t++) {
+                    w.cor = (const uint8_t *)a->scratch + (size_t)(t * kc) * 1024;
+                    out_tile_direct(a, &w, jt, m, t, kb0, nk);
+                }
+                continue;
+            }
+            if (r16) pack_r16(a, jt, kb0, nk, a->scratch);
+            else pack_rows(a, jt, nv, kb0, nk, a->scratch);
             TILE_BARRIER();
-            for (int64_t t = 0; t < n_tiles; t++) out_tile(a, packed, jt, m, t, kb0, nk);
+            for (int64_t t = 0; t < n_tiles; t++) out_tile_packed(a, &w, jt, m, t, kb0, nk);
         }
     }
     _tile_release();

@@ -135,9 +135,11 @@ void kvi_q8_tiles_row(const void *xq, int64_t n_in, int64_t r, bool pad, uint8_t
         uint8_t *blk = xt + (size_t)(t * nb + b) * KVI_Q8_TILE_BLOCK;
         memcpy(blk + 32 * m, x[b].qs, 32);
         memcpy(blk + 512 + 4 * m, &x[b].d, 4);
+        memcpy(blk + 576 + 4 * m, &x[b].sum, 4);
         if (m_end > m + 1) {
             memset(blk + 32 * (m + 1), 0, 32 * (size_t)(m_end - m - 1));
             memset(blk + 512 + 4 * (m + 1), 0, 4 * (size_t)(m_end - m - 1));
+            memset(blk + 576 + 4 * (m + 1), 0, 4 * (size_t)(m_end - m - 1));
         }
     }
 }

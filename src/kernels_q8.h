@@ -83,8 +83,9 @@ typedef struct kvi_qgemm_args {
 /* The activations of kvi_q8a rows as 16-row tiles, for the AMX kernels: tile t
  * (rows 16t .. 16t+15), block b at xt + (t * nb + b) * KVI_Q8_TILE_BLOCK
  * (nb = n_in / 32): the 16 rows' 32 quants (row m at byte 32m), then their 16 d
- * (f32, at byte 512 + 4m). Rows past the last are all zero (quants and d). */
-#define KVI_Q8_TILE_BLOCK 576
+ * (f32, at byte 512 + 4m), then their 16 sums of quants (i32, at byte 576 + 4m).
+ * Rows past the last are all zero (quants, d and sum). */
+#define KVI_Q8_TILE_BLOCK 640
 /* Bytes of the tiles of n_rows rows of n_in inputs (0 when it overflows). */
 size_t kvi_q8_tiles_bytes(int64_t n_rows, int64_t n_in);
 /* Row r of the tiles from its kvi_q8a row xq (n_in inputs); pad: also zero the

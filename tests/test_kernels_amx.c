@@ -101,10 +101,12 @@ static void test_direct(kvi_type t, int64_t n_out, int64_t n_in, int64_t n_rows,
                 const int64_t r = 16 * tt + m;
                 if (r < n_rows) {
                     const kvi_q8a *q = (const kvi_q8a *)(xq + (size_t)r * xq_rb) + b;
-                    bad_tiles += memcmp(blk + 32 * m, q->qs, 32) != 0 || memcmp(blk + 512 + 4 * m, &q->d, 4) != 0;
+                    bad_tiles += memcmp(blk + 32 * m, q->qs, 32) != 0 || memcmp(blk + 512 + 4 * m, &q->d, 4) != 0 ||
+                                 memcmp(blk + 576 + 4 * m, &q->sum, 4) != 0;
                 } else {
                     static const uint8_t zero[32];
-                    bad_tiles += memcmp(blk + 32 * m, zero, 32) != 0 || memcmp(blk + 512 + 4 * m, zero, 4) != 0;
+                    bad_tiles += memcmp(blk + 32 * m, zero, 32) != 0 || memcmp(blk + 512 + 4 * m, zero, 4) != 0 ||
+                                 memcmp(blk + 576 + 4 * m, zero, 4) != 0;
                 }
             }
     CHECK(bad_tiles == 0, "%lld rows: %lld tile rows differ from the activation rows", (long long)n_rows,
