@@ -374,7 +374,10 @@ static bool matmul_q8(kvi_pool *pool, int n_w, const kvi_tensor *const *W, const
     if (c.xq_rb == 0 || xq_bytes / c.xq_rb < (size_t)n_rows) return false;
     /* the AMX kernels read the activations as 16-row tiles, built beside them */
     size_t xt_bytes = 0;
-    if (c.tab->isa == KVI_ISA_AVX512 && kvi_qgemm_amx_q8_wanted(W[0]->type, n_rows, W[0]->n_in))
+    bool amx = false;
+    for (int i = 0; i < n_w; i++)
+        amx = amx || kvi_qgemm_amx_q8_wanted(W[i]->type, W[i]->layout == KVI_LAYOUT_R16, n_rows, W[i]->n_in);
+    if (c.tab->isa == KVI_ISA_AVX512 && amx)
         xt_bytes = (kvi_q8_tiles_bytes(n_rows, W[0]->n_in) + 63) & ~(size_t)63;
     if (xt_bytes > SIZE_MAX - xq_bytes - c.scratch_bytes) xt_bytes = 0;
     uint8_t *buf = pool ? kvi_pool_scratch(pool, 0, xq_bytes + xt_bytes + c.scratch_bytes) : NULL;

@@ -300,20 +300,19 @@ AMX_Q8 static void qgemm_amx(const kvi_qgemm_args *a, bool r16)
     _tile_release();
 }
 
-bool kvi_qgemm_amx_q8_wanted(kvi_type t, int64_t n_rows, int64_t n_in)
+bool kvi_qgemm_amx_q8_wanted(kvi_type t, bool r16, int64_t n_rows, int64_t n_in)
 {
-    return (t == KVI_TYPE_Q8_0 || t == KVI_TYPE_Q4_0) && n_rows >= KVI_AMX_Q8_MIN_ROWS && n_in >= 32 && n_in % 32 == 0 &&
-           kvi_has_vnni() && kvi_amx_on();
+    const int64_t min_rows = r16 && t == KVI_TYPE_Q8_0 ? KVI_AMX_Q8_MIN_ROWS_DIRECT : KVI_AMX_Q8_MIN_ROWS;
+    return (t == KVI_TYPE_Q8_0 || t == KVI_TYPE_Q4_0) && n_rows >= min_rows && n_in >= 32 &&
+           n_in % (r16 ? 64 : 32) == 0 && kvi_has_vnni() && kvi_amx_on();
 }
 
 int kvi_qgemm_amx_q8(const kvi_qgemm_args *a, bool r16)
 {
-    if (a->type != KVI_TYPE_Q8_0 && a->type != KVI_TYPE_Q4_0) return 0;
-    if (a->n_rows < 1 || a->n_in < 32 || a->n_in % (r16 ? 64 : 32) != 0 || !a->scratch || !a->xt) return 0;
+    if (!kvi_qgemm_amx_q8_wanted(a->type, r16, a->n_rows, a->n_in) || !a->scratch || !a->xt) return 0;
     if (r16 && (a->j0 % 16 != 0 || a->j1 % 16 != 0)) return 0;
     if (a->j0 >= a->j1) return 1;
     if (a->w_rb > (size_t)INT32_MAX / 16) return 0;   /* gather offsets are int32 */
-    if (!kvi_has_vnni() || !kvi_amx_on()) return 0;
     qgemm_amx(a, r16);
     return 1;
 }

@@ -10,12 +10,16 @@
 
 #include <stdbool.h>
 
-/* Fewer activation rows than this take the VNNI kernels (measured: bench_matmul). */
-#define KVI_AMX_Q8_MIN_ROWS 16
+/* Fewer activation rows than these take the VNNI kernels (bench_matmul, 2048 x
+ * 2048 and 2048 x 8192, alternated: R16 Q8_0 ties at 10 rows and wins from 12;
+ * packed weights (Q4_0, or rows layout) tie at 16 and win from 24). */
+#define KVI_AMX_Q8_MIN_ROWS_DIRECT 12
+#define KVI_AMX_Q8_MIN_ROWS 20
 
 /* true when kvi_qgemm_amx_q8 would take a product of n_rows rows of n_in inputs
- * with weights of type t (the caller then builds a->xt, kernels_q8.h). */
-bool kvi_qgemm_amx_q8_wanted(kvi_type t, int64_t n_rows, int64_t n_in);
+ * with weights of type t (r16: in the R16 layout); the caller then builds a->xt
+ * (kernels_q8.h). */
+bool kvi_qgemm_amx_q8_wanted(kvi_type t, bool r16, int64_t n_rows, int64_t n_in);
 
 /* r16: a->w is in the R16 layout (weight_r16.h; n_in % 64 == 0, j0 and j1
  * multiples of 16), else rows. Needs a->scratch (KVI_QGEMM_SCRATCH(n_in) bytes,

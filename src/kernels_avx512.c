@@ -701,7 +701,7 @@ VNNI static int qgemm_avx512(const kvi_qgemm_args *a)
     if (kvi_qgemv_avx512(a) || kvi_qgemv_kq_avx512(a)) return 1;
     if (a->type != KVI_TYPE_Q8_0 && a->type != KVI_TYPE_Q4_0) return qgemm_generic(a);
     if (!a->scratch) return 0;
-    if (a->n_rows >= KVI_AMX_Q8_MIN_ROWS && kvi_qgemm_amx_q8(a, false)) return 1;
+    if (kvi_qgemm_amx_q8(a, false)) return 1;
     return qgemm_packed(a, a->scratch, false);
 }
 

@@ -15,7 +15,7 @@
 void kvi_qgemm_r16(const kvi_kernel_table *tab, const kvi_qgemm_args *a, uint8_t *rows)
 {
     const bool avx512 = tab->isa == KVI_ISA_AVX512 && kvi_has_vnni();
-    if (avx512 && a->n_rows >= KVI_AMX_Q8_MIN_ROWS && kvi_qgemm_amx_q8(a, true)) return;
+    if (avx512 && kvi_qgemm_amx_q8(a, true)) return;
     if (avx512 && a->n_rows <= KVI_R16_STREAM_ROWS_MAX && kvi_qgemv_r16_avx512(a)) return;
     if (avx512 && a->n_rows > KVI_R16_STREAM_ROWS_MAX && kvi_qgemm_r16_many_avx512(a)) return;
     for (int64_t jt = a->j0; jt < a->j1; jt += 16) {

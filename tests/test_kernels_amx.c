@@ -165,24 +165,33 @@ int main(void)
     for (int k = 0; k < 2; k++) {
         const kvi_type t = types[k];
         if (amx) {
-            const int64_t rows[] = {16, 17, 31, 33, 64, 100, 700};
+            const int64_t rows[] = {20, 21, 31, 33, 64, 100, 700};
             for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
                 test_direct(t, 48, 2048, rows[i], false, &rs);   /* 700 rows: 3 input chunks */
                 test_direct(t, 48, 256, rows[i], true, &rs);
             }
+            if (t == KVI_TYPE_Q8_0) {   /* R16 read in place from 12 rows */
+                test_direct(t, 48, 256, 12, true, &rs);
+                test_direct(t, 48, 256, 13, true, &rs);
+            } else {
+                CHECK(!kvi_qgemm_amx_q8_wanted(t, true, 12, 256), "AMX wanted for Q4_0 at 12 rows");
+            }
             test_direct(t, 40, 96, 20, false, &rs);   /* a short last output tile, odd block count */
-            test_direct(t, 16, 64, 16, true, &rs);
-            test_direct(t, 32, 32, 18, false, &rs);   /* one block */
-            CHECK(!kvi_qgemm_amx_q8_wanted(t, KVI_AMX_Q8_MIN_ROWS - 1, 256), "AMX wanted below its row minimum");
+            test_direct(t, 16, 64, 24, true, &rs);
+            test_direct(t, 32, 32, 22, false, &rs);   /* one block */
+            CHECK(!kvi_qgemm_amx_q8_wanted(t, false, KVI_AMX_Q8_MIN_ROWS - 1, 256), "AMX wanted below its row minimum");
+            CHECK(kvi_qgemm_amx_q8_wanted(t, false, KVI_AMX_Q8_MIN_ROWS, 256), "AMX not wanted at its row minimum");
         }
         test_matmul(t, 80, 512, 37, false, &rs);
         test_matmul(t, 64, 512, 37, true, &rs);
         test_matmul(t, 96, 1024, 16, true, &rs);
+        test_matmul(t, 96, 1024, 12, true, &rs);
+        test_matmul(t, 96, 1024, 24, false, &rs);
     }
     kvi_amx_set(0);
     CHECK(!kvi_amx_on(), "kvi_amx_set(0) leaves AMX on");
-    CHECK(!kvi_qgemm_amx_q8_wanted(KVI_TYPE_Q8_0, 64, 256), "AMX wanted while turned off");
+    CHECK(!kvi_qgemm_amx_q8_wanted(KVI_TYPE_Q8_0, true, 64, 256), "AMX wanted while turned off");
     kvi_amx_set(1);
-    CHECK(!kvi_qgemm_amx_q8_wanted(KVI_TYPE_Q6_K, 64, 256), "AMX wanted for Q6_K");
+    CHECK(!kvi_qgemm_amx_q8_wanted(KVI_TYPE_Q6_K, false, 64, 256), "AMX wanted for Q6_K");
     return test_main_end();
 }
