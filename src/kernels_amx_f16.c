@@ -15,13 +15,20 @@
  *    past the chunk's rows and K past n_in are zeros;
  *  - wa, per thread, the weights of two output blocks over one K block:
  *    [2 blocks][kc_tiles][2: hi, lo][16 outputs][32] bf16 (lo unused for BF16),
- *    rows past n_out or past the thread's blocks zero;
+ *    rows past n_out or past the thread's blocks zero; twice that (two halves,
+ *    the decode pipeline's units) when a chunk has at most 32 rows;
  *  - cbuf, per thread, only when n_in has more than one K block: the C tiles
  *    parked between K blocks, [block - b0][n_tb][16][16] f32 (exact).
  * Threads own output blocks of 16: thread ith takes [OB*ith/nth, OB*(ith+1)/nth)
  * and never splits K. Inside a thread: for each K block, for each pair of output
  * blocks, convert its weights into wa, then run every token block pair (2x2 C
- * tiles; a last odd token block 2x1) over the K tiles of the block.
+ * tiles; a last odd token block 2x1) over the K tiles of the block. At most 32
+ * rows (decode, serving batches): a pipeline of units (pair of output blocks, K
+ * block): unit u is converted row by row (each weight row's K block one
+ * contiguous read: the prefetchers follow it) into one half of wa while the
+ * tiles run unit u - 1 from the other half, a slice after each converted row,
+ * so the weight stream and the tile products overlap; C stays in its tiles
+ * over the K blocks of a pair.
  * Tile registers: 0..3 C, 4..5 A (weights), 6..7 B (inputs); one configuration
  * per chunk: A 16 x 64 bytes, B and C 16 x 4N bytes with N = min(16, rows).
  *
@@ -48,10 +55,11 @@
 #define OBS 16                  /* outputs per block (A/C tile rows) */
 #define TILE_BYTES 1024         /* one A or B tile: 16 rows x 64 bytes */
 #define KC_TILES 32             /* K tiles per K block: a pair of blocks' weights is 128 KiB (L2) */
-#define KC_TILES_FEW 8          /* the same for <= 32 rows: 32 KiB, stays in L1 */
+#define KC_TILES_FEW 32         /* the same for <= 32 rows (two units of the pipeline: 2 x 128 KiB, L2) */
 #define PREFETCH_ELEMS 256      /* weights prefetched this far ahead in their row */
 #define ROW_CHUNK 256           /* input rows per chunk: a K block of xb is 1 MiB (L2) */
 #define CONVERT_INLINE_ROWS 4   /* fewer input rows are converted by the caller */
+#define PREFETCH_FEW 512        /* few rows: weights prefetched this many bytes ahead in their row */
 
 /* barrier: buffers written with ordinary stores before a tile load reads them
  * (the tile-load intrinsics carry no memory clobber) */
@@ -86,13 +94,39 @@ AMX_INLINE void bf16_widen(__m512i v, __m512 *f0, __m512 *f1)
     *f1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(v, 1)), 16));
 }
 
-/* hi = bf16(f) and lo = bf16(f - hi) of 32 floats (f0: 0..15, f1: 16..31), RNE */
+/* hi = bf16(f) and lo = bf16(f - hi) of 32 floats (f0: 0..15, f1: 16..31), RNE
+ * (the inputs' split) */
 AMX_INLINE void split_bf16(__m512 f0, __m512 f1, __m512i *hi, __m512i *lo)
 {
     *hi = (__m512i)_mm512_cvtne2ps_pbh(f1, f0);
     __m512 h0, h1;
     bf16_widen(*hi, &h0, &h1);
     *lo = (__m512i)_mm512_cvtne2ps_pbh(_mm512_sub_ps(f1, h1), _mm512_sub_ps(f0, h0));
+}
+
+/* The weights' split of 32 F16 at p (mk: which are read, the others 0): hi = the
+ * f32 value's upper 16 bits (truncation), lo = f - hi, exact in f32 and in BF16
+ * (at most the 3 low bits of the F16 significand), also its upper 16 bits. The
+ * upper halves are gathered with one word permutation: ~11 vector ops per 64
+ * bytes, the decode's budget (kernels_amx_f16.h). */
+AMX_INLINE void split_f16(const uint8_t *p, __mmask32 mk, __m512i *hi, __m512i *lo)
+{
+    const __m512i odd = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27,
+                                         25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+    const __m512i top = _mm512_set1_epi32((int)0xFFFF0000u);
+    __m512 f0, f1;
+    if (mk == 0xFFFFFFFFu) {
+        f0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+        f1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32)));
+    } else {
+        f0 = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16((__mmask16)mk, p));
+        f1 = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16((__mmask16)(mk >> 16), p + 32));
+    }
+    const __m512i u0 = _mm512_castps_si512(f0), u1 = _mm512_castps_si512(f1);
+    const __m512 l0 = _mm512_sub_ps(f0, _mm512_castsi512_ps(_mm512_and_si512(u0, top)));
+    const __m512 l1 = _mm512_sub_ps(f1, _mm512_castsi512_ps(_mm512_and_si512(u1, top)));
+    *hi = _mm512_permutex2var_epi16(u0, odd, u1);
+    *lo = _mm512_permutex2var_epi16(_mm512_castps_si512(l0), odd, _mm512_castps_si512(l1));
 }
 
 /* Row r of the chunk (token n of block tb) into xb: for each K tile, xh and xl as
@@ -151,18 +185,49 @@ AMX static void convert_w_pair(const amx_ctx *c, int64_t ob, int valid1, int64_t
             }
             const uint8_t *wr = c->w + (size_t)(ob * OBS + m) * c->w_rb + 2 * i;
             if (pf) _mm_prefetch((const char *)(wr + 2 * PREFETCH_ELEMS), _MM_HINT_T0);
-            const __m512i raw = rem >= KT ? _mm512_loadu_si512(wr) : _mm512_maskz_loadu_epi16(mk, wr);
             if (c->type == KVI_TYPE_BF16) {
-                _mm512_store_si512(hi_p, raw);
+                _mm512_store_si512(hi_p, rem >= KT ? _mm512_loadu_si512(wr) : _mm512_maskz_loadu_epi16(mk, wr));
                 continue;
             }
-            const __m512 f0 = _mm512_cvtph_ps(_mm512_castsi512_si256(raw));
-            const __m512 f1 = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(raw, 1));
             __m512i hi, lo;
-            split_bf16(f0, f1, &hi, &lo);
+            split_f16(wr, mk, &hi, &lo);
             _mm512_store_si512(hi_p, hi);
             _mm512_store_si512(lo_p, lo);
         }
+    }
+}
+
+/* Row m (0..31) of output blocks ob, ob + 1 (valid1 as above) over K tiles
+ * [kc0, kc0 + nkt) into dst, the row's block [kc_tiles][2: hi, lo][16][32] bf16:
+ * one contiguous run of the weight row, prefetched PREFETCH_FEW bytes ahead
+ * (decode, few input rows); rows past n_out or the thread's blocks are zeros. */
+AMX static void convert_w_row(const amx_ctx *c, int64_t ob, int valid1, int64_t m, int64_t kc0, int64_t nkt,
+                              uint8_t *dst)
+{
+    const int64_t nrow = (valid1 ? 2 * OBS : OBS);
+    const int64_t rows_ok = c->n_out - ob * OBS < nrow ? c->n_out - ob * OBS : nrow;
+    uint8_t *hi_p = dst + (size_t)(m % OBS) * 64;
+    if (m >= rows_ok) {
+        for (int64_t t = 0; t < nkt; t++, hi_p += 2 * TILE_BYTES) {
+            _mm512_store_si512(hi_p, _mm512_setzero_si512());
+            _mm512_store_si512(hi_p + TILE_BYTES, _mm512_setzero_si512());
+        }
+        return;
+    }
+    const uint8_t *wr = c->w + (size_t)(ob * OBS + m) * c->w_rb + (size_t)kc0 * 2 * KT;
+    const uint8_t *pf_end = c->w + (size_t)(ob * OBS + m + 1) * c->w_rb;   /* no prefetch past the row */
+    for (int64_t t = 0; t < nkt; t++, wr += 2 * KT, hi_p += 2 * TILE_BYTES) {
+        const int64_t rem = c->n_in - (kc0 + t) * KT;
+        const __mmask32 mk = rem >= KT ? 0xFFFFFFFFu : (__mmask32)((1u << rem) - 1);
+        if (wr + PREFETCH_FEW < pf_end) _mm_prefetch((const char *)(wr + PREFETCH_FEW), _MM_HINT_T0);
+        if (c->type == KVI_TYPE_BF16) {
+            _mm512_store_si512(hi_p, rem >= KT ? _mm512_loadu_si512(wr) : _mm512_maskz_loadu_epi16(mk, wr));
+            continue;
+        }
+        __m512i hi, lo;
+        split_f16(wr, mk, &hi, &lo);
+        _mm512_store_si512(hi_p, hi);
+        _mm512_store_si512(hi_p + TILE_BYTES, lo);
     }
 }
 
@@ -274,34 +339,53 @@ AMX static void compute_worker(void *vctx, int ith, int nth)
     MEM_BARRIER();
     _tile_loadconfig(&cfg);
 
-    if (c->n_tb <= 2) {   /* few rows: C stays in its tiles over the whole of K */
-        for (int64_t ob = b0; ob < b1; ob += 2) {
-            uint8_t *wa1 = wa + (size_t)c->kc_tiles * 2 * TILE_BYTES;
-            const uint8_t *xb1 = c->xb + tb_stride;
-            _tile_zero(0);
-            _tile_zero(1);
-            _tile_zero(2);
-            _tile_zero(3);
-            for (int64_t kc0 = 0; kc0 < c->kt_n; kc0 += c->kc_tiles) {
-                const int64_t nkt = c->kt_n - kc0 < c->kc_tiles ? c->kt_n - kc0 : c->kc_tiles;
-                convert_w_pair(c, ob, ob + 1 < b1, kc0, nkt, wa);
+    if (c->n_tb <= 2) {   /* few rows: a pipeline of units (output block pair, K block) */
+        /* unit u = (pair ob, K block kc0) is converted into half u % 2 of wa, its
+         * rows one after another (each row's K block read as one run), while the
+         * tiles run the products of unit u - 1, a slice of its K tiles after each
+         * converted row; C stays in its tiles over the K blocks of a pair. */
+        const size_t half = wa_bytes(c->kc_tiles), blk = (size_t)c->kc_tiles * 2 * TILE_BYTES;
+        const uint8_t *xb1 = c->xb + tb_stride;
+        const int64_t kb_n = (c->kt_n + c->kc_tiles - 1) / c->kc_tiles;
+        const int64_t n_units = (b1 - b0 + 1) / 2 * kb_n;
+        int64_t p_ob = -1, p_kc0 = 0, p_nkt = 0;   /* the unit whose products run */
+        for (int64_t u = 0; u <= n_units; u++) {
+            const int64_t ob = b0 + 2 * (u / kb_n), kc0 = (u % kb_n) * c->kc_tiles;
+            const int64_t nkt = u < n_units ? (c->kt_n - kc0 < c->kc_tiles ? c->kt_n - kc0 : c->kc_tiles) : 0;
+            uint8_t *dst = wa + (size_t)(u % 2) * half;
+            const uint8_t *src = wa + (size_t)((u + 1) % 2) * half;
+            if (p_ob >= 0 && p_kc0 == 0) {   /* a new pair's products start: C from zero */
+                _tile_zero(0);
+                _tile_zero(1);
+                _tile_zero(2);
+                _tile_zero(3);
+            }
+            MEM_BARRIER();
+            for (int64_t m = 0; m < 2 * OBS; m++) {
+                if (u < n_units) convert_w_row(c, ob, ob + 1 < b1, m, kc0, nkt, dst + (size_t)(m / OBS) * blk);
+                if (p_ob < 0) continue;
                 MEM_BARRIER();
-                const size_t xo = (size_t)kc0 * 2 * TILE_BYTES;
-                for (int64_t t = 0; t < nkt; t++) {
-                    const size_t o = (size_t)t * 2 * TILE_BYTES;
-                    if (c->n_tb == 2) step_2x2(wa + o, wa1 + o, c->xb + xo + o, xb1 + xo + o, with_lo);
-                    else step_2x1(wa + o, wa1 + o, c->xb + xo + o, with_lo);
+                for (int64_t t = p_nkt * m / (2 * OBS); t < p_nkt * (m + 1) / (2 * OBS); t++) {
+                    const uint8_t *a0 = src + (size_t)t * 2 * TILE_BYTES, *a1 = a0 + blk;
+                    const size_t xo = (size_t)(p_kc0 + t) * 2 * TILE_BYTES;
+                    if (c->n_tb == 2) step_2x2(a0, a1, c->xb + xo, xb1 + xo, with_lo);
+                    else step_2x1(a0, a1, c->xb + xo, with_lo);
                 }
             }
-            if (c->n_tb == 2) {
-                C_END(0, 1, NULL, ob, 0);
-                C_END(1, 1, NULL, ob, 1);
-                C_END(2, 1, NULL, ob + 1, 0);
-                C_END(3, 1, NULL, ob + 1, 1);
-            } else {
-                C_END(0, 1, NULL, ob, 0);
-                C_END(1, 1, NULL, ob + 1, 0);
+            if (p_ob >= 0 && p_kc0 + p_nkt == c->kt_n) {   /* the pair's last K block: C out */
+                if (c->n_tb == 2) {
+                    C_END(0, 1, NULL, p_ob, 0);
+                    C_END(1, 1, NULL, p_ob, 1);
+                    C_END(2, 1, NULL, p_ob + 1, 0);
+                    C_END(3, 1, NULL, p_ob + 1, 1);
+                } else {
+                    C_END(0, 1, NULL, p_ob, 0);
+                    C_END(1, 1, NULL, p_ob + 1, 0);
+                }
             }
+            p_ob = ob;
+            p_kc0 = kc0;
+            p_nkt = nkt;
         }
         _tile_release();
         return;
@@ -381,7 +465,7 @@ int kvi_amx_f16_matmul(kvi_pool *pool, const kvi_tensor *W, const float *x, int6
     const int64_t ob_thr = (c.ob_n + nth - 1) / nth + 1;   /* most blocks a thread holds, + the pair's partner */
     c.kc_tiles = n_rows <= 2 * TB ? KC_TILES_FEW : KC_TILES;
     const size_t cbuf_bytes = c.kt_n > c.kc_tiles && tb_max > 2 ? (size_t)ob_thr * (size_t)tb_max * TILE_BYTES : 0;
-    c.thr_bytes = wa_bytes(c.kc_tiles) + cbuf_bytes;
+    c.thr_bytes = (tb_max <= 2 ? 2 : 1) * wa_bytes(c.kc_tiles) + cbuf_bytes;
     uint8_t *own = NULL, *buf;
     if (pool) {
         buf = kvi_pool_scratch(pool, 0, xb_bytes + c.thr_bytes);

@@ -4,8 +4,9 @@
  * types when the active ISA is AVX-512 and the path is on (below); it is then
  * the only path for them (decode rows included), so every row gets the same bits.
  *
- * Split into BF16 parts: an F16 weight w is exactly hi + lo with hi = bf16(w),
- * lo = bf16(w - hi) (11 significant bits = 8 + the remainder); a BF16 weight is
+ * Split into BF16 parts: an F16 weight w is exactly hi + lo with hi = w cut to
+ * BF16 (truncation: the upper 16 bits of its f32) and lo = w - hi (the 3 low bits
+ * of the 11 significant ones, exact in BF16); a BF16 weight is
  * hi with lo = 0. An input x is xh + xl with xh = bf16(x), xl = bf16(x - xh)
  * (round to nearest even; 16 significant bits, x - xh - xl <= 2^-16 |x|).
  *

@@ -5,9 +5,10 @@
  *  (1) every output within 2^-14 * sum_i |x_i w_i| of the double-precision
  *      kvi_matmul_ref (rounding the weights or the inputs to one BF16 alone misses
  *      this by far on the short rows: about 2^-9 per product);
- *  (2) a row's outputs are the same bits alone, in batches of 2 .. 70 rows (one
- *      partial token block, pairs, an odd last block) and in a 300-row batch (two
- *      chunks), with no pool and on 1, 2 or 3 threads;
+ *  (2) a row's outputs are the same bits alone, in batches of 2 .. 70 rows (the
+ *      decode pipeline: 1 .. 32 rows, one or two token blocks; then pairs, an odd
+ *      last block) and in a 300-row batch (two chunks), with no pool and on 1, 2
+ *      or 3 threads;
  *  (3) nothing is written outside y's columns [0, n_out);
  *  (4) the path really ran: with AMX turned off (kvi_amx_set(0)) the same call
  *      gives the AVX-512 FP32 order, which differs in some outputs.
@@ -28,8 +29,8 @@
 static const int64_t N_INS[] = {768, 40, 100, 2056};
 static const int64_t N_OUTS[] = {45, 16, 37, 33};
 #define N_SHAPES 4
-static const int64_t ROWS[] = {1, 2, 15, 16, 17, 31, 33, 70};
-#define N_ROWS 8
+static const int64_t ROWS[] = {1, 2, 3, 8, 15, 16, 17, 31, 32, 33, 70};
+#define N_ROWS 11
 #define MAX_ROWS 300   /* the reference batch: two chunks of input rows */
 #define MID_ROWS 70    /* the largest sub-batch checked on every pool */
 
