@@ -32,7 +32,7 @@
 
 #include <stdint.h>
 
-/* The path is opt-in for now (decode through it is ~3x slower than the FP32
+/* The path is opt-in for now (decode through it is ~2x slower than the FP32
  * path, see bench/RESULTS-f16amx.md): on when the environment says
  * KVINFER_AMX_F16=1 or after kvi_amx_f16_set(1) (tests), and only while
  * kvi_amx_on(). Switch it only between products, never while one runs. */
