@@ -18,7 +18,7 @@
  * the scratch, PACKED_BLOCK bytes per block: the B tile (levels as signed bytes:
  * Q8_0 as stored, Q4_0 nibble - 8), then dw as 16 f32. Every row tile then runs
  * over the packed chunk (L1-resident). Chunks of the inputs keep the activation
- * tiles of every row (n_tiles x chunk x 576 bytes) within ACT_CHUNK_BYTES, so
+ * tiles of every row (n_tiles x chunk x KVI_Q8_TILE_BLOCK bytes) within ACT_CHUNK_BYTES, so
  * they stay in L2 while all the output tiles use them; accumulators go through
  * y between chunks (an exact f32 store and load). The last row tile's rows past
  * n_rows are zero in a->xt: computed, never stored.
@@ -64,17 +64,13 @@
  * (_tile_loadd carries no memory clobber). */
 #define TILE_BARRIER() __asm__ volatile("" ::: "memory")
 
-/* nr rows in the C and A tiles */
-static void cfg_rows(kvi_amx_cfg *c, int nr)
-{
-    *c = (kvi_amx_cfg){.palette = 1};
-    c->rows[TC0] = c->rows[TC1] = (uint8_t)nr;
-    c->colsb[TC0] = c->colsb[TC1] = 64;
-    c->rows[TA0] = c->rows[TA1] = (uint8_t)nr;
-    c->colsb[TA0] = c->colsb[TA1] = 32;
-    c->rows[TB0] = c->rows[TB1] = 8;
-    c->colsb[TB0] = c->colsb[TB1] = 64;
-}
+/* The tile shapes above (a constant object: _tile_loadconfig tells the compiler
+ * it reads only the first bytes, so no stores to it may be pending). */
+static const kvi_amx_cfg tile_cfg = {
+    .palette = 1,
+    .colsb = {[TC0] = 64, [TC1] = 64, [TA0] = 32, [TA1] = 32, [TB0] = 64, [TB1] = 64},
+    .rows = {[TC0] = 16, [TC1] = 16, [TA0] = 16, [TA1] = 16, [TB0] = 8, [TB1] = 8},
+};
 
 /* Blocks kb0 .. kb0 + nk - 1 of the R16 tile with outputs jt .. jt + 15. */
 AMX_INLINE void pack_r16(const kvi_qgemm_args *a, int64_t jt, int64_t kb0, int64_t nk, uint8_t *packed)
@@ -264,14 +260,13 @@ AMX_Q8 static void build_cor(const kvi_qgemm_args *a, int64_t t, int64_t kb0, in
 AMX_Q8 static void qgemm_amx(const kvi_qgemm_args *a, bool r16)
 {
     const int64_t nb = a->n_in / 32, n_tiles = (a->n_rows + 15) / 16;
-    const bool direct = r16 && a->type == KVI_TYPE_Q8_0 && n_tiles <= DIRECT_TILES_MAX;
-    int64_t kc = (int64_t)(ACT_CHUNK_BYTES / ((size_t)n_tiles * KVI_Q8_TILE_BLOCK));
-    if (direct) kc = (int64_t)(KVI_QGEMM_SCRATCH(a->n_in) / ((size_t)n_tiles * 1024));   /* the correction tiles */
-    if (kc < 1) kc = 1;
+    /* direct: the correction tiles of kc blocks, n_tiles * kc * 1024 bytes, fill the scratch */
+    const int64_t kc_direct = (int64_t)(KVI_QGEMM_SCRATCH(a->n_in) / ((size_t)n_tiles * 1024));
+    const bool direct = r16 && a->type == KVI_TYPE_Q8_0 && n_tiles <= DIRECT_TILES_MAX && kc_direct >= 1;
+    int64_t kc = direct ? kc_direct : (int64_t)(ACT_CHUNK_BYTES / ((size_t)n_tiles * KVI_Q8_TILE_BLOCK));
+    if (kc < 1) kc = 1;   /* packed: kc * PACKED_BLOCK <= nb * 576 < KVI_QGEMM_SCRATCH */
     if (kc > nb) kc = nb;
-    kvi_amx_cfg cfg;
-    cfg_rows(&cfg, 16);
-    _tile_loadconfig(&cfg);
+    _tile_loadconfig(&tile_cfg);
     wsrc w = {.packed = a->scratch};
     for (int64_t kb0 = 0; kb0 < nb; kb0 += kc) {
         const int64_t nk = nb - kb0 < kc ? nb - kb0 : kc;
@@ -310,6 +305,7 @@ bool kvi_qgemm_amx_q8_wanted(kvi_type t, bool r16, int64_t n_rows, int64_t n_in)
 int kvi_qgemm_amx_q8(const kvi_qgemm_args *a, bool r16)
 {
     if (!kvi_qgemm_amx_q8_wanted(a->type, r16, a->n_rows, a->n_in) || !a->scratch || !a->xt) return 0;
+    if (((uintptr_t)a->scratch & 63) || ((uintptr_t)a->xt & 63)) return 0;   /* aligned stores and tile rows */
     if (r16 && (a->j0 % 16 != 0 || a->j1 % 16 != 0)) return 0;
     if (a->j0 >= a->j1) return 1;
     if (a->w_rb > (size_t)INT32_MAX / 16) return 0;   /* gather offsets are int32 */

@@ -38,6 +38,20 @@ static uint8_t *random_weights(kvi_type t, int64_t n_out, int64_t n_in, uint64_t
     return w;
 }
 
+/* Q8_0 rows of raw random levels (all of -128 .. 127) and finite f16 scales. */
+static uint8_t *raw_q8_weights(int64_t n_out, int64_t n_in, uint64_t *rs)
+{
+    const size_t rb = kvi_row_bytes(KVI_TYPE_Q8_0, n_in), bytes = rb * (size_t)n_out;
+    uint8_t *w = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    for (size_t i = 0; i < bytes; i++) w[i] = (uint8_t)trand_u64(rs);
+    for (int64_t j = 0; j < n_out; j++)
+        for (int64_t b = 0; b < n_in / 32; b++) {
+            const kvi_f16 d = kvi_f32_to_f16(0.001f + 0.05f * trand_uniform(rs));
+            memcpy(w + (size_t)j * rb + (size_t)b * 34, &d, 2);
+        }
+    return w;
+}
+
 static float *random_acts(int64_t n_rows, int64_t n_in, uint64_t *rs)
 {
     float *x = malloc((size_t)(n_rows * n_in) * sizeof(float));
@@ -50,10 +64,21 @@ static float *random_acts(int64_t n_rows, int64_t n_in, uint64_t *rs)
 
 /* The kernel called directly against kvi_qgemm_ref, both on the same quantised
  * activations; r16: the weights repacked first. */
-static void test_direct(kvi_type t, int64_t n_out, int64_t n_in, int64_t n_rows, bool r16, uint64_t *rs)
+/* Whether the tile registers are back in their initial state (XINUSE bits 17, 18). */
+__attribute__((target("xsave"))) static bool tiles_released(void)
+{
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(1));
+    return (lo & (3u << 17)) == 0;
+}
+
+/* Outputs [j0, j1) of the n_out (y rows ldy apart, the rest must stay as they
+ * were); raw: Q8_0 weights of raw random levels. */
+static void test_range(kvi_type t, int64_t n_out, int64_t n_in, int64_t n_rows, bool r16, int64_t j0, int64_t j1,
+                       int64_t ldy, bool raw, uint64_t *rs)
 {
     const size_t rb = kvi_row_bytes(t, n_in), xq_rb = kvi_q8_act_row_bytes(t, n_in);
-    uint8_t *w = random_weights(t, n_out, n_in, rs);
+    uint8_t *w = raw ? raw_q8_weights(n_out, n_in, rs) : random_weights(t, n_out, n_in, rs);
     uint8_t *wr = NULL;
     if (r16) {
         wr = aligned_alloc(64, (rb * (size_t)n_out + 63) & ~(size_t)63);
@@ -73,10 +98,11 @@ static void test_direct(kvi_type t, int64_t n_out, int64_t n_in, int64_t n_rows,
     }
     const size_t scr_bytes = (KVI_QGEMM_SCRATCH(n_in) + 63) & ~(size_t)63;
     void *scr = aligned_alloc(64, scr_bytes);
-    float *y = malloc((size_t)(n_rows * n_out) * sizeof(float)), *yr = malloc((size_t)(n_rows * n_out) * sizeof(float));
-    for (int64_t i = 0; i < n_rows * n_out; i++) y[i] = yr[i] = -12345.0f;
-    kvi_qgemm_args a = {.type = t, .w = w, .w_rb = rb, .n_in = n_in, .j0 = 0, .j1 = n_out, .xq = xq, .xq_rb = xq_rb,
-                        .n_rows = n_rows, .y = yr, .ldy = n_out, .scratch = scr, .xt = NULL};
+    const int64_t n_y = n_rows * ldy;
+    float *y = malloc((size_t)n_y * sizeof(float)), *yr = malloc((size_t)n_y * sizeof(float));
+    for (int64_t i = 0; i < n_y; i++) y[i] = yr[i] = -12345.0f;
+    kvi_qgemm_args a = {.type = t, .w = w, .w_rb = rb, .n_in = n_in, .j0 = j0, .j1 = j1, .xq = xq, .xq_rb = xq_rb,
+                        .n_rows = n_rows, .y = yr, .ldy = ldy, .scratch = scr, .xt = NULL};
     kvi_qgemm_ref(&a);
     a.w = r16 ? wr : w;
     a.y = y;
@@ -84,12 +110,17 @@ static void test_direct(kvi_type t, int64_t n_out, int64_t n_in, int64_t n_rows,
     const int done = kvi_qgemm_amx_q8(&a, r16);
     CHECK(done == 1, "AMX kernel declined %s %lld x %lld, %lld rows, %s", kvi_type_name(t), (long long)n_out,
           (long long)n_in, (long long)n_rows, r16 ? "R16" : "rows");
+    CHECK(tiles_released(), "the kernel returned with tiles in use");
     if (done) {
-        int64_t bad = 0;
-        for (int64_t i = 0; i < n_rows * n_out; i++) bad += memcmp(&y[i], &yr[i], sizeof(float)) != 0;
-        CHECK(bad == 0, "%s %lld x %lld, %lld rows, %s: %lld of %lld outputs differ from the reference (e.g. %.9g vs %.9g)",
-              kvi_type_name(t), (long long)n_out, (long long)n_in, (long long)n_rows, r16 ? "R16" : "rows",
-              (long long)bad, (long long)(n_rows * n_out), y[0], yr[0]);
+        int64_t bad = 0, stray = 0;   /* stray: a write outside [j0, j1) */
+        for (int64_t i = 0; i < n_y; i++) {
+            bad += memcmp(&y[i], &yr[i], sizeof(float)) != 0;
+            stray += (i % ldy < j0 || i % ldy >= j1) && y[i] != -12345.0f;
+        }
+        CHECK(bad == 0 && stray == 0,
+              "%s %lld x %lld [%lld, %lld), %lld rows, %s%s: %lld outputs differ from the reference, %lld written outside",
+              kvi_type_name(t), (long long)n_out, (long long)n_in, (long long)j0, (long long)j1, (long long)n_rows,
+              r16 ? "R16" : "rows", raw ? ", raw levels" : "", (long long)bad, (long long)stray);
     }
     /* the activation tiles hold the rows' quants and scales, zero past the last row */
     const int64_t nb = n_in / 32, n_tiles = (n_rows + 15) / 16;
@@ -119,6 +150,11 @@ static void test_direct(kvi_type t, int64_t n_out, int64_t n_in, int64_t n_rows,
     free(scr);
     free(y);
     free(yr);
+}
+
+static void test_direct(kvi_type t, int64_t n_out, int64_t n_in, int64_t n_rows, bool r16, uint64_t *rs)
+{
+    test_range(t, n_out, n_in, n_rows, r16, 0, n_out, n_out, false, rs);
 }
 
 /* kvi_matmul with AMX on (several thread counts) and off: the same bits as the
@@ -177,6 +213,19 @@ int main(void)
                 CHECK(!kvi_qgemm_amx_q8_wanted(t, true, 12, 256), "AMX wanted for Q4_0 at 12 rows");
             }
             test_direct(t, 40, 96, 20, false, &rs);   /* a short last output tile, odd block count */
+            test_direct(t, 48, 2048, 700, true, &rs);   /* packed R16, several chunks */
+            test_direct(t, 40, 2048, 700, false, &rs);  /* short last output tile, several chunks */
+            test_direct(t, 32, 128, 21, false, &rs);    /* 4 and 5 blocks */
+            test_direct(t, 32, 160, 21, false, &rs);
+            /* a range of the outputs, into rows of y wider than the matrix */
+            test_range(t, 64, 256, 40, true, 16, 48, 72, false, &rs);
+            if (t == KVI_TYPE_Q8_0) test_range(t, 64, 256, 13, true, 16, 48, 72, false, &rs);   /* direct */
+            test_range(t, 48, 256, 40, false, 16, 40, 56, false, &rs);
+            if (t == KVI_TYPE_Q8_0) {   /* every level, -128 included: direct, packed R16, packed rows */
+                test_range(t, 48, 512, 12, true, 0, 48, 48, true, &rs);
+                test_range(t, 48, 512, 40, true, 0, 48, 48, true, &rs);
+                test_range(t, 48, 512, 40, false, 0, 48, 48, true, &rs);
+            }
             test_direct(t, 16, 64, 24, true, &rs);
             test_direct(t, 32, 32, 22, false, &rs);   /* one block */
             CHECK(!kvi_qgemm_amx_q8_wanted(t, false, KVI_AMX_Q8_MIN_ROWS - 1, 256), "AMX wanted below its row minimum");
