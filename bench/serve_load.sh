@@ -40,9 +40,10 @@ stop
 
 for bt in 8192 256; do
     start $M8 -c 8192 --parallel 4 --batch-tokens $bt
-    lg --concurrency 1 --requests 1 --prompt-len 16 --gen-len 400 >$OUT.stream &
+    # the stream must still run when the long prompt arrives (~300 tok/s alone)
+    lg --concurrency 1 --requests 1 --prompt-len 16 --gen-len 2000 >$OUT.stream &
     L=$!
-    sleep 3
+    sleep 1
     lg --concurrency 1 --requests 1 --prompt-len 4000 --gen-len 1 --seed 9 >$OUT.long
     wait $L
     echo "batch-tokens $bt stream: $(cat $OUT.stream)"
