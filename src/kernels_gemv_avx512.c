@@ -186,8 +186,13 @@ VNNI int kvi_qgemv_avx512(const kvi_qgemm_args *a)
  * activation quads broadcast from the kvi_q8a block, the sum started at
  * -offset * sum(x quants). Then acc = fma(dw * dx, (float)isum, acc) block by block:
  * the contract's steps, so the bits of every other path. Prefetch runs
- * R16_PF_BYTES ahead of the stream. */
-#define R16_PF_BYTES 512   /* measured against 0, 256, 1024, 2048, 4096 (T0/T1/T2 hints) */
+ * R16_PF_BYTES_Q8 / _Q4 ahead of the stream. */
+/* measured against 0, 256, 1024, 2048, 4096 (T0/T1/T2 hints) on llama-1b Q8_0, and
+ * Q4_0 against 256, 512, 1536: about one Q4_0 block pair (576 bytes) further ahead
+ * pays (tg 49.4-50.6 -> 51.9-52.3 tok/s, alternated), Q8_0 prefers 512 (27.3-27.6 vs
+ * 27.2-27.3 at 1024) */
+#define R16_PF_BYTES_Q8 512
+#define R16_PF_BYTES_Q4 1024
 #define R16_STREAMS 2      /* tiles streamed at once by one thread for one input row (3, 4: no gain) */
 
 VNNI_INLINE void r16_block(kvi_type t, const uint8_t *q, __m512 dw, const kvi_q8a *const *x, int64_t b, int nr,
@@ -226,8 +231,9 @@ VNNI_INLINE void r16_pair(const kvi_qgemm_args *a, const uint8_t *tile, int64_t 
 {
     const size_t qb = a->type == KVI_TYPE_Q8_0 ? 512 : 256, pair = 64 + 2 * qb;
     const uint8_t *q = tile + (size_t)p * pair;
+    const size_t pf = a->type == KVI_TYPE_Q8_0 ? R16_PF_BYTES_Q8 : R16_PF_BYTES_Q4;
     _Pragma("GCC unroll 17") for (size_t o = 0; o < pair; o += 64)
-        _mm_prefetch((const char *)(q + R16_PF_BYTES + o), _MM_HINT_T0);
+        _mm_prefetch((const char *)(q + pf + o), _MM_HINT_T0);
     const __m512 d0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)q));
     const __m512 d1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(q + 32)));
     r16_block(a->type, q + 64, d0, x, 2 * p, nr, acc);
