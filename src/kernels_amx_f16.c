@@ -162,6 +162,21 @@ static void xb_worker(void *vctx, int ith, int nth)
     for (int64_t r = a; r < b; r++) convert_x_row(c, r);
 }
 
+/* One K tile (32 elements, rem of them real) of one weight row at wr into its A
+ * tile rows: hi at hi_p, lo at lo_p (F16; BF16 weights are hi alone). */
+AMX_INLINE void convert_piece(kvi_type type, const uint8_t *wr, int64_t rem, uint8_t *hi_p, uint8_t *lo_p)
+{
+    const __mmask32 mk = rem >= KT ? 0xFFFFFFFFu : (__mmask32)((1u << rem) - 1);
+    if (type == KVI_TYPE_BF16) {
+        _mm512_store_si512(hi_p, rem >= KT ? _mm512_loadu_si512(wr) : _mm512_maskz_loadu_epi16(mk, wr));
+        return;
+    }
+    __m512i hi, lo;
+    split_f16(wr, mk, &hi, &lo);
+    _mm512_store_si512(hi_p, hi);
+    _mm512_store_si512(lo_p, lo);
+}
+
 /* Output blocks ob and ob + 1 (valid1: whether ob + 1 is the thread's) for K tiles
  * [kc0, kc0 + nkt) into dst [2][kc_tiles][2][16][32]; rows past n_out (or the
  * second block when not valid1) are zeros. K tile outer, the 32 rows inner: 32
@@ -173,7 +188,6 @@ AMX static void convert_w_pair(const amx_ctx *c, int64_t ob, int valid1, int64_t
     const size_t blk = (size_t)c->kc_tiles * 2 * TILE_BYTES;   /* bytes of one block in dst */
     for (int64_t t = 0; t < nkt; t++) {
         const int64_t i = (kc0 + t) * KT, rem = c->n_in - i;
-        const __mmask32 mk = rem >= KT ? 0xFFFFFFFFu : (__mmask32)((1u << rem) - 1);
         const int pf = i + PREFETCH_ELEMS + KT <= c->n_in;
         for (int64_t m = 0; m < 2 * OBS; m++) {
             uint8_t *hi_p = dst + (size_t)(m / OBS) * blk + (size_t)t * 2 * TILE_BYTES + (size_t)(m % OBS) * 64;
@@ -185,14 +199,7 @@ AMX static void convert_w_pair(const amx_ctx *c, int64_t ob, int valid1, int64_t
             }
             const uint8_t *wr = c->w + (size_t)(ob * OBS + m) * c->w_rb + 2 * i;
             if (pf) _mm_prefetch((const char *)(wr + 2 * PREFETCH_ELEMS), _MM_HINT_T0);
-            if (c->type == KVI_TYPE_BF16) {
-                _mm512_store_si512(hi_p, rem >= KT ? _mm512_loadu_si512(wr) : _mm512_maskz_loadu_epi16(mk, wr));
-                continue;
-            }
-            __m512i hi, lo;
-            split_f16(wr, mk, &hi, &lo);
-            _mm512_store_si512(hi_p, hi);
-            _mm512_store_si512(lo_p, lo);
+            convert_piece(c->type, wr, rem, hi_p, lo_p);
         }
     }
 }
@@ -217,17 +224,8 @@ AMX static void convert_w_row(const amx_ctx *c, int64_t ob, int valid1, int64_t 
     const uint8_t *wr = c->w + (size_t)(ob * OBS + m) * c->w_rb + (size_t)kc0 * 2 * KT;
     const uint8_t *pf_end = c->w + (size_t)(ob * OBS + m + 1) * c->w_rb;   /* no prefetch past the row */
     for (int64_t t = 0; t < nkt; t++, wr += 2 * KT, hi_p += 2 * TILE_BYTES) {
-        const int64_t rem = c->n_in - (kc0 + t) * KT;
-        const __mmask32 mk = rem >= KT ? 0xFFFFFFFFu : (__mmask32)((1u << rem) - 1);
         if (wr + PREFETCH_FEW < pf_end) _mm_prefetch((const char *)(wr + PREFETCH_FEW), _MM_HINT_T0);
-        if (c->type == KVI_TYPE_BF16) {
-            _mm512_store_si512(hi_p, rem >= KT ? _mm512_loadu_si512(wr) : _mm512_maskz_loadu_epi16(mk, wr));
-            continue;
-        }
-        __m512i hi, lo;
-        split_f16(wr, mk, &hi, &lo);
-        _mm512_store_si512(hi_p, hi);
-        _mm512_store_si512(hi_p + TILE_BYTES, lo);
+        convert_piece(c->type, wr, c->n_in - (kc0 + t) * KT, hi_p, hi_p + TILE_BYTES);
     }
 }
 
@@ -237,30 +235,30 @@ AMX static void convert_w_row(const amx_ctx *c, int64_t ob, int valid1, int64_t 
  * 1 (a0,b1), 2 (a1,b0), 3 (a1,b1). a*: hi tile, lo tile 1 KiB after; b*: xh, xl. */
 AMX_INLINE void step_2x2(const uint8_t *a0, const uint8_t *a1, const uint8_t *b0, const uint8_t *b1, int with_lo)
 {
+/* the four products of A tiles 4, 5 and B tiles 6, 7 into C tiles 0..3 */
+#define DP_2X2()                      \
+    do {                              \
+        _tile_dpbf16ps(0, 4, 6);      \
+        _tile_dpbf16ps(1, 4, 7);      \
+        _tile_dpbf16ps(2, 5, 6);      \
+        _tile_dpbf16ps(3, 5, 7);      \
+    } while (0)
     _tile_loadd(4, a0, 64);
     _tile_loadd(5, a1, 64);
     _tile_loadd(6, b0, 64);
     _tile_loadd(7, b1, 64);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_dpbf16ps(1, 4, 7);
-    _tile_dpbf16ps(2, 5, 6);
-    _tile_dpbf16ps(3, 5, 7);
+    DP_2X2();   /* hi * xh */
     _tile_loadd(6, b0 + TILE_BYTES, 64);
     _tile_loadd(7, b1 + TILE_BYTES, 64);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_dpbf16ps(1, 4, 7);
-    _tile_dpbf16ps(2, 5, 6);
-    _tile_dpbf16ps(3, 5, 7);
+    DP_2X2();   /* hi * xl */
     if (with_lo) {
         _tile_loadd(4, a0 + TILE_BYTES, 64);
         _tile_loadd(5, a1 + TILE_BYTES, 64);
         _tile_loadd(6, b0, 64);
         _tile_loadd(7, b1, 64);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
+        DP_2X2();   /* lo * xh */
     }
+#undef DP_2X2
 }
 
 /* One K tile for output blocks (a0, a1) x one token block b: C tiles 0 (a0), 1 (a1). */

@@ -22,22 +22,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* [n_out][n_in] weights of type t from normal floats with a spread of row scales
- * and a few large inputs, so block scales differ and levels reach the extremes. */
-static uint8_t *random_weights(kvi_type t, int64_t n_out, int64_t n_in, uint64_t *rs)
-{
-    const size_t rb = kvi_row_bytes(t, n_in);
-    uint8_t *w = aligned_alloc(64, (rb * (size_t)n_out + 63) & ~(size_t)63);
-    float *row = malloc((size_t)n_in * sizeof(float));
-    for (int64_t j = 0; j < n_out; j++) {
-        const float s = 0.05f + trand_uniform(rs);
-        for (int64_t i = 0; i < n_in; i++) row[i] = s * trand_normal(rs) * (i % 89 == 3 ? 9.0f : 1.0f);
-        kvi_quantize_row(t, row, w + (size_t)j * rb, n_in);
-    }
-    free(row);
-    return w;
-}
-
 /* Q8_0 rows of raw random levels (all of -128 .. 127) and finite f16 scales. */
 static uint8_t *raw_q8_weights(int64_t n_out, int64_t n_in, uint64_t *rs)
 {
@@ -78,7 +62,7 @@ static void test_range(kvi_type t, int64_t n_out, int64_t n_in, int64_t n_rows, 
                        int64_t ldy, bool raw, uint64_t *rs)
 {
     const size_t rb = kvi_row_bytes(t, n_in), xq_rb = kvi_q8_act_row_bytes(t, n_in);
-    uint8_t *w = raw ? raw_q8_weights(n_out, n_in, rs) : random_weights(t, n_out, n_in, rs);
+    uint8_t *w = raw ? raw_q8_weights(n_out, n_in, rs) : trand_weights(t, n_out, n_in, rs);
     uint8_t *wr = NULL;
     if (r16) {
         wr = aligned_alloc(64, (rb * (size_t)n_out + 63) & ~(size_t)63);
@@ -162,7 +146,7 @@ static void test_direct(kvi_type t, int64_t n_out, int64_t n_in, int64_t n_rows,
 static void test_matmul(kvi_type t, int64_t n_out, int64_t n_in, int64_t n_rows, bool r16, uint64_t *rs)
 {
     const size_t rb = kvi_row_bytes(t, n_in), n_y = (size_t)(n_rows * n_out);
-    uint8_t *w = random_weights(t, n_out, n_in, rs);
+    uint8_t *w = trand_weights(t, n_out, n_in, rs);
     kvi_tensor W = {w, t, n_in, n_out, KVI_LAYOUT_ROWS};
     float *x = random_acts(n_rows, n_in, rs);
     float *yref = malloc(n_y * sizeof(float)), *y = malloc(n_y * sizeof(float));

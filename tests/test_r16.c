@@ -16,27 +16,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* [n_out][n_in] weights of type t from normal floats with a spread of row scales,
- * so block scales differ (never all zero). */
-static uint8_t *random_weights(kvi_type t, int64_t n_out, int64_t n_in, uint64_t *rs)
-{
-    const size_t rb = kvi_row_bytes(t, n_in);
-    uint8_t *w = aligned_alloc(64, (rb * (size_t)n_out + 63) & ~(size_t)63);
-    float *row = malloc((size_t)n_in * sizeof(float));
-    for (int64_t j = 0; j < n_out; j++) {
-        const float s = 0.05f + trand_uniform(rs);
-        for (int64_t i = 0; i < n_in; i++) row[i] = s * trand_normal(rs) * (i % 97 == 5 ? 8.0f : 1.0f);
-        kvi_quantize_row(t, row, w + (size_t)j * rb, n_in);
-    }
-    free(row);
-    return w;
-}
-
 static void test_layout(kvi_type t, int64_t n_in, uint64_t *rs)
 {
     const int64_t n_out = 48;
     const size_t rb = kvi_row_bytes(t, n_in), tb = 16 * rb, bytes = rb * (size_t)n_out;
-    uint8_t *w = random_weights(t, n_out, n_in, rs);
+    uint8_t *w = trand_weights(t, n_out, n_in, rs);
     uint8_t *ref = malloc(bytes), *back = malloc(bytes), *row = malloc(rb);
     for (int64_t tt = 0; tt < n_out / 16; tt++) kvi_r16_from_rows(t, w + tt * tb, n_in, ref + tt * tb);
     CHECK(memcmp(ref, w, bytes) != 0, "%s n_in %lld: R16 differs from rows", kvi_type_name(t), (long long)n_in);
@@ -87,7 +71,7 @@ static void test_layout(kvi_type t, int64_t n_in, uint64_t *rs)
 static void test_products(kvi_type t, int64_t n_out, int64_t n_in, uint64_t *rs)
 {
     const int max_rows = 70;
-    uint8_t *w = random_weights(t, n_out, n_in, rs);
+    uint8_t *w = trand_weights(t, n_out, n_in, rs);
     const size_t bytes = kvi_row_bytes(t, n_in) * (size_t)n_out;
     uint8_t *wr = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
     memcpy(wr, w, bytes);
@@ -139,7 +123,7 @@ static void test_products(kvi_type t, int64_t n_out, int64_t n_in, uint64_t *rs)
  * data named twice is refused with nothing changed. */
 static void test_repack_many(uint64_t *rs)
 {
-    uint8_t *a = random_weights(KVI_TYPE_Q8_0, 48, 128, rs), *b = random_weights(KVI_TYPE_Q4_0, 32, 256, rs);
+    uint8_t *a = trand_weights(KVI_TYPE_Q8_0, 48, 128, rs), *b = trand_weights(KVI_TYPE_Q4_0, 32, 256, rs);
     const size_t na = kvi_row_bytes(KVI_TYPE_Q8_0, 128) * 48, nb = kvi_row_bytes(KVI_TYPE_Q4_0, 256) * 32;
     uint8_t *a2 = malloc(na), *b2 = malloc(nb);
     memcpy(a2, a, na);

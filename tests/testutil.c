@@ -1,6 +1,8 @@
 /* testutil.c — the test harness (see testutil.h). */
 #include "testutil.h"
 
+#include "quant.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,4 +107,24 @@ float trand_normal(uint64_t *s)
     float u1 = trand_uniform(s), u2 = trand_uniform(s);
     if (u1 < 1e-7f) u1 = 1e-7f;
     return sqrtf(-2.0f * logf(u1)) * cosf(6.2831853f * u2);
+}
+
+uint8_t *trand_weights(int type, int64_t n_out, int64_t n_in, uint64_t *s)
+{
+    const kvi_type t = (kvi_type)type;
+    const size_t rb = kvi_row_bytes(t, n_in);
+    uint8_t *w = aligned_alloc(64, (rb * (size_t)n_out + 63) & ~(size_t)63);
+    float *row = malloc((size_t)n_in * sizeof(float));
+    if (!w || !row) {
+        free(w);
+        free(row);
+        return NULL;
+    }
+    for (int64_t j = 0; j < n_out; j++) {
+        const float sc = 0.05f + trand_uniform(s);
+        for (int64_t i = 0; i < n_in; i++) row[i] = sc * trand_normal(s) * (i % 97 == 5 ? 8.0f : 1.0f);
+        kvi_quantize_row(t, row, w + (size_t)j * rb, n_in);
+    }
+    free(row);
+    return w;
 }

@@ -50,5 +50,10 @@ int run_kvinfer(const char *args, char **out, char **errout);
 uint64_t trand_u64(uint64_t *state);
 float trand_normal(uint64_t *state);   /* N(0, 1) */
 float trand_uniform(uint64_t *state);  /* [0, 1) */
+/* [n_out][n_in] weights of the kvinfer type `type` (a kvi_type), quantised from
+ * normal floats with a spread of row scales and a few large inputs, so block
+ * scales differ and levels reach the extremes (never all zero); 64-byte aligned,
+ * free() it. */
+uint8_t *trand_weights(int type, int64_t n_out, int64_t n_in, uint64_t *state);
 
 #endif
