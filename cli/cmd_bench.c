@@ -15,8 +15,9 @@
  * Roofline: tg moves kvi_model_decode_bytes() of weights per token (GB/s against
  * the measured read bandwidth); pp does 2 x kvi_model_matmul_params() operations
  * per token (attention's share not counted), against the peak of the
- * instruction the weight type's kernels use: int8 vpdpbusd for block-quantised
- * weights, bf16 vdpbf16ps for F16/BF16, FP32 FMA for F32.
+ * instruction the weight type's kernels use: AMX tdpbssd for Q8_0 / Q4_0 where
+ * AMX is on, int8 vpdpbusd for the other block-quantised weights, bf16 vdpbf16ps
+ * for F16/BF16, FP32 FMA for F32.
  *
  * Output: a table on stdout (progress on stderr); --json prints only
  *   {"model", "type", "threads", "results": [{"test", "n_prompt", "n_gen",
@@ -54,7 +55,8 @@ static const char bench_help[] =
     "  --mmap               map the model file instead of reading it\n"
     "  --no-hw              do not measure the machine's limits (no roofline)\n"
     "  --hw                 measure only the machine's limits: read GB/s, FP32 FMA,\n"
-    "                       BF16 vdpbf16ps and INT8 vpdpbusd peaks on all threads\n"
+    "                       BF16 vdpbf16ps, INT8 vpdpbusd and (where AMX is on) AMX\n"
+    "                       tdpbssd peaks on all threads\n"
     "  --quick              short limit measurements (a 64 MiB buffer; for tests)\n"
     "  --json               print one JSON object only\n"
     "  -h, --help           this help\n";
@@ -127,6 +129,7 @@ static cJSON *hw_json(const kvi_hw_limits *hw)
     cJSON_AddStringToObject(o, "fp32_isa", hw->fp32_isa ? hw->fp32_isa : "none");
     cJSON_AddNumberToObject(o, "bf16_gflops", hw->bf16_gflops);
     cJSON_AddNumberToObject(o, "int8_gops", hw->int8_gops);
+    cJSON_AddNumberToObject(o, "amx_int8_gops", hw->amx_int8_gops);
     cJSON_AddStringToObject(o, "isa", kvi_isa_name());
     return o;
 }
@@ -146,6 +149,7 @@ static void hw_print(FILE *f, const kvi_hw_limits *hw)
     else fprintf(f, "  BF16 vdpbf16ps           n/a (no AVX512_BF16)\n");
     if (hw->int8_gops > 0) fprintf(f, "  INT8 vpdpbusd      %8.1f GOP/s\n", hw->int8_gops);
     else fprintf(f, "  INT8 vpdpbusd            n/a (no AVX512_VNNI)\n");
+    if (hw->amx_int8_gops > 0) fprintf(f, "  INT8 AMX tdpbssd   %8.1f GOP/s\n", hw->amx_int8_gops);
 }
 
 /* The compute peak that weights of type t are multiplied at, and its name. */
@@ -158,6 +162,10 @@ static double pp_limit(const kvi_hw_limits *hw, kvi_type t, const char **kind)
     if ((t == KVI_TYPE_F16 || t == KVI_TYPE_BF16) && hw->bf16_gflops > 0) {
         *kind = "bf16";
         return hw->bf16_gflops;
+    }
+    if ((t == KVI_TYPE_Q8_0 || t == KVI_TYPE_Q4_0) && hw->amx_int8_gops > 0) {   /* their prefill runs on AMX */
+        *kind = "amx-int8";
+        return hw->amx_int8_gops;
     }
     if (t != KVI_TYPE_F16 && t != KVI_TYPE_BF16 && hw->int8_gops > 0) {
         *kind = "int8";

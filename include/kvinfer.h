@@ -566,6 +566,8 @@ typedef struct kvi_hw_limits {
     double fp32_gflops;       /* FP32 FMA (AVX-512 or AVX2 vfmadd), 1e9 FLOP/s */
     double bf16_gflops;       /* AVX512_BF16 vdpbf16ps, 1e9 FLOP/s (a pair product + add = 2) */
     double int8_gops;         /* AVX512_VNNI vpdpbusd, 1e9 OP/s (a u8*s8 product + add = 2) */
+    double amx_int8_gops;     /* AMX tdpbssd, 1e9 OP/s (a s8*s8 product + add = 2); 0 when
+                               * AMX is off or missing (KVINFER_AMX=0) */
     const char *fp32_isa;     /* "avx512", "avx2" or "none" */
 } kvi_hw_limits;
 

@@ -1,7 +1,8 @@
 /*
  * hwbench.c — the machine's limits, measured: streaming read bandwidth and the
  * peak rates of the instructions the kernels are built on (FP32 FMA, BF16
- * vdpbf16ps, INT8 vpdpbusd), each on all threads of one worker pool.
+ * vdpbf16ps, INT8 vpdpbusd, AMX-INT8 tdpbssd), each on all threads of one worker
+ * pool.
  *
  * These are the roofline that `kvinfer bench` compares its tokens/s against:
  * decode should move weights near read_gbs, prefill should compute near the
@@ -28,9 +29,12 @@
  *
  * Units: FP32 FMA = 2 FLOP per lane (16 lanes in a zmm, 8 in a ymm);
  * vdpbf16ps zmm = 16 lanes x 2 products x 2 = 64 FLOP; vpdpbusd zmm =
- * 16 lanes x 4 products x 2 = 128 OP.
+ * 16 lanes x 4 products x 2 = 128 OP; AMX tdpbssd on 16 x 64-byte tiles =
+ * 16 x 16 x 64 products x 2 = 32768 OP (measured only where AMX is on: the tiles
+ * stay loaded, four independent accumulators).
  */
 #define _GNU_SOURCE
+#include "amx.h"
 #include "error.h"
 #include "hwbench.h"
 #include "threads.h"
@@ -46,7 +50,7 @@
 #define HW_CHAINS 12
 #define HW_MAX_REPS 64
 
-typedef enum hw_kernel { HW_READ, HW_PIN, HW_UNPIN, HW_FMA512, HW_FMA256, HW_BF16, HW_VNNI } hw_kernel;
+typedef enum hw_kernel { HW_READ, HW_PIN, HW_UNPIN, HW_FMA512, HW_FMA256, HW_BF16, HW_VNNI, HW_AMX } hw_kernel;
 
 typedef struct hw_job {
     hw_kernel kind;
@@ -273,6 +277,48 @@ static float vnni_avx512(uint64_t iters)
     return (float)s;
 }
 
+/* AMX-INT8: per iteration four TDPBSSD (C tiles 0..3 += A tiles 4, 5 x B tiles 6,
+ * 7, all 16 x 64 bytes: 16 x 16 x 64 products each) on tiles loaded once; the C
+ * tiles are stored at the end so the loop cannot be removed. Only after
+ * kvi_amx_on(); the tiles are released before returning (amx.h). */
+static const kvi_amx_cfg hw_amx_cfg = {
+    .palette = 1,
+    .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
+    .rows = {16, 16, 16, 16, 16, 16, 16, 16},
+};
+
+__attribute__((target("amx-tile,amx-int8")))
+static float amx_int8(uint64_t iters)
+{
+    static const int8_t a[16 * 64] = {3}, b[16 * 64] = {-2};
+    int32_t c[16 * 16];
+    _tile_loadconfig(&hw_amx_cfg);
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    _tile_loadd(4, a, 64);
+    _tile_loadd(5, a, 64);
+    _tile_loadd(6, b, 64);
+    _tile_loadd(7, b, 64);
+    for (uint64_t i = 0; i < iters; i++) {
+        _tile_dpbssd(0, 4, 6);
+        _tile_dpbssd(1, 4, 7);
+        _tile_dpbssd(2, 5, 6);
+        _tile_dpbssd(3, 5, 7);
+    }
+    _tile_stored(0, c, 64);
+    int32_t s = c[0];
+    _tile_stored(1, c, 64);
+    s += c[0];
+    _tile_stored(2, c, 64);
+    s += c[0];
+    _tile_stored(3, c, 64);
+    s += c[0];
+    _tile_release();
+    return (float)s;
+}
+
 /* ---- pool driver ----------------------------------------------------------- */
 
 static bool cpu_has_avx512(void)
@@ -313,6 +359,7 @@ static void hw_worker(void *ctx, int ith, int nth)
     case HW_FMA256: r = fma_avx2(j->iters); break;
     case HW_BF16: r = bf16_avx512(j->iters); break;
     case HW_VNNI: r = vnni_avx512(j->iters); break;
+    case HW_AMX: r = amx_int8(j->iters); break;
     }
     j->sink[ith & 63] = r;
 }
@@ -465,6 +512,8 @@ int kvi_hw_bench(kvi_hw_limits *out, int n_threads, bool quick, kvi_error *err)
         out->bf16_gflops = compute_rate(pool, HW_BF16, HW_CHAINS * 64.0, target_ms, out->reps);
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vnni"))
         out->int8_gops = compute_rate(pool, HW_VNNI, HW_CHAINS * 128.0, target_ms, out->reps);
+    if (kvi_amx_on())
+        out->amx_int8_gops = compute_rate(pool, HW_AMX, 4.0 * 16 * 16 * 64 * 2, target_ms, out->reps);
     if (pin) {
         j->kind = HW_UNPIN;   /* the caller's thread gets its own mask back */
         kvi_pool_run(pool, hw_worker, j);
