@@ -29,6 +29,11 @@ typedef struct kvi_amx_cfg {
 } kvi_amx_cfg;
 _Static_assert(sizeof(kvi_amx_cfg) == 64, "kvi_amx_cfg is the 64-byte LDTILECFG operand");
 
+/* A compiler barrier for the AMX kernels: GCC's _tile_loadd is inline asm with no
+ * memory clobber, so plain stores to a buffer must not be moved past a tile load
+ * of it; put this between the two. */
+#define KVI_AMX_STORES_BEFORE_TILE_LOADS() __asm__ volatile("" ::: "memory")
+
 /* 1 when the AMX kernels may run (see above), else 0. */
 int kvi_amx_available(void);
 

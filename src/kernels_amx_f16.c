@@ -61,10 +61,6 @@
 #define CONVERT_INLINE_ROWS 4   /* fewer input rows are converted by the caller */
 #define PREFETCH_FEW 512        /* few rows: weights prefetched this many bytes ahead in their row */
 
-/* barrier: buffers written with ordinary stores before a tile load reads them
- * (the tile-load intrinsics carry no memory clobber) */
-#define MEM_BARRIER() __asm__ volatile("" ::: "memory")
-
 typedef struct amx_ctx {
     kvi_type type;               /* F16 or BF16 */
     const uint8_t *w;            /* [n_out][w_rb] */
@@ -334,7 +330,7 @@ AMX static void compute_worker(void *vctx, int ith, int nth)
         cfg.rows[t] = 16;
         cfg.colsb[t] = (uint16_t)(t == 4 || t == 5 ? 64 : 4 * c->n_cols);
     }
-    MEM_BARRIER();
+    KVI_AMX_STORES_BEFORE_TILE_LOADS();
     _tile_loadconfig(&cfg);
 
     if (c->n_tb <= 2) {   /* few rows: a pipeline of units (output block pair, K block) */
@@ -358,11 +354,11 @@ AMX static void compute_worker(void *vctx, int ith, int nth)
                 _tile_zero(2);
                 _tile_zero(3);
             }
-            MEM_BARRIER();
+            KVI_AMX_STORES_BEFORE_TILE_LOADS();
             for (int64_t m = 0; m < 2 * OBS; m++) {
                 if (u < n_units) convert_w_row(c, ob, ob + 1 < b1, m, kc0, nkt, dst + (size_t)(m / OBS) * blk);
                 if (p_ob < 0) continue;
-                MEM_BARRIER();
+                KVI_AMX_STORES_BEFORE_TILE_LOADS();
                 for (int64_t t = p_nkt * m / (2 * OBS); t < p_nkt * (m + 1) / (2 * OBS); t++) {
                     const uint8_t *a0 = src + (size_t)t * 2 * TILE_BYTES, *a1 = a0 + blk;
                     const size_t xo = (size_t)(p_kc0 + t) * 2 * TILE_BYTES;
@@ -394,7 +390,7 @@ AMX static void compute_worker(void *vctx, int ith, int nth)
         for (int64_t ob = b0; ob < b1; ob += 2) {
             uint8_t *wa1 = wa + (size_t)c->kc_tiles * 2 * TILE_BYTES;
             convert_w_pair(c, ob, ob + 1 < b1, kc0, nkt, wa);
-            MEM_BARRIER();
+            KVI_AMX_STORES_BEFORE_TILE_LOADS();
             uint8_t *park0 = cbuf + (size_t)(ob - b0) * (size_t)c->n_tb * TILE_BYTES;
             uint8_t *park1 = park0 + (size_t)c->n_tb * TILE_BYTES;
             int64_t tb = 0;

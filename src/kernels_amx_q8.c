@@ -60,9 +60,6 @@
 #define TB0 4   /* B: 8 x 64 weight bytes */
 #define TB1 5
 
-/* The compiler must not move plain stores to a buffer past a tile load of it
- * (_tile_loadd carries no memory clobber). */
-#define TILE_BARRIER() __asm__ volatile("" ::: "memory")
 
 /* The tile shapes above (a constant object: _tile_loadconfig tells the compiler
  * it reads only the first bytes, so no stores to it may be pending). */
@@ -272,7 +269,7 @@ AMX_Q8 static void qgemm_amx(const kvi_qgemm_args *a, bool r16)
         const int64_t nk = nb - kb0 < kc ? nb - kb0 : kc;
         if (direct) {
             for (int64_t t = 0; t < n_tiles; t++) build_cor(a, t, kb0, nk, (uint8_t *)a->scratch + (size_t)(t * kc) * 1024);
-            TILE_BARRIER();
+            KVI_AMX_STORES_BEFORE_TILE_LOADS();
         }
         for (int64_t jt = a->j0; jt < a->j1; jt += 16) {
             const int nv = a->j1 - jt < 16 ? (int)(a->j1 - jt) : 16;
@@ -288,7 +285,7 @@ AMX_Q8 static void qgemm_amx(const kvi_qgemm_args *a, bool r16)
             }
             if (r16) pack_r16(a, jt, kb0, nk, a->scratch);
             else pack_rows(a, jt, nv, kb0, nk, a->scratch);
-            TILE_BARRIER();
+            KVI_AMX_STORES_BEFORE_TILE_LOADS();
             for (int64_t t = 0; t < n_tiles; t++) out_tile_packed(a, &w, jt, m, t, kb0, nk);
         }
     }
