@@ -15,8 +15,11 @@
  *    past the chunk's rows and K past n_in are zeros;
  *  - wa, per thread, the weights of two output blocks over one K block:
  *    [2 blocks][kc_tiles][2: hi, lo][16 outputs][32] bf16 (lo unused for BF16),
- *    rows past n_out or past the thread's blocks zero; twice that (two halves,
- *    the decode pipeline's units) when a chunk has at most 32 rows;
+ *    rows past n_out or past the thread's blocks zero; when a chunk has at most
+ *    32 rows, two halves (the decode pipeline's units) of the same size, each
+ *    the 32 weight rows of a unit one after another, [32][kc_tiles][2: hi, lo]
+ *    [32] bf16, whose A tiles are loaded with a stride of a row (the conversion
+ *    of a row then stores into consecutive lines);
  *  - cbuf, per thread, only when n_in has more than one K block: the C tiles
  *    parked between K blocks, [block - b0][n_tb][16][16] f32 (exact).
  * Threads own output blocks of 16: thread ith takes [OB*ith/nth, OB*(ith+1)/nth)
@@ -55,11 +58,12 @@
 #define OBS 16                  /* outputs per block (A/C tile rows) */
 #define TILE_BYTES 1024         /* one A or B tile: 16 rows x 64 bytes */
 #define KC_TILES 32             /* K tiles per K block: a pair of blocks' weights is 128 KiB (L2) */
-#define KC_TILES_FEW 32         /* the same for <= 32 rows (two units of the pipeline: 2 x 128 KiB, L2) */
+#define KC_TILES_FEW 64         /* the same for <= 32 rows (two units of the pipeline: 2 x 256 KiB, L2) */
 #define PREFETCH_ELEMS 256      /* weights prefetched this far ahead in their row */
 #define ROW_CHUNK 256           /* input rows per chunk: a K block of xb is 1 MiB (L2) */
 #define CONVERT_INLINE_ROWS 4   /* fewer input rows are converted by the caller */
 #define PREFETCH_FEW 512        /* few rows: weights prefetched this many bytes ahead in their row */
+#define ROW_PIECE 128           /* few rows: bytes of one weight row's K tile in wa (hi, lo) */
 
 typedef struct amx_ctx {
     kvi_type type;               /* F16 or BF16 */
@@ -119,8 +123,9 @@ AMX_INLINE void split_f16(const uint8_t *p, __mmask32 mk, __m512i *hi, __m512i *
         f1 = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16((__mmask16)(mk >> 16), p + 32));
     }
     const __m512i u0 = _mm512_castps_si512(f0), u1 = _mm512_castps_si512(f1);
-    const __m512 l0 = _mm512_sub_ps(f0, _mm512_castsi512_ps(_mm512_and_si512(u0, top)));
-    const __m512 l1 = _mm512_sub_ps(f1, _mm512_castsi512_ps(_mm512_and_si512(u1, top)));
+    const __m512 h0 = _mm512_castsi512_ps(_mm512_and_si512(u0, top)), h1 = _mm512_castsi512_ps(_mm512_and_si512(u1, top));
+    const __m512 l0 = _mm512_sub_ps(f0, h0);
+    const __m512 l1 = _mm512_sub_ps(f1, h1);
     *hi = _mm512_permutex2var_epi16(u0, odd, u1);
     *lo = _mm512_permutex2var_epi16(_mm512_castps_si512(l0), odd, _mm512_castps_si512(l1));
 }
@@ -201,35 +206,42 @@ AMX static void convert_w_pair(const amx_ctx *c, int64_t ob, int valid1, int64_t
 }
 
 /* Row m (0..31) of output blocks ob, ob + 1 (valid1 as above) over K tiles
- * [kc0, kc0 + nkt) into dst, the row's block [kc_tiles][2: hi, lo][16][32] bf16:
- * one contiguous run of the weight row, prefetched PREFETCH_FEW bytes ahead
- * (decode, few input rows); rows past n_out or the thread's blocks are zeros. */
+ * [kc0, kc0 + nkt) into dst, the unit's rows [32][kc_tiles][2: hi, lo][32] bf16
+ * (row m's K tiles one after another, 128 bytes each: the stores run on, and the
+ * tiles are loaded from it with a stride of a row): one contiguous run of the
+ * weight row, prefetched PREFETCH_FEW bytes ahead, the next row's same piece
+ * into L2 (decode, few input rows); rows past n_out or the thread's blocks are
+ * zeros. */
 AMX static void convert_w_row(const amx_ctx *c, int64_t ob, int valid1, int64_t m, int64_t kc0, int64_t nkt,
                               uint8_t *dst)
 {
     const int64_t nrow = (valid1 ? 2 * OBS : OBS);
     const int64_t rows_ok = c->n_out - ob * OBS < nrow ? c->n_out - ob * OBS : nrow;
-    uint8_t *hi_p = dst + (size_t)(m % OBS) * 64;
+    uint8_t *hi_p = dst + (size_t)m * (size_t)c->kc_tiles * ROW_PIECE;
     if (m >= rows_ok) {
-        for (int64_t t = 0; t < nkt; t++, hi_p += 2 * TILE_BYTES) {
+        for (int64_t t = 0; t < nkt; t++, hi_p += ROW_PIECE) {
             _mm512_store_si512(hi_p, _mm512_setzero_si512());
-            _mm512_store_si512(hi_p + TILE_BYTES, _mm512_setzero_si512());
+            _mm512_store_si512(hi_p + 64, _mm512_setzero_si512());
         }
         return;
     }
     const uint8_t *wr = c->w + (size_t)(ob * OBS + m) * c->w_rb + (size_t)kc0 * 2 * KT;
     const uint8_t *pf_end = c->w + (size_t)(ob * OBS + m + 1) * c->w_rb;   /* no prefetch past the row */
-    for (int64_t t = 0; t < nkt; t++, wr += 2 * KT, hi_p += 2 * TILE_BYTES) {
+    const int next = m + 1 < rows_ok;
+    for (int64_t t = 0; t < nkt; t++, wr += 2 * KT, hi_p += ROW_PIECE) {
         if (wr + PREFETCH_FEW < pf_end) _mm_prefetch((const char *)(wr + PREFETCH_FEW), _MM_HINT_T0);
-        convert_piece(c->type, wr, c->n_in - (kc0 + t) * KT, hi_p, hi_p + TILE_BYTES);
+        if (next) _mm_prefetch((const char *)(wr + c->w_rb), _MM_HINT_T1);
+        convert_piece(c->type, wr, c->n_in - (kc0 + t) * KT, hi_p, hi_p + 64);
     }
 }
 
 /* ---- tile steps -------------------------------------------------------- */
 
 /* One K tile for output blocks (a0, a1) x token blocks (b0, b1): C tiles 0 (a0,b0),
- * 1 (a0,b1), 2 (a1,b0), 3 (a1,b1). a*: hi tile, lo tile 1 KiB after; b*: xh, xl. */
-AMX_INLINE void step_2x2(const uint8_t *a0, const uint8_t *a1, const uint8_t *b0, const uint8_t *b1, int with_lo)
+ * 1 (a0,b1), 2 (a1,b0), 3 (a1,b1). a*: hi tile (rows sa bytes apart), lo tile
+ * lo_off bytes after; b*: xh, xl. */
+AMX_INLINE void step_2x2(const uint8_t *a0, const uint8_t *a1, size_t sa, size_t lo_off, const uint8_t *b0,
+                         const uint8_t *b1, int with_lo)
 {
 /* the four products of A tiles 4, 5 and B tiles 6, 7 into C tiles 0..3 */
 #define DP_2X2()                      \
@@ -239,8 +251,8 @@ AMX_INLINE void step_2x2(const uint8_t *a0, const uint8_t *a1, const uint8_t *b0
         _tile_dpbf16ps(2, 5, 6);      \
         _tile_dpbf16ps(3, 5, 7);      \
     } while (0)
-    _tile_loadd(4, a0, 64);
-    _tile_loadd(5, a1, 64);
+    _tile_loadd(4, a0, sa);
+    _tile_loadd(5, a1, sa);
     _tile_loadd(6, b0, 64);
     _tile_loadd(7, b1, 64);
     DP_2X2();   /* hi * xh */
@@ -248,8 +260,8 @@ AMX_INLINE void step_2x2(const uint8_t *a0, const uint8_t *a1, const uint8_t *b0
     _tile_loadd(7, b1 + TILE_BYTES, 64);
     DP_2X2();   /* hi * xl */
     if (with_lo) {
-        _tile_loadd(4, a0 + TILE_BYTES, 64);
-        _tile_loadd(5, a1 + TILE_BYTES, 64);
+        _tile_loadd(4, a0 + lo_off, sa);
+        _tile_loadd(5, a1 + lo_off, sa);
         _tile_loadd(6, b0, 64);
         _tile_loadd(7, b1, 64);
         DP_2X2();   /* lo * xh */
@@ -257,11 +269,13 @@ AMX_INLINE void step_2x2(const uint8_t *a0, const uint8_t *a1, const uint8_t *b0
 #undef DP_2X2
 }
 
-/* One K tile for output blocks (a0, a1) x one token block b: C tiles 0 (a0), 1 (a1). */
-AMX_INLINE void step_2x1(const uint8_t *a0, const uint8_t *a1, const uint8_t *b, int with_lo)
+/* One K tile for output blocks (a0, a1) x one token block b: C tiles 0 (a0), 1 (a1)
+ * (a*, sa, lo_off as above). */
+AMX_INLINE void step_2x1(const uint8_t *a0, const uint8_t *a1, size_t sa, size_t lo_off, const uint8_t *b,
+                         int with_lo)
 {
-    _tile_loadd(4, a0, 64);
-    _tile_loadd(5, a1, 64);
+    _tile_loadd(4, a0, sa);
+    _tile_loadd(5, a1, sa);
     _tile_loadd(6, b, 64);
     _tile_loadd(7, b + TILE_BYTES, 64);
     _tile_dpbf16ps(0, 4, 6);
@@ -269,8 +283,8 @@ AMX_INLINE void step_2x1(const uint8_t *a0, const uint8_t *a1, const uint8_t *b,
     _tile_dpbf16ps(0, 4, 7);
     _tile_dpbf16ps(1, 5, 7);
     if (with_lo) {
-        _tile_loadd(4, a0 + TILE_BYTES, 64);
-        _tile_loadd(5, a1 + TILE_BYTES, 64);
+        _tile_loadd(4, a0 + lo_off, sa);
+        _tile_loadd(5, a1 + lo_off, sa);
         _tile_dpbf16ps(0, 4, 6);
         _tile_dpbf16ps(1, 5, 6);
     }
@@ -338,7 +352,7 @@ AMX static void compute_worker(void *vctx, int ith, int nth)
          * rows one after another (each row's K block read as one run), while the
          * tiles run the products of unit u - 1, a slice of its K tiles after each
          * converted row; C stays in its tiles over the K blocks of a pair. */
-        const size_t half = wa_bytes(c->kc_tiles), blk = (size_t)c->kc_tiles * 2 * TILE_BYTES;
+        const size_t half = wa_bytes(c->kc_tiles), rs = (size_t)c->kc_tiles * ROW_PIECE;   /* rs: a row in wa */
         const uint8_t *xb1 = c->xb + tb_stride;
         const int64_t kb_n = (c->kt_n + c->kc_tiles - 1) / c->kc_tiles;
         const int64_t n_units = (b1 - b0 + 1) / 2 * kb_n;
@@ -356,14 +370,14 @@ AMX static void compute_worker(void *vctx, int ith, int nth)
             }
             KVI_AMX_STORES_BEFORE_TILE_LOADS();
             for (int64_t m = 0; m < 2 * OBS; m++) {
-                if (u < n_units) convert_w_row(c, ob, ob + 1 < b1, m, kc0, nkt, dst + (size_t)(m / OBS) * blk);
+                if (u < n_units) convert_w_row(c, ob, ob + 1 < b1, m, kc0, nkt, dst);
                 if (p_ob < 0) continue;
                 KVI_AMX_STORES_BEFORE_TILE_LOADS();
                 for (int64_t t = p_nkt * m / (2 * OBS); t < p_nkt * (m + 1) / (2 * OBS); t++) {
-                    const uint8_t *a0 = src + (size_t)t * 2 * TILE_BYTES, *a1 = a0 + blk;
+                    const uint8_t *a0 = src + (size_t)t * ROW_PIECE, *a1 = a0 + (size_t)OBS * rs;
                     const size_t xo = (size_t)(p_kc0 + t) * 2 * TILE_BYTES;
-                    if (c->n_tb == 2) step_2x2(a0, a1, c->xb + xo, xb1 + xo, with_lo);
-                    else step_2x1(a0, a1, c->xb + xo, with_lo);
+                    if (c->n_tb == 2) step_2x2(a0, a1, rs, 64, c->xb + xo, xb1 + xo, with_lo);
+                    else step_2x1(a0, a1, rs, 64, c->xb + xo, with_lo);
                 }
             }
             if (p_ob >= 0 && p_kc0 + p_nkt == c->kt_n) {   /* the pair's last K block: C out */
@@ -401,7 +415,7 @@ AMX static void compute_worker(void *vctx, int ith, int nth)
                 C_START(3, first, park1 + (size_t)(tb + 1) * TILE_BYTES);
                 const uint8_t *xb0 = c->xb + (size_t)tb * tb_stride + (size_t)kc0 * 2 * TILE_BYTES;
                 for (int64_t t = 0; t < nkt; t++)
-                    step_2x2(wa + (size_t)t * 2 * TILE_BYTES, wa1 + (size_t)t * 2 * TILE_BYTES,
+                    step_2x2(wa + (size_t)t * 2 * TILE_BYTES, wa1 + (size_t)t * 2 * TILE_BYTES, 64, TILE_BYTES,
                              xb0 + (size_t)t * 2 * TILE_BYTES, xb0 + tb_stride + (size_t)t * 2 * TILE_BYTES, with_lo);
                 C_END(0, last, park0 + (size_t)tb * TILE_BYTES, ob, tb);
                 C_END(1, last, park0 + (size_t)(tb + 1) * TILE_BYTES, ob, tb + 1);
@@ -413,7 +427,7 @@ AMX static void compute_worker(void *vctx, int ith, int nth)
                 C_START(1, first, park1 + (size_t)tb * TILE_BYTES);
                 const uint8_t *xb0 = c->xb + (size_t)tb * tb_stride + (size_t)kc0 * 2 * TILE_BYTES;
                 for (int64_t t = 0; t < nkt; t++)
-                    step_2x1(wa + (size_t)t * 2 * TILE_BYTES, wa1 + (size_t)t * 2 * TILE_BYTES,
+                    step_2x1(wa + (size_t)t * 2 * TILE_BYTES, wa1 + (size_t)t * 2 * TILE_BYTES, 64, TILE_BYTES,
                              xb0 + (size_t)t * 2 * TILE_BYTES, with_lo);
                 C_END(0, last, park0 + (size_t)tb * TILE_BYTES, ob, tb);
                 C_END(1, last, park1 + (size_t)tb * TILE_BYTES, ob + 1, tb);

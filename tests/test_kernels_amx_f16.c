@@ -13,7 +13,8 @@
  *  (4) the path really ran: with AMX turned off (kvi_amx_set(0)) the same call
  *      gives the AVX-512 FP32 order, which differs in some outputs.
  * Shapes: n_in a multiple of 32 and not (a zero-padded last K tile), n_in over
- * one K block of 1024 (accumulators parked between blocks), n_out not a multiple
+ * one K block (1024 inputs, 2048 for at most 32 rows: accumulators parked or kept
+ * in their tiles between blocks), n_out not a multiple
  * of 16. Where the CPU or the OS offers no AMX the checks are skipped with a note.
  */
 #include "amx.h"
