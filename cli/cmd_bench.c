@@ -16,8 +16,9 @@
  * the measured read bandwidth); pp does 2 x kvi_model_matmul_params() operations
  * per token (attention's share not counted), against the peak of the
  * instruction the weight type's kernels use: AMX tdpbssd for Q8_0 / Q4_0 where
- * AMX is on, int8 vpdpbusd for the other block-quantised weights, bf16 vdpbf16ps
- * for F16/BF16, FP32 FMA for F32.
+ * AMX is on, int8 vpdpbusd for the other block-quantised weights, FP32 FMA for
+ * F32 and for F16/BF16 (widened to f32), AMX tdpbf16ps for F16/BF16 where that
+ * path is on (KVINFER_AMX_F16=1).
  *
  * Output: a table on stdout (progress on stderr); --json prints only
  *   {"model", "type", "threads", "results": [{"test", "n_prompt", "n_gen",
@@ -56,7 +57,7 @@ static const char bench_help[] =
     "  --no-hw              do not measure the machine's limits (no roofline)\n"
     "  --hw                 measure only the machine's limits: read GB/s, FP32 FMA,\n"
     "                       BF16 vdpbf16ps, INT8 vpdpbusd and (where AMX is on) AMX\n"
-    "                       tdpbssd peaks on all threads\n"
+    "                       tdpbssd and tdpbf16ps peaks on all threads\n"
     "  --quick              short limit measurements (a 64 MiB buffer; for tests)\n"
     "  --json               print one JSON object only\n"
     "  -h, --help           this help\n";
@@ -130,6 +131,7 @@ static cJSON *hw_json(const kvi_hw_limits *hw)
     cJSON_AddNumberToObject(o, "bf16_gflops", hw->bf16_gflops);
     cJSON_AddNumberToObject(o, "int8_gops", hw->int8_gops);
     cJSON_AddNumberToObject(o, "amx_int8_gops", hw->amx_int8_gops);
+    cJSON_AddNumberToObject(o, "amx_bf16_gflops", hw->amx_bf16_gflops);
     cJSON_AddStringToObject(o, "isa", kvi_isa_name());
     return o;
 }
@@ -150,6 +152,7 @@ static void hw_print(FILE *f, const kvi_hw_limits *hw)
     if (hw->int8_gops > 0) fprintf(f, "  INT8 vpdpbusd      %8.1f GOP/s\n", hw->int8_gops);
     else fprintf(f, "  INT8 vpdpbusd            n/a (no AVX512_VNNI)\n");
     if (hw->amx_int8_gops > 0) fprintf(f, "  INT8 AMX tdpbssd   %8.1f GOP/s\n", hw->amx_int8_gops);
+    if (hw->amx_bf16_gflops > 0) fprintf(f, "  BF16 AMX tdpbf16ps %8.1f GFLOP/s\n", hw->amx_bf16_gflops);
 }
 
 /* The compute peak that weights of type t are multiplied at, and its name. */
@@ -159,9 +162,9 @@ static double pp_limit(const kvi_hw_limits *hw, kvi_type t, const char **kind)
         *kind = "fp32";
         return hw->fp32_gflops;
     }
-    if ((t == KVI_TYPE_F16 || t == KVI_TYPE_BF16) && hw->bf16_gflops > 0) {
-        *kind = "bf16";
-        return hw->bf16_gflops;
+    if ((t == KVI_TYPE_F16 || t == KVI_TYPE_BF16) && hw->f16_on_amx && hw->amx_bf16_gflops > 0) {
+        *kind = "amx-bf16";   /* three tile products per weight (kernels_amx_f16.h) */
+        return hw->amx_bf16_gflops;
     }
     if ((t == KVI_TYPE_Q8_0 || t == KVI_TYPE_Q4_0) && hw->amx_int8_gops > 0) {   /* their prefill runs on AMX */
         *kind = "amx-int8";
@@ -493,11 +496,11 @@ int cmd_bench(int argc, char **argv)
             cJSON_AddStringToObject(root, "type_v", kvi_type_name(o.kv_type) ? kvi_type_name(o.kv_type) : "?");
             arr = cJSON_AddArrayToObject(root, "results");
         } else {
-            printf("| %-24s | %10s | %9s | %5s | %7s | %14s | %20s | %-34s |\n", "model", "size", "params", "type",
+            printf("| %-24s | %10s | %9s | %5s | %7s | %14s | %20s | %-36s |\n", "model", "size", "params", "type",
                    "threads", "test", "t/s", "roofline");
-            printf("| %.24s | %.10s | %.9s | %.5s | %.7s | %.14s | %.20s | %.34s |\n",
+            printf("| %.24s | %.10s | %.9s | %.5s | %.7s | %.14s | %.20s | %.36s |\n",
                    "------------------------", "----------", "---------", "-----", "-------",
-                   "--------------", "--------------------", "----------------------------------");
+                   "--------------", "--------------------", "------------------------------------");
         }
         for (int i = 0; i < n_tests; i++) {
             const bench_result *r = &res[i];
@@ -521,7 +524,7 @@ int cmd_bench(int argc, char **argv)
                 snprintf(roof, sizeof roof, "%.1f %s = %.0f%% of %.0f (%s)", achieved, unit, 100.0 * achieved / limit,
                          limit, kind);
             else snprintf(roof, sizeof roof, "%.1f %s", achieved, unit);
-            printf("| %-24s | %10s | %9s | %5s | %7d | %14s | %20s | %-34s |\n", model_s, size_s, par_s, tname,
+            printf("| %-24s | %10s | %9s | %5s | %7d | %14s | %20s | %-36s |\n", model_s, size_s, par_s, tname,
                    threads, r->name, ts, roof);
         }
         if (root) {

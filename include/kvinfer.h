@@ -568,6 +568,9 @@ typedef struct kvi_hw_limits {
     double int8_gops;         /* AVX512_VNNI vpdpbusd, 1e9 OP/s (a u8*s8 product + add = 2) */
     double amx_int8_gops;     /* AMX tdpbssd, 1e9 OP/s (a s8*s8 product + add = 2); 0 when
                                * AMX is off or missing (KVINFER_AMX=0) */
+    double amx_bf16_gflops;   /* AMX tdpbf16ps, 1e9 FLOP/s (a bf16 product + add = 2); 0 as above */
+    bool f16_on_amx;          /* F16 / BF16 weights are multiplied on AMX (KVINFER_AMX_F16=1),
+                               * else in FP32 FMA */
     const char *fp32_isa;     /* "avx512", "avx2" or "none" */
 } kvi_hw_limits;
 

@@ -37,6 +37,7 @@
 #include "amx.h"
 #include "error.h"
 #include "hwbench.h"
+#include "kernels_amx_f16.h"
 #include "threads.h"
 
 #include <immintrin.h>
@@ -50,7 +51,7 @@
 #define HW_CHAINS 12
 #define HW_MAX_REPS 64
 
-typedef enum hw_kernel { HW_READ, HW_PIN, HW_UNPIN, HW_FMA512, HW_FMA256, HW_BF16, HW_VNNI, HW_AMX } hw_kernel;
+typedef enum hw_kernel { HW_READ, HW_PIN, HW_UNPIN, HW_FMA512, HW_FMA256, HW_BF16, HW_VNNI, HW_AMX, HW_AMX_BF16 } hw_kernel;
 
 typedef struct hw_job {
     hw_kernel kind;
@@ -319,6 +320,40 @@ static float amx_int8(uint64_t iters)
     return (float)s;
 }
 
+/* AMX-BF16: the same with TDPBF16PS (16 x 16 x 32 bf16 products each). */
+__attribute__((target("amx-tile,amx-bf16")))
+static float amx_bf16(uint64_t iters)
+{
+    uint16_t a[16 * 32], b[16 * 32];   /* on each thread's stack */
+    float c[16 * 16];
+    for (int i = 0; i < 16 * 32; i++) a[i] = b[i] = 0x3C00;   /* 2^-7 */
+    _tile_loadconfig(&hw_amx_cfg);
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    _tile_loadd(4, a, 64);
+    _tile_loadd(5, a, 64);
+    _tile_loadd(6, b, 64);
+    _tile_loadd(7, b, 64);
+    for (uint64_t i = 0; i < iters; i++) {
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, c, 64);
+    float s = c[0];
+    _tile_stored(1, c, 64);
+    s += c[0];
+    _tile_stored(2, c, 64);
+    s += c[0];
+    _tile_stored(3, c, 64);
+    s += c[0];
+    _tile_release();
+    return s;
+}
+
 /* ---- pool driver ----------------------------------------------------------- */
 
 static bool cpu_has_avx512(void)
@@ -360,6 +395,7 @@ static void hw_worker(void *ctx, int ith, int nth)
     case HW_BF16: r = bf16_avx512(j->iters); break;
     case HW_VNNI: r = vnni_avx512(j->iters); break;
     case HW_AMX: r = amx_int8(j->iters); break;
+    case HW_AMX_BF16: r = amx_bf16(j->iters); break;
     }
     j->sink[ith & 63] = r;
 }
@@ -513,7 +549,11 @@ int kvi_hw_bench(kvi_hw_limits *out, int n_threads, bool quick, kvi_error *err)
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vnni"))
         out->int8_gops = compute_rate(pool, HW_VNNI, HW_CHAINS * 128.0, target_ms, out->reps);
     if (kvi_amx_on())
+    {
         out->amx_int8_gops = compute_rate(pool, HW_AMX, 4.0 * 16 * 16 * 64 * 2, target_ms, out->reps);
+        out->amx_bf16_gflops = compute_rate(pool, HW_AMX_BF16, 4.0 * 16 * 16 * 32 * 2, target_ms, out->reps);
+    }
+    out->f16_on_amx = kvi_amx_f16_on();
     if (pin) {
         j->kind = HW_UNPIN;   /* the caller's thread gets its own mask back */
         kvi_pool_run(pool, hw_worker, j);

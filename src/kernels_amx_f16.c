@@ -455,6 +455,8 @@ static int path_on(void)
     return v && kvi_amx_on();
 }
 
+int kvi_amx_f16_on(void) { return path_on(); }
+
 int kvi_amx_f16_matmul(kvi_pool *pool, const kvi_tensor *W, const float *x, int64_t ldx, int64_t n_rows,
                        float *y, int64_t ldy)
 {

@@ -37,6 +37,8 @@
  * KVINFER_AMX_F16=1 or after kvi_amx_f16_set(1) (tests), and only while
  * kvi_amx_on(). Switch it only between products, never while one runs. */
 void kvi_amx_f16_set(int on);
+/* 1 when F16 / BF16 products take this path now (on, and kvi_amx_on()). */
+int kvi_amx_f16_on(void);
 
 /* y[r * ldy + j] = sum_i x[r * ldx + i] * W[j][i] in the order above, for F16 or
  * BF16 weights in rows (KVI_LAYOUT_ROWS). The caller has checked the arguments
