@@ -16,8 +16,11 @@
  *    16-row weight tile, n_in in blocks of FMM_KC widened into an aligned stack
  *    buffer wblk [16][FMM_KC] (stays in L1 while the row groups pass), register
  *    tiles of FMM_MR input rows x 4 weight rows (24 accumulators) kept in acc
- *    between blocks, so each lane's chain is still increasing i; the remaining
- *    rows of a row block (< FMM_MR) take the streaming kernel on the weights.
+ *    between blocks, so each lane's chain is still increasing i; while the row
+ *    groups pass, the weights of the next block are prefetched into L2, a slice
+ *    per group (every row block reads all the weights again: without it each
+ *    widen_block waited on memory); the remaining rows of a row block (< FMM_MR)
+ *    take the streaming kernel on the weights.
  * The tiled and streaming paths end with reduce16(), which sums 16 accumulators
  * at once with shuffles, the decode path with hsum_tree() on each: every output
  * gets exactly the lane tree (l+8, l+4, l+2, l+1), so the bits do not depend on
@@ -371,6 +374,7 @@ int kvi_fmm_avx512(const kvi_fmm_args *a)
     _Alignas(64) float wblk[KVI_FMM_TILE * FMM_KC];   /* [16][FMM_KC]: a block of n_in of the tile */
     _Alignas(64) float acc[FMM_MB_MAX / FMM_MR * (KVI_FMM_TILE / FMM_NR) * FMM_MR * FMM_NR * 16];
     const int64_t mb = row_block(n);
+    const size_t es = a->type == KVI_TYPE_F32 ? 4 : 2;
     for (int64_t r0 = 0; r0 < a->n_rows; r0 += mb) {
         const int64_t rn = a->n_rows - r0 < mb ? a->n_rows - r0 : mb, ng = rn / FMM_MR;
         const float *xb = a->x + r0 * a->ldx;
@@ -381,12 +385,25 @@ int kvi_fmm_avx512(const kvi_fmm_args *a)
             for (int64_t k0 = 0; k0 < n; k0 += FMM_KC) {
                 const int64_t kn = n - k0 < FMM_KC ? n - k0 : FMM_KC;
                 widen_block(a->type, wt, a->w_rb, nt, k0, kn, wblk);
-                for (int64_t g = 0; g < ng; g++)
+                /* the weights the next widen_block reads (the next K block of this
+                 * tile, or the next tile's first), into L2 a slice per row group */
+                const bool next_k = k0 + FMM_KC < n;
+                const int64_t jn = next_k ? jt : jt + KVI_FMM_TILE;
+                const int nn = (int)(a->j1 - jn < KVI_FMM_TILE ? a->j1 - jn : KVI_FMM_TILE);
+                const size_t seg = (size_t)(next_k ? (n - k0 - FMM_KC < FMM_KC ? n - k0 - FMM_KC : FMM_KC)
+                                                   : (n < FMM_KC ? n : FMM_KC)) * es;
+                const uint8_t *wn = a->w + (size_t)jn * a->w_rb + (next_k ? (size_t)(k0 + FMM_KC) * es : 0);
+                for (int64_t g = 0; g < ng; g++) {
+                    if (nn > 0)
+                        for (int64_t r = nn * g / ng; r < nn * (g + 1) / ng; r++)
+                            for (size_t o = 0; o < seg; o += 64)
+                                _mm_prefetch((const char *)(wn + (size_t)r * a->w_rb + o), _MM_HINT_T1);
                     for (int t0 = 0; t0 < nt; t0 += FMM_NR)
                         tile_mr_nr(xb + g * FMM_MR * a->ldx, a->ldx, wblk + t0 * FMM_KC - k0, FMM_KC,
                                    nt - t0 < FMM_NR ? nt - t0 : FMM_NR, k0, kn,
                                    acc + (g * (KVI_FMM_TILE / FMM_NR) + t0 / FMM_NR) * (FMM_MR * FMM_NR * 16),
                                    k0 == 0, k0 + kn >= n, yb + g * FMM_MR * a->ldy + jt + t0, a->ldy);
+                }
             }
             for (int64_t r = ng * FMM_MR; r < rn; r++) stream(wt, a->w_rb, nt, xb + r * a->ldx, n, yb + r * a->ldy + jt);
         }
