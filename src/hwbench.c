@@ -278,21 +278,26 @@ static float vnni_avx512(uint64_t iters)
     return (float)s;
 }
 
-/* AMX-INT8: per iteration four TDPBSSD (C tiles 0..3 += A tiles 4, 5 x B tiles 6,
- * 7, all 16 x 64 bytes: 16 x 16 x 64 products each) on tiles loaded once; the C
- * tiles are stored at the end so the loop cannot be removed. Only after
- * kvi_amx_on(); the tiles are released before returning (amx.h). */
+/* AMX peaks: per iteration four TDPBSSD (16 x 16 x 64 int8 products each) or
+ * TDPBF16PS (16 x 16 x 32 bf16 products each): C tiles 0..3 += A tiles 4, 5 x B
+ * tiles 6, 7, all 16 x 64 bytes, on tiles loaded once; the C tiles are stored at
+ * the end so the loop cannot be removed. Only after kvi_amx_on(); the tiles are
+ * released before returning (amx.h). */
 static const kvi_amx_cfg hw_amx_cfg = {
     .palette = 1,
     .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
     .rows = {16, 16, 16, 16, 16, 16, 16, 16},
 };
 
-__attribute__((target("amx-tile,amx-int8")))
-static float amx_int8(uint64_t iters)
+/* bf16: TDPBF16PS on tiles of bf16 2^-7, else TDPBSSD on int8 tiles. */
+__attribute__((target("amx-tile,amx-int8,amx-bf16")))
+static float amx_peak(bool bf16, uint64_t iters)
 {
-    static const int8_t a[16 * 64] = {3}, b[16 * 64] = {-2};
-    int32_t c[16 * 16];
+    static const int8_t a8[16 * 64] = {3}, b8[16 * 64] = {-2};
+    uint16_t a16[16 * 32];   /* on each thread's stack */
+    for (int i = 0; i < 16 * 32; i++) a16[i] = 0x3C00;
+    const void *a = bf16 ? (const void *)a16 : (const void *)a8, *b = bf16 ? (const void *)a16 : (const void *)b8;
+    uint32_t c[16 * 16];
     _tile_loadconfig(&hw_amx_cfg);
     _tile_zero(0);
     _tile_zero(1);
@@ -302,56 +307,38 @@ static float amx_int8(uint64_t iters)
     _tile_loadd(5, a, 64);
     _tile_loadd(6, b, 64);
     _tile_loadd(7, b, 64);
-    for (uint64_t i = 0; i < iters; i++) {
-        _tile_dpbssd(0, 4, 6);
-        _tile_dpbssd(1, 4, 7);
-        _tile_dpbssd(2, 5, 6);
-        _tile_dpbssd(3, 5, 7);
+    if (bf16) {
+        for (uint64_t i = 0; i < iters; i++) {
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 4, 7);
+            _tile_dpbf16ps(2, 5, 6);
+            _tile_dpbf16ps(3, 5, 7);
+        }
+    } else {
+        for (uint64_t i = 0; i < iters; i++) {
+            _tile_dpbssd(0, 4, 6);
+            _tile_dpbssd(1, 4, 7);
+            _tile_dpbssd(2, 5, 6);
+            _tile_dpbssd(3, 5, 7);
+        }
     }
-    _tile_stored(0, c, 64);
-    int32_t s = c[0];
-    _tile_stored(1, c, 64);
-    s += c[0];
-    _tile_stored(2, c, 64);
-    s += c[0];
-    _tile_stored(3, c, 64);
-    s += c[0];
+    float s = 0;
+    int32_t si = 0;
+#define HW_AMX_SUM(t)                      \
+    do {                                   \
+        _tile_stored(t, c, 64);            \
+        float f;                           \
+        memcpy(&f, &c[0], sizeof f);       \
+        s += f;                            \
+        si += (int32_t)c[0];               \
+    } while (0)
+    HW_AMX_SUM(0);
+    HW_AMX_SUM(1);
+    HW_AMX_SUM(2);
+    HW_AMX_SUM(3);
+#undef HW_AMX_SUM
     _tile_release();
-    return (float)s;
-}
-
-/* AMX-BF16: the same with TDPBF16PS (16 x 16 x 32 bf16 products each). */
-__attribute__((target("amx-tile,amx-bf16")))
-static float amx_bf16(uint64_t iters)
-{
-    uint16_t a[16 * 32], b[16 * 32];   /* on each thread's stack */
-    float c[16 * 16];
-    for (int i = 0; i < 16 * 32; i++) a[i] = b[i] = 0x3C00;   /* 2^-7 */
-    _tile_loadconfig(&hw_amx_cfg);
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
-    _tile_loadd(4, a, 64);
-    _tile_loadd(5, a, 64);
-    _tile_loadd(6, b, 64);
-    _tile_loadd(7, b, 64);
-    for (uint64_t i = 0; i < iters; i++) {
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
-    }
-    _tile_stored(0, c, 64);
-    float s = c[0];
-    _tile_stored(1, c, 64);
-    s += c[0];
-    _tile_stored(2, c, 64);
-    s += c[0];
-    _tile_stored(3, c, 64);
-    s += c[0];
-    _tile_release();
-    return s;
+    return bf16 ? s : (float)si;
 }
 
 /* ---- pool driver ----------------------------------------------------------- */
@@ -394,8 +381,8 @@ static void hw_worker(void *ctx, int ith, int nth)
     case HW_FMA256: r = fma_avx2(j->iters); break;
     case HW_BF16: r = bf16_avx512(j->iters); break;
     case HW_VNNI: r = vnni_avx512(j->iters); break;
-    case HW_AMX: r = amx_int8(j->iters); break;
-    case HW_AMX_BF16: r = amx_bf16(j->iters); break;
+    case HW_AMX: r = amx_peak(false, j->iters); break;
+    case HW_AMX_BF16: r = amx_peak(true, j->iters); break;
     }
     j->sink[ith & 63] = r;
 }
@@ -548,8 +535,7 @@ int kvi_hw_bench(kvi_hw_limits *out, int n_threads, bool quick, kvi_error *err)
         out->bf16_gflops = compute_rate(pool, HW_BF16, HW_CHAINS * 64.0, target_ms, out->reps);
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vnni"))
         out->int8_gops = compute_rate(pool, HW_VNNI, HW_CHAINS * 128.0, target_ms, out->reps);
-    if (kvi_amx_on())
-    {
+    if (kvi_amx_on()) {
         out->amx_int8_gops = compute_rate(pool, HW_AMX, 4.0 * 16 * 16 * 64 * 2, target_ms, out->reps);
         out->amx_bf16_gflops = compute_rate(pool, HW_AMX_BF16, 4.0 * 16 * 16 * 32 * 2, target_ms, out->reps);
     }

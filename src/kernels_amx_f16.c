@@ -123,9 +123,8 @@ AMX_INLINE void split_f16(const uint8_t *p, __mmask32 mk, __m512i *hi, __m512i *
         f1 = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16((__mmask16)(mk >> 16), p + 32));
     }
     const __m512i u0 = _mm512_castps_si512(f0), u1 = _mm512_castps_si512(f1);
-    const __m512 h0 = _mm512_castsi512_ps(_mm512_and_si512(u0, top)), h1 = _mm512_castsi512_ps(_mm512_and_si512(u1, top));
-    const __m512 l0 = _mm512_sub_ps(f0, h0);
-    const __m512 l1 = _mm512_sub_ps(f1, h1);
+    const __m512 l0 = _mm512_sub_ps(f0, _mm512_castsi512_ps(_mm512_and_si512(u0, top)));
+    const __m512 l1 = _mm512_sub_ps(f1, _mm512_castsi512_ps(_mm512_and_si512(u1, top)));
     *hi = _mm512_permutex2var_epi16(u0, odd, u1);
     *lo = _mm512_permutex2var_epi16(_mm512_castps_si512(l0), odd, _mm512_castps_si512(l1));
 }
@@ -444,7 +443,7 @@ static _Atomic int g_on = -1;
 
 void kvi_amx_f16_set(int on) { atomic_store(&g_on, on ? 1 : 0); }
 
-static int path_on(void)
+int kvi_amx_f16_on(void)
 {
     int v = atomic_load(&g_on);
     if (v < 0) {
@@ -455,13 +454,11 @@ static int path_on(void)
     return v && kvi_amx_on();
 }
 
-int kvi_amx_f16_on(void) { return path_on(); }
-
 int kvi_amx_f16_matmul(kvi_pool *pool, const kvi_tensor *W, const float *x, int64_t ldx, int64_t n_rows,
                        float *y, int64_t ldy)
 {
     if (!W || (W->type != KVI_TYPE_F16 && W->type != KVI_TYPE_BF16) || W->layout != KVI_LAYOUT_ROWS ||
-        n_rows <= 0 || W->n_out <= 0 || !path_on())
+        n_rows <= 0 || W->n_out <= 0 || !kvi_amx_f16_on())
         return 0;
     amx_ctx c = {
         .type = W->type, .w = W->data, .w_rb = kvi_row_bytes(W->type, W->n_in), .n_in = W->n_in,

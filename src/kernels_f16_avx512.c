@@ -201,6 +201,15 @@ AVX512_INLINE void stream_rows(kvi_type t, const uint8_t *const *p, const float 
     for (int k = 0; k < STREAM_S; k++) *y[k] = hsum_tree(acc[k]);
 }
 
+AVX512_INLINE void stream_rows_any(kvi_type t, const uint8_t *const *p, const float *x, int64_t n, float *const *y)
+{
+    switch (t) {
+    case KVI_TYPE_F16: stream_rows(KVI_TYPE_F16, p, x, n, y); break;
+    case KVI_TYPE_BF16: stream_rows(KVI_TYPE_BF16, p, x, n, y); break;
+    default: stream_rows(KVI_TYPE_F32, p, x, n, y); break;
+    }
+}
+
 /* Rows [j0, j1) of W for one input row: stream s takes rows j0 + s * part + k
  * (k < part), the last (j1 - j0) % STREAM_S rows go alone (the other lanes of
  * the call repeat the row, their results dropped). */
@@ -215,22 +224,14 @@ AVX512 static void stream_decode(kvi_type t, const uint8_t *w, size_t rb, int64_
             p[s] = w + (size_t)(j0 + s * part + k) * rb;
             yp[s] = y + j0 + s * part + k;
         }
-        switch (t) {
-        case KVI_TYPE_F16: stream_rows(KVI_TYPE_F16, p, x, n, yp); break;
-        case KVI_TYPE_BF16: stream_rows(KVI_TYPE_BF16, p, x, n, yp); break;
-        default: stream_rows(KVI_TYPE_F32, p, x, n, yp); break;
-        }
+        stream_rows_any(t, p, x, n, yp);
     }
     for (int64_t j = j0 + STREAM_S * part; j < j1; j++) {
         for (int s = 0; s < STREAM_S; s++) {
             p[s] = w + (size_t)j * rb;
             yp[s] = s == 0 ? y + j : &drop[s];
         }
-        switch (t) {
-        case KVI_TYPE_F16: stream_rows(KVI_TYPE_F16, p, x, n, yp); break;
-        case KVI_TYPE_BF16: stream_rows(KVI_TYPE_BF16, p, x, n, yp); break;
-        default: stream_rows(KVI_TYPE_F32, p, x, n, yp); break;
-        }
+        stream_rows_any(t, p, x, n, yp);
     }
 }
 
@@ -374,7 +375,6 @@ int kvi_fmm_avx512(const kvi_fmm_args *a)
     _Alignas(64) float wblk[KVI_FMM_TILE * FMM_KC];   /* [16][FMM_KC]: a block of n_in of the tile */
     _Alignas(64) float acc[FMM_MB_MAX / FMM_MR * (KVI_FMM_TILE / FMM_NR) * FMM_MR * FMM_NR * 16];
     const int64_t mb = row_block(n);
-    const size_t es = a->type == KVI_TYPE_F32 ? 4 : 2;
     for (int64_t r0 = 0; r0 < a->n_rows; r0 += mb) {
         const int64_t rn = a->n_rows - r0 < mb ? a->n_rows - r0 : mb, ng = rn / FMM_MR;
         const float *xb = a->x + r0 * a->ldx;
@@ -390,9 +390,9 @@ int kvi_fmm_avx512(const kvi_fmm_args *a)
                 const bool next_k = k0 + FMM_KC < n;
                 const int64_t jn = next_k ? jt : jt + KVI_FMM_TILE;
                 const int nn = (int)(a->j1 - jn < KVI_FMM_TILE ? a->j1 - jn : KVI_FMM_TILE);
-                const size_t seg = (size_t)(next_k ? (n - k0 - FMM_KC < FMM_KC ? n - k0 - FMM_KC : FMM_KC)
-                                                   : (n < FMM_KC ? n : FMM_KC)) * es;
-                const uint8_t *wn = a->w + (size_t)jn * a->w_rb + (next_k ? (size_t)(k0 + FMM_KC) * es : 0);
+                const int64_t kn0 = next_k ? k0 + FMM_KC : 0;
+                const size_t seg = kvi_row_bytes(a->type, n - kn0 < FMM_KC ? n - kn0 : FMM_KC);
+                const uint8_t *wn = a->w + (size_t)jn * a->w_rb + kvi_row_bytes(a->type, kn0);
                 for (int64_t g = 0; g < ng; g++) {
                     if (nn > 0)
                         for (int64_t r = nn * g / ng; r < nn * (g + 1) / ng; r++)

@@ -332,20 +332,15 @@ VNNI int kvi_qgemv_kq_avx512(const kvi_qgemm_args *a)
                      (uint8_t *)a->scratch + (size_t)r * ab, &x[r]);
     const kq_tile_fn fn = fns[ti][nr - 1];
     int64_t jt = a->j0;
-    /* streamed tiles: lane 4s + r = row j0 + s * part + k + r (stream s, k += 4) */
+    /* streamed tiles: lane KQ_STREAM_ROWS * s + r = row j0 + s * part + k + r (see the file comment) */
     const int64_t part = (a->j1 - a->j0) / (KQ_STREAMS * KQ_STREAM_ROWS) * KQ_STREAM_ROWS;
     if (part > 0 && (size_t)(KQ_STREAMS * part) * a->w_rb <= (size_t)INT32_MAX) {
         _Alignas(64) float out[KQ_ROWS][16];
         for (int64_t k = 0; k < part; k += KQ_STREAM_ROWS) {
             tile16 tl;
-            int32_t off[16];
             int64_t row[16];
-            for (int l = 0; l < 16; l++) {
-                row[l] = a->j0 + (l / KQ_STREAM_ROWS) * part + k + l % KQ_STREAM_ROWS;
-                tl.p[l] = a->w + (size_t)row[l] * a->w_rb;
-                off[l] = (int32_t)(tl.p[l] - tl.p[0]);
-            }
-            tl.idx = _mm512_loadu_si512((const void *)off);
+            for (int l = 0; l < 16; l++) row[l] = a->j0 + (l / KQ_STREAM_ROWS) * part + k + l % KQ_STREAM_ROWS;
+            tile_init_rows(&tl, a, row);
             fn(a, &tl, x, &out[0][0], 16, (__mmask16)0xFFFF, KQ_STREAM_ROWS);
             for (int r = 0; r < nr; r++)
                 for (int l = 0; l < 16; l++) a->y[r * a->ldy + row[l]] = out[r][l];

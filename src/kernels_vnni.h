@@ -57,15 +57,24 @@ VNNI_INLINE __m512 scales16(const tile16 *tl, size_t off, int hi)
     return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
 }
 
-/* Rows jt .. jt + nv - 1 (nv >= 1), the rest repeating the last. */
-VNNI_INLINE void tile_init(tile16 *tl, const kvi_qgemm_args *a, int64_t jt, int nv)
+/* Lane l = row row[l] of the weights (row[0] the lowest; the rows' span fits the
+ * int32 gather offsets). */
+VNNI_INLINE void tile_init_rows(tile16 *tl, const kvi_qgemm_args *a, const int64_t row[16])
 {
     int32_t off[16];
     for (int l = 0; l < 16; l++) {
-        tl->p[l] = a->w + (size_t)(jt + (l < nv ? l : nv - 1)) * a->w_rb;
+        tl->p[l] = a->w + (size_t)row[l] * a->w_rb;
         off[l] = (int32_t)(tl->p[l] - tl->p[0]);
     }
     tl->idx = _mm512_loadu_si512((const void *)off);
+}
+
+/* Rows jt .. jt + nv - 1 (nv >= 1), the rest repeating the last. */
+VNNI_INLINE void tile_init(tile16 *tl, const kvi_qgemm_args *a, int64_t jt, int nv)
+{
+    int64_t row[16];
+    for (int l = 0; l < 16; l++) row[l] = jt + (l < nv ? l : nv - 1);
+    tile_init_rows(tl, a, row);
 }
 
 VNNI_INLINE int32_t load_i32(const int8_t *p)
