@@ -10,14 +10,13 @@
  * row) and an FNV hash of the output bits, so that two builds, ISAs
  * (KVINFER_ISA=avx2|scalar) or thread counts can be checked for identical results.
  *
- * Build (from the repository root, after building kvinfer_core in BUILD):
- *   gcc -O2 -std=gnu11 -Iinclude -Isrc bench/bench_attention.c BUILD/libkvinfer_core.a \
- *       -lpcre2-8 -lcjson -lm -lpthread -o /tmp/bench_attention
- * Run: /tmp/bench_attention [threads=1] [reps=5] [depth=4096] [rows=512] [kvtype=f16]
+ * Build: built with kvinfer (CMake target of the same name, BUILD/bench_attention).
+ * Run: BUILD/bench_attention [threads=1] [reps=5] [depth=4096] [rows=512] [kvtype=f16]
  */
-#include "attention.h"
-#include "kv_cache.h"
-#include "quant.h"
+#include "kvinfer.h"
+#include "attention/attention.h"
+#include "kv/kv_cache.h"
+#include "formats/quant.h"
 
 #include "bench_util.h"
 
@@ -73,8 +72,8 @@ int main(int argc, char **argv)
         flop += 4.0 * HEADS * HD * (double)(depth + r + 1);
     }
     for (size_t i = 0; i < (size_t)rows * qd; i++) q[i] = 2.0f * bench_rnd();
-    kvi_pool *pool = kvi_pool_create(threads);
-    attn_scratch *sc = attn_scratch_create(kvi_pool_size(pool), BS, HD, HEADS, KVH, kvd);
+    tpool *pool = tpool_create(threads);
+    attn_scratch *sc = attn_scratch_create(tpool_size(pool), BS, HD, HEADS, KVH, kvd);
     if (!pool || !sc) return 1;
     attn_args a = {.kv = &kv, .layer = 0, .n_rows = rows, .tables = tabs, .pos = pos, .q = q,
                    .out = out, .n_heads = HEADS, .n_kv_heads = KVH, .head_dim = HD};
@@ -95,7 +94,7 @@ int main(int argc, char **argv)
            threads, depth, rows, kvi_type_name(type), ts[0], ts[reps / 2], flop / ts[0] * 1e-9, cs[0],
            flop / cs[0] * 1e-9, (unsigned long long)h);
     attn_scratch_free(sc);
-    kvi_pool_free(pool);
+    tpool_free(pool);
     kv_table_release(&kv, &t);
     kv_pool_free(&kv);
     free(row);

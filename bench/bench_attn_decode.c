@@ -8,15 +8,13 @@
  * Prints the best and median wall and process-CPU milliseconds of a step over R
  * steps and an FNV hash of the last step's output bits (two builds must agree).
  *
- * Build (from the repository root, after building kvinfer_core in BUILD; to time
- * other attention sources, put their objects before the archive):
- *   gcc -O2 -std=gnu11 -Iinclude -Isrc bench/bench_attn_decode.c BUILD/libkvinfer_core.a \
- *       -lpcre2-8 -lcjson -lm -lpthread -o /tmp/bench_attn_decode
- * Run: /tmp/bench_attn_decode [threads=1] [steps=50] [seqs=16] [lo=32] [hi=160]
+ * Build: built with kvinfer (CMake target of the same name, BUILD/bench_attn_decode).
+ * Run: BUILD/bench_attn_decode [threads=1] [steps=50] [seqs=16] [lo=32] [hi=160]
  */
-#include "attention.h"
-#include "kv_cache.h"
-#include "quant.h"
+#include "kvinfer.h"
+#include "attention/attention.h"
+#include "kv/kv_cache.h"
+#include "formats/quant.h"
 
 #include "bench_util.h"
 
@@ -69,8 +67,8 @@ int main(int argc, char **argv)
             }
     }
     for (size_t i = 0; i < (size_t)LAYERS * seqs * qd; i++) q[i] = 2.0f * bench_rnd();
-    kvi_pool *pool = kvi_pool_create(threads);
-    attn_scratch *sc = attn_scratch_create(kvi_pool_size(pool), BS, HD, HEADS, KVH, kvd);
+    tpool *pool = tpool_create(threads);
+    attn_scratch *sc = attn_scratch_create(tpool_size(pool), BS, HD, HEADS, KVH, kvd);
     if (!pool || !sc) return 1;
     for (int i = -1; i < steps; i++) {   /* -1: warm-up */
         const double t0 = bench_now(CLOCK_MONOTONIC), c0 = bench_now(CLOCK_PROCESS_CPUTIME_ID);
@@ -95,7 +93,7 @@ int main(int argc, char **argv)
            threads, seqs, lo, hi, ts[0] * 1e3, ts[steps / 2] * 1e3, cs[0] * 1e3, cs[steps / 2] * 1e3,
            (unsigned long long)h);
     attn_scratch_free(sc);
-    kvi_pool_free(pool);
+    tpool_free(pool);
     for (int s = 0; s < seqs; s++) kv_table_release(&kv, &tab[s]);
     kv_pool_free(&kv);
     free(tab);

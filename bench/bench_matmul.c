@@ -3,21 +3,20 @@
  * per call) for each weight type on 2048x2048 and 2048x8192 matrices, 1 and 512
  * input rows, with a pool of T threads (default 2); median of R timed calls.
  *
- * Build (from the repository root, after building kvinfer_core in BUILD):
- *   gcc -O2 -std=gnu11 -Iinclude -Isrc bench/bench_matmul.c BUILD/libkvinfer_core.a \
- *       -lpcre2-8 -lcjson -lm -lpthread -o /tmp/bench_matmul
- * Run: /tmp/bench_matmul [threads] [reps] [type ...]   (KVINFER_ISA forces a path)
+ * Build: built with kvinfer (CMake target of the same name, BUILD/bench_matmul).
+ * Run: BUILD/bench_matmul [threads] [reps] [type ...]   (KVINFER_ISA forces a path)
  *
- * Decode mode: /tmp/bench_matmul gemv [threads] [reps] [MiB] [type ...] times one
+ * Decode mode: BUILD/bench_matmul gemv [threads] [reps] [MiB] [type ...] times one
  * input row against 2048x2048, 8192x2048 and 2048x8192 (n_out x n_in) matrices and
  * prints GB/s of weights read. Each timed repetition walks copies of the matrix
  * that together hold MiB (default 1024) MiB, more than the last-level cache, so the
  * weights come from memory as in a real decode step. BENCH_R16=1 repacks the Q8_0 /
  * Q4_0 copies into the R16 layout first, as the model loader does.
  */
-#include "kernels.h"
-#include "quant.h"
-#include "weight_r16.h"
+#include "kvinfer.h"
+#include "kernels/kernels.h"
+#include "formats/quant.h"
+#include "kernels/r16_pack.h"
 
 #include "bench_util.h"
 
@@ -44,7 +43,7 @@ static int bench_gemv(int argc, char **argv)
     const char **types = argc > 5 ? (const char **)argv + 5 : deflt;
     int n_types = argc > 5 ? argc - 5 : (int)(sizeof deflt / sizeof deflt[0]);
     const int64_t shapes[3][2] = {{2048, 2048}, {8192, 2048}, {2048, 8192}};   /* n_out, n_in */
-    kvi_pool *pool = kvi_pool_create(threads);
+    tpool *pool = tpool_create(threads);
     float *x = malloc(8192 * sizeof(float)), *y = malloc(8192 * sizeof(float));
     float *row = malloc(8192 * sizeof(float));
     uint64_t s = 88172645463325252ull;
@@ -99,7 +98,7 @@ static int bench_gemv(int argc, char **argv)
         }
         printf("\n");
     }
-    kvi_pool_free(pool);
+    tpool_free(pool);
     free(x);
     free(y);
     free(row);
@@ -118,7 +117,7 @@ int main(int argc, char **argv)
     if (getenv("BENCH_ROWS") && atoi(getenv("BENCH_ROWS")) >= 1 && atoi(getenv("BENCH_ROWS")) <= 512)
         rows[1] = atoi(getenv("BENCH_ROWS"));
     const int r16 = getenv("BENCH_R16") && strcmp(getenv("BENCH_R16"), "1") == 0;
-    kvi_pool *pool = kvi_pool_create(threads);
+    tpool *pool = tpool_create(threads);
     float *x = malloc((size_t)(512 * n_in) * sizeof(float)), *y = malloc((size_t)(512 * 8192) * sizeof(float));
     float *row = malloc((size_t)n_in * sizeof(float));
     uint64_t s = 88172645463325252ull;
@@ -161,7 +160,7 @@ int main(int argc, char **argv)
         }
         printf("\n");
     }
-    kvi_pool_free(pool);
+    tpool_free(pool);
     free(x);
     free(y);
     free(row);

@@ -1,13 +1,30 @@
 /*
  * bench_util.h — what the stand-alone micro-benchmarks in bench/ share (header-only,
- * so each still builds with one gcc line): clocks, a deterministic random source
- * and the comparison for sorting timings to take medians.
+ * so each builds from one source file): clocks, a deterministic random source,
+ * the comparison for sorting timings to take medians, and the CLI's KVINFER_ISA /
+ * KVINFER_AMX / KVINFER_AMX_F16 overrides (the library reads no environment).
  */
 #ifndef KVI_BENCH_UTIL_H
 #define KVI_BENCH_UTIL_H
 
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
+
+#include "kvinfer.h"
+
+/* Before main(): the CPU paths the environment asks for, as `kvinfer` applies them. */
+__attribute__((constructor)) static void bench_apply_env(void)
+{
+    kvi_cpu_params cp;
+    kvi_cpu_params_default(&cp);
+    const char *e;
+    if ((e = getenv("KVINFER_ISA")) && (!strcmp(e, "avx2") || !strcmp(e, "scalar"))) cp.isa = e;
+    if ((e = getenv("KVINFER_AMX")) && !strcmp(e, "0")) cp.amx = false;
+    if ((e = getenv("KVINFER_AMX_F16")) && !strcmp(e, "1")) cp.amx_f16 = true;
+    kvi_cpu_configure(&cp, NULL);
+}
 
 /* Seconds on clock c (CLOCK_MONOTONIC for wall time, CLOCK_PROCESS_CPUTIME_ID for
  * the process's CPU time). */

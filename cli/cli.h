@@ -66,17 +66,19 @@ char *cli_detokenize(const kvi_model *m, const int32_t *ids, int32_t n, bool ren
 /* Checks every id is in [0, n_vocab); prints an error naming the first bad one
  * and returns 1, else 0. */
 int cli_check_ids(const kvi_model *m, const int32_t *ids, int32_t n);
-/* Length of the longest prefix of s that does not end inside an incomplete UTF-8
- * sequence (what can be printed now while streaming). */
-size_t cli_utf8_complete_prefix(const char *s, size_t len);
-/* Copy of s (malloc'd, NUL-terminated) with invalid UTF-8 replaced by U+FFFD, so
- * that it can go into JSON; NULL when out of memory. */
-char *cli_utf8_sanitize(const char *s, size_t len);
 /* Number of online CPU cores (at least 1): what n_threads 0 means. */
 int cli_n_cores(void);
 /* Parses "f32", "f16", ... into a KV cache element type; prints an error naming
  * the flag and returns false when unknown. */
 bool cli_parse_kv_type(const char *flag, const char *s, kvi_type *out);
+
+/* kvi_engine_params_default, then the environment's KVINFER_FWD_CHUNK=N (rows per
+ * forward chunk; the library reads no environment). */
+void cli_engine_params_default(kvi_engine_params *p);
+/* The environment's CPU-path overrides, applied once in main() before any command:
+ * KVINFER_ISA=avx2|scalar, KVINFER_AMX=0, KVINFER_AMX_F16=1 (kvi_cpu_configure).
+ * KVINFER_REPACK=0 is read by cli_load_model. 0, or 1 with the error printed. */
+int cli_apply_env(void);
 
 /* Loads a model with weights from path, or from cli_default_model() when path is
  * NULL (saying so on stderr). NULL with one error line printed on failure

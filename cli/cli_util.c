@@ -7,7 +7,7 @@
  * no silent wrap-around, no partial output on failure); buffers returned are
  * malloc'd and owned by the caller.
  */
-#include "cli.h"
+#include "cli/cli.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 int cli_error(const char *fmt, ...)
@@ -278,61 +279,6 @@ int cli_check_ids(const kvi_model *m, const int32_t *ids, int32_t n)
 
 /* Length of the UTF-8 sequence a lead byte starts: 1..4, or 0 for a byte that
  * cannot start one (continuation byte or invalid lead). */
-static int utf8_seq_len(unsigned char c)
-{
-    if (c < 0x80) return 1;
-    if (c >= 0xC2 && c <= 0xDF) return 2;
-    if (c >= 0xE0 && c <= 0xEF) return 3;
-    if (c >= 0xF0 && c <= 0xF4) return 4;
-    return 0;
-}
-
-size_t cli_utf8_complete_prefix(const char *s, size_t len)
-{
-    /* look back at most 3 bytes for the lead byte of a trailing sequence */
-    size_t back = len < 4 ? len : 4;
-    for (size_t k = 1; k <= back; k++) {
-        unsigned char c = (unsigned char)s[len - k];
-        if ((c & 0xC0) == 0x80) continue;   /* continuation byte: keep looking */
-        int need = utf8_seq_len(c);
-        if (need > (int)k) return len - k;  /* incomplete: hold it back */
-        return len;
-    }
-    return len;   /* only stray continuation bytes: nothing to wait for */
-}
-
-char *cli_utf8_sanitize(const char *s, size_t len)
-{
-    if (len > (SIZE_MAX - 1) / 3) return NULL;
-    char *out = malloc(len * 3 + 1);   /* (3 * len + 1) bytes: each bad byte becomes 3 */
-    if (!out) return NULL;
-    size_t o = 0, i = 0;
-    while (i < len) {
-        const unsigned char *u = (const unsigned char *)s + i;
-        int need = utf8_seq_len(u[0]);
-        bool ok = need > 0 && i + (size_t)need <= len;
-        for (int k = 1; ok && k < need; k++) ok = (u[k] & 0xC0) == 0x80;
-        /* reject overlongs and surrogates that the lead-byte ranges let through */
-        if (ok && need == 3 && u[0] == 0xE0 && u[1] < 0xA0) ok = false;
-        if (ok && need == 3 && u[0] == 0xED && u[1] >= 0xA0) ok = false;
-        if (ok && need == 4 && u[0] == 0xF0 && u[1] < 0x90) ok = false;
-        if (ok && need == 4 && u[0] == 0xF4 && u[1] >= 0x90) ok = false;
-        if (ok && need == 1 && u[0] == 0) ok = false;   /* NUL would end the C string */
-        if (ok) {
-            memcpy(out + o, u, (size_t)need);
-            o += (size_t)need;
-            i += (size_t)need;
-        } else {
-            out[o++] = (char)0xEF;
-            out[o++] = (char)0xBF;
-            out[o++] = (char)0xBD;
-            i++;
-        }
-    }
-    out[o] = '\0';
-    return out;
-}
-
 int cli_n_cores(void)
 {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -366,6 +312,8 @@ kvi_model *cli_load_model(const char *path, bool use_mmap, const char *tokenizer
     kvi_load_params_default(&lp);
     lp.use_mmap = use_mmap;
     lp.tokenizer_path = tokenizer_path;
+    const char *repack = getenv("KVINFER_REPACK");
+    if (repack && !strcmp(repack, "0")) lp.repack = false;
     kvi_error err = {0};
     kvi_model *m = kvi_model_load(path, &lp, &err);
     if (!m) {
@@ -423,5 +371,29 @@ int cli_prompt_ids(const kvi_model *m, const char *text, const char *file, const
     }
     *ids = arr;
     *n = k;
+    return 0;
+}
+
+void cli_engine_params_default(kvi_engine_params *p)
+{
+    kvi_engine_params_default(p);
+    const char *chunk = getenv("KVINFER_FWD_CHUNK");
+    int64_t v;
+    if (chunk && cli_parse_i64(chunk, 1, INT32_MAX, &v)) p->fwd_chunk = (int32_t)v;
+}
+
+int cli_apply_env(void)
+{
+    kvi_cpu_params cp;
+    kvi_cpu_params_default(&cp);
+    const char *isa = getenv("KVINFER_ISA");
+    /* as before: an unknown KVINFER_ISA leaves the best path */
+    if (isa && (!strcasecmp(isa, "avx2") || !strcasecmp(isa, "scalar"))) cp.isa = isa;
+    const char *amx = getenv("KVINFER_AMX");
+    if (amx && !strcmp(amx, "0")) cp.amx = false;
+    const char *amx_f16 = getenv("KVINFER_AMX_F16");
+    if (amx_f16 && !strcmp(amx_f16, "1")) cp.amx_f16 = true;
+    kvi_error err = {0};
+    if (kvi_cpu_configure(&cp, &err)) return cli_error("%s", err.msg);
     return 0;
 }

@@ -25,7 +25,7 @@
  *    "n_depth", "avg_ts", "stddev_ts", ..., roofline fields}], "hw": {...}}
  * with results in the order: every pp test, then every tg test.
  */
-#include "cli.h"
+#include "cli/cli.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -163,7 +163,7 @@ static double pp_limit(const kvi_hw_limits *hw, kvi_type t, const char **kind)
         return hw->fp32_gflops;
     }
     if ((t == KVI_TYPE_F16 || t == KVI_TYPE_BF16) && hw->f16_on_amx && hw->amx_bf16_gflops > 0) {
-        *kind = "amx-bf16";   /* three tile products per weight (kernels_amx_f16.h) */
+        *kind = "amx-bf16";   /* three tile products per weight (fmm_amx.h) */
         return hw->amx_bf16_gflops;
     }
     if ((t == KVI_TYPE_Q8_0 || t == KVI_TYPE_Q4_0) && hw->amx_int8_gops > 0) {   /* their prefill runs on AMX */
@@ -439,7 +439,7 @@ int cmd_bench(int argc, char **argv)
 
     bench_ctx c = {.n_vocab = kvi_n_vocab(m), .batch = (int)o.batch, .rng = 0x9E3779B97F4A7C15ull};
     kvi_engine_params ep;
-    kvi_engine_params_default(&ep);
+    cli_engine_params_default(&ep);
     ep.n_threads = threads;
     ep.n_ctx = max_need;
     ep.kv_type_k = ep.kv_type_v = o.kv_type;

@@ -13,7 +13,7 @@
  * Invariant: conv[0..kvi_seq_len(seq)) are exactly the ids whose K/V are
  * cached; a mismatch truncates the sequence to the common prefix.
  */
-#include "cli.h"
+#include "cli/cli.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,7 +98,7 @@ int cmd_chat(int argc, char **argv)
     kvi_model *m = cli_load_model(model, false, NULL);
     if (!m) return 1;
     kvi_engine_params ep;
-    kvi_engine_params_default(&ep);
+    cli_engine_params_default(&ep);
     ep.n_threads = (int)threads;
     ep.n_ctx = (int)ctx;
     kvi_error err = {0};

@@ -20,7 +20,7 @@
  * sequence) is not counted. The paged cache rounds each sequence up to whole
  * blocks of 16 tokens; that rounding is not counted either.
  */
-#include "cli.h"
+#include "cli/cli.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>

@@ -24,7 +24,7 @@
  * 127.0.0.0/8, localhost and ::1 are ever connected to (checked before any
  * socket is opened; no name is resolved).
  */
-#include "cli.h"
+#include "cli/cli.h"
 
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>

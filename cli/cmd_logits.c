@@ -8,7 +8,7 @@
  * floats) into a large stdout buffer; otherwise, per position, the token and the
  * top-5 next tokens with their logits.
  */
-#include "cli.h"
+#include "cli/cli.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -167,7 +167,7 @@ int cmd_logits(int argc, char **argv)
         kvi_model_get_info(m, &info);
         int n_ctx = n_ctx_opt > 0 ? (int)n_ctx_opt : info.n_ctx_train;
         kvi_engine_params ep;
-        kvi_engine_params_default(&ep);
+        cli_engine_params_default(&ep);
         ep.n_threads = (int)n_threads;
         ep.n_ctx = n_ctx > 0 ? n_ctx : 0;
         ep.kv_type_k = ep.kv_type_v = kv;

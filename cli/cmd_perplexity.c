@@ -32,7 +32,7 @@
  * rounded to float as the file stores them; top-1 agreement: the argmax of both
  * distributions is the same token.
  */
-#include "cli.h"
+#include "cli/cli.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -458,7 +458,7 @@ int cmd_perplexity(int argc, char **argv)
 
     if (rc == 0) {
         kvi_engine_params ep;
-        kvi_engine_params_default(&ep);
+        cli_engine_params_default(&ep);
         ep.n_threads = (int)o.threads;
         ep.n_ctx = ctx;
         ep.kv_type_k = tk;

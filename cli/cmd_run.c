@@ -14,8 +14,8 @@
  * never prints an incomplete UTF-8 sequence: bytes wait until it completes.
  * With --json stdout holds exactly one JSON object and nothing else.
  */
-#include "cli.h"
-#include "run_spec.h"
+#include "cli/cli.h"
+#include "cli/run_spec.h"
 
 #include <cjson/cJSON.h>
 #include <inttypes.h>
@@ -373,7 +373,7 @@ static int spec_emit(void *ctx, int32_t tok)
     r->n_gen++;
     if (!append_piece(k->m, &r->text, tok)) return -cli_error("out of memory");
     if (!o->json) {
-        size_t ready = cli_utf8_complete_prefix(r->text.data, r->text.len);
+        size_t ready = kvi_utf8_complete_prefix(r->text.data, r->text.len);
         if (ready > r->text.printed) {
             fwrite(r->text.data + r->text.printed, 1, ready - r->text.printed, stdout);
             r->text.printed = ready;
@@ -463,7 +463,7 @@ static int generate(const run_opts *o, kvi_model *m, kvi_engine *e, kvi_seq *seq
         r->n_gen++;
         if (!append_piece(m, &r->text, tok)) { kvi_batch_free(b); return cli_error("out of memory"); }
         if (!o->json) {
-            size_t ready = cli_utf8_complete_prefix(r->text.data, r->text.len);
+            size_t ready = kvi_utf8_complete_prefix(r->text.data, r->text.len);
             if (ready > r->text.printed) {
                 fwrite(r->text.data + r->text.printed, 1, ready - r->text.printed, stdout);
                 r->text.printed = ready;
@@ -550,7 +550,7 @@ static cJSON *id_array(const int32_t *ids, int32_t n)
 
 static int print_json(const run_opts *o, const run_result *r, int n_threads)
 {
-    char *clean = cli_utf8_sanitize(r->text.data ? r->text.data : "", r->text.len);
+    char *clean = kvi_utf8_sanitize(r->text.data ? r->text.data : "", r->text.len);
     cJSON *root = cJSON_CreateObject();
     cJSON *pt = id_array(r->all_ids, r->n_prompt);
     cJSON *gt = id_array(r->all_ids + r->n_prompt, r->n_gen);
@@ -646,7 +646,7 @@ int cmd_run(int argc, char **argv)
                        "(-c sets the context size)", (int)n_prompt, n_ctx);
     if (rc == 0) {
         kvi_engine_params ep;
-        kvi_engine_params_default(&ep);
+        cli_engine_params_default(&ep);
         ep.n_threads = (int)o.n_threads;
         ep.n_ctx = n_ctx > 0 ? n_ctx : 0;
         ep.kv_type_k = o.kv_k;

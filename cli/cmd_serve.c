@@ -17,8 +17,9 @@
  * top-k 40, top-p 0.95, min-p 0.05, context = the model's), so a greedy request
  * gets the same tokens from both.
  */
-#include "server.h"
-#include "run_spec.h"
+#include "cli/cli.h"
+#include "server/server.h"
+#include "cli/run_spec.h"
 
 #include <inttypes.h>
 #include <signal.h>
@@ -197,7 +198,7 @@ int cmd_serve(int argc, char **argv)
     kvi_model_info info;
     kvi_model_get_info(m, &info);
     kvi_engine_params ep;
-    kvi_engine_params_default(&ep);
+    cli_engine_params_default(&ep);
     ep.n_threads = (int)threads;
     ep.n_ctx = (int)ctx;
     ep.kv_type_k = ep.kv_type_v = kv;
@@ -228,7 +229,7 @@ int cmd_serve(int argc, char **argv)
                 goto out;
             }
             kvi_engine_params dp;
-            kvi_engine_params_default(&dp);
+            cli_engine_params_default(&dp);
             dp.n_threads = (int)threads;
             dp.n_ctx = srv->cfg.n_ctx;
             dp.kv_type_k = dp.kv_type_v = kv;

@@ -8,7 +8,7 @@
  * unless every flag parsed; without a preset, --dim --ffn --layers --heads are
  * required (kv-heads defaults to heads, vocab to 32000, ctx to 2048).
  */
-#include "cli.h"
+#include "cli/cli.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -6,7 +6,7 @@
  * Output: one line per token "id<TAB>'piece'" (piece escaped C-style), or with
  * --json exactly one JSON document on stdout: {"tokens": [...]} / {"text": "..."}.
  */
-#include "cli.h"
+#include "cli/cli.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -259,7 +259,7 @@ int cmd_detokenize(int argc, char **argv)
     }
     if (rc == 0) {
         if (json) {
-            char *clean = cli_utf8_sanitize(text, len);
+            char *clean = kvi_utf8_sanitize(text, len);
             cJSON *root = cJSON_CreateObject();
             char *s = NULL;
             if (clean && root && cJSON_AddStringToObject(root, "text", clean))

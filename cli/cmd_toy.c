@@ -21,7 +21,7 @@
  *   - the decode row computed from cached keys/values equals row 4 of a full
  *     recompute of all five rows.
  */
-#include "cli.h"
+#include "cli/cli.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>

@@ -6,7 +6,7 @@
  * success and 1 on any error (each error printed as one line on stderr); only
  * this file decides to exit.
  */
-#include "cli.h"
+#include "cli/cli.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -67,9 +67,11 @@ int main(int argc, char **argv)
         return 0;
     }
     if (!strcmp(cmd, "--version") || !strcmp(cmd, "-V")) {
+        if (cli_apply_env()) return 1;
         printf("kvinfer %s (isa: %s)\n", KVI_CLI_VERSION, kvi_isa_name());
         return 0;
     }
+    if (cli_apply_env()) return 1;
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
         if (!strcmp(cmd, commands[i].name)) {
             int rc = commands[i].fn(argc - 1, argv + 1);

@@ -13,9 +13,9 @@
  * within the context (drafts at positions <= n_ctx - 1) and never drafts more
  * tokens than -n still allows (a round yields at most drafts + 1 tokens).
  */
-#include "run_spec.h"
+#include "cli/run_spec.h"
 
-#include "cli.h"
+#include "cli/cli.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -97,7 +97,7 @@ static kvi_engine *load_draft(const run_spec_opts *o, const run_spec_ctx *c, kvi
     *dm = cli_load_model(o->draft_path, c->mmap, NULL);
     if (!*dm) return NULL;
     kvi_engine_params ep;
-    kvi_engine_params_default(&ep);
+    cli_engine_params_default(&ep);
     ep.n_threads = c->n_threads;
     ep.n_ctx = c->n_ctx;
     ep.kv_type_k = c->kv_k;

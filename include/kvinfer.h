@@ -19,62 +19,31 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kvinfer_types.h"   /* kvi_error, KVI_E_*, kvi_type */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* ---- errors ------------------------------------------------------------ */
+/* ---- CPU paths (process-wide) ------------------------------------------ */
 
-enum {
-    KVI_OK = 0,
-    KVI_E_INVALID = -1,       /* bad argument or request */
-    KVI_E_IO = -2,            /* file could not be opened / read / written */
-    KVI_E_FORMAT = -3,        /* malformed or unsupported file contents */
-    KVI_E_NOMEM = -4,         /* allocation failed */
-    KVI_E_NO_KV_SPACE = -5,   /* the KV pool has no free block left */
-    KVI_E_BAD_BATCH = -6,     /* rows out of order, position gap, bad token id */
-    KVI_E_CONTEXT_FULL = -7,  /* a sequence would exceed n_ctx */
-    KVI_E_ABORTED = -8,
-    KVI_E_UNSUPPORTED = -9,   /* valid input that kvinfer does not handle (yet) */
-};
+/* Which of the CPU's paths the kernels may take. Every path gives the same bits
+ * (the integer products everywhere; the float products per ISA, see kernels.h), so
+ * these choose speed, not results. The library reads no environment variable:
+ * the CLI maps KVINFER_ISA, KVINFER_AMX and KVINFER_AMX_F16 onto these fields. */
+typedef struct kvi_cpu_params {
+    const char *isa;   /* highest SIMD path: "avx512" (default; capped at what the
+                          CPU has), "avx2" or "scalar" */
+    bool amx;          /* AMX tiles for Q8_0 / Q4_0 products where the CPU and the OS
+                          allow them (default true) */
+    bool amx_f16;      /* F16 / BF16 products on AMX-BF16 too (default false) */
+} kvi_cpu_params;
 
-typedef struct kvi_error {
-    int code;        /* last KVI_E_* code, 0 when none */
-    char msg[512];   /* one line, no trailing newline */
-} kvi_error;
-
-const char *kvi_strerror(int code);
-
-/* ---- tensor element types (numbering follows GGUF / ggml) --------------- */
-
-typedef enum kvi_type {
-    KVI_TYPE_F32 = 0,
-    KVI_TYPE_F16 = 1,
-    KVI_TYPE_Q4_0 = 2,
-    KVI_TYPE_Q4_1 = 3,
-    KVI_TYPE_Q5_0 = 6,
-    KVI_TYPE_Q5_1 = 7,
-    KVI_TYPE_Q8_0 = 8,
-    KVI_TYPE_Q8_1 = 9,
-    KVI_TYPE_Q2_K = 10,
-    KVI_TYPE_Q3_K = 11,
-    KVI_TYPE_Q4_K = 12,
-    KVI_TYPE_Q5_K = 13,
-    KVI_TYPE_Q6_K = 14,
-    KVI_TYPE_Q8_K = 15,
-    KVI_TYPE_BF16 = 30,
-    KVI_TYPE_COUNT = 31,
-    /* KV-cache-only type, outside ggml's numbering (never a tensor type in a file):
-     * "q4" = KIVI. Keys: 4-bit codes quantised per channel over each KV block of
-     * block_size tokens (f16 scale and min per channel), the newest, incomplete
-     * block kept in f16 per sequence; values: q4_0 (a value type of q4 means q4_0). */
-    KVI_TYPE_KV_Q4 = 64,
-} kvi_type;
-
-/* "f32", "q4_k", ..., "q4" (KVI_TYPE_KV_Q4); NULL for a number that is not a known type. */
-const char *kvi_type_name(kvi_type t);
-/* Case-insensitive parse of a type name; 0 on success, KVI_E_INVALID otherwise. */
-int kvi_type_from_name(const char *name, kvi_type *out);
+void kvi_cpu_params_default(kvi_cpu_params *p);
+/* Applies p for the whole process; call it before loading a model (the loader
+ * lays weights out for the kernels chosen then) and never while a kvi_step
+ * runs. 0, or KVI_E_INVALID for an unknown isa. */
+int kvi_cpu_configure(const kvi_cpu_params *p, kvi_error *err);
 
 /* ---- models -------------------------------------------------------------- */
 
@@ -83,6 +52,9 @@ typedef struct kvi_model kvi_model;
 typedef struct kvi_load_params {
     bool use_mmap;               /* map the file instead of reading it into memory */
     const char *tokenizer_path;  /* llama2.c checkpoints: tokenizer.bin (NULL: next to the model) */
+    bool repack;                 /* Q8_0 / Q4_0 matrices into the kernels' R16 tiles where
+                                    they read them faster (default true; false keeps the
+                                    file's layout; never with use_mmap) */
 } kvi_load_params;
 
 void kvi_load_params_default(kvi_load_params *p);
@@ -136,6 +108,13 @@ bool kvi_token_is_eog(const kvi_model *m, int32_t token); /* EOS, EOT, ... */
 bool kvi_model_add_bos(const kvi_model *m);     /* does add_special put BOS first */
 int32_t kvi_n_vocab(const kvi_model *m);
 
+/* Length of the longest prefix of s that does not end inside an incomplete UTF-8
+ * sequence (what can be printed now while streaming). */
+size_t kvi_utf8_complete_prefix(const char *s, size_t len);
+/* Copy of s (malloc'd, NUL-terminated) with invalid UTF-8 replaced by U+FFFD, so
+ * that it can go into JSON; NULL when out of memory. */
+char *kvi_utf8_sanitize(const char *s, size_t len);
+
 /* ---- engine, sequences, batches ------------------------------------------ */
 
 typedef struct kvi_engine kvi_engine;
@@ -151,13 +130,15 @@ typedef struct kvi_engine_params {
     size_t kv_budget_bytes;  /* bound on the whole KV pool; 0: n_seq_max * n_ctx tokens */
     int n_seq_max;           /* sequences alive at once (default 1) */
     int n_batch_max;         /* rows per forward pass; larger batches are split (default 512) */
-    /* KV sharing and bounded context (owner: kvshare) */
+    /* KV sharing and bounded context */
     bool prefix_cache;       /* index full blocks for reuse by kvi_seq_reuse_prefix (default on) */
     const char *ctx_policy;  /* at n_ctx: "error" (default), "shift", "sinks", "heavy" */
     int32_t n_keep;          /* shift: first tokens never dropped (default 0) */
     int32_t n_sink;          /* sinks, heavy: attention-sink tokens kept (default 4) */
     int32_t n_window;        /* sinks: recent tokens kept (0: all that fit);
                                 heavy: recent window (0: n_ctx / 4) */
+    int32_t fwd_chunk;       /* rows per chunk of the forward pass (0: sized by its
+                                scratch budget; N > 0 forces N: tests of the chunked path) */
 } kvi_engine_params;
 
 void kvi_engine_params_default(kvi_engine_params *p);
@@ -165,6 +146,10 @@ kvi_engine *kvi_engine_create(kvi_model *m, const kvi_engine_params *p, kvi_erro
 void kvi_engine_free(kvi_engine *e);
 const kvi_model *kvi_engine_model(const kvi_engine *e);
 int kvi_engine_n_ctx(const kvi_engine *e);
+/* Runs fn(ctx, ith, nth) once on each of the engine's nth worker threads
+ * (ith = 0 .. nth-1) and returns when all are done. For per-row work between
+ * kvi_step calls (the scheduler's sampling), never during one. */
+void kvi_engine_parallel_for(kvi_engine *e, void (*fn)(void *ctx, int ith, int nth), void *ctx);
 
 /* An empty sequence; it holds no KV memory until rows are run for it. NULL when
  * n_seq_max sequences already exist. */
@@ -204,7 +189,7 @@ typedef struct kvi_stats {
     uint64_t n_steps;
     uint64_t n_rows;
     double forward_ms;            /* wall time inside kvi_step */
-    /* sharing, prefix cache, eviction (owner: kvshare). For a sequence: its own
+    /* sharing, prefix cache, eviction. For a sequence: its own
      * figures; for the pool: totals. Invariant: kv_bytes_allocated ==
      * (kv_blocks_used + kv_blocks_cached + kv_blocks_free) * block bytes. */
     int32_t kv_blocks_shared;     /* held blocks with more than one holder */
@@ -216,7 +201,7 @@ typedef struct kvi_stats {
     uint64_t n_evicted;           /* positions dropped by the context policy */
     uint64_t n_cow;               /* pool: blocks copied before a write (copy on write) */
     uint64_t n_lru_evicted;       /* pool: cached blocks reused for new data */
-    /* q4 keys (owner: kvfix): the f16 tail of the newest key group that each
+    /* q4 keys: the f16 tail of the newest key group that each
      * sequence holds outside the pool (sequence: its own; pool: every tail).
      * Every KV byte allocated = kv_bytes_allocated + kv_bytes_tail. */
     size_t kv_bytes_tail;
@@ -225,7 +210,7 @@ typedef struct kvi_stats {
 /* Statistics of one sequence (s != NULL) or of the whole engine (s == NULL). */
 void kvi_stats_get(const kvi_engine *e, const kvi_seq *s, kvi_stats *out);
 
-/* ---- KV sharing, context policies, sessions (owner: kvshare) -------------- */
+/* ---- KV sharing, context policies, sessions -------------- */
 
 /* A new sequence holding every block of s (shared, copy on write): parallel
  * sampling from one prompt. NULL when n_seq_max sequences exist or no memory. */
@@ -265,7 +250,7 @@ typedef struct kvi_sampler_params {
     float repeat_penalty;  /* 1: off (default 1.0) */
     int32_t repeat_last_n; /* tokens the penalty looks back over (default 64) */
     uint64_t seed;         /* default 0xC0FFEE; the CLI picks a random seed and prints it */
-    /* OpenAI's penalties (owner: server): logit[t] -= presence * (count[t] > 0)
+    /* OpenAI's penalties: logit[t] -= presence * (count[t] > 0)
      * + frequency * count[t], count = times t was generated (kvi_sampler_accept_output;
      * prompt tokens do not count). Applied also at temp 0 (then argmax of the
      * penalised logits). 0: off (default). */
@@ -281,13 +266,10 @@ int32_t kvi_sampler_sample(kvi_sampler *s, const float *logits);
 /* Records a token of the sequence (prompt or generated) for the penalties. */
 void kvi_sampler_accept(kvi_sampler *s, int32_t token);
 /* Records a generated token: kvi_sampler_accept, and counted for the presence and
- * frequency penalties (owner: server). */
+ * frequency penalties. */
 void kvi_sampler_accept_output(kvi_sampler *s, int32_t token);
 
-/* ---- scheduler: continuous batching over one engine (owner: server) ------ */
-
-/* kvi_sched_submit: the waiting queue is full (HTTP 429). */
-#define KVI_E_QUEUE_FULL (-20)
+/* ---- scheduler: continuous batching over one engine ------ */
 
 typedef struct kvi_sched kvi_sched;
 
@@ -314,7 +296,7 @@ typedef struct kvi_usage {
     double ttft_ms;           /* submit to first token */
     double decode_ms;         /* first token to last token */
     size_t kv_bytes;          /* KV bytes the sequence held at the end */
-    /* speculative decoding (owner: spec2; kvi_sched_set_spec): draft tokens
+    /* speculative decoding (kvi_sched_set_spec): draft tokens
      * verified for this request and how many of them were accepted */
     int32_t spec_drafted, spec_accepted;
 } kvi_usage;
@@ -327,7 +309,7 @@ typedef struct kvi_usage {
 typedef bool (*kvi_token_fn)(void *user, int32_t token);
 typedef void (*kvi_done_fn)(void *user, kvi_finish finish, const kvi_usage *u, const kvi_error *err);
 
-/* Log-probabilities (owner: server3). The log-softmax of the RAW logits of the
+/* Log-probabilities. The log-softmax of the RAW logits of the
  * position a token was sampled from (before penalties, temperature, top-k/p and
  * min-p, as OpenAI's API reports them): the sampled token's own value and the
  * n_top most likely tokens in descending order (ties: lower id first). */
@@ -349,7 +331,7 @@ typedef struct kvi_request {
     kvi_token_fn on_token;
     kvi_done_fn on_done;
     void *user;
-    /* logprobs (owner: server3): when on_logprobs is set, it is called on the
+    /* logprobs: when on_logprobs is set, it is called on the
      * engine thread just before on_token, for the same token, with top_logprobs
      * (0 .. KVI_LOGPROBS_MAX) alternatives; computed only for such requests. */
     kvi_logprobs_fn on_logprobs;
@@ -363,7 +345,7 @@ typedef struct kvi_sched_stats {
     uint64_t n_prompt_tokens, n_cached_tokens;   /* prefix cache hit ratio = cached / prompt */
     uint64_t n_done, n_rejected;
     kvi_stats engine;          /* snapshot of kvi_stats_get(e, NULL) after the last step */
-    /* speculative decoding (owner: spec2): draft tokens verified / accepted over
+    /* speculative decoding: draft tokens verified / accepted over
      * all requests, and the cost of one more verified row at the current load in
      * units of the step's average row (what kvi_spec_set_costs gets as cost_row) */
     uint64_t n_spec_drafted, n_spec_accepted;
@@ -389,7 +371,7 @@ int kvi_sched_step(kvi_sched *s, kvi_error *err);
 int kvi_sched_start(kvi_sched *s, kvi_error *err);
 void kvi_sched_stats_get(kvi_sched *s, kvi_sched_stats *out);
 
-/* ---- KV view of the running requests (owner: server3; the web page) ------ */
+/* ---- KV view of the running requests (the web page) ------ */
 
 /* Physical block ids of s's KV table in logical order (position p lives in block
  * ids[p / block_size]). Returns the table's length; writes min(that, cap). */
@@ -411,7 +393,7 @@ typedef struct kvi_sched_seq_view {
  * tables is shared (prefix cache or parallel choices). */
 int kvi_sched_kv_view(kvi_sched *s, kvi_sched_seq_view *views, int max_views, int32_t *ids, int32_t cap_ids);
 
-/* ---- chat templates (owner: server; src/chat_template.c) ----------------- */
+/* ---- chat templates (src/tokenizer/chat_template.c) ----------------- */
 
 typedef struct kvi_chat_msg {
     const char *role;         /* "system", "user", "assistant" */
@@ -435,7 +417,7 @@ int32_t kvi_chat_apply_family(const kvi_model *m, const char *family, const kvi_
                               bool add_assistant, int32_t *out, int32_t n_max, kvi_error *err);
 const char *kvi_chat_family_of(const char *template_text);
 
-/* ---- speculative decoding (owner: spec; src/speculative.c) --------------- */
+/* ---- speculative decoding (src/sampling/speculative.c) --------------- */
 
 /* The final distribution kvi_sampler_sample() would draw from for these logits
  * (penalties, top-k, top-p, min-p, temperature applied): n_vocab floats summing
@@ -515,7 +497,7 @@ void kvi_spec_set_costs(kvi_spec *s, double cost_row, double cost_draft);
 int kvi_spec_calibrate(kvi_spec *s, kvi_engine *target, kvi_seq *seq, int reps, kvi_error *err);
 void kvi_spec_stats_get(const kvi_spec *s, kvi_spec_stats *out);
 
-/* ---- speculative decoding in the scheduler (owner: spec2) ---------------- */
+/* ---- speculative decoding in the scheduler ---------------- */
 
 /* Every request admitted from now on speculates (unless its no_spec is set or it
  * uses presence/frequency penalties): one kvi_spec per request with parameters p
@@ -543,7 +525,7 @@ const char *const *kvi_synth_preset_names(void);
 /* Writes a llama-architecture GGUF with random N(0, 0.02) weights. */
 int kvi_synth_write(const kvi_synth_params *p, const char *path, kvi_error *err);
 
-/* ---- measurement: machine limits, model sizes (owner: bench) -------------- */
+/* ---- measurement: machine limits, model sizes -------------- */
 
 /* Limits of this machine measured by micro-benchmarks on n_threads threads
  * (medians of `reps` runs). A figure is 0 when the CPU lacks the instruction. */
@@ -593,7 +575,7 @@ uint64_t kvi_model_matmul_params(const kvi_model *m);
  * norms and one row of the token embeddings. */
 size_t kvi_model_decode_bytes(const kvi_model *m);
 
-/* ---- memory accounting (owner: mem) -------------------------------------- */
+/* ---- memory accounting -------------------------------------- */
 
 /* Where a process's memory goes. Bound that `kvinfer run` keeps (tests/test_memory):
  * rss_peak_bytes <= model_bytes + kv_bytes + 64 MiB. */

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds kvinfer twice — optimised (warnings are errors) and with AddressSanitizer +
+# Checks the include layering (scripts/check_layers.sh), then builds kvinfer twice — optimised (warnings are errors) and with AddressSanitizer +
 # UndefinedBehaviorSanitizer — and runs the whole test suite in both builds. The
 # web page's headless-Chromium test (test_web_page) runs in the optimised build
 # only, when scripts/deps.sh could install chromium and playwright-core; its
@@ -8,6 +8,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
 jobs="$(nproc)"
+
+echo "== layer check (scripts/layers.txt), then its self-test on planted violations"
+scripts/check_layers.sh
+scripts/check_layers.sh --self-test
 
 echo "== optimised build"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DKVI_WERROR=ON >/dev/null

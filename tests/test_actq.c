@@ -1,6 +1,6 @@
 /*
  * test_actq.c — the SIMD activation quantisers and F32 -> F16 rows
- * (kernels_actq.h) give the scalar reference's bytes exactly, on every ISA the
+ * (actq.h) give the scalar reference's bytes exactly, on every ISA the
  * CPU has: random rows of many magnitudes and the edge cases (all equal, ties of
  * rounding and of the largest magnitude, subnormal, huge, negative zero, zero
  * blocks, infinities, NaN); F16 rows over random bit patterns, every exponent with
@@ -9,10 +9,11 @@
  * KVI_ACTQ_EXHAUSTIVE=1 also checks the row conversion on all 2^32 bit patterns
  * (about a minute per ISA in a Release build).
  */
-#include "kernels.h"
-#include "kernels_actq.h"
-#include "kernels_q8.h"
-#include "quant.h"
+#include "kvinfer.h"
+#include "kernels/kernels.h"
+#include "kernels/actq.h"
+#include "kernels/q8.h"
+#include "formats/quant.h"
 #include "testutil.h"
 
 #include <math.h>

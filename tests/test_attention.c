@@ -9,14 +9,15 @@
  * rows over many blocks; row alone == row in the batch, every ISA the same bits,
  * 1 vs 2 threads; and the softmax exponential against libm.
  */
+#include "kvinfer.h"
 #include "testutil.h"
 
-#include "attention.h"
-#include "attention_kernels.h"
-#include "kernels.h"
-#include "kv_quant.h"
-#include "kv_cache.h"
-#include "quant.h"
+#include "attention/attention.h"
+#include "attention/attn_kernels.h"
+#include "kernels/kernels.h"
+#include "kv/kv_quant.h"
+#include "kv/kv_cache.h"
+#include "formats/quant.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -62,8 +63,8 @@ static void run(kvi_type type, int threads)
             pos[r] = p;
         }
     for (int i = 0; i < n * QD; i++) q[i] = 2.0f * trand_normal(&rng);
-    kvi_pool *pool = kvi_pool_create(threads);
-    attn_scratch *sc = attn_scratch_create(kvi_pool_size(pool), BS, HD, HEADS, KVH, KVD);
+    tpool *pool = tpool_create(threads);
+    attn_scratch *sc = attn_scratch_create(tpool_size(pool), BS, HD, HEADS, KVH, KVD);
     for (int l = 0; l < LAYERS; l++) {
         attn_args a = {.kv = &kv, .layer = l, .n_rows = n, .tables = tabs, .pos = pos, .q = q,
                        .out = out, .n_heads = HEADS, .n_kv_heads = KVH, .head_dim = HD};
@@ -86,7 +87,7 @@ static void run(kvi_type type, int threads)
     }
     /* the last query row at position 0 attends only to itself: out == v of head group */
     attn_scratch_free(sc);
-    kvi_pool_free(pool);
+    tpool_free(pool);
 
     /* accounting */
     int32_t refs = 0;
@@ -184,8 +185,8 @@ static void tiled(kvi_type type, shape sh, int threads)
     float *ref = malloc((size_t)n * qd * sizeof(float));
     float *one = malloc((size_t)qd * sizeof(float));
     for (int i = 0; i < n * qd; i++) q[i] = 2.0f * trand_normal(&rng);
-    kvi_pool *pool = kvi_pool_create(threads);
-    attn_scratch *sc = attn_scratch_create(kvi_pool_size(pool), bs, sh.hd, sh.heads, sh.kvh, kvd);
+    tpool *pool = tpool_create(threads);
+    attn_scratch *sc = attn_scratch_create(tpool_size(pool), bs, sh.hd, sh.heads, sh.kvh, kvd);
     CHECK(sc != NULL, "scratch");
     attn_args a = {.kv = &kv, .layer = 0, .n_rows = n, .tables = tabs, .pos = pos, .q = q,
                    .out = out, .n_heads = sh.heads, .n_kv_heads = sh.kvh, .head_dim = sh.hd,
@@ -231,17 +232,17 @@ static void tiled(kvi_type type, shape sh, int threads)
     }
     kvi_isa_set(was);
     attn_scratch_free(sc);
-    kvi_pool_free(pool);
+    tpool_free(pool);
 
     /* other thread count, same bits */
-    kvi_pool *pool3 = kvi_pool_create(3 - threads);
-    attn_scratch *sc3 = attn_scratch_create(kvi_pool_size(pool3), bs, sh.hd, sh.heads, sh.kvh, kvd);
+    tpool *pool3 = tpool_create(3 - threads);
+    attn_scratch *sc3 = attn_scratch_create(tpool_size(pool3), bs, sh.hd, sh.heads, sh.kvh, kvd);
     a.out = out2;
     attention_rows(pool3, sc3, &a);
     CHECK(memcmp(out2, out, (size_t)n * qd * sizeof(float)) == 0, "%s: %d threads differ", kvi_type_name(type),
           3 - threads);
     attn_scratch_free(sc3);
-    kvi_pool_free(pool3);
+    tpool_free(pool3);
 
     for (int sq = 0; sq < NS; sq++) kv_table_release(&kv, &t[sq]);
     kv_stash_free(&stash);

@@ -13,12 +13,13 @@
  *   - every row alone == the row inside the batch, bit for bit; shuffled batch ==
  *     sorted batch; every ISA the CPU has; 1 vs 2 threads.
  */
+#include "kvinfer.h"
 #include "testutil.h"
 
-#include "attention.h"
-#include "kernels.h"
-#include "kv_cache.h"
-#include "quant.h"
+#include "attention/attention.h"
+#include "kernels/kernels.h"
+#include "kv/kv_cache.h"
+#include "formats/quant.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -61,8 +62,8 @@ static void chunk_case(shape sh)
         perm[r] = r;
     }
     for (int i = 0; i < n * qd; i++) q[i] = 2.0f * trand_normal(&rng);
-    kvi_pool *pool = kvi_pool_create(2);
-    attn_scratch *sc = attn_scratch_create(kvi_pool_size(pool), sh.bs, sh.hd, sh.heads, sh.kvh, kvd);
+    tpool *pool = tpool_create(2);
+    attn_scratch *sc = attn_scratch_create(tpool_size(pool), sh.bs, sh.hd, sh.heads, sh.kvh, kvd);
     CHECK(sc != NULL, "scratch");
     attn_args a = {.kv = &kv, .layer = 0, .n_rows = n, .tables = tabs, .pos = pos, .q = q,
                    .out = out, .n_heads = sh.heads, .n_kv_heads = sh.kvh, .head_dim = sh.hd};
@@ -116,16 +117,16 @@ static void chunk_case(shape sh)
               sh.kvh, kvi_isa_str((kvi_isa)isa));
     }
     kvi_isa_set(was);
-    kvi_pool *pool1 = kvi_pool_create(1);
-    attn_scratch *sc1 = attn_scratch_create(kvi_pool_size(pool1), sh.bs, sh.hd, sh.heads, sh.kvh, kvd);
+    tpool *pool1 = tpool_create(1);
+    attn_scratch *sc1 = attn_scratch_create(tpool_size(pool1), sh.bs, sh.hd, sh.heads, sh.kvh, kvd);
     memset(out2, 0, (size_t)n * qd * sizeof(float));
     attention_rows(pool1, sc1, &a);
     CHECK(memcmp(out2, out, (size_t)n * qd * sizeof(float)) == 0, "h%d/%d: 1 thread differs", sh.heads, sh.kvh);
     attn_scratch_free(sc1);
-    kvi_pool_free(pool1);
+    tpool_free(pool1);
 
     attn_scratch_free(sc);
-    kvi_pool_free(pool);
+    tpool_free(pool);
     kv_table_release(&kv, &t);
     kv_pool_free(&kv);
     free(row);

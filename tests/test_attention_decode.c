@@ -18,13 +18,14 @@
  *     the converted values, on every ISA that has them (row counts off 16, head
  *     dims off 16, strided rows, columns past nt left untouched).
  */
+#include "kvinfer.h"
 #include "testutil.h"
 
-#include "attention.h"
-#include "attention_kernels.h"
-#include "kernels.h"
-#include "kv_cache.h"
-#include "quant.h"
+#include "attention/attention.h"
+#include "attention/attn_kernels.h"
+#include "kernels/kernels.h"
+#include "kv/kv_cache.h"
+#include "formats/quant.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -41,7 +42,7 @@ static double maxdiff(const float *a, const float *b, size_t n)
     return md;
 }
 
-static void run_rows(kvi_pool *pool, attn_scratch *sc, const attn_args *base, int r0, int n, float *out)
+static void run_rows(tpool *pool, attn_scratch *sc, const attn_args *base, int r0, int n, float *out)
 {
     attn_args b = *base;
     b.n_rows = n;
@@ -87,8 +88,8 @@ static void decode(kvi_type type, shape sh, int len)
     float *one = malloc((size_t)2 * qd * sizeof(float));
     float *isa_out = malloc((size_t)2 * qd * sizeof(float));
     for (int i = 0; i < N * qd; i++) q[i] = 2.0f * trand_normal(&rng);
-    kvi_pool *pool = kvi_pool_create(2);
-    attn_scratch *sc = attn_scratch_create(kvi_pool_size(pool), sh.bs, sh.hd, sh.heads, sh.kvh, kvd);
+    tpool *pool = tpool_create(2);
+    attn_scratch *sc = attn_scratch_create(tpool_size(pool), sh.bs, sh.hd, sh.heads, sh.kvh, kvd);
     CHECK(sc != NULL, "scratch");
     attn_args a = {.kv = &kv, .layer = 0, .n_rows = N, .tables = tabs, .pos = pos, .q = q, .out = tile,
                    .n_heads = sh.heads, .n_kv_heads = sh.kvh, .head_dim = sh.hd};
@@ -119,7 +120,7 @@ static void decode(kvi_type type, shape sh, int len)
     kvi_isa_set(was);
 
     attn_scratch_free(sc);
-    kvi_pool_free(pool);
+    tpool_free(pool);
     kv_table_release(&kv, &t);
     kv_pool_free(&kv);
     free(row);

@@ -20,9 +20,9 @@
 #define _POSIX_C_SOURCE 200809L
 #include "testutil.h"
 
-#include "gguf.h"
+#include "formats/gguf.h"
 #include "kvinfer.h"
-#include "quant.h"
+#include "formats/quant.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -5,8 +5,8 @@
  * against stories260K's shape computed by hand from its hyper-parameters.
  * Timings are not asserted beyond being positive and finite (the machine is shared).
  */
-#include "amx.h"
-#include "kernels_amx_f16.h"
+#include "base/cpu.h"
+#include "kernels/fmm_amx.h"
 #include "testutil.h"
 
 #include "kvinfer.h"

@@ -7,6 +7,7 @@
  * Expected values come from ../shared (golden JSON) or are computed by hand here
  * (row counts, the text of a round trip); never from a previous kvinfer run.
  */
+#include "kvinfer.h"
 #include "testutil.h"
 
 #include <math.h>

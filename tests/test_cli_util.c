@@ -3,7 +3,8 @@
  * into this test directly: the tool's sources are not part of kvinfer_core).
  * Expected values are written out by hand.
  */
-#include "../cli/cli_util.c"
+#include "kvinfer.h"
+#include "cli/cli_util.c"
 
 #include "testutil.h"
 
@@ -71,25 +72,25 @@ static void test_ids(void)
 static void test_utf8(void)
 {
     /* "é" = C3 A9, "☕" = E2 98 95, "😀" = F0 9F 98 80 */
-    CHECK(cli_utf8_complete_prefix("ab", 2) == 2, "ascii");
-    CHECK(cli_utf8_complete_prefix("a\xc3", 2) == 1, "lead of 2 held back");
-    CHECK(cli_utf8_complete_prefix("a\xc3\xa9", 3) == 3, "complete 2");
-    CHECK(cli_utf8_complete_prefix("a\xe2\x98", 3) == 1, "2 of 3 held back");
-    CHECK(cli_utf8_complete_prefix("\xe2\x98\x95", 3) == 3, "complete 3");
-    CHECK(cli_utf8_complete_prefix("x\xf0\x9f\x98", 4) == 1, "3 of 4 held back");
-    CHECK(cli_utf8_complete_prefix("\xf0\x9f\x98\x80", 4) == 4, "complete 4");
-    CHECK(cli_utf8_complete_prefix("a\x80", 2) == 2, "stray continuation is not waited for");
+    CHECK(kvi_utf8_complete_prefix("ab", 2) == 2, "ascii");
+    CHECK(kvi_utf8_complete_prefix("a\xc3", 2) == 1, "lead of 2 held back");
+    CHECK(kvi_utf8_complete_prefix("a\xc3\xa9", 3) == 3, "complete 2");
+    CHECK(kvi_utf8_complete_prefix("a\xe2\x98", 3) == 1, "2 of 3 held back");
+    CHECK(kvi_utf8_complete_prefix("\xe2\x98\x95", 3) == 3, "complete 3");
+    CHECK(kvi_utf8_complete_prefix("x\xf0\x9f\x98", 4) == 1, "3 of 4 held back");
+    CHECK(kvi_utf8_complete_prefix("\xf0\x9f\x98\x80", 4) == 4, "complete 4");
+    CHECK(kvi_utf8_complete_prefix("a\x80", 2) == 2, "stray continuation is not waited for");
 
-    char *s = cli_utf8_sanitize("a\xc3\xa9" "b", 4);
+    char *s = kvi_utf8_sanitize("a\xc3\xa9" "b", 4);
     CHECK(s && strcmp(s, "a\xc3\xa9" "b") == 0, "valid text unchanged");
     free(s);
-    s = cli_utf8_sanitize("a\xff" "b", 3);
+    s = kvi_utf8_sanitize("a\xff" "b", 3);
     CHECK(s && strcmp(s, "a\xef\xbf\xbd" "b") == 0, "0xFF becomes U+FFFD");
     free(s);
-    s = cli_utf8_sanitize("\xe2\x98", 2);   /* truncated sequence: two bad bytes */
+    s = kvi_utf8_sanitize("\xe2\x98", 2);   /* truncated sequence: two bad bytes */
     CHECK(s && strcmp(s, "\xef\xbf\xbd\xef\xbf\xbd") == 0, "truncated sequence");
     free(s);
-    s = cli_utf8_sanitize("\xed\xa0\x80", 3);   /* a surrogate */
+    s = kvi_utf8_sanitize("\xed\xa0\x80", 3);   /* a surrogate */
     CHECK(s && strlen(s) == 9, "surrogate rejected");
     free(s);
 }

@@ -10,8 +10,9 @@
  *    (independently of the writer): truncations, huge counts, bad dims/types/offsets,
  *    duplicates. Every one must fail with a negative code and a message.
  */
-#include "gguf.h"
-#include "quant.h"
+#include "kvinfer.h"
+#include "formats/gguf.h"
+#include "formats/quant.h"
 #include "testutil.h"
 
 #include <fcntl.h>

@@ -5,7 +5,7 @@
  * leaves them unchanged and is a no-op on other buffers and NULL; a model loaded
  * both ways gives the same logits bit for bit.
  */
-#include "gguf.h"
+#include "formats/gguf.h"
 #include "kvinfer.h"
 #include "testutil.h"
 

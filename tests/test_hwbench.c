@@ -6,7 +6,7 @@
  * reference itself against a checksum written out here; a changed byte changes
  * every method's checksum. kvi_hw_bench(quick) fills the method fields.
  */
-#include "hwbench.h"
+#include "tools/hwbench.h"
 #include "kvinfer.h"
 #include "testutil.h"
 

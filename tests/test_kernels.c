@@ -4,9 +4,10 @@
  * of an output row across batch sizes and thread counts, SIMD dequantisation
  * against the reference, and the worker pool.
  */
-#include "kernels.h"
-#include "kernels_q8.h"
-#include "quant.h"
+#include "kvinfer.h"
+#include "kernels/kernels.h"
+#include "kernels/q8.h"
+#include "formats/quant.h"
 #include "testutil.h"
 
 #include <math.h>
@@ -203,7 +204,7 @@ static void test_q8_act(void)
 
 /* Every ISA's integer path gives kvi_q8_dot_ref's bits, on shapes with a partial
  * 16-row tile and 1..9 input rows. */
-static void test_q8_exact(kvi_pool *pool)
+static void test_q8_exact(tpool *pool)
 {
     const int64_t n_in = 768, n_out = 53;
     uint64_t rs = 8080;
@@ -267,7 +268,7 @@ static void test_qgemm_tiles(void)
         }
         const int threads[] = {1, 2, 4};
         for (int ti = 0; ti < 3; ti++) {
-            kvi_pool *pool = kvi_pool_create(threads[ti]);
+            tpool *pool = tpool_create(threads[ti]);
             int bad = 0;
             for (int nr = 1; nr <= max_rows; nr = nr < 14 ? nr + 1 : max_rows + (nr == max_rows)) {
                 for (int64_t i = 0; i < nr * n_out; i++) y[i] = NAN;
@@ -275,7 +276,7 @@ static void test_qgemm_tiles(void)
                 bad += memcmp(y, yr, (size_t)(nr * n_out) * sizeof(float)) != 0;
             }
             CHECK(bad == 0, "%s, %d threads: %d row counts differ from kvi_q8_dot_ref", kvi_type_name(t), threads[ti], bad);
-            kvi_pool_free(pool);
+            tpool_free(pool);
         }
         free(xq);
         free(wq);
@@ -287,7 +288,7 @@ static void test_qgemm_tiles(void)
 
 /* kvi_matmul of every type and ISA against the scalar reference; strides wider than
  * the data must leave the padding alone. */
-static void test_matmul_vs_ref(kvi_pool *pool)
+static void test_matmul_vs_ref(tpool *pool)
 {
     const int64_t n_in = 512, n_out = 37, n_rows = 5, ldx = n_in + 3, ldy = n_out + 5;
     uint64_t rs = 4242;
@@ -390,7 +391,7 @@ static void test_bit_identity(void)
 {
     const int64_t n_in = 768, n_out = 45, n_rows = 64;
     uint64_t rs = 31337;
-    kvi_pool *p1 = kvi_pool_create(1), *p2 = kvi_pool_create(2), *p3 = kvi_pool_create(3);
+    tpool *p1 = tpool_create(1), *p2 = tpool_create(2), *p3 = tpool_create(3);
     float *x = malloc((size_t)(n_rows * n_in) * sizeof(float));
     float *yb = malloc((size_t)(n_rows * n_out) * sizeof(float));
     float *yt = malloc((size_t)(n_rows * n_out) * sizeof(float));
@@ -421,9 +422,9 @@ static void test_bit_identity(void)
         free(wq);
     }
     kvi_isa_set(KVI_ISA_AVX512);
-    kvi_pool_free(p1);
-    kvi_pool_free(p2);
-    kvi_pool_free(p3);
+    tpool_free(p1);
+    tpool_free(p2);
+    tpool_free(p3);
     free(x);
     free(yb);
     free(yt);
@@ -438,7 +439,7 @@ static void test_gemv_exact(void)
 {
     const int64_t n_ins[2] = {416, 2048}, n_out = 53, n_big = 64;
     uint64_t rs = 4242;
-    kvi_pool *pools[3] = {kvi_pool_create(1), kvi_pool_create(2), kvi_pool_create(3)};
+    tpool *pools[3] = {tpool_create(1), tpool_create(2), tpool_create(3)};
     float *x = malloc((size_t)(n_big * 2048) * sizeof(float));
     float *yb = malloc((size_t)(n_big * n_out) * sizeof(float)), *y = malloc((size_t)(4 * n_out) * sizeof(float));
     float *yr = malloc((size_t)(4 * n_out) * sizeof(float));
@@ -476,7 +477,7 @@ static void test_gemv_exact(void)
         }
     }
     kvi_isa_set(KVI_ISA_AVX512);
-    for (int p = 0; p < 3; p++) kvi_pool_free(pools[p]);
+    for (int p = 0; p < 3; p++) tpool_free(pools[p]);
     free(x);
     free(yb);
     free(y);
@@ -486,7 +487,7 @@ static void test_gemv_exact(void)
 /* kvi_matmul_multi equals one kvi_matmul per matrix, bit for bit: matrices of one
  * type, of two types sharing an activation type, of different activation types
  * (fallback) and of a float type; 1 and 9 input rows; padded output strides. */
-static void test_matmul_multi(kvi_pool *pool)
+static void test_matmul_multi(tpool *pool)
 {
     const int64_t n_in = 512, n_out[3] = {53, 16, 37}, ldy[3] = {55, 16, 40};
     const kvi_type sets[5][3] = {
@@ -553,16 +554,16 @@ static void pool_fn(void *vctx, int ith, int nth)
 
 static void test_pool(void)
 {
-    CHECK(kvi_n_cores() >= 1, "cores");
+    CHECK(tpool_n_cores() >= 1, "cores");
     for (int n = 1; n <= 4; n++) {
-        kvi_pool *p = kvi_pool_create(n);
-        CHECK(p != NULL && kvi_pool_size(p) == n, "pool of %d", n);
+        tpool *p = tpool_create(n);
+        CHECK(p != NULL && tpool_size(p) == n, "pool of %d", n);
         if (!p) continue;
         int bad = 0;
         for (int run = 0; run < 500; run++) {
             pool_ctx c;
             memset(&c, 0, sizeof c);
-            kvi_pool_run(p, pool_fn, &c);
+            tpool_run(p, pool_fn, &c);
             long total = 0;
             for (int i = 0; i < n; i++) {
                 total += c.sum[i];
@@ -571,20 +572,20 @@ static void test_pool(void)
             bad += atomic_load(&c.calls) != n || atomic_load(&c.mask) != (1 << n) - 1 || total != 499500;
         }
         CHECK(bad == 0, "pool of %d: %d bad runs", n, bad);
-        void *s1 = kvi_pool_scratch(p, n - 1, 100);
+        void *s1 = tpool_scratch(p, n - 1, 100);
         CHECK(s1 && ((uintptr_t)s1 & 63) == 0, "scratch aligned");
-        CHECK(kvi_pool_scratch(p, n - 1, 50) == s1, "scratch kept");
-        CHECK(kvi_pool_scratch(p, n, 50) == NULL && kvi_pool_scratch(NULL, 0, 50) == NULL, "scratch bounds");
-        kvi_pool_free(p);
+        CHECK(tpool_scratch(p, n - 1, 50) == s1, "scratch kept");
+        CHECK(tpool_scratch(p, n, 50) == NULL && tpool_scratch(NULL, 0, 50) == NULL, "scratch bounds");
+        tpool_free(p);
     }
     pool_ctx c;
     memset(&c, 0, sizeof c);
-    kvi_pool_run(NULL, pool_fn, &c);
+    tpool_run(NULL, pool_fn, &c);
     CHECK(atomic_load(&c.calls) == 1 && c.nth_seen[0] == 1 && c.sum[0] == 499500, "NULL pool runs on the caller");
-    kvi_pool *p = kvi_pool_create(0);
-    CHECK(p && kvi_pool_size(p) == kvi_n_cores(), "pool of 0 threads uses every core");
-    kvi_pool_free(p);
-    kvi_pool_free(NULL);
+    tpool *p = tpool_create(0);
+    CHECK(p && tpool_size(p) == tpool_n_cores(), "pool of 0 threads uses every core");
+    tpool_free(p);
+    tpool_free(NULL);
 }
 
 int main(void)
@@ -594,14 +595,14 @@ int main(void)
     test_get_row();
     test_pool();
     test_q8_act();
-    kvi_pool *pool = kvi_pool_create(2);
+    tpool *pool = tpool_create(2);
     test_q8_exact(pool);
     test_q8_exact(NULL);
     test_matmul_vs_ref(pool);
     test_matmul_vs_ref(NULL);
     test_matmul_multi(pool);
     test_matmul_multi(NULL);
-    kvi_pool_free(pool);
+    tpool_free(pool);
     test_gemv_exact();
     test_qgemm_tiles();
     test_bit_identity();

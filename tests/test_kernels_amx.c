@@ -1,6 +1,6 @@
 /*
  * test_kernels_amx.c — the AMX-INT8 product (src/kernels_amx_q8.c) gives exactly
- * the scalar reference's bits (kernels_q8.h contract) for Q8_0 and Q4_0 weights in
+ * the scalar reference's bits (q8.h contract) for Q8_0 and Q4_0 weights in
  * both layouts (rows, R16), on random weights and activations: 16 to 700 input
  * rows (partial last row tiles, several input chunks), outputs not a multiple of
  * 16 (rows layout), 1 to 3 threads through kvi_matmul, and with the AMX kernels
@@ -11,13 +11,15 @@
  * (this project's CI machines have AMX; the product tests still run on the VNNI
  * and scalar paths).
  */
-#include "amx.h"
-#include "kernels.h"
-#include "kernels_amx_q8.h"
-#include "kernels_q8.h"
-#include "quant.h"
+#include "kvinfer.h"
+#include "base/cpu.h"
+#include "kernels/tiles_amx.h"
+#include "kernels/kernels.h"
+#include "kernels/qgemm_amx.h"
+#include "kernels/q8.h"
+#include "formats/quant.h"
 #include "testutil.h"
-#include "weight_r16.h"
+#include "kernels/r16_pack.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -159,10 +161,10 @@ static void test_matmul(kvi_type t, int64_t n_out, int64_t n_in, int64_t n_rows,
     for (int amx = 1; amx >= 0; amx--) {
         kvi_amx_set(amx);
         for (int th = 1; th <= 3; th++) {
-            kvi_pool *pool = kvi_pool_create(th);
+            tpool *pool = tpool_create(th);
             memset(y, 0x7f, n_y * sizeof(float));
             kvi_matmul(pool, &W, x, n_in, n_rows, y, n_out);
-            kvi_pool_free(pool);
+            tpool_free(pool);
             CHECK(memcmp(y, yref, n_y * sizeof(float)) == 0,
                   "kvi_matmul %s %lld x %lld, %lld rows, %s, AMX %s, %d threads: not the reference's bits",
                   kvi_type_name(t), (long long)n_out, (long long)n_in, (long long)n_rows, r16 ? "R16" : "rows",

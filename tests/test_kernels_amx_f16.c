@@ -1,6 +1,6 @@
 /*
  * test_kernels_amx_f16.c — the AMX product for F16 / BF16 weights
- * (kernels_amx_f16.h) through kvi_matmul on random data (normal weights and
+ * (fmm_amx.h) through kvi_matmul on random data (normal weights and
  * inputs, never zeros):
  *  (1) every output within 2^-14 * sum_i |x_i w_i| of the double-precision
  *      kvi_matmul_ref (rounding the weights or the inputs to one BF16 alone misses
@@ -17,10 +17,11 @@
  * in their tiles between blocks), n_out not a multiple
  * of 16. Where the CPU or the OS offers no AMX the checks are skipped with a note.
  */
-#include "amx.h"
-#include "kernels.h"
-#include "kernels_amx_f16.h"
-#include "quant.h"
+#include "kvinfer.h"
+#include "base/cpu.h"
+#include "kernels/kernels.h"
+#include "kernels/fmm_amx.h"
+#include "formats/quant.h"
 #include "testutil.h"
 
 #include <math.h>
@@ -40,7 +41,7 @@ static void fill_normal(float *x, int64_t n, uint64_t *rs)
     for (int64_t i = 0; i < n; i++) x[i] = trand_normal(rs);
 }
 
-static void test_shape(kvi_type t, int64_t n_in, int64_t n_out, kvi_pool *const pools[3], uint64_t *rs)
+static void test_shape(kvi_type t, int64_t n_in, int64_t n_out, tpool *const pools[3], uint64_t *rs)
 {
     const int64_t ldx = n_in + 3, ldy = n_out + 5;
     const size_t rb = kvi_row_bytes(t, n_in);
@@ -125,12 +126,12 @@ int main(void)
         CHECK(1, "skipped");
         return test_main_end();
     }
-    kvi_amx_f16_set(1);   /* opt-in in the engine for now (kernels_amx_f16.h) */
-    kvi_pool *pools[3] = {kvi_pool_create(1), kvi_pool_create(2), kvi_pool_create(3)};
+    kvi_amx_f16_set(1);   /* opt-in in the engine for now (fmm_amx.h) */
+    tpool *pools[3] = {tpool_create(1), tpool_create(2), tpool_create(3)};
     uint64_t rs = 20250317;
     const kvi_type types[2] = {KVI_TYPE_F16, KVI_TYPE_BF16};
     for (int k = 0; k < 2; k++)
         for (int s = 0; s < N_SHAPES; s++) test_shape(types[k], N_INS[s], N_OUTS[s], pools, &rs);
-    for (int p = 0; p < 3; p++) kvi_pool_free(pools[p]);
+    for (int p = 0; p < 3; p++) tpool_free(pools[p]);
     return test_main_end();
 }

@@ -1,7 +1,7 @@
 /*
  * test_kernels_f16.c — the float-weight (F32, F16, BF16) matrix product on random
  * data: on AVX-512 every output equals kvi_fdot_lanes16_ref() bit for bit (the
- * order kernels_f16_avx512.h promises), on every ISA it is within a stated bound of
+ * order fmm_avx512.h promises), on every ISA it is within a stated bound of
  * the double-precision kvi_matmul_ref, and a row's outputs are the same bits alone,
  * in batches of 3, 17 and 64 rows (streaming and tiled paths, partial register
  * tiles, a short last weight tile) and on 1, 2 or 3 threads, with and without a
@@ -9,10 +9,11 @@
  * kvi_fmm_avx512 on 203 rows (several row blocks, blocks of n_in, leftover rows)
  * and a column range [j0, j1) is also checked against the order directly.
  */
-#include "amx.h"
-#include "kernels.h"
-#include "kernels_f16_avx512.h"
-#include "quant.h"
+#include "kvinfer.h"
+#include "base/cpu.h"
+#include "kernels/kernels.h"
+#include "kernels/fmm_avx512.h"
+#include "formats/quant.h"
 #include "testutil.h"
 
 #include <math.h>
@@ -36,7 +37,7 @@ static void fill_normal(float *x, int64_t n, uint64_t *rs)
     for (int64_t i = 0; i < n; i++) x[i] = trand_normal(rs);
 }
 
-static void test_shape(int64_t n_in, int64_t n_out, kvi_pool *const pools[3], uint64_t *rs)
+static void test_shape(int64_t n_in, int64_t n_out, tpool *const pools[3], uint64_t *rs)
 {
     const int64_t ldx = n_in + 5, ldy = n_out + 3;
     float *x = malloc((size_t)(MAX_ROWS * ldx) * sizeof(float));    /* [MAX_ROWS][ldx] */
@@ -76,7 +77,7 @@ static void test_shape(int64_t n_in, int64_t n_out, kvi_pool *const pools[3], ui
                   (long long)n_in, far);
             CHECK(pad == 0, "%s/%s: %d writes into the stride padding", tn, in, pad);
 
-            /* the order of kernels_f16_avx512.h, exactly */
+            /* the order of fmm_avx512.h, exactly */
             if (isa == KVI_ISA_AVX512) {
                 int bad = 0;
                 for (int64_t r = 0; r < MAX_ROWS; r++)
@@ -178,13 +179,13 @@ static void test_many_rows(int64_t n_in, int64_t n_out, uint64_t *rs)
 
 int main(void)
 {
-    kvi_pool *pools[3] = {kvi_pool_create(1), kvi_pool_create(2), kvi_pool_create(3)};
+    tpool *pools[3] = {tpool_create(1), tpool_create(2), tpool_create(3)};
     uint64_t rs = 20240611;
     kvi_amx_set(0);   /* this file tests the FP32 order; the AMX path has test_kernels_amx_f16.c */
     test_lanes16_ref();
     for (int s = 0; s < N_SHAPES; s++) test_shape(N_INS[s], N_OUTS[s], pools, &rs);
     test_many_rows(2056, 37, &rs);
     test_many_rows(8200, 21, &rs);
-    for (int p = 0; p < 3; p++) kvi_pool_free(pools[p]);
+    for (int p = 0; p < 3; p++) tpool_free(pools[p]);
     return test_main_end();
 }

@@ -1,5 +1,5 @@
 /*
- * test_kernels_kq.c — the K-quant decode GEMV (kernels_gemv_kq_avx512.c) against
+ * test_kernels_kq.c — the K-quant decode GEMV (qgemv_kq_avx512.c) against
  * the scalar reference kvi_qgemm_ref, bit for bit.
  *
  * Weights: Q4_K, Q5_K and Q6_K matrices whose rows are either quantised from
@@ -13,10 +13,11 @@
  * (5 rows, no scratch, n_in not a multiple of 256) must write nothing.
  * Skipped (one passing check) on a CPU without AVX-512 VNNI.
  */
-#include "kernels.h"
-#include "kernels_q8.h"
-#include "kernels_vnni.h"
-#include "quant.h"
+#include "kvinfer.h"
+#include "kernels/kernels.h"
+#include "kernels/q8.h"
+#include "kernels/vnni_avx512.h"
+#include "formats/quant.h"
 #include "testutil.h"
 
 #include <math.h>

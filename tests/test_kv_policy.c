@@ -18,9 +18,9 @@
 
 #include "kvinfer.h"
 
-#include "engine_internal.h"
-#include "kv_quant.h"
-#include "model.h"
+#include "engine/engine_int.h"
+#include "kv/kv_quant.h"
+#include "model/model.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -12,12 +12,13 @@
  *    logits with a q8_0 or q4 cache stay close to those with an f32 cache;
  *  - bad shapes (kv_dim not a multiple of 32) get a clear error.
  */
+#include "kvinfer.h"
 #include "testutil.h"
 
-#include "attention.h"
-#include "kv_cache.h"
-#include "kv_quant.h"
-#include "quant.h"
+#include "attention/attention.h"
+#include "kv/kv_cache.h"
+#include "kv/kv_quant.h"
+#include "formats/quant.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -176,8 +177,8 @@ static void attention_types(kvi_type type, int threads)
     float *out2 = malloc((size_t)n * QD * sizeof(float));
     float *ref = malloc((size_t)n * QD * sizeof(float));
     for (int i = 0; i < n * QD; i++) q[i] = 2.0f * trand_normal(&rng);
-    kvi_pool *pool = kvi_pool_create(threads);
-    attn_scratch *sc = attn_scratch_create(kvi_pool_size(pool), BS, HD, HEADS, KVH, KVD);
+    tpool *pool = tpool_create(threads);
+    attn_scratch *sc = attn_scratch_create(tpool_size(pool), BS, HD, HEADS, KVH, KVD);
     for (int l = 0; l < LAYERS; l++) {
         attn_args a = {.kv = &kv, .layer = l, .n_rows = n, .tables = tabs, .pos = pos, .q = q,
                        .out = out, .n_heads = HEADS, .n_kv_heads = KVH, .head_dim = HD};
@@ -215,7 +216,7 @@ static void attention_types(kvi_type type, int threads)
         free(recv_mem);
     }
     attn_scratch_free(sc);
-    kvi_pool_free(pool);
+    tpool_free(pool);
     for (int s = 0; s < 3; s++) kv_table_release(&kv, &t[s]);
     free(q);
     free(out);

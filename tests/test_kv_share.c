@@ -14,7 +14,7 @@
  */
 #include "testutil.h"
 
-#include "engine_internal.h"
+#include "engine/engine_int.h"
 #include "kvinfer.h"
 
 #include <stdlib.h>

@@ -7,7 +7,7 @@
  *     generate the same tokens; model_bytes is the file's size;
  *  2. a model read into memory and the same model mapped (--mmap) give identical
  *     logits, for GGUF and for a llama2.c checkpoint (../shared stories260K);
- *  3. the forward pass split into 16-row chunks (KVINFER_FWD_CHUNK) gives the same
+ *  3. the forward pass split into 16-row chunks (kvi_engine_params.fwd_chunk) gives the same
  *     logits, bit for bit, as one unchunked pass over 40 prompt rows.
  */
 #include "testutil.h"
@@ -22,11 +22,12 @@
 #define N_ROWS 40
 
 /* Logits [N_ROWS][n_vocab] of one prefill pass of N_ROWS tokens, malloc'd; NULL on failure. */
-static float *prefill_logits(kvi_model *m)
+static float *prefill_logits(kvi_model *m, int32_t fwd_chunk)
 {
     const int nv = kvi_n_vocab(m);
     kvi_engine_params p;
     kvi_engine_params_default(&p);
+    p.fwd_chunk = fwd_chunk;
     p.n_threads = 2;
     p.n_ctx = 128;
     p.kv_type_k = p.kv_type_v = KVI_TYPE_F32;
@@ -91,7 +92,7 @@ static void test_mmap_same_logits(const char *name, const char *tok)
     CHECK(kvi_model_file_bytes(a) == (size_t)st.st_size && kvi_model_file_bytes(b) == (size_t)st.st_size,
           "%s: model bytes %zu / %zu, file %lld", name, kvi_model_file_bytes(a), kvi_model_file_bytes(b),
           (long long)st.st_size);
-    float *la = prefill_logits(a), *lb = prefill_logits(b);
+    float *la = prefill_logits(a, 0), *lb = prefill_logits(b, 0);
     if (la && lb) {
         const size_t n = (size_t)N_ROWS * kvi_n_vocab(a);
         bool nonzero = false;
@@ -109,11 +110,8 @@ static void test_chunked_forward(void)
 {
     kvi_model *m = load(shared_path("models/stories260K.gguf"), NULL, false);
     if (!m) return;
-    unsetenv("KVINFER_FWD_CHUNK");
-    float *whole = prefill_logits(m);
-    setenv("KVINFER_FWD_CHUNK", "16", 1);   /* 40 rows = 16 + 16 + 8 */
-    float *chunked = prefill_logits(m);
-    unsetenv("KVINFER_FWD_CHUNK");
+    float *whole = prefill_logits(m, 0);
+    float *chunked = prefill_logits(m, 16);   /* 40 rows = 16 + 16 + 8 */
     if (whole && chunked)
         CHECK(memcmp(whole, chunked, (size_t)N_ROWS * kvi_n_vocab(m) * sizeof *whole) == 0,
               "chunked forward pass differs from one pass");

@@ -10,8 +10,9 @@
  *  - TinyStories-656K stores q_proj/k_proj in rotate-half order; the loader
  *    interleaves each head's two halves (checked row by row against the file).
  */
-#include "model.h"
-#include "safetensors.h"
+#include "kvinfer.h"
+#include "model/model.h"
+#include "formats/safetensors.h"
 #include "testutil.h"
 
 #include <math.h>

@@ -10,6 +10,7 @@
  *  - a damaged, truncated or mismatched base file, a text shorter than a chunk
  *    and an unknown KV type: exit status 1 with a message.
  */
+#include "kvinfer.h"
 #include "testutil.h"
 
 #include "ppl_util.h"

@@ -11,6 +11,7 @@
  *    run too, with every KV type for sinks;
  *  - bad combinations exit 1 with a message.
  */
+#include "kvinfer.h"
 #include "testutil.h"
 
 #include "ppl_util.h"

@@ -3,7 +3,8 @@
  * values computed here from the documented ggml formulas, f16/bf16 conversion edge
  * cases, the type table, and quantise -> dequantise error bounds on N(0,1) data.
  */
-#include "quant.h"
+#include "kvinfer.h"
+#include "formats/quant.h"
 #include "testutil.h"
 
 #include <math.h>

@@ -5,12 +5,13 @@
  * the rows layout on every ISA the CPU has, for 1..70 input rows and 1..3 threads
  * (up to 64 rows take the streaming kernel, more the tiled one).
  */
-#include "kernels.h"
-#include "kernels_r16.h"
-#include "kernels_vnni.h"
-#include "quant.h"
+#include "kvinfer.h"
+#include "kernels/kernels.h"
+#include "kernels/r16.h"
+#include "kernels/vnni_avx512.h"
+#include "formats/quant.h"
 #include "testutil.h"
-#include "weight_r16.h"
+#include "kernels/r16_pack.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -87,7 +88,7 @@ static void test_products(kvi_type t, int64_t n_out, int64_t n_in, uint64_t *rs)
     for (int isa = KVI_ISA_SCALAR; isa <= (int)best; isa++) {
         kvi_isa_set((kvi_isa)isa);
         for (int threads = 1; threads <= 3; threads++) {
-            kvi_pool *pool = kvi_pool_create(threads);
+            tpool *pool = tpool_create(threads);
             int bad = 0, nan = 0;
             for (size_t k = 0; k < sizeof row_counts / sizeof row_counts[0]; k++) {
                 const int nr = row_counts[k];
@@ -108,7 +109,7 @@ static void test_products(kvi_type t, int64_t n_out, int64_t n_in, uint64_t *rs)
             CHECK(memcmp(y0, y1, (size_t)5 * (size_t)n_out * sizeof(float)) == 0 &&
                       memcmp(y0, y1 + 5 * n_out, (size_t)5 * (size_t)n_out * sizeof(float)) == 0,
                   "%s isa %s: kvi_matmul_multi over R16 + rows differs", kvi_type_name(t), kvi_isa_str((kvi_isa)isa));
-            kvi_pool_free(pool);
+            tpool_free(pool);
         }
     }
     kvi_isa_set(best);

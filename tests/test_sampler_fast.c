@@ -9,7 +9,7 @@
  * min-p and temperature in the chain after it.
  */
 #include "kvinfer.h"
-#include "sampler_internal.h"
+#include "sampling/sampler_int.h"
 #include "testutil.h"
 
 #include <math.h>

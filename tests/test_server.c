@@ -12,6 +12,7 @@
  * another stream goes on unharmed; metrics, models, tokenize, health; a clean
  * exit on SIGTERM (under ASan: no leaks).
  */
+#include "kvinfer.h"
 #include "testutil.h"
 
 #include "http_util.h"

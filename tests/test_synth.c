@@ -6,9 +6,9 @@
  * gives the same weights in every type, another seed differs; no tensor is all
  * zeros; the generated vocabulary and a copied one (../shared stories260K).
  */
-#include "gguf.h"
+#include "formats/gguf.h"
 #include "kvinfer.h"
-#include "quant.h"
+#include "formats/quant.h"
 #include "testutil.h"
 
 #include <math.h>

@@ -8,7 +8,7 @@
  */
 #include "testutil.h"
 
-#include "gguf.h"
+#include "formats/gguf.h"
 #include "kvinfer.h"
 
 #include <string.h>

@@ -9,10 +9,11 @@
  *  - the Hugging Face tokenizer.json of TinyStories-656K;
  *  - robustness: invalid UTF-8, empty text, bad ids, short buffers, bad files.
  */
-#include "gguf.h"
+#include "kvinfer.h"
+#include "formats/gguf.h"
 #include "testutil.h"
-#include "tokenizer.h"
-#include "tokenizer_internal.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer_int.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -4,6 +4,7 @@
  * documented heads (A: q 1, k 2 at even positions else 0; B: q 2, k = position;
  * v = token value 10, 20, 1, 5, then 8; output = mean of the two heads).
  */
+#include "kvinfer.h"
 #include "testutil.h"
 
 #include <math.h>

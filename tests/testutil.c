@@ -1,7 +1,8 @@
 /* testutil.c — the test harness (see testutil.h). */
 #include "testutil.h"
 
-#include "quant.h"
+#include "kvinfer.h"
+#include "formats/quant.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -10,6 +11,21 @@
 #include <unistd.h>
 
 int t_passed, t_failed;
+
+/* The CLI's environment overrides of the CPU paths (KVINFER_ISA=avx2|scalar,
+ * KVINFER_AMX=0, KVINFER_AMX_F16=1), applied before a test's main() as `kvinfer`
+ * applies them before a command: ctest reruns test_engine and test_golden with
+ * them (the library itself reads no environment). */
+__attribute__((constructor)) static void tu_apply_env(void)
+{
+    kvi_cpu_params cp;
+    kvi_cpu_params_default(&cp);
+    const char *isa = getenv("KVINFER_ISA"), *amx = getenv("KVINFER_AMX"), *f16 = getenv("KVINFER_AMX_F16");
+    if (isa && (!strcmp(isa, "avx2") || !strcmp(isa, "scalar"))) cp.isa = isa;
+    cp.amx = !(amx && !strcmp(amx, "0"));
+    cp.amx_f16 = f16 && !strcmp(f16, "1");
+    kvi_cpu_configure(&cp, NULL);
+}
 
 int test_main_end(void)
 {

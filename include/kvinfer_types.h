@@ -1,0 +1,79 @@
+/*
+ * kvinfer_types.h — the base types of kvinfer's public API: the error codes
+ * (KVI_OK, KVI_E_*), the error record (kvi_error) and the tensor element types
+ * (kvi_type). include/kvinfer.h includes it; so do the library's lowest layers
+ * (base, formats, kernels), which must not see the rest of the public API.
+ *
+ * Invariants: every error code is negative and distinct; kvi_type numbers follow
+ * GGUF / ggml, except KVI_TYPE_KV_Q4, which never appears in a file.
+ */
+#ifndef KVINFER_TYPES_H
+#define KVINFER_TYPES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- errors ------------------------------------------------------------ */
+
+enum {
+    KVI_OK = 0,
+    KVI_E_INVALID = -1,       /* bad argument or request */
+    KVI_E_IO = -2,            /* file could not be opened / read / written */
+    KVI_E_FORMAT = -3,        /* malformed or unsupported file contents */
+    KVI_E_NOMEM = -4,         /* allocation failed */
+    KVI_E_NO_KV_SPACE = -5,   /* the KV pool has no free block left */
+    KVI_E_BAD_BATCH = -6,     /* rows out of order, position gap, bad token id */
+    KVI_E_CONTEXT_FULL = -7,  /* a sequence would exceed n_ctx */
+    KVI_E_ABORTED = -8,
+    KVI_E_UNSUPPORTED = -9,   /* valid input that kvinfer does not handle (yet) */
+    KVI_E_QUEUE_FULL = -20,   /* kvi_sched_submit: the waiting queue is full (HTTP 429) */
+};
+
+typedef struct kvi_error {
+    int code;        /* last KVI_E_* code, 0 when none */
+    char msg[512];   /* one line, no trailing newline */
+} kvi_error;
+
+const char *kvi_strerror(int code);
+
+/* ---- tensor element types (numbering follows GGUF / ggml) --------------- */
+
+typedef enum kvi_type {
+    KVI_TYPE_F32 = 0,
+    KVI_TYPE_F16 = 1,
+    KVI_TYPE_Q4_0 = 2,
+    KVI_TYPE_Q4_1 = 3,
+    KVI_TYPE_Q5_0 = 6,
+    KVI_TYPE_Q5_1 = 7,
+    KVI_TYPE_Q8_0 = 8,
+    KVI_TYPE_Q8_1 = 9,
+    KVI_TYPE_Q2_K = 10,
+    KVI_TYPE_Q3_K = 11,
+    KVI_TYPE_Q4_K = 12,
+    KVI_TYPE_Q5_K = 13,
+    KVI_TYPE_Q6_K = 14,
+    KVI_TYPE_Q8_K = 15,
+    KVI_TYPE_BF16 = 30,
+    KVI_TYPE_COUNT = 31,
+    /* KV-cache-only type, outside ggml's numbering (never a tensor type in a file):
+     * "q4" = KIVI. Keys: 4-bit codes quantised per channel over each KV block of
+     * block_size tokens (f16 scale and min per channel), the newest, incomplete
+     * block kept in f16 per sequence; values: q4_0 (a value type of q4 means q4_0). */
+    KVI_TYPE_KV_Q4 = 64,
+} kvi_type;
+
+/* "f32", "q4_k", ..., "q4" (KVI_TYPE_KV_Q4); NULL for a number that is not a known type. */
+const char *kvi_type_name(kvi_type t);
+/* Case-insensitive parse of a type name; 0 on success, KVI_E_INVALID otherwise. */
+int kvi_type_from_name(const char *name, kvi_type *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,634 @@
+/*
+ * server_http.c — HTTP with libmicrohttpd: routing, bodies, authentication,
+ * and the life of one generation request between a connection thread and the
+ * scheduler's engine thread.
+ *
+ * A connection's body is gathered into conn_ctx (at most SRV_BODY_MAX bytes are
+ * kept; a larger body is read to the end and answered 413). A generation
+ * request becomes an srv_req with refs = 2: the engine thread drops its
+ * reference when the last choice is done, the connection when its response is
+ * freed. Streaming: the response is a callback that blocks on the request's
+ * condition variable until SSE bytes are queued (one event per token); when the
+ * client goes away, libmicrohttpd frees the response and we cancel every choice
+ * still running, which frees their sequences within one step. Non-streamed
+ * requests wait for the end in the connection thread, looking every 10 ms
+ * whether the client closed its socket (EOF or an error on a non-consuming
+ * peek): then every choice is cancelled, the same way, and the connection is
+ * dropped without an answer. (A client that half-closes after sending its
+ * request reads as gone too; HTTP clients do not do that.)
+ */
+#include "server/server.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct conn_ctx {
+    char *body;               /* [cap] NUL-terminated */
+    size_t len, cap;
+    bool too_large;
+} conn_ctx;
+
+static void req_release(srv_req *r)
+{
+    pthread_mutex_lock(&r->mu);
+    const int left = --r->refs;
+    pthread_mutex_unlock(&r->mu);
+    if (left > 0) return;
+    for (int i = 0; i < SRV_MAX_N; i++) {
+        free(r->ch[i].text);
+        free(r->ch[i].lp);
+    }
+    free(r->out);
+    srv_params_free(&r->p);
+    pthread_cond_destroy(&r->cv);
+    pthread_mutex_destroy(&r->mu);
+    free(r);
+}
+
+static bool text_append(srv_choice *c, const char *s, size_t n)
+{
+    if (c->len + n + 1 > c->cap) {
+        size_t cap = (c->len + n + 1) * 2;
+        char *nt = realloc(c->text, cap);
+        if (!nt) return false;
+        c->text = nt;
+        c->cap = cap;
+    }
+    memcpy(c->text + c->len, s, n);
+    c->len += n;
+    c->text[c->len] = 0;
+    return true;
+}
+
+/* Bytes at the end of the text that may be the start of a stop string. */
+static size_t stop_holdback(const srv_req *r, const srv_choice *c)
+{
+    size_t hold = 0;
+    for (int k = 0; k < r->p.n_stop; k++) {
+        const size_t sl = strlen(r->p.stop[k]);
+        for (size_t h = sl - 1; h > hold; h--)
+            if (h <= c->len && !memcmp(c->text + c->len - h, r->p.stop[k], h)) { hold = h; break; }
+    }
+    return hold;
+}
+
+static bool on_token(void *user, int32_t tok)
+{
+    srv_choice *c = user;
+    srv_req *r = c->req;
+    srv_server *srv = r->srv;
+    char small[256];
+    int32_t n = kvi_token_to_piece(srv->m, tok, small, sizeof small, false);
+    if (n < 0 || (size_t)n > sizeof small) n = 0;
+    const double now = kvi_time_ms();
+    if (c->n_tokens > 0) srv_hist_observe(&srv->metrics, &srv->metrics.itl, (now - c->t_last) / 1e3);
+    else srv_hist_observe(&srv->metrics, &srv->metrics.ttft, (now - r->t_submit) / 1e3);
+    c->t_last = now;
+    pthread_mutex_lock(&r->mu);
+    c->n_tokens++;
+    const size_t before = c->len;
+    bool ok = text_append(c, small, (size_t)n);
+    bool more = ok;
+    for (int k = 0; ok && k < r->p.n_stop; k++) {
+        const size_t sl = strlen(r->p.stop[k]);
+        size_t from = before >= sl ? before - sl + 1 : 0;
+        const char *hit = NULL;
+        for (size_t i = from; i + sl <= c->len; i++)
+            if (!memcmp(c->text + i, r->p.stop[k], sl)) { hit = c->text + i; break; }
+        if (hit) {
+            c->len = (size_t)(hit - c->text);
+            c->text[c->len] = 0;
+            c->stopped = true;
+            more = false;
+        }
+    }
+    if (r->p.stream && ok) {
+        size_t ready = more ? c->len - stop_holdback(r, c) : c->len;
+        if (ready < c->sent) ready = c->sent;
+        ready = c->sent + kvi_utf8_complete_prefix(c->text + c->sent, ready - c->sent);
+        if (!more) ready = c->sent;   /* the final event carries the rest */
+        ok = srv_sse_token(r, c, c->text + c->sent, ready - c->sent);
+        c->sent = ready;
+        pthread_cond_broadcast(&r->cv);
+    }
+    pthread_mutex_unlock(&r->mu);
+    return more && ok;
+}
+
+/* Before on_token for the same token: its logprobs, formatted with its event. */
+static void on_logprobs(void *user, int32_t tok, float lp, const int32_t *ids, const float *lps, int32_t n)
+{
+    srv_choice *c = user;
+    pthread_mutex_lock(&c->req->mu);
+    srv_logprobs_push(c, tok, lp, ids, lps, n);
+    pthread_mutex_unlock(&c->req->mu);
+}
+
+static void on_done(void *user, kvi_finish f, const kvi_usage *u, const kvi_error *err)
+{
+    srv_choice *c = user;
+    srv_req *r = c->req;
+    srv_server *srv = r->srv;
+    pthread_mutex_lock(&r->mu);
+    c->done = true;
+    c->finish = c->stopped ? KVI_FINISH_STOP : f;
+    c->usage = *u;
+    if (f == KVI_FINISH_ERROR) {
+        r->error = true;
+        snprintf(r->err_msg, sizeof r->err_msg, "%s", err && err->msg[0] ? err->msg : "generation failed");
+    }
+    const bool last = ++r->n_done == r->p.n;
+    /* counted before the client can see the end (the final event or the answer),
+     * so /metrics read after a response already includes it (lock order: r->mu,
+     * then metrics.mu; nothing takes them the other way round) */
+    pthread_mutex_lock(&srv->metrics.mu);
+    if (f == KVI_FINISH_CANCELLED) srv->metrics.requests_cancelled++;
+    else if (f == KVI_FINISH_ERROR) srv->metrics.requests_error++;
+    else if (last) srv->metrics.requests_ok++;
+    srv->metrics.prompt_tokens += last ? (uint64_t)u->prompt_tokens : 0;
+    srv->metrics.completion_tokens += (uint64_t)u->completion_tokens;
+    pthread_mutex_unlock(&srv->metrics.mu);
+    if (last) {
+        srv_hist_observe(&srv->metrics, &srv->metrics.e2e, (kvi_time_ms() - r->t_submit) / 1e3);
+        if (r->p.stream) srv_sse_final(r);
+        r->finished = true;
+        pthread_cond_broadcast(&r->cv);
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (last) req_release(r);
+}
+
+/* ---- responses ---- */
+
+static enum MHD_Result send_text(struct MHD_Connection *con, int status, const char *type, char *body)
+{
+    if (!body) {
+        static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}";
+        struct MHD_Response *resp = MHD_create_response_from_buffer(sizeof oom - 1, (void *)oom, MHD_RESPMEM_PERSISTENT);
+        MHD_add_response_header(resp, "Content-Type", "application/json");
+        enum MHD_Result ret = MHD_queue_response(con, 500, resp);
+        MHD_destroy_response(resp);
+        return ret;
+    }
+    struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    MHD_add_response_header(resp, "Content-Type", type);
+    MHD_add_response_header(resp, "Access-Control-Allow-Origin", "*");
+    enum MHD_Result ret = MHD_queue_response(con, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+static enum MHD_Result send_json(struct MHD_Connection *con, int status, cJSON *o)
+{
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return send_text(con, status, "application/json", s);
+}
+
+static enum MHD_Result send_error(struct MHD_Connection *con, const srv_err *e)
+{
+    return send_text(con, e->status, "application/json", srv_error_json(e));
+}
+
+/* ---- streaming ---- */
+
+static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    srv_req *r = cls;
+    pthread_mutex_lock(&r->mu);
+    while (r->out_off == r->out_len && !r->finished) pthread_cond_wait(&r->cv, &r->mu);
+    ssize_t n;
+    if (r->out_off < r->out_len) {
+        size_t k = r->out_len - r->out_off;
+        if (k > max) k = max;
+        memcpy(buf, r->out + r->out_off, k);
+        r->out_off += k;
+        n = (ssize_t)k;
+    } else {
+        n = MHD_CONTENT_READER_END_OF_STREAM;
+    }
+    pthread_mutex_unlock(&r->mu);
+    return n;
+}
+
+static void cancel_unfinished(srv_req *r)
+{
+    uint64_t ids[SRV_MAX_N];
+    int n = 0;
+    pthread_mutex_lock(&r->mu);
+    for (int i = 0; i < r->p.n; i++)
+        if (!r->ch[i].done && r->ch[i].sched_id) ids[n++] = r->ch[i].sched_id;
+    pthread_mutex_unlock(&r->mu);
+    kvi_sched *s = __atomic_load_n(&r->srv->s, __ATOMIC_ACQUIRE);
+    for (int i = 0; s && i < n; i++) kvi_sched_cancel(s, ids[i]);
+}
+
+/* Whether the client of con has closed its end (EOF or a socket error). */
+static bool client_gone(struct MHD_Connection *con)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(con, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci) return false;
+    struct pollfd pf = {ci->connect_fd, POLLIN, 0};
+    if (poll(&pf, 1, 0) <= 0) return false;
+    if (pf.revents & (POLLERR | POLLHUP | POLLNVAL)) return true;
+    char b;
+    const ssize_t k = recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+static void sse_free(void *cls)
+{
+    srv_req *r = cls;
+    cancel_unfinished(r);
+    req_release(r);
+}
+
+/* ---- generation endpoints ---- */
+
+static enum MHD_Result generate(srv_server *srv, struct MHD_Connection *con, conn_ctx *cc, bool chat)
+{
+    srv_err er = {0};
+    srv_req *r = calloc(1, sizeof *r);
+    if (!r) {
+        srv_err_set(&er, 500, "server_error", NULL, "out of memory");
+        return send_error(con, &er);
+    }
+    if (srv_parse_request(srv, cc->body ? cc->body : "", cc->len, chat, &r->p, &er)) {
+        free(r);
+        return send_error(con, &er);
+    }
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    r->srv = srv;
+    r->refs = 2;
+    r->created = (long)time(NULL);
+    r->t_submit = kvi_time_ms();
+    pthread_mutex_lock(&srv->mu);
+    const uint64_t num = ++srv->next_id;
+    pthread_mutex_unlock(&srv->mu);
+    snprintf(r->id, sizeof r->id, "%s-%llu", chat ? "chatcmpl" : "cmpl", (unsigned long long)num);
+
+    /* the n choices: the same prompt, seeds seed, seed+1, ... */
+    int submitted = 0;
+    /* srv->mu: no submit after shutdown began; r->mu: no choice can finish
+     * before all are counted */
+    pthread_mutex_lock(&srv->mu);
+    if (srv->closing) {
+        pthread_mutex_unlock(&srv->mu);
+        srv_params_free(&r->p);
+        pthread_cond_destroy(&r->cv);
+        pthread_mutex_destroy(&r->mu);
+        free(r);
+        srv_err_set(&er, 503, "server_error", "shutting_down", "the server is shutting down");
+        return send_error(con, &er);
+    }
+    pthread_mutex_lock(&r->mu);
+    for (int i = 0; i < r->p.n; i++) {
+        srv_choice *c = &r->ch[i];
+        c->req = r;
+        c->index = i;
+        kvi_request rq;
+        memset(&rq, 0, sizeof rq);
+        rq.prompt = r->p.prompt;
+        rq.n_prompt = r->p.n_prompt;
+        rq.sampling = r->p.sp;
+        rq.sampling.seed = r->p.sp.seed + (uint64_t)i;
+        rq.max_tokens = r->p.max_tokens;
+        rq.ignore_eos = r->p.ignore_eos;
+        rq.no_spec = r->p.no_spec;
+        rq.on_token = on_token;
+        rq.on_done = on_done;
+        rq.user = c;
+        if (r->p.logprobs) {
+            rq.on_logprobs = on_logprobs;
+            rq.top_logprobs = r->p.top_logprobs;
+        }
+        kvi_error err = {0};
+        uint64_t id = 0;
+        int rc = kvi_sched_submit(srv->s, &rq, &id, &err);
+        if (rc != 0) {
+            if (rc == KVI_E_QUEUE_FULL)
+                srv_err_set(&er, 429, "server_overloaded", "server_overloaded",
+                            "The server is over capacity (%s); retry later", err.msg);
+            else if (rc == KVI_E_CONTEXT_FULL || rc == KVI_E_NO_KV_SPACE)
+                srv_err_set(&er, 400, "invalid_request_error", "context_length_exceeded", "%s", err.msg);
+            else
+                srv_err_set(&er, 400, "invalid_request_error", "invalid_value", "%s", err.msg);
+            break;
+        }
+        c->sched_id = id;
+        submitted++;
+    }
+    const bool none = submitted == 0;
+    if (submitted < r->p.n) {
+        /* choices never submitted count as done; the others are cancelled */
+        r->p.stream = false;
+        r->n_done += r->p.n - submitted;
+    }
+    pthread_mutex_unlock(&r->mu);
+    pthread_mutex_unlock(&srv->mu);
+    if (submitted < r->p.n) {
+        pthread_mutex_lock(&srv->metrics.mu);
+        if (er.status != 429) srv->metrics.requests_error++;
+        pthread_mutex_unlock(&srv->metrics.mu);
+        cancel_unfinished(r);
+        if (none) req_release(r);   /* the engine side's reference */
+        pthread_mutex_lock(&r->mu);
+        while (!none && !r->finished) pthread_cond_wait(&r->cv, &r->mu);
+        pthread_mutex_unlock(&r->mu);
+        req_release(r);
+        return send_error(con, &er);
+    }
+    if (r->p.stream) {
+        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, sse_reader, r, sse_free);
+        if (!resp) {
+            sse_free(r);
+            return MHD_NO;
+        }
+        MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+        MHD_add_response_header(resp, "Cache-Control", "no-cache");
+        MHD_add_response_header(resp, "Access-Control-Allow-Origin", "*");
+        enum MHD_Result ret = MHD_queue_response(con, 200, resp);
+        MHD_destroy_response(resp);
+        return ret;
+    }
+    /* wait for the end, cancelling when the client goes away meanwhile */
+    bool gone = false;
+    pthread_mutex_lock(&r->mu);
+    while (!r->finished) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 10 * 1000000L;   /* a few steps of a small model */
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        if (pthread_cond_timedwait(&r->cv, &r->mu, &ts) == ETIMEDOUT && !gone && !r->finished &&
+            client_gone(con)) {
+            gone = true;
+            pthread_mutex_unlock(&r->mu);
+            cancel_unfinished(r);
+            pthread_mutex_lock(&r->mu);
+        }
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (gone) {
+        req_release(r);
+        return MHD_NO;
+    }
+    enum MHD_Result ret;
+    if (r->error) {
+        srv_err_set(&er, 500, "server_error", NULL, "%s", r->err_msg);
+        ret = send_error(con, &er);
+    } else {
+        ret = send_text(con, 200, "application/json", srv_response_json(r));
+    }
+    req_release(r);
+    return ret;
+}
+
+/* ---- small endpoints ---- */
+
+static enum MHD_Result tokenize_ep(srv_server *srv, struct MHD_Connection *con, conn_ctx *cc)
+{
+    srv_err er = {0};
+    cJSON *root = cJSON_ParseWithLength(cc->body ? cc->body : "", cc->len);
+    const cJSON *c = root ? cJSON_GetObjectItemCaseSensitive(root, "content") : NULL;
+    if (!c && root) c = cJSON_GetObjectItemCaseSensitive(root, "prompt");
+    if (!root || !cJSON_IsString(c)) {
+        cJSON_Delete(root);
+        srv_err_set(&er, 400, "invalid_request_error", NULL, "expected {\"content\": \"text\"}");
+        return send_error(con, &er);
+    }
+    const cJSON *as = cJSON_GetObjectItemCaseSensitive(root, "add_special");
+    const bool add_special = cJSON_IsTrue(as);
+    const size_t len = strlen(c->valuestring);
+    int32_t n = kvi_tokenize(srv->m, c->valuestring, len, add_special, false, NULL, 0);
+    int32_t *ids = n >= 0 ? malloc(((size_t)n + 1) * sizeof *ids) : NULL;
+    if (ids) n = kvi_tokenize(srv->m, c->valuestring, len, add_special, false, ids, n);
+    cJSON *o = cJSON_CreateObject();
+    cJSON *a = cJSON_AddArrayToObject(o, "tokens");
+    for (int32_t i = 0; ids && i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(ids[i]));
+    free(ids);
+    cJSON_Delete(root);
+    return send_json(con, 200, o);
+}
+
+static enum MHD_Result detokenize_ep(srv_server *srv, struct MHD_Connection *con, conn_ctx *cc)
+{
+    srv_err er = {0};
+    cJSON *root = cJSON_ParseWithLength(cc->body ? cc->body : "", cc->len);
+    const cJSON *t = root ? cJSON_GetObjectItemCaseSensitive(root, "tokens") : NULL;
+    if (!cJSON_IsArray(t)) {
+        cJSON_Delete(root);
+        srv_err_set(&er, 400, "invalid_request_error", NULL, "expected {\"tokens\": [ids]}");
+        return send_error(con, &er);
+    }
+    const int n = cJSON_GetArraySize(t);
+    int32_t *ids = malloc(((size_t)n + 1) * sizeof *ids);
+    int i = 0;
+    const cJSON *v;
+    cJSON_ArrayForEach(v, t)
+    {
+        if (!ids || !cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble >= kvi_n_vocab(srv->m) ||
+            v->valuedouble != (double)(int32_t)v->valuedouble) {
+            free(ids);
+            cJSON_Delete(root);
+            srv_err_set(&er, 400, "invalid_request_error", "invalid_value", "'tokens[%d]' is not a token id in [0, %d)",
+                        i, (int)kvi_n_vocab(srv->m));
+            return send_error(con, &er);
+        }
+        ids[i++] = (int32_t)v->valuedouble;
+    }
+    cJSON_Delete(root);
+    int32_t need = kvi_detokenize(srv->m, ids, n, NULL, 0, false, false);
+    char *txt = need >= 0 ? malloc((size_t)need + 1) : NULL;
+    if (txt) kvi_detokenize(srv->m, ids, n, txt, (size_t)need + 1, false, false);
+    free(ids);
+    char *clean = txt ? kvi_utf8_sanitize(txt, (size_t)need) : NULL;
+    free(txt);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "content", clean ? clean : "");
+    free(clean);
+    return send_json(con, 200, o);
+}
+
+static enum MHD_Result kv_ep(srv_server *srv, struct MHD_Connection *con)
+{
+    kvi_sched_stats st;
+    kvi_sched_stats_get(srv->s, &st);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "blocks_used", st.engine.kv_blocks_used);
+    cJSON_AddNumberToObject(o, "blocks_total", st.engine.kv_blocks_total);
+    cJSON_AddNumberToObject(o, "block_size", st.engine.kv_block_size);
+    cJSON_AddNumberToObject(o, "bytes_used", (double)st.engine.kv_bytes);
+    cJSON_AddNumberToObject(o, "bytes_budget", (double)st.engine.kv_bytes_budget);
+    cJSON_AddNumberToObject(o, "bytes_per_token", (double)st.engine.kv_bytes_per_token);
+    cJSON_AddNumberToObject(o, "tokens", st.engine.n_tokens);
+    cJSON_AddNumberToObject(o, "running", st.n_running);
+    cJSON_AddNumberToObject(o, "waiting", st.n_waiting);
+    cJSON_AddNumberToObject(o, "steps", (double)st.n_steps);
+    cJSON_AddNumberToObject(o, "prefill_tokens", (double)st.n_prefill_tokens);
+    cJSON_AddNumberToObject(o, "decode_tokens", (double)st.n_decode_tokens);
+    cJSON_AddNumberToObject(o, "preemptions", (double)st.n_preemptions);
+    /* the web page's pool view: held blocks (shared: more than one holder),
+     * blocks kept for the prefix cache, allocated free blocks, never-allocated */
+    cJSON_AddNumberToObject(o, "blocks_shared", st.engine.kv_blocks_shared);
+    cJSON_AddNumberToObject(o, "blocks_cached", st.engine.kv_blocks_cached);
+    cJSON_AddNumberToObject(o, "blocks_free", st.engine.kv_blocks_free);
+    cJSON_AddNumberToObject(o, "prefix_hit_tokens", (double)st.n_cached_tokens);
+    enum { MAX_VIEWS = 64, MAX_IDS = 16384 };
+    kvi_sched_seq_view *v = malloc(MAX_VIEWS * sizeof *v);
+    int32_t *ids = malloc(MAX_IDS * sizeof *ids);
+    cJSON *seqs = cJSON_AddArrayToObject(o, "seqs");
+    const int n = v && ids ? kvi_sched_kv_view(srv->s, v, MAX_VIEWS, ids, MAX_IDS) : 0;
+    for (int i = 0; i < n && i < MAX_VIEWS; i++) {
+        cJSON *q = cJSON_CreateObject();
+        cJSON_AddNumberToObject(q, "id", (double)v[i].id);
+        cJSON_AddNumberToObject(q, "prompt_tokens", v[i].n_prompt);
+        cJSON_AddNumberToObject(q, "tokens", v[i].n_tokens);
+        cJSON_AddNumberToObject(q, "kv_tokens", v[i].n_kv);
+        cJSON_AddNumberToObject(q, "n_blocks", v[i].n_blocks);
+        cJSON *b = cJSON_AddArrayToObject(q, "blocks");
+        for (int32_t k = 0; k < v[i].n_shown; k++) cJSON_AddItemToArray(b, cJSON_CreateNumber(v[i].blocks[k]));
+        cJSON_AddItemToArray(seqs, q);
+    }
+    free(v);
+    free(ids);
+    return send_json(con, 200, o);
+}
+
+static bool authorized(srv_server *srv, struct MHD_Connection *con)
+{
+    if (!srv->cfg.api_key) return true;
+    const char *h = MHD_lookup_connection_value(con, MHD_HEADER_KIND, "Authorization");
+    return h && !strncmp(h, "Bearer ", 7) && !strcmp(h + 7, srv->cfg.api_key);
+}
+
+static enum MHD_Result handler(void *cls, struct MHD_Connection *con, const char *url, const char *method,
+                               const char *version, const char *upload_data, size_t *upload_data_size, void **con_cls)
+{
+    srv_server *srv = cls;
+    conn_ctx *cc = *con_cls;
+    if (!cc) {
+        cc = calloc(1, sizeof *cc);
+        if (!cc) return MHD_NO;
+        *con_cls = cc;
+        return MHD_YES;
+    }
+    if (*upload_data_size > 0) {
+        const size_t n = *upload_data_size;
+        *upload_data_size = 0;
+        if (cc->too_large || cc->len + n > SRV_BODY_MAX) {
+            cc->too_large = true;
+            return MHD_YES;
+        }
+        if (cc->len + n + 1 > cc->cap) {
+            size_t cap = (cc->len + n + 1) * 2;
+            if (cap > SRV_BODY_MAX + 1) cap = SRV_BODY_MAX + 1;
+            char *nb = realloc(cc->body, cap);
+            if (!nb) return MHD_NO;
+            cc->body = nb;
+            cc->cap = cap;
+        }
+        memcpy(cc->body + cc->len, upload_data, n);
+        cc->len += n;
+        cc->body[cc->len] = 0;
+        return MHD_YES;
+    }
+    srv_err er = {0};
+    const bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
+    kvi_sched *sched = __atomic_load_n(&srv->s, __ATOMIC_ACQUIRE);
+    if (get && !strcmp(url, "/")) return send_text(con, 200, "text/html; charset=utf-8", strdup(srv_page_html));
+    if (get && !strcmp(url, "/health")) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "status", sched ? "ok" : "loading");
+        return send_json(con, sched ? 200 : 503, o);
+    }
+    if (!sched) {
+        srv_err_set(&er, 503, "server_error", "model_loading", "the model is still loading");
+        return send_error(con, &er);
+    }
+    if (cc->too_large) {
+        srv_err_set(&er, 413, "invalid_request_error", "request_too_large", "the request body exceeds %u bytes",
+                    SRV_BODY_MAX);
+        return send_error(con, &er);
+    }
+    if (get && !strcmp(url, "/metrics")) return send_text(con, 200, "text/plain; version=0.0.4", srv_metrics_render(&srv->metrics, sched));
+    if (!authorized(srv, con)) {
+        srv_err_set(&er, 401, "invalid_request_error", "invalid_api_key", "Incorrect API key provided");
+        return send_error(con, &er);
+    }
+    if (get && !strcmp(url, "/v1/models")) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "object", "list");
+        cJSON *a = cJSON_AddArrayToObject(o, "data");
+        cJSON *mo = cJSON_CreateObject();
+        cJSON_AddStringToObject(mo, "id", srv->cfg.model_name);
+        cJSON_AddStringToObject(mo, "object", "model");
+        cJSON_AddNumberToObject(mo, "created", (double)(long)srv->t_start);
+        cJSON_AddStringToObject(mo, "owned_by", "kvinfer");
+        cJSON_AddNumberToObject(mo, "context_length", srv->cfg.n_ctx);
+        cJSON_AddItemToArray(a, mo);
+        return send_json(con, 200, o);
+    }
+    if (get && !strcmp(url, "/v1/kv")) return kv_ep(srv, con);
+    if (post && !strcmp(url, "/v1/completions")) return generate(srv, con, cc, false);
+    if (post && !strcmp(url, "/v1/chat/completions")) return generate(srv, con, cc, true);
+    if (post && !strcmp(url, "/tokenize")) return tokenize_ep(srv, con, cc);
+    if (post && !strcmp(url, "/detokenize")) return detokenize_ep(srv, con, cc);
+    srv_err_set(&er, 404, "invalid_request_error", "not_found", "no route %s %.200s", method, url);
+    return send_error(con, &er);
+}
+
+static void completed(void *cls, struct MHD_Connection *con, void **con_cls, enum MHD_RequestTerminationCode toe)
+{
+    conn_ctx *cc = *con_cls;
+    if (cc) {
+        free(cc->body);
+        free(cc);
+    }
+    *con_cls = NULL;
+}
+
+int srv_start(srv_server *srv, kvi_error *err)
+{
+    struct sockaddr_in addr;
+    memset(&addr, 0, sizeof addr);
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons((uint16_t)srv->cfg.port);
+    if (inet_pton(AF_INET, srv->cfg.host, &addr.sin_addr) != 1) {
+        if (err) snprintf(err->msg, sizeof err->msg, "--host '%s' is not an IPv4 address", srv->cfg.host);
+        return KVI_E_INVALID;
+    }
+    srv->t_start = (double)time(NULL);
+    srv->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL,
+                              (uint16_t)srv->cfg.port, NULL, NULL, handler, srv, MHD_OPTION_SOCK_ADDR, &addr,
+                              MHD_OPTION_NOTIFY_COMPLETED, completed, srv, MHD_OPTION_CONNECTION_LIMIT, 1024u,
+                              MHD_OPTION_END);
+    if (!srv->d) {
+        if (err) snprintf(err->msg, sizeof err->msg, "cannot listen on %s:%d", srv->cfg.host, srv->cfg.port);
+        return KVI_E_IO;
+    }
+    return 0;
+}
+
+int srv_bound_port(srv_server *srv)
+{
+    const union MHD_DaemonInfo *i = MHD_get_daemon_info(srv->d, MHD_DAEMON_INFO_BIND_PORT);
+    return i ? i->port : srv->cfg.port;
+}
+
+void srv_stop(srv_server *srv)
+{
+    if (srv->d) MHD_stop_daemon(srv->d);
+    srv->d = NULL;
+}

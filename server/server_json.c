@@ -1,0 +1,629 @@
+/*
+ * server_json.c — OpenAI-compatible JSON: request fields to srv_params, the
+ * server-sent events of a stream, the non-streamed responses and the errors.
+ *
+ * Requests: unknown fields are ignored; known fields of the wrong type or out
+ * of range are a 400 naming the field. Prompt ids are range-checked here, and a
+ * prompt plus max_tokens past the context is context_length_exceeded (400), as
+ * OpenAI answers. Response text always goes through kvi_utf8_sanitize so that
+ * the JSON is valid UTF-8 whatever the tokens were.
+ *
+ * Logprobs, in OpenAI's two shapes. Chat ("logprobs": true, "top_logprobs":
+ * 0..20): choices[i].logprobs.content[j] = {token, logprob, bytes, top_logprobs:
+ * [{token, logprob, bytes}]}. Completions ("logprobs": 0..20): choices[i].logprobs
+ * = {tokens, token_logprobs, top_logprobs: [{token: logprob}], text_offset}, the
+ * top dictionary also holding the sampled token (OpenAI's "up to logprobs + 1"),
+ * text_offset counted in bytes of the completion text from 0. Streamed chunks
+ * carry the entry of their token. Values are the log-softmax of the RAW logits
+ * (before penalties, temperature and top-k/top-p/min-p), as OpenAI reports them;
+ * token strings render special tokens ("</s>"); bytes are the token's own bytes.
+ * A stop string's cut drops the entries of tokens wholly after it.
+ */
+#include "server/server.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int srv_err_set(srv_err *e, int status, const char *type, const char *code, const char *fmt, ...)
+{
+    e->status = status;
+    e->type = type;
+    e->code = code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+char *srv_error_json(const srv_err *e)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON *o = cJSON_AddObjectToObject(root, "error");
+    char *clean = kvi_utf8_sanitize(e->msg, strlen(e->msg));
+    cJSON_AddStringToObject(o, "message", clean ? clean : "error");
+    cJSON_AddStringToObject(o, "type", e->type ? e->type : "invalid_request_error");
+    cJSON_AddNullToObject(o, "param");
+    if (e->code) cJSON_AddStringToObject(o, "code", e->code);
+    else cJSON_AddNullToObject(o, "code");
+    char *s = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    free(clean);
+    return s;
+}
+
+void srv_params_free(srv_params *p)
+{
+    free(p->prompt);
+    for (int i = 0; i < p->n_stop; i++) free(p->stop[i]);
+    memset(p, 0, sizeof *p);
+}
+
+static int bad(srv_err *er, const char *field, const char *what)
+{
+    return srv_err_set(er, 400, "invalid_request_error", "invalid_value", "'%s' %s", field, what);
+}
+
+/* A number field within [lo, hi]; absent leaves *out. */
+static int num_field(const cJSON *o, const char *name, double lo, double hi, bool integer, double *out, srv_err *er)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (!cJSON_IsNumber(v)) return bad(er, name, "must be a number");
+    const double x = v->valuedouble;
+    if (!isfinite(x) || (integer && x != floor(x))) return bad(er, name, integer ? "must be an integer" : "must be finite");
+    if (x < lo || x > hi) {
+        return srv_err_set(er, 400, "invalid_request_error", "invalid_value", "'%s' is %g, outside [%g, %g]", name, x,
+                           lo, hi);
+    }
+    *out = x;
+    return 0;
+}
+
+static int bool_field(const cJSON *o, const char *name, bool *out, srv_err *er)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (!cJSON_IsBool(v)) return bad(er, name, "must be true or false");
+    *out = cJSON_IsTrue(v);
+    return 0;
+}
+
+/* Chat: "logprobs": bool, "top_logprobs": 0..20 (only with logprobs true).
+ * Completions: "logprobs": 0..20 or null. */
+static int parse_logprobs(const cJSON *root, bool chat, srv_params *p, srv_err *er)
+{
+    double k = 0;
+    int rc;
+    if (chat) {
+        if ((rc = bool_field(root, "logprobs", &p->logprobs, er))) return rc;
+        if ((rc = num_field(root, "top_logprobs", 0, KVI_LOGPROBS_MAX, true, &k, er))) return rc;
+        if (k > 0 && !p->logprobs) return bad(er, "top_logprobs", "requires \"logprobs\": true");
+    } else {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "logprobs");
+        if (!v || cJSON_IsNull(v)) return 0;
+        if ((rc = num_field(root, "logprobs", 0, KVI_LOGPROBS_MAX, true, &k, er))) return rc;
+        p->logprobs = true;
+    }
+    p->top_logprobs = (int32_t)k;
+    return 0;
+}
+
+static int push_ids(srv_params *p, const int32_t *ids, int32_t n)
+{
+    int32_t *np = realloc(p->prompt, ((size_t)p->n_prompt + (size_t)n + 1) * sizeof *np);
+    if (!np) return -1;
+    p->prompt = np;
+    memcpy(p->prompt + p->n_prompt, ids, (size_t)n * sizeof *ids);
+    p->n_prompt += n;
+    return 0;
+}
+
+static int tokenize_into(const kvi_model *m, const char *s, bool add_special, srv_params *p, srv_err *er)
+{
+    const size_t len = strlen(s);
+    int32_t n = kvi_tokenize(m, s, len, add_special, false, NULL, 0);
+    if (n < 0) return srv_err_set(er, 400, "invalid_request_error", NULL, "the prompt cannot be tokenized");
+    int32_t *ids = malloc(((size_t)n + 1) * sizeof *ids);
+    if (!ids) return srv_err_set(er, 500, "server_error", NULL, "out of memory");
+    n = kvi_tokenize(m, s, len, add_special, false, ids, n);
+    int rc = n >= 0 ? push_ids(p, ids, n) : -1;
+    free(ids);
+    if (rc) return srv_err_set(er, 500, "server_error", NULL, "out of memory");
+    return 0;
+}
+
+static int ids_from_array(const cJSON *a, const char *field, int32_t n_vocab, srv_params *p, srv_err *er)
+{
+    const int n = cJSON_GetArraySize(a);
+    int32_t *ids = malloc(((size_t)n + 1) * sizeof *ids);
+    if (!ids) return srv_err_set(er, 500, "server_error", NULL, "out of memory");
+    int i = 0;
+    const cJSON *v;
+    cJSON_ArrayForEach(v, a)
+    {
+        if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble)) {
+            free(ids);
+            return bad(er, field, "must hold only integer token ids");
+        }
+        if (v->valuedouble < 0 || v->valuedouble >= n_vocab) {
+            free(ids);
+            return srv_err_set(er, 400, "invalid_request_error", "invalid_value",
+                               "'%s': token id %.0f at position %d is out of range [0, %d)", field, v->valuedouble,
+                               i, (int)n_vocab);
+        }
+        ids[i++] = (int32_t)v->valuedouble;
+    }
+    int rc = push_ids(p, ids, i);
+    free(ids);
+    return rc ? srv_err_set(er, 500, "server_error", NULL, "out of memory") : 0;
+}
+
+static int parse_prompt(srv_server *srv, const cJSON *root, srv_params *p, srv_err *er)
+{
+    const cJSON *pr = cJSON_GetObjectItemCaseSensitive(root, "prompt");
+    const int32_t nv = kvi_n_vocab(srv->m);
+    if (!pr) return srv_err_set(er, 400, "invalid_request_error", "missing_required_parameter", "'prompt' is required");
+    if (cJSON_IsString(pr)) return tokenize_into(srv->m, pr->valuestring, true, p, er);
+    if (!cJSON_IsArray(pr) || cJSON_GetArraySize(pr) == 0)
+        return bad(pr ? er : er, "prompt", "must be a string, an array of token ids, or an array of one of them");
+    const cJSON *first = cJSON_GetArrayItem(pr, 0);
+    if (cJSON_IsNumber(first)) return ids_from_array(pr, "prompt", nv, p, er);
+    if (cJSON_GetArraySize(pr) != 1) return bad(er, "prompt", "may hold only one prompt (batches are not supported)");
+    if (cJSON_IsString(first)) return tokenize_into(srv->m, first->valuestring, true, p, er);
+    if (cJSON_IsArray(first)) return ids_from_array(first, "prompt", nv, p, er);
+    return bad(er, "prompt", "must be a string or token ids");
+}
+
+static int parse_messages(srv_server *srv, const cJSON *root, srv_params *p, srv_err *er)
+{
+    const cJSON *ms = cJSON_GetObjectItemCaseSensitive(root, "messages");
+    if (!ms) return srv_err_set(er, 400, "invalid_request_error", "missing_required_parameter", "'messages' is required");
+    if (!cJSON_IsArray(ms) || cJSON_GetArraySize(ms) == 0) return bad(er, "messages", "must be a non-empty array");
+    const int n = cJSON_GetArraySize(ms);
+    kvi_chat_msg *msgs = calloc((size_t)n, sizeof *msgs);
+    char **owned = calloc((size_t)n, sizeof *owned);
+    int rc = 0, i = 0;
+    if (!msgs || !owned) rc = srv_err_set(er, 500, "server_error", NULL, "out of memory");
+    const cJSON *msg;
+    cJSON_ArrayForEach(msg, ms)
+    {
+        if (rc) break;
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(msg, "role");
+        const cJSON *content = cJSON_GetObjectItemCaseSensitive(msg, "content");
+        if (!cJSON_IsObject(msg) || !cJSON_IsString(role)) {
+            rc = srv_err_set(er, 400, "invalid_request_error", "invalid_value", "'messages[%d].role' must be a string", i);
+            break;
+        }
+        msgs[i].role = role->valuestring;
+        if (cJSON_IsString(content)) {
+            msgs[i].content = content->valuestring;
+        } else if (cJSON_IsArray(content)) {
+            /* content parts: the text parts joined */
+            size_t len = 0;
+            const cJSON *part;
+            cJSON_ArrayForEach(part, content)
+            {
+                const cJSON *t = cJSON_GetObjectItemCaseSensitive(part, "text");
+                if (cJSON_IsString(t)) len += strlen(t->valuestring);
+            }
+            owned[i] = malloc(len + 1);
+            if (!owned[i]) { rc = srv_err_set(er, 500, "server_error", NULL, "out of memory"); break; }
+            owned[i][0] = 0;
+            cJSON_ArrayForEach(part, content)
+            {
+                const cJSON *t = cJSON_GetObjectItemCaseSensitive(part, "text");
+                if (cJSON_IsString(t)) strcat(owned[i], t->valuestring);
+            }
+            msgs[i].content = owned[i];
+        } else if (cJSON_IsNull(content) || !content) {
+            msgs[i].content = "";
+        } else {
+            rc = srv_err_set(er, 400, "invalid_request_error", "invalid_value",
+                             "'messages[%d].content' must be a string or an array of parts", i);
+            break;
+        }
+        i++;
+    }
+    if (!rc) {
+        kvi_error err = {0};
+        int32_t cnt = kvi_chat_apply(srv->m, msgs, n, true, NULL, 0, &err);
+        int32_t *ids = cnt >= 0 ? malloc(((size_t)cnt + 1) * sizeof *ids) : NULL;
+        if (cnt < 0 || !ids) rc = srv_err_set(er, 400, "invalid_request_error", NULL, "%s", err.msg[0] ? err.msg : "chat template failed");
+        else if (kvi_chat_apply(srv->m, msgs, n, true, ids, cnt, &err) != cnt || push_ids(p, ids, cnt))
+            rc = srv_err_set(er, 500, "server_error", NULL, "chat template failed");
+        free(ids);
+    }
+    for (int k = 0; owned && k < n; k++) free(owned[k]);
+    free(owned);
+    free(msgs);
+    return rc;
+}
+
+static int parse_stop(const cJSON *root, srv_params *p, srv_err *er)
+{
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(root, "stop");
+    if (!st || cJSON_IsNull(st)) return 0;
+    if (cJSON_IsString(st)) {
+        if (!*st->valuestring) return 0;
+        if (!(p->stop[p->n_stop++] = strdup(st->valuestring)))
+            return srv_err_set(er, 500, "server_error", NULL, "out of memory");
+        return 0;
+    }
+    if (!cJSON_IsArray(st)) return bad(er, "stop", "must be a string or an array of strings");
+    if (cJSON_GetArraySize(st) > SRV_MAX_STOP) return bad(er, "stop", "may hold at most 4 strings");
+    const cJSON *v;
+    cJSON_ArrayForEach(v, st)
+    {
+        if (!cJSON_IsString(v)) return bad(er, "stop", "must hold only strings");
+        if (!*v->valuestring) continue;
+        if (!(p->stop[p->n_stop++] = strdup(v->valuestring)))
+            return srv_err_set(er, 500, "server_error", NULL, "out of memory");
+    }
+    return 0;
+}
+
+int srv_parse_request(srv_server *srv, const char *body, size_t len, bool chat, srv_params *p, srv_err *er)
+{
+    memset(p, 0, sizeof *p);
+    p->chat = chat;
+    p->n = 1;
+    p->sp = srv->cfg.sampling;
+    cJSON *root = cJSON_ParseWithLength(body, len);
+    if (!root) return srv_err_set(er, 400, "invalid_request_error", NULL, "the body is not valid JSON");
+    int rc = 0;
+    double x;
+    if (!cJSON_IsObject(root)) {
+        rc = srv_err_set(er, 400, "invalid_request_error", NULL, "the body must be a JSON object");
+        goto done;
+    }
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+    if (model && !cJSON_IsNull(model)) {
+        if (!cJSON_IsString(model)) { rc = bad(er, "model", "must be a string"); goto done; }
+        if (strcmp(model->valuestring, srv->cfg.model_name) != 0) {
+            rc = srv_err_set(er, 404, "invalid_request_error", "model_not_found",
+                             "The model '%.200s' does not exist (this server serves '%.200s')", model->valuestring,
+                             srv->cfg.model_name);
+            goto done;
+        }
+    }
+    const int32_t big = 1 << 30;
+    double mt = 0;
+    if ((rc = num_field(root, "max_tokens", 1, big, true, &mt, er))) goto done;
+    if ((rc = num_field(root, "max_completion_tokens", 1, big, true, &mt, er))) goto done;
+    p->max_tokens = (int32_t)mt;
+    x = p->sp.temp;
+    if ((rc = num_field(root, "temperature", 0, 2, false, &x, er))) goto done;
+    p->sp.temp = (float)x;
+    x = p->sp.top_p;
+    if ((rc = num_field(root, "top_p", 0, 1, false, &x, er))) goto done;
+    p->sp.top_p = x <= 0 ? 1e-6f : (float)x;
+    x = p->sp.top_k;
+    if ((rc = num_field(root, "top_k", 0, big, true, &x, er))) goto done;
+    p->sp.top_k = (int32_t)x;
+    x = p->sp.min_p;
+    if ((rc = num_field(root, "min_p", 0, 1, false, &x, er))) goto done;
+    p->sp.min_p = (float)x;
+    x = p->sp.repeat_penalty;
+    if ((rc = num_field(root, "repeat_penalty", 0, 10, false, &x, er))) goto done;
+    p->sp.repeat_penalty = (float)x;
+    /* OpenAI's penalties on generated tokens (the sampler applies them) */
+    x = 0;
+    if ((rc = num_field(root, "presence_penalty", -2, 2, false, &x, er))) goto done;
+    p->sp.presence_penalty = (float)x;
+    x = 0;
+    if ((rc = num_field(root, "frequency_penalty", -2, 2, false, &x, er))) goto done;
+    p->sp.frequency_penalty = (float)x;
+    x = (double)p->sp.seed;
+    if ((rc = num_field(root, "seed", -9007199254740992.0, 9007199254740992.0, true, &x, er))) goto done;
+    p->sp.seed = (uint64_t)(int64_t)x;
+    x = 1;
+    if ((rc = num_field(root, "n", 1, SRV_MAX_N, true, &x, er))) goto done;
+    p->n = (int)x;
+    if ((rc = bool_field(root, "stream", &p->stream, er))) goto done;
+    if ((rc = bool_field(root, "ignore_eos", &p->ignore_eos, er))) goto done;
+    {
+        bool spec = true;   /* kvinfer's own: false opts out of the server's speculation */
+        if ((rc = bool_field(root, "speculative", &spec, er))) goto done;
+        p->no_spec = !spec;
+    }
+    const cJSON *so = cJSON_GetObjectItemCaseSensitive(root, "stream_options");
+    if (so && !cJSON_IsNull(so)) {
+        if (!cJSON_IsObject(so)) { rc = bad(er, "stream_options", "must be an object"); goto done; }
+        if ((rc = bool_field(so, "include_usage", &p->include_usage, er))) goto done;
+    }
+    if ((rc = parse_stop(root, p, er))) goto done;
+    if ((rc = parse_logprobs(root, chat, p, er))) goto done;
+    rc = chat ? parse_messages(srv, root, p, er) : parse_prompt(srv, root, p, er);
+    if (rc) goto done;
+    if (p->n_prompt == 0) {
+        rc = srv_err_set(er, 400, "invalid_request_error", "invalid_value", "the prompt is empty");
+        goto done;
+    }
+    if ((int64_t)p->n_prompt + (p->max_tokens > 0 ? p->max_tokens : 0) > srv->cfg.n_ctx ||
+        p->n_prompt > srv->cfg.n_ctx) {
+        rc = srv_err_set(er, 400, "invalid_request_error", "context_length_exceeded",
+                         "This model's maximum context length is %d tokens. However, you requested %lld tokens "
+                         "(%d in the prompt, %d in the completion).",
+                         srv->cfg.n_ctx, (long long)p->n_prompt + p->max_tokens, (int)p->n_prompt, (int)p->max_tokens);
+        goto done;
+    }
+done:
+    cJSON_Delete(root);
+    if (rc) srv_params_free(p);
+    return rc;
+}
+
+/* ---- responses ---- */
+
+static const char *finish_name(kvi_finish f)
+{
+    return f == KVI_FINISH_LENGTH ? "length" : f == KVI_FINISH_STOP ? "stop" : f == KVI_FINISH_CANCELLED ? "cancelled"
+                                                                                                      : "error";
+}
+
+cJSON *srv_usage_json(srv_req *r)
+{
+    cJSON *u = cJSON_CreateObject();
+    int32_t comp = 0;
+    size_t kv = 0;
+    for (int i = 0; i < r->p.n; i++) {
+        comp += r->ch[i].usage.completion_tokens;
+        kv += r->ch[i].usage.kv_bytes;
+    }
+    const kvi_usage *u0 = &r->ch[0].usage;
+    cJSON_AddNumberToObject(u, "prompt_tokens", r->p.n_prompt);
+    cJSON_AddNumberToObject(u, "completion_tokens", comp);
+    cJSON_AddNumberToObject(u, "total_tokens", r->p.n_prompt + comp);
+    cJSON *d = cJSON_AddObjectToObject(u, "prompt_tokens_details");
+    cJSON_AddNumberToObject(d, "cached_tokens", u0->cached_tokens);
+    cJSON *t = cJSON_AddObjectToObject(u, "timings");
+    cJSON_AddNumberToObject(t, "queue_ms", u0->queue_ms);
+    cJSON_AddNumberToObject(t, "prefill_ms", u0->prefill_ms);
+    cJSON_AddNumberToObject(t, "ttft_ms", u0->ttft_ms);
+    cJSON_AddNumberToObject(t, "decode_ms", u0->decode_ms);
+    cJSON_AddNumberToObject(t, "kv_bytes", (double)kv);
+    cJSON_AddNumberToObject(t, "preempted", u0->n_preempted);
+    int32_t sd = 0, sa = 0;   /* speculative decoding, every choice */
+    for (int i = 0; i < r->p.n; i++) {
+        sd += r->ch[i].usage.spec_drafted;
+        sa += r->ch[i].usage.spec_accepted;
+    }
+    cJSON_AddNumberToObject(t, "spec_drafted", sd);
+    cJSON_AddNumberToObject(t, "spec_accepted", sa);
+    cJSON_AddNumberToObject(t, "spec_acceptance", sd > 0 ? (double)sa / (double)sd : 0.0);
+    return u;
+}
+
+static cJSON *envelope(srv_req *r, bool chunk)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", r->id);
+    cJSON_AddStringToObject(o, "object", r->p.chat ? (chunk ? "chat.completion.chunk" : "chat.completion")
+                                                   : "text_completion");
+    cJSON_AddNumberToObject(o, "created", (double)r->created);
+    cJSON_AddStringToObject(o, "model", r->srv->cfg.model_name);
+    return o;
+}
+
+static bool out_append(srv_req *r, const char *s, size_t n)
+{
+    if (r->out_len + n + 1 > r->out_cap) {
+        size_t cap = (r->out_len + n + 1) * 2;
+        char *no = realloc(r->out, cap);
+        if (!no) return false;
+        r->out = no;
+        r->out_cap = cap;
+    }
+    memcpy(r->out + r->out_len, s, n);
+    r->out_len += n;
+    r->out[r->out_len] = 0;
+    return true;
+}
+
+static bool emit(srv_req *r, cJSON *o)
+{
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!s) return false;
+    bool ok = out_append(r, "data: ", 6) && out_append(r, s, strlen(s)) && out_append(r, "\n\n", 2);
+    free(s);
+    return ok;
+}
+
+bool srv_logprobs_push(srv_choice *c, int32_t token, float logprob, const int32_t *top_ids, const float *top_lps,
+                       int32_t n_top)
+{
+    if (c->n_lp == c->cap_lp) {
+        const int32_t cap = c->cap_lp ? 2 * c->cap_lp : 32;
+        srv_lp *nl = realloc(c->lp, (size_t)cap * sizeof *nl);
+        if (!nl) return false;
+        c->lp = nl;
+        c->cap_lp = cap;
+    }
+    srv_lp *e = &c->lp[c->n_lp++];
+    memset(e, 0, sizeof *e);
+    e->token = token;
+    e->logprob = logprob;
+    e->offset = c->len;
+    e->n_top = n_top < 0 ? 0 : n_top > KVI_LOGPROBS_MAX ? KVI_LOGPROBS_MAX : n_top;
+    memcpy(e->top_id, top_ids, (size_t)e->n_top * sizeof *top_ids);
+    memcpy(e->top_lp, top_lps, (size_t)e->n_top * sizeof *top_lps);
+    return true;
+}
+
+/* A token's bytes for logprobs (special tokens rendered); *n_out bytes. */
+static const char *lp_piece(const kvi_model *m, int32_t tok, char *buf, size_t cap, size_t *n_out)
+{
+    int32_t n = kvi_token_to_piece(m, tok, buf, cap, true);
+    if (n < 0) n = 0;
+    if ((size_t)n > cap) n = (int32_t)cap;   /* a longer piece is cut (none in real vocabularies) */
+    *n_out = (size_t)n;
+    return buf;
+}
+
+/* {token, logprob, bytes} of the chat shape. */
+static cJSON *chat_lp_item(const kvi_model *m, int32_t tok, float lp)
+{
+    char buf[512];
+    size_t n;
+    lp_piece(m, tok, buf, sizeof buf, &n);
+    cJSON *o = cJSON_CreateObject();
+    char *clean = kvi_utf8_sanitize(buf, n);
+    cJSON_AddStringToObject(o, "token", clean ? clean : "");
+    free(clean);
+    cJSON_AddNumberToObject(o, "logprob", lp);
+    cJSON *b = cJSON_AddArrayToObject(o, "bytes");
+    for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(b, cJSON_CreateNumber((unsigned char)buf[i]));
+    return o;
+}
+
+/* Chat: {"content": [entries], "refusal": null}. */
+static cJSON *chat_logprobs(const kvi_model *m, const srv_lp *e, int32_t n)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON *a = cJSON_AddArrayToObject(o, "content");
+    for (int32_t i = 0; i < n; i++) {
+        cJSON *it = chat_lp_item(m, e[i].token, e[i].logprob);
+        cJSON *top = cJSON_AddArrayToObject(it, "top_logprobs");
+        for (int32_t j = 0; j < e[i].n_top; j++) cJSON_AddItemToArray(top, chat_lp_item(m, e[i].top_id[j], e[i].top_lp[j]));
+        cJSON_AddItemToArray(a, it);
+    }
+    cJSON_AddNullToObject(o, "refusal");
+    return o;
+}
+
+/* Adds {piece: logprob} unless the piece is already a key (two ids, one text). */
+static void add_top_key(cJSON *d, const kvi_model *m, int32_t tok, float lp)
+{
+    char buf[512];
+    size_t n;
+    lp_piece(m, tok, buf, sizeof buf, &n);
+    char *clean = kvi_utf8_sanitize(buf, n);
+    if (clean && !cJSON_GetObjectItemCaseSensitive(d, clean)) cJSON_AddNumberToObject(d, clean, lp);
+    free(clean);
+}
+
+/* Completions: {tokens, token_logprobs, top_logprobs, text_offset}. */
+static cJSON *completion_logprobs(const kvi_model *m, const srv_lp *e, int32_t n)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON *toks = cJSON_AddArrayToObject(o, "tokens");
+    cJSON *lps = cJSON_AddArrayToObject(o, "token_logprobs");
+    cJSON *tops = cJSON_AddArrayToObject(o, "top_logprobs");
+    cJSON *offs = cJSON_AddArrayToObject(o, "text_offset");
+    for (int32_t i = 0; i < n; i++) {
+        char buf[512];
+        size_t len;
+        lp_piece(m, e[i].token, buf, sizeof buf, &len);
+        char *clean = kvi_utf8_sanitize(buf, len);
+        cJSON_AddItemToArray(toks, cJSON_CreateString(clean ? clean : ""));
+        free(clean);
+        cJSON_AddItemToArray(lps, cJSON_CreateNumber(e[i].logprob));
+        cJSON *d = cJSON_CreateObject();
+        for (int32_t j = 0; j < e[i].n_top; j++) add_top_key(d, m, e[i].top_id[j], e[i].top_lp[j]);
+        add_top_key(d, m, e[i].token, e[i].logprob);
+        cJSON_AddItemToArray(tops, d);
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)e[i].offset));
+    }
+    return o;
+}
+
+static cJSON *logprobs_json(srv_req *r, const srv_lp *e, int32_t n)
+{
+    return r->p.chat ? chat_logprobs(r->srv->m, e, n) : completion_logprobs(r->srv->m, e, n);
+}
+
+static cJSON *chunk_choice(srv_req *r, cJSON *o, int index, const char *text, const char *finish, bool first,
+                           const srv_lp *lp)
+{
+    cJSON *a = cJSON_AddArrayToObject(o, "choices");
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddItemToArray(a, c);
+    cJSON_AddNumberToObject(c, "index", index);
+    if (r->p.chat) {
+        cJSON *d = cJSON_AddObjectToObject(c, "delta");
+        if (first) cJSON_AddStringToObject(d, "role", "assistant");
+        if (text) cJSON_AddStringToObject(d, "content", text);
+    } else {
+        cJSON_AddStringToObject(c, "text", text ? text : "");
+    }
+    if (lp) cJSON_AddItemToObject(c, "logprobs", logprobs_json(r, lp, 1));
+    else cJSON_AddNullToObject(c, "logprobs");
+    if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
+    else cJSON_AddNullToObject(c, "finish_reason");
+    return c;
+}
+
+bool srv_sse_token(srv_req *r, srv_choice *c, const char *piece, size_t n)
+{
+    char *clean = kvi_utf8_sanitize(piece, n);
+    if (!clean) return false;
+    cJSON *o = envelope(r, true);
+    /* the token's logprobs ride with its event (when recorded for this very token) */
+    const srv_lp *lp = r->p.logprobs && c->n_lp > 0 && c->n_lp == c->n_tokens ? &c->lp[c->n_lp - 1] : NULL;
+    chunk_choice(r, o, c->index, clean, NULL, c->n_tokens == 1, lp);
+    free(clean);
+    return emit(r, o);
+}
+
+bool srv_sse_final(srv_req *r)
+{
+    bool ok = true;
+    for (int i = 0; i < r->p.n; i++) {
+        srv_choice *c = &r->ch[i];
+        char *rest = kvi_utf8_sanitize(c->text ? c->text + c->sent : "", c->text ? c->len - c->sent : 0);
+        c->sent = c->len;
+        cJSON *o = envelope(r, true);
+        chunk_choice(r, o, i, rest && *rest ? rest : (r->p.chat ? NULL : ""), finish_name(c->finish), c->n_tokens == 0,
+                     NULL);
+        free(rest);
+        ok = ok && emit(r, o);
+    }
+    if (r->p.include_usage) {
+        cJSON *o = envelope(r, true);
+        cJSON_AddArrayToObject(o, "choices");
+        cJSON_AddItemToObject(o, "usage", srv_usage_json(r));
+        ok = ok && emit(r, o);
+    }
+    return ok && out_append(r, "data: [DONE]\n\n", 14);
+}
+
+char *srv_response_json(srv_req *r)
+{
+    cJSON *o = envelope(r, false);
+    cJSON *a = cJSON_AddArrayToObject(o, "choices");
+    for (int i = 0; i < r->p.n; i++) {
+        srv_choice *c = &r->ch[i];
+        char *txt = kvi_utf8_sanitize(c->text ? c->text : "", c->len);
+        cJSON *ch = cJSON_CreateObject();
+        cJSON_AddItemToArray(a, ch);
+        cJSON_AddNumberToObject(ch, "index", i);
+        if (r->p.chat) {
+            cJSON *m = cJSON_AddObjectToObject(ch, "message");
+            cJSON_AddStringToObject(m, "role", "assistant");
+            cJSON_AddStringToObject(m, "content", txt ? txt : "");
+        } else {
+            cJSON_AddStringToObject(ch, "text", txt ? txt : "");
+        }
+        if (r->p.logprobs) {
+            /* entries of tokens that start before the end of the text (a stop
+             * string's cut drops the rest) */
+            int32_t n = c->n_lp;
+            if (c->stopped)
+                for (n = 0; n < c->n_lp && c->lp[n].offset < c->len;) n++;
+            cJSON_AddItemToObject(ch, "logprobs", logprobs_json(r, c->lp, n));
+        } else {
+            cJSON_AddNullToObject(ch, "logprobs");
+        }
+        cJSON_AddStringToObject(ch, "finish_reason", finish_name(c->finish));
+        free(txt);
+    }
+    cJSON_AddItemToObject(o, "usage", srv_usage_json(r));
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}

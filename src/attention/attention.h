@@ -1,0 +1,54 @@
+/*
+ * attention.h — causal attention of a batch of rows over the paged KV cache.
+ *
+ * Row r (query q[r], position pos[r], block table tables[r]) attends to positions
+ * 0..pos[r] of its own sequence: the causal mask is implied by the position, so
+ * prefill rows and decode rows go through the same code. Softmax is computed
+ * online, one block of positions at a time (running max m, running sum l, and an
+ * accumulator rescaled when m grows): no scores matrix of n x n is ever built.
+ *
+ * Determinism: each (row, head) output is reduced over positions 0..pos in
+ * order, by one thread, independently of the other rows and of the thread count.
+ *
+ * Quantised caches are read directly: the thread converts only the tile it needs
+ * (one kv head's slice of one block's rows) into its scratch. A q4 key (KIVI) at
+ * position t is read, for a query at position p, in f16 while t's group is still
+ * incomplete at p and quantised once complete: exactly what decode at p saw.
+ */
+#ifndef KVI_ATTENTION_H
+#define KVI_ATTENTION_H
+
+#include "kv/kv_cache.h"
+#include "base/threadpool.h"
+
+typedef struct attn_args {
+    const kv_pool *kv;
+    int layer;
+    int n_rows;
+    const kv_table *const *tables;  /* [n_rows] */
+    const int32_t *pos;             /* [n_rows] */
+    const float *q;                 /* [n_rows][n_heads * head_dim] after RoPE */
+    float *out;                     /* [n_rows][n_heads * head_dim] */
+    int n_heads, n_kv_heads, head_dim;
+    /* Optional (H2O eviction): when recv && recv[r], row r adds to recv[r][t], for
+     * every position t <= pos[r], the normalised attention weight it gave t, summed
+     * over heads (rows must not share an array). NULL: nothing recorded (and
+     * nothing paid). */
+    float *const *recv;               /* [n_rows] -> [pos + 1] */
+    /* Optional (forward pass): q4 key groups this batch still reads in f16 after the
+     * sequence's tail moved on (kv_quant.h). NULL outside a forward pass. */
+    const struct kv_stash *stash;
+} attn_args;
+
+typedef struct attn_scratch attn_scratch;
+
+/* Per-thread working memory for n_threads threads. */
+attn_scratch *attn_scratch_create(int n_threads, int block_size, int head_dim, int n_heads,
+                                  int n_kv_heads, int kv_dim);
+void attn_scratch_free(attn_scratch *s);
+
+void attention_rows(tpool *pool, attn_scratch *s, const attn_args *a);
+/* Plain reference: full softmax per (row, head), single thread (tests). */
+void attention_rows_ref(const attn_args *a);
+
+#endif

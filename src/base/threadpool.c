@@ -1,0 +1,209 @@
+/*
+ * threadpool.c — the worker pool (see threadpool.h).
+ *
+ * Data structure: n threads; thread 0 is the caller of tpool_run(), threads
+ * 1..n-1 are workers created once in tpool_create(). A run is published by
+ * storing fn/ctx, setting `pending` to n-1 and then incrementing the atomic
+ * generation counter `gen` under the mutex, with a broadcast on `cv_work`.
+ * A worker that sees a new generation (after a short spin, then sleeping on the
+ * condition variable) runs fn(ctx, ith, n) and decrements `pending`; the one that
+ * brings it to zero signals `cv_done` under the mutex.
+ *
+ * Invariants:
+ *  - fn/ctx are written only by the caller while no run is in flight, and read by
+ *    workers only after an acquire load of a gen that was stored (release) after
+ *    them, so they are never raced.
+ *  - gen changes only under `mu`, and a sleeping worker re-checks it under `mu`
+ *    before waiting, so no wake-up is lost; the caller checks `pending` under `mu`
+ *    before waiting on cv_done for the same reason.
+ *  - tpool_run() returns only when pending == 0: every fn call has returned and
+ *    its writes are visible to the caller (acq_rel decrement, acquire load).
+ *  - Idle workers sleep on a condition variable after spinning SPIN_ITERS pauses
+ *    (about a millisecond) for the next run: long enough to bridge the serial
+ *    work between two matrix products and between two serving steps.
+ *  - tpool_run() must not be called from inside fn, nor from two threads at once.
+ *  - scratch[i] is touched only by thread i (or by the owner outside runs).
+ */
+#include "base/threadpool.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define CPU_RELAX() _mm_pause()
+#else
+#define CPU_RELAX() ((void)0)
+#endif
+
+#define SPIN_ITERS 20000
+#define MAX_THREADS 256
+
+typedef struct scratch_slot {
+    void *p;        /* 64-byte aligned, cap bytes */
+    size_t cap;
+    char pad[64 - sizeof(void *) - sizeof(size_t)];   /* one cache line per thread */
+} scratch_slot;
+
+typedef struct worker {
+    struct tpool *pool;
+    int ith;
+} worker;
+
+struct tpool {
+    int n;                       /* threads including the caller */
+    pthread_t *th;               /* [n - 1] worker handles */
+    worker *wk;                  /* [n - 1] worker arguments */
+    scratch_slot *scratch;       /* [n] per-thread scratch */
+    pthread_mutex_t mu;
+    pthread_cond_t cv_work, cv_done;
+    atomic_uint_fast64_t gen;    /* run counter; written under mu */
+    atomic_int pending;          /* workers still inside the current run */
+    atomic_bool stop;
+    tpool_fn fn;              /* current run, see invariants */
+    void *ctx;
+};
+
+int tpool_n_cores(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n < 1) return 1;
+    if (n > MAX_THREADS) return MAX_THREADS;
+    return (int)n;
+}
+
+static void *worker_main(void *arg)
+{
+    worker *w = arg;
+    tpool *p = w->pool;
+    uint_fast64_t seen = 0;
+    for (;;) {
+        uint_fast64_t g = atomic_load_explicit(&p->gen, memory_order_acquire);
+        for (int i = 0; i < SPIN_ITERS && g == seen && !atomic_load(&p->stop); i++) {
+            CPU_RELAX();
+            g = atomic_load_explicit(&p->gen, memory_order_acquire);
+        }
+        if (g == seen) {
+            pthread_mutex_lock(&p->mu);
+            while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen &&
+                   !atomic_load(&p->stop))
+                pthread_cond_wait(&p->cv_work, &p->mu);
+            pthread_mutex_unlock(&p->mu);
+        }
+        if (g == seen) break; /* stop requested and no run pending */
+        seen = g;
+        p->fn(p->ctx, w->ith, p->n);
+        if (atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel) == 1) {
+            pthread_mutex_lock(&p->mu);
+            pthread_cond_signal(&p->cv_done);
+            pthread_mutex_unlock(&p->mu);
+        }
+    }
+    return NULL;
+}
+
+tpool *tpool_create(int n_threads)
+{
+    if (n_threads <= 0) n_threads = tpool_n_cores();
+    if (n_threads > MAX_THREADS) n_threads = MAX_THREADS;
+    tpool *p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    p->scratch = calloc((size_t)n_threads, sizeof *p->scratch);
+    p->th = calloc((size_t)n_threads, sizeof *p->th);
+    p->wk = calloc((size_t)n_threads, sizeof *p->wk);
+    if (!p->scratch || !p->th || !p->wk) goto fail;
+    if (pthread_mutex_init(&p->mu, NULL) != 0) goto fail;
+    pthread_cond_init(&p->cv_work, NULL);
+    pthread_cond_init(&p->cv_done, NULL);
+    atomic_init(&p->gen, 0);
+    atomic_init(&p->pending, 0);
+    atomic_init(&p->stop, false);
+    p->n = 1;
+    for (int i = 1; i < n_threads; i++) {
+        p->wk[i - 1].pool = p;
+        p->wk[i - 1].ith = i;
+        if (pthread_create(&p->th[i - 1], NULL, worker_main, &p->wk[i - 1]) != 0) break;
+        p->n = i + 1; /* fewer threads than asked when the system refuses more */
+    }
+    return p;
+fail:
+    free(p->scratch);
+    free(p->th);
+    free(p->wk);
+    free(p);
+    return NULL;
+}
+
+void tpool_free(tpool *p)
+{
+    if (!p) return;
+    pthread_mutex_lock(&p->mu);
+    atomic_store(&p->stop, true);
+    pthread_cond_broadcast(&p->cv_work);
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 1; i < p->n; i++) pthread_join(p->th[i - 1], NULL);
+    pthread_cond_destroy(&p->cv_work);
+    pthread_cond_destroy(&p->cv_done);
+    pthread_mutex_destroy(&p->mu);
+    for (int i = 0; i < p->n; i++) free(p->scratch[i].p);
+    free(p->scratch);
+    free(p->th);
+    free(p->wk);
+    free(p);
+}
+
+int tpool_size(const tpool *p) { return p ? p->n : 1; }
+
+void tpool_run(tpool *p, tpool_fn fn, void *ctx)
+{
+    if (!fn) return;
+    if (!p || p->n == 1) {
+        fn(ctx, 0, 1);
+        return;
+    }
+    p->fn = fn;
+    p->ctx = ctx;
+    atomic_store_explicit(&p->pending, p->n - 1, memory_order_relaxed);
+    pthread_mutex_lock(&p->mu);
+    atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
+    pthread_cond_broadcast(&p->cv_work);
+    pthread_mutex_unlock(&p->mu);
+
+    fn(ctx, 0, p->n);
+
+    for (int i = 0; i < SPIN_ITERS; i++) {
+        if (atomic_load_explicit(&p->pending, memory_order_acquire) == 0) return;
+        CPU_RELAX();
+    }
+    pthread_mutex_lock(&p->mu);
+    while (atomic_load_explicit(&p->pending, memory_order_acquire) != 0)
+        pthread_cond_wait(&p->cv_done, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+}
+
+void *tpool_scratch(tpool *p, int ith, size_t bytes)
+{
+    if (!p || ith < 0 || ith >= p->n) return NULL;
+    scratch_slot *s = &p->scratch[ith];
+    if (s->p && s->cap >= bytes) return s->p;
+    size_t cap = (bytes + 63) & ~(size_t)63;
+    if (cap < bytes) return NULL;
+    if (cap == 0) cap = 64;
+    void *np = NULL;
+    if (posix_memalign(&np, 64, cap) != 0) return NULL;
+    free(s->p);
+    s->p = np;
+    s->cap = cap;
+    return np;
+}
+
+size_t tpool_scratch_bytes(const tpool *p)
+{
+    size_t total = 0;
+    for (int i = 0; p && i < p->n; i++) total += p->scratch[i].cap;
+    return total;
+}

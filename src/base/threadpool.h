@@ -1,0 +1,32 @@
+/*
+ * threadpool.h — one worker pool shared by all kernels.
+ *
+ * The pool owns n_threads - 1 workers (the caller is thread 0). tpool_run()
+ * calls fn(ctx, ith, nth) once on each of nth threads and returns when all are
+ * done; workers wait between runs, so no thread is created per token. A kernel
+ * splits its output between threads by ith/nth and must give every output the
+ * same reduction order whatever nth is (batch- and thread-invariance).
+ */
+#ifndef KVI_THREADS_H
+#define KVI_THREADS_H
+
+#include <stddef.h>
+
+typedef struct tpool tpool;
+typedef void (*tpool_fn)(void *ctx, int ith, int nth);
+
+tpool *tpool_create(int n_threads);   /* n_threads <= 0: number of cores */
+void tpool_free(tpool *p);
+int tpool_size(const tpool *p);
+/* Runs fn on all threads of the pool (a NULL pool runs fn(ctx, 0, 1)). */
+void tpool_run(tpool *p, tpool_fn fn, void *ctx);
+int tpool_n_cores(void);
+/* Scratch memory of thread ith (64-byte aligned, at least `bytes`), owned by the pool
+ * and kept between runs; growing it does not preserve the contents. Call it only
+ * from thread ith inside a run (or outside runs). NULL when p is NULL, ith is out of
+ * range or memory is short. */
+void *tpool_scratch(tpool *p, int ith, size_t bytes);
+/* Bytes of per-thread scratch held now, all threads together (memory accounting). */
+size_t tpool_scratch_bytes(const tpool *p);
+
+#endif

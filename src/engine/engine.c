@@ -1,0 +1,587 @@
+/*
+ * engine.c — the public engine API: sequences, batches, kvi_step, statistics.
+ *
+ * An engine owns one model reference, one worker pool, one KV block pool and
+ * the forward scratch. A sequence is a block table plus its length. kvi_step
+ * validates the whole batch first (tokens, order, positions, context), then
+ * reserves every block the rows need; only when all of that succeeded does any
+ * sequence change, so an error leaves every sequence as it was. Batches larger
+ * than n_batch_max run as consecutive forward passes of at most n_batch_max
+ * rows: a row only ever reads positions <= its own, which earlier chunks have
+ * already written, so the split changes no result.
+ *
+ * Sharing (kv_cache.h, kv_prefix.c): the reservation phase also gives each
+ * sequence a private copy of every shared block its rows will write (copy on
+ * write), remembered in cow[] so that a later failure puts the shared block
+ * back; only after every reservation succeeded are the old references dropped
+ * and overwritten indexed blocks unindexed. The commit records each row's token
+ * and indexes the blocks that became full. kvi_step never evicts: a sequence at
+ * n_ctx calls kvi_seq_make_room() (context policy, policy.h) and continues at
+ * the position it returns. For the "heavy" policy, a sequence with exactly one
+ * row in a step (a decode row) accumulates the attention each of its positions
+ * received into recv (summed over layers and heads).
+ */
+#include "kvinfer.h"
+
+#include "engine/engine_int.h"
+#include "base/error.h"
+#include "forward/forward.h"
+#include "kv/kv_cache.h"
+#include "kv/policy/policy.h"
+#include "model/model.h"
+#include "formats/quant.h"
+#include "base/threadpool.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct kvi_seq {
+    kvi_engine *e;
+    kv_table table;
+    int slot;
+    float *recv;             /* [n_ctx] received attention per position (heavy policy), or NULL */
+    uint64_t prefix_hit, prefix_miss, n_evicted;
+    /* per-step bookkeeping, valid only inside kvi_step */
+    uint64_t step_stamp;
+    int32_t step_first, step_last, step_blocks_before, step_rows;
+};
+
+/* A copy on write done during a step's reservation: table block idx of s was old. */
+typedef struct cow_rec {
+    kvi_seq *s;
+    int32_t idx, old;
+} cow_rec;
+
+struct kvi_batch {
+    int32_t cap, n;
+    kvi_seq **seq;     /* [cap] */
+    int32_t *token;    /* [cap] */
+    int32_t *pos;      /* [cap] */
+    bool *want;        /* [cap] */
+};
+
+struct kvi_engine {
+    kvi_model *m;
+    kvi_engine_params p;
+    tpool *pool;
+    kv_pool kv;
+    fwd_ctx *fwd;
+    kvi_seq **slots;           /* [n_seq_max] */
+    uint64_t stamp;
+    /* per-step arrays, [n_batch_max] */
+    const kv_table **tables;
+    int32_t *out_rows;
+    /* logits of the last step */
+    float *logits;             /* [logits_cap][n_vocab] */
+    int32_t logits_cap;
+    int32_t *row_logit;        /* [row_logit_cap] batch row -> logits row or -1 */
+    int32_t row_logit_cap;
+    int32_t n_rows_last;
+    /* sharing and context policy */
+    const kv_policy *policy;
+    kv_policy_params pp;
+    cow_rec *cow;              /* [cow_cap] copies on write of the current step */
+    int32_t cow_cap, n_cow;
+    float **recv_rows;         /* [recv_cap] per batch row: its sequence's recv or NULL */
+    int32_t recv_cap;
+    int32_t *keep;             /* [n_ctx] positions a policy keeps */
+    /* statistics */
+    uint64_t n_steps, n_rows;
+    uint64_t prefix_hit, prefix_miss, n_evicted;
+    double forward_ms;
+};
+
+void kvi_engine_params_default(kvi_engine_params *p)
+{
+    memset(p, 0, sizeof *p);
+    p->n_threads = 0;
+    p->n_ctx = 0;
+    p->kv_type_k = KVI_TYPE_F16;
+    p->kv_type_v = KVI_TYPE_F16;
+    p->kv_block_size = 16;
+    p->kv_budget_bytes = 0;
+    p->n_seq_max = 1;
+    p->n_batch_max = 512;
+    p->prefix_cache = true;
+    p->ctx_policy = "error";
+    p->n_keep = 0;
+    p->n_sink = 4;
+    p->n_window = 0;
+}
+
+void kvi_engine_free(kvi_engine *e)
+{
+    if (!e) return;
+    if (e->slots) {
+        for (int i = 0; i < e->p.n_seq_max; i++)
+            if (e->slots[i]) kvi_seq_free(e->slots[i]);
+        free(e->slots);
+    }
+    fwd_free(e->fwd);
+    kv_pool_free(&e->kv);
+    tpool_free(e->pool);
+    free(e->tables);
+    free(e->out_rows);
+    free(e->logits);
+    free(e->row_logit);
+    free(e->cow);
+    free(e->recv_rows);
+    free(e->keep);
+    free(e);
+}
+
+kvi_engine *kvi_engine_create(kvi_model *m, const kvi_engine_params *params, kvi_error *err)
+{
+    kvi_engine_params p;
+    if (params) p = *params;
+    else kvi_engine_params_default(&p);
+    if (!m || !m->has_weights) {
+        kvi_err_set(err, KVI_E_INVALID, "engine: the model has no weights (vocabulary-only file?)");
+        return NULL;
+    }
+    if (p.n_ctx <= 0) p.n_ctx = m->n_ctx_train > 0 ? m->n_ctx_train : 2048;
+    if (p.kv_block_size <= 0) p.kv_block_size = 16;
+    if (p.n_seq_max <= 0) p.n_seq_max = 1;
+    if (p.n_batch_max <= 0) p.n_batch_max = 512;
+    if (p.n_threads <= 0) p.n_threads = tpool_n_cores();
+    if (p.kv_block_size > 4096 || p.n_ctx > (1 << 24) || p.n_seq_max > (1 << 16) ||
+        p.n_batch_max > (1 << 20) || p.n_threads > 1024) {
+        kvi_err_set(err, KVI_E_INVALID,
+                    "engine: parameter out of range (ctx %d, block %d, seqs %d, batch %d, threads %d)",
+                    p.n_ctx, p.kv_block_size, p.n_seq_max, p.n_batch_max, p.n_threads);
+        return NULL;
+    }
+    if (!kv_layout_type_ok(p.kv_type_k)) {
+        kvi_err_set(err, KVI_E_UNSUPPORTED,
+                    "engine: KV key type %s is not supported (f32, f16, q8_0, q4_0, q4)",
+                    kvi_type_name(p.kv_type_k) ? kvi_type_name(p.kv_type_k) : "?");
+        return NULL;
+    }
+    const kv_policy *policy = kv_policy_find(p.ctx_policy);
+    if (!policy) {
+        kvi_err_set(err, KVI_E_INVALID, "engine: unknown context policy '%s' (%s)", p.ctx_policy,
+                    kv_policy_names());
+        return NULL;
+    }
+    if (p.n_keep < 0 || p.n_sink < 0 || p.n_window < 0) {
+        kvi_err_set(err, KVI_E_INVALID, "engine: negative keep/sink/window (%d, %d, %d)", p.n_keep,
+                    p.n_sink, p.n_window);
+        return NULL;
+    }
+    if (!kv_layout_type_ok(p.kv_type_v)) {
+        kvi_err_set(err, KVI_E_UNSUPPORTED,
+                    "engine: KV value type %s is not supported (f32, f16, q8_0, q4_0, q4)",
+                    kvi_type_name(p.kv_type_v) ? kvi_type_name(p.kv_type_v) : "?");
+        return NULL;
+    }
+
+    kvi_engine *e = calloc(1, sizeof *e);
+    if (!e) {
+        kvi_err_set(err, KVI_E_NOMEM, "engine: out of memory");
+        return NULL;
+    }
+    e->m = m;
+    e->p = p;
+    e->policy = policy;
+    e->pp = (kv_policy_params){.n_ctx = p.n_ctx, .n_keep = p.n_keep, .n_sink = p.n_sink,
+                               .n_window = p.n_window, .block_size = p.kv_block_size};
+    const int kv_dim = m->n_kv_heads * m->head_dim;
+    if (p.kv_budget_bytes == 0) {
+        const size_t blocks_per_seq = ((size_t)p.n_ctx + p.kv_block_size - 1) / p.kv_block_size;
+        e->p.kv_budget_bytes = blocks_per_seq * p.n_seq_max *
+                               kv_layout_block_bytes(m->n_layers, kv_dim, p.kv_block_size,
+                                                     p.kv_type_k, p.kv_type_v);
+    }
+    if (kv_pool_init(&e->kv, m->n_layers, kv_dim, p.kv_block_size, p.kv_type_k, p.kv_type_v,
+                     e->p.kv_budget_bytes, err) != 0)
+        goto fail;
+    e->pool = tpool_create(p.n_threads);
+    e->slots = calloc((size_t)p.n_seq_max, sizeof *e->slots);
+    e->tables = malloc((size_t)p.n_batch_max * sizeof *e->tables);
+    e->out_rows = malloc((size_t)p.n_batch_max * sizeof *e->out_rows);
+    e->keep = malloc((size_t)p.n_ctx * sizeof *e->keep);
+    if (!e->pool || !e->slots || !e->tables || !e->out_rows || !e->keep) {
+        kvi_err_set(err, KVI_E_NOMEM, "engine: out of memory");
+        goto fail;
+    }
+    e->fwd = fwd_create(m, p.n_batch_max, p.fwd_chunk, tpool_size(e->pool), p.kv_block_size, err);
+    if (!e->fwd) goto fail;
+    return e;
+fail:
+    kvi_engine_free(e);
+    return NULL;
+}
+
+const kvi_model *kvi_engine_model(const kvi_engine *e) { return e->m; }
+int kvi_engine_n_ctx(const kvi_engine *e) { return e->p.n_ctx; }
+
+size_t kvi_engine_scratch_bytes(const kvi_engine *e)
+{
+    if (!e) return 0;
+    return fwd_scratch_bytes(e->fwd) + tpool_scratch_bytes(e->pool) +
+           (size_t)e->logits_cap * (size_t)e->m->n_vocab * sizeof(float);
+}
+
+kvi_seq *kvi_seq_create(kvi_engine *e)
+{
+    for (int i = 0; i < e->p.n_seq_max; i++) {
+        if (!e->slots[i]) {
+            kvi_seq *s = calloc(1, sizeof *s);
+            if (!s) return NULL;
+            s->e = e;
+            s->slot = i;
+            if (e->policy->needs_recv) {
+                s->recv = calloc((size_t)e->p.n_ctx, sizeof *s->recv);
+                if (!s->recv) {
+                    free(s);
+                    return NULL;
+                }
+            }
+            e->slots[i] = s;
+            return s;
+        }
+    }
+    return NULL;
+}
+
+void kvi_seq_free(kvi_seq *s)
+{
+    if (!s) return;
+    kv_table_release(&s->e->kv, &s->table);
+    s->e->slots[s->slot] = NULL;
+    free(s->recv);
+    free(s);
+}
+
+kvi_seq *kvi_seq_fork(kvi_seq *s)
+{
+    if (!s) return NULL;
+    kvi_seq *c = kvi_seq_create(s->e);
+    if (!c) return NULL;
+    if (kv_table_share(&s->e->kv, &c->table, &s->table, NULL) != 0) {
+        kvi_seq_free(c);
+        return NULL;
+    }
+    if (s->recv && c->recv) memcpy(c->recv, s->recv, (size_t)s->e->p.n_ctx * sizeof *c->recv);
+    return c;
+}
+
+int32_t kvi_seq_reuse_prefix(kvi_seq *s, const int32_t *tokens, int32_t n)
+{
+    if (!s || (n > 0 && !tokens) || n < 0) return KVI_E_INVALID;
+    kvi_engine *e = s->e;
+    if (s->table.n_pos != 0 || s->table.n_blocks != 0) return KVI_E_INVALID;
+    int32_t held = 0;
+    if (e->p.prefix_cache && n > 1) {
+        /* at least the last token stays to compute; never past the context */
+        int32_t n_max = n - 1 < e->p.n_ctx ? n - 1 : e->p.n_ctx;
+        held = kv_prefix_match(&e->kv, &s->table, tokens, n_max, NULL);
+        if (held < 0) return held;
+    }
+    s->prefix_hit += (uint64_t)held;
+    s->prefix_miss += (uint64_t)(n - held);
+    e->prefix_hit += (uint64_t)held;
+    e->prefix_miss += (uint64_t)(n - held);
+    return held;
+}
+
+int32_t kvi_seq_make_room(kvi_seq *s, int32_t n_needed, kvi_error *err)
+{
+    if (!s || n_needed < 0) return kvi_err_set(err, KVI_E_INVALID, "make_room: bad arguments");
+    kvi_engine *e = s->e;
+    const int32_t n_pos = s->table.n_pos;
+    if ((int64_t)n_pos + n_needed <= e->p.n_ctx) return n_pos;
+    if (n_needed > e->p.n_ctx)
+        return kvi_err_set(err, KVI_E_CONTEXT_FULL,
+                           "context_length_exceeded: %d positions needed, the context holds %d",
+                           n_needed, e->p.n_ctx);
+    const int32_t n_keep = e->policy->select(&e->pp, n_pos, n_needed, s->recv, e->keep, err);
+    if (n_keep < 0) return n_keep;
+    if (n_keep >= n_pos) return n_pos;
+    const kv_rope rope = {e->m->n_rot, e->m->head_dim, e->m->n_kv_heads, e->m->rope_theta, e->m->rope_neox,
+                          e->m->rope_freqs};
+    int rc = kv_policy_apply(&e->kv, &s->table, &rope, e->keep, n_keep, s->recv, err);
+    if (rc) return rc;
+    if (s->recv)
+        memset(s->recv + n_keep, 0, (size_t)(e->p.n_ctx - n_keep) * sizeof *s->recv);
+    s->n_evicted += (uint64_t)(n_pos - n_keep);
+    e->n_evicted += (uint64_t)(n_pos - n_keep);
+    return n_keep;
+}
+
+const int32_t *kvi_seq_tokens(const kvi_seq *s) { return s->table.tokens; }
+
+int32_t kvi_seq_len(const kvi_seq *s) { return s->table.n_pos; }
+
+int kvi_seq_truncate(kvi_seq *s, int32_t n)
+{
+    if (n < 0) return KVI_E_INVALID;
+    if (n < s->table.n_pos) kv_table_truncate(&s->e->kv, &s->table, n);
+    return 0;
+}
+
+/* ---- batches ---- */
+
+kvi_batch *kvi_batch_create(int32_t n_rows_max)
+{
+    if (n_rows_max <= 0) return NULL;
+    kvi_batch *b = calloc(1, sizeof *b);
+    if (!b) return NULL;
+    b->cap = n_rows_max;
+    b->seq = malloc((size_t)n_rows_max * sizeof *b->seq);
+    b->token = malloc((size_t)n_rows_max * sizeof *b->token);
+    b->pos = malloc((size_t)n_rows_max * sizeof *b->pos);
+    b->want = malloc((size_t)n_rows_max * sizeof *b->want);
+    if (!b->seq || !b->token || !b->pos || !b->want) {
+        kvi_batch_free(b);
+        return NULL;
+    }
+    return b;
+}
+
+void kvi_batch_free(kvi_batch *b)
+{
+    if (!b) return;
+    free(b->seq);
+    free(b->token);
+    free(b->pos);
+    free(b->want);
+    free(b);
+}
+
+void kvi_batch_clear(kvi_batch *b) { b->n = 0; }
+int32_t kvi_batch_n_rows(const kvi_batch *b) { return b->n; }
+
+int kvi_batch_add(kvi_batch *b, kvi_seq *s, int32_t token, int32_t pos, bool want_logits)
+{
+    if (b->n >= b->cap || !s) return KVI_E_INVALID;
+    const int32_t i = b->n++;
+    b->seq[i] = s;
+    b->token[i] = token;
+    b->pos[i] = pos;
+    b->want[i] = want_logits;
+    return i;
+}
+
+/* ---- the step ---- */
+
+static int grow_logits(kvi_engine *e, int32_t n_out, int32_t n_rows, kvi_error *err)
+{
+    if (n_out > e->logits_cap) {
+        float *nl = realloc(e->logits, (size_t)n_out * e->m->n_vocab * sizeof(float));
+        if (!nl) return kvi_err_set(err, KVI_E_NOMEM, "engine: cannot allocate logits for %d rows", n_out);
+        e->logits = nl;
+        e->logits_cap = n_out;
+    }
+    if (n_rows > e->row_logit_cap) {
+        int32_t *nr = realloc(e->row_logit, (size_t)n_rows * sizeof *nr);
+        if (!nr) return kvi_err_set(err, KVI_E_NOMEM, "engine: out of memory");
+        e->row_logit = nr;
+        e->row_logit_cap = n_rows;
+    }
+    return 0;
+}
+
+int kvi_step(kvi_engine *e, kvi_batch *b, kvi_error *err)
+{
+    const double t0 = kvi_time_ms();
+    e->n_rows_last = 0;
+    if (!b || b->n == 0) return kvi_err_set(err, KVI_E_BAD_BATCH, "step: empty batch");
+    const uint64_t stamp = ++e->stamp;
+    int32_t n_out = 0;
+
+    /* 1. validate every row; per sequence, positions must be consecutive */
+    for (int32_t i = 0; i < b->n; i++) {
+        kvi_seq *s = b->seq[i];
+        if (s->e != e) return kvi_err_set(err, KVI_E_BAD_BATCH, "step: row %d: sequence of another engine", i);
+        if (b->token[i] < 0 || b->token[i] >= e->m->n_vocab)
+            return kvi_err_set(err, KVI_E_BAD_BATCH, "step: row %d: token id %d out of range [0, %d)", i,
+                               b->token[i], e->m->n_vocab);
+        if (b->pos[i] < 0) return kvi_err_set(err, KVI_E_BAD_BATCH, "step: row %d: negative position", i);
+        if (b->pos[i] >= e->p.n_ctx)
+            return kvi_err_set(err, KVI_E_CONTEXT_FULL,
+                               "context_length_exceeded: step: row %d: position %d is past the "
+                               "context size %d", i, b->pos[i],
+                               e->p.n_ctx);
+        if (s->step_stamp != stamp) {
+            if (b->pos[i] > s->table.n_pos)
+                return kvi_err_set(err, KVI_E_BAD_BATCH,
+                                   "step: row %d: position %d leaves a gap (sequence holds %d positions)",
+                                   i, b->pos[i], s->table.n_pos);
+            s->step_stamp = stamp;
+            s->step_first = b->pos[i];
+            s->step_rows = 0;
+        } else if (b->pos[i] != s->step_last + 1) {
+            return kvi_err_set(err, KVI_E_BAD_BATCH,
+                               "step: row %d: position %d does not follow %d of the same sequence", i,
+                               b->pos[i], s->step_last);
+        }
+        s->step_last = b->pos[i];
+        s->step_rows++;
+        if (b->want[i]) n_out++;
+    }
+    int rc = grow_logits(e, n_out > 0 ? n_out : 1, b->n, err);
+    if (rc) return rc;
+
+    /* 2. reserve blocks for every sequence: private copies of the shared blocks
+     * its rows write, then new blocks; undo all on failure */
+    if (e->cow_cap < 2 * b->n + 2) {
+        cow_rec *nc = realloc(e->cow, (size_t)(2 * b->n + 2) * sizeof *nc);
+        if (!nc) return kvi_err_set(err, KVI_E_NOMEM, "engine: out of memory");
+        e->cow = nc;
+        e->cow_cap = 2 * b->n + 2;
+    }
+    if (e->recv_cap < b->n) {
+        float **nr = realloc(e->recv_rows, (size_t)b->n * sizeof *nr);
+        if (!nr) return kvi_err_set(err, KVI_E_NOMEM, "engine: out of memory");
+        e->recv_rows = nr;
+        e->recv_cap = b->n;
+    }
+    e->n_cow = 0;
+    ++e->stamp;
+    const int bs = e->p.kv_block_size;
+    for (int32_t i = 0; i < b->n; i++) {
+        kvi_seq *s = b->seq[i];
+        if (s->step_stamp == e->stamp) continue;
+        s->step_stamp = e->stamp;
+        s->step_blocks_before = s->table.n_blocks;
+        const int32_t w1 = s->step_last / bs < s->table.n_blocks ? s->step_last / bs : s->table.n_blocks - 1;
+        rc = 0;
+        for (int32_t k = s->step_first / bs; k <= w1 && rc == 0; k++) {
+            if (e->kv.refcount[s->table.blocks[k]] <= 1) continue;
+            cow_rec *c = &e->cow[e->n_cow];
+            rc = kv_table_cow(&e->kv, &s->table, k, &c->old, err);
+            if (rc == 0) {
+                c->s = s;
+                c->idx = k;
+                e->n_cow++;
+            }
+        }
+        if (rc == 0) rc = kv_table_reserve(&e->kv, &s->table, s->step_last + 1, err);
+        if (rc) {
+            for (int32_t j = 0; j <= i; j++) {
+                kvi_seq *u = b->seq[j];
+                if (u->step_stamp != e->stamp) continue;
+                u->step_stamp = 0;
+                kv_table_drop_blocks(&e->kv, &u->table, u->step_blocks_before);
+            }
+            for (int32_t c = e->n_cow - 1; c >= 0; c--) {
+                kv_table *t = &e->cow[c].s->table;
+                kv_pool_unref(&e->kv, t->blocks[e->cow[c].idx]);
+                t->blocks[e->cow[c].idx] = e->cow[c].old;
+            }
+            e->n_cow = 0;
+            return rc;
+        }
+    }
+    /* every reservation holds: drop the shared originals, unindex what gets overwritten */
+    for (int32_t c = 0; c < e->n_cow; c++) kv_pool_unref(&e->kv, e->cow[c].old);
+    for (int32_t i = 0; i < b->n; i++) {
+        kvi_seq *s = b->seq[i];
+        const int32_t w1 = s->step_last / bs < s->step_blocks_before ? s->step_last / bs : s->step_blocks_before - 1;
+        for (int32_t k = s->step_first / bs; k <= w1; k++) kv_prefix_remove(&e->kv, s->table.blocks[k]);
+    }
+    for (int32_t i = 0; i < b->n; i++) {
+        kvi_seq *s = b->seq[i];
+        e->recv_rows[i] = s->recv && s->step_rows == 1 ? s->recv : NULL;
+    }
+
+    /* 3. the forward passes, n_batch_max rows at a time */
+    int32_t o = 0;
+    for (int32_t start = 0; start < b->n; start += e->p.n_batch_max) {
+        const int32_t n = (b->n - start) < e->p.n_batch_max ? (b->n - start) : e->p.n_batch_max;
+        int32_t n_out_chunk = 0;
+        for (int32_t i = 0; i < n; i++) {
+            e->tables[i] = &b->seq[start + i]->table;
+            e->row_logit[start + i] = -1;
+            if (b->want[start + i]) {
+                e->out_rows[n_out_chunk++] = i;
+                e->row_logit[start + i] = o + n_out_chunk - 1;
+            }
+        }
+        const fwd_rows rows = {
+            .n = n, .tokens = b->token + start, .pos = b->pos + start, .tables = e->tables,
+            .n_out = n_out_chunk, .out_rows = e->out_rows,
+            .logits = e->logits + (size_t)o * e->m->n_vocab,
+            .recv = e->recv_rows + start,
+        };
+        fwd_run(e->fwd, e->pool, &e->kv, &rows);
+        o += n_out_chunk;
+    }
+
+    /* 4. commit: each sequence now holds positions 0..last, with their tokens;
+     * blocks that became full join the prefix index */
+    for (int32_t i = 0; i < b->n; i++) b->seq[i]->table.tokens[b->pos[i]] = b->token[i];
+    for (int32_t i = 0; i < b->n; i++) {
+        kvi_seq *s = b->seq[i];
+        if (s->step_stamp == 0) continue;
+        s->step_stamp = 0;
+        kv_table_truncate(&e->kv, &s->table, s->step_last + 1);
+        s->table.n_pos = s->step_last + 1;
+        if (e->p.prefix_cache) kv_prefix_index_table(&e->kv, &s->table, s->step_first / bs);
+    }
+    e->n_rows_last = b->n;
+    e->n_steps++;
+    e->n_rows += (uint64_t)b->n;
+    e->forward_ms += kvi_time_ms() - t0;
+    return 0;
+}
+
+const float *kvi_logits(const kvi_engine *e, int32_t row)
+{
+    if (row < 0 || row >= e->n_rows_last) return NULL;
+    const int32_t o = e->row_logit[row];
+    return o < 0 ? NULL : e->logits + (size_t)o * e->m->n_vocab;
+}
+
+kv_pool *engine_kv_pool(kvi_engine *e) { return &e->kv; }
+kv_table *engine_seq_table(kvi_seq *s) { return &s->table; }
+kvi_engine *engine_seq_engine(const kvi_seq *s) { return s->e; }
+bool engine_prefix_cache_on(const kvi_engine *e) { return e->p.prefix_cache; }
+void kvi_engine_parallel_for(kvi_engine *e, void (*fn)(void *ctx, int ith, int nth), void *ctx)
+{
+    tpool_run(e->pool, fn, ctx);
+}
+const float *engine_seq_recv(const kvi_seq *s) { return s->recv; }
+
+void kvi_stats_get(const kvi_engine *e, const kvi_seq *s, kvi_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    const kv_pool *kv = &e->kv;
+    out->kv_bytes_per_token = kv_pool_bytes_per_token(kv);
+    out->kv_block_size = kv->block_size;
+    out->kv_blocks_total = kv->n_blocks_max;
+    out->kv_bytes_budget = (size_t)kv->n_blocks_max * kv->block_bytes;
+    out->kv_bytes_allocated = kv_pool_bytes_allocated(kv);
+    out->kv_bytes_block = kv->block_bytes;
+    out->kv_blocks_cached = kv->n_cached;
+    out->kv_blocks_free = kv->n_free;
+    out->n_cow = kv->n_cow;
+    out->n_lru_evicted = kv->n_lru_evicted;
+    out->kv_bytes_tail = kv_pool_bytes_tails(kv);
+    out->n_steps = e->n_steps;
+    out->n_rows = e->n_rows;
+    out->forward_ms = e->forward_ms;
+    if (s) {
+        out->kv_blocks_used = s->table.n_blocks;
+        out->kv_bytes = (size_t)s->table.n_blocks * kv->block_bytes;
+        out->n_tokens = s->table.n_pos;
+        for (int32_t i = 0; i < s->table.n_blocks; i++)
+            if (kv->refcount[s->table.blocks[i]] > 1) out->kv_blocks_shared++;
+        out->prefix_hit_tokens = s->prefix_hit;
+        out->prefix_miss_tokens = s->prefix_miss;
+        out->n_evicted = s->n_evicted;
+        out->kv_bytes_tail = s->table.tail ? kv->tail_bytes : 0;
+    } else {
+        out->kv_blocks_used = kv->n_used;
+        out->kv_bytes = (size_t)kv->n_used * kv->block_bytes;
+        for (int i = 0; i < e->p.n_seq_max; i++)
+            if (e->slots[i]) out->n_tokens += e->slots[i]->table.n_pos;
+        for (int32_t b = 0; b < kv->n_alloc; b++)
+            if (kv->refcount[b] > 1) out->kv_blocks_shared++;
+        out->prefix_hit_tokens = e->prefix_hit;
+        out->prefix_miss_tokens = e->prefix_miss;
+        out->n_evicted = e->n_evicted;
+    }
+}

@@ -1,0 +1,73 @@
+/*
+ * quant.h — block formats of the weight and cache types, conversion to and from
+ * f32 (scalar reference code), and the half-precision helpers.
+ *
+ * Layouts follow GGUF/ggml exactly; each block struct has a size assertion.
+ * A row of n elements of type t occupies kvi_row_bytes(t, n) bytes, which is only
+ * defined when n is a multiple of the type's block size.
+ */
+#ifndef KVI_QUANT_H
+#define KVI_QUANT_H
+
+#include "kvinfer_types.h"
+#include <stdint.h>
+#include <stddef.h>
+
+#define QK4_0 32
+#define QK4_1 32
+#define QK5_0 32
+#define QK5_1 32
+#define QK8_0 32
+#define QK8_1 32
+#define QK_K 256
+#define K_SCALE_SIZE 12
+
+typedef uint16_t kvi_f16;   /* IEEE half, stored */
+typedef uint16_t kvi_bf16;  /* bfloat16, stored */
+
+typedef struct { kvi_f16 d; uint8_t qs[QK4_0 / 2]; } block_q4_0;
+typedef struct { kvi_f16 d, m; uint8_t qs[QK4_1 / 2]; } block_q4_1;
+typedef struct { kvi_f16 d; uint8_t qh[4]; uint8_t qs[QK5_0 / 2]; } block_q5_0;
+typedef struct { kvi_f16 d, m; uint8_t qh[4]; uint8_t qs[QK5_1 / 2]; } block_q5_1;
+typedef struct { kvi_f16 d; int8_t qs[QK8_0]; } block_q8_0;
+typedef struct { kvi_f16 d, s; int8_t qs[QK8_1]; } block_q8_1;
+typedef struct { uint8_t scales[QK_K / 16]; uint8_t qs[QK_K / 4]; kvi_f16 d, dmin; } block_q2_K;
+typedef struct { uint8_t hmask[QK_K / 8]; uint8_t qs[QK_K / 4]; uint8_t scales[12]; kvi_f16 d; } block_q3_K;
+typedef struct { kvi_f16 d, dmin; uint8_t scales[K_SCALE_SIZE]; uint8_t qs[QK_K / 2]; } block_q4_K;
+typedef struct { kvi_f16 d, dmin; uint8_t scales[K_SCALE_SIZE]; uint8_t qh[QK_K / 8]; uint8_t qs[QK_K / 2]; } block_q5_K;
+typedef struct { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; kvi_f16 d; } block_q6_K;
+typedef struct { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; } block_q8_K;
+
+_Static_assert(sizeof(block_q4_0) == 18, "block_q4_0 size");
+_Static_assert(sizeof(block_q4_1) == 20, "block_q4_1 size");
+_Static_assert(sizeof(block_q5_0) == 22, "block_q5_0 size");
+_Static_assert(sizeof(block_q5_1) == 24, "block_q5_1 size");
+_Static_assert(sizeof(block_q8_0) == 34, "block_q8_0 size");
+_Static_assert(sizeof(block_q8_1) == 36, "block_q8_1 size");
+_Static_assert(sizeof(block_q2_K) == 84, "block_q2_K size");
+_Static_assert(sizeof(block_q3_K) == 110, "block_q3_K size");
+_Static_assert(sizeof(block_q4_K) == 144, "block_q4_K size");
+_Static_assert(sizeof(block_q5_K) == 176, "block_q5_K size");
+_Static_assert(sizeof(block_q6_K) == 210, "block_q6_K size");
+_Static_assert(sizeof(block_q8_K) == 292, "block_q8_K size");
+
+/* Elements per block (1 for F32/F16/BF16); 0 for an unknown type. */
+int64_t kvi_type_block_elems(kvi_type t);
+/* Bytes per block; 0 for an unknown type. */
+size_t kvi_type_block_bytes(kvi_type t);
+bool kvi_type_is_known(kvi_type t);
+/* Bytes of a row of n elements; 0 when n is not a multiple of the block size. */
+size_t kvi_row_bytes(kvi_type t, int64_t n);
+
+float kvi_f16_to_f32(kvi_f16 h);
+kvi_f16 kvi_f32_to_f16(float f);     /* round to nearest even */
+float kvi_bf16_to_f32(kvi_bf16 h);
+kvi_bf16 kvi_f32_to_bf16(float f);   /* round to nearest even */
+
+/* Reference dequantisation of n elements (n a multiple of the block size). */
+void kvi_dequant_row(kvi_type t, const void *src, float *dst, int64_t n);
+/* Quantises n floats. Supported: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q8_K
+ * Q2_K Q3_K Q4_K Q5_K Q6_K. Returns 0 or KVI_E_UNSUPPORTED / KVI_E_INVALID. */
+int kvi_quantize_row(kvi_type t, const float *src, void *dst, int64_t n);
+
+#endif

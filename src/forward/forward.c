@@ -1,0 +1,342 @@
+/*
+ * forward.c — the transformer over a batch of rows (llama / qwen2).
+ *
+ * For n rows (any mix of prefill chunks and decode rows of any sequences):
+ *
+ *   x = embed(tokens)                                   x    [n][dim]
+ *   for each layer:
+ *     xb = rmsnorm(x) * attn_norm                       xb   [n][dim]
+ *     q = xb Wq^T (+bq), k = xb Wk^T (+bk),             q    [n][n_heads * head_dim]
+ *     v = xb Wv^T (+bv)     -- one matrix product       k, v [n][kv_dim]
+ *                              over all rows
+ *     RoPE(q, k) at each row's position
+ *     K, V of each row -> its sequence's KV blocks at its position
+ *     att = attention of each row over its sequence's  att  [n][n_heads * head_dim]
+ *           cached positions 0..pos (the causal mask is implied by the position)
+ *     x += att Wo^T
+ *     xb = rmsnorm(x) * ffn_norm
+ *     x += (silu(xb Wgate^T) * (xb Wup^T)) Wdown^T      hg, hu [n][ffn_dim]
+ *   logits = rmsnorm(x[out rows]) * output_norm  Wout^T logits [n_out][n_vocab]
+ *
+ * Nothing here knows whether a row is "prefill" or "decode". Every row's result
+ * depends only on its own inputs and its sequence's cache, computed in a fixed
+ * order, so a row gives the same bits alone or inside any batch.
+ *
+ * Memory: only x (and the RoPE tables) hold every row. Each layer runs over the rows
+ * in chunks of `chunk` rows (xb, q, k, v, att, hg, hu hold one chunk), chunk sized
+ * so that those buffers stay near FWD_CHUNK_BYTES: a 1000-row prefill of a 1B model
+ * would otherwise hold ~100 MB of activations. A chunk's rows write their K, V and
+ * then attend; rows of one sequence come in position order, so every position a row
+ * reads was written by its own or an earlier chunk, and the batch invariance above
+ * makes the chunked pass bit-identical to an unchunked one.
+ */
+#include "forward/forward.h"
+
+#include "attention/attention.h"
+#include "base/error.h"
+#include "kernels/kernels.h"
+#include "kv/kv_quant.h"
+#include "formats/quant.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Target bytes of the per-chunk activations (xb, q, k, v, att, hg, hu). */
+#define FWD_CHUNK_BYTES ((size_t)16 << 20)
+#define FWD_CHUNK_ALIGN 16   /* rows; the GEMM's row tile */
+
+struct fwd_ctx {
+    const struct kvi_model *m;
+    int n_rows_max;
+    int chunk;      /* rows per chunk, 1..n_rows_max */
+    float *x;       /* [n_rows_max][dim] residual stream */
+    float *xb;      /* [chunk][dim] normed input of a sub-layer */
+    float *q;       /* [chunk][n_heads * head_dim] */
+    float *k;       /* [chunk][kv_dim] */
+    float *v;       /* [chunk][kv_dim] */
+    float *att;     /* [chunk][n_heads * head_dim] attention output */
+    float *hg;      /* [chunk][ffn_dim] gate */
+    float *hu;      /* [chunk][ffn_dim] up */
+    float *rc, *rs; /* [n_rows_max][n_rot / 2] RoPE cos, sin per row */
+    float *inv_freq;/* [n_rot / 2] */
+    size_t bytes;
+    attn_scratch *attn;
+    kv_stash stash; /* q4 key groups a layer's rows still read in f16 (kv_quant.h) */
+};
+
+static float *falloc(fwd_ctx *f, size_t n, bool *ok)
+{
+    void *p = NULL;
+    size_t bytes = ((n * sizeof(float)) + 63) & ~(size_t)63;
+    if (bytes == 0) bytes = 64;
+    if (posix_memalign(&p, 64, bytes) != 0) {
+        *ok = false;
+        return NULL;
+    }
+    f->bytes += bytes;
+    return p;
+}
+
+void fwd_free(fwd_ctx *f)
+{
+    if (!f) return;
+    free(f->x);
+    free(f->xb);
+    free(f->q);
+    free(f->k);
+    free(f->v);
+    free(f->att);
+    free(f->hg);
+    free(f->hu);
+    free(f->rc);
+    free(f->rs);
+    free(f->inv_freq);
+    attn_scratch_free(f->attn);
+    kv_stash_free(&f->stash);
+    free(f);
+}
+
+fwd_ctx *fwd_create(const struct kvi_model *m, int n_rows_max, int force_chunk, int n_threads, int block_size,
+                    kvi_error *err)
+{
+    fwd_ctx *f = calloc(1, sizeof *f);
+    if (!f) {
+        kvi_err_set(err, KVI_E_NOMEM, "forward: out of memory");
+        return NULL;
+    }
+    f->m = m;
+    f->n_rows_max = n_rows_max;
+    const size_t n = (size_t)n_rows_max;
+    const size_t qd = (size_t)m->n_heads * m->head_dim, kvd = (size_t)m->n_kv_heads * m->head_dim;
+    const size_t row_bytes = ((size_t)m->dim + 2 * qd + 2 * kvd + 2 * (size_t)m->ffn_dim) * sizeof(float);
+    size_t chunk = FWD_CHUNK_BYTES / row_bytes;
+    chunk = chunk > FWD_CHUNK_ALIGN ? chunk / FWD_CHUNK_ALIGN * FWD_CHUNK_ALIGN : FWD_CHUNK_ALIGN;
+    /* a caller's chunk (kvi_engine_params.fwd_chunk: tests of the chunked path) */
+    if (force_chunk > 0) chunk = (size_t)force_chunk;
+    if (chunk > n) chunk = n;
+    f->chunk = (int)chunk;
+    bool ok = true;
+    f->x = falloc(f, n * m->dim, &ok);
+    f->xb = falloc(f, chunk * m->dim, &ok);
+    f->q = falloc(f, chunk * qd, &ok);
+    f->k = falloc(f, chunk * kvd, &ok);
+    f->v = falloc(f, chunk * kvd, &ok);
+    f->att = falloc(f, chunk * qd, &ok);
+    f->hg = falloc(f, chunk * m->ffn_dim, &ok);
+    f->hu = falloc(f, chunk * m->ffn_dim, &ok);
+    f->rc = falloc(f, n * (m->n_rot / 2), &ok);
+    f->rs = falloc(f, n * (m->n_rot / 2), &ok);
+    f->inv_freq = falloc(f, (size_t)(m->n_rot / 2), &ok);
+    f->attn = attn_scratch_create(n_threads, block_size, m->head_dim, m->n_heads, m->n_kv_heads,
+                                  (int)kvd);
+    if (!ok || !f->attn) {
+        fwd_free(f);
+        kvi_err_set(err, KVI_E_NOMEM, "forward: cannot allocate scratch for %d rows", n_rows_max);
+        return NULL;
+    }
+    for (int i = 0; i < m->n_rot / 2; i++) {
+        double fr = pow((double)m->rope_theta, -2.0 * i / (double)m->n_rot);
+        if (m->rope_freqs) fr /= m->rope_freqs[i];
+        f->inv_freq[i] = (float)fr;
+    }
+    return f;
+}
+
+size_t fwd_scratch_bytes(const fwd_ctx *f) { return f->bytes; }
+
+/* Elementwise helpers work 4 lanes at a time with GCC/Clang vector types (SSE2 on
+ * any x86-64, no target flags): each lane computes the scalar tail's expression,
+ * with no fused multiply-add (the build targets no FMA), so the bits do not
+ * depend on a row's length or place in the batch. */
+typedef float v4f __attribute__((vector_size(16)));
+static v4f ld4(const float *p)
+{
+    v4f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+static void st4(float *p, v4f v) { memcpy(p, &v, sizeof v); }
+
+/* x[i] += y[i], x and y not overlapping */
+static void add_into(float *x, const float *y, size_t n)
+{
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) st4(x + i, ld4(x + i) + ld4(y + i));
+    for (; i < n; i++) x[i] += y[i];
+}
+
+/* ss[k] = sum over i in order of (double)x^2 of row k of x [4][dim]: four independent
+ * chains, each the one-row loop's sequence of roundings (the latency of one chain,
+ * not its arithmetic, bounds the one-row loop) */
+static void sumsq4(const float *x, int dim, double ss[4])
+{
+    const float *x0 = x, *x1 = x + dim, *x2 = x + 2 * (size_t)dim, *x3 = x + 3 * (size_t)dim;
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (int i = 0; i < dim; i++) {
+        s0 += (double)x0[i] * x0[i];
+        s1 += (double)x1[i] * x1[i];
+        s2 += (double)x2[i] * x2[i];
+        s3 += (double)x3[i] * x3[i];
+    }
+    ss[0] = s0, ss[1] = s1, ss[2] = s2, ss[3] = s3;
+}
+
+/* out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w (out may be x) */
+static void rmsnorm_rows(float *out, const float *x, const float *w, int n, int dim, float eps)
+{
+    double ss4[4];
+    for (int r = 0; r < n; r++) {
+        const float *xr = x + (size_t)r * dim;
+        float *o = out + (size_t)r * dim;
+        double ss = 0;   /* in order: the sum's rounding fixes the bits */
+        const int g = r - r % 4;   /* first row of r's group of 4 */
+        if (g + 4 <= n) {
+            if (r == g) sumsq4(xr, dim, ss4);   /* before any of the 4 rows is written */
+            ss = ss4[r - g];
+        } else {
+            for (int i = 0; i < dim; i++) ss += (double)xr[i] * xr[i];
+        }
+        const float s = (float)(1.0 / sqrt(ss / dim + eps));
+        int i = 0;
+        for (; i + 4 <= dim; i += 4) st4(o + i, ld4(xr + i) * s * ld4(w + i));
+        for (; i < dim; i++) o[i] = xr[i] * s * w[i];
+    }
+}
+
+static void add_bias(float *y, const float *b, int n, int d)
+{
+    if (!b) return;
+    for (int r = 0; r < n; r++)
+        for (int i = 0; i < d; i++) y[(size_t)r * d + i] += b[i];
+}
+
+/* One head v [head_dim]: pair i = (v[a], v[b]) rotated by (c[i], s[i]), with (a, b) =
+ * (i, i + half) for NeoX, (2i, 2i + 1) otherwise; 4 pairs a step (odd/even lanes
+ * split and merged back for the interleaved layout), the rest one by one. */
+static void rope_head(float *v, const float *c, const float *s, int half, bool neox)
+{
+    int i = 0;
+    if (neox) {
+        for (; i + 4 <= half; i += 4) {
+            const v4f v0 = ld4(v + i), v1 = ld4(v + i + half), ci = ld4(c + i), si = ld4(s + i);
+            st4(v + i, v0 * ci - v1 * si);
+            st4(v + i + half, v0 * si + v1 * ci);
+        }
+    } else {
+        for (; i + 4 <= half; i += 4) {
+            const v4f p0 = ld4(v + 2 * i), p1 = ld4(v + 2 * i + 4), ci = ld4(c + i), si = ld4(s + i);
+            const v4f v0 = __builtin_shufflevector(p0, p1, 0, 2, 4, 6);
+            const v4f v1 = __builtin_shufflevector(p0, p1, 1, 3, 5, 7);
+            const v4f r0 = v0 * ci - v1 * si, r1 = v0 * si + v1 * ci;
+            st4(v + 2 * i, __builtin_shufflevector(r0, r1, 0, 4, 1, 5));
+            st4(v + 2 * i + 4, __builtin_shufflevector(r0, r1, 2, 6, 3, 7));
+        }
+    }
+    for (; i < half; i++) {
+        const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+        const float v0 = v[a], v1 = v[b];
+        v[a] = v0 * c[i] - v1 * s[i];
+        v[b] = v0 * s[i] + v1 * c[i];
+    }
+}
+
+/* Rotates pairs of every head of rows x [n][n_h * head_dim], batch rows r0.. */
+static void rope_rows(const fwd_ctx *f, float *x, int r0, int n, int n_h)
+{
+    const struct kvi_model *m = f->m;
+    const int hd = m->head_dim, half = m->n_rot / 2;
+    for (int r = 0; r < n; r++) {
+        const float *c = f->rc + (size_t)(r0 + r) * half, *s = f->rs + (size_t)(r0 + r) * half;
+        for (int h = 0; h < n_h; h++) rope_head(x + ((size_t)r * n_h + h) * hd, c, s, half, m->rope_neox);
+    }
+}
+
+/* One layer over rows [r0, r0 + n) of the batch (a chunk; see the file comment). */
+static void layer_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *rows, int l, int r0,
+                        int n)
+{
+    const struct kvi_model *m = f->m;
+    const kvi_layer *L = &m->layers[l];
+    const int dim = m->dim, ffn = m->ffn_dim, hd = m->head_dim;
+    const int qd = m->n_heads * hd, kvd = m->n_kv_heads * hd;
+    float *x = f->x + (size_t)r0 * dim;   /* [n][dim] this chunk's residual rows */
+
+    /* attention block */
+    rmsnorm_rows(f->xb, x, L->attn_norm, n, dim, m->rms_eps);
+    {   /* one quantisation of xb for the three products (bits as three kvi_matmul) */
+        const kvi_tensor *w3[3] = {&L->wq, &L->wk, &L->wv};
+        float *const y3[3] = {f->q, f->k, f->v};
+        const int64_t ld3[3] = {qd, kvd, kvd};
+        kvi_matmul_multi(pool, 3, w3, f->xb, dim, n, y3, ld3);
+    }
+    add_bias(f->q, L->bq, n, qd);
+    add_bias(f->k, L->bk, n, kvd);
+    add_bias(f->v, L->bv, n, kvd);
+    rope_rows(f, f->q, r0, n, m->n_heads);
+    rope_rows(f, f->k, r0, n, m->n_kv_heads);
+
+    /* K and V appended to the cache, then every row reads its own sequence back */
+    for (int r = 0; r < n; r++) {
+        kv_table *t = (kv_table *)rows->tables[r0 + r];
+        kv_write_row_batch(kv, t, l, 0, rows->pos[r0 + r], f->k + (size_t)r * kvd, &f->stash);
+        kv_write_row_batch(kv, t, l, 1, rows->pos[r0 + r], f->v + (size_t)r * kvd, &f->stash);
+    }
+    const attn_args aa = {
+        .kv = kv, .layer = l, .n_rows = n, .tables = rows->tables + r0, .pos = rows->pos + r0,
+        .q = f->q, .out = f->att, .n_heads = m->n_heads, .n_kv_heads = m->n_kv_heads,
+        .stash = &f->stash,
+        .head_dim = hd, .recv = rows->recv ? rows->recv + r0 : NULL,
+    };
+    attention_rows(pool, f->attn, &aa);
+
+    /* x += att Wo^T (xb reused as the projection output) */
+    kvi_matmul(pool, &L->wo, f->att, qd, n, f->xb, dim);
+    add_into(x, f->xb, (size_t)n * dim);
+
+    /* feed-forward block: SwiGLU */
+    rmsnorm_rows(f->xb, x, L->ffn_norm, n, dim, m->rms_eps);
+    {
+        const kvi_tensor *w2[2] = {&L->w_gate, &L->w_up};
+        float *const y2[2] = {f->hg, f->hu};
+        const int64_t ld2[2] = {ffn, ffn};
+        kvi_matmul_multi(pool, 2, w2, f->xb, dim, n, y2, ld2);
+    }
+    for (size_t i = 0; i < (size_t)n * ffn; i++) {
+        const float g = f->hg[i];
+        f->hg[i] = g / (1.0f + expf(-g)) * f->hu[i];
+    }
+    kvi_matmul(pool, &L->w_down, f->hg, ffn, n, f->xb, dim);
+    add_into(x, f->xb, (size_t)n * dim);
+}
+
+void fwd_run(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *rows)
+{
+    const struct kvi_model *m = f->m;
+    const int n = rows->n, dim = m->dim, half = m->n_rot / 2;
+
+    for (int r = 0; r < n; r++) {
+        kvi_tensor_get_row(&m->tok_embd, rows->tokens[r], f->x + (size_t)r * dim);
+        for (int i = 0; i < half; i++) {
+            const double ang = (double)rows->pos[r] * f->inv_freq[i];
+            f->rc[(size_t)r * half + i] = (float)cos(ang);
+            f->rs[(size_t)r * half + i] = (float)sin(ang);
+        }
+    }
+
+    for (int l = 0; l < m->n_layers; l++) {
+        kv_stash_begin(&f->stash, l);   /* once per layer: chunks of one batch share it */
+        for (int r0 = 0; r0 < n; r0 += f->chunk)
+            layer_chunk(f, pool, kv, rows, l, r0, n - r0 < f->chunk ? n - r0 : f->chunk);
+    }
+
+    /* logits only for the rows that asked, a chunk at a time: gather, norm, project */
+    for (int o0 = 0; o0 < rows->n_out; o0 += f->chunk) {
+        const int no = rows->n_out - o0 < f->chunk ? rows->n_out - o0 : f->chunk;
+        for (int o = 0; o < no; o++)
+            memcpy(f->xb + (size_t)o * dim, f->x + (size_t)rows->out_rows[o0 + o] * dim,
+                   (size_t)dim * sizeof(float));
+        rmsnorm_rows(f->xb, f->xb, m->output_norm, no, dim, m->rms_eps);
+        kvi_matmul(pool, &m->output, f->xb, dim, no, rows->logits + (size_t)o0 * m->n_vocab, m->n_vocab);
+    }
+}

@@ -1,0 +1,40 @@
+/*
+ * forward.h — one transformer pass over a batch of rows.
+ *
+ * A row is (token, position, block table of its sequence). Prefill rows and
+ * decode rows are the same thing here: a prompt contributes many rows, a decoding
+ * sequence one. The caller has reserved KV blocks for every row's position.
+ */
+#ifndef KVI_FORWARD_H
+#define KVI_FORWARD_H
+
+#include "kv/kv_cache.h"
+#include "model/model.h"
+#include "base/threadpool.h"
+
+typedef struct fwd_rows {
+    int n;                            /* rows, <= the n_rows_max of fwd_create */
+    const int32_t *tokens;            /* [n] */
+    const int32_t *pos;               /* [n] */
+    const kv_table *const *tables;    /* [n] the row's sequence */
+    int n_out;                        /* rows that want logits */
+    const int32_t *out_rows;          /* [n_out] row indices, increasing */
+    float *logits;                    /* [n_out][n_vocab] */
+    float *const *recv;               /* [n] per row: received attention out ([pos + 1],
+                                         accumulated; see attn_args), or NULL; NULL: none */
+} fwd_rows;
+
+typedef struct fwd_ctx fwd_ctx;
+
+/* chunk: rows per chunk of the pass, 0 to size it by FWD_CHUNK_BYTES of scratch */
+fwd_ctx *fwd_create(const struct kvi_model *m, int n_rows_max, int chunk, int n_threads, int block_size,
+                    kvi_error *err);
+void fwd_free(fwd_ctx *f);
+/* Bytes of scratch memory held (activations, attention tiles). */
+size_t fwd_scratch_bytes(const fwd_ctx *f);
+
+/* Runs every layer over the rows: K and V of each row are written into the cache
+ * at its position, then each row attends to its sequence's positions 0..pos. */
+void fwd_run(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *rows);
+
+#endif

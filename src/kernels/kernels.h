@@ -1,0 +1,65 @@
+/*
+ * kernels.h — dot products and matrix products over any weight type, with a
+ * scalar reference for each and SIMD paths chosen at run time.
+ *
+ * Determinism: every output element is reduced in an order that depends only on
+ * the vector length and the ISA, never on how many rows share the call or how
+ * many threads run it. So a row computed alone equals the same row inside any
+ * batch, bit for bit.
+ */
+#ifndef KVI_KERNELS_H
+#define KVI_KERNELS_H
+
+#include "kvinfer_types.h"
+#include "base/threadpool.h"
+#include <stdint.h>
+
+typedef enum kvi_isa { KVI_ISA_SCALAR = 0, KVI_ISA_AVX2 = 1, KVI_ISA_AVX512 = 2 } kvi_isa;
+
+kvi_isa kvi_isa_detect(void);          /* the best the CPU supports */
+kvi_isa kvi_isa_active(void);          /* detect, lowered by kvi_isa_set */
+void kvi_isa_set(kvi_isa isa);         /* tests: force a path (capped at detect) */
+const char *kvi_isa_str(kvi_isa isa);
+
+/* A weight matrix [n_out][n_in] of type `type`: row j holds n_in elements,
+ * kvi_row_bytes(type, n_in) bytes apart. 1-D vectors have n_out = 1. */
+typedef struct kvi_tensor {
+    const void *data;
+    kvi_type type;
+    int64_t n_in;    /* row length (GGUF ne[0]) */
+    int64_t n_out;   /* number of rows (GGUF ne[1]) */
+    int layout;      /* KVI_LAYOUT_*: how the bytes are arranged (0: rows) */
+} kvi_tensor;
+
+/* KVI_LAYOUT_ROWS: row j at data + j * kvi_row_bytes(type, n_in) (GGUF's layout).
+ * KVI_LAYOUT_R16: Q8_0 / Q4_0 tiles of 16 rows interleaved (r16_pack.h). */
+#define KVI_LAYOUT_ROWS 0
+#define KVI_LAYOUT_R16 1
+
+/* sum_i a[i] * b[i] */
+float kvi_dot_f32(const float *a, const float *b, int64_t n);
+float kvi_dot_f32_ref(const float *a, const float *b, int64_t n);
+
+/* y[r * ldy + j] = sum_i x[r * ldx + i] * W[j][i]   for r < n_rows, j < W->n_out.
+ * x: [n_rows][ldx] f32 with ldx >= W->n_in; y: [n_rows][ldy] f32 with ldy >= W->n_out.
+ * Work is split over output columns j between the pool's threads.
+ * For Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K weights the rows of x are first
+ * quantised to 8 bits (as llama.cpp does) and multiplied in integers, with the
+ * same bits on every ISA (q8.h); other types multiply in f32. */
+void kvi_matmul(tpool *pool, const kvi_tensor *W, const float *x, int64_t ldx,
+                int64_t n_rows, float *y, int64_t ldy);
+/* The same as kvi_matmul(pool, W[i], x, ldx, n_rows, y[i], ldy[i]) for i < n_w,
+ * bit for bit, with x quantised once and one pool run over all the outputs when
+ * every W[i] has the same n_in and activation type (else one kvi_matmul each). */
+#define KVI_MATMUL_MULTI_MAX 8
+void kvi_matmul_multi(tpool *pool, int n_w, const kvi_tensor *const W[], const float *x, int64_t ldx,
+                      int64_t n_rows, float *const y[], const int64_t ldy[]);
+/* The f32 math reference, single thread (tests): dequantised weights times the
+ * unquantised x, accumulated in double. */
+void kvi_matmul_ref(const kvi_tensor *W, const float *x, int64_t ldx, int64_t n_rows,
+                    float *y, int64_t ldy);
+
+/* Row `row` of W as floats (embedding lookup): dst has W->n_in floats. */
+void kvi_tensor_get_row(const kvi_tensor *W, int64_t row, float *dst);
+
+#endif

@@ -1,0 +1,43 @@
+/*
+ * kernels_int.h — the per-ISA function table behind kernels.c's dispatch
+ * (internal to the kernels; only kernels*.c include it).
+ *
+ * One table exists per instruction set (scalar in kernels.c, AVX2 in
+ * kernels_avx2.c, AVX-512 in kernels_avx512.c). kernels.c picks one table once and
+ * swaps it only through kvi_isa_set(). Each ISA file compiles its functions with
+ * __attribute__((target(...))), so no global -march flag is needed and a table is
+ * used only after the CPU has been checked.
+ *
+ * Invariant: `dequant` produces exactly the floats of kvi_dequant_row() (every
+ * supported format dequantises exactly: products of small integers and halves),
+ * or returns 0 to let the caller fall back to kvi_dequant_row().
+ *
+ * Invariant: `qgemm` gives exactly kvi_qgemm_ref()'s bits (q8.h contract),
+ * or returns 0 (type not handled, or CPU feature missing) and writes nothing.
+ */
+#ifndef KVI_KERNELS_ISA_H
+#define KVI_KERNELS_ISA_H
+
+#include "kernels/kernels.h"
+#include "kernels/q8.h"
+
+typedef struct kvi_kernel_table {
+    kvi_isa isa;
+    /* sum_i a[i] * b[i], reduction order fixed by n and the ISA */
+    float (*dot)(const float *a, const float *b, int64_t n);
+    /* n elements of type t into dst; returns 0 when the type has no fast path */
+    int (*dequant)(kvi_type t, const void *src, float *dst, int64_t n);
+    /* out[2r + t] = dot(x + r * ldx, w + t * ldw, n) for r < 3, t < 2, with dot's
+     * bits; n a multiple of 64; NULL when the ISA has none */
+    void (*dot_3x2)(const float *x, int64_t ldx, const float *w, int64_t ldw, int64_t n, float out[6]);
+    /* integer product with quantised activations; 1 when done, 0 to fall back */
+    int (*qgemm)(const kvi_qgemm_args *a);
+} kvi_kernel_table;
+
+extern const kvi_kernel_table kvi_kernels_avx2;
+extern const kvi_kernel_table kvi_kernels_avx512;
+
+/* The AVX2 dequantisation, reused by the AVX-512 table for the block types. */
+int kvi_dequant_avx2(kvi_type t, const void *src, float *dst, int64_t n);
+
+#endif

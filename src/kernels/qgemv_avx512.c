@@ -1,0 +1,363 @@
+/*
+ * qgemv_avx512.c — Q8_0 / Q4_0 products with few input rows (decode), with
+ * AVX-512 VNNI; the bits of q8.h's contract. See the comment below.
+ */
+#include "kernels/r16.h"
+#include "kernels/vnni_avx512.h"
+
+/* ---- few input rows (decode): weights streamed row-major -----------------
+ *
+ * With n_rows <= GV_ROWS the 16-row tile is not transposed. Each weight row l is
+ * read as it lies (contiguous loads) and dotted with vpdpbusd against the
+ * activation, arranged once per call in the scratch, into P_l: 16 dword lanes of
+ * partial sums of G consecutive blocks (Q8_0: G = 2, lanes 8k..8k+7 = block k;
+ * Q4_0: G = 4, lanes 4k..4k+3 = block k). A fixed unpack/shuffle/add tree folds
+ * P_0..P_15 into R_0..R_{G-1} with lane l of R_k = row l's exact integer sum of
+ * block k. The float steps then run lane by lane, block by block in order, as in
+ * tile_rows: acc = fma(dw * dx, (float)(R_k - offset * sum(x quants)), acc). The
+ * integers are exact and the float operations the same, so the bits are
+ * tile_rows' and kvi_qgemm_ref's.
+ *
+ * Scratch per input row (gv_act): xg [ng][G * 32] i8 (Q8_0: quants of blocks 2g,
+ * 2g+1; Q4_0: inputs 0..15 of blocks 4g..4g+3, then their inputs 16..31; blocks
+ * past nb are zero, their lanes computed from a repeated valid block and unused),
+ * corr [nb] i32 = -offset * sum(x quants), dx [nb] f32.
+ */
+#define GV_ROWS 4
+#define GV_PREFETCH 768   /* bytes ahead in each weight row */
+
+typedef struct gv_act {
+    const int8_t *xg;    /* [ng][G * 32] */
+    const int32_t *corr; /* [nb] */
+    const float *dx;     /* [nb] */
+} gv_act;
+
+static size_t gv_act_bytes(int64_t nb, int G)
+{
+    const size_t ng = (size_t)((nb + G - 1) / G);
+    return ng * (size_t)G * 32 + (((size_t)nb * 8 + 63) & ~(size_t)63);
+}
+
+static void gv_act_build(kvi_type t, const kvi_q8a *x, int64_t nb, int G, uint8_t *dst, gv_act *ga)
+{
+    const int64_t ng = (nb + G - 1) / G;
+    const int32_t off = t == KVI_TYPE_Q8_0 ? 128 : 8;
+    int8_t *xg = (int8_t *)dst;
+    int32_t *corr = (int32_t *)(dst + (size_t)ng * (size_t)G * 32);
+    float *dx = (float *)(corr + nb);
+    memset(xg, 0, (size_t)ng * (size_t)G * 32);
+    for (int64_t b = 0; b < nb; b++) {
+        const int64_t g = b / G, k = b % G;
+        int8_t *o = xg + g * G * 32;
+        if (G == 2) {
+            memcpy(o + 32 * k, x[b].qs, 32);
+        } else {
+            memcpy(o + 16 * k, x[b].qs, 16);
+            memcpy(o + 64 + 16 * k, x[b].qs + 16, 16);
+        }
+        corr[b] = -off * x[b].sum;
+        dx[b] = x[b].d;
+    }
+    ga->xg = xg;
+    ga->corr = corr;
+    ga->dx = dx;
+}
+
+/* P_0..P_15 -> V_0..V_3: lane t of 128-bit chunk c of V_i = the sum of the four
+ * dwords of chunk c of P_{4i+t}. */
+VNNI_INLINE void gv_fold(const __m512i P[16], __m512i V[4])
+{
+    __m512i U[8];
+    for (int i = 0; i < 8; i++)
+        U[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(P[2 * i], P[2 * i + 1]),
+                                _mm512_unpackhi_epi32(P[2 * i], P[2 * i + 1]));
+    for (int i = 0; i < 4; i++)
+        V[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(U[2 * i], U[2 * i + 1]),
+                                _mm512_unpackhi_epi64(U[2 * i], U[2 * i + 1]));
+}
+
+/* Q8_0, blocks b0 and b1 (byte offsets o0, o1) of the 16 rows against X:
+ * R[0], R[1] with lane l = row l's sum of w (flipped to unsigned) * x. */
+VNNI_INLINE void gv_sums_q8_0(const tile16 *tl, size_t o0, size_t o1, __m512i X, __m512i R[2])
+{
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    __m512i P[16], V[4];
+    for (int l = 0; l < 16; l++) {
+        const uint8_t *p = tl->p[l];
+        __m512i w = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(p + o0 + 2)));
+        w = _mm512_inserti64x4(w, _mm256_loadu_si256((const __m256i *)(p + o1 + 2)), 1);
+        _mm_prefetch((const char *)(p + o0 + GV_PREFETCH), _MM_HINT_T0);
+        P[l] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_xor_si512(w, flip), X);
+    }
+    gv_fold(P, V);
+    /* chunks 0, 1 are block b0 and chunks 2, 3 block b1 */
+    const __m512i A = _mm512_add_epi32(_mm512_shuffle_i32x4(V[0], V[1], 0x88), _mm512_shuffle_i32x4(V[0], V[1], 0xDD));
+    const __m512i B = _mm512_add_epi32(_mm512_shuffle_i32x4(V[2], V[3], 0x88), _mm512_shuffle_i32x4(V[2], V[3], 0xDD));
+    R[0] = _mm512_shuffle_i32x4(A, B, 0x88);
+    R[1] = _mm512_shuffle_i32x4(A, B, 0xDD);
+}
+
+/* Q4_0, blocks at byte offsets o[0..3] of the 16 rows against XL (inputs 0..15 of
+ * the four blocks) and XH (inputs 16..31): R[k], lane l = row l's sum of block k. */
+VNNI_INLINE void gv_sums_q4_0(const tile16 *tl, const size_t o[4], __m512i XL, __m512i XH, __m512i R[4])
+{
+    const __m512i lo = _mm512_set1_epi8(0x0f);
+    __m512i P[16], V[4];
+    for (int l = 0; l < 16; l++) {
+        const uint8_t *p = tl->p[l];
+        __m512i w = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p + o[0] + 2)));
+        w = _mm512_inserti32x4(w, _mm_loadu_si128((const __m128i *)(p + o[1] + 2)), 1);
+        w = _mm512_inserti32x4(w, _mm_loadu_si128((const __m128i *)(p + o[2] + 2)), 2);
+        w = _mm512_inserti32x4(w, _mm_loadu_si128((const __m128i *)(p + o[3] + 2)), 3);
+        _mm_prefetch((const char *)(p + o[0] + GV_PREFETCH), _MM_HINT_T0);
+        __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(w, lo), XL);
+        P[l] = _mm512_dpbusd_epi32(s, _mm512_and_si512(_mm512_srli_epi16(w, 4), lo), XH);
+    }
+    gv_fold(P, V);
+    /* chunk c of V_i is block c of rows 4i..4i+3: a 4 x 4 transpose of chunks */
+    const __m512i T0 = _mm512_shuffle_i32x4(V[0], V[1], 0x44), T1 = _mm512_shuffle_i32x4(V[0], V[1], 0xEE);
+    const __m512i T2 = _mm512_shuffle_i32x4(V[2], V[3], 0x44), T3 = _mm512_shuffle_i32x4(V[2], V[3], 0xEE);
+    R[0] = _mm512_shuffle_i32x4(T0, T2, 0x88);
+    R[1] = _mm512_shuffle_i32x4(T0, T2, 0xDD);
+    R[2] = _mm512_shuffle_i32x4(T1, T3, 0x88);
+    R[3] = _mm512_shuffle_i32x4(T1, T3, 0xDD);
+}
+
+/* One tile of rows jt.. (mask m of valid lanes) for nr <= GV_ROWS input rows. */
+VNNI static void gv_tile(const kvi_qgemm_args *a, const tile16 *tl, const gv_act *x, int nr, int64_t jt,
+                         __mmask16 m)
+{
+    const int G = a->type == KVI_TYPE_Q8_0 ? 2 : 4;
+    const int64_t nb = a->n_in / 32, ng = (nb + G - 1) / G;
+    const size_t bb = kvi_type_block_bytes(a->type);
+    __m512 acc[GV_ROWS];
+    for (int rr = 0; rr < GV_ROWS; rr++) acc[rr] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < ng; g++) {
+        const int nk = nb - g * G < G ? (int)(nb - g * G) : G;
+        size_t o[4];
+        __m512 dw[4];
+        for (int k = 0; k < G; k++) o[k] = (size_t)(g * G + (k < nk ? k : nk - 1)) * bb;
+        for (int k = 0; k < nk; k++) dw[k] = scales16(tl, o[k], 0);
+        for (int rr = 0; rr < nr; rr++) {
+            __m512i R[4];
+            const int8_t *xg = x[rr].xg + g * G * 32;
+            if (G == 2) gv_sums_q8_0(tl, o[0], o[1], _mm512_load_si512((const void *)xg), R);
+            else
+                gv_sums_q4_0(tl, o, _mm512_load_si512((const void *)xg), _mm512_load_si512((const void *)(xg + 64)), R);
+            for (int k = 0; k < nk; k++) {
+                const int64_t b = g * G + k;
+                const __m512i s = _mm512_add_epi32(R[k], _mm512_set1_epi32(x[rr].corr[b]));
+                acc[rr] = _mm512_fmadd_ps(_mm512_mul_ps(dw[k], _mm512_set1_ps(x[rr].dx[b])), _mm512_cvtepi32_ps(s),
+                                          acc[rr]);
+            }
+        }
+    }
+    for (int rr = 0; rr < nr; rr++) _mm512_mask_storeu_ps(a->y + rr * a->ldy + jt, m, acc[rr]);
+}
+
+/* Q8_0 / Q4_0 with 1..GV_ROWS input rows; 0 when not handled (nothing written). */
+VNNI int kvi_qgemv_avx512(const kvi_qgemm_args *a)
+{
+    if (a->type != KVI_TYPE_Q8_0 && a->type != KVI_TYPE_Q4_0) return 0;
+    if (a->n_rows < 1 || a->n_rows > GV_ROWS || !a->scratch) return 0;
+    const int G = a->type == KVI_TYPE_Q8_0 ? 2 : 4, nr = (int)a->n_rows;
+    const int64_t nb = a->n_in / 32;
+    const size_t ab = gv_act_bytes(nb, G);
+    if ((size_t)nr * ab > KVI_QGEMM_SCRATCH(a->n_in)) return 0;
+    gv_act x[GV_ROWS];
+    for (int rr = 0; rr < nr; rr++)
+        gv_act_build(a->type, (const kvi_q8a *)(a->xq + (size_t)rr * a->xq_rb), nb, G,
+                     (uint8_t *)a->scratch + (size_t)rr * ab, &x[rr]);
+    for (int64_t jt = a->j0; jt < a->j1; jt += 16) {
+        const int nv = a->j1 - jt < 16 ? (int)(a->j1 - jt) : 16;
+        tile16 tl;
+        tile_init(&tl, a, jt, nv);
+        gv_tile(a, &tl, x, nr, jt, (__mmask16)((1u << nv) - 1));
+    }
+    return 1;
+}
+
+
+/* ---- R16 weights (r16_pack.h): one linear stream per tile -----------------
+ *
+ * The tile's vectors already have lane l = weight row l, so each block is: the
+ * 16 scales (one f16 load), the quants as 8 u8 vectors (Q8_0) or 4 vectors whose
+ * low / high nibbles are inputs 4k.. / 16+4k.. (Q4_0), vpdpbusd against the
+ * activation quads broadcast from the kvi_q8a block, the sum started at
+ * -offset * sum(x quants). Then acc = fma(dw * dx, (float)isum, acc) block by block:
+ * the contract's steps, so the bits of every other path. Prefetch runs
+ * R16_PF_BYTES_Q8 / _Q4 ahead of the stream. */
+/* measured against 0, 256, 1024, 2048, 4096 (T0/T1/T2 hints) on llama-1b Q8_0, and
+ * Q4_0 against 256, 512, 1536: about one Q4_0 block pair (576 bytes) further ahead
+ * pays (tg 49.4-50.6 -> 51.9-52.3 tok/s, alternated), Q8_0 prefers 512 (27.3-27.6 vs
+ * 27.2-27.3 at 1024) */
+#define R16_PF_BYTES_Q8 512
+#define R16_PF_BYTES_Q4 1024
+#define R16_STREAMS 2      /* tiles streamed at once by one thread for one input row (3, 4: no gain) */
+
+VNNI_INLINE void r16_block(kvi_type t, const uint8_t *q, __m512 dw, const kvi_q8a *const *x, int64_t b, int nr,
+                           __m512 *acc)
+{
+    __m512i W[8];
+    if (t == KVI_TYPE_Q8_0) {
+        _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) W[k] = _mm512_loadu_si512((const void *)(q + 64 * k));
+    } else {
+        /* high nibbles kept in place (16 x level): their sum is shifted down once */
+        const __m512i lo = _mm512_set1_epi8(0x0f), hi = _mm512_set1_epi8((char)0xf0);
+        _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
+            const __m512i v = _mm512_loadu_si512((const void *)(q + 64 * k));
+            W[k] = _mm512_and_si512(v, lo);
+            W[k + 4] = _mm512_and_si512(v, hi);
+        }
+    }
+    const int32_t off = t == KVI_TYPE_Q8_0 ? 128 : 8;
+    _Pragma("GCC unroll 4") for (int rr = 0; rr < nr; rr++) {
+        const kvi_q8a *xb = x[rr] + b;
+        __m512i s = _mm512_set1_epi32(-off * xb->sum), s2 = _mm512_setzero_si512();
+        _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
+            s = _mm512_dpbusd_epi32(s, W[k], _mm512_set1_epi32(load_i32(xb->qs + 4 * k)));
+            s2 = _mm512_dpbusd_epi32(s2, W[k + 4], _mm512_set1_epi32(load_i32(xb->qs + 16 + 4 * k)));
+        }
+        /* Q4_0: s2 = 16 * (exact sum), so the shift is exact */
+        s = _mm512_add_epi32(s, t == KVI_TYPE_Q8_0 ? s2 : _mm512_srai_epi32(s2, 4));
+        acc[rr] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(xb->d)), _mm512_cvtepi32_ps(s), acc[rr]);
+    }
+}
+
+/* Pair p (blocks 2p, 2p+1) of the tile at `tile` for nr activation rows: prefetch
+ * ahead, the two blocks' scales, then r16_block for each. */
+VNNI_INLINE void r16_pair(const kvi_qgemm_args *a, const uint8_t *tile, int64_t p, const kvi_q8a *const *x, int nr,
+                          __m512 *acc)
+{
+    const size_t qb = a->type == KVI_TYPE_Q8_0 ? 512 : 256, pair = 64 + 2 * qb;
+    const uint8_t *q = tile + (size_t)p * pair;
+    const size_t pf = a->type == KVI_TYPE_Q8_0 ? R16_PF_BYTES_Q8 : R16_PF_BYTES_Q4;
+    _Pragma("GCC unroll 17") for (size_t o = 0; o < pair; o += 64)
+        _mm_prefetch((const char *)(q + pf + o), _MM_HINT_T0);
+    const __m512 d0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)q));
+    const __m512 d1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(q + 32)));
+    r16_block(a->type, q + 64, d0, x, 2 * p, nr, acc);
+    r16_block(a->type, q + 64 + qb, d1, x, 2 * p + 1, nr, acc);
+}
+
+/* Tile rows [jt, jt + 16) for the nr (1..GV_ROWS, a constant after inlining)
+ * activation rows x[0..nr), outputs at y + jt (row rr at y + rr * ldy). */
+VNNI_INLINE void r16_tile(const kvi_qgemm_args *a, const uint8_t *tile, const kvi_q8a *const *x, int nr, float *y)
+{
+    __m512 acc[GV_ROWS];
+    _Pragma("GCC unroll 4") for (int rr = 0; rr < GV_ROWS; rr++) acc[rr] = _mm512_setzero_ps();
+    for (int64_t p = 0; p < a->n_in / 64; p++) r16_pair(a, tile, p, x, nr, acc);
+    _Pragma("GCC unroll 4") for (int rr = 0; rr < nr; rr++) _mm512_storeu_ps(y + rr * a->ldy, acc[rr]);
+}
+
+/* One activation row against ns (2 or 4, a constant after inlining) tiles at once:
+ * several linear streams per thread (the memory system serves them faster than
+ * one); each tile's outputs take exactly r16_tile's steps. */
+VNNI_INLINE void r16_tiles(const kvi_qgemm_args *a, const uint8_t *const *t, const kvi_q8a *const *x,
+                           float *const *y, int ns)
+{
+    __m512 acc[4];
+    _Pragma("GCC unroll 4") for (int i = 0; i < ns; i++) acc[i] = _mm512_setzero_ps();
+    for (int64_t p = 0; p < a->n_in / 64; p++)
+        _Pragma("GCC unroll 4") for (int i = 0; i < ns; i++) r16_pair(a, t[i], p, x, 1, &acc[i]);
+    _Pragma("GCC unroll 4") for (int i = 0; i < ns; i++) _mm512_storeu_ps(y[i], acc[i]);
+}
+
+/* Q8_0 / Q4_0 over R16 weights, any number of rows: each tile is read once from
+ * memory and reused (from L1) by the groups of up to GV_ROWS activation rows. */
+VNNI int kvi_qgemv_r16_avx512(const kvi_qgemm_args *a)
+{
+    if (a->type != KVI_TYPE_Q8_0 && a->type != KVI_TYPE_Q4_0) return 0;
+    if (a->n_rows < 1 || a->n_in % 64 != 0 || a->j0 % 16 || a->j1 % 16) return 0;
+    if (!kvi_has_vnni()) return 0;
+    const size_t tb = 16 * a->w_rb;
+    int64_t j0 = a->j0;
+    if (a->n_rows == 1 && R16_STREAMS > 1) {   /* tiles i, i + part, i + 2 part, ... together */
+        const int64_t part = (a->j1 - a->j0) / 16 / R16_STREAMS;
+        const kvi_q8a *x[1] = {(const kvi_q8a *)a->xq};
+        for (int64_t i = 0; i < part; i++) {
+            const uint8_t *t[R16_STREAMS];
+            float *y[R16_STREAMS];
+            for (int k = 0; k < R16_STREAMS; k++) {
+                const int64_t jt = a->j0 + 16 * (i + k * part);
+                t[k] = a->w + (size_t)(jt / 16) * tb;
+                y[k] = a->y + jt;
+            }
+            r16_tiles(a, t, x, y, R16_STREAMS);
+        }
+        j0 = a->j0 + 16 * R16_STREAMS * part;   /* the last few tiles below */
+    }
+    for (int64_t jt = j0; jt < a->j1; jt += 16) {
+        const uint8_t *tile = a->w + (size_t)(jt / 16) * tb;
+        for (int64_t r0 = 0; r0 < a->n_rows; r0 += GV_ROWS) {
+            const int nr = a->n_rows - r0 < GV_ROWS ? (int)(a->n_rows - r0) : GV_ROWS;
+            const kvi_q8a *x[GV_ROWS];
+            for (int rr = 0; rr < GV_ROWS; rr++)
+                x[rr] = (const kvi_q8a *)(a->xq + (size_t)(r0 + (rr < nr ? rr : 0)) * a->xq_rb);
+            float *y = a->y + r0 * a->ldy + jt;
+            switch (nr) {
+            case 1: r16_tile(a, tile, x, 1, y); break;
+            case 2: r16_tile(a, tile, x, 2, y); break;
+            case 3: r16_tile(a, tile, x, 3, y); break;
+            default: r16_tile(a, tile, x, 4, y); break;
+            }
+        }
+    }
+    return 1;
+}
+
+/* kvi_r16_from_rows with in-register transposes (the same bytes; r16_pack.c's
+ * scalar version is the reference). */
+VNNI void kvi_r16_from_rows_avx512(kvi_type t, const uint8_t *src, int64_t n_in, uint8_t *dst)
+{
+    const size_t rb = kvi_row_bytes(t, n_in), bb = kvi_type_block_bytes(t);
+    const size_t qb = t == KVI_TYPE_Q8_0 ? 512 : 256, pair = 64 + 2 * qb;
+    const uint8_t *p[16];
+    for (int l = 0; l < 16; l++) p[l] = src + (size_t)l * rb;
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    for (int64_t b = 0; b < n_in / 32; b++) {
+        uint8_t *q = dst + (size_t)(b / 2) * pair;
+        const size_t off = (size_t)b * bb;
+        for (int l = 0; l < 16; l++) memcpy(q + 32 * (b % 2) + 2 * l, p[l] + off, 2);
+        uint8_t *o = q + 64 + (size_t)(b % 2) * qb;
+        __m512i T[8];
+        transpose16x4(p, off + 2, T);
+        if (t == KVI_TYPE_Q8_0) {
+            transpose16x4(p, off + 18, T + 4);
+            for (int k = 0; k < 8; k++) _mm512_storeu_si512((void *)(o + 64 * k), _mm512_xor_si512(T[k], flip));
+        } else {
+            for (int k = 0; k < 4; k++) _mm512_storeu_si512((void *)(o + 64 * k), T[k]);
+        }
+    }
+}
+
+/* kvi_r16_to_rows with in-register transposes (the 4 x 4 dword transposes of
+ * transpose16x4 undo themselves): the same bytes as r16_pack.c's version. */
+VNNI void kvi_r16_to_rows_avx512(kvi_type t, const uint8_t *tile, int64_t n_in, uint8_t *dst)
+{
+    const size_t rb = kvi_row_bytes(t, n_in), bb = kvi_type_block_bytes(t);
+    const size_t qb = t == KVI_TYPE_Q8_0 ? 512 : 256, pair = 64 + 2 * qb;
+    const __m512i flip = _mm512_set1_epi8(t == KVI_TYPE_Q8_0 ? (char)0x80 : 0);
+    for (int64_t b = 0; b < n_in / 32; b++) {
+        const uint8_t *q = tile + (size_t)(b / 2) * pair;
+        const uint8_t *in = q + 64 + (size_t)(b % 2) * qb;
+        const size_t off = (size_t)b * bb;
+        for (int l = 0; l < 16; l++) memcpy(dst + (size_t)l * rb + off, q + 32 * (b % 2) + 2 * l, 2);
+        for (int h = 0; h < (t == KVI_TYPE_Q8_0 ? 2 : 1); h++) {
+            __m512i T[4];
+            for (int k = 0; k < 4; k++)
+                T[k] = _mm512_xor_si512(_mm512_loadu_si512((const void *)(in + 256 * (size_t)h + 64 * k)), flip);
+            const __m512i t0 = _mm512_unpacklo_epi32(T[0], T[1]), t1 = _mm512_unpacklo_epi32(T[2], T[3]);
+            const __m512i t2 = _mm512_unpackhi_epi32(T[0], T[1]), t3 = _mm512_unpackhi_epi32(T[2], T[3]);
+            const __m512i Z[4] = {_mm512_unpacklo_epi64(t0, t1), _mm512_unpackhi_epi64(t0, t1),
+                                  _mm512_unpacklo_epi64(t2, t3), _mm512_unpackhi_epi64(t2, t3)};
+            for (int a = 0; a < 4; a++) {
+                uint8_t *r = dst + off + 2 + 16 * (size_t)h;
+                _mm_storeu_si128((__m128i *)(r + (size_t)a * rb), _mm512_castsi512_si128(Z[a]));
+                _mm_storeu_si128((__m128i *)(r + (size_t)(a + 4) * rb), _mm512_extracti32x4_epi32(Z[a], 1));
+                _mm_storeu_si128((__m128i *)(r + (size_t)(a + 8) * rb), _mm512_extracti32x4_epi32(Z[a], 2));
+                _mm_storeu_si128((__m128i *)(r + (size_t)(a + 12) * rb), _mm512_extracti32x4_epi32(Z[a], 3));
+            }
+        }
+    }
+}

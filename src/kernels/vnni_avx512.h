@@ -1,0 +1,101 @@
+/*
+ * vnni_avx512.h — what the AVX-512 VNNI integer products share (internal to
+ * kernels_avx512.c, qgemv_avx512.c and qgemv_kq_avx512.c): the
+ * 16-row weight tile (lane l of every vector belongs to weight row j0 + l), its
+ * in-register transposes and gathers, and the entry points of the decode (GEMV)
+ * kernels. Every function here is compiled for AVX-512 VNNI and must be called
+ * only after kvi_has_vnni() returned 1.
+ */
+#ifndef KVI_KERNELS_VNNI_H
+#define KVI_KERNELS_VNNI_H
+
+#include "kernels/kernels_int.h"
+#include "formats/quant.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#define VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+#define VNNI_INLINE VNNI __attribute__((always_inline)) static inline
+
+/* The 16 weight rows of a tile: p[l] = p[0] + idx[l] (rows past the end repeat
+ * the last valid one), so one gather reads a word of every row. */
+typedef struct tile16 {
+    const uint8_t *p[16];
+    __m512i idx;   /* [16] i32 byte offsets of the rows from p[0] */
+} tile16;
+
+/* 16 rows x 16 bytes at p[l] + off -> T[k], lane l = bytes 4k..4k+3 of row l. */
+VNNI_INLINE void transpose16x4(const uint8_t *const *p, size_t off, __m512i T[4])
+{
+    __m512i Z[4];
+    for (int a = 0; a < 4; a++) {
+        __m512i z = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p[a] + off)));
+        z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(p[a + 4] + off)), 1);
+        z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(p[a + 8] + off)), 2);
+        Z[a] = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(p[a + 12] + off)), 3);
+    }
+    __m512i t0 = _mm512_unpacklo_epi32(Z[0], Z[1]), t1 = _mm512_unpacklo_epi32(Z[2], Z[3]);
+    __m512i t2 = _mm512_unpackhi_epi32(Z[0], Z[1]), t3 = _mm512_unpackhi_epi32(Z[2], Z[3]);
+    T[0] = _mm512_unpacklo_epi64(t0, t1);
+    T[1] = _mm512_unpackhi_epi64(t0, t1);
+    T[2] = _mm512_unpacklo_epi64(t2, t3);
+    T[3] = _mm512_unpackhi_epi64(t2, t3);
+}
+
+/* lane l = the 32-bit word at p[l] + off */
+VNNI_INLINE __m512i gather16_u32(const tile16 *tl, size_t off)
+{
+    return _mm512_i32gather_epi32(tl->idx, (const void *)(tl->p[0] + off), 1);
+}
+
+/* The 16 f16 scales at p[l] + off as floats; hi: the half is the upper one of the
+ * word at p[l] + off - 2 (so that the gather stays inside a block that ends with it). */
+VNNI_INLINE __m512 scales16(const tile16 *tl, size_t off, int hi)
+{
+    __m512i g = hi ? _mm512_srli_epi32(gather16_u32(tl, off - 2), 16) : gather16_u32(tl, off);
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
+}
+
+/* Lane l = row row[l] of the weights (row[0] the lowest; the rows' span fits the
+ * int32 gather offsets). */
+VNNI_INLINE void tile_init_rows(tile16 *tl, const kvi_qgemm_args *a, const int64_t row[16])
+{
+    int32_t off[16];
+    for (int l = 0; l < 16; l++) {
+        tl->p[l] = a->w + (size_t)row[l] * a->w_rb;
+        off[l] = (int32_t)(tl->p[l] - tl->p[0]);
+    }
+    tl->idx = _mm512_loadu_si512((const void *)off);
+}
+
+/* Rows jt .. jt + nv - 1 (nv >= 1), the rest repeating the last. */
+VNNI_INLINE void tile_init(tile16 *tl, const kvi_qgemm_args *a, int64_t jt, int nv)
+{
+    int64_t row[16];
+    for (int l = 0; l < 16; l++) row[l] = jt + (l < nv ? l : nv - 1);
+    tile_init_rows(tl, a, row);
+}
+
+VNNI_INLINE int32_t load_i32(const int8_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* 1 when the CPU has AVX-512 VNNI (cached). */
+int kvi_has_vnni(void);
+
+/* Decode products (few input rows, weights streamed as they lie), q8.h's
+ * bits; each returns 0 (nothing written) when it does not handle the arguments.
+ * Q8_0 / Q4_0 (qgemv_avx512.c): */
+int kvi_qgemv_avx512(const kvi_qgemm_args *a);
+/* K-quants (qgemv_kq_avx512.c): */
+int kvi_qgemv_kq_avx512(const kvi_qgemm_args *a);
+
+/* Many-row product over Q8_0 / Q4_0 weights in the R16 layout (r16_pack.h;
+ * kernels_avx512.c, the rows layout's tiles and bits); 0 when not handled. */
+int kvi_qgemm_r16_many_avx512(const kvi_qgemm_args *a);
+
+#endif

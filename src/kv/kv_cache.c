@@ -1,0 +1,295 @@
+/*
+ * kv_cache.c — block pool and block tables (layout and invariants in kv_cache.h).
+ *
+ * Allocation is lazy: a block gets its memory the first time it is handed out,
+ * so a pool sized for 64 long sequences costs nothing until they exist. Freed
+ * blocks keep their memory on a free stack and are reused first. Every block and
+ * tail allocation and free updates bytes_sys where it happens (invariant 5).
+ */
+#include "kv/kv_cache.h"
+
+#include "base/error.h"
+#include "kernels/actq.h"
+#include "kv/kv_quant.h"
+#include "formats/quant.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int kv_pool_init(kv_pool *p, int n_layers, int kv_dim, int block_size, kvi_type type_k,
+                 kvi_type type_v, size_t budget_bytes, kvi_error *err)
+{
+    memset(p, 0, sizeof *p);
+    if (n_layers <= 0 || kv_dim <= 0 || block_size <= 0 || block_size > 4096)
+        return kvi_err_set(err, KVI_E_INVALID, "kv cache: bad shape (layers %d, kv_dim %d, block %d)",
+                           n_layers, kv_dim, block_size);
+    /* layout (kv_quant.h): a q4 value cache is q4_0 */
+    if (type_v == KVI_TYPE_KV_Q4) type_v = KVI_TYPE_Q4_0;
+    p->k_bytes = kvq_k_region_bytes(type_k, kv_dim, block_size);
+    const size_t v_bytes = kvq_v_region_bytes(type_v, kv_dim, block_size);
+    if (p->k_bytes == 0 || v_bytes == 0)
+        return kvi_err_set(err, KVI_E_UNSUPPORTED,
+                           "kv cache: types %s/%s cannot hold rows of %d elements (KV types: f32, "
+                           "f16, q8_0 and q4_0 need a multiple of 32, q4 an even number)",
+                           kvi_type_name(type_k) ? kvi_type_name(type_k) : "?",
+                           kvi_type_name(type_v) ? kvi_type_name(type_v) : "?", kv_dim);
+    p->row_bytes_k = type_k == KVI_TYPE_KV_Q4 ? 0 : kvi_row_bytes(type_k, kv_dim);
+    p->row_bytes_v = kvi_row_bytes(type_v, kv_dim);
+    p->tail_bytes = kvq_tail_bytes(type_k, n_layers, kv_dim, block_size);
+    p->n_layers = n_layers;
+    p->kv_dim = kv_dim;
+    p->block_size = block_size;
+    p->type_k = type_k;
+    p->type_v = type_v;
+    p->layer_bytes = p->k_bytes + v_bytes;
+    p->block_bytes = (size_t)n_layers * p->layer_bytes;
+    size_t nb = budget_bytes / p->block_bytes;
+    if (nb < 1)
+        return kvi_err_set(err, KVI_E_INVALID,
+                           "kv cache: budget of %zu bytes is smaller than one block (%zu bytes)",
+                           budget_bytes, p->block_bytes);
+    if (nb > (size_t)INT32_MAX / 2) nb = (size_t)INT32_MAX / 2;
+    p->n_blocks_max = (int32_t)nb;
+    p->mem = calloc(nb, sizeof *p->mem);
+    p->refcount = calloc(nb, sizeof *p->refcount);
+    p->free_ids = malloc(nb * sizeof *p->free_ids);
+    if (!p->mem || !p->refcount || !p->free_ids) {
+        kv_pool_free(p);
+        return kvi_err_set(err, KVI_E_NOMEM, "kv cache: cannot allocate tables for %zu blocks", nb);
+    }
+    if (kv_prefix_init(p, err) != 0) {
+        kv_pool_free(p);
+        return err ? err->code : KVI_E_NOMEM;
+    }
+    return 0;
+}
+
+void kv_pool_free(kv_pool *p)
+{
+    if (p->mem)
+        for (int32_t i = 0; i < p->n_alloc; i++) free(p->mem[i]);
+    free(p->mem);
+    free(p->refcount);
+    free(p->free_ids);
+    kv_prefix_free(p);
+    memset(p, 0, sizeof *p);
+}
+
+size_t kv_pool_bytes_per_token(const kv_pool *p)
+{
+    return p->block_size > 0 ? p->block_bytes / (size_t)p->block_size : 0;
+}
+
+bool kv_layout_type_ok(kvi_type t)
+{
+    return t == KVI_TYPE_F32 || t == KVI_TYPE_F16 || t == KVI_TYPE_Q8_0 || t == KVI_TYPE_Q4_0 ||
+           t == KVI_TYPE_KV_Q4;
+}
+
+size_t kv_layout_block_bytes(int n_layers, int kv_dim, int block_size, kvi_type type_k,
+                             kvi_type type_v)
+{
+    const size_t k = kvq_k_region_bytes(type_k, kv_dim, block_size);
+    const size_t v = kvq_v_region_bytes(type_v, kv_dim, block_size);
+    if (n_layers <= 0 || k == 0 || v == 0) return 0;
+    return (size_t)n_layers * (k + v);
+}
+
+size_t kv_pool_bytes_allocated(const kv_pool *p) { return (size_t)p->n_alloc * p->block_bytes; }
+
+size_t kv_pool_bytes_tails(const kv_pool *p) { return (size_t)p->n_tails * p->tail_bytes; }
+
+/* A block with refcount 1, or -1 when the budget is spent. Order: a free block,
+ * then fresh memory, and only then the least recently used cached prefix. */
+static int32_t pool_take(kv_pool *p)
+{
+    int32_t b;
+    if (p->n_free > 0) {
+        b = p->free_ids[--p->n_free];
+    } else if (p->n_alloc < p->n_blocks_max) {
+        void *mem = NULL;
+        if (posix_memalign(&mem, 64, p->block_bytes) != 0) return -1;
+        b = p->n_alloc++;
+        p->mem[b] = mem;
+        p->bytes_sys += p->block_bytes;
+    } else if (p->lru_head >= 0) {
+        b = p->lru_head;
+        kv_prefix_remove(p, b);            /* moves it to the free stack */
+        b = p->free_ids[--p->n_free];
+        p->n_lru_evicted++;
+    } else {
+        return -1;
+    }
+    p->refcount[b] = 1;
+    p->n_used++;
+    return b;
+}
+
+void kv_pool_ref(kv_pool *p, int32_t b)
+{
+    if (p->refcount[b] == 0) {
+        kv_lru_unlink(p, b);
+        p->n_cached--;
+        p->n_used++;
+    }
+    p->refcount[b]++;
+}
+
+void kv_pool_unref(kv_pool *p, int32_t b)
+{
+    if (--p->refcount[b] == 0) {
+        p->n_used--;
+        if (p->indexed[b]) {
+            kv_lru_push(p, b);
+            p->n_cached++;
+        } else {
+            p->free_ids[p->n_free++] = b;
+        }
+    }
+}
+
+/* Grows the table's arrays to hold at least need blocks. */
+static int table_grow(kv_pool *p, kv_table *t, int32_t need, kvi_error *err)
+{
+    if (need <= t->cap) return 0;
+    int32_t cap = t->cap ? t->cap : 8;
+    while (cap < need) cap *= 2;
+    int32_t *nb = realloc(t->blocks, (size_t)cap * sizeof *nb);
+    if (!nb) return kvi_err_set(err, KVI_E_NOMEM, "kv cache: cannot grow a block table");
+    t->blocks = nb;
+    int32_t *nt = realloc(t->tokens, (size_t)cap * p->block_size * sizeof *nt);
+    if (!nt) return kvi_err_set(err, KVI_E_NOMEM, "kv cache: cannot grow a block table");
+    t->tokens = nt;
+    t->cap = cap;
+    return 0;
+}
+
+int kv_table_reserve(kv_pool *p, kv_table *t, int32_t n_pos, kvi_error *err)
+{
+    const int32_t need = (int32_t)(((int64_t)n_pos + p->block_size - 1) / p->block_size);
+    if (need <= t->n_blocks) return 0;
+    if (table_grow(p, t, need, err) != 0) return KVI_E_NOMEM;
+    const int32_t had = t->n_blocks;
+    while (t->n_blocks < need) {
+        const int32_t b = pool_take(p);
+        if (b < 0) {
+            while (t->n_blocks > had) kv_pool_unref(p, t->blocks[--t->n_blocks]);
+            return kvi_err_set(err, KVI_E_NO_KV_SPACE,
+                               "kv cache: pool exhausted (%d of %d blocks of %d tokens in use)",
+                               p->n_used, p->n_blocks_max, p->block_size);
+        }
+        t->blocks[t->n_blocks++] = b;
+    }
+    return 0;
+}
+
+void kv_table_truncate(kv_pool *p, kv_table *t, int32_t n_pos)
+{
+    if (n_pos < 0) n_pos = 0;
+    const int32_t keep = (int32_t)(((int64_t)n_pos + p->block_size - 1) / p->block_size);
+    while (t->n_blocks > keep) kv_pool_unref(p, t->blocks[--t->n_blocks]);
+    if (t->n_pos > n_pos) t->n_pos = n_pos;
+    /* the lossy keys are gone with their positions */
+    if (t->lossy_block > 0 && (int64_t)n_pos <= (int64_t)(t->lossy_block - 1) * p->block_size)
+        t->lossy_block = 0;
+}
+
+void kv_table_release(kv_pool *p, kv_table *t)
+{
+    kv_table_truncate(p, t, 0);
+    free(t->blocks);
+    if (t->tail) {
+        p->n_tails--;
+        p->bytes_sys -= p->tail_bytes;
+    }
+    free(t->tail);
+    free(t->tokens);
+    memset(t, 0, sizeof *t);
+}
+
+void kv_table_drop_blocks(kv_pool *p, kv_table *t, int32_t n_blocks)
+{
+    if (n_blocks < 0) n_blocks = 0;
+    while (t->n_blocks > n_blocks) kv_pool_unref(p, t->blocks[--t->n_blocks]);
+    if (t->n_pos > t->n_blocks * p->block_size) t->n_pos = t->n_blocks * p->block_size;
+}
+
+int kv_table_cow(kv_pool *p, kv_table *t, int32_t i, int32_t *old, kvi_error *err)
+{
+    const int32_t b = pool_take(p);
+    if (b < 0)
+        return kvi_err_set(err, KVI_E_NO_KV_SPACE,
+                           "kv cache: pool exhausted copying a shared block (%d of %d blocks in use)",
+                           p->n_used, p->n_blocks_max);
+    *old = t->blocks[i];
+    memcpy(p->mem[b], p->mem[*old], p->block_bytes);
+    t->blocks[i] = b;
+    p->n_cow++;
+    return 0;
+}
+
+int kv_table_make_private(kv_pool *p, kv_table *t, int32_t b0, int32_t b1, kvi_error *err)
+{
+    if (b0 < 0) b0 = 0;
+    if (b1 >= t->n_blocks) b1 = t->n_blocks - 1;
+    for (int32_t i = b0; i <= b1; i++) {
+        const int32_t b = t->blocks[i];
+        if (p->refcount[b] > 1) {
+            int32_t old;
+            /* the copy has the same content: nothing to undo if a later one fails */
+            if (kv_table_cow(p, t, i, &old, err) != 0) return KVI_E_NO_KV_SPACE;
+            kv_pool_unref(p, old);
+        } else if (p->indexed[b]) {
+            kv_prefix_remove(p, b);
+        }
+    }
+    return 0;
+}
+
+int kv_table_share(kv_pool *p, kv_table *dst, const kv_table *src, kvi_error *err)
+{
+    if (table_grow(p, dst, src->n_blocks, err) != 0) return KVI_E_NOMEM;
+    for (int32_t i = 0; i < src->n_blocks; i++) {
+        kv_pool_ref(p, src->blocks[i]);
+        dst->blocks[i] = src->blocks[i];
+    }
+    if (src->n_pos > 0) memcpy(dst->tokens, src->tokens, (size_t)src->n_pos * sizeof *dst->tokens);
+    dst->n_blocks = src->n_blocks;
+    dst->n_pos = src->n_pos;
+    dst->no_index = src->no_index;
+    dst->lossy_block = src->lossy_block;
+    /* q4 keys: the newest group's exact keys, or the child reads them quantised */
+    if (kv_table_copy_tail(p, dst, src, err) != 0) {
+        kv_table_truncate(p, dst, 0);
+        return KVI_E_NOMEM;
+    }
+    return 0;
+}
+
+void kv_read_row(const kv_pool *p, const kv_table *t, int l, int which, int32_t pos, float *out)
+{
+    if (!which && p->type_k == KVI_TYPE_KV_Q4) {
+        kivi_read_key(p, t, l, pos, out);
+        return;
+    }
+    const kvi_type ty = which ? p->type_v : p->type_k;
+    const uint8_t *row = which ? kv_v_row(p, t, l, pos) : kv_k_row(p, t, l, pos);
+    kvi_dequant_row(ty, row, out, p->kv_dim);
+}
+
+void kv_write_row_batch(kv_pool *p, kv_table *t, int l, int which, int32_t pos, const float *in,
+                        struct kv_stash *stash)
+{
+    if (!which && p->type_k == KVI_TYPE_KV_Q4) {
+        kivi_write_key(p, t, l, pos, in, stash);
+        return;
+    }
+    const kvi_type ty = which ? p->type_v : p->type_k;
+    uint8_t *row = which ? kv_v_row(p, t, l, pos) : kv_k_row(p, t, l, pos);
+    kvi_quantize_row_fast(ty, in, row, p->kv_dim);
+}
+
+void kv_write_row(kv_pool *p, kv_table *t, int l, int which, int32_t pos, const float *in)
+{
+    kv_write_row_batch(p, t, l, which, pos, in, NULL);
+}

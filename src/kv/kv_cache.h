@@ -1,0 +1,196 @@
+/*
+ * kv_cache.h — the paged KV cache: a pool of fixed-size blocks shared by all
+ * sequences, and a block table per sequence.
+ *
+ * One block holds block_size consecutive positions of one sequence, for every
+ * layer, keys and values:
+ *
+ *     block = [n_layers][ K region: k_bytes | V: block_size rows of row_bytes_v ]
+ *     K region = block_size rows of row_bytes_k = kvi_row_bytes(type_k, kv_dim)
+ *                (f32, f16, q8_0, q4_0), or one KIVI key group (type q4, see
+ *                kv_quant.h: per-channel scales, then 4-bit codes), kv_dim =
+ *                n_kv_heads * head_dim
+ *
+ * so position p of a sequence lives in block table[p / block_size], row
+ * p % block_size. Blocks get memory from the system lazily, the first time the
+ * pool hands them out, and return to a free list (keeping their memory) when no
+ * table refers to them any more.
+ *
+ * Invariants:
+ *  - n_used + n_free + n_cached == n_alloc <= n_blocks_max, and n_alloc * block_bytes
+ *    is exactly the memory the pool holds (kv_pool_bytes_allocated);
+ *  - refcount[b] > 0 exactly when some table holds b; the sum of refcounts equals
+ *    the number of table entries over all tables;
+ *  - a table with n_pos positions holds exactly ceil(n_pos / block_size) blocks;
+ *  - sharing: a block with refcount > 1 (shared by prefix reuse or fork) or an
+ *    indexed block is never written; a writer first takes a private copy (copy on
+ *    write) or drops the block from the index. Unreferenced indexed blocks wait in
+ *    an LRU and are the last blocks the pool hands out again;
+ *  - accounting (invariant 5): bytes_sys is every byte of KV data the cache holds
+ *    from the system, counted where it is allocated and freed: n_alloc *
+ *    block_bytes of blocks plus n_tails * tail_bytes of per-table q4 key tails.
+ *
+ * KIVI (q4) keys and the per-table f16 tail (kv_quant.h), for every feature:
+ *  - fork (kv_table_share) copies the tail: the child reads exactly the keys the
+ *    parent reads, bit for bit;
+ *  - prefix reuse takes whole indexed blocks only (kv_prefix_match), i.e. whole,
+ *    complete key groups, which a fresh prefill quantises the same way; the new
+ *    sequence starts writing at a group boundary, so it never needs a tail for
+ *    reused positions;
+ *  - session files save and restore the tail (session.c, version 2);
+ *  - context policies rebuild the tail of every group they write (policy.c);
+ *  - a write into a complete group whose f16 rows are gone (truncation into an
+ *    earlier group, or rewriting positions before n_pos) re-reads the group's
+ *    rows from its 4-bit codes: that is lossy, so the table records the first
+ *    such group in lossy_block and never offers it or later blocks to the prefix
+ *    index (a cold prefill would quantise different values). Truncation to a
+ *    group boundary or inside the tail's group stays exact.
+ */
+#ifndef KVI_KV_CACHE_H
+#define KVI_KV_CACHE_H
+
+#include "kvinfer_types.h"
+#include <stdint.h>
+#include <stddef.h>
+#include <stdbool.h>
+
+typedef struct kv_pool {
+    int n_layers;
+    int kv_dim;              /* n_kv_heads * head_dim: elements of one K (or V) row */
+    int block_size;          /* positions per block */
+    kvi_type type_k, type_v;
+    size_t row_bytes_k, row_bytes_v;  /* row_bytes_k is 0 for q4 keys (no K rows) */
+    size_t layer_bytes;      /* k_bytes + block_size * row_bytes_v */
+    size_t block_bytes;      /* n_layers * layer_bytes */
+    int32_t n_blocks_max;    /* what the budget allows */
+    int32_t n_alloc;         /* blocks that have memory */
+    int32_t n_used;          /* blocks held by at least one table */
+    uint8_t **mem;           /* [n_blocks_max] block memory, NULL until first use */
+    int32_t *refcount;       /* [n_blocks_max] */
+    int32_t *free_ids;       /* [n_blocks_max] stack of allocated, unreferenced blocks */
+    int32_t n_free;
+    /* layout (kv_quant.h) */
+    size_t k_bytes;          /* one layer's K region of a block */
+    size_t tail_bytes;       /* per-table state (q4 keys: the newest group in f16), else 0 */
+    /* prefix index and LRU of reusable blocks (kv_prefix.c). An indexed block is
+     * full, its content is fixed, and (hash, parent, tokens) name it; an indexed
+     * block that no table holds sits in the LRU instead of the free stack. */
+    int32_t n_cached;        /* unreferenced indexed blocks (in the LRU) */
+    uint8_t *indexed;        /* [n_blocks_max] 1 when in the prefix index */
+    uint64_t *hash;          /* [n_blocks_max] chain hash of an indexed block */
+    int32_t *parent;         /* [n_blocks_max] indexed block before it, -1 for a first block */
+    int32_t *btok;           /* [n_blocks_max][block_size] tokens of an indexed block */
+    int32_t *hnext;          /* [n_blocks_max] next block of the same hash bucket, -1 */
+    int32_t *bucket;         /* [n_buckets] first block of each hash bucket, -1 */
+    uint32_t n_buckets;      /* power of two */
+    int32_t *lru_prev, *lru_next;  /* [n_blocks_max] LRU links, -1 at the ends */
+    int32_t lru_head, lru_tail;    /* least / most recently freed cached block, -1 */
+    uint64_t n_lru_evicted;  /* cached blocks taken back for new data */
+    uint64_t n_cow;          /* copy-on-write block copies */
+    /* accounting */
+    int32_t n_tails;         /* tables holding an allocated tail (tail_bytes each) */
+    size_t bytes_sys;        /* KV bytes held from the system: blocks and tails */
+} kv_pool;
+
+typedef struct kv_table {
+    int32_t *blocks;         /* [cap] physical block ids, logical order */
+    int32_t n_blocks;
+    int32_t cap;
+    int32_t n_pos;           /* positions whose K/V are valid: 0..n_pos-1 */
+    uint8_t *tail;           /* [pool tail_bytes] q4 keys only: f16 keys of the newest
+                                group (kv_quant.h); NULL until the first key write.
+                                Fork: kv_table_copy_tail; freed by kv_table_release */
+    int32_t *tokens;         /* [cap * block_size] token of each position (prefix index) */
+    bool no_index;           /* positions re-assigned by a context policy: never indexed */
+    int32_t lossy_block;     /* q4 keys: 1 + the first block whose keys were re-read
+                                from 4-bit codes (see above), 0 when none; blocks from
+                                it on are never indexed */
+} kv_table;
+
+int kv_pool_init(kv_pool *p, int n_layers, int kv_dim, int block_size, kvi_type type_k,
+                 kvi_type type_v, size_t budget_bytes, kvi_error *err);
+void kv_pool_free(kv_pool *p);
+size_t kv_pool_bytes_per_token(const kv_pool *p);
+size_t kv_pool_bytes_allocated(const kv_pool *p);   /* blocks: n_alloc * block_bytes */
+size_t kv_pool_bytes_tails(const kv_pool *p);       /* tails: n_tails * tail_bytes */
+
+/* Makes the table hold blocks for positions 0..n_pos-1 (does not change t->n_pos).
+ * KVI_E_NO_KV_SPACE when the pool is exhausted: then the table is unchanged. */
+int kv_table_reserve(kv_pool *p, kv_table *t, int32_t n_pos, kvi_error *err);
+/* Keeps positions 0..n_pos-1; blocks past them go back to the pool. */
+void kv_table_truncate(kv_pool *p, kv_table *t, int32_t n_pos);
+void kv_table_release(kv_pool *p, kv_table *t);   /* truncate to 0 and free the array */
+
+/* ---- sharing (kv_cache.c) ---- */
+/* One more reference to block b (taking it out of the LRU when it was cached). */
+void kv_pool_ref(kv_pool *p, int32_t b);
+/* Drops one reference; at zero the block goes to the LRU (indexed) or the free stack. */
+void kv_pool_unref(kv_pool *p, int32_t b);
+/* Drops the table's blocks past its first n_blocks (n_pos is clamped to them). */
+void kv_table_drop_blocks(kv_pool *p, kv_table *t, int32_t n_blocks);
+/* Replaces table block i by a private copy (copy on write). The old block keeps
+ * the table's reference, returned in *old: the caller unrefs it once the step
+ * commits, or puts it back and unrefs the copy to undo. KVI_E_NO_KV_SPACE. */
+int kv_table_cow(kv_pool *p, kv_table *t, int32_t i, int32_t *old, kvi_error *err);
+/* Gives the table its own unindexed copy of every block in [b0, b1] that is
+ * shared or indexed, so that those blocks may be written (context policies). */
+int kv_table_make_private(kv_pool *p, kv_table *t, int32_t b0, int32_t b1, kvi_error *err);
+/* Copies src's blocks (shared, refcounted), tokens, length and q4 key tail into
+ * the empty dst. KVI_E_NOMEM (dst then holds nothing). */
+int kv_table_share(kv_pool *p, kv_table *dst, const kv_table *src, kvi_error *err);
+
+/* ---- prefix index and LRU (kv_prefix.c) ---- */
+int kv_prefix_init(kv_pool *p, kvi_error *err);
+void kv_prefix_free(kv_pool *p);
+/* Indexes every full block of t in [b0, t->n_pos / block_size) whose predecessor
+ * is indexed (nothing when t->no_index). */
+void kv_prefix_index_table(kv_pool *p, kv_table *t, int32_t b0);
+/* Removes block b from the index (an unreferenced one moves to the free stack). */
+void kv_prefix_remove(kv_pool *p, int32_t b);
+/* For the empty table t: takes the longest chain of indexed blocks equal to the
+ * first whole blocks of tokens[0..n_max), at most n_max / block_size blocks;
+ * returns the number of positions now held. KVI_E_NOMEM (table unchanged). */
+int32_t kv_prefix_match(kv_pool *p, kv_table *t, const int32_t *tokens, int32_t n_max, kvi_error *err);
+/* LRU links (used by the pool): push as most recent / unlink. */
+void kv_lru_push(kv_pool *p, int32_t b);
+void kv_lru_unlink(kv_pool *p, int32_t b);
+
+/* Address of the K (or V) row of position pos in layer l; pos must be reserved.
+ * kv_k_row only for row key types (not q4: use kv_read_row / kv_k_group). */
+static inline uint8_t *kv_k_row(const kv_pool *p, const kv_table *t, int l, int32_t pos)
+{
+    const int32_t b = t->blocks[pos / p->block_size];
+    return p->mem[b] + (size_t)l * p->layer_bytes + (size_t)(pos % p->block_size) * p->row_bytes_k;
+}
+static inline uint8_t *kv_v_row(const kv_pool *p, const kv_table *t, int l, int32_t pos)
+{
+    const int32_t b = t->blocks[pos / p->block_size];
+    return p->mem[b] + (size_t)l * p->layer_bytes + p->k_bytes +
+           (size_t)(pos % p->block_size) * p->row_bytes_v;
+}
+/* K region of layer l of the table's block g (logical index). */
+static inline uint8_t *kv_k_group(const kv_pool *p, const kv_table *t, int l, int32_t g)
+{
+    return p->mem[t->blocks[g]] + (size_t)l * p->layer_bytes;
+}
+/* Bytes of one block for this shape and these types (what kv_pool_init would use),
+ * 0 when the types cannot hold rows of kv_dim elements. Budgets: per token it is
+ * this / block_size. */
+size_t kv_layout_block_bytes(int n_layers, int kv_dim, int block_size, kvi_type type_k,
+                             kvi_type type_v);
+/* A type the cache can hold: f32, f16, q8_0, q4_0, q4 (KVI_TYPE_KV_Q4). */
+bool kv_layout_type_ok(kvi_type t);
+
+/* Type-independent access to one cached row (K when which == 0, V when 1) of
+ * position pos in layer l, as f32 (kv_dim floats). Every KV element type, block
+ * quantised or grouped, must support both: policies that move or re-rotate keys,
+ * session files and tests go through these, never through the raw layout. */
+void kv_read_row(const kv_pool *p, const kv_table *t, int l, int which, int32_t pos, float *out);
+void kv_write_row(kv_pool *p, kv_table *t, int l, int which, int32_t pos, const float *in);
+/* kv_write_row inside a forward pass: q4 keys of groups this batch still reads in
+ * f16 are kept in the stash (kv_quant.h) until the layer's attention is done. */
+struct kv_stash;
+void kv_write_row_batch(kv_pool *p, kv_table *t, int l, int which, int32_t pos, const float *in,
+                        struct kv_stash *stash);
+
+#endif

@@ -1,0 +1,481 @@
+/*
+ * tokenizer.c — the vocabulary, special tokens, encode dispatch and decoding.
+ *
+ * Data (struct kvi_tokenizer in tokenizer_int.h): n_vocab texts in one arena,
+ * scores, types, a text -> id map. Encoding first cuts the text into fragments:
+ * every occurrence of a special token's text (control and unknown tokens only when
+ * parse_special; user-defined tokens always, as llama.cpp and Hugging Face do)
+ * becomes its id, tokens taken longest text first over the whole text; the raw
+ * text between goes to the SPM or BPE encoder. SPM adds the dummy-prefix space
+ * to a raw fragment that starts the text or follows a special token.
+ * Decoding maps each id to its bytes: U+2581 -> space and <0xXX> -> byte for SPM,
+ * the reverse byte-to-unicode map for byte-level BPE, control tokens only when
+ * render_special.
+ */
+#include "base/error.h"
+#include "tokenizer/tokenizer_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- construction -------------------------------------------------------- */
+
+int tok_alloc(kvi_tokenizer **out, int32_t n_vocab, kvi_error *err)
+{
+    *out = NULL;
+    if (n_vocab <= 0 || n_vocab > (1 << 28))
+        return kvi_err_set(err, KVI_E_FORMAT, "tokenizer: vocabulary size %d out of range",
+                           (int)n_vocab);
+    kvi_tokenizer *t = calloc(1, sizeof *t);
+    if (!t) return kvi_err_set(err, KVI_E_NOMEM, "tokenizer: out of memory");
+    t->n_vocab = n_vocab;
+    t->text = calloc((size_t)n_vocab, sizeof *t->text);
+    t->text_len = calloc((size_t)n_vocab, sizeof *t->text_len);
+    t->score = calloc((size_t)n_vocab, sizeof *t->score);
+    t->type = malloc((size_t)n_vocab);
+    if (!t->text || !t->text_len || !t->score || !t->type) {
+        tokenizer_free(t);
+        return kvi_err_set(err, KVI_E_NOMEM, "tokenizer: out of memory for %d tokens", (int)n_vocab);
+    }
+    memset(t->type, KVI_TOKEN_NORMAL, (size_t)n_vocab);
+    t->bos = t->eos = t->eot = t->eom = t->unk = t->pad = -1;
+    for (int i = 0; i < 256; i++) t->byte_id[i] = -1;
+    tok_byte_enc_init(t);
+    *out = t;
+    return 0;
+}
+
+int tok_set_texts(kvi_tokenizer *t, const char *const *texts, const size_t *lens, kvi_error *err)
+{
+    size_t total = 0;
+    for (int32_t i = 0; i < t->n_vocab; i++) {
+        if (lens[i] > UINT32_MAX / 2 || total > SIZE_MAX / 2)
+            return kvi_err_set(err, KVI_E_FORMAT, "tokenizer: token %d text too long", (int)i);
+        total += lens[i] + 1;
+    }
+    free(t->text_arena);
+    t->text_arena = malloc(total ? total : 1);
+    if (!t->text_arena) return kvi_err_set(err, KVI_E_NOMEM, "tokenizer: out of memory for texts");
+    char *p = t->text_arena;
+    for (int32_t i = 0; i < t->n_vocab; i++) {
+        if (lens[i]) memcpy(p, texts[i], lens[i]);
+        p[lens[i]] = 0;
+        t->text[i] = p;
+        t->text_len[i] = (uint32_t)lens[i];
+        p += lens[i] + 1;
+    }
+    tok_map_free(&t->map);
+    if (tok_map_init(&t->map, (size_t)t->n_vocab) != 0)
+        return kvi_err_set(err, KVI_E_NOMEM, "tokenizer: out of memory for the token map");
+    for (int32_t i = 0; i < t->n_vocab; i++) tok_map_put(&t->map, t->text[i], t->text_len[i], i, true);
+    return 0;
+}
+
+int32_t tok_find(const kvi_tokenizer *t, const char *s, size_t len)
+{
+    return tok_map_get(&t->map, s, len);
+}
+
+static bool is_special_type(uint8_t ty)
+{
+    return ty == KVI_TOKEN_CONTROL || ty == KVI_TOKEN_USER_DEFINED || ty == KVI_TOKEN_UNKNOWN;
+}
+
+/* (text length, id) pairs sort longest text first, then by id: no shared state. */
+typedef struct len_id {
+    uint32_t len;
+    int32_t id;
+} len_id;
+
+static int cmp_special(const void *a, const void *b)
+{
+    const len_id *x = a, *y = b;
+    if (x->len != y->len) return x->len > y->len ? -1 : 1;
+    return x->id < y->id ? -1 : (x->id > y->id);
+}
+
+static int eog_add(kvi_tokenizer *t, int32_t id)
+{
+    if (id < 0 || id >= t->n_vocab) return 0;
+    for (size_t i = 0; i < t->n_eog; i++)
+        if (t->eog[i] == id) return 0;
+    int32_t *nv = realloc(t->eog, (t->n_eog + 1) * sizeof *nv);
+    if (!nv) return KVI_E_NOMEM;
+    t->eog = nv;
+    t->eog[t->n_eog++] = id;
+    return 0;
+}
+
+int tok_finish(kvi_tokenizer *t, kvi_error *err)
+{
+    if (!t->text_arena) return kvi_err_set(err, KVI_E_FORMAT, "tokenizer: token texts not set");
+    for (int32_t i = 0; i < t->n_vocab; i++)
+        if (t->type[i] < KVI_TOKEN_NORMAL || t->type[i] > KVI_TOKEN_BYTE) t->type[i] = KVI_TOKEN_NORMAL;
+
+    int32_t *ids = &t->bos;
+    for (int k = 0; k < 6; k++)   /* bos, eos, eot, eom, unk, pad */
+        if (ids[k] >= t->n_vocab || ids[k] < -1)
+            return kvi_err_set(err, KVI_E_FORMAT, "tokenizer: special token id %d out of range [0, %d)",
+                               (int)ids[k], (int)t->n_vocab);
+
+    /* Byte fallback: <0xXX> tokens, else a single-byte token of that byte (SPM). */
+    for (int b = 0; b < 256; b++) {
+        static const char hex[] = "0123456789ABCDEF";
+        char buf[7] = { '<', '0', 'x', hex[b >> 4], hex[b & 15], '>', 0 };
+        int32_t id = tok_find(t, buf, 6);
+        if (id < 0 && !t->byte_level) {
+            char c = (char)b;
+            id = tok_find(t, &c, 1);
+        }
+        if (t->byte_id[b] < 0) t->byte_id[b] = id;
+    }
+
+    free(t->special);
+    t->special = NULL;
+    t->n_special = 0;
+    size_t ns = 0;
+    for (int32_t i = 0; i < t->n_vocab; i++)
+        if (is_special_type(t->type[i]) && t->text_len[i] > 0) ns++;
+    if (ns) {
+        len_id *tmp = malloc(ns * sizeof *tmp);
+        t->special = malloc(ns * sizeof *t->special);
+        if (!tmp || !t->special) {
+            free(tmp);
+            return kvi_err_set(err, KVI_E_NOMEM, "tokenizer: out of memory");
+        }
+        for (int32_t i = 0; i < t->n_vocab; i++)
+            if (is_special_type(t->type[i]) && t->text_len[i] > 0) tmp[t->n_special++] = (len_id){ t->text_len[i], i };
+        qsort(tmp, t->n_special, sizeof *tmp, cmp_special);
+        for (size_t k = 0; k < t->n_special; k++) t->special[k] = tmp[k].id;
+        free(tmp);
+    }
+
+    static const char *const eog_texts[] = { "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
+                                             "<|endoftext|>", "<|end_of_text|>" };
+    free(t->eog);
+    t->eog = NULL;
+    t->n_eog = 0;
+    int rc = eog_add(t, t->eos);
+    rc |= eog_add(t, t->eot);
+    rc |= eog_add(t, t->eom);
+    for (size_t k = 0; k < sizeof eog_texts / sizeof eog_texts[0]; k++) {
+        int32_t id = tok_find(t, eog_texts[k], strlen(eog_texts[k]));
+        if (id != t->bos) rc |= eog_add(t, id);   /* a BOS that shares a text stays out */
+    }
+    if (rc) return kvi_err_set(err, KVI_E_NOMEM, "tokenizer: out of memory");
+    return 0;
+}
+
+void tokenizer_free(kvi_tokenizer *t)
+{
+    if (!t) return;
+    free(t->text);
+    free(t->text_len);
+    free(t->text_arena);
+    free(t->score);
+    free(t->type);
+    tok_map_free(&t->map);
+    free(t->special);
+    free(t->eog);
+    free(t->chat_template);
+    tok_map_free(&t->merges);
+    free(t->merges_arena);
+    tok_pretok_free(t->pretok);
+    free(t);
+}
+
+int tok_ids_push(tok_ids *ids, int32_t id)
+{
+    if (ids->n == ids->cap) {
+        size_t cap = ids->cap ? ids->cap * 2 : 64;
+        int32_t *nv = realloc(ids->v, cap * sizeof *nv);
+        if (!nv) return KVI_E_NOMEM;
+        ids->v = nv;
+        ids->cap = cap;
+    }
+    ids->v[ids->n++] = id;
+    return 0;
+}
+
+/* ---- encoding ------------------------------------------------------------ */
+
+/* A piece of the input: raw text [off, off+len) when id < 0, else a special token. */
+typedef struct frag {
+    size_t off, len;
+    int32_t id;
+} frag;
+
+typedef struct frag_list {
+    frag *v;   /* [cap] in text order */
+    size_t n, cap;
+} frag_list;
+
+static int frag_insert(frag_list *f, size_t at, size_t count)
+{
+    if (f->n + count > f->cap) {
+        size_t cap = f->cap * 2 + count + 8;
+        frag *nv = realloc(f->v, cap * sizeof *nv);
+        if (!nv) return KVI_E_NOMEM;
+        f->v = nv;
+        f->cap = cap;
+    }
+    memmove(f->v + at + count, f->v + at, (f->n - at) * sizeof *f->v);
+    f->n += count;
+    return 0;
+}
+
+/* First occurrence of needle in hay (no memmem: it is a GNU extension). */
+static const char *find_bytes(const char *hay, size_t n, const char *needle, size_t m)
+{
+    if (m == 0 || m > n) return NULL;
+    const char *end = hay + (n - m) + 1;
+    for (const char *p = hay; p < end;) {
+        p = memchr(p, needle[0], (size_t)(end - p));
+        if (!p) return NULL;
+        if (memcmp(p, needle, m) == 0) return p;
+        p++;
+    }
+    return NULL;
+}
+
+/* Cuts the raw fragments at every occurrence of each special token's text. */
+static int partition_special(const kvi_tokenizer *t, const char *text, size_t len,
+                             bool parse_special, frag_list *f)
+{
+    bool present[256] = { false };
+    for (size_t i = 0; i < len; i++) present[(unsigned char)text[i]] = true;
+    for (size_t s = 0; s < t->n_special; s++) {
+        int32_t id = t->special[s];
+        uint8_t ty = t->type[id];
+        if (!parse_special && ty != KVI_TOKEN_USER_DEFINED) continue;
+        const char *st = t->text[id];
+        size_t sl = t->text_len[id];
+        if (sl > len || !present[(unsigned char)st[0]]) continue;
+        for (size_t i = 0; i < f->n; i++) {
+            if (f->v[i].id >= 0 || f->v[i].len < sl) continue;
+            const char *base = text + f->v[i].off;
+            const char *hit = find_bytes(base, f->v[i].len, st, sl);
+            if (!hit) continue;
+            size_t pre = (size_t)(hit - base), off = f->v[i].off, flen = f->v[i].len;
+            size_t post = flen - pre - sl;
+            /* [pre raw] [special] [post raw], empty raw parts dropped */
+            size_t extra = (pre > 0) + (post > 0);
+            if (frag_insert(f, i + 1, extra) != 0) return KVI_E_NOMEM;
+            size_t k = i;
+            if (pre > 0) f->v[k++] = (frag){ off, pre, -1 };
+            f->v[k++] = (frag){ off + pre, sl, id };
+            if (post > 0) f->v[k] = (frag){ off + pre + sl, post, -1 };
+            /* continue the scan in the remainder, which is at index k when post > 0 */
+            i = k - 1;
+        }
+    }
+    return 0;
+}
+
+/* The text with the dummy-prefix space when `prefix`, and spaces as U+2581 when
+ * the vocabulary escapes them: into *buf (reallocated), *n its length. */
+static int escape_text(const kvi_tokenizer *t, const char *p, size_t len, bool prefix, char **buf,
+                       size_t *n)
+{
+    size_t spaces = prefix;
+    for (size_t i = 0; i < len; i++) spaces += p[i] == ' ';
+    size_t per = t->escape_space ? 3 : 1;
+    if (len > SIZE_MAX / 4) return KVI_E_NOMEM;
+    char *nb = realloc(*buf, len + spaces * per + 1);
+    if (!nb) return KVI_E_NOMEM;
+    *buf = nb;
+    size_t k = 0;
+    for (size_t i = 0; i < len + prefix; i++) {
+        char c = (prefix && i == 0) ? ' ' : p[i - prefix];
+        if (c == ' ' && t->escape_space) {
+            memcpy(nb + k, "\xE2\x96\x81", 3);
+            k += 3;
+        } else {
+            nb[k++] = c;
+        }
+    }
+    *n = k;
+    return 0;
+}
+
+int32_t tokenizer_encode(const kvi_tokenizer *t, const char *text, size_t len, bool add_special,
+                         bool parse_special, int32_t *out, int32_t n_max)
+{
+    if (!t || (!text && len > 0) || n_max < 0 || (!out && n_max > 0)) return KVI_E_INVALID;
+    tok_ids ids = { 0 };
+    frag_list f = { 0 };
+    int rc = 0;
+    if (add_special && t->add_bos && t->bos >= 0) rc = tok_ids_push(&ids, t->bos);
+    if (rc == 0 && len > 0) {
+        rc = frag_insert(&f, 0, 1);
+        if (rc == 0) {
+            f.v[0] = (frag){ 0, len, -1 };
+            rc = partition_special(t, text, len, parse_special, &f);
+        }
+    }
+    char *buf = NULL;
+    bool prev_special = true;
+    for (size_t i = 0; rc == 0 && i < f.n; i++) {
+        if (f.v[i].id >= 0) {
+            rc = tok_ids_push(&ids, f.v[i].id);
+            prev_special = true;
+            continue;
+        }
+        const char *p = text + f.v[i].off;
+        size_t n = f.v[i].len;
+        bool prefix = t->add_space_prefix && prev_special;
+        if (prefix || t->escape_space) {
+            rc = escape_text(t, p, n, prefix, &buf, &n);
+            if (rc != 0) break;
+            p = buf;
+        }
+        rc = t->algo == TOK_ALGO_SPM ? tok_spm_encode(t, p, n, &ids) : tok_bpe_encode(t, p, n, &ids);
+        prev_special = false;
+    }
+    if (rc == 0 && add_special && t->add_eos && t->eos >= 0) rc = tok_ids_push(&ids, t->eos);
+    free(buf);
+    free(f.v);
+    if (rc != 0) {
+        free(ids.v);
+        return rc;
+    }
+    if (ids.n > INT32_MAX) {
+        free(ids.v);
+        return KVI_E_INVALID;
+    }
+    size_t ncopy = ids.n < (size_t)n_max ? ids.n : (size_t)n_max;
+    if (ncopy) memcpy(out, ids.v, ncopy * sizeof *out);
+    free(ids.v);
+    return (int32_t)ids.n;
+}
+
+/* ---- decoding ------------------------------------------------------------ */
+
+/* Writes the bytes of [src, src+n) at dst[pos..], never past cap; returns pos + n. */
+static size_t put(char *dst, size_t cap, size_t pos, const char *src, size_t n)
+{
+    if (pos < cap) memcpy(dst + pos, src, (cap - pos) < n ? (cap - pos) : n);
+    return pos + n;
+}
+
+static uint32_t utf8_decode(const char *s, size_t n, size_t *used)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t l = tok_utf8_len(u[0]);
+    if (l > n || l == 1) {
+        *used = 1;
+        return u[0];
+    }
+    uint32_t c = u[0] & (0x7F >> l);
+    for (size_t i = 1; i < l; i++) {
+        if ((u[i] & 0xC0) != 0x80) {
+            *used = 1;
+            return 0xFFFFFFFFu;
+        }
+        c = (c << 6) | (u[i] & 0x3F);
+    }
+    *used = l;
+    return c;
+}
+
+/* The bytes of one token into buf (may be truncated); returns its full length,
+ * skipping up to `lstrip` leading spaces. */
+static size_t piece_of(const kvi_tokenizer *t, int32_t id, char *buf, size_t cap, bool render_special,
+                       int lstrip)
+{
+    uint8_t ty = t->type[id];
+    const char *s = t->text[id];
+    size_t n = t->text_len[id], pos = 0;
+    if (ty == KVI_TOKEN_CONTROL || ty == KVI_TOKEN_UNKNOWN || ty == KVI_TOKEN_UNUSED) {
+        if (!render_special) return 0;
+        return put(buf, cap, 0, s, n);
+    }
+    if (ty == KVI_TOKEN_USER_DEFINED) {
+        while (lstrip > 0 && n > 0 && s[0] == ' ') { s++; n--; lstrip--; }
+        return put(buf, cap, 0, s, n);
+    }
+    if (ty == KVI_TOKEN_BYTE && n == 6 && s[0] == '<' && s[1] == '0' && s[2] == 'x' && s[5] == '>') {
+        char b = (char)strtol((char[]){ s[3], s[4], 0 }, NULL, 16);
+        if (lstrip > 0 && b == ' ') return 0;
+        return put(buf, cap, 0, &b, 1);
+    }
+    if (t->byte_level) {
+        for (size_t i = 0; i < n;) {
+            size_t used;
+            uint32_t c = utf8_decode(s + i, n - i, &used);
+            int b = tok_cpt_to_byte(c);
+            if (b >= 0) {
+                char ch = (char)b;
+                if (!(lstrip > 0 && ch == ' ')) pos = put(buf, cap, pos, &ch, 1);
+            } else {
+                pos = put(buf, cap, pos, s + i, used);
+            }
+            if (lstrip > 0) lstrip = b == ' ' ? lstrip - 1 : 0;
+            i += used;
+        }
+        return pos;
+    }
+    for (size_t i = 0; i < n;) {
+        bool space = (t->escape_space && i + 3 <= n && memcmp(s + i, "\xE2\x96\x81", 3) == 0) || s[i] == ' ';
+        if (space) {
+            if (lstrip > 0) lstrip--;
+            else pos = put(buf, cap, pos, " ", 1);
+            i += s[i] == ' ' ? 1 : 3;
+            continue;
+        }
+        lstrip = 0;
+        pos = put(buf, cap, pos, s + i, 1);
+        i++;
+    }
+    return pos;
+}
+
+int32_t tokenizer_token_to_piece(const kvi_tokenizer *t, int32_t id, char *buf, size_t cap,
+                                 bool render_special)
+{
+    if (!t || id < 0 || id >= t->n_vocab || (!buf && cap > 0)) return KVI_E_INVALID;
+    size_t n = piece_of(t, id, buf, cap, render_special, 0);
+    return n > INT32_MAX ? KVI_E_INVALID : (int32_t)n;
+}
+
+int32_t tokenizer_detokenize(const kvi_tokenizer *t, const int32_t *ids, int32_t n, char *buf,
+                             size_t cap, bool render_special, bool remove_leading_space)
+{
+    if (!t || n < 0 || (!ids && n > 0) || (!buf && cap > 0)) return KVI_E_INVALID;
+    size_t lim = cap > 0 ? cap - 1 : 0, pos = 0;
+    /* The dummy-prefix space starts the text and every text after a BOS (llama2.c). */
+    bool strip_on = remove_leading_space && t->add_space_prefix;
+    bool strip = strip_on;
+    for (int32_t i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= t->n_vocab) return KVI_E_INVALID;
+        size_t w = piece_of(t, ids[i], pos < lim ? buf + pos : NULL, pos < lim ? lim - pos : 0,
+                            render_special, strip ? 1 : 0);
+        strip = strip_on && ids[i] == t->bos;
+        pos += w;
+        if (pos > INT32_MAX) return KVI_E_INVALID;
+    }
+    if (cap > 0) buf[pos < lim ? pos : lim] = 0;
+    return (int32_t)pos;
+}
+
+/* ---- accessors ----------------------------------------------------------- */
+
+int32_t tokenizer_n_vocab(const kvi_tokenizer *t) { return t ? t->n_vocab : 0; }
+int32_t tokenizer_bos(const kvi_tokenizer *t) { return t ? t->bos : -1; }
+int32_t tokenizer_eos(const kvi_tokenizer *t) { return t ? t->eos : -1; }
+bool tokenizer_add_bos(const kvi_tokenizer *t) { return t && t->add_bos && t->bos >= 0; }
+const char *tokenizer_chat_template(const kvi_tokenizer *t) { return t ? t->chat_template : NULL; }
+
+bool tokenizer_is_eog(const kvi_tokenizer *t, int32_t id)
+{
+    if (!t) return false;
+    for (size_t i = 0; i < t->n_eog; i++)
+        if (t->eog[i] == id) return true;
+    return false;
+}
+
+const char *tokenizer_token_text(const kvi_tokenizer *t, int32_t id)
+{
+    if (!t || id < 0 || id >= t->n_vocab) return NULL;
+    return t->text[id];
+}

@@ -1,0 +1,55 @@
+/*
+ * tokenizer.h — text <-> token ids.
+ *
+ * Two algorithms, chosen by the vocabulary:
+ *  - SPM ("llama"): SentencePiece BPE over pieces with scores; spaces become "▁",
+ *    a dummy-prefix space is added (tokenizer.ggml.add_space_prefix, default true),
+ *    unknown bytes fall back to <0xXX> tokens.
+ *  - BPE ("gpt2"): the pre-tokenizer regex named by tokenizer.ggml.pre (run with
+ *    PCRE2), byte-to-unicode mapping, then merges by rank (tokenizer.ggml.merges).
+ * Special tokens (control / user-defined types) are matched in the text only when
+ * parse_special is set. Vocabularies come from GGUF metadata, a llama2.c
+ * tokenizer.bin, or a Hugging Face tokenizer.json.
+ */
+#ifndef KVI_TOKENIZER_H
+#define KVI_TOKENIZER_H
+
+#include "formats/gguf.h"
+#include "kvinfer.h"
+
+typedef struct kvi_tokenizer kvi_tokenizer;
+
+/* Token types, as in GGUF tokenizer.ggml.token_type */
+enum { KVI_TOKEN_NORMAL = 1, KVI_TOKEN_UNKNOWN = 2, KVI_TOKEN_CONTROL = 3,
+       KVI_TOKEN_USER_DEFINED = 4, KVI_TOKEN_UNUSED = 5, KVI_TOKEN_BYTE = 6 };
+
+int tokenizer_load_gguf(const gguf_ctx *g, kvi_tokenizer **out, kvi_error *err);
+/* llama2.c tokenizer.bin; n_vocab from the checkpoint header. */
+int tokenizer_load_llama2c(const char *path, int32_t n_vocab, kvi_tokenizer **out, kvi_error *err);
+/* Hugging Face tokenizer.json (plus tokenizer_config.json beside it when present). */
+int tokenizer_load_hf(const char *json_path, kvi_tokenizer **out, kvi_error *err);
+void tokenizer_free(kvi_tokenizer *t);
+
+/* See kvi_tokenize() in kvinfer.h for the contract. */
+int32_t tokenizer_encode(const kvi_tokenizer *t, const char *text, size_t len, bool add_special,
+                         bool parse_special, int32_t *out, int32_t n_max);
+int32_t tokenizer_token_to_piece(const kvi_tokenizer *t, int32_t id, char *buf, size_t cap,
+                                 bool render_special);
+int32_t tokenizer_detokenize(const kvi_tokenizer *t, const int32_t *ids, int32_t n, char *buf,
+                             size_t cap, bool render_special, bool remove_leading_space);
+
+int32_t tokenizer_n_vocab(const kvi_tokenizer *t);
+int32_t tokenizer_bos(const kvi_tokenizer *t);   /* -1 when none */
+int32_t tokenizer_eos(const kvi_tokenizer *t);   /* -1 when none */
+bool tokenizer_is_eog(const kvi_tokenizer *t, int32_t id);
+bool tokenizer_add_bos(const kvi_tokenizer *t);
+/* The text of a token as stored in the vocabulary (NUL-terminated), NULL if out of range. */
+const char *tokenizer_token_text(const kvi_tokenizer *t, int32_t id);
+/* tokenizer.chat_template, NULL when absent. */
+const char *tokenizer_chat_template(const kvi_tokenizer *t);
+/* Messages to ids in the layout of a chat family (chat_template.c; the public
+ * kvi_chat_apply_family of include/kvinfer.h on the model's tokenizer). */
+int32_t tokenizer_chat_apply(const kvi_tokenizer *t, const char *family, const kvi_chat_msg *msgs, int n,
+                             bool add_assistant, int32_t *out, int32_t n_max, kvi_error *err);
+
+#endif

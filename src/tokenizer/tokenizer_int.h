@@ -1,0 +1,123 @@
+/*
+ * tokenizer_int.h — the vocabulary shared by the tokenizer's files.
+ *
+ * A kvi_tokenizer holds n_vocab tokens: text (NUL-terminated, in one arena),
+ * score, type. `map` sends every token text to its id (the last id wins on a
+ * duplicate text, as llama.cpp does). The loaders (GGUF, llama2.c, Hugging Face)
+ * fill the vocabulary and call tok_finish(), which builds the map, the special
+ * token list (control / user-defined / unknown ids, longest text first), the
+ * byte-fallback table and the end-of-generation set. The encoders:
+ *   - SPM (tokenizer_spm.c): score-ordered merges over UTF-8 characters, the
+ *     llama.cpp algorithm; llama2.c's encode() is the same with a plain space.
+ *   - BPE (tokenizer_bpe.c): rank-ordered merges (tok_merges) over the pieces the
+ *     pre-tokenizer (tokenizer_pretok.c) cut, byte-level or with byte fallback.
+ * Invariants: every id stored anywhere is in [0, n_vocab) or -1 for "none".
+ */
+#ifndef KVI_TOKENIZER_INTERNAL_H
+#define KVI_TOKENIZER_INTERNAL_H
+
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer_map.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum tok_algo {
+    TOK_ALGO_SPM = 0,   /* SentencePiece BPE: merges by piece score */
+    TOK_ALGO_BPE = 1,   /* merges by rank from a merges list */
+} tok_algo;
+
+typedef struct tok_pretok tok_pretok;   /* tokenizer_pretok.c */
+
+/* A growable list of token ids (the encoder's output). */
+typedef struct tok_ids {
+    int32_t *v;   /* [cap] */
+    size_t n, cap;
+} tok_ids;
+
+struct kvi_tokenizer {
+    tok_algo algo;
+    int32_t n_vocab;
+    char **text;          /* [n_vocab] NUL-terminated texts, pointers into text_arena */
+    uint32_t *text_len;   /* [n_vocab] bytes of each text */
+    char *text_arena;     /* all texts back to back */
+    float *score;         /* [n_vocab] SPM piece scores (0 when absent) */
+    uint8_t *type;        /* [n_vocab] KVI_TOKEN_* */
+    tok_map map;          /* text -> id */
+
+    int32_t bos, eos, eot, eom, unk, pad;   /* -1 when none */
+    bool add_bos, add_eos;
+    bool add_space_prefix;   /* SPM / HF: prepend one space to the text */
+    bool escape_space;       /* SPM: spaces are written as U+2581 in pieces */
+    bool byte_level;         /* BPE: GPT-2 byte-to-unicode mapping of the bytes */
+    bool ignore_merges;      /* BPE (llama-bpe): a piece that is a token is kept whole */
+
+    int32_t byte_id[256];    /* byte fallback token of each byte, -1 when none */
+    char byte_enc[256][2];   /* byte level: UTF-8 of the code point standing for each byte */
+    uint8_t byte_enc_len[256];   /* its length, 1 or 2 */
+    int32_t *special;        /* [n_special] ids matched in text, longest text first */
+    size_t n_special;
+    int32_t *eog;            /* [n_eog] end-of-generation ids */
+    size_t n_eog;
+    char *chat_template;     /* NULL when absent */
+
+    tok_map merges;          /* BPE: "left right" -> rank */
+    char *merges_arena;      /* the merge strings the keys of `merges` point into */
+    tok_pretok *pretok;      /* BPE: pre-tokenizer regexes, NULL = the whole text is one piece */
+};
+
+/* Allocates an empty tokenizer with n_vocab tokens (texts still unset). */
+int tok_alloc(kvi_tokenizer **out, int32_t n_vocab, kvi_error *err);
+/* Sets all texts from one arena-building pass: texts[i] of lens[i] bytes. */
+int tok_set_texts(kvi_tokenizer *t, const char *const *texts, const size_t *lens, kvi_error *err);
+/* Builds map, special list, byte table and EOG set once texts/types/ids are set. */
+int tok_finish(kvi_tokenizer *t, kvi_error *err);
+int32_t tok_find(const kvi_tokenizer *t, const char *s, size_t len);   /* -1 when absent */
+
+int tok_ids_push(tok_ids *ids, int32_t id);
+
+/* Encoders of one raw-text fragment (no special tokens inside). 0 or KVI_E_NOMEM. */
+int tok_spm_encode(const kvi_tokenizer *t, const char *text, size_t len, tok_ids *out);
+int tok_bpe_encode(const kvi_tokenizer *t, const char *text, size_t len, tok_ids *out);
+
+/* BPE merges from "left right" strings, rank = index. */
+int tok_merges_build(kvi_tokenizer *t, const char *const *merges, const size_t *lens, size_t n,
+                     kvi_error *err);
+
+/* GPT-2 byte-to-unicode: the code point standing for byte b, and back (-1 if none). */
+uint32_t tok_byte_to_cpt(uint8_t b);
+void tok_byte_enc_init(kvi_tokenizer *t);   /* fills byte_enc / byte_enc_len */
+int tok_cpt_to_byte(uint32_t cpt);
+
+/* Pre-tokenizer by llama.cpp's tokenizer.ggml.pre name (unknown names: gpt-2's). */
+int tok_pretok_create(const char *pre_name, tok_pretok **out, kvi_error *err);
+/* From explicit patterns (Hugging Face Split pre-tokenizers), applied in order. */
+int tok_pretok_create_patterns(const char *const *patterns, size_t n, tok_pretok **out,
+                               kvi_error *err);
+void tok_pretok_free(tok_pretok *p);
+/* Calls fn(piece) for each piece of text, in order. Returns 0, KVI_E_NOMEM or fn's
+ * first non-zero result. */
+typedef int (*tok_piece_fn)(void *ctx, const char *piece, size_t len);
+int tok_pretok_split(const tok_pretok *p, const char *text, size_t len, tok_piece_fn fn,
+                     void *ctx);
+
+/* Length of the UTF-8 sequence that starts with byte c (1 for a stray byte). */
+static inline size_t tok_utf8_len(unsigned char c)
+{
+    static const unsigned char lens[16] = { 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4 };
+    return lens[c >> 4];
+}
+
+/* Bytes of the character at s (n bytes left): its UTF-8 length when the sequence is
+ * complete (continuation bytes present), else 1, so a stray byte stands alone. */
+static inline size_t tok_utf8_char(const char *s, size_t n)
+{
+    size_t l = tok_utf8_len((unsigned char)s[0]);
+    if (l > n) return 1;
+    for (size_t i = 1; i < l; i++)
+        if (((unsigned char)s[i] & 0xC0) != 0x80) return 1;
+    return l;
+}
+
+#endif

@@ -1,0 +1,138 @@
+/*
+ * tokenizer_spm.c — SentencePiece BPE encoding (merges ordered by piece score).
+ *
+ * The text (spaces already "▁" when the vocabulary escapes them, see tokenizer.c) is cut into UTF-8
+ * characters: symbols in a doubly linked list over one array. Every adjacent pair
+ * whose concatenation is a token goes into a max-heap keyed by (score desc, left
+ * index asc). Popping the best pair merges right into left (right.n = 0) unless
+ * either side changed since the push (stale entries are skipped by checking the
+ * lengths), then the new neighbours are pushed. At the end each symbol is a token,
+ * or an unknown character that is emitted as its byte-fallback tokens.
+ * This is llama.cpp's llm_tokenizer_spm and, with a plain space and no escaping,
+ * exactly the merge order of llama2.c's encode() (best score, leftmost on ties).
+ * Cost: O(n log n) for n characters.
+ */
+#include "tokenizer/tokenizer_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct spm_sym {
+    int32_t prev, next;   /* neighbours in the list, -1 at the ends */
+    size_t off, n;        /* bytes [off, off+n) of the text; n == 0 once merged away */
+} spm_sym;
+
+typedef struct spm_pair {
+    float score;
+    int32_t left, right;
+    size_t size;          /* bytes of the merged text when pushed */
+} spm_pair;
+
+typedef struct spm_heap {
+    spm_pair *v;   /* [cap] binary max-heap */
+    size_t n, cap;
+} spm_heap;
+
+static bool pair_before(const spm_pair *a, const spm_pair *b)
+{
+    return a->score > b->score || (a->score == b->score && a->left < b->left);
+}
+
+static int heap_push(spm_heap *h, spm_pair p)
+{
+    if (h->n == h->cap) {
+        size_t cap = h->cap ? h->cap * 2 : 64;
+        spm_pair *nv = realloc(h->v, cap * sizeof *nv);
+        if (!nv) return KVI_E_NOMEM;
+        h->v = nv;
+        h->cap = cap;
+    }
+    size_t i = h->n++;
+    while (i > 0) {
+        size_t up = (i - 1) / 2;
+        if (!pair_before(&p, &h->v[up])) break;
+        h->v[i] = h->v[up];
+        i = up;
+    }
+    h->v[i] = p;
+    return 0;
+}
+
+static spm_pair heap_pop(spm_heap *h)
+{
+    spm_pair top = h->v[0], last = h->v[--h->n];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= h->n) break;
+        if (c + 1 < h->n && pair_before(&h->v[c + 1], &h->v[c])) c++;
+        if (!pair_before(&h->v[c], &last)) break;
+        h->v[i] = h->v[c];
+        i = c;
+    }
+    if (h->n > 0) h->v[i] = last;
+    return top;
+}
+
+static int try_pair(const kvi_tokenizer *t, const char *text, const spm_sym *s, int32_t l, int32_t r,
+                    spm_heap *h)
+{
+    if (l < 0 || r < 0) return 0;
+    size_t size = s[l].n + s[r].n;
+    int32_t id = tok_find(t, text + s[l].off, size);
+    if (id < 0) return 0;
+    return heap_push(h, (spm_pair){ t->score[id], l, r, size });
+}
+
+/* An unknown character: its byte tokens, or one <unk> when a byte has none. */
+static int emit_bytes(const kvi_tokenizer *t, const char *p, size_t n, tok_ids *out)
+{
+    for (size_t j = 0; j < n; j++)
+        if (t->byte_id[(unsigned char)p[j]] < 0) return t->unk >= 0 ? tok_ids_push(out, t->unk) : 0;
+    for (size_t j = 0; j < n; j++)
+        if (tok_ids_push(out, t->byte_id[(unsigned char)p[j]]) != 0) return KVI_E_NOMEM;
+    return 0;
+}
+
+int tok_spm_encode(const kvi_tokenizer *t, const char *raw, size_t raw_len, tok_ids *out)
+{
+    if (raw_len == 0) return 0;
+    const char *s = raw;
+    size_t len = raw_len;
+
+    int rc = 0;
+    spm_heap heap = { 0 };
+    spm_sym *sym = malloc(len * sizeof *sym);   /* at most one symbol per byte */
+    if (!sym || len > INT32_MAX) {
+        free(sym);
+        return KVI_E_NOMEM;
+    }
+    int32_t ns = 0;
+    for (size_t off = 0; off < len;) {
+        size_t n = tok_utf8_char(s + off, len - off);
+        sym[ns] = (spm_sym){ ns - 1, -1, off, n };
+        if (ns > 0) sym[ns - 1].next = ns;
+        ns++;
+        off += n;
+    }
+    for (int32_t i = 1; i < ns && rc == 0; i++) rc = try_pair(t, s, sym, i - 1, i, &heap);
+    while (rc == 0 && heap.n > 0) {
+        spm_pair p = heap_pop(&heap);
+        spm_sym *l = &sym[p.left], *r = &sym[p.right];
+        if (l->n == 0 || r->n == 0 || l->n + r->n != p.size) continue;
+        l->n += r->n;
+        r->n = 0;
+        l->next = r->next;
+        if (r->next >= 0) sym[r->next].prev = p.left;
+        rc = try_pair(t, s, sym, l->prev, p.left, &heap);
+        if (rc == 0) rc = try_pair(t, s, sym, p.left, l->next, &heap);
+    }
+    for (int32_t i = 0; rc == 0 && i >= 0 && ns > 0; i = sym[i].next) {
+        int32_t id = tok_find(t, s + sym[i].off, sym[i].n);
+        if (id >= 0) rc = tok_ids_push(out, id);
+        else rc = emit_bytes(t, s + sym[i].off, sym[i].n, out);
+    }
+    free(heap.v);
+    free(sym);
+    return rc;
+}
