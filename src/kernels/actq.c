@@ -1,27 +1,24 @@
 /*
- * actq.c — dispatch of the F32 -> F16 row conversion (actq.h):
- * the active ISA's SIMD loop, or kvi_f32_to_f16() element by element (the scalar
- * reference). Every path writes the same bytes; nothing here allocates.
+ * actq.c — the F32 -> F16 row conversion (actq.h) through the active ISA's
+ * table, and its scalar reference (kvi_f32_to_f16() element by element). Every path writes the same bytes; nothing here allocates.
  */
 #include "kernels/actq.h"
 
 #include "kernels/kernels.h"
+#include "kernels/kernels_int.h"
 
 #include <string.h>
 
-void kvi_f32_to_f16_row(const float *src, void *dst, int64_t n)
+void kvi_f16_row_ref(const float *src, void *dst, int64_t n)
 {
-    switch (kvi_isa_active()) {
-    case KVI_ISA_AVX512: kvi_f16_row_avx512(src, dst, n); return;
-    case KVI_ISA_AVX2: kvi_f16_row_avx2(src, dst, n); return;
-    default: break;
-    }
     uint8_t *h = dst;   /* [n][2] bytes, any alignment */
     for (int64_t i = 0; i < n; i++) {
         const kvi_f16 v = kvi_f32_to_f16(src[i]);
         memcpy(h + 2 * i, &v, 2);
     }
 }
+
+void kvi_f32_to_f16_row(const float *src, void *dst, int64_t n) { kvi_kernels_active()->f16_row(src, dst, n); }
 
 int kvi_quantize_row_fast(kvi_type t, const float *src, void *dst, int64_t n)
 {

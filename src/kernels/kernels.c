@@ -57,7 +57,14 @@
 
 static float dot_scalar(const float *a, const float *b, int64_t n);
 
-static const kvi_kernel_table TAB_SCALAR = {KVI_ISA_SCALAR, dot_scalar, NULL, NULL, NULL};
+static const kvi_kernel_table TAB_SCALAR = {
+    .isa = KVI_ISA_SCALAR,
+    .dot = dot_scalar,
+    .actq_a = kvi_actq_a_ref,
+    .actq_k = kvi_actq_k_ref,
+    .f16_row = kvi_f16_row_ref,
+    .r16_to_rows = kvi_r16_to_rows,
+};
 
 static _Atomic(const kvi_kernel_table *) g_tab;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -89,6 +96,8 @@ static const kvi_kernel_table *tab(void)
 }
 
 kvi_isa kvi_isa_active(void) { return tab()->isa; }
+
+const kvi_kernel_table *kvi_kernels_active(void) { return tab(); }
 
 void kvi_isa_set(kvi_isa isa)
 {

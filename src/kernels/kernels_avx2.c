@@ -18,6 +18,7 @@
  * factors are computed with the same scalar expressions.
  */
 #include "kernels/kernels_int.h"
+#include "kernels/r16_pack.h"
 #include "formats/quant.h"
 
 #include <immintrin.h>
@@ -236,4 +237,13 @@ static inline int32_t q8_idot(const int8_t *a, const int8_t *b, int n)
 static int qgemm_avx2(const kvi_qgemm_args *a) { return q8_rows(a); }
 #pragma GCC pop_options
 
-const kvi_kernel_table kvi_kernels_avx2 = {KVI_ISA_AVX2, dot_avx2, kvi_dequant_avx2, NULL, qgemm_avx2};
+const kvi_kernel_table kvi_kernels_avx2 = {
+    .isa = KVI_ISA_AVX2,
+    .dot = dot_avx2,
+    .dequant = kvi_dequant_avx2,
+    .qgemm = qgemm_avx2,
+    .actq_a = kvi_actq_a_avx2,
+    .actq_k = kvi_actq_k_avx2,
+    .f16_row = kvi_f16_row_avx2,
+    .r16_to_rows = kvi_r16_to_rows,
+};

@@ -12,6 +12,8 @@
 #include "base/cpu.h"
 #include "kernels/qgemm_amx.h"
 #include "kernels/kernels_int.h"
+#include "kernels/r16.h"
+#include "kernels/r16_pack.h"
 #include "kernels/vnni_avx512.h"
 #include "formats/quant.h"
 
@@ -696,4 +698,33 @@ VNNI static int qgemm_avx512(const kvi_qgemm_args *a)
     return qgemm_packed(a, a->scratch, false);
 }
 
-const kvi_kernel_table kvi_kernels_avx512 = {KVI_ISA_AVX512, dot_avx512, dequant_avx512, dot_3x2_avx512, qgemm_avx512};
+/* ---- R16 weights: AMX for many rows, the streaming VNNI kernels otherwise ---- */
+
+static int qgemm_r16_avx512(const kvi_qgemm_args *a)
+{
+    if (!kvi_has_vnni()) return 0;
+    if (kvi_qgemm_amx_q8(a, true)) return 1;
+    return a->n_rows <= KVI_R16_STREAM_ROWS_MAX ? kvi_qgemv_r16_avx512(a) : kvi_qgemm_r16_many_avx512(a);
+}
+
+static void r16_to_rows_avx512(kvi_type t, const uint8_t *tile, int64_t n_in, uint8_t *rows)
+{
+    if (kvi_has_vnni()) kvi_r16_to_rows_avx512(t, tile, n_in, rows);
+    else kvi_r16_to_rows(t, tile, n_in, rows);
+}
+
+static bool r16_preferred_avx512(void) { return kvi_has_vnni(); }
+
+const kvi_kernel_table kvi_kernels_avx512 = {
+    .isa = KVI_ISA_AVX512,
+    .dot = dot_avx512,
+    .dequant = dequant_avx512,
+    .dot_3x2 = dot_3x2_avx512,
+    .qgemm = qgemm_avx512,
+    .actq_a = kvi_actq_a_avx512,
+    .actq_k = kvi_actq_k_avx512,
+    .f16_row = kvi_f16_row_avx512,
+    .qgemm_r16 = qgemm_r16_avx512,
+    .r16_to_rows = r16_to_rows_avx512,
+    .r16_preferred = r16_preferred_avx512,
+};

@@ -19,6 +19,7 @@
 #define KVI_KERNELS_ISA_H
 
 #include "kernels/kernels.h"
+#include "kernels/actq.h"
 #include "kernels/q8.h"
 
 typedef struct kvi_kernel_table {
@@ -32,7 +33,26 @@ typedef struct kvi_kernel_table {
     void (*dot_3x2)(const float *x, int64_t ldx, const float *w, int64_t ldw, int64_t n, float out[6]);
     /* integer product with quantised activations; 1 when done, 0 to fall back */
     int (*qgemm)(const kvi_qgemm_args *a);
+    /* activation quantisation (q8.h): nb blocks of 32 (kvi_q8a) or 256 (kvi_q8k)
+     * inputs, and n floats into halves; the bytes of the scalar reference */
+    void (*actq_a)(const float *x, kvi_q8a *b, int64_t nb);
+    void (*actq_k)(const float *x, kvi_q8k *b, int64_t nb);
+    void (*f16_row)(const float *src, void *dst, int64_t n);
+    /* R16 weights (r16.h): the product straight from the tiles, 1 when done, 0 to
+     * unpack them (NULL where the ISA has no such kernel); one tile into rows */
+    int (*qgemm_r16)(const kvi_qgemm_args *a);
+    void (*r16_to_rows)(kvi_type t, const uint8_t *tile, int64_t n_in, uint8_t *rows);
+    /* whether R16 is the faster layout for the weights on this path (r16_pack.h) */
+    bool (*r16_preferred)(void);
 } kvi_kernel_table;
+
+/* The table of the active ISA (kernels.c): every SIMD entry is reached through it. */
+const kvi_kernel_table *kvi_kernels_active(void);
+
+/* The scalar references the scalar table points at (q8.c, actq.c, r16_pack.c). */
+void kvi_actq_a_ref(const float *x, kvi_q8a *b, int64_t nb);
+void kvi_actq_k_ref(const float *x, kvi_q8k *b, int64_t nb);
+void kvi_f16_row_ref(const float *src, void *dst, int64_t n);
 
 extern const kvi_kernel_table kvi_kernels_avx2;
 extern const kvi_kernel_table kvi_kernels_avx512;

@@ -20,6 +20,7 @@
  * nothing here allocates.
  */
 #include "kernels/q8.h"
+#include "kernels/kernels_int.h"
 #include "kernels/actq.h"
 #include "kernels/q8_rows.h"
 
@@ -100,22 +101,23 @@ static void quant_k(const float *x, kvi_q8k *b)
     b->d = 1.0f / iscale;
 }
 
-/* The SIMD versions (kernels_actq_*.c) give these loops' bytes exactly. */
+void kvi_actq_a_ref(const float *x, kvi_q8a *b, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++) quant_a(x + 32 * i, b + i);
+}
+
+void kvi_actq_k_ref(const float *x, kvi_q8k *b, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++) quant_k(x + QK_K * i, b + i);
+}
+
+/* The active table's quantisation; the SIMD versions (actq_*.c) give the bytes of
+ * the reference loops above exactly. */
 void kvi_q8_quantize_act(kvi_type t, const float *x, void *dst, int64_t n)
 {
     const kvi_type a = kvi_q8_act_type(t);
-    const kvi_isa isa = kvi_isa_active();
-    if (a == KVI_TYPE_Q8_0) {
-        if (isa == KVI_ISA_AVX512) kvi_actq_a_avx512(x, dst, n / 32);
-        else if (isa == KVI_ISA_AVX2) kvi_actq_a_avx2(x, dst, n / 32);
-        else
-            for (int64_t i = 0; i + 32 <= n; i += 32) quant_a(x + i, (kvi_q8a *)dst + i / 32);
-    } else if (a == KVI_TYPE_Q8_K) {
-        if (isa == KVI_ISA_AVX512) kvi_actq_k_avx512(x, dst, n / QK_K);
-        else if (isa == KVI_ISA_AVX2) kvi_actq_k_avx2(x, dst, n / QK_K);
-        else
-            for (int64_t i = 0; i + QK_K <= n; i += QK_K) quant_k(x + i, (kvi_q8k *)dst + i / QK_K);
-    }
+    if (a == KVI_TYPE_Q8_0) kvi_kernels_active()->actq_a(x, dst, n / 32);
+    else if (a == KVI_TYPE_Q8_K) kvi_kernels_active()->actq_k(x, dst, n / QK_K);
 }
 
 size_t kvi_q8_tiles_bytes(int64_t n_rows, int64_t n_in)

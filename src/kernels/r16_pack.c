@@ -8,6 +8,7 @@
  */
 #include "kernels/r16_pack.h"
 
+#include "kernels/kernels_int.h"
 #include "kernels/r16.h"
 #include "kernels/vnni_avx512.h"
 #include "formats/quant.h"
@@ -16,7 +17,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-bool kvi_r16_preferred(void) { return kvi_isa_active() == KVI_ISA_AVX512 && kvi_has_vnni(); }
+bool kvi_r16_preferred(void)
+{
+    const kvi_kernel_table *t = kvi_kernels_active();
+    return t->r16_preferred && t->r16_preferred();
+}
 
 bool kvi_r16_eligible(const kvi_tensor *W)
 {
