@@ -62,4 +62,15 @@ void kvi_matmul_ref(const kvi_tensor *W, const float *x, int64_t ldx, int64_t n_
 /* Row `row` of W as floats (embedding lookup): dst has W->n_in floats. */
 void kvi_tensor_get_row(const kvi_tensor *W, int64_t row, float *dst);
 
+/* ---- weights laid out for the kernels ---------------------------------- */
+
+/* true when the active kernels want some weights in a layout of their own (then
+ * kvi_kernels_prepare_weights writes into the weights' bytes: make them writable). */
+bool kvi_kernels_prepare_wanted(void);
+/* Lays the n matrices of W (distinct data) out for the active kernels, in place,
+ * using n_threads threads: today the Q8_0 / Q4_0 ones whose shape allows it go to
+ * R16 tiles (r16_pack.h) when the kernels read those faster; every other matrix is
+ * left as it is. Returns 0, or a negative KVI_E_* with every matrix unchanged. */
+int kvi_kernels_prepare_weights(kvi_tensor *const *W, int n, int n_threads);
+
 #endif

@@ -164,3 +164,19 @@ int kvi_r16_repack_many(kvi_tensor *const *W, int n_w, int n_threads)
 }
 
 int kvi_r16_repack(kvi_tensor *W, int n_threads) { return kvi_r16_repack_many(&W, 1, n_threads); }
+
+bool kvi_kernels_prepare_wanted(void) { return kvi_r16_preferred(); }
+
+int kvi_kernels_prepare_weights(kvi_tensor *const *W, int n, int n_threads)
+{
+    if (n < 0 || (n > 0 && !W)) return KVI_E_INVALID;
+    if (!kvi_r16_preferred() || n == 0) return KVI_OK;
+    kvi_tensor **pick = malloc((size_t)n * sizeof *pick);   /* [n] the eligible ones */
+    if (!pick) return KVI_E_NOMEM;
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (kvi_r16_eligible(W[i])) pick[k++] = W[i];
+    const int rc = kvi_r16_repack_many(pick, k, n_threads);
+    free(pick);
+    return rc;
+}

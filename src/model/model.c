@@ -23,7 +23,6 @@
 
 #include "base/error.h"
 #include "formats/quant.h"
-#include "kernels/r16_pack.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -437,29 +436,29 @@ int model_hparams_gguf(struct kvi_model *m, const gguf_ctx *g, bool metadata_onl
     return model_check_hparams(m, err);
 }
 
-/* The layers' Q8_0 / Q4_0 matrices and the output matrix into the R16 layout
- * (r16_pack.h), in place, when the active kernels read it faster (AVX-512 VNNI)
- * and the load parameters allow it (kvi_load_params.repack). A tied output matrix is the token embedding too:
- * both views get the layout. Anything not eligible keeps the rows layout; a repack
- * that fails (memory) leaves the matrices as they were. All are repacked by one
- * set of threads (one start-up pass over the weights). */
-static void model_repack_weights(struct kvi_model *m)
+/* The layers' matrices and the output matrix laid out for the kernels, in place
+ * (kvi_kernels_prepare_weights decides which and how: R16 tiles for Q8_0 / Q4_0 on
+ * AVX-512 VNNI), when the load parameters allow it (kvi_load_params.repack). A tied
+ * output matrix is the token embedding too: both views get its layout. A prepare
+ * that fails (memory) leaves the matrices as they were. One set of threads does
+ * all (one start-up pass over the weights). */
+static void model_prepare_weights(struct kvi_model *m)
 {
-    if (!kvi_r16_preferred() || !gguf_set_writable(m->gguf, true))
+    if (!kvi_kernels_prepare_wanted() || !gguf_set_writable(m->gguf, true))
         return;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    kvi_tensor **mats = malloc(((size_t)m->n_layers * 7 + 1) * sizeof *mats);   /* the eligible ones */
+    kvi_tensor **mats = malloc(((size_t)m->n_layers * 7 + 1) * sizeof *mats);   /* [7 * n_layers + 1] */
     int n = 0;
     for (int l = 0; mats && l < m->n_layers; l++) {
         kvi_layer *L = &m->layers[l];
         kvi_tensor *lm[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
         for (int i = 0; i < 7; i++)
-            if (kvi_r16_eligible(lm[i]))
-                mats[n++] = lm[i];
+            if (lm[i]->data) mats[n++] = lm[i];
     }
-    if (mats && kvi_r16_eligible(&m->output))
+    if (mats && m->output.data)
         mats[n++] = &m->output;
-    if (mats && kvi_r16_repack_many(mats, n, cores > 1 ? (int)cores : 1) == 0 && m->tok_embd.data == m->output.data)
+    if (mats && kvi_kernels_prepare_weights(mats, n, cores > 1 ? (int)cores : 1) == 0 &&
+        m->tok_embd.data == m->output.data)
         m->tok_embd.layout = m->output.layout;
     free(mats);
     (void)gguf_set_writable(m->gguf, false);
@@ -521,7 +520,7 @@ int model_load_gguf(struct kvi_model *m, const char *path, const kvi_load_params
     }
 
     if (!p->use_mmap && p->repack)
-        model_repack_weights(m);
+        model_prepare_weights(m);
     if ((rc = tokenizer_load_gguf(g, &m->tok, err)))
         return rc;
     m->has_weights = true;
