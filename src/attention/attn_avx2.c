@@ -7,18 +7,17 @@
  * update: per 8 lanes the masked block max, masked rescale (blends), weights by
  *   the vector attn_exp, the sequential sum; then P x V in tiles of 16 lanes x 6
  *   head dims, positions in order.
- * Contraction is off: every mul and add is the one the reference performs.
+ * Contraction is off (-ffp-contract=off for the attention library): every mul and
+ * add is the one the reference performs.
  */
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("fp-contract=off")
-#endif
+#include "kernels/isa_target.h"
 #include "attention/attn_kernels.h"
 #include "kv/kv_quant.h"
 
 #include <immintrin.h>
 
-#define AVX2 __attribute__((target("avx2,fma,f16c")))
-#define INLINE2 __attribute__((target("avx2,fma,f16c"), always_inline)) static inline
+#define AVX2 KVI_TARGET_AVX2
+#define INLINE2 KVI_INLINE_AVX2
 
 INLINE2 __m256 exp256(__m256 x)
 {

@@ -11,19 +11,18 @@
  * position lanes: ptrans (16 x 16 register transposes), ptrans_f16 (the same,
  *   the rows converted from f16 as loaded), pscores (positions in lanes, one fma
  *   chain per position), pupdate (head dims in lanes; values f32 or f16 rows).
- * Contraction is off: every mul and add is the one the reference performs.
+ * Contraction is off (-ffp-contract=off for the attention library): every mul and
+ * add is the one the reference performs.
  */
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("fp-contract=off")
-#endif
+#include "kernels/isa_target.h"
 #include "attention/attn_kernels.h"
 #include "kv/kv_quant.h"
 #include "formats/quant.h"
 
 #include <immintrin.h>
 
-#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
-#define INLINE512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c"), always_inline)) static inline
+#define AVX512 KVI_TARGET_AVX512
+#define INLINE512 KVI_INLINE_AVX512
 
 INLINE512 __m512 exp512(__m512 x)
 {

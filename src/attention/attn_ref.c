@@ -4,12 +4,10 @@
  *
  * The reference spells out the exact operation sequence of every lane; the SIMD
  * builds (attn_avx2.c, attn_avx512.c) perform the same operations lane
- * by lane, and floating-point contraction is off in all of them, so every build
+ * by lane, and floating-point contraction is off in all of them (-ffp-contract=off,
+ * the attention library's build flag in CMakeLists.txt), so every build
  * gives identical bits (tests/test_attention.c checks it).
  */
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("fp-contract=off")
-#endif
 #include "attention/attn_kernels.h"
 
 #include "kernels/kernels.h"

@@ -14,12 +14,13 @@
  * Every function carries the AVX2 target attribute and is reached only after
  * kvi_isa_detect() saw AVX2 and F16C.
  */
+#include "kernels/isa_target.h"
 #include "kernels/actq.h"
 
 #include <immintrin.h>
 #include <string.h>
 
-#define AVX2 __attribute__((target("avx2,f16c")))
+#define AVX2 KVI_TARGET_AVX2_NOFMA
 
 /* f32 -> f16 (nearest even) -> f32, one value */
 AVX2 static float f16_round(float v)

@@ -14,12 +14,13 @@
  * Every function carries the AVX512 target attribute and is reached only after
  * kvi_isa_detect() saw those features.
  */
+#include "kernels/isa_target.h"
 #include "kernels/actq.h"
 
 #include <immintrin.h>
 #include <string.h>
 
-#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,f16c")))
+#define AVX512 KVI_TARGET_AVX512_NOFMA
 
 /* f32 -> f16 (nearest even) -> f32, one value */
 AVX512 static float f16_round(float v)

@@ -39,6 +39,7 @@
  * only; every thread loads its tile configuration at the start of its part and
  * releases the tiles before it returns.
  */
+#include "kernels/isa_target.h"
 #include "kernels/fmm_amx.h"
 
 #include "base/cpu.h"
@@ -51,7 +52,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define AMX __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
+#define AMX KVI_TARGET_AMX_BF16
 #define AMX_INLINE AMX static inline __attribute__((always_inline))
 
 #define KT 32                   /* K elements per tile */

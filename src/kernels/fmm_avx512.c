@@ -29,6 +29,7 @@
  * Invariants: reads only rows [j0, j1) of W (a short tile repeats its last row and
  * drops the duplicates) and x[r][0..n_in); writes only y[r][j0..j1).
  */
+#include "kernels/isa_target.h"
 #include "kernels/fmm_avx512.h"
 
 #include "formats/quant.h"
@@ -37,7 +38,7 @@
 #include <math.h>
 #include <string.h>
 
-#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+#define AVX512 KVI_TARGET_AVX512
 #define AVX512_INLINE AVX512 static inline __attribute__((always_inline))
 
 #define FMM_MR KVI_FMM_MIN_ROWS   /* input rows per register tile of the tiled path */

@@ -17,6 +17,7 @@
  * integer, followed by at most one rounded subtraction, and the same per-sub-block
  * factors are computed with the same scalar expressions.
  */
+#include "kernels/isa_target.h"
 #include "kernels/kernels_int.h"
 #include "kernels/r16_pack.h"
 #include "formats/quant.h"
@@ -24,7 +25,7 @@
 #include <immintrin.h>
 #include <string.h>
 
-#define AVX2 __attribute__((target("avx2,fma,f16c")))
+#define AVX2 KVI_TARGET_AVX2
 
 AVX2 static float hsum256(__m256 v)
 {

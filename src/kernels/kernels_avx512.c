@@ -9,6 +9,7 @@
  * elements (masked load) into accumulator 1; then (a0 + a1) + (a2 + a3), folded
  * 16 -> 8 -> 4 -> 2 -> 1 lanes.
  */
+#include "kernels/isa_target.h"
 #include "base/cpu.h"
 #include "kernels/qgemm_amx.h"
 #include "kernels/kernels_int.h"
@@ -23,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+#define AVX512 KVI_TARGET_AVX512
 
 AVX512 static float hsum512(__m512 v)
 {

@@ -36,6 +36,7 @@
  * y[r][j0..j1); loads its own tile configuration and releases the tiles before
  * returning (cpu.h).
  */
+#include "kernels/isa_target.h"
 #include "kernels/qgemm_amx.h"
 
 #include "base/cpu.h"
@@ -45,7 +46,7 @@
 #include <immintrin.h>
 #include <stdalign.h>
 
-#define AMX_Q8 __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+#define AMX_Q8 KVI_TARGET_AMX_INT8
 #define AMX_INLINE AMX_Q8 __attribute__((always_inline)) static inline
 
 #define PACKED_BLOCK 576               /* B tile (8 x 64 bytes), then 16 f32 dw */

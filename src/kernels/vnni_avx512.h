@@ -9,13 +9,14 @@
 #ifndef KVI_KERNELS_VNNI_H
 #define KVI_KERNELS_VNNI_H
 
+#include "kernels/isa_target.h"
 #include "kernels/kernels_int.h"
 #include "formats/quant.h"
 
 #include <immintrin.h>
 #include <string.h>
 
-#define VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+#define VNNI KVI_TARGET_VNNI
 #define VNNI_INLINE VNNI __attribute__((always_inline)) static inline
 
 /* The 16 weight rows of a tile: p[l] = p[0] + idx[l] (rows past the end repeat

@@ -1,0 +1,28 @@
+/*
+ * isa_target.h — the function attributes that compile one function for one ISA
+ * (GCC/Clang __attribute__((target))), written once for every per-ISA file of the
+ * kernels and the attention layer. No global -march flag is used: a function so
+ * marked runs only after the CPU has been checked (base/cpu.h, the kernel tables).
+ *
+ * Invariant: the _NOFMA variants leave FMA out on purpose: those files (the
+ * activation quantisation) must keep the scalar reference's separate multiply and
+ * add, and without the FMA target the compiler cannot contract them.
+ */
+#ifndef KVI_ISA_TARGET_H
+#define KVI_ISA_TARGET_H
+
+#define KVI_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define KVI_TARGET_AVX2_NOFMA __attribute__((target("avx2,f16c")))
+#define KVI_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+#define KVI_TARGET_AVX512_NOFMA __attribute__((target("avx512f,avx512bw,avx512vl,avx2,f16c")))
+#define KVI_TARGET_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+#define KVI_TARGET_AMX_INT8 \
+    __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+#define KVI_TARGET_AMX_BF16 \
+    __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
+
+/* The same, for small helpers that must be inlined into their callers. */
+#define KVI_INLINE_AVX2 KVI_TARGET_AVX2 __attribute__((always_inline)) static inline
+#define KVI_INLINE_AVX512 KVI_TARGET_AVX512 __attribute__((always_inline)) static inline
+
+#endif
