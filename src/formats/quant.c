@@ -181,17 +181,6 @@ static uint32_t load_u32(const uint8_t *p)
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-/* 6-bit scale and min of sub-block j (0..7) of Q4_K / Q5_K. */
-static void scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *mn)
-{
-    if (j < 4) {
-        *sc = q[j] & 63;
-        *mn = q[j + 4] & 63;
-    } else {
-        *sc = (uint8_t)((q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4));
-        *mn = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-    }
-}
 
 /* 6-bit scale of sub-block i (0..15) of Q3_K, minus 32. */
 static int q3k_scale(const uint8_t *s, int i)
@@ -294,9 +283,9 @@ static void deq_q4_k(const block_q4_K *b, float *y)
     for (int c = 0; c < 4; c++) {            /* 64-element chunks */
         uint8_t sc, mn;
         const uint8_t *q = b->qs + 32 * c;
-        scale_min_k4(2 * c, b->scales, &sc, &mn);
+        kvi_scale_min_k4(2 * c, b->scales, &sc, &mn);
         float d1 = d * (float)sc, m1 = dmin * (float)mn;
-        scale_min_k4(2 * c + 1, b->scales, &sc, &mn);
+        kvi_scale_min_k4(2 * c + 1, b->scales, &sc, &mn);
         float d2 = d * (float)sc, m2 = dmin * (float)mn;
         for (int l = 0; l < 32; l++) {
             y[64 * c + l] = d1 * (float)(q[l] & 0xf) - m1;
@@ -311,9 +300,9 @@ static void deq_q5_k(const block_q5_K *b, float *y)
     for (int c = 0; c < 4; c++) {
         uint8_t sc, mn;
         const uint8_t *q = b->qs + 32 * c;
-        scale_min_k4(2 * c, b->scales, &sc, &mn);
+        kvi_scale_min_k4(2 * c, b->scales, &sc, &mn);
         float d1 = d * (float)sc, m1 = dmin * (float)mn;
-        scale_min_k4(2 * c + 1, b->scales, &sc, &mn);
+        kvi_scale_min_k4(2 * c + 1, b->scales, &sc, &mn);
         float d2 = d * (float)sc, m2 = dmin * (float)mn;
         for (int l = 0; l < 32; l++) {
             int h0 = (b->qh[l] >> (2 * c)) & 1, h1 = (b->qh[l] >> (2 * c + 1)) & 1;

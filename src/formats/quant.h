@@ -35,6 +35,19 @@ typedef struct { uint8_t scales[QK_K / 16]; uint8_t qs[QK_K / 4]; kvi_f16 d, dmi
 typedef struct { uint8_t hmask[QK_K / 8]; uint8_t qs[QK_K / 4]; uint8_t scales[12]; kvi_f16 d; } block_q3_K;
 typedef struct { kvi_f16 d, dmin; uint8_t scales[K_SCALE_SIZE]; uint8_t qs[QK_K / 2]; } block_q4_K;
 typedef struct { kvi_f16 d, dmin; uint8_t scales[K_SCALE_SIZE]; uint8_t qh[QK_K / 8]; uint8_t qs[QK_K / 2]; } block_q5_K;
+
+/* The 6-bit scale and min of sub-block j (0..7) of a Q4_K / Q5_K block, from its
+ * 12 packed scale bytes q (the one definition every dequantiser and kernel uses). */
+static inline void kvi_scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *mn)
+{
+    if (j < 4) {
+        *sc = (uint8_t)(q[j] & 63);
+        *mn = (uint8_t)(q[j + 4] & 63);
+    } else {
+        *sc = (uint8_t)((q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4));
+        *mn = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
 typedef struct { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; kvi_f16 d; } block_q6_K;
 typedef struct { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; } block_q8_K;
 

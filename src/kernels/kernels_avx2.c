@@ -128,16 +128,13 @@ AVX2 static void deq_q4_0(const uint8_t *p, float *y, int64_t nb)
     }
 }
 
-/* Same unpacking as quant.c's scale_min_k4. */
+/* kvi_scale_min_k4 (quant.h) as floats. */
 AVX2 static void scale_min(int j, const uint8_t *q, float *sc, float *mn)
 {
-    if (j < 4) {
-        *sc = (float)(q[j] & 63);
-        *mn = (float)(q[j + 4] & 63);
-    } else {
-        *sc = (float)((q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4));
-        *mn = (float)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-    }
+    uint8_t s, m;
+    kvi_scale_min_k4(j, q, &s, &m);
+    *sc = (float)s;
+    *mn = (float)m;
 }
 
 AVX2 static void deq_q4_k(const uint8_t *p, float *y, int64_t nb)

@@ -22,13 +22,10 @@ static float F16(kvi_f16 h) { return kvi_f16_to_f32(h); }
 
 static void scale_min_k4(int j, const uint8_t *q, int *sc, int *mn)
 {
-    if (j < 4) {
-        *sc = q[j] & 63;
-        *mn = q[j + 4] & 63;
-    } else {
-        *sc = (q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4);
-        *mn = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-    }
+    uint8_t s, m;
+    kvi_scale_min_k4(j, q, &s, &m);
+    *sc = s;
+    *mn = m;
 }
 
 /* One 32-input block of a legacy type: levels lv (offset removed for _0 types),

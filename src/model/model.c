@@ -361,9 +361,12 @@ static int gguf_bind_vector(struct kvi_model *m, const char *name, int64_t n, bo
     return model_vec_f32(m, name, t->data, t->type, n, out, err);
 }
 
-static void copy_str(char *dst, size_t cap, const char *src)
+void model_copy_str(char *dst, size_t cap, const char *src)
 {
-    snprintf(dst, cap, "%s", src ? src : "");
+    size_t n = 0;
+    for (; src && src[n] && n + 1 < cap; n++)
+        dst[n] = (unsigned char)src[n] < 0x20 ? '?' : src[n];   /* one printable line */
+    dst[n] = 0;
 }
 
 int model_hparams_gguf(struct kvi_model *m, const gguf_ctx *g, bool metadata_only, kvi_error *err)
@@ -373,8 +376,8 @@ int model_hparams_gguf(struct kvi_model *m, const gguf_ctx *g, bool metadata_onl
         return kvi_err_set(err, KVI_E_FORMAT, "gguf: no general.architecture");
     if (strlen(arch) >= sizeof m->arch)
         return kvi_err_set(err, KVI_E_FORMAT, "gguf: general.architecture is %zu bytes long", strlen(arch));
-    copy_str(m->arch, sizeof m->arch, arch);
-    copy_str(m->name, sizeof m->name, gguf_get_str(g, "general.name"));
+    model_copy_str(m->arch, sizeof m->arch, arch);
+    model_copy_str(m->name, sizeof m->name, gguf_get_str(g, "general.name"));
     m->rope_neox = strcmp(arch, "qwen2") == 0;
 
     int rc;
@@ -669,8 +672,8 @@ static int vocab_load_into(kvi_model *m, const char *path, kvi_error *err)
     } else if (kind == 2) {
         if ((rc = gguf_open(path, true, &m->gguf, err)))
             return rc;
-        copy_str(m->arch, sizeof m->arch, gguf_get_str(m->gguf, "general.architecture"));
-        copy_str(m->name, sizeof m->name, gguf_get_str(m->gguf, "general.name"));
+        model_copy_str(m->arch, sizeof m->arch, gguf_get_str(m->gguf, "general.architecture"));
+        model_copy_str(m->name, sizeof m->name, gguf_get_str(m->gguf, "general.name"));
         rc = tokenizer_load_gguf(m->gguf, &m->tok, err);
     } else if (file_starts_with_brace(path)) {
         rc = tokenizer_load_hf(path, &m->tok, err);
@@ -734,8 +737,8 @@ void kvi_model_get_info(const kvi_model *m, kvi_model_info *out)
     memset(out, 0, sizeof *out);
     if (!m)
         return;
-    copy_str(out->arch, sizeof out->arch, m->arch);
-    copy_str(out->name, sizeof out->name, m->name);
+    model_copy_str(out->arch, sizeof out->arch, m->arch);
+    model_copy_str(out->name, sizeof out->name, m->name);
     out->n_vocab = m->n_vocab;
     out->n_ctx_train = m->n_ctx_train;
     out->dim = m->dim;

@@ -86,6 +86,9 @@ int model_vec_f32(struct kvi_model *m, const char *name, const void *data, kvi_t
 /* Checks the hyper-parameters alone (ranges, divisibility); loaders call it before
  * binding tensors. */
 int model_check_hparams(const struct kvi_model *m, kvi_error *err);
+/* src (NULL: "") into dst[cap] as one printable line: truncated, NUL-terminated,
+ * control characters as '?' (names from a file go into messages and JSON). */
+void model_copy_str(char *dst, size_t cap, const char *src);
 
 /* "dir/name" in a malloc'd string (NULL on allocation failure). */
 char *model_path_join(const char *dir, const char *name);

@@ -27,6 +27,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "model/model.h"
+#include "base/file.h"
 
 #include "base/error.h"
 #include "formats/safetensors.h"
@@ -44,21 +45,15 @@
 static int hf_read_json(const char *path, cJSON **out, kvi_error *err)
 {
     *out = NULL;
-    /* Only a regular file: fopen of a FIFO would wait for a writer forever. */
-    struct stat sb;
-    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
-        return kvi_err_set(err, KVI_E_IO, "hf: %s is not a regular file", path);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return kvi_err_set(err, KVI_E_IO, "hf: cannot open %s", path);
-    char *buf = malloc(HF_MAX_CONFIG);
-    size_t n = buf ? fread(buf, 1, HF_MAX_CONFIG, f) : 0;
-    fclose(f);
-    if (!buf)
-        return kvi_err_set(err, KVI_E_NOMEM, "hf: out of memory");
-    if (n == HF_MAX_CONFIG) {
-        free(buf);
-        return kvi_err_set(err, KVI_E_FORMAT, "hf: %s is larger than %u bytes", path, HF_MAX_CONFIG);
+    char *buf;
+    size_t n;
+    switch (file_read_all(path, HF_MAX_CONFIG - 1, &buf, &n)) {
+    case FILE_OK: break;
+    case FILE_NOT_REGULAR: return kvi_err_set(err, KVI_E_IO, "hf: %s is not a regular file", path);
+    case FILE_CANT_OPEN: return kvi_err_set(err, KVI_E_IO, "hf: cannot open %s", path);
+    case FILE_NOMEM: return kvi_err_set(err, KVI_E_NOMEM, "hf: out of memory");
+    case FILE_TOO_LARGE: return kvi_err_set(err, KVI_E_FORMAT, "hf: %s is larger than %u bytes", path, HF_MAX_CONFIG);
+    default: return kvi_err_set(err, KVI_E_IO, "hf: read error on %s", path);
     }
     cJSON *j = cJSON_ParseWithLength(buf, n);
     free(buf);

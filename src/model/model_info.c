@@ -21,14 +21,6 @@
 #include <stdio.h>
 #include <string.h>
 
-static void copy_str(char *dst, size_t cap, const char *src)
-{
-    size_t n = 0;
-    for (; src && src[n] && n + 1 < cap; n++)
-        dst[n] = (unsigned char)src[n] < 0x20 ? '?' : src[n];   /* one printable line */
-    dst[n] = 0;
-}
-
 /* Fills out from a parsed GGUF header. */
 static int info_from_gguf(const gguf_ctx *g, const char *file, kvi_model_info *out, kvi_error *err)
 {
@@ -43,8 +35,8 @@ static int info_from_gguf(const gguf_ctx *g, const char *file, kvi_model_info *o
         }
         return rc;
     }
-    copy_str(out->arch, sizeof out->arch, m.arch);
-    copy_str(out->name, sizeof out->name, m.name);
+    model_copy_str(out->arch, sizeof out->arch, m.arch);
+    model_copy_str(out->name, sizeof out->name, m.name);
     out->n_ctx_train = m.n_ctx_train;
     out->dim = m.dim;
     out->n_layers = m.n_layers;

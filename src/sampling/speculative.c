@@ -31,6 +31,7 @@
  *     are output.
  */
 #include "kvinfer.h"
+#include "base/stats.h"
 
 #include "base/error.h"
 #include "base/rng.h"
@@ -506,18 +507,6 @@ void kvi_spec_set_costs(kvi_spec *s, double cost_row, double cost_draft)
     if (cost_draft >= 0.0 && isfinite(cost_draft)) s->cost_draft = cost_draft;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 #define SPEC_CAL_REPS_MAX 15
 
 /* Times one step of `rows` rows at the end of seq (token t repeated) plus the
@@ -569,7 +558,7 @@ int kvi_spec_calibrate(kvi_spec *s, kvi_engine *target, kvi_seq *seq, int reps, 
             rc = time_rows(s->de, s->dseq, s->dbatch, s->dsmp, s->r, t, 1, &td[i], err);
     }
     if (rc == 0) {
-        double m1 = median(t1, reps), mk = median(tk, reps), md = median(td, reps);
+        double m1 = stats_median(t1, reps), mk = stats_median(tk, reps), md = stats_median(td, reps);
         if (m1 > 0.0) {
             double row = (mk / m1 - 1.0) / (double)K;
             s->cost_row = row > 0.0 ? row : 0.0;

@@ -9,45 +9,24 @@
  * best-scoring adjacent pair merged until none is left — the SPM encoder with
  * escape_space off. Every length is checked against the file size.
  */
+#include "base/file.h"
 #include "base/error.h"
 #include "tokenizer/tokenizer_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 static int read_all(const char *path, unsigned char **data, size_t *len, kvi_error *err)
 {
-    /* Only a regular file: fopen of a FIFO would wait for a writer forever. */
-    struct stat sb;
-    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
-        return kvi_err_set(err, KVI_E_IO, "tokenizer: %s is not a regular file", path);
-    FILE *f = fopen(path, "rb");
-    if (!f) return kvi_err_set(err, KVI_E_IO, "tokenizer: cannot open %s", path);
-    size_t cap = 1 << 16, n = 0;
-    unsigned char *buf = NULL;
-    for (;;) {
-        unsigned char *nb = realloc(buf, cap);
-        if (!nb) {
-            free(buf);
-            fclose(f);
-            return kvi_err_set(err, KVI_E_NOMEM, "tokenizer: out of memory reading %s", path);
-        }
-        buf = nb;
-        n += fread(buf + n, 1, cap - n, f);
-        if (n < cap) break;
-        cap *= 2;
+    char *buf;
+    switch (file_read_all(path, 0, &buf, len)) {
+    case FILE_OK: *data = (unsigned char *)buf; return 0;
+    case FILE_NOT_REGULAR: return kvi_err_set(err, KVI_E_IO, "tokenizer: %s is not a regular file", path);
+    case FILE_CANT_OPEN: return kvi_err_set(err, KVI_E_IO, "tokenizer: cannot open %s", path);
+    case FILE_NOMEM: return kvi_err_set(err, KVI_E_NOMEM, "tokenizer: out of memory reading %s", path);
+    default: return kvi_err_set(err, KVI_E_IO, "tokenizer: read error on %s", path);
     }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        return kvi_err_set(err, KVI_E_IO, "tokenizer: read error on %s", path);
-    }
-    *data = buf;
-    *len = n;
-    return 0;
 }
 
 int tokenizer_load_llama2c(const char *path, int32_t n_vocab, kvi_tokenizer **out, kvi_error *err)

@@ -35,6 +35,7 @@
  */
 #define _GNU_SOURCE
 #include "kvinfer.h"
+#include "base/stats.h"
 
 #include "base/clock.h"
 #include "base/cpu.h"
@@ -389,18 +390,6 @@ static void hw_worker(void *ctx, int ith, int nth)
     j->sink[ith & 63] = r;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *t, int n)
-{
-    qsort(t, (size_t)n, sizeof t[0], cmp_double);
-    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
-}
-
 /* Median wall time (ms) of reps runs of the job, after one warm-up. */
 static double time_median(tpool *pool, hw_job *j, int reps)
 {
@@ -411,7 +400,7 @@ static double time_median(tpool *pool, hw_job *j, int reps)
         tpool_run(pool, hw_worker, j);
         t[r] = kvi_time_ms() - t0;
     }
-    return median(t, reps);
+    return stats_median(t, reps);
 }
 
 /* Rate (1e9 ops/s, all threads) of a compute kernel doing ops_per_iter per thread
@@ -458,7 +447,7 @@ static void read_bench(tpool *pool, hw_job *j, kvi_hw_limits *out, bool quick)
     for (int k = 0; k < n; k++) {
         kvi_hw_read_figure *f = &out->read_methods[k];
         f->method = HW_READ_METHODS[ms_of[k]].name;
-        double med = median(t[k], out->reps);   /* sorted: t[k][0] is the fastest */
+        double med = stats_median(t[k], out->reps);   /* sorted: t[k][0] is the fastest */
         f->median_gbs = med > 0 ? gb / med : 0.0;
         f->best_gbs = t[k][0] > 0 ? gb / t[k][0] : 0.0;
         if (f->median_gbs > out->read_gbs) {
