@@ -35,6 +35,7 @@
 #include "attention/attention.h"
 #include "base/error.h"
 #include "kernels/kernels.h"
+#include "kernels/rope.h"
 #include "kv/kv_quant.h"
 #include "formats/quant.h"
 
@@ -59,7 +60,7 @@ struct fwd_ctx {
     float *hg;      /* [chunk][ffn_dim] gate */
     float *hu;      /* [chunk][ffn_dim] up */
     float *rc, *rs; /* [n_rows_max][n_rot / 2] RoPE cos, sin per row */
-    float *inv_freq;/* [n_rot / 2] */
+    double *inv_freq;/* [n_rot / 2] RoPE frequencies (float values) */
     size_t bytes;
     attn_scratch *attn;
     kv_stash stash; /* q4 key groups a layer's rows still read in f16 (kv_quant.h) */
@@ -127,7 +128,7 @@ fwd_ctx *fwd_create(const struct kvi_model *m, int n_rows_max, int force_chunk, 
     f->hu = falloc(f, chunk * m->ffn_dim, &ok);
     f->rc = falloc(f, n * (m->n_rot / 2), &ok);
     f->rs = falloc(f, n * (m->n_rot / 2), &ok);
-    f->inv_freq = falloc(f, (size_t)(m->n_rot / 2), &ok);
+    f->inv_freq = (double *)falloc(f, 2 * (size_t)(m->n_rot / 2), &ok);   /* 64-aligned: doubles */
     f->attn = attn_scratch_create(n_threads, block_size, m->head_dim, m->n_heads, m->n_kv_heads,
                                   (int)kvd);
     if (!ok || !f->attn) {
@@ -135,11 +136,9 @@ fwd_ctx *fwd_create(const struct kvi_model *m, int n_rows_max, int force_chunk, 
         kvi_err_set(err, KVI_E_NOMEM, "forward: cannot allocate scratch for %d rows", n_rows_max);
         return NULL;
     }
-    for (int i = 0; i < m->n_rot / 2; i++) {
-        double fr = pow((double)m->rope_theta, -2.0 * i / (double)m->n_rot);
-        if (m->rope_freqs) fr /= m->rope_freqs[i];
-        f->inv_freq[i] = (float)fr;
-    }
+    /* the frequencies rounded to float, as the pass has always used them */
+    for (int i = 0; i < m->n_rot / 2; i++)
+        f->inv_freq[i] = (double)(float)kvi_rope_freq(m->rope_theta, m->n_rot, m->rope_freqs, i);
     return f;
 }
 
@@ -211,36 +210,6 @@ static void add_bias(float *y, const float *b, int n, int d)
         for (int i = 0; i < d; i++) y[(size_t)r * d + i] += b[i];
 }
 
-/* One head v [head_dim]: pair i = (v[a], v[b]) rotated by (c[i], s[i]), with (a, b) =
- * (i, i + half) for NeoX, (2i, 2i + 1) otherwise; 4 pairs a step (odd/even lanes
- * split and merged back for the interleaved layout), the rest one by one. */
-static void rope_head(float *v, const float *c, const float *s, int half, bool neox)
-{
-    int i = 0;
-    if (neox) {
-        for (; i + 4 <= half; i += 4) {
-            const v4f v0 = ld4(v + i), v1 = ld4(v + i + half), ci = ld4(c + i), si = ld4(s + i);
-            st4(v + i, v0 * ci - v1 * si);
-            st4(v + i + half, v0 * si + v1 * ci);
-        }
-    } else {
-        for (; i + 4 <= half; i += 4) {
-            const v4f p0 = ld4(v + 2 * i), p1 = ld4(v + 2 * i + 4), ci = ld4(c + i), si = ld4(s + i);
-            const v4f v0 = __builtin_shufflevector(p0, p1, 0, 2, 4, 6);
-            const v4f v1 = __builtin_shufflevector(p0, p1, 1, 3, 5, 7);
-            const v4f r0 = v0 * ci - v1 * si, r1 = v0 * si + v1 * ci;
-            st4(v + 2 * i, __builtin_shufflevector(r0, r1, 0, 4, 1, 5));
-            st4(v + 2 * i + 4, __builtin_shufflevector(r0, r1, 2, 6, 3, 7));
-        }
-    }
-    for (; i < half; i++) {
-        const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
-        const float v0 = v[a], v1 = v[b];
-        v[a] = v0 * c[i] - v1 * s[i];
-        v[b] = v0 * s[i] + v1 * c[i];
-    }
-}
-
 /* Rotates pairs of every head of rows x [n][n_h * head_dim], batch rows r0.. */
 static void rope_rows(const fwd_ctx *f, float *x, int r0, int n, int n_h)
 {
@@ -248,7 +217,7 @@ static void rope_rows(const fwd_ctx *f, float *x, int r0, int n, int n_h)
     const int hd = m->head_dim, half = m->n_rot / 2;
     for (int r = 0; r < n; r++) {
         const float *c = f->rc + (size_t)(r0 + r) * half, *s = f->rs + (size_t)(r0 + r) * half;
-        for (int h = 0; h < n_h; h++) rope_head(x + ((size_t)r * n_h + h) * hd, c, s, half, m->rope_neox);
+        for (int h = 0; h < n_h; h++) kvi_rope_head(x + ((size_t)r * n_h + h) * hd, c, s, half, m->rope_neox);
     }
 }
 
@@ -317,11 +286,8 @@ void fwd_run(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *rows)
 
     for (int r = 0; r < n; r++) {
         kvi_tensor_get_row(&m->tok_embd, rows->tokens[r], f->x + (size_t)r * dim);
-        for (int i = 0; i < half; i++) {
-            const double ang = (double)rows->pos[r] * f->inv_freq[i];
-            f->rc[(size_t)r * half + i] = (float)cos(ang);
-            f->rs[(size_t)r * half + i] = (float)sin(ang);
-        }
+        kvi_rope_cos_sin((double)rows->pos[r], f->inv_freq, half, f->rc + (size_t)r * half,
+                         f->rs + (size_t)r * half);
     }
 
     for (int l = 0; l < m->n_layers; l++) {

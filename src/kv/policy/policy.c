@@ -20,6 +20,7 @@
 #include "kv/policy/policy.h"
 
 #include "base/error.h"
+#include "kernels/rope.h"
 #include "kv/kv_quant.h"
 
 #include <math.h>
@@ -55,7 +56,7 @@ int kv_policy_apply(kv_pool *p, kv_table *t, const kv_rope *m, const int32_t *ke
     float *kbuf = malloc((size_t)bs * kvd * sizeof *kbuf);
     float *vbuf = malloc((size_t)bs * kvd * sizeof *vbuf);
     double *freq = malloc((size_t)(half > 0 ? half : 1) * sizeof *freq);
-    float *cs = malloc((size_t)(half > 0 ? half : 1) * 2 * sizeof *cs);
+    float *cs = malloc((size_t)(half > 0 ? half : 1) * 2 * sizeof *cs);   /* [2][half]: cos, sin */
     uint8_t *snap = t->tail && p->tail_bytes ? malloc(p->tail_bytes) : NULL;
     if (!kbuf || !vbuf || !freq || !cs || (t->tail && p->tail_bytes && !snap)) {
         free(kbuf);
@@ -72,11 +73,7 @@ int kv_policy_apply(kv_pool *p, kv_table *t, const kv_rope *m, const int32_t *ke
         memcpy(snap, t->tail, p->tail_bytes);
         src_view.tail = snap;
     }
-    for (int j = 0; j < half; j++) {
-        double fr = pow((double)m->theta, -2.0 * j / (double)m->n_rot);
-        if (m->freqs) fr /= m->freqs[j];
-        freq[j] = fr;
-    }
+    for (int j = 0; j < half; j++) freq[j] = kvi_rope_freq(m->theta, m->n_rot, m->freqs, j);
     /* group by group: every source of a destination group lies in it or later
      * (keep[i] >= i) and is read before the group is written; the unmoved rows
      * of the first group are written back too, so that a q4 group is rebuilt
@@ -93,24 +90,11 @@ int kv_policy_apply(kv_pool *p, kv_table *t, const kv_rope *m, const int32_t *ke
                 kv_read_row(p, &src_view, l, 1, src, vbuf + (size_t)(i - g0) * kvd);
                 if (delta == 0) continue;
                 if (!have || delta != cur_delta) {
-                    for (int j = 0; j < half; j++) {
-                        const double ang = (double)delta * freq[j];
-                        cs[2 * j] = (float)cos(ang);
-                        cs[2 * j + 1] = (float)sin(ang);
-                    }
+                    kvi_rope_cos_sin((double)delta, freq, half, cs, cs + half);
                     cur_delta = delta;
                     have = true;
                 }
-                for (int h = 0; h < m->n_kv_heads; h++) {
-                    float *v = k + (size_t)h * hd;
-                    for (int j = 0; j < half; j++) {
-                        const int a = m->neox ? j : 2 * j;
-                        const int b = m->neox ? j + half : 2 * j + 1;
-                        const float v0 = v[a], v1 = v[b];
-                        v[a] = v0 * cs[2 * j] - v1 * cs[2 * j + 1];
-                        v[b] = v0 * cs[2 * j + 1] + v1 * cs[2 * j];
-                    }
-                }
+                for (int h = 0; h < m->n_kv_heads; h++) kvi_rope_head(k + (size_t)h * hd, cs, cs + half, half, m->neox);
             }
             for (int32_t i = g0; i < g1; i++) {
                 /* an unmoved row is rewritten only to rebuild a q4 key group */
