@@ -18,6 +18,7 @@
  */
 #include "base/error.h"
 #include "tokenizer/tokenizer_int.h"
+#include "tokenizer/merge_heap.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -102,11 +103,6 @@ typedef struct bpe_sym {
     size_t off, n;        /* bytes of the piece; n == 0 once merged away */
 } bpe_sym;
 
-typedef struct bpe_pair {
-    int32_t rank, left, right;
-    size_t size;   /* bytes of the merged text when pushed */
-} bpe_pair;
-
 typedef struct bpe_work {
     const kvi_tokenizer *t;
     tok_ids *out;
@@ -114,52 +110,10 @@ typedef struct bpe_work {
     size_t word_cap;
     bpe_sym *sym;     /* [sym_cap] */
     size_t sym_cap;
-    bpe_pair *heap;   /* [heap_cap] binary min-heap */
-    size_t heap_n, heap_cap;
+    tok_heap heap;    /* candidate merges, key = rank */
     char *key;        /* [key_cap] "left right" scratch */
     size_t key_cap;
 } bpe_work;
-
-static bool pair_before(const bpe_pair *a, const bpe_pair *b)
-{
-    return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
-}
-
-static int heap_push(bpe_work *w, bpe_pair p)
-{
-    if (w->heap_n == w->heap_cap) {
-        size_t cap = w->heap_cap ? w->heap_cap * 2 : 64;
-        bpe_pair *nv = realloc(w->heap, cap * sizeof *nv);
-        if (!nv) return KVI_E_NOMEM;
-        w->heap = nv;
-        w->heap_cap = cap;
-    }
-    size_t i = w->heap_n++;
-    while (i > 0) {
-        size_t up = (i - 1) / 2;
-        if (!pair_before(&p, &w->heap[up])) break;
-        w->heap[i] = w->heap[up];
-        i = up;
-    }
-    w->heap[i] = p;
-    return 0;
-}
-
-static bpe_pair heap_pop(bpe_work *w)
-{
-    bpe_pair top = w->heap[0], last = w->heap[--w->heap_n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= w->heap_n) break;
-        if (c + 1 < w->heap_n && pair_before(&w->heap[c + 1], &w->heap[c])) c++;
-        if (!pair_before(&w->heap[c], &last)) break;
-        w->heap[i] = w->heap[c];
-        i = c;
-    }
-    if (w->heap_n > 0) w->heap[i] = last;
-    return top;
-}
 
 static int grow(void **p, size_t *cap, size_t need, size_t elem)
 {
@@ -184,7 +138,7 @@ static int try_pair(bpe_work *w, int32_t l, int32_t r)
     memcpy(w->key + a->n + 1, w->word + b->off, b->n);
     int32_t rank = tok_map_get(&w->t->merges, w->key, klen);
     if (rank < 0) return 0;
-    return heap_push(w, (bpe_pair){ rank, l, r, a->n + b->n });
+    return tok_heap_push(&w->heap, (tok_pair){ (double)rank, l, r, a->n + b->n });
 }
 
 static int emit_unknown(bpe_work *w, const char *p, size_t n)
@@ -231,11 +185,11 @@ static int encode_piece(void *ctx, const char *piece, size_t plen)
         ns++;
         off += n;
     }
-    w->heap_n = 0;
+    w->heap.n = 0;
     int rc = 0;
     for (int32_t i = 1; i < ns && rc == 0; i++) rc = try_pair(w, i - 1, i);
-    while (rc == 0 && w->heap_n > 0) {
-        bpe_pair p = heap_pop(w);
+    while (rc == 0 && w->heap.n > 0) {
+        tok_pair p = tok_heap_pop(&w->heap);
         bpe_sym *l = &w->sym[p.left], *r = &w->sym[p.right];
         if (l->n == 0 || r->n == 0 || l->n + r->n != p.size) continue;
         l->n += r->n;
@@ -260,7 +214,7 @@ int tok_bpe_encode(const kvi_tokenizer *t, const char *text, size_t len, tok_ids
                        : encode_piece(&w, text, len);
     free(w.word);
     free(w.sym);
-    free(w.heap);
+    free(w.heap.v);
     free(w.key);
     return rc;
 }

@@ -13,6 +13,7 @@
  * Cost: O(n log n) for n characters.
  */
 #include "tokenizer/tokenizer_int.h"
+#include "tokenizer/merge_heap.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -22,66 +23,14 @@ typedef struct spm_sym {
     size_t off, n;        /* bytes [off, off+n) of the text; n == 0 once merged away */
 } spm_sym;
 
-typedef struct spm_pair {
-    float score;
-    int32_t left, right;
-    size_t size;          /* bytes of the merged text when pushed */
-} spm_pair;
-
-typedef struct spm_heap {
-    spm_pair *v;   /* [cap] binary max-heap */
-    size_t n, cap;
-} spm_heap;
-
-static bool pair_before(const spm_pair *a, const spm_pair *b)
-{
-    return a->score > b->score || (a->score == b->score && a->left < b->left);
-}
-
-static int heap_push(spm_heap *h, spm_pair p)
-{
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? h->cap * 2 : 64;
-        spm_pair *nv = realloc(h->v, cap * sizeof *nv);
-        if (!nv) return KVI_E_NOMEM;
-        h->v = nv;
-        h->cap = cap;
-    }
-    size_t i = h->n++;
-    while (i > 0) {
-        size_t up = (i - 1) / 2;
-        if (!pair_before(&p, &h->v[up])) break;
-        h->v[i] = h->v[up];
-        i = up;
-    }
-    h->v[i] = p;
-    return 0;
-}
-
-static spm_pair heap_pop(spm_heap *h)
-{
-    spm_pair top = h->v[0], last = h->v[--h->n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= h->n) break;
-        if (c + 1 < h->n && pair_before(&h->v[c + 1], &h->v[c])) c++;
-        if (!pair_before(&h->v[c], &last)) break;
-        h->v[i] = h->v[c];
-        i = c;
-    }
-    if (h->n > 0) h->v[i] = last;
-    return top;
-}
-
 static int try_pair(const kvi_tokenizer *t, const char *text, const spm_sym *s, int32_t l, int32_t r,
-                    spm_heap *h)
+                    tok_heap *h)
 {
     if (l < 0 || r < 0) return 0;
     size_t size = s[l].n + s[r].n;
     int32_t id = tok_find(t, text + s[l].off, size);
     if (id < 0) return 0;
-    return heap_push(h, (spm_pair){ t->score[id], l, r, size });
+    return tok_heap_push(h, (tok_pair){ -(double)t->score[id], l, r, size });
 }
 
 /* An unknown character: its byte tokens, or one <unk> when a byte has none. */
@@ -101,7 +50,7 @@ int tok_spm_encode(const kvi_tokenizer *t, const char *raw, size_t raw_len, tok_
     size_t len = raw_len;
 
     int rc = 0;
-    spm_heap heap = { 0 };
+    tok_heap heap = { 0 };   /* candidate merges, key = -score */
     spm_sym *sym = malloc(len * sizeof *sym);   /* at most one symbol per byte */
     if (!sym || len > INT32_MAX) {
         free(sym);
@@ -117,7 +66,7 @@ int tok_spm_encode(const kvi_tokenizer *t, const char *raw, size_t raw_len, tok_
     }
     for (int32_t i = 1; i < ns && rc == 0; i++) rc = try_pair(t, s, sym, i - 1, i, &heap);
     while (rc == 0 && heap.n > 0) {
-        spm_pair p = heap_pop(&heap);
+        tok_pair p = tok_heap_pop(&heap);
         spm_sym *l = &sym[p.left], *r = &sym[p.right];
         if (l->n == 0 || r->n == 0 || l->n + r->n != p.size) continue;
         l->n += r->n;
