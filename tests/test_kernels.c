@@ -129,8 +129,10 @@ static void test_get_row(void)
             }
             CHECK(bad == 0, "%s get_row (%s) differs from reference", kvi_type_name(t), kvi_isa_str((kvi_isa)isa));
         }
-        kvi_tensor_get_row(&W, n_out, got);
-        CHECK(isnan(got[0]), "%s get_row out of range gives NaN", kvi_type_name(t));
+        got[0] = 7.0f;
+        CHECK(kvi_tensor_get_row(&W, n_out, got) == KVI_E_INVALID && got[0] == 7.0f,
+              "%s get_row out of range: KVI_E_INVALID, nothing written", kvi_type_name(t));
+        CHECK(kvi_tensor_get_row(&W, -1, got) == KVI_E_INVALID, "%s get_row -1 refused", kvi_type_name(t));
         free(w);
     }
     kvi_isa_set(KVI_ISA_AVX512);
@@ -368,16 +370,25 @@ static void test_matmul_vs_ref(tpool *pool)
         kvi_matmul(pool, &W, xv, 2, 1, yv, 3);
         CHECK(yv[0] == -1.0f && yv[1] == -1.0f && yv[2] == -1.0f, "hand matmul %g %g %g", yv[0], yv[1], yv[2]);
     }
-    /* bad tensors: NaN output, no crash */
+    /* bad arguments: an error code, no output written, no crash */
     {
-        float yv[4] = {0};
+        float yv[4] = {1, 2, 3, 4};
         kvi_tensor W = {x, (kvi_type)4, 32, 4, KVI_LAYOUT_ROWS};
-        kvi_matmul(pool, &W, x, 32, 1, yv, 4);
-        CHECK(isnan(yv[0]) && isnan(yv[3]), "unknown type gives NaN");
+        CHECK(kvi_matmul(pool, &W, x, 32, 1, yv, 4) == KVI_E_INVALID, "unknown type refused");
+        CHECK(yv[0] == 1 && yv[3] == 4, "unknown type: output untouched");
         kvi_tensor W2 = {x, KVI_TYPE_Q4_0, 33, 4, KVI_LAYOUT_ROWS};
-        yv[0] = 0;
-        kvi_matmul(pool, &W2, x, 33, 1, yv, 4);
-        CHECK(isnan(yv[0]), "partial block gives NaN");
+        CHECK(kvi_matmul(pool, &W2, x, 33, 1, yv, 4) == KVI_E_INVALID, "partial block refused");
+        CHECK(kvi_matmul_ref(&W2, x, 33, 1, yv, 4) == KVI_E_INVALID, "partial block refused by the reference");
+        kvi_tensor W3 = {x, KVI_TYPE_F32, 32, 4, KVI_LAYOUT_ROWS};
+        CHECK(kvi_matmul(pool, &W3, x, 31, 1, yv, 4) == KVI_E_INVALID, "ldx < n_in refused");
+        CHECK(kvi_matmul(pool, &W3, x, 32, 1, yv, 3) == KVI_E_INVALID, "ldy < n_out refused");
+        CHECK(kvi_matmul(pool, &W3, NULL, 32, 1, yv, 4) == KVI_E_INVALID, "no input refused");
+        const kvi_tensor *ws[2] = {&W3, &W2};
+        float *ys[2] = {yv, yv};
+        const int64_t lds[2] = {4, 4};
+        CHECK(kvi_matmul_multi(pool, 2, ws, x, 33, 1, ys, lds) == KVI_E_INVALID, "multi: a bad matrix refused");
+        CHECK(yv[0] == 1 && yv[3] == 4, "refusals wrote nothing");
+        CHECK(kvi_matmul(pool, &W3, x, 32, 1, yv, 4) == KVI_OK && yv[0] != 1, "a good call succeeds");
     }
     free(x);
     free(y);

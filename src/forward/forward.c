@@ -222,7 +222,7 @@ static void rope_rows(const fwd_ctx *f, float *x, int r0, int n, int n_h)
 }
 
 /* One layer over rows [r0, r0 + n) of the batch (a chunk; see the file comment). */
-static void layer_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *rows, int l, int r0,
+static int layer_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *rows, int l, int r0,
                         int n)
 {
     const struct kvi_model *m = f->m;
@@ -237,7 +237,8 @@ static void layer_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *ro
         const kvi_tensor *w3[3] = {&L->wq, &L->wk, &L->wv};
         float *const y3[3] = {f->q, f->k, f->v};
         const int64_t ld3[3] = {qd, kvd, kvd};
-        kvi_matmul_multi(pool, 3, w3, f->xb, dim, n, y3, ld3);
+        const int rc = kvi_matmul_multi(pool, 3, w3, f->xb, dim, n, y3, ld3);
+        if (rc) return rc;
     }
     add_bias(f->q, L->bq, n, qd);
     add_bias(f->k, L->bk, n, kvd);
@@ -260,7 +261,8 @@ static void layer_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *ro
     attention_rows(pool, f->attn, &aa);
 
     /* x += att Wo^T (xb reused as the projection output) */
-    kvi_matmul(pool, &L->wo, f->att, qd, n, f->xb, dim);
+    int rc = kvi_matmul(pool, &L->wo, f->att, qd, n, f->xb, dim);
+    if (rc) return rc;
     add_into(x, f->xb, (size_t)n * dim);
 
     /* feed-forward block: SwiGLU */
@@ -269,31 +271,35 @@ static void layer_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *ro
         const kvi_tensor *w2[2] = {&L->w_gate, &L->w_up};
         float *const y2[2] = {f->hg, f->hu};
         const int64_t ld2[2] = {ffn, ffn};
-        kvi_matmul_multi(pool, 2, w2, f->xb, dim, n, y2, ld2);
+        if ((rc = kvi_matmul_multi(pool, 2, w2, f->xb, dim, n, y2, ld2))) return rc;
     }
     for (size_t i = 0; i < (size_t)n * ffn; i++) {
         const float g = f->hg[i];
         f->hg[i] = g / (1.0f + expf(-g)) * f->hu[i];
     }
-    kvi_matmul(pool, &L->w_down, f->hg, ffn, n, f->xb, dim);
+    if ((rc = kvi_matmul(pool, &L->w_down, f->hg, ffn, n, f->xb, dim))) return rc;
     add_into(x, f->xb, (size_t)n * dim);
+    return KVI_OK;
 }
 
-void fwd_run(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *rows)
+int fwd_run(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *rows)
 {
     const struct kvi_model *m = f->m;
     const int n = rows->n, dim = m->dim, half = m->n_rot / 2;
 
     for (int r = 0; r < n; r++) {
-        kvi_tensor_get_row(&m->tok_embd, rows->tokens[r], f->x + (size_t)r * dim);
+        const int rc = kvi_tensor_get_row(&m->tok_embd, rows->tokens[r], f->x + (size_t)r * dim);
+        if (rc) return rc;
         kvi_rope_cos_sin((double)rows->pos[r], f->inv_freq, half, f->rc + (size_t)r * half,
                          f->rs + (size_t)r * half);
     }
 
     for (int l = 0; l < m->n_layers; l++) {
         kv_stash_begin(&f->stash, l);   /* once per layer: chunks of one batch share it */
-        for (int r0 = 0; r0 < n; r0 += f->chunk)
-            layer_chunk(f, pool, kv, rows, l, r0, n - r0 < f->chunk ? n - r0 : f->chunk);
+        for (int r0 = 0; r0 < n; r0 += f->chunk) {
+            const int rc = layer_chunk(f, pool, kv, rows, l, r0, n - r0 < f->chunk ? n - r0 : f->chunk);
+            if (rc) return rc;
+        }
     }
 
     /* logits only for the rows that asked, a chunk at a time: gather, norm, project */
@@ -303,6 +309,9 @@ void fwd_run(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *rows)
             memcpy(f->xb + (size_t)o * dim, f->x + (size_t)rows->out_rows[o0 + o] * dim,
                    (size_t)dim * sizeof(float));
         rmsnorm_rows(f->xb, f->xb, m->output_norm, no, dim, m->rms_eps);
-        kvi_matmul(pool, &m->output, f->xb, dim, no, rows->logits + (size_t)o0 * m->n_vocab, m->n_vocab);
+        const int rc = kvi_matmul(pool, &m->output, f->xb, dim, no, rows->logits + (size_t)o0 * m->n_vocab,
+                                  m->n_vocab);
+        if (rc) return rc;
     }
+    return KVI_OK;
 }

@@ -34,7 +34,10 @@ void fwd_free(fwd_ctx *f);
 size_t fwd_scratch_bytes(const fwd_ctx *f);
 
 /* Runs every layer over the rows: K and V of each row are written into the cache
- * at its position, then each row attends to its sequence's positions 0..pos. */
-void fwd_run(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *rows);
+ * at its position, then each row attends to its sequence's positions 0..pos.
+ * 0, or the first matrix product's error (KVI_E_INVALID: a weight or token the
+ * product refuses; KVI_E_NOMEM): the rows' cache positions are then partly
+ * written and the logits undefined. */
+int fwd_run(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *rows);
 
 #endif

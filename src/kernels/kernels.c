@@ -29,7 +29,7 @@
  *
  * Invariants: no function here allocates per row; bad arguments (unknown type,
  * n_in not a multiple of the block size, ld too small, row out of range) never
- * read out of bounds: the outputs are filled with NaN instead.
+ * read out of bounds: the call returns KVI_E_INVALID and writes no output.
  */
 #include "kernels/kernels.h"
 
@@ -149,11 +149,6 @@ static bool tensor_ok(const kvi_tensor *W)
     return W && W->data && W->n_in > 0 && W->n_out >= 0 && kvi_row_bytes(W->type, W->n_in) > 0;
 }
 
-static void fill_nan(float *p, int64_t n)
-{
-    for (int64_t i = 0; i < n; i++) p[i] = NAN;
-}
-
 static void dequant_with(const kvi_kernel_table *t, kvi_type type, const void *src, float *dst,
                          int64_t n)
 {
@@ -161,26 +156,20 @@ static void dequant_with(const kvi_kernel_table *t, kvi_type type, const void *s
     kvi_dequant_row(type, src, dst, n);
 }
 
-void kvi_tensor_get_row(const kvi_tensor *W, int64_t row, float *dst)
+int kvi_tensor_get_row(const kvi_tensor *W, int64_t row, float *dst)
 {
-    if (!dst || !W || W->n_in <= 0) return;
-    if (!tensor_ok(W) || row < 0 || row >= W->n_out) {
-        fill_nan(dst, W->n_in);
-        return;
-    }
+    if (!dst || !tensor_ok(W) || row < 0 || row >= W->n_out) return KVI_E_INVALID;
     size_t rb = kvi_row_bytes(W->type, W->n_in);
     if (W->layout == KVI_LAYOUT_R16) {   /* the row out of its tile, then as usual */
         uint8_t stack[8192], *buf = rb <= sizeof stack ? stack : malloc(rb);   /* [rb] one row */
-        if (!buf) {
-            fill_nan(dst, W->n_in);
-            return;
-        }
+        if (!buf) return KVI_E_NOMEM;
         kvi_r16_row(W->type, (const uint8_t *)W->data + (size_t)(row / 16) * 16 * rb, W->n_in, (int)(row % 16), buf);
         dequant_with(tab(), W->type, buf, dst, W->n_in);
         if (buf != stack) free(buf);
-        return;
+        return KVI_OK;
     }
     dequant_with(tab(), W->type, (const uint8_t *)W->data + (size_t)row * rb, dst, W->n_in);
+    return KVI_OK;
 }
 
 /* ---- matrix product ---------------------------------------------------- */
@@ -395,27 +384,16 @@ static bool matmul_args_ok(const kvi_tensor *W, const float *x, int64_t ldx, int
     return tensor_ok(W) && x && ldx >= W->n_in && ldy >= W->n_out;
 }
 
-static void nan_output(const kvi_tensor *W, int64_t n_rows, float *y, int64_t ldy)
+int kvi_matmul(tpool *pool, const kvi_tensor *W, const float *x, int64_t ldx,
+               int64_t n_rows, float *y, int64_t ldy)
 {
-    if (!y || !W || W->n_out <= 0 || ldy < W->n_out) return;
-    for (int64_t r = 0; r < n_rows; r++) fill_nan(y + r * ldy, W->n_out);
-}
-
-void kvi_matmul(tpool *pool, const kvi_tensor *W, const float *x, int64_t ldx,
-                int64_t n_rows, float *y, int64_t ldy)
-{
-    if (n_rows <= 0 || !y) return;
-    if (!matmul_args_ok(W, x, ldx, ldy)) {
-        nan_output(W, n_rows, y, ldy);
-        return;
-    }
-    if (W->n_out == 0) return;
-    if (kvi_q8_act_type(W->type) != KVI_TYPE_F32 && matmul_q8(pool, 1, &W, x, ldx, n_rows, &y, &ldy)) return;
-    if (W->layout != KVI_LAYOUT_ROWS) {   /* only the integer path reads other layouts */
-        nan_output(W, n_rows, y, ldy);
-        return;
-    }
-    if (tab()->isa == KVI_ISA_AVX512 && kvi_amx_f16_matmul(pool, W, x, ldx, n_rows, y, ldy)) return;
+    if (n_rows < 0 || (n_rows > 0 && !y) || !matmul_args_ok(W, x, ldx, ldy)) return KVI_E_INVALID;
+    if (n_rows == 0 || W->n_out == 0) return KVI_OK;
+    if (kvi_q8_act_type(W->type) != KVI_TYPE_F32 && matmul_q8(pool, 1, &W, x, ldx, n_rows, &y, &ldy))
+        return KVI_OK;
+    /* only the integer path reads other layouts: it could not get its buffers */
+    if (W->layout != KVI_LAYOUT_ROWS) return KVI_E_NOMEM;
+    if (tab()->isa == KVI_ISA_AVX512 && kvi_amx_f16_matmul(pool, W, x, ldx, n_rows, y, ldy)) return KVI_OK;
     mm_ctx c = {
         .W = W, .x = x, .ldx = ldx, .n_rows = n_rows, .y = y, .ldy = ldy, .pool = pool,
         .own_scratch = NULL, .tab = tab(), .row_bytes = kvi_row_bytes(W->type, W->n_in),
@@ -427,38 +405,40 @@ void kvi_matmul(tpool *pool, const kvi_tensor *W, const float *x, int64_t ldx,
         c.own_scratch = malloc((size_t)c.tile * (size_t)W->n_in * sizeof(float));
     tpool_run(pool, mm_worker, &c);
     free(c.own_scratch);
+    return KVI_OK;
 }
 
-void kvi_matmul_multi(tpool *pool, int n_w, const kvi_tensor *const W[], const float *x, int64_t ldx,
-                      int64_t n_rows, float *const y[], const int64_t ldy[])
+int kvi_matmul_multi(tpool *pool, int n_w, const kvi_tensor *const W[], const float *x, int64_t ldx,
+                     int64_t n_rows, float *const y[], const int64_t ldy[])
 {
-    if (n_rows <= 0 || n_w <= 0 || !W || !y || !ldy) return;
+    if (n_rows < 0 || n_w < 0 || (n_w > 0 && (!W || !y || !ldy))) return KVI_E_INVALID;
+    for (int i = 0; i < n_w; i++)   /* all or nothing: no output written when one is refused */
+        if ((n_rows > 0 && !y[i]) || !matmul_args_ok(W[i], x, ldx, ldy[i])) return KVI_E_INVALID;
+    if (n_rows == 0) return KVI_OK;
     bool shared = n_w <= KVI_MATMUL_MULTI_MAX && kvi_q8_act_type(W[0] ? W[0]->type : KVI_TYPE_F32) != KVI_TYPE_F32;
     for (int i = 0; shared && i < n_w; i++)
         shared = y[i] && matmul_args_ok(W[i], x, ldx, ldy[i]) && W[i]->n_out > 0 &&
                  W[i]->n_in == W[0]->n_in && kvi_q8_act_type(W[i]->type) == kvi_q8_act_type(W[0]->type);
-    if (shared && matmul_q8(pool, n_w, W, x, ldx, n_rows, y, ldy)) return;
-    for (int i = 0; i < n_w; i++) kvi_matmul(pool, W[i], x, ldx, n_rows, y[i], ldy[i]);
+    if (shared && matmul_q8(pool, n_w, W, x, ldx, n_rows, y, ldy)) return KVI_OK;
+    for (int i = 0; i < n_w; i++) {
+        const int rc = kvi_matmul(pool, W[i], x, ldx, n_rows, y[i], ldy[i]);
+        if (rc) return rc;
+    }
+    return KVI_OK;
 }
 
-void kvi_matmul_ref(const kvi_tensor *W, const float *x, int64_t ldx, int64_t n_rows, float *y,
-                    int64_t ldy)
+int kvi_matmul_ref(const kvi_tensor *W, const float *x, int64_t ldx, int64_t n_rows, float *y,
+                   int64_t ldy)
 {
-    if (n_rows <= 0 || !y) return;
-    if (!matmul_args_ok(W, x, ldx, ldy)) {
-        nan_output(W, n_rows, y, ldy);
-        return;
-    }
+    if (n_rows < 0 || (n_rows > 0 && !y) || !matmul_args_ok(W, x, ldx, ldy)) return KVI_E_INVALID;
     size_t rb = kvi_row_bytes(W->type, W->n_in);
     float *w = malloc((size_t)W->n_in * sizeof(float));   /* [n_in] one dequantised row */
-    if (!w) {
-        nan_output(W, n_rows, y, ldy);
-        return;
-    }
+    if (!w) return KVI_E_NOMEM;
     for (int64_t j = 0; j < W->n_out; j++) {
         if (W->layout == KVI_LAYOUT_R16) kvi_tensor_get_row(W, j, w);   /* exact, like kvi_dequant_row */
         else kvi_dequant_row(W->type, (const uint8_t *)W->data + (size_t)j * rb, w, W->n_in);
         for (int64_t r = 0; r < n_rows; r++) y[r * ldy + j] = kvi_dot_f32_ref(x + r * ldx, w, W->n_in);
     }
     free(w);
+    return KVI_OK;
 }

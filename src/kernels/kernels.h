@@ -46,21 +46,23 @@ float kvi_dot_f32_ref(const float *a, const float *b, int64_t n);
  * For Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K weights the rows of x are first
  * quantised to 8 bits (as llama.cpp does) and multiplied in integers, with the
  * same bits on every ISA (q8.h); other types multiply in f32. */
-void kvi_matmul(tpool *pool, const kvi_tensor *W, const float *x, int64_t ldx,
-                int64_t n_rows, float *y, int64_t ldy);
+/* Returns 0, KVI_E_INVALID for bad arguments (y untouched), or KVI_E_NOMEM. */
+int kvi_matmul(tpool *pool, const kvi_tensor *W, const float *x, int64_t ldx,
+               int64_t n_rows, float *y, int64_t ldy);
 /* The same as kvi_matmul(pool, W[i], x, ldx, n_rows, y[i], ldy[i]) for i < n_w,
  * bit for bit, with x quantised once and one pool run over all the outputs when
  * every W[i] has the same n_in and activation type (else one kvi_matmul each). */
 #define KVI_MATMUL_MULTI_MAX 8
-void kvi_matmul_multi(tpool *pool, int n_w, const kvi_tensor *const W[], const float *x, int64_t ldx,
-                      int64_t n_rows, float *const y[], const int64_t ldy[]);
+int kvi_matmul_multi(tpool *pool, int n_w, const kvi_tensor *const W[], const float *x, int64_t ldx,
+                     int64_t n_rows, float *const y[], const int64_t ldy[]);
 /* The f32 math reference, single thread (tests): dequantised weights times the
  * unquantised x, accumulated in double. */
-void kvi_matmul_ref(const kvi_tensor *W, const float *x, int64_t ldx, int64_t n_rows,
-                    float *y, int64_t ldy);
+int kvi_matmul_ref(const kvi_tensor *W, const float *x, int64_t ldx, int64_t n_rows,
+                   float *y, int64_t ldy);
 
-/* Row `row` of W as floats (embedding lookup): dst has W->n_in floats. */
-void kvi_tensor_get_row(const kvi_tensor *W, int64_t row, float *dst);
+/* Row `row` of W as floats (embedding lookup): dst has W->n_in floats. 0, or
+ * KVI_E_INVALID (bad tensor, row out of range: dst untouched), KVI_E_NOMEM. */
+int kvi_tensor_get_row(const kvi_tensor *W, int64_t row, float *dst);
 
 /* ---- weights laid out for the kernels ---------------------------------- */
 
