@@ -277,16 +277,26 @@ static void deq_q3_k(const block_q3_K *b, float *y)
     }
 }
 
+/* The scales (dm[0], dm[2]) and mins (dm[1], dm[3]) of 64-element chunk c's two
+ * sub-blocks in a Q4_K / Q5_K block. */
+static void k4_chunk_scales(const uint8_t *scales, int c, float d, float dmin, float dm[4])
+{
+    for (int h = 0; h < 2; h++) {
+        uint8_t sc, mn;
+        kvi_scale_min_k4(2 * c + h, scales, &sc, &mn);
+        dm[2 * h] = d * (float)sc;
+        dm[2 * h + 1] = dmin * (float)mn;
+    }
+}
+
 static void deq_q4_k(const block_q4_K *b, float *y)
 {
     float d = F16(b->d), dmin = F16(b->dmin);
     for (int c = 0; c < 4; c++) {            /* 64-element chunks */
-        uint8_t sc, mn;
         const uint8_t *q = b->qs + 32 * c;
-        kvi_scale_min_k4(2 * c, b->scales, &sc, &mn);
-        float d1 = d * (float)sc, m1 = dmin * (float)mn;
-        kvi_scale_min_k4(2 * c + 1, b->scales, &sc, &mn);
-        float d2 = d * (float)sc, m2 = dmin * (float)mn;
+        float dm[4];
+        k4_chunk_scales(b->scales, c, d, dmin, dm);
+        const float d1 = dm[0], m1 = dm[1], d2 = dm[2], m2 = dm[3];
         for (int l = 0; l < 32; l++) {
             y[64 * c + l] = d1 * (float)(q[l] & 0xf) - m1;
             y[64 * c + 32 + l] = d2 * (float)(q[l] >> 4) - m2;
@@ -298,12 +308,10 @@ static void deq_q5_k(const block_q5_K *b, float *y)
 {
     float d = F16(b->d), dmin = F16(b->dmin);
     for (int c = 0; c < 4; c++) {
-        uint8_t sc, mn;
         const uint8_t *q = b->qs + 32 * c;
-        kvi_scale_min_k4(2 * c, b->scales, &sc, &mn);
-        float d1 = d * (float)sc, m1 = dmin * (float)mn;
-        kvi_scale_min_k4(2 * c + 1, b->scales, &sc, &mn);
-        float d2 = d * (float)sc, m2 = dmin * (float)mn;
+        float dm[4];
+        k4_chunk_scales(b->scales, c, d, dmin, dm);
+        const float d1 = dm[0], m1 = dm[1], d2 = dm[2], m2 = dm[3];
         for (int l = 0; l < 32; l++) {
             int h0 = (b->qh[l] >> (2 * c)) & 1, h1 = (b->qh[l] >> (2 * c + 1)) & 1;
             y[64 * c + l] = d1 * (float)((q[l] & 0xf) | h0 << 4) - m1;

@@ -36,6 +36,7 @@
 #include "base/error.h"
 #include "kernels/kernels.h"
 #include "kernels/rope.h"
+#include "kernels/vec4.h"
 #include "kv/kv_quant.h"
 #include "formats/quant.h"
 
@@ -148,14 +149,6 @@ size_t fwd_scratch_bytes(const fwd_ctx *f) { return f->bytes; }
  * any x86-64, no target flags): each lane computes the scalar tail's expression,
  * with no fused multiply-add (the build targets no FMA), so the bits do not
  * depend on a row's length or place in the batch. */
-typedef float v4f __attribute__((vector_size(16)));
-static v4f ld4(const float *p)
-{
-    v4f v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-static void st4(float *p, v4f v) { memcpy(p, &v, sizeof v); }
 
 /* x[i] += y[i], x and y not overlapping */
 static void add_into(float *x, const float *y, size_t n)

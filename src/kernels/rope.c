@@ -6,19 +6,9 @@
  */
 #include "kernels/rope.h"
 
+#include "kernels/vec4.h"
+
 #include <math.h>
-#include <string.h>
-
-typedef float v4f __attribute__((vector_size(16)));
-
-static v4f ld4(const float *p)
-{
-    v4f v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-static void st4(float *p, v4f v) { memcpy(p, &v, sizeof v); }
 
 double kvi_rope_freq(float theta, int n_rot, const float *divisors, int i)
 {
