@@ -235,8 +235,7 @@ static void mm_worker(void *vctx, int ith, int nth)
     const int64_t j0 = W->n_out * ith / nth, j1 = W->n_out * (ith + 1) / nth;
     const uint8_t *base = W->data;
 
-    if (c->tab->isa == KVI_ISA_AVX512 &&
-        (W->type == KVI_TYPE_F32 || W->type == KVI_TYPE_F16 || W->type == KVI_TYPE_BF16)) {
+    if (c->tab->fmm && (W->type == KVI_TYPE_F32 || W->type == KVI_TYPE_F16 || W->type == KVI_TYPE_BF16)) {
         float *fscr = NULL;   /* [KVI_FMM_TILE][n_in]; NULL: streaming path, same bits */
         if (W->type != KVI_TYPE_F32 && c->n_rows >= KVI_FMM_MIN_ROWS && c->tile == KVI_FMM_TILE)
             fscr = c->own_scratch ? c->own_scratch : tpool_scratch(c->pool, ith, KVI_FMM_SCRATCH(n_in));
@@ -244,7 +243,7 @@ static void mm_worker(void *vctx, int ith, int nth)
             .type = W->type, .w = base, .w_rb = c->row_bytes, .n_in = n_in, .j0 = j0, .j1 = j1,
             .x = c->x, .ldx = c->ldx, .n_rows = c->n_rows, .y = c->y, .ldy = c->ldy, .scratch = fscr,
         };
-        if (kvi_fmm_avx512(&fa)) return;
+        if (c->tab->fmm(&fa)) return;
     }
 
     if (W->type == KVI_TYPE_F32) {
@@ -359,7 +358,7 @@ static bool matmul_q8(tpool *pool, int n_w, const kvi_tensor *const *W, const fl
     bool amx = false;
     for (int i = 0; i < n_w; i++)
         amx = amx || kvi_qgemm_amx_q8_wanted(W[i]->type, W[i]->layout == KVI_LAYOUT_R16, n_rows, W[i]->n_in);
-    if (c.tab->isa == KVI_ISA_AVX512 && amx)
+    if (c.tab->amx_q8 && amx)
         xt_bytes = (kvi_q8_tiles_bytes(n_rows, W[0]->n_in) + 63) & ~(size_t)63;
     if (xt_bytes > SIZE_MAX - xq_bytes - c.scratch_bytes) xt_bytes = 0;
     uint8_t *buf = pool ? tpool_scratch(pool, 0, xq_bytes + xt_bytes + c.scratch_bytes) : NULL;
@@ -393,7 +392,7 @@ int kvi_matmul(tpool *pool, const kvi_tensor *W, const float *x, int64_t ldx,
         return KVI_OK;
     /* only the integer path reads other layouts: it could not get its buffers */
     if (W->layout != KVI_LAYOUT_ROWS) return KVI_E_NOMEM;
-    if (tab()->isa == KVI_ISA_AVX512 && kvi_amx_f16_matmul(pool, W, x, ldx, n_rows, y, ldy)) return KVI_OK;
+    if (tab()->fmm_amx && tab()->fmm_amx(pool, W, x, ldx, n_rows, y, ldy)) return KVI_OK;
     mm_ctx c = {
         .W = W, .x = x, .ldx = ldx, .n_rows = n_rows, .y = y, .ldy = ldy, .pool = pool,
         .own_scratch = NULL, .tab = tab(), .row_bytes = kvi_row_bytes(W->type, W->n_in),

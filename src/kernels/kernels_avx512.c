@@ -11,6 +11,7 @@
  */
 #include "kernels/isa_target.h"
 #include "base/cpu.h"
+#include "kernels/fmm_amx.h"
 #include "kernels/qgemm_amx.h"
 #include "kernels/kernels_int.h"
 #include "kernels/r16.h"
@@ -728,4 +729,7 @@ const kvi_kernel_table kvi_kernels_avx512 = {
     .qgemm_r16 = qgemm_r16_avx512,
     .r16_to_rows = r16_to_rows_avx512,
     .r16_preferred = r16_preferred_avx512,
+    .fmm = kvi_fmm_avx512,
+    .fmm_amx = kvi_amx_f16_matmul,
+    .amx_q8 = true,
 };

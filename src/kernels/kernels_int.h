@@ -20,6 +20,7 @@
 
 #include "kernels/kernels.h"
 #include "kernels/actq.h"
+#include "kernels/fmm_avx512.h"
 #include "kernels/q8.h"
 
 typedef struct kvi_kernel_table {
@@ -44,6 +45,15 @@ typedef struct kvi_kernel_table {
     void (*r16_to_rows)(kvi_type t, const uint8_t *tile, int64_t n_in, uint8_t *rows);
     /* whether R16 is the faster layout for the weights on this path (r16_pack.h) */
     bool (*r16_preferred)(void);
+    /* float weights (F32/F16/BF16): a thread's share of the product in the order
+     * of fmm_avx512.h, 1 when done; the whole product on AMX-BF16 when that path
+     * is on (fmm_amx.h), 1 when done. NULL where the ISA has none. */
+    int (*fmm)(const kvi_fmm_args *a);
+    int (*fmm_amx)(tpool *pool, const kvi_tensor *W, const float *x, int64_t ldx, int64_t n_rows, float *y,
+                   int64_t ldy);
+    /* the integer products may go to the AMX tiles (qgemm_amx.h): build their
+     * activation tiles */
+    bool amx_q8;
 } kvi_kernel_table;
 
 /* The table of the active ISA (kernels.c): every SIMD entry is reached through it. */
