@@ -12,6 +12,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 static void synth_help(FILE *f)
 {
@@ -49,6 +50,23 @@ static void synth_help(FILE *f)
                 p.n_kv_heads, p.n_vocab, p.n_ctx);
     }
     fprintf(f, "\nexample: kvinfer synth --preset stories15M --type q8_0 -o s15m-q8.gguf\n");
+}
+
+/* The library's notices (a matrix stored in another type), one line each. */
+static void synth_notice(void *user, const char *msg)
+{
+    (void)user;
+    fprintf(stderr, "%s\n", msg);
+}
+
+/* A progress line, rewritten in place, only on a terminal and for files over
+ * 64 MiB; a newline after the last tensor. */
+static void synth_progress(void *user, size_t done, size_t total, size_t bytes_done, size_t bytes_total)
+{
+    (void)user;
+    if (!isatty(fileno(stderr)) || bytes_total <= (64u << 20)) return;
+    fprintf(stderr, "\rsynth: %zu/%zu tensors, %zu of %zu MiB", done, total, bytes_done >> 20, bytes_total >> 20);
+    if (done == total) fputc('\n', stderr);
 }
 
 /* A shape flag: its name and where its value goes. */
@@ -152,6 +170,8 @@ int cmd_synth(int argc, char **argv)
     char vocab_desc[64];
     if (p.vocab_from) snprintf(vocab_desc, sizeof vocab_desc, "vocab from --vocab-from");
     else snprintf(vocab_desc, sizeof vocab_desc, "vocab %d", p.n_vocab);
+    p.notice = synth_notice;
+    p.progress = synth_progress;
     kvi_error err = {0};
     const double t0 = kvi_time_ms();
     int rc = kvi_synth_write(&p, out, &err);

@@ -516,6 +516,14 @@ typedef struct kvi_synth_params {
     uint64_t seed;
     const char *vocab_from;   /* GGUF whose tokenizer section is copied, or NULL */
     const char *name;         /* general.name */
+    /* Reports, each optional (NULL: silent; the library never prints), called on
+     * the caller's thread with user: progress after each tensor's data is written
+     * (counts and bytes so far, of the totals); notice for a remark such as a
+     * matrix stored in another type than requested (one line, no newline). */
+    void (*progress)(void *user, size_t tensors_done, size_t tensors_total, size_t bytes_done,
+                     size_t bytes_total);
+    void (*notice)(void *user, const char *msg);
+    void *user;
 } kvi_synth_params;
 
 /* Fills p from a preset ("stories15M", "stories110M", "llama-1b", ...). */

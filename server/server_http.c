@@ -253,17 +253,18 @@ static void sse_free(void *cls)
 
 /* ---- generation endpoints ---- */
 
-static enum MHD_Result generate(srv_server *srv, struct MHD_Connection *con, conn_ctx *cc, bool chat)
+/* A new request (refs 2, id assigned) for the body of cc, or NULL with *er set:
+ * out of memory or an invalid body. */
+static srv_req *req_create(srv_server *srv, conn_ctx *cc, bool chat, srv_err *er)
 {
-    srv_err er = {0};
     srv_req *r = calloc(1, sizeof *r);
     if (!r) {
-        srv_err_set(&er, 500, "server_error", NULL, "out of memory");
-        return send_error(con, &er);
+        srv_err_set(er, 500, "server_error", NULL, "out of memory");
+        return NULL;
     }
-    if (srv_parse_request(srv, cc->body ? cc->body : "", cc->len, chat, &r->p, &er)) {
+    if (srv_parse_request(srv, cc->body ? cc->body : "", cc->len, chat, &r->p, er)) {
         free(r);
-        return send_error(con, &er);
+        return NULL;
     }
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
@@ -275,22 +276,25 @@ static enum MHD_Result generate(srv_server *srv, struct MHD_Connection *con, con
     const uint64_t num = ++srv->next_id;
     pthread_mutex_unlock(&srv->mu);
     snprintf(r->id, sizeof r->id, "%s-%llu", chat ? "chatcmpl" : "cmpl", (unsigned long long)num);
+    return r;
+}
 
-    /* the n choices: the same prompt, seeds seed, seed+1, ... */
+/* Frees a request that was never submitted (no reference given away). */
+static void req_discard(srv_req *r)
+{
+    srv_params_free(&r->p);
+    pthread_cond_destroy(&r->cv);
+    pthread_mutex_destroy(&r->mu);
+    free(r);
+}
+
+/* Submits the n choices (the same prompt, seeds seed, seed+1, ...) until one is
+ * refused; returns how many were submitted, *er set when fewer than n. The
+ * caller holds srv->mu (no submit after shutdown began) and r->mu (no choice
+ * can finish before all are counted). */
+static int submit_choices(srv_server *srv, srv_req *r, srv_err *er)
+{
     int submitted = 0;
-    /* srv->mu: no submit after shutdown began; r->mu: no choice can finish
-     * before all are counted */
-    pthread_mutex_lock(&srv->mu);
-    if (srv->closing) {
-        pthread_mutex_unlock(&srv->mu);
-        srv_params_free(&r->p);
-        pthread_cond_destroy(&r->cv);
-        pthread_mutex_destroy(&r->mu);
-        free(r);
-        srv_err_set(&er, 503, "server_error", "shutting_down", "the server is shutting down");
-        return send_error(con, &er);
-    }
-    pthread_mutex_lock(&r->mu);
     for (int i = 0; i < r->p.n; i++) {
         srv_choice *c = &r->ch[i];
         c->req = r;
@@ -316,51 +320,58 @@ static enum MHD_Result generate(srv_server *srv, struct MHD_Connection *con, con
         int rc = kvi_sched_submit(srv->s, &rq, &id, &err);
         if (rc != 0) {
             if (rc == KVI_E_QUEUE_FULL)
-                srv_err_set(&er, 429, "server_overloaded", "server_overloaded",
+                srv_err_set(er, 429, "server_overloaded", "server_overloaded",
                             "The server is over capacity (%s); retry later", err.msg);
             else if (rc == KVI_E_CONTEXT_FULL || rc == KVI_E_NO_KV_SPACE)
-                srv_err_set(&er, 400, "invalid_request_error", "context_length_exceeded", "%s", err.msg);
+                srv_err_set(er, 400, "invalid_request_error", "context_length_exceeded", "%s", err.msg);
             else
-                srv_err_set(&er, 400, "invalid_request_error", "invalid_value", "%s", err.msg);
+                srv_err_set(er, 400, "invalid_request_error", "invalid_value", "%s", err.msg);
             break;
         }
         c->sched_id = id;
         submitted++;
     }
+    return submitted;
+}
+
+/* Not every choice was submitted (the unsubmitted ones already count as done):
+ * cancels the others, waits for them and answers the error. */
+static enum MHD_Result answer_refused(srv_server *srv, struct MHD_Connection *con, srv_req *r, int submitted,
+                                      const srv_err *er)
+{
     const bool none = submitted == 0;
-    if (submitted < r->p.n) {
-        /* choices never submitted count as done; the others are cancelled */
-        r->p.stream = false;
-        r->n_done += r->p.n - submitted;
-    }
+    pthread_mutex_lock(&srv->metrics.mu);
+    if (er->status != 429) srv->metrics.requests_error++;
+    pthread_mutex_unlock(&srv->metrics.mu);
+    cancel_unfinished(r);
+    if (none) req_release(r);   /* the engine side's reference */
+    pthread_mutex_lock(&r->mu);
+    while (!none && !r->finished) pthread_cond_wait(&r->cv, &r->mu);
     pthread_mutex_unlock(&r->mu);
-    pthread_mutex_unlock(&srv->mu);
-    if (submitted < r->p.n) {
-        pthread_mutex_lock(&srv->metrics.mu);
-        if (er.status != 429) srv->metrics.requests_error++;
-        pthread_mutex_unlock(&srv->metrics.mu);
-        cancel_unfinished(r);
-        if (none) req_release(r);   /* the engine side's reference */
-        pthread_mutex_lock(&r->mu);
-        while (!none && !r->finished) pthread_cond_wait(&r->cv, &r->mu);
-        pthread_mutex_unlock(&r->mu);
-        req_release(r);
-        return send_error(con, &er);
+    req_release(r);
+    return send_error(con, er);
+}
+
+/* The streamed answer: a response that reads the request's SSE bytes. */
+static enum MHD_Result answer_stream(struct MHD_Connection *con, srv_req *r)
+{
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, sse_reader, r, sse_free);
+    if (!resp) {
+        sse_free(r);
+        return MHD_NO;
     }
-    if (r->p.stream) {
-        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, sse_reader, r, sse_free);
-        if (!resp) {
-            sse_free(r);
-            return MHD_NO;
-        }
-        MHD_add_response_header(resp, "Content-Type", "text/event-stream");
-        MHD_add_response_header(resp, "Cache-Control", "no-cache");
-        MHD_add_response_header(resp, "Access-Control-Allow-Origin", "*");
-        enum MHD_Result ret = MHD_queue_response(con, 200, resp);
-        MHD_destroy_response(resp);
-        return ret;
-    }
-    /* wait for the end, cancelling when the client goes away meanwhile */
+    MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+    MHD_add_response_header(resp, "Cache-Control", "no-cache");
+    MHD_add_response_header(resp, "Access-Control-Allow-Origin", "*");
+    enum MHD_Result ret = MHD_queue_response(con, 200, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+/* Waits for the end of every choice, cancelling them when the client goes away
+ * meanwhile; returns whether it went away. */
+static bool wait_finished(struct MHD_Connection *con, srv_req *r)
+{
     bool gone = false;
     pthread_mutex_lock(&r->mu);
     while (!r->finished) {
@@ -380,12 +391,20 @@ static enum MHD_Result generate(srv_server *srv, struct MHD_Connection *con, con
         }
     }
     pthread_mutex_unlock(&r->mu);
-    if (gone) {
+    return gone;
+}
+
+/* The non-streamed answer, after the end: the whole response, or the error;
+ * nothing when the client went away. */
+static enum MHD_Result answer_final(struct MHD_Connection *con, srv_req *r)
+{
+    if (wait_finished(con, r)) {
         req_release(r);
         return MHD_NO;
     }
     enum MHD_Result ret;
     if (r->error) {
+        srv_err er = {0};
         srv_err_set(&er, 500, "server_error", NULL, "%s", r->err_msg);
         ret = send_error(con, &er);
     } else {
@@ -393,6 +412,35 @@ static enum MHD_Result generate(srv_server *srv, struct MHD_Connection *con, con
     }
     req_release(r);
     return ret;
+}
+
+/* A completion or chat request: setup, submission of its n choices, then the
+ * streamed or the final answer. */
+static enum MHD_Result generate(srv_server *srv, struct MHD_Connection *con, conn_ctx *cc, bool chat)
+{
+    srv_err er = {0};
+    srv_req *r = req_create(srv, cc, chat, &er);
+    if (!r) return send_error(con, &er);
+    pthread_mutex_lock(&srv->mu);
+    if (srv->closing) {
+        pthread_mutex_unlock(&srv->mu);
+        req_discard(r);
+        srv_err_set(&er, 503, "server_error", "shutting_down", "the server is shutting down");
+        return send_error(con, &er);
+    }
+    pthread_mutex_lock(&r->mu);
+    const int submitted = submit_choices(srv, r, &er);
+    if (submitted < r->p.n) {
+        /* choices never submitted count as done; the others are cancelled */
+        r->p.stream = false;
+        r->n_done += r->p.n - submitted;
+    }
+    const bool refused = submitted < r->p.n;
+    pthread_mutex_unlock(&r->mu);
+    pthread_mutex_unlock(&srv->mu);
+    if (refused) return answer_refused(srv, con, r, submitted, &er);
+    if (r->p.stream) return answer_stream(con, r);
+    return answer_final(con, r);
 }
 
 /* ---- small endpoints ---- */

@@ -10,11 +10,13 @@
  * rows: a row only ever reads positions <= its own, which earlier chunks have
  * already written, so the split changes no result.
  *
- * Sharing (kv_cache.h, kv_prefix.c): the reservation phase also gives each
- * sequence a private copy of every shared block its rows will write (copy on
- * write), remembered in cow[] so that a later failure puts the shared block
- * back; only after every reservation succeeded are the old references dropped
- * and overwritten indexed blocks unindexed. The commit records each row's token
+ * A step runs in four phases: validate, reserve, run (the forward passes),
+ * commit. Sharing (kv_cache.h, kv_prefix.c): the reservation phase is one KV
+ * transaction (kv/kv_txn.h) that also gives each sequence a private copy of
+ * every shared block its rows will write (copy on write), remembered so that a
+ * later failure puts the shared block back (rollback); only after every
+ * reservation succeeded are the old references dropped and overwritten indexed
+ * blocks unindexed (the transaction's commit). The commit phase records each row's token
  * and indexes the blocks that became full. kvi_step never evicts: a sequence at
  * n_ctx calls kvi_seq_make_room() (context policy, policy.h) and continues at
  * the position it returns. For the "heavy" policy, a sequence with exactly one
@@ -27,6 +29,7 @@
 #include "base/error.h"
 #include "forward/forward.h"
 #include "kv/kv_cache.h"
+#include "kv/kv_txn.h"
 #include "kv/policy/policy.h"
 #include "model/model.h"
 #include "formats/quant.h"
@@ -44,14 +47,8 @@ struct kvi_seq {
     uint64_t prefix_hit, prefix_miss, n_evicted;
     /* per-step bookkeeping, valid only inside kvi_step */
     uint64_t step_stamp;
-    int32_t step_first, step_last, step_blocks_before, step_rows;
+    int32_t step_first, step_last, step_rows;
 };
-
-/* A copy on write done during a step's reservation: table block idx of s was old. */
-typedef struct cow_rec {
-    kvi_seq *s;
-    int32_t idx, old;
-} cow_rec;
 
 struct kvi_batch {
     int32_t cap, n;
@@ -81,8 +78,7 @@ struct kvi_engine {
     /* sharing and context policy */
     const kv_policy *policy;
     kv_policy_params pp;
-    cow_rec *cow;              /* [cow_cap] copies on write of the current step */
-    int32_t cow_cap, n_cow;
+    kv_txn txn;                /* the KV changes of the current step (kv_txn.h) */
     float **recv_rows;         /* [recv_cap] per batch row: its sequence's recv or NULL */
     int32_t recv_cap;
     int32_t *keep;             /* [n_ctx] positions a policy keeps */
@@ -125,7 +121,7 @@ void kvi_engine_free(kvi_engine *e)
     free(e->out_rows);
     free(e->logits);
     free(e->row_logit);
-    free(e->cow);
+    kv_txn_free(&e->txn);
     free(e->recv_rows);
     free(e->keep);
     free(e);
@@ -383,15 +379,11 @@ static int grow_logits(kvi_engine *e, int32_t n_out, int32_t n_rows, kvi_error *
     return 0;
 }
 
-int kvi_step(kvi_engine *e, kvi_batch *b, kvi_error *err)
+/* Phase 1: every row is valid; per sequence, positions are consecutive and
+ * start at most at its length. Sets step_first/last/rows of each sequence
+ * (stamped with stamp) and *n_out, the rows that want logits. */
+static int step_validate(kvi_engine *e, const kvi_batch *b, uint64_t stamp, int32_t *n_out, kvi_error *err)
 {
-    const double t0 = kvi_time_ms();
-    e->n_rows_last = 0;
-    if (!b || b->n == 0) return kvi_err_set(err, KVI_E_BAD_BATCH, "step: empty batch");
-    const uint64_t stamp = ++e->stamp;
-    int32_t n_out = 0;
-
-    /* 1. validate every row; per sequence, positions must be consecutive */
     for (int32_t i = 0; i < b->n; i++) {
         kvi_seq *s = b->seq[i];
         if (s->e != e) return kvi_err_set(err, KVI_E_BAD_BATCH, "step: row %d: sequence of another engine", i);
@@ -419,75 +411,51 @@ int kvi_step(kvi_engine *e, kvi_batch *b, kvi_error *err)
         }
         s->step_last = b->pos[i];
         s->step_rows++;
-        if (b->want[i]) n_out++;
+        if (b->want[i]) (*n_out)++;
     }
-    int rc = grow_logits(e, n_out > 0 ? n_out : 1, b->n, err);
-    if (rc) return rc;
+    return 0;
+}
 
-    /* 2. reserve blocks for every sequence: private copies of the shared blocks
-     * its rows write, then new blocks; undo all on failure */
-    if (e->cow_cap < 2 * b->n + 2) {
-        cow_rec *nc = realloc(e->cow, (size_t)(2 * b->n + 2) * sizeof *nc);
-        if (!nc) return kvi_err_set(err, KVI_E_NOMEM, "engine: out of memory");
-        e->cow = nc;
-        e->cow_cap = 2 * b->n + 2;
-    }
+/* Phase 2: every sequence of the batch joins one KV transaction (kv_txn.h):
+ * private copies of the shared blocks its rows write, then new blocks. On a
+ * failure the transaction rolls back and no sequence has changed; on success it
+ * commits (originals dropped, overwritten blocks unindexed) and each row's
+ * received-attention target is set. */
+static int step_reserve(kvi_engine *e, const kvi_batch *b, kvi_error *err)
+{
+    if (kv_txn_begin(&e->txn, &e->kv, b->n, b->n) != 0)
+        return kvi_err_set(err, KVI_E_NOMEM, "engine: out of memory");
     if (e->recv_cap < b->n) {
         float **nr = realloc(e->recv_rows, (size_t)b->n * sizeof *nr);
         if (!nr) return kvi_err_set(err, KVI_E_NOMEM, "engine: out of memory");
         e->recv_rows = nr;
         e->recv_cap = b->n;
     }
-    e->n_cow = 0;
-    ++e->stamp;
-    const int bs = e->p.kv_block_size;
+    const uint64_t stamp = ++e->stamp;
     for (int32_t i = 0; i < b->n; i++) {
         kvi_seq *s = b->seq[i];
-        if (s->step_stamp == e->stamp) continue;
-        s->step_stamp = e->stamp;
-        s->step_blocks_before = s->table.n_blocks;
-        const int32_t w1 = s->step_last / bs < s->table.n_blocks ? s->step_last / bs : s->table.n_blocks - 1;
-        rc = 0;
-        for (int32_t k = s->step_first / bs; k <= w1 && rc == 0; k++) {
-            if (e->kv.refcount[s->table.blocks[k]] <= 1) continue;
-            cow_rec *c = &e->cow[e->n_cow];
-            rc = kv_table_cow(&e->kv, &s->table, k, &c->old, err);
-            if (rc == 0) {
-                c->s = s;
-                c->idx = k;
-                e->n_cow++;
-            }
-        }
-        if (rc == 0) rc = kv_table_reserve(&e->kv, &s->table, s->step_last + 1, err);
+        if (s->step_stamp == stamp) continue;
+        s->step_stamp = stamp;
+        const int rc = kv_txn_add(&e->txn, &s->table, s->step_first, s->step_last, err);
         if (rc) {
-            for (int32_t j = 0; j <= i; j++) {
-                kvi_seq *u = b->seq[j];
-                if (u->step_stamp != e->stamp) continue;
-                u->step_stamp = 0;
-                kv_table_drop_blocks(&e->kv, &u->table, u->step_blocks_before);
-            }
-            for (int32_t c = e->n_cow - 1; c >= 0; c--) {
-                kv_table *t = &e->cow[c].s->table;
-                kv_pool_unref(&e->kv, t->blocks[e->cow[c].idx]);
-                t->blocks[e->cow[c].idx] = e->cow[c].old;
-            }
-            e->n_cow = 0;
+            kv_txn_rollback(&e->txn);
+            for (int32_t j = 0; j <= i; j++)
+                if (b->seq[j]->step_stamp == stamp) b->seq[j]->step_stamp = 0;
             return rc;
         }
     }
-    /* every reservation holds: drop the shared originals, unindex what gets overwritten */
-    for (int32_t c = 0; c < e->n_cow; c++) kv_pool_unref(&e->kv, e->cow[c].old);
-    for (int32_t i = 0; i < b->n; i++) {
-        kvi_seq *s = b->seq[i];
-        const int32_t w1 = s->step_last / bs < s->step_blocks_before ? s->step_last / bs : s->step_blocks_before - 1;
-        for (int32_t k = s->step_first / bs; k <= w1; k++) kv_prefix_remove(&e->kv, s->table.blocks[k]);
-    }
+    kv_txn_commit(&e->txn);
     for (int32_t i = 0; i < b->n; i++) {
         kvi_seq *s = b->seq[i];
         e->recv_rows[i] = s->recv && s->step_rows == 1 ? s->recv : NULL;
     }
+    return 0;
+}
 
-    /* 3. the forward passes, n_batch_max rows at a time */
+/* Phase 3: the forward passes, n_batch_max rows at a time; row_logit maps each
+ * batch row to its logits row (or -1). */
+static void step_run(kvi_engine *e, const kvi_batch *b)
+{
     int32_t o = 0;
     for (int32_t start = 0; start < b->n; start += e->p.n_batch_max) {
         const int32_t n = (b->n - start) < e->p.n_batch_max ? (b->n - start) : e->p.n_batch_max;
@@ -509,9 +477,13 @@ int kvi_step(kvi_engine *e, kvi_batch *b, kvi_error *err)
         fwd_run(e->fwd, e->pool, &e->kv, &rows);
         o += n_out_chunk;
     }
+}
 
-    /* 4. commit: each sequence now holds positions 0..last, with their tokens;
-     * blocks that became full join the prefix index */
+/* Phase 4: each sequence now holds positions 0..last, with their tokens; blocks
+ * that became full join the prefix index. */
+static void step_commit(kvi_engine *e, const kvi_batch *b)
+{
+    const int bs = e->p.kv_block_size;
     for (int32_t i = 0; i < b->n; i++) b->seq[i]->table.tokens[b->pos[i]] = b->token[i];
     for (int32_t i = 0; i < b->n; i++) {
         kvi_seq *s = b->seq[i];
@@ -521,6 +493,23 @@ int kvi_step(kvi_engine *e, kvi_batch *b, kvi_error *err)
         s->table.n_pos = s->step_last + 1;
         if (e->p.prefix_cache) kv_prefix_index_table(&e->kv, &s->table, s->step_first / bs);
     }
+}
+
+int kvi_step(kvi_engine *e, kvi_batch *b, kvi_error *err)
+{
+    const double t0 = kvi_time_ms();
+    e->n_rows_last = 0;
+    if (!b || b->n == 0) return kvi_err_set(err, KVI_E_BAD_BATCH, "step: empty batch");
+    const uint64_t stamp = ++e->stamp;
+    int32_t n_out = 0;
+    int rc = step_validate(e, b, stamp, &n_out, err);
+    if (rc) return rc;
+    rc = grow_logits(e, n_out > 0 ? n_out : 1, b->n, err);
+    if (rc) return rc;
+    rc = step_reserve(e, b, err);
+    if (rc) return rc;
+    step_run(e, b);
+    step_commit(e, b);
     e->n_rows_last = b->n;
     e->n_steps++;
     e->n_rows += (uint64_t)b->n;

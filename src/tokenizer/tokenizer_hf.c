@@ -129,18 +129,22 @@ static int set_id(kvi_tokenizer *t, const char **texts, size_t *lens, double idv
     return 0;
 }
 
-static int load(cJSON *root, const char *json_path, kvi_tokenizer **out, kvi_error *err)
+/* The shape this loader reads: model.type "BPE" with a model.vocab object and a
+ * model.merges array. */
+static int check_model(const cJSON *model, const cJSON *vocab, const cJSON *merges, kvi_error *err)
 {
-    const cJSON *model = cJSON_GetObjectItem(root, "model");
-    const cJSON *vocab = cJSON_GetObjectItem(model, "vocab");
-    const cJSON *merges = cJSON_GetObjectItem(model, "merges");
-    const cJSON *added = cJSON_GetObjectItem(root, "added_tokens");
     if (!cJSON_IsObject(model) || !cJSON_IsObject(vocab))
         return kvi_err_set(err, KVI_E_FORMAT, "tokenizer.json: no model.vocab object");
     if (!str_is(cJSON_GetObjectItem(model, "type"), "BPE"))
         return kvi_err_set(err, KVI_E_UNSUPPORTED, "tokenizer.json: only model.type \"BPE\" is supported");
     if (!cJSON_IsArray(merges)) return kvi_err_set(err, KVI_E_FORMAT, "tokenizer.json: no model.merges array");
+    return 0;
+}
 
+/* *n_vocab = 1 + the largest id of model.vocab and added_tokens, checked
+ * against the number of tokens listed. */
+static int vocab_size(const cJSON *vocab, const cJSON *added, int32_t *n_vocab, kvi_error *err)
+{
     double max_id = -1;
     const cJSON *it;
     cJSON_ArrayForEach(it, vocab) {
@@ -159,12 +163,18 @@ static int load(cJSON *root, const char *json_path, kvi_tokenizer **out, kvi_err
     if (max_id >= 2.0 * n_entries + 1024.0)
         return kvi_err_set(err, KVI_E_FORMAT, "tokenizer.json: largest id %.0f but only %.0f tokens listed",
                            max_id, n_entries);
-    kvi_tokenizer *t;
-    int rc = tok_alloc(&t, (int32_t)max_id + 1, err);
-    if (rc) return rc;
-    *out = t;
-    const char **texts = calloc((size_t)t->n_vocab, sizeof *texts);
-    size_t *lens = calloc((size_t)t->n_vocab, sizeof *lens);
+    *n_vocab = (int32_t)max_id + 1;
+    return 0;
+}
+
+/* The text of every id: model.vocab, then added_tokens (control when "special",
+ * else user-defined); an id nobody names is unused. */
+static int load_vocab(kvi_tokenizer *t, const cJSON *vocab, const cJSON *added, kvi_error *err)
+{
+    int rc = 0;
+    const cJSON *it;
+    const char **texts = calloc((size_t)t->n_vocab, sizeof *texts);   /* [n_vocab] */
+    size_t *lens = calloc((size_t)t->n_vocab, sizeof *lens);           /* [n_vocab] */
     if (!texts || !lens) rc = kvi_err_set(err, KVI_E_NOMEM, "tokenizer.json: out of memory");
     cJSON_ArrayForEach(it, vocab) {
         if (rc) break;
@@ -191,9 +201,15 @@ static int load(cJSON *root, const char *json_path, kvi_tokenizer **out, kvi_err
     if (rc == 0) rc = tok_set_texts(t, texts, lens, err);
     free(texts);
     free(lens);
-    if (rc) return rc;
+    return rc;
+}
 
-    /* merges: "a b" strings or ["a", "b"] pairs, joined as "a b" in one buffer */
+/* model.merges: "a b" strings or ["a", "b"] pairs, joined as "a b" in one
+ * buffer, in rank order. */
+static int load_merges(kvi_tokenizer *t, const cJSON *merges, kvi_error *err)
+{
+    int rc = 0;
+    const cJSON *it;
     size_t nm = (size_t)cJSON_GetArraySize(merges), total = 0;
     cJSON_ArrayForEach(it, merges) {
         if (cJSON_IsString(it)) total += strlen(it->valuestring) + 1;
@@ -202,9 +218,9 @@ static int load(cJSON *root, const char *json_path, kvi_tokenizer **out, kvi_err
             total += strlen(cJSON_GetArrayItem(it, 0)->valuestring) + strlen(cJSON_GetArrayItem(it, 1)->valuestring) + 2;
         else return kvi_err_set(err, KVI_E_FORMAT, "tokenizer.json: a merge is neither \"a b\" nor [a, b]");
     }
-    char *joined = malloc(total ? total : 1);
-    const char **ms = malloc((nm ? nm : 1) * sizeof *ms);
-    size_t *ml = malloc((nm ? nm : 1) * sizeof *ml);
+    char *joined = malloc(total ? total : 1);              /* [total] "a b\0" per merge */
+    const char **ms = malloc((nm ? nm : 1) * sizeof *ms);  /* [nm] start of each merge in joined */
+    size_t *ml = malloc((nm ? nm : 1) * sizeof *ml);       /* [nm] its length */
     if (!joined || !ms || !ml) rc = kvi_err_set(err, KVI_E_NOMEM, "tokenizer.json: out of memory for merges");
     size_t k = 0, off = 0;
     cJSON_ArrayForEach(it, merges) {
@@ -227,8 +243,13 @@ static int load(cJSON *root, const char *json_path, kvi_tokenizer **out, kvi_err
     free(joined);
     free(ms);
     free(ml);
-    if (rc) return rc;
+    return rc;
+}
 
+/* The normalizer and pre-tokenizer (SentencePiece-style or byte-level, Split
+ * regexes) and model.unk_token. */
+static int load_pipeline(kvi_tokenizer *t, const cJSON *root, const cJSON *model, kvi_error *err)
+{
     t->algo = TOK_ALGO_BPE;
     t->ignore_merges = cJSON_IsTrue(cJSON_GetObjectItem(model, "ignore_merges"));
     const char *pats[8];
@@ -237,6 +258,7 @@ static int load(cJSON *root, const char *json_path, kvi_tokenizer **out, kvi_err
     scan_pipeline(t, cJSON_GetObjectItem(root, "normalizer"), pats, &n_pats, &regex);
     scan_pipeline(t, cJSON_GetObjectItem(root, "pre_tokenizer"), pats, &n_pats, &regex);
     if (t->byte_level) {
+        int rc = 0;
         t->escape_space = t->add_space_prefix = false;
         if (n_pats > 0) rc = tok_pretok_create_patterns(pats, n_pats, &t->pretok, err);
         else if (regex) rc = tok_pretok_create("gpt-2", &t->pretok, err);
@@ -244,8 +266,12 @@ static int load(cJSON *root, const char *json_path, kvi_tokenizer **out, kvi_err
     }
     const cJSON *unk = cJSON_GetObjectItem(model, "unk_token");
     if (cJSON_IsString(unk)) t->unk = tok_find(t, unk->valuestring, strlen(unk->valuestring));
+    return 0;
+}
 
-    /* BOS from the post-processor template, then tokenizer_config.json overrides */
+/* BOS from the post-processor template (tokenizer_config.json may override it). */
+static void read_post_processor(kvi_tokenizer *t, const cJSON *root)
+{
     const cJSON *single = cJSON_GetObjectItem(cJSON_GetObjectItem(root, "post_processor"), "single");
     const cJSON *first = cJSON_GetObjectItem(cJSON_GetArrayItem(single, 0), "SpecialToken");
     const cJSON *first_id = cJSON_GetObjectItem(first, "id");
@@ -256,6 +282,33 @@ static int load(cJSON *root, const char *json_path, kvi_tokenizer **out, kvi_err
             t->add_bos = true;
         }
     }
+}
+
+/* tokenizer.json (parsed) into *out: vocabulary, merges, pipeline, BOS, then
+ * tokenizer_config.json. *out is set as soon as it exists (the caller frees it
+ * on failure). */
+static int load(cJSON *root, const char *json_path, kvi_tokenizer **out, kvi_error *err)
+{
+    const cJSON *model = cJSON_GetObjectItem(root, "model");
+    const cJSON *vocab = cJSON_GetObjectItem(model, "vocab");
+    const cJSON *merges = cJSON_GetObjectItem(model, "merges");
+    const cJSON *added = cJSON_GetObjectItem(root, "added_tokens");
+    int rc = check_model(model, vocab, merges, err);
+    if (rc) return rc;
+    int32_t n_vocab = 0;
+    rc = vocab_size(vocab, added, &n_vocab, err);
+    if (rc) return rc;
+    kvi_tokenizer *t;
+    rc = tok_alloc(&t, n_vocab, err);
+    if (rc) return rc;
+    *out = t;
+    rc = load_vocab(t, vocab, added, err);
+    if (rc) return rc;
+    rc = load_merges(t, merges, err);
+    if (rc) return rc;
+    rc = load_pipeline(t, root, model, err);
+    if (rc) return rc;
+    read_post_processor(t, root);
     read_config(t, json_path);
     return tok_finish(t, err);
 }

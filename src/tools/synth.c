@@ -14,13 +14,12 @@
  *     underlying weights, quantised;
  *   - matrices are N(0, 0.02), norm weights 1 + N(0, 0.02); never all zero;
  *   - a matrix whose row length is not a multiple of the type's block falls back
- *     to Q8_0 (row length % 32 == 0) or F16, with a note on stderr;
+ *     to Q8_0 (row length % 32 == 0) or F16, with a notice (kvi_synth_params
+ *     notice; the library never prints: the CLI prints notices and progress);
  *   - the file is streamed: one tensor's quantised bytes plus one f32 row are in
  *     memory at a time, never the whole model;
  *   - on any failure the partial output file is removed.
  */
-#define _POSIX_C_SOURCE 200809L /* fileno, isatty */
-
 #include "base/error.h"
 #include "formats/gguf.h"
 #include "kvinfer.h"
@@ -31,7 +30,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 /* ---- presets ---- */
 
@@ -190,12 +188,14 @@ static void synth_add(synth_tensor *t, size_t *n, const char *name, int64_t ne0,
     d->type = is_norm ? KVI_TYPE_F32 : synth_matrix_type(want, ne0);
 }
 
-/* One stderr line per row length that could not take the requested type, naming
- * the matrices (their role: "attn_q" stands for every layer's). */
-static void synth_note_fallbacks(const synth_tensor *t, size_t n, kvi_type want)
+/* One notice per row length that could not take the requested type, naming
+ * the matrices (their role: "attn_q" stands for every layer's); nothing when p
+ * has no notice callback. */
+static void synth_note_fallbacks(const kvi_synth_params *p, const synth_tensor *t, size_t n)
 {
+    const kvi_type want = p->type;
     int64_t done[2] = {0, 0}; /* row lengths already reported (dim and ffn at most) */
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; p->notice && i < n; i++) {
         if (t[i].is_norm || t[i].type == want || t[i].ne[0] == done[0] || t[i].ne[0] == done[1]) continue;
         if (!strcmp(t[i].name, "output.weight") && t[i].type == KVI_TYPE_Q6_K) continue;   /* deliberate */
         const int64_t len = t[i].ne[0];
@@ -212,9 +212,11 @@ static void synth_note_fallbacks(const synth_tensor *t, size_t n, kvi_type want)
             if (used + rl + 3 < sizeof roles)
                 snprintf(roles + used, sizeof roles - used, "%s%.*s", used ? ", " : "", (int)rl, nm);
         }
-        fprintf(stderr, "synth: note: rows of %lld are not a multiple of %s's block of %lld: %s stored as %s\n",
-                (long long)len, kvi_type_name(want), (long long)kvi_type_block_elems(want), roles,
-                kvi_type_name(t[i].type));
+        char msg[512];
+        snprintf(msg, sizeof msg, "synth: note: rows of %lld are not a multiple of %s's block of %lld: %s stored as %s",
+                 (long long)len, kvi_type_name(want), (long long)kvi_type_block_elems(want), roles,
+                 kvi_type_name(t[i].type));
+        p->notice(p->user, msg);
         done[done[0] ? 1 : 0] = len;
     }
 }
@@ -422,124 +424,133 @@ static int synth_set_metadata(gguf_writer *w, const kvi_synth_params *p, int n_v
     return bad ? KVI_E_NOMEM : KVI_OK;
 }
 
+/* One kvi_synth_write in progress: what it holds and must free. */
+typedef struct synth_job {
+    const kvi_synth_params *p;
+    gguf_ctx *src;         /* p->vocab_from, or NULL */
+    gguf_writer *w;
+    int n_vocab;
+    synth_tensor *tab;     /* [3 + 9 * n_layers] the tensor table, n_t used */
+    size_t n_t;
+    size_t max_bytes;      /* the largest tensor in its stored type */
+    size_t total_bytes;    /* every tensor's bytes */
+    int64_t max_row;       /* the longest row (ne0) */
+    uint8_t *qbuf;         /* [max_bytes] one tensor in its stored type */
+    float *row;            /* [max_row] one row of f32 weights */
+} synth_job;
+
+static void synth_job_free(synth_job *j)
+{
+    free(j->qbuf);
+    free(j->row);
+    free(j->tab);
+    gguf_writer_free(j->w);
+    if (j->src) gguf_close(j->src);
+}
+
+/* The vocabulary's source and size, then the metadata in llama.cpp's order:
+ * general, arch, then tokenizer. */
+static int synth_metadata(synth_job *j, kvi_error *err)
+{
+    const kvi_synth_params *p = j->p;
+    int rc;
+    if (p->vocab_from) {
+        rc = gguf_open(p->vocab_from, true, &j->src, err);
+        if (rc < 0) return rc;
+        rc = synth_vocab_count(j->src, p->vocab_from, &j->n_vocab, err);
+        if (rc < 0) return rc;
+    }
+    rc = synth_set_metadata(j->w, p, j->n_vocab);
+    if (rc < 0) return kvi_err_set(err, rc, "synth: could not add the model metadata");
+    return p->vocab_from ? synth_vocab_copy(j->w, j->src, p->vocab_from, err)
+                         : synth_vocab_generated(j->w, j->n_vocab, err);
+}
+
+/* The tensor table (with notices of type fallbacks), each tensor declared to
+ * the writer, and the buffers for the largest one. */
+static int synth_tensors(synth_job *j, kvi_error *err)
+{
+    const kvi_synth_params *p = j->p;
+    j->tab = calloc(3 + 9 * (size_t)p->n_layers, sizeof *j->tab);
+    if (!j->tab) return kvi_err_set(err, KVI_E_NOMEM, "synth: no memory for the tensor table");
+    j->n_t = synth_build_table(p, j->n_vocab, j->tab);
+    synth_note_fallbacks(p, j->tab, j->n_t);
+    for (size_t i = 0; i < j->n_t; i++) {
+        const synth_tensor *t = &j->tab[i];
+        size_t b = kvi_row_bytes(t->type, t->ne[0]) * (size_t)t->ne[1];
+        if (b == 0)
+            return kvi_err_set(err, KVI_E_UNSUPPORTED, "synth: %s: no row size for type %s", t->name,
+                               kvi_type_name(t->type));
+        if (b > j->max_bytes) j->max_bytes = b;
+        if (t->ne[0] > j->max_row) j->max_row = t->ne[0];
+        j->total_bytes += b;
+        int rc = gguf_writer_add_tensor(j->w, t->name, t->type, t->n_dims, t->ne);
+        if (rc < 0) return kvi_err_set(err, rc, "synth: could not declare tensor %s", t->name);
+    }
+    j->qbuf = malloc(j->max_bytes);
+    j->row = malloc((size_t)j->max_row * sizeof *j->row);
+    if (!j->qbuf || !j->row)
+        return kvi_err_set(err, KVI_E_NOMEM, "synth: no memory for a tensor of %zu bytes", j->max_bytes);
+    return KVI_OK;
+}
+
+/* Every tensor's data after the header, generated and quantised one tensor at a
+ * time; progress reported after each. */
+static int synth_data(synth_job *j, FILE *f, kvi_error *err)
+{
+    const kvi_synth_params *p = j->p;
+    size_t done_bytes = 0;
+    for (size_t i = 0; i < j->n_t; i++) {
+        const synth_tensor *t = &j->tab[i];
+        const size_t rb = kvi_row_bytes(t->type, t->ne[0]);
+        synth_normal g;
+        synth_normal_init(&g, p->seed, t->name);
+        for (int64_t r = 0; r < t->ne[1]; r++) {
+            synth_normal_fill(&g, j->row, t->ne[0], t->is_norm ? 1.0f : 0.0f, 0.02f);
+            int rc = kvi_quantize_row(t->type, j->row, j->qbuf + (size_t)r * rb, t->ne[0]);
+            if (rc < 0)
+                return kvi_err_set(err, rc, "synth: %s: quantisation to %s failed", t->name,
+                                   kvi_type_name(t->type));
+        }
+        int rc = gguf_writer_write_tensor(j->w, f, (int64_t)i, j->qbuf, err);
+        if (rc < 0) return rc;
+        done_bytes += rb * (size_t)t->ne[1];
+        if (p->progress) p->progress(p->user, i + 1, j->n_t, done_bytes, j->total_bytes);
+    }
+    return KVI_OK;
+}
+
 int kvi_synth_write(const kvi_synth_params *p, const char *path, kvi_error *err)
 {
     if (!p || !path || !path[0]) return kvi_err_set(err, KVI_E_INVALID, "synth: no parameters or no output path");
     int rc = synth_check(p, err);
     if (rc < 0) return rc;
 
-    gguf_ctx *src = NULL;
-    gguf_writer *w = NULL;
-    synth_tensor *tab = NULL;
-    uint8_t *qbuf = NULL;  /* (ne1 * row_bytes) one tensor in its stored type */
-    float *row = NULL;     /* (ne0) one row of f32 weights */
+    synth_job j = {.p = p, .n_vocab = p->n_vocab};
     FILE *f = NULL;
     bool created = false;  /* path is ours to remove on failure */
-    int n_vocab = p->n_vocab;
-
-    w = gguf_writer_create();
-    if (!w) return kvi_err_set(err, KVI_E_NOMEM, "synth: no memory for the GGUF writer");
-    if (p->vocab_from) {
-        rc = gguf_open(p->vocab_from, true, &src, err);
-        if (rc < 0) goto fail;
-        rc = synth_vocab_count(src, p->vocab_from, &n_vocab, err);
-        if (rc < 0) goto fail;
+    j.w = gguf_writer_create();
+    if (!j.w) return kvi_err_set(err, KVI_E_NOMEM, "synth: no memory for the GGUF writer");
+    rc = synth_metadata(&j, err);
+    if (rc == 0) rc = synth_tensors(&j, err);
+    if (rc == 0) {
+        f = fopen(path, "wb");
+        if (!f) rc = kvi_err_set(err, KVI_E_IO, "synth: cannot create %s", path);
     }
-    /* Metadata in llama.cpp's order: general, arch, then tokenizer. */
-    rc = synth_set_metadata(w, p, n_vocab);
-    if (rc < 0) {
-        kvi_err_set(err, rc, "synth: could not add the model metadata");
-        goto fail;
+    if (rc == 0) {
+        created = true;
+        rc = gguf_writer_write_header(j.w, f, err);
     }
-    rc = p->vocab_from ? synth_vocab_copy(w, src, p->vocab_from, err)
-                       : synth_vocab_generated(w, n_vocab, err);
-    if (rc < 0) goto fail;
-
-    const size_t n_max = 3 + 9 * (size_t)p->n_layers;
-    tab = calloc(n_max, sizeof *tab);
-    if (!tab) {
-        rc = kvi_err_set(err, KVI_E_NOMEM, "synth: no memory for the tensor table");
-        goto fail;
-    }
-    const size_t n_t = synth_build_table(p, n_vocab, tab);
-    synth_note_fallbacks(tab, n_t, p->type);
-    size_t max_bytes = 0, total_bytes = 0;
-    int64_t max_row = 0;
-    for (size_t i = 0; i < n_t; i++) {
-        size_t b = kvi_row_bytes(tab[i].type, tab[i].ne[0]) * (size_t)tab[i].ne[1];
-        if (b == 0) {
-            rc = kvi_err_set(err, KVI_E_UNSUPPORTED, "synth: %s: no row size for type %s", tab[i].name,
-                             kvi_type_name(tab[i].type));
-            goto fail;
-        }
-        if (b > max_bytes) max_bytes = b;
-        if (tab[i].ne[0] > max_row) max_row = tab[i].ne[0];
-        total_bytes += b;
-        rc = gguf_writer_add_tensor(w, tab[i].name, tab[i].type, tab[i].n_dims, tab[i].ne);
-        if (rc < 0) {
-            kvi_err_set(err, rc, "synth: could not declare tensor %s", tab[i].name);
-            goto fail;
-        }
-    }
-    qbuf = malloc(max_bytes);
-    row = malloc((size_t)max_row * sizeof *row);
-    if (!qbuf || !row) {
-        rc = kvi_err_set(err, KVI_E_NOMEM, "synth: no memory for a tensor of %zu bytes", max_bytes);
-        goto fail;
-    }
-
-    f = fopen(path, "wb");
-    if (!f) {
-        rc = kvi_err_set(err, KVI_E_IO, "synth: cannot create %s", path);
-        goto fail;
-    }
-    created = true;
-    rc = gguf_writer_write_header(w, f, err);
-    if (rc < 0) goto fail;
-
-    const bool progress = isatty(fileno(stderr)) && total_bytes > (64u << 20);
-    size_t done_bytes = 0;
-    for (size_t i = 0; i < n_t; i++) {
-        const synth_tensor *t = &tab[i];
-        const size_t rb = kvi_row_bytes(t->type, t->ne[0]);
-        synth_normal g;
-        synth_normal_init(&g, p->seed, t->name);
-        for (int64_t r = 0; r < t->ne[1]; r++) {
-            synth_normal_fill(&g, row, t->ne[0], t->is_norm ? 1.0f : 0.0f, 0.02f);
-            rc = kvi_quantize_row(t->type, row, qbuf + (size_t)r * rb, t->ne[0]);
-            if (rc < 0) {
-                kvi_err_set(err, rc, "synth: %s: quantisation to %s failed", t->name, kvi_type_name(t->type));
-                goto fail;
-            }
-        }
-        rc = gguf_writer_write_tensor(w, f, (int64_t)i, qbuf, err);
-        if (rc < 0) goto fail;
-        done_bytes += rb * (size_t)t->ne[1];
-        if (progress)
-            fprintf(stderr, "\rsynth: %zu/%zu tensors, %zu of %zu MiB", i + 1, n_t, done_bytes >> 20,
-                    total_bytes >> 20);
-    }
-    if (progress) fputc('\n', stderr);
-    if (fclose(f) != 0) {
+    if (rc == 0) rc = synth_data(&j, f, err);
+    if (rc == 0) {
+        const int closed = fclose(f);
         f = NULL;
-        rc = kvi_err_set(err, KVI_E_IO, "synth: writing %s failed (disk full?)", path);
-        goto fail;
+        if (closed != 0) rc = kvi_err_set(err, KVI_E_IO, "synth: writing %s failed (disk full?)", path);
     }
-    f = NULL;
-    free(qbuf);
-    free(row);
-    free(tab);
-    gguf_writer_free(w);
-    if (src) gguf_close(src);
-    return KVI_OK;
-
-fail:
-    if (f) fclose(f);
-    if (created) remove(path);
-    free(qbuf);
-    free(row);
-    free(tab);
-    gguf_writer_free(w);
-    if (src) gguf_close(src);
+    if (rc != 0) {
+        if (f) fclose(f);
+        if (created) remove(path);
+    }
+    synth_job_free(&j);
     return rc;
 }
