@@ -453,8 +453,8 @@ static int step_reserve(kvi_engine *e, const kvi_batch *b, kvi_error *err)
 }
 
 /* Phase 3: the forward passes, n_batch_max rows at a time; row_logit maps each
- * batch row to its logits row (or -1). */
-static void step_run(kvi_engine *e, const kvi_batch *b)
+ * batch row to its logits row (or -1). 0, or the pass's error code. */
+static int step_run(kvi_engine *e, const kvi_batch *b)
 {
     int32_t o = 0;
     for (int32_t start = 0; start < b->n; start += e->p.n_batch_max) {
@@ -474,8 +474,24 @@ static void step_run(kvi_engine *e, const kvi_batch *b)
             .logits = e->logits + (size_t)o * e->m->n_vocab,
             .recv = e->recv_rows + start,
         };
-        fwd_run(e->fwd, e->pool, &e->kv, &rows);
+        const int rc = fwd_run(e->fwd, e->pool, &e->kv, &rows);
+        if (rc) return rc;
         o += n_out_chunk;
+    }
+    return 0;
+}
+
+/* A failed pass (phase 3): every sequence keeps its length from before the step
+ * and gives back the blocks reserved beyond it; the rows' tokens are not
+ * recorded. Positions below the old length that the batch rewrote, and a q4 key
+ * tail, keep what the failed pass wrote. */
+static void step_abandon(kvi_engine *e, const kvi_batch *b)
+{
+    for (int32_t i = 0; i < b->n; i++) {
+        kvi_seq *s = b->seq[i];
+        if (s->step_stamp == 0) continue;
+        s->step_stamp = 0;
+        kv_table_truncate(&e->kv, &s->table, s->table.n_pos);
     }
 }
 
@@ -508,7 +524,11 @@ int kvi_step(kvi_engine *e, kvi_batch *b, kvi_error *err)
     if (rc) return rc;
     rc = step_reserve(e, b, err);
     if (rc) return rc;
-    step_run(e, b);
+    rc = step_run(e, b);
+    if (rc) {
+        step_abandon(e, b);
+        return kvi_err_set(err, rc, "step: the forward pass failed (%s)", kvi_strerror(rc));
+    }
     step_commit(e, b);
     e->n_rows_last = b->n;
     e->n_steps++;
