@@ -7,7 +7,9 @@
  *  - errors: one line "kvinfer: error: ..." on stderr via cli_error(), return 1;
  *  - --help / -h: the command's help on stdout, return 0;
  *  - --json: stdout holds exactly one JSON document and nothing else (progress
- *    and summaries go to stderr).
+ *    and summaries go to stderr);
+ *  - the flags several commands share (model, threads, context, KV cache) are
+ *    parsed by cli_opt_common (cli/cli_opts.h), each command naming those it takes.
  */
 #ifndef KVI_CLI_H
 #define KVI_CLI_H
