@@ -7,7 +7,9 @@
  *  - errors: one line "kvinfer: error: ..." on stderr via cli_error(), return 1;
  *  - --help / -h: the command's help on stdout, return 0;
  *  - --json: stdout holds exactly one JSON document and nothing else (progress
- *    and summaries go to stderr).
+ *    and summaries go to stderr);
+ *  - the flags several commands share (model, threads, context, KV cache) are
+ *    parsed by cli_opt_common (cli/cli_opts.h), each command naming those it takes.
  */
 #ifndef KVI_CLI_H
 #define KVI_CLI_H
@@ -49,6 +51,15 @@ char *cli_read_file(const char *path, size_t *len);
 /* Value of a flag that takes an argument: returns argv[*i + 1] and advances *i,
  * or prints "flag X needs a value" and returns NULL. */
 const char *cli_flag_value(int argc, char **argv, int *i);
+/* The integer value v of flag, within [lo, hi]: 1, or -1 with "F: 'V' is not an
+ * integer in [lo, hi]" printed. v NULL (a missing value that cli_flag_value has
+ * reported) gives -1 alone. */
+int cli_flag_i64(const char *flag, const char *v, int64_t lo, int64_t hi, int64_t *out);
+int cli_flag_i32(const char *flag, const char *v, int32_t lo, int32_t hi, int32_t *out);
+/* Prints root unformatted and a newline on stdout, then frees root. 0, or 1 with
+ * oom_msg printed as the error when it cannot be printed (out of memory). */
+struct cJSON;
+int cli_print_json(struct cJSON *root, const char *oom_msg);
 
 /* ---- more helpers (cli/cli_util.c), shared by run / logits / tokenize ---- */
 
@@ -66,6 +77,9 @@ char *cli_detokenize(const kvi_model *m, const int32_t *ids, int32_t n, bool ren
 /* Checks every id is in [0, n_vocab); prints an error naming the first bad one
  * and returns 1, else 0. */
 int cli_check_ids(const kvi_model *m, const int32_t *ids, int32_t n);
+/* Prints "context_length_exceeded: the prompt has N tokens but the context holds
+ * C (-c sets the context size)"; returns 1. */
+int cli_ctx_exceeded(int32_t n_prompt, int n_ctx);
 /* Number of online CPU cores (at least 1): what n_threads 0 means. */
 int cli_n_cores(void);
 /* Parses "f32", "f16", ... into a KV cache element type; prints an error naming

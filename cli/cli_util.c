@@ -1,7 +1,7 @@
 /*
  * cli_util.c — small helpers shared by every `kvinfer` command (see cli.h):
  * error printing, strict number / size / id-list parsing, whole-file reading,
- * and fetching the value of a flag.
+ * fetching the value of a flag, and printing a JSON document.
  *
  * Invariants: every parser accepts a whole string or nothing (no trailing junk,
  * no silent wrap-around, no partial output on failure); buffers returned are
@@ -9,7 +9,9 @@
  */
 #include "cli/cli.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -206,6 +208,32 @@ const char *cli_flag_value(int argc, char **argv, int *i)
     return argv[*i];
 }
 
+int cli_flag_i64(const char *flag, const char *v, int64_t lo, int64_t hi, int64_t *out)
+{
+    if (!v) return -1;
+    if (cli_parse_i64(v, lo, hi, out)) return 1;
+    cli_error("%s: '%s' is not an integer in [%" PRId64 ", %" PRId64 "]", flag, v, lo, hi);
+    return -1;
+}
+
+int cli_flag_i32(const char *flag, const char *v, int32_t lo, int32_t hi, int32_t *out)
+{
+    int64_t x;
+    if (cli_flag_i64(flag, v, lo, hi, &x) < 0) return -1;
+    *out = (int32_t)x;
+    return 1;
+}
+
+int cli_print_json(cJSON *root, const char *oom_msg)
+{
+    char *s = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    if (!s) return cli_error("%s", oom_msg);
+    puts(s);
+    free(s);
+    return 0;
+}
+
 const char *cli_default_model(void)
 {
     static const char path[] = "../shared/models/stories260K.gguf";
@@ -277,8 +305,12 @@ int cli_check_ids(const kvi_model *m, const int32_t *ids, int32_t n)
     return 0;
 }
 
-/* Length of the UTF-8 sequence a lead byte starts: 1..4, or 0 for a byte that
- * cannot start one (continuation byte or invalid lead). */
+int cli_ctx_exceeded(int32_t n_prompt, int n_ctx)
+{
+    return cli_error("context_length_exceeded: the prompt has %d tokens but the context holds %d "
+                     "(-c sets the context size)", (int)n_prompt, n_ctx);
+}
+
 int cli_n_cores(void)
 {
     long n = sysconf(_SC_NPROCESSORS_ONLN);

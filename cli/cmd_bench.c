@@ -25,7 +25,7 @@
  *    "n_depth", "avg_ts", "stddev_ts", ..., roofline fields}], "hw": {...}}
  * with results in the order: every pp test, then every tg test.
  */
-#include "cli/cli.h"
+#include "cli/cli_opts.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -63,13 +63,16 @@ static const char bench_help[] =
     "  -h, --help           this help\n";
 
 typedef struct bench_opts {
-    const char *model;
+    cli_common c;           /* model, --mmap, threads, --kv-type (K and V) */
     int64_t pp[BENCH_MAX_VALUES], tg[BENCH_MAX_VALUES], depth[BENCH_MAX_VALUES];
     int n_pp, n_tg, n_depth;
-    int64_t threads, reps, batch;
-    kvi_type kv_type;
-    bool mmap, json, hw_only, no_hw, quick;
+    int64_t reps, batch;
+    bool json, hw_only, no_hw, quick;
 } bench_opts;
+
+/* The shared flags `bench` takes (cli/cli_opts.h): --kv-type for K and V, any
+ * type kvi_type_from_name knows (the engine refuses those it cannot cache). */
+#define BENCH_OPTS (CLI_OPT_MODEL | CLI_OPT_MMAP | CLI_OPT_THREADS | CLI_OPT_KV_TYPE | CLI_OPT_KV_ANY)
 
 typedef struct bench_result {
     char name[64];
@@ -284,50 +287,47 @@ static void human_count(char *buf, size_t cap, double n)
     else snprintf(buf, cap, "%.2f K", n / 1e3);
 }
 
+/* -p, -n, -d: a list of at most BENCH_MAX_VALUES integers. 1 consumed, 0 not
+ * one of them, -1 error printed. */
+static int list_flag(int argc, char **argv, int *i, bench_opts *o)
+{
+    const char *a = argv[*i];
+    int64_t *vals = NULL, hi = 1 << 20;
+    int *n = NULL;
+    if (!strcmp(a, "-p") || !strcmp(a, "--n-prompt")) vals = o->pp, n = &o->n_pp;
+    else if (!strcmp(a, "-n") || !strcmp(a, "--n-gen")) vals = o->tg, n = &o->n_tg;
+    else if (!strcmp(a, "-d") || !strcmp(a, "--n-depth")) vals = o->depth, n = &o->n_depth, hi = 1 << 22;
+    if (!vals) return 0;
+    const char *v = cli_flag_value(argc, argv, i);
+    if (!v) return -1;
+    if (!parse_list(v, 0, hi, vals, n))
+        return -cli_error("%s: '%s' is not a list of at most %d integers in [0, %d]", a, v, BENCH_MAX_VALUES, (int)hi);
+    return 1;
+}
+
 static int parse_opts(int argc, char **argv, bench_opts *o, bool *help)
 {
     memset(o, 0, sizeof *o);
+    cli_common_init(&o->c);
     o->pp[0] = 512, o->n_pp = 1;
     o->tg[0] = 128, o->n_tg = 1;
     o->depth[0] = 0, o->n_depth = 1;
     o->reps = 5;
     o->batch = 512;
-    o->kv_type = KVI_TYPE_F16;
     *help = false;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
+        const char *a = argv[i];
+        int r;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             *help = true;
             return 0;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (!(o->model = cli_flag_value(argc, argv, &i))) return 1;
-        } else if (!strcmp(a, "-p") || !strcmp(a, "--n-prompt")) {
-            if (!(v = cli_flag_value(argc, argv, &i))) return 1;
-            if (!parse_list(v, 0, 1 << 20, o->pp, &o->n_pp))
-                return cli_error("%s: '%s' is not a list of at most %d integers in [0, 1048576]", a, v, BENCH_MAX_VALUES);
-        } else if (!strcmp(a, "-n") || !strcmp(a, "--n-gen")) {
-            if (!(v = cli_flag_value(argc, argv, &i))) return 1;
-            if (!parse_list(v, 0, 1 << 20, o->tg, &o->n_tg))
-                return cli_error("%s: '%s' is not a list of at most %d integers in [0, 1048576]", a, v, BENCH_MAX_VALUES);
-        } else if (!strcmp(a, "-d") || !strcmp(a, "--n-depth")) {
-            if (!(v = cli_flag_value(argc, argv, &i))) return 1;
-            if (!parse_list(v, 0, 1 << 22, o->depth, &o->n_depth))
-                return cli_error("%s: '%s' is not a list of at most %d integers in [0, 4194304]", a, v, BENCH_MAX_VALUES);
-        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            if (!(v = cli_flag_value(argc, argv, &i))) return 1;
-            if (!cli_parse_i64(v, 0, 1024, &o->threads)) return cli_error("%s: '%s' is not an integer in [0, 1024]", a, v);
+        } else if ((r = cli_opt_common(argc, argv, &i, &o->c, BENCH_OPTS)) != 0 ||
+                   (r = list_flag(argc, argv, &i, o)) != 0) {
+            if (r < 0) return 1;
         } else if (!strcmp(a, "-r") || !strcmp(a, "--repetitions")) {
-            if (!(v = cli_flag_value(argc, argv, &i))) return 1;
-            if (!cli_parse_i64(v, 1, BENCH_MAX_REPS, &o->reps))
-                return cli_error("%s: '%s' is not an integer in [1, %d]", a, v, BENCH_MAX_REPS);
+            if (cli_flag_i64(a, cli_flag_value(argc, argv, &i), 1, BENCH_MAX_REPS, &o->reps) < 0) return 1;
         } else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) {
-            if (!(v = cli_flag_value(argc, argv, &i))) return 1;
-            if (!cli_parse_i64(v, 1, 1 << 20, &o->batch)) return cli_error("%s: '%s' is not an integer in [1, 1048576]", a, v);
-        } else if (!strcmp(a, "--kv-type")) {
-            if (!(v = cli_flag_value(argc, argv, &i))) return 1;
-            if (kvi_type_from_name(v, &o->kv_type) != 0) return cli_error("%s: unknown type '%s'", a, v);
-        } else if (!strcmp(a, "--mmap")) {
-            o->mmap = true;
+            if (cli_flag_i64(a, cli_flag_value(argc, argv, &i), 1, 1 << 20, &o->batch) < 0) return 1;
         } else if (!strcmp(a, "--json")) {
             o->json = true;
         } else if (!strcmp(a, "--hw")) {
@@ -381,29 +381,111 @@ static void result_json(cJSON *arr, const bench_result *r, const kvi_model_info 
     cJSON_AddItemToArray(arr, o);
 }
 
-static int print_json(cJSON *root)
-{
-    char *s = cJSON_PrintUnformatted(root);
-    cJSON_Delete(root);
-    if (!s) return cli_error("bench: out of memory writing JSON");
-    puts(s);
-    free(s);
-    return 0;
-}
-
 static int bench_hw_only(const bench_opts *o)
 {
     kvi_hw_limits hw;
     kvi_error err = {0};
-    int rc = kvi_hw_bench(&hw, (int)o->threads, o->quick, &err);
+    int rc = kvi_hw_bench(&hw, (int)o->c.n_threads, o->quick, &err);
     if (rc) return cli_error("bench --hw: %s", err.msg[0] ? err.msg : kvi_strerror(rc));
     if (o->json) {
         cJSON *root = cJSON_CreateObject();
         cJSON_AddItemToObject(root, "hw", hw_json(&hw));
-        return print_json(root);
+        return cli_print_json(root, "bench: out of memory writing JSON");
     }
     hw_print(stdout, &hw);
     return 0;
+}
+
+/* What the report needs besides the results: the model and the limits. */
+typedef struct bench_model {
+    kvi_model_info info;
+    uint64_t n_params, mm_params;
+    size_t decode_bytes;
+    int threads;
+    const kvi_hw_limits *hw;    /* NULL: not measured */
+} bench_model;
+
+/* The table on stdout, or the JSON document with --json. */
+static int bench_report(const bench_opts *o, const bench_model *bm, const bench_result *res, int n_tests)
+{
+    const kvi_model_info *info = &bm->info;
+    const char *tname = kvi_type_name(info->weight_type) ? kvi_type_name(info->weight_type) : "?";
+    const char *kvname = kvi_type_name(o->c.kv_k) ? kvi_type_name(o->c.kv_k) : "?";
+    char size_s[32], par_s[32], model_s[128];
+    human_size(size_s, sizeof size_s, (double)info->weight_bytes);
+    human_count(par_s, sizeof par_s, (double)bm->n_params);
+    snprintf(model_s, sizeof model_s, "%s %s %s", info->arch, par_s, tname);
+    cJSON *root = o->json ? cJSON_CreateObject() : NULL;
+    cJSON *arr = NULL;
+    if (root) {
+        cJSON_AddStringToObject(root, "model", o->c.model ? o->c.model : "default");
+        cJSON_AddStringToObject(root, "model_type", model_s);
+        cJSON_AddStringToObject(root, "type", tname);
+        cJSON_AddNumberToObject(root, "threads", bm->threads);
+        cJSON_AddNumberToObject(root, "model_size", (double)info->weight_bytes);
+        cJSON_AddNumberToObject(root, "model_n_params", (double)bm->n_params);
+        cJSON_AddNumberToObject(root, "decode_bytes", (double)bm->decode_bytes);
+        cJSON_AddStringToObject(root, "type_k", kvname);
+        cJSON_AddStringToObject(root, "type_v", kvname);
+        arr = cJSON_AddArrayToObject(root, "results");
+    } else {
+        printf("| %-24s | %10s | %9s | %5s | %7s | %14s | %20s | %-36s |\n", "model", "size", "params", "type",
+               "threads", "test", "t/s", "roofline");
+        printf("| %.24s | %.10s | %.9s | %.5s | %.7s | %.14s | %.20s | %.36s |\n",
+               "------------------------", "----------", "---------", "-----", "-------",
+               "--------------", "--------------------", "------------------------------------");
+    }
+    for (int i = 0; i < n_tests; i++) {
+        const bench_result *r = &res[i];
+        const char *kind = "read";
+        double achieved, limit = 0.0;
+        if (r->n_prompt) {
+            achieved = 2.0 * (double)bm->mm_params * r->avg_ts / 1e9;
+            if (bm->hw) limit = pp_limit(bm->hw, info->weight_type, &kind);
+        } else {
+            achieved = (double)bm->decode_bytes * r->avg_ts / 1e9;
+            if (bm->hw) limit = bm->hw->read_gbs;
+        }
+        if (root) {
+            result_json(arr, r, info, bm->n_params, bm->threads, bm->hw, achieved, limit, kind);
+            continue;
+        }
+        char ts[40], roof[80];
+        snprintf(ts, sizeof ts, "%.2f ± %.2f", r->avg_ts, r->stddev_ts);
+        const char *unit = r->n_prompt ? "GOP/s" : "GB/s";
+        if (bm->hw && limit > 0)
+            snprintf(roof, sizeof roof, "%.1f %s = %.0f%% of %.0f (%s)", achieved, unit, 100.0 * achieved / limit,
+                     limit, kind);
+        else snprintf(roof, sizeof roof, "%.1f %s", achieved, unit);
+        printf("| %-24s | %10s | %9s | %5s | %7d | %14s | %20s | %-36s |\n", model_s, size_s, par_s, tname,
+               bm->threads, r->name, ts, roof);
+    }
+    if (root) {
+        if (bm->hw) cJSON_AddItemToObject(root, "hw", hw_json(bm->hw));
+        return cli_print_json(root, "bench: out of memory writing JSON");
+    }
+    if (bm->hw) {
+        putchar('\n');
+        hw_print(stdout, bm->hw);
+    }
+    return 0;
+}
+
+/* Every pp test, then every tg test, each at every depth, into res. 0, or 1
+ * with the error printed. */
+static int bench_tests(const bench_opts *o, bench_ctx *c, bench_result *res, int *n_tests)
+{
+    int rc = 0;
+    *n_tests = 0;
+    for (int k = 0; rc == 0 && k < o->n_pp; k++)
+        for (int d = 0; rc == 0 && d < o->n_depth; d++)
+            if (o->pp[k] > 0)
+                rc = run_test(c, (int)o->pp[k], 0, (int)o->depth[d], (int)o->reps, &res[(*n_tests)++]);
+    for (int k = 0; rc == 0 && k < o->n_tg; k++)
+        for (int d = 0; rc == 0 && d < o->n_depth; d++)
+            if (o->tg[k] > 0)
+                rc = run_test(c, 0, (int)o->tg[k], (int)o->depth[d], (int)o->reps, &res[(*n_tests)++]);
+    return rc;
 }
 
 int cmd_bench(int argc, char **argv)
@@ -429,26 +511,22 @@ int cmd_bench(int argc, char **argv)
         if (o.pp[k] > max_pp) max_pp = (int)o.pp[k];
     if (max_need > (1 << 24)) return cli_error("bench: depth + tokens = %d exceeds 16777216 positions", max_need);
 
-    kvi_model *m = cli_load_model(o.model, o.mmap, NULL);
+    kvi_model *m = cli_opt_load_model(&o.c);
     if (!m) return 1;
-    kvi_model_info info;
-    kvi_model_get_info(m, &info);
-    uint64_t n_params = kvi_model_n_params(m), mm_params = kvi_model_matmul_params(m);
-    size_t decode_bytes = kvi_model_decode_bytes(m);
-    int threads = o.threads > 0 ? (int)o.threads : cli_n_cores();
+    bench_model bm = {.n_params = kvi_model_n_params(m), .mm_params = kvi_model_matmul_params(m),
+                      .decode_bytes = kvi_model_decode_bytes(m),
+                      .threads = o.c.n_threads > 0 ? (int)o.c.n_threads : cli_n_cores()};
+    kvi_model_get_info(m, &bm.info);
 
     bench_ctx c = {.n_vocab = kvi_n_vocab(m), .batch = (int)o.batch, .rng = 0x9E3779B97F4A7C15ull};
     kvi_engine_params ep;
-    cli_engine_params_default(&ep);
-    ep.n_threads = threads;
+    cli_opt_engine_params(&o.c, &ep);
+    ep.n_threads = bm.threads;
     ep.n_ctx = max_need;
-    ep.kv_type_k = ep.kv_type_v = o.kv_type;
     ep.n_seq_max = 1;
     ep.n_batch_max = max_pp > (int)o.batch ? max_pp : (int)o.batch;
-    kvi_error err = {0};
     int rc = 0;
-    if (!(c.e = kvi_engine_create(m, &ep, &err)))
-        rc = cli_error("bench: cannot create the engine: %s", err.msg[0] ? err.msg : kvi_strerror(err.code));
+    if (!(c.e = cli_engine_create(m, &ep, "bench: "))) rc = 1;
     if (rc == 0 && !(c.seq = kvi_seq_create(c.e))) rc = cli_error("bench: cannot create a sequence");
     if (rc == 0 && !(c.b = kvi_batch_create(ep.n_batch_max)))
         rc = cli_error("bench: out of memory creating a batch of %d rows", ep.n_batch_max);
@@ -456,85 +534,18 @@ int cmd_bench(int argc, char **argv)
     int n_tests = 0;
     bench_result *res = calloc(2 * BENCH_MAX_VALUES * BENCH_MAX_VALUES, sizeof *res);
     if (rc == 0 && !res) rc = cli_error("bench: out of memory");
-    for (int k = 0; rc == 0 && k < o.n_pp; k++)
-        for (int d = 0; rc == 0 && d < o.n_depth; d++)
-            if (o.pp[k] > 0)
-                rc = run_test(&c, (int)o.pp[k], 0, (int)o.depth[d], (int)o.reps, &res[n_tests++]);
-    for (int k = 0; rc == 0 && k < o.n_tg; k++)
-        for (int d = 0; rc == 0 && d < o.n_depth; d++)
-            if (o.tg[k] > 0)
-                rc = run_test(&c, 0, (int)o.tg[k], (int)o.depth[d], (int)o.reps, &res[n_tests++]);
+    if (rc == 0) rc = bench_tests(&o, &c, res, &n_tests);
 
     /* the limits, measured in the same run, after the model tests */
     kvi_hw_limits hw;
-    bool have_hw = false;
     if (rc == 0 && !o.no_hw) {
         fprintf(stderr, "kvinfer bench: measuring the machine's limits%s\n", o.quick ? " (quick)" : "");
         kvi_error herr = {0};
-        int hr = kvi_hw_bench(&hw, threads, o.quick, &herr);
+        int hr = kvi_hw_bench(&hw, bm.threads, o.quick, &herr);
         if (hr) fprintf(stderr, "kvinfer: warning: limits not measured: %s\n", herr.msg[0] ? herr.msg : kvi_strerror(hr));
-        else have_hw = true;
+        else bm.hw = &hw;
     }
-
-    if (rc == 0) {
-        const char *tname = kvi_type_name(info.weight_type) ? kvi_type_name(info.weight_type) : "?";
-        char size_s[32], par_s[32], model_s[128];
-        human_size(size_s, sizeof size_s, (double)info.weight_bytes);
-        human_count(par_s, sizeof par_s, (double)n_params);
-        snprintf(model_s, sizeof model_s, "%s %s %s", info.arch, par_s, tname);
-        cJSON *root = o.json ? cJSON_CreateObject() : NULL;
-        cJSON *arr = NULL;
-        if (root) {
-            cJSON_AddStringToObject(root, "model", o.model ? o.model : "default");
-            cJSON_AddStringToObject(root, "model_type", model_s);
-            cJSON_AddStringToObject(root, "type", tname);
-            cJSON_AddNumberToObject(root, "threads", threads);
-            cJSON_AddNumberToObject(root, "model_size", (double)info.weight_bytes);
-            cJSON_AddNumberToObject(root, "model_n_params", (double)n_params);
-            cJSON_AddNumberToObject(root, "decode_bytes", (double)decode_bytes);
-            cJSON_AddStringToObject(root, "type_k", kvi_type_name(o.kv_type) ? kvi_type_name(o.kv_type) : "?");
-            cJSON_AddStringToObject(root, "type_v", kvi_type_name(o.kv_type) ? kvi_type_name(o.kv_type) : "?");
-            arr = cJSON_AddArrayToObject(root, "results");
-        } else {
-            printf("| %-24s | %10s | %9s | %5s | %7s | %14s | %20s | %-36s |\n", "model", "size", "params", "type",
-                   "threads", "test", "t/s", "roofline");
-            printf("| %.24s | %.10s | %.9s | %.5s | %.7s | %.14s | %.20s | %.36s |\n",
-                   "------------------------", "----------", "---------", "-----", "-------",
-                   "--------------", "--------------------", "------------------------------------");
-        }
-        for (int i = 0; i < n_tests; i++) {
-            const bench_result *r = &res[i];
-            const char *kind = "read";
-            double achieved, limit = 0.0;
-            if (r->n_prompt) {
-                achieved = 2.0 * (double)mm_params * r->avg_ts / 1e9;
-                if (have_hw) limit = pp_limit(&hw, info.weight_type, &kind);
-            } else {
-                achieved = (double)decode_bytes * r->avg_ts / 1e9;
-                if (have_hw) limit = hw.read_gbs;
-            }
-            if (root) {
-                result_json(arr, r, &info, n_params, threads, have_hw ? &hw : NULL, achieved, limit, kind);
-                continue;
-            }
-            char ts[40], roof[80];
-            snprintf(ts, sizeof ts, "%.2f ± %.2f", r->avg_ts, r->stddev_ts);
-            const char *unit = r->n_prompt ? "GOP/s" : "GB/s";
-            if (have_hw && limit > 0)
-                snprintf(roof, sizeof roof, "%.1f %s = %.0f%% of %.0f (%s)", achieved, unit, 100.0 * achieved / limit,
-                         limit, kind);
-            else snprintf(roof, sizeof roof, "%.1f %s", achieved, unit);
-            printf("| %-24s | %10s | %9s | %5s | %7d | %14s | %20s | %-36s |\n", model_s, size_s, par_s, tname,
-                   threads, r->name, ts, roof);
-        }
-        if (root) {
-            if (have_hw) cJSON_AddItemToObject(root, "hw", hw_json(&hw));
-            rc = print_json(root);
-        } else if (have_hw) {
-            putchar('\n');
-            hw_print(stdout, &hw);
-        }
-    }
+    if (rc == 0) rc = bench_report(&o, &bm, res, n_tests);
     free(res);
     if (c.b) kvi_batch_free(c.b);
     if (c.seq) kvi_seq_free(c.seq);

@@ -13,7 +13,7 @@
  * Invariant: conv[0..kvi_seq_len(seq)) are exactly the ids whose K/V are
  * cached; a mismatch truncates the sequence to the common prefix.
  */
-#include "cli/cli.h"
+#include "cli/cli_opts.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,136 +65,187 @@ static bool msgs_add(msgs *m, const char *role, const char *text, size_t len)
     return true;
 }
 
-int cmd_chat(int argc, char **argv)
-{
-    const char *model = NULL, *system = NULL;
-    int64_t n_predict = 256, ctx = 0, threads = 0;
+/* The shared flags `chat` takes (cli/cli_opts.h): -c 0 is the model's context,
+ * and a bad number reads "X: bad value 'V'". */
+#define CHAT_OPTS (CLI_OPT_MODEL | CLI_OPT_THREADS | CLI_OPT_CTX | CLI_OPT_CTX_MIN0 | CLI_OPT_TERSE)
+
+typedef struct chat_opts {
+    cli_common c;
+    const char *system;
+    int64_t n_predict;
     kvi_sampler_params sp;
-    kvi_sampler_params_default(&sp);
-    sp.temp = 0.8f;
+} chat_opts;
+
+/* Every chat option takes a value (an unknown one too, which is then reported).
+ * 0: parsed; 1: error printed; 2: help printed. */
+static int parse_chat_args(int argc, char **argv, chat_opts *o)
+{
+    cli_common_init(&o->c);
+    o->system = NULL;
+    o->n_predict = 256;
+    kvi_sampler_params_default(&o->sp);
+    o->sp.temp = 0.8f;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             fputs(chat_help, stdout);
-            return 0;
+            return 2;
         }
-        if (!(v = cli_flag_value(argc, argv, &i))) return 1;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
-        else if (!strcmp(a, "-s") || !strcmp(a, "--system")) system = v;
+        if (i + 1 >= argc) {
+            cli_flag_value(argc, argv, &i);   /* prints "flag X needs a value" */
+            return 1;
+        }
+        const int r = cli_opt_common(argc, argv, &i, &o->c, CHAT_OPTS);
+        if (r < 0) return 1;
+        if (r > 0) continue;
+        v = cli_flag_value(argc, argv, &i);
+        if (!strcmp(a, "-s") || !strcmp(a, "--system")) o->system = v;
         else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
-            if (!cli_parse_i64(v, 1, 1 << 24, &n_predict)) return cli_error("%s: bad value '%s'", a, v);
-        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
-            if (!cli_parse_i64(v, 0, 1 << 24, &ctx)) return cli_error("%s: bad value '%s'", a, v);
-        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            if (!cli_parse_i64(v, 0, 1024, &threads)) return cli_error("%s: bad value '%s'", a, v);
+            if (!cli_parse_i64(v, 1, 1 << 24, &o->n_predict)) return cli_error("%s: bad value '%s'", a, v);
         } else if (!strcmp(a, "--temp")) {
-            if (!cli_parse_f32(v, &sp.temp) || sp.temp < 0) return cli_error("--temp: bad value '%s'", v);
+            if (!cli_parse_f32(v, &o->sp.temp) || o->sp.temp < 0) return cli_error("--temp: bad value '%s'", v);
         } else if (!strcmp(a, "--seed")) {
-            if (!cli_parse_u64(v, &sp.seed)) return cli_error("--seed: bad value '%s'", v);
+            if (!cli_parse_u64(v, &o->sp.seed)) return cli_error("--seed: bad value '%s'", v);
         } else {
             return cli_error("chat: unknown option '%s' (kvinfer chat --help)", a);
         }
     }
-    kvi_model *m = cli_load_model(model, false, NULL);
-    if (!m) return 1;
-    kvi_engine_params ep;
-    cli_engine_params_default(&ep);
-    ep.n_threads = (int)threads;
-    ep.n_ctx = (int)ctx;
+    return 0;
+}
+
+/* The conversation: its engine, one sequence, and conv (see the file comment). */
+typedef struct chat_state {
+    kvi_model *m;
+    kvi_engine *e;
+    kvi_seq *seq;
+    kvi_batch *b;
+    int n_ctx;
+    int32_t *conv, n_conv;   /* (n_ctx + 1) ids of the conversation so far */
+    int32_t *want;           /* (n_ctx + 1) ids the template gives this turn */
+    msgs ms;
+} chat_state;
+
+/* Samples and streams the answer after the prefill whose logits are in batch
+ * row `row`, one decode step per token. The answer's text (malloc'd, alen bytes;
+ * NULL when out of memory) and its token count in *n_gen. */
+static char *chat_answer(chat_state *st, kvi_sampler *smp, int32_t row, int64_t n_predict, int32_t *n_gen,
+                         size_t *alen)
+{
     kvi_error err = {0};
-    kvi_engine *e = kvi_engine_create(m, &ep, &err);
-    if (!e) {
-        kvi_model_free(m);
-        return cli_error("chat: cannot create the engine: %s", err.msg);
-    }
-    const int n_ctx = kvi_engine_n_ctx(e);
-    kvi_seq *seq = kvi_seq_create(e);
-    kvi_batch *b = kvi_batch_create(n_ctx);
-    int32_t *conv = malloc(((size_t)n_ctx + 1) * sizeof *conv), n_conv = 0;
-    int32_t *want = malloc(((size_t)n_ctx + 1) * sizeof *want);
-    msgs ms = {0};
-    int rc = 0;
-    if (!seq || !b || !conv || !want || (system && !msgs_add(&ms, "system", system, strlen(system)))) {
-        rc = cli_error("chat: out of memory");
-        goto out;
-    }
-    fprintf(stderr, "kvinfer chat: template %s, context %d (empty line quits)\n", kvi_chat_family(m), n_ctx);
-    char line[8192];
-    for (;;) {
-        fputs("> ", stdout);
-        fflush(stdout);
-        if (!fgets(line, sizeof line, stdin)) break;
-        size_t len = strlen(line);
-        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
-        if (len == 0) break;
-        if (!msgs_add(&ms, "user", line, len)) { rc = cli_error("chat: out of memory"); break; }
-        const int32_t n_want = kvi_chat_apply(m, ms.v, ms.n, true, want, n_ctx + 1, &err);
-        if (n_want < 0) { rc = cli_error("chat: %s", err.msg); break; }
-        if (n_want >= n_ctx) { rc = cli_error("chat: context_length_exceeded (%d tokens, context %d)", n_want, n_ctx); break; }
-        /* reuse the cached prefix; prefill the rest in one pass */
-        int32_t common = 0, cached = kvi_seq_len(seq);
-        while (common < cached && common < n_want && conv[common] == want[common]) common++;
-        if (common == n_want) common--;   /* the last id must run to give logits */
-        kvi_seq_truncate(seq, common);
-        memcpy(conv, want, (size_t)n_want * sizeof *conv);
-        n_conv = n_want;
-        const double t0 = kvi_time_ms();
-        kvi_batch_clear(b);
-        for (int32_t p = common; p < n_conv; p++) kvi_batch_add(b, seq, conv[p], p, p == n_conv - 1);
-        if (kvi_step(e, b, &err) != 0) { rc = cli_error("chat: prefill failed: %s", err.msg); break; }
-        const double t1 = kvi_time_ms();
-        kvi_sampler *smp = kvi_sampler_create(&sp, kvi_n_vocab(m));
-        if (!smp) { rc = cli_error("chat: out of memory"); break; }
-        for (int32_t p = 0; p < n_conv; p++) kvi_sampler_accept(smp, conv[p]);
-        int32_t row = kvi_batch_n_rows(b) - 1, n_gen = 0;
-        size_t alen = 0, acap = 256;
-        char *answer = malloc(acap);
-        while (answer && n_gen < n_predict && n_conv < n_ctx) {
-            const int32_t tok = kvi_sampler_sample(smp, kvi_logits(e, row));
-            kvi_sampler_accept(smp, tok);
-            if (kvi_token_is_eog(m, tok)) break;
-            char piece[256];
-            int32_t pl = kvi_token_to_piece(m, tok, piece, sizeof piece, false);
-            if (pl > 0 && (size_t)pl <= sizeof piece) {
-                fwrite(piece, 1, (size_t)pl, stdout);
-                fflush(stdout);
-                if (alen + (size_t)pl + 1 > acap) {
-                    char *na = realloc(answer, acap = 2 * (alen + (size_t)pl + 1));
-                    if (!na) break;
-                    answer = na;
-                }
-                memcpy(answer + alen, piece, (size_t)pl);
-                alen += (size_t)pl;
+    size_t acap = 256;
+    char *answer = malloc(acap);
+    *alen = 0;
+    *n_gen = 0;
+    while (answer && *n_gen < n_predict && st->n_conv < st->n_ctx) {
+        const int32_t tok = kvi_sampler_sample(smp, kvi_logits(st->e, row));
+        kvi_sampler_accept(smp, tok);
+        if (kvi_token_is_eog(st->m, tok)) break;
+        char piece[256];
+        int32_t pl = kvi_token_to_piece(st->m, tok, piece, sizeof piece, false);
+        if (pl > 0 && (size_t)pl <= sizeof piece) {
+            fwrite(piece, 1, (size_t)pl, stdout);
+            fflush(stdout);
+            if (*alen + (size_t)pl + 1 > acap) {
+                char *na = realloc(answer, acap = 2 * (*alen + (size_t)pl + 1));
+                if (!na) break;
+                answer = na;
             }
-            conv[n_conv++] = tok;
-            n_gen++;
-            kvi_batch_clear(b);
-            kvi_batch_add(b, seq, tok, n_conv - 1, true);
-            if (kvi_step(e, b, &err) != 0) break;
-            row = 0;
+            memcpy(answer + *alen, piece, (size_t)pl);
+            *alen += (size_t)pl;
         }
-        const double t2 = kvi_time_ms();
-        kvi_sampler_free(smp);
-        kvi_stats ks;
-        kvi_stats_get(e, seq, &ks);
-        fprintf(stderr, "\n[prefill %d tokens in %.1f ms, %d served from the cache; decode %d tokens in %.1f ms; KV %zu bytes]\n",
-                (int)(n_want - common), t1 - t0, (int)common, (int)n_gen, t2 - t1, ks.kv_bytes);
-        if (!msgs_add(&ms, "assistant", answer ? answer : "", answer ? alen : 0)) {
-            free(answer);
-            rc = cli_error("chat: out of memory");
-            break;
-        }
-        free(answer);
+        st->conv[st->n_conv++] = tok;
+        (*n_gen)++;
+        kvi_batch_clear(st->b);
+        kvi_batch_add(st->b, st->seq, tok, st->n_conv - 1, true);
+        if (kvi_step(st->e, st->b, &err) != 0) break;
+        row = 0;
     }
-out:
-    for (int i = 0; i < ms.n; i++) free(ms.owned[i]);
-    free(ms.owned);
-    free(ms.v);
-    free(conv);
-    free(want);
-    kvi_batch_free(b);
-    if (seq) kvi_seq_free(seq);
-    kvi_engine_free(e);
-    kvi_model_free(m);
+    return answer;
+}
+
+/* One turn: the user's line is added, the template applied again, only the ids
+ * past the cached prefix prefilled, the answer streamed and added. 0, or 1 with
+ * the error printed. */
+static int chat_turn(chat_state *st, const chat_opts *o, const char *line, size_t len)
+{
+    kvi_error err = {0};
+    if (!msgs_add(&st->ms, "user", line, len)) return cli_error("chat: out of memory");
+    const int32_t n_want = kvi_chat_apply(st->m, st->ms.v, st->ms.n, true, st->want, st->n_ctx + 1, &err);
+    if (n_want < 0) return cli_error("chat: %s", err.msg);
+    if (n_want >= st->n_ctx)
+        return cli_error("chat: context_length_exceeded (%d tokens, context %d)", n_want, st->n_ctx);
+    /* reuse the cached prefix; prefill the rest in one pass */
+    int32_t common = 0, cached = kvi_seq_len(st->seq);
+    while (common < cached && common < n_want && st->conv[common] == st->want[common]) common++;
+    if (common == n_want) common--;   /* the last id must run to give logits */
+    kvi_seq_truncate(st->seq, common);
+    memcpy(st->conv, st->want, (size_t)n_want * sizeof *st->conv);
+    st->n_conv = n_want;
+    const double t0 = kvi_time_ms();
+    kvi_batch_clear(st->b);
+    for (int32_t p = common; p < st->n_conv; p++) kvi_batch_add(st->b, st->seq, st->conv[p], p, p == st->n_conv - 1);
+    if (kvi_step(st->e, st->b, &err) != 0) return cli_error("chat: prefill failed: %s", err.msg);
+    const double t1 = kvi_time_ms();
+    kvi_sampler *smp = kvi_sampler_create(&o->sp, kvi_n_vocab(st->m));
+    if (!smp) return cli_error("chat: out of memory");
+    for (int32_t p = 0; p < st->n_conv; p++) kvi_sampler_accept(smp, st->conv[p]);
+    int32_t n_gen;
+    size_t alen;
+    char *answer = chat_answer(st, smp, kvi_batch_n_rows(st->b) - 1, o->n_predict, &n_gen, &alen);
+    const double t2 = kvi_time_ms();
+    kvi_sampler_free(smp);
+    kvi_stats ks;
+    kvi_stats_get(st->e, st->seq, &ks);
+    fprintf(stderr,
+            "\n[prefill %d tokens in %.1f ms, %d served from the cache; decode %d tokens in %.1f ms; KV %zu bytes]\n",
+            (int)(n_want - common), t1 - t0, (int)common, (int)n_gen, t2 - t1, ks.kv_bytes);
+    const bool ok = msgs_add(&st->ms, "assistant", answer ? answer : "", answer ? alen : 0);
+    free(answer);
+    return ok ? 0 : cli_error("chat: out of memory");
+}
+
+int cmd_chat(int argc, char **argv)
+{
+    chat_opts o;
+    int prc = parse_chat_args(argc, argv, &o);
+    if (prc != 0) return prc == 2 ? 0 : 1;
+    chat_state st = {0};
+    if (!(st.m = cli_opt_load_model(&o.c))) return 1;
+    kvi_engine_params ep;
+    cli_opt_engine_params(&o.c, &ep);
+    if (!(st.e = cli_engine_create(st.m, &ep, "chat: "))) {
+        kvi_model_free(st.m);
+        return 1;
+    }
+    st.n_ctx = kvi_engine_n_ctx(st.e);
+    st.seq = kvi_seq_create(st.e);
+    st.b = kvi_batch_create(st.n_ctx);
+    st.conv = malloc(((size_t)st.n_ctx + 1) * sizeof *st.conv);
+    st.want = malloc(((size_t)st.n_ctx + 1) * sizeof *st.want);
+    int rc = 0;
+    if (!st.seq || !st.b || !st.conv || !st.want ||
+        (o.system && !msgs_add(&st.ms, "system", o.system, strlen(o.system)))) {
+        rc = cli_error("chat: out of memory");
+    } else {
+        fprintf(stderr, "kvinfer chat: template %s, context %d (empty line quits)\n", kvi_chat_family(st.m), st.n_ctx);
+        char line[8192];
+        for (;;) {
+            fputs("> ", stdout);
+            fflush(stdout);
+            if (!fgets(line, sizeof line, stdin)) break;
+            size_t len = strlen(line);
+            while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
+            if (len == 0 || (rc = chat_turn(&st, &o, line, len)) != 0) break;
+        }
+    }
+    for (int i = 0; i < st.ms.n; i++) free(st.ms.owned[i]);
+    free(st.ms.owned);
+    free(st.ms.v);
+    free(st.conv);
+    free(st.want);
+    kvi_batch_free(st.b);
+    if (st.seq) kvi_seq_free(st.seq);
+    kvi_engine_free(st.e);
+    kvi_model_free(st.m);
     return rc;
 }

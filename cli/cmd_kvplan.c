@@ -20,7 +20,7 @@
  * sequence) is not counted. The paged cache rounds each sequence up to whole
  * blocks of 16 tokens; that rounding is not counted either.
  */
-#include "cli/cli.h"
+#include "cli/cli_opts.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -131,121 +131,158 @@ static void human_bytes(char *buf, size_t cap, double b)
     snprintf(buf, cap, u ? "%.2f %s" : "%.0f %s", b, units[u]);
 }
 
-int cmd_kvplan(int argc, char **argv)
+typedef struct kvplan_opts {
+    cli_common c;           /* -m only */
+    const char *preset;
+    int64_t ctx;            /* 0: the model's */
+    size_t mem;
+    bool have_mem, json;
+    kv_elem tk, tv;
+} kvplan_opts;
+
+/* -m is the shared flag (cli/cli_opts.h). -c and the --kv-type flags stay kv-plan's
+ * own: a plan's context goes up to 2^40 (also spelt --ctx), and its types are
+ * sizes by name (bf16 too) for a model that is never loaded. */
+static int parse_kvplan_args(int argc, char **argv, kvplan_opts *o)
 {
-    const char *preset = NULL, *model = NULL;
-    int64_t ctx = 0;
-    size_t mem = 0;
-    bool have_mem = false, json = false;
-    kv_elem tk = KV_F16, tv = KV_F16;
+    memset(o, 0, sizeof *o);
+    cli_common_init(&o->c);
+    o->tk = o->tv = KV_F16;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
+        int r;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             fputs(kvplan_help, stdout);
-            return 0;
+            return 2;
+        } else if ((r = cli_opt_common(argc, argv, &i, &o->c, CLI_OPT_MODEL)) != 0) {
+            if (r < 0) return 1;
         } else if (!strcmp(a, "--preset")) {
-            if (!(preset = cli_flag_value(argc, argv, &i))) return 1;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (!(model = cli_flag_value(argc, argv, &i))) return 1;
+            if (!(o->preset = cli_flag_value(argc, argv, &i))) return 1;
         } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx") || !strcmp(a, "--ctx-size")) {
             if (!(v = cli_flag_value(argc, argv, &i))) return 1;
-            if (!cli_parse_i64(v, 1, (int64_t)1 << 40, &ctx))
+            if (!cli_parse_i64(v, 1, (int64_t)1 << 40, &o->ctx))
                 return cli_error("%s: '%s' is not a positive integer (at most 2^40)", a, v);
         } else if (!strcmp(a, "--mem")) {
             if (!(v = cli_flag_value(argc, argv, &i))) return 1;
-            if (!cli_parse_size(v, &mem) || mem == 0)
+            if (!cli_parse_size(v, &o->mem) || o->mem == 0)
                 return cli_error("%s: '%s' is not a memory size (e.g. 80GiB, 512MiB, 4096)", a, v);
-            have_mem = true;
-        } else if (!strcmp(a, "--kv-type")) {
-            if (!(v = cli_flag_value(argc, argv, &i)) || !parse_elem(a, v, &tk)) return 1;
-            tv = tk;
-        } else if (!strcmp(a, "--kv-type-k")) {
-            if (!(v = cli_flag_value(argc, argv, &i)) || !parse_elem(a, v, &tk)) return 1;
-        } else if (!strcmp(a, "--kv-type-v")) {
-            if (!(v = cli_flag_value(argc, argv, &i)) || !parse_elem(a, v, &tv)) return 1;
+            o->have_mem = true;
+        } else if (!strcmp(a, "--kv-type") || !strcmp(a, "--kv-type-k") || !strcmp(a, "--kv-type-v")) {
+            kv_elem t;
+            if (!(v = cli_flag_value(argc, argv, &i)) || !parse_elem(a, v, &t)) return 1;
+            if (strcmp(a, "--kv-type-v") != 0) o->tk = t;   /* --kv-type and --kv-type-k */
+            if (strcmp(a, "--kv-type-k") != 0) o->tv = t;   /* --kv-type and --kv-type-v */
         } else if (!strcmp(a, "--json")) {
-            json = true;
+            o->json = true;
         } else if (a[0] == '-') {
             return cli_error("kv-plan: unknown option '%s' (kvinfer kv-plan --help)", a);
         } else {
             return cli_error("kv-plan: unexpected argument '%s'", a);
         }
     }
-    if (!preset == !model) return cli_error("kv-plan: give exactly one of --preset NAME or -m FILE");
-    if (!have_mem) return cli_error("kv-plan: --mem SIZE is required (memory for the KV cache)");
+    if (!o->preset == !o->c.model) return cli_error("kv-plan: give exactly one of --preset NAME or -m FILE");
+    if (!o->have_mem) return cli_error("kv-plan: --mem SIZE is required (memory for the KV cache)");
+    return 0;
+}
 
-    kvplan_shape shape = {0};
-    char source[300];
-    if (preset) {
+/* The shape of the preset or of the model file's metadata, and a line naming
+ * it. 0, or 1 with the error printed. */
+static int plan_shape(const kvplan_opts *o, kvplan_shape *shape, char *source, size_t cap)
+{
+    memset(shape, 0, sizeof *shape);
+    if (o->preset) {
         const kvplan_shape *p = NULL;
         for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
-            if (!strcasecmp(preset, presets[i].name)) p = &presets[i];
-        if (!p) return cli_error("kv-plan: unknown preset '%s' (kvinfer kv-plan --help lists them)", preset);
-        shape = *p;
-        snprintf(source, sizeof source, "%s (preset)", p->name);
-    } else {
-        kvi_model_info info;
-        kvi_error err = {0};
-        int rc = kvi_model_info_from_file(model, &info, &err);
-        if (rc) return cli_error("kv-plan: %s", err.msg[0] ? err.msg : kvi_strerror(rc));
-        shape.name = model;
-        shape.n_layers = info.n_layers;
-        shape.n_heads = info.n_heads;
-        shape.n_kv_heads = info.n_kv_heads;
-        shape.head_dim = info.head_dim;
-        shape.n_ctx_train = info.n_ctx_train;
-        snprintf(source, sizeof source, "%s (%s)", model, info.name[0] ? info.name : info.arch);
-    }
-    if (ctx == 0) ctx = shape.n_ctx_train;
-    if (ctx == 0) return cli_error("kv-plan: --ctx N is required (preset %s has no context length)", shape.name);
-
-    uint64_t kv_dim = (uint64_t)shape.n_kv_heads * (uint64_t)shape.head_dim;
-    uint64_t per_layer = vector_bytes(tk, kv_dim, true) + vector_bytes(tv, kv_dim, false);
-    uint64_t bpt = per_layer * (uint64_t)shape.n_layers;
-    if (bpt == 0) return cli_error("kv-plan: the model shape gives 0 bytes per token");
-    double bps_d = (double)bpt * (double)ctx;   /* may exceed 2^64 only for absurd inputs */
-    uint64_t bps = bps_d < 1.8e19 ? bpt * (uint64_t)ctx : UINT64_MAX;
-    uint64_t max_seq = (uint64_t)mem / bps;
-    uint64_t max_ctx = (uint64_t)mem / bpt;
-
-    if (json) {
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "model", shape.name);
-        cJSON_AddNumberToObject(o, "n_layers", shape.n_layers);
-        cJSON_AddNumberToObject(o, "n_heads", shape.n_heads);
-        cJSON_AddNumberToObject(o, "n_kv_heads", shape.n_kv_heads);
-        cJSON_AddNumberToObject(o, "head_dim", shape.head_dim);
-        cJSON_AddNumberToObject(o, "n_ctx_train", shape.n_ctx_train);
-        cJSON_AddStringToObject(o, "kv_type_k", kv_elem_names[tk]);
-        cJSON_AddStringToObject(o, "kv_type_v", kv_elem_names[tv]);
-        cJSON_AddStringToObject(o, "kv_type", tk == tv ? kv_elem_names[tk] : "mixed");
-        cJSON_AddNumberToObject(o, "ctx", (double)ctx);
-        cJSON_AddNumberToObject(o, "mem", (double)mem);
-        cJSON_AddNumberToObject(o, "bytes_per_token", (double)bpt);
-        cJSON_AddNumberToObject(o, "bytes_per_sequence", bps_d);
-        cJSON_AddNumberToObject(o, "max_sequences", (double)max_seq);
-        cJSON_AddNumberToObject(o, "max_context", (double)max_ctx);
-        char *s = cJSON_PrintUnformatted(o);
-        cJSON_Delete(o);
-        if (!s) return cli_error("kv-plan: out of memory");
-        puts(s);
-        free(s);
+            if (!strcasecmp(o->preset, presets[i].name)) p = &presets[i];
+        if (!p) return cli_error("kv-plan: unknown preset '%s' (kvinfer kv-plan --help lists them)", o->preset);
+        *shape = *p;
+        snprintf(source, cap, "%s (preset)", p->name);
         return 0;
     }
+    kvi_model_info info;
+    kvi_error err = {0};
+    int rc = kvi_model_info_from_file(o->c.model, &info, &err);
+    if (rc) return cli_error("kv-plan: %s", err.msg[0] ? err.msg : kvi_strerror(rc));
+    shape->name = o->c.model;
+    shape->n_layers = info.n_layers;
+    shape->n_heads = info.n_heads;
+    shape->n_kv_heads = info.n_kv_heads;
+    shape->head_dim = info.head_dim;
+    shape->n_ctx_train = info.n_ctx_train;
+    snprintf(source, cap, "%s (%s)", o->c.model, info.name[0] ? info.name : info.arch);
+    return 0;
+}
+
+/* The plan's figures (see the file comment). */
+typedef struct kvplan_figures {
+    int64_t ctx;
+    uint64_t bpt;           /* bytes per token */
+    double bps_d;           /* bytes per sequence */
+    uint64_t max_seq, max_ctx;
+} kvplan_figures;
+
+static int print_plan_json(const kvplan_opts *o, const kvplan_shape *shape, const kvplan_figures *f)
+{
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "model", shape->name);
+    cJSON_AddNumberToObject(j, "n_layers", shape->n_layers);
+    cJSON_AddNumberToObject(j, "n_heads", shape->n_heads);
+    cJSON_AddNumberToObject(j, "n_kv_heads", shape->n_kv_heads);
+    cJSON_AddNumberToObject(j, "head_dim", shape->head_dim);
+    cJSON_AddNumberToObject(j, "n_ctx_train", shape->n_ctx_train);
+    cJSON_AddStringToObject(j, "kv_type_k", kv_elem_names[o->tk]);
+    cJSON_AddStringToObject(j, "kv_type_v", kv_elem_names[o->tv]);
+    cJSON_AddStringToObject(j, "kv_type", o->tk == o->tv ? kv_elem_names[o->tk] : "mixed");
+    cJSON_AddNumberToObject(j, "ctx", (double)f->ctx);
+    cJSON_AddNumberToObject(j, "mem", (double)o->mem);
+    cJSON_AddNumberToObject(j, "bytes_per_token", (double)f->bpt);
+    cJSON_AddNumberToObject(j, "bytes_per_sequence", f->bps_d);
+    cJSON_AddNumberToObject(j, "max_sequences", (double)f->max_seq);
+    cJSON_AddNumberToObject(j, "max_context", (double)f->max_ctx);
+    return cli_print_json(j, "kv-plan: out of memory");
+}
+
+static void print_plan_text(const kvplan_opts *o, const kvplan_shape *shape, const char *source,
+                            const kvplan_figures *f)
+{
     char b1[32], b2[32], b3[32];
-    human_bytes(b1, sizeof b1, (double)bpt);
-    human_bytes(b2, sizeof b2, bps_d);
-    human_bytes(b3, sizeof b3, (double)mem);
+    human_bytes(b1, sizeof b1, (double)f->bpt);
+    human_bytes(b2, sizeof b2, f->bps_d);
+    human_bytes(b3, sizeof b3, (double)o->mem);
     printf("model           %s\n", source);
-    printf("shape           %d layers, %d KV heads x %d dims (%d query heads%s)\n", shape.n_layers,
-           shape.n_kv_heads, shape.head_dim, shape.n_heads, shape.n_kv_heads < shape.n_heads ? ", GQA" : "");
-    printf("KV type         K %s, V %s%s\n", kv_elem_names[tk], kv_elem_names[tv],
-           tk == KV_Q4 || tv == KV_Q4 ? " (q4: estimate, see --help)" : "");
-    printf("per token       %s (%llu bytes)\n", b1, (unsigned long long)bpt);
-    printf("per sequence    %s at %lld tokens\n", b2, (long long)ctx);
+    printf("shape           %d layers, %d KV heads x %d dims (%d query heads%s)\n", shape->n_layers,
+           shape->n_kv_heads, shape->head_dim, shape->n_heads, shape->n_kv_heads < shape->n_heads ? ", GQA" : "");
+    printf("KV type         K %s, V %s%s\n", kv_elem_names[o->tk], kv_elem_names[o->tv],
+           o->tk == KV_Q4 || o->tv == KV_Q4 ? " (q4: estimate, see --help)" : "");
+    printf("per token       %s (%llu bytes)\n", b1, (unsigned long long)f->bpt);
+    printf("per sequence    %s at %lld tokens\n", b2, (long long)f->ctx);
     printf("memory          %s\n", b3);
-    printf("sequences       %llu fit at %lld tokens each\n", (unsigned long long)max_seq, (long long)ctx);
-    printf("max context     %llu tokens for one sequence%s\n", (unsigned long long)max_ctx,
-           shape.n_ctx_train > 0 && max_ctx > (uint64_t)shape.n_ctx_train ? " (beyond the trained context)" : "");
+    printf("sequences       %llu fit at %lld tokens each\n", (unsigned long long)f->max_seq, (long long)f->ctx);
+    printf("max context     %llu tokens for one sequence%s\n", (unsigned long long)f->max_ctx,
+           shape->n_ctx_train > 0 && f->max_ctx > (uint64_t)shape->n_ctx_train ? " (beyond the trained context)" : "");
+}
+
+int cmd_kvplan(int argc, char **argv)
+{
+    kvplan_opts o;
+    int prc = parse_kvplan_args(argc, argv, &o);
+    if (prc != 0) return prc == 2 ? 0 : 1;
+    kvplan_shape shape;
+    char source[300];
+    if (plan_shape(&o, &shape, source, sizeof source) != 0) return 1;
+    kvplan_figures f = {.ctx = o.ctx};
+    if (f.ctx == 0) f.ctx = shape.n_ctx_train;
+    if (f.ctx == 0) return cli_error("kv-plan: --ctx N is required (preset %s has no context length)", shape.name);
+
+    uint64_t kv_dim = (uint64_t)shape.n_kv_heads * (uint64_t)shape.head_dim;
+    uint64_t per_layer = vector_bytes(o.tk, kv_dim, true) + vector_bytes(o.tv, kv_dim, false);
+    f.bpt = per_layer * (uint64_t)shape.n_layers;
+    if (f.bpt == 0) return cli_error("kv-plan: the model shape gives 0 bytes per token");
+    f.bps_d = (double)f.bpt * (double)f.ctx;   /* may exceed 2^64 only for absurd inputs */
+    uint64_t bps = f.bps_d < 1.8e19 ? f.bpt * (uint64_t)f.ctx : UINT64_MAX;
+    f.max_seq = (uint64_t)o.mem / bps;
+    f.max_ctx = (uint64_t)o.mem / f.bpt;
+    if (o.json) return print_plan_json(&o, &shape, &f);
+    print_plan_text(&o, &shape, source, &f);
     return 0;
 }

@@ -547,10 +547,12 @@ static void stat_print(const char *name, const char *unit, lg_stat s)
            s.max, s.n);
 }
 
-int cmd_loadgen(int argc, char **argv)
+/* The flags are loadgen's own: its --model is the request's "model" name (no
+ * -m), so none of them is parsed by cli_opt_common. 0: parsed into c, *url and
+ * *json; 1: error printed; 2: help printed. */
+static int parse_loadgen_args(int argc, char **argv, lg_cfg *c, const char **url_out, bool *json_out)
 {
-    lg_cfg c;
-    memset(&c, 0, sizeof c);
+    memset(c, 0, sizeof *c);
     const char *url = NULL;
     bool json = false;
     int64_t conc = 1, nreq = 16, plen = 32, glen = 128, prefix = 0, vocab = 500, timeout = 600;
@@ -568,7 +570,7 @@ int cmd_loadgen(int argc, char **argv)
     }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             fputs(loadgen_help, stdout);
-            return 0;
+            return 2;
         }
         if (!strcmp(a, "--json")) {
             json = true;
@@ -579,12 +581,12 @@ int cmd_loadgen(int argc, char **argv)
             continue;
         }
         if (!strcmp(a, "--api-key")) {
-            if (!(c.api_key = cli_flag_value(argc, argv, &i))) return 1;
-            if (strpbrk(c.api_key, "\r\n")) return cli_error("loadgen: --api-key holds a line break");
+            if (!(c->api_key = cli_flag_value(argc, argv, &i))) return 1;
+            if (strpbrk(c->api_key, "\r\n")) return cli_error("loadgen: --api-key holds a line break");
             continue;
         }
         if (!strcmp(a, "--model")) {
-            if (!(c.model = cli_flag_value(argc, argv, &i))) return 1;
+            if (!(c->model = cli_flag_value(argc, argv, &i))) return 1;
             continue;
         }
         if (!strcmp(a, "--rate")) {
@@ -611,16 +613,172 @@ int cmd_loadgen(int argc, char **argv)
     if (!url) return cli_error("loadgen: --url is required (e.g. --url http://127.0.0.1:8080)");
     if (prefix > plen) return cli_error("loadgen: --shared-prefix %lld exceeds --prompt-len %lld", (long long)prefix,
                                         (long long)plen);
-    if (parse_url(url, &c) != 0) return 1;
-    c.concurrency = (int)(conc < nreq ? conc : nreq);
-    c.n_requests = (int)nreq;
-    c.prompt_len = (int)plen;
-    c.gen_len = (int)glen;
-    c.shared_prefix = (int)prefix;
-    c.vocab = (int)vocab;
-    c.rate = rate;
-    c.timeout_s = (double)timeout;
-    c.seed = seed;
+    if (parse_url(url, c) != 0) return 1;
+    c->concurrency = (int)(conc < nreq ? conc : nreq);
+    c->n_requests = (int)nreq;
+    c->prompt_len = (int)plen;
+    c->gen_len = (int)glen;
+    c->shared_prefix = (int)prefix;
+    c->vocab = (int)vocab;
+    c->rate = rate;
+    c->timeout_s = (double)timeout;
+    c->seed = seed;
+    *url_out = url;
+    *json_out = json;
+    return 0;
+}
+
+/* The shared prefix and, with --rate, the Poisson arrival times. */
+static void plan_requests(lg_run *run)
+{
+    const lg_cfg *c = run->cfg;
+    uint64_t st = seed_mix(c->seed, 0);
+    for (int k = 0; k < c->shared_prefix; k++) run->prefix[k] = 3 + (int32_t)(xorshift(&st) % (uint64_t)(c->vocab - 3));
+    if (run->arrival) {
+        /* Poisson process: exponential gaps, the first request at time 0 */
+        uint64_t ar = seed_mix(c->seed, 1);
+        double t = 0;
+        for (int i = 0; i < c->n_requests; i++) {
+            run->arrival[i] = t;
+            const double u = ((double)(xorshift(&ar) >> 11) + 0.5) / 9007199254740992.0;
+            t += -log(u) / c->rate * 1000.0;
+        }
+    }
+}
+
+/* Runs every request on the worker threads (th: concurrency of them); the wall time in ms. */
+static double run_all(lg_run *run, pthread_t *th)
+{
+    pthread_mutex_init(&run->mu, NULL);
+    run->t0 = kvi_time_ms();
+    run->deadline = run->t0 + run->cfg->timeout_s * 1000.0;
+    int started = 0;
+    for (int t = 0; t < run->cfg->concurrency; t++) {
+        if (pthread_create(&th[t], NULL, worker, run) != 0) break;
+        started++;
+    }
+    if (started == 0) worker(run);
+    for (int t = 0; t < started; t++) pthread_join(th[t], NULL);
+    const double duration_ms = kvi_time_ms() - run->t0;
+    pthread_mutex_destroy(&run->mu);
+    return duration_ms;
+}
+
+/* The metrics of a run (see the file comment); the arrays are sorted by stat_of. */
+typedef struct lg_summary {
+    size_t n_ok;
+    long long out_tokens;
+    const char *first_err;  /* the first failed request's error, NULL when none failed */
+    double dur_s, req_tp, tok_tp;
+    lg_stat ttft, tpot, itl, e2e;
+} lg_summary;
+
+/* Gathers the requests' times; ttft, tpot, e2e hold n_requests values, itl every gap. */
+static lg_summary summarize(const lg_run *run, double duration_ms, double *ttft, double *tpot, double *e2e, double *itl)
+{
+    const lg_cfg *c = run->cfg;
+    lg_summary m = {0};
+    size_t n_tpot = 0, k_itl = 0;
+    for (int i = 0; i < c->n_requests; i++) {
+        const lg_req *r = &run->req[i];
+        if (!r->ok) {
+            if (!m.first_err) m.first_err = r->err[0] ? r->err : "not run";
+            continue;
+        }
+        const int n_out = r->usage_tokens >= 0 ? r->usage_tokens : r->n_tok;
+        m.out_tokens += n_out;
+        ttft[m.n_ok] = r->tok_t[0];
+        e2e[m.n_ok] = r->e2e;
+        m.n_ok++;
+        if (n_out > 1) tpot[n_tpot++] = (r->e2e - r->tok_t[0]) / (double)(n_out - 1);
+        for (int k = 1; k < r->n_tok; k++) itl[k_itl++] = r->tok_t[k] - r->tok_t[k - 1];
+    }
+    m.dur_s = duration_ms / 1000.0;
+    m.ttft = stat_of(ttft, m.n_ok);
+    m.tpot = stat_of(tpot, n_tpot);
+    m.itl = stat_of(itl, k_itl);
+    m.e2e = stat_of(e2e, m.n_ok);
+    m.req_tp = (double)m.n_ok / m.dur_s;
+    m.tok_tp = (double)m.out_tokens / m.dur_s;
+    return m;
+}
+
+static int report_json(const lg_cfg *c, const char *url, const lg_summary *m)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "url", url);
+    cJSON_AddStringToObject(o, "endpoint", c->path);
+    cJSON_AddNumberToObject(o, "concurrency", c->concurrency);
+    cJSON_AddNumberToObject(o, "rate", c->rate);
+    cJSON_AddNumberToObject(o, "prompt_len", c->prompt_len);
+    cJSON_AddNumberToObject(o, "gen_len", c->gen_len);
+    cJSON_AddNumberToObject(o, "shared_prefix", c->shared_prefix);
+    cJSON_AddNumberToObject(o, "requests", c->n_requests);
+    cJSON_AddNumberToObject(o, "completed", (double)m->n_ok);
+    cJSON_AddNumberToObject(o, "failed", (double)(c->n_requests - (int)m->n_ok));
+    if (m->first_err) cJSON_AddStringToObject(o, "first_error", m->first_err);
+    cJSON_AddNumberToObject(o, "duration_s", m->dur_s);
+    cJSON_AddNumberToObject(o, "total_input_tokens", (double)m->n_ok * c->prompt_len);
+    cJSON_AddNumberToObject(o, "total_output_tokens", (double)m->out_tokens);
+    cJSON_AddNumberToObject(o, "request_throughput", m->req_tp);
+    cJSON_AddNumberToObject(o, "output_throughput", m->tok_tp);
+    stat_json(o, "ttft_ms", m->ttft);
+    stat_json(o, "tpot_ms", m->tpot);
+    stat_json(o, "itl_ms", m->itl);
+    stat_json(o, "e2e_ms", m->e2e);
+    return cli_print_json(o, "loadgen: out of memory");
+}
+
+static void report_text(const lg_cfg *c, const lg_summary *m)
+{
+    printf("loadgen: %s%s  concurrency %d  rate %s  prompt %d (shared %d)  gen %d\n", c->host, c->path,
+           c->concurrency, c->rate > 0 ? "poisson" : "inf", c->prompt_len, c->shared_prefix, c->gen_len);
+    if (c->rate > 0) printf("rate: %.3f req/s\n", c->rate);
+    printf("requests: %zu completed, %d failed  in %.2f s\n", m->n_ok, c->n_requests - (int)m->n_ok, m->dur_s);
+    if (m->first_err) printf("first failure: %s\n", m->first_err);
+    printf("request throughput: %.3f req/s\n", m->req_tp);
+    printf("output throughput:  %.2f tok/s  (%lld tokens)\n", m->tok_tp, m->out_tokens);
+    stat_print("TTFT", "ms", m->ttft);
+    stat_print("TPOT", "ms", m->tpot);
+    stat_print("ITL", "ms", m->itl);
+    stat_print("E2E", "ms", m->e2e);
+}
+
+/* The metrics of the finished run, as JSON or text. */
+static int report(const lg_run *run, const char *url, bool json, double duration_ms)
+{
+    const lg_cfg *c = run->cfg;
+    size_t n_itl = 0;
+    for (int i = 0; i < c->n_requests; i++)
+        if (run->req[i].ok && run->req[i].n_tok > 1) n_itl += (size_t)run->req[i].n_tok - 1;
+    double *ttft = malloc(((size_t)c->n_requests + 1) * sizeof *ttft);
+    double *tpot = malloc(((size_t)c->n_requests + 1) * sizeof *tpot);
+    double *e2e = malloc(((size_t)c->n_requests + 1) * sizeof *e2e);
+    double *itl = malloc((n_itl + 1) * sizeof *itl);
+    int rc = 0;
+    if (!ttft || !tpot || !e2e || !itl) {
+        rc = cli_error("loadgen: out of memory");
+    } else {
+        const lg_summary m = summarize(run, duration_ms, ttft, tpot, e2e, itl);
+        if (json) rc = report_json(c, url, &m);
+        else report_text(c, &m);
+        if (rc == 0 && m.n_ok == 0)
+            rc = cli_error("loadgen: no request completed (%s)", m.first_err ? m.first_err : "?");
+    }
+    free(ttft);
+    free(tpot);
+    free(e2e);
+    free(itl);
+    return rc;
+}
+
+int cmd_loadgen(int argc, char **argv)
+{
+    lg_cfg c;
+    const char *url = NULL;
+    bool json = false;
+    int prc = parse_loadgen_args(argc, argv, &c, &url, &json);
+    if (prc != 0) return prc == 2 ? 0 : 1;
 
     lg_run run;
     memset(&run, 0, sizeof run);
@@ -629,118 +787,15 @@ int cmd_loadgen(int argc, char **argv)
     run.prefix = malloc((size_t)(c.shared_prefix + 1) * sizeof *run.prefix);
     run.arrival = c.rate > 0 ? malloc((size_t)c.n_requests * sizeof *run.arrival) : NULL;
     pthread_t *th = malloc((size_t)c.concurrency * sizeof *th);
-    if (!run.req || !run.prefix || (c.rate > 0 && !run.arrival) || !th) {
-        free(run.req);
-        free(run.prefix);
-        free(run.arrival);
-        free(th);
-        return cli_error("loadgen: out of memory");
-    }
-    uint64_t st = seed_mix(c.seed, 0);
-    for (int k = 0; k < c.shared_prefix; k++) run.prefix[k] = 3 + (int32_t)(xorshift(&st) % (uint64_t)(c.vocab - 3));
-    if (run.arrival) {
-        /* Poisson process: exponential gaps, the first request at time 0 */
-        uint64_t ar = seed_mix(c.seed, 1);
-        double t = 0;
-        for (int i = 0; i < c.n_requests; i++) {
-            run.arrival[i] = t;
-            const double u = ((double)(xorshift(&ar) >> 11) + 0.5) / 9007199254740992.0;
-            t += -log(u) / c.rate * 1000.0;
-        }
-    }
-    pthread_mutex_init(&run.mu, NULL);
-    run.t0 = kvi_time_ms();
-    run.deadline = run.t0 + c.timeout_s * 1000.0;
-    int started = 0;
-    for (int t = 0; t < c.concurrency; t++) {
-        if (pthread_create(&th[t], NULL, worker, &run) != 0) break;
-        started++;
-    }
-    if (started == 0) worker(&run);
-    for (int t = 0; t < started; t++) pthread_join(th[t], NULL);
-    const double duration_ms = kvi_time_ms() - run.t0;
-    pthread_mutex_destroy(&run.mu);
-
-    /* gather */
-    size_t n_itl = 0;
-    for (int i = 0; i < c.n_requests; i++)
-        if (run.req[i].ok && run.req[i].n_tok > 1) n_itl += (size_t)run.req[i].n_tok - 1;
-    double *ttft = malloc(((size_t)c.n_requests + 1) * sizeof *ttft);
-    double *tpot = malloc(((size_t)c.n_requests + 1) * sizeof *tpot);
-    double *e2e = malloc(((size_t)c.n_requests + 1) * sizeof *e2e);
-    double *itl = malloc((n_itl + 1) * sizeof *itl);
     int rc = 0;
-    if (!ttft || !tpot || !e2e || !itl) {
+    if (!run.req || !run.prefix || (c.rate > 0 && !run.arrival) || !th) {
         rc = cli_error("loadgen: out of memory");
     } else {
-        size_t n_ok = 0, n_tpot = 0, k_itl = 0;
-        long long out_tokens = 0;
-        const char *first_err = NULL;
-        for (int i = 0; i < c.n_requests; i++) {
-            const lg_req *r = &run.req[i];
-            if (!r->ok) {
-                if (!first_err) first_err = r->err[0] ? r->err : "not run";
-                continue;
-            }
-            const int n_out = r->usage_tokens >= 0 ? r->usage_tokens : r->n_tok;
-            out_tokens += n_out;
-            ttft[n_ok] = r->tok_t[0];
-            e2e[n_ok] = r->e2e;
-            n_ok++;
-            if (n_out > 1) tpot[n_tpot++] = (r->e2e - r->tok_t[0]) / (double)(n_out - 1);
-            for (int k = 1; k < r->n_tok; k++) itl[k_itl++] = r->tok_t[k] - r->tok_t[k - 1];
-        }
-        const double dur_s = duration_ms / 1000.0;
-        const lg_stat s_ttft = stat_of(ttft, n_ok), s_tpot = stat_of(tpot, n_tpot), s_itl = stat_of(itl, k_itl),
-                      s_e2e = stat_of(e2e, n_ok);
-        const double req_tp = (double)n_ok / dur_s, tok_tp = (double)out_tokens / dur_s;
-        if (json) {
-            cJSON *o = cJSON_CreateObject();
-            cJSON_AddStringToObject(o, "url", url);
-            cJSON_AddStringToObject(o, "endpoint", c.path);
-            cJSON_AddNumberToObject(o, "concurrency", c.concurrency);
-            cJSON_AddNumberToObject(o, "rate", c.rate);
-            cJSON_AddNumberToObject(o, "prompt_len", c.prompt_len);
-            cJSON_AddNumberToObject(o, "gen_len", c.gen_len);
-            cJSON_AddNumberToObject(o, "shared_prefix", c.shared_prefix);
-            cJSON_AddNumberToObject(o, "requests", c.n_requests);
-            cJSON_AddNumberToObject(o, "completed", (double)n_ok);
-            cJSON_AddNumberToObject(o, "failed", (double)(c.n_requests - (int)n_ok));
-            if (first_err) cJSON_AddStringToObject(o, "first_error", first_err);
-            cJSON_AddNumberToObject(o, "duration_s", dur_s);
-            cJSON_AddNumberToObject(o, "total_input_tokens", (double)n_ok * c.prompt_len);
-            cJSON_AddNumberToObject(o, "total_output_tokens", (double)out_tokens);
-            cJSON_AddNumberToObject(o, "request_throughput", req_tp);
-            cJSON_AddNumberToObject(o, "output_throughput", tok_tp);
-            stat_json(o, "ttft_ms", s_ttft);
-            stat_json(o, "tpot_ms", s_tpot);
-            stat_json(o, "itl_ms", s_itl);
-            stat_json(o, "e2e_ms", s_e2e);
-            char *txt = cJSON_PrintUnformatted(o);
-            if (txt) printf("%s\n", txt);
-            else rc = cli_error("loadgen: out of memory");
-            free(txt);
-            cJSON_Delete(o);
-        } else {
-            printf("loadgen: %s%s  concurrency %d  rate %s  prompt %d (shared %d)  gen %d\n", c.host, c.path,
-                   c.concurrency, c.rate > 0 ? "poisson" : "inf", c.prompt_len, c.shared_prefix, c.gen_len);
-            if (c.rate > 0) printf("rate: %.3f req/s\n", c.rate);
-            printf("requests: %zu completed, %d failed  in %.2f s\n", n_ok, c.n_requests - (int)n_ok, dur_s);
-            if (first_err) printf("first failure: %s\n", first_err);
-            printf("request throughput: %.3f req/s\n", req_tp);
-            printf("output throughput:  %.2f tok/s  (%lld tokens)\n", tok_tp, out_tokens);
-            stat_print("TTFT", "ms", s_ttft);
-            stat_print("TPOT", "ms", s_tpot);
-            stat_print("ITL", "ms", s_itl);
-            stat_print("E2E", "ms", s_e2e);
-        }
-        if (rc == 0 && n_ok == 0) rc = cli_error("loadgen: no request completed (%s)", first_err ? first_err : "?");
+        plan_requests(&run);
+        const double duration_ms = run_all(&run, th);
+        rc = report(&run, url, json, duration_ms);
+        for (int i = 0; i < c.n_requests; i++) free(run.req[i].tok_t);
     }
-    for (int i = 0; i < c.n_requests; i++) free(run.req[i].tok_t);
-    free(ttft);
-    free(tpot);
-    free(e2e);
-    free(itl);
     free(run.req);
     free(run.prefix);
     free(run.arrival);

@@ -8,7 +8,7 @@
  * floats) into a large stdout buffer; otherwise, per position, the token and the
  * top-5 next tokens with their logits.
  */
-#include "cli/cli.h"
+#include "cli/cli_opts.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -105,84 +105,70 @@ static void print_logits_text(const kvi_model *m, const kvi_engine *e, const int
     }
 }
 
-int cmd_logits(int argc, char **argv)
+/* The shared flags `logits` takes (cli/cli_opts.h): --kv-type for K and V only. */
+#define LOGITS_OPTS                                                                                      \
+    (CLI_OPT_MODEL | CLI_OPT_TOKENIZER | CLI_OPT_MMAP | CLI_OPT_PROMPT | CLI_OPT_THREADS | CLI_OPT_CTX | \
+     CLI_OPT_KV_TYPE)
+
+/* 0: parsed; 1: error printed; 2: help printed. */
+static int parse_logits_args(int argc, char **argv, cli_common *c, int64_t *top, bool *json)
 {
-    const char *model = NULL, *tokenizer = NULL, *prompt = NULL, *file = NULL, *tokens = NULL;
-    bool mmap_model = false, special = false, json = false;
-    kvi_type kv = KVI_TYPE_F16;
-    int64_t n_threads = 0, n_ctx_opt = 0, top = 5;
+    cli_common_init(c);
+    *top = 5;
+    *json = false;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
+        const char *a = argv[i];
+        int r;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             fputs(logits_help, stdout);
-            return 0;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (!(model = cli_flag_value(argc, argv, &i))) return 1;
-        } else if (!strcmp(a, "--tokenizer")) {
-            if (!(tokenizer = cli_flag_value(argc, argv, &i))) return 1;
-        } else if (!strcmp(a, "--mmap")) {
-            mmap_model = true;
-        } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
-            if (!(prompt = cli_flag_value(argc, argv, &i))) return 1;
-        } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
-            if (!(file = cli_flag_value(argc, argv, &i))) return 1;
-        } else if (!strcmp(a, "--tokens")) {
-            if (!(tokens = cli_flag_value(argc, argv, &i))) return 1;
-        } else if (!strcmp(a, "--special")) {
-            special = true;
-        } else if (!strcmp(a, "--kv-type")) {
-            if (!(v = cli_flag_value(argc, argv, &i)) || !cli_parse_kv_type(a, v, &kv)) return 1;
-        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            if (!(v = cli_flag_value(argc, argv, &i))) return 1;
-            if (!cli_parse_i64(v, 0, 1024, &n_threads))
-                return cli_error("%s: '%s' is not an integer in [0, 1024]", a, v);
-        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
-            if (!(v = cli_flag_value(argc, argv, &i))) return 1;
-            if (!cli_parse_i64(v, 1, 1 << 24, &n_ctx_opt))
-                return cli_error("%s: '%s' is not an integer in [1, 16777216]", a, v);
+            return 2;
+        } else if ((r = cli_opt_common(argc, argv, &i, c, LOGITS_OPTS)) != 0) {
+            if (r < 0) return 1;
         } else if (!strcmp(a, "--top")) {
-            if (!(v = cli_flag_value(argc, argv, &i))) return 1;
-            if (!cli_parse_i64(v, 1, 16, &top)) return cli_error("%s: '%s' is not an integer in [1, 16]", a, v);
+            if (cli_flag_i64(a, cli_flag_value(argc, argv, &i), 1, 16, top) < 0) return 1;
         } else if (!strcmp(a, "--json")) {
-            json = true;
+            *json = true;
         } else if (a[0] == '-') {
             return cli_error("logits: unknown option '%s' (kvinfer logits --help)", a);
         } else {
             return cli_error("logits: unexpected argument '%s' (the prompt goes after -p)", a);
         }
     }
-    if (!prompt && !file && !tokens) return cli_error("logits: no prompt: use -p TEXT, -f FILE or --tokens IDS");
-    if ((prompt != NULL) + (file != NULL) + (tokens != NULL) > 1)
+    if (!c->prompt && !c->file && !c->tokens)
+        return cli_error("logits: no prompt: use -p TEXT, -f FILE or --tokens IDS");
+    if ((c->prompt != NULL) + (c->file != NULL) + (c->tokens != NULL) > 1)
         return cli_error("logits: give the prompt only once: -p TEXT, -f FILE or --tokens IDS");
+    return 0;
+}
 
-    kvi_model *m = cli_load_model(model, mmap_model, tokenizer);
+int cmd_logits(int argc, char **argv)
+{
+    cli_common c;
+    int64_t top;
+    bool json;
+    int prc = parse_logits_args(argc, argv, &c, &top, &json);
+    if (prc != 0) return prc == 2 ? 0 : 1;
+
+    kvi_model *m = cli_opt_load_model(&c);
     if (!m) return 1;
     int32_t *ids = NULL, n = 0;
     kvi_engine *e = NULL;
     kvi_seq *seq = NULL;
     kvi_batch *b = NULL;
-    int rc = cli_prompt_ids(m, prompt, file, tokens, special, &ids, &n);
+    int rc = cli_prompt_ids(m, c.prompt, c.file, c.tokens, c.special, &ids, &n);
     if (rc == 0) {
         kvi_model_info info;
         kvi_model_get_info(m, &info);
-        int n_ctx = n_ctx_opt > 0 ? (int)n_ctx_opt : info.n_ctx_train;
+        int n_ctx = c.n_ctx > 0 ? (int)c.n_ctx : info.n_ctx_train;
         kvi_engine_params ep;
-        cli_engine_params_default(&ep);
-        ep.n_threads = (int)n_threads;
+        cli_opt_engine_params(&c, &ep);
         ep.n_ctx = n_ctx > 0 ? n_ctx : 0;
-        ep.kv_type_k = ep.kv_type_v = kv;
         ep.n_seq_max = 1;
         if (ep.n_batch_max < n) ep.n_batch_max = n;   /* one forward pass */
-        if (n_ctx > 0 && n > n_ctx)
-            rc = cli_error("context_length_exceeded: the prompt has %d tokens but the context holds %d "
-                           "(-c sets the context size)", (int)n, n_ctx);
-        kvi_error err = {0};
-        if (rc == 0 && !(e = kvi_engine_create(m, &ep, &err)))
-            rc = cli_error("cannot create the engine: %s", err.msg[0] ? err.msg : kvi_strerror(err.code));
+        if (n_ctx > 0 && n > n_ctx) rc = cli_ctx_exceeded(n, n_ctx);
+        else if (!(e = cli_engine_create(m, &ep, ""))) rc = 1;
     }
-    if (rc == 0 && n > kvi_engine_n_ctx(e))
-        rc = cli_error("context_length_exceeded: the prompt has %d tokens but the context holds %d "
-                       "(-c sets the context size)", (int)n, kvi_engine_n_ctx(e));
+    if (rc == 0 && n > kvi_engine_n_ctx(e)) rc = cli_ctx_exceeded(n, kvi_engine_n_ctx(e));
     if (rc == 0 && !(seq = kvi_seq_create(e))) rc = cli_error("cannot create a sequence");
     if (rc == 0 && !(b = kvi_batch_create(n))) rc = cli_error("out of memory creating a batch of %d rows", (int)n);
     for (int32_t i = 0; rc == 0 && i < n; i++)

@@ -32,7 +32,7 @@
  * rounded to float as the file stores them; top-1 agreement: the argmax of both
  * distributions is the same token.
  */
-#include "cli/cli.h"
+#include "cli/cli_opts.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -77,13 +77,19 @@ static const char ppl_help[] =
     "  -h, --help           this help\n";
 
 typedef struct ppl_opts {
-    const char *model, *file, *save, *base;
-    int64_t ctx, batch, chunks, threads;
-    const char *kv_k, *kv_v;
-    const char *policy;        /* NULL or "error": chunks; else stream mode */
-    int64_t keep, sink, window;
-    bool mmap, json;
+    cli_common c;              /* model, --mmap, threads, -c, KV types, context policy */
+    const char *file, *save, *base;
+    int64_t batch, chunks;
+    const char *policy;        /* NULL ("error" or none): chunks; else stream mode */
+    bool json;
 } ppl_opts;
+
+/* The shared flags `perplexity` takes (cli/cli_opts.h): -c at least 4; the KV
+ * types may be any the engine accepts and are checked after every flag (see
+ * cmd_perplexity); a bad policy is an "unknown policy". */
+#define PPL_OPTS                                                                                        \
+    (CLI_OPT_MODEL | CLI_OPT_MMAP | CLI_OPT_THREADS | CLI_OPT_CTX | CLI_OPT_CTX_MIN4 | CLI_OPT_KV_TYPE | \
+     CLI_OPT_KV_TYPE_KV | CLI_OPT_KV_LATER | CLI_OPT_POLICY | CLI_OPT_POLICY_UNKNOWN)
 
 static void put_u32(uint8_t *p, uint32_t v)
 {
@@ -181,50 +187,25 @@ static int cmp_double(const void *a, const void *b)
 static int parse_opts(int argc, char **argv, ppl_opts *o, bool *help)
 {
     memset(o, 0, sizeof *o);
-    o->sink = 4;
+    cli_common_init(&o->c);
     *help = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
+        int r;
+        const char **path = !strcmp(a, "-f") || !strcmp(a, "--file") ? &o->file
+                          : !strcmp(a, "--save-logits") ? &o->save : !strcmp(a, "--kl-base") ? &o->base : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             *help = true;
             return 0;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (!(o->model = cli_flag_value(argc, argv, &i))) return 1;
-        } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
-            if (!(o->file = cli_flag_value(argc, argv, &i))) return 1;
-        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
-            if (!(v = cli_flag_value(argc, argv, &i))) return 1;
-            if (!cli_parse_i64(v, 4, 1 << 24, &o->ctx)) return cli_error("%s: '%s' is not an integer in [4, 16777216]", a, v);
+        } else if ((r = cli_opt_common(argc, argv, &i, &o->c, PPL_OPTS)) != 0) {
+            if (r < 0) return 1;
+        } else if (path) {
+            if (!(*path = cli_flag_value(argc, argv, &i))) return 1;
         } else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) {
-            if (!(v = cli_flag_value(argc, argv, &i))) return 1;
-            if (!cli_parse_i64(v, 1, 1 << 24, &o->batch)) return cli_error("%s: '%s' is not an integer in [1, 16777216]", a, v);
+            if (cli_flag_i64(a, cli_flag_value(argc, argv, &i), 1, 1 << 24, &o->batch) < 0) return 1;
         } else if (!strcmp(a, "--chunks")) {
             if (!(v = cli_flag_value(argc, argv, &i))) return 1;
             if (!cli_parse_i64(v, 1, INT32_MAX, &o->chunks)) return cli_error("%s: '%s' is not a positive integer", a, v);
-        } else if (!strcmp(a, "--kv-type")) {
-            if (!(o->kv_k = o->kv_v = cli_flag_value(argc, argv, &i))) return 1;
-        } else if (!strcmp(a, "--kv-type-k")) {
-            if (!(o->kv_k = cli_flag_value(argc, argv, &i))) return 1;
-        } else if (!strcmp(a, "--kv-type-v")) {
-            if (!(o->kv_v = cli_flag_value(argc, argv, &i))) return 1;
-        } else if (!strcmp(a, "--ctx-policy")) {
-            if (!(v = cli_flag_value(argc, argv, &i))) return 1;
-            if (strcmp(v, "error") && strcmp(v, "shift") && strcmp(v, "sinks") && strcmp(v, "heavy"))
-                return cli_error("%s: unknown policy '%s' (error, shift, sinks, heavy)", a, v);
-            o->policy = strcmp(v, "error") ? v : NULL;
-        } else if (!strcmp(a, "--keep") || !strcmp(a, "--sink") || !strcmp(a, "--window")) {
-            int64_t *dst = a[2] == 'k' ? &o->keep : a[2] == 's' ? &o->sink : &o->window;
-            if (!(v = cli_flag_value(argc, argv, &i))) return 1;
-            if (!cli_parse_i64(v, 0, 1 << 24, dst)) return cli_error("%s: '%s' is not an integer in [0, 16777216]", a, v);
-        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            if (!(v = cli_flag_value(argc, argv, &i))) return 1;
-            if (!cli_parse_i64(v, 0, 1024, &o->threads)) return cli_error("%s: '%s' is not an integer in [0, 1024]", a, v);
-        } else if (!strcmp(a, "--save-logits")) {
-            if (!(o->save = cli_flag_value(argc, argv, &i))) return 1;
-        } else if (!strcmp(a, "--kl-base")) {
-            if (!(o->base = cli_flag_value(argc, argv, &i))) return 1;
-        } else if (!strcmp(a, "--mmap")) {
-            o->mmap = true;
         } else if (!strcmp(a, "--json")) {
             o->json = true;
         } else if (a[0] == '-') {
@@ -233,6 +214,7 @@ static int parse_opts(int argc, char **argv, ppl_opts *o, bool *help)
             return cli_error("perplexity: unexpected argument '%s' (the text goes after -f)", a);
         }
     }
+    o->policy = cli_opt_policy(&o->c);
     if (!o->file) return cli_error("perplexity: no text: use -f FILE");
     if (o->policy && (o->save || o->base))
         return cli_error("perplexity: --save-logits and --kl-base need the chunked method (no --ctx-policy)");
@@ -306,25 +288,107 @@ static size_t kv_held(const kvi_engine *e)
     return st.kv_bytes_allocated + st.kv_bytes_tail;
 }
 
-/* Stream mode (see the file header): ids[0..n_tok) as one sequence past ctx. */
-static int run_stream(const ppl_opts *o, kvi_engine *e, kvi_batch *b, const int32_t *ids, int32_t n_tok, int ctx,
-                      int batch, int32_t bos, int32_t n_vocab, double *lp, const char *kvname)
+/* One evaluation: the model, the engine and the tokens of the text. */
+typedef struct ppl_run {
+    kvi_model *m;
+    kvi_engine *e;
+    kvi_batch *b;               /* (batch) rows */
+    int32_t *ids, n_tok;        /* the text's tokens */
+    int32_t n_vocab, bos;       /* bos: -1 when the model adds none */
+    int ctx, batch, first;      /* first: the first row scored in a chunk (ctx / 2) */
+    int64_t n_chunk;
+    uint64_t n_rows;            /* rows the chunked method scores */
+    double *lp;                 /* (n_vocab) log-probabilities of one row */
+    float *rowbuf;              /* (n_vocab) a file record */
+    FILE *save, *base;
+    ppl_acc acc;
+    char kvname[64];            /* "f16", or "q4_0/f32" for mixed types */
+} ppl_run;
+
+/* Mean NLL of n scored rows, its perplexity and the perplexity's error (delta method). */
+typedef struct ppl_value {
+    double mean, ppl, err;
+} ppl_value;
+
+static ppl_value ppl_of(double nll, double nll2, double n)
 {
-    kvi_seq *seq = kvi_seq_create(e);
+    ppl_value v;
+    v.mean = nll / n;
+    v.ppl = exp(v.mean);
+    const double var = nll2 / n - v.mean * v.mean;
+    v.err = n > 1 && var > 0 ? v.ppl * sqrt(var / (n - 1)) : 0.0;
+    return v;
+}
+
+/* The fields both methods' JSON documents open with. */
+static cJSON *ppl_json_head(ppl_value v, double n_tokens)
+{
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddNumberToObject(j, "perplexity", v.ppl);
+    cJSON_AddNumberToObject(j, "ppl_error", v.err);
+    cJSON_AddNumberToObject(j, "nll_mean", v.mean);
+    cJSON_AddNumberToObject(j, "n_tokens", n_tokens);
+    return j;
+}
+
+/* What stream mode measured (see the file header). */
+typedef struct ppl_stream {
+    double nll[2], nll2;        /* [0] rows inside the first context, [1] past it */
+    uint64_t cnt[2];
+    size_t bytes_full, bytes_max;
+    uint64_t n_evicted;
+    double secs;
+} ppl_stream;
+
+static int report_stream(const ppl_opts *o, const ppl_run *r, const ppl_stream *st)
+{
+    const uint64_t N = st->cnt[0] + st->cnt[1];
+    if (N == 0)
+        return cli_error("perplexity: the text has %d tokens, too few to score past %d", (int)r->n_tok, r->first);
+    const ppl_value v = ppl_of(st->nll[0] + st->nll[1], st->nll2, (double)N);
+    const double ppl_in = st->cnt[0] ? exp(st->nll[0] / (double)st->cnt[0]) : 0.0;
+    const double ppl_past = st->cnt[1] ? exp(st->nll[1] / (double)st->cnt[1]) : 0.0;
+    if (o->json) {
+        cJSON *j = ppl_json_head(v, (double)N);
+        cJSON_AddNumberToObject(j, "ctx", r->ctx);
+        cJSON_AddStringToObject(j, "kv_type", r->kvname);
+        cJSON_AddStringToObject(j, "ctx_policy", o->policy);
+        cJSON_AddNumberToObject(j, "ppl_in_ctx", ppl_in);
+        cJSON_AddNumberToObject(j, "n_in_ctx", (double)st->cnt[0]);
+        cJSON_AddNumberToObject(j, "ppl_past_ctx", ppl_past);
+        cJSON_AddNumberToObject(j, "n_past_ctx", (double)st->cnt[1]);
+        cJSON_AddNumberToObject(j, "n_evicted", (double)st->n_evicted);
+        cJSON_AddNumberToObject(j, "kv_bytes_full", (double)st->bytes_full);
+        cJSON_AddNumberToObject(j, "kv_bytes_max", (double)st->bytes_max);
+        cJSON_AddNumberToObject(j, "seconds", st->secs);
+        return cli_print_json(j, "perplexity: out of memory");
+    }
+    printf("perplexity      %.4f ± %.4f (%s, one sequence of %d tokens, context %d)\n", v.ppl, v.err, o->policy,
+           (int)r->n_tok, r->ctx);
+    printf("inside context  %.4f (%llu rows)\n", ppl_in, (unsigned long long)st->cnt[0]);
+    printf("past context    %.4f (%llu rows, %llu positions evicted)\n", ppl_past, (unsigned long long)st->cnt[1],
+           (unsigned long long)st->n_evicted);
+    printf("KV bytes        %zu when the context filled, %zu at most\n", st->bytes_full, st->bytes_max);
+    printf("KV type         %s\n", r->kvname);
+    printf("time            %.2f s (%.1f tokens/s)\n", st->secs, st->secs > 0 ? (double)r->n_tok / st->secs : 0.0);
+    return 0;
+}
+
+/* Stream mode (see the file header): the text as one sequence past the context. */
+static int run_stream(const ppl_opts *o, ppl_run *r)
+{
+    kvi_seq *seq = kvi_seq_create(r->e);
     if (!seq) return cli_error("perplexity: cannot create a sequence");
-    const int first = ctx / 2;
-    double nll[2] = {0, 0}, nll2 = 0;   /* [0] rows inside the first context, [1] past it */
-    uint64_t cnt[2] = {0, 0};
-    size_t bytes_full = 0, bytes_max = 0;
+    ppl_stream st = {0};
     int rc = 0;
-    const int32_t n_pre = n_tok < ctx ? n_tok : ctx;
+    const int32_t n_tok = r->n_tok, n_pre = n_tok < r->ctx ? n_tok : r->ctx;
     const double t0 = kvi_time_ms();
     for (int32_t i = 0; rc == 0 && i < n_tok - 1;) {
         int32_t pos, n;
         kvi_error err = {0};
         if (i < n_pre) {
             pos = i;
-            n = n_pre - i < batch ? n_pre - i : batch;
+            n = n_pre - i < r->batch ? n_pre - i : r->batch;
             if (i + n > n_tok - 1) n = n_tok - 1 - i;
         } else {
             pos = kvi_seq_make_room(seq, 1, &err);
@@ -334,76 +398,196 @@ static int run_stream(const ppl_opts *o, kvi_engine *e, kvi_batch *b, const int3
             }
             n = 1;
         }
-        kvi_batch_clear(b);
+        kvi_batch_clear(r->b);
         for (int32_t j = 0; j < n; j++) {
-            const int32_t tok = i + j == 0 && bos >= 0 ? bos : ids[i + j];
-            kvi_batch_add(b, seq, tok, pos + j, i + j >= first);
+            const int32_t tok = i + j == 0 && r->bos >= 0 ? r->bos : r->ids[i + j];
+            kvi_batch_add(r->b, seq, tok, pos + j, i + j >= r->first);
         }
-        const int r = kvi_step(e, b, &err);
-        if (r) {
-            rc = cli_error("perplexity: token %d: %s", (int)i, err.msg[0] ? err.msg : kvi_strerror(r));
+        const int sr = kvi_step(r->e, r->b, &err);
+        if (sr) {
+            rc = cli_error("perplexity: token %d: %s", (int)i, err.msg[0] ? err.msg : kvi_strerror(sr));
             break;
         }
         for (int32_t j = 0; j < n; j++) {
-            if (i + j < first) continue;
-            const float *lg = kvi_logits(e, j);   /* (n_vocab) */
-            if (!lg || !log_softmax(lg, n_vocab, lp)) {
+            if (i + j < r->first) continue;
+            const float *lg = kvi_logits(r->e, j);   /* (n_vocab) */
+            if (!lg || !log_softmax(lg, r->n_vocab, r->lp)) {
                 rc = cli_error("perplexity: row %d: logits missing or not finite", (int)(i + j));
                 break;
             }
-            const double x = -lp[ids[i + j + 1]];
-            const int k = i + j >= ctx;
-            nll[k] += x;
-            nll2 += x * x;
-            cnt[k]++;
+            const double x = -r->lp[r->ids[i + j + 1]];
+            const int k = i + j >= r->ctx;
+            st.nll[k] += x;
+            st.nll2 += x * x;
+            st.cnt[k]++;
         }
         i += n;
-        const size_t held = kv_held(e);
-        if (held > bytes_max) bytes_max = held;
-        if (i == n_pre) bytes_full = held;
+        const size_t held = kv_held(r->e);
+        if (held > st.bytes_max) st.bytes_max = held;
+        if (i == n_pre) st.bytes_full = held;
     }
-    const double secs = (kvi_time_ms() - t0) / 1e3;
-    kvi_stats st;
-    kvi_stats_get(e, seq, &st);
+    st.secs = (kvi_time_ms() - t0) / 1e3;
+    kvi_stats ks;
+    kvi_stats_get(r->e, seq, &ks);
+    st.n_evicted = ks.n_evicted;
     kvi_seq_free(seq);
-    if (rc) return rc;
-    const uint64_t N = cnt[0] + cnt[1];
-    if (N == 0) return cli_error("perplexity: the text has %d tokens, too few to score past %d", (int)n_tok, first);
-    const double mean = (nll[0] + nll[1]) / (double)N, ppl = exp(mean);
-    const double var = nll2 / (double)N - mean * mean;
-    const double err_ppl = N > 1 && var > 0 ? ppl * sqrt(var / (double)(N - 1)) : 0.0;
-    const double ppl_in = cnt[0] ? exp(nll[0] / (double)cnt[0]) : 0.0, ppl_past = cnt[1] ? exp(nll[1] / (double)cnt[1]) : 0.0;
+    return rc ? rc : report_stream(o, r, &st);
+}
+
+/* The chunked method: each chunk one fresh sequence, its second half scored
+ * (see the file header). 0, or 1 with the error printed. */
+static int run_chunks(const ppl_opts *o, ppl_run *r)
+{
+    int rc = 0;
+    const int ctx = r->ctx;
+    for (int64_t c = 0; rc == 0 && c < r->n_chunk; c++) {
+        const int32_t *chunk = r->ids + c * ctx;   /* (ctx) tokens */
+        kvi_seq *seq = kvi_seq_create(r->e);
+        if (!seq) return cli_error("perplexity: cannot create a sequence");
+        for (int start = 0; rc == 0 && start < ctx; start += r->batch) {
+            int n = ctx - start < r->batch ? ctx - start : r->batch;
+            kvi_batch_clear(r->b);
+            for (int j = 0; j < n; j++) {
+                int pos = start + j;
+                int32_t tok = pos == 0 && r->bos >= 0 ? r->bos : chunk[pos];
+                kvi_batch_add(r->b, seq, tok, pos, true);
+            }
+            kvi_error err = {0};
+            int sr = kvi_step(r->e, r->b, &err);
+            if (sr) {
+                rc = cli_error("perplexity: chunk %lld failed: %s", (long long)c,
+                               err.msg[0] ? err.msg : kvi_strerror(sr));
+                break;
+            }
+            for (int j = 0; rc == 0 && j < n; j++) {
+                int pos = start + j;
+                if (pos < r->first || pos > ctx - 2) continue;
+                const float *lg = kvi_logits(r->e, j);   /* (n_vocab) */
+                if (!lg || !log_softmax(lg, r->n_vocab, r->lp))
+                    rc = cli_error("perplexity: chunk %lld row %d: logits missing or not finite", (long long)c, pos);
+                else
+                    rc = score_row(&r->acc, r->lp, r->n_vocab, chunk[pos + 1], r->save, r->base, r->rowbuf, o->save,
+                                   o->base);
+            }
+        }
+        kvi_seq_free(seq);
+        if (rc == 0 && !o->json && r->n_chunk > 1)
+            fprintf(stderr, "  [%lld] running PPL %.4f\n", (long long)c + 1, exp(r->acc.nll / (double)r->acc.n));
+    }
+    return rc;
+}
+
+/* KL divergence from the base: mean, median, 99th percentile, max; top-1 agreement; base PPL. */
+typedef struct ppl_kl {
+    double mean, median, p99, max, top1, ppl_base;
+} ppl_kl;
+
+static ppl_kl kl_of(ppl_acc *acc)
+{
+    ppl_kl k;
+    const double N = (double)acc->n;
+    double s = 0.0;
+    for (uint64_t i = 0; i < acc->n; i++) s += acc->kld[i];
+    k.mean = s / N;
+    qsort(acc->kld, (size_t)acc->n, sizeof *acc->kld, cmp_double);
+    k.median = acc->kld[acc->n / 2];
+    k.p99 = acc->kld[(size_t)((double)(acc->n - 1) * 0.99)];
+    k.max = acc->kld[acc->n - 1];
+    k.top1 = (double)acc->top1_same / N;
+    k.ppl_base = exp(acc->base_nll / N);
+    return k;
+}
+
+static int report_chunks(const ppl_opts *o, ppl_run *r, kvi_type tk, kvi_type tv, double secs)
+{
+    const double N = (double)r->acc.n;
+    const ppl_value v = ppl_of(r->acc.nll, r->acc.nll2, N);
+    ppl_kl k = {0, 0, 0, 0, 0, 0};
+    if (r->base) k = kl_of(&r->acc);
     if (o->json) {
-        cJSON *j = cJSON_CreateObject();
-        cJSON_AddNumberToObject(j, "perplexity", ppl);
-        cJSON_AddNumberToObject(j, "ppl_error", err_ppl);
-        cJSON_AddNumberToObject(j, "nll_mean", mean);
-        cJSON_AddNumberToObject(j, "n_tokens", (double)N);
-        cJSON_AddNumberToObject(j, "ctx", ctx);
-        cJSON_AddStringToObject(j, "kv_type", kvname);
-        cJSON_AddStringToObject(j, "ctx_policy", o->policy);
-        cJSON_AddNumberToObject(j, "ppl_in_ctx", ppl_in);
-        cJSON_AddNumberToObject(j, "n_in_ctx", (double)cnt[0]);
-        cJSON_AddNumberToObject(j, "ppl_past_ctx", ppl_past);
-        cJSON_AddNumberToObject(j, "n_past_ctx", (double)cnt[1]);
-        cJSON_AddNumberToObject(j, "n_evicted", (double)st.n_evicted);
-        cJSON_AddNumberToObject(j, "kv_bytes_full", (double)bytes_full);
-        cJSON_AddNumberToObject(j, "kv_bytes_max", (double)bytes_max);
+        cJSON *j = ppl_json_head(v, N);
+        cJSON_AddNumberToObject(j, "n_chunks", (double)r->n_chunk);
+        cJSON_AddNumberToObject(j, "ctx", r->ctx);
+        cJSON_AddStringToObject(j, "kv_type", r->kvname);
+        cJSON_AddStringToObject(j, "kv_type_k", kvi_type_name(tk) ? kvi_type_name(tk) : "?");
+        cJSON_AddStringToObject(j, "kv_type_v", kvi_type_name(tv) ? kvi_type_name(tv) : "?");
         cJSON_AddNumberToObject(j, "seconds", secs);
-        char *txt = cJSON_PrintUnformatted(j);
-        cJSON_Delete(j);
-        if (!txt) return cli_error("perplexity: out of memory");
-        puts(txt);
-        free(txt);
-    } else {
-        printf("perplexity      %.4f ± %.4f (%s, one sequence of %d tokens, context %d)\n", ppl, err_ppl, o->policy,
-               (int)n_tok, ctx);
-        printf("inside context  %.4f (%llu rows)\n", ppl_in, (unsigned long long)cnt[0]);
-        printf("past context    %.4f (%llu rows, %llu positions evicted)\n", ppl_past, (unsigned long long)cnt[1],
-               (unsigned long long)st.n_evicted);
-        printf("KV bytes        %zu when the context filled, %zu at most\n", bytes_full, bytes_max);
-        printf("KV type         %s\n", kvname);
-        printf("time            %.2f s (%.1f tokens/s)\n", secs, secs > 0 ? (double)n_tok / secs : 0.0);
+        if (r->base) {
+            cJSON_AddNumberToObject(j, "kld_mean", k.mean);
+            cJSON_AddNumberToObject(j, "kld_median", k.median);
+            cJSON_AddNumberToObject(j, "kld_p99", k.p99);
+            cJSON_AddNumberToObject(j, "kld_max", k.max);
+            cJSON_AddNumberToObject(j, "top1_agreement", k.top1);
+            cJSON_AddNumberToObject(j, "perplexity_base", k.ppl_base);
+            cJSON_AddNumberToObject(j, "delta_ppl", v.ppl - k.ppl_base);
+        }
+        return cli_print_json(j, "perplexity: out of memory");
+    }
+    printf("perplexity      %.4f ± %.4f\n", v.ppl, v.err);
+    printf("tokens scored   %llu (%lld chunks of %d, second halves)\n", (unsigned long long)r->acc.n,
+           (long long)r->n_chunk, r->ctx);
+    printf("KV type         %s\n", r->kvname);
+    if (r->base) {
+        printf("base PPL        %.4f (delta %+.4f, %+.3f%%)\n", k.ppl_base, v.ppl - k.ppl_base,
+               100.0 * (v.ppl / k.ppl_base - 1.0));
+        printf("KL divergence   mean %.6f, median %.6f, p99 %.6f, max %.6f\n", k.mean, k.median, k.p99, k.max);
+        printf("top-1 agreement %.4f\n", k.top1);
+    }
+    printf("time            %.2f s (%.1f tokens/s)\n", secs, secs > 0 ? (double)r->n_chunk * r->ctx / secs : 0.0);
+    return 0;
+}
+
+/* The text's tokens, the chunk size and count, and the engine (with the batch
+ * and the row buffers). 0, or 1 with the error printed. */
+static int ppl_setup(const ppl_opts *o, ppl_run *r, const char *text, size_t text_len)
+{
+    kvi_model_info info;
+    kvi_model_get_info(r->m, &info);
+    r->n_vocab = kvi_n_vocab(r->m);
+    r->ctx = (int)o->c.n_ctx;
+    if (r->ctx == 0) r->ctx = info.n_ctx_train >= 4 && info.n_ctx_train < 256 ? info.n_ctx_train : 256;
+    r->batch = o->batch > 0 && o->batch < r->ctx ? (int)o->batch : r->ctx;
+    r->first = r->ctx / 2;
+    r->bos = kvi_model_add_bos(r->m) ? kvi_token_bos(r->m) : -1;
+
+    int rc = cli_tokenize(r->m, text, text_len, true, false, &r->ids, &r->n_tok);
+    r->n_chunk = rc == 0 ? r->n_tok / r->ctx : 0;
+    if (o->policy) r->n_chunk = 1;   /* stream mode: one sequence */
+    if (rc == 0 && r->n_chunk == 0)
+        rc = cli_error("perplexity: the text has %d tokens, fewer than one chunk of %d (-c sets the chunk size)",
+                       (int)r->n_tok, r->ctx);
+    if (o->chunks > 0 && r->n_chunk > o->chunks) r->n_chunk = o->chunks;
+    r->n_rows = (uint64_t)r->n_chunk * (uint64_t)(r->ctx - 1 - r->first);
+    if (rc != 0) return rc;
+
+    kvi_engine_params ep;
+    cli_opt_engine_params(&o->c, &ep);
+    ep.n_ctx = r->ctx;
+    ep.n_seq_max = 1;
+    ep.n_batch_max = r->batch;
+    if (!(r->e = cli_engine_create(r->m, &ep, "perplexity: "))) return 1;
+    if (!(r->b = kvi_batch_create(r->batch)))
+        return cli_error("perplexity: out of memory (batch of %d rows)", r->batch);
+    r->lp = malloc((size_t)r->n_vocab * sizeof *r->lp);
+    r->rowbuf = malloc((size_t)r->n_vocab * sizeof *r->rowbuf);
+    if (!r->lp || !r->rowbuf) return cli_error("perplexity: out of memory");
+    return 0;
+}
+
+/* Opens --kl-base (checked against this run) and writes --save-logits' header.
+ * 0, or 1 with the error printed. */
+static int ppl_open_files(const ppl_opts *o, ppl_run *r)
+{
+    if (o->base) {
+        if (!(r->base = base_open(o->base, (uint32_t)r->n_vocab, r->n_rows, (uint32_t)r->ctx))) return 1;
+        r->acc.kld = malloc((size_t)r->n_rows * sizeof *r->acc.kld);   /* (n_rows) KL of each row */
+        if (!r->acc.kld) return cli_error("perplexity: out of memory");
+    }
+    if (o->save) {
+        uint8_t h[PPL_HEADER_BYTES];
+        header_encode(h, (uint32_t)r->n_vocab, r->n_rows, (uint32_t)r->ctx);
+        if (!(r->save = fopen(o->save, "wb")) || fwrite(h, 1, sizeof h, r->save) != sizeof h)
+            return cli_error("--save-logits: cannot write %s: %s", o->save, strerror(errno));
     }
     return 0;
 }
@@ -417,197 +601,42 @@ int cmd_perplexity(int argc, char **argv)
         fputs(ppl_help, stdout);
         return 0;
     }
-    kvi_type tk = KVI_TYPE_F16, tv = KVI_TYPE_F16;
-    if (o.kv_k && kvi_type_from_name(o.kv_k, &tk) != 0) return cli_error("--kv-type-k: unknown type '%s'", o.kv_k);
-    if (o.kv_v && kvi_type_from_name(o.kv_v, &tv) != 0) return cli_error("--kv-type-v: unknown type '%s'", o.kv_v);
+    /* the type names are checked only now: after every flag and the -f check */
+    if (cli_opt_kv_check(&o.c)) return 1;
     size_t text_len = 0;
     char *text = cli_read_file(o.file, &text_len);
     if (!text) return cli_error("perplexity: cannot read %s: %s", o.file, strerror(errno));
 
-    kvi_model *m = cli_load_model(o.model, o.mmap, NULL);
-    if (!m) {
+    ppl_run r;
+    memset(&r, 0, sizeof r);
+    if (!(r.m = cli_opt_load_model(&o.c))) {
         free(text);
         return 1;
     }
-    int rc = 0;
-    int32_t *ids = NULL, n_tok = 0;
-    kvi_engine *e = NULL;
-    kvi_seq *seq = NULL;
-    kvi_batch *b = NULL;
-    FILE *save = NULL, *base = NULL;
-    double *lp = NULL;
-    float *rowbuf = NULL;
-    ppl_acc acc = {0};
-    kvi_model_info info;
-    kvi_model_get_info(m, &info);
-    int32_t n_vocab = kvi_n_vocab(m);
-    int ctx = (int)o.ctx;
-    if (ctx == 0) ctx = info.n_ctx_train >= 4 && info.n_ctx_train < 256 ? info.n_ctx_train : 256;
-    int batch = o.batch > 0 && o.batch < ctx ? (int)o.batch : ctx;
-    int first = ctx / 2;
-    int32_t bos = kvi_model_add_bos(m) ? kvi_token_bos(m) : -1;
-
-    rc = cli_tokenize(m, text, text_len, true, false, &ids, &n_tok);
-    int64_t n_chunk = rc == 0 ? n_tok / ctx : 0;
-    if (o.policy) n_chunk = 1;   /* stream mode: one sequence */
-    if (rc == 0 && n_chunk == 0)
-        rc = cli_error("perplexity: the text has %d tokens, fewer than one chunk of %d (-c sets the chunk size)",
-                       (int)n_tok, ctx);
-    if (o.chunks > 0 && n_chunk > o.chunks) n_chunk = o.chunks;
-    uint64_t n_rows = (uint64_t)n_chunk * (uint64_t)(ctx - 1 - first);
-
-    if (rc == 0) {
-        kvi_engine_params ep;
-        cli_engine_params_default(&ep);
-        ep.n_threads = (int)o.threads;
-        ep.n_ctx = ctx;
-        ep.kv_type_k = tk;
-        ep.kv_type_v = tv;
-        ep.n_seq_max = 1;
-        ep.n_batch_max = batch;
-        if (o.policy) {
-            ep.ctx_policy = o.policy;
-            ep.n_keep = (int)o.keep;
-            ep.n_sink = (int)o.sink;
-            ep.n_window = (int)o.window;
-        }
-        kvi_error err = {0};
-        if (!(e = kvi_engine_create(m, &ep, &err)))
-            rc = cli_error("perplexity: cannot create the engine: %s", err.msg[0] ? err.msg : kvi_strerror(err.code));
-    }
-    if (rc == 0 && !(b = kvi_batch_create(batch))) rc = cli_error("perplexity: out of memory (batch of %d rows)", batch);
-    if (rc == 0) {
-        lp = malloc((size_t)n_vocab * sizeof *lp);         /* (n_vocab) log-probabilities of one row */
-        rowbuf = malloc((size_t)n_vocab * sizeof *rowbuf);  /* (n_vocab) file record */
-        if (!lp || !rowbuf) rc = cli_error("perplexity: out of memory");
-    }
-    if (rc == 0 && o.base) {
-        if (!(base = base_open(o.base, (uint32_t)n_vocab, n_rows, (uint32_t)ctx))) rc = 1;
-        else if (!(acc.kld = malloc((size_t)n_rows * sizeof *acc.kld))) rc = cli_error("perplexity: out of memory");
-    }
-    if (rc == 0 && o.save) {
-        uint8_t h[PPL_HEADER_BYTES];
-        header_encode(h, (uint32_t)n_vocab, n_rows, (uint32_t)ctx);
-        if (!(save = fopen(o.save, "wb")) || fwrite(h, 1, sizeof h, save) != sizeof h)
-            rc = cli_error("--save-logits: cannot write %s: %s", o.save, strerror(errno));
-    }
-
-    char kvbuf[64];
-    const char *kvname = kv_label(tk, tv, kvbuf, sizeof kvbuf);
-    if (rc == 0 && !o.policy)
-        fprintf(stderr, "kvinfer perplexity: %d tokens, %lld chunks of %d (scoring %d per chunk), KV %s\n", (int)n_tok,
-                (long long)n_chunk, ctx, ctx - 1 - first, kvname);
+    int rc = ppl_setup(&o, &r, text, text_len);
+    if (rc == 0) rc = ppl_open_files(&o, &r);
+    kv_label(o.c.kv_k, o.c.kv_v, r.kvname, sizeof r.kvname);
     if (rc == 0 && o.policy) {
-        rc = run_stream(&o, e, b, ids, n_tok, ctx, batch, bos, n_vocab, lp, kvname);
-        n_chunk = 0;   /* the chunked loop and report below are skipped */
-        if (rc == 0) rc = -1;
+        rc = run_stream(&o, &r);
+    } else if (rc == 0) {
+        fprintf(stderr, "kvinfer perplexity: %d tokens, %lld chunks of %d (scoring %d per chunk), KV %s\n",
+                (int)r.n_tok, (long long)r.n_chunk, r.ctx, r.ctx - 1 - r.first, r.kvname);
+        double t0 = kvi_time_ms();
+        rc = run_chunks(&o, &r);
+        double secs = (kvi_time_ms() - t0) / 1e3;
+        if (r.save && fclose(r.save) != 0 && rc == 0) rc = cli_error("--save-logits: writing %s failed", o.save);
+        r.save = NULL;
+        if (rc == 0) rc = report_chunks(&o, &r, o.c.kv_k, o.c.kv_v, secs);
     }
-    double t0 = kvi_time_ms();
-    for (int64_t c = 0; rc == 0 && c < n_chunk; c++) {
-        const int32_t *chunk = ids + c * ctx;   /* (ctx) tokens */
-        if (!(seq = kvi_seq_create(e))) {
-            rc = cli_error("perplexity: cannot create a sequence");
-            break;
-        }
-        for (int start = 0; rc == 0 && start < ctx; start += batch) {
-            int n = ctx - start < batch ? ctx - start : batch;
-            kvi_batch_clear(b);
-            for (int j = 0; j < n; j++) {
-                int pos = start + j;
-                int32_t tok = pos == 0 && bos >= 0 ? bos : chunk[pos];
-                kvi_batch_add(b, seq, tok, pos, true);
-            }
-            kvi_error err = {0};
-            int r = kvi_step(e, b, &err);
-            if (r) {
-                rc = cli_error("perplexity: chunk %lld failed: %s", (long long)c, err.msg[0] ? err.msg : kvi_strerror(r));
-                break;
-            }
-            for (int j = 0; rc == 0 && j < n; j++) {
-                int pos = start + j;
-                if (pos < first || pos > ctx - 2) continue;
-                const float *lg = kvi_logits(e, j);   /* (n_vocab) */
-                if (!lg || !log_softmax(lg, n_vocab, lp))
-                    rc = cli_error("perplexity: chunk %lld row %d: logits missing or not finite", (long long)c, pos);
-                else
-                    rc = score_row(&acc, lp, n_vocab, chunk[pos + 1], save, base, rowbuf, o.save, o.base);
-            }
-        }
-        kvi_seq_free(seq);
-        seq = NULL;
-        if (rc == 0 && !o.json && n_chunk > 1)
-            fprintf(stderr, "  [%lld] running PPL %.4f\n", (long long)c + 1, exp(acc.nll / (double)acc.n));
-    }
-    double secs = (kvi_time_ms() - t0) / 1e3;
-    if (save && fclose(save) != 0 && rc == 0) rc = cli_error("--save-logits: writing %s failed", o.save);
-    save = NULL;
-
-    if (rc == 0) {
-        double N = (double)acc.n;
-        double mean = acc.nll / N, ppl = exp(mean);
-        double var = acc.nll2 / N - mean * mean;
-        double err_ppl = acc.n > 1 && var > 0 ? ppl * sqrt(var / (N - 1)) : 0.0;
-        double kmean = 0, kmed = 0, k99 = 0, kmax = 0, top1 = 0, ppl_base = 0;
-        if (base) {
-            double s = 0.0;
-            for (uint64_t i = 0; i < acc.n; i++) s += acc.kld[i];
-            kmean = s / N;
-            qsort(acc.kld, (size_t)acc.n, sizeof *acc.kld, cmp_double);
-            kmed = acc.kld[acc.n / 2];
-            k99 = acc.kld[(size_t)((double)(acc.n - 1) * 0.99)];
-            kmax = acc.kld[acc.n - 1];
-            top1 = (double)acc.top1_same / N;
-            ppl_base = exp(acc.base_nll / N);
-        }
-        if (o.json) {
-            cJSON *j = cJSON_CreateObject();
-            cJSON_AddNumberToObject(j, "perplexity", ppl);
-            cJSON_AddNumberToObject(j, "ppl_error", err_ppl);
-            cJSON_AddNumberToObject(j, "nll_mean", mean);
-            cJSON_AddNumberToObject(j, "n_tokens", N);
-            cJSON_AddNumberToObject(j, "n_chunks", (double)n_chunk);
-            cJSON_AddNumberToObject(j, "ctx", ctx);
-            cJSON_AddStringToObject(j, "kv_type", kvname);
-            cJSON_AddStringToObject(j, "kv_type_k", kvi_type_name(tk) ? kvi_type_name(tk) : "?");
-            cJSON_AddStringToObject(j, "kv_type_v", kvi_type_name(tv) ? kvi_type_name(tv) : "?");
-            cJSON_AddNumberToObject(j, "seconds", secs);
-            if (base) {
-                cJSON_AddNumberToObject(j, "kld_mean", kmean);
-                cJSON_AddNumberToObject(j, "kld_median", kmed);
-                cJSON_AddNumberToObject(j, "kld_p99", k99);
-                cJSON_AddNumberToObject(j, "kld_max", kmax);
-                cJSON_AddNumberToObject(j, "top1_agreement", top1);
-                cJSON_AddNumberToObject(j, "perplexity_base", ppl_base);
-                cJSON_AddNumberToObject(j, "delta_ppl", ppl - ppl_base);
-            }
-            char *s = cJSON_PrintUnformatted(j);
-            cJSON_Delete(j);
-            if (!s) rc = cli_error("perplexity: out of memory");
-            else puts(s);
-            free(s);
-        } else {
-            printf("perplexity      %.4f ± %.4f\n", ppl, err_ppl);
-            printf("tokens scored   %llu (%lld chunks of %d, second halves)\n", (unsigned long long)acc.n,
-                   (long long)n_chunk, ctx);
-            printf("KV type         %s\n", kvname);
-            if (base) {
-                printf("base PPL        %.4f (delta %+.4f, %+.3f%%)\n", ppl_base, ppl - ppl_base, 100.0 * (ppl / ppl_base - 1.0));
-                printf("KL divergence   mean %.6f, median %.6f, p99 %.6f, max %.6f\n", kmean, kmed, k99, kmax);
-                printf("top-1 agreement %.4f\n", top1);
-            }
-            printf("time            %.2f s (%.1f tokens/s)\n", secs, secs > 0 ? (double)n_chunk * ctx / secs : 0.0);
-        }
-    }
-    if (rc == -1) rc = 0;   /* stream mode reported already */
-    if (base) fclose(base);
-    if (save) fclose(save);
-    free(acc.kld);
-    free(lp);
-    free(rowbuf);
-    if (b) kvi_batch_free(b);
-    if (e) kvi_engine_free(e);
-    kvi_model_free(m);
-    free(ids);
+    if (r.base) fclose(r.base);
+    if (r.save) fclose(r.save);
+    free(r.acc.kld);
+    free(r.lp);
+    free(r.rowbuf);
+    if (r.b) kvi_batch_free(r.b);
+    if (r.e) kvi_engine_free(r.e);
+    kvi_model_free(r.m);
+    free(r.ids);
     free(text);
     return rc;
 }

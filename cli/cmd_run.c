@@ -14,7 +14,7 @@
  * never prints an incomplete UTF-8 sequence: bytes wait until it completes.
  * With --json stdout holds exactly one JSON object and nothing else.
  */
-#include "cli/cli.h"
+#include "cli/cli_opts.h"
 #include "cli/run_spec.h"
 
 #include <cjson/cJSON.h>
@@ -80,53 +80,90 @@ static const char run_help[] =
     "  -h, --help              this help\n";
 
 typedef struct run_opts {
-    const char *model, *tokenizer, *prompt, *file, *tokens;
-    bool mmap, special, ignore_eos, no_kv, json;
+    cli_common c;           /* model, prompt, threads, context, KV cache, context policy */
+    bool ignore_eos, no_kv, json;
     int64_t n_predict;      /* -1: unlimited */
-    int64_t n_threads;      /* 0: every core */
-    int64_t n_ctx;          /* 0: the model's */
-    kvi_type kv_k, kv_v;
     kvi_sampler_params sp;
     bool seed_given;
-    /* KV sharing, context policy, sessions */
-    int64_t kv_block;       /* 0: the engine's default */
-    size_t kv_budget;       /* 0: the engine's default */
-    bool no_prefix;
-    const char *ctx_policy;
-    int64_t keep, sink, window;
     const char *save_session, *load_session;
     run_spec_opts spec;     /* speculative decoding (cli/run_spec.c) */
 } run_opts;
 
+/* The shared flags `run` takes (cli/cli_opts.h): all of them, with the default ranges. */
+#define RUN_OPTS                                                                                          \
+    (CLI_OPT_MODEL | CLI_OPT_TOKENIZER | CLI_OPT_MMAP | CLI_OPT_PROMPT | CLI_OPT_THREADS | CLI_OPT_CTX |   \
+     CLI_OPT_KV_TYPE | CLI_OPT_KV_TYPE_KV | CLI_OPT_KV_BLOCK | CLI_OPT_KV_BUDGET | CLI_OPT_NO_PREFIX |     \
+     CLI_OPT_POLICY)
+
 /* Parses a float flag value; prints an error naming the flag on failure. */
-static bool flag_f32(const char *flag, const char *v, float lo, float hi, float *out)
+static int flag_f32(const char *flag, const char *v, float lo, float hi, float *out)
 {
     float x;
-    if (!v) return false;
+    if (!v) return -1;
     if (!cli_parse_f32(v, &x) || x < lo || x > hi) {
         cli_error("%s: '%s' is not a number in [%g, %g]", flag, v, (double)lo, (double)hi);
-        return false;
+        return -1;
     }
     *out = x;
-    return true;
+    return 1;
 }
 
-static bool flag_i64(const char *flag, const char *v, int64_t lo, int64_t hi, int64_t *out)
+/* The sampling flags: 1 consumed, 0 not one of them, -1 error printed. */
+static int parse_sampling_flag(int argc, char **argv, int *i, run_opts *o)
 {
-    if (!v) return false;
-    if (!cli_parse_i64(v, lo, hi, out)) {
-        cli_error("%s: '%s' is not an integer in [%" PRId64 ", %" PRId64 "]", flag, v, lo, hi);
-        return false;
+    const char *a = argv[*i];
+#define VALUE() cli_flag_value(argc, argv, i)
+    if (!strcmp(a, "--temp")) return flag_f32(a, VALUE(), 0.0f, 1e6f, &o->sp.temp);
+    if (!strcmp(a, "--top-k")) return cli_flag_i32(a, VALUE(), 0, INT32_MAX, &o->sp.top_k);
+    if (!strcmp(a, "--top-p")) return flag_f32(a, VALUE(), 0.0f, 1.0f, &o->sp.top_p);
+    if (!strcmp(a, "--min-p")) return flag_f32(a, VALUE(), 0.0f, 1.0f, &o->sp.min_p);
+    if (!strcmp(a, "--repeat-last-n")) return cli_flag_i32(a, VALUE(), 0, INT32_MAX, &o->sp.repeat_last_n);
+    if (!strcmp(a, "--repeat-penalty")) {
+        float f;
+        if (flag_f32(a, VALUE(), 0.0f, 1e6f, &f) < 0) return -1;
+        if (f <= 0.0f) return -cli_error("%s: must be greater than 0", a);
+        o->sp.repeat_penalty = f;
+        return 1;
     }
-    return true;
+    if (!strcmp(a, "--seed")) {
+        const char *s = VALUE();
+        if (!s) return -1;
+        if (!cli_parse_u64(s, &o->sp.seed)) return -cli_error("%s: '%s' is not an unsigned integer", a, s);
+        o->seed_given = true;
+        return 1;
+    }
+#undef VALUE
+    return 0;
+}
+
+/* run's own flags besides sampling: 1 consumed, 0 not one of them, -1 error printed. */
+static int parse_run_flag(int argc, char **argv, int *i, run_opts *o)
+{
+    const char *a = argv[*i];
+    if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
+        int32_t n;
+        if (cli_flag_i32(a, cli_flag_value(argc, argv, i), -1, INT32_MAX, &n) < 0) return -1;
+        o->n_predict = n;
+        return 1;
+    }
+    bool *on = !strcmp(a, "--ignore-eos") ? &o->ignore_eos : !strcmp(a, "--no-kv-cache") ? &o->no_kv
+             : !strcmp(a, "--json") ? &o->json : NULL;
+    if (on) {
+        *on = true;
+        return 1;
+    }
+    const char **path = !strcmp(a, "--save-session") ? &o->save_session
+                      : !strcmp(a, "--load-session") ? &o->load_session : NULL;
+    if (path) return (*path = cli_flag_value(argc, argv, i)) ? 1 : -1;
+    return parse_sampling_flag(argc, argv, i, o);
 }
 
 /* 0: parsed; 1: error printed; 2: help printed. */
 static int parse_run_args(int argc, char **argv, run_opts *o)
 {
     memset(o, 0, sizeof *o);
+    cli_common_init(&o->c);
     o->n_predict = 256;
-    o->kv_k = o->kv_v = KVI_TYPE_F16;
     kvi_sampler_params_default(&o->sp);
     o->sp.temp = 0.8f;
     o->sp.top_k = 40;
@@ -134,116 +171,22 @@ static int parse_run_args(int argc, char **argv, run_opts *o)
     o->sp.min_p = 0.05f;
     o->sp.repeat_penalty = 1.0f;
     o->sp.repeat_last_n = 64;
-    o->sink = 4;
     run_spec_opts_default(&o->spec);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        int64_t v;
-        float f;
-#define VALUE() cli_flag_value(argc, argv, &i)
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             fputs(run_help, stdout);
             fputs(run_spec_help, stdout);
             return 2;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (!(o->model = VALUE())) return 1;
-        } else if (!strcmp(a, "--tokenizer")) {
-            if (!(o->tokenizer = VALUE())) return 1;
-        } else if (!strcmp(a, "--mmap")) {
-            o->mmap = true;
-        } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
-            if (!(o->prompt = VALUE())) return 1;
-        } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
-            if (!(o->file = VALUE())) return 1;
-        } else if (!strcmp(a, "--tokens")) {
-            if (!(o->tokens = VALUE())) return 1;
-        } else if (!strcmp(a, "--special")) {
-            o->special = true;
-        } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
-            if (!flag_i64(a, VALUE(), -1, INT32_MAX, &o->n_predict)) return 1;
-        } else if (!strcmp(a, "--ignore-eos")) {
-            o->ignore_eos = true;
-        } else if (!strcmp(a, "--temp")) {
-            if (!flag_f32(a, VALUE(), 0.0f, 1e6f, &o->sp.temp)) return 1;
-        } else if (!strcmp(a, "--top-k")) {
-            if (!flag_i64(a, VALUE(), 0, INT32_MAX, &v)) return 1;
-            o->sp.top_k = (int32_t)v;
-        } else if (!strcmp(a, "--top-p")) {
-            if (!flag_f32(a, VALUE(), 0.0f, 1.0f, &o->sp.top_p)) return 1;
-        } else if (!strcmp(a, "--min-p")) {
-            if (!flag_f32(a, VALUE(), 0.0f, 1.0f, &o->sp.min_p)) return 1;
-        } else if (!strcmp(a, "--repeat-penalty")) {
-            if (!flag_f32(a, VALUE(), 0.0f, 1e6f, &f)) return 1;
-            if (f <= 0.0f) { cli_error("%s: must be greater than 0", a); return 1; }
-            o->sp.repeat_penalty = f;
-        } else if (!strcmp(a, "--repeat-last-n")) {
-            if (!flag_i64(a, VALUE(), 0, INT32_MAX, &v)) return 1;
-            o->sp.repeat_last_n = (int32_t)v;
-        } else if (!strcmp(a, "--seed")) {
-            const char *s = VALUE();
-            if (!s) return 1;
-            if (!cli_parse_u64(s, &o->sp.seed)) {
-                cli_error("%s: '%s' is not an unsigned integer", a, s);
-                return 1;
-            }
-            o->seed_given = true;
-        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            if (!flag_i64(a, VALUE(), 0, 1024, &o->n_threads)) return 1;
-        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
-            if (!flag_i64(a, VALUE(), 1, 1 << 24, &o->n_ctx)) return 1;
-        } else if (!strcmp(a, "--kv-type")) {
-            const char *s = VALUE();
-            if (!s || !cli_parse_kv_type(a, s, &o->kv_k)) return 1;
-            o->kv_v = o->kv_k;
-        } else if (!strcmp(a, "--kv-type-k")) {
-            const char *s = VALUE();
-            if (!s || !cli_parse_kv_type(a, s, &o->kv_k)) return 1;
-        } else if (!strcmp(a, "--kv-type-v")) {
-            const char *s = VALUE();
-            if (!s || !cli_parse_kv_type(a, s, &o->kv_v)) return 1;
-        } else if (!strcmp(a, "--no-kv-cache")) {
-            o->no_kv = true;
-        } else if (!strcmp(a, "--json")) {
-            o->json = true;
-        } else if (!strcmp(a, "--kv-block")) {
-            if (!flag_i64(a, VALUE(), 1, 4096, &o->kv_block)) return 1;
-        } else if (!strcmp(a, "--kv-budget")) {
-            const char *s = VALUE();
-            if (!s) return 1;
-            if (!cli_parse_size(s, &o->kv_budget) || o->kv_budget == 0) {
-                cli_error("%s: '%s' is not a size (bytes, or like 512MiB, 2GiB)", a, s);
-                return 1;
-            }
-        } else if (!strcmp(a, "--no-prefix-cache")) {
-            o->no_prefix = true;
-        } else if (!strcmp(a, "--ctx-policy")) {
-            const char *s = VALUE();
-            if (!s) return 1;
-            if (strcmp(s, "error") && strcmp(s, "shift") && strcmp(s, "sinks") && strcmp(s, "heavy")) {
-                cli_error("%s: '%s' is not a policy (error, shift, sinks, heavy)", a, s);
-                return 1;
-            }
-            o->ctx_policy = s;
-        } else if (!strcmp(a, "--keep")) {
-            if (!flag_i64(a, VALUE(), 0, 1 << 24, &o->keep)) return 1;
-        } else if (!strcmp(a, "--sink")) {
-            if (!flag_i64(a, VALUE(), 0, 1 << 24, &o->sink)) return 1;
-        } else if (!strcmp(a, "--window")) {
-            if (!flag_i64(a, VALUE(), 0, 1 << 24, &o->window)) return 1;
-        } else if (!strcmp(a, "--save-session")) {
-            if (!(o->save_session = VALUE())) return 1;
-        } else if (!strcmp(a, "--load-session")) {
-            if (!(o->load_session = VALUE())) return 1;
-        } else if ((v = run_spec_parse_flag(argc, argv, &i, &o->spec)) != 0) {
-            if (v < 0) return 1;
-        } else if (a[0] == '-') {
-            cli_error("run: unknown option '%s' (kvinfer run --help)", a);
-            return 1;
-        } else {
-            cli_error("run: unexpected argument '%s' (the prompt goes after -p)", a);
-            return 1;
         }
-#undef VALUE
+        int r = cli_opt_common(argc, argv, &i, &o->c, RUN_OPTS);
+        if (r == 0) r = parse_run_flag(argc, argv, &i, o);
+        if (r == 0) r = run_spec_parse_flag(argc, argv, &i, &o->spec);
+        if (r < 0) return 1;
+        if (r > 0) continue;
+        if (a[0] == '-') cli_error("run: unknown option '%s' (kvinfer run --help)", a);
+        else cli_error("run: unexpected argument '%s' (the prompt goes after -p)", a);
+        return 1;
     }
     return 0;
 }
@@ -344,21 +287,14 @@ static int step_or_error(kvi_engine *e, kvi_batch *b, const char *phase)
     return 0;
 }
 
-/* One generated token from the speculative loop: the same bookkeeping as the
- * plain loop below (end of generation, ids, text, streaming, -n). */
-typedef struct spec_sink {
-    const run_opts *o;
-    const kvi_model *m;
-    run_result *r;
-} spec_sink;
-
-static int spec_emit(void *ctx, int32_t tok)
+/* One sampled token, for both loops: end of generation (finish "stop", unless
+ * --ignore-eos), else the ids, the text and the stream to stdout (unless
+ * --json). 1: stop (end of generation or -n reached), 0: go on, -1: out of
+ * memory (error printed). */
+static int keep_token(const run_opts *o, const kvi_model *m, run_result *r, int32_t tok)
 {
-    spec_sink *k = ctx;
-    const run_opts *o = k->o;
-    run_result *r = k->r;
-    const int32_t bos = kvi_token_bos(k->m);
-    if (!o->ignore_eos && tok != bos && kvi_token_is_eog(k->m, tok)) {
+    const int32_t bos = kvi_token_bos(m);
+    if (!o->ignore_eos && tok != bos && kvi_token_is_eog(m, tok)) {
         r->finish = "stop";
         return 1;
     }
@@ -371,7 +307,7 @@ static int spec_emit(void *ctx, int32_t tok)
     }
     r->all_ids[r->n_prompt + r->n_gen] = tok;
     r->n_gen++;
-    if (!append_piece(k->m, &r->text, tok)) return -cli_error("out of memory");
+    if (!append_piece(m, &r->text, tok)) return -cli_error("out of memory");
     if (!o->json) {
         size_t ready = kvi_utf8_complete_prefix(r->text.data, r->text.len);
         if (ready > r->text.printed) {
@@ -383,6 +319,19 @@ static int spec_emit(void *ctx, int32_t tok)
     return o->n_predict >= 0 && r->n_gen >= o->n_predict ? 1 : 0;
 }
 
+/* The speculative loop's receiver of each generated token (run_spec_emit_fn). */
+typedef struct spec_sink {
+    const run_opts *o;
+    const kvi_model *m;
+    run_result *r;
+} spec_sink;
+
+static int spec_emit(void *ctx, int32_t tok)
+{
+    spec_sink *k = ctx;
+    return keep_token(k->o, k->m, k->r, tok);
+}
+
 static int generate_spec(const run_opts *o, kvi_model *m, kvi_engine *e, kvi_seq *seq, kvi_sampler *smp,
                          run_result *r)
 {
@@ -392,7 +341,7 @@ static int generate_spec(const run_opts *o, kvi_model *m, kvi_engine *e, kvi_seq
     run_spec_ctx c = {
         .m = m, .e = e, .seq = seq, .smp = smp, .sp = &o->sp, .prompt = r->all_ids,
         .n_prompt = r->n_prompt, .n_cached = r->n_cached, .n_ctx = r->n_ctx, .n_predict = o->n_predict,
-        .n_threads = (int)o->n_threads, .kv_k = o->kv_k, .kv_v = o->kv_v, .mmap = o->mmap,
+        .n_threads = (int)o->c.n_threads, .kv_k = o->c.kv_k, .kv_v = o->c.kv_v, .mmap = o->c.mmap,
         .emit = spec_emit, .emit_ctx = &sink,
     };
     int rc = run_spec_generate(&o->spec, &c, &r->prefill_ms, &r->ttft_ms, &r->decode_ms, &r->spec);
@@ -410,7 +359,6 @@ static int generate(const run_opts *o, kvi_model *m, kvi_engine *e, kvi_seq *seq
     const int n_ctx = r->n_ctx;
     const int32_t n_prompt = r->n_prompt;
     const int32_t n_vocab = kvi_n_vocab(m);
-    const int32_t bos = kvi_token_bos(m);
     int32_t batch_rows = o->no_kv ? no_kv_rows(o, n_prompt, n_ctx) : n_prompt;
     const int32_t n_cached = r->n_cached;   /* < n_prompt: the last prompt row always runs */
     kvi_batch *b = kvi_batch_create(batch_rows);
@@ -448,33 +396,13 @@ static int generate(const run_opts *o, kvi_model *m, kvi_engine *e, kvi_seq *seq
             return cli_error("the sampler returned token %d, outside the vocabulary", (int)tok);
         }
         kvi_sampler_accept(smp, tok);
-        if (!o->ignore_eos && tok != bos && kvi_token_is_eog(m, tok)) {
-            r->finish = "stop";
-            break;
-        }
-        if (n_prompt + r->n_gen >= r->ids_cap) {
-            int32_t cap = r->ids_cap * 2;
-            int32_t *ni = realloc(r->all_ids, (size_t)cap * sizeof *ni);
-            if (!ni) { kvi_batch_free(b); return cli_error("out of memory"); }
-            r->all_ids = ni;
-            r->ids_cap = cap;
-        }
-        r->all_ids[n_prompt + r->n_gen] = tok;
-        r->n_gen++;
-        if (!append_piece(m, &r->text, tok)) { kvi_batch_free(b); return cli_error("out of memory"); }
-        if (!o->json) {
-            size_t ready = kvi_utf8_complete_prefix(r->text.data, r->text.len);
-            if (ready > r->text.printed) {
-                fwrite(r->text.data + r->text.printed, 1, ready - r->text.printed, stdout);
-                r->text.printed = ready;
-            }
-            fflush(stdout);
-        }
-        if (o->n_predict >= 0 && r->n_gen >= o->n_predict) break;
+        const int kept = keep_token(o, m, r, tok);
+        if (kept < 0) { kvi_batch_free(b); return 1; }
+        if (kept > 0) break;
         int32_t n_all = n_prompt + r->n_gen;
         /* the newest token takes position n_all - 1: none left means the context is full,
          * unless a context policy makes room (positions then re-assigned) */
-        const bool policy = !o->no_kv && o->ctx_policy && strcmp(o->ctx_policy, "error") != 0;
+        const bool policy = !o->no_kv && cli_opt_policy(&o->c) != NULL;
         if (n_all > n_ctx && !policy) break;
         int32_t pos = n_all - 1;
         if (policy) {
@@ -514,7 +442,7 @@ static void print_summary(const run_opts *o, const run_result *r, int n_threads)
     fprintf(f, "kvinfer: generated  %6d tokens   decode  %9.2f ms  %9.1f tok/s   (%" PRId64 " steps, finish: %s)\n",
             (int)r->n_gen, r->decode_ms, decode_tok_s(r), r->n_decode_steps, r->finish);
     fprintf(f, "kvinfer: KV cache   %zu bytes in use, %zu bytes/token (K %s, V %s), context %d\n",
-            r->kv.kv_bytes, r->kv.kv_bytes_per_token, kvi_type_name(o->kv_k), kvi_type_name(o->kv_v),
+            r->kv.kv_bytes, r->kv.kv_bytes_per_token, kvi_type_name(o->c.kv_k), kvi_type_name(o->c.kv_v),
             r->n_ctx);
     if (o->no_kv)
         fprintf(f, "kvinfer: no KV cache: recomputed %" PRId64 " rows (with the cache: %d)\n",
@@ -525,7 +453,7 @@ static void print_summary(const run_opts *o, const run_result *r, int n_threads)
                "%d computed; evicted %" PRIu64 " positions (policy %s)\n",
             (int)r->kv.kv_blocks_used, (int)r->kv.kv_blocks_shared, (int)r->kv.kv_block_size,
             (int)r->n_cached, (int)(r->n_prompt - r->n_cached), r->kv.n_evicted,
-            o->ctx_policy ? o->ctx_policy : "error");
+            o->c.ctx_policy ? o->c.ctx_policy : "error");
     run_spec_print_summary(f, &r->spec);
     const double mib = 1024.0 * 1024.0;
     fprintf(f, "kvinfer: memory     peak RSS %.1f MiB = model %.1f MiB + KV %.1f MiB + %.1f MiB other "
@@ -584,12 +512,12 @@ static int print_json(const run_opts *o, const run_result *r, int n_threads)
              cJSON_AddNumberToObject(s, "prompt_cached_tokens", r->n_cached) &&
              cJSON_AddNumberToObject(s, "kv_blocks", r->kv.kv_blocks_used) &&
              cJSON_AddNumberToObject(s, "kv_evicted", (double)r->kv.n_evicted) &&
-             cJSON_AddStringToObject(s, "ctx_policy", o->ctx_policy ? o->ctx_policy : "error") &&
+             cJSON_AddStringToObject(s, "ctx_policy", o->c.ctx_policy ? o->c.ctx_policy : "error") &&
              cJSON_AddNumberToObject(s, "n_ctx", r->n_ctx) &&
              cJSON_AddNumberToObject(s, "n_threads", n_threads) &&
-             cJSON_AddStringToObject(s, "kv_type", o->kv_k == o->kv_v ? kvi_type_name(o->kv_k) : "mixed") &&
-             cJSON_AddStringToObject(s, "kv_type_k", kvi_type_name(o->kv_k)) &&
-             cJSON_AddStringToObject(s, "kv_type_v", kvi_type_name(o->kv_v)) &&
+             cJSON_AddStringToObject(s, "kv_type", o->c.kv_k == o->c.kv_v ? kvi_type_name(o->c.kv_k) : "mixed") &&
+             cJSON_AddStringToObject(s, "kv_type_k", kvi_type_name(o->c.kv_k)) &&
+             cJSON_AddStringToObject(s, "kv_type_v", kvi_type_name(o->c.kv_v)) &&
              cJSON_AddRawToObject(s, "seed", seed) &&
              run_spec_json_add(s, &r->spec) &&
              cJSON_AddNumberToObject(s, "rss_peak_bytes", (double)r->mem.rss_peak_bytes) &&
@@ -613,23 +541,92 @@ static int print_json(const run_opts *o, const run_result *r, int n_threads)
     return rc;
 }
 
+/* The engine for one sequence of n_ctx positions (0: the model's) whose prefill,
+ * and each recompute without the cache, is ONE forward pass. NULL: error printed. */
+static kvi_engine *create_engine(const run_opts *o, kvi_model *m, int32_t n_prompt, int n_ctx)
+{
+    kvi_engine_params ep;
+    cli_opt_engine_params(&o->c, &ep);
+    ep.n_ctx = n_ctx > 0 ? n_ctx : 0;
+    ep.n_seq_max = 1;
+    int need = o->no_kv && n_ctx > 0 ? no_kv_rows(o, n_prompt, n_ctx) : n_prompt;
+    if (ep.n_batch_max < need) ep.n_batch_max = need;
+    return cli_engine_create(m, &ep, "");
+}
+
+/* Prompt positions the fresh sequence takes without computing them: the longest
+ * common prefix with a restored session (--load-session), else whole cached
+ * blocks (a no-op in a fresh process); the last prompt row always runs. 0, or 1
+ * with the error printed. */
+static int reuse_prompt(const run_opts *o, kvi_seq *seq, const int32_t *prompt, int32_t n_prompt, int32_t *n_cached)
+{
+    if (!o->load_session) {
+        int32_t held = kvi_seq_reuse_prefix(seq, prompt, n_prompt);
+        *n_cached = held > 0 ? held : 0;
+        return 0;
+    }
+    kvi_error err = {0};
+    bool shifted = false;
+    if (kvi_seq_load(seq, o->load_session, &shifted, &err) != 0) return cli_error("--load-session: %s", err.msg);
+    const int32_t *st = kvi_seq_tokens(seq);
+    int32_t lcp = 0, held = kvi_seq_len(seq);
+    while (!shifted && lcp < held && lcp < n_prompt - 1 && st[lcp] == prompt[lcp]) lcp++;
+    kvi_seq_truncate(seq, lcp);
+    *n_cached = lcp;
+    return 0;
+}
+
+/* Echoes the prompt, generates (streaming unless --json), saves the session and
+ * prints the summary (and the JSON). r holds the prompt already. */
+static int generate_and_report(const run_opts *o, kvi_model *m, kvi_engine *e, kvi_seq *seq, kvi_sampler *smp,
+                               run_result *r)
+{
+    if (!o->json) {
+        /* echo the prompt as the user should read it, then stream the rest */
+        int32_t bos = kvi_token_bos(m);
+        size_t len = 0;
+        char *txt = cli_detokenize(m, r->all_ids, r->n_prompt, false, bos >= 0 && r->all_ids[0] == bos, &len);
+        if (txt) fwrite(txt, 1, len, stdout);
+        free(txt);
+        fflush(stdout);
+    }
+    int threads = o->c.n_threads > 0 ? (int)o->c.n_threads : cli_n_cores();
+    int rc = generate(o, m, e, seq, smp, r);
+    if (rc == 0 && !o->json) {
+        /* bytes held back waiting for a UTF-8 continuation are printed as they are */
+        if (r->text.len > r->text.printed)
+            fwrite(r->text.data + r->text.printed, 1, r->text.len - r->text.printed, stdout);
+        putchar('\n');
+        fflush(stdout);
+    }
+    if (rc == 0 && o->save_session) {
+        kvi_error err = {0};
+        if (kvi_seq_save(seq, o->save_session, &err) != 0) rc = cli_error("--save-session: %s", err.msg);
+    }
+    if (rc == 0) {
+        kvi_mem_stats_get(m, e, &r->mem);
+        print_summary(o, r, threads);
+        if (o->json) rc = print_json(o, r, threads);
+    }
+    return rc;
+}
+
 int cmd_run(int argc, char **argv)
 {
     run_opts o;
     int prc = parse_run_args(argc, argv, &o);
     if (prc != 0) return prc == 2 ? 0 : 1;
     if (!o.seed_given) o.sp.seed = random_seed();
-    if ((o.prompt != NULL) + (o.file != NULL) + (o.tokens != NULL) > 1)
+    if ((o.c.prompt != NULL) + (o.c.file != NULL) + (o.c.tokens != NULL) > 1)
         return cli_error("give the prompt only once: -p TEXT, -f FILE or --tokens IDS");
-    if (run_spec_enabled(&o.spec) && (o.no_kv || (o.ctx_policy && strcmp(o.ctx_policy, "error") != 0)))
+    if (run_spec_enabled(&o.spec) && (o.no_kv || cli_opt_policy(&o.c)))
         return cli_error("speculative decoding (--spec, --draft) needs the KV cache and --ctx-policy error");
     if (o.spec.ngram && o.spec.draft_path)
         return cli_error("choose one speculation: --spec ngram or --draft PATH");
 
     const double t_load0 = kvi_time_ms();
-    kvi_model *m = cli_load_model(o.model, o.mmap, o.tokenizer);
+    kvi_model *m = cli_opt_load_model(&o.c);
     if (!m) return 1;
-    int rc = 0;
     int32_t *prompt = NULL, n_prompt = 0;
     kvi_engine *e = NULL;
     kvi_seq *seq = NULL;
@@ -637,41 +634,16 @@ int cmd_run(int argc, char **argv)
     run_result r;
     memset(&r, 0, sizeof r);
 
-    rc = cli_prompt_ids(m, o.prompt, o.file, o.tokens, o.special, &prompt, &n_prompt);
+    int rc = cli_prompt_ids(m, o.c.prompt, o.c.file, o.c.tokens, o.c.special, &prompt, &n_prompt);
     kvi_model_info info;
     kvi_model_get_info(m, &info);
-    int n_ctx = o.n_ctx > 0 ? (int)o.n_ctx : info.n_ctx_train;
-    if (rc == 0 && n_ctx > 0 && n_prompt > n_ctx)
-        rc = cli_error("context_length_exceeded: the prompt has %d tokens but the context holds %d "
-                       "(-c sets the context size)", (int)n_prompt, n_ctx);
-    if (rc == 0) {
-        kvi_engine_params ep;
-        cli_engine_params_default(&ep);
-        ep.n_threads = (int)o.n_threads;
-        ep.n_ctx = n_ctx > 0 ? n_ctx : 0;
-        ep.kv_type_k = o.kv_k;
-        ep.kv_type_v = o.kv_v;
-        ep.n_seq_max = 1;
-        if (o.kv_block > 0) ep.kv_block_size = (int)o.kv_block;
-        if (o.kv_budget > 0) ep.kv_budget_bytes = o.kv_budget;
-        ep.prefix_cache = !o.no_prefix;
-        if (o.ctx_policy) ep.ctx_policy = o.ctx_policy;
-        ep.n_keep = (int32_t)o.keep;
-        ep.n_sink = (int32_t)o.sink;
-        ep.n_window = (int32_t)o.window;
-        /* prefill must be ONE forward pass; without a cache, so must each recompute */
-        int need = o.no_kv && n_ctx > 0 ? no_kv_rows(&o, n_prompt, n_ctx) : n_prompt;
-        if (ep.n_batch_max < need) ep.n_batch_max = need;
-        kvi_error err = {0};
-        e = kvi_engine_create(m, &ep, &err);
-        if (!e) rc = cli_error("cannot create the engine: %s", err.msg[0] ? err.msg : kvi_strerror(err.code));
-    }
+    int n_ctx = o.c.n_ctx > 0 ? (int)o.c.n_ctx : info.n_ctx_train;
+    if (rc == 0 && n_ctx > 0 && n_prompt > n_ctx) rc = cli_ctx_exceeded(n_prompt, n_ctx);
+    if (rc == 0 && !(e = create_engine(&o, m, n_prompt, n_ctx))) rc = 1;
     if (rc == 0) {
         r.load_ms = kvi_time_ms() - t_load0;
         r.n_ctx = kvi_engine_n_ctx(e);
-        if (n_prompt > r.n_ctx)
-            rc = cli_error("context_length_exceeded: the prompt has %d tokens but the context holds %d "
-                           "(-c sets the context size)", (int)n_prompt, r.n_ctx);
+        if (n_prompt > r.n_ctx) rc = cli_ctx_exceeded(n_prompt, r.n_ctx);
     }
     if (rc == 0 && !(seq = kvi_seq_create(e))) rc = cli_error("cannot create a sequence");
     if (rc == 0 && !(smp = kvi_sampler_create(&o.sp, kvi_n_vocab(m)))) rc = cli_error("cannot create the sampler");
@@ -680,55 +652,11 @@ int cmd_run(int argc, char **argv)
         r.all_ids = malloc((size_t)r.ids_cap * sizeof *r.all_ids);
         if (!r.all_ids) rc = cli_error("out of memory for %d token ids", r.n_ctx + 1);
     }
-    if (rc == 0 && !o.no_kv) {
-        /* reuse: the longest common prefix with a restored session, else whole
-         * cached blocks (a no-op in a fresh process); the last prompt row always runs */
-        if (o.load_session) {
-            kvi_error err = {0};
-            bool shifted = false;
-            if (kvi_seq_load(seq, o.load_session, &shifted, &err) != 0) {
-                rc = cli_error("--load-session: %s", err.msg);
-            } else {
-                const int32_t *st = kvi_seq_tokens(seq);
-                int32_t lcp = 0, held = kvi_seq_len(seq);
-                while (!shifted && lcp < held && lcp < n_prompt - 1 && st[lcp] == prompt[lcp]) lcp++;
-                kvi_seq_truncate(seq, lcp);
-                r.n_cached = lcp;
-            }
-        } else {
-            int32_t held = kvi_seq_reuse_prefix(seq, prompt, n_prompt);
-            r.n_cached = held > 0 ? held : 0;
-        }
-    }
+    if (rc == 0 && !o.no_kv) rc = reuse_prompt(&o, seq, prompt, n_prompt, &r.n_cached);
     if (rc == 0) {
         memcpy(r.all_ids, prompt, (size_t)n_prompt * sizeof *prompt);
         r.n_prompt = n_prompt;
-        if (!o.json) {
-            /* echo the prompt as the user should read it, then stream the rest */
-            int32_t bos = kvi_token_bos(m);
-            size_t len = 0;
-            char *txt = cli_detokenize(m, prompt, n_prompt, false, bos >= 0 && prompt[0] == bos, &len);
-            if (txt) fwrite(txt, 1, len, stdout);
-            free(txt);
-            fflush(stdout);
-        }
-        int threads = o.n_threads > 0 ? (int)o.n_threads : cli_n_cores();
-        rc = generate(&o, m, e, seq, smp, &r);
-        if (rc == 0 && !o.json) {
-            /* bytes held back waiting for a UTF-8 continuation are printed as they are */
-            if (r.text.len > r.text.printed) fwrite(r.text.data + r.text.printed, 1, r.text.len - r.text.printed, stdout);
-            putchar('\n');
-            fflush(stdout);
-        }
-        if (rc == 0 && o.save_session) {
-            kvi_error err = {0};
-            if (kvi_seq_save(seq, o.save_session, &err) != 0) rc = cli_error("--save-session: %s", err.msg);
-        }
-        if (rc == 0) {
-            kvi_mem_stats_get(m, e, &r.mem);
-            print_summary(&o, &r, threads);
-            if (o.json) rc = print_json(&o, &r, threads);
-        }
+        rc = generate_and_report(&o, m, e, seq, smp, &r);
     }
     free(r.text.data);
     free(r.all_ids);

@@ -17,7 +17,7 @@
  * top-k 40, top-p 0.95, min-p 0.05, context = the model's), so a greedy request
  * gets the same tokens from both.
  */
-#include "cli/cli.h"
+#include "cli/cli_opts.h"
 #include "server/server.h"
 #include "cli/run_spec.h"
 
@@ -82,73 +82,162 @@ static char *model_name_of(const char *path)
     return s;
 }
 
-int cmd_serve(int argc, char **argv)
+/* The shared flags `serve` takes (cli/cli_opts.h): -c 0 is the model's context,
+ * --kv-budget 0 the default bound; --kv-type for K and V only. */
+#define SERVE_OPTS                                                                                       \
+    (CLI_OPT_MODEL | CLI_OPT_TOKENIZER | CLI_OPT_MMAP | CLI_OPT_THREADS | CLI_OPT_CTX | CLI_OPT_CTX_MIN0 | \
+     CLI_OPT_KV_TYPE | CLI_OPT_KV_BUDGET | CLI_OPT_BUDGET_ZERO | CLI_OPT_NO_PREFIX)
+
+typedef struct serve_opts {
+    cli_common c;
+    const char *alias, *api_key, *host;
+    bool quiet;
+    int64_t port, parallel, queue_max, batch_tokens;
+    run_spec_opts so;       /* speculative decoding */
+} serve_opts;
+
+/* serve's own integer flags: 1 consumed, 0 not one of them, -1 error printed. */
+static int serve_int_flag(int argc, char **argv, int *i, serve_opts *o)
 {
-    const char *model = NULL, *tokenizer = NULL, *alias = NULL, *api_key = NULL, *host = "127.0.0.1";
-    bool mmap = false, quiet = false, prefix_cache = true;
-    int64_t port = 8080, threads = 0, ctx = 0, parallel = 16, queue_max = 256, batch_tokens = 512;
-    size_t budget = 0;
-    kvi_type kv = KVI_TYPE_F16;
-    run_spec_opts so;
-    run_spec_opts_default(&so);
+    const char *a = argv[*i];
+    int64_t *dst = NULL, lo = 0, hi = 0;
+    if (!strcmp(a, "--port")) dst = &o->port, lo = 0, hi = 65535;
+    else if (!strcmp(a, "--parallel")) dst = &o->parallel, lo = 1, hi = 4096;
+    else if (!strcmp(a, "--queue-max")) dst = &o->queue_max, lo = 0, hi = 1 << 20;
+    else if (!strcmp(a, "--batch-tokens")) dst = &o->batch_tokens, lo = 1, hi = 1 << 16;
+    if (!dst) return 0;
+    return cli_flag_i64(a, cli_flag_value(argc, argv, i), lo, hi, dst);
+}
+
+/* 0: parsed; 1: error printed; 2: help printed. */
+static int parse_serve_args(int argc, char **argv, serve_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    cli_common_init(&o->c);
+    o->host = "127.0.0.1";
+    o->port = 8080;
+    o->parallel = 16;
+    o->queue_max = 256;
+    o->batch_tokens = 512;
+    run_spec_opts_default(&o->so);
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        const int sf = run_spec_parse_flag(argc, argv, &i, &so);
-        if (sf < 0) return 1;
-        if (sf > 0) continue;
-#define VALUE() (v = cli_flag_value(argc, argv, &i))
-#define INT_FLAG(var, lo, hi)                                                                 \
-    do {                                                                                      \
-        if (!VALUE()) return 1;                                                               \
-        if (!cli_parse_i64(v, lo, hi, &var)) return cli_error("%s: '%s' is not an integer in [%d, %d]", a, v, lo, hi); \
-    } while (0)
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+        const char *a = argv[i];
+        int r = run_spec_parse_flag(argc, argv, &i, &o->so);
+        if (r == 0 && (!strcmp(a, "-h") || !strcmp(a, "--help"))) {
             fputs(serve_help, stdout);
-            return 0;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (!(model = VALUE())) return 1;
-        } else if (!strcmp(a, "--tokenizer")) {
-            if (!(tokenizer = VALUE())) return 1;
-        } else if (!strcmp(a, "--mmap")) {
-            mmap = true;
-        } else if (!strcmp(a, "--no-prefix-cache")) {
-            prefix_cache = false;
+            return 2;
+        }
+        if (r == 0) r = cli_opt_common(argc, argv, &i, &o->c, SERVE_OPTS);
+        if (r == 0) r = serve_int_flag(argc, argv, &i, o);
+        if (r < 0) return 1;
+        if (r > 0) continue;
+        const char **str = !strcmp(a, "--host") ? &o->host : !strcmp(a, "--api-key") ? &o->api_key
+                         : !strcmp(a, "--alias") ? &o->alias : NULL;
+        if (str) {
+            if (!(*str = cli_flag_value(argc, argv, &i))) return 1;
         } else if (!strcmp(a, "--quiet")) {
-            quiet = true;
-        } else if (!strcmp(a, "--host")) {
-            if (!(host = VALUE())) return 1;
-        } else if (!strcmp(a, "--port")) {
-            INT_FLAG(port, 0, 65535);
-        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            INT_FLAG(threads, 0, 1024);
-        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
-            INT_FLAG(ctx, 0, 1 << 24);
-        } else if (!strcmp(a, "--parallel")) {
-            INT_FLAG(parallel, 1, 4096);
-        } else if (!strcmp(a, "--queue-max")) {
-            INT_FLAG(queue_max, 0, 1 << 20);
-        } else if (!strcmp(a, "--batch-tokens")) {
-            INT_FLAG(batch_tokens, 1, 1 << 16);
-        } else if (!strcmp(a, "--kv-budget")) {
-            if (!VALUE()) return 1;
-            if (!cli_parse_size(v, &budget)) return cli_error("--kv-budget: '%s' is not a size", v);
-        } else if (!strcmp(a, "--kv-type")) {
-            if (!VALUE() || !cli_parse_kv_type(a, v, &kv)) return 1;
-        } else if (!strcmp(a, "--api-key")) {
-            if (!(api_key = VALUE())) return 1;
-        } else if (!strcmp(a, "--alias")) {
-            if (!(alias = VALUE())) return 1;
+            o->quiet = true;
         } else {
             return cli_error("serve: unknown option '%s' (kvinfer serve --help)", a);
         }
-#undef VALUE
-#undef INT_FLAG
     }
-    if (!model) model = cli_default_model();
-    if (!model) return cli_error("serve: no model given (-m MODEL)");
-    if (so.ngram && so.draft_path) return cli_error("serve: choose one speculation: --spec ngram or --draft PATH");
-    if (so.draft_min > so.draft_max)
-        return cli_error("serve: --draft-min %d is larger than --draft-max %d", (int)so.draft_min, (int)so.draft_max);
+    if (!o->c.model) o->c.model = cli_default_model();
+    if (!o->c.model) return cli_error("serve: no model given (-m MODEL)");
+    if (o->so.ngram && o->so.draft_path)
+        return cli_error("serve: choose one speculation: --spec ngram or --draft PATH");
+    if (o->so.draft_min > o->so.draft_max)
+        return cli_error("serve: --draft-min %d is larger than --draft-max %d", (int)o->so.draft_min,
+                         (int)o->so.draft_max);
+    return 0;
+}
+
+/* Gives the scheduler speculative decoding; with --draft, loads the draft model
+ * and its engine (a sequence per parallel slot, the target's context and KV
+ * type) into *dm, *de, which the caller frees after the scheduler. 0, or 1 with
+ * the error printed. */
+static int serve_spec(const serve_opts *o, kvi_sched *s, int n_ctx, kvi_model **dm, kvi_engine **de)
+{
+    kvi_error err = {0};
+    kvi_spec_params pp;
+    kvi_spec_params_default(&pp);
+    pp.draft_max = o->so.draft_max;
+    pp.draft_min = o->so.draft_min;
+    pp.ngram_max = o->so.ngram_n;
+    pp.adapt = o->so.adapt;
+    if (o->so.draft_path) {
+        if (!(*dm = cli_load_model(o->so.draft_path, o->c.mmap, NULL))) return 1;
+        kvi_engine_params dp;
+        cli_engine_params_default(&dp);
+        dp.n_threads = (int)o->c.n_threads;
+        dp.n_ctx = n_ctx;
+        dp.kv_type_k = dp.kv_type_v = o->c.kv_k;
+        dp.n_seq_max = (int)o->parallel;
+        dp.prefix_cache = false;
+        if (!(*de = kvi_engine_create(*dm, &dp, &err)))
+            return cli_error("serve: cannot create the draft engine: %s", err.msg);
+    }
+    if (kvi_sched_set_spec(s, &pp, *de, &err) != 0) return cli_error("serve: speculative decoding: %s", err.msg);
+    fprintf(stderr, "kvinfer: speculative decoding: %s, draft-max %d\n", o->so.draft_path ? o->so.draft_path : "ngram",
+            (int)o->so.draft_max);
+    return 0;
+}
+
+/* The server's configuration before it listens: sampling defaults are run's. */
+static void serve_config(srv_server *srv, const serve_opts *o, const char *name)
+{
+    pthread_mutex_init(&srv->mu, NULL);
+    srv_metrics_init(&srv->metrics);
+    srv->cfg.host = o->host;
+    srv->cfg.port = (int)o->port;
+    srv->cfg.api_key = o->api_key;
+    srv->cfg.model_name = name;
+    srv->cfg.quiet = o->quiet;
+    kvi_sampler_params_default(&srv->cfg.sampling);
+    srv->cfg.sampling.temp = 0.8f;
+    srv->cfg.sampling.top_k = 40;
+    srv->cfg.sampling.top_p = 0.95f;
+    srv->cfg.sampling.min_p = 0.05f;
+    srv->cfg.sampling.repeat_penalty = 1.0f;
+    srv->cfg.sampling.repeat_last_n = 64;
+    srv->cfg.sampling.seed = (uint64_t)time(NULL);
+}
+
+/* Loads the model, creates the engine and starts the scheduler (with
+ * speculation when asked); *sp gets the running scheduler. 0, or 1 with the
+ * error printed. */
+static int serve_start(srv_server *srv, const serve_opts *o, kvi_sched **sp, kvi_model **dm, kvi_engine **de)
+{
+    kvi_error err = {0};
+    if (!(srv->m = cli_opt_load_model(&o->c))) return 1;
+    kvi_engine_params ep;
+    cli_opt_engine_params(&o->c, &ep);
+    ep.n_seq_max = (int)o->parallel;
+    ep.n_batch_max = (int)(o->batch_tokens + o->parallel);
+    if (!(srv->e = cli_engine_create(srv->m, &ep, "serve: "))) return 1;
+    srv->cfg.n_ctx = kvi_engine_n_ctx(srv->e);
+    kvi_sched_params sched;
+    kvi_sched_params_default(&sched);
+    sched.n_parallel = (int)o->parallel;
+    sched.queue_max = (int)o->queue_max;
+    sched.batch_tokens = (int)o->batch_tokens;
+    kvi_sched *s = kvi_sched_create(srv->e, &sched, &err);
+    if (s && run_spec_enabled(&o->so) && serve_spec(o, s, srv->cfg.n_ctx, dm, de) != 0) {
+        kvi_sched_free(s);
+        return 1;
+    }
+    if (!s || kvi_sched_start(s, &err) != 0) {
+        kvi_sched_free(s);
+        return cli_error("serve: cannot start the scheduler: %s", err.msg);
+    }
+    *sp = s;
+    return 0;
+}
+
+int cmd_serve(int argc, char **argv)
+{
+    serve_opts o;
+    int prc = parse_serve_args(argc, argv, &o);
+    if (prc != 0) return prc == 2 ? 0 : 1;
     kvi_model *dm = NULL;
     kvi_engine *de = NULL;
 
@@ -161,104 +250,32 @@ int cmd_serve(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
 
     srv_server *srv = calloc(1, sizeof *srv);
-    char *name = alias ? strdup(alias) : model_name_of(model);
+    char *name = o.alias ? strdup(o.alias) : model_name_of(o.c.model);
     if (!srv || !name) {
         free(srv);
         free(name);
         return cli_error("out of memory");
     }
-    pthread_mutex_init(&srv->mu, NULL);
-    srv_metrics_init(&srv->metrics);
-    srv->cfg.host = host;
-    srv->cfg.port = (int)port;
-    srv->cfg.api_key = api_key;
-    srv->cfg.model_name = name;
-    srv->cfg.quiet = quiet;
-    kvi_sampler_params_default(&srv->cfg.sampling);
-    srv->cfg.sampling.temp = 0.8f;
-    srv->cfg.sampling.top_k = 40;
-    srv->cfg.sampling.top_p = 0.95f;
-    srv->cfg.sampling.min_p = 0.05f;
-    srv->cfg.sampling.repeat_penalty = 1.0f;
-    srv->cfg.sampling.repeat_last_n = 64;
-    srv->cfg.sampling.seed = (uint64_t)time(NULL);
+    serve_config(srv, &o, name);
 
     int rc = 0;
     kvi_error err = {0};
+    kvi_sched *s = NULL;
     if (srv_start(srv, &err) != 0) {
         rc = cli_error("serve: %s", err.msg);
         goto out;
     }
-    printf("kvinfer: listening on http://%s:%d\n", host, srv_bound_port(srv));
+    printf("kvinfer: listening on http://%s:%d\n", o.host, srv_bound_port(srv));
     fflush(stdout);
-
-    kvi_model *m = cli_load_model(model, mmap, tokenizer);
-    if (!m) { rc = 1; goto out; }
-    srv->m = m;
-    kvi_model_info info;
-    kvi_model_get_info(m, &info);
-    kvi_engine_params ep;
-    cli_engine_params_default(&ep);
-    ep.n_threads = (int)threads;
-    ep.n_ctx = (int)ctx;
-    ep.kv_type_k = ep.kv_type_v = kv;
-    ep.n_seq_max = (int)parallel;
-    ep.kv_budget_bytes = budget;
-    ep.n_batch_max = (int)(batch_tokens + parallel);
-    ep.prefix_cache = prefix_cache;
-    srv->e = kvi_engine_create(m, &ep, &err);
-    if (!srv->e) { rc = cli_error("serve: cannot create the engine: %s", err.msg); goto out; }
-    srv->cfg.n_ctx = kvi_engine_n_ctx(srv->e);
-    kvi_sched_params sp;
-    kvi_sched_params_default(&sp);
-    sp.n_parallel = (int)parallel;
-    sp.queue_max = (int)queue_max;
-    sp.batch_tokens = (int)batch_tokens;
-    kvi_sched *s = kvi_sched_create(srv->e, &sp, &err);
-    if (s && run_spec_enabled(&so)) {
-        kvi_spec_params pp;
-        kvi_spec_params_default(&pp);
-        pp.draft_max = so.draft_max;
-        pp.draft_min = so.draft_min;
-        pp.ngram_max = so.ngram_n;
-        pp.adapt = so.adapt;
-        if (so.draft_path) {
-            if (!(dm = cli_load_model(so.draft_path, mmap, NULL))) {
-                kvi_sched_free(s);
-                rc = 1;
-                goto out;
-            }
-            kvi_engine_params dp;
-            cli_engine_params_default(&dp);
-            dp.n_threads = (int)threads;
-            dp.n_ctx = srv->cfg.n_ctx;
-            dp.kv_type_k = dp.kv_type_v = kv;
-            dp.n_seq_max = (int)parallel;
-            dp.prefix_cache = false;
-            if (!(de = kvi_engine_create(dm, &dp, &err))) {
-                kvi_sched_free(s);
-                rc = cli_error("serve: cannot create the draft engine: %s", err.msg);
-                goto out;
-            }
-        }
-        if (kvi_sched_set_spec(s, &pp, de, &err) != 0) {
-            kvi_sched_free(s);
-            rc = cli_error("serve: speculative decoding: %s", err.msg);
-            goto out;
-        }
-        fprintf(stderr, "kvinfer: speculative decoding: %s, draft-max %d\n", so.draft_path ? so.draft_path : "ngram",
-                (int)so.draft_max);
-    }
-    if (!s || kvi_sched_start(s, &err) != 0) {
-        kvi_sched_free(s);
-        rc = cli_error("serve: cannot start the scheduler: %s", err.msg);
+    if (serve_start(srv, &o, &s, &dm, &de) != 0) {
+        rc = 1;
         goto out;
     }
     kvi_stats ks;
     kvi_stats_get(srv->e, NULL, &ks);
     __atomic_store_n(&srv->s, s, __ATOMIC_RELEASE);
     fprintf(stderr, "kvinfer: serving '%s' (context %d per sequence, %d parallel, KV pool %d blocks of %d tokens = %zu bytes)\n",
-            name, srv->cfg.n_ctx, (int)parallel, ks.kv_blocks_total, ks.kv_block_size, ks.kv_bytes_budget);
+            name, srv->cfg.n_ctx, (int)o.parallel, ks.kv_blocks_total, ks.kv_block_size, ks.kv_bytes_budget);
     printf("kvinfer: ready\n");
     fflush(stdout);
 

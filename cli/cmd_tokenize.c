@@ -6,7 +6,7 @@
  * Output: one line per token "id<TAB>'piece'" (piece escaped C-style), or with
  * --json exactly one JSON document on stdout: {"tokens": [...]} / {"text": "..."}.
  */
-#include "cli/cli.h"
+#include "cli/cli_opts.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -109,16 +109,19 @@ static char *join_args(int argc, char **argv, int first, size_t *len)
 
 int cmd_tokenize(int argc, char **argv)
 {
-    const char *model_path = NULL, *prompt = NULL, *file = NULL;
+    const char *prompt = NULL, *file = NULL;
     bool no_bos = false, special = false, json = false;
+    cli_common c;   /* -m only (cli/cli_opts.h) */
+    cli_common_init(&c);
     int first_pos = argc;   /* first positional argument */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        int r;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             fputs(tokenize_help, stdout);
             return 0;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (!(model_path = cli_flag_value(argc, argv, &i))) return 1;
+        } else if ((r = cli_opt_common(argc, argv, &i, &c, CLI_OPT_MODEL)) != 0) {
+            if (r < 0) return 1;
         } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
             if (!(prompt = cli_flag_value(argc, argv, &i))) return 1;
         } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
@@ -162,7 +165,7 @@ int cmd_tokenize(int argc, char **argv)
         text = owned;
     }
 
-    kvi_model *m = load_vocab(model_path);
+    kvi_model *m = load_vocab(c.model);
     if (!m) { free(owned); return 1; }
     int32_t *ids = NULL, n = 0;
     int rc = cli_tokenize(m, text, len, !no_bos, special, &ids, &n);
@@ -205,20 +208,22 @@ int cmd_tokenize(int argc, char **argv)
 
 int cmd_detokenize(int argc, char **argv)
 {
-    const char *model_path = NULL;
+    cli_common c;   /* -m only (cli/cli_opts.h) */
+    cli_common_init(&c);
     bool special = false, json = false;
     int32_t *ids = NULL, n = 0;
     bool seen_ids = false, only_ids = false;
     int rc = 0;
     for (int i = 1; i < argc && rc == 0; i++) {
         const char *a = argv[i];
+        int r;
         bool is_flag = !only_ids && a[0] == '-' && a[1] != '\0' && !(a[1] >= '0' && a[1] <= '9');
         if (is_flag && (!strcmp(a, "-h") || !strcmp(a, "--help"))) {
             fputs(detokenize_help, stdout);
             free(ids);
             return 0;
-        } else if (is_flag && (!strcmp(a, "-m") || !strcmp(a, "--model"))) {
-            if (!(model_path = cli_flag_value(argc, argv, &i))) rc = 1;
+        } else if (is_flag && (r = cli_opt_common(argc, argv, &i, &c, CLI_OPT_MODEL)) != 0) {
+            if (r < 0) rc = 1;
         } else if (is_flag && !strcmp(a, "--special")) {
             special = true;
         } else if (is_flag && !strcmp(a, "--json")) {
@@ -248,7 +253,7 @@ int cmd_detokenize(int argc, char **argv)
     }
     if (rc == 0 && !seen_ids) rc = cli_error("detokenize: no token ids given (like 1,2,3)");
     kvi_model *m = NULL;
-    if (rc == 0 && !(m = load_vocab(model_path))) rc = 1;
+    if (rc == 0 && !(m = load_vocab(c.model))) rc = 1;
     if (rc == 0) rc = cli_check_ids(m, ids, n);
     char *text = NULL;
     size_t len = 0;

@@ -113,7 +113,7 @@ static void toy_print_mask(int n)
     }
 }
 
-static void toy_print_matrix(double m[TOY_MAX][TOY_MAX], int n, const char *indent)
+static void toy_print_matrix(const double m[TOY_MAX][TOY_MAX], int n, const char *indent)
 {
     for (int i = 0; i < n; i++) {
         printf("%s%-8s [", indent, k_tokens[i].text);
@@ -140,6 +140,161 @@ static cJSON *toy_json_row(const toy_pass *p, int i)
     return r;
 }
 
+/* Everything the example computes (see the file comment). */
+typedef struct toy_demo {
+    toy_pass pre, full;     /* prefill of rows 0..3; the recompute of all five rows */
+    double cache_k[TOY_HEADS][TOY_MAX], cache_v[TOY_HEADS][TOY_MAX];
+    int cache_len;
+    int pos;                /* the decoded position */
+    double dq[TOY_HEADS], dscore[TOY_HEADS][TOY_MAX], dweight[TOY_HEADS][TOY_MAX], dout[TOY_HEADS];
+    double decoded;         /* the decode row's blended output */
+    double max_diff;        /* largest difference from the recompute */
+    bool agree;
+} toy_demo;
+
+/* Prefill, the KV cache, decode from the cache, and the recompute that checks it. */
+static void toy_compute(toy_demo *demo)
+{
+    /* Prefill: rows 0..3 in one pass; their keys and values go into the cache. */
+    toy_full_pass(&demo->pre, 4);
+    demo->cache_len = 4;
+    for (int h = 0; h < TOY_HEADS; h++)
+        for (int j = 0; j < demo->cache_len; j++) {
+            demo->cache_k[h][j] = demo->pre.k[h][j];
+            demo->cache_v[h][j] = demo->pre.v[h][j];
+        }
+
+    /* Decode: position 4 computes only its own q, k, v, appends k and v, and
+     * attends over the cache; nothing of rows 0..3 is recomputed. */
+    demo->pos = 4;
+    for (int h = 0; h < TOY_HEADS; h++) {
+        demo->dq[h] = toy_query(h, demo->pos);
+        demo->cache_k[h][demo->pos] = toy_key(h, demo->pos);
+        demo->cache_v[h][demo->pos] = toy_value(h, demo->pos);
+    }
+    demo->cache_len = 5;
+    for (int h = 0; h < TOY_HEADS; h++)
+        demo->dout[h] = toy_attend(demo->dq[h], demo->cache_k[h], demo->cache_v[h], demo->cache_len, demo->dscore[h],
+                                   demo->dweight[h]);
+    demo->decoded = 0.5 * demo->dout[0] + 0.5 * demo->dout[1];
+
+    /* The check: all five rows from scratch. */
+    toy_full_pass(&demo->full, 5);
+    demo->max_diff = 0.0;
+    for (int i = 0; i < 4; i++) demo->max_diff = fmax(demo->max_diff, fabs(demo->full.out[i] - demo->pre.out[i]));
+    demo->max_diff = fmax(demo->max_diff, fabs(demo->full.out[4] - demo->decoded));
+    demo->agree = demo->max_diff <= 1e-12;
+}
+
+/* One JSON document: the mask, the rows and the agreement flag. */
+static int toy_print_json(const toy_demo *demo)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON *toks = cJSON_AddArrayToObject(root, "tokens");
+    for (int i = 0; i < TOY_MAX; i++) {
+        cJSON *t = cJSON_CreateObject();
+        cJSON_AddStringToObject(t, "text", k_tokens[i].text);
+        cJSON_AddNumberToObject(t, "value", k_tokens[i].value);
+        cJSON_AddItemToArray(toks, t);
+    }
+    cJSON *mask = cJSON_AddArrayToObject(root, "mask");
+    for (int i = 0; i < 4; i++) {
+        cJSON *row = cJSON_CreateArray();
+        for (int j = 0; j < 4; j++) cJSON_AddItemToArray(row, cJSON_CreateBool(j <= i));
+        cJSON_AddItemToArray(mask, row);
+    }
+    cJSON *rows = cJSON_AddArrayToObject(root, "prefill_rows");
+    for (int i = 0; i < 4; i++) cJSON_AddItemToArray(rows, toy_json_row(&demo->pre, i));
+    cJSON *d = cJSON_AddObjectToObject(root, "decode_row");
+    cJSON_AddNumberToObject(d, "pos", demo->pos);
+    cJSON_AddStringToObject(d, "token", k_tokens[demo->pos].text);
+    cJSON_AddNumberToObject(d, "head_a", demo->dout[0]);
+    cJSON_AddNumberToObject(d, "head_b", demo->dout[1]);
+    cJSON_AddNumberToObject(d, "output", demo->decoded);
+    cJSON *w = cJSON_AddArrayToObject(d, "weights_a");
+    for (int j = 0; j < demo->cache_len; j++) cJSON_AddItemToArray(w, cJSON_CreateNumber(demo->dweight[0][j]));
+    w = cJSON_AddArrayToObject(d, "weights_b");
+    for (int j = 0; j < demo->cache_len; j++) cJSON_AddItemToArray(w, cJSON_CreateNumber(demo->dweight[1][j]));
+    rows = cJSON_AddArrayToObject(root, "recompute_rows");
+    for (int i = 0; i < 5; i++) cJSON_AddItemToArray(rows, toy_json_row(&demo->full, i));
+    cJSON_AddNumberToObject(root, "max_abs_diff", demo->max_diff);
+    cJSON_AddBoolToObject(root, "agree", demo->agree);
+    char *s = cJSON_Print(root);
+    cJSON_Delete(root);
+    if (!s) return cli_error("toy: out of memory");
+    printf("%s\n", s);
+    cJSON_free(s);
+    return demo->agree ? 0 : 1;
+}
+
+/* The walk-through, step by step. */
+static void toy_print_text(const toy_demo *demo)
+{
+    printf("kvinfer toy: prefill, decode and the KV cache, by hand\n\n");
+    printf("1. Four tokens, each reduced to one number (its \"embedding\"):\n");
+    for (int i = 0; i < 4; i++) printf("     pos %d  %-8s %4.0f\n", i, k_tokens[i].text, k_tokens[i].value);
+
+    printf("\n2. Two hand-written heads give every position a query q, a key k and a value v:\n"
+           "     head A \"%s\": q = 1, k = 2 at even positions and 0 at odd ones, v = value\n"
+           "     head B \"%s\": q = 2, k = the position (later is larger), v = value\n"
+           "   score = q * k; weights = softmax of a row's scores; output = sum of weight * v;\n"
+           "   a row's final output = 0.5 * head A + 0.5 * head B.\n",
+           k_head_name[0], k_head_name[1]);
+    printf("     pos  token     A: q   k   v     B: q   k   v\n");
+    for (int i = 0; i < 4; i++)
+        printf("     %3d  %-8s  %4.0f %3.0f %3.0f     %4.0f %3.0f %3.0f\n", i, k_tokens[i].text, demo->pre.q[0][i],
+               demo->pre.k[0][i], demo->pre.v[0][i], demo->pre.q[1][i], demo->pre.k[1][i], demo->pre.v[1][i]);
+
+    printf("\n3. The causal mask: row i (a query) may look at columns 0..i (keys), never ahead:\n");
+    toy_print_mask(4);
+
+    printf("\n4. Prefill: all four rows in one pass. Scores q*k, masked to -inf above the diagonal:\n");
+    for (int h = 0; h < TOY_HEADS; h++) {
+        printf("   head %c scores:\n", 'A' + h);
+        toy_print_matrix(demo->pre.score[h], 4, "     ");
+        printf("   head %c weights (softmax of each row; masked columns get 0):\n", 'A' + h);
+        toy_print_matrix(demo->pre.weight[h], 4, "     ");
+    }
+    printf("   outputs (weights times values, summed along each row):\n");
+    printf("     pos  token      head A   head B   blended\n");
+    for (int i = 0; i < 4; i++)
+        printf("     %3d  %-8s  %7.2f  %7.2f  %8.2f\n", i, k_tokens[i].text, demo->pre.head_out[0][i],
+               demo->pre.head_out[1][i], demo->pre.out[i]);
+
+    printf("\n5. The KV cache keeps every position's keys and values, so nothing is recomputed later:\n");
+    for (int h = 0; h < TOY_HEADS; h++) {
+        printf("     head %c  k = [", 'A' + h);
+        for (int j = 0; j < 4; j++) printf("%s%g", j ? ", " : "", demo->cache_k[h][j]);
+        printf("]  v = [");
+        for (int j = 0; j < 4; j++) printf("%s%g", j ? ", " : "", demo->cache_v[h][j]);
+        printf("]\n");
+    }
+
+    printf("\n6. Decode: \"%s\" (value %g) arrives at position %d. Only its row is computed: its\n"
+           "   q, k, v; k and v are appended to the cache; q is scored against all 5 cached keys\n"
+           "   (no mask needed: every cached position is in the past or is itself):\n",
+           k_tokens[demo->pos].text, k_tokens[demo->pos].value, demo->pos);
+    for (int h = 0; h < TOY_HEADS; h++) {
+        printf("     head %c  scores [", 'A' + h);
+        for (int j = 0; j < demo->cache_len; j++) printf(" %5.2f", demo->dscore[h][j]);
+        printf(" ]  weights [");
+        for (int j = 0; j < demo->cache_len; j++) printf(" %4.2f", demo->dweight[h][j]);
+        printf(" ]  output %.2f\n", demo->dout[h]);
+    }
+    printf("     blended output of \"%s\": %.2f\n", k_tokens[demo->pos].text, demo->decoded);
+
+    printf("\n7. Check: recompute all five rows from scratch (5x5 scores, masked):\n");
+    printf("     pos  token      recompute   cached (prefill rows 0-3, decode row 4)\n");
+    for (int i = 0; i < 5; i++)
+        printf("     %3d  %-8s  %9.4f   %9.4f\n", i, k_tokens[i].text, demo->full.out[i],
+               i < 4 ? demo->pre.out[i] : demo->decoded);
+    printf("   max |difference| = %.3g: the rows %s.\n", demo->max_diff, demo->agree ? "agree" : "DO NOT agree");
+    printf("   Rows 0-3 did not change when \"%s\" arrived (the mask hides the future), so the\n"
+           "   cache is exact. Decode scored 5 keys instead of recomputing 25 scores per head;\n"
+           "   at step n it scores n keys instead of n*n: that is what the KV cache buys.\n",
+           k_tokens[demo->pos].text);
+}
+
 int cmd_toy(int argc, char **argv)
 {
     bool json = false;
@@ -158,139 +313,9 @@ int cmd_toy(int argc, char **argv)
             return cli_error("toy: unknown option '%s' (kvinfer toy --help)", argv[i]);
         }
     }
-
-    /* Prefill: rows 0..3 in one pass; their keys and values go into the cache. */
-    toy_pass pre, full;
-    toy_full_pass(&pre, 4);
-    double cache_k[TOY_HEADS][TOY_MAX], cache_v[TOY_HEADS][TOY_MAX];
-    int cache_len = 4;
-    for (int h = 0; h < TOY_HEADS; h++)
-        for (int j = 0; j < cache_len; j++) {
-            cache_k[h][j] = pre.k[h][j];
-            cache_v[h][j] = pre.v[h][j];
-        }
-
-    /* Decode: position 4 computes only its own q, k, v, appends k and v, and
-     * attends over the cache; nothing of rows 0..3 is recomputed. */
-    const int pos = 4;
-    double dq[TOY_HEADS], dscore[TOY_HEADS][TOY_MAX], dweight[TOY_HEADS][TOY_MAX], dout[TOY_HEADS];
-    for (int h = 0; h < TOY_HEADS; h++) {
-        dq[h] = toy_query(h, pos);
-        cache_k[h][pos] = toy_key(h, pos);
-        cache_v[h][pos] = toy_value(h, pos);
-    }
-    cache_len = 5;
-    for (int h = 0; h < TOY_HEADS; h++)
-        dout[h] = toy_attend(dq[h], cache_k[h], cache_v[h], cache_len, dscore[h], dweight[h]);
-    const double decoded = 0.5 * dout[0] + 0.5 * dout[1];
-
-    /* The check: all five rows from scratch. */
-    toy_full_pass(&full, 5);
-    double max_diff = 0.0;
-    for (int i = 0; i < 4; i++) max_diff = fmax(max_diff, fabs(full.out[i] - pre.out[i]));
-    max_diff = fmax(max_diff, fabs(full.out[4] - decoded));
-    const bool agree = max_diff <= 1e-12;
-
-    if (json) {
-        cJSON *root = cJSON_CreateObject();
-        cJSON *toks = cJSON_AddArrayToObject(root, "tokens");
-        for (int i = 0; i < TOY_MAX; i++) {
-            cJSON *t = cJSON_CreateObject();
-            cJSON_AddStringToObject(t, "text", k_tokens[i].text);
-            cJSON_AddNumberToObject(t, "value", k_tokens[i].value);
-            cJSON_AddItemToArray(toks, t);
-        }
-        cJSON *mask = cJSON_AddArrayToObject(root, "mask");
-        for (int i = 0; i < 4; i++) {
-            cJSON *row = cJSON_CreateArray();
-            for (int j = 0; j < 4; j++) cJSON_AddItemToArray(row, cJSON_CreateBool(j <= i));
-            cJSON_AddItemToArray(mask, row);
-        }
-        cJSON *rows = cJSON_AddArrayToObject(root, "prefill_rows");
-        for (int i = 0; i < 4; i++) cJSON_AddItemToArray(rows, toy_json_row(&pre, i));
-        cJSON *d = cJSON_AddObjectToObject(root, "decode_row");
-        cJSON_AddNumberToObject(d, "pos", pos);
-        cJSON_AddStringToObject(d, "token", k_tokens[pos].text);
-        cJSON_AddNumberToObject(d, "head_a", dout[0]);
-        cJSON_AddNumberToObject(d, "head_b", dout[1]);
-        cJSON_AddNumberToObject(d, "output", decoded);
-        cJSON *w = cJSON_AddArrayToObject(d, "weights_a");
-        for (int j = 0; j < cache_len; j++) cJSON_AddItemToArray(w, cJSON_CreateNumber(dweight[0][j]));
-        w = cJSON_AddArrayToObject(d, "weights_b");
-        for (int j = 0; j < cache_len; j++) cJSON_AddItemToArray(w, cJSON_CreateNumber(dweight[1][j]));
-        rows = cJSON_AddArrayToObject(root, "recompute_rows");
-        for (int i = 0; i < 5; i++) cJSON_AddItemToArray(rows, toy_json_row(&full, i));
-        cJSON_AddNumberToObject(root, "max_abs_diff", max_diff);
-        cJSON_AddBoolToObject(root, "agree", agree);
-        char *s = cJSON_Print(root);
-        cJSON_Delete(root);
-        if (!s) return cli_error("toy: out of memory");
-        printf("%s\n", s);
-        cJSON_free(s);
-        return agree ? 0 : 1;
-    }
-
-    printf("kvinfer toy: prefill, decode and the KV cache, by hand\n\n");
-    printf("1. Four tokens, each reduced to one number (its \"embedding\"):\n");
-    for (int i = 0; i < 4; i++) printf("     pos %d  %-8s %4.0f\n", i, k_tokens[i].text, k_tokens[i].value);
-
-    printf("\n2. Two hand-written heads give every position a query q, a key k and a value v:\n"
-           "     head A \"%s\": q = 1, k = 2 at even positions and 0 at odd ones, v = value\n"
-           "     head B \"%s\": q = 2, k = the position (later is larger), v = value\n"
-           "   score = q * k; weights = softmax of a row's scores; output = sum of weight * v;\n"
-           "   a row's final output = 0.5 * head A + 0.5 * head B.\n",
-           k_head_name[0], k_head_name[1]);
-    printf("     pos  token     A: q   k   v     B: q   k   v\n");
-    for (int i = 0; i < 4; i++)
-        printf("     %3d  %-8s  %4.0f %3.0f %3.0f     %4.0f %3.0f %3.0f\n", i, k_tokens[i].text, pre.q[0][i],
-               pre.k[0][i], pre.v[0][i], pre.q[1][i], pre.k[1][i], pre.v[1][i]);
-
-    printf("\n3. The causal mask: row i (a query) may look at columns 0..i (keys), never ahead:\n");
-    toy_print_mask(4);
-
-    printf("\n4. Prefill: all four rows in one pass. Scores q*k, masked to -inf above the diagonal:\n");
-    for (int h = 0; h < TOY_HEADS; h++) {
-        printf("   head %c scores:\n", 'A' + h);
-        toy_print_matrix(pre.score[h], 4, "     ");
-        printf("   head %c weights (softmax of each row; masked columns get 0):\n", 'A' + h);
-        toy_print_matrix(pre.weight[h], 4, "     ");
-    }
-    printf("   outputs (weights times values, summed along each row):\n");
-    printf("     pos  token      head A   head B   blended\n");
-    for (int i = 0; i < 4; i++)
-        printf("     %3d  %-8s  %7.2f  %7.2f  %8.2f\n", i, k_tokens[i].text, pre.head_out[0][i], pre.head_out[1][i],
-               pre.out[i]);
-
-    printf("\n5. The KV cache keeps every position's keys and values, so nothing is recomputed later:\n");
-    for (int h = 0; h < TOY_HEADS; h++) {
-        printf("     head %c  k = [", 'A' + h);
-        for (int j = 0; j < 4; j++) printf("%s%g", j ? ", " : "", cache_k[h][j]);
-        printf("]  v = [");
-        for (int j = 0; j < 4; j++) printf("%s%g", j ? ", " : "", cache_v[h][j]);
-        printf("]\n");
-    }
-
-    printf("\n6. Decode: \"%s\" (value %g) arrives at position %d. Only its row is computed: its\n"
-           "   q, k, v; k and v are appended to the cache; q is scored against all 5 cached keys\n"
-           "   (no mask needed: every cached position is in the past or is itself):\n",
-           k_tokens[pos].text, k_tokens[pos].value, pos);
-    for (int h = 0; h < TOY_HEADS; h++) {
-        printf("     head %c  scores [", 'A' + h);
-        for (int j = 0; j < cache_len; j++) printf(" %5.2f", dscore[h][j]);
-        printf(" ]  weights [");
-        for (int j = 0; j < cache_len; j++) printf(" %4.2f", dweight[h][j]);
-        printf(" ]  output %.2f\n", dout[h]);
-    }
-    printf("     blended output of \"%s\": %.2f\n", k_tokens[pos].text, decoded);
-
-    printf("\n7. Check: recompute all five rows from scratch (5x5 scores, masked):\n");
-    printf("     pos  token      recompute   cached (prefill rows 0-3, decode row 4)\n");
-    for (int i = 0; i < 5; i++)
-        printf("     %3d  %-8s  %9.4f   %9.4f\n", i, k_tokens[i].text, full.out[i], i < 4 ? pre.out[i] : decoded);
-    printf("   max |difference| = %.3g: the rows %s.\n", max_diff, agree ? "agree" : "DO NOT agree");
-    printf("   Rows 0-3 did not change when \"%s\" arrived (the mask hides the future), so the\n"
-           "   cache is exact. Decode scored 5 keys instead of recomputing 25 scores per head;\n"
-           "   at step n it scores n keys instead of n*n: that is what the KV cache buys.\n",
-           k_tokens[pos].text);
-    return agree ? 0 : 1;
+    toy_demo demo;
+    toy_compute(&demo);
+    if (json) return toy_print_json(&demo);
+    toy_print_text(&demo);
+    return demo.agree ? 0 : 1;
 }

@@ -43,18 +43,6 @@ void run_spec_opts_default(run_spec_opts *o)
 
 bool run_spec_enabled(const run_spec_opts *o) { return o->ngram || o->draft_path != NULL; }
 
-static int int_flag(const char *flag, const char *v, int64_t lo, int64_t hi, int32_t *out)
-{
-    int64_t x;
-    if (!v) return -1;
-    if (!cli_parse_i64(v, lo, hi, &x)) {
-        cli_error("%s: '%s' is not an integer in [%" PRId64 ", %" PRId64 "]", flag, v, lo, hi);
-        return -1;
-    }
-    *out = (int32_t)x;
-    return 1;
-}
-
 int run_spec_parse_flag(int argc, char **argv, int *i, run_spec_opts *o)
 {
     const char *a = argv[*i];
@@ -72,9 +60,9 @@ int run_spec_parse_flag(int argc, char **argv, int *i, run_spec_opts *o)
         if (!(o->draft_path = cli_flag_value(argc, argv, i))) return -1;
         return 1;
     }
-    if (!strcmp(a, "--draft-max")) return int_flag(a, cli_flag_value(argc, argv, i), 1, 256, &o->draft_max);
-    if (!strcmp(a, "--draft-min")) return int_flag(a, cli_flag_value(argc, argv, i), 0, 256, &o->draft_min);
-    if (!strcmp(a, "--ngram")) return int_flag(a, cli_flag_value(argc, argv, i), 1, 64, &o->ngram_n);
+    if (!strcmp(a, "--draft-max")) return cli_flag_i32(a, cli_flag_value(argc, argv, i), 1, 256, &o->draft_max);
+    if (!strcmp(a, "--draft-min")) return cli_flag_i32(a, cli_flag_value(argc, argv, i), 0, 256, &o->draft_min);
+    if (!strcmp(a, "--ngram")) return cli_flag_i32(a, cli_flag_value(argc, argv, i), 1, 64, &o->ngram_n);
     if (!strcmp(a, "--no-spec-adapt")) {
         o->adapt = false;
         return 1;
