@@ -144,3 +144,68 @@ uint8_t *trand_weights(int type, int64_t n_out, int64_t n_in, uint64_t *s)
     free(row);
     return w;
 }
+
+kvi_model *load_stories260k(int *n_vocab)
+{
+    kvi_error err = {0};
+    kvi_model *m = kvi_model_load(shared_path("models/stories260K.gguf"), NULL, &err);
+    CHECK(m != NULL, "load stories260K: %s", err.msg);
+    if (m && n_vocab) *n_vocab = kvi_n_vocab(m);
+    return m;
+}
+
+kvi_engine_params engine_params(kvi_type kv, int n_threads, int n_seq, int n_ctx)
+{
+    kvi_engine_params p;
+    kvi_engine_params_default(&p);
+    p.kv_type_k = p.kv_type_v = kv;
+    p.n_threads = n_threads;
+    if (n_seq > 0) p.n_seq_max = n_seq;
+    p.n_ctx = n_ctx;
+    return p;
+}
+
+kvi_engine *engine_create_checked(kvi_model *m, const kvi_engine_params *p)
+{
+    kvi_error err = {0};
+    kvi_engine *e = kvi_engine_create(m, p, &err);
+    CHECK(e != NULL, "engine: %s", err.msg);
+    return e;
+}
+
+float *seq_logits(kvi_engine *e, const int32_t *toks, int n, bool decode)
+{
+    const int nv = kvi_n_vocab(kvi_engine_model(e));
+    kvi_seq *s = kvi_seq_create(e);
+    kvi_batch *b = kvi_batch_create(decode ? 1 : n);
+    float *out = malloc((size_t)n * nv * sizeof(float));
+    kvi_error err = {0};
+    if (!decode) {
+        for (int i = 0; i < n; i++) kvi_batch_add(b, s, toks[i], i, true);
+        CHECK(kvi_step(e, b, &err) == 0, "prefill: %s", err.msg);
+        for (int i = 0; i < n; i++) memcpy(out + (size_t)i * nv, kvi_logits(e, i), (size_t)nv * sizeof(float));
+    } else {
+        for (int i = 0; i < n; i++) {
+            kvi_batch_clear(b);
+            kvi_batch_add(b, s, toks[i], i, true);
+            CHECK(kvi_step(e, b, &err) == 0, "decode: %s", err.msg);
+            memcpy(out + (size_t)i * nv, kvi_logits(e, 0), (size_t)nv * sizeof(float));
+        }
+    }
+    kvi_batch_free(b);
+    kvi_seq_free(s);
+    return out;
+}
+
+int step_rows(kvi_engine *e, kvi_seq *s, const int32_t *toks, int from, int n, float *last)
+{
+    kvi_batch *b = kvi_batch_create(n - from);
+    for (int i = from; i < n; i++) kvi_batch_add(b, s, toks[i - from], i, i == n - 1);
+    kvi_error err = {0};
+    int rc = kvi_step(e, b, &err);
+    CHECK(rc == 0, "step: %s", err.msg);
+    if (rc == 0 && last)
+        memcpy(last, kvi_logits(e, n - 1 - from), (size_t)kvi_n_vocab(kvi_engine_model(e)) * sizeof(float));
+    kvi_batch_free(b);
+    return rc;
+}

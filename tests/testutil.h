@@ -4,6 +4,9 @@
  * CHECK(cond, fmt, ...) records a pass or a failure (with file:line and message)
  * and continues; test_main_end() prints "N passed, N failed" and returns the exit
  * status (0 only when nothing failed and at least one check ran).
+ *
+ * Also what several tests share: random data, stories260K with its engines and
+ * logits.
  */
 #ifndef KVI_TESTUTIL_H
 #define KVI_TESTUTIL_H
@@ -14,6 +17,8 @@
 #include <stdio.h>
 
 #include <cjson/cJSON.h>
+
+#include "kvinfer.h"
 
 extern int t_passed, t_failed;
 
@@ -55,5 +60,22 @@ float trand_uniform(uint64_t *state);  /* [0, 1) */
  * scales differ and levels reach the extremes (never all zero); 64-byte aligned,
  * free() it. */
 uint8_t *trand_weights(int type, int64_t n_out, int64_t n_in, uint64_t *state);
+
+/* stories260K (models/stories260K.gguf under ../shared) with the default load
+ * parameters; CHECKs the load; *n_vocab (when not NULL) gets its vocabulary size.
+ * NULL on failure. */
+kvi_model *load_stories260k(int *n_vocab);
+/* Engine parameters: the defaults with K and V of type kv, n_threads, n_ctx and
+ * (when > 0) n_seq_max = n_seq set. */
+kvi_engine_params engine_params(kvi_type kv, int n_threads, int n_seq, int n_ctx);
+/* kvi_engine_create(m, p), CHECKed; NULL on failure. */
+kvi_engine *engine_create_checked(kvi_model *m, const kvi_engine_params *p);
+/* The logits [n][n_vocab] (malloc'd) of toks[0..n) at positions 0..n-1 on a new
+ * sequence of e (freed after): one step of all n rows (the engine may chunk it),
+ * or with decode one row a step; CHECKs every step. */
+float *seq_logits(kvi_engine *e, const int32_t *toks, int n, bool decode);
+/* One step of toks[0..n - from) at positions from..n-1 of s, logits only for the
+ * last row, copied to last[n_vocab] when last is not NULL; CHECKs the step; its status. */
+int step_rows(kvi_engine *e, kvi_seq *s, const int32_t *toks, int from, int n, float *last);
 
 #endif
