@@ -125,11 +125,26 @@ float trand_normal(uint64_t *s)
     return sqrtf(-2.0f * logf(u1)) * cosf(6.2831853f * u2);
 }
 
-uint8_t *trand_weights(int type, int64_t n_out, int64_t n_in, uint64_t *s)
+/* A row of trand_weights: a row scale in [0.05, 1.05), every 97th input (from 5 on) 8x larger. */
+static void draw_spread(float *row, int64_t n, uint64_t *s)
+{
+    const float sc = 0.05f + trand_uniform(s);
+    for (int64_t i = 0; i < n; i++) row[i] = sc * trand_normal(s) * (i % 97 == 5 ? 8.0f : 1.0f);
+}
+
+void trand_fill_normal(float *x, int64_t n, uint64_t *s)
+{
+    for (int64_t i = 0; i < n; i++) x[i] = trand_normal(s);
+}
+
+/* [n_out][n_in] of the kvinfer type `type` (64-byte aligned when aligned, else
+ * plain malloc), row j quantised from the n_in floats draw gives; NULL on failure. */
+static uint8_t *quant_rows(int type, int64_t n_out, int64_t n_in, uint64_t *s, bool aligned,
+                           void (*draw)(float *, int64_t, uint64_t *))
 {
     const kvi_type t = (kvi_type)type;
     const size_t rb = kvi_row_bytes(t, n_in);
-    uint8_t *w = aligned_alloc(64, (rb * (size_t)n_out + 63) & ~(size_t)63);
+    uint8_t *w = aligned ? aligned_alloc(64, (rb * (size_t)n_out + 63) & ~(size_t)63) : malloc(rb * (size_t)n_out);
     float *row = malloc((size_t)n_in * sizeof(float));
     if (!w || !row) {
         free(w);
@@ -137,12 +152,42 @@ uint8_t *trand_weights(int type, int64_t n_out, int64_t n_in, uint64_t *s)
         return NULL;
     }
     for (int64_t j = 0; j < n_out; j++) {
-        const float sc = 0.05f + trand_uniform(s);
-        for (int64_t i = 0; i < n_in; i++) row[i] = sc * trand_normal(s) * (i % 97 == 5 ? 8.0f : 1.0f);
+        draw(row, n_in, s);
         kvi_quantize_row(t, row, w + (size_t)j * rb, n_in);
     }
     free(row);
     return w;
+}
+
+uint8_t *trand_weights(int type, int64_t n_out, int64_t n_in, uint64_t *s)
+{
+    return quant_rows(type, n_out, n_in, s, true, draw_spread);
+}
+
+uint8_t *trand_weights_normal(int type, int64_t n_out, int64_t n_in, uint64_t *s)
+{
+    return quant_rows(type, n_out, n_in, s, false, trand_fill_normal);
+}
+
+float f32_of_bits(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+uint32_t bits_of_f32(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+double abs_dot(const float *x, const float *w, int64_t n)
+{
+    double mag = 0;
+    for (int64_t i = 0; i < n; i++) mag += fabs((double)x[i] * w[i]);
+    return mag;
 }
 
 kvi_model *load_stories260k(int *n_vocab)

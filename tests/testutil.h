@@ -5,8 +5,8 @@
  * and continues; test_main_end() prints "N passed, N failed" and returns the exit
  * status (0 only when nothing failed and at least one check ran).
  *
- * Also what several tests share: random data, stories260K with its engines and
- * logits.
+ * Also what several tests share: random data, bit casts and error bounds, stories260K
+ * with its engines and logits.
  */
 #ifndef KVI_TESTUTIL_H
 #define KVI_TESTUTIL_H
@@ -55,11 +55,23 @@ int run_kvinfer(const char *args, char **out, char **errout);
 uint64_t trand_u64(uint64_t *state);
 float trand_normal(uint64_t *state);   /* N(0, 1) */
 float trand_uniform(uint64_t *state);  /* [0, 1) */
+/* x[0..n) = N(0, 1) draws, in order. */
+void trand_fill_normal(float *x, int64_t n, uint64_t *state);
 /* [n_out][n_in] weights of the kvinfer type `type` (a kvi_type), quantised from
  * normal floats with a spread of row scales and a few large inputs, so block
  * scales differ and levels reach the extremes (never all zero); 64-byte aligned,
  * free() it. */
 uint8_t *trand_weights(int type, int64_t n_out, int64_t n_in, uint64_t *state);
+/* [n_out][n_in] weights of the kvinfer type `type`, row by row quantised from
+ * N(0, 1) floats (n_in draws a row, in order); malloc'd, free() it. */
+uint8_t *trand_weights_normal(int type, int64_t n_out, int64_t n_in, uint64_t *state);
+
+/* The float whose bit pattern is u. */
+float f32_of_bits(uint32_t u);
+/* The bit pattern of f. */
+uint32_t bits_of_f32(float f);
+/* sum over i of |x[i] * w[i]| in double: the magnitude a dot product's error bound scales with. */
+double abs_dot(const float *x, const float *w, int64_t n);
 
 /* stories260K (models/stories260K.gguf under ../shared) with the default load
  * parameters; CHECKs the load; *n_vocab (when not NULL) gets its vocabulary size.
