@@ -2,6 +2,7 @@
 #include "testutil.h"
 
 #include "kvinfer.h"
+#include "attention/attention.h"
 #include "formats/quant.h"
 
 #include <math.h>
@@ -137,6 +138,15 @@ void trand_fill_normal(float *x, int64_t n, uint64_t *s)
     for (int64_t i = 0; i < n; i++) x[i] = trand_normal(s);
 }
 
+void trand_quant_row(int type, void *dst, int64_t n, uint64_t *s)
+{
+    float *row = malloc((size_t)n * sizeof(float));
+    if (!row) abort();
+    trand_fill_normal(row, n, s);
+    kvi_quantize_row((kvi_type)type, row, dst, n);
+    free(row);
+}
+
 /* [n_out][n_in] of the kvinfer type `type` (64-byte aligned when aligned, else
  * plain malloc), row j quantised from the n_in floats draw gives; NULL on failure. */
 static uint8_t *quant_rows(int type, int64_t n_out, int64_t n_in, uint64_t *s, bool aligned,
@@ -188,6 +198,13 @@ double abs_dot(const float *x, const float *w, int64_t n)
     double mag = 0;
     for (int64_t i = 0; i < n; i++) mag += fabs((double)x[i] * w[i]);
     return mag;
+}
+
+double max_abs_diff(const float *a, const float *b, size_t n)
+{
+    double md = 0;
+    for (size_t i = 0; i < n; i++) md = fmax(md, fabs((double)a[i] - b[i]));
+    return md;
 }
 
 kvi_model *load_stories260k(int *n_vocab)
@@ -253,4 +270,33 @@ int step_rows(kvi_engine *e, kvi_seq *s, const int32_t *toks, int from, int n, f
         memcpy(last, kvi_logits(e, n - 1 - from), (size_t)kvi_n_vocab(kvi_engine_model(e)) * sizeof(float));
     kvi_batch_free(b);
     return rc;
+}
+
+void kv_reserve_seqs(kv_pool *kv, kv_table *t, const int *lens, int n)
+{
+    memset(t, 0, (size_t)n * sizeof *t);
+    kvi_error err = {0};
+    for (int s = 0; s < n; s++) CHECK(kv_table_reserve(kv, &t[s], lens[s], &err) == 0, "%s", err.msg);
+}
+
+int batch_all_positions(const kv_table *t, const int *lens, int n, const kv_table **tabs, int32_t *pos)
+{
+    int r = 0;
+    for (int s = 0; s < n; s++)
+        for (int p = 0; p < lens[s]; p++, r++) {
+            tabs[r] = &t[s];
+            pos[r] = p;
+        }
+    return r;
+}
+
+void attn_rows_part(tpool *pool, attn_scratch *sc, const attn_args *a, int r0, int n, float *out)
+{
+    attn_args b = *a;
+    b.n_rows = n;
+    b.tables = a->tables + r0;
+    b.pos = a->pos + r0;
+    b.q = a->q + (size_t)r0 * a->n_heads * a->head_dim;
+    b.out = out;
+    attention_rows(pool, sc, &b);
 }
