@@ -207,6 +207,30 @@ double max_abs_diff(const float *a, const float *b, size_t n)
     return md;
 }
 
+int32_t json_token_ids(const cJSON *arr, int32_t *out, int32_t cap)
+{
+    int32_t n = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, arr) {
+        if (n < cap) out[n] = (int32_t)it->valuedouble;
+        n++;
+    }
+    return n;
+}
+
+kvi_sampler_params sampler_params(float temp, int32_t top_k, float top_p, float min_p, uint64_t seed)
+{
+    kvi_sampler_params p;
+    kvi_sampler_params_default(&p);
+    p.temp = temp;
+    p.top_k = top_k;
+    p.top_p = top_p;
+    p.min_p = min_p;
+    p.repeat_penalty = 1.0f;
+    p.seed = seed;
+    return p;
+}
+
 kvi_model *load_stories260k(int *n_vocab)
 {
     kvi_error err = {0};

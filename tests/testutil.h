@@ -5,8 +5,9 @@
  * and continues; test_main_end() prints "N passed, N failed" and returns the exit
  * status (0 only when nothing failed and at least one check ran).
  *
- * Also what several tests share: random data, bit casts and error bounds, stories260K
- * with its engines and logits, KV sequences and attention rows.
+ * Also what several tests share: random data, bit casts and error bounds, JSON token
+ * ids, sampler settings, stories260K with its engines and logits, KV sequences and
+ * attention rows.
  */
 #ifndef KVI_TESTUTIL_H
 #define KVI_TESTUTIL_H
@@ -76,6 +77,13 @@ uint32_t bits_of_f32(float f);
 double abs_dot(const float *x, const float *w, int64_t n);
 /* max |a[i] - b[i]| over n floats (differences in double). */
 double max_abs_diff(const float *a, const float *b, size_t n);
+/* The ints of a JSON array into out[0..cap); the number of items the array holds
+ * (may exceed cap: those past cap are not stored). */
+int32_t json_token_ids(const cJSON *arr, int32_t *out, int32_t cap);
+
+/* Sampler parameters: the defaults with temp, top_k, top_p, min_p and seed set,
+ * repeat penalty off. */
+kvi_sampler_params sampler_params(float temp, int32_t top_k, float top_p, float min_p, uint64_t seed);
 
 /* stories260K (models/stories260K.gguf under ../shared) with the default load
  * parameters; CHECKs the load; *n_vocab (when not NULL) gets its vocabulary size.
