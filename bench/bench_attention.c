@@ -27,6 +27,18 @@
 
 enum { HEADS = 32, KVH = 8, HD = 64, BS = 16 };
 
+/* One timed call: attention_rows of the whole batch. */
+typedef struct call {
+    tpool *pool;
+    attn_scratch *sc;
+    attn_args a;
+} call;
+
+static void run_call(void *ctx)
+{
+    call *c = ctx;
+    attention_rows(c->pool, c->sc, &c->a);
+}
 
 int main(int argc, char **argv)
 {
@@ -52,57 +64,32 @@ int main(int argc, char **argv)
         return 1;
     }
     t.n_pos = npos;
-    float *row = malloc((size_t)kvd * sizeof(float));
-    const kv_table **tabs = malloc((size_t)rows * sizeof *tabs);
-    int32_t *pos = malloc((size_t)rows * sizeof *pos);
-    float *q = malloc((size_t)rows * qd * sizeof(float));
-    float *out = malloc((size_t)rows * qd * sizeof(float));
-    double *ts = malloc((size_t)reps * sizeof(double)), *cs = malloc((size_t)reps * sizeof(double));
-    if (!row || !tabs || !pos || !q || !out || !ts || !cs) return 1;
-    for (int p = 0; p < npos; p++) {
-        for (int i = 0; i < kvd; i++) row[i] = 2.0f * bench_rnd();
-        kvi_quantize_row(type, row, kv_k_row(&kv, &t, 0, p), kvd);
-        for (int i = 0; i < kvd; i++) row[i] = bench_rnd();
-        kvi_quantize_row(type, row, kv_v_row(&kv, &t, 0, p), kvd);
-    }
+    bench_bufs b;
+    if (!bench_bufs_alloc(&b, rows, (size_t)rows * qd, (size_t)rows * qd, reps) || bench_fill_kv(&kv, &t, 0, npos))
+        return 1;
     double flop = 0;
     for (int r = 0; r < rows; r++) {
-        tabs[r] = &t;
-        pos[r] = depth + r;
+        b.tabs[r] = &t;
+        b.pos[r] = depth + r;
         flop += 4.0 * HEADS * HD * (double)(depth + r + 1);
     }
-    for (size_t i = 0; i < (size_t)rows * qd; i++) q[i] = 2.0f * bench_rnd();
-    tpool *pool = tpool_create(threads);
-    attn_scratch *sc = attn_scratch_create(tpool_size(pool), BS, HD, HEADS, KVH, kvd);
-    if (!pool || !sc) return 1;
-    attn_args a = {.kv = &kv, .layer = 0, .n_rows = rows, .tables = tabs, .pos = pos, .q = q,
-                   .out = out, .n_heads = HEADS, .n_kv_heads = KVH, .head_dim = HD};
-    attention_rows(pool, sc, &a);   /* warm-up */
-    for (int i = 0; i < reps; i++) {
-        const double t0 = bench_now(CLOCK_MONOTONIC), c0 = bench_now(CLOCK_PROCESS_CPUTIME_ID);
-        attention_rows(pool, sc, &a);
-        ts[i] = bench_now(CLOCK_MONOTONIC) - t0;
-        cs[i] = bench_now(CLOCK_PROCESS_CPUTIME_ID) - c0;
-    }
-    qsort(ts, (size_t)reps, sizeof *ts, bench_cmp_d);
-    qsort(cs, (size_t)reps, sizeof *cs, bench_cmp_d);
-    uint64_t h = 1469598103934665603ull;
-    const unsigned char *ob = (const unsigned char *)out;
-    for (size_t i = 0; i < (size_t)rows * qd * sizeof(float); i++) h = (h ^ ob[i]) * 1099511628211ull;
+    for (size_t i = 0; i < (size_t)rows * qd; i++) b.q[i] = 2.0f * bench_rnd();
+    call c = {.pool = tpool_create(threads)};
+    c.sc = attn_scratch_create(tpool_size(c.pool), BS, HD, HEADS, KVH, kvd);
+    if (!c.pool || !c.sc) return 1;
+    c.a = (attn_args){.kv = &kv, .layer = 0, .n_rows = rows, .tables = b.tabs, .pos = b.pos, .q = b.q,
+                      .out = b.out, .n_heads = HEADS, .n_kv_heads = KVH, .head_dim = HD};
+    bench_time(run_call, &c, reps, b.ts, b.cs);
+    const double *ts = b.ts, *cs = b.cs;
+    const uint64_t h = bench_fnv(b.out, (size_t)rows * qd * sizeof(float));
     printf("threads %d depth %d rows %d %s: wall best %.4f median %.4f s (%.1f GFLOP/s)  cpu best %.4f s "
            "(%.1f GFLOP/s per core)  hash %016llx\n",
            threads, depth, rows, kvi_type_name(type), ts[0], ts[reps / 2], flop / ts[0] * 1e-9, cs[0],
            flop / cs[0] * 1e-9, (unsigned long long)h);
-    attn_scratch_free(sc);
-    tpool_free(pool);
+    attn_scratch_free(c.sc);
+    tpool_free(c.pool);
     kv_table_release(&kv, &t);
     kv_pool_free(&kv);
-    free(row);
-    free(tabs);
-    free(pos);
-    free(q);
-    free(out);
-    free(ts);
-    free(cs);
+    bench_bufs_free(&b);
     return 0;
 }

@@ -25,6 +25,29 @@
 
 enum { LAYERS = 12, HEADS = 12, KVH = 12, HD = 64, BS = 16 };
 
+/* One timed step: attention_rows of the decode rows, layer by layer. */
+typedef struct step {
+    tpool *pool;
+    attn_scratch *sc;
+    kv_pool *kv;
+    int seqs;
+    const kv_table **tabs;
+    const int32_t *pos;
+    const float *q;   /* [LAYERS][seqs][HEADS * HD] */
+    float *out;       /* [seqs][HEADS * HD] */
+} step;
+
+static void run_step(void *ctx)
+{
+    const step *st = ctx;
+    const size_t qd = (size_t)HEADS * HD;
+    for (int l = 0; l < LAYERS; l++) {
+        attn_args a = {.kv = st->kv, .layer = l, .n_rows = st->seqs, .tables = st->tabs, .pos = st->pos,
+                       .q = st->q + (size_t)l * st->seqs * qd, .out = st->out, .n_heads = HEADS,
+                       .n_kv_heads = KVH, .head_dim = HD};
+        attention_rows(st->pool, st->sc, &a);
+    }
+}
 
 int main(int argc, char **argv)
 {
@@ -43,13 +66,10 @@ int main(int argc, char **argv)
         return 1;
     }
     kv_table *tab = calloc((size_t)seqs, sizeof *tab);
-    const kv_table **tabs = malloc((size_t)seqs * sizeof *tabs);
-    int32_t *pos = malloc((size_t)seqs * sizeof *pos);
-    float *row = malloc((size_t)kvd * sizeof(float));
-    float *q = malloc((size_t)LAYERS * seqs * qd * sizeof(float));
-    float *out = malloc((size_t)seqs * qd * sizeof(float));
-    double *ts = malloc((size_t)steps * sizeof(double)), *cs = malloc((size_t)steps * sizeof(double));
-    if (!tab || !tabs || !pos || !row || !q || !out || !ts || !cs) return 1;
+    bench_bufs b;
+    if (!bench_bufs_alloc(&b, seqs, (size_t)LAYERS * seqs * qd, (size_t)seqs * qd, steps) || !tab) return 1;
+    const kv_table **tabs = b.tabs;
+    int32_t *pos = b.pos;
     for (int s = 0; s < seqs; s++) {
         pos[s] = seqs > 1 ? lo + (int32_t)((int64_t)(hi - lo) * s / (seqs - 1)) : hi;
         if (kv_table_reserve(&kv, &tab[s], pos[s] + 1, &err)) {
@@ -59,50 +79,25 @@ int main(int argc, char **argv)
         tab[s].n_pos = pos[s] + 1;
         tabs[s] = &tab[s];
         for (int l = 0; l < LAYERS; l++)
-            for (int p = 0; p <= pos[s]; p++) {
-                for (int i = 0; i < kvd; i++) row[i] = 2.0f * bench_rnd();
-                kvi_quantize_row(KVI_TYPE_F16, row, kv_k_row(&kv, &tab[s], l, p), kvd);
-                for (int i = 0; i < kvd; i++) row[i] = bench_rnd();
-                kvi_quantize_row(KVI_TYPE_F16, row, kv_v_row(&kv, &tab[s], l, p), kvd);
-            }
+            if (bench_fill_kv(&kv, &tab[s], l, pos[s] + 1)) return 1;
     }
-    for (size_t i = 0; i < (size_t)LAYERS * seqs * qd; i++) q[i] = 2.0f * bench_rnd();
-    tpool *pool = tpool_create(threads);
-    attn_scratch *sc = attn_scratch_create(tpool_size(pool), BS, HD, HEADS, KVH, kvd);
-    if (!pool || !sc) return 1;
-    for (int i = -1; i < steps; i++) {   /* -1: warm-up */
-        const double t0 = bench_now(CLOCK_MONOTONIC), c0 = bench_now(CLOCK_PROCESS_CPUTIME_ID);
-        for (int l = 0; l < LAYERS; l++) {
-            attn_args a = {.kv = &kv, .layer = l, .n_rows = seqs, .tables = tabs, .pos = pos,
-                           .q = q + (size_t)l * seqs * qd, .out = out, .n_heads = HEADS,
-                           .n_kv_heads = KVH, .head_dim = HD};
-            attention_rows(pool, sc, &a);
-        }
-        if (i >= 0) {
-            ts[i] = bench_now(CLOCK_MONOTONIC) - t0;
-            cs[i] = bench_now(CLOCK_PROCESS_CPUTIME_ID) - c0;
-        }
-    }
-    qsort(ts, (size_t)steps, sizeof *ts, bench_cmp_d);
-    qsort(cs, (size_t)steps, sizeof *cs, bench_cmp_d);
-    uint64_t h = 1469598103934665603ull;
-    const unsigned char *ob = (const unsigned char *)out;
-    for (size_t i = 0; i < (size_t)seqs * qd * sizeof(float); i++) h = (h ^ ob[i]) * 1099511628211ull;
+    for (size_t i = 0; i < (size_t)LAYERS * seqs * qd; i++) b.q[i] = 2.0f * bench_rnd();
+    step st = {.pool = tpool_create(threads), .kv = &kv, .seqs = seqs, .tabs = tabs, .pos = pos, .q = b.q,
+               .out = b.out};
+    st.sc = attn_scratch_create(tpool_size(st.pool), BS, HD, HEADS, KVH, kvd);
+    if (!st.pool || !st.sc) return 1;
+    bench_time(run_step, &st, steps, b.ts, b.cs);
+    const double *ts = b.ts, *cs = b.cs;
+    const uint64_t h = bench_fnv(b.out, (size_t)seqs * qd * sizeof(float));
     printf("threads %d seqs %d pos %d..%d: step wall best %.3f median %.3f ms, cpu best %.3f median %.3f ms"
            "  hash %016llx\n",
            threads, seqs, lo, hi, ts[0] * 1e3, ts[steps / 2] * 1e3, cs[0] * 1e3, cs[steps / 2] * 1e3,
            (unsigned long long)h);
-    attn_scratch_free(sc);
-    tpool_free(pool);
+    attn_scratch_free(st.sc);
+    tpool_free(st.pool);
     for (int s = 0; s < seqs; s++) kv_table_release(&kv, &tab[s]);
     kv_pool_free(&kv);
     free(tab);
-    free(tabs);
-    free(pos);
-    free(row);
-    free(q);
-    free(out);
-    free(ts);
-    free(cs);
+    bench_bufs_free(&b);
     return 0;
 }

@@ -25,6 +25,35 @@
 #include <string.h>
 #include <time.h>
 
+/* What both modes share: a pool of threads, inputs x[n_x] (fixed xorshift seed,
+ * in [-0.5, 0.5)), outputs y[n_y], a row buffer row[n_row]. */
+typedef struct bufs {
+    tpool *pool;
+    float *x, *y, *row;
+} bufs;
+
+static bufs bufs_make(int threads, int64_t n_x, int64_t n_y, int64_t n_row)
+{
+    bufs b = {tpool_create(threads), malloc((size_t)n_x * sizeof(float)), malloc((size_t)n_y * sizeof(float)),
+              malloc((size_t)n_row * sizeof(float))};
+    uint64_t s = 88172645463325252ull;
+    for (int64_t i = 0; i < n_x; i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        b.x[i] = (float)((double)(s >> 11) / 9007199254740992.0 - 0.5);
+    }
+    return b;
+}
+
+/* Frees what bufs_make made; returns 0 (main's exit status). */
+static int bufs_free(bufs *b)
+{
+    tpool_free(b->pool);
+    free(b->x);
+    free(b->y);
+    free(b->row);
+    return 0;
+}
+
 static int find_type(const char *name, kvi_type *out)
 {
     for (int t = 0; t < KVI_TYPE_COUNT; t++)
@@ -43,14 +72,8 @@ static int bench_gemv(int argc, char **argv)
     const char **types = argc > 5 ? (const char **)argv + 5 : deflt;
     int n_types = argc > 5 ? argc - 5 : (int)(sizeof deflt / sizeof deflt[0]);
     const int64_t shapes[3][2] = {{2048, 2048}, {8192, 2048}, {2048, 8192}};   /* n_out, n_in */
-    tpool *pool = tpool_create(threads);
-    float *x = malloc(8192 * sizeof(float)), *y = malloc(8192 * sizeof(float));
-    float *row = malloc(8192 * sizeof(float));
-    uint64_t s = 88172645463325252ull;
-    for (int i = 0; i < 8192; i++) {
-        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-        x[i] = (float)((double)(s >> 11) / 9007199254740992.0 - 0.5);
-    }
+    bufs b = bufs_make(threads, 8192, 8192, 8192);
+    float *x = b.x, *y = b.y, *row = b.row;
     if (reps > 64) reps = 64;
     const int r16 = getenv("BENCH_R16") && strcmp(getenv("BENCH_R16"), "1") == 0;
     printf("gemv: isa %s threads %d reps %d, %zu MiB of copies, %s layout (median GB/s of weights)\n", kvi_isa_name(),
@@ -87,7 +110,7 @@ static int bench_gemv(int argc, char **argv)
                 double t0 = bench_now(CLOCK_MONOTONIC);
                 for (size_t c = 0; c < copies; c++) {
                     kvi_tensor W = {w + c * mb, t, n_in, n_out, layout};
-                    kvi_matmul(pool, &W, x, n_in, 1, y, n_out);
+                    kvi_matmul(b.pool, &W, x, n_in, 1, y, n_out);
                 }
                 if (i >= 0) ts[i] = (bench_now(CLOCK_MONOTONIC) - t0) / (double)copies;
             }
@@ -98,11 +121,7 @@ static int bench_gemv(int argc, char **argv)
         }
         printf("\n");
     }
-    tpool_free(pool);
-    free(x);
-    free(y);
-    free(row);
-    return 0;
+    return bufs_free(&b);
 }
 
 int main(int argc, char **argv)
@@ -117,22 +136,15 @@ int main(int argc, char **argv)
     if (getenv("BENCH_ROWS") && atoi(getenv("BENCH_ROWS")) >= 1 && atoi(getenv("BENCH_ROWS")) <= 512)
         rows[1] = atoi(getenv("BENCH_ROWS"));
     const int r16 = getenv("BENCH_R16") && strcmp(getenv("BENCH_R16"), "1") == 0;
-    tpool *pool = tpool_create(threads);
-    float *x = malloc((size_t)(512 * n_in) * sizeof(float)), *y = malloc((size_t)(512 * 8192) * sizeof(float));
-    float *row = malloc((size_t)n_in * sizeof(float));
-    uint64_t s = 88172645463325252ull;
-    for (int64_t i = 0; i < 512 * n_in; i++) {
-        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-        x[i] = (float)((double)(s >> 11) / 9007199254740992.0 - 0.5);
-    }
+    bufs b = bufs_make(threads, 512 * n_in, 512 * 8192, n_in);
+    float *x = b.x, *y = b.y, *row = b.row;
     printf("isa %s threads %d reps %d, %s layout (median GOP/s)\n", kvi_isa_name(), threads, reps,
            r16 ? "R16 where possible" : "rows");
     printf("%-6s %14s %11s%-3d %14s %11s%-3d\n", "type", "2048x2048 r1", "2048x2048 r", (int)rows[1], "2048x8192 r1",
            "2048x8192 r", (int)rows[1]);
     for (int k = 0; k < n_types; k++) {
-        kvi_type t = KVI_TYPE_F32;
-        while (t < KVI_TYPE_COUNT && (!kvi_type_name(t) || strcmp(kvi_type_name(t), types[k]) != 0)) t++;
-        if (t >= KVI_TYPE_COUNT) continue;
+        kvi_type t;
+        if (!find_type(types[k], &t)) continue;
         printf("%-6s", types[k]);
         for (int o = 0; o < 2; o++) {
             size_t rb = kvi_row_bytes(t, n_in);
@@ -146,10 +158,10 @@ int main(int argc, char **argv)
             for (int r = 0; r < 2; r++) {
                 double ts[64];
                 int n = reps < 64 ? reps : 64, calls = rows[r] == 1 ? 20 : 1;
-                kvi_matmul(pool, &W, x, n_in, rows[r], y, outs[o]);   /* warm-up */
+                kvi_matmul(b.pool, &W, x, n_in, rows[r], y, outs[o]);   /* warm-up */
                 for (int i = 0; i < n; i++) {
                     double t0 = bench_now(CLOCK_MONOTONIC);
-                    for (int c = 0; c < calls; c++) kvi_matmul(pool, &W, x, n_in, rows[r], y, outs[o]);
+                    for (int c = 0; c < calls; c++) kvi_matmul(b.pool, &W, x, n_in, rows[r], y, outs[o]);
                     ts[i] = (bench_now(CLOCK_MONOTONIC) - t0) / calls;
                 }
                 qsort(ts, (size_t)n, sizeof ts[0], bench_cmp_d);
@@ -160,9 +172,5 @@ int main(int argc, char **argv)
         }
         printf("\n");
     }
-    tpool_free(pool);
-    free(x);
-    free(y);
-    free(row);
-    return 0;
+    return bufs_free(&b);
 }

@@ -7,6 +7,7 @@
 #include "testutil.h"
 
 #include <string.h>
+#include <unistd.h>
 
 pthread_mutex_t sched_mu = PTHREAD_MUTEX_INITIALIZER;
 pthread_cond_t sched_cv = PTHREAD_COND_INITIALIZER;
@@ -48,19 +49,17 @@ bool load_golden(golden *g, int i)
     return true;
 }
 
+kvi_model *load_goldens_and_model(golden *g)
+{
+    for (int k = 0; k < N_GOLDEN; k++) CHECK(load_golden(&g[k], k), "golden case %d", k + 1);
+    return load_stories260k(NULL);
+}
+
 kvi_engine *make_engine(kvi_model *m, int n_seq, size_t budget)
 {
-    kvi_engine_params p;
-    kvi_engine_params_default(&p);
-    p.kv_type_k = p.kv_type_v = KVI_TYPE_F32;   /* the golden run is fp32 throughout */
-    p.n_ctx = 512;
-    p.n_threads = 2;
-    p.n_seq_max = n_seq;
+    kvi_engine_params p = engine_params(KVI_TYPE_F32, 2, n_seq, 512);   /* the golden run is fp32 throughout */
     p.kv_budget_bytes = budget;
-    kvi_error err = {0};
-    kvi_engine *e = kvi_engine_create(m, &p, &err);
-    CHECK(e != NULL, "engine: %s", err.msg);
-    return e;
+    return engine_create_checked(m, &p);
 }
 
 void greedy_request(kvi_request *rq, const int32_t *prompt, int n, int max_tokens, result *r)
@@ -84,4 +83,47 @@ int run_until_done(kvi_sched *s, int max_steps)
     while ((alive = kvi_sched_step(s, &err)) > 0 && steps < max_steps) steps++;
     CHECK(alive == 0, "scheduler still has %d requests after %d steps", alive, steps);
     return steps;
+}
+
+kvi_engine *make_engine_blocks(kvi_model *m, int n_seq, int blocks)
+{
+    kvi_stats ks;
+    kvi_engine *probe = make_engine(m, 1, 0);
+    if (!probe) return NULL;
+    kvi_stats_get(probe, NULL, &ks);
+    kvi_engine_free(probe);
+    const size_t block_bytes = ks.kv_bytes_per_token * (size_t)ks.kv_block_size;
+    return make_engine(m, n_seq, block_bytes * (size_t)blocks);
+}
+
+kvi_sched *make_sched(kvi_engine *e, int n_parallel, int batch_tokens, int queue_max)
+{
+    kvi_sched_params sp;
+    kvi_sched_params_default(&sp);
+    sp.n_parallel = n_parallel;
+    if (batch_tokens > 0) sp.batch_tokens = batch_tokens;
+    if (queue_max > 0) sp.queue_max = queue_max;
+    kvi_error err = {0};
+    kvi_sched *s = kvi_sched_create(e, &sp, &err);
+    CHECK(s != NULL, "sched: %s", err.msg);
+    return s;
+}
+
+void submit_goldens(kvi_sched *s, const golden *g, result *res, unsigned gap_us)
+{
+    kvi_error err = {0};
+    for (int k = 0; k < N_GOLDEN; k++) {
+        kvi_request rq;
+        greedy_request(&rq, g[k].prompt, g[k].n_prompt, g[k].n_greedy, &res[k]);
+        CHECK(kvi_sched_submit(s, &rq, NULL, &err) == 0, "submit: %s", err.msg);
+        if (gap_us > 0) usleep(gap_us);
+    }
+}
+
+void wait_all_done(const result *res, int n)
+{
+    pthread_mutex_lock(&sched_mu);
+    for (int k = 0; k < n; k++)
+        while (!res[k].done) pthread_cond_wait(&sched_cv, &sched_mu);
+    pthread_mutex_unlock(&sched_mu);
 }

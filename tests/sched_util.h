@@ -44,12 +44,25 @@ void sched_on_done(void *user, kvi_finish f, const kvi_usage *u, const kvi_error
 
 /* Golden case i (0-based) into g; false when the file is missing. */
 bool load_golden(golden *g, int i);
+/* The N_GOLDEN golden cases into g[] (each CHECKed) and stories260K (CHECKed);
+ * the model, NULL when it did not load. */
+kvi_model *load_goldens_and_model(golden *g);
 /* fp32 K/V (as the golden run), n_ctx 512, 2 threads, n_seq sequences, KV
  * budget in bytes (0: none); CHECKs the creation. */
 kvi_engine *make_engine(kvi_model *m, int n_seq, size_t budget);
+/* make_engine with a KV budget of `blocks` KV blocks (their size read from a probe engine). */
+kvi_engine *make_engine_blocks(kvi_model *m, int n_seq, int blocks);
+/* A scheduler on e: n_parallel running, batch_tokens rows a step and queue_max
+ * waiting where > 0 (else the defaults); CHECKs the creation. */
+kvi_sched *make_sched(kvi_engine *e, int n_parallel, int batch_tokens, int queue_max);
 /* A greedy request (ignore_eos: the golden runs pass EOS) reporting into r. */
 void greedy_request(kvi_request *rq, const int32_t *prompt, int n, int max_tokens, result *r);
 /* Steps until nothing is alive or max_steps; CHECKs that all finished; the steps taken. */
 int run_until_done(kvi_sched *s, int max_steps);
+/* Submits golden case k's greedy request (all its golden tokens) into res[k] for
+ * every k, CHECKing each submission; sleeps gap_us after each when > 0. */
+void submit_goldens(kvi_sched *s, const golden *g, result *res, unsigned gap_us);
+/* Waits on sched_cv until res[0..n) are all done (a scheduler on its engine thread). */
+void wait_all_done(const result *res, int n);
 
 #endif

@@ -22,13 +22,6 @@
 
 #define N_ACT 1024   /* inputs per case: 32 kvi_q8a blocks or 4 kvi_q8k blocks */
 
-static float bits_f(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 /* Fills x [N_ACT] with case c; returns its name. */
 static const char *fill_case(int c, float *x, uint64_t *rs)
 {
@@ -62,7 +55,7 @@ static const char *fill_case(int c, float *x, uint64_t *rs)
         for (int i = 0; i < N_ACT; i++) x[i] = trand_normal(rs) * 1e-41f;
         return "subnormal";
     case 10:
-        for (int i = 0; i < N_ACT; i++) x[i] = bits_f((uint32_t)(trand_u64(rs) % 200) | (trand_u64(rs) % 2) << 31);
+        for (int i = 0; i < N_ACT; i++) x[i] = f32_of_bits((uint32_t)(trand_u64(rs) % 200) | (trand_u64(rs) % 2) << 31);
         return "a few subnormal steps";
     case 11:
         for (int i = 0; i < N_ACT; i++) x[i] = trand_normal(rs) * 1e-37f;
@@ -82,7 +75,7 @@ static const char *fill_case(int c, float *x, uint64_t *rs)
         return "infinities";
     case 16:
         for (int i = 0; i < N_ACT; i++) x[i] = trand_normal(rs);
-        for (int i = 5; i < N_ACT; i += 41) x[i] = bits_f(0x7fc00000u | (uint32_t)(trand_u64(rs) % 0x400000u) | (uint32_t)(i % 2) << 31);
+        for (int i = 5; i < N_ACT; i += 41) x[i] = f32_of_bits(0x7fc00000u | (uint32_t)(trand_u64(rs) % 0x400000u) | (uint32_t)(i % 2) << 31);
         return "NaN";
     case 17:
         for (int i = 0; i < N_ACT; i++) x[i] = i % 7 ? 1.0f / 3.0f : 2.0f / 3.0f;
@@ -221,7 +214,7 @@ static void test_f16_rows(void)
         /* uniformly random bit patterns: every class, NaN payloads included */
         int bad = 0;
         for (int rep = 0; rep < 64; rep++) {
-            for (int i = 0; i < N; i++) src[i] = bits_f((uint32_t)trand_u64(&rs));
+            for (int i = 0; i < N; i++) src[i] = f32_of_bits((uint32_t)trand_u64(&rs));
             bad += f16_rows_differ((kvi_isa)isa, src, N, buf, rep % 2);
         }
         CHECK(bad == 0, "%s: random bit patterns, %d differ", kvi_isa_str((kvi_isa)isa), bad);
@@ -231,8 +224,8 @@ static void test_f16_rows(void)
             int i = 0;
             for (uint32_t s = 0; s < 2; s++)
                 for (int k = 0; k < (int)(sizeof low / sizeof low[0]); k++)
-                    src[i++] = bits_f(s << 31 | e << 23 | low[k]);
-            while (i < N) src[i++] = bits_f((uint32_t)(trand_u64(&rs) & 0x807fffffu) | e << 23);
+                    src[i++] = f32_of_bits(s << 31 | e << 23 | low[k]);
+            while (i < N) src[i++] = f32_of_bits((uint32_t)(trand_u64(&rs) & 0x807fffffu) | e << 23);
             bad += f16_rows_differ((kvi_isa)isa, src, N, buf, (int)(e % 2));
         }
         CHECK(bad == 0, "%s: per-exponent patterns, %d differ", kvi_isa_str((kvi_isa)isa), bad);
@@ -255,7 +248,7 @@ static void test_f16_rows(void)
         CHECK(bad == 0, "%s: kvi_quantize_row F16, %d differ", kvi_isa_str((kvi_isa)isa), bad);
     }
     /* NaN payloads: quiet NaN, sign and top 10 payload bits kept (as the scalar) */
-    const float nan_in[2] = {bits_f(0xff812345u), bits_f(0x7fc02000u)};
+    const float nan_in[2] = {f32_of_bits(0xff812345u), f32_of_bits(0x7fc02000u)};
     for (int isa = 0; isa <= (int)best; isa++) {
         kvi_isa_set((kvi_isa)isa);
         kvi_f32_to_f16_row(nan_in, buf, 2);
@@ -267,7 +260,7 @@ static void test_f16_rows(void)
         for (int isa = 1; isa <= (int)best; isa++) {
             int64_t bad = 0;
             for (uint64_t b = 0; b < (1ull << 32); b += N) {
-                for (int i = 0; i < N; i++) src[i] = bits_f((uint32_t)(b + (uint64_t)i));
+                for (int i = 0; i < N; i++) src[i] = f32_of_bits((uint32_t)(b + (uint64_t)i));
                 bad += f16_rows_differ((kvi_isa)isa, src, N, buf, 0);
             }
             printf("exhaustive %s: %lld of 2^32 differ\n", kvi_isa_str((kvi_isa)isa), (long long)bad);

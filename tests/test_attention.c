@@ -35,18 +35,14 @@ static void run(kvi_type type, int threads)
     uint64_t rng = 12345 + (uint64_t)type;
     const int lens[3] = {1, 13, 37};
     kv_table t[3];
-    memset(t, 0, sizeof t);
-    float row[KVD];
+    kv_reserve_seqs(&kv, t, lens, 3);
     for (int s = 0; s < 3; s++) {
-        CHECK(kv_table_reserve(&kv, &t[s], lens[s], &err) == 0, "%s", err.msg);
         t[s].n_pos = lens[s];
         CHECK(t[s].n_blocks == (lens[s] + BS - 1) / BS, "seq %d holds %d blocks", s, t[s].n_blocks);
         for (int l = 0; l < LAYERS; l++)
             for (int p = 0; p < lens[s]; p++) {
-                for (int i = 0; i < KVD; i++) row[i] = trand_normal(&rng);
-                kvi_quantize_row(type, row, kv_k_row(&kv, &t[s], l, p), KVD);
-                for (int i = 0; i < KVD; i++) row[i] = trand_normal(&rng);
-                kvi_quantize_row(type, row, kv_v_row(&kv, &t[s], l, p), KVD);
+                trand_quant_row(type, kv_k_row(&kv, &t[s], l, p), KVD, &rng);
+                trand_quant_row(type, kv_v_row(&kv, &t[s], l, p), KVD, &rng);
             }
     }
     /* every position of every sequence as a query row, in one batch */
@@ -56,18 +52,15 @@ static void run(kvi_type type, int threads)
     float *q = malloc((size_t)n * QD * sizeof(float));
     float *out = malloc((size_t)n * QD * sizeof(float));
     float *ref = malloc((size_t)n * QD * sizeof(float));
-    int r = 0;
-    for (int s = 0; s < 3; s++)
-        for (int p = 0; p < lens[s]; p++, r++) {
-            tabs[r] = &t[s];
-            pos[r] = p;
-        }
+    batch_all_positions(t, lens, 3, tabs, pos);
     for (int i = 0; i < n * QD; i++) q[i] = 2.0f * trand_normal(&rng);
     tpool *pool = tpool_create(threads);
     attn_scratch *sc = attn_scratch_create(tpool_size(pool), BS, HD, HEADS, KVH, KVD);
+    attn_args a = {.kv = &kv, .n_rows = n, .tables = tabs, .pos = pos, .q = q, .n_heads = HEADS, .n_kv_heads = KVH,
+                   .head_dim = HD};
     for (int l = 0; l < LAYERS; l++) {
-        attn_args a = {.kv = &kv, .layer = l, .n_rows = n, .tables = tabs, .pos = pos, .q = q,
-                       .out = out, .n_heads = HEADS, .n_kv_heads = KVH, .head_dim = HD};
+        a.layer = l;
+        a.out = out;
         attention_rows(pool, sc, &a);
         a.out = ref;
         attention_rows_ref(&a);
@@ -76,13 +69,7 @@ static void run(kvi_type type, int threads)
         CHECK(md < 2e-5, "%s threads %d layer %d: max diff vs reference %g", kvi_type_name(type), threads, l, md);
         /* a row computed alone gives the same bits as inside the batch */
         float one[QD];
-        attn_args b = a;
-        b.n_rows = 1;
-        b.tables = tabs + (n - 1);
-        b.pos = pos + (n - 1);
-        b.q = q + (size_t)(n - 1) * QD;
-        b.out = one;
-        attention_rows(pool, sc, &b);
+        attn_rows_part(pool, sc, &a, n - 1, 1, one);
         CHECK(memcmp(one, out + (size_t)(n - 1) * QD, sizeof one) == 0, "row alone differs from row in batch");
     }
     /* the last query row at position 0 attends only to itself: out == v of head group */
@@ -114,14 +101,6 @@ typedef struct shape {
     int heads, kvh, hd, bs;
 } shape;
 
-/* Max |a - b| over n floats. */
-static double maxdiff(const float *a, const float *b, size_t n)
-{
-    double md = 0;
-    for (size_t i = 0; i < n; i++) md = fmax(md, fabs((double)a[i] - b[i]));
-    return md;
-}
-
 /* Sequences of 1, 29 and 150 positions (150 rows: tiles of 32 and 22 rows under
  * GQA 4, rows crossing up to 38 blocks); the whole batch (two sequences
  * interleaved, so tiles break) against the reference; every row of the long
@@ -150,9 +129,9 @@ static void tiled(kvi_type type, shape sh, int threads)
         CHECK(kv_table_reserve(&kv, &t[sq], lens[sq], &err) == 0, "%s", err.msg);
         for (int p = 0; p < lens[sq]; p++) {
             t[sq].n_pos = p + 1;
-            for (int i = 0; i < kvd; i++) row[i] = trand_normal(&rng);
+            trand_fill_normal(row, kvd, &rng);
             kv_write_row_batch(&kv, &t[sq], 0, 0, p, row, &stash);
-            for (int i = 0; i < kvd; i++) row[i] = trand_normal(&rng);
+            trand_fill_normal(row, kvd, &rng);
             kv_write_row_batch(&kv, &t[sq], 0, 1, p, row, &stash);
         }
     }
@@ -194,30 +173,18 @@ static void tiled(kvi_type type, shape sh, int threads)
     attention_rows(pool, sc, &a);
     a.out = ref;
     attention_rows_ref(&a);
-    double md = maxdiff(out, ref, (size_t)n * qd);
+    double md = max_abs_diff(out, ref, (size_t)n * qd);
     CHECK(md < 2e-5, "%s h%d/%d hd%d: tiled vs reference %g", kvi_type_name(type), sh.heads, sh.kvh, sh.hd, md);
 
     /* each row of the long sequence alone, and the tail of the batch as its own call */
     int bad = 0;
     for (int rr = 0; rr < n; rr++) {
         if (tabs[rr] != &t[2] && rr != n - 1) continue;
-        attn_args b = a;
-        b.n_rows = 1;
-        b.tables = tabs + rr;
-        b.pos = pos + rr;
-        b.q = q + (size_t)rr * qd;
-        b.out = one;
-        attention_rows(pool, sc, &b);
+        attn_rows_part(pool, sc, &a, rr, 1, one);
         if (memcmp(one, out + (size_t)rr * qd, (size_t)qd * sizeof(float)) != 0) bad++;
     }
     CHECK(bad == 0, "%s hd%d: %d rows alone differ from the rows in the batch", kvi_type_name(type), sh.hd, bad);
-    attn_args c = a;
-    c.n_rows = 45;
-    c.tables = tabs + (n - 45);
-    c.pos = pos + (n - 45);
-    c.q = q + (size_t)(n - 45) * qd;
-    c.out = out2;
-    attention_rows(pool, sc, &c);
+    attn_rows_part(pool, sc, &a, n - 45, 45, out2);
     CHECK(memcmp(out2, out + (size_t)(n - 45) * qd, (size_t)45 * qd * sizeof(float)) == 0,
           "%s: rows in a batch of 45 differ from the full batch", kvi_type_name(type));
 

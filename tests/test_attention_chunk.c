@@ -43,12 +43,9 @@ static void chunk_case(shape sh)
     memset(&t, 0, sizeof t);
     CHECK(kv_table_reserve(&kv, &t, npos, &err) == 0, "%s", err.msg);
     t.n_pos = npos;
-    float *row = malloc((size_t)kvd * sizeof(float));
     for (int p = 0; p < npos; p++) {
-        for (int i = 0; i < kvd; i++) row[i] = trand_normal(&rng);
-        kvi_quantize_row(sh.type, row, kv_k_row(&kv, &t, 0, p), kvd);
-        for (int i = 0; i < kvd; i++) row[i] = trand_normal(&rng);
-        kvi_quantize_row(sh.type, row, kv_v_row(&kv, &t, 0, p), kvd);
+        trand_quant_row(sh.type, kv_k_row(&kv, &t, 0, p), kvd, &rng);
+        trand_quant_row(sh.type, kv_v_row(&kv, &t, 0, p), kvd, &rng);
     }
     const kv_table **tabs = malloc((size_t)n * sizeof *tabs);
     int32_t *pos = malloc((size_t)n * sizeof *pos), *spos = malloc((size_t)n * sizeof *spos);
@@ -70,19 +67,13 @@ static void chunk_case(shape sh)
     attention_rows(pool, sc, &a);
     a.out = ref;
     attention_rows_ref(&a);
-    double md = 0;
-    for (int i = 0; i < n * qd; i++) md = fmax(md, fabs((double)out[i] - ref[i]));
+    const double md = max_abs_diff(out, ref, (size_t)n * qd);
     CHECK(md < 2e-5, "h%d/%d d%d: chunked vs reference %g", sh.heads, sh.kvh, sh.depth, md);
 
     /* every row alone (position lanes or a one-row tile) */
     int bad = 0;
     for (int r = 0; r < n; r++) {
-        attn_args b = a;
-        b.n_rows = 1;
-        b.pos = pos + r;
-        b.q = q + (size_t)r * qd;
-        b.out = one;
-        attention_rows(pool, sc, &b);
+        attn_rows_part(pool, sc, &a, r, 1, one);
         if (memcmp(one, out + (size_t)r * qd, (size_t)qd * sizeof(float)) != 0) bad++;
     }
     CHECK(bad == 0, "h%d/%d: %d rows alone differ from the rows in the batch", sh.heads, sh.kvh, bad);
@@ -129,7 +120,6 @@ static void chunk_case(shape sh)
     tpool_free(pool);
     kv_table_release(&kv, &t);
     kv_pool_free(&kv);
-    free(row);
     free(tabs);
     free(pos);
     free(spos);

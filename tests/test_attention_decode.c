@@ -35,24 +35,6 @@ typedef struct shape {
     int heads, kvh, hd, bs;
 } shape;
 
-static double maxdiff(const float *a, const float *b, size_t n)
-{
-    double md = 0;
-    for (size_t i = 0; i < n; i++) md = fmax(md, fabs((double)a[i] - b[i]));
-    return md;
-}
-
-static void run_rows(tpool *pool, attn_scratch *sc, const attn_args *base, int r0, int n, float *out)
-{
-    attn_args b = *base;
-    b.n_rows = n;
-    b.tables = base->tables + r0;
-    b.pos = base->pos + r0;
-    b.q = base->q + (size_t)r0 * base->n_heads * base->head_dim;
-    b.out = out;
-    attention_rows(pool, sc, &b);
-}
-
 static void decode(kvi_type type, shape sh, int len)
 {
     const int kvd = sh.kvh * sh.hd, qd = sh.heads * sh.hd;
@@ -69,9 +51,9 @@ static void decode(kvi_type type, shape sh, int len)
     float *row = malloc((size_t)kvd * sizeof(float));
     for (int p = 0; p < len; p++) {
         t.n_pos = p + 1;
-        for (int i = 0; i < kvd; i++) row[i] = trand_normal(&rng);
+        trand_fill_normal(row, kvd, &rng);
         kv_write_row(&kv, &t, 0, 0, p, row);
-        for (int i = 0; i < kvd; i++) row[i] = trand_normal(&rng);
+        trand_fill_normal(row, kvd, &rng);
         kv_write_row(&kv, &t, 0, 1, p, row);
     }
     /* the last 20 positions of the sequence as one batch (one query-lane tile) */
@@ -98,21 +80,21 @@ static void decode(kvi_type type, shape sh, int len)
     attention_rows(pool, sc, &a);
     a.out = ref;
     attention_rows_ref(&a);
-    CHECK(maxdiff(tile, ref, (size_t)N * qd) < 2e-5, "%s h%d/%d hd%d bs%d: tile vs reference %g",
-          kvi_type_name(type), sh.heads, sh.kvh, sh.hd, sh.bs, maxdiff(tile, ref, (size_t)N * qd));
+    CHECK(max_abs_diff(tile, ref, (size_t)N * qd) < 2e-5, "%s h%d/%d hd%d bs%d: tile vs reference %g",
+          kvi_type_name(type), sh.heads, sh.kvh, sh.hd, sh.bs, max_abs_diff(tile, ref, (size_t)N * qd));
 
     const kvi_isa best = kvi_isa_detect(), was = kvi_isa_active();
     for (int isa = KVI_ISA_SCALAR; isa <= (int)best; isa++) {
         kvi_isa_set((kvi_isa)isa);
         int bad = 0;
         for (int r = 0; r < N; r++) {
-            run_rows(pool, sc, &a, r, 1, one);
+            attn_rows_part(pool, sc, &a, r, 1, one);
             if (memcmp(one, tile + (size_t)r * qd, (size_t)qd * sizeof(float)) != 0) bad++;
         }
         CHECK(bad == 0, "%s h%d/%d hd%d bs%d ISA %s: %d decode rows differ from the tile", kvi_type_name(type),
               sh.heads, sh.kvh, sh.hd, sh.bs, kvi_isa_str(kvi_isa_active()), bad);
         /* two rows of one sequence: one position-lane tile when 2 * group fits */
-        run_rows(pool, sc, &a, N - 2, 2, isa_out);
+        attn_rows_part(pool, sc, &a, N - 2, 2, isa_out);
         CHECK(memcmp(isa_out, tile + (size_t)(N - 2) * qd, (size_t)2 * qd * sizeof(float)) == 0,
               "%s h%d/%d hd%d bs%d ISA %s: a 2-row tile differs", kvi_type_name(type), sh.heads, sh.kvh, sh.hd,
               sh.bs, kvi_isa_str(kvi_isa_active()));

@@ -28,6 +28,24 @@ static cJSON *bench_json(const char *args, int *rc)
     return j;
 }
 
+/* bench_json, CHECKed to exit 0 with JSON: the document (NULL on failure), its
+ * "results" into *res. */
+static cJSON *bench_ok(const char *args, const cJSON **res)
+{
+    int rc;
+    cJSON *j = bench_json(args, &rc);
+    CHECK(rc == 0 && j, "bench %s: exit %d", args, rc);
+    *res = cJSON_GetObjectItemCaseSensitive(j, "results");
+    return j;
+}
+
+/* CHECKs that res holds n results; true when it does. */
+static bool n_results(const cJSON *res, int n)
+{
+    CHECK(cJSON_GetArraySize(res) == n, "%d results, expected %d", cJSON_GetArraySize(res), n);
+    return cJSON_GetArraySize(res) == n;
+}
+
 static double num(const cJSON *j, const char *key)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
@@ -72,15 +90,13 @@ int main(void)
 
     /* pp then tg, the llama-bench fields, with a quick roofline */
     snprintf(args, sizeof args, "-m %s -p 8 -n 4 -r 2 -t 1 --quick", model);
-    cJSON *j = bench_json(args, &rc);
-    CHECK(rc == 0 && j, "bench %s: exit %d", args, rc);
+    const cJSON *res;
+    cJSON *j = bench_ok(args, &res);
     if (j) {
         CHECK(!strcmp(str(j, "type"), "f32"), "type '%s' (stories260K is f32)", str(j, "type"));
         CHECK(num(j, "threads") == 1, "threads %g", num(j, "threads"));
         CHECK(cJSON_IsString(cJSON_GetObjectItemCaseSensitive(j, "model")), "no model field");
-        const cJSON *res = cJSON_GetObjectItemCaseSensitive(j, "results");
-        CHECK(cJSON_GetArraySize(res) == 2, "%d results, expected 2", cJSON_GetArraySize(res));
-        if (cJSON_GetArraySize(res) == 2) {
+        if (n_results(res, 2)) {
             check_result(cJSON_GetArrayItem(res, 0), "pp8", 8, 0, 0, 2, true);
             check_result(cJSON_GetArrayItem(res, 1), "tg4", 0, 4, 0, 2, true);
         }
@@ -91,12 +107,9 @@ int main(void)
 
     /* several values, a depth, -p 0 skips pp, no limits measured */
     snprintf(args, sizeof args, "-m %s -p 0 -n 2,3 -d 5 -r 1 -t 1 --no-hw", model);
-    j = bench_json(args, &rc);
-    CHECK(rc == 0 && j, "bench %s: exit %d", args, rc);
+    j = bench_ok(args, &res);
     if (j) {
-        const cJSON *res = cJSON_GetObjectItemCaseSensitive(j, "results");
-        CHECK(cJSON_GetArraySize(res) == 2, "%d results, expected 2", cJSON_GetArraySize(res));
-        if (cJSON_GetArraySize(res) == 2) {
+        if (n_results(res, 2)) {
             check_result(cJSON_GetArrayItem(res, 0), "tg2 @ d5", 0, 2, 5, 1, false);
             check_result(cJSON_GetArrayItem(res, 1), "tg3 @ d5", 0, 3, 5, 1, false);
         }
@@ -104,12 +117,10 @@ int main(void)
         cJSON_Delete(j);
     }
     snprintf(args, sizeof args, "-m %s -p 16,4 -n 0 -d 0,20 -r 1 -t 2 --no-hw", model);
-    j = bench_json(args, &rc);
-    CHECK(rc == 0 && j, "bench %s: exit %d", args, rc);
+    j = bench_ok(args, &res);
     if (j) {
-        const cJSON *res = cJSON_GetObjectItemCaseSensitive(j, "results");
         const char *names[] = {"pp16", "pp16 @ d20", "pp4", "pp4 @ d20"};
-        CHECK(cJSON_GetArraySize(res) == 4, "%d results, expected 4", cJSON_GetArraySize(res));
+        n_results(res, 4);
         for (int i = 0; i < 4 && i < cJSON_GetArraySize(res); i++)
             check_result(cJSON_GetArrayItem(res, i), names[i], i < 2 ? 16 : 4, 0, i % 2 ? 20 : 0, 1, false);
         cJSON_Delete(j);

@@ -97,52 +97,55 @@ static void test_help_and_errors(void)
     free(out);
     free(err);
 
-    char args[8192];
-    check_one_line_error("frobnicate");
-    check_one_line_error("--frobnicate");
-    check_one_line_error("run --bogus-flag");
-    snprintf(args, sizeof args, "run -m %s -n abc", model);
-    check_one_line_error(args);
-    snprintf(args, sizeof args, "run -m %s -n 5x", model);
-    check_one_line_error(args);
-    snprintf(args, sizeof args, "run -m %s --temp", model);
-    check_one_line_error(args);
-    snprintf(args, sizeof args, "run -m %s --kv-type q9", model);
-    check_one_line_error(args);
-    check_one_line_error("run -m /nonexistent/dir/model.gguf -p hi");
-    snprintf(args, sizeof args, "run -m %s -f /nonexistent/prompt.txt", model);
-    check_one_line_error(args);
-    snprintf(args, sizeof args, "run -m %s -p 'Once upon a time' -c 3", model);   /* 5 tokens > 3 */
-    check_one_line_error(args);
-    snprintf(args, sizeof args, "run -m %s --tokens 1,99999", model);
-    check_one_line_error(args);
-    snprintf(args, sizeof args, "detokenize -m %s 1,512", model);   /* vocab is 512 */
-    check_one_line_error(args);
-    snprintf(args, sizeof args, "detokenize -m %s 1,x", model);
-    check_one_line_error(args);
-    snprintf(args, sizeof args, "tokenize -m %s --bogus hi", model);
-    check_one_line_error(args);
-    snprintf(args, sizeof args, "logits -m %s --tokens 1 -t many", model);
-    check_one_line_error(args);
+    /* the arguments of each, %s standing for the model */
+    const char *bad[] = {"frobnicate",
+                         "--frobnicate",
+                         "run --bogus-flag",
+                         "run -m %s -n abc",
+                         "run -m %s -n 5x",
+                         "run -m %s --temp",
+                         "run -m %s --kv-type q9",
+                         "run -m /nonexistent/dir/model.gguf -p hi",
+                         "run -m %s -f /nonexistent/prompt.txt",
+                         "run -m %s -p 'Once upon a time' -c 3",   /* 5 tokens > 3 */
+                         "run -m %s --tokens 1,99999",
+                         "detokenize -m %s 1,512",   /* vocab is 512 */
+                         "detokenize -m %s 1,x",
+                         "tokenize -m %s --bogus hi",
+                         "logits -m %s --tokens 1 -t many"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char args[8192];
+        snprintf(args, sizeof args, bad[i], model);
+        check_one_line_error(args);
+    }
+}
+
+/* Runs `<cmd> -m model --json <extra>`, CHECKed to exit 0: its stdout parsed as one
+ * JSON document (parse_only_json), NULL on failure. */
+static cJSON *cmd_json(const char *cmd, const char *extra)
+{
+    char args[8192], *out = NULL, *err = NULL;
+    snprintf(args, sizeof args, "%s -m %s --json %s", cmd, model, extra);
+    int rc = run_kvinfer(args, &out, &err);
+    CHECK(rc == 0, "'%s': exit %d: %s", args, rc, err ? err : "");
+    cJSON *j = rc == 0 ? parse_only_json(out, args) : NULL;
+    free(out);
+    free(err);
+    return j;
 }
 
 static void test_tokenize(const cJSON *gold)
 {
     char args[8192], *out = NULL, *err = NULL;
-    snprintf(args, sizeof args, "tokenize -m %s --json \"Once upon a time\"", model);
-    int rc = run_kvinfer(args, &out, &err);
-    CHECK(rc == 0, "tokenize exit %d: %s", rc, err ? err : "");
-    cJSON *j = parse_only_json(out, "tokenize --json");
+    cJSON *j = cmd_json("tokenize", "\"Once upon a time\"");
     const cJSON *gp = cJSON_GetObjectItem(gold, "prompt_tokens");
     CHECK(j && ids_equal(cJSON_GetObjectItem(j, "tokens"), gp, cJSON_GetArraySize(gp)),
-          "tokenize of 'Once upon a time' differs from the golden [1, 403, 407, 261, 378]: %s", out);
+          "tokenize of 'Once upon a time' differs from the golden [1, 403, 407, 261, 378]");
     cJSON_Delete(j);
-    free(out);
-    free(err);
 
     /* the text form: one line per token, id TAB quoted piece */
     snprintf(args, sizeof args, "tokenize -m %s -p \"Once upon a time\"", model);
-    rc = run_kvinfer(args, &out, &err);
+    int rc = run_kvinfer(args, &out, &err);
     CHECK(rc == 0 && out && count_char(out, '\n') == 5 && strncmp(out, "1\t'", 3) == 0 &&
               strstr(out, "\n403\t'"),
           "tokenize text output: %s", out ? out : "(null)");
@@ -203,19 +206,6 @@ static void test_tokenize(const cJSON *gold)
     free(err);
 }
 
-/* Runs `run ... --json` and returns the parsed document (NULL on failure). */
-static cJSON *run_json(const char *extra)
-{
-    char args[8192], *out = NULL, *err = NULL;
-    snprintf(args, sizeof args, "run -m %s --json %s", model, extra);
-    int rc = run_kvinfer(args, &out, &err);
-    CHECK(rc == 0, "'%s': exit %d: %s", args, rc, err ? err : "");
-    cJSON *j = rc == 0 ? parse_only_json(out, args) : NULL;
-    free(out);
-    free(err);
-    return j;
-}
-
 static double stat_num(const cJSON *j, const char *name)
 {
     const cJSON *s = cJSON_GetObjectItem(j, "stats");
@@ -230,7 +220,7 @@ static void test_run(const cJSON *gold)
     const cJSON *gg = cJSON_GetObjectItem(gold, "greedy_tokens");
     const cJSON *gtext = cJSON_GetObjectItem(gold, "greedy_text");
 
-    cJSON *j = run_json("--temp 0 -n 20 --kv-type f32 --seed 7 -p \"Once upon a time\"");
+    cJSON *j = cmd_json("run", "--temp 0 -n 20 --kv-type f32 --seed 7 -p \"Once upon a time\"");
     if (j) {
         CHECK(ids_equal(cJSON_GetObjectItem(j, "prompt_tokens"), gp, 5), "prompt_tokens differ from golden");
         CHECK(ids_equal(cJSON_GetObjectItem(j, "tokens"), gg, 20), "greedy tokens differ from golden");
@@ -275,7 +265,7 @@ static void test_run(const cJSON *gold)
     }
 
     /* without the KV cache: same tokens, rows 5 + (6 + 7 + ... + 24) = 290 */
-    cJSON *nk = run_json("--temp 0 -n 20 --kv-type f32 --no-kv-cache -p \"Once upon a time\"");
+    cJSON *nk = cmd_json("run", "--temp 0 -n 20 --kv-type f32 --no-kv-cache -p \"Once upon a time\"");
     if (nk) {
         CHECK(ids_equal(cJSON_GetObjectItem(nk, "tokens"), gg, 20), "--no-kv-cache tokens differ from golden");
         CHECK(stat_num(nk, "rows_computed") == 290, "--no-kv-cache rows_computed %g, want 290",
@@ -286,7 +276,7 @@ static void test_run(const cJSON *gold)
     cJSON_Delete(j);
 
     /* --tokens: used as given, no extra BOS; the golden logits after [1, 403] peak at 407 */
-    j = run_json("--temp 0 -n 1 --kv-type f32 --tokens 1,403");
+    j = cmd_json("run", "--temp 0 -n 1 --kv-type f32 --tokens 1,403");
     if (j) {
         const cJSON *pt = cJSON_GetObjectItem(j, "prompt_tokens");
         CHECK(cJSON_GetArraySize(pt) == 2 && cJSON_GetArrayItem(pt, 0)->valueint == 1 &&
@@ -299,7 +289,7 @@ static void test_run(const cJSON *gold)
     cJSON_Delete(j);
 
     /* empty prompt: BOS alone (the model adds BOS) */
-    j = run_json("--temp 0 -n 2 -p ''");
+    j = cmd_json("run", "--temp 0 -n 2 -p ''");
     if (j) {
         const cJSON *pt = cJSON_GetObjectItem(j, "prompt_tokens");
         CHECK(cJSON_GetArraySize(pt) == 1 && cJSON_GetArrayItem(pt, 0)->valueint == 1,
@@ -321,11 +311,7 @@ static void test_run(const cJSON *gold)
 
 static void test_logits(const cJSON *gold)
 {
-    char args[8192], *out = NULL, *err = NULL;
-    snprintf(args, sizeof args, "logits -m %s --json --kv-type f32 -p \"Once upon a time\"", model);
-    int rc = run_kvinfer(args, &out, &err);
-    CHECK(rc == 0, "logits exit %d: %s", rc, err ? err : "");
-    cJSON *j = rc == 0 ? parse_only_json(out, "logits --json") : NULL;
+    cJSON *j = cmd_json("logits", "--kv-type f32 -p \"Once upon a time\"");
     const cJSON *gl = cJSON_GetObjectItem(gold, "prompt_logits");
     const cJSON *lg = j ? cJSON_GetObjectItem(j, "logits") : NULL;
     CHECK(j && ids_equal(cJSON_GetObjectItem(j, "prompt_tokens"), cJSON_GetObjectItem(gold, "prompt_tokens"), 5),
@@ -345,12 +331,11 @@ static void test_logits(const cJSON *gold)
     CHECK(n_cmp == 5 * 512 && maxdiff <= 5e-4, "logits max abs diff %g over %d values (want <= 5e-4)", maxdiff,
           n_cmp);
     cJSON_Delete(j);
-    free(out);
-    free(err);
 
     /* text mode: one line per position */
+    char args[8192], *out = NULL, *err = NULL;
     snprintf(args, sizeof args, "logits -m %s --kv-type f32 --tokens 1,403", model);
-    rc = run_kvinfer(args, &out, &err);
+    int rc = run_kvinfer(args, &out, &err);
     CHECK(rc == 0 && out && count_char(out, '\n') == 2 && strstr(out, " 407 '"),
           "logits text output: %s", out ? out : "(null)");
     free(out);

@@ -19,18 +19,10 @@ static int NV;
 
 static kvi_engine *engine(kvi_type kv, int threads, int n_seq, int n_batch, size_t budget)
 {
-    kvi_engine_params p;
-    kvi_engine_params_default(&p);
-    p.kv_type_k = p.kv_type_v = kv;
-    p.n_threads = threads;
-    p.n_seq_max = n_seq;
+    kvi_engine_params p = engine_params(kv, threads, n_seq, 256);
     p.n_batch_max = n_batch;
     p.kv_budget_bytes = budget;
-    p.n_ctx = 256;
-    kvi_error err = {0};
-    kvi_engine *e = kvi_engine_create(M, &p, &err);
-    CHECK(e != NULL, "engine: %s", err.msg);
-    return e;
+    return engine_create_checked(M, &p);
 }
 
 static int32_t argmax(const float *v)
@@ -44,51 +36,17 @@ static int32_t argmax(const float *v)
 static const int32_t PROMPT[] = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396, 267};
 #define NP ((int)(sizeof PROMPT / sizeof *PROMPT))
 
-/* logits [n][NV] of each prompt position, via one prefill step */
-static float *prefill_logits(kvi_engine *e, const int32_t *toks, int n)
-{
-    kvi_seq *s = kvi_seq_create(e);
-    kvi_batch *b = kvi_batch_create(n);
-    for (int i = 0; i < n; i++) kvi_batch_add(b, s, toks[i], i, true);
-    kvi_error err = {0};
-    int rc = kvi_step(e, b, &err);
-    CHECK(rc == 0, "prefill: %s", err.msg);
-    float *out = malloc((size_t)n * NV * sizeof(float));
-    for (int i = 0; i < n; i++) memcpy(out + (size_t)i * NV, kvi_logits(e, i), NV * sizeof(float));
-    kvi_batch_free(b);
-    kvi_seq_free(s);
-    return out;
-}
-
-static float *decode_logits(kvi_engine *e, const int32_t *toks, int n)
-{
-    kvi_seq *s = kvi_seq_create(e);
-    kvi_batch *b = kvi_batch_create(1);
-    float *out = malloc((size_t)n * NV * sizeof(float));
-    for (int i = 0; i < n; i++) {
-        kvi_batch_clear(b);
-        kvi_batch_add(b, s, toks[i], i, true);
-        kvi_error err = {0};
-        int rc = kvi_step(e, b, &err);
-        CHECK(rc == 0, "decode: %s", err.msg);
-        memcpy(out + (size_t)i * NV, kvi_logits(e, 0), NV * sizeof(float));
-    }
-    kvi_batch_free(b);
-    kvi_seq_free(s);
-    return out;
-}
-
 static void invariant1(kvi_type kv, const char *name)
 {
     kvi_engine *e = engine(kv, 2, 1, 512, 0);
     if (!e) return;
-    float *a = prefill_logits(e, PROMPT, NP);
-    float *b = decode_logits(e, PROMPT, NP);
+    float *a = seq_logits(e, PROMPT, NP, false);
+    float *b = seq_logits(e, PROMPT, NP, true);
     CHECK(memcmp(a, b, (size_t)NP * NV * sizeof(float)) == 0,
           "kv %s: prefill and decode logits differ", name);
     /* a prefill split into chunks of 3 rows gives the same bits too */
     kvi_engine *e3 = engine(kv, 2, 1, 3, 0);
-    float *c = prefill_logits(e3, PROMPT, NP);
+    float *c = seq_logits(e3, PROMPT, NP, false);
     CHECK(memcmp(a, c, (size_t)NP * NV * sizeof(float)) == 0, "kv %s: chunked prefill differs", name);
     free(a);
     free(b);
@@ -151,7 +109,7 @@ static void invariant3(int threads)
     kvi_engine *e = engine(KVI_TYPE_F16, threads, 3, 512, 0);
     if (!alone || !e) return;
     float *ref[3];
-    for (int k = 0; k < 3; k++) ref[k] = prefill_logits(alone, ps[k], ns[k]);
+    for (int k = 0; k < 3; k++) ref[k] = seq_logits(alone, ps[k], ns[k], false);
     kvi_seq *s[3];
     for (int k = 0; k < 3; k++) s[k] = kvi_seq_create(e);
     kvi_batch *b = kvi_batch_create(64);
@@ -175,7 +133,7 @@ static void invariant3(int threads)
         int32_t toks[33];
         memcpy(toks, ps[k], ns[k] * sizeof(int32_t));
         toks[ns[k]] = 300 + k;
-        float *r = prefill_logits(alone, toks, ns[k] + 1);
+        float *r = seq_logits(alone, toks, ns[k] + 1, false);
         CHECK(memcmp(kvi_logits(e, k), r + (size_t)ns[k] * NV, NV * sizeof(float)) == 0,
               "threads %d: decode row of sequence %d differs in a batch", threads, k);
         free(r);
@@ -276,13 +234,8 @@ static void accounting_and_errors(void)
 
 int main(void)
 {
-    kvi_error err = {0};
-    kvi_load_params lp;
-    kvi_load_params_default(&lp);
-    M = kvi_model_load(shared_path("models/stories260K.gguf"), &lp, &err);
-    CHECK(M != NULL, "load: %s", err.msg);
+    M = load_stories260k(&NV);
     if (!M) return test_main_end();
-    NV = kvi_n_vocab(M);
     invariant1(KVI_TYPE_F32, "f32");
     invariant1(KVI_TYPE_F16, "f16");
     invariant1(KVI_TYPE_Q8_0, "q8_0");

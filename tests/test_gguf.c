@@ -52,6 +52,17 @@ static void e_str(enc *e, const char *s)
     e_u64(e, strlen(s));
     e_bytes(e, s, strlen(s));
 }
+/* e_u32 / e_u64 that return the offset the value went to. */
+static size_t at_u32(enc *e, uint32_t v)
+{
+    e_u32(e, v);
+    return e->n - 4;
+}
+static size_t at_u64(enc *e, uint64_t v)
+{
+    e_u64(e, v);
+    return e->n - 8;
+}
 static void put_u32_at(uint8_t *p, uint32_t v)
 {
     for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
@@ -84,64 +95,50 @@ static void build_base(base_file *b)
     memset(b, 0, sizeof *b);
     enc *e = &b->e;
     e_bytes(e, "GGUF", 4);
-    b->off_version = e->n;
-    e_u32(e, 3);
-    b->off_n_tensors = e->n;
-    e_u64(e, 2);
-    b->off_n_kv = e->n;
-    e_u64(e, 4);
+    b->off_version = at_u32(e, 3);
+    b->off_n_tensors = at_u64(e, 2);
+    b->off_n_kv = at_u64(e, 4);
 
     e_str(e, "general.architecture");
-    b->off_arch_type = e->n;
-    e_u32(e, GGUF_T_STRING);
+    b->off_arch_type = at_u32(e, GGUF_T_STRING);
     b->off_arch_len = e->n;
     e_str(e, "llama");
 
     e_str(e, "general.alignment");
-    b->off_align_type = e->n;
-    e_u32(e, GGUF_T_UINT32);
-    b->off_align_val = e->n;
-    e_u32(e, 32);
+    b->off_align_type = at_u32(e, GGUF_T_UINT32);
+    b->off_align_val = at_u32(e, 32);
 
     e_str(e, "test.ar1");
     e_u32(e, GGUF_T_ARRAY);
-    b->off_arr_elem = e->n;
-    e_u32(e, GGUF_T_INT32);
-    b->off_arr_count = e->n;
-    e_u64(e, 3);
+    b->off_arr_elem = at_u32(e, GGUF_T_INT32);
+    b->off_arr_count = at_u64(e, 3);
     e_u32(e, 7);
     e_u32(e, (uint32_t)-8);
     e_u32(e, 9);
 
     b->off_strs_key = e->n;
+
     e_str(e, "test.ar2");
     e_u32(e, GGUF_T_ARRAY);
     e_u32(e, GGUF_T_STRING);
-    b->off_strs_count = e->n;
-    e_u64(e, 2);
+    b->off_strs_count = at_u64(e, 2);
     e_str(e, "hello");
     e_str(e, "");
 
     e_str(e, "t0");
-    b->off_t0_ndims = e->n;
-    e_u32(e, 2);
-    b->off_t0_ne0 = e->n;
-    e_u64(e, 32);
-    b->off_t0_ne1 = e->n;
-    e_u64(e, 2);
-    b->off_t0_type = e->n;
-    e_u32(e, KVI_TYPE_F32);
+    b->off_t0_ndims = at_u32(e, 2);
+    b->off_t0_ne0 = at_u64(e, 32);
+    b->off_t0_ne1 = at_u64(e, 2);
+    b->off_t0_type = at_u32(e, KVI_TYPE_F32);
     e_u64(e, 0);
 
     b->off_t1_name = e->n;
+
     e_str(e, "t1");
     e_u32(e, 1);
-    b->off_t1_ne0 = e->n;
-    e_u64(e, 64);
-    b->off_t1_type = e->n;
-    e_u32(e, KVI_TYPE_Q8_0);
-    b->off_t1_offset = e->n;
-    e_u64(e, 256);
+    b->off_t1_ne0 = at_u64(e, 64);
+    b->off_t1_type = at_u32(e, KVI_TYPE_Q8_0);
+    b->off_t1_offset = at_u64(e, 256);
 
     while (e->n % 32) e_bytes(e, "", 1);
     uint64_t rs = 0x1234567;

@@ -41,18 +41,9 @@ static int run_logits(kvi_model *m, const int32_t *ids, int n, float *out, int n
 
 int main(void)
 {
-    kvi_synth_params p;
-    memset(&p, 0, sizeof p);
-    p.dim = 512;
-    p.ffn_dim = 1024;
-    p.n_layers = 2;
-    p.n_heads = 8;
-    p.n_kv_heads = 4;
-    p.n_vocab = 32000;   /* two 32000 x 512 Q8_0 matrices: ~35 MB */
-    p.n_ctx = 64;
-    p.type = KVI_TYPE_Q8_0;
-    p.seed = 7;
-    p.name = "map-test";
+    /* n_vocab 32000: two 32000 x 512 Q8_0 matrices, ~35 MB */
+    const kvi_synth_params p = {.dim = 512, .ffn_dim = 1024, .n_layers = 2, .n_heads = 8, .n_kv_heads = 4,
+                                .n_vocab = 32000, .n_ctx = 64, .type = KVI_TYPE_Q8_0, .seed = 7, .name = "map-test"};
     const char *path = tmp_path("gguf_map.gguf");
     kvi_error err = {0};
     int rc = kvi_synth_write(&p, path, &err);

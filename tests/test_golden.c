@@ -27,15 +27,8 @@ static int32_t *json_ids(const cJSON *a, int *n)
 
 static kvi_engine *make_engine(kvi_model *m, kvi_type kv, int n_ctx, int threads)
 {
-    kvi_engine_params p;
-    kvi_engine_params_default(&p);
-    p.kv_type_k = p.kv_type_v = kv;
-    p.n_ctx = n_ctx;
-    p.n_threads = threads;
-    kvi_error err = {0};
-    kvi_engine *e = kvi_engine_create(m, &p, &err);
-    CHECK(e != NULL, "engine: %s", err.msg);
-    return e;
+    const kvi_engine_params p = engine_params(kv, threads, 0, n_ctx);
+    return engine_create_checked(m, &p);
 }
 
 /* Prefill the prompt in one step, compare logits at every position, then decode

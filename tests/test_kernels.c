@@ -22,32 +22,21 @@ static const kvi_type ALL_TYPES[] = {
 };
 #define N_TYPES (int)(sizeof ALL_TYPES / sizeof ALL_TYPES[0])
 
-static void fill_normal(float *x, int64_t n, uint64_t *rs)
-{
-    for (int64_t i = 0; i < n; i++) x[i] = trand_normal(rs);
-}
-
 /* A random [n_out][n_in] matrix of type t (Q8_1, which kvinfer does not quantise
  * to, gets random quants and scales directly). Caller frees. */
 static void *random_matrix(kvi_type t, int64_t n_out, int64_t n_in, uint64_t *rs)
 {
+    if (t != KVI_TYPE_Q8_1) return trand_weights_normal(t, n_out, n_in, rs);
     size_t rb = kvi_row_bytes(t, n_in);
     uint8_t *w = malloc(rb * (size_t)n_out);
-    float *row = malloc((size_t)n_in * sizeof(float));
     for (int64_t j = 0; j < n_out; j++) {
-        if (t == KVI_TYPE_Q8_1) {
-            block_q8_1 *b = (block_q8_1 *)(w + (size_t)j * rb);
-            for (int64_t k = 0; k < n_in / 32; k++) {
-                b[k].d = kvi_f32_to_f16(0.01f + trand_uniform(rs) * 0.02f);
-                b[k].s = 0;
-                for (int l = 0; l < 32; l++) b[k].qs[l] = (int8_t)(trand_u64(rs) % 255 - 127);
-            }
-        } else {
-            fill_normal(row, n_in, rs);
-            kvi_quantize_row(t, row, w + (size_t)j * rb, n_in);
+        block_q8_1 *b = (block_q8_1 *)(w + (size_t)j * rb);
+        for (int64_t k = 0; k < n_in / 32; k++) {
+            b[k].d = kvi_f32_to_f16(0.01f + trand_uniform(rs) * 0.02f);
+            b[k].s = 0;
+            for (int l = 0; l < 32; l++) b[k].qs[l] = (int8_t)(trand_u64(rs) % 255 - 127);
         }
     }
-    free(row);
     return w;
 }
 
@@ -73,15 +62,14 @@ static void test_dot(void)
     enum { MAXN = 4097 };
     float *a = malloc(MAXN * sizeof(float)), *b = malloc(MAXN * sizeof(float));
     uint64_t rs = 777;
-    fill_normal(a, MAXN, &rs);
-    fill_normal(b, MAXN, &rs);
+    trand_fill_normal(a, MAXN, &rs);
+    trand_fill_normal(b, MAXN, &rs);
     for (int isa = 0; isa <= (int)kvi_isa_detect(); isa++) {
         kvi_isa_set((kvi_isa)isa);
         int bad = 0;
         for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
             int64_t n = lens[k];
-            double mag = 0;
-            for (int64_t i = 0; i < n; i++) mag += fabs((double)a[i] * b[i]);
+            const double mag = abs_dot(a, b, n);
             /* offsets 0..2 make the loads unaligned */
             for (int off = 0; off < 3 && off + n <= MAXN; off++) {
                 float d = kvi_dot_f32(a + off, b + off, n), r = kvi_dot_f32_ref(a + off, b + off, n);
@@ -162,7 +150,7 @@ static void test_q8_act(void)
     enum { N = 512 };
     float x[N];
     uint64_t rs = 5150;
-    fill_normal(x, N, &rs);
+    trand_fill_normal(x, N, &rs);
     kvi_q8a qa[N / 32];
     block_q8_0 ref[N / 32];
     kvi_q8_quantize_act(KVI_TYPE_Q4_0, x, qa, N);
@@ -212,7 +200,7 @@ static void test_q8_exact(tpool *pool)
     uint64_t rs = 8080;
     float *x = malloc((size_t)(9 * n_in) * sizeof(float)), *y = malloc((size_t)(9 * n_out) * sizeof(float));
     float *yr = malloc((size_t)(9 * n_out) * sizeof(float));
-    fill_normal(x, 9 * n_in, &rs);
+    trand_fill_normal(x, 9 * n_in, &rs);
     for (int k = 0; k < N_TYPES; k++) {
         kvi_type t = ALL_TYPES[k];
         if (kvi_q8_act_type(t) == KVI_TYPE_F32) continue;
@@ -255,7 +243,7 @@ static void test_qgemm_tiles(void)
     float *x = malloc((size_t)(max_rows * x_cap) * sizeof(float));
     float *y = malloc((size_t)(max_rows * n_out) * sizeof(float));
     float *yr = malloc((size_t)(max_rows * n_out) * sizeof(float));
-    fill_normal(x, max_rows * x_cap, &rs);
+    trand_fill_normal(x, max_rows * x_cap, &rs);
     for (int k = 0; k < (int)(sizeof types / sizeof types[0]); k++) {
         const kvi_type t = types[k];
         const int64_t nin = kvi_q8_act_type(t) == KVI_TYPE_Q8_K ? 5 * QK_K : n_in;
@@ -298,7 +286,7 @@ static void test_matmul_vs_ref(tpool *pool)
     float *y = malloc((size_t)(n_rows * ldy) * sizeof(float));
     float *yr = malloc((size_t)(n_rows * ldy) * sizeof(float));
     float *w = malloc((size_t)n_in * sizeof(float));
-    fill_normal(x, n_rows * ldx, &rs);
+    trand_fill_normal(x, n_rows * ldx, &rs);
     for (int k = 0; k < N_TYPES; k++) {
         kvi_type t = ALL_TYPES[k];
         void *wq = random_matrix(t, n_out, n_in, &rs);
@@ -344,8 +332,7 @@ static void test_matmul_vs_ref(tpool *pool)
             for (int64_t r = 0; r < n_rows; r++) {
                 for (int64_t j = 0; j < n_out; j++) {
                     kvi_tensor_get_row(&W, j, w);
-                    double mag = 0;
-                    for (int64_t i = 0; i < n_in; i++) mag += fabs((double)xd[r * ldx + i] * w[i]);
+                    const double mag = abs_dot(xd + r * ldx, w, n_in);
                     double e = fabs((double)y[r * ldy + j] - yr[r * ldy + j]);
                     if (!(e <= 1e-4 * mag + 1e-6)) {
                         if (bad++ < 3)
@@ -407,7 +394,7 @@ static void test_bit_identity(void)
     float *yb = malloc((size_t)(n_rows * n_out) * sizeof(float));
     float *yt = malloc((size_t)(n_rows * n_out) * sizeof(float));
     float *y1 = malloc((size_t)n_out * sizeof(float));
-    fill_normal(x, n_rows * n_in, &rs);
+    trand_fill_normal(x, n_rows * n_in, &rs);
     for (int k = 0; k < N_TYPES; k++) {
         kvi_type t = ALL_TYPES[k];
         if (kvi_row_bytes(t, n_in) == 0) continue;
@@ -454,7 +441,7 @@ static void test_gemv_exact(void)
     float *x = malloc((size_t)(n_big * 2048) * sizeof(float));
     float *yb = malloc((size_t)(n_big * n_out) * sizeof(float)), *y = malloc((size_t)(4 * n_out) * sizeof(float));
     float *yr = malloc((size_t)(4 * n_out) * sizeof(float));
-    fill_normal(x, n_big * 2048, &rs);
+    trand_fill_normal(x, n_big * 2048, &rs);
     for (int ni = 0; ni < 2; ni++) {
         const int64_t n_in = n_ins[ni];
         for (int k = 0; k < N_TYPES; k++) {
@@ -508,7 +495,7 @@ static void test_matmul_multi(tpool *pool)
     };
     uint64_t rs = 777;
     float *x = malloc((size_t)(9 * n_in) * sizeof(float));
-    fill_normal(x, 9 * n_in, &rs);
+    trand_fill_normal(x, 9 * n_in, &rs);
     float *ym[3], *ys[3];
     for (int i = 0; i < 3; i++) {
         ym[i] = malloc((size_t)(9 * ldy[i]) * sizeof(float));

@@ -36,26 +36,16 @@ static const int64_t ROWS[] = {1, 2, 3, 8, 15, 16, 17, 31, 32, 33, 70};
 #define MAX_ROWS 300   /* the reference batch: two chunks of input rows */
 #define MID_ROWS 70    /* the largest sub-batch checked on every pool */
 
-static void fill_normal(float *x, int64_t n, uint64_t *rs)
-{
-    for (int64_t i = 0; i < n; i++) x[i] = trand_normal(rs);
-}
-
 static void test_shape(kvi_type t, int64_t n_in, int64_t n_out, tpool *const pools[3], uint64_t *rs)
 {
     const int64_t ldx = n_in + 3, ldy = n_out + 5;
-    const size_t rb = kvi_row_bytes(t, n_in);
     float *x = malloc((size_t)(MAX_ROWS * ldx) * sizeof(float));    /* [MAX_ROWS][ldx] */
     float *yb = malloc((size_t)(MAX_ROWS * ldy) * sizeof(float));   /* the 300-row product, 2 threads */
     float *yr = malloc((size_t)(MAX_ROWS * ldy) * sizeof(float));   /* kvi_matmul_ref */
     float *y = malloc((size_t)(MAX_ROWS * ldy) * sizeof(float));    /* sub-batches */
     float *row = malloc((size_t)n_in * sizeof(float));              /* [n_in] */
-    uint8_t *w = malloc(rb * (size_t)n_out);                        /* [n_out][rb] */
-    fill_normal(x, MAX_ROWS * ldx, rs);
-    for (int64_t j = 0; j < n_out; j++) {
-        fill_normal(row, n_in, rs);
-        kvi_quantize_row(t, row, w + (size_t)j * rb, n_in);
-    }
+    trand_fill_normal(x, MAX_ROWS * ldx, rs);
+    uint8_t *w = trand_weights_normal(t, n_out, n_in, rs);          /* [n_out][row bytes] */
     const kvi_tensor W = {.data = w, .type = t, .n_in = n_in, .n_out = n_out};
     const char *tn = kvi_type_name(t);
     kvi_matmul_ref(&W, x, ldx, MAX_ROWS, yr, ldy);
@@ -68,8 +58,7 @@ static void test_shape(kvi_type t, int64_t n_in, int64_t n_out, tpool *const poo
     for (int64_t r = 0; r < MAX_ROWS; r++) {
         for (int64_t j = 0; j < n_out; j++) {
             kvi_tensor_get_row(&W, j, row);
-            double mag = 0;
-            for (int64_t i = 0; i < n_in; i++) mag += fabs((double)x[r * ldx + i] * row[i]);
+            const double mag = abs_dot(x + r * ldx, row, n_in);
             const double e = fabs((double)yb[r * ldy + j] - yr[r * ldy + j]) / mag;
             far += !(e <= 0x1p-14);
             if (e > worst) worst = e;

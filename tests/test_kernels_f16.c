@@ -32,11 +32,6 @@ static const int64_t ROWS[] = {1, 3, 17, 64};
 #define N_ROWS 4
 #define MAX_ROWS 64
 
-static void fill_normal(float *x, int64_t n, uint64_t *rs)
-{
-    for (int64_t i = 0; i < n; i++) x[i] = trand_normal(rs);
-}
-
 static void test_shape(int64_t n_in, int64_t n_out, tpool *const pools[3], uint64_t *rs)
 {
     const int64_t ldx = n_in + 5, ldy = n_out + 3;
@@ -45,15 +40,11 @@ static void test_shape(int64_t n_in, int64_t n_out, tpool *const pools[3], uint6
     float *yb = malloc((size_t)(MAX_ROWS * ldy) * sizeof(float));   /* the 64-row product, 2 threads */
     float *yr = malloc((size_t)(MAX_ROWS * ldy) * sizeof(float));   /* kvi_matmul_ref */
     float *row = malloc((size_t)n_in * sizeof(float));              /* [n_in] */
-    fill_normal(x, MAX_ROWS * ldx, rs);
+    trand_fill_normal(x, MAX_ROWS * ldx, rs);
     for (int k = 0; k < N_FTYPES; k++) {
         const kvi_type t = TYPES[k];
         const size_t rb = kvi_row_bytes(t, n_in);
-        uint8_t *w = malloc(rb * (size_t)n_out);   /* [n_out][rb] */
-        for (int64_t j = 0; j < n_out; j++) {
-            fill_normal(row, n_in, rs);
-            kvi_quantize_row(t, row, w + (size_t)j * rb, n_in);
-        }
+        uint8_t *w = trand_weights_normal(t, n_out, n_in, rs);   /* [n_out][rb] */
         const kvi_tensor W = {.data = w, .type = t, .n_in = n_in, .n_out = n_out};
         kvi_matmul_ref(&W, x, ldx, MAX_ROWS, yr, ldy);
         for (int isa = 0; isa <= (int)kvi_isa_detect(); isa++) {
@@ -67,8 +58,7 @@ static void test_shape(int64_t n_in, int64_t n_out, tpool *const pools[3], uint6
             for (int64_t r = 0; r < MAX_ROWS; r++) {
                 for (int64_t j = 0; j < n_out; j++) {
                     kvi_tensor_get_row(&W, j, row);
-                    double mag = 0;
-                    for (int64_t i = 0; i < n_in; i++) mag += fabs((double)x[r * ldx + i] * row[i]);
+                    const double mag = abs_dot(x + r * ldx, row, n_in);
                     far += !(fabs((double)yb[r * ldy + j] - yr[r * ldy + j]) <= 1e-5 * mag + 1e-7);
                 }
                 for (int64_t j = n_out; j < ldy; j++) pad += yb[r * ldy + j] != -777.0f;
@@ -140,17 +130,12 @@ static void test_many_rows(int64_t n_in, int64_t n_out, uint64_t *rs)
     const int64_t n_rows = 203, ldx = n_in + 3, ldy = n_out + 1, j0 = 3, j1 = n_out - 2;
     float *x = malloc((size_t)(n_rows * ldx) * sizeof(float));   /* [n_rows][ldx] */
     float *y = malloc((size_t)(n_rows * ldy) * sizeof(float));   /* [n_rows][ldy] */
-    float *row = malloc((size_t)n_in * sizeof(float));           /* [n_in] */
     float *scr = malloc(KVI_FMM_SCRATCH(n_in));                  /* [16][n_in] */
-    fill_normal(x, n_rows * ldx, rs);
+    trand_fill_normal(x, n_rows * ldx, rs);
     for (int k = 0; k < N_FTYPES; k++) {
         const kvi_type t = TYPES[k];
         const size_t rb = kvi_row_bytes(t, n_in);
-        uint8_t *w = malloc(rb * (size_t)n_out);   /* [n_out][rb] */
-        for (int64_t j = 0; j < n_out; j++) {
-            fill_normal(row, n_in, rs);
-            kvi_quantize_row(t, row, w + (size_t)j * rb, n_in);
-        }
+        uint8_t *w = trand_weights_normal(t, n_out, n_in, rs);   /* [n_out][rb] */
         for (int64_t i = 0; i < n_rows * ldy; i++) y[i] = -777.0f;
         const kvi_fmm_args a = {.type = t, .w = w, .w_rb = rb, .n_in = n_in, .j0 = j0, .j1 = j1, .x = x,
                                 .ldx = ldx, .n_rows = n_rows, .y = y, .ldy = ldy, .scratch = scr};
@@ -173,7 +158,6 @@ static void test_many_rows(int64_t n_in, int64_t n_out, uint64_t *rs)
     }
     free(x);
     free(y);
-    free(row);
     free(scr);
 }
 

@@ -31,32 +31,12 @@ static int NV;
 
 static kvi_engine *engine(kvi_type kv, const char *policy, int n_ctx, int n_seq)
 {
-    kvi_engine_params p;
-    kvi_engine_params_default(&p);
-    p.kv_type_k = p.kv_type_v = kv;
-    p.n_threads = 2;
-    p.n_seq_max = n_seq;
-    p.n_ctx = n_ctx;
+    kvi_engine_params p = engine_params(kv, 2, n_seq, n_ctx);
     p.ctx_policy = policy;
     p.n_keep = 4;
     p.n_sink = 4;
     p.n_window = 0;
-    kvi_error err = {0};
-    kvi_engine *e = kvi_engine_create(M, &p, &err);
-    CHECK(e != NULL, "engine: %s", err.msg);
-    return e;
-}
-
-static int step_rows(kvi_engine *e, kvi_seq *s, const int32_t *toks, int from, int n, float *last)
-{
-    kvi_batch *b = kvi_batch_create(n - from);
-    for (int i = from; i < n; i++) kvi_batch_add(b, s, toks[i - from], i, i == n - 1);
-    kvi_error err = {0};
-    int rc = kvi_step(e, b, &err);
-    CHECK(rc == 0, "step: %s", err.msg);
-    if (rc == 0 && last) memcpy(last, kvi_logits(e, n - 1 - from), NV * sizeof(float));
-    kvi_batch_free(b);
-    return rc;
+    return engine_create_checked(M, &p);
 }
 
 /* Fills a sequence to n_ctx, makes room for one, then runs token 42 and compares
@@ -198,17 +178,11 @@ static int by_desc(const void *a, const void *b)
 static void heavy_uses_attention(kvi_type kv)
 {
     enum { CTX = 64, NS = 4, WIN = 16 };
-    kvi_engine_params p;
-    kvi_engine_params_default(&p);
-    p.kv_type_k = p.kv_type_v = kv;
-    p.n_threads = 2;
-    p.n_ctx = CTX;
+    kvi_engine_params p = engine_params(kv, 2, 0, CTX);
     p.ctx_policy = "heavy";
     p.n_sink = NS;
     p.n_window = WIN;
-    kvi_error err = {0};
-    kvi_engine *e = kvi_engine_create(M, &p, &err);
-    CHECK(e != NULL, "engine: %s", err.msg);
+    kvi_engine *e = engine_create_checked(M, &p);
     if (!e) return;
     /* distinct tokens, so a kept token names its position */
     int32_t P[CTX];
@@ -246,6 +220,7 @@ static void heavy_uses_attention(kvi_type kv)
     /* the most-attended middle position is one sinks/shift with the same budget
      * would drop when it lies before the window: make the test about that */
     const int top = (int)sc[0][1];
+    kvi_error err = {0};
     const int32_t n = kvi_seq_make_room(s, 1, &err);
     CHECK(n == CTX - 1, "heavy kept %d, want %d", n, CTX - 1);
     const int32_t *kt = kvi_seq_tokens(s);
@@ -341,12 +316,8 @@ static void sinks_long(kvi_type kv, const int CTX)
 int main(void)
 {
     kvi_error err = {0};
-    kvi_load_params lp;
-    kvi_load_params_default(&lp);
-    M = kvi_model_load(shared_path("models/stories260K.gguf"), &lp, &err);
-    CHECK(M != NULL, "load: %s", err.msg);
+    M = load_stories260k(&NV);
     if (!M) return test_main_end();
-    NV = kvi_n_vocab(M);
     const kvi_type types[] = {KVI_TYPE_F32, KVI_TYPE_F16, KVI_TYPE_Q8_0, KVI_TYPE_Q4_0, KVI_TYPE_KV_Q4};
     for (int i = 0; i < 5; i++) {
         kept_sets(types[i]);

@@ -150,28 +150,22 @@ static void attention_types(kvi_type type, int threads)
     uint64_t rng = 777 + (uint64_t)type;
     const int lens[3] = {1, 14, 37};
     kv_table t[3];
-    memset(t, 0, sizeof t);
+    kv_reserve_seqs(&kv, t, lens, 3);
     float row[KVD];
     for (int s = 0; s < 3; s++) {
-        CHECK(kv_table_reserve(&kv, &t[s], lens[s], &err) == 0, "%s", err.msg);
         for (int p = 0; p < lens[s]; p++) {
             for (int l = 0; l < LAYERS; l++)
                 for (int w = 0; w < 2; w++) {
-                    for (int i = 0; i < KVD; i++) row[i] = trand_normal(&rng);
+                    trand_fill_normal(row, KVD, &rng);
                     kv_write_row(&kv, &t[s], l, w, p, row);
                 }
             t[s].n_pos = p + 1;
         }
     }
     /* every position of every sequence as a query row, in one batch */
-    int n = 0;
     const kv_table *tabs[64];
     int32_t pos[64];
-    for (int s = 0; s < 3; s++)
-        for (int p = 0; p < lens[s]; p++) {
-            tabs[n] = &t[s];
-            pos[n++] = p;
-        }
+    const int n = batch_all_positions(t, lens, 3, tabs, pos);
     float *q = malloc((size_t)n * QD * sizeof(float));
     float *out = malloc((size_t)n * QD * sizeof(float));
     float *out2 = malloc((size_t)n * QD * sizeof(float));
@@ -252,50 +246,19 @@ static const int32_t PROMPT[] = {1,   403, 407, 261, 378, 432, 383, 286, 261, 37
 
 static kvi_engine *engine(kvi_type tk, kvi_type tv, int block, int n_batch)
 {
-    kvi_engine_params p;
-    kvi_engine_params_default(&p);
-    p.kv_type_k = tk;
+    kvi_engine_params p = engine_params(tk, 2, 0, 128);
     p.kv_type_v = tv;
     p.kv_block_size = block;
-    p.n_threads = 2;
     p.n_batch_max = n_batch;
-    p.n_ctx = 128;
-    kvi_error err = {0};
-    kvi_engine *e = kvi_engine_create(M, &p, &err);
-    CHECK(e != NULL, "engine %s/%s: %s", kvi_type_name(tk), kvi_type_name(tv), err.msg);
-    return e;
-}
-
-/* logits [NP][NV]: one prefill step (chunked by the engine's batch size), or one
- * row per step */
-static float *logits(kvi_engine *e, bool decode)
-{
-    kvi_seq *s = kvi_seq_create(e);
-    kvi_batch *b = kvi_batch_create(NP);
-    float *out = malloc((size_t)NP * NV * sizeof(float));
-    kvi_error err = {0};
-    if (!decode) {
-        for (int i = 0; i < NP; i++) kvi_batch_add(b, s, PROMPT[i], i, true);
-        CHECK(kvi_step(e, b, &err) == 0, "prefill: %s", err.msg);
-        for (int i = 0; i < NP; i++) memcpy(out + (size_t)i * NV, kvi_logits(e, i), NV * sizeof(float));
-    } else {
-        for (int i = 0; i < NP; i++) {
-            kvi_batch_clear(b);
-            kvi_batch_add(b, s, PROMPT[i], i, true);
-            CHECK(kvi_step(e, b, &err) == 0, "decode: %s", err.msg);
-            memcpy(out + (size_t)i * NV, kvi_logits(e, 0), NV * sizeof(float));
-        }
-    }
-    kvi_batch_free(b);
-    kvi_seq_free(s);
-    return out;
+    return engine_create_checked(M, &p);
 }
 
 static void model_invariant1(kvi_type tk, kvi_type tv, int block)
 {
     kvi_engine *e = engine(tk, tv, block, 512), *e3 = engine(tk, tv, block, 5);
     if (!e || !e3) return;
-    float *a = logits(e, false), *b = logits(e, true), *c = logits(e3, false);
+    float *a = seq_logits(e, PROMPT, NP, false), *b = seq_logits(e, PROMPT, NP, true);
+    float *c = seq_logits(e3, PROMPT, NP, false);
     CHECK(memcmp(a, b, (size_t)NP * NV * sizeof(float)) == 0, "kv %s/%s block %d: prefill != decode",
           kvi_type_name(tk), kvi_type_name(tv), block);
     CHECK(memcmp(a, c, (size_t)NP * NV * sizeof(float)) == 0, "kv %s/%s block %d: chunked prefill differs",
@@ -313,7 +276,7 @@ static double closeness(kvi_type tk, kvi_type tv, double max_rel, double min_agr
 {
     kvi_engine *e0 = engine(KVI_TYPE_F32, KVI_TYPE_F32, 16, 512), *e = engine(tk, tv, 16, 512);
     if (!e0 || !e) return INFINITY;
-    float *a = logits(e0, false), *b = logits(e, false);
+    float *a = seq_logits(e0, PROMPT, NP, false), *b = seq_logits(e, PROMPT, NP, false);
     double md = 0, spread = 0;
     int agree = 0;
     for (int i = 0; i < NP; i++) {
@@ -353,13 +316,8 @@ int main(void)
     }
     bad_shapes();
 
-    kvi_error err = {0};
-    kvi_load_params lp;
-    kvi_load_params_default(&lp);
-    M = kvi_model_load(shared_path("models/stories260K.gguf"), &lp, &err);
-    CHECK(M != NULL, "load: %s", err.msg);
+    M = load_stories260k(&NV);
     if (!M) return test_main_end();
-    NV = kvi_n_vocab(M);
     for (int i = 2; i < NTYPES; i++) {
         model_invariant1(TYPES[i], TYPES[i], 16);
         model_invariant1(TYPES[i], TYPES[i], 4);

@@ -25,18 +25,10 @@ static int NV;
 
 static kvi_engine *engine(kvi_type kv, int n_seq, size_t budget, bool prefix)
 {
-    kvi_engine_params p;
-    kvi_engine_params_default(&p);
-    p.kv_type_k = p.kv_type_v = kv;
-    p.n_threads = 2;
-    p.n_seq_max = n_seq;
+    kvi_engine_params p = engine_params(kv, 2, n_seq, 512);
     p.kv_budget_bytes = budget;
-    p.n_ctx = 512;
     p.prefix_cache = prefix;
-    kvi_error err = {0};
-    kvi_engine *e = kvi_engine_create(M, &p, &err);
-    CHECK(e != NULL, "engine: %s", err.msg);
-    return e;
+    return engine_create_checked(M, &p);
 }
 
 /* Runs toks[from..n) for s at positions from.., logits of every row into out[n][NV]
@@ -364,13 +356,8 @@ static void sixteen_forks(void)
 
 int main(void)
 {
-    kvi_error err = {0};
-    kvi_load_params lp;
-    kvi_load_params_default(&lp);
-    M = kvi_model_load(shared_path("models/stories260K.gguf"), &lp, &err);
-    CHECK(M != NULL, "load: %s", err.msg);
+    M = load_stories260k(&NV);
     if (!M) return test_main_end();
-    NV = kvi_n_vocab(M);
     share_and_cow(KVI_TYPE_F32);
     share_and_cow(KVI_TYPE_F16);
     share_and_cow(KVI_TYPE_Q8_0);

@@ -80,6 +80,15 @@ static http_resp post(int port, const char *path, const char *body)
     return r;
 }
 
+/* post, then the reply parsed into *doc (cJSON_Delete it; free r->body): its
+ * choices[0], NULL when absent. */
+static const cJSON *post_choice0(int port, const char *path, const char *body, http_resp *r, cJSON **doc)
+{
+    *r = post(port, path, body);
+    *doc = cJSON_Parse(r->body);
+    return cJSON_GetArrayItem(cJSON_GetObjectItem(*doc, "choices"), 0);
+}
+
 /* The events of an SSE body as one JSON array of their choices[0] (malloc'd). */
 static cJSON *sse_choices(const char *body, bool *done)
 {
@@ -204,10 +213,10 @@ static void test_completions(int port)
     snprintf(body, sizeof body,
              "{\"prompt\":[1,403,407],\"max_tokens\":%d,\"temperature\":0,\"ignore_eos\":true,\"logprobs\":%d}", NG,
              TOPK);
-    http_resp r = post(port, "/v1/completions", body);
+    http_resp r;
+    cJSON *j;
+    const cJSON *c0 = post_choice0(port, "/v1/completions", body, &r, &j);
     CHECK(r.status == 200, "completions %d: %s", r.status, r.body);
-    cJSON *j = cJSON_Parse(r.body);
-    const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
     const cJSON *lp = cJSON_GetObjectItem(c0, "logprobs");
     check_completion_lp(lp, gen, ref, V, "completion");
     /* the tokens' strings make the text */
@@ -297,10 +306,10 @@ static void test_chat(int port)
     char body[512];
     snprintf(body, sizeof body,
              "{%s,\"max_tokens\":5,\"temperature\":0,\"ignore_eos\":true,\"logprobs\":true,\"top_logprobs\":3}", msgs);
-    http_resp r = post(port, "/v1/chat/completions", body);
+    http_resp r;
+    cJSON *j;
+    const cJSON *c0 = post_choice0(port, "/v1/chat/completions", body, &r, &j);
     CHECK(r.status == 200, "chat %d: %s", r.status, r.body);
-    cJSON *j = cJSON_Parse(r.body);
-    const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
     const cJSON *content = cJSON_GetObjectItem(cJSON_GetObjectItem(c0, "logprobs"), "content");
     double a[5] = {0}, b[5] = {1, 1, 1, 1, 1};
     check_chat_entries(content, 5, 3, a, "chat");
@@ -332,16 +341,12 @@ static void test_chat(int port)
 
     /* logprobs without alternatives; none asked: null */
     snprintf(body, sizeof body, "{%s,\"max_tokens\":2,\"temperature\":0,\"ignore_eos\":true,\"logprobs\":true}", msgs);
-    r = post(port, "/v1/chat/completions", body);
-    j = cJSON_Parse(r.body);
-    c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
+    c0 = post_choice0(port, "/v1/chat/completions", body, &r, &j);
     check_chat_entries(cJSON_GetObjectItem(cJSON_GetObjectItem(c0, "logprobs"), "content"), 2, 0, a, "no top");
     cJSON_Delete(j);
     free(r.body);
     snprintf(body, sizeof body, "{%s,\"max_tokens\":2}", msgs);
-    r = post(port, "/v1/chat/completions", body);
-    j = cJSON_Parse(r.body);
-    c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
+    c0 = post_choice0(port, "/v1/chat/completions", body, &r, &j);
     CHECK(cJSON_IsNull(cJSON_GetObjectItem(c0, "logprobs")), "logprobs not asked: null");
     cJSON_Delete(j);
     free(r.body);

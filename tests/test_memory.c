@@ -25,15 +25,9 @@
 static float *prefill_logits(kvi_model *m, int32_t fwd_chunk)
 {
     const int nv = kvi_n_vocab(m);
-    kvi_engine_params p;
-    kvi_engine_params_default(&p);
+    kvi_engine_params p = engine_params(KVI_TYPE_F32, 2, 0, 128);
     p.fwd_chunk = fwd_chunk;
-    p.n_threads = 2;
-    p.n_ctx = 128;
-    p.kv_type_k = p.kv_type_v = KVI_TYPE_F32;
-    kvi_error err = {0};
-    kvi_engine *e = kvi_engine_create(m, &p, &err);
-    CHECK(e != NULL, "engine: %s", err.msg);
+    kvi_engine *e = engine_create_checked(m, &p);
     if (!e) return NULL;
     kvi_seq *s = kvi_seq_create(e);
     kvi_batch *b = kvi_batch_create(N_ROWS);
@@ -45,6 +39,7 @@ static float *prefill_logits(kvi_model *m, int32_t fwd_chunk)
         ok = kvi_batch_add(b, s, tok, i, true) >= 0;
     }
     if (ok) {
+        kvi_error err = {0};
         int rc = kvi_step(e, b, &err);
         CHECK(rc == 0, "step: %s", err.msg);
         ok = rc == 0;

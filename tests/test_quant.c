@@ -11,20 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static float bitsf(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static uint32_t fbits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
 static void check_row(const char *what, const float *got, const float *want, int n)
 {
     int bad = 0;
@@ -47,7 +33,7 @@ static void test_half(void)
     CHECK(kvi_f16_to_f32(0x0400) == 0x1p-14f, "min normal");
     CHECK(kvi_f16_to_f32(0x0001) == 0x1p-24f, "min subnormal");
     CHECK(kvi_f16_to_f32(0x03ff) == 1023 * 0x1p-24f, "max subnormal");
-    CHECK(fbits(kvi_f16_to_f32(0x8000)) == 0x80000000u, "-0");
+    CHECK(bits_of_f32(kvi_f16_to_f32(0x8000)) == 0x80000000u, "-0");
     CHECK(isinf(kvi_f16_to_f32(0x7c00)) && kvi_f16_to_f32(0x7c00) > 0, "+inf");
     CHECK(isinf(kvi_f16_to_f32(0xfc00)) && kvi_f16_to_f32(0xfc00) < 0, "-inf");
     CHECK(isnan(kvi_f16_to_f32(0x7e00)) && isnan(kvi_f16_to_f32(0x7c01)), "nan");
@@ -66,7 +52,7 @@ static void test_half(void)
     CHECK(kvi_f32_to_f16(INFINITY) == 0x7c00 && kvi_f32_to_f16(-INFINITY) == 0xfc00, "inf");
     kvi_f16 hn = kvi_f32_to_f16(NAN);
     CHECK((hn & 0x7c00) == 0x7c00 && (hn & 0x3ff) != 0, "nan -> %04x", hn);
-    CHECK(kvi_f32_to_f16(bitsf(0x7f800001u)) != 0x7c00, "signalling nan payload stays nan");
+    CHECK(kvi_f32_to_f16(f32_of_bits(0x7f800001u)) != 0x7c00, "signalling nan payload stays nan");
     CHECK(kvi_f32_to_f16(0x1p-14f) == 0x0400, "min normal");
     CHECK(kvi_f32_to_f16(0x1p-24f) == 0x0001, "min subnormal");
     CHECK(kvi_f32_to_f16(0x1p-25f) == 0x0000, "half of min subnormal ties to 0");
@@ -76,7 +62,7 @@ static void test_half(void)
     CHECK(kvi_f32_to_f16(0x1p-14f - 0x1p-25f) == 0x0400, "rounds up into normal");
     CHECK(kvi_f32_to_f16(-1e-10f) == 0x8000, "tiny negative -> -0");
     CHECK(kvi_f32_to_f16(1e-30f) == 0x0000, "f32 tiny -> 0");
-    CHECK(kvi_f32_to_f16(bitsf(0x00000001u)) == 0, "f32 subnormal -> 0");
+    CHECK(kvi_f32_to_f16(f32_of_bits(0x00000001u)) == 0, "f32 subnormal -> 0");
 
     /* every finite f16 survives f16 -> f32 -> f16 */
     int bad = 0;
@@ -105,8 +91,8 @@ static void test_half(void)
     CHECK(kvi_f32_to_bf16(INFINITY) == 0x7f80 && kvi_f32_to_bf16(-INFINITY) == 0xff80, "inf");
     CHECK(kvi_f32_to_bf16(3.4028235e38f) == 0x7f80, "FLT_MAX rounds to inf");
     CHECK(isnan(kvi_bf16_to_f32(kvi_f32_to_bf16(NAN))), "nan stays nan");
-    CHECK(isnan(kvi_bf16_to_f32(kvi_f32_to_bf16(bitsf(0x7f800001u)))), "low-payload nan stays nan");
-    CHECK(kvi_f32_to_bf16(bitsf(0x00010000u)) == 0x0001, "subnormal kept");
+    CHECK(isnan(kvi_bf16_to_f32(kvi_f32_to_bf16(f32_of_bits(0x7f800001u)))), "low-payload nan stays nan");
+    CHECK(kvi_f32_to_bf16(f32_of_bits(0x00010000u)) == 0x0001, "subnormal kept");
 }
 
 static void test_types(void)

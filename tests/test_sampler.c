@@ -17,18 +17,6 @@
 /* ... and for 2 degrees of freedom (3 categories). */
 #define CHI2_CRIT_DF2_P001 13.816
 
-static kvi_sampler_params plain(float temp, int32_t top_k, float top_p, float min_p, uint64_t seed)
-{
-    kvi_sampler_params p;
-    kvi_sampler_params_default(&p);
-    p.temp = temp;
-    p.top_k = top_k;
-    p.top_p = top_p;
-    p.min_p = min_p;
-    p.seed = seed;
-    return p;
-}
-
 /* Draws n tokens and counts them; returns the number of out-of-range ids. */
 static int draw_counts(kvi_sampler *s, const float *logits, int nv, long n, long *counts)
 {
@@ -82,7 +70,7 @@ static void test_defaults(void)
 
 static void test_argmax(void)
 {
-    kvi_sampler_params p = plain(0.0f, 40, 0.5f, 0.5f, 1);
+    kvi_sampler_params p = sampler_params(0.0f, 40, 0.5f, 0.5f, 1);
     p.repeat_penalty = 3.0f; /* temp 0: nothing else applies, the penalty neither */
     kvi_sampler *s = kvi_sampler_create(&p, 8);
     const float a[8] = {-3.0f, 0.5f, 2.0f, 7.25f, -1.0f, 7.25f, 7.0f, 0.0f};
@@ -96,7 +84,7 @@ static void test_argmax(void)
     kvi_sampler_free(s);
 
     /* A row with no finite logit still gives a valid id when sampling. */
-    p = plain(1.0f, 0, 0.9f, 0.1f, 1);
+    p = sampler_params(1.0f, 0, 0.9f, 0.1f, 1);
     s = kvi_sampler_create(&p, 4);
     float d[4] = {NAN, -INFINITY, NAN, -INFINITY};
     int32_t t = kvi_sampler_sample(s, d);
@@ -110,7 +98,7 @@ static void test_seed(void)
     float *logits = malloc(NV * sizeof *logits);
     uint64_t st = 12345;
     for (int i = 0; i < NV; i++) logits[i] = 2.0f * trand_normal(&st);
-    kvi_sampler_params p = plain(1.0f, 0, 1.0f, 0.0f, 777);
+    kvi_sampler_params p = sampler_params(1.0f, 0, 1.0f, 0.0f, 777);
     kvi_sampler *a = kvi_sampler_create(&p, NV), *b = kvi_sampler_create(&p, NV);
     p.seed = 778;
     kvi_sampler *c = kvi_sampler_create(&p, NV);
@@ -134,7 +122,7 @@ static void test_top_k_1(void)
     enum { NV = 300 };
     float logits[NV];
     uint64_t st = 99;
-    kvi_sampler_params p = plain(1.5f, 1, 1.0f, 0.0f, 5);
+    kvi_sampler_params p = sampler_params(1.5f, 1, 1.0f, 0.0f, 5);
     kvi_sampler *s = kvi_sampler_create(&p, NV);
     int agree = 0;
     for (int r = 0; r < 200; r++) {
@@ -158,7 +146,7 @@ static void test_distribution(void)
     long counts[NV];
 
     /* temp 1, nothing else: frequencies follow softmax(logits). */
-    kvi_sampler_params p = plain(1.0f, 0, 1.0f, 0.0f, 2024);
+    kvi_sampler_params p = sampler_params(1.0f, 0, 1.0f, 0.0f, 2024);
     kvi_sampler *s = kvi_sampler_create(&p, NV);
     softmax_ref(logits, NV, 1.0, prob);
     CHECK(draw_counts(s, logits, NV, N, counts) == 0, "out-of-range ids");
@@ -167,7 +155,7 @@ static void test_distribution(void)
     kvi_sampler_free(s);
 
     /* temp 0.5: softmax(logits / 0.5). The temp-1 probabilities must fail this. */
-    p = plain(0.5f, 0, 1.0f, 0.0f, 31337);
+    p = sampler_params(0.5f, 0, 1.0f, 0.0f, 31337);
     s = kvi_sampler_create(&p, NV);
     CHECK(draw_counts(s, logits, NV, N, counts) == 0, "out-of-range ids");
     x2 = chi_square(counts, prob, NV, N);
@@ -178,7 +166,7 @@ static void test_distribution(void)
     kvi_sampler_free(s);
 
     /* top_k 3: only ids 3, 0, 1, renormalised. */
-    p = plain(1.0f, 3, 1.0f, 0.0f, 4);
+    p = sampler_params(1.0f, 3, 1.0f, 0.0f, 4);
     s = kvi_sampler_create(&p, NV);
     CHECK(draw_counts(s, logits, NV, N, counts) == 0, "out-of-range ids");
     double z = exp(2.0) + exp(1.0) + exp(0.5);
@@ -211,29 +199,29 @@ static void test_top_p_min_p(void)
     const float lg[6] = {logf(0.125f), logf(0.03125f), logf(0.5f), logf(0.03125f), logf(0.25f), logf(0.0625f)};
     const unsigned ID2 = 1u << 2, ID4 = 1u << 4, ID0 = 1u << 0, ID5 = 1u << 5;
 
-    check_kept(plain(1.0f, 0, 0.4f, 0.0f, 1), lg, 6, ID2, "top_p 0.4");
-    check_kept(plain(1.0f, 0, 0.7f, 0.0f, 2), lg, 6, ID2 | ID4, "top_p 0.7");
-    check_kept(plain(1.0f, 0, 0.8f, 0.0f, 3), lg, 6, ID2 | ID4 | ID0, "top_p 0.8");
-    check_kept(plain(1.0f, 0, 0.9f, 0.0f, 4), lg, 6, ID2 | ID4 | ID0 | ID5, "top_p 0.9");
-    check_kept(plain(1.0f, 0, 1.0f, 0.0f, 5), lg, 6, 0x3f, "top_p 1 (off)");
+    check_kept(sampler_params(1.0f, 0, 0.4f, 0.0f, 1), lg, 6, ID2, "top_p 0.4");
+    check_kept(sampler_params(1.0f, 0, 0.7f, 0.0f, 2), lg, 6, ID2 | ID4, "top_p 0.7");
+    check_kept(sampler_params(1.0f, 0, 0.8f, 0.0f, 3), lg, 6, ID2 | ID4 | ID0, "top_p 0.8");
+    check_kept(sampler_params(1.0f, 0, 0.9f, 0.0f, 4), lg, 6, ID2 | ID4 | ID0 | ID5, "top_p 0.9");
+    check_kept(sampler_params(1.0f, 0, 1.0f, 0.0f, 5), lg, 6, 0x3f, "top_p 1 (off)");
     /* top_p after top_k renormalises over the k kept: top_k 2 leaves 2/3 and 1/3. */
-    check_kept(plain(1.0f, 2, 0.6f, 0.0f, 6), lg, 6, ID2, "top_k 2 + top_p 0.6 (2/3 >= 0.6)");
-    check_kept(plain(1.0f, 2, 0.7f, 0.0f, 6), lg, 6, ID2 | ID4, "top_k 2 + top_p 0.7");
+    check_kept(sampler_params(1.0f, 2, 0.6f, 0.0f, 6), lg, 6, ID2, "top_k 2 + top_p 0.6 (2/3 >= 0.6)");
+    check_kept(sampler_params(1.0f, 2, 0.7f, 0.0f, 6), lg, 6, ID2 | ID4, "top_k 2 + top_p 0.7");
 
     /* min_p: keep p >= min_p * 0.5. */
-    check_kept(plain(1.0f, 0, 1.0f, 0.3f, 7), lg, 6, ID2 | ID4, "min_p 0.3 (>= 0.15)");
-    check_kept(plain(1.0f, 0, 1.0f, 0.2f, 8), lg, 6, ID2 | ID4 | ID0, "min_p 0.2 (>= 0.1)");
-    check_kept(plain(1.0f, 0, 1.0f, 0.1f, 9), lg, 6, ID2 | ID4 | ID0 | ID5, "min_p 0.1 (>= 0.05)");
-    check_kept(plain(1.0f, 0, 1.0f, 0.9f, 10), lg, 6, ID2, "min_p 0.9");
+    check_kept(sampler_params(1.0f, 0, 1.0f, 0.3f, 7), lg, 6, ID2 | ID4, "min_p 0.3 (>= 0.15)");
+    check_kept(sampler_params(1.0f, 0, 1.0f, 0.2f, 8), lg, 6, ID2 | ID4 | ID0, "min_p 0.2 (>= 0.1)");
+    check_kept(sampler_params(1.0f, 0, 1.0f, 0.1f, 9), lg, 6, ID2 | ID4 | ID0 | ID5, "min_p 0.1 (>= 0.05)");
+    check_kept(sampler_params(1.0f, 0, 1.0f, 0.9f, 10), lg, 6, ID2, "min_p 0.9");
     /* min_p is relative to the max before temperature: a high temperature does
      * not let token 0 back in. */
-    check_kept(plain(5.0f, 0, 1.0f, 0.3f, 11), lg, 6, ID2 | ID4, "min_p 0.3 at temp 5");
+    check_kept(sampler_params(5.0f, 0, 1.0f, 0.3f, 11), lg, 6, ID2 | ID4, "min_p 0.3 at temp 5");
 }
 
 static void test_penalty(void)
 {
     const float lg[4] = {2.0f, 1.5f, -1.0f, -0.9f};
-    kvi_sampler_params p = plain(1.0f, 1, 1.0f, 0.0f, 1);
+    kvi_sampler_params p = sampler_params(1.0f, 1, 1.0f, 0.0f, 1);
     p.repeat_penalty = 1.5f;
     p.repeat_last_n = 3;
     kvi_sampler *s = kvi_sampler_create(&p, 4);

@@ -30,19 +30,6 @@ static void fill_row(float *row, int n, float scale, float grid, float frac_nan,
     }
 }
 
-static kvi_sampler_params params(float temp, int32_t top_k, float top_p, float min_p, uint64_t seed)
-{
-    kvi_sampler_params p;
-    kvi_sampler_params_default(&p);
-    p.temp = temp;
-    p.top_k = top_k;
-    p.top_p = top_p;
-    p.min_p = min_p;
-    p.repeat_penalty = 1.0f;
-    p.seed = seed;
-    return p;
-}
-
 /* One row under one setting: probs bit-identical, then 8 draws identical. */
 static void compare(const kvi_sampler_params *p, const float *row, int nv, float *pa, float *pb, const char *what)
 {
@@ -91,14 +78,15 @@ static void test_random_rows(void)
                 for (size_t b = 0; b < sizeof tops_p / sizeof *tops_p; b++)
                     for (size_t c = 0; c < sizeof mins_p / sizeof *mins_p; c++)
                         for (size_t d = 0; d < sizeof temps / sizeof *temps; d++) {
-                            const kvi_sampler_params p = params(temps[d], k, tops_p[b], mins_p[c], 1000 + a + 7 * b);
+                            const kvi_sampler_params p =
+                                sampler_params(temps[d], k, tops_p[b], mins_p[c], 1000 + a + 7 * b);
                             char what[64];
                             snprintf(what, sizeof what, "vocab %d, row kind %d", nv, kind);
                             compare(&p, row, nv, pa, pb, what);
                         }
             }
             /* the largest k the fast path takes */
-            const kvi_sampler_params p = params(0.8f, nv - 1, 0.95f, 0.05f, 77);
+            const kvi_sampler_params p = sampler_params(0.8f, nv - 1, 0.95f, 0.05f, 77);
             compare(&p, row, nv, pa, pb, "k = n_vocab - 1");
         }
         free(row);
@@ -117,11 +105,11 @@ static void test_ties_at_edges(void)
     row[NV - 1] = 5.0f;
     row[15] = row[16] = row[47] = 2.0f;
     for (int32_t k = 1; k <= 5; k++) {
-        const kvi_sampler_params p = params(1.0f, k, 1.0f, 0.0f, 5);
+        const kvi_sampler_params p = sampler_params(1.0f, k, 1.0f, 0.0f, 5);
         compare(&p, row, NV, pa, pb, "edge ties");
     }
     /* greedy-like: k = 2 keeps 5.0 (id 99) and 2.0 (id 15, not 16 or 47) */
-    kvi_sampler_params p = params(1.0f, 2, 1.0f, 0.0f, 5);
+    kvi_sampler_params p = sampler_params(1.0f, 2, 1.0f, 0.0f, 5);
     kvi_sampler *s = kvi_sampler_create(&p, NV);
     CHECK(s && kvi_sampler_probs(s, row, pa) == 0, "probs");
     CHECK(pa[99] > 0.0f && pa[15] > 0.0f && pa[16] == 0.0f && pa[47] == 0.0f, "k = 2 keeps ids 99 and 15");

@@ -31,12 +31,8 @@ static void run(kvi_model *m, int n_req, int32_t prompts[N][24], const int *lens
 {
     kvi_engine *e = make_engine(m, N, 0);
     if (!e) return;
-    kvi_sched_params sp;
-    kvi_sched_params_default(&sp);
-    sp.n_parallel = N;
+    kvi_sched *s = make_sched(e, N, 0, 0);
     kvi_error err = {0};
-    kvi_sched *s = kvi_sched_create(e, &sp, &err);
-    CHECK(s != NULL, "sched: %s", err.msg);
     if (!s) {
         kvi_engine_free(e);
         return;
@@ -54,9 +50,7 @@ static void run(kvi_model *m, int n_req, int32_t prompts[N][24], const int *lens
 
 int main(void)
 {
-    kvi_error err = {0};
-    kvi_model *m = kvi_model_load(shared_path("models/stories260K.gguf"), NULL, &err);
-    CHECK(m != NULL, "model: %s", err.msg);
+    kvi_model *m = load_stories260k(NULL);
     if (!m) return test_main_end();
     static int32_t prompts[N][24];
     int lens[N], all[N];

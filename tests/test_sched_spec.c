@@ -21,7 +21,6 @@
 
 #include "sched_util.h"
 
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,13 +42,8 @@ static void test_mixed(kvi_model *m, const golden *g, kvi_engine *draft, const c
     enum { N = 16 };
     kvi_engine *e = make_engine(m, N, 0);
     if (!e) return;
-    kvi_sched_params sp;
-    kvi_sched_params_default(&sp);
-    sp.n_parallel = N;
-    sp.batch_tokens = 40;   /* drafts and prefill chunks compete for the rows */
+    kvi_sched *s = make_sched(e, N, 40, 0);   /* drafts and prefill chunks compete for the rows */
     kvi_error err = {0};
-    kvi_sched *s = kvi_sched_create(e, &sp, &err);
-    CHECK(s != NULL, "sched: %s", err.msg);
     if (!s) {
         kvi_engine_free(e);
         return;
@@ -124,31 +118,17 @@ static void test_mixed(kvi_model *m, const golden *g, kvi_engine *draft, const c
 /* A KV budget for about two golden sequences; max_tokens not a round's multiple. */
 static void test_preemption(kvi_model *m, const golden *g)
 {
-    kvi_stats ks;
-    kvi_engine *probe = make_engine(m, 1, 0);
-    if (!probe) return;
-    kvi_stats_get(probe, NULL, &ks);
-    kvi_engine_free(probe);
-    const size_t block_bytes = ks.kv_bytes_per_token * (size_t)ks.kv_block_size;
-    kvi_engine *e = make_engine(m, 4, block_bytes * 34);
+    kvi_engine *e = make_engine_blocks(m, 4, 34);
     if (!e) return;
-    kvi_sched_params sp;
-    kvi_sched_params_default(&sp);
-    sp.n_parallel = 4;
-    sp.batch_tokens = 16;
+    kvi_sched *s = make_sched(e, 4, 16, 0);
     kvi_error err = {0};
-    kvi_sched *s = kvi_sched_create(e, &sp, &err);
     kvi_spec_params pp;
     kvi_spec_params_default(&pp);
     pp.adapt = false;   /* always draft K: the most rows the pool must hold */
     CHECK(kvi_sched_set_spec(s, &pp, NULL, &err) == 0, "set_spec: %s", err.msg);
     static result res[N_GOLDEN + 1];
     memset(res, 0, sizeof res);
-    for (int k = 0; k < N_GOLDEN; k++) {
-        kvi_request rq;
-        greedy_request(&rq, g[k].prompt, g[k].n_prompt, g[k].n_greedy, &res[k]);
-        CHECK(kvi_sched_submit(s, &rq, NULL, &err) == 0, "submit: %s", err.msg);
-    }
+    submit_goldens(s, g, res, 0);
     kvi_request rq;
     greedy_request(&rq, g[0].prompt, g[0].n_prompt, 7, &res[N_GOLDEN]);
     CHECK(kvi_sched_submit(s, &rq, NULL, &err) == 0, "submit: %s", err.msg);
@@ -176,11 +156,8 @@ static void test_settings_and_thread(kvi_model *m, const golden *g)
         kvi_engine_free(de);
         return;
     }
-    kvi_sched_params sp;
-    kvi_sched_params_default(&sp);
-    sp.n_parallel = 4;
+    kvi_sched *s = make_sched(e, 4, 0, 0);
     kvi_error err = {0};
-    kvi_sched *s = kvi_sched_create(e, &sp, &err);
     kvi_spec_params pp;
     kvi_spec_params_default(&pp);
     pp.draft_max = 0;
@@ -193,15 +170,8 @@ static void test_settings_and_thread(kvi_model *m, const golden *g)
     CHECK(kvi_sched_set_spec(s, &pp, NULL, &err) == KVI_E_INVALID, "set_spec after start refused");
     static result res[N_GOLDEN];
     memset(res, 0, sizeof res);
-    for (int k = 0; k < N_GOLDEN; k++) {
-        kvi_request rq;
-        greedy_request(&rq, g[k].prompt, g[k].n_prompt, g[k].n_greedy, &res[k]);
-        CHECK(kvi_sched_submit(s, &rq, NULL, &err) == 0, "submit: %s", err.msg);
-    }
-    pthread_mutex_lock(&sched_mu);
-    for (int k = 0; k < N_GOLDEN; k++)
-        while (!res[k].done) pthread_cond_wait(&sched_cv, &sched_mu);
-    pthread_mutex_unlock(&sched_mu);
+    submit_goldens(s, g, res, 0);
+    wait_all_done(res, N_GOLDEN);
     for (int k = 0; k < N_GOLDEN; k++) {
         check_golden(&g[k], &res[k], g[k].n_greedy, "spec engine thread", k);
         CHECK(res[k].usage.spec_drafted > 0 && res[k].usage.spec_accepted == res[k].usage.spec_drafted,
@@ -219,10 +189,7 @@ static void test_settings_and_thread(kvi_model *m, const golden *g)
 int main(void)
 {
     golden g[N_GOLDEN];
-    for (int k = 0; k < N_GOLDEN; k++) CHECK(load_golden(&g[k], k), "golden case %d", k + 1);
-    kvi_error err = {0};
-    kvi_model *m = kvi_model_load(shared_path("models/stories260K.gguf"), NULL, &err);
-    CHECK(m != NULL, "model: %s", err.msg);
+    kvi_model *m = load_goldens_and_model(g);
     if (!m) return test_main_end();
     test_mixed(m, g, NULL, "ngram, 16 streams");
     kvi_engine *de = make_engine(m, 16, 0);

@@ -11,10 +11,8 @@
 
 #include "sched_util.h"
 
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 static void check_golden(const golden *g, const result *r, const char *what, int gi)
 {
@@ -34,13 +32,8 @@ static void test_batch_invariance(kvi_model *m, const golden *g)
     enum { N = 48 };
     kvi_engine *e = make_engine(m, N, 0);
     if (!e) return;
-    kvi_sched_params sp;
-    kvi_sched_params_default(&sp);
-    sp.n_parallel = N;
-    sp.batch_tokens = 56;   /* 48 decode rows + 8 prefill rows at most */
+    kvi_sched *s = make_sched(e, N, 56, 0);   /* 48 decode rows + 8 prefill rows at most */
     kvi_error err = {0};
-    kvi_sched *s = kvi_sched_create(e, &sp, &err);
-    CHECK(s != NULL, "sched: %s", err.msg);
     static result res[N];
     memset(res, 0, sizeof res);
     int32_t other[N][40];
@@ -83,28 +76,12 @@ static void test_batch_invariance(kvi_model *m, const golden *g)
  * the youngest are preempted and recomputed; the tokens do not change. */
 static void test_preemption(kvi_model *m, const golden *g)
 {
-    kvi_stats ks;
-    kvi_engine *probe = make_engine(m, 1, 0);
-    if (!probe) return;
-    kvi_stats_get(probe, NULL, &ks);
-    kvi_engine_free(probe);
-    const size_t block_bytes = ks.kv_bytes_per_token * (size_t)ks.kv_block_size;
-    const size_t budget = block_bytes * 34;   /* 244 tokens need 16 blocks */
-    kvi_engine *e = make_engine(m, 4, budget);
+    kvi_engine *e = make_engine_blocks(m, 4, 34);   /* 244 tokens need 16 blocks */
     if (!e) return;
-    kvi_sched_params sp;
-    kvi_sched_params_default(&sp);
-    sp.n_parallel = 4;
-    sp.batch_tokens = 16;
-    kvi_error err = {0};
-    kvi_sched *s = kvi_sched_create(e, &sp, &err);
+    kvi_sched *s = make_sched(e, 4, 16, 0);
     static result res[N_GOLDEN];
     memset(res, 0, sizeof res);
-    for (int k = 0; k < N_GOLDEN; k++) {
-        kvi_request rq;
-        greedy_request(&rq, g[k].prompt, g[k].n_prompt, g[k].n_greedy, &res[k]);
-        CHECK(kvi_sched_submit(s, &rq, NULL, &err) == 0, "submit: %s", err.msg);
-    }
+    submit_goldens(s, g, res, 0);
     run_until_done(s, 5000);
     for (int k = 0; k < N_GOLDEN; k++) check_golden(&g[k], &res[k], "preemption", k);
     kvi_sched_stats st;
@@ -123,12 +100,8 @@ static void test_limits(kvi_model *m, const golden *g)
 {
     kvi_engine *e = make_engine(m, 2, 0);
     if (!e) return;
-    kvi_sched_params sp;
-    kvi_sched_params_default(&sp);
-    sp.n_parallel = 1;
-    sp.queue_max = 2;
+    kvi_sched *s = make_sched(e, 1, 0, 2);
     kvi_error err = {0};
-    kvi_sched *s = kvi_sched_create(e, &sp, &err);
     static result res[4];
     memset(res, 0, sizeof res);
     kvi_request rq;
@@ -194,24 +167,13 @@ static void test_thread(kvi_model *m, const golden *g)
 {
     kvi_engine *e = make_engine(m, 8, 0);
     if (!e) return;
-    kvi_sched_params sp;
-    kvi_sched_params_default(&sp);
-    sp.n_parallel = 8;
+    kvi_sched *s = make_sched(e, 8, 0, 0);
     kvi_error err = {0};
-    kvi_sched *s = kvi_sched_create(e, &sp, &err);
     CHECK(kvi_sched_start(s, &err) == 0, "start: %s", err.msg);
     static result res[N_GOLDEN];
     memset(res, 0, sizeof res);
-    for (int k = 0; k < N_GOLDEN; k++) {
-        kvi_request rq;
-        greedy_request(&rq, g[k].prompt, g[k].n_prompt, g[k].n_greedy, &res[k]);
-        CHECK(kvi_sched_submit(s, &rq, NULL, &err) == 0, "submit: %s", err.msg);
-        usleep(2000);
-    }
-    pthread_mutex_lock(&sched_mu);
-    for (int k = 0; k < N_GOLDEN; k++)
-        while (!res[k].done) pthread_cond_wait(&sched_cv, &sched_mu);
-    pthread_mutex_unlock(&sched_mu);
+    submit_goldens(s, g, res, 2000);
+    wait_all_done(res, N_GOLDEN);
     for (int k = 0; k < N_GOLDEN; k++) check_golden(&g[k], &res[k], "engine thread", k);
     kvi_sched_free(s);
     kvi_engine_free(e);
@@ -220,10 +182,7 @@ static void test_thread(kvi_model *m, const golden *g)
 int main(void)
 {
     golden g[N_GOLDEN];
-    for (int k = 0; k < N_GOLDEN; k++) CHECK(load_golden(&g[k], k), "golden case %d", k + 1);
-    kvi_error err = {0};
-    kvi_model *m = kvi_model_load(shared_path("models/stories260K.gguf"), NULL, &err);
-    CHECK(m != NULL, "model: %s", err.msg);
+    kvi_model *m = load_goldens_and_model(g);
     if (!m) return test_main_end();
     test_batch_invariance(m, g);
     test_preemption(m, g);

@@ -18,29 +18,9 @@ static int NV;
 
 static kvi_engine *engine(kvi_type kv, int block, int n_seq)
 {
-    kvi_engine_params p;
-    kvi_engine_params_default(&p);
-    p.kv_type_k = p.kv_type_v = kv;
-    p.n_threads = 2;
-    p.n_seq_max = n_seq;
-    p.n_ctx = 256;
+    kvi_engine_params p = engine_params(kv, 2, n_seq, 256);
     p.kv_block_size = block;
-    kvi_error err = {0};
-    kvi_engine *e = kvi_engine_create(M, &p, &err);
-    CHECK(e != NULL, "engine: %s", err.msg);
-    return e;
-}
-
-static int step_rows(kvi_engine *e, kvi_seq *s, const int32_t *toks, int from, int n, float *last)
-{
-    kvi_batch *b = kvi_batch_create(n - from);
-    for (int i = from; i < n; i++) kvi_batch_add(b, s, toks[i], i, i == n - 1);
-    kvi_error err = {0};
-    int rc = kvi_step(e, b, &err);
-    CHECK(rc == 0, "step: %s", err.msg);
-    if (rc == 0 && last) memcpy(last, kvi_logits(e, n - 1 - from), NV * sizeof(float));
-    kvi_batch_free(b);
-    return rc;
+    return engine_create_checked(M, &p);
 }
 
 enum { NPR = 45 };
@@ -57,7 +37,7 @@ static void round_trip(kvi_type kv)
     step_rows(e, s, P, 0, NPR, NULL);
     kvi_error err = {0};
     CHECK(kvi_seq_save(s, path, &err) == 0, "save: %s", err.msg);
-    step_rows(e, s, P, NPR, NPR + 1, orig);
+    step_rows(e, s, P + NPR, NPR, NPR + 1, orig);
     kvi_engine_free(e);
 
     /* another engine (another process, as far as the cache knows) */
@@ -67,7 +47,7 @@ static void round_trip(kvi_type kv)
     CHECK(kvi_seq_load(s, path, &shifted, &err) == 0, "load: %s", err.msg);
     CHECK(kvi_seq_len(s) == NPR && !shifted, "restored length %d", kvi_seq_len(s));
     CHECK(memcmp(kvi_seq_tokens(s), P, NPR * sizeof(int32_t)) == 0, "restored tokens differ");
-    step_rows(e, s, P, NPR, NPR + 1, rest);
+    step_rows(e, s, P + NPR, NPR, NPR + 1, rest);
     CHECK(memcmp(orig, rest, NV * sizeof(float)) == 0, "%s: restored session continues differently",
           kvi_type_name(kv));
     /* its full blocks are in the prefix index now */
@@ -252,13 +232,8 @@ static void tail_corpus(void)
 
 int main(void)
 {
-    kvi_error err = {0};
-    kvi_load_params lp;
-    kvi_load_params_default(&lp);
-    M = kvi_model_load(shared_path("models/stories260K.gguf"), &lp, &err);
-    CHECK(M != NULL, "load: %s", err.msg);
+    M = load_stories260k(&NV);
     if (!M) return test_main_end();
-    NV = kvi_n_vocab(M);
     uint64_t rs = 0x5e55;
     P[0] = 1;
     for (int i = 1; i <= NPR; i++) P[i] = 3 + (int32_t)(trand_u64(&rs) % (uint64_t)(NV - 3));

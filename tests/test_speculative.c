@@ -39,16 +39,8 @@ static kvi_model *load(const char *path)
 
 static kvi_engine *engine_for(kvi_model *m, int n_ctx)
 {
-    kvi_engine_params ep;
-    kvi_engine_params_default(&ep);
-    ep.n_threads = 1;
-    ep.n_ctx = n_ctx;
-    ep.kv_type_k = ep.kv_type_v = KVI_TYPE_F32;
-    ep.n_seq_max = 2;
-    kvi_error err = {0};
-    kvi_engine *e = kvi_engine_create(m, &ep, &err);
-    CHECK(e != NULL, "engine: %s", err.msg);
-    return e;
+    const kvi_engine_params ep = engine_params(KVI_TYPE_F32, 1, 2, n_ctx);
+    return engine_create_checked(m, &ep);
 }
 
 /* Speculative generation of n_gen tokens through the public API, exactly as the
@@ -129,25 +121,13 @@ static kvi_sampler_params greedy_params(void)
  * target gives zero probability to tokens the draft may propose. */
 static kvi_sampler_params sampled_params(uint64_t seed)
 {
-    kvi_sampler_params p;
-    kvi_sampler_params_default(&p);
-    p.temp = 1.0f;
-    p.top_k = 0;
-    p.top_p = 0.9f;
-    p.min_p = 0.0f;
-    p.repeat_penalty = 1.0f;
-    p.seed = seed;
-    return p;
+    return sampler_params(1.0f, 0, 0.9f, 0.0f, seed);
 }
 
+/* json_token_ids, the count cut to cap. */
 static int32_t json_ids(const cJSON *a, int32_t *out, int32_t cap)
 {
-    int32_t n = 0;
-    const cJSON *v;
-    cJSON_ArrayForEach(v, a) {
-        if (n < cap) out[n] = (int32_t)v->valuedouble;
-        n++;
-    }
+    const int32_t n = json_token_ids(a, out, cap);
     return n < cap ? n : cap;
 }
 

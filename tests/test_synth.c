@@ -18,19 +18,8 @@
 /* A shape every block size divides (256), with GQA. */
 static kvi_synth_params small_params(kvi_type t, uint64_t seed)
 {
-    kvi_synth_params p;
-    memset(&p, 0, sizeof p);
-    p.dim = 256;
-    p.ffn_dim = 512;
-    p.n_layers = 2;
-    p.n_heads = 4;
-    p.n_kv_heads = 2;
-    p.n_vocab = 300;
-    p.n_ctx = 128;
-    p.type = t;
-    p.seed = seed;
-    p.name = "synth-test";
-    return p;
+    return (kvi_synth_params){.dim = 256, .ffn_dim = 512, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2,
+                              .n_vocab = 300, .n_ctx = 128, .type = t, .seed = seed, .name = "synth-test"};
 }
 
 static gguf_ctx *write_and_open(const kvi_synth_params *p, const char *file)

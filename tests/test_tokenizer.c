@@ -123,26 +123,25 @@ static void test_vocab(const char *name)
     free(out);
 }
 
-static int32_t json_ids(const cJSON *arr, int32_t *ids, int32_t cap)
+/* Golden case rel under ../shared, CHECKed to load (cJSON_Delete it; NULL when it
+ * did not): its prompt and greedy_text into *prompt and *text. */
+static cJSON *load_case(const char *rel, const char **prompt, const char **text)
 {
-    int32_t n = 0;
-    const cJSON *it;
-    cJSON_ArrayForEach(it, arr) {
-        if (n < cap) ids[n] = (int32_t)it->valuedouble;
-        n++;
-    }
-    return n;
+    cJSON *j = load_json(shared_path(rel));
+    CHECK(j != NULL, "cannot load %s", rel);
+    *prompt = cJSON_GetStringValue(cJSON_GetObjectItem(j, "prompt"));
+    *text = cJSON_GetStringValue(cJSON_GetObjectItem(j, "greedy_text"));
+    return j;
 }
 
 /* prompt -> prompt_tokens (BOS first) for a llama2.c-style golden case. */
 static void check_prompt(const kvi_tokenizer *t, const char *case_rel, const char *what)
 {
-    cJSON *j = load_json(shared_path(case_rel));
-    CHECK(j != NULL, "cannot load %s", case_rel);
+    const char *prompt, *text;
+    cJSON *j = load_case(case_rel, &prompt, &text);
     if (!j) return;
-    const char *prompt = cJSON_GetStringValue(cJSON_GetObjectItem(j, "prompt"));
     int32_t want[256];
-    int32_t n_want = json_ids(cJSON_GetObjectItem(j, "prompt_tokens"), want, 256);
+    int32_t n_want = json_token_ids(cJSON_GetObjectItem(j, "prompt_tokens"), want, 256);
     int32_t n_got;
     int32_t *got = encode(t, prompt, strlen(prompt), true, false, &n_got);
     bool ok = n_got == n_want && memcmp(got, want, (size_t)n_want * sizeof *want) == 0;
@@ -170,14 +169,12 @@ static char *detok(const kvi_tokenizer *t, const int32_t *ids, int32_t n, bool s
  * decodes, with BOS rendered and the space after each BOS removed, as llama2.c prints it. */
 static void check_decode(const kvi_tokenizer *t, const char *case_rel, const char *what)
 {
-    cJSON *j = load_json(shared_path(case_rel));
-    CHECK(j != NULL, "cannot load %s", case_rel);
+    const char *prompt, *text;
+    cJSON *j = load_case(case_rel, &prompt, &text);
     if (!j) return;
-    const char *prompt = cJSON_GetStringValue(cJSON_GetObjectItem(j, "prompt"));
-    const char *text = cJSON_GetStringValue(cJSON_GetObjectItem(j, "greedy_text"));
     int32_t ids[1024];
-    int32_t np = json_ids(cJSON_GetObjectItem(j, "prompt_tokens"), ids, 256);
-    int32_t ng = json_ids(cJSON_GetObjectItem(j, "greedy_tokens"), ids + np, 768);
+    int32_t np = json_token_ids(cJSON_GetObjectItem(j, "prompt_tokens"), ids, 256);
+    int32_t ng = json_token_ids(cJSON_GetObjectItem(j, "greedy_tokens"), ids + np, 768);
     bool has_bos = false;
     for (int32_t i = np; i < np + ng; i++) has_bos |= ids[i] == tokenizer_bos(t);
     char *s = detok(t, ids + np, ng, true, false);
@@ -277,13 +274,11 @@ static void test_hf(void)
     for (int c = 1; c <= 2; c++) {
         char rel[64];
         snprintf(rel, sizeof rel, "golden/tinystories656K/case%d.json", c);
-        cJSON *j = load_json(shared_path(rel));
-        CHECK(j != NULL, "load %s", rel);
+        const char *prompt, *text;
+        cJSON *j = load_case(rel, &prompt, &text);
         if (!j) continue;
-        const char *prompt = cJSON_GetStringValue(cJSON_GetObjectItem(j, "prompt"));
-        const char *text = cJSON_GetStringValue(cJSON_GetObjectItem(j, "greedy_text"));
         int32_t ids[1024];
-        int32_t ng = json_ids(cJSON_GetObjectItem(j, "greedy_tokens"), ids, 1024);
+        int32_t ng = json_token_ids(cJSON_GetObjectItem(j, "greedy_tokens"), ids, 1024);
         int32_t upto = ng;
         for (int32_t i = 0; i < ng; i++)
             if (ids[i] == 2) {

@@ -2,6 +2,7 @@
 #include "testutil.h"
 
 #include "kvinfer.h"
+#include "attention/attention.h"
 #include "formats/quant.h"
 
 #include <math.h>
@@ -125,11 +126,35 @@ float trand_normal(uint64_t *s)
     return sqrtf(-2.0f * logf(u1)) * cosf(6.2831853f * u2);
 }
 
-uint8_t *trand_weights(int type, int64_t n_out, int64_t n_in, uint64_t *s)
+/* A row of trand_weights: a row scale in [0.05, 1.05), every 97th input (from 5 on) 8x larger. */
+static void draw_spread(float *row, int64_t n, uint64_t *s)
+{
+    const float sc = 0.05f + trand_uniform(s);
+    for (int64_t i = 0; i < n; i++) row[i] = sc * trand_normal(s) * (i % 97 == 5 ? 8.0f : 1.0f);
+}
+
+void trand_fill_normal(float *x, int64_t n, uint64_t *s)
+{
+    for (int64_t i = 0; i < n; i++) x[i] = trand_normal(s);
+}
+
+void trand_quant_row(int type, void *dst, int64_t n, uint64_t *s)
+{
+    float *row = malloc((size_t)n * sizeof(float));
+    if (!row) abort();
+    trand_fill_normal(row, n, s);
+    kvi_quantize_row((kvi_type)type, row, dst, n);
+    free(row);
+}
+
+/* [n_out][n_in] of the kvinfer type `type` (64-byte aligned when aligned, else
+ * plain malloc), row j quantised from the n_in floats draw gives; NULL on failure. */
+static uint8_t *quant_rows(int type, int64_t n_out, int64_t n_in, uint64_t *s, bool aligned,
+                           void (*draw)(float *, int64_t, uint64_t *))
 {
     const kvi_type t = (kvi_type)type;
     const size_t rb = kvi_row_bytes(t, n_in);
-    uint8_t *w = aligned_alloc(64, (rb * (size_t)n_out + 63) & ~(size_t)63);
+    uint8_t *w = aligned ? aligned_alloc(64, (rb * (size_t)n_out + 63) & ~(size_t)63) : malloc(rb * (size_t)n_out);
     float *row = malloc((size_t)n_in * sizeof(float));
     if (!w || !row) {
         free(w);
@@ -137,10 +162,165 @@ uint8_t *trand_weights(int type, int64_t n_out, int64_t n_in, uint64_t *s)
         return NULL;
     }
     for (int64_t j = 0; j < n_out; j++) {
-        const float sc = 0.05f + trand_uniform(s);
-        for (int64_t i = 0; i < n_in; i++) row[i] = sc * trand_normal(s) * (i % 97 == 5 ? 8.0f : 1.0f);
+        draw(row, n_in, s);
         kvi_quantize_row(t, row, w + (size_t)j * rb, n_in);
     }
     free(row);
     return w;
+}
+
+uint8_t *trand_weights(int type, int64_t n_out, int64_t n_in, uint64_t *s)
+{
+    return quant_rows(type, n_out, n_in, s, true, draw_spread);
+}
+
+uint8_t *trand_weights_normal(int type, int64_t n_out, int64_t n_in, uint64_t *s)
+{
+    return quant_rows(type, n_out, n_in, s, false, trand_fill_normal);
+}
+
+float f32_of_bits(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+uint32_t bits_of_f32(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+double abs_dot(const float *x, const float *w, int64_t n)
+{
+    double mag = 0;
+    for (int64_t i = 0; i < n; i++) mag += fabs((double)x[i] * w[i]);
+    return mag;
+}
+
+double max_abs_diff(const float *a, const float *b, size_t n)
+{
+    double md = 0;
+    for (size_t i = 0; i < n; i++) md = fmax(md, fabs((double)a[i] - b[i]));
+    return md;
+}
+
+int32_t json_token_ids(const cJSON *arr, int32_t *out, int32_t cap)
+{
+    int32_t n = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, arr) {
+        if (n < cap) out[n] = (int32_t)it->valuedouble;
+        n++;
+    }
+    return n;
+}
+
+kvi_sampler_params sampler_params(float temp, int32_t top_k, float top_p, float min_p, uint64_t seed)
+{
+    kvi_sampler_params p;
+    kvi_sampler_params_default(&p);
+    p.temp = temp;
+    p.top_k = top_k;
+    p.top_p = top_p;
+    p.min_p = min_p;
+    p.repeat_penalty = 1.0f;
+    p.seed = seed;
+    return p;
+}
+
+kvi_model *load_stories260k(int *n_vocab)
+{
+    kvi_error err = {0};
+    kvi_model *m = kvi_model_load(shared_path("models/stories260K.gguf"), NULL, &err);
+    CHECK(m != NULL, "load stories260K: %s", err.msg);
+    if (m && n_vocab) *n_vocab = kvi_n_vocab(m);
+    return m;
+}
+
+kvi_engine_params engine_params(kvi_type kv, int n_threads, int n_seq, int n_ctx)
+{
+    kvi_engine_params p;
+    kvi_engine_params_default(&p);
+    p.kv_type_k = p.kv_type_v = kv;
+    p.n_threads = n_threads;
+    if (n_seq > 0) p.n_seq_max = n_seq;
+    p.n_ctx = n_ctx;
+    return p;
+}
+
+kvi_engine *engine_create_checked(kvi_model *m, const kvi_engine_params *p)
+{
+    kvi_error err = {0};
+    kvi_engine *e = kvi_engine_create(m, p, &err);
+    CHECK(e != NULL, "engine: %s", err.msg);
+    return e;
+}
+
+float *seq_logits(kvi_engine *e, const int32_t *toks, int n, bool decode)
+{
+    const int nv = kvi_n_vocab(kvi_engine_model(e));
+    kvi_seq *s = kvi_seq_create(e);
+    kvi_batch *b = kvi_batch_create(decode ? 1 : n);
+    float *out = malloc((size_t)n * nv * sizeof(float));
+    kvi_error err = {0};
+    if (!decode) {
+        for (int i = 0; i < n; i++) kvi_batch_add(b, s, toks[i], i, true);
+        CHECK(kvi_step(e, b, &err) == 0, "prefill: %s", err.msg);
+        for (int i = 0; i < n; i++) memcpy(out + (size_t)i * nv, kvi_logits(e, i), (size_t)nv * sizeof(float));
+    } else {
+        for (int i = 0; i < n; i++) {
+            kvi_batch_clear(b);
+            kvi_batch_add(b, s, toks[i], i, true);
+            CHECK(kvi_step(e, b, &err) == 0, "decode: %s", err.msg);
+            memcpy(out + (size_t)i * nv, kvi_logits(e, 0), (size_t)nv * sizeof(float));
+        }
+    }
+    kvi_batch_free(b);
+    kvi_seq_free(s);
+    return out;
+}
+
+int step_rows(kvi_engine *e, kvi_seq *s, const int32_t *toks, int from, int n, float *last)
+{
+    kvi_batch *b = kvi_batch_create(n - from);
+    for (int i = from; i < n; i++) kvi_batch_add(b, s, toks[i - from], i, i == n - 1);
+    kvi_error err = {0};
+    int rc = kvi_step(e, b, &err);
+    CHECK(rc == 0, "step: %s", err.msg);
+    if (rc == 0 && last)
+        memcpy(last, kvi_logits(e, n - 1 - from), (size_t)kvi_n_vocab(kvi_engine_model(e)) * sizeof(float));
+    kvi_batch_free(b);
+    return rc;
+}
+
+void kv_reserve_seqs(kv_pool *kv, kv_table *t, const int *lens, int n)
+{
+    memset(t, 0, (size_t)n * sizeof *t);
+    kvi_error err = {0};
+    for (int s = 0; s < n; s++) CHECK(kv_table_reserve(kv, &t[s], lens[s], &err) == 0, "%s", err.msg);
+}
+
+int batch_all_positions(const kv_table *t, const int *lens, int n, const kv_table **tabs, int32_t *pos)
+{
+    int r = 0;
+    for (int s = 0; s < n; s++)
+        for (int p = 0; p < lens[s]; p++, r++) {
+            tabs[r] = &t[s];
+            pos[r] = p;
+        }
+    return r;
+}
+
+void attn_rows_part(tpool *pool, attn_scratch *sc, const attn_args *a, int r0, int n, float *out)
+{
+    attn_args b = *a;
+    b.n_rows = n;
+    b.tables = a->tables + r0;
+    b.pos = a->pos + r0;
+    b.q = a->q + (size_t)r0 * a->n_heads * a->head_dim;
+    b.out = out;
+    attention_rows(pool, sc, &b);
 }
