@@ -1,5 +1,5 @@
 /*
- * bench_matmul.c — micro-benchmark of kvi_matmul: GOP/s (2 * n_in * n_out * rows
+ * bench_matmul.c — micro-benchmark of kern_matmul: GOP/s (2 * n_in * n_out * rows
  * per call) for each weight type on 2048x2048 and 2048x8192 matrices, 1 and 512
  * input rows, with a pool of T threads (default 2); median of R timed calls.
  *
@@ -85,7 +85,7 @@ static int bench_gemv(int argc, char **argv)
         printf("%-6s", types[k]);
         for (int o = 0; o < 3; o++) {
             const int64_t n_out = shapes[o][0], n_in = shapes[o][1];
-            const size_t rb = kvi_row_bytes(t, n_in), mb = rb * (size_t)n_out;
+            const size_t rb = quant_row_bytes(t, n_in), mb = rb * (size_t)n_out;
             const size_t copies = mb ? (mib << 20) / mb + 1 : 0;
             uint8_t *w = mb ? malloc(mb * copies) : NULL;
             if (!w) {
@@ -94,23 +94,23 @@ static int bench_gemv(int argc, char **argv)
             }
             for (int64_t j = 0; j < n_out; j++) {
                 for (int64_t i = 0; i < n_in; i++) row[i] = x[(j * 7 + i) % 8192];
-                kvi_quantize_row(t, row, w + (size_t)j * rb, n_in);
+                quant_quantize_row(t, row, w + (size_t)j * rb, n_in);
             }
             for (size_t c = 1; c < copies; c++) memcpy(w + c * mb, w, mb);
             int layout = KVI_LAYOUT_ROWS;   /* R16 (as the loader does) when asked and possible */
             if (r16) {
-                kvi_tensor T = {.data = w, .type = t, .n_in = n_in, .n_out = n_out};
-                for (size_t c = 0; c < copies && kvi_r16_eligible(&T); c++) {
-                    T = (kvi_tensor){.data = w + c * mb, .type = t, .n_in = n_in, .n_out = n_out};
-                    if (kvi_r16_repack(&T, threads) == 0) layout = T.layout;
+                kern_tensor T = {.data = w, .type = t, .n_in = n_in, .n_out = n_out};
+                for (size_t c = 0; c < copies && kern_r16_eligible(&T); c++) {
+                    T = (kern_tensor){.data = w + c * mb, .type = t, .n_in = n_in, .n_out = n_out};
+                    if (kern_r16_repack(&T, threads) == 0) layout = T.layout;
                 }
             }
             double ts[64];
             for (int i = -1; i < reps; i++) {   /* i = -1: warm-up */
                 double t0 = bench_now(CLOCK_MONOTONIC);
                 for (size_t c = 0; c < copies; c++) {
-                    kvi_tensor W = {w + c * mb, t, n_in, n_out, layout};
-                    kvi_matmul(b.pool, &W, x, n_in, 1, y, n_out);
+                    kern_tensor W = {w + c * mb, t, n_in, n_out, layout};
+                    kern_matmul(b.pool, &W, x, n_in, 1, y, n_out);
                 }
                 if (i >= 0) ts[i] = (bench_now(CLOCK_MONOTONIC) - t0) / (double)copies;
             }
@@ -147,21 +147,21 @@ int main(int argc, char **argv)
         if (!find_type(types[k], &t)) continue;
         printf("%-6s", types[k]);
         for (int o = 0; o < 2; o++) {
-            size_t rb = kvi_row_bytes(t, n_in);
+            size_t rb = quant_row_bytes(t, n_in);
             uint8_t *w = malloc(rb * (size_t)outs[o]);
             for (int64_t j = 0; j < outs[o]; j++) {
                 for (int64_t i = 0; i < n_in; i++) row[i] = x[(j * 7 + i) % (512 * n_in)];
-                kvi_quantize_row(t, row, w + (size_t)j * rb, n_in);
+                quant_quantize_row(t, row, w + (size_t)j * rb, n_in);
             }
-            kvi_tensor W = {w, t, n_in, outs[o], KVI_LAYOUT_ROWS};
-            if (r16 && kvi_r16_eligible(&W) && kvi_r16_repack(&W, threads) != 0) printf(" (repack failed)");
+            kern_tensor W = {w, t, n_in, outs[o], KVI_LAYOUT_ROWS};
+            if (r16 && kern_r16_eligible(&W) && kern_r16_repack(&W, threads) != 0) printf(" (repack failed)");
             for (int r = 0; r < 2; r++) {
                 double ts[64];
                 int n = reps < 64 ? reps : 64, calls = rows[r] == 1 ? 20 : 1;
-                kvi_matmul(b.pool, &W, x, n_in, rows[r], y, outs[o]);   /* warm-up */
+                kern_matmul(b.pool, &W, x, n_in, rows[r], y, outs[o]);   /* warm-up */
                 for (int i = 0; i < n; i++) {
                     double t0 = bench_now(CLOCK_MONOTONIC);
-                    for (int c = 0; c < calls; c++) kvi_matmul(b.pool, &W, x, n_in, rows[r], y, outs[o]);
+                    for (int c = 0; c < calls; c++) kern_matmul(b.pool, &W, x, n_in, rows[r], y, outs[o]);
                     ts[i] = (bench_now(CLOCK_MONOTONIC) - t0) / calls;
                 }
                 qsort(ts, (size_t)n, sizeof ts[0], bench_cmp_d);

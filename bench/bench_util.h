@@ -122,9 +122,9 @@ static inline int bench_fill_kv(kv_pool *kv, const kv_table *t, int l, int n_pos
     if (!row) return -1;
     for (int p = 0; p < n_pos; p++) {
         for (int i = 0; i < kvd; i++) row[i] = 2.0f * bench_rnd();
-        kvi_quantize_row(kv->type_k, row, kv_k_row(kv, t, l, p), kvd);
+        quant_quantize_row(kv->type_k, row, kv_k_row(kv, t, l, p), kvd);
         for (int i = 0; i < kvd; i++) row[i] = bench_rnd();
-        kvi_quantize_row(kv->type_v, row, kv_v_row(kv, t, l, p), kvd);
+        quant_quantize_row(kv->type_v, row, kv_v_row(kv, t, l, p), kvd);
     }
     free(row);
     return 0;

@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define N_ACT 1024   /* inputs per case: 32 kvi_q8a blocks or 4 kvi_q8k blocks */
+#define N_ACT 1024   /* inputs per case: 32 kern_q8a blocks or 4 kern_q8k blocks */
 
 /* Fills x [N_ACT] with case c; returns its name. */
 static const char *fill_case(int c, float *x, uint64_t *rs)
@@ -84,18 +84,18 @@ static const char *fill_case(int c, float *x, uint64_t *rs)
     }
 }
 
-static void quant_at(kvi_isa isa, kvi_type wt, const float *x, void *dst)
+static void quant_at(kern_isa isa, kvi_type wt, const float *x, void *dst)
 {
-    kvi_isa_set(isa);
-    kvi_q8_quantize_act(wt, x, dst, N_ACT);
+    kern_isa_set(isa);
+    kern_q8_quantize_act(wt, x, dst, N_ACT);
 }
 
 static void test_act(void)
 {
-    const kvi_isa best = kvi_isa_detect();
+    const kern_isa best = kern_isa_detect();
     float *x = malloc(N_ACT * sizeof(float));
-    const size_t rb = sizeof(kvi_q8a) * (N_ACT / 32) > sizeof(kvi_q8k) * (N_ACT / QK_K)
-                          ? sizeof(kvi_q8a) * (N_ACT / 32) : sizeof(kvi_q8k) * (N_ACT / QK_K);
+    const size_t rb = sizeof(kern_q8a) * (N_ACT / 32) > sizeof(kern_q8k) * (N_ACT / QK_K)
+                          ? sizeof(kern_q8a) * (N_ACT / 32) : sizeof(kern_q8k) * (N_ACT / QK_K);
     uint8_t *ref = malloc(rb), *got = malloc(rb);
     uint64_t rs = 0x5eed;
     int cases = 0;
@@ -105,22 +105,22 @@ static void test_act(void)
         cases++;
         const kvi_type wts[2] = {KVI_TYPE_Q8_0, KVI_TYPE_Q6_K};
         for (int w = 0; w < 2; w++) {
-            const size_t bytes = kvi_q8_act_row_bytes(wts[w], N_ACT);
+            const size_t bytes = kern_q8_act_row_bytes(wts[w], N_ACT);
             memset(ref, 0xAB, rb);
             quant_at(KVI_ISA_SCALAR, wts[w], x, ref);
             for (int isa = 1; isa <= (int)best; isa++) {
                 memset(got, 0xCD, rb);
-                quant_at((kvi_isa)isa, wts[w], x, got);
+                quant_at((kern_isa)isa, wts[w], x, got);
                 CHECK(memcmp(ref, got, bytes) == 0, "case %d (%s), %s blocks, %s: bytes differ from scalar", c,
-                      name, w ? "q8k" : "q8a", kvi_isa_str((kvi_isa)isa));
+                      name, w ? "q8k" : "q8a", kern_isa_str((kern_isa)isa));
                 /* the per-ISA function itself, not only through the dispatch */
                 memset(got, 0xEF, rb);
-                if (isa == KVI_ISA_AVX512 && w == 0) kvi_actq_a_avx512(x, (kvi_q8a *)got, N_ACT / 32);
-                if (isa == KVI_ISA_AVX512 && w == 1) kvi_actq_k_avx512(x, (kvi_q8k *)got, N_ACT / QK_K);
-                if (isa == KVI_ISA_AVX2 && w == 0) kvi_actq_a_avx2(x, (kvi_q8a *)got, N_ACT / 32);
-                if (isa == KVI_ISA_AVX2 && w == 1) kvi_actq_k_avx2(x, (kvi_q8k *)got, N_ACT / QK_K);
+                if (isa == KVI_ISA_AVX512 && w == 0) kern_actq_a_avx512(x, (kern_q8a *)got, N_ACT / 32);
+                if (isa == KVI_ISA_AVX512 && w == 1) kern_actq_k_avx512(x, (kern_q8k *)got, N_ACT / QK_K);
+                if (isa == KVI_ISA_AVX2 && w == 0) kern_actq_a_avx2(x, (kern_q8a *)got, N_ACT / 32);
+                if (isa == KVI_ISA_AVX2 && w == 1) kern_actq_k_avx2(x, (kern_q8k *)got, N_ACT / QK_K);
                 CHECK(memcmp(ref, got, bytes) == 0, "case %d (%s), %s blocks, direct %s: bytes differ", c, name,
-                      w ? "q8k" : "q8a", kvi_isa_str((kvi_isa)isa));
+                      w ? "q8k" : "q8a", kern_isa_str((kern_isa)isa));
             }
         }
     }
@@ -128,25 +128,25 @@ static void test_act(void)
      * for amax / 127 changes about 13 blocks in a million) show */
     enum { CHUNK = 1 << 15 };
     float *bx = malloc(CHUNK * sizeof(float));
-    uint8_t *br = malloc(sizeof(kvi_q8a) * (CHUNK / 32)), *bg = malloc(sizeof(kvi_q8a) * (CHUNK / 32));
+    uint8_t *br = malloc(sizeof(kern_q8a) * (CHUNK / 32)), *bg = malloc(sizeof(kern_q8a) * (CHUNK / 32));
     int bulk_bad[3] = {0, 0, 0};
     for (int ch = 0; ch < (1 << 20) / (CHUNK / 32); ch++) {
         const float sc = ldexpf(1.0f, (int)(trand_u64(&rs) % 41) - 20);
         for (int i = 0; i < CHUNK; i++) bx[i] = (trand_uniform(&rs) - 0.5f) * sc;
         for (int w = 0; w < 2; w++) {
             const kvi_type wt = w ? KVI_TYPE_Q6_K : KVI_TYPE_Q8_0;
-            const size_t bytes = kvi_q8_act_row_bytes(wt, CHUNK);
-            kvi_isa_set(KVI_ISA_SCALAR);
-            kvi_q8_quantize_act(wt, bx, br, CHUNK);
+            const size_t bytes = kern_q8_act_row_bytes(wt, CHUNK);
+            kern_isa_set(KVI_ISA_SCALAR);
+            kern_q8_quantize_act(wt, bx, br, CHUNK);
             for (int isa = 1; isa <= (int)best; isa++) {
-                kvi_isa_set((kvi_isa)isa);
-                kvi_q8_quantize_act(wt, bx, bg, CHUNK);
+                kern_isa_set((kern_isa)isa);
+                kern_q8_quantize_act(wt, bx, bg, CHUNK);
                 bulk_bad[isa] += memcmp(br, bg, bytes) != 0;
             }
         }
     }
     for (int isa = 1; isa <= (int)best; isa++)
-        CHECK(bulk_bad[isa] == 0, "%s: bulk random, %d chunks differ", kvi_isa_str((kvi_isa)isa), bulk_bad[isa]);
+        CHECK(bulk_bad[isa] == 0, "%s: bulk random, %d chunks differ", kern_isa_str((kern_isa)isa), bulk_bad[isa]);
     free(bx);
     free(br);
     free(bg);
@@ -154,44 +154,44 @@ static void test_act(void)
     /* the cases are not degenerate: the random one has levels of both signs near +-127 */
     fill_case(0, x, &rs);
     quant_at(KVI_ISA_SCALAR, KVI_TYPE_Q8_0, x, ref);
-    const kvi_q8a *a = (const kvi_q8a *)ref;
+    const kern_q8a *a = (const kern_q8a *)ref;
     int lo = 0, hi = 0;
     for (int i = 0; i < 32; i++) {
         lo += a->qs[i] <= -60;
         hi += a->qs[i] >= 60;
     }
     CHECK(cases == 18 && lo > 0 && hi > 0 && a->d > 0.0f, "cases %d, levels %d %d", cases, lo, hi);
-    kvi_isa_set(best);
+    kern_isa_set(best);
     free(x);
     free(ref);
     free(got);
 }
 
 /* src [n] through the dispatch at isa and directly, both against the scalar. */
-static int f16_rows_differ(kvi_isa isa, const float *src, int64_t n, uint8_t *buf, int misalign)
+static int f16_rows_differ(kern_isa isa, const float *src, int64_t n, uint8_t *buf, int misalign)
 {
     uint8_t *dst = buf + misalign;
     int bad = 0;
     for (int way = 0; way < 2; way++) {
         memset(buf, 0x5A, (size_t)(2 * n + 4));
         if (way == 0) {
-            kvi_isa_set(isa);
-            kvi_f32_to_f16_row(src, dst, n);
+            kern_isa_set(isa);
+            kern_f32_to_f16_row(src, dst, n);
         } else if (isa == KVI_ISA_AVX512) {
-            kvi_f16_row_avx512(src, dst, n);
+            kern_f16_row_avx512(src, dst, n);
         } else if (isa == KVI_ISA_AVX2) {
-            kvi_f16_row_avx2(src, dst, n);
+            kern_f16_row_avx2(src, dst, n);
         } else {
             continue;
         }
         for (int64_t i = 0; i < n; i++) {
-            const kvi_f16 want = kvi_f32_to_f16(src[i]);
-            kvi_f16 h;
+            const quant_f16 want = quant_f32_to_f16(src[i]);
+            quant_f16 h;
             memcpy(&h, dst + 2 * i, 2);
             if (h != want && bad++ < 3) {
                 uint32_t u;
                 memcpy(&u, &src[i], 4);
-                fprintf(stderr, "  %s: f32 %08x -> %04x, scalar %04x\n", kvi_isa_str(isa), u, h, want);
+                fprintf(stderr, "  %s: f32 %08x -> %04x, scalar %04x\n", kern_isa_str(isa), u, h, want);
             }
         }
         /* nothing written past the row */
@@ -203,7 +203,7 @@ static int f16_rows_differ(kvi_isa isa, const float *src, int64_t n, uint8_t *bu
 
 static void test_f16_rows(void)
 {
-    const kvi_isa best = kvi_isa_detect();
+    const kern_isa best = kern_isa_detect();
     enum { N = 4096 };
     float *src = malloc(N * sizeof(float));
     uint8_t *buf = malloc(2 * N + 4);
@@ -215,9 +215,9 @@ static void test_f16_rows(void)
         int bad = 0;
         for (int rep = 0; rep < 64; rep++) {
             for (int i = 0; i < N; i++) src[i] = f32_of_bits((uint32_t)trand_u64(&rs));
-            bad += f16_rows_differ((kvi_isa)isa, src, N, buf, rep % 2);
+            bad += f16_rows_differ((kern_isa)isa, src, N, buf, rep % 2);
         }
-        CHECK(bad == 0, "%s: random bit patterns, %d differ", kvi_isa_str((kvi_isa)isa), bad);
+        CHECK(bad == 0, "%s: random bit patterns, %d differ", kern_isa_str((kern_isa)isa), bad);
         /* every exponent and sign, with the tie / carry mantissas and random ones */
         bad = 0;
         for (uint32_t e = 0; e < 256; e++) {
@@ -226,55 +226,55 @@ static void test_f16_rows(void)
                 for (int k = 0; k < (int)(sizeof low / sizeof low[0]); k++)
                     src[i++] = f32_of_bits(s << 31 | e << 23 | low[k]);
             while (i < N) src[i++] = f32_of_bits((uint32_t)(trand_u64(&rs) & 0x807fffffu) | e << 23);
-            bad += f16_rows_differ((kvi_isa)isa, src, N, buf, (int)(e % 2));
+            bad += f16_rows_differ((kern_isa)isa, src, N, buf, (int)(e % 2));
         }
-        CHECK(bad == 0, "%s: per-exponent patterns, %d differ", kvi_isa_str((kvi_isa)isa), bad);
+        CHECK(bad == 0, "%s: per-exponent patterns, %d differ", kern_isa_str((kern_isa)isa), bad);
         /* every tail length */
         bad = 0;
         for (int n = 0; n <= 70; n++) {
             for (int i = 0; i < n; i++) src[i] = trand_normal(&rs) * 1e3f;
-            bad += f16_rows_differ((kvi_isa)isa, src, n, buf, n % 2);
+            bad += f16_rows_differ((kern_isa)isa, src, n, buf, n % 2);
         }
-        CHECK(bad == 0, "%s: tails, %d differ", kvi_isa_str((kvi_isa)isa), bad);
-        /* the KV cache's F16 write (kvi_quantize_row) gives the same bytes */
+        CHECK(bad == 0, "%s: tails, %d differ", kern_isa_str((kern_isa)isa), bad);
+        /* the KV cache's F16 write (quant_quantize_row) gives the same bytes */
         for (int i = 0; i < 768; i++) src[i] = trand_normal(&rs);
-        kvi_isa_set((kvi_isa)isa);
-        CHECK(kvi_quantize_row(KVI_TYPE_F16, src, buf, 768) == KVI_OK, "quantize_row");
+        kern_isa_set((kern_isa)isa);
+        CHECK(quant_quantize_row(KVI_TYPE_F16, src, buf, 768) == KVI_OK, "quantize_row");
         bad = 0;
         for (int i = 0; i < 768; i++) {
-            const kvi_f16 want = kvi_f32_to_f16(src[i]);
+            const quant_f16 want = quant_f32_to_f16(src[i]);
             bad += memcmp(buf + 2 * i, &want, 2) != 0;
         }
-        CHECK(bad == 0, "%s: kvi_quantize_row F16, %d differ", kvi_isa_str((kvi_isa)isa), bad);
+        CHECK(bad == 0, "%s: quant_quantize_row F16, %d differ", kern_isa_str((kern_isa)isa), bad);
     }
     /* NaN payloads: quiet NaN, sign and top 10 payload bits kept (as the scalar) */
     const float nan_in[2] = {f32_of_bits(0xff812345u), f32_of_bits(0x7fc02000u)};
     for (int isa = 0; isa <= (int)best; isa++) {
-        kvi_isa_set((kvi_isa)isa);
-        kvi_f32_to_f16_row(nan_in, buf, 2);
-        kvi_f16 h[2];
+        kern_isa_set((kern_isa)isa);
+        kern_f32_to_f16_row(nan_in, buf, 2);
+        quant_f16 h[2];
         memcpy(h, buf, 4);
-        CHECK(h[0] == 0xfe09 && h[1] == 0x7e01, "%s: NaN payloads %04x %04x", kvi_isa_str((kvi_isa)isa), h[0], h[1]);
+        CHECK(h[0] == 0xfe09 && h[1] == 0x7e01, "%s: NaN payloads %04x %04x", kern_isa_str((kern_isa)isa), h[0], h[1]);
     }
     if (getenv("KVI_ACTQ_EXHAUSTIVE")) {
         for (int isa = 1; isa <= (int)best; isa++) {
             int64_t bad = 0;
             for (uint64_t b = 0; b < (1ull << 32); b += N) {
                 for (int i = 0; i < N; i++) src[i] = f32_of_bits((uint32_t)(b + (uint64_t)i));
-                bad += f16_rows_differ((kvi_isa)isa, src, N, buf, 0);
+                bad += f16_rows_differ((kern_isa)isa, src, N, buf, 0);
             }
-            printf("exhaustive %s: %lld of 2^32 differ\n", kvi_isa_str((kvi_isa)isa), (long long)bad);
-            CHECK(bad == 0, "%s: exhaustive, %lld differ", kvi_isa_str((kvi_isa)isa), (long long)bad);
+            printf("exhaustive %s: %lld of 2^32 differ\n", kern_isa_str((kern_isa)isa), (long long)bad);
+            CHECK(bad == 0, "%s: exhaustive, %lld differ", kern_isa_str((kern_isa)isa), (long long)bad);
         }
     }
-    kvi_isa_set(best);
+    kern_isa_set(best);
     free(src);
     free(buf);
 }
 
 int main(void)
 {
-    printf("detected ISA: %s\n", kvi_isa_str(kvi_isa_detect()));
+    printf("detected ISA: %s\n", kern_isa_str(kern_isa_detect()));
     test_act();
     test_f16_rows();
     return test_main_end();

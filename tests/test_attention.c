@@ -189,15 +189,15 @@ static void tiled(kvi_type type, shape sh, int threads)
           "%s: rows in a batch of 45 differ from the full batch", kvi_type_name(type));
 
     /* every ISA path gives the same bits (the kernels share one exact definition) */
-    const kvi_isa best = kvi_isa_detect(), was = kvi_isa_active();
+    const kern_isa best = kern_isa_detect(), was = kern_isa_active();
     for (int isa = KVI_ISA_SCALAR; isa <= (int)best; isa++) {
-        kvi_isa_set((kvi_isa)isa);
+        kern_isa_set((kern_isa)isa);
         a.out = out2;
         attention_rows(pool, sc, &a);
         CHECK(memcmp(out2, out, (size_t)n * qd * sizeof(float)) == 0, "%s: ISA %s differs from %s",
-              kvi_type_name(type), kvi_isa_str((kvi_isa)isa), kvi_isa_str(kvi_isa_active()));
+              kvi_type_name(type), kern_isa_str((kern_isa)isa), kern_isa_str(kern_isa_active()));
     }
-    kvi_isa_set(was);
+    kern_isa_set(was);
     attn_scratch_free(sc);
     tpool_free(pool);
 

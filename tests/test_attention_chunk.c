@@ -100,14 +100,14 @@ static void chunk_case(shape sh)
 
     /* every ISA, and one thread */
     a.out = out2;
-    const kvi_isa best = kvi_isa_detect(), was = kvi_isa_active();
+    const kern_isa best = kern_isa_detect(), was = kern_isa_active();
     for (int isa = KVI_ISA_SCALAR; isa <= (int)best; isa++) {
-        kvi_isa_set((kvi_isa)isa);
+        kern_isa_set((kern_isa)isa);
         attention_rows(pool, sc, &a);
         CHECK(memcmp(out2, out, (size_t)n * qd * sizeof(float)) == 0, "h%d/%d: ISA %s differs", sh.heads,
-              sh.kvh, kvi_isa_str((kvi_isa)isa));
+              sh.kvh, kern_isa_str((kern_isa)isa));
     }
-    kvi_isa_set(was);
+    kern_isa_set(was);
     tpool *pool1 = tpool_create(1);
     attn_scratch *sc1 = attn_scratch_create(tpool_size(pool1), sh.bs, sh.hd, sh.heads, sh.kvh, kvd);
     memset(out2, 0, (size_t)n * qd * sizeof(float));

@@ -11,7 +11,7 @@
  *     tiled attention checks across ISAs);
  *   - every ISA the CPU has gives the same bits for the decode rows;
  *   - the decode rows agree with the double-precision reference (2e-5);
- *   - the kernels' f16 conversion equals kvi_f16_to_f32 for all 65536 halves
+ *   - the kernels' f16 conversion equals quant_f16_to_f32 for all 65536 halves
  *     (NaNs compared as NaN) on every ISA;
  *   - the f16 kernels of position lanes (ptrans_f16, pupdate reading f16 values)
  *     give, on random halves, the bits of f16_rows + ptrans and of pupdate over
@@ -83,23 +83,23 @@ static void decode(kvi_type type, shape sh, int len)
     CHECK(max_abs_diff(tile, ref, (size_t)N * qd) < 2e-5, "%s h%d/%d hd%d bs%d: tile vs reference %g",
           kvi_type_name(type), sh.heads, sh.kvh, sh.hd, sh.bs, max_abs_diff(tile, ref, (size_t)N * qd));
 
-    const kvi_isa best = kvi_isa_detect(), was = kvi_isa_active();
+    const kern_isa best = kern_isa_detect(), was = kern_isa_active();
     for (int isa = KVI_ISA_SCALAR; isa <= (int)best; isa++) {
-        kvi_isa_set((kvi_isa)isa);
+        kern_isa_set((kern_isa)isa);
         int bad = 0;
         for (int r = 0; r < N; r++) {
             attn_rows_part(pool, sc, &a, r, 1, one);
             if (memcmp(one, tile + (size_t)r * qd, (size_t)qd * sizeof(float)) != 0) bad++;
         }
         CHECK(bad == 0, "%s h%d/%d hd%d bs%d ISA %s: %d decode rows differ from the tile", kvi_type_name(type),
-              sh.heads, sh.kvh, sh.hd, sh.bs, kvi_isa_str(kvi_isa_active()), bad);
+              sh.heads, sh.kvh, sh.hd, sh.bs, kern_isa_str(kern_isa_active()), bad);
         /* two rows of one sequence: one position-lane tile when 2 * group fits */
         attn_rows_part(pool, sc, &a, N - 2, 2, isa_out);
         CHECK(memcmp(isa_out, tile + (size_t)(N - 2) * qd, (size_t)2 * qd * sizeof(float)) == 0,
               "%s h%d/%d hd%d bs%d ISA %s: a 2-row tile differs", kvi_type_name(type), sh.heads, sh.kvh, sh.hd,
-              sh.bs, kvi_isa_str(kvi_isa_active()));
+              sh.bs, kern_isa_str(kern_isa_active()));
     }
-    kvi_isa_set(was);
+    kern_isa_set(was);
 
     attn_scratch_free(sc);
     tpool_free(pool);
@@ -118,20 +118,20 @@ static void f16_all(void)
     uint16_t *h = malloc(65536 * sizeof *h);
     float *f = malloc(65536 * sizeof *f);
     for (int i = 0; i < 65536; i++) h[i] = (uint16_t)i;
-    const kvi_isa best = kvi_isa_detect(), was = kvi_isa_active();
+    const kern_isa best = kern_isa_detect(), was = kern_isa_active();
     for (int isa = KVI_ISA_SCALAR; isa <= (int)best; isa++) {
-        kvi_isa_set((kvi_isa)isa);
+        kern_isa_set((kern_isa)isa);
         /* odd start and length: the vector body and the scalar tail both run */
         attn_kernels_active()->f16_to_f32(h + 1, f + 1, 65535);
         attn_kernels_active()->f16_to_f32(h, f, 1);
         int bad = 0;
         for (int i = 0; i < 65536; i++) {
-            const float want = kvi_f16_to_f32((kvi_f16)i);
+            const float want = quant_f16_to_f32((quant_f16)i);
             if (isnan(want) ? !isnan(f[i]) : memcmp(&want, &f[i], sizeof want) != 0) bad++;
         }
-        CHECK(bad == 0, "ISA %s: %d halves convert differently", kvi_isa_str(kvi_isa_active()), bad);
+        CHECK(bad == 0, "ISA %s: %d halves convert differently", kern_isa_str(kern_isa_active()), bad);
     }
-    kvi_isa_set(was);
+    kern_isa_set(was);
     free(h);
     free(f);
 }
@@ -153,9 +153,9 @@ static void f16_kernels(void)
     float *want = malloc((size_t)80 * LD * sizeof *want), *got = malloc((size_t)80 * LD * sizeof *got);
     float s0[Q * LD], s1[Q * LD], a0[Q * 80], a1[Q * 80], m0[Q], m1[Q], l0[Q], l1[Q];
     int32_t lim[Q];
-    const kvi_isa best = kvi_isa_detect(), was = kvi_isa_active();
+    const kern_isa best = kern_isa_detect(), was = kern_isa_active();
     for (int isa = KVI_ISA_SCALAR; isa <= (int)best; isa++) {
-        kvi_isa_set((kvi_isa)isa);
+        kern_isa_set((kern_isa)isa);
         const attn_kernels *kn = attn_kernels_active();
         if (!kn->ptrans_f16 || !kn->pupdate) continue;
         for (size_t a = 0; a < sizeof nts / sizeof nts[0]; a++)
@@ -169,7 +169,7 @@ static void f16_kernels(void)
                     for (int t = nt; t < LD; t++) want[(size_t)d * LD + t] = -7.0f;
                 kn->ptrans_f16(src + 3, SRC, nt, hd, got, LD);
                 CHECK(memcmp(want, got, (size_t)80 * LD * sizeof *got) == 0, "ISA %s: ptrans_f16 nt %d hd %d",
-                      kvi_isa_str(kvi_isa_active()), nt, hd);
+                      kern_isa_str(kern_isa_active()), nt, hd);
                 /* one block's update: f32 values vs the same values as f16 rows */
                 for (int i = 0; i < Q * LD; i++) s0[i] = s1[i] = 3.0f * trand_normal(&rng);
                 for (int i = 0; i < Q * hd; i++) a0[i] = a1[i] = trand_normal(&rng);
@@ -191,10 +191,10 @@ static void f16_kernels(void)
                 kn->pupdate(&b);
                 CHECK(memcmp(a0, a1, (size_t)Q * hd * sizeof *a0) == 0 && memcmp(l0, l1, sizeof l0) == 0 &&
                           memcmp(m0, m1, sizeof m0) == 0,
-                      "ISA %s: pupdate from f16 values nt %d hd %d", kvi_isa_str(kvi_isa_active()), nt, hd);
+                      "ISA %s: pupdate from f16 values nt %d hd %d", kern_isa_str(kern_isa_active()), nt, hd);
             }
     }
-    kvi_isa_set(was);
+    kern_isa_set(was);
     free(src);
     free(rows);
     free(want);

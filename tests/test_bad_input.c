@@ -372,7 +372,7 @@ static const char *write_variant(const char *name, const gvariant *v)
         if (ed && ed->skip) continue;
         if (ed) {
             int64_t ne[2] = {ed->ne0, ed->ne1 ? ed->ne1 : 1};
-            size_t bytes = kvi_row_bytes(t->type, ne[0]) * (size_t)ne[1];
+            size_t bytes = quant_row_bytes(t->type, ne[0]) * (size_t)ne[1];
             owned[n] = calloc(bytes ? bytes : 1, 1);
             memset(owned[n], 0x3c, bytes);
             data[n] = owned[n];

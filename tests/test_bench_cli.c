@@ -169,11 +169,11 @@ int main(void)
     CHECK(avx2 ? hw.fp32_gflops > 0.5 : hw.fp32_gflops == 0, "fp32 %g GFLOP/s (avx2 %d)", hw.fp32_gflops, avx2);
     bool vnni = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vnni");
     CHECK(vnni ? hw.int8_gops > 0.5 : hw.int8_gops == 0, "int8 %g GOP/s (vnni %d)", hw.int8_gops, vnni);
-    CHECK(kvi_amx_on() ? hw.amx_int8_gops > 0.5 : hw.amx_int8_gops == 0, "amx int8 %g GOP/s (amx %d)",
-          hw.amx_int8_gops, kvi_amx_on());
-    CHECK(kvi_amx_on() ? hw.amx_bf16_gflops > 0.5 : hw.amx_bf16_gflops == 0, "amx bf16 %g GFLOP/s (amx %d)",
-          hw.amx_bf16_gflops, kvi_amx_on());
-    CHECK(hw.f16_on_amx == (kvi_amx_f16_on() != 0), "f16_on_amx %d", hw.f16_on_amx);
+    CHECK(cpu_amx_on() ? hw.amx_int8_gops > 0.5 : hw.amx_int8_gops == 0, "amx int8 %g GOP/s (amx %d)",
+          hw.amx_int8_gops, cpu_amx_on());
+    CHECK(cpu_amx_on() ? hw.amx_bf16_gflops > 0.5 : hw.amx_bf16_gflops == 0, "amx bf16 %g GFLOP/s (amx %d)",
+          hw.amx_bf16_gflops, cpu_amx_on());
+    CHECK(hw.f16_on_amx == (kern_amx_f16_on() != 0), "f16_on_amx %d", hw.f16_on_amx);
     bool bf16 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
     CHECK(bf16 ? hw.bf16_gflops > 0.5 : hw.bf16_gflops == 0, "bf16 %g GFLOP/s (bf16 %d)", hw.bf16_gflops, bf16);
     CHECK(kvi_hw_bench(&hw, -1, true, &e) == KVI_E_INVALID && e.msg[0], "negative threads accepted");

@@ -1,6 +1,6 @@
 /*
  * test_kernels.c — dot products of every ISA the machine has against the scalar
- * reference, matmul of every weight type against kvi_matmul_ref, the bit-identity
+ * reference, matmul of every weight type against kern_matmul_ref, the bit-identity
  * of an output row across batch sizes and thread counts, SIMD dequantisation
  * against the reference, and the worker pool.
  */
@@ -27,12 +27,12 @@ static const kvi_type ALL_TYPES[] = {
 static void *random_matrix(kvi_type t, int64_t n_out, int64_t n_in, uint64_t *rs)
 {
     if (t != KVI_TYPE_Q8_1) return trand_weights_normal(t, n_out, n_in, rs);
-    size_t rb = kvi_row_bytes(t, n_in);
+    size_t rb = quant_row_bytes(t, n_in);
     uint8_t *w = malloc(rb * (size_t)n_out);
     for (int64_t j = 0; j < n_out; j++) {
         block_q8_1 *b = (block_q8_1 *)(w + (size_t)j * rb);
         for (int64_t k = 0; k < n_in / 32; k++) {
-            b[k].d = kvi_f32_to_f16(0.01f + trand_uniform(rs) * 0.02f);
+            b[k].d = quant_f32_to_f16(0.01f + trand_uniform(rs) * 0.02f);
             b[k].s = 0;
             for (int l = 0; l < 32; l++) b[k].qs[l] = (int8_t)(trand_u64(rs) % 255 - 127);
         }
@@ -42,18 +42,18 @@ static void *random_matrix(kvi_type t, int64_t n_out, int64_t n_in, uint64_t *rs
 
 static void test_isa(void)
 {
-    kvi_isa best = kvi_isa_detect();
-    printf("detected ISA: %s, active: %s\n", kvi_isa_str(best), kvi_isa_name());
-    CHECK(strcmp(kvi_isa_name(), kvi_isa_str(kvi_isa_active())) == 0, "isa name");
-    CHECK((int)kvi_isa_active() <= (int)best, "active never above detected");
+    kern_isa best = kern_isa_detect();
+    printf("detected ISA: %s, active: %s\n", kern_isa_str(best), kvi_isa_name());
+    CHECK(strcmp(kvi_isa_name(), kern_isa_str(kern_isa_active())) == 0, "isa name");
+    CHECK((int)kern_isa_active() <= (int)best, "active never above detected");
     for (int i = 0; i <= (int)best; i++) {
-        kvi_isa_set((kvi_isa)i);
-        CHECK(kvi_isa_active() == (kvi_isa)i, "set %s", kvi_isa_str((kvi_isa)i));
+        kern_isa_set((kern_isa)i);
+        CHECK(kern_isa_active() == (kern_isa)i, "set %s", kern_isa_str((kern_isa)i));
     }
-    kvi_isa_set(KVI_ISA_AVX512);
-    CHECK(kvi_isa_active() == best, "set is capped at the CPU's best");
-    CHECK(strcmp(kvi_isa_str(KVI_ISA_AVX2), "avx2") == 0 && strcmp(kvi_isa_str(KVI_ISA_SCALAR), "scalar") == 0 &&
-              strcmp(kvi_isa_str(KVI_ISA_AVX512), "avx512") == 0, "isa strings");
+    kern_isa_set(KVI_ISA_AVX512);
+    CHECK(kern_isa_active() == best, "set is capped at the CPU's best");
+    CHECK(strcmp(kern_isa_str(KVI_ISA_AVX2), "avx2") == 0 && strcmp(kern_isa_str(KVI_ISA_SCALAR), "scalar") == 0 &&
+              strcmp(kern_isa_str(KVI_ISA_AVX512), "avx512") == 0, "isa strings");
 }
 
 static void test_dot(void)
@@ -64,39 +64,39 @@ static void test_dot(void)
     uint64_t rs = 777;
     trand_fill_normal(a, MAXN, &rs);
     trand_fill_normal(b, MAXN, &rs);
-    for (int isa = 0; isa <= (int)kvi_isa_detect(); isa++) {
-        kvi_isa_set((kvi_isa)isa);
+    for (int isa = 0; isa <= (int)kern_isa_detect(); isa++) {
+        kern_isa_set((kern_isa)isa);
         int bad = 0;
         for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
             int64_t n = lens[k];
             const double mag = abs_dot(a, b, n);
             /* offsets 0..2 make the loads unaligned */
             for (int off = 0; off < 3 && off + n <= MAXN; off++) {
-                float d = kvi_dot_f32(a + off, b + off, n), r = kvi_dot_f32_ref(a + off, b + off, n);
+                float d = kern_dot_f32(a + off, b + off, n), r = kern_dot_f32_ref(a + off, b + off, n);
                 if (!(fabs((double)d - r) <= 2e-6 * mag + 1e-7)) {
                     bad++;
-                    CHECK(0, "%s dot n=%lld off=%d: %.9g vs ref %.9g", kvi_isa_str((kvi_isa)isa), (long long)n, off, d, r);
+                    CHECK(0, "%s dot n=%lld off=%d: %.9g vs ref %.9g", kern_isa_str((kern_isa)isa), (long long)n, off, d, r);
                 }
             }
         }
-        CHECK(bad == 0, "%s dot", kvi_isa_str((kvi_isa)isa));
+        CHECK(bad == 0, "%s dot", kern_isa_str((kern_isa)isa));
         /* hand value: sum_{i=1..n} i * 1 = n(n+1)/2, exact in f32 for n = 999 */
         float *c = malloc(999 * sizeof(float)), *o = malloc(999 * sizeof(float));
         for (int i = 0; i < 999; i++) {
             c[i] = (float)(i + 1);
             o[i] = 1.0f;
         }
-        CHECK(kvi_dot_f32(c, o, 999) == 499500.0f, "%s dot 1..999", kvi_isa_str((kvi_isa)isa));
-        CHECK(kvi_dot_f32(c, o, 0) == 0.0f, "empty dot");
+        CHECK(kern_dot_f32(c, o, 999) == 499500.0f, "%s dot 1..999", kern_isa_str((kern_isa)isa));
+        CHECK(kern_dot_f32(c, o, 0) == 0.0f, "empty dot");
         free(c);
         free(o);
     }
-    kvi_isa_set(KVI_ISA_AVX512);
+    kern_isa_set(KVI_ISA_AVX512);
     free(a);
     free(b);
 }
 
-/* SIMD dequantisation (through kvi_tensor_get_row) equals the reference exactly. */
+/* SIMD dequantisation (through kern_tensor_get_row) equals the reference exactly. */
 static void test_get_row(void)
 {
     const int64_t n_in = 512, n_out = 3;
@@ -105,25 +105,25 @@ static void test_get_row(void)
     for (int k = 0; k < N_TYPES; k++) {
         kvi_type t = ALL_TYPES[k];
         void *w = random_matrix(t, n_out, n_in, &rs);
-        kvi_tensor W = {w, t, n_in, n_out, KVI_LAYOUT_ROWS};
-        size_t rb = kvi_row_bytes(t, n_in);
-        for (int isa = 0; isa <= (int)kvi_isa_detect(); isa++) {
-            kvi_isa_set((kvi_isa)isa);
+        kern_tensor W = {w, t, n_in, n_out, KVI_LAYOUT_ROWS};
+        size_t rb = quant_row_bytes(t, n_in);
+        for (int isa = 0; isa <= (int)kern_isa_detect(); isa++) {
+            kern_isa_set((kern_isa)isa);
             int bad = 0;
             for (int64_t j = 0; j < n_out; j++) {
-                kvi_dequant_row(t, (const uint8_t *)w + (size_t)j * rb, ref, n_in);
-                kvi_tensor_get_row(&W, j, got);
+                quant_dequant_row(t, (const uint8_t *)w + (size_t)j * rb, ref, n_in);
+                kern_tensor_get_row(&W, j, got);
                 bad += memcmp(ref, got, (size_t)n_in * sizeof(float)) != 0;
             }
-            CHECK(bad == 0, "%s get_row (%s) differs from reference", kvi_type_name(t), kvi_isa_str((kvi_isa)isa));
+            CHECK(bad == 0, "%s get_row (%s) differs from reference", kvi_type_name(t), kern_isa_str((kern_isa)isa));
         }
         got[0] = 7.0f;
-        CHECK(kvi_tensor_get_row(&W, n_out, got) == KVI_E_INVALID && got[0] == 7.0f,
+        CHECK(kern_tensor_get_row(&W, n_out, got) == KVI_E_INVALID && got[0] == 7.0f,
               "%s get_row out of range: KVI_E_INVALID, nothing written", kvi_type_name(t));
-        CHECK(kvi_tensor_get_row(&W, -1, got) == KVI_E_INVALID, "%s get_row -1 refused", kvi_type_name(t));
+        CHECK(kern_tensor_get_row(&W, -1, got) == KVI_E_INVALID, "%s get_row -1 refused", kvi_type_name(t));
         free(w);
     }
-    kvi_isa_set(KVI_ISA_AVX512);
+    kern_isa_set(KVI_ISA_AVX512);
     free(ref);
     free(got);
 }
@@ -131,19 +131,19 @@ static void test_get_row(void)
 /* The floats that the activation blocks of n inputs of x stand for (d * q). */
 static void q8_dequant_act(kvi_type t, const float *x, float *dst, int64_t n)
 {
-    void *xq = malloc(kvi_q8_act_row_bytes(t, n));
-    kvi_q8_quantize_act(t, x, xq, n);
-    if (kvi_q8_act_type(t) == KVI_TYPE_Q8_0) {
-        const kvi_q8a *b = xq;
+    void *xq = malloc(kern_q8_act_row_bytes(t, n));
+    kern_q8_quantize_act(t, x, xq, n);
+    if (kern_q8_act_type(t) == KVI_TYPE_Q8_0) {
+        const kern_q8a *b = xq;
         for (int64_t i = 0; i < n; i++) dst[i] = b[i / 32].d * (float)b[i / 32].qs[i % 32];
     } else {
-        const kvi_q8k *b = xq;
+        const kern_q8k *b = xq;
         for (int64_t i = 0; i < n; i++) dst[i] = b[i / QK_K].d * (float)b[i / QK_K].qs[i % QK_K];
     }
     free(xq);
 }
 
-/* Activation quantisation: Q8_0 blocks equal kvi_quantize_row's (an independent
+/* Activation quantisation: Q8_0 blocks equal quant_quantize_row's (an independent
  * quantiser) in scale and quants, sums are exact, and a hand-made Q8_K block. */
 static void test_q8_act(void)
 {
@@ -151,15 +151,15 @@ static void test_q8_act(void)
     float x[N];
     uint64_t rs = 5150;
     trand_fill_normal(x, N, &rs);
-    kvi_q8a qa[N / 32];
+    kern_q8a qa[N / 32];
     block_q8_0 ref[N / 32];
-    kvi_q8_quantize_act(KVI_TYPE_Q4_0, x, qa, N);
-    kvi_quantize_row(KVI_TYPE_Q8_0, x, ref, N);
+    kern_q8_quantize_act(KVI_TYPE_Q4_0, x, qa, N);
+    quant_quantize_row(KVI_TYPE_Q8_0, x, ref, N);
     int bad = 0;
     for (int b = 0; b < N / 32; b++) {
         int sum = 0;
         for (int i = 0; i < 32; i++) sum += qa[b].qs[i];
-        bad += qa[b].d != kvi_f16_to_f32(ref[b].d) || memcmp(qa[b].qs, ref[b].qs, 32) != 0 || qa[b].sum != sum;
+        bad += qa[b].d != quant_f16_to_f32(ref[b].d) || memcmp(qa[b].qs, ref[b].qs, 32) != 0 || qa[b].sum != sum;
         bad += fabsf(qa[b].s - qa[b].d * (float)sum) > 1e-3f * fabsf(qa[b].d * (float)sum) + 1e-6f;
     }
     CHECK(bad == 0, "q8 activation blocks differ from Q8_0 quantisation in %d blocks", bad);
@@ -167,8 +167,8 @@ static void test_q8_act(void)
      * q(100) = round(100 * 127 / 155) = 82 */
     float xk[QK_K];
     for (int i = 0; i < QK_K; i++) xk[i] = (float)(i - 155);
-    kvi_q8k k;
-    kvi_q8_quantize_act(KVI_TYPE_Q4_K, xk, &k, QK_K);
+    kern_q8k k;
+    kern_q8_quantize_act(KVI_TYPE_Q4_K, xk, &k, QK_K);
     CHECK(fabsf(k.d - 155.0f / 127.0f) < 1e-6f && k.qs[0] == -127 && k.qs[155] == 0 && k.qs[255] == 82,
           "q8_K hand block: d %g q %d %d %d", k.d, k.qs[0], k.qs[155], k.qs[255]);
     int s32 = 0;
@@ -180,19 +180,19 @@ static void test_q8_act(void)
     /* hand dot: Q8_0 weight block of ones (d = 0.5) times activation quants 1..32
      * (d_x from the block): isum = 528, y = 0.5 * d_x * 528 */
     block_q8_0 wb;
-    wb.d = kvi_f32_to_f16(0.5f);
+    wb.d = quant_f32_to_f16(0.5f);
     for (int i = 0; i < 32; i++) wb.qs[i] = 1;
     float xs[32];
     for (int i = 0; i < 32; i++) xs[i] = (float)(i + 1);
-    kvi_q8a xa;
-    kvi_q8_quantize_act(KVI_TYPE_Q8_0, xs, &xa, 32);
-    CHECK(xa.qs[31] == 127 && xa.d == kvi_f16_to_f32(kvi_f32_to_f16(32.0f / 127.0f)), "q8 act hand block");
+    kern_q8a xa;
+    kern_q8_quantize_act(KVI_TYPE_Q8_0, xs, &xa, 32);
+    CHECK(xa.qs[31] == 127 && xa.d == quant_f16_to_f32(quant_f32_to_f16(32.0f / 127.0f)), "q8 act hand block");
     int isum = 0;
     for (int i = 0; i < 32; i++) isum += xa.qs[i];
-    CHECK(kvi_q8_dot_ref(KVI_TYPE_Q8_0, &wb, &xa, 32) == 0.5f * xa.d * (float)isum, "q8 hand dot");
+    CHECK(kern_q8_dot_ref(KVI_TYPE_Q8_0, &wb, &xa, 32) == 0.5f * xa.d * (float)isum, "q8 hand dot");
 }
 
-/* Every ISA's integer path gives kvi_q8_dot_ref's bits, on shapes with a partial
+/* Every ISA's integer path gives kern_q8_dot_ref's bits, on shapes with a partial
  * 16-row tile and 1..9 input rows. */
 static void test_q8_exact(tpool *pool)
 {
@@ -203,34 +203,34 @@ static void test_q8_exact(tpool *pool)
     trand_fill_normal(x, 9 * n_in, &rs);
     for (int k = 0; k < N_TYPES; k++) {
         kvi_type t = ALL_TYPES[k];
-        if (kvi_q8_act_type(t) == KVI_TYPE_F32) continue;
+        if (kern_q8_act_type(t) == KVI_TYPE_F32) continue;
         void *wq = random_matrix(t, n_out, n_in, &rs);
-        kvi_tensor W = {wq, t, n_in, n_out, KVI_LAYOUT_ROWS};
-        size_t xrb = kvi_q8_act_row_bytes(t, n_in), rb = kvi_row_bytes(t, n_in);
+        kern_tensor W = {wq, t, n_in, n_out, KVI_LAYOUT_ROWS};
+        size_t xrb = kern_q8_act_row_bytes(t, n_in), rb = quant_row_bytes(t, n_in);
         uint8_t *xq = malloc(xrb * 9);
-        for (int r = 0; r < 9; r++) kvi_q8_quantize_act(t, x + r * n_in, xq + (size_t)r * xrb, n_in);
+        for (int r = 0; r < 9; r++) kern_q8_quantize_act(t, x + r * n_in, xq + (size_t)r * xrb, n_in);
         for (int r = 0; r < 9; r++)
             for (int64_t j = 0; j < n_out; j++)
-                yr[r * n_out + j] = kvi_q8_dot_ref(t, (const uint8_t *)wq + (size_t)j * rb, xq + (size_t)r * xrb, n_in);
-        for (int isa = 0; isa <= (int)kvi_isa_detect(); isa++) {
-            kvi_isa_set((kvi_isa)isa);
+                yr[r * n_out + j] = kern_q8_dot_ref(t, (const uint8_t *)wq + (size_t)j * rb, xq + (size_t)r * xrb, n_in);
+        for (int isa = 0; isa <= (int)kern_isa_detect(); isa++) {
+            kern_isa_set((kern_isa)isa);
             int bad = 0;
             for (int nr = 1; nr <= 9; nr += 4) {
-                kvi_matmul(pool, &W, x, n_in, nr, y, n_out);
+                kern_matmul(pool, &W, x, n_in, nr, y, n_out);
                 bad += memcmp(y, yr, (size_t)(nr * n_out) * sizeof(float)) != 0;
             }
-            CHECK(bad == 0, "%s/%s: integer path differs from kvi_q8_dot_ref", kvi_type_name(t), kvi_isa_str((kvi_isa)isa));
+            CHECK(bad == 0, "%s/%s: integer path differs from kern_q8_dot_ref", kvi_type_name(t), kern_isa_str((kern_isa)isa));
         }
         free(xq);
         free(wq);
     }
-    kvi_isa_set(KVI_ISA_AVX512);
+    kern_isa_set(KVI_ISA_AVX512);
     free(x);
     free(y);
     free(yr);
 }
 
-/* The many-row integer tiles against kvi_q8_dot_ref, bit for bit: every row count
+/* The many-row integer tiles against kern_q8_dot_ref, bit for bit: every row count
  * 1..14 and 31 (register tiles of several rows with a partial last one), outputs
  * that are not a multiple of 32 split over 1, 2 and 4 threads (thread ranges of an
  * odd number of 16-output tiles), and n_in = 37 blocks (the packed path walks the
@@ -246,15 +246,15 @@ static void test_qgemm_tiles(void)
     trand_fill_normal(x, max_rows * x_cap, &rs);
     for (int k = 0; k < (int)(sizeof types / sizeof types[0]); k++) {
         const kvi_type t = types[k];
-        const int64_t nin = kvi_q8_act_type(t) == KVI_TYPE_Q8_K ? 5 * QK_K : n_in;
+        const int64_t nin = kern_q8_act_type(t) == KVI_TYPE_Q8_K ? 5 * QK_K : n_in;
         void *wq = random_matrix(t, n_out, nin, &rs);
-        kvi_tensor W = {wq, t, nin, n_out, KVI_LAYOUT_ROWS};
-        const size_t xrb = kvi_q8_act_row_bytes(t, nin), rb = kvi_row_bytes(t, nin);
+        kern_tensor W = {wq, t, nin, n_out, KVI_LAYOUT_ROWS};
+        const size_t xrb = kern_q8_act_row_bytes(t, nin), rb = quant_row_bytes(t, nin);
         uint8_t *xq = malloc(xrb * (size_t)max_rows);
         for (int r = 0; r < max_rows; r++) {
-            kvi_q8_quantize_act(t, x + r * nin, xq + (size_t)r * xrb, nin);
+            kern_q8_quantize_act(t, x + r * nin, xq + (size_t)r * xrb, nin);
             for (int64_t j = 0; j < n_out; j++)
-                yr[r * n_out + j] = kvi_q8_dot_ref(t, (const uint8_t *)wq + (size_t)j * rb, xq + (size_t)r * xrb, nin);
+                yr[r * n_out + j] = kern_q8_dot_ref(t, (const uint8_t *)wq + (size_t)j * rb, xq + (size_t)r * xrb, nin);
         }
         const int threads[] = {1, 2, 4};
         for (int ti = 0; ti < 3; ti++) {
@@ -262,10 +262,10 @@ static void test_qgemm_tiles(void)
             int bad = 0;
             for (int nr = 1; nr <= max_rows; nr = nr < 14 ? nr + 1 : max_rows + (nr == max_rows)) {
                 for (int64_t i = 0; i < nr * n_out; i++) y[i] = NAN;
-                kvi_matmul(pool, &W, x, nin, nr, y, n_out);
+                kern_matmul(pool, &W, x, nin, nr, y, n_out);
                 bad += memcmp(y, yr, (size_t)(nr * n_out) * sizeof(float)) != 0;
             }
-            CHECK(bad == 0, "%s, %d threads: %d row counts differ from kvi_q8_dot_ref", kvi_type_name(t), threads[ti], bad);
+            CHECK(bad == 0, "%s, %d threads: %d row counts differ from kern_q8_dot_ref", kvi_type_name(t), threads[ti], bad);
             tpool_free(pool);
         }
         free(xq);
@@ -276,7 +276,7 @@ static void test_qgemm_tiles(void)
     free(yr);
 }
 
-/* kvi_matmul of every type and ISA against the scalar reference; strides wider than
+/* kern_matmul of every type and ISA against the scalar reference; strides wider than
  * the data must leave the padding alone. */
 static void test_matmul_vs_ref(tpool *pool)
 {
@@ -290,9 +290,9 @@ static void test_matmul_vs_ref(tpool *pool)
     for (int k = 0; k < N_TYPES; k++) {
         kvi_type t = ALL_TYPES[k];
         void *wq = random_matrix(t, n_out, n_in, &rs);
-        kvi_tensor W = {wq, t, n_in, n_out, KVI_LAYOUT_ROWS};
-        kvi_matmul_ref(&W, x, ldx, n_rows, yr, ldy);
-        const bool q8 = kvi_q8_act_type(t) != KVI_TYPE_F32;
+        kern_tensor W = {wq, t, n_in, n_out, KVI_LAYOUT_ROWS};
+        kern_matmul_ref(&W, x, ldx, n_rows, yr, ldy);
+        const bool q8 = kern_q8_act_type(t) != KVI_TYPE_F32;
         float *xd = malloc((size_t)(n_rows * ldx) * sizeof(float));   /* [n_rows][ldx] */
         memcpy(xd, x, (size_t)(n_rows * ldx) * sizeof(float));
         if (q8) {
@@ -300,23 +300,23 @@ static void test_matmul_vs_ref(tpool *pool)
              * dequantised activations times the dequantised weights, in double */
             for (int64_t r = 0; r < n_rows; r++) q8_dequant_act(t, x + r * ldx, xd + r * ldx, n_in);
             for (int64_t j = 0; j < n_out; j++) {
-                kvi_tensor_get_row(&W, j, w);
-                for (int64_t r = 0; r < n_rows; r++) yr[r * ldy + j] = kvi_dot_f32_ref(xd + r * ldx, w, n_in);
+                kern_tensor_get_row(&W, j, w);
+                for (int64_t r = 0; r < n_rows; r++) yr[r * ldy + j] = kern_dot_f32_ref(xd + r * ldx, w, n_in);
             }
             if (t == KVI_TYPE_Q4_1 || t == KVI_TYPE_Q5_1) {
                 /* these use the block sum s = d * sum(q) rounded through f16 (as
                  * ggml's Q8_1) for the min term m * s: add that rounding */
-                kvi_q8a *xa = malloc(kvi_q8_act_row_bytes(t, n_in));
-                size_t rb = kvi_row_bytes(t, n_in), bb = kvi_type_block_bytes(t);
+                kern_q8a *xa = malloc(kern_q8_act_row_bytes(t, n_in));
+                size_t rb = quant_row_bytes(t, n_in), bb = quant_block_bytes(t);
                 for (int64_t r = 0; r < n_rows; r++) {
-                    kvi_q8_quantize_act(t, x + r * ldx, xa, n_in);
+                    kern_q8_quantize_act(t, x + r * ldx, xa, n_in);
                     for (int64_t j = 0; j < n_out; j++) {
                         double c = 0;
                         for (int64_t b = 0; b < n_in / 32; b++) {
                             const uint8_t *blk = (const uint8_t *)wq + (size_t)j * rb + (size_t)b * bb;
-                            kvi_f16 mh;
+                            quant_f16 mh;
                             memcpy(&mh, blk + 2, 2);   /* m follows d in both layouts */
-                            c += (double)kvi_f16_to_f32(mh) * ((double)xa[b].s - (double)xa[b].d * xa[b].sum);
+                            c += (double)quant_f16_to_f32(mh) * ((double)xa[b].s - (double)xa[b].d * xa[b].sum);
                         }
                         yr[r * ldy + j] = (float)(yr[r * ldy + j] + c);
                     }
@@ -324,58 +324,58 @@ static void test_matmul_vs_ref(tpool *pool)
                 free(xa);
             }
         }
-        for (int isa = 0; isa <= (int)kvi_isa_detect(); isa++) {
-            kvi_isa_set((kvi_isa)isa);
+        for (int isa = 0; isa <= (int)kern_isa_detect(); isa++) {
+            kern_isa_set((kern_isa)isa);
             for (int64_t i = 0; i < n_rows * ldy; i++) y[i] = -777.0f;
-            kvi_matmul(pool, &W, x, ldx, n_rows, y, ldy);
+            kern_matmul(pool, &W, x, ldx, n_rows, y, ldy);
             int bad = 0, pad = 0;
             for (int64_t r = 0; r < n_rows; r++) {
                 for (int64_t j = 0; j < n_out; j++) {
-                    kvi_tensor_get_row(&W, j, w);
+                    kern_tensor_get_row(&W, j, w);
                     const double mag = abs_dot(xd + r * ldx, w, n_in);
                     double e = fabs((double)y[r * ldy + j] - yr[r * ldy + j]);
                     if (!(e <= 1e-4 * mag + 1e-6)) {
                         if (bad++ < 3)
-                            CHECK(0, "%s/%s y[%lld][%lld] = %.7g, ref %.7g", kvi_type_name(t), kvi_isa_str((kvi_isa)isa),
+                            CHECK(0, "%s/%s y[%lld][%lld] = %.7g, ref %.7g", kvi_type_name(t), kern_isa_str((kern_isa)isa),
                                   (long long)r, (long long)j, y[r * ldy + j], yr[r * ldy + j]);
                     }
                 }
                 for (int64_t j = n_out; j < ldy; j++) pad += y[r * ldy + j] != -777.0f;
             }
-            CHECK(bad == 0, "%s/%s matmul vs ref: %d outputs off", kvi_type_name(t), kvi_isa_str((kvi_isa)isa), bad);
+            CHECK(bad == 0, "%s/%s matmul vs ref: %d outputs off", kvi_type_name(t), kern_isa_str((kern_isa)isa), bad);
             CHECK(pad == 0, "%s matmul wrote into the stride padding", kvi_type_name(t));
         }
         free(wq);
         free(xd);
     }
-    kvi_isa_set(KVI_ISA_AVX512);
+    kern_isa_set(KVI_ISA_AVX512);
     /* hand check: W = [[1,2],[3,4],[5,6]] (rows), x = [1, -1] -> y = [-1, -1, -1] at f32
      * with n_in a block-free 2 */
     {
         float wm[6] = {1, 2, 3, 4, 5, 6}, xv[2] = {1, -1}, yv[3];
-        kvi_tensor W = {wm, KVI_TYPE_F32, 2, 3, KVI_LAYOUT_ROWS};
-        kvi_matmul(pool, &W, xv, 2, 1, yv, 3);
+        kern_tensor W = {wm, KVI_TYPE_F32, 2, 3, KVI_LAYOUT_ROWS};
+        kern_matmul(pool, &W, xv, 2, 1, yv, 3);
         CHECK(yv[0] == -1.0f && yv[1] == -1.0f && yv[2] == -1.0f, "hand matmul %g %g %g", yv[0], yv[1], yv[2]);
     }
     /* bad arguments: an error code, no output written, no crash */
     {
         float yv[4] = {1, 2, 3, 4};
-        kvi_tensor W = {x, (kvi_type)4, 32, 4, KVI_LAYOUT_ROWS};
-        CHECK(kvi_matmul(pool, &W, x, 32, 1, yv, 4) == KVI_E_INVALID, "unknown type refused");
+        kern_tensor W = {x, (kvi_type)4, 32, 4, KVI_LAYOUT_ROWS};
+        CHECK(kern_matmul(pool, &W, x, 32, 1, yv, 4) == KVI_E_INVALID, "unknown type refused");
         CHECK(yv[0] == 1 && yv[3] == 4, "unknown type: output untouched");
-        kvi_tensor W2 = {x, KVI_TYPE_Q4_0, 33, 4, KVI_LAYOUT_ROWS};
-        CHECK(kvi_matmul(pool, &W2, x, 33, 1, yv, 4) == KVI_E_INVALID, "partial block refused");
-        CHECK(kvi_matmul_ref(&W2, x, 33, 1, yv, 4) == KVI_E_INVALID, "partial block refused by the reference");
-        kvi_tensor W3 = {x, KVI_TYPE_F32, 32, 4, KVI_LAYOUT_ROWS};
-        CHECK(kvi_matmul(pool, &W3, x, 31, 1, yv, 4) == KVI_E_INVALID, "ldx < n_in refused");
-        CHECK(kvi_matmul(pool, &W3, x, 32, 1, yv, 3) == KVI_E_INVALID, "ldy < n_out refused");
-        CHECK(kvi_matmul(pool, &W3, NULL, 32, 1, yv, 4) == KVI_E_INVALID, "no input refused");
-        const kvi_tensor *ws[2] = {&W3, &W2};
+        kern_tensor W2 = {x, KVI_TYPE_Q4_0, 33, 4, KVI_LAYOUT_ROWS};
+        CHECK(kern_matmul(pool, &W2, x, 33, 1, yv, 4) == KVI_E_INVALID, "partial block refused");
+        CHECK(kern_matmul_ref(&W2, x, 33, 1, yv, 4) == KVI_E_INVALID, "partial block refused by the reference");
+        kern_tensor W3 = {x, KVI_TYPE_F32, 32, 4, KVI_LAYOUT_ROWS};
+        CHECK(kern_matmul(pool, &W3, x, 31, 1, yv, 4) == KVI_E_INVALID, "ldx < n_in refused");
+        CHECK(kern_matmul(pool, &W3, x, 32, 1, yv, 3) == KVI_E_INVALID, "ldy < n_out refused");
+        CHECK(kern_matmul(pool, &W3, NULL, 32, 1, yv, 4) == KVI_E_INVALID, "no input refused");
+        const kern_tensor *ws[2] = {&W3, &W2};
         float *ys[2] = {yv, yv};
         const int64_t lds[2] = {4, 4};
-        CHECK(kvi_matmul_multi(pool, 2, ws, x, 33, 1, ys, lds) == KVI_E_INVALID, "multi: a bad matrix refused");
+        CHECK(kern_matmul_multi(pool, 2, ws, x, 33, 1, ys, lds) == KVI_E_INVALID, "multi: a bad matrix refused");
         CHECK(yv[0] == 1 && yv[3] == 4, "refusals wrote nothing");
-        CHECK(kvi_matmul(pool, &W3, x, 32, 1, yv, 4) == KVI_OK && yv[0] != 1, "a good call succeeds");
+        CHECK(kern_matmul(pool, &W3, x, 32, 1, yv, 4) == KVI_OK && yv[0] != 1, "a good call succeeds");
     }
     free(x);
     free(y);
@@ -397,29 +397,29 @@ static void test_bit_identity(void)
     trand_fill_normal(x, n_rows * n_in, &rs);
     for (int k = 0; k < N_TYPES; k++) {
         kvi_type t = ALL_TYPES[k];
-        if (kvi_row_bytes(t, n_in) == 0) continue;
+        if (quant_row_bytes(t, n_in) == 0) continue;
         void *wq = random_matrix(t, n_out, n_in, &rs);
-        kvi_tensor W = {wq, t, n_in, n_out, KVI_LAYOUT_ROWS};
-        for (int isa = 0; isa <= (int)kvi_isa_detect(); isa++) {
-            kvi_isa_set((kvi_isa)isa);
-            kvi_matmul(p2, &W, x, n_in, n_rows, yb, n_out);
+        kern_tensor W = {wq, t, n_in, n_out, KVI_LAYOUT_ROWS};
+        for (int isa = 0; isa <= (int)kern_isa_detect(); isa++) {
+            kern_isa_set((kern_isa)isa);
+            kern_matmul(p2, &W, x, n_in, n_rows, yb, n_out);
             int bad_rows = 0;
             for (int64_t r = 0; r < n_rows; r += 7) {
-                kvi_matmul(NULL, &W, x + r * n_in, n_in, 1, y1, n_out);
+                kern_matmul(NULL, &W, x + r * n_in, n_in, 1, y1, n_out);
                 bad_rows += memcmp(y1, yb + r * n_out, (size_t)n_out * sizeof(float)) != 0;
             }
             CHECK(bad_rows == 0, "%s/%s: %d rows differ alone vs in a batch", kvi_type_name(t),
-                  kvi_isa_str((kvi_isa)isa), bad_rows);
-            kvi_matmul(p1, &W, x, n_in, n_rows, yt, n_out);
+                  kern_isa_str((kern_isa)isa), bad_rows);
+            kern_matmul(p1, &W, x, n_in, n_rows, yt, n_out);
             CHECK(memcmp(yt, yb, (size_t)(n_rows * n_out) * sizeof(float)) == 0, "%s/%s: 1 vs 2 threads differ",
-                  kvi_type_name(t), kvi_isa_str((kvi_isa)isa));
-            kvi_matmul(p3, &W, x, n_in, n_rows, yt, n_out);
+                  kvi_type_name(t), kern_isa_str((kern_isa)isa));
+            kern_matmul(p3, &W, x, n_in, n_rows, yt, n_out);
             CHECK(memcmp(yt, yb, (size_t)(n_rows * n_out) * sizeof(float)) == 0, "%s/%s: 3 vs 2 threads differ",
-                  kvi_type_name(t), kvi_isa_str((kvi_isa)isa));
+                  kvi_type_name(t), kern_isa_str((kern_isa)isa));
         }
         free(wq);
     }
-    kvi_isa_set(KVI_ISA_AVX512);
+    kern_isa_set(KVI_ISA_AVX512);
     tpool_free(p1);
     tpool_free(p2);
     tpool_free(p3);
@@ -431,7 +431,7 @@ static void test_bit_identity(void)
 
 
 /* Decode shapes: 1..4 input rows (the AVX-512 row-major path for Q8_0/Q4_0) give
- * kvi_q8_dot_ref's bits and the bits of the same rows inside a 64-row product, for
+ * kern_q8_dot_ref's bits and the bits of the same rows inside a 64-row product, for
  * every ISA and 1..3 threads; n_in = 416 leaves a partial group of blocks. */
 static void test_gemv_exact(void)
 {
@@ -446,35 +446,35 @@ static void test_gemv_exact(void)
         const int64_t n_in = n_ins[ni];
         for (int k = 0; k < N_TYPES; k++) {
             const kvi_type t = ALL_TYPES[k];
-            const size_t xrb = kvi_q8_act_row_bytes(t, n_in), rb = kvi_row_bytes(t, n_in);
+            const size_t xrb = kern_q8_act_row_bytes(t, n_in), rb = quant_row_bytes(t, n_in);
             if (xrb == 0) continue;
             void *wq = random_matrix(t, n_out, n_in, &rs);
-            kvi_tensor W = {wq, t, n_in, n_out, KVI_LAYOUT_ROWS};
+            kern_tensor W = {wq, t, n_in, n_out, KVI_LAYOUT_ROWS};
             uint8_t *xq = malloc(xrb * 4);
             for (int r = 0; r < 4; r++) {
-                kvi_q8_quantize_act(t, x + r * n_in, xq + (size_t)r * xrb, n_in);
+                kern_q8_quantize_act(t, x + r * n_in, xq + (size_t)r * xrb, n_in);
                 for (int64_t j = 0; j < n_out; j++)
-                    yr[r * n_out + j] = kvi_q8_dot_ref(t, (const uint8_t *)wq + (size_t)j * rb, xq + (size_t)r * xrb, n_in);
+                    yr[r * n_out + j] = kern_q8_dot_ref(t, (const uint8_t *)wq + (size_t)j * rb, xq + (size_t)r * xrb, n_in);
             }
-            for (int isa = 0; isa <= (int)kvi_isa_detect(); isa++) {
-                kvi_isa_set((kvi_isa)isa);
-                kvi_matmul(pools[1], &W, x, n_in, n_big, yb, n_out);
+            for (int isa = 0; isa <= (int)kern_isa_detect(); isa++) {
+                kern_isa_set((kern_isa)isa);
+                kern_matmul(pools[1], &W, x, n_in, n_big, yb, n_out);
                 int bad_ref = 0, bad_big = 0;
                 for (int p = 0; p < 3; p++)
                     for (int nr = 1; nr <= 4; nr++) {
                         for (int64_t i = 0; i < nr * n_out; i++) y[i] = -777.0f;
-                        kvi_matmul(pools[p], &W, x, n_in, nr, y, n_out);
+                        kern_matmul(pools[p], &W, x, n_in, nr, y, n_out);
                         bad_ref += memcmp(y, yr, (size_t)(nr * n_out) * sizeof(float)) != 0;
                         bad_big += memcmp(y, yb, (size_t)(nr * n_out) * sizeof(float)) != 0;
                     }
                 CHECK(bad_ref == 0 && bad_big == 0, "%s n_in %d/%s: %d decode products differ from the reference, %d from the 64-row product",
-                      kvi_type_name(t), (int)n_in, kvi_isa_str((kvi_isa)isa), bad_ref, bad_big);
+                      kvi_type_name(t), (int)n_in, kern_isa_str((kern_isa)isa), bad_ref, bad_big);
             }
             free(xq);
             free(wq);
         }
     }
-    kvi_isa_set(KVI_ISA_AVX512);
+    kern_isa_set(KVI_ISA_AVX512);
     for (int p = 0; p < 3; p++) tpool_free(pools[p]);
     free(x);
     free(yb);
@@ -482,7 +482,7 @@ static void test_gemv_exact(void)
     free(yr);
 }
 
-/* kvi_matmul_multi equals one kvi_matmul per matrix, bit for bit: matrices of one
+/* kern_matmul_multi equals one kern_matmul per matrix, bit for bit: matrices of one
  * type, of two types sharing an activation type, of different activation types
  * (fallback) and of a float type; 1 and 9 input rows; padded output strides. */
 static void test_matmul_multi(tpool *pool)
@@ -503,22 +503,22 @@ static void test_matmul_multi(tpool *pool)
     }
     for (int s = 0; s < 5; s++) {
         void *wq[3];
-        kvi_tensor W[3];
-        const kvi_tensor *Wp[3];
+        kern_tensor W[3];
+        const kern_tensor *Wp[3];
         for (int i = 0; i < 3; i++) {
             wq[i] = random_matrix(sets[s][i], n_out[i], n_in, &rs);
-            W[i] = (kvi_tensor){wq[i], sets[s][i], n_in, n_out[i], KVI_LAYOUT_ROWS};
+            W[i] = (kern_tensor){wq[i], sets[s][i], n_in, n_out[i], KVI_LAYOUT_ROWS};
             Wp[i] = &W[i];
         }
         for (int nr = 1; nr <= 9; nr += 8) {
             for (int i = 0; i < 3; i++) {
                 for (int64_t e = 0; e < 9 * ldy[i]; e++) ym[i][e] = ys[i][e] = -777.0f;
-                kvi_matmul(pool, &W[i], x, n_in, nr, ys[i], ldy[i]);
+                kern_matmul(pool, &W[i], x, n_in, nr, ys[i], ldy[i]);
             }
-            kvi_matmul_multi(pool, 3, Wp, x, n_in, nr, ym, ldy);
+            kern_matmul_multi(pool, 3, Wp, x, n_in, nr, ym, ldy);
             int bad = 0;
             for (int i = 0; i < 3; i++) bad += memcmp(ym[i], ys[i], (size_t)(9 * ldy[i]) * sizeof(float)) != 0;
-            CHECK(bad == 0, "set %d, %d rows: %d of 3 multi outputs differ from kvi_matmul", s, nr, bad);
+            CHECK(bad == 0, "set %d, %d rows: %d of 3 multi outputs differ from kern_matmul", s, nr, bad);
             CHECK(ys[0][0] != -777.0f && ys[0][54] == -777.0f, "set %d: output written, padding kept", s);
         }
         for (int i = 0; i < 3; i++) free(wq[i]);

@@ -1,12 +1,12 @@
 /*
  * test_kernels_f16.c — the float-weight (F32, F16, BF16) matrix product on random
- * data: on AVX-512 every output equals kvi_fdot_lanes16_ref() bit for bit (the
+ * data: on AVX-512 every output equals kern_fdot_lanes16_ref() bit for bit (the
  * order fmm_avx512.h promises), on every ISA it is within a stated bound of
- * the double-precision kvi_matmul_ref, and a row's outputs are the same bits alone,
+ * the double-precision kern_matmul_ref, and a row's outputs are the same bits alone,
  * in batches of 3, 17 and 64 rows (streaming and tiled paths, partial register
  * tiles, a short last weight tile) and on 1, 2 or 3 threads, with and without a
  * pool. Nothing is written outside y's columns [0, n_out).
- * kvi_fmm_avx512 on 203 rows (several row blocks, blocks of n_in, leftover rows)
+ * kern_fmm_avx512 on 203 rows (several row blocks, blocks of n_in, leftover rows)
  * and a column range [j0, j1) is also checked against the order directly.
  */
 #include "kvinfer.h"
@@ -38,26 +38,26 @@ static void test_shape(int64_t n_in, int64_t n_out, tpool *const pools[3], uint6
     float *x = malloc((size_t)(MAX_ROWS * ldx) * sizeof(float));    /* [MAX_ROWS][ldx] */
     float *y = malloc((size_t)(MAX_ROWS * ldy) * sizeof(float));    /* [MAX_ROWS][ldy] */
     float *yb = malloc((size_t)(MAX_ROWS * ldy) * sizeof(float));   /* the 64-row product, 2 threads */
-    float *yr = malloc((size_t)(MAX_ROWS * ldy) * sizeof(float));   /* kvi_matmul_ref */
+    float *yr = malloc((size_t)(MAX_ROWS * ldy) * sizeof(float));   /* kern_matmul_ref */
     float *row = malloc((size_t)n_in * sizeof(float));              /* [n_in] */
     trand_fill_normal(x, MAX_ROWS * ldx, rs);
     for (int k = 0; k < N_FTYPES; k++) {
         const kvi_type t = TYPES[k];
-        const size_t rb = kvi_row_bytes(t, n_in);
+        const size_t rb = quant_row_bytes(t, n_in);
         uint8_t *w = trand_weights_normal(t, n_out, n_in, rs);   /* [n_out][rb] */
-        const kvi_tensor W = {.data = w, .type = t, .n_in = n_in, .n_out = n_out};
-        kvi_matmul_ref(&W, x, ldx, MAX_ROWS, yr, ldy);
-        for (int isa = 0; isa <= (int)kvi_isa_detect(); isa++) {
-            kvi_isa_set((kvi_isa)isa);
-            const char *in = kvi_isa_str((kvi_isa)isa), *tn = kvi_type_name(t);
+        const kern_tensor W = {.data = w, .type = t, .n_in = n_in, .n_out = n_out};
+        kern_matmul_ref(&W, x, ldx, MAX_ROWS, yr, ldy);
+        for (int isa = 0; isa <= (int)kern_isa_detect(); isa++) {
+            kern_isa_set((kern_isa)isa);
+            const char *in = kern_isa_str((kern_isa)isa), *tn = kvi_type_name(t);
             for (int64_t i = 0; i < MAX_ROWS * ldy; i++) yb[i] = -777.0f;
-            kvi_matmul(pools[1], &W, x, ldx, MAX_ROWS, yb, ldy);
+            kern_matmul(pools[1], &W, x, ldx, MAX_ROWS, yb, ldy);
 
             /* every output against the double-precision reference: |e| <= 1e-5 * sum|x w| */
             int far = 0, pad = 0;
             for (int64_t r = 0; r < MAX_ROWS; r++) {
                 for (int64_t j = 0; j < n_out; j++) {
-                    kvi_tensor_get_row(&W, j, row);
+                    kern_tensor_get_row(&W, j, row);
                     const double mag = abs_dot(x + r * ldx, row, n_in);
                     far += !(fabs((double)yb[r * ldy + j] - yr[r * ldy + j]) <= 1e-5 * mag + 1e-7);
                 }
@@ -72,7 +72,7 @@ static void test_shape(int64_t n_in, int64_t n_out, tpool *const pools[3], uint6
                 int bad = 0;
                 for (int64_t r = 0; r < MAX_ROWS; r++)
                     for (int64_t j = 0; j < n_out; j++) {
-                        const float e = kvi_fdot_lanes16_ref(t, w + (size_t)j * rb, x + r * ldx, n_in);
+                        const float e = kern_fdot_lanes16_ref(t, w + (size_t)j * rb, x + r * ldx, n_in);
                         bad += memcmp(&e, &yb[r * ldy + j], sizeof e) != 0;
                     }
                 CHECK(bad == 0, "%s/avx512 %lldx%lld: %d outputs differ from the lanes16 order", tn,
@@ -85,7 +85,7 @@ static void test_shape(int64_t n_in, int64_t n_out, tpool *const pools[3], uint6
                 for (int nr = 0; nr < N_ROWS; nr++) {
                     const int64_t n_rows = ROWS[nr], r0 = MAX_ROWS - n_rows;   /* the last rows */
                     for (int64_t i = 0; i < n_rows * ldy; i++) y[i] = -777.0f;
-                    kvi_matmul(p < 0 ? NULL : pools[p], &W, x + r0 * ldx, ldx, n_rows, y, ldy);
+                    kern_matmul(p < 0 ? NULL : pools[p], &W, x + r0 * ldx, ldx, n_rows, y, ldy);
                     for (int64_t r = 0; r < n_rows; r++)
                         diff += memcmp(y + r * ldy, yb + (r0 + r) * ldy, (size_t)n_out * sizeof(float)) != 0;
                 }
@@ -94,7 +94,7 @@ static void test_shape(int64_t n_in, int64_t n_out, tpool *const pools[3], uint6
         }
         free(w);
     }
-    kvi_isa_set(KVI_ISA_AVX512);
+    kern_isa_set(KVI_ISA_AVX512);
     free(x);
     free(y);
     free(yb);
@@ -111,19 +111,19 @@ static void test_lanes16_ref(void)
         w[i] = 1.0f;
         x[i] = (float)(i + 1);
     }
-    CHECK(kvi_fdot_lanes16_ref(KVI_TYPE_F32, w, x, 17) == 153.0f, "lanes16 hand sum");
-    CHECK(kvi_fdot_lanes16_ref(KVI_TYPE_F32, w, x, 0) == 0.0f, "lanes16 empty");
+    CHECK(kern_fdot_lanes16_ref(KVI_TYPE_F32, w, x, 17) == 153.0f, "lanes16 hand sum");
+    CHECK(kern_fdot_lanes16_ref(KVI_TYPE_F32, w, x, 0) == 0.0f, "lanes16 empty");
     /* order matters: 1e8 + 1 - 1e8 in one lane is 0 at f32, in different lanes 1 */
     float a[17] = {1e8f}, b[17] = {1.0f};
     a[1] = 1.0f;
     a[16] = -1e8f;
     for (int i = 0; i < 17; i++) b[i] = 1.0f;
-    CHECK(kvi_fdot_lanes16_ref(KVI_TYPE_F32, a, b, 17) == 1.0f, "lanes16: i and i+16 share lane 0");
+    CHECK(kern_fdot_lanes16_ref(KVI_TYPE_F32, a, b, 17) == 1.0f, "lanes16: i and i+16 share lane 0");
 }
 
-/* kvi_fmm_avx512 alone on many rows: several row blocks (their size depends on
+/* kern_fmm_avx512 alone on many rows: several row blocks (their size depends on
  * n_in), n_in in several blocks with a partial last group of 16, columns [3, n_out
- * - 2) with a short last tile: every output is kvi_fdot_lanes16_ref's bits and
+ * - 2) with a short last tile: every output is kern_fdot_lanes16_ref's bits and
  * nothing outside the columns is written. */
 static void test_many_rows(int64_t n_in, int64_t n_out, uint64_t *rs)
 {
@@ -134,12 +134,12 @@ static void test_many_rows(int64_t n_in, int64_t n_out, uint64_t *rs)
     trand_fill_normal(x, n_rows * ldx, rs);
     for (int k = 0; k < N_FTYPES; k++) {
         const kvi_type t = TYPES[k];
-        const size_t rb = kvi_row_bytes(t, n_in);
+        const size_t rb = quant_row_bytes(t, n_in);
         uint8_t *w = trand_weights_normal(t, n_out, n_in, rs);   /* [n_out][rb] */
         for (int64_t i = 0; i < n_rows * ldy; i++) y[i] = -777.0f;
-        const kvi_fmm_args a = {.type = t, .w = w, .w_rb = rb, .n_in = n_in, .j0 = j0, .j1 = j1, .x = x,
+        const kern_fmm_args a = {.type = t, .w = w, .w_rb = rb, .n_in = n_in, .j0 = j0, .j1 = j1, .x = x,
                                 .ldx = ldx, .n_rows = n_rows, .y = y, .ldy = ldy, .scratch = scr};
-        if (kvi_fmm_avx512(&a)) {
+        if (kern_fmm_avx512(&a)) {
             int bad = 0, pad = 0;
             for (int64_t r = 0; r < n_rows; r++)
                 for (int64_t j = 0; j < ldy; j++) {
@@ -147,7 +147,7 @@ static void test_many_rows(int64_t n_in, int64_t n_out, uint64_t *rs)
                         pad += y[r * ldy + j] != -777.0f;
                         continue;
                     }
-                    const float e = kvi_fdot_lanes16_ref(t, w + (size_t)j * rb, x + r * ldx, n_in);
+                    const float e = kern_fdot_lanes16_ref(t, w + (size_t)j * rb, x + r * ldx, n_in);
                     bad += memcmp(&e, &y[r * ldy + j], sizeof e) != 0;
                 }
             CHECK(bad == 0, "%s fmm %lld rows %lldx%lld: %d outputs differ from the lanes16 order",
@@ -165,7 +165,7 @@ int main(void)
 {
     tpool *pools[3] = {tpool_create(1), tpool_create(2), tpool_create(3)};
     uint64_t rs = 20240611;
-    kvi_amx_set(0);   /* this file tests the FP32 order; the AMX path has test_kernels_amx_f16.c */
+    cpu_amx_set(0);   /* this file tests the FP32 order; the AMX path has test_kernels_amx_f16.c */
     test_lanes16_ref();
     for (int s = 0; s < N_SHAPES; s++) test_shape(N_INS[s], N_OUTS[s], pools, &rs);
     test_many_rows(2056, 37, &rs);

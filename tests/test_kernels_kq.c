@@ -1,13 +1,13 @@
 /*
  * test_kernels_kq.c — the K-quant decode GEMV (qgemv_kq_avx512.c) against
- * the scalar reference kvi_qgemm_ref, bit for bit.
+ * the scalar reference kern_qgemm_ref, bit for bit.
  *
  * Weights: Q4_K, Q5_K and Q6_K matrices whose rows are either quantised from
  * random normals or random bytes with finite random f16 scales (every 6-bit scale
  * and min, negative Q6_K scales down to -128), plus an extreme matrix (largest
  * levels and scales, the Q6_K level 0) against +-127 activations, where an int16
  * or int32 shortcut would overflow. Activations: random normals quantised by
- * kvi_q8_quantize_act (never zeros). Shapes: n_in 256, 768, 2048, 11008; n_out
+ * kern_q8_quantize_act (never zeros). Shapes: n_in 256, 768, 2048, 11008; n_out
  * not a multiple of 16; 1..4 input rows; sub-ranges [j0, j1). Outputs outside the
  * range and rows past n_rows must stay untouched; calls the kernel declines
  * (5 rows, no scratch, n_in not a multiple of 256) must write nothing.
@@ -26,16 +26,16 @@
 
 static const kvi_type KQ_TYPES[] = {KVI_TYPE_Q4_K, KVI_TYPE_Q5_K, KVI_TYPE_Q6_K};
 
-static kvi_f16 rand_f16(uint64_t *rs)
+static quant_f16 rand_f16(uint64_t *rs)
 {
     float v = (0.001f + trand_uniform(rs) * 0.05f) * (trand_u64(rs) & 1 ? 1.0f : -1.0f);
-    return kvi_f32_to_f16(v);
+    return quant_f32_to_f16(v);
 }
 
 /* One 256-input block of random bytes with finite f16 scales. */
 static void random_block(kvi_type t, uint8_t *p, uint64_t *rs)
 {
-    const size_t bb = kvi_type_block_bytes(t);
+    const size_t bb = quant_block_bytes(t);
     for (size_t i = 0; i < bb; i++) p[i] = (uint8_t)trand_u64(rs);
     if (t == KVI_TYPE_Q6_K) {
         block_q6_K *b = (block_q6_K *)p;
@@ -55,17 +55,17 @@ static void random_block(kvi_type t, uint8_t *p, uint64_t *rs)
  * maximum; Q6_K level 0 (-32 after the offset) and scale -128. */
 static void extreme_block(kvi_type t, uint8_t *p)
 {
-    const size_t bb = kvi_type_block_bytes(t);
+    const size_t bb = quant_block_bytes(t);
     if (t == KVI_TYPE_Q6_K) {
         block_q6_K *b = (block_q6_K *)p;
         memset(p, 0, bb);
         memset(b->scales, 0x80, sizeof b->scales);
-        b->d = kvi_f32_to_f16(0.01f);
+        b->d = quant_f32_to_f16(0.01f);
     } else {
         memset(p, 0xff, bb);
         block_q4_K *b = (block_q4_K *)p;   /* Q5_K shares d, dmin at the front */
-        b->d = kvi_f32_to_f16(0.01f);
-        b->dmin = kvi_f32_to_f16(0.02f);
+        b->d = quant_f32_to_f16(0.01f);
+        b->dmin = quant_f32_to_f16(0.02f);
     }
 }
 
@@ -73,7 +73,7 @@ static void extreme_block(kvi_type t, uint8_t *p)
  * alternating, 1: every block extreme. Caller frees. */
 static uint8_t *make_matrix(kvi_type t, int64_t n_out, int64_t n_in, int kind, uint64_t *rs)
 {
-    const size_t rb = kvi_row_bytes(t, n_in), bb = kvi_type_block_bytes(t);
+    const size_t rb = quant_row_bytes(t, n_in), bb = quant_block_bytes(t);
     uint8_t *w = malloc(rb * (size_t)n_out);
     float *row = malloc((size_t)n_in * sizeof(float));
     for (int64_t j = 0; j < n_out; j++) {
@@ -82,7 +82,7 @@ static uint8_t *make_matrix(kvi_type t, int64_t n_out, int64_t n_in, int kind, u
             for (int64_t b = 0; b < n_in / QK_K; b++) extreme_block(t, p + (size_t)b * bb);
         } else if (j % 2 == 0) {
             for (int64_t i = 0; i < n_in; i++) row[i] = 0.02f * trand_normal(rs);
-            kvi_quantize_row(t, row, p, n_in);
+            quant_quantize_row(t, row, p, n_in);
         } else {
             for (int64_t b = 0; b < n_in / QK_K; b++) random_block(t, p + (size_t)b * bb, rs);
         }
@@ -95,12 +95,12 @@ static uint8_t *make_matrix(kvi_type t, int64_t n_out, int64_t n_in, int kind, u
  * by 32-input block, so sums are large too). Caller frees. */
 static uint8_t *make_act(kvi_type t, int64_t n_rows, int64_t n_in, int extreme, uint64_t *rs)
 {
-    const size_t xrb = kvi_q8_act_row_bytes(t, n_in);
+    const size_t xrb = kern_q8_act_row_bytes(t, n_in);
     uint8_t *xq = malloc(xrb * (size_t)n_rows);
     float *x = malloc((size_t)n_in * sizeof(float));
     for (int64_t r = 0; r < n_rows; r++) {
         for (int64_t i = 0; i < n_in; i++) x[i] = extreme ? ((i / 32) % 2 ? -1.0f : 1.0f) : trand_normal(rs);
-        kvi_q8_quantize_act(t, x, xq + (size_t)r * xrb, n_in);
+        kern_q8_quantize_act(t, x, xq + (size_t)r * xrb, n_in);
     }
     free(x);
     return xq;
@@ -122,13 +122,13 @@ static bool check_one(kvi_type t, const uint8_t *w, int64_t n_out, int64_t n_in,
     const size_t sb = KVI_QGEMM_SCRATCH(n_in);
     void *s1 = aligned_alloc(64, (sb + 63) & ~(size_t)63), *s2 = aligned_alloc(64, (sb + 63) & ~(size_t)63);
     for (size_t i = 0; i < ny; i++) y[i] = yr[i] = -12345.0f;
-    kvi_qgemm_args a = {.type = t, .w = w, .w_rb = kvi_row_bytes(t, n_in), .n_in = n_in, .j0 = j0, .j1 = j1,
-                        .xq = xq, .xq_rb = kvi_q8_act_row_bytes(t, n_in), .n_rows = n_rows, .y = y, .ldy = ldy,
+    kern_qgemm_args a = {.type = t, .w = w, .w_rb = quant_row_bytes(t, n_in), .n_in = n_in, .j0 = j0, .j1 = j1,
+                        .xq = xq, .xq_rb = kern_q8_act_row_bytes(t, n_in), .n_rows = n_rows, .y = y, .ldy = ldy,
                         .scratch = s1};
-    *handled = kvi_qgemv_kq_avx512(&a);
+    *handled = kern_qgemv_kq_avx512(&a);
     a.y = yr;
     a.scratch = s2;
-    kvi_qgemm_ref(&a);
+    kern_qgemm_ref(&a);
     const bool ok = same_bits(y, yr, ny);
     if (!ok)
         for (size_t i = 0; i < ny; i++)
@@ -162,7 +162,7 @@ static void test_random(void)
                     const bool ok = check_one(t, w, n_out, n_in, xq, nr, ranges[ri][0], ranges[ri][1], &handled);
                     CHECK(handled == 1, "%s n_in %lld rows %lld: kernel declined", kvi_type_name(t),
                           (long long)n_in, (long long)nr);
-                    CHECK(ok, "%s n_in %lld rows %lld range %d: bits differ from kvi_qgemm_ref", kvi_type_name(t),
+                    CHECK(ok, "%s n_in %lld rows %lld range %d: bits differ from kern_qgemm_ref", kvi_type_name(t),
                           (long long)n_in, (long long)nr, ri);
                 }
             free(w);
@@ -197,21 +197,21 @@ static void test_declines(void)
     float y[5 * 20];
     void *s = aligned_alloc(64, KVI_QGEMM_SCRATCH(n_in) + 64);
     for (int i = 0; i < 100; i++) y[i] = -1.0f;
-    kvi_qgemm_args a = {.type = t, .w = w, .w_rb = kvi_row_bytes(t, n_in), .n_in = n_in, .j0 = 0, .j1 = n_out,
-                        .xq = xq, .xq_rb = kvi_q8_act_row_bytes(t, n_in), .n_rows = 5, .y = y, .ldy = n_out,
+    kern_qgemm_args a = {.type = t, .w = w, .w_rb = quant_row_bytes(t, n_in), .n_in = n_in, .j0 = 0, .j1 = n_out,
+                        .xq = xq, .xq_rb = kern_q8_act_row_bytes(t, n_in), .n_rows = 5, .y = y, .ldy = n_out,
                         .scratch = s};
-    CHECK(kvi_qgemv_kq_avx512(&a) == 0, "5 rows declined");
+    CHECK(kern_qgemv_kq_avx512(&a) == 0, "5 rows declined");
     a.n_rows = 1;
     a.scratch = NULL;
-    CHECK(kvi_qgemv_kq_avx512(&a) == 0, "no scratch declined");
+    CHECK(kern_qgemv_kq_avx512(&a) == 0, "no scratch declined");
     a.scratch = (uint8_t *)s + 4;
-    CHECK(kvi_qgemv_kq_avx512(&a) == 0, "unaligned scratch declined");
+    CHECK(kern_qgemv_kq_avx512(&a) == 0, "unaligned scratch declined");
     a.scratch = s;
     a.n_in = 300;
-    CHECK(kvi_qgemv_kq_avx512(&a) == 0, "n_in not a multiple of 256 declined");
+    CHECK(kern_qgemv_kq_avx512(&a) == 0, "n_in not a multiple of 256 declined");
     a.n_in = n_in;
     a.type = KVI_TYPE_Q4_0;
-    CHECK(kvi_qgemv_kq_avx512(&a) == 0, "other types declined");
+    CHECK(kern_qgemv_kq_avx512(&a) == 0, "other types declined");
     bool untouched = true;
     for (int i = 0; i < 100; i++) untouched = untouched && y[i] == -1.0f;
     CHECK(untouched, "declined calls write nothing");
@@ -222,7 +222,7 @@ static void test_declines(void)
 
 int main(void)
 {
-    if (!kvi_has_vnni()) {
+    if (!kern_has_vnni()) {
         printf("no AVX-512 VNNI: K-quant GEMV not testable here\n");
         CHECK(1, "skipped");
         return test_main_end();

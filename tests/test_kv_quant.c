@@ -82,7 +82,7 @@ static void roundtrip(kvi_type type)
                         const int g0 = p / BS * BS, g1 = g0 + BS <= N ? g0 + BS : N;
                         if (g0 + BS > N) {
                             /* newest, incomplete group: f16 exactly */
-                            if (out[i] != kvi_f16_to_f32(kvi_f32_to_f16(x[i]))) exact_tail = 0;
+                            if (out[i] != quant_f16_to_f32(quant_f32_to_f16(x[i]))) exact_tail = 0;
                             continue;
                         }
                         double lo = INFINITY, hi = -INFINITY;

@@ -20,7 +20,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-static bool tensor_equal(const kvi_tensor *a, const kvi_tensor *b)
+static bool tensor_equal(const kern_tensor *a, const kern_tensor *b)
 {
     return a->type == KVI_TYPE_F32 && b->type == KVI_TYPE_F32 && a->n_in == b->n_in &&
            a->n_out == b->n_out &&
@@ -76,7 +76,7 @@ static void test_stories(void)
     CHECK(tensor_equal(&g->output, &b->output), "output differs");
     CHECK(memcmp(g->output_norm, b->output_norm, 64 * sizeof(float)) == 0, "output_norm differs");
     for (int l = 0; l < 5; l++) {
-        const kvi_layer *x = &g->layers[l], *y = &b->layers[l];
+        const model_layer *x = &g->layers[l], *y = &b->layers[l];
         CHECK(tensor_equal(&x->wq, &y->wq) && tensor_equal(&x->wk, &y->wk), "layer %d q/k differ", l);
         CHECK(tensor_equal(&x->wv, &y->wv) && tensor_equal(&x->wo, &y->wo), "layer %d v/o differ", l);
         CHECK(tensor_equal(&x->w_gate, &y->w_gate) && tensor_equal(&x->w_up, &y->w_up) &&
@@ -243,7 +243,7 @@ static void test_hf(void)
         float orig[128];
         const int hd = 16;
         /* q_proj layer 1, head 3, pair 5: new rows 58 and 59 = old rows 53 and 61. */
-        const struct { const char *name; const kvi_tensor *t; int head, i; } cases[] = {
+        const struct { const char *name; const kern_tensor *t; int head, i; } cases[] = {
             {"model.layers.1.self_attn.q_proj.weight", &m->layers[1].wq, 3, 5},
             {"model.layers.0.self_attn.k_proj.weight", &m->layers[0].wk, 2, 7},
             {"model.layers.0.self_attn.q_proj.weight", &m->layers[0].wq, 0, 0},
@@ -306,7 +306,7 @@ static void test_qtest(void)
               rel, m->output.type);
         bool pure = strcmp(files[i].name, "q4_k_m") != 0;
         for (int l = 0; pure && l < 4; l++) {
-            const kvi_layer *L = &m->layers[l];
+            const model_layer *L = &m->layers[l];
             CHECK(L->wq.type == files[i].type && L->wk.type == files[i].type && L->wv.type == files[i].type &&
                       L->wo.type == files[i].type && L->w_gate.type == files[i].type &&
                       L->w_up.type == files[i].type && L->w_down.type == files[i].type,

@@ -26,73 +26,73 @@ static void check_row(const char *what, const float *got, const float *want, int
 static void test_half(void)
 {
     /* f16 -> f32, literal values */
-    CHECK(kvi_f16_to_f32(0x3c00) == 1.0f, "1.0");
-    CHECK(kvi_f16_to_f32(0xc000) == -2.0f, "-2");
-    CHECK(kvi_f16_to_f32(0x3555) == 0.333251953125f, "1/3");
-    CHECK(kvi_f16_to_f32(0x7bff) == 65504.0f, "max");
-    CHECK(kvi_f16_to_f32(0x0400) == 0x1p-14f, "min normal");
-    CHECK(kvi_f16_to_f32(0x0001) == 0x1p-24f, "min subnormal");
-    CHECK(kvi_f16_to_f32(0x03ff) == 1023 * 0x1p-24f, "max subnormal");
-    CHECK(bits_of_f32(kvi_f16_to_f32(0x8000)) == 0x80000000u, "-0");
-    CHECK(isinf(kvi_f16_to_f32(0x7c00)) && kvi_f16_to_f32(0x7c00) > 0, "+inf");
-    CHECK(isinf(kvi_f16_to_f32(0xfc00)) && kvi_f16_to_f32(0xfc00) < 0, "-inf");
-    CHECK(isnan(kvi_f16_to_f32(0x7e00)) && isnan(kvi_f16_to_f32(0x7c01)), "nan");
+    CHECK(quant_f16_to_f32(0x3c00) == 1.0f, "1.0");
+    CHECK(quant_f16_to_f32(0xc000) == -2.0f, "-2");
+    CHECK(quant_f16_to_f32(0x3555) == 0.333251953125f, "1/3");
+    CHECK(quant_f16_to_f32(0x7bff) == 65504.0f, "max");
+    CHECK(quant_f16_to_f32(0x0400) == 0x1p-14f, "min normal");
+    CHECK(quant_f16_to_f32(0x0001) == 0x1p-24f, "min subnormal");
+    CHECK(quant_f16_to_f32(0x03ff) == 1023 * 0x1p-24f, "max subnormal");
+    CHECK(bits_of_f32(quant_f16_to_f32(0x8000)) == 0x80000000u, "-0");
+    CHECK(isinf(quant_f16_to_f32(0x7c00)) && quant_f16_to_f32(0x7c00) > 0, "+inf");
+    CHECK(isinf(quant_f16_to_f32(0xfc00)) && quant_f16_to_f32(0xfc00) < 0, "-inf");
+    CHECK(isnan(quant_f16_to_f32(0x7e00)) && isnan(quant_f16_to_f32(0x7c01)), "nan");
 
     /* f32 -> f16, round to nearest even */
-    CHECK(kvi_f32_to_f16(1.0f) == 0x3c00, "1.0");
-    CHECK(kvi_f32_to_f16(0.1f) == 0x2e66, "0.1 -> %04x", kvi_f32_to_f16(0.1f));
-    CHECK(kvi_f32_to_f16(1.0f + 0x1p-11f) == 0x3c00, "tie to even (down)");
-    CHECK(kvi_f32_to_f16(1.0f + 3 * 0x1p-11f) == 0x3c02, "tie to even (up)");
-    CHECK(kvi_f32_to_f16(1.0f + 0x1p-11f + 0x1p-20f) == 0x3c01, "above tie");
-    CHECK(kvi_f32_to_f16(65504.0f) == 0x7bff, "max");
-    CHECK(kvi_f32_to_f16(65519.0f) == 0x7bff, "below overflow tie");
-    CHECK(kvi_f32_to_f16(65520.0f) == 0x7c00, "overflow tie -> inf");
-    CHECK(kvi_f32_to_f16(1e10f) == 0x7c00, "large -> inf");
-    CHECK(kvi_f32_to_f16(-1e10f) == 0xfc00, "-large -> -inf");
-    CHECK(kvi_f32_to_f16(INFINITY) == 0x7c00 && kvi_f32_to_f16(-INFINITY) == 0xfc00, "inf");
-    kvi_f16 hn = kvi_f32_to_f16(NAN);
+    CHECK(quant_f32_to_f16(1.0f) == 0x3c00, "1.0");
+    CHECK(quant_f32_to_f16(0.1f) == 0x2e66, "0.1 -> %04x", quant_f32_to_f16(0.1f));
+    CHECK(quant_f32_to_f16(1.0f + 0x1p-11f) == 0x3c00, "tie to even (down)");
+    CHECK(quant_f32_to_f16(1.0f + 3 * 0x1p-11f) == 0x3c02, "tie to even (up)");
+    CHECK(quant_f32_to_f16(1.0f + 0x1p-11f + 0x1p-20f) == 0x3c01, "above tie");
+    CHECK(quant_f32_to_f16(65504.0f) == 0x7bff, "max");
+    CHECK(quant_f32_to_f16(65519.0f) == 0x7bff, "below overflow tie");
+    CHECK(quant_f32_to_f16(65520.0f) == 0x7c00, "overflow tie -> inf");
+    CHECK(quant_f32_to_f16(1e10f) == 0x7c00, "large -> inf");
+    CHECK(quant_f32_to_f16(-1e10f) == 0xfc00, "-large -> -inf");
+    CHECK(quant_f32_to_f16(INFINITY) == 0x7c00 && quant_f32_to_f16(-INFINITY) == 0xfc00, "inf");
+    quant_f16 hn = quant_f32_to_f16(NAN);
     CHECK((hn & 0x7c00) == 0x7c00 && (hn & 0x3ff) != 0, "nan -> %04x", hn);
-    CHECK(kvi_f32_to_f16(f32_of_bits(0x7f800001u)) != 0x7c00, "signalling nan payload stays nan");
-    CHECK(kvi_f32_to_f16(0x1p-14f) == 0x0400, "min normal");
-    CHECK(kvi_f32_to_f16(0x1p-24f) == 0x0001, "min subnormal");
-    CHECK(kvi_f32_to_f16(0x1p-25f) == 0x0000, "half of min subnormal ties to 0");
-    CHECK(kvi_f32_to_f16(0x1p-25f * 1.0000001f) == 0x0001, "just above half rounds up");
-    CHECK(kvi_f32_to_f16(3 * 0x1p-25f) == 0x0002, "1.5 ulp subnormal ties to even");
-    CHECK(kvi_f32_to_f16(5 * 0x1p-25f) == 0x0002, "2.5 ulp subnormal ties to even");
-    CHECK(kvi_f32_to_f16(0x1p-14f - 0x1p-25f) == 0x0400, "rounds up into normal");
-    CHECK(kvi_f32_to_f16(-1e-10f) == 0x8000, "tiny negative -> -0");
-    CHECK(kvi_f32_to_f16(1e-30f) == 0x0000, "f32 tiny -> 0");
-    CHECK(kvi_f32_to_f16(f32_of_bits(0x00000001u)) == 0, "f32 subnormal -> 0");
+    CHECK(quant_f32_to_f16(f32_of_bits(0x7f800001u)) != 0x7c00, "signalling nan payload stays nan");
+    CHECK(quant_f32_to_f16(0x1p-14f) == 0x0400, "min normal");
+    CHECK(quant_f32_to_f16(0x1p-24f) == 0x0001, "min subnormal");
+    CHECK(quant_f32_to_f16(0x1p-25f) == 0x0000, "half of min subnormal ties to 0");
+    CHECK(quant_f32_to_f16(0x1p-25f * 1.0000001f) == 0x0001, "just above half rounds up");
+    CHECK(quant_f32_to_f16(3 * 0x1p-25f) == 0x0002, "1.5 ulp subnormal ties to even");
+    CHECK(quant_f32_to_f16(5 * 0x1p-25f) == 0x0002, "2.5 ulp subnormal ties to even");
+    CHECK(quant_f32_to_f16(0x1p-14f - 0x1p-25f) == 0x0400, "rounds up into normal");
+    CHECK(quant_f32_to_f16(-1e-10f) == 0x8000, "tiny negative -> -0");
+    CHECK(quant_f32_to_f16(1e-30f) == 0x0000, "f32 tiny -> 0");
+    CHECK(quant_f32_to_f16(f32_of_bits(0x00000001u)) == 0, "f32 subnormal -> 0");
 
     /* every finite f16 survives f16 -> f32 -> f16 */
     int bad = 0;
     for (uint32_t h = 0; h < 65536; h++) {
         if ((h & 0x7c00) == 0x7c00 && (h & 0x3ff)) continue;
-        if (kvi_f32_to_f16(kvi_f16_to_f32((kvi_f16)h)) != h) bad++;
+        if (quant_f32_to_f16(quant_f16_to_f32((quant_f16)h)) != h) bad++;
     }
     CHECK(bad == 0, "%d f16 values do not round-trip", bad);
     /* midpoints between neighbouring positive f16 values round to the even one */
     bad = 0;
     for (uint32_t h = 1; h < 0x7bff; h++) {
-        double a = kvi_f16_to_f32((kvi_f16)h), b = kvi_f16_to_f32((kvi_f16)(h + 1));
+        double a = quant_f16_to_f32((quant_f16)h), b = quant_f16_to_f32((quant_f16)(h + 1));
         float mid = (float)((a + b) / 2);
-        kvi_f16 want = (h & 1) ? (kvi_f16)(h + 1) : (kvi_f16)h;
-        if (kvi_f32_to_f16(mid) != want) bad++;
+        quant_f16 want = (h & 1) ? (quant_f16)(h + 1) : (quant_f16)h;
+        if (quant_f32_to_f16(mid) != want) bad++;
     }
     CHECK(bad == 0, "%d midpoints not rounded to even", bad);
 
     /* bf16 */
-    CHECK(kvi_bf16_to_f32(0x3f80) == 1.0f, "bf16 1");
-    CHECK(kvi_bf16_to_f32(0xc0a0) == -5.0f, "bf16 -5");
-    CHECK(kvi_f32_to_bf16(1.0f) == 0x3f80, "1 -> bf16");
-    CHECK(kvi_f32_to_bf16(1.0f + 0x1p-8f) == 0x3f80, "tie to even (down)");
-    CHECK(kvi_f32_to_bf16(1.0f + 3 * 0x1p-8f) == 0x3f82, "tie to even (up)");
-    CHECK(kvi_f32_to_bf16(1.0f + 0x1p-8f + 0x1p-20f) == 0x3f81, "above tie");
-    CHECK(kvi_f32_to_bf16(INFINITY) == 0x7f80 && kvi_f32_to_bf16(-INFINITY) == 0xff80, "inf");
-    CHECK(kvi_f32_to_bf16(3.4028235e38f) == 0x7f80, "FLT_MAX rounds to inf");
-    CHECK(isnan(kvi_bf16_to_f32(kvi_f32_to_bf16(NAN))), "nan stays nan");
-    CHECK(isnan(kvi_bf16_to_f32(kvi_f32_to_bf16(f32_of_bits(0x7f800001u)))), "low-payload nan stays nan");
-    CHECK(kvi_f32_to_bf16(f32_of_bits(0x00010000u)) == 0x0001, "subnormal kept");
+    CHECK(quant_bf16_to_f32(0x3f80) == 1.0f, "bf16 1");
+    CHECK(quant_bf16_to_f32(0xc0a0) == -5.0f, "bf16 -5");
+    CHECK(quant_f32_to_bf16(1.0f) == 0x3f80, "1 -> bf16");
+    CHECK(quant_f32_to_bf16(1.0f + 0x1p-8f) == 0x3f80, "tie to even (down)");
+    CHECK(quant_f32_to_bf16(1.0f + 3 * 0x1p-8f) == 0x3f82, "tie to even (up)");
+    CHECK(quant_f32_to_bf16(1.0f + 0x1p-8f + 0x1p-20f) == 0x3f81, "above tie");
+    CHECK(quant_f32_to_bf16(INFINITY) == 0x7f80 && quant_f32_to_bf16(-INFINITY) == 0xff80, "inf");
+    CHECK(quant_f32_to_bf16(3.4028235e38f) == 0x7f80, "FLT_MAX rounds to inf");
+    CHECK(isnan(quant_bf16_to_f32(quant_f32_to_bf16(NAN))), "nan stays nan");
+    CHECK(isnan(quant_bf16_to_f32(quant_f32_to_bf16(f32_of_bits(0x7f800001u)))), "low-payload nan stays nan");
+    CHECK(quant_f32_to_bf16(f32_of_bits(0x00010000u)) == 0x0001, "subnormal kept");
 }
 
 static void test_types(void)
@@ -116,15 +116,15 @@ static void test_types(void)
             up[k] = (char)((T[i].name[k] >= 'a' && T[i].name[k] <= 'z') ? T[i].name[k] - 32 : T[i].name[k]);
         t = KVI_TYPE_COUNT;
         CHECK(kvi_type_from_name(up, &t) == 0 && t == T[i].t, "parse %s", up);
-        CHECK(kvi_type_block_elems(T[i].t) == T[i].be, "%s block elems", T[i].name);
-        CHECK(kvi_type_block_bytes(T[i].t) == T[i].bb, "%s block bytes", T[i].name);
-        CHECK(kvi_row_bytes(T[i].t, T[i].be * 3) == T[i].bb * 3, "%s row bytes", T[i].name);
-        if (T[i].be > 1) CHECK(kvi_row_bytes(T[i].t, T[i].be + 1) == 0, "%s partial block", T[i].name);
+        CHECK(quant_block_elems(T[i].t) == T[i].be, "%s block elems", T[i].name);
+        CHECK(quant_block_bytes(T[i].t) == T[i].bb, "%s block bytes", T[i].name);
+        CHECK(quant_row_bytes(T[i].t, T[i].be * 3) == T[i].bb * 3, "%s row bytes", T[i].name);
+        if (T[i].be > 1) CHECK(quant_row_bytes(T[i].t, T[i].be + 1) == 0, "%s partial block", T[i].name);
     }
     kvi_type t;
     /* "q4" names the KV-cache-only type (KIVI), never a tensor type of a file */
-    CHECK(kvi_type_from_name("q4", &t) == 0 && t == KVI_TYPE_KV_Q4 && !kvi_type_is_known(t) &&
-              kvi_row_bytes(t, 32) == 0 && kvi_type_block_bytes(t) == 0,
+    CHECK(kvi_type_from_name("q4", &t) == 0 && t == KVI_TYPE_KV_Q4 && !quant_type_known(t) &&
+              quant_row_bytes(t, 32) == 0 && quant_block_bytes(t) == 0,
           "q4 is the KV-only type");
     CHECK(kvi_type_from_name("q4x", &t) == KVI_E_INVALID && kvi_type_from_name("q", &t) == KVI_E_INVALID,
           "q4x, q unknown");
@@ -132,11 +132,11 @@ static void test_types(void)
     CHECK(kvi_type_from_name("", &t) == KVI_E_INVALID && kvi_type_from_name(NULL, &t) == KVI_E_INVALID, "empty");
     CHECK(kvi_type_name((kvi_type)4) == NULL && kvi_type_name((kvi_type)99) == NULL &&
               kvi_type_name((kvi_type)-1) == NULL, "unknown numbers");
-    CHECK(kvi_row_bytes((kvi_type)5, 32) == 0 && kvi_type_block_bytes((kvi_type)31) == 0, "unknown sizes");
-    CHECK(kvi_row_bytes(KVI_TYPE_Q4_0, -32) == 0, "negative n");
+    CHECK(quant_row_bytes((kvi_type)5, 32) == 0 && quant_block_bytes((kvi_type)31) == 0, "unknown sizes");
+    CHECK(quant_row_bytes(KVI_TYPE_Q4_0, -32) == 0, "negative n");
 }
 
-static void put16(kvi_f16 *dst, kvi_f16 v) { memcpy(dst, &v, 2); }
+static void put16(quant_f16 *dst, quant_f16 v) { memcpy(dst, &v, 2); }
 
 /* ---- hand-made blocks ---------------------------------------------------- */
 
@@ -147,15 +147,15 @@ static void test_simple_blocks(void)
     /* F32 / F16 / BF16 rows */
     {
         float f[3] = {1.5f, -2.25f, 1e-3f};
-        kvi_dequant_row(KVI_TYPE_F32, f, y, 3);
+        quant_dequant_row(KVI_TYPE_F32, f, y, 3);
         check_row("f32 row", y, f, 3);
         uint16_t h[3] = {0x3e00, 0xc100, 0x0001};   /* 1.5, -2.5, 2^-24 */
         float wh[3] = {1.5f, -2.5f, 0x1p-24f};
-        kvi_dequant_row(KVI_TYPE_F16, h, y, 3);
+        quant_dequant_row(KVI_TYPE_F16, h, y, 3);
         check_row("f16 row", y, wh, 3);
         uint16_t b[3] = {0x3fc0, 0xc020, 0x4049};   /* 1.5, -2.5, 3.140625 */
         float wb[3] = {1.5f, -2.5f, 3.140625f};
-        kvi_dequant_row(KVI_TYPE_BF16, b, y, 3);
+        quant_dequant_row(KVI_TYPE_BF16, b, y, 3);
         check_row("bf16 row", y, wb, 3);
     }
     /* Q4_0: d = 0.5, qs[j] = j | (15-j) << 4: element j = (j-8)/2, element j+16 = (7-j)/2 */
@@ -167,7 +167,7 @@ static void test_simple_blocks(void)
             want[j] = (j - 8) * 0.5f;
             want[j + 16] = (7 - j) * 0.5f;
         }
-        kvi_dequant_row(KVI_TYPE_Q4_0, &b, y, 32);
+        quant_dequant_row(KVI_TYPE_Q4_0, &b, y, 32);
         check_row("q4_0 block", y, want, 32);
         CHECK(y[0] == -4.0f && y[15] == 3.5f && y[16] == 3.5f && y[31] == -4.0f, "q4_0 corners");
     }
@@ -181,7 +181,7 @@ static void test_simple_blocks(void)
             want[j] = j * 0.25f - 1.0f;
             want[j + 16] = ((7 * j) % 16) * 0.25f - 1.0f;
         }
-        kvi_dequant_row(KVI_TYPE_Q4_1, &b, y, 32);
+        quant_dequant_row(KVI_TYPE_Q4_1, &b, y, 32);
         check_row("q4_1 block", y, want, 32);
         CHECK(y[15] == 2.75f && y[17] == 0.75f, "q4_1 literal");
     }
@@ -198,7 +198,7 @@ static void test_simple_blocks(void)
             want[j] = (lo - 16) * 0.5f;
             want[j + 16] = (hi - 16) * 0.5f;
         }
-        kvi_dequant_row(KVI_TYPE_Q5_0, &b, y, 32);
+        quant_dequant_row(KVI_TYPE_Q5_0, &b, y, 32);
         check_row("q5_0 block", y, want, 32);
         /* element 0: nibble 1, bit 0 set -> 17 - 16 = 1 -> 0.5; element 16: nibble 2, bit 16 (0xC3 bit 0) set -> 18-16 = 2 -> 1.0 */
         CHECK(y[0] == 0.5f && y[16] == 1.0f && y[4] == (13 - 16) * 0.5f, "q5_0 literal");
@@ -217,7 +217,7 @@ static void test_simple_blocks(void)
             want[j] = lo * 0.125f + 2.0f;
             want[j + 16] = hi * 0.125f + 2.0f;
         }
-        kvi_dequant_row(KVI_TYPE_Q5_1, &b, y, 32);
+        quant_dequant_row(KVI_TYPE_Q5_1, &b, y, 32);
         check_row("q5_1 block", y, want, 32);
         /* element 3: nibble 12, bit 3 of 0x78 set -> 28 * 0.125 + 2 = 5.5 */
         CHECK(y[3] == 5.5f, "q5_1 literal %g", y[3]);
@@ -231,10 +231,10 @@ static void test_simple_blocks(void)
         put16(&c.s, 0x4000);
         for (int j = 0; j < 32; j++) b.qs[j] = c.qs[j] = (int8_t)(j * 8 - 127);
         for (int j = 0; j < 32; j++) want[j] = (j * 8 - 127) / 16.0f;
-        kvi_dequant_row(KVI_TYPE_Q8_0, &b, y, 32);
+        quant_dequant_row(KVI_TYPE_Q8_0, &b, y, 32);
         check_row("q8_0 block", y, want, 32);
         for (int j = 0; j < 32; j++) want[j] = (j * 8 - 127) * 0.5f;
-        kvi_dequant_row(KVI_TYPE_Q8_1, &c, y, 32);
+        quant_dequant_row(KVI_TYPE_Q8_1, &c, y, 32);
         check_row("q8_1 block", y, want, 32);
     }
     /* Q8_K: float d */
@@ -244,7 +244,7 @@ static void test_simple_blocks(void)
         b.d = 0.25f;
         for (int j = 0; j < 256; j++) b.qs[j] = (int8_t)((j * 37) % 256 - 128);
         for (int j = 0; j < 256; j++) want[j] = ((j * 37) % 256 - 128) * 0.25f;
-        kvi_dequant_row(KVI_TYPE_Q8_K, &b, y, 256);
+        quant_dequant_row(KVI_TYPE_Q8_K, &b, y, 256);
         check_row("q8_k block", y, want, 256);
     }
 }
@@ -269,7 +269,7 @@ static void test_kquant_blocks(void)
             int i = e / 16;
             want[e] = 0.5f * (float)((i * 5 + 3) % 16) * (float)L - 0.25f * (float)(15 - i);
         }
-        kvi_dequant_row(KVI_TYPE_Q2_K, &b, y, 256);
+        quant_dequant_row(KVI_TYPE_Q2_K, &b, y, 256);
         check_row("q2_k block", y, want, 256);
         /* element 0: level 1, scale 3, min 15 -> 0.5*3*1 - 0.25*15 = -2.25 */
         CHECK(y[0] == -2.25f, "q2_k literal %g", y[0]);
@@ -294,7 +294,7 @@ static void test_kquant_blocks(void)
             if (L & 4) b.hmask[e % 32] |= (uint8_t)(1u << (e / 32));
             want[e] = 1.0f * (float)(ls[e / 16] - 32) * (float)(L - 4);
         }
-        kvi_dequant_row(KVI_TYPE_Q3_K, &b, y, 256);
+        quant_dequant_row(KVI_TYPE_Q3_K, &b, y, 256);
         check_row("q3_k block", y, want, 256);
         /* element 0: level 1 -> -3, scale 5 - 32 = -27 -> 81 */
         CHECK(y[0] == 81.0f, "q3_k literal %g", y[0]);
@@ -327,7 +327,7 @@ static void test_kquant_blocks(void)
             memcpy(b.scales, scales, 12);
             memcpy(b.qs, qs, 128);
             memcpy(b.qh, qh, 32);
-            kvi_dequant_row(KVI_TYPE_Q5_K, &b, y, 256);
+            quant_dequant_row(KVI_TYPE_Q5_K, &b, y, 256);
             check_row("q5_k block", y, want, 256);
         } else {
             block_q4_K b;
@@ -335,7 +335,7 @@ static void test_kquant_blocks(void)
             put16(&b.dmin, 0x3800);
             memcpy(b.scales, scales, 12);
             memcpy(b.qs, qs, 128);
-            kvi_dequant_row(KVI_TYPE_Q4_K, &b, y, 256);
+            quant_dequant_row(KVI_TYPE_Q4_K, &b, y, 256);
             check_row("q4_k block", y, want, 256);
         }
         /* element 255: sub-block 7: sc = 140 % 64 = 12, mn = 211 % 64 = 19;
@@ -356,7 +356,7 @@ static void test_kquant_blocks(void)
             b.qh[32 * h + l] |= (uint8_t)((L >> 4) << (2 * k));
             want[e] = 0.25f * (float)(e / 16 * 17 - 128) * (float)(L - 32);
         }
-        kvi_dequant_row(KVI_TYPE_Q6_K, &b, y, 256);
+        quant_dequant_row(KVI_TYPE_Q6_K, &b, y, 256);
         check_row("q6_k block", y, want, 256);
         /* element 0: level 1 -> -31, scale -128 -> 0.25 * -128 * -31 = 992 */
         CHECK(y[0] == 992.0f, "q6_k literal %g", y[0]);
@@ -382,9 +382,9 @@ static void test_roundtrip(void)
     for (size_t k = 0; k < sizeof T / sizeof T[0]; k++) {
         const char *name = kvi_type_name(T[k].t);
         memset(q, 0xee, N * 4);
-        int rc = kvi_quantize_row(T[k].t, x, q, N);
+        int rc = quant_quantize_row(T[k].t, x, q, N);
         CHECK(rc == 0, "%s quantize rc %d", name, rc);
-        kvi_dequant_row(T[k].t, q, y, N);
+        quant_dequant_row(T[k].t, q, y, N);
         /* error relative to each half's own scale (the halves differ 100x) */
         for (int half = 0; half < 2; half++) {
             double se = 0, sx = 0;
@@ -401,8 +401,8 @@ static void test_roundtrip(void)
         float z[256] = {0}, zy[256];
         uint8_t zq[1024];   /* 256 elements of any type (f32 is the widest) */
         memset(zy, 0x55, sizeof zy);
-        CHECK(kvi_quantize_row(T[k].t, z, zq, 256) == 0, "%s zeros", name);
-        kvi_dequant_row(T[k].t, zq, zy, 256);
+        CHECK(quant_quantize_row(T[k].t, z, zq, 256) == 0, "%s zeros", name);
+        quant_dequant_row(T[k].t, zq, zy, 256);
         int nz = 0;
         for (int i = 0; i < 256; i++) nz += zy[i] != 0.0f;
         CHECK(nz == 0, "%s: %d zeros not reproduced", name, nz);
@@ -410,7 +410,7 @@ static void test_roundtrip(void)
     /* Q8_K bsums are the sums of 16 quants */
     {
         block_q8_K b;
-        CHECK(kvi_quantize_row(KVI_TYPE_Q8_K, x, &b, 256) == 0, "q8_k");
+        CHECK(quant_quantize_row(KVI_TYPE_Q8_K, x, &b, 256) == 0, "q8_k");
         int bad = 0;
         for (int g = 0; g < 16; g++) {
             int s = 0;
@@ -419,11 +419,11 @@ static void test_roundtrip(void)
         }
         CHECK(bad == 0, "q8_k bsums");
     }
-    CHECK(kvi_quantize_row(KVI_TYPE_Q8_1, x, q, 32) == KVI_E_UNSUPPORTED, "q8_1 unsupported");
-    CHECK(kvi_quantize_row(KVI_TYPE_Q4_0, x, q, 33) == KVI_E_INVALID, "partial block");
-    CHECK(kvi_quantize_row((kvi_type)4, x, q, 32) == KVI_E_INVALID, "unknown type");
+    CHECK(quant_quantize_row(KVI_TYPE_Q8_1, x, q, 32) == KVI_E_UNSUPPORTED, "q8_1 unsupported");
+    CHECK(quant_quantize_row(KVI_TYPE_Q4_0, x, q, 33) == KVI_E_INVALID, "partial block");
+    CHECK(quant_quantize_row((kvi_type)4, x, q, 32) == KVI_E_INVALID, "unknown type");
     /* unknown type / partial block: NaN out, nothing read */
-    kvi_dequant_row((kvi_type)4, NULL, y, 8);
+    quant_dequant_row((kvi_type)4, NULL, y, 8);
     CHECK(isnan(y[0]) && isnan(y[7]), "unknown type dequantises to NaN");
     free(x);
     free(y);

@@ -47,9 +47,9 @@ static float *tensor_f32(const gguf_tensor *t)
 {
     int64_t n = t->ne[0] * t->ne[1];
     float *out = malloc((size_t)n * sizeof *out);
-    size_t rb = kvi_row_bytes(t->type, t->ne[0]);
+    size_t rb = quant_row_bytes(t->type, t->ne[0]);
     for (int64_t r = 0; r < t->ne[1]; r++)
-        kvi_dequant_row(t->type, (const uint8_t *)t->data + (size_t)r * rb, out + r * t->ne[0], t->ne[0]);
+        quant_dequant_row(t->type, (const uint8_t *)t->data + (size_t)r * rb, out + r * t->ne[0], t->ne[0]);
     return out;
 }
 

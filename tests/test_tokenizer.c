@@ -26,14 +26,14 @@ static double now_ms(void)
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-static kvi_tokenizer *load_gguf_tok(const char *rel, gguf_ctx **gout)
+static tok_tokenizer *load_gguf_tok(const char *rel, gguf_ctx **gout)
 {
     kvi_error err = { 0 };
     gguf_ctx *g = NULL;
     int rc = gguf_open(shared_path(rel), false, &g, &err);
     CHECK(rc == 0, "gguf_open %s: %s", rel, err.msg);
     if (rc) return NULL;
-    kvi_tokenizer *t = NULL;
+    tok_tokenizer *t = NULL;
     rc = tokenizer_load_gguf(g, &t, &err);
     CHECK(rc == 0 && t, "tokenizer_load_gguf %s: %s", rel, err.msg);
     if (gout) *gout = g;
@@ -42,7 +42,7 @@ static kvi_tokenizer *load_gguf_tok(const char *rel, gguf_ctx **gout)
 }
 
 /* Encodes into a malloc'd array; *n receives the count (negative on error). */
-static int32_t *encode(const kvi_tokenizer *t, const char *s, size_t len, bool add_special, bool parse_special,
+static int32_t *encode(const tok_tokenizer *t, const char *s, size_t len, bool add_special, bool parse_special,
                        int32_t *n)
 {
     int32_t cap = 16;
@@ -70,7 +70,7 @@ static void test_vocab(const char *name)
     snprintf(rel, sizeof rel, "golden/tokenizer/ggml-vocab-%s.gguf", name);
     snprintf(inp_rel, sizeof inp_rel, "%s.inp", rel);
     snprintf(out_rel, sizeof out_rel, "%s.out", rel);
-    kvi_tokenizer *t = load_gguf_tok(rel, NULL);
+    tok_tokenizer *t = load_gguf_tok(rel, NULL);
     size_t inp_len = 0;
     char *inp = read_file(shared_path(inp_rel), &inp_len);
     char *out = read_file(shared_path(out_rel), NULL);
@@ -135,7 +135,7 @@ static cJSON *load_case(const char *rel, const char **prompt, const char **text)
 }
 
 /* prompt -> prompt_tokens (BOS first) for a llama2.c-style golden case. */
-static void check_prompt(const kvi_tokenizer *t, const char *case_rel, const char *what)
+static void check_prompt(const tok_tokenizer *t, const char *case_rel, const char *what)
 {
     const char *prompt, *text;
     cJSON *j = load_case(case_rel, &prompt, &text);
@@ -154,7 +154,7 @@ static void check_prompt(const kvi_tokenizer *t, const char *case_rel, const cha
     cJSON_Delete(j);
 }
 
-static char *detok(const kvi_tokenizer *t, const int32_t *ids, int32_t n, bool special, bool strip)
+static char *detok(const tok_tokenizer *t, const int32_t *ids, int32_t n, bool special, bool strip)
 {
     int32_t need = tokenizer_detokenize(t, ids, n, NULL, 0, special, strip);
     CHECK(need >= 0, "detokenize size: %d", need);
@@ -167,7 +167,7 @@ static char *detok(const kvi_tokenizer *t, const int32_t *ids, int32_t n, bool s
 
 /* greedy_tokens decode to greedy_text; the whole stream (prompt + continuation)
  * decodes, with BOS rendered and the space after each BOS removed, as llama2.c prints it. */
-static void check_decode(const kvi_tokenizer *t, const char *case_rel, const char *what)
+static void check_decode(const tok_tokenizer *t, const char *case_rel, const char *what)
 {
     const char *prompt, *text;
     cJSON *j = load_case(case_rel, &prompt, &text);
@@ -193,7 +193,7 @@ static void check_decode(const kvi_tokenizer *t, const char *case_rel, const cha
 static void test_llama2c(void)
 {
     kvi_error err = { 0 };
-    kvi_tokenizer *t = NULL;
+    tok_tokenizer *t = NULL;
     int rc = tokenizer_load_llama2c(shared_path("models/tok512.bin"), 512, &t, &err);
     CHECK(rc == 0 && t, "load tok512.bin: %s", err.msg);
     if (!t) return;
@@ -263,7 +263,7 @@ static void test_llama2c(void)
 static void test_hf(void)
 {
     kvi_error err = { 0 };
-    kvi_tokenizer *t = NULL;
+    tok_tokenizer *t = NULL;
     int rc = tokenizer_load_hf(shared_path("models/TinyStories-656K/tokenizer.json"), &t, &err);
     CHECK(rc == 0 && t, "load tokenizer.json: %s", err.msg);
     if (!t) return;
@@ -324,7 +324,7 @@ static void test_hf_byte_level(void)
         "\"merges\":[\"h e\",\"l l\",[\"he\",\"ll\"],\"hell o\",\"\u0120 w\",\"o r\"]}}";
     CHECK(write_file(tmp_path("bl_tokenizer.json"), json, sizeof json - 1) == 0, "write tokenizer.json");
     kvi_error err = { 0 };
-    kvi_tokenizer *t = NULL;
+    tok_tokenizer *t = NULL;
     int rc = tokenizer_load_hf(tmp_path("bl_tokenizer.json"), &t, &err);
     CHECK(rc == 0 && t, "byte-level tokenizer.json: %s", err.msg);
     if (!t) return;
@@ -391,7 +391,7 @@ static void test_gguf_metadata(void)
             CHECK(0, "reopen variant %d: %s", variant, err.msg);
             continue;
         }
-        kvi_tokenizer *t = NULL;
+        tok_tokenizer *t = NULL;
         err.msg[0] = 0;
         int rc = tokenizer_load_gguf(g, &t, &err);
         if (variant == 0) {
@@ -415,7 +415,7 @@ static void test_robust(void)
     const char *vocabs[] = { "golden/tokenizer/ggml-vocab-llama-spm.gguf", "golden/tokenizer/ggml-vocab-gpt-2.gguf",
                              "golden/tokenizer/ggml-vocab-deepseek-llm.gguf" };
     for (int v = 0; v < 3; v++) {
-        kvi_tokenizer *t = load_gguf_tok(vocabs[v], NULL);
+        tok_tokenizer *t = load_gguf_tok(vocabs[v], NULL);
         if (!t) continue;
         int32_t ids[64];
         CHECK(tokenizer_encode(t, "", 0, false, false, ids, 64) == 0, "%s: empty text gives no tokens", vocabs[v]);
@@ -492,7 +492,7 @@ static void test_robust(void)
 /* Special tokens: parse_special, EOG set, BOS handling on the phi-3 (SPM) and deepseek-coder vocabularies. */
 static void test_special(void)
 {
-    kvi_tokenizer *t = load_gguf_tok("golden/tokenizer/ggml-vocab-phi-3.gguf", NULL);
+    tok_tokenizer *t = load_gguf_tok("golden/tokenizer/ggml-vocab-phi-3.gguf", NULL);
     if (t) {
         /* <|end|> = 32007 and <|endoftext|> = 32000 are control tokens: EOG; BOS is not */
         CHECK(tokenizer_is_eog(t, 32007) && tokenizer_is_eog(t, 32000) && !tokenizer_is_eog(t, 1), "phi-3 EOG set");

@@ -143,7 +143,7 @@ void trand_quant_row(int type, void *dst, int64_t n, uint64_t *s)
     float *row = malloc((size_t)n * sizeof(float));
     if (!row) abort();
     trand_fill_normal(row, n, s);
-    kvi_quantize_row((kvi_type)type, row, dst, n);
+    quant_quantize_row((kvi_type)type, row, dst, n);
     free(row);
 }
 
@@ -153,7 +153,7 @@ static uint8_t *quant_rows(int type, int64_t n_out, int64_t n_in, uint64_t *s, b
                            void (*draw)(float *, int64_t, uint64_t *))
 {
     const kvi_type t = (kvi_type)type;
-    const size_t rb = kvi_row_bytes(t, n_in);
+    const size_t rb = quant_row_bytes(t, n_in);
     uint8_t *w = aligned ? aligned_alloc(64, (rb * (size_t)n_out + 63) & ~(size_t)63) : malloc(rb * (size_t)n_out);
     float *row = malloc((size_t)n_in * sizeof(float));
     if (!w || !row) {
@@ -163,7 +163,7 @@ static uint8_t *quant_rows(int type, int64_t n_out, int64_t n_in, uint64_t *s, b
     }
     for (int64_t j = 0; j < n_out; j++) {
         draw(row, n_in, s);
-        kvi_quantize_row(t, row, w + (size_t)j * rb, n_in);
+        quant_quantize_row(t, row, w + (size_t)j * rb, n_in);
     }
     free(row);
     return w;

@@ -222,7 +222,7 @@ static void prefetch_rows(const attn_args *a, const kv_table *t, int which, int3
 {
     const kv_pool *kv = a->kv;
     const kvi_type ty = which ? kv->type_v : kv->type_k;
-    const size_t off = kvi_row_bytes(ty, (int64_t)g * a->head_dim), n = kvi_row_bytes(ty, a->head_dim);
+    const size_t off = quant_row_bytes(ty, (int64_t)g * a->head_dim), n = quant_row_bytes(ty, a->head_dim);
     const size_t stride = which ? kv->row_bytes_v : kv->row_bytes_k;
     const int32_t bs = kv->block_size;
     for (int32_t p = p0; p < p1;) {
@@ -240,7 +240,7 @@ static void prefetch_rows(const attn_args *a, const kv_table *t, int which, int3
 
 /* KIVI keys of block j, kv head g: the f16 rows f when given, else the codes. */
 static void load_kivi(const attn_args *a, const attn_work *w, const kv_table *t, int32_t j, int nt,
-                      int g, const kvi_f16 *f, float *dst)
+                      int g, const quant_f16 *f, float *dst)
 {
     const kv_pool *kv = a->kv;
     const int hd = a->head_dim, kvd = kv->kv_dim, off = g * hd;
@@ -288,7 +288,7 @@ static void add_recv(const attn_args *a, attn_work *w, int r, int g, int group, 
     for (int32_t t0 = 0, blk = 0; t0 <= pos; t0 += bs, blk++) {
         const int nt = (pos - t0 + 1) < bs ? (int)(pos - t0 + 1) : bs;
         if (kv->type_k == KVI_TYPE_KV_Q4) {
-            const kvi_f16 *f = (int64_t)t0 + bs - 1 > pos ? kivi_group_f16(kv, t, a->layer, blk, a->stash) : NULL;
+            const quant_f16 *f = (int64_t)t0 + bs - 1 > pos ? kivi_group_f16(kv, t, a->layer, blk, a->stash) : NULL;
             load_kivi(a, w, t, blk, nt, g, f, w->ktile);
         } else {
             load_rows(a, w, t, 0, blk, nt, g, w->ktile);
@@ -349,7 +349,7 @@ static void attend_tile(const attn_args *a, const attn_scratch *s, attn_work *w,
         b->v = w->vtile;
         load_rows(a, w, t, 1, blk, ntb, g, w->vtile);
         const int32_t end = t0 + bs - 1;   /* the KIVI group is complete at positions >= end */
-        const kvi_f16 *f = kivi && pmin < end ? kivi_group_f16(kv, t, a->layer, blk, a->stash) : NULL;
+        const quant_f16 *f = kivi && pmin < end ? kivi_group_f16(kv, t, a->layer, blk, a->stash) : NULL;
         if (!f) {
             const int nt = set_lim(a, w, r0, nr, group, t0, ntb, 0, 0);
             if (kivi) load_kivi(a, w, t, blk, nt, g, NULL, w->ktile);
@@ -537,7 +537,7 @@ static void attend_pos(const attn_args *a, const attn_scratch *s, attn_work *w, 
             if (kivi) {
                 /* one row: the group is f16 (incomplete at pmax) or quantised for all lanes */
                 const int32_t end = blk * bs + bs - 1;
-                const kvi_f16 *f = pmax < end ? kivi_group_f16(kv, t, a->layer, blk, a->stash) : NULL;
+                const quant_f16 *f = pmax < end ? kivi_group_f16(kv, t, a->layer, blk, a->stash) : NULL;
                 load_kivi(a, w, t, blk, nt, g, f, w->kc + (size_t)j * bs * hd);
             } else if (kh) {
                 const uint16_t *k0 = (const uint16_t *)kv_k_row(kv, t, a->layer, blk * bs) + (size_t)g * hd;
@@ -676,9 +676,9 @@ static void ref_key(const attn_args *a, const kv_table *t, int32_t tp, int32_t p
     }
     const int bs = kv->block_size, kvd = kv->kv_dim;
     const int32_t g = tp / bs;
-    const kvi_f16 *f = (int64_t)g * bs + bs - 1 > p ? kivi_group_f16(kv, t, a->layer, g, a->stash) : NULL;
+    const quant_f16 *f = (int64_t)g * bs + bs - 1 > p ? kivi_group_f16(kv, t, a->layer, g, a->stash) : NULL;
     if (f)
-        for (int c = 0; c < kvd; c++) row[c] = kvi_f16_to_f32(f[(size_t)(tp % bs) * kvd + c]);
+        for (int c = 0; c < kvd; c++) row[c] = quant_f16_to_f32(f[(size_t)(tp % bs) * kvd + c]);
     else
         kivi_group_slice(kv_k_group(kv, t, a->layer, g), kvd, tp % bs, 0, kvd, row);
 }

@@ -2,7 +2,7 @@
  * attn_kernels.h — the inner kernels of tiled attention (internal to
  * attention*.c): one block of positions against a tile of query vectors, with a
  * scalar reference and AVX2 / AVX-512 builds chosen at run time by the active
- * kernel ISA (kvi_isa_active()).
+ * kernel ISA (kern_isa_active()).
  *
  * Layout ("query lanes"): the nq query vectors of a work item (rows x heads of one
  * KV head group) sit side by side in lanes, nqp = nq rounded up to 16:
@@ -103,7 +103,7 @@ typedef struct attn_kernels {
     void (*ptrans_f16)(const uint16_t *src, size_t src_stride, int nt, int hd, float *kt, int ld);
 } attn_kernels;
 
-/* The table of the active ISA (kernels.h kvi_isa_active). */
+/* The table of the active ISA (kernels.h kern_isa_active). */
 const attn_kernels *attn_kernels_active(void);
 extern const attn_kernels attn_kernels_scalar;
 extern const attn_kernels attn_kernels_avx2;

@@ -63,7 +63,7 @@ static void update_scalar(const attn_blk *b)
 
 static void f16_scalar(const uint16_t *src, float *dst, int n)
 {
-    for (int i = 0; i < n; i++) dst[i] = kvi_f16_to_f32(src[i]);
+    for (int i = 0; i < n; i++) dst[i] = quant_f16_to_f32(src[i]);
 }
 
 static void ptrans_scalar(const float *k, int n, int hd, float *kt, int ld)
@@ -105,7 +105,7 @@ static void pupdate_scalar(const attn_pblk *b)
         }
         for (int t = 0; t < nt; t++)
             for (int d = 0; d < hd; d++) {
-                const float v = b->vh ? kvi_f16_to_f32(b->vh[(size_t)t * b->vh_stride + d])
+                const float v = b->vh ? quant_f16_to_f32(b->vh[(size_t)t * b->vh_stride + d])
                                       : b->v[(size_t)t * hd + d];
                 acc[d] = fmaf(s[t], v, acc[d]);
             }
@@ -115,7 +115,7 @@ static void pupdate_scalar(const attn_pblk *b)
 static void ptrans_f16_scalar(const uint16_t *src, size_t src_stride, int nt, int hd, float *kt, int ld)
 {
     for (int d = 0; d < hd; d++)
-        for (int t = 0; t < nt; t++) kt[(size_t)d * ld + t] = kvi_f16_to_f32(src[(size_t)t * src_stride + d]);
+        for (int t = 0; t < nt; t++) kt[(size_t)d * ld + t] = quant_f16_to_f32(src[(size_t)t * src_stride + d]);
 }
 
 const attn_kernels attn_kernels_scalar = {scores_scalar, update_scalar, f16_scalar,
@@ -125,7 +125,7 @@ const attn_kernels attn_kernels_scalar = {scores_scalar, update_scalar, f16_scal
 
 const attn_kernels *attn_kernels_active(void)
 {
-    switch (kvi_isa_active()) {
+    switch (kern_isa_active()) {
     case KVI_ISA_AVX512: return &attn_kernels_avx512;
     case KVI_ISA_AVX2: return &attn_kernels_avx2;
     default: return &attn_kernels_scalar;

@@ -6,7 +6,7 @@
  * Data: `features`, filled once under pthread_once.
  * Data: `avail` (-1 unknown, 0 no, 1 yes), written once by whichever thread asks
  * first (every thread computes the same answer); `enabled`, the switch of
- * kvi_amx_set() (starts on). kvi_amx_on() = avail && enabled.
+ * cpu_amx_set() (starts on). cpu_amx_on() = avail && enabled.
  */
 #include "base/cpu.h"
 
@@ -79,7 +79,7 @@ static int detect(void)
 #endif
 }
 
-int kvi_amx_available(void)
+int cpu_amx_available(void)
 {
     int v = atomic_load_explicit(&avail, memory_order_acquire);
     if (v < 0) {
@@ -89,13 +89,13 @@ int kvi_amx_available(void)
     return v;
 }
 
-void kvi_amx_set(int on)
+void cpu_amx_set(int on)
 {
     atomic_store_explicit(&enabled, on ? 1 : 0, memory_order_relaxed);
 }
 
-int kvi_amx_on(void)
+int cpu_amx_on(void)
 {
     /* switched off: not even the tile permission is asked for */
-    return atomic_load_explicit(&enabled, memory_order_relaxed) && kvi_amx_available();
+    return atomic_load_explicit(&enabled, memory_order_relaxed) && cpu_amx_available();
 }

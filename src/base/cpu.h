@@ -7,13 +7,13 @@
  *
  * Invariants: cpu_features() is computed once and never changes; it reports an
  * extension only when the CPU has it (CPUID, through GCC's __builtin_cpu_supports).
- * Invariants: kvi_amx_available() returns 1 only when the CPU reports AMX-TILE,
+ * Invariants: cpu_amx_available() returns 1 only when the CPU reports AMX-TILE,
  * AMX-INT8 and AMX-BF16, the OS has enabled the tile state (XCR0 bits 17 and
  * 18), Linux has granted this process the tile data (arch_prctl
  * ARCH_REQ_XCOMP_PERM). The
- * answer is computed once and never changes; kvi_amx_set() (tests, benchmarks)
+ * answer is computed once and never changes; cpu_amx_set() (tests, benchmarks)
  * may only lower it. A kernel using tiles loads its own configuration
- * (_tile_loadconfig with a kvi_amx_cfg) on the calling thread and releases the
+ * (_tile_loadconfig with a amx_tile_cfg) on the calling thread and releases the
  * tiles (_tile_release) before it returns, so no tile state outlives a call.
  */
 #ifndef KVI_AMX_H
@@ -37,14 +37,14 @@ const cpu_feature_set *cpu_features(void);
 
 
 /* 1 when the AMX kernels may run (see above), else 0. */
-int kvi_amx_available(void);
+int cpu_amx_available(void);
 
 /* Tests and benchmarks: on = 0 turns the AMX kernels off for the rest of the
- * process (or until kvi_amx_set(1)); on = 1 turns them back on only where
- * kvi_amx_available() found them usable. */
-void kvi_amx_set(int on);
+ * process (or until cpu_amx_set(1)); on = 1 turns them back on only where
+ * cpu_amx_available() found them usable. */
+void cpu_amx_set(int on);
 
 /* 1 when the AMX kernels are on now (available and not turned off). */
-int kvi_amx_on(void);
+int cpu_amx_on(void);
 
 #endif

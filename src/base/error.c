@@ -4,7 +4,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-int kvi_err_set(kvi_error *err, int code, const char *fmt, ...)
+int err_set(kvi_error *err, int code, const char *fmt, ...)
 {
     if (err) {
         va_list ap;

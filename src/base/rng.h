@@ -11,12 +11,12 @@
 
 #include <stdint.h>
 
-typedef struct kvi_rng {
+typedef struct rng_state {
     uint64_t s[4]; /* xoshiro256** state */
-} kvi_rng;
+} rng_state;
 
 /* One step of splitmix64: advances *x and returns a well-mixed 64-bit value. */
-static inline uint64_t kvi_splitmix64(uint64_t *x)
+static inline uint64_t rng_splitmix64(uint64_t *x)
 {
     uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -24,33 +24,33 @@ static inline uint64_t kvi_splitmix64(uint64_t *x)
     return z ^ (z >> 31);
 }
 
-static inline void kvi_rng_seed(kvi_rng *r, uint64_t seed)
+static inline void rng_seed(rng_state *r, uint64_t seed)
 {
     uint64_t x = seed;
-    for (int i = 0; i < 4; i++) r->s[i] = kvi_splitmix64(&x);
+    for (int i = 0; i < 4; i++) r->s[i] = rng_splitmix64(&x);
     if ((r->s[0] | r->s[1] | r->s[2] | r->s[3]) == 0) r->s[0] = 1;
 }
 
-static inline uint64_t kvi_rotl64(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+static inline uint64_t rng_rotl64(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
-static inline uint64_t kvi_rng_next(kvi_rng *r)
+static inline uint64_t rng_next(rng_state *r)
 {
     uint64_t *s = r->s;
-    const uint64_t result = kvi_rotl64(s[1] * 5, 7) * 9;
+    const uint64_t result = rng_rotl64(s[1] * 5, 7) * 9;
     const uint64_t t = s[1] << 17;
     s[2] ^= s[0];
     s[3] ^= s[1];
     s[1] ^= s[2];
     s[0] ^= s[3];
     s[2] ^= t;
-    s[3] = kvi_rotl64(s[3], 45);
+    s[3] = rng_rotl64(s[3], 45);
     return result;
 }
 
 /* Uniform double in [0, 1) from the top 53 bits. */
-static inline double kvi_rng_uniform(kvi_rng *r)
+static inline double rng_uniform(rng_state *r)
 {
-    return (double)(kvi_rng_next(r) >> 11) * (1.0 / 9007199254740992.0);
+    return (double)(rng_next(r) >> 11) * (1.0 / 9007199254740992.0);
 }
 
 #endif

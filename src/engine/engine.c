@@ -133,7 +133,7 @@ kvi_engine *kvi_engine_create(kvi_model *m, const kvi_engine_params *params, kvi
     if (params) p = *params;
     else kvi_engine_params_default(&p);
     if (!m || !m->has_weights) {
-        kvi_err_set(err, KVI_E_INVALID, "engine: the model has no weights (vocabulary-only file?)");
+        err_set(err, KVI_E_INVALID, "engine: the model has no weights (vocabulary-only file?)");
         return NULL;
     }
     if (p.n_ctx <= 0) p.n_ctx = m->n_ctx_train > 0 ? m->n_ctx_train : 2048;
@@ -143,30 +143,30 @@ kvi_engine *kvi_engine_create(kvi_model *m, const kvi_engine_params *params, kvi
     if (p.n_threads <= 0) p.n_threads = tpool_n_cores();
     if (p.kv_block_size > 4096 || p.n_ctx > (1 << 24) || p.n_seq_max > (1 << 16) ||
         p.n_batch_max > (1 << 20) || p.n_threads > 1024) {
-        kvi_err_set(err, KVI_E_INVALID,
+        err_set(err, KVI_E_INVALID,
                     "engine: parameter out of range (ctx %d, block %d, seqs %d, batch %d, threads %d)",
                     p.n_ctx, p.kv_block_size, p.n_seq_max, p.n_batch_max, p.n_threads);
         return NULL;
     }
     if (!kv_layout_type_ok(p.kv_type_k)) {
-        kvi_err_set(err, KVI_E_UNSUPPORTED,
+        err_set(err, KVI_E_UNSUPPORTED,
                     "engine: KV key type %s is not supported (f32, f16, q8_0, q4_0, q4)",
                     kvi_type_name(p.kv_type_k) ? kvi_type_name(p.kv_type_k) : "?");
         return NULL;
     }
     const kv_policy *policy = kv_policy_find(p.ctx_policy);
     if (!policy) {
-        kvi_err_set(err, KVI_E_INVALID, "engine: unknown context policy '%s' (%s)", p.ctx_policy,
+        err_set(err, KVI_E_INVALID, "engine: unknown context policy '%s' (%s)", p.ctx_policy,
                     kv_policy_names());
         return NULL;
     }
     if (p.n_keep < 0 || p.n_sink < 0 || p.n_window < 0) {
-        kvi_err_set(err, KVI_E_INVALID, "engine: negative keep/sink/window (%d, %d, %d)", p.n_keep,
+        err_set(err, KVI_E_INVALID, "engine: negative keep/sink/window (%d, %d, %d)", p.n_keep,
                     p.n_sink, p.n_window);
         return NULL;
     }
     if (!kv_layout_type_ok(p.kv_type_v)) {
-        kvi_err_set(err, KVI_E_UNSUPPORTED,
+        err_set(err, KVI_E_UNSUPPORTED,
                     "engine: KV value type %s is not supported (f32, f16, q8_0, q4_0, q4)",
                     kvi_type_name(p.kv_type_v) ? kvi_type_name(p.kv_type_v) : "?");
         return NULL;
@@ -174,7 +174,7 @@ kvi_engine *kvi_engine_create(kvi_model *m, const kvi_engine_params *params, kvi
 
     kvi_engine *e = calloc(1, sizeof *e);
     if (!e) {
-        kvi_err_set(err, KVI_E_NOMEM, "engine: out of memory");
+        err_set(err, KVI_E_NOMEM, "engine: out of memory");
         return NULL;
     }
     e->m = m;
@@ -198,7 +198,7 @@ kvi_engine *kvi_engine_create(kvi_model *m, const kvi_engine_params *params, kvi
     e->out_rows = malloc((size_t)p.n_batch_max * sizeof *e->out_rows);
     e->keep = malloc((size_t)p.n_ctx * sizeof *e->keep);
     if (!e->pool || !e->slots || !e->tables || !e->out_rows || !e->keep) {
-        kvi_err_set(err, KVI_E_NOMEM, "engine: out of memory");
+        err_set(err, KVI_E_NOMEM, "engine: out of memory");
         goto fail;
     }
     e->fwd = fwd_create(m, p.n_batch_max, p.fwd_chunk, tpool_size(e->pool), p.kv_block_size, err);
@@ -284,12 +284,12 @@ int32_t kvi_seq_reuse_prefix(kvi_seq *s, const int32_t *tokens, int32_t n)
 
 int32_t kvi_seq_make_room(kvi_seq *s, int32_t n_needed, kvi_error *err)
 {
-    if (!s || n_needed < 0) return kvi_err_set(err, KVI_E_INVALID, "make_room: bad arguments");
+    if (!s || n_needed < 0) return err_set(err, KVI_E_INVALID, "make_room: bad arguments");
     kvi_engine *e = s->e;
     const int32_t n_pos = s->table.n_pos;
     if ((int64_t)n_pos + n_needed <= e->p.n_ctx) return n_pos;
     if (n_needed > e->p.n_ctx)
-        return kvi_err_set(err, KVI_E_CONTEXT_FULL,
+        return err_set(err, KVI_E_CONTEXT_FULL,
                            "context_length_exceeded: %d positions needed, the context holds %d",
                            n_needed, e->p.n_ctx);
     const int32_t n_keep = e->policy->select(&e->pp, n_pos, n_needed, s->recv, e->keep, err);
@@ -366,13 +366,13 @@ static int grow_logits(kvi_engine *e, int32_t n_out, int32_t n_rows, kvi_error *
 {
     if (n_out > e->logits_cap) {
         float *nl = realloc(e->logits, (size_t)n_out * e->m->n_vocab * sizeof(float));
-        if (!nl) return kvi_err_set(err, KVI_E_NOMEM, "engine: cannot allocate logits for %d rows", n_out);
+        if (!nl) return err_set(err, KVI_E_NOMEM, "engine: cannot allocate logits for %d rows", n_out);
         e->logits = nl;
         e->logits_cap = n_out;
     }
     if (n_rows > e->row_logit_cap) {
         int32_t *nr = realloc(e->row_logit, (size_t)n_rows * sizeof *nr);
-        if (!nr) return kvi_err_set(err, KVI_E_NOMEM, "engine: out of memory");
+        if (!nr) return err_set(err, KVI_E_NOMEM, "engine: out of memory");
         e->row_logit = nr;
         e->row_logit_cap = n_rows;
     }
@@ -386,26 +386,26 @@ static int step_validate(kvi_engine *e, const kvi_batch *b, uint64_t stamp, int3
 {
     for (int32_t i = 0; i < b->n; i++) {
         kvi_seq *s = b->seq[i];
-        if (s->e != e) return kvi_err_set(err, KVI_E_BAD_BATCH, "step: row %d: sequence of another engine", i);
+        if (s->e != e) return err_set(err, KVI_E_BAD_BATCH, "step: row %d: sequence of another engine", i);
         if (b->token[i] < 0 || b->token[i] >= e->m->n_vocab)
-            return kvi_err_set(err, KVI_E_BAD_BATCH, "step: row %d: token id %d out of range [0, %d)", i,
+            return err_set(err, KVI_E_BAD_BATCH, "step: row %d: token id %d out of range [0, %d)", i,
                                b->token[i], e->m->n_vocab);
-        if (b->pos[i] < 0) return kvi_err_set(err, KVI_E_BAD_BATCH, "step: row %d: negative position", i);
+        if (b->pos[i] < 0) return err_set(err, KVI_E_BAD_BATCH, "step: row %d: negative position", i);
         if (b->pos[i] >= e->p.n_ctx)
-            return kvi_err_set(err, KVI_E_CONTEXT_FULL,
+            return err_set(err, KVI_E_CONTEXT_FULL,
                                "context_length_exceeded: step: row %d: position %d is past the "
                                "context size %d", i, b->pos[i],
                                e->p.n_ctx);
         if (s->step_stamp != stamp) {
             if (b->pos[i] > s->table.n_pos)
-                return kvi_err_set(err, KVI_E_BAD_BATCH,
+                return err_set(err, KVI_E_BAD_BATCH,
                                    "step: row %d: position %d leaves a gap (sequence holds %d positions)",
                                    i, b->pos[i], s->table.n_pos);
             s->step_stamp = stamp;
             s->step_first = b->pos[i];
             s->step_rows = 0;
         } else if (b->pos[i] != s->step_last + 1) {
-            return kvi_err_set(err, KVI_E_BAD_BATCH,
+            return err_set(err, KVI_E_BAD_BATCH,
                                "step: row %d: position %d does not follow %d of the same sequence", i,
                                b->pos[i], s->step_last);
         }
@@ -424,10 +424,10 @@ static int step_validate(kvi_engine *e, const kvi_batch *b, uint64_t stamp, int3
 static int step_reserve(kvi_engine *e, const kvi_batch *b, kvi_error *err)
 {
     if (kv_txn_begin(&e->txn, &e->kv, b->n, b->n) != 0)
-        return kvi_err_set(err, KVI_E_NOMEM, "engine: out of memory");
+        return err_set(err, KVI_E_NOMEM, "engine: out of memory");
     if (e->recv_cap < b->n) {
         float **nr = realloc(e->recv_rows, (size_t)b->n * sizeof *nr);
-        if (!nr) return kvi_err_set(err, KVI_E_NOMEM, "engine: out of memory");
+        if (!nr) return err_set(err, KVI_E_NOMEM, "engine: out of memory");
         e->recv_rows = nr;
         e->recv_cap = b->n;
     }
@@ -515,7 +515,7 @@ int kvi_step(kvi_engine *e, kvi_batch *b, kvi_error *err)
 {
     const double t0 = kvi_time_ms();
     e->n_rows_last = 0;
-    if (!b || b->n == 0) return kvi_err_set(err, KVI_E_BAD_BATCH, "step: empty batch");
+    if (!b || b->n == 0) return err_set(err, KVI_E_BAD_BATCH, "step: empty batch");
     const uint64_t stamp = ++e->stamp;
     int32_t n_out = 0;
     int rc = step_validate(e, b, stamp, &n_out, err);
@@ -527,7 +527,7 @@ int kvi_step(kvi_engine *e, kvi_batch *b, kvi_error *err)
     rc = step_run(e, b);
     if (rc) {
         step_abandon(e, b);
-        return kvi_err_set(err, rc, "step: the forward pass failed (%s)", kvi_strerror(rc));
+        return err_set(err, rc, "step: the forward pass failed (%s)", kvi_strerror(rc));
     }
     step_commit(e, b);
     e->n_rows_last = b->n;

@@ -41,7 +41,7 @@ static uint64_t hparams_sum(const kvi_model *m)
 
 int kvi_seq_save(const kvi_seq *s, const char *path, kvi_error *err)
 {
-    if (!s || !path) return kvi_err_set(err, KVI_E_INVALID, "session: no sequence or path");
+    if (!s || !path) return err_set(err, KVI_E_INVALID, "session: no sequence or path");
     kvi_engine *e = engine_seq_engine(s);
     const kv_pool *p = engine_kv_pool(e);
     const kv_table *t = engine_seq_table((kvi_seq *)s);
@@ -49,7 +49,7 @@ int kvi_seq_save(const kvi_seq *s, const char *path, kvi_error *err)
     kv_sess_encode(p, t, hparams_sum(kvi_engine_model(e)), h);
 
     FILE *f = fopen(path, "wb");
-    if (!f) return kvi_err_set(err, KVI_E_IO, "session: cannot create %s: %s", path, strerror(errno));
+    if (!f) return err_set(err, KVI_E_IO, "session: cannot create %s: %s", path, strerror(errno));
     uint64_t sum = KV_SESS_FNV0;
     bool ok = kv_sess_write(f, h, sizeof h, &sum);
     uint8_t tb[4];
@@ -62,7 +62,7 @@ int kvi_seq_save(const kvi_seq *s, const char *path, kvi_error *err)
     kv_sess_put_u64(tail, sum);
     ok = ok && fwrite(tail, 1, 8, f) == 8;
     if (fclose(f) != 0) ok = false;
-    if (!ok) return kvi_err_set(err, KVI_E_IO, "session: cannot write %s", path);
+    if (!ok) return err_set(err, KVI_E_IO, "session: cannot write %s", path);
     return 0;
 }
 
@@ -71,11 +71,11 @@ static int load_header(FILE *f, const char *path, kvi_engine *e, kv_sess_info *i
                        kvi_error *err)
 {
     uint8_t h[KV_SESS_HEADER];
-    if (fseek(f, 0, SEEK_END) != 0) return kvi_err_set(err, KVI_E_IO, "session: cannot seek in %s", path);
+    if (fseek(f, 0, SEEK_END) != 0) return err_set(err, KVI_E_IO, "session: cannot seek in %s", path);
     const long fsize = ftell(f);
     rewind(f);
     if (fsize < 0 || !kv_sess_read(f, h, sizeof h, sum))
-        return kvi_err_set(err, KVI_E_FORMAT, "session: %s is truncated (no %d-byte header)", path,
+        return err_set(err, KVI_E_FORMAT, "session: %s is truncated (no %d-byte header)", path,
                            KV_SESS_HEADER);
     const kv_sess_expect x = {.p = engine_kv_pool(e), .model_sum = hparams_sum(kvi_engine_model(e)),
                               .n_ctx = kvi_engine_n_ctx(e)};
@@ -89,10 +89,10 @@ static int load_tokens(FILE *f, const char *path, const kvi_model *m, int32_t n_
     for (int32_t i = 0; i < n_pos; i++) {
         uint8_t tb[4];
         if (!kv_sess_read(f, tb, 4, sum))
-            return kvi_err_set(err, KVI_E_FORMAT, "session: %s is truncated in its tokens", path);
+            return err_set(err, KVI_E_FORMAT, "session: %s is truncated in its tokens", path);
         tokens[i] = (int32_t)kv_sess_get_u32(tb);
         if (tokens[i] < 0 || tokens[i] >= m->n_vocab)
-            return kvi_err_set(err, KVI_E_FORMAT,
+            return err_set(err, KVI_E_FORMAT,
                                "session: %s: token %d at position %d is outside the vocabulary", path, tokens[i],
                                i);
     }
@@ -104,21 +104,21 @@ static int load_checksum(FILE *f, const char *path, uint64_t sum, kvi_error *err
 {
     uint8_t tail[8];
     if (fread(tail, 1, 8, f) != 8 || kv_sess_get_u64(tail) != sum)
-        return kvi_err_set(err, KVI_E_FORMAT, "session: %s: checksum mismatch (corrupted file)", path);
+        return err_set(err, KVI_E_FORMAT, "session: %s: checksum mismatch (corrupted file)", path);
     return 0;
 }
 
 int kvi_seq_load(kvi_seq *s, const char *path, bool *shifted, kvi_error *err)
 {
-    if (!s || !path) return kvi_err_set(err, KVI_E_INVALID, "session: no sequence or path");
+    if (!s || !path) return err_set(err, KVI_E_INVALID, "session: no sequence or path");
     kvi_engine *e = engine_seq_engine(s);
     kv_pool *p = engine_kv_pool(e);
     kv_table *t = engine_seq_table(s);
     if (t->n_pos != 0 || t->n_blocks != 0)
-        return kvi_err_set(err, KVI_E_INVALID, "session: the sequence to restore into is not empty");
+        return err_set(err, KVI_E_INVALID, "session: the sequence to restore into is not empty");
 
     FILE *f = fopen(path, "rb");
-    if (!f) return kvi_err_set(err, KVI_E_IO, "session: cannot open %s: %s", path, strerror(errno));
+    if (!f) return err_set(err, KVI_E_IO, "session: cannot open %s: %s", path, strerror(errno));
     int32_t *tokens = NULL;   /* [n_pos] */
     uint8_t *blk = NULL;      /* [kv_sess_scratch_bytes] one block or the tail being checked */
     uint64_t sum = KV_SESS_FNV0;
@@ -127,7 +127,7 @@ int kvi_seq_load(kvi_seq *s, const char *path, bool *shifted, kvi_error *err)
     if (rc == 0) {
         tokens = malloc(((size_t)in.n_pos + 1) * sizeof *tokens);
         blk = malloc(kv_sess_scratch_bytes(p));
-        if (!tokens || !blk) rc = kvi_err_set(err, KVI_E_NOMEM, "session: out of memory");
+        if (!tokens || !blk) rc = err_set(err, KVI_E_NOMEM, "session: out of memory");
     }
     if (rc == 0) rc = load_tokens(f, path, kvi_engine_model(e), in.n_pos, tokens, &sum, err);
     /* checksum pass over the blocks before anything is taken from the pool */

@@ -185,7 +185,7 @@ static size_t cur_left(const cursor *c) { return c->size - c->pos; }
 static int cur_need(cursor *c, size_t n, const char *what)
 {
     if (cur_left(c) < n)
-        return kvi_err_set(c->err, KVI_E_FORMAT,
+        return err_set(c->err, KVI_E_FORMAT,
                            "gguf: %s: %s at offset %zu needs %zu bytes, only %zu left (truncated file?)",
                            c->file, what, c->pos, n, cur_left(c));
     return 0;
@@ -218,7 +218,7 @@ static int cur_str(cursor *c, const uint8_t **s, size_t *len, const char *what)
     int rc = cur_u64(c, &n, what);
     if (rc) return rc;
     if (n > cur_left(c))
-        return kvi_err_set(c->err, KVI_E_FORMAT,
+        return err_set(c->err, KVI_E_FORMAT,
                            "gguf: %s: %s at offset %zu: length %llu exceeds the %zu bytes left",
                            c->file, what, c->pos - 8, (unsigned long long)n, cur_left(c));
     *s = c->buf + c->pos;
@@ -244,13 +244,13 @@ static int cur_name(cursor *c, char **out, size_t *out_len, const char *what, in
     int rc = cur_str(c, &s, &n, what);
     if (rc) return rc;
     if (n == 0)
-        return kvi_err_set(c->err, KVI_E_FORMAT, "gguf: %s: %s #%lld is empty", c->file, what,
+        return err_set(c->err, KVI_E_FORMAT, "gguf: %s: %s #%lld is empty", c->file, what,
                            (long long)idx);
     if (memchr(s, 0, n))
-        return kvi_err_set(c->err, KVI_E_FORMAT, "gguf: %s: %s #%lld contains a NUL byte", c->file,
+        return err_set(c->err, KVI_E_FORMAT, "gguf: %s: %s #%lld contains a NUL byte", c->file,
                            what, (long long)idx);
     *out = dup_bytes(s, n);
-    if (!*out) return kvi_err_set(c->err, KVI_E_NOMEM, "gguf: %s: out of memory", c->file);
+    if (!*out) return err_set(c->err, KVI_E_NOMEM, "gguf: %s: out of memory", c->file);
     *out_len = n;
     return 0;
 }
@@ -264,10 +264,10 @@ static int parse_array(cursor *c, gguf_kv *kv)
     int rc = cur_u32(c, &elem, "array element type");
     if (rc) return rc;
     if (elem == GGUF_T_ARRAY)
-        return kvi_err_set(c->err, KVI_E_FORMAT, "gguf: %s: key '%s': nested arrays are not supported",
+        return err_set(c->err, KVI_E_FORMAT, "gguf: %s: key '%s': nested arrays are not supported",
                            c->file, kv->key);
     if (elem >= GGUF_T_COUNT)
-        return kvi_err_set(c->err, KVI_E_FORMAT, "gguf: %s: key '%s': unknown array element type %u",
+        return err_set(c->err, KVI_E_FORMAT, "gguf: %s: key '%s': unknown array element type %u",
                            c->file, kv->key, elem);
     if ((rc = cur_u64(c, &n, "array count"))) return rc;
     kv->elem = (gguf_vtype)elem;
@@ -276,7 +276,7 @@ static int parse_array(cursor *c, gguf_kv *kv)
     if (elem != GGUF_T_STRING) {
         size_t es = vtype_size(elem);
         if (n > cur_left(c) / es)
-            return kvi_err_set(c->err, KVI_E_FORMAT,
+            return err_set(c->err, KVI_E_FORMAT,
                                "gguf: %s: key '%s': array of %llu %s elements exceeds the %zu bytes left",
                                c->file, kv->key, (unsigned long long)n, vtype_name(elem), cur_left(c));
         c->pos += (size_t)n * es;
@@ -284,19 +284,19 @@ static int parse_array(cursor *c, gguf_kv *kv)
     }
     /* Each string takes at least its 8-byte length: bound the table by the bytes left. */
     if (n > cur_left(c) / 8)
-        return kvi_err_set(c->err, KVI_E_FORMAT,
+        return err_set(c->err, KVI_E_FORMAT,
                            "gguf: %s: key '%s': array of %llu strings exceeds the %zu bytes left",
                            c->file, kv->key, (unsigned long long)n, cur_left(c));
     if (n) {
         kv->str_off = malloc((size_t)n * sizeof *kv->str_off);
-        if (!kv->str_off) return kvi_err_set(c->err, KVI_E_NOMEM, "gguf: %s: out of memory", c->file);
+        if (!kv->str_off) return err_set(c->err, KVI_E_NOMEM, "gguf: %s: out of memory", c->file);
     }
     size_t base = c->pos;
     for (uint64_t i = 0; i < n; i++) {
         kv->str_off[i] = c->pos - base;
         uint64_t len = cur_left(c) >= 8 ? rd_u64(c->buf + c->pos) : 0;
         if (cur_left(c) < 8 || len > cur_left(c) - 8)
-            return kvi_err_set(c->err, KVI_E_FORMAT,
+            return err_set(c->err, KVI_E_FORMAT,
                                "gguf: %s: key '%s': string #%llu at offset %zu: %s (%zu bytes left)",
                                c->file, kv->key, (unsigned long long)i, c->pos,
                                cur_left(c) < 8 ? "length truncated" : "length past end of file",
@@ -312,12 +312,12 @@ static int parse_kv(cursor *c, gguf_ctx *g, int64_t i)
     int rc = cur_name(c, &kv->key, &kv->key_len, "key", i);
     if (rc) return rc;
     if (kv->key_len > GGUF_MAX_KEY_LEN)
-        return kvi_err_set(c->err, KVI_E_FORMAT, "gguf: %s: key #%lld is %zu bytes long (max %d)",
+        return err_set(c->err, KVI_E_FORMAT, "gguf: %s: key #%lld is %zu bytes long (max %d)",
                            c->file, (long long)i, kv->key_len, GGUF_MAX_KEY_LEN);
     uint32_t type;
     if ((rc = cur_u32(c, &type, "value type"))) return rc;
     if (type >= GGUF_T_COUNT)
-        return kvi_err_set(c->err, KVI_E_FORMAT, "gguf: %s: key '%s': unknown value type %u", c->file,
+        return err_set(c->err, KVI_E_FORMAT, "gguf: %s: key '%s': unknown value type %u", c->file,
                            kv->key, type);
     kv->type = kv->elem = (gguf_vtype)type;
     kv->n = 1;
@@ -329,7 +329,7 @@ static int parse_kv(cursor *c, gguf_ctx *g, int64_t i)
         if ((rc = cur_str(c, &s, &kv->str_len, "string value"))) return rc;
         kv->val = s;
         kv->str = dup_bytes(s, kv->str_len);
-        if (!kv->str) return kvi_err_set(c->err, KVI_E_NOMEM, "gguf: %s: out of memory", c->file);
+        if (!kv->str) return err_set(c->err, KVI_E_NOMEM, "gguf: %s: out of memory", c->file);
     } else {
         size_t es = vtype_size(type);
         char what[96];
@@ -342,7 +342,7 @@ static int parse_kv(cursor *c, gguf_ctx *g, int64_t i)
 
     int64_t *slot = index_slot(&g->kv_index, g, kv_name_at, kv->key, kv->key_len);
     if (*slot >= 0)
-        return kvi_err_set(c->err, KVI_E_FORMAT, "gguf: %s: duplicate key '%s' (entries %lld and %lld)",
+        return err_set(c->err, KVI_E_FORMAT, "gguf: %s: duplicate key '%s' (entries %lld and %lld)",
                            c->file, kv->key, (long long)*slot, (long long)i);
     *slot = i;
     return 0;
@@ -360,7 +360,7 @@ static int parse_tensor_info(cursor *c, gguf_ctx *g, int64_t i, uint32_t *type_o
     uint32_t n_dims;
     if ((rc = cur_u32(c, &n_dims, "tensor n_dims"))) return rc;
     if (n_dims > GGUF_MAX_DIMS)
-        return kvi_err_set(c->err, KVI_E_FORMAT, "gguf: %s: tensor '%s': n_dims %u (max %d)", c->file,
+        return err_set(c->err, KVI_E_FORMAT, "gguf: %s: tensor '%s': n_dims %u (max %d)", c->file,
                            t->name, n_dims, GGUF_MAX_DIMS);
     t->n_dims = n_dims;
     for (int d = 0; d < GGUF_MAX_DIMS; d++) t->ne[d] = 1;
@@ -368,7 +368,7 @@ static int parse_tensor_info(cursor *c, gguf_ctx *g, int64_t i, uint32_t *type_o
         uint64_t ne;
         if ((rc = cur_u64(c, &ne, "tensor dimension"))) return rc;
         if (ne > (uint64_t)INT64_MAX)
-            return kvi_err_set(c->err, KVI_E_FORMAT, "gguf: %s: tensor '%s': ne[%u] = %lld is negative",
+            return err_set(c->err, KVI_E_FORMAT, "gguf: %s: tensor '%s': ne[%u] = %lld is negative",
                                c->file, t->name, d, (long long)ne);
         t->ne[d] = (int64_t)ne;
     }
@@ -377,7 +377,7 @@ static int parse_tensor_info(cursor *c, gguf_ctx *g, int64_t i, uint32_t *type_o
 
     int64_t *slot = index_slot(&g->tensor_index, g, tensor_name_at, t->name, len);
     if (*slot >= 0)
-        return kvi_err_set(c->err, KVI_E_FORMAT, "gguf: %s: duplicate tensor '%s' (tensors %lld and %lld)",
+        return err_set(c->err, KVI_E_FORMAT, "gguf: %s: duplicate tensor '%s' (tensors %lld and %lld)",
                            c->file, t->name, (long long)*slot, (long long)i);
     *slot = i;
     return 0;
@@ -387,44 +387,44 @@ static int parse_tensor_info(cursor *c, gguf_ctx *g, int64_t i, uint32_t *type_o
 static int check_tensor(cursor *c, gguf_ctx *g, int64_t i, uint32_t type, size_t avail)
 {
     gguf_tensor *t = &g->tensors[i];
-    if (type >= KVI_TYPE_COUNT || !kvi_type_is_known((kvi_type)type))
-        return kvi_err_set(c->err, KVI_E_FORMAT, "gguf: %s: tensor '%s': unknown type %u", c->file,
+    if (type >= KVI_TYPE_COUNT || !quant_type_known((kvi_type)type))
+        return err_set(c->err, KVI_E_FORMAT, "gguf: %s: tensor '%s': unknown type %u", c->file,
                            t->name, type);
     t->type = (kvi_type)type;
-    int64_t be = kvi_type_block_elems(t->type);
-    size_t bb = kvi_type_block_bytes(t->type);
+    int64_t be = quant_block_elems(t->type);
+    size_t bb = quant_block_bytes(t->type);
     if (be <= 0 || bb == 0)
-        return kvi_err_set(c->err, KVI_E_FORMAT, "gguf: %s: tensor '%s': type %u has no block size",
+        return err_set(c->err, KVI_E_FORMAT, "gguf: %s: tensor '%s': type %u has no block size",
                            c->file, t->name, type);
     /* The element count must fit int64_t; the rows' product is checked step by step. */
     uint64_t nel = 1;
     for (int d = 0; d < GGUF_MAX_DIMS; d++) {
         uint64_t ne = (uint64_t)t->ne[d];
         if (ne != 0 && nel > (uint64_t)INT64_MAX / ne)
-            return kvi_err_set(c->err, KVI_E_FORMAT,
+            return err_set(c->err, KVI_E_FORMAT,
                                "gguf: %s: tensor '%s': element count overflows (ne = %lld x %lld x %lld x %lld)",
                                c->file, t->name, (long long)t->ne[0], (long long)t->ne[1],
                                (long long)t->ne[2], (long long)t->ne[3]);
         nel *= ne;
     }
     if (t->ne[0] % be != 0)
-        return kvi_err_set(c->err, KVI_E_FORMAT,
+        return err_set(c->err, KVI_E_FORMAT,
                            "gguf: %s: tensor '%s': ne[0] = %lld is not a multiple of the block size %lld",
                            c->file, t->name, (long long)t->ne[0], (long long)be);
     /* nel fits int64_t, so nel / be * bb overflows only if bb is large: check against SIZE_MAX. */
     uint64_t blocks = nel / (uint64_t)be;
     if (blocks != 0 && bb > SIZE_MAX / blocks)
-        return kvi_err_set(c->err, KVI_E_FORMAT, "gguf: %s: tensor '%s': byte size overflows", c->file,
+        return err_set(c->err, KVI_E_FORMAT, "gguf: %s: tensor '%s': byte size overflows", c->file,
                            t->name);
     t->nbytes = (size_t)blocks * bb;
     if (t->offset % g->alignment != 0)
-        return kvi_err_set(c->err, KVI_E_FORMAT,
+        return err_set(c->err, KVI_E_FORMAT,
                            "gguf: %s: tensor '%s': offset %llu is not a multiple of the alignment %zu",
                            c->file, t->name, (unsigned long long)t->offset, g->alignment);
     if (t->offset > avail || t->nbytes > avail - t->offset) {
         unsigned long long end = t->offset + (unsigned long long)t->nbytes;
         if (end < t->offset) end = ULLONG_MAX;
-        return kvi_err_set(c->err, KVI_E_FORMAT,
+        return err_set(c->err, KVI_E_FORMAT,
                            "gguf: %s: tensor '%s': data [%llu..%llu) past end of file (data section %zu bytes at %zu, file size %zu)",
                            c->file, t->name, (unsigned long long)t->offset, end, avail, g->data_off,
                            g->size);
@@ -446,7 +446,7 @@ static int check_overlaps(cursor *c, gguf_ctx *g)
 {
     if (g->n_tensors < 2) return 0;
     span *s = malloc((size_t)g->n_tensors * sizeof *s);
-    if (!s) return kvi_err_set(c->err, KVI_E_NOMEM, "gguf: %s: out of memory", c->file);
+    if (!s) return err_set(c->err, KVI_E_NOMEM, "gguf: %s: out of memory", c->file);
     size_t n = 0;
     for (int64_t i = 0; i < g->n_tensors; i++) {
         if (g->tensors[i].nbytes == 0) continue;   /* an empty tensor occupies nothing */
@@ -459,7 +459,7 @@ static int check_overlaps(cursor *c, gguf_ctx *g)
     int rc = 0;
     for (size_t k = 1; k < n; k++) {
         if (s[k - 1].off + s[k - 1].nbytes > s[k].off) {   /* both lie inside the file: no overflow */
-            rc = kvi_err_set(c->err, KVI_E_FORMAT,
+            rc = err_set(c->err, KVI_E_FORMAT,
                              "gguf: %s: tensors '%s' [%llu..%llu) and '%s' [%llu..) overlap", c->file,
                              g->tensors[s[k - 1].idx].name, (unsigned long long)s[k - 1].off,
                              (unsigned long long)(s[k - 1].off + s[k - 1].nbytes),
@@ -480,11 +480,11 @@ static int read_alignment(cursor *c, gguf_ctx *g)
     if (i < 0) return 0;
     const gguf_kv *kv = &g->kv[i];
     if (kv->type != GGUF_T_UINT32)
-        return kvi_err_set(c->err, KVI_E_FORMAT, "gguf: %s: general.alignment has type %s (must be u32)",
+        return err_set(c->err, KVI_E_FORMAT, "gguf: %s: general.alignment has type %s (must be u32)",
                            c->file, vtype_name(kv->type));
     uint32_t a = rd_u32(kv->val);
     if (a == 0 || (a & (a - 1)) != 0)
-        return kvi_err_set(c->err, KVI_E_FORMAT,
+        return err_set(c->err, KVI_E_FORMAT,
                            "gguf: %s: general.alignment = %u is not a nonzero power of two", c->file, a);
     g->alignment = a;
     return 0;
@@ -496,14 +496,14 @@ static int parse(gguf_ctx *g, const char *file, kvi_error *err)
     int rc = cur_need(&c, 4 + 4 + 8 + 8, "header");
     if (rc) return rc;
     if (memcmp(g->buf, "GGUF", 4) != 0)
-        return kvi_err_set(err, KVI_E_FORMAT, "gguf: %s: bad magic (not a GGUF file)", file);
+        return err_set(err, KVI_E_FORMAT, "gguf: %s: bad magic (not a GGUF file)", file);
     c.pos = 4;
     cur_u32(&c, &g->version, "version");
     if (g->version == 1)
-        return kvi_err_set(err, KVI_E_FORMAT, "gguf: %s: GGUF version 1 is not supported (only 2 and 3)",
+        return err_set(err, KVI_E_FORMAT, "gguf: %s: GGUF version 1 is not supported (only 2 and 3)",
                            file);
     if (g->version != 2 && g->version != 3)
-        return kvi_err_set(err, KVI_E_FORMAT,
+        return err_set(err, KVI_E_FORMAT,
                            "gguf: %s: GGUF version %u is not supported (only 2 and 3%s)", file, g->version,
                            (g->version & 0xFFFF) == 0 ? "; a big-endian file?" : "");
     uint64_t n_tensors, n_kv;
@@ -512,16 +512,16 @@ static int parse(gguf_ctx *g, const char *file, kvi_error *err)
     /* The smallest kv is 8 (key length) + 1 (key) + 4 (type) + 1 (a u8 value) bytes;
      * the smallest tensor info 8 + 1 + 4 (n_dims 0) + 4 (type) + 8 (offset). */
     if (n_kv > cur_left(&c) / 14)
-        return kvi_err_set(err, KVI_E_FORMAT, "gguf: %s: n_kv = %llu does not fit the %zu bytes left",
+        return err_set(err, KVI_E_FORMAT, "gguf: %s: n_kv = %llu does not fit the %zu bytes left",
                            file, (unsigned long long)n_kv, cur_left(&c));
     if (n_tensors > cur_left(&c) / 25)
-        return kvi_err_set(err, KVI_E_FORMAT,
+        return err_set(err, KVI_E_FORMAT,
                            "gguf: %s: n_tensors = %llu does not fit the %zu bytes left", file,
                            (unsigned long long)n_tensors, cur_left(&c));
 
     g->kv = calloc((size_t)n_kv + 1, sizeof *g->kv);
     if (!g->kv || index_init(&g->kv_index, (size_t)n_kv))
-        return kvi_err_set(err, KVI_E_NOMEM, "gguf: %s: out of memory", file);
+        return err_set(err, KVI_E_NOMEM, "gguf: %s: out of memory", file);
     for (uint64_t i = 0; i < n_kv; i++) {
         g->n_kv = (int64_t)i + 1;   /* entry i is freed by gguf_close even if half-parsed */
         if ((rc = parse_kv(&c, g, (int64_t)i))) return rc;
@@ -533,7 +533,7 @@ static int parse(gguf_ctx *g, const char *file, kvi_error *err)
     uint32_t *types = malloc(((size_t)n_tensors + 1) * sizeof *types);
     if (!g->tensors || !g->tensor_names || !types || index_init(&g->tensor_index, (size_t)n_tensors)) {
         free(types);
-        return kvi_err_set(err, KVI_E_NOMEM, "gguf: %s: out of memory", file);
+        return err_set(err, KVI_E_NOMEM, "gguf: %s: out of memory", file);
     }
     for (uint64_t i = 0; i < n_tensors && rc == 0; i++) {
         g->n_tensors = (int64_t)i + 1;
@@ -553,7 +553,7 @@ static int parse(gguf_ctx *g, const char *file, kvi_error *err)
     for (int64_t i = 0; i < g->n_tensors && rc == 0; i++) {
         rc = check_tensor(&c, g, i, types[i], avail);
         if (rc == 0 && !data_start_ok && g->tensors[i].nbytes > 0)
-            rc = kvi_err_set(err, KVI_E_FORMAT,
+            rc = err_set(err, KVI_E_FORMAT,
                              "gguf: %s: tensor '%s': data section would start at %zu, past end of file (size %zu)",
                              file, g->tensors[i].name, c.pos + pad, g->size);
     }
@@ -606,11 +606,11 @@ static int open_parsed(gguf_ctx *g, const char *file, gguf_ctx **out, kvi_error 
 
 int gguf_open_mem(const void *buf, size_t len, gguf_ctx **out, kvi_error *err)
 {
-    if (!out) return kvi_err_set(err, KVI_E_INVALID, "gguf: <memory>: no output pointer");
+    if (!out) return err_set(err, KVI_E_INVALID, "gguf: <memory>: no output pointer");
     *out = NULL;
-    if (!buf && len) return kvi_err_set(err, KVI_E_INVALID, "gguf: <memory>: NULL buffer");
+    if (!buf && len) return err_set(err, KVI_E_INVALID, "gguf: <memory>: NULL buffer");
     gguf_ctx *g = ctx_new();
-    if (!g) return kvi_err_set(err, KVI_E_NOMEM, "gguf: <memory>: out of memory");
+    if (!g) return err_set(err, KVI_E_NOMEM, "gguf: <memory>: out of memory");
     g->buf = buf;
     g->size = len;
     g->buf_kind = BUF_CALLER;
@@ -690,7 +690,7 @@ static int read_whole(int fd, size_t size, const char *path, void **out, kvi_err
 {
     void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED)
-        return kvi_err_set(err, KVI_E_NOMEM, "gguf: %s: cannot allocate %zu bytes: %s", path, size,
+        return err_set(err, KVI_E_NOMEM, "gguf: %s: cannot allocate %zu bytes: %s", path, size,
                            strerror(errno));
 #ifdef MADV_HUGEPAGE
     if (size >= GGUF_HUGEPAGE_MIN) (void)madvise(p, size, MADV_HUGEPAGE);   /* a hint only */
@@ -706,9 +706,9 @@ static int read_whole(int fd, size_t size, const char *path, void **out, kvi_err
         const int e = sl[i].err;
         munmap(p, size);
         if (e < 0)
-            return kvi_err_set(err, KVI_E_IO, "gguf: %s: file shrank while reading (ended before byte %zu of %zu)",
+            return err_set(err, KVI_E_IO, "gguf: %s: file shrank while reading (ended before byte %zu of %zu)",
                                path, at, size);
-        return kvi_err_set(err, KVI_E_IO, "gguf: %s: read failed at offset %zu: %s", path, at, strerror(e));
+        return err_set(err, KVI_E_IO, "gguf: %s: read failed at offset %zu: %s", path, at, strerror(e));
     }
     (void)mprotect(p, size, PROT_READ);   /* nothing writes the file image after this */
     *out = p;
@@ -776,38 +776,38 @@ void gguf_prefault(const gguf_ctx *g)
 
 int gguf_open(const char *path, bool use_mmap, gguf_ctx **out, kvi_error *err)
 {
-    if (!out || !path) return kvi_err_set(err, KVI_E_INVALID, "gguf: no path or output pointer");
+    if (!out || !path) return err_set(err, KVI_E_INVALID, "gguf: no path or output pointer");
     *out = NULL;
     /* O_NONBLOCK: opening a FIFO must not wait for a writer (fstat then refuses it);
      * reads of a regular file are unaffected. */
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) return kvi_err_set(err, KVI_E_IO, "gguf: %s: cannot open: %s", path, strerror(errno));
+    if (fd < 0) return err_set(err, KVI_E_IO, "gguf: %s: cannot open: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) {
         int e = errno;
         close(fd);
-        return kvi_err_set(err, KVI_E_IO, "gguf: %s: cannot stat: %s", path, strerror(e));
+        return err_set(err, KVI_E_IO, "gguf: %s: cannot stat: %s", path, strerror(e));
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return kvi_err_set(err, KVI_E_IO, "gguf: %s: not a regular file", path);
+        return err_set(err, KVI_E_IO, "gguf: %s: not a regular file", path);
     }
     int64_t fsize = (int64_t)st.st_size;
     if (fsize < 24) {
         close(fd);
-        return kvi_err_set(err, KVI_E_FORMAT, "gguf: %s: file of %lld bytes is too small for a GGUF header",
+        return err_set(err, KVI_E_FORMAT, "gguf: %s: file of %lld bytes is too small for a GGUF header",
                            path, (long long)fsize);
     }
     if ((uint64_t)fsize > (uint64_t)SIZE_MAX) {
         close(fd);
-        return kvi_err_set(err, KVI_E_UNSUPPORTED, "gguf: %s: file of %lld bytes does not fit in memory",
+        return err_set(err, KVI_E_UNSUPPORTED, "gguf: %s: file of %lld bytes does not fit in memory",
                            path, (long long)fsize);
     }
     size_t size = (size_t)fsize;
     gguf_ctx *g = ctx_new();
     if (!g) {
         close(fd);
-        return kvi_err_set(err, KVI_E_NOMEM, "gguf: %s: out of memory", path);
+        return err_set(err, KVI_E_NOMEM, "gguf: %s: out of memory", path);
     }
     void *p = NULL;
     if (use_mmap) {
@@ -816,7 +816,7 @@ int gguf_open(const char *path, bool use_mmap, gguf_ctx **out, kvi_error *err)
             int e = errno;
             close(fd);
             free(g);
-            return kvi_err_set(err, KVI_E_IO, "gguf: %s: mmap failed: %s", path, strerror(e));
+            return err_set(err, KVI_E_IO, "gguf: %s: mmap failed: %s", path, strerror(e));
         }
         g->buf_kind = BUF_FILEMAP;
     } else {
@@ -927,12 +927,12 @@ int gguf_get_int(const gguf_ctx *g, const char *key, int64_t *out, kvi_error *er
     const gguf_kv *kv = find_kv(g, key);
     if (!kv) return -1;
     if (kv->type == GGUF_T_ARRAY || !num_is_int(kv->type))
-        return kvi_err_set(err, KVI_E_FORMAT, "gguf: key '%s' has type %s, expected an integer", key,
+        return err_set(err, KVI_E_FORMAT, "gguf: key '%s' has type %s, expected an integer", key,
                            vtype_name(kv->type));
     bool ovf;
     int64_t v = num_get_i(kv->type, kv->val, &ovf);
     if (ovf)
-        return kvi_err_set(err, KVI_E_FORMAT, "gguf: key '%s' = %llu does not fit int64", key,
+        return err_set(err, KVI_E_FORMAT, "gguf: key '%s' = %llu does not fit int64", key,
                            (unsigned long long)rd_u64(kv->val));
     *out = v;
     return 0;
@@ -943,7 +943,7 @@ int gguf_get_float(const gguf_ctx *g, const char *key, double *out, kvi_error *e
     const gguf_kv *kv = find_kv(g, key);
     if (!kv) return -1;
     if (kv->type == GGUF_T_ARRAY || kv->type == GGUF_T_BOOL || vtype_size(kv->type) == 0)
-        return kvi_err_set(err, KVI_E_FORMAT, "gguf: key '%s' has type %s, expected a number", key,
+        return err_set(err, KVI_E_FORMAT, "gguf: key '%s' has type %s, expected a number", key,
                            vtype_name(kv->type));
     *out = num_get_f(kv->type, kv->val);
     return 0;
@@ -954,7 +954,7 @@ int gguf_get_bool(const gguf_ctx *g, const char *key, bool *out, kvi_error *err)
     const gguf_kv *kv = find_kv(g, key);
     if (!kv) return -1;
     if (kv->type != GGUF_T_BOOL)
-        return kvi_err_set(err, KVI_E_FORMAT, "gguf: key '%s' has type %s, expected bool", key,
+        return err_set(err, KVI_E_FORMAT, "gguf: key '%s' has type %s, expected bool", key,
                            vtype_name(kv->type));
     *out = kv->val[0] != 0;
     return 0;
@@ -979,7 +979,7 @@ int gguf_get_arr_info(const gguf_ctx *g, const char *key, gguf_vtype *elem, uint
     const gguf_kv *kv = find_kv(g, key);
     if (!kv) return -1;
     if (kv->type != GGUF_T_ARRAY)
-        return kvi_err_set(err, KVI_E_FORMAT, "gguf: key '%s' has type %s, expected an array", key,
+        return err_set(err, KVI_E_FORMAT, "gguf: key '%s' has type %s, expected an array", key,
                            vtype_name(kv->type));
     if (elem) *elem = kv->elem;
     if (n) *n = kv->n;
@@ -1001,11 +1001,11 @@ static int num_array(const gguf_ctx *g, const char *key, uint64_t n, const gguf_
     const gguf_kv *kv = find_kv(g, key);
     if (!kv) return -1;
     if (kv->type != GGUF_T_ARRAY || vtype_size(kv->elem) == 0)
-        return kvi_err_set(err, KVI_E_FORMAT, "gguf: key '%s' has type %s%s%s, expected a numeric array",
+        return err_set(err, KVI_E_FORMAT, "gguf: key '%s' has type %s%s%s, expected a numeric array",
                            key, vtype_name(kv->type), kv->type == GGUF_T_ARRAY ? " of " : "",
                            kv->type == GGUF_T_ARRAY ? vtype_name(kv->elem) : "");
     if (n > kv->n)
-        return kvi_err_set(err, KVI_E_FORMAT, "gguf: key '%s': %llu elements requested, the array has %llu",
+        return err_set(err, KVI_E_FORMAT, "gguf: key '%s': %llu elements requested, the array has %llu",
                            key, (unsigned long long)n, (unsigned long long)kv->n);
     *out = kv;
     return 0;
@@ -1027,14 +1027,14 @@ int gguf_get_arr_i32(const gguf_ctx *g, const char *key, int32_t *out, uint64_t 
     int rc = num_array(g, key, n, &kv, err);
     if (rc) return rc;
     if (!num_is_int(kv->elem))
-        return kvi_err_set(err, KVI_E_FORMAT, "gguf: key '%s' is an array of %s, expected integers", key,
+        return err_set(err, KVI_E_FORMAT, "gguf: key '%s' is an array of %s, expected integers", key,
                            vtype_name(kv->elem));
     size_t es = vtype_size(kv->elem);
     for (uint64_t i = 0; i < n; i++) {
         bool ovf;
         int64_t v = num_get_i(kv->elem, kv->val + i * es, &ovf);
         if (ovf || v < INT32_MIN || v > INT32_MAX)
-            return kvi_err_set(err, KVI_E_FORMAT, "gguf: key '%s': element %llu does not fit int32", key,
+            return err_set(err, KVI_E_FORMAT, "gguf: key '%s': element %llu does not fit int32", key,
                                (unsigned long long)i);
         out[i] = (int32_t)v;
     }

@@ -292,7 +292,7 @@ int gguf_writer_add_tensor(gguf_writer *w, const char *name, kvi_type type, uint
 {
     if (!w || !name || !name[0] || w->header_done || n_dims > GGUF_MAX_DIMS || (n_dims && !ne))
         return KVI_E_INVALID;
-    if ((unsigned)type >= KVI_TYPE_COUNT || !kvi_type_is_known(type)) return KVI_E_INVALID;
+    if ((unsigned)type >= KVI_TYPE_COUNT || !quant_type_known(type)) return KVI_E_INVALID;
     for (size_t i = 0; i < w->n_t; i++)
         if (strcmp(w->t[i].name, name) == 0) return KVI_E_INVALID;
     wtensor t = {.type = type, .n_dims = n_dims};
@@ -303,8 +303,8 @@ int gguf_writer_add_tensor(gguf_writer *w, const char *name, kvi_type type, uint
         if (t.ne[d] != 0 && nel > (uint64_t)INT64_MAX / (uint64_t)t.ne[d]) return KVI_E_INVALID;
         nel *= (uint64_t)t.ne[d];
     }
-    int64_t be = kvi_type_block_elems(type);
-    size_t bb = kvi_type_block_bytes(type);
+    int64_t be = quant_block_elems(type);
+    size_t bb = quant_block_bytes(type);
     if (be <= 0 || bb == 0 || t.ne[0] % be != 0) return KVI_E_INVALID;
     uint64_t blocks = nel / (uint64_t)be;
     if (blocks && bb > (SIZE_MAX / 2) / blocks) return KVI_E_INVALID;
@@ -339,14 +339,14 @@ static int write_zeros(FILE *f, size_t n)
 
 int gguf_writer_write_header(gguf_writer *w, FILE *f, kvi_error *err)
 {
-    if (!w || !f) return kvi_err_set(err, KVI_E_INVALID, "gguf writer: no writer or file");
-    if (w->header_done) return kvi_err_set(err, KVI_E_INVALID, "gguf writer: header already written");
+    if (!w || !f) return err_set(err, KVI_E_INVALID, "gguf writer: no writer or file");
+    if (w->header_done) return err_set(err, KVI_E_INVALID, "gguf writer: header already written");
     uint64_t off = 0;
     for (size_t i = 0; i < w->n_t; i++) {
         w->t[i].offset = off;
         uint64_t sz = (uint64_t)w->t[i].nbytes + pad_to(w->t[i].nbytes, w->alignment);
         if (off > UINT64_MAX - sz || off + sz > (uint64_t)INT64_MAX)
-            return kvi_err_set(err, KVI_E_INVALID, "gguf writer: tensor '%s': data section too large",
+            return err_set(err, KVI_E_INVALID, "gguf writer: tensor '%s': data section too large",
                                w->t[i].name);
         off += sz;
     }
@@ -377,13 +377,13 @@ int gguf_writer_write_header(gguf_writer *w, FILE *f, kvi_error *err)
     }
     if (b.oom) {
         free(b.p);
-        return kvi_err_set(err, KVI_E_NOMEM, "gguf writer: out of memory building the header");
+        return err_set(err, KVI_E_NOMEM, "gguf writer: out of memory building the header");
     }
     size_t wrote = fwrite(b.p, 1, b.n, f);
     size_t n = b.n;
     free(b.p);
     if (wrote != n)
-        return kvi_err_set(err, KVI_E_IO, "gguf writer: writing the header failed: %s", strerror(errno));
+        return err_set(err, KVI_E_IO, "gguf writer: writing the header failed: %s", strerror(errno));
     w->header_done = true;
     w->next = 0;
     return 0;
@@ -391,20 +391,20 @@ int gguf_writer_write_header(gguf_writer *w, FILE *f, kvi_error *err)
 
 int gguf_writer_write_tensor(gguf_writer *w, FILE *f, int64_t idx, const void *data, kvi_error *err)
 {
-    if (!w || !f) return kvi_err_set(err, KVI_E_INVALID, "gguf writer: no writer or file");
+    if (!w || !f) return err_set(err, KVI_E_INVALID, "gguf writer: no writer or file");
     if (!w->header_done)
-        return kvi_err_set(err, KVI_E_INVALID, "gguf writer: tensor %lld written before the header",
+        return err_set(err, KVI_E_INVALID, "gguf writer: tensor %lld written before the header",
                            (long long)idx);
     if (idx != w->next || idx < 0 || (size_t)idx >= w->n_t)
-        return kvi_err_set(err, KVI_E_INVALID,
+        return err_set(err, KVI_E_INVALID,
                            "gguf writer: tensor %lld written out of order (expected %lld of %zu)",
                            (long long)idx, (long long)w->next, w->n_t);
     const wtensor *t = &w->t[idx];
     if (t->nbytes && !data)
-        return kvi_err_set(err, KVI_E_INVALID, "gguf writer: tensor '%s': no data", t->name);
+        return err_set(err, KVI_E_INVALID, "gguf writer: tensor '%s': no data", t->name);
     if ((t->nbytes && fwrite(data, 1, t->nbytes, f) != t->nbytes) ||
         write_zeros(f, pad_to(t->nbytes, w->alignment)) != 0)
-        return kvi_err_set(err, KVI_E_IO, "gguf writer: tensor '%s': write failed: %s", t->name,
+        return err_set(err, KVI_E_IO, "gguf writer: tensor '%s': write failed: %s", t->name,
                            strerror(errno));
     w->next++;
     return 0;

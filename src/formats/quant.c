@@ -17,9 +17,9 @@
  * Invariants: dequantisation never reads outside n / block_elems blocks and never
  * writes outside dst[0..n); for an unknown type or an n that is not a multiple of the
  * block size it writes NaN (the caller is expected to have validated with
- * kvi_row_bytes()). Quantisation output is readable by llama.cpp. Everything here is
+ * quant_row_bytes()). Quantisation output is readable by llama.cpp. Everything here is
  * the plain scalar definition and calls no kernel; the SIMD F16 row conversion with
- * the same bytes is the kernels' kvi_quantize_row_fast (kernels/actq.h).
+ * the same bytes is the kernels' kern_quantize_row (kernels/actq.h).
  */
 #include "formats/quant.h"
 
@@ -53,7 +53,7 @@ static const type_info TYPES[KVI_TYPE_COUNT] = {
     [KVI_TYPE_BF16] = {"bf16", 1, 2},
 };
 
-bool kvi_type_is_known(kvi_type t)
+bool quant_type_known(kvi_type t)
 {
     return (int)t >= 0 && (int)t < KVI_TYPE_COUNT && TYPES[t].name != NULL;
 }
@@ -61,7 +61,7 @@ bool kvi_type_is_known(kvi_type t)
 const char *kvi_type_name(kvi_type t)
 {
     if (t == KVI_TYPE_KV_Q4) return "q4";   /* KV-cache-only type (KIVI) */
-    return kvi_type_is_known(t) ? TYPES[t].name : NULL;
+    return quant_type_known(t) ? TYPES[t].name : NULL;
 }
 
 int kvi_type_from_name(const char *name, kvi_type *out)
@@ -84,13 +84,13 @@ int kvi_type_from_name(const char *name, kvi_type *out)
     return KVI_E_INVALID;
 }
 
-int64_t kvi_type_block_elems(kvi_type t) { return kvi_type_is_known(t) ? TYPES[t].block_elems : 0; }
+int64_t quant_block_elems(kvi_type t) { return quant_type_known(t) ? TYPES[t].block_elems : 0; }
 
-size_t kvi_type_block_bytes(kvi_type t) { return kvi_type_is_known(t) ? TYPES[t].block_bytes : 0; }
+size_t quant_block_bytes(kvi_type t) { return quant_type_known(t) ? TYPES[t].block_bytes : 0; }
 
-size_t kvi_row_bytes(kvi_type t, int64_t n)
+size_t quant_row_bytes(kvi_type t, int64_t n)
 {
-    if (!kvi_type_is_known(t) || n < 0) return 0;
+    if (!quant_type_known(t) || n < 0) return 0;
     int64_t be = TYPES[t].block_elems;
     if (n % be != 0) return 0;
     uint64_t nb = (uint64_t)(n / be);
@@ -114,7 +114,7 @@ static float bits_f32(uint32_t u)
     return f;
 }
 
-float kvi_f16_to_f32(kvi_f16 h)
+float quant_f16_to_f32(quant_f16 h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t exp = (h >> 10) & 0x1f;
@@ -138,7 +138,7 @@ static uint32_t shift_rne(uint32_t v, unsigned s)
     return r;
 }
 
-kvi_f16 kvi_f32_to_f16(float f)
+quant_f16 quant_f32_to_f16(float f)
 {
     uint32_t x = f32_bits(f);
     uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
@@ -146,35 +146,35 @@ kvi_f16 kvi_f32_to_f16(float f)
     if (x >= 0x7f800000u) {
         if (x == 0x7f800000u) return sign | 0x7c00u;
         /* NaN: keep the top payload bits, force quiet so it stays a NaN */
-        return (kvi_f16)(sign | 0x7e00u | ((x >> 13) & 0x3ffu));
+        return (quant_f16)(sign | 0x7e00u | ((x >> 13) & 0x3ffu));
     }
     int32_t e = (int32_t)(x >> 23);          /* biased f32 exponent */
     uint32_t man = (x & 0x7fffffu) | 0x800000u;
     if (e < 113) {
         /* below 2^-14: f16 subnormal (or zero) = man * 2^(e-150) / 2^-24 */
         if (e < 102) return sign;             /* < 2^-25: rounds to zero */
-        return (kvi_f16)(sign | shift_rne(man, (unsigned)(126 - e)));
+        return (quant_f16)(sign | shift_rne(man, (unsigned)(126 - e)));
     }
     if (e > 142) return sign | 0x7c00u;        /* >= 2^16: overflow */
     /* normal: exponent and mantissa together, so a rounding carry bumps the exponent */
     uint32_t v = ((uint32_t)(e - 112) << 23) | (x & 0x7fffffu);
     uint32_t r = shift_rne(v, 13);
     if (r >= 0x7c00u) return sign | 0x7c00u;
-    return (kvi_f16)(sign | r);
+    return (quant_f16)(sign | r);
 }
 
-float kvi_bf16_to_f32(kvi_bf16 h) { return bits_f32((uint32_t)h << 16); }
+float quant_bf16_to_f32(quant_bf16 h) { return bits_f32((uint32_t)h << 16); }
 
-kvi_bf16 kvi_f32_to_bf16(float f)
+quant_bf16 quant_f32_to_bf16(float f)
 {
     uint32_t x = f32_bits(f);
-    if ((x & 0x7fffffffu) > 0x7f800000u) return (kvi_bf16)((x >> 16) | 0x40u); /* quiet NaN */
-    return (kvi_bf16)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (quant_bf16)((x >> 16) | 0x40u); /* quiet NaN */
+    return (quant_bf16)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
 
 /* ---- dequantisation ----------------------------------------------------- */
 
-#define F16(h) kvi_f16_to_f32(h)
+#define F16(h) quant_f16_to_f32(h)
 
 static uint32_t load_u32(const uint8_t *p)
 {
@@ -283,7 +283,7 @@ static void k4_chunk_scales(const uint8_t *scales, int c, float d, float dmin, f
 {
     for (int h = 0; h < 2; h++) {
         uint8_t sc, mn;
-        kvi_scale_min_k4(2 * c + h, scales, &sc, &mn);
+        quant_scale_min_k4(2 * c + h, scales, &sc, &mn);
         dm[2 * h] = d * (float)sc;
         dm[2 * h + 1] = dmin * (float)mn;
     }
@@ -346,31 +346,31 @@ static void deq_q8_k(const block_q8_K *b, float *y)
     for (int j = 0; j < QK_K; j++) y[j] = b->d * (float)b->qs[j];
 }
 
-void kvi_dequant_row(kvi_type t, const void *src, float *dst, int64_t n)
+void quant_dequant_row(kvi_type t, const void *src, float *dst, int64_t n)
 {
     if (n <= 0) return;
-    int64_t be = kvi_type_block_elems(t);
+    int64_t be = quant_block_elems(t);
     if (be == 0 || n % be != 0) {
         for (int64_t i = 0; i < n; i++) dst[i] = NAN;
         return;
     }
     const uint8_t *p = src;
     int64_t nb = n / be;
-    size_t bb = kvi_type_block_bytes(t);
+    size_t bb = quant_block_bytes(t);
     switch (t) {
     case KVI_TYPE_F32: memcpy(dst, src, (size_t)n * sizeof(float)); return;
     case KVI_TYPE_F16:
         for (int64_t i = 0; i < n; i++) {
-            kvi_f16 h;
+            quant_f16 h;
             memcpy(&h, p + 2 * i, 2);
-            dst[i] = kvi_f16_to_f32(h);
+            dst[i] = quant_f16_to_f32(h);
         }
         return;
     case KVI_TYPE_BF16:
         for (int64_t i = 0; i < n; i++) {
-            kvi_bf16 h;
+            quant_bf16 h;
             memcpy(&h, p + 2 * i, 2);
-            dst[i] = kvi_bf16_to_f32(h);
+            dst[i] = quant_bf16_to_f32(h);
         }
         return;
     default: break;
@@ -441,7 +441,7 @@ static void quant_q8_0(const float *x, block_q8_0 *b)
 {
     float amax = fabsf(signed_absmax(x, QK8_0));
     float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-    b->d = kvi_f32_to_f16(d);
+    b->d = quant_f32_to_f16(d);
     for (int j = 0; j < QK8_0; j++) b->qs[j] = (int8_t)clampi(nearest_int(x[j] * id), -127, 127);
 }
 
@@ -450,7 +450,7 @@ static void quant_q4_0(const float *x, block_q4_0 *b)
 {
     float max = signed_absmax(x, QK4_0);
     float d = max / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-    b->d = kvi_f32_to_f16(d);
+    b->d = quant_f32_to_f16(d);
     for (int j = 0; j < 16; j++) {
         int q0 = clampi(nearest_int(x[j] * id) + 8, 0, 15);
         int q1 = clampi(nearest_int(x[j + 16] * id) + 8, 0, 15);
@@ -463,7 +463,7 @@ static void quant_q5_0(const float *x, block_q5_0 *b)
     float max = signed_absmax(x, QK5_0);
     float d = max / -16.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
     uint32_t qh = 0;
-    b->d = kvi_f32_to_f16(d);
+    b->d = quant_f32_to_f16(d);
     for (int j = 0; j < 16; j++) {
         int q0 = clampi(nearest_int(x[j] * id) + 16, 0, 31);
         int q1 = clampi(nearest_int(x[j + 16] * id) + 16, 0, 31);
@@ -479,9 +479,9 @@ static void quant_q4_1(const float *x, block_q4_1 *b)
     float mn, mx;
     minmax(x, QK4_1, &mn, &mx);
     float d = (mx - mn) / 15.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-    b->d = kvi_f32_to_f16(d);
-    b->m = kvi_f32_to_f16(mn);
-    float m = kvi_f16_to_f32(b->m);
+    b->d = quant_f32_to_f16(d);
+    b->m = quant_f32_to_f16(mn);
+    float m = quant_f16_to_f32(b->m);
     for (int j = 0; j < 16; j++) {
         int q0 = clampi(nearest_int((x[j] - m) * id), 0, 15);
         int q1 = clampi(nearest_int((x[j + 16] - m) * id), 0, 15);
@@ -495,9 +495,9 @@ static void quant_q5_1(const float *x, block_q5_1 *b)
     minmax(x, QK5_1, &mn, &mx);
     float d = (mx - mn) / 31.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
     uint32_t qh = 0;
-    b->d = kvi_f32_to_f16(d);
-    b->m = kvi_f32_to_f16(mn);
-    float m = kvi_f16_to_f32(b->m);
+    b->d = quant_f32_to_f16(d);
+    b->m = quant_f32_to_f16(mn);
+    float m = quant_f16_to_f32(b->m);
     for (int j = 0; j < 16; j++) {
         int q0 = clampi(nearest_int((x[j] - m) * id), 0, 31);
         int q1 = clampi(nearest_int((x[j + 16] - m) * id), 0, 31);
@@ -551,10 +551,10 @@ static void quant_q2_k(const float *x, block_q2_K *b)
         if (negmin[i] > maxm) maxm = negmin[i];
     }
     float d = maxs / 15.0f, dm = maxm / 15.0f;
-    b->d = kvi_f32_to_f16(d);
-    b->dmin = kvi_f32_to_f16(dm);
-    d = kvi_f16_to_f32(b->d);
-    dm = kvi_f16_to_f32(b->dmin);
+    b->d = quant_f32_to_f16(d);
+    b->dmin = quant_f32_to_f16(dm);
+    d = quant_f16_to_f32(b->d);
+    dm = quant_f16_to_f32(b->dmin);
     for (int i = 0; i < 16; i++) {
         int ls = d != 0.0f ? clampi(nearest_int(step[i] / d), 0, 15) : 0;
         int lm = dm != 0.0f ? clampi(nearest_int(negmin[i] / dm), 0, 15) : 0;
@@ -599,8 +599,8 @@ static void quant_q3_k(const float *x, block_q3_K *b)
         else b->scales[i - 8] |= (uint8_t)((l & 0xf) << 4);
         b->scales[8 + (i & 3)] |= (uint8_t)((l >> 4) << (2 * (i >> 2)));
     }
-    b->d = kvi_f32_to_f16(1.0f / iscale);
-    float d = kvi_f16_to_f32(b->d);
+    b->d = quant_f32_to_f16(1.0f / iscale);
+    float d = quant_f16_to_f32(b->d);
     for (int h = 0; h < 2; h++) {
         for (int s = 0; s < 4; s++) {
             for (int l = 0; l < 32; l++) {
@@ -628,7 +628,7 @@ static void pack_scale_min_k4(const uint8_t *ls, const uint8_t *lm, uint8_t *q)
 }
 
 /* Shared by Q4_K (nmax 15) and Q5_K (nmax 31): fills d, dmin, scales and L. */
-static void quant_k_asym(const float *x, int nmax, kvi_f16 *dh, kvi_f16 *dminh, uint8_t *scales,
+static void quant_k_asym(const float *x, int nmax, quant_f16 *dh, quant_f16 *dminh, uint8_t *scales,
                          uint8_t *L)
 {
     float step[8], negmin[8], maxs = 0.0f, maxm = 0.0f;
@@ -638,9 +638,9 @@ static void quant_k_asym(const float *x, int nmax, kvi_f16 *dh, kvi_f16 *dminh, 
         if (step[i] > maxs) maxs = step[i];
         if (negmin[i] > maxm) maxm = negmin[i];
     }
-    *dh = kvi_f32_to_f16(maxs / 63.0f);
-    *dminh = kvi_f32_to_f16(maxm / 63.0f);
-    float d = kvi_f16_to_f32(*dh), dm = kvi_f16_to_f32(*dminh);
+    *dh = quant_f32_to_f16(maxs / 63.0f);
+    *dminh = quant_f32_to_f16(maxm / 63.0f);
+    float d = quant_f16_to_f32(*dh), dm = quant_f16_to_f32(*dminh);
     for (int i = 0; i < 8; i++) {
         ls[i] = (uint8_t)(d != 0.0f ? clampi(nearest_int(step[i] / d), 0, 63) : 0);
         lm[i] = (uint8_t)(dm != 0.0f ? clampi(nearest_int(negmin[i] / dm), 0, 63) : 0);
@@ -685,8 +685,8 @@ static void quant_q6_k(const float *x, block_q6_K *b)
     }
     float iscale = -128.0f / maxs;
     for (int i = 0; i < 16; i++) b->scales[i] = (int8_t)clampi(nearest_int(iscale * sc[i]), -128, 127);
-    b->d = kvi_f32_to_f16(1.0f / iscale);
-    float d = kvi_f16_to_f32(b->d);
+    b->d = quant_f32_to_f16(1.0f / iscale);
+    float d = quant_f16_to_f32(b->d);
     uint8_t L[QK_K];
     for (int e = 0; e < QK_K; e++) {
         float dl = d * (float)b->scales[e / 16];
@@ -703,30 +703,30 @@ static void quant_q6_k(const float *x, block_q6_K *b)
     }
 }
 
-int kvi_quantize_row(kvi_type t, const float *src, void *dst, int64_t n)
+int quant_quantize_row(kvi_type t, const float *src, void *dst, int64_t n)
 {
-    if (!kvi_type_is_known(t)) return KVI_E_INVALID;
-    int64_t be = kvi_type_block_elems(t);
+    if (!quant_type_known(t)) return KVI_E_INVALID;
+    int64_t be = quant_block_elems(t);
     if (n < 0 || n % be != 0 || (n > 0 && (!src || !dst))) return KVI_E_INVALID;
     uint8_t *p = dst;
     switch (t) {
     case KVI_TYPE_F32: memcpy(dst, src, (size_t)n * sizeof(float)); return KVI_OK;
     case KVI_TYPE_F16:
         for (int64_t i = 0; i < n; i++) {
-            kvi_f16 h = kvi_f32_to_f16(src[i]);
+            quant_f16 h = quant_f32_to_f16(src[i]);
             memcpy(p + 2 * i, &h, 2);
         }
         return KVI_OK;
     case KVI_TYPE_BF16:
         for (int64_t i = 0; i < n; i++) {
-            kvi_bf16 h = kvi_f32_to_bf16(src[i]);
+            quant_bf16 h = quant_f32_to_bf16(src[i]);
             memcpy(p + 2 * i, &h, 2);
         }
         return KVI_OK;
     case KVI_TYPE_Q8_1: return KVI_E_UNSUPPORTED;
     default: break;
     }
-    size_t bb = kvi_type_block_bytes(t);
+    size_t bb = quant_block_bytes(t);
     for (int64_t i = 0; i < n / be; i++, p += bb) {
         const float *x = src + i * be;
         switch (t) {

@@ -3,7 +3,7 @@
  * f32 (scalar reference code), and the half-precision helpers.
  *
  * Layouts follow GGUF/ggml exactly; each block struct has a size assertion.
- * A row of n elements of type t occupies kvi_row_bytes(t, n) bytes, which is only
+ * A row of n elements of type t occupies quant_row_bytes(t, n) bytes, which is only
  * defined when n is a multiple of the type's block size.
  */
 #ifndef KVI_QUANT_H
@@ -22,23 +22,23 @@
 #define QK_K 256
 #define K_SCALE_SIZE 12
 
-typedef uint16_t kvi_f16;   /* IEEE half, stored */
-typedef uint16_t kvi_bf16;  /* bfloat16, stored */
+typedef uint16_t quant_f16;   /* IEEE half, stored */
+typedef uint16_t quant_bf16;  /* bfloat16, stored */
 
-typedef struct { kvi_f16 d; uint8_t qs[QK4_0 / 2]; } block_q4_0;
-typedef struct { kvi_f16 d, m; uint8_t qs[QK4_1 / 2]; } block_q4_1;
-typedef struct { kvi_f16 d; uint8_t qh[4]; uint8_t qs[QK5_0 / 2]; } block_q5_0;
-typedef struct { kvi_f16 d, m; uint8_t qh[4]; uint8_t qs[QK5_1 / 2]; } block_q5_1;
-typedef struct { kvi_f16 d; int8_t qs[QK8_0]; } block_q8_0;
-typedef struct { kvi_f16 d, s; int8_t qs[QK8_1]; } block_q8_1;
-typedef struct { uint8_t scales[QK_K / 16]; uint8_t qs[QK_K / 4]; kvi_f16 d, dmin; } block_q2_K;
-typedef struct { uint8_t hmask[QK_K / 8]; uint8_t qs[QK_K / 4]; uint8_t scales[12]; kvi_f16 d; } block_q3_K;
-typedef struct { kvi_f16 d, dmin; uint8_t scales[K_SCALE_SIZE]; uint8_t qs[QK_K / 2]; } block_q4_K;
-typedef struct { kvi_f16 d, dmin; uint8_t scales[K_SCALE_SIZE]; uint8_t qh[QK_K / 8]; uint8_t qs[QK_K / 2]; } block_q5_K;
+typedef struct { quant_f16 d; uint8_t qs[QK4_0 / 2]; } block_q4_0;
+typedef struct { quant_f16 d, m; uint8_t qs[QK4_1 / 2]; } block_q4_1;
+typedef struct { quant_f16 d; uint8_t qh[4]; uint8_t qs[QK5_0 / 2]; } block_q5_0;
+typedef struct { quant_f16 d, m; uint8_t qh[4]; uint8_t qs[QK5_1 / 2]; } block_q5_1;
+typedef struct { quant_f16 d; int8_t qs[QK8_0]; } block_q8_0;
+typedef struct { quant_f16 d, s; int8_t qs[QK8_1]; } block_q8_1;
+typedef struct { uint8_t scales[QK_K / 16]; uint8_t qs[QK_K / 4]; quant_f16 d, dmin; } block_q2_K;
+typedef struct { uint8_t hmask[QK_K / 8]; uint8_t qs[QK_K / 4]; uint8_t scales[12]; quant_f16 d; } block_q3_K;
+typedef struct { quant_f16 d, dmin; uint8_t scales[K_SCALE_SIZE]; uint8_t qs[QK_K / 2]; } block_q4_K;
+typedef struct { quant_f16 d, dmin; uint8_t scales[K_SCALE_SIZE]; uint8_t qh[QK_K / 8]; uint8_t qs[QK_K / 2]; } block_q5_K;
 
 /* The 6-bit scale and min of sub-block j (0..7) of a Q4_K / Q5_K block, from its
  * 12 packed scale bytes q (the one definition every dequantiser and kernel uses). */
-static inline void kvi_scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *mn)
+static inline void quant_scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *mn)
 {
     if (j < 4) {
         *sc = (uint8_t)(q[j] & 63);
@@ -48,7 +48,7 @@ static inline void kvi_scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_
         *mn = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
     }
 }
-typedef struct { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; kvi_f16 d; } block_q6_K;
+typedef struct { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; quant_f16 d; } block_q6_K;
 typedef struct { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; } block_q8_K;
 
 _Static_assert(sizeof(block_q4_0) == 18, "block_q4_0 size");
@@ -65,22 +65,22 @@ _Static_assert(sizeof(block_q6_K) == 210, "block_q6_K size");
 _Static_assert(sizeof(block_q8_K) == 292, "block_q8_K size");
 
 /* Elements per block (1 for F32/F16/BF16); 0 for an unknown type. */
-int64_t kvi_type_block_elems(kvi_type t);
+int64_t quant_block_elems(kvi_type t);
 /* Bytes per block; 0 for an unknown type. */
-size_t kvi_type_block_bytes(kvi_type t);
-bool kvi_type_is_known(kvi_type t);
+size_t quant_block_bytes(kvi_type t);
+bool quant_type_known(kvi_type t);
 /* Bytes of a row of n elements; 0 when n is not a multiple of the block size. */
-size_t kvi_row_bytes(kvi_type t, int64_t n);
+size_t quant_row_bytes(kvi_type t, int64_t n);
 
-float kvi_f16_to_f32(kvi_f16 h);
-kvi_f16 kvi_f32_to_f16(float f);     /* round to nearest even */
-float kvi_bf16_to_f32(kvi_bf16 h);
-kvi_bf16 kvi_f32_to_bf16(float f);   /* round to nearest even */
+float quant_f16_to_f32(quant_f16 h);
+quant_f16 quant_f32_to_f16(float f);     /* round to nearest even */
+float quant_bf16_to_f32(quant_bf16 h);
+quant_bf16 quant_f32_to_bf16(float f);   /* round to nearest even */
 
 /* Reference dequantisation of n elements (n a multiple of the block size). */
-void kvi_dequant_row(kvi_type t, const void *src, float *dst, int64_t n);
+void quant_dequant_row(kvi_type t, const void *src, float *dst, int64_t n);
 /* Quantises n floats. Supported: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q8_K
  * Q2_K Q3_K Q4_K Q5_K Q6_K. Returns 0 or KVI_E_UNSUPPORTED / KVI_E_INVALID. */
-int kvi_quantize_row(kvi_type t, const float *src, void *dst, int64_t n);
+int quant_quantize_row(kvi_type t, const float *src, void *dst, int64_t n);
 
 #endif

@@ -94,14 +94,14 @@ static int st_parse_entry(const cJSON *e, const uint8_t *data, size_t data_len, 
 {
     const char *name = e->string;
     if (!cJSON_IsObject(e))
-        return kvi_err_set(err, KVI_E_FORMAT, "safetensors: tensor '%s' is not a JSON object", name);
+        return err_set(err, KVI_E_FORMAT, "safetensors: tensor '%s' is not a JSON object", name);
 
     const cJSON *jd = cJSON_GetObjectItemCaseSensitive(e, "dtype");
     if (!cJSON_IsString(jd))
-        return kvi_err_set(err, KVI_E_FORMAT, "safetensors: tensor '%s' has no dtype string", name);
+        return err_set(err, KVI_E_FORMAT, "safetensors: tensor '%s' has no dtype string", name);
     const st_dtype_info *di = st_dtype_find(jd->valuestring);
     if (!di)
-        return kvi_err_set(err, KVI_E_FORMAT, "safetensors: tensor '%s' has unknown dtype '%.16s'",
+        return err_set(err, KVI_E_FORMAT, "safetensors: tensor '%s' has unknown dtype '%.16s'",
                            name, jd->valuestring);
     snprintf(t->dtype, sizeof t->dtype, "%s", di->name);
     t->elem_size = di->size;
@@ -110,10 +110,10 @@ static int st_parse_entry(const cJSON *e, const uint8_t *data, size_t data_len, 
 
     const cJSON *js = cJSON_GetObjectItemCaseSensitive(e, "shape");
     if (!cJSON_IsArray(js))
-        return kvi_err_set(err, KVI_E_FORMAT, "safetensors: tensor '%s' has no shape array", name);
+        return err_set(err, KVI_E_FORMAT, "safetensors: tensor '%s' has no shape array", name);
     int nd = cJSON_GetArraySize(js);
     if (nd < 0 || nd > ST_MAX_DIMS)
-        return kvi_err_set(err, KVI_E_FORMAT, "safetensors: tensor '%s' has %d dimensions (max %d)",
+        return err_set(err, KVI_E_FORMAT, "safetensors: tensor '%s' has %d dimensions (max %d)",
                            name, nd, ST_MAX_DIMS);
     t->n_dims = (uint32_t)nd;
     uint64_t n_elems = 1;
@@ -122,31 +122,31 @@ static int st_parse_entry(const cJSON *e, const uint8_t *data, size_t data_len, 
     for (int i = 0; i < nd; i++) {
         uint64_t d;
         if (!st_json_u64(cJSON_GetArrayItem(js, i), &d) || d > (uint64_t)INT64_MAX)
-            return kvi_err_set(err, KVI_E_FORMAT,
+            return err_set(err, KVI_E_FORMAT,
                                "safetensors: tensor '%s' shape[%d] is not a non-negative integer",
                                name, i);
         if (d != 0 && n_elems > UINT64_MAX / d)
-            return kvi_err_set(err, KVI_E_FORMAT, "safetensors: tensor '%s' shape overflows", name);
+            return err_set(err, KVI_E_FORMAT, "safetensors: tensor '%s' shape overflows", name);
         n_elems *= d;
         t->shape[i] = (int64_t)d;
     }
     if (n_elems > UINT64_MAX / (uint64_t)di->size)
-        return kvi_err_set(err, KVI_E_FORMAT, "safetensors: tensor '%s' size overflows", name);
+        return err_set(err, KVI_E_FORMAT, "safetensors: tensor '%s' size overflows", name);
     uint64_t want = n_elems * (uint64_t)di->size;
 
     const cJSON *jo = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
     uint64_t b, en;
     if (!cJSON_IsArray(jo) || cJSON_GetArraySize(jo) != 2 ||
         !st_json_u64(cJSON_GetArrayItem(jo, 0), &b) || !st_json_u64(cJSON_GetArrayItem(jo, 1), &en))
-        return kvi_err_set(err, KVI_E_FORMAT,
+        return err_set(err, KVI_E_FORMAT,
                            "safetensors: tensor '%s' needs data_offsets [begin, end] of integers",
                            name);
     if (b > en || en > (uint64_t)data_len)
-        return kvi_err_set(err, KVI_E_FORMAT,
+        return err_set(err, KVI_E_FORMAT,
                            "safetensors: tensor '%s' data_offsets [%llu, %llu) outside the %zu-byte data section",
                            name, (unsigned long long)b, (unsigned long long)en, data_len);
     if (en - b != want)
-        return kvi_err_set(err, KVI_E_FORMAT,
+        return err_set(err, KVI_E_FORMAT,
                            "safetensors: tensor '%s' spans %llu bytes but shape and dtype need %llu",
                            name, (unsigned long long)(en - b), (unsigned long long)want);
     t->data = data + b;
@@ -169,7 +169,7 @@ static int st_check_overlaps(const st_index *ix, kvi_error *err)
         return 0;
     const st_tensor **s = malloc(ix->n_tensors * sizeof *s);
     if (!s)
-        return kvi_err_set(err, KVI_E_NOMEM, "safetensors: out of memory");
+        return err_set(err, KVI_E_NOMEM, "safetensors: out of memory");
     size_t n = 0;
     for (size_t i = 0; i < ix->n_tensors; i++)
         if (ix->tensors[i].nbytes > 0)
@@ -178,7 +178,7 @@ static int st_check_overlaps(const st_index *ix, kvi_error *err)
     int rc = 0;
     for (size_t i = 1; i < n && rc == 0; i++)
         if ((uintptr_t)s[i - 1]->data + s[i - 1]->nbytes > (uintptr_t)s[i]->data)
-            rc = kvi_err_set(err, KVI_E_FORMAT, "safetensors: tensors '%s' and '%s' overlap",
+            rc = err_set(err, KVI_E_FORMAT, "safetensors: tensors '%s' and '%s' overlap",
                              s[i - 1]->name, s[i]->name);
     free(s);
     return rc;
@@ -189,12 +189,12 @@ int st_parse(const void *buf, size_t len, st_index **out, kvi_error *err)
     *out = NULL;
     const uint8_t *p = buf;
     if (!buf || len < 8)
-        return kvi_err_set(err, KVI_E_FORMAT, "safetensors: file of %zu bytes has no header", len);
+        return err_set(err, KVI_E_FORMAT, "safetensors: file of %zu bytes has no header", len);
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--)
         hlen = (hlen << 8) | p[i];
     if (hlen < 2 || hlen > ST_MAX_HEADER || hlen > (uint64_t)(len - 8))
-        return kvi_err_set(err, KVI_E_FORMAT,
+        return err_set(err, KVI_E_FORMAT,
                            "safetensors: header length %llu invalid for a %zu-byte file",
                            (unsigned long long)hlen, len);
     const uint8_t *data = p + 8 + hlen;
@@ -202,30 +202,30 @@ int st_parse(const void *buf, size_t len, st_index **out, kvi_error *err)
 
     cJSON *root = cJSON_ParseWithLength((const char *)p + 8, (size_t)hlen);
     if (!root)
-        return kvi_err_set(err, KVI_E_FORMAT, "safetensors: header is not valid JSON");
+        return err_set(err, KVI_E_FORMAT, "safetensors: header is not valid JSON");
     if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
-        return kvi_err_set(err, KVI_E_FORMAT, "safetensors: header is not a JSON object");
+        return err_set(err, KVI_E_FORMAT, "safetensors: header is not a JSON object");
     }
 
     int rc = 0;
     st_index *ix = calloc(1, sizeof *ix);
     size_t n = (size_t)cJSON_GetArraySize(root);
     if (!ix || !(ix->tensors = calloc(n ? n : 1, sizeof *ix->tensors))) {
-        rc = kvi_err_set(err, KVI_E_NOMEM, "safetensors: out of memory for %zu tensors", n);
+        rc = err_set(err, KVI_E_NOMEM, "safetensors: out of memory for %zu tensors", n);
         goto done;
     }
     const cJSON *e;
     cJSON_ArrayForEach(e, root)
     {
         if (!e->string) {
-            rc = kvi_err_set(err, KVI_E_FORMAT, "safetensors: header entry without a name");
+            rc = err_set(err, KVI_E_FORMAT, "safetensors: header entry without a name");
             goto done;
         }
         if (strcmp(e->string, "__metadata__") == 0)
             continue;
         if (st_find(ix, e->string)) {
-            rc = kvi_err_set(err, KVI_E_FORMAT, "safetensors: tensor '%s' listed twice", e->string);
+            rc = err_set(err, KVI_E_FORMAT, "safetensors: tensor '%s' listed twice", e->string);
             goto done;
         }
         st_tensor *t = &ix->tensors[ix->n_tensors];
@@ -234,7 +234,7 @@ int st_parse(const void *buf, size_t len, st_index **out, kvi_error *err)
             goto done;
         t->name = st_strdup(e->string);
         if (!t->name) {
-            rc = kvi_err_set(err, KVI_E_NOMEM, "safetensors: out of memory");
+            rc = err_set(err, KVI_E_NOMEM, "safetensors: out of memory");
             goto done;
         }
         ix->n_tensors++;

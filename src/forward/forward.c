@@ -104,7 +104,7 @@ fwd_ctx *fwd_create(const struct kvi_model *m, int n_rows_max, int force_chunk, 
 {
     fwd_ctx *f = calloc(1, sizeof *f);
     if (!f) {
-        kvi_err_set(err, KVI_E_NOMEM, "forward: out of memory");
+        err_set(err, KVI_E_NOMEM, "forward: out of memory");
         return NULL;
     }
     f->m = m;
@@ -134,12 +134,12 @@ fwd_ctx *fwd_create(const struct kvi_model *m, int n_rows_max, int force_chunk, 
                                   (int)kvd);
     if (!ok || !f->attn) {
         fwd_free(f);
-        kvi_err_set(err, KVI_E_NOMEM, "forward: cannot allocate scratch for %d rows", n_rows_max);
+        err_set(err, KVI_E_NOMEM, "forward: cannot allocate scratch for %d rows", n_rows_max);
         return NULL;
     }
     /* the frequencies rounded to float, as the pass has always used them */
     for (int i = 0; i < m->n_rot / 2; i++)
-        f->inv_freq[i] = (double)(float)kvi_rope_freq(m->rope_theta, m->n_rot, m->rope_freqs, i);
+        f->inv_freq[i] = (double)(float)kern_rope_freq(m->rope_theta, m->n_rot, m->rope_freqs, i);
     return f;
 }
 
@@ -210,7 +210,7 @@ static void rope_rows(const fwd_ctx *f, float *x, int r0, int n, int n_h)
     const int hd = m->head_dim, half = m->n_rot / 2;
     for (int r = 0; r < n; r++) {
         const float *c = f->rc + (size_t)(r0 + r) * half, *s = f->rs + (size_t)(r0 + r) * half;
-        for (int h = 0; h < n_h; h++) kvi_rope_head(x + ((size_t)r * n_h + h) * hd, c, s, half, m->rope_neox);
+        for (int h = 0; h < n_h; h++) kern_rope_head(x + ((size_t)r * n_h + h) * hd, c, s, half, m->rope_neox);
     }
 }
 
@@ -219,18 +219,18 @@ static int layer_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *row
                         int n)
 {
     const struct kvi_model *m = f->m;
-    const kvi_layer *L = &m->layers[l];
+    const model_layer *L = &m->layers[l];
     const int dim = m->dim, ffn = m->ffn_dim, hd = m->head_dim;
     const int qd = m->n_heads * hd, kvd = m->n_kv_heads * hd;
     float *x = f->x + (size_t)r0 * dim;   /* [n][dim] this chunk's residual rows */
 
     /* attention block */
     rmsnorm_rows(f->xb, x, L->attn_norm, n, dim, m->rms_eps);
-    {   /* one quantisation of xb for the three products (bits as three kvi_matmul) */
-        const kvi_tensor *w3[3] = {&L->wq, &L->wk, &L->wv};
+    {   /* one quantisation of xb for the three products (bits as three kern_matmul) */
+        const kern_tensor *w3[3] = {&L->wq, &L->wk, &L->wv};
         float *const y3[3] = {f->q, f->k, f->v};
         const int64_t ld3[3] = {qd, kvd, kvd};
-        const int rc = kvi_matmul_multi(pool, 3, w3, f->xb, dim, n, y3, ld3);
+        const int rc = kern_matmul_multi(pool, 3, w3, f->xb, dim, n, y3, ld3);
         if (rc) return rc;
     }
     add_bias(f->q, L->bq, n, qd);
@@ -254,23 +254,23 @@ static int layer_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *row
     attention_rows(pool, f->attn, &aa);
 
     /* x += att Wo^T (xb reused as the projection output) */
-    int rc = kvi_matmul(pool, &L->wo, f->att, qd, n, f->xb, dim);
+    int rc = kern_matmul(pool, &L->wo, f->att, qd, n, f->xb, dim);
     if (rc) return rc;
     add_into(x, f->xb, (size_t)n * dim);
 
     /* feed-forward block: SwiGLU */
     rmsnorm_rows(f->xb, x, L->ffn_norm, n, dim, m->rms_eps);
     {
-        const kvi_tensor *w2[2] = {&L->w_gate, &L->w_up};
+        const kern_tensor *w2[2] = {&L->w_gate, &L->w_up};
         float *const y2[2] = {f->hg, f->hu};
         const int64_t ld2[2] = {ffn, ffn};
-        if ((rc = kvi_matmul_multi(pool, 2, w2, f->xb, dim, n, y2, ld2))) return rc;
+        if ((rc = kern_matmul_multi(pool, 2, w2, f->xb, dim, n, y2, ld2))) return rc;
     }
     for (size_t i = 0; i < (size_t)n * ffn; i++) {
         const float g = f->hg[i];
         f->hg[i] = g / (1.0f + expf(-g)) * f->hu[i];
     }
-    if ((rc = kvi_matmul(pool, &L->w_down, f->hg, ffn, n, f->xb, dim))) return rc;
+    if ((rc = kern_matmul(pool, &L->w_down, f->hg, ffn, n, f->xb, dim))) return rc;
     add_into(x, f->xb, (size_t)n * dim);
     return KVI_OK;
 }
@@ -281,9 +281,9 @@ int fwd_run(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *rows)
     const int n = rows->n, dim = m->dim, half = m->n_rot / 2;
 
     for (int r = 0; r < n; r++) {
-        const int rc = kvi_tensor_get_row(&m->tok_embd, rows->tokens[r], f->x + (size_t)r * dim);
+        const int rc = kern_tensor_get_row(&m->tok_embd, rows->tokens[r], f->x + (size_t)r * dim);
         if (rc) return rc;
-        kvi_rope_cos_sin((double)rows->pos[r], f->inv_freq, half, f->rc + (size_t)r * half,
+        kern_rope_cos_sin((double)rows->pos[r], f->inv_freq, half, f->rc + (size_t)r * half,
                          f->rs + (size_t)r * half);
     }
 
@@ -302,7 +302,7 @@ int fwd_run(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *rows)
             memcpy(f->xb + (size_t)o * dim, f->x + (size_t)rows->out_rows[o0 + o] * dim,
                    (size_t)dim * sizeof(float));
         rmsnorm_rows(f->xb, f->xb, m->output_norm, no, dim, m->rms_eps);
-        const int rc = kvi_matmul(pool, &m->output, f->xb, dim, no, rows->logits + (size_t)o0 * m->n_vocab,
+        const int rc = kern_matmul(pool, &m->output, f->xb, dim, no, rows->logits + (size_t)o0 * m->n_vocab,
                                   m->n_vocab);
         if (rc) return rc;
     }

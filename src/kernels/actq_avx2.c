@@ -1,10 +1,10 @@
 /*
- * actq_avx2.c — activation quantisation (kvi_q8a, kvi_q8k) and F32 -> F16
+ * actq_avx2.c — activation quantisation (kern_q8a, kern_q8k) and F32 -> F16
  * rows, 8 lanes wide (AVX2 + F16C); contract in actq.h.
  *
  * Data: a 32-input group is 4 ymm of inputs; its int32 levels are narrowed with
  * saturating packs (exact: the levels are already clamped to [-127, 127]) whose
- * lane interleave one vpermd undoes. kvi_q8a = one group; kvi_q8k = 8 groups, the
+ * lane interleave one vpermd undoes. kern_q8a = one group; kern_q8k = 8 groups, the
  * 16-input sums being the lane sums of ymm pairs (0, 1) and (2, 3).
  *
  * amax: lane-wise _mm256_max_ps(|x|, acc) keeps acc when |x| is NaN, as the scalar
@@ -12,7 +12,7 @@
  * Q8_K's signed max is x at the first index with |x| == amax.
  *
  * Every function carries the AVX2 target attribute and is reached only after
- * kvi_isa_detect() saw AVX2 and F16C.
+ * kern_isa_detect() saw AVX2 and F16C.
  */
 #include "kernels/isa_target.h"
 #include "kernels/actq.h"
@@ -66,7 +66,7 @@ AVX2 static void levels32(const float *x, __m256 s, int8_t *qs, __m256i q[4])
     _mm256_storeu_si256((__m256i *)qs, o);
 }
 
-AVX2 void kvi_actq_a_avx2(const float *x, kvi_q8a *b, int64_t nb)
+AVX2 void kern_actq_a_avx2(const float *x, kern_q8a *b, int64_t nb)
 {
     for (int64_t k = 0; k < nb; k++, x += 32, b++) {
         const float amax = hmax256(amax32(x, _mm256_setzero_ps()));
@@ -81,7 +81,7 @@ AVX2 void kvi_actq_a_avx2(const float *x, kvi_q8a *b, int64_t nb)
     }
 }
 
-AVX2 void kvi_actq_k_avx2(const float *x, kvi_q8k *b, int64_t nb)
+AVX2 void kern_actq_k_avx2(const float *x, kern_q8k *b, int64_t nb)
 {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     for (int64_t k = 0; k < nb; k++, x += QK_K, b++) {
@@ -113,7 +113,7 @@ AVX2 void kvi_actq_k_avx2(const float *x, kvi_q8k *b, int64_t nb)
     }
 }
 
-AVX2 void kvi_f16_row_avx2(const float *src, void *dst, int64_t n)
+AVX2 void kern_f16_row_avx2(const float *src, void *dst, int64_t n)
 {
     uint8_t *h = dst;   /* [n][2] bytes, any alignment */
     int64_t i = 0;

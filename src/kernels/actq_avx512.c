@@ -1,8 +1,8 @@
 /*
- * actq_avx512.c — activation quantisation (kvi_q8a, kvi_q8k) and F32 -> F16
+ * actq_avx512.c — activation quantisation (kern_q8a, kern_q8k) and F32 -> F16
  * rows, 16 lanes wide (AVX-512 F + BW + VL, F16C); contract in actq.h.
  *
- * Data: kvi_q8a block = 2 zmm of inputs; kvi_q8k block = 16 zmm, one per 16-input
+ * Data: kern_q8a block = 2 zmm of inputs; kern_q8k block = 16 zmm, one per 16-input
  * group (sum16[g] is the lane sum of group g's levels, sum32[j] = sum16[2j] +
  * sum16[2j + 1], exactly as integers).
  *
@@ -12,7 +12,7 @@
  * the element the scalar loop's strict `>` keeps.
  *
  * Every function carries the AVX512 target attribute and is reached only after
- * kvi_isa_detect() saw those features.
+ * kern_isa_detect() saw those features.
  */
 #include "kernels/isa_target.h"
 #include "kernels/actq.h"
@@ -35,7 +35,7 @@ AVX512 static __m512i levels16(__m512 v, __m512 s)
     return _mm512_min_epi32(_mm512_max_epi32(q, _mm512_set1_epi32(-127)), _mm512_set1_epi32(127));
 }
 
-AVX512 void kvi_actq_a_avx512(const float *x, kvi_q8a *b, int64_t nb)
+AVX512 void kern_actq_a_avx512(const float *x, kern_q8a *b, int64_t nb)
 {
     for (int64_t k = 0; k < nb; k++, x += 32, b++) {
         const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
@@ -55,7 +55,7 @@ AVX512 void kvi_actq_a_avx512(const float *x, kvi_q8a *b, int64_t nb)
     }
 }
 
-AVX512 void kvi_actq_k_avx512(const float *x, kvi_q8k *b, int64_t nb)
+AVX512 void kern_actq_k_avx512(const float *x, kern_q8k *b, int64_t nb)
 {
     for (int64_t k = 0; k < nb; k++, x += QK_K, b++) {
         __m512 m = _mm512_setzero_ps();
@@ -84,7 +84,7 @@ AVX512 void kvi_actq_k_avx512(const float *x, kvi_q8k *b, int64_t nb)
     }
 }
 
-AVX512 void kvi_f16_row_avx512(const float *src, void *dst, int64_t n)
+AVX512 void kern_f16_row_avx512(const float *src, void *dst, int64_t n)
 {
     uint8_t *h = dst;   /* [n][2] bytes, any alignment */
     int64_t i = 0;

@@ -338,7 +338,7 @@ AMX static void compute_worker(void *vctx, int ith, int nth)
     const int with_lo = c->type == KVI_TYPE_F16;
     const size_t tb_stride = (size_t)c->kt_n * 2 * TILE_BYTES;   /* bytes of xb per token block */
 
-    kvi_amx_cfg cfg;
+    amx_tile_cfg cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
     for (int t = 0; t < 8; t++) {
@@ -440,21 +440,21 @@ AMX static void compute_worker(void *vctx, int ith, int nth)
 
 /* ---- entry ------------------------------------------------------------- */
 
-/* whether the path is on: off until kvi_amx_f16_set(1) (kvi_cpu_params.amx_f16) */
+/* whether the path is on: off until kern_amx_f16_set(1) (kvi_cpu_params.amx_f16) */
 static _Atomic int g_on = 0;
 
-void kvi_amx_f16_set(int on) { atomic_store(&g_on, on ? 1 : 0); }
+void kern_amx_f16_set(int on) { atomic_store(&g_on, on ? 1 : 0); }
 
-int kvi_amx_f16_on(void) { return atomic_load(&g_on) && kvi_amx_on(); }
+int kern_amx_f16_on(void) { return atomic_load(&g_on) && cpu_amx_on(); }
 
-int kvi_amx_f16_matmul(tpool *pool, const kvi_tensor *W, const float *x, int64_t ldx, int64_t n_rows,
+int kern_fmm_amx(tpool *pool, const kern_tensor *W, const float *x, int64_t ldx, int64_t n_rows,
                        float *y, int64_t ldy)
 {
     if (!W || (W->type != KVI_TYPE_F16 && W->type != KVI_TYPE_BF16) || W->layout != KVI_LAYOUT_ROWS ||
-        n_rows <= 0 || W->n_out <= 0 || !kvi_amx_f16_on())
+        n_rows <= 0 || W->n_out <= 0 || !kern_amx_f16_on())
         return 0;
     amx_ctx c = {
-        .type = W->type, .w = W->data, .w_rb = kvi_row_bytes(W->type, W->n_in), .n_in = W->n_in,
+        .type = W->type, .w = W->data, .w_rb = quant_row_bytes(W->type, W->n_in), .n_in = W->n_in,
         .n_out = W->n_out, .kt_n = (W->n_in + KT - 1) / KT, .ob_n = (W->n_out + OBS - 1) / OBS,
         .x = x, .ldx = ldx, .y = y, .ldy = ldy, .pool = pool,
     };

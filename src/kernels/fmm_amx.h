@@ -1,6 +1,6 @@
 /*
  * fmm_amx.h — the matrix product for F16 and BF16 weights through AMX
- * (TDPBF16PS), internal to the kernels: kvi_matmul() calls it first for those
+ * (TDPBF16PS), internal to the kernels: kern_matmul() calls it first for those
  * types when the active ISA is AVX-512 and the path is on (below); it is then
  * the only path for them (decode rows included), so every row gets the same bits.
  *
@@ -23,7 +23,7 @@
  *
  * Accuracy: the dropped term lo * xl and the split of x cost about 2^-16 of each
  * product (llama.cpp rounds the inputs to F16: 2^-11); tested within
- * 2^-14 * sum |x w| of the double-precision kvi_matmul_ref.
+ * 2^-14 * sum |x w| of the double-precision kern_matmul_ref.
  */
 #ifndef KVI_KERNELS_AMX_F16_H
 #define KVI_KERNELS_AMX_F16_H
@@ -33,19 +33,19 @@
 #include <stdint.h>
 
 /* The path is opt-in for now (decode through it is ~2x slower than the FP32
- * path, see bench/RESULTS-f16amx.md): on after kvi_amx_f16_set(1)
+ * path, see bench/RESULTS-f16amx.md): on after kern_amx_f16_set(1)
  * (kvi_cpu_configure with amx_f16; the CLI's KVINFER_AMX_F16=1), and only while
- * kvi_amx_on(). Switch it only between products, never while one runs. */
-void kvi_amx_f16_set(int on);
-/* 1 when F16 / BF16 products take this path now (on, and kvi_amx_on()). */
-int kvi_amx_f16_on(void);
+ * cpu_amx_on(). Switch it only between products, never while one runs. */
+void kern_amx_f16_set(int on);
+/* 1 when F16 / BF16 products take this path now (on, and cpu_amx_on()). */
+int kern_amx_f16_on(void);
 
 /* y[r * ldy + j] = sum_i x[r * ldx + i] * W[j][i] in the order above, for F16 or
  * BF16 weights in rows (KVI_LAYOUT_ROWS). The caller has checked the arguments
- * (kvi_matmul's checks) and that the CPU runs AVX-512. Returns 1 when done, 0
+ * (kern_matmul's checks) and that the CPU runs AVX-512. Returns 1 when done, 0
  * (nothing written) when AMX is off or the weights are of another type or
  * layout, or memory for the converted inputs is short. */
-int kvi_amx_f16_matmul(tpool *pool, const kvi_tensor *W, const float *x, int64_t ldx, int64_t n_rows,
+int kern_fmm_amx(tpool *pool, const kern_tensor *W, const float *x, int64_t ldx, int64_t n_rows,
                        float *y, int64_t ldy);
 
 #endif

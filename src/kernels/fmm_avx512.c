@@ -62,10 +62,10 @@ static float weight_at(kvi_type t, const void *w, int64_t i)
     }
     uint16_t h;
     memcpy(&h, p + 2 * i, 2);
-    return t == KVI_TYPE_F16 ? kvi_f16_to_f32(h) : kvi_bf16_to_f32(h);
+    return t == KVI_TYPE_F16 ? quant_f16_to_f32(h) : quant_bf16_to_f32(h);
 }
 
-float kvi_fdot_lanes16_ref(kvi_type t, const void *w, const float *x, int64_t n)
+float kern_fdot_lanes16_ref(kvi_type t, const void *w, const float *x, int64_t n)
 {
     float v[16] = {0};
     int64_t i = 0;
@@ -348,7 +348,7 @@ AVX512 static void widen_block(kvi_type t, const uint8_t *w, size_t rb, int nt, 
     }
 }
 
-int kvi_fmm_avx512(const kvi_fmm_args *a)
+int kern_fmm_avx512(const kern_fmm_args *a)
 {
     stream_fn stream;
     switch (a->type) {
@@ -392,8 +392,8 @@ int kvi_fmm_avx512(const kvi_fmm_args *a)
                 const int64_t jn = next_k ? jt : jt + KVI_FMM_TILE;
                 const int nn = (int)(a->j1 - jn < KVI_FMM_TILE ? a->j1 - jn : KVI_FMM_TILE);
                 const int64_t kn0 = next_k ? k0 + FMM_KC : 0;
-                const size_t seg = kvi_row_bytes(a->type, n - kn0 < FMM_KC ? n - kn0 : FMM_KC);
-                const uint8_t *wn = a->w + (size_t)jn * a->w_rb + kvi_row_bytes(a->type, kn0);
+                const size_t seg = quant_row_bytes(a->type, n - kn0 < FMM_KC ? n - kn0 : FMM_KC);
+                const uint8_t *wn = a->w + (size_t)jn * a->w_rb + quant_row_bytes(a->type, kn0);
                 for (int64_t g = 0; g < ng; g++) {
                     if (nn > 0)
                         for (int64_t r = nn * g / ng; r < nn * (g + 1) / ng; r++)

@@ -7,7 +7,7 @@
  * in increasing i, each by one fused multiply-add (a last partial group of 16 is
  * padded with zeros on both sides, i.e. fma(0, 0, lane)). The 16 lanes are then
  * summed as s1[l] = v[l] + v[l+8], s2[l] = s1[l] + s1[l+4], s3[l] = s2[l] + s2[l+2],
- * y = s3[0] + s3[1]. kvi_fdot_lanes16_ref() is that order in plain C; the decode
+ * y = s3[0] + s3[1]. kern_fdot_lanes16_ref() is that order in plain C; the decode
  * kernel (few rows, weights streamed) and the tiled one (many rows) both follow
  * it, so a row alone and the same row in any batch, on any thread count, give the
  * same bits.
@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct kvi_fmm_args {
+typedef struct kern_fmm_args {
     kvi_type type;            /* F32, F16 or BF16 */
     const uint8_t *w;         /* [n_out][w_rb bytes]: row j at w + j * w_rb */
     size_t w_rb;
@@ -31,7 +31,7 @@ typedef struct kvi_fmm_args {
     float *y;                 /* [n_rows][ldy]: only columns [j0, j1) are written */
     int64_t ldy;
     float *scratch;           /* [KVI_FMM_TILE][n_in] f32 for many rows, or NULL */
-} kvi_fmm_args;
+} kern_fmm_args;
 
 #define KVI_FMM_TILE 16                          /* weight rows per tile */
 #define KVI_FMM_MIN_ROWS 6                       /* fewer rows never use the scratch */
@@ -40,9 +40,9 @@ typedef struct kvi_fmm_args {
 /* 1 when computed (type handled and the CPU has AVX-512 F/BW/VL), 0 otherwise
  * with nothing written. With scratch NULL every row takes the streaming path:
  * slower for many rows, same bits. */
-int kvi_fmm_avx512(const kvi_fmm_args *a);
+int kern_fmm_avx512(const kern_fmm_args *a);
 
 /* The contract's order in scalar C (tests): one output, w one row of type t. */
-float kvi_fdot_lanes16_ref(kvi_type t, const void *w, const float *x, int64_t n);
+float kern_fdot_lanes16_ref(kvi_type t, const void *w, const float *x, int64_t n);
 
 #endif

@@ -4,10 +4,10 @@
  *
  * Dispatch: `g_tab` points at one of three constant tables (kernels_int.h): scalar
  * here, AVX2 / AVX-512 in their own files. It is chosen once (pthread_once) from
- * kvi_isa_detect(), and changed afterwards only by kvi_isa_set() (the public
+ * kern_isa_detect(), and changed afterwards only by kern_isa_set() (the public
  * kvi_cpu_configure, and tests).
  *
- * kvi_matmul: thread ith of nth owns the contiguous output columns
+ * kern_matmul: thread ith of nth owns the contiguous output columns
  * [n_out*ith/nth, n_out*(ith+1)/nth). It walks them in tiles of up to TILE weight
  * rows; each tile is dequantised into the thread's scratch (tile [TILE][n_in] f32,
  * owned by the pool, or one malloc per call without a pool), then every input row
@@ -18,12 +18,12 @@
  * fixed order, one 16-lane accumulator per output; the scratch only from
  * KVI_FMM_MIN_ROWS rows, decode rows read the weights in place).
  *
- * Integer path (q8.h): for the weight types of kvi_q8_act_type() the input
+ * Integer path (q8.h): for the weight types of kern_q8_act_type() the input
  * rows are first quantised (one pool run, rows split between threads) into a buffer
  * that thread 0's pool scratch holds ahead of its own tile scratch; a second run
  * splits the outputs in tiles of 16 columns (QTILE) and calls the table's qgemm, or
- * kvi_qgemm_ref. Both give the contract's bits, so the split does not matter.
- * kvi_matmul_multi does the same for several matrices that read the same input
+ * kern_qgemm_ref. Both give the contract's bits, so the split does not matter.
+ * kern_matmul_multi does the same for several matrices that read the same input
  * (Q/K/V, gate/up): one quantisation, one run over their concatenated tiles.
  * Up to QUANT_INLINE_ROWS input rows are quantised by the calling thread.
  *
@@ -57,55 +57,55 @@
 
 static float dot_scalar(const float *a, const float *b, int64_t n);
 
-static const kvi_kernel_table TAB_SCALAR = {
+static const kern_table TAB_SCALAR = {
     .isa = KVI_ISA_SCALAR,
     .dot = dot_scalar,
-    .actq_a = kvi_actq_a_ref,
-    .actq_k = kvi_actq_k_ref,
-    .f16_row = kvi_f16_row_ref,
-    .r16_to_rows = kvi_r16_to_rows,
+    .actq_a = kern_actq_a_ref,
+    .actq_k = kern_actq_k_ref,
+    .f16_row = kern_f16_row_ref,
+    .r16_to_rows = kern_r16_to_rows,
 };
 
-static _Atomic(const kvi_kernel_table *) g_tab;
+static _Atomic(const kern_table *) g_tab;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
-kvi_isa kvi_isa_detect(void)
+kern_isa kern_isa_detect(void)
 {
     const cpu_feature_set *f = cpu_features();
     return f->avx512 ? KVI_ISA_AVX512 : f->avx2 ? KVI_ISA_AVX2 : KVI_ISA_SCALAR;
 }
 
-static const kvi_kernel_table *table_for(kvi_isa isa)
+static const kern_table *table_for(kern_isa isa)
 {
-    kvi_isa best = kvi_isa_detect();
+    kern_isa best = kern_isa_detect();
     if ((int)isa > (int)best) isa = best;
     switch (isa) {
-    case KVI_ISA_AVX512: return &kvi_kernels_avx512;
-    case KVI_ISA_AVX2: return &kvi_kernels_avx2;
+    case KVI_ISA_AVX512: return &kern_table_avx512;
+    case KVI_ISA_AVX2: return &kern_table_avx2;
     default: return &TAB_SCALAR;
     }
 }
 
-/* The best path the CPU has, until kvi_isa_set() says otherwise. */
+/* The best path the CPU has, until kern_isa_set() says otherwise. */
 static void isa_init(void) { atomic_store(&g_tab, table_for(KVI_ISA_AVX512)); }
 
-static const kvi_kernel_table *tab(void)
+static const kern_table *tab(void)
 {
     pthread_once(&g_once, isa_init);
     return atomic_load_explicit(&g_tab, memory_order_acquire);
 }
 
-kvi_isa kvi_isa_active(void) { return tab()->isa; }
+kern_isa kern_isa_active(void) { return tab()->isa; }
 
-const kvi_kernel_table *kvi_kernels_active(void) { return tab(); }
+const kern_table *kern_table_active(void) { return tab(); }
 
-void kvi_isa_set(kvi_isa isa)
+void kern_isa_set(kern_isa isa)
 {
     pthread_once(&g_once, isa_init);
     atomic_store(&g_tab, table_for(isa));
 }
 
-const char *kvi_isa_str(kvi_isa isa)
+const char *kern_isa_str(kern_isa isa)
 {
     switch (isa) {
     case KVI_ISA_AVX512: return "avx512";
@@ -114,7 +114,7 @@ const char *kvi_isa_str(kvi_isa isa)
     }
 }
 
-const char *kvi_isa_name(void) { return kvi_isa_str(kvi_isa_active()); }
+const char *kvi_isa_name(void) { return kern_isa_str(kern_isa_active()); }
 
 /* ---- dot products ------------------------------------------------------ */
 
@@ -129,14 +129,14 @@ static float dot_scalar(const float *a, const float *b, int64_t n)
     return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
 }
 
-float kvi_dot_f32_ref(const float *a, const float *b, int64_t n)
+float kern_dot_f32_ref(const float *a, const float *b, int64_t n)
 {
     double s = 0.0;
     for (int64_t i = 0; i < n; i++) s += (double)a[i] * (double)b[i];
     return (float)s;
 }
 
-float kvi_dot_f32(const float *a, const float *b, int64_t n)
+float kern_dot_f32(const float *a, const float *b, int64_t n)
 {
     if (n <= 0) return 0.0f;
     return tab()->dot(a, b, n);
@@ -144,26 +144,26 @@ float kvi_dot_f32(const float *a, const float *b, int64_t n)
 
 /* ---- rows of any type -------------------------------------------------- */
 
-static bool tensor_ok(const kvi_tensor *W)
+static bool tensor_ok(const kern_tensor *W)
 {
-    return W && W->data && W->n_in > 0 && W->n_out >= 0 && kvi_row_bytes(W->type, W->n_in) > 0;
+    return W && W->data && W->n_in > 0 && W->n_out >= 0 && quant_row_bytes(W->type, W->n_in) > 0;
 }
 
-static void dequant_with(const kvi_kernel_table *t, kvi_type type, const void *src, float *dst,
+static void dequant_with(const kern_table *t, kvi_type type, const void *src, float *dst,
                          int64_t n)
 {
     if (t->dequant && t->dequant(type, src, dst, n)) return;
-    kvi_dequant_row(type, src, dst, n);
+    quant_dequant_row(type, src, dst, n);
 }
 
-int kvi_tensor_get_row(const kvi_tensor *W, int64_t row, float *dst)
+int kern_tensor_get_row(const kern_tensor *W, int64_t row, float *dst)
 {
     if (!dst || !tensor_ok(W) || row < 0 || row >= W->n_out) return KVI_E_INVALID;
-    size_t rb = kvi_row_bytes(W->type, W->n_in);
+    size_t rb = quant_row_bytes(W->type, W->n_in);
     if (W->layout == KVI_LAYOUT_R16) {   /* the row out of its tile, then as usual */
         uint8_t stack[8192], *buf = rb <= sizeof stack ? stack : malloc(rb);   /* [rb] one row */
         if (!buf) return KVI_E_NOMEM;
-        kvi_r16_row(W->type, (const uint8_t *)W->data + (size_t)(row / 16) * 16 * rb, W->n_in, (int)(row % 16), buf);
+        kern_r16_row(W->type, (const uint8_t *)W->data + (size_t)(row / 16) * 16 * rb, W->n_in, (int)(row % 16), buf);
         dequant_with(tab(), W->type, buf, dst, W->n_in);
         if (buf != stack) free(buf);
         return KVI_OK;
@@ -175,14 +175,14 @@ int kvi_tensor_get_row(const kvi_tensor *W, int64_t row, float *dst)
 /* ---- matrix product ---------------------------------------------------- */
 
 typedef struct mm_ctx {
-    const kvi_tensor *W;
+    const kern_tensor *W;
     const float *x;            /* [n_rows][ldx] */
     int64_t ldx, n_rows;
     float *y;                  /* [n_rows][ldy] */
     int64_t ldy;
     tpool *pool;
     float *own_scratch;        /* [tile][n_in] when there is no pool, else NULL */
-    const kvi_kernel_table *tab;
+    const kern_table *tab;
     size_t row_bytes;
     int64_t tile;
 } mm_ctx;
@@ -192,11 +192,11 @@ typedef struct mm_ctx {
 static float dot_blockwise(const mm_ctx *c, const float *x, const uint8_t *w)
 {
     float buf[QK_K];   /* one block (at most QK_K elements) */
-    int64_t be = kvi_type_block_elems(c->W->type);
-    size_t bb = kvi_type_block_bytes(c->W->type);
+    int64_t be = quant_block_elems(c->W->type);
+    size_t bb = quant_block_bytes(c->W->type);
     float s = 0.0f;
     for (int64_t i = 0; i < c->W->n_in; i += be, w += bb) {
-        kvi_dequant_row(c->W->type, w, buf, be);
+        quant_dequant_row(c->W->type, w, buf, be);
         s += c->tab->dot(x + i, buf, be);
     }
     return s;
@@ -204,7 +204,7 @@ static float dot_blockwise(const mm_ctx *c, const float *x, const uint8_t *w)
 
 /* y[r * ldy + t] = dot(x_r, w_t) for r < n_rows, t < nt (w_t at w + t * ldw), in
  * register tiles of 3 x 2 where the ISA has them: the same bits as dot. */
-static void dots(const kvi_kernel_table *tb, const float *x, int64_t ldx, int64_t n_rows, const float *w,
+static void dots(const kern_table *tb, const float *x, int64_t ldx, int64_t n_rows, const float *w,
                  int64_t ldw, int64_t nt, int64_t n, float *y, int64_t ldy)
 {
     int64_t r = 0;
@@ -230,7 +230,7 @@ static void dots(const kvi_kernel_table *tb, const float *x, int64_t ldx, int64_
 static void mm_worker(void *vctx, int ith, int nth)
 {
     const mm_ctx *c = vctx;
-    const kvi_tensor *W = c->W;
+    const kern_tensor *W = c->W;
     const int64_t n_in = W->n_in;
     const int64_t j0 = W->n_out * ith / nth, j1 = W->n_out * (ith + 1) / nth;
     const uint8_t *base = W->data;
@@ -239,7 +239,7 @@ static void mm_worker(void *vctx, int ith, int nth)
         float *fscr = NULL;   /* [KVI_FMM_TILE][n_in]; NULL: streaming path, same bits */
         if (W->type != KVI_TYPE_F32 && c->n_rows >= KVI_FMM_MIN_ROWS && c->tile == KVI_FMM_TILE)
             fscr = c->own_scratch ? c->own_scratch : tpool_scratch(c->pool, ith, KVI_FMM_SCRATCH(n_in));
-        const kvi_fmm_args fa = {
+        const kern_fmm_args fa = {
             .type = W->type, .w = base, .w_rb = c->row_bytes, .n_in = n_in, .j0 = j0, .j1 = j1,
             .x = c->x, .ldx = c->ldx, .n_rows = c->n_rows, .y = c->y, .ldy = c->ldy, .scratch = fscr,
         };
@@ -277,7 +277,7 @@ static void mm_worker(void *vctx, int ith, int nth)
 
 typedef struct qmm_ctx {
     int n_w;
-    const kvi_tensor *const *W;   /* [n_w], one activation type and n_in */
+    const kern_tensor *const *W;   /* [n_w], one activation type and n_in */
     float *const *y;              /* [n_w] outputs, y[i]: [n_rows][ldy[i]] */
     const int64_t *ldy;           /* [n_w] */
     int64_t tiles_before[KVI_MATMUL_MULTI_MAX + 1];   /* QTILE tiles of W[0..i) */
@@ -290,7 +290,7 @@ typedef struct qmm_ctx {
     uint8_t *scratch0;         /* thread 0's tile scratch (or the only one) */
     size_t scratch_bytes;      /* KVI_QGEMM_SCRATCH, then [16 * row bytes] for R16 tiles */
     size_t r16_rows_off;       /* where that R16 tile-as-rows buffer starts */
-    const kvi_kernel_table *tab;
+    const kern_table *tab;
 } qmm_ctx;
 
 static void qmm_quant_worker(void *vctx, int ith, int nth)
@@ -298,8 +298,8 @@ static void qmm_quant_worker(void *vctx, int ith, int nth)
     const qmm_ctx *c = vctx;
     const int64_t r0 = c->n_rows * ith / nth, r1 = c->n_rows * (ith + 1) / nth;
     for (int64_t r = r0; r < r1; r++) {
-        kvi_q8_quantize_act(c->W[0]->type, c->x + r * c->ldx, c->xq + (size_t)r * c->xq_rb, c->W[0]->n_in);
-        if (c->xt) kvi_q8_tiles_row(c->xq + (size_t)r * c->xq_rb, c->W[0]->n_in, r, r == c->n_rows - 1, c->xt);
+        kern_q8_quantize_act(c->W[0]->type, c->x + r * c->ldx, c->xq + (size_t)r * c->xq_rb, c->W[0]->n_in);
+        if (c->xt) kern_q8_tiles_row(c->xq + (size_t)r * c->xq_rb, c->W[0]->n_in, r, r == c->n_rows - 1, c->xt);
     }
 }
 
@@ -316,16 +316,16 @@ static void qmm_worker(void *vctx, int ith, int nth)
         const int64_t a0 = c->tiles_before[i], a1 = c->tiles_before[i + 1];
         const int64_t s0 = t0 > a0 ? t0 : a0, s1 = t1 < a1 ? t1 : a1;
         if (s0 >= s1) continue;
-        const kvi_tensor *W = c->W[i];
+        const kern_tensor *W = c->W[i];
         const int64_t j1 = (s1 - a0) * QTILE;
-        kvi_qgemm_args a = {
-            .type = W->type, .w = W->data, .w_rb = kvi_row_bytes(W->type, W->n_in), .n_in = W->n_in,
+        kern_qgemm_args a = {
+            .type = W->type, .w = W->data, .w_rb = quant_row_bytes(W->type, W->n_in), .n_in = W->n_in,
             .j0 = (s0 - a0) * QTILE, .j1 = j1 < W->n_out ? j1 : W->n_out,
             .xq = c->xq, .xq_rb = c->xq_rb, .n_rows = c->n_rows, .y = c->y[i], .ldy = c->ldy[i],
             .scratch = scr, .xt = c->xt,
         };
-        if (W->layout == KVI_LAYOUT_R16) kvi_qgemm_r16(c->tab, &a, (uint8_t *)scr + c->r16_rows_off);
-        else if (!(c->tab->qgemm && c->tab->qgemm(&a))) kvi_qgemm_ref(&a);
+        if (W->layout == KVI_LAYOUT_R16) kern_qgemm_r16(c->tab, &a, (uint8_t *)scr + c->r16_rows_off);
+        else if (!(c->tab->qgemm && c->tab->qgemm(&a))) kern_qgemm_ref(&a);
     }
 }
 
@@ -334,13 +334,13 @@ static void qmm_worker(void *vctx, int ith, int nth)
 
 /* Returns false (nothing written) when memory is short: the caller falls back.
  * Every W[i] has the activation type and n_in of W[0]. */
-static bool matmul_q8(tpool *pool, int n_w, const kvi_tensor *const *W, const float *x, int64_t ldx,
+static bool matmul_q8(tpool *pool, int n_w, const kern_tensor *const *W, const float *x, int64_t ldx,
                       int64_t n_rows, float *const *y, const int64_t *ldy)
 {
     qmm_ctx c = {
         .n_w = n_w, .W = W, .y = y, .ldy = ldy,
         .x = x, .ldx = ldx, .n_rows = n_rows, .pool = pool,
-        .xq_rb = kvi_q8_act_row_bytes(W[0]->type, W[0]->n_in),
+        .xq_rb = kern_q8_act_row_bytes(W[0]->type, W[0]->n_in),
         .scratch_bytes = KVI_QGEMM_SCRATCH(W[0]->n_in), .tab = tab(),
     };
     c.tiles_before[0] = 0;
@@ -348,7 +348,7 @@ static bool matmul_q8(tpool *pool, int n_w, const kvi_tensor *const *W, const fl
     c.r16_rows_off = (c.scratch_bytes + 63) & ~(size_t)63;
     for (int i = 0; i < n_w; i++)
         if (W[i]->layout == KVI_LAYOUT_R16) {
-            const size_t need = c.r16_rows_off + 16 * kvi_row_bytes(W[i]->type, W[i]->n_in);
+            const size_t need = c.r16_rows_off + 16 * quant_row_bytes(W[i]->type, W[i]->n_in);
             if (need > c.scratch_bytes) c.scratch_bytes = need;
         }
     const size_t xq_bytes = ((c.xq_rb * (size_t)n_rows) + 63) & ~(size_t)63;
@@ -357,9 +357,9 @@ static bool matmul_q8(tpool *pool, int n_w, const kvi_tensor *const *W, const fl
     size_t xt_bytes = 0;
     bool amx = false;
     for (int i = 0; i < n_w; i++)
-        amx = amx || kvi_qgemm_amx_q8_wanted(W[i]->type, W[i]->layout == KVI_LAYOUT_R16, n_rows, W[i]->n_in);
+        amx = amx || kern_qgemm_amx_q8_wanted(W[i]->type, W[i]->layout == KVI_LAYOUT_R16, n_rows, W[i]->n_in);
     if (c.tab->amx_q8 && amx)
-        xt_bytes = (kvi_q8_tiles_bytes(n_rows, W[0]->n_in) + 63) & ~(size_t)63;
+        xt_bytes = (kern_q8_tiles_bytes(n_rows, W[0]->n_in) + 63) & ~(size_t)63;
     if (xt_bytes > SIZE_MAX - xq_bytes - c.scratch_bytes) xt_bytes = 0;
     uint8_t *buf = pool ? tpool_scratch(pool, 0, xq_bytes + xt_bytes + c.scratch_bytes) : NULL;
     uint8_t *own = NULL;
@@ -378,24 +378,24 @@ static bool matmul_q8(tpool *pool, int n_w, const kvi_tensor *const *W, const fl
     return true;
 }
 
-static bool matmul_args_ok(const kvi_tensor *W, const float *x, int64_t ldx, int64_t ldy)
+static bool matmul_args_ok(const kern_tensor *W, const float *x, int64_t ldx, int64_t ldy)
 {
     return tensor_ok(W) && x && ldx >= W->n_in && ldy >= W->n_out;
 }
 
-int kvi_matmul(tpool *pool, const kvi_tensor *W, const float *x, int64_t ldx,
+int kern_matmul(tpool *pool, const kern_tensor *W, const float *x, int64_t ldx,
                int64_t n_rows, float *y, int64_t ldy)
 {
     if (n_rows < 0 || (n_rows > 0 && !y) || !matmul_args_ok(W, x, ldx, ldy)) return KVI_E_INVALID;
     if (n_rows == 0 || W->n_out == 0) return KVI_OK;
-    if (kvi_q8_act_type(W->type) != KVI_TYPE_F32 && matmul_q8(pool, 1, &W, x, ldx, n_rows, &y, &ldy))
+    if (kern_q8_act_type(W->type) != KVI_TYPE_F32 && matmul_q8(pool, 1, &W, x, ldx, n_rows, &y, &ldy))
         return KVI_OK;
     /* only the integer path reads other layouts: it could not get its buffers */
     if (W->layout != KVI_LAYOUT_ROWS) return KVI_E_NOMEM;
     if (tab()->fmm_amx && tab()->fmm_amx(pool, W, x, ldx, n_rows, y, ldy)) return KVI_OK;
     mm_ctx c = {
         .W = W, .x = x, .ldx = ldx, .n_rows = n_rows, .y = y, .ldy = ldy, .pool = pool,
-        .own_scratch = NULL, .tab = tab(), .row_bytes = kvi_row_bytes(W->type, W->n_in),
+        .own_scratch = NULL, .tab = tab(), .row_bytes = quant_row_bytes(W->type, W->n_in),
     };
     c.tile = TILE_MAX_FLOATS / W->n_in;
     if (c.tile > TILE) c.tile = TILE;
@@ -407,36 +407,36 @@ int kvi_matmul(tpool *pool, const kvi_tensor *W, const float *x, int64_t ldx,
     return KVI_OK;
 }
 
-int kvi_matmul_multi(tpool *pool, int n_w, const kvi_tensor *const W[], const float *x, int64_t ldx,
+int kern_matmul_multi(tpool *pool, int n_w, const kern_tensor *const W[], const float *x, int64_t ldx,
                      int64_t n_rows, float *const y[], const int64_t ldy[])
 {
     if (n_rows < 0 || n_w < 0 || (n_w > 0 && (!W || !y || !ldy))) return KVI_E_INVALID;
     for (int i = 0; i < n_w; i++)   /* all or nothing: no output written when one is refused */
         if ((n_rows > 0 && !y[i]) || !matmul_args_ok(W[i], x, ldx, ldy[i])) return KVI_E_INVALID;
     if (n_rows == 0) return KVI_OK;
-    bool shared = n_w <= KVI_MATMUL_MULTI_MAX && kvi_q8_act_type(W[0] ? W[0]->type : KVI_TYPE_F32) != KVI_TYPE_F32;
+    bool shared = n_w <= KVI_MATMUL_MULTI_MAX && kern_q8_act_type(W[0] ? W[0]->type : KVI_TYPE_F32) != KVI_TYPE_F32;
     for (int i = 0; shared && i < n_w; i++)
         shared = y[i] && matmul_args_ok(W[i], x, ldx, ldy[i]) && W[i]->n_out > 0 &&
-                 W[i]->n_in == W[0]->n_in && kvi_q8_act_type(W[i]->type) == kvi_q8_act_type(W[0]->type);
+                 W[i]->n_in == W[0]->n_in && kern_q8_act_type(W[i]->type) == kern_q8_act_type(W[0]->type);
     if (shared && matmul_q8(pool, n_w, W, x, ldx, n_rows, y, ldy)) return KVI_OK;
     for (int i = 0; i < n_w; i++) {
-        const int rc = kvi_matmul(pool, W[i], x, ldx, n_rows, y[i], ldy[i]);
+        const int rc = kern_matmul(pool, W[i], x, ldx, n_rows, y[i], ldy[i]);
         if (rc) return rc;
     }
     return KVI_OK;
 }
 
-int kvi_matmul_ref(const kvi_tensor *W, const float *x, int64_t ldx, int64_t n_rows, float *y,
+int kern_matmul_ref(const kern_tensor *W, const float *x, int64_t ldx, int64_t n_rows, float *y,
                    int64_t ldy)
 {
     if (n_rows < 0 || (n_rows > 0 && !y) || !matmul_args_ok(W, x, ldx, ldy)) return KVI_E_INVALID;
-    size_t rb = kvi_row_bytes(W->type, W->n_in);
+    size_t rb = quant_row_bytes(W->type, W->n_in);
     float *w = malloc((size_t)W->n_in * sizeof(float));   /* [n_in] one dequantised row */
     if (!w) return KVI_E_NOMEM;
     for (int64_t j = 0; j < W->n_out; j++) {
-        if (W->layout == KVI_LAYOUT_R16) kvi_tensor_get_row(W, j, w);   /* exact, like kvi_dequant_row */
-        else kvi_dequant_row(W->type, (const uint8_t *)W->data + (size_t)j * rb, w, W->n_in);
-        for (int64_t r = 0; r < n_rows; r++) y[r * ldy + j] = kvi_dot_f32_ref(x + r * ldx, w, W->n_in);
+        if (W->layout == KVI_LAYOUT_R16) kern_tensor_get_row(W, j, w);   /* exact, like quant_dequant_row */
+        else quant_dequant_row(W->type, (const uint8_t *)W->data + (size_t)j * rb, w, W->n_in);
+        for (int64_t r = 0; r < n_rows; r++) y[r * ldy + j] = kern_dot_f32_ref(x + r * ldx, w, W->n_in);
     }
     free(w);
     return KVI_OK;

@@ -14,31 +14,31 @@
 #include "base/threadpool.h"
 #include <stdint.h>
 
-typedef enum kvi_isa { KVI_ISA_SCALAR = 0, KVI_ISA_AVX2 = 1, KVI_ISA_AVX512 = 2 } kvi_isa;
+typedef enum kern_isa { KVI_ISA_SCALAR = 0, KVI_ISA_AVX2 = 1, KVI_ISA_AVX512 = 2 } kern_isa;
 
-kvi_isa kvi_isa_detect(void);          /* the best the CPU supports */
-kvi_isa kvi_isa_active(void);          /* detect, lowered by kvi_isa_set */
-void kvi_isa_set(kvi_isa isa);         /* tests: force a path (capped at detect) */
-const char *kvi_isa_str(kvi_isa isa);
+kern_isa kern_isa_detect(void);          /* the best the CPU supports */
+kern_isa kern_isa_active(void);          /* detect, lowered by kern_isa_set */
+void kern_isa_set(kern_isa isa);         /* tests: force a path (capped at detect) */
+const char *kern_isa_str(kern_isa isa);
 
 /* A weight matrix [n_out][n_in] of type `type`: row j holds n_in elements,
- * kvi_row_bytes(type, n_in) bytes apart. 1-D vectors have n_out = 1. */
-typedef struct kvi_tensor {
+ * quant_row_bytes(type, n_in) bytes apart. 1-D vectors have n_out = 1. */
+typedef struct kern_tensor {
     const void *data;
     kvi_type type;
     int64_t n_in;    /* row length (GGUF ne[0]) */
     int64_t n_out;   /* number of rows (GGUF ne[1]) */
     int layout;      /* KVI_LAYOUT_*: how the bytes are arranged (0: rows) */
-} kvi_tensor;
+} kern_tensor;
 
-/* KVI_LAYOUT_ROWS: row j at data + j * kvi_row_bytes(type, n_in) (GGUF's layout).
+/* KVI_LAYOUT_ROWS: row j at data + j * quant_row_bytes(type, n_in) (GGUF's layout).
  * KVI_LAYOUT_R16: Q8_0 / Q4_0 tiles of 16 rows interleaved (r16_pack.h). */
 #define KVI_LAYOUT_ROWS 0
 #define KVI_LAYOUT_R16 1
 
 /* sum_i a[i] * b[i] */
-float kvi_dot_f32(const float *a, const float *b, int64_t n);
-float kvi_dot_f32_ref(const float *a, const float *b, int64_t n);
+float kern_dot_f32(const float *a, const float *b, int64_t n);
+float kern_dot_f32_ref(const float *a, const float *b, int64_t n);
 
 /* y[r * ldy + j] = sum_i x[r * ldx + i] * W[j][i]   for r < n_rows, j < W->n_out.
  * x: [n_rows][ldx] f32 with ldx >= W->n_in; y: [n_rows][ldy] f32 with ldy >= W->n_out.
@@ -47,32 +47,32 @@ float kvi_dot_f32_ref(const float *a, const float *b, int64_t n);
  * quantised to 8 bits (as llama.cpp does) and multiplied in integers, with the
  * same bits on every ISA (q8.h); other types multiply in f32. */
 /* Returns 0, KVI_E_INVALID for bad arguments (y untouched), or KVI_E_NOMEM. */
-int kvi_matmul(tpool *pool, const kvi_tensor *W, const float *x, int64_t ldx,
+int kern_matmul(tpool *pool, const kern_tensor *W, const float *x, int64_t ldx,
                int64_t n_rows, float *y, int64_t ldy);
-/* The same as kvi_matmul(pool, W[i], x, ldx, n_rows, y[i], ldy[i]) for i < n_w,
+/* The same as kern_matmul(pool, W[i], x, ldx, n_rows, y[i], ldy[i]) for i < n_w,
  * bit for bit, with x quantised once and one pool run over all the outputs when
- * every W[i] has the same n_in and activation type (else one kvi_matmul each). */
+ * every W[i] has the same n_in and activation type (else one kern_matmul each). */
 #define KVI_MATMUL_MULTI_MAX 8
-int kvi_matmul_multi(tpool *pool, int n_w, const kvi_tensor *const W[], const float *x, int64_t ldx,
+int kern_matmul_multi(tpool *pool, int n_w, const kern_tensor *const W[], const float *x, int64_t ldx,
                      int64_t n_rows, float *const y[], const int64_t ldy[]);
 /* The f32 math reference, single thread (tests): dequantised weights times the
  * unquantised x, accumulated in double. */
-int kvi_matmul_ref(const kvi_tensor *W, const float *x, int64_t ldx, int64_t n_rows,
+int kern_matmul_ref(const kern_tensor *W, const float *x, int64_t ldx, int64_t n_rows,
                    float *y, int64_t ldy);
 
 /* Row `row` of W as floats (embedding lookup): dst has W->n_in floats. 0, or
  * KVI_E_INVALID (bad tensor, row out of range: dst untouched), KVI_E_NOMEM. */
-int kvi_tensor_get_row(const kvi_tensor *W, int64_t row, float *dst);
+int kern_tensor_get_row(const kern_tensor *W, int64_t row, float *dst);
 
 /* ---- weights laid out for the kernels ---------------------------------- */
 
 /* true when the active kernels want some weights in a layout of their own (then
- * kvi_kernels_prepare_weights writes into the weights' bytes: make them writable). */
-bool kvi_kernels_prepare_wanted(void);
+ * kern_prepare_weights writes into the weights' bytes: make them writable). */
+bool kern_prepare_wanted(void);
 /* Lays the n matrices of W (distinct data) out for the active kernels, in place,
  * using n_threads threads: today the Q8_0 / Q4_0 ones whose shape allows it go to
  * R16 tiles (r16_pack.h) when the kernels read those faster; every other matrix is
  * left as it is. Returns 0, or a negative KVI_E_* with every matrix unchanged. */
-int kvi_kernels_prepare_weights(kvi_tensor *const *W, int n, int n_threads);
+int kern_prepare_weights(kern_tensor *const *W, int n, int n_threads);
 
 #endif

@@ -5,14 +5,14 @@
  * The integer products reuse q8_rows.h, compiled here for AVX2 + FMA.
  *
  * Every function carries __attribute__((target("avx2,fma,f16c"))) and is reached
- * only through the table after kvi_isa_detect() saw those features.
+ * only through the table after kern_isa_detect() saw those features.
  *
  * Dot reduction order (fixed by n alone): four 8-lane accumulators take elements
  * i mod 32; the remaining full 8-lane groups go into accumulator 0, the last n mod 8
  * elements (masked load) into accumulator 1; then (a0 + a1) + (a2 + a3) and a
  * fixed horizontal sum.
  *
- * Dequantisation gives exactly kvi_dequant_row()'s floats: every value is an exact
+ * Dequantisation gives exactly quant_dequant_row()'s floats: every value is an exact
  * product of a half (or its exact product with a small integer scale) and a small
  * integer, followed by at most one rounded subtraction, and the same per-sub-block
  * factors are computed with the same scalar expressions.
@@ -75,9 +75,9 @@ AVX2 static void deq_f16(const uint8_t *p, float *y, int64_t n)
     for (; i + 8 <= n; i += 8)
         _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 2 * i))));
     for (; i < n; i++) {
-        kvi_f16 h;
+        quant_f16 h;
         memcpy(&h, p + 2 * i, 2);
-        y[i] = kvi_f16_to_f32(h);
+        y[i] = quant_f16_to_f32(h);
     }
 }
 
@@ -89,17 +89,17 @@ AVX2 static void deq_bf16(const uint8_t *p, float *y, int64_t n)
         _mm256_storeu_ps(y + i, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
     }
     for (; i < n; i++) {
-        kvi_bf16 h;
+        quant_bf16 h;
         memcpy(&h, p + 2 * i, 2);
-        y[i] = kvi_bf16_to_f32(h);
+        y[i] = quant_bf16_to_f32(h);
     }
 }
 
-/* F16C conversion: exact, so equal to kvi_f16_to_f32(). Kept inside the target
+/* F16C conversion: exact, so equal to quant_f16_to_f32(). Kept inside the target
  * region: calling plain SSE code from here costs an AVX/SSE transition per call. */
 AVX2 static float half_at(const uint8_t *p)
 {
-    kvi_f16 h;
+    quant_f16 h;
     memcpy(&h, p, 2);
     return _cvtsh_ss(h);
 }
@@ -128,11 +128,11 @@ AVX2 static void deq_q4_0(const uint8_t *p, float *y, int64_t nb)
     }
 }
 
-/* kvi_scale_min_k4 (quant.h) as floats. */
+/* quant_scale_min_k4 (quant.h) as floats. */
 AVX2 static void scale_min(int j, const uint8_t *q, float *sc, float *mn)
 {
     uint8_t s, m;
-    kvi_scale_min_k4(j, q, &s, &m);
+    quant_scale_min_k4(j, q, &s, &m);
     *sc = (float)s;
     *mn = (float)m;
 }
@@ -198,9 +198,9 @@ AVX2 static void deq_q6_k(const uint8_t *p, float *y, int64_t nb)
     }
 }
 
-AVX2 int kvi_dequant_avx2(kvi_type t, const void *src, float *dst, int64_t n)
+AVX2 int kern_dequant_avx2(kvi_type t, const void *src, float *dst, int64_t n)
 {
-    int64_t be = kvi_type_block_elems(t);
+    int64_t be = quant_block_elems(t);
     if (be == 0 || n <= 0 || n % be != 0) return 0;
     switch (t) {
     case KVI_TYPE_F16: deq_f16(src, dst, n); return 1;
@@ -232,16 +232,16 @@ static inline int32_t q8_idot(const int8_t *a, const int8_t *b, int n)
 }
 #define Q8_IDOT_DEFINED
 #include "kernels/q8_rows.h"
-static int qgemm_avx2(const kvi_qgemm_args *a) { return q8_rows(a); }
+static int qgemm_avx2(const kern_qgemm_args *a) { return q8_rows(a); }
 #pragma GCC pop_options
 
-const kvi_kernel_table kvi_kernels_avx2 = {
+const kern_table kern_table_avx2 = {
     .isa = KVI_ISA_AVX2,
     .dot = dot_avx2,
-    .dequant = kvi_dequant_avx2,
+    .dequant = kern_dequant_avx2,
     .qgemm = qgemm_avx2,
-    .actq_a = kvi_actq_a_avx2,
-    .actq_k = kvi_actq_k_avx2,
-    .f16_row = kvi_f16_row_avx2,
-    .r16_to_rows = kvi_r16_to_rows,
+    .actq_a = kern_actq_a_avx2,
+    .actq_k = kern_actq_k_avx2,
+    .f16_row = kern_f16_row_avx2,
+    .r16_to_rows = kern_r16_to_rows,
 };

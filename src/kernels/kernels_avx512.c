@@ -1,7 +1,7 @@
 /*
  * kernels_avx512.c — the AVX-512 (F, BW, VL) table: dot product and F16 / BF16
  * dequantisation 16 lanes wide; the block types reuse the AVX2 code (every
- * AVX-512 CPU kvi_isa_detect() accepts also has AVX2, FMA and F16C), and the
+ * AVX-512 CPU kern_isa_detect() accepts also has AVX2, FMA and F16C), and the
  * integer products of q8.h with VNNI (vpdpbusd) when the CPU has it.
  *
  * Dot reduction order (fixed by n alone): four 16-lane accumulators take elements
@@ -89,9 +89,9 @@ AVX512 static void deq_f16(const uint8_t *p, float *y, int64_t n)
     for (; i + 16 <= n; i += 16)
         _mm512_storeu_ps(y + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 2 * i))));
     for (; i < n; i++) {
-        kvi_f16 h;
+        quant_f16 h;
         memcpy(&h, p + 2 * i, 2);
-        y[i] = kvi_f16_to_f32(h);
+        y[i] = quant_f16_to_f32(h);
     }
 }
 
@@ -103,9 +103,9 @@ AVX512 static void deq_bf16(const uint8_t *p, float *y, int64_t n)
         _mm512_storeu_ps(y + i, _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)));
     }
     for (; i < n; i++) {
-        kvi_bf16 h;
+        quant_bf16 h;
         memcpy(&h, p + 2 * i, 2);
-        y[i] = kvi_bf16_to_f32(h);
+        y[i] = quant_bf16_to_f32(h);
     }
 }
 
@@ -115,7 +115,7 @@ AVX512 static int dequant_avx512(kvi_type t, const void *src, float *dst, int64_
     switch (t) {
     case KVI_TYPE_F16: deq_f16(src, dst, n); return 1;
     case KVI_TYPE_BF16: deq_bf16(src, dst, n); return 1;
-    default: return kvi_dequant_avx2(t, src, dst, n);
+    default: return kern_dequant_avx2(t, src, dst, n);
     }
 }
 
@@ -184,9 +184,9 @@ VNNI_INLINE void rt_kernel(const uint8_t *wp, const int32_t *cor, const uint8_t 
     for (int64_t b = 0; b < nk; b++) {
 #pragma GCC unroll 16
         for (int rr = 0; rr < nr; rr++)
-            _mm_prefetch((const char *)xr[rr] + (size_t)b * sizeof(kvi_q8a) + pf, _MM_HINT_T0);
+            _mm_prefetch((const char *)xr[rr] + (size_t)b * sizeof(kern_q8a) + pf, _MM_HINT_T0);
         const uint8_t *q = wp + (size_t)b * PACK2;
-        const size_t o = (size_t)b * sizeof(kvi_q8a);
+        const size_t o = (size_t)b * sizeof(kern_q8a);
         __m512i s[2 * RT];   /* [h * RT + rr] */
 #pragma GCC unroll 2
         for (int h = 0; h < nh; h++)
@@ -209,7 +209,7 @@ VNNI_INLINE void rt_kernel(const uint8_t *wp, const int32_t *cor, const uint8_t 
             const __m512 dw = _mm512_load_ps((const float *)(q + 1024 + 64 * h));
 #pragma GCC unroll 16
             for (int rr = 0; rr < nr; rr++) {
-                const __m512 dx = _mm512_set1_ps(((const kvi_q8a *)(xr[rr] + o))->d);
+                const __m512 dx = _mm512_set1_ps(((const kern_q8a *)(xr[rr] + o))->d);
                 acc[h * RT + rr] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(s[h * RT + rr]),
                                                    acc[h * RT + rr]);
             }
@@ -248,8 +248,8 @@ VNNI_INLINE void rt_run(const uint8_t *wp, const int32_t *cor, const uint8_t *co
 VNNI_INLINE void cor_build(const uint8_t *x, int64_t nk, int32_t off, int32_t *dst)
 {
     const __m512i gidx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                            _mm512_set1_epi32((int)(sizeof(kvi_q8a) / 4)));
-    const int32_t *sums = &((const kvi_q8a *)x)->sum;
+                                            _mm512_set1_epi32((int)(sizeof(kern_q8a) / 4)));
+    const int32_t *sums = &((const kern_q8a *)x)->sum;
     for (int64_t b = 0; b < nk; b += 16) {
         const __mmask16 bm = nk - b >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (nk - b)) - 1);
         __m512i v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), bm, gidx, sums + 12 * b, 4);
@@ -261,7 +261,7 @@ VNNI_INLINE void cor_build(const uint8_t *x, int64_t nk, int32_t off, int32_t *d
 /* Rows r0 .. r0 + nr - 1 (nr <= RT) times the nh packed tiles of outputs jt ..
  * (masks m), chunk kb0 .. kb0 + nk - 1. cor_rows: the chunk's corrections of every
  * row, [n_rows][KC] (cor_build). */
-VNNI static void rows_chunk(const kvi_qgemm_args *a, const uint8_t *wp, const int32_t *cor_rows, int64_t jt, int nh,
+VNNI static void rows_chunk(const kern_qgemm_args *a, const uint8_t *wp, const int32_t *cor_rows, int64_t jt, int nh,
                             const __mmask16 m[2], int64_t r0, int nr, int64_t kb0, int64_t nk)
 {
     const int32_t *cor = cor_rows + r0 * KC;                            /* [RT][KC] -off * sum(x quants) */
@@ -277,7 +277,7 @@ VNNI static void rows_chunk(const kvi_qgemm_args *a, const uint8_t *wp, const in
     for (int64_t l = 0; l < next * (int64_t)(KC * sizeof(int32_t) / 64); l++)
         _mm_prefetch((const char *)(cor + RT * KC) + 64 * l, _MM_HINT_T0);
     for (int rr = 0; rr < nr; rr++) {
-        xr[rr] = a->xq + (size_t)(r0 + rr) * a->xq_rb + (size_t)kb0 * sizeof(kvi_q8a);
+        xr[rr] = a->xq + (size_t)(r0 + rr) * a->xq_rb + (size_t)kb0 * sizeof(kern_q8a);
         yr[rr] = a->y + (r0 + rr) * a->ldy + jt;
     }
     switch (nr) {
@@ -293,10 +293,10 @@ VNNI static void rows_chunk(const kvi_qgemm_args *a, const uint8_t *wp, const in
 
 /* Blocks kb0 .. kb0 + nk - 1 of tile h (outputs jt + 16h .., nv of them) from the
  * rows layout into the packed chunk. */
-VNNI static void pack_rows_tile(const kvi_qgemm_args *a, int64_t jt, int h, int nv, int64_t kb0, int64_t nk,
+VNNI static void pack_rows_tile(const kern_qgemm_args *a, int64_t jt, int h, int nv, int64_t kb0, int64_t nk,
                                 uint8_t *packed)
 {
-    const size_t bb = kvi_type_block_bytes(a->type);
+    const size_t bb = quant_block_bytes(a->type);
     tile16 tl;
     tile_init(&tl, a, jt + 16 * h, nv);
     for (int64_t b = 0; b < nk; b++) {
@@ -311,7 +311,7 @@ VNNI static void pack_rows_tile(const kvi_qgemm_args *a, int64_t jt, int h, int 
 
 /* The same from the R16 layout (r16_pack.h): the tile's vectors are already
  * transposed; Q4_0's nibbles are split as load_block splits them. */
-VNNI static void pack_r16_tile(const kvi_qgemm_args *a, int64_t jt, int h, int64_t kb0, int64_t nk, uint8_t *packed)
+VNNI static void pack_r16_tile(const kern_qgemm_args *a, int64_t jt, int h, int64_t kb0, int64_t nk, uint8_t *packed)
 {
     const bool q8 = a->type == KVI_TYPE_Q8_0;
     const size_t pair = q8 ? 1088 : 576, qbytes = q8 ? 512 : 256;   /* bytes per block pair, per block's quants */
@@ -340,7 +340,7 @@ VNNI static void pack_r16_tile(const kvi_qgemm_args *a, int64_t jt, int h, int64
 /* Q8_0 / Q4_0 with the scratch (KVI_QGEMM_SCRATCH(n_in) bytes), any number of rows;
  * r16: a->w is in the R16 layout (j0, j1 multiples of 16). Returns 0 (nothing
  * written) when the corrections' buffer cannot be allocated. */
-VNNI static int qgemm_packed(const kvi_qgemm_args *a, uint8_t *packed, bool r16)
+VNNI static int qgemm_packed(const kern_qgemm_args *a, uint8_t *packed, bool r16)
 {
     const int64_t nb = a->n_in / 32;
     const int64_t kc_fit = (int64_t)(KVI_QGEMM_SCRATCH(a->n_in) / PACK2);   /* >= 1 */
@@ -354,7 +354,7 @@ VNNI static int qgemm_packed(const kvi_qgemm_args *a, uint8_t *packed, bool r16)
     for (int64_t kb0 = 0; kb0 < nb; kb0 += kc) {
         const int64_t nk = nb - kb0 < kc ? nb - kb0 : kc;
         for (int64_t r = 0; r < a->n_rows; r++)
-            cor_build(a->xq + (size_t)r * a->xq_rb + (size_t)kb0 * sizeof(kvi_q8a), nk, off, cor_rows + r * KC);
+            cor_build(a->xq + (size_t)r * a->xq_rb + (size_t)kb0 * sizeof(kern_q8a), nk, off, cor_rows + r * KC);
         for (int64_t jt = a->j0; jt < a->j1; jt += 32) {
             const int64_t left = a->j1 - jt;
             const int nh = left > 16 ? 2 : 1;
@@ -373,14 +373,14 @@ VNNI static int qgemm_packed(const kvi_qgemm_args *a, uint8_t *packed, bool r16)
     return 1;
 }
 
-int kvi_qgemm_r16_many_avx512(const kvi_qgemm_args *a)
+int kern_qgemm_r16_many_avx512(const kern_qgemm_args *a)
 {
-    if (!kvi_has_vnni() || (a->type != KVI_TYPE_Q8_0 && a->type != KVI_TYPE_Q4_0) || !a->scratch) return 0;
+    if (!kern_has_vnni() || (a->type != KVI_TYPE_Q8_0 && a->type != KVI_TYPE_Q4_0) || !a->scratch) return 0;
     if (a->n_in % 64 != 0 || a->j0 % 16 != 0 || a->j1 % 16 != 0 || a->n_rows < 1) return 0;
     return qgemm_packed(a, a->scratch, true);
 }
 
-int kvi_has_vnni(void) { return cpu_features()->avx512_vnni; }
+int kern_has_vnni(void) { return cpu_features()->avx512_vnni; }
 
 
 /* ---- every other integer type: tiles unpacked, then packed -----------------
@@ -414,7 +414,7 @@ VNNI_INLINE void store_chunk(uint8_t *g, const __m512i W[8])
 /* Q4_1 Q5_0 Q5_1 (Q4_0/Q8_0 use load_block): levels, d and m. */
 VNNI static void pack_legacy(kvi_type t, const tile16 *tl, int64_t nb, uint8_t *packed)
 {
-    const size_t bb = kvi_type_block_bytes(t);
+    const size_t bb = quant_block_bytes(t);
     const size_t qs_off = t == KVI_TYPE_Q4_1 ? 4 : t == KVI_TYPE_Q5_0 ? 6 : 8;
     const size_t qh_off = t == KVI_TYPE_Q5_0 ? 2 : 4;
     const bool five = t != KVI_TYPE_Q4_1, has_m = t != KVI_TYPE_Q5_0;
@@ -539,16 +539,16 @@ VNNI static void pack_q6k(const tile16 *tl, int64_t nsb, uint8_t *packed)
 }
 
 /* Legacy types (_0 / _1) from the packed tile. */
-VNNI static void gen_rows_legacy(const kvi_qgemm_args *a, const uint8_t *packed, int64_t jt, __mmask16 msk,
+VNNI static void gen_rows_legacy(const kern_qgemm_args *a, const uint8_t *packed, int64_t jt, __mmask16 msk,
                                  int64_t r0, int nr)
 {
-    const int32_t off = kvi_q8_level_offset(a->type);
+    const int32_t off = kern_q8_level_offset(a->type);
     const bool has_m = a->type == KVI_TYPE_Q4_1 || a->type == KVI_TYPE_Q5_1;
     const int64_t nc = a->n_in / 32;
-    const kvi_q8a *x[RB];
+    const kern_q8a *x[RB];
     __m512 acc[RB];
     for (int rr = 0; rr < RB; rr++) {
-        x[rr] = (const kvi_q8a *)(a->xq + (size_t)(r0 + (rr < nr ? rr : 0)) * a->xq_rb);
+        x[rr] = (const kern_q8a *)(a->xq + (size_t)(r0 + (rr < nr ? rr : 0)) * a->xq_rb);
         acc[rr] = _mm512_setzero_ps();
     }
     for (int64_t c = 0; c < nc; c++) {
@@ -557,7 +557,7 @@ VNNI static void gen_rows_legacy(const kvi_qgemm_args *a, const uint8_t *packed,
         for (int k = 0; k < 8; k++) W[k] = _mm512_load_si512((const void *)(g + 64 * k));
         const __m512 fd = _mm512_load_ps((const float *)(g + 704)), fm = _mm512_load_ps((const float *)(g + 768));
         for (int rr = 0; rr < nr; rr++) {
-            const kvi_q8a *xb = x[rr] + c;
+            const kern_q8a *xb = x[rr] + c;
             __m512i s = _mm512_set1_epi32(-off * xb->sum), s2 = _mm512_setzero_si512();
             for (int k = 0; k < 4; k++) {
                 s = _mm512_dpbusd_epi32(s, W[k], _mm512_set1_epi32(load_i32(xb->qs + 4 * k)));
@@ -575,7 +575,7 @@ VNNI static void gen_rows_legacy(const kvi_qgemm_args *a, const uint8_t *packed,
  * vpdpbusd run k-outer over the rows, so the rows' chains are in flight together;
  * the integer sums are exact (their order does not matter), the float steps are
  * the contract's. One instance per (nr, q6), so that every loop unrolls. */
-VNNI_INLINE void genk_kernel(const uint8_t *packed, int64_t nsb, const kvi_q8k *const *x, const int nr, const bool q6,
+VNNI_INLINE void genk_kernel(const uint8_t *packed, int64_t nsb, const kern_q8k *const *x, const int nr, const bool q6,
                              __m512 *acc)
 {
     const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
@@ -637,14 +637,14 @@ VNNI_INLINE void genk_kernel(const uint8_t *packed, int64_t nsb, const kvi_q8k *
         break;
 
 /* K-quants from the packed tile, rows r0 .. r0 + nr - 1 (nr <= RBK). */
-VNNI static void gen_rows_k(const kvi_qgemm_args *a, const uint8_t *packed, int64_t jt, __mmask16 msk, int64_t r0,
+VNNI static void gen_rows_k(const kern_qgemm_args *a, const uint8_t *packed, int64_t jt, __mmask16 msk, int64_t r0,
                             int nr)
 {
     const bool q6 = a->type == KVI_TYPE_Q6_K;
-    const kvi_q8k *x[RBK];
+    const kern_q8k *x[RBK];
     __m512 acc[RBK];
     for (int rr = 0; rr < RBK; rr++) {
-        x[rr] = (const kvi_q8k *)(a->xq + (size_t)(r0 + (rr < nr ? rr : 0)) * a->xq_rb);
+        x[rr] = (const kern_q8k *)(a->xq + (size_t)(r0 + (rr < nr ? rr : 0)) * a->xq_rb);
         acc[rr] = _mm512_setzero_ps();
     }
     switch (nr) {
@@ -659,11 +659,11 @@ VNNI static void gen_rows_k(const kvi_qgemm_args *a, const uint8_t *packed, int6
     for (int rr = 0; rr < nr; rr++) _mm512_mask_storeu_ps(a->y + (r0 + rr) * a->ldy + jt, msk, acc[rr]);
 }
 
-VNNI static int qgemm_generic(const kvi_qgemm_args *a)
+VNNI static int qgemm_generic(const kern_qgemm_args *a)
 {
     if (!a->scratch) return 0;
     uint8_t *packed = a->scratch;
-    const bool kq = kvi_q8_act_type(a->type) == KVI_TYPE_Q8_K;
+    const bool kq = kern_q8_act_type(a->type) == KVI_TYPE_Q8_K;
     for (int64_t jt = a->j0; jt < a->j1; jt += 16) {
         const int nv = a->j1 - jt < 16 ? (int)(a->j1 - jt) : 16;
         const __mmask16 m = (__mmask16)((1u << nv) - 1);
@@ -689,47 +689,47 @@ VNNI static int qgemm_generic(const kvi_qgemm_args *a)
 }
 
 
-VNNI static int qgemm_avx512(const kvi_qgemm_args *a)
+VNNI static int qgemm_avx512(const kern_qgemm_args *a)
 {
-    if (!kvi_has_vnni() || kvi_q8_act_type(a->type) == KVI_TYPE_F32) return 0;
+    if (!kern_has_vnni() || kern_q8_act_type(a->type) == KVI_TYPE_F32) return 0;
     if (a->w_rb > (size_t)INT32_MAX / 16) return 0;   /* gather offsets are int32 */
-    if (kvi_qgemv_avx512(a) || kvi_qgemv_kq_avx512(a)) return 1;
+    if (kern_qgemv_avx512(a) || kern_qgemv_kq_avx512(a)) return 1;
     if (a->type != KVI_TYPE_Q8_0 && a->type != KVI_TYPE_Q4_0) return qgemm_generic(a);
     if (!a->scratch) return 0;
-    if (kvi_qgemm_amx_q8(a, false)) return 1;
+    if (kern_qgemm_amx_q8(a, false)) return 1;
     return qgemm_packed(a, a->scratch, false);
 }
 
 /* ---- R16 weights: AMX for many rows, the streaming VNNI kernels otherwise ---- */
 
-static int qgemm_r16_avx512(const kvi_qgemm_args *a)
+static int qgemm_r16_avx512(const kern_qgemm_args *a)
 {
-    if (!kvi_has_vnni()) return 0;
-    if (kvi_qgemm_amx_q8(a, true)) return 1;
-    return a->n_rows <= KVI_R16_STREAM_ROWS_MAX ? kvi_qgemv_r16_avx512(a) : kvi_qgemm_r16_many_avx512(a);
+    if (!kern_has_vnni()) return 0;
+    if (kern_qgemm_amx_q8(a, true)) return 1;
+    return a->n_rows <= KVI_R16_STREAM_ROWS_MAX ? kern_qgemv_r16_avx512(a) : kern_qgemm_r16_many_avx512(a);
 }
 
 static void r16_to_rows_avx512(kvi_type t, const uint8_t *tile, int64_t n_in, uint8_t *rows)
 {
-    if (kvi_has_vnni()) kvi_r16_to_rows_avx512(t, tile, n_in, rows);
-    else kvi_r16_to_rows(t, tile, n_in, rows);
+    if (kern_has_vnni()) kern_r16_to_rows_avx512(t, tile, n_in, rows);
+    else kern_r16_to_rows(t, tile, n_in, rows);
 }
 
-static bool r16_preferred_avx512(void) { return kvi_has_vnni(); }
+static bool r16_preferred_avx512(void) { return kern_has_vnni(); }
 
-const kvi_kernel_table kvi_kernels_avx512 = {
+const kern_table kern_table_avx512 = {
     .isa = KVI_ISA_AVX512,
     .dot = dot_avx512,
     .dequant = dequant_avx512,
     .dot_3x2 = dot_3x2_avx512,
     .qgemm = qgemm_avx512,
-    .actq_a = kvi_actq_a_avx512,
-    .actq_k = kvi_actq_k_avx512,
-    .f16_row = kvi_f16_row_avx512,
+    .actq_a = kern_actq_a_avx512,
+    .actq_k = kern_actq_k_avx512,
+    .f16_row = kern_f16_row_avx512,
     .qgemm_r16 = qgemm_r16_avx512,
     .r16_to_rows = r16_to_rows_avx512,
     .r16_preferred = r16_preferred_avx512,
-    .fmm = kvi_fmm_avx512,
-    .fmm_amx = kvi_amx_f16_matmul,
+    .fmm = kern_fmm_avx512,
+    .fmm_amx = kern_fmm_amx,
     .amx_q8 = true,
 };

@@ -2,18 +2,18 @@
  * q8.c — activation quantisation and the scalar reference of the integer
  * matrix products (contract in q8.h).
  *
- * Data: a quantised activation row is n/32 kvi_q8a blocks or n/256 kvi_q8k blocks,
+ * Data: a quantised activation row is n/32 kern_q8a blocks or n/256 kern_q8k blocks,
  * contiguous. The reference unpacks each weight block into small integer levels
  * (lv, one per input, with the type's offset already removed for the symmetric
  * types), integer sub-block scales and mins, and float factors; it then forms the
  * exact integer sums and applies the contract's float steps with fmaf, so the
  * rounding is fixed by the contract and not by the compiler's contraction choices.
  *
- * kvi_qgemm_ref unpacks each weight row once (q8_rows, q8_rows.h) and
- * reuses it for every activation row; kvi_q8_dot_ref unpacks per call.
+ * kern_qgemm_ref unpacks each weight row once (q8_rows, q8_rows.h) and
+ * reuses it for every activation row; kern_q8_dot_ref unpacks per call.
  *
  * quant_a / quant_k are the scalar references of the activation quantisation;
- * kvi_q8_quantize_act hands the row to the active ISA's copy (kernels_actq_*.c,
+ * kern_q8_quantize_act hands the row to the active ISA's copy (kernels_actq_*.c,
  * the same bytes, tests/test_actq.c) when there is one.
  *
  * Invariants: every integer sum fits int32 (largest: Q6_K, 256 * 32 * 127 * 128);
@@ -27,7 +27,7 @@
 #include <math.h>
 #include <string.h>
 
-kvi_type kvi_q8_act_type(kvi_type t)
+kvi_type kern_q8_act_type(kvi_type t)
 {
     switch (t) {
     case KVI_TYPE_Q8_0:
@@ -42,19 +42,19 @@ kvi_type kvi_q8_act_type(kvi_type t)
     }
 }
 
-size_t kvi_q8_act_row_bytes(kvi_type t, int64_t n)
+size_t kern_q8_act_row_bytes(kvi_type t, int64_t n)
 {
-    kvi_type a = kvi_q8_act_type(t);
+    kvi_type a = kern_q8_act_type(t);
     if (n <= 0) return 0;
-    if (a == KVI_TYPE_Q8_0) return n % 32 ? 0 : (size_t)(n / 32) * sizeof(kvi_q8a);
-    if (a == KVI_TYPE_Q8_K) return n % QK_K ? 0 : (size_t)(n / QK_K) * sizeof(kvi_q8k);
+    if (a == KVI_TYPE_Q8_0) return n % 32 ? 0 : (size_t)(n / 32) * sizeof(kern_q8a);
+    if (a == KVI_TYPE_Q8_K) return n % QK_K ? 0 : (size_t)(n / QK_K) * sizeof(kern_q8k);
     return 0;
 }
 
-static float f16_round(float v) { return kvi_f16_to_f32(kvi_f32_to_f16(v)); }
+static float f16_round(float v) { return quant_f16_to_f32(quant_f32_to_f16(v)); }
 
 /* ggml's Q8_0 / Q8_1: d = amax / 127, q = round(x / d) (ties to even). */
-static void quant_a(const float *x, kvi_q8a *b)
+static void quant_a(const float *x, kern_q8a *b)
 {
     float amax = 0.0f;
     for (int i = 0; i < 32; i++) {
@@ -77,7 +77,7 @@ static void quant_a(const float *x, kvi_q8a *b)
 }
 
 /* ggml's Q8_K: scale from the signed element of largest magnitude, -127 levels. */
-static void quant_k(const float *x, kvi_q8k *b)
+static void quant_k(const float *x, kern_q8k *b)
 {
     float amax = 0.0f, max = 0.0f;
     for (int i = 0; i < QK_K; i++) {
@@ -101,26 +101,26 @@ static void quant_k(const float *x, kvi_q8k *b)
     b->d = 1.0f / iscale;
 }
 
-void kvi_actq_a_ref(const float *x, kvi_q8a *b, int64_t nb)
+void kern_actq_a_ref(const float *x, kern_q8a *b, int64_t nb)
 {
     for (int64_t i = 0; i < nb; i++) quant_a(x + 32 * i, b + i);
 }
 
-void kvi_actq_k_ref(const float *x, kvi_q8k *b, int64_t nb)
+void kern_actq_k_ref(const float *x, kern_q8k *b, int64_t nb)
 {
     for (int64_t i = 0; i < nb; i++) quant_k(x + QK_K * i, b + i);
 }
 
 /* The active table's quantisation; the SIMD versions (actq_*.c) give the bytes of
  * the reference loops above exactly. */
-void kvi_q8_quantize_act(kvi_type t, const float *x, void *dst, int64_t n)
+void kern_q8_quantize_act(kvi_type t, const float *x, void *dst, int64_t n)
 {
-    const kvi_type a = kvi_q8_act_type(t);
-    if (a == KVI_TYPE_Q8_0) kvi_kernels_active()->actq_a(x, dst, n / 32);
-    else if (a == KVI_TYPE_Q8_K) kvi_kernels_active()->actq_k(x, dst, n / QK_K);
+    const kvi_type a = kern_q8_act_type(t);
+    if (a == KVI_TYPE_Q8_0) kern_table_active()->actq_a(x, dst, n / 32);
+    else if (a == KVI_TYPE_Q8_K) kern_table_active()->actq_k(x, dst, n / QK_K);
 }
 
-size_t kvi_q8_tiles_bytes(int64_t n_rows, int64_t n_in)
+size_t kern_q8_tiles_bytes(int64_t n_rows, int64_t n_in)
 {
     if (n_rows < 1 || n_in < 32) return 0;
     const uint64_t tiles = ((uint64_t)n_rows + 15) / 16, nb = (uint64_t)n_in / 32;
@@ -128,9 +128,9 @@ size_t kvi_q8_tiles_bytes(int64_t n_rows, int64_t n_in)
     return (size_t)(tiles * nb * KVI_Q8_TILE_BLOCK);
 }
 
-void kvi_q8_tiles_row(const void *xq, int64_t n_in, int64_t r, bool pad, uint8_t *xt)
+void kern_q8_tiles_row(const void *xq, int64_t n_in, int64_t r, bool pad, uint8_t *xt)
 {
-    const kvi_q8a *x = xq;
+    const kern_q8a *x = xq;
     const int64_t nb = n_in / 32, t = r / 16;
     const int m = (int)(r % 16), m_end = pad ? 16 : m + 1;
     for (int64_t b = 0; b < nb; b++) {
@@ -146,7 +146,7 @@ void kvi_q8_tiles_row(const void *xq, int64_t n_in, int64_t r, bool pad, uint8_t
     }
 }
 
-int kvi_q8_level_offset(kvi_type t)
+int kern_q8_level_offset(kvi_type t)
 {
     switch (t) {
     case KVI_TYPE_Q8_0: return 128;
@@ -157,13 +157,13 @@ int kvi_q8_level_offset(kvi_type t)
     }
 }
 
-float kvi_q8_dot_ref(kvi_type t, const void *w, const void *xq, int64_t n)
+float kern_q8_dot_ref(kvi_type t, const void *w, const void *xq, int64_t n)
 {
     const uint8_t *wp = w;
     float acc = 0.0f;
-    if (kvi_q8_act_type(t) == KVI_TYPE_Q8_0) {
-        const size_t bb = kvi_type_block_bytes(t);
-        const kvi_q8a *x = xq;
+    if (kern_q8_act_type(t) == KVI_TYPE_Q8_0) {
+        const size_t bb = quant_block_bytes(t);
+        const kern_q8a *x = xq;
         int8_t lv[32];
         for (int64_t b = 0; b < n / 32; b++) {
             float d, m;
@@ -175,9 +175,9 @@ float kvi_q8_dot_ref(kvi_type t, const void *w, const void *xq, int64_t n)
         }
         return acc;
     }
-    if (kvi_q8_act_type(t) != KVI_TYPE_Q8_K) return NAN;
-    const size_t bb = kvi_type_block_bytes(t);
-    const kvi_q8k *x = xq;
+    if (kern_q8_act_type(t) != KVI_TYPE_Q8_K) return NAN;
+    const size_t bb = quant_block_bytes(t);
+    const kern_q8k *x = xq;
     int8_t lv[QK_K];
     int sc[16], mn[8];
     for (int64_t b = 0; b < n / QK_K; b++) {
@@ -199,11 +199,11 @@ float kvi_q8_dot_ref(kvi_type t, const void *w, const void *xq, int64_t n)
     return acc;
 }
 
-void kvi_qgemm_ref(const kvi_qgemm_args *a)
+void kern_qgemm_ref(const kern_qgemm_args *a)
 {
     if (q8_rows(a)) return;
     for (int64_t j = a->j0; j < a->j1; j++)
         for (int64_t r = 0; r < a->n_rows; r++)
             a->y[r * a->ldy + j] =
-                kvi_q8_dot_ref(a->type, a->w + (size_t)j * a->w_rb, a->xq + (size_t)r * a->xq_rb, a->n_in);
+                kern_q8_dot_ref(a->type, a->w + (size_t)j * a->w_rb, a->xq + (size_t)r * a->xq_rb, a->n_in);
 }

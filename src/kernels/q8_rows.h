@@ -18,12 +18,12 @@
 
 /* ---- weight blocks as integers ------------------------------------------ */
 
-static float F16(kvi_f16 h) { return kvi_f16_to_f32(h); }
+static float F16(quant_f16 h) { return quant_f16_to_f32(h); }
 
 static void scale_min_k4(int j, const uint8_t *q, int *sc, int *mn)
 {
     uint8_t s, m;
-    kvi_scale_min_k4(j, q, &s, &m);
+    quant_scale_min_k4(j, q, &s, &m);
     *sc = s;
     *mn = m;
 }
@@ -146,13 +146,13 @@ static int32_t q8_idot(const int8_t *a, const int8_t *b, int n)
 }
 #endif
 
-static int q8_rows(const kvi_qgemm_args *a)
+static int q8_rows(const kern_qgemm_args *a)
 {
     if (!a->scratch) return 0;
     const kvi_type t = a->type;
-    const bool kq = kvi_q8_act_type(t) == KVI_TYPE_Q8_K;
+    const bool kq = kern_q8_act_type(t) == KVI_TYPE_Q8_K;
     const int64_t be = kq ? QK_K : 32, nb = a->n_in / be;
-    const size_t bb = kvi_type_block_bytes(t);
+    const size_t bb = quant_block_bytes(t);
     int8_t *lv8 = a->scratch;                                      /* [n_in] levels */
     q8_blk *blk = (q8_blk *)((uint8_t *)a->scratch + ((a->n_in + 63) & ~(int64_t)63)); /* [nb] */
     for (int64_t j = a->j0; j < a->j1; j++) {
@@ -166,7 +166,7 @@ static int q8_rows(const kvi_qgemm_args *a)
         for (int64_t r = 0; r < a->n_rows; r++) {
             float acc = 0.0f;
             if (!kq) {
-                const kvi_q8a *x = (const kvi_q8a *)(a->xq + (size_t)r * a->xq_rb);
+                const kern_q8a *x = (const kern_q8a *)(a->xq + (size_t)r * a->xq_rb);
                 const bool has_m = t == KVI_TYPE_Q4_1 || t == KVI_TYPE_Q5_1;
                 for (int64_t b = 0; b < nb; b++) {
                     const int32_t isum = q8_idot(lv8 + b * 32, x[b].qs, 32);
@@ -174,7 +174,7 @@ static int q8_rows(const kvi_qgemm_args *a)
                     if (has_m) acc = fmaf(blk[b].m, x[b].s, acc);
                 }
             } else {
-                const kvi_q8k *x = (const kvi_q8k *)(a->xq + (size_t)r * a->xq_rb);
+                const kern_q8k *x = (const kern_q8k *)(a->xq + (size_t)r * a->xq_rb);
                 const int sub = t == KVI_TYPE_Q6_K ? 16 : 32;
                 for (int64_t b = 0; b < nb; b++) {
                     int32_t isum = 0, msum = 0;

@@ -1,7 +1,7 @@
 /*
  * qgemm_amx.c — Q8_0 / Q4_0 weights times many quantised activation rows
  * with AMX-INT8 tiles (TDPBSSD), in q8.h's contract: the bits of
- * kvi_qgemm_ref, whatever the rows, tiles or threads.
+ * kern_qgemm_ref, whatever the rows, tiles or threads.
  *
  * One 16 x 16 output tile (16 activation rows x 16 weight rows) per step, one
  * 32-input block at a time: TDPBSSD multiplies the rows' block (A tile: 16 rows x
@@ -65,14 +65,14 @@
 
 /* The tile shapes above (a constant object: _tile_loadconfig tells the compiler
  * it reads only the first bytes, so no stores to it may be pending). */
-static const kvi_amx_cfg tile_cfg = {
+static const amx_tile_cfg tile_cfg = {
     .palette = 1,
     .colsb = {[TC0] = 64, [TC1] = 64, [TA0] = 32, [TA1] = 32, [TB0] = 64, [TB1] = 64},
     .rows = {[TC0] = 16, [TC1] = 16, [TA0] = 16, [TA1] = 16, [TB0] = 8, [TB1] = 8},
 };
 
 /* Blocks kb0 .. kb0 + nk - 1 of the R16 tile with outputs jt .. jt + 15. */
-AMX_INLINE void pack_r16(const kvi_qgemm_args *a, int64_t jt, int64_t kb0, int64_t nk, uint8_t *packed)
+AMX_INLINE void pack_r16(const kern_qgemm_args *a, int64_t jt, int64_t kb0, int64_t nk, uint8_t *packed)
 {
     const bool q8 = a->type == KVI_TYPE_Q8_0;
     const size_t qb = q8 ? 512 : 256, pair = 64 + 2 * qb;   /* bytes per block's quants, per block pair */
@@ -101,10 +101,10 @@ AMX_INLINE void pack_r16(const kvi_qgemm_args *a, int64_t jt, int64_t kb0, int64
 
 /* The same from the rows layout: outputs jt .. jt + nv - 1 (rows past the end
  * repeat the last one). */
-AMX_INLINE void pack_rows(const kvi_qgemm_args *a, int64_t jt, int nv, int64_t kb0, int64_t nk, uint8_t *packed)
+AMX_INLINE void pack_rows(const kern_qgemm_args *a, int64_t jt, int nv, int64_t kb0, int64_t nk, uint8_t *packed)
 {
     const bool q8 = a->type == KVI_TYPE_Q8_0;
-    const size_t bb = kvi_type_block_bytes(a->type);
+    const size_t bb = quant_block_bytes(a->type);
     const __m512i lo = _mm512_set1_epi8(0x0f), eight = _mm512_set1_epi8(8);
     tile16 tl;
     tile_init(&tl, a, jt, nv);
@@ -216,7 +216,7 @@ AMX_INLINE void row_tile_chunk(const wsrc *w, const uint8_t *xa, int64_t nk, __m
 /* One 16-output tile (mask m) of row tile t over the chunk kb0 .. kb0 + nk - 1:
  * accumulators from y (0 in the first chunk), back to y; rows past n_rows are
  * computed (zero tiles) and not stored. */
-AMX_INLINE void out_tile(const kvi_qgemm_args *a, const wsrc *w, int64_t jt, __mmask16 m, int64_t t, int64_t kb0,
+AMX_INLINE void out_tile(const kern_qgemm_args *a, const wsrc *w, int64_t jt, __mmask16 m, int64_t t, int64_t kb0,
                          int64_t nk, const bool direct)
 {
     const int nr = a->n_rows - 16 * t < 16 ? (int)(a->n_rows - 16 * t) : 16;
@@ -232,13 +232,13 @@ AMX_INLINE void out_tile(const kvi_qgemm_args *a, const wsrc *w, int64_t jt, __m
         if (r < nr) _mm512_mask_storeu_ps(y + r * a->ldy, m, acc[r]);
 }
 
-AMX_Q8 static void out_tile_packed(const kvi_qgemm_args *a, const wsrc *w, int64_t jt, __mmask16 m, int64_t t,
+AMX_Q8 static void out_tile_packed(const kern_qgemm_args *a, const wsrc *w, int64_t jt, __mmask16 m, int64_t t,
                                    int64_t kb0, int64_t nk)
 {
     out_tile(a, w, jt, m, t, kb0, nk, false);
 }
 
-AMX_Q8 static void out_tile_direct(const kvi_qgemm_args *a, const wsrc *w, int64_t jt, __mmask16 m, int64_t t,
+AMX_Q8 static void out_tile_direct(const kern_qgemm_args *a, const wsrc *w, int64_t jt, __mmask16 m, int64_t t,
                                    int64_t kb0, int64_t nk)
 {
     out_tile(a, w, jt, m, t, kb0, nk, true);
@@ -246,7 +246,7 @@ AMX_Q8 static void out_tile_direct(const kvi_qgemm_args *a, const wsrc *w, int64
 
 /* The correction tiles of row tile t, blocks kb0 .. kb0 + nk - 1, into cor
  * ([nk][16][16] i32: row m = -128 * the row's sum of quants). */
-AMX_Q8 static void build_cor(const kvi_qgemm_args *a, int64_t t, int64_t kb0, int64_t nk, uint8_t *cor)
+AMX_Q8 static void build_cor(const kern_qgemm_args *a, int64_t t, int64_t kb0, int64_t nk, uint8_t *cor)
 {
     const int64_t nb = a->n_in / 32;
     for (int64_t b = 0; b < nk; b++) {
@@ -256,7 +256,7 @@ AMX_Q8 static void build_cor(const kvi_qgemm_args *a, int64_t t, int64_t kb0, in
     }
 }
 
-AMX_Q8 static void qgemm_amx(const kvi_qgemm_args *a, bool r16)
+AMX_Q8 static void qgemm_amx(const kern_qgemm_args *a, bool r16)
 {
     const int64_t nb = a->n_in / 32, n_tiles = (a->n_rows + 15) / 16;
     /* direct: the correction tiles of kc blocks, n_tiles * kc * 1024 bytes, fill the scratch */
@@ -294,16 +294,16 @@ AMX_Q8 static void qgemm_amx(const kvi_qgemm_args *a, bool r16)
     _tile_release();
 }
 
-bool kvi_qgemm_amx_q8_wanted(kvi_type t, bool r16, int64_t n_rows, int64_t n_in)
+bool kern_qgemm_amx_q8_wanted(kvi_type t, bool r16, int64_t n_rows, int64_t n_in)
 {
     const int64_t min_rows = r16 && t == KVI_TYPE_Q8_0 ? KVI_AMX_Q8_MIN_ROWS_DIRECT : KVI_AMX_Q8_MIN_ROWS;
     return (t == KVI_TYPE_Q8_0 || t == KVI_TYPE_Q4_0) && n_rows >= min_rows && n_in >= 32 &&
-           n_in % (r16 ? 64 : 32) == 0 && kvi_has_vnni() && kvi_amx_on();
+           n_in % (r16 ? 64 : 32) == 0 && kern_has_vnni() && cpu_amx_on();
 }
 
-int kvi_qgemm_amx_q8(const kvi_qgemm_args *a, bool r16)
+int kern_qgemm_amx_q8(const kern_qgemm_args *a, bool r16)
 {
-    if (!kvi_qgemm_amx_q8_wanted(a->type, r16, a->n_rows, a->n_in) || !a->scratch || !a->xt) return 0;
+    if (!kern_qgemm_amx_q8_wanted(a->type, r16, a->n_rows, a->n_in) || !a->scratch || !a->xt) return 0;
     if (((uintptr_t)a->scratch & 63) || ((uintptr_t)a->xt & 63)) return 0;   /* aligned stores and tile rows */
     if (r16 && (a->j0 % 16 != 0 || a->j1 % 16 != 0)) return 0;
     if (a->j0 >= a->j1) return 1;

@@ -16,7 +16,7 @@
  * block k. The float steps then run lane by lane, block by block in order, as in
  * tile_rows: acc = fma(dw * dx, (float)(R_k - offset * sum(x quants)), acc). The
  * integers are exact and the float operations the same, so the bits are
- * tile_rows' and kvi_qgemm_ref's.
+ * tile_rows' and kern_qgemm_ref's.
  *
  * Scratch per input row (gv_act): xg [ng][G * 32] i8 (Q8_0: quants of blocks 2g,
  * 2g+1; Q4_0: inputs 0..15 of blocks 4g..4g+3, then their inputs 16..31; blocks
@@ -38,7 +38,7 @@ static size_t gv_act_bytes(int64_t nb, int G)
     return ng * (size_t)G * 32 + (((size_t)nb * 8 + 63) & ~(size_t)63);
 }
 
-static void gv_act_build(kvi_type t, const kvi_q8a *x, int64_t nb, int G, uint8_t *dst, gv_act *ga)
+static void gv_act_build(kvi_type t, const kern_q8a *x, int64_t nb, int G, uint8_t *dst, gv_act *ga)
 {
     const int64_t ng = (nb + G - 1) / G;
     const int32_t off = t == KVI_TYPE_Q8_0 ? 128 : 8;
@@ -124,12 +124,12 @@ VNNI_INLINE void gv_sums_q4_0(const tile16 *tl, const size_t o[4], __m512i XL, _
 }
 
 /* One tile of rows jt.. (mask m of valid lanes) for nr <= GV_ROWS input rows. */
-VNNI static void gv_tile(const kvi_qgemm_args *a, const tile16 *tl, const gv_act *x, int nr, int64_t jt,
+VNNI static void gv_tile(const kern_qgemm_args *a, const tile16 *tl, const gv_act *x, int nr, int64_t jt,
                          __mmask16 m)
 {
     const int G = a->type == KVI_TYPE_Q8_0 ? 2 : 4;
     const int64_t nb = a->n_in / 32, ng = (nb + G - 1) / G;
-    const size_t bb = kvi_type_block_bytes(a->type);
+    const size_t bb = quant_block_bytes(a->type);
     __m512 acc[GV_ROWS];
     for (int rr = 0; rr < GV_ROWS; rr++) acc[rr] = _mm512_setzero_ps();
     for (int64_t g = 0; g < ng; g++) {
@@ -156,7 +156,7 @@ VNNI static void gv_tile(const kvi_qgemm_args *a, const tile16 *tl, const gv_act
 }
 
 /* Q8_0 / Q4_0 with 1..GV_ROWS input rows; 0 when not handled (nothing written). */
-VNNI int kvi_qgemv_avx512(const kvi_qgemm_args *a)
+VNNI int kern_qgemv_avx512(const kern_qgemm_args *a)
 {
     if (a->type != KVI_TYPE_Q8_0 && a->type != KVI_TYPE_Q4_0) return 0;
     if (a->n_rows < 1 || a->n_rows > GV_ROWS || !a->scratch) return 0;
@@ -166,7 +166,7 @@ VNNI int kvi_qgemv_avx512(const kvi_qgemm_args *a)
     if ((size_t)nr * ab > KVI_QGEMM_SCRATCH(a->n_in)) return 0;
     gv_act x[GV_ROWS];
     for (int rr = 0; rr < nr; rr++)
-        gv_act_build(a->type, (const kvi_q8a *)(a->xq + (size_t)rr * a->xq_rb), nb, G,
+        gv_act_build(a->type, (const kern_q8a *)(a->xq + (size_t)rr * a->xq_rb), nb, G,
                      (uint8_t *)a->scratch + (size_t)rr * ab, &x[rr]);
     for (int64_t jt = a->j0; jt < a->j1; jt += 16) {
         const int nv = a->j1 - jt < 16 ? (int)(a->j1 - jt) : 16;
@@ -183,7 +183,7 @@ VNNI int kvi_qgemv_avx512(const kvi_qgemm_args *a)
  * The tile's vectors already have lane l = weight row l, so each block is: the
  * 16 scales (one f16 load), the quants as 8 u8 vectors (Q8_0) or 4 vectors whose
  * low / high nibbles are inputs 4k.. / 16+4k.. (Q4_0), vpdpbusd against the
- * activation quads broadcast from the kvi_q8a block, the sum started at
+ * activation quads broadcast from the kern_q8a block, the sum started at
  * -offset * sum(x quants). Then acc = fma(dw * dx, (float)isum, acc) block by block:
  * the contract's steps, so the bits of every other path. Prefetch runs
  * R16_PF_BYTES_Q8 / _Q4 ahead of the stream. */
@@ -195,7 +195,7 @@ VNNI int kvi_qgemv_avx512(const kvi_qgemm_args *a)
 #define R16_PF_BYTES_Q4 1024
 #define R16_STREAMS 2      /* tiles streamed at once by one thread for one input row (3, 4: no gain) */
 
-VNNI_INLINE void r16_block(kvi_type t, const uint8_t *q, __m512 dw, const kvi_q8a *const *x, int64_t b, int nr,
+VNNI_INLINE void r16_block(kvi_type t, const uint8_t *q, __m512 dw, const kern_q8a *const *x, int64_t b, int nr,
                            __m512 *acc)
 {
     __m512i W[8];
@@ -212,7 +212,7 @@ VNNI_INLINE void r16_block(kvi_type t, const uint8_t *q, __m512 dw, const kvi_q8
     }
     const int32_t off = t == KVI_TYPE_Q8_0 ? 128 : 8;
     _Pragma("GCC unroll 4") for (int rr = 0; rr < nr; rr++) {
-        const kvi_q8a *xb = x[rr] + b;
+        const kern_q8a *xb = x[rr] + b;
         __m512i s = _mm512_set1_epi32(-off * xb->sum), s2 = _mm512_setzero_si512();
         _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
             s = _mm512_dpbusd_epi32(s, W[k], _mm512_set1_epi32(load_i32(xb->qs + 4 * k)));
@@ -226,7 +226,7 @@ VNNI_INLINE void r16_block(kvi_type t, const uint8_t *q, __m512 dw, const kvi_q8
 
 /* Pair p (blocks 2p, 2p+1) of the tile at `tile` for nr activation rows: prefetch
  * ahead, the two blocks' scales, then r16_block for each. */
-VNNI_INLINE void r16_pair(const kvi_qgemm_args *a, const uint8_t *tile, int64_t p, const kvi_q8a *const *x, int nr,
+VNNI_INLINE void r16_pair(const kern_qgemm_args *a, const uint8_t *tile, int64_t p, const kern_q8a *const *x, int nr,
                           __m512 *acc)
 {
     const size_t qb = a->type == KVI_TYPE_Q8_0 ? 512 : 256, pair = 64 + 2 * qb;
@@ -242,7 +242,7 @@ VNNI_INLINE void r16_pair(const kvi_qgemm_args *a, const uint8_t *tile, int64_t 
 
 /* Tile rows [jt, jt + 16) for the nr (1..GV_ROWS, a constant after inlining)
  * activation rows x[0..nr), outputs at y + jt (row rr at y + rr * ldy). */
-VNNI_INLINE void r16_tile(const kvi_qgemm_args *a, const uint8_t *tile, const kvi_q8a *const *x, int nr, float *y)
+VNNI_INLINE void r16_tile(const kern_qgemm_args *a, const uint8_t *tile, const kern_q8a *const *x, int nr, float *y)
 {
     __m512 acc[GV_ROWS];
     _Pragma("GCC unroll 4") for (int rr = 0; rr < GV_ROWS; rr++) acc[rr] = _mm512_setzero_ps();
@@ -253,7 +253,7 @@ VNNI_INLINE void r16_tile(const kvi_qgemm_args *a, const uint8_t *tile, const kv
 /* One activation row against ns (2 or 4, a constant after inlining) tiles at once:
  * several linear streams per thread (the memory system serves them faster than
  * one); each tile's outputs take exactly r16_tile's steps. */
-VNNI_INLINE void r16_tiles(const kvi_qgemm_args *a, const uint8_t *const *t, const kvi_q8a *const *x,
+VNNI_INLINE void r16_tiles(const kern_qgemm_args *a, const uint8_t *const *t, const kern_q8a *const *x,
                            float *const *y, int ns)
 {
     __m512 acc[4];
@@ -265,16 +265,16 @@ VNNI_INLINE void r16_tiles(const kvi_qgemm_args *a, const uint8_t *const *t, con
 
 /* Q8_0 / Q4_0 over R16 weights, any number of rows: each tile is read once from
  * memory and reused (from L1) by the groups of up to GV_ROWS activation rows. */
-VNNI int kvi_qgemv_r16_avx512(const kvi_qgemm_args *a)
+VNNI int kern_qgemv_r16_avx512(const kern_qgemm_args *a)
 {
     if (a->type != KVI_TYPE_Q8_0 && a->type != KVI_TYPE_Q4_0) return 0;
     if (a->n_rows < 1 || a->n_in % 64 != 0 || a->j0 % 16 || a->j1 % 16) return 0;
-    if (!kvi_has_vnni()) return 0;
+    if (!kern_has_vnni()) return 0;
     const size_t tb = 16 * a->w_rb;
     int64_t j0 = a->j0;
     if (a->n_rows == 1 && R16_STREAMS > 1) {   /* tiles i, i + part, i + 2 part, ... together */
         const int64_t part = (a->j1 - a->j0) / 16 / R16_STREAMS;
-        const kvi_q8a *x[1] = {(const kvi_q8a *)a->xq};
+        const kern_q8a *x[1] = {(const kern_q8a *)a->xq};
         for (int64_t i = 0; i < part; i++) {
             const uint8_t *t[R16_STREAMS];
             float *y[R16_STREAMS];
@@ -291,9 +291,9 @@ VNNI int kvi_qgemv_r16_avx512(const kvi_qgemm_args *a)
         const uint8_t *tile = a->w + (size_t)(jt / 16) * tb;
         for (int64_t r0 = 0; r0 < a->n_rows; r0 += GV_ROWS) {
             const int nr = a->n_rows - r0 < GV_ROWS ? (int)(a->n_rows - r0) : GV_ROWS;
-            const kvi_q8a *x[GV_ROWS];
+            const kern_q8a *x[GV_ROWS];
             for (int rr = 0; rr < GV_ROWS; rr++)
-                x[rr] = (const kvi_q8a *)(a->xq + (size_t)(r0 + (rr < nr ? rr : 0)) * a->xq_rb);
+                x[rr] = (const kern_q8a *)(a->xq + (size_t)(r0 + (rr < nr ? rr : 0)) * a->xq_rb);
             float *y = a->y + r0 * a->ldy + jt;
             switch (nr) {
             case 1: r16_tile(a, tile, x, 1, y); break;
@@ -306,11 +306,11 @@ VNNI int kvi_qgemv_r16_avx512(const kvi_qgemm_args *a)
     return 1;
 }
 
-/* kvi_r16_from_rows with in-register transposes (the same bytes; r16_pack.c's
+/* kern_r16_from_rows with in-register transposes (the same bytes; r16_pack.c's
  * scalar version is the reference). */
-VNNI void kvi_r16_from_rows_avx512(kvi_type t, const uint8_t *src, int64_t n_in, uint8_t *dst)
+VNNI void kern_r16_from_rows_avx512(kvi_type t, const uint8_t *src, int64_t n_in, uint8_t *dst)
 {
-    const size_t rb = kvi_row_bytes(t, n_in), bb = kvi_type_block_bytes(t);
+    const size_t rb = quant_row_bytes(t, n_in), bb = quant_block_bytes(t);
     const size_t qb = t == KVI_TYPE_Q8_0 ? 512 : 256, pair = 64 + 2 * qb;
     const uint8_t *p[16];
     for (int l = 0; l < 16; l++) p[l] = src + (size_t)l * rb;
@@ -331,11 +331,11 @@ VNNI void kvi_r16_from_rows_avx512(kvi_type t, const uint8_t *src, int64_t n_in,
     }
 }
 
-/* kvi_r16_to_rows with in-register transposes (the 4 x 4 dword transposes of
+/* kern_r16_to_rows with in-register transposes (the 4 x 4 dword transposes of
  * transpose16x4 undo themselves): the same bytes as r16_pack.c's version. */
-VNNI void kvi_r16_to_rows_avx512(kvi_type t, const uint8_t *tile, int64_t n_in, uint8_t *dst)
+VNNI void kern_r16_to_rows_avx512(kvi_type t, const uint8_t *tile, int64_t n_in, uint8_t *dst)
 {
-    const size_t rb = kvi_row_bytes(t, n_in), bb = kvi_type_block_bytes(t);
+    const size_t rb = quant_row_bytes(t, n_in), bb = quant_block_bytes(t);
     const size_t qb = t == KVI_TYPE_Q8_0 ? 512 : 256, pair = 64 + 2 * qb;
     const __m512i flip = _mm512_set1_epi8(t == KVI_TYPE_Q8_0 ? (char)0x80 : 0);
     for (int64_t b = 0; b < n_in / 32; b++) {

@@ -28,7 +28,7 @@
  * fits int32, q8.c). The float steps then run lane by lane, block by block
  * in order: acc = fma(d * dx, (float)isum, acc), and for Q4_K/Q5_K
  * acc = fma(-(dmin * dx), (float)msum, acc): the reference's operations, hence
- * kvi_qgemm_ref's bits whatever the tile, the row range or the thread count.
+ * kern_qgemm_ref's bits whatever the tile, the row range or the thread count.
  *
  * Tiles: a thread's rows [j0, j1) are read as KQ_STREAMS long streams: tile k
  * holds rows j0 + s * part + k + r in lane KQ_STREAM_ROWS * s + r (r <
@@ -68,8 +68,8 @@ static size_t kq_act_bytes(int64_t nb)
     return (size_t)nb * KQ_BLK + (((size_t)nb * sizeof(float) + 63) & ~(size_t)63);
 }
 
-/* One activation row (nb kvi_q8k blocks) into dst in the layout above. */
-static void kq_act_build(kvi_type t, const kvi_q8k *x, int64_t nb, uint8_t *dst, kq_act *ka)
+/* One activation row (nb kern_q8k blocks) into dst in the layout above. */
+static void kq_act_build(kvi_type t, const kern_q8k *x, int64_t nb, uint8_t *dst, kq_act *ka)
 {
     float *dx = (float *)(dst + (size_t)nb * KQ_BLK);
     for (int64_t b = 0; b < nb; b++) {
@@ -236,7 +236,7 @@ VNNI_INLINE void kq_row_q6k(const uint8_t *p, const uint8_t *const *xb, int nr, 
 
 /* One tile of rows jt.. (mask m of valid lanes) for nr activation rows; t is a
  * constant in each inlined copy. */
-VNNI_INLINE void kq_tile(kvi_type t, const kvi_qgemm_args *a, const tile16 *tl, const kq_act *x, int nr, float *out,
+VNNI_INLINE void kq_tile(kvi_type t, const kern_qgemm_args *a, const tile16 *tl, const kq_act *x, int nr, float *out,
                          int64_t ldo, __mmask16 m, size_t next_rows)
 {
     const int64_t nb = a->n_in / QK_K;
@@ -285,7 +285,7 @@ VNNI_INLINE void kq_tile(kvi_type t, const kvi_qgemm_args *a, const tile16 *tl, 
 }
 
 #define KQ_TILE_FN(name, T, NR)                                                                          \
-    VNNI static void name(const kvi_qgemm_args *a, const tile16 *tl, const kq_act *x, float *out, int64_t ldo, \
+    VNNI static void name(const kern_qgemm_args *a, const tile16 *tl, const kq_act *x, float *out, int64_t ldo, \
                           __mmask16 m, size_t next_rows)                                                 \
     {                                                                                                    \
         kq_tile(T, a, tl, x, NR, out, ldo, m, next_rows);                                                \
@@ -303,11 +303,11 @@ KQ_TILE_FN(kq_tile_q6k_2, KVI_TYPE_Q6_K, 2)
 KQ_TILE_FN(kq_tile_q6k_3, KVI_TYPE_Q6_K, 3)
 KQ_TILE_FN(kq_tile_q6k_4, KVI_TYPE_Q6_K, 4)
 
-typedef void (*kq_tile_fn)(const kvi_qgemm_args *, const tile16 *, const kq_act *, float *, int64_t, __mmask16,
+typedef void (*kq_tile_fn)(const kern_qgemm_args *, const tile16 *, const kq_act *, float *, int64_t, __mmask16,
                            size_t);
 
 /* Q4_K / Q5_K / Q6_K with 1..KQ_ROWS input rows; 0 when not handled (nothing written). */
-VNNI int kvi_qgemv_kq_avx512(const kvi_qgemm_args *a)
+VNNI int kern_qgemv_kq_avx512(const kern_qgemm_args *a)
 {
     int ti;
     switch (a->type) {
@@ -328,7 +328,7 @@ VNNI int kvi_qgemv_kq_avx512(const kvi_qgemm_args *a)
                                                {kq_tile_q6k_1, kq_tile_q6k_2, kq_tile_q6k_3, kq_tile_q6k_4}};
     kq_act x[KQ_ROWS];
     for (int r = 0; r < nr; r++)
-        kq_act_build(a->type, (const kvi_q8k *)(a->xq + (size_t)r * a->xq_rb), nb,
+        kq_act_build(a->type, (const kern_q8k *)(a->xq + (size_t)r * a->xq_rb), nb,
                      (uint8_t *)a->scratch + (size_t)r * ab, &x[r]);
     const kq_tile_fn fn = fns[ti][nr - 1];
     int64_t jt = a->j0;

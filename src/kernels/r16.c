@@ -10,16 +10,16 @@
 
 #include "kernels/r16_pack.h"
 
-void kvi_qgemm_r16(const kvi_kernel_table *tab, const kvi_qgemm_args *a, uint8_t *rows)
+void kern_qgemm_r16(const kern_table *tab, const kern_qgemm_args *a, uint8_t *rows)
 {
     if (tab->qgemm_r16 && tab->qgemm_r16(a)) return;
     for (int64_t jt = a->j0; jt < a->j1; jt += 16) {
         tab->r16_to_rows(a->type, a->w + (size_t)jt * a->w_rb, a->n_in, rows);
-        kvi_qgemm_args b = *a;
+        kern_qgemm_args b = *a;
         b.w = rows;
         b.j0 = 0;
         b.j1 = a->j1 - jt < 16 ? a->j1 - jt : 16;
         b.y = a->y + jt;
-        if (!(tab->qgemm && tab->qgemm(&b))) kvi_qgemm_ref(&b);
+        if (!(tab->qgemm && tab->qgemm(&b))) kern_qgemm_ref(&b);
     }
 }

@@ -1,6 +1,6 @@
 /*
  * r16.h — integer products over R16 weights (r16_pack.h), internal to
- * the kernels. Same arguments and bits as kvi_qgemm_ref (q8.h), with
+ * the kernels. Same arguments and bits as kern_qgemm_ref (q8.h), with
  * a->w the first byte of the matrix in R16 layout, a->w_rb its row bytes (a tile
  * is 16 * w_rb bytes) and a->j0, a->j1 multiples of 16.
  */
@@ -11,16 +11,16 @@
 
 /* Any ISA: the table's own kernels where one reads R16 directly, else each tile
  * unpacked into rows (the 16 * w_rb bytes at `rows`, 64-byte aligned) and given to
- * the table's qgemm or kvi_qgemm_ref. */
-void kvi_qgemm_r16(const kvi_kernel_table *tab, const kvi_qgemm_args *a, uint8_t *rows);
+ * the table's qgemm or kern_qgemm_ref. */
+void kern_qgemm_r16(const kern_table *tab, const kern_qgemm_args *a, uint8_t *rows);
 
 /* AVX-512 VNNI, 1..4 input rows (qgemv_avx512.c); 0 when not handled. */
-int kvi_qgemv_r16_avx512(const kvi_qgemm_args *a);
+int kern_qgemv_r16_avx512(const kern_qgemm_args *a);
 
-/* kvi_r16_from_rows / kvi_r16_to_rows (r16_pack.h) with AVX-512; callers check
- * kvi_has_vnni(). */
-void kvi_r16_from_rows_avx512(kvi_type t, const uint8_t *src, int64_t n_in, uint8_t *dst);
-void kvi_r16_to_rows_avx512(kvi_type t, const uint8_t *tile, int64_t n_in, uint8_t *dst);
+/* kern_r16_from_rows / kern_r16_to_rows (r16_pack.h) with AVX-512; callers check
+ * kern_has_vnni(). */
+void kern_r16_from_rows_avx512(kvi_type t, const uint8_t *src, int64_t n_in, uint8_t *dst);
+void kern_r16_to_rows_avx512(kvi_type t, const uint8_t *tile, int64_t n_in, uint8_t *dst);
 
 /* Above this many input rows, R16 tiles are unpacked for the table's many-row
  * kernel (kernels_avx512.c) instead of read by the streaming one. */

@@ -17,13 +17,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-bool kvi_r16_preferred(void)
+bool kern_r16_preferred(void)
 {
-    const kvi_kernel_table *t = kvi_kernels_active();
+    const kern_table *t = kern_table_active();
     return t->r16_preferred && t->r16_preferred();
 }
 
-bool kvi_r16_eligible(const kvi_tensor *W)
+bool kern_r16_eligible(const kern_tensor *W)
 {
     return W && W->data && W->layout == KVI_LAYOUT_ROWS &&
            (W->type == KVI_TYPE_Q8_0 || W->type == KVI_TYPE_Q4_0) && W->n_out > 0 && W->n_out % 16 == 0 &&
@@ -41,7 +41,7 @@ typedef struct r16_geom {
 static r16_geom geom(kvi_type t)
 {
     r16_geom g;
-    g.bb = kvi_type_block_bytes(t);
+    g.bb = quant_block_bytes(t);
     g.qv = t == KVI_TYPE_Q8_0 ? 8 : 4;
     g.flip = t == KVI_TYPE_Q8_0 ? 0x80 : 0x00;
     g.pair = 2 * 16 * g.bb;
@@ -76,32 +76,32 @@ static void move_row(const r16_geom *g, int64_t nb, int lane, uint8_t *row, uint
     }
 }
 
-void kvi_r16_from_rows(kvi_type t, const uint8_t *src, int64_t n_in, uint8_t *dst)
+void kern_r16_from_rows(kvi_type t, const uint8_t *src, int64_t n_in, uint8_t *dst)
 {
     const r16_geom g = geom(t);
-    const size_t rb = kvi_row_bytes(t, n_in);
+    const size_t rb = quant_row_bytes(t, n_in);
     for (int l = 0; l < 16; l++) move_row(&g, n_in / 32, l, (uint8_t *)src + (size_t)l * rb, dst, true);
 }
 
-void kvi_r16_to_rows(kvi_type t, const uint8_t *tile, int64_t n_in, uint8_t *dst)
+void kern_r16_to_rows(kvi_type t, const uint8_t *tile, int64_t n_in, uint8_t *dst)
 {
     const r16_geom g = geom(t);
-    const size_t rb = kvi_row_bytes(t, n_in);
+    const size_t rb = quant_row_bytes(t, n_in);
     for (int l = 0; l < 16; l++) move_row(&g, n_in / 32, l, dst + (size_t)l * rb, (uint8_t *)tile, false);
 }
 
-void kvi_r16_row(kvi_type t, const uint8_t *tile, int64_t n_in, int lane, uint8_t *dst)
+void kern_r16_row(kvi_type t, const uint8_t *tile, int64_t n_in, int lane, uint8_t *dst)
 {
     const r16_geom g = geom(t);
     move_row(&g, n_in / 32, lane, dst, (uint8_t *)tile, false);
 }
 
 typedef struct repack_job {
-    kvi_tensor *const *W;   /* [n_w] the matrices, their tiles taken in order */
+    kern_tensor *const *W;   /* [n_w] the matrices, their tiles taken in order */
     int n_w;
     int64_t t0, t1;         /* tiles [t0, t1) of that concatenated order */
     uint8_t *buf;           /* [16 * largest row_bytes] */
-    bool simd;              /* kvi_r16_from_rows_avx512 (the same bytes) */
+    bool simd;              /* kern_r16_from_rows_avx512 (the same bytes) */
 } repack_job;
 
 static void *repack_run(void *v)
@@ -109,15 +109,15 @@ static void *repack_run(void *v)
     repack_job *j = v;
     int64_t first = 0;   /* the concatenated index of matrix i's tile 0 */
     for (int i = 0; i < j->n_w && first < j->t1; first += j->W[i]->n_out / 16, i++) {
-        const kvi_tensor *W = j->W[i];
+        const kern_tensor *W = j->W[i];
         const int64_t nt = W->n_out / 16;
         const int64_t a = j->t0 > first ? j->t0 - first : 0, b = j->t1 - first < nt ? j->t1 - first : nt;
-        const size_t tb = 16 * kvi_row_bytes(W->type, W->n_in);
+        const size_t tb = 16 * quant_row_bytes(W->type, W->n_in);
         uint8_t *base = (uint8_t *)W->data;
         for (int64_t t = a; t < b; t++) {
             memcpy(j->buf, base + (size_t)t * tb, tb);
-            if (j->simd) kvi_r16_from_rows_avx512(W->type, j->buf, W->n_in, base + (size_t)t * tb);
-            else kvi_r16_from_rows(W->type, j->buf, W->n_in, base + (size_t)t * tb);
+            if (j->simd) kern_r16_from_rows_avx512(W->type, j->buf, W->n_in, base + (size_t)t * tb);
+            else kern_r16_from_rows(W->type, j->buf, W->n_in, base + (size_t)t * tb);
         }
     }
     return NULL;
@@ -125,23 +125,23 @@ static void *repack_run(void *v)
 
 #define R16_THREADS_MAX 16
 
-int kvi_r16_repack_many(kvi_tensor *const *W, int n_w, int n_threads)
+int kern_r16_repack_many(kern_tensor *const *W, int n_w, int n_threads)
 {
     int64_t n_tiles = 0;
     size_t tb_max = 0;
     for (int i = 0; i < n_w; i++) {
-        if (!kvi_r16_eligible(W[i])) return KVI_E_INVALID;
+        if (!kern_r16_eligible(W[i])) return KVI_E_INVALID;
         for (int k = 0; k < i; k++)
             if (W[k]->data == W[i]->data) return KVI_E_INVALID;   /* the same bytes twice */
         n_tiles += W[i]->n_out / 16;
-        const size_t tb = 16 * kvi_row_bytes(W[i]->type, W[i]->n_in);
+        const size_t tb = 16 * quant_row_bytes(W[i]->type, W[i]->n_in);
         if (tb > tb_max) tb_max = tb;
     }
     if (n_tiles == 0) return 0;
     if (n_threads < 1) n_threads = 1;
     if (n_threads > R16_THREADS_MAX) n_threads = R16_THREADS_MAX;
     if (n_threads > n_tiles) n_threads = (int)n_tiles;
-    const bool simd = kvi_r16_preferred();
+    const bool simd = kern_r16_preferred();
     repack_job job[R16_THREADS_MAX];
     int rc = 0;
     for (int i = 0; i < n_threads; i++) {
@@ -163,20 +163,20 @@ int kvi_r16_repack_many(kvi_tensor *const *W, int n_w, int n_threads)
     return rc;
 }
 
-int kvi_r16_repack(kvi_tensor *W, int n_threads) { return kvi_r16_repack_many(&W, 1, n_threads); }
+int kern_r16_repack(kern_tensor *W, int n_threads) { return kern_r16_repack_many(&W, 1, n_threads); }
 
-bool kvi_kernels_prepare_wanted(void) { return kvi_r16_preferred(); }
+bool kern_prepare_wanted(void) { return kern_r16_preferred(); }
 
-int kvi_kernels_prepare_weights(kvi_tensor *const *W, int n, int n_threads)
+int kern_prepare_weights(kern_tensor *const *W, int n, int n_threads)
 {
     if (n < 0 || (n > 0 && !W)) return KVI_E_INVALID;
-    if (!kvi_r16_preferred() || n == 0) return KVI_OK;
-    kvi_tensor **pick = malloc((size_t)n * sizeof *pick);   /* [n] the eligible ones */
+    if (!kern_r16_preferred() || n == 0) return KVI_OK;
+    kern_tensor **pick = malloc((size_t)n * sizeof *pick);   /* [n] the eligible ones */
     if (!pick) return KVI_E_NOMEM;
     int k = 0;
     for (int i = 0; i < n; i++)
-        if (kvi_r16_eligible(W[i])) pick[k++] = W[i];
-    const int rc = kvi_r16_repack_many(pick, k, n_threads);
+        if (kern_r16_eligible(W[i])) pick[k++] = W[i];
+    const int rc = kern_r16_repack_many(pick, k, n_threads);
     free(pick);
     return rc;
 }

@@ -22,8 +22,8 @@
  * tensor starts 64-byte aligned every vector is aligned.
  *
  * Invariants: the layout holds the same information as the rows, bit for bit
- * (kvi_r16_to_rows(kvi_r16_from_rows(x)) == x); a kvi_tensor says which layout its
- * data has (kvi_tensor.layout); every reader of weight bytes either handles R16 or
+ * (kern_r16_to_rows(kern_r16_from_rows(x)) == x); a kern_tensor says which layout its
+ * data has (kern_tensor.layout); every reader of weight bytes either handles R16 or
  * refuses it. Products over R16 give exactly the bits of the same product over the
  * rows (q8.h contract), on every ISA.
  */
@@ -37,27 +37,27 @@
 #include <stdint.h>
 
 /* true when the active kernels read R16 faster than rows (AVX-512 with VNNI). */
-bool kvi_r16_preferred(void);
+bool kern_r16_preferred(void);
 
 /* true when W (rows layout) can be repacked: Q8_0 / Q4_0, n_out % 16 == 0,
  * n_in % 64 == 0, n_out > 0. */
-bool kvi_r16_eligible(const kvi_tensor *W);
+bool kern_r16_eligible(const kern_tensor *W);
 
 /* One tile (16 rows, rows layout, row_bytes apart) into R16 at dst (16 * row_bytes
  * bytes; dst must not overlap src). */
-void kvi_r16_from_rows(kvi_type t, const uint8_t *src, int64_t n_in, uint8_t *dst);
+void kern_r16_from_rows(kvi_type t, const uint8_t *src, int64_t n_in, uint8_t *dst);
 /* The inverse: one R16 tile into 16 rows at dst (16 * row_bytes bytes). */
-void kvi_r16_to_rows(kvi_type t, const uint8_t *tile, int64_t n_in, uint8_t *dst);
+void kern_r16_to_rows(kvi_type t, const uint8_t *tile, int64_t n_in, uint8_t *dst);
 /* Row `lane` (0..15) of an R16 tile into dst (row_bytes bytes, rows layout). */
-void kvi_r16_row(kvi_type t, const uint8_t *tile, int64_t n_in, int lane, uint8_t *dst);
+void kern_r16_row(kvi_type t, const uint8_t *tile, int64_t n_in, int lane, uint8_t *dst);
 
 /* Repacks W in place (its data must be writable) using n_threads threads
  * (tiles split between them), and sets W->layout. Returns 0, or a negative
  * KVI_E_* when W is not eligible or memory for the per-thread tile buffer is short
  * (W unchanged). */
-int kvi_r16_repack(kvi_tensor *W, int n_threads);
+int kern_r16_repack(kern_tensor *W, int n_threads);
 /* The same for n_w matrices at once (distinct data, each eligible, else
  * KVI_E_INVALID and nothing changed): one set of threads splits all their tiles. */
-int kvi_r16_repack_many(kvi_tensor *const *W, int n_w, int n_threads);
+int kern_r16_repack_many(kern_tensor *const *W, int n_w, int n_threads);
 
 #endif

@@ -10,14 +10,14 @@
 
 #include <math.h>
 
-double kvi_rope_freq(float theta, int n_rot, const float *divisors, int i)
+double kern_rope_freq(float theta, int n_rot, const float *divisors, int i)
 {
     double fr = pow((double)theta, -2.0 * i / (double)n_rot);
     if (divisors) fr /= divisors[i];
     return fr;
 }
 
-void kvi_rope_cos_sin(double pos, const double *freq, int half, float *c, float *s)
+void kern_rope_cos_sin(double pos, const double *freq, int half, float *c, float *s)
 {
     for (int i = 0; i < half; i++) {
         const double ang = pos * freq[i];
@@ -26,7 +26,7 @@ void kvi_rope_cos_sin(double pos, const double *freq, int half, float *c, float 
     }
 }
 
-void kvi_rope_head(float *v, const float *c, const float *s, int half, bool neox)
+void kern_rope_head(float *v, const float *c, const float *s, int half, bool neox)
 {
     int i = 0;
     if (neox) {

@@ -15,11 +15,11 @@
 #include <stdbool.h>
 
 /* freq[i] for i < n_rot/2, in double (divisors NULL: none). */
-double kvi_rope_freq(float theta, int n_rot, const float *divisors, int i);
+double kern_rope_freq(float theta, int n_rot, const float *divisors, int i);
 /* c[i] = (float)cos(pos * freq[i]), s[i] = (float)sin(pos * freq[i]), i < half;
  * the angle is taken in double. */
-void kvi_rope_cos_sin(double pos, const double *freq, int half, float *c, float *s);
+void kern_rope_cos_sin(double pos, const double *freq, int half, float *c, float *s);
 /* Rotates the pairs of one head v [head_dim] by (c[i], s[i]), i < half. */
-void kvi_rope_head(float *v, const float *c, const float *s, int half, bool neox);
+void kern_rope_head(float *v, const float *c, const float *s, int half, bool neox);
 
 #endif

@@ -1,7 +1,7 @@
 /*
  * tiles_amx.h — the AMX tile configuration the kernels load (LDTILECFG operand)
  * and the compiler barrier they need around tile loads. Whether tiles may be used
- * at all is base/cpu.h's answer (kvi_amx_on).
+ * at all is base/cpu.h's answer (cpu_amx_on).
  *
  * Invariant: a kernel using tiles loads its own configuration on the calling
  * thread and releases the tiles (_tile_release) before it returns.
@@ -13,14 +13,14 @@
 
 /* The 64-byte tile configuration (palette 1): tile t has rows[t] rows of colsb[t]
  * bytes; unused tiles have 0 rows and 0 bytes. */
-typedef struct kvi_amx_cfg {
+typedef struct amx_tile_cfg {
     uint8_t palette;      /* 1 */
     uint8_t start_row;    /* 0 */
     uint8_t reserved[14];
     uint16_t colsb[16];   /* bytes per row of each tile (<= 64) */
     uint8_t rows[16];     /* rows of each tile (<= 16) */
-} kvi_amx_cfg;
-_Static_assert(sizeof(kvi_amx_cfg) == 64, "kvi_amx_cfg is the 64-byte LDTILECFG operand");
+} amx_tile_cfg;
+_Static_assert(sizeof(amx_tile_cfg) == 64, "amx_tile_cfg is the 64-byte LDTILECFG operand");
 
 /* A compiler barrier for the AMX kernels: GCC's _tile_loadd is inline asm with no
  * memory clobber, so plain stores to a buffer must not be moved past a tile load

@@ -4,7 +4,7 @@
  * 16-row weight tile (lane l of every vector belongs to weight row j0 + l), its
  * in-register transposes and gathers, and the entry points of the decode (GEMV)
  * kernels. Every function here is compiled for AVX-512 VNNI and must be called
- * only after kvi_has_vnni() returned 1.
+ * only after kern_has_vnni() returned 1.
  */
 #ifndef KVI_KERNELS_VNNI_H
 #define KVI_KERNELS_VNNI_H
@@ -60,7 +60,7 @@ VNNI_INLINE __m512 scales16(const tile16 *tl, size_t off, int hi)
 
 /* Lane l = row row[l] of the weights (row[0] the lowest; the rows' span fits the
  * int32 gather offsets). */
-VNNI_INLINE void tile_init_rows(tile16 *tl, const kvi_qgemm_args *a, const int64_t row[16])
+VNNI_INLINE void tile_init_rows(tile16 *tl, const kern_qgemm_args *a, const int64_t row[16])
 {
     int32_t off[16];
     for (int l = 0; l < 16; l++) {
@@ -71,7 +71,7 @@ VNNI_INLINE void tile_init_rows(tile16 *tl, const kvi_qgemm_args *a, const int64
 }
 
 /* Rows jt .. jt + nv - 1 (nv >= 1), the rest repeating the last. */
-VNNI_INLINE void tile_init(tile16 *tl, const kvi_qgemm_args *a, int64_t jt, int nv)
+VNNI_INLINE void tile_init(tile16 *tl, const kern_qgemm_args *a, int64_t jt, int nv)
 {
     int64_t row[16];
     for (int l = 0; l < 16; l++) row[l] = jt + (l < nv ? l : nv - 1);
@@ -86,17 +86,17 @@ VNNI_INLINE int32_t load_i32(const int8_t *p)
 }
 
 /* 1 when the CPU has AVX-512 VNNI (cached). */
-int kvi_has_vnni(void);
+int kern_has_vnni(void);
 
 /* Decode products (few input rows, weights streamed as they lie), q8.h's
  * bits; each returns 0 (nothing written) when it does not handle the arguments.
  * Q8_0 / Q4_0 (qgemv_avx512.c): */
-int kvi_qgemv_avx512(const kvi_qgemm_args *a);
+int kern_qgemv_avx512(const kern_qgemm_args *a);
 /* K-quants (qgemv_kq_avx512.c): */
-int kvi_qgemv_kq_avx512(const kvi_qgemm_args *a);
+int kern_qgemv_kq_avx512(const kern_qgemm_args *a);
 
 /* Many-row product over Q8_0 / Q4_0 weights in the R16 layout (r16_pack.h;
  * kernels_avx512.c, the rows layout's tiles and bits); 0 when not handled. */
-int kvi_qgemm_r16_many_avx512(const kvi_qgemm_args *a);
+int kern_qgemm_r16_many_avx512(const kern_qgemm_args *a);
 
 #endif

@@ -21,20 +21,20 @@ int kv_pool_init(kv_pool *p, int n_layers, int kv_dim, int block_size, kvi_type 
 {
     memset(p, 0, sizeof *p);
     if (n_layers <= 0 || kv_dim <= 0 || block_size <= 0 || block_size > 4096)
-        return kvi_err_set(err, KVI_E_INVALID, "kv cache: bad shape (layers %d, kv_dim %d, block %d)",
+        return err_set(err, KVI_E_INVALID, "kv cache: bad shape (layers %d, kv_dim %d, block %d)",
                            n_layers, kv_dim, block_size);
     /* layout (kv_quant.h): a q4 value cache is q4_0 */
     if (type_v == KVI_TYPE_KV_Q4) type_v = KVI_TYPE_Q4_0;
     p->k_bytes = kvq_k_region_bytes(type_k, kv_dim, block_size);
     const size_t v_bytes = kvq_v_region_bytes(type_v, kv_dim, block_size);
     if (p->k_bytes == 0 || v_bytes == 0)
-        return kvi_err_set(err, KVI_E_UNSUPPORTED,
+        return err_set(err, KVI_E_UNSUPPORTED,
                            "kv cache: types %s/%s cannot hold rows of %d elements (KV types: f32, "
                            "f16, q8_0 and q4_0 need a multiple of 32, q4 an even number)",
                            kvi_type_name(type_k) ? kvi_type_name(type_k) : "?",
                            kvi_type_name(type_v) ? kvi_type_name(type_v) : "?", kv_dim);
-    p->row_bytes_k = type_k == KVI_TYPE_KV_Q4 ? 0 : kvi_row_bytes(type_k, kv_dim);
-    p->row_bytes_v = kvi_row_bytes(type_v, kv_dim);
+    p->row_bytes_k = type_k == KVI_TYPE_KV_Q4 ? 0 : quant_row_bytes(type_k, kv_dim);
+    p->row_bytes_v = quant_row_bytes(type_v, kv_dim);
     p->tail_bytes = kvq_tail_bytes(type_k, n_layers, kv_dim, block_size);
     p->n_layers = n_layers;
     p->kv_dim = kv_dim;
@@ -45,7 +45,7 @@ int kv_pool_init(kv_pool *p, int n_layers, int kv_dim, int block_size, kvi_type 
     p->block_bytes = (size_t)n_layers * p->layer_bytes;
     size_t nb = budget_bytes / p->block_bytes;
     if (nb < 1)
-        return kvi_err_set(err, KVI_E_INVALID,
+        return err_set(err, KVI_E_INVALID,
                            "kv cache: budget of %zu bytes is smaller than one block (%zu bytes)",
                            budget_bytes, p->block_bytes);
     if (nb > (size_t)INT32_MAX / 2) nb = (size_t)INT32_MAX / 2;
@@ -55,7 +55,7 @@ int kv_pool_init(kv_pool *p, int n_layers, int kv_dim, int block_size, kvi_type 
     p->free_ids = malloc(nb * sizeof *p->free_ids);
     if (!p->mem || !p->refcount || !p->free_ids) {
         kv_pool_free(p);
-        return kvi_err_set(err, KVI_E_NOMEM, "kv cache: cannot allocate tables for %zu blocks", nb);
+        return err_set(err, KVI_E_NOMEM, "kv cache: cannot allocate tables for %zu blocks", nb);
     }
     if (kv_prefix_init(p, err) != 0) {
         kv_pool_free(p);
@@ -155,10 +155,10 @@ static int table_grow(kv_pool *p, kv_table *t, int32_t need, kvi_error *err)
     int32_t cap = t->cap ? t->cap : 8;
     while (cap < need) cap *= 2;
     int32_t *nb = realloc(t->blocks, (size_t)cap * sizeof *nb);
-    if (!nb) return kvi_err_set(err, KVI_E_NOMEM, "kv cache: cannot grow a block table");
+    if (!nb) return err_set(err, KVI_E_NOMEM, "kv cache: cannot grow a block table");
     t->blocks = nb;
     int32_t *nt = realloc(t->tokens, (size_t)cap * p->block_size * sizeof *nt);
-    if (!nt) return kvi_err_set(err, KVI_E_NOMEM, "kv cache: cannot grow a block table");
+    if (!nt) return err_set(err, KVI_E_NOMEM, "kv cache: cannot grow a block table");
     t->tokens = nt;
     t->cap = cap;
     return 0;
@@ -174,7 +174,7 @@ int kv_table_reserve(kv_pool *p, kv_table *t, int32_t n_pos, kvi_error *err)
         const int32_t b = pool_take(p);
         if (b < 0) {
             while (t->n_blocks > had) kv_pool_unref(p, t->blocks[--t->n_blocks]);
-            return kvi_err_set(err, KVI_E_NO_KV_SPACE,
+            return err_set(err, KVI_E_NO_KV_SPACE,
                                "kv cache: pool exhausted (%d of %d blocks of %d tokens in use)",
                                p->n_used, p->n_blocks_max, p->block_size);
         }
@@ -218,7 +218,7 @@ int kv_table_cow(kv_pool *p, kv_table *t, int32_t i, int32_t *old, kvi_error *er
 {
     const int32_t b = pool_take(p);
     if (b < 0)
-        return kvi_err_set(err, KVI_E_NO_KV_SPACE,
+        return err_set(err, KVI_E_NO_KV_SPACE,
                            "kv cache: pool exhausted copying a shared block (%d of %d blocks in use)",
                            p->n_used, p->n_blocks_max);
     *old = t->blocks[i];
@@ -274,7 +274,7 @@ void kv_read_row(const kv_pool *p, const kv_table *t, int l, int which, int32_t 
     }
     const kvi_type ty = which ? p->type_v : p->type_k;
     const uint8_t *row = which ? kv_v_row(p, t, l, pos) : kv_k_row(p, t, l, pos);
-    kvi_dequant_row(ty, row, out, p->kv_dim);
+    quant_dequant_row(ty, row, out, p->kv_dim);
 }
 
 void kv_write_row_batch(kv_pool *p, kv_table *t, int l, int which, int32_t pos, const float *in,
@@ -286,7 +286,7 @@ void kv_write_row_batch(kv_pool *p, kv_table *t, int l, int which, int32_t pos, 
     }
     const kvi_type ty = which ? p->type_v : p->type_k;
     uint8_t *row = which ? kv_v_row(p, t, l, pos) : kv_k_row(p, t, l, pos);
-    kvi_quantize_row_fast(ty, in, row, p->kv_dim);
+    kern_quantize_row(ty, in, row, p->kv_dim);
 }
 
 void kv_write_row(kv_pool *p, kv_table *t, int l, int which, int32_t pos, const float *in)

@@ -6,7 +6,7 @@
  * layer, keys and values:
  *
  *     block = [n_layers][ K region: k_bytes | V: block_size rows of row_bytes_v ]
- *     K region = block_size rows of row_bytes_k = kvi_row_bytes(type_k, kv_dim)
+ *     K region = block_size rows of row_bytes_k = quant_row_bytes(type_k, kv_dim)
  *                (f32, f16, q8_0, q4_0), or one KIVI key group (type q4, see
  *                kv_quant.h: per-channel scales, then 4-bit codes), kv_dim =
  *                n_kv_heads * head_dim

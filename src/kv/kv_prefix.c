@@ -64,7 +64,7 @@ int kv_prefix_init(kv_pool *p, kvi_error *err)
     p->bucket = malloc((size_t)nbk * sizeof *p->bucket);
     if (!p->indexed || !p->hash || !p->parent || !p->btok || !p->hnext || !p->lru_prev ||
         !p->lru_next || !p->bucket)
-        return kvi_err_set(err, KVI_E_NOMEM, "kv cache: cannot allocate the prefix index for %zu blocks", nb);
+        return err_set(err, KVI_E_NOMEM, "kv cache: cannot allocate the prefix index for %zu blocks", nb);
     for (uint32_t i = 0; i < nbk; i++) p->bucket[i] = -1;
     p->lru_head = p->lru_tail = -1;
     return 0;
@@ -178,10 +178,10 @@ int32_t kv_prefix_match(kv_pool *p, kv_table *t, const int32_t *tokens, int32_t 
     if (n == 0) return 0;
     if (n > t->cap) {
         int32_t *nb = realloc(t->blocks, (size_t)n * sizeof *nb);
-        if (!nb) return kvi_err_set(err, KVI_E_NOMEM, "kv cache: cannot grow a block table");
+        if (!nb) return err_set(err, KVI_E_NOMEM, "kv cache: cannot grow a block table");
         t->blocks = nb;
         int32_t *nt = realloc(t->tokens, (size_t)n * bs * sizeof *nt);
-        if (!nt) return kvi_err_set(err, KVI_E_NOMEM, "kv cache: cannot grow a block table");
+        if (!nt) return err_set(err, KVI_E_NOMEM, "kv cache: cannot grow a block table");
         t->tokens = nt;
         t->cap = n;
     }

@@ -26,21 +26,21 @@ size_t kvq_k_region_bytes(kvi_type tk, int kv_dim, int block_size)
         return (b + 15) & ~(size_t)15;
     }
     if (!is_row_type(tk)) return 0;
-    return (size_t)block_size * kvi_row_bytes(tk, kv_dim);
+    return (size_t)block_size * quant_row_bytes(tk, kv_dim);
 }
 
 size_t kvq_v_region_bytes(kvi_type tv, int kv_dim, int block_size)
 {
     if (tv == KVI_TYPE_KV_Q4) tv = KVI_TYPE_Q4_0;
     if (!is_row_type(tv) || kv_dim <= 0 || block_size <= 0) return 0;
-    return (size_t)block_size * kvi_row_bytes(tv, kv_dim);
+    return (size_t)block_size * quant_row_bytes(tv, kv_dim);
 }
 
 size_t kvq_tail_bytes(kvi_type tk, int n_layers, int kv_dim, int block_size)
 {
     if (tk != KVI_TYPE_KV_Q4 || n_layers <= 0) return 0;
     return (size_t)n_layers *
-           (sizeof(kivi_tail_hdr) + (size_t)block_size * (size_t)kv_dim * sizeof(kvi_f16));
+           (sizeof(kivi_tail_hdr) + (size_t)block_size * (size_t)kv_dim * sizeof(quant_f16));
 }
 
 void kvq_row_slice(kvi_type t, const uint8_t *row, int off, int n, float *dst)
@@ -50,8 +50,8 @@ void kvq_row_slice(kvi_type t, const uint8_t *row, int off, int n, float *dst)
         memcpy(dst, (const float *)row + off, (size_t)n * sizeof(float));
         break;
     case KVI_TYPE_F16: {
-        const kvi_f16 *h = (const kvi_f16 *)row + off;
-        for (int i = 0; i < n; i++) dst[i] = kvi_f16_to_f32(h[i]);
+        const quant_f16 *h = (const quant_f16 *)row + off;
+        for (int i = 0; i < n; i++) dst[i] = quant_f16_to_f32(h[i]);
         break;
     }
     case KVI_TYPE_Q8_0: {
@@ -59,7 +59,7 @@ void kvq_row_slice(kvi_type t, const uint8_t *row, int off, int n, float *dst)
         for (int i = 0; i < n; i++) {
             const int e = off + i;
             const block_q8_0 *x = b + e / QK8_0;
-            dst[i] = (float)x->qs[e % QK8_0] * kvi_f16_to_f32(x->d);
+            dst[i] = (float)x->qs[e % QK8_0] * quant_f16_to_f32(x->d);
         }
         break;
     }
@@ -69,7 +69,7 @@ void kvq_row_slice(kvi_type t, const uint8_t *row, int off, int n, float *dst)
             const int e = off + i, j = e % QK4_0;
             const block_q4_0 *x = b + e / QK4_0;
             const int q = j < QK4_0 / 2 ? (x->qs[j] & 0x0F) : (x->qs[j - QK4_0 / 2] >> 4);
-            dst[i] = (float)(q - 8) * kvi_f16_to_f32(x->d);
+            dst[i] = (float)(q - 8) * quant_f16_to_f32(x->d);
         }
         break;
     }
@@ -83,13 +83,13 @@ void kvq_row_slice(kvi_type t, const uint8_t *row, int off, int n, float *dst)
 
 void kivi_group_slice(const uint8_t *region, int kv_dim, int i, int off, int n, float *dst)
 {
-    const kvi_f16 *d = (const kvi_f16 *)region;
-    const kvi_f16 *mn = d + kv_dim;
+    const quant_f16 *d = (const quant_f16 *)region;
+    const quant_f16 *mn = d + kv_dim;
     const uint8_t *q = region + 4 * (size_t)kv_dim + (size_t)i * (size_t)(kv_dim / 2);
     for (int k = 0; k < n; k++) {
         const int c = off + k;
         const int code = (c & 1) ? (q[c >> 1] >> 4) : (q[c >> 1] & 0x0F);
-        dst[k] = (float)code * kvi_f16_to_f32(d[c]) + kvi_f16_to_f32(mn[c]);
+        dst[k] = (float)code * quant_f16_to_f32(d[c]) + quant_f16_to_f32(mn[c]);
     }
 }
 
@@ -101,41 +101,41 @@ static inline int kivi_code(float x, float mn, float inv_d)
 }
 
 /* Quantises rows [n_rows][kv_dim]; codes of rows n_rows..block_size-1 are zero. */
-static void group_quantize(const kvi_f16 *rows, int n_rows, int kv_dim, int block_size,
+static void group_quantize(const quant_f16 *rows, int n_rows, int kv_dim, int block_size,
                            uint8_t *region)
 {
-    kvi_f16 *d = (kvi_f16 *)region;
-    kvi_f16 *mn = d + kv_dim;
+    quant_f16 *d = (quant_f16 *)region;
+    quant_f16 *mn = d + kv_dim;
     uint8_t *q = region + 4 * (size_t)kv_dim;
     const size_t rb = (size_t)kv_dim / 2;
     for (int c = 0; c < kv_dim; c += 2) {
         float lo[2] = {INFINITY, INFINITY}, hi[2] = {-INFINITY, -INFINITY};
         for (int i = 0; i < n_rows; i++)
             for (int k = 0; k < 2; k++) {
-                const float x = kvi_f16_to_f32(rows[(size_t)i * kv_dim + c + k]);
+                const float x = quant_f16_to_f32(rows[(size_t)i * kv_dim + c + k]);
                 if (x < lo[k]) lo[k] = x;
                 if (x > hi[k]) hi[k] = x;
             }
         float mf[2], inv[2];
         for (int k = 0; k < 2; k++) {
             if (n_rows <= 0 || !(hi[k] >= lo[k])) lo[k] = hi[k] = 0.0f;
-            d[c + k] = kvi_f32_to_f16((hi[k] - lo[k]) / 15.0f);
-            mn[c + k] = kvi_f32_to_f16(lo[k]);
-            const float df = kvi_f16_to_f32(d[c + k]);
-            mf[k] = kvi_f16_to_f32(mn[c + k]);
+            d[c + k] = quant_f32_to_f16((hi[k] - lo[k]) / 15.0f);
+            mn[c + k] = quant_f32_to_f16(lo[k]);
+            const float df = quant_f16_to_f32(d[c + k]);
+            mf[k] = quant_f16_to_f32(mn[c + k]);
             inv[k] = df > 0.0f && isfinite(df) ? 1.0f / df : 0.0f;
         }
         for (int i = 0; i < n_rows; i++) {
-            const kvi_f16 *r = rows + (size_t)i * kv_dim + c;
-            const int q0 = kivi_code(kvi_f16_to_f32(r[0]), mf[0], inv[0]);
-            const int q1 = kivi_code(kvi_f16_to_f32(r[1]), mf[1], inv[1]);
+            const quant_f16 *r = rows + (size_t)i * kv_dim + c;
+            const int q0 = kivi_code(quant_f16_to_f32(r[0]), mf[0], inv[0]);
+            const int q1 = kivi_code(quant_f16_to_f32(r[1]), mf[1], inv[1]);
             q[(size_t)i * rb + (size_t)(c >> 1)] = (uint8_t)(q0 | (q1 << 4));
         }
     }
     for (int i = n_rows < 0 ? 0 : n_rows; i < block_size; i++) memset(q + (size_t)i * rb, 0, rb);
 }
 
-void kivi_group_quantize(const kvi_f16 *rows, int n_rows, int kv_dim, uint8_t *region)
+void kivi_group_quantize(const quant_f16 *rows, int n_rows, int kv_dim, uint8_t *region)
 {
     group_quantize(rows, n_rows, kv_dim, n_rows, region);
 }
@@ -162,7 +162,7 @@ void kv_stash_begin(kv_stash *s, int layer)
 /* Keeps a copy of group g's f16 rows; on out of memory the group is simply not
  * kept and its rows read the quantised group (never a crash). */
 static void stash_push(kv_stash *s, const kv_pool *p, const kv_table *t, int32_t g,
-                       const kvi_f16 *rows)
+                       const quant_f16 *rows)
 {
     const size_t ge = (size_t)p->block_size * (size_t)p->kv_dim;
     if (s->group_elems != ge) {
@@ -180,7 +180,7 @@ static void stash_push(kv_stash *s, const kv_pool *p, const kv_table *t, int32_t
         int32_t *ng = realloc(s->groups, (size_t)cap * sizeof *ng);
         if (!ng) return;
         s->groups = ng;
-        kvi_f16 *nr = realloc(s->rows, (size_t)cap * ge * sizeof *nr);
+        quant_f16 *nr = realloc(s->rows, (size_t)cap * ge * sizeof *nr);
         if (!nr) return;
         s->rows = nr;
         s->cap = cap;
@@ -191,7 +191,7 @@ static void stash_push(kv_stash *s, const kv_pool *p, const kv_table *t, int32_t
     s->n++;
 }
 
-const kvi_f16 *kivi_group_f16(const kv_pool *p, const kv_table *t, int l, int32_t g,
+const quant_f16 *kivi_group_f16(const kv_pool *p, const kv_table *t, int l, int32_t g,
                               const kv_stash *s)
 {
     if (t->tail) {
@@ -238,7 +238,7 @@ int kv_table_copy_tail(kv_pool *p, kv_table *dst, const kv_table *src, kvi_error
 {
     if (p->tail_bytes == 0 || !src->tail) return 0;
     if (tail_alloc(p, dst) != 0)
-        return kvi_err_set(err, KVI_E_NOMEM, "kv cache: cannot allocate a key tail of %zu bytes",
+        return err_set(err, KVI_E_NOMEM, "kv cache: cannot allocate a key tail of %zu bytes",
                            p->tail_bytes);
     memcpy(dst->tail, src->tail, p->tail_bytes);
     for (int l = 0; l < p->n_layers; l++) kivi_tail_part(p, dst, l)->epoch = 0;
@@ -254,22 +254,22 @@ void kivi_write_key(kv_pool *p, kv_table *t, int l, int32_t pos, const float *in
     if (tail_alloc(p, t) != 0) {
         /* out of memory: quantise this row alone into its slot (lossy, never a crash) */
         if (t->lossy_block == 0 || t->lossy_block > g + 1) t->lossy_block = g + 1;
-        kvi_f16 h[2];
+        quant_f16 h[2];
         for (int c = 0; c + 1 < kvd; c += 2) {
-            h[0] = kvi_f32_to_f16(in[c]);
-            h[1] = kvi_f32_to_f16(in[c + 1]);
+            h[0] = quant_f32_to_f16(in[c]);
+            h[1] = quant_f32_to_f16(in[c + 1]);
             uint8_t *q = region + 4 * (size_t)kvd + (size_t)off * (size_t)(kvd / 2) + (size_t)(c >> 1);
-            kvi_f16 *d = (kvi_f16 *)region, *mn = d + kvd;
-            const float x0 = kvi_f16_to_f32(h[0]), x1 = kvi_f16_to_f32(h[1]);
-            const float i0 = kvi_f16_to_f32(d[c]) > 0 ? 1.0f / kvi_f16_to_f32(d[c]) : 0.0f;
-            const float i1 = kvi_f16_to_f32(d[c + 1]) > 0 ? 1.0f / kvi_f16_to_f32(d[c + 1]) : 0.0f;
-            *q = (uint8_t)(kivi_code(x0, kvi_f16_to_f32(mn[c]), i0) |
-                           (kivi_code(x1, kvi_f16_to_f32(mn[c + 1]), i1) << 4));
+            quant_f16 *d = (quant_f16 *)region, *mn = d + kvd;
+            const float x0 = quant_f16_to_f32(h[0]), x1 = quant_f16_to_f32(h[1]);
+            const float i0 = quant_f16_to_f32(d[c]) > 0 ? 1.0f / quant_f16_to_f32(d[c]) : 0.0f;
+            const float i1 = quant_f16_to_f32(d[c + 1]) > 0 ? 1.0f / quant_f16_to_f32(d[c + 1]) : 0.0f;
+            *q = (uint8_t)(kivi_code(x0, quant_f16_to_f32(mn[c]), i0) |
+                           (kivi_code(x1, quant_f16_to_f32(mn[c + 1]), i1) << 4));
         }
         return;
     }
     kivi_tail_hdr *h = kivi_tail_part(p, t, l);
-    kvi_f16 *rows = kivi_tail_rows(h);
+    quant_f16 *rows = kivi_tail_rows(h);
     int32_t have = t->n_pos - g * bs;   /* rows of group g already in the cache */
     if (have < 0) have = 0;
     if (have > bs) have = bs;
@@ -284,7 +284,7 @@ void kivi_write_key(kv_pool *p, kv_table *t, int l, int32_t pos, const float *in
             for (int c0 = 0; c0 < kvd; c0 += 64) {
                 const int n = kvd - c0 < 64 ? kvd - c0 : 64;
                 kivi_group_slice(region, kvd, i, c0, n, tmp);
-                kvi_f32_to_f16_row(tmp, rows + (size_t)i * kvd + c0, n);
+                kern_f32_to_f16_row(tmp, rows + (size_t)i * kvd + c0, n);
             }
         h->group = g;
         h->n_rows = have;
@@ -293,7 +293,7 @@ void kivi_write_key(kv_pool *p, kv_table *t, int l, int32_t pos, const float *in
         /* rows past the table's length that this batch has not written are stale */
         h->n_rows = have > off ? have : off;
     }
-    kvi_f32_to_f16_row(in, rows + (size_t)off * kvd, kvd);   /* = kvi_f32_to_f16 each */
+    kern_f32_to_f16_row(in, rows + (size_t)off * kvd, kvd);   /* = quant_f32_to_f16 each */
     if (h->n_rows < off + 1) h->n_rows = off + 1;
     if (s && s->epoch > 0 && s->layer == l && off < bs - 1) h->epoch = s->epoch;
     group_quantize(rows, h->n_rows, kvd, bs, region);
@@ -307,8 +307,8 @@ void kivi_read_key(const kv_pool *p, const kv_table *t, int l, int32_t pos, floa
     if (t->tail) {
         kivi_tail_hdr *h = kivi_tail_part(p, t, l);
         if (h->group == g && off < h->n_rows) {
-            const kvi_f16 *r = kivi_tail_rows(h) + (size_t)off * kvd;
-            for (int c = 0; c < kvd; c++) out[c] = kvi_f16_to_f32(r[c]);
+            const quant_f16 *r = kivi_tail_rows(h) + (size_t)off * kvd;
+            for (int c = 0; c < kvd; c++) out[c] = quant_f16_to_f32(r[c]);
             return;
         }
     }

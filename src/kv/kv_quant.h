@@ -3,7 +3,7 @@
  * stored, read and written for each of them.
  *
  * Row types (f32, f16, q8_0, q4_0): each position's K (or V) vector of one layer,
- * kv_dim elements, is one row of kvi_row_bytes(type, kv_dim) bytes; q8_0/q4_0 use
+ * kv_dim elements, is one row of quant_row_bytes(type, kv_dim) bytes; q8_0/q4_0 use
  * ggml's 32-element blocks over the whole row, so a head smaller than 32 elements
  * shares a block with its neighbours (kv_dim must be a multiple of 32).
  *
@@ -70,7 +70,7 @@ void kvq_row_slice(kvi_type t, const uint8_t *row, int off, int n, float *dst);
 /* KIVI: elements [off, off + n) of token i of a group region, as f32. */
 void kivi_group_slice(const uint8_t *region, int kv_dim, int i, int off, int n, float *dst);
 /* KIVI: quantises rows [n_rows][kv_dim] f16 (channel stats over those rows). */
-void kivi_group_quantize(const kvi_f16 *rows, int n_rows, int kv_dim, uint8_t *region);
+void kivi_group_quantize(const quant_f16 *rows, int n_rows, int kv_dim, uint8_t *region);
 
 /* The layer-l part of a table's tail: header, then rows [block_size][kv_dim]. */
 static inline kivi_tail_hdr *kivi_tail_part(const kv_pool *p, const kv_table *t, int l)
@@ -78,7 +78,7 @@ static inline kivi_tail_hdr *kivi_tail_part(const kv_pool *p, const kv_table *t,
     const size_t part = p->tail_bytes / (size_t)p->n_layers;
     return (kivi_tail_hdr *)(t->tail + (size_t)l * part);
 }
-static inline kvi_f16 *kivi_tail_rows(kivi_tail_hdr *h) { return (kvi_f16 *)(h + 1); }
+static inline quant_f16 *kivi_tail_rows(kivi_tail_hdr *h) { return (quant_f16 *)(h + 1); }
 
 /* Groups whose f16 keys a batch still needs after the tail moved on (one layer). */
 typedef struct kv_stash {
@@ -87,7 +87,7 @@ typedef struct kv_stash {
     int n, cap;
     const kv_table **tables;    /* [cap] */
     int32_t *groups;            /* [cap] */
-    kvi_f16 *rows;              /* [cap][block_size][kv_dim] */
+    quant_f16 *rows;              /* [cap][block_size][kv_dim] */
     size_t group_elems;         /* block_size * kv_dim */
 } kv_stash;
 
@@ -98,7 +98,7 @@ void kv_stash_begin(kv_stash *s, int layer);
 
 /* The f16 rows [block_size][kv_dim] of group g of table t in layer l when they
  * are kept (tail or stash), else NULL (read the quantised group). */
-const kvi_f16 *kivi_group_f16(const kv_pool *p, const kv_table *t, int l, int32_t g,
+const quant_f16 *kivi_group_f16(const kv_pool *p, const kv_table *t, int l, int32_t g,
                               const kv_stash *s);
 
 /* Copies src's tail into dst (fork: without it the child reads its newest key

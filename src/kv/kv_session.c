@@ -65,14 +65,14 @@ static int decode_identity(const uint8_t *h, const kv_sess_expect *x, const char
                            kvi_error *err)
 {
     if (memcmp(h, KV_SESS_MAGIC, 8) != 0)
-        return kvi_err_set(err, KVI_E_FORMAT, "session: %s is not a kvinfer session file (bad magic)", name);
+        return err_set(err, KVI_E_FORMAT, "session: %s is not a kvinfer session file (bad magic)", name);
     const uint32_t version = kv_sess_get_u32(h + 8), flags = kv_sess_get_u32(h + 12);
     if (version != KV_SESS_VERSION)
-        return kvi_err_set(err, KVI_E_FORMAT, "session: %s has version %u, this build reads %u", name, version,
+        return err_set(err, KVI_E_FORMAT, "session: %s has version %u, this build reads %u", name, version,
                            KV_SESS_VERSION);
-    if (flags > 1u) return kvi_err_set(err, KVI_E_FORMAT, "session: %s has unknown flags 0x%x", name, flags);
+    if (flags > 1u) return err_set(err, KVI_E_FORMAT, "session: %s has unknown flags 0x%x", name, flags);
     if (kv_sess_get_u64(h + 16) != x->model_sum)
-        return kvi_err_set(err, KVI_E_INVALID,
+        return err_set(err, KVI_E_INVALID,
                            "session: %s was saved with another model (hyper-parameters differ)", name);
     out->flags = flags;
     return 0;
@@ -87,23 +87,23 @@ static int decode_layout(const uint8_t *h, const kv_sess_expect *x, const char *
     for (int i = 0; i < 6; i++) v[i] = (int32_t)kv_sess_get_u32(h + 24 + 4 * i);
     const int32_t n_pos = v[5];
     if (v[0] != p->n_layers || v[1] != p->kv_dim)
-        return kvi_err_set(err, KVI_E_INVALID, "session: %s has %d layers x kv_dim %d, the engine %d x %d", name,
+        return err_set(err, KVI_E_INVALID, "session: %s has %d layers x kv_dim %d, the engine %d x %d", name,
                            v[0], v[1], p->n_layers, p->kv_dim);
     if (v[2] != p->block_size)
-        return kvi_err_set(err, KVI_E_INVALID,
+        return err_set(err, KVI_E_INVALID,
                            "session: %s has KV blocks of %d tokens, the engine %d (--kv-block)", name, v[2],
                            p->block_size);
     if (v[3] != (int32_t)p->type_k || v[4] != (int32_t)p->type_v) {
         const char *a = kvi_type_name((kvi_type)v[3]), *b = kvi_type_name((kvi_type)v[4]);
-        return kvi_err_set(err, KVI_E_INVALID, "session: %s has KV types %s/%s, the engine %s/%s (--kv-type)",
+        return err_set(err, KVI_E_INVALID, "session: %s has KV types %s/%s, the engine %s/%s (--kv-type)",
                            name, a ? a : "?", b ? b : "?", kvi_type_name(p->type_k), kvi_type_name(p->type_v));
     }
     if (kv_sess_get_u64(h + 48) != p->block_bytes || kv_sess_get_u64(h + 56) != p->row_bytes_k ||
         kv_sess_get_u64(h + 64) != p->row_bytes_v)
-        return kvi_err_set(err, KVI_E_FORMAT,
+        return err_set(err, KVI_E_FORMAT,
                            "session: %s: block or row sizes do not match its types and shape", name);
     if (n_pos < 0 || n_pos > x->n_ctx)
-        return kvi_err_set(err, KVI_E_INVALID, "session: %s holds %d positions, the context is %d", name, n_pos,
+        return err_set(err, KVI_E_INVALID, "session: %s holds %d positions, the context is %d", name, n_pos,
                            x->n_ctx);
     out->n_pos = n_pos;
     return 0;
@@ -117,21 +117,21 @@ static int decode_extent(const uint8_t *h, int64_t file_bytes, const kv_sess_exp
     const int32_t n_pos = out->n_pos;
     const uint64_t n_blocks = kv_sess_get_u64(h + 72);
     if (n_blocks != ((uint64_t)n_pos + (uint64_t)p->block_size - 1) / (uint64_t)p->block_size)
-        return kvi_err_set(err, KVI_E_FORMAT, "session: %s: %llu blocks for %d positions", name,
+        return err_set(err, KVI_E_FORMAT, "session: %s: %llu blocks for %d positions", name,
                            (unsigned long long)n_blocks, n_pos);
     const uint64_t tail_bytes = kv_sess_get_u64(h + 80);
     const int32_t lossy_block = (int32_t)kv_sess_get_u32(h + 88);
     if ((tail_bytes != 0 && tail_bytes != p->tail_bytes) || kv_sess_get_u32(h + 92) != 0)
-        return kvi_err_set(err, KVI_E_FORMAT, "session: %s: key tail of %llu bytes, the engine's is %zu", name,
+        return err_set(err, KVI_E_FORMAT, "session: %s: key tail of %llu bytes, the engine's is %zu", name,
                            (unsigned long long)tail_bytes, p->tail_bytes);
     if (lossy_block < 0 || (uint64_t)lossy_block > n_blocks)
-        return kvi_err_set(err, KVI_E_FORMAT, "session: %s: lossy block %d outside 0..%llu", name, lossy_block,
+        return err_set(err, KVI_E_FORMAT, "session: %s: lossy block %d outside 0..%llu", name, lossy_block,
                            (unsigned long long)n_blocks);
     /* n_pos <= n_ctx <= 2^24, block_bytes and tail_bytes are the pool's: no overflow */
     const uint64_t want =
         (uint64_t)KV_SESS_HEADER + 4ull * (uint64_t)n_pos + n_blocks * p->block_bytes + tail_bytes + 8;
     if ((uint64_t)file_bytes != want)
-        return kvi_err_set(err, KVI_E_FORMAT, "session: %s has %lld bytes, its header implies %llu (%s)", name,
+        return err_set(err, KVI_E_FORMAT, "session: %s has %lld bytes, its header implies %llu (%s)", name,
                            (long long)file_bytes, (unsigned long long)want,
                            (uint64_t)file_bytes < want ? "truncated" : "trailing bytes");
     out->n_blocks = n_blocks;
@@ -191,18 +191,18 @@ int kv_sess_check_kv(FILE *f, const kv_pool *p, const kv_sess_info *in, uint8_t 
 {
     for (uint64_t i = 0; i < in->n_blocks; i++)
         if (!kv_sess_read(f, scratch, p->block_bytes, sum))
-            return kvi_err_set(err, KVI_E_FORMAT, "session: %s is truncated in block %llu", name,
+            return err_set(err, KVI_E_FORMAT, "session: %s is truncated in block %llu", name,
                                (unsigned long long)i);
     if (!in->tail_bytes) return 0;
     if (!kv_sess_read(f, scratch, (size_t)in->tail_bytes, sum))
-        return kvi_err_set(err, KVI_E_FORMAT, "session: %s is truncated in its key tail", name);
+        return err_set(err, KVI_E_FORMAT, "session: %s is truncated in its key tail", name);
     const size_t part = p->tail_bytes / (size_t)p->n_layers;
     for (int l = 0; l < p->n_layers; l++) {
         kivi_tail_hdr th;
         memcpy(&th, scratch + (size_t)l * part, sizeof th);
         if (th.group < -1 || (int64_t)th.group >= (int64_t)in->n_blocks || th.n_rows < 0 ||
             th.n_rows > p->block_size)
-            return kvi_err_set(err, KVI_E_FORMAT, "session: %s: key tail of layer %d names group %d with %d rows "
+            return err_set(err, KVI_E_FORMAT, "session: %s: key tail of layer %d names group %d with %d rows "
                                "(%llu blocks of %d)", name, l, th.group, th.n_rows,
                                (unsigned long long)in->n_blocks, p->block_size);
     }
@@ -214,13 +214,13 @@ static int restore_bytes(FILE *f, kv_pool *p, kv_table *t, const kv_sess_info *i
                          kvi_error *err)
 {
     if (fseek(f, (long)in->blocks_at, SEEK_SET) != 0)
-        return kvi_err_set(err, KVI_E_IO, "session: cannot seek in %s", name);
+        return err_set(err, KVI_E_IO, "session: cannot seek in %s", name);
     for (int32_t i = 0; i < t->n_blocks; i++)
         if (fread(p->mem[t->blocks[i]], 1, p->block_bytes, f) != p->block_bytes)
-            return kvi_err_set(err, KVI_E_IO, "session: %s changed while being read", name);
+            return err_set(err, KVI_E_IO, "session: %s changed while being read", name);
     if (!in->tail_bytes) return 0;
     if (fread(t->tail, 1, (size_t)in->tail_bytes, f) != (size_t)in->tail_bytes)
-        return kvi_err_set(err, KVI_E_IO, "session: %s changed while being read", name);
+        return err_set(err, KVI_E_IO, "session: %s changed while being read", name);
     for (int l = 0; l < p->n_layers; l++) {
         kivi_tail_hdr *th = kivi_tail_part(p, t, l);
         th->epoch = 0;
@@ -235,7 +235,7 @@ int kv_sess_restore(FILE *f, kv_pool *p, kv_table *t, const kv_sess_info *in, co
     int rc = kv_table_reserve(p, t, in->n_pos, err);
     if (rc) return rc;
     if (in->tail_bytes && kivi_tail_alloc(p, t) != 0) {
-        rc = kvi_err_set(err, KVI_E_NOMEM, "session: cannot allocate a key tail of %zu bytes", p->tail_bytes);
+        rc = err_set(err, KVI_E_NOMEM, "session: cannot allocate a key tail of %zu bytes", p->tail_bytes);
         kv_table_release(p, t);
         return rc;
     }

@@ -3,7 +3,7 @@
  * and the public model / tokenizer functions of kvinfer.h.
  *
  * Data structure: struct kvi_model (model.h). Hyper-parameters are plain ints;
- * weight matrices are kvi_tensor views, either into a file buffer (the GGUF
+ * weight matrices are kern_tensor views, either into a file buffer (the GGUF
  * context, or the llama2.c / safetensors buffer held in `owned` or `map_addr`) or
  * into buffers the model owns (converted or permuted copies). Every buffer a model
  * points into is released by kvi_model_free() and by nothing else.
@@ -12,7 +12,7 @@
  *  - model_check_hparams() holds: sizes positive and bounded, n_heads a multiple of
  *    n_kv_heads, n_rot even and <= head_dim;
  *  - every matrix is 2-D, of a known type, [n_out][n_in] exactly as model.h states,
- *    with kvi_row_bytes(type, n_in) * n_out bytes of data;
+ *    with quant_row_bytes(type, n_in) * n_out bytes of data;
  *  - every 1-D vector is a non-NULL f32 array of the stated length;
  *  - tok is not NULL and holds at most n_vocab tokens.
  * Dispatch: a directory is a Hugging Face folder, a file starting with "GGUF" is a
@@ -86,31 +86,31 @@ int model_read_file(struct kvi_model *m, const char *path, bool use_mmap, const 
     /* O_NONBLOCK: a FIFO must not block the open (fstat below refuses it). */
     int fd = open(path, O_RDONLY | O_NONBLOCK);
     if (fd < 0)
-        return kvi_err_set(err, KVI_E_IO, "cannot open %s: %s", path, strerror(errno));
+        return err_set(err, KVI_E_IO, "cannot open %s: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(fd);
-        return kvi_err_set(err, KVI_E_IO, "%s is not a readable regular file", path);
+        return err_set(err, KVI_E_IO, "%s is not a readable regular file", path);
     }
     if (st.st_size <= 0) {
         close(fd);
-        return kvi_err_set(err, KVI_E_FORMAT, "%s is empty", path);
+        return err_set(err, KVI_E_FORMAT, "%s is empty", path);
     }
     if ((uint64_t)st.st_size > (uint64_t)(SIZE_MAX / 2)) {
         close(fd);
-        return kvi_err_set(err, KVI_E_NOMEM, "%s is too large for this machine", path);
+        return err_set(err, KVI_E_NOMEM, "%s is too large for this machine", path);
     }
     size_t len = (size_t)st.st_size;
 
     if (use_mmap) {
         if (m->map_addr) {
             close(fd);
-            return kvi_err_set(err, KVI_E_INVALID, "model: a file is already mapped");
+            return err_set(err, KVI_E_INVALID, "model: a file is already mapped");
         }
         void *p = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
         close(fd);
         if (p == MAP_FAILED)
-            return kvi_err_set(err, KVI_E_IO, "cannot map %s: %s", path, strerror(errno));
+            return err_set(err, KVI_E_IO, "cannot map %s: %s", path, strerror(errno));
         m->map_addr = p;
         m->map_len = len;
         m->file_bytes += len;
@@ -123,7 +123,7 @@ int model_read_file(struct kvi_model *m, const char *path, bool use_mmap, const 
     uint8_t *buf = aligned_alloc(64, cap);
     if (!buf) {
         close(fd);
-        return kvi_err_set(err, KVI_E_NOMEM, "out of memory reading %s (%zu bytes)", path, len);
+        return err_set(err, KVI_E_NOMEM, "out of memory reading %s (%zu bytes)", path, len);
     }
     size_t got = 0;
     while (got < len) {
@@ -134,7 +134,7 @@ int model_read_file(struct kvi_model *m, const char *path, bool use_mmap, const 
             int e = errno;
             free(buf);
             close(fd);
-            return kvi_err_set(err, KVI_E_IO, "read error on %s after %zu of %zu bytes%s%s", path,
+            return err_set(err, KVI_E_IO, "read error on %s after %zu of %zu bytes%s%s", path,
                                got, len, r < 0 ? ": " : "", r < 0 ? strerror(e) : "");
         }
         got += (size_t)r;
@@ -142,7 +142,7 @@ int model_read_file(struct kvi_model *m, const char *path, bool use_mmap, const 
     close(fd);
     memset(buf + len, 0, cap - len);
     if (!model_own(m, buf))
-        return kvi_err_set(err, KVI_E_NOMEM, "out of memory");
+        return err_set(err, KVI_E_NOMEM, "out of memory");
     m->file_bytes += len;
     *data = buf;
     *size = len;
@@ -154,17 +154,17 @@ int model_vec_f32(struct kvi_model *m, const char *name, const void *data, kvi_t
 {
     *out = NULL;
     if (n <= 0 || n > MODEL_MAX_FFN * 16)
-        return kvi_err_set(err, KVI_E_FORMAT, "%s: bad vector length %lld", name, (long long)n);
+        return err_set(err, KVI_E_FORMAT, "%s: bad vector length %lld", name, (long long)n);
     if (type == KVI_TYPE_F32 && ((uintptr_t)data % sizeof(float)) == 0) {
         *out = data;
         return 0;
     }
     if (type != KVI_TYPE_F32 && type != KVI_TYPE_F16 && type != KVI_TYPE_BF16)
-        return kvi_err_set(err, KVI_E_UNSUPPORTED, "%s: 1-D tensor of type %s (need f32, f16 or bf16)",
+        return err_set(err, KVI_E_UNSUPPORTED, "%s: 1-D tensor of type %s (need f32, f16 or bf16)",
                            name, kvi_type_name(type) ? kvi_type_name(type) : "unknown");
     float *f = model_own(m, malloc((size_t)n * sizeof *f));
     if (!f)
-        return kvi_err_set(err, KVI_E_NOMEM, "%s: out of memory", name);
+        return err_set(err, KVI_E_NOMEM, "%s: out of memory", name);
     const uint8_t *src = data;
     for (int64_t i = 0; i < n; i++) {
         if (type == KVI_TYPE_F32) {
@@ -172,7 +172,7 @@ int model_vec_f32(struct kvi_model *m, const char *name, const void *data, kvi_t
         } else {
             uint16_t h;
             memcpy(&h, src + 2 * i, 2);
-            f[i] = type == KVI_TYPE_F16 ? kvi_f16_to_f32(h) : kvi_bf16_to_f32(h);
+            f[i] = type == KVI_TYPE_F16 ? quant_f16_to_f32(h) : quant_bf16_to_f32(h);
         }
     }
     *out = f;
@@ -184,7 +184,7 @@ int model_vec_f32(struct kvi_model *m, const char *name, const void *data, kvi_t
 static int check_range(const char *what, int64_t v, int64_t lo, int64_t hi, kvi_error *err)
 {
     if (v < lo || v > hi)
-        return kvi_err_set(err, KVI_E_FORMAT, "model: %s = %lld out of range [%lld, %lld]", what,
+        return err_set(err, KVI_E_FORMAT, "model: %s = %lld out of range [%lld, %lld]", what,
                            (long long)v, (long long)lo, (long long)hi);
     return 0;
 }
@@ -203,28 +203,28 @@ int model_check_hparams(const struct kvi_model *m, kvi_error *err)
         (rc = check_range("n_rot", m->n_rot, 2, m->head_dim, err)))
         return rc;
     if (m->n_heads % m->n_kv_heads != 0)
-        return kvi_err_set(err, KVI_E_FORMAT, "model: n_heads %d is not a multiple of n_kv_heads %d",
+        return err_set(err, KVI_E_FORMAT, "model: n_heads %d is not a multiple of n_kv_heads %d",
                            m->n_heads, m->n_kv_heads);
     if (m->n_rot % 2 != 0)
-        return kvi_err_set(err, KVI_E_FORMAT, "model: rotary dimension %d is odd", m->n_rot);
+        return err_set(err, KVI_E_FORMAT, "model: rotary dimension %d is odd", m->n_rot);
     if (!(m->rms_eps > 0.0f) || !isfinite(m->rms_eps) || m->rms_eps > 1.0f)
-        return kvi_err_set(err, KVI_E_FORMAT, "model: rms_norm_eps %g invalid", (double)m->rms_eps);
+        return err_set(err, KVI_E_FORMAT, "model: rms_norm_eps %g invalid", (double)m->rms_eps);
     if (!(m->rope_theta > 0.0f) || !isfinite(m->rope_theta))
-        return kvi_err_set(err, KVI_E_FORMAT, "model: rope theta %g invalid", (double)m->rope_theta);
+        return err_set(err, KVI_E_FORMAT, "model: rope theta %g invalid", (double)m->rope_theta);
     return 0;
 }
 
-static int check_matrix(const kvi_tensor *t, const char *name, int64_t n_in, int64_t n_out,
+static int check_matrix(const kern_tensor *t, const char *name, int64_t n_in, int64_t n_out,
                         kvi_error *err)
 {
     if (!t->data)
-        return kvi_err_set(err, KVI_E_FORMAT, "model: tensor %s is missing", name);
+        return err_set(err, KVI_E_FORMAT, "model: tensor %s is missing", name);
     if (t->n_in != n_in || t->n_out != n_out)
-        return kvi_err_set(err, KVI_E_FORMAT,
+        return err_set(err, KVI_E_FORMAT,
                            "model: tensor %s is [%lld rows][%lld], expected [%lld][%lld]", name,
                            (long long)t->n_out, (long long)t->n_in, (long long)n_out, (long long)n_in);
-    if (!kvi_type_is_known(t->type) || kvi_row_bytes(t->type, n_in) == 0)
-        return kvi_err_set(err, KVI_E_FORMAT, "model: tensor %s: type %d cannot hold rows of %lld",
+    if (!quant_type_known(t->type) || quant_row_bytes(t->type, n_in) == 0)
+        return err_set(err, KVI_E_FORMAT, "model: tensor %s: type %d cannot hold rows of %lld",
                            name, (int)t->type, (long long)n_in);
     return 0;
 }
@@ -235,9 +235,9 @@ int model_validate(const struct kvi_model *m, kvi_error *err)
     if (rc)
         return rc;
     if (!m->tok)
-        return kvi_err_set(err, KVI_E_FORMAT, "model: no tokenizer");
+        return err_set(err, KVI_E_FORMAT, "model: no tokenizer");
     if (tokenizer_n_vocab(m->tok) > m->n_vocab)
-        return kvi_err_set(err, KVI_E_FORMAT,
+        return err_set(err, KVI_E_FORMAT,
                            "model: tokenizer has %d tokens but the embedding only %d rows",
                            (int)tokenizer_n_vocab(m->tok), m->n_vocab);
     const int64_t dim = m->dim, q_dim = (int64_t)m->n_heads * m->head_dim,
@@ -246,12 +246,12 @@ int model_validate(const struct kvi_model *m, kvi_error *err)
         (rc = check_matrix(&m->output, "output", dim, m->n_vocab, err)))
         return rc;
     if (!m->output_norm || !m->layers)
-        return kvi_err_set(err, KVI_E_FORMAT, "model: %s is missing",
+        return err_set(err, KVI_E_FORMAT, "model: %s is missing",
                            m->output_norm ? "the layer table" : "output_norm");
     for (int l = 0; l < m->n_layers; l++) {
-        const kvi_layer *L = &m->layers[l];
+        const model_layer *L = &m->layers[l];
         char nm[64];
-        struct { const kvi_tensor *t; const char *n; int64_t in, out; } mats[] = {
+        struct { const kern_tensor *t; const char *n; int64_t in, out; } mats[] = {
             {&L->wq, "attn_q", dim, q_dim},         {&L->wk, "attn_k", dim, kv_dim},
             {&L->wv, "attn_v", dim, kv_dim},        {&L->wo, "attn_output", q_dim, dim},
             {&L->w_gate, "ffn_gate", dim, ffn},     {&L->w_up, "ffn_up", dim, ffn},
@@ -263,7 +263,7 @@ int model_validate(const struct kvi_model *m, kvi_error *err)
                 return rc;
         }
         if (!L->attn_norm || !L->ffn_norm)
-            return kvi_err_set(err, KVI_E_FORMAT, "model: blk.%d.%s is missing", l,
+            return err_set(err, KVI_E_FORMAT, "model: blk.%d.%s is missing", l,
                                L->attn_norm ? "ffn_norm" : "attn_norm");
     }
     return 0;
@@ -281,13 +281,13 @@ static int gguf_hp_int(const gguf_ctx *g, const char *arch, const char *key, boo
     int rc = gguf_get_int(g, full, &v, err);
     if (rc == -1) {
         if (required)
-            return kvi_err_set(err, KVI_E_FORMAT, "gguf: missing metadata %s", full);
+            return err_set(err, KVI_E_FORMAT, "gguf: missing metadata %s", full);
         v = def;
     } else if (rc < 0) {
         return rc;
     }
     if (v < lo || v > hi)
-        return kvi_err_set(err, KVI_E_FORMAT, "gguf: %s = %lld out of range [%lld, %lld]", full,
+        return err_set(err, KVI_E_FORMAT, "gguf: %s = %lld out of range [%lld, %lld]", full,
                            (long long)v, (long long)lo, (long long)hi);
     *out = (int)v;
     return 0;
@@ -302,36 +302,36 @@ static int gguf_hp_float(const gguf_ctx *g, const char *arch, const char *key, b
     int rc = gguf_get_float(g, full, &v, err);
     if (rc == -1) {
         if (required)
-            return kvi_err_set(err, KVI_E_FORMAT, "gguf: missing metadata %s", full);
+            return err_set(err, KVI_E_FORMAT, "gguf: missing metadata %s", full);
         v = def;
     } else if (rc < 0) {
         return rc;
     }
     if (!isfinite(v) || v <= 0.0)
-        return kvi_err_set(err, KVI_E_FORMAT, "gguf: %s = %g invalid", full, v);
+        return err_set(err, KVI_E_FORMAT, "gguf: %s = %g invalid", full, v);
     *out = (float)v;
     return 0;
 }
 
 /* Binds a 2-D tensor [n_out][n_in]; absent is an error only when required. */
 static int gguf_bind_matrix(struct kvi_model *m, const char *name, int64_t n_in, int64_t n_out,
-                            bool required, kvi_tensor *out, kvi_error *err)
+                            bool required, kern_tensor *out, kvi_error *err)
 {
     const gguf_tensor *t = gguf_find_tensor(m->gguf, name);
     if (!t)
-        return required ? kvi_err_set(err, KVI_E_FORMAT, "gguf: missing tensor %s", name) : 0;
+        return required ? err_set(err, KVI_E_FORMAT, "gguf: missing tensor %s", name) : 0;
     if (t->n_dims < 1 || t->n_dims > 2 || t->ne[2] != 1 || t->ne[3] != 1 || t->ne[0] != n_in ||
         t->ne[1] != n_out)
-        return kvi_err_set(err, KVI_E_FORMAT,
+        return err_set(err, KVI_E_FORMAT,
                            "gguf: tensor %s has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]",
                            name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
                            (long long)t->ne[3], (long long)n_in, (long long)n_out);
-    size_t row = kvi_row_bytes(t->type, n_in);
-    if (!kvi_type_is_known(t->type) || row == 0)
-        return kvi_err_set(err, KVI_E_FORMAT, "gguf: tensor %s: type %d cannot hold rows of %lld",
+    size_t row = quant_row_bytes(t->type, n_in);
+    if (!quant_type_known(t->type) || row == 0)
+        return err_set(err, KVI_E_FORMAT, "gguf: tensor %s: type %d cannot hold rows of %lld",
                            name, (int)t->type, (long long)n_in);
     if (t->nbytes != row * (size_t)n_out || !t->data)
-        return kvi_err_set(err, KVI_E_FORMAT, "gguf: tensor %s has %zu bytes, expected %zu", name,
+        return err_set(err, KVI_E_FORMAT, "gguf: tensor %s has %zu bytes, expected %zu", name,
                            t->nbytes, row * (size_t)n_out);
     out->data = t->data;
     out->type = t->type;
@@ -348,14 +348,14 @@ static int gguf_bind_vector(struct kvi_model *m, const char *name, int64_t n, bo
     const gguf_tensor *t = gguf_find_tensor(m->gguf, name);
     *out = NULL;
     if (!t)
-        return required ? kvi_err_set(err, KVI_E_FORMAT, "gguf: missing tensor %s", name) : 0;
+        return required ? err_set(err, KVI_E_FORMAT, "gguf: missing tensor %s", name) : 0;
     if (t->n_dims != 1 || t->ne[0] != n || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1)
-        return kvi_err_set(err, KVI_E_FORMAT,
+        return err_set(err, KVI_E_FORMAT,
                            "gguf: tensor %s has shape [%lld, %lld], expected the vector [%lld]",
                            name, (long long)t->ne[0], (long long)t->ne[1], (long long)n);
-    size_t row = kvi_row_bytes(t->type, n);
+    size_t row = quant_row_bytes(t->type, n);
     if (row == 0 || t->nbytes != row || !t->data)
-        return kvi_err_set(err, KVI_E_FORMAT, "gguf: tensor %s has %zu bytes for %lld elements",
+        return err_set(err, KVI_E_FORMAT, "gguf: tensor %s has %zu bytes for %lld elements",
                            name, t->nbytes, (long long)n);
     m->weight_bytes += t->nbytes;
     return model_vec_f32(m, name, t->data, t->type, n, out, err);
@@ -373,9 +373,9 @@ int model_hparams_gguf(struct kvi_model *m, const gguf_ctx *g, bool metadata_onl
 {
     const char *arch = gguf_get_str(g, "general.architecture");
     if (!arch || !arch[0])
-        return kvi_err_set(err, KVI_E_FORMAT, "gguf: no general.architecture");
+        return err_set(err, KVI_E_FORMAT, "gguf: no general.architecture");
     if (strlen(arch) >= sizeof m->arch)
-        return kvi_err_set(err, KVI_E_FORMAT, "gguf: general.architecture is %zu bytes long", strlen(arch));
+        return err_set(err, KVI_E_FORMAT, "gguf: general.architecture is %zu bytes long", strlen(arch));
     model_copy_str(m->arch, sizeof m->arch, arch);
     model_copy_str(m->name, sizeof m->name, gguf_get_str(g, "general.name"));
     m->rope_neox = strcmp(arch, "qwen2") == 0;
@@ -391,12 +391,12 @@ int model_hparams_gguf(struct kvi_model *m, const gguf_ctx *g, bool metadata_onl
                           &m->n_kv_heads, err)))
         return rc;
     if (m->n_heads % m->n_kv_heads != 0)
-        return kvi_err_set(err, KVI_E_FORMAT, "gguf: head_count %d is not a multiple of head_count_kv %d",
+        return err_set(err, KVI_E_FORMAT, "gguf: head_count %d is not a multiple of head_count_kv %d",
                            m->n_heads, m->n_kv_heads);
     char key_len_name[96];
     snprintf(key_len_name, sizeof key_len_name, "%s.attention.key_length", arch);
     if (m->dim % m->n_heads != 0 && gguf_find_key(g, key_len_name) < 0)
-        return kvi_err_set(err, KVI_E_FORMAT, "gguf: embedding_length %d is not a multiple of head_count %d",
+        return err_set(err, KVI_E_FORMAT, "gguf: embedding_length %d is not a multiple of head_count %d",
                            m->dim, m->n_heads);
     if ((rc = gguf_hp_int(g, arch, "attention.key_length", false, m->dim / m->n_heads, 1,
                           MODEL_MAX_HEAD_DIM, &m->head_dim, err)))
@@ -414,10 +414,10 @@ int model_hparams_gguf(struct kvi_model *m, const gguf_ctx *g, bool metadata_onl
             return rc;
         nv = n > MODEL_MAX_VOCAB ? MODEL_MAX_VOCAB + 1 : (int64_t)n;
     } else {
-        return kvi_err_set(err, KVI_E_FORMAT, "gguf: missing tensor token_embd.weight");
+        return err_set(err, KVI_E_FORMAT, "gguf: missing tensor token_embd.weight");
     }
     if ((nv < 1 && !metadata_only) || nv > MODEL_MAX_VOCAB)
-        return kvi_err_set(err, KVI_E_FORMAT, "gguf: token_embd.weight has %lld rows", (long long)nv);
+        return err_set(err, KVI_E_FORMAT, "gguf: token_embd.weight has %lld rows", (long long)nv);
     if ((rc = gguf_hp_int(g, arch, "vocab_size", false, nv, metadata_only ? 0 : 1, MODEL_MAX_VOCAB, &m->n_vocab,
                           err)))
         return rc;
@@ -434,33 +434,33 @@ int model_hparams_gguf(struct kvi_model *m, const gguf_ctx *g, bool metadata_onl
         (rc = gguf_hp_float(g, arch, "rope.freq_base", false, 10000.0, &m->rope_theta, err)))
         return rc;
     if (v_len != m->head_dim)
-        return kvi_err_set(err, KVI_E_UNSUPPORTED, "gguf: value_length %d differs from key_length %d",
+        return err_set(err, KVI_E_UNSUPPORTED, "gguf: value_length %d differs from key_length %d",
                            v_len, m->head_dim);
     return model_check_hparams(m, err);
 }
 
 /* The layers' matrices and the output matrix laid out for the kernels, in place
- * (kvi_kernels_prepare_weights decides which and how: R16 tiles for Q8_0 / Q4_0 on
+ * (kern_prepare_weights decides which and how: R16 tiles for Q8_0 / Q4_0 on
  * AVX-512 VNNI), when the load parameters allow it (kvi_load_params.repack). A tied
  * output matrix is the token embedding too: both views get its layout. A prepare
  * that fails (memory) leaves the matrices as they were. One set of threads does
  * all (one start-up pass over the weights). */
 static void model_prepare_weights(struct kvi_model *m)
 {
-    if (!kvi_kernels_prepare_wanted() || !gguf_set_writable(m->gguf, true))
+    if (!kern_prepare_wanted() || !gguf_set_writable(m->gguf, true))
         return;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    kvi_tensor **mats = malloc(((size_t)m->n_layers * 7 + 1) * sizeof *mats);   /* [7 * n_layers + 1] */
+    kern_tensor **mats = malloc(((size_t)m->n_layers * 7 + 1) * sizeof *mats);   /* [7 * n_layers + 1] */
     int n = 0;
     for (int l = 0; mats && l < m->n_layers; l++) {
-        kvi_layer *L = &m->layers[l];
-        kvi_tensor *lm[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        model_layer *L = &m->layers[l];
+        kern_tensor *lm[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
         for (int i = 0; i < 7; i++)
             if (lm[i]->data) mats[n++] = lm[i];
     }
     if (mats && m->output.data)
         mats[n++] = &m->output;
-    if (mats && kvi_kernels_prepare_weights(mats, n, cores > 1 ? (int)cores : 1) == 0 &&
+    if (mats && kern_prepare_weights(mats, n, cores > 1 ? (int)cores : 1) == 0 &&
         m->tok_embd.data == m->output.data)
         m->tok_embd.layout = m->output.layout;
     free(mats);
@@ -477,9 +477,9 @@ int model_load_gguf(struct kvi_model *m, const char *path, const kvi_load_params
     m->file_bytes += gguf_file_size(g);
     const char *arch = gguf_get_str(g, "general.architecture");
     if (!arch)
-        return kvi_err_set(err, KVI_E_FORMAT, "gguf: %s has no general.architecture", path);
+        return err_set(err, KVI_E_FORMAT, "gguf: %s has no general.architecture", path);
     if (strcmp(arch, "llama") != 0 && strcmp(arch, "qwen2") != 0)
-        return kvi_err_set(err, KVI_E_UNSUPPORTED, "gguf: architecture '%.64s' is not supported (llama, qwen2)",
+        return err_set(err, KVI_E_UNSUPPORTED, "gguf: architecture '%.64s' is not supported (llama, qwen2)",
                            arch);
     if ((rc = model_hparams_gguf(m, g, false, err)))
         return rc;
@@ -496,9 +496,9 @@ int model_load_gguf(struct kvi_model *m, const char *path, const kvi_load_params
 
     m->layers = model_own(m, calloc((size_t)m->n_layers, sizeof *m->layers));
     if (!m->layers)
-        return kvi_err_set(err, KVI_E_NOMEM, "gguf: out of memory for %d layers", m->n_layers);
+        return err_set(err, KVI_E_NOMEM, "gguf: out of memory for %d layers", m->n_layers);
     for (int l = 0; l < m->n_layers; l++) {
-        kvi_layer *L = &m->layers[l];
+        model_layer *L = &m->layers[l];
         char n[12][64];
         static const char *const parts[12] = {
             "attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight",
@@ -563,14 +563,14 @@ static int model_path_kind(const char *path, kvi_error *err)
 {
     struct stat st;
     if (stat(path, &st) != 0)
-        return kvi_err_set(err, KVI_E_IO, "cannot open %s: %s", path, strerror(errno));
+        return err_set(err, KVI_E_IO, "cannot open %s: %s", path, strerror(errno));
     if (S_ISDIR(st.st_mode))
         return 1;
     if (!S_ISREG(st.st_mode))
-        return kvi_err_set(err, KVI_E_IO, "%s is neither a regular file nor a directory", path);
+        return err_set(err, KVI_E_IO, "%s is neither a regular file nor a directory", path);
     FILE *f = fopen(path, "rb");
     if (!f)
-        return kvi_err_set(err, KVI_E_IO, "cannot open %s: %s", path, strerror(errno));
+        return err_set(err, KVI_E_IO, "cannot open %s: %s", path, strerror(errno));
     char magic[4] = {0};
     size_t n = fread(magic, 1, 4, f);
     fclose(f);
@@ -585,7 +585,7 @@ kvi_model *kvi_model_load(const char *path, const kvi_load_params *p, kvi_error 
         p = &def;
     }
     if (!path || !*path) {
-        kvi_err_set(err, KVI_E_INVALID, "model: no path given");
+        err_set(err, KVI_E_INVALID, "model: no path given");
         return NULL;
     }
     int kind = model_path_kind(path, err);
@@ -593,7 +593,7 @@ kvi_model *kvi_model_load(const char *path, const kvi_load_params *p, kvi_error 
         return NULL;
     kvi_model *m = calloc(1, sizeof *m);
     if (!m) {
-        kvi_err_set(err, KVI_E_NOMEM, "model: out of memory");
+        err_set(err, KVI_E_NOMEM, "model: out of memory");
         return NULL;
     }
     int rc = kind == 1 ? model_load_hf(m, path, p, err)
@@ -612,11 +612,11 @@ static int llama2c_tokenizer_count(const char *path, int32_t *n_out, kvi_error *
 {
     FILE *f = fopen(path, "rb");
     if (!f)
-        return kvi_err_set(err, KVI_E_IO, "cannot open %s: %s", path, strerror(errno));
+        return err_set(err, KVI_E_IO, "cannot open %s: %s", path, strerror(errno));
     int32_t max_len, n = 0;
     int rc = 0;
     if (fread(&max_len, 4, 1, f) != 1 || max_len <= 0 || max_len > (1 << 16)) {
-        rc = kvi_err_set(err, KVI_E_FORMAT,
+        rc = err_set(err, KVI_E_FORMAT,
                          "%s: not a GGUF file, a tokenizer.json or a llama2.c tokenizer.bin", path);
         goto done;
     }
@@ -629,7 +629,7 @@ static int llama2c_tokenizer_count(const char *path, int32_t *n_out, kvi_error *
         memcpy(&len, rec + 4, 4);
         if (got != 8 || len < 0 || len > max_len || fseek(f, len, SEEK_CUR) != 0 ||
             n == MODEL_MAX_VOCAB) {
-            rc = kvi_err_set(err, KVI_E_FORMAT, "%s: llama2.c tokenizer entry %d is malformed", path, n);
+            rc = err_set(err, KVI_E_FORMAT, "%s: llama2.c tokenizer entry %d is malformed", path, n);
             goto done;
         }
         n++;
@@ -637,7 +637,7 @@ static int llama2c_tokenizer_count(const char *path, int32_t *n_out, kvi_error *
     /* fseek past the end succeeds: make sure the last record really fits. */
     long pos = ftell(f);
     if (fseek(f, 0, SEEK_END) != 0 || ftell(f) != pos || n == 0)
-        rc = kvi_err_set(err, KVI_E_FORMAT, "%s: llama2.c tokenizer is truncated or empty", path);
+        rc = err_set(err, KVI_E_FORMAT, "%s: llama2.c tokenizer is truncated or empty", path);
 done:
     fclose(f);
     *n_out = n;
@@ -666,7 +666,7 @@ static int vocab_load_into(kvi_model *m, const char *path, kvi_error *err)
     if (kind == 1) {
         char *json = model_path_join(path, "tokenizer.json");
         if (!json)
-            return kvi_err_set(err, KVI_E_NOMEM, "out of memory");
+            return err_set(err, KVI_E_NOMEM, "out of memory");
         rc = tokenizer_load_hf(json, &m->tok, err);
         free(json);
     } else if (kind == 2) {
@@ -686,7 +686,7 @@ static int vocab_load_into(kvi_model *m, const char *path, kvi_error *err)
     if (rc)
         return rc;
     if (!m->tok)
-        return kvi_err_set(err, KVI_E_FORMAT, "%s: no tokenizer loaded", path);
+        return err_set(err, KVI_E_FORMAT, "%s: no tokenizer loaded", path);
     m->n_vocab = tokenizer_n_vocab(m->tok);
     m->has_weights = false;
     return 0;
@@ -695,12 +695,12 @@ static int vocab_load_into(kvi_model *m, const char *path, kvi_error *err)
 kvi_model *kvi_vocab_load(const char *path, kvi_error *err)
 {
     if (!path || !*path) {
-        kvi_err_set(err, KVI_E_INVALID, "vocab: no path given");
+        err_set(err, KVI_E_INVALID, "vocab: no path given");
         return NULL;
     }
     kvi_model *m = calloc(1, sizeof *m);
     if (!m) {
-        kvi_err_set(err, KVI_E_NOMEM, "vocab: out of memory");
+        err_set(err, KVI_E_NOMEM, "vocab: out of memory");
         return NULL;
     }
     if (vocab_load_into(m, path, err)) {
@@ -717,8 +717,8 @@ static kvi_type model_main_type(const kvi_model *m)
 {
     uint64_t count[KVI_TYPE_COUNT] = {0};
     for (int l = 0; m->layers && l < m->n_layers; l++) {
-        const kvi_layer *L = &m->layers[l];
-        const kvi_tensor *mats[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        const model_layer *L = &m->layers[l];
+        const kern_tensor *mats[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
         for (int i = 0; i < 7; i++)
             if ((unsigned)mats[i]->type < KVI_TYPE_COUNT)
                 count[mats[i]->type] += (uint64_t)mats[i]->n_in * (uint64_t)mats[i]->n_out;
@@ -812,7 +812,7 @@ int32_t kvi_chat_apply_family(const kvi_model *m, const char *family, const kvi_
                               bool add_assistant, int32_t *out, int32_t n_max, kvi_error *err)
 {
     if (!m || !m->tok)
-        return kvi_err_set(err, KVI_E_INVALID, "chat template: bad arguments");
+        return err_set(err, KVI_E_INVALID, "chat template: bad arguments");
     return tokenizer_chat_apply(m->tok, family, msgs, n, add_assistant, out, n_max, err);
 }
 

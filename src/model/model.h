@@ -5,7 +5,7 @@
  *
  * Invariants once loaded:
  *  - every matrix tensor's n_in/n_out match the hyper-parameters below and its
- *    data spans kvi_row_bytes(type, n_in) * n_out valid bytes;
+ *    data spans quant_row_bytes(type, n_in) * n_out valid bytes;
  *  - RoPE for arch "llama" rotates interleaved pairs (x[2i], x[2i+1]); q/k rows of
  *    Hugging Face checkpoints are permuted at load time to that order;
  *    arch "qwen2" uses rope_neox (pairs (x[i], x[i + n_rot/2])).
@@ -18,20 +18,20 @@
 #include "kernels/kernels.h"
 #include "tokenizer/tokenizer.h"
 
-typedef struct kvi_layer {
+typedef struct model_layer {
     const float *attn_norm;   /* [dim] */
-    kvi_tensor wq;            /* [n_heads * head_dim][dim] */
-    kvi_tensor wk;            /* [n_kv_heads * head_dim][dim] */
-    kvi_tensor wv;            /* [n_kv_heads * head_dim][dim] */
+    kern_tensor wq;            /* [n_heads * head_dim][dim] */
+    kern_tensor wk;            /* [n_kv_heads * head_dim][dim] */
+    kern_tensor wv;            /* [n_kv_heads * head_dim][dim] */
     const float *bq;          /* [n_heads * head_dim] or NULL */
     const float *bk;          /* [n_kv_heads * head_dim] or NULL */
     const float *bv;          /* [n_kv_heads * head_dim] or NULL */
-    kvi_tensor wo;            /* [dim][n_heads * head_dim] */
+    kern_tensor wo;            /* [dim][n_heads * head_dim] */
     const float *ffn_norm;    /* [dim] */
-    kvi_tensor w_gate;        /* [ffn_dim][dim] */
-    kvi_tensor w_up;          /* [ffn_dim][dim] */
-    kvi_tensor w_down;        /* [dim][ffn_dim] */
-} kvi_layer;
+    kern_tensor w_gate;        /* [ffn_dim][dim] */
+    kern_tensor w_up;          /* [ffn_dim][dim] */
+    kern_tensor w_down;        /* [dim][ffn_dim] */
+} model_layer;
 
 struct kvi_model {
     char arch[32];
@@ -50,12 +50,12 @@ struct kvi_model {
     bool rope_neox;     /* pairs (i, i + n_rot/2) instead of (2i, 2i+1) */
     const float *rope_freqs;  /* [n_rot/2] frequency divisors (Llama 3) or NULL */
 
-    kvi_tensor tok_embd;      /* [n_vocab][dim] */
+    kern_tensor tok_embd;      /* [n_vocab][dim] */
     const float *output_norm; /* [dim] */
-    kvi_tensor output;        /* [n_vocab][dim]; equals tok_embd when tied */
-    kvi_layer *layers;        /* [n_layers] */
+    kern_tensor output;        /* [n_vocab][dim]; equals tok_embd when tied */
+    model_layer *layers;        /* [n_layers] */
 
-    kvi_tokenizer *tok;       /* never NULL after a successful load */
+    tok_tokenizer *tok;       /* never NULL after a successful load */
     bool has_weights;
     size_t weight_bytes;
     size_t file_bytes;        /* bytes of the file(s) read or mapped (all shards) */

@@ -12,7 +12,7 @@
  *   model.layers.N.self_attn.{q,k,v}_proj.bias      (qwen2)
  *   model.layers.N.post_attention_layernorm.weight [hidden]
  *   model.layers.N.mlp.{gate,up}_proj.weight [inter][hidden], mlp.down_proj.weight [hidden][inter]
- * PyTorch shapes are [out][in], which is exactly kvi_tensor's [n_out][n_in].
+ * PyTorch shapes are [out][in], which is exactly kern_tensor's [n_out][n_in].
  *
  * Invariants:
  *  - matrices keep their stored type (F32, F16, BF16) and point into the
@@ -49,17 +49,17 @@ static int hf_read_json(const char *path, cJSON **out, kvi_error *err)
     size_t n;
     switch (file_read_all(path, HF_MAX_CONFIG - 1, &buf, &n)) {
     case FILE_OK: break;
-    case FILE_NOT_REGULAR: return kvi_err_set(err, KVI_E_IO, "hf: %s is not a regular file", path);
-    case FILE_CANT_OPEN: return kvi_err_set(err, KVI_E_IO, "hf: cannot open %s", path);
-    case FILE_NOMEM: return kvi_err_set(err, KVI_E_NOMEM, "hf: out of memory");
-    case FILE_TOO_LARGE: return kvi_err_set(err, KVI_E_FORMAT, "hf: %s is larger than %u bytes", path, HF_MAX_CONFIG);
-    default: return kvi_err_set(err, KVI_E_IO, "hf: read error on %s", path);
+    case FILE_NOT_REGULAR: return err_set(err, KVI_E_IO, "hf: %s is not a regular file", path);
+    case FILE_CANT_OPEN: return err_set(err, KVI_E_IO, "hf: cannot open %s", path);
+    case FILE_NOMEM: return err_set(err, KVI_E_NOMEM, "hf: out of memory");
+    case FILE_TOO_LARGE: return err_set(err, KVI_E_FORMAT, "hf: %s is larger than %u bytes", path, HF_MAX_CONFIG);
+    default: return err_set(err, KVI_E_IO, "hf: read error on %s", path);
     }
     cJSON *j = cJSON_ParseWithLength(buf, n);
     free(buf);
     if (!j || !cJSON_IsObject(j)) {
         cJSON_Delete(j);
-        return kvi_err_set(err, KVI_E_FORMAT, "hf: %s is not a JSON object", path);
+        return err_set(err, KVI_E_FORMAT, "hf: %s is not a JSON object", path);
     }
     *out = j;
     return 0;
@@ -73,14 +73,14 @@ static int hf_cfg_int(const cJSON *cfg, const char *key, bool required, int64_t 
     double d = (double)def;
     if (!v || cJSON_IsNull(v)) {
         if (required)
-            return kvi_err_set(err, KVI_E_FORMAT, "hf: config.json: missing %s", key);
+            return err_set(err, KVI_E_FORMAT, "hf: config.json: missing %s", key);
     } else if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble)) {
-        return kvi_err_set(err, KVI_E_FORMAT, "hf: config.json: %s is not an integer", key);
+        return err_set(err, KVI_E_FORMAT, "hf: config.json: %s is not an integer", key);
     } else {
         d = v->valuedouble;
     }
     if (!(d >= (double)lo && d <= (double)hi))
-        return kvi_err_set(err, KVI_E_FORMAT, "hf: config.json: %s = %g out of range [%lld, %lld]",
+        return err_set(err, KVI_E_FORMAT, "hf: config.json: %s = %g out of range [%lld, %lld]",
                            key, d, (long long)lo, (long long)hi);
     *out = (int)d;
     return 0;
@@ -93,14 +93,14 @@ static int hf_cfg_float(const cJSON *cfg, const char *key, bool required, double
     double d = def;
     if (!v || cJSON_IsNull(v)) {
         if (required)
-            return kvi_err_set(err, KVI_E_FORMAT, "hf: config.json: missing %s", key);
+            return err_set(err, KVI_E_FORMAT, "hf: config.json: missing %s", key);
     } else if (!cJSON_IsNumber(v)) {
-        return kvi_err_set(err, KVI_E_FORMAT, "hf: config.json: %s is not a number", key);
+        return err_set(err, KVI_E_FORMAT, "hf: config.json: %s is not a number", key);
     } else {
         d = v->valuedouble;
     }
     if (!isfinite(d) || d <= 0.0)
-        return kvi_err_set(err, KVI_E_FORMAT, "hf: config.json: %s = %g invalid", key, d);
+        return err_set(err, KVI_E_FORMAT, "hf: config.json: %s = %g invalid", key, d);
     *out = (float)d;
     return 0;
 }
@@ -110,7 +110,7 @@ static int hf_parse_config(struct kvi_model *m, const cJSON *cfg, bool *tied, kv
 {
     const cJSON *archs = cJSON_GetObjectItemCaseSensitive(cfg, "architectures");
     if (!cJSON_IsArray(archs) || cJSON_GetArraySize(archs) < 1)
-        return kvi_err_set(err, KVI_E_FORMAT, "hf: config.json: missing architectures");
+        return err_set(err, KVI_E_FORMAT, "hf: config.json: missing architectures");
     const cJSON *a;
     const char *first = NULL;
     cJSON_ArrayForEach(a, archs)
@@ -125,17 +125,17 @@ static int hf_parse_config(struct kvi_model *m, const cJSON *cfg, bool *tied, kv
             snprintf(m->arch, sizeof m->arch, "qwen2");
     }
     if (!m->arch[0])
-        return kvi_err_set(err, KVI_E_UNSUPPORTED,
+        return err_set(err, KVI_E_UNSUPPORTED,
                            "hf: architecture '%.64s' is not supported (LlamaForCausalLM, Qwen2ForCausalLM)",
                            first ? first : "?");
     m->rope_neox = strcmp(m->arch, "qwen2") == 0;
 
     const cJSON *scaling = cJSON_GetObjectItemCaseSensitive(cfg, "rope_scaling");
     if (scaling && !cJSON_IsNull(scaling))
-        return kvi_err_set(err, KVI_E_UNSUPPORTED, "hf: config.json: rope_scaling is not supported");
+        return err_set(err, KVI_E_UNSUPPORTED, "hf: config.json: rope_scaling is not supported");
     const cJSON *act = cJSON_GetObjectItemCaseSensitive(cfg, "hidden_act");
     if (act && (!cJSON_IsString(act) || strcmp(act->valuestring, "silu") != 0))
-        return kvi_err_set(err, KVI_E_UNSUPPORTED, "hf: config.json: hidden_act must be \"silu\"");
+        return err_set(err, KVI_E_UNSUPPORTED, "hf: config.json: hidden_act must be \"silu\"");
 
     int rc;
     if ((rc = hf_cfg_int(cfg, "hidden_size", true, 0, 1, 1 << 17, &m->dim, err)) ||
@@ -150,7 +150,7 @@ static int hf_parse_config(struct kvi_model *m, const cJSON *cfg, bool *tied, kv
         return rc;
     const cJSON *hd = cJSON_GetObjectItemCaseSensitive(cfg, "head_dim");
     if ((!hd || cJSON_IsNull(hd)) && m->dim % m->n_heads != 0)
-        return kvi_err_set(err, KVI_E_FORMAT,
+        return err_set(err, KVI_E_FORMAT,
                            "hf: config.json: hidden_size %d is not a multiple of num_attention_heads %d",
                            m->dim, m->n_heads);
     if ((rc = hf_cfg_int(cfg, "head_dim", false, m->dim / m->n_heads, 1, 4096, &m->head_dim, err)))
@@ -159,7 +159,7 @@ static int hf_parse_config(struct kvi_model *m, const cJSON *cfg, bool *tied, kv
 
     const cJSON *tie = cJSON_GetObjectItemCaseSensitive(cfg, "tie_word_embeddings");
     if (tie && !cJSON_IsBool(tie) && !cJSON_IsNull(tie))
-        return kvi_err_set(err, KVI_E_FORMAT, "hf: config.json: tie_word_embeddings is not a boolean");
+        return err_set(err, KVI_E_FORMAT, "hf: config.json: tie_word_embeddings is not a boolean");
     *tied = tie && cJSON_IsTrue(tie);
     return model_check_hparams(m, err);
 }
@@ -167,29 +167,29 @@ static int hf_parse_config(struct kvi_model *m, const cJSON *cfg, bool *tied, kv
 /* Binds a [n_out][n_in] matrix. head_dim > 0: interleave the two halves of each
  * head's rows (rotate-half order -> interleaved pairs) into an owned copy. */
 static int hf_matrix(struct kvi_model *m, const st_index *ix, const char *name, int64_t n_in,
-                     int64_t n_out, bool required, int head_dim, kvi_tensor *out, kvi_error *err)
+                     int64_t n_out, bool required, int head_dim, kern_tensor *out, kvi_error *err)
 {
     const st_tensor *t = st_find(ix, name);
     if (!t)
-        return required ? kvi_err_set(err, KVI_E_FORMAT, "hf: missing tensor %s", name) : 0;
+        return required ? err_set(err, KVI_E_FORMAT, "hf: missing tensor %s", name) : 0;
     if (!t->is_float)
-        return kvi_err_set(err, KVI_E_UNSUPPORTED, "hf: tensor %s has dtype %s (need F32, F16 or BF16)",
+        return err_set(err, KVI_E_UNSUPPORTED, "hf: tensor %s has dtype %s (need F32, F16 or BF16)",
                            name, t->dtype);
     if (t->n_dims != 2 || t->shape[0] != n_out || t->shape[1] != n_in)
-        return kvi_err_set(err, KVI_E_FORMAT,
+        return err_set(err, KVI_E_FORMAT,
                            "hf: tensor %s has shape [%lld, %lld] (%u dims), expected [%lld, %lld]", name,
                            (long long)t->shape[0], (long long)t->shape[1], t->n_dims,
                            (long long)n_out, (long long)n_in);
     const uint8_t *src = t->data;
     bool misaligned = ((uintptr_t)src % (uintptr_t)t->elem_size) != 0;
     if (head_dim > 0 && (n_out % head_dim != 0 || head_dim % 2 != 0))
-        return kvi_err_set(err, KVI_E_FORMAT, "hf: tensor %s: %lld rows are not whole heads of %d",
+        return err_set(err, KVI_E_FORMAT, "hf: tensor %s: %lld rows are not whole heads of %d",
                            name, (long long)n_out, head_dim);
     if (head_dim > 0 || misaligned) {
         size_t cap = (t->nbytes + 63) & ~(size_t)63;
         uint8_t *dst = model_own(m, aligned_alloc(64, cap ? cap : 64));
         if (!dst)
-            return kvi_err_set(err, KVI_E_NOMEM, "hf: out of memory copying %s", name);
+            return err_set(err, KVI_E_NOMEM, "hf: out of memory copying %s", name);
         size_t row = (size_t)n_in * (size_t)t->elem_size;
         if (head_dim > 0) {
             const int64_t half = head_dim / 2;
@@ -219,12 +219,12 @@ static int hf_vector(struct kvi_model *m, const st_index *ix, const char *name, 
     const st_tensor *t = st_find(ix, name);
     *out = NULL;
     if (!t)
-        return required ? kvi_err_set(err, KVI_E_FORMAT, "hf: missing tensor %s", name) : 0;
+        return required ? err_set(err, KVI_E_FORMAT, "hf: missing tensor %s", name) : 0;
     if (!t->is_float)
-        return kvi_err_set(err, KVI_E_UNSUPPORTED, "hf: tensor %s has dtype %s (need F32, F16 or BF16)",
+        return err_set(err, KVI_E_UNSUPPORTED, "hf: tensor %s has dtype %s (need F32, F16 or BF16)",
                            name, t->dtype);
     if (t->n_dims != 1 || t->shape[0] != n)
-        return kvi_err_set(err, KVI_E_FORMAT, "hf: tensor %s has %u dims [%lld, ...], expected [%lld]",
+        return err_set(err, KVI_E_FORMAT, "hf: tensor %s has %u dims [%lld, ...], expected [%lld]",
                            name, t->n_dims, (long long)t->shape[0], (long long)n);
     m->weight_bytes += t->nbytes;
     return model_vec_f32(m, name, t->data, t->type, n, out, err);
@@ -248,11 +248,11 @@ static int hf_bind_tensors(struct kvi_model *m, const st_index *ix, bool tied, k
 
     m->layers = model_own(m, calloc((size_t)m->n_layers, sizeof *m->layers));
     if (!m->layers)
-        return kvi_err_set(err, KVI_E_NOMEM, "hf: out of memory for %d layers", m->n_layers);
+        return err_set(err, KVI_E_NOMEM, "hf: out of memory for %d layers", m->n_layers);
     /* Only llama's q/k need reordering; qwen2 uses the rotate-half RoPE itself. */
     const int perm = m->rope_neox ? 0 : m->head_dim;
     for (int l = 0; l < m->n_layers; l++) {
-        kvi_layer *L = &m->layers[l];
+        model_layer *L = &m->layers[l];
         static const char *const parts[12] = {
             "input_layernorm.weight",  "self_attn.q_proj.weight",  "self_attn.k_proj.weight",
             "self_attn.v_proj.weight", "self_attn.o_proj.weight",  "post_attention_layernorm.weight",
@@ -279,7 +279,7 @@ static int hf_bind_tensors(struct kvi_model *m, const st_index *ix, bool tied, k
              (rc = hf_vector(m, ix, n[11], kv_dim, false, &L->bv, err))))
             return rc;
         if (!m->rope_neox && (st_find(ix, n[9]) || st_find(ix, n[10]) || st_find(ix, n[11])))
-            return kvi_err_set(err, KVI_E_UNSUPPORTED, "hf: llama attention biases (%s) are not supported",
+            return err_set(err, KVI_E_UNSUPPORTED, "hf: llama attention biases (%s) are not supported",
                                n[9]);
     }
     return 0;
@@ -307,7 +307,7 @@ int model_load_hf(struct kvi_model *m, const char *dir, const kvi_load_params *p
     st_index *ix = NULL;
     int rc = 0;
     if (!cfg_path || !st_path || !idx_path || !tok_path) {
-        rc = kvi_err_set(err, KVI_E_NOMEM, "hf: out of memory");
+        rc = err_set(err, KVI_E_NOMEM, "hf: out of memory");
         goto done;
     }
     bool tied = false;
@@ -317,7 +317,7 @@ int model_load_hf(struct kvi_model *m, const char *dir, const kvi_load_params *p
 
     struct stat st;
     if (stat(st_path, &st) != 0 && stat(idx_path, &st) == 0) {
-        rc = kvi_err_set(err, KVI_E_UNSUPPORTED, "hf: %s: sharded safetensors are not supported", dir);
+        rc = err_set(err, KVI_E_UNSUPPORTED, "hf: %s: sharded safetensors are not supported", dir);
         goto done;
     }
     const uint8_t *buf;

@@ -31,7 +31,7 @@ static int info_from_gguf(const gguf_ctx *g, const char *file, kvi_model_info *o
         if (err) {
             char msg[sizeof err->msg];
             snprintf(msg, sizeof msg, "%s", err->msg);
-            kvi_err_set(err, rc, "model info: %s: %s", file, msg);
+            err_set(err, rc, "model info: %s: %s", file, msg);
         }
         return rc;
     }
@@ -67,7 +67,7 @@ static int info_from_gguf(const gguf_ctx *g, const char *file, kvi_model_info *o
 
 int kvi_model_info_from_file(const char *path, kvi_model_info *out, kvi_error *err)
 {
-    if (!path || !out) return kvi_err_set(err, KVI_E_INVALID, "model info: no path or output");
+    if (!path || !out) return err_set(err, KVI_E_INVALID, "model info: no path or output");
     memset(out, 0, sizeof *out);
     FILE *f = fopen(path, "rb");
     char magic[4] = {0};
@@ -93,14 +93,14 @@ int kvi_model_info_from_file(const char *path, kvi_model_info *out, kvi_error *e
     return rc;
 }
 
-static uint64_t mat_elems(const kvi_tensor *t)
+static uint64_t mat_elems(const kern_tensor *t)
 {
     return t->data ? (uint64_t)t->n_in * (uint64_t)t->n_out : 0;
 }
 
-static size_t mat_bytes(const kvi_tensor *t)
+static size_t mat_bytes(const kern_tensor *t)
 {
-    return t->data ? kvi_row_bytes(t->type, t->n_in) * (size_t)t->n_out : 0;
+    return t->data ? quant_row_bytes(t->type, t->n_in) * (size_t)t->n_out : 0;
 }
 
 uint64_t kvi_model_matmul_params(const kvi_model *m)
@@ -108,7 +108,7 @@ uint64_t kvi_model_matmul_params(const kvi_model *m)
     if (!m || !m->has_weights || !m->layers) return 0;
     uint64_t n = mat_elems(&m->output);
     for (int l = 0; l < m->n_layers; l++) {
-        const kvi_layer *L = &m->layers[l];
+        const model_layer *L = &m->layers[l];
         n += mat_elems(&L->wq) + mat_elems(&L->wk) + mat_elems(&L->wv) + mat_elems(&L->wo) +
              mat_elems(&L->w_gate) + mat_elems(&L->w_up) + mat_elems(&L->w_down);
     }
@@ -122,7 +122,7 @@ static uint64_t vector_elems(const kvi_model *m)
     uint64_t kd = (uint64_t)m->n_kv_heads * (uint64_t)m->head_dim;
     uint64_t n = (uint64_t)m->dim;   /* output_norm */
     for (int l = 0; l < m->n_layers; l++) {
-        const kvi_layer *L = &m->layers[l];
+        const model_layer *L = &m->layers[l];
         n += 2 * (uint64_t)m->dim + (L->bq ? qd : 0) + (L->bk ? kd : 0) + (L->bv ? kd : 0);
     }
     return n;
@@ -141,11 +141,11 @@ size_t kvi_model_decode_bytes(const kvi_model *m)
     if (!m || !m->has_weights || !m->layers) return 0;
     size_t b = mat_bytes(&m->output) + (size_t)vector_elems(m) * sizeof(float);
     for (int l = 0; l < m->n_layers; l++) {
-        const kvi_layer *L = &m->layers[l];
+        const model_layer *L = &m->layers[l];
         b += mat_bytes(&L->wq) + mat_bytes(&L->wk) + mat_bytes(&L->wv) + mat_bytes(&L->wo) +
              mat_bytes(&L->w_gate) + mat_bytes(&L->w_up) + mat_bytes(&L->w_down);
     }
     if (m->tok_embd.data && m->tok_embd.data != m->output.data)
-        b += kvi_row_bytes(m->tok_embd.type, m->tok_embd.n_in);   /* one embedding row */
+        b += quant_row_bytes(m->tok_embd.type, m->tok_embd.n_in);   /* one embedding row */
     return b;
 }

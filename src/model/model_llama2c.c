@@ -79,13 +79,13 @@ static int l2c_load_tokenizer(struct kvi_model *m, const char *path, const kvi_l
     char *b = dir ? model_path_join(dir, name) : NULL;
     int rc;
     if (!a || !b)
-        rc = kvi_err_set(err, KVI_E_NOMEM, "out of memory");
+        rc = err_set(err, KVI_E_NOMEM, "out of memory");
     else if (l2c_file_exists(a))
         rc = tokenizer_load_llama2c(a, m->n_vocab, &m->tok, err);
     else if (l2c_file_exists(b))
         rc = tokenizer_load_llama2c(b, m->n_vocab, &m->tok, err);
     else
-        rc = kvi_err_set(err, KVI_E_IO,
+        rc = err_set(err, KVI_E_IO,
                          "llama2.c checkpoint %s: no tokenizer found (tried %s and %s); give tokenizer_path",
                          path, a, b);
     free(a);
@@ -104,15 +104,15 @@ static int l2c_check_header(const l2c_header *h, const char *path, size_t file_s
     };
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
         if (f[i].v <= 0 || f[i].v > f[i].hi)
-            return kvi_err_set(err, KVI_E_FORMAT,
+            return err_set(err, KVI_E_FORMAT,
                                "llama2.c checkpoint %s: header %s = %d out of range [1, %d] "
                                "(and the file is neither GGUF nor a folder)",
                                path, f[i].n, f[i].v, f[i].hi);
     if (h->vocab_size == 0 || h->vocab_size < -(1 << 24) || h->vocab_size > (1 << 24))
-        return kvi_err_set(err, KVI_E_FORMAT, "llama2.c checkpoint %s: header vocab_size = %d invalid",
+        return err_set(err, KVI_E_FORMAT, "llama2.c checkpoint %s: header vocab_size = %d invalid",
                            path, h->vocab_size);
     if (h->dim % h->n_heads != 0 || h->n_heads % h->n_kv_heads != 0 || (h->dim / h->n_heads) % 2 != 0)
-        return kvi_err_set(err, KVI_E_FORMAT,
+        return err_set(err, KVI_E_FORMAT,
                            "llama2.c checkpoint %s: dim %d, n_heads %d, n_kv_heads %d do not divide "
                            "into even heads",
                            path, h->dim, h->n_heads, h->n_kv_heads);
@@ -132,7 +132,7 @@ static int l2c_check_header(const l2c_header *h, const char *path, size_t file_s
     if (h->vocab_size < 0)
         n += vocab * dim;               /* wcls */
     if ((uint64_t)(file_size - L2C_HEADER_BYTES) != n * 4)
-        return kvi_err_set(err, KVI_E_FORMAT,
+        return err_set(err, KVI_E_FORMAT,
                            "llama2.c checkpoint %s: header (dim %d, hidden %d, layers %d, heads %d/%d, "
                            "vocab %d, seq_len %d) needs %llu bytes but the file has %zu",
                            path, h->dim, h->hidden_dim, h->n_layers, h->n_heads, h->n_kv_heads,
@@ -142,9 +142,9 @@ static int l2c_check_header(const l2c_header *h, const char *path, size_t file_s
     return 0;
 }
 
-static kvi_tensor l2c_matrix(const float *data, int64_t n_in, int64_t n_out)
+static kern_tensor l2c_matrix(const float *data, int64_t n_in, int64_t n_out)
 {
-    kvi_tensor t = {.data = data, .type = KVI_TYPE_F32, .n_in = n_in, .n_out = n_out};
+    kern_tensor t = {.data = data, .type = KVI_TYPE_F32, .n_in = n_in, .n_out = n_out};
     return t;
 }
 
@@ -157,7 +157,7 @@ int model_load_llama2c(struct kvi_model *m, const char *path, const kvi_load_par
     if (rc)
         return rc;
     if (size < L2C_HEADER_BYTES)
-        return kvi_err_set(err, KVI_E_FORMAT,
+        return err_set(err, KVI_E_FORMAT,
                            "%s: %zu bytes is neither a GGUF file, a llama2.c checkpoint nor a folder",
                            path, size);
     uint32_t magic;
@@ -165,7 +165,7 @@ int model_load_llama2c(struct kvi_model *m, const char *path, const kvi_load_par
     if (magic == L2C_MAGIC_V1) {
         int32_t version;
         memcpy(&version, buf + 4, 4);
-        return kvi_err_set(err, KVI_E_UNSUPPORTED,
+        return err_set(err, KVI_E_UNSUPPORTED,
                            "llama2.c checkpoint %s: export version %d ('ak42') is not supported, "
                            "only the legacy export",
                            path, version);
@@ -197,7 +197,7 @@ int model_load_llama2c(struct kvi_model *m, const char *path, const kvi_load_par
 
     m->layers = model_own(m, calloc((size_t)m->n_layers, sizeof *m->layers));
     if (!m->layers)
-        return kvi_err_set(err, KVI_E_NOMEM, "llama2.c: out of memory for %d layers", m->n_layers);
+        return err_set(err, KVI_E_NOMEM, "llama2.c: out of memory for %d layers", m->n_layers);
 
     /* The buffer is 64-byte aligned (or page aligned) and the header is 28 bytes,
      * so every f32 array below is 4-byte aligned. */
@@ -222,7 +222,7 @@ int model_load_llama2c(struct kvi_model *m, const char *path, const kvi_load_par
     m->output = l2c_matrix(wcls, dim, m->n_vocab);
     m->output_norm = rms_final;
     for (int64_t l = 0; l < nl; l++) {
-        kvi_layer *L = &m->layers[l];
+        model_layer *L = &m->layers[l];
         L->attn_norm = rms_att + l * dim;
         L->wq = l2c_matrix(wq + l * dim * dim, dim, dim);
         L->wk = l2c_matrix(wk + l * kv_dim * dim, dim, kv_dim);

@@ -2,9 +2,9 @@
  * sampler.c — picking the next token from a row of logits.
  *
  * Data structure: a kvi_sampler owns, sized once at create for n_vocab:
- *   cand   (n_vocab) kvi_cand  — the surviving candidates (id, logit), compacted
+ *   cand   (n_vocab) smp_cand  — the surviving candidates (id, logit), compacted
  *                                in place by each filter; cand[0..n_cand)
- *   heap   (n_vocab) kvi_cand  — scratch for top-k selection (min-heap of k)
+ *   heap   (n_vocab) smp_cand  — scratch for top-k selection (min-heap of k)
  *   seen   (n_vocab) uint32_t  — stamp per token id: the penalty applies once
  *                                per distinct token however often it recurs
  *   recent (repeat_last_n) int32_t — ring buffer of the last accepted tokens
@@ -48,16 +48,16 @@
 /* The default seed, printed by the CLI's help. */
 #define KVI_SAMPLER_DEFAULT_SEED 0xC0FFEEull
 
-typedef struct kvi_cand {
+typedef struct smp_cand {
     int32_t id;
     float logit;
-} kvi_cand;
+} smp_cand;
 
 struct kvi_sampler {
     kvi_sampler_params p;
     int32_t n_vocab;
-    kvi_cand *cand;      /* (n_vocab) working candidates */
-    kvi_cand *heap;      /* (n_vocab) top-k min-heap scratch */
+    smp_cand *cand;      /* (n_vocab) working candidates */
+    smp_cand *heap;      /* (n_vocab) top-k min-heap scratch */
     uint32_t *seen;      /* (n_vocab) penalty stamps */
     uint32_t stamp;      /* current stamp value for seen[] */
     int32_t *recent;     /* (repeat_last_n) ring of accepted tokens */
@@ -66,7 +66,7 @@ struct kvi_sampler {
     int32_t *counts;     /* (n_vocab) generated-token counts, NULL when no such penalty */
     int32_t n_output;    /* tokens given to accept_output */
     bool reference;      /* always the reference chain (tests) */
-    kvi_rng rng;         /* seeded from p.seed at create */
+    rng_state rng;         /* seeded from p.seed at create */
 };
 
 void sampler_set_reference(kvi_sampler *s, bool on)
@@ -119,7 +119,7 @@ kvi_sampler *kvi_sampler_create(const kvi_sampler_params *p, int32_t n_vocab)
         kvi_sampler_free(s);
         return NULL;
     }
-    kvi_rng_seed(&s->rng, s->p.seed);
+    rng_seed(&s->rng, s->p.seed);
     return s;
 }
 
@@ -153,14 +153,14 @@ void kvi_sampler_accept_output(kvi_sampler *s, int32_t token)
 /* ---- the filters ---- */
 
 /* a ranks before b: higher logit, then lower id. */
-static inline bool cand_before(const kvi_cand *a, const kvi_cand *b)
+static inline bool cand_before(const smp_cand *a, const smp_cand *b)
 {
     return a->logit > b->logit || (a->logit == b->logit && a->id < b->id);
 }
 
 static int cand_cmp(const void *pa, const void *pb)
 {
-    const kvi_cand *a = pa, *b = pb;
+    const smp_cand *a = pa, *b = pb;
     if (cand_before(a, b)) return -1;
     if (cand_before(b, a)) return 1;
     return 0;
@@ -211,14 +211,14 @@ static void apply_output_penalties(kvi_sampler *s)
 }
 
 /* Sift-down in a min-heap ordered so that the "worst" candidate is at the root. */
-static void heap_down(kvi_cand *h, int32_t n, int32_t i)
+static void heap_down(smp_cand *h, int32_t n, int32_t i)
 {
     for (;;) {
         int32_t l = 2 * i + 1, r = l + 1, w = i;
         if (l < n && cand_before(&h[w], &h[l])) w = l;
         if (r < n && cand_before(&h[w], &h[r])) w = r;
         if (w == i) return;
-        kvi_cand t = h[i];
+        smp_cand t = h[i];
         h[i] = h[w];
         h[w] = t;
         i = w;
@@ -228,7 +228,7 @@ static void heap_down(kvi_cand *h, int32_t n, int32_t i)
 /* Keeps the k best candidates, sorted. */
 static int32_t apply_top_k(kvi_sampler *s, int32_t n, int32_t k)
 {
-    kvi_cand *h = s->heap;
+    smp_cand *h = s->heap;
     for (int32_t i = 0; i < k; i++) h[i] = s->cand[i];
     for (int32_t i = k / 2 - 1; i >= 0; i--) heap_down(h, k, i);
     for (int32_t i = k; i < n; i++) {
@@ -251,7 +251,7 @@ static int32_t apply_top_k(kvi_sampler *s, int32_t n, int32_t k)
 static int32_t top_k_direct(kvi_sampler *s, const float *logits, int32_t k)
 {
     const int32_t nv = s->n_vocab;
-    kvi_cand *h = s->heap;
+    smp_cand *h = s->heap;
     for (int32_t i = 0; i < k; i++) {
         const float v = logits[i];
         h[i].id = i;
@@ -287,7 +287,7 @@ static int32_t top_k_direct(kvi_sampler *s, const float *logits, int32_t k)
 /* cand sorted descending: keeps the smallest prefix whose probability mass >= p. */
 static int32_t apply_top_p(const kvi_sampler *s, int32_t n, float p)
 {
-    const kvi_cand *c = s->cand;
+    const smp_cand *c = s->cand;
     const float mx = c[0].logit;
     double sum = 0.0;
     for (int32_t i = 0; i < n; i++) sum += exp((double)c[i].logit - mx);
@@ -391,7 +391,7 @@ int32_t kvi_sampler_sample(kvi_sampler *s, const float *logits)
     double sum = 0.0;
     int32_t certain = sampler_chain(s, logits, &n, &sum);
     if (certain >= 0) return certain;
-    const double u = kvi_rng_uniform(&s->rng) * sum;
+    const double u = rng_uniform(&s->rng) * sum;
     double cum = 0.0;
     int32_t last = 0;
     for (int32_t i = 0; i < n; i++) {
@@ -428,7 +428,7 @@ int32_t kvi_sampler_sample_probs(kvi_sampler *s, const float *weights)
     for (int32_t i = 0; i < nv; i++)
         if (weights[i] > 0.0f) sum += weights[i];
     if (!(sum > 0.0) || !isfinite(sum)) return KVI_E_INVALID;
-    const double u = kvi_rng_uniform(&s->rng) * sum;
+    const double u = rng_uniform(&s->rng) * sum;
     double cum = 0.0;
     int32_t last = -1;
     for (int32_t i = 0; i < nv; i++) {

@@ -51,7 +51,7 @@ struct kvi_spec {
     kvi_spec_params p;
     kvi_sampler_params sp;     /* the request's sampling parameters */
     int32_t n_vocab;
-    kvi_rng rng;               /* acceptance draws */
+    rng_state rng;               /* acceptance draws */
     int32_t *hist;             /* (cap_hist) token history */
     int32_t n_hist, cap_hist;
     int32_t *cur;              /* (draft_max) last proposal */
@@ -102,27 +102,27 @@ static int32_t piece_of(const kvi_model *m, int32_t t, char **buf, size_t *cap)
 
 int kvi_spec_check_vocab(const kvi_model *target, const kvi_model *draft, kvi_error *err)
 {
-    if (!target || !draft) return kvi_err_set(err, KVI_E_INVALID, "speculative: no model given");
+    if (!target || !draft) return err_set(err, KVI_E_INVALID, "speculative: no model given");
     const int32_t nt = kvi_n_vocab(target), nd = kvi_n_vocab(draft);
     if (nt != nd)
-        return kvi_err_set(err, KVI_E_INVALID,
+        return err_set(err, KVI_E_INVALID,
                            "draft model vocabulary has %d tokens, the target's has %d", (int)nd, (int)nt);
     if (kvi_token_bos(target) != kvi_token_bos(draft) || kvi_token_eos(target) != kvi_token_eos(draft))
-        return kvi_err_set(err, KVI_E_INVALID,
+        return err_set(err, KVI_E_INVALID,
                            "draft model BOS/EOS (%d/%d) differ from the target's (%d/%d)",
                            (int)kvi_token_bos(draft), (int)kvi_token_eos(draft),
                            (int)kvi_token_bos(target), (int)kvi_token_eos(target));
     size_t ca = 64, cb = 64;
     char *a = malloc(ca), *b = malloc(cb);
     int rc = 0;
-    if (!a || !b) rc = kvi_err_set(err, KVI_E_NOMEM, "out of memory comparing vocabularies");
+    if (!a || !b) rc = err_set(err, KVI_E_NOMEM, "out of memory comparing vocabularies");
     for (int32_t t = 0; rc == 0 && t < nt; t++) {
         int32_t la = piece_of(target, t, &a, &ca), lb = piece_of(draft, t, &b, &cb);
         if (la < 0 || lb < 0) {
-            rc = kvi_err_set(err, la == KVI_E_NOMEM || lb == KVI_E_NOMEM ? KVI_E_NOMEM : KVI_E_INVALID,
+            rc = err_set(err, la == KVI_E_NOMEM || lb == KVI_E_NOMEM ? KVI_E_NOMEM : KVI_E_INVALID,
                              "cannot read token %d of the %s vocabulary", (int)t, la < 0 ? "target" : "draft");
         } else if (la != lb || memcmp(a, b, (size_t)la) != 0) {
-            rc = kvi_err_set(err, KVI_E_INVALID,
+            rc = err_set(err, KVI_E_INVALID,
                              "draft and target vocabularies differ at token %d", (int)t);
         }
     }
@@ -162,23 +162,23 @@ kvi_spec *kvi_spec_create(const kvi_spec_params *p, const kvi_model *target, kvi
                           const kvi_sampler_params *sp, kvi_error *err)
 {
     if (!target) {
-        kvi_err_set(err, KVI_E_INVALID, "speculative: no target model");
+        err_set(err, KVI_E_INVALID, "speculative: no target model");
         return NULL;
     }
     kvi_spec_params pp;
     if (p) pp = *p;
     else kvi_spec_params_default(&pp);
     if (pp.draft_max < 1 || pp.draft_max > 256) {
-        kvi_err_set(err, KVI_E_INVALID, "speculative: draft_max %d is outside [1, 256]", (int)pp.draft_max);
+        err_set(err, KVI_E_INVALID, "speculative: draft_max %d is outside [1, 256]", (int)pp.draft_max);
         return NULL;
     }
     if (pp.draft_min < 0 || pp.draft_min > pp.draft_max) {
-        kvi_err_set(err, KVI_E_INVALID, "speculative: draft_min %d is outside [0, draft_max %d]",
+        err_set(err, KVI_E_INVALID, "speculative: draft_min %d is outside [0, draft_max %d]",
                     (int)pp.draft_min, (int)pp.draft_max);
         return NULL;
     }
     if (pp.ngram_max < 1 || pp.ngram_max > 64) {
-        kvi_err_set(err, KVI_E_INVALID, "speculative: ngram %d is outside [1, 64]", (int)pp.ngram_max);
+        err_set(err, KVI_E_INVALID, "speculative: ngram %d is outside [1, 64]", (int)pp.ngram_max);
         return NULL;
     }
     if (pp.draft_min < 1) pp.draft_min = 1;
@@ -186,14 +186,14 @@ kvi_spec *kvi_spec_create(const kvi_spec_params *p, const kvi_model *target, kvi
 
     kvi_spec *s = calloc(1, sizeof *s);
     if (!s) {
-        kvi_err_set(err, KVI_E_NOMEM, "out of memory for the speculative state");
+        err_set(err, KVI_E_NOMEM, "out of memory for the speculative state");
         return NULL;
     }
     s->p = pp;
     if (sp) s->sp = *sp;
     else kvi_sampler_params_default(&s->sp);
     s->n_vocab = kvi_n_vocab(target);
-    kvi_rng_seed(&s->rng, pp.seed);
+    rng_seed(&s->rng, pp.seed);
     s->cap_hist = 256;
     s->hist = malloc((size_t)s->cap_hist * sizeof *s->hist);
     s->cur = malloc((size_t)pp.draft_max * sizeof *s->cur);
@@ -211,13 +211,13 @@ kvi_spec *kvi_spec_create(const kvi_spec_params *p, const kvi_model *target, kvi
         s->dbatch = kvi_batch_create(s->dbatch_cap);
         ok = s->q && s->dsmp && s->dbatch;
         if (ok && !(s->dseq = kvi_seq_create(draft))) {
-            kvi_err_set(err, KVI_E_INVALID, "speculative: the draft engine has no free sequence");
+            err_set(err, KVI_E_INVALID, "speculative: the draft engine has no free sequence");
             kvi_spec_free(s);
             return NULL;
         }
     }
     if (!ok) {
-        kvi_err_set(err, KVI_E_NOMEM, "out of memory for the speculative state");
+        err_set(err, KVI_E_NOMEM, "out of memory for the speculative state");
         kvi_spec_free(s);
         return NULL;
     }
@@ -245,7 +245,7 @@ static int hist_push(kvi_spec *s, int32_t t)
 
 int kvi_spec_begin(kvi_spec *s, const int32_t *prompt, int32_t n, kvi_error *err)
 {
-    if (!s || (n > 0 && !prompt) || n < 1) return kvi_err_set(err, KVI_E_INVALID, "speculative: empty prompt");
+    if (!s || (n > 0 && !prompt) || n < 1) return err_set(err, KVI_E_INVALID, "speculative: empty prompt");
     /* The draft keeps what it cached of a common prefix with the previous history. */
     int32_t common = 0;
     while (common < n && common < s->n_hist && s->hist[common] == prompt[common]) common++;
@@ -253,9 +253,9 @@ int kvi_spec_begin(kvi_spec *s, const int32_t *prompt, int32_t n, kvi_error *err
     s->n_cur = 0;
     for (int32_t i = 0; i < n; i++) {
         if (prompt[i] < 0 || prompt[i] >= s->n_vocab)
-            return kvi_err_set(err, KVI_E_INVALID, "speculative: prompt token %d at %d is outside the vocabulary",
+            return err_set(err, KVI_E_INVALID, "speculative: prompt token %d at %d is outside the vocabulary",
                                (int)prompt[i], (int)i);
-        if (hist_push(s, prompt[i]) != 0) return kvi_err_set(err, KVI_E_NOMEM, "out of memory for the token history");
+        if (hist_push(s, prompt[i]) != 0) return err_set(err, KVI_E_NOMEM, "out of memory for the token history");
     }
     if (s->dseq && kvi_seq_len(s->dseq) > common) kvi_seq_truncate(s->dseq, common);
     s->n_rounds = s->n_spec_rounds = s->n_drafted = s->n_accepted = s->n_generated = 0;
@@ -308,7 +308,7 @@ static int32_t draft_propose(kvi_spec *s, int32_t k, int32_t *out, kvi_error *er
         kvi_seq_truncate(s->dseq, H - 1);
         D = H - 1;
     }
-    if (draft_batch_reserve(s, H - D) != 0) return kvi_err_set(err, KVI_E_NOMEM, "out of memory for the draft batch");
+    if (draft_batch_reserve(s, H - D) != 0) return err_set(err, KVI_E_NOMEM, "out of memory for the draft batch");
     kvi_batch_clear(s->dbatch);
     for (int32_t i = D; i < H; i++) kvi_batch_add(s->dbatch, s->dseq, s->hist[i], i, i == H - 1);
     for (int32_t i = 0; i < k; i++) {
@@ -316,10 +316,10 @@ static int32_t draft_propose(kvi_spec *s, int32_t k, int32_t *out, kvi_error *er
         if (rc != 0) return rc;
         const float *lg = kvi_logits(s->de, kvi_batch_n_rows(s->dbatch) - 1);
         float *q = s->q + (size_t)i * (size_t)s->n_vocab;
-        if (!lg) return kvi_err_set(err, KVI_E_INVALID, "speculative: the draft step returned no logits");
+        if (!lg) return err_set(err, KVI_E_INVALID, "speculative: the draft step returned no logits");
         kvi_sampler_probs(s->dsmp, lg, q);
         int32_t d = kvi_sampler_sample_probs(s->dsmp, q);
-        if (d < 0) return kvi_err_set(err, KVI_E_INVALID, "speculative: the draft distribution is empty");
+        if (d < 0) return err_set(err, KVI_E_INVALID, "speculative: the draft distribution is empty");
         out[i] = d;
         if (i + 1 < k) {
             kvi_batch_clear(s->dbatch);
@@ -331,7 +331,7 @@ static int32_t draft_propose(kvi_spec *s, int32_t k, int32_t *out, kvi_error *er
 
 int32_t kvi_spec_draft(kvi_spec *s, int32_t k_max, int32_t *drafts, kvi_error *err)
 {
-    if (!s || !drafts || s->n_hist < 1) return kvi_err_set(err, KVI_E_INVALID, "speculative: draft before begin");
+    if (!s || !drafts || s->n_hist < 1) return err_set(err, KVI_E_INVALID, "speculative: draft before begin");
     s->n_cur = 0;
     s->shadow = -1;
     int32_t k = k_max < s->k_now ? k_max : s->k_now;
@@ -432,23 +432,23 @@ static int emit(kvi_spec *s, kvi_sampler *smp, int32_t t, int32_t *out, int32_t 
 int32_t kvi_spec_verify(kvi_spec *s, kvi_sampler *smp, const float *const *logits, int32_t n_draft,
                         int32_t *out, kvi_error *err)
 {
-    if (!s || !smp || !logits || !out) return kvi_err_set(err, KVI_E_INVALID, "speculative: missing argument");
+    if (!s || !smp || !logits || !out) return err_set(err, KVI_E_INVALID, "speculative: missing argument");
     if (n_draft < 0 || n_draft > s->n_cur)
-        return kvi_err_set(err, KVI_E_INVALID, "speculative: %d drafts verified but %d were proposed",
+        return err_set(err, KVI_E_INVALID, "speculative: %d drafts verified but %d were proposed",
                            (int)n_draft, (int)s->n_cur);
     for (int32_t i = 0; i <= n_draft; i++)
-        if (!logits[i]) return kvi_err_set(err, KVI_E_INVALID, "speculative: no logits for row %d", (int)i);
+        if (!logits[i]) return err_set(err, KVI_E_INVALID, "speculative: no logits for row %d", (int)i);
     const int32_t H0 = s->n_hist;
     const int32_t nv = s->n_vocab;
     int32_t m = 0, accepted = 0;
     bool rejected = false;
     for (int32_t i = 0; i < n_draft && !rejected; i++) {
         if (kvi_sampler_probs(smp, logits[i], s->pt) != 0)
-            return kvi_err_set(err, KVI_E_INVALID, "speculative: no target distribution");
+            return err_set(err, KVI_E_INVALID, "speculative: no target distribution");
         const int32_t d = s->cur[i];
         const float *q = s->q ? s->q + (size_t)i * (size_t)nv : NULL;
         const double qd = q ? (double)q[d] : 1.0;
-        const double u = kvi_rng_uniform(&s->rng);
+        const double u = rng_uniform(&s->rng);
         int32_t t;
         if (u * qd < (double)s->pt[d]) {
             t = d;
@@ -467,14 +467,14 @@ int32_t kvi_spec_verify(kvi_spec *s, kvi_sampler *smp, const float *const *logit
             t = kvi_sampler_sample_probs(smp, s->r);
             /* only rounding can empty the residual (p == q is always accepted) */
             if (t < 0) t = kvi_sampler_sample_probs(smp, s->pt);
-            if (t < 0) return kvi_err_set(err, KVI_E_INVALID, "speculative: empty target distribution");
+            if (t < 0) return err_set(err, KVI_E_INVALID, "speculative: empty target distribution");
             rejected = true;
         }
-        if (emit(s, smp, t, out, &m) != 0) return kvi_err_set(err, KVI_E_NOMEM, "out of memory for the token history");
+        if (emit(s, smp, t, out, &m) != 0) return err_set(err, KVI_E_NOMEM, "out of memory for the token history");
     }
     if (!rejected) {
         int32_t t = kvi_sampler_sample(smp, logits[n_draft]);
-        if (t < 0 || t >= nv) return kvi_err_set(err, KVI_E_INVALID, "speculative: the sampler returned %d", (int)t);
+        if (t < 0 || t >= nv) return err_set(err, KVI_E_INVALID, "speculative: the sampler returned %d", (int)t);
         if (n_draft == 0 && s->shadow >= 0) {
             adapt_observe(s, t == s->shadow, 1);
             s->shadow = -1;
@@ -482,7 +482,7 @@ int32_t kvi_spec_verify(kvi_spec *s, kvi_sampler *smp, const float *const *logit
         } else if (n_draft == 0) {
             adapt_choose(s, false);
         }
-        if (emit(s, smp, t, out, &m) != 0) return kvi_err_set(err, KVI_E_NOMEM, "out of memory for the token history");
+        if (emit(s, smp, t, out, &m) != 0) return err_set(err, KVI_E_NOMEM, "out of memory for the token history");
     }
     if (n_draft > 0) {
         s->n_spec_rounds++;
@@ -530,13 +530,13 @@ static int time_rows(kvi_engine *e, kvi_seq *seq, kvi_batch *b, kvi_sampler *smp
 
 int kvi_spec_calibrate(kvi_spec *s, kvi_engine *target, kvi_seq *seq, int reps, kvi_error *err)
 {
-    if (!s || !target || !seq) return kvi_err_set(err, KVI_E_INVALID, "speculative: calibrate needs an engine and a sequence");
+    if (!s || !target || !seq) return err_set(err, KVI_E_INVALID, "speculative: calibrate needs an engine and a sequence");
     if (reps < 1) reps = 1;
     if (reps > SPEC_CAL_REPS_MAX) reps = SPEC_CAL_REPS_MAX;
     const int32_t K = s->p.draft_max;
     const int32_t L = kvi_seq_len(seq);
     if (L < 1 || L + K + 1 > kvi_engine_n_ctx(target))
-        return kvi_err_set(err, KVI_E_CONTEXT_FULL, "speculative: no room to calibrate %d rows after position %d",
+        return err_set(err, KVI_E_CONTEXT_FULL, "speculative: no room to calibrate %d rows after position %d",
                            (int)(K + 1), (int)L);
     const int32_t t = s->n_hist > 0 ? s->hist[s->n_hist - 1] : 0;
     kvi_batch *b = kvi_batch_create(K + 1);
@@ -546,7 +546,7 @@ int kvi_spec_calibrate(kvi_spec *s, kvi_engine *target, kvi_seq *seq, int reps, 
     if (!b || !smp) {
         kvi_batch_free(b);
         kvi_sampler_free(smp);
-        return kvi_err_set(err, KVI_E_NOMEM, "out of memory for calibration");
+        return err_set(err, KVI_E_NOMEM, "out of memory for calibration");
     }
     double t1[SPEC_CAL_REPS_MAX], tk[SPEC_CAL_REPS_MAX], td[SPEC_CAL_REPS_MAX], warm;
     int rc = time_rows(target, seq, b, smp, s->pt, t, 1, &warm, err); /* warm-up */

@@ -151,18 +151,18 @@ kvi_sched *kvi_sched_create(kvi_engine *e, const kvi_sched_params *params, kvi_e
     if (params) p = *params;
     else kvi_sched_params_default(&p);
     if (!e) {
-        kvi_err_set(err, KVI_E_INVALID, "scheduler: no engine");
+        err_set(err, KVI_E_INVALID, "scheduler: no engine");
         return NULL;
     }
     if (p.n_parallel < 1 || p.n_parallel > 65536 || p.queue_max < 0 || p.queue_max > (1 << 24) ||
         p.batch_tokens < 1 || p.batch_tokens > (1 << 20)) {
-        kvi_err_set(err, KVI_E_INVALID, "scheduler: parameter out of range (parallel %d, queue %d, batch %d)",
+        err_set(err, KVI_E_INVALID, "scheduler: parameter out of range (parallel %d, queue %d, batch %d)",
                     p.n_parallel, p.queue_max, p.batch_tokens);
         return NULL;
     }
     kvi_sched *s = calloc(1, sizeof *s);
     if (!s) {
-        kvi_err_set(err, KVI_E_NOMEM, "scheduler: out of memory");
+        err_set(err, KVI_E_NOMEM, "scheduler: out of memory");
         return NULL;
     }
     s->e = e;
@@ -175,7 +175,7 @@ kvi_sched *kvi_sched_create(kvi_engine *e, const kvi_sched_params *params, kvi_e
     s->live = malloc((size_t)s->live_cap * sizeof *s->live);
     s->batch = kvi_batch_create(p.batch_tokens + p.n_parallel);
     if (!s->live || !s->batch) {
-        kvi_err_set(err, KVI_E_NOMEM, "scheduler: out of memory");
+        err_set(err, KVI_E_NOMEM, "scheduler: out of memory");
         free(s->live);
         kvi_batch_free(s->batch);
         free(s);
@@ -235,16 +235,16 @@ static void finish(kvi_sched *s, sreq *q, kvi_finish f, const kvi_error *err)
 int kvi_sched_submit(kvi_sched *s, const kvi_request *r, uint64_t *id, kvi_error *err)
 {
     if (!s || !r || !r->prompt || r->n_prompt < 1)
-        return kvi_err_set(err, KVI_E_INVALID, "scheduler: the prompt is empty");
+        return err_set(err, KVI_E_INVALID, "scheduler: the prompt is empty");
     for (int32_t i = 0; i < r->n_prompt; i++)
         if (r->prompt[i] < 0 || r->prompt[i] >= s->n_vocab)
-            return kvi_err_set(err, KVI_E_INVALID, "token id %d at prompt position %d is out of range [0, %d)",
+            return err_set(err, KVI_E_INVALID, "token id %d at prompt position %d is out of range [0, %d)",
                                r->prompt[i], i, s->n_vocab);
     if (r->top_logprobs < 0 || r->top_logprobs > KVI_LOGPROBS_MAX)
-        return kvi_err_set(err, KVI_E_INVALID, "top_logprobs is %d, outside [0, %d]", r->top_logprobs,
+        return err_set(err, KVI_E_INVALID, "top_logprobs is %d, outside [0, %d]", r->top_logprobs,
                            KVI_LOGPROBS_MAX);
     if (r->n_prompt > s->n_ctx)
-        return kvi_err_set(err, KVI_E_CONTEXT_FULL,
+        return err_set(err, KVI_E_CONTEXT_FULL,
                            "context_length_exceeded: the prompt has %d tokens but the context holds %d",
                            r->n_prompt, s->n_ctx);
     {
@@ -254,12 +254,12 @@ int kvi_sched_submit(kvi_sched *s, const kvi_request *r, uint64_t *id, kvi_error
         pthread_mutex_unlock(&s->mu);
         const int64_t need = ((int64_t)r->n_prompt + ks.kv_block_size) / ks.kv_block_size;
         if (need > ks.kv_blocks_total)
-            return kvi_err_set(err, KVI_E_NO_KV_SPACE,
+            return err_set(err, KVI_E_NO_KV_SPACE,
                                "context_length_exceeded: the prompt needs %lld KV blocks but the KV budget "
                                "holds %d", (long long)need, ks.kv_blocks_total);
     }
     sreq *q = calloc(1, sizeof *q);
-    if (!q) return kvi_err_set(err, KVI_E_NOMEM, "scheduler: out of memory");
+    if (!q) return err_set(err, KVI_E_NOMEM, "scheduler: out of memory");
     q->r = *r;
     q->r.prompt = NULL;
     q->cap = s->n_ctx + 1;
@@ -267,7 +267,7 @@ int kvi_sched_submit(kvi_sched *s, const kvi_request *r, uint64_t *id, kvi_error
     q->smp = kvi_sampler_create(&r->sampling, s->n_vocab);
     if (!q->tokens || !q->smp) {
         sreq_free(q);
-        return kvi_err_set(err, KVI_E_NOMEM, "scheduler: out of memory");
+        return err_set(err, KVI_E_NOMEM, "scheduler: out of memory");
     }
     memcpy(q->tokens, r->prompt, (size_t)r->n_prompt * sizeof *q->tokens);
     for (int32_t i = 0; i < r->n_prompt; i++) kvi_sampler_accept(q->smp, r->prompt[i]);
@@ -280,7 +280,7 @@ int kvi_sched_submit(kvi_sched *s, const kvi_request *r, uint64_t *id, kvi_error
         s->st.n_rejected++;
         pthread_mutex_unlock(&s->mu);
         sreq_free(q);
-        return kvi_err_set(err, KVI_E_QUEUE_FULL, "server over capacity: %d requests are already waiting",
+        return err_set(err, KVI_E_QUEUE_FULL, "server over capacity: %d requests are already waiting",
                            s->p.queue_max);
     }
     q->id = s->next_id++;
@@ -342,7 +342,7 @@ static int take_incoming(kvi_sched *s, kvi_error *err)
             sreq **nl = realloc(s->live, (size_t)cap * sizeof *nl);
             if (!nl) {
                 kvi_error e2;
-                kvi_err_set(&e2, KVI_E_NOMEM, "scheduler: out of memory");
+                err_set(&e2, KVI_E_NOMEM, "scheduler: out of memory");
                 finish(s, q, KVI_FINISH_ERROR, &e2);
                 continue;
             }
@@ -370,8 +370,8 @@ static int32_t blocks_for(int32_t n_pos, int32_t bs) { return (n_pos + bs - 1) /
 
 int kvi_sched_set_spec(kvi_sched *s, const kvi_spec_params *p, kvi_engine *draft, kvi_error *err)
 {
-    if (!s) return kvi_err_set(err, KVI_E_INVALID, "scheduler: no scheduler");
-    if (s->thread_started) return kvi_err_set(err, KVI_E_INVALID, "scheduler: speculation is set before the start");
+    if (!s) return err_set(err, KVI_E_INVALID, "scheduler: no scheduler");
+    if (s->thread_started) return err_set(err, KVI_E_INVALID, "scheduler: speculation is set before the start");
     kvi_spec_params pp;
     if (p) pp = *p;
     else kvi_spec_params_default(&pp);
@@ -389,7 +389,7 @@ int kvi_sched_set_spec(kvi_sched *s, const kvi_spec_params *p, kvi_engine *draft
     s->spec_out = malloc(((size_t)pp.draft_max + 1) * sizeof *s->spec_out);
     if (!s->t_rows || !s->spec_lg || !s->spec_out) {
         s->spec_on = false;
-        return kvi_err_set(err, KVI_E_NOMEM, "scheduler: out of memory for speculation");
+        return err_set(err, KVI_E_NOMEM, "scheduler: out of memory for speculation");
     }
     s->spec_p = pp;
     s->draft = draft;
@@ -799,7 +799,7 @@ static bool spec_round(kvi_sched *s, sreq *q, double t_done, kvi_finish *f, kvi_
     q->row = -1;
     q->n_draft = 0;
     if (m < 1) {
-        if (m >= 0) kvi_err_set(le, KVI_E_INVALID, "scheduler: speculative verification returned no token");
+        if (m >= 0) err_set(le, KVI_E_INVALID, "scheduler: speculative verification returned no token");
         *f = KVI_FINISH_ERROR;
         return true;
     }
@@ -932,7 +932,7 @@ int kvi_sched_step(kvi_sched *s, kvi_error *err)
                 const float *logits = kvi_logits(s->e, q->row);
                 q->row = -1;
                 if (!logits || q->sampled < 0) {
-                    kvi_err_set(&le, KVI_E_INVALID, "scheduler: no logits for a row that asked for them");
+                    err_set(&le, KVI_E_INVALID, "scheduler: no logits for a row that asked for them");
                     f = KVI_FINISH_ERROR;
                     done = true;
                 } else {
@@ -975,7 +975,7 @@ int kvi_sched_start(kvi_sched *s, kvi_error *err)
 {
     if (s->thread_started) return 0;
     if (pthread_create(&s->thread, NULL, engine_thread, s) != 0)
-        return kvi_err_set(err, KVI_E_NOMEM, "scheduler: cannot start the engine thread");
+        return err_set(err, KVI_E_NOMEM, "scheduler: cannot start the engine thread");
     s->thread_started = true;
     return 0;
 }

@@ -45,7 +45,7 @@ static void push(ids_buf *b, int32_t id)
     b->v[b->n++] = id;
 }
 
-static void text(ids_buf *b, const kvi_tokenizer *m, const char *s, bool parse_special)
+static void text(ids_buf *b, const tok_tokenizer *m, const char *s, bool parse_special)
 {
     if (b->rc || !s || !*s) return;
     const size_t len = strlen(s);
@@ -63,7 +63,7 @@ static void text(ids_buf *b, const kvi_tokenizer *m, const char *s, bool parse_s
     free(big);
 }
 
-static void mark(ids_buf *b, const kvi_tokenizer *m, const char *s)
+static void mark(ids_buf *b, const tok_tokenizer *m, const char *s)
 {
     int32_t one[2];
     int32_t n = tokenizer_encode(m, s, strlen(s), false, true, one, 2);
@@ -89,7 +89,7 @@ const char *kvi_chat_family_of(const char *tmpl)
 
 static bool is_role(const kvi_chat_msg *msg, const char *role) { return msg->role && !strcmp(msg->role, role); }
 
-static void layout_chatml(ids_buf *b, const kvi_tokenizer *m, const kvi_chat_msg *msgs, int n, bool add_assistant)
+static void layout_chatml(ids_buf *b, const tok_tokenizer *m, const kvi_chat_msg *msgs, int n, bool add_assistant)
 {
     for (int i = 0; i < n; i++) {
         mark(b, m, "<|im_start|>");
@@ -105,7 +105,7 @@ static void layout_chatml(ids_buf *b, const kvi_tokenizer *m, const kvi_chat_msg
     }
 }
 
-static void layout_llama3(ids_buf *b, const kvi_tokenizer *m, const kvi_chat_msg *msgs, int n, bool add_assistant)
+static void layout_llama3(ids_buf *b, const tok_tokenizer *m, const kvi_chat_msg *msgs, int n, bool add_assistant)
 {
     for (int i = 0; i < n; i++) {
         mark(b, m, "<|start_header_id|>");
@@ -123,7 +123,7 @@ static void layout_llama3(ids_buf *b, const kvi_tokenizer *m, const kvi_chat_msg
     }
 }
 
-static void layout_phi3(ids_buf *b, const kvi_tokenizer *m, const kvi_chat_msg *msgs, int n, bool add_assistant)
+static void layout_phi3(ids_buf *b, const tok_tokenizer *m, const kvi_chat_msg *msgs, int n, bool add_assistant)
 {
     for (int i = 0; i < n; i++) {
         const char *mk = is_role(&msgs[i], "system") ? "<|system|>" : is_role(&msgs[i], "assistant") ? "<|assistant|>"
@@ -141,7 +141,7 @@ static void layout_phi3(ids_buf *b, const kvi_tokenizer *m, const kvi_chat_msg *
 }
 
 /* gemma and mistral have no system role: the system text opens the first user turn. */
-static void layout_gemma(ids_buf *b, const kvi_tokenizer *m, const kvi_chat_msg *msgs, int n, bool add_assistant)
+static void layout_gemma(ids_buf *b, const tok_tokenizer *m, const kvi_chat_msg *msgs, int n, bool add_assistant)
 {
     const char *sys = NULL;
     for (int i = 0; i < n; i++) {
@@ -165,7 +165,7 @@ static void layout_gemma(ids_buf *b, const kvi_tokenizer *m, const kvi_chat_msg 
 
 /* llama-2: "[INST] <<SYS>>\n{sys}\n<</SYS>>\n\n{user} [/INST] {answer} </s><s>[INST] ..."
  * mistral: "[INST] {sys}\n\n{user} [/INST]{answer}</s>[INST] ..." */
-static void layout_inst(ids_buf *b, const kvi_tokenizer *m, const kvi_chat_msg *msgs, int n, bool llama2)
+static void layout_inst(ids_buf *b, const tok_tokenizer *m, const kvi_chat_msg *msgs, int n, bool llama2)
 {
     const char *sys = NULL;
     bool first_user = true;
@@ -198,14 +198,14 @@ static void layout_inst(ids_buf *b, const kvi_tokenizer *m, const kvi_chat_msg *
     }
 }
 
-int32_t tokenizer_chat_apply(const kvi_tokenizer *m, const char *family, const kvi_chat_msg *msgs, int n,
+int32_t tokenizer_chat_apply(const tok_tokenizer *m, const char *family, const kvi_chat_msg *msgs, int n,
                              bool add_assistant, int32_t *out, int32_t n_max, kvi_error *err)
 {
     if (!m || (n > 0 && !msgs) || n < 0 || n_max < 0)
-        return kvi_err_set(err, KVI_E_INVALID, "chat template: bad arguments");
+        return err_set(err, KVI_E_INVALID, "chat template: bad arguments");
     for (int i = 0; i < n; i++)
         if (!msgs[i].role || !msgs[i].content)
-            return kvi_err_set(err, KVI_E_INVALID, "chat template: message %d has no role or no content", i);
+            return err_set(err, KVI_E_INVALID, "chat template: message %d has no role or no content", i);
     ids_buf b = {0};
     if (tokenizer_add_bos(m)) special_id(&b, tokenizer_bos(m));
     if (!strcmp(family, "llama3")) layout_llama3(&b, m, msgs, n, add_assistant);
@@ -216,7 +216,7 @@ int32_t tokenizer_chat_apply(const kvi_tokenizer *m, const char *family, const k
     else layout_chatml(&b, m, msgs, n, add_assistant);
     if (b.rc) {
         free(b.v);
-        return kvi_err_set(err, b.rc, "chat template: %s", b.rc == KVI_E_NOMEM ? "out of memory" : "tokenizer failed");
+        return err_set(err, b.rc, "chat template: %s", b.rc == KVI_E_NOMEM ? "out of memory" : "tokenizer failed");
     }
     for (int32_t i = 0; i < b.n && i < n_max; i++) out[i] = b.v[i];
     const int32_t total = b.n;

@@ -1,7 +1,7 @@
 /*
  * tokenizer.c — the vocabulary, special tokens, encode dispatch and decoding.
  *
- * Data (struct kvi_tokenizer in tokenizer_int.h): n_vocab texts in one arena,
+ * Data (struct tok_tokenizer in tokenizer_int.h): n_vocab texts in one arena,
  * scores, types, a text -> id map. Encoding first cuts the text into fragments:
  * every occurrence of a special token's text (control and unknown tokens only when
  * parse_special; user-defined tokens always, as llama.cpp and Hugging Face do)
@@ -20,14 +20,14 @@
 
 /* ---- construction -------------------------------------------------------- */
 
-int tok_alloc(kvi_tokenizer **out, int32_t n_vocab, kvi_error *err)
+int tok_alloc(tok_tokenizer **out, int32_t n_vocab, kvi_error *err)
 {
     *out = NULL;
     if (n_vocab <= 0 || n_vocab > (1 << 28))
-        return kvi_err_set(err, KVI_E_FORMAT, "tokenizer: vocabulary size %d out of range",
+        return err_set(err, KVI_E_FORMAT, "tokenizer: vocabulary size %d out of range",
                            (int)n_vocab);
-    kvi_tokenizer *t = calloc(1, sizeof *t);
-    if (!t) return kvi_err_set(err, KVI_E_NOMEM, "tokenizer: out of memory");
+    tok_tokenizer *t = calloc(1, sizeof *t);
+    if (!t) return err_set(err, KVI_E_NOMEM, "tokenizer: out of memory");
     t->n_vocab = n_vocab;
     t->text = calloc((size_t)n_vocab, sizeof *t->text);
     t->text_len = calloc((size_t)n_vocab, sizeof *t->text_len);
@@ -35,7 +35,7 @@ int tok_alloc(kvi_tokenizer **out, int32_t n_vocab, kvi_error *err)
     t->type = malloc((size_t)n_vocab);
     if (!t->text || !t->text_len || !t->score || !t->type) {
         tokenizer_free(t);
-        return kvi_err_set(err, KVI_E_NOMEM, "tokenizer: out of memory for %d tokens", (int)n_vocab);
+        return err_set(err, KVI_E_NOMEM, "tokenizer: out of memory for %d tokens", (int)n_vocab);
     }
     memset(t->type, KVI_TOKEN_NORMAL, (size_t)n_vocab);
     t->bos = t->eos = t->eot = t->eom = t->unk = t->pad = -1;
@@ -45,17 +45,17 @@ int tok_alloc(kvi_tokenizer **out, int32_t n_vocab, kvi_error *err)
     return 0;
 }
 
-int tok_set_texts(kvi_tokenizer *t, const char *const *texts, const size_t *lens, kvi_error *err)
+int tok_set_texts(tok_tokenizer *t, const char *const *texts, const size_t *lens, kvi_error *err)
 {
     size_t total = 0;
     for (int32_t i = 0; i < t->n_vocab; i++) {
         if (lens[i] > UINT32_MAX / 2 || total > SIZE_MAX / 2)
-            return kvi_err_set(err, KVI_E_FORMAT, "tokenizer: token %d text too long", (int)i);
+            return err_set(err, KVI_E_FORMAT, "tokenizer: token %d text too long", (int)i);
         total += lens[i] + 1;
     }
     free(t->text_arena);
     t->text_arena = malloc(total ? total : 1);
-    if (!t->text_arena) return kvi_err_set(err, KVI_E_NOMEM, "tokenizer: out of memory for texts");
+    if (!t->text_arena) return err_set(err, KVI_E_NOMEM, "tokenizer: out of memory for texts");
     char *p = t->text_arena;
     for (int32_t i = 0; i < t->n_vocab; i++) {
         if (lens[i]) memcpy(p, texts[i], lens[i]);
@@ -66,12 +66,12 @@ int tok_set_texts(kvi_tokenizer *t, const char *const *texts, const size_t *lens
     }
     tok_map_free(&t->map);
     if (tok_map_init(&t->map, (size_t)t->n_vocab) != 0)
-        return kvi_err_set(err, KVI_E_NOMEM, "tokenizer: out of memory for the token map");
+        return err_set(err, KVI_E_NOMEM, "tokenizer: out of memory for the token map");
     for (int32_t i = 0; i < t->n_vocab; i++) tok_map_put(&t->map, t->text[i], t->text_len[i], i, true);
     return 0;
 }
 
-int32_t tok_find(const kvi_tokenizer *t, const char *s, size_t len)
+int32_t tok_find(const tok_tokenizer *t, const char *s, size_t len)
 {
     return tok_map_get(&t->map, s, len);
 }
@@ -94,7 +94,7 @@ static int cmp_special(const void *a, const void *b)
     return x->id < y->id ? -1 : (x->id > y->id);
 }
 
-static int eog_add(kvi_tokenizer *t, int32_t id)
+static int eog_add(tok_tokenizer *t, int32_t id)
 {
     if (id < 0 || id >= t->n_vocab) return 0;
     for (size_t i = 0; i < t->n_eog; i++)
@@ -106,16 +106,16 @@ static int eog_add(kvi_tokenizer *t, int32_t id)
     return 0;
 }
 
-int tok_finish(kvi_tokenizer *t, kvi_error *err)
+int tok_finish(tok_tokenizer *t, kvi_error *err)
 {
-    if (!t->text_arena) return kvi_err_set(err, KVI_E_FORMAT, "tokenizer: token texts not set");
+    if (!t->text_arena) return err_set(err, KVI_E_FORMAT, "tokenizer: token texts not set");
     for (int32_t i = 0; i < t->n_vocab; i++)
         if (t->type[i] < KVI_TOKEN_NORMAL || t->type[i] > KVI_TOKEN_BYTE) t->type[i] = KVI_TOKEN_NORMAL;
 
     int32_t *ids = &t->bos;
     for (int k = 0; k < 6; k++)   /* bos, eos, eot, eom, unk, pad */
         if (ids[k] >= t->n_vocab || ids[k] < -1)
-            return kvi_err_set(err, KVI_E_FORMAT, "tokenizer: special token id %d out of range [0, %d)",
+            return err_set(err, KVI_E_FORMAT, "tokenizer: special token id %d out of range [0, %d)",
                                (int)ids[k], (int)t->n_vocab);
 
     /* Byte fallback: <0xXX> tokens, else a single-byte token of that byte (SPM). */
@@ -141,7 +141,7 @@ int tok_finish(kvi_tokenizer *t, kvi_error *err)
         t->special = malloc(ns * sizeof *t->special);
         if (!tmp || !t->special) {
             free(tmp);
-            return kvi_err_set(err, KVI_E_NOMEM, "tokenizer: out of memory");
+            return err_set(err, KVI_E_NOMEM, "tokenizer: out of memory");
         }
         for (int32_t i = 0; i < t->n_vocab; i++)
             if (is_special_type(t->type[i]) && t->text_len[i] > 0) tmp[t->n_special++] = (len_id){ t->text_len[i], i };
@@ -162,11 +162,11 @@ int tok_finish(kvi_tokenizer *t, kvi_error *err)
         int32_t id = tok_find(t, eog_texts[k], strlen(eog_texts[k]));
         if (id != t->bos) rc |= eog_add(t, id);   /* a BOS that shares a text stays out */
     }
-    if (rc) return kvi_err_set(err, KVI_E_NOMEM, "tokenizer: out of memory");
+    if (rc) return err_set(err, KVI_E_NOMEM, "tokenizer: out of memory");
     return 0;
 }
 
-void tokenizer_free(kvi_tokenizer *t)
+void tokenizer_free(tok_tokenizer *t)
 {
     if (!t) return;
     free(t->text);
@@ -239,7 +239,7 @@ static const char *find_bytes(const char *hay, size_t n, const char *needle, siz
 }
 
 /* Cuts the raw fragments at every occurrence of each special token's text. */
-static int partition_special(const kvi_tokenizer *t, const char *text, size_t len,
+static int partition_special(const tok_tokenizer *t, const char *text, size_t len,
                              bool parse_special, frag_list *f)
 {
     bool present[256] = { false };
@@ -274,7 +274,7 @@ static int partition_special(const kvi_tokenizer *t, const char *text, size_t le
 
 /* The text with the dummy-prefix space when `prefix`, and spaces as U+2581 when
  * the vocabulary escapes them: into *buf (reallocated), *n its length. */
-static int escape_text(const kvi_tokenizer *t, const char *p, size_t len, bool prefix, char **buf,
+static int escape_text(const tok_tokenizer *t, const char *p, size_t len, bool prefix, char **buf,
                        size_t *n)
 {
     size_t spaces = prefix;
@@ -298,7 +298,7 @@ static int escape_text(const kvi_tokenizer *t, const char *p, size_t len, bool p
     return 0;
 }
 
-int32_t tokenizer_encode(const kvi_tokenizer *t, const char *text, size_t len, bool add_special,
+int32_t tokenizer_encode(const tok_tokenizer *t, const char *text, size_t len, bool add_special,
                          bool parse_special, int32_t *out, int32_t n_max)
 {
     if (!t || (!text && len > 0) || n_max < 0 || (!out && n_max > 0)) return KVI_E_INVALID;
@@ -380,7 +380,7 @@ static uint32_t utf8_decode(const char *s, size_t n, size_t *used)
 
 /* The bytes of one token into buf (may be truncated); returns its full length,
  * skipping up to `lstrip` leading spaces. */
-static size_t piece_of(const kvi_tokenizer *t, int32_t id, char *buf, size_t cap, bool render_special,
+static size_t piece_of(const tok_tokenizer *t, int32_t id, char *buf, size_t cap, bool render_special,
                        int lstrip)
 {
     uint8_t ty = t->type[id];
@@ -430,7 +430,7 @@ static size_t piece_of(const kvi_tokenizer *t, int32_t id, char *buf, size_t cap
     return pos;
 }
 
-int32_t tokenizer_token_to_piece(const kvi_tokenizer *t, int32_t id, char *buf, size_t cap,
+int32_t tokenizer_token_to_piece(const tok_tokenizer *t, int32_t id, char *buf, size_t cap,
                                  bool render_special)
 {
     if (!t || id < 0 || id >= t->n_vocab || (!buf && cap > 0)) return KVI_E_INVALID;
@@ -438,7 +438,7 @@ int32_t tokenizer_token_to_piece(const kvi_tokenizer *t, int32_t id, char *buf, 
     return n > INT32_MAX ? KVI_E_INVALID : (int32_t)n;
 }
 
-int32_t tokenizer_detokenize(const kvi_tokenizer *t, const int32_t *ids, int32_t n, char *buf,
+int32_t tokenizer_detokenize(const tok_tokenizer *t, const int32_t *ids, int32_t n, char *buf,
                              size_t cap, bool render_special, bool remove_leading_space)
 {
     if (!t || n < 0 || (!ids && n > 0) || (!buf && cap > 0)) return KVI_E_INVALID;
@@ -460,13 +460,13 @@ int32_t tokenizer_detokenize(const kvi_tokenizer *t, const int32_t *ids, int32_t
 
 /* ---- accessors ----------------------------------------------------------- */
 
-int32_t tokenizer_n_vocab(const kvi_tokenizer *t) { return t ? t->n_vocab : 0; }
-int32_t tokenizer_bos(const kvi_tokenizer *t) { return t ? t->bos : -1; }
-int32_t tokenizer_eos(const kvi_tokenizer *t) { return t ? t->eos : -1; }
-bool tokenizer_add_bos(const kvi_tokenizer *t) { return t && t->add_bos && t->bos >= 0; }
-const char *tokenizer_chat_template(const kvi_tokenizer *t) { return t ? t->chat_template : NULL; }
+int32_t tokenizer_n_vocab(const tok_tokenizer *t) { return t ? t->n_vocab : 0; }
+int32_t tokenizer_bos(const tok_tokenizer *t) { return t ? t->bos : -1; }
+int32_t tokenizer_eos(const tok_tokenizer *t) { return t ? t->eos : -1; }
+bool tokenizer_add_bos(const tok_tokenizer *t) { return t && t->add_bos && t->bos >= 0; }
+const char *tokenizer_chat_template(const tok_tokenizer *t) { return t ? t->chat_template : NULL; }
 
-bool tokenizer_is_eog(const kvi_tokenizer *t, int32_t id)
+bool tokenizer_is_eog(const tok_tokenizer *t, int32_t id)
 {
     if (!t) return false;
     for (size_t i = 0; i < t->n_eog; i++)
@@ -474,7 +474,7 @@ bool tokenizer_is_eog(const kvi_tokenizer *t, int32_t id)
     return false;
 }
 
-const char *tokenizer_token_text(const kvi_tokenizer *t, int32_t id)
+const char *tokenizer_token_text(const tok_tokenizer *t, int32_t id)
 {
     if (!t || id < 0 || id >= t->n_vocab) return NULL;
     return t->text[id];

@@ -17,39 +17,39 @@
 #include "formats/gguf.h"
 #include "kvinfer.h"
 
-typedef struct kvi_tokenizer kvi_tokenizer;
+typedef struct tok_tokenizer tok_tokenizer;
 
 /* Token types, as in GGUF tokenizer.ggml.token_type */
 enum { KVI_TOKEN_NORMAL = 1, KVI_TOKEN_UNKNOWN = 2, KVI_TOKEN_CONTROL = 3,
        KVI_TOKEN_USER_DEFINED = 4, KVI_TOKEN_UNUSED = 5, KVI_TOKEN_BYTE = 6 };
 
-int tokenizer_load_gguf(const gguf_ctx *g, kvi_tokenizer **out, kvi_error *err);
+int tokenizer_load_gguf(const gguf_ctx *g, tok_tokenizer **out, kvi_error *err);
 /* llama2.c tokenizer.bin; n_vocab from the checkpoint header. */
-int tokenizer_load_llama2c(const char *path, int32_t n_vocab, kvi_tokenizer **out, kvi_error *err);
+int tokenizer_load_llama2c(const char *path, int32_t n_vocab, tok_tokenizer **out, kvi_error *err);
 /* Hugging Face tokenizer.json (plus tokenizer_config.json beside it when present). */
-int tokenizer_load_hf(const char *json_path, kvi_tokenizer **out, kvi_error *err);
-void tokenizer_free(kvi_tokenizer *t);
+int tokenizer_load_hf(const char *json_path, tok_tokenizer **out, kvi_error *err);
+void tokenizer_free(tok_tokenizer *t);
 
 /* See kvi_tokenize() in kvinfer.h for the contract. */
-int32_t tokenizer_encode(const kvi_tokenizer *t, const char *text, size_t len, bool add_special,
+int32_t tokenizer_encode(const tok_tokenizer *t, const char *text, size_t len, bool add_special,
                          bool parse_special, int32_t *out, int32_t n_max);
-int32_t tokenizer_token_to_piece(const kvi_tokenizer *t, int32_t id, char *buf, size_t cap,
+int32_t tokenizer_token_to_piece(const tok_tokenizer *t, int32_t id, char *buf, size_t cap,
                                  bool render_special);
-int32_t tokenizer_detokenize(const kvi_tokenizer *t, const int32_t *ids, int32_t n, char *buf,
+int32_t tokenizer_detokenize(const tok_tokenizer *t, const int32_t *ids, int32_t n, char *buf,
                              size_t cap, bool render_special, bool remove_leading_space);
 
-int32_t tokenizer_n_vocab(const kvi_tokenizer *t);
-int32_t tokenizer_bos(const kvi_tokenizer *t);   /* -1 when none */
-int32_t tokenizer_eos(const kvi_tokenizer *t);   /* -1 when none */
-bool tokenizer_is_eog(const kvi_tokenizer *t, int32_t id);
-bool tokenizer_add_bos(const kvi_tokenizer *t);
+int32_t tokenizer_n_vocab(const tok_tokenizer *t);
+int32_t tokenizer_bos(const tok_tokenizer *t);   /* -1 when none */
+int32_t tokenizer_eos(const tok_tokenizer *t);   /* -1 when none */
+bool tokenizer_is_eog(const tok_tokenizer *t, int32_t id);
+bool tokenizer_add_bos(const tok_tokenizer *t);
 /* The text of a token as stored in the vocabulary (NUL-terminated), NULL if out of range. */
-const char *tokenizer_token_text(const kvi_tokenizer *t, int32_t id);
+const char *tokenizer_token_text(const tok_tokenizer *t, int32_t id);
 /* tokenizer.chat_template, NULL when absent. */
-const char *tokenizer_chat_template(const kvi_tokenizer *t);
+const char *tokenizer_chat_template(const tok_tokenizer *t);
 /* Messages to ids in the layout of a chat family (chat_template.c; the public
  * kvi_chat_apply_family of include/kvinfer.h on the model's tokenizer). */
-int32_t tokenizer_chat_apply(const kvi_tokenizer *t, const char *family, const kvi_chat_msg *msgs, int n,
+int32_t tokenizer_chat_apply(const tok_tokenizer *t, const char *family, const kvi_chat_msg *msgs, int n,
                              bool add_assistant, int32_t *out, int32_t n_max, kvi_error *err);
 
 #endif

@@ -48,7 +48,7 @@ int tok_cpt_to_byte(uint32_t cpt)
     return -1;
 }
 
-void tok_byte_enc_init(kvi_tokenizer *t)
+void tok_byte_enc_init(tok_tokenizer *t)
 {
     for (unsigned b = 0; b < 256; b++) {
         uint32_t c = tok_byte_to_cpt((uint8_t)b);
@@ -65,30 +65,30 @@ void tok_byte_enc_init(kvi_tokenizer *t)
 
 /* ---- merges -------------------------------------------------------------- */
 
-int tok_merges_build(kvi_tokenizer *t, const char *const *merges, const size_t *lens, size_t n,
+int tok_merges_build(tok_tokenizer *t, const char *const *merges, const size_t *lens, size_t n,
                      kvi_error *err)
 {
     size_t total = 0;
     for (size_t i = 0; i < n; i++) {
         if (lens[i] > UINT32_MAX / 2 || total > SIZE_MAX / 2)
-            return kvi_err_set(err, KVI_E_FORMAT, "tokenizer: merge %zu too long", i);
+            return err_set(err, KVI_E_FORMAT, "tokenizer: merge %zu too long", i);
         total += lens[i];
     }
-    if (n > INT32_MAX) return kvi_err_set(err, KVI_E_FORMAT, "tokenizer: %zu merges is too many", n);
+    if (n > INT32_MAX) return err_set(err, KVI_E_FORMAT, "tokenizer: %zu merges is too many", n);
     free(t->merges_arena);
     tok_map_free(&t->merges);
     t->merges_arena = malloc(total ? total : 1);
     if (!t->merges_arena || tok_map_init(&t->merges, n) != 0)
-        return kvi_err_set(err, KVI_E_NOMEM, "tokenizer: out of memory for %zu merges", n);
+        return err_set(err, KVI_E_NOMEM, "tokenizer: out of memory for %zu merges", n);
     char *p = t->merges_arena;
     for (size_t i = 0; i < n; i++) {
         const char *sp = lens[i] > 1 ? memchr(merges[i] + 1, ' ', lens[i] - 1) : NULL;
-        if (!sp) return kvi_err_set(err, KVI_E_FORMAT, "tokenizer: merge %zu has no space separator", i);
+        if (!sp) return err_set(err, KVI_E_FORMAT, "tokenizer: merge %zu has no space separator", i);
         /* Both halves must be tokens (as Hugging Face tokenizers requires): a merge of
          * unknown pieces can never fire and means the file is corrupt. */
         size_t ll = (size_t)(sp - merges[i]), lr = lens[i] - ll - 1;
         if (tok_map_get(&t->map, merges[i], ll) < 0 || tok_map_get(&t->map, sp + 1, lr) < 0)
-            return kvi_err_set(err, KVI_E_FORMAT, "tokenizer: merge %zu names a piece that is not a token", i);
+            return err_set(err, KVI_E_FORMAT, "tokenizer: merge %zu names a piece that is not a token", i);
         memcpy(p, merges[i], lens[i]);
         tok_map_put(&t->merges, p, lens[i], (int32_t)i, false);
         p += lens[i];
@@ -104,7 +104,7 @@ typedef struct bpe_sym {
 } bpe_sym;
 
 typedef struct bpe_work {
-    const kvi_tokenizer *t;
+    const tok_tokenizer *t;
     tok_ids *out;
     char *word;       /* [word_cap] the piece, byte-level encoded */
     size_t word_cap;
@@ -143,7 +143,7 @@ static int try_pair(bpe_work *w, int32_t l, int32_t r)
 
 static int emit_unknown(bpe_work *w, const char *p, size_t n)
 {
-    const kvi_tokenizer *t = w->t;
+    const tok_tokenizer *t = w->t;
     for (size_t j = 0; !t->byte_level && j < n; j++)   /* a byte without its token: one <unk> */
         if (t->byte_id[(unsigned char)p[j]] < 0) return t->unk >= 0 ? tok_ids_push(w->out, t->unk) : 0;
     for (size_t j = 0; j < n; j++) {
@@ -157,7 +157,7 @@ static int emit_unknown(bpe_work *w, const char *p, size_t n)
 static int encode_piece(void *ctx, const char *piece, size_t plen)
 {
     bpe_work *w = ctx;
-    const kvi_tokenizer *t = w->t;
+    const tok_tokenizer *t = w->t;
     if (plen == 0) return 0;
     size_t len = 0;
     if (t->byte_level) {
@@ -207,7 +207,7 @@ static int encode_piece(void *ctx, const char *piece, size_t plen)
     return rc;
 }
 
-int tok_bpe_encode(const kvi_tokenizer *t, const char *text, size_t len, tok_ids *out)
+int tok_bpe_encode(const tok_tokenizer *t, const char *text, size_t len, tok_ids *out)
 {
     bpe_work w = { .t = t, .out = out };
     int rc = t->pretok ? tok_pretok_split(t->pretok, text, len, encode_piece, &w)

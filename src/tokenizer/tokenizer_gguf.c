@@ -1,5 +1,5 @@
 /*
- * tokenizer_gguf.c — building a kvi_tokenizer from GGUF tokenizer.* metadata.
+ * tokenizer_gguf.c — building a tok_tokenizer from GGUF tokenizer.* metadata.
  *
  * tokenizer.ggml.model selects the algorithm: "llama" (SentencePiece: tokens,
  * scores, token_type; dummy-prefix space unless tokenizer.ggml.add_space_prefix is
@@ -22,7 +22,7 @@ static int get_id(const gguf_ctx *g, const char *key, int32_t n_vocab, int32_t *
     if (rc < 0) return rc;
     if (v == 0xFFFFFFFFll) v = -1;   /* uint32 written for "none" */
     if (v < -1 || v >= n_vocab)
-        return kvi_err_set(err, KVI_E_FORMAT, "tokenizer: %s = %lld outside the vocabulary of %d tokens", key,
+        return err_set(err, KVI_E_FORMAT, "tokenizer: %s = %lld outside the vocabulary of %d tokens", key,
                            (long long)v, (int)n_vocab);
     *id = (int32_t)v;
     return 0;
@@ -44,33 +44,33 @@ static int get_str_array(const gguf_ctx *g, const char *key, uint64_t n, const c
 {
     *strs = malloc((n ? n : 1) * sizeof **strs);
     *lens = malloc((n ? n : 1) * sizeof **lens);
-    if (!*strs || !*lens) return kvi_err_set(err, KVI_E_NOMEM, "tokenizer: out of memory reading %s", key);
+    if (!*strs || !*lens) return err_set(err, KVI_E_NOMEM, "tokenizer: out of memory reading %s", key);
     for (uint64_t i = 0; i < n; i++) {
         (*strs)[i] = gguf_get_arr_str(g, key, i, &(*lens)[i]);
         if (!(*strs)[i])
-            return kvi_err_set(err, KVI_E_FORMAT, "tokenizer: %s[%llu] is not a string", key,
+            return err_set(err, KVI_E_FORMAT, "tokenizer: %s[%llu] is not a string", key,
                                (unsigned long long)i);
     }
     return 0;
 }
 
-static int load(const gguf_ctx *g, kvi_tokenizer **out, kvi_error *err)
+static int load(const gguf_ctx *g, tok_tokenizer **out, kvi_error *err)
 {
     const char *model = gguf_get_str(g, "tokenizer.ggml.model");
-    if (!model) return kvi_err_set(err, KVI_E_FORMAT, "tokenizer: tokenizer.ggml.model missing");
+    if (!model) return err_set(err, KVI_E_FORMAT, "tokenizer: tokenizer.ggml.model missing");
     bool spm = strcmp(model, "llama") == 0, bpe = strcmp(model, "gpt2") == 0;
     if (!spm && !bpe)
-        return kvi_err_set(err, KVI_E_UNSUPPORTED, "tokenizer: tokenizer.ggml.model '%s' not supported", model);
+        return err_set(err, KVI_E_UNSUPPORTED, "tokenizer: tokenizer.ggml.model '%s' not supported", model);
 
     gguf_vtype et;
     uint64_t n;
     int rc = gguf_get_arr_info(g, "tokenizer.ggml.tokens", &et, &n, err);
-    if (rc == -1) return kvi_err_set(err, KVI_E_FORMAT, "tokenizer: tokenizer.ggml.tokens missing");
+    if (rc == -1) return err_set(err, KVI_E_FORMAT, "tokenizer: tokenizer.ggml.tokens missing");
     if (rc < 0) return rc;
     if (et != GGUF_T_STRING || n == 0 || n > (1u << 28))
-        return kvi_err_set(err, KVI_E_FORMAT, "tokenizer: tokenizer.ggml.tokens must be 1..2^28 strings");
+        return err_set(err, KVI_E_FORMAT, "tokenizer: tokenizer.ggml.tokens must be 1..2^28 strings");
 
-    kvi_tokenizer *t;
+    tok_tokenizer *t;
     rc = tok_alloc(&t, (int32_t)n, err);
     if (rc) return rc;
     *out = t;
@@ -85,17 +85,17 @@ static int load(const gguf_ctx *g, kvi_tokenizer **out, kvi_error *err)
     uint64_t m;
     rc = gguf_get_arr_info(g, "tokenizer.ggml.scores", &et, &m, err);
     if (rc == 0) {
-        if (m != n) return kvi_err_set(err, KVI_E_FORMAT, "tokenizer: %llu scores for %llu tokens",
+        if (m != n) return err_set(err, KVI_E_FORMAT, "tokenizer: %llu scores for %llu tokens",
                                        (unsigned long long)m, (unsigned long long)n);
         rc = gguf_get_arr_f32(g, "tokenizer.ggml.scores", t->score, n, err);
     }
     if (rc < -1 || rc > 0) return rc;
     rc = gguf_get_arr_info(g, "tokenizer.ggml.token_type", &et, &m, err);
     if (rc == 0) {
-        if (m != n) return kvi_err_set(err, KVI_E_FORMAT, "tokenizer: %llu token types for %llu tokens",
+        if (m != n) return err_set(err, KVI_E_FORMAT, "tokenizer: %llu token types for %llu tokens",
                                        (unsigned long long)m, (unsigned long long)n);
         int32_t *types = malloc(n * sizeof *types);
-        if (!types) return kvi_err_set(err, KVI_E_NOMEM, "tokenizer: out of memory");
+        if (!types) return err_set(err, KVI_E_NOMEM, "tokenizer: out of memory");
         rc = gguf_get_arr_i32(g, "tokenizer.ggml.token_type", types, n, err);
         for (uint64_t i = 0; rc == 0 && i < n; i++)
             t->type[i] = (types[i] >= KVI_TOKEN_NORMAL && types[i] <= KVI_TOKEN_BYTE) ? (uint8_t)types[i]
@@ -121,10 +121,10 @@ static int load(const gguf_ctx *g, kvi_tokenizer **out, kvi_error *err)
         rc = tok_pretok_create(pre, &t->pretok, err);
         if (rc) return rc;
         rc = gguf_get_arr_info(g, "tokenizer.ggml.merges", &et, &m, err);
-        if (rc == -1) return kvi_err_set(err, KVI_E_FORMAT, "tokenizer: tokenizer.ggml.merges missing");
+        if (rc == -1) return err_set(err, KVI_E_FORMAT, "tokenizer: tokenizer.ggml.merges missing");
         if (rc < 0) return rc;
         if (et != GGUF_T_STRING || m > (1u << 28))
-            return kvi_err_set(err, KVI_E_FORMAT, "tokenizer: tokenizer.ggml.merges must be strings");
+            return err_set(err, KVI_E_FORMAT, "tokenizer: tokenizer.ggml.merges must be strings");
         rc = get_str_array(g, "tokenizer.ggml.merges", m, &strs, &lens, err);
         if (rc == 0) rc = tok_merges_build(t, strs, lens, m, err);
         free(strs);
@@ -144,15 +144,15 @@ static int load(const gguf_ctx *g, kvi_tokenizer **out, kvi_error *err)
     if (bpe) t->add_space_prefix = false;   /* llama.cpp's BPE never adds the dummy prefix */
     const char *tmpl = gguf_get_str(g, "tokenizer.chat_template");
     if (tmpl && !(t->chat_template = strdup(tmpl)))
-        return kvi_err_set(err, KVI_E_NOMEM, "tokenizer: out of memory");
+        return err_set(err, KVI_E_NOMEM, "tokenizer: out of memory");
     return tok_finish(t, err);
 }
 
-int tokenizer_load_gguf(const gguf_ctx *g, kvi_tokenizer **out, kvi_error *err)
+int tokenizer_load_gguf(const gguf_ctx *g, tok_tokenizer **out, kvi_error *err)
 {
-    if (!g || !out) return kvi_err_set(err, KVI_E_INVALID, "tokenizer: no GGUF context");
+    if (!g || !out) return err_set(err, KVI_E_INVALID, "tokenizer: no GGUF context");
     *out = NULL;
-    kvi_tokenizer *t = NULL;
+    tok_tokenizer *t = NULL;
     int rc = load(g, &t, err);
     if (rc) {
         tokenizer_free(t);

@@ -55,14 +55,14 @@ static bool str_is(const cJSON *j, const char *s)
 }
 
 /* A token named in tokenizer_config.json: a string or {"content": ...}. */
-static int32_t config_token(const kvi_tokenizer *t, const cJSON *v)
+static int32_t config_token(const tok_tokenizer *t, const cJSON *v)
 {
     if (cJSON_IsObject(v)) v = cJSON_GetObjectItem(v, "content");
     if (!cJSON_IsString(v)) return -1;
     return tok_find(t, v->valuestring, strlen(v->valuestring));
 }
 
-static void read_config(kvi_tokenizer *t, const char *json_path)
+static void read_config(tok_tokenizer *t, const char *json_path)
 {
     const char *slash = strrchr(json_path, '/');
     size_t dir = slash ? (size_t)(slash - json_path + 1) : 0;
@@ -92,7 +92,7 @@ static void read_config(kvi_tokenizer *t, const char *json_path)
 
 /* Looks at the normalizer / pre-tokenizer and sets the SPM-style or byte-level flags;
  * collects Split regexes into pats (up to 8). */
-static void scan_pipeline(kvi_tokenizer *t, const cJSON *node, const char **pats, size_t *n_pats, bool *regex)
+static void scan_pipeline(tok_tokenizer *t, const cJSON *node, const char **pats, size_t *n_pats, bool *regex)
 {
     if (!cJSON_IsObject(node)) return;
     const cJSON *type = cJSON_GetObjectItem(node, "type");
@@ -119,10 +119,10 @@ static void scan_pipeline(kvi_tokenizer *t, const cJSON *node, const char **pats
     }
 }
 
-static int set_id(kvi_tokenizer *t, const char **texts, size_t *lens, double idv, const char *s, kvi_error *err)
+static int set_id(tok_tokenizer *t, const char **texts, size_t *lens, double idv, const char *s, kvi_error *err)
 {
     if (!(idv >= 0 && idv < t->n_vocab) || idv != (double)(int32_t)idv)
-        return kvi_err_set(err, KVI_E_FORMAT, "tokenizer.json: token \"%.40s\" has id %g outside [0, %d)", s, idv,
+        return err_set(err, KVI_E_FORMAT, "tokenizer.json: token \"%.40s\" has id %g outside [0, %d)", s, idv,
                            (int)t->n_vocab);
     texts[(int32_t)idv] = s;
     lens[(int32_t)idv] = strlen(s);
@@ -134,10 +134,10 @@ static int set_id(kvi_tokenizer *t, const char **texts, size_t *lens, double idv
 static int check_model(const cJSON *model, const cJSON *vocab, const cJSON *merges, kvi_error *err)
 {
     if (!cJSON_IsObject(model) || !cJSON_IsObject(vocab))
-        return kvi_err_set(err, KVI_E_FORMAT, "tokenizer.json: no model.vocab object");
+        return err_set(err, KVI_E_FORMAT, "tokenizer.json: no model.vocab object");
     if (!str_is(cJSON_GetObjectItem(model, "type"), "BPE"))
-        return kvi_err_set(err, KVI_E_UNSUPPORTED, "tokenizer.json: only model.type \"BPE\" is supported");
-    if (!cJSON_IsArray(merges)) return kvi_err_set(err, KVI_E_FORMAT, "tokenizer.json: no model.merges array");
+        return err_set(err, KVI_E_UNSUPPORTED, "tokenizer.json: only model.type \"BPE\" is supported");
+    if (!cJSON_IsArray(merges)) return err_set(err, KVI_E_FORMAT, "tokenizer.json: no model.merges array");
     return 0;
 }
 
@@ -148,7 +148,7 @@ static int vocab_size(const cJSON *vocab, const cJSON *added, int32_t *n_vocab, 
     double max_id = -1;
     const cJSON *it;
     cJSON_ArrayForEach(it, vocab) {
-        if (!cJSON_IsNumber(it)) return kvi_err_set(err, KVI_E_FORMAT, "tokenizer.json: vocab id is not a number");
+        if (!cJSON_IsNumber(it)) return err_set(err, KVI_E_FORMAT, "tokenizer.json: vocab id is not a number");
         if (it->valuedouble > max_id) max_id = it->valuedouble;
     }
     cJSON_ArrayForEach(it, added) {
@@ -156,12 +156,12 @@ static int vocab_size(const cJSON *vocab, const cJSON *added, int32_t *n_vocab, 
         if (cJSON_IsNumber(id) && id->valuedouble > max_id) max_id = id->valuedouble;
     }
     if (!(max_id >= 0 && max_id < (1 << 28)))
-        return kvi_err_set(err, KVI_E_FORMAT, "tokenizer.json: vocabulary ids out of range");
+        return err_set(err, KVI_E_FORMAT, "tokenizer.json: vocabulary ids out of range");
     /* Ids may leave a few holes, but one huge id among few entries would make us
      * allocate a table of max_id tokens for nothing (a memory bomb). */
     double n_entries = (double)cJSON_GetArraySize(vocab) + (double)cJSON_GetArraySize(added);
     if (max_id >= 2.0 * n_entries + 1024.0)
-        return kvi_err_set(err, KVI_E_FORMAT, "tokenizer.json: largest id %.0f but only %.0f tokens listed",
+        return err_set(err, KVI_E_FORMAT, "tokenizer.json: largest id %.0f but only %.0f tokens listed",
                            max_id, n_entries);
     *n_vocab = (int32_t)max_id + 1;
     return 0;
@@ -169,13 +169,13 @@ static int vocab_size(const cJSON *vocab, const cJSON *added, int32_t *n_vocab, 
 
 /* The text of every id: model.vocab, then added_tokens (control when "special",
  * else user-defined); an id nobody names is unused. */
-static int load_vocab(kvi_tokenizer *t, const cJSON *vocab, const cJSON *added, kvi_error *err)
+static int load_vocab(tok_tokenizer *t, const cJSON *vocab, const cJSON *added, kvi_error *err)
 {
     int rc = 0;
     const cJSON *it;
     const char **texts = calloc((size_t)t->n_vocab, sizeof *texts);   /* [n_vocab] */
     size_t *lens = calloc((size_t)t->n_vocab, sizeof *lens);           /* [n_vocab] */
-    if (!texts || !lens) rc = kvi_err_set(err, KVI_E_NOMEM, "tokenizer.json: out of memory");
+    if (!texts || !lens) rc = err_set(err, KVI_E_NOMEM, "tokenizer.json: out of memory");
     cJSON_ArrayForEach(it, vocab) {
         if (rc) break;
         rc = set_id(t, texts, lens, it->valuedouble, it->string, err);
@@ -184,7 +184,7 @@ static int load_vocab(kvi_tokenizer *t, const cJSON *vocab, const cJSON *added, 
         if (rc) break;
         const cJSON *id = cJSON_GetObjectItem(it, "id"), *content = cJSON_GetObjectItem(it, "content");
         if (!cJSON_IsNumber(id) || !cJSON_IsString(content)) {
-            rc = kvi_err_set(err, KVI_E_FORMAT, "tokenizer.json: added token without id or content");
+            rc = err_set(err, KVI_E_FORMAT, "tokenizer.json: added token without id or content");
             break;
         }
         rc = set_id(t, texts, lens, id->valuedouble, content->valuestring, err);
@@ -206,7 +206,7 @@ static int load_vocab(kvi_tokenizer *t, const cJSON *vocab, const cJSON *added, 
 
 /* model.merges: "a b" strings or ["a", "b"] pairs, joined as "a b" in one
  * buffer, in rank order. */
-static int load_merges(kvi_tokenizer *t, const cJSON *merges, kvi_error *err)
+static int load_merges(tok_tokenizer *t, const cJSON *merges, kvi_error *err)
 {
     int rc = 0;
     const cJSON *it;
@@ -216,12 +216,12 @@ static int load_merges(kvi_tokenizer *t, const cJSON *merges, kvi_error *err)
         else if (cJSON_IsArray(it) && cJSON_GetArraySize(it) == 2 && cJSON_IsString(cJSON_GetArrayItem(it, 0)) &&
                  cJSON_IsString(cJSON_GetArrayItem(it, 1)))
             total += strlen(cJSON_GetArrayItem(it, 0)->valuestring) + strlen(cJSON_GetArrayItem(it, 1)->valuestring) + 2;
-        else return kvi_err_set(err, KVI_E_FORMAT, "tokenizer.json: a merge is neither \"a b\" nor [a, b]");
+        else return err_set(err, KVI_E_FORMAT, "tokenizer.json: a merge is neither \"a b\" nor [a, b]");
     }
     char *joined = malloc(total ? total : 1);              /* [total] "a b\0" per merge */
     const char **ms = malloc((nm ? nm : 1) * sizeof *ms);  /* [nm] start of each merge in joined */
     size_t *ml = malloc((nm ? nm : 1) * sizeof *ml);       /* [nm] its length */
-    if (!joined || !ms || !ml) rc = kvi_err_set(err, KVI_E_NOMEM, "tokenizer.json: out of memory for merges");
+    if (!joined || !ms || !ml) rc = err_set(err, KVI_E_NOMEM, "tokenizer.json: out of memory for merges");
     size_t k = 0, off = 0;
     cJSON_ArrayForEach(it, merges) {
         if (rc) break;
@@ -248,7 +248,7 @@ static int load_merges(kvi_tokenizer *t, const cJSON *merges, kvi_error *err)
 
 /* The normalizer and pre-tokenizer (SentencePiece-style or byte-level, Split
  * regexes) and model.unk_token. */
-static int load_pipeline(kvi_tokenizer *t, const cJSON *root, const cJSON *model, kvi_error *err)
+static int load_pipeline(tok_tokenizer *t, const cJSON *root, const cJSON *model, kvi_error *err)
 {
     t->algo = TOK_ALGO_BPE;
     t->ignore_merges = cJSON_IsTrue(cJSON_GetObjectItem(model, "ignore_merges"));
@@ -270,7 +270,7 @@ static int load_pipeline(kvi_tokenizer *t, const cJSON *root, const cJSON *model
 }
 
 /* BOS from the post-processor template (tokenizer_config.json may override it). */
-static void read_post_processor(kvi_tokenizer *t, const cJSON *root)
+static void read_post_processor(tok_tokenizer *t, const cJSON *root)
 {
     const cJSON *single = cJSON_GetObjectItem(cJSON_GetObjectItem(root, "post_processor"), "single");
     const cJSON *first = cJSON_GetObjectItem(cJSON_GetArrayItem(single, 0), "SpecialToken");
@@ -287,7 +287,7 @@ static void read_post_processor(kvi_tokenizer *t, const cJSON *root)
 /* tokenizer.json (parsed) into *out: vocabulary, merges, pipeline, BOS, then
  * tokenizer_config.json. *out is set as soon as it exists (the caller frees it
  * on failure). */
-static int load(cJSON *root, const char *json_path, kvi_tokenizer **out, kvi_error *err)
+static int load(cJSON *root, const char *json_path, tok_tokenizer **out, kvi_error *err)
 {
     const cJSON *model = cJSON_GetObjectItem(root, "model");
     const cJSON *vocab = cJSON_GetObjectItem(model, "vocab");
@@ -298,7 +298,7 @@ static int load(cJSON *root, const char *json_path, kvi_tokenizer **out, kvi_err
     int32_t n_vocab = 0;
     rc = vocab_size(vocab, added, &n_vocab, err);
     if (rc) return rc;
-    kvi_tokenizer *t;
+    tok_tokenizer *t;
     rc = tok_alloc(&t, n_vocab, err);
     if (rc) return rc;
     *out = t;
@@ -313,16 +313,16 @@ static int load(cJSON *root, const char *json_path, kvi_tokenizer **out, kvi_err
     return tok_finish(t, err);
 }
 
-int tokenizer_load_hf(const char *json_path, kvi_tokenizer **out, kvi_error *err)
+int tokenizer_load_hf(const char *json_path, tok_tokenizer **out, kvi_error *err)
 {
-    if (!json_path || !out) return kvi_err_set(err, KVI_E_INVALID, "tokenizer: no path");
+    if (!json_path || !out) return err_set(err, KVI_E_INVALID, "tokenizer: no path");
     *out = NULL;
     char *text = slurp(json_path, NULL);
-    if (!text) return kvi_err_set(err, KVI_E_IO, "tokenizer: cannot read %s", json_path);
+    if (!text) return err_set(err, KVI_E_IO, "tokenizer: cannot read %s", json_path);
     cJSON *root = cJSON_Parse(text);
     free(text);
-    if (!root) return kvi_err_set(err, KVI_E_FORMAT, "tokenizer: %s is not valid JSON", json_path);
-    kvi_tokenizer *t = NULL;
+    if (!root) return err_set(err, KVI_E_FORMAT, "tokenizer: %s is not valid JSON", json_path);
+    tok_tokenizer *t = NULL;
     int rc = load(root, json_path, &t, err);
     cJSON_Delete(root);
     if (rc) {

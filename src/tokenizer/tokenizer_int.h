@@ -1,7 +1,7 @@
 /*
  * tokenizer_int.h — the vocabulary shared by the tokenizer's files.
  *
- * A kvi_tokenizer holds n_vocab tokens: text (NUL-terminated, in one arena),
+ * A tok_tokenizer holds n_vocab tokens: text (NUL-terminated, in one arena),
  * score, type. `map` sends every token text to its id (the last id wins on a
  * duplicate text, as llama.cpp does). The loaders (GGUF, llama2.c, Hugging Face)
  * fill the vocabulary and call tok_finish(), which builds the map, the special
@@ -36,7 +36,7 @@ typedef struct tok_ids {
     size_t n, cap;
 } tok_ids;
 
-struct kvi_tokenizer {
+struct tok_tokenizer {
     tok_algo algo;
     int32_t n_vocab;
     char **text;          /* [n_vocab] NUL-terminated texts, pointers into text_arena */
@@ -68,26 +68,26 @@ struct kvi_tokenizer {
 };
 
 /* Allocates an empty tokenizer with n_vocab tokens (texts still unset). */
-int tok_alloc(kvi_tokenizer **out, int32_t n_vocab, kvi_error *err);
+int tok_alloc(tok_tokenizer **out, int32_t n_vocab, kvi_error *err);
 /* Sets all texts from one arena-building pass: texts[i] of lens[i] bytes. */
-int tok_set_texts(kvi_tokenizer *t, const char *const *texts, const size_t *lens, kvi_error *err);
+int tok_set_texts(tok_tokenizer *t, const char *const *texts, const size_t *lens, kvi_error *err);
 /* Builds map, special list, byte table and EOG set once texts/types/ids are set. */
-int tok_finish(kvi_tokenizer *t, kvi_error *err);
-int32_t tok_find(const kvi_tokenizer *t, const char *s, size_t len);   /* -1 when absent */
+int tok_finish(tok_tokenizer *t, kvi_error *err);
+int32_t tok_find(const tok_tokenizer *t, const char *s, size_t len);   /* -1 when absent */
 
 int tok_ids_push(tok_ids *ids, int32_t id);
 
 /* Encoders of one raw-text fragment (no special tokens inside). 0 or KVI_E_NOMEM. */
-int tok_spm_encode(const kvi_tokenizer *t, const char *text, size_t len, tok_ids *out);
-int tok_bpe_encode(const kvi_tokenizer *t, const char *text, size_t len, tok_ids *out);
+int tok_spm_encode(const tok_tokenizer *t, const char *text, size_t len, tok_ids *out);
+int tok_bpe_encode(const tok_tokenizer *t, const char *text, size_t len, tok_ids *out);
 
 /* BPE merges from "left right" strings, rank = index. */
-int tok_merges_build(kvi_tokenizer *t, const char *const *merges, const size_t *lens, size_t n,
+int tok_merges_build(tok_tokenizer *t, const char *const *merges, const size_t *lens, size_t n,
                      kvi_error *err);
 
 /* GPT-2 byte-to-unicode: the code point standing for byte b, and back (-1 if none). */
 uint32_t tok_byte_to_cpt(uint8_t b);
-void tok_byte_enc_init(kvi_tokenizer *t);   /* fills byte_enc / byte_enc_len */
+void tok_byte_enc_init(tok_tokenizer *t);   /* fills byte_enc / byte_enc_len */
 int tok_cpt_to_byte(uint32_t cpt);
 
 /* Pre-tokenizer by llama.cpp's tokenizer.ggml.pre name (unknown names: gpt-2's). */

@@ -22,41 +22,41 @@ static int read_all(const char *path, unsigned char **data, size_t *len, kvi_err
     char *buf;
     switch (file_read_all(path, 0, &buf, len)) {
     case FILE_OK: *data = (unsigned char *)buf; return 0;
-    case FILE_NOT_REGULAR: return kvi_err_set(err, KVI_E_IO, "tokenizer: %s is not a regular file", path);
-    case FILE_CANT_OPEN: return kvi_err_set(err, KVI_E_IO, "tokenizer: cannot open %s", path);
-    case FILE_NOMEM: return kvi_err_set(err, KVI_E_NOMEM, "tokenizer: out of memory reading %s", path);
-    default: return kvi_err_set(err, KVI_E_IO, "tokenizer: read error on %s", path);
+    case FILE_NOT_REGULAR: return err_set(err, KVI_E_IO, "tokenizer: %s is not a regular file", path);
+    case FILE_CANT_OPEN: return err_set(err, KVI_E_IO, "tokenizer: cannot open %s", path);
+    case FILE_NOMEM: return err_set(err, KVI_E_NOMEM, "tokenizer: out of memory reading %s", path);
+    default: return err_set(err, KVI_E_IO, "tokenizer: read error on %s", path);
     }
 }
 
-int tokenizer_load_llama2c(const char *path, int32_t n_vocab, kvi_tokenizer **out, kvi_error *err)
+int tokenizer_load_llama2c(const char *path, int32_t n_vocab, tok_tokenizer **out, kvi_error *err)
 {
-    if (!path || !out) return kvi_err_set(err, KVI_E_INVALID, "tokenizer: no path");
+    if (!path || !out) return err_set(err, KVI_E_INVALID, "tokenizer: no path");
     *out = NULL;
-    if (n_vocab < 3) return kvi_err_set(err, KVI_E_FORMAT, "tokenizer: %s: vocabulary size %d too small", path, (int)n_vocab);
+    if (n_vocab < 3) return err_set(err, KVI_E_FORMAT, "tokenizer: %s: vocabulary size %d too small", path, (int)n_vocab);
     unsigned char *data = NULL;
     size_t len = 0;
     int rc = read_all(path, &data, &len, err);
     if (rc) return rc;
-    kvi_tokenizer *t = NULL;
+    tok_tokenizer *t = NULL;
     const char **texts = malloc((size_t)n_vocab * sizeof *texts);
     size_t *lens = malloc((size_t)n_vocab * sizeof *lens);
-    if (!texts || !lens) rc = kvi_err_set(err, KVI_E_NOMEM, "tokenizer: out of memory");
+    if (!texts || !lens) rc = err_set(err, KVI_E_NOMEM, "tokenizer: out of memory");
     if (rc == 0) rc = tok_alloc(&t, n_vocab, err);
     size_t off = 4;
-    if (rc == 0 && len < 4) rc = kvi_err_set(err, KVI_E_FORMAT, "tokenizer: %s: truncated header", path);
+    if (rc == 0 && len < 4) rc = err_set(err, KVI_E_FORMAT, "tokenizer: %s: truncated header", path);
     for (int32_t i = 0; rc == 0 && i < n_vocab; i++) {
         float score;
         int32_t l;
         if (len - off < 8) {
-            rc = kvi_err_set(err, KVI_E_FORMAT, "tokenizer: %s: truncated at token %d of %d", path, (int)i, (int)n_vocab);
+            rc = err_set(err, KVI_E_FORMAT, "tokenizer: %s: truncated at token %d of %d", path, (int)i, (int)n_vocab);
             break;
         }
         memcpy(&score, data + off, 4);
         memcpy(&l, data + off + 4, 4);
         off += 8;
         if (l < 0 || (size_t)l > len - off) {
-            rc = kvi_err_set(err, KVI_E_FORMAT, "tokenizer: %s: token %d length %d exceeds the file", path, (int)i, (int)l);
+            rc = err_set(err, KVI_E_FORMAT, "tokenizer: %s: token %d length %d exceeds the file", path, (int)i, (int)l);
             break;
         }
         t->score[i] = score;

@@ -87,7 +87,7 @@ int tok_pretok_create_patterns(const char *const *patterns, size_t n, tok_pretok
     tok_pretok *p = calloc(1, sizeof *p);
     if (!p || !(p->re = calloc(n ? n : 1, sizeof *p->re))) {
         free(p);
-        return kvi_err_set(err, KVI_E_NOMEM, "tokenizer: out of memory for the pre-tokenizer");
+        return err_set(err, KVI_E_NOMEM, "tokenizer: out of memory for the pre-tokenizer");
     }
     for (size_t i = 0; i < n; i++) {
         int ecode;
@@ -99,7 +99,7 @@ int tok_pretok_create_patterns(const char *const *patterns, size_t n, tok_pretok
             pcre2_get_error_message(ecode, msg, sizeof msg);
             p->n = i;
             tok_pretok_free(p);
-            return kvi_err_set(err, KVI_E_FORMAT, "tokenizer: pre-tokenizer regex %zu at offset %zu: %s", i,
+            return err_set(err, KVI_E_FORMAT, "tokenizer: pre-tokenizer regex %zu at offset %zu: %s", i,
                                (size_t)eoff, (const char *)msg);
         }
         pcre2_jit_compile(p->re[i], PCRE2_JIT_COMPLETE);   /* optional: interpreted if it fails */
@@ -119,7 +119,7 @@ int tok_pretok_create(const char *pre_name, tok_pretok **out, kvi_error *err)
         if (strcmp(pre_name, pre_table[i].name) == 0) e = &pre_table[i];
     if (!e) {
         *out = NULL;
-        return kvi_err_set(err, KVI_E_UNSUPPORTED,
+        return err_set(err, KVI_E_UNSUPPORTED,
                            "tokenizer: pre-tokenizer '%.64s' (tokenizer.ggml.pre) is not supported", pre_name);
     }
     return tok_pretok_create_patterns(e->pats, e->n, out, err);

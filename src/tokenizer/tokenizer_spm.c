@@ -23,7 +23,7 @@ typedef struct spm_sym {
     size_t off, n;        /* bytes [off, off+n) of the text; n == 0 once merged away */
 } spm_sym;
 
-static int try_pair(const kvi_tokenizer *t, const char *text, const spm_sym *s, int32_t l, int32_t r,
+static int try_pair(const tok_tokenizer *t, const char *text, const spm_sym *s, int32_t l, int32_t r,
                     tok_heap *h)
 {
     if (l < 0 || r < 0) return 0;
@@ -34,7 +34,7 @@ static int try_pair(const kvi_tokenizer *t, const char *text, const spm_sym *s, 
 }
 
 /* An unknown character: its byte tokens, or one <unk> when a byte has none. */
-static int emit_bytes(const kvi_tokenizer *t, const char *p, size_t n, tok_ids *out)
+static int emit_bytes(const tok_tokenizer *t, const char *p, size_t n, tok_ids *out)
 {
     for (size_t j = 0; j < n; j++)
         if (t->byte_id[(unsigned char)p[j]] < 0) return t->unk >= 0 ? tok_ids_push(out, t->unk) : 0;
@@ -43,7 +43,7 @@ static int emit_bytes(const kvi_tokenizer *t, const char *p, size_t n, tok_ids *
     return 0;
 }
 
-int tok_spm_encode(const kvi_tokenizer *t, const char *raw, size_t raw_len, tok_ids *out)
+int tok_spm_encode(const tok_tokenizer *t, const char *raw, size_t raw_len, tok_ids *out)
 {
     if (raw_len == 0) return 0;
     const char *s = raw;

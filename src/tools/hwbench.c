@@ -284,9 +284,9 @@ static float vnni_avx512(uint64_t iters)
 /* AMX peaks: per iteration four TDPBSSD (16 x 16 x 64 int8 products each) or
  * TDPBF16PS (16 x 16 x 32 bf16 products each): C tiles 0..3 += A tiles 4, 5 x B
  * tiles 6, 7, all 16 x 64 bytes, on tiles loaded once; the C tiles are stored at
- * the end so the loop cannot be removed. Only after kvi_amx_on(); the tiles are
+ * the end so the loop cannot be removed. Only after cpu_amx_on(); the tiles are
  * released before returning (cpu.h). */
-static const kvi_amx_cfg hw_amx_cfg = {
+static const amx_tile_cfg hw_amx_cfg = {
     .palette = 1,
     .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
     .rows = {16, 16, 16, 16, 16, 16, 16, 16},
@@ -475,13 +475,13 @@ static uint8_t *alloc_read_buffer(size_t bytes, void **base, size_t *map_len)
 
 int kvi_hw_bench(kvi_hw_limits *out, int n_threads, bool quick, kvi_error *err)
 {
-    if (!out) return kvi_err_set(err, KVI_E_INVALID, "hw bench: no output");
+    if (!out) return err_set(err, KVI_E_INVALID, "hw bench: no output");
     memset(out, 0, sizeof *out);
     if (n_threads < 0 || n_threads > 1024)
-        return kvi_err_set(err, KVI_E_INVALID, "hw bench: %d threads is outside [0, 1024]", n_threads);
+        return err_set(err, KVI_E_INVALID, "hw bench: %d threads is outside [0, 1024]", n_threads);
     const cpu_feature_set *cpu = cpu_features();
     tpool *pool = tpool_create(n_threads);
-    if (!pool) return kvi_err_set(err, KVI_E_NOMEM, "hw bench: cannot create a pool of %d threads", n_threads);
+    if (!pool) return err_set(err, KVI_E_NOMEM, "hw bench: cannot create a pool of %d threads", n_threads);
     out->n_threads = tpool_size(pool);
     out->reps = quick ? 3 : 9;
     out->read_bytes = quick ? (size_t)64 << 20 : (size_t)1 << 30;
@@ -497,7 +497,7 @@ int kvi_hw_bench(kvi_hw_limits *out, int n_threads, bool quick, kvi_error *err)
         tpool_free(pool);
         size_t b = out->read_bytes;
         memset(out, 0, sizeof *out);
-        return kvi_err_set(err, KVI_E_NOMEM, "hw bench: cannot allocate the %zu-byte read buffer", b);
+        return err_set(err, KVI_E_NOMEM, "hw bench: cannot allocate the %zu-byte read buffer", b);
     }
     memset(buf, 0x5A, out->read_bytes);   /* fault every page in before timing; non-zero data */
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -526,11 +526,11 @@ int kvi_hw_bench(kvi_hw_limits *out, int n_threads, bool quick, kvi_error *err)
         out->bf16_gflops = compute_rate(pool, HW_BF16, HW_CHAINS * 64.0, target_ms, out->reps);
     if (cpu->avx512f && cpu->avx512_vnni)
         out->int8_gops = compute_rate(pool, HW_VNNI, HW_CHAINS * 128.0, target_ms, out->reps);
-    if (kvi_amx_on()) {
+    if (cpu_amx_on()) {
         out->amx_int8_gops = compute_rate(pool, HW_AMX, 4.0 * 16 * 16 * 64 * 2, target_ms, out->reps);
         out->amx_bf16_gflops = compute_rate(pool, HW_AMX_BF16, 4.0 * 16 * 16 * 32 * 2, target_ms, out->reps);
     }
-    out->f16_on_amx = kvi_amx_f16_on();
+    out->f16_on_amx = kern_amx_f16_on();
     if (pin) {
         j->kind = HW_UNPIN;   /* the caller's thread gets its own mask back */
         tpool_run(pool, hw_worker, j);

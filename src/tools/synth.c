@@ -94,7 +94,7 @@ int kvi_synth_preset(const char *name, kvi_synth_params *p)
 /* Normal deviates by the Box-Muller transform, two per 64-bit draw; the spare
  * carries over between calls so a tensor's stream does not depend on row size. */
 typedef struct synth_normal {
-    kvi_rng rng;
+    rng_state rng;
     float spare;
     int has_spare;
 } synth_normal;
@@ -105,7 +105,7 @@ static void synth_normal_init(synth_normal *g, uint64_t seed, const char *name)
     uint64_t h = 0xCBF29CE484222325ull; /* FNV-1a of the name */
     for (const unsigned char *c = (const unsigned char *)name; *c; c++) h = (h ^ *c) * 0x100000001B3ull;
     uint64_t x = seed;
-    kvi_rng_seed(&g->rng, kvi_splitmix64(&x) ^ h);
+    rng_seed(&g->rng, rng_splitmix64(&x) ^ h);
     g->has_spare = 0;
     g->spare = 0.0f;
 }
@@ -118,7 +118,7 @@ static void synth_normal_fill(synth_normal *g, float *dst, int64_t n, float mean
         g->has_spare = 0;
     }
     for (; i < n; i += 2) {
-        uint64_t r = kvi_rng_next(&g->rng);
+        uint64_t r = rng_next(&g->rng);
         /* u1 in (0, 1] (log is finite), u2 in [0, 1), 24 bits each */
         float u1 = (float)((r >> 40) + 1) * (1.0f / 16777216.0f);
         float u2 = (float)((r >> 8) & 0xFFFFFF) * (1.0f / 16777216.0f);
@@ -170,7 +170,7 @@ static int synth_file_type(kvi_type t)
 /* The stored type of a matrix with rows of n elements, and a note when it differs. */
 static kvi_type synth_matrix_type(kvi_type want, int64_t n)
 {
-    int64_t blk = kvi_type_block_elems(want);
+    int64_t blk = quant_block_elems(want);
     if (blk > 0 && n % blk == 0) return want;
     if (n % QK8_0 == 0) return KVI_TYPE_Q8_0;
     return KVI_TYPE_F16;
@@ -214,7 +214,7 @@ static void synth_note_fallbacks(const kvi_synth_params *p, const synth_tensor *
         }
         char msg[512];
         snprintf(msg, sizeof msg, "synth: note: rows of %lld are not a multiple of %s's block of %lld: %s stored as %s",
-                 (long long)len, kvi_type_name(want), (long long)kvi_type_block_elems(want), roles,
+                 (long long)len, kvi_type_name(want), (long long)quant_block_elems(want), roles,
                  kvi_type_name(t[i].type));
         p->notice(p->user, msg);
         done[done[0] ? 1 : 0] = len;
@@ -301,7 +301,7 @@ static int synth_vocab_generated(gguf_writer *w, int n_vocab, kvi_error *err)
     int32_t *ttype = malloc(n * sizeof *ttype);
     int rc = KVI_OK;
     if (!text || !tok || !score || !ttype) {
-        rc = kvi_err_set(err, KVI_E_NOMEM, "synth: no memory for a vocabulary of %d tokens", n_vocab);
+        rc = err_set(err, KVI_E_NOMEM, "synth: no memory for a vocabulary of %d tokens", n_vocab);
         goto done;
     }
     for (size_t i = 0; i < n; i++) {
@@ -336,7 +336,7 @@ static int synth_vocab_generated(gguf_writer *w, int n_vocab, kvi_error *err)
         gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 0) < 0 ||
         gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", true) < 0 ||
         gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", false) < 0)
-        rc = kvi_err_set(err, KVI_E_NOMEM, "synth: could not add the tokenizer metadata");
+        rc = err_set(err, KVI_E_NOMEM, "synth: could not add the tokenizer metadata");
 done:
     free(text);
     free(tok);
@@ -351,10 +351,10 @@ static int synth_vocab_count(const gguf_ctx *src, const char *path, int *n_vocab
     gguf_vtype et;
     uint64_t n = 0;
     int rc = gguf_get_arr_info(src, "tokenizer.ggml.tokens", &et, &n, err);
-    if (rc == -1) return kvi_err_set(err, KVI_E_FORMAT, "synth: %s has no tokenizer.ggml.tokens", path);
+    if (rc == -1) return err_set(err, KVI_E_FORMAT, "synth: %s has no tokenizer.ggml.tokens", path);
     if (rc < 0) return rc;
     if (et != GGUF_T_STRING || n == 0 || n > (1u << 24))
-        return kvi_err_set(err, KVI_E_FORMAT,
+        return err_set(err, KVI_E_FORMAT,
                            "synth: %s: tokenizer.ggml.tokens is not a string array of 1..2^24 entries", path);
     *n_vocab = (int)n;
     return KVI_OK;
@@ -367,7 +367,7 @@ static int synth_vocab_copy(gguf_writer *w, const gguf_ctx *src, const char *pat
         const char *key = gguf_kv_key(src, i);
         if (!key || strncmp(key, "tokenizer.", 10) != 0) continue;
         int rc = gguf_writer_copy_kv(w, src, key);
-        if (rc < 0) return kvi_err_set(err, rc, "synth: could not copy %s from %s", key, path);
+        if (rc < 0) return err_set(err, rc, "synth: could not copy %s from %s", key, path);
     }
     return KVI_OK;
 }
@@ -377,7 +377,7 @@ static int synth_vocab_copy(gguf_writer *w, const gguf_ctx *src, const char *pat
 static int synth_check(const kvi_synth_params *p, kvi_error *err)
 {
 #define NEED(cond, ...) \
-    if (!(cond)) return kvi_err_set(err, KVI_E_INVALID, __VA_ARGS__)
+    if (!(cond)) return err_set(err, KVI_E_INVALID, __VA_ARGS__)
     NEED(p->dim > 0 && p->dim <= 65536, "synth: dim %d out of range 1..65536", p->dim);
     NEED(p->ffn_dim > 0 && p->ffn_dim <= 262144, "synth: ffn %d out of range 1..262144", p->ffn_dim);
     NEED(p->n_layers > 0 && p->n_layers <= 1024, "synth: layers %d out of range 1..1024", p->n_layers);
@@ -393,7 +393,7 @@ static int synth_check(const kvi_synth_params *p, kvi_error *err)
              "synth: vocab %d out of range %d..4194304 (3 special + 256 byte tokens + pieces)", p->n_vocab,
              SYNTH_N_SPECIAL + SYNTH_N_BYTES + 1);
     if (synth_file_type(p->type) < 0)
-        return kvi_err_set(err, KVI_E_UNSUPPORTED, "synth: type %s is not supported for weights (use f32, f16, "
+        return err_set(err, KVI_E_UNSUPPORTED, "synth: type %s is not supported for weights (use f32, f16, "
                            "bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k or q6_k)",
                            kvi_type_name(p->type) ? kvi_type_name(p->type) : "(unknown)");
 #undef NEED
@@ -461,7 +461,7 @@ static int synth_metadata(synth_job *j, kvi_error *err)
         if (rc < 0) return rc;
     }
     rc = synth_set_metadata(j->w, p, j->n_vocab);
-    if (rc < 0) return kvi_err_set(err, rc, "synth: could not add the model metadata");
+    if (rc < 0) return err_set(err, rc, "synth: could not add the model metadata");
     return p->vocab_from ? synth_vocab_copy(j->w, j->src, p->vocab_from, err)
                          : synth_vocab_generated(j->w, j->n_vocab, err);
 }
@@ -472,25 +472,25 @@ static int synth_tensors(synth_job *j, kvi_error *err)
 {
     const kvi_synth_params *p = j->p;
     j->tab = calloc(3 + 9 * (size_t)p->n_layers, sizeof *j->tab);
-    if (!j->tab) return kvi_err_set(err, KVI_E_NOMEM, "synth: no memory for the tensor table");
+    if (!j->tab) return err_set(err, KVI_E_NOMEM, "synth: no memory for the tensor table");
     j->n_t = synth_build_table(p, j->n_vocab, j->tab);
     synth_note_fallbacks(p, j->tab, j->n_t);
     for (size_t i = 0; i < j->n_t; i++) {
         const synth_tensor *t = &j->tab[i];
-        size_t b = kvi_row_bytes(t->type, t->ne[0]) * (size_t)t->ne[1];
+        size_t b = quant_row_bytes(t->type, t->ne[0]) * (size_t)t->ne[1];
         if (b == 0)
-            return kvi_err_set(err, KVI_E_UNSUPPORTED, "synth: %s: no row size for type %s", t->name,
+            return err_set(err, KVI_E_UNSUPPORTED, "synth: %s: no row size for type %s", t->name,
                                kvi_type_name(t->type));
         if (b > j->max_bytes) j->max_bytes = b;
         if (t->ne[0] > j->max_row) j->max_row = t->ne[0];
         j->total_bytes += b;
         int rc = gguf_writer_add_tensor(j->w, t->name, t->type, t->n_dims, t->ne);
-        if (rc < 0) return kvi_err_set(err, rc, "synth: could not declare tensor %s", t->name);
+        if (rc < 0) return err_set(err, rc, "synth: could not declare tensor %s", t->name);
     }
     j->qbuf = malloc(j->max_bytes);
     j->row = malloc((size_t)j->max_row * sizeof *j->row);
     if (!j->qbuf || !j->row)
-        return kvi_err_set(err, KVI_E_NOMEM, "synth: no memory for a tensor of %zu bytes", j->max_bytes);
+        return err_set(err, KVI_E_NOMEM, "synth: no memory for a tensor of %zu bytes", j->max_bytes);
     return KVI_OK;
 }
 
@@ -502,14 +502,14 @@ static int synth_data(synth_job *j, FILE *f, kvi_error *err)
     size_t done_bytes = 0;
     for (size_t i = 0; i < j->n_t; i++) {
         const synth_tensor *t = &j->tab[i];
-        const size_t rb = kvi_row_bytes(t->type, t->ne[0]);
+        const size_t rb = quant_row_bytes(t->type, t->ne[0]);
         synth_normal g;
         synth_normal_init(&g, p->seed, t->name);
         for (int64_t r = 0; r < t->ne[1]; r++) {
             synth_normal_fill(&g, j->row, t->ne[0], t->is_norm ? 1.0f : 0.0f, 0.02f);
-            int rc = kvi_quantize_row(t->type, j->row, j->qbuf + (size_t)r * rb, t->ne[0]);
+            int rc = quant_quantize_row(t->type, j->row, j->qbuf + (size_t)r * rb, t->ne[0]);
             if (rc < 0)
-                return kvi_err_set(err, rc, "synth: %s: quantisation to %s failed", t->name,
+                return err_set(err, rc, "synth: %s: quantisation to %s failed", t->name,
                                    kvi_type_name(t->type));
         }
         int rc = gguf_writer_write_tensor(j->w, f, (int64_t)i, j->qbuf, err);
@@ -522,7 +522,7 @@ static int synth_data(synth_job *j, FILE *f, kvi_error *err)
 
 int kvi_synth_write(const kvi_synth_params *p, const char *path, kvi_error *err)
 {
-    if (!p || !path || !path[0]) return kvi_err_set(err, KVI_E_INVALID, "synth: no parameters or no output path");
+    if (!p || !path || !path[0]) return err_set(err, KVI_E_INVALID, "synth: no parameters or no output path");
     int rc = synth_check(p, err);
     if (rc < 0) return rc;
 
@@ -530,12 +530,12 @@ int kvi_synth_write(const kvi_synth_params *p, const char *path, kvi_error *err)
     FILE *f = NULL;
     bool created = false;  /* path is ours to remove on failure */
     j.w = gguf_writer_create();
-    if (!j.w) return kvi_err_set(err, KVI_E_NOMEM, "synth: no memory for the GGUF writer");
+    if (!j.w) return err_set(err, KVI_E_NOMEM, "synth: no memory for the GGUF writer");
     rc = synth_metadata(&j, err);
     if (rc == 0) rc = synth_tensors(&j, err);
     if (rc == 0) {
         f = fopen(path, "wb");
-        if (!f) rc = kvi_err_set(err, KVI_E_IO, "synth: cannot create %s", path);
+        if (!f) rc = err_set(err, KVI_E_IO, "synth: cannot create %s", path);
     }
     if (rc == 0) {
         created = true;
@@ -545,7 +545,7 @@ int kvi_synth_write(const kvi_synth_params *p, const char *path, kvi_error *err)
     if (rc == 0) {
         const int closed = fclose(f);
         f = NULL;
-        if (closed != 0) rc = kvi_err_set(err, KVI_E_IO, "synth: writing %s failed (disk full?)", path);
+        if (closed != 0) rc = err_set(err, KVI_E_IO, "synth: writing %s failed (disk full?)", path);
     }
     if (rc != 0) {
         if (f) fclose(f);

@@ -64,7 +64,7 @@ int kv_policy_apply(kv_pool *p, kv_table *t, const kv_rope *m, const int32_t *ke
         free(freq);
         free(cs);
         free(snap);
-        return kvi_err_set(err, KVI_E_NOMEM, "context policy: out of memory");
+        return err_set(err, KVI_E_NOMEM, "context policy: out of memory");
     }
     /* sources are read through a view whose tail is the snapshot: the newest
      * group's exact keys stay readable after the live tail has moved on */
@@ -73,7 +73,7 @@ int kv_policy_apply(kv_pool *p, kv_table *t, const kv_rope *m, const int32_t *ke
         memcpy(snap, t->tail, p->tail_bytes);
         src_view.tail = snap;
     }
-    for (int j = 0; j < half; j++) freq[j] = kvi_rope_freq(m->theta, m->n_rot, m->freqs, j);
+    for (int j = 0; j < half; j++) freq[j] = kern_rope_freq(m->theta, m->n_rot, m->freqs, j);
     /* group by group: every source of a destination group lies in it or later
      * (keep[i] >= i) and is read before the group is written; the unmoved rows
      * of the first group are written back too, so that a q4 group is rebuilt
@@ -90,11 +90,11 @@ int kv_policy_apply(kv_pool *p, kv_table *t, const kv_rope *m, const int32_t *ke
                 kv_read_row(p, &src_view, l, 1, src, vbuf + (size_t)(i - g0) * kvd);
                 if (delta == 0) continue;
                 if (!have || delta != cur_delta) {
-                    kvi_rope_cos_sin((double)delta, freq, half, cs, cs + half);
+                    kern_rope_cos_sin((double)delta, freq, half, cs, cs + half);
                     cur_delta = delta;
                     have = true;
                 }
-                for (int h = 0; h < m->n_kv_heads; h++) kvi_rope_head(k + (size_t)h * hd, cs, cs + half, half, m->neox);
+                for (int h = 0; h < m->n_kv_heads; h++) kern_rope_head(k + (size_t)h * hd, cs, cs + half, half, m->neox);
             }
             for (int32_t i = g0; i < g1; i++) {
                 /* an unmoved row is rewritten only to rebuild a q4 key group */

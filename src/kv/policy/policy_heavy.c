@@ -37,7 +37,7 @@ static int32_t select_heavy(const kv_policy_params *pp, int32_t n_pos, int32_t n
     int32_t win = pp->n_window > 0 ? pp->n_window : pp->n_ctx / 4;
     if (win > budget - n_sink) win = budget - n_sink;
     if (budget < n_sink || win < 0)
-        return kvi_err_set(err, KVI_E_CONTEXT_FULL,
+        return err_set(err, KVI_E_CONTEXT_FULL,
                            "context_length_exceeded: heavy cannot make room for %d positions "
                            "(%d sinks, context %d)", n_needed, pp->n_sink, pp->n_ctx);
     if (win > n_pos - n_sink) win = n_pos - n_sink;
@@ -48,7 +48,7 @@ static int32_t select_heavy(const kv_policy_params *pp, int32_t n_pos, int32_t n
     for (int32_t i = 0; i < n_sink; i++) keep[n++] = i;
     if (n_heavy > 0) {
         scored *c = malloc((size_t)(mid1 - mid0) * sizeof *c);   /* [mid1 - mid0] */
-        if (!c) return kvi_err_set(err, KVI_E_NOMEM, "heavy policy: out of memory");
+        if (!c) return err_set(err, KVI_E_NOMEM, "heavy policy: out of memory");
         for (int32_t i = mid0; i < mid1; i++) c[i - mid0] = (scored){recv ? recv[i] : 0.0f, i};
         qsort(c, (size_t)(mid1 - mid0), sizeof *c, by_score_desc);
         for (int32_t i = 0; i < n_heavy; i++) keep[n + i] = c[i].pos;

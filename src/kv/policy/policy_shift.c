@@ -15,7 +15,7 @@ static int32_t select_shift(const kv_policy_params *pp, int32_t n_pos, int32_t n
     int32_t drop = rest / 2;
     if (n_pos - drop + n_needed > pp->n_ctx) drop = n_pos + n_needed - pp->n_ctx;
     if (drop <= 0 || drop > rest)
-        return kvi_err_set(err, KVI_E_CONTEXT_FULL,
+        return err_set(err, KVI_E_CONTEXT_FULL,
                            "context_length_exceeded: shift cannot make room for %d positions "
                            "(keep %d of context %d)", n_needed, pp->n_keep, pp->n_ctx);
     int32_t n = 0;

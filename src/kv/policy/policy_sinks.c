@@ -15,7 +15,7 @@ static int32_t select_sinks(const kv_policy_params *pp, int32_t n_pos, int32_t n
     int32_t win = pp->n_ctx - n_sink - n_needed;
     if (pp->n_window > 0 && pp->n_window < win) win = pp->n_window;
     if (win < 0 || n_sink + n_needed > pp->n_ctx)
-        return kvi_err_set(err, KVI_E_CONTEXT_FULL,
+        return err_set(err, KVI_E_CONTEXT_FULL,
                            "context_length_exceeded: sinks cannot make room for %d positions "
                            "(%d sinks, context %d)", n_needed, pp->n_sink, pp->n_ctx);
     if (win > n_pos - n_sink) win = n_pos - n_sink;
