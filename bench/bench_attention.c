@@ -52,7 +52,7 @@ int main(int argc, char **argv)
     if (threads < 1 || reps < 1 || depth < 0 || rows < 1) return 2;
     const int kvd = KVH * HD, qd = HEADS * HD, npos = depth + rows;
     kv_pool kv;
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     if (kv_pool_init(&kv, 1, kvd, BS, type, type, (size_t)npos * kvd * 8 + ((size_t)1 << 24), &err)) {
         fprintf(stderr, "pool: %s\n", err.msg);
         return 1;
@@ -65,7 +65,8 @@ int main(int argc, char **argv)
     }
     t.n_pos = npos;
     bench_bufs b;
-    if (!bench_bufs_alloc(&b, rows, (size_t)rows * qd, (size_t)rows * qd, reps) || bench_fill_kv(&kv, &t, 0, npos))
+    if (!bench_bufs_alloc(&b, rows, (size_t)rows * qd, (size_t)rows * qd, reps) ||
+        bench_fill_kv(&kv, &t, 0, npos))
         return 1;
     double flop = 0;
     for (int r = 0; r < rows; r++) {
@@ -74,11 +75,19 @@ int main(int argc, char **argv)
         flop += 4.0 * HEADS * HD * (double)(depth + r + 1);
     }
     for (size_t i = 0; i < (size_t)rows * qd; i++) b.q[i] = 2.0f * bench_rnd();
-    call c = {.pool = tpool_create(threads)};
+    call c = { .pool = tpool_create(threads) };
     c.sc = attn_scratch_create(tpool_size(c.pool), BS, HD, HEADS, KVH, kvd);
     if (!c.pool || !c.sc) return 1;
-    c.a = (attn_args){.kv = &kv, .layer = 0, .n_rows = rows, .tables = b.tabs, .pos = b.pos, .q = b.q,
-                      .out = b.out, .n_heads = HEADS, .n_kv_heads = KVH, .head_dim = HD};
+    c.a = (attn_args){ .kv = &kv,
+                       .layer = 0,
+                       .n_rows = rows,
+                       .tables = b.tabs,
+                       .pos = b.pos,
+                       .q = b.q,
+                       .out = b.out,
+                       .n_heads = HEADS,
+                       .n_kv_heads = KVH,
+                       .head_dim = HD };
     bench_time(run_call, &c, reps, b.ts, b.cs);
     const double *ts = b.ts, *cs = b.cs;
     const uint64_t h = bench_fnv(b.out, (size_t)rows * qd * sizeof(float));

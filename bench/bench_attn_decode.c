@@ -33,8 +33,8 @@ typedef struct step {
     int seqs;
     const kv_table **tabs;
     const int32_t *pos;
-    const float *q;   /* [LAYERS][seqs][HEADS * HD] */
-    float *out;       /* [seqs][HEADS * HD] */
+    const float *q; /* [LAYERS][seqs][HEADS * HD] */
+    float *out;     /* [seqs][HEADS * HD] */
 } step;
 
 static void run_step(void *ctx)
@@ -42,9 +42,16 @@ static void run_step(void *ctx)
     const step *st = ctx;
     const size_t qd = (size_t)HEADS * HD;
     for (int l = 0; l < LAYERS; l++) {
-        attn_args a = {.kv = st->kv, .layer = l, .n_rows = st->seqs, .tables = st->tabs, .pos = st->pos,
-                       .q = st->q + (size_t)l * st->seqs * qd, .out = st->out, .n_heads = HEADS,
-                       .n_kv_heads = KVH, .head_dim = HD};
+        attn_args a = { .kv = st->kv,
+                        .layer = l,
+                        .n_rows = st->seqs,
+                        .tables = st->tabs,
+                        .pos = st->pos,
+                        .q = st->q + (size_t)l * st->seqs * qd,
+                        .out = st->out,
+                        .n_heads = HEADS,
+                        .n_kv_heads = KVH,
+                        .head_dim = HD };
         attention_rows(st->pool, st->sc, &a);
     }
 }
@@ -59,7 +66,7 @@ int main(int argc, char **argv)
     if (threads < 1 || steps < 1 || seqs < 1 || lo < 0 || hi < lo) return 2;
     const int kvd = KVH * HD, qd = HEADS * HD;
     kv_pool kv;
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     const size_t budget = (size_t)seqs * (hi + BS + 1) * kvd * 4 * LAYERS + ((size_t)1 << 24);
     if (kv_pool_init(&kv, LAYERS, kvd, BS, KVI_TYPE_F16, KVI_TYPE_F16, budget, &err)) {
         fprintf(stderr, "pool: %s\n", err.msg);
@@ -82,8 +89,13 @@ int main(int argc, char **argv)
             if (bench_fill_kv(&kv, &tab[s], l, pos[s] + 1)) return 1;
     }
     for (size_t i = 0; i < (size_t)LAYERS * seqs * qd; i++) b.q[i] = 2.0f * bench_rnd();
-    step st = {.pool = tpool_create(threads), .kv = &kv, .seqs = seqs, .tabs = tabs, .pos = pos, .q = b.q,
-               .out = b.out};
+    step st = { .pool = tpool_create(threads),
+                .kv = &kv,
+                .seqs = seqs,
+                .tabs = tabs,
+                .pos = pos,
+                .q = b.q,
+                .out = b.out };
     st.sc = attn_scratch_create(tpool_size(st.pool), BS, HD, HEADS, KVH, kvd);
     if (!st.pool || !st.sc) return 1;
     bench_time(run_step, &st, steps, b.ts, b.cs);

@@ -34,8 +34,8 @@ typedef struct bufs {
 
 static bufs bufs_make(int threads, int64_t n_x, int64_t n_y, int64_t n_row)
 {
-    bufs b = {tpool_create(threads), malloc((size_t)n_x * sizeof(float)), malloc((size_t)n_y * sizeof(float)),
-              malloc((size_t)n_row * sizeof(float))};
+    bufs b = { tpool_create(threads), malloc((size_t)n_x * sizeof(float)),
+               malloc((size_t)n_y * sizeof(float)), malloc((size_t)n_row * sizeof(float)) };
     uint64_t s = 88172645463325252ull;
     for (int64_t i = 0; i < n_x; i++) {
         s ^= s << 13, s ^= s >> 7, s ^= s << 17;
@@ -68,16 +68,16 @@ static int bench_gemv(int argc, char **argv)
 {
     int threads = argc > 2 ? atoi(argv[2]) : 2, reps = argc > 3 ? atoi(argv[3]) : 5;
     size_t mib = argc > 4 ? (size_t)atol(argv[4]) : 1024;
-    const char *deflt[] = {"q8_0", "q4_0", "q4_k", "q6_k"};
+    const char *deflt[] = { "q8_0", "q4_0", "q4_k", "q6_k" };
     const char **types = argc > 5 ? (const char **)argv + 5 : deflt;
     int n_types = argc > 5 ? argc - 5 : (int)(sizeof deflt / sizeof deflt[0]);
-    const int64_t shapes[3][2] = {{2048, 2048}, {8192, 2048}, {2048, 8192}};   /* n_out, n_in */
+    const int64_t shapes[3][2] = { { 2048, 2048 }, { 8192, 2048 }, { 2048, 8192 } }; /* n_out, n_in */
     bufs b = bufs_make(threads, 8192, 8192, 8192);
     float *x = b.x, *y = b.y, *row = b.row;
     if (reps > 64) reps = 64;
     const int r16 = getenv("BENCH_R16") && strcmp(getenv("BENCH_R16"), "1") == 0;
-    printf("gemv: isa %s threads %d reps %d, %zu MiB of copies, %s layout (median GB/s of weights)\n", kvi_isa_name(),
-           threads, reps, mib, r16 ? "R16 where possible" : "rows");
+    printf("gemv: isa %s threads %d reps %d, %zu MiB of copies, %s layout (median GB/s of weights)\n",
+           kvi_isa_name(), threads, reps, mib, r16 ? "R16 where possible" : "rows");
     printf("%-6s %14s %14s %14s\n", "type", "2048x2048", "8192x2048", "2048x8192");
     for (int k = 0; k < n_types; k++) {
         kvi_type t;
@@ -97,19 +97,19 @@ static int bench_gemv(int argc, char **argv)
                 quant_quantize_row(t, row, w + (size_t)j * rb, n_in);
             }
             for (size_t c = 1; c < copies; c++) memcpy(w + c * mb, w, mb);
-            int layout = KVI_LAYOUT_ROWS;   /* R16 (as the loader does) when asked and possible */
+            int layout = KVI_LAYOUT_ROWS; /* R16 (as the loader does) when asked and possible */
             if (r16) {
-                kern_tensor T = {.data = w, .type = t, .n_in = n_in, .n_out = n_out};
+                kern_tensor T = { .data = w, .type = t, .n_in = n_in, .n_out = n_out };
                 for (size_t c = 0; c < copies && kern_r16_eligible(&T); c++) {
-                    T = (kern_tensor){.data = w + c * mb, .type = t, .n_in = n_in, .n_out = n_out};
+                    T = (kern_tensor){ .data = w + c * mb, .type = t, .n_in = n_in, .n_out = n_out };
                     if (kern_r16_repack(&T, threads) == 0) layout = T.layout;
                 }
             }
             double ts[64];
-            for (int i = -1; i < reps; i++) {   /* i = -1: warm-up */
+            for (int i = -1; i < reps; i++) { /* i = -1: warm-up */
                 double t0 = bench_now(CLOCK_MONOTONIC);
                 for (size_t c = 0; c < copies; c++) {
-                    kern_tensor W = {w + c * mb, t, n_in, n_out, layout};
+                    kern_tensor W = { w + c * mb, t, n_in, n_out, layout };
                     kern_matmul(b.pool, &W, x, n_in, 1, y, n_out);
                 }
                 if (i >= 0) ts[i] = (bench_now(CLOCK_MONOTONIC) - t0) / (double)copies;
@@ -128,11 +128,12 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "gemv") == 0) return bench_gemv(argc, argv);
     int threads = argc > 1 ? atoi(argv[1]) : 2, reps = argc > 2 ? atoi(argv[2]) : 5;
-    const char *deflt[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k"};
+    const char *deflt[] = { "f32",  "f16",  "bf16", "q8_0", "q4_0", "q4_1",
+                            "q5_0", "q5_1", "q4_k", "q5_k", "q6_k" };
     const char **types = argc > 3 ? (const char **)argv + 3 : deflt;
     int n_types = argc > 3 ? argc - 3 : (int)(sizeof deflt / sizeof deflt[0]);
-    const int64_t n_in = 2048, outs[2] = {2048, 8192};
-    int64_t rows[2] = {1, 512};
+    const int64_t n_in = 2048, outs[2] = { 2048, 8192 };
+    int64_t rows[2] = { 1, 512 };
     if (getenv("BENCH_ROWS") && atoi(getenv("BENCH_ROWS")) >= 1 && atoi(getenv("BENCH_ROWS")) <= 512)
         rows[1] = atoi(getenv("BENCH_ROWS"));
     const int r16 = getenv("BENCH_R16") && strcmp(getenv("BENCH_R16"), "1") == 0;
@@ -140,8 +141,8 @@ int main(int argc, char **argv)
     float *x = b.x, *y = b.y, *row = b.row;
     printf("isa %s threads %d reps %d, %s layout (median GOP/s)\n", kvi_isa_name(), threads, reps,
            r16 ? "R16 where possible" : "rows");
-    printf("%-6s %14s %11s%-3d %14s %11s%-3d\n", "type", "2048x2048 r1", "2048x2048 r", (int)rows[1], "2048x8192 r1",
-           "2048x8192 r", (int)rows[1]);
+    printf("%-6s %14s %11s%-3d %14s %11s%-3d\n", "type", "2048x2048 r1", "2048x2048 r", (int)rows[1],
+           "2048x8192 r1", "2048x8192 r", (int)rows[1]);
     for (int k = 0; k < n_types; k++) {
         kvi_type t;
         if (!find_type(types[k], &t)) continue;
@@ -153,12 +154,12 @@ int main(int argc, char **argv)
                 for (int64_t i = 0; i < n_in; i++) row[i] = x[(j * 7 + i) % (512 * n_in)];
                 quant_quantize_row(t, row, w + (size_t)j * rb, n_in);
             }
-            kern_tensor W = {w, t, n_in, outs[o], KVI_LAYOUT_ROWS};
+            kern_tensor W = { w, t, n_in, outs[o], KVI_LAYOUT_ROWS };
             if (r16 && kern_r16_eligible(&W) && kern_r16_repack(&W, threads) != 0) printf(" (repack failed)");
             for (int r = 0; r < 2; r++) {
                 double ts[64];
                 int n = reps < 64 ? reps : 64, calls = rows[r] == 1 ? 20 : 1;
-                kern_matmul(b.pool, &W, x, n_in, rows[r], y, outs[o]);   /* warm-up */
+                kern_matmul(b.pool, &W, x, n_in, rows[r], y, outs[o]); /* warm-up */
                 for (int i = 0; i < n; i++) {
                     double t0 = bench_now(CLOCK_MONOTONIC);
                     for (int c = 0; c < calls; c++) kern_matmul(b.pool, &W, x, n_in, rows[r], y, outs[o]);

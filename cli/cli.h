@@ -68,8 +68,8 @@ int cli_print_json(struct cJSON *root, const char *oom_msg);
 const char *cli_default_model(void);
 /* Tokenizes text into a malloc'd array (*ids, *n). Returns 0, or prints an error
  * and returns 1. */
-int cli_tokenize(const kvi_model *m, const char *text, size_t len, bool add_special,
-                 bool parse_special, int32_t **ids, int32_t *n);
+int cli_tokenize(const kvi_model *m, const char *text, size_t len, bool add_special, bool parse_special,
+                 int32_t **ids, int32_t *n);
 /* Text of ids as a malloc'd NUL-terminated string (length in *len when non-NULL);
  * NULL (error printed) on failure. */
 char *cli_detokenize(const kvi_model *m, const int32_t *ids, int32_t n, bool render_special,

@@ -91,8 +91,10 @@ static int policy_flag(int argc, char **argv, int *i, cli_common *o, unsigned wh
     const char *s = cli_flag_value(argc, argv, i);
     if (!s) return -1;
     if (strcmp(s, "error") && strcmp(s, "shift") && strcmp(s, "sinks") && strcmp(s, "heavy")) {
-        if (which & CLI_OPT_POLICY_UNKNOWN) cli_error("%s: unknown policy '%s' (error, shift, sinks, heavy)", a, s);
-        else cli_error("%s: '%s' is not a policy (error, shift, sinks, heavy)", a, s);
+        if (which & CLI_OPT_POLICY_UNKNOWN)
+            cli_error("%s: unknown policy '%s' (error, shift, sinks, heavy)", a, s);
+        else
+            cli_error("%s: '%s' is not a policy (error, shift, sinks, heavy)", a, s);
         return -1;
     }
     o->ctx_policy = s;
@@ -137,7 +139,8 @@ int cli_opt_common(int argc, char **argv, int *i, cli_common *o, unsigned which)
     }
     if ((which & CLI_OPT_KV_BLOCK) && is_flag(a, NULL, "--kv-block"))
         return int_flag(argc, argv, i, which, 1, 4096, &o->kv_block);
-    if ((which & CLI_OPT_KV_BUDGET) && is_flag(a, NULL, "--kv-budget")) return budget_flag(argc, argv, i, o, which);
+    if ((which & CLI_OPT_KV_BUDGET) && is_flag(a, NULL, "--kv-budget"))
+        return budget_flag(argc, argv, i, o, which);
     if (which & (CLI_OPT_KV_TYPE | CLI_OPT_KV_TYPE_KV)) {
         const int r = kv_type_flag(argc, argv, i, o, which);
         if (r != 0) return r;
@@ -180,7 +183,7 @@ kvi_model *cli_opt_load_model(const cli_common *o) { return cli_load_model(o->mo
 
 kvi_engine *cli_engine_create(kvi_model *m, const kvi_engine_params *ep, const char *who)
 {
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     kvi_engine *e = kvi_engine_create(m, ep, &err);
     if (!e) cli_error("%scannot create the engine: %s", who, err.msg[0] ? err.msg : kvi_strerror(err.code));
     return e;

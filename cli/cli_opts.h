@@ -20,48 +20,48 @@
 
 enum {
     /* flag groups */
-    CLI_OPT_MODEL = 1u << 0,       /* -m, --model PATH */
-    CLI_OPT_TOKENIZER = 1u << 1,   /* --tokenizer PATH */
-    CLI_OPT_MMAP = 1u << 2,        /* --mmap */
-    CLI_OPT_THREADS = 1u << 3,     /* -t, --threads N in [0, 1024] */
-    CLI_OPT_CTX = 1u << 4,         /* -c, --ctx-size N in [1, 2^24] */
-    CLI_OPT_KV_TYPE = 1u << 5,     /* --kv-type T: K and V */
-    CLI_OPT_KV_TYPE_KV = 1u << 6,  /* --kv-type-k T, --kv-type-v T */
-    CLI_OPT_KV_BLOCK = 1u << 7,    /* --kv-block N in [1, 4096] */
-    CLI_OPT_KV_BUDGET = 1u << 8,   /* --kv-budget SIZE, more than 0 */
-    CLI_OPT_NO_PREFIX = 1u << 9,   /* --no-prefix-cache */
-    CLI_OPT_POLICY = 1u << 10,     /* --ctx-policy P, --keep N, --sink N, --window N in [0, 2^24] */
-    CLI_OPT_PROMPT = 1u << 11,     /* -p, --prompt TEXT; -f, --file PATH; --tokens IDS; --special */
+    CLI_OPT_MODEL = 1u << 0,      /* -m, --model PATH */
+    CLI_OPT_TOKENIZER = 1u << 1,  /* --tokenizer PATH */
+    CLI_OPT_MMAP = 1u << 2,       /* --mmap */
+    CLI_OPT_THREADS = 1u << 3,    /* -t, --threads N in [0, 1024] */
+    CLI_OPT_CTX = 1u << 4,        /* -c, --ctx-size N in [1, 2^24] */
+    CLI_OPT_KV_TYPE = 1u << 5,    /* --kv-type T: K and V */
+    CLI_OPT_KV_TYPE_KV = 1u << 6, /* --kv-type-k T, --kv-type-v T */
+    CLI_OPT_KV_BLOCK = 1u << 7,   /* --kv-block N in [1, 4096] */
+    CLI_OPT_KV_BUDGET = 1u << 8,  /* --kv-budget SIZE, more than 0 */
+    CLI_OPT_NO_PREFIX = 1u << 9,  /* --no-prefix-cache */
+    CLI_OPT_POLICY = 1u << 10,    /* --ctx-policy P, --keep N, --sink N, --window N in [0, 2^24] */
+    CLI_OPT_PROMPT = 1u << 11,    /* -p, --prompt TEXT; -f, --file PATH; --tokens IDS; --special */
     /* where commands differ */
-    CLI_OPT_CTX_MIN0 = 1u << 16,   /* -c 0 accepted: the model's context (serve, chat) */
-    CLI_OPT_CTX_MIN4 = 1u << 17,   /* -c at least 4 (perplexity: a chunk of 4 scores one row) */
-    CLI_OPT_KV_ANY = 1u << 18,     /* any type kvi_type_from_name knows (bf16 too; the engine
+    CLI_OPT_CTX_MIN0 = 1u << 16,       /* -c 0 accepted: the model's context (serve, chat) */
+    CLI_OPT_CTX_MIN4 = 1u << 17,       /* -c at least 4 (perplexity: a chunk of 4 scores one row) */
+    CLI_OPT_KV_ANY = 1u << 18,         /* any type kvi_type_from_name knows (bf16 too; the engine
                                       decides), a bad one "X: unknown type 'T'" (bench) */
-    CLI_OPT_KV_LATER = 1u << 19,   /* like KV_ANY, but the names are only kept, and checked by
+    CLI_OPT_KV_LATER = 1u << 19,       /* like KV_ANY, but the names are only kept, and checked by
                                       cli_opt_kv_check after every flag (perplexity) */
-    CLI_OPT_BUDGET_ZERO = 1u << 20, /* --kv-budget 0 accepted (the default bound); a bad size
+    CLI_OPT_BUDGET_ZERO = 1u << 20,    /* --kv-budget 0 accepted (the default bound); a bad size
                                        is "--kv-budget: 'S' is not a size" (serve) */
     CLI_OPT_POLICY_UNKNOWN = 1u << 21, /* a bad policy is "X: unknown policy 'P' (...)" instead
                                           of "X: 'P' is not a policy (...)" (perplexity) */
-    CLI_OPT_TERSE = 1u << 22,      /* a bad number is "X: bad value 'V'" (chat) */
+    CLI_OPT_TERSE = 1u << 22,          /* a bad number is "X: bad value 'V'" (chat) */
 };
 
 /* What the flags that cli_opt_common consumed say. */
 typedef struct cli_common {
-    const char *model;          /* NULL: the command's default */
-    const char *tokenizer;      /* NULL: next to the model */
+    const char *model;     /* NULL: the command's default */
+    const char *tokenizer; /* NULL: next to the model */
     bool mmap;
-    int64_t n_threads;          /* 0: every core */
-    int64_t n_ctx;              /* 0: not given (the model's, or the command's default) */
-    kvi_type kv_k, kv_v;        /* F16 unless given */
-    const char *kv_k_name;      /* the type names as given (NULL: not given); */
-    const char *kv_v_name;      /*   with CLI_OPT_KV_LATER not yet checked */
-    int64_t kv_block;           /* 0: the engine's block size */
-    size_t kv_budget;           /* 0: the engine's bound */
+    int64_t n_threads;     /* 0: every core */
+    int64_t n_ctx;         /* 0: not given (the model's, or the command's default) */
+    kvi_type kv_k, kv_v;   /* F16 unless given */
+    const char *kv_k_name; /* the type names as given (NULL: not given); */
+    const char *kv_v_name; /*   with CLI_OPT_KV_LATER not yet checked */
+    int64_t kv_block;      /* 0: the engine's block size */
+    size_t kv_budget;      /* 0: the engine's bound */
     bool no_prefix;
-    const char *ctx_policy;     /* as given ("error" too); NULL: not given */
-    int64_t keep, sink, window; /* 0, 4, 0 unless given */
-    const char *prompt, *file, *tokens;  /* the prompt's sources as given (cli_prompt_ids) */
+    const char *ctx_policy;             /* as given ("error" too); NULL: not given */
+    int64_t keep, sink, window;         /* 0, 4, 0 unless given */
+    const char *prompt, *file, *tokens; /* the prompt's sources as given (cli_prompt_ids) */
     bool special;
 } cli_common;
 

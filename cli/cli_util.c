@@ -89,11 +89,16 @@ bool cli_parse_size(const char *s, size_t *out)
     const char *p = end;
     if (*p) {
         switch (*p) {
-        case 'k': case 'K': mul = 1024.0; break;
-        case 'm': case 'M': mul = 1024.0 * 1024.0; break;
-        case 'g': case 'G': mul = 1024.0 * 1024.0 * 1024.0; break;
-        case 't': case 'T': mul = 1024.0 * 1024.0 * 1024.0 * 1024.0; break;
-        case 'b': case 'B': mul = 1.0; break;
+        case 'k':
+        case 'K': mul = 1024.0; break;
+        case 'm':
+        case 'M': mul = 1024.0 * 1024.0; break;
+        case 'g':
+        case 'G': mul = 1024.0 * 1024.0 * 1024.0; break;
+        case 't':
+        case 'T': mul = 1024.0 * 1024.0 * 1024.0 * 1024.0; break;
+        case 'b':
+        case 'B': mul = 1.0; break;
         default: return false;
         }
         if (*p != 'b' && *p != 'B') {
@@ -118,19 +123,22 @@ bool cli_parse_ids(const char *s, int32_t **ids, int32_t *n)
     size_t len = strlen(s);
     /* at most one id per two characters, plus one */
     size_t cap = len / 2 + 1;
-    int32_t *arr = malloc(cap * sizeof *arr);   /* (cap) token ids */
+    int32_t *arr = malloc(cap * sizeof *arr); /* (cap) token ids */
     if (!arr) return false;
     size_t count = 0;
     const char *p = s;
     while (is_space(*p)) p++;
     bool bracket = false;
-    if (*p == '[') { bracket = true; p++; }
-    bool need_sep = false;  /* true right after a number */
+    if (*p == '[') {
+        bracket = true;
+        p++;
+    }
+    bool need_sep = false; /* true right after a number */
     for (;;) {
         while (is_space(*p)) p++;
         if (*p == '\0' || *p == ']') break;
         if (*p == ',') {
-            if (!need_sep) goto fail;   /* ",," or leading comma */
+            if (!need_sep) goto fail; /* ",," or leading comma */
             need_sep = false;
             p++;
             continue;
@@ -157,7 +165,7 @@ bool cli_parse_ids(const char *s, int32_t **ids, int32_t *n)
         goto fail;
     }
     if (*p != '\0') goto fail;
-    if (count > 0 && !need_sep) goto fail;  /* trailing comma */
+    if (count > 0 && !need_sep) goto fail; /* trailing comma */
     *ids = arr;
     *n = (int32_t)count;
     return true;
@@ -171,8 +179,12 @@ char *cli_read_file(const char *path, size_t *len)
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
     size_t cap = 4096, n = 0;
-    char *buf = malloc(cap + 1);   /* (cap + 1) bytes, NUL-terminated */
-    if (!buf) { fclose(f); errno = ENOMEM; return NULL; }
+    char *buf = malloc(cap + 1); /* (cap + 1) bytes, NUL-terminated */
+    if (!buf) {
+        fclose(f);
+        errno = ENOMEM;
+        return NULL;
+    }
     for (;;) {
         size_t r = fread(buf + n, 1, cap - n, f);
         n += r;
@@ -186,10 +198,20 @@ char *cli_read_file(const char *path, size_t *len)
             }
             break;
         }
-        if (cap > SIZE_MAX / 2 - 1) { free(buf); fclose(f); errno = ENOMEM; return NULL; }
+        if (cap > SIZE_MAX / 2 - 1) {
+            free(buf);
+            fclose(f);
+            errno = ENOMEM;
+            return NULL;
+        }
         cap *= 2;
         char *nb = realloc(buf, cap + 1);
-        if (!nb) { free(buf); fclose(f); errno = ENOMEM; return NULL; }
+        if (!nb) {
+            free(buf);
+            fclose(f);
+            errno = ENOMEM;
+            return NULL;
+        }
         buf = nb;
     }
     fclose(f);
@@ -243,15 +265,15 @@ const char *cli_default_model(void)
     return path;
 }
 
-int cli_tokenize(const kvi_model *m, const char *text, size_t len, bool add_special,
-                 bool parse_special, int32_t **ids, int32_t *n)
+int cli_tokenize(const kvi_model *m, const char *text, size_t len, bool add_special, bool parse_special,
+                 int32_t **ids, int32_t *n)
 {
     /* a first guess; kvi_tokenize reports the real count when it is larger */
     size_t guess = len + 8;
     if (guess > (size_t)INT32_MAX) return cli_error("text too long to tokenize (%zu bytes)", len);
     int32_t cap = (int32_t)guess;
     for (int attempt = 0; attempt < 2; attempt++) {
-        int32_t *buf = malloc((size_t)cap * sizeof *buf);   /* (cap) token ids */
+        int32_t *buf = malloc((size_t)cap * sizeof *buf); /* (cap) token ids */
         if (!buf) return cli_error("out of memory tokenizing %zu bytes", len);
         int32_t r = kvi_tokenize(m, text, len, add_special, parse_special, buf, cap);
         if (r < 0) {
@@ -274,8 +296,11 @@ char *cli_detokenize(const kvi_model *m, const int32_t *ids, int32_t n, bool ren
 {
     size_t cap = (size_t)(n > 0 ? n : 0) * 8 + 16;
     for (int attempt = 0; attempt < 2; attempt++) {
-        char *buf = malloc(cap);   /* (cap) bytes, NUL-terminated by kvi_detokenize */
-        if (!buf) { cli_error("out of memory detokenizing %d tokens", (int)n); return NULL; }
+        char *buf = malloc(cap); /* (cap) bytes, NUL-terminated by kvi_detokenize */
+        if (!buf) {
+            cli_error("out of memory detokenizing %d tokens", (int)n);
+            return NULL;
+        }
         int32_t r = kvi_detokenize(m, ids, n, buf, cap, render_special, remove_leading_space);
         if (r < 0) {
             free(buf);
@@ -308,7 +333,8 @@ int cli_check_ids(const kvi_model *m, const int32_t *ids, int32_t n)
 int cli_ctx_exceeded(int32_t n_prompt, int n_ctx)
 {
     return cli_error("context_length_exceeded: the prompt has %d tokens but the context holds %d "
-                     "(-c sets the context size)", (int)n_prompt, n_ctx);
+                     "(-c sets the context size)",
+                     (int)n_prompt, n_ctx);
 }
 
 int cli_n_cores(void)
@@ -320,9 +346,8 @@ int cli_n_cores(void)
 bool cli_parse_kv_type(const char *flag, const char *s, kvi_type *out)
 {
     kvi_type t;
-    if (kvi_type_from_name(s, &t) != 0 ||
-        (t != KVI_TYPE_F32 && t != KVI_TYPE_F16 && t != KVI_TYPE_Q8_0 && t != KVI_TYPE_Q4_0 &&
-         t != KVI_TYPE_KV_Q4)) {
+    if (kvi_type_from_name(s, &t) != 0 || (t != KVI_TYPE_F32 && t != KVI_TYPE_F16 && t != KVI_TYPE_Q8_0 &&
+                                           t != KVI_TYPE_Q4_0 && t != KVI_TYPE_KV_Q4)) {
         cli_error("%s: unknown KV cache type '%s' (use f32, f16, q8_0, q4_0 or q4)", flag, s);
         return false;
     }
@@ -346,7 +371,7 @@ kvi_model *cli_load_model(const char *path, bool use_mmap, const char *tokenizer
     lp.tokenizer_path = tokenizer_path;
     const char *repack = getenv("KVINFER_REPACK");
     if (repack && !strcmp(repack, "0")) lp.repack = false;
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     kvi_model *m = kvi_model_load(path, &lp, &err);
     if (!m) {
         cli_error("cannot load model '%s': %s", path, err.msg[0] ? err.msg : kvi_strerror(err.code));
@@ -425,7 +450,7 @@ int cli_apply_env(void)
     if (amx && !strcmp(amx, "0")) cp.amx = false;
     const char *amx_f16 = getenv("KVINFER_AMX_F16");
     if (amx_f16 && !strcmp(amx_f16, "1")) cp.amx_f16 = true;
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     if (kvi_cpu_configure(&cp, &err)) return cli_error("%s", err.msg);
     return 0;
 }

@@ -63,7 +63,7 @@ static const char bench_help[] =
     "  -h, --help           this help\n";
 
 typedef struct bench_opts {
-    cli_common c;           /* model, --mmap, threads, --kv-type (K and V) */
+    cli_common c; /* model, --mmap, threads, --kv-type (K and V) */
     int64_t pp[BENCH_MAX_VALUES], tg[BENCH_MAX_VALUES], depth[BENCH_MAX_VALUES];
     int n_pp, n_tg, n_depth;
     int64_t reps, batch;
@@ -78,7 +78,7 @@ typedef struct bench_result {
     char name[64];
     int n_prompt, n_gen, n_depth;
     double avg_ts, stddev_ts;
-    double samples_ts[BENCH_MAX_REPS];   /* (reps) */
+    double samples_ts[BENCH_MAX_REPS]; /* (reps) */
     int n_samples;
 } bench_result;
 
@@ -148,12 +148,18 @@ static void hw_print(FILE *f, const kvi_hw_limits *hw)
     for (int k = 0; hw->n_read_methods > 1 && k < hw->n_read_methods && k < KVI_HW_READ_METHODS_MAX; k++)
         fprintf(f, "    %-20s %8.1f GB/s median, %5.1f best\n", hw->read_methods[k].method,
                 hw->read_methods[k].median_gbs, hw->read_methods[k].best_gbs);
-    if (hw->fp32_gflops > 0) fprintf(f, "  FP32 FMA           %8.1f GFLOP/s (%s)\n", hw->fp32_gflops, hw->fp32_isa);
-    else fprintf(f, "  FP32 FMA                n/a\n");
-    if (hw->bf16_gflops > 0) fprintf(f, "  BF16 vdpbf16ps     %8.1f GFLOP/s\n", hw->bf16_gflops);
-    else fprintf(f, "  BF16 vdpbf16ps           n/a (no AVX512_BF16)\n");
-    if (hw->int8_gops > 0) fprintf(f, "  INT8 vpdpbusd      %8.1f GOP/s\n", hw->int8_gops);
-    else fprintf(f, "  INT8 vpdpbusd            n/a (no AVX512_VNNI)\n");
+    if (hw->fp32_gflops > 0)
+        fprintf(f, "  FP32 FMA           %8.1f GFLOP/s (%s)\n", hw->fp32_gflops, hw->fp32_isa);
+    else
+        fprintf(f, "  FP32 FMA                n/a\n");
+    if (hw->bf16_gflops > 0)
+        fprintf(f, "  BF16 vdpbf16ps     %8.1f GFLOP/s\n", hw->bf16_gflops);
+    else
+        fprintf(f, "  BF16 vdpbf16ps           n/a (no AVX512_BF16)\n");
+    if (hw->int8_gops > 0)
+        fprintf(f, "  INT8 vpdpbusd      %8.1f GOP/s\n", hw->int8_gops);
+    else
+        fprintf(f, "  INT8 vpdpbusd            n/a (no AVX512_VNNI)\n");
     if (hw->amx_int8_gops > 0) fprintf(f, "  INT8 AMX tdpbssd   %8.1f GOP/s\n", hw->amx_int8_gops);
     if (hw->amx_bf16_gflops > 0) fprintf(f, "  BF16 AMX tdpbf16ps %8.1f GFLOP/s\n", hw->amx_bf16_gflops);
 }
@@ -166,10 +172,10 @@ static double pp_limit(const kvi_hw_limits *hw, kvi_type t, const char **kind)
         return hw->fp32_gflops;
     }
     if ((t == KVI_TYPE_F16 || t == KVI_TYPE_BF16) && hw->f16_on_amx && hw->amx_bf16_gflops > 0) {
-        *kind = "amx-bf16";   /* three tile products per weight (fmm_amx.h) */
+        *kind = "amx-bf16"; /* three tile products per weight (fmm_amx.h) */
         return hw->amx_bf16_gflops;
     }
-    if ((t == KVI_TYPE_Q8_0 || t == KVI_TYPE_Q4_0) && hw->amx_int8_gops > 0) {   /* their prefill runs on AMX */
+    if ((t == KVI_TYPE_Q8_0 || t == KVI_TYPE_Q4_0) && hw->amx_int8_gops > 0) { /* their prefill runs on AMX */
         *kind = "amx-int8";
         return hw->amx_int8_gops;
     }
@@ -202,10 +208,11 @@ static int set_depth(bench_ctx *c, int depth)
         kvi_batch_clear(c->b);
         for (int i = 0; i < n; i++)
             kvi_batch_add(c->b, c->seq, (int32_t)(xorshift(&c->rng) % (uint64_t)c->n_vocab), pos + i, false);
-        kvi_error err = {0};
+        kvi_error err = { 0 };
         int rc = kvi_step(c->e, c->b, &err);
-        if (rc) return cli_error("bench: filling the cache to depth %d failed: %s", depth,
-                                 err.msg[0] ? err.msg : kvi_strerror(rc));
+        if (rc)
+            return cli_error("bench: filling the cache to depth %d failed: %s", depth,
+                             err.msg[0] ? err.msg : kvi_strerror(rc));
         pos += n;
     }
     return 0;
@@ -215,7 +222,7 @@ static int set_depth(bench_ctx *c, int depth)
 static double run_once(bench_ctx *c, int n_prompt, int n_gen, int depth)
 {
     if (set_depth(c, depth)) return -1.0;
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     double ms = 0.0;
     if (n_prompt > 0) {
         kvi_batch_clear(c->b);
@@ -238,7 +245,8 @@ static double run_once(bench_ctx *c, int n_prompt, int n_gen, int depth)
         int rc = kvi_step(c->e, c->b, &err);
         ms += kvi_time_ms() - t0;
         if (rc) {
-            cli_error("bench: tg%d failed at token %d: %s", n_gen, i, err.msg[0] ? err.msg : kvi_strerror(rc));
+            cli_error("bench: tg%d failed at token %d: %s", n_gen, i,
+                      err.msg[0] ? err.msg : kvi_strerror(rc));
             return -1.0;
         }
     }
@@ -251,8 +259,11 @@ static int run_test(bench_ctx *c, int n_prompt, int n_gen, int depth, int reps, 
     r->n_prompt = n_prompt;
     r->n_gen = n_gen;
     r->n_depth = depth;
-    if (depth > 0) snprintf(r->name, sizeof r->name, "%s%d @ d%d", n_prompt ? "pp" : "tg", n_prompt ? n_prompt : n_gen, depth);
-    else snprintf(r->name, sizeof r->name, "%s%d", n_prompt ? "pp" : "tg", n_prompt ? n_prompt : n_gen);
+    if (depth > 0)
+        snprintf(r->name, sizeof r->name, "%s%d @ d%d", n_prompt ? "pp" : "tg", n_prompt ? n_prompt : n_gen,
+                 depth);
+    else
+        snprintf(r->name, sizeof r->name, "%s%d", n_prompt ? "pp" : "tg", n_prompt ? n_prompt : n_gen);
     fprintf(stderr, "kvinfer bench: %s: warm-up + %d runs\n", r->name, reps);
     /* warm-up: the whole prefill; the first (up to) 16 decode steps */
     if (run_once(c, n_prompt, n_gen > 16 ? 16 : n_gen, depth) < 0) return 1;
@@ -276,15 +287,20 @@ static int run_test(bench_ctx *c, int n_prompt, int n_gen, int depth, int reps, 
 
 static void human_size(char *buf, size_t cap, double bytes)
 {
-    if (bytes >= 1024.0 * 1024 * 1024) snprintf(buf, cap, "%.2f GiB", bytes / (1024.0 * 1024 * 1024));
-    else snprintf(buf, cap, "%.2f MiB", bytes / (1024.0 * 1024));
+    if (bytes >= 1024.0 * 1024 * 1024)
+        snprintf(buf, cap, "%.2f GiB", bytes / (1024.0 * 1024 * 1024));
+    else
+        snprintf(buf, cap, "%.2f MiB", bytes / (1024.0 * 1024));
 }
 
 static void human_count(char *buf, size_t cap, double n)
 {
-    if (n >= 1e9) snprintf(buf, cap, "%.2f B", n / 1e9);
-    else if (n >= 1e6) snprintf(buf, cap, "%.2f M", n / 1e6);
-    else snprintf(buf, cap, "%.2f K", n / 1e3);
+    if (n >= 1e9)
+        snprintf(buf, cap, "%.2f B", n / 1e9);
+    else if (n >= 1e6)
+        snprintf(buf, cap, "%.2f M", n / 1e6);
+    else
+        snprintf(buf, cap, "%.2f K", n / 1e3);
 }
 
 /* -p, -n, -d: a list of at most BENCH_MAX_VALUES integers. 1 consumed, 0 not
@@ -294,14 +310,18 @@ static int list_flag(int argc, char **argv, int *i, bench_opts *o)
     const char *a = argv[*i];
     int64_t *vals = NULL, hi = 1 << 20;
     int *n = NULL;
-    if (!strcmp(a, "-p") || !strcmp(a, "--n-prompt")) vals = o->pp, n = &o->n_pp;
-    else if (!strcmp(a, "-n") || !strcmp(a, "--n-gen")) vals = o->tg, n = &o->n_tg;
-    else if (!strcmp(a, "-d") || !strcmp(a, "--n-depth")) vals = o->depth, n = &o->n_depth, hi = 1 << 22;
+    if (!strcmp(a, "-p") || !strcmp(a, "--n-prompt"))
+        vals = o->pp, n = &o->n_pp;
+    else if (!strcmp(a, "-n") || !strcmp(a, "--n-gen"))
+        vals = o->tg, n = &o->n_tg;
+    else if (!strcmp(a, "-d") || !strcmp(a, "--n-depth"))
+        vals = o->depth, n = &o->n_depth, hi = 1 << 22;
     if (!vals) return 0;
     const char *v = cli_flag_value(argc, argv, i);
     if (!v) return -1;
     if (!parse_list(v, 0, hi, vals, n))
-        return -cli_error("%s: '%s' is not a list of at most %d integers in [0, %d]", a, v, BENCH_MAX_VALUES, (int)hi);
+        return -cli_error("%s: '%s' is not a list of at most %d integers in [0, %d]", a, v, BENCH_MAX_VALUES,
+                          (int)hi);
     return 1;
 }
 
@@ -384,7 +404,7 @@ static void result_json(cJSON *arr, const bench_result *r, const kvi_model_info 
 static int bench_hw_only(const bench_opts *o)
 {
     kvi_hw_limits hw;
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     int rc = kvi_hw_bench(&hw, (int)o->c.n_threads, o->quick, &err);
     if (rc) return cli_error("bench --hw: %s", err.msg[0] ? err.msg : kvi_strerror(rc));
     if (o->json) {
@@ -402,7 +422,7 @@ typedef struct bench_model {
     uint64_t n_params, mm_params;
     size_t decode_bytes;
     int threads;
-    const kvi_hw_limits *hw;    /* NULL: not measured */
+    const kvi_hw_limits *hw; /* NULL: not measured */
 } bench_model;
 
 /* The table on stdout, or the JSON document with --json. */
@@ -429,11 +449,11 @@ static int bench_report(const bench_opts *o, const bench_model *bm, const bench_
         cJSON_AddStringToObject(root, "type_v", kvname);
         arr = cJSON_AddArrayToObject(root, "results");
     } else {
-        printf("| %-24s | %10s | %9s | %5s | %7s | %14s | %20s | %-36s |\n", "model", "size", "params", "type",
-               "threads", "test", "t/s", "roofline");
-        printf("| %.24s | %.10s | %.9s | %.5s | %.7s | %.14s | %.20s | %.36s |\n",
-               "------------------------", "----------", "---------", "-----", "-------",
-               "--------------", "--------------------", "------------------------------------");
+        printf("| %-24s | %10s | %9s | %5s | %7s | %14s | %20s | %-36s |\n", "model", "size", "params",
+               "type", "threads", "test", "t/s", "roofline");
+        printf("| %.24s | %.10s | %.9s | %.5s | %.7s | %.14s | %.20s | %.36s |\n", "------------------------",
+               "----------", "---------", "-----", "-------", "--------------", "--------------------",
+               "------------------------------------");
     }
     for (int i = 0; i < n_tests; i++) {
         const bench_result *r = &res[i];
@@ -454,9 +474,10 @@ static int bench_report(const bench_opts *o, const bench_model *bm, const bench_
         snprintf(ts, sizeof ts, "%.2f ± %.2f", r->avg_ts, r->stddev_ts);
         const char *unit = r->n_prompt ? "GOP/s" : "GB/s";
         if (bm->hw && limit > 0)
-            snprintf(roof, sizeof roof, "%.1f %s = %.0f%% of %.0f (%s)", achieved, unit, 100.0 * achieved / limit,
-                     limit, kind);
-        else snprintf(roof, sizeof roof, "%.1f %s", achieved, unit);
+            snprintf(roof, sizeof roof, "%.1f %s = %.0f%% of %.0f (%s)", achieved, unit,
+                     100.0 * achieved / limit, limit, kind);
+        else
+            snprintf(roof, sizeof roof, "%.1f %s", achieved, unit);
         printf("| %-24s | %10s | %9s | %5s | %7d | %14s | %20s | %-36s |\n", model_s, size_s, par_s, tname,
                bm->threads, r->name, ts, roof);
     }
@@ -509,16 +530,18 @@ int cmd_bench(int argc, char **argv)
         }
     for (int k = 0; k < o.n_pp; k++)
         if (o.pp[k] > max_pp) max_pp = (int)o.pp[k];
-    if (max_need > (1 << 24)) return cli_error("bench: depth + tokens = %d exceeds 16777216 positions", max_need);
+    if (max_need > (1 << 24))
+        return cli_error("bench: depth + tokens = %d exceeds 16777216 positions", max_need);
 
     kvi_model *m = cli_opt_load_model(&o.c);
     if (!m) return 1;
-    bench_model bm = {.n_params = kvi_model_n_params(m), .mm_params = kvi_model_matmul_params(m),
-                      .decode_bytes = kvi_model_decode_bytes(m),
-                      .threads = o.c.n_threads > 0 ? (int)o.c.n_threads : cli_n_cores()};
+    bench_model bm = { .n_params = kvi_model_n_params(m),
+                       .mm_params = kvi_model_matmul_params(m),
+                       .decode_bytes = kvi_model_decode_bytes(m),
+                       .threads = o.c.n_threads > 0 ? (int)o.c.n_threads : cli_n_cores() };
     kvi_model_get_info(m, &bm.info);
 
-    bench_ctx c = {.n_vocab = kvi_n_vocab(m), .batch = (int)o.batch, .rng = 0x9E3779B97F4A7C15ull};
+    bench_ctx c = { .n_vocab = kvi_n_vocab(m), .batch = (int)o.batch, .rng = 0x9E3779B97F4A7C15ull };
     kvi_engine_params ep;
     cli_opt_engine_params(&o.c, &ep);
     ep.n_threads = bm.threads;
@@ -540,10 +563,13 @@ int cmd_bench(int argc, char **argv)
     kvi_hw_limits hw;
     if (rc == 0 && !o.no_hw) {
         fprintf(stderr, "kvinfer bench: measuring the machine's limits%s\n", o.quick ? " (quick)" : "");
-        kvi_error herr = {0};
+        kvi_error herr = { 0 };
         int hr = kvi_hw_bench(&hw, bm.threads, o.quick, &herr);
-        if (hr) fprintf(stderr, "kvinfer: warning: limits not measured: %s\n", herr.msg[0] ? herr.msg : kvi_strerror(hr));
-        else bm.hw = &hw;
+        if (hr)
+            fprintf(stderr, "kvinfer: warning: limits not measured: %s\n",
+                    herr.msg[0] ? herr.msg : kvi_strerror(hr));
+        else
+            bm.hw = &hw;
     }
     if (rc == 0) rc = bench_report(&o, &bm, res, n_tests);
     free(res);

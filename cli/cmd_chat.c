@@ -92,18 +92,20 @@ static int parse_chat_args(int argc, char **argv, chat_opts *o)
             return 2;
         }
         if (i + 1 >= argc) {
-            cli_flag_value(argc, argv, &i);   /* prints "flag X needs a value" */
+            cli_flag_value(argc, argv, &i); /* prints "flag X needs a value" */
             return 1;
         }
         const int r = cli_opt_common(argc, argv, &i, &o->c, CHAT_OPTS);
         if (r < 0) return 1;
         if (r > 0) continue;
         v = cli_flag_value(argc, argv, &i);
-        if (!strcmp(a, "-s") || !strcmp(a, "--system")) o->system = v;
+        if (!strcmp(a, "-s") || !strcmp(a, "--system"))
+            o->system = v;
         else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
             if (!cli_parse_i64(v, 1, 1 << 24, &o->n_predict)) return cli_error("%s: bad value '%s'", a, v);
         } else if (!strcmp(a, "--temp")) {
-            if (!cli_parse_f32(v, &o->sp.temp) || o->sp.temp < 0) return cli_error("--temp: bad value '%s'", v);
+            if (!cli_parse_f32(v, &o->sp.temp) || o->sp.temp < 0)
+                return cli_error("--temp: bad value '%s'", v);
         } else if (!strcmp(a, "--seed")) {
             if (!cli_parse_u64(v, &o->sp.seed)) return cli_error("--seed: bad value '%s'", v);
         } else {
@@ -120,8 +122,8 @@ typedef struct chat_state {
     kvi_seq *seq;
     kvi_batch *b;
     int n_ctx;
-    int32_t *conv, n_conv;   /* (n_ctx + 1) ids of the conversation so far */
-    int32_t *want;           /* (n_ctx + 1) ids the template gives this turn */
+    int32_t *conv, n_conv; /* (n_ctx + 1) ids of the conversation so far */
+    int32_t *want;         /* (n_ctx + 1) ids the template gives this turn */
     msgs ms;
 } chat_state;
 
@@ -131,7 +133,7 @@ typedef struct chat_state {
 static char *chat_answer(chat_state *st, kvi_sampler *smp, int32_t row, int64_t n_predict, int32_t *n_gen,
                          size_t *alen)
 {
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     size_t acap = 256;
     char *answer = malloc(acap);
     *alen = 0;
@@ -168,7 +170,7 @@ static char *chat_answer(chat_state *st, kvi_sampler *smp, int32_t row, int64_t 
  * the error printed. */
 static int chat_turn(chat_state *st, const chat_opts *o, const char *line, size_t len)
 {
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     if (!msgs_add(&st->ms, "user", line, len)) return cli_error("chat: out of memory");
     const int32_t n_want = kvi_chat_apply(st->m, st->ms.v, st->ms.n, true, st->want, st->n_ctx + 1, &err);
     if (n_want < 0) return cli_error("chat: %s", err.msg);
@@ -177,13 +179,14 @@ static int chat_turn(chat_state *st, const chat_opts *o, const char *line, size_
     /* reuse the cached prefix; prefill the rest in one pass */
     int32_t common = 0, cached = kvi_seq_len(st->seq);
     while (common < cached && common < n_want && st->conv[common] == st->want[common]) common++;
-    if (common == n_want) common--;   /* the last id must run to give logits */
+    if (common == n_want) common--; /* the last id must run to give logits */
     kvi_seq_truncate(st->seq, common);
     memcpy(st->conv, st->want, (size_t)n_want * sizeof *st->conv);
     st->n_conv = n_want;
     const double t0 = kvi_time_ms();
     kvi_batch_clear(st->b);
-    for (int32_t p = common; p < st->n_conv; p++) kvi_batch_add(st->b, st->seq, st->conv[p], p, p == st->n_conv - 1);
+    for (int32_t p = common; p < st->n_conv; p++)
+        kvi_batch_add(st->b, st->seq, st->conv[p], p, p == st->n_conv - 1);
     if (kvi_step(st->e, st->b, &err) != 0) return cli_error("chat: prefill failed: %s", err.msg);
     const double t1 = kvi_time_ms();
     kvi_sampler *smp = kvi_sampler_create(&o->sp, kvi_n_vocab(st->m));
@@ -197,7 +200,8 @@ static int chat_turn(chat_state *st, const chat_opts *o, const char *line, size_
     kvi_stats ks;
     kvi_stats_get(st->e, st->seq, &ks);
     fprintf(stderr,
-            "\n[prefill %d tokens in %.1f ms, %d served from the cache; decode %d tokens in %.1f ms; KV %zu bytes]\n",
+            "\n[prefill %d tokens in %.1f ms, %d served from the cache; decode %d tokens in %.1f ms; KV %zu "
+            "bytes]\n",
             (int)(n_want - common), t1 - t0, (int)common, (int)n_gen, t2 - t1, ks.kv_bytes);
     const bool ok = msgs_add(&st->ms, "assistant", answer ? answer : "", answer ? alen : 0);
     free(answer);
@@ -209,7 +213,7 @@ int cmd_chat(int argc, char **argv)
     chat_opts o;
     int prc = parse_chat_args(argc, argv, &o);
     if (prc != 0) return prc == 2 ? 0 : 1;
-    chat_state st = {0};
+    chat_state st = { 0 };
     if (!(st.m = cli_opt_load_model(&o.c))) return 1;
     kvi_engine_params ep;
     cli_opt_engine_params(&o.c, &ep);
@@ -227,7 +231,8 @@ int cmd_chat(int argc, char **argv)
         (o.system && !msgs_add(&st.ms, "system", o.system, strlen(o.system)))) {
         rc = cli_error("chat: out of memory");
     } else {
-        fprintf(stderr, "kvinfer chat: template %s, context %d (empty line quits)\n", kvi_chat_family(st.m), st.n_ctx);
+        fprintf(stderr, "kvinfer chat: template %s, context %d (empty line quits)\n", kvi_chat_family(st.m),
+                st.n_ctx);
         char line[8192];
         for (;;) {
             fputs("> ", stdout);

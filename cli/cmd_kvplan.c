@@ -53,14 +53,10 @@ typedef struct kvplan_shape {
 } kvplan_shape;
 
 static const kvplan_shape presets[] = {
-    {"llama-2-7b", 32, 32, 32, 128, 4096},
-    {"llama-2-70b", 80, 64, 8, 128, 4096},
-    {"llama-3-8b", 32, 32, 8, 128, 8192},
-    {"llama-3-70b", 80, 64, 8, 128, 8192},
-    {"mistral-7b", 32, 32, 8, 128, 32768},
-    {"qwen2.5-7b", 28, 28, 4, 128, 131072},
-    {"seed-70b", 80, 64, 8, 128, 0},
-    {"seed-70b-mha", 80, 64, 64, 128, 0},
+    { "llama-2-7b", 32, 32, 32, 128, 4096 }, { "llama-2-70b", 80, 64, 8, 128, 4096 },
+    { "llama-3-8b", 32, 32, 8, 128, 8192 },  { "llama-3-70b", 80, 64, 8, 128, 8192 },
+    { "mistral-7b", 32, 32, 8, 128, 32768 }, { "qwen2.5-7b", 28, 28, 4, 128, 131072 },
+    { "seed-70b", 80, 64, 8, 128, 0 },       { "seed-70b-mha", 80, 64, 64, 128, 0 },
 };
 
 static const char kvplan_help[] =
@@ -89,7 +85,7 @@ static const char kvplan_help[] =
 
 typedef enum kv_elem { KV_F32, KV_F16, KV_BF16, KV_Q8_0, KV_Q4_0, KV_Q4 } kv_elem;
 
-static const char *const kv_elem_names[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4"};
+static const char *const kv_elem_names[] = { "f32", "f16", "bf16", "q8_0", "q4_0", "q4" };
 
 static bool parse_elem(const char *flag, const char *s, kv_elem *out)
 {
@@ -122,7 +118,7 @@ static uint64_t vector_bytes(kv_elem t, uint64_t n, bool is_key)
 
 static void human_bytes(char *buf, size_t cap, double b)
 {
-    const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    const char *units[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB" };
     int u = 0;
     while (b >= 1024.0 && u < 5) {
         b /= 1024.0;
@@ -132,9 +128,9 @@ static void human_bytes(char *buf, size_t cap, double b)
 }
 
 typedef struct kvplan_opts {
-    cli_common c;           /* -m only */
+    cli_common c; /* -m only */
     const char *preset;
-    int64_t ctx;            /* 0: the model's */
+    int64_t ctx; /* 0: the model's */
     size_t mem;
     bool have_mem, json;
     kv_elem tk, tv;
@@ -170,8 +166,8 @@ static int parse_kvplan_args(int argc, char **argv, kvplan_opts *o)
         } else if (!strcmp(a, "--kv-type") || !strcmp(a, "--kv-type-k") || !strcmp(a, "--kv-type-v")) {
             kv_elem t;
             if (!(v = cli_flag_value(argc, argv, &i)) || !parse_elem(a, v, &t)) return 1;
-            if (strcmp(a, "--kv-type-v") != 0) o->tk = t;   /* --kv-type and --kv-type-k */
-            if (strcmp(a, "--kv-type-k") != 0) o->tv = t;   /* --kv-type and --kv-type-v */
+            if (strcmp(a, "--kv-type-v") != 0) o->tk = t; /* --kv-type and --kv-type-k */
+            if (strcmp(a, "--kv-type-k") != 0) o->tv = t; /* --kv-type and --kv-type-v */
         } else if (!strcmp(a, "--json")) {
             o->json = true;
         } else if (a[0] == '-') {
@@ -194,13 +190,14 @@ static int plan_shape(const kvplan_opts *o, kvplan_shape *shape, char *source, s
         const kvplan_shape *p = NULL;
         for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
             if (!strcasecmp(o->preset, presets[i].name)) p = &presets[i];
-        if (!p) return cli_error("kv-plan: unknown preset '%s' (kvinfer kv-plan --help lists them)", o->preset);
+        if (!p)
+            return cli_error("kv-plan: unknown preset '%s' (kvinfer kv-plan --help lists them)", o->preset);
         *shape = *p;
         snprintf(source, cap, "%s (preset)", p->name);
         return 0;
     }
     kvi_model_info info;
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     int rc = kvi_model_info_from_file(o->c.model, &info, &err);
     if (rc) return cli_error("kv-plan: %s", err.msg[0] ? err.msg : kvi_strerror(rc));
     shape->name = o->c.model;
@@ -216,8 +213,8 @@ static int plan_shape(const kvplan_opts *o, kvplan_shape *shape, char *source, s
 /* The plan's figures (see the file comment). */
 typedef struct kvplan_figures {
     int64_t ctx;
-    uint64_t bpt;           /* bytes per token */
-    double bps_d;           /* bytes per sequence */
+    uint64_t bpt; /* bytes per token */
+    double bps_d; /* bytes per sequence */
     uint64_t max_seq, max_ctx;
 } kvplan_figures;
 
@@ -251,15 +248,19 @@ static void print_plan_text(const kvplan_opts *o, const kvplan_shape *shape, con
     human_bytes(b3, sizeof b3, (double)o->mem);
     printf("model           %s\n", source);
     printf("shape           %d layers, %d KV heads x %d dims (%d query heads%s)\n", shape->n_layers,
-           shape->n_kv_heads, shape->head_dim, shape->n_heads, shape->n_kv_heads < shape->n_heads ? ", GQA" : "");
+           shape->n_kv_heads, shape->head_dim, shape->n_heads,
+           shape->n_kv_heads < shape->n_heads ? ", GQA" : "");
     printf("KV type         K %s, V %s%s\n", kv_elem_names[o->tk], kv_elem_names[o->tv],
            o->tk == KV_Q4 || o->tv == KV_Q4 ? " (q4: estimate, see --help)" : "");
     printf("per token       %s (%llu bytes)\n", b1, (unsigned long long)f->bpt);
     printf("per sequence    %s at %lld tokens\n", b2, (long long)f->ctx);
     printf("memory          %s\n", b3);
-    printf("sequences       %llu fit at %lld tokens each\n", (unsigned long long)f->max_seq, (long long)f->ctx);
+    printf("sequences       %llu fit at %lld tokens each\n", (unsigned long long)f->max_seq,
+           (long long)f->ctx);
     printf("max context     %llu tokens for one sequence%s\n", (unsigned long long)f->max_ctx,
-           shape->n_ctx_train > 0 && f->max_ctx > (uint64_t)shape->n_ctx_train ? " (beyond the trained context)" : "");
+           shape->n_ctx_train > 0 && f->max_ctx > (uint64_t)shape->n_ctx_train
+               ? " (beyond the trained context)"
+               : "");
 }
 
 int cmd_kvplan(int argc, char **argv)
@@ -270,15 +271,16 @@ int cmd_kvplan(int argc, char **argv)
     kvplan_shape shape;
     char source[300];
     if (plan_shape(&o, &shape, source, sizeof source) != 0) return 1;
-    kvplan_figures f = {.ctx = o.ctx};
+    kvplan_figures f = { .ctx = o.ctx };
     if (f.ctx == 0) f.ctx = shape.n_ctx_train;
-    if (f.ctx == 0) return cli_error("kv-plan: --ctx N is required (preset %s has no context length)", shape.name);
+    if (f.ctx == 0)
+        return cli_error("kv-plan: --ctx N is required (preset %s has no context length)", shape.name);
 
     uint64_t kv_dim = (uint64_t)shape.n_kv_heads * (uint64_t)shape.head_dim;
     uint64_t per_layer = vector_bytes(o.tk, kv_dim, true) + vector_bytes(o.tv, kv_dim, false);
     f.bpt = per_layer * (uint64_t)shape.n_layers;
     if (f.bpt == 0) return cli_error("kv-plan: the model shape gives 0 bytes per token");
-    f.bps_d = (double)f.bpt * (double)f.ctx;   /* may exceed 2^64 only for absurd inputs */
+    f.bps_d = (double)f.bpt * (double)f.ctx; /* may exceed 2^64 only for absurd inputs */
     uint64_t bps = f.bps_d < 1.8e19 ? f.bpt * (uint64_t)f.ctx : UINT64_MAX;
     f.max_seq = (uint64_t)o.mem / bps;
     f.max_ctx = (uint64_t)o.mem / f.bpt;

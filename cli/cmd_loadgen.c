@@ -66,10 +66,10 @@ static const char loadgen_help[] =
     "  -h, --help              this help\n";
 
 typedef struct lg_cfg {
-    int family;                     /* AF_INET or AF_INET6 */
+    int family; /* AF_INET or AF_INET6 */
     struct sockaddr_in a4;
     struct sockaddr_in6 a6;
-    char host[96];                  /* Host header */
+    char host[96]; /* Host header */
     char path[256];
     int concurrency, n_requests, prompt_len, gen_len, shared_prefix, vocab;
     double rate, timeout_s;
@@ -80,22 +80,22 @@ typedef struct lg_cfg {
 typedef struct lg_req {
     bool ok;
     int status;
-    int n_tok;                      /* token events */
-    int usage_tokens;               /* usage.completion_tokens, -1 when absent */
-    double e2e;                     /* ms */
-    double *tok_t;                  /* [n_tok] ms since sent */
+    int n_tok;        /* token events */
+    int usage_tokens; /* usage.completion_tokens, -1 when absent */
+    double e2e;       /* ms */
+    double *tok_t;    /* [n_tok] ms since sent */
     int tok_cap;
     char err[200];
 } lg_req;
 
 typedef struct lg_run {
     const lg_cfg *cfg;
-    lg_req *req;                    /* [n_requests] */
-    double *arrival;                /* [n_requests] ms after start, NULL without --rate */
-    int32_t *prefix;                /* [shared_prefix] */
+    lg_req *req;     /* [n_requests] */
+    double *arrival; /* [n_requests] ms after start, NULL without --rate */
+    int32_t *prefix; /* [shared_prefix] */
     pthread_mutex_t mu;
     int next;
-    double t0, deadline;            /* ms, kvi_time_ms clock */
+    double t0, deadline; /* ms, kvi_time_ms clock */
 } lg_run;
 
 /* ---- the loopback-only URL ---- */
@@ -108,13 +108,15 @@ static int parse_url(const char *url, lg_cfg *c)
     char host[64];
     if (*h == '[') {
         end = strchr(h, ']');
-        if (!end || (size_t)(end - h - 1) >= sizeof host) return cli_error("loadgen: --url '%s': bad [address]", url);
+        if (!end || (size_t)(end - h - 1) >= sizeof host)
+            return cli_error("loadgen: --url '%s': bad [address]", url);
         memcpy(host, h + 1, (size_t)(end - h - 1));
         host[end - h - 1] = 0;
         end++;
     } else {
         end = h + strcspn(h, ":/");
-        if ((size_t)(end - h) >= sizeof host || end == h) return cli_error("loadgen: --url '%s': bad host", url);
+        if ((size_t)(end - h) >= sizeof host || end == h)
+            return cli_error("loadgen: --url '%s': bad host", url);
         memcpy(host, h, (size_t)(end - h));
         host[end - h] = 0;
     }
@@ -126,7 +128,8 @@ static int parse_url(const char *url, lg_cfg *c)
         if (n == 0 || n >= sizeof pb) return cli_error("loadgen: --url '%s': bad port", url);
         memcpy(pb, end + 1, n);
         pb[n] = 0;
-        if (!cli_parse_i64(pb, 1, 65535, &port)) return cli_error("loadgen: --url '%s': bad port '%s'", url, pb);
+        if (!cli_parse_i64(pb, 1, 65535, &port))
+            return cli_error("loadgen: --url '%s': bad port '%s'", url, pb);
         path = end + 1 + n;
     } else if (*end != '/' && *end != 0) {
         return cli_error("loadgen: --url '%s': bad host", url);
@@ -193,8 +196,8 @@ static char *request_body(const lg_run *run, int i)
     len += (size_t)snprintf(b, cap, "{\"prompt\":[");
     uint64_t st = seed_mix(c->seed, (uint64_t)i + 1000);
     for (int k = 0; k < c->prompt_len; k++) {
-        const int32_t id = k < c->shared_prefix ? run->prefix[k]
-                                                : 3 + (int32_t)(xorshift(&st) % (uint64_t)(c->vocab - 3));
+        const int32_t id =
+            k < c->shared_prefix ? run->prefix[k] : 3 + (int32_t)(xorshift(&st) % (uint64_t)(c->vocab - 3));
         len += (size_t)snprintf(b + len, cap - len, "%s%d", k ? "," : "", (int)id);
     }
     len += (size_t)snprintf(b + len, cap - len,
@@ -221,7 +224,7 @@ static int lg_connect(const lg_cfg *c)
 {
     int fd = socket(c->family, SOCK_STREAM, 0);
     if (fd < 0) return -1;
-    struct timeval tv = {1, 0};   /* recv wakes up each second to check the deadline */
+    struct timeval tv = { 1, 0 }; /* recv wakes up each second to check the deadline */
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     const int rc = c->family == AF_INET ? connect(fd, (const struct sockaddr *)&c->a4, sizeof c->a4)
@@ -270,8 +273,8 @@ static bool buf_add(lg_buf *b, const char *s, size_t n)
 
 /* Incremental decoder of the chunked transfer coding. */
 typedef struct lg_chunked {
-    int state;          /* 0: size line, 1: data, 2: CRLF after data, 3: finished */
-    size_t left;        /* data bytes left in this chunk */
+    int state;   /* 0: size line, 1: data, 2: CRLF after data, 3: finished */
+    size_t left; /* data bytes left in this chunk */
     char line[32];
     size_t line_len;
 } lg_chunked;
@@ -384,11 +387,12 @@ static void run_request(lg_run *run, int i)
     }
     char head[768];
     const size_t blen = strlen(body);
-    int hn = snprintf(head, sizeof head,
-                      "POST %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: kvinfer-loadgen\r\nAccept: text/event-stream\r\n"
-                      "Content-Type: application/json\r\nConnection: close\r\n%s%s%sContent-Length: %zu\r\n\r\n",
-                      c->path, c->host, c->api_key ? "Authorization: Bearer " : "", c->api_key ? c->api_key : "",
-                      c->api_key ? "\r\n" : "", blen);
+    int hn = snprintf(
+        head, sizeof head,
+        "POST %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: kvinfer-loadgen\r\nAccept: text/event-stream\r\n"
+        "Content-Type: application/json\r\nConnection: close\r\n%s%s%sContent-Length: %zu\r\n\r\n",
+        c->path, c->host, c->api_key ? "Authorization: Bearer " : "", c->api_key ? c->api_key : "",
+        c->api_key ? "\r\n" : "", blen);
     const double t_send = kvi_time_ms();
     int fd = hn > 0 && (size_t)hn < sizeof head ? lg_connect(c) : -1;
     if (fd < 0) {
@@ -396,10 +400,11 @@ static void run_request(lg_run *run, int i)
         free(body);
         return;
     }
-    const bool sent = send_all(fd, head, (size_t)hn, run->deadline) && send_all(fd, body, blen, run->deadline);
+    const bool sent =
+        send_all(fd, head, (size_t)hn, run->deadline) && send_all(fd, body, blen, run->deadline);
     free(body);
-    lg_buf raw = {0}, dec = {0};
-    lg_chunked ck = {0};
+    lg_buf raw = { 0 }, dec = { 0 };
+    lg_chunked ck = { 0 };
     size_t hdr_end = 0, raw_used = 0, off = 0;
     bool chunked = false, done = false, failed = !sent;
     if (!sent) snprintf(r->err, sizeof r->err, "send failed");
@@ -414,7 +419,7 @@ static void run_request(lg_run *run, int i)
             }
             continue;
         }
-        if (k <= 0) break;   /* closed */
+        if (k <= 0) break; /* closed */
         if (!buf_add(&raw, tmp, (size_t)k)) {
             snprintf(r->err, sizeof r->err, "out of memory");
             failed = true;
@@ -482,8 +487,8 @@ static void *worker(void *arg)
                 const double wait = run->t0 + run->arrival[i] - kvi_time_ms();
                 if (wait <= 0) break;
                 if (kvi_time_ms() > run->deadline) break;
-                struct timespec ts = {(time_t)(wait / 1000), (long)(fmod(wait, 1000.0) * 1e6)};
-                if (wait > 100) ts = (struct timespec){0, 100000000L};
+                struct timespec ts = { (time_t)(wait / 1000), (long)(fmod(wait, 1000.0) * 1e6) };
+                if (wait > 100) ts = (struct timespec){ 0, 100000000L };
                 nanosleep(&ts, NULL);
             }
             if (kvi_time_ms() > run->deadline) {
@@ -518,7 +523,7 @@ static double quantile(const double *sorted, size_t n, double q)
 
 static lg_stat stat_of(double *v, size_t n)
 {
-    lg_stat s = {0, 0, 0, 0, n};
+    lg_stat s = { 0, 0, 0, 0, n };
     if (n == 0) return s;
     qsort(v, n, sizeof *v, cmp_double);
     double sum = 0;
@@ -543,8 +548,8 @@ static cJSON *stat_json(cJSON *o, const char *name, lg_stat s)
 
 static void stat_print(const char *name, const char *unit, lg_stat s)
 {
-    printf("%-6s %s  mean %9.2f  median %9.2f  p99 %9.2f  max %9.2f  (n %zu)\n", name, unit, s.mean, s.median, s.p99,
-           s.max, s.n);
+    printf("%-6s %s  mean %9.2f  median %9.2f  p99 %9.2f  max %9.2f  (n %zu)\n", name, unit, s.mean, s.median,
+           s.p99, s.max, s.n);
 }
 
 /* The flags are loadgen's own: its --model is the request's "model" name (no
@@ -560,13 +565,13 @@ static int parse_loadgen_args(int argc, char **argv, lg_cfg *c, const char **url
     uint64_t seed = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
-#define LG_INT(flag, var, lo, hi)                                                                           \
-    if (!strcmp(a, flag)) {                                                                                 \
-        if (!(v = cli_flag_value(argc, argv, &i))) return 1;                                                \
-        if (!cli_parse_i64(v, lo, hi, &var))                                                                \
+#define LG_INT(flag, var, lo, hi)                                                                         \
+    if (!strcmp(a, flag)) {                                                                               \
+        if (!(v = cli_flag_value(argc, argv, &i))) return 1;                                              \
+        if (!cli_parse_i64(v, lo, hi, &var))                                                              \
             return cli_error("loadgen: %s '%s' is not an integer in [%lld, %lld]", a, v, (long long)(lo), \
-                             (long long)(hi));                                                              \
-        continue;                                                                                           \
+                             (long long)(hi));                                                            \
+        continue;                                                                                         \
     }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             fputs(loadgen_help, stdout);
@@ -611,8 +616,9 @@ static int parse_loadgen_args(int argc, char **argv, lg_cfg *c, const char **url
         return cli_error("loadgen: unknown option '%s' (kvinfer loadgen --help)", a);
     }
     if (!url) return cli_error("loadgen: --url is required (e.g. --url http://127.0.0.1:8080)");
-    if (prefix > plen) return cli_error("loadgen: --shared-prefix %lld exceeds --prompt-len %lld", (long long)prefix,
-                                        (long long)plen);
+    if (prefix > plen)
+        return cli_error("loadgen: --shared-prefix %lld exceeds --prompt-len %lld", (long long)prefix,
+                         (long long)plen);
     if (parse_url(url, c) != 0) return 1;
     c->concurrency = (int)(conc < nreq ? conc : nreq);
     c->n_requests = (int)nreq;
@@ -633,7 +639,8 @@ static void plan_requests(lg_run *run)
 {
     const lg_cfg *c = run->cfg;
     uint64_t st = seed_mix(c->seed, 0);
-    for (int k = 0; k < c->shared_prefix; k++) run->prefix[k] = 3 + (int32_t)(xorshift(&st) % (uint64_t)(c->vocab - 3));
+    for (int k = 0; k < c->shared_prefix; k++)
+        run->prefix[k] = 3 + (int32_t)(xorshift(&st) % (uint64_t)(c->vocab - 3));
     if (run->arrival) {
         /* Poisson process: exponential gaps, the first request at time 0 */
         uint64_t ar = seed_mix(c->seed, 1);
@@ -668,16 +675,17 @@ static double run_all(lg_run *run, pthread_t *th)
 typedef struct lg_summary {
     size_t n_ok;
     long long out_tokens;
-    const char *first_err;  /* the first failed request's error, NULL when none failed */
+    const char *first_err; /* the first failed request's error, NULL when none failed */
     double dur_s, req_tp, tok_tp;
     lg_stat ttft, tpot, itl, e2e;
 } lg_summary;
 
 /* Gathers the requests' times; ttft, tpot, e2e hold n_requests values, itl every gap. */
-static lg_summary summarize(const lg_run *run, double duration_ms, double *ttft, double *tpot, double *e2e, double *itl)
+static lg_summary summarize(const lg_run *run, double duration_ms, double *ttft, double *tpot, double *e2e,
+                            double *itl)
 {
     const lg_cfg *c = run->cfg;
-    lg_summary m = {0};
+    lg_summary m = { 0 };
     size_t n_tpot = 0, k_itl = 0;
     for (int i = 0; i < c->n_requests; i++) {
         const lg_req *r = &run->req[i];
@@ -734,7 +742,8 @@ static void report_text(const lg_cfg *c, const lg_summary *m)
     printf("loadgen: %s%s  concurrency %d  rate %s  prompt %d (shared %d)  gen %d\n", c->host, c->path,
            c->concurrency, c->rate > 0 ? "poisson" : "inf", c->prompt_len, c->shared_prefix, c->gen_len);
     if (c->rate > 0) printf("rate: %.3f req/s\n", c->rate);
-    printf("requests: %zu completed, %d failed  in %.2f s\n", m->n_ok, c->n_requests - (int)m->n_ok, m->dur_s);
+    printf("requests: %zu completed, %d failed  in %.2f s\n", m->n_ok, c->n_requests - (int)m->n_ok,
+           m->dur_s);
     if (m->first_err) printf("first failure: %s\n", m->first_err);
     printf("request throughput: %.3f req/s\n", m->req_tp);
     printf("output throughput:  %.2f tok/s  (%lld tokens)\n", m->tok_tp, m->out_tokens);
@@ -760,8 +769,10 @@ static int report(const lg_run *run, const char *url, bool json, double duration
         rc = cli_error("loadgen: out of memory");
     } else {
         const lg_summary m = summarize(run, duration_ms, ttft, tpot, e2e, itl);
-        if (json) rc = report_json(c, url, &m);
-        else report_text(c, &m);
+        if (json)
+            rc = report_json(c, url, &m);
+        else
+            report_text(c, &m);
         if (rc == 0 && m.n_ok == 0)
             rc = cli_error("loadgen: no request completed (%s)", m.first_err ? m.first_err : "?");
     }

@@ -43,14 +43,18 @@ static void print_piece(const kvi_model *m, int32_t tok)
     char buf[64];
     int32_t l = kvi_token_to_piece(m, tok, buf, sizeof buf, true);
     if (l < 0) l = 0;
-    if ((size_t)l > sizeof buf) l = (int32_t)sizeof buf;   /* long piece: shown truncated */
+    if ((size_t)l > sizeof buf) l = (int32_t)sizeof buf; /* long piece: shown truncated */
     putchar('\'');
     for (int32_t i = 0; i < l; i++) {
         unsigned char c = (unsigned char)buf[i];
-        if (c == '\n') fputs("\\n", stdout);
-        else if (c == '\\' || c == '\'') printf("\\%c", c);
-        else if (c < 0x20 || c == 0x7F) printf("\\x%02x", c);
-        else putchar(c);
+        if (c == '\n')
+            fputs("\\n", stdout);
+        else if (c == '\\' || c == '\'')
+            printf("\\%c", c);
+        else if (c < 0x20 || c == 0x7F)
+            printf("\\x%02x", c);
+        else
+            putchar(c);
     }
     putchar('\'');
 }
@@ -63,11 +67,14 @@ static bool print_logits_json(const kvi_engine *e, const int32_t *ids, int32_t n
     fputs("], \"logits\": [", stdout);
     bool finite = true;
     for (int32_t i = 0; i < n; i++) {
-        const float *lg = kvi_logits(e, i);   /* (n_vocab) floats */
+        const float *lg = kvi_logits(e, i); /* (n_vocab) floats */
         fputs(i ? ",\n[" : "\n[", stdout);
         for (int32_t v = 0; v < n_vocab; v++) {
             float x = lg ? lg[v] : NAN;
-            if (!isfinite(x)) { finite = false; x = 0.0f; }
+            if (!isfinite(x)) {
+                finite = false;
+                x = 0.0f;
+            }
             printf(v ? ",%.9g" : "%.9g", (double)x);
         }
         putchar(']');
@@ -76,16 +83,19 @@ static bool print_logits_json(const kvi_engine *e, const int32_t *ids, int32_t n
     return finite;
 }
 
-static void print_logits_text(const kvi_model *m, const kvi_engine *e, const int32_t *ids,
-                              int32_t n, int32_t n_vocab, int top)
+static void print_logits_text(const kvi_model *m, const kvi_engine *e, const int32_t *ids, int32_t n,
+                              int32_t n_vocab, int top)
 {
-    int32_t best[16];   /* (top) indices of the largest logits, descending */
+    int32_t best[16]; /* (top) indices of the largest logits, descending */
     for (int32_t i = 0; i < n; i++) {
-        const float *lg = kvi_logits(e, i);   /* (n_vocab) floats */
+        const float *lg = kvi_logits(e, i); /* (n_vocab) floats */
         printf("%5d %6d ", (int)i, (int)ids[i]);
         print_piece(m, ids[i]);
         fputs("  ->", stdout);
-        if (!lg) { fputs(" (no logits)\n", stdout); continue; }
+        if (!lg) {
+            fputs(" (no logits)\n", stdout);
+            continue;
+        }
         int k = 0;
         for (int32_t v = 0; v < n_vocab; v++) {
             /* insertion into the short sorted list; NaN never ranks */
@@ -93,7 +103,10 @@ static void print_logits_text(const kvi_model *m, const kvi_engine *e, const int
             int j = k < top ? k++ : top;
             if (j == top && !(lg[v] > lg[best[top - 1]])) continue;
             if (j == top) j = top - 1;
-            while (j > 0 && lg[v] > lg[best[j - 1]]) { best[j] = best[j - 1]; j--; }
+            while (j > 0 && lg[v] > lg[best[j - 1]]) {
+                best[j] = best[j - 1];
+                j--;
+            }
             best[j] = v;
         }
         for (int j = 0; j < k; j++) {
@@ -164,27 +177,32 @@ int cmd_logits(int argc, char **argv)
         cli_opt_engine_params(&c, &ep);
         ep.n_ctx = n_ctx > 0 ? n_ctx : 0;
         ep.n_seq_max = 1;
-        if (ep.n_batch_max < n) ep.n_batch_max = n;   /* one forward pass */
-        if (n_ctx > 0 && n > n_ctx) rc = cli_ctx_exceeded(n, n_ctx);
-        else if (!(e = cli_engine_create(m, &ep, ""))) rc = 1;
+        if (ep.n_batch_max < n) ep.n_batch_max = n; /* one forward pass */
+        if (n_ctx > 0 && n > n_ctx)
+            rc = cli_ctx_exceeded(n, n_ctx);
+        else if (!(e = cli_engine_create(m, &ep, "")))
+            rc = 1;
     }
     if (rc == 0 && n > kvi_engine_n_ctx(e)) rc = cli_ctx_exceeded(n, kvi_engine_n_ctx(e));
     if (rc == 0 && !(seq = kvi_seq_create(e))) rc = cli_error("cannot create a sequence");
-    if (rc == 0 && !(b = kvi_batch_create(n))) rc = cli_error("out of memory creating a batch of %d rows", (int)n);
+    if (rc == 0 && !(b = kvi_batch_create(n)))
+        rc = cli_error("out of memory creating a batch of %d rows", (int)n);
     for (int32_t i = 0; rc == 0 && i < n; i++)
         if (kvi_batch_add(b, seq, ids[i], i, true) < 0) rc = cli_error("cannot add prompt row %d", (int)i);
     if (rc == 0) {
-        kvi_error err = {0};
+        kvi_error err = { 0 };
         double t0 = kvi_time_ms();
         int r = kvi_step(e, b, &err);
         double ms = kvi_time_ms() - t0;
-        if (r != 0) rc = cli_error("prefill failed: %s", err.msg[0] ? err.msg : kvi_strerror(r));
-        else fprintf(stderr, "kvinfer: %d prompt tokens in one pass: %.2f ms\n", (int)n, ms);
+        if (r != 0)
+            rc = cli_error("prefill failed: %s", err.msg[0] ? err.msg : kvi_strerror(r));
+        else
+            fprintf(stderr, "kvinfer: %d prompt tokens in one pass: %.2f ms\n", (int)n, ms);
     }
     if (rc == 0) {
         int32_t n_vocab = kvi_n_vocab(m);
         if (json) {
-            static char obuf[1 << 20];   /* stdout buffer: 1 MiB */
+            static char obuf[1 << 20]; /* stdout buffer: 1 MiB */
             setvbuf(stdout, obuf, _IOFBF, sizeof obuf);
             if (!print_logits_json(e, ids, n, n_vocab))
                 fprintf(stderr, "kvinfer: warning: non-finite logits were written as 0\n");

@@ -77,17 +77,17 @@ static const char ppl_help[] =
     "  -h, --help           this help\n";
 
 typedef struct ppl_opts {
-    cli_common c;              /* model, --mmap, threads, -c, KV types, context policy */
+    cli_common c; /* model, --mmap, threads, -c, KV types, context policy */
     const char *file, *save, *base;
     int64_t batch, chunks;
-    const char *policy;        /* NULL ("error" or none): chunks; else stream mode */
+    const char *policy; /* NULL ("error" or none): chunks; else stream mode */
     bool json;
 } ppl_opts;
 
 /* The shared flags `perplexity` takes (cli/cli_opts.h): -c at least 4; the KV
  * types may be any the engine accepts and are checked after every flag (see
  * cmd_perplexity); a bad policy is an "unknown policy". */
-#define PPL_OPTS                                                                                        \
+#define PPL_OPTS                                                                                         \
     (CLI_OPT_MODEL | CLI_OPT_MMAP | CLI_OPT_THREADS | CLI_OPT_CTX | CLI_OPT_CTX_MIN4 | CLI_OPT_KV_TYPE | \
      CLI_OPT_KV_TYPE_KV | CLI_OPT_KV_LATER | CLI_OPT_POLICY | CLI_OPT_POLICY_UNKNOWN)
 
@@ -139,14 +139,16 @@ static FILE *base_open(const char *path, uint32_t n_vocab, uint64_t n_rows, uint
             snprintf(msg, sizeof msg, "saved with -c %u, this run uses -c %u", fc, ctx);
             why = msg;
         } else if (fr != n_rows) {
-            snprintf(msg, sizeof msg, "holds %llu scored rows, this run scores %llu (another text or --chunks?)",
+            snprintf(msg, sizeof msg,
+                     "holds %llu scored rows, this run scores %llu (another text or --chunks?)",
                      (unsigned long long)fr, (unsigned long long)n_rows);
             why = msg;
         } else if (fseek(f, 0, SEEK_END) == 0) {
             long end = ftell(f);
             uint64_t want = PPL_HEADER_BYTES + n_rows * (4 + 4 * (uint64_t)n_vocab);
             if (end < 0 || (uint64_t)end != want) {
-                snprintf(msg, sizeof msg, "file is %ld bytes, its header says %llu", end, (unsigned long long)want);
+                snprintf(msg, sizeof msg, "file is %ld bytes, its header says %llu", end,
+                         (unsigned long long)want);
                 why = msg;
             } else if (fseek(f, PPL_HEADER_BYTES, SEEK_SET) != 0) {
                 why = "cannot seek";
@@ -193,7 +195,9 @@ static int parse_opts(int argc, char **argv, ppl_opts *o, bool *help)
         const char *a = argv[i], *v;
         int r;
         const char **path = !strcmp(a, "-f") || !strcmp(a, "--file") ? &o->file
-                          : !strcmp(a, "--save-logits") ? &o->save : !strcmp(a, "--kl-base") ? &o->base : NULL;
+                            : !strcmp(a, "--save-logits")            ? &o->save
+                            : !strcmp(a, "--kl-base")                ? &o->base
+                                                                     : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             *help = true;
             return 0;
@@ -205,7 +209,8 @@ static int parse_opts(int argc, char **argv, ppl_opts *o, bool *help)
             if (cli_flag_i64(a, cli_flag_value(argc, argv, &i), 1, 1 << 24, &o->batch) < 0) return 1;
         } else if (!strcmp(a, "--chunks")) {
             if (!(v = cli_flag_value(argc, argv, &i))) return 1;
-            if (!cli_parse_i64(v, 1, INT32_MAX, &o->chunks)) return cli_error("%s: '%s' is not a positive integer", a, v);
+            if (!cli_parse_i64(v, 1, INT32_MAX, &o->chunks))
+                return cli_error("%s: '%s' is not a positive integer", a, v);
         } else if (!strcmp(a, "--json")) {
             o->json = true;
         } else if (a[0] == '-') {
@@ -223,10 +228,10 @@ static int parse_opts(int argc, char **argv, ppl_opts *o, bool *help)
 
 /* Running totals of one evaluation. */
 typedef struct ppl_acc {
-    double nll, nll2;          /* sums of NLL and NLL^2 */
-    double base_nll;           /* sum of the base's NLL (with --kl-base) */
-    uint64_t n;                /* rows scored */
-    double *kld;               /* [n_rows] KL of each row (with --kl-base) */
+    double nll, nll2; /* sums of NLL and NLL^2 */
+    double base_nll;  /* sum of the base's NLL (with --kl-base) */
+    uint64_t n;       /* rows scored */
+    double *kld;      /* [n_rows] KL of each row (with --kl-base) */
     uint64_t top1_same;
 } ppl_acc;
 
@@ -241,12 +246,14 @@ static int score_row(ppl_acc *acc, const double *lp, int32_t n_vocab, int32_t ta
         uint8_t t[4];
         put_u32(t, (uint32_t)target);
         for (int32_t v = 0; v < n_vocab; v++) rowbuf[v] = (float)lp[v];
-        if (fwrite(t, 1, 4, save) != 4 || fwrite(rowbuf, sizeof(float), (size_t)n_vocab, save) != (size_t)n_vocab)
+        if (fwrite(t, 1, 4, save) != 4 ||
+            fwrite(rowbuf, sizeof(float), (size_t)n_vocab, save) != (size_t)n_vocab)
             return cli_error("--save-logits: writing %s failed: %s", save_path, strerror(errno));
     }
     if (base) {
         uint8_t t[4];
-        if (fread(t, 1, 4, base) != 4 || fread(rowbuf, sizeof(float), (size_t)n_vocab, base) != (size_t)n_vocab)
+        if (fread(t, 1, 4, base) != 4 ||
+            fread(rowbuf, sizeof(float), (size_t)n_vocab, base) != (size_t)n_vocab)
             return cli_error("--kl-base: reading %s failed", base_path);
         if ((int32_t)get_u32(t) != target)
             return cli_error("--kl-base: %s: row %llu predicts token %d, this run token %d (another text?)",
@@ -255,8 +262,9 @@ static int score_row(ppl_acc *acc, const double *lp, int32_t n_vocab, int32_t ta
         int32_t am_b = 0, am_c = 0;
         for (int32_t v = 0; v < n_vocab; v++) {
             double lb = rowbuf[v];
-            if (!isfinite(lb) || lb > 1e-3) return cli_error("--kl-base: %s: row %llu holds a value %g that is not a log-probability",
-                                                             base_path, (unsigned long long)acc->n, lb);
+            if (!isfinite(lb) || lb > 1e-3)
+                return cli_error("--kl-base: %s: row %llu holds a value %g that is not a log-probability",
+                                 base_path, (unsigned long long)acc->n, lb);
             /* the current row rounded to float exactly as a saved file holds it, so a
              * run against its own base gives KL 0 */
             double lc = (float)lp[v];
@@ -264,7 +272,7 @@ static int score_row(ppl_acc *acc, const double *lp, int32_t n_vocab, int32_t ta
             if (rowbuf[v] > rowbuf[am_b]) am_b = v;
             if ((float)lp[v] > (float)lp[am_c]) am_c = v;
         }
-        acc->kld[acc->n] = kl > 0.0 ? kl : 0.0;   /* rounding can give -1e-17 */
+        acc->kld[acc->n] = kl > 0.0 ? kl : 0.0; /* rounding can give -1e-17 */
         acc->top1_same += am_b == am_c;
         acc->base_nll += -(double)rowbuf[target];
     }
@@ -274,9 +282,12 @@ static int score_row(ppl_acc *acc, const double *lp, int32_t n_vocab, int32_t ta
 
 static const char *kv_label(kvi_type k, kvi_type v, char *buf, size_t cap)
 {
-    const char *kn = kvi_type_name(k) ? kvi_type_name(k) : "?", *vn = kvi_type_name(v) ? kvi_type_name(v) : "?";
-    if (k == v) snprintf(buf, cap, "%s", kn);
-    else snprintf(buf, cap, "%s/%s", kn, vn);
+    const char *kn = kvi_type_name(k) ? kvi_type_name(k) : "?",
+               *vn = kvi_type_name(v) ? kvi_type_name(v) : "?";
+    if (k == v)
+        snprintf(buf, cap, "%s", kn);
+    else
+        snprintf(buf, cap, "%s/%s", kn, vn);
     return buf;
 }
 
@@ -292,17 +303,17 @@ static size_t kv_held(const kvi_engine *e)
 typedef struct ppl_run {
     kvi_model *m;
     kvi_engine *e;
-    kvi_batch *b;               /* (batch) rows */
-    int32_t *ids, n_tok;        /* the text's tokens */
-    int32_t n_vocab, bos;       /* bos: -1 when the model adds none */
-    int ctx, batch, first;      /* first: the first row scored in a chunk (ctx / 2) */
+    kvi_batch *b;          /* (batch) rows */
+    int32_t *ids, n_tok;   /* the text's tokens */
+    int32_t n_vocab, bos;  /* bos: -1 when the model adds none */
+    int ctx, batch, first; /* first: the first row scored in a chunk (ctx / 2) */
     int64_t n_chunk;
-    uint64_t n_rows;            /* rows the chunked method scores */
-    double *lp;                 /* (n_vocab) log-probabilities of one row */
-    float *rowbuf;              /* (n_vocab) a file record */
+    uint64_t n_rows; /* rows the chunked method scores */
+    double *lp;      /* (n_vocab) log-probabilities of one row */
+    float *rowbuf;   /* (n_vocab) a file record */
     FILE *save, *base;
     ppl_acc acc;
-    char kvname[64];            /* "f16", or "q4_0/f32" for mixed types */
+    char kvname[64]; /* "f16", or "q4_0/f32" for mixed types */
 } ppl_run;
 
 /* Mean NLL of n scored rows, its perplexity and the perplexity's error (delta method). */
@@ -333,7 +344,7 @@ static cJSON *ppl_json_head(ppl_value v, double n_tokens)
 
 /* What stream mode measured (see the file header). */
 typedef struct ppl_stream {
-    double nll[2], nll2;        /* [0] rows inside the first context, [1] past it */
+    double nll[2], nll2; /* [0] rows inside the first context, [1] past it */
     uint64_t cnt[2];
     size_t bytes_full, bytes_max;
     uint64_t n_evicted;
@@ -344,7 +355,8 @@ static int report_stream(const ppl_opts *o, const ppl_run *r, const ppl_stream *
 {
     const uint64_t N = st->cnt[0] + st->cnt[1];
     if (N == 0)
-        return cli_error("perplexity: the text has %d tokens, too few to score past %d", (int)r->n_tok, r->first);
+        return cli_error("perplexity: the text has %d tokens, too few to score past %d", (int)r->n_tok,
+                         r->first);
     const ppl_value v = ppl_of(st->nll[0] + st->nll[1], st->nll2, (double)N);
     const double ppl_in = st->cnt[0] ? exp(st->nll[0] / (double)st->cnt[0]) : 0.0;
     const double ppl_past = st->cnt[1] ? exp(st->nll[1] / (double)st->cnt[1]) : 0.0;
@@ -363,14 +375,15 @@ static int report_stream(const ppl_opts *o, const ppl_run *r, const ppl_stream *
         cJSON_AddNumberToObject(j, "seconds", st->secs);
         return cli_print_json(j, "perplexity: out of memory");
     }
-    printf("perplexity      %.4f ± %.4f (%s, one sequence of %d tokens, context %d)\n", v.ppl, v.err, o->policy,
-           (int)r->n_tok, r->ctx);
+    printf("perplexity      %.4f ± %.4f (%s, one sequence of %d tokens, context %d)\n", v.ppl, v.err,
+           o->policy, (int)r->n_tok, r->ctx);
     printf("inside context  %.4f (%llu rows)\n", ppl_in, (unsigned long long)st->cnt[0]);
-    printf("past context    %.4f (%llu rows, %llu positions evicted)\n", ppl_past, (unsigned long long)st->cnt[1],
-           (unsigned long long)st->n_evicted);
+    printf("past context    %.4f (%llu rows, %llu positions evicted)\n", ppl_past,
+           (unsigned long long)st->cnt[1], (unsigned long long)st->n_evicted);
     printf("KV bytes        %zu when the context filled, %zu at most\n", st->bytes_full, st->bytes_max);
     printf("KV type         %s\n", r->kvname);
-    printf("time            %.2f s (%.1f tokens/s)\n", st->secs, st->secs > 0 ? (double)r->n_tok / st->secs : 0.0);
+    printf("time            %.2f s (%.1f tokens/s)\n", st->secs,
+           st->secs > 0 ? (double)r->n_tok / st->secs : 0.0);
     return 0;
 }
 
@@ -379,13 +392,13 @@ static int run_stream(const ppl_opts *o, ppl_run *r)
 {
     kvi_seq *seq = kvi_seq_create(r->e);
     if (!seq) return cli_error("perplexity: cannot create a sequence");
-    ppl_stream st = {0};
+    ppl_stream st = { 0 };
     int rc = 0;
     const int32_t n_tok = r->n_tok, n_pre = n_tok < r->ctx ? n_tok : r->ctx;
     const double t0 = kvi_time_ms();
     for (int32_t i = 0; rc == 0 && i < n_tok - 1;) {
         int32_t pos, n;
-        kvi_error err = {0};
+        kvi_error err = { 0 };
         if (i < n_pre) {
             pos = i;
             n = n_pre - i < r->batch ? n_pre - i : r->batch;
@@ -410,7 +423,7 @@ static int run_stream(const ppl_opts *o, ppl_run *r)
         }
         for (int32_t j = 0; j < n; j++) {
             if (i + j < r->first) continue;
-            const float *lg = kvi_logits(r->e, j);   /* (n_vocab) */
+            const float *lg = kvi_logits(r->e, j); /* (n_vocab) */
             if (!lg || !log_softmax(lg, r->n_vocab, r->lp)) {
                 rc = cli_error("perplexity: row %d: logits missing or not finite", (int)(i + j));
                 break;
@@ -441,7 +454,7 @@ static int run_chunks(const ppl_opts *o, ppl_run *r)
     int rc = 0;
     const int ctx = r->ctx;
     for (int64_t c = 0; rc == 0 && c < r->n_chunk; c++) {
-        const int32_t *chunk = r->ids + c * ctx;   /* (ctx) tokens */
+        const int32_t *chunk = r->ids + c * ctx; /* (ctx) tokens */
         kvi_seq *seq = kvi_seq_create(r->e);
         if (!seq) return cli_error("perplexity: cannot create a sequence");
         for (int start = 0; rc == 0 && start < ctx; start += r->batch) {
@@ -452,7 +465,7 @@ static int run_chunks(const ppl_opts *o, ppl_run *r)
                 int32_t tok = pos == 0 && r->bos >= 0 ? r->bos : chunk[pos];
                 kvi_batch_add(r->b, seq, tok, pos, true);
             }
-            kvi_error err = {0};
+            kvi_error err = { 0 };
             int sr = kvi_step(r->e, r->b, &err);
             if (sr) {
                 rc = cli_error("perplexity: chunk %lld failed: %s", (long long)c,
@@ -462,17 +475,19 @@ static int run_chunks(const ppl_opts *o, ppl_run *r)
             for (int j = 0; rc == 0 && j < n; j++) {
                 int pos = start + j;
                 if (pos < r->first || pos > ctx - 2) continue;
-                const float *lg = kvi_logits(r->e, j);   /* (n_vocab) */
+                const float *lg = kvi_logits(r->e, j); /* (n_vocab) */
                 if (!lg || !log_softmax(lg, r->n_vocab, r->lp))
-                    rc = cli_error("perplexity: chunk %lld row %d: logits missing or not finite", (long long)c, pos);
+                    rc = cli_error("perplexity: chunk %lld row %d: logits missing or not finite",
+                                   (long long)c, pos);
                 else
-                    rc = score_row(&r->acc, r->lp, r->n_vocab, chunk[pos + 1], r->save, r->base, r->rowbuf, o->save,
-                                   o->base);
+                    rc = score_row(&r->acc, r->lp, r->n_vocab, chunk[pos + 1], r->save, r->base, r->rowbuf,
+                                   o->save, o->base);
             }
         }
         kvi_seq_free(seq);
         if (rc == 0 && !o->json && r->n_chunk > 1)
-            fprintf(stderr, "  [%lld] running PPL %.4f\n", (long long)c + 1, exp(r->acc.nll / (double)r->acc.n));
+            fprintf(stderr, "  [%lld] running PPL %.4f\n", (long long)c + 1,
+                    exp(r->acc.nll / (double)r->acc.n));
     }
     return rc;
 }
@@ -502,7 +517,7 @@ static int report_chunks(const ppl_opts *o, ppl_run *r, kvi_type tk, kvi_type tv
 {
     const double N = (double)r->acc.n;
     const ppl_value v = ppl_of(r->acc.nll, r->acc.nll2, N);
-    ppl_kl k = {0, 0, 0, 0, 0, 0};
+    ppl_kl k = { 0, 0, 0, 0, 0, 0 };
     if (r->base) k = kl_of(&r->acc);
     if (o->json) {
         cJSON *j = ppl_json_head(v, N);
@@ -530,10 +545,12 @@ static int report_chunks(const ppl_opts *o, ppl_run *r, kvi_type tk, kvi_type tv
     if (r->base) {
         printf("base PPL        %.4f (delta %+.4f, %+.3f%%)\n", k.ppl_base, v.ppl - k.ppl_base,
                100.0 * (v.ppl / k.ppl_base - 1.0));
-        printf("KL divergence   mean %.6f, median %.6f, p99 %.6f, max %.6f\n", k.mean, k.median, k.p99, k.max);
+        printf("KL divergence   mean %.6f, median %.6f, p99 %.6f, max %.6f\n", k.mean, k.median, k.p99,
+               k.max);
         printf("top-1 agreement %.4f\n", k.top1);
     }
-    printf("time            %.2f s (%.1f tokens/s)\n", secs, secs > 0 ? (double)r->n_chunk * r->ctx / secs : 0.0);
+    printf("time            %.2f s (%.1f tokens/s)\n", secs,
+           secs > 0 ? (double)r->n_chunk * r->ctx / secs : 0.0);
     return 0;
 }
 
@@ -552,10 +569,11 @@ static int ppl_setup(const ppl_opts *o, ppl_run *r, const char *text, size_t tex
 
     int rc = cli_tokenize(r->m, text, text_len, true, false, &r->ids, &r->n_tok);
     r->n_chunk = rc == 0 ? r->n_tok / r->ctx : 0;
-    if (o->policy) r->n_chunk = 1;   /* stream mode: one sequence */
+    if (o->policy) r->n_chunk = 1; /* stream mode: one sequence */
     if (rc == 0 && r->n_chunk == 0)
-        rc = cli_error("perplexity: the text has %d tokens, fewer than one chunk of %d (-c sets the chunk size)",
-                       (int)r->n_tok, r->ctx);
+        rc = cli_error(
+            "perplexity: the text has %d tokens, fewer than one chunk of %d (-c sets the chunk size)",
+            (int)r->n_tok, r->ctx);
     if (o->chunks > 0 && r->n_chunk > o->chunks) r->n_chunk = o->chunks;
     r->n_rows = (uint64_t)r->n_chunk * (uint64_t)(r->ctx - 1 - r->first);
     if (rc != 0) return rc;
@@ -580,7 +598,7 @@ static int ppl_open_files(const ppl_opts *o, ppl_run *r)
 {
     if (o->base) {
         if (!(r->base = base_open(o->base, (uint32_t)r->n_vocab, r->n_rows, (uint32_t)r->ctx))) return 1;
-        r->acc.kld = malloc((size_t)r->n_rows * sizeof *r->acc.kld);   /* (n_rows) KL of each row */
+        r->acc.kld = malloc((size_t)r->n_rows * sizeof *r->acc.kld); /* (n_rows) KL of each row */
         if (!r->acc.kld) return cli_error("perplexity: out of memory");
     }
     if (o->save) {
@@ -624,7 +642,8 @@ int cmd_perplexity(int argc, char **argv)
         double t0 = kvi_time_ms();
         rc = run_chunks(&o, &r);
         double secs = (kvi_time_ms() - t0) / 1e3;
-        if (r.save && fclose(r.save) != 0 && rc == 0) rc = cli_error("--save-logits: writing %s failed", o.save);
+        if (r.save && fclose(r.save) != 0 && rc == 0)
+            rc = cli_error("--save-logits: writing %s failed", o.save);
         r.save = NULL;
         if (rc == 0) rc = report_chunks(&o, &r, o.c.kv_k, o.c.kv_v, secs);
     }

@@ -80,19 +80,19 @@ static const char run_help[] =
     "  -h, --help              this help\n";
 
 typedef struct run_opts {
-    cli_common c;           /* model, prompt, threads, context, KV cache, context policy */
+    cli_common c; /* model, prompt, threads, context, KV cache, context policy */
     bool ignore_eos, no_kv, json;
-    int64_t n_predict;      /* -1: unlimited */
+    int64_t n_predict; /* -1: unlimited */
     kvi_sampler_params sp;
     bool seed_given;
     const char *save_session, *load_session;
-    run_spec_opts spec;     /* speculative decoding (cli/run_spec.c) */
+    run_spec_opts spec; /* speculative decoding (cli/run_spec.c) */
 } run_opts;
 
 /* The shared flags `run` takes (cli/cli_opts.h): all of them, with the default ranges. */
-#define RUN_OPTS                                                                                          \
-    (CLI_OPT_MODEL | CLI_OPT_TOKENIZER | CLI_OPT_MMAP | CLI_OPT_PROMPT | CLI_OPT_THREADS | CLI_OPT_CTX |   \
-     CLI_OPT_KV_TYPE | CLI_OPT_KV_TYPE_KV | CLI_OPT_KV_BLOCK | CLI_OPT_KV_BUDGET | CLI_OPT_NO_PREFIX |     \
+#define RUN_OPTS                                                                                         \
+    (CLI_OPT_MODEL | CLI_OPT_TOKENIZER | CLI_OPT_MMAP | CLI_OPT_PROMPT | CLI_OPT_THREADS | CLI_OPT_CTX | \
+     CLI_OPT_KV_TYPE | CLI_OPT_KV_TYPE_KV | CLI_OPT_KV_BLOCK | CLI_OPT_KV_BUDGET | CLI_OPT_NO_PREFIX |   \
      CLI_OPT_POLICY)
 
 /* Parses a float flag value; prints an error naming the flag on failure. */
@@ -146,14 +146,17 @@ static int parse_run_flag(int argc, char **argv, int *i, run_opts *o)
         o->n_predict = n;
         return 1;
     }
-    bool *on = !strcmp(a, "--ignore-eos") ? &o->ignore_eos : !strcmp(a, "--no-kv-cache") ? &o->no_kv
-             : !strcmp(a, "--json") ? &o->json : NULL;
+    bool *on = !strcmp(a, "--ignore-eos")    ? &o->ignore_eos
+               : !strcmp(a, "--no-kv-cache") ? &o->no_kv
+               : !strcmp(a, "--json")        ? &o->json
+                                             : NULL;
     if (on) {
         *on = true;
         return 1;
     }
-    const char **path = !strcmp(a, "--save-session") ? &o->save_session
-                      : !strcmp(a, "--load-session") ? &o->load_session : NULL;
+    const char **path = !strcmp(a, "--save-session")   ? &o->save_session
+                        : !strcmp(a, "--load-session") ? &o->load_session
+                                                       : NULL;
     if (path) return (*path = cli_flag_value(argc, argv, i)) ? 1 : -1;
     return parse_sampling_flag(argc, argv, i, o);
 }
@@ -184,8 +187,10 @@ static int parse_run_args(int argc, char **argv, run_opts *o)
         if (r == 0) r = run_spec_parse_flag(argc, argv, &i, &o->spec);
         if (r < 0) return 1;
         if (r > 0) continue;
-        if (a[0] == '-') cli_error("run: unknown option '%s' (kvinfer run --help)", a);
-        else cli_error("run: unexpected argument '%s' (the prompt goes after -p)", a);
+        if (a[0] == '-')
+            cli_error("run: unknown option '%s' (kvinfer run --help)", a);
+        else
+            cli_error("run: unexpected argument '%s' (the prompt goes after -p)", a);
         return 1;
     }
     return 0;
@@ -206,9 +211,9 @@ static uint64_t random_seed(void)
 
 /* Growable byte buffer for the generated text. */
 typedef struct text_buf {
-    char *data;      /* (cap) bytes; data[0 .. len) is the text */
+    char *data; /* (cap) bytes; data[0 .. len) is the text */
     size_t len, cap;
-    size_t printed;  /* bytes already streamed to stdout */
+    size_t printed; /* bytes already streamed to stdout */
 } text_buf;
 
 static bool text_append(text_buf *t, const char *s, size_t n)
@@ -232,9 +237,9 @@ static bool append_piece(const kvi_model *m, text_buf *t, int32_t tok)
 {
     char small[128];
     int32_t l = kvi_token_to_piece(m, tok, small, sizeof small, false);
-    if (l < 0) return true;   /* ids were range-checked; nothing to show */
+    if (l < 0) return true; /* ids were range-checked; nothing to show */
     if ((size_t)l <= sizeof small) return text_append(t, small, (size_t)l);
-    char *big = malloc((size_t)l);   /* (l) bytes of one long piece */
+    char *big = malloc((size_t)l); /* (l) bytes of one long piece */
     if (!big) return false;
     bool ok = kvi_token_to_piece(m, tok, big, (size_t)l, false) == l && text_append(t, big, (size_t)l);
     free(big);
@@ -242,20 +247,20 @@ static bool append_piece(const kvi_model *m, text_buf *t, int32_t tok)
 }
 
 typedef struct run_result {
-    int32_t *all_ids;       /* (ids_cap) prompt then generated ids */
+    int32_t *all_ids; /* (ids_cap) prompt then generated ids */
     int32_t ids_cap;
     int32_t n_prompt, n_gen;
-    int32_t n_cached;       /* prompt positions taken from a session or the prefix cache */
-    const char *finish;     /* "stop" or "length" */
+    int32_t n_cached;   /* prompt positions taken from a session or the prefix cache */
+    const char *finish; /* "stop" or "length" */
     text_buf text;
     double prefill_ms, ttft_ms, decode_ms;
     int64_t n_decode_steps;
     int64_t rows_computed;
-    kvi_stats kv;           /* of the sequence, at the end */
+    kvi_stats kv; /* of the sequence, at the end */
     int n_ctx;
-    run_spec_result spec;   /* speculative decoding, when on */
-    kvi_mem_stats mem;      /* at the end, before anything is freed */
-    double load_ms;         /* model load and engine creation */
+    run_spec_result spec; /* speculative decoding, when on */
+    kvi_mem_stats mem;    /* at the end, before anything is freed */
+    double load_ms;       /* model load and engine creation */
 } run_result;
 
 static double per_s(double count, double ms) { return ms > 0.0 ? count * 1000.0 / ms : 0.0; }
@@ -280,10 +285,9 @@ static int32_t no_kv_rows(const run_opts *o, int32_t n_prompt, int n_ctx)
 /* Runs one forward pass; prints the library's error and returns 1 on failure. */
 static int step_or_error(kvi_engine *e, kvi_batch *b, const char *phase)
 {
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     int rc = kvi_step(e, b, &err);
-    if (rc != 0)
-        return cli_error("%s failed: %s", phase, err.msg[0] ? err.msg : kvi_strerror(rc));
+    if (rc != 0) return cli_error("%s failed: %s", phase, err.msg[0] ? err.msg : kvi_strerror(rc));
     return 0;
 }
 
@@ -337,12 +341,24 @@ static int generate_spec(const run_opts *o, kvi_model *m, kvi_engine *e, kvi_seq
 {
     r->finish = "length";
     if (o->n_predict == 0) return 0;
-    spec_sink sink = {o, m, r};
+    spec_sink sink = { o, m, r };
     run_spec_ctx c = {
-        .m = m, .e = e, .seq = seq, .smp = smp, .sp = &o->sp, .prompt = r->all_ids,
-        .n_prompt = r->n_prompt, .n_cached = r->n_cached, .n_ctx = r->n_ctx, .n_predict = o->n_predict,
-        .n_threads = (int)o->c.n_threads, .kv_k = o->c.kv_k, .kv_v = o->c.kv_v, .mmap = o->c.mmap,
-        .emit = spec_emit, .emit_ctx = &sink,
+        .m = m,
+        .e = e,
+        .seq = seq,
+        .smp = smp,
+        .sp = &o->sp,
+        .prompt = r->all_ids,
+        .n_prompt = r->n_prompt,
+        .n_cached = r->n_cached,
+        .n_ctx = r->n_ctx,
+        .n_predict = o->n_predict,
+        .n_threads = (int)o->c.n_threads,
+        .kv_k = o->c.kv_k,
+        .kv_v = o->c.kv_v,
+        .mmap = o->c.mmap,
+        .emit = spec_emit,
+        .emit_ctx = &sink,
     };
     int rc = run_spec_generate(&o->spec, &c, &r->prefill_ms, &r->ttft_ms, &r->decode_ms, &r->spec);
     r->n_decode_steps = r->spec.n_steps;
@@ -352,15 +368,15 @@ static int generate_spec(const run_opts *o, kvi_model *m, kvi_engine *e, kvi_seq
 }
 
 /* The generation loop (see the file comment). Streams text when !o->json. */
-static int generate(const run_opts *o, kvi_model *m, kvi_engine *e, kvi_seq *seq,
-                    kvi_sampler *smp, run_result *r)
+static int generate(const run_opts *o, kvi_model *m, kvi_engine *e, kvi_seq *seq, kvi_sampler *smp,
+                    run_result *r)
 {
     if (run_spec_enabled(&o->spec)) return generate_spec(o, m, e, seq, smp, r);
     const int n_ctx = r->n_ctx;
     const int32_t n_prompt = r->n_prompt;
     const int32_t n_vocab = kvi_n_vocab(m);
     int32_t batch_rows = o->no_kv ? no_kv_rows(o, n_prompt, n_ctx) : n_prompt;
-    const int32_t n_cached = r->n_cached;   /* < n_prompt: the last prompt row always runs */
+    const int32_t n_cached = r->n_cached; /* < n_prompt: the last prompt row always runs */
     kvi_batch *b = kvi_batch_create(batch_rows);
     if (!b) return cli_error("out of memory creating a batch of %d rows", (int)batch_rows);
 
@@ -372,7 +388,10 @@ static int generate(const run_opts *o, kvi_model *m, kvi_engine *e, kvi_seq *seq
             return cli_error("cannot add prompt row %d to the batch", (int)i);
         }
     }
-    if (step_or_error(e, b, "prefill")) { kvi_batch_free(b); return 1; }
+    if (step_or_error(e, b, "prefill")) {
+        kvi_batch_free(b);
+        return 1;
+    }
     double t1 = kvi_time_ms();
     r->prefill_ms = t1 - t0;
     r->rows_computed = n_prompt - n_cached;
@@ -384,7 +403,10 @@ static int generate(const run_opts *o, kvi_model *m, kvi_engine *e, kvi_seq *seq
     for (;;) {
         if (o->n_predict >= 0 && r->n_gen >= o->n_predict) break;
         const float *logits = kvi_logits(e, logits_row);
-        if (!logits) { kvi_batch_free(b); return cli_error("no logits after the forward pass"); }
+        if (!logits) {
+            kvi_batch_free(b);
+            return cli_error("no logits after the forward pass");
+        }
         int32_t tok = kvi_sampler_sample(smp, logits);
         t_last = kvi_time_ms();
         if (r->n_gen == 0 && r->n_decode_steps == 0) {
@@ -397,7 +419,10 @@ static int generate(const run_opts *o, kvi_model *m, kvi_engine *e, kvi_seq *seq
         }
         kvi_sampler_accept(smp, tok);
         const int kept = keep_token(o, m, r, tok);
-        if (kept < 0) { kvi_batch_free(b); return 1; }
+        if (kept < 0) {
+            kvi_batch_free(b);
+            return 1;
+        }
         if (kept > 0) break;
         int32_t n_all = n_prompt + r->n_gen;
         /* the newest token takes position n_all - 1: none left means the context is full,
@@ -406,7 +431,7 @@ static int generate(const run_opts *o, kvi_model *m, kvi_engine *e, kvi_seq *seq
         if (n_all > n_ctx && !policy) break;
         int32_t pos = n_all - 1;
         if (policy) {
-            kvi_error err = {0};
+            kvi_error err = { 0 };
             pos = kvi_seq_make_room(seq, 1, &err);
             if (pos < 0) {
                 kvi_batch_free(b);
@@ -416,7 +441,10 @@ static int generate(const run_opts *o, kvi_model *m, kvi_engine *e, kvi_seq *seq
         kvi_batch_clear(b);
         if (o->no_kv) {
             /* recompute: forget the cache and run every token so far */
-            if (kvi_seq_truncate(seq, 0) != 0) { kvi_batch_free(b); return cli_error("cannot reset the sequence"); }
+            if (kvi_seq_truncate(seq, 0) != 0) {
+                kvi_batch_free(b);
+                return cli_error("cannot reset the sequence");
+            }
             for (int32_t i = 0; i < n_all; i++) kvi_batch_add(b, seq, r->all_ids[i], i, i == n_all - 1);
             logits_row = n_all - 1;
             r->rows_computed += n_all;
@@ -425,7 +453,10 @@ static int generate(const run_opts *o, kvi_model *m, kvi_engine *e, kvi_seq *seq
             logits_row = 0;
             r->rows_computed += 1;
         }
-        if (step_or_error(e, b, "decode")) { kvi_batch_free(b); return 1; }
+        if (step_or_error(e, b, "decode")) {
+            kvi_batch_free(b);
+            return 1;
+        }
         r->n_decode_steps++;
     }
     r->decode_ms = r->n_decode_steps > 0 ? t_last - t_decode0 : 0.0;
@@ -437,9 +468,12 @@ static int generate(const run_opts *o, kvi_model *m, kvi_engine *e, kvi_seq *seq
 static void print_summary(const run_opts *o, const run_result *r, int n_threads)
 {
     FILE *f = stderr;
-    fprintf(f, "\nkvinfer: prompt     %6d tokens   prefill %9.2f ms  %9.1f tok/s   time to first token %.2f ms\n",
-            (int)r->n_prompt, r->prefill_ms, per_s(r->n_prompt, r->prefill_ms), r->ttft_ms);
-    fprintf(f, "kvinfer: generated  %6d tokens   decode  %9.2f ms  %9.1f tok/s   (%" PRId64 " steps, finish: %s)\n",
+    fprintf(
+        f, "\nkvinfer: prompt     %6d tokens   prefill %9.2f ms  %9.1f tok/s   time to first token %.2f ms\n",
+        (int)r->n_prompt, r->prefill_ms, per_s(r->n_prompt, r->prefill_ms), r->ttft_ms);
+    fprintf(f,
+            "kvinfer: generated  %6d tokens   decode  %9.2f ms  %9.1f tok/s   (%" PRId64
+            " steps, finish: %s)\n",
             (int)r->n_gen, r->decode_ms, decode_tok_s(r), r->n_decode_steps, r->finish);
     fprintf(f, "kvinfer: KV cache   %zu bytes in use, %zu bytes/token (K %s, V %s), context %d\n",
             r->kv.kv_bytes, r->kv.kv_bytes_per_token, kvi_type_name(o->c.kv_k), kvi_type_name(o->c.kv_v),
@@ -449,15 +483,17 @@ static void print_summary(const run_opts *o, const run_result *r, int n_threads)
                 r->rows_computed, (int)(r->n_prompt + r->n_decode_steps));
     else
         fprintf(f, "kvinfer: rows computed %" PRId64 "\n", r->rows_computed);
-    fprintf(f, "kvinfer: KV blocks  %d held (%d shared) of %d tokens; prompt: %d tokens reused, "
-               "%d computed; evicted %" PRIu64 " positions (policy %s)\n",
+    fprintf(f,
+            "kvinfer: KV blocks  %d held (%d shared) of %d tokens; prompt: %d tokens reused, "
+            "%d computed; evicted %" PRIu64 " positions (policy %s)\n",
             (int)r->kv.kv_blocks_used, (int)r->kv.kv_blocks_shared, (int)r->kv.kv_block_size,
             (int)r->n_cached, (int)(r->n_prompt - r->n_cached), r->kv.n_evicted,
             o->c.ctx_policy ? o->c.ctx_policy : "error");
     run_spec_print_summary(f, &r->spec);
     const double mib = 1024.0 * 1024.0;
-    fprintf(f, "kvinfer: memory     peak RSS %.1f MiB = model %.1f MiB + KV %.1f MiB + %.1f MiB other "
-               "(scratch %.1f MiB); load %.0f ms\n",
+    fprintf(f,
+            "kvinfer: memory     peak RSS %.1f MiB = model %.1f MiB + KV %.1f MiB + %.1f MiB other "
+            "(scratch %.1f MiB); load %.0f ms\n",
             (double)r->mem.rss_peak_bytes / mib, (double)r->mem.model_bytes / mib,
             (double)r->mem.kv_bytes / mib,
             ((double)r->mem.rss_peak_bytes - (double)r->mem.model_bytes - (double)r->mem.kv_bytes) / mib,
@@ -470,7 +506,10 @@ static cJSON *id_array(const int32_t *ids, int32_t n)
     cJSON *a = cJSON_CreateArray();
     for (int32_t i = 0; a && i < n; i++) {
         cJSON *v = cJSON_CreateNumber(ids[i]);
-        if (!v) { cJSON_Delete(a); return NULL; }
+        if (!v) {
+            cJSON_Delete(a);
+            return NULL;
+        }
         cJSON_AddItemToArray(a, v);
     }
     return a;
@@ -484,7 +523,7 @@ static int print_json(const run_opts *o, const run_result *r, int n_threads)
     cJSON *gt = id_array(r->all_ids + r->n_prompt, r->n_gen);
     cJSON *st = cJSON_CreateObject();
     char seed[32];
-    snprintf(seed, sizeof seed, "%" PRIu64, o->sp.seed);   /* raw: exact beyond 2^53 */
+    snprintf(seed, sizeof seed, "%" PRIu64, o->sp.seed); /* raw: exact beyond 2^53 */
     bool ok = clean && root && pt && gt && st;
     if (ok) {
         cJSON_AddItemToObject(root, "prompt_tokens", pt);
@@ -515,11 +554,11 @@ static int print_json(const run_opts *o, const run_result *r, int n_threads)
              cJSON_AddStringToObject(s, "ctx_policy", o->c.ctx_policy ? o->c.ctx_policy : "error") &&
              cJSON_AddNumberToObject(s, "n_ctx", r->n_ctx) &&
              cJSON_AddNumberToObject(s, "n_threads", n_threads) &&
-             cJSON_AddStringToObject(s, "kv_type", o->c.kv_k == o->c.kv_v ? kvi_type_name(o->c.kv_k) : "mixed") &&
+             cJSON_AddStringToObject(s, "kv_type",
+                                     o->c.kv_k == o->c.kv_v ? kvi_type_name(o->c.kv_k) : "mixed") &&
              cJSON_AddStringToObject(s, "kv_type_k", kvi_type_name(o->c.kv_k)) &&
              cJSON_AddStringToObject(s, "kv_type_v", kvi_type_name(o->c.kv_v)) &&
-             cJSON_AddRawToObject(s, "seed", seed) &&
-             run_spec_json_add(s, &r->spec) &&
+             cJSON_AddRawToObject(s, "seed", seed) && run_spec_json_add(s, &r->spec) &&
              cJSON_AddNumberToObject(s, "rss_peak_bytes", (double)r->mem.rss_peak_bytes) &&
              cJSON_AddNumberToObject(s, "rss_bytes", (double)r->mem.rss_bytes) &&
              cJSON_AddNumberToObject(s, "model_bytes", (double)r->mem.model_bytes) &&
@@ -530,8 +569,10 @@ static int print_json(const run_opts *o, const run_result *r, int n_threads)
     }
     char *out = ok ? cJSON_PrintUnformatted(root) : NULL;
     int rc = 0;
-    if (out) printf("%s\n", out);
-    else rc = cli_error("out of memory building JSON");
+    if (out)
+        printf("%s\n", out);
+    else
+        rc = cli_error("out of memory building JSON");
     free(out);
     cJSON_Delete(root);
     cJSON_Delete(pt);
@@ -558,16 +599,18 @@ static kvi_engine *create_engine(const run_opts *o, kvi_model *m, int32_t n_prom
  * common prefix with a restored session (--load-session), else whole cached
  * blocks (a no-op in a fresh process); the last prompt row always runs. 0, or 1
  * with the error printed. */
-static int reuse_prompt(const run_opts *o, kvi_seq *seq, const int32_t *prompt, int32_t n_prompt, int32_t *n_cached)
+static int reuse_prompt(const run_opts *o, kvi_seq *seq, const int32_t *prompt, int32_t n_prompt,
+                        int32_t *n_cached)
 {
     if (!o->load_session) {
         int32_t held = kvi_seq_reuse_prefix(seq, prompt, n_prompt);
         *n_cached = held > 0 ? held : 0;
         return 0;
     }
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     bool shifted = false;
-    if (kvi_seq_load(seq, o->load_session, &shifted, &err) != 0) return cli_error("--load-session: %s", err.msg);
+    if (kvi_seq_load(seq, o->load_session, &shifted, &err) != 0)
+        return cli_error("--load-session: %s", err.msg);
     const int32_t *st = kvi_seq_tokens(seq);
     int32_t lcp = 0, held = kvi_seq_len(seq);
     while (!shifted && lcp < held && lcp < n_prompt - 1 && st[lcp] == prompt[lcp]) lcp++;
@@ -600,7 +643,7 @@ static int generate_and_report(const run_opts *o, kvi_model *m, kvi_engine *e, k
         fflush(stdout);
     }
     if (rc == 0 && o->save_session) {
-        kvi_error err = {0};
+        kvi_error err = { 0 };
         if (kvi_seq_save(seq, o->save_session, &err) != 0) rc = cli_error("--save-session: %s", err.msg);
     }
     if (rc == 0) {
@@ -646,7 +689,8 @@ int cmd_run(int argc, char **argv)
         if (n_prompt > r.n_ctx) rc = cli_ctx_exceeded(n_prompt, r.n_ctx);
     }
     if (rc == 0 && !(seq = kvi_seq_create(e))) rc = cli_error("cannot create a sequence");
-    if (rc == 0 && !(smp = kvi_sampler_create(&o.sp, kvi_n_vocab(m)))) rc = cli_error("cannot create the sampler");
+    if (rc == 0 && !(smp = kvi_sampler_create(&o.sp, kvi_n_vocab(m))))
+        rc = cli_error("cannot create the sampler");
     if (rc == 0) {
         r.ids_cap = r.n_ctx + 1;
         r.all_ids = malloc((size_t)r.ids_cap * sizeof *r.all_ids);

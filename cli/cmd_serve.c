@@ -84,7 +84,7 @@ static char *model_name_of(const char *path)
 
 /* The shared flags `serve` takes (cli/cli_opts.h): -c 0 is the model's context,
  * --kv-budget 0 the default bound; --kv-type for K and V only. */
-#define SERVE_OPTS                                                                                       \
+#define SERVE_OPTS                                                                                         \
     (CLI_OPT_MODEL | CLI_OPT_TOKENIZER | CLI_OPT_MMAP | CLI_OPT_THREADS | CLI_OPT_CTX | CLI_OPT_CTX_MIN0 | \
      CLI_OPT_KV_TYPE | CLI_OPT_KV_BUDGET | CLI_OPT_BUDGET_ZERO | CLI_OPT_NO_PREFIX)
 
@@ -93,7 +93,7 @@ typedef struct serve_opts {
     const char *alias, *api_key, *host;
     bool quiet;
     int64_t port, parallel, queue_max, batch_tokens;
-    run_spec_opts so;       /* speculative decoding */
+    run_spec_opts so; /* speculative decoding */
 } serve_opts;
 
 /* serve's own integer flags: 1 consumed, 0 not one of them, -1 error printed. */
@@ -101,10 +101,14 @@ static int serve_int_flag(int argc, char **argv, int *i, serve_opts *o)
 {
     const char *a = argv[*i];
     int64_t *dst = NULL, lo = 0, hi = 0;
-    if (!strcmp(a, "--port")) dst = &o->port, lo = 0, hi = 65535;
-    else if (!strcmp(a, "--parallel")) dst = &o->parallel, lo = 1, hi = 4096;
-    else if (!strcmp(a, "--queue-max")) dst = &o->queue_max, lo = 0, hi = 1 << 20;
-    else if (!strcmp(a, "--batch-tokens")) dst = &o->batch_tokens, lo = 1, hi = 1 << 16;
+    if (!strcmp(a, "--port"))
+        dst = &o->port, lo = 0, hi = 65535;
+    else if (!strcmp(a, "--parallel"))
+        dst = &o->parallel, lo = 1, hi = 4096;
+    else if (!strcmp(a, "--queue-max"))
+        dst = &o->queue_max, lo = 0, hi = 1 << 20;
+    else if (!strcmp(a, "--batch-tokens"))
+        dst = &o->batch_tokens, lo = 1, hi = 1 << 16;
     if (!dst) return 0;
     return cli_flag_i64(a, cli_flag_value(argc, argv, i), lo, hi, dst);
 }
@@ -131,8 +135,10 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o)
         if (r == 0) r = serve_int_flag(argc, argv, &i, o);
         if (r < 0) return 1;
         if (r > 0) continue;
-        const char **str = !strcmp(a, "--host") ? &o->host : !strcmp(a, "--api-key") ? &o->api_key
-                         : !strcmp(a, "--alias") ? &o->alias : NULL;
+        const char **str = !strcmp(a, "--host")      ? &o->host
+                           : !strcmp(a, "--api-key") ? &o->api_key
+                           : !strcmp(a, "--alias")   ? &o->alias
+                                                     : NULL;
         if (str) {
             if (!(*str = cli_flag_value(argc, argv, &i))) return 1;
         } else if (!strcmp(a, "--quiet")) {
@@ -157,7 +163,7 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o)
  * the error printed. */
 static int serve_spec(const serve_opts *o, kvi_sched *s, int n_ctx, kvi_model **dm, kvi_engine **de)
 {
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     kvi_spec_params pp;
     kvi_spec_params_default(&pp);
     pp.draft_max = o->so.draft_max;
@@ -176,9 +182,10 @@ static int serve_spec(const serve_opts *o, kvi_sched *s, int n_ctx, kvi_model **
         if (!(*de = kvi_engine_create(*dm, &dp, &err)))
             return cli_error("serve: cannot create the draft engine: %s", err.msg);
     }
-    if (kvi_sched_set_spec(s, &pp, *de, &err) != 0) return cli_error("serve: speculative decoding: %s", err.msg);
-    fprintf(stderr, "kvinfer: speculative decoding: %s, draft-max %d\n", o->so.draft_path ? o->so.draft_path : "ngram",
-            (int)o->so.draft_max);
+    if (kvi_sched_set_spec(s, &pp, *de, &err) != 0)
+        return cli_error("serve: speculative decoding: %s", err.msg);
+    fprintf(stderr, "kvinfer: speculative decoding: %s, draft-max %d\n",
+            o->so.draft_path ? o->so.draft_path : "ngram", (int)o->so.draft_max);
     return 0;
 }
 
@@ -207,7 +214,7 @@ static void serve_config(srv_server *srv, const serve_opts *o, const char *name)
  * error printed. */
 static int serve_start(srv_server *srv, const serve_opts *o, kvi_sched **sp, kvi_model **dm, kvi_engine **de)
 {
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     if (!(srv->m = cli_opt_load_model(&o->c))) return 1;
     kvi_engine_params ep;
     cli_opt_engine_params(&o->c, &ep);
@@ -259,7 +266,7 @@ int cmd_serve(int argc, char **argv)
     serve_config(srv, &o, name);
 
     int rc = 0;
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     kvi_sched *s = NULL;
     if (srv_start(srv, &err) != 0) {
         rc = cli_error("serve: %s", err.msg);
@@ -274,7 +281,9 @@ int cmd_serve(int argc, char **argv)
     kvi_stats ks;
     kvi_stats_get(srv->e, NULL, &ks);
     __atomic_store_n(&srv->s, s, __ATOMIC_RELEASE);
-    fprintf(stderr, "kvinfer: serving '%s' (context %d per sequence, %d parallel, KV pool %d blocks of %d tokens = %zu bytes)\n",
+    fprintf(stderr,
+            "kvinfer: serving '%s' (context %d per sequence, %d parallel, KV pool %d blocks of %d tokens = "
+            "%zu bytes)\n",
             name, srv->cfg.n_ctx, (int)o.parallel, ks.kv_blocks_total, ks.kv_block_size, ks.kv_bytes_budget);
     printf("kvinfer: ready\n");
     fflush(stdout);

@@ -16,32 +16,32 @@
 
 static void synth_help(FILE *f)
 {
-    fprintf(f,
-            "usage: kvinfer synth --preset NAME -o FILE [options]\n"
-            "       kvinfer synth --dim N --ffn N --layers N --heads N [--kv-heads N] [--vocab N] [--ctx N] -o FILE\n"
-            "\n"
-            "Writes a GGUF v3 model of architecture llama with random weights: matrices\n"
-            "N(0, 0.02), norm weights 1 + N(0, 0.02). Each tensor's values come from a\n"
-            "generator seeded by (seed, tensor name), so the same seed gives the same\n"
-            "underlying weights whatever --type; they are then quantised. Norms stay f32.\n"
-            "Matrices whose rows do not fit the type's block size are stored as q8_0\n"
-            "(or f16) instead, with a note. The file is written tensor by tensor.\n"
-            "\n"
-            "options:\n"
-            "  --preset NAME       start from a preset shape (shape flags below override it)\n"
-            "  -o, --output FILE   the GGUF to write (required)\n"
-            "  --type T            matrix type: f32 (default), f16, bf16, q8_0, q4_0, q4_1,\n"
-            "                      q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k (any case)\n"
-            "  --seed S            weight seed (default 1)\n"
-            "  --vocab-from GGUF   copy that file's tokenizer.* metadata and take its vocab\n"
-            "                      size (default: a generated SentencePiece-style vocabulary)\n"
-            "  --name NAME         general.name (default: the preset's name or kvinfer-synth)\n"
-            "  --dim N --ffn N --layers N --heads N --kv-heads N --vocab N --ctx N\n"
-            "                      the shape: embedding, feed-forward, block count, attention\n"
-            "                      heads, key/value heads, vocabulary size, context length\n"
-            "  -h, --help          this help\n"
-            "\n"
-            "presets (dim, ffn, layers, heads, kv heads, vocab, ctx):\n");
+    fprintf(f, "usage: kvinfer synth --preset NAME -o FILE [options]\n"
+               "       kvinfer synth --dim N --ffn N --layers N --heads N [--kv-heads N] [--vocab N] [--ctx "
+               "N] -o FILE\n"
+               "\n"
+               "Writes a GGUF v3 model of architecture llama with random weights: matrices\n"
+               "N(0, 0.02), norm weights 1 + N(0, 0.02). Each tensor's values come from a\n"
+               "generator seeded by (seed, tensor name), so the same seed gives the same\n"
+               "underlying weights whatever --type; they are then quantised. Norms stay f32.\n"
+               "Matrices whose rows do not fit the type's block size are stored as q8_0\n"
+               "(or f16) instead, with a note. The file is written tensor by tensor.\n"
+               "\n"
+               "options:\n"
+               "  --preset NAME       start from a preset shape (shape flags below override it)\n"
+               "  -o, --output FILE   the GGUF to write (required)\n"
+               "  --type T            matrix type: f32 (default), f16, bf16, q8_0, q4_0, q4_1,\n"
+               "                      q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k (any case)\n"
+               "  --seed S            weight seed (default 1)\n"
+               "  --vocab-from GGUF   copy that file's tokenizer.* metadata and take its vocab\n"
+               "                      size (default: a generated SentencePiece-style vocabulary)\n"
+               "  --name NAME         general.name (default: the preset's name or kvinfer-synth)\n"
+               "  --dim N --ffn N --layers N --heads N --kv-heads N --vocab N --ctx N\n"
+               "                      the shape: embedding, feed-forward, block count, attention\n"
+               "                      heads, key/value heads, vocabulary size, context length\n"
+               "  -h, --help          this help\n"
+               "\n"
+               "presets (dim, ffn, layers, heads, kv heads, vocab, ctx):\n");
     const char *const *names = kvi_synth_preset_names();
     for (int i = 0; names && names[i]; i++) {
         kvi_synth_params p;
@@ -65,7 +65,8 @@ static void synth_progress(void *user, size_t done, size_t total, size_t bytes_d
 {
     (void)user;
     if (!isatty(fileno(stderr)) || bytes_total <= (64u << 20)) return;
-    fprintf(stderr, "\rsynth: %zu/%zu tensors, %zu of %zu MiB", done, total, bytes_done >> 20, bytes_total >> 20);
+    fprintf(stderr, "\rsynth: %zu/%zu tensors, %zu of %zu MiB", done, total, bytes_done >> 20,
+            bytes_total >> 20);
     if (done == total) fputc('\n', stderr);
 }
 
@@ -85,9 +86,9 @@ int cmd_synth(int argc, char **argv)
     const char *preset = NULL, *out = NULL, *type = NULL, *name = NULL;
     int dim = 0, ffn = 0, layers = 0, heads = 0, kv_heads = 0, vocab = 0, ctx = 0;
     synth_flag shape[] = {
-        {"--dim", &dim, false},       {"--ffn", &ffn, false},     {"--layers", &layers, false},
-        {"--heads", &heads, false},   {"--kv-heads", &kv_heads, false},
-        {"--vocab", &vocab, false},   {"--ctx", &ctx, false},
+        { "--dim", &dim, false },     { "--ffn", &ffn, false },           { "--layers", &layers, false },
+        { "--heads", &heads, false }, { "--kv-heads", &kv_heads, false }, { "--vocab", &vocab, false },
+        { "--ctx", &ctx, false },
     };
     const size_t n_shape = sizeof shape / sizeof shape[0];
 
@@ -123,7 +124,8 @@ int cmd_synth(int argc, char **argv)
         if (!strcmp(a, "--seed")) {
             const char *v = cli_flag_value(argc, argv, &i);
             if (!v) return 1;
-            if (!cli_parse_u64(v, &p.seed)) return cli_error("--seed needs an unsigned 64-bit number, got '%s'", v);
+            if (!cli_parse_u64(v, &p.seed))
+                return cli_error("--seed needs an unsigned 64-bit number, got '%s'", v);
             continue;
         }
         return cli_error("synth: unknown option '%s' (kvinfer synth --help)", a);
@@ -145,9 +147,13 @@ int cmd_synth(int argc, char **argv)
         p.vocab_from = vf;
         p.seed = seed;
     } else {
-        const char *missing = !shape[0].set ? "--dim" : !shape[1].set ? "--ffn" : !shape[2].set ? "--layers"
-                              : !shape[3].set ? "--heads" : NULL;
-        if (missing) return cli_error("synth: without --preset, %s is required (kvinfer synth --help)", missing);
+        const char *missing = !shape[0].set   ? "--dim"
+                              : !shape[1].set ? "--ffn"
+                              : !shape[2].set ? "--layers"
+                              : !shape[3].set ? "--heads"
+                                              : NULL;
+        if (missing)
+            return cli_error("synth: without --preset, %s is required (kvinfer synth --help)", missing);
         p.n_kv_heads = heads;
         p.n_vocab = 32000;
         p.n_ctx = 2048;
@@ -157,8 +163,10 @@ int cmd_synth(int argc, char **argv)
     if (shape[1].set) p.ffn_dim = ffn;
     if (shape[2].set) p.n_layers = layers;
     if (shape[3].set) p.n_heads = heads;
-    if (shape[4].set) p.n_kv_heads = kv_heads;
-    else if (shape[3].set && p.n_kv_heads > p.n_heads) p.n_kv_heads = p.n_heads;
+    if (shape[4].set)
+        p.n_kv_heads = kv_heads;
+    else if (shape[3].set && p.n_kv_heads > p.n_heads)
+        p.n_kv_heads = p.n_heads;
     if (shape[5].set) p.n_vocab = vocab;
     if (shape[6].set) p.n_ctx = ctx;
     if (shape[5].set && p.vocab_from)
@@ -168,18 +176,22 @@ int cmd_synth(int argc, char **argv)
         return cli_error("synth: unknown --type '%s' (f32, f16, bf16, q8_0, q4_0, q4_k, q6_k, ...)", type);
 
     char vocab_desc[64];
-    if (p.vocab_from) snprintf(vocab_desc, sizeof vocab_desc, "vocab from --vocab-from");
-    else snprintf(vocab_desc, sizeof vocab_desc, "vocab %d", p.n_vocab);
+    if (p.vocab_from)
+        snprintf(vocab_desc, sizeof vocab_desc, "vocab from --vocab-from");
+    else
+        snprintf(vocab_desc, sizeof vocab_desc, "vocab %d", p.n_vocab);
     p.notice = synth_notice;
     p.progress = synth_progress;
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     const double t0 = kvi_time_ms();
     int rc = kvi_synth_write(&p, out, &err);
     if (rc != 0) return cli_error("%s", err.msg[0] ? err.msg : kvi_strerror(rc));
     /* Described only after success, so that a failure is exactly one error line. */
-    fprintf(stderr, "synth: wrote %s: dim %d, ffn %d, %d layers, %d heads (%d kv), %s, ctx %d, %s, seed %llu in %.1f s\n",
-            out, p.dim, p.ffn_dim, p.n_layers, p.n_heads, p.n_kv_heads, vocab_desc, p.n_ctx,
-            kvi_type_name(p.type) ? kvi_type_name(p.type) : "?", (unsigned long long)p.seed,
-            (kvi_time_ms() - t0) / 1000.0);
+    fprintf(
+        stderr,
+        "synth: wrote %s: dim %d, ffn %d, %d layers, %d heads (%d kv), %s, ctx %d, %s, seed %llu in %.1f s\n",
+        out, p.dim, p.ffn_dim, p.n_layers, p.n_heads, p.n_kv_heads, vocab_desc, p.n_ctx,
+        kvi_type_name(p.type) ? kvi_type_name(p.type) : "?", (unsigned long long)p.seed,
+        (kvi_time_ms() - t0) / 1000.0);
     return 0;
 }

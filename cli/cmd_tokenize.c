@@ -58,7 +58,7 @@ static kvi_model *load_vocab(const char *path)
         }
         fprintf(stderr, "kvinfer: no -m given, using %s\n", path);
     }
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     kvi_model *m = kvi_vocab_load(path, &err);
     if (!m) {
         cli_error("cannot load the vocabulary of '%s': %s", path,
@@ -81,8 +81,10 @@ static void print_escaped_piece(const char *s, size_t len)
         case '\\': fputs("\\\\", stdout); break;
         case '\'': fputs("\\'", stdout); break;
         default:
-            if (c < 0x20 || c == 0x7F) printf("\\x%02x", c);
-            else putchar(c);   /* UTF-8 bytes pass through */
+            if (c < 0x20 || c == 0x7F)
+                printf("\\x%02x", c);
+            else
+                putchar(c); /* UTF-8 bytes pass through */
         }
     }
     putchar('\'');
@@ -93,7 +95,7 @@ static char *join_args(int argc, char **argv, int first, size_t *len)
 {
     size_t total = 1;
     for (int i = first; i < argc; i++) total += strlen(argv[i]) + 1;
-    char *s = malloc(total);   /* (total) bytes */
+    char *s = malloc(total); /* (total) bytes */
     if (!s) return NULL;
     size_t o = 0;
     for (int i = first; i < argc; i++) {
@@ -111,9 +113,9 @@ int cmd_tokenize(int argc, char **argv)
 {
     const char *prompt = NULL, *file = NULL;
     bool no_bos = false, special = false, json = false;
-    cli_common c;   /* -m only (cli/cli_opts.h) */
+    cli_common c; /* -m only (cli/cli_opts.h) */
     cli_common_init(&c);
-    int first_pos = argc;   /* first positional argument */
+    int first_pos = argc; /* first positional argument */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int r;
@@ -145,8 +147,7 @@ int cmd_tokenize(int argc, char **argv)
     /* positional text: everything from first_pos on, options no longer parsed */
     bool have_pos = first_pos < argc;
     int n_sources = (prompt != NULL) + (file != NULL) + have_pos;
-    if (n_sources == 0)
-        return cli_error("tokenize: no text given: use -p TEXT, -f FILE or TEXT");
+    if (n_sources == 0) return cli_error("tokenize: no text given: use -p TEXT, -f FILE or TEXT");
     if (n_sources > 1) return cli_error("tokenize: give the text only once (-p, -f or TEXT)");
 
     char *owned = NULL;
@@ -166,7 +167,10 @@ int cmd_tokenize(int argc, char **argv)
     }
 
     kvi_model *m = load_vocab(c.model);
-    if (!m) { free(owned); return 1; }
+    if (!m) {
+        free(owned);
+        return 1;
+    }
     int32_t *ids = NULL, n = 0;
     int rc = cli_tokenize(m, text, len, !no_bos, special, &ids, &n);
     if (rc == 0) {
@@ -175,8 +179,10 @@ int cmd_tokenize(int argc, char **argv)
             cJSON *arr = cJSON_AddArrayToObject(root, "tokens");
             for (int32_t i = 0; arr && i < n; i++) cJSON_AddItemToArray(arr, cJSON_CreateNumber(ids[i]));
             char *s = arr ? cJSON_PrintUnformatted(root) : NULL;
-            if (s) printf("%s\n", s);
-            else rc = cli_error("out of memory building JSON");
+            if (s)
+                printf("%s\n", s);
+            else
+                rc = cli_error("out of memory building JSON");
             free(s);
             cJSON_Delete(root);
         } else {
@@ -189,7 +195,7 @@ int cmd_tokenize(int argc, char **argv)
                 } else if ((size_t)l <= sizeof small) {
                     print_escaped_piece(small, (size_t)l);
                 } else {
-                    char *big = malloc((size_t)l);   /* (l) bytes of one long piece */
+                    char *big = malloc((size_t)l); /* (l) bytes of one long piece */
                     if (big && kvi_token_to_piece(m, ids[i], big, (size_t)l, true) == l)
                         print_escaped_piece(big, (size_t)l);
                     else
@@ -208,7 +214,7 @@ int cmd_tokenize(int argc, char **argv)
 
 int cmd_detokenize(int argc, char **argv)
 {
-    cli_common c;   /* -m only (cli/cli_opts.h) */
+    cli_common c; /* -m only (cli/cli_opts.h) */
     cli_common_init(&c);
     bool special = false, json = false;
     int32_t *ids = NULL, n = 0;
@@ -269,8 +275,10 @@ int cmd_detokenize(int argc, char **argv)
             char *s = NULL;
             if (clean && root && cJSON_AddStringToObject(root, "text", clean))
                 s = cJSON_PrintUnformatted(root);
-            if (s) printf("%s\n", s);
-            else rc = cli_error("out of memory building JSON");
+            if (s)
+                printf("%s\n", s);
+            else
+                rc = cli_error("out of memory building JSON");
             free(s);
             cJSON_Delete(root);
             free(clean);

@@ -37,14 +37,22 @@ typedef struct toy_token {
 } toy_token;
 
 static const toy_token k_tokens[TOY_MAX] = {
-    {"Today", 10}, {"weather", 20}, {"is", 1}, {"so", 5}, {"nice", 8},
+    { "Today", 10 }, { "weather", 20 }, { "is", 1 }, { "so", 5 }, { "nice", 8 },
 };
-static const char *const k_head_name[TOY_HEADS] = {"attend to even positions", "attend to the last token"};
+static const char *const k_head_name[TOY_HEADS] = { "attend to even positions", "attend to the last token" };
 
 /* The hand-written projections of head h for the token at position pos. */
-static double toy_query(int h, int pos) { (void)pos; return h == 0 ? 1.0 : 2.0; }
+static double toy_query(int h, int pos)
+{
+    (void)pos;
+    return h == 0 ? 1.0 : 2.0;
+}
 static double toy_key(int h, int pos) { return h == 0 ? (pos % 2 == 0 ? 2.0 : 0.0) : (double)pos; }
-static double toy_value(int h, int pos) { (void)h; return k_tokens[pos].value; }
+static double toy_value(int h, int pos)
+{
+    (void)h;
+    return k_tokens[pos].value;
+}
 
 /* Attention of one query over keys/values 0..n-1: fills score and weight
  * (softmax of the scores, max subtracted) and returns the weighted sum of values. */
@@ -118,8 +126,10 @@ static void toy_print_matrix(const double m[TOY_MAX][TOY_MAX], int n, const char
     for (int i = 0; i < n; i++) {
         printf("%s%-8s [", indent, k_tokens[i].text);
         for (int j = 0; j < n; j++) {
-            if (isinf(m[i][j])) printf(" %6s", "-inf");
-            else printf(" %6.2f", m[i][j]);
+            if (isinf(m[i][j]))
+                printf(" %6s", "-inf");
+            else
+                printf(" %6.2f", m[i][j]);
         }
         printf(" ]\n");
     }
@@ -142,13 +152,13 @@ static cJSON *toy_json_row(const toy_pass *p, int i)
 
 /* Everything the example computes (see the file comment). */
 typedef struct toy_demo {
-    toy_pass pre, full;     /* prefill of rows 0..3; the recompute of all five rows */
+    toy_pass pre, full; /* prefill of rows 0..3; the recompute of all five rows */
     double cache_k[TOY_HEADS][TOY_MAX], cache_v[TOY_HEADS][TOY_MAX];
     int cache_len;
-    int pos;                /* the decoded position */
+    int pos; /* the decoded position */
     double dq[TOY_HEADS], dscore[TOY_HEADS][TOY_MAX], dweight[TOY_HEADS][TOY_MAX], dout[TOY_HEADS];
-    double decoded;         /* the decode row's blended output */
-    double max_diff;        /* largest difference from the recompute */
+    double decoded;  /* the decode row's blended output */
+    double max_diff; /* largest difference from the recompute */
     bool agree;
 } toy_demo;
 
@@ -174,14 +184,15 @@ static void toy_compute(toy_demo *demo)
     }
     demo->cache_len = 5;
     for (int h = 0; h < TOY_HEADS; h++)
-        demo->dout[h] = toy_attend(demo->dq[h], demo->cache_k[h], demo->cache_v[h], demo->cache_len, demo->dscore[h],
-                                   demo->dweight[h]);
+        demo->dout[h] = toy_attend(demo->dq[h], demo->cache_k[h], demo->cache_v[h], demo->cache_len,
+                                   demo->dscore[h], demo->dweight[h]);
     demo->decoded = 0.5 * demo->dout[0] + 0.5 * demo->dout[1];
 
     /* The check: all five rows from scratch. */
     toy_full_pass(&demo->full, 5);
     demo->max_diff = 0.0;
-    for (int i = 0; i < 4; i++) demo->max_diff = fmax(demo->max_diff, fabs(demo->full.out[i] - demo->pre.out[i]));
+    for (int i = 0; i < 4; i++)
+        demo->max_diff = fmax(demo->max_diff, fabs(demo->full.out[i] - demo->pre.out[i]));
     demo->max_diff = fmax(demo->max_diff, fabs(demo->full.out[4] - demo->decoded));
     demo->agree = demo->max_diff <= 1e-12;
 }
@@ -212,9 +223,11 @@ static int toy_print_json(const toy_demo *demo)
     cJSON_AddNumberToObject(d, "head_b", demo->dout[1]);
     cJSON_AddNumberToObject(d, "output", demo->decoded);
     cJSON *w = cJSON_AddArrayToObject(d, "weights_a");
-    for (int j = 0; j < demo->cache_len; j++) cJSON_AddItemToArray(w, cJSON_CreateNumber(demo->dweight[0][j]));
+    for (int j = 0; j < demo->cache_len; j++)
+        cJSON_AddItemToArray(w, cJSON_CreateNumber(demo->dweight[0][j]));
     w = cJSON_AddArrayToObject(d, "weights_b");
-    for (int j = 0; j < demo->cache_len; j++) cJSON_AddItemToArray(w, cJSON_CreateNumber(demo->dweight[1][j]));
+    for (int j = 0; j < demo->cache_len; j++)
+        cJSON_AddItemToArray(w, cJSON_CreateNumber(demo->dweight[1][j]));
     rows = cJSON_AddArrayToObject(root, "recompute_rows");
     for (int i = 0; i < 5; i++) cJSON_AddItemToArray(rows, toy_json_row(&demo->full, i));
     cJSON_AddNumberToObject(root, "max_abs_diff", demo->max_diff);
@@ -242,8 +255,9 @@ static void toy_print_text(const toy_demo *demo)
            k_head_name[0], k_head_name[1]);
     printf("     pos  token     A: q   k   v     B: q   k   v\n");
     for (int i = 0; i < 4; i++)
-        printf("     %3d  %-8s  %4.0f %3.0f %3.0f     %4.0f %3.0f %3.0f\n", i, k_tokens[i].text, demo->pre.q[0][i],
-               demo->pre.k[0][i], demo->pre.v[0][i], demo->pre.q[1][i], demo->pre.k[1][i], demo->pre.v[1][i]);
+        printf("     %3d  %-8s  %4.0f %3.0f %3.0f     %4.0f %3.0f %3.0f\n", i, k_tokens[i].text,
+               demo->pre.q[0][i], demo->pre.k[0][i], demo->pre.v[0][i], demo->pre.q[1][i], demo->pre.k[1][i],
+               demo->pre.v[1][i]);
 
     printf("\n3. The causal mask: row i (a query) may look at columns 0..i (keys), never ahead:\n");
     toy_print_mask(4);
@@ -288,7 +302,8 @@ static void toy_print_text(const toy_demo *demo)
     for (int i = 0; i < 5; i++)
         printf("     %3d  %-8s  %9.4f   %9.4f\n", i, k_tokens[i].text, demo->full.out[i],
                i < 4 ? demo->pre.out[i] : demo->decoded);
-    printf("   max |difference| = %.3g: the rows %s.\n", demo->max_diff, demo->agree ? "agree" : "DO NOT agree");
+    printf("   max |difference| = %.3g: the rows %s.\n", demo->max_diff,
+           demo->agree ? "agree" : "DO NOT agree");
     printf("   Rows 0-3 did not change when \"%s\" arrived (the mask hides the future), so the\n"
            "   cache is exact. Decode scored 5 keys instead of recomputing 25 scores per head;\n"
            "   at step n it scores n keys instead of n*n: that is what the KV cache buys.\n",

@@ -21,35 +21,34 @@ int cmd_kvplan(int argc, char **argv);
 typedef struct cli_command {
     const char *name;
     int (*fn)(int argc, char **argv);
-    const char *summary;   /* one line for the command list */
+    const char *summary; /* one line for the command list */
 } cli_command;
 
 static const cli_command commands[] = {
-    {"run", cmd_run, "generate text from a prompt (prefill + KV-cached decode), with timings"},
-    {"logits", cmd_logits, "print the logits of every prompt position (one prefill pass)"},
-    {"tokenize", cmd_tokenize, "print the token ids of a text"},
-    {"detokenize", cmd_detokenize, "print the text of token ids"},
-    {"synth", cmd_synth, "write a synthetic GGUF model with random weights"},
-    {"toy", cmd_toy, "a tiny worked example of prefill, decode and the KV cache"},
-    {"serve", cmd_serve, "OpenAI-compatible HTTP server with continuous batching"},
-    {"chat", cmd_chat, "interactive chat in the terminal, KV cache kept between turns"},
-    {"loadgen", cmd_loadgen, "load generator for a running server (throughput, TTFT, ITL)"},
-    {"bench", cmd_bench, "prefill/decode tokens/s (llama-bench style) against the machine's limits"},
-    {"perplexity", cmd_perplexity, "perplexity of a text file; KL divergence against saved logits"},
-    {"kv-plan", cmd_kvplan, "KV cache bytes per token/sequence and what fits in a memory size"},
+    { "run", cmd_run, "generate text from a prompt (prefill + KV-cached decode), with timings" },
+    { "logits", cmd_logits, "print the logits of every prompt position (one prefill pass)" },
+    { "tokenize", cmd_tokenize, "print the token ids of a text" },
+    { "detokenize", cmd_detokenize, "print the text of token ids" },
+    { "synth", cmd_synth, "write a synthetic GGUF model with random weights" },
+    { "toy", cmd_toy, "a tiny worked example of prefill, decode and the KV cache" },
+    { "serve", cmd_serve, "OpenAI-compatible HTTP server with continuous batching" },
+    { "chat", cmd_chat, "interactive chat in the terminal, KV cache kept between turns" },
+    { "loadgen", cmd_loadgen, "load generator for a running server (throughput, TTFT, ITL)" },
+    { "bench", cmd_bench, "prefill/decode tokens/s (llama-bench style) against the machine's limits" },
+    { "perplexity", cmd_perplexity, "perplexity of a text file; KL divergence against saved logits" },
+    { "kv-plan", cmd_kvplan, "KV cache bytes per token/sequence and what fits in a memory size" },
 };
 
 static void print_help(FILE *f)
 {
-    fprintf(f,
-            "kvinfer — an LLM inference engine for GGUF models (llama-family) in C11.\n"
-            "A prompt is run through the network in one prefill pass, then tokens are\n"
-            "decoded one at a time against a paged key/value cache.\n"
-            "\n"
-            "usage: kvinfer COMMAND [options]\n"
-            "       kvinfer --help | --version\n"
-            "\n"
-            "commands:\n");
+    fprintf(f, "kvinfer — an LLM inference engine for GGUF models (llama-family) in C11.\n"
+               "A prompt is run through the network in one prefill pass, then tokens are\n"
+               "decoded one at a time against a paged key/value cache.\n"
+               "\n"
+               "usage: kvinfer COMMAND [options]\n"
+               "       kvinfer --help | --version\n"
+               "\n"
+               "commands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-11s %s\n", commands[i].name, commands[i].summary);
     fprintf(f, "\nkvinfer COMMAND --help for details.\n");

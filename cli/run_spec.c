@@ -60,8 +60,10 @@ int run_spec_parse_flag(int argc, char **argv, int *i, run_spec_opts *o)
         if (!(o->draft_path = cli_flag_value(argc, argv, i))) return -1;
         return 1;
     }
-    if (!strcmp(a, "--draft-max")) return cli_flag_i32(a, cli_flag_value(argc, argv, i), 1, 256, &o->draft_max);
-    if (!strcmp(a, "--draft-min")) return cli_flag_i32(a, cli_flag_value(argc, argv, i), 0, 256, &o->draft_min);
+    if (!strcmp(a, "--draft-max"))
+        return cli_flag_i32(a, cli_flag_value(argc, argv, i), 1, 256, &o->draft_max);
+    if (!strcmp(a, "--draft-min"))
+        return cli_flag_i32(a, cli_flag_value(argc, argv, i), 0, 256, &o->draft_min);
     if (!strcmp(a, "--ngram")) return cli_flag_i32(a, cli_flag_value(argc, argv, i), 1, 64, &o->ngram_n);
     if (!strcmp(a, "--no-spec-adapt")) {
         o->adapt = false;
@@ -73,7 +75,7 @@ int run_spec_parse_flag(int argc, char **argv, int *i, run_spec_opts *o)
 /* Runs one pass; prints the library's error and returns 1 on failure. */
 static int step_checked(kvi_engine *e, kvi_batch *b, const char *phase)
 {
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     int rc = kvi_step(e, b, &err);
     if (rc != 0) return cli_error("%s failed: %s", phase, err.msg[0] ? err.msg : kvi_strerror(rc));
     return 0;
@@ -91,7 +93,7 @@ static kvi_engine *load_draft(const run_spec_opts *o, const run_spec_ctx *c, kvi
     ep.kv_type_k = c->kv_k;
     ep.kv_type_v = c->kv_v;
     ep.n_seq_max = 1;
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     kvi_engine *de = kvi_engine_create(*dm, &ep, &err);
     if (!de) cli_error("cannot create the draft engine: %s", err.msg[0] ? err.msg : kvi_strerror(err.code));
     return de;
@@ -102,9 +104,9 @@ static int spec_rounds(const run_spec_opts *o, const run_spec_ctx *c, kvi_spec *
                        int32_t newest, run_spec_result *res, double *t_last)
 {
     const int32_t K = o->draft_max;
-    int32_t *drafts = malloc((size_t)K * sizeof *drafts);          /* (K) proposed tokens */
-    int32_t *got = malloc(((size_t)K + 1) * sizeof *got);          /* (K+1) tokens of a round */
-    const float **lg = malloc(((size_t)K + 1) * sizeof *lg);       /* (K+1) logits rows */
+    int32_t *drafts = malloc((size_t)K * sizeof *drafts);    /* (K) proposed tokens */
+    int32_t *got = malloc(((size_t)K + 1) * sizeof *got);    /* (K+1) tokens of a round */
+    const float **lg = malloc(((size_t)K + 1) * sizeof *lg); /* (K+1) logits rows */
     int rc = (drafts && got && lg) ? 0 : cli_error("out of memory for speculation buffers");
     int64_t n_gen = 1; /* the first token came from the prefill */
     while (rc == 0) {
@@ -113,13 +115,16 @@ static int spec_rounds(const run_spec_opts *o, const run_spec_ctx *c, kvi_spec *
         int64_t kmax = K;
         if (kmax > c->n_ctx - 1 - L) kmax = c->n_ctx - 1 - L;
         if (c->n_predict >= 0 && kmax > c->n_predict - n_gen - 1) kmax = c->n_predict - n_gen - 1;
-        kvi_error err = {0};
+        kvi_error err = { 0 };
         int32_t k = 0;
         if (kmax > 0) {
             double t0 = kvi_time_ms();
             k = kvi_spec_draft(sp, (int32_t)kmax, drafts, &err);
             res->draft_ms += kvi_time_ms() - t0;
-            if (k < 0) { rc = cli_error("drafting failed: %s", err.msg); break; }
+            if (k < 0) {
+                rc = cli_error("drafting failed: %s", err.msg);
+                break;
+            }
         }
         kvi_batch_clear(b);
         kvi_batch_add(b, c->seq, newest, L, true);
@@ -129,7 +134,10 @@ static int spec_rounds(const run_spec_opts *o, const run_spec_ctx *c, kvi_spec *
         res->rows += k + 1;
         for (int32_t i = 0; i <= k; i++) lg[i] = kvi_logits(c->e, i);
         int32_t m = kvi_spec_verify(sp, c->smp, lg, k, got, &err);
-        if (m < 1) { rc = cli_error("verification failed: %s", err.msg); break; }
+        if (m < 1) {
+            rc = cli_error("verification failed: %s", err.msg);
+            break;
+        }
         *t_last = kvi_time_ms();
         kvi_seq_truncate(c->seq, L + m);
         newest = got[m - 1];
@@ -164,7 +172,7 @@ int run_spec_generate(const run_spec_opts *o, const run_spec_ctx *c, double *pre
     pp.ngram_max = o->ngram_n;
     pp.adapt = o->adapt;
     pp.seed = c->sp->seed ^ 0x5EEC5EEC5EECull;
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     kvi_spec *sp = kvi_spec_create(&pp, c->m, de, c->sp, &err);
     int rc = sp ? 0 : cli_error("cannot start speculative decoding: %s", err.msg);
     if (rc == 0 && kvi_spec_begin(sp, c->prompt, c->n_prompt, &err) != 0)
@@ -177,14 +185,15 @@ int run_spec_generate(const run_spec_opts *o, const run_spec_ctx *c, double *pre
         /* prefill: every prompt row in one pass, logits of the last row only */
         double t0 = kvi_time_ms();
         const int32_t from = c->n_cached > 0 && c->n_cached < c->n_prompt ? c->n_cached : 0;
-        for (int32_t i = from; i < c->n_prompt; i++) kvi_batch_add(b, c->seq, c->prompt[i], i, i == c->n_prompt - 1);
+        for (int32_t i = from; i < c->n_prompt; i++)
+            kvi_batch_add(b, c->seq, c->prompt[i], i, i == c->n_prompt - 1);
         rc = step_checked(c->e, b, "prefill");
         double t1 = kvi_time_ms();
         *prefill_ms = t1 - t0;
         for (int32_t i = 0; rc == 0 && i < c->n_prompt; i++) kvi_sampler_accept(c->smp, c->prompt[i]);
         int32_t first = 0;
         if (rc == 0) {
-            const float *lg[1] = {kvi_logits(c->e, c->n_prompt - 1 - from)};
+            const float *lg[1] = { kvi_logits(c->e, c->n_prompt - 1 - from) };
             if (kvi_spec_verify(sp, c->smp, lg, 0, &first, &err) != 1)
                 rc = cli_error("sampling the first token failed: %s", err.msg);
         }
@@ -217,13 +226,16 @@ void run_spec_print_summary(FILE *f, const run_spec_result *r)
 {
     if (!r->on) return;
     const kvi_spec_stats *s = &r->st;
-    double per_step = r->n_steps > 0 && s->n_generated > 0 ? (double)(s->n_generated - 1) / (double)r->n_steps : 0.0;
-    fprintf(f, "kvinfer: speculative %s: drafted %" PRIu64 ", accepted %" PRIu64 " (acceptance %.3f), "
-               "%.2f tokens per target pass (%" PRId64 " passes, %" PRId64 " rows)\n",
+    double per_step =
+        r->n_steps > 0 && s->n_generated > 0 ? (double)(s->n_generated - 1) / (double)r->n_steps : 0.0;
+    fprintf(f,
+            "kvinfer: speculative %s: drafted %" PRIu64 ", accepted %" PRIu64 " (acceptance %.3f), "
+            "%.2f tokens per target pass (%" PRId64 " passes, %" PRId64 " rows)\n",
             r->mode, s->n_drafted, s->n_accepted, s->acceptance, per_step, r->n_steps, r->rows);
-    fprintf(f, "kvinfer: speculative costs: verified row %.3f, draft token %.3f (x one decode pass); "
-               "break-even acceptance at K=%d: %.3f; K now %d, expected speed-up %.2fx; "
-               "drafting %.2f ms, calibration %.2f ms\n",
+    fprintf(f,
+            "kvinfer: speculative costs: verified row %.3f, draft token %.3f (x one decode pass); "
+            "break-even acceptance at K=%d: %.3f; K now %d, expected speed-up %.2fx; "
+            "drafting %.2f ms, calibration %.2f ms\n",
             s->cost_row, s->cost_draft, (int)(s->k_max), s->break_even, (int)s->k_now, s->est_speedup,
             r->draft_ms, r->calibrate_ms);
 }
@@ -231,7 +243,8 @@ void run_spec_print_summary(FILE *f, const run_spec_result *r)
 bool run_spec_json_add(cJSON *s, const run_spec_result *r)
 {
     const kvi_spec_stats *st = &r->st;
-    double per_step = r->n_steps > 0 && st->n_generated > 0 ? (double)(st->n_generated - 1) / (double)r->n_steps : 0.0;
+    double per_step =
+        r->n_steps > 0 && st->n_generated > 0 ? (double)(st->n_generated - 1) / (double)r->n_steps : 0.0;
     return cJSON_AddStringToObject(s, "spec_mode", r->on ? r->mode : "off") &&
            cJSON_AddNumberToObject(s, "spec_drafted", (double)st->n_drafted) &&
            cJSON_AddNumberToObject(s, "spec_accepted", (double)st->n_accepted) &&

@@ -16,23 +16,23 @@
 #include "kvinfer.h"
 
 typedef struct run_spec_opts {
-    const char *draft_path;  /* --draft PATH: a draft model of the same vocabulary */
-    bool ngram;              /* --spec ngram: prompt-lookup drafts */
-    int32_t draft_max;       /* --draft-max K (default 8) */
-    int32_t draft_min;       /* --draft-min N (default 1) */
-    int32_t ngram_n;         /* --ngram N (default 3) */
-    bool adapt;              /* off with --no-spec-adapt */
+    const char *draft_path; /* --draft PATH: a draft model of the same vocabulary */
+    bool ngram;             /* --spec ngram: prompt-lookup drafts */
+    int32_t draft_max;      /* --draft-max K (default 8) */
+    int32_t draft_min;      /* --draft-min N (default 1) */
+    int32_t ngram_n;        /* --ngram N (default 3) */
+    bool adapt;             /* off with --no-spec-adapt */
 } run_spec_opts;
 
 /* What the run summary and --json report. */
 typedef struct run_spec_result {
-    bool on;                 /* speculation was requested */
-    const char *mode;        /* "off", "ngram" or "draft" */
+    bool on;          /* speculation was requested */
+    const char *mode; /* "off", "ngram" or "draft" */
     kvi_spec_stats st;
-    int64_t n_steps;         /* target forward passes after the first token */
-    int64_t rows;            /* rows those passes computed */
-    double calibrate_ms;     /* time spent measuring the costs (not in decode_ms) */
-    double draft_ms;         /* time inside kvi_spec_draft (part of decode_ms) */
+    int64_t n_steps;     /* target forward passes after the first token */
+    int64_t rows;        /* rows those passes computed */
+    double calibrate_ms; /* time spent measuring the costs (not in decode_ms) */
+    double draft_ms;     /* time inside kvi_spec_draft (part of decode_ms) */
 } run_spec_result;
 
 extern const char run_spec_help[];
@@ -49,15 +49,15 @@ typedef int (*run_spec_emit_fn)(void *ctx, int32_t token);
 
 typedef struct run_spec_ctx {
     kvi_model *m;
-    kvi_engine *e;           /* the target's engine, one sequence */
-    kvi_seq *seq;            /* empty */
+    kvi_engine *e; /* the target's engine, one sequence */
+    kvi_seq *seq;  /* empty */
     kvi_sampler *smp;
     const kvi_sampler_params *sp;
     const int32_t *prompt;
     int32_t n_prompt;
-    int32_t n_cached;        /* prompt positions the sequence already holds (< n_prompt) */
+    int32_t n_cached; /* prompt positions the sequence already holds (< n_prompt) */
     int n_ctx;
-    int64_t n_predict;       /* -1: unlimited (emit still decides when to stop) */
+    int64_t n_predict; /* -1: unlimited (emit still decides when to stop) */
     int n_threads;
     kvi_type kv_k, kv_v;
     bool mmap;

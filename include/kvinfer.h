@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kvinfer_types.h"   /* kvi_error, KVI_E_*, kvi_type */
+#include "kvinfer_types.h" /* kvi_error, KVI_E_*, kvi_type */
 
 #ifdef __cplusplus
 extern "C" {
@@ -32,11 +32,11 @@ extern "C" {
  * these choose speed, not results. The library reads no environment variable:
  * the CLI maps KVINFER_ISA, KVINFER_AMX and KVINFER_AMX_F16 onto these fields. */
 typedef struct kvi_cpu_params {
-    const char *isa;   /* highest SIMD path: "avx512" (default; capped at what the
+    const char *isa; /* highest SIMD path: "avx512" (default; capped at what the
                           CPU has), "avx2" or "scalar" */
-    bool amx;          /* AMX tiles for Q8_0 / Q4_0 products where the CPU and the OS
+    bool amx;        /* AMX tiles for Q8_0 / Q4_0 products where the CPU and the OS
                           allow them (default true) */
-    bool amx_f16;      /* F16 / BF16 products on AMX-BF16 too (default false) */
+    bool amx_f16;    /* F16 / BF16 products on AMX-BF16 too (default false) */
 } kvi_cpu_params;
 
 void kvi_cpu_params_default(kvi_cpu_params *p);
@@ -50,9 +50,9 @@ int kvi_cpu_configure(const kvi_cpu_params *p, kvi_error *err);
 typedef struct kvi_model kvi_model;
 
 typedef struct kvi_load_params {
-    bool use_mmap;               /* map the file instead of reading it into memory */
-    const char *tokenizer_path;  /* llama2.c checkpoints: tokenizer.bin (NULL: next to the model) */
-    bool repack;                 /* Q8_0 / Q4_0 matrices into the kernels' R16 tiles where
+    bool use_mmap;              /* map the file instead of reading it into memory */
+    const char *tokenizer_path; /* llama2.c checkpoints: tokenizer.bin (NULL: next to the model) */
+    bool repack;                /* Q8_0 / Q4_0 matrices into the kernels' R16 tiles where
                                     they read them faster (default true; false keeps the
                                     file's layout; never with use_mmap) */
 } kvi_load_params;
@@ -67,13 +67,13 @@ kvi_model *kvi_vocab_load(const char *path, kvi_error *err);
 void kvi_model_free(kvi_model *m);
 
 typedef struct kvi_model_info {
-    char arch[32];          /* "llama", "qwen2" */
+    char arch[32]; /* "llama", "qwen2" */
     char name[64];
     int n_vocab;
-    int n_ctx_train;        /* context_length metadata */
+    int n_ctx_train; /* context_length metadata */
     int dim, n_layers, n_heads, n_kv_heads, head_dim, ffn_dim;
-    kvi_type weight_type;   /* type of most matrix weights */
-    size_t weight_bytes;    /* bytes of all weight tensors */
+    kvi_type weight_type; /* type of most matrix weights */
+    size_t weight_bytes;  /* bytes of all weight tensors */
     bool has_weights;
 } kvi_model_info;
 
@@ -86,26 +86,25 @@ bool kvi_model_has_weights(const kvi_model *m);
  * parse_special: text such as "<s>" becomes its special token (off for user text).
  * Returns the number of tokens (which may exceed n_max: then only n_max were written
  * and the caller retries with a larger buffer), or a negative KVI_E_* code. */
-int32_t kvi_tokenize(const kvi_model *m, const char *text, size_t len, bool add_special,
-                     bool parse_special, int32_t *out, int32_t n_max);
+int32_t kvi_tokenize(const kvi_model *m, const char *text, size_t len, bool add_special, bool parse_special,
+                     int32_t *out, int32_t n_max);
 
 /* The bytes of one token (SentencePiece "▁" shown as a space, byte tokens as their
  * byte). Special tokens are rendered only when render_special. Returns the number
  * of bytes (may exceed cap: then the output is truncated and not terminated), or a
  * negative code for an out-of-range id. */
-int32_t kvi_token_to_piece(const kvi_model *m, int32_t token, char *buf, size_t cap,
-                           bool render_special);
+int32_t kvi_token_to_piece(const kvi_model *m, int32_t token, char *buf, size_t cap, bool render_special);
 
 /* Text of a token sequence, as a user should read it (the leading space that
  * SentencePiece adds after BOS removed when remove_leading_space). Returns bytes
  * needed; writes at most cap-1 and terminates when cap > 0. */
-int32_t kvi_detokenize(const kvi_model *m, const int32_t *tokens, int32_t n, char *buf,
-                       size_t cap, bool render_special, bool remove_leading_space);
+int32_t kvi_detokenize(const kvi_model *m, const int32_t *tokens, int32_t n, char *buf, size_t cap,
+                       bool render_special, bool remove_leading_space);
 
-int32_t kvi_token_bos(const kvi_model *m);      /* -1 when none */
-int32_t kvi_token_eos(const kvi_model *m);      /* -1 when none */
+int32_t kvi_token_bos(const kvi_model *m);                /* -1 when none */
+int32_t kvi_token_eos(const kvi_model *m);                /* -1 when none */
 bool kvi_token_is_eog(const kvi_model *m, int32_t token); /* EOS, EOT, ... */
-bool kvi_model_add_bos(const kvi_model *m);     /* does add_special put BOS first */
+bool kvi_model_add_bos(const kvi_model *m);               /* does add_special put BOS first */
 int32_t kvi_n_vocab(const kvi_model *m);
 
 /* Length of the longest prefix of s that does not end inside an incomplete UTF-8
@@ -122,22 +121,22 @@ typedef struct kvi_seq kvi_seq;
 typedef struct kvi_batch kvi_batch;
 
 typedef struct kvi_engine_params {
-    int n_threads;           /* 0: every core */
-    int n_ctx;               /* positions per sequence; 0: the model's context_length */
-    kvi_type kv_type_k;      /* element type of cached keys (default F16) */
-    kvi_type kv_type_v;      /* element type of cached values (default F16) */
-    int kv_block_size;       /* tokens per KV block (default 16) */
-    size_t kv_budget_bytes;  /* bound on the whole KV pool; 0: n_seq_max * n_ctx tokens */
-    int n_seq_max;           /* sequences alive at once (default 1) */
-    int n_batch_max;         /* rows per forward pass; larger batches are split (default 512) */
+    int n_threads;          /* 0: every core */
+    int n_ctx;              /* positions per sequence; 0: the model's context_length */
+    kvi_type kv_type_k;     /* element type of cached keys (default F16) */
+    kvi_type kv_type_v;     /* element type of cached values (default F16) */
+    int kv_block_size;      /* tokens per KV block (default 16) */
+    size_t kv_budget_bytes; /* bound on the whole KV pool; 0: n_seq_max * n_ctx tokens */
+    int n_seq_max;          /* sequences alive at once (default 1) */
+    int n_batch_max;        /* rows per forward pass; larger batches are split (default 512) */
     /* KV sharing and bounded context */
-    bool prefix_cache;       /* index full blocks for reuse by kvi_seq_reuse_prefix (default on) */
-    const char *ctx_policy;  /* at n_ctx: "error" (default), "shift", "sinks", "heavy" */
-    int32_t n_keep;          /* shift: first tokens never dropped (default 0) */
-    int32_t n_sink;          /* sinks, heavy: attention-sink tokens kept (default 4) */
-    int32_t n_window;        /* sinks: recent tokens kept (0: all that fit);
+    bool prefix_cache;      /* index full blocks for reuse by kvi_seq_reuse_prefix (default on) */
+    const char *ctx_policy; /* at n_ctx: "error" (default), "shift", "sinks", "heavy" */
+    int32_t n_keep;         /* shift: first tokens never dropped (default 0) */
+    int32_t n_sink;         /* sinks, heavy: attention-sink tokens kept (default 4) */
+    int32_t n_window;       /* sinks: recent tokens kept (0: all that fit);
                                 heavy: recent window (0: n_ctx / 4) */
-    int32_t fwd_chunk;       /* rows per chunk of the forward pass (0: sized by its
+    int32_t fwd_chunk;      /* rows per chunk of the forward pass (0: sized by its
                                 scratch budget; N > 0 forces N: tests of the chunked path) */
 } kvi_engine_params;
 
@@ -154,8 +153,8 @@ void kvi_engine_parallel_for(kvi_engine *e, void (*fn)(void *ctx, int ith, int n
 /* An empty sequence; it holds no KV memory until rows are run for it. NULL when
  * n_seq_max sequences already exist. */
 kvi_seq *kvi_seq_create(kvi_engine *e);
-void kvi_seq_free(kvi_seq *s);               /* returns its blocks to the pool */
-int32_t kvi_seq_len(const kvi_seq *s);       /* positions held in the cache */
+void kvi_seq_free(kvi_seq *s);         /* returns its blocks to the pool */
+int32_t kvi_seq_len(const kvi_seq *s); /* positions held in the cache */
 /* Forgets positions >= n (rollback); their blocks return to the pool. */
 int kvi_seq_truncate(kvi_seq *s, int32_t n);
 
@@ -177,30 +176,30 @@ const float *kvi_logits(const kvi_engine *e, int32_t row);
 
 typedef struct kvi_stats {
     /* KV cache (for a sequence: its blocks; for the pool: all blocks) */
-    size_t kv_bytes;              /* bytes of the blocks held */
-    size_t kv_bytes_allocated;    /* pool: bytes allocated from the system */
-    size_t kv_bytes_budget;       /* pool: upper bound */
-    size_t kv_bytes_per_token;    /* for the engine's K and V types */
+    size_t kv_bytes;           /* bytes of the blocks held */
+    size_t kv_bytes_allocated; /* pool: bytes allocated from the system */
+    size_t kv_bytes_budget;    /* pool: upper bound */
+    size_t kv_bytes_per_token; /* for the engine's K and V types */
     int32_t kv_blocks_used;
-    int32_t kv_blocks_total;      /* pool: blocks the budget allows */
+    int32_t kv_blocks_total; /* pool: blocks the budget allows */
     int32_t kv_block_size;
-    int32_t n_tokens;             /* sequence: its length; pool: positions held */
+    int32_t n_tokens; /* sequence: its length; pool: positions held */
     /* forward passes */
     uint64_t n_steps;
     uint64_t n_rows;
-    double forward_ms;            /* wall time inside kvi_step */
+    double forward_ms; /* wall time inside kvi_step */
     /* sharing, prefix cache, eviction. For a sequence: its own
      * figures; for the pool: totals. Invariant: kv_bytes_allocated ==
      * (kv_blocks_used + kv_blocks_cached + kv_blocks_free) * block bytes. */
-    int32_t kv_blocks_shared;     /* held blocks with more than one holder */
-    int32_t kv_blocks_cached;     /* pool: unheld blocks kept in the prefix LRU */
-    int32_t kv_blocks_free;       /* pool: allocated blocks on the free list */
-    size_t kv_bytes_block;        /* bytes of one block */
-    uint64_t prefix_hit_tokens;   /* prompt positions taken from the prefix cache */
-    uint64_t prefix_miss_tokens;  /* prompt positions that had to be computed */
-    uint64_t n_evicted;           /* positions dropped by the context policy */
-    uint64_t n_cow;               /* pool: blocks copied before a write (copy on write) */
-    uint64_t n_lru_evicted;       /* pool: cached blocks reused for new data */
+    int32_t kv_blocks_shared;    /* held blocks with more than one holder */
+    int32_t kv_blocks_cached;    /* pool: unheld blocks kept in the prefix LRU */
+    int32_t kv_blocks_free;      /* pool: allocated blocks on the free list */
+    size_t kv_bytes_block;       /* bytes of one block */
+    uint64_t prefix_hit_tokens;  /* prompt positions taken from the prefix cache */
+    uint64_t prefix_miss_tokens; /* prompt positions that had to be computed */
+    uint64_t n_evicted;          /* positions dropped by the context policy */
+    uint64_t n_cow;              /* pool: blocks copied before a write (copy on write) */
+    uint64_t n_lru_evicted;      /* pool: cached blocks reused for new data */
     /* q4 keys: the f16 tail of the newest key group that each
      * sequence holds outside the pool (sequence: its own; pool: every tail).
      * Every KV byte allocated = kv_bytes_allocated + kv_bytes_tail. */
@@ -274,9 +273,9 @@ void kvi_sampler_accept_output(kvi_sampler *s, int32_t token);
 typedef struct kvi_sched kvi_sched;
 
 typedef struct kvi_sched_params {
-    int n_parallel;      /* sequences running at once (default 16; <= the engine's n_seq_max) */
-    int queue_max;       /* requests waiting beyond those; past it submit fails (default 256) */
-    int batch_tokens;    /* rows per step: decode rows first, then prefill chunks (default 512) */
+    int n_parallel;   /* sequences running at once (default 16; <= the engine's n_seq_max) */
+    int queue_max;    /* requests waiting beyond those; past it submit fails (default 256) */
+    int batch_tokens; /* rows per step: decode rows first, then prefill chunks (default 512) */
 } kvi_sched_params;
 
 typedef enum kvi_finish {
@@ -289,13 +288,13 @@ typedef enum kvi_finish {
 /* The cost of one request, delivered with on_done. */
 typedef struct kvi_usage {
     int32_t prompt_tokens, completion_tokens;
-    int32_t cached_tokens;    /* prompt tokens served from the prefix cache */
-    int32_t n_preempted;      /* times its blocks were freed and recomputed later */
-    double queue_ms;          /* submit to admission */
-    double prefill_ms;        /* start of its first prefill chunk to its first token */
-    double ttft_ms;           /* submit to first token */
-    double decode_ms;         /* first token to last token */
-    size_t kv_bytes;          /* KV bytes the sequence held at the end */
+    int32_t cached_tokens; /* prompt tokens served from the prefix cache */
+    int32_t n_preempted;   /* times its blocks were freed and recomputed later */
+    double queue_ms;       /* submit to admission */
+    double prefill_ms;     /* start of its first prefill chunk to its first token */
+    double ttft_ms;        /* submit to first token */
+    double decode_ms;      /* first token to last token */
+    size_t kv_bytes;       /* KV bytes the sequence held at the end */
     /* speculative decoding (kvi_sched_set_spec): draft tokens
      * verified for this request and how many of them were accepted */
     int32_t spec_drafted, spec_accepted;
@@ -323,10 +322,10 @@ int32_t kvi_logprobs_top(const float *logits, int32_t n_vocab, int32_t token, in
                          int32_t *top_ids, float *top_lps);
 
 typedef struct kvi_request {
-    const int32_t *prompt;    /* copied at submit */
+    const int32_t *prompt; /* copied at submit */
     int32_t n_prompt;
     kvi_sampler_params sampling;
-    int32_t max_tokens;       /* <= 0: until end of generation or a full context */
+    int32_t max_tokens; /* <= 0: until end of generation or a full context */
     bool ignore_eos;
     kvi_token_fn on_token;
     kvi_done_fn on_done;
@@ -336,15 +335,15 @@ typedef struct kvi_request {
      * (0 .. KVI_LOGPROBS_MAX) alternatives; computed only for such requests. */
     kvi_logprobs_fn on_logprobs;
     int32_t top_logprobs;
-    bool no_spec;             /* (spec2) never speculate for this request, even when enabled */
+    bool no_spec; /* (spec2) never speculate for this request, even when enabled */
 } kvi_request;
 
 typedef struct kvi_sched_stats {
     int n_running, n_waiting;
     uint64_t n_steps, n_prefill_tokens, n_decode_tokens, n_preemptions;
-    uint64_t n_prompt_tokens, n_cached_tokens;   /* prefix cache hit ratio = cached / prompt */
+    uint64_t n_prompt_tokens, n_cached_tokens; /* prefix cache hit ratio = cached / prompt */
     uint64_t n_done, n_rejected;
-    kvi_stats engine;          /* snapshot of kvi_stats_get(e, NULL) after the last step */
+    kvi_stats engine; /* snapshot of kvi_stats_get(e, NULL) after the last step */
     /* speculative decoding: draft tokens verified / accepted over
      * all requests, and the cost of one more verified row at the current load in
      * units of the step's average row (what kvi_spec_set_costs gets as cost_row) */
@@ -378,13 +377,13 @@ void kvi_sched_stats_get(kvi_sched *s, kvi_sched_stats *out);
 int32_t kvi_seq_block_ids(const kvi_seq *s, int32_t *ids, int32_t cap);
 
 typedef struct kvi_sched_seq_view {
-    uint64_t id;              /* kvi_sched_submit's id */
-    int32_t n_prompt;         /* prompt tokens */
-    int32_t n_tokens;         /* prompt + generated so far */
-    int32_t n_kv;             /* positions held in the KV cache */
-    int32_t n_blocks;         /* length of its block table */
-    int32_t n_shown;          /* entries of it copied into the caller's ids (<= n_blocks) */
-    const int32_t *blocks;    /* [n_shown] into the caller's ids buffer */
+    uint64_t id;           /* kvi_sched_submit's id */
+    int32_t n_prompt;      /* prompt tokens */
+    int32_t n_tokens;      /* prompt + generated so far */
+    int32_t n_kv;          /* positions held in the KV cache */
+    int32_t n_blocks;      /* length of its block table */
+    int32_t n_shown;       /* entries of it copied into the caller's ids (<= n_blocks) */
+    const int32_t *blocks; /* [n_shown] into the caller's ids buffer */
 } kvi_sched_seq_view;
 
 /* The block tables of the requests running after the last step (a snapshot the
@@ -396,8 +395,8 @@ int kvi_sched_kv_view(kvi_sched *s, kvi_sched_seq_view *views, int max_views, in
 /* ---- chat templates (src/tokenizer/chat_template.c) ----------------- */
 
 typedef struct kvi_chat_msg {
-    const char *role;         /* "system", "user", "assistant" */
-    const char *content;      /* plain text: never parsed for special tokens */
+    const char *role;    /* "system", "user", "assistant" */
+    const char *content; /* plain text: never parsed for special tokens */
 } kvi_chat_msg;
 
 /* The template family of the model's tokenizer.chat_template, detected by
@@ -447,27 +446,27 @@ int32_t kvi_sampler_sample_probs(kvi_sampler *s, const float *weights);
 typedef struct kvi_spec kvi_spec;
 
 typedef struct kvi_spec_params {
-    int32_t draft_max;   /* K: most tokens drafted per round (default 8) */
-    int32_t draft_min;   /* a proposal shorter than this is not verified (default 1) */
-    int32_t ngram_max;   /* n-gram lookup: longest suffix matched, down to 1 (default 3) */
-    bool adapt;          /* shrink K / pause below the break-even acceptance (default true) */
-    uint64_t seed;       /* acceptance draws and the draft's sampler (default 0x5EEC) */
+    int32_t draft_max; /* K: most tokens drafted per round (default 8) */
+    int32_t draft_min; /* a proposal shorter than this is not verified (default 1) */
+    int32_t ngram_max; /* n-gram lookup: longest suffix matched, down to 1 (default 3) */
+    bool adapt;        /* shrink K / pause below the break-even acceptance (default true) */
+    uint64_t seed;     /* acceptance draws and the draft's sampler (default 0x5EEC) */
 } kvi_spec_params;
 
 typedef struct kvi_spec_stats {
-    uint64_t n_rounds;       /* kvi_spec_verify calls */
-    uint64_t n_spec_rounds;  /* ... of which verified at least one draft */
-    uint64_t n_drafted;      /* draft tokens verified */
-    uint64_t n_accepted;     /* ... of which accepted */
-    uint64_t n_generated;    /* tokens returned by kvi_spec_verify */
-    double acceptance;       /* n_accepted / n_drafted, 0 when nothing drafted */
-    double alpha;            /* recent per-token acceptance estimate (adaptive) */
-    int32_t k_now;           /* K the next round may draft; 0 while paused */
-    int32_t k_max;           /* draft_max */
-    double cost_row;         /* cost of each extra verified row, in 1-row steps */
-    double cost_draft;       /* cost of one draft token, in 1-row target steps */
-    double break_even;       /* acceptance at which K = draft_max just pays */
-    double est_speedup;      /* expected tokens per unit cost at alpha and k_now */
+    uint64_t n_rounds;      /* kvi_spec_verify calls */
+    uint64_t n_spec_rounds; /* ... of which verified at least one draft */
+    uint64_t n_drafted;     /* draft tokens verified */
+    uint64_t n_accepted;    /* ... of which accepted */
+    uint64_t n_generated;   /* tokens returned by kvi_spec_verify */
+    double acceptance;      /* n_accepted / n_drafted, 0 when nothing drafted */
+    double alpha;           /* recent per-token acceptance estimate (adaptive) */
+    int32_t k_now;          /* K the next round may draft; 0 while paused */
+    int32_t k_max;          /* draft_max */
+    double cost_row;        /* cost of each extra verified row, in 1-row steps */
+    double cost_draft;      /* cost of one draft token, in 1-row target steps */
+    double break_even;      /* acceptance at which K = draft_max just pays */
+    double est_speedup;     /* expected tokens per unit cost at alpha and k_now */
 } kvi_spec_stats;
 
 void kvi_spec_params_default(kvi_spec_params *p);
@@ -486,8 +485,8 @@ int kvi_spec_begin(kvi_spec *s, const int32_t *prompt, int32_t n, kvi_error *err
 /* Proposes up to min(k_max, the adaptive K) tokens continuing the history. */
 int32_t kvi_spec_draft(kvi_spec *s, int32_t k_max, int32_t *drafts, kvi_error *err);
 /* logits[i]: the target's logits of the round's row i (i = 0 .. n_draft). */
-int32_t kvi_spec_verify(kvi_spec *s, kvi_sampler *smp, const float *const *logits,
-                        int32_t n_draft, int32_t *out, kvi_error *err);
+int32_t kvi_spec_verify(kvi_spec *s, kvi_sampler *smp, const float *const *logits, int32_t n_draft,
+                        int32_t *out, kvi_error *err);
 /* Costs for the adaptive choice of K, in units of one 1-row target step:
  * verifying 1 + j rows costs 1 + j * cost_row; each draft token costs cost_draft. */
 void kvi_spec_set_costs(kvi_spec *s, double cost_row, double cost_draft);
@@ -512,10 +511,10 @@ int kvi_sched_set_spec(kvi_sched *s, const kvi_spec_params *p, kvi_engine *draft
 
 typedef struct kvi_synth_params {
     int dim, ffn_dim, n_layers, n_heads, n_kv_heads, n_vocab, n_ctx;
-    kvi_type type;            /* type of the matrices (norms stay F32) */
+    kvi_type type; /* type of the matrices (norms stay F32) */
     uint64_t seed;
-    const char *vocab_from;   /* GGUF whose tokenizer section is copied, or NULL */
-    const char *name;         /* general.name */
+    const char *vocab_from; /* GGUF whose tokenizer section is copied, or NULL */
+    const char *name;       /* general.name */
     /* Reports, each optional (NULL: silent; the library never prints), called on
      * the caller's thread with user: progress after each tensor's data is written
      * (counts and bytes so far, of the totals); notice for a remark such as a
@@ -539,29 +538,29 @@ int kvi_synth_write(const kvi_synth_params *p, const char *path, kvi_error *err)
  * (medians of `reps` runs). A figure is 0 when the CPU lacks the instruction. */
 #define KVI_HW_READ_METHODS_MAX 8
 typedef struct kvi_hw_read_figure {
-    const char *method;       /* e.g. "avx512 s4 pf512": streams per thread, prefetch distance */
-    double median_gbs;        /* median of the reps runs, 1e9 bytes/s */
-    double best_gbs;          /* fastest run */
+    const char *method; /* e.g. "avx512 s4 pf512": streams per thread, prefetch distance */
+    double median_gbs;  /* median of the reps runs, 1e9 bytes/s */
+    double best_gbs;    /* fastest run */
 } kvi_hw_read_figure;
 
 typedef struct kvi_hw_limits {
     int n_threads;
     int reps;
-    size_t read_bytes;        /* size of the buffer streamed by the read test */
-    double read_gbs;          /* streaming read bandwidth, 1e9 bytes/s: the highest
+    size_t read_bytes;       /* size of the buffer streamed by the read test */
+    double read_gbs;         /* streaming read bandwidth, 1e9 bytes/s: the highest
                                * median over the read methods tried */
-    const char *read_method;  /* the method that gave read_gbs */
-    int n_read_methods;       /* read methods tried (1 when quick) */
-    kvi_hw_read_figure read_methods[KVI_HW_READ_METHODS_MAX];   /* [n_read_methods] */
-    double fp32_gflops;       /* FP32 FMA (AVX-512 or AVX2 vfmadd), 1e9 FLOP/s */
-    double bf16_gflops;       /* AVX512_BF16 vdpbf16ps, 1e9 FLOP/s (a pair product + add = 2) */
-    double int8_gops;         /* AVX512_VNNI vpdpbusd, 1e9 OP/s (a u8*s8 product + add = 2) */
-    double amx_int8_gops;     /* AMX tdpbssd, 1e9 OP/s (a s8*s8 product + add = 2); 0 when
+    const char *read_method; /* the method that gave read_gbs */
+    int n_read_methods;      /* read methods tried (1 when quick) */
+    kvi_hw_read_figure read_methods[KVI_HW_READ_METHODS_MAX]; /* [n_read_methods] */
+    double fp32_gflops;     /* FP32 FMA (AVX-512 or AVX2 vfmadd), 1e9 FLOP/s */
+    double bf16_gflops;     /* AVX512_BF16 vdpbf16ps, 1e9 FLOP/s (a pair product + add = 2) */
+    double int8_gops;       /* AVX512_VNNI vpdpbusd, 1e9 OP/s (a u8*s8 product + add = 2) */
+    double amx_int8_gops;   /* AMX tdpbssd, 1e9 OP/s (a s8*s8 product + add = 2); 0 when
                                * AMX is off or missing (KVINFER_AMX=0) */
-    double amx_bf16_gflops;   /* AMX tdpbf16ps, 1e9 FLOP/s (a bf16 product + add = 2); 0 as above */
-    bool f16_on_amx;          /* F16 / BF16 weights are multiplied on AMX (KVINFER_AMX_F16=1),
+    double amx_bf16_gflops; /* AMX tdpbf16ps, 1e9 FLOP/s (a bf16 product + add = 2); 0 as above */
+    bool f16_on_amx;        /* F16 / BF16 weights are multiplied on AMX (KVINFER_AMX_F16=1),
                                * else in FP32 FMA */
-    const char *fp32_isa;     /* "avx512", "avx2" or "none" */
+    const char *fp32_isa;   /* "avx512", "avx2" or "none" */
 } kvi_hw_limits;
 
 /* Measures the limits; quick: a small buffer, one read method and short runs
@@ -588,11 +587,11 @@ size_t kvi_model_decode_bytes(const kvi_model *m);
 /* Where a process's memory goes. Bound that `kvinfer run` keeps (tests/test_memory):
  * rss_peak_bytes <= model_bytes + kv_bytes + 64 MiB. */
 typedef struct kvi_mem_stats {
-    size_t model_bytes;     /* bytes of the model file(s), read into memory or mapped */
-    size_t kv_bytes;        /* KV cache allocated: pool blocks and q4 key tails */
-    size_t scratch_bytes;   /* activations, kernel per-thread scratch, logits */
-    size_t rss_bytes;       /* resident set now (VmRSS); 0 where unknown */
-    size_t rss_peak_bytes;  /* peak resident set (VmHWM, else getrusage); 0 where unknown */
+    size_t model_bytes;    /* bytes of the model file(s), read into memory or mapped */
+    size_t kv_bytes;       /* KV cache allocated: pool blocks and q4 key tails */
+    size_t scratch_bytes;  /* activations, kernel per-thread scratch, logits */
+    size_t rss_bytes;      /* resident set now (VmRSS); 0 where unknown */
+    size_t rss_peak_bytes; /* peak resident set (VmHWM, else getrusage); 0 where unknown */
 } kvi_mem_stats;
 
 /* m and e may be NULL (their figures are then 0). */
@@ -604,7 +603,7 @@ size_t kvi_engine_scratch_bytes(const kvi_engine *e);
 
 /* The SIMD path in use: "avx512", "avx2" or "scalar" (KVINFER_ISA overrides). */
 const char *kvi_isa_name(void);
-double kvi_time_ms(void);     /* monotonic clock */
+double kvi_time_ms(void); /* monotonic clock */
 
 #ifdef __cplusplus
 }

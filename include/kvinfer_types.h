@@ -22,21 +22,21 @@ extern "C" {
 
 enum {
     KVI_OK = 0,
-    KVI_E_INVALID = -1,       /* bad argument or request */
-    KVI_E_IO = -2,            /* file could not be opened / read / written */
-    KVI_E_FORMAT = -3,        /* malformed or unsupported file contents */
-    KVI_E_NOMEM = -4,         /* allocation failed */
-    KVI_E_NO_KV_SPACE = -5,   /* the KV pool has no free block left */
-    KVI_E_BAD_BATCH = -6,     /* rows out of order, position gap, bad token id */
-    KVI_E_CONTEXT_FULL = -7,  /* a sequence would exceed n_ctx */
+    KVI_E_INVALID = -1,      /* bad argument or request */
+    KVI_E_IO = -2,           /* file could not be opened / read / written */
+    KVI_E_FORMAT = -3,       /* malformed or unsupported file contents */
+    KVI_E_NOMEM = -4,        /* allocation failed */
+    KVI_E_NO_KV_SPACE = -5,  /* the KV pool has no free block left */
+    KVI_E_BAD_BATCH = -6,    /* rows out of order, position gap, bad token id */
+    KVI_E_CONTEXT_FULL = -7, /* a sequence would exceed n_ctx */
     KVI_E_ABORTED = -8,
-    KVI_E_UNSUPPORTED = -9,   /* valid input that kvinfer does not handle (yet) */
-    KVI_E_QUEUE_FULL = -20,   /* kvi_sched_submit: the waiting queue is full (HTTP 429) */
+    KVI_E_UNSUPPORTED = -9, /* valid input that kvinfer does not handle (yet) */
+    KVI_E_QUEUE_FULL = -20, /* kvi_sched_submit: the waiting queue is full (HTTP 429) */
 };
 
 typedef struct kvi_error {
-    int code;        /* last KVI_E_* code, 0 when none */
-    char msg[512];   /* one line, no trailing newline */
+    int code;      /* last KVI_E_* code, 0 when none */
+    char msg[512]; /* one line, no trailing newline */
 } kvi_error;
 
 const char *kvi_strerror(int code);

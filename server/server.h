@@ -22,17 +22,17 @@
 #include <cjson/cJSON.h>
 #include <pthread.h>
 
-#define SRV_MAX_N 8          /* most choices ("n") per request */
-#define SRV_MAX_STOP 4       /* most stop strings */
-#define SRV_BODY_MAX (4u << 20)   /* larger request bodies get 413 */
+#define SRV_MAX_N 8             /* most choices ("n") per request */
+#define SRV_MAX_STOP 4          /* most stop strings */
+#define SRV_BODY_MAX (4u << 20) /* larger request bodies get 413 */
 
 /* ---- metrics (server_metrics.c) ---- */
 
 #define SRV_HIST_BUCKETS 14
 typedef struct srv_hist {
-    uint64_t count[SRV_HIST_BUCKETS + 1];   /* per bucket, last: +Inf */
+    uint64_t count[SRV_HIST_BUCKETS + 1]; /* per bucket, last: +Inf */
     uint64_t n;
-    double sum;                             /* seconds */
+    double sum; /* seconds */
 } srv_hist;
 
 typedef struct srv_metrics {
@@ -52,22 +52,22 @@ char *srv_metrics_render(srv_metrics *m, kvi_sched *s);
 
 typedef struct srv_config {
     const char *host;
-    int port;                 /* 0: any free port */
-    const char *api_key;      /* NULL: no authentication */
-    const char *model_name;   /* what `model` may name (alias or file name without .gguf) */
+    int port;               /* 0: any free port */
+    const char *api_key;    /* NULL: no authentication */
+    const char *model_name; /* what `model` may name (alias or file name without .gguf) */
     int n_ctx;
-    kvi_sampler_params sampling;   /* defaults, as `kvinfer run` */
+    kvi_sampler_params sampling; /* defaults, as `kvinfer run` */
     bool quiet;
 } srv_config;
 
 typedef struct srv_server {
     srv_config cfg;
-    kvi_model *m;             /* NULL while loading (GET /health: 503) */
+    kvi_model *m; /* NULL while loading (GET /health: 503) */
     kvi_engine *e;
     kvi_sched *s;
     struct MHD_Daemon *d;
     srv_metrics metrics;
-    pthread_mutex_t mu;       /* guards `closing` and the id counter */
+    pthread_mutex_t mu; /* guards `closing` and the id counter */
     bool closing;
     uint64_t next_id;
     double t_start;
@@ -77,18 +77,18 @@ typedef struct srv_server {
 
 typedef struct srv_params {
     bool chat;
-    int32_t *prompt;          /* malloc'd ids */
+    int32_t *prompt; /* malloc'd ids */
     int32_t n_prompt;
-    int32_t max_tokens;       /* 0: until end of generation or a full context */
+    int32_t max_tokens; /* 0: until end of generation or a full context */
     int n;
     bool stream, include_usage, ignore_eos;
-    bool no_spec;             /* kvinfer's "speculative": false (spec2) */
+    bool no_spec; /* kvinfer's "speculative": false (spec2) */
     kvi_sampler_params sp;
     char *stop[SRV_MAX_STOP];
     int n_stop;
     /* logprobs: chat "logprobs": true + "top_logprobs": k; completions "logprobs": k */
     bool logprobs;
-    int32_t top_logprobs;     /* 0 .. KVI_LOGPROBS_MAX alternatives per token */
+    int32_t top_logprobs; /* 0 .. KVI_LOGPROBS_MAX alternatives per token */
 } srv_params;
 
 /* One failure answer: HTTP status plus OpenAI's error object. */
@@ -115,24 +115,24 @@ void srv_params_free(srv_params *p);
 typedef struct srv_lp {
     int32_t token;
     float logprob;
-    size_t offset;                        /* bytes of the choice's text before it */
+    size_t offset; /* bytes of the choice's text before it */
     int32_t n_top;
-    int32_t top_id[KVI_LOGPROBS_MAX];     /* [n_top] descending */
-    float top_lp[KVI_LOGPROBS_MAX];       /* [n_top] */
+    int32_t top_id[KVI_LOGPROBS_MAX]; /* [n_top] descending */
+    float top_lp[KVI_LOGPROBS_MAX];   /* [n_top] */
 } srv_lp;
 
 typedef struct srv_choice {
     uint64_t sched_id;
-    char *text;               /* generated text (stop strings cut off) */
-    size_t len, cap, sent;    /* sent: bytes already streamed */
+    char *text;            /* generated text (stop strings cut off) */
+    size_t len, cap, sent; /* sent: bytes already streamed */
     int32_t n_tokens;
-    bool done, stopped;       /* stopped: a stop string matched */
+    bool done, stopped; /* stopped: a stop string matched */
     kvi_finish finish;
     kvi_usage usage;
     double t_last;
     struct srv_req *req;
     int index;
-    srv_lp *lp;               /* [n_lp] one per generated token, when logprobs were asked */
+    srv_lp *lp; /* [n_lp] one per generated token, when logprobs were asked */
     int32_t n_lp, cap_lp;
 } srv_choice;
 
@@ -146,9 +146,9 @@ typedef struct srv_req {
     long created;
     srv_choice ch[SRV_MAX_N];
     int n_done;
-    char *out;                /* SSE bytes not yet read by the connection */
+    char *out; /* SSE bytes not yet read by the connection */
     size_t out_len, out_cap, out_off;
-    bool finished;            /* every choice done (and, streaming, the tail queued) */
+    bool finished; /* every choice done (and, streaming, the tail queued) */
     bool error;
     char err_msg[512];
     double t_submit;
@@ -160,8 +160,8 @@ bool srv_sse_token(srv_req *r, srv_choice *c, const char *piece, size_t n);
 bool srv_sse_final(srv_req *r);
 /* Records the logprobs of the choice's next token (caller holds r->mu; offset =
  * the text's length now, before the token's text is appended). */
-bool srv_logprobs_push(srv_choice *c, int32_t token, float logprob, const int32_t *top_ids, const float *top_lps,
-                       int32_t n_top);
+bool srv_logprobs_push(srv_choice *c, int32_t token, float logprob, const int32_t *top_ids,
+                       const float *top_lps, int32_t n_top);
 /* The non-streamed response body (malloc'd). */
 char *srv_response_json(srv_req *r);
 /* usage object with prompt_tokens_details and kvinfer's timings */
@@ -169,7 +169,7 @@ cJSON *srv_usage_json(srv_req *r);
 
 /* ---- the HTTP layer (server_http.c) ---- */
 
-int srv_start(srv_server *srv, kvi_error *err);   /* binds, serves in its own threads */
+int srv_start(srv_server *srv, kvi_error *err); /* binds, serves in its own threads */
 int srv_bound_port(srv_server *srv);
 void srv_stop(srv_server *srv);
 

@@ -31,7 +31,7 @@
 #include <time.h>
 
 typedef struct conn_ctx {
-    char *body;               /* [cap] NUL-terminated */
+    char *body; /* [cap] NUL-terminated */
     size_t len, cap;
     bool too_large;
 } conn_ctx;
@@ -75,7 +75,10 @@ static size_t stop_holdback(const srv_req *r, const srv_choice *c)
     for (int k = 0; k < r->p.n_stop; k++) {
         const size_t sl = strlen(r->p.stop[k]);
         for (size_t h = sl - 1; h > hold; h--)
-            if (h <= c->len && !memcmp(c->text + c->len - h, r->p.stop[k], h)) { hold = h; break; }
+            if (h <= c->len && !memcmp(c->text + c->len - h, r->p.stop[k], h)) {
+                hold = h;
+                break;
+            }
     }
     return hold;
 }
@@ -89,8 +92,10 @@ static bool on_token(void *user, int32_t tok)
     int32_t n = kvi_token_to_piece(srv->m, tok, small, sizeof small, false);
     if (n < 0 || (size_t)n > sizeof small) n = 0;
     const double now = kvi_time_ms();
-    if (c->n_tokens > 0) srv_hist_observe(&srv->metrics, &srv->metrics.itl, (now - c->t_last) / 1e3);
-    else srv_hist_observe(&srv->metrics, &srv->metrics.ttft, (now - r->t_submit) / 1e3);
+    if (c->n_tokens > 0)
+        srv_hist_observe(&srv->metrics, &srv->metrics.itl, (now - c->t_last) / 1e3);
+    else
+        srv_hist_observe(&srv->metrics, &srv->metrics.ttft, (now - r->t_submit) / 1e3);
     c->t_last = now;
     pthread_mutex_lock(&r->mu);
     c->n_tokens++;
@@ -102,7 +107,10 @@ static bool on_token(void *user, int32_t tok)
         size_t from = before >= sl ? before - sl + 1 : 0;
         const char *hit = NULL;
         for (size_t i = from; i + sl <= c->len; i++)
-            if (!memcmp(c->text + i, r->p.stop[k], sl)) { hit = c->text + i; break; }
+            if (!memcmp(c->text + i, r->p.stop[k], sl)) {
+                hit = c->text + i;
+                break;
+            }
         if (hit) {
             c->len = (size_t)(hit - c->text);
             c->text[c->len] = 0;
@@ -114,7 +122,7 @@ static bool on_token(void *user, int32_t tok)
         size_t ready = more ? c->len - stop_holdback(r, c) : c->len;
         if (ready < c->sent) ready = c->sent;
         ready = c->sent + kvi_utf8_complete_prefix(c->text + c->sent, ready - c->sent);
-        if (!more) ready = c->sent;   /* the final event carries the rest */
+        if (!more) ready = c->sent; /* the final event carries the rest */
         ok = srv_sse_token(r, c, c->text + c->sent, ready - c->sent);
         c->sent = ready;
         pthread_cond_broadcast(&r->cv);
@@ -150,9 +158,12 @@ static void on_done(void *user, kvi_finish f, const kvi_usage *u, const kvi_erro
      * so /metrics read after a response already includes it (lock order: r->mu,
      * then metrics.mu; nothing takes them the other way round) */
     pthread_mutex_lock(&srv->metrics.mu);
-    if (f == KVI_FINISH_CANCELLED) srv->metrics.requests_cancelled++;
-    else if (f == KVI_FINISH_ERROR) srv->metrics.requests_error++;
-    else if (last) srv->metrics.requests_ok++;
+    if (f == KVI_FINISH_CANCELLED)
+        srv->metrics.requests_cancelled++;
+    else if (f == KVI_FINISH_ERROR)
+        srv->metrics.requests_error++;
+    else if (last)
+        srv->metrics.requests_ok++;
     srv->metrics.prompt_tokens += last ? (uint64_t)u->prompt_tokens : 0;
     srv->metrics.completion_tokens += (uint64_t)u->completion_tokens;
     pthread_mutex_unlock(&srv->metrics.mu);
@@ -171,8 +182,10 @@ static void on_done(void *user, kvi_finish f, const kvi_usage *u, const kvi_erro
 static enum MHD_Result send_text(struct MHD_Connection *con, int status, const char *type, char *body)
 {
     if (!body) {
-        static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}";
-        struct MHD_Response *resp = MHD_create_response_from_buffer(sizeof oom - 1, (void *)oom, MHD_RESPMEM_PERSISTENT);
+        static const char oom[] = "{\"error\":{\"message\":\"out of "
+                                  "memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}";
+        struct MHD_Response *resp =
+            MHD_create_response_from_buffer(sizeof oom - 1, (void *)oom, MHD_RESPMEM_PERSISTENT);
         MHD_add_response_header(resp, "Content-Type", "application/json");
         enum MHD_Result ret = MHD_queue_response(con, 500, resp);
         MHD_destroy_response(resp);
@@ -236,7 +249,7 @@ static bool client_gone(struct MHD_Connection *con)
 {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(con, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (!ci) return false;
-    struct pollfd pf = {ci->connect_fd, POLLIN, 0};
+    struct pollfd pf = { ci->connect_fd, POLLIN, 0 };
     if (poll(&pf, 1, 0) <= 0) return false;
     if (pf.revents & (POLLERR | POLLHUP | POLLNVAL)) return true;
     char b;
@@ -315,7 +328,7 @@ static int submit_choices(srv_server *srv, srv_req *r, srv_err *er)
             rq.on_logprobs = on_logprobs;
             rq.top_logprobs = r->p.top_logprobs;
         }
-        kvi_error err = {0};
+        kvi_error err = { 0 };
         uint64_t id = 0;
         int rc = kvi_sched_submit(srv->s, &rq, &id, &err);
         if (rc != 0) {
@@ -344,7 +357,7 @@ static enum MHD_Result answer_refused(srv_server *srv, struct MHD_Connection *co
     if (er->status != 429) srv->metrics.requests_error++;
     pthread_mutex_unlock(&srv->metrics.mu);
     cancel_unfinished(r);
-    if (none) req_release(r);   /* the engine side's reference */
+    if (none) req_release(r); /* the engine side's reference */
     pthread_mutex_lock(&r->mu);
     while (!none && !r->finished) pthread_cond_wait(&r->cv, &r->mu);
     pthread_mutex_unlock(&r->mu);
@@ -355,7 +368,8 @@ static enum MHD_Result answer_refused(srv_server *srv, struct MHD_Connection *co
 /* The streamed answer: a response that reads the request's SSE bytes. */
 static enum MHD_Result answer_stream(struct MHD_Connection *con, srv_req *r)
 {
-    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, sse_reader, r, sse_free);
+    struct MHD_Response *resp =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, sse_reader, r, sse_free);
     if (!resp) {
         sse_free(r);
         return MHD_NO;
@@ -377,7 +391,7 @@ static bool wait_finished(struct MHD_Connection *con, srv_req *r)
     while (!r->finished) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 10 * 1000000L;   /* a few steps of a small model */
+        ts.tv_nsec += 10 * 1000000L; /* a few steps of a small model */
         if (ts.tv_nsec >= 1000000000L) {
             ts.tv_sec++;
             ts.tv_nsec -= 1000000000L;
@@ -404,7 +418,7 @@ static enum MHD_Result answer_final(struct MHD_Connection *con, srv_req *r)
     }
     enum MHD_Result ret;
     if (r->error) {
-        srv_err er = {0};
+        srv_err er = { 0 };
         srv_err_set(&er, 500, "server_error", NULL, "%s", r->err_msg);
         ret = send_error(con, &er);
     } else {
@@ -418,7 +432,7 @@ static enum MHD_Result answer_final(struct MHD_Connection *con, srv_req *r)
  * streamed or the final answer. */
 static enum MHD_Result generate(srv_server *srv, struct MHD_Connection *con, conn_ctx *cc, bool chat)
 {
-    srv_err er = {0};
+    srv_err er = { 0 };
     srv_req *r = req_create(srv, cc, chat, &er);
     if (!r) return send_error(con, &er);
     pthread_mutex_lock(&srv->mu);
@@ -447,7 +461,7 @@ static enum MHD_Result generate(srv_server *srv, struct MHD_Connection *con, con
 
 static enum MHD_Result tokenize_ep(srv_server *srv, struct MHD_Connection *con, conn_ctx *cc)
 {
-    srv_err er = {0};
+    srv_err er = { 0 };
     cJSON *root = cJSON_ParseWithLength(cc->body ? cc->body : "", cc->len);
     const cJSON *c = root ? cJSON_GetObjectItemCaseSensitive(root, "content") : NULL;
     if (!c && root) c = cJSON_GetObjectItemCaseSensitive(root, "prompt");
@@ -472,7 +486,7 @@ static enum MHD_Result tokenize_ep(srv_server *srv, struct MHD_Connection *con, 
 
 static enum MHD_Result detokenize_ep(srv_server *srv, struct MHD_Connection *con, conn_ctx *cc)
 {
-    srv_err er = {0};
+    srv_err er = { 0 };
     cJSON *root = cJSON_ParseWithLength(cc->body ? cc->body : "", cc->len);
     const cJSON *t = root ? cJSON_GetObjectItemCaseSensitive(root, "tokens") : NULL;
     if (!cJSON_IsArray(t)) {
@@ -490,8 +504,8 @@ static enum MHD_Result detokenize_ep(srv_server *srv, struct MHD_Connection *con
             v->valuedouble != (double)(int32_t)v->valuedouble) {
             free(ids);
             cJSON_Delete(root);
-            srv_err_set(&er, 400, "invalid_request_error", "invalid_value", "'tokens[%d]' is not a token id in [0, %d)",
-                        i, (int)kvi_n_vocab(srv->m));
+            srv_err_set(&er, 400, "invalid_request_error", "invalid_value",
+                        "'tokens[%d]' is not a token id in [0, %d)", i, (int)kvi_n_vocab(srv->m));
             return send_error(con, &er);
         }
         ids[i++] = (int32_t)v->valuedouble;
@@ -546,7 +560,8 @@ static enum MHD_Result kv_ep(srv_server *srv, struct MHD_Connection *con)
         cJSON_AddNumberToObject(q, "kv_tokens", v[i].n_kv);
         cJSON_AddNumberToObject(q, "n_blocks", v[i].n_blocks);
         cJSON *b = cJSON_AddArrayToObject(q, "blocks");
-        for (int32_t k = 0; k < v[i].n_shown; k++) cJSON_AddItemToArray(b, cJSON_CreateNumber(v[i].blocks[k]));
+        for (int32_t k = 0; k < v[i].n_shown; k++)
+            cJSON_AddItemToArray(b, cJSON_CreateNumber(v[i].blocks[k]));
         cJSON_AddItemToArray(seqs, q);
     }
     free(v);
@@ -562,7 +577,8 @@ static bool authorized(srv_server *srv, struct MHD_Connection *con)
 }
 
 static enum MHD_Result handler(void *cls, struct MHD_Connection *con, const char *url, const char *method,
-                               const char *version, const char *upload_data, size_t *upload_data_size, void **con_cls)
+                               const char *version, const char *upload_data, size_t *upload_data_size,
+                               void **con_cls)
 {
     srv_server *srv = cls;
     conn_ctx *cc = *con_cls;
@@ -592,10 +608,11 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *con, const char
         cc->body[cc->len] = 0;
         return MHD_YES;
     }
-    srv_err er = {0};
+    srv_err er = { 0 };
     const bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
     kvi_sched *sched = __atomic_load_n(&srv->s, __ATOMIC_ACQUIRE);
-    if (get && !strcmp(url, "/")) return send_text(con, 200, "text/html; charset=utf-8", strdup(srv_page_html));
+    if (get && !strcmp(url, "/"))
+        return send_text(con, 200, "text/html; charset=utf-8", strdup(srv_page_html));
     if (get && !strcmp(url, "/health")) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "status", sched ? "ok" : "loading");
@@ -606,11 +623,12 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *con, const char
         return send_error(con, &er);
     }
     if (cc->too_large) {
-        srv_err_set(&er, 413, "invalid_request_error", "request_too_large", "the request body exceeds %u bytes",
-                    SRV_BODY_MAX);
+        srv_err_set(&er, 413, "invalid_request_error", "request_too_large",
+                    "the request body exceeds %u bytes", SRV_BODY_MAX);
         return send_error(con, &er);
     }
-    if (get && !strcmp(url, "/metrics")) return send_text(con, 200, "text/plain; version=0.0.4", srv_metrics_render(&srv->metrics, sched));
+    if (get && !strcmp(url, "/metrics"))
+        return send_text(con, 200, "text/plain; version=0.0.4", srv_metrics_render(&srv->metrics, sched));
     if (!authorized(srv, con)) {
         srv_err_set(&er, 401, "invalid_request_error", "invalid_api_key", "Incorrect API key provided");
         return send_error(con, &er);
@@ -637,7 +655,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *con, const char
     return send_error(con, &er);
 }
 
-static void completed(void *cls, struct MHD_Connection *con, void **con_cls, enum MHD_RequestTerminationCode toe)
+static void completed(void *cls, struct MHD_Connection *con, void **con_cls,
+                      enum MHD_RequestTerminationCode toe)
 {
     conn_ctx *cc = *con_cls;
     if (cc) {

@@ -47,8 +47,10 @@ char *srv_error_json(const srv_err *e)
     cJSON_AddStringToObject(o, "message", clean ? clean : "error");
     cJSON_AddStringToObject(o, "type", e->type ? e->type : "invalid_request_error");
     cJSON_AddNullToObject(o, "param");
-    if (e->code) cJSON_AddStringToObject(o, "code", e->code);
-    else cJSON_AddNullToObject(o, "code");
+    if (e->code)
+        cJSON_AddStringToObject(o, "code", e->code);
+    else
+        cJSON_AddNullToObject(o, "code");
     char *s = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
     free(clean);
@@ -68,16 +70,18 @@ static int bad(srv_err *er, const char *field, const char *what)
 }
 
 /* A number field within [lo, hi]; absent leaves *out. */
-static int num_field(const cJSON *o, const char *name, double lo, double hi, bool integer, double *out, srv_err *er)
+static int num_field(const cJSON *o, const char *name, double lo, double hi, bool integer, double *out,
+                     srv_err *er)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
     if (!v || cJSON_IsNull(v)) return 0;
     if (!cJSON_IsNumber(v)) return bad(er, name, "must be a number");
     const double x = v->valuedouble;
-    if (!isfinite(x) || (integer && x != floor(x))) return bad(er, name, integer ? "must be an integer" : "must be finite");
+    if (!isfinite(x) || (integer && x != floor(x)))
+        return bad(er, name, integer ? "must be an integer" : "must be finite");
     if (x < lo || x > hi) {
-        return srv_err_set(er, 400, "invalid_request_error", "invalid_value", "'%s' is %g, outside [%g, %g]", name, x,
-                           lo, hi);
+        return srv_err_set(er, 400, "invalid_request_error", "invalid_value", "'%s' is %g, outside [%g, %g]",
+                           name, x, lo, hi);
     }
     *out = x;
     return 0;
@@ -152,8 +156,8 @@ static int ids_from_array(const cJSON *a, const char *field, int32_t n_vocab, sr
         if (v->valuedouble < 0 || v->valuedouble >= n_vocab) {
             free(ids);
             return srv_err_set(er, 400, "invalid_request_error", "invalid_value",
-                               "'%s': token id %.0f at position %d is out of range [0, %d)", field, v->valuedouble,
-                               i, (int)n_vocab);
+                               "'%s': token id %.0f at position %d is out of range [0, %d)", field,
+                               v->valuedouble, i, (int)n_vocab);
         }
         ids[i++] = (int32_t)v->valuedouble;
     }
@@ -166,13 +170,17 @@ static int parse_prompt(srv_server *srv, const cJSON *root, srv_params *p, srv_e
 {
     const cJSON *pr = cJSON_GetObjectItemCaseSensitive(root, "prompt");
     const int32_t nv = kvi_n_vocab(srv->m);
-    if (!pr) return srv_err_set(er, 400, "invalid_request_error", "missing_required_parameter", "'prompt' is required");
+    if (!pr)
+        return srv_err_set(er, 400, "invalid_request_error", "missing_required_parameter",
+                           "'prompt' is required");
     if (cJSON_IsString(pr)) return tokenize_into(srv->m, pr->valuestring, true, p, er);
     if (!cJSON_IsArray(pr) || cJSON_GetArraySize(pr) == 0)
-        return bad(pr ? er : er, "prompt", "must be a string, an array of token ids, or an array of one of them");
+        return bad(pr ? er : er, "prompt",
+                   "must be a string, an array of token ids, or an array of one of them");
     const cJSON *first = cJSON_GetArrayItem(pr, 0);
     if (cJSON_IsNumber(first)) return ids_from_array(pr, "prompt", nv, p, er);
-    if (cJSON_GetArraySize(pr) != 1) return bad(er, "prompt", "may hold only one prompt (batches are not supported)");
+    if (cJSON_GetArraySize(pr) != 1)
+        return bad(er, "prompt", "may hold only one prompt (batches are not supported)");
     if (cJSON_IsString(first)) return tokenize_into(srv->m, first->valuestring, true, p, er);
     if (cJSON_IsArray(first)) return ids_from_array(first, "prompt", nv, p, er);
     return bad(er, "prompt", "must be a string or token ids");
@@ -181,8 +189,11 @@ static int parse_prompt(srv_server *srv, const cJSON *root, srv_params *p, srv_e
 static int parse_messages(srv_server *srv, const cJSON *root, srv_params *p, srv_err *er)
 {
     const cJSON *ms = cJSON_GetObjectItemCaseSensitive(root, "messages");
-    if (!ms) return srv_err_set(er, 400, "invalid_request_error", "missing_required_parameter", "'messages' is required");
-    if (!cJSON_IsArray(ms) || cJSON_GetArraySize(ms) == 0) return bad(er, "messages", "must be a non-empty array");
+    if (!ms)
+        return srv_err_set(er, 400, "invalid_request_error", "missing_required_parameter",
+                           "'messages' is required");
+    if (!cJSON_IsArray(ms) || cJSON_GetArraySize(ms) == 0)
+        return bad(er, "messages", "must be a non-empty array");
     const int n = cJSON_GetArraySize(ms);
     kvi_chat_msg *msgs = calloc((size_t)n, sizeof *msgs);
     char **owned = calloc((size_t)n, sizeof *owned);
@@ -195,7 +206,8 @@ static int parse_messages(srv_server *srv, const cJSON *root, srv_params *p, srv
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(msg, "role");
         const cJSON *content = cJSON_GetObjectItemCaseSensitive(msg, "content");
         if (!cJSON_IsObject(msg) || !cJSON_IsString(role)) {
-            rc = srv_err_set(er, 400, "invalid_request_error", "invalid_value", "'messages[%d].role' must be a string", i);
+            rc = srv_err_set(er, 400, "invalid_request_error", "invalid_value",
+                             "'messages[%d].role' must be a string", i);
             break;
         }
         msgs[i].role = role->valuestring;
@@ -211,7 +223,10 @@ static int parse_messages(srv_server *srv, const cJSON *root, srv_params *p, srv
                 if (cJSON_IsString(t)) len += strlen(t->valuestring);
             }
             owned[i] = malloc(len + 1);
-            if (!owned[i]) { rc = srv_err_set(er, 500, "server_error", NULL, "out of memory"); break; }
+            if (!owned[i]) {
+                rc = srv_err_set(er, 500, "server_error", NULL, "out of memory");
+                break;
+            }
             owned[i][0] = 0;
             cJSON_ArrayForEach(part, content)
             {
@@ -229,10 +244,12 @@ static int parse_messages(srv_server *srv, const cJSON *root, srv_params *p, srv
         i++;
     }
     if (!rc) {
-        kvi_error err = {0};
+        kvi_error err = { 0 };
         int32_t cnt = kvi_chat_apply(srv->m, msgs, n, true, NULL, 0, &err);
         int32_t *ids = cnt >= 0 ? malloc(((size_t)cnt + 1) * sizeof *ids) : NULL;
-        if (cnt < 0 || !ids) rc = srv_err_set(er, 400, "invalid_request_error", NULL, "%s", err.msg[0] ? err.msg : "chat template failed");
+        if (cnt < 0 || !ids)
+            rc = srv_err_set(er, 400, "invalid_request_error", NULL, "%s",
+                             err.msg[0] ? err.msg : "chat template failed");
         else if (kvi_chat_apply(srv->m, msgs, n, true, ids, cnt, &err) != cnt || push_ids(p, ids, cnt))
             rc = srv_err_set(er, 500, "server_error", NULL, "chat template failed");
         free(ids);
@@ -282,11 +299,14 @@ int srv_parse_request(srv_server *srv, const char *body, size_t len, bool chat, 
     }
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
     if (model && !cJSON_IsNull(model)) {
-        if (!cJSON_IsString(model)) { rc = bad(er, "model", "must be a string"); goto done; }
+        if (!cJSON_IsString(model)) {
+            rc = bad(er, "model", "must be a string");
+            goto done;
+        }
         if (strcmp(model->valuestring, srv->cfg.model_name) != 0) {
             rc = srv_err_set(er, 404, "invalid_request_error", "model_not_found",
-                             "The model '%.200s' does not exist (this server serves '%.200s')", model->valuestring,
-                             srv->cfg.model_name);
+                             "The model '%.200s' does not exist (this server serves '%.200s')",
+                             model->valuestring, srv->cfg.model_name);
             goto done;
         }
     }
@@ -326,13 +346,16 @@ int srv_parse_request(srv_server *srv, const char *body, size_t len, bool chat, 
     if ((rc = bool_field(root, "stream", &p->stream, er))) goto done;
     if ((rc = bool_field(root, "ignore_eos", &p->ignore_eos, er))) goto done;
     {
-        bool spec = true;   /* kvinfer's own: false opts out of the server's speculation */
+        bool spec = true; /* kvinfer's own: false opts out of the server's speculation */
         if ((rc = bool_field(root, "speculative", &spec, er))) goto done;
         p->no_spec = !spec;
     }
     const cJSON *so = cJSON_GetObjectItemCaseSensitive(root, "stream_options");
     if (so && !cJSON_IsNull(so)) {
-        if (!cJSON_IsObject(so)) { rc = bad(er, "stream_options", "must be an object"); goto done; }
+        if (!cJSON_IsObject(so)) {
+            rc = bad(er, "stream_options", "must be an object");
+            goto done;
+        }
         if ((rc = bool_field(so, "include_usage", &p->include_usage, er))) goto done;
     }
     if ((rc = parse_stop(root, p, er))) goto done;
@@ -345,10 +368,11 @@ int srv_parse_request(srv_server *srv, const char *body, size_t len, bool chat, 
     }
     if ((int64_t)p->n_prompt + (p->max_tokens > 0 ? p->max_tokens : 0) > srv->cfg.n_ctx ||
         p->n_prompt > srv->cfg.n_ctx) {
-        rc = srv_err_set(er, 400, "invalid_request_error", "context_length_exceeded",
-                         "This model's maximum context length is %d tokens. However, you requested %lld tokens "
-                         "(%d in the prompt, %d in the completion).",
-                         srv->cfg.n_ctx, (long long)p->n_prompt + p->max_tokens, (int)p->n_prompt, (int)p->max_tokens);
+        rc = srv_err_set(
+            er, 400, "invalid_request_error", "context_length_exceeded",
+            "This model's maximum context length is %d tokens. However, you requested %lld tokens "
+            "(%d in the prompt, %d in the completion).",
+            srv->cfg.n_ctx, (long long)p->n_prompt + p->max_tokens, (int)p->n_prompt, (int)p->max_tokens);
         goto done;
     }
 done:
@@ -361,8 +385,10 @@ done:
 
 static const char *finish_name(kvi_finish f)
 {
-    return f == KVI_FINISH_LENGTH ? "length" : f == KVI_FINISH_STOP ? "stop" : f == KVI_FINISH_CANCELLED ? "cancelled"
-                                                                                                      : "error";
+    return f == KVI_FINISH_LENGTH      ? "length"
+           : f == KVI_FINISH_STOP      ? "stop"
+           : f == KVI_FINISH_CANCELLED ? "cancelled"
+                                       : "error";
 }
 
 cJSON *srv_usage_json(srv_req *r)
@@ -387,7 +413,7 @@ cJSON *srv_usage_json(srv_req *r)
     cJSON_AddNumberToObject(t, "decode_ms", u0->decode_ms);
     cJSON_AddNumberToObject(t, "kv_bytes", (double)kv);
     cJSON_AddNumberToObject(t, "preempted", u0->n_preempted);
-    int32_t sd = 0, sa = 0;   /* speculative decoding, every choice */
+    int32_t sd = 0, sa = 0; /* speculative decoding, every choice */
     for (int i = 0; i < r->p.n; i++) {
         sd += r->ch[i].usage.spec_drafted;
         sa += r->ch[i].usage.spec_accepted;
@@ -402,8 +428,8 @@ static cJSON *envelope(srv_req *r, bool chunk)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "id", r->id);
-    cJSON_AddStringToObject(o, "object", r->p.chat ? (chunk ? "chat.completion.chunk" : "chat.completion")
-                                                   : "text_completion");
+    cJSON_AddStringToObject(
+        o, "object", r->p.chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion");
     cJSON_AddNumberToObject(o, "created", (double)r->created);
     cJSON_AddStringToObject(o, "model", r->srv->cfg.model_name);
     return o;
@@ -434,8 +460,8 @@ static bool emit(srv_req *r, cJSON *o)
     return ok;
 }
 
-bool srv_logprobs_push(srv_choice *c, int32_t token, float logprob, const int32_t *top_ids, const float *top_lps,
-                       int32_t n_top)
+bool srv_logprobs_push(srv_choice *c, int32_t token, float logprob, const int32_t *top_ids,
+                       const float *top_lps, int32_t n_top)
 {
     if (c->n_lp == c->cap_lp) {
         const int32_t cap = c->cap_lp ? 2 * c->cap_lp : 32;
@@ -460,7 +486,7 @@ static const char *lp_piece(const kvi_model *m, int32_t tok, char *buf, size_t c
 {
     int32_t n = kvi_token_to_piece(m, tok, buf, cap, true);
     if (n < 0) n = 0;
-    if ((size_t)n > cap) n = (int32_t)cap;   /* a longer piece is cut (none in real vocabularies) */
+    if ((size_t)n > cap) n = (int32_t)cap; /* a longer piece is cut (none in real vocabularies) */
     *n_out = (size_t)n;
     return buf;
 }
@@ -489,7 +515,8 @@ static cJSON *chat_logprobs(const kvi_model *m, const srv_lp *e, int32_t n)
     for (int32_t i = 0; i < n; i++) {
         cJSON *it = chat_lp_item(m, e[i].token, e[i].logprob);
         cJSON *top = cJSON_AddArrayToObject(it, "top_logprobs");
-        for (int32_t j = 0; j < e[i].n_top; j++) cJSON_AddItemToArray(top, chat_lp_item(m, e[i].top_id[j], e[i].top_lp[j]));
+        for (int32_t j = 0; j < e[i].n_top; j++)
+            cJSON_AddItemToArray(top, chat_lp_item(m, e[i].top_id[j], e[i].top_lp[j]));
         cJSON_AddItemToArray(a, it);
     }
     cJSON_AddNullToObject(o, "refusal");
@@ -551,10 +578,14 @@ static cJSON *chunk_choice(srv_req *r, cJSON *o, int index, const char *text, co
     } else {
         cJSON_AddStringToObject(c, "text", text ? text : "");
     }
-    if (lp) cJSON_AddItemToObject(c, "logprobs", logprobs_json(r, lp, 1));
-    else cJSON_AddNullToObject(c, "logprobs");
-    if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
-    else cJSON_AddNullToObject(c, "finish_reason");
+    if (lp)
+        cJSON_AddItemToObject(c, "logprobs", logprobs_json(r, lp, 1));
+    else
+        cJSON_AddNullToObject(c, "logprobs");
+    if (finish)
+        cJSON_AddStringToObject(c, "finish_reason", finish);
+    else
+        cJSON_AddNullToObject(c, "finish_reason");
     return c;
 }
 
@@ -578,8 +609,8 @@ bool srv_sse_final(srv_req *r)
         char *rest = kvi_utf8_sanitize(c->text ? c->text + c->sent : "", c->text ? c->len - c->sent : 0);
         c->sent = c->len;
         cJSON *o = envelope(r, true);
-        chunk_choice(r, o, i, rest && *rest ? rest : (r->p.chat ? NULL : ""), finish_name(c->finish), c->n_tokens == 0,
-                     NULL);
+        chunk_choice(r, o, i, rest && *rest ? rest : (r->p.chat ? NULL : ""), finish_name(c->finish),
+                     c->n_tokens == 0, NULL);
         free(rest);
         ok = ok && emit(r, o);
     }

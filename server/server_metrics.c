@@ -17,8 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const double bounds[SRV_HIST_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
-                                                0.25,  0.5,    1.0,   2.5,  5.0,   10.0, 30.0};
+static const double bounds[SRV_HIST_BUCKETS] = { 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                                 0.25,  0.5,    1.0,   2.5,  5.0,   10.0, 30.0 };
 
 void srv_metrics_init(srv_metrics *m)
 {
@@ -58,11 +58,20 @@ static void sb_printf(sbuf *b, const char *fmt, ...)
         va_start(ap, fmt);
         int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
         va_end(ap);
-        if (n < 0) { b->oom = true; return; }
-        if ((size_t)n < b->cap - b->len) { b->len += (size_t)n; return; }
+        if (n < 0) {
+            b->oom = true;
+            return;
+        }
+        if ((size_t)n < b->cap - b->len) {
+            b->len += (size_t)n;
+            return;
+        }
         size_t cap = (b->cap + (size_t)n + 1) * 2;
         char *np = realloc(b->p, cap);
-        if (!np) { b->oom = true; return; }
+        if (!np) {
+            b->oom = true;
+            return;
+        }
         b->p = np;
         b->cap = cap;
     }
@@ -91,7 +100,7 @@ char *srv_metrics_render(srv_metrics *m, kvi_sched *s)
     kvi_sched_stats st;
     memset(&st, 0, sizeof st);
     if (s) kvi_sched_stats_get(s, &st);
-    sbuf b = {malloc(8192), 0, 8192, false};
+    sbuf b = { malloc(8192), 0, 8192, false };
     if (!b.p) return NULL;
     b.p[0] = 0;
     pthread_mutex_lock(&m->mu);
@@ -100,19 +109,25 @@ char *srv_metrics_render(srv_metrics *m, kvi_sched *s)
     hist(&b, "kvinfer_time_to_first_token_seconds", "Time from request arrival to its first token.", &c.ttft);
     hist(&b, "kvinfer_inter_token_latency_seconds", "Time between consecutive tokens of a stream.", &c.itl);
     hist(&b, "kvinfer_e2e_request_latency_seconds", "Time from request arrival to its last token.", &c.e2e);
-    counter(&b, "kvinfer_prefill_tokens_total", "counter", "Prompt rows run through the model (prefill, including recomputation).",
+    counter(&b, "kvinfer_prefill_tokens_total", "counter",
+            "Prompt rows run through the model (prefill, including recomputation).",
             (double)st.n_prefill_tokens);
-    counter(&b, "kvinfer_decode_tokens_total", "counter", "Decode rows run through the model.", (double)st.n_decode_tokens);
-    counter(&b, "kvinfer_prompt_tokens_total", "counter", "Prompt tokens of finished requests.", (double)c.prompt_tokens);
+    counter(&b, "kvinfer_decode_tokens_total", "counter", "Decode rows run through the model.",
+            (double)st.n_decode_tokens);
+    counter(&b, "kvinfer_prompt_tokens_total", "counter", "Prompt tokens of finished requests.",
+            (double)c.prompt_tokens);
     counter(&b, "kvinfer_generation_tokens_total", "counter", "Generated tokens of finished requests.",
             (double)c.completion_tokens);
-    counter(&b, "kvinfer_requests_success_total", "counter", "Requests answered in full.", (double)c.requests_ok);
+    counter(&b, "kvinfer_requests_success_total", "counter", "Requests answered in full.",
+            (double)c.requests_ok);
     counter(&b, "kvinfer_requests_cancelled_total", "counter", "Requests whose client went away.",
             (double)c.requests_cancelled);
     counter(&b, "kvinfer_requests_rejected_total", "counter", "Requests refused with 429 (queue full).",
             (double)st.n_rejected);
-    counter(&b, "kvinfer_requests_error_total", "counter", "Requests answered with an error.", (double)c.requests_error);
-    counter(&b, "kvinfer_preemptions_total", "counter", "Sequences preempted to free KV blocks.", (double)st.n_preemptions);
+    counter(&b, "kvinfer_requests_error_total", "counter", "Requests answered with an error.",
+            (double)c.requests_error);
+    counter(&b, "kvinfer_preemptions_total", "counter", "Sequences preempted to free KV blocks.",
+            (double)st.n_preemptions);
     counter(&b, "kvinfer_steps_total", "counter", "Forward passes run by the scheduler.", (double)st.n_steps);
     counter(&b, "kvinfer_spec_drafted_total", "counter", "Draft tokens verified by speculative decoding.",
             (double)st.n_spec_drafted);
@@ -123,12 +138,16 @@ char *srv_metrics_render(srv_metrics *m, kvi_sched *s)
             st.spec_cost_row);
     counter(&b, "kvinfer_requests_running", "gauge", "Requests holding a sequence.", st.n_running);
     counter(&b, "kvinfer_requests_waiting", "gauge", "Requests queued for admission.", st.n_waiting);
-    counter(&b, "kvinfer_kv_blocks_used", "gauge", "KV cache blocks held by sequences.", st.engine.kv_blocks_used);
-    counter(&b, "kvinfer_kv_blocks_total", "gauge", "KV cache blocks the budget allows.", st.engine.kv_blocks_total);
-    counter(&b, "kvinfer_kv_bytes_used", "gauge", "KV cache bytes held by sequences.", (double)st.engine.kv_bytes);
+    counter(&b, "kvinfer_kv_blocks_used", "gauge", "KV cache blocks held by sequences.",
+            st.engine.kv_blocks_used);
+    counter(&b, "kvinfer_kv_blocks_total", "gauge", "KV cache blocks the budget allows.",
+            st.engine.kv_blocks_total);
+    counter(&b, "kvinfer_kv_bytes_used", "gauge", "KV cache bytes held by sequences.",
+            (double)st.engine.kv_bytes);
     counter(&b, "kvinfer_prompt_tokens_cached_total", "counter",
             "Prompt tokens of admitted requests served from the prefix cache.", (double)st.n_cached_tokens);
-    counter(&b, "kvinfer_prefix_cache_hit_ratio", "gauge", "Prompt tokens served from the prefix cache / prompt tokens.",
+    counter(&b, "kvinfer_prefix_cache_hit_ratio", "gauge",
+            "Prompt tokens served from the prefix cache / prompt tokens.",
             st.n_prompt_tokens ? (double)st.n_cached_tokens / (double)st.n_prompt_tokens : 0.0);
     if (b.oom) {
         free(b.p);

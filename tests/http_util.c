@@ -97,7 +97,8 @@ int http_send_request(int port, const char *method, const char *path, const char
     if (fd < 0) return -1;
     char head[512];
     int n = snprintf(head, sizeof head,
-                     "%s %s HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n%sContent-Length: %zu\r\n\r\n",
+                     "%s %s HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: "
+                     "application/json\r\n%sContent-Length: %zu\r\n\r\n",
                      method, path, headers ? headers : "", body ? blen : 0);
     if (n < 0 || (size_t)n >= sizeof head) {
         close(fd);
@@ -110,10 +111,10 @@ int http_send_request(int port, const char *method, const char *path, const char
 
 http_resp http_read_response(int fd)
 {
-    http_resp r = {0, NULL};
+    http_resp r = { 0, NULL };
     if (fd < 0) return r;
     size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);   /* [cap] bytes, [len] filled, NUL at the end */
+    char *buf = malloc(cap); /* [cap] bytes, [len] filled, NUL at the end */
     if (!buf) {
         close(fd);
         return r;
@@ -172,8 +173,8 @@ char *run_text(const char *prompt, int n)
 {
     char *args = malloc(strlen(prompt) + 512), *out = NULL;
     if (!args) return strdup("");
-    sprintf(args, "run -m '%s' -p '%s' -n %d --temp 0 --ignore-eos --json -t 2", shared_path("models/stories260K.gguf"),
-            prompt, n);
+    sprintf(args, "run -m '%s' -p '%s' -n %d --temp 0 --ignore-eos --json -t 2",
+            shared_path("models/stories260K.gguf"), prompt, n);
     int rc = run_kvinfer(args, &out, NULL);
     free(args);
     CHECK(rc == 0, "kvinfer run failed (%d)", rc);

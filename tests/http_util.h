@@ -39,8 +39,8 @@ int http_send_request(int port, const char *method, const char *path, const char
                       size_t blen);
 
 typedef struct http_resp {
-    int status;    /* from the status line; 0 when nothing came */
-    char *body;    /* malloc'd, after the headers; NULL when no connection */
+    int status; /* from the status line; 0 when nothing came */
+    char *body; /* malloc'd, after the headers; NULL when no connection */
 } http_resp;
 
 /* Reads fd to the close (and closes it): status and body. */

@@ -12,7 +12,7 @@
 bool ppl_golden_text(const char *name, char *path, size_t cap_path)
 {
     size_t cap = 1 << 16, len = 0;
-    char *t = malloc(cap);   /* [cap] bytes, [len] written */
+    char *t = malloc(cap); /* [cap] bytes, [len] written */
     if (!t) return false;
     for (int i = 1; i <= 4; i++) {
         char rel[64];
@@ -39,8 +39,10 @@ cJSON *ppl_json_run(const char *flags, const char *model, const char *text, cons
     cJSON *j = out ? cJSON_Parse(out) : NULL;
     if (*rc == 0 && !j) fprintf(stderr, "perplexity %s: stdout not JSON: %.300s\n", args, out ? out : "");
     free(out);
-    if (errout) *errout = err;
-    else free(err);
+    if (errout)
+        *errout = err;
+    else
+        free(err);
     return j;
 }
 

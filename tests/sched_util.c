@@ -57,7 +57,7 @@ kvi_model *load_goldens_and_model(golden *g)
 
 kvi_engine *make_engine(kvi_model *m, int n_seq, size_t budget)
 {
-    kvi_engine_params p = engine_params(KVI_TYPE_F32, 2, n_seq, 512);   /* the golden run is fp32 throughout */
+    kvi_engine_params p = engine_params(KVI_TYPE_F32, 2, n_seq, 512); /* the golden run is fp32 throughout */
     p.kv_budget_bytes = budget;
     return engine_create_checked(m, &p);
 }
@@ -70,7 +70,7 @@ void greedy_request(kvi_request *rq, const int32_t *prompt, int n, int max_token
     kvi_sampler_params_default(&rq->sampling);
     rq->sampling.temp = 0.0f;
     rq->max_tokens = max_tokens;
-    rq->ignore_eos = true;   /* the golden continuations run past EOS */
+    rq->ignore_eos = true; /* the golden continuations run past EOS */
     rq->on_token = sched_on_token;
     rq->on_done = sched_on_done;
     rq->user = r;
@@ -79,7 +79,7 @@ void greedy_request(kvi_request *rq, const int32_t *prompt, int n, int max_token
 int run_until_done(kvi_sched *s, int max_steps)
 {
     int steps = 0, alive;
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     while ((alive = kvi_sched_step(s, &err)) > 0 && steps < max_steps) steps++;
     CHECK(alive == 0, "scheduler still has %d requests after %d steps", alive, steps);
     return steps;
@@ -103,7 +103,7 @@ kvi_sched *make_sched(kvi_engine *e, int n_parallel, int batch_tokens, int queue
     sp.n_parallel = n_parallel;
     if (batch_tokens > 0) sp.batch_tokens = batch_tokens;
     if (queue_max > 0) sp.queue_max = queue_max;
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     kvi_sched *s = kvi_sched_create(e, &sp, &err);
     CHECK(s != NULL, "sched: %s", err.msg);
     return s;
@@ -111,7 +111,7 @@ kvi_sched *make_sched(kvi_engine *e, int n_parallel, int batch_tokens, int queue
 
 void submit_goldens(kvi_sched *s, const golden *g, result *res, unsigned gap_us)
 {
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     for (int k = 0; k < N_GOLDEN; k++) {
         kvi_request rq;
         greedy_request(&rq, g[k].prompt, g[k].n_prompt, g[k].n_greedy, &res[k]);

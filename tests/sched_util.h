@@ -20,16 +20,16 @@
 #define GEN_MAX 200
 
 typedef struct golden {
-    int32_t prompt[64];       /* [n_prompt] token ids */
+    int32_t prompt[64]; /* [n_prompt] token ids */
     int n_prompt;
-    int32_t greedy[GEN_MAX];  /* [n_greedy] llama2.c's greedy continuation */
+    int32_t greedy[GEN_MAX]; /* [n_greedy] llama2.c's greedy continuation */
     int n_greedy;
 } golden;
 
 typedef struct result {
-    int32_t toks[GEN_MAX + 16];   /* first tokens received */
-    int n;                        /* tokens received */
-    int stop_after;               /* on_token returns false after this many (0: never) */
+    int32_t toks[GEN_MAX + 16]; /* first tokens received */
+    int n;                      /* tokens received */
+    int stop_after;             /* on_token returns false after this many (0: never) */
     bool done;
     kvi_finish finish;
     kvi_usage usage;

@@ -20,14 +20,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define N_ACT 1024   /* inputs per case: 32 kern_q8a blocks or 4 kern_q8k blocks */
+#define N_ACT 1024 /* inputs per case: 32 kern_q8a blocks or 4 kern_q8k blocks */
 
 /* Fills x [N_ACT] with case c; returns its name. */
 static const char *fill_case(int c, float *x, uint64_t *rs)
 {
-    static const float scales[] = {1.0f, 1e-3f, 1e3f, 1e-20f, 1e20f};
+    static const float scales[] = { 1.0f, 1e-3f, 1e3f, 1e-20f, 1e20f };
     switch (c) {
-    case 0: case 1: case 2: case 3: case 4:
+    case 0:
+    case 1:
+    case 2:
+    case 3:
+    case 4:
         for (int i = 0; i < N_ACT; i++) x[i] = trand_normal(rs) * scales[c];
         return "normal * scale";
     case 5:
@@ -36,11 +40,11 @@ static const char *fill_case(int c, float *x, uint64_t *rs)
     case 6:
         for (int i = 0; i < N_ACT; i++) x[i] = (i / 32) % 2 ? -0.37f : 0.37f;
         return "all equal";
-    case 7:   /* amax 127: d = 1, levels x exactly, halves are ties */
+    case 7: /* amax 127: d = 1, levels x exactly, halves are ties */
         for (int i = 0; i < N_ACT; i++) x[i] = (float)((int)(trand_u64(rs) % 253) - 126) + 0.5f;
         for (int i = 0; i < N_ACT; i += 32) x[i + (int)(trand_u64(rs) % 32)] = 127.0f;
         return "rounding ties";
-    case 8:   /* +v and -v both of the largest magnitude: the first one sets the sign */
+    case 8: /* +v and -v both of the largest magnitude: the first one sets the sign */
         for (int i = 0; i < N_ACT; i++) x[i] = trand_normal(rs);
         for (int b = 0; b < N_ACT; b += 256) {
             const float v = (b / 256) % 2 ? 9.0f : -9.0f;
@@ -55,18 +59,20 @@ static const char *fill_case(int c, float *x, uint64_t *rs)
         for (int i = 0; i < N_ACT; i++) x[i] = trand_normal(rs) * 1e-41f;
         return "subnormal";
     case 10:
-        for (int i = 0; i < N_ACT; i++) x[i] = f32_of_bits((uint32_t)(trand_u64(rs) % 200) | (trand_u64(rs) % 2) << 31);
+        for (int i = 0; i < N_ACT; i++)
+            x[i] = f32_of_bits((uint32_t)(trand_u64(rs) % 200) | (trand_u64(rs) % 2) << 31);
         return "a few subnormal steps";
     case 11:
         for (int i = 0; i < N_ACT; i++) x[i] = trand_normal(rs) * 1e-37f;
         return "around FLT_MIN";
     case 12:
-        for (int i = 0; i < N_ACT; i++) x[i] = (trand_u64(rs) % 2 ? 1.0f : -1.0f) * (3.0e38f + trand_uniform(rs) * 3e37f);
+        for (int i = 0; i < N_ACT; i++)
+            x[i] = (trand_u64(rs) % 2 ? 1.0f : -1.0f) * (3.0e38f + trand_uniform(rs) * 3e37f);
         return "huge";
     case 13:
         for (int i = 0; i < N_ACT; i++) x[i] = i % 3 ? -0.0f : 0.0f;
         return "signed zeros";
-    case 14:   /* zero blocks among random ones */
+    case 14: /* zero blocks among random ones */
         for (int i = 0; i < N_ACT; i++) x[i] = (i / 256) % 2 || (i / 32) % 3 == 0 ? -0.0f : trand_normal(rs);
         return "zero blocks";
     case 15:
@@ -75,7 +81,8 @@ static const char *fill_case(int c, float *x, uint64_t *rs)
         return "infinities";
     case 16:
         for (int i = 0; i < N_ACT; i++) x[i] = trand_normal(rs);
-        for (int i = 5; i < N_ACT; i += 41) x[i] = f32_of_bits(0x7fc00000u | (uint32_t)(trand_u64(rs) % 0x400000u) | (uint32_t)(i % 2) << 31);
+        for (int i = 5; i < N_ACT; i += 41)
+            x[i] = f32_of_bits(0x7fc00000u | (uint32_t)(trand_u64(rs) % 0x400000u) | (uint32_t)(i % 2) << 31);
         return "NaN";
     case 17:
         for (int i = 0; i < N_ACT; i++) x[i] = i % 7 ? 1.0f / 3.0f : 2.0f / 3.0f;
@@ -95,7 +102,8 @@ static void test_act(void)
     const kern_isa best = kern_isa_detect();
     float *x = malloc(N_ACT * sizeof(float));
     const size_t rb = sizeof(kern_q8a) * (N_ACT / 32) > sizeof(kern_q8k) * (N_ACT / QK_K)
-                          ? sizeof(kern_q8a) * (N_ACT / 32) : sizeof(kern_q8k) * (N_ACT / QK_K);
+                          ? sizeof(kern_q8a) * (N_ACT / 32)
+                          : sizeof(kern_q8k) * (N_ACT / QK_K);
     uint8_t *ref = malloc(rb), *got = malloc(rb);
     uint64_t rs = 0x5eed;
     int cases = 0;
@@ -103,7 +111,7 @@ static void test_act(void)
         const char *name = fill_case(c, x, &rs);
         if (!name) break;
         cases++;
-        const kvi_type wts[2] = {KVI_TYPE_Q8_0, KVI_TYPE_Q6_K};
+        const kvi_type wts[2] = { KVI_TYPE_Q8_0, KVI_TYPE_Q6_K };
         for (int w = 0; w < 2; w++) {
             const size_t bytes = kern_q8_act_row_bytes(wts[w], N_ACT);
             memset(ref, 0xAB, rb);
@@ -111,16 +119,16 @@ static void test_act(void)
             for (int isa = 1; isa <= (int)best; isa++) {
                 memset(got, 0xCD, rb);
                 quant_at((kern_isa)isa, wts[w], x, got);
-                CHECK(memcmp(ref, got, bytes) == 0, "case %d (%s), %s blocks, %s: bytes differ from scalar", c,
-                      name, w ? "q8k" : "q8a", kern_isa_str((kern_isa)isa));
+                CHECK(memcmp(ref, got, bytes) == 0, "case %d (%s), %s blocks, %s: bytes differ from scalar",
+                      c, name, w ? "q8k" : "q8a", kern_isa_str((kern_isa)isa));
                 /* the per-ISA function itself, not only through the dispatch */
                 memset(got, 0xEF, rb);
                 if (isa == KVI_ISA_AVX512 && w == 0) kern_actq_a_avx512(x, (kern_q8a *)got, N_ACT / 32);
                 if (isa == KVI_ISA_AVX512 && w == 1) kern_actq_k_avx512(x, (kern_q8k *)got, N_ACT / QK_K);
                 if (isa == KVI_ISA_AVX2 && w == 0) kern_actq_a_avx2(x, (kern_q8a *)got, N_ACT / 32);
                 if (isa == KVI_ISA_AVX2 && w == 1) kern_actq_k_avx2(x, (kern_q8k *)got, N_ACT / QK_K);
-                CHECK(memcmp(ref, got, bytes) == 0, "case %d (%s), %s blocks, direct %s: bytes differ", c, name,
-                      w ? "q8k" : "q8a", kern_isa_str((kern_isa)isa));
+                CHECK(memcmp(ref, got, bytes) == 0, "case %d (%s), %s blocks, direct %s: bytes differ", c,
+                      name, w ? "q8k" : "q8a", kern_isa_str((kern_isa)isa));
             }
         }
     }
@@ -129,7 +137,7 @@ static void test_act(void)
     enum { CHUNK = 1 << 15 };
     float *bx = malloc(CHUNK * sizeof(float));
     uint8_t *br = malloc(sizeof(kern_q8a) * (CHUNK / 32)), *bg = malloc(sizeof(kern_q8a) * (CHUNK / 32));
-    int bulk_bad[3] = {0, 0, 0};
+    int bulk_bad[3] = { 0, 0, 0 };
     for (int ch = 0; ch < (1 << 20) / (CHUNK / 32); ch++) {
         const float sc = ldexpf(1.0f, (int)(trand_u64(&rs) % 41) - 20);
         for (int i = 0; i < CHUNK; i++) bx[i] = (trand_uniform(&rs) - 0.5f) * sc;
@@ -146,7 +154,8 @@ static void test_act(void)
         }
     }
     for (int isa = 1; isa <= (int)best; isa++)
-        CHECK(bulk_bad[isa] == 0, "%s: bulk random, %d chunks differ", kern_isa_str((kern_isa)isa), bulk_bad[isa]);
+        CHECK(bulk_bad[isa] == 0, "%s: bulk random, %d chunks differ", kern_isa_str((kern_isa)isa),
+              bulk_bad[isa]);
     free(bx);
     free(br);
     free(bg);
@@ -208,8 +217,10 @@ static void test_f16_rows(void)
     float *src = malloc(N * sizeof(float));
     uint8_t *buf = malloc(2 * N + 4);
     uint64_t rs = 0xf16;
-    static const uint32_t low[] = {0, 1, 0xfff, 0x1000, 0x1001, 0x1fff, 0x2000, 0x2fff, 0x3000, 0x3001,
-                                   0x7fffff, 0x7fe000, 0x7ff000, 0x7fefff, 0x400000, 0x401000};
+    static const uint32_t low[] = {
+        0,      1,      0xfff,    0x1000,   0x1001,   0x1fff,   0x2000,   0x2fff,
+        0x3000, 0x3001, 0x7fffff, 0x7fe000, 0x7ff000, 0x7fefff, 0x400000, 0x401000
+    };
     for (int isa = 0; isa <= (int)best; isa++) {
         /* uniformly random bit patterns: every class, NaN payloads included */
         int bad = 0;
@@ -248,13 +259,14 @@ static void test_f16_rows(void)
         CHECK(bad == 0, "%s: quant_quantize_row F16, %d differ", kern_isa_str((kern_isa)isa), bad);
     }
     /* NaN payloads: quiet NaN, sign and top 10 payload bits kept (as the scalar) */
-    const float nan_in[2] = {f32_of_bits(0xff812345u), f32_of_bits(0x7fc02000u)};
+    const float nan_in[2] = { f32_of_bits(0xff812345u), f32_of_bits(0x7fc02000u) };
     for (int isa = 0; isa <= (int)best; isa++) {
         kern_isa_set((kern_isa)isa);
         kern_f32_to_f16_row(nan_in, buf, 2);
         quant_f16 h[2];
         memcpy(h, buf, 4);
-        CHECK(h[0] == 0xfe09 && h[1] == 0x7e01, "%s: NaN payloads %04x %04x", kern_isa_str((kern_isa)isa), h[0], h[1]);
+        CHECK(h[0] == 0xfe09 && h[1] == 0x7e01, "%s: NaN payloads %04x %04x", kern_isa_str((kern_isa)isa),
+              h[0], h[1]);
     }
     if (getenv("KVI_ACTQ_EXHAUSTIVE")) {
         for (int isa = 1; isa <= (int)best; isa++) {

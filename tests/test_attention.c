@@ -28,12 +28,12 @@ enum { LAYERS = 2, HEADS = 8, KVH = 2, HD = 16, KVD = KVH * HD, QD = HEADS * HD,
 static void run(kvi_type type, int threads)
 {
     kv_pool kv;
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     int rc = kv_pool_init(&kv, LAYERS, KVD, BS, type, type, (size_t)1 << 22, &err);
     CHECK(rc == 0, "pool: %s", err.msg);
     if (rc) return;
     uint64_t rng = 12345 + (uint64_t)type;
-    const int lens[3] = {1, 13, 37};
+    const int lens[3] = { 1, 13, 37 };
     kv_table t[3];
     kv_reserve_seqs(&kv, t, lens, 3);
     for (int s = 0; s < 3; s++) {
@@ -56,8 +56,14 @@ static void run(kvi_type type, int threads)
     for (int i = 0; i < n * QD; i++) q[i] = 2.0f * trand_normal(&rng);
     tpool *pool = tpool_create(threads);
     attn_scratch *sc = attn_scratch_create(tpool_size(pool), BS, HD, HEADS, KVH, KVD);
-    attn_args a = {.kv = &kv, .n_rows = n, .tables = tabs, .pos = pos, .q = q, .n_heads = HEADS, .n_kv_heads = KVH,
-                   .head_dim = HD};
+    attn_args a = { .kv = &kv,
+                    .n_rows = n,
+                    .tables = tabs,
+                    .pos = pos,
+                    .q = q,
+                    .n_heads = HEADS,
+                    .n_kv_heads = KVH,
+                    .head_dim = HD };
     for (int l = 0; l < LAYERS; l++) {
         a.layer = l;
         a.out = out;
@@ -66,11 +72,13 @@ static void run(kvi_type type, int threads)
         attention_rows_ref(&a);
         double md = 0;
         for (int i = 0; i < n * QD; i++) md = fmax(md, fabs(out[i] - ref[i]));
-        CHECK(md < 2e-5, "%s threads %d layer %d: max diff vs reference %g", kvi_type_name(type), threads, l, md);
+        CHECK(md < 2e-5, "%s threads %d layer %d: max diff vs reference %g", kvi_type_name(type), threads, l,
+              md);
         /* a row computed alone gives the same bits as inside the batch */
         float one[QD];
         attn_rows_part(pool, sc, &a, n - 1, 1, one);
-        CHECK(memcmp(one, out + (size_t)(n - 1) * QD, sizeof one) == 0, "row alone differs from row in batch");
+        CHECK(memcmp(one, out + (size_t)(n - 1) * QD, sizeof one) == 0,
+              "row alone differs from row in batch");
     }
     /* the last query row at position 0 attends only to itself: out == v of head group */
     attn_scratch_free(sc);
@@ -80,10 +88,12 @@ static void run(kvi_type type, int threads)
     int32_t refs = 0;
     for (int b = 0; b < kv.n_alloc; b++) refs += kv.refcount[b];
     CHECK(refs == t[0].n_blocks + t[1].n_blocks + t[2].n_blocks, "refcounts %d", refs);
-    CHECK(kv.n_used + kv.n_free == kv.n_alloc, "used %d + free %d != alloc %d", kv.n_used, kv.n_free, kv.n_alloc);
+    CHECK(kv.n_used + kv.n_free == kv.n_alloc, "used %d + free %d != alloc %d", kv.n_used, kv.n_free,
+          kv.n_alloc);
     kv_table_truncate(&kv, &t[2], 5);
     CHECK(t[2].n_blocks == 2 && t[2].n_pos == 5, "truncate: %d blocks, %d pos", t[2].n_blocks, t[2].n_pos);
-    CHECK(kv.n_used + kv.n_free == kv.n_alloc && kv.n_free == 8, "after truncate: used %d free %d", kv.n_used, kv.n_free);
+    CHECK(kv.n_used + kv.n_free == kv.n_alloc && kv.n_free == 8, "after truncate: used %d free %d", kv.n_used,
+          kv.n_free);
     for (int s = 0; s < 3; s++) kv_table_release(&kv, &t[s]);
     CHECK(kv.n_used == 0, "all released: %d used", kv.n_used);
     free(tabs);
@@ -93,7 +103,6 @@ static void run(kvi_type type, int threads)
     free(ref);
     kv_pool_free(&kv);
 }
-
 
 /* ---- tiled path (work items of up to 128 / group rows of one sequence) ---- */
 
@@ -111,14 +120,14 @@ static void tiled(kvi_type type, shape sh, int threads)
 {
     const int kvd = sh.kvh * sh.hd, qd = sh.heads * sh.hd, bs = sh.bs;
     kv_pool kv;
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     const kvi_type tv = type == KVI_TYPE_KV_Q4 ? KVI_TYPE_Q4_0 : type;
     int rc = kv_pool_init(&kv, 1, kvd, bs, type, tv, (size_t)1 << 24, &err);
     CHECK(rc == 0, "pool %s: %s", kvi_type_name(type), err.msg);
     if (rc) return;
     uint64_t rng = 777 + (uint64_t)type * 31 + (uint64_t)sh.hd;
     enum { NS = 3 };
-    const int lens[NS] = {1, 29, 150};
+    const int lens[NS] = { 1, 29, 150 };
     kv_table t[NS];
     memset(t, 0, sizeof t);
     kv_stash stash;
@@ -167,14 +176,23 @@ static void tiled(kvi_type type, shape sh, int threads)
     tpool *pool = tpool_create(threads);
     attn_scratch *sc = attn_scratch_create(tpool_size(pool), bs, sh.hd, sh.heads, sh.kvh, kvd);
     CHECK(sc != NULL, "scratch");
-    attn_args a = {.kv = &kv, .layer = 0, .n_rows = n, .tables = tabs, .pos = pos, .q = q,
-                   .out = out, .n_heads = sh.heads, .n_kv_heads = sh.kvh, .head_dim = sh.hd,
-                   .stash = &stash};
+    attn_args a = { .kv = &kv,
+                    .layer = 0,
+                    .n_rows = n,
+                    .tables = tabs,
+                    .pos = pos,
+                    .q = q,
+                    .out = out,
+                    .n_heads = sh.heads,
+                    .n_kv_heads = sh.kvh,
+                    .head_dim = sh.hd,
+                    .stash = &stash };
     attention_rows(pool, sc, &a);
     a.out = ref;
     attention_rows_ref(&a);
     double md = max_abs_diff(out, ref, (size_t)n * qd);
-    CHECK(md < 2e-5, "%s h%d/%d hd%d: tiled vs reference %g", kvi_type_name(type), sh.heads, sh.kvh, sh.hd, md);
+    CHECK(md < 2e-5, "%s h%d/%d hd%d: tiled vs reference %g", kvi_type_name(type), sh.heads, sh.kvh, sh.hd,
+          md);
 
     /* each row of the long sequence alone, and the tail of the batch as its own call */
     int bad = 0;
@@ -183,7 +201,8 @@ static void tiled(kvi_type type, shape sh, int threads)
         attn_rows_part(pool, sc, &a, rr, 1, one);
         if (memcmp(one, out + (size_t)rr * qd, (size_t)qd * sizeof(float)) != 0) bad++;
     }
-    CHECK(bad == 0, "%s hd%d: %d rows alone differ from the rows in the batch", kvi_type_name(type), sh.hd, bad);
+    CHECK(bad == 0, "%s hd%d: %d rows alone differ from the rows in the batch", kvi_type_name(type), sh.hd,
+          bad);
     attn_rows_part(pool, sc, &a, n - 45, 45, out2);
     CHECK(memcmp(out2, out + (size_t)(n - 45) * qd, (size_t)45 * qd * sizeof(float)) == 0,
           "%s: rows in a batch of 45 differ from the full batch", kvi_type_name(type));
@@ -206,8 +225,8 @@ static void tiled(kvi_type type, shape sh, int threads)
     attn_scratch *sc3 = attn_scratch_create(tpool_size(pool3), bs, sh.hd, sh.heads, sh.kvh, kvd);
     a.out = out2;
     attention_rows(pool3, sc3, &a);
-    CHECK(memcmp(out2, out, (size_t)n * qd * sizeof(float)) == 0, "%s: %d threads differ", kvi_type_name(type),
-          3 - threads);
+    CHECK(memcmp(out2, out, (size_t)n * qd * sizeof(float)) == 0, "%s: %d threads differ",
+          kvi_type_name(type), 3 - threads);
     attn_scratch_free(sc3);
     tpool_free(pool3);
 
@@ -244,14 +263,17 @@ static void exp_check(void)
 static void exhaustion(void)
 {
     kv_pool kv;
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     const size_t block = (size_t)LAYERS * BS * 2 * KVD * 2;
-    CHECK(kv_pool_init(&kv, LAYERS, KVD, BS, KVI_TYPE_F16, KVI_TYPE_F16, 3 * block, &err) == 0, "%s", err.msg);
-    CHECK(kv.block_bytes == block && kv.n_blocks_max == 3, "block %zu, max %d", kv.block_bytes, kv.n_blocks_max);
-    kv_table a = {0}, b = {0};
+    CHECK(kv_pool_init(&kv, LAYERS, KVD, BS, KVI_TYPE_F16, KVI_TYPE_F16, 3 * block, &err) == 0, "%s",
+          err.msg);
+    CHECK(kv.block_bytes == block && kv.n_blocks_max == 3, "block %zu, max %d", kv.block_bytes,
+          kv.n_blocks_max);
+    kv_table a = { 0 }, b = { 0 };
     CHECK(kv_table_reserve(&kv, &a, 8, &err) == 0, "%s", err.msg);
     int rc = kv_table_reserve(&kv, &b, 9, &err);
-    CHECK(rc == KVI_E_NO_KV_SPACE && b.n_blocks == 0 && kv.n_used == 2, "rc %d, b %d blocks, used %d", rc, b.n_blocks, kv.n_used);
+    CHECK(rc == KVI_E_NO_KV_SPACE && b.n_blocks == 0 && kv.n_used == 2, "rc %d, b %d blocks, used %d", rc,
+          b.n_blocks, kv.n_used);
     CHECK(kv_table_reserve(&kv, &b, 4, &err) == 0 && kv.n_used == 3, "one block left");
     kv_table_release(&kv, &a);
     kv_table_release(&kv, &b);
@@ -265,11 +287,12 @@ int main(void)
     run(KVI_TYPE_F32, 2);
     run(KVI_TYPE_F16, 2);
     /* tiled path: every KV type, GQA shapes, head dims off the SIMD width, ISAs */
-    const kvi_type types[5] = {KVI_TYPE_F32, KVI_TYPE_F16, KVI_TYPE_Q8_0, KVI_TYPE_Q4_0, KVI_TYPE_KV_Q4};
-    const shape shapes[3] = {{8, 2, 16, 4}, {6, 6, 20, 5}, {12, 1, 32, 16}};
+    const kvi_type types[5] = { KVI_TYPE_F32, KVI_TYPE_F16, KVI_TYPE_Q8_0, KVI_TYPE_Q4_0, KVI_TYPE_KV_Q4 };
+    const shape shapes[3] = { { 8, 2, 16, 4 }, { 6, 6, 20, 5 }, { 12, 1, 32, 16 } };
     for (int ti = 0; ti < 5; ti++)
         for (int si = 0; si < 3; si++)
-            if (types[ti] == KVI_TYPE_F32 || types[ti] == KVI_TYPE_F16 || shapes[si].kvh * shapes[si].hd % 32 == 0)
+            if (types[ti] == KVI_TYPE_F32 || types[ti] == KVI_TYPE_F16 ||
+                shapes[si].kvh * shapes[si].hd % 32 == 0)
                 tiled(types[ti], shapes[si], si == 2 ? 1 : 2);
     exp_check();
     exhaustion();

@@ -34,7 +34,7 @@ static void chunk_case(shape sh)
 {
     const int kvd = sh.kvh * sh.hd, qd = sh.heads * sh.hd, n = sh.rows, npos = sh.depth + sh.rows;
     kv_pool kv;
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     int rc = kv_pool_init(&kv, 1, kvd, sh.bs, sh.type, sh.type, (size_t)1 << 25, &err);
     CHECK(rc == 0, "pool: %s", err.msg);
     if (rc) return;
@@ -62,8 +62,16 @@ static void chunk_case(shape sh)
     tpool *pool = tpool_create(2);
     attn_scratch *sc = attn_scratch_create(tpool_size(pool), sh.bs, sh.hd, sh.heads, sh.kvh, kvd);
     CHECK(sc != NULL, "scratch");
-    attn_args a = {.kv = &kv, .layer = 0, .n_rows = n, .tables = tabs, .pos = pos, .q = q,
-                   .out = out, .n_heads = sh.heads, .n_kv_heads = sh.kvh, .head_dim = sh.hd};
+    attn_args a = { .kv = &kv,
+                    .layer = 0,
+                    .n_rows = n,
+                    .tables = tabs,
+                    .pos = pos,
+                    .q = q,
+                    .out = out,
+                    .n_heads = sh.heads,
+                    .n_kv_heads = sh.kvh,
+                    .head_dim = sh.hd };
     attention_rows(pool, sc, &a);
     a.out = ref;
     attention_rows_ref(&a);
@@ -112,7 +120,8 @@ static void chunk_case(shape sh)
     attn_scratch *sc1 = attn_scratch_create(tpool_size(pool1), sh.bs, sh.hd, sh.heads, sh.kvh, kvd);
     memset(out2, 0, (size_t)n * qd * sizeof(float));
     attention_rows(pool1, sc1, &a);
-    CHECK(memcmp(out2, out, (size_t)n * qd * sizeof(float)) == 0, "h%d/%d: 1 thread differs", sh.heads, sh.kvh);
+    CHECK(memcmp(out2, out, (size_t)n * qd * sizeof(float)) == 0, "h%d/%d: 1 thread differs", sh.heads,
+          sh.kvh);
     attn_scratch_free(sc1);
     tpool_free(pool1);
 
@@ -135,10 +144,10 @@ static void chunk_case(shape sh)
 int main(void)
 {
     /* depth 300: the first row at 300 = 18 * 16 + 12, mid-block; 200 rows cross chunks of 128 */
-    chunk_case((shape){8, 2, 64, 16, 300, 200, KVI_TYPE_F16});
+    chunk_case((shape){ 8, 2, 64, 16, 300, 200, KVI_TYPE_F16 });
     /* GQA 12: 12 lanes per row straddle the 32-lane sub-tiles; 60 rows = two tiles */
-    chunk_case((shape){12, 1, 32, 16, 77, 60, KVI_TYPE_F32});
+    chunk_case((shape){ 12, 1, 32, 16, 77, 60, KVI_TYPE_F32 });
     /* no GQA, q8_0 slices, blocks of 5 (chunks of 125 positions) */
-    chunk_case((shape){4, 4, 32, 5, 131, 90, KVI_TYPE_Q8_0});
+    chunk_case((shape){ 4, 4, 32, 5, 131, 90, KVI_TYPE_Q8_0 });
     return test_main_end();
 }

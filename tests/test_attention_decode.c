@@ -39,7 +39,7 @@ static void decode(kvi_type type, shape sh, int len)
 {
     const int kvd = sh.kvh * sh.hd, qd = sh.heads * sh.hd;
     kv_pool kv;
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     const kvi_type tv = type == KVI_TYPE_KV_Q4 ? KVI_TYPE_Q4_0 : type;
     int rc = kv_pool_init(&kv, 1, kvd, sh.bs, type, tv, (size_t)1 << 25, &err);
     CHECK(rc == 0, "pool %s: %s", kvi_type_name(type), err.msg);
@@ -73,8 +73,16 @@ static void decode(kvi_type type, shape sh, int len)
     tpool *pool = tpool_create(2);
     attn_scratch *sc = attn_scratch_create(tpool_size(pool), sh.bs, sh.hd, sh.heads, sh.kvh, kvd);
     CHECK(sc != NULL, "scratch");
-    attn_args a = {.kv = &kv, .layer = 0, .n_rows = N, .tables = tabs, .pos = pos, .q = q, .out = tile,
-                   .n_heads = sh.heads, .n_kv_heads = sh.kvh, .head_dim = sh.hd};
+    attn_args a = { .kv = &kv,
+                    .layer = 0,
+                    .n_rows = N,
+                    .tables = tabs,
+                    .pos = pos,
+                    .q = q,
+                    .out = tile,
+                    .n_heads = sh.heads,
+                    .n_kv_heads = sh.kvh,
+                    .head_dim = sh.hd };
     const int group = sh.heads / sh.kvh;
     CHECK(N * group > ATTN_POS_MAXQ, "the batch is a query-lane tile");
     attention_rows(pool, sc, &a);
@@ -91,13 +99,13 @@ static void decode(kvi_type type, shape sh, int len)
             attn_rows_part(pool, sc, &a, r, 1, one);
             if (memcmp(one, tile + (size_t)r * qd, (size_t)qd * sizeof(float)) != 0) bad++;
         }
-        CHECK(bad == 0, "%s h%d/%d hd%d bs%d ISA %s: %d decode rows differ from the tile", kvi_type_name(type),
-              sh.heads, sh.kvh, sh.hd, sh.bs, kern_isa_str(kern_isa_active()), bad);
+        CHECK(bad == 0, "%s h%d/%d hd%d bs%d ISA %s: %d decode rows differ from the tile",
+              kvi_type_name(type), sh.heads, sh.kvh, sh.hd, sh.bs, kern_isa_str(kern_isa_active()), bad);
         /* two rows of one sequence: one position-lane tile when 2 * group fits */
         attn_rows_part(pool, sc, &a, N - 2, 2, isa_out);
         CHECK(memcmp(isa_out, tile + (size_t)(N - 2) * qd, (size_t)2 * qd * sizeof(float)) == 0,
-              "%s h%d/%d hd%d bs%d ISA %s: a 2-row tile differs", kvi_type_name(type), sh.heads, sh.kvh, sh.hd,
-              sh.bs, kern_isa_str(kern_isa_active()));
+              "%s h%d/%d hd%d bs%d ISA %s: a 2-row tile differs", kvi_type_name(type), sh.heads, sh.kvh,
+              sh.hd, sh.bs, kern_isa_str(kern_isa_active()));
     }
     kern_isa_set(was);
 
@@ -146,7 +154,7 @@ static uint16_t rand_half(uint64_t *rng)
 static void f16_kernels(void)
 {
     enum { LD = 48, Q = 3, SRC = 96 };
-    const int nts[] = {16, 5, 23, 32}, hds[] = {64, 40, 72};
+    const int nts[] = { 16, 5, 23, 32 }, hds[] = { 64, 40, 72 };
     uint64_t rng = 4242;
     uint16_t *src = malloc((size_t)32 * SRC * sizeof *src);
     float *rows = malloc((size_t)32 * 80 * sizeof *rows);
@@ -162,10 +170,11 @@ static void f16_kernels(void)
             for (size_t h = 0; h < sizeof hds / sizeof hds[0]; h++) {
                 const int nt = nts[a], hd = hds[h];
                 for (int i = 0; i < 32 * SRC; i++) src[i] = rand_half(&rng);
-                for (int t = 0; t < nt; t++) attn_kernels_scalar.f16_to_f32(src + (size_t)t * SRC + 3, rows + (size_t)t * hd, hd);
+                for (int t = 0; t < nt; t++)
+                    attn_kernels_scalar.f16_to_f32(src + (size_t)t * SRC + 3, rows + (size_t)t * hd, hd);
                 for (int i = 0; i < 80 * LD; i++) want[i] = got[i] = -7.0f;
                 attn_kernels_scalar.ptrans(rows, nt, hd, want, LD);
-                for (int d = 0; d < hd; d++)   /* ptrans pads to 16; ptrans_f16 leaves those columns */
+                for (int d = 0; d < hd; d++) /* ptrans pads to 16; ptrans_f16 leaves those columns */
                     for (int t = nt; t < LD; t++) want[(size_t)d * LD + t] = -7.0f;
                 kn->ptrans_f16(src + 3, SRC, nt, hd, got, LD);
                 CHECK(memcmp(want, got, (size_t)80 * LD * sizeof *got) == 0, "ISA %s: ptrans_f16 nt %d hd %d",
@@ -178,8 +187,16 @@ static void f16_kernels(void)
                     l0[i] = l1[i] = i == 0 ? 0.0f : 1.5f;
                     lim[i] = i == 2 ? nt / 2 : nt;
                 }
-                attn_pblk b = {.nq = Q, .hd = hd, .nt = nt, .ld = LD, .v = rows, .lim = lim, .s = s0, .m = m0,
-                               .l = l0, .acc = a0};
+                attn_pblk b = { .nq = Q,
+                                .hd = hd,
+                                .nt = nt,
+                                .ld = LD,
+                                .v = rows,
+                                .lim = lim,
+                                .s = s0,
+                                .m = m0,
+                                .l = l0,
+                                .acc = a0 };
                 attn_kernels_scalar.pupdate(&b);
                 b.v = NULL;
                 b.vh = src + 3;
@@ -203,8 +220,8 @@ static void f16_kernels(void)
 
 int main(void)
 {
-    const kvi_type types[] = {KVI_TYPE_F32, KVI_TYPE_F16, KVI_TYPE_Q8_0, KVI_TYPE_Q4_0, KVI_TYPE_KV_Q4};
-    const shape shapes[] = {{32, 8, 64, 16}, {8, 8, 40, 7}, {32, 4, 72, 160}, {4, 1, 64, 16}};
+    const kvi_type types[] = { KVI_TYPE_F32, KVI_TYPE_F16, KVI_TYPE_Q8_0, KVI_TYPE_Q4_0, KVI_TYPE_KV_Q4 };
+    const shape shapes[] = { { 32, 8, 64, 16 }, { 8, 8, 40, 7 }, { 32, 4, 72, 160 }, { 4, 1, 64, 16 } };
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         for (size_t j = 0; j < sizeof shapes / sizeof shapes[0]; j++)
             decode(types[i], shapes[j], j == 2 ? 700 : 300 + 37 * (int)j);

@@ -51,8 +51,10 @@ static int run_bounded(const char *args, char **out, char **errout)
     double dt = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     if (dt > 2.0) printf("slow (%.1f s): kvinfer %.200s\n", dt, args);
     int rc = -1;
-    if (st != -1 && WIFEXITED(st)) rc = WEXITSTATUS(st);
-    else if (st != -1 && WIFSIGNALED(st)) rc = 128 + WTERMSIG(st);
+    if (st != -1 && WIFEXITED(st))
+        rc = WEXITSTATUS(st);
+    else if (st != -1 && WIFSIGNALED(st))
+        rc = 128 + WTERMSIG(st);
     if (out) *out = read_file(o, NULL);
     if (errout) *errout = read_file(e, NULL);
     remove(o);
@@ -72,14 +74,19 @@ static void expect_fail(const char *what, const char *args, bool note_ok)
         const char *nl = strchr(p, '\n');
         size_t n = nl ? (size_t)(nl - p) : strlen(p);
         lines++;
-        if (n >= 15 && strncmp(p, "kvinfer: error:", 15) == 0) errors++;
-        else if (note_ok && n >= 20 && strncmp(p, "kvinfer: no -m given", 20) == 0) notes++;
+        if (n >= 15 && strncmp(p, "kvinfer: error:", 15) == 0)
+            errors++;
+        else if (note_ok && n >= 20 && strncmp(p, "kvinfer: no -m given", 20) == 0)
+            notes++;
         p += n + (nl ? 1 : 0);
     }
     bool sanitizer = strstr(e, "Sanitizer") || strstr(e, "runtime error") || strstr(e, "==ERROR");
     bool ok = rc == 1 && errors == 1 && lines == errors + notes && !sanitizer;
     CHECK(ok, "%s: `kvinfer %.200s`: exit %d%s, stderr (%d lines): %.600s", what, args, rc,
-          rc == 124 || rc == 137 ? " (timeout)" : rc > 128 ? " (signal)" : "", lines, e);
+          rc == 124 || rc == 137 ? " (timeout)"
+          : rc > 128             ? " (signal)"
+                                 : "",
+          lines, e);
     free(out);
     free(err);
 }
@@ -93,8 +100,10 @@ static void expect_no_crash(const char *what, const char *args)
     int rc = run_bounded(args, &out, &err);
     const char *e = err ? err : "";
     bool sanitizer = strstr(e, "Sanitizer") || strstr(e, "runtime error") || strstr(e, "==ERROR");
-    bool one_error = rc == 1 && strncmp(e, "kvinfer: error:", 15) == 0 && strchr(e, '\n') == e + strlen(e) - 1;
-    CHECK((rc == 0 || one_error) && !sanitizer, "%s: `kvinfer %.200s`: exit %d, stderr: %.600s", what, args, rc, e);
+    bool one_error =
+        rc == 1 && strncmp(e, "kvinfer: error:", 15) == 0 && strchr(e, '\n') == e + strlen(e) - 1;
+    CHECK((rc == 0 || one_error) && !sanitizer, "%s: `kvinfer %.200s`: exit %d, stderr: %.600s", what, args,
+          rc, e);
     free(out);
     free(err);
 }
@@ -137,8 +146,18 @@ static void expect_ok(const char *what, const char *args)
 
 /* ---- byte helpers --------------------------------------------------------- */
 
-static uint64_t rd64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
-static uint32_t rd32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+static uint64_t rd64(const uint8_t *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+static uint32_t rd32(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
 static void wr64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
 static void wr32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
 
@@ -170,28 +189,28 @@ static const char *put(const char *name, const void *data, size_t len)
 
 #define GW_MAX 128
 typedef struct {
-    size_t key;      /* offset of the key's u64 length */
-    size_t type;     /* offset of the u32 value type */
-    size_t val;      /* offset of the value */
+    size_t key;  /* offset of the key's u64 length */
+    size_t type; /* offset of the u32 value type */
+    size_t val;  /* offset of the value */
     char name[64];
 } gw_kv;
 typedef struct {
-    size_t name;     /* offset of the name's u64 length */
-    size_t ndims;    /* offset of u32 n_dims */
-    size_t ne;       /* offset of ne[0] (u64 each) */
-    size_t type;     /* offset of the u32 tensor type */
-    size_t off;      /* offset of the u64 data offset */
+    size_t name;  /* offset of the name's u64 length */
+    size_t ndims; /* offset of u32 n_dims */
+    size_t ne;    /* offset of ne[0] (u64 each) */
+    size_t type;  /* offset of the u32 tensor type */
+    size_t off;   /* offset of the u64 data offset */
     char tname[64];
 } gw_tensor;
 typedef struct {
-    size_t n_kv, n_t, end;   /* end: first byte after the tensor infos */
+    size_t n_kv, n_t, end; /* end: first byte after the tensor infos */
     gw_kv kv[GW_MAX];
     gw_tensor t[GW_MAX];
 } gw_map;
 
 static size_t gw_scalar_size(uint32_t t)
 {
-    static const size_t sz[13] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
+    static const size_t sz[13] = { 1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8 };
     return t < 13 ? sz[t] : 0;
 }
 
@@ -342,7 +361,7 @@ static int apply_kv(gguf_writer *w, const kvset *k)
 /* Rewrites stories260K.gguf with the variant's changes into tmp_path(name). */
 static const char *write_variant(const char *name, const gvariant *v)
 {
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     gguf_ctx *src = NULL;
     if (gguf_open(shared_path("models/stories260K.gguf"), false, &src, &err)) {
         CHECK(0, "open stories260K.gguf: %s", err.msg);
@@ -371,7 +390,7 @@ static const char *write_variant(const char *name, const gvariant *v)
             if (v->t[k].name && !strcmp(v->t[k].name, t->name)) ed = &v->t[k];
         if (ed && ed->skip) continue;
         if (ed) {
-            int64_t ne[2] = {ed->ne0, ed->ne1 ? ed->ne1 : 1};
+            int64_t ne[2] = { ed->ne0, ed->ne1 ? ed->ne1 : 1 };
             size_t bytes = quant_row_bytes(t->type, ne[0]) * (size_t)ne[1];
             owned[n] = calloc(bytes ? bytes : 1, 1);
             memset(owned[n], 0x3c, bytes);
@@ -400,97 +419,239 @@ static const char *write_variant(const char *name, const gvariant *v)
 static void test_gguf_variants(void)
 {
     /* The unchanged rewrite must run: proves the variants fail for their change. */
-    gvariant same = {"unchanged rewrite", {{0}}, {{0}}, 0};
+    gvariant same = { "unchanged rewrite", { { 0 } }, { { 0 } }, 0 };
     const char *p = write_variant("bad_same.gguf", &same);
     if (p) {
         char args[4096];
         snprintf(args, sizeof args, "run -m '%s' -n 2 --temp 0 -p hi", p);
         expect_ok("unchanged rewrite", args);
     }
-    const int W = C_RUN | C_LOG;   /* weights/hparams: tokenize legitimately works */
+    const int W = C_RUN | C_LOG; /* weights/hparams: tokenize legitimately works */
     const gvariant vs[] = {
-        {"attn_q with the wrong dims", {{0}}, {{"blk.1.attn_q.weight", false, 64, 32}}, W},
-        {"attn_k with the wrong dims", {{0}}, {{"blk.0.attn_k.weight", false, 32, 64}}, W},
-        {"ffn_down transposed", {{0}}, {{"blk.4.ffn_down.weight", false, 64, 172}}, W},
-        {"norm vector too short", {{0}}, {{"blk.2.attn_norm.weight", false, 63, 0}}, W},
-        {"output_norm as a matrix", {{0}}, {{"output_norm.weight", false, 64, 2}}, W},
-        {"missing attn_v", {{0}}, {{"blk.3.attn_v.weight", true, 0, 0}}, W},
-        {"missing token_embd", {{0}}, {{"token_embd.weight", true, 0, 0}}, W},
-        {"missing output_norm", {{0}}, {{"output_norm.weight", true, 0, 0}}, W},
-        {"vocab/embedding mismatch (500 rows, 512 tokens)", {{0}},
-         {{"token_embd.weight", false, 64, 500}, {"output.weight", false, 64, 500}}, W},
-        {"output rows differ from token_embd", {{0}}, {{"output.weight", false, 64, 511}}, W},
-        {"vocab_size 1000 vs 512 rows", {{"llama.vocab_size", GGUF_T_UINT32, 1000, 0, NULL}}, {{0}}, W},
-        {"negative head_count", {{"llama.attention.head_count", GGUF_T_INT32, -8, 0, NULL}}, {{0}}, W},
-        {"head_count 0", {{"llama.attention.head_count", GGUF_T_UINT32, 0, 0, NULL}}, {{0}}, W},
-        {"head_count 2^32-1", {{"llama.attention.head_count", GGUF_T_UINT32, 0xFFFFFFFFll, 0, NULL}}, {{0}}, W},
-        {"head_count_kv 3 does not divide 8", {{"llama.attention.head_count_kv", GGUF_T_UINT32, 3, 0, NULL}}, {{0}}, W},
-        {"head_count_kv 0", {{"llama.attention.head_count_kv", GGUF_T_UINT32, 0, 0, NULL}}, {{0}}, W},
-        {"head_count_kv 16 > head_count", {{"llama.attention.head_count_kv", GGUF_T_UINT32, 16, 0, NULL}}, {{0}}, W},
-        {"head_count 16 (head_dim 4, shapes still fit)", {{"llama.attention.head_count", GGUF_T_UINT32, 16, 0, NULL}}, {{0}}, W},
-        {"head_count 7 does not divide dim", {{"llama.attention.head_count", GGUF_T_UINT32, 7, 0, NULL},
-                                              {"llama.attention.head_count_kv", GGUF_T_UINT32, 7, 0, NULL}}, {{0}}, W},
-        {"context_length 0", {{"llama.context_length", GGUF_T_UINT32, 0, 0, NULL}}, {{0}}, W},
-        {"context_length 2^31", {{"llama.context_length", GGUF_T_UINT32, 1ll << 31, 0, NULL}}, {{0}}, W},
-        {"context_length -1 (i64)", {{"llama.context_length", GGUF_T_INT64, -1, 0, NULL}}, {{0}}, W},
-        {"context_length 2^63-1 (u64)", {{"llama.context_length", GGUF_T_UINT64, INT64_MAX, 0, NULL}}, {{0}}, W},
-        {"rope dimension 16 > head_dim 8", {{"llama.rope.dimension_count", GGUF_T_UINT32, 16, 0, NULL}}, {{0}}, W},
-        {"rope dimension 7 (odd)", {{"llama.rope.dimension_count", GGUF_T_UINT32, 7, 0, NULL}}, {{0}}, W},
-        {"rope dimension 0", {{"llama.rope.dimension_count", GGUF_T_UINT32, 0, 0, NULL}}, {{0}}, W},
-        {"block_count 10^9", {{"llama.block_count", GGUF_T_UINT32, 1000000000, 0, NULL}}, {{0}}, W},
-        {"block_count 6 (blk.5 missing)", {{"llama.block_count", GGUF_T_UINT32, 6, 0, NULL}}, {{0}}, W},
-        {"block_count 0", {{"llama.block_count", GGUF_T_UINT32, 0, 0, NULL}}, {{0}}, W},
-        {"block_count as a string", {{"llama.block_count", GGUF_T_STRING, 0, 0, "5"}}, {{0}}, W},
-        {"block_count as an array", {{"llama.block_count", KV_ARR + GGUF_T_INT32, 5, 0, NULL}}, {{0}}, W},
-        {"embedding_length 0", {{"llama.embedding_length", GGUF_T_UINT32, 0, 0, NULL}}, {{0}}, W},
-        {"embedding_length 128 (shapes differ)", {{"llama.embedding_length", GGUF_T_UINT32, 128, 0, NULL}}, {{0}}, W},
-        {"embedding_length 2^31", {{"llama.embedding_length", GGUF_T_UINT32, 1ll << 31, 0, NULL}}, {{0}}, W},
-        {"feed_forward_length 0", {{"llama.feed_forward_length", GGUF_T_UINT32, 0, 0, NULL}}, {{0}}, W},
-        {"feed_forward_length 2^32-1", {{"llama.feed_forward_length", GGUF_T_UINT32, 0xFFFFFFFFll, 0, NULL}}, {{0}}, W},
-        {"key_length 0", {{"llama.attention.key_length", GGUF_T_UINT32, 0, 0, NULL}}, {{0}}, W},
-        {"key_length 10^6", {{"llama.attention.key_length", GGUF_T_UINT32, 1000000, 0, NULL}}, {{0}}, W},
-        {"key_length 16 (shapes differ)", {{"llama.attention.key_length", GGUF_T_UINT32, 16, 0, NULL},
-                                           {"llama.attention.value_length", GGUF_T_UINT32, 16, 0, NULL}}, {{0}}, W},
-        {"value_length differs", {{"llama.attention.value_length", GGUF_T_UINT32, 4, 0, NULL}}, {{0}}, W},
-        {"rms epsilon NaN", {{"llama.attention.layer_norm_rms_epsilon", GGUF_T_FLOAT32, 0, 0.0 / 0.0, NULL}}, {{0}}, W},
-        {"rms epsilon negative", {{"llama.attention.layer_norm_rms_epsilon", GGUF_T_FLOAT32, 0, -1e-5, NULL}}, {{0}}, W},
-        {"rms epsilon missing", {{"llama.attention.layer_norm_rms_epsilon", KV_DROP, 0, 0, NULL}}, {{0}}, W},
-        {"rope freq_base infinite", {{"llama.rope.freq_base", GGUF_T_FLOAT64, 0, 1e300 * 1e300, NULL}}, {{0}}, W},
-        {"rope freq_base 0", {{"llama.rope.freq_base", GGUF_T_FLOAT32, 0, 0.0, NULL}}, {{0}}, W},
-        {"unknown architecture", {{"general.architecture", GGUF_T_STRING, 0, 0, "mamba"}}, {{0}}, W},
-        {"architecture not a string", {{"general.architecture", GGUF_T_UINT32, 7, 0, NULL}}, {{0}}, W},
-        {"architecture missing", {{"general.architecture", KV_DROP, 0, 0, NULL}}, {{0}}, W},
+        { "attn_q with the wrong dims", { { 0 } }, { { "blk.1.attn_q.weight", false, 64, 32 } }, W },
+        { "attn_k with the wrong dims", { { 0 } }, { { "blk.0.attn_k.weight", false, 32, 64 } }, W },
+        { "ffn_down transposed", { { 0 } }, { { "blk.4.ffn_down.weight", false, 64, 172 } }, W },
+        { "norm vector too short", { { 0 } }, { { "blk.2.attn_norm.weight", false, 63, 0 } }, W },
+        { "output_norm as a matrix", { { 0 } }, { { "output_norm.weight", false, 64, 2 } }, W },
+        { "missing attn_v", { { 0 } }, { { "blk.3.attn_v.weight", true, 0, 0 } }, W },
+        { "missing token_embd", { { 0 } }, { { "token_embd.weight", true, 0, 0 } }, W },
+        { "missing output_norm", { { 0 } }, { { "output_norm.weight", true, 0, 0 } }, W },
+        { "vocab/embedding mismatch (500 rows, 512 tokens)",
+          { { 0 } },
+          { { "token_embd.weight", false, 64, 500 }, { "output.weight", false, 64, 500 } },
+          W },
+        { "output rows differ from token_embd", { { 0 } }, { { "output.weight", false, 64, 511 } }, W },
+        { "vocab_size 1000 vs 512 rows",
+          { { "llama.vocab_size", GGUF_T_UINT32, 1000, 0, NULL } },
+          { { 0 } },
+          W },
+        { "negative head_count",
+          { { "llama.attention.head_count", GGUF_T_INT32, -8, 0, NULL } },
+          { { 0 } },
+          W },
+        { "head_count 0", { { "llama.attention.head_count", GGUF_T_UINT32, 0, 0, NULL } }, { { 0 } }, W },
+        { "head_count 2^32-1",
+          { { "llama.attention.head_count", GGUF_T_UINT32, 0xFFFFFFFFll, 0, NULL } },
+          { { 0 } },
+          W },
+        { "head_count_kv 3 does not divide 8",
+          { { "llama.attention.head_count_kv", GGUF_T_UINT32, 3, 0, NULL } },
+          { { 0 } },
+          W },
+        { "head_count_kv 0",
+          { { "llama.attention.head_count_kv", GGUF_T_UINT32, 0, 0, NULL } },
+          { { 0 } },
+          W },
+        { "head_count_kv 16 > head_count",
+          { { "llama.attention.head_count_kv", GGUF_T_UINT32, 16, 0, NULL } },
+          { { 0 } },
+          W },
+        { "head_count 16 (head_dim 4, shapes still fit)",
+          { { "llama.attention.head_count", GGUF_T_UINT32, 16, 0, NULL } },
+          { { 0 } },
+          W },
+        { "head_count 7 does not divide dim",
+          { { "llama.attention.head_count", GGUF_T_UINT32, 7, 0, NULL },
+            { "llama.attention.head_count_kv", GGUF_T_UINT32, 7, 0, NULL } },
+          { { 0 } },
+          W },
+        { "context_length 0", { { "llama.context_length", GGUF_T_UINT32, 0, 0, NULL } }, { { 0 } }, W },
+        { "context_length 2^31",
+          { { "llama.context_length", GGUF_T_UINT32, 1ll << 31, 0, NULL } },
+          { { 0 } },
+          W },
+        { "context_length -1 (i64)",
+          { { "llama.context_length", GGUF_T_INT64, -1, 0, NULL } },
+          { { 0 } },
+          W },
+        { "context_length 2^63-1 (u64)",
+          { { "llama.context_length", GGUF_T_UINT64, INT64_MAX, 0, NULL } },
+          { { 0 } },
+          W },
+        { "rope dimension 16 > head_dim 8",
+          { { "llama.rope.dimension_count", GGUF_T_UINT32, 16, 0, NULL } },
+          { { 0 } },
+          W },
+        { "rope dimension 7 (odd)",
+          { { "llama.rope.dimension_count", GGUF_T_UINT32, 7, 0, NULL } },
+          { { 0 } },
+          W },
+        { "rope dimension 0", { { "llama.rope.dimension_count", GGUF_T_UINT32, 0, 0, NULL } }, { { 0 } }, W },
+        { "block_count 10^9", { { "llama.block_count", GGUF_T_UINT32, 1000000000, 0, NULL } }, { { 0 } }, W },
+        { "block_count 6 (blk.5 missing)",
+          { { "llama.block_count", GGUF_T_UINT32, 6, 0, NULL } },
+          { { 0 } },
+          W },
+        { "block_count 0", { { "llama.block_count", GGUF_T_UINT32, 0, 0, NULL } }, { { 0 } }, W },
+        { "block_count as a string", { { "llama.block_count", GGUF_T_STRING, 0, 0, "5" } }, { { 0 } }, W },
+        { "block_count as an array",
+          { { "llama.block_count", KV_ARR + GGUF_T_INT32, 5, 0, NULL } },
+          { { 0 } },
+          W },
+        { "embedding_length 0", { { "llama.embedding_length", GGUF_T_UINT32, 0, 0, NULL } }, { { 0 } }, W },
+        { "embedding_length 128 (shapes differ)",
+          { { "llama.embedding_length", GGUF_T_UINT32, 128, 0, NULL } },
+          { { 0 } },
+          W },
+        { "embedding_length 2^31",
+          { { "llama.embedding_length", GGUF_T_UINT32, 1ll << 31, 0, NULL } },
+          { { 0 } },
+          W },
+        { "feed_forward_length 0",
+          { { "llama.feed_forward_length", GGUF_T_UINT32, 0, 0, NULL } },
+          { { 0 } },
+          W },
+        { "feed_forward_length 2^32-1",
+          { { "llama.feed_forward_length", GGUF_T_UINT32, 0xFFFFFFFFll, 0, NULL } },
+          { { 0 } },
+          W },
+        { "key_length 0", { { "llama.attention.key_length", GGUF_T_UINT32, 0, 0, NULL } }, { { 0 } }, W },
+        { "key_length 10^6",
+          { { "llama.attention.key_length", GGUF_T_UINT32, 1000000, 0, NULL } },
+          { { 0 } },
+          W },
+        { "key_length 16 (shapes differ)",
+          { { "llama.attention.key_length", GGUF_T_UINT32, 16, 0, NULL },
+            { "llama.attention.value_length", GGUF_T_UINT32, 16, 0, NULL } },
+          { { 0 } },
+          W },
+        { "value_length differs",
+          { { "llama.attention.value_length", GGUF_T_UINT32, 4, 0, NULL } },
+          { { 0 } },
+          W },
+        { "rms epsilon NaN",
+          { { "llama.attention.layer_norm_rms_epsilon", GGUF_T_FLOAT32, 0, 0.0 / 0.0, NULL } },
+          { { 0 } },
+          W },
+        { "rms epsilon negative",
+          { { "llama.attention.layer_norm_rms_epsilon", GGUF_T_FLOAT32, 0, -1e-5, NULL } },
+          { { 0 } },
+          W },
+        { "rms epsilon missing",
+          { { "llama.attention.layer_norm_rms_epsilon", KV_DROP, 0, 0, NULL } },
+          { { 0 } },
+          W },
+        { "rope freq_base infinite",
+          { { "llama.rope.freq_base", GGUF_T_FLOAT64, 0, 1e300 * 1e300, NULL } },
+          { { 0 } },
+          W },
+        { "rope freq_base 0", { { "llama.rope.freq_base", GGUF_T_FLOAT32, 0, 0.0, NULL } }, { { 0 } }, W },
+        { "unknown architecture",
+          { { "general.architecture", GGUF_T_STRING, 0, 0, "mamba" } },
+          { { 0 } },
+          W },
+        { "architecture not a string",
+          { { "general.architecture", GGUF_T_UINT32, 7, 0, NULL } },
+          { { 0 } },
+          W },
+        { "architecture missing", { { "general.architecture", KV_DROP, 0, 0, NULL } }, { { 0 } }, W },
         /* Tokenizer metadata: every command fails. */
-        {"bos id 99999", {{"tokenizer.ggml.bos_token_id", GGUF_T_UINT32, 99999, 0, NULL}}, {{0}}, C_ALL},
-        {"eos id 512 (= vocab)", {{"tokenizer.ggml.eos_token_id", GGUF_T_UINT32, 512, 0, NULL}}, {{0}}, C_ALL},
-        {"unknown id -5", {{"tokenizer.ggml.unknown_token_id", GGUF_T_INT32, -5, 0, NULL}}, {{0}}, C_ALL},
-        {"bos id 2^31 (u64)", {{"tokenizer.ggml.bos_token_id", GGUF_T_UINT64, 1ll << 31, 0, NULL}}, {{0}}, C_ALL},
-        {"eos id as a string", {{"tokenizer.ggml.eos_token_id", GGUF_T_STRING, 0, 0, "2"}}, {{0}}, C_ALL},
-        {"tokens missing", {{"tokenizer.ggml.tokens", KV_DROP, 0, 0, NULL}}, {{0}}, C_ALL},
-        {"tokens empty array", {{"tokenizer.ggml.tokens", KV_ARR + GGUF_T_STRING, 0, 0, "a"}}, {{0}}, C_ALL},
-        {"tokens as integers", {{"tokenizer.ggml.tokens", KV_ARR + GGUF_T_INT32, 512, 0, NULL}}, {{0}}, C_ALL},
-        {"scores count 100 != 512", {{"tokenizer.ggml.scores", KV_ARR + GGUF_T_FLOAT32, 100, 0, NULL}}, {{0}}, C_ALL},
-        {"token_type count 3 != 512", {{"tokenizer.ggml.token_type", KV_ARR + GGUF_T_INT32, 3, 0, NULL}}, {{0}}, C_ALL},
-        {"token_type as strings", {{"tokenizer.ggml.token_type", KV_ARR + GGUF_T_STRING, 512, 0, "x"}}, {{0}}, C_ALL},
-        {"tokenizer model unknown", {{"tokenizer.ggml.model", GGUF_T_STRING, 0, 0, "nonsense"}}, {{0}}, C_ALL},
-        {"tokenizer model as an int", {{"tokenizer.ggml.model", GGUF_T_INT32, 1, 0, NULL}}, {{0}}, C_ALL},
-        {"gpt2 tokenizer without merges", {{"tokenizer.ggml.model", GGUF_T_STRING, 0, 0, "gpt2"}}, {{0}}, C_ALL},
-        {"gpt2 merges naming unknown tokens", {{"tokenizer.ggml.model", GGUF_T_STRING, 0, 0, "gpt2"},
-                                               {"tokenizer.ggml.merges", KV_ARR + GGUF_T_STRING, 4, 0, "zq\xc3\xbf xk\xc3\xbf"}},
-         {{0}}, C_ALL},
-        {"gpt2 merge without a space", {{"tokenizer.ggml.model", GGUF_T_STRING, 0, 0, "gpt2"},
-                                        {"tokenizer.ggml.merges", KV_ARR + GGUF_T_STRING, 2, 0, "ab"}},
-         {{0}}, C_ALL},
-        {"unknown pre-tokenizer", {{"tokenizer.ggml.model", GGUF_T_STRING, 0, 0, "gpt2"},
-                                   {"tokenizer.ggml.merges", KV_ARR + GGUF_T_STRING, 1, 0, "a b"},
-                                   {"tokenizer.ggml.pre", GGUF_T_STRING, 0, 0, "no-such-pre"}},
-         {{0}}, C_ALL /* refused: a wrong pre-split would give wrong ids silently */},
-        {"all tokens empty strings", {{"tokenizer.ggml.tokens", KV_ARR + GGUF_T_STRING, 512, 0, ""}}, {{0}}, C_TOLERATE},
-        {"every token a byte token", {{"tokenizer.ggml.token_type", KV_ARR + GGUF_T_INT32, 512, 6, NULL}}, {{0}}, C_TOLERATE},
-        {"every token control", {{"tokenizer.ggml.token_type", KV_ARR + GGUF_T_INT32, 512, 3, NULL}}, {{0}}, C_TOLERATE},
-        {"byte tokens named <0xZZ>", {{"tokenizer.ggml.token_type", KV_ARR + GGUF_T_INT32, 512, 6, NULL},
-                                      {"tokenizer.ggml.tokens", KV_ARR + GGUF_T_STRING, 512, 0, "<0xZZ>"}},
-         {{0}}, C_TOLERATE},
+        { "bos id 99999",
+          { { "tokenizer.ggml.bos_token_id", GGUF_T_UINT32, 99999, 0, NULL } },
+          { { 0 } },
+          C_ALL },
+        { "eos id 512 (= vocab)",
+          { { "tokenizer.ggml.eos_token_id", GGUF_T_UINT32, 512, 0, NULL } },
+          { { 0 } },
+          C_ALL },
+        { "unknown id -5",
+          { { "tokenizer.ggml.unknown_token_id", GGUF_T_INT32, -5, 0, NULL } },
+          { { 0 } },
+          C_ALL },
+        { "bos id 2^31 (u64)",
+          { { "tokenizer.ggml.bos_token_id", GGUF_T_UINT64, 1ll << 31, 0, NULL } },
+          { { 0 } },
+          C_ALL },
+        { "eos id as a string",
+          { { "tokenizer.ggml.eos_token_id", GGUF_T_STRING, 0, 0, "2" } },
+          { { 0 } },
+          C_ALL },
+        { "tokens missing", { { "tokenizer.ggml.tokens", KV_DROP, 0, 0, NULL } }, { { 0 } }, C_ALL },
+        { "tokens empty array",
+          { { "tokenizer.ggml.tokens", KV_ARR + GGUF_T_STRING, 0, 0, "a" } },
+          { { 0 } },
+          C_ALL },
+        { "tokens as integers",
+          { { "tokenizer.ggml.tokens", KV_ARR + GGUF_T_INT32, 512, 0, NULL } },
+          { { 0 } },
+          C_ALL },
+        { "scores count 100 != 512",
+          { { "tokenizer.ggml.scores", KV_ARR + GGUF_T_FLOAT32, 100, 0, NULL } },
+          { { 0 } },
+          C_ALL },
+        { "token_type count 3 != 512",
+          { { "tokenizer.ggml.token_type", KV_ARR + GGUF_T_INT32, 3, 0, NULL } },
+          { { 0 } },
+          C_ALL },
+        { "token_type as strings",
+          { { "tokenizer.ggml.token_type", KV_ARR + GGUF_T_STRING, 512, 0, "x" } },
+          { { 0 } },
+          C_ALL },
+        { "tokenizer model unknown",
+          { { "tokenizer.ggml.model", GGUF_T_STRING, 0, 0, "nonsense" } },
+          { { 0 } },
+          C_ALL },
+        { "tokenizer model as an int",
+          { { "tokenizer.ggml.model", GGUF_T_INT32, 1, 0, NULL } },
+          { { 0 } },
+          C_ALL },
+        { "gpt2 tokenizer without merges",
+          { { "tokenizer.ggml.model", GGUF_T_STRING, 0, 0, "gpt2" } },
+          { { 0 } },
+          C_ALL },
+        { "gpt2 merges naming unknown tokens",
+          { { "tokenizer.ggml.model", GGUF_T_STRING, 0, 0, "gpt2" },
+            { "tokenizer.ggml.merges", KV_ARR + GGUF_T_STRING, 4, 0, "zq\xc3\xbf xk\xc3\xbf" } },
+          { { 0 } },
+          C_ALL },
+        { "gpt2 merge without a space",
+          { { "tokenizer.ggml.model", GGUF_T_STRING, 0, 0, "gpt2" },
+            { "tokenizer.ggml.merges", KV_ARR + GGUF_T_STRING, 2, 0, "ab" } },
+          { { 0 } },
+          C_ALL },
+        { "unknown pre-tokenizer",
+          { { "tokenizer.ggml.model", GGUF_T_STRING, 0, 0, "gpt2" },
+            { "tokenizer.ggml.merges", KV_ARR + GGUF_T_STRING, 1, 0, "a b" },
+            { "tokenizer.ggml.pre", GGUF_T_STRING, 0, 0, "no-such-pre" } },
+          { { 0 } },
+          C_ALL /* refused: a wrong pre-split would give wrong ids silently */ },
+        { "all tokens empty strings",
+          { { "tokenizer.ggml.tokens", KV_ARR + GGUF_T_STRING, 512, 0, "" } },
+          { { 0 } },
+          C_TOLERATE },
+        { "every token a byte token",
+          { { "tokenizer.ggml.token_type", KV_ARR + GGUF_T_INT32, 512, 6, NULL } },
+          { { 0 } },
+          C_TOLERATE },
+        { "every token control",
+          { { "tokenizer.ggml.token_type", KV_ARR + GGUF_T_INT32, 512, 3, NULL } },
+          { { 0 } },
+          C_TOLERATE },
+        { "byte tokens named <0xZZ>",
+          { { "tokenizer.ggml.token_type", KV_ARR + GGUF_T_INT32, 512, 6, NULL },
+            { "tokenizer.ggml.tokens", KV_ARR + GGUF_T_STRING, 512, 0, "<0xZZ>" } },
+          { { 0 } },
+          C_TOLERATE },
     };
     char name[64];
     for (size_t i = 0; i < sizeof vs / sizeof vs[0]; i++) {
@@ -528,9 +689,29 @@ static void test_gguf_raw(void)
 
     /* Truncations through every region, one process each (the in-process sweep
      * below covers every length). */
-    const size_t cuts[] = {0, 1, 4, 7, 8, 12, 23, 24, 30, toks->val + 5, toks->val + 12, tok100 + 3,
-                           tok100 + 9, arch->val + 10, bos->type + 2, emb->name + 4, emb->ne + 9,
-                           q0->off + 3, m.end - 1, m.end, m.end + 5, len / 2, len - 1};
+    const size_t cuts[] = { 0,
+                            1,
+                            4,
+                            7,
+                            8,
+                            12,
+                            23,
+                            24,
+                            30,
+                            toks->val + 5,
+                            toks->val + 12,
+                            tok100 + 3,
+                            tok100 + 9,
+                            arch->val + 10,
+                            bos->type + 2,
+                            emb->name + 4,
+                            emb->ne + 9,
+                            q0->off + 3,
+                            m.end - 1,
+                            m.end,
+                            m.end + 5,
+                            len / 2,
+                            len - 1 };
     char name[64], what[128];
     for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
         snprintf(name, sizeof name, "bad_cut%zu.gguf", i);
@@ -540,48 +721,56 @@ static void test_gguf_raw(void)
     }
 
     /* Patches: (offset, width 4 or 8, value). */
-    struct { const char *what; size_t off; int width; uint64_t val; int cmds; } pt[] = {
-        {"version 1", 4, 4, 1, C_ALL},
-        {"version 4", 4, 4, 4, C_RUN},
-        {"version 2^32-1", 4, 4, 0xFFFFFFFFu, C_TOK},
-        {"tensor count 2^63", 8, 8, 1ull << 63, C_ALL},
-        {"tensor count 10^6", 8, 8, 1000000, C_RUN | C_MMAP},
-        {"kv count 2^64-1", 16, 8, UINT64_MAX, C_ALL},
-        {"kv count 10^9", 16, 8, 1000000000, C_TOK},
-        {"kv count 20 (one too many)", 16, 8, 20, C_RUN},
-        {"first key length 2^64-1", 24, 8, UINT64_MAX, C_ALL},
-        {"first key length past the end", 24, 8, len, C_TOK},
-        {"tokens value type 99", toks->type, 4, 99, C_ALL},
-        {"tokens element type 99", toks->val, 4, 99, C_TOK},
-        {"tokens element type array (nested)", toks->val, 4, GGUF_T_ARRAY, C_RUN},
-        {"tokens count 2^62", toks->val + 4, 8, 1ull << 62, C_ALL},
-        {"tokens count 513 (runs into next key)", toks->val + 4, 8, 513, C_TOK},
-        {"token #100 length 2^64-1", tok100, 8, UINT64_MAX, C_ALL},
-        {"token #100 length past the end", tok100, 8, len, C_RUN},
-        {"architecture string length 2^40", arch->val, 8, 1ull << 40, C_RUN},
-        {"bos value type 13", bos->type, 4, 13, C_TOK},
-        {"token_embd n_dims 5", emb->ndims, 4, 5, C_ALL},
-        {"token_embd n_dims 0", emb->ndims, 4, 0, C_RUN},
-        {"token_embd ne[0] 0", emb->ne, 8, 0, C_RUN},
-        {"token_embd ne[0] -1", emb->ne, 8, UINT64_MAX, C_RUN},
-        {"token_embd ne[1] 2^62", emb->ne + 8, 8, 1ull << 62, C_RUN | C_MMAP},
-        {"token_embd ne product overflows", emb->ne, 8, 1ull << 33, C_RUN},
-        {"token_embd type 99", emb->type, 4, 99, C_ALL},
-        {"token_embd type 4 (removed Q4_2)", emb->type, 4, 4, C_RUN},
-        {"token_embd type Q4_K (64 not a multiple of 256)", emb->type, 4, KVI_TYPE_Q4_K, C_RUN},
-        {"token_embd type Q8_K (not a weight type)", emb->type, 4, KVI_TYPE_Q8_K, C_RUN},
-        {"token_embd type F16 (a gap after it: still valid)", emb->type, 4, KVI_TYPE_F16, C_TOLERATE},
-        {"attn_q offset past the end", q0->off, 8, (uint64_t)len, C_RUN | C_MMAP},
-        {"attn_q offset 2^64-32", q0->off, 8, UINT64_MAX - 31, C_RUN},
-        {"attn_q offset misaligned", q0->off, 8, rd64(src + q0->off) + 4, C_RUN},
-        {"attn_q overlaps attn_k", q0->off, 8, rd64(src + k0->off), C_RUN},
-        {"last tensor offset past the end", last->off, 8, rd64(src + last->off) + 4096, C_LOG},
-        {"tensor name length 2^64-1", q0->name, 8, UINT64_MAX, C_RUN},
+    struct {
+        const char *what;
+        size_t off;
+        int width;
+        uint64_t val;
+        int cmds;
+    } pt[] = {
+        { "version 1", 4, 4, 1, C_ALL },
+        { "version 4", 4, 4, 4, C_RUN },
+        { "version 2^32-1", 4, 4, 0xFFFFFFFFu, C_TOK },
+        { "tensor count 2^63", 8, 8, 1ull << 63, C_ALL },
+        { "tensor count 10^6", 8, 8, 1000000, C_RUN | C_MMAP },
+        { "kv count 2^64-1", 16, 8, UINT64_MAX, C_ALL },
+        { "kv count 10^9", 16, 8, 1000000000, C_TOK },
+        { "kv count 20 (one too many)", 16, 8, 20, C_RUN },
+        { "first key length 2^64-1", 24, 8, UINT64_MAX, C_ALL },
+        { "first key length past the end", 24, 8, len, C_TOK },
+        { "tokens value type 99", toks->type, 4, 99, C_ALL },
+        { "tokens element type 99", toks->val, 4, 99, C_TOK },
+        { "tokens element type array (nested)", toks->val, 4, GGUF_T_ARRAY, C_RUN },
+        { "tokens count 2^62", toks->val + 4, 8, 1ull << 62, C_ALL },
+        { "tokens count 513 (runs into next key)", toks->val + 4, 8, 513, C_TOK },
+        { "token #100 length 2^64-1", tok100, 8, UINT64_MAX, C_ALL },
+        { "token #100 length past the end", tok100, 8, len, C_RUN },
+        { "architecture string length 2^40", arch->val, 8, 1ull << 40, C_RUN },
+        { "bos value type 13", bos->type, 4, 13, C_TOK },
+        { "token_embd n_dims 5", emb->ndims, 4, 5, C_ALL },
+        { "token_embd n_dims 0", emb->ndims, 4, 0, C_RUN },
+        { "token_embd ne[0] 0", emb->ne, 8, 0, C_RUN },
+        { "token_embd ne[0] -1", emb->ne, 8, UINT64_MAX, C_RUN },
+        { "token_embd ne[1] 2^62", emb->ne + 8, 8, 1ull << 62, C_RUN | C_MMAP },
+        { "token_embd ne product overflows", emb->ne, 8, 1ull << 33, C_RUN },
+        { "token_embd type 99", emb->type, 4, 99, C_ALL },
+        { "token_embd type 4 (removed Q4_2)", emb->type, 4, 4, C_RUN },
+        { "token_embd type Q4_K (64 not a multiple of 256)", emb->type, 4, KVI_TYPE_Q4_K, C_RUN },
+        { "token_embd type Q8_K (not a weight type)", emb->type, 4, KVI_TYPE_Q8_K, C_RUN },
+        { "token_embd type F16 (a gap after it: still valid)", emb->type, 4, KVI_TYPE_F16, C_TOLERATE },
+        { "attn_q offset past the end", q0->off, 8, (uint64_t)len, C_RUN | C_MMAP },
+        { "attn_q offset 2^64-32", q0->off, 8, UINT64_MAX - 31, C_RUN },
+        { "attn_q offset misaligned", q0->off, 8, rd64(src + q0->off) + 4, C_RUN },
+        { "attn_q overlaps attn_k", q0->off, 8, rd64(src + k0->off), C_RUN },
+        { "last tensor offset past the end", last->off, 8, rd64(src + last->off) + 4096, C_LOG },
+        { "tensor name length 2^64-1", q0->name, 8, UINT64_MAX, C_RUN },
     };
     for (size_t i = 0; i < sizeof pt / sizeof pt[0]; i++) {
         uint8_t *b = dup_bytes(src, len);
-        if (pt[i].width == 4) wr32(b + pt[i].off, (uint32_t)pt[i].val);
-        else wr64(b + pt[i].off, pt[i].val);
+        if (pt[i].width == 4)
+            wr32(b + pt[i].off, (uint32_t)pt[i].val);
+        else
+            wr64(b + pt[i].off, pt[i].val);
         snprintf(name, sizeof name, "bad_patch%zu.gguf", i);
         expect_model_fail(pt[i].what, put(name, b, len), pt[i].cmds);
         free(b);
@@ -614,14 +803,14 @@ static void test_gguf_raw(void)
     }
     /* Alignment: 0, 3 and 2^31 in general.alignment (written, then patched). */
     {
-        gvariant al = {"alignment", {{"general.alignment", GGUF_T_UINT32, 64, 0, NULL}}, {{0}}, 0};
+        gvariant al = { "alignment", { { "general.alignment", GGUF_T_UINT32, 64, 0, NULL } }, { { 0 } }, 0 };
         const char *p = write_variant("bad_align_src.gguf", &al);
         size_t alen = 0;
         uint8_t *ab = p ? (uint8_t *)read_file(p, &alen) : NULL;
         gw_map am;
         const gw_kv *ak = ab && gw_walk(ab, alen, &am) ? gw_key(&am, "general.alignment") : NULL;
         CHECK(ak != NULL, "alignment variant written");
-        const uint32_t vals[] = {0, 3, 48, 1u << 31};
+        const uint32_t vals[] = { 0, 3, 48, 1u << 31 };
         for (size_t i = 0; ak && i < 4; i++) {
             wr32(ab + ak->val, vals[i]);
             snprintf(name, sizeof name, "bad_align%zu.gguf", i);
@@ -650,18 +839,20 @@ static kvi_model *load_model(const char *path, const char *tok)
     kvi_load_params lp;
     kvi_load_params_default(&lp);
     lp.tokenizer_path = tok;
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     kvi_model *m = kvi_model_load(path, &lp, &err);
-    if (!m && (err.code >= 0 || !err.msg[0])) CHECK(0, "%s: failed without a message (code %d)", path, err.code);
+    if (!m && (err.code >= 0 || !err.msg[0]))
+        CHECK(0, "%s: failed without a message (code %d)", path, err.code);
     return m;
 }
 
 static kvi_model *load_vocab(const char *path, const char *unused)
 {
     (void)unused;
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     kvi_model *m = kvi_vocab_load(path, &err);
-    if (!m && (err.code >= 0 || !err.msg[0])) CHECK(0, "%s: failed without a message (code %d)", path, err.code);
+    if (!m && (err.code >= 0 || !err.msg[0]))
+        CHECK(0, "%s: failed without a message (code %d)", path, err.code);
     return m;
 }
 
@@ -683,7 +874,10 @@ static void sweep_file(const char *what, const char *src_rel, const char *dst_pa
     int tried = 0, loaded = 0;
     for (size_t n = 0; n < len; n++) {
         if (!want_len(n, len, dense, step, mid)) continue;
-        if (rewrite(dst_path, src, n) != 0) { CHECK(0, "write %s", dst_path); break; }
+        if (rewrite(dst_path, src, n) != 0) {
+            CHECK(0, "write %s", dst_path);
+            break;
+        }
         kvi_model *m = load(dst_path, extra);
         tried++;
         if (m) {
@@ -710,8 +904,8 @@ static void test_sweeps(void)
 {
     /* GGUF: every length of the first 4 KiB (inside the tokens array), every 7th
      * through the rest of the key/values and the tensor infos (ending at 14152). */
-    sweep_file("stories260K.gguf", "models/stories260K.gguf", tmp_path("sweep.gguf"), load_model, NULL,
-               4096, 7, 14400, true);
+    sweep_file("stories260K.gguf", "models/stories260K.gguf", tmp_path("sweep.gguf"), load_model, NULL, 4096,
+               7, 14400, true);
     sweep_file("stories260K.bin", "models/stories260K.bin", tmp_path("sweep.bin"), load_model,
                shared_path("models/tok512.bin"), 100, 4, 600, true);
     /* A llama2.c tokenizer.bin ends wherever a record ends: truncations at record
@@ -792,15 +986,35 @@ static void test_llama2c(void)
     snprintf(tokp, sizeof tokp, "%s", tok);
     char args[8192], name[64], what[128];
     /* Header fields: dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len. */
-    struct { const char *what; int field; int32_t val; } hp[] = {
-        {"dim 0", 0, 0}, {"dim -64", 0, -64}, {"dim 2^31-1", 0, INT32_MAX}, {"dim 63", 0, 63},
-        {"hidden_dim 0", 1, 0}, {"hidden_dim -1", 1, -1}, {"hidden_dim 2^30", 1, 1 << 30},
-        {"n_layers 0", 2, 0}, {"n_layers 10^9", 2, 1000000000}, {"n_layers -5", 2, -5},
-        {"n_heads 0", 3, 0}, {"n_heads -8", 3, -8}, {"n_heads 7", 3, 7},
-        {"n_kv_heads 0", 4, 0}, {"n_kv_heads 3", 4, 3}, {"n_kv_heads 16", 4, 16},
-        {"vocab_size 0", 5, 0}, {"vocab_size INT32_MIN", 5, INT32_MIN}, {"vocab_size 10^6", 5, 1000000},
-        {"vocab_size 511 (tokenizer has 512)", 5, 511}, {"vocab_size -512 (classifier missing)", 5, -512},
-        {"seq_len 0", 6, 0}, {"seq_len -1", 6, -1}, {"seq_len 2^31-1", 6, INT32_MAX},
+    struct {
+        const char *what;
+        int field;
+        int32_t val;
+    } hp[] = {
+        { "dim 0", 0, 0 },
+        { "dim -64", 0, -64 },
+        { "dim 2^31-1", 0, INT32_MAX },
+        { "dim 63", 0, 63 },
+        { "hidden_dim 0", 1, 0 },
+        { "hidden_dim -1", 1, -1 },
+        { "hidden_dim 2^30", 1, 1 << 30 },
+        { "n_layers 0", 2, 0 },
+        { "n_layers 10^9", 2, 1000000000 },
+        { "n_layers -5", 2, -5 },
+        { "n_heads 0", 3, 0 },
+        { "n_heads -8", 3, -8 },
+        { "n_heads 7", 3, 7 },
+        { "n_kv_heads 0", 4, 0 },
+        { "n_kv_heads 3", 4, 3 },
+        { "n_kv_heads 16", 4, 16 },
+        { "vocab_size 0", 5, 0 },
+        { "vocab_size INT32_MIN", 5, INT32_MIN },
+        { "vocab_size 10^6", 5, 1000000 },
+        { "vocab_size 511 (tokenizer has 512)", 5, 511 },
+        { "vocab_size -512 (classifier missing)", 5, -512 },
+        { "seq_len 0", 6, 0 },
+        { "seq_len -1", 6, -1 },
+        { "seq_len 2^31-1", 6, INT32_MAX },
     };
     for (size_t i = 0; i < sizeof hp / sizeof hp[0]; i++) {
         uint8_t *b = dup_bytes(src, len);
@@ -812,11 +1026,12 @@ static void test_llama2c(void)
         expect_fail(what, args, false);
         free(b);
     }
-    const size_t cuts[] = {0, 3, 27, 28, 100, len / 2, len - 1};
+    const size_t cuts[] = { 0, 3, 27, 28, 100, len / 2, len - 1 };
     for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
         snprintf(name, sizeof name, "bad_l2ccut%zu.bin", i);
         snprintf(what, sizeof what, "llama2.c truncated at %zu", cuts[i]);
-        snprintf(args, sizeof args, "run -m '%s' --tokenizer '%s' -n 2 --temp 0", put(name, src, cuts[i]), tokp);
+        snprintf(args, sizeof args, "run -m '%s' --tokenizer '%s' -n 2 --temp 0", put(name, src, cuts[i]),
+                 tokp);
         expect_fail(what, args, false);
     }
     /* No tokenizer next to it and none given. */
@@ -830,26 +1045,31 @@ static void test_llama2c(void)
     size_t tlen = 0;
     uint8_t *tk = (uint8_t *)read_file(tok, &tlen);
     if (tk && tlen > 100) {
-        struct { const char *what; size_t off; uint32_t val; } tp[] = {
-            {"tokenizer max_token_length -1", 0, 0xFFFFFFFFu},
-            {"tokenizer max_token_length 0", 0, 0},
-            {"tokenizer first length past the end", 8, 1u << 30},
-            {"tokenizer first length negative", 8, 0x80000000u},
-            {"tokenizer first length > max_token_length", 8, 200},
+        struct {
+            const char *what;
+            size_t off;
+            uint32_t val;
+        } tp[] = {
+            { "tokenizer max_token_length -1", 0, 0xFFFFFFFFu },
+            { "tokenizer max_token_length 0", 0, 0 },
+            { "tokenizer first length past the end", 8, 1u << 30 },
+            { "tokenizer first length negative", 8, 0x80000000u },
+            { "tokenizer first length > max_token_length", 8, 200 },
         };
         for (size_t i = 0; i < sizeof tp / sizeof tp[0]; i++) {
             uint8_t *b = dup_bytes(tk, tlen);
             wr32(b + tp[i].off, tp[i].val);
             snprintf(name, sizeof name, "bad_tok%zu.bin", i);
             const char *p = put(name, b, tlen);
-            snprintf(args, sizeof args, "run -m '%s' --tokenizer '%s' -n 2", shared_path("models/stories260K.bin"), p);
+            snprintf(args, sizeof args, "run -m '%s' --tokenizer '%s' -n 2",
+                     shared_path("models/stories260K.bin"), p);
             expect_fail(tp[i].what, args, false);
             snprintf(args, sizeof args, "tokenize -m '%s' hello", p);
             expect_fail(tp[i].what, args, false);
             free(b);
         }
-        snprintf(args, sizeof args, "run -m '%s' --tokenizer '%s' -n 2", shared_path("models/stories260K.bin"),
-                 put("bad_tokcut.bin", tk, tlen - 3));
+        snprintf(args, sizeof args, "run -m '%s' --tokenizer '%s' -n 2",
+                 shared_path("models/stories260K.bin"), put("bad_tokcut.bin", tk, tlen - 3));
         expect_fail("tokenizer.bin truncated", args, false);
         snprintf(args, sizeof args, "tokenize -m '%s' hello", put("bad_tokcut2.bin", tk, 6));
         expect_fail("tokenizer.bin truncated inside the first record", args, false);
@@ -868,9 +1088,9 @@ static const char *make_hf(const char *name, const char *cfg, const void *st, si
     snprintf(dir, sizeof dir, "%s", tmp_path(name));
     mkdir(dir, 0755);
     char p[4200];
-    const char *files[3] = {"config.json", "model.safetensors", "tokenizer.json"};
-    const void *repl[3] = {cfg, st, tj};
-    size_t rl[3] = {cfg ? strlen(cfg) : 0, st_len, tj ? strlen(tj) : 0};
+    const char *files[3] = { "config.json", "model.safetensors", "tokenizer.json" };
+    const void *repl[3] = { cfg, st, tj };
+    size_t rl[3] = { cfg ? strlen(cfg) : 0, st_len, tj ? strlen(tj) : 0 };
     for (int i = 0; i < 3; i++) {
         snprintf(p, sizeof p, "%s/%s", dir, files[i]);
         remove(p);
@@ -892,7 +1112,10 @@ static char *subst(const char *s, const char *a, const char *b)
     CHECK(at != NULL, "subst: '%s' not found", a);
     size_t n = strlen(s), la = strlen(a), lb = strlen(b);
     char *r = malloc(n - (at ? la : 0) + lb + 1);
-    if (!at) { memcpy(r, s, n + 1); return r; }
+    if (!at) {
+        memcpy(r, s, n + 1);
+        return r;
+    }
     size_t pre = (size_t)(at - s);
     memcpy(r, s, pre);
     memcpy(r + pre, b, lb);
@@ -907,44 +1130,54 @@ static void test_hf(void)
     char *st = read_file(shared_path("models/TinyStories-656K/model.safetensors"), &st_len);
     char *tj = read_file(shared_path("models/TinyStories-656K/tokenizer.json"), NULL);
     CHECK(cfg && st && tj, "read the TinyStories-656K folder");
-    if (!cfg || !st || !tj) { free(cfg); free(st); free(tj); return; }
+    if (!cfg || !st || !tj) {
+        free(cfg);
+        free(st);
+        free(tj);
+        return;
+    }
     char args[8192];
     snprintf(args, sizeof args, "run -m '%s' -n 2 --temp 0 -p hi", make_hf("hf_ok", NULL, NULL, 0, NULL));
     expect_ok("unchanged HF folder", args);
 
-    struct { const char *what; const char *a, *b; } cs[] = {
-        {"hidden_size missing", "\"hidden_size\": 128,", ""},
-        {"hidden_size a string", "\"hidden_size\": 128", "\"hidden_size\": \"128\""},
-        {"hidden_size 10^12", "\"hidden_size\": 128", "\"hidden_size\": 1000000000000"},
-        {"hidden_size 1e300", "\"hidden_size\": 128", "\"hidden_size\": 1e300"},
-        {"hidden_size 127.5", "\"hidden_size\": 128", "\"hidden_size\": 127.5"},
-        {"hidden_size -128", "\"hidden_size\": 128", "\"hidden_size\": -128"},
-        {"hidden_size 256 (shapes differ)", "\"hidden_size\": 128", "\"hidden_size\": 256"},
-        {"intermediate_size 0", "\"intermediate_size\": 384", "\"intermediate_size\": 0"},
-        {"intermediate_size null", "\"intermediate_size\": 384", "\"intermediate_size\": null"},
-        {"num_attention_heads 0", "\"num_attention_heads\": 8", "\"num_attention_heads\": 0"},
-        {"num_attention_heads -8", "\"num_attention_heads\": 8", "\"num_attention_heads\": -8"},
-        {"num_attention_heads 7", "\"num_attention_heads\": 8", "\"num_attention_heads\": 7"},
-        {"num_key_value_heads 3", "\"num_key_value_heads\": 4", "\"num_key_value_heads\": 3"},
-        {"num_key_value_heads 0", "\"num_key_value_heads\": 4", "\"num_key_value_heads\": 0"},
-        {"num_key_value_heads 16", "\"num_key_value_heads\": 4", "\"num_key_value_heads\": 16"},
-        {"num_hidden_layers 10^9", "\"num_hidden_layers\": 2", "\"num_hidden_layers\": 1000000000"},
-        {"num_hidden_layers 3 (layer 2 missing)", "\"num_hidden_layers\": 2", "\"num_hidden_layers\": 3"},
-        {"num_hidden_layers a list", "\"num_hidden_layers\": 2", "\"num_hidden_layers\": [2]"},
-        {"vocab_size 10^9", "\"vocab_size\": 2048", "\"vocab_size\": 1000000000"},
-        {"vocab_size 1000 (shape differs)", "\"vocab_size\": 2048", "\"vocab_size\": 1000"},
-        {"max_position_embeddings -1", "\"max_position_embeddings\": 512", "\"max_position_embeddings\": -1"},
-        {"max_position_embeddings 2^31", "\"max_position_embeddings\": 512", "\"max_position_embeddings\": 2147483648"},
-        {"rms_norm_eps a string", "\"rms_norm_eps\": 1e-06", "\"rms_norm_eps\": \"x\""},
-        {"rms_norm_eps negative", "\"rms_norm_eps\": 1e-06", "\"rms_norm_eps\": -1e-06"},
-        {"rope_theta 0", "\"rope_theta\": 10000.0", "\"rope_theta\": 0"},
-        {"architectures empty", "\"LlamaForCausalLM\"", ""},
-        {"architectures unknown", "\"LlamaForCausalLM\"", "\"MambaForCausalLM\""},
-        {"architectures a string", "[\n    \"LlamaForCausalLM\"\n  ]", "\"LlamaForCausalLM\""},
-        {"tie_word_embeddings false (no lm_head)... a string", "\"tie_word_embeddings\": true",
-         "\"tie_word_embeddings\": \"yes\""},
-        {"config not closed", "\n}", ""},
-        {"config an array", "{", "[{"},
+    struct {
+        const char *what;
+        const char *a, *b;
+    } cs[] = {
+        { "hidden_size missing", "\"hidden_size\": 128,", "" },
+        { "hidden_size a string", "\"hidden_size\": 128", "\"hidden_size\": \"128\"" },
+        { "hidden_size 10^12", "\"hidden_size\": 128", "\"hidden_size\": 1000000000000" },
+        { "hidden_size 1e300", "\"hidden_size\": 128", "\"hidden_size\": 1e300" },
+        { "hidden_size 127.5", "\"hidden_size\": 128", "\"hidden_size\": 127.5" },
+        { "hidden_size -128", "\"hidden_size\": 128", "\"hidden_size\": -128" },
+        { "hidden_size 256 (shapes differ)", "\"hidden_size\": 128", "\"hidden_size\": 256" },
+        { "intermediate_size 0", "\"intermediate_size\": 384", "\"intermediate_size\": 0" },
+        { "intermediate_size null", "\"intermediate_size\": 384", "\"intermediate_size\": null" },
+        { "num_attention_heads 0", "\"num_attention_heads\": 8", "\"num_attention_heads\": 0" },
+        { "num_attention_heads -8", "\"num_attention_heads\": 8", "\"num_attention_heads\": -8" },
+        { "num_attention_heads 7", "\"num_attention_heads\": 8", "\"num_attention_heads\": 7" },
+        { "num_key_value_heads 3", "\"num_key_value_heads\": 4", "\"num_key_value_heads\": 3" },
+        { "num_key_value_heads 0", "\"num_key_value_heads\": 4", "\"num_key_value_heads\": 0" },
+        { "num_key_value_heads 16", "\"num_key_value_heads\": 4", "\"num_key_value_heads\": 16" },
+        { "num_hidden_layers 10^9", "\"num_hidden_layers\": 2", "\"num_hidden_layers\": 1000000000" },
+        { "num_hidden_layers 3 (layer 2 missing)", "\"num_hidden_layers\": 2", "\"num_hidden_layers\": 3" },
+        { "num_hidden_layers a list", "\"num_hidden_layers\": 2", "\"num_hidden_layers\": [2]" },
+        { "vocab_size 10^9", "\"vocab_size\": 2048", "\"vocab_size\": 1000000000" },
+        { "vocab_size 1000 (shape differs)", "\"vocab_size\": 2048", "\"vocab_size\": 1000" },
+        { "max_position_embeddings -1", "\"max_position_embeddings\": 512",
+          "\"max_position_embeddings\": -1" },
+        { "max_position_embeddings 2^31", "\"max_position_embeddings\": 512",
+          "\"max_position_embeddings\": 2147483648" },
+        { "rms_norm_eps a string", "\"rms_norm_eps\": 1e-06", "\"rms_norm_eps\": \"x\"" },
+        { "rms_norm_eps negative", "\"rms_norm_eps\": 1e-06", "\"rms_norm_eps\": -1e-06" },
+        { "rope_theta 0", "\"rope_theta\": 10000.0", "\"rope_theta\": 0" },
+        { "architectures empty", "\"LlamaForCausalLM\"", "" },
+        { "architectures unknown", "\"LlamaForCausalLM\"", "\"MambaForCausalLM\"" },
+        { "architectures a string", "[\n    \"LlamaForCausalLM\"\n  ]", "\"LlamaForCausalLM\"" },
+        { "tie_word_embeddings false (no lm_head)... a string", "\"tie_word_embeddings\": true",
+          "\"tie_word_embeddings\": \"yes\"" },
+        { "config not closed", "\n}", "" },
+        { "config an array", "{", "[{" },
     };
     char name[64];
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
@@ -964,9 +1197,15 @@ static void test_hf(void)
     char *hdr = malloc(hlen + 1);
     memcpy(hdr, st + 8, hlen);
     hdr[hlen] = 0;
-    struct { const char *what; uint64_t hl; } hls[] = {
-        {"header length past the end", (uint64_t)st_len}, {"header length 2^64-1", UINT64_MAX},
-        {"header length 0", 0}, {"header length 1", 1}, {"header length 2^40", 1ull << 40},
+    struct {
+        const char *what;
+        uint64_t hl;
+    } hls[] = {
+        { "header length past the end", (uint64_t)st_len },
+        { "header length 2^64-1", UINT64_MAX },
+        { "header length 0", 0 },
+        { "header length 1", 1 },
+        { "header length 2^40", 1ull << 40 },
     };
     for (size_t i = 0; i < sizeof hls / sizeof hls[0]; i++) {
         uint8_t *b = dup_bytes((const uint8_t *)st, st_len);
@@ -976,26 +1215,29 @@ static void test_hf(void)
         expect_model_fail(args, make_hf(name, NULL, b, st_len, NULL), C_RUN);
         free(b);
     }
-    struct { const char *what; const char *a, *b; } hs[] = {
-        {"offsets past the end", "\"data_offsets\":[0,1048576]", "\"data_offsets\":[0,9048576]"},
-        {"offsets begin > end", "\"data_offsets\":[0,1048576]", "\"data_offsets\":[1048576,0]"},
-        {"offsets overlapping", "\"data_offsets\":[1048576,1049088]", "\"data_offsets\":[1048064,1048576]"},
-        {"offsets negative", "\"data_offsets\":[0,1048576]", "\"data_offsets\":[-4,1048572]"},
-        {"offsets 2^64", "\"data_offsets\":[0,1048576]", "\"data_offsets\":[18446744073709551616,1048576]"},
-        {"offsets one element", "\"data_offsets\":[0,1048576]", "\"data_offsets\":[1048576]"},
-        {"offsets strings", "\"data_offsets\":[0,1048576]", "\"data_offsets\":[\"0\",\"1048576\"]"},
-        {"dtype unknown", "\"dtype\":\"F32\"", "\"dtype\":\"F8_E4M3\""},
-        {"dtype a number", "\"dtype\":\"F32\"", "\"dtype\":32"},
-        {"shape mismatch", "\"shape\":[2048,128]", "\"shape\":[2048,127]"},
-        {"shape negative", "\"shape\":[2048,128]", "\"shape\":[-2048,-128]"},
-        {"shape huge", "\"shape\":[2048,128]", "\"shape\":[4294967296,4294967296]"},
-        {"shape five dims", "\"shape\":[2048,128]", "\"shape\":[2048,128,1,1,1]"},
-        {"shape empty (scalar)", "\"shape\":[2048,128]", "\"shape\":[]"},
-        {"shape of a norm wrong", "\"shape\":[128],\"data_offsets\":[1048576,1049088]",
-         "\"shape\":[64,2],\"data_offsets\":[1048576,1049088]"},
-        {"lm_head missing", "\"lm_head.weight\":{", "\"lm_hXad.weight\":{"},
-        {"header not JSON", "{\"__metadata__\"", "{{\"__metadata__\""},
-        {"header a JSON array", "{\"__metadata__\"", "[{\"__metadata__\""},
+    struct {
+        const char *what;
+        const char *a, *b;
+    } hs[] = {
+        { "offsets past the end", "\"data_offsets\":[0,1048576]", "\"data_offsets\":[0,9048576]" },
+        { "offsets begin > end", "\"data_offsets\":[0,1048576]", "\"data_offsets\":[1048576,0]" },
+        { "offsets overlapping", "\"data_offsets\":[1048576,1049088]", "\"data_offsets\":[1048064,1048576]" },
+        { "offsets negative", "\"data_offsets\":[0,1048576]", "\"data_offsets\":[-4,1048572]" },
+        { "offsets 2^64", "\"data_offsets\":[0,1048576]", "\"data_offsets\":[18446744073709551616,1048576]" },
+        { "offsets one element", "\"data_offsets\":[0,1048576]", "\"data_offsets\":[1048576]" },
+        { "offsets strings", "\"data_offsets\":[0,1048576]", "\"data_offsets\":[\"0\",\"1048576\"]" },
+        { "dtype unknown", "\"dtype\":\"F32\"", "\"dtype\":\"F8_E4M3\"" },
+        { "dtype a number", "\"dtype\":\"F32\"", "\"dtype\":32" },
+        { "shape mismatch", "\"shape\":[2048,128]", "\"shape\":[2048,127]" },
+        { "shape negative", "\"shape\":[2048,128]", "\"shape\":[-2048,-128]" },
+        { "shape huge", "\"shape\":[2048,128]", "\"shape\":[4294967296,4294967296]" },
+        { "shape five dims", "\"shape\":[2048,128]", "\"shape\":[2048,128,1,1,1]" },
+        { "shape empty (scalar)", "\"shape\":[2048,128]", "\"shape\":[]" },
+        { "shape of a norm wrong", "\"shape\":[128],\"data_offsets\":[1048576,1049088]",
+          "\"shape\":[64,2],\"data_offsets\":[1048576,1049088]" },
+        { "lm_head missing", "\"lm_head.weight\":{", "\"lm_hXad.weight\":{" },
+        { "header not JSON", "{\"__metadata__\"", "{{\"__metadata__\"" },
+        { "header a JSON array", "{\"__metadata__\"", "[{\"__metadata__\"" },
     };
     for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++) {
         char *h = subst(hdr, hs[i].a, hs[i].b);
@@ -1016,18 +1258,21 @@ static void test_hf(void)
     free(hdr);
 
     /* tokenizer.json: malformed JSON and bad contents. */
-    struct { const char *what; const char *a, *b; } ts[] = {
-        {"not JSON", "{", "{{"},
-        {"truncated", NULL, NULL},
-        {"model type Unigram", "\"type\": \"BPE\"", "\"type\": \"Unigram\""},
-        {"model missing vocab", "\"vocab\"", "\"vocaX\""},
-        {"vocab id out of range", "\"<unk>\": 0", "\"<unk>\": 99999999"},
-        {"vocab id negative", "\"<unk>\": 0", "\"<unk>\": -3"},
-        {"vocab id a string", "\"<unk>\": 0", "\"<unk>\": \"0\""},
-        {"added token id out of range", "\"id\": 0,", "\"id\": 123456789,"},
-        {"added token id negative", "\"id\": 0,", "\"id\": -1,"},
-        {"added token content not a string", "\"content\": \"<unk>\"", "\"content\": 17"},
-        {"control bytes in a bad token", "\"<unk>\": 0", "\"\\n<unk>\\r\\nkvinfer: error: fake\": -3"},
+    struct {
+        const char *what;
+        const char *a, *b;
+    } ts[] = {
+        { "not JSON", "{", "{{" },
+        { "truncated", NULL, NULL },
+        { "model type Unigram", "\"type\": \"BPE\"", "\"type\": \"Unigram\"" },
+        { "model missing vocab", "\"vocab\"", "\"vocaX\"" },
+        { "vocab id out of range", "\"<unk>\": 0", "\"<unk>\": 99999999" },
+        { "vocab id negative", "\"<unk>\": 0", "\"<unk>\": -3" },
+        { "vocab id a string", "\"<unk>\": 0", "\"<unk>\": \"0\"" },
+        { "added token id out of range", "\"id\": 0,", "\"id\": 123456789," },
+        { "added token id negative", "\"id\": 0,", "\"id\": -1," },
+        { "added token content not a string", "\"content\": \"<unk>\"", "\"content\": 17" },
+        { "control bytes in a bad token", "\"<unk>\": 0", "\"\\n<unk>\\r\\nkvinfer: error: fake\": -3" },
     };
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
         char *t;
@@ -1056,7 +1301,7 @@ static void test_hf(void)
     if (merges) {
         const char *open = strchr(merges, '[');
         size_t pre = (size_t)(open - tj) + 1;
-        const char *bad[] = {"\"qqqzz\\u00ff xxyyw\", ", "\"nospace\", ", "17, ", "[\"a\", \"zzqqx\"], "};
+        const char *bad[] = { "\"qqqzz\\u00ff xxyyw\", ", "\"nospace\", ", "17, ", "[\"a\", \"zzqqx\"], " };
         for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
             size_t lb = strlen(bad[i]), n = strlen(tj);
             char *t = malloc(n + lb + 1);
@@ -1102,45 +1347,74 @@ static void test_cli_args(void)
     const char *M = model, *O = outq;
     /* Each: a format with up to two %s and their arguments. */
     const char *cl[][3] = {
-        {"run -m %s --bogus", M}, {"run -m %s -n", M}, {"run -m %s -n abc", M},
-        {"run -m %s -n -3", M}, {"run -m %s -n 99999999999999999999", M},
-        {"run -m %s -c -5", M}, {"run -m %s -c 0x10", M}, {"run -m %s -t 100000", M},
-        {"run -m %s -t -1", M}, {"run -m %s --temp nan", M}, {"run -m %s --temp -1", M},
-        {"run -m %s --top-p 2", M}, {"run -m %s --top-k -1", M}, {"run -m %s --seed -1", M},
-        {"run -m %s --kv-type q9", M}, {"run -m %s --kv-block 0", M},
-        {"run -m %s --kv-budget 1 -n 2", M}, {"run -m %s -c 2000000000 -n 2", M}, {"run -m %s --tokens 1,,2", M},
-        {"run -m %s --tokens 99999999999", M}, {"run -m %s --tokens 512", M},
-        {"run -m %s --tokens -1", M}, {"run -m %s --tokens ''", M},
-        {"run -m %s -p x --tokens 1", M}, {"run -m %s -f /nonexistent/prompt.txt", M},
-        {"run -m %s -c 16 -n 2 -f %s", M, bigq},
-        {"run -m %s -n 2", dirq}, {"run -m /dev/null -n 2"}, {"run -m /nonexistent/model.gguf"},
-        {"run -m ''"}, {"run -m"},
-        {"logits -m %s --tokens 1,,2", M}, {"logits -m %s --tokens 99999999999", M},
-        {"logits -m %s --tokens 600", M}, {"logits -m %s --kv-type bf99 --tokens 1", M},
-        {"logits -m %s --tokens", M}, {"logits -m %s --frobnicate --tokens 1", M},
-        {"logits -m /dev/null --tokens 1"}, {"logits -m %s --tokens 1", dirq},
-        {"tokenize -m %s hi", dirq}, {"tokenize -m /dev/null hi"},
-        {"tokenize -m %s --bogus hi", M}, {"tokenize -m /nonexistent hi"},
-        {"detokenize -m %s 1,,2", M}, {"detokenize -m %s 99999", M},
-        {"detokenize -m %s -1", M}, {"detokenize -m %s abc", M},
-        {"detokenize -m %s 99999999999", M}, {"detokenize -m /dev/null 1"},
-        {"synth --dim 0 --ffn 8 --layers 1 --heads 1 -o %s", O},
-        {"synth --heads 7 --dim 64 --ffn 8 --layers 1 -o %s", O},
-        {"synth --dim 64 --ffn 8 --layers 1 --heads 8 --kv-heads 3 -o %s", O},
-        {"synth --dim 64 --ffn 8 --layers 1000000000 --heads 8 -o %s", O},
-        {"synth --dim -64 --ffn 8 --layers 1 --heads 8 -o %s", O},
-        {"synth --dim 64 --ffn 8 --layers 1 --heads 8 --vocab 0 -o %s", O},
-        {"synth --dim 64 --ffn 8 --layers 1 --heads 8 --ctx -1 -o %s", O},
-        {"synth --dim 64 --ffn 8 --layers 1 --heads 8 --vocab 3 -o %s", O},
-        {"synth --preset stories15M --type q9_9 -o %s", O},
-        {"synth --preset nonesuch -o %s", O},
-        {"synth --preset tiny -o %s", missq},
-        {"synth --preset tiny -o %s", dirq},
-        {"synth --preset tiny --vocab-from /dev/null -o %s", O},
-        {"synth --preset tiny --vocab-from %s -o %s", dirq, O},
-        {"synth --preset tiny"}, {"synth --preset tiny -o"},
-        {"synth --preset tiny --seed abc -o %s", O},
-        {"nosuchcommand"}, {"--nosuchflag"},
+        { "run -m %s --bogus", M },
+        { "run -m %s -n", M },
+        { "run -m %s -n abc", M },
+        { "run -m %s -n -3", M },
+        { "run -m %s -n 99999999999999999999", M },
+        { "run -m %s -c -5", M },
+        { "run -m %s -c 0x10", M },
+        { "run -m %s -t 100000", M },
+        { "run -m %s -t -1", M },
+        { "run -m %s --temp nan", M },
+        { "run -m %s --temp -1", M },
+        { "run -m %s --top-p 2", M },
+        { "run -m %s --top-k -1", M },
+        { "run -m %s --seed -1", M },
+        { "run -m %s --kv-type q9", M },
+        { "run -m %s --kv-block 0", M },
+        { "run -m %s --kv-budget 1 -n 2", M },
+        { "run -m %s -c 2000000000 -n 2", M },
+        { "run -m %s --tokens 1,,2", M },
+        { "run -m %s --tokens 99999999999", M },
+        { "run -m %s --tokens 512", M },
+        { "run -m %s --tokens -1", M },
+        { "run -m %s --tokens ''", M },
+        { "run -m %s -p x --tokens 1", M },
+        { "run -m %s -f /nonexistent/prompt.txt", M },
+        { "run -m %s -c 16 -n 2 -f %s", M, bigq },
+        { "run -m %s -n 2", dirq },
+        { "run -m /dev/null -n 2" },
+        { "run -m /nonexistent/model.gguf" },
+        { "run -m ''" },
+        { "run -m" },
+        { "logits -m %s --tokens 1,,2", M },
+        { "logits -m %s --tokens 99999999999", M },
+        { "logits -m %s --tokens 600", M },
+        { "logits -m %s --kv-type bf99 --tokens 1", M },
+        { "logits -m %s --tokens", M },
+        { "logits -m %s --frobnicate --tokens 1", M },
+        { "logits -m /dev/null --tokens 1" },
+        { "logits -m %s --tokens 1", dirq },
+        { "tokenize -m %s hi", dirq },
+        { "tokenize -m /dev/null hi" },
+        { "tokenize -m %s --bogus hi", M },
+        { "tokenize -m /nonexistent hi" },
+        { "detokenize -m %s 1,,2", M },
+        { "detokenize -m %s 99999", M },
+        { "detokenize -m %s -1", M },
+        { "detokenize -m %s abc", M },
+        { "detokenize -m %s 99999999999", M },
+        { "detokenize -m /dev/null 1" },
+        { "synth --dim 0 --ffn 8 --layers 1 --heads 1 -o %s", O },
+        { "synth --heads 7 --dim 64 --ffn 8 --layers 1 -o %s", O },
+        { "synth --dim 64 --ffn 8 --layers 1 --heads 8 --kv-heads 3 -o %s", O },
+        { "synth --dim 64 --ffn 8 --layers 1000000000 --heads 8 -o %s", O },
+        { "synth --dim -64 --ffn 8 --layers 1 --heads 8 -o %s", O },
+        { "synth --dim 64 --ffn 8 --layers 1 --heads 8 --vocab 0 -o %s", O },
+        { "synth --dim 64 --ffn 8 --layers 1 --heads 8 --ctx -1 -o %s", O },
+        { "synth --dim 64 --ffn 8 --layers 1 --heads 8 --vocab 3 -o %s", O },
+        { "synth --preset stories15M --type q9_9 -o %s", O },
+        { "synth --preset nonesuch -o %s", O },
+        { "synth --preset tiny -o %s", missq },
+        { "synth --preset tiny -o %s", dirq },
+        { "synth --preset tiny --vocab-from /dev/null -o %s", O },
+        { "synth --preset tiny --vocab-from %s -o %s", dirq, O },
+        { "synth --preset tiny" },
+        { "synth --preset tiny -o" },
+        { "synth --preset tiny --seed abc -o %s", O },
+        { "nosuchcommand" },
+        { "--nosuchflag" },
     };
     char args[16384];
     for (size_t i = 0; i < sizeof cl / sizeof cl[0]; i++) {
@@ -1164,14 +1438,15 @@ static void test_cli_args(void)
         expect_fail("FIFO as -m", args, false);
         snprintf(args, sizeof args, "tokenize -m '%s' hi", ff);
         expect_fail("FIFO as -m (tokenize)", args, false);
-        snprintf(args, sizeof args, "run -m '%s' --tokenizer '%s' -n 2", shared_path("models/stories260K.bin"), ff);
+        snprintf(args, sizeof args, "run -m '%s' --tokenizer '%s' -n 2",
+                 shared_path("models/stories260K.bin"), ff);
         expect_fail("FIFO as --tokenizer (llama2.c)", args, false);
         snprintf(args, sizeof args, "synth --preset tiny --vocab-from '%s' -o %s", ff, O);
         expect_fail("FIFO as --vocab-from", args, false);
         remove(ff);
     }
     /* Each file of a Hugging Face folder as a FIFO (fopen would wait for a writer). */
-    const char *files[3] = {"config.json", "model.safetensors", "tokenizer.json"};
+    const char *files[3] = { "config.json", "model.safetensors", "tokenizer.json" };
     for (int i = 0; i < 3; i++) {
         const char *hd = make_hf("hf_fifo", NULL, NULL, 0, NULL);
         char fp[4300];
@@ -1189,7 +1464,8 @@ static void test_cli_args(void)
     /* A vocabulary-only GGUF where a model is needed. */
     snprintf(args, sizeof args, "run -m '%s' -n 2", shared_path("golden/tokenizer/ggml-vocab-gpt-2.gguf"));
     expect_fail("vocabulary-only GGUF to run", args, false);
-    snprintf(args, sizeof args, "logits -m '%s' --tokens 1", shared_path("golden/tokenizer/ggml-vocab-llama-spm.gguf"));
+    snprintf(args, sizeof args, "logits -m '%s' --tokens 1",
+             shared_path("golden/tokenizer/ggml-vocab-llama-spm.gguf"));
     expect_fail("vocabulary-only GGUF to logits", args, false);
 }
 
@@ -1202,10 +1478,16 @@ static double now_s(void)
 
 int main(void)
 {
-    struct { const char *name; void (*fn)(void); } parts[] = {
-        {"truncation sweeps (in-process)", test_sweeps}, {"GGUF variants", test_gguf_variants},
-        {"GGUF raw patches", test_gguf_raw},             {"llama2.c", test_llama2c},
-        {"Hugging Face folders", test_hf},               {"command lines", test_cli_args},
+    struct {
+        const char *name;
+        void (*fn)(void);
+    } parts[] = {
+        { "truncation sweeps (in-process)", test_sweeps },
+        { "GGUF variants", test_gguf_variants },
+        { "GGUF raw patches", test_gguf_raw },
+        { "llama2.c", test_llama2c },
+        { "Hugging Face folders", test_hf },
+        { "command lines", test_cli_args },
     };
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
         double t0 = now_s();

@@ -21,8 +21,9 @@ static cJSON *bench_json(const char *args, int *rc)
     snprintf(cmd, sizeof cmd, "bench --json %s", args);
     *rc = run_kvinfer(cmd, &out, &err);
     cJSON *j = out ? cJSON_Parse(out) : NULL;
-    if (!j) fprintf(stderr, "bench %s: exit %d, stdout not JSON: %.300s\nstderr: %.500s\n", args, *rc,
-                    out ? out : "", err ? err : "");
+    if (!j)
+        fprintf(stderr, "bench %s: exit %d, stdout not JSON: %.300s\nstderr: %.500s\n", args, *rc,
+                out ? out : "", err ? err : "");
     free(out);
     free(err);
     return j;
@@ -59,11 +60,13 @@ static const char *str(const cJSON *j, const char *key)
 }
 
 /* Checks one result object: its name and counts, and sane figures. */
-static void check_result(const cJSON *r, const char *test, int n_prompt, int n_gen, int depth, int reps, bool roof)
+static void check_result(const cJSON *r, const char *test, int n_prompt, int n_gen, int depth, int reps,
+                         bool roof)
 {
     CHECK(!strcmp(str(r, "test"), test), "test name '%s', expected '%s'", str(r, "test"), test);
     CHECK(num(r, "n_prompt") == n_prompt && num(r, "n_gen") == n_gen && num(r, "n_depth") == depth,
-          "%s: n_prompt %g n_gen %g n_depth %g", test, num(r, "n_prompt"), num(r, "n_gen"), num(r, "n_depth"));
+          "%s: n_prompt %g n_gen %g n_depth %g", test, num(r, "n_prompt"), num(r, "n_gen"),
+          num(r, "n_depth"));
     double avg = num(r, "avg_ts"), sd = num(r, "stddev_ts");
     CHECK(isfinite(avg) && avg > 0 && isfinite(sd) && sd >= 0, "%s: avg_ts %g stddev_ts %g", test, avg, sd);
     const cJSON *s = cJSON_GetObjectItemCaseSensitive(r, "samples_ts");
@@ -72,12 +75,14 @@ static void check_result(const cJSON *r, const char *test, int n_prompt, int n_g
     double sum = 0;
     const cJSON *x;
     cJSON_ArrayForEach(x, s) sum += x->valuedouble;
-    CHECK(fabs(sum / reps - avg) <= 1e-9 * avg, "%s: avg_ts %g is not the mean of the samples %g", test, avg, sum / reps);
+    CHECK(fabs(sum / reps - avg) <= 1e-9 * avg, "%s: avg_ts %g is not the mean of the samples %g", test, avg,
+          sum / reps);
     const char *achieved = n_prompt ? "achieved_gops" : "achieved_gbs";
     CHECK(num(r, achieved) > 0, "%s: %s missing", test, achieved);
     if (roof) {
         const char *limit = n_prompt ? "limit_gops" : "limit_gbs";
-        CHECK(num(r, limit) > 0 && num(r, "roofline_frac") > 0, "%s: %s / roofline_frac missing", test, limit);
+        CHECK(num(r, limit) > 0 && num(r, "roofline_frac") > 0, "%s: %s / roofline_frac missing", test,
+              limit);
     }
 }
 
@@ -119,7 +124,7 @@ int main(void)
     snprintf(args, sizeof args, "-m %s -p 16,4 -n 0 -d 0,20 -r 1 -t 2 --no-hw", model);
     j = bench_ok(args, &res);
     if (j) {
-        const char *names[] = {"pp16", "pp16 @ d20", "pp4", "pp4 @ d20"};
+        const char *names[] = { "pp16", "pp16 @ d20", "pp4", "pp4 @ d20" };
         n_results(res, 4);
         for (int i = 0; i < 4 && i < cJSON_GetArraySize(res); i++)
             check_result(cJSON_GetArrayItem(res, i), names[i], i < 2 ? 16 : 4, 0, i % 2 ? 20 : 0, 1, false);
@@ -130,15 +135,16 @@ int main(void)
     char *out = NULL, *err = NULL;
     snprintf(args, sizeof args, "bench -m %s -p 4 -n 2 -r 1 -t 1 --no-hw", model);
     rc = run_kvinfer(args, &out, &err);
-    CHECK(rc == 0 && out && strstr(out, "pp4") && strstr(out, "tg2") &&
-              strstr(out, "t/s") && strstr(out, "GB/s"),
+    CHECK(rc == 0 && out && strstr(out, "pp4") && strstr(out, "tg2") && strstr(out, "t/s") &&
+              strstr(out, "GB/s"),
           "table: %s", out ? out : "(none)");
     free(out);
     free(err);
 
     /* exit codes */
-    const char *bad[] = {"bench -r 0", "bench -p abc", "bench -p 1,,2", "bench --hw --no-hw", "bench --nonsense",
-                         "bench -m /nonexistent/model.gguf -p 1 -n 1 --no-hw"};
+    const char *bad[] = { "bench -r 0",       "bench -p abc",
+                          "bench -p 1,,2",    "bench --hw --no-hw",
+                          "bench --nonsense", "bench -m /nonexistent/model.gguf -p 1 -n 1 --no-hw" };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         out = err = NULL;
         rc = run_kvinfer(bad[i], &out, &err);
@@ -152,21 +158,23 @@ int main(void)
     CHECK(rc == 0 && j && cJSON_GetArraySize(j) == 1, "bench --hw: exit %d", rc);
     if (j) {
         const cJSON *hw = cJSON_GetObjectItemCaseSensitive(j, "hw");
-        CHECK(num(hw, "threads") == 1 && num(hw, "read_gbs") > 0, "hw: threads %g read %g", num(hw, "threads"),
-              num(hw, "read_gbs"));
+        CHECK(num(hw, "threads") == 1 && num(hw, "read_gbs") > 0, "hw: threads %g read %g",
+              num(hw, "threads"), num(hw, "read_gbs"));
         cJSON_Delete(j);
     }
 
     /* the library call: figures present exactly when the CPU has the instruction */
     kvi_hw_limits hw;
-    kvi_error e = {0};
+    kvi_error e = { 0 };
     rc = kvi_hw_bench(&hw, 1, true, &e);
     CHECK(rc == 0, "kvi_hw_bench: %d %s", rc, e.msg);
     __builtin_cpu_init();
-    CHECK(hw.n_threads == 1 && hw.read_bytes >= ((size_t)16 << 20), "threads %d, buffer %zu", hw.n_threads, hw.read_bytes);
+    CHECK(hw.n_threads == 1 && hw.read_bytes >= ((size_t)16 << 20), "threads %d, buffer %zu", hw.n_threads,
+          hw.read_bytes);
     CHECK(hw.read_gbs > 0.1 && hw.read_gbs < 10000, "read %g GB/s", hw.read_gbs);
     bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    CHECK(avx2 ? hw.fp32_gflops > 0.5 : hw.fp32_gflops == 0, "fp32 %g GFLOP/s (avx2 %d)", hw.fp32_gflops, avx2);
+    CHECK(avx2 ? hw.fp32_gflops > 0.5 : hw.fp32_gflops == 0, "fp32 %g GFLOP/s (avx2 %d)", hw.fp32_gflops,
+          avx2);
     bool vnni = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vnni");
     CHECK(vnni ? hw.int8_gops > 0.5 : hw.int8_gops == 0, "int8 %g GOP/s (vnni %d)", hw.int8_gops, vnni);
     CHECK(cpu_amx_on() ? hw.amx_int8_gops > 0.5 : hw.amx_int8_gops == 0, "amx int8 %g GOP/s (amx %d)",
@@ -175,7 +183,8 @@ int main(void)
           hw.amx_bf16_gflops, cpu_amx_on());
     CHECK(hw.f16_on_amx == (kern_amx_f16_on() != 0), "f16_on_amx %d", hw.f16_on_amx);
     bool bf16 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
-    CHECK(bf16 ? hw.bf16_gflops > 0.5 : hw.bf16_gflops == 0, "bf16 %g GFLOP/s (bf16 %d)", hw.bf16_gflops, bf16);
+    CHECK(bf16 ? hw.bf16_gflops > 0.5 : hw.bf16_gflops == 0, "bf16 %g GFLOP/s (bf16 %d)", hw.bf16_gflops,
+          bf16);
     CHECK(kvi_hw_bench(&hw, -1, true, &e) == KVI_E_INVALID && e.msg[0], "negative threads accepted");
     CHECK(kvi_hw_bench(NULL, 1, true, &e) == KVI_E_INVALID, "NULL output accepted");
 
@@ -187,18 +196,22 @@ int main(void)
     if (m) {
         kvi_model_info in;
         kvi_model_get_info(m, &in);
-        uint64_t d = (uint64_t)in.dim, kvd = (uint64_t)in.n_kv_heads * (uint64_t)in.head_dim, f = (uint64_t)in.ffn_dim;
-        uint64_t mm = (uint64_t)in.n_layers * (2 * d * d + 2 * d * kvd + 3 * d * f) + (uint64_t)in.n_vocab * d;
+        uint64_t d = (uint64_t)in.dim, kvd = (uint64_t)in.n_kv_heads * (uint64_t)in.head_dim,
+                 f = (uint64_t)in.ffn_dim;
+        uint64_t mm =
+            (uint64_t)in.n_layers * (2 * d * d + 2 * d * kvd + 3 * d * f) + (uint64_t)in.n_vocab * d;
         CHECK(kvi_model_matmul_params(m) == mm, "matmul params %llu, expected %llu",
               (unsigned long long)kvi_model_matmul_params(m), (unsigned long long)mm);
         /* all f32: decode reads every matrix (4 bytes each), the norms, at most one embedding row */
         uint64_t norms = (uint64_t)in.n_layers * 2 * d + d;
         size_t db = kvi_model_decode_bytes(m);
-        CHECK(db == 4 * (mm + norms) || db == 4 * (mm + norms + d), "decode bytes %zu, expected %llu (+%llu)", db,
-              (unsigned long long)(4 * (mm + norms)), (unsigned long long)(4 * d));
+        CHECK(db == 4 * (mm + norms) || db == 4 * (mm + norms + d), "decode bytes %zu, expected %llu (+%llu)",
+              db, (unsigned long long)(4 * (mm + norms)), (unsigned long long)(4 * d));
         uint64_t np = kvi_model_n_params(m);
-        CHECK(np == mm + norms || np == mm + norms + (uint64_t)in.n_vocab * d, "n_params %llu", (unsigned long long)np);
-        CHECK(in.weight_bytes == 4 * np, "weight_bytes %zu vs 4 x n_params %llu", in.weight_bytes, (unsigned long long)np);
+        CHECK(np == mm + norms || np == mm + norms + (uint64_t)in.n_vocab * d, "n_params %llu",
+              (unsigned long long)np);
+        CHECK(in.weight_bytes == 4 * np, "weight_bytes %zu vs 4 x n_params %llu", in.weight_bytes,
+              (unsigned long long)np);
         kvi_model_free(m);
     }
     CHECK(kvi_model_n_params(NULL) == 0 && kvi_model_decode_bytes(NULL) == 0, "NULL model");

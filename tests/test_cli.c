@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static char model[4096];   /* quoted path of stories260K.gguf */
+static char model[4096]; /* quoted path of stories260K.gguf */
 
 static int count_char(const char *s, char c)
 {
@@ -65,8 +65,8 @@ static bool ids_equal(const cJSON *arr, const cJSON *gold, int n)
 
 static void test_help_and_errors(void)
 {
-    const char *helps[] = {"--help", "run --help", "logits --help", "tokenize --help",
-                           "detokenize --help", "run -h"};
+    const char *helps[] = { "--help",          "run --help",        "logits --help",
+                            "tokenize --help", "detokenize --help", "run -h" };
     for (size_t i = 0; i < sizeof helps / sizeof helps[0]; i++) {
         char *out = NULL, *err = NULL;
         int rc = run_kvinfer(helps[i], &out, &err);
@@ -77,10 +77,11 @@ static void test_help_and_errors(void)
     }
     char *out = NULL, *err = NULL;
     int rc = run_kvinfer("run --help", &out, &err);
-    const char *flags[] = {"--n-predict", "--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty",
-                           "--repeat-last-n", "--seed", "--threads", "--ctx-size", "--tokens",
-                           "--ignore-eos", "--special", "--kv-type", "--no-kv-cache", "--mmap",
-                           "--tokenizer", "--json", "default 256", "default 0.8"};
+    const char *flags[] = { "--n-predict", "--temp",           "--top-k",         "--top-p",
+                            "--min-p",     "--repeat-penalty", "--repeat-last-n", "--seed",
+                            "--threads",   "--ctx-size",       "--tokens",        "--ignore-eos",
+                            "--special",   "--kv-type",        "--no-kv-cache",   "--mmap",
+                            "--tokenizer", "--json",           "default 256",     "default 0.8" };
     for (size_t i = 0; rc == 0 && i < sizeof flags / sizeof flags[0]; i++)
         CHECK(out && strstr(out, flags[i]), "run --help does not mention %s", flags[i]);
     free(out);
@@ -98,21 +99,21 @@ static void test_help_and_errors(void)
     free(err);
 
     /* the arguments of each, %s standing for the model */
-    const char *bad[] = {"frobnicate",
-                         "--frobnicate",
-                         "run --bogus-flag",
-                         "run -m %s -n abc",
-                         "run -m %s -n 5x",
-                         "run -m %s --temp",
-                         "run -m %s --kv-type q9",
-                         "run -m /nonexistent/dir/model.gguf -p hi",
-                         "run -m %s -f /nonexistent/prompt.txt",
-                         "run -m %s -p 'Once upon a time' -c 3",   /* 5 tokens > 3 */
-                         "run -m %s --tokens 1,99999",
-                         "detokenize -m %s 1,512",   /* vocab is 512 */
-                         "detokenize -m %s 1,x",
-                         "tokenize -m %s --bogus hi",
-                         "logits -m %s --tokens 1 -t many"};
+    const char *bad[] = { "frobnicate",
+                          "--frobnicate",
+                          "run --bogus-flag",
+                          "run -m %s -n abc",
+                          "run -m %s -n 5x",
+                          "run -m %s --temp",
+                          "run -m %s --kv-type q9",
+                          "run -m /nonexistent/dir/model.gguf -p hi",
+                          "run -m %s -f /nonexistent/prompt.txt",
+                          "run -m %s -p 'Once upon a time' -c 3", /* 5 tokens > 3 */
+                          "run -m %s --tokens 1,99999",
+                          "detokenize -m %s 1,512", /* vocab is 512 */
+                          "detokenize -m %s 1,x",
+                          "tokenize -m %s --bogus hi",
+                          "logits -m %s --tokens 1 -t many" };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char args[8192];
         snprintf(args, sizeof args, bad[i], model);
@@ -168,8 +169,7 @@ static void test_tokenize(const cJSON *gold)
     rc = run_kvinfer(args, &out, &err);
     j = rc == 0 ? parse_only_json(out, "tokenize whitespace") : NULL;
     const cJSON *toks = j ? cJSON_GetObjectItem(j, "tokens") : NULL;
-    CHECK(cJSON_GetArraySize(toks) >= 1, "tokenize --no-bos of '  \\n' (exit %d): %s", rc,
-          err ? err : "");
+    CHECK(cJSON_GetArraySize(toks) >= 1, "tokenize --no-bos of '  \\n' (exit %d): %s", rc, err ? err : "");
     /* no BOS (id 1) anywhere */
     for (int i = 0; i < cJSON_GetArraySize(toks); i++)
         CHECK(cJSON_GetArrayItem(toks, i)->valueint != 1, "--no-bos output holds BOS");
@@ -226,9 +226,9 @@ static void test_run(const cJSON *gold)
         CHECK(ids_equal(cJSON_GetObjectItem(j, "tokens"), gg, 20), "greedy tokens differ from golden");
         const cJSON *fr = cJSON_GetObjectItem(j, "finish_reason");
         CHECK(cJSON_IsString(fr) && strcmp(fr->valuestring, "length") == 0, "finish_reason should be length");
-        const char *stats[] = {"n_prompt", "n_gen", "prefill_ms", "prefill_tok_s", "ttft_ms", "decode_ms",
-                               "decode_tok_s", "kv_bytes", "kv_bytes_per_token", "n_threads", "seed",
-                               "rows_computed"};
+        const char *stats[] = { "n_prompt",  "n_gen",        "prefill_ms", "prefill_tok_s",      "ttft_ms",
+                                "decode_ms", "decode_tok_s", "kv_bytes",   "kv_bytes_per_token", "n_threads",
+                                "seed",      "rows_computed" };
         for (size_t i = 0; i < sizeof stats / sizeof stats[0]; i++) stat_num(j, stats[i]);
         CHECK(stat_num(j, "n_prompt") == 5 && stat_num(j, "n_gen") == 20, "n_prompt / n_gen");
         CHECK(stat_num(j, "seed") == 7, "seed not reported");
@@ -236,7 +236,8 @@ static void test_run(const cJSON *gold)
         CHECK(stat_num(j, "rows_computed") == 24, "rows_computed %g, want 24", stat_num(j, "rows_computed"));
         /* f32 K and V: the KV cache grows with the tokens held (24 positions) */
         double bpt = stat_num(j, "kv_bytes_per_token");
-        CHECK(bpt > 0 && stat_num(j, "kv_bytes") >= 24 * bpt, "kv_bytes %g < 24 * %g", stat_num(j, "kv_bytes"), bpt);
+        CHECK(bpt > 0 && stat_num(j, "kv_bytes") >= 24 * bpt, "kv_bytes %g < 24 * %g",
+              stat_num(j, "kv_bytes"), bpt);
         const cJSON *st = cJSON_GetObjectItem(j, "stats");
         const cJSON *kt = st ? cJSON_GetObjectItem(st, "kv_type") : NULL;
         CHECK(cJSON_IsString(kt) && strcmp(kt->valuestring, "f32") == 0, "stats.kv_type should be f32");
@@ -246,7 +247,8 @@ static void test_run(const cJSON *gold)
         const cJSON *text = cJSON_GetObjectItem(j, "text");
         CHECK(cJSON_IsString(text) && cJSON_IsString(gtext) && strlen(text->valuestring) > 20 &&
                   strncmp(gtext->valuestring, text->valuestring, strlen(text->valuestring)) == 0,
-              "text '%s' is not a prefix of the golden greedy_text", cJSON_IsString(text) ? text->valuestring : "");
+              "text '%s' is not a prefix of the golden greedy_text",
+              cJSON_IsString(text) ? text->valuestring : "");
         char ids[1024] = "", args[8192], *out = NULL, *err = NULL;
         const cJSON *toks = cJSON_GetObjectItem(j, "tokens");
         for (int i = 0; i < cJSON_GetArraySize(toks); i++) {
@@ -267,7 +269,8 @@ static void test_run(const cJSON *gold)
     /* without the KV cache: same tokens, rows 5 + (6 + 7 + ... + 24) = 290 */
     cJSON *nk = cmd_json("run", "--temp 0 -n 20 --kv-type f32 --no-kv-cache -p \"Once upon a time\"");
     if (nk) {
-        CHECK(ids_equal(cJSON_GetObjectItem(nk, "tokens"), gg, 20), "--no-kv-cache tokens differ from golden");
+        CHECK(ids_equal(cJSON_GetObjectItem(nk, "tokens"), gg, 20),
+              "--no-kv-cache tokens differ from golden");
         CHECK(stat_num(nk, "rows_computed") == 290, "--no-kv-cache rows_computed %g, want 290",
               stat_num(nk, "rows_computed"));
         if (j) CHECK(stat_num(nk, "rows_computed") > stat_num(j, "rows_computed"), "no-kv rows not larger");
@@ -314,30 +317,32 @@ static void test_logits(const cJSON *gold)
     cJSON *j = cmd_json("logits", "--kv-type f32 -p \"Once upon a time\"");
     const cJSON *gl = cJSON_GetObjectItem(gold, "prompt_logits");
     const cJSON *lg = j ? cJSON_GetObjectItem(j, "logits") : NULL;
-    CHECK(j && ids_equal(cJSON_GetObjectItem(j, "prompt_tokens"), cJSON_GetObjectItem(gold, "prompt_tokens"), 5),
+    CHECK(j && ids_equal(cJSON_GetObjectItem(j, "prompt_tokens"), cJSON_GetObjectItem(gold, "prompt_tokens"),
+                         5),
           "logits prompt_tokens");
     CHECK(cJSON_GetArraySize(lg) == cJSON_GetArraySize(gl) && cJSON_GetArraySize(gl) == 5, "logits rows");
     double maxdiff = 0;
     int n_cmp = 0;
     for (int p = 0; p < cJSON_GetArraySize(lg) && p < cJSON_GetArraySize(gl); p++) {
         const cJSON *a = cJSON_GetArrayItem(lg, p), *b = cJSON_GetArrayItem(gl, p);
-        CHECK(cJSON_GetArraySize(a) == cJSON_GetArraySize(b) && cJSON_GetArraySize(b) == 512, "row %d size", p);
+        CHECK(cJSON_GetArraySize(a) == cJSON_GetArraySize(b) && cJSON_GetArraySize(b) == 512, "row %d size",
+              p);
         for (int v = 0; v < cJSON_GetArraySize(a) && v < cJSON_GetArraySize(b); v++) {
             double d = fabs(cJSON_GetArrayItem(a, v)->valuedouble - cJSON_GetArrayItem(b, v)->valuedouble);
-            if (!(d <= maxdiff)) maxdiff = d;   /* NaN propagates as a failure */
+            if (!(d <= maxdiff)) maxdiff = d; /* NaN propagates as a failure */
             n_cmp++;
         }
     }
-    CHECK(n_cmp == 5 * 512 && maxdiff <= 5e-4, "logits max abs diff %g over %d values (want <= 5e-4)", maxdiff,
-          n_cmp);
+    CHECK(n_cmp == 5 * 512 && maxdiff <= 5e-4, "logits max abs diff %g over %d values (want <= 5e-4)",
+          maxdiff, n_cmp);
     cJSON_Delete(j);
 
     /* text mode: one line per position */
     char args[8192], *out = NULL, *err = NULL;
     snprintf(args, sizeof args, "logits -m %s --kv-type f32 --tokens 1,403", model);
     int rc = run_kvinfer(args, &out, &err);
-    CHECK(rc == 0 && out && count_char(out, '\n') == 2 && strstr(out, " 407 '"),
-          "logits text output: %s", out ? out : "(null)");
+    CHECK(rc == 0 && out && count_char(out, '\n') == 2 && strstr(out, " 407 '"), "logits text output: %s",
+          out ? out : "(null)");
     free(out);
     free(err);
 }
@@ -348,8 +353,8 @@ static void test_truncated_model(void)
     char *data = read_file(shared_path("models/stories260K.gguf"), &len);
     CHECK(data && len > 100000, "cannot read stories260K.gguf");
     if (!data) return;
-    const char *cuts[] = {"cli_trunc_half.gguf", "cli_trunc_head.gguf"};
-    size_t sizes[] = {len / 2, 100};
+    const char *cuts[] = { "cli_trunc_half.gguf", "cli_trunc_head.gguf" };
+    size_t sizes[] = { len / 2, 100 };
     for (int k = 0; k < 2; k++) {
         const char *p = tmp_path(cuts[k]);
         CHECK(write_file(p, data, sizes[k]) == 0, "cannot write %s", p);

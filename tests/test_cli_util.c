@@ -65,7 +65,7 @@ static void test_ids(void)
     CHECK(cli_parse_ids("7 8", &ids, &n) && n == 2 && ids[1] == 8, "7 8");
     free(ids);
     ids = NULL;
-    const char *bad[] = {"1,,2", ",1", "1,", "1,x", "[1,2", "1,2]", "1.5", "99999999999", "1-2"};
+    const char *bad[] = { "1,,2", ",1", "1,", "1,x", "[1,2", "1,2]", "1.5", "99999999999", "1-2" };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         ids = NULL;
         CHECK(!cli_parse_ids(bad[i], &ids, &n), "'%s' should be rejected", bad[i]);
@@ -85,16 +85,24 @@ static void test_utf8(void)
     CHECK(kvi_utf8_complete_prefix("\xf0\x9f\x98\x80", 4) == 4, "complete 4");
     CHECK(kvi_utf8_complete_prefix("a\x80", 2) == 2, "stray continuation is not waited for");
 
-    char *s = kvi_utf8_sanitize("a\xc3\xa9" "b", 4);
-    CHECK(s && strcmp(s, "a\xc3\xa9" "b") == 0, "valid text unchanged");
+    char *s = kvi_utf8_sanitize("a\xc3\xa9"
+                                "b",
+                                4);
+    CHECK(s && strcmp(s, "a\xc3\xa9"
+                         "b") == 0,
+          "valid text unchanged");
     free(s);
-    s = kvi_utf8_sanitize("a\xff" "b", 3);
-    CHECK(s && strcmp(s, "a\xef\xbf\xbd" "b") == 0, "0xFF becomes U+FFFD");
+    s = kvi_utf8_sanitize("a\xff"
+                          "b",
+                          3);
+    CHECK(s && strcmp(s, "a\xef\xbf\xbd"
+                         "b") == 0,
+          "0xFF becomes U+FFFD");
     free(s);
-    s = kvi_utf8_sanitize("\xe2\x98", 2);   /* truncated sequence: two bad bytes */
+    s = kvi_utf8_sanitize("\xe2\x98", 2); /* truncated sequence: two bad bytes */
     CHECK(s && strcmp(s, "\xef\xbf\xbd\xef\xbf\xbd") == 0, "truncated sequence");
     free(s);
-    s = kvi_utf8_sanitize("\xed\xa0\x80", 3);   /* a surrogate */
+    s = kvi_utf8_sanitize("\xed\xa0\x80", 3); /* a surrogate */
     CHECK(s && strlen(s) == 9, "surrogate rejected");
     free(s);
 }
@@ -110,7 +118,7 @@ static void test_files(void)
     free(s);
     CHECK(cli_read_file(tmp_path("does/not/exist.txt"), &len) == NULL, "missing file gives NULL");
 
-    char *argv[] = {"run", "-n", "5", "-m"};
+    char *argv[] = { "run", "-n", "5", "-m" };
     int i = 1;
     const char *v = cli_flag_value(4, argv, &i);
     CHECK(v && strcmp(v, "5") == 0 && i == 2, "flag value");
@@ -150,54 +158,64 @@ static int parse_words(unsigned which, cli_common *o, int n, const char *const *
     return r;
 }
 
-#define ALL_FLAGS                                                                                         \
-    (CLI_OPT_MODEL | CLI_OPT_TOKENIZER | CLI_OPT_MMAP | CLI_OPT_PROMPT | CLI_OPT_THREADS | CLI_OPT_CTX |   \
-     CLI_OPT_KV_TYPE | CLI_OPT_KV_TYPE_KV | CLI_OPT_KV_BLOCK | CLI_OPT_KV_BUDGET | CLI_OPT_NO_PREFIX |     \
+#define ALL_FLAGS                                                                                        \
+    (CLI_OPT_MODEL | CLI_OPT_TOKENIZER | CLI_OPT_MMAP | CLI_OPT_PROMPT | CLI_OPT_THREADS | CLI_OPT_CTX | \
+     CLI_OPT_KV_TYPE | CLI_OPT_KV_TYPE_KV | CLI_OPT_KV_BLOCK | CLI_OPT_KV_BUDGET | CLI_OPT_NO_PREFIX |   \
      CLI_OPT_POLICY)
-#define WORDS(...) (int)(sizeof((const char *const[]){__VA_ARGS__}) / sizeof(const char *)), \
-                   (const char *const[]){__VA_ARGS__}
+#define WORDS(...)                                                                                    \
+    (int)(sizeof((const char *const[]){ __VA_ARGS__ }) / sizeof(const char *)), (const char *const[]) \
+    {                                                                                                 \
+        __VA_ARGS__                                                                                   \
+    }
 
 static void test_common_values(void)
 {
     cli_common o;
     char err[512];
     int stop;
-    int r = parse_words(ALL_FLAGS, &o, WORDS("-t", "3", "-c", "128", "--kv-type", "q8_0"), &stop, err, sizeof err);
-    CHECK(r == 1 && stop == 7 && err[0] == 0, "-t 3 -c 128 --kv-type q8_0: r %d stop %d err '%s'", r, stop, err);
-    CHECK(o.n_threads == 3 && o.n_ctx == 128, "threads %lld ctx %lld", (long long)o.n_threads, (long long)o.n_ctx);
+    int r = parse_words(ALL_FLAGS, &o, WORDS("-t", "3", "-c", "128", "--kv-type", "q8_0"), &stop, err,
+                        sizeof err);
+    CHECK(r == 1 && stop == 7 && err[0] == 0, "-t 3 -c 128 --kv-type q8_0: r %d stop %d err '%s'", r, stop,
+          err);
+    CHECK(o.n_threads == 3 && o.n_ctx == 128, "threads %lld ctx %lld", (long long)o.n_threads,
+          (long long)o.n_ctx);
     CHECK(o.kv_k == KVI_TYPE_Q8_0 && o.kv_v == KVI_TYPE_Q8_0, "--kv-type q8_0 sets K and V");
     CHECK(o.sink == 4 && o.keep == 0 && o.window == 0 && !o.ctx_policy && !o.model && !o.mmap && !o.no_prefix,
           "what was not given keeps its default");
 
     r = parse_words(ALL_FLAGS, &o,
-                    WORDS("-m", "a.gguf", "--tokenizer", "t.bin", "--mmap", "--kv-type-k", "q4", "--kv-type-v",
-                          "f32", "--kv-block", "8", "--kv-budget", "64KiB", "--no-prefix-cache"),
+                    WORDS("-m", "a.gguf", "--tokenizer", "t.bin", "--mmap", "--kv-type-k", "q4",
+                          "--kv-type-v", "f32", "--kv-block", "8", "--kv-budget", "64KiB",
+                          "--no-prefix-cache"),
                     &stop, err, sizeof err);
     CHECK(r == 1 && stop == 15, "model and KV flags: r %d stop %d err '%s'", r, stop, err);
     CHECK(o.model && !strcmp(o.model, "a.gguf") && o.tokenizer && !strcmp(o.tokenizer, "t.bin") && o.mmap,
           "model, tokenizer, mmap");
     CHECK(o.kv_k == KVI_TYPE_KV_Q4 && o.kv_v == KVI_TYPE_F32, "--kv-type-k q4 --kv-type-v f32");
-    CHECK(o.kv_block == 8 && o.kv_budget == 65536 && o.no_prefix, "block %lld budget %zu", (long long)o.kv_block,
-          o.kv_budget);
+    CHECK(o.kv_block == 8 && o.kv_budget == 65536 && o.no_prefix, "block %lld budget %zu",
+          (long long)o.kv_block, o.kv_budget);
     kvi_engine_params ep;
     cli_opt_engine_params(&o, &ep);
     CHECK(ep.kv_type_k == KVI_TYPE_KV_Q4 && ep.kv_type_v == KVI_TYPE_F32 && ep.kv_block_size == 8 &&
               ep.kv_budget_bytes == 65536 && !ep.prefix_cache,
           "applied to the engine parameters");
 
-    r = parse_words(ALL_FLAGS, &o, WORDS("--ctx-policy", "sinks", "--keep", "1", "--sink", "2", "--window", "9"),
-                    &stop, err, sizeof err);
+    r = parse_words(ALL_FLAGS, &o,
+                    WORDS("--ctx-policy", "sinks", "--keep", "1", "--sink", "2", "--window", "9"), &stop, err,
+                    sizeof err);
     CHECK(r == 1 && o.keep == 1 && o.sink == 2 && o.window == 9, "policy numbers");
     CHECK(cli_opt_policy(&o) && !strcmp(cli_opt_policy(&o), "sinks"), "policy sinks");
     cli_opt_engine_params(&o, &ep);
-    CHECK(!strcmp(ep.ctx_policy, "sinks") && ep.n_keep == 1 && ep.n_sink == 2 && ep.n_window == 9, "policy applied");
+    CHECK(!strcmp(ep.ctx_policy, "sinks") && ep.n_keep == 1 && ep.n_sink == 2 && ep.n_window == 9,
+          "policy applied");
     r = parse_words(ALL_FLAGS, &o, WORDS("--ctx-policy", "error"), &stop, err, sizeof err);
     CHECK(r == 1 && o.ctx_policy && !strcmp(o.ctx_policy, "error") && cli_opt_policy(&o) == NULL,
           "--ctx-policy error is kept as given but evicts nothing");
 
-    r = parse_words(ALL_FLAGS, &o, WORDS("-p", "hi", "-f", "x.txt", "--tokens", "1,2", "--special"), &stop, err,
-                    sizeof err);
-    CHECK(r == 1 && !strcmp(o.prompt, "hi") && !strcmp(o.file, "x.txt") && !strcmp(o.tokens, "1,2") && o.special,
+    r = parse_words(ALL_FLAGS, &o, WORDS("-p", "hi", "-f", "x.txt", "--tokens", "1,2", "--special"), &stop,
+                    err, sizeof err);
+    CHECK(r == 1 && !strcmp(o.prompt, "hi") && !strcmp(o.file, "x.txt") && !strcmp(o.tokens, "1,2") &&
+              o.special,
           "prompt flags");
 
     /* no flag: the engine parameters are cli_engine_params_default's */
@@ -209,7 +227,8 @@ static void test_common_values(void)
               ep.kv_type_v == def.kv_type_v && ep.kv_block_size == def.kv_block_size &&
               ep.kv_budget_bytes == def.kv_budget_bytes && ep.prefix_cache == def.prefix_cache &&
               !strcmp(ep.ctx_policy, def.ctx_policy) && ep.n_keep == def.n_keep && ep.n_sink == def.n_sink &&
-              ep.n_window == def.n_window && ep.n_seq_max == def.n_seq_max && ep.n_batch_max == def.n_batch_max,
+              ep.n_window == def.n_window && ep.n_seq_max == def.n_seq_max &&
+              ep.n_batch_max == def.n_batch_max,
           "no flag given: the defaults");
 }
 
@@ -219,7 +238,8 @@ static void test_common_errors(void)
     char err[512];
     int stop;
     int r = parse_words(ALL_FLAGS, &o, WORDS("-t", "1025"), &stop, err, sizeof err);
-    CHECK(r == -1 && !strcmp(err, "kvinfer: error: -t: '1025' is not an integer in [0, 1024]\n") && o.n_threads == 0,
+    CHECK(r == -1 && !strcmp(err, "kvinfer: error: -t: '1025' is not an integer in [0, 1024]\n") &&
+              o.n_threads == 0,
           "-t 1025: r %d '%s'", r, err);
     r = parse_words(ALL_FLAGS, &o, WORDS("--ctx-size", "0"), &stop, err, sizeof err);
     CHECK(r == -1 && !strcmp(err, "kvinfer: error: --ctx-size: '0' is not an integer in [1, 16777216]\n"),
@@ -227,7 +247,8 @@ static void test_common_errors(void)
     r = parse_words(ALL_FLAGS | CLI_OPT_CTX_MIN0, &o, WORDS("-c", "0"), &stop, err, sizeof err);
     CHECK(r == 1 && o.n_ctx == 0, "-c 0 with CTX_MIN0");
     r = parse_words(ALL_FLAGS | CLI_OPT_CTX_MIN4, &o, WORDS("-c", "3"), &stop, err, sizeof err);
-    CHECK(r == -1 && !strcmp(err, "kvinfer: error: -c: '3' is not an integer in [4, 16777216]\n"), "-c 3: '%s'", err);
+    CHECK(r == -1 && !strcmp(err, "kvinfer: error: -c: '3' is not an integer in [4, 16777216]\n"),
+          "-c 3: '%s'", err);
     r = parse_words(ALL_FLAGS | CLI_OPT_TERSE, &o, WORDS("--threads", "x"), &stop, err, sizeof err);
     CHECK(r == -1 && !strcmp(err, "kvinfer: error: --threads: bad value 'x'\n"), "terse: '%s'", err);
     r = parse_words(ALL_FLAGS, &o, WORDS("--kv-block", "4097"), &stop, err, sizeof err);
@@ -235,39 +256,44 @@ static void test_common_errors(void)
     r = parse_words(ALL_FLAGS, &o, WORDS("--sink", "16777217"), &stop, err, sizeof err);
     CHECK(r == -1 && o.sink == 4, "--sink past 2^24");
     r = parse_words(ALL_FLAGS, &o, WORDS("-m"), &stop, err, sizeof err);
-    CHECK(r == -1 && !strcmp(err, "kvinfer: error: flag -m needs a value\n"), "-m without a value: '%s'", err);
+    CHECK(r == -1 && !strcmp(err, "kvinfer: error: flag -m needs a value\n"), "-m without a value: '%s'",
+          err);
 
     /* KV types: the cache's types, any type, or checked later */
     r = parse_words(ALL_FLAGS, &o, WORDS("--kv-type", "bf16"), &stop, err, sizeof err);
-    CHECK(r == -1 && strstr(err, "--kv-type: unknown KV cache type 'bf16'") && o.kv_k == KVI_TYPE_F16, "bf16: '%s'",
-          err);
+    CHECK(r == -1 && strstr(err, "--kv-type: unknown KV cache type 'bf16'") && o.kv_k == KVI_TYPE_F16,
+          "bf16: '%s'", err);
     r = parse_words(ALL_FLAGS | CLI_OPT_KV_ANY, &o, WORDS("--kv-type", "bf16"), &stop, err, sizeof err);
     CHECK(r == 1 && o.kv_k == KVI_TYPE_BF16 && o.kv_v == KVI_TYPE_BF16, "bf16 with KV_ANY");
     r = parse_words(ALL_FLAGS | CLI_OPT_KV_ANY, &o, WORDS("--kv-type", "nope"), &stop, err, sizeof err);
     CHECK(r == -1 && !strcmp(err, "kvinfer: error: --kv-type: unknown type 'nope'\n"), "KV_ANY: '%s'", err);
-    r = parse_words(ALL_FLAGS | CLI_OPT_KV_LATER, &o, WORDS("--kv-type", "nope", "--kv-type-v", "q8_0"), &stop, err,
-                    sizeof err);
+    r = parse_words(ALL_FLAGS | CLI_OPT_KV_LATER, &o, WORDS("--kv-type", "nope", "--kv-type-v", "q8_0"),
+                    &stop, err, sizeof err);
     CHECK(r == 1 && o.kv_k == KVI_TYPE_F16 && !strcmp(o.kv_k_name, "nope") && !strcmp(o.kv_v_name, "q8_0"),
           "KV_LATER keeps the names");
     CHECK(cli_opt_kv_check(&o) == 1, "KV_LATER: 'nope' fails the check");
-    r = parse_words(ALL_FLAGS | CLI_OPT_KV_LATER, &o, WORDS("--kv-type-k", "q4_0", "--kv-type-v", "f32"), &stop, err,
-                    sizeof err);
+    r = parse_words(ALL_FLAGS | CLI_OPT_KV_LATER, &o, WORDS("--kv-type-k", "q4_0", "--kv-type-v", "f32"),
+                    &stop, err, sizeof err);
     CHECK(r == 1 && cli_opt_kv_check(&o) == 0 && o.kv_k == KVI_TYPE_Q4_0 && o.kv_v == KVI_TYPE_F32,
           "KV_LATER: resolved by the check");
 
     /* --kv-budget: 0 only with BUDGET_ZERO */
     r = parse_words(ALL_FLAGS, &o, WORDS("--kv-budget", "0"), &stop, err, sizeof err);
-    CHECK(r == -1 && !strcmp(err, "kvinfer: error: --kv-budget: '0' is not a size (bytes, or like 512MiB, 2GiB)\n"),
+    CHECK(r == -1 &&
+              !strcmp(err, "kvinfer: error: --kv-budget: '0' is not a size (bytes, or like 512MiB, 2GiB)\n"),
           "budget 0: '%s'", err);
     r = parse_words(ALL_FLAGS | CLI_OPT_BUDGET_ZERO, &o, WORDS("--kv-budget", "0"), &stop, err, sizeof err);
     CHECK(r == 1 && o.kv_budget == 0, "budget 0 with BUDGET_ZERO");
     r = parse_words(ALL_FLAGS | CLI_OPT_BUDGET_ZERO, &o, WORDS("--kv-budget", "12Q"), &stop, err, sizeof err);
-    CHECK(r == -1 && !strcmp(err, "kvinfer: error: --kv-budget: '12Q' is not a size\n"), "serve's budget: '%s'", err);
+    CHECK(r == -1 && !strcmp(err, "kvinfer: error: --kv-budget: '12Q' is not a size\n"),
+          "serve's budget: '%s'", err);
 
     r = parse_words(ALL_FLAGS, &o, WORDS("--ctx-policy", "nonsense"), &stop, err, sizeof err);
     CHECK(r == -1 && strstr(err, "--ctx-policy: 'nonsense' is not a policy"), "policy: '%s'", err);
-    r = parse_words(ALL_FLAGS | CLI_OPT_POLICY_UNKNOWN, &o, WORDS("--ctx-policy", "nonsense"), &stop, err, sizeof err);
-    CHECK(r == -1 && strstr(err, "--ctx-policy: unknown policy 'nonsense'"), "policy, perplexity's: '%s'", err);
+    r = parse_words(ALL_FLAGS | CLI_OPT_POLICY_UNKNOWN, &o, WORDS("--ctx-policy", "nonsense"), &stop, err,
+                    sizeof err);
+    CHECK(r == -1 && strstr(err, "--ctx-policy: unknown policy 'nonsense'"), "policy, perplexity's: '%s'",
+          err);
 }
 
 static void test_common_mask(void)
@@ -293,7 +319,8 @@ static void test_common_mask(void)
     CHECK(r == 0 && stop == 1 && o.kv_block == 0, "--kv-block needs CLI_OPT_KV_BLOCK");
     r = parse_words(CLI_OPT_CTX, &o, WORDS("--no-prefix-cache"), &stop, err, sizeof err);
     CHECK(r == 0 && !o.no_prefix, "--no-prefix-cache needs CLI_OPT_NO_PREFIX");
-    r = parse_words(CLI_OPT_KV_TYPE, &o, WORDS("--sink", "2", "--ctx-policy", "shift"), &stop, err, sizeof err);
+    r = parse_words(CLI_OPT_KV_TYPE, &o, WORDS("--sink", "2", "--ctx-policy", "shift"), &stop, err,
+                    sizeof err);
     CHECK(r == 0 && o.sink == 4 && !o.ctx_policy, "policy flags need CLI_OPT_POLICY");
     r = parse_words(CLI_OPT_MODEL, &o, WORDS("-p", "hi"), &stop, err, sizeof err);
     CHECK(r == 0 && !o.prompt, "-p needs CLI_OPT_PROMPT");

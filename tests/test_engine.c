@@ -33,7 +33,8 @@ static int32_t argmax(const float *v)
     return b;
 }
 
-static const int32_t PROMPT[] = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396, 267};
+static const int32_t PROMPT[] = { 1,   403, 407, 261, 378, 432, 383, 286, 261, 376,
+                                  298, 315, 421, 395, 317, 426, 338, 401, 396, 267 };
 #define NP ((int)(sizeof PROMPT / sizeof *PROMPT))
 
 static void invariant1(kvi_type kv, const char *name)
@@ -42,8 +43,8 @@ static void invariant1(kvi_type kv, const char *name)
     if (!e) return;
     float *a = seq_logits(e, PROMPT, NP, false);
     float *b = seq_logits(e, PROMPT, NP, true);
-    CHECK(memcmp(a, b, (size_t)NP * NV * sizeof(float)) == 0,
-          "kv %s: prefill and decode logits differ", name);
+    CHECK(memcmp(a, b, (size_t)NP * NV * sizeof(float)) == 0, "kv %s: prefill and decode logits differ",
+          name);
     /* a prefill split into chunks of 3 rows gives the same bits too */
     kvi_engine *e3 = engine(kv, 2, 1, 3, 0);
     float *c = seq_logits(e3, PROMPT, NP, false);
@@ -61,7 +62,7 @@ static void invariant2(void)
     if (!e) return;
     const int n_gen = 40;
     int32_t cached[64], recomputed[64], seq[128];
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     /* with the cache */
     kvi_seq *s = kvi_seq_create(e);
     kvi_batch *b = kvi_batch_create(128);
@@ -101,10 +102,10 @@ static void invariant2(void)
 /* Three sequences with different prompts, rows interleaved in one batch. */
 static void invariant3(int threads)
 {
-    static const int32_t p2[] = {1, 365, 301, 260, 261, 288, 341, 400};
-    static const int32_t p3[] = {1, 411, 283, 285, 401, 307, 339, 314, 297, 266, 271, 301};
-    const int32_t *ps[3] = {PROMPT, p2, p3};
-    const int ns[3] = {NP, 8, 12};
+    static const int32_t p2[] = { 1, 365, 301, 260, 261, 288, 341, 400 };
+    static const int32_t p3[] = { 1, 411, 283, 285, 401, 307, 339, 314, 297, 266, 271, 301 };
+    const int32_t *ps[3] = { PROMPT, p2, p3 };
+    const int ns[3] = { NP, 8, 12 };
     kvi_engine *alone = engine(KVI_TYPE_F16, 1, 1, 512, 0);
     kvi_engine *e = engine(KVI_TYPE_F16, threads, 3, 512, 0);
     if (!alone || !e) return;
@@ -117,12 +118,13 @@ static void invariant3(int threads)
     for (int i = 0; i < 20; i++)
         for (int k = 0; k < 3; k++)
             if (i < ns[k]) row_of[k][i] = kvi_batch_add(b, s[k], ps[k][i], i, true);
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     CHECK(kvi_step(e, b, &err) == 0, "mixed batch: %s", err.msg);
     for (int k = 0; k < 3; k++) {
         bool same = true;
         for (int i = 0; i < ns[k]; i++)
-            same = same && memcmp(kvi_logits(e, row_of[k][i]), ref[k] + (size_t)i * NV, NV * sizeof(float)) == 0;
+            same =
+                same && memcmp(kvi_logits(e, row_of[k][i]), ref[k] + (size_t)i * NV, NV * sizeof(float)) == 0;
         CHECK(same, "threads %d: sequence %d differs inside a mixed batch", threads, k);
     }
     /* then decode rows of all three in one batch vs. each alone */
@@ -163,13 +165,14 @@ static void accounting_and_errors(void)
     kvi_seq *a = kvi_seq_create(e), *b2 = kvi_seq_create(e);
     CHECK(kvi_seq_create(e) == NULL, "a third sequence must be refused (n_seq_max 2)");
     kvi_batch *b = kvi_batch_create(128);
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     for (int i = 0; i < 20; i++) kvi_batch_add(b, a, PROMPT[i], i, i == 19);
     CHECK(kvi_step(e, b, &err) == 0, "%s", err.msg);
     float *la = malloc(NV * sizeof(float));
     memcpy(la, kvi_logits(e, 19), NV * sizeof(float));
     kvi_stats_get(e, a, &st);
-    CHECK(st.kv_blocks_used == 2 && st.n_tokens == 20, "seq a: %d blocks, %d tokens", st.kv_blocks_used, st.n_tokens);
+    CHECK(st.kv_blocks_used == 2 && st.n_tokens == 20, "seq a: %d blocks, %d tokens", st.kv_blocks_used,
+          st.n_tokens);
     CHECK(st.kv_bytes == 2 * 16 * bpt, "seq a: %zu bytes", st.kv_bytes);
     kvi_stats_get(e, NULL, &st);
     CHECK(st.kv_bytes_allocated == 2 * 16 * bpt && st.kv_bytes == st.kv_bytes_allocated,
@@ -181,7 +184,8 @@ static void accounting_and_errors(void)
     int rc = kvi_step(e, b, &err);
     CHECK(rc == KVI_E_NO_KV_SPACE, "exhausted pool: rc %d", rc);
     CHECK(err.msg[0] != 0, "exhausted pool: no message");
-    CHECK(kvi_seq_len(b2) == 0 && kvi_seq_len(a) == 20, "lengths changed: %d %d", kvi_seq_len(b2), kvi_seq_len(a));
+    CHECK(kvi_seq_len(b2) == 0 && kvi_seq_len(a) == 20, "lengths changed: %d %d", kvi_seq_len(b2),
+          kvi_seq_len(a));
     kvi_stats_get(e, NULL, &st);
     CHECK(st.kv_blocks_used == 2, "failed step leaked blocks: %d used", st.kv_blocks_used);
 
@@ -212,7 +216,7 @@ static void accounting_and_errors(void)
 
     /* a is intact: continuing it gives what a fresh prefill gives */
     kvi_batch_clear(b);
-    kvi_batch_add(b, a, PROMPT[19], 19, true);   /* overwrite the last position */
+    kvi_batch_add(b, a, PROMPT[19], 19, true); /* overwrite the last position */
     CHECK(kvi_step(e, b, &err) == 0, "%s", err.msg);
     CHECK(memcmp(kvi_logits(e, 0), la, NV * sizeof(float)) == 0, "a's cache was disturbed");
 
@@ -224,8 +228,8 @@ static void accounting_and_errors(void)
     kvi_stats_get(e, NULL, &st);
     /* the failed reservation above took the pool's last two blocks before giving them
      * back: all four now have memory, none is in use */
-    CHECK(st.kv_blocks_used == 0 && st.kv_bytes_allocated == 4 * 16 * bpt, "after free: %d used, %zu allocated",
-          st.kv_blocks_used, st.kv_bytes_allocated);
+    CHECK(st.kv_blocks_used == 0 && st.kv_bytes_allocated == 4 * 16 * bpt,
+          "after free: %d used, %zu allocated", st.kv_blocks_used, st.kv_bytes_allocated);
     free(la);
     kvi_batch_free(b);
     kvi_seq_free(b2);

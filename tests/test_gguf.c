@@ -23,7 +23,7 @@
 /* ---- an independent little-endian encoder for hand-made files ------------------ */
 
 typedef struct enc {
-    uint8_t *p;   /* [cap], n used */
+    uint8_t *p; /* [cap], n used */
     size_t n, cap;
 } enc;
 
@@ -39,7 +39,7 @@ static void e_bytes(enc *e, const void *s, size_t n)
 }
 static void e_u32(enc *e, uint32_t v)
 {
-    uint8_t b[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
+    uint8_t b[4] = { (uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24) };
     e_bytes(e, b, 4);
 }
 static void e_u64(enc *e, uint64_t v)
@@ -163,7 +163,7 @@ static int open_copy(const uint8_t *src, size_t len, gguf_ctx **g, kvi_error *er
 /* Expects the file to fail with a message containing `want` (NULL: any message). */
 static void expect_bad(const uint8_t *p, size_t len, const char *what, const char *want)
 {
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     gguf_ctx *g = (gguf_ctx *)1;
     uint8_t *c = malloc(len);
     if (!c) abort();
@@ -187,14 +187,14 @@ static void test_corpus(void)
     if (!m) abort();
 
     /* The unmodified file must open and read back as encoded. */
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     gguf_ctx *g = NULL;
     memcpy(m, src, n);
     int rc = gguf_open_mem(m, n, &g, &err);
     CHECK(rc == 0, "base file: %s", err.msg);
     if (rc == 0) {
         CHECK(gguf_n_kv(g) == 4 && gguf_n_tensors(g) == 2, "base counts");
-        int32_t a[3] = {0};
+        int32_t a[3] = { 0 };
         CHECK(gguf_get_arr_i32(g, "test.ar1", a, 3, &err) == 0 && a[0] == 7 && a[1] == -8 && a[2] == 9,
               "base i32 array");
         size_t len = 99;
@@ -212,17 +212,19 @@ static void test_corpus(void)
     /* Every truncation fails (the data section is needed by the tensors). */
     int trunc_ok = 0;
     for (size_t len = 0; len < n; len++) {
-        kvi_error e2 = {0};
+        kvi_error e2 = { 0 };
         int r = open_copy(src, len, &g, &e2);
-        if (r < 0 && e2.msg[0]) trunc_ok++;
-        else CHECK(0, "truncation at %zu: rc %d msg '%s'", len, r, e2.msg);
+        if (r < 0 && e2.msg[0])
+            trunc_ok++;
+        else
+            CHECK(0, "truncation at %zu: rc %d msg '%s'", len, r, e2.msg);
     }
     CHECK(trunc_ok == (int)n, "truncations failing: %d of %zu", trunc_ok, n);
 
-#define MUT(what, want, stmt)        \
-    do {                             \
-        memcpy(m, src, n);           \
-        stmt;                        \
+#define MUT(what, want, stmt)         \
+    do {                              \
+        memcpy(m, src, n);            \
+        stmt;                         \
         expect_bad(m, n, what, want); \
     } while (0)
 
@@ -301,7 +303,7 @@ static void test_corpus(void)
         memcpy(m, src, n);
         int flips = 1 + (int)(trand_u64(&rs) % 4);
         for (int k = 0; k < flips; k++) m[trand_u64(&rs) % hdr] = (uint8_t)trand_u64(&rs);
-        kvi_error e2 = {0};
+        kvi_error e2 = { 0 };
         int r = open_copy(m, n, &g, &e2);
         if (r < 0) {
             fails++;
@@ -313,16 +315,16 @@ static void test_corpus(void)
     /* The file API: a truncated file and a tiny file on disk, both read modes. */
     const char *tp = tmp_path("gguf_trunc.gguf");
     for (int mm = 0; mm < 2; mm++) {
-        size_t cuts[3] = {n - 1, n / 2, 10};
+        size_t cuts[3] = { n - 1, n / 2, 10 };
         for (int k = 0; k < 3; k++) {
             CHECK(write_file(tp, src, cuts[k]) == 0, "write %s", tp);
-            kvi_error e2 = {0};
+            kvi_error e2 = { 0 };
             g = (gguf_ctx *)1;
             int r = gguf_open(tp, mm != 0, &g, &e2);
             CHECK(r < 0 && e2.msg[0] && g == NULL, "file cut at %zu (mmap %d): rc %d", cuts[k], mm, r);
             CHECK(strstr(e2.msg, "gguf_trunc.gguf") != NULL, "message names the file: %s", e2.msg);
         }
-        kvi_error e2 = {0};
+        kvi_error e2 = { 0 };
         CHECK(gguf_open(tmp_path("no_such_file.gguf"), mm != 0, &g, &e2) == KVI_E_IO && e2.msg[0],
               "missing file: %s", e2.msg);
     }
@@ -336,7 +338,7 @@ static void test_corpus(void)
 static int64_t get_i(gguf_ctx *g, const char *key)
 {
     int64_t v = -12345;
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     int rc = gguf_get_int(g, key, &v, &err);
     CHECK(rc == 0, "get_int %s: rc %d %s", key, rc, err.msg);
     return v;
@@ -344,7 +346,7 @@ static int64_t get_i(gguf_ctx *g, const char *key)
 
 static void test_stories(bool use_mmap)
 {
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     gguf_ctx *g = NULL;
     int rc = gguf_open(shared_path("models/stories260K.gguf"), use_mmap, &g, &err);
     CHECK(rc == 0, "open stories260K.gguf (mmap %d): %s", use_mmap, err.msg);
@@ -353,7 +355,8 @@ static void test_stories(bool use_mmap)
     CHECK(gguf_alignment(g) == 32, "alignment %zu", gguf_alignment(g));
     CHECK(gguf_file_size(g) == 1185376, "file size %zu", gguf_file_size(g));
     CHECK(((uintptr_t)gguf_file_data(g) & 63) == 0, "buffer 64-byte aligned");
-    CHECK(gguf_get_str(g, "general.architecture") && strcmp(gguf_get_str(g, "general.architecture"), "llama") == 0,
+    CHECK(gguf_get_str(g, "general.architecture") &&
+              strcmp(gguf_get_str(g, "general.architecture"), "llama") == 0,
           "architecture");
     CHECK(get_i(g, "llama.embedding_length") == 64, "embedding_length");
     CHECK(get_i(g, "llama.block_count") == 5, "block_count");
@@ -364,7 +367,8 @@ static void test_stories(bool use_mmap)
     CHECK(get_i(g, "tokenizer.ggml.eos_token_id") == 2, "eos");
     double eps = 0;
     CHECK(gguf_get_float(g, "llama.attention.layer_norm_rms_epsilon", &eps, &err) == 0 && eps > 0.9e-5 &&
-              eps < 1.1e-5, "rms epsilon %g", eps);
+              eps < 1.1e-5,
+          "rms epsilon %g", eps);
     int64_t dummy;
     CHECK(gguf_get_int(g, "no.such.key", &dummy, &err) == -1, "absent key");
     err.msg[0] = 0;
@@ -374,7 +378,8 @@ static void test_stories(bool use_mmap)
 
     gguf_vtype et = GGUF_T_COUNT;
     uint64_t nt = 0;
-    CHECK(gguf_get_arr_info(g, "tokenizer.ggml.tokens", &et, &nt, &err) == 0 && et == GGUF_T_STRING && nt == 512,
+    CHECK(gguf_get_arr_info(g, "tokenizer.ggml.tokens", &et, &nt, &err) == 0 && et == GGUF_T_STRING &&
+              nt == 512,
           "tokens: type %d n %llu", et, (unsigned long long)nt);
     size_t len = 0;
     const char *s = gguf_get_arr_str(g, "tokenizer.ggml.tokens", 1, &len);
@@ -384,12 +389,15 @@ static void test_stories(bool use_mmap)
     CHECK(gguf_get_arr_str(g, "tokenizer.ggml.tokens", 512, &len) == NULL, "token 512 out of range");
     float scores[512];
     CHECK(gguf_get_arr_f32(g, "tokenizer.ggml.scores", scores, 512, &err) == 0, "scores: %s", err.msg);
-    CHECK(gguf_get_arr_f32(g, "tokenizer.ggml.scores", scores, 513, &err) == KVI_E_FORMAT, "513 scores must fail");
+    CHECK(gguf_get_arr_f32(g, "tokenizer.ggml.scores", scores, 513, &err) == KVI_E_FORMAT,
+          "513 scores must fail");
 
     const gguf_tensor *t = gguf_find_tensor(g, "output_norm.weight");
-    CHECK(t && t->n_dims == 1 && t->ne[0] == 64 && t->type == KVI_TYPE_F32 && t->nbytes == 256, "output_norm");
+    CHECK(t && t->n_dims == 1 && t->ne[0] == 64 && t->type == KVI_TYPE_F32 && t->nbytes == 256,
+          "output_norm");
     const gguf_tensor *fd = gguf_find_tensor(g, "blk.0.ffn_down.weight");
-    CHECK(fd && fd->n_dims == 2 && fd->ne[0] == 172 && fd->ne[1] == 64 && fd->nbytes == 172 * 64 * 4, "ffn_down");
+    CHECK(fd && fd->n_dims == 2 && fd->ne[0] == 172 && fd->ne[1] == 64 && fd->nbytes == 172 * 64 * 4,
+          "ffn_down");
     const gguf_tensor *te = gguf_find_tensor(g, "token_embd.weight");
     CHECK(te && te->ne[0] == 64 && te->ne[1] == 512, "token_embd");
     CHECK(gguf_find_tensor(g, "blk.5.ffn_down.weight") == NULL, "absent tensor");
@@ -406,8 +414,8 @@ static void test_stories(bool use_mmap)
     CHECK(bin != NULL, "read stories260K.bin");
     if (bin && te && fd && t) {
         const size_t dim = 64, ffn = 172, L = 5, kvd = 32, voc = 512;
-        size_t w2_off = 28 + 4 * (voc * dim + L * dim + L * dim * dim + 2 * L * kvd * dim + L * dim * dim + L * dim +
-                                  L * ffn * dim);
+        size_t w2_off = 28 + 4 * (voc * dim + L * dim + L * dim * dim + 2 * L * kvd * dim + L * dim * dim +
+                                  L * dim + L * ffn * dim);
         size_t fin_off = w2_off + 4 * (2 * L * ffn * dim);
         CHECK(blen > fin_off + 256, "bin size");
         if (blen > fin_off + 256) {
@@ -427,13 +435,13 @@ static void test_stories(bool use_mmap)
         int bad = 0;
         for (size_t len = 0; len <= hdr; len++) {
             gguf_ctx *g2;
-            kvi_error e2 = {0};
+            kvi_error e2 = { 0 };
             if (open_copy(img, len, &g2, &e2) >= 0 || !e2.msg[0]) bad++;
         }
         for (int k = 1; k < 64; k++) {
             size_t len = hdr + (size - hdr) * (size_t)k / 64;
             gguf_ctx *g2;
-            kvi_error e2 = {0};
+            kvi_error e2 = { 0 };
             if (open_copy(img, len, &g2, &e2) >= 0 || !e2.msg[0]) bad++;
         }
         CHECK(bad == 0, "%d truncations of stories260K.gguf opened or gave no message", bad);
@@ -443,14 +451,19 @@ static void test_stories(bool use_mmap)
 
 static void test_vocab_files(void)
 {
-    static const struct { const char *file; uint64_t n; const char *model; const char *tok1; } v[] = {
-        {"golden/tokenizer/ggml-vocab-llama-spm.gguf", 32000, "llama", "<s>"},
-        {"golden/tokenizer/ggml-vocab-phi-3.gguf", 32064, "llama", "<s>"},
-        {"golden/tokenizer/ggml-vocab-gpt-2.gguf", 50257, "gpt2", "\""},
-        {"golden/tokenizer/ggml-vocab-deepseek-llm.gguf", 0, "gpt2", NULL},
+    static const struct {
+        const char *file;
+        uint64_t n;
+        const char *model;
+        const char *tok1;
+    } v[] = {
+        { "golden/tokenizer/ggml-vocab-llama-spm.gguf", 32000, "llama", "<s>" },
+        { "golden/tokenizer/ggml-vocab-phi-3.gguf", 32064, "llama", "<s>" },
+        { "golden/tokenizer/ggml-vocab-gpt-2.gguf", 50257, "gpt2", "\"" },
+        { "golden/tokenizer/ggml-vocab-deepseek-llm.gguf", 0, "gpt2", NULL },
     };
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
-        kvi_error err = {0};
+        kvi_error err = { 0 };
         gguf_ctx *g = NULL;
         int rc = gguf_open(shared_path(v[i].file), i % 2 == 1, &g, &err);
         CHECK(rc == 0, "open %s: %s", v[i].file, err.msg);
@@ -462,8 +475,10 @@ static void test_vocab_files(void)
         uint64_t n = 0;
         CHECK(gguf_get_arr_info(g, "tokenizer.ggml.tokens", &et, &n, &err) == 0 && et == GGUF_T_STRING,
               "%s: tokens", v[i].file);
-        if (v[i].n) CHECK(n == v[i].n, "%s: %llu tokens", v[i].file, (unsigned long long)n);
-        else CHECK(n > 1000, "%s: %llu tokens", v[i].file, (unsigned long long)n);
+        if (v[i].n)
+            CHECK(n == v[i].n, "%s: %llu tokens", v[i].file, (unsigned long long)n);
+        else
+            CHECK(n > 1000, "%s: %llu tokens", v[i].file, (unsigned long long)n);
         if (v[i].tok1) {
             size_t len;
             const char *s = gguf_get_arr_str(g, "tokenizer.ggml.tokens", 1, &len);
@@ -472,7 +487,7 @@ static void test_vocab_files(void)
         gguf_close(g);
     }
 
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     gguf_ctx *g = NULL;
     int rc = gguf_open(shared_path("golden/quant/qtest-q4_k_m.gguf"), false, &g, &err);
     CHECK(rc == 0, "open qtest-q4_k_m.gguf: %s", err.msg);
@@ -496,20 +511,26 @@ static void test_vocab_files(void)
 
 /* ---- round trip ------------------------------------------------------------------- */
 
-typedef struct rt_tensor { const char *name; kvi_type type; uint32_t n_dims; int64_t ne[4]; size_t nbytes; } rt_tensor;
+typedef struct rt_tensor {
+    const char *name;
+    kvi_type type;
+    uint32_t n_dims;
+    int64_t ne[4];
+    size_t nbytes;
+} rt_tensor;
 
 static void test_round_trip(void)
 {
     /* nbytes by hand: F32 12x3x4, F16 8x2x2, Q8_0 2 blocks x 34 x 3, Q4_K 144 x 2,
      * BF16 5x2, Q6_K 210 x 1 x 1 x 2, an empty F32 (0 x 4). */
     static const rt_tensor ts[] = {
-        {"a.f32", KVI_TYPE_F32, 2, {12, 3, 1, 1}, 144},
-        {"b.f16", KVI_TYPE_F16, 2, {8, 2, 1, 1}, 32},
-        {"c.q8_0", KVI_TYPE_Q8_0, 2, {64, 3, 1, 1}, 204},
-        {"d.q4_k", KVI_TYPE_Q4_K, 2, {256, 2, 1, 1}, 288},
-        {"e.bf16", KVI_TYPE_BF16, 1, {5, 1, 1, 1}, 10},
-        {"f.q6_k.4d", KVI_TYPE_Q6_K, 4, {256, 1, 1, 2}, 420},
-        {"g.empty", KVI_TYPE_F32, 2, {0, 4, 1, 1}, 0},
+        { "a.f32", KVI_TYPE_F32, 2, { 12, 3, 1, 1 }, 144 },
+        { "b.f16", KVI_TYPE_F16, 2, { 8, 2, 1, 1 }, 32 },
+        { "c.q8_0", KVI_TYPE_Q8_0, 2, { 64, 3, 1, 1 }, 204 },
+        { "d.q4_k", KVI_TYPE_Q4_K, 2, { 256, 2, 1, 1 }, 288 },
+        { "e.bf16", KVI_TYPE_BF16, 1, { 5, 1, 1, 1 }, 10 },
+        { "f.q6_k.4d", KVI_TYPE_Q6_K, 4, { 256, 1, 1, 2 }, 420 },
+        { "g.empty", KVI_TYPE_F32, 2, { 0, 4, 1, 1 }, 0 },
     };
     const int nt = (int)(sizeof ts / sizeof ts[0]);
     uint8_t *data[7];
@@ -538,29 +559,31 @@ static void test_round_trip(void)
     rc |= gguf_writer_set_str(w, "v.str", "héllo wörld");
     rc |= gguf_writer_set_i32(w, "v.replaced", 1);
     rc |= gguf_writer_set_i32(w, "v.replaced", 2);
-    static const char *const strs[] = {"<unk>", "<s>", "", "▁the", "a b c"};
+    static const char *const strs[] = { "<unk>", "<s>", "", "▁the", "a b c" };
     rc |= gguf_writer_set_arr_str(w, "a.str", strs, 5);
-    const float fa[4] = {0.5f, -1.25f, 3e10f, -7.0f};
+    const float fa[4] = { 0.5f, -1.25f, 3e10f, -7.0f };
     rc |= gguf_writer_set_arr_f32(w, "a.f32", fa, 4);
-    const int32_t ia[3] = {-1, 0, 2147483647};
+    const int32_t ia[3] = { -1, 0, 2147483647 };
     rc |= gguf_writer_set_arr_i32(w, "a.i32", ia, 3);
-    const uint8_t u8a[3] = {1, 2, 255};
+    const uint8_t u8a[3] = { 1, 2, 255 };
     rc |= gguf_writer_set_arr(w, "a.u8", GGUF_T_UINT8, u8a, 3);
-    const int16_t i16a[2] = {-300, 300};
+    const int16_t i16a[2] = { -300, 300 };
     rc |= gguf_writer_set_arr(w, "a.i16", GGUF_T_INT16, i16a, 2);
-    const uint64_t u64a[2] = {1ull << 40, 3};
+    const uint64_t u64a[2] = { 1ull << 40, 3 };
     rc |= gguf_writer_set_arr(w, "a.u64", GGUF_T_UINT64, u64a, 2);
-    const double f64a[2] = {0.1, -0.2};
+    const double f64a[2] = { 0.1, -0.2 };
     rc |= gguf_writer_set_arr(w, "a.f64", GGUF_T_FLOAT64, f64a, 2);
     rc |= gguf_writer_set_arr(w, "a.empty", GGUF_T_INT32, NULL, 0);
     CHECK(rc == 0, "setters");
     for (int i = 0; i < nt; i++)
-        CHECK(gguf_writer_add_tensor(w, ts[i].name, ts[i].type, ts[i].n_dims, ts[i].ne) == 0, "add %s", ts[i].name);
+        CHECK(gguf_writer_add_tensor(w, ts[i].name, ts[i].type, ts[i].n_dims, ts[i].ne) == 0, "add %s",
+              ts[i].name);
 
     /* Rejected declarations. */
-    const int64_t ne33[1] = {33}, ne_neg[2] = {32, -1};
+    const int64_t ne33[1] = { 33 }, ne_neg[2] = { 32, -1 };
     CHECK(gguf_writer_add_tensor(w, "a.f32", KVI_TYPE_F32, 1, ne33) == KVI_E_INVALID, "duplicate tensor");
-    CHECK(gguf_writer_add_tensor(w, "x", KVI_TYPE_Q8_0, 1, ne33) == KVI_E_INVALID, "ne0 not a block multiple");
+    CHECK(gguf_writer_add_tensor(w, "x", KVI_TYPE_Q8_0, 1, ne33) == KVI_E_INVALID,
+          "ne0 not a block multiple");
     CHECK(gguf_writer_add_tensor(w, "x", (kvi_type)99, 1, ne33) == KVI_E_INVALID, "unknown type");
     CHECK(gguf_writer_add_tensor(w, "x", KVI_TYPE_F32, 2, ne_neg) == KVI_E_INVALID, "negative ne");
     CHECK(gguf_writer_add_tensor(w, "x", KVI_TYPE_F32, 5, ne33) == KVI_E_INVALID, "n_dims 5");
@@ -572,7 +595,7 @@ static void test_round_trip(void)
     FILE *f = fopen(path, "wb");
     CHECK(f != NULL, "create %s", path);
     if (!f) return;
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     CHECK(gguf_writer_write_tensor(w, f, 0, data[0], &err) == KVI_E_INVALID, "tensor before header");
     CHECK(gguf_writer_write_header(w, f, &err) == 0, "header: %s", err.msg);
     CHECK(gguf_writer_write_tensor(w, f, 1, data[1], &err) == KVI_E_INVALID && err.msg[0], "out of order");
@@ -591,7 +614,8 @@ static void test_round_trip(void)
         CHECK(get_u32_at(img + 8) == (uint32_t)nt && get_u32_at(img + 12) == 0, "n_tensors");
         CHECK(get_u32_at(img + 16) == 22 && get_u32_at(img + 20) == 0, "n_kv = 22 (one replaced)");
         CHECK(get_u32_at(img + 24) == 20 && memcmp(img + 32, "general.architecture", 20) == 0, "first key");
-        CHECK(get_u32_at(img + 52) == GGUF_T_STRING && get_u32_at(img + 56) == 5 && memcmp(img + 64, "llama", 5) == 0,
+        CHECK(get_u32_at(img + 52) == GGUF_T_STRING && get_u32_at(img + 56) == 5 &&
+                  memcmp(img + 64, "llama", 5) == 0,
               "first value");
         CHECK(flen % 32 == 0, "file padded to 32: %zu", flen);
     }
@@ -606,7 +630,9 @@ static void test_round_trip(void)
         double dv = 0;
         bool bv = false;
         CHECK(gguf_n_kv(g) == 22, "n_kv %lld", (long long)gguf_n_kv(g));
-        CHECK(gguf_get_int(g, "v.u8", &iv, &err) == 0 && iv == 250 && gguf_kv_type(g, gguf_find_key(g, "v.u8")) == GGUF_T_UINT8, "u8");
+        CHECK(gguf_get_int(g, "v.u8", &iv, &err) == 0 && iv == 250 &&
+                  gguf_kv_type(g, gguf_find_key(g, "v.u8")) == GGUF_T_UINT8,
+              "u8");
         CHECK(gguf_get_int(g, "v.i8", &iv, &err) == 0 && iv == -100, "i8");
         CHECK(gguf_get_int(g, "v.u16", &iv, &err) == 0 && iv == 65000, "u16");
         CHECK(gguf_get_int(g, "v.i16", &iv, &err) == 0 && iv == -32000, "i16");
@@ -624,23 +650,27 @@ static void test_round_trip(void)
         CHECK(gguf_get_bool(g, "v.i32", &bv, &err) == KVI_E_FORMAT, "i32 as bool must fail");
         uint64_t n = 0;
         gguf_vtype et;
-        CHECK(gguf_get_arr_info(g, "a.str", &et, &n, &err) == 0 && et == GGUF_T_STRING && n == 5, "str array");
+        CHECK(gguf_get_arr_info(g, "a.str", &et, &n, &err) == 0 && et == GGUF_T_STRING && n == 5,
+              "str array");
         for (int k = 0; k < 5; k++) {
             size_t len;
             const char *e = gguf_get_arr_str(g, "a.str", (uint64_t)k, &len);
             CHECK(e && len == strlen(strs[k]) && memcmp(e, strs[k], len) == 0, "str array [%d]", k);
         }
-        float fb[4] = {0};
+        float fb[4] = { 0 };
         CHECK(gguf_get_arr_f32(g, "a.f32", fb, 4, &err) == 0 && memcmp(fb, fa, sizeof fa) == 0, "f32 array");
-        int32_t ib[3] = {0};
+        int32_t ib[3] = { 0 };
         CHECK(gguf_get_arr_i32(g, "a.i32", ib, 3, &err) == 0 && memcmp(ib, ia, sizeof ia) == 0, "i32 array");
-        CHECK(gguf_get_arr_i32(g, "a.u8", ib, 3, &err) == 0 && ib[0] == 1 && ib[1] == 2 && ib[2] == 255, "u8 array");
+        CHECK(gguf_get_arr_i32(g, "a.u8", ib, 3, &err) == 0 && ib[0] == 1 && ib[1] == 2 && ib[2] == 255,
+              "u8 array");
         CHECK(gguf_get_arr_i32(g, "a.i16", ib, 2, &err) == 0 && ib[0] == -300 && ib[1] == 300, "i16 array");
         CHECK(gguf_get_arr_i32(g, "a.u64", ib, 2, &err) == KVI_E_FORMAT, "2^40 into int32 must fail");
-        CHECK(gguf_get_arr_f32(g, "a.u64", fb, 2, &err) == 0 && fb[0] == 1099511627776.0f && fb[1] == 3.0f, "u64 array");
+        CHECK(gguf_get_arr_f32(g, "a.u64", fb, 2, &err) == 0 && fb[0] == 1099511627776.0f && fb[1] == 3.0f,
+              "u64 array");
         CHECK(gguf_get_arr_f32(g, "a.f64", fb, 2, &err) == 0 && fb[0] == 0.1f && fb[1] == -0.2f, "f64 array");
         CHECK(gguf_get_arr_i32(g, "a.f32", ib, 1, &err) == KVI_E_FORMAT, "float array as int32 must fail");
-        CHECK(gguf_get_arr_info(g, "a.empty", &et, &n, &err) == 0 && et == GGUF_T_INT32 && n == 0, "empty array");
+        CHECK(gguf_get_arr_info(g, "a.empty", &et, &n, &err) == 0 && et == GGUF_T_INT32 && n == 0,
+              "empty array");
         CHECK(gguf_get_arr_info(g, "v.i32", &et, &n, &err) == KVI_E_FORMAT, "scalar is not an array");
 
         CHECK(gguf_n_tensors(g) == nt, "n_tensors");
@@ -654,7 +684,8 @@ static void test_round_trip(void)
             CHECK(memcmp(t->ne, ts[i].ne, sizeof t->ne) == 0, "%s ne", t->name);
             CHECK(t->nbytes == ts[i].nbytes, "%s nbytes %zu, expected %zu", t->name, t->nbytes, ts[i].nbytes);
             CHECK(t->offset % 32 == 0, "%s offset aligned", t->name);
-            CHECK((const uint8_t *)t->data == (const uint8_t *)gguf_file_data(g) + data_off + t->offset, "%s data", t->name);
+            CHECK((const uint8_t *)t->data == (const uint8_t *)gguf_file_data(g) + data_off + t->offset,
+                  "%s data", t->name);
             CHECK(t->nbytes == 0 || memcmp(t->data, data[i], t->nbytes) == 0, "%s bytes", t->name);
         }
         gguf_close(g);
@@ -666,14 +697,14 @@ static void test_round_trip(void)
 /* A tokenizer section copied from stories260K into a new file reads back the same. */
 static void test_copy_kv(void)
 {
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     gguf_ctx *src = NULL;
     int rc = gguf_open(shared_path("models/stories260K.gguf"), false, &src, &err);
     CHECK(rc == 0, "open: %s", err.msg);
     if (rc) return;
     gguf_writer *w = gguf_writer_create();
-    static const char *keys[] = {"tokenizer.ggml.model", "tokenizer.ggml.tokens", "tokenizer.ggml.scores",
-                                 "tokenizer.ggml.token_type", "tokenizer.ggml.bos_token_id"};
+    static const char *keys[] = { "tokenizer.ggml.model", "tokenizer.ggml.tokens", "tokenizer.ggml.scores",
+                                  "tokenizer.ggml.token_type", "tokenizer.ggml.bos_token_id" };
     for (int i = 0; i < 5; i++) CHECK(gguf_writer_copy_kv(w, src, keys[i]) == 0, "copy %s", keys[i]);
     CHECK(gguf_writer_copy_kv(w, src, "no.such.key") < 0, "copy of an absent key must fail");
     const char *path = tmp_path("gguf_copykv.gguf");
@@ -698,9 +729,11 @@ static void test_copy_kv(void)
         CHECK(same == 512, "%d of 512 tokens equal", same);
         static float s1[512], s2[512];
         CHECK(gguf_get_arr_f32(g, "tokenizer.ggml.scores", s1, 512, &err) == 0 &&
-                  gguf_get_arr_f32(src, "tokenizer.ggml.scores", s2, 512, &err) == 0 && memcmp(s1, s2, sizeof s1) == 0,
+                  gguf_get_arr_f32(src, "tokenizer.ggml.scores", s2, 512, &err) == 0 &&
+                  memcmp(s1, s2, sizeof s1) == 0,
               "scores equal");
-        CHECK(gguf_get_str(g, "tokenizer.ggml.model") && strcmp(gguf_get_str(g, "tokenizer.ggml.model"), "llama") == 0,
+        CHECK(gguf_get_str(g, "tokenizer.ggml.model") &&
+                  strcmp(gguf_get_str(g, "tokenizer.ggml.model"), "llama") == 0,
               "model");
         gguf_close(g);
     }
@@ -712,7 +745,7 @@ static void test_copy_kv(void)
  * opened with mmap (the read() path would have to read all of it). */
 static void test_large_offset(void)
 {
-    enc e = {0};
+    enc e = { 0 };
     const uint64_t off = 5ull << 30;
     e_bytes(&e, "GGUF", 4);
     e_u32(&e, 3);
@@ -729,7 +762,7 @@ static void test_large_offset(void)
     int fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0644);
     CHECK(fd >= 0, "create %s", path);
     if (fd < 0) return;
-    const float vals[8] = {1, -2, 3, -4, 5, -6, 7, -8};
+    const float vals[8] = { 1, -2, 3, -4, 5, -6, 7, -8 };
     bool ok = write(fd, e.p, e.n) == (ssize_t)e.n &&
               pwrite(fd, vals, sizeof vals, (off_t)(data_off + off)) == (ssize_t)sizeof vals;
     close(fd);
@@ -739,7 +772,7 @@ static void test_large_offset(void)
         remove(path);
         return;
     }
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     gguf_ctx *g = NULL;
     int rc = gguf_open(path, true, &g, &err);
     CHECK(rc == 0, "open sparse file: %s", err.msg);

@@ -19,7 +19,7 @@ static int run_logits(kvi_model *m, const int32_t *ids, int n, float *out, int n
     kvi_engine_params_default(&ep);
     ep.n_threads = 2;
     ep.n_ctx = 64;
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     kvi_engine *e = kvi_engine_create(m, &ep, &err);
     CHECK(e != NULL, "engine: %s", err.msg);
     if (!e) return -1;
@@ -42,10 +42,18 @@ static int run_logits(kvi_model *m, const int32_t *ids, int n, float *out, int n
 int main(void)
 {
     /* n_vocab 32000: two 32000 x 512 Q8_0 matrices, ~35 MB */
-    const kvi_synth_params p = {.dim = 512, .ffn_dim = 1024, .n_layers = 2, .n_heads = 8, .n_kv_heads = 4,
-                                .n_vocab = 32000, .n_ctx = 64, .type = KVI_TYPE_Q8_0, .seed = 7, .name = "map-test"};
+    const kvi_synth_params p = { .dim = 512,
+                                 .ffn_dim = 1024,
+                                 .n_layers = 2,
+                                 .n_heads = 8,
+                                 .n_kv_heads = 4,
+                                 .n_vocab = 32000,
+                                 .n_ctx = 64,
+                                 .type = KVI_TYPE_Q8_0,
+                                 .seed = 7,
+                                 .name = "map-test" };
     const char *path = tmp_path("gguf_map.gguf");
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     int rc = kvi_synth_write(&p, path, &err);
     CHECK(rc == 0, "synth: %s", err.msg);
     if (rc) return test_main_end();
@@ -56,8 +64,8 @@ int main(void)
     if (gr && gm) {
         const size_t n = gguf_file_size(gr);
         CHECK(n >= ((size_t)32 << 20) && n == gguf_file_size(gm), "sizes %zu %zu", n, gguf_file_size(gm));
-        CHECK(((uintptr_t)gguf_file_data(gm) & (((uintptr_t)2 << 20) - 1)) == 0, "mapping at %p is not 2 MiB-aligned",
-              gguf_file_data(gm));
+        CHECK(((uintptr_t)gguf_file_data(gm) & (((uintptr_t)2 << 20) - 1)) == 0,
+              "mapping at %p is not 2 MiB-aligned", gguf_file_data(gm));
         CHECK(memcmp(gguf_file_data(gr), gguf_file_data(gm), n) == 0, "mapped bytes differ from read bytes");
         gguf_prefault(gm);
         gguf_prefault(gr);
@@ -78,9 +86,10 @@ int main(void)
     kvi_model *mb = kvi_model_load(path, &lp, &err);
     CHECK(ma && mb && la && lb, "load: %s", err.msg);
     if (ma && mb && la && lb) {
-        const int32_t ids[] = {1, 500, 31999, 42, 7};
+        const int32_t ids[] = { 1, 500, 31999, 42, 7 };
         int ra = run_logits(ma, ids, 5, la, 32000), rb = run_logits(mb, ids, 5, lb, 32000);
-        CHECK(ra == 0 && rb == 0 && memcmp(la, lb, 32000 * sizeof(float)) == 0, "mapped model's logits differ");
+        CHECK(ra == 0 && rb == 0 && memcmp(la, lb, 32000 * sizeof(float)) == 0,
+              "mapped model's logits differ");
         bool nonzero = false;
         for (int i = 0; i < 32000; i++) nonzero |= la[i] != 0.0f;
         CHECK(nonzero, "all logits zero");

@@ -58,7 +58,7 @@ static void check_case(kvi_model *m, const char *case_path, bool check_prompt_id
     kvi_seq *s = kvi_seq_create(e);
     kvi_batch *b = kvi_batch_create(n_prompt + 1);
     for (int i = 0; i < n_prompt; i++) kvi_batch_add(b, s, prompt[i], i, true);
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     int rc = kvi_step(e, b, &err);
     CHECK(rc == 0, "%s: prefill: %s", label, err.msg);
     double maxdiff = 0;
@@ -86,7 +86,7 @@ static void check_case(kvi_model *m, const char *case_path, bool check_prompt_id
     for (int g = 0; g < n_greedy && pos < n_ctx; g++) {
         if (tok != greedy[g]) break;
         match++;
-        if (tok == 2) break;   /* EOS: the golden continuation goes on past it; stop comparing */
+        if (tok == 2) break; /* EOS: the golden continuation goes on past it; stop comparing */
         kvi_batch_clear(b);
         kvi_batch_add(b, s, tok, pos++, true);
         if (kvi_step(e, b, &err) != 0) break;
@@ -97,7 +97,8 @@ static void check_case(kvi_model *m, const char *case_path, bool check_prompt_id
     }
     const int want = n_greedy;
     bool stopped_at_eos = match > 0 && greedy[match - 1] == 2;
-    CHECK(match == want || stopped_at_eos, "%s: greedy continuation matches %d of %d tokens", label, match, want);
+    CHECK(match == want || stopped_at_eos, "%s: greedy continuation matches %d of %d tokens", label, match,
+          want);
     printf("%s: greedy tokens matching: %d of %d\n", label, match, want);
     kvi_batch_free(b);
     kvi_seq_free(s);
@@ -110,7 +111,7 @@ done:
 
 static kvi_model *load(const char *rel)
 {
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     kvi_load_params lp;
     kvi_load_params_default(&lp);
     kvi_model *m = kvi_model_load(shared_path(rel), &lp, &err);
@@ -138,7 +139,7 @@ static void check_quant(const char *type)
     kvi_seq *s = kvi_seq_create(e);
     kvi_batch *b = kvi_batch_create(n);
     for (int i = 0; i < n; i++) kvi_batch_add(b, s, toks[i], i, true);
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     int rc = kvi_step(e, b, &err);
     CHECK(rc == 0, "qtest-%s: %s", type, err.msg);
     const int nv = kvi_n_vocab(m);
@@ -154,8 +155,10 @@ static void check_quant(const char *type)
     }
     const double rel_err = sqrt(num / den);
     double tol = 0.03;
-    if (!strcmp(type, "f32")) tol = 0.002;
-    else if (!strcmp(type, "f16") || !strcmp(type, "bf16")) tol = 0.01;
+    if (!strcmp(type, "f32"))
+        tol = 0.002;
+    else if (!strcmp(type, "f16") || !strcmp(type, "bf16"))
+        tol = 0.01;
     CHECK(rel_err < tol, "qtest-%s: relative error %.4g >= %.3g", type, rel_err, tol);
     printf("qtest-%-6s relative error vs llama.cpp %.5f (tolerance %.3f)\n", type, rel_err, tol);
     free(toks);
@@ -168,8 +171,8 @@ static void check_quant(const char *type)
 
 int main(void)
 {
-    const char *cases[] = {"golden/stories260K/case1.json", "golden/stories260K/case2.json",
-                           "golden/stories260K/case3.json", "golden/stories260K/case4.json"};
+    const char *cases[] = { "golden/stories260K/case1.json", "golden/stories260K/case2.json",
+                            "golden/stories260K/case3.json", "golden/stories260K/case4.json" };
     kvi_model *m = load("models/stories260K.gguf");
     if (m) {
         for (int i = 0; i < 4; i++) check_case(m, shared_path(cases[i]), true, cases[i] + 7);
@@ -191,8 +194,8 @@ int main(void)
         check_case(m, shared_path("golden/tinystories656K/case2.json"), false, "tinystories656K case2");
         kvi_model_free(m);
     }
-    const char *types[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1",
-                           "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "q4_k_m"};
+    const char *types[] = { "f32",  "f16",  "bf16", "q8_0", "q4_0", "q4_1", "q5_0",
+                            "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "q4_k_m" };
     for (size_t i = 0; i < sizeof types / sizeof *types; i++) check_quant(types[i]);
     return test_main_end();
 }

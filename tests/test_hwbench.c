@@ -42,7 +42,7 @@ static void test_methods(void)
     CHECK(buf != NULL, "out of memory");
     if (!buf) return;
     uint64_t seed = 0x9E3779B97F4A7C15ull;
-    for (size_t i = 0; i < cap; i++) buf[i] = (uint8_t)(xorshift(&seed) >> 24) | 1;   /* never zero */
+    for (size_t i = 0; i < cap; i++) buf[i] = (uint8_t)(xorshift(&seed) >> 24) | 1; /* never zero */
 
     CHECK(naive_sum(buf, 4099) == hw_read_ref(buf, 4099), "reference != written-out checksum");
     const int nm = hw_read_n_methods();
@@ -53,11 +53,12 @@ static void test_methods(void)
         supported++;
         int bad = 0;
         for (size_t n = 0; n <= 2100; n++) {
-            const size_t off = n % 67;   /* unaligned starts too */
+            const size_t off = n % 67; /* unaligned starts too */
             if (hw_read_sum(m, buf + off, n) != hw_read_ref(buf + off, n)) bad++;
         }
-        CHECK(bad == 0, "%s: %d of the lengths 0..2100 differ from the reference", hw_read_method_name(m), bad);
-        const size_t big[] = {(size_t)1 << 20, ((size_t)3 << 20) + 1000, 8192 * 16 + 7, 16384 * 8 - 64};
+        CHECK(bad == 0, "%s: %d of the lengths 0..2100 differ from the reference", hw_read_method_name(m),
+              bad);
+        const size_t big[] = { (size_t)1 << 20, ((size_t)3 << 20) + 1000, 8192 * 16 + 7, 16384 * 8 - 64 };
         for (size_t k = 0; k < sizeof big / sizeof big[0]; k++)
             for (size_t off = 0; off < 130; off += 64 + 1) {
                 const uint64_t got = hw_read_sum(m, buf + off, big[k]), want = hw_read_ref(buf + off, big[k]);
@@ -79,14 +80,15 @@ static void test_methods(void)
 static void test_bench_fields(void)
 {
     kvi_hw_limits hw;
-    kvi_error e = {0};
+    kvi_error e = { 0 };
     CHECK(kvi_hw_bench(&hw, 2, true, &e) == 0, "kvi_hw_bench: %s", e.msg);
     CHECK(hw.n_read_methods == 1 && hw.read_method && hw.read_methods[0].method &&
               !strcmp(hw.read_method, hw.read_methods[0].method),
           "quick: %d methods", hw.n_read_methods);
     CHECK(hw.read_gbs > 0 && hw.read_gbs == hw.read_methods[0].median_gbs &&
               hw.read_methods[0].best_gbs >= hw.read_methods[0].median_gbs,
-          "read %g median %g best %g", hw.read_gbs, hw.read_methods[0].median_gbs, hw.read_methods[0].best_gbs);
+          "read %g median %g best %g", hw.read_gbs, hw.read_methods[0].median_gbs,
+          hw.read_methods[0].best_gbs);
 }
 
 int main(void)

@@ -52,13 +52,16 @@ static void test_isa(void)
     }
     kern_isa_set(KVI_ISA_AVX512);
     CHECK(kern_isa_active() == best, "set is capped at the CPU's best");
-    CHECK(strcmp(kern_isa_str(KVI_ISA_AVX2), "avx2") == 0 && strcmp(kern_isa_str(KVI_ISA_SCALAR), "scalar") == 0 &&
-              strcmp(kern_isa_str(KVI_ISA_AVX512), "avx512") == 0, "isa strings");
+    CHECK(strcmp(kern_isa_str(KVI_ISA_AVX2), "avx2") == 0 &&
+              strcmp(kern_isa_str(KVI_ISA_SCALAR), "scalar") == 0 &&
+              strcmp(kern_isa_str(KVI_ISA_AVX512), "avx512") == 0,
+          "isa strings");
 }
 
 static void test_dot(void)
 {
-    static const int64_t lens[] = {1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 127, 255, 257, 1000, 4097};
+    static const int64_t lens[] = { 1,  2,  3,  7,  8,   9,   15,  16,  17,   31,  32,
+                                    33, 63, 64, 65, 100, 127, 255, 257, 1000, 4097 };
     enum { MAXN = 4097 };
     float *a = malloc(MAXN * sizeof(float)), *b = malloc(MAXN * sizeof(float));
     uint64_t rs = 777;
@@ -75,7 +78,8 @@ static void test_dot(void)
                 float d = kern_dot_f32(a + off, b + off, n), r = kern_dot_f32_ref(a + off, b + off, n);
                 if (!(fabs((double)d - r) <= 2e-6 * mag + 1e-7)) {
                     bad++;
-                    CHECK(0, "%s dot n=%lld off=%d: %.9g vs ref %.9g", kern_isa_str((kern_isa)isa), (long long)n, off, d, r);
+                    CHECK(0, "%s dot n=%lld off=%d: %.9g vs ref %.9g", kern_isa_str((kern_isa)isa),
+                          (long long)n, off, d, r);
                 }
             }
         }
@@ -105,7 +109,7 @@ static void test_get_row(void)
     for (int k = 0; k < N_TYPES; k++) {
         kvi_type t = ALL_TYPES[k];
         void *w = random_matrix(t, n_out, n_in, &rs);
-        kern_tensor W = {w, t, n_in, n_out, KVI_LAYOUT_ROWS};
+        kern_tensor W = { w, t, n_in, n_out, KVI_LAYOUT_ROWS };
         size_t rb = quant_row_bytes(t, n_in);
         for (int isa = 0; isa <= (int)kern_isa_detect(); isa++) {
             kern_isa_set((kern_isa)isa);
@@ -115,7 +119,8 @@ static void test_get_row(void)
                 kern_tensor_get_row(&W, j, got);
                 bad += memcmp(ref, got, (size_t)n_in * sizeof(float)) != 0;
             }
-            CHECK(bad == 0, "%s get_row (%s) differs from reference", kvi_type_name(t), kern_isa_str((kern_isa)isa));
+            CHECK(bad == 0, "%s get_row (%s) differs from reference", kvi_type_name(t),
+                  kern_isa_str((kern_isa)isa));
         }
         got[0] = 7.0f;
         CHECK(kern_tensor_get_row(&W, n_out, got) == KVI_E_INVALID && got[0] == 7.0f,
@@ -159,7 +164,8 @@ static void test_q8_act(void)
     for (int b = 0; b < N / 32; b++) {
         int sum = 0;
         for (int i = 0; i < 32; i++) sum += qa[b].qs[i];
-        bad += qa[b].d != quant_f16_to_f32(ref[b].d) || memcmp(qa[b].qs, ref[b].qs, 32) != 0 || qa[b].sum != sum;
+        bad +=
+            qa[b].d != quant_f16_to_f32(ref[b].d) || memcmp(qa[b].qs, ref[b].qs, 32) != 0 || qa[b].sum != sum;
         bad += fabsf(qa[b].s - qa[b].d * (float)sum) > 1e-3f * fabsf(qa[b].d * (float)sum) + 1e-6f;
     }
     CHECK(bad == 0, "q8 activation blocks differ from Q8_0 quantisation in %d blocks", bad);
@@ -174,8 +180,8 @@ static void test_q8_act(void)
     int s32 = 0;
     for (int i = 32; i < 64; i++) s32 += k.qs[i];
     CHECK(k.sum32[1] == s32 && k.sum16[3] == k.qs[48] + k.qs[49] + k.qs[50] + k.qs[51] + k.qs[52] + k.qs[53] +
-                                                k.qs[54] + k.qs[55] + k.qs[56] + k.qs[57] + k.qs[58] + k.qs[59] +
-                                                k.qs[60] + k.qs[61] + k.qs[62] + k.qs[63],
+                                                 k.qs[54] + k.qs[55] + k.qs[56] + k.qs[57] + k.qs[58] +
+                                                 k.qs[59] + k.qs[60] + k.qs[61] + k.qs[62] + k.qs[63],
           "q8_K sums");
     /* hand dot: Q8_0 weight block of ones (d = 0.5) times activation quants 1..32
      * (d_x from the block): isum = 528, y = 0.5 * d_x * 528 */
@@ -186,7 +192,8 @@ static void test_q8_act(void)
     for (int i = 0; i < 32; i++) xs[i] = (float)(i + 1);
     kern_q8a xa;
     kern_q8_quantize_act(KVI_TYPE_Q8_0, xs, &xa, 32);
-    CHECK(xa.qs[31] == 127 && xa.d == quant_f16_to_f32(quant_f32_to_f16(32.0f / 127.0f)), "q8 act hand block");
+    CHECK(xa.qs[31] == 127 && xa.d == quant_f16_to_f32(quant_f32_to_f16(32.0f / 127.0f)),
+          "q8 act hand block");
     int isum = 0;
     for (int i = 0; i < 32; i++) isum += xa.qs[i];
     CHECK(kern_q8_dot_ref(KVI_TYPE_Q8_0, &wb, &xa, 32) == 0.5f * xa.d * (float)isum, "q8 hand dot");
@@ -205,13 +212,14 @@ static void test_q8_exact(tpool *pool)
         kvi_type t = ALL_TYPES[k];
         if (kern_q8_act_type(t) == KVI_TYPE_F32) continue;
         void *wq = random_matrix(t, n_out, n_in, &rs);
-        kern_tensor W = {wq, t, n_in, n_out, KVI_LAYOUT_ROWS};
+        kern_tensor W = { wq, t, n_in, n_out, KVI_LAYOUT_ROWS };
         size_t xrb = kern_q8_act_row_bytes(t, n_in), rb = quant_row_bytes(t, n_in);
         uint8_t *xq = malloc(xrb * 9);
         for (int r = 0; r < 9; r++) kern_q8_quantize_act(t, x + r * n_in, xq + (size_t)r * xrb, n_in);
         for (int r = 0; r < 9; r++)
             for (int64_t j = 0; j < n_out; j++)
-                yr[r * n_out + j] = kern_q8_dot_ref(t, (const uint8_t *)wq + (size_t)j * rb, xq + (size_t)r * xrb, n_in);
+                yr[r * n_out + j] =
+                    kern_q8_dot_ref(t, (const uint8_t *)wq + (size_t)j * rb, xq + (size_t)r * xrb, n_in);
         for (int isa = 0; isa <= (int)kern_isa_detect(); isa++) {
             kern_isa_set((kern_isa)isa);
             int bad = 0;
@@ -219,7 +227,8 @@ static void test_q8_exact(tpool *pool)
                 kern_matmul(pool, &W, x, n_in, nr, y, n_out);
                 bad += memcmp(y, yr, (size_t)(nr * n_out) * sizeof(float)) != 0;
             }
-            CHECK(bad == 0, "%s/%s: integer path differs from kern_q8_dot_ref", kvi_type_name(t), kern_isa_str((kern_isa)isa));
+            CHECK(bad == 0, "%s/%s: integer path differs from kern_q8_dot_ref", kvi_type_name(t),
+                  kern_isa_str((kern_isa)isa));
         }
         free(xq);
         free(wq);
@@ -237,8 +246,8 @@ static void test_q8_exact(tpool *pool)
  * inputs in chunks, carrying accumulators through y). */
 static void test_qgemm_tiles(void)
 {
-    const int64_t n_in = 37 * 32, n_out = 87, max_rows = 31, x_cap = 5 * QK_K;   /* x_cap >= every nin */
-    const kvi_type types[] = {KVI_TYPE_Q8_0, KVI_TYPE_Q4_0, KVI_TYPE_Q5_0, KVI_TYPE_Q4_1, KVI_TYPE_Q6_K};
+    const int64_t n_in = 37 * 32, n_out = 87, max_rows = 31, x_cap = 5 * QK_K; /* x_cap >= every nin */
+    const kvi_type types[] = { KVI_TYPE_Q8_0, KVI_TYPE_Q4_0, KVI_TYPE_Q5_0, KVI_TYPE_Q4_1, KVI_TYPE_Q6_K };
     uint64_t rs = 4242;
     float *x = malloc((size_t)(max_rows * x_cap) * sizeof(float));
     float *y = malloc((size_t)(max_rows * n_out) * sizeof(float));
@@ -248,15 +257,16 @@ static void test_qgemm_tiles(void)
         const kvi_type t = types[k];
         const int64_t nin = kern_q8_act_type(t) == KVI_TYPE_Q8_K ? 5 * QK_K : n_in;
         void *wq = random_matrix(t, n_out, nin, &rs);
-        kern_tensor W = {wq, t, nin, n_out, KVI_LAYOUT_ROWS};
+        kern_tensor W = { wq, t, nin, n_out, KVI_LAYOUT_ROWS };
         const size_t xrb = kern_q8_act_row_bytes(t, nin), rb = quant_row_bytes(t, nin);
         uint8_t *xq = malloc(xrb * (size_t)max_rows);
         for (int r = 0; r < max_rows; r++) {
             kern_q8_quantize_act(t, x + r * nin, xq + (size_t)r * xrb, nin);
             for (int64_t j = 0; j < n_out; j++)
-                yr[r * n_out + j] = kern_q8_dot_ref(t, (const uint8_t *)wq + (size_t)j * rb, xq + (size_t)r * xrb, nin);
+                yr[r * n_out + j] =
+                    kern_q8_dot_ref(t, (const uint8_t *)wq + (size_t)j * rb, xq + (size_t)r * xrb, nin);
         }
-        const int threads[] = {1, 2, 4};
+        const int threads[] = { 1, 2, 4 };
         for (int ti = 0; ti < 3; ti++) {
             tpool *pool = tpool_create(threads[ti]);
             int bad = 0;
@@ -265,7 +275,8 @@ static void test_qgemm_tiles(void)
                 kern_matmul(pool, &W, x, nin, nr, y, n_out);
                 bad += memcmp(y, yr, (size_t)(nr * n_out) * sizeof(float)) != 0;
             }
-            CHECK(bad == 0, "%s, %d threads: %d row counts differ from kern_q8_dot_ref", kvi_type_name(t), threads[ti], bad);
+            CHECK(bad == 0, "%s, %d threads: %d row counts differ from kern_q8_dot_ref", kvi_type_name(t),
+                  threads[ti], bad);
             tpool_free(pool);
         }
         free(xq);
@@ -290,10 +301,10 @@ static void test_matmul_vs_ref(tpool *pool)
     for (int k = 0; k < N_TYPES; k++) {
         kvi_type t = ALL_TYPES[k];
         void *wq = random_matrix(t, n_out, n_in, &rs);
-        kern_tensor W = {wq, t, n_in, n_out, KVI_LAYOUT_ROWS};
+        kern_tensor W = { wq, t, n_in, n_out, KVI_LAYOUT_ROWS };
         kern_matmul_ref(&W, x, ldx, n_rows, yr, ldy);
         const bool q8 = kern_q8_act_type(t) != KVI_TYPE_F32;
-        float *xd = malloc((size_t)(n_rows * ldx) * sizeof(float));   /* [n_rows][ldx] */
+        float *xd = malloc((size_t)(n_rows * ldx) * sizeof(float)); /* [n_rows][ldx] */
         memcpy(xd, x, (size_t)(n_rows * ldx) * sizeof(float));
         if (q8) {
             /* the integer path multiplies the 8-bit activations: reference = the
@@ -301,7 +312,8 @@ static void test_matmul_vs_ref(tpool *pool)
             for (int64_t r = 0; r < n_rows; r++) q8_dequant_act(t, x + r * ldx, xd + r * ldx, n_in);
             for (int64_t j = 0; j < n_out; j++) {
                 kern_tensor_get_row(&W, j, w);
-                for (int64_t r = 0; r < n_rows; r++) yr[r * ldy + j] = kern_dot_f32_ref(xd + r * ldx, w, n_in);
+                for (int64_t r = 0; r < n_rows; r++)
+                    yr[r * ldy + j] = kern_dot_f32_ref(xd + r * ldx, w, n_in);
             }
             if (t == KVI_TYPE_Q4_1 || t == KVI_TYPE_Q5_1) {
                 /* these use the block sum s = d * sum(q) rounded through f16 (as
@@ -315,8 +327,9 @@ static void test_matmul_vs_ref(tpool *pool)
                         for (int64_t b = 0; b < n_in / 32; b++) {
                             const uint8_t *blk = (const uint8_t *)wq + (size_t)j * rb + (size_t)b * bb;
                             quant_f16 mh;
-                            memcpy(&mh, blk + 2, 2);   /* m follows d in both layouts */
-                            c += (double)quant_f16_to_f32(mh) * ((double)xa[b].s - (double)xa[b].d * xa[b].sum);
+                            memcpy(&mh, blk + 2, 2); /* m follows d in both layouts */
+                            c += (double)quant_f16_to_f32(mh) *
+                                 ((double)xa[b].s - (double)xa[b].d * xa[b].sum);
                         }
                         yr[r * ldy + j] = (float)(yr[r * ldy + j] + c);
                     }
@@ -336,13 +349,15 @@ static void test_matmul_vs_ref(tpool *pool)
                     double e = fabs((double)y[r * ldy + j] - yr[r * ldy + j]);
                     if (!(e <= 1e-4 * mag + 1e-6)) {
                         if (bad++ < 3)
-                            CHECK(0, "%s/%s y[%lld][%lld] = %.7g, ref %.7g", kvi_type_name(t), kern_isa_str((kern_isa)isa),
-                                  (long long)r, (long long)j, y[r * ldy + j], yr[r * ldy + j]);
+                            CHECK(0, "%s/%s y[%lld][%lld] = %.7g, ref %.7g", kvi_type_name(t),
+                                  kern_isa_str((kern_isa)isa), (long long)r, (long long)j, y[r * ldy + j],
+                                  yr[r * ldy + j]);
                     }
                 }
                 for (int64_t j = n_out; j < ldy; j++) pad += y[r * ldy + j] != -777.0f;
             }
-            CHECK(bad == 0, "%s/%s matmul vs ref: %d outputs off", kvi_type_name(t), kern_isa_str((kern_isa)isa), bad);
+            CHECK(bad == 0, "%s/%s matmul vs ref: %d outputs off", kvi_type_name(t),
+                  kern_isa_str((kern_isa)isa), bad);
             CHECK(pad == 0, "%s matmul wrote into the stride padding", kvi_type_name(t));
         }
         free(wq);
@@ -352,28 +367,31 @@ static void test_matmul_vs_ref(tpool *pool)
     /* hand check: W = [[1,2],[3,4],[5,6]] (rows), x = [1, -1] -> y = [-1, -1, -1] at f32
      * with n_in a block-free 2 */
     {
-        float wm[6] = {1, 2, 3, 4, 5, 6}, xv[2] = {1, -1}, yv[3];
-        kern_tensor W = {wm, KVI_TYPE_F32, 2, 3, KVI_LAYOUT_ROWS};
+        float wm[6] = { 1, 2, 3, 4, 5, 6 }, xv[2] = { 1, -1 }, yv[3];
+        kern_tensor W = { wm, KVI_TYPE_F32, 2, 3, KVI_LAYOUT_ROWS };
         kern_matmul(pool, &W, xv, 2, 1, yv, 3);
-        CHECK(yv[0] == -1.0f && yv[1] == -1.0f && yv[2] == -1.0f, "hand matmul %g %g %g", yv[0], yv[1], yv[2]);
+        CHECK(yv[0] == -1.0f && yv[1] == -1.0f && yv[2] == -1.0f, "hand matmul %g %g %g", yv[0], yv[1],
+              yv[2]);
     }
     /* bad arguments: an error code, no output written, no crash */
     {
-        float yv[4] = {1, 2, 3, 4};
-        kern_tensor W = {x, (kvi_type)4, 32, 4, KVI_LAYOUT_ROWS};
+        float yv[4] = { 1, 2, 3, 4 };
+        kern_tensor W = { x, (kvi_type)4, 32, 4, KVI_LAYOUT_ROWS };
         CHECK(kern_matmul(pool, &W, x, 32, 1, yv, 4) == KVI_E_INVALID, "unknown type refused");
         CHECK(yv[0] == 1 && yv[3] == 4, "unknown type: output untouched");
-        kern_tensor W2 = {x, KVI_TYPE_Q4_0, 33, 4, KVI_LAYOUT_ROWS};
+        kern_tensor W2 = { x, KVI_TYPE_Q4_0, 33, 4, KVI_LAYOUT_ROWS };
         CHECK(kern_matmul(pool, &W2, x, 33, 1, yv, 4) == KVI_E_INVALID, "partial block refused");
-        CHECK(kern_matmul_ref(&W2, x, 33, 1, yv, 4) == KVI_E_INVALID, "partial block refused by the reference");
-        kern_tensor W3 = {x, KVI_TYPE_F32, 32, 4, KVI_LAYOUT_ROWS};
+        CHECK(kern_matmul_ref(&W2, x, 33, 1, yv, 4) == KVI_E_INVALID,
+              "partial block refused by the reference");
+        kern_tensor W3 = { x, KVI_TYPE_F32, 32, 4, KVI_LAYOUT_ROWS };
         CHECK(kern_matmul(pool, &W3, x, 31, 1, yv, 4) == KVI_E_INVALID, "ldx < n_in refused");
         CHECK(kern_matmul(pool, &W3, x, 32, 1, yv, 3) == KVI_E_INVALID, "ldy < n_out refused");
         CHECK(kern_matmul(pool, &W3, NULL, 32, 1, yv, 4) == KVI_E_INVALID, "no input refused");
-        const kern_tensor *ws[2] = {&W3, &W2};
-        float *ys[2] = {yv, yv};
-        const int64_t lds[2] = {4, 4};
-        CHECK(kern_matmul_multi(pool, 2, ws, x, 33, 1, ys, lds) == KVI_E_INVALID, "multi: a bad matrix refused");
+        const kern_tensor *ws[2] = { &W3, &W2 };
+        float *ys[2] = { yv, yv };
+        const int64_t lds[2] = { 4, 4 };
+        CHECK(kern_matmul_multi(pool, 2, ws, x, 33, 1, ys, lds) == KVI_E_INVALID,
+              "multi: a bad matrix refused");
         CHECK(yv[0] == 1 && yv[3] == 4, "refusals wrote nothing");
         CHECK(kern_matmul(pool, &W3, x, 32, 1, yv, 4) == KVI_OK && yv[0] != 1, "a good call succeeds");
     }
@@ -399,7 +417,7 @@ static void test_bit_identity(void)
         kvi_type t = ALL_TYPES[k];
         if (quant_row_bytes(t, n_in) == 0) continue;
         void *wq = random_matrix(t, n_out, n_in, &rs);
-        kern_tensor W = {wq, t, n_in, n_out, KVI_LAYOUT_ROWS};
+        kern_tensor W = { wq, t, n_in, n_out, KVI_LAYOUT_ROWS };
         for (int isa = 0; isa <= (int)kern_isa_detect(); isa++) {
             kern_isa_set((kern_isa)isa);
             kern_matmul(p2, &W, x, n_in, n_rows, yb, n_out);
@@ -411,11 +429,11 @@ static void test_bit_identity(void)
             CHECK(bad_rows == 0, "%s/%s: %d rows differ alone vs in a batch", kvi_type_name(t),
                   kern_isa_str((kern_isa)isa), bad_rows);
             kern_matmul(p1, &W, x, n_in, n_rows, yt, n_out);
-            CHECK(memcmp(yt, yb, (size_t)(n_rows * n_out) * sizeof(float)) == 0, "%s/%s: 1 vs 2 threads differ",
-                  kvi_type_name(t), kern_isa_str((kern_isa)isa));
+            CHECK(memcmp(yt, yb, (size_t)(n_rows * n_out) * sizeof(float)) == 0,
+                  "%s/%s: 1 vs 2 threads differ", kvi_type_name(t), kern_isa_str((kern_isa)isa));
             kern_matmul(p3, &W, x, n_in, n_rows, yt, n_out);
-            CHECK(memcmp(yt, yb, (size_t)(n_rows * n_out) * sizeof(float)) == 0, "%s/%s: 3 vs 2 threads differ",
-                  kvi_type_name(t), kern_isa_str((kern_isa)isa));
+            CHECK(memcmp(yt, yb, (size_t)(n_rows * n_out) * sizeof(float)) == 0,
+                  "%s/%s: 3 vs 2 threads differ", kvi_type_name(t), kern_isa_str((kern_isa)isa));
         }
         free(wq);
     }
@@ -429,17 +447,17 @@ static void test_bit_identity(void)
     free(y1);
 }
 
-
 /* Decode shapes: 1..4 input rows (the AVX-512 row-major path for Q8_0/Q4_0) give
  * kern_q8_dot_ref's bits and the bits of the same rows inside a 64-row product, for
  * every ISA and 1..3 threads; n_in = 416 leaves a partial group of blocks. */
 static void test_gemv_exact(void)
 {
-    const int64_t n_ins[2] = {416, 2048}, n_out = 53, n_big = 64;
+    const int64_t n_ins[2] = { 416, 2048 }, n_out = 53, n_big = 64;
     uint64_t rs = 4242;
-    tpool *pools[3] = {tpool_create(1), tpool_create(2), tpool_create(3)};
+    tpool *pools[3] = { tpool_create(1), tpool_create(2), tpool_create(3) };
     float *x = malloc((size_t)(n_big * 2048) * sizeof(float));
-    float *yb = malloc((size_t)(n_big * n_out) * sizeof(float)), *y = malloc((size_t)(4 * n_out) * sizeof(float));
+    float *yb = malloc((size_t)(n_big * n_out) * sizeof(float)),
+          *y = malloc((size_t)(4 * n_out) * sizeof(float));
     float *yr = malloc((size_t)(4 * n_out) * sizeof(float));
     trand_fill_normal(x, n_big * 2048, &rs);
     for (int ni = 0; ni < 2; ni++) {
@@ -449,12 +467,13 @@ static void test_gemv_exact(void)
             const size_t xrb = kern_q8_act_row_bytes(t, n_in), rb = quant_row_bytes(t, n_in);
             if (xrb == 0) continue;
             void *wq = random_matrix(t, n_out, n_in, &rs);
-            kern_tensor W = {wq, t, n_in, n_out, KVI_LAYOUT_ROWS};
+            kern_tensor W = { wq, t, n_in, n_out, KVI_LAYOUT_ROWS };
             uint8_t *xq = malloc(xrb * 4);
             for (int r = 0; r < 4; r++) {
                 kern_q8_quantize_act(t, x + r * n_in, xq + (size_t)r * xrb, n_in);
                 for (int64_t j = 0; j < n_out; j++)
-                    yr[r * n_out + j] = kern_q8_dot_ref(t, (const uint8_t *)wq + (size_t)j * rb, xq + (size_t)r * xrb, n_in);
+                    yr[r * n_out + j] =
+                        kern_q8_dot_ref(t, (const uint8_t *)wq + (size_t)j * rb, xq + (size_t)r * xrb, n_in);
             }
             for (int isa = 0; isa <= (int)kern_isa_detect(); isa++) {
                 kern_isa_set((kern_isa)isa);
@@ -467,8 +486,10 @@ static void test_gemv_exact(void)
                         bad_ref += memcmp(y, yr, (size_t)(nr * n_out) * sizeof(float)) != 0;
                         bad_big += memcmp(y, yb, (size_t)(nr * n_out) * sizeof(float)) != 0;
                     }
-                CHECK(bad_ref == 0 && bad_big == 0, "%s n_in %d/%s: %d decode products differ from the reference, %d from the 64-row product",
-                      kvi_type_name(t), (int)n_in, kern_isa_str((kern_isa)isa), bad_ref, bad_big);
+                CHECK(
+                    bad_ref == 0 && bad_big == 0,
+                    "%s n_in %d/%s: %d decode products differ from the reference, %d from the 64-row product",
+                    kvi_type_name(t), (int)n_in, kern_isa_str((kern_isa)isa), bad_ref, bad_big);
             }
             free(xq);
             free(wq);
@@ -487,11 +508,11 @@ static void test_gemv_exact(void)
  * (fallback) and of a float type; 1 and 9 input rows; padded output strides. */
 static void test_matmul_multi(tpool *pool)
 {
-    const int64_t n_in = 512, n_out[3] = {53, 16, 37}, ldy[3] = {55, 16, 40};
+    const int64_t n_in = 512, n_out[3] = { 53, 16, 37 }, ldy[3] = { 55, 16, 40 };
     const kvi_type sets[5][3] = {
-        {KVI_TYPE_Q8_0, KVI_TYPE_Q8_0, KVI_TYPE_Q8_0}, {KVI_TYPE_Q4_0, KVI_TYPE_Q4_0, KVI_TYPE_Q4_0},
-        {KVI_TYPE_Q4_K, KVI_TYPE_Q6_K, KVI_TYPE_Q4_K}, {KVI_TYPE_Q8_0, KVI_TYPE_Q4_K, KVI_TYPE_Q4_0},
-        {KVI_TYPE_F16, KVI_TYPE_Q8_0, KVI_TYPE_F32},
+        { KVI_TYPE_Q8_0, KVI_TYPE_Q8_0, KVI_TYPE_Q8_0 }, { KVI_TYPE_Q4_0, KVI_TYPE_Q4_0, KVI_TYPE_Q4_0 },
+        { KVI_TYPE_Q4_K, KVI_TYPE_Q6_K, KVI_TYPE_Q4_K }, { KVI_TYPE_Q8_0, KVI_TYPE_Q4_K, KVI_TYPE_Q4_0 },
+        { KVI_TYPE_F16, KVI_TYPE_Q8_0, KVI_TYPE_F32 },
     };
     uint64_t rs = 777;
     float *x = malloc((size_t)(9 * n_in) * sizeof(float));
@@ -507,7 +528,7 @@ static void test_matmul_multi(tpool *pool)
         const kern_tensor *Wp[3];
         for (int i = 0; i < 3; i++) {
             wq[i] = random_matrix(sets[s][i], n_out[i], n_in, &rs);
-            W[i] = (kern_tensor){wq[i], sets[s][i], n_in, n_out[i], KVI_LAYOUT_ROWS};
+            W[i] = (kern_tensor){ wq[i], sets[s][i], n_in, n_out[i], KVI_LAYOUT_ROWS };
             Wp[i] = &W[i];
         }
         for (int nr = 1; nr <= 9; nr += 8) {
@@ -517,7 +538,8 @@ static void test_matmul_multi(tpool *pool)
             }
             kern_matmul_multi(pool, 3, Wp, x, n_in, nr, ym, ldy);
             int bad = 0;
-            for (int i = 0; i < 3; i++) bad += memcmp(ym[i], ys[i], (size_t)(9 * ldy[i]) * sizeof(float)) != 0;
+            for (int i = 0; i < 3; i++)
+                bad += memcmp(ym[i], ys[i], (size_t)(9 * ldy[i]) * sizeof(float)) != 0;
             CHECK(bad == 0, "set %d, %d rows: %d of 3 multi outputs differ from kern_matmul", s, nr, bad);
             CHECK(ys[0][0] != -777.0f && ys[0][54] == -777.0f, "set %d: output written, padding kept", s);
         }
@@ -534,8 +556,8 @@ static void test_matmul_multi(tpool *pool)
 
 typedef struct pool_ctx {
     atomic_int calls;
-    atomic_int mask;      /* bit ith set by thread ith */
-    int nth_seen[8];      /* each thread writes only its own slot */
+    atomic_int mask; /* bit ith set by thread ith */
+    int nth_seen[8]; /* each thread writes only its own slot */
     long sum[8];
 } pool_ctx;
 
@@ -579,7 +601,8 @@ static void test_pool(void)
     pool_ctx c;
     memset(&c, 0, sizeof c);
     tpool_run(NULL, pool_fn, &c);
-    CHECK(atomic_load(&c.calls) == 1 && c.nth_seen[0] == 1 && c.sum[0] == 499500, "NULL pool runs on the caller");
+    CHECK(atomic_load(&c.calls) == 1 && c.nth_seen[0] == 1 && c.sum[0] == 499500,
+          "NULL pool runs on the caller");
     tpool *p = tpool_create(0);
     CHECK(p && tpool_size(p) == tpool_n_cores(), "pool of 0 threads uses every core");
     tpool_free(p);

@@ -28,25 +28,25 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const int64_t N_INS[] = {768, 40, 100, 2056};
-static const int64_t N_OUTS[] = {45, 16, 37, 33};
+static const int64_t N_INS[] = { 768, 40, 100, 2056 };
+static const int64_t N_OUTS[] = { 45, 16, 37, 33 };
 #define N_SHAPES 4
-static const int64_t ROWS[] = {1, 2, 3, 8, 15, 16, 17, 31, 32, 33, 70};
+static const int64_t ROWS[] = { 1, 2, 3, 8, 15, 16, 17, 31, 32, 33, 70 };
 #define N_ROWS 11
-#define MAX_ROWS 300   /* the reference batch: two chunks of input rows */
-#define MID_ROWS 70    /* the largest sub-batch checked on every pool */
+#define MAX_ROWS 300 /* the reference batch: two chunks of input rows */
+#define MID_ROWS 70  /* the largest sub-batch checked on every pool */
 
 static void test_shape(kvi_type t, int64_t n_in, int64_t n_out, tpool *const pools[3], uint64_t *rs)
 {
     const int64_t ldx = n_in + 3, ldy = n_out + 5;
-    float *x = malloc((size_t)(MAX_ROWS * ldx) * sizeof(float));    /* [MAX_ROWS][ldx] */
-    float *yb = malloc((size_t)(MAX_ROWS * ldy) * sizeof(float));   /* the 300-row product, 2 threads */
-    float *yr = malloc((size_t)(MAX_ROWS * ldy) * sizeof(float));   /* kern_matmul_ref */
-    float *y = malloc((size_t)(MAX_ROWS * ldy) * sizeof(float));    /* sub-batches */
-    float *row = malloc((size_t)n_in * sizeof(float));              /* [n_in] */
+    float *x = malloc((size_t)(MAX_ROWS * ldx) * sizeof(float));  /* [MAX_ROWS][ldx] */
+    float *yb = malloc((size_t)(MAX_ROWS * ldy) * sizeof(float)); /* the 300-row product, 2 threads */
+    float *yr = malloc((size_t)(MAX_ROWS * ldy) * sizeof(float)); /* kern_matmul_ref */
+    float *y = malloc((size_t)(MAX_ROWS * ldy) * sizeof(float));  /* sub-batches */
+    float *row = malloc((size_t)n_in * sizeof(float));            /* [n_in] */
     trand_fill_normal(x, MAX_ROWS * ldx, rs);
-    uint8_t *w = trand_weights_normal(t, n_out, n_in, rs);          /* [n_out][row bytes] */
-    const kern_tensor W = {.data = w, .type = t, .n_in = n_in, .n_out = n_out};
+    uint8_t *w = trand_weights_normal(t, n_out, n_in, rs); /* [n_out][row bytes] */
+    const kern_tensor W = { .data = w, .type = t, .n_in = n_in, .n_out = n_out };
     const char *tn = kvi_type_name(t);
     kern_matmul_ref(&W, x, ldx, MAX_ROWS, yr, ldy);
     for (int64_t i = 0; i < MAX_ROWS * ldy; i++) yb[i] = -777.0f;
@@ -65,9 +65,10 @@ static void test_shape(kvi_type t, int64_t n_in, int64_t n_out, tpool *const poo
         }
         for (int64_t j = n_out; j < ldy; j++) pad += yb[r * ldy + j] != -777.0f;
     }
-    CHECK(far == 0, "%s %lldx%lld: %d outputs off the reference (worst %.3g of sum|xw|)", tn, (long long)n_out,
-          (long long)n_in, far, worst);
-    CHECK(pad == 0, "%s %lldx%lld: %d writes into the stride padding", tn, (long long)n_out, (long long)n_in, pad);
+    CHECK(far == 0, "%s %lldx%lld: %d outputs off the reference (worst %.3g of sum|xw|)", tn,
+          (long long)n_out, (long long)n_in, far, worst);
+    CHECK(pad == 0, "%s %lldx%lld: %d writes into the stride padding", tn, (long long)n_out, (long long)n_in,
+          pad);
 
     /* (2) sub-batches of the last MID_ROWS rows, every pool: the 300-row product's bits */
     int diff = 0;
@@ -89,7 +90,8 @@ static void test_shape(kvi_type t, int64_t n_in, int64_t n_out, tpool *const poo
     }
     CHECK(diff == 0, "%s %lldx%lld: %d rows differ from the same rows in the 300-row product", tn,
           (long long)n_out, (long long)n_in, diff);
-    CHECK(pad == 0, "%s %lldx%lld: sub-batches wrote %d padding floats", tn, (long long)n_out, (long long)n_in, pad);
+    CHECK(pad == 0, "%s %lldx%lld: sub-batches wrote %d padding floats", tn, (long long)n_out,
+          (long long)n_in, pad);
 
     /* (4) AMX off: the FP32 order's bits, not these */
     cpu_amx_set(0);
@@ -98,8 +100,8 @@ static void test_shape(kvi_type t, int64_t n_in, int64_t n_out, tpool *const poo
     int other = 0;
     for (int64_t r = 0; r < MID_ROWS; r++)
         other += memcmp(y + r * ldy, yb + r * ldy, (size_t)n_out * sizeof(float)) != 0;
-    CHECK(other > 0, "%s %lldx%lld: AMX on and off gave the same bits in all %d rows (AMX path not taken?)", tn,
-          (long long)n_out, (long long)n_in, MID_ROWS);
+    CHECK(other > 0, "%s %lldx%lld: AMX on and off gave the same bits in all %d rows (AMX path not taken?)",
+          tn, (long long)n_out, (long long)n_in, MID_ROWS);
     free(x);
     free(yb);
     free(yr);
@@ -115,10 +117,10 @@ int main(void)
         CHECK(1, "skipped");
         return test_main_end();
     }
-    kern_amx_f16_set(1);   /* opt-in in the engine for now (fmm_amx.h) */
-    tpool *pools[3] = {tpool_create(1), tpool_create(2), tpool_create(3)};
+    kern_amx_f16_set(1); /* opt-in in the engine for now (fmm_amx.h) */
+    tpool *pools[3] = { tpool_create(1), tpool_create(2), tpool_create(3) };
     uint64_t rs = 20250317;
-    const kvi_type types[2] = {KVI_TYPE_F16, KVI_TYPE_BF16};
+    const kvi_type types[2] = { KVI_TYPE_F16, KVI_TYPE_BF16 };
     for (int k = 0; k < 2; k++)
         for (int s = 0; s < N_SHAPES; s++) test_shape(types[k], N_INS[s], N_OUTS[s], pools, &rs);
     for (int p = 0; p < 3; p++) tpool_free(pools[p]);

@@ -20,32 +20,32 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const kvi_type TYPES[] = {KVI_TYPE_F32, KVI_TYPE_F16, KVI_TYPE_BF16};
+static const kvi_type TYPES[] = { KVI_TYPE_F32, KVI_TYPE_F16, KVI_TYPE_BF16 };
 #define N_FTYPES 3
 
 /* Shapes: n_in with and without a partial group of 16 lanes, n_out with a short
  * last tile of 16 and of 4 rows. */
-static const int64_t N_INS[] = {768, 100, 2056};
-static const int64_t N_OUTS[] = {45, 37, 16};
+static const int64_t N_INS[] = { 768, 100, 2056 };
+static const int64_t N_OUTS[] = { 45, 37, 16 };
 #define N_SHAPES 3
-static const int64_t ROWS[] = {1, 3, 17, 64};
+static const int64_t ROWS[] = { 1, 3, 17, 64 };
 #define N_ROWS 4
 #define MAX_ROWS 64
 
 static void test_shape(int64_t n_in, int64_t n_out, tpool *const pools[3], uint64_t *rs)
 {
     const int64_t ldx = n_in + 5, ldy = n_out + 3;
-    float *x = malloc((size_t)(MAX_ROWS * ldx) * sizeof(float));    /* [MAX_ROWS][ldx] */
-    float *y = malloc((size_t)(MAX_ROWS * ldy) * sizeof(float));    /* [MAX_ROWS][ldy] */
-    float *yb = malloc((size_t)(MAX_ROWS * ldy) * sizeof(float));   /* the 64-row product, 2 threads */
-    float *yr = malloc((size_t)(MAX_ROWS * ldy) * sizeof(float));   /* kern_matmul_ref */
-    float *row = malloc((size_t)n_in * sizeof(float));              /* [n_in] */
+    float *x = malloc((size_t)(MAX_ROWS * ldx) * sizeof(float));  /* [MAX_ROWS][ldx] */
+    float *y = malloc((size_t)(MAX_ROWS * ldy) * sizeof(float));  /* [MAX_ROWS][ldy] */
+    float *yb = malloc((size_t)(MAX_ROWS * ldy) * sizeof(float)); /* the 64-row product, 2 threads */
+    float *yr = malloc((size_t)(MAX_ROWS * ldy) * sizeof(float)); /* kern_matmul_ref */
+    float *row = malloc((size_t)n_in * sizeof(float));            /* [n_in] */
     trand_fill_normal(x, MAX_ROWS * ldx, rs);
     for (int k = 0; k < N_FTYPES; k++) {
         const kvi_type t = TYPES[k];
         const size_t rb = quant_row_bytes(t, n_in);
-        uint8_t *w = trand_weights_normal(t, n_out, n_in, rs);   /* [n_out][rb] */
-        const kern_tensor W = {.data = w, .type = t, .n_in = n_in, .n_out = n_out};
+        uint8_t *w = trand_weights_normal(t, n_out, n_in, rs); /* [n_out][rb] */
+        const kern_tensor W = { .data = w, .type = t, .n_in = n_in, .n_out = n_out };
         kern_matmul_ref(&W, x, ldx, MAX_ROWS, yr, ldy);
         for (int isa = 0; isa <= (int)kern_isa_detect(); isa++) {
             kern_isa_set((kern_isa)isa);
@@ -83,14 +83,14 @@ static void test_shape(int64_t n_in, int64_t n_out, tpool *const pools[3], uint6
             int diff = 0;
             for (int p = -1; p < 3; p++)
                 for (int nr = 0; nr < N_ROWS; nr++) {
-                    const int64_t n_rows = ROWS[nr], r0 = MAX_ROWS - n_rows;   /* the last rows */
+                    const int64_t n_rows = ROWS[nr], r0 = MAX_ROWS - n_rows; /* the last rows */
                     for (int64_t i = 0; i < n_rows * ldy; i++) y[i] = -777.0f;
                     kern_matmul(p < 0 ? NULL : pools[p], &W, x + r0 * ldx, ldx, n_rows, y, ldy);
                     for (int64_t r = 0; r < n_rows; r++)
                         diff += memcmp(y + r * ldy, yb + (r0 + r) * ldy, (size_t)n_out * sizeof(float)) != 0;
                 }
-            CHECK(diff == 0, "%s/%s %lldx%lld: %d rows differ from the same rows in the 64-row product", tn, in,
-                  (long long)n_out, (long long)n_in, diff);
+            CHECK(diff == 0, "%s/%s %lldx%lld: %d rows differ from the same rows in the 64-row product", tn,
+                  in, (long long)n_out, (long long)n_in, diff);
         }
         free(w);
     }
@@ -114,7 +114,7 @@ static void test_lanes16_ref(void)
     CHECK(kern_fdot_lanes16_ref(KVI_TYPE_F32, w, x, 17) == 153.0f, "lanes16 hand sum");
     CHECK(kern_fdot_lanes16_ref(KVI_TYPE_F32, w, x, 0) == 0.0f, "lanes16 empty");
     /* order matters: 1e8 + 1 - 1e8 in one lane is 0 at f32, in different lanes 1 */
-    float a[17] = {1e8f}, b[17] = {1.0f};
+    float a[17] = { 1e8f }, b[17] = { 1.0f };
     a[1] = 1.0f;
     a[16] = -1e8f;
     for (int i = 0; i < 17; i++) b[i] = 1.0f;
@@ -128,17 +128,27 @@ static void test_lanes16_ref(void)
 static void test_many_rows(int64_t n_in, int64_t n_out, uint64_t *rs)
 {
     const int64_t n_rows = 203, ldx = n_in + 3, ldy = n_out + 1, j0 = 3, j1 = n_out - 2;
-    float *x = malloc((size_t)(n_rows * ldx) * sizeof(float));   /* [n_rows][ldx] */
-    float *y = malloc((size_t)(n_rows * ldy) * sizeof(float));   /* [n_rows][ldy] */
-    float *scr = malloc(KVI_FMM_SCRATCH(n_in));                  /* [16][n_in] */
+    float *x = malloc((size_t)(n_rows * ldx) * sizeof(float)); /* [n_rows][ldx] */
+    float *y = malloc((size_t)(n_rows * ldy) * sizeof(float)); /* [n_rows][ldy] */
+    float *scr = malloc(KVI_FMM_SCRATCH(n_in));                /* [16][n_in] */
     trand_fill_normal(x, n_rows * ldx, rs);
     for (int k = 0; k < N_FTYPES; k++) {
         const kvi_type t = TYPES[k];
         const size_t rb = quant_row_bytes(t, n_in);
-        uint8_t *w = trand_weights_normal(t, n_out, n_in, rs);   /* [n_out][rb] */
+        uint8_t *w = trand_weights_normal(t, n_out, n_in, rs); /* [n_out][rb] */
         for (int64_t i = 0; i < n_rows * ldy; i++) y[i] = -777.0f;
-        const kern_fmm_args a = {.type = t, .w = w, .w_rb = rb, .n_in = n_in, .j0 = j0, .j1 = j1, .x = x,
-                                .ldx = ldx, .n_rows = n_rows, .y = y, .ldy = ldy, .scratch = scr};
+        const kern_fmm_args a = { .type = t,
+                                  .w = w,
+                                  .w_rb = rb,
+                                  .n_in = n_in,
+                                  .j0 = j0,
+                                  .j1 = j1,
+                                  .x = x,
+                                  .ldx = ldx,
+                                  .n_rows = n_rows,
+                                  .y = y,
+                                  .ldy = ldy,
+                                  .scratch = scr };
         if (kern_fmm_avx512(&a)) {
             int bad = 0, pad = 0;
             for (int64_t r = 0; r < n_rows; r++)
@@ -163,9 +173,9 @@ static void test_many_rows(int64_t n_in, int64_t n_out, uint64_t *rs)
 
 int main(void)
 {
-    tpool *pools[3] = {tpool_create(1), tpool_create(2), tpool_create(3)};
+    tpool *pools[3] = { tpool_create(1), tpool_create(2), tpool_create(3) };
     uint64_t rs = 20240611;
-    cpu_amx_set(0);   /* this file tests the FP32 order; the AMX path has test_kernels_amx_f16.c */
+    cpu_amx_set(0); /* this file tests the FP32 order; the AMX path has test_kernels_amx_f16.c */
     test_lanes16_ref();
     for (int s = 0; s < N_SHAPES; s++) test_shape(N_INS[s], N_OUTS[s], pools, &rs);
     test_many_rows(2056, 37, &rs);

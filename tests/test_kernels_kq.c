@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const kvi_type KQ_TYPES[] = {KVI_TYPE_Q4_K, KVI_TYPE_Q5_K, KVI_TYPE_Q6_K};
+static const kvi_type KQ_TYPES[] = { KVI_TYPE_Q4_K, KVI_TYPE_Q5_K, KVI_TYPE_Q6_K };
 
 static quant_f16 rand_f16(uint64_t *rs)
 {
@@ -63,7 +63,7 @@ static void extreme_block(kvi_type t, uint8_t *p)
         b->d = quant_f32_to_f16(0.01f);
     } else {
         memset(p, 0xff, bb);
-        block_q4_K *b = (block_q4_K *)p;   /* Q5_K shares d, dmin at the front */
+        block_q4_K *b = (block_q4_K *)p; /* Q5_K shares d, dmin at the front */
         b->d = quant_f32_to_f16(0.01f);
         b->dmin = quant_f32_to_f16(0.02f);
     }
@@ -113,8 +113,8 @@ static bool same_bits(const float *a, const float *b, size_t n)
 
 /* One product: the kernel and the reference on the same arguments, outputs into
  * sentinel-filled [n_rows + 1][ldy] buffers. Returns true when bits agree. */
-static bool check_one(kvi_type t, const uint8_t *w, int64_t n_out, int64_t n_in, const uint8_t *xq, int64_t n_rows,
-                      int64_t j0, int64_t j1, int *handled)
+static bool check_one(kvi_type t, const uint8_t *w, int64_t n_out, int64_t n_in, const uint8_t *xq,
+                      int64_t n_rows, int64_t j0, int64_t j1, int *handled)
 {
     const int64_t ldy = n_out + 5;
     const size_t ny = (size_t)(n_rows + 1) * (size_t)ldy;
@@ -122,9 +122,18 @@ static bool check_one(kvi_type t, const uint8_t *w, int64_t n_out, int64_t n_in,
     const size_t sb = KVI_QGEMM_SCRATCH(n_in);
     void *s1 = aligned_alloc(64, (sb + 63) & ~(size_t)63), *s2 = aligned_alloc(64, (sb + 63) & ~(size_t)63);
     for (size_t i = 0; i < ny; i++) y[i] = yr[i] = -12345.0f;
-    kern_qgemm_args a = {.type = t, .w = w, .w_rb = quant_row_bytes(t, n_in), .n_in = n_in, .j0 = j0, .j1 = j1,
-                        .xq = xq, .xq_rb = kern_q8_act_row_bytes(t, n_in), .n_rows = n_rows, .y = y, .ldy = ldy,
-                        .scratch = s1};
+    kern_qgemm_args a = { .type = t,
+                          .w = w,
+                          .w_rb = quant_row_bytes(t, n_in),
+                          .n_in = n_in,
+                          .j0 = j0,
+                          .j1 = j1,
+                          .xq = xq,
+                          .xq_rb = kern_q8_act_row_bytes(t, n_in),
+                          .n_rows = n_rows,
+                          .y = y,
+                          .ldy = ldy,
+                          .scratch = s1 };
     *handled = kern_qgemv_kq_avx512(&a);
     a.y = yr;
     a.scratch = s2;
@@ -133,7 +142,8 @@ static bool check_one(kvi_type t, const uint8_t *w, int64_t n_out, int64_t n_in,
     if (!ok)
         for (size_t i = 0; i < ny; i++)
             if (memcmp(&y[i], &yr[i], sizeof(float))) {
-                fprintf(stderr, "  %s n_in %lld rows %lld [%lld,%lld): first diff at r %lld j %lld: %.9g vs %.9g\n",
+                fprintf(stderr,
+                        "  %s n_in %lld rows %lld [%lld,%lld): first diff at r %lld j %lld: %.9g vs %.9g\n",
                         kvi_type_name(t), (long long)n_in, (long long)n_rows, (long long)j0, (long long)j1,
                         (long long)(i / (size_t)ldy), (long long)(i % (size_t)ldy), y[i], yr[i]);
                 break;
@@ -147,7 +157,7 @@ static bool check_one(kvi_type t, const uint8_t *w, int64_t n_out, int64_t n_in,
 
 static void test_random(void)
 {
-    static const int64_t N_IN[] = {256, 768, 2048, 11008};
+    static const int64_t N_IN[] = { 256, 768, 2048, 11008 };
     uint64_t rs = 0x6b71u;
     for (int ti = 0; ti < 3; ti++) {
         const kvi_type t = KQ_TYPES[ti];
@@ -155,15 +165,18 @@ static void test_random(void)
             const int64_t n_in = N_IN[ni], n_out = ni == 3 ? 37 : 83;
             uint8_t *w = make_matrix(t, n_out, n_in, 0, &rs);
             uint8_t *xq = make_act(t, 4, n_in, 0, &rs);
-            const int64_t ranges[][2] = {{0, n_out}, {5, n_out - 3}, {16, 33}, {n_out - 1, n_out}, {7, 8}};
+            const int64_t ranges[][2] = {
+                { 0, n_out }, { 5, n_out - 3 }, { 16, 33 }, { n_out - 1, n_out }, { 7, 8 }
+            };
             for (int ri = 0; ri < 5; ri++)
                 for (int64_t nr = 1; nr <= 4; nr++) {
                     int handled = 0;
-                    const bool ok = check_one(t, w, n_out, n_in, xq, nr, ranges[ri][0], ranges[ri][1], &handled);
+                    const bool ok =
+                        check_one(t, w, n_out, n_in, xq, nr, ranges[ri][0], ranges[ri][1], &handled);
                     CHECK(handled == 1, "%s n_in %lld rows %lld: kernel declined", kvi_type_name(t),
                           (long long)n_in, (long long)nr);
-                    CHECK(ok, "%s n_in %lld rows %lld range %d: bits differ from kern_qgemm_ref", kvi_type_name(t),
-                          (long long)n_in, (long long)nr, ri);
+                    CHECK(ok, "%s n_in %lld rows %lld range %d: bits differ from kern_qgemm_ref",
+                          kvi_type_name(t), (long long)n_in, (long long)nr, ri);
                 }
             free(w);
             free(xq);
@@ -197,9 +210,18 @@ static void test_declines(void)
     float y[5 * 20];
     void *s = aligned_alloc(64, KVI_QGEMM_SCRATCH(n_in) + 64);
     for (int i = 0; i < 100; i++) y[i] = -1.0f;
-    kern_qgemm_args a = {.type = t, .w = w, .w_rb = quant_row_bytes(t, n_in), .n_in = n_in, .j0 = 0, .j1 = n_out,
-                        .xq = xq, .xq_rb = kern_q8_act_row_bytes(t, n_in), .n_rows = 5, .y = y, .ldy = n_out,
-                        .scratch = s};
+    kern_qgemm_args a = { .type = t,
+                          .w = w,
+                          .w_rb = quant_row_bytes(t, n_in),
+                          .n_in = n_in,
+                          .j0 = 0,
+                          .j1 = n_out,
+                          .xq = xq,
+                          .xq_rb = kern_q8_act_row_bytes(t, n_in),
+                          .n_rows = 5,
+                          .y = y,
+                          .ldy = n_out,
+                          .scratch = s };
     CHECK(kern_qgemv_kq_avx512(&a) == 0, "5 rows declined");
     a.n_rows = 1;
     a.scratch = NULL;

@@ -55,7 +55,7 @@ static int32_t check_policy(kvi_type kv, const char *policy, float tol)
     /* heavy: a prefill then decode rows, so that received attention accumulates */
     step_rows(e, s, P, 0, CTX / 2, NULL);
     for (int i = CTX / 2; i < CTX; i++) step_rows(e, s, P + i, i, i + 1, NULL);
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     const int32_t n = kvi_seq_make_room(s, 1, &err);
     CHECK(n > 0 && n < CTX, "%s/%s: make_room returned %d (%s)", policy, kvi_type_name(kv), n, err.msg);
     if (n <= 0) {
@@ -77,13 +77,13 @@ static int32_t check_policy(kvi_type kv, const char *policy, float tol)
             const kivi_tail_hdr *h = kivi_tail_part(pq, tq, l);
             bad += h->group != g || h->n_rows != n - g * pq->block_size;
         }
-        CHECK(tq->tail && bad == 0, "%s/q4: %d layers' tails do not hold group %d with %d rows", policy, bad, g,
-              n - g * pq->block_size);
+        CHECK(tq->tail && bad == 0, "%s/q4: %d layers' tails do not hold group %d with %d rows", policy, bad,
+              g, n - g * pq->block_size);
     }
     kvi_stats st;
     kvi_stats_get(e, s, &st);
-    CHECK(st.n_evicted == (uint64_t)(CTX - n), "%s: evicted %llu, want %d", policy, (unsigned long long)st.n_evicted,
-          CTX - n);
+    CHECK(st.n_evicted == (uint64_t)(CTX - n), "%s: evicted %llu, want %d", policy,
+          (unsigned long long)st.n_evicted, CTX - n);
 
     kvi_engine *fresh = engine(kv, "error", CTX, 1);
     kvi_seq *f = kvi_seq_create(fresh);
@@ -111,8 +111,10 @@ static int32_t check_policy(kvi_type kv, const char *policy, float tol)
             for (int j = 0; j < kvd; j++) {
                 const float d = quant ? fabsf(ra[j] - rb[j]) / (amax > 0 ? amax : 1.0f)
                                       : fabsf(ra[j] - rb[j]) / (1.0f + fabsf(rb[j]));
-                if (w == 0) dk = fmaxf(dk, d);
-                else dv = fmaxf(dv, d);
+                if (w == 0)
+                    dk = fmaxf(dk, d);
+                else
+                    dv = fmaxf(dv, d);
             }
         }
     }
@@ -143,10 +145,14 @@ static void kept_sets(kvi_type kv)
      * 0.09 (one q4_0 block spans the whole 32-element row here); q4 (max - min)/15
      * per channel, max - min <= 2 amax of all keys -> 0.1. The bounds below are ~2x those. */
     float tol = 2e-3f;
-    if (kv == KVI_TYPE_F32) tol = 1e-5f;
-    else if (kv == KVI_TYPE_Q8_0) tol = 0.025f;
-    else if (kv == KVI_TYPE_Q4_0) tol = 0.2f;
-    else if (kv == KVI_TYPE_KV_Q4) tol = 0.2f;
+    if (kv == KVI_TYPE_F32)
+        tol = 1e-5f;
+    else if (kv == KVI_TYPE_Q8_0)
+        tol = 0.025f;
+    else if (kv == KVI_TYPE_Q4_0)
+        tol = 0.2f;
+    else if (kv == KVI_TYPE_KV_Q4)
+        tol = 0.2f;
     int32_t n = check_policy(kv, "shift", tol);
     CHECK(n == 4 + 30, "shift kept %d, want 4 + (60 - 30)", n);
     n = check_policy(kv, "sinks", tol);
@@ -159,7 +165,7 @@ static void kept_sets(kvi_type kv)
     int32_t T[16];
     for (int i = 0; i < 16; i++) T[i] = 5 + i;
     step_rows(e, s, T, 0, 16, NULL);
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     int32_t rc = kvi_seq_make_room(s, 1, &err);
     CHECK(rc == KVI_E_CONTEXT_FULL && strstr(err.msg, "context_length_exceeded"), "error policy: %d '%s'", rc,
           err.msg);
@@ -190,7 +196,7 @@ static void heavy_uses_attention(kvi_type kv)
     for (int i = 1; i < CTX; i++) P[i] = 3 + (i * 7) % (NV - 3);
     kvi_seq *s = kvi_seq_create(e);
     const int n_pre = 20;
-    step_rows(e, s, P, 0, n_pre, NULL);   /* a prefill row records nothing */
+    step_rows(e, s, P, 0, n_pre, NULL); /* a prefill row records nothing */
     for (int i = n_pre; i < CTX; i++) step_rows(e, s, P + i, i, i + 1, NULL);
     const float *recv = engine_seq_recv(s);
     CHECK(recv != NULL, "heavy: no received attention recorded");
@@ -199,11 +205,11 @@ static void heavy_uses_attention(kvi_type kv)
         return;
     }
     double sum = 0;
-    float sc[CTX][2];   /* (score, position) of the middle candidates */
+    float sc[CTX][2]; /* (score, position) of the middle candidates */
     for (int i = 0; i < CTX; i++) sum += recv[i];
     const double want = (double)(CTX - n_pre) * M->n_layers * M->n_heads;
-    CHECK(fabs(sum - want) < 1e-3 * want, "%s: received attention sums to %g, want %g (rows x layers x heads)",
-          kvi_type_name(kv), sum, want);
+    CHECK(fabs(sum - want) < 1e-3 * want,
+          "%s: received attention sums to %g, want %g (rows x layers x heads)", kvi_type_name(kv), sum, want);
     /* independent selection: budget CTX - 1 = sinks + window + heavy hitters */
     const int mid0 = NS, mid1 = CTX - WIN, n_heavy = CTX - 1 - NS - WIN;
     int nc = 0;
@@ -213,14 +219,14 @@ static void heavy_uses_attention(kvi_type kv)
         nc++;
     }
     qsort(sc, (size_t)nc, sizeof sc[0], by_desc);
-    bool want_keep[CTX] = {false};
+    bool want_keep[CTX] = { false };
     for (int i = 0; i < NS; i++) want_keep[i] = true;
     for (int i = mid1; i < CTX; i++) want_keep[i] = true;
     for (int i = 0; i < n_heavy; i++) want_keep[(int)sc[i][1]] = true;
     /* the most-attended middle position is one sinks/shift with the same budget
      * would drop when it lies before the window: make the test about that */
     const int top = (int)sc[0][1];
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     const int32_t n = kvi_seq_make_room(s, 1, &err);
     CHECK(n == CTX - 1, "heavy kept %d, want %d", n, CTX - 1);
     const int32_t *kt = kvi_seq_tokens(s);
@@ -231,8 +237,9 @@ static void heavy_uses_attention(kvi_type kv)
           kvi_type_name(kv), bad);
     bool has_top = false;
     for (int i = 0; i < n; i++) has_top |= kt[i] == P[top];
-    CHECK(has_top && top >= NS && top < mid1, "%s: the most attended middle position %d (score %g) was dropped",
-          kvi_type_name(kv), top, (double)sc[0][0]);
+    CHECK(has_top && top >= NS && top < mid1,
+          "%s: the most attended middle position %d (score %g) was dropped", kvi_type_name(kv), top,
+          (double)sc[0][0]);
     /* the dropped one had the lowest score of the middle */
     const int low = (int)sc[nc - 1][1];
     bool has_low = false;
@@ -256,11 +263,12 @@ static void shared_untouched(kvi_type kv)
     int32_t t = 77;
     /* b's next-token logits at position CTX - 1 (overwrite the last position) */
     step_rows(e, b, &P[CTX - 1], CTX - 1, CTX, before);
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     CHECK(kvi_seq_make_room(a, 1, &err) > 0, "shift: %s", err.msg);
     step_rows(e, a, &t, kvi_seq_len(a), kvi_seq_len(a) + 1, NULL);
     step_rows(e, b, &P[CTX - 1], CTX - 1, CTX, after);
-    CHECK(memcmp(before, after, NV * sizeof(float)) == 0, "%s: shifting a changed its fork b", kvi_type_name(kv));
+    CHECK(memcmp(before, after, NV * sizeof(float)) == 0, "%s: shifting a changed its fork b",
+          kvi_type_name(kv));
     kvi_seq_free(b);
     kvi_seq_free(a);
     kvi_engine_free(e);
@@ -281,7 +289,7 @@ static void sinks_long(kvi_type kv, const int CTX)
     size_t bytes_full = 0;
     bool constant = true, ok = true;
     for (int i = 0; i < N && ok; i++) {
-        kvi_error err = {0};
+        kvi_error err = { 0 };
         int32_t pos = kvi_seq_make_room(s, 1, &err);
         if (pos < 0) {
             CHECK(false, "make_room at step %d: %s", i, err.msg);
@@ -315,10 +323,10 @@ static void sinks_long(kvi_type kv, const int CTX)
 
 int main(void)
 {
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     M = load_stories260k(&NV);
     if (!M) return test_main_end();
-    const kvi_type types[] = {KVI_TYPE_F32, KVI_TYPE_F16, KVI_TYPE_Q8_0, KVI_TYPE_Q4_0, KVI_TYPE_KV_Q4};
+    const kvi_type types[] = { KVI_TYPE_F32, KVI_TYPE_F16, KVI_TYPE_Q8_0, KVI_TYPE_Q4_0, KVI_TYPE_KV_Q4 };
     for (int i = 0; i < 5; i++) {
         kept_sets(types[i]);
         shared_untouched(types[i]);

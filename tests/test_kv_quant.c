@@ -26,8 +26,7 @@
 
 enum { LAYERS = 2, HEADS = 8, KVH = 4, HD = 8, KVD = KVH * HD, QD = HEADS * HD, BS = 4 };
 
-static const kvi_type TYPES[] = {KVI_TYPE_F32, KVI_TYPE_F16, KVI_TYPE_Q8_0, KVI_TYPE_Q4_0,
-                                 KVI_TYPE_KV_Q4};
+static const kvi_type TYPES[] = { KVI_TYPE_F32, KVI_TYPE_F16, KVI_TYPE_Q8_0, KVI_TYPE_Q4_0, KVI_TYPE_KV_Q4 };
 #define NTYPES ((int)(sizeof TYPES / sizeof *TYPES))
 
 /* Largest error the format allows for element i of row x (row types). */
@@ -39,8 +38,8 @@ static double row_bound(kvi_type t, const float *x, int i)
     switch (t) {
     case KVI_TYPE_F32: return 0;
     case KVI_TYPE_F16: return fabs(x[i]) / 2048.0 + 1e-7;
-    case KVI_TYPE_Q8_0: return 0.57 * amax / 127.0 + 1e-6;   /* half a step + f16 scale */
-    case KVI_TYPE_Q4_0: return 1.01 * amax / 8.0 + 1e-6;     /* a full step at the clamped end */
+    case KVI_TYPE_Q8_0: return 0.57 * amax / 127.0 + 1e-6; /* half a step + f16 scale */
+    case KVI_TYPE_Q4_0: return 1.01 * amax / 8.0 + 1e-6;   /* a full step at the clamped end */
     default: return 0;
     }
 }
@@ -49,14 +48,14 @@ static void roundtrip(kvi_type type)
 {
     const char *name = kvi_type_name(type);
     kv_pool kv;
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     int rc = kv_pool_init(&kv, LAYERS, KVD, BS, type, type, (size_t)1 << 20, &err);
     CHECK(rc == 0, "%s pool: %s", name, err.msg);
     if (rc) return;
-    enum { N = 11 };   /* groups 0, 1 complete; group 2 holds 3 rows */
+    enum { N = 11 }; /* groups 0, 1 complete; group 2 holds 3 rows */
     static float in[LAYERS][2][N][KVD];
     uint64_t rng = 99 + (uint64_t)type;
-    kv_table t = {0};
+    kv_table t = { 0 };
     CHECK(kv_table_reserve(&kv, &t, N, &err) == 0, "%s", err.msg);
     for (int p = 0; p < N; p++) {
         for (int l = 0; l < LAYERS; l++)
@@ -96,8 +95,10 @@ static void roundtrip(kvi_type type)
                     }
                     const double e = fabs((double)out[i] - x[i]);
                     if (e > 0) lossy = 1;
-                    if (bound > 0) worst = fmax(worst, e / bound);
-                    else if (e != 0) worst = INFINITY;
+                    if (bound > 0)
+                        worst = fmax(worst, e / bound);
+                    else if (e != 0)
+                        worst = INFINITY;
                 }
             }
     CHECK(worst <= 1.0, "%s: round trip error %.3g x its bound", name, worst);
@@ -116,8 +117,7 @@ static void roundtrip(kvi_type type)
 }
 
 /* Reference of recv for row r: full softmax in double over what kv_read_row gives. */
-static void recv_ref(const kv_pool *kv, const kv_table *t, int l, const float *q, int32_t pos,
-                     double *ref)
+static void recv_ref(const kv_pool *kv, const kv_table *t, int l, const float *q, int32_t pos, double *ref)
 {
     float *kr = malloc((size_t)(pos + 1) * KVD * sizeof(float));
     for (int32_t p = 0; p <= pos; p++) kv_read_row(kv, t, l, 0, p, kr + (size_t)p * KVD);
@@ -143,12 +143,12 @@ static void attention_types(kvi_type type, int threads)
 {
     const char *name = kvi_type_name(type);
     kv_pool kv;
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     int rc = kv_pool_init(&kv, LAYERS, KVD, BS, type, type, (size_t)1 << 22, &err);
     CHECK(rc == 0, "%s pool: %s", name, err.msg);
     if (rc) return;
     uint64_t rng = 777 + (uint64_t)type;
-    const int lens[3] = {1, 14, 37};
+    const int lens[3] = { 1, 14, 37 };
     kv_table t[3];
     kv_reserve_seqs(&kv, t, lens, 3);
     float row[KVD];
@@ -174,8 +174,16 @@ static void attention_types(kvi_type type, int threads)
     tpool *pool = tpool_create(threads);
     attn_scratch *sc = attn_scratch_create(tpool_size(pool), BS, HD, HEADS, KVH, KVD);
     for (int l = 0; l < LAYERS; l++) {
-        attn_args a = {.kv = &kv, .layer = l, .n_rows = n, .tables = tabs, .pos = pos, .q = q,
-                       .out = out, .n_heads = HEADS, .n_kv_heads = KVH, .head_dim = HD};
+        attn_args a = { .kv = &kv,
+                        .layer = l,
+                        .n_rows = n,
+                        .tables = tabs,
+                        .pos = pos,
+                        .q = q,
+                        .out = out,
+                        .n_heads = HEADS,
+                        .n_kv_heads = KVH,
+                        .head_dim = HD };
         attention_rows(pool, sc, &a);
         a.out = ref;
         attention_rows_ref(&a);
@@ -185,7 +193,7 @@ static void attention_types(kvi_type type, int threads)
 
         /* H2O: recv on the last row of each sequence */
         float *recv_mem = calloc(3 * 64, sizeof(float));
-        float *recv[64] = {0};
+        float *recv[64] = { 0 };
         for (int r = 0, s = 0; r < n; r++)
             if (r == n - 1 || tabs[r + 1] != tabs[r]) recv[r] = recv_mem + 64 * s++;
         a.out = out2;
@@ -222,9 +230,10 @@ static void attention_types(kvi_type type, int threads)
 static void bad_shapes(void)
 {
     kv_pool kv;
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     int rc = kv_pool_init(&kv, 2, 24, 4, KVI_TYPE_Q8_0, KVI_TYPE_F16, 1 << 20, &err);
-    CHECK(rc == KVI_E_UNSUPPORTED && strstr(err.msg, "multiple of 32"), "q8_0 kv_dim 24: rc %d '%s'", rc, err.msg);
+    CHECK(rc == KVI_E_UNSUPPORTED && strstr(err.msg, "multiple of 32"), "q8_0 kv_dim 24: rc %d '%s'", rc,
+          err.msg);
     rc = kv_pool_init(&kv, 2, 31, 4, KVI_TYPE_KV_Q4, KVI_TYPE_F16, 1 << 20, &err);
     CHECK(rc == KVI_E_UNSUPPORTED, "q4 odd kv_dim: rc %d", rc);
     rc = kv_pool_init(&kv, 2, 32, 4, KVI_TYPE_Q4_K, KVI_TYPE_F16, 1 << 20, &err);
@@ -240,8 +249,8 @@ static void bad_shapes(void)
 
 static kvi_model *M;
 static int NV;
-static const int32_t PROMPT[] = {1,   403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421,
-                                 395, 317, 426, 338, 401, 396, 267, 261, 374, 306, 438, 319, 260};
+static const int32_t PROMPT[] = { 1,   403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421,
+                                  395, 317, 426, 338, 401, 396, 267, 261, 374, 306, 438, 319, 260 };
 #define NP ((int)(sizeof PROMPT / sizeof *PROMPT))
 
 static kvi_engine *engine(kvi_type tk, kvi_type tv, int block, int n_batch)

@@ -19,12 +19,12 @@
 
 static kv_pool P;
 static kv_sess_expect X;
-static int64_t SIZE;   /* the file size the header implies */
+static int64_t SIZE; /* the file size the header implies */
 
 /* Decodes h (a copy) with file size size; returns the code. */
 static int decode(const uint8_t *h, int64_t size, kv_sess_info *out)
 {
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     uint8_t c[KV_SESS_HEADER];
     memcpy(c, h, sizeof c);
     int rc = kv_sess_decode(c, size, &X, "buf", out, &err);
@@ -56,14 +56,14 @@ static void spoil64(const uint8_t *h, int off, uint64_t v, int want, const char 
 
 int main(void)
 {
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     const int n_layers = 3, kv_dim = 64;
     const size_t one = kv_layout_block_bytes(n_layers, kv_dim, BS, KVI_TYPE_F16, KVI_TYPE_Q8_0);
     CHECK(kv_pool_init(&P, n_layers, kv_dim, BS, KVI_TYPE_F16, KVI_TYPE_Q8_0, one * 8, &err) == 0, "pool: %s",
           err.msg);
-    X = (kv_sess_expect){.p = &P, .model_sum = 0x0123456789abcdefull, .n_ctx = 100};
+    X = (kv_sess_expect){ .p = &P, .model_sum = 0x0123456789abcdefull, .n_ctx = 100 };
 
-    kv_table t = {0};
+    kv_table t = { 0 };
     const int32_t n_pos = 37;
     CHECK(kv_table_reserve(&P, &t, n_pos, &err) == 0, "reserve: %s", err.msg);
     t.n_pos = n_pos;
@@ -109,7 +109,7 @@ int main(void)
     spoil32(h, 88, (uint32_t)-1, KVI_E_FORMAT, "negative lossy block");
 
     /* an empty sequence: no tokens, no blocks */
-    kv_table e = {0};
+    kv_table e = { 0 };
     kv_sess_encode(&P, &e, X.model_sum, h);
     CHECK(decode(h, KV_SESS_HEADER + 8, &in) == 0 && in.n_pos == 0 && in.n_blocks == 0 && in.flags == 0,
           "empty sequence");

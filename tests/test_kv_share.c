@@ -37,11 +37,12 @@ static int run_rows(kvi_engine *e, kvi_seq *s, const int32_t *toks, int from, in
 {
     kvi_batch *b = kvi_batch_create(n);
     for (int i = from; i < n; i++) kvi_batch_add(b, s, toks[i], i, true);
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     int rc = kvi_step(e, b, &err);
     CHECK(rc == 0, "step: %s", err.msg);
     if (rc == 0 && out)
-        for (int i = from; i < n; i++) memcpy(out + (size_t)i * NV, kvi_logits(e, i - from), NV * sizeof(float));
+        for (int i = from; i < n; i++)
+            memcpy(out + (size_t)i * NV, kvi_logits(e, i - from), NV * sizeof(float));
     kvi_batch_free(b);
     return rc;
 }
@@ -70,7 +71,7 @@ static size_t want_block_bytes(kvi_type kv)
     case KVI_TYPE_F16: k = v = bs * kvd * 2; break;
     case KVI_TYPE_Q8_0: k = v = bs * (kvd / 32) * 34; break;
     case KVI_TYPE_Q4_0: k = v = bs * (kvd / 32) * 18; break;
-    default:   /* q4: f16 scale + minimum per channel, 4-bit codes, padded to 16; values q4_0 */
+    default: /* q4: f16 scale + minimum per channel, 4-bit codes, padded to 16; values q4_0 */
         k = (4 * kvd + bs * kvd / 2 + 15) / 16 * 16;
         v = bs * (kvd / 32) * 18;
         break;
@@ -85,28 +86,30 @@ static void accounting_seqs(kvi_engine *e, kvi_type kv, kvi_seq *const *seqs, in
 {
     kvi_stats st;
     kvi_stats_get(e, NULL, &st);
-    const size_t sum = (size_t)(st.kv_blocks_used + st.kv_blocks_cached + st.kv_blocks_free) * st.kv_bytes_block;
+    const size_t sum =
+        (size_t)(st.kv_blocks_used + st.kv_blocks_cached + st.kv_blocks_free) * st.kv_bytes_block;
     CHECK(st.kv_bytes_allocated == sum, "%s: allocated %zu != (used %d + cached %d + free %d) x %zu", where,
-          st.kv_bytes_allocated, st.kv_blocks_used, st.kv_blocks_cached, st.kv_blocks_free, st.kv_bytes_block);
+          st.kv_bytes_allocated, st.kv_blocks_used, st.kv_blocks_cached, st.kv_blocks_free,
+          st.kv_bytes_block);
     CHECK(st.kv_bytes_per_token * (size_t)st.kv_block_size == st.kv_bytes_block, "%s: block bytes", where);
     CHECK(st.kv_bytes_block == want_block_bytes(kv), "%s: %s block of %zu bytes, layout says %zu", where,
           kvi_type_name(kv), st.kv_bytes_block, want_block_bytes(kv));
     const kv_pool *p = engine_kv_pool(e);
     CHECK(st.kv_bytes_allocated + st.kv_bytes_tail == p->bytes_sys,
-          "%s: stats say %zu + %zu tail bytes, the cache holds %zu from the system", where, st.kv_bytes_allocated,
-          st.kv_bytes_tail, p->bytes_sys);
+          "%s: stats say %zu + %zu tail bytes, the cache holds %zu from the system", where,
+          st.kv_bytes_allocated, st.kv_bytes_tail, p->bytes_sys);
     size_t tails = 0;
     for (int i = 0; i < n; i++) {
         if (!seqs[i]) continue;
         kvi_stats ss;
         kvi_stats_get(e, seqs[i], &ss);
-        CHECK(ss.kv_bytes_tail == 0 || ss.kv_bytes_tail == want_tail_bytes(kv), "%s: seq %d tail %zu bytes", where,
-              i, ss.kv_bytes_tail);
-        CHECK(ss.kv_bytes == (size_t)ss.kv_blocks_used * want_block_bytes(kv), "%s: seq %d holds %zu bytes", where,
-              i, ss.kv_bytes);
+        CHECK(ss.kv_bytes_tail == 0 || ss.kv_bytes_tail == want_tail_bytes(kv), "%s: seq %d tail %zu bytes",
+              where, i, ss.kv_bytes_tail);
+        CHECK(ss.kv_bytes == (size_t)ss.kv_blocks_used * want_block_bytes(kv), "%s: seq %d holds %zu bytes",
+              where, i, ss.kv_bytes);
         if (kv == KVI_TYPE_KV_Q4 && ss.n_tokens > 0)
-            CHECK(ss.kv_bytes_tail == want_tail_bytes(kv), "%s: q4 seq %d of %d tokens without a tail", where, i,
-                  ss.n_tokens);
+            CHECK(ss.kv_bytes_tail == want_tail_bytes(kv), "%s: q4 seq %d of %d tokens without a tail", where,
+                  i, ss.n_tokens);
         tails += ss.kv_bytes_tail;
     }
     CHECK(tails == st.kv_bytes_tail, "%s: sequences hold %zu tail bytes, the pool reports %zu", where, tails,
@@ -117,9 +120,11 @@ static void accounting(kvi_engine *e, const char *where)
 {
     kvi_stats st;
     kvi_stats_get(e, NULL, &st);
-    const size_t sum = (size_t)(st.kv_blocks_used + st.kv_blocks_cached + st.kv_blocks_free) * st.kv_bytes_block;
+    const size_t sum =
+        (size_t)(st.kv_blocks_used + st.kv_blocks_cached + st.kv_blocks_free) * st.kv_bytes_block;
     CHECK(st.kv_bytes_allocated == sum, "%s: allocated %zu != (used %d + cached %d + free %d) x %zu", where,
-          st.kv_bytes_allocated, st.kv_blocks_used, st.kv_blocks_cached, st.kv_blocks_free, st.kv_bytes_block);
+          st.kv_bytes_allocated, st.kv_blocks_used, st.kv_blocks_cached, st.kv_blocks_free,
+          st.kv_bytes_block);
     CHECK(st.kv_bytes_allocated + st.kv_bytes_tail == engine_kv_pool(e)->bytes_sys, "%s: bytes_sys", where);
 }
 
@@ -138,7 +143,8 @@ static void share_and_cow(kvi_type kv)
     float *lb = calloc((size_t)(NPR + 1) * NV, sizeof(float));
     kvi_seq *a = kvi_seq_create(e), *b = kvi_seq_create(e);
     run_rows(e, a, P, 0, NPR, la);
-    CHECK(same(la + (size_t)(NPR - 1) * NV, ref + (size_t)(NPR - 1) * NV), "%s: a differs from reference", tn);
+    CHECK(same(la + (size_t)(NPR - 1) * NV, ref + (size_t)(NPR - 1) * NV), "%s: a differs from reference",
+          tn);
 
     /* b reuses whole blocks: (40 - 1) / 16 = 2 blocks = 32 positions */
     int32_t held = kvi_seq_reuse_prefix(b, P, NPR);
@@ -147,8 +153,9 @@ static void share_and_cow(kvi_type kv)
     kvi_stats_get(e, b, &st);
     CHECK(st.kv_blocks_used == 2 && st.kv_blocks_shared == 2 && st.prefix_hit_tokens == 32 &&
               st.prefix_miss_tokens == 8,
-          "%s: b holds %d blocks (%d shared), hits %llu misses %llu", tn, st.kv_blocks_used, st.kv_blocks_shared,
-          (unsigned long long)st.prefix_hit_tokens, (unsigned long long)st.prefix_miss_tokens);
+          "%s: b holds %d blocks (%d shared), hits %llu misses %llu", tn, st.kv_blocks_used,
+          st.kv_blocks_shared, (unsigned long long)st.prefix_hit_tokens,
+          (unsigned long long)st.prefix_miss_tokens);
     run_rows(e, b, P, held, NPR, lb);
     int bad = 0;
     for (int i = held; i < NPR; i++) bad += !same(lb + (size_t)i * NV, ref + (size_t)i * NV);
@@ -171,16 +178,17 @@ static void share_and_cow(kvi_type kv)
     PX[NPR] = 7;
     PY[NPR] = 9;
     float *rx = reference(kv, PX, NPR + 1), *ry = reference(kv, PY, NPR + 1);
-    float *lx = calloc((size_t)(NPR + 1) * NV, sizeof(float)), *ly = calloc((size_t)(NPR + 1) * NV, sizeof(float));
-    run_rows(e, a, PX, NPR, NPR + 1, lx);   /* writes into the shared block: copy on write */
+    float *lx = calloc((size_t)(NPR + 1) * NV, sizeof(float)),
+          *ly = calloc((size_t)(NPR + 1) * NV, sizeof(float));
+    run_rows(e, a, PX, NPR, NPR + 1, lx); /* writes into the shared block: copy on write */
     kvi_stats_get(e, NULL, &st);
     CHECK(st.n_cow == 1 && st.kv_blocks_used == 5, "%s: a's write: %llu copies, %d blocks", tn,
           (unsigned long long)st.n_cow, st.kv_blocks_used);
-    run_rows(e, c, PY, NPR, NPR + 1, ly);   /* c is the last holder: writes in place */
+    run_rows(e, c, PY, NPR, NPR + 1, ly); /* c is the last holder: writes in place */
     CHECK(same(lx + (size_t)NPR * NV, rx + (size_t)NPR * NV), "%s: a after copy on write differs", tn);
     CHECK(same(ly + (size_t)NPR * NV, ry + (size_t)NPR * NV), "%s: fork c was changed by a's write", tn);
     {
-        kvi_seq *live[3] = {a, b, c};
+        kvi_seq *live[3] = { a, b, c };
         accounting_seqs(e, kv, live, 3, "after cow");
     }
 
@@ -191,7 +199,8 @@ static void share_and_cow(kvi_type kv)
     kvi_stats_get(e, NULL, &st);
     CHECK(st.kv_blocks_used == 0 && st.kv_blocks_cached == 2, "%s: after free %d used, %d cached", tn,
           st.kv_blocks_used, st.kv_blocks_cached);
-    CHECK(st.kv_bytes_tail == 0, "%s: tails left after every sequence was freed: %zu bytes", tn, st.kv_bytes_tail);
+    CHECK(st.kv_bytes_tail == 0, "%s: tails left after every sequence was freed: %zu bytes", tn,
+          st.kv_bytes_tail);
     accounting_seqs(e, kv, NULL, 0, "after free");
 
     /* a cached prefix serves a new sequence; a write inside it (after a rollback)
@@ -258,10 +267,10 @@ static void fork_mid_group(void)
         kvi_seq *a = kvi_seq_create(e);
         run_rows(e, a, T, 0, at, NULL);
         kvi_seq *c = kvi_seq_fork(a);
-        kvi_seq_free(a);   /* the child alone must hold everything it needs */
+        kvi_seq_free(a); /* the child alone must hold everything it needs */
         for (int i = at; i <= N; i++) run_rows(e, c, T, i, i + 1, out);
         for (int i = at; i <= N; i++) bad += !same(out + (size_t)i * NV, ref + (size_t)i * NV);
-        kvi_seq *live[1] = {c};
+        kvi_seq *live[1] = { c };
         accounting_seqs(e, KVI_TYPE_KV_Q4, live, 1, "fork_mid_group");
         kvi_seq_free(c);
     }
@@ -287,21 +296,21 @@ static void lru_pressure(void)
         B[i] = 100 + i;
     }
     kvi_seq *s = kvi_seq_create(e);
-    run_rows(e, s, A, 0, 32, NULL);   /* 2 full blocks, indexed */
+    run_rows(e, s, A, 0, 32, NULL); /* 2 full blocks, indexed */
     kvi_seq_free(s);
     s = kvi_seq_create(e);
-    run_rows(e, s, B, 0, 32, NULL);   /* 2 fresh blocks: A's stay cached */
+    run_rows(e, s, B, 0, 32, NULL); /* 2 fresh blocks: A's stay cached */
     kvi_seq_free(s);
     kvi_stats_get(e, NULL, &st);
     CHECK(st.kv_blocks_cached == 4 && st.n_lru_evicted == 0, "cached %d, evicted %llu", st.kv_blocks_cached,
           (unsigned long long)st.n_lru_evicted);
     s = kvi_seq_create(e);
     CHECK(kvi_seq_reuse_prefix(s, B, 33) == 32, "B reused from the LRU");
-    kvi_seq_free(s);   /* B is now the most recent, A the oldest */
+    kvi_seq_free(s); /* B is now the most recent, A the oldest */
     kvi_seq *t = kvi_seq_create(e);
     int32_t C[20];
     for (int i = 0; i < 20; i++) C[i] = 200 + i;
-    run_rows(e, t, C, 0, 20, NULL);   /* 2 blocks: A's two are evicted */
+    run_rows(e, t, C, 0, 20, NULL); /* 2 blocks: A's two are evicted */
     kvi_stats_get(e, NULL, &st);
     CHECK(st.n_lru_evicted == 2 && st.kv_blocks_cached == 2, "evicted %llu, cached %d",
           (unsigned long long)st.n_lru_evicted, st.kv_blocks_cached);
@@ -314,7 +323,7 @@ static void lru_pressure(void)
     kvi_batch *b = kvi_batch_create(4);
     kvi_batch_add(b, t, 5, 20, false);
     kvi_batch_add(b, s, 5, 32, true);
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     int rc = kvi_step(e, b, &err);
     CHECK(rc == KVI_E_NO_KV_SPACE && err.msg[0], "full pool: rc %d", rc);
     CHECK(kvi_seq_len(t) == 20 && kvi_seq_len(s) == 32, "failed step changed lengths");
@@ -342,13 +351,13 @@ static void sixteen_forks(void)
     for (int step = 0; step < 16; step++) {
         kvi_batch_clear(b);
         for (int k = 0; k < 16; k++) kvi_batch_add(b, s[k], 3 + (k * 31 + step) % 500, 256 + step, true);
-        kvi_error err = {0};
+        kvi_error err = { 0 };
         CHECK(kvi_step(e, b, &err) == 0, "%s", err.msg);
     }
     kvi_stats_get(e, NULL, &st);
     const size_t cont = 16u * 16u * st.kv_bytes_per_token;
-    CHECK((double)st.kv_bytes <= 1.25 * (double)one + (double)cont, "16 forks hold %zu bytes > 1.25 x %zu + %zu",
-          st.kv_bytes, one, cont);
+    CHECK((double)st.kv_bytes <= 1.25 * (double)one + (double)cont,
+          "16 forks hold %zu bytes > 1.25 x %zu + %zu", st.kv_bytes, one, cont);
     accounting(e, "16 forks");
     kvi_batch_free(b);
     kvi_engine_free(e);

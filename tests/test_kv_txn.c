@@ -41,9 +41,9 @@ typedef struct snap {
     snap_table tab[3];
     int32_t refcount[N_BLOCKS];
     uint8_t indexed[N_BLOCKS];
-    int32_t free_sorted[N_BLOCKS];  /* free stack, sorted */
+    int32_t free_sorted[N_BLOCKS]; /* free stack, sorted */
     int32_t n_free, n_used, n_cached, n_alloc;
-    uint8_t *mem;                   /* [N_BLOCKS][block_bytes] every block's bytes */
+    uint8_t *mem; /* [N_BLOCKS][block_bytes] every block's bytes */
 } snap;
 
 static int cmp_i32(const void *a, const void *b)
@@ -68,7 +68,8 @@ static void take(const kv_pool *p, kv_table *const *t, snap *s)
     s->n_used = p->n_used;
     s->n_cached = p->n_cached;
     s->n_alloc = p->n_alloc;
-    for (int32_t b = 0; b < N_BLOCKS; b++) memcpy(s->mem + (size_t)b * p->block_bytes, p->mem[b], p->block_bytes);
+    for (int32_t b = 0; b < N_BLOCKS; b++)
+        memcpy(s->mem + (size_t)b * p->block_bytes, p->mem[b], p->block_bytes);
 }
 
 /* Every field of a snapshot taken now equals `before`. */
@@ -82,14 +83,16 @@ static void check_same(const kv_pool *p, kv_table *const *t, const snap *before,
         CHECK(a->n_pos == b->n_pos, "%s: table %d length %d, before %d", what, i, b->n_pos, a->n_pos);
         CHECK(!memcmp(a->blocks, b->blocks, (size_t)a->n_blocks * sizeof(int32_t)), "%s: table %d block ids",
               what, i);
-        CHECK(!memcmp(a->tokens, b->tokens, (size_t)a->n_pos * sizeof(int32_t)), "%s: table %d tokens", what, i);
+        CHECK(!memcmp(a->tokens, b->tokens, (size_t)a->n_pos * sizeof(int32_t)), "%s: table %d tokens", what,
+              i);
     }
     CHECK(!memcmp(before->refcount, now->refcount, sizeof now->refcount), "%s: refcounts", what);
     CHECK(!memcmp(before->indexed, now->indexed, sizeof now->indexed), "%s: index flags", what);
     CHECK(before->n_free == now->n_free, "%s: %d free blocks, before %d", what, now->n_free, before->n_free);
     CHECK(!memcmp(before->free_sorted, now->free_sorted, (size_t)now->n_free * sizeof(int32_t)),
           "%s: free stack contents", what);
-    CHECK(before->n_used == now->n_used && before->n_cached == now->n_cached && before->n_alloc == now->n_alloc,
+    CHECK(before->n_used == now->n_used && before->n_cached == now->n_cached &&
+              before->n_alloc == now->n_alloc,
           "%s: used %d cached %d alloc %d, before %d %d %d", what, now->n_used, now->n_cached, now->n_alloc,
           before->n_used, before->n_cached, before->n_alloc);
     /* the bytes of every block a table held (a free block may have received a copy) */
@@ -106,14 +109,15 @@ static void check_refsum(const kv_pool *p, kv_table *const *t, int n_tables, con
     int64_t refs = 0, entries = 0;
     for (int32_t b = 0; b < p->n_alloc; b++) refs += p->refcount[b];
     for (int i = 0; i < n_tables; i++) entries += t[i]->n_blocks;
-    CHECK(refs == entries, "%s: %lld references, %lld table entries", what, (long long)refs, (long long)entries);
+    CHECK(refs == entries, "%s: %lld references, %lld table entries", what, (long long)refs,
+          (long long)entries);
     CHECK(p->n_used + p->n_free + p->n_cached == p->n_alloc, "%s: used %d + free %d + cached %d != alloc %d",
           what, p->n_used, p->n_free, p->n_cached, p->n_alloc);
 }
 
 static void fill_table(kv_pool *p, kv_table *t, int32_t n_pos, uint64_t *rng)
 {
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     CHECK(kv_table_reserve(p, t, n_pos, &err) == 0, "reserve %d: %s", n_pos, err.msg);
     for (int32_t i = 0; i < n_pos; i++) t->tokens[i] = (int32_t)(trand_u64(rng) % 1000);
     t->n_pos = n_pos;
@@ -132,7 +136,7 @@ static int run_txn(kv_txn *x, kv_pool *p, kv_table *a, kv_table *b, kv_table *c,
 int main(void)
 {
     kv_pool p;
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     const size_t one = kv_layout_block_bytes(2, 32, BS, KVI_TYPE_F32, KVI_TYPE_F32);
     CHECK(kv_pool_init(&p, 2, 32, BS, KVI_TYPE_F32, KVI_TYPE_F32, one * N_BLOCKS, &err) == 0, "pool: %s",
           err.msg);
@@ -140,31 +144,31 @@ int main(void)
     uint64_t rng = 0x5eed1234abcdull;
 
     /* every block gets memory and random non-zero bytes, then goes back free */
-    kv_table all = {0};
+    kv_table all = { 0 };
     CHECK(kv_table_reserve(&p, &all, N_BLOCKS * BS, &err) == 0, "reserve all: %s", err.msg);
     for (int32_t b = 0; b < N_BLOCKS; b++)
         for (size_t k = 0; k < p.block_bytes; k++) p.mem[b][k] = (uint8_t)(trand_u64(&rng) | 1);
     kv_table_release(&p, &all);
     CHECK(p.n_free == N_BLOCKS && p.n_alloc == N_BLOCKS, "all %d blocks free", p.n_free);
 
-    kv_table A = {0}, B = {0}, C = {0};
+    kv_table A = { 0 }, B = { 0 }, C = { 0 };
     fill_table(&p, &A, 10, &rng);
     CHECK(kv_table_share(&p, &B, &A, &err) == 0, "fork: %s", err.msg);
     fill_table(&p, &C, 8, &rng);
     kv_prefix_index_table(&p, &C, 0);
     CHECK(p.indexed[C.blocks[0]] && p.indexed[C.blocks[1]], "C's two full blocks are indexed");
     CHECK(p.refcount[A.blocks[0]] == 2 && p.refcount[A.blocks[2]] == 2, "A and B share their blocks");
-    kv_table *tabs[3] = {&A, &B, &C};
+    kv_table *tabs[3] = { &A, &B, &C };
     check_refsum(&p, tabs, 3, "setup");
 
-    snap before = {.mem = malloc((size_t)N_BLOCKS * p.block_bytes)};
-    snap now = {.mem = malloc((size_t)N_BLOCKS * p.block_bytes)};
+    snap before = { .mem = malloc((size_t)N_BLOCKS * p.block_bytes) };
+    snap now = { .mem = malloc((size_t)N_BLOCKS * p.block_bytes) };
     CHECK(before.mem && now.mem, "snapshot memory");
     if (!before.mem || !now.mem) return test_main_end();
     take(&p, tabs, &before);
 
     /* 1. a full transaction, rolled back on request */
-    kv_txn x = {0};
+    kv_txn x = { 0 };
     CHECK(run_txn(&x, &p, &A, &B, &C, &err) == 0, "transaction: %s", err.msg);
     CHECK(A.n_blocks == 4 && B.n_blocks == 3 && C.n_blocks == 3, "blocks during: %d %d %d", A.n_blocks,
           B.n_blocks, C.n_blocks);
@@ -179,10 +183,10 @@ int main(void)
 
     /* 2. the pool runs out in the middle (B's copy): the rollback undoes A's
      * copies and new block too */
-    kv_table hog = {0};
+    kv_table hog = { 0 };
     CHECK(kv_table_reserve(&p, &hog, (before.n_free - 3) * BS, &err) == 0, "hog: %s", err.msg);
-    kv_table *tabs_h[4] = {&A, &B, &C, &hog};
-    snap before_h = {.mem = malloc((size_t)N_BLOCKS * p.block_bytes)};
+    kv_table *tabs_h[4] = { &A, &B, &C, &hog };
+    snap before_h = { .mem = malloc((size_t)N_BLOCKS * p.block_bytes) };
     CHECK(before_h.mem != NULL, "snapshot memory");
     if (!before_h.mem) return test_main_end();
     take(&p, tabs, &before_h);
@@ -226,7 +230,7 @@ int main(void)
 
     /* 4. the contract's bound: more tables than begin allowed is refused */
     CHECK(kv_txn_begin(&x, &p, 1, 1) == 0, "begin small");
-    kv_table D = {0};
+    kv_table D = { 0 };
     CHECK(kv_txn_add(&x, &D, 0, 0, &err) == 0, "one table: %s", err.msg);
     CHECK(kv_txn_add(&x, &C, 10, 10, &err) == KVI_E_INVALID, "a second table is refused");
     kv_txn_rollback(&x);

@@ -44,7 +44,8 @@ static void expect_plan(const char *args, double bpt, double bps, double max_seq
     cJSON *j = plan(args, &rc);
     CHECK(rc == 0 && j, "kv-plan %s: exit %d", args, rc);
     if (!j) return;
-    CHECK(num(j, "bytes_per_token") == bpt, "%s: bytes_per_token %.0f, expected %.0f", args, num(j, "bytes_per_token"), bpt);
+    CHECK(num(j, "bytes_per_token") == bpt, "%s: bytes_per_token %.0f, expected %.0f", args,
+          num(j, "bytes_per_token"), bpt);
     if (bps >= 0)
         CHECK(num(j, "bytes_per_sequence") == bps, "%s: bytes_per_sequence %.0f, expected %.0f", args,
               num(j, "bytes_per_sequence"), bps);
@@ -52,8 +53,8 @@ static void expect_plan(const char *args, double bpt, double bps, double max_seq
         CHECK(num(j, "max_sequences") == max_seq, "%s: max_sequences %.0f, expected %.0f", args,
               num(j, "max_sequences"), max_seq);
     if (max_ctx >= 0)
-        CHECK(num(j, "max_context") == max_ctx, "%s: max_context %.0f, expected %.0f", args, num(j, "max_context"),
-              max_ctx);
+        CHECK(num(j, "max_context") == max_ctx, "%s: max_context %.0f, expected %.0f", args,
+              num(j, "max_context"), max_ctx);
     cJSON_Delete(j);
 }
 
@@ -76,7 +77,8 @@ int main(void)
     expect_plan("--preset seed-70b --ctx 1000 --mem 1GiB --kv-type q4_0", 92160, 92160000.0, 11, 11650);
     expect_plan("--preset seed-70b --ctx 1000 --mem 1GiB --kv-type f32", 655360, -1, 1, 1638);
     /* K and V separately: f16 K (163840) + q4_0 V (46080) */
-    expect_plan("--preset seed-70b --ctx 1 --mem 1MiB --kv-type-k f16 --kv-type-v q4_0", 163840 + 46080, -1, 4, 4);
+    expect_plan("--preset seed-70b --ctx 1 --mem 1MiB --kv-type-k f16 --kv-type-v q4_0", 163840 + 46080, -1,
+                4, 4);
     /* q4 (KIVI estimate): K 1024 x 5/8 = 640 B, V q4_0 576 B, x 80 layers */
     expect_plan("--preset seed-70b --ctx 1 --mem 1MiB --kv-type q4", 80 * (640 + 576), -1, -1, -1);
     expect_plan("--preset llama-2-7b --ctx 4096 --mem 24GiB", 524288, 2147483648.0, 12, 49152);
@@ -90,13 +92,15 @@ int main(void)
     char args[512];
     snprintf(args, sizeof args, "-m %s --mem 1MiB --ctx 512", shared_path("models/stories260K.gguf"));
     expect_plan(args, 640, 327680, 3, 1638);
-    snprintf(args, sizeof args, "-m %s --mem 1MiB --ctx 512 --kv-type q8_0", shared_path("models/stories260K.gguf"));
+    snprintf(args, sizeof args, "-m %s --mem 1MiB --ctx 512 --kv-type q8_0",
+             shared_path("models/stories260K.gguf"));
     expect_plan(args, 340, 174080, 6, 3084);
 
     /* the text table carries the same numbers */
     char *out = NULL, *err = NULL;
     int rc = run_kvinfer("kv-plan --preset seed-70b --ctx 100000 --mem 80GiB", &out, &err);
-    CHECK(rc == 0 && out && strstr(out, "320.00 KiB") && strstr(out, "327680 bytes") && strstr(out, "30.52 GiB"),
+    CHECK(rc == 0 && out && strstr(out, "320.00 KiB") && strstr(out, "327680 bytes") &&
+              strstr(out, "30.52 GiB"),
           "text table: %s", out ? out : "(none)");
     free(out);
     free(err);
@@ -114,14 +118,15 @@ int main(void)
 
     /* kvi_model_info_from_file: stories260K's shape, no weights loaded */
     kvi_model_info info;
-    kvi_error e = {0};
+    kvi_error e = { 0 };
     rc = kvi_model_info_from_file(shared_path("models/stories260K.gguf"), &info, &e);
     CHECK(rc == 0, "info_from_file: %d %s", rc, e.msg);
-    CHECK(info.n_layers == 5 && info.n_heads == 8 && info.n_kv_heads == 4 && info.head_dim == 8 && info.dim == 64,
-          "shape %d layers %d heads %d kv %d hd %d dim", info.n_layers, info.n_heads, info.n_kv_heads, info.head_dim,
-          info.dim);
-    CHECK(info.n_vocab == 512 && !strcmp(info.arch, "llama") && info.has_weights, "vocab %d arch %s", info.n_vocab,
-          info.arch);
+    CHECK(info.n_layers == 5 && info.n_heads == 8 && info.n_kv_heads == 4 && info.head_dim == 8 &&
+              info.dim == 64,
+          "shape %d layers %d heads %d kv %d hd %d dim", info.n_layers, info.n_heads, info.n_kv_heads,
+          info.head_dim, info.dim);
+    CHECK(info.n_vocab == 512 && !strcmp(info.arch, "llama") && info.has_weights, "vocab %d arch %s",
+          info.n_vocab, info.arch);
     /* the same as the full loader says */
     kvi_model *m = kvi_model_load(shared_path("models/stories260K.gguf"), NULL, &e);
     CHECK(m != NULL, "load: %s", e.msg);
@@ -140,7 +145,7 @@ int main(void)
     char *buf = read_file(shared_path("models/stories260K.gguf"), &len);
     CHECK(buf && len > 200, "read stories260K.gguf");
     if (buf) {
-        size_t cuts[] = {3, 20, 100, 200};
+        size_t cuts[] = { 3, 20, 100, 200 };
         for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
             const char *p = tmp_path("kvplan_trunc.gguf");
             write_file(p, buf, cuts[i]);

@@ -44,20 +44,23 @@ static void test_closed_loop(int port)
 {
     /* 8 requests, 4 at a time, 24-token prompts sharing 8, 12 tokens each */
     int rc;
-    cJSON *j = loadgen(port, "--concurrency 4 --requests 8 --prompt-len 24 --gen-len 12 --shared-prefix 8", &rc);
+    cJSON *j =
+        loadgen(port, "--concurrency 4 --requests 8 --prompt-len 24 --gen-len 12 --shared-prefix 8", &rc);
     CHECK(rc == 0 && j, "loadgen exit %d", rc);
     CHECK(num(j, "completed", NULL) == 8 && num(j, "failed", NULL) == 0, "completed %g failed %g (%s)",
           num(j, "completed", NULL), num(j, "failed", NULL),
-          cJSON_IsString(cJSON_GetObjectItem(j, "first_error")) ? cJSON_GetObjectItem(j, "first_error")->valuestring
-                                                                : "");
-    CHECK(num(j, "total_output_tokens", NULL) == 96, "output tokens %g, want 8 x 12", num(j, "total_output_tokens", NULL));
+          cJSON_IsString(cJSON_GetObjectItem(j, "first_error"))
+              ? cJSON_GetObjectItem(j, "first_error")->valuestring
+              : "");
+    CHECK(num(j, "total_output_tokens", NULL) == 96, "output tokens %g, want 8 x 12",
+          num(j, "total_output_tokens", NULL));
     CHECK(num(j, "total_input_tokens", NULL) == 192, "input tokens %g", num(j, "total_input_tokens", NULL));
     CHECK(num(j, "itl_ms", "n") == 88, "ITL gaps %g, want 8 x 11", num(j, "itl_ms", "n"));
     CHECK(num(j, "ttft_ms", "n") == 8 && num(j, "tpot_ms", "n") == 8, "TTFT/TPOT counts");
-    const char *names[] = {"ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"};
+    const char *names[] = { "ttft_ms", "tpot_ms", "itl_ms", "e2e_ms" };
     for (int k = 0; k < 4; k++) {
-        const double mean = num(j, names[k], "mean"), med = num(j, names[k], "median"), p99 = num(j, names[k], "p99"),
-                     mx = num(j, names[k], "max");
+        const double mean = num(j, names[k], "mean"), med = num(j, names[k], "median"),
+                     p99 = num(j, names[k], "p99"), mx = num(j, names[k], "max");
         /* an inter-token gap is timed per received chunk, like vLLM's bench: on this
          * tiny model a step takes ~0.1 ms, so several events of a stream can arrive
          * in one read and most gaps (at times all 88) measure 0; every other figure
@@ -70,7 +73,8 @@ static void test_closed_loop(int port)
      * request's end (e2e) follows: sum of the 88 gaps <= sum over 8 of (e2e - ttft) */
     const double gaps = num(j, "itl_ms", "mean") * 88,
                  spans = 8 * (num(j, "e2e_ms", "mean") - num(j, "ttft_ms", "mean"));
-    CHECK(gaps <= spans + 1e-6 * spans + 1e-6, "ITL gaps add up to %g ms, more than the streams' %g ms", gaps, spans);
+    CHECK(gaps <= spans + 1e-6 * spans + 1e-6, "ITL gaps add up to %g ms, more than the streams' %g ms", gaps,
+          spans);
     /* e2e >= ttft + 11 gaps: TPOT x 11 == e2e - ttft on average */
     CHECK(num(j, "e2e_ms", "mean") > num(j, "ttft_ms", "mean"), "e2e above ttft");
     const double dur = num(j, "duration_s", NULL);
@@ -94,8 +98,10 @@ static void test_poisson(int port)
 {
     /* 6 arrivals at 10/s: the last one comes, on average, 0.5 s after the first */
     int rc;
-    cJSON *j = loadgen(port, "--concurrency 6 --requests 6 --rate 10 --prompt-len 8 --gen-len 4 --seed 7", &rc);
-    CHECK(rc == 0 && num(j, "completed", NULL) == 6, "poisson run: rc %d completed %g", rc, num(j, "completed", NULL));
+    cJSON *j =
+        loadgen(port, "--concurrency 6 --requests 6 --rate 10 --prompt-len 8 --gen-len 4 --seed 7", &rc);
+    CHECK(rc == 0 && num(j, "completed", NULL) == 6, "poisson run: rc %d completed %g", rc,
+          num(j, "completed", NULL));
     CHECK(num(j, "rate", NULL) == 10, "rate echoed");
     CHECK(num(j, "duration_s", NULL) > 0.05, "arrivals spread the run (%g s)", num(j, "duration_s", NULL));
     cJSON_Delete(j);
@@ -103,22 +109,23 @@ static void test_poisson(int port)
 
 static void test_refusals(void)
 {
-    const char *bad[] = {"http://192.168.1.10:8080", "http://example.com", "http://8.8.8.8:80/v1/completions",
-                         "http://[2001:db8::1]:8080", "https://127.0.0.1:8080", "http://128.0.0.1:80"};
+    const char *bad[] = { "http://192.168.1.10:8080",         "http://example.com",
+                          "http://8.8.8.8:80/v1/completions", "http://[2001:db8::1]:8080",
+                          "https://127.0.0.1:8080",           "http://128.0.0.1:80" };
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         char args[256], *out = NULL, *err = NULL;
         snprintf(args, sizeof args, "loadgen --url '%s' --requests 1 --timeout 5", bad[k]);
         const double t0 = kvi_time_ms();
         int rc = run_kvinfer(args, &out, &err);
-        CHECK(rc == 1 && err && (strstr(err, "refusing") || strstr(err, "http://")), "%s: rc %d, stderr %s", bad[k],
-              rc, err ? err : "");
+        CHECK(rc == 1 && err && (strstr(err, "refusing") || strstr(err, "http://")), "%s: rc %d, stderr %s",
+              bad[k], rc, err ? err : "");
         CHECK(kvi_time_ms() - t0 < 4000, "%s refused at once", bad[k]);
         free(out);
         free(err);
     }
     char *err = NULL;
-    CHECK(run_kvinfer("loadgen --url http://127.0.0.1:1 --shared-prefix 9 --prompt-len 8", NULL, &err) == 1 && err &&
-              strstr(err, "shared-prefix"),
+    CHECK(run_kvinfer("loadgen --url http://127.0.0.1:1 --shared-prefix 9 --prompt-len 8", NULL, &err) == 1 &&
+              err && strstr(err, "shared-prefix"),
           "prefix longer than the prompt refused");
     free(err);
 }

@@ -23,13 +23,15 @@
 static void test_hand_values(void)
 {
     /* probabilities 1/2, 1/4, 1/8, 1/8 shifted by a constant: log p exactly */
-    const float logits[4] = {logf(0.5f) + 3.0f, logf(0.25f) + 3.0f, logf(0.125f) + 3.0f, logf(0.125f) + 3.0f};
+    const float logits[4] = { logf(0.5f) + 3.0f, logf(0.25f) + 3.0f, logf(0.125f) + 3.0f,
+                              logf(0.125f) + 3.0f };
     int32_t ids[KVI_LOGPROBS_MAX];
     float lps[KVI_LOGPROBS_MAX], lp = 1.0f;
     int32_t n = kvi_logprobs_top(logits, 4, 3, 3, &lp, ids, lps);
     CHECK(n == 3, "n %d", n);
     CHECK(fabsf(lp - logf(0.125f)) < 1e-6f, "token 3: %g", lp);
-    CHECK(ids[0] == 0 && ids[1] == 1 && ids[2] == 2, "order %d %d %d (tie: lower id first)", ids[0], ids[1], ids[2]);
+    CHECK(ids[0] == 0 && ids[1] == 1 && ids[2] == 2, "order %d %d %d (tie: lower id first)", ids[0], ids[1],
+          ids[2]);
     CHECK(fabsf(lps[0] - logf(0.5f)) < 1e-6f && fabsf(lps[1] - logf(0.25f)) < 1e-6f &&
               fabsf(lps[2] - logf(0.125f)) < 1e-6f,
           "values %g %g %g", lps[0], lps[1], lps[2]);
@@ -41,7 +43,7 @@ static void test_hand_values(void)
     CHECK(kvi_logprobs_top(logits, 4, 4, 1, &lp, ids, lps) == KVI_E_INVALID, "token 4 of 4");
     CHECK(kvi_logprobs_top(NULL, 4, 0, 1, &lp, ids, lps) == KVI_E_INVALID, "no logits");
     /* -inf logits have probability 0; the rest still sums to one */
-    const float two[3] = {0.0f, -INFINITY, 0.0f};
+    const float two[3] = { 0.0f, -INFINITY, 0.0f };
     n = kvi_logprobs_top(two, 3, 1, 3, &lp, ids, lps);
     CHECK(n == 3 && isinf(lp) && lp < 0 && fabsf(lps[0] - logf(0.5f)) < 1e-6f && ids[2] == 1, "with -inf");
 }
@@ -157,7 +159,8 @@ static bool reference(int32_t gen[NG], double ref[NG][512], int32_t *n_vocab)
 
 /* Checks a completion's logprobs object against the reference; returns its
  * token_logprobs as a string for comparing the stream to it. */
-static void check_completion_lp(const cJSON *lp, const int32_t gen[NG], double ref[NG][512], int V, const char *what)
+static void check_completion_lp(const cJSON *lp, const int32_t gen[NG], double ref[NG][512], int V,
+                                const char *what)
 {
     const cJSON *toks = cJSON_GetObjectItem(lp, "tokens"), *tlp = cJSON_GetObjectItem(lp, "token_logprobs");
     const cJSON *top = cJSON_GetObjectItem(lp, "top_logprobs"), *off = cJSON_GetObjectItem(lp, "text_offset");
@@ -169,8 +172,8 @@ static void check_completion_lp(const cJSON *lp, const int32_t gen[NG], double r
     size_t text_off = 0;
     for (int g = 0; g < NG; g++) {
         const double got = num(cJSON_GetArrayItem(tlp, g));
-        CHECK(fabs(got - ref[g][gen[g]]) < 2e-5, "%s: token %d logprob %.8f, log-softmax of the logits %.8f", what, g,
-              got, ref[g][gen[g]]);
+        CHECK(fabs(got - ref[g][gen[g]]) < 2e-5, "%s: token %d logprob %.8f, log-softmax of the logits %.8f",
+              what, g, got, ref[g][gen[g]]);
         /* the k best values of the reference row, descending */
         double best[TOPK];
         for (int k = 0; k < TOPK; k++) {
@@ -192,12 +195,13 @@ static void check_completion_lp(const cJSON *lp, const int32_t gen[NG], double r
         {
             bool found = false;
             for (int b = 0; b < TOPK; b++) found = found || fabs(num(it) - best[b]) < 2e-5;
-            CHECK(found, "%s: token %d alternative '%s' %.8f not among the top %d", what, g, it->string, num(it), TOPK);
+            CHECK(found, "%s: token %d alternative '%s' %.8f not among the top %d", what, g, it->string,
+                  num(it), TOPK);
             if (k == 0) CHECK(fabs(num(it) - best[0]) < 2e-5, "%s: first alternative is not the best", what);
             k++;
         }
-        CHECK((size_t)num(cJSON_GetArrayItem(off, g)) == text_off, "%s: text_offset[%d] %g, want %zu", what, g,
-              num(cJSON_GetArrayItem(off, g)), text_off);
+        CHECK((size_t)num(cJSON_GetArrayItem(off, g)) == text_off, "%s: text_offset[%d] %g, want %zu", what,
+              g, num(cJSON_GetArrayItem(off, g)), text_off);
         const cJSON *ts = cJSON_GetArrayItem(toks, g);
         if (cJSON_IsString(ts)) text_off += strlen(ts->valuestring);
     }
@@ -210,9 +214,10 @@ static void test_completions(int port)
     int V = 0;
     if (!reference(gen, ref, &V)) return;
     char body[512];
-    snprintf(body, sizeof body,
-             "{\"prompt\":[1,403,407],\"max_tokens\":%d,\"temperature\":0,\"ignore_eos\":true,\"logprobs\":%d}", NG,
-             TOPK);
+    snprintf(
+        body, sizeof body,
+        "{\"prompt\":[1,403,407],\"max_tokens\":%d,\"temperature\":0,\"ignore_eos\":true,\"logprobs\":%d}",
+        NG, TOPK);
     http_resp r;
     cJSON *j;
     const cJSON *c0 = post_choice0(port, "/v1/completions", body, &r, &j);
@@ -230,17 +235,18 @@ static void test_completions(int port)
     free(r.body);
 
     /* streamed: one entry per token event, the same values */
-    snprintf(body, sizeof body,
-             "{\"prompt\":[1,403,407],\"max_tokens\":%d,\"temperature\":0,\"ignore_eos\":true,\"logprobs\":%d,"
-             "\"stream\":true}",
-             NG, TOPK);
+    snprintf(
+        body, sizeof body,
+        "{\"prompt\":[1,403,407],\"max_tokens\":%d,\"temperature\":0,\"ignore_eos\":true,\"logprobs\":%d,"
+        "\"stream\":true}",
+        NG, TOPK);
     r = post(port, "/v1/completions", body);
     CHECK(r.status == 200, "stream %d", r.status);
     bool done;
     cJSON *ev = sse_choices(r.body, &done);
     CHECK(done, "stream ends with [DONE]");
     cJSON *merged = cJSON_CreateObject();
-    const char *keys[4] = {"tokens", "token_logprobs", "top_logprobs", "text_offset"};
+    const char *keys[4] = { "tokens", "token_logprobs", "top_logprobs", "text_offset" };
     cJSON *arrs[4];
     for (int k = 0; k < 4; k++) arrs[k] = cJSON_AddArrayToObject(merged, keys[k]);
     int n_tok_events = 0;
@@ -249,13 +255,15 @@ static void test_completions(int port)
         const cJSON *l = cJSON_GetObjectItem(it, "logprobs");
         if (cJSON_IsNull(cJSON_GetObjectItem(it, "finish_reason"))) {
             n_tok_events++;
-            CHECK(cJSON_GetArraySize(cJSON_GetObjectItem(l, "tokens")) == 1, "a token event carries one entry");
+            CHECK(cJSON_GetArraySize(cJSON_GetObjectItem(l, "tokens")) == 1,
+                  "a token event carries one entry");
         } else {
             CHECK(cJSON_IsNull(l), "the final event has logprobs null");
         }
         for (int k = 0; k < 4 && cJSON_IsObject(l); k++) {
             const cJSON *x;
-            cJSON_ArrayForEach(x, cJSON_GetObjectItem(l, keys[k])) cJSON_AddItemToArray(arrs[k], cJSON_Duplicate(x, 1));
+            cJSON_ArrayForEach(x, cJSON_GetObjectItem(l, keys[k]))
+                cJSON_AddItemToArray(arrs[k], cJSON_Duplicate(x, 1));
         }
     }
     CHECK(n_tok_events == NG, "%d token events", n_tok_events);
@@ -268,7 +276,8 @@ static void test_completions(int port)
 /* Chat entries: shape, order, bytes, greedy = best; returns the logprobs. */
 static void check_chat_entries(const cJSON *content, int want_n, int k, double *lps_out, const char *what)
 {
-    CHECK(cJSON_GetArraySize(content) == want_n, "%s: %d entries, want %d", what, cJSON_GetArraySize(content), want_n);
+    CHECK(cJSON_GetArraySize(content) == want_n, "%s: %d entries, want %d", what, cJSON_GetArraySize(content),
+          want_n);
     int i = 0;
     const cJSON *e;
     cJSON_ArrayForEach(e, content)
@@ -294,8 +303,9 @@ static void check_chat_entries(const cJSON *content, int want_n, int k, double *
                   "%s: entry %d alternative %d", what, i, t);
             prev = v;
         }
-        if (k > 0) CHECK(fabs(num(cJSON_GetObjectItem(cJSON_GetArrayItem(top, 0), "logprob")) - lp) < 1e-7,
-                         "%s: greedy token %d is not the most likely", what, i);
+        if (k > 0)
+            CHECK(fabs(num(cJSON_GetObjectItem(cJSON_GetArrayItem(top, 0), "logprob")) - lp) < 1e-7,
+                  "%s: greedy token %d is not the most likely", what, i);
         i++;
     }
 }
@@ -304,22 +314,25 @@ static void test_chat(int port)
 {
     const char *msgs = "\"messages\":[{\"role\":\"user\",\"content\":\"Tell me a story\"}]";
     char body[512];
-    snprintf(body, sizeof body,
-             "{%s,\"max_tokens\":5,\"temperature\":0,\"ignore_eos\":true,\"logprobs\":true,\"top_logprobs\":3}", msgs);
+    snprintf(
+        body, sizeof body,
+        "{%s,\"max_tokens\":5,\"temperature\":0,\"ignore_eos\":true,\"logprobs\":true,\"top_logprobs\":3}",
+        msgs);
     http_resp r;
     cJSON *j;
     const cJSON *c0 = post_choice0(port, "/v1/chat/completions", body, &r, &j);
     CHECK(r.status == 200, "chat %d: %s", r.status, r.body);
     const cJSON *content = cJSON_GetObjectItem(cJSON_GetObjectItem(c0, "logprobs"), "content");
-    double a[5] = {0}, b[5] = {1, 1, 1, 1, 1};
+    double a[5] = { 0 }, b[5] = { 1, 1, 1, 1, 1 };
     check_chat_entries(content, 5, 3, a, "chat");
     cJSON_Delete(j);
     free(r.body);
 
-    snprintf(body, sizeof body,
-             "{%s,\"max_tokens\":5,\"temperature\":0,\"ignore_eos\":true,\"logprobs\":true,\"top_logprobs\":3,"
-             "\"stream\":true}",
-             msgs);
+    snprintf(
+        body, sizeof body,
+        "{%s,\"max_tokens\":5,\"temperature\":0,\"ignore_eos\":true,\"logprobs\":true,\"top_logprobs\":3,"
+        "\"stream\":true}",
+        msgs);
     r = post(port, "/v1/chat/completions", body);
     bool done;
     cJSON *ev = sse_choices(r.body, &done);
@@ -330,8 +343,10 @@ static void test_chat(int port)
         const cJSON *l = cJSON_GetObjectItem(it, "logprobs");
         const cJSON *x;
         if (cJSON_IsNull(cJSON_GetObjectItem(it, "finish_reason")))
-            CHECK(cJSON_GetArraySize(cJSON_GetObjectItem(l, "content")) == 1, "a chat token event carries one entry");
-        cJSON_ArrayForEach(x, cJSON_GetObjectItem(l, "content")) cJSON_AddItemToArray(all, cJSON_Duplicate(x, 1));
+            CHECK(cJSON_GetArraySize(cJSON_GetObjectItem(l, "content")) == 1,
+                  "a chat token event carries one entry");
+        cJSON_ArrayForEach(x, cJSON_GetObjectItem(l, "content"))
+            cJSON_AddItemToArray(all, cJSON_Duplicate(x, 1));
     }
     check_chat_entries(all, 5, 3, b, "chat stream");
     for (int i = 0; i < 5; i++) CHECK(a[i] == b[i], "stream entry %d %.9g vs %.9g", i, b[i], a[i]);
@@ -340,9 +355,11 @@ static void test_chat(int port)
     free(r.body);
 
     /* logprobs without alternatives; none asked: null */
-    snprintf(body, sizeof body, "{%s,\"max_tokens\":2,\"temperature\":0,\"ignore_eos\":true,\"logprobs\":true}", msgs);
+    snprintf(body, sizeof body,
+             "{%s,\"max_tokens\":2,\"temperature\":0,\"ignore_eos\":true,\"logprobs\":true}", msgs);
     c0 = post_choice0(port, "/v1/chat/completions", body, &r, &j);
-    check_chat_entries(cJSON_GetObjectItem(cJSON_GetObjectItem(c0, "logprobs"), "content"), 2, 0, a, "no top");
+    check_chat_entries(cJSON_GetObjectItem(cJSON_GetObjectItem(c0, "logprobs"), "content"), 2, 0, a,
+                       "no top");
     cJSON_Delete(j);
     free(r.body);
     snprintf(body, sizeof body, "{%s,\"max_tokens\":2}", msgs);
@@ -356,8 +373,9 @@ static void test_errors(int port)
 {
     const char *m = "\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]";
     char body[512];
-    const char *chat_bad[] = {"\"logprobs\":true,\"top_logprobs\":21", "\"logprobs\":true,\"top_logprobs\":-1",
-                              "\"top_logprobs\":2", "\"logprobs\":\"yes\"", "\"logprobs\":true,\"top_logprobs\":1.5"};
+    const char *chat_bad[] = { "\"logprobs\":true,\"top_logprobs\":21",
+                               "\"logprobs\":true,\"top_logprobs\":-1", "\"top_logprobs\":2",
+                               "\"logprobs\":\"yes\"", "\"logprobs\":true,\"top_logprobs\":1.5" };
     for (int i = 0; i < 5; i++) {
         snprintf(body, sizeof body, "{%s,\"max_tokens\":2,%s}", m, chat_bad[i]);
         http_resp r = post(port, "/v1/chat/completions", body);
@@ -365,7 +383,7 @@ static void test_errors(int port)
               "chat %s: %d %s", chat_bad[i], r.status, r.body);
         free(r.body);
     }
-    const char *cmpl_bad[] = {"21", "-1", "true", "\"3\""};
+    const char *cmpl_bad[] = { "21", "-1", "true", "\"3\"" };
     for (int i = 0; i < 4; i++) {
         snprintf(body, sizeof body, "{\"prompt\":\"Once\",\"max_tokens\":2,\"logprobs\":%s}", cmpl_bad[i]);
         http_resp r = post(port, "/v1/completions", body);

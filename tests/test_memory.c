@@ -31,7 +31,7 @@ static float *prefill_logits(kvi_model *m, int32_t fwd_chunk)
     if (!e) return NULL;
     kvi_seq *s = kvi_seq_create(e);
     kvi_batch *b = kvi_batch_create(N_ROWS);
-    float *out = malloc((size_t)N_ROWS * nv * sizeof *out);   /* [N_ROWS][nv] */
+    float *out = malloc((size_t)N_ROWS * nv * sizeof *out); /* [N_ROWS][nv] */
     bool ok = s && b && out;
     uint64_t st = 12345;
     for (int i = 0; ok && i < N_ROWS; i++) {
@@ -39,7 +39,7 @@ static float *prefill_logits(kvi_model *m, int32_t fwd_chunk)
         ok = kvi_batch_add(b, s, tok, i, true) >= 0;
     }
     if (ok) {
-        kvi_error err = {0};
+        kvi_error err = { 0 };
         int rc = kvi_step(e, b, &err);
         CHECK(rc == 0, "step: %s", err.msg);
         ok = rc == 0;
@@ -66,7 +66,7 @@ static kvi_model *load(const char *path, const char *tok, bool use_mmap)
     kvi_load_params_default(&lp);
     lp.use_mmap = use_mmap;
     lp.tokenizer_path = tok;
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     kvi_model *m = kvi_model_load(path, &lp, &err);
     CHECK(m != NULL, "load %s (mmap %d): %s", path, (int)use_mmap, err.msg);
     return m;
@@ -106,7 +106,7 @@ static void test_chunked_forward(void)
     kvi_model *m = load(shared_path("models/stories260K.gguf"), NULL, false);
     if (!m) return;
     float *whole = prefill_logits(m, 0);
-    float *chunked = prefill_logits(m, 16);   /* 40 rows = 16 + 16 + 8 */
+    float *chunked = prefill_logits(m, 16); /* 40 rows = 16 + 16 + 8 */
     if (whole && chunked)
         CHECK(memcmp(whole, chunked, (size_t)N_ROWS * kvi_n_vocab(m) * sizeof *whole) == 0,
               "chunked forward pass differs from one pass");
@@ -145,8 +145,9 @@ static char *run_bound(const char *model, bool use_mmap)
         const double rss = num(st, "rss_peak_bytes"), mb = num(st, "model_bytes");
         const double kv = num(st, "kv_bytes_allocated"), scr = num(st, "scratch_bytes");
         const double bound = mb + kv + 64.0 * MIB;
-        fprintf(stderr, "mmap %d: peak RSS %.1f MiB, model %.1f MiB, KV %.1f MiB, scratch %.1f MiB, "
-                        "bound %.1f MiB\n",
+        fprintf(stderr,
+                "mmap %d: peak RSS %.1f MiB, model %.1f MiB, KV %.1f MiB, scratch %.1f MiB, "
+                "bound %.1f MiB\n",
                 (int)use_mmap, rss / MIB, mb / MIB, kv / MIB, scr / MIB, bound / MIB);
         CHECK(mb == (double)fs.st_size, "model_bytes %.0f != file size %lld", mb, (long long)fs.st_size);
         CHECK(kv > 0 && scr > 0, "kv %.0f, scratch %.0f", kv, scr);

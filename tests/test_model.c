@@ -22,25 +22,21 @@
 
 static bool tensor_equal(const kern_tensor *a, const kern_tensor *b)
 {
-    return a->type == KVI_TYPE_F32 && b->type == KVI_TYPE_F32 && a->n_in == b->n_in &&
-           a->n_out == b->n_out &&
+    return a->type == KVI_TYPE_F32 && b->type == KVI_TYPE_F32 && a->n_in == b->n_in && a->n_out == b->n_out &&
            memcmp(a->data, b->data, (size_t)(a->n_in * a->n_out) * sizeof(float)) == 0;
 }
 
-static bool msg_has(const kvi_error *e, const char *s)
-{
-    return strstr(e->msg, s) != NULL;
-}
+static bool msg_has(const kvi_error *e, const char *s) { return strstr(e->msg, s) != NULL; }
 
 static void check_stories_hparams(const kvi_model *m, const char *what)
 {
     kvi_model_info info;
     kvi_model_get_info(m, &info);
     CHECK(strcmp(info.arch, "llama") == 0, "%s: arch %s", what, info.arch);
-    CHECK(info.dim == 64 && info.ffn_dim == 172 && info.n_layers == 5, "%s: dim %d ffn %d layers %d",
-          what, info.dim, info.ffn_dim, info.n_layers);
-    CHECK(info.n_heads == 8 && info.n_kv_heads == 4 && info.head_dim == 8, "%s: heads %d/%d hd %d",
-          what, info.n_heads, info.n_kv_heads, info.head_dim);
+    CHECK(info.dim == 64 && info.ffn_dim == 172 && info.n_layers == 5, "%s: dim %d ffn %d layers %d", what,
+          info.dim, info.ffn_dim, info.n_layers);
+    CHECK(info.n_heads == 8 && info.n_kv_heads == 4 && info.head_dim == 8, "%s: heads %d/%d hd %d", what,
+          info.n_heads, info.n_kv_heads, info.head_dim);
     CHECK(info.n_vocab == 512 && kvi_n_vocab(m) == 512, "%s: vocab %d", what, info.n_vocab);
     CHECK(info.weight_type == KVI_TYPE_F32 && info.has_weights, "%s: type %d", what, info.weight_type);
     CHECK(m->n_rot == 8 && !m->rope_neox && m->rope_freqs == NULL, "%s: rope", what);
@@ -53,7 +49,7 @@ static void check_stories_hparams(const kvi_model *m, const char *what)
 /* stories260K: GGUF vs llama2.c checkpoint vs the raw bytes of the .bin. */
 static void test_stories(void)
 {
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     kvi_model *g = kvi_model_load(shared_path("models/stories260K.gguf"), NULL, &err);
     CHECK(g != NULL, "load gguf: %s", err.msg);
     kvi_model *b = kvi_model_load(shared_path("models/stories260K.bin"), NULL, &err);
@@ -93,13 +89,12 @@ static void test_stories(void)
     CHECK(raw && len == 1056540, "raw .bin");
     if (raw) {
         const size_t V = 512, D = 64, L = 5, KV = 32, H = 172;
-        size_t wk = 7 + V * D + L * D + L * D * D;                  /* floats from the start */
+        size_t wk = 7 + V * D + L * D + L * D * D; /* floats from the start */
         size_t w2 = wk + 2 * L * KV * D + L * D * D + L * D + L * H * D;
         float want[64], want2[172];
         memcpy(want, raw + 4 * (wk + 3 * KV * D + 17 * D), sizeof want);
         memcpy(want2, raw + 4 * (w2 + 2 * D * H + 5 * H), sizeof want2);
-        CHECK(memcmp((const float *)b->layers[3].wk.data + 17 * 64, want, sizeof want) == 0,
-              "bin wk row");
+        CHECK(memcmp((const float *)b->layers[3].wk.data + 17 * 64, want, sizeof want) == 0, "bin wk row");
         CHECK(memcmp((const float *)g->layers[3].wk.data + 17 * 64, want, sizeof want) == 0,
               "gguf wk row (no q/k permutation between the two files)");
         CHECK(memcmp((const float *)b->layers[2].w_down.data + 5 * 172, want2, sizeof want2) == 0,
@@ -122,8 +117,7 @@ static void test_stories(void)
             kvi_model *m = which ? b : g;
             int32_t k = kvi_tokenize(m, pr->valuestring, strlen(pr->valuestring), true, false, got, 256);
             bool same = k == cJSON_GetArraySize(ids);
-            for (int32_t i = 0; same && i < k; i++)
-                same = got[i] == cJSON_GetArrayItem(ids, i)->valueint;
+            for (int32_t i = 0; same && i < k; i++) same = got[i] == cJSON_GetArrayItem(ids, i)->valueint;
             CHECK(same, "%s tokenizes the golden prompt differently (%d ids)", which ? "bin" : "gguf", k);
         }
         cJSON_Delete(cs);
@@ -148,12 +142,11 @@ static void test_stories(void)
 
 static void test_aidreams(void)
 {
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     /* Default search: tok512.bin next to the checkpoint (its own vocabulary). */
     kvi_model *m = kvi_model_load(shared_path("models/aidreams260K/aidreams260K.bin"), NULL, &err);
     CHECK(m != NULL, "aidreams: %s", err.msg);
-    if (!m)
-        return;
+    if (!m) return;
     /* Pieces read by hand from aidreams260K/tok512.bin ("Echoes of" = 388 355 260 275). */
     char piece[16];
     int32_t n = kvi_token_to_piece(m, 355, piece, sizeof piece, false);
@@ -196,8 +189,7 @@ static void test_aidreams(void)
 static bool st_row(const char *file, size_t len, const char *name, int64_t r, int64_t n, float *dst)
 {
     uint64_t hl = 0;
-    for (int i = 7; i >= 0; i--)
-        hl = (hl << 8) | (unsigned char)file[i];
+    for (int i = 7; i >= 0; i--) hl = (hl << 8) | (unsigned char)file[i];
     cJSON *h = cJSON_ParseWithLength(file + 8, (size_t)hl);
     const cJSON *t = h ? cJSON_GetObjectItem(h, name) : NULL;
     const cJSON *off = t ? cJSON_GetObjectItem(t, "data_offsets") : NULL;
@@ -206,8 +198,7 @@ static bool st_row(const char *file, size_t len, const char *name, int64_t r, in
         size_t at = 8 + (size_t)hl + (size_t)cJSON_GetArrayItem(off, 0)->valuedouble +
                     (size_t)(r * n) * sizeof(float);
         ok = at + (size_t)n * sizeof(float) <= len;
-        if (ok)
-            memcpy(dst, file + at, (size_t)n * sizeof(float));
+        if (ok) memcpy(dst, file + at, (size_t)n * sizeof(float));
     }
     cJSON_Delete(h);
     return ok;
@@ -215,11 +206,10 @@ static bool st_row(const char *file, size_t len, const char *name, int64_t r, in
 
 static void test_hf(void)
 {
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     kvi_model *m = kvi_model_load(shared_path("models/TinyStories-656K"), NULL, &err);
     CHECK(m != NULL, "TinyStories-656K: %s", err.msg);
-    if (!m)
-        return;
+    if (!m) return;
     kvi_model_info info;
     kvi_model_get_info(m, &info);
     CHECK(strcmp(info.arch, "llama") == 0 && strcmp(info.name, "TinyStories-656K") == 0, "arch %s name %s",
@@ -228,8 +218,7 @@ static void test_hf(void)
               info.n_kv_heads == 4 && info.head_dim == 16 && info.n_vocab == 2048 && info.n_ctx_train == 512,
           "hf hparams dim %d ffn %d layers %d heads %d/%d hd %d vocab %d", info.dim, info.ffn_dim,
           info.n_layers, info.n_heads, info.n_kv_heads, info.head_dim, info.n_vocab);
-    CHECK(fabsf(m->rms_eps - 1e-6f) < 1e-12f && m->rope_theta == 10000.0f && !m->rope_neox &&
-              m->n_rot == 16,
+    CHECK(fabsf(m->rms_eps - 1e-6f) < 1e-12f && m->rope_theta == 10000.0f && !m->rope_neox && m->n_rot == 16,
           "hf eps %g", (double)m->rms_eps);
     CHECK(m->output.data == m->tok_embd.data, "tied embeddings");
     CHECK(m->weight_bytes == 2624000u, "hf weight bytes %zu (the whole data section)", m->weight_bytes);
@@ -243,10 +232,14 @@ static void test_hf(void)
         float orig[128];
         const int hd = 16;
         /* q_proj layer 1, head 3, pair 5: new rows 58 and 59 = old rows 53 and 61. */
-        const struct { const char *name; const kern_tensor *t; int head, i; } cases[] = {
-            {"model.layers.1.self_attn.q_proj.weight", &m->layers[1].wq, 3, 5},
-            {"model.layers.0.self_attn.k_proj.weight", &m->layers[0].wk, 2, 7},
-            {"model.layers.0.self_attn.q_proj.weight", &m->layers[0].wq, 0, 0},
+        const struct {
+            const char *name;
+            const kern_tensor *t;
+            int head, i;
+        } cases[] = {
+            { "model.layers.1.self_attn.q_proj.weight", &m->layers[1].wq, 3, 5 },
+            { "model.layers.0.self_attn.k_proj.weight", &m->layers[0].wk, 2, 7 },
+            { "model.layers.0.self_attn.q_proj.weight", &m->layers[0].wq, 0, 0 },
         };
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
             const float *w = cases[c].t->data;
@@ -279,23 +272,25 @@ static void test_hf(void)
 
 static void test_qtest(void)
 {
-    static const struct { const char *name; kvi_type type, output; } files[] = {
-        {"f32", KVI_TYPE_F32, KVI_TYPE_F32},     {"f16", KVI_TYPE_F16, KVI_TYPE_F16},
-        {"bf16", KVI_TYPE_BF16, KVI_TYPE_BF16},  {"q8_0", KVI_TYPE_Q8_0, KVI_TYPE_Q8_0},
-        {"q4_0", KVI_TYPE_Q4_0, KVI_TYPE_Q6_K},  {"q4_1", KVI_TYPE_Q4_1, KVI_TYPE_Q4_1},
-        {"q5_0", KVI_TYPE_Q5_0, KVI_TYPE_Q5_0},  {"q5_1", KVI_TYPE_Q5_1, KVI_TYPE_Q5_1},
-        {"q2_k", KVI_TYPE_Q2_K, KVI_TYPE_Q2_K},  {"q3_k", KVI_TYPE_Q3_K, KVI_TYPE_Q3_K},
-        {"q4_k", KVI_TYPE_Q4_K, KVI_TYPE_Q4_K},  {"q5_k", KVI_TYPE_Q5_K, KVI_TYPE_Q5_K},
-        {"q6_k", KVI_TYPE_Q6_K, KVI_TYPE_Q6_K},  {"q4_k_m", KVI_TYPE_Q4_K, KVI_TYPE_Q6_K},
+    static const struct {
+        const char *name;
+        kvi_type type, output;
+    } files[] = {
+        { "f32", KVI_TYPE_F32, KVI_TYPE_F32 },    { "f16", KVI_TYPE_F16, KVI_TYPE_F16 },
+        { "bf16", KVI_TYPE_BF16, KVI_TYPE_BF16 }, { "q8_0", KVI_TYPE_Q8_0, KVI_TYPE_Q8_0 },
+        { "q4_0", KVI_TYPE_Q4_0, KVI_TYPE_Q6_K }, { "q4_1", KVI_TYPE_Q4_1, KVI_TYPE_Q4_1 },
+        { "q5_0", KVI_TYPE_Q5_0, KVI_TYPE_Q5_0 }, { "q5_1", KVI_TYPE_Q5_1, KVI_TYPE_Q5_1 },
+        { "q2_k", KVI_TYPE_Q2_K, KVI_TYPE_Q2_K }, { "q3_k", KVI_TYPE_Q3_K, KVI_TYPE_Q3_K },
+        { "q4_k", KVI_TYPE_Q4_K, KVI_TYPE_Q4_K }, { "q5_k", KVI_TYPE_Q5_K, KVI_TYPE_Q5_K },
+        { "q6_k", KVI_TYPE_Q6_K, KVI_TYPE_Q6_K }, { "q4_k_m", KVI_TYPE_Q4_K, KVI_TYPE_Q6_K },
     };
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         char rel[64];
         snprintf(rel, sizeof rel, "golden/quant/qtest-%s.gguf", files[i].name);
-        kvi_error err = {0};
+        kvi_error err = { 0 };
         kvi_model *m = kvi_model_load(shared_path(rel), NULL, &err);
         CHECK(m != NULL, "%s: %s", rel, err.msg);
-        if (!m)
-            continue;
+        if (!m) continue;
         kvi_model_info info;
         kvi_model_get_info(m, &info);
         CHECK(info.dim == 256 && info.ffn_dim == 768 && info.n_layers == 4 && info.n_heads == 8 &&
@@ -322,7 +317,7 @@ static void test_qtest(void)
 
 static void test_vocab(void)
 {
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     kvi_model *v = kvi_vocab_load(shared_path("golden/tokenizer/ggml-vocab-llama-spm.gguf"), &err);
     CHECK(v != NULL && !kvi_model_has_weights(v) && kvi_n_vocab(v) == 32000, "spm vocab: %s", err.msg);
     kvi_model_free(v);
@@ -353,8 +348,7 @@ static const char *write_bin(const char *name, const char *raw, size_t len, cons
 {
     char *buf = malloc(len);
     memcpy(buf, raw, len);
-    if (patch)
-        memcpy(buf, patch, len < 28 ? len : 28);
+    if (patch) memcpy(buf, patch, len < 28 ? len : 28);
     const char *path = tmp_path(name);
     write_file(path, buf, len);
     free(buf);
@@ -366,27 +360,31 @@ static void test_corrupt_llama2c(void)
     size_t len;
     char *raw = read_file(shared_path("models/stories260K.bin"), &len);
     CHECK(raw != NULL, "read .bin");
-    if (!raw)
-        return;
+    if (!raw) return;
     kvi_load_params p;
     kvi_load_params_default(&p);
     char tok_path[1024]; /* shared_path's buffers rotate: keep a copy */
     snprintf(tok_path, sizeof tok_path, "%s", shared_path("models/tok512.bin"));
     p.tokenizer_path = tok_path;
-    kvi_error err = {0};
-    const int32_t ok[7] = {64, 172, 5, 8, 4, 512, 512};
-    struct { const char *what; int32_t h[7]; size_t len; const char *msg; } cases[] = {
-        {"truncated", {64, 172, 5, 8, 4, 512, 512}, 100000, "needs"},
-        {"one byte too many", {64, 172, 5, 8, 4, 512, 512}, 0, "needs"},
-        {"negative dim", {-64, 172, 5, 8, 4, 512, 512}, 0, "dim"},
-        {"huge layers", {64, 172, 0x7fffffff, 8, 4, 512, 512}, 0, "n_layers"},
-        {"zero kv heads", {64, 172, 5, 8, 0, 512, 512}, 0, "n_kv_heads"},
-        {"INT32_MIN vocab", {64, 172, 5, 8, 4, INT32_MIN, 512}, 0, "vocab"},
-        {"heads do not divide", {64, 172, 5, 7, 7, 512, 512}, 0, "divide"},
-        {"kv heads do not divide", {64, 172, 5, 8, 3, 512, 512}, 0, "divide"},
-        {"huge everything", {1 << 17, 1 << 20, 4096, 4096, 4096, 1 << 24, 1 << 24}, 0, "needs"},
-        {"separate classifier missing", {64, 172, 5, 8, 4, -512, 512}, 0, "needs"},
-        {"tiny file", {64, 172, 5, 8, 4, 512, 512}, 20, "neither"},
+    kvi_error err = { 0 };
+    const int32_t ok[7] = { 64, 172, 5, 8, 4, 512, 512 };
+    struct {
+        const char *what;
+        int32_t h[7];
+        size_t len;
+        const char *msg;
+    } cases[] = {
+        { "truncated", { 64, 172, 5, 8, 4, 512, 512 }, 100000, "needs" },
+        { "one byte too many", { 64, 172, 5, 8, 4, 512, 512 }, 0, "needs" },
+        { "negative dim", { -64, 172, 5, 8, 4, 512, 512 }, 0, "dim" },
+        { "huge layers", { 64, 172, 0x7fffffff, 8, 4, 512, 512 }, 0, "n_layers" },
+        { "zero kv heads", { 64, 172, 5, 8, 0, 512, 512 }, 0, "n_kv_heads" },
+        { "INT32_MIN vocab", { 64, 172, 5, 8, 4, INT32_MIN, 512 }, 0, "vocab" },
+        { "heads do not divide", { 64, 172, 5, 7, 7, 512, 512 }, 0, "divide" },
+        { "kv heads do not divide", { 64, 172, 5, 8, 3, 512, 512 }, 0, "divide" },
+        { "huge everything", { 1 << 17, 1 << 20, 4096, 4096, 4096, 1 << 24, 1 << 24 }, 0, "needs" },
+        { "separate classifier missing", { 64, 172, 5, 8, 4, -512, 512 }, 0, "needs" },
+        { "tiny file", { 64, 172, 5, 8, 4, 512, 512 }, 20, "neither" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const char *path;
@@ -412,7 +410,7 @@ static void test_corrupt_llama2c(void)
     CHECK(m != NULL, "good copy: %s", err.msg);
     kvi_model_free(m);
     /* Newer llama2.c export (magic "ak42"). */
-    int32_t v1[7] = {0x616b3432, 1, 64, 172, 5, 8, 4};
+    int32_t v1[7] = { 0x616b3432, 1, 64, 172, 5, 8, 4 };
     m = kvi_model_load(write_bin("v1.bin", raw, len, v1), &p, &err);
     CHECK(m == NULL && err.code == KVI_E_UNSUPPORTED, "ak42: %s", err.msg);
     free(raw);
@@ -423,10 +421,7 @@ static void test_corrupt_llama2c(void)
     CHECK(m == NULL && err.code == KVI_E_UNSUPPORTED && msg_has(&err, "gpt2"), "gpt2 arch: %s", err.msg);
 }
 
-static void mkdir_p(const char *path)
-{
-    mkdir(path, 0755);
-}
+static void mkdir_p(const char *path) { mkdir(path, 0755); }
 
 /* A folder tmp/<name> with config.json = cfg (NULL: the real one), the given
  * safetensors bytes, and the real tokenizer.json. */
@@ -468,23 +463,27 @@ static void test_corrupt_hf(void)
     size_t len;
     char *st = read_file(shared_path("models/TinyStories-656K/model.safetensors"), &len);
     CHECK(st != NULL, "read safetensors");
-    if (!st)
-        return;
-    kvi_error err = {0};
+    if (!st) return;
+    kvi_error err = { 0 };
     char *cfg = read_file(shared_path("models/TinyStories-656K/config.json"), NULL);
 
     /* config.json problems */
-    struct { const char *what, *from, *to; int code; const char *msg; } cfgs[] = {
-        {"missing hidden_size", "\"hidden_size\"", "\"hidden_sizX\"", KVI_E_FORMAT, "hidden_size"},
-        {"missing rms_norm_eps", "\"rms_norm_eps\"", "\"rms_norm_epX\"", KVI_E_FORMAT, "rms_norm_eps"},
-        {"missing vocab_size", "\"vocab_size\"", "\"vocab_sizX\"", KVI_E_FORMAT, "vocab_size"},
-        {"missing layers", "\"num_hidden_layers\"", "\"num_hidden_layerX\"", KVI_E_FORMAT, "num_hidden_layers"},
-        {"fractional heads", "\"num_attention_heads\": 8", "\"num_attention_heads\": 8.5", KVI_E_FORMAT,
-         "num_attention_heads"},
-        {"unknown architecture", "LlamaForCausalLM", "GPTJForCausalLM", KVI_E_UNSUPPORTED, "GPTJ"},
-        {"not JSON", "{", "[", KVI_E_FORMAT, "JSON"},
-        {"wrong kv heads", "\"num_key_value_heads\": 4", "\"num_key_value_heads\": 3", KVI_E_FORMAT,
-         "n_kv_heads"},
+    struct {
+        const char *what, *from, *to;
+        int code;
+        const char *msg;
+    } cfgs[] = {
+        { "missing hidden_size", "\"hidden_size\"", "\"hidden_sizX\"", KVI_E_FORMAT, "hidden_size" },
+        { "missing rms_norm_eps", "\"rms_norm_eps\"", "\"rms_norm_epX\"", KVI_E_FORMAT, "rms_norm_eps" },
+        { "missing vocab_size", "\"vocab_size\"", "\"vocab_sizX\"", KVI_E_FORMAT, "vocab_size" },
+        { "missing layers", "\"num_hidden_layers\"", "\"num_hidden_layerX\"", KVI_E_FORMAT,
+          "num_hidden_layers" },
+        { "fractional heads", "\"num_attention_heads\": 8", "\"num_attention_heads\": 8.5", KVI_E_FORMAT,
+          "num_attention_heads" },
+        { "unknown architecture", "LlamaForCausalLM", "GPTJForCausalLM", KVI_E_UNSUPPORTED, "GPTJ" },
+        { "not JSON", "{", "[", KVI_E_FORMAT, "JSON" },
+        { "wrong kv heads", "\"num_key_value_heads\": 4", "\"num_key_value_heads\": 3", KVI_E_FORMAT,
+          "n_kv_heads" },
     };
     for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
         char *c = malloc(strlen(cfg) + 16);
@@ -506,17 +505,20 @@ static void test_corrupt_hf(void)
     }
 
     /* safetensors headers that lie (same-length patches keep the header length valid) */
-    struct { const char *what, *from, *to; const char *msg; } sts[] = {
-        {"end past the data", "[2623488,2624000]", "[2623488,2624004]", "outside"},
-        {"size mismatch", "[1048576,1049088]", "[1048576,1049084]", "need"},
-        {"begin after end", "[1049088,1245696]", "[1245696,1049088]", "outside"},
-        {"shape vs offsets", "[384,128]", "[385,128]", "need"},
-        {"wrong shape for the model", "\"shape\":[64,128],\"data_offsets\":[1639424",
-         "\"shape\":[128,64],\"data_offsets\":[1639424", "k_proj"},
-        {"unknown dtype", "\"dtype\":\"F32\"", "\"dtype\":\"Q32\"", "dtype"},
-        {"integer dtype", "\"dtype\":\"F32\"", "\"dtype\":\"I32\"", "dtype"},
-        {"negative offset", "[1048576,1049088]", "[-1048576,104908]", "data_offsets"},
-        {"broken JSON", "{\"__metadata__\"", "[\"__metadata__\"", "JSON"},
+    struct {
+        const char *what, *from, *to;
+        const char *msg;
+    } sts[] = {
+        { "end past the data", "[2623488,2624000]", "[2623488,2624004]", "outside" },
+        { "size mismatch", "[1048576,1049088]", "[1048576,1049084]", "need" },
+        { "begin after end", "[1049088,1245696]", "[1245696,1049088]", "outside" },
+        { "shape vs offsets", "[384,128]", "[385,128]", "need" },
+        { "wrong shape for the model", "\"shape\":[64,128],\"data_offsets\":[1639424",
+          "\"shape\":[128,64],\"data_offsets\":[1639424", "k_proj" },
+        { "unknown dtype", "\"dtype\":\"F32\"", "\"dtype\":\"Q32\"", "dtype" },
+        { "integer dtype", "\"dtype\":\"F32\"", "\"dtype\":\"I32\"", "dtype" },
+        { "negative offset", "[1048576,1049088]", "[-1048576,104908]", "data_offsets" },
+        { "broken JSON", "{\"__metadata__\"", "[\"__metadata__\"", "JSON" },
     };
     for (size_t i = 0; i < sizeof sts / sizeof sts[0]; i++) {
         char *c = malloc(len);
@@ -550,8 +552,7 @@ static void test_corrupt_hf(void)
     char mini[64];
     const char *js = "{\"a\":{\"dtype\":\"BF16\",\"shape\":[3],\"data_offsets\":[0,6]}}";
     uint64_t hl = strlen(js);
-    for (int i = 0; i < 8; i++)
-        mini[i] = (char)(hl >> (8 * i));
+    for (int i = 0; i < 8; i++) mini[i] = (char)(hl >> (8 * i));
     memcpy(mini + 8, js, hl);
     st_index *ix = NULL;
     CHECK(st_parse(mini, 8 + hl + 6, &ix, &err) == 0 && ix && ix->n_tensors == 1, "mini: %s", err.msg);
@@ -569,46 +570,44 @@ static void test_corrupt_hf(void)
 
 /* How write_gguf changes stories260K.gguf. */
 typedef struct gguf_mod {
-    const char *skip_tensor;   /* left out */
-    const char *half_tensor;   /* declared with ne[1] halved (wrong shape) */
-    const char *drop_key;      /* metadata key left out */
-    const char *arch;          /* rename: drops every "llama." key, writes <arch>.* by hand */
-    bool f16_norms;            /* output_norm as F16, blk.0.attn_norm as BF16 (exact values) */
-    bool q8_norm;              /* output_norm as Q8_0 (not allowed for a vector) */
-    bool rope_freqs;           /* add rope_freqs.weight [4] */
-    bool biases;               /* add blk.N.attn_{q,k,v}.bias */
+    const char *skip_tensor; /* left out */
+    const char *half_tensor; /* declared with ne[1] halved (wrong shape) */
+    const char *drop_key;    /* metadata key left out */
+    const char *arch;        /* rename: drops every "llama." key, writes <arch>.* by hand */
+    bool f16_norms;          /* output_norm as F16, blk.0.attn_norm as BF16 (exact values) */
+    bool q8_norm;            /* output_norm as Q8_0 (not allowed for a vector) */
+    bool rope_freqs;         /* add rope_freqs.weight [4] */
+    bool biases;             /* add blk.N.attn_{q,k,v}.bias */
 } gguf_mod;
 
 /* Exactly representable in F16 and BF16: 1, 0.5, 2, -1.5 (hand-encoded bits). */
-static const float norm_vals[4] = {1.0f, 0.5f, 2.0f, -1.5f};
-static const uint16_t norm_f16[4] = {0x3C00, 0x3800, 0x4000, 0xBE00};
-static const uint16_t norm_bf16[4] = {0x3F80, 0x3F00, 0x4000, 0xBFC0};
+static const float norm_vals[4] = { 1.0f, 0.5f, 2.0f, -1.5f };
+static const uint16_t norm_f16[4] = { 0x3C00, 0x3800, 0x4000, 0xBE00 };
+static const uint16_t norm_bf16[4] = { 0x3F80, 0x3F00, 0x4000, 0xBFC0 };
 
-static float bias_val(int l, int j)
-{
-    return (float)(l * 1000 + j) / 64.0f;
-}
+static float bias_val(int l, int j) { return (float)(l * 1000 + j) / 64.0f; }
 
 static const char *write_gguf(const char *name, const gguf_mod *mod)
 {
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     gguf_ctx *src = NULL;
-    if (gguf_open(shared_path("models/stories260K.gguf"), false, &src, &err) != 0)
-        return NULL;
+    if (gguf_open(shared_path("models/stories260K.gguf"), false, &src, &err) != 0) return NULL;
     gguf_writer *w = gguf_writer_create();
     for (int64_t i = 0; i < gguf_n_kv(src); i++) {
         const char *key = gguf_kv_key(src, i);
-        if (mod->drop_key && strcmp(key, mod->drop_key) == 0)
-            continue;
+        if (mod->drop_key && strcmp(key, mod->drop_key) == 0) continue;
         if (mod->arch && (strncmp(key, "llama.", 6) == 0 || strcmp(key, "general.architecture") == 0))
             continue;
         gguf_writer_copy_kv(w, src, key);
     }
     if (mod->arch) {
         char k[96];
-        static const struct { const char *k; uint32_t v; } ints[] = {
-            {"context_length", 2048}, {"embedding_length", 64}, {"feed_forward_length", 172},
-            {"block_count", 5}, {"attention.head_count", 8}, {"attention.head_count_kv", 4},
+        static const struct {
+            const char *k;
+            uint32_t v;
+        } ints[] = {
+            { "context_length", 2048 }, { "embedding_length", 64 },    { "feed_forward_length", 172 },
+            { "block_count", 5 },       { "attention.head_count", 8 }, { "attention.head_count_kv", 4 },
         };
         gguf_writer_set_str(w, "general.architecture", mod->arch);
         for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
@@ -624,22 +623,19 @@ static const char *write_gguf(const char *name, const gguf_mod *mod)
     /* Declarations, then data in the same order. */
     enum { MAXT = 128 };
     const void *data[MAXT];
-    void *tmp[MAXT] = {0};
+    void *tmp[MAXT] = { 0 };
     int64_t n = 0;
     for (int64_t i = 0; i < gguf_n_tensors(src) && n < MAXT; i++) {
         const gguf_tensor *t = gguf_tensor_at(src, i);
-        if (mod->skip_tensor && strcmp(t->name, mod->skip_tensor) == 0)
-            continue;
-        int64_t ne[4] = {t->ne[0], t->ne[1], t->ne[2], t->ne[3]};
+        if (mod->skip_tensor && strcmp(t->name, mod->skip_tensor) == 0) continue;
+        int64_t ne[4] = { t->ne[0], t->ne[1], t->ne[2], t->ne[3] };
         kvi_type type = t->type;
         data[n] = t->data;
-        if (mod->half_tensor && strcmp(t->name, mod->half_tensor) == 0)
-            ne[1] /= 2;
+        if (mod->half_tensor && strcmp(t->name, mod->half_tensor) == 0) ne[1] /= 2;
         bool out_norm = strcmp(t->name, "output_norm.weight") == 0;
         if (mod->f16_norms && (out_norm || strcmp(t->name, "blk.0.attn_norm.weight") == 0)) {
             uint16_t *h = malloc(64 * sizeof *h);
-            for (int j = 0; j < 64; j++)
-                h[j] = out_norm ? norm_f16[j % 4] : norm_bf16[j % 4];
+            for (int j = 0; j < 64; j++) h[j] = out_norm ? norm_f16[j % 4] : norm_bf16[j % 4];
             type = out_norm ? KVI_TYPE_F16 : KVI_TYPE_BF16;
             data[n] = tmp[n] = h;
         }
@@ -651,24 +647,22 @@ static const char *write_gguf(const char *name, const gguf_mod *mod)
         n++;
     }
     if (mod->rope_freqs) {
-        int64_t ne[1] = {4};
+        int64_t ne[1] = { 4 };
         gguf_writer_add_tensor(w, "rope_freqs.weight", KVI_TYPE_F32, 1, ne);
         float *f = malloc(4 * sizeof *f);
-        for (int j = 0; j < 4; j++)
-            f[j] = 1.0f + (float)j;
+        for (int j = 0; j < 4; j++) f[j] = 1.0f + (float)j;
         data[n] = tmp[n] = f;
         n++;
     }
     for (int l = 0; mod->biases && l < 5; l++) {
-        static const char *const bn[3] = {"attn_q", "attn_k", "attn_v"};
+        static const char *const bn[3] = { "attn_q", "attn_k", "attn_v" };
         for (int b = 0; b < 3; b++) {
             char bname[64];
             snprintf(bname, sizeof bname, "blk.%d.%s.bias", l, bn[b]);
-            int64_t ne[1] = {b == 0 ? 64 : 32};
+            int64_t ne[1] = { b == 0 ? 64 : 32 };
             gguf_writer_add_tensor(w, bname, KVI_TYPE_F32, 1, ne);
             float *f = malloc((size_t)ne[0] * sizeof *f);
-            for (int j = 0; j < ne[0]; j++)
-                f[j] = bias_val(l * 3 + b, j);
+            for (int j = 0; j < ne[0]; j++) f[j] = bias_val(l * 3 + b, j);
             data[n] = tmp[n] = f;
             n++;
         }
@@ -676,14 +670,10 @@ static const char *write_gguf(const char *name, const gguf_mod *mod)
     const char *path = tmp_path(name);
     FILE *f = fopen(path, "wb");
     int rc = f ? gguf_writer_write_header(w, f, &err) : -1;
-    for (int64_t i = 0; rc == 0 && i < n; i++)
-        rc = gguf_writer_write_tensor(w, f, i, data[i], &err);
-    if (f)
-        fclose(f);
-    if (rc)
-        fprintf(stderr, "write_gguf %s: %s\n", name, err.msg);
-    for (int64_t i = 0; i < n; i++)
-        free(tmp[i]);
+    for (int64_t i = 0; rc == 0 && i < n; i++) rc = gguf_writer_write_tensor(w, f, i, data[i], &err);
+    if (f) fclose(f);
+    if (rc) fprintf(stderr, "write_gguf %s: %s\n", name, err.msg);
+    for (int64_t i = 0; i < n; i++) free(tmp[i]);
     gguf_writer_free(w);
     gguf_close(src);
     return rc ? NULL : path;
@@ -691,21 +681,20 @@ static const char *write_gguf(const char *name, const gguf_mod *mod)
 
 static void test_gguf_variants(void)
 {
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     kvi_model *ref = kvi_model_load(shared_path("models/stories260K.gguf"), NULL, &err);
     CHECK(ref != NULL, "reference: %s", err.msg);
-    if (!ref)
-        return;
+    if (!ref) return;
 
     /* Unchanged rewrite loads: the writer path itself is sound. */
-    gguf_mod none = {0};
+    gguf_mod none = { 0 };
     const char *path = write_gguf("same.gguf", &none);
     kvi_model *m = path ? kvi_model_load(path, NULL, &err) : NULL;
     CHECK(m != NULL && tensor_equal(&m->layers[2].wk, &ref->layers[2].wk), "rewrite: %s", err.msg);
     kvi_model_free(m);
 
     /* F16 / BF16 vectors become f32 copies with the exact values; rope_freqs is bound. */
-    gguf_mod half = {.f16_norms = true, .rope_freqs = true};
+    gguf_mod half = { .f16_norms = true, .rope_freqs = true };
     path = write_gguf("f16norm.gguf", &half);
     m = path ? kvi_model_load(path, NULL, &err) : NULL;
     CHECK(m != NULL, "f16 norms: %s", err.msg);
@@ -720,7 +709,7 @@ static void test_gguf_variants(void)
     kvi_model_free(m);
 
     /* qwen2: neox RoPE, biases bound, its own hyper-parameters. */
-    gguf_mod qwen = {.arch = "qwen2", .biases = true};
+    gguf_mod qwen = { .arch = "qwen2", .biases = true };
     path = write_gguf("qwen2.gguf", &qwen);
     m = path ? kvi_model_load(path, NULL, &err) : NULL;
     CHECK(m != NULL, "qwen2: %s", err.msg);
@@ -735,18 +724,26 @@ static void test_gguf_variants(void)
     }
     kvi_model_free(m);
 
-    struct { const char *what; gguf_mod mod; int code; const char *msg; } bad[] = {
-        {"missing tensor", {.skip_tensor = "blk.4.ffn_up.weight"}, KVI_E_FORMAT, "blk.4.ffn_up.weight"},
-        {"missing norm", {.skip_tensor = "output_norm.weight"}, KVI_E_FORMAT, "output_norm.weight"},
-        {"missing embedding", {.skip_tensor = "token_embd.weight"}, KVI_E_FORMAT, "token_embd.weight"},
-        {"wrong shape", {.half_tensor = "blk.2.attn_k.weight"}, KVI_E_FORMAT, "blk.2.attn_k.weight"},
-        {"wrong output rows", {.half_tensor = "output.weight"}, KVI_E_FORMAT, "output.weight"},
-        {"missing block_count", {.drop_key = "llama.block_count"}, KVI_E_FORMAT, "llama.block_count"},
-        {"missing eps", {.drop_key = "llama.attention.layer_norm_rms_epsilon"}, KVI_E_FORMAT, "epsilon"},
-        {"missing architecture", {.drop_key = "general.architecture"}, KVI_E_FORMAT, "general.architecture"},
-        {"unknown architecture", {.arch = "mamba"}, KVI_E_UNSUPPORTED, "mamba"},
-        {"quantised vector", {.q8_norm = true}, KVI_E_UNSUPPORTED, "output_norm.weight"},
-        {"no tokenizer", {.drop_key = "tokenizer.ggml.tokens"}, 0, ""},
+    struct {
+        const char *what;
+        gguf_mod mod;
+        int code;
+        const char *msg;
+    } bad[] = {
+        { "missing tensor", { .skip_tensor = "blk.4.ffn_up.weight" }, KVI_E_FORMAT, "blk.4.ffn_up.weight" },
+        { "missing norm", { .skip_tensor = "output_norm.weight" }, KVI_E_FORMAT, "output_norm.weight" },
+        { "missing embedding", { .skip_tensor = "token_embd.weight" }, KVI_E_FORMAT, "token_embd.weight" },
+        { "wrong shape", { .half_tensor = "blk.2.attn_k.weight" }, KVI_E_FORMAT, "blk.2.attn_k.weight" },
+        { "wrong output rows", { .half_tensor = "output.weight" }, KVI_E_FORMAT, "output.weight" },
+        { "missing block_count", { .drop_key = "llama.block_count" }, KVI_E_FORMAT, "llama.block_count" },
+        { "missing eps", { .drop_key = "llama.attention.layer_norm_rms_epsilon" }, KVI_E_FORMAT, "epsilon" },
+        { "missing architecture",
+          { .drop_key = "general.architecture" },
+          KVI_E_FORMAT,
+          "general.architecture" },
+        { "unknown architecture", { .arch = "mamba" }, KVI_E_UNSUPPORTED, "mamba" },
+        { "quantised vector", { .q8_norm = true }, KVI_E_UNSUPPORTED, "output_norm.weight" },
+        { "no tokenizer", { .drop_key = "tokenizer.ggml.tokens" }, 0, "" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         path = write_gguf("bad.gguf", &bad[i].mod);
@@ -758,7 +755,8 @@ static void test_gguf_variants(void)
             CHECK(m == NULL && err.code == bad[i].code && msg_has(&err, bad[i].msg), "%s: code %d '%s'",
                   bad[i].what, err.code, err.msg);
         else
-            CHECK(m == NULL && err.code < 0 && err.msg[0], "%s: code %d '%s'", bad[i].what, err.code, err.msg);
+            CHECK(m == NULL && err.code < 0 && err.msg[0], "%s: code %d '%s'", bad[i].what, err.code,
+                  err.msg);
         kvi_model_free(m);
     }
     kvi_model_free(ref);

@@ -23,7 +23,7 @@ int main(void)
     const char *dir = tmp_path("qwen2_tinystories");
     mkdir(dir, 0755);
     char path[4096], target[4096];
-    const char *links[] = {"model.safetensors", "tokenizer.json", "tokenizer_config.json"};
+    const char *links[] = { "model.safetensors", "tokenizer.json", "tokenizer_config.json" };
     for (int i = 0; i < 3; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, links[i]);
         snprintf(target, sizeof target, "%s/models/TinyStories-656K/%s", KVI_SHARED_DIR, links[i]);
@@ -36,7 +36,8 @@ int main(void)
     if (!cfg) return test_main_end();
     cJSON *j = cJSON_Parse(cfg);
     free(cfg);
-    cJSON_ReplaceItemInObject(j, "architectures", cJSON_CreateStringArray((const char *[]){"Qwen2ForCausalLM"}, 1));
+    cJSON_ReplaceItemInObject(j, "architectures",
+                              cJSON_CreateStringArray((const char *[]){ "Qwen2ForCausalLM" }, 1));
     cJSON_ReplaceItemInObject(j, "model_type", cJSON_CreateString("qwen2"));
     char *out = cJSON_Print(j);
     cJSON_Delete(j);
@@ -44,7 +45,7 @@ int main(void)
     CHECK(write_file(path, out, strlen(out)) == 0, "write config");
     free(out);
 
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     kvi_load_params lp;
     kvi_load_params_default(&lp);
     kvi_model *m = kvi_model_load(dir, &lp, &err);

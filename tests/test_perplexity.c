@@ -28,10 +28,7 @@ static cJSON *ppl_json(const char *args, int *rc, char **errout)
 }
 
 /* Builds the text: every golden case's prompt and greedy continuation. */
-static bool make_text(void)
-{
-    return ppl_golden_text("ppl_text.txt", text_path, sizeof text_path);
-}
+static bool make_text(void) { return ppl_golden_text("ppl_text.txt", text_path, sizeof text_path); }
 
 /* exp(mean NLL) of one chunk of c tokens, from the tokenize and logits commands. */
 static double reference_ppl(int c)
@@ -42,7 +39,8 @@ static double reference_ppl(int c)
     cJSON *tj = out ? cJSON_Parse(out) : NULL;
     free(out);
     const cJSON *toks = cJSON_GetObjectItemCaseSensitive(tj, "tokens");
-    CHECK(rc == 0 && cJSON_GetArraySize(toks) >= c, "tokenize: exit %d, %d tokens", rc, cJSON_GetArraySize(toks));
+    CHECK(rc == 0 && cJSON_GetArraySize(toks) >= c, "tokenize: exit %d, %d tokens", rc,
+          cJSON_GetArraySize(toks));
     if (cJSON_GetArraySize(toks) < c) {
         cJSON_Delete(tj);
         return NAN;
@@ -51,7 +49,7 @@ static double reference_ppl(int c)
     char list[8192];
     size_t n = 0;
     for (int i = 0; i < c; i++) {
-        ids[i] = i == 0 ? 1 : cJSON_GetArrayItem(toks, i)->valueint;   /* BOS of stories260K is 1 */
+        ids[i] = i == 0 ? 1 : cJSON_GetArrayItem(toks, i)->valueint; /* BOS of stories260K is 1 */
         n += (size_t)snprintf(list + n, sizeof list - n, i ? ",%d" : "%d", ids[i]);
     }
     cJSON_Delete(tj);
@@ -98,12 +96,14 @@ int main(void)
     cJSON *j = ppl_json("-c 64 --chunks 1 --kv-type f16", &rc, NULL);
     double ref = reference_ppl(64);
     CHECK(rc == 0 && j, "perplexity -c 64: exit %d", rc);
-    CHECK(fabs(json_num(j, "perplexity") / ref - 1) < 1e-5, "perplexity %.9g, recomputed %.9g", json_num(j, "perplexity"), ref);
-    CHECK(json_num(j, "n_tokens") == 31 && json_num(j, "n_chunks") == 1, "n_tokens %g n_chunks %g", json_num(j, "n_tokens"),
-          json_num(j, "n_chunks"));
+    CHECK(fabs(json_num(j, "perplexity") / ref - 1) < 1e-5, "perplexity %.9g, recomputed %.9g",
+          json_num(j, "perplexity"), ref);
+    CHECK(json_num(j, "n_tokens") == 31 && json_num(j, "n_chunks") == 1, "n_tokens %g n_chunks %g",
+          json_num(j, "n_tokens"), json_num(j, "n_chunks"));
     const cJSON *kv = cJSON_GetObjectItemCaseSensitive(j, "kv_type");
     CHECK(cJSON_IsString(kv) && !strcmp(kv->valuestring, "f16"), "kv_type");
-    CHECK(json_num(j, "ppl_error") > 0 && json_num(j, "ppl_error") < json_num(j, "perplexity"), "ppl_error %g", json_num(j, "ppl_error"));
+    CHECK(json_num(j, "ppl_error") > 0 && json_num(j, "ppl_error") < json_num(j, "perplexity"),
+          "ppl_error %g", json_num(j, "ppl_error"));
     cJSON_Delete(j);
 
     /* f32 base saved; f16 nearly the same; f32 against its own base: KL 0, top-1 1 */
@@ -115,7 +115,8 @@ int main(void)
     CHECK(rc == 0 && f32, "f32 run: exit %d", rc);
     double p32 = json_num(f32, "perplexity");
     CHECK(p32 > 1.0 && p32 < 50.0, "f32 perplexity %g (stories260K on its own text is low)", p32);
-    CHECK(json_num(f32, "n_tokens") >= 4 * 63 && fmod(json_num(f32, "n_tokens"), 63) == 0, "n_tokens %g", json_num(f32, "n_tokens"));
+    CHECK(json_num(f32, "n_tokens") >= 4 * 63 && fmod(json_num(f32, "n_tokens"), 63) == 0, "n_tokens %g",
+          json_num(f32, "n_tokens"));
     cJSON_Delete(f32);
 
     snprintf(args, sizeof args, "-c 128 --kv-type f16 --kl-base %s", base);
@@ -123,18 +124,21 @@ int main(void)
     CHECK(rc == 0 && f16, "f16 run: exit %d", rc);
     double p16 = json_num(f16, "perplexity");
     CHECK(fabs(p16 / p32 - 1) < 0.01, "f16 perplexity %g vs f32 %g", p16, p32);
-    CHECK(json_num(f16, "kld_mean") >= 0 && json_num(f16, "kld_mean") < 1e-3, "f16 kld_mean %g", json_num(f16, "kld_mean"));
+    CHECK(json_num(f16, "kld_mean") >= 0 && json_num(f16, "kld_mean") < 1e-3, "f16 kld_mean %g",
+          json_num(f16, "kld_mean"));
     CHECK(json_num(f16, "top1_agreement") > 0.95, "f16 top1 %g", json_num(f16, "top1_agreement"));
-    CHECK(fabs(json_num(f16, "perplexity_base") - p32) < 1e-6 * p32, "perplexity_base %g vs %g", json_num(f16, "perplexity_base"), p32);
+    CHECK(fabs(json_num(f16, "perplexity_base") - p32) < 1e-6 * p32, "perplexity_base %g vs %g",
+          json_num(f16, "perplexity_base"), p32);
     cJSON_Delete(f16);
 
     snprintf(args, sizeof args, "-c 128 --kv-type f32 --kl-base %s", base);
     cJSON *self = ppl_json(args, &rc, NULL);
     CHECK(rc == 0 && self, "self run: exit %d", rc);
-    CHECK(json_num(self, "kld_mean") == 0 && json_num(self, "kld_max") == 0, "self KL mean %g max %g", json_num(self, "kld_mean"),
-          json_num(self, "kld_max"));
+    CHECK(json_num(self, "kld_mean") == 0 && json_num(self, "kld_max") == 0, "self KL mean %g max %g",
+          json_num(self, "kld_mean"), json_num(self, "kld_max"));
     CHECK(json_num(self, "top1_agreement") == 1, "self top1 %g", json_num(self, "top1_agreement"));
-    CHECK(json_num(self, "perplexity") == p32, "same run, different perplexity %.17g vs %.17g", json_num(self, "perplexity"), p32);
+    CHECK(json_num(self, "perplexity") == p32, "same run, different perplexity %.17g vs %.17g",
+          json_num(self, "perplexity"), p32);
     cJSON_Delete(self);
 
     /* bad base files */
@@ -152,11 +156,11 @@ int main(void)
         write_file(bad, buf, len);
         expect_fail(args, "magic");
         buf[0] = 'K';
-        buf[8] = 9;   /* version */
+        buf[8] = 9; /* version */
         write_file(bad, buf, len);
         expect_fail(args, "version");
         buf[8] = 1;
-        buf[32] ^= 1;   /* the first row's target token */
+        buf[32] ^= 1; /* the first row's target token */
         write_file(bad, buf, len);
         expect_fail(args, "token");
         free(buf);

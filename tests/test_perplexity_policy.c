@@ -29,10 +29,7 @@ static cJSON *ppl_json(const char *args, int *rc, char **errout)
 }
 
 /* Builds the text: every golden case's prompt and greedy continuation. */
-static bool make_text(void)
-{
-    return ppl_golden_text("ppl_policy_text.txt", text_path, sizeof text_path);
-}
+static bool make_text(void) { return ppl_golden_text("ppl_policy_text.txt", text_path, sizeof text_path); }
 
 /* Tokens of the text as the perplexity command sees them (BOS included). */
 static int n_text_tokens(void)
@@ -62,11 +59,13 @@ static void past_context(const char *policy, const char *kv, bool constant)
     const double hi = strcmp(kv, "q4_0") ? 30.0 : 200.0;
     CHECK(ppl > 1.0 && ppl < hi, "%s: perplexity %g", args, ppl);
     CHECK(past > 4 * 64, "%s: only %g rows past the context", args, past);
-    CHECK(json_num(j, "n_in_ctx") == 32, "%s: %g rows inside the context, want 64 - 32", args, json_num(j, "n_in_ctx"));
+    CHECK(json_num(j, "n_in_ctx") == 32, "%s: %g rows inside the context, want 64 - 32", args,
+          json_num(j, "n_in_ctx"));
     CHECK(json_num(j, "n_tokens") == json_num(j, "n_in_ctx") + past, "%s: row counts do not add up", args);
     if (constant) {
         CHECK(json_num(j, "kv_bytes_full") > 0 && json_num(j, "kv_bytes_max") == json_num(j, "kv_bytes_full"),
-              "%s: KV bytes grew past the context: %g then %g", args, json_num(j, "kv_bytes_full"), json_num(j, "kv_bytes_max"));
+              "%s: KV bytes grew past the context: %g then %g", args, json_num(j, "kv_bytes_full"),
+              json_num(j, "kv_bytes_max"));
         CHECK(json_num(j, "n_evicted") == past, "%s: %g evicted for %g tokens past the context", args,
               json_num(j, "n_evicted"), past);
     }
@@ -95,12 +94,13 @@ int main(void)
                   json_num(chunk, "n_tokens") == json_num(stream, "n_tokens"),
               "one context: stream %.17g over %g rows, chunked %.17g over %g", json_num(stream, "perplexity"),
               json_num(stream, "n_tokens"), json_num(chunk, "perplexity"), json_num(chunk, "n_tokens"));
-        CHECK(json_num(stream, "n_evicted") == 0 && json_num(stream, "n_past_ctx") == 0, "one context: evictions");
+        CHECK(json_num(stream, "n_evicted") == 0 && json_num(stream, "n_past_ctx") == 0,
+              "one context: evictions");
     }
     cJSON_Delete(chunk);
     cJSON_Delete(stream);
 
-    const char *types[] = {"f32", "f16", "q8_0", "q4_0", "q4"};
+    const char *types[] = { "f32", "f16", "q8_0", "q4_0", "q4" };
     for (int i = 0; i < 5; i++) past_context("sinks", types[i], true);
     past_context("sinks --sink 0", "f16", true);
     past_context("heavy", "f16", true);

@@ -97,15 +97,20 @@ static void test_half(void)
 
 static void test_types(void)
 {
-    static const struct { const char *name; kvi_type t; int64_t be; size_t bb; } T[] = {
-        {"f32", KVI_TYPE_F32, 1, 4},       {"f16", KVI_TYPE_F16, 1, 2},
-        {"bf16", KVI_TYPE_BF16, 1, 2},     {"q8_0", KVI_TYPE_Q8_0, 32, 34},
-        {"q8_1", KVI_TYPE_Q8_1, 32, 36},   {"q4_0", KVI_TYPE_Q4_0, 32, 18},
-        {"q4_1", KVI_TYPE_Q4_1, 32, 20},   {"q5_0", KVI_TYPE_Q5_0, 32, 22},
-        {"q5_1", KVI_TYPE_Q5_1, 32, 24},   {"q2_k", KVI_TYPE_Q2_K, 256, 84},
-        {"q3_k", KVI_TYPE_Q3_K, 256, 110}, {"q4_k", KVI_TYPE_Q4_K, 256, 144},
-        {"q5_k", KVI_TYPE_Q5_K, 256, 176}, {"q6_k", KVI_TYPE_Q6_K, 256, 210},
-        {"q8_k", KVI_TYPE_Q8_K, 256, 292},
+    static const struct {
+        const char *name;
+        kvi_type t;
+        int64_t be;
+        size_t bb;
+    } T[] = {
+        { "f32", KVI_TYPE_F32, 1, 4 },       { "f16", KVI_TYPE_F16, 1, 2 },
+        { "bf16", KVI_TYPE_BF16, 1, 2 },     { "q8_0", KVI_TYPE_Q8_0, 32, 34 },
+        { "q8_1", KVI_TYPE_Q8_1, 32, 36 },   { "q4_0", KVI_TYPE_Q4_0, 32, 18 },
+        { "q4_1", KVI_TYPE_Q4_1, 32, 20 },   { "q5_0", KVI_TYPE_Q5_0, 32, 22 },
+        { "q5_1", KVI_TYPE_Q5_1, 32, 24 },   { "q2_k", KVI_TYPE_Q2_K, 256, 84 },
+        { "q3_k", KVI_TYPE_Q3_K, 256, 110 }, { "q4_k", KVI_TYPE_Q4_K, 256, 144 },
+        { "q5_k", KVI_TYPE_Q5_K, 256, 176 }, { "q6_k", KVI_TYPE_Q6_K, 256, 210 },
+        { "q8_k", KVI_TYPE_Q8_K, 256, 292 },
     };
     for (size_t i = 0; i < sizeof T / sizeof T[0]; i++) {
         kvi_type t = KVI_TYPE_COUNT;
@@ -129,9 +134,11 @@ static void test_types(void)
     CHECK(kvi_type_from_name("q4x", &t) == KVI_E_INVALID && kvi_type_from_name("q", &t) == KVI_E_INVALID,
           "q4x, q unknown");
     CHECK(kvi_type_from_name("q4_k_m", &t) == KVI_E_INVALID, "q4_k_m is a file type, not a tensor type");
-    CHECK(kvi_type_from_name("", &t) == KVI_E_INVALID && kvi_type_from_name(NULL, &t) == KVI_E_INVALID, "empty");
+    CHECK(kvi_type_from_name("", &t) == KVI_E_INVALID && kvi_type_from_name(NULL, &t) == KVI_E_INVALID,
+          "empty");
     CHECK(kvi_type_name((kvi_type)4) == NULL && kvi_type_name((kvi_type)99) == NULL &&
-              kvi_type_name((kvi_type)-1) == NULL, "unknown numbers");
+              kvi_type_name((kvi_type)-1) == NULL,
+          "unknown numbers");
     CHECK(quant_row_bytes((kvi_type)5, 32) == 0 && quant_block_bytes((kvi_type)31) == 0, "unknown sizes");
     CHECK(quant_row_bytes(KVI_TYPE_Q4_0, -32) == 0, "negative n");
 }
@@ -146,15 +153,15 @@ static void test_simple_blocks(void)
 
     /* F32 / F16 / BF16 rows */
     {
-        float f[3] = {1.5f, -2.25f, 1e-3f};
+        float f[3] = { 1.5f, -2.25f, 1e-3f };
         quant_dequant_row(KVI_TYPE_F32, f, y, 3);
         check_row("f32 row", y, f, 3);
-        uint16_t h[3] = {0x3e00, 0xc100, 0x0001};   /* 1.5, -2.5, 2^-24 */
-        float wh[3] = {1.5f, -2.5f, 0x1p-24f};
+        uint16_t h[3] = { 0x3e00, 0xc100, 0x0001 }; /* 1.5, -2.5, 2^-24 */
+        float wh[3] = { 1.5f, -2.5f, 0x1p-24f };
         quant_dequant_row(KVI_TYPE_F16, h, y, 3);
         check_row("f16 row", y, wh, 3);
-        uint16_t b[3] = {0x3fc0, 0xc020, 0x4049};   /* 1.5, -2.5, 3.140625 */
-        float wb[3] = {1.5f, -2.5f, 3.140625f};
+        uint16_t b[3] = { 0x3fc0, 0xc020, 0x4049 }; /* 1.5, -2.5, 3.140625 */
+        float wb[3] = { 1.5f, -2.5f, 3.140625f };
         quant_dequant_row(KVI_TYPE_BF16, b, y, 3);
         check_row("bf16 row", y, wb, 3);
     }
@@ -190,7 +197,10 @@ static void test_simple_blocks(void)
         block_q5_0 b;
         uint32_t qh = 0xA5C3F00Fu;
         put16(&b.d, 0x3800);
-        b.qh[0] = 0x0F; b.qh[1] = 0xF0; b.qh[2] = 0xC3; b.qh[3] = 0xA5;
+        b.qh[0] = 0x0F;
+        b.qh[1] = 0xF0;
+        b.qh[2] = 0xC3;
+        b.qh[3] = 0xA5;
         for (int j = 0; j < 16; j++) b.qs[j] = (uint8_t)(((3 * j + 1) % 16) | ((5 * j + 2) % 16) << 4);
         for (int j = 0; j < 16; j++) {
             int lo = (3 * j + 1) % 16 + 16 * (int)((qh >> j) & 1);
@@ -209,7 +219,10 @@ static void test_simple_blocks(void)
         uint32_t qh = 0x12345678u;
         put16(&b.d, 0x3000);
         put16(&b.m, 0x4000);
-        b.qh[0] = 0x78; b.qh[1] = 0x56; b.qh[2] = 0x34; b.qh[3] = 0x12;
+        b.qh[0] = 0x78;
+        b.qh[1] = 0x56;
+        b.qh[2] = 0x34;
+        b.qh[3] = 0x12;
         for (int j = 0; j < 16; j++) b.qs[j] = (uint8_t)((15 - j) | ((j * 9) % 16) << 4);
         for (int j = 0; j < 16; j++) {
             int lo = (15 - j) + 16 * (int)((qh >> j) & 1);
@@ -226,8 +239,8 @@ static void test_simple_blocks(void)
     {
         block_q8_0 b;
         block_q8_1 c;
-        put16(&b.d, 0x2c00);   /* 1/16 */
-        put16(&c.d, 0x3800);   /* 0.5 */
+        put16(&b.d, 0x2c00); /* 1/16 */
+        put16(&c.d, 0x3800); /* 0.5 */
         put16(&c.s, 0x4000);
         for (int j = 0; j < 32; j++) b.qs[j] = c.qs[j] = (int8_t)(j * 8 - 127);
         for (int j = 0; j < 32; j++) want[j] = (j * 8 - 127) / 16.0f;
@@ -260,8 +273,8 @@ static void test_kquant_blocks(void)
     {
         block_q2_K b;
         memset(&b, 0, sizeof b);
-        put16(&b.d, 0x3800);     /* 0.5 */
-        put16(&b.dmin, 0x3400);  /* 0.25 */
+        put16(&b.d, 0x3800);    /* 0.5 */
+        put16(&b.dmin, 0x3400); /* 0.25 */
         for (int i = 0; i < 16; i++) b.scales[i] = (uint8_t)(((i * 5 + 3) % 16) | ((15 - i) << 4));
         for (int e = 0; e < 256; e++) {
             int L = level(e, 4);
@@ -280,12 +293,14 @@ static void test_kquant_blocks(void)
     {
         block_q3_K b;
         memset(&b, 0, sizeof b);
-        put16(&b.d, 0x3c00);   /* 1 */
+        put16(&b.d, 0x3c00); /* 1 */
         int ls[16];
         for (int i = 0; i < 16; i++) {
             ls[i] = (i * 13 + 5) % 64;
-            if (i < 8) b.scales[i] |= (uint8_t)(ls[i] & 15);
-            else b.scales[i - 8] |= (uint8_t)((ls[i] & 15) << 4);
+            if (i < 8)
+                b.scales[i] |= (uint8_t)(ls[i] & 15);
+            else
+                b.scales[i - 8] |= (uint8_t)((ls[i] & 15) << 4);
             b.scales[8 + i % 4] |= (uint8_t)((ls[i] >> 4) << (2 * (i / 4)));
         }
         for (int e = 0; e < 256; e++) {
@@ -304,7 +319,7 @@ static void test_kquant_blocks(void)
      *        scales[i+8] = (sc[i+4] & 15) | (mn[i+4] & 15) << 4.
      * element e: qs[32(e/64) + e%32], low nibble when (e%64) < 32; Q5_K bit 4 in qh[e%32] bit e/32. */
     for (int five = 0; five < 2; five++) {
-        uint8_t sc[8], mn[8], scales[12] = {0}, qs[128] = {0}, qh[32] = {0};
+        uint8_t sc[8], mn[8], scales[12] = { 0 }, qs[128] = { 0 }, qh[32] = { 0 };
         for (int i = 0; i < 8; i++) {
             sc[i] = (uint8_t)((i * 19 + 7) % 64);
             mn[i] = (uint8_t)((i * 23 + 50) % 64);
@@ -348,7 +363,7 @@ static void test_kquant_blocks(void)
     {
         block_q6_K b;
         memset(&b, 0, sizeof b);
-        put16(&b.d, 0x3400);   /* 0.25 */
+        put16(&b.d, 0x3400); /* 0.25 */
         for (int i = 0; i < 16; i++) b.scales[i] = (int8_t)(i * 17 - 128);
         for (int e = 0; e < 256; e++) {
             int L = level(e, 64), h = e / 128, k = (e % 128) / 32, l = e % 32;
@@ -367,12 +382,14 @@ static void test_kquant_blocks(void)
 
 static void test_roundtrip(void)
 {
-    static const struct { kvi_type t; double bound; } T[] = {
-        {KVI_TYPE_F32, 0.0},     {KVI_TYPE_F16, 0.001},  {KVI_TYPE_BF16, 0.005},
-        {KVI_TYPE_Q8_0, 0.01},   {KVI_TYPE_Q8_K, 0.01},  {KVI_TYPE_Q6_K, 0.03},
-        {KVI_TYPE_Q5_0, 0.06},   {KVI_TYPE_Q5_1, 0.06},  {KVI_TYPE_Q5_K, 0.06},
-        {KVI_TYPE_Q4_0, 0.12},   {KVI_TYPE_Q4_1, 0.12},  {KVI_TYPE_Q4_K, 0.12},
-        {KVI_TYPE_Q3_K, 0.25},   {KVI_TYPE_Q2_K, 0.5},
+    static const struct {
+        kvi_type t;
+        double bound;
+    } T[] = {
+        { KVI_TYPE_F32, 0.0 },   { KVI_TYPE_F16, 0.001 }, { KVI_TYPE_BF16, 0.005 }, { KVI_TYPE_Q8_0, 0.01 },
+        { KVI_TYPE_Q8_K, 0.01 }, { KVI_TYPE_Q6_K, 0.03 }, { KVI_TYPE_Q5_0, 0.06 },  { KVI_TYPE_Q5_1, 0.06 },
+        { KVI_TYPE_Q5_K, 0.06 }, { KVI_TYPE_Q4_0, 0.12 }, { KVI_TYPE_Q4_1, 0.12 },  { KVI_TYPE_Q4_K, 0.12 },
+        { KVI_TYPE_Q3_K, 0.25 }, { KVI_TYPE_Q2_K, 0.5 },
     };
     enum { N = 4096 };
     float *x = malloc(N * sizeof(float)), *y = malloc(N * sizeof(float));
@@ -398,8 +415,8 @@ static void test_roundtrip(void)
             if (T[k].t != KVI_TYPE_F32) CHECK(rel > 0.0, "%s: suspiciously exact", name);
         }
         /* zeros quantise to exact zeros */
-        float z[256] = {0}, zy[256];
-        uint8_t zq[1024];   /* 256 elements of any type (f32 is the widest) */
+        float z[256] = { 0 }, zy[256];
+        uint8_t zq[1024]; /* 256 elements of any type (f32 is the widest) */
         memset(zy, 0x55, sizeof zy);
         CHECK(quant_quantize_row(T[k].t, z, zq, 256) == 0, "%s zeros", name);
         quant_dequant_row(T[k].t, zq, zy, 256);

@@ -24,7 +24,8 @@ static void test_layout(kvi_type t, int64_t n_in, uint64_t *rs)
     uint8_t *w = trand_weights(t, n_out, n_in, rs);
     uint8_t *ref = malloc(bytes), *back = malloc(bytes), *row = malloc(rb);
     for (int64_t tt = 0; tt < n_out / 16; tt++) kern_r16_from_rows(t, w + tt * tb, n_in, ref + tt * tb);
-    CHECK(memcmp(ref, w, bytes) != 0, "%s n_in %lld: R16 differs from rows", kvi_type_name(t), (long long)n_in);
+    CHECK(memcmp(ref, w, bytes) != 0, "%s n_in %lld: R16 differs from rows", kvi_type_name(t),
+          (long long)n_in);
     for (int64_t tt = 0; tt < n_out / 16; tt++) kern_r16_to_rows(t, ref + tt * tb, n_in, back + tt * tb);
     CHECK(memcmp(back, w, bytes) == 0, "%s n_in %lld: rows -> R16 -> rows changed bytes", kvi_type_name(t),
           (long long)n_in);
@@ -33,25 +34,29 @@ static void test_layout(kvi_type t, int64_t n_in, uint64_t *rs)
         kern_r16_row(t, ref + (j / 16) * tb, n_in, (int)(j % 16), row);
         bad_rows += memcmp(row, w + (size_t)j * rb, rb) != 0;
     }
-    CHECK(bad_rows == 0, "%s n_in %lld: %d rows read back wrong", kvi_type_name(t), (long long)n_in, bad_rows);
+    CHECK(bad_rows == 0, "%s n_in %lld: %d rows read back wrong", kvi_type_name(t), (long long)n_in,
+          bad_rows);
     if (kern_isa_detect() == KVI_ISA_AVX512 && kern_has_vnni()) {
-        for (int64_t tt = 0; tt < n_out / 16; tt++) kern_r16_from_rows_avx512(t, w + tt * tb, n_in, back + tt * tb);
+        for (int64_t tt = 0; tt < n_out / 16; tt++)
+            kern_r16_from_rows_avx512(t, w + tt * tb, n_in, back + tt * tb);
         CHECK(memcmp(back, ref, bytes) == 0, "%s n_in %lld: AVX-512 repack differs from the scalar one",
               kvi_type_name(t), (long long)n_in);
         memset(back, 0x5a, bytes);
-        for (int64_t tt = 0; tt < n_out / 16; tt++) kern_r16_to_rows_avx512(t, ref + tt * tb, n_in, back + tt * tb);
-        CHECK(memcmp(back, w, bytes) == 0, "%s n_in %lld: AVX-512 unpack differs from the rows", kvi_type_name(t),
-              (long long)n_in);
+        for (int64_t tt = 0; tt < n_out / 16; tt++)
+            kern_r16_to_rows_avx512(t, ref + tt * tb, n_in, back + tt * tb);
+        CHECK(memcmp(back, w, bytes) == 0, "%s n_in %lld: AVX-512 unpack differs from the rows",
+              kvi_type_name(t), (long long)n_in);
     }
     /* in place, several threads: the reference's bytes, and the layout recorded */
     for (int threads = 1; threads <= 3; threads += 2) {
         memcpy(back, w, bytes);
-        kern_tensor W = {.data = back, .type = t, .n_in = n_in, .n_out = n_out};
+        kern_tensor W = { .data = back, .type = t, .n_in = n_in, .n_out = n_out };
         CHECK(kern_r16_repack(&W, threads) == 0 && W.layout == KVI_LAYOUT_R16, "%s: repack failed",
               kvi_type_name(t));
-        CHECK(memcmp(back, ref, bytes) == 0, "%s, %d threads: in-place repack differs", kvi_type_name(t), threads);
+        CHECK(memcmp(back, ref, bytes) == 0, "%s, %d threads: in-place repack differs", kvi_type_name(t),
+              threads);
         float *g0 = malloc((size_t)n_in * sizeof(float)), *g1 = malloc((size_t)n_in * sizeof(float));
-        kern_tensor R = {.data = w, .type = t, .n_in = n_in, .n_out = n_out};
+        kern_tensor R = { .data = w, .type = t, .n_in = n_in, .n_out = n_out };
         int bad = 0;
         for (int64_t j = 0; j < n_out; j += 7) {
             kern_tensor_get_row(&R, j, g0);
@@ -76,15 +81,15 @@ static void test_products(kvi_type t, int64_t n_out, int64_t n_in, uint64_t *rs)
     const size_t bytes = quant_row_bytes(t, n_in) * (size_t)n_out;
     uint8_t *wr = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
     memcpy(wr, w, bytes);
-    kern_tensor rows = {.data = w, .type = t, .n_in = n_in, .n_out = n_out};
-    kern_tensor r16 = {.data = wr, .type = t, .n_in = n_in, .n_out = n_out};
+    kern_tensor rows = { .data = w, .type = t, .n_in = n_in, .n_out = n_out };
+    kern_tensor r16 = { .data = wr, .type = t, .n_in = n_in, .n_out = n_out };
     CHECK(kern_r16_repack(&r16, 2) == 0, "repack");
     float *x = malloc((size_t)max_rows * (size_t)n_in * sizeof(float));
     float *y0 = malloc((size_t)max_rows * (size_t)n_out * sizeof(float));
     float *y1 = malloc((size_t)max_rows * (size_t)n_out * sizeof(float));
     for (int64_t i = 0; i < max_rows * n_in; i++) x[i] = trand_normal(rs);
     const kern_isa best = kern_isa_detect();
-    const int row_counts[] = {1, 2, 3, 4, 5, 7, 8, 16, 33, 64, 65, 70};
+    const int row_counts[] = { 1, 2, 3, 4, 5, 7, 8, 16, 33, 64, 65, 70 };
     for (int isa = KVI_ISA_SCALAR; isa <= (int)best; isa++) {
         kern_isa_set((kern_isa)isa);
         for (int threads = 1; threads <= 3; threads++) {
@@ -99,16 +104,18 @@ static void test_products(kvi_type t, int64_t n_out, int64_t n_in, uint64_t *rs)
                 for (int64_t i = 0; i < nr * n_out; i++) nan += isnan(y1[i]) || y1[i] == 0.0f;
             }
             CHECK(bad == 0 && nan == 0, "%s %lldx%lld isa %s %d threads: %d row counts differ, %d bad values",
-                  kvi_type_name(t), (long long)n_out, (long long)n_in, kern_isa_str((kern_isa)isa), threads, bad, nan);
+                  kvi_type_name(t), (long long)n_out, (long long)n_in, kern_isa_str((kern_isa)isa), threads,
+                  bad, nan);
             /* shared quantisation of Q/K/V-like groups: R16 beside rows */
-            const kern_tensor *ws[2] = {&r16, &rows};
-            float *ys[2] = {y1, y1 + 5 * n_out};
-            const int64_t ldy[2] = {n_out, n_out};
+            const kern_tensor *ws[2] = { &r16, &rows };
+            float *ys[2] = { y1, y1 + 5 * n_out };
+            const int64_t ldy[2] = { n_out, n_out };
             kern_matmul_multi(pool, 2, ws, x, n_in, 5, ys, ldy);
             kern_matmul(pool, &rows, x, n_in, 5, y0, n_out);
             CHECK(memcmp(y0, y1, (size_t)5 * (size_t)n_out * sizeof(float)) == 0 &&
                       memcmp(y0, y1 + 5 * n_out, (size_t)5 * (size_t)n_out * sizeof(float)) == 0,
-                  "%s isa %s: kern_matmul_multi over R16 + rows differs", kvi_type_name(t), kern_isa_str((kern_isa)isa));
+                  "%s isa %s: kern_matmul_multi over R16 + rows differs", kvi_type_name(t),
+                  kern_isa_str((kern_isa)isa));
             tpool_free(pool);
         }
     }
@@ -129,18 +136,19 @@ static void test_repack_many(uint64_t *rs)
     uint8_t *a2 = malloc(na), *b2 = malloc(nb);
     memcpy(a2, a, na);
     memcpy(b2, b, nb);
-    kern_tensor A = {.data = a, .type = KVI_TYPE_Q8_0, .n_in = 128, .n_out = 48};
-    kern_tensor B = {.data = b, .type = KVI_TYPE_Q4_0, .n_in = 256, .n_out = 32};
-    kern_tensor A2 = {.data = a2, .type = KVI_TYPE_Q8_0, .n_in = 128, .n_out = 48};
-    kern_tensor B2 = {.data = b2, .type = KVI_TYPE_Q4_0, .n_in = 256, .n_out = 32};
-    kern_tensor *dup[2] = {&A, &A};
+    kern_tensor A = { .data = a, .type = KVI_TYPE_Q8_0, .n_in = 128, .n_out = 48 };
+    kern_tensor B = { .data = b, .type = KVI_TYPE_Q4_0, .n_in = 256, .n_out = 32 };
+    kern_tensor A2 = { .data = a2, .type = KVI_TYPE_Q8_0, .n_in = 128, .n_out = 48 };
+    kern_tensor B2 = { .data = b2, .type = KVI_TYPE_Q4_0, .n_in = 256, .n_out = 32 };
+    kern_tensor *dup[2] = { &A, &A };
     CHECK(kern_r16_repack_many(dup, 2, 2) < 0 && A.layout == KVI_LAYOUT_ROWS && memcmp(a, a2, na) == 0,
           "the same matrix twice must be refused untouched");
-    kern_tensor *both[2] = {&A, &B};
+    kern_tensor *both[2] = { &A, &B };
     CHECK(kern_r16_repack_many(both, 2, 3) == 0 && A.layout == KVI_LAYOUT_R16 && B.layout == KVI_LAYOUT_R16,
           "repack of two matrices");
     CHECK(kern_r16_repack(&A2, 1) == 0 && kern_r16_repack(&B2, 1) == 0, "single repacks");
-    CHECK(memcmp(a, a2, na) == 0 && memcmp(b, b2, nb) == 0, "one call over two matrices differs from one each");
+    CHECK(memcmp(a, a2, na) == 0 && memcmp(b, b2, nb) == 0,
+          "one call over two matrices differs from one each");
     free(a);
     free(b);
     free(a2);
@@ -150,21 +158,21 @@ static void test_repack_many(uint64_t *rs)
 static void test_eligibility(void)
 {
     uint8_t buf[64];
-    kern_tensor a = {.data = buf, .type = KVI_TYPE_Q8_0, .n_in = 64, .n_out = 40};
+    kern_tensor a = { .data = buf, .type = KVI_TYPE_Q8_0, .n_in = 64, .n_out = 40 };
     CHECK(!kern_r16_eligible(&a) && kern_r16_repack(&a, 1) < 0 && a.layout == KVI_LAYOUT_ROWS,
           "40 rows (not a multiple of 16) must be refused");
-    kern_tensor b = {.data = buf, .type = KVI_TYPE_Q4_0, .n_in = 96, .n_out = 16};
+    kern_tensor b = { .data = buf, .type = KVI_TYPE_Q4_0, .n_in = 96, .n_out = 16 };
     CHECK(!kern_r16_eligible(&b), "n_in 96 (odd number of blocks) must be refused");
-    kern_tensor c = {.data = buf, .type = KVI_TYPE_Q4_1, .n_in = 64, .n_out = 16};
+    kern_tensor c = { .data = buf, .type = KVI_TYPE_Q4_1, .n_in = 64, .n_out = 16 };
     CHECK(!kern_r16_eligible(&c), "Q4_1 has no R16 layout");
-    kern_tensor d = {.data = buf, .type = KVI_TYPE_Q8_0, .n_in = 64, .n_out = 16, .layout = KVI_LAYOUT_R16};
+    kern_tensor d = { .data = buf, .type = KVI_TYPE_Q8_0, .n_in = 64, .n_out = 16, .layout = KVI_LAYOUT_R16 };
     CHECK(!kern_r16_eligible(&d), "an R16 tensor is not repacked twice");
 }
 
 int main(void)
 {
     uint64_t rs = 0x5eed16;
-    const kvi_type types[2] = {KVI_TYPE_Q8_0, KVI_TYPE_Q4_0};
+    const kvi_type types[2] = { KVI_TYPE_Q8_0, KVI_TYPE_Q4_0 };
     for (int k = 0; k < 2; k++) {
         test_layout(types[k], 64, &rs);
         test_layout(types[k], 2048, &rs);

@@ -24,8 +24,10 @@ static int draw_counts(kvi_sampler *s, const float *logits, int nv, long n, long
     memset(counts, 0, (size_t)nv * sizeof *counts);
     for (long i = 0; i < n; i++) {
         int32_t t = kvi_sampler_sample(s, logits);
-        if (t < 0 || t >= nv) bad++;
-        else counts[t]++;
+        if (t < 0 || t >= nv)
+            bad++;
+        else
+            counts[t]++;
     }
     return bad;
 }
@@ -56,8 +58,10 @@ static void test_defaults(void)
     kvi_sampler_params p;
     kvi_sampler_params_default(&p);
     CHECK(fabsf(p.temp - 0.8f) < 1e-7f && p.top_k == 40, "temp %g top_k %d", p.temp, p.top_k);
-    CHECK(fabsf(p.top_p - 0.95f) < 1e-7f && fabsf(p.min_p - 0.05f) < 1e-7f, "top_p %g min_p %g", p.top_p, p.min_p);
-    CHECK(p.repeat_penalty == 1.0f && p.repeat_last_n == 64, "penalty %g last_n %d", p.repeat_penalty, p.repeat_last_n);
+    CHECK(fabsf(p.top_p - 0.95f) < 1e-7f && fabsf(p.min_p - 0.05f) < 1e-7f, "top_p %g min_p %g", p.top_p,
+          p.min_p);
+    CHECK(p.repeat_penalty == 1.0f && p.repeat_last_n == 64, "penalty %g last_n %d", p.repeat_penalty,
+          p.repeat_last_n);
     CHECK(kvi_sampler_create(&p, 0) == NULL, "n_vocab 0 must be refused");
     kvi_sampler *s = kvi_sampler_create(&p, 4);
     CHECK(s != NULL, "create");
@@ -73,20 +77,20 @@ static void test_argmax(void)
     kvi_sampler_params p = sampler_params(0.0f, 40, 0.5f, 0.5f, 1);
     p.repeat_penalty = 3.0f; /* temp 0: nothing else applies, the penalty neither */
     kvi_sampler *s = kvi_sampler_create(&p, 8);
-    const float a[8] = {-3.0f, 0.5f, 2.0f, 7.25f, -1.0f, 7.25f, 7.0f, 0.0f};
+    const float a[8] = { -3.0f, 0.5f, 2.0f, 7.25f, -1.0f, 7.25f, 7.0f, 0.0f };
     CHECK(kvi_sampler_sample(s, a) == 3, "tie 3/5 must give the lower id, got %d", kvi_sampler_sample(s, a));
     kvi_sampler_accept(s, 3);
     CHECK(kvi_sampler_sample(s, a) == 3, "temp 0 must ignore the penalty");
-    const float b[8] = {-9.0f, -8.0f, -2.5f, -7.0f, -2.5f, -3.0f, -100.0f, -4.0f};
+    const float b[8] = { -9.0f, -8.0f, -2.5f, -7.0f, -2.5f, -3.0f, -100.0f, -4.0f };
     CHECK(kvi_sampler_sample(s, b) == 2, "all negative with a tie: got %d", kvi_sampler_sample(s, b));
-    float c[8] = {NAN, 1.0f, NAN, 3.0f, 3.0f, NAN, -INFINITY, 0.0f};
+    float c[8] = { NAN, 1.0f, NAN, 3.0f, 3.0f, NAN, -INFINITY, 0.0f };
     CHECK(kvi_sampler_sample(s, c) == 3, "NaN must never win: got %d", kvi_sampler_sample(s, c));
     kvi_sampler_free(s);
 
     /* A row with no finite logit still gives a valid id when sampling. */
     p = sampler_params(1.0f, 0, 0.9f, 0.1f, 1);
     s = kvi_sampler_create(&p, 4);
-    float d[4] = {NAN, -INFINITY, NAN, -INFINITY};
+    float d[4] = { NAN, -INFINITY, NAN, -INFINITY };
     int32_t t = kvi_sampler_sample(s, d);
     CHECK(t >= 0 && t < 4, "all -inf/NaN row gave %d", t);
     kvi_sampler_free(s);
@@ -141,7 +145,7 @@ static void test_distribution(void)
 {
     enum { NV = 6 };
     const long N = 200000;
-    const float logits[NV] = {1.0f, 0.5f, -0.25f, 2.0f, -1.0f, 0.0f};
+    const float logits[NV] = { 1.0f, 0.5f, -0.25f, 2.0f, -1.0f, 0.0f };
     double prob[NV];
     long counts[NV];
 
@@ -170,7 +174,7 @@ static void test_distribution(void)
     s = kvi_sampler_create(&p, NV);
     CHECK(draw_counts(s, logits, NV, N, counts) == 0, "out-of-range ids");
     double z = exp(2.0) + exp(1.0) + exp(0.5);
-    double pk[NV] = {exp(1.0) / z, exp(0.5) / z, 0, exp(2.0) / z, 0, 0};
+    double pk[NV] = { exp(1.0) / z, exp(0.5) / z, 0, exp(2.0) / z, 0, 0 };
     CHECK(counts[2] == 0 && counts[4] == 0 && counts[5] == 0, "top_k 3 drew ids 2/4/5: %ld %ld %ld",
           counts[2], counts[4], counts[5]);
     x2 = chi_square(counts, pk, NV, N);
@@ -196,7 +200,9 @@ static void test_top_p_min_p(void)
     /* Probabilities (ids in shuffled order): id 2: 0.5, id 4: 0.25, id 0: 0.125,
      * id 5: 0.0625, id 1: 0.03125, id 3: 0.03125. Cumulative in rank order:
      * 0.5, 0.75, 0.875, 0.9375, 0.96875, 1. */
-    const float lg[6] = {logf(0.125f), logf(0.03125f), logf(0.5f), logf(0.03125f), logf(0.25f), logf(0.0625f)};
+    const float lg[6] = {
+        logf(0.125f), logf(0.03125f), logf(0.5f), logf(0.03125f), logf(0.25f), logf(0.0625f)
+    };
     const unsigned ID2 = 1u << 2, ID4 = 1u << 4, ID0 = 1u << 0, ID5 = 1u << 5;
 
     check_kept(sampler_params(1.0f, 0, 0.4f, 0.0f, 1), lg, 6, ID2, "top_p 0.4");
@@ -220,7 +226,7 @@ static void test_top_p_min_p(void)
 
 static void test_penalty(void)
 {
-    const float lg[4] = {2.0f, 1.5f, -1.0f, -0.9f};
+    const float lg[4] = { 2.0f, 1.5f, -1.0f, -0.9f };
     kvi_sampler_params p = sampler_params(1.0f, 1, 1.0f, 0.0f, 1);
     p.repeat_penalty = 1.5f;
     p.repeat_last_n = 3;
@@ -243,16 +249,17 @@ static void test_penalty(void)
     kvi_sampler_free(s);
 
     /* Negative logits are multiplied: -0.9 * 1.5 = -1.35 < -1.0. */
-    const float neg[2] = {-1.0f, -0.9f};
+    const float neg[2] = { -1.0f, -0.9f };
     s = kvi_sampler_create(&p, 2);
     CHECK(kvi_sampler_sample(s, neg) == 1, "no history: want 1");
     kvi_sampler_accept(s, 1);
-    CHECK(kvi_sampler_sample(s, neg) == 0, "negative logit penalised: want 0, got %d", kvi_sampler_sample(s, neg));
+    CHECK(kvi_sampler_sample(s, neg) == 0, "negative logit penalised: want 0, got %d",
+          kvi_sampler_sample(s, neg));
     kvi_sampler_free(s);
 
     /* A token repeated in the window is penalised once: 2.0 / 1.5 = 1.333 > 1.0
      * (twice would be 0.889 < 1.0). */
-    const float two[2] = {2.0f, 1.0f};
+    const float two[2] = { 2.0f, 1.0f };
     s = kvi_sampler_create(&p, 2);
     kvi_sampler_accept(s, 0);
     kvi_sampler_accept(s, 0);

@@ -18,20 +18,24 @@
 
 /* A random row of n logits: N(0, scale), rounded to a grid of `grid` when > 0
  * (ties), a fraction of NaN and of -inf entries. */
-static void fill_row(float *row, int n, float scale, float grid, float frac_nan, float frac_ninf, uint64_t *rs)
+static void fill_row(float *row, int n, float scale, float grid, float frac_nan, float frac_ninf,
+                     uint64_t *rs)
 {
     for (int i = 0; i < n; i++) {
         float v = trand_normal(rs) * scale;
         if (grid > 0.0f) v = roundf(v / grid) * grid;
         const float u = trand_uniform(rs);
-        if (u < frac_nan) v = NAN;
-        else if (u < frac_nan + frac_ninf) v = -INFINITY;
+        if (u < frac_nan)
+            v = NAN;
+        else if (u < frac_nan + frac_ninf)
+            v = -INFINITY;
         row[i] = v;
     }
 }
 
 /* One row under one setting: probs bit-identical, then 8 draws identical. */
-static void compare(const kvi_sampler_params *p, const float *row, int nv, float *pa, float *pb, const char *what)
+static void compare(const kvi_sampler_params *p, const float *row, int nv, float *pa, float *pb,
+                    const char *what)
 {
     kvi_sampler *fast = kvi_sampler_create(p, nv), *ref = kvi_sampler_create(p, nv);
     CHECK(fast && ref, "create");
@@ -42,8 +46,9 @@ static void compare(const kvi_sampler_params *p, const float *row, int nv, float
     }
     sampler_set_reference(ref, true);
     CHECK(kvi_sampler_probs(fast, row, pa) == 0 && kvi_sampler_probs(ref, row, pb) == 0, "probs %s", what);
-    CHECK(!memcmp(pa, pb, (size_t)nv * sizeof *pa), "probs differ: %s (top_k %d, top_p %g, min_p %g, temp %g)",
-          what, p->top_k, p->top_p, p->min_p, p->temp);
+    CHECK(!memcmp(pa, pb, (size_t)nv * sizeof *pa),
+          "probs differ: %s (top_k %d, top_p %g, min_p %g, temp %g)", what, p->top_k, p->top_p, p->min_p,
+          p->temp);
     int same = 1;
     for (int d = 0; d < 8; d++) {
         const int32_t a = kvi_sampler_sample(fast, row), b = kvi_sampler_sample(ref, row);
@@ -56,11 +61,11 @@ static void compare(const kvi_sampler_params *p, const float *row, int nv, float
 
 static void test_random_rows(void)
 {
-    static const int vocabs[] = {17, 1000, 1003, 32000};
-    static const int32_t ks[] = {1, 2, 5, 16, 40, 100};
-    static const float tops_p[] = {1.0f, 0.95f, 0.5f};
-    static const float mins_p[] = {0.0f, 0.05f};
-    static const float temps[] = {0.3f, 0.8f, 1.5f};
+    static const int vocabs[] = { 17, 1000, 1003, 32000 };
+    static const int32_t ks[] = { 1, 2, 5, 16, 40, 100 };
+    static const float tops_p[] = { 1.0f, 0.95f, 0.5f };
+    static const float mins_p[] = { 0.0f, 0.05f };
+    static const float temps[] = { 0.3f, 0.8f, 1.5f };
     uint64_t rs = 0x5A3C0FFEEull;
     for (size_t v = 0; v < sizeof vocabs / sizeof *vocabs; v++) {
         const int nv = vocabs[v];
@@ -72,7 +77,11 @@ static void test_random_rows(void)
             /* 0 plain, 1 coarse ties, 2 NaN and -inf, 3 very coarse (many equal), 4 all NaN */
             const float scale = kind == 0 ? 3.0f : 1.0f;
             const float grid = kind == 1 ? 0.25f : kind == 3 ? 1.0f : 0.0f;
-            fill_row(row, nv, scale, grid, kind == 2 ? 0.1f : kind == 4 ? 1.0f : 0.0f, kind == 2 ? 0.1f : 0.0f, &rs);
+            fill_row(row, nv, scale, grid,
+                     kind == 2   ? 0.1f
+                     : kind == 4 ? 1.0f
+                                 : 0.0f,
+                     kind == 2 ? 0.1f : 0.0f, &rs);
             for (size_t a = 0; a < sizeof ks / sizeof *ks; a++) {
                 int32_t k = ks[a] < nv ? ks[a] : nv - 1;
                 for (size_t b = 0; b < sizeof tops_p / sizeof *tops_p; b++)

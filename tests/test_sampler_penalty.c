@@ -28,7 +28,7 @@ static kvi_sampler *make(float temp, float presence, float frequency, int32_t nv
 
 static void test_greedy(void)
 {
-    const float logits[4] = {1.0f, 0.9f, 0.5f, 0.2f};
+    const float logits[4] = { 1.0f, 0.9f, 0.5f, 0.2f };
     /* presence 0.05: 0.95 still wins; 0.2: 0.8 < 0.9 */
     kvi_sampler *s = make(0, 0.05f, 0, 4);
     kvi_sampler_accept_output(s, 0);
@@ -70,7 +70,7 @@ static void test_probs(void)
 {
     /* temp 1, no filters: logits 0,0,0 with token 1 generated twice under
      * presence 0.5 and frequency 0.25: logit1 = -1 */
-    const float logits[3] = {0, 0, 0};
+    const float logits[3] = { 0, 0, 0 };
     kvi_sampler *s = make(1.0f, 0.5f, 0.25f, 3);
     kvi_sampler_accept_output(s, 1);
     kvi_sampler_accept_output(s, 1);
@@ -83,8 +83,8 @@ static void test_probs(void)
     int n1 = 0;
     const int n = 20000;
     for (int i = 0; i < n; i++) n1 += kvi_sampler_sample(s, logits) == 1;
-    CHECK(fabs((double)n1 / n - exp(-1.0) / z) < 0.02, "token 1 drawn %.3f of the time, want %.3f", (double)n1 / n,
-          exp(-1.0) / z);
+    CHECK(fabs((double)n1 / n - exp(-1.0) / z) < 0.02, "token 1 drawn %.3f of the time, want %.3f",
+          (double)n1 / n, exp(-1.0) / z);
     kvi_sampler_free(s);
 }
 
@@ -113,7 +113,7 @@ static void test_off_is_unchanged(void)
     free(logits);
     /* non-finite penalties are off, not NaN logits */
     kvi_sampler *c = make(0, NAN, INFINITY, 4);
-    const float l4[4] = {1.0f, 0.9f, 0.5f, 0.2f};
+    const float l4[4] = { 1.0f, 0.9f, 0.5f, 0.2f };
     kvi_sampler_accept_output(c, 0);
     CHECK(c && kvi_sampler_sample(c, l4) == 0, "NaN/inf penalties ignored");
     kvi_sampler_free(c);

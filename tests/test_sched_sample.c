@@ -19,20 +19,21 @@ enum { N = 16, GEN = 40 };
 static void make_request(kvi_request *rq, const int32_t *prompt, int n, int i, result *r)
 {
     greedy_request(rq, prompt, n, GEN, r);
-    if (i % 4 == 3) return;   /* greedy */
+    if (i % 4 == 3) return; /* greedy */
     kvi_sampler_params_default(&rq->sampling);
     rq->sampling.temp = i % 4 == 2 ? 1.3f : 0.8f;
     rq->sampling.seed = 1000 + (uint64_t)i;
-    if (i % 8 == 1) rq->sampling.top_k = 0;            /* top-p over the whole row */
+    if (i % 8 == 1) rq->sampling.top_k = 0;             /* top-p over the whole row */
     if (i % 8 == 5) rq->sampling.repeat_penalty = 1.1f; /* the reference chain */
 }
 
-static void run(kvi_model *m, int n_req, int32_t prompts[N][24], const int *lens, const int *which, result *res)
+static void run(kvi_model *m, int n_req, int32_t prompts[N][24], const int *lens, const int *which,
+                result *res)
 {
     kvi_engine *e = make_engine(m, N, 0);
     if (!e) return;
     kvi_sched *s = make_sched(e, N, 0, 0);
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     if (!s) {
         kvi_engine_free(e);
         return;
@@ -64,7 +65,7 @@ int main(void)
     static result together[N], alone[N];
     memset(together, 0, sizeof together);
     memset(alone, 0, sizeof alone);
-    together[6].stop_after = 7;   /* stops early while the others go on */
+    together[6].stop_after = 7; /* stops early while the others go on */
     alone[6].stop_after = 7;
     run(m, N, prompts, lens, all, together);
     for (int i = 0; i < N; i++) run(m, 1, prompts, lens, &all[i], alone);

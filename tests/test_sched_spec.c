@@ -42,8 +42,8 @@ static void test_mixed(kvi_model *m, const golden *g, kvi_engine *draft, const c
     enum { N = 16 };
     kvi_engine *e = make_engine(m, N, 0);
     if (!e) return;
-    kvi_sched *s = make_sched(e, N, 40, 0);   /* drafts and prefill chunks compete for the rows */
-    kvi_error err = {0};
+    kvi_sched *s = make_sched(e, N, 40, 0); /* drafts and prefill chunks compete for the rows */
+    kvi_error err = { 0 };
     if (!s) {
         kvi_engine_free(e);
         return;
@@ -56,7 +56,7 @@ static void test_mixed(kvi_model *m, const golden *g, kvi_engine *draft, const c
     memset(res, 0, sizeof res);
     static int32_t other[N][48];
     uint64_t rng = 0x5eed;
-    bool opted_out[N] = {false}, penalised[N] = {false}, sampled[N] = {false};
+    bool opted_out[N] = { false }, penalised[N] = { false }, sampled[N] = { false };
     for (int i = 0; i < N; i++) {
         kvi_request rq;
         if (i % 4 == 0) {
@@ -66,7 +66,8 @@ static void test_mixed(kvi_model *m, const golden *g, kvi_engine *draft, const c
             /* a repeated phrase, so that prompt lookup finds something */
             const int n = 8 + (int)(trand_u64(&rng) % 30);
             other[i][0] = 1;
-            for (int k = 1; k < n; k++) other[i][k] = k < 6 ? 3 + (int32_t)(trand_u64(&rng) % 500) : other[i][1 + (k - 1) % 5];
+            for (int k = 1; k < n; k++)
+                other[i][k] = k < 6 ? 3 + (int32_t)(trand_u64(&rng) % 500) : other[i][1 + (k - 1) % 5];
             greedy_request(&rq, other[i], n, 10 + (int)(trand_u64(&rng) % 80), &res[i]);
             if (i % 2) {
                 rq.sampling.temp = 0.9f;
@@ -89,11 +90,11 @@ static void test_mixed(kvi_model *m, const golden *g, kvi_engine *draft, const c
     for (int i = 0; i < N; i++) {
         drafted += (uint64_t)res[i].usage.spec_drafted;
         accepted += (uint64_t)res[i].usage.spec_accepted;
-        CHECK(res[i].usage.spec_accepted <= res[i].usage.spec_drafted, "%s: request %d accepted %d of %d", what, i,
-              res[i].usage.spec_accepted, res[i].usage.spec_drafted);
+        CHECK(res[i].usage.spec_accepted <= res[i].usage.spec_drafted, "%s: request %d accepted %d of %d",
+              what, i, res[i].usage.spec_accepted, res[i].usage.spec_drafted);
         if (opted_out[i] || penalised[i])
-            CHECK(res[i].usage.spec_drafted == 0, "%s: request %d (no_spec %d, penalty %d) drafted %d", what, i,
-                  opted_out[i], penalised[i], res[i].usage.spec_drafted);
+            CHECK(res[i].usage.spec_drafted == 0, "%s: request %d (no_spec %d, penalty %d) drafted %d", what,
+                  i, opted_out[i], penalised[i], res[i].usage.spec_drafted);
         if (draft && !opted_out[i] && !penalised[i])
             CHECK(res[i].usage.spec_accepted == res[i].usage.spec_drafted,
                   "%s: request %d (sampled %d): its own draft accepted %d of %d", what, i, sampled[i],
@@ -102,15 +103,17 @@ static void test_mixed(kvi_model *m, const golden *g, kvi_engine *draft, const c
     }
     CHECK(drafted == st.n_spec_drafted && accepted == st.n_spec_accepted,
           "%s: usage sums %llu/%llu, scheduler counters %llu/%llu", what, (unsigned long long)accepted,
-          (unsigned long long)drafted, (unsigned long long)st.n_spec_accepted, (unsigned long long)st.n_spec_drafted);
+          (unsigned long long)drafted, (unsigned long long)st.n_spec_accepted,
+          (unsigned long long)st.n_spec_drafted);
     CHECK(st.n_spec_drafted > 0 && st.n_spec_accepted > 0, "%s: drafted %llu accepted %llu", what,
           (unsigned long long)st.n_spec_drafted, (unsigned long long)st.n_spec_accepted);
     for (int k = 0; k < N_GOLDEN; k++)
         CHECK(res[k * 4].usage.spec_drafted > 0, "%s: golden case %d drafted nothing", what, k + 1);
     CHECK(st.spec_cost_row >= 0.0 && st.spec_cost_row <= 2.0, "%s: cost_row %g", what, st.spec_cost_row);
     CHECK(st.engine.kv_blocks_used == 0, "%s: %d KV blocks still held", what, st.engine.kv_blocks_used);
-    printf("%s: %llu steps, drafted %llu, accepted %llu, cost_row now %.3f\n", what, (unsigned long long)st.n_steps,
-           (unsigned long long)st.n_spec_drafted, (unsigned long long)st.n_spec_accepted, st.spec_cost_row);
+    printf("%s: %llu steps, drafted %llu, accepted %llu, cost_row now %.3f\n", what,
+           (unsigned long long)st.n_steps, (unsigned long long)st.n_spec_drafted,
+           (unsigned long long)st.n_spec_accepted, st.spec_cost_row);
     kvi_sched_free(s);
     kvi_engine_free(e);
 }
@@ -121,10 +124,10 @@ static void test_preemption(kvi_model *m, const golden *g)
     kvi_engine *e = make_engine_blocks(m, 4, 34);
     if (!e) return;
     kvi_sched *s = make_sched(e, 4, 16, 0);
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     kvi_spec_params pp;
     kvi_spec_params_default(&pp);
-    pp.adapt = false;   /* always draft K: the most rows the pool must hold */
+    pp.adapt = false; /* always draft K: the most rows the pool must hold */
     CHECK(kvi_sched_set_spec(s, &pp, NULL, &err) == 0, "set_spec: %s", err.msg);
     static result res[N_GOLDEN + 1];
     memset(res, 0, sizeof res);
@@ -140,8 +143,9 @@ static void test_preemption(kvi_model *m, const golden *g)
     CHECK(st.n_preemptions > 0, "no preemption happened (budget too large for the test)");
     CHECK(st.n_spec_drafted > 0, "nothing drafted under preemption");
     CHECK(st.engine.kv_blocks_used == 0, "%d KV blocks still held", st.engine.kv_blocks_used);
-    printf("spec preemption: %llu preemptions, drafted %llu accepted %llu\n", (unsigned long long)st.n_preemptions,
-           (unsigned long long)st.n_spec_drafted, (unsigned long long)st.n_spec_accepted);
+    printf("spec preemption: %llu preemptions, drafted %llu accepted %llu\n",
+           (unsigned long long)st.n_preemptions, (unsigned long long)st.n_spec_drafted,
+           (unsigned long long)st.n_spec_accepted);
     kvi_sched_free(s);
     kvi_engine_free(e);
 }
@@ -157,7 +161,7 @@ static void test_settings_and_thread(kvi_model *m, const golden *g)
         return;
     }
     kvi_sched *s = make_sched(e, 4, 0, 0);
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     kvi_spec_params pp;
     kvi_spec_params_default(&pp);
     pp.draft_max = 0;

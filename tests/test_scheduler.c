@@ -32,8 +32,8 @@ static void test_batch_invariance(kvi_model *m, const golden *g)
     enum { N = 48 };
     kvi_engine *e = make_engine(m, N, 0);
     if (!e) return;
-    kvi_sched *s = make_sched(e, N, 56, 0);   /* 48 decode rows + 8 prefill rows at most */
-    kvi_error err = {0};
+    kvi_sched *s = make_sched(e, N, 56, 0); /* 48 decode rows + 8 prefill rows at most */
+    kvi_error err = { 0 };
     static result res[N];
     memset(res, 0, sizeof res);
     int32_t other[N][40];
@@ -48,7 +48,7 @@ static void test_batch_invariance(kvi_model *m, const golden *g)
             other[i][0] = 1;
             for (int k = 1; k < n; k++) other[i][k] = 3 + (int32_t)(trand_u64(&rng) % 500);
             greedy_request(&rq, other[i], n, 20 + (int)(trand_u64(&rng) % 150), &res[i]);
-            if (i % 2) {   /* sampled streams too */
+            if (i % 2) { /* sampled streams too */
                 rq.sampling.temp = 0.9f;
                 rq.sampling.seed = (uint64_t)i;
             }
@@ -76,7 +76,7 @@ static void test_batch_invariance(kvi_model *m, const golden *g)
  * the youngest are preempted and recomputed; the tokens do not change. */
 static void test_preemption(kvi_model *m, const golden *g)
 {
-    kvi_engine *e = make_engine_blocks(m, 4, 34);   /* 244 tokens need 16 blocks */
+    kvi_engine *e = make_engine_blocks(m, 4, 34); /* 244 tokens need 16 blocks */
     if (!e) return;
     kvi_sched *s = make_sched(e, 4, 16, 0);
     static result res[N_GOLDEN];
@@ -101,11 +101,11 @@ static void test_limits(kvi_model *m, const golden *g)
     kvi_engine *e = make_engine(m, 2, 0);
     if (!e) return;
     kvi_sched *s = make_sched(e, 1, 0, 2);
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     static result res[4];
     memset(res, 0, sizeof res);
     kvi_request rq;
-    uint64_t ids[3] = {0};
+    uint64_t ids[3] = { 0 };
     for (int k = 0; k < 2; k++) {
         greedy_request(&rq, g[0].prompt, g[0].n_prompt, k == 0 ? 5 : 50, &res[k]);
         CHECK(kvi_sched_submit(s, &rq, &ids[k], &err) == 0, "submit %d: %s", k, err.msg);
@@ -114,15 +114,15 @@ static void test_limits(kvi_model *m, const golden *g)
     int rc = kvi_sched_submit(s, &rq, &ids[2], &err);
     CHECK(rc == KVI_E_QUEUE_FULL, "third request past queue_max 2: rc %d", rc);
     /* bad input */
-    int32_t bad[3] = {1, 99999, 5};
+    int32_t bad[3] = { 1, 99999, 5 };
     greedy_request(&rq, bad, 3, 5, &res[3]);
     rc = kvi_sched_submit(s, &rq, NULL, &err);
     CHECK(rc == KVI_E_INVALID && strstr(err.msg, "99999"), "bad token: rc %d '%s'", rc, err.msg);
     int32_t *longp = calloc(600, sizeof *longp);
     greedy_request(&rq, longp, 600, 5, &res[3]);
     rc = kvi_sched_submit(s, &rq, NULL, &err);
-    CHECK(rc == KVI_E_CONTEXT_FULL && strstr(err.msg, "context_length_exceeded"), "long prompt: rc %d '%s'", rc,
-          err.msg);
+    CHECK(rc == KVI_E_CONTEXT_FULL && strstr(err.msg, "context_length_exceeded"), "long prompt: rc %d '%s'",
+          rc, err.msg);
     free(longp);
     greedy_request(&rq, bad, 0, 5, &res[3]);
     CHECK(kvi_sched_submit(s, &rq, NULL, &err) == KVI_E_INVALID, "empty prompt accepted");
@@ -150,8 +150,8 @@ static void test_limits(kvi_model *m, const golden *g)
     run_until_done(s, 100);
     CHECK(res[2].finish == KVI_FINISH_STOP && res[2].n == 3 && res[2].usage.completion_tokens == 3,
           "stop from on_token: finish %d n %d", (int)res[2].finish, res[2].n);
-    CHECK(res[2].usage.ttft_ms > 0 && res[2].usage.kv_bytes > 0, "usage: ttft %g kv %zu", res[2].usage.ttft_ms,
-          res[2].usage.kv_bytes);
+    CHECK(res[2].usage.ttft_ms > 0 && res[2].usage.kv_bytes > 0, "usage: ttft %g kv %zu",
+          res[2].usage.ttft_ms, res[2].usage.kv_bytes);
 
     /* free with a request still queued: on_done(CANCELLED) */
     memset(&res[3], 0, sizeof res[3]);
@@ -168,7 +168,7 @@ static void test_thread(kvi_model *m, const golden *g)
     kvi_engine *e = make_engine(m, 8, 0);
     if (!e) return;
     kvi_sched *s = make_sched(e, 8, 0, 0);
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     CHECK(kvi_sched_start(s, &err) == 0, "start: %s", err.msg);
     static result res[N_GOLDEN];
     memset(res, 0, sizeof res);

@@ -61,7 +61,8 @@ static answer complete(int port, const char *extra_fields)
     an.drafted = an.accepted = an.acceptance = -1;
     char body[1024];
     snprintf(body, sizeof body,
-             "{\"prompt\":\"%s\",\"max_tokens\":64,\"temperature\":0,\"ignore_eos\":true%s}", PROMPT, extra_fields);
+             "{\"prompt\":\"%s\",\"max_tokens\":64,\"temperature\":0,\"ignore_eos\":true%s}", PROMPT,
+             extra_fields);
     char *r = http(port, "POST", "/v1/completions", body, &an.status);
     cJSON *j = r ? cJSON_Parse(r) : NULL;
     const cJSON *t = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0), "text");
@@ -95,14 +96,15 @@ static void test_ngram(const char *ref)
         return;
     }
     answer a = complete(c.port, "");
-    CHECK(a.status == 200 && !strcmp(a.text, ref), "ngram: status %d, text differs from kvinfer run:\n'%s'\n'%s'",
-          a.status, a.text, ref);
-    CHECK(a.drafted > 0 && a.accepted >= 0 && a.accepted <= a.drafted, "ngram: drafted %g accepted %g", a.drafted,
-          a.accepted);
+    CHECK(a.status == 200 && !strcmp(a.text, ref),
+          "ngram: status %d, text differs from kvinfer run:\n'%s'\n'%s'", a.status, a.text, ref);
+    CHECK(a.drafted > 0 && a.accepted >= 0 && a.accepted <= a.drafted, "ngram: drafted %g accepted %g",
+          a.drafted, a.accepted);
     CHECK(a.drafted > 0 && fabs(a.acceptance - a.accepted / a.drafted) < 1e-9, "acceptance %g for %g / %g",
           a.acceptance, a.accepted, a.drafted);
     answer b = complete(c.port, ",\"speculative\":false");
-    CHECK(b.status == 200 && !strcmp(b.text, ref), "speculative false: status %d text '%s'", b.status, b.text);
+    CHECK(b.status == 200 && !strcmp(b.text, ref), "speculative false: status %d text '%s'", b.status,
+          b.text);
     CHECK(b.drafted == 0 && b.accepted == 0 && b.acceptance == 0, "speculative false drafted %g", b.drafted);
     answer e = complete(c.port, ",\"speculative\":1");
     CHECK(e.status == 400, "\"speculative\": 1 gets %d", e.status);
@@ -147,7 +149,8 @@ static void test_bad_flags(void)
     snprintf(args, sizeof args, "serve -m '%s' --port 0 --spec ngram --draft-max 2 --draft-min 3",
              shared_path("models/stories260K.gguf"));
     rc = run_kvinfer(args, NULL, &err);
-    CHECK(rc != 0 && err && strstr(err, "--draft-min"), "draft-min > draft-max: rc %d '%s'", rc, err ? err : "");
+    CHECK(rc != 0 && err && strstr(err, "--draft-min"), "draft-min > draft-max: rc %d '%s'", rc,
+          err ? err : "");
     free(err);
 }
 

@@ -27,9 +27,11 @@
 #define KEY "sekrit"
 #define MODEL "../shared/models/stories260K.gguf"
 
-static int send_request(int port, const char *method, const char *path, const char *body, size_t blen, bool key)
+static int send_request(int port, const char *method, const char *path, const char *body, size_t blen,
+                        bool key)
 {
-    return http_send_request(port, method, path, key ? "Authorization: Bearer " KEY "\r\n" : NULL, body, blen);
+    return http_send_request(port, method, path, key ? "Authorization: Bearer " KEY "\r\n" : NULL, body,
+                             blen);
 }
 
 /* Whole response (to the close). */
@@ -67,8 +69,8 @@ static char *sse_text(const char *body, bool chat, int *n_events, bool *done, in
     return out;
 }
 
-static const char *prompts[4] = {"Once upon a time", "Lily and Tom went to the park", "The cat sat on the mat",
-                                 "One day a little dog"};
+static const char *prompts[4] = { "Once upon a time", "Lily and Tom went to the park",
+                                  "The cat sat on the mat", "One day a little dog" };
 static char *refs[4];
 static int g_port;
 
@@ -107,8 +109,9 @@ static void check_error(http_resp r, int status, const char *code, const char *w
     CHECK(r.status == status, "%s: status %d, want %d (%s)", what, r.status, status, r.body ? r.body : "");
     CHECK(cJSON_IsString(m) && cJSON_GetObjectItem(e, "type"), "%s: no OpenAI error object: %s", what,
           r.body ? r.body : "");
-    if (code) CHECK(cJSON_IsString(c) && !strcmp(c->valuestring, code), "%s: code %s, want %s", what,
-                    cJSON_IsString(c) ? c->valuestring : "null", code);
+    if (code)
+        CHECK(cJSON_IsString(c) && !strcmp(c->valuestring, code), "%s: code %s, want %s", what,
+              cJSON_IsString(c) ? c->valuestring : "null", code);
     cJSON_Delete(j);
     free(r.body);
 }
@@ -123,32 +126,35 @@ static cJSON *get_json(const char *path)
 
 static void test_errors(void)
 {
-    check_error(http(g_port, "POST", "/v1/completions", "{\"prompt\": \"Once\", ", true), 400, NULL, "malformed JSON");
-    check_error(http(g_port, "POST", "/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":\"ten\"}", true), 400,
-                "invalid_value", "max_tokens string");
+    check_error(http(g_port, "POST", "/v1/completions", "{\"prompt\": \"Once\", ", true), 400, NULL,
+                "malformed JSON");
+    check_error(http(g_port, "POST", "/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":\"ten\"}", true),
+                400, "invalid_value", "max_tokens string");
     check_error(http(g_port, "POST", "/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":-5}", true), 400,
                 "invalid_value", "negative max_tokens");
     check_error(http(g_port, "POST", "/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":0}", true), 400,
                 "invalid_value", "max_tokens 0");
-    check_error(http(g_port, "POST", "/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":100000000}", true), 400,
-                "context_length_exceeded", "huge max_tokens");
-    check_error(http(g_port, "POST", "/v1/completions", "{\"prompt\":[1,403,99999]}", true), 400, "invalid_value",
-                "token id out of range");
-    check_error(http(g_port, "POST", "/v1/completions", "{\"prompt\":\"Once\",\"model\":\"gpt-4\"}", true), 404,
-                "model_not_found", "unknown model");
-    check_error(http(g_port, "POST", "/v1/completions", "{\"prompt\":\"Once\"}", false), 401, "invalid_api_key",
-                "no API key");
-    check_error(http(g_port, "POST", "/v1/chat/completions", "{\"messages\":\"hi\"}", true), 400, "invalid_value",
-                "messages not an array");
-    check_error(http(g_port, "POST", "/v1/completions", "{\"prompt\":\"Once\",\"temperature\":true}", true), 400,
-                "invalid_value", "temperature bool");
+    check_error(
+        http(g_port, "POST", "/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":100000000}", true), 400,
+        "context_length_exceeded", "huge max_tokens");
+    check_error(http(g_port, "POST", "/v1/completions", "{\"prompt\":[1,403,99999]}", true), 400,
+                "invalid_value", "token id out of range");
+    check_error(http(g_port, "POST", "/v1/completions", "{\"prompt\":\"Once\",\"model\":\"gpt-4\"}", true),
+                404, "model_not_found", "unknown model");
+    check_error(http(g_port, "POST", "/v1/completions", "{\"prompt\":\"Once\"}", false), 401,
+                "invalid_api_key", "no API key");
+    check_error(http(g_port, "POST", "/v1/chat/completions", "{\"messages\":\"hi\"}", true), 400,
+                "invalid_value", "messages not an array");
+    check_error(http(g_port, "POST", "/v1/completions", "{\"prompt\":\"Once\",\"temperature\":true}", true),
+                400, "invalid_value", "temperature bool");
     /* a prompt longer than the context (-c 256) */
     {
         char *big = malloc(1 << 16);
         strcpy(big, "{\"prompt\":[1");
         for (int i = 0; i < 300; i++) strcat(big, ",403");
         strcat(big, "]}");
-        check_error(http(g_port, "POST", "/v1/completions", big, true), 400, "context_length_exceeded", "long prompt");
+        check_error(http(g_port, "POST", "/v1/completions", big, true), 400, "context_length_exceeded",
+                    "long prompt");
         free(big);
     }
     /* 10 MB body */
@@ -160,12 +166,14 @@ static void test_errors(void)
         big[n - 2] = '"';
         big[n - 1] = '}';
         big[n] = 0;
-        check_error(http(g_port, "POST", "/v1/completions", big, true), 413, "request_too_large", "10 MB body");
+        check_error(http(g_port, "POST", "/v1/completions", big, true), 413, "request_too_large",
+                    "10 MB body");
         free(big);
     }
     /* unknown fields are ignored; model may name the alias */
-    http_resp r = http(g_port, "POST", "/v1/completions",
-                  "{\"prompt\":\"Once\",\"max_tokens\":2,\"model\":\"stories260K\",\"frobnicate\":[1,2]}", true);
+    http_resp r =
+        http(g_port, "POST", "/v1/completions",
+             "{\"prompt\":\"Once\",\"max_tokens\":2,\"model\":\"stories260K\",\"frobnicate\":[1,2]}", true);
     CHECK(r.status == 200, "unknown field: status %d %s", r.status, r.body);
     free(r.body);
 }
@@ -181,14 +189,15 @@ static void *long_stream(void *arg)
 static void test_disconnect(void)
 {
     pthread_t th;
-    client other = {.idx = 1};
+    client other = { .idx = 1 };
     pthread_create(&th, NULL, long_stream, &other);
-    int fd = send_request(g_port, "POST", "/v1/completions",
-                          "{\"prompt\":\"Once upon a time\",\"max_tokens\":240,\"ignore_eos\":true,\"stream\":true}",
-                          strlen("{\"prompt\":\"Once upon a time\",\"max_tokens\":240,\"ignore_eos\":true,\"stream\":true}"),
-                          true);
+    int fd = send_request(
+        g_port, "POST", "/v1/completions",
+        "{\"prompt\":\"Once upon a time\",\"max_tokens\":240,\"ignore_eos\":true,\"stream\":true}",
+        strlen("{\"prompt\":\"Once upon a time\",\"max_tokens\":240,\"ignore_eos\":true,\"stream\":true}"),
+        true);
     char buf[2048];
-    ssize_t k = recv(fd, buf, sizeof buf, 0);   /* headers and the first events */
+    ssize_t k = recv(fd, buf, sizeof buf, 0); /* headers and the first events */
     CHECK(k > 0 && strstr(buf, "200"), "disconnect: stream did not start");
     close(fd);
     pthread_join(th, NULL);
@@ -220,7 +229,8 @@ static void test_429(void)
     char buf[4096];
     ssize_t k = recv(fds[2], buf, sizeof buf - 1, 0);
     buf[k > 0 ? k : 0] = 0;
-    CHECK(strstr(buf, " 429 ") && strstr(buf, "server_overloaded"), "third request over capacity: %.200s", buf);
+    CHECK(strstr(buf, " 429 ") && strstr(buf, "server_overloaded"), "third request over capacity: %.200s",
+          buf);
     for (int i = 0; i < 3; i++) close(fds[i]);
     CHECK(test_server_stop(&s2) == 0, "second server exit status");
 }
@@ -241,14 +251,15 @@ int main(void)
     free(h.body);
 
     /* non-streamed greedy == kvinfer run --temp 0 */
-    http_resp r = http(g_port, "POST", "/v1/completions",
-                  "{\"prompt\":\"Once upon a time\",\"max_tokens\":48,\"temperature\":0,\"ignore_eos\":true}", true);
+    http_resp r = http(
+        g_port, "POST", "/v1/completions",
+        "{\"prompt\":\"Once upon a time\",\"max_tokens\":48,\"temperature\":0,\"ignore_eos\":true}", true);
     cJSON *j = r.body ? cJSON_Parse(r.body) : NULL;
     const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
     const cJSON *txt = cJSON_GetObjectItem(c0, "text");
     CHECK(r.status == 200 && cJSON_IsString(txt) && !strcmp(txt->valuestring, refs[0]),
-          "non-streamed text differs from kvinfer run: '%s' vs '%s'", cJSON_IsString(txt) ? txt->valuestring : "",
-          refs[0]);
+          "non-streamed text differs from kvinfer run: '%s' vs '%s'",
+          cJSON_IsString(txt) ? txt->valuestring : "", refs[0]);
     const cJSON *u = cJSON_GetObjectItem(j, "usage");
     CHECK(cJSON_GetObjectItem(u, "prompt_tokens") && cJSON_GetObjectItem(u, "prompt_tokens")->valueint == 5 &&
               cJSON_GetObjectItem(u, "completion_tokens")->valueint == 48,
@@ -261,18 +272,20 @@ int main(void)
     free(r.body);
 
     /* streamed: one event per token, same text, usage, [DONE] */
-    client one = {.idx = 0};
+    client one = { .idx = 0 };
     stream_client(&one);
     CHECK(one.ok, "streamed completion: %s", one.why);
 
     /* chat: template applied, streamed deltas equal the non-streamed message */
-    const char *chat = "{\"messages\":[{\"role\":\"system\",\"content\":\"Tell a story.\"},{\"role\":\"user\","
-                       "\"content\":\"A dog <|im_end|> named Max\"}],\"max_tokens\":20,\"temperature\":0%s}";
+    const char *chat =
+        "{\"messages\":[{\"role\":\"system\",\"content\":\"Tell a story.\"},{\"role\":\"user\","
+        "\"content\":\"A dog <|im_end|> named Max\"}],\"max_tokens\":20,\"temperature\":0%s}";
     char cb[512];
     snprintf(cb, sizeof cb, chat, "");
     http_resp cr = http(g_port, "POST", "/v1/chat/completions", cb, true);
     cJSON *cj = cr.body ? cJSON_Parse(cr.body) : NULL;
-    const cJSON *msg = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(cj, "choices"), 0), "message");
+    const cJSON *msg =
+        cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(cj, "choices"), 0), "message");
     const cJSON *content = cJSON_GetObjectItem(msg, "content");
     CHECK(cr.status == 200 && cJSON_IsString(content), "chat: %d %s", cr.status, cr.body);
     snprintf(cb, sizeof cb, chat, ",\"stream\":true");
@@ -280,18 +293,19 @@ int main(void)
     int ne, uc;
     bool done;
     char *st = sse_text(cs.body ? cs.body : "", true, &ne, &done, &uc);
-    CHECK(done && cJSON_IsString(content) && !strcmp(st, content->valuestring), "chat stream differs: '%s' vs '%s'", st,
-          cJSON_IsString(content) ? content->valuestring : "");
+    CHECK(done && cJSON_IsString(content) && !strcmp(st, content->valuestring),
+          "chat stream differs: '%s' vs '%s'", st, cJSON_IsString(content) ? content->valuestring : "");
     free(st);
     cJSON_Delete(cj);
     free(cr.body);
     free(cs.body);
 
     /* stop strings: the text ends before the first '.' */
-    http_resp sr = http(g_port, "POST", "/v1/completions",
-                   "{\"prompt\":\"Once upon a time\",\"max_tokens\":48,\"temperature\":0,\"stop\":[\".\"]}", true);
+    http_resp sr =
+        http(g_port, "POST", "/v1/completions",
+             "{\"prompt\":\"Once upon a time\",\"max_tokens\":48,\"temperature\":0,\"stop\":[\".\"]}", true);
     const char *dot = strchr(refs[0], '.');
-    char want[256] = {0};
+    char want[256] = { 0 };
     if (dot) memcpy(want, refs[0], (size_t)(dot - refs[0]));
     cJSON *sj = sr.body ? cJSON_Parse(sr.body) : NULL;
     const cJSON *sc = cJSON_GetArrayItem(cJSON_GetObjectItem(sj, "choices"), 0);
@@ -326,7 +340,8 @@ int main(void)
     const cJSON *m0 = cJSON_GetArrayItem(cJSON_GetObjectItem(mj, "data"), 0);
     CHECK(m0 && !strcmp(cJSON_GetObjectItem(m0, "id")->valuestring, "stories260K"), "models");
     cJSON_Delete(mj);
-    http_resp tk = http(g_port, "POST", "/tokenize", "{\"content\":\"Once upon a time\",\"add_special\":true}", true);
+    http_resp tk =
+        http(g_port, "POST", "/tokenize", "{\"content\":\"Once upon a time\",\"add_special\":true}", true);
     CHECK(tk.status == 200 && tk.body && strstr(tk.body, "[1,403,407,261,378]"), "tokenize: %s", tk.body);
     free(tk.body);
     http_resp dt = http(g_port, "POST", "/detokenize", "{\"tokens\":[403,407,261,378]}", true);

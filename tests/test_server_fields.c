@@ -31,12 +31,12 @@ typedef struct completion {
     int status;
     char *text;
     int prompt_tokens, completion_tokens, cached_tokens;
-    cJSON *json;   /* whole response (cJSON_Delete) */
+    cJSON *json; /* whole response (cJSON_Delete) */
 } completion;
 
 static completion complete(int port, const char *body)
 {
-    completion c = {0, NULL, -1, -1, -1, NULL};
+    completion c = { 0, NULL, -1, -1, -1, NULL };
     http_resp r = http_request(port, "POST", "/v1/completions", NULL, body);
     c.status = r.status;
     c.json = r.body ? cJSON_Parse(r.body) : NULL;
@@ -44,7 +44,8 @@ static completion complete(int port, const char *body)
     const cJSON *t = cJSON_GetObjectItem(c0, "text");
     c.text = strdup(cJSON_IsString(t) ? t->valuestring : "");
     const cJSON *u = cJSON_GetObjectItem(c.json, "usage");
-    const cJSON *pt = cJSON_GetObjectItem(u, "prompt_tokens"), *ct = cJSON_GetObjectItem(u, "completion_tokens");
+    const cJSON *pt = cJSON_GetObjectItem(u, "prompt_tokens"),
+                *ct = cJSON_GetObjectItem(u, "completion_tokens");
     const cJSON *cc = cJSON_GetObjectItem(cJSON_GetObjectItem(u, "prompt_tokens_details"), "cached_tokens");
     if (cJSON_IsNumber(pt)) c.prompt_tokens = pt->valueint;
     if (cJSON_IsNumber(ct)) c.completion_tokens = ct->valueint;
@@ -60,17 +61,21 @@ static void completion_free(completion *c)
     cJSON_Delete(c->json);
 }
 
-#define LONG_PROMPT                                                                                                 \
-    "Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her friends. " \
-    "One day, she saw a big red ball under a tree. She ran to the ball and picked it up. Her mom said it was time "  \
-    "to go home, so Lily took the ball and said thank you to the tree. The sun was warm and the birds sang a happy " \
+#define LONG_PROMPT                                                                                          \
+    "Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her "  \
+    "friends. "                                                                                              \
+    "One day, she saw a big red ball under a tree. She ran to the ball and picked it up. Her mom said it "   \
+    "was time "                                                                                              \
+    "to go home, so Lily took the ball and said thank you to the tree. The sun was warm and the birds sang " \
+    "a happy "                                                                                               \
     "song. Lily smiled and ran home with her mom"
 
 static void test_prefix_cache(void)
 {
     char *ref = run_text(LONG_PROMPT, 24);
     char body[2048];
-    snprintf(body, sizeof body, "{\"prompt\":\"%s\",\"max_tokens\":24,\"temperature\":0,\"ignore_eos\":true}", LONG_PROMPT);
+    snprintf(body, sizeof body, "{\"prompt\":\"%s\",\"max_tokens\":24,\"temperature\":0,\"ignore_eos\":true}",
+             LONG_PROMPT);
 
     test_server s;
     if (!test_server_start(&s, "", "fields_server.err")) {
@@ -88,15 +93,18 @@ static void test_prefix_cache(void)
     const int want = (b.prompt_tokens - 1) / 16 * 16;
     CHECK(b.cached_tokens == want, "second request: %d cached tokens, want %d of %d", b.cached_tokens, want,
           b.prompt_tokens);
-    CHECK(!strcmp(a.text, ref) && !strcmp(b.text, ref), "greedy text with the prefix cache differs from kvinfer run:\n"
-          "  run:    %s\n  first:  %s\n  second: %s", ref, a.text, b.text);
+    CHECK(!strcmp(a.text, ref) && !strcmp(b.text, ref),
+          "greedy text with the prefix cache differs from kvinfer run:\n"
+          "  run:    %s\n  first:  %s\n  second: %s",
+          ref, a.text, b.text);
     CHECK(b.completion_tokens == 24, "completion tokens %d", b.completion_tokens);
 
     /* a prompt that shares only the first blocks: fewer cached tokens, still correct */
     char body2[2048], prompt2[1024];
     snprintf(prompt2, sizeof prompt2, "%.120s and a cat sat on the mat", LONG_PROMPT);
     char *ref2 = run_text(prompt2, 16);
-    snprintf(body2, sizeof body2, "{\"prompt\":\"%s\",\"max_tokens\":16,\"temperature\":0,\"ignore_eos\":true}", prompt2);
+    snprintf(body2, sizeof body2,
+             "{\"prompt\":\"%s\",\"max_tokens\":16,\"temperature\":0,\"ignore_eos\":true}", prompt2);
     completion c = complete(s.port, body2);
     CHECK(c.status == 200 && c.cached_tokens > 0 && c.cached_tokens < want && c.cached_tokens % 16 == 0,
           "partial prefix: %d cached tokens (full prompt %d)", c.cached_tokens, want);
@@ -106,8 +114,10 @@ static void test_prefix_cache(void)
     const double cached = prom_metric(m.body, "kvinfer_prompt_tokens_cached_total");
     const double ratio = prom_metric(m.body, "kvinfer_prefix_cache_hit_ratio");
     const double prompt = a.prompt_tokens + b.prompt_tokens + c.prompt_tokens;
-    CHECK(cached == want + c.cached_tokens, "metrics: %g cached tokens, want %d", cached, want + c.cached_tokens);
-    CHECK(fabs(ratio - cached / prompt) < 1e-6, "hit ratio %g, cached %g of %g prompt tokens", ratio, cached, prompt);
+    CHECK(cached == want + c.cached_tokens, "metrics: %g cached tokens, want %d", cached,
+          want + c.cached_tokens);
+    CHECK(fabs(ratio - cached / prompt) < 1e-6, "hit ratio %g, cached %g of %g prompt tokens", ratio, cached,
+          prompt);
     free(m.body);
     CHECK(test_server_stop(&s) == 0, "server exit status");
 
@@ -146,10 +156,13 @@ static void test_penalties(void)
         CHECK(false, "server did not start");
         return;
     }
-    http_resp r = http_request(s.port, "POST", "/v1/completions", NULL, "{\"prompt\":\"Once\",\"presence_penalty\":2.5}");
-    CHECK(r.status == 400 && r.body && strstr(r.body, "presence_penalty"), "presence 2.5: %d %s", r.status, r.body);
+    http_resp r = http_request(s.port, "POST", "/v1/completions", NULL,
+                               "{\"prompt\":\"Once\",\"presence_penalty\":2.5}");
+    CHECK(r.status == 400 && r.body && strstr(r.body, "presence_penalty"), "presence 2.5: %d %s", r.status,
+          r.body);
     free(r.body);
-    r = http_request(s.port, "POST", "/v1/completions", NULL, "{\"prompt\":\"Once\",\"frequency_penalty\":\"high\"}");
+    r = http_request(s.port, "POST", "/v1/completions", NULL,
+                     "{\"prompt\":\"Once\",\"frequency_penalty\":\"high\"}");
     CHECK(r.status == 400, "frequency string: %d", r.status);
     free(r.body);
 
@@ -159,9 +172,10 @@ static void test_penalties(void)
     CHECK(!strcmp(a.text, ref), "penalties 0 change the greedy text");
     completion b = complete(s.port, "{\"prompt\":\"Once upon a time\",\"max_tokens\":64,\"temperature\":0,"
                                     "\"ignore_eos\":true,\"frequency_penalty\":2}");
-    CHECK(b.status == 200 && b.completion_tokens == 64 && strcmp(b.text, ref) != 0, "frequency 2: same text as greedy");
-    CHECK(punct_count(b.text) < punct_count(ref), "frequency 2: %d periods and commas, greedy %d", punct_count(b.text),
-          punct_count(ref));
+    CHECK(b.status == 200 && b.completion_tokens == 64 && strcmp(b.text, ref) != 0,
+          "frequency 2: same text as greedy");
+    CHECK(punct_count(b.text) < punct_count(ref), "frequency 2: %d periods and commas, greedy %d",
+          punct_count(b.text), punct_count(ref));
     completion_free(&a);
     completion_free(&b);
     free(ref);
@@ -197,10 +211,11 @@ static void test_disconnect_non_streamed(void)
         used = prom_metric(m.body, "kvinfer_kv_blocks_used");
         free(m.body);
     }
-    CHECK(cancelled == 1 && used == 0, "after the disconnect: %g cancelled, %g KV blocks used", cancelled, used);
+    CHECK(cancelled == 1 && used == 0, "after the disconnect: %g cancelled, %g KV blocks used", cancelled,
+          used);
     http_resp m = http_request(s.port, "GET", "/metrics", NULL, NULL);
-    CHECK(prom_metric(m.body, "kvinfer_generation_tokens_total") < 480, "the request ran to its end (%g tokens)",
-          prom_metric(m.body, "kvinfer_generation_tokens_total"));
+    CHECK(prom_metric(m.body, "kvinfer_generation_tokens_total") < 480,
+          "the request ran to its end (%g tokens)", prom_metric(m.body, "kvinfer_generation_tokens_total"));
     free(m.body);
     /* the server still answers */
     completion c = complete(s.port, "{\"prompt\":\"Once\",\"max_tokens\":4}");

@@ -49,9 +49,12 @@ static void expect_error(const char *body, bool chat, int status, const char *co
     const cJSON *e = j ? cJSON_GetObjectItemCaseSensitive(j, "error") : NULL;
     const cJSON *msg = e ? cJSON_GetObjectItemCaseSensitive(e, "message") : NULL;
     const cJSON *type = e ? cJSON_GetObjectItemCaseSensitive(e, "type") : NULL;
-    CHECK(cJSON_IsString(msg) && msg->valuestring[0], "%s: error.message missing in %s", what, js ? js : "(null)");
-    CHECK(cJSON_IsString(type) && !strcmp(type->valuestring, "invalid_request_error"), "%s: error.type", what);
-    CHECK(e && cJSON_HasObjectItem(e, "param") && cJSON_HasObjectItem(e, "code"), "%s: param/code keys", what);
+    CHECK(cJSON_IsString(msg) && msg->valuestring[0], "%s: error.message missing in %s", what,
+          js ? js : "(null)");
+    CHECK(cJSON_IsString(type) && !strcmp(type->valuestring, "invalid_request_error"), "%s: error.type",
+          what);
+    CHECK(e && cJSON_HasObjectItem(e, "param") && cJSON_HasObjectItem(e, "code"), "%s: param/code keys",
+          what);
     cJSON_Delete(j);
     free(js);
 }
@@ -68,13 +71,15 @@ static void test_fields(void)
                    false, &p, &er);
     CHECK(rc == 0, "full completions body refused: %d %s", er.status, er.msg);
     if (rc) return;
-    const int32_t want[] = {1, 403, 407, 9};
+    const int32_t want[] = { 1, 403, 407, 9 };
     CHECK(p.n_prompt == 4 && !memcmp(p.prompt, want, sizeof want), "ids prompt not used as given");
     CHECK(!p.chat && p.max_tokens == 7 && p.n == 3, "max_tokens / n");
-    CHECK(p.sp.temp == 0.5f && p.sp.top_p == 0.9f && p.sp.top_k == 12 && p.sp.min_p == 0.05f, "sampling fields");
+    CHECK(p.sp.temp == 0.5f && p.sp.top_p == 0.9f && p.sp.top_k == 12 && p.sp.min_p == 0.05f,
+          "sampling fields");
     CHECK(p.sp.seed == 42, "seed %llu", (unsigned long long)p.sp.seed);
     CHECK(p.sp.presence_penalty == 0.25f && p.sp.frequency_penalty == -0.5f, "penalties");
-    CHECK(p.stream && p.include_usage && p.ignore_eos && p.no_spec, "stream / include_usage / ignore_eos / speculative");
+    CHECK(p.stream && p.include_usage && p.ignore_eos && p.no_spec,
+          "stream / include_usage / ignore_eos / speculative");
     CHECK(p.n_stop == 2 && !strcmp(p.stop[0], "cat") && !strcmp(p.stop[1], "dog"), "stop strings");
     CHECK(p.logprobs && p.top_logprobs == 2, "logprobs %d top %d", p.logprobs, (int)p.top_logprobs);
     srv_params_free(&p);
@@ -84,7 +89,8 @@ static void test_fields(void)
     CHECK(rc == 0, "minimal body refused: %s", er.msg);
     if (rc == 0) {
         CHECK(p.n == 1 && !p.stream && p.max_tokens == 0 && p.n_stop == 0 && !p.logprobs, "defaults");
-        CHECK(p.sp.temp == srv.cfg.sampling.temp && p.sp.top_k == srv.cfg.sampling.top_k, "server sampling defaults");
+        CHECK(p.sp.temp == srv.cfg.sampling.temp && p.sp.top_k == srv.cfg.sampling.top_k,
+              "server sampling defaults");
         srv_params_free(&p);
     }
 }
@@ -103,7 +109,7 @@ static void test_text_and_chat(void)
         CHECK(p.prompt[0] == kvi_token_bos(srv.m), "text prompt starts with BOS");
         srv_params_free(&p);
     }
-    const kvi_chat_msg msgs[] = {{"system", "Be brief."}, {"user", "Hi there"}};
+    const kvi_chat_msg msgs[] = { { "system", "Be brief." }, { "user", "Hi there" } };
     n = kvi_chat_apply(srv.m, msgs, 2, true, ids, 256, NULL);
     rc = parse("{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"},"
                " {\"role\": \"user\", \"content\": \"Hi there\"}], \"max_completion_tokens\": 5}",
@@ -123,12 +129,14 @@ static void test_errors(void)
     expect_error("{\"model\": \"gpt-4\", \"prompt\": [1]}", false, 404, "model_not_found", "unknown model");
     expect_error("{\"model\": 7, \"prompt\": [1]}", false, 400, "invalid_value", "model not a string");
     expect_error("{\"prompt\": [1], \"temperature\": 3}", false, 400, "invalid_value", "temperature > 2");
-    expect_error("{\"prompt\": [1], \"max_tokens\": \"ten\"}", false, 400, "invalid_value", "max_tokens string");
+    expect_error("{\"prompt\": [1], \"max_tokens\": \"ten\"}", false, 400, "invalid_value",
+                 "max_tokens string");
     expect_error("{\"prompt\": [1], \"n\": 9}", false, 400, "invalid_value", "n > 8");
     expect_error("{\"prompt\": []}", false, 400, "invalid_value", "empty ids prompt");
-    expect_error("{\"prompt\": [1], \"max_tokens\": 256}", false, 400, "context_length_exceeded", "over the context");
-    expect_error("{\"prompt\": [1], \"stop\": [\"a\", \"b\", \"c\", \"d\", \"e\"]}", false, 400, "invalid_value",
-                 "five stop strings");
+    expect_error("{\"prompt\": [1], \"max_tokens\": 256}", false, 400, "context_length_exceeded",
+                 "over the context");
+    expect_error("{\"prompt\": [1], \"stop\": [\"a\", \"b\", \"c\", \"d\", \"e\"]}", false, 400,
+                 "invalid_value", "five stop strings");
     expect_error("{\"messages\": \"hello\"}", true, 400, "invalid_value", "messages not an array");
 }
 
@@ -136,7 +144,7 @@ int main(void)
 {
     kvi_load_params lp;
     kvi_load_params_default(&lp);
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     kvi_model *m = kvi_model_load(shared_path("models/stories260K.gguf"), &lp, &err);
     CHECK(m != NULL, "load stories260K: %s", err.msg);
     if (!m) return test_main_end();

@@ -35,7 +35,7 @@ static void round_trip(kvi_type kv)
     kvi_engine *e = engine(kv, 16, 2);
     kvi_seq *s = kvi_seq_create(e);
     step_rows(e, s, P, 0, NPR, NULL);
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     CHECK(kvi_seq_save(s, path, &err) == 0, "save: %s", err.msg);
     step_rows(e, s, P + NPR, NPR, NPR + 1, orig);
     kvi_engine_free(e);
@@ -61,7 +61,7 @@ static void round_trip(kvi_type kv)
 static void expect_refused(kvi_engine *e, const char *path, const char *what)
 {
     kvi_seq *s = kvi_seq_create(e);
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     int rc = kvi_seq_load(s, path, NULL, &err);
     CHECK(rc < 0 && err.msg[0], "%s: accepted (rc %d)", what, rc);
     CHECK(kvi_seq_len(s) == 0, "%s: sequence not empty after a refused load", what);
@@ -82,7 +82,7 @@ static void corpus(void)
     kvi_engine *e = engine(KVI_TYPE_F16, 16, 2);
     kvi_seq *s = kvi_seq_create(e);
     step_rows(e, s, P, 0, NPR, NULL);
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     CHECK(kvi_seq_save(s, good, &err) == 0, "save: %s", err.msg);
     kvi_seq_free(s);
     kvi_engine_free(e);
@@ -96,7 +96,9 @@ static void corpus(void)
     expect_refused(e, tmp_path("no_such_session.kvs"), "missing file");
     write_file(bad, data, 0);
     expect_refused(e, bad, "empty file");
-    const size_t cuts[] = {7, 40, 79, 80, 95, 96, 97, 96 + 4 * NPR - 1, 96 + 4 * NPR + 100, len - 9, len - 1};
+    const size_t cuts[] = {
+        7, 40, 79, 80, 95, 96, 97, 96 + 4 * NPR - 1, 96 + 4 * NPR + 100, len - 9, len - 1
+    };
     for (size_t i = 0; i < sizeof cuts / sizeof *cuts; i++) {
         write_file(bad, data, cuts[i]);
         char what[64];
@@ -112,18 +114,30 @@ static void corpus(void)
         uint32_t v;
         const char *what;
     } fields[] = {
-        {0, 0x4b4b4b4b, "magic"},          {8, 1, "version 1 (no key tail)"}, {8, 3, "version 3"},
-        {12, 6, "flags"},                  {16, 1234, "model checksum"},
-        {24, 4, "n_layers"},               {28, 64, "kv_dim"},
-        {32, 32, "block size"},            {36, 0, "type_k"},
-        {40, 99, "type_v"},                {44, 0x7fffffff, "n_pos huge"},
-        {44, 0xffffffff, "n_pos negative"}, {44, 44, "n_pos smaller"},
-        {48, 12345, "block bytes"},        {56, 1, "row bytes k"},
-        {72, 9, "n_blocks"},               {80, 16, "tail bytes for an f16 cache"},
-        {88, 4, "lossy block past the blocks"}, {88, 0xffffffff, "lossy block negative"},
-        {92, 1, "reserved field"},         {96 + 4 * 3, 5000, "token out of vocabulary"},
-        {96 + 4 * 3, 0x80000000u, "negative token"}, {96 + 4 * 3, 7, "token changed (checksum)"},
-        {96 + 4 * NPR + 17, 0x3c003c00, "block data changed (checksum)"},
+        { 0, 0x4b4b4b4b, "magic" },
+        { 8, 1, "version 1 (no key tail)" },
+        { 8, 3, "version 3" },
+        { 12, 6, "flags" },
+        { 16, 1234, "model checksum" },
+        { 24, 4, "n_layers" },
+        { 28, 64, "kv_dim" },
+        { 32, 32, "block size" },
+        { 36, 0, "type_k" },
+        { 40, 99, "type_v" },
+        { 44, 0x7fffffff, "n_pos huge" },
+        { 44, 0xffffffff, "n_pos negative" },
+        { 44, 44, "n_pos smaller" },
+        { 48, 12345, "block bytes" },
+        { 56, 1, "row bytes k" },
+        { 72, 9, "n_blocks" },
+        { 80, 16, "tail bytes for an f16 cache" },
+        { 88, 4, "lossy block past the blocks" },
+        { 88, 0xffffffff, "lossy block negative" },
+        { 92, 1, "reserved field" },
+        { 96 + 4 * 3, 5000, "token out of vocabulary" },
+        { 96 + 4 * 3, 0x80000000u, "negative token" },
+        { 96 + 4 * 3, 7, "token changed (checksum)" },
+        { 96 + 4 * NPR + 17, 0x3c003c00, "block data changed (checksum)" },
     };
     for (size_t i = 0; i < sizeof fields / sizeof *fields; i++) {
         memcpy(buf, data, len);
@@ -178,7 +192,7 @@ static void tail_corpus(void)
     kvi_engine *e = engine(KVI_TYPE_KV_Q4, 16, 2);
     kvi_seq *s = kvi_seq_create(e);
     step_rows(e, s, P, 0, NPR, NULL);
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     CHECK(kvi_seq_save(s, good, &err) == 0, "save: %s", err.msg);
     kvi_engine_free(e);
     size_t len = 0;
@@ -203,9 +217,11 @@ static void tail_corpus(void)
         uint32_t v;
         const char *what;
     } fields[] = {
-        {tail0, 3, "tail group past the blocks"}, {tail0 + 2 * part, (uint32_t)-2, "tail group -2"},
-        {tail0 + 4, 17, "tail rows > block"},   {tail0 + 4 * part + 4, (uint32_t)-1, "tail rows negative"},
-        {80, 16, "tail bytes wrong"},
+        { tail0, 3, "tail group past the blocks" },
+        { tail0 + 2 * part, (uint32_t)-2, "tail group -2" },
+        { tail0 + 4, 17, "tail rows > block" },
+        { tail0 + 4 * part + 4, (uint32_t)-1, "tail rows negative" },
+        { 80, 16, "tail bytes wrong" },
     };
     for (size_t i = 0; i < sizeof fields / sizeof *fields; i++) {
         memcpy(buf, data, len);

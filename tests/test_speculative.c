@@ -31,7 +31,7 @@
 
 static kvi_model *load(const char *path)
 {
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     kvi_model *m = kvi_model_load(path, NULL, &err);
     CHECK(m != NULL, "load %s: %s", path, err.msg);
     return m;
@@ -49,7 +49,7 @@ static kvi_engine *engine_for(kvi_model *m, int n_ctx)
 static int spec_generate(kvi_engine *e, kvi_seq *seq, int32_t cached, kvi_spec *sp, kvi_sampler *smp,
                          const int32_t *prompt, int32_t np, int32_t n_gen, int32_t *out)
 {
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     kvi_batch *b = kvi_batch_create(np + 300);
     if (!b) return -1;
     if (cached > np - 1) cached = np - 1;
@@ -64,14 +64,20 @@ static int spec_generate(kvi_engine *e, kvi_seq *seq, int32_t cached, kvi_spec *
     while (rc == 0 && n < n_gen) {
         const int32_t L = kvi_seq_len(seq);
         int32_t k = kvi_spec_draft(sp, 16, drafts, &err);
-        if (k < 0) { rc = k; break; }
+        if (k < 0) {
+            rc = k;
+            break;
+        }
         kvi_batch_clear(b);
         kvi_batch_add(b, seq, newest, L, true);
         for (int32_t i = 0; i < k; i++) kvi_batch_add(b, seq, drafts[i], L + 1 + i, true);
         if ((rc = kvi_step(e, b, &err)) != 0) break;
         for (int32_t i = 0; i <= k; i++) lg[i] = kvi_logits(e, i);
         int32_t m = kvi_spec_verify(sp, smp, lg, k, got, &err);
-        if (m < 1 || m > k + 1) { rc = -1; break; }
+        if (m < 1 || m > k + 1) {
+            rc = -1;
+            break;
+        }
         kvi_seq_truncate(seq, L + m);
         for (int32_t i = 0; i < m && n < n_gen; i++) out[n++] = got[i];
         newest = got[m - 1];
@@ -83,10 +89,10 @@ static int spec_generate(kvi_engine *e, kvi_seq *seq, int32_t cached, kvi_spec *
 
 /* Plain decoding: prefill (of what the cache does not hold yet), then one row
  * per step, kvi_sampler_sample each time. */
-static int plain_generate(kvi_engine *e, kvi_seq *seq, int32_t cached, kvi_sampler *smp, const int32_t *prompt,
-                          int32_t np, int32_t n_gen, int32_t *out)
+static int plain_generate(kvi_engine *e, kvi_seq *seq, int32_t cached, kvi_sampler *smp,
+                          const int32_t *prompt, int32_t np, int32_t n_gen, int32_t *out)
 {
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     kvi_batch *b = kvi_batch_create(np + 1);
     if (!b) return -1;
     if (cached > np - 1) cached = np - 1;
@@ -119,10 +125,7 @@ static kvi_sampler_params greedy_params(void)
 
 /* Sampling parameters of the distribution tests: broad, with a top-p cut so the
  * target gives zero probability to tokens the draft may propose. */
-static kvi_sampler_params sampled_params(uint64_t seed)
-{
-    return sampler_params(1.0f, 0, 0.9f, 0.0f, seed);
-}
+static kvi_sampler_params sampled_params(uint64_t seed) { return sampler_params(1.0f, 0, 0.9f, 0.0f, seed); }
 
 /* json_token_ids, the count cut to cap. */
 static int32_t json_ids(const cJSON *a, int32_t *out, int32_t cap)
@@ -149,10 +152,17 @@ static void test_greedy(kvi_model *m, kvi_model *junk)
         int32_t np = json_ids(cJSON_GetObjectItem(j, "prompt_tokens"), prompt, 64);
         int32_t nw = json_ids(cJSON_GetObjectItem(j, "greedy_tokens"), want, 100);
         cJSON_Delete(j);
-        struct { const char *name; kvi_engine *draft; int32_t k; bool adapt; } cfg[] = {
-            {"ngram K=4", NULL, 4, true},       {"ngram K=8 fixed", NULL, 8, false},
-            {"self K=5", de_self, 5, false},    {"junk K=3 fixed", de_junk, 3, false},
-            {"junk K=8 adaptive", de_junk, 8, true},
+        struct {
+            const char *name;
+            kvi_engine *draft;
+            int32_t k;
+            bool adapt;
+        } cfg[] = {
+            { "ngram K=4", NULL, 4, true },
+            { "ngram K=8 fixed", NULL, 8, false },
+            { "self K=5", de_self, 5, false },
+            { "junk K=3 fixed", de_junk, 3, false },
+            { "junk K=8 adaptive", de_junk, 8, true },
         };
         for (size_t i = 0; i < sizeof cfg / sizeof cfg[0]; i++) {
             if (c > 2 && cfg[i].draft != NULL) continue; /* keep the test fast */
@@ -161,16 +171,23 @@ static void test_greedy(kvi_model *m, kvi_model *junk)
             pp.draft_max = cfg[i].k;
             pp.ngram_max = 3;
             pp.adapt = cfg[i].adapt;
-            kvi_error err = {0};
+            kvi_error err = { 0 };
             kvi_spec *sp = kvi_spec_create(&pp, m, cfg[i].draft, &gp, &err);
             kvi_sampler *smp = kvi_sampler_create(&gp, kvi_n_vocab(m));
             CHECK(sp && smp, "create %s: %s", cfg[i].name, err.msg);
-            if (!sp || !smp) { kvi_spec_free(sp); kvi_sampler_free(smp); continue; }
+            if (!sp || !smp) {
+                kvi_spec_free(sp);
+                kvi_sampler_free(smp);
+                continue;
+            }
             int32_t n = spec_generate(e, seq, 0, sp, smp, prompt, np, nw, got);
             CHECK(n == nw, "case %d %s: generated %d of %d", c, cfg[i].name, (int)n, (int)nw);
             int32_t first_diff = -1;
             for (int32_t t = 0; t < n && t < nw; t++)
-                if (got[t] != want[t]) { first_diff = t; break; }
+                if (got[t] != want[t]) {
+                    first_diff = t;
+                    break;
+                }
             CHECK(first_diff < 0, "case %d %s: token %d is %d, llama2.c greedy says %d", c, cfg[i].name,
                   (int)first_diff, first_diff >= 0 ? (int)got[first_diff] : 0,
                   first_diff >= 0 ? (int)want[first_diff] : 0);
@@ -182,8 +199,8 @@ static void test_greedy(kvi_model *m, kvi_model *junk)
                       "case %d self-draft greedy: accepted %llu of %llu", c,
                       (unsigned long long)st.n_accepted, (unsigned long long)st.n_drafted);
             if (cfg[i].draft == NULL && !cfg[i].adapt)
-                CHECK(st.n_drafted > 0, "case %d %s: the stories repeat themselves, yet nothing was drafted", c,
-                      cfg[i].name);
+                CHECK(st.n_drafted > 0, "case %d %s: the stories repeat themselves, yet nothing was drafted",
+                      c, cfg[i].name);
             kvi_spec_free(sp);
             kvi_sampler_free(smp);
         }
@@ -200,7 +217,7 @@ static void test_self_draft_sampled(kvi_model *m)
     kvi_engine *e = engine_for(m, 512), *de = engine_for(m, 512);
     if (!e || !de) goto out;
     kvi_seq *seq = kvi_seq_create(e);
-    const int32_t prompt[] = {1, 403, 407, 261, 378};
+    const int32_t prompt[] = { 1, 403, 407, 261, 378 };
     kvi_sampler_params sp = sampled_params(11);
     kvi_spec_params pp;
     kvi_spec_params_default(&pp);
@@ -246,14 +263,20 @@ static void ref_dist(const float *logits, int nv, double temp, double top_p, dou
     for (int i = 0; i < nv; i++) idx[i] = i;
     for (int i = 1; i < nv; i++) { /* insertion sort, descending */
         int v = idx[i], j = i - 1;
-        while (j >= 0 && logits[idx[j]] < logits[v]) { idx[j + 1] = idx[j]; j--; }
+        while (j >= 0 && logits[idx[j]] < logits[v]) {
+            idx[j + 1] = idx[j];
+            j--;
+        }
         idx[j + 1] = v;
     }
     double cum = 0.0, kept = 0.0;
     int n_keep = nv;
     for (int i = 0; i < nv; i++) {
         cum += out[idx[i]] / sum;
-        if (cum >= top_p) { n_keep = i + 1; break; }
+        if (cum >= top_p) {
+            n_keep = i + 1;
+            break;
+        }
     }
     for (int i = 0; i < nv; i++) out[i] = 0.0;
     for (int i = 0; i < n_keep; i++) kept += out[idx[i]] = exp((logits[idx[i]] - mx) / temp);
@@ -319,7 +342,9 @@ static void test_distribution(kvi_model *m, kvi_model *junk, const char *label, 
     kvi_seq *seq = kvi_seq_create(e);
     /* "Once upon a time, ... One day, she saw a": the next tokens are uncertain, and
      * " a" occurred before, so n-gram lookup always has a proposal */
-    const int32_t prompt[] = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396, 267, 337, 410, 408, 419, 292, 411, 322, 265, 282, 295, 433, 426, 385, 328, 432, 358, 394, 261};
+    const int32_t prompt[] = { 1,   403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421,
+                               395, 317, 426, 338, 401, 396, 267, 337, 410, 408, 419, 292, 411,
+                               322, 265, 282, 295, 433, 426, 385, 328, 432, 358, 394, 261 };
     const int32_t np = (int32_t)(sizeof prompt / sizeof prompt[0]);
     long *first = calloc((size_t)nv, sizeof *first), *third_s = calloc((size_t)nv, sizeof *third_s),
          *third_p = calloc((size_t)nv, sizeof *third_p);
@@ -366,18 +391,20 @@ static void test_distribution(kvi_model *m, kvi_model *junk, const char *label, 
         kvi_sampler_free(sa);
         kvi_sampler_free(sb);
     }
-    CHECK(drafted >= (uint64_t)trials, "%s: only %llu drafts in %ld trials", label, (unsigned long long)drafted,
-          trials);
+    CHECK(drafted >= (uint64_t)trials, "%s: only %llu drafts in %ld trials", label,
+          (unsigned long long)drafted, trials);
     CHECK(accepted > 0 && accepted < drafted, "%s: accepted %llu of %llu: both paths must run", label,
           (unsigned long long)accepted, (unsigned long long)drafted);
     int df1 = 0, df2 = 0;
     double x1 = chi2_one(first, ref, nv, trials, &df1);
     double x2 = chi2_two(third_s, third_p, nv, &df2);
-    fprintf(stderr, "%s: acceptance %.3f; first token chi2 %.1f (df %d, crit %.1f); third token chi2 %.1f "
-                    "(df %d, crit %.1f)\n",
-            label, drafted ? (double)accepted / (double)drafted : 0.0, x1, df1, chi2_crit(df1), x2, df2, chi2_crit(df2));
-    CHECK(df1 >= 2 && x1 < chi2_crit(df1), "%s: first token chi2 %.1f >= %.1f (df %d)", label, x1, chi2_crit(df1),
-          df1);
+    fprintf(stderr,
+            "%s: acceptance %.3f; first token chi2 %.1f (df %d, crit %.1f); third token chi2 %.1f "
+            "(df %d, crit %.1f)\n",
+            label, drafted ? (double)accepted / (double)drafted : 0.0, x1, df1, chi2_crit(df1), x2, df2,
+            chi2_crit(df2));
+    CHECK(df1 >= 2 && x1 < chi2_crit(df1), "%s: first token chi2 %.1f >= %.1f (df %d)", label, x1,
+          chi2_crit(df1), df1);
     CHECK(df2 >= 2 && x2 < chi2_crit(df2), "%s: third token chi2 %.1f >= %.1f (df %d)", label, x2,
           chi2_crit(df2), df2);
 done:
@@ -398,21 +425,23 @@ static void test_refusals(kvi_model *m)
 {
     kvi_model *other = load(shared_path("models/aidreams260K/aidreams260K.bin"));
     kvi_model *big = load(shared_path("models/TinyStories-656K"));
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     if (other) {
         int rc = kvi_spec_check_vocab(m, other, &err);
         CHECK(rc == KVI_E_INVALID && strstr(err.msg, "differ"), "other vocabulary: rc %d '%s'", rc, err.msg);
         kvi_engine *de = engine_for(other, 128);
         memset(&err, 0, sizeof err);
         kvi_spec *s = de ? kvi_spec_create(NULL, m, de, NULL, &err) : NULL;
-        CHECK(s == NULL && err.code == KVI_E_INVALID, "a draft of another vocabulary is refused: '%s'", err.msg);
+        CHECK(s == NULL && err.code == KVI_E_INVALID, "a draft of another vocabulary is refused: '%s'",
+              err.msg);
         kvi_spec_free(s);
         kvi_engine_free(de);
     }
     if (big) {
         memset(&err, 0, sizeof err);
         int rc = kvi_spec_check_vocab(m, big, &err);
-        CHECK(rc == KVI_E_INVALID && strstr(err.msg, "2048") && strstr(err.msg, "512"), "vocab size: '%s'", err.msg);
+        CHECK(rc == KVI_E_INVALID && strstr(err.msg, "2048") && strstr(err.msg, "512"), "vocab size: '%s'",
+              err.msg);
     }
     CHECK(kvi_spec_check_vocab(m, m, NULL) == 0, "a vocabulary matches itself");
     kvi_spec_params pp;
@@ -423,18 +452,19 @@ static void test_refusals(kvi_model *m)
     kvi_spec_params_default(&pp);
     kvi_spec *s = kvi_spec_create(&pp, m, NULL, NULL, NULL);
     int32_t d[8], out[9];
-    const float *lg[1] = {NULL};
+    const float *lg[1] = { NULL };
     CHECK(kvi_spec_draft(s, 4, d, NULL) < 0, "draft before begin");
-    const int32_t bad[] = {1, 99999};
+    const int32_t bad[] = { 1, 99999 };
     CHECK(kvi_spec_begin(s, bad, 2, NULL) == KVI_E_INVALID, "prompt token outside the vocabulary");
-    const int32_t ok[] = {1, 403, 403, 403};
+    const int32_t ok[] = { 1, 403, 403, 403 };
     CHECK(kvi_spec_begin(s, ok, 4, NULL) == 0, "begin");
     CHECK(kvi_spec_verify(s, NULL, lg, 0, out, NULL) < 0, "verify without a sampler");
     kvi_sampler *smp = kvi_sampler_create(NULL, kvi_n_vocab(m));
     CHECK(kvi_spec_verify(s, smp, lg, 3, out, NULL) < 0, "verify more drafts than proposed");
     CHECK(kvi_spec_verify(s, smp, lg, 0, out, NULL) < 0, "verify without logits");
     int32_t k = kvi_spec_draft(s, 4, d, NULL);
-    CHECK(k == 4 && d[0] == 403 && d[3] == 403, "n-gram proposes the repeated token: k %d d0 %d", (int)k, (int)d[0]);
+    CHECK(k == 4 && d[0] == 403 && d[3] == 403, "n-gram proposes the repeated token: k %d d0 %d", (int)k,
+          (int)d[0]);
     kvi_sampler_free(smp);
     kvi_spec_free(s);
     kvi_model_free(other);
@@ -466,7 +496,7 @@ static void test_sampler_probs(void)
     for (int i = 1; i < nv; i++)
         if (logits[i] > logits[am]) am = i;
     CHECK(probs[am] == 1.0f, "greedy probs one-hot at the argmax");
-    float w[40] = {0};
+    float w[40] = { 0 };
     w[7] = 2.0f;
     w[9] = 2.0f;
     CHECK(kvi_sampler_sample_probs(s, w) == 7, "greedy sample_probs: lowest id of the ties");
@@ -489,12 +519,13 @@ static void test_cli(void)
     int32_t want[64];
     int32_t nw = g ? json_ids(cJSON_GetObjectItem(g, "greedy_tokens"), want, 60) : 0;
     cJSON_Delete(g);
-    const char *modes[] = {"--spec ngram --draft-max 4", "--spec ngram --no-spec-adapt --ngram 2",
-                           "--draft %s --draft-max 3"};
+    const char *modes[] = { "--spec ngram --draft-max 4", "--spec ngram --no-spec-adapt --ngram 2",
+                            "--draft %s --draft-max 3" };
     for (int i = 0; i < 3; i++) {
         char mode[512], args[1024];
         snprintf(mode, sizeof mode, modes[i], shared_path("models/stories260K.gguf"));
-        snprintf(args, sizeof args, "run -m %s --tokens 1,403,407,261,378 -n 60 --temp 0 --ignore-eos -t 1 --json %s",
+        snprintf(args, sizeof args,
+                 "run -m %s --tokens 1,403,407,261,378 -n 60 --temp 0 --ignore-eos -t 1 --json %s",
                  shared_path("models/stories260K.gguf"), mode);
         char *out = NULL, *err = NULL;
         int rc = run_kvinfer(args, &out, &err);
@@ -503,17 +534,21 @@ static void test_cli(void)
         if (j) {
             int32_t got[64];
             int32_t n = json_ids(cJSON_GetObjectItem(j, "tokens"), got, 60);
-            CHECK(n == nw && memcmp(got, want, (size_t)n * sizeof *got) == 0, "%s: tokens differ from llama2.c's", mode);
+            CHECK(n == nw && memcmp(got, want, (size_t)n * sizeof *got) == 0,
+                  "%s: tokens differ from llama2.c's", mode);
             const cJSON *st = cJSON_GetObjectItem(j, "stats");
-            const cJSON *dr = cJSON_GetObjectItem(st, "spec_drafted"), *ac = cJSON_GetObjectItem(st, "spec_accepted"),
+            const cJSON *dr = cJSON_GetObjectItem(st, "spec_drafted"),
+                        *ac = cJSON_GetObjectItem(st, "spec_accepted"),
                         *ar = cJSON_GetObjectItem(st, "spec_acceptance");
-            CHECK(cJSON_IsNumber(dr) && cJSON_IsNumber(ac) && cJSON_IsNumber(ar), "%s: spec_* stats missing", mode);
+            CHECK(cJSON_IsNumber(dr) && cJSON_IsNumber(ac) && cJSON_IsNumber(ar), "%s: spec_* stats missing",
+                  mode);
             if (cJSON_IsNumber(dr) && cJSON_IsNumber(ac) && cJSON_IsNumber(ar))
                 CHECK(dr->valuedouble > 0 ? fabs(ar->valuedouble - ac->valuedouble / dr->valuedouble) < 1e-9
                                           : ar->valuedouble == 0.0,
                       "%s: spec_acceptance is not accepted / drafted", mode);
-            if (i == 2) CHECK(cJSON_IsNumber(ac) && ac->valuedouble == dr->valuedouble && dr->valuedouble > 0,
-                              "the model as its own draft accepts everything");
+            if (i == 2)
+                CHECK(cJSON_IsNumber(ac) && ac->valuedouble == dr->valuedouble && dr->valuedouble > 0,
+                      "the model as its own draft accepts everything");
         }
         cJSON_Delete(j);
         free(out);
@@ -524,8 +559,8 @@ static void test_cli(void)
              shared_path("models/aidreams260K/aidreams260K.bin"));
     char *out = NULL, *err = NULL;
     int rc = run_kvinfer(args, &out, &err);
-    CHECK(rc == 1 && err && strstr(err, "vocabularies differ"), "other-vocabulary draft refused: rc %d '%s'", rc,
-          err ? err : "");
+    CHECK(rc == 1 && err && strstr(err, "vocabularies differ"), "other-vocabulary draft refused: rc %d '%s'",
+          rc, err ? err : "");
     free(out);
     free(err);
 }
@@ -541,7 +576,7 @@ int main(void)
     sp.seed = 7;
     sp.n_layers = 2;
     sp.vocab_from = shared_path("models/stories260K.gguf");
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     const char *junk_path = tmp_path("spec_junk_draft.gguf");
     CHECK(kvi_synth_write(&sp, junk_path, &err) == 0, "synth draft: %s", err.msg);
     kvi_model *junk = load(junk_path);
@@ -558,8 +593,10 @@ int main(void)
         double t4 = kvi_time_ms();
         test_refusals(m);
         test_cli();
-        fprintf(stderr, "times (ms): greedy %.0f, self-draft %.0f, ngram distribution %.0f, draft distribution "
-                        "%.0f, refusals %.0f\n", t1 - t0, t2 - t1, t3 - t2, t4 - t3, kvi_time_ms() - t4);
+        fprintf(stderr,
+                "times (ms): greedy %.0f, self-draft %.0f, ngram distribution %.0f, draft distribution "
+                "%.0f, refusals %.0f\n",
+                t1 - t0, t2 - t1, t3 - t2, t4 - t3, kvi_time_ms() - t4);
     }
     kvi_model_free(junk);
     kvi_model_free(m);

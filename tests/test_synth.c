@@ -18,13 +18,21 @@
 /* A shape every block size divides (256), with GQA. */
 static kvi_synth_params small_params(kvi_type t, uint64_t seed)
 {
-    return (kvi_synth_params){.dim = 256, .ffn_dim = 512, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2,
-                              .n_vocab = 300, .n_ctx = 128, .type = t, .seed = seed, .name = "synth-test"};
+    return (kvi_synth_params){ .dim = 256,
+                               .ffn_dim = 512,
+                               .n_layers = 2,
+                               .n_heads = 4,
+                               .n_kv_heads = 2,
+                               .n_vocab = 300,
+                               .n_ctx = 128,
+                               .type = t,
+                               .seed = seed,
+                               .name = "synth-test" };
 }
 
 static gguf_ctx *write_and_open(const kvi_synth_params *p, const char *file)
 {
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     const char *path = tmp_path(file);
     int rc = kvi_synth_write(p, path, &err);
     CHECK(rc == 0, "kvi_synth_write %s: %d %s", file, rc, err.msg);
@@ -75,7 +83,8 @@ static void check_metadata(const gguf_ctx *g, const kvi_synth_params *p, int fil
     CHECK(get_int(g, "llama.rope.dimension_count") == p->dim / p->n_heads, "rope.dimension_count");
     double fb = 0, eps = 0;
     CHECK(gguf_get_float(g, "llama.rope.freq_base", &fb, NULL) == 0 && fb == 10000.0, "freq_base %g", fb);
-    CHECK(gguf_get_float(g, "llama.attention.layer_norm_rms_epsilon", &eps, NULL) == 0 && fabs(eps - 1e-5) < 1e-10,
+    CHECK(gguf_get_float(g, "llama.attention.layer_norm_rms_epsilon", &eps, NULL) == 0 &&
+              fabs(eps - 1e-5) < 1e-10,
           "rms eps %g", eps);
 }
 
@@ -85,13 +94,17 @@ static void check_shapes(const gguf_ctx *g, const kvi_synth_params *p, int n_voc
 {
     const int64_t dim = p->dim, ffn = p->ffn_dim, kv = (int64_t)p->dim / p->n_heads * p->n_kv_heads;
     CHECK(gguf_n_tensors(g) == 3 + 9 * p->n_layers, "tensor count %lld", (long long)gguf_n_tensors(g));
-    struct { const char *name; int64_t ne0, ne1; int kind; } want[] = {
-        {"token_embd.weight", dim, n_vocab, 1}, {"output_norm.weight", dim, 1, 0},
-        {"output.weight", dim, n_vocab, 1},     {"blk.%d.attn_norm.weight", dim, 1, 0},
-        {"blk.%d.attn_q.weight", dim, dim, 1},  {"blk.%d.attn_k.weight", dim, kv, 1},
-        {"blk.%d.attn_v.weight", dim, kv, 1},   {"blk.%d.attn_output.weight", dim, dim, 1},
-        {"blk.%d.ffn_norm.weight", dim, 1, 0},  {"blk.%d.ffn_gate.weight", dim, ffn, 1},
-        {"blk.%d.ffn_up.weight", dim, ffn, 1},  {"blk.%d.ffn_down.weight", ffn, dim, 2},
+    struct {
+        const char *name;
+        int64_t ne0, ne1;
+        int kind;
+    } want[] = {
+        { "token_embd.weight", dim, n_vocab, 1 }, { "output_norm.weight", dim, 1, 0 },
+        { "output.weight", dim, n_vocab, 1 },     { "blk.%d.attn_norm.weight", dim, 1, 0 },
+        { "blk.%d.attn_q.weight", dim, dim, 1 },  { "blk.%d.attn_k.weight", dim, kv, 1 },
+        { "blk.%d.attn_v.weight", dim, kv, 1 },   { "blk.%d.attn_output.weight", dim, dim, 1 },
+        { "blk.%d.ffn_norm.weight", dim, 1, 0 },  { "blk.%d.ffn_gate.weight", dim, ffn, 1 },
+        { "blk.%d.ffn_up.weight", dim, ffn, 1 },  { "blk.%d.ffn_down.weight", ffn, dim, 2 },
     };
     for (size_t k = 0; k < sizeof want / sizeof want[0]; k++) {
         int layers = strchr(want[k].name, '%') ? p->n_layers : 1;
@@ -101,13 +114,17 @@ static void check_shapes(const gguf_ctx *g, const kvi_synth_params *p, int n_voc
             const gguf_tensor *t = gguf_find_tensor(g, nm);
             CHECK(t != NULL, "tensor %s missing", nm);
             if (!t) continue;
-            kvi_type ty = want[k].kind == 0 ? KVI_TYPE_F32 : want[k].kind == 2 ? fallback_ffn_down : fallback_dim;
+            kvi_type ty = want[k].kind == 0   ? KVI_TYPE_F32
+                          : want[k].kind == 2 ? fallback_ffn_down
+                                              : fallback_dim;
             if (want[k].kind != 0 && ty == KVI_TYPE_COUNT) ty = mat_type;
             /* llama.cpp's Q4_0 file type keeps the output matrix in Q6_K */
-            if (!strcmp(nm, "output.weight") && mat_type == KVI_TYPE_Q4_0 && p->dim % 256 == 0) ty = KVI_TYPE_Q6_K;
+            if (!strcmp(nm, "output.weight") && mat_type == KVI_TYPE_Q4_0 && p->dim % 256 == 0)
+                ty = KVI_TYPE_Q6_K;
             CHECK(t->n_dims == (want[k].ne1 == 1 ? 1u : 2u), "%s n_dims %u", nm, t->n_dims);
-            CHECK(t->ne[0] == want[k].ne0 && t->ne[1] == want[k].ne1, "%s dims (%lld, %lld), want (%lld, %lld)", nm,
-                  (long long)t->ne[0], (long long)t->ne[1], (long long)want[k].ne0, (long long)want[k].ne1);
+            CHECK(t->ne[0] == want[k].ne0 && t->ne[1] == want[k].ne1,
+                  "%s dims (%lld, %lld), want (%lld, %lld)", nm, (long long)t->ne[0], (long long)t->ne[1],
+                  (long long)want[k].ne0, (long long)want[k].ne1);
             CHECK(t->type == ty, "%s type %s, want %s", nm, kvi_type_name(t->type), kvi_type_name(ty));
         }
     }
@@ -215,18 +232,24 @@ static void test_types(void)
             }
             free(y);
         }
-        CHECK(bad == 0 && checked > 100000, "q8_0 vs f32: %d of %d elements outside the block bound", bad, checked);
+        CHECK(bad == 0 && checked > 100000, "q8_0 vs f32: %d of %d elements outside the block bound", bad,
+              checked);
         CHECK(rel_err(f32, q8, "blk.0.attn_q.weight") > 0, "q8_0 must differ from f32 somewhere");
         gguf_close(q8);
     }
 
     /* f16 / bf16: rounding of the same values (relative 2^-11 / 2^-8). */
-    const struct { kvi_type t; int ft; double lo, hi; const char *file; } fl[] = {
-        {KVI_TYPE_F16, 1, 1e-6, 3.0e-4, "synth_f16.gguf"},
-        {KVI_TYPE_BF16, 32, 1e-4, 2.3e-3, "synth_bf16.gguf"},
-        {KVI_TYPE_Q4_0, 2, 0.03, 0.2, "synth_q4_0.gguf"},
-        {KVI_TYPE_Q4_K, 14, 0.02, 0.15, "synth_q4_k.gguf"},
-        {KVI_TYPE_Q6_K, 18, 0.003, 0.05, "synth_q6_k.gguf"},
+    const struct {
+        kvi_type t;
+        int ft;
+        double lo, hi;
+        const char *file;
+    } fl[] = {
+        { KVI_TYPE_F16, 1, 1e-6, 3.0e-4, "synth_f16.gguf" },
+        { KVI_TYPE_BF16, 32, 1e-4, 2.3e-3, "synth_bf16.gguf" },
+        { KVI_TYPE_Q4_0, 2, 0.03, 0.2, "synth_q4_0.gguf" },
+        { KVI_TYPE_Q4_K, 14, 0.02, 0.15, "synth_q4_k.gguf" },
+        { KVI_TYPE_Q6_K, 18, 0.003, 0.05, "synth_q6_k.gguf" },
     };
     for (size_t k = 0; k < sizeof fl / sizeof fl[0]; k++) {
         p.type = fl[k].t;
@@ -235,15 +258,17 @@ static void test_types(void)
         check_metadata(g, &p, fl[k].ft, k >= 2);
         check_shapes(g, &p, p.n_vocab, fl[k].t, KVI_TYPE_COUNT, KVI_TYPE_COUNT);
         check_no_zero_tensor(g, fl[k].file);
-        const char *names[] = {"token_embd.weight", "blk.1.ffn_down.weight", "output.weight", "blk.0.attn_k.weight"};
+        const char *names[] = { "token_embd.weight", "blk.1.ffn_down.weight", "output.weight",
+                                "blk.0.attn_k.weight" };
         for (int j = 0; j < 4; j++) {
             double e = rel_err(f32, g, names[j]);
             double lo = fl[k].lo, hi = fl[k].hi;
-            if (fl[k].t == KVI_TYPE_Q4_0 && j == 2 && p.dim % 256 == 0) {   /* output.weight is Q6_K there */
+            if (fl[k].t == KVI_TYPE_Q4_0 && j == 2 && p.dim % 256 == 0) { /* output.weight is Q6_K there */
                 lo = fl[4].lo;
                 hi = fl[4].hi;
             }
-            CHECK(e >= lo && e <= hi, "%s %s: relative error %g outside [%g, %g]", fl[k].file, names[j], e, lo, hi);
+            CHECK(e >= lo && e <= hi, "%s %s: relative error %g outside [%g, %g]", fl[k].file, names[j], e,
+                  lo, hi);
         }
         /* norms stay f32 and equal */
         CHECK(rel_err(f32, g, "output_norm.weight") == 0.0, "%s: output_norm differs", fl[k].file);
@@ -255,7 +280,7 @@ static void test_types(void)
     p.seed = 43;
     gguf_ctx *other = write_and_open(&p, "synth_f32_seed43.gguf");
     if (other) {
-        const char *names[] = {"token_embd.weight", "blk.0.attn_norm.weight", "blk.1.ffn_up.weight"};
+        const char *names[] = { "token_embd.weight", "blk.0.attn_norm.weight", "blk.1.ffn_up.weight" };
         for (int j = 0; j < 3; j++) {
             double e = rel_err(f32, other, names[j]);
             CHECK(e > (j == 1 ? 0.01 : 1.0), "seed 43 vs 42 %s: relative difference only %g", names[j], e);
@@ -263,17 +288,20 @@ static void test_types(void)
         gguf_close(other);
     }
     p.seed = 42;
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     CHECK(kvi_synth_write(&p, tmp_path("synth_f32_again.gguf"), &err) == 0, "rewrite: %s", err.msg);
     size_t la = 0, lb = 0;
-    char *a = read_file(tmp_path("synth_f32.gguf"), &la), *b = read_file(tmp_path("synth_f32_again.gguf"), &lb);
-    CHECK(a && b && la == lb && memcmp(a, b, la) == 0, "same seed must give the same file (%zu vs %zu bytes)", la, lb);
+    char *a = read_file(tmp_path("synth_f32.gguf"), &la),
+         *b = read_file(tmp_path("synth_f32_again.gguf"), &lb);
+    CHECK(a && b && la == lb && memcmp(a, b, la) == 0, "same seed must give the same file (%zu vs %zu bytes)",
+          la, lb);
     free(a);
     free(b);
 
     /* Different tensors of one file are not copies of each other. */
     CHECK(rel_err(f32, f32, "blk.0.attn_q.weight") == 0.0, "self comparison");
-    const gguf_tensor *q0 = gguf_find_tensor(f32, "blk.0.attn_q.weight"), *q1 = gguf_find_tensor(f32, "blk.1.attn_q.weight");
+    const gguf_tensor *q0 = gguf_find_tensor(f32, "blk.0.attn_q.weight"),
+                      *q1 = gguf_find_tensor(f32, "blk.1.attn_q.weight");
     CHECK(q0 && q1 && memcmp(q0->data, q1->data, q0->nbytes) != 0, "layers 0 and 1 share attn_q values");
     gguf_close(f32);
 }
@@ -303,14 +331,22 @@ static void test_vocab(void)
     const char *model = gguf_get_str(g, "tokenizer.ggml.model");
     CHECK(model && !strcmp(model, "llama"), "tokenizer model %s", model ? model : "(none)");
     CHECK(get_int(g, "tokenizer.ggml.bos_token_id") == 1 && get_int(g, "tokenizer.ggml.eos_token_id") == 2 &&
-              get_int(g, "tokenizer.ggml.unknown_token_id") == 0, "special ids");
-    CHECK(get_int(g, "llama.vocab_size") == 1000, "vocab_size %lld", (long long)get_int(g, "llama.vocab_size"));
+              get_int(g, "tokenizer.ggml.unknown_token_id") == 0,
+          "special ids");
+    CHECK(get_int(g, "llama.vocab_size") == 1000, "vocab_size %lld",
+          (long long)get_int(g, "llama.vocab_size"));
     gguf_vtype et;
     uint64_t n = 0;
-    CHECK(gguf_get_arr_info(g, "tokenizer.ggml.tokens", &et, &n, NULL) == 0 && et == GGUF_T_STRING && n == 1000,
+    CHECK(gguf_get_arr_info(g, "tokenizer.ggml.tokens", &et, &n, NULL) == 0 && et == GGUF_T_STRING &&
+              n == 1000,
           "tokens array: %llu", (unsigned long long)n);
-    const struct { uint64_t id; const char *text; int type; } fixed[] = {
-        {0, "<unk>", 2}, {1, "<s>", 3}, {2, "</s>", 3}, {3, "<0x00>", 6}, {3 + 0x41, "<0x41>", 6}, {258, "<0xFF>", 6},
+    const struct {
+        uint64_t id;
+        const char *text;
+        int type;
+    } fixed[] = {
+        { 0, "<unk>", 2 },  { 1, "<s>", 3 },           { 2, "</s>", 3 },
+        { 3, "<0x00>", 6 }, { 3 + 0x41, "<0x41>", 6 }, { 258, "<0xFF>", 6 },
     };
     int32_t types[1000];
     float scores[1000];
@@ -319,7 +355,8 @@ static void test_vocab(void)
     for (size_t k = 0; k < sizeof fixed / sizeof fixed[0]; k++) {
         size_t len = 0;
         const char *s = gguf_get_arr_str(g, "tokenizer.ggml.tokens", fixed[k].id, &len);
-        CHECK(s && len == strlen(fixed[k].text) && !memcmp(s, fixed[k].text, len), "token %llu", (unsigned long long)fixed[k].id);
+        CHECK(s && len == strlen(fixed[k].text) && !memcmp(s, fixed[k].text, len), "token %llu",
+              (unsigned long long)fixed[k].id);
         CHECK(types[fixed[k].id] == fixed[k].type, "type of token %llu: %d", (unsigned long long)fixed[k].id,
               types[fixed[k].id]);
     }
@@ -344,7 +381,7 @@ static void test_vocab(void)
     gguf_close(g);
 
     /* The generated vocabulary works with the tokenizer: text round-trips. */
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     kvi_model *m = kvi_vocab_load(tmp_path("synth_vocab.gguf"), &err);
     CHECK(m != NULL, "kvi_vocab_load: %s", err.msg);
     if (m) {
@@ -368,10 +405,11 @@ static void test_vocab_from(void)
     p.vocab_from = shared_path("models/stories260K.gguf");
     gguf_ctx *g = write_and_open(&p, "synth_vocab_from.gguf");
     if (!g) return;
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     gguf_ctx *src = NULL;
     CHECK(gguf_open(p.vocab_from, false, &src, &err) == 0, "open stories260K: %s", err.msg);
-    CHECK(get_int(g, "llama.vocab_size") == 512, "vocab_size %lld", (long long)get_int(g, "llama.vocab_size"));
+    CHECK(get_int(g, "llama.vocab_size") == 512, "vocab_size %lld",
+          (long long)get_int(g, "llama.vocab_size"));
     check_shapes(g, &p, 512, KVI_TYPE_Q8_0, KVI_TYPE_COUNT, KVI_TYPE_COUNT);
     if (src) {
         int copied = 0, same = 0;
@@ -379,7 +417,8 @@ static void test_vocab_from(void)
             const char *key = gguf_kv_key(src, i);
             if (strncmp(key, "tokenizer.", 10) != 0) continue;
             copied++;
-            same += gguf_find_key(g, key) >= 0 && gguf_kv_type(g, gguf_find_key(g, key)) == gguf_kv_type(src, i);
+            same +=
+                gguf_find_key(g, key) >= 0 && gguf_kv_type(g, gguf_find_key(g, key)) == gguf_kv_type(src, i);
         }
         CHECK(copied > 3 && same == copied, "%d of %d tokenizer keys copied", same, copied);
         int diff = 0;
@@ -415,18 +454,21 @@ static void test_presets_and_errors(void)
           "stories110M preset");
     CHECK(kvi_synth_preset("nope", &p) < 0, "unknown preset accepted");
 
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     const char *path = tmp_path("synth_bad.gguf");
     remove(path);
     p = small_params(KVI_TYPE_F32, 1);
     p.n_heads = 3; /* 256 % 3 != 0 */
-    CHECK(kvi_synth_write(&p, path, &err) == KVI_E_INVALID && strstr(err.msg, "heads"), "dim %% heads: %s", err.msg);
+    CHECK(kvi_synth_write(&p, path, &err) == KVI_E_INVALID && strstr(err.msg, "heads"), "dim %% heads: %s",
+          err.msg);
     p = small_params(KVI_TYPE_F32, 1);
     p.n_kv_heads = 3;
-    CHECK(kvi_synth_write(&p, path, &err) == KVI_E_INVALID && strstr(err.msg, "kv-heads"), "kv heads: %s", err.msg);
+    CHECK(kvi_synth_write(&p, path, &err) == KVI_E_INVALID && strstr(err.msg, "kv-heads"), "kv heads: %s",
+          err.msg);
     p = small_params(KVI_TYPE_F32, 1);
     p.n_vocab = 100;
-    CHECK(kvi_synth_write(&p, path, &err) == KVI_E_INVALID && strstr(err.msg, "vocab"), "tiny vocab: %s", err.msg);
+    CHECK(kvi_synth_write(&p, path, &err) == KVI_E_INVALID && strstr(err.msg, "vocab"), "tiny vocab: %s",
+          err.msg);
     p = small_params(KVI_TYPE_Q8_K, 1);
     CHECK(kvi_synth_write(&p, path, &err) == KVI_E_UNSUPPORTED, "q8_k weights: %s", err.msg);
     p = small_params(KVI_TYPE_F32, 1);
@@ -436,7 +478,8 @@ static void test_presets_and_errors(void)
     p.vocab_from = tmp_path("no_such_file.gguf");
     CHECK(kvi_synth_write(&p, path, &err) < 0, "missing vocab file accepted");
     p.vocab_from = NULL;
-    CHECK(kvi_synth_write(&p, tmp_path("no_such_dir/x.gguf"), &err) == KVI_E_IO, "unwritable path: %s", err.msg);
+    CHECK(kvi_synth_write(&p, tmp_path("no_such_dir/x.gguf"), &err) == KVI_E_IO, "unwritable path: %s",
+          err.msg);
     FILE *f = fopen(path, "rb");
     CHECK(f == NULL, "a failed write left %s behind", path);
     if (f) fclose(f);
@@ -454,7 +497,7 @@ static void test_cli(void)
     free(out);
     free(errs);
     gguf_ctx *g = NULL;
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     if (rc == 0 && gguf_open(path, false, &g, &err) == 0) {
         CHECK(get_int(g, "llama.block_count") == 2 && get_int(g, "llama.embedding_length") == 64,
               "override of layers");
@@ -462,7 +505,8 @@ static void test_cli(void)
         gguf_close(g);
     }
     rc = run_kvinfer("synth --preset tiny --type q9_9 -o /dev/null", &out, &errs);
-    CHECK(rc == 1 && errs && strstr(errs, "kvinfer: error:"), "bad type: rc %d, stderr %s", rc, errs ? errs : "");
+    CHECK(rc == 1 && errs && strstr(errs, "kvinfer: error:"), "bad type: rc %d, stderr %s", rc,
+          errs ? errs : "");
     free(out);
     free(errs);
     rc = run_kvinfer("synth --help", &out, &errs);

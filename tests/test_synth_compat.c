@@ -25,7 +25,7 @@ static void compare(const char *type)
     CHECK(rc == 0, "%s: synth exit %d", type, rc);
     if (rc) return;
     gguf_ctx *a = NULL, *b = NULL;
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     CHECK(gguf_open(shared_path(ref), false, &a, &err) == 0, "%s: %s", ref, err.msg);
     CHECK(gguf_open(outp, false, &b, &err) == 0, "%s: %s", outp, err.msg);
     if (!a || !b) goto done;
@@ -40,8 +40,8 @@ static void compare(const char *type)
         int64_t j = gguf_find_key(b, k);
         CHECK(j >= 0, "%s: synth lacks key %s", type, k);
         if (j < 0) continue;
-        CHECK(gguf_kv_type(a, i) == gguf_kv_type(b, j), "%s: key %s has value type %d, llama.cpp's %d", type, k,
-              gguf_kv_type(b, j), gguf_kv_type(a, i));
+        CHECK(gguf_kv_type(a, i) == gguf_kv_type(b, j), "%s: key %s has value type %d, llama.cpp's %d", type,
+              k, gguf_kv_type(b, j), gguf_kv_type(a, i));
         if (gguf_kv_type(a, i) == GGUF_T_STRING) {
             CHECK(strcmp(gguf_get_str(a, k), gguf_get_str(b, k)) == 0, "%s: %s = %s, llama.cpp %s", type, k,
                   gguf_get_str(b, k), gguf_get_str(a, k));
@@ -78,7 +78,8 @@ done:
 
 int main(void)
 {
-    const char *types[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k"};
+    const char *types[] = { "f32",  "f16",  "bf16", "q8_0", "q4_0", "q4_1",
+                            "q5_0", "q5_1", "q4_k", "q5_k", "q6_k" };
     for (size_t i = 0; i < sizeof types / sizeof *types; i++) compare(types[i]);
     return test_main_end();
 }

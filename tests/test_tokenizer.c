@@ -36,14 +36,16 @@ static tok_tokenizer *load_gguf_tok(const char *rel, gguf_ctx **gout)
     tok_tokenizer *t = NULL;
     rc = tokenizer_load_gguf(g, &t, &err);
     CHECK(rc == 0 && t, "tokenizer_load_gguf %s: %s", rel, err.msg);
-    if (gout) *gout = g;
-    else gguf_close(g);
+    if (gout)
+        *gout = g;
+    else
+        gguf_close(g);
     return t;
 }
 
 /* Encodes into a malloc'd array; *n receives the count (negative on error). */
-static int32_t *encode(const tok_tokenizer *t, const char *s, size_t len, bool add_special, bool parse_special,
-                       int32_t *n)
+static int32_t *encode(const tok_tokenizer *t, const char *s, size_t len, bool add_special,
+                       bool parse_special, int32_t *n)
 {
     int32_t cap = 16;
     int32_t *ids = malloc(cap * sizeof *ids);
@@ -178,7 +180,9 @@ static void check_decode(const tok_tokenizer *t, const char *case_rel, const cha
     bool has_bos = false;
     for (int32_t i = np; i < np + ng; i++) has_bos |= ids[i] == tokenizer_bos(t);
     char *s = detok(t, ids + np, ng, true, false);
-    if (!has_bos) CHECK(s && strcmp(s, text) == 0, "%s: %s greedy text:\n got  \"%s\"\n want \"%s\"", what, case_rel, s, text);
+    if (!has_bos)
+        CHECK(s && strcmp(s, text) == 0, "%s: %s greedy text:\n got  \"%s\"\n want \"%s\"", what, case_rel, s,
+              text);
     free(s);
     s = detok(t, ids, np + ng, true, true);
     size_t want_len = strlen(prompt) + strlen(text) + 8;
@@ -208,8 +212,9 @@ static void test_llama2c(void)
     }
     /* byte fallback: a code point outside the 512 vocabulary becomes bytes + 3 */
     int32_t n;
-    int32_t *ids = encode(t, "\xF0\x9F\x98\x80", 4, false, false, &n);   /* U+1F600 */
-    bool bytes_ok = n == 5 && ids[1] == 0xF0 + 3 && ids[2] == 0x9F + 3 && ids[3] == 0x98 + 3 && ids[4] == 0x80 + 3;
+    int32_t *ids = encode(t, "\xF0\x9F\x98\x80", 4, false, false, &n); /* U+1F600 */
+    bool bytes_ok =
+        n == 5 && ids[1] == 0xF0 + 3 && ids[2] == 0x9F + 3 && ids[3] == 0x98 + 3 && ids[4] == 0x80 + 3;
     CHECK(bytes_ok, "emoji falls back to its four byte tokens (n=%d)", n);
     char *s = detok(t, ids, n, false, true);
     CHECK(s && strcmp(s, "\xF0\x9F\x98\x80") == 0, "emoji round trip: \"%s\"", s);
@@ -288,8 +293,8 @@ static void test_hf(void)
         char *s = detok(t, ids, upto, true, false);
         /* llama2.c printed the text before EOS; compare that part */
         size_t sl = s ? strlen(s) : 0;
-        CHECK(s && sl > 20 && strncmp(s, text, sl) == 0, "%s greedy text before EOS:\n got  \"%s\"\n want \"%.*s\"",
-              rel, s, (int)sl, text);
+        CHECK(s && sl > 20 && strncmp(s, text, sl) == 0,
+              "%s greedy text before EOS:\n got  \"%s\"\n want \"%.*s\"", rel, s, (int)sl, text);
         free(s);
         int32_t n;
         int32_t *p = encode(t, prompt, strlen(prompt), true, false, &n);
@@ -302,7 +307,8 @@ static void test_hf(void)
     }
     int32_t n;
     int32_t *p = encode(t, "<|start_story|>Hi", 17, false, true, &n);
-    CHECK(n >= 2 && p[0] == 1, "hf: parse_special finds <|start_story|> (n=%d, first %d)", n, n > 0 ? p[0] : -1);
+    CHECK(n >= 2 && p[0] == 1, "hf: parse_special finds <|start_story|> (n=%d, first %d)", n,
+          n > 0 ? p[0] : -1);
     free(p);
     /* this vocabulary has no <0xXX> tokens: an unknown character is <unk> (id 0) */
     p = encode(t, "a\xE2\x82\xAC", 4, false, false, &n);
@@ -412,13 +418,15 @@ static void test_gguf_metadata(void)
 /* Robustness on vocabularies of both kinds. */
 static void test_robust(void)
 {
-    const char *vocabs[] = { "golden/tokenizer/ggml-vocab-llama-spm.gguf", "golden/tokenizer/ggml-vocab-gpt-2.gguf",
+    const char *vocabs[] = { "golden/tokenizer/ggml-vocab-llama-spm.gguf",
+                             "golden/tokenizer/ggml-vocab-gpt-2.gguf",
                              "golden/tokenizer/ggml-vocab-deepseek-llm.gguf" };
     for (int v = 0; v < 3; v++) {
         tok_tokenizer *t = load_gguf_tok(vocabs[v], NULL);
         if (!t) continue;
         int32_t ids[64];
-        CHECK(tokenizer_encode(t, "", 0, false, false, ids, 64) == 0, "%s: empty text gives no tokens", vocabs[v]);
+        CHECK(tokenizer_encode(t, "", 0, false, false, ids, 64) == 0, "%s: empty text gives no tokens",
+              vocabs[v]);
         int32_t nb = tokenizer_encode(t, "", 0, true, false, ids, 64);
         CHECK(nb == (tokenizer_add_bos(t) ? 1 : 0), "%s: empty text with add_special: %d", vocabs[v], nb);
         CHECK(tokenizer_encode(t, NULL, 0, false, false, ids, 64) == 0, "%s: NULL empty text", vocabs[v]);
@@ -481,7 +489,8 @@ static void test_robust(void)
             t0 = now_ms();
             p = encode(t, big, 65536, false, false, &n);
             dt = now_ms() - t0;
-            CHECK(n > 0 && dt < 2000, "%s: 64 KB of '%s' took %.1f ms (%d tokens)", vocabs[v], fills[f], dt, n);
+            CHECK(n > 0 && dt < 2000, "%s: 64 KB of '%s' took %.1f ms (%d tokens)", vocabs[v], fills[f], dt,
+                  n);
             free(p);
         }
         free(big);
@@ -495,7 +504,8 @@ static void test_special(void)
     tok_tokenizer *t = load_gguf_tok("golden/tokenizer/ggml-vocab-phi-3.gguf", NULL);
     if (t) {
         /* <|end|> = 32007 and <|endoftext|> = 32000 are control tokens: EOG; BOS is not */
-        CHECK(tokenizer_is_eog(t, 32007) && tokenizer_is_eog(t, 32000) && !tokenizer_is_eog(t, 1), "phi-3 EOG set");
+        CHECK(tokenizer_is_eog(t, 32007) && tokenizer_is_eog(t, 32000) && !tokenizer_is_eog(t, 1),
+              "phi-3 EOG set");
         int32_t n;
         int32_t *p = encode(t, "<|user|>hi<|end|>", 17, false, true, &n);
         CHECK(n >= 3 && p[0] == 32010 && p[n - 1] == 32007, "phi-3 parse_special (n=%d)", n);
@@ -575,14 +585,15 @@ static void test_pretok(void)
         if (rc) continue;
         joined j = { .n = 0 };
         rc = tok_pretok_split(p, cases[i].text, strlen(cases[i].text), join_piece, &j);
-        CHECK(rc == 0 && strcmp(j.s, cases[i].want) == 0, "pretok %s \"%s\": got \"%s\" want \"%s\"", cases[i].pre,
-              cases[i].text, j.s, cases[i].want);
+        CHECK(rc == 0 && strcmp(j.s, cases[i].want) == 0, "pretok %s \"%s\": got \"%s\" want \"%s\"",
+              cases[i].pre, cases[i].text, j.s, cases[i].want);
         tok_pretok_free(p);
     }
     {
         tok_pretok *u = NULL;
         kvi_error e2 = { 0 };
-        CHECK(tok_pretok_create("no-such-pre", &u, &e2) == KVI_E_UNSUPPORTED && !u && strstr(e2.msg, "no-such-pre"),
+        CHECK(tok_pretok_create("no-such-pre", &u, &e2) == KVI_E_UNSUPPORTED && !u &&
+                  strstr(e2.msg, "no-such-pre"),
               "an unknown pre-tokenizer name is refused, naming it: %s", e2.msg);
     }
     const char *bad[] = { "(" };
@@ -594,8 +605,8 @@ static void test_pretok(void)
 
 int main(void)
 {
-    const char *names[] = { "llama-spm", "phi-3", "gpt-2", "mpt", "falcon", "starcoder", "refact",
-                            "deepseek-coder", "deepseek-llm" };
+    const char *names[] = { "llama-spm", "phi-3",  "gpt-2",          "mpt",         "falcon",
+                            "starcoder", "refact", "deepseek-coder", "deepseek-llm" };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) test_vocab(names[i]);
     test_llama2c();
     test_hf();

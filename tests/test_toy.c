@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const double k_val[5] = {10, 20, 1, 5, 8};
+static const double k_val[5] = { 10, 20, 1, 5, 8 };
 
 /* Row i of the blended output, by the textbook formula. */
 static double expected_row(int i)

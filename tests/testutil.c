@@ -58,8 +58,11 @@ char *read_file(const char *path, size_t *len)
         if (n < cap) break;
         cap *= 2;
         char *nb = realloc(buf, cap + 1);
-        if (!nb) { free(buf); buf = NULL; }
-        else buf = nb;
+        if (!nb) {
+            free(buf);
+            buf = NULL;
+        } else
+            buf = nb;
     }
     fclose(f);
     if (!buf) return NULL;
@@ -96,10 +99,14 @@ int run_kvinfer(const char *args, char **out, char **errout)
     snprintf(cmd, sizeof cmd, "'%s' %s </dev/null >'%s' 2>'%s'", KVI_BIN, args, o, e);
     int st = system(cmd);
     int rc;
-    if (st == -1) rc = -1;
-    else if (WIFEXITED(st)) rc = WEXITSTATUS(st);
-    else if (WIFSIGNALED(st)) rc = 128 + WTERMSIG(st);
-    else rc = -1;
+    if (st == -1)
+        rc = -1;
+    else if (WIFEXITED(st))
+        rc = WEXITSTATUS(st);
+    else if (WIFSIGNALED(st))
+        rc = 128 + WTERMSIG(st);
+    else
+        rc = -1;
     if (out) *out = read_file(o, NULL);
     if (errout) *errout = read_file(e, NULL);
     remove(o);
@@ -154,7 +161,8 @@ static uint8_t *quant_rows(int type, int64_t n_out, int64_t n_in, uint64_t *s, b
 {
     const kvi_type t = (kvi_type)type;
     const size_t rb = quant_row_bytes(t, n_in);
-    uint8_t *w = aligned ? aligned_alloc(64, (rb * (size_t)n_out + 63) & ~(size_t)63) : malloc(rb * (size_t)n_out);
+    uint8_t *w =
+        aligned ? aligned_alloc(64, (rb * (size_t)n_out + 63) & ~(size_t)63) : malloc(rb * (size_t)n_out);
     float *row = malloc((size_t)n_in * sizeof(float));
     if (!w || !row) {
         free(w);
@@ -211,7 +219,8 @@ int32_t json_token_ids(const cJSON *arr, int32_t *out, int32_t cap)
 {
     int32_t n = 0;
     const cJSON *it;
-    cJSON_ArrayForEach(it, arr) {
+    cJSON_ArrayForEach(it, arr)
+    {
         if (n < cap) out[n] = (int32_t)it->valuedouble;
         n++;
     }
@@ -233,7 +242,7 @@ kvi_sampler_params sampler_params(float temp, int32_t top_k, float top_p, float 
 
 kvi_model *load_stories260k(int *n_vocab)
 {
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     kvi_model *m = kvi_model_load(shared_path("models/stories260K.gguf"), NULL, &err);
     CHECK(m != NULL, "load stories260K: %s", err.msg);
     if (m && n_vocab) *n_vocab = kvi_n_vocab(m);
@@ -253,7 +262,7 @@ kvi_engine_params engine_params(kvi_type kv, int n_threads, int n_seq, int n_ctx
 
 kvi_engine *engine_create_checked(kvi_model *m, const kvi_engine_params *p)
 {
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     kvi_engine *e = kvi_engine_create(m, p, &err);
     CHECK(e != NULL, "engine: %s", err.msg);
     return e;
@@ -265,11 +274,12 @@ float *seq_logits(kvi_engine *e, const int32_t *toks, int n, bool decode)
     kvi_seq *s = kvi_seq_create(e);
     kvi_batch *b = kvi_batch_create(decode ? 1 : n);
     float *out = malloc((size_t)n * nv * sizeof(float));
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     if (!decode) {
         for (int i = 0; i < n; i++) kvi_batch_add(b, s, toks[i], i, true);
         CHECK(kvi_step(e, b, &err) == 0, "prefill: %s", err.msg);
-        for (int i = 0; i < n; i++) memcpy(out + (size_t)i * nv, kvi_logits(e, i), (size_t)nv * sizeof(float));
+        for (int i = 0; i < n; i++)
+            memcpy(out + (size_t)i * nv, kvi_logits(e, i), (size_t)nv * sizeof(float));
     } else {
         for (int i = 0; i < n; i++) {
             kvi_batch_clear(b);
@@ -287,7 +297,7 @@ int step_rows(kvi_engine *e, kvi_seq *s, const int32_t *toks, int from, int n, f
 {
     kvi_batch *b = kvi_batch_create(n - from);
     for (int i = from; i < n; i++) kvi_batch_add(b, s, toks[i - from], i, i == n - 1);
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     int rc = kvi_step(e, b, &err);
     CHECK(rc == 0, "step: %s", err.msg);
     if (rc == 0 && last)
@@ -299,7 +309,7 @@ int step_rows(kvi_engine *e, kvi_seq *s, const int32_t *toks, int from, int n, f
 void kv_reserve_seqs(kv_pool *kv, kv_table *t, const int *lens, int n)
 {
     memset(t, 0, (size_t)n * sizeof *t);
-    kvi_error err = {0};
+    kvi_error err = { 0 };
     for (int s = 0; s < n; s++) CHECK(kv_table_reserve(kv, &t[s], lens[s], &err) == 0, "%s", err.msg);
 }
 

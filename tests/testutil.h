@@ -23,16 +23,16 @@
 
 extern int t_passed, t_failed;
 
-#define CHECK(cond, ...)                                                          \
-    do {                                                                          \
-        if (cond) {                                                               \
-            t_passed++;                                                           \
-        } else {                                                                  \
-            t_failed++;                                                           \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);       \
-            fprintf(stderr, __VA_ARGS__);                                         \
-            fputc('\n', stderr);                                                  \
-        }                                                                         \
+#define CHECK(cond, ...)                                                    \
+    do {                                                                    \
+        if (cond) {                                                         \
+            t_passed++;                                                     \
+        } else {                                                            \
+            t_failed++;                                                     \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                   \
+            fputc('\n', stderr);                                            \
+        }                                                                   \
     } while (0)
 
 int test_main_end(void);
@@ -54,8 +54,8 @@ int run_kvinfer(const char *args, char **out, char **errout);
 
 /* Deterministic random numbers for tests (xorshift). */
 uint64_t trand_u64(uint64_t *state);
-float trand_normal(uint64_t *state);   /* N(0, 1) */
-float trand_uniform(uint64_t *state);  /* [0, 1) */
+float trand_normal(uint64_t *state);  /* N(0, 1) */
+float trand_uniform(uint64_t *state); /* [0, 1) */
 /* x[0..n) = N(0, 1) draws, in order. */
 void trand_fill_normal(float *x, int64_t n, uint64_t *state);
 /* n N(0, 1) draws (trand_fill_normal) quantised to the kvinfer type `type` into dst. */

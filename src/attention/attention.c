@@ -65,23 +65,24 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ATTN_MAX_LANES 128   /* query vectors of one tile (rows x group) */
-#define ATTN_BIG_LANES 512   /* the same on the chunked path (row-type caches) */
-#define ATTN_SUB_LANES 32    /* chunked path: lanes of a sub-tile (its qt, acc, s stay in L1) */
-#define ATTN_CLAIM 2         /* items a thread takes at once (2: -35% decode attention in bench_attn_decode, +2-3% serving at 16 streams) */
-#define PF_V_BLOCKS 1        /* position lanes: values prefetched this many blocks ahead */
+#define ATTN_MAX_LANES 128 /* query vectors of one tile (rows x group) */
+#define ATTN_BIG_LANES 512 /* the same on the chunked path (row-type caches) */
+#define ATTN_SUB_LANES 32  /* chunked path: lanes of a sub-tile (its qt, acc, s stay in L1) */
+#define ATTN_CLAIM \
+    2 /* items a thread takes at once (2: -35% decode attention in bench_attn_decode, +2-3% serving at 16 streams) */
+#define PF_V_BLOCKS 1 /* position lanes: values prefetched this many blocks ahead */
 
 struct attn_scratch {
     int n_threads;
     size_t floats_per_thread;
-    float *buf;          /* [n_threads][floats_per_thread] */
+    float *buf; /* [n_threads][floats_per_thread] */
     int block_size, head_dim, group, kv_dim;
-    int rmax;            /* rows per tile: max(1, ATTN_MAX_LANES / group) */
-    int rmax_big;        /* rows per tile on the chunked path: max(1, ATTN_BIG_LANES / group) */
-    int nqp_max;         /* lanes of the largest tile, a multiple of 16 */
-    int pcb;             /* position lanes: blocks per chunk of scores, max(1, 128 / block_size) */
-    int pld;             /* positions of a chunk, rounded up to 16 */
-    int32_t *tiles;      /* [tiles_cap] first batch row of each tile, then n_rows */
+    int rmax;       /* rows per tile: max(1, ATTN_MAX_LANES / group) */
+    int rmax_big;   /* rows per tile on the chunked path: max(1, ATTN_BIG_LANES / group) */
+    int nqp_max;    /* lanes of the largest tile, a multiple of 16 */
+    int pcb;        /* position lanes: blocks per chunk of scores, max(1, 128 / block_size) */
+    int pld;        /* positions of a chunk, rounded up to 16 */
+    int32_t *tiles; /* [tiles_cap] first batch row of each tile, then n_rows */
     size_t tiles_cap;
 };
 
@@ -93,8 +94,8 @@ static size_t up16(size_t n) { return (n + 15) & ~(size_t)15; }
  *   | position lanes (Q = ATTN_POS_MAXQ): kc [pld][hd] | kt [hd][pld] | ps [Q][pld]
  *   (the chunked path: kc, vc [pld][hd] keys and values of a chunk)
  *   | pq [Q][hd] | pacc [Q][hd] | pm, pl, plim [16] */
-attn_scratch *attn_scratch_create(int n_threads, int block_size, int head_dim, int n_heads,
-                                  int n_kv_heads, int kv_dim)
+attn_scratch *attn_scratch_create(int n_threads, int block_size, int head_dim, int n_heads, int n_kv_heads,
+                                  int kv_dim)
 {
     if (n_threads < 1 || block_size < 1 || head_dim < 1 || n_kv_heads < 1 || n_heads < n_kv_heads)
         return NULL;
@@ -112,9 +113,8 @@ attn_scratch *attn_scratch_create(int n_threads, int block_size, int head_dim, i
     s->pcb = block_size < 128 ? 128 / block_size : 1;
     s->pld = (int)up16((size_t)s->pcb * bs);
     const size_t pld = (size_t)s->pld, pq = ATTN_POS_MAXQ;
-    s->floats_per_thread = up16(hd * nq) + up16(bs * nq) + up16(hd * nq) + 3 * nq +
-                           2 * up16(bs * hd) + 3 * up16(pld * hd) + up16(pq * pld) +
-                           2 * up16(pq * hd) + 3 * 16;
+    s->floats_per_thread = up16(hd * nq) + up16(bs * nq) + up16(hd * nq) + 3 * nq + 2 * up16(bs * hd) +
+                           3 * up16(pld * hd) + up16(pq * pld) + 2 * up16(pq * hd) + 3 * 16;
     s->buf = aligned_alloc(64, (size_t)n_threads * s->floats_per_thread * sizeof(float));
     if (!s->buf) {
         free(s);
@@ -135,16 +135,16 @@ void attn_scratch_free(attn_scratch *s)
 typedef struct attn_work {
     const attn_kernels *kn;
     attn_blk b;
-    float *ktile, *vtile;   /* [bs][hd] */
-    int32_t *lim;           /* [nqp_max] */
+    float *ktile, *vtile; /* [bs][hd] */
+    int32_t *lim;         /* [nqp_max] */
     /* position lanes */
-    float *kc;              /* [pld][hd] keys of a chunk */
-    float *vc;              /* [pld][hd] values of a chunk (chunked path) */
-    float *kt;              /* [hd][pld] the same, transposed */
-    float *ps;              /* [ATTN_POS_MAXQ][pld] scores, weights */
-    float *pq, *pacc;       /* [ATTN_POS_MAXQ][hd] */
-    float *pm, *pl;         /* [16] */
-    int32_t *plim;          /* [16] */
+    float *kc;        /* [pld][hd] keys of a chunk */
+    float *vc;        /* [pld][hd] values of a chunk (chunked path) */
+    float *kt;        /* [hd][pld] the same, transposed */
+    float *ps;        /* [ATTN_POS_MAXQ][pld] scores, weights */
+    float *pq, *pacc; /* [ATTN_POS_MAXQ][hd] */
+    float *pm, *pl;   /* [16] */
+    int32_t *plim;    /* [16] */
 } attn_work;
 
 static void work_init(attn_work *w, const attn_scratch *s, float *base, const attn_kernels *kn)
@@ -192,14 +192,14 @@ static void work_init(attn_work *w, const attn_scratch *s, float *base, const at
 }
 
 /* Rows [nt][hd] of kv head g of a row-type cache (K when which == 0), block j. */
-static void load_rows(const attn_args *a, const attn_work *w, const kv_table *t, int which,
-                      int32_t j, int nt, int g, float *dst)
+static void load_rows(const attn_args *a, const attn_work *w, const kv_table *t, int which, int32_t j, int nt,
+                      int g, float *dst)
 {
     const kv_pool *kv = a->kv;
     const int hd = a->head_dim, off = g * hd;
     const kvi_type ty = which ? kv->type_v : kv->type_k;
     const int32_t t0 = j * kv->block_size;
-    if (ty == KVI_TYPE_F16 && w->kn->f16_rows && nt > 0) {   /* the block's rows lie row_bytes apart */
+    if (ty == KVI_TYPE_F16 && w->kn->f16_rows && nt > 0) { /* the block's rows lie row_bytes apart */
         const uint8_t *row0 = which ? kv_v_row(kv, t, a->layer, t0) : kv_k_row(kv, t, a->layer, t0);
         const size_t stride = (which ? kv->row_bytes_v : kv->row_bytes_k) / sizeof(uint16_t);
         w->kn->f16_rows((const uint16_t *)row0 + off, stride, nt, hd, dst);
@@ -208,9 +208,12 @@ static void load_rows(const attn_args *a, const attn_work *w, const kv_table *t,
     for (int i = 0; i < nt; i++) {
         const uint8_t *row = which ? kv_v_row(kv, t, a->layer, t0 + i) : kv_k_row(kv, t, a->layer, t0 + i);
         float *d = dst + (size_t)i * hd;
-        if (ty == KVI_TYPE_F16) w->kn->f16_to_f32((const uint16_t *)row + off, d, hd);
-        else if (ty == KVI_TYPE_F32) memcpy(d, (const float *)row + off, (size_t)hd * sizeof(float));
-        else w->kn->qslice(ty, row, off, hd, d);
+        if (ty == KVI_TYPE_F16)
+            w->kn->f16_to_f32((const uint16_t *)row + off, d, hd);
+        else if (ty == KVI_TYPE_F32)
+            memcpy(d, (const float *)row + off, (size_t)hd * sizeof(float));
+        else
+            w->kn->qslice(ty, row, off, hd, d);
     }
 }
 
@@ -239,8 +242,8 @@ static void prefetch_rows(const attn_args *a, const kv_table *t, int which, int3
 }
 
 /* KIVI keys of block j, kv head g: the f16 rows f when given, else the codes. */
-static void load_kivi(const attn_args *a, const attn_work *w, const kv_table *t, int32_t j, int nt,
-                      int g, const quant_f16 *f, float *dst)
+static void load_kivi(const attn_args *a, const attn_work *w, const kv_table *t, int32_t j, int nt, int g,
+                      const quant_f16 *f, float *dst)
 {
     const kv_pool *kv = a->kv;
     const int hd = a->head_dim, kvd = kv->kv_dim, off = g * hd;
@@ -255,8 +258,8 @@ static void load_kivi(const attn_args *a, const attn_work *w, const kv_table *t,
 /* Sets lim for the lanes of rows [r0, r0 + nr) over block start t0 (nt positions
  * at most), keeping only rows whose position is >= from (sel > 0), < from (sel < 0)
  * or all (sel == 0). Returns the largest lim. */
-static int set_lim(const attn_args *a, attn_work *w, int r0, int nr, int group, int32_t t0, int nt,
-                   int sel, int32_t from)
+static int set_lim(const attn_args *a, attn_work *w, int r0, int nr, int group, int32_t t0, int nt, int sel,
+                   int32_t from)
 {
     int most = 0;
     for (int rr = 0; rr < nr; rr++) {
@@ -288,7 +291,8 @@ static void add_recv(const attn_args *a, attn_work *w, int r, int g, int group, 
     for (int32_t t0 = 0, blk = 0; t0 <= pos; t0 += bs, blk++) {
         const int nt = (pos - t0 + 1) < bs ? (int)(pos - t0 + 1) : bs;
         if (kv->type_k == KVI_TYPE_KV_Q4) {
-            const quant_f16 *f = (int64_t)t0 + bs - 1 > pos ? kivi_group_f16(kv, t, a->layer, blk, a->stash) : NULL;
+            const quant_f16 *f =
+                (int64_t)t0 + bs - 1 > pos ? kivi_group_f16(kv, t, a->layer, blk, a->stash) : NULL;
             load_kivi(a, w, t, blk, nt, g, f, w->ktile);
         } else {
             load_rows(a, w, t, 0, blk, nt, g, w->ktile);
@@ -340,7 +344,7 @@ static void attend_tile(const attn_args *a, const attn_scratch *s, attn_work *w,
     const bool kivi = kv->type_k == KVI_TYPE_KV_Q4;
     for (int32_t t0 = 0, blk = 0; t0 <= pmax; t0 += bs, blk++) {
         const int ntb = (pmax - t0 + 1) < bs ? (int)(pmax - t0 + 1) : bs;
-        if (t0 + bs <= pmax) {   /* the next block's slices (see attend_pos) */
+        if (t0 + bs <= pmax) { /* the next block's slices (see attend_pos) */
             const int32_t n1 = t0 + 2 * bs <= pmax + 1 ? t0 + 2 * bs : pmax + 1;
             if (!kivi) prefetch_rows(a, t, 0, t0 + bs, n1, g);
             prefetch_rows(a, t, 1, t0 + bs, n1, g);
@@ -348,12 +352,14 @@ static void attend_tile(const attn_args *a, const attn_scratch *s, attn_work *w,
         b->k = w->ktile;
         b->v = w->vtile;
         load_rows(a, w, t, 1, blk, ntb, g, w->vtile);
-        const int32_t end = t0 + bs - 1;   /* the KIVI group is complete at positions >= end */
+        const int32_t end = t0 + bs - 1; /* the KIVI group is complete at positions >= end */
         const quant_f16 *f = kivi && pmin < end ? kivi_group_f16(kv, t, a->layer, blk, a->stash) : NULL;
         if (!f) {
             const int nt = set_lim(a, w, r0, nr, group, t0, ntb, 0, 0);
-            if (kivi) load_kivi(a, w, t, blk, nt, g, NULL, w->ktile);
-            else load_rows(a, w, t, 0, blk, nt, g, w->ktile);
+            if (kivi)
+                load_kivi(a, w, t, blk, nt, g, NULL, w->ktile);
+            else
+                load_rows(a, w, t, 0, blk, nt, g, w->ktile);
             run_block(w, nt);
             continue;
         }
@@ -407,7 +413,8 @@ static void attend_chunked(const attn_args *a, const attn_scratch *s, attn_work 
             const int i = i0 + li;
             float *qd = qt + (size_t)i0 * hd + li;
             if (i < nq) {
-                const float *src = a->q + (size_t)(r0 + i / group) * qstride + (size_t)(g * group + i % group) * hd;
+                const float *src =
+                    a->q + (size_t)(r0 + i / group) * qstride + (size_t)(g * group + i % group) * hd;
                 for (int d = 0; d < hd; d++) qd[(size_t)d * sw] = src[d];
             } else {
                 for (int d = 0; d < hd; d++) qd[(size_t)d * sw] = 0.0f;
@@ -440,8 +447,8 @@ static void attend_chunked(const attn_args *a, const attn_scratch *s, attn_work 
                 prefetch_rows(a, t, 1, p0, p1, g);
             }
             const int sw = nqp - i0 < ATTN_SUB_LANES ? nqp - i0 : ATTN_SUB_LANES;
-            const int ie = i0 + sw < nq ? i0 + sw : nq;   /* real lanes [i0, ie) */
-            const int ra = i0 / group, rb = (ie - 1) / group;   /* its rows r0 + [ra, rb] */
+            const int ie = i0 + sw < nq ? i0 + sw : nq;       /* real lanes [i0, ie) */
+            const int ra = i0 / group, rb = (ie - 1) / group; /* its rows r0 + [ra, rb] */
             int32_t smax = a->pos[r0 + ra], smin = smax;
             for (int rr = ra + 1; rr <= rb; rr++) {
                 if (a->pos[r0 + rr] > smax) smax = a->pos[r0 + rr];
@@ -459,7 +466,7 @@ static void attend_chunked(const attn_args *a, const attn_scratch *s, attn_work 
                 const int32_t t0 = c0 + j * bs;
                 const int ntb = np - j * bs < bs ? np - j * bs : bs;
                 int most = ntb;
-                if ((int64_t)t0 + ntb - 1 <= smin) {   /* every lane sees the whole block */
+                if ((int64_t)t0 + ntb - 1 <= smin) { /* every lane sees the whole block */
                     for (int i = i0; i < ie; i++) w->lim[i] = ntb;
                 } else {
                     most = 0;
@@ -468,7 +475,8 @@ static void attend_chunked(const attn_args *a, const attn_scratch *s, attn_work 
                         if (n < 0) n = 0;
                         if (n > ntb) n = ntb;
                         if (n > most) most = (int)n;
-                        for (int e = rr == ra ? i0 - ra * group : 0; e < group && i < ie; e++) w->lim[i++] = (int32_t)n;
+                        for (int e = rr == ra ? i0 - ra * group : 0; e < group && i < ie; e++)
+                            w->lim[i++] = (int32_t)n;
                     }
                 }
                 b->k = w->kc + (size_t)j * bs * hd;
@@ -516,8 +524,9 @@ static void attend_pos(const attn_args *a, const attn_scratch *s, attn_work *w, 
     int32_t pmax = a->pos[r0];
     for (int rr = 1; rr < nr; rr++)
         if (a->pos[r0 + rr] > pmax) pmax = a->pos[r0 + rr];
-    attn_pblk pb = {.nq = nq, .hd = hd, .ld = ld, .v = w->vtile, .lim = w->plim, .m = w->pm, .l = w->pl,
-                    .acc = w->pacc};
+    attn_pblk pb = {
+        .nq = nq, .hd = hd, .ld = ld, .v = w->vtile, .lim = w->plim, .m = w->pm, .l = w->pl, .acc = w->pacc
+    };
     /* f16 rows go straight into the kernels: keys into position lanes, values read as they lie */
     const bool kh = kv->type_k == KVI_TYPE_F16 && kn->ptrans_f16;
     const bool vh = kv->type_v == KVI_TYPE_F16;
@@ -553,15 +562,17 @@ static void attend_pos(const attn_args *a, const attn_scratch *s, attn_work *w, 
             kn->ptrans(w->kc, np, hd, w->kt, ld);
         }
         kn->pscores(w->pq, nq, hd, w->kt, ld, (np + 15) & ~15, scale, w->ps);
-        const int32_t c1 = c0 + s->pcb * bs;   /* the next chunk */
+        const int32_t c1 = c0 + s->pcb * bs; /* the next chunk */
         for (int j = 0; j * bs < np; j++) {
             const int32_t t0 = c0 + j * bs;
             const int ntb = np - j * bs < bs ? np - j * bs : bs;
             /* the next block's values and the next chunk's keys, a block at a time */
             const int32_t vn = t0 + PF_V_BLOCKS * bs;
-            if (vn >= n0 && vn <= pmax) prefetch_rows(a, t, 1, vn, vn + bs <= pmax + 1 ? vn + bs : pmax + 1, g);
+            if (vn >= n0 && vn <= pmax)
+                prefetch_rows(a, t, 1, vn, vn + bs <= pmax + 1 ? vn + bs : pmax + 1, g);
             if (!kivi && c1 + j * bs <= pmax)
-                prefetch_rows(a, t, 0, c1 + j * bs, c1 + (j + 1) * bs <= pmax + 1 ? c1 + (j + 1) * bs : pmax + 1, g);
+                prefetch_rows(a, t, 0, c1 + j * bs,
+                              c1 + (j + 1) * bs <= pmax + 1 ? c1 + (j + 1) * bs : pmax + 1, g);
             int most = 0;
             for (int rr = 0; rr < nr; rr++) {
                 int64_t n = (int64_t)a->pos[r0 + rr] - t0 + 1;
@@ -570,8 +581,10 @@ static void attend_pos(const attn_args *a, const attn_scratch *s, attn_work *w, 
                 for (int q = 0; q < group; q++) w->plim[rr * group + q] = (int32_t)n;
                 if (n > most) most = (int)n;
             }
-            if (vh) pb.vh = (const uint16_t *)kv_v_row(kv, t, a->layer, t0) + (size_t)g * hd;
-            else load_rows(a, w, t, 1, t0 / bs, ntb, g, w->vtile);
+            if (vh)
+                pb.vh = (const uint16_t *)kv_v_row(kv, t, a->layer, t0) + (size_t)g * hd;
+            else
+                load_rows(a, w, t, 1, t0 / bs, ntb, g, w->vtile);
             pb.nt = most;
             pb.s = w->ps + (size_t)j * bs;
             kn->pupdate(&pb);
@@ -591,7 +604,7 @@ typedef struct {
     attn_scratch *s;
     const attn_kernels *kn;
     int n_tiles;
-    const int32_t *tiles;   /* [n_tiles + 1] first rows, NULL: one row per tile */
+    const int32_t *tiles; /* [n_tiles + 1] first rows, NULL: one row per tile */
     atomic_int_fast64_t next;
 } attn_job;
 
@@ -634,7 +647,7 @@ static void attn_worker(void *ctx, int ith, int nth)
 void attention_rows(tpool *pool, attn_scratch *s, const attn_args *a)
 {
     if (a->n_rows <= 0) return;
-    attn_job job = {.a = a, .s = s, .kn = attn_kernels_active()};
+    attn_job job = { .a = a, .s = s, .kn = attn_kernels_active() };
     atomic_init(&job.next, 0);
     /* tiles: runs of rows of one table without recv, at most rmax rows */
     if (s->tiles_cap < (size_t)a->n_rows + 1) {
@@ -661,7 +674,7 @@ void attention_rows(tpool *pool, attn_scratch *s, const attn_args *a)
         job.n_tiles = n;
         job.tiles = s->tiles;
     } else {
-        job.n_tiles = a->n_rows;   /* no memory for the tile list: one row per tile */
+        job.n_tiles = a->n_rows; /* no memory for the tile list: one row per tile */
     }
     tpool_run(pool, attn_worker, &job);
 }

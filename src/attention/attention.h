@@ -25,16 +25,16 @@ typedef struct attn_args {
     const kv_pool *kv;
     int layer;
     int n_rows;
-    const kv_table *const *tables;  /* [n_rows] */
-    const int32_t *pos;             /* [n_rows] */
-    const float *q;                 /* [n_rows][n_heads * head_dim] after RoPE */
-    float *out;                     /* [n_rows][n_heads * head_dim] */
+    const kv_table *const *tables; /* [n_rows] */
+    const int32_t *pos;            /* [n_rows] */
+    const float *q;                /* [n_rows][n_heads * head_dim] after RoPE */
+    float *out;                    /* [n_rows][n_heads * head_dim] */
     int n_heads, n_kv_heads, head_dim;
     /* Optional (H2O eviction): when recv && recv[r], row r adds to recv[r][t], for
      * every position t <= pos[r], the normalised attention weight it gave t, summed
      * over heads (rows must not share an array). NULL: nothing recorded (and
      * nothing paid). */
-    float *const *recv;               /* [n_rows] -> [pos + 1] */
+    float *const *recv; /* [n_rows] -> [pos + 1] */
     /* Optional (forward pass): q4 key groups this batch still reads in f16 after the
      * sequence's tail moved on (kv_quant.h). NULL outside a forward pass. */
     const struct kv_stash *stash;
@@ -43,8 +43,8 @@ typedef struct attn_args {
 typedef struct attn_scratch attn_scratch;
 
 /* Per-thread working memory for n_threads threads. */
-attn_scratch *attn_scratch_create(int n_threads, int block_size, int head_dim, int n_heads,
-                                  int n_kv_heads, int kv_dim);
+attn_scratch *attn_scratch_create(int n_threads, int block_size, int head_dim, int n_heads, int n_kv_heads,
+                                  int kv_dim);
 void attn_scratch_free(attn_scratch *s);
 
 void attention_rows(tpool *pool, attn_scratch *s, const attn_args *a);

@@ -42,15 +42,15 @@ INLINE2 void scores_tile(const attn_blk *b, int i0, int t0, int tn)
 {
     const int nqp = b->nqp, hd = b->hd;
     const float *kp[6];
-    #pragma GCC unroll 6
+#pragma GCC unroll 6
     for (int j = 0; j < 6; j++) kp[j] = b->k + (size_t)(t0 + (j < tn ? j : 0)) * hd;
     __m256 a0[6], a1[6];
-    #pragma GCC unroll 6
+#pragma GCC unroll 6
     for (int j = 0; j < 6; j++) a0[j] = a1[j] = _mm256_setzero_ps();
     const float *q = b->qt + i0;
     for (int d = 0; d < hd; d++, q += nqp) {
         const __m256 q0 = _mm256_loadu_ps(q), q1 = _mm256_loadu_ps(q + 8);
-        #pragma GCC unroll 6
+#pragma GCC unroll 6
         for (int j = 0; j < 6; j++) {
             const __m256 kb = _mm256_broadcast_ss(kp[j] + d);
             a0[j] = _mm256_fmadd_ps(q0, kb, a0[j]);
@@ -58,7 +58,7 @@ INLINE2 void scores_tile(const attn_blk *b, int i0, int t0, int tn)
         }
     }
     const __m256 sc = _mm256_set1_ps(b->scale);
-    #pragma GCC unroll 6
+#pragma GCC unroll 6
     for (int j = 0; j < tn; j++) {
         float *st = b->s + (size_t)(t0 + j) * nqp + i0;
         _mm256_storeu_ps(st, _mm256_mul_ps(a0[j], sc));
@@ -77,7 +77,7 @@ INLINE2 void pv_tile(const attn_blk *b, int i0, int d0, const int DN)
 {
     const int nqp = b->nqp, hd = b->hd;
     __m256 a0[6], a1[6];
-    #pragma GCC unroll 6
+#pragma GCC unroll 6
     for (int j = 0; j < DN; j++) {
         a0[j] = _mm256_loadu_ps(b->acc + (size_t)(d0 + j) * nqp + i0);
         a1[j] = _mm256_loadu_ps(b->acc + (size_t)(d0 + j) * nqp + i0 + 8);
@@ -86,14 +86,14 @@ INLINE2 void pv_tile(const attn_blk *b, int i0, int d0, const int DN)
         const float *e = b->s + (size_t)t * nqp + i0;
         const float *vt = b->v + (size_t)t * hd + d0;
         const __m256 e0 = _mm256_loadu_ps(e), e1 = _mm256_loadu_ps(e + 8);
-        #pragma GCC unroll 6
+#pragma GCC unroll 6
         for (int j = 0; j < DN; j++) {
             const __m256 vb = _mm256_broadcast_ss(vt + j);
             a0[j] = _mm256_fmadd_ps(e0, vb, a0[j]);
             a1[j] = _mm256_fmadd_ps(e1, vb, a1[j]);
         }
     }
-    #pragma GCC unroll 6
+#pragma GCC unroll 6
     for (int j = 0; j < DN; j++) {
         _mm256_storeu_ps(b->acc + (size_t)(d0 + j) * nqp + i0, a0[j]);
         _mm256_storeu_ps(b->acc + (size_t)(d0 + j) * nqp + i0 + 8, a1[j]);
@@ -154,5 +154,5 @@ AVX2 static void f16_rows_avx2(const uint16_t *src, size_t src_stride, int nt, i
     for (int r = 0; r < nt; r++) f16_avx2(src + (size_t)r * src_stride, dst + (size_t)r * n, n);
 }
 
-const attn_kernels attn_kernels_avx2 = {scores_avx2, update_avx2, f16_avx2, NULL, NULL, NULL,
-                                        kvq_row_slice, kivi_group_slice, f16_rows_avx2, NULL};
+const attn_kernels attn_kernels_avx2 = { scores_avx2, update_avx2,   f16_avx2,         NULL,          NULL,
+                                         NULL,        kvq_row_slice, kivi_group_slice, f16_rows_avx2, NULL };

@@ -47,16 +47,16 @@ INLINE512 void scores_tile(const attn_blk *b, int i0, int t0, int tn, const int 
 {
     const int nqp = b->nqp, hd = b->hd;
     const float *kp[8];
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int j = 0; j < 8; j++) kp[j] = b->k + (size_t)(t0 + (j < tn ? j : 0)) * hd;
     __m512 a0[8], a1[8];
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int j = 0; j < 8; j++) a0[j] = a1[j] = _mm512_setzero_ps();
     const float *q = b->qt + i0;
     for (int d = 0; d < hd; d++, q += nqp) {
         const __m512 q0 = _mm512_loadu_ps(q);
         const __m512 q1 = A == 2 ? _mm512_loadu_ps(q + 16) : q0;
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int j = 0; j < 8; j++) {
             const __m512 kb = _mm512_set1_ps(kp[j][d]);
             a0[j] = _mm512_fmadd_ps(q0, kb, a0[j]);
@@ -64,7 +64,7 @@ INLINE512 void scores_tile(const attn_blk *b, int i0, int t0, int tn, const int 
         }
     }
     const __m512 sc = _mm512_set1_ps(b->scale);
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int j = 0; j < tn; j++) {
         float *st = b->s + (size_t)(t0 + j) * nqp + i0;
         _mm512_storeu_ps(st, _mm512_mul_ps(a0[j], sc));
@@ -78,8 +78,10 @@ AVX512 static void scores_avx512(const attn_blk *b)
         const int two = b->nqp - i0 >= 32;
         for (int t0 = 0; t0 < b->nt; t0 += 8) {
             const int tn = b->nt - t0 < 8 ? b->nt - t0 : 8;
-            if (two) scores_tile(b, i0, t0, tn, 2);
-            else scores_tile(b, i0, t0, tn, 1);
+            if (two)
+                scores_tile(b, i0, t0, tn, 2);
+            else
+                scores_tile(b, i0, t0, tn, 1);
         }
         i0 += two ? 32 : 16;
     }
@@ -90,7 +92,7 @@ INLINE512 void pv_tile(const attn_blk *b, int i0, int d0, const int A, const int
 {
     const int nqp = b->nqp, hd = b->hd;
     __m512 a0[8], a1[8];
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int j = 0; j < DN; j++) {
         a0[j] = _mm512_loadu_ps(b->acc + (size_t)(d0 + j) * nqp + i0);
         if (A == 2) a1[j] = _mm512_loadu_ps(b->acc + (size_t)(d0 + j) * nqp + i0 + 16);
@@ -100,14 +102,14 @@ INLINE512 void pv_tile(const attn_blk *b, int i0, int d0, const int A, const int
         const float *vt = b->v + (size_t)t * hd + d0;
         const __m512 e0 = _mm512_loadu_ps(e);
         const __m512 e1 = A == 2 ? _mm512_loadu_ps(e + 16) : e0;
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int j = 0; j < DN; j++) {
             const __m512 vb = _mm512_set1_ps(vt[j]);
             a0[j] = _mm512_fmadd_ps(e0, vb, a0[j]);
             if (A == 2) a1[j] = _mm512_fmadd_ps(e1, vb, a1[j]);
         }
     }
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int j = 0; j < DN; j++) {
         _mm512_storeu_ps(b->acc + (size_t)(d0 + j) * nqp + i0, a0[j]);
         if (A == 2) _mm512_storeu_ps(b->acc + (size_t)(d0 + j) * nqp + i0 + 16, a1[j]);
@@ -151,12 +153,16 @@ AVX512 static void update_avx512(const attn_blk *b)
         const int two = nqp - i0 >= 32;
         int d0 = 0;
         for (; d0 + 8 <= hd; d0 += 8) {
-            if (two) pv_tile(b, i0, d0, 2, 8);
-            else pv_tile(b, i0, d0, 1, 8);
+            if (two)
+                pv_tile(b, i0, d0, 2, 8);
+            else
+                pv_tile(b, i0, d0, 1, 8);
         }
         for (; d0 < hd; d0++) {
-            if (two) pv_tile(b, i0, d0, 2, 1);
-            else pv_tile(b, i0, d0, 1, 1);
+            if (two)
+                pv_tile(b, i0, d0, 2, 1);
+            else
+                pv_tile(b, i0, d0, 1, 1);
         }
         i0 += two ? 32 : 16;
     }
@@ -182,34 +188,35 @@ AVX512 static void f16_rows_avx512(const uint16_t *src, size_t src_stride, int n
 INLINE512 void trans16_regs(__m512 *r, float *kt, int ld, __mmask16 mk)
 {
     __m512 u[16];
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int i = 0; i < 16; i += 2) {
         u[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
         u[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
     }
-    #pragma GCC unroll 4
+#pragma GCC unroll 4
     for (int i = 0; i < 16; i += 4) {
         r[i] = _mm512_shuffle_ps(u[i], u[i + 2], 0x44);
         r[i + 1] = _mm512_shuffle_ps(u[i], u[i + 2], 0xEE);
         r[i + 2] = _mm512_shuffle_ps(u[i + 1], u[i + 3], 0x44);
         r[i + 3] = _mm512_shuffle_ps(u[i + 1], u[i + 3], 0xEE);
     }
-    /* r[4a + b] holds, in 128-bit lane c, column 4c + b of rows 4a .. 4a + 3; then
+/* r[4a + b] holds, in 128-bit lane c, column 4c + b of rows 4a .. 4a + 3; then
      * u[b] = (col b rows 0-3, col 8+b rows 0-3, col b rows 4-7, col 8+b rows 4-7),
      * u[4 + b] the same for cols 4+b / 12+b, u[8 + b], u[12 + b] for rows 8-15 */
-    #pragma GCC unroll 4
+#pragma GCC unroll 4
     for (int b = 0; b < 4; b++) {
         u[b] = _mm512_shuffle_f32x4(r[b], r[4 + b], 0x88);
         u[4 + b] = _mm512_shuffle_f32x4(r[b], r[4 + b], 0xDD);
         u[8 + b] = _mm512_shuffle_f32x4(r[8 + b], r[12 + b], 0x88);
         u[12 + b] = _mm512_shuffle_f32x4(r[8 + b], r[12 + b], 0xDD);
     }
-    #pragma GCC unroll 4
+#pragma GCC unroll 4
     for (int b = 0; b < 4; b++) {
         _mm512_mask_storeu_ps(kt + (size_t)b * ld, mk, _mm512_shuffle_f32x4(u[b], u[8 + b], 0x88));
         _mm512_mask_storeu_ps(kt + (size_t)(8 + b) * ld, mk, _mm512_shuffle_f32x4(u[b], u[8 + b], 0xDD));
         _mm512_mask_storeu_ps(kt + (size_t)(4 + b) * ld, mk, _mm512_shuffle_f32x4(u[4 + b], u[12 + b], 0x88));
-        _mm512_mask_storeu_ps(kt + (size_t)(12 + b) * ld, mk, _mm512_shuffle_f32x4(u[4 + b], u[12 + b], 0xDD));
+        _mm512_mask_storeu_ps(kt + (size_t)(12 + b) * ld, mk,
+                              _mm512_shuffle_f32x4(u[4 + b], u[12 + b], 0xDD));
     }
 }
 
@@ -217,7 +224,7 @@ INLINE512 void trans16_regs(__m512 *r, float *kt, int ld, __mmask16 mk)
 INLINE512 void trans16(const float *k, int hd, float *kt, int ld)
 {
     __m512 r[16];
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(k + (size_t)i * hd);
     trans16_regs(r, kt, ld, (__mmask16)0xFFFF);
 }
@@ -241,7 +248,8 @@ static inline __mmask16 first_n(int n) { return n >= 16 ? (__mmask16)0xFFFF : (_
 /* f16 key rows to position lanes: 16 rows x 16 dims converted in registers
  * (vcvtph2ps, exact) and transposed; rows past nt load as zeros and their
  * columns are not stored; dims past the last 16 one by one. */
-AVX512 static void ptrans_f16_avx512(const uint16_t *src, size_t src_stride, int nt, int hd, float *kt, int ld)
+AVX512 static void ptrans_f16_avx512(const uint16_t *src, size_t src_stride, int nt, int hd, float *kt,
+                                     int ld)
 {
     for (int t0 = 0; t0 < nt; t0 += 16) {
         const int n = nt - t0 < 16 ? nt - t0 : 16;
@@ -249,32 +257,34 @@ AVX512 static void ptrans_f16_avx512(const uint16_t *src, size_t src_stride, int
         int d0 = 0;
         for (; d0 + 16 <= hd; d0 += 16) {
             __m512 r[16];
-            #pragma GCC unroll 16
+#pragma GCC unroll 16
             for (int i = 0; i < 16; i++)
-                r[i] = i < n ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(s0 + (size_t)i * src_stride + d0)))
+                r[i] = i < n ? _mm512_cvtph_ps(
+                                   _mm256_loadu_si256((const __m256i *)(s0 + (size_t)i * src_stride + d0)))
                              : _mm512_setzero_ps();
             trans16_regs(r, kt + (size_t)d0 * ld + t0, ld, first_n(n));
         }
         for (; d0 < hd; d0++)
-            for (int i = 0; i < n; i++) kt[(size_t)d0 * ld + t0 + i] = _cvtsh_ss(s0[(size_t)i * src_stride + d0]);
+            for (int i = 0; i < n; i++)
+                kt[(size_t)d0 * ld + t0 + i] = _cvtsh_ss(s0[(size_t)i * src_stride + d0]);
     }
 }
 
 /* s[i][t0 .. t0 + 16 J) of query i: J chains over d, one per 16 positions */
-INLINE512 void pscores_tile(const float *q, int hd, const float *kt, int ld, int t0, float scale,
-                            float *s, const int J)
+INLINE512 void pscores_tile(const float *q, int hd, const float *kt, int ld, int t0, float scale, float *s,
+                            const int J)
 {
     __m512 a[8];
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int j = 0; j < J; j++) a[j] = _mm512_setzero_ps();
     const float *k = kt + t0;
     for (int d = 0; d < hd; d++, k += ld) {
         const __m512 qb = _mm512_set1_ps(q[d]);
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int j = 0; j < J; j++) a[j] = _mm512_fmadd_ps(qb, _mm512_loadu_ps(k + 16 * j), a[j]);
     }
     const __m512 sc = _mm512_set1_ps(scale);
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int j = 0; j < J; j++) _mm512_storeu_ps(s + t0 + 16 * j, _mm512_mul_ps(a[j], sc));
 }
 
@@ -307,10 +317,10 @@ INLINE512 void ppv_tile(const attn_pblk *b, int i, int d0, const int Q, const in
     const int hd = b->hd;
     __mmask16 mk[4];
     __m512 a[2][4];
-    #pragma GCC unroll 4
+#pragma GCC unroll 4
     for (int c = 0; c < 4; c++) {
         mk[c] = first_n(hd - d0 - 16 * c > 0 ? hd - d0 - 16 * c : 0);
-        #pragma GCC unroll 2
+#pragma GCC unroll 2
         for (int qq = 0; qq < Q; qq++)
             a[qq][c] = _mm512_maskz_loadu_ps(mk[c], b->acc + (size_t)(i + qq) * hd + d0 + 16 * c);
     }
@@ -320,7 +330,7 @@ INLINE512 void ppv_tile(const attn_pblk *b, int i, int d0, const int Q, const in
         const uint16_t *vht = H ? b->vh + (size_t)t * b->vh_stride + d0 : NULL;
         const __m512 w0 = _mm512_set1_ps(e0[t]);
         const __m512 w1 = _mm512_set1_ps(e1[t]);
-        #pragma GCC unroll 4
+#pragma GCC unroll 4
         for (int c = 0; c < 4; c++) {
             const __m512 vv = H ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk[c], vht + 16 * c))
                                 : _mm512_maskz_loadu_ps(mk[c], vt + 16 * c);
@@ -328,9 +338,9 @@ INLINE512 void ppv_tile(const attn_pblk *b, int i, int d0, const int Q, const in
             if (Q == 2) a[1][c] = _mm512_fmadd_ps(w1, vv, a[1][c]);
         }
     }
-    #pragma GCC unroll 4
+#pragma GCC unroll 4
     for (int c = 0; c < 4; c++) {
-        #pragma GCC unroll 2
+#pragma GCC unroll 2
         for (int qq = 0; qq < Q; qq++)
             _mm512_mask_storeu_ps(b->acc + (size_t)(i + qq) * hd + d0 + 16 * c, mk[c], a[qq][c]);
     }
@@ -364,7 +374,8 @@ AVX512 static void pupdate_avx512(const attn_pblk *b)
         for (int t0 = 0; t0 < nt; t0 += 16) {
             const __mmask16 all = first_n(nt - t0);
             const __mmask16 in = first_n(lim - t0 > 0 ? lim - t0 : 0);
-            const __m512 e = _mm512_maskz_mov_ps(in, exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(all, s + t0), mv)));
+            const __m512 e =
+                _mm512_maskz_mov_ps(in, exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(all, s + t0), mv)));
             _mm512_mask_storeu_ps(s + t0, all, e);
         }
         float l = b->l[i];
@@ -439,7 +450,6 @@ AVX512 static void kslice_avx512(const uint8_t *region, int kv_dim, int i, int o
     }
 }
 
-const attn_kernels attn_kernels_avx512 = {scores_avx512, update_avx512, f16_avx512,
-                                          ptrans_avx512, pscores_avx512, pupdate_avx512,
-                                          qslice_avx512, kslice_avx512, f16_rows_avx512,
-                                          ptrans_f16_avx512};
+const attn_kernels attn_kernels_avx512 = { scores_avx512,   update_avx512,    f16_avx512,    ptrans_avx512,
+                                           pscores_avx512,  pupdate_avx512,   qslice_avx512, kslice_avx512,
+                                           f16_rows_avx512, ptrans_f16_avx512 };

@@ -37,13 +37,13 @@
 typedef struct attn_blk {
     int nt, hd, nqp;
     float scale;
-    const float *qt;     /* [hd][nqp] */
-    const float *k;      /* [nt][hd] */
-    const float *v;      /* [nt][hd] */
-    const int32_t *lim;  /* [nqp] */
-    float *s;            /* [nt][nqp] */
-    float *m, *l;        /* [nqp] */
-    float *acc;          /* [hd][nqp] */
+    const float *qt;    /* [hd][nqp] */
+    const float *k;     /* [nt][hd] */
+    const float *v;     /* [nt][hd] */
+    const int32_t *lim; /* [nqp] */
+    float *s;           /* [nt][nqp] */
+    float *m, *l;       /* [nqp] */
+    float *acc;         /* [hd][nqp] */
 } attn_blk;
 
 /* Position lanes, for tiles of few query vectors (a decode row: group lanes of 16
@@ -69,13 +69,13 @@ typedef struct attn_blk {
 
 typedef struct attn_pblk {
     int nq, hd, nt, ld;
-    const float *v;      /* [nt][hd] (vh == NULL) */
-    const uint16_t *vh;  /* [nt][vh_stride] f16 values, first hd of each row used; NULL: v */
+    const float *v;     /* [nt][hd] (vh == NULL) */
+    const uint16_t *vh; /* [nt][vh_stride] f16 values, first hd of each row used; NULL: v */
     size_t vh_stride;
-    const int32_t *lim;  /* [nq] */
-    float *s;            /* [nq][ld], offset to the block */
-    float *m, *l;        /* [nq] */
-    float *acc;          /* [nq][hd] */
+    const int32_t *lim; /* [nq] */
+    float *s;           /* [nq][ld], offset to the block */
+    float *m, *l;       /* [nq] */
+    float *acc;         /* [nq][hd] */
 } attn_pblk;
 
 typedef struct attn_kernels {
@@ -87,8 +87,7 @@ typedef struct attn_kernels {
     void (*f16_to_f32)(const uint16_t *src, float *dst, int n);
     /* position lanes (NULL: the build has none; tiles use the query lanes) */
     void (*ptrans)(const float *k, int n, int hd, float *kt, int ld);
-    void (*pscores)(const float *q, int nq, int hd, const float *kt, int ld, int np, float scale,
-                    float *s);
+    void (*pscores)(const float *q, int nq, int hd, const float *kt, int ld, int np, float scale, float *s);
     void (*pupdate)(const attn_pblk *b);
     /* elements [off, off + n) of a q8_0 / q4_0 row to f32: exactly kvq_row_slice
      * (level x scale, one product per element) */

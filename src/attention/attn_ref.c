@@ -105,8 +105,8 @@ static void pupdate_scalar(const attn_pblk *b)
         }
         for (int t = 0; t < nt; t++)
             for (int d = 0; d < hd; d++) {
-                const float v = b->vh ? quant_f16_to_f32(b->vh[(size_t)t * b->vh_stride + d])
-                                      : b->v[(size_t)t * hd + d];
+                const float v =
+                    b->vh ? quant_f16_to_f32(b->vh[(size_t)t * b->vh_stride + d]) : b->v[(size_t)t * hd + d];
                 acc[d] = fmaf(s[t], v, acc[d]);
             }
     }
@@ -115,13 +115,13 @@ static void pupdate_scalar(const attn_pblk *b)
 static void ptrans_f16_scalar(const uint16_t *src, size_t src_stride, int nt, int hd, float *kt, int ld)
 {
     for (int d = 0; d < hd; d++)
-        for (int t = 0; t < nt; t++) kt[(size_t)d * ld + t] = quant_f16_to_f32(src[(size_t)t * src_stride + d]);
+        for (int t = 0; t < nt; t++)
+            kt[(size_t)d * ld + t] = quant_f16_to_f32(src[(size_t)t * src_stride + d]);
 }
 
-const attn_kernels attn_kernels_scalar = {scores_scalar, update_scalar, f16_scalar,
-                                          ptrans_scalar, pscores_scalar, pupdate_scalar,
-                                          kvq_row_slice, kivi_group_slice, NULL,
-                                          ptrans_f16_scalar};
+const attn_kernels attn_kernels_scalar = { scores_scalar,  update_scalar,    f16_scalar,    ptrans_scalar,
+                                           pscores_scalar, pupdate_scalar,   kvq_row_slice, kivi_group_slice,
+                                           NULL,           ptrans_f16_scalar };
 
 const attn_kernels *attn_kernels_active(void)
 {

@@ -7,6 +7,6 @@
 #ifndef KVI_CLOCK_H
 #define KVI_CLOCK_H
 
-double kvi_time_ms(void);   /* CLOCK_MONOTONIC in ms */
+double kvi_time_ms(void); /* CLOCK_MONOTONIC in ms */
 
 #endif

@@ -29,7 +29,7 @@
 #define CPUID1_ECX_OSXSAVE (1u << 27)
 #define XCR0_TILECFG (1ull << 17)
 #define XCR0_TILEDATA (1ull << 18)
-#define ARCH_REQ_XCOMP_PERM 0x1023   /* Linux arch_prctl: request an XSAVE feature */
+#define ARCH_REQ_XCOMP_PERM 0x1023 /* Linux arch_prctl: request an XSAVE feature */
 #define XFEATURE_XTILEDATA 18
 
 static cpu_feature_set features;
@@ -43,7 +43,8 @@ static void features_detect(void)
     f->fma = __builtin_cpu_supports("fma");
     f->avx2 = __builtin_cpu_supports("avx2") && f->fma && __builtin_cpu_supports("f16c");
     f->avx512f = __builtin_cpu_supports("avx512f");
-    f->avx512 = f->avx2 && f->avx512f && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+    f->avx512 =
+        f->avx2 && f->avx512f && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
     f->avx512_vnni = __builtin_cpu_supports("avx512vnni");
     f->avx512_bf16 = f->avx512f && __builtin_cpu_supports("avx512bf16");
 #endif
@@ -89,10 +90,7 @@ int cpu_amx_available(void)
     return v;
 }
 
-void cpu_amx_set(int on)
-{
-    atomic_store_explicit(&enabled, on ? 1 : 0, memory_order_relaxed);
-}
+void cpu_amx_set(int on) { atomic_store_explicit(&enabled, on ? 1 : 0, memory_order_relaxed); }
 
 int cpu_amx_on(void)
 {

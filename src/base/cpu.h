@@ -24,17 +24,16 @@
 
 /* The extensions the kernels and the hardware benchmark test for. */
 typedef struct cpu_feature_set {
-    bool avx2;          /* AVX2 + FMA + F16C: the AVX2 kernel table */
-    bool avx512;        /* AVX-512 F + BW + VL, with avx2: the AVX-512 table */
-    bool avx512f;       /* AVX-512 F alone (the hardware benchmark's read loops) */
-    bool fma;           /* FMA (the hardware benchmark's FP32 peak) */
-    bool avx512_vnni;   /* VPDPBUSD: the integer products on AVX-512 */
-    bool avx512_bf16;   /* VDPBF16PS */
+    bool avx2;        /* AVX2 + FMA + F16C: the AVX2 kernel table */
+    bool avx512;      /* AVX-512 F + BW + VL, with avx2: the AVX-512 table */
+    bool avx512f;     /* AVX-512 F alone (the hardware benchmark's read loops) */
+    bool fma;         /* FMA (the hardware benchmark's FP32 peak) */
+    bool avx512_vnni; /* VPDPBUSD: the integer products on AVX-512 */
+    bool avx512_bf16; /* VDPBF16PS */
 } cpu_feature_set;
 
 /* This CPU's extensions (detected on the first call). */
 const cpu_feature_set *cpu_features(void);
-
 
 /* 1 when the AMX kernels may run (see above), else 0. */
 int cpu_amx_available(void);

@@ -17,7 +17,7 @@ file_status file_read_all(const char *path, size_t max_bytes, char **data, size_
     FILE *f = fopen(path, "rb");
     if (!f) return FILE_CANT_OPEN;
     size_t cap = 1 << 16, n = 0;
-    char *buf = NULL;   /* [cap + 1] */
+    char *buf = NULL; /* [cap + 1] */
     file_status st = FILE_OK;
     for (;;) {
         char *nb = realloc(buf, cap + 1);

@@ -14,11 +14,11 @@
 
 typedef enum file_status {
     FILE_OK = 0,
-    FILE_NOT_REGULAR,   /* exists but is not a regular file */
+    FILE_NOT_REGULAR, /* exists but is not a regular file */
     FILE_CANT_OPEN,
     FILE_NOMEM,
     FILE_READ_ERROR,
-    FILE_TOO_LARGE,     /* more than max_bytes */
+    FILE_TOO_LARGE, /* more than max_bytes */
 } file_status;
 
 /* The whole file at path into *data (malloc'd, NUL-terminated) and *len; at most

@@ -44,9 +44,9 @@
 #define MAX_THREADS 256
 
 typedef struct scratch_slot {
-    void *p;        /* 64-byte aligned, cap bytes */
+    void *p; /* 64-byte aligned, cap bytes */
     size_t cap;
-    char pad[64 - sizeof(void *) - sizeof(size_t)];   /* one cache line per thread */
+    char pad[64 - sizeof(void *) - sizeof(size_t)]; /* one cache line per thread */
 } scratch_slot;
 
 typedef struct worker {
@@ -55,16 +55,16 @@ typedef struct worker {
 } worker;
 
 struct tpool {
-    int n;                       /* threads including the caller */
-    pthread_t *th;               /* [n - 1] worker handles */
-    worker *wk;                  /* [n - 1] worker arguments */
-    scratch_slot *scratch;       /* [n] per-thread scratch */
+    int n;                 /* threads including the caller */
+    pthread_t *th;         /* [n - 1] worker handles */
+    worker *wk;            /* [n - 1] worker arguments */
+    scratch_slot *scratch; /* [n] per-thread scratch */
     pthread_mutex_t mu;
     pthread_cond_t cv_work, cv_done;
-    atomic_uint_fast64_t gen;    /* run counter; written under mu */
-    atomic_int pending;          /* workers still inside the current run */
+    atomic_uint_fast64_t gen; /* run counter; written under mu */
+    atomic_int pending;       /* workers still inside the current run */
     atomic_bool stop;
-    tpool_fn fn;              /* current run, see invariants */
+    tpool_fn fn; /* current run, see invariants */
     void *ctx;
 };
 

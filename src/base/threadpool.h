@@ -15,7 +15,7 @@
 typedef struct tpool tpool;
 typedef void (*tpool_fn)(void *ctx, int ith, int nth);
 
-tpool *tpool_create(int n_threads);   /* n_threads <= 0: number of cores */
+tpool *tpool_create(int n_threads); /* n_threads <= 0: number of cores */
 void tpool_free(tpool *p);
 int tpool_size(const tpool *p);
 /* Runs fn on all threads of the pool (a NULL pool runs fn(ctx, 0, 1)). */

@@ -31,10 +31,14 @@ int kvi_cpu_configure(const kvi_cpu_params *p, kvi_error *err)
         p = &d;
     }
     kern_isa isa;
-    if (!p->isa || !strcasecmp(p->isa, "avx512")) isa = KVI_ISA_AVX512;
-    else if (!strcasecmp(p->isa, "avx2")) isa = KVI_ISA_AVX2;
-    else if (!strcasecmp(p->isa, "scalar")) isa = KVI_ISA_SCALAR;
-    else return err_set(err, KVI_E_INVALID, "cpu: unknown isa '%s' (avx512, avx2, scalar)", p->isa);
+    if (!p->isa || !strcasecmp(p->isa, "avx512"))
+        isa = KVI_ISA_AVX512;
+    else if (!strcasecmp(p->isa, "avx2"))
+        isa = KVI_ISA_AVX2;
+    else if (!strcasecmp(p->isa, "scalar"))
+        isa = KVI_ISA_SCALAR;
+    else
+        return err_set(err, KVI_E_INVALID, "cpu: unknown isa '%s' (avx512, avx2, scalar)", p->isa);
     kern_isa_set(isa);
     cpu_amx_set(p->amx);
     kern_amx_f16_set(p->amx_f16);

@@ -43,7 +43,7 @@ struct kvi_seq {
     kvi_engine *e;
     kv_table table;
     int slot;
-    float *recv;             /* [n_ctx] received attention per position (heavy policy), or NULL */
+    float *recv; /* [n_ctx] received attention per position (heavy policy), or NULL */
     uint64_t prefix_hit, prefix_miss, n_evicted;
     /* per-step bookkeeping, valid only inside kvi_step */
     uint64_t step_stamp;
@@ -52,10 +52,10 @@ struct kvi_seq {
 
 struct kvi_batch {
     int32_t cap, n;
-    kvi_seq **seq;     /* [cap] */
-    int32_t *token;    /* [cap] */
-    int32_t *pos;      /* [cap] */
-    bool *want;        /* [cap] */
+    kvi_seq **seq;  /* [cap] */
+    int32_t *token; /* [cap] */
+    int32_t *pos;   /* [cap] */
+    bool *want;     /* [cap] */
 };
 
 struct kvi_engine {
@@ -64,24 +64,24 @@ struct kvi_engine {
     tpool *pool;
     kv_pool kv;
     fwd_ctx *fwd;
-    kvi_seq **slots;           /* [n_seq_max] */
+    kvi_seq **slots; /* [n_seq_max] */
     uint64_t stamp;
     /* per-step arrays, [n_batch_max] */
     const kv_table **tables;
     int32_t *out_rows;
     /* logits of the last step */
-    float *logits;             /* [logits_cap][n_vocab] */
+    float *logits; /* [logits_cap][n_vocab] */
     int32_t logits_cap;
-    int32_t *row_logit;        /* [row_logit_cap] batch row -> logits row or -1 */
+    int32_t *row_logit; /* [row_logit_cap] batch row -> logits row or -1 */
     int32_t row_logit_cap;
     int32_t n_rows_last;
     /* sharing and context policy */
     const kv_policy *policy;
     kv_policy_params pp;
-    kv_txn txn;                /* the KV changes of the current step (kv_txn.h) */
-    float **recv_rows;         /* [recv_cap] per batch row: its sequence's recv or NULL */
+    kv_txn txn;        /* the KV changes of the current step (kv_txn.h) */
+    float **recv_rows; /* [recv_cap] per batch row: its sequence's recv or NULL */
     int32_t recv_cap;
-    int32_t *keep;             /* [n_ctx] positions a policy keeps */
+    int32_t *keep; /* [n_ctx] positions a policy keeps */
     /* statistics */
     uint64_t n_steps, n_rows;
     uint64_t prefix_hit, prefix_miss, n_evicted;
@@ -130,8 +130,10 @@ void kvi_engine_free(kvi_engine *e)
 kvi_engine *kvi_engine_create(kvi_model *m, const kvi_engine_params *params, kvi_error *err)
 {
     kvi_engine_params p;
-    if (params) p = *params;
-    else kvi_engine_params_default(&p);
+    if (params)
+        p = *params;
+    else
+        kvi_engine_params_default(&p);
     if (!m || !m->has_weights) {
         err_set(err, KVI_E_INVALID, "engine: the model has no weights (vocabulary-only file?)");
         return NULL;
@@ -144,31 +146,30 @@ kvi_engine *kvi_engine_create(kvi_model *m, const kvi_engine_params *params, kvi
     if (p.kv_block_size > 4096 || p.n_ctx > (1 << 24) || p.n_seq_max > (1 << 16) ||
         p.n_batch_max > (1 << 20) || p.n_threads > 1024) {
         err_set(err, KVI_E_INVALID,
-                    "engine: parameter out of range (ctx %d, block %d, seqs %d, batch %d, threads %d)",
-                    p.n_ctx, p.kv_block_size, p.n_seq_max, p.n_batch_max, p.n_threads);
+                "engine: parameter out of range (ctx %d, block %d, seqs %d, batch %d, threads %d)", p.n_ctx,
+                p.kv_block_size, p.n_seq_max, p.n_batch_max, p.n_threads);
         return NULL;
     }
     if (!kv_layout_type_ok(p.kv_type_k)) {
-        err_set(err, KVI_E_UNSUPPORTED,
-                    "engine: KV key type %s is not supported (f32, f16, q8_0, q4_0, q4)",
-                    kvi_type_name(p.kv_type_k) ? kvi_type_name(p.kv_type_k) : "?");
+        err_set(err, KVI_E_UNSUPPORTED, "engine: KV key type %s is not supported (f32, f16, q8_0, q4_0, q4)",
+                kvi_type_name(p.kv_type_k) ? kvi_type_name(p.kv_type_k) : "?");
         return NULL;
     }
     const kv_policy *policy = kv_policy_find(p.ctx_policy);
     if (!policy) {
         err_set(err, KVI_E_INVALID, "engine: unknown context policy '%s' (%s)", p.ctx_policy,
-                    kv_policy_names());
+                kv_policy_names());
         return NULL;
     }
     if (p.n_keep < 0 || p.n_sink < 0 || p.n_window < 0) {
-        err_set(err, KVI_E_INVALID, "engine: negative keep/sink/window (%d, %d, %d)", p.n_keep,
-                    p.n_sink, p.n_window);
+        err_set(err, KVI_E_INVALID, "engine: negative keep/sink/window (%d, %d, %d)", p.n_keep, p.n_sink,
+                p.n_window);
         return NULL;
     }
     if (!kv_layout_type_ok(p.kv_type_v)) {
         err_set(err, KVI_E_UNSUPPORTED,
-                    "engine: KV value type %s is not supported (f32, f16, q8_0, q4_0, q4)",
-                    kvi_type_name(p.kv_type_v) ? kvi_type_name(p.kv_type_v) : "?");
+                "engine: KV value type %s is not supported (f32, f16, q8_0, q4_0, q4)",
+                kvi_type_name(p.kv_type_v) ? kvi_type_name(p.kv_type_v) : "?");
         return NULL;
     }
 
@@ -180,14 +181,17 @@ kvi_engine *kvi_engine_create(kvi_model *m, const kvi_engine_params *params, kvi
     e->m = m;
     e->p = p;
     e->policy = policy;
-    e->pp = (kv_policy_params){.n_ctx = p.n_ctx, .n_keep = p.n_keep, .n_sink = p.n_sink,
-                               .n_window = p.n_window, .block_size = p.kv_block_size};
+    e->pp = (kv_policy_params){ .n_ctx = p.n_ctx,
+                                .n_keep = p.n_keep,
+                                .n_sink = p.n_sink,
+                                .n_window = p.n_window,
+                                .block_size = p.kv_block_size };
     const int kv_dim = m->n_kv_heads * m->head_dim;
     if (p.kv_budget_bytes == 0) {
         const size_t blocks_per_seq = ((size_t)p.n_ctx + p.kv_block_size - 1) / p.kv_block_size;
-        e->p.kv_budget_bytes = blocks_per_seq * p.n_seq_max *
-                               kv_layout_block_bytes(m->n_layers, kv_dim, p.kv_block_size,
-                                                     p.kv_type_k, p.kv_type_v);
+        e->p.kv_budget_bytes =
+            blocks_per_seq * p.n_seq_max *
+            kv_layout_block_bytes(m->n_layers, kv_dim, p.kv_block_size, p.kv_type_k, p.kv_type_v);
     }
     if (kv_pool_init(&e->kv, m->n_layers, kv_dim, p.kv_block_size, p.kv_type_k, p.kv_type_v,
                      e->p.kv_budget_bytes, err) != 0)
@@ -290,17 +294,16 @@ int32_t kvi_seq_make_room(kvi_seq *s, int32_t n_needed, kvi_error *err)
     if ((int64_t)n_pos + n_needed <= e->p.n_ctx) return n_pos;
     if (n_needed > e->p.n_ctx)
         return err_set(err, KVI_E_CONTEXT_FULL,
-                           "context_length_exceeded: %d positions needed, the context holds %d",
-                           n_needed, e->p.n_ctx);
+                       "context_length_exceeded: %d positions needed, the context holds %d", n_needed,
+                       e->p.n_ctx);
     const int32_t n_keep = e->policy->select(&e->pp, n_pos, n_needed, s->recv, e->keep, err);
     if (n_keep < 0) return n_keep;
     if (n_keep >= n_pos) return n_pos;
-    const kv_rope rope = {e->m->n_rot, e->m->head_dim, e->m->n_kv_heads, e->m->rope_theta, e->m->rope_neox,
-                          e->m->rope_freqs};
+    const kv_rope rope = { e->m->n_rot,      e->m->head_dim,  e->m->n_kv_heads,
+                           e->m->rope_theta, e->m->rope_neox, e->m->rope_freqs };
     int rc = kv_policy_apply(&e->kv, &s->table, &rope, e->keep, n_keep, s->recv, err);
     if (rc) return rc;
-    if (s->recv)
-        memset(s->recv + n_keep, 0, (size_t)(e->p.n_ctx - n_keep) * sizeof *s->recv);
+    if (s->recv) memset(s->recv + n_keep, 0, (size_t)(e->p.n_ctx - n_keep) * sizeof *s->recv);
     s->n_evicted += (uint64_t)(n_pos - n_keep);
     e->n_evicted += (uint64_t)(n_pos - n_keep);
     return n_keep;
@@ -389,25 +392,25 @@ static int step_validate(kvi_engine *e, const kvi_batch *b, uint64_t stamp, int3
         if (s->e != e) return err_set(err, KVI_E_BAD_BATCH, "step: row %d: sequence of another engine", i);
         if (b->token[i] < 0 || b->token[i] >= e->m->n_vocab)
             return err_set(err, KVI_E_BAD_BATCH, "step: row %d: token id %d out of range [0, %d)", i,
-                               b->token[i], e->m->n_vocab);
+                           b->token[i], e->m->n_vocab);
         if (b->pos[i] < 0) return err_set(err, KVI_E_BAD_BATCH, "step: row %d: negative position", i);
         if (b->pos[i] >= e->p.n_ctx)
             return err_set(err, KVI_E_CONTEXT_FULL,
-                               "context_length_exceeded: step: row %d: position %d is past the "
-                               "context size %d", i, b->pos[i],
-                               e->p.n_ctx);
+                           "context_length_exceeded: step: row %d: position %d is past the "
+                           "context size %d",
+                           i, b->pos[i], e->p.n_ctx);
         if (s->step_stamp != stamp) {
             if (b->pos[i] > s->table.n_pos)
                 return err_set(err, KVI_E_BAD_BATCH,
-                                   "step: row %d: position %d leaves a gap (sequence holds %d positions)",
-                                   i, b->pos[i], s->table.n_pos);
+                               "step: row %d: position %d leaves a gap (sequence holds %d positions)", i,
+                               b->pos[i], s->table.n_pos);
             s->step_stamp = stamp;
             s->step_first = b->pos[i];
             s->step_rows = 0;
         } else if (b->pos[i] != s->step_last + 1) {
             return err_set(err, KVI_E_BAD_BATCH,
-                               "step: row %d: position %d does not follow %d of the same sequence", i,
-                               b->pos[i], s->step_last);
+                           "step: row %d: position %d does not follow %d of the same sequence", i, b->pos[i],
+                           s->step_last);
         }
         s->step_last = b->pos[i];
         s->step_rows++;
@@ -469,8 +472,12 @@ static int step_run(kvi_engine *e, const kvi_batch *b)
             }
         }
         const fwd_rows rows = {
-            .n = n, .tokens = b->token + start, .pos = b->pos + start, .tables = e->tables,
-            .n_out = n_out_chunk, .out_rows = e->out_rows,
+            .n = n,
+            .tokens = b->token + start,
+            .pos = b->pos + start,
+            .tables = e->tables,
+            .n_out = n_out_chunk,
+            .out_rows = e->out_rows,
             .logits = e->logits + (size_t)o * e->m->n_vocab,
             .recv = e->recv_rows + start,
         };

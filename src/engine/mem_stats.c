@@ -38,10 +38,12 @@ static void read_rss(size_t *rss, size_t *peak)
     *rss = *peak = 0;
     FILE *f = fopen("/proc/self/status", "r");
     if (f) {
-        char line[256];   /* longer lines are read in pieces; no key of interest is long */
+        char line[256]; /* longer lines are read in pieces; no key of interest is long */
         while (fgets(line, sizeof line, f)) {
-            if (!strncmp(line, "VmRSS:", 6)) *rss = kb_line(line, 6);
-            else if (!strncmp(line, "VmHWM:", 6)) *peak = kb_line(line, 6);
+            if (!strncmp(line, "VmRSS:", 6))
+                *rss = kb_line(line, 6);
+            else if (!strncmp(line, "VmHWM:", 6))
+                *peak = kb_line(line, 6);
         }
         fclose(f);
     }

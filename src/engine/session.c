@@ -30,8 +30,8 @@
 /* Names the model: a restored cache is only valid for the same network. */
 static uint64_t hparams_sum(const kvi_model *m)
 {
-    const int32_t v[] = {m->n_vocab, m->dim, m->n_layers, m->n_heads, m->n_kv_heads,
-                         m->head_dim, m->ffn_dim, m->n_rot, m->rope_neox ? 1 : 0};
+    const int32_t v[] = { m->n_vocab,  m->dim,     m->n_layers, m->n_heads,          m->n_kv_heads,
+                          m->head_dim, m->ffn_dim, m->n_rot,    m->rope_neox ? 1 : 0 };
     uint64_t h = kv_sess_fnv(KV_SESS_FNV0, v, sizeof v);
     h = kv_sess_fnv(h, &m->rope_theta, sizeof m->rope_theta);
     h = kv_sess_fnv(h, &m->rms_eps, sizeof m->rms_eps);
@@ -76,9 +76,10 @@ static int load_header(FILE *f, const char *path, kvi_engine *e, kv_sess_info *i
     rewind(f);
     if (fsize < 0 || !kv_sess_read(f, h, sizeof h, sum))
         return err_set(err, KVI_E_FORMAT, "session: %s is truncated (no %d-byte header)", path,
-                           KV_SESS_HEADER);
-    const kv_sess_expect x = {.p = engine_kv_pool(e), .model_sum = hparams_sum(kvi_engine_model(e)),
-                              .n_ctx = kvi_engine_n_ctx(e)};
+                       KV_SESS_HEADER);
+    const kv_sess_expect x = { .p = engine_kv_pool(e),
+                               .model_sum = hparams_sum(kvi_engine_model(e)),
+                               .n_ctx = kvi_engine_n_ctx(e) };
     return kv_sess_decode(h, (int64_t)fsize, &x, path, in, err);
 }
 
@@ -93,8 +94,8 @@ static int load_tokens(FILE *f, const char *path, const kvi_model *m, int32_t n_
         tokens[i] = (int32_t)kv_sess_get_u32(tb);
         if (tokens[i] < 0 || tokens[i] >= m->n_vocab)
             return err_set(err, KVI_E_FORMAT,
-                               "session: %s: token %d at position %d is outside the vocabulary", path, tokens[i],
-                               i);
+                           "session: %s: token %d at position %d is outside the vocabulary", path, tokens[i],
+                           i);
     }
     return 0;
 }
@@ -119,8 +120,8 @@ int kvi_seq_load(kvi_seq *s, const char *path, bool *shifted, kvi_error *err)
 
     FILE *f = fopen(path, "rb");
     if (!f) return err_set(err, KVI_E_IO, "session: cannot open %s: %s", path, strerror(errno));
-    int32_t *tokens = NULL;   /* [n_pos] */
-    uint8_t *blk = NULL;      /* [kv_sess_scratch_bytes] one block or the tail being checked */
+    int32_t *tokens = NULL; /* [n_pos] */
+    uint8_t *blk = NULL;    /* [kv_sess_scratch_bytes] one block or the tail being checked */
     uint64_t sum = KV_SESS_FNV0;
     kv_sess_info in;
     int rc = load_header(f, path, e, &in, &sum, err);

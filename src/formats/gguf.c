@@ -58,42 +58,42 @@
 
 #define GGUF_DEFAULT_ALIGNMENT 32
 #define GGUF_MAX_KEY_LEN 65535
-#define GGUF_HUGEPAGE_MIN ((size_t)32 << 20)   /* worth a madvise above this size */
+#define GGUF_HUGEPAGE_MIN ((size_t)32 << 20) /* worth a madvise above this size */
 
 enum { BUF_CALLER = 0, BUF_ANON = 1, BUF_FILEMAP = 2 };
 
 typedef struct gguf_kv {
-    char *key;               /* NUL-terminated copy, key_len bytes + NUL */
+    char *key; /* NUL-terminated copy, key_len bytes + NUL */
     size_t key_len;
     gguf_vtype type;
-    gguf_vtype elem;         /* element type when type == GGUF_T_ARRAY, else type */
-    uint64_t n;              /* element count of an array; 1 for a scalar or string */
-    const uint8_t *val;      /* scalar bytes | string bytes | first array element */
-    const uint8_t *raw;      /* the encoded value as in the file, after the type field */
+    gguf_vtype elem;    /* element type when type == GGUF_T_ARRAY, else type */
+    uint64_t n;         /* element count of an array; 1 for a scalar or string */
+    const uint8_t *val; /* scalar bytes | string bytes | first array element */
+    const uint8_t *raw; /* the encoded value as in the file, after the type field */
     size_t raw_len;
-    char *str;               /* string value: NUL-terminated copy (str_len + 1 bytes) */
+    char *str; /* string value: NUL-terminated copy (str_len + 1 bytes) */
     size_t str_len;
-    size_t *str_off;         /* string arrays: [n] offset of element i's length from val */
+    size_t *str_off; /* string arrays: [n] offset of element i's length from val */
 } gguf_kv;
 
 typedef struct name_index {
-    int64_t *slot;           /* [cap] entry index or -1 */
-    size_t cap;              /* power of two, >= 2 * entries */
+    int64_t *slot; /* [cap] entry index or -1 */
+    size_t cap;    /* power of two, >= 2 * entries */
 } name_index;
 
 struct gguf_ctx {
-    const uint8_t *buf;      /* [size] the whole file */
+    const uint8_t *buf; /* [size] the whole file */
     size_t size;
-    int buf_kind;            /* BUF_* : how to release buf */
-    size_t map_len;          /* bytes mapped (BUF_ANON, BUF_FILEMAP) */
+    int buf_kind;   /* BUF_* : how to release buf */
+    size_t map_len; /* bytes mapped (BUF_ANON, BUF_FILEMAP) */
     uint32_t version;
     size_t alignment;
-    size_t data_off;         /* start of the data section; <= size */
+    size_t data_off; /* start of the data section; <= size */
     int64_t n_kv;
-    gguf_kv *kv;             /* [n_kv] */
+    gguf_kv *kv; /* [n_kv] */
     int64_t n_tensors;
-    gguf_tensor *tensors;    /* [n_tensors]; names point to tensor_names[i] */
-    char **tensor_names;     /* [n_tensors] NUL-terminated copies */
+    gguf_tensor *tensors; /* [n_tensors]; names point to tensor_names[i] */
+    char **tensor_names;  /* [n_tensors] NUL-terminated copies */
     name_index kv_index;
     name_index tensor_index;
 };
@@ -111,18 +111,25 @@ static uint64_t rd_u64(const uint8_t *p) { return (uint64_t)rd_u32(p) | ((uint64
 static size_t vtype_size(uint32_t t)
 {
     switch (t) {
-    case GGUF_T_UINT8: case GGUF_T_INT8: case GGUF_T_BOOL: return 1;
-    case GGUF_T_UINT16: case GGUF_T_INT16: return 2;
-    case GGUF_T_UINT32: case GGUF_T_INT32: case GGUF_T_FLOAT32: return 4;
-    case GGUF_T_UINT64: case GGUF_T_INT64: case GGUF_T_FLOAT64: return 8;
+    case GGUF_T_UINT8:
+    case GGUF_T_INT8:
+    case GGUF_T_BOOL: return 1;
+    case GGUF_T_UINT16:
+    case GGUF_T_INT16: return 2;
+    case GGUF_T_UINT32:
+    case GGUF_T_INT32:
+    case GGUF_T_FLOAT32: return 4;
+    case GGUF_T_UINT64:
+    case GGUF_T_INT64:
+    case GGUF_T_FLOAT64: return 8;
     default: return 0;
     }
 }
 
 static const char *vtype_name(uint32_t t)
 {
-    static const char *names[GGUF_T_COUNT] = {"u8", "i8", "u16", "i16", "u32", "i32", "f32",
-                                              "bool", "string", "array", "u64", "i64", "f64"};
+    static const char *names[GGUF_T_COUNT] = { "u8",   "i8",     "u16",   "i16", "u32", "i32", "f32",
+                                               "bool", "string", "array", "u64", "i64", "f64" };
     return t < GGUF_T_COUNT ? names[t] : "unknown";
 }
 
@@ -130,7 +137,7 @@ static const char *vtype_name(uint32_t t)
 
 static uint64_t name_hash(const char *s, size_t n)
 {
-    uint64_t h = 0xcbf29ce484222325ull;   /* FNV-1a */
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
     for (size_t i = 0; i < n; i++) {
         h ^= (uint8_t)s[i];
         h *= 0x100000001b3ull;
@@ -141,7 +148,7 @@ static uint64_t name_hash(const char *s, size_t n)
 static int index_init(name_index *ix, size_t n)
 {
     size_t cap = 16;
-    while (cap < 2 * n) cap *= 2;   /* n is bounded by the file size: no overflow */
+    while (cap < 2 * n) cap *= 2; /* n is bounded by the file size: no overflow */
     ix->slot = malloc(cap * sizeof *ix->slot);
     if (!ix->slot) return KVI_E_NOMEM;
     for (size_t i = 0; i < cap; i++) ix->slot[i] = -1;
@@ -153,8 +160,8 @@ static int index_init(name_index *ix, size_t n)
  * name_at(i) gives the NUL-terminated name of entry i. */
 typedef const char *(*name_at_fn)(const gguf_ctx *g, int64_t i);
 
-static int64_t *index_slot(const name_index *ix, const gguf_ctx *g, name_at_fn name_at,
-                           const char *name, size_t len)
+static int64_t *index_slot(const name_index *ix, const gguf_ctx *g, name_at_fn name_at, const char *name,
+                           size_t len)
 {
     size_t mask = ix->cap - 1;
     size_t h = (size_t)name_hash(name, len) & mask;
@@ -175,8 +182,8 @@ static const char *tensor_name_at(const gguf_ctx *g, int64_t i) { return g->tens
 typedef struct cursor {
     const uint8_t *buf;
     size_t size;
-    size_t pos;           /* <= size */
-    const char *file;     /* for messages */
+    size_t pos;       /* <= size */
+    const char *file; /* for messages */
     kvi_error *err;
 } cursor;
 
@@ -186,8 +193,8 @@ static int cur_need(cursor *c, size_t n, const char *what)
 {
     if (cur_left(c) < n)
         return err_set(c->err, KVI_E_FORMAT,
-                           "gguf: %s: %s at offset %zu needs %zu bytes, only %zu left (truncated file?)",
-                           c->file, what, c->pos, n, cur_left(c));
+                       "gguf: %s: %s at offset %zu needs %zu bytes, only %zu left (truncated file?)", c->file,
+                       what, c->pos, n, cur_left(c));
     return 0;
 }
 
@@ -219,8 +226,8 @@ static int cur_str(cursor *c, const uint8_t **s, size_t *len, const char *what)
     if (rc) return rc;
     if (n > cur_left(c))
         return err_set(c->err, KVI_E_FORMAT,
-                           "gguf: %s: %s at offset %zu: length %llu exceeds the %zu bytes left",
-                           c->file, what, c->pos - 8, (unsigned long long)n, cur_left(c));
+                       "gguf: %s: %s at offset %zu: length %llu exceeds the %zu bytes left", c->file, what,
+                       c->pos - 8, (unsigned long long)n, cur_left(c));
     *s = c->buf + c->pos;
     *len = (size_t)n;
     c->pos += (size_t)n;
@@ -244,11 +251,10 @@ static int cur_name(cursor *c, char **out, size_t *out_len, const char *what, in
     int rc = cur_str(c, &s, &n, what);
     if (rc) return rc;
     if (n == 0)
-        return err_set(c->err, KVI_E_FORMAT, "gguf: %s: %s #%lld is empty", c->file, what,
-                           (long long)idx);
+        return err_set(c->err, KVI_E_FORMAT, "gguf: %s: %s #%lld is empty", c->file, what, (long long)idx);
     if (memchr(s, 0, n))
-        return err_set(c->err, KVI_E_FORMAT, "gguf: %s: %s #%lld contains a NUL byte", c->file,
-                           what, (long long)idx);
+        return err_set(c->err, KVI_E_FORMAT, "gguf: %s: %s #%lld contains a NUL byte", c->file, what,
+                       (long long)idx);
     *out = dup_bytes(s, n);
     if (!*out) return err_set(c->err, KVI_E_NOMEM, "gguf: %s: out of memory", c->file);
     *out_len = n;
@@ -264,11 +270,11 @@ static int parse_array(cursor *c, gguf_kv *kv)
     int rc = cur_u32(c, &elem, "array element type");
     if (rc) return rc;
     if (elem == GGUF_T_ARRAY)
-        return err_set(c->err, KVI_E_FORMAT, "gguf: %s: key '%s': nested arrays are not supported",
-                           c->file, kv->key);
+        return err_set(c->err, KVI_E_FORMAT, "gguf: %s: key '%s': nested arrays are not supported", c->file,
+                       kv->key);
     if (elem >= GGUF_T_COUNT)
-        return err_set(c->err, KVI_E_FORMAT, "gguf: %s: key '%s': unknown array element type %u",
-                           c->file, kv->key, elem);
+        return err_set(c->err, KVI_E_FORMAT, "gguf: %s: key '%s': unknown array element type %u", c->file,
+                       kv->key, elem);
     if ((rc = cur_u64(c, &n, "array count"))) return rc;
     kv->elem = (gguf_vtype)elem;
     kv->n = n;
@@ -277,16 +283,16 @@ static int parse_array(cursor *c, gguf_kv *kv)
         size_t es = vtype_size(elem);
         if (n > cur_left(c) / es)
             return err_set(c->err, KVI_E_FORMAT,
-                               "gguf: %s: key '%s': array of %llu %s elements exceeds the %zu bytes left",
-                               c->file, kv->key, (unsigned long long)n, vtype_name(elem), cur_left(c));
+                           "gguf: %s: key '%s': array of %llu %s elements exceeds the %zu bytes left",
+                           c->file, kv->key, (unsigned long long)n, vtype_name(elem), cur_left(c));
         c->pos += (size_t)n * es;
         return 0;
     }
     /* Each string takes at least its 8-byte length: bound the table by the bytes left. */
     if (n > cur_left(c) / 8)
         return err_set(c->err, KVI_E_FORMAT,
-                           "gguf: %s: key '%s': array of %llu strings exceeds the %zu bytes left",
-                           c->file, kv->key, (unsigned long long)n, cur_left(c));
+                       "gguf: %s: key '%s': array of %llu strings exceeds the %zu bytes left", c->file,
+                       kv->key, (unsigned long long)n, cur_left(c));
     if (n) {
         kv->str_off = malloc((size_t)n * sizeof *kv->str_off);
         if (!kv->str_off) return err_set(c->err, KVI_E_NOMEM, "gguf: %s: out of memory", c->file);
@@ -297,10 +303,9 @@ static int parse_array(cursor *c, gguf_kv *kv)
         uint64_t len = cur_left(c) >= 8 ? rd_u64(c->buf + c->pos) : 0;
         if (cur_left(c) < 8 || len > cur_left(c) - 8)
             return err_set(c->err, KVI_E_FORMAT,
-                               "gguf: %s: key '%s': string #%llu at offset %zu: %s (%zu bytes left)",
-                               c->file, kv->key, (unsigned long long)i, c->pos,
-                               cur_left(c) < 8 ? "length truncated" : "length past end of file",
-                               cur_left(c));
+                           "gguf: %s: key '%s': string #%llu at offset %zu: %s (%zu bytes left)", c->file,
+                           kv->key, (unsigned long long)i, c->pos,
+                           cur_left(c) < 8 ? "length truncated" : "length past end of file", cur_left(c));
         c->pos += 8 + (size_t)len;
     }
     return 0;
@@ -312,13 +317,13 @@ static int parse_kv(cursor *c, gguf_ctx *g, int64_t i)
     int rc = cur_name(c, &kv->key, &kv->key_len, "key", i);
     if (rc) return rc;
     if (kv->key_len > GGUF_MAX_KEY_LEN)
-        return err_set(c->err, KVI_E_FORMAT, "gguf: %s: key #%lld is %zu bytes long (max %d)",
-                           c->file, (long long)i, kv->key_len, GGUF_MAX_KEY_LEN);
+        return err_set(c->err, KVI_E_FORMAT, "gguf: %s: key #%lld is %zu bytes long (max %d)", c->file,
+                       (long long)i, kv->key_len, GGUF_MAX_KEY_LEN);
     uint32_t type;
     if ((rc = cur_u32(c, &type, "value type"))) return rc;
     if (type >= GGUF_T_COUNT)
-        return err_set(c->err, KVI_E_FORMAT, "gguf: %s: key '%s': unknown value type %u", c->file,
-                           kv->key, type);
+        return err_set(c->err, KVI_E_FORMAT, "gguf: %s: key '%s': unknown value type %u", c->file, kv->key,
+                       type);
     kv->type = kv->elem = (gguf_vtype)type;
     kv->n = 1;
     kv->raw = c->buf + c->pos;
@@ -342,8 +347,8 @@ static int parse_kv(cursor *c, gguf_ctx *g, int64_t i)
 
     int64_t *slot = index_slot(&g->kv_index, g, kv_name_at, kv->key, kv->key_len);
     if (*slot >= 0)
-        return err_set(c->err, KVI_E_FORMAT, "gguf: %s: duplicate key '%s' (entries %lld and %lld)",
-                           c->file, kv->key, (long long)*slot, (long long)i);
+        return err_set(c->err, KVI_E_FORMAT, "gguf: %s: duplicate key '%s' (entries %lld and %lld)", c->file,
+                       kv->key, (long long)*slot, (long long)i);
     *slot = i;
     return 0;
 }
@@ -360,16 +365,16 @@ static int parse_tensor_info(cursor *c, gguf_ctx *g, int64_t i, uint32_t *type_o
     uint32_t n_dims;
     if ((rc = cur_u32(c, &n_dims, "tensor n_dims"))) return rc;
     if (n_dims > GGUF_MAX_DIMS)
-        return err_set(c->err, KVI_E_FORMAT, "gguf: %s: tensor '%s': n_dims %u (max %d)", c->file,
-                           t->name, n_dims, GGUF_MAX_DIMS);
+        return err_set(c->err, KVI_E_FORMAT, "gguf: %s: tensor '%s': n_dims %u (max %d)", c->file, t->name,
+                       n_dims, GGUF_MAX_DIMS);
     t->n_dims = n_dims;
     for (int d = 0; d < GGUF_MAX_DIMS; d++) t->ne[d] = 1;
     for (uint32_t d = 0; d < n_dims; d++) {
         uint64_t ne;
         if ((rc = cur_u64(c, &ne, "tensor dimension"))) return rc;
         if (ne > (uint64_t)INT64_MAX)
-            return err_set(c->err, KVI_E_FORMAT, "gguf: %s: tensor '%s': ne[%u] = %lld is negative",
-                               c->file, t->name, d, (long long)ne);
+            return err_set(c->err, KVI_E_FORMAT, "gguf: %s: tensor '%s': ne[%u] = %lld is negative", c->file,
+                           t->name, d, (long long)ne);
         t->ne[d] = (int64_t)ne;
     }
     if ((rc = cur_u32(c, type_out, "tensor type"))) return rc;
@@ -378,7 +383,7 @@ static int parse_tensor_info(cursor *c, gguf_ctx *g, int64_t i, uint32_t *type_o
     int64_t *slot = index_slot(&g->tensor_index, g, tensor_name_at, t->name, len);
     if (*slot >= 0)
         return err_set(c->err, KVI_E_FORMAT, "gguf: %s: duplicate tensor '%s' (tensors %lld and %lld)",
-                           c->file, t->name, (long long)*slot, (long long)i);
+                       c->file, t->name, (long long)*slot, (long long)i);
     *slot = i;
     return 0;
 }
@@ -388,52 +393,55 @@ static int check_tensor(cursor *c, gguf_ctx *g, int64_t i, uint32_t type, size_t
 {
     gguf_tensor *t = &g->tensors[i];
     if (type >= KVI_TYPE_COUNT || !quant_type_known((kvi_type)type))
-        return err_set(c->err, KVI_E_FORMAT, "gguf: %s: tensor '%s': unknown type %u", c->file,
-                           t->name, type);
+        return err_set(c->err, KVI_E_FORMAT, "gguf: %s: tensor '%s': unknown type %u", c->file, t->name,
+                       type);
     t->type = (kvi_type)type;
     int64_t be = quant_block_elems(t->type);
     size_t bb = quant_block_bytes(t->type);
     if (be <= 0 || bb == 0)
-        return err_set(c->err, KVI_E_FORMAT, "gguf: %s: tensor '%s': type %u has no block size",
-                           c->file, t->name, type);
+        return err_set(c->err, KVI_E_FORMAT, "gguf: %s: tensor '%s': type %u has no block size", c->file,
+                       t->name, type);
     /* The element count must fit int64_t; the rows' product is checked step by step. */
     uint64_t nel = 1;
     for (int d = 0; d < GGUF_MAX_DIMS; d++) {
         uint64_t ne = (uint64_t)t->ne[d];
         if (ne != 0 && nel > (uint64_t)INT64_MAX / ne)
             return err_set(c->err, KVI_E_FORMAT,
-                               "gguf: %s: tensor '%s': element count overflows (ne = %lld x %lld x %lld x %lld)",
-                               c->file, t->name, (long long)t->ne[0], (long long)t->ne[1],
-                               (long long)t->ne[2], (long long)t->ne[3]);
+                           "gguf: %s: tensor '%s': element count overflows (ne = %lld x %lld x %lld x %lld)",
+                           c->file, t->name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
+                           (long long)t->ne[3]);
         nel *= ne;
     }
     if (t->ne[0] % be != 0)
         return err_set(c->err, KVI_E_FORMAT,
-                           "gguf: %s: tensor '%s': ne[0] = %lld is not a multiple of the block size %lld",
-                           c->file, t->name, (long long)t->ne[0], (long long)be);
+                       "gguf: %s: tensor '%s': ne[0] = %lld is not a multiple of the block size %lld",
+                       c->file, t->name, (long long)t->ne[0], (long long)be);
     /* nel fits int64_t, so nel / be * bb overflows only if bb is large: check against SIZE_MAX. */
     uint64_t blocks = nel / (uint64_t)be;
     if (blocks != 0 && bb > SIZE_MAX / blocks)
-        return err_set(c->err, KVI_E_FORMAT, "gguf: %s: tensor '%s': byte size overflows", c->file,
-                           t->name);
+        return err_set(c->err, KVI_E_FORMAT, "gguf: %s: tensor '%s': byte size overflows", c->file, t->name);
     t->nbytes = (size_t)blocks * bb;
     if (t->offset % g->alignment != 0)
         return err_set(c->err, KVI_E_FORMAT,
-                           "gguf: %s: tensor '%s': offset %llu is not a multiple of the alignment %zu",
-                           c->file, t->name, (unsigned long long)t->offset, g->alignment);
+                       "gguf: %s: tensor '%s': offset %llu is not a multiple of the alignment %zu", c->file,
+                       t->name, (unsigned long long)t->offset, g->alignment);
     if (t->offset > avail || t->nbytes > avail - t->offset) {
         unsigned long long end = t->offset + (unsigned long long)t->nbytes;
         if (end < t->offset) end = ULLONG_MAX;
         return err_set(c->err, KVI_E_FORMAT,
-                           "gguf: %s: tensor '%s': data [%llu..%llu) past end of file (data section %zu bytes at %zu, file size %zu)",
-                           c->file, t->name, (unsigned long long)t->offset, end, avail, g->data_off,
-                           g->size);
+                       "gguf: %s: tensor '%s': data [%llu..%llu) past end of file (data section %zu bytes at "
+                       "%zu, file size %zu)",
+                       c->file, t->name, (unsigned long long)t->offset, end, avail, g->data_off, g->size);
     }
     t->data = g->buf + g->data_off + t->offset;
     return 0;
 }
 
-typedef struct span { uint64_t off; size_t nbytes; int64_t idx; } span;
+typedef struct span {
+    uint64_t off;
+    size_t nbytes;
+    int64_t idx;
+} span;
 
 static int span_cmp(const void *a, const void *b)
 {
@@ -449,7 +457,7 @@ static int check_overlaps(cursor *c, gguf_ctx *g)
     if (!s) return err_set(c->err, KVI_E_NOMEM, "gguf: %s: out of memory", c->file);
     size_t n = 0;
     for (int64_t i = 0; i < g->n_tensors; i++) {
-        if (g->tensors[i].nbytes == 0) continue;   /* an empty tensor occupies nothing */
+        if (g->tensors[i].nbytes == 0) continue; /* an empty tensor occupies nothing */
         s[n].off = g->tensors[i].offset;
         s[n].nbytes = g->tensors[i].nbytes;
         s[n].idx = i;
@@ -458,12 +466,12 @@ static int check_overlaps(cursor *c, gguf_ctx *g)
     qsort(s, n, sizeof *s, span_cmp);
     int rc = 0;
     for (size_t k = 1; k < n; k++) {
-        if (s[k - 1].off + s[k - 1].nbytes > s[k].off) {   /* both lie inside the file: no overflow */
-            rc = err_set(c->err, KVI_E_FORMAT,
-                             "gguf: %s: tensors '%s' [%llu..%llu) and '%s' [%llu..) overlap", c->file,
-                             g->tensors[s[k - 1].idx].name, (unsigned long long)s[k - 1].off,
-                             (unsigned long long)(s[k - 1].off + s[k - 1].nbytes),
-                             g->tensors[s[k].idx].name, (unsigned long long)s[k].off);
+        if (s[k - 1].off + s[k - 1].nbytes > s[k].off) { /* both lie inside the file: no overflow */
+            rc =
+                err_set(c->err, KVI_E_FORMAT, "gguf: %s: tensors '%s' [%llu..%llu) and '%s' [%llu..) overlap",
+                        c->file, g->tensors[s[k - 1].idx].name, (unsigned long long)s[k - 1].off,
+                        (unsigned long long)(s[k - 1].off + s[k - 1].nbytes), g->tensors[s[k].idx].name,
+                        (unsigned long long)s[k].off);
             break;
         }
     }
@@ -480,19 +488,19 @@ static int read_alignment(cursor *c, gguf_ctx *g)
     if (i < 0) return 0;
     const gguf_kv *kv = &g->kv[i];
     if (kv->type != GGUF_T_UINT32)
-        return err_set(c->err, KVI_E_FORMAT, "gguf: %s: general.alignment has type %s (must be u32)",
-                           c->file, vtype_name(kv->type));
+        return err_set(c->err, KVI_E_FORMAT, "gguf: %s: general.alignment has type %s (must be u32)", c->file,
+                       vtype_name(kv->type));
     uint32_t a = rd_u32(kv->val);
     if (a == 0 || (a & (a - 1)) != 0)
-        return err_set(c->err, KVI_E_FORMAT,
-                           "gguf: %s: general.alignment = %u is not a nonzero power of two", c->file, a);
+        return err_set(c->err, KVI_E_FORMAT, "gguf: %s: general.alignment = %u is not a nonzero power of two",
+                       c->file, a);
     g->alignment = a;
     return 0;
 }
 
 static int parse(gguf_ctx *g, const char *file, kvi_error *err)
 {
-    cursor c = {.buf = g->buf, .size = g->size, .pos = 0, .file = file, .err = err};
+    cursor c = { .buf = g->buf, .size = g->size, .pos = 0, .file = file, .err = err };
     int rc = cur_need(&c, 4 + 4 + 8 + 8, "header");
     if (rc) return rc;
     if (memcmp(g->buf, "GGUF", 4) != 0)
@@ -500,30 +508,27 @@ static int parse(gguf_ctx *g, const char *file, kvi_error *err)
     c.pos = 4;
     cur_u32(&c, &g->version, "version");
     if (g->version == 1)
-        return err_set(err, KVI_E_FORMAT, "gguf: %s: GGUF version 1 is not supported (only 2 and 3)",
-                           file);
+        return err_set(err, KVI_E_FORMAT, "gguf: %s: GGUF version 1 is not supported (only 2 and 3)", file);
     if (g->version != 2 && g->version != 3)
-        return err_set(err, KVI_E_FORMAT,
-                           "gguf: %s: GGUF version %u is not supported (only 2 and 3%s)", file, g->version,
-                           (g->version & 0xFFFF) == 0 ? "; a big-endian file?" : "");
+        return err_set(err, KVI_E_FORMAT, "gguf: %s: GGUF version %u is not supported (only 2 and 3%s)", file,
+                       g->version, (g->version & 0xFFFF) == 0 ? "; a big-endian file?" : "");
     uint64_t n_tensors, n_kv;
     cur_u64(&c, &n_tensors, "n_tensors");
     cur_u64(&c, &n_kv, "n_kv");
     /* The smallest kv is 8 (key length) + 1 (key) + 4 (type) + 1 (a u8 value) bytes;
      * the smallest tensor info 8 + 1 + 4 (n_dims 0) + 4 (type) + 8 (offset). */
     if (n_kv > cur_left(&c) / 14)
-        return err_set(err, KVI_E_FORMAT, "gguf: %s: n_kv = %llu does not fit the %zu bytes left",
-                           file, (unsigned long long)n_kv, cur_left(&c));
+        return err_set(err, KVI_E_FORMAT, "gguf: %s: n_kv = %llu does not fit the %zu bytes left", file,
+                       (unsigned long long)n_kv, cur_left(&c));
     if (n_tensors > cur_left(&c) / 25)
-        return err_set(err, KVI_E_FORMAT,
-                           "gguf: %s: n_tensors = %llu does not fit the %zu bytes left", file,
-                           (unsigned long long)n_tensors, cur_left(&c));
+        return err_set(err, KVI_E_FORMAT, "gguf: %s: n_tensors = %llu does not fit the %zu bytes left", file,
+                       (unsigned long long)n_tensors, cur_left(&c));
 
     g->kv = calloc((size_t)n_kv + 1, sizeof *g->kv);
     if (!g->kv || index_init(&g->kv_index, (size_t)n_kv))
         return err_set(err, KVI_E_NOMEM, "gguf: %s: out of memory", file);
     for (uint64_t i = 0; i < n_kv; i++) {
-        g->n_kv = (int64_t)i + 1;   /* entry i is freed by gguf_close even if half-parsed */
+        g->n_kv = (int64_t)i + 1; /* entry i is freed by gguf_close even if half-parsed */
         if ((rc = parse_kv(&c, g, (int64_t)i))) return rc;
     }
     if ((rc = read_alignment(&c, g))) return rc;
@@ -553,9 +558,10 @@ static int parse(gguf_ctx *g, const char *file, kvi_error *err)
     for (int64_t i = 0; i < g->n_tensors && rc == 0; i++) {
         rc = check_tensor(&c, g, i, types[i], avail);
         if (rc == 0 && !data_start_ok && g->tensors[i].nbytes > 0)
-            rc = err_set(err, KVI_E_FORMAT,
-                             "gguf: %s: tensor '%s': data section would start at %zu, past end of file (size %zu)",
-                             file, g->tensors[i].name, c.pos + pad, g->size);
+            rc =
+                err_set(err, KVI_E_FORMAT,
+                        "gguf: %s: tensor '%s': data section would start at %zu, past end of file (size %zu)",
+                        file, g->tensors[i].name, c.pos + pad, g->size);
     }
     free(types);
     if (rc) return rc;
@@ -623,10 +629,10 @@ int gguf_open_mem(const void *buf, size_t len, gguf_ctx **out, kvi_error *err)
  * the start-up time of a large model by the cores. */
 typedef struct read_slice {
     int fd;
-    uint8_t *dst;        /* the whole buffer */
+    uint8_t *dst; /* the whole buffer */
     size_t off, len;
-    size_t done;         /* bytes read */
-    int err;             /* errno of a failed read, -1 when the file ended early, 0 */
+    size_t done; /* bytes read */
+    int err;     /* errno of a failed read, -1 when the file ended early, 0 */
 } read_slice;
 
 static void *read_slice_run(void *arg)
@@ -649,7 +655,7 @@ static void *read_slice_run(void *arg)
 #ifndef GGUF_READ_SLICES_MAX
 #define GGUF_READ_SLICES_MAX 8
 #endif
-#define GGUF_READ_SLICE_MIN ((size_t)32 << 20)   /* smaller files are read by one thread */
+#define GGUF_READ_SLICE_MIN ((size_t)32 << 20) /* smaller files are read by one thread */
 
 /* [0, size) in n slices with 2 MiB-aligned bounds, one per core (at most
  * GGUF_READ_SLICES_MAX, none smaller than GGUF_READ_SLICE_MIN but the last):
@@ -675,13 +681,15 @@ static size_t plan_slices(size_t size, size_t off[GGUF_READ_SLICES_MAX], size_t 
 static void run_slices(size_t n, void *(*fn)(void *), void *args, size_t arg_size)
 {
     pthread_t th[GGUF_READ_SLICES_MAX];
-    bool started[GGUF_READ_SLICES_MAX] = {false};
+    bool started[GGUF_READ_SLICES_MAX] = { false };
     uint8_t *a = args;
     for (size_t i = 1; i < n; i++) started[i] = pthread_create(&th[i], NULL, fn, a + i * arg_size) == 0;
     fn(a);
     for (size_t i = 1; i < n; i++) {
-        if (started[i]) pthread_join(th[i], NULL);
-        else fn(a + i * arg_size);
+        if (started[i])
+            pthread_join(th[i], NULL);
+        else
+            fn(a + i * arg_size);
     }
 }
 
@@ -691,14 +699,14 @@ static int read_whole(int fd, size_t size, const char *path, void **out, kvi_err
     void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED)
         return err_set(err, KVI_E_NOMEM, "gguf: %s: cannot allocate %zu bytes: %s", path, size,
-                           strerror(errno));
+                       strerror(errno));
 #ifdef MADV_HUGEPAGE
-    if (size >= GGUF_HUGEPAGE_MIN) (void)madvise(p, size, MADV_HUGEPAGE);   /* a hint only */
+    if (size >= GGUF_HUGEPAGE_MIN) (void)madvise(p, size, MADV_HUGEPAGE); /* a hint only */
 #endif
     size_t off[GGUF_READ_SLICES_MAX], len[GGUF_READ_SLICES_MAX];
     const size_t n = plan_slices(size, off, len);
-    read_slice sl[GGUF_READ_SLICES_MAX];      /* [n] */
-    for (size_t i = 0; i < n; i++) sl[i] = (read_slice){.fd = fd, .dst = p, .off = off[i], .len = len[i]};
+    read_slice sl[GGUF_READ_SLICES_MAX]; /* [n] */
+    for (size_t i = 0; i < n; i++) sl[i] = (read_slice){ .fd = fd, .dst = p, .off = off[i], .len = len[i] };
     run_slices(n, read_slice_run, sl, sizeof sl[0]);
     for (size_t i = 0; i < n; i++) {
         if (sl[i].err == 0) continue;
@@ -706,11 +714,12 @@ static int read_whole(int fd, size_t size, const char *path, void **out, kvi_err
         const int e = sl[i].err;
         munmap(p, size);
         if (e < 0)
-            return err_set(err, KVI_E_IO, "gguf: %s: file shrank while reading (ended before byte %zu of %zu)",
-                               path, at, size);
+            return err_set(err, KVI_E_IO,
+                           "gguf: %s: file shrank while reading (ended before byte %zu of %zu)", path, at,
+                           size);
         return err_set(err, KVI_E_IO, "gguf: %s: read failed at offset %zu: %s", path, at, strerror(e));
     }
-    (void)mprotect(p, size, PROT_READ);   /* nothing writes the file image after this */
+    (void)mprotect(p, size, PROT_READ); /* nothing writes the file image after this */
     *out = p;
     return 0;
 }
@@ -724,7 +733,8 @@ static int read_whole(int fd, size_t size, const char *path, void **out, kvi_err
 static void *map_file_aligned(int fd, size_t size)
 {
     const size_t huge = (size_t)2 << 20;
-    if (size < GGUF_HUGEPAGE_MIN || size > SIZE_MAX - huge) return mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (size < GGUF_HUGEPAGE_MIN || size > SIZE_MAX - huge)
+        return mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
     uint8_t *r = mmap(NULL, size + huge, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (r == MAP_FAILED) return mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
     uint8_t *a = (uint8_t *)(((uintptr_t)r + huge - 1) & ~(uintptr_t)(huge - 1));
@@ -734,7 +744,7 @@ static void *map_file_aligned(int fd, size_t size)
         return mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
     }
     const size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    const size_t end = ((size_t)(a - r) + size + page - 1) / page * page;   /* file pages end here */
+    const size_t end = ((size_t)(a - r) + size + page - 1) / page * page; /* file pages end here */
     if (a > r) munmap(r, (size_t)(a - r));
     if (end < size + huge) munmap(r + end, size + huge - end);
     return p;
@@ -765,12 +775,12 @@ void gguf_prefault(const gguf_ctx *g)
     const uint8_t *p = g->buf;
     const size_t size = g->map_len;
 #ifdef MADV_HUGEPAGE
-    if (size >= GGUF_HUGEPAGE_MIN) (void)madvise((void *)p, size, MADV_HUGEPAGE);   /* a hint only */
+    if (size >= GGUF_HUGEPAGE_MIN) (void)madvise((void *)p, size, MADV_HUGEPAGE); /* a hint only */
 #endif
     size_t off[GGUF_READ_SLICES_MAX], len[GGUF_READ_SLICES_MAX];
     const size_t n = plan_slices(size, off, len);
-    fault_slice sl[GGUF_READ_SLICES_MAX];    /* [n] */
-    for (size_t i = 0; i < n; i++) sl[i] = (fault_slice){.p = p + off[i], .len = len[i]};
+    fault_slice sl[GGUF_READ_SLICES_MAX]; /* [n] */
+    for (size_t i = 0; i < n; i++) sl[i] = (fault_slice){ .p = p + off[i], .len = len[i] };
     run_slices(n, fault_slice_run, sl, sizeof sl[0]);
 }
 
@@ -795,13 +805,13 @@ int gguf_open(const char *path, bool use_mmap, gguf_ctx **out, kvi_error *err)
     int64_t fsize = (int64_t)st.st_size;
     if (fsize < 24) {
         close(fd);
-        return err_set(err, KVI_E_FORMAT, "gguf: %s: file of %lld bytes is too small for a GGUF header",
-                           path, (long long)fsize);
+        return err_set(err, KVI_E_FORMAT, "gguf: %s: file of %lld bytes is too small for a GGUF header", path,
+                       (long long)fsize);
     }
     if ((uint64_t)fsize > (uint64_t)SIZE_MAX) {
         close(fd);
-        return err_set(err, KVI_E_UNSUPPORTED, "gguf: %s: file of %lld bytes does not fit in memory",
-                           path, (long long)fsize);
+        return err_set(err, KVI_E_UNSUPPORTED, "gguf: %s: file of %lld bytes does not fit in memory", path,
+                       (long long)fsize);
     }
     size_t size = (size_t)fsize;
     gguf_ctx *g = ctx_new();
@@ -887,7 +897,8 @@ static int64_t num_get_i(gguf_vtype t, const uint8_t *p, bool *overflow)
 {
     *overflow = false;
     switch (t) {
-    case GGUF_T_UINT8: case GGUF_T_BOOL: return p[0];
+    case GGUF_T_UINT8:
+    case GGUF_T_BOOL: return p[0];
     case GGUF_T_INT8: return (int8_t)p[0];
     case GGUF_T_UINT16: return rd_u16(p);
     case GGUF_T_INT16: return (int16_t)rd_u16(p);
@@ -928,12 +939,12 @@ int gguf_get_int(const gguf_ctx *g, const char *key, int64_t *out, kvi_error *er
     if (!kv) return -1;
     if (kv->type == GGUF_T_ARRAY || !num_is_int(kv->type))
         return err_set(err, KVI_E_FORMAT, "gguf: key '%s' has type %s, expected an integer", key,
-                           vtype_name(kv->type));
+                       vtype_name(kv->type));
     bool ovf;
     int64_t v = num_get_i(kv->type, kv->val, &ovf);
     if (ovf)
         return err_set(err, KVI_E_FORMAT, "gguf: key '%s' = %llu does not fit int64", key,
-                           (unsigned long long)rd_u64(kv->val));
+                       (unsigned long long)rd_u64(kv->val));
     *out = v;
     return 0;
 }
@@ -944,7 +955,7 @@ int gguf_get_float(const gguf_ctx *g, const char *key, double *out, kvi_error *e
     if (!kv) return -1;
     if (kv->type == GGUF_T_ARRAY || kv->type == GGUF_T_BOOL || vtype_size(kv->type) == 0)
         return err_set(err, KVI_E_FORMAT, "gguf: key '%s' has type %s, expected a number", key,
-                           vtype_name(kv->type));
+                       vtype_name(kv->type));
     *out = num_get_f(kv->type, kv->val);
     return 0;
 }
@@ -955,7 +966,7 @@ int gguf_get_bool(const gguf_ctx *g, const char *key, bool *out, kvi_error *err)
     if (!kv) return -1;
     if (kv->type != GGUF_T_BOOL)
         return err_set(err, KVI_E_FORMAT, "gguf: key '%s' has type %s, expected bool", key,
-                           vtype_name(kv->type));
+                       vtype_name(kv->type));
     *out = kv->val[0] != 0;
     return 0;
 }
@@ -980,7 +991,7 @@ int gguf_get_arr_info(const gguf_ctx *g, const char *key, gguf_vtype *elem, uint
     if (!kv) return -1;
     if (kv->type != GGUF_T_ARRAY)
         return err_set(err, KVI_E_FORMAT, "gguf: key '%s' has type %s, expected an array", key,
-                           vtype_name(kv->type));
+                       vtype_name(kv->type));
     if (elem) *elem = kv->elem;
     if (n) *n = kv->n;
     return 0;
@@ -1001,12 +1012,12 @@ static int num_array(const gguf_ctx *g, const char *key, uint64_t n, const gguf_
     const gguf_kv *kv = find_kv(g, key);
     if (!kv) return -1;
     if (kv->type != GGUF_T_ARRAY || vtype_size(kv->elem) == 0)
-        return err_set(err, KVI_E_FORMAT, "gguf: key '%s' has type %s%s%s, expected a numeric array",
-                           key, vtype_name(kv->type), kv->type == GGUF_T_ARRAY ? " of " : "",
-                           kv->type == GGUF_T_ARRAY ? vtype_name(kv->elem) : "");
+        return err_set(err, KVI_E_FORMAT, "gguf: key '%s' has type %s%s%s, expected a numeric array", key,
+                       vtype_name(kv->type), kv->type == GGUF_T_ARRAY ? " of " : "",
+                       kv->type == GGUF_T_ARRAY ? vtype_name(kv->elem) : "");
     if (n > kv->n)
-        return err_set(err, KVI_E_FORMAT, "gguf: key '%s': %llu elements requested, the array has %llu",
-                           key, (unsigned long long)n, (unsigned long long)kv->n);
+        return err_set(err, KVI_E_FORMAT, "gguf: key '%s': %llu elements requested, the array has %llu", key,
+                       (unsigned long long)n, (unsigned long long)kv->n);
     *out = kv;
     return 0;
 }
@@ -1028,14 +1039,14 @@ int gguf_get_arr_i32(const gguf_ctx *g, const char *key, int32_t *out, uint64_t 
     if (rc) return rc;
     if (!num_is_int(kv->elem))
         return err_set(err, KVI_E_FORMAT, "gguf: key '%s' is an array of %s, expected integers", key,
-                           vtype_name(kv->elem));
+                       vtype_name(kv->elem));
     size_t es = vtype_size(kv->elem);
     for (uint64_t i = 0; i < n; i++) {
         bool ovf;
         int64_t v = num_get_i(kv->elem, kv->val + i * es, &ovf);
         if (ovf || v < INT32_MIN || v > INT32_MAX)
             return err_set(err, KVI_E_FORMAT, "gguf: key '%s': element %llu does not fit int32", key,
-                               (unsigned long long)i);
+                           (unsigned long long)i);
         out[i] = (int32_t)v;
     }
     return 0;

@@ -23,22 +23,32 @@
 #include <stdio.h>
 
 typedef enum gguf_vtype {
-    GGUF_T_UINT8 = 0, GGUF_T_INT8 = 1, GGUF_T_UINT16 = 2, GGUF_T_INT16 = 3,
-    GGUF_T_UINT32 = 4, GGUF_T_INT32 = 5, GGUF_T_FLOAT32 = 6, GGUF_T_BOOL = 7,
-    GGUF_T_STRING = 8, GGUF_T_ARRAY = 9, GGUF_T_UINT64 = 10, GGUF_T_INT64 = 11,
-    GGUF_T_FLOAT64 = 12, GGUF_T_COUNT = 13,
+    GGUF_T_UINT8 = 0,
+    GGUF_T_INT8 = 1,
+    GGUF_T_UINT16 = 2,
+    GGUF_T_INT16 = 3,
+    GGUF_T_UINT32 = 4,
+    GGUF_T_INT32 = 5,
+    GGUF_T_FLOAT32 = 6,
+    GGUF_T_BOOL = 7,
+    GGUF_T_STRING = 8,
+    GGUF_T_ARRAY = 9,
+    GGUF_T_UINT64 = 10,
+    GGUF_T_INT64 = 11,
+    GGUF_T_FLOAT64 = 12,
+    GGUF_T_COUNT = 13,
 } gguf_vtype;
 
 #define GGUF_MAX_DIMS 4
 
 typedef struct gguf_tensor {
-    const char *name;          /* NUL-terminated */
+    const char *name; /* NUL-terminated */
     uint32_t n_dims;
     int64_t ne[GGUF_MAX_DIMS]; /* ne[0] is the innermost (row length); unused dims are 1 */
     kvi_type type;
-    uint64_t offset;           /* relative to the data section */
+    uint64_t offset; /* relative to the data section */
     size_t nbytes;
-    const void *data;          /* inside the file buffer */
+    const void *data; /* inside the file buffer */
 } gguf_tensor;
 
 typedef struct gguf_ctx gguf_ctx;
@@ -70,15 +80,16 @@ const void *gguf_file_data(const gguf_ctx *g);
 int64_t gguf_n_kv(const gguf_ctx *g);
 const char *gguf_kv_key(const gguf_ctx *g, int64_t i);
 gguf_vtype gguf_kv_type(const gguf_ctx *g, int64_t i);
-int64_t gguf_find_key(const gguf_ctx *g, const char *key);   /* -1 when absent */
+int64_t gguf_find_key(const gguf_ctx *g, const char *key); /* -1 when absent */
 /* The encoded value of kv i exactly as in the file (after its type field; an array
  * starts with its element type and count). 0, or -1 when i is out of range. */
 int gguf_kv_raw(const gguf_ctx *g, int64_t i, gguf_vtype *type, const void **raw, size_t *len);
 
 /* Typed getters by key. Return 0 when found and convertible, -1 when absent,
  * KVI_E_FORMAT when present with an incompatible type (message in err). */
-int gguf_get_int(const gguf_ctx *g, const char *key, int64_t *out, kvi_error *err);   /* any integer or bool */
-int gguf_get_float(const gguf_ctx *g, const char *key, double *out, kvi_error *err);  /* float32/64 or integer */
+int gguf_get_int(const gguf_ctx *g, const char *key, int64_t *out, kvi_error *err); /* any integer or bool */
+int gguf_get_float(const gguf_ctx *g, const char *key, double *out,
+                   kvi_error *err); /* float32/64 or integer */
 int gguf_get_bool(const gguf_ctx *g, const char *key, bool *out, kvi_error *err);
 /* NUL-terminated copy owned by g; NULL when absent or not a string. */
 const char *gguf_get_str(const gguf_ctx *g, const char *key);
@@ -97,7 +108,7 @@ int gguf_get_arr_i32(const gguf_ctx *g, const char *key, int32_t *out, uint64_t 
 
 int64_t gguf_n_tensors(const gguf_ctx *g);
 const gguf_tensor *gguf_tensor_at(const gguf_ctx *g, int64_t i);
-const gguf_tensor *gguf_find_tensor(const gguf_ctx *g, const char *name);   /* NULL when absent */
+const gguf_tensor *gguf_find_tensor(const gguf_ctx *g, const char *name); /* NULL when absent */
 
 /* ---- writer ---- */
 typedef struct gguf_writer gguf_writer;
@@ -127,7 +138,8 @@ int gguf_writer_set_arr_i32(gguf_writer *w, const char *key, const int32_t *v, u
 /* Copies key/value `key` (any type, arrays included) from a reader. */
 int gguf_writer_copy_kv(gguf_writer *w, const gguf_ctx *src, const char *key);
 /* Declares a tensor; its data is written later with gguf_writer_write_tensor. */
-int gguf_writer_add_tensor(gguf_writer *w, const char *name, kvi_type type, uint32_t n_dims, const int64_t *ne);
+int gguf_writer_add_tensor(gguf_writer *w, const char *name, kvi_type type, uint32_t n_dims,
+                           const int64_t *ne);
 /* Writes magic, version 3, all key/values and tensor infos, padded to alignment. */
 int gguf_writer_write_header(gguf_writer *w, FILE *f, kvi_error *err);
 /* Writes the data of tensor idx (declaration order, each exactly once, in order). */

@@ -29,37 +29,37 @@
 #define GGUF_WRITER_ALIGNMENT 32
 
 typedef struct wkv {
-    char *key;          /* NUL-terminated */
+    char *key; /* NUL-terminated */
     gguf_vtype type;
-    uint8_t *val;       /* [len] encoded value */
+    uint8_t *val; /* [len] encoded value */
     size_t len;
 } wkv;
 
 typedef struct wtensor {
-    char *name;                 /* NUL-terminated */
+    char *name; /* NUL-terminated */
     kvi_type type;
     uint32_t n_dims;
-    int64_t ne[GGUF_MAX_DIMS];  /* unused dims 1 */
+    int64_t ne[GGUF_MAX_DIMS]; /* unused dims 1 */
     size_t nbytes;
-    uint64_t offset;            /* relative to the data section, set by write_header */
+    uint64_t offset; /* relative to the data section, set by write_header */
 } wtensor;
 
 struct gguf_writer {
-    wkv *kv;             /* [cap_kv], n_kv used */
+    wkv *kv; /* [cap_kv], n_kv used */
     size_t n_kv, cap_kv;
-    wtensor *t;          /* [cap_t], n_t used */
+    wtensor *t; /* [cap_t], n_t used */
     size_t n_t, cap_t;
     size_t alignment;
     bool header_done;
-    int64_t next;        /* next tensor to write */
+    int64_t next; /* next tensor to write */
 };
 
 /* ---- a growable byte buffer for encoding values ---------------------------- */
 
 typedef struct bytes {
-    uint8_t *p;   /* [cap], n used */
+    uint8_t *p; /* [cap], n used */
     size_t n, cap;
-    bool oom;     /* sticky: an append failed */
+    bool oom; /* sticky: an append failed */
 } bytes;
 
 static void b_put(bytes *b, const void *src, size_t n)
@@ -103,10 +103,17 @@ static void b_str(bytes *b, const char *s, size_t n)
 static size_t elem_size(gguf_vtype t)
 {
     switch (t) {
-    case GGUF_T_UINT8: case GGUF_T_INT8: case GGUF_T_BOOL: return 1;
-    case GGUF_T_UINT16: case GGUF_T_INT16: return 2;
-    case GGUF_T_UINT32: case GGUF_T_INT32: case GGUF_T_FLOAT32: return 4;
-    case GGUF_T_UINT64: case GGUF_T_INT64: case GGUF_T_FLOAT64: return 8;
+    case GGUF_T_UINT8:
+    case GGUF_T_INT8:
+    case GGUF_T_BOOL: return 1;
+    case GGUF_T_UINT16:
+    case GGUF_T_INT16: return 2;
+    case GGUF_T_UINT32:
+    case GGUF_T_INT32:
+    case GGUF_T_FLOAT32: return 4;
+    case GGUF_T_UINT64:
+    case GGUF_T_INT64:
+    case GGUF_T_FLOAT64: return 8;
     default: return 0;
     }
 }
@@ -162,15 +169,19 @@ void gguf_writer_free(gguf_writer *w)
 static int put_kv(gguf_writer *w, const char *key, gguf_vtype type, bytes *b)
 {
     int rc = 0;
-    if (!w || !key || !key[0] || w->header_done) rc = KVI_E_INVALID;
-    else if (b->oom) rc = KVI_E_NOMEM;
+    if (!w || !key || !key[0] || w->header_done)
+        rc = KVI_E_INVALID;
+    else if (b->oom)
+        rc = KVI_E_NOMEM;
     else if (strcmp(key, "general.alignment") == 0) {
         /* The writer pads to this value, so it must be one the reader accepts. */
         uint32_t a = (type == GGUF_T_UINT32 && b->n == 4)
                          ? (uint32_t)(b->p[0] | (b->p[1] << 8) | (b->p[2] << 16) | ((uint32_t)b->p[3] << 24))
                          : 0;
-        if (a == 0 || (a & (a - 1)) != 0) rc = KVI_E_INVALID;
-        else w->alignment = a;
+        if (a == 0 || (a & (a - 1)) != 0)
+            rc = KVI_E_INVALID;
+        else
+            w->alignment = a;
     }
     if (rc) {
         free(b->p);
@@ -200,26 +211,53 @@ static int put_kv(gguf_writer *w, const char *key, gguf_vtype type, bytes *b)
         free(b->p);
         return KVI_E_NOMEM;
     }
-    w->kv[w->n_kv++] = (wkv){.key = k, .type = type, .val = b->p, .len = b->n};
+    w->kv[w->n_kv++] = (wkv){ .key = k, .type = type, .val = b->p, .len = b->n };
     return 0;
 }
 
 static int set_scalar(gguf_writer *w, const char *key, gguf_vtype type, uint64_t bits)
 {
-    bytes b = {0};
+    bytes b = { 0 };
     b_le(&b, bits, elem_size(type));
     return put_kv(w, key, type, &b);
 }
 
-int gguf_writer_set_u8(gguf_writer *w, const char *key, uint8_t v) { return set_scalar(w, key, GGUF_T_UINT8, v); }
-int gguf_writer_set_i8(gguf_writer *w, const char *key, int8_t v) { return set_scalar(w, key, GGUF_T_INT8, (uint8_t)v); }
-int gguf_writer_set_u16(gguf_writer *w, const char *key, uint16_t v) { return set_scalar(w, key, GGUF_T_UINT16, v); }
-int gguf_writer_set_i16(gguf_writer *w, const char *key, int16_t v) { return set_scalar(w, key, GGUF_T_INT16, (uint16_t)v); }
-int gguf_writer_set_u32(gguf_writer *w, const char *key, uint32_t v) { return set_scalar(w, key, GGUF_T_UINT32, v); }
-int gguf_writer_set_i32(gguf_writer *w, const char *key, int32_t v) { return set_scalar(w, key, GGUF_T_INT32, (uint32_t)v); }
-int gguf_writer_set_u64(gguf_writer *w, const char *key, uint64_t v) { return set_scalar(w, key, GGUF_T_UINT64, v); }
-int gguf_writer_set_i64(gguf_writer *w, const char *key, int64_t v) { return set_scalar(w, key, GGUF_T_INT64, (uint64_t)v); }
-int gguf_writer_set_bool(gguf_writer *w, const char *key, bool v) { return set_scalar(w, key, GGUF_T_BOOL, v ? 1 : 0); }
+int gguf_writer_set_u8(gguf_writer *w, const char *key, uint8_t v)
+{
+    return set_scalar(w, key, GGUF_T_UINT8, v);
+}
+int gguf_writer_set_i8(gguf_writer *w, const char *key, int8_t v)
+{
+    return set_scalar(w, key, GGUF_T_INT8, (uint8_t)v);
+}
+int gguf_writer_set_u16(gguf_writer *w, const char *key, uint16_t v)
+{
+    return set_scalar(w, key, GGUF_T_UINT16, v);
+}
+int gguf_writer_set_i16(gguf_writer *w, const char *key, int16_t v)
+{
+    return set_scalar(w, key, GGUF_T_INT16, (uint16_t)v);
+}
+int gguf_writer_set_u32(gguf_writer *w, const char *key, uint32_t v)
+{
+    return set_scalar(w, key, GGUF_T_UINT32, v);
+}
+int gguf_writer_set_i32(gguf_writer *w, const char *key, int32_t v)
+{
+    return set_scalar(w, key, GGUF_T_INT32, (uint32_t)v);
+}
+int gguf_writer_set_u64(gguf_writer *w, const char *key, uint64_t v)
+{
+    return set_scalar(w, key, GGUF_T_UINT64, v);
+}
+int gguf_writer_set_i64(gguf_writer *w, const char *key, int64_t v)
+{
+    return set_scalar(w, key, GGUF_T_INT64, (uint64_t)v);
+}
+int gguf_writer_set_bool(gguf_writer *w, const char *key, bool v)
+{
+    return set_scalar(w, key, GGUF_T_BOOL, v ? 1 : 0);
+}
 
 int gguf_writer_set_f32(gguf_writer *w, const char *key, float v)
 {
@@ -234,7 +272,7 @@ int gguf_writer_set_f64(gguf_writer *w, const char *key, double v)
 int gguf_writer_set_str(gguf_writer *w, const char *key, const char *v)
 {
     if (!v) return KVI_E_INVALID;
-    bytes b = {0};
+    bytes b = { 0 };
     b_str(&b, v, strlen(v));
     return put_kv(w, key, GGUF_T_STRING, &b);
 }
@@ -243,7 +281,7 @@ int gguf_writer_set_arr(gguf_writer *w, const char *key, gguf_vtype elem, const 
 {
     size_t es = elem_size(elem);
     if (es == 0 || (n && !v) || n > SIZE_MAX / es) return KVI_E_INVALID;
-    bytes b = {0};
+    bytes b = { 0 };
     b_le(&b, elem, 4);
     b_le(&b, n, 8);
     const uint8_t *p = v;
@@ -266,7 +304,7 @@ int gguf_writer_set_arr_str(gguf_writer *w, const char *key, const char *const *
     if (n && !v) return KVI_E_INVALID;
     for (uint64_t i = 0; i < n; i++)
         if (!v[i]) return KVI_E_INVALID;
-    bytes b = {0};
+    bytes b = { 0 };
     b_le(&b, GGUF_T_STRING, 4);
     b_le(&b, n, 8);
     for (uint64_t i = 0; i < n && !b.oom; i++) b_str(&b, v[i], strlen(v[i]));
@@ -281,21 +319,22 @@ int gguf_writer_copy_kv(gguf_writer *w, const gguf_ctx *src, const char *key)
     const void *raw;
     size_t len;
     if (i < 0 || gguf_kv_raw(src, i, &type, &raw, &len) != 0) return KVI_E_INVALID;
-    bytes b = {0};
+    bytes b = { 0 };
     b_put(&b, raw, len);
     return put_kv(w, key, type, &b);
 }
 
 /* ---- tensors ------------------------------------------------------------------------ */
 
-int gguf_writer_add_tensor(gguf_writer *w, const char *name, kvi_type type, uint32_t n_dims, const int64_t *ne)
+int gguf_writer_add_tensor(gguf_writer *w, const char *name, kvi_type type, uint32_t n_dims,
+                           const int64_t *ne)
 {
     if (!w || !name || !name[0] || w->header_done || n_dims > GGUF_MAX_DIMS || (n_dims && !ne))
         return KVI_E_INVALID;
     if ((unsigned)type >= KVI_TYPE_COUNT || !quant_type_known(type)) return KVI_E_INVALID;
     for (size_t i = 0; i < w->n_t; i++)
         if (strcmp(w->t[i].name, name) == 0) return KVI_E_INVALID;
-    wtensor t = {.type = type, .n_dims = n_dims};
+    wtensor t = { .type = type, .n_dims = n_dims };
     uint64_t nel = 1;
     for (uint32_t d = 0; d < GGUF_MAX_DIMS; d++) {
         t.ne[d] = d < n_dims ? ne[d] : 1;
@@ -347,10 +386,10 @@ int gguf_writer_write_header(gguf_writer *w, FILE *f, kvi_error *err)
         uint64_t sz = (uint64_t)w->t[i].nbytes + pad_to(w->t[i].nbytes, w->alignment);
         if (off > UINT64_MAX - sz || off + sz > (uint64_t)INT64_MAX)
             return err_set(err, KVI_E_INVALID, "gguf writer: tensor '%s': data section too large",
-                               w->t[i].name);
+                           w->t[i].name);
         off += sz;
     }
-    bytes b = {0};
+    bytes b = { 0 };
     b_put(&b, "GGUF", 4);
     b_le(&b, 3, 4);
     b_le(&b, w->n_t, 8);
@@ -394,18 +433,16 @@ int gguf_writer_write_tensor(gguf_writer *w, FILE *f, int64_t idx, const void *d
     if (!w || !f) return err_set(err, KVI_E_INVALID, "gguf writer: no writer or file");
     if (!w->header_done)
         return err_set(err, KVI_E_INVALID, "gguf writer: tensor %lld written before the header",
-                           (long long)idx);
+                       (long long)idx);
     if (idx != w->next || idx < 0 || (size_t)idx >= w->n_t)
         return err_set(err, KVI_E_INVALID,
-                           "gguf writer: tensor %lld written out of order (expected %lld of %zu)",
-                           (long long)idx, (long long)w->next, w->n_t);
+                       "gguf writer: tensor %lld written out of order (expected %lld of %zu)", (long long)idx,
+                       (long long)w->next, w->n_t);
     const wtensor *t = &w->t[idx];
-    if (t->nbytes && !data)
-        return err_set(err, KVI_E_INVALID, "gguf writer: tensor '%s': no data", t->name);
+    if (t->nbytes && !data) return err_set(err, KVI_E_INVALID, "gguf writer: tensor '%s': no data", t->name);
     if ((t->nbytes && fwrite(data, 1, t->nbytes, f) != t->nbytes) ||
         write_zeros(f, pad_to(t->nbytes, w->alignment)) != 0)
-        return err_set(err, KVI_E_IO, "gguf writer: tensor '%s': write failed: %s", t->name,
-                           strerror(errno));
+        return err_set(err, KVI_E_IO, "gguf writer: tensor '%s': write failed: %s", t->name, strerror(errno));
     w->next++;
     return 0;
 }

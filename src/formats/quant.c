@@ -36,31 +36,28 @@ typedef struct type_info {
 } type_info;
 
 static const type_info TYPES[KVI_TYPE_COUNT] = {
-    [KVI_TYPE_F32] = {"f32", 1, 4},
-    [KVI_TYPE_F16] = {"f16", 1, 2},
-    [KVI_TYPE_Q4_0] = {"q4_0", QK4_0, sizeof(block_q4_0)},
-    [KVI_TYPE_Q4_1] = {"q4_1", QK4_1, sizeof(block_q4_1)},
-    [KVI_TYPE_Q5_0] = {"q5_0", QK5_0, sizeof(block_q5_0)},
-    [KVI_TYPE_Q5_1] = {"q5_1", QK5_1, sizeof(block_q5_1)},
-    [KVI_TYPE_Q8_0] = {"q8_0", QK8_0, sizeof(block_q8_0)},
-    [KVI_TYPE_Q8_1] = {"q8_1", QK8_1, sizeof(block_q8_1)},
-    [KVI_TYPE_Q2_K] = {"q2_k", QK_K, sizeof(block_q2_K)},
-    [KVI_TYPE_Q3_K] = {"q3_k", QK_K, sizeof(block_q3_K)},
-    [KVI_TYPE_Q4_K] = {"q4_k", QK_K, sizeof(block_q4_K)},
-    [KVI_TYPE_Q5_K] = {"q5_k", QK_K, sizeof(block_q5_K)},
-    [KVI_TYPE_Q6_K] = {"q6_k", QK_K, sizeof(block_q6_K)},
-    [KVI_TYPE_Q8_K] = {"q8_k", QK_K, sizeof(block_q8_K)},
-    [KVI_TYPE_BF16] = {"bf16", 1, 2},
+    [KVI_TYPE_F32] = { "f32", 1, 4 },
+    [KVI_TYPE_F16] = { "f16", 1, 2 },
+    [KVI_TYPE_Q4_0] = { "q4_0", QK4_0, sizeof(block_q4_0) },
+    [KVI_TYPE_Q4_1] = { "q4_1", QK4_1, sizeof(block_q4_1) },
+    [KVI_TYPE_Q5_0] = { "q5_0", QK5_0, sizeof(block_q5_0) },
+    [KVI_TYPE_Q5_1] = { "q5_1", QK5_1, sizeof(block_q5_1) },
+    [KVI_TYPE_Q8_0] = { "q8_0", QK8_0, sizeof(block_q8_0) },
+    [KVI_TYPE_Q8_1] = { "q8_1", QK8_1, sizeof(block_q8_1) },
+    [KVI_TYPE_Q2_K] = { "q2_k", QK_K, sizeof(block_q2_K) },
+    [KVI_TYPE_Q3_K] = { "q3_k", QK_K, sizeof(block_q3_K) },
+    [KVI_TYPE_Q4_K] = { "q4_k", QK_K, sizeof(block_q4_K) },
+    [KVI_TYPE_Q5_K] = { "q5_k", QK_K, sizeof(block_q5_K) },
+    [KVI_TYPE_Q6_K] = { "q6_k", QK_K, sizeof(block_q6_K) },
+    [KVI_TYPE_Q8_K] = { "q8_k", QK_K, sizeof(block_q8_K) },
+    [KVI_TYPE_BF16] = { "bf16", 1, 2 },
 };
 
-bool quant_type_known(kvi_type t)
-{
-    return (int)t >= 0 && (int)t < KVI_TYPE_COUNT && TYPES[t].name != NULL;
-}
+bool quant_type_known(kvi_type t) { return (int)t >= 0 && (int)t < KVI_TYPE_COUNT && TYPES[t].name != NULL; }
 
 const char *kvi_type_name(kvi_type t)
 {
-    if (t == KVI_TYPE_KV_Q4) return "q4";   /* KV-cache-only type (KIVI) */
+    if (t == KVI_TYPE_KV_Q4) return "q4"; /* KV-cache-only type (KIVI) */
     return quant_type_known(t) ? TYPES[t].name : NULL;
 }
 
@@ -148,14 +145,14 @@ quant_f16 quant_f32_to_f16(float f)
         /* NaN: keep the top payload bits, force quiet so it stays a NaN */
         return (quant_f16)(sign | 0x7e00u | ((x >> 13) & 0x3ffu));
     }
-    int32_t e = (int32_t)(x >> 23);          /* biased f32 exponent */
+    int32_t e = (int32_t)(x >> 23); /* biased f32 exponent */
     uint32_t man = (x & 0x7fffffu) | 0x800000u;
     if (e < 113) {
         /* below 2^-14: f16 subnormal (or zero) = man * 2^(e-150) / 2^-24 */
-        if (e < 102) return sign;             /* < 2^-25: rounds to zero */
+        if (e < 102) return sign; /* < 2^-25: rounds to zero */
         return (quant_f16)(sign | shift_rne(man, (unsigned)(126 - e)));
     }
-    if (e > 142) return sign | 0x7c00u;        /* >= 2^16: overflow */
+    if (e > 142) return sign | 0x7c00u; /* >= 2^16: overflow */
     /* normal: exponent and mantissa together, so a rounding carry bumps the exponent */
     uint32_t v = ((uint32_t)(e - 112) << 23) | (x & 0x7fffffu);
     uint32_t r = shift_rne(v, 13);
@@ -180,7 +177,6 @@ static uint32_t load_u32(const uint8_t *p)
 {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
-
 
 /* 6-bit scale of sub-block i (0..15) of Q3_K, minus 32. */
 static int q3k_scale(const uint8_t *s, int i)
@@ -245,15 +241,14 @@ static void deq_q8_1(const block_q8_1 *b, float *y)
 static void deq_q2_k(const block_q2_K *b, float *y)
 {
     float d = F16(b->d), dmin = F16(b->dmin);
-    for (int h = 0; h < 2; h++) {            /* 128-element halves */
+    for (int h = 0; h < 2; h++) { /* 128-element halves */
         const uint8_t *q = b->qs + 32 * h;
-        for (int s = 0; s < 4; s++) {        /* 2-bit planes */
-            for (int k = 0; k < 2; k++) {    /* 16-element sub-blocks */
+        for (int s = 0; s < 4; s++) {     /* 2-bit planes */
+            for (int k = 0; k < 2; k++) { /* 16-element sub-blocks */
                 uint8_t sc = b->scales[8 * h + 2 * s + k];
                 float dl = d * (float)(sc & 0xf), ml = dmin * (float)(sc >> 4);
                 for (int l = 0; l < 16; l++)
-                    y[128 * h + 32 * s + 16 * k + l] =
-                        dl * (float)((q[16 * k + l] >> (2 * s)) & 3) - ml;
+                    y[128 * h + 32 * s + 16 * k + l] = dl * (float)((q[16 * k + l] >> (2 * s)) & 3) - ml;
             }
         }
     }
@@ -292,7 +287,7 @@ static void k4_chunk_scales(const uint8_t *scales, int c, float d, float dmin, f
 static void deq_q4_k(const block_q4_K *b, float *y)
 {
     float d = F16(b->d), dmin = F16(b->dmin);
-    for (int c = 0; c < 4; c++) {            /* 64-element chunks */
+    for (int c = 0; c < 4; c++) { /* 64-element chunks */
         const uint8_t *q = b->qs + 32 * c;
         float dm[4];
         k4_chunk_scales(b->scales, c, d, dmin, dm);
@@ -379,12 +374,12 @@ void quant_dequant_row(kvi_type t, const void *src, float *dst, int64_t n)
     for (int64_t i = 0; i < nb; i++, p += bb) {
         float *y = dst + i * be;
         switch (t) {
-#define DQ(T, B, fn)                                                                               \
-    case T: {                                                                                      \
-        B blk;                                                                                     \
-        memcpy(&blk, p, sizeof blk);                                                               \
-        fn(&blk, y);                                                                               \
-        break;                                                                                     \
+#define DQ(T, B, fn)                 \
+    case T: {                        \
+        B blk;                       \
+        memcpy(&blk, p, sizeof blk); \
+        fn(&blk, y);                 \
+        break;                       \
     }
             DQ(KVI_TYPE_Q4_0, block_q4_0, deq_q4_0)
             DQ(KVI_TYPE_Q4_1, block_q4_1, deq_q4_1)
@@ -564,8 +559,7 @@ static void quant_q2_k(const float *x, block_q2_K *b)
     memset(b->qs, 0, sizeof b->qs);
     for (int h = 0; h < 2; h++)
         for (int s = 0; s < 4; s++)
-            for (int l = 0; l < 32; l++)
-                b->qs[32 * h + l] |= (uint8_t)(L[128 * h + 32 * s + l] << (2 * s));
+            for (int l = 0; l < 32; l++) b->qs[32 * h + l] |= (uint8_t)(L[128 * h + 32 * s + l] << (2 * s));
 }
 
 /* Q3_K and Q6_K: the scale of each of the 16 sub-blocks of 16 (signed abs-max over
@@ -595,8 +589,10 @@ static void quant_q3_k(const float *x, block_q3_K *b)
     for (int i = 0; i < 16; i++) {
         ls[i] = clampi(nearest_int(iscale * sc[i]), -32, 31);
         int l = ls[i] + 32;
-        if (i < 8) b->scales[i] |= (uint8_t)(l & 0xf);
-        else b->scales[i - 8] |= (uint8_t)((l & 0xf) << 4);
+        if (i < 8)
+            b->scales[i] |= (uint8_t)(l & 0xf);
+        else
+            b->scales[i - 8] |= (uint8_t)((l & 0xf) << 4);
         b->scales[8 + (i & 3)] |= (uint8_t)((l >> 4) << (2 * (i >> 2)));
     }
     b->d = quant_f32_to_f16(1.0f / iscale);
@@ -654,8 +650,7 @@ static void quant_q4_k(const float *x, block_q4_K *b)
     uint8_t L[QK_K];
     quant_k_asym(x, 15, &b->d, &b->dmin, b->scales, L);
     for (int c = 0; c < 4; c++)
-        for (int l = 0; l < 32; l++)
-            b->qs[32 * c + l] = (uint8_t)(L[64 * c + l] | L[64 * c + 32 + l] << 4);
+        for (int l = 0; l < 32; l++) b->qs[32 * c + l] = (uint8_t)(L[64 * c + l] | L[64 * c + 32 + l] << 4);
 }
 
 static void quant_q5_k(const float *x, block_q5_K *b)
@@ -697,8 +692,8 @@ static void quant_q6_k(const float *x, block_q6_K *b)
             const uint8_t *q = L + 128 * h;
             b->ql[64 * h + l] = (uint8_t)((q[l] & 0xf) | (q[l + 64] & 0xf) << 4);
             b->ql[64 * h + l + 32] = (uint8_t)((q[l + 32] & 0xf) | (q[l + 96] & 0xf) << 4);
-            b->qh[32 * h + l] = (uint8_t)((q[l] >> 4) | (q[l + 32] >> 4) << 2 |
-                                          (q[l + 64] >> 4) << 4 | (q[l + 96] >> 4) << 6);
+            b->qh[32 * h + l] = (uint8_t)((q[l] >> 4) | (q[l + 32] >> 4) << 2 | (q[l + 64] >> 4) << 4 |
+                                          (q[l + 96] >> 4) << 6);
         }
     }
 }
@@ -730,12 +725,12 @@ int quant_quantize_row(kvi_type t, const float *src, void *dst, int64_t n)
     for (int64_t i = 0; i < n / be; i++, p += bb) {
         const float *x = src + i * be;
         switch (t) {
-#define QU(T, B, fn)                                                                               \
-    case T: {                                                                                      \
-        B blk;                                                                                     \
-        fn(x, &blk);                                                                               \
-        memcpy(p, &blk, sizeof blk);                                                               \
-        break;                                                                                     \
+#define QU(T, B, fn)                 \
+    case T: {                        \
+        B blk;                       \
+        fn(x, &blk);                 \
+        memcpy(p, &blk, sizeof blk); \
+        break;                       \
     }
             QU(KVI_TYPE_Q4_0, block_q4_0, quant_q4_0)
             QU(KVI_TYPE_Q4_1, block_q4_1, quant_q4_1)

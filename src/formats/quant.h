@@ -22,19 +22,57 @@
 #define QK_K 256
 #define K_SCALE_SIZE 12
 
-typedef uint16_t quant_f16;   /* IEEE half, stored */
-typedef uint16_t quant_bf16;  /* bfloat16, stored */
+typedef uint16_t quant_f16;  /* IEEE half, stored */
+typedef uint16_t quant_bf16; /* bfloat16, stored */
 
-typedef struct { quant_f16 d; uint8_t qs[QK4_0 / 2]; } block_q4_0;
-typedef struct { quant_f16 d, m; uint8_t qs[QK4_1 / 2]; } block_q4_1;
-typedef struct { quant_f16 d; uint8_t qh[4]; uint8_t qs[QK5_0 / 2]; } block_q5_0;
-typedef struct { quant_f16 d, m; uint8_t qh[4]; uint8_t qs[QK5_1 / 2]; } block_q5_1;
-typedef struct { quant_f16 d; int8_t qs[QK8_0]; } block_q8_0;
-typedef struct { quant_f16 d, s; int8_t qs[QK8_1]; } block_q8_1;
-typedef struct { uint8_t scales[QK_K / 16]; uint8_t qs[QK_K / 4]; quant_f16 d, dmin; } block_q2_K;
-typedef struct { uint8_t hmask[QK_K / 8]; uint8_t qs[QK_K / 4]; uint8_t scales[12]; quant_f16 d; } block_q3_K;
-typedef struct { quant_f16 d, dmin; uint8_t scales[K_SCALE_SIZE]; uint8_t qs[QK_K / 2]; } block_q4_K;
-typedef struct { quant_f16 d, dmin; uint8_t scales[K_SCALE_SIZE]; uint8_t qh[QK_K / 8]; uint8_t qs[QK_K / 2]; } block_q5_K;
+typedef struct {
+    quant_f16 d;
+    uint8_t qs[QK4_0 / 2];
+} block_q4_0;
+typedef struct {
+    quant_f16 d, m;
+    uint8_t qs[QK4_1 / 2];
+} block_q4_1;
+typedef struct {
+    quant_f16 d;
+    uint8_t qh[4];
+    uint8_t qs[QK5_0 / 2];
+} block_q5_0;
+typedef struct {
+    quant_f16 d, m;
+    uint8_t qh[4];
+    uint8_t qs[QK5_1 / 2];
+} block_q5_1;
+typedef struct {
+    quant_f16 d;
+    int8_t qs[QK8_0];
+} block_q8_0;
+typedef struct {
+    quant_f16 d, s;
+    int8_t qs[QK8_1];
+} block_q8_1;
+typedef struct {
+    uint8_t scales[QK_K / 16];
+    uint8_t qs[QK_K / 4];
+    quant_f16 d, dmin;
+} block_q2_K;
+typedef struct {
+    uint8_t hmask[QK_K / 8];
+    uint8_t qs[QK_K / 4];
+    uint8_t scales[12];
+    quant_f16 d;
+} block_q3_K;
+typedef struct {
+    quant_f16 d, dmin;
+    uint8_t scales[K_SCALE_SIZE];
+    uint8_t qs[QK_K / 2];
+} block_q4_K;
+typedef struct {
+    quant_f16 d, dmin;
+    uint8_t scales[K_SCALE_SIZE];
+    uint8_t qh[QK_K / 8];
+    uint8_t qs[QK_K / 2];
+} block_q5_K;
 
 /* The 6-bit scale and min of sub-block j (0..7) of a Q4_K / Q5_K block, from its
  * 12 packed scale bytes q (the one definition every dequantiser and kernel uses). */
@@ -48,8 +86,17 @@ static inline void quant_scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint
         *mn = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
     }
 }
-typedef struct { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; quant_f16 d; } block_q6_K;
-typedef struct { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; } block_q8_K;
+typedef struct {
+    uint8_t ql[QK_K / 2];
+    uint8_t qh[QK_K / 4];
+    int8_t scales[QK_K / 16];
+    quant_f16 d;
+} block_q6_K;
+typedef struct {
+    float d;
+    int8_t qs[QK_K];
+    int16_t bsums[QK_K / 16];
+} block_q8_K;
 
 _Static_assert(sizeof(block_q4_0) == 18, "block_q4_0 size");
 _Static_assert(sizeof(block_q4_1) == 20, "block_q4_1 size");
@@ -73,9 +120,9 @@ bool quant_type_known(kvi_type t);
 size_t quant_row_bytes(kvi_type t, int64_t n);
 
 float quant_f16_to_f32(quant_f16 h);
-quant_f16 quant_f32_to_f16(float f);     /* round to nearest even */
+quant_f16 quant_f32_to_f16(float f); /* round to nearest even */
 float quant_bf16_to_f32(quant_bf16 h);
-quant_bf16 quant_f32_to_bf16(float f);   /* round to nearest even */
+quant_bf16 quant_f32_to_bf16(float f); /* round to nearest even */
 
 /* Reference dequantisation of n elements (n a multiple of the block size). */
 void quant_dequant_row(kvi_type t, const void *src, float *dst, int64_t n);

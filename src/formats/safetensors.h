@@ -35,7 +35,7 @@ typedef struct st_tensor {
 } st_tensor;
 
 typedef struct st_index {
-    st_tensor *tensors;         /* [n_tensors] */
+    st_tensor *tensors; /* [n_tensors] */
     size_t n_tensors;
 } st_index;
 

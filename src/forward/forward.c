@@ -46,22 +46,22 @@
 
 /* Target bytes of the per-chunk activations (xb, q, k, v, att, hg, hu). */
 #define FWD_CHUNK_BYTES ((size_t)16 << 20)
-#define FWD_CHUNK_ALIGN 16   /* rows; the GEMM's row tile */
+#define FWD_CHUNK_ALIGN 16 /* rows; the GEMM's row tile */
 
 struct fwd_ctx {
     const struct kvi_model *m;
     int n_rows_max;
-    int chunk;      /* rows per chunk, 1..n_rows_max */
-    float *x;       /* [n_rows_max][dim] residual stream */
-    float *xb;      /* [chunk][dim] normed input of a sub-layer */
-    float *q;       /* [chunk][n_heads * head_dim] */
-    float *k;       /* [chunk][kv_dim] */
-    float *v;       /* [chunk][kv_dim] */
-    float *att;     /* [chunk][n_heads * head_dim] attention output */
-    float *hg;      /* [chunk][ffn_dim] gate */
-    float *hu;      /* [chunk][ffn_dim] up */
-    float *rc, *rs; /* [n_rows_max][n_rot / 2] RoPE cos, sin per row */
-    double *inv_freq;/* [n_rot / 2] RoPE frequencies (float values) */
+    int chunk;        /* rows per chunk, 1..n_rows_max */
+    float *x;         /* [n_rows_max][dim] residual stream */
+    float *xb;        /* [chunk][dim] normed input of a sub-layer */
+    float *q;         /* [chunk][n_heads * head_dim] */
+    float *k;         /* [chunk][kv_dim] */
+    float *v;         /* [chunk][kv_dim] */
+    float *att;       /* [chunk][n_heads * head_dim] attention output */
+    float *hg;        /* [chunk][ffn_dim] gate */
+    float *hu;        /* [chunk][ffn_dim] up */
+    float *rc, *rs;   /* [n_rows_max][n_rot / 2] RoPE cos, sin per row */
+    double *inv_freq; /* [n_rot / 2] RoPE frequencies (float values) */
     size_t bytes;
     attn_scratch *attn;
     kv_stash stash; /* q4 key groups a layer's rows still read in f16 (kv_quant.h) */
@@ -129,9 +129,8 @@ fwd_ctx *fwd_create(const struct kvi_model *m, int n_rows_max, int force_chunk, 
     f->hu = falloc(f, chunk * m->ffn_dim, &ok);
     f->rc = falloc(f, n * (m->n_rot / 2), &ok);
     f->rs = falloc(f, n * (m->n_rot / 2), &ok);
-    f->inv_freq = (double *)falloc(f, 2 * (size_t)(m->n_rot / 2), &ok);   /* 64-aligned: doubles */
-    f->attn = attn_scratch_create(n_threads, block_size, m->head_dim, m->n_heads, m->n_kv_heads,
-                                  (int)kvd);
+    f->inv_freq = (double *)falloc(f, 2 * (size_t)(m->n_rot / 2), &ok); /* 64-aligned: doubles */
+    f->attn = attn_scratch_create(n_threads, block_size, m->head_dim, m->n_heads, m->n_kv_heads, (int)kvd);
     if (!ok || !f->attn) {
         fwd_free(f);
         err_set(err, KVI_E_NOMEM, "forward: cannot allocate scratch for %d rows", n_rows_max);
@@ -181,10 +180,10 @@ static void rmsnorm_rows(float *out, const float *x, const float *w, int n, int 
     for (int r = 0; r < n; r++) {
         const float *xr = x + (size_t)r * dim;
         float *o = out + (size_t)r * dim;
-        double ss = 0;   /* in order: the sum's rounding fixes the bits */
-        const int g = r - r % 4;   /* first row of r's group of 4 */
+        double ss = 0;           /* in order: the sum's rounding fixes the bits */
+        const int g = r - r % 4; /* first row of r's group of 4 */
         if (g + 4 <= n) {
-            if (r == g) sumsq4(xr, dim, ss4);   /* before any of the 4 rows is written */
+            if (r == g) sumsq4(xr, dim, ss4); /* before any of the 4 rows is written */
             ss = ss4[r - g];
         } else {
             for (int i = 0; i < dim; i++) ss += (double)xr[i] * xr[i];
@@ -210,26 +209,26 @@ static void rope_rows(const fwd_ctx *f, float *x, int r0, int n, int n_h)
     const int hd = m->head_dim, half = m->n_rot / 2;
     for (int r = 0; r < n; r++) {
         const float *c = f->rc + (size_t)(r0 + r) * half, *s = f->rs + (size_t)(r0 + r) * half;
-        for (int h = 0; h < n_h; h++) kern_rope_head(x + ((size_t)r * n_h + h) * hd, c, s, half, m->rope_neox);
+        for (int h = 0; h < n_h; h++)
+            kern_rope_head(x + ((size_t)r * n_h + h) * hd, c, s, half, m->rope_neox);
     }
 }
 
 /* One layer over rows [r0, r0 + n) of the batch (a chunk; see the file comment). */
-static int layer_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *rows, int l, int r0,
-                        int n)
+static int layer_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *rows, int l, int r0, int n)
 {
     const struct kvi_model *m = f->m;
     const model_layer *L = &m->layers[l];
     const int dim = m->dim, ffn = m->ffn_dim, hd = m->head_dim;
     const int qd = m->n_heads * hd, kvd = m->n_kv_heads * hd;
-    float *x = f->x + (size_t)r0 * dim;   /* [n][dim] this chunk's residual rows */
+    float *x = f->x + (size_t)r0 * dim; /* [n][dim] this chunk's residual rows */
 
     /* attention block */
     rmsnorm_rows(f->xb, x, L->attn_norm, n, dim, m->rms_eps);
-    {   /* one quantisation of xb for the three products (bits as three kern_matmul) */
-        const kern_tensor *w3[3] = {&L->wq, &L->wk, &L->wv};
-        float *const y3[3] = {f->q, f->k, f->v};
-        const int64_t ld3[3] = {qd, kvd, kvd};
+    { /* one quantisation of xb for the three products (bits as three kern_matmul) */
+        const kern_tensor *w3[3] = { &L->wq, &L->wk, &L->wv };
+        float *const y3[3] = { f->q, f->k, f->v };
+        const int64_t ld3[3] = { qd, kvd, kvd };
         const int rc = kern_matmul_multi(pool, 3, w3, f->xb, dim, n, y3, ld3);
         if (rc) return rc;
     }
@@ -246,10 +245,18 @@ static int layer_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *row
         kv_write_row_batch(kv, t, l, 1, rows->pos[r0 + r], f->v + (size_t)r * kvd, &f->stash);
     }
     const attn_args aa = {
-        .kv = kv, .layer = l, .n_rows = n, .tables = rows->tables + r0, .pos = rows->pos + r0,
-        .q = f->q, .out = f->att, .n_heads = m->n_heads, .n_kv_heads = m->n_kv_heads,
+        .kv = kv,
+        .layer = l,
+        .n_rows = n,
+        .tables = rows->tables + r0,
+        .pos = rows->pos + r0,
+        .q = f->q,
+        .out = f->att,
+        .n_heads = m->n_heads,
+        .n_kv_heads = m->n_kv_heads,
         .stash = &f->stash,
-        .head_dim = hd, .recv = rows->recv ? rows->recv + r0 : NULL,
+        .head_dim = hd,
+        .recv = rows->recv ? rows->recv + r0 : NULL,
     };
     attention_rows(pool, f->attn, &aa);
 
@@ -261,9 +268,9 @@ static int layer_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *row
     /* feed-forward block: SwiGLU */
     rmsnorm_rows(f->xb, x, L->ffn_norm, n, dim, m->rms_eps);
     {
-        const kern_tensor *w2[2] = {&L->w_gate, &L->w_up};
-        float *const y2[2] = {f->hg, f->hu};
-        const int64_t ld2[2] = {ffn, ffn};
+        const kern_tensor *w2[2] = { &L->w_gate, &L->w_up };
+        float *const y2[2] = { f->hg, f->hu };
+        const int64_t ld2[2] = { ffn, ffn };
         if ((rc = kern_matmul_multi(pool, 2, w2, f->xb, dim, n, y2, ld2))) return rc;
     }
     for (size_t i = 0; i < (size_t)n * ffn; i++) {
@@ -284,11 +291,11 @@ int fwd_run(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *rows)
         const int rc = kern_tensor_get_row(&m->tok_embd, rows->tokens[r], f->x + (size_t)r * dim);
         if (rc) return rc;
         kern_rope_cos_sin((double)rows->pos[r], f->inv_freq, half, f->rc + (size_t)r * half,
-                         f->rs + (size_t)r * half);
+                          f->rs + (size_t)r * half);
     }
 
     for (int l = 0; l < m->n_layers; l++) {
-        kv_stash_begin(&f->stash, l);   /* once per layer: chunks of one batch share it */
+        kv_stash_begin(&f->stash, l); /* once per layer: chunks of one batch share it */
         for (int r0 = 0; r0 < n; r0 += f->chunk) {
             const int rc = layer_chunk(f, pool, kv, rows, l, r0, n - r0 < f->chunk ? n - r0 : f->chunk);
             if (rc) return rc;
@@ -302,8 +309,8 @@ int fwd_run(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *rows)
             memcpy(f->xb + (size_t)o * dim, f->x + (size_t)rows->out_rows[o0 + o] * dim,
                    (size_t)dim * sizeof(float));
         rmsnorm_rows(f->xb, f->xb, m->output_norm, no, dim, m->rms_eps);
-        const int rc = kern_matmul(pool, &m->output, f->xb, dim, no, rows->logits + (size_t)o0 * m->n_vocab,
-                                  m->n_vocab);
+        const int rc =
+            kern_matmul(pool, &m->output, f->xb, dim, no, rows->logits + (size_t)o0 * m->n_vocab, m->n_vocab);
         if (rc) return rc;
     }
     return KVI_OK;

@@ -13,14 +13,14 @@
 #include "base/threadpool.h"
 
 typedef struct fwd_rows {
-    int n;                            /* rows, <= the n_rows_max of fwd_create */
-    const int32_t *tokens;            /* [n] */
-    const int32_t *pos;               /* [n] */
-    const kv_table *const *tables;    /* [n] the row's sequence */
-    int n_out;                        /* rows that want logits */
-    const int32_t *out_rows;          /* [n_out] row indices, increasing */
-    float *logits;                    /* [n_out][n_vocab] */
-    float *const *recv;               /* [n] per row: received attention out ([pos + 1],
+    int n;                         /* rows, <= the n_rows_max of fwd_create */
+    const int32_t *tokens;         /* [n] */
+    const int32_t *pos;            /* [n] */
+    const kv_table *const *tables; /* [n] the row's sequence */
+    int n_out;                     /* rows that want logits */
+    const int32_t *out_rows;       /* [n_out] row indices, increasing */
+    float *logits;                 /* [n_out][n_vocab] */
+    float *const *recv;            /* [n] per row: received attention out ([pos + 1],
                                          accumulated; see attn_args), or NULL; NULL: none */
 } fwd_rows;
 

@@ -11,14 +11,17 @@
 
 void kern_f16_row_ref(const float *src, void *dst, int64_t n)
 {
-    uint8_t *h = dst;   /* [n][2] bytes, any alignment */
+    uint8_t *h = dst; /* [n][2] bytes, any alignment */
     for (int64_t i = 0; i < n; i++) {
         const quant_f16 v = quant_f32_to_f16(src[i]);
         memcpy(h + 2 * i, &v, 2);
     }
 }
 
-void kern_f32_to_f16_row(const float *src, void *dst, int64_t n) { kern_table_active()->f16_row(src, dst, n); }
+void kern_f32_to_f16_row(const float *src, void *dst, int64_t n)
+{
+    kern_table_active()->f16_row(src, dst, n);
+}
 
 int kern_quantize_row(kvi_type t, const float *src, void *dst, int64_t n)
 {

@@ -73,7 +73,8 @@ AVX2 void kern_actq_a_avx2(const float *x, kern_q8a *b, int64_t nb)
         const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
         __m256i q[4];
         levels32(x, _mm256_set1_ps(id), b->qs, q);
-        const int32_t sum = hsum256i(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
+        const int32_t sum =
+            hsum256i(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
         b->d = f16_round(d);
         b->s = f16_round(d * (float)sum);
         b->sum = sum;
@@ -93,7 +94,8 @@ AVX2 void kern_actq_k_avx2(const float *x, kern_q8k *b, int64_t nb)
         float max = 0.0f;
         const __m256 am = _mm256_set1_ps(amax);
         for (int g = 0; g < QK_K / 8; g++) {
-            const __m256 e = _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + 8 * g)), am, _CMP_EQ_OQ);
+            const __m256 e =
+                _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + 8 * g)), am, _CMP_EQ_OQ);
             const int mask = _mm256_movemask_ps(e);
             if (mask) {
                 max = x[8 * g + __builtin_ctz((unsigned)mask)];
@@ -115,7 +117,7 @@ AVX2 void kern_actq_k_avx2(const float *x, kern_q8k *b, int64_t nb)
 
 AVX2 void kern_f16_row_avx2(const float *src, void *dst, int64_t n)
 {
-    uint8_t *h = dst;   /* [n][2] bytes, any alignment */
+    uint8_t *h = dst; /* [n][2] bytes, any alignment */
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
         const __m128i a = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
@@ -127,7 +129,8 @@ AVX2 void kern_f16_row_avx2(const float *src, void *dst, int64_t n)
         _mm_storeu_si128((__m128i *)(h + 2 * i),
                          _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
     for (; i < n; i++) {
-        const uint16_t v = (uint16_t)_mm_extract_epi16(_mm_cvtps_ph(_mm_set_ss(src[i]), _MM_FROUND_TO_NEAREST_INT), 0);
+        const uint16_t v =
+            (uint16_t)_mm_extract_epi16(_mm_cvtps_ph(_mm_set_ss(src[i]), _MM_FROUND_TO_NEAREST_INT), 0);
         memcpy(h + 2 * i, &v, 2);
     }
 }

@@ -66,7 +66,8 @@ AVX512 void kern_actq_k_avx512(const float *x, kern_q8k *b, int64_t nb)
         float max = 0.0f;
         const __m512 am = _mm512_set1_ps(amax);
         for (int g = 0; g < QK_K / 16; g++) {
-            const __mmask16 e = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_loadu_ps(x + 16 * g)), am, _CMP_EQ_OQ);
+            const __mmask16 e =
+                _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_loadu_ps(x + 16 * g)), am, _CMP_EQ_OQ);
             if (e) {
                 max = x[16 * g + __builtin_ctz((unsigned)e)];
                 break;
@@ -86,7 +87,7 @@ AVX512 void kern_actq_k_avx512(const float *x, kern_q8k *b, int64_t nb)
 
 AVX512 void kern_f16_row_avx512(const float *src, void *dst, int64_t n)
 {
-    uint8_t *h = dst;   /* [n][2] bytes, any alignment */
+    uint8_t *h = dst; /* [n][2] bytes, any alignment */
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
         const __m256i a = _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);

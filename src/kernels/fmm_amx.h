@@ -45,7 +45,7 @@ int kern_amx_f16_on(void);
  * (kern_matmul's checks) and that the CPU runs AVX-512. Returns 1 when done, 0
  * (nothing written) when AMX is off or the weights are of another type or
  * layout, or memory for the converted inputs is short. */
-int kern_fmm_amx(tpool *pool, const kern_tensor *W, const float *x, int64_t ldx, int64_t n_rows,
-                       float *y, int64_t ldy);
+int kern_fmm_amx(tpool *pool, const kern_tensor *W, const float *x, int64_t ldx, int64_t n_rows, float *y,
+                 int64_t ldy);
 
 #endif

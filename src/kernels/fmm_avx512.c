@@ -41,14 +41,15 @@
 #define AVX512 KVI_TARGET_AVX512
 #define AVX512_INLINE AVX512 static inline __attribute__((always_inline))
 
-#define FMM_MR KVI_FMM_MIN_ROWS   /* input rows per register tile of the tiled path */
-#define FMM_NR 4   /* weight rows per register tile */
-#define FMM_KC 256 /* elements of n_in per block (multiple of 16): a 16-row f32 tile's block
+#define FMM_MR KVI_FMM_MIN_ROWS /* input rows per register tile of the tiled path */
+#define FMM_NR 4                /* weight rows per register tile */
+#define FMM_KC \
+    256                            /* elements of n_in per block (multiple of 16): a 16-row f32 tile's block
                     * (16 KiB) stays in L1 while every row group of a row block passes */
-#define FMM_MB_MAX 96               /* input rows per row block, a multiple of FMM_MR */
-#define FMM_XBLOCK_BYTES (1 << 20)  /* a row block's inputs stay in L2 across weight tiles */
-#define STREAM_S 4      /* decode: weight rows streamed at once (2: +5%, 8: +9%, 4: +14% tok/s) */
-#define STREAM_PF 2048  /* decode: bytes prefetched ahead in each row (1024 / 3072 / 4096: within noise) */
+#define FMM_MB_MAX 96              /* input rows per row block, a multiple of FMM_MR */
+#define FMM_XBLOCK_BYTES (1 << 20) /* a row block's inputs stay in L2 across weight tiles */
+#define STREAM_S 4                 /* decode: weight rows streamed at once (2: +5%, 8: +9%, 4: +14% tok/s) */
+#define STREAM_PF 2048 /* decode: bytes prefetched ahead in each row (1024 / 3072 / 4096: within noise) */
 
 /* ---- the contract in scalar C ------------------------------------------ */
 
@@ -67,10 +68,10 @@ static float weight_at(kvi_type t, const void *w, int64_t i)
 
 float kern_fdot_lanes16_ref(kvi_type t, const void *w, const float *x, int64_t n)
 {
-    float v[16] = {0};
+    float v[16] = { 0 };
     int64_t i = 0;
     for (; i < n; i++) v[i % 16] = fmaf(x[i], weight_at(t, w, i), v[i % 16]);
-    for (; i % 16 != 0; i++) v[i % 16] = fmaf(0.0f, 0.0f, v[i % 16]);   /* the padded tail */
+    for (; i % 16 != 0; i++) v[i % 16] = fmaf(0.0f, 0.0f, v[i % 16]); /* the padded tail */
     for (int h = 8; h >= 1; h /= 2)
         for (int l = 0; l < h; l++) v[l] = v[l] + v[l + h];
     return v[0];
@@ -97,7 +98,8 @@ AVX512_INLINE __m512 load_w_mask(kvi_type t, const uint8_t *p, int64_t i, __mmas
     switch (t) {
     case KVI_TYPE_F16: return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p + 2 * i));
     case KVI_TYPE_BF16:
-        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p + 2 * i)), 16));
+        return _mm512_castsi512_ps(
+            _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p + 2 * i)), 16));
     default: return _mm512_maskz_loadu_ps(m, (const float *)p + i);
     }
 }
@@ -109,18 +111,21 @@ AVX512_INLINE __m512 load_w_mask(kvi_type t, const uint8_t *p, int64_t i, __mmas
 AVX512_INLINE __m512 reduce16(const __m512 a[16])
 {
     __m512 b[8], c[4], d[2];
-    /* b[p]: lanes 0-7 = a[p] lo + hi, lanes 8-15 = a[p+8] lo + hi */
-    #pragma GCC unroll 32
+/* b[p]: lanes 0-7 = a[p] lo + hi, lanes 8-15 = a[p+8] lo + hi */
+#pragma GCC unroll 32
     for (int p = 0; p < 8; p++)
-        b[p] = _mm512_add_ps(_mm512_shuffle_f32x4(a[p], a[p + 8], 0x44), _mm512_shuffle_f32x4(a[p], a[p + 8], 0xEE));
-    /* c[q]: 128-bit blocks = outputs q, q+8, q+4, q+12 (4 partials each) */
-    #pragma GCC unroll 32
+        b[p] = _mm512_add_ps(_mm512_shuffle_f32x4(a[p], a[p + 8], 0x44),
+                             _mm512_shuffle_f32x4(a[p], a[p + 8], 0xEE));
+/* c[q]: 128-bit blocks = outputs q, q+8, q+4, q+12 (4 partials each) */
+#pragma GCC unroll 32
     for (int q = 0; q < 4; q++)
-        c[q] = _mm512_add_ps(_mm512_shuffle_f32x4(b[q], b[q + 4], 0x88), _mm512_shuffle_f32x4(b[q], b[q + 4], 0xDD));
-    /* d[s]: per block two outputs of c[s] then two of c[s+2], 2 partials each */
-    #pragma GCC unroll 32
+        c[q] = _mm512_add_ps(_mm512_shuffle_f32x4(b[q], b[q + 4], 0x88),
+                             _mm512_shuffle_f32x4(b[q], b[q + 4], 0xDD));
+/* d[s]: per block two outputs of c[s] then two of c[s+2], 2 partials each */
+#pragma GCC unroll 32
     for (int s = 0; s < 2; s++)
-        d[s] = _mm512_add_ps(_mm512_shuffle_ps(c[s], c[s + 2], 0x44), _mm512_shuffle_ps(c[s], c[s + 2], 0xEE));
+        d[s] =
+            _mm512_add_ps(_mm512_shuffle_ps(c[s], c[s + 2], 0x44), _mm512_shuffle_ps(c[s], c[s + 2], 0xEE));
     /* e lanes hold outputs 0 2 1 3 8 10 9 11 4 6 5 7 12 14 13 15 */
     const __m512 e = _mm512_add_ps(_mm512_shuffle_ps(d[0], d[1], 0x88), _mm512_shuffle_ps(d[0], d[1], 0xDD));
     const __m512i order = _mm512_setr_epi32(0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15);
@@ -130,13 +135,14 @@ AVX512_INLINE __m512 reduce16(const __m512 a[16])
 /* ---- streaming kernel: one input row, 16 weight rows -------------------- */
 
 /* y[t] = x . w_t for t < nt (w_t at w + t * rb; rows nt..15 repeat row nt-1). */
-AVX512_INLINE void stream16(kvi_type t, const uint8_t *w, size_t rb, int nt, const float *x, int64_t n, float *y)
+AVX512_INLINE void stream16(kvi_type t, const uint8_t *w, size_t rb, int nt, const float *x, int64_t n,
+                            float *y)
 {
     const uint8_t *p[16];
-    #pragma GCC unroll 32
+#pragma GCC unroll 32
     for (int k = 0; k < 16; k++) p[k] = w + (size_t)(k < nt ? k : nt - 1) * rb;
     __m512 acc[16];
-    #pragma GCC unroll 32
+#pragma GCC unroll 32
     for (int k = 0; k < 16; k++) acc[k] = _mm512_setzero_ps();
     /* the same rows of the next tile (16 rows on), one line per row per 64 bytes
      * consumed, into L2: short rows would otherwise start every tile cold */
@@ -144,17 +150,18 @@ AVX512_INLINE void stream16(kvi_type t, const uint8_t *w, size_t rb, int nt, con
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
         if ((((size_t)i * es) & 63) == 0) {
-            #pragma GCC unroll 32
-            for (int k = 0; k < 16; k++) _mm_prefetch((const char *)(p[k] + ahead + (size_t)i * es), _MM_HINT_T1);
+#pragma GCC unroll 32
+            for (int k = 0; k < 16; k++)
+                _mm_prefetch((const char *)(p[k] + ahead + (size_t)i * es), _MM_HINT_T1);
         }
         const __m512 xv = _mm512_loadu_ps(x + i);
-        #pragma GCC unroll 32
+#pragma GCC unroll 32
         for (int k = 0; k < 16; k++) acc[k] = _mm512_fmadd_ps(load_w(t, p[k], i), xv, acc[k]);
     }
     if (i < n) {
         const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
         const __m512 xv = _mm512_maskz_loadu_ps(m, x + i);
-        #pragma GCC unroll 32
+#pragma GCC unroll 32
         for (int k = 0; k < 16; k++) acc[k] = _mm512_fmadd_ps(load_w_mask(t, p[k], i, m), xv, acc[k]);
     }
     _mm512_mask_storeu_ps(y, (__mmask16)((1u << nt) - 1), reduce16(acc));
@@ -176,33 +183,36 @@ AVX512_INLINE float hsum_tree(__m512 v)
  * system serves a few long streams faster than stream16's sixteen short ones);
  * each row is stream16's chain and tree, so the bits are too. Prefetch runs
  * STREAM_PF bytes ahead in each row, into L1. */
-AVX512_INLINE void stream_rows(kvi_type t, const uint8_t *const *p, const float *x, int64_t n, float *const *y)
+AVX512_INLINE void stream_rows(kvi_type t, const uint8_t *const *p, const float *x, int64_t n,
+                               float *const *y)
 {
     __m512 acc[STREAM_S];
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int k = 0; k < STREAM_S; k++) acc[k] = _mm512_setzero_ps();
     const size_t es = t == KVI_TYPE_F32 ? 4 : 2;
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
         if ((((size_t)i * es) & 63) == 0) {
-            #pragma GCC unroll 16
-            for (int k = 0; k < STREAM_S; k++) _mm_prefetch((const char *)(p[k] + STREAM_PF + (size_t)i * es), _MM_HINT_T0);
+#pragma GCC unroll 16
+            for (int k = 0; k < STREAM_S; k++)
+                _mm_prefetch((const char *)(p[k] + STREAM_PF + (size_t)i * es), _MM_HINT_T0);
         }
         const __m512 xv = _mm512_loadu_ps(x + i);
-        #pragma GCC unroll 16
+#pragma GCC unroll 16
         for (int k = 0; k < STREAM_S; k++) acc[k] = _mm512_fmadd_ps(load_w(t, p[k], i), xv, acc[k]);
     }
     if (i < n) {
         const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
         const __m512 xv = _mm512_maskz_loadu_ps(m, x + i);
-        #pragma GCC unroll 16
+#pragma GCC unroll 16
         for (int k = 0; k < STREAM_S; k++) acc[k] = _mm512_fmadd_ps(load_w_mask(t, p[k], i, m), xv, acc[k]);
     }
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int k = 0; k < STREAM_S; k++) *y[k] = hsum_tree(acc[k]);
 }
 
-AVX512_INLINE void stream_rows_any(kvi_type t, const uint8_t *const *p, const float *x, int64_t n, float *const *y)
+AVX512_INLINE void stream_rows_any(kvi_type t, const uint8_t *const *p, const float *x, int64_t n,
+                                   float *const *y)
 {
     switch (t) {
     case KVI_TYPE_F16: stream_rows(KVI_TYPE_F16, p, x, n, y); break;
@@ -214,8 +224,8 @@ AVX512_INLINE void stream_rows_any(kvi_type t, const uint8_t *const *p, const fl
 /* Rows [j0, j1) of W for one input row: stream s takes rows j0 + s * part + k
  * (k < part), the last (j1 - j0) % STREAM_S rows go alone (the other lanes of
  * the call repeat the row, their results dropped). */
-AVX512 static void stream_decode(kvi_type t, const uint8_t *w, size_t rb, int64_t j0, int64_t j1, const float *x,
-                                 int64_t n, float *y)
+AVX512 static void stream_decode(kvi_type t, const uint8_t *w, size_t rb, int64_t j0, int64_t j1,
+                                 const float *x, int64_t n, float *y)
 {
     const int64_t part = (j1 - j0) / STREAM_S;
     const uint8_t *p[STREAM_S];
@@ -263,40 +273,42 @@ typedef void (*stream_fn)(const uint8_t *w, size_t rb, int nt, const float *x, i
 AVX512 static void tile_mr_nr(const float *x, int64_t ldx, const float *w, int64_t ldw, int nt, int64_t k0,
                               int64_t kn, float *acc_mem, bool first, bool last, float *y, int64_t ldy)
 {
-    __m512 acc[FMM_MR * FMM_NR];   /* acc[r * FMM_NR + t] */
-    #pragma GCC unroll 32
+    __m512 acc[FMM_MR * FMM_NR]; /* acc[r * FMM_NR + t] */
+#pragma GCC unroll 32
     for (int k = 0; k < FMM_MR * FMM_NR; k++)
         acc[k] = first ? _mm512_setzero_ps() : _mm512_load_ps(acc_mem + 16 * k);
     const float *wp[FMM_NR];
-    #pragma GCC unroll 32
+#pragma GCC unroll 32
     for (int t = 0; t < FMM_NR; t++) wp[t] = w + (t < nt ? t : nt - 1) * ldw + k0;
     x += k0;
     int64_t i = 0;
     for (; i + 16 <= kn; i += 16) {
         __m512 wv[FMM_NR];
-        #pragma GCC unroll 32
+#pragma GCC unroll 32
         for (int t = 0; t < FMM_NR; t++) wv[t] = _mm512_loadu_ps(wp[t] + i);
-        #pragma GCC unroll 32
+#pragma GCC unroll 32
         for (int r = 0; r < FMM_MR; r++) {
             const __m512 xv = _mm512_loadu_ps(x + r * ldx + i);
-            #pragma GCC unroll 32
-            for (int t = 0; t < FMM_NR; t++) acc[r * FMM_NR + t] = _mm512_fmadd_ps(wv[t], xv, acc[r * FMM_NR + t]);
+#pragma GCC unroll 32
+            for (int t = 0; t < FMM_NR; t++)
+                acc[r * FMM_NR + t] = _mm512_fmadd_ps(wv[t], xv, acc[r * FMM_NR + t]);
         }
     }
     if (i < kn) {
         const __mmask16 m = (__mmask16)((1u << (kn - i)) - 1);
         __m512 wv[FMM_NR];
-        #pragma GCC unroll 32
+#pragma GCC unroll 32
         for (int t = 0; t < FMM_NR; t++) wv[t] = _mm512_maskz_loadu_ps(m, wp[t] + i);
-        #pragma GCC unroll 32
+#pragma GCC unroll 32
         for (int r = 0; r < FMM_MR; r++) {
             const __m512 xv = _mm512_maskz_loadu_ps(m, x + r * ldx + i);
-            #pragma GCC unroll 32
-            for (int t = 0; t < FMM_NR; t++) acc[r * FMM_NR + t] = _mm512_fmadd_ps(wv[t], xv, acc[r * FMM_NR + t]);
+#pragma GCC unroll 32
+            for (int t = 0; t < FMM_NR; t++)
+                acc[r * FMM_NR + t] = _mm512_fmadd_ps(wv[t], xv, acc[r * FMM_NR + t]);
         }
     }
     if (!last) {
-        #pragma GCC unroll 32
+#pragma GCC unroll 32
         for (int k = 0; k < FMM_MR * FMM_NR; k++) _mm512_store_ps(acc_mem + 16 * k, acc[k]);
         return;
     }
@@ -305,10 +317,10 @@ AVX512 static void tile_mr_nr(const float *x, int64_t ldx, const float *w, int64
     float out[32];
     _mm512_storeu_ps(out, reduce16(acc));
     __m512 rest[16];
-    #pragma GCC unroll 32
+#pragma GCC unroll 32
     for (int k = 0; k < 16; k++) rest[k] = acc[16 + k % 8];
     _mm512_storeu_ps(out + 16, reduce16(rest));
-    #pragma GCC unroll 32
+#pragma GCC unroll 32
     for (int r = 0; r < FMM_MR; r++)
         _mm512_mask_storeu_ps(y + r * ldy, keep, _mm512_maskz_loadu_ps((__mmask16)0xF, out + r * FMM_NR));
 }
@@ -326,7 +338,8 @@ static int64_t row_block(int64_t n)
 
 /* Widens elements [k0, k0 + kn) of rows [0, nt) of the tile at w into dst
  * [16][FMM_KC] f32 (rows nt..15 and columns kn.. unused). */
-AVX512 static void widen_block(kvi_type t, const uint8_t *w, size_t rb, int nt, int64_t k0, int64_t kn, float *dst)
+AVX512 static void widen_block(kvi_type t, const uint8_t *w, size_t rb, int nt, int64_t k0, int64_t kn,
+                               float *dst)
 {
     for (int k = 0; k < nt; k++) {
         const uint8_t *p = w + (size_t)k * rb;
@@ -367,13 +380,14 @@ int kern_fmm_avx512(const kern_fmm_args *a)
         for (int64_t jt = a->j0; jt < a->j1; jt += KVI_FMM_TILE) {
             const int nt = (int)(a->j1 - jt < KVI_FMM_TILE ? a->j1 - jt : KVI_FMM_TILE);
             const uint8_t *wt = a->w + (size_t)jt * a->w_rb;
-            for (int64_t r = 0; r < a->n_rows; r++) stream(wt, a->w_rb, nt, a->x + r * a->ldx, n, a->y + r * a->ldy + jt);
+            for (int64_t r = 0; r < a->n_rows; r++)
+                stream(wt, a->w_rb, nt, a->x + r * a->ldx, n, a->y + r * a->ldy + jt);
         }
         return 1;
     }
     /* the register tiles' accumulators between blocks of n_in:
      * [row group][weight quad][FMM_MR * FMM_NR][16] */
-    _Alignas(64) float wblk[KVI_FMM_TILE * FMM_KC];   /* [16][FMM_KC]: a block of n_in of the tile */
+    _Alignas(64) float wblk[KVI_FMM_TILE * FMM_KC]; /* [16][FMM_KC]: a block of n_in of the tile */
     _Alignas(64) float acc[FMM_MB_MAX / FMM_MR * (KVI_FMM_TILE / FMM_NR) * FMM_MR * FMM_NR * 16];
     const int64_t mb = row_block(n);
     for (int64_t r0 = 0; r0 < a->n_rows; r0 += mb) {
@@ -406,7 +420,8 @@ int kern_fmm_avx512(const kern_fmm_args *a)
                                    k0 == 0, k0 + kn >= n, yb + g * FMM_MR * a->ldy + jt + t0, a->ldy);
                 }
             }
-            for (int64_t r = ng * FMM_MR; r < rn; r++) stream(wt, a->w_rb, nt, xb + r * a->ldx, n, yb + r * a->ldy + jt);
+            for (int64_t r = ng * FMM_MR; r < rn; r++)
+                stream(wt, a->w_rb, nt, xb + r * a->ldx, n, yb + r * a->ldy + jt);
         }
     }
     return 1;

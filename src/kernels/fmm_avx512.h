@@ -21,20 +21,20 @@
 #include <stdint.h>
 
 typedef struct kern_fmm_args {
-    kvi_type type;            /* F32, F16 or BF16 */
-    const uint8_t *w;         /* [n_out][w_rb bytes]: row j at w + j * w_rb */
+    kvi_type type;    /* F32, F16 or BF16 */
+    const uint8_t *w; /* [n_out][w_rb bytes]: row j at w + j * w_rb */
     size_t w_rb;
     int64_t n_in;
-    int64_t j0, j1;           /* the output columns to compute */
-    const float *x;           /* [n_rows][ldx] */
+    int64_t j0, j1; /* the output columns to compute */
+    const float *x; /* [n_rows][ldx] */
     int64_t ldx, n_rows;
-    float *y;                 /* [n_rows][ldy]: only columns [j0, j1) are written */
+    float *y; /* [n_rows][ldy]: only columns [j0, j1) are written */
     int64_t ldy;
-    float *scratch;           /* [KVI_FMM_TILE][n_in] f32 for many rows, or NULL */
+    float *scratch; /* [KVI_FMM_TILE][n_in] f32 for many rows, or NULL */
 } kern_fmm_args;
 
-#define KVI_FMM_TILE 16                          /* weight rows per tile */
-#define KVI_FMM_MIN_ROWS 6                       /* fewer rows never use the scratch */
+#define KVI_FMM_TILE 16    /* weight rows per tile */
+#define KVI_FMM_MIN_ROWS 6 /* fewer rows never use the scratch */
 #define KVI_FMM_SCRATCH(n_in) ((size_t)KVI_FMM_TILE * (size_t)(n_in) * sizeof(float))
 
 /* 1 when computed (type handled and the CPU has AVX-512 F/BW/VL), 0 otherwise

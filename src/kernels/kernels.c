@@ -51,7 +51,7 @@
 #include <strings.h>
 
 #define TILE 16
-#define TILE_MAX_FLOATS (1 << 18)   /* a tile is cut shorter when n_in is huge */
+#define TILE_MAX_FLOATS (1 << 18) /* a tile is cut shorter when n_in is huge */
 
 /* ---- ISA detection and dispatch ---------------------------------------- */
 
@@ -121,7 +121,7 @@ const char *kvi_isa_name(void) { return kern_isa_str(kern_isa_active()); }
 /* Eight independent accumulators (i mod 8), summed pairwise at the end. */
 static float dot_scalar(const float *a, const float *b, int64_t n)
 {
-    float s[8] = {0};
+    float s[8] = { 0 };
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
         for (int k = 0; k < 8; k++) s[k] += a[i + k] * b[i + k];
@@ -149,8 +149,7 @@ static bool tensor_ok(const kern_tensor *W)
     return W && W->data && W->n_in > 0 && W->n_out >= 0 && quant_row_bytes(W->type, W->n_in) > 0;
 }
 
-static void dequant_with(const kern_table *t, kvi_type type, const void *src, float *dst,
-                         int64_t n)
+static void dequant_with(const kern_table *t, kvi_type type, const void *src, float *dst, int64_t n)
 {
     if (t->dequant && t->dequant(type, src, dst, n)) return;
     quant_dequant_row(type, src, dst, n);
@@ -160,10 +159,11 @@ int kern_tensor_get_row(const kern_tensor *W, int64_t row, float *dst)
 {
     if (!dst || !tensor_ok(W) || row < 0 || row >= W->n_out) return KVI_E_INVALID;
     size_t rb = quant_row_bytes(W->type, W->n_in);
-    if (W->layout == KVI_LAYOUT_R16) {   /* the row out of its tile, then as usual */
-        uint8_t stack[8192], *buf = rb <= sizeof stack ? stack : malloc(rb);   /* [rb] one row */
+    if (W->layout == KVI_LAYOUT_R16) { /* the row out of its tile, then as usual */
+        uint8_t stack[8192], *buf = rb <= sizeof stack ? stack : malloc(rb); /* [rb] one row */
         if (!buf) return KVI_E_NOMEM;
-        kern_r16_row(W->type, (const uint8_t *)W->data + (size_t)(row / 16) * 16 * rb, W->n_in, (int)(row % 16), buf);
+        kern_r16_row(W->type, (const uint8_t *)W->data + (size_t)(row / 16) * 16 * rb, W->n_in,
+                     (int)(row % 16), buf);
         dequant_with(tab(), W->type, buf, dst, W->n_in);
         if (buf != stack) free(buf);
         return KVI_OK;
@@ -176,12 +176,12 @@ int kern_tensor_get_row(const kern_tensor *W, int64_t row, float *dst)
 
 typedef struct mm_ctx {
     const kern_tensor *W;
-    const float *x;            /* [n_rows][ldx] */
+    const float *x; /* [n_rows][ldx] */
     int64_t ldx, n_rows;
-    float *y;                  /* [n_rows][ldy] */
+    float *y; /* [n_rows][ldy] */
     int64_t ldy;
     tpool *pool;
-    float *own_scratch;        /* [tile][n_in] when there is no pool, else NULL */
+    float *own_scratch; /* [tile][n_in] when there is no pool, else NULL */
     const kern_table *tab;
     size_t row_bytes;
     int64_t tile;
@@ -191,7 +191,7 @@ typedef struct mm_ctx {
  * Correct, but its rounding differs from the normal path. */
 static float dot_blockwise(const mm_ctx *c, const float *x, const uint8_t *w)
 {
-    float buf[QK_K];   /* one block (at most QK_K elements) */
+    float buf[QK_K]; /* one block (at most QK_K elements) */
     int64_t be = quant_block_elems(c->W->type);
     size_t bb = quant_block_bytes(c->W->type);
     float s = 0.0f;
@@ -236,12 +236,22 @@ static void mm_worker(void *vctx, int ith, int nth)
     const uint8_t *base = W->data;
 
     if (c->tab->fmm && (W->type == KVI_TYPE_F32 || W->type == KVI_TYPE_F16 || W->type == KVI_TYPE_BF16)) {
-        float *fscr = NULL;   /* [KVI_FMM_TILE][n_in]; NULL: streaming path, same bits */
+        float *fscr = NULL; /* [KVI_FMM_TILE][n_in]; NULL: streaming path, same bits */
         if (W->type != KVI_TYPE_F32 && c->n_rows >= KVI_FMM_MIN_ROWS && c->tile == KVI_FMM_TILE)
             fscr = c->own_scratch ? c->own_scratch : tpool_scratch(c->pool, ith, KVI_FMM_SCRATCH(n_in));
         const kern_fmm_args fa = {
-            .type = W->type, .w = base, .w_rb = c->row_bytes, .n_in = n_in, .j0 = j0, .j1 = j1,
-            .x = c->x, .ldx = c->ldx, .n_rows = c->n_rows, .y = c->y, .ldy = c->ldy, .scratch = fscr,
+            .type = W->type,
+            .w = base,
+            .w_rb = c->row_bytes,
+            .n_in = n_in,
+            .j0 = j0,
+            .j1 = j1,
+            .x = c->x,
+            .ldx = c->ldx,
+            .n_rows = c->n_rows,
+            .y = c->y,
+            .ldy = c->ldy,
+            .scratch = fscr,
         };
         if (c->tab->fmm(&fa)) return;
     }
@@ -255,7 +265,7 @@ static void mm_worker(void *vctx, int ith, int nth)
         return;
     }
 
-    float *scr = c->own_scratch;   /* [tile][n_in] */
+    float *scr = c->own_scratch; /* [tile][n_in] */
     if (!scr) scr = tpool_scratch(c->pool, ith, (size_t)c->tile * (size_t)n_in * sizeof(float));
     if (!scr) {
         for (int64_t j = j0; j < j1; j++)
@@ -277,19 +287,19 @@ static void mm_worker(void *vctx, int ith, int nth)
 
 typedef struct qmm_ctx {
     int n_w;
-    const kern_tensor *const *W;   /* [n_w], one activation type and n_in */
-    float *const *y;              /* [n_w] outputs, y[i]: [n_rows][ldy[i]] */
-    const int64_t *ldy;           /* [n_w] */
-    int64_t tiles_before[KVI_MATMUL_MULTI_MAX + 1];   /* QTILE tiles of W[0..i) */
-    const float *x;            /* [n_rows][ldx] */
+    const kern_tensor *const *W;                    /* [n_w], one activation type and n_in */
+    float *const *y;                                /* [n_w] outputs, y[i]: [n_rows][ldy[i]] */
+    const int64_t *ldy;                             /* [n_w] */
+    int64_t tiles_before[KVI_MATMUL_MULTI_MAX + 1]; /* QTILE tiles of W[0..i) */
+    const float *x;                                 /* [n_rows][ldx] */
     int64_t ldx, n_rows;
     tpool *pool;
-    uint8_t *xq;               /* [n_rows][xq_rb] quantised activations */
+    uint8_t *xq; /* [n_rows][xq_rb] quantised activations */
     size_t xq_rb;
-    uint8_t *xt;               /* NULL, or the same as 16-row tiles for the AMX kernels (q8.h) */
-    uint8_t *scratch0;         /* thread 0's tile scratch (or the only one) */
-    size_t scratch_bytes;      /* KVI_QGEMM_SCRATCH, then [16 * row bytes] for R16 tiles */
-    size_t r16_rows_off;       /* where that R16 tile-as-rows buffer starts */
+    uint8_t *xt;          /* NULL, or the same as 16-row tiles for the AMX kernels (q8.h) */
+    uint8_t *scratch0;    /* thread 0's tile scratch (or the only one) */
+    size_t scratch_bytes; /* KVI_QGEMM_SCRATCH, then [16 * row bytes] for R16 tiles */
+    size_t r16_rows_off;  /* where that R16 tile-as-rows buffer starts */
     const kern_table *tab;
 } qmm_ctx;
 
@@ -299,7 +309,8 @@ static void qmm_quant_worker(void *vctx, int ith, int nth)
     const int64_t r0 = c->n_rows * ith / nth, r1 = c->n_rows * (ith + 1) / nth;
     for (int64_t r = r0; r < r1; r++) {
         kern_q8_quantize_act(c->W[0]->type, c->x + r * c->ldx, c->xq + (size_t)r * c->xq_rb, c->W[0]->n_in);
-        if (c->xt) kern_q8_tiles_row(c->xq + (size_t)r * c->xq_rb, c->W[0]->n_in, r, r == c->n_rows - 1, c->xt);
+        if (c->xt)
+            kern_q8_tiles_row(c->xq + (size_t)r * c->xq_rb, c->W[0]->n_in, r, r == c->n_rows - 1, c->xt);
     }
 }
 
@@ -319,13 +330,24 @@ static void qmm_worker(void *vctx, int ith, int nth)
         const kern_tensor *W = c->W[i];
         const int64_t j1 = (s1 - a0) * QTILE;
         kern_qgemm_args a = {
-            .type = W->type, .w = W->data, .w_rb = quant_row_bytes(W->type, W->n_in), .n_in = W->n_in,
-            .j0 = (s0 - a0) * QTILE, .j1 = j1 < W->n_out ? j1 : W->n_out,
-            .xq = c->xq, .xq_rb = c->xq_rb, .n_rows = c->n_rows, .y = c->y[i], .ldy = c->ldy[i],
-            .scratch = scr, .xt = c->xt,
+            .type = W->type,
+            .w = W->data,
+            .w_rb = quant_row_bytes(W->type, W->n_in),
+            .n_in = W->n_in,
+            .j0 = (s0 - a0) * QTILE,
+            .j1 = j1 < W->n_out ? j1 : W->n_out,
+            .xq = c->xq,
+            .xq_rb = c->xq_rb,
+            .n_rows = c->n_rows,
+            .y = c->y[i],
+            .ldy = c->ldy[i],
+            .scratch = scr,
+            .xt = c->xt,
         };
-        if (W->layout == KVI_LAYOUT_R16) kern_qgemm_r16(c->tab, &a, (uint8_t *)scr + c->r16_rows_off);
-        else if (!(c->tab->qgemm && c->tab->qgemm(&a))) kern_qgemm_ref(&a);
+        if (W->layout == KVI_LAYOUT_R16)
+            kern_qgemm_r16(c->tab, &a, (uint8_t *)scr + c->r16_rows_off);
+        else if (!(c->tab->qgemm && c->tab->qgemm(&a)))
+            kern_qgemm_ref(&a);
     }
 }
 
@@ -338,13 +360,21 @@ static bool matmul_q8(tpool *pool, int n_w, const kern_tensor *const *W, const f
                       int64_t n_rows, float *const *y, const int64_t *ldy)
 {
     qmm_ctx c = {
-        .n_w = n_w, .W = W, .y = y, .ldy = ldy,
-        .x = x, .ldx = ldx, .n_rows = n_rows, .pool = pool,
+        .n_w = n_w,
+        .W = W,
+        .y = y,
+        .ldy = ldy,
+        .x = x,
+        .ldx = ldx,
+        .n_rows = n_rows,
+        .pool = pool,
         .xq_rb = kern_q8_act_row_bytes(W[0]->type, W[0]->n_in),
-        .scratch_bytes = KVI_QGEMM_SCRATCH(W[0]->n_in), .tab = tab(),
+        .scratch_bytes = KVI_QGEMM_SCRATCH(W[0]->n_in),
+        .tab = tab(),
     };
     c.tiles_before[0] = 0;
-    for (int i = 0; i < n_w; i++) c.tiles_before[i + 1] = c.tiles_before[i] + (W[i]->n_out + QTILE - 1) / QTILE;
+    for (int i = 0; i < n_w; i++)
+        c.tiles_before[i + 1] = c.tiles_before[i] + (W[i]->n_out + QTILE - 1) / QTILE;
     c.r16_rows_off = (c.scratch_bytes + 63) & ~(size_t)63;
     for (int i = 0; i < n_w; i++)
         if (W[i]->layout == KVI_LAYOUT_R16) {
@@ -358,8 +388,7 @@ static bool matmul_q8(tpool *pool, int n_w, const kern_tensor *const *W, const f
     bool amx = false;
     for (int i = 0; i < n_w; i++)
         amx = amx || kern_qgemm_amx_q8_wanted(W[i]->type, W[i]->layout == KVI_LAYOUT_R16, n_rows, W[i]->n_in);
-    if (c.tab->amx_q8 && amx)
-        xt_bytes = (kern_q8_tiles_bytes(n_rows, W[0]->n_in) + 63) & ~(size_t)63;
+    if (c.tab->amx_q8 && amx) xt_bytes = (kern_q8_tiles_bytes(n_rows, W[0]->n_in) + 63) & ~(size_t)63;
     if (xt_bytes > SIZE_MAX - xq_bytes - c.scratch_bytes) xt_bytes = 0;
     uint8_t *buf = pool ? tpool_scratch(pool, 0, xq_bytes + xt_bytes + c.scratch_bytes) : NULL;
     uint8_t *own = NULL;
@@ -371,8 +400,10 @@ static bool matmul_q8(tpool *pool, int n_w, const kern_tensor *const *W, const f
     c.xq = buf;
     c.xt = xt_bytes ? buf + xq_bytes : NULL;
     c.scratch0 = buf + xq_bytes + xt_bytes;
-    if (n_rows <= QUANT_INLINE_ROWS) qmm_quant_worker(&c, 0, 1);
-    else tpool_run(pool, qmm_quant_worker, &c);
+    if (n_rows <= QUANT_INLINE_ROWS)
+        qmm_quant_worker(&c, 0, 1);
+    else
+        tpool_run(pool, qmm_quant_worker, &c);
     tpool_run(pool, qmm_worker, &c);
     free(own);
     return true;
@@ -383,8 +414,8 @@ static bool matmul_args_ok(const kern_tensor *W, const float *x, int64_t ldx, in
     return tensor_ok(W) && x && ldx >= W->n_in && ldy >= W->n_out;
 }
 
-int kern_matmul(tpool *pool, const kern_tensor *W, const float *x, int64_t ldx,
-               int64_t n_rows, float *y, int64_t ldy)
+int kern_matmul(tpool *pool, const kern_tensor *W, const float *x, int64_t ldx, int64_t n_rows, float *y,
+                int64_t ldy)
 {
     if (n_rows < 0 || (n_rows > 0 && !y) || !matmul_args_ok(W, x, ldx, ldy)) return KVI_E_INVALID;
     if (n_rows == 0 || W->n_out == 0) return KVI_OK;
@@ -394,8 +425,16 @@ int kern_matmul(tpool *pool, const kern_tensor *W, const float *x, int64_t ldx,
     if (W->layout != KVI_LAYOUT_ROWS) return KVI_E_NOMEM;
     if (tab()->fmm_amx && tab()->fmm_amx(pool, W, x, ldx, n_rows, y, ldy)) return KVI_OK;
     mm_ctx c = {
-        .W = W, .x = x, .ldx = ldx, .n_rows = n_rows, .y = y, .ldy = ldy, .pool = pool,
-        .own_scratch = NULL, .tab = tab(), .row_bytes = quant_row_bytes(W->type, W->n_in),
+        .W = W,
+        .x = x,
+        .ldx = ldx,
+        .n_rows = n_rows,
+        .y = y,
+        .ldy = ldy,
+        .pool = pool,
+        .own_scratch = NULL,
+        .tab = tab(),
+        .row_bytes = quant_row_bytes(W->type, W->n_in),
     };
     c.tile = TILE_MAX_FLOATS / W->n_in;
     if (c.tile > TILE) c.tile = TILE;
@@ -408,13 +447,14 @@ int kern_matmul(tpool *pool, const kern_tensor *W, const float *x, int64_t ldx,
 }
 
 int kern_matmul_multi(tpool *pool, int n_w, const kern_tensor *const W[], const float *x, int64_t ldx,
-                     int64_t n_rows, float *const y[], const int64_t ldy[])
+                      int64_t n_rows, float *const y[], const int64_t ldy[])
 {
     if (n_rows < 0 || n_w < 0 || (n_w > 0 && (!W || !y || !ldy))) return KVI_E_INVALID;
-    for (int i = 0; i < n_w; i++)   /* all or nothing: no output written when one is refused */
+    for (int i = 0; i < n_w; i++) /* all or nothing: no output written when one is refused */
         if ((n_rows > 0 && !y[i]) || !matmul_args_ok(W[i], x, ldx, ldy[i])) return KVI_E_INVALID;
     if (n_rows == 0) return KVI_OK;
-    bool shared = n_w <= KVI_MATMUL_MULTI_MAX && kern_q8_act_type(W[0] ? W[0]->type : KVI_TYPE_F32) != KVI_TYPE_F32;
+    bool shared =
+        n_w <= KVI_MATMUL_MULTI_MAX && kern_q8_act_type(W[0] ? W[0]->type : KVI_TYPE_F32) != KVI_TYPE_F32;
     for (int i = 0; shared && i < n_w; i++)
         shared = y[i] && matmul_args_ok(W[i], x, ldx, ldy[i]) && W[i]->n_out > 0 &&
                  W[i]->n_in == W[0]->n_in && kern_q8_act_type(W[i]->type) == kern_q8_act_type(W[0]->type);
@@ -426,16 +466,17 @@ int kern_matmul_multi(tpool *pool, int n_w, const kern_tensor *const W[], const 
     return KVI_OK;
 }
 
-int kern_matmul_ref(const kern_tensor *W, const float *x, int64_t ldx, int64_t n_rows, float *y,
-                   int64_t ldy)
+int kern_matmul_ref(const kern_tensor *W, const float *x, int64_t ldx, int64_t n_rows, float *y, int64_t ldy)
 {
     if (n_rows < 0 || (n_rows > 0 && !y) || !matmul_args_ok(W, x, ldx, ldy)) return KVI_E_INVALID;
     size_t rb = quant_row_bytes(W->type, W->n_in);
-    float *w = malloc((size_t)W->n_in * sizeof(float));   /* [n_in] one dequantised row */
+    float *w = malloc((size_t)W->n_in * sizeof(float)); /* [n_in] one dequantised row */
     if (!w) return KVI_E_NOMEM;
     for (int64_t j = 0; j < W->n_out; j++) {
-        if (W->layout == KVI_LAYOUT_R16) kern_tensor_get_row(W, j, w);   /* exact, like quant_dequant_row */
-        else quant_dequant_row(W->type, (const uint8_t *)W->data + (size_t)j * rb, w, W->n_in);
+        if (W->layout == KVI_LAYOUT_R16)
+            kern_tensor_get_row(W, j, w); /* exact, like quant_dequant_row */
+        else
+            quant_dequant_row(W->type, (const uint8_t *)W->data + (size_t)j * rb, w, W->n_in);
         for (int64_t r = 0; r < n_rows; r++) y[r * ldy + j] = kern_dot_f32_ref(x + r * ldx, w, W->n_in);
     }
     free(w);

@@ -16,9 +16,9 @@
 
 typedef enum kern_isa { KVI_ISA_SCALAR = 0, KVI_ISA_AVX2 = 1, KVI_ISA_AVX512 = 2 } kern_isa;
 
-kern_isa kern_isa_detect(void);          /* the best the CPU supports */
-kern_isa kern_isa_active(void);          /* detect, lowered by kern_isa_set */
-void kern_isa_set(kern_isa isa);         /* tests: force a path (capped at detect) */
+kern_isa kern_isa_detect(void);  /* the best the CPU supports */
+kern_isa kern_isa_active(void);  /* detect, lowered by kern_isa_set */
+void kern_isa_set(kern_isa isa); /* tests: force a path (capped at detect) */
 const char *kern_isa_str(kern_isa isa);
 
 /* A weight matrix [n_out][n_in] of type `type`: row j holds n_in elements,
@@ -26,9 +26,9 @@ const char *kern_isa_str(kern_isa isa);
 typedef struct kern_tensor {
     const void *data;
     kvi_type type;
-    int64_t n_in;    /* row length (GGUF ne[0]) */
-    int64_t n_out;   /* number of rows (GGUF ne[1]) */
-    int layout;      /* KVI_LAYOUT_*: how the bytes are arranged (0: rows) */
+    int64_t n_in;  /* row length (GGUF ne[0]) */
+    int64_t n_out; /* number of rows (GGUF ne[1]) */
+    int layout;    /* KVI_LAYOUT_*: how the bytes are arranged (0: rows) */
 } kern_tensor;
 
 /* KVI_LAYOUT_ROWS: row j at data + j * quant_row_bytes(type, n_in) (GGUF's layout).
@@ -47,18 +47,17 @@ float kern_dot_f32_ref(const float *a, const float *b, int64_t n);
  * quantised to 8 bits (as llama.cpp does) and multiplied in integers, with the
  * same bits on every ISA (q8.h); other types multiply in f32. */
 /* Returns 0, KVI_E_INVALID for bad arguments (y untouched), or KVI_E_NOMEM. */
-int kern_matmul(tpool *pool, const kern_tensor *W, const float *x, int64_t ldx,
-               int64_t n_rows, float *y, int64_t ldy);
+int kern_matmul(tpool *pool, const kern_tensor *W, const float *x, int64_t ldx, int64_t n_rows, float *y,
+                int64_t ldy);
 /* The same as kern_matmul(pool, W[i], x, ldx, n_rows, y[i], ldy[i]) for i < n_w,
  * bit for bit, with x quantised once and one pool run over all the outputs when
  * every W[i] has the same n_in and activation type (else one kern_matmul each). */
 #define KVI_MATMUL_MULTI_MAX 8
 int kern_matmul_multi(tpool *pool, int n_w, const kern_tensor *const W[], const float *x, int64_t ldx,
-                     int64_t n_rows, float *const y[], const int64_t ldy[]);
+                      int64_t n_rows, float *const y[], const int64_t ldy[]);
 /* The f32 math reference, single thread (tests): dequantised weights times the
  * unquantised x, accumulated in double. */
-int kern_matmul_ref(const kern_tensor *W, const float *x, int64_t ldx, int64_t n_rows,
-                   float *y, int64_t ldy);
+int kern_matmul_ref(const kern_tensor *W, const float *x, int64_t ldx, int64_t n_rows, float *y, int64_t ldy);
 
 /* Row `row` of W as floats (embedding lookup): dst has W->n_in floats. 0, or
  * KVI_E_INVALID (bad tensor, row out of range: dst untouched), KVI_E_NOMEM. */

@@ -30,9 +30,9 @@
 AVX2 static float hsum256(__m256 v)
 {
     __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-    __m128 s = _mm_add_ps(lo, hi);                 /* 4 lanes */
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));        /* lanes 0+2, 1+3 */
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));         /* (0+2) + (1+3) */
+    __m128 s = _mm_add_ps(lo, hi);          /* 4 lanes */
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s)); /* lanes 0+2, 1+3 */
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));  /* (0+2) + (1+3) */
     return _mm_cvtss_f32(s);
 }
 
@@ -46,8 +46,7 @@ AVX2 static float dot_avx2(const float *a, const float *b, int64_t n)
         a2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(b + i + 16), a2);
         a3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24), a3);
     }
-    for (; i + 8 <= n; i += 8)
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), a0);
+    for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), a0);
     if (i < n) {
         int r = (int)(n - i);
         __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
@@ -119,9 +118,9 @@ AVX2 static void deq_q4_0(const uint8_t *p, float *y, int64_t nb)
     for (int64_t b = 0; b < nb; b++, p += sizeof(block_q4_0), y += QK4_0) {
         __m256 d = _mm256_set1_ps(half_at(p + offsetof(block_q4_0, d)));
         __m128i q = _mm_loadu_si128((const __m128i *)(p + offsetof(block_q4_0, qs)));
-        __m128i lo = _mm_sub_epi8(_mm_and_si128(q, lowmask), eight);                   /* [16] */
+        __m128i lo = _mm_sub_epi8(_mm_and_si128(q, lowmask), eight);                    /* [16] */
         __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), lowmask), eight); /* [16] */
-        int8_t v[32];   /* elements 0..15 then 16..31, minus 8 */
+        int8_t v[32]; /* elements 0..15 then 16..31, minus 8 */
         _mm_storeu_si128((__m128i *)v, lo);
         _mm_storeu_si128((__m128i *)(v + 16), hi);
         for (int k = 0; k < 4; k++) _mm256_storeu_ps(y + 8 * k, _mm256_mul_ps(i8x8_ps(v + 8 * k), d));
@@ -151,7 +150,7 @@ AVX2 static void deq_q4_k(const uint8_t *p, float *y, int64_t nb)
             scale_min(2 * c + 1, scales, &sc, &mn);
             __m256 d2 = _mm256_set1_ps(d * sc), m2 = _mm256_set1_ps(dmin * mn);
             __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
-            uint8_t v[64];   /* the chunk's 64 levels: low nibbles, then high nibbles */
+            uint8_t v[64]; /* the chunk's 64 levels: low nibbles, then high nibbles */
             _mm256_storeu_si256((__m256i *)v, _mm256_and_si256(q, lowmask));
             _mm256_storeu_si256((__m256i *)(v + 32), _mm256_and_si256(_mm256_srli_epi16(q, 4), lowmask));
             float *yc = y + 64 * c;
@@ -178,13 +177,17 @@ AVX2 static void deq_q6_k(const uint8_t *p, float *y, int64_t nb)
                 __m256i a = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(ql + l)));
                 __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(ql + l + 32)));
                 __m256i hb = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qh + l)));
-                __m256i q1 = _mm256_or_si256(_mm256_and_si256(a, m4), _mm256_slli_epi32(_mm256_and_si256(hb, m2), 4));
-                __m256i q2 = _mm256_or_si256(_mm256_and_si256(c, m4),
-                                             _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(hb, 2), m2), 4));
-                __m256i q3 = _mm256_or_si256(_mm256_srli_epi32(a, 4),
-                                             _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(hb, 4), m2), 4));
-                __m256i q4 = _mm256_or_si256(_mm256_srli_epi32(c, 4),
-                                             _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(hb, 6), m2), 4));
+                __m256i q1 =
+                    _mm256_or_si256(_mm256_and_si256(a, m4), _mm256_slli_epi32(_mm256_and_si256(hb, m2), 4));
+                __m256i q2 =
+                    _mm256_or_si256(_mm256_and_si256(c, m4),
+                                    _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(hb, 2), m2), 4));
+                __m256i q3 =
+                    _mm256_or_si256(_mm256_srli_epi32(a, 4),
+                                    _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(hb, 4), m2), 4));
+                __m256i q4 =
+                    _mm256_or_si256(_mm256_srli_epi32(c, 4),
+                                    _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(hb, 6), m2), 4));
                 __m256 f1 = _mm256_cvtepi32_ps(_mm256_sub_epi32(q1, k32));
                 __m256 f2 = _mm256_cvtepi32_ps(_mm256_sub_epi32(q2, k32));
                 __m256 f3 = _mm256_cvtepi32_ps(_mm256_sub_epi32(q3, k32));

@@ -48,8 +48,7 @@ AVX512 static float dot_avx512(const float *a, const float *b, int64_t n)
         a2 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 32), _mm512_loadu_ps(b + i + 32), a2);
         a3 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 48), _mm512_loadu_ps(b + i + 48), a3);
     }
-    for (; i + 16 <= n; i += 16)
-        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), a0);
+    for (; i + 16 <= n; i += 16) a0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), a0);
     if (i < n) {
         __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
         a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), a1);
@@ -59,7 +58,8 @@ AVX512 static float dot_avx512(const float *a, const float *b, int64_t n)
 
 /* Six dot_avx512 at once (n % 64 == 0): each output keeps its own four
  * accumulators over the same element order, so the bits are dot_avx512's. */
-AVX512 static void dot_3x2_avx512(const float *x, int64_t ldx, const float *w, int64_t ldw, int64_t n, float out[6])
+AVX512 static void dot_3x2_avx512(const float *x, int64_t ldx, const float *w, int64_t ldw, int64_t n,
+                                  float out[6])
 {
     __m512 a[6][4];
     for (int o = 0; o < 6; o++)
@@ -119,7 +119,6 @@ AVX512 static int dequant_avx512(kvi_type t, const void *src, float *dst, int64_
     }
 }
 
-
 /* ---- integer products with VNNI (q8.h contract) ------------------
  *
  * A tile is 16 weight rows; lane l of every vector belongs to weight row j0 + l.
@@ -149,9 +148,9 @@ AVX512 static int dequant_avx512(kvi_type t, const void *src, float *dst, int64_
  * dx is a broadcast operand of the multiply. Per 32-input block and row:
  * 16 vpdpbusd + 2 x (cvt, mul, fma), and 8 + 3 activation loads.
  */
-#define RT 6        /* activation rows per register tile */
-#define KC 32       /* at most this many 32-input blocks per chunk */
-#define PACK2 1152  /* one packed block of a tile pair */
+#define RT 6       /* activation rows per register tile */
+#define KC 32      /* at most this many 32-input blocks per chunk */
+#define PACK2 1152 /* one packed block of a tile pair */
 
 /* Block at byte offset off of the 16 rows p[] into W[8] and dw. */
 VNNI_INLINE void load_block(kvi_type t, const tile16 *tl, size_t off, __m512i W[8], __m512 *dw)
@@ -161,7 +160,7 @@ VNNI_INLINE void load_block(kvi_type t, const tile16 *tl, size_t off, __m512i W[
         transpose16x4(tl->p, off + 2, W);
         transpose16x4(tl->p, off + 18, W + 4);
         for (int k = 0; k < 8; k++) W[k] = _mm512_xor_si512(W[k], flip);
-    } else {   /* Q4_0: low nibbles are inputs 0..15, high nibbles 16..31 */
+    } else { /* Q4_0: low nibbles are inputs 0..15, high nibbles 16..31 */
         const __m512i lo = _mm512_set1_epi8(0x0f);
         __m512i R[4];
         transpose16x4(tl->p, off + 2, R);
@@ -172,7 +171,6 @@ VNNI_INLINE void load_block(kvi_type t, const tile16 *tl, size_t off, __m512i W[
     }
     *dw = scales16(tl, off, 0);
 }
-
 
 /* acc[h * RT + rr] += blocks b < nk of rows xr[rr] (each pointing at the chunk's
  * first block) times tiles h < nh of the packed chunk wp; corrections
@@ -187,7 +185,7 @@ VNNI_INLINE void rt_kernel(const uint8_t *wp, const int32_t *cor, const uint8_t 
             _mm_prefetch((const char *)xr[rr] + (size_t)b * sizeof(kern_q8a) + pf, _MM_HINT_T0);
         const uint8_t *q = wp + (size_t)b * PACK2;
         const size_t o = (size_t)b * sizeof(kern_q8a);
-        __m512i s[2 * RT];   /* [h * RT + rr] */
+        __m512i s[2 * RT]; /* [h * RT + rr] */
 #pragma GCC unroll 2
         for (int h = 0; h < nh; h++)
 #pragma GCC unroll 16
@@ -220,8 +218,9 @@ VNNI_INLINE void rt_kernel(const uint8_t *wp, const int32_t *cor, const uint8_t 
 /* rt_kernel for nh tiles (masks m[h]) and n rows: accumulators from y (0 in the
  * first chunk), back to y. One instance per (nh, n), so that every loop above
  * unrolls. */
-VNNI_INLINE void rt_run(const uint8_t *wp, const int32_t *cor, const uint8_t *const *xr, int64_t nk, const int nh,
-                        const int n, float *const *yr, bool first, const __mmask16 *m, size_t pf)
+VNNI_INLINE void rt_run(const uint8_t *wp, const int32_t *cor, const uint8_t *const *xr, int64_t nk,
+                        const int nh, const int n, float *const *yr, bool first, const __mmask16 *m,
+                        size_t pf)
 {
     __m512 acc[2 * RT];
 #pragma GCC unroll 2
@@ -236,10 +235,12 @@ VNNI_INLINE void rt_run(const uint8_t *wp, const int32_t *cor, const uint8_t *co
         for (int rr = 0; rr < n; rr++) _mm512_mask_storeu_ps(yr[rr] + 16 * h, m[h], acc[h * RT + rr]);
 }
 
-#define RT_CASE(n)                                                 \
-    case n:                                                        \
-        if (nh == 2) rt_run(wp, cor, xr, nk, 2, n, yr, kb0 == 0, m, pf); \
-        else rt_run(wp, cor, xr, nk, 1, n, yr, kb0 == 0, m, pf);         \
+#define RT_CASE(n)                                              \
+    case n:                                                     \
+        if (nh == 2)                                            \
+            rt_run(wp, cor, xr, nk, 2, n, yr, kb0 == 0, m, pf); \
+        else                                                    \
+            rt_run(wp, cor, xr, nk, 1, n, yr, kb0 == 0, m, pf); \
         break;
 
 /* The corrections -off * sum(x quants) of nk blocks of one activation row (x: its
@@ -247,8 +248,9 @@ VNNI_INLINE void rt_run(const uint8_t *wp, const int32_t *cor, const uint8_t *co
  * time by a gather. */
 VNNI_INLINE void cor_build(const uint8_t *x, int64_t nk, int32_t off, int32_t *dst)
 {
-    const __m512i gidx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                            _mm512_set1_epi32((int)(sizeof(kern_q8a) / 4)));
+    const __m512i gidx =
+        _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                           _mm512_set1_epi32((int)(sizeof(kern_q8a) / 4)));
     const int32_t *sums = &((const kern_q8a *)x)->sum;
     for (int64_t b = 0; b < nk; b += 16) {
         const __mmask16 bm = nk - b >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (nk - b)) - 1);
@@ -261,19 +263,20 @@ VNNI_INLINE void cor_build(const uint8_t *x, int64_t nk, int32_t off, int32_t *d
 /* Rows r0 .. r0 + nr - 1 (nr <= RT) times the nh packed tiles of outputs jt ..
  * (masks m), chunk kb0 .. kb0 + nk - 1. cor_rows: the chunk's corrections of every
  * row, [n_rows][KC] (cor_build). */
-VNNI static void rows_chunk(const kern_qgemm_args *a, const uint8_t *wp, const int32_t *cor_rows, int64_t jt, int nh,
-                            const __mmask16 m[2], int64_t r0, int nr, int64_t kb0, int64_t nk)
+VNNI static void rows_chunk(const kern_qgemm_args *a, const uint8_t *wp, const int32_t *cor_rows, int64_t jt,
+                            int nh, const __mmask16 m[2], int64_t r0, int nr, int64_t kb0, int64_t nk)
 {
-    const int32_t *cor = cor_rows + r0 * KC;                            /* [RT][KC] -off * sum(x quants) */
-    const uint8_t *xr[RT];                                              /* row rr's block kb0 */
-    float *yr[RT];                                                      /* row rr's output jt */
-    const size_t pf = RT * a->xq_rb;   /* to the next row group (a prefetch past the last row is harmless) */
+    const int32_t *cor = cor_rows + r0 * KC; /* [RT][KC] -off * sum(x quants) */
+    const uint8_t *xr[RT];                   /* row rr's block kb0 */
+    float *yr[RT];                           /* row rr's output jt */
+    const size_t pf = RT * a->xq_rb; /* to the next row group (a prefetch past the last row is harmless) */
     /* the next row group's accumulators, read back from y after this group (later chunks) */
     if (kb0 > 0)
         for (int64_t r = r0 + RT; r < r0 + 2 * RT && r < a->n_rows; r++)
-            for (int h = 0; h < nh; h++) _mm_prefetch((const char *)(a->y + r * a->ldy + jt + 16 * h), _MM_HINT_T0);
+            for (int h = 0; h < nh; h++)
+                _mm_prefetch((const char *)(a->y + r * a->ldy + jt + 16 * h), _MM_HINT_T0);
     /* and its corrections (RT rows x KC words) */
-    const int64_t next = a->n_rows - r0 - RT < RT ? a->n_rows - r0 - RT : RT;   /* rows of the next group */
+    const int64_t next = a->n_rows - r0 - RT < RT ? a->n_rows - r0 - RT : RT; /* rows of the next group */
     for (int64_t l = 0; l < next * (int64_t)(KC * sizeof(int32_t) / 64); l++)
         _mm_prefetch((const char *)(cor + RT * KC) + 64 * l, _MM_HINT_T0);
     for (int rr = 0; rr < nr; rr++) {
@@ -311,10 +314,12 @@ VNNI static void pack_rows_tile(const kern_qgemm_args *a, int64_t jt, int h, int
 
 /* The same from the R16 layout (r16_pack.h): the tile's vectors are already
  * transposed; Q4_0's nibbles are split as load_block splits them. */
-VNNI static void pack_r16_tile(const kern_qgemm_args *a, int64_t jt, int h, int64_t kb0, int64_t nk, uint8_t *packed)
+VNNI static void pack_r16_tile(const kern_qgemm_args *a, int64_t jt, int h, int64_t kb0, int64_t nk,
+                               uint8_t *packed)
 {
     const bool q8 = a->type == KVI_TYPE_Q8_0;
-    const size_t pair = q8 ? 1088 : 576, qbytes = q8 ? 512 : 256;   /* bytes per block pair, per block's quants */
+    const size_t pair = q8 ? 1088 : 576,
+                 qbytes = q8 ? 512 : 256; /* bytes per block pair, per block's quants */
     const uint8_t *tile = a->w + (size_t)(jt + 16 * h) * a->w_rb;
     const __m512i lo = _mm512_set1_epi8(0x0f);
     for (int64_t b = 0; b < nk; b++) {
@@ -329,7 +334,8 @@ VNNI static void pack_r16_tile(const kern_qgemm_args *a, int64_t jt, int h, int6
             for (int k = 0; k < 4; k++) {
                 const __m512i r = _mm512_loadu_si512((const void *)(qs + 64 * k));
                 _mm512_store_si512((void *)(q + 128 * k), _mm512_and_si512(r, lo));
-                _mm512_store_si512((void *)(q + 128 * (k + 4)), _mm512_and_si512(_mm512_srli_epi16(r, 4), lo));
+                _mm512_store_si512((void *)(q + 128 * (k + 4)),
+                                   _mm512_and_si512(_mm512_srli_epi16(r, 4), lo));
             }
         }
         const __m256i d16 = _mm256_loadu_si256((const __m256i *)(p + 32 * (size_t)(blk & 1)));
@@ -343,30 +349,35 @@ VNNI static void pack_r16_tile(const kern_qgemm_args *a, int64_t jt, int h, int6
 VNNI static int qgemm_packed(const kern_qgemm_args *a, uint8_t *packed, bool r16)
 {
     const int64_t nb = a->n_in / 32;
-    const int64_t kc_fit = (int64_t)(KVI_QGEMM_SCRATCH(a->n_in) / PACK2);   /* >= 1 */
+    const int64_t kc_fit = (int64_t)(KVI_QGEMM_SCRATCH(a->n_in) / PACK2); /* >= 1 */
     const int64_t kc = kc_fit < KC ? kc_fit : KC;
     const int32_t off = a->type == KVI_TYPE_Q8_0 ? 128 : 8;
     /* [n_rows][KC]: every row's corrections of the chunk, built once per chunk
      * (not once per tile pair and row group) */
     int32_t *cor_rows = a->n_rows <= (int64_t)(SIZE_MAX / (KC * sizeof(int32_t)))
-                            ? malloc((size_t)a->n_rows * KC * sizeof(int32_t)) : NULL;
+                            ? malloc((size_t)a->n_rows * KC * sizeof(int32_t))
+                            : NULL;
     if (!cor_rows) return 0;
     for (int64_t kb0 = 0; kb0 < nb; kb0 += kc) {
         const int64_t nk = nb - kb0 < kc ? nb - kb0 : kc;
         for (int64_t r = 0; r < a->n_rows; r++)
-            cor_build(a->xq + (size_t)r * a->xq_rb + (size_t)kb0 * sizeof(kern_q8a), nk, off, cor_rows + r * KC);
+            cor_build(a->xq + (size_t)r * a->xq_rb + (size_t)kb0 * sizeof(kern_q8a), nk, off,
+                      cor_rows + r * KC);
         for (int64_t jt = a->j0; jt < a->j1; jt += 32) {
             const int64_t left = a->j1 - jt;
             const int nh = left > 16 ? 2 : 1;
-            __mmask16 m[2] = {0, 0};
+            __mmask16 m[2] = { 0, 0 };
             for (int h = 0; h < nh; h++) {
                 const int nv = left - 16 * h < 16 ? (int)(left - 16 * h) : 16;
                 m[h] = (__mmask16)((1u << nv) - 1);
-                if (r16) pack_r16_tile(a, jt, h, kb0, nk, packed);
-                else pack_rows_tile(a, jt, h, nv, kb0, nk, packed);
+                if (r16)
+                    pack_r16_tile(a, jt, h, kb0, nk, packed);
+                else
+                    pack_rows_tile(a, jt, h, nv, kb0, nk, packed);
             }
             for (int64_t r = 0; r < a->n_rows; r += RT)
-                rows_chunk(a, packed, cor_rows, jt, nh, m, r, a->n_rows - r < RT ? (int)(a->n_rows - r) : RT, kb0, nk);
+                rows_chunk(a, packed, cor_rows, jt, nh, m, r, a->n_rows - r < RT ? (int)(a->n_rows - r) : RT,
+                           kb0, nk);
         }
     }
     free(cor_rows);
@@ -382,7 +393,6 @@ int kern_qgemm_r16_many_avx512(const kern_qgemm_args *a)
 
 int kern_has_vnni(void) { return cpu_features()->avx512_vnni; }
 
-
 /* ---- every other integer type: tiles unpacked, then packed -----------------
  *
  * The tile's 16 rows are unpacked and transposed with SIMD into the packed
@@ -392,17 +402,16 @@ int kern_has_vnni(void) { return cpu_features()->avx512_vnni; }
  * The K-quant sums isum/msum are exact int32 (vpmulld of scale and sub-block dot).
  */
 #define GEN_BYTES 832
-#define RBK 6   /* input rows per register tile, K-quants */
-#define RB 8    /* input rows per register tile, other legacy types */
-
+#define RBK 6 /* input rows per register tile, K-quants */
+#define RB 8  /* input rows per register tile, other legacy types */
 
 /* ---- SIMD packing of a 16-row tile into the layout above ---------------- */
-
 
 /* Bits 0..3 of each 32-bit lane to bit 4 of its bytes 0..3 (b_i * 2^(7m) never collide). */
 VNNI_INLINE __m512i spread4_bit4(__m512i v)
 {
-    const __m512i t = _mm512_mullo_epi32(_mm512_and_si512(v, _mm512_set1_epi32(0xf)), _mm512_set1_epi32(0x00204081));
+    const __m512i t =
+        _mm512_mullo_epi32(_mm512_and_si512(v, _mm512_set1_epi32(0xf)), _mm512_set1_epi32(0x00204081));
     return _mm512_slli_epi32(_mm512_and_si512(t, _mm512_set1_epi32(0x01010101)), 4);
 }
 
@@ -462,19 +471,22 @@ VNNI static void pack_q4k(const tile16 *tl, int64_t nsb, bool five, uint8_t *pac
             for (int k = 0; k < 8; k++) {
                 W[k] = _mm512_and_si512(R[k], lo);
                 if (five)
-                    W[k] = _mm512_or_si512(W[k], _mm512_slli_epi16(
-                               _mm512_and_si512(_mm512_srli_epi16(QH[k], (unsigned)(2 * i)), one), 4));
+                    W[k] = _mm512_or_si512(
+                        W[k], _mm512_slli_epi16(
+                                  _mm512_and_si512(_mm512_srli_epi16(QH[k], (unsigned)(2 * i)), one), 4));
             }
             store_chunk(g0 + (size_t)(2 * i) * GEN_BYTES, W);
             for (int k = 0; k < 8; k++) {
                 W[k] = _mm512_and_si512(_mm512_srli_epi16(R[k], 4), lo);
                 if (five)
-                    W[k] = _mm512_or_si512(W[k], _mm512_slli_epi16(
-                               _mm512_and_si512(_mm512_srli_epi16(QH[k], (unsigned)(2 * i + 1)), one), 4));
+                    W[k] = _mm512_or_si512(
+                        W[k], _mm512_slli_epi16(
+                                  _mm512_and_si512(_mm512_srli_epi16(QH[k], (unsigned)(2 * i + 1)), one), 4));
             }
             store_chunk(g0 + (size_t)(2 * i + 1) * GEN_BYTES, W);
         }
-        const __m512i s0 = gather16_u32(tl, o + 4), s1 = gather16_u32(tl, o + 8), s2 = gather16_u32(tl, o + 12);
+        const __m512i s0 = gather16_u32(tl, o + 4), s1 = gather16_u32(tl, o + 8),
+                      s2 = gather16_u32(tl, o + 12);
         for (int j = 0; j < 8; j++) {
             const unsigned sh = 8u * (unsigned)(j & 3);
             __m512i sc, mn;
@@ -483,10 +495,12 @@ VNNI static void pack_q4k(const tile16 *tl, int64_t nsb, bool five, uint8_t *pac
                 mn = _mm512_and_si512(_mm512_srli_epi32(s1, sh), m6);
             } else {
                 const __m512i b2 = _mm512_srli_epi32(s2, sh);
-                sc = _mm512_or_si512(_mm512_and_si512(b2, m4),
-                                     _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(s0, sh + 6), m2), 4));
-                mn = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(b2, 4), m4),
-                                     _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(s1, sh + 6), m2), 4));
+                sc = _mm512_or_si512(
+                    _mm512_and_si512(b2, m4),
+                    _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(s0, sh + 6), m2), 4));
+                mn = _mm512_or_si512(
+                    _mm512_and_si512(_mm512_srli_epi32(b2, 4), m4),
+                    _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(s1, sh + 6), m2), 4));
             }
             uint8_t *g = g0 + (size_t)j * GEN_BYTES;
             _mm512_store_si512((void *)(g + 512), sc);
@@ -516,7 +530,8 @@ VNNI static void pack_q6k(const tile16 *tl, int64_t nsb, uint8_t *packed)
                 __m512i W[8];
                 for (int k = 0; k < 8; k++) {
                     const __m512i src = (q & 1) ? QB[k] : QA[k];
-                    const __m512i l4 = (q >> 1) ? _mm512_and_si512(_mm512_srli_epi16(src, 4), lo) : _mm512_and_si512(src, lo);
+                    const __m512i l4 = (q >> 1) ? _mm512_and_si512(_mm512_srli_epi16(src, 4), lo)
+                                                : _mm512_and_si512(src, lo);
                     const __m512i h2 = _mm512_and_si512(_mm512_srli_epi16(QH[k], (unsigned)(2 * q)), m3);
                     W[k] = _mm512_or_si512(l4, _mm512_slli_epi16(h2, 4));
                 }
@@ -524,7 +539,7 @@ VNNI static void pack_q6k(const tile16 *tl, int64_t nsb, uint8_t *packed)
             }
         }
         __m512i S[4];
-        transpose16x4(tl->p, o + 192, S);   /* lane l of S[k]: scales 4k..4k+3 of row l */
+        transpose16x4(tl->p, o + 192, S); /* lane l of S[k]: scales 4k..4k+3 of row l */
         for (int c = 0; c < 8; c++) {
             const __m512i v = S[c / 2];
             const unsigned ba = 8u * (unsigned)((2 * c) & 3), bb2 = ba + 8;
@@ -555,7 +570,8 @@ VNNI static void gen_rows_legacy(const kern_qgemm_args *a, const uint8_t *packed
         const uint8_t *g = packed + (size_t)c * GEN_BYTES;
         __m512i W[8];
         for (int k = 0; k < 8; k++) W[k] = _mm512_load_si512((const void *)(g + 64 * k));
-        const __m512 fd = _mm512_load_ps((const float *)(g + 704)), fm = _mm512_load_ps((const float *)(g + 768));
+        const __m512 fd = _mm512_load_ps((const float *)(g + 704)),
+                     fm = _mm512_load_ps((const float *)(g + 768));
         for (int rr = 0; rr < nr; rr++) {
             const kern_q8a *xb = x[rr] + c;
             __m512i s = _mm512_set1_epi32(-off * xb->sum), s2 = _mm512_setzero_si512();
@@ -564,7 +580,8 @@ VNNI static void gen_rows_legacy(const kern_qgemm_args *a, const uint8_t *packed
                 s2 = _mm512_dpbusd_epi32(s2, W[k + 4], _mm512_set1_epi32(load_i32(xb->qs + 16 + 4 * k)));
             }
             s = _mm512_add_epi32(s, s2);
-            acc[rr] = _mm512_fmadd_ps(_mm512_mul_ps(fd, _mm512_set1_ps(xb->d)), _mm512_cvtepi32_ps(s), acc[rr]);
+            acc[rr] =
+                _mm512_fmadd_ps(_mm512_mul_ps(fd, _mm512_set1_ps(xb->d)), _mm512_cvtepi32_ps(s), acc[rr]);
             if (has_m) acc[rr] = _mm512_fmadd_ps(fm, _mm512_set1_ps(xb->s), acc[rr]);
         }
     }
@@ -575,8 +592,8 @@ VNNI static void gen_rows_legacy(const kern_qgemm_args *a, const uint8_t *packed
  * vpdpbusd run k-outer over the rows, so the rows' chains are in flight together;
  * the integer sums are exact (their order does not matter), the float steps are
  * the contract's. One instance per (nr, q6), so that every loop unrolls. */
-VNNI_INLINE void genk_kernel(const uint8_t *packed, int64_t nsb, const kern_q8k *const *x, const int nr, const bool q6,
-                             __m512 *acc)
+VNNI_INLINE void genk_kernel(const uint8_t *packed, int64_t nsb, const kern_q8k *const *x, const int nr,
+                             const bool q6, __m512 *acc)
 {
     const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
     for (int64_t sb = 0; sb < nsb; sb++) {
@@ -598,8 +615,10 @@ VNNI_INLINE void genk_kernel(const uint8_t *packed, int64_t nsb, const kern_q8k 
 #pragma GCC unroll 16
                 for (int rr = 0; rr < nr; rr++) {
                     const __m512i xv = _mm512_set1_epi32(load_i32(x[rr][sb].qs + 32 * c + 4 * k));
-                    if (q6 && k >= 4) s1[rr] = _mm512_dpbusd_epi32(s1[rr], W, xv);
-                    else s0[rr] = _mm512_dpbusd_epi32(s0[rr], W, xv);
+                    if (q6 && k >= 4)
+                        s1[rr] = _mm512_dpbusd_epi32(s1[rr], W, xv);
+                    else
+                        s0[rr] = _mm512_dpbusd_epi32(s0[rr], W, xv);
                 }
             }
             if (q6) {
@@ -607,38 +626,43 @@ VNNI_INLINE void genk_kernel(const uint8_t *packed, int64_t nsb, const kern_q8k 
 #pragma GCC unroll 16
                 for (int rr = 0; rr < nr; rr++)
                     isum[rr] = _mm512_add_epi32(isum[rr], _mm512_add_epi32(_mm512_mullo_epi32(sa, s0[rr]),
-                                                                          _mm512_mullo_epi32(sbv, s1[rr])));
+                                                                           _mm512_mullo_epi32(sbv, s1[rr])));
             } else {
                 const __m512i mn = _mm512_load_si512((const void *)(g + 640));
 #pragma GCC unroll 16
                 for (int rr = 0; rr < nr; rr++) {
                     isum[rr] = _mm512_add_epi32(isum[rr], _mm512_mullo_epi32(sa, s0[rr]));
-                    msum[rr] = _mm512_add_epi32(msum[rr], _mm512_mullo_epi32(mn, _mm512_set1_epi32(x[rr][sb].sum32[c])));
+                    msum[rr] = _mm512_add_epi32(
+                        msum[rr], _mm512_mullo_epi32(mn, _mm512_set1_epi32(x[rr][sb].sum32[c])));
                 }
             }
         }
         const uint8_t *g0 = packed + (size_t)(sb * 8) * GEN_BYTES;
-        const __m512 fd = _mm512_load_ps((const float *)(g0 + 704)), fm = _mm512_load_ps((const float *)(g0 + 768));
+        const __m512 fd = _mm512_load_ps((const float *)(g0 + 704)),
+                     fm = _mm512_load_ps((const float *)(g0 + 768));
 #pragma GCC unroll 16
         for (int rr = 0; rr < nr; rr++) {
             const __m512 dx = _mm512_set1_ps(x[rr][sb].d);
             acc[rr] = _mm512_fmadd_ps(_mm512_mul_ps(fd, dx), _mm512_cvtepi32_ps(isum[rr]), acc[rr]);
             if (!q6)
-                acc[rr] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(_mm512_mul_ps(fm, dx)), sign)),
-                                          _mm512_cvtepi32_ps(msum[rr]), acc[rr]);
+                acc[rr] = _mm512_fmadd_ps(
+                    _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(_mm512_mul_ps(fm, dx)), sign)),
+                    _mm512_cvtepi32_ps(msum[rr]), acc[rr]);
         }
     }
 }
 
-#define GENK_CASE(n)                                                  \
-    case n:                                                           \
-        if (q6) genk_kernel(packed, a->n_in / QK_K, x, n, true, acc); \
-        else genk_kernel(packed, a->n_in / QK_K, x, n, false, acc);   \
+#define GENK_CASE(n)                                               \
+    case n:                                                        \
+        if (q6)                                                    \
+            genk_kernel(packed, a->n_in / QK_K, x, n, true, acc);  \
+        else                                                       \
+            genk_kernel(packed, a->n_in / QK_K, x, n, false, acc); \
         break;
 
 /* K-quants from the packed tile, rows r0 .. r0 + nr - 1 (nr <= RBK). */
-VNNI static void gen_rows_k(const kern_qgemm_args *a, const uint8_t *packed, int64_t jt, __mmask16 msk, int64_t r0,
-                            int nr)
+VNNI static void gen_rows_k(const kern_qgemm_args *a, const uint8_t *packed, int64_t jt, __mmask16 msk,
+                            int64_t r0, int nr)
 {
     const bool q6 = a->type == KVI_TYPE_Q6_K;
     const kern_q8k *x[RBK];
@@ -688,11 +712,10 @@ VNNI static int qgemm_generic(const kern_qgemm_args *a)
     return 1;
 }
 
-
 VNNI static int qgemm_avx512(const kern_qgemm_args *a)
 {
     if (!kern_has_vnni() || kern_q8_act_type(a->type) == KVI_TYPE_F32) return 0;
-    if (a->w_rb > (size_t)INT32_MAX / 16) return 0;   /* gather offsets are int32 */
+    if (a->w_rb > (size_t)INT32_MAX / 16) return 0; /* gather offsets are int32 */
     if (kern_qgemv_avx512(a) || kern_qgemv_kq_avx512(a)) return 1;
     if (a->type != KVI_TYPE_Q8_0 && a->type != KVI_TYPE_Q4_0) return qgemm_generic(a);
     if (!a->scratch) return 0;
@@ -711,8 +734,10 @@ static int qgemm_r16_avx512(const kern_qgemm_args *a)
 
 static void r16_to_rows_avx512(kvi_type t, const uint8_t *tile, int64_t n_in, uint8_t *rows)
 {
-    if (kern_has_vnni()) kern_r16_to_rows_avx512(t, tile, n_in, rows);
-    else kern_r16_to_rows(t, tile, n_in, rows);
+    if (kern_has_vnni())
+        kern_r16_to_rows_avx512(t, tile, n_in, rows);
+    else
+        kern_r16_to_rows(t, tile, n_in, rows);
 }
 
 static bool r16_preferred_avx512(void) { return kern_has_vnni(); }

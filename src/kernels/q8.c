@@ -116,8 +116,10 @@ void kern_actq_k_ref(const float *x, kern_q8k *b, int64_t nb)
 void kern_q8_quantize_act(kvi_type t, const float *x, void *dst, int64_t n)
 {
     const kvi_type a = kern_q8_act_type(t);
-    if (a == KVI_TYPE_Q8_0) kern_table_active()->actq_a(x, dst, n / 32);
-    else if (a == KVI_TYPE_Q8_K) kern_table_active()->actq_k(x, dst, n / QK_K);
+    if (a == KVI_TYPE_Q8_0)
+        kern_table_active()->actq_a(x, dst, n / 32);
+    else if (a == KVI_TYPE_Q8_K)
+        kern_table_active()->actq_k(x, dst, n / QK_K);
 }
 
 size_t kern_q8_tiles_bytes(int64_t n_rows, int64_t n_in)

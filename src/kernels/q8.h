@@ -32,20 +32,20 @@
 
 /* Activation block of 32 inputs (48 bytes). */
 typedef struct kern_q8a {
-    int8_t qs[32];   /* round(x / d), in [-127, 127] */
-    float d;         /* scale, rounded through f16 */
-    float s;         /* d * sum(qs) rounded through f16 (the _1 types' min term) */
-    int32_t sum;     /* sum(qs), exact */
+    int8_t qs[32]; /* round(x / d), in [-127, 127] */
+    float d;       /* scale, rounded through f16 */
+    float s;       /* d * sum(qs) rounded through f16 (the _1 types' min term) */
+    int32_t sum;   /* sum(qs), exact */
     int32_t pad;
 } kern_q8a;
 _Static_assert(sizeof(kern_q8a) == 48, "kern_q8a size");
 
 /* Activation block of 256 inputs. */
 typedef struct kern_q8k {
-    int8_t qs[QK_K];       /* round(x / d), in [-127, 127] */
-    float d;               /* scale (f32) */
-    int32_t sum32[8];      /* sum of qs over each 32 inputs, exact */
-    int32_t sum16[16];     /* sum of qs over each 16 inputs, exact */
+    int8_t qs[QK_K];   /* round(x / d), in [-127, 127] */
+    float d;           /* scale (f32) */
+    int32_t sum32[8];  /* sum of qs over each 32 inputs, exact */
+    int32_t sum16[16]; /* sum of qs over each 16 inputs, exact */
     int32_t pad[3];
 } kern_q8k;
 _Static_assert(sizeof(kern_q8k) == 256 + 4 + 32 + 64 + 12, "kern_q8k size");
@@ -67,17 +67,17 @@ float kern_q8_dot_ref(kvi_type t, const void *w, const void *xq, int64_t n);
  * y[r * ldy + j] = dot(weight row j, activation row r). */
 typedef struct kern_qgemm_args {
     kvi_type type;
-    const uint8_t *w;      /* weight row 0; row j at w + j * w_rb */
+    const uint8_t *w; /* weight row 0; row j at w + j * w_rb */
     size_t w_rb;
     int64_t n_in;
     int64_t j0, j1;
-    const uint8_t *xq;     /* activation row 0; row r at xq + r * xq_rb */
+    const uint8_t *xq; /* activation row 0; row r at xq + r * xq_rb */
     size_t xq_rb;
     int64_t n_rows;
     float *y;
     int64_t ldy;
-    void *scratch;         /* KVI_QGEMM_SCRATCH(n_in) bytes, 64-byte aligned, or NULL */
-    const uint8_t *xt;     /* NULL, or the same activations as 16-row tiles (kern_q8_tiles_row) */
+    void *scratch;     /* KVI_QGEMM_SCRATCH(n_in) bytes, 64-byte aligned, or NULL */
+    const uint8_t *xt; /* NULL, or the same activations as 16-row tiles (kern_q8_tiles_row) */
 } kern_qgemm_args;
 
 /* The activations of kern_q8a rows as 16-row tiles, for the AMX kernels: tile t

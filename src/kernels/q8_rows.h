@@ -129,9 +129,9 @@ static void unpack256(kvi_type t, const uint8_t *p, int8_t lv[QK_K], int sc[16],
 }
 
 typedef struct q8_blk {
-    float d, m;       /* scale; min (_1 types) or dmin (K-quants) */
-    int sc[16];       /* sub-block scales (Q6_K 16, Q4_K/Q5_K 8) */
-    int mn[8];        /* sub-block mins (Q4_K/Q5_K) */
+    float d, m; /* scale; min (_1 types) or dmin (K-quants) */
+    int sc[16]; /* sub-block scales (Q6_K 16, Q4_K/Q5_K 8) */
+    int mn[8];  /* sub-block mins (Q4_K/Q5_K) */
 } q8_blk;
 _Static_assert(32 + sizeof(q8_blk) <= 832, "q8_rows fits KVI_QGEMM_SCRATCH");
 
@@ -153,15 +153,17 @@ static int q8_rows(const kern_qgemm_args *a)
     const bool kq = kern_q8_act_type(t) == KVI_TYPE_Q8_K;
     const int64_t be = kq ? QK_K : 32, nb = a->n_in / be;
     const size_t bb = quant_block_bytes(t);
-    int8_t *lv8 = a->scratch;                                      /* [n_in] levels */
+    int8_t *lv8 = a->scratch;                                                          /* [n_in] levels */
     q8_blk *blk = (q8_blk *)((uint8_t *)a->scratch + ((a->n_in + 63) & ~(int64_t)63)); /* [nb] */
     for (int64_t j = a->j0; j < a->j1; j++) {
         const uint8_t *w = a->w + (size_t)j * a->w_rb;
         for (int64_t b = 0; b < nb; b++) {
             /* every field q8_rows reads below is written here */
             q8_blk *k = &blk[b];
-            if (kq) unpack256(t, w + (size_t)b * bb, lv8 + b * be, k->sc, k->mn, &k->d, &k->m);
-            else unpack32(t, w + (size_t)b * bb, lv8 + b * be, &k->d, &k->m);
+            if (kq)
+                unpack256(t, w + (size_t)b * bb, lv8 + b * be, k->sc, k->mn, &k->d, &k->m);
+            else
+                unpack32(t, w + (size_t)b * bb, lv8 + b * be, &k->d, &k->m);
         }
         for (int64_t r = 0; r < a->n_rows; r++) {
             float acc = 0.0f;

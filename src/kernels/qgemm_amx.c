@@ -49,35 +49,35 @@
 #define AMX_Q8 KVI_TARGET_AMX_INT8
 #define AMX_INLINE AMX_Q8 __attribute__((always_inline)) static inline
 
-#define PACKED_BLOCK 576               /* B tile (8 x 64 bytes), then 16 f32 dw */
-#define ACT_CHUNK_BYTES (768 * 1024)   /* activations of one chunk, every row */
-#define DIRECT_TILES_MAX 2             /* R16 Q8_0 with at most this many row tiles: no packing */
-#define DIRECT_PF_BYTES 1024           /* direct: weights prefetched this far ahead */
+#define PACKED_BLOCK 576             /* B tile (8 x 64 bytes), then 16 f32 dw */
+#define ACT_CHUNK_BYTES (768 * 1024) /* activations of one chunk, every row */
+#define DIRECT_TILES_MAX 2           /* R16 Q8_0 with at most this many row tiles: no packing */
+#define DIRECT_PF_BYTES 1024         /* direct: weights prefetched this far ahead */
 
 /* tile registers */
-#define TC0 0   /* C: isum of an even block, 16 x 16 int32 */
-#define TC1 1   /* C: the odd block's */
-#define TA0 2   /* A: 16 rows x 32 activation bytes */
+#define TC0 0 /* C: isum of an even block, 16 x 16 int32 */
+#define TC1 1 /* C: the odd block's */
+#define TA0 2 /* A: 16 rows x 32 activation bytes */
 #define TA1 3
-#define TB0 4   /* B: 8 x 64 weight bytes */
+#define TB0 4 /* B: 8 x 64 weight bytes */
 #define TB1 5
-
 
 /* The tile shapes above (a constant object: _tile_loadconfig tells the compiler
  * it reads only the first bytes, so no stores to it may be pending). */
 static const amx_tile_cfg tile_cfg = {
     .palette = 1,
-    .colsb = {[TC0] = 64, [TC1] = 64, [TA0] = 32, [TA1] = 32, [TB0] = 64, [TB1] = 64},
-    .rows = {[TC0] = 16, [TC1] = 16, [TA0] = 16, [TA1] = 16, [TB0] = 8, [TB1] = 8},
+    .colsb = { [TC0] = 64, [TC1] = 64, [TA0] = 32, [TA1] = 32, [TB0] = 64, [TB1] = 64 },
+    .rows = { [TC0] = 16, [TC1] = 16, [TA0] = 16, [TA1] = 16, [TB0] = 8, [TB1] = 8 },
 };
 
 /* Blocks kb0 .. kb0 + nk - 1 of the R16 tile with outputs jt .. jt + 15. */
 AMX_INLINE void pack_r16(const kern_qgemm_args *a, int64_t jt, int64_t kb0, int64_t nk, uint8_t *packed)
 {
     const bool q8 = a->type == KVI_TYPE_Q8_0;
-    const size_t qb = q8 ? 512 : 256, pair = 64 + 2 * qb;   /* bytes per block's quants, per block pair */
+    const size_t qb = q8 ? 512 : 256, pair = 64 + 2 * qb; /* bytes per block's quants, per block pair */
     const uint8_t *tile = a->w + (size_t)jt * a->w_rb;
-    const __m512i flip = _mm512_set1_epi8((char)0x80), lo = _mm512_set1_epi8(0x0f), eight = _mm512_set1_epi8(8);
+    const __m512i flip = _mm512_set1_epi8((char)0x80), lo = _mm512_set1_epi8(0x0f),
+                  eight = _mm512_set1_epi8(8);
     for (int64_t b = 0; b < nk; b++) {
         const int64_t blk = kb0 + b;
         const uint8_t *p = tile + (size_t)(blk / 2) * pair;
@@ -95,13 +95,15 @@ AMX_INLINE void pack_r16(const kern_qgemm_args *a, int64_t jt, int64_t kb0, int6
                                    _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(v, 4), lo), eight));
             }
         }
-        _mm512_store_ps((float *)(o + 512), _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32 * (blk & 1)))));
+        _mm512_store_ps((float *)(o + 512),
+                        _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32 * (blk & 1)))));
     }
 }
 
 /* The same from the rows layout: outputs jt .. jt + nv - 1 (rows past the end
  * repeat the last one). */
-AMX_INLINE void pack_rows(const kern_qgemm_args *a, int64_t jt, int nv, int64_t kb0, int64_t nk, uint8_t *packed)
+AMX_INLINE void pack_rows(const kern_qgemm_args *a, int64_t jt, int nv, int64_t kb0, int64_t nk,
+                          uint8_t *packed)
 {
     const bool q8 = a->type == KVI_TYPE_Q8_0;
     const size_t bb = quant_block_bytes(a->type);
@@ -115,7 +117,7 @@ AMX_INLINE void pack_rows(const kern_qgemm_args *a, int64_t jt, int nv, int64_t 
         transpose16x4(tl.p, off + 2, W);
         if (q8) {
             transpose16x4(tl.p, off + 18, W + 4);
-        } else {   /* low nibbles are inputs 0..15, high nibbles 16..31 */
+        } else { /* low nibbles are inputs 0..15, high nibbles 16..31 */
             for (int k = 0; k < 4; k++) {
                 W[k + 4] = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(W[k], 4), lo), eight);
                 W[k] = _mm512_sub_epi8(_mm512_and_si512(W[k], lo), eight);
@@ -141,10 +143,10 @@ AMX_INLINE void block_floats(const int32_t (*isum)[16], __m512 dw, const uint8_t
  * f32), or (direct) the R16 Q8_0 tile in place (levels + 128 as unsigned bytes,
  * dw as f16), with cor the chunk's correction tiles of the row tile. */
 typedef struct wsrc {
-    const uint8_t *packed;   /* [nk][PACKED_BLOCK] */
-    const uint8_t *tile;     /* direct: the R16 tile */
-    const uint8_t *cor;      /* direct: [nk][16][16] i32, row m = -128 * sum(x quants of row m) */
-    int64_t kb0;             /* direct: the chunk's first block */
+    const uint8_t *packed; /* [nk][PACKED_BLOCK] */
+    const uint8_t *tile;   /* direct: the R16 tile */
+    const uint8_t *cor;    /* direct: [nk][16][16] i32, row m = -128 * sum(x quants of row m) */
+    int64_t kb0;           /* direct: the chunk's first block */
 } wsrc;
 
 AMX_INLINE const uint8_t *b_tile(const wsrc *w, int64_t b, bool direct)
@@ -158,25 +160,26 @@ AMX_INLINE __m512 b_scales(const wsrc *w, int64_t b, bool direct)
 {
     if (!direct) return _mm512_load_ps((const float *)(w->packed + (size_t)b * PACKED_BLOCK + 512));
     const int64_t blk = w->kb0 + b;
-    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w->tile + (size_t)(blk / 2) * 1088 + 32 * (blk & 1))));
+    return _mm512_cvtph_ps(
+        _mm256_loadu_si256((const __m256i *)(w->tile + (size_t)(blk / 2) * 1088 + 32 * (blk & 1))));
 }
 
 /* Block b into C tile c from A tile ta and B tile tb. Packed: C from zero, signed x
  * signed. Direct: C from the correction tile, signed x unsigned, so C = isum. The
  * weights of a few blocks ahead are prefetched (direct: they come from memory). */
-#define TILE_PRODUCT(c, ta, tb, b)                                                               \
-    do {                                                                                         \
-        _tile_loadd(ta, xa + (size_t)(b) * KVI_Q8_TILE_BLOCK, 32);                               \
-        _tile_loadd(tb, b_tile(w, (b), direct), 64);                                             \
-        if (direct) {                                                                            \
-            _mm_prefetch((const char *)b_tile(w, (b), direct) + DIRECT_PF_BYTES, _MM_HINT_T0);      \
+#define TILE_PRODUCT(c, ta, tb, b)                                                                   \
+    do {                                                                                             \
+        _tile_loadd(ta, xa + (size_t)(b)*KVI_Q8_TILE_BLOCK, 32);                                     \
+        _tile_loadd(tb, b_tile(w, (b), direct), 64);                                                 \
+        if (direct) {                                                                                \
+            _mm_prefetch((const char *)b_tile(w, (b), direct) + DIRECT_PF_BYTES, _MM_HINT_T0);       \
             _mm_prefetch((const char *)b_tile(w, (b), direct) + DIRECT_PF_BYTES + 256, _MM_HINT_T0); \
-            _tile_loadd(c, w->cor + (size_t)(b) * 1024, 64);                                     \
-            _tile_dpbsud(c, ta, tb);                                                             \
-        } else {                                                                                 \
-            _tile_zero(c);                                                                       \
-            _tile_dpbssd(c, ta, tb);                                                             \
-        }                                                                                        \
+            _tile_loadd(c, w->cor + (size_t)(b)*1024, 64);                                           \
+            _tile_dpbsud(c, ta, tb);                                                                 \
+        } else {                                                                                     \
+            _tile_zero(c);                                                                           \
+            _tile_dpbssd(c, ta, tb);                                                                 \
+        }                                                                                            \
     } while (0)
 
 /* Blocks 0 .. nk - 1 of the chunk (weights w) times one row tile's chunk xa (its
@@ -187,7 +190,7 @@ AMX_INLINE __m512 b_scales(const wsrc *w, int64_t b, bool direct)
  * the loads do not wait on them); blocks stay in order. */
 AMX_INLINE void row_tile_chunk(const wsrc *w, const uint8_t *xa, int64_t nk, __m512 *acc, const bool direct)
 {
-    alignas(64) int32_t isum[2][2][16][16];   /* [pair parity][C0, C1][row][output] */
+    alignas(64) int32_t isum[2][2][16][16]; /* [pair parity][C0, C1][row][output] */
     const int64_t np = (nk + 1) / 2;
     TILE_PRODUCT(TC0, TA0, TB0, 0);
     if (nk > 1) TILE_PRODUCT(TC1, TA1, TB1, 1);
@@ -197,7 +200,7 @@ AMX_INLINE void row_tile_chunk(const wsrc *w, const uint8_t *xa, int64_t nk, __m
         if (b + 1 < nk) _tile_stored(TC1, isum[i & 1][1], 64);
         if (b + 2 < nk) TILE_PRODUCT(TC0, TA0, TB0, b + 2);
         if (b + 3 < nk) TILE_PRODUCT(TC1, TA1, TB1, b + 3);
-        if (i > 0) {   /* the previous pair: two full blocks */
+        if (i > 0) { /* the previous pair: two full blocks */
             const int64_t pb = b - 2;
             block_floats((const int32_t(*)[16])isum[(i - 1) & 1][0], b_scales(w, pb, direct),
                          xa + (size_t)pb * KVI_Q8_TILE_BLOCK, acc);
@@ -205,7 +208,7 @@ AMX_INLINE void row_tile_chunk(const wsrc *w, const uint8_t *xa, int64_t nk, __m
                          xa + (size_t)(pb + 1) * KVI_Q8_TILE_BLOCK, acc);
         }
     }
-    const int64_t lb = 2 * (np - 1);   /* the last pair (one block when nk is odd) */
+    const int64_t lb = 2 * (np - 1); /* the last pair (one block when nk is odd) */
     block_floats((const int32_t(*)[16])isum[(np - 1) & 1][0], b_scales(w, lb, direct),
                  xa + (size_t)lb * KVI_Q8_TILE_BLOCK, acc);
     if (lb + 1 < nk)
@@ -216,8 +219,8 @@ AMX_INLINE void row_tile_chunk(const wsrc *w, const uint8_t *xa, int64_t nk, __m
 /* One 16-output tile (mask m) of row tile t over the chunk kb0 .. kb0 + nk - 1:
  * accumulators from y (0 in the first chunk), back to y; rows past n_rows are
  * computed (zero tiles) and not stored. */
-AMX_INLINE void out_tile(const kern_qgemm_args *a, const wsrc *w, int64_t jt, __mmask16 m, int64_t t, int64_t kb0,
-                         int64_t nk, const bool direct)
+AMX_INLINE void out_tile(const kern_qgemm_args *a, const wsrc *w, int64_t jt, __mmask16 m, int64_t t,
+                         int64_t kb0, int64_t nk, const bool direct)
 {
     const int nr = a->n_rows - 16 * t < 16 ? (int)(a->n_rows - 16 * t) : 16;
     float *y = a->y + 16 * t * a->ldy + jt;
@@ -232,14 +235,14 @@ AMX_INLINE void out_tile(const kern_qgemm_args *a, const wsrc *w, int64_t jt, __
         if (r < nr) _mm512_mask_storeu_ps(y + r * a->ldy, m, acc[r]);
 }
 
-AMX_Q8 static void out_tile_packed(const kern_qgemm_args *a, const wsrc *w, int64_t jt, __mmask16 m, int64_t t,
-                                   int64_t kb0, int64_t nk)
+AMX_Q8 static void out_tile_packed(const kern_qgemm_args *a, const wsrc *w, int64_t jt, __mmask16 m,
+                                   int64_t t, int64_t kb0, int64_t nk)
 {
     out_tile(a, w, jt, m, t, kb0, nk, false);
 }
 
-AMX_Q8 static void out_tile_direct(const kern_qgemm_args *a, const wsrc *w, int64_t jt, __mmask16 m, int64_t t,
-                                   int64_t kb0, int64_t nk)
+AMX_Q8 static void out_tile_direct(const kern_qgemm_args *a, const wsrc *w, int64_t jt, __mmask16 m,
+                                   int64_t t, int64_t kb0, int64_t nk)
 {
     out_tile(a, w, jt, m, t, kb0, nk, true);
 }
@@ -263,14 +266,15 @@ AMX_Q8 static void qgemm_amx(const kern_qgemm_args *a, bool r16)
     const int64_t kc_direct = (int64_t)(KVI_QGEMM_SCRATCH(a->n_in) / ((size_t)n_tiles * 1024));
     const bool direct = r16 && a->type == KVI_TYPE_Q8_0 && n_tiles <= DIRECT_TILES_MAX && kc_direct >= 1;
     int64_t kc = direct ? kc_direct : (int64_t)(ACT_CHUNK_BYTES / ((size_t)n_tiles * KVI_Q8_TILE_BLOCK));
-    if (kc < 1) kc = 1;   /* packed: kc * PACKED_BLOCK <= nb * 576 < KVI_QGEMM_SCRATCH */
+    if (kc < 1) kc = 1; /* packed: kc * PACKED_BLOCK <= nb * 576 < KVI_QGEMM_SCRATCH */
     if (kc > nb) kc = nb;
     _tile_loadconfig(&tile_cfg);
-    wsrc w = {.packed = a->scratch};
+    wsrc w = { .packed = a->scratch };
     for (int64_t kb0 = 0; kb0 < nb; kb0 += kc) {
         const int64_t nk = nb - kb0 < kc ? nb - kb0 : kc;
         if (direct) {
-            for (int64_t t = 0; t < n_tiles; t++) build_cor(a, t, kb0, nk, (uint8_t *)a->scratch + (size_t)(t * kc) * 1024);
+            for (int64_t t = 0; t < n_tiles; t++)
+                build_cor(a, t, kb0, nk, (uint8_t *)a->scratch + (size_t)(t * kc) * 1024);
             KVI_AMX_STORES_BEFORE_TILE_LOADS();
         }
         for (int64_t jt = a->j0; jt < a->j1; jt += 16) {
@@ -285,8 +289,10 @@ AMX_Q8 static void qgemm_amx(const kern_qgemm_args *a, bool r16)
                 }
                 continue;
             }
-            if (r16) pack_r16(a, jt, kb0, nk, a->scratch);
-            else pack_rows(a, jt, nv, kb0, nk, a->scratch);
+            if (r16)
+                pack_r16(a, jt, kb0, nk, a->scratch);
+            else
+                pack_rows(a, jt, nv, kb0, nk, a->scratch);
             KVI_AMX_STORES_BEFORE_TILE_LOADS();
             for (int64_t t = 0; t < n_tiles; t++) out_tile_packed(a, &w, jt, m, t, kb0, nk);
         }
@@ -304,10 +310,10 @@ bool kern_qgemm_amx_q8_wanted(kvi_type t, bool r16, int64_t n_rows, int64_t n_in
 int kern_qgemm_amx_q8(const kern_qgemm_args *a, bool r16)
 {
     if (!kern_qgemm_amx_q8_wanted(a->type, r16, a->n_rows, a->n_in) || !a->scratch || !a->xt) return 0;
-    if (((uintptr_t)a->scratch & 63) || ((uintptr_t)a->xt & 63)) return 0;   /* aligned stores and tile rows */
+    if (((uintptr_t)a->scratch & 63) || ((uintptr_t)a->xt & 63)) return 0; /* aligned stores and tile rows */
     if (r16 && (a->j0 % 16 != 0 || a->j1 % 16 != 0)) return 0;
     if (a->j0 >= a->j1) return 1;
-    if (a->w_rb > (size_t)INT32_MAX / 16) return 0;   /* gather offsets are int32 */
+    if (a->w_rb > (size_t)INT32_MAX / 16) return 0; /* gather offsets are int32 */
     qgemm_amx(a, r16);
     return 1;
 }

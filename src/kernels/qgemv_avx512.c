@@ -24,7 +24,7 @@
  * corr [nb] i32 = -offset * sum(x quants), dx [nb] f32.
  */
 #define GV_ROWS 4
-#define GV_PREFETCH 768   /* bytes ahead in each weight row */
+#define GV_PREFETCH 768 /* bytes ahead in each weight row */
 
 typedef struct gv_act {
     const int8_t *xg;    /* [ng][G * 32] */
@@ -91,8 +91,10 @@ VNNI_INLINE void gv_sums_q8_0(const tile16 *tl, size_t o0, size_t o1, __m512i X,
     }
     gv_fold(P, V);
     /* chunks 0, 1 are block b0 and chunks 2, 3 block b1 */
-    const __m512i A = _mm512_add_epi32(_mm512_shuffle_i32x4(V[0], V[1], 0x88), _mm512_shuffle_i32x4(V[0], V[1], 0xDD));
-    const __m512i B = _mm512_add_epi32(_mm512_shuffle_i32x4(V[2], V[3], 0x88), _mm512_shuffle_i32x4(V[2], V[3], 0xDD));
+    const __m512i A =
+        _mm512_add_epi32(_mm512_shuffle_i32x4(V[0], V[1], 0x88), _mm512_shuffle_i32x4(V[0], V[1], 0xDD));
+    const __m512i B =
+        _mm512_add_epi32(_mm512_shuffle_i32x4(V[2], V[3], 0x88), _mm512_shuffle_i32x4(V[2], V[3], 0xDD));
     R[0] = _mm512_shuffle_i32x4(A, B, 0x88);
     R[1] = _mm512_shuffle_i32x4(A, B, 0xDD);
 }
@@ -141,14 +143,16 @@ VNNI static void gv_tile(const kern_qgemm_args *a, const tile16 *tl, const gv_ac
         for (int rr = 0; rr < nr; rr++) {
             __m512i R[4];
             const int8_t *xg = x[rr].xg + g * G * 32;
-            if (G == 2) gv_sums_q8_0(tl, o[0], o[1], _mm512_load_si512((const void *)xg), R);
+            if (G == 2)
+                gv_sums_q8_0(tl, o[0], o[1], _mm512_load_si512((const void *)xg), R);
             else
-                gv_sums_q4_0(tl, o, _mm512_load_si512((const void *)xg), _mm512_load_si512((const void *)(xg + 64)), R);
+                gv_sums_q4_0(tl, o, _mm512_load_si512((const void *)xg),
+                             _mm512_load_si512((const void *)(xg + 64)), R);
             for (int k = 0; k < nk; k++) {
                 const int64_t b = g * G + k;
                 const __m512i s = _mm512_add_epi32(R[k], _mm512_set1_epi32(x[rr].corr[b]));
-                acc[rr] = _mm512_fmadd_ps(_mm512_mul_ps(dw[k], _mm512_set1_ps(x[rr].dx[b])), _mm512_cvtepi32_ps(s),
-                                          acc[rr]);
+                acc[rr] = _mm512_fmadd_ps(_mm512_mul_ps(dw[k], _mm512_set1_ps(x[rr].dx[b])),
+                                          _mm512_cvtepi32_ps(s), acc[rr]);
             }
         }
     }
@@ -177,7 +181,6 @@ VNNI int kern_qgemv_avx512(const kern_qgemm_args *a)
     return 1;
 }
 
-
 /* ---- R16 weights (r16_pack.h): one linear stream per tile -----------------
  *
  * The tile's vectors already have lane l = weight row l, so each block is: the
@@ -193,28 +196,32 @@ VNNI int kern_qgemv_avx512(const kern_qgemm_args *a)
  * 27.2-27.3 at 1024) */
 #define R16_PF_BYTES_Q8 512
 #define R16_PF_BYTES_Q4 1024
-#define R16_STREAMS 2      /* tiles streamed at once by one thread for one input row (3, 4: no gain) */
+#define R16_STREAMS 2 /* tiles streamed at once by one thread for one input row (3, 4: no gain) */
 
-VNNI_INLINE void r16_block(kvi_type t, const uint8_t *q, __m512 dw, const kern_q8a *const *x, int64_t b, int nr,
-                           __m512 *acc)
+VNNI_INLINE void r16_block(kvi_type t, const uint8_t *q, __m512 dw, const kern_q8a *const *x, int64_t b,
+                           int nr, __m512 *acc)
 {
     __m512i W[8];
     if (t == KVI_TYPE_Q8_0) {
-        _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) W[k] = _mm512_loadu_si512((const void *)(q + 64 * k));
+        _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) W[k] =
+            _mm512_loadu_si512((const void *)(q + 64 * k));
     } else {
         /* high nibbles kept in place (16 x level): their sum is shifted down once */
         const __m512i lo = _mm512_set1_epi8(0x0f), hi = _mm512_set1_epi8((char)0xf0);
-        _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
+        _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++)
+        {
             const __m512i v = _mm512_loadu_si512((const void *)(q + 64 * k));
             W[k] = _mm512_and_si512(v, lo);
             W[k + 4] = _mm512_and_si512(v, hi);
         }
     }
     const int32_t off = t == KVI_TYPE_Q8_0 ? 128 : 8;
-    _Pragma("GCC unroll 4") for (int rr = 0; rr < nr; rr++) {
+    _Pragma("GCC unroll 4") for (int rr = 0; rr < nr; rr++)
+    {
         const kern_q8a *xb = x[rr] + b;
         __m512i s = _mm512_set1_epi32(-off * xb->sum), s2 = _mm512_setzero_si512();
-        _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
+        _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++)
+        {
             s = _mm512_dpbusd_epi32(s, W[k], _mm512_set1_epi32(load_i32(xb->qs + 4 * k)));
             s2 = _mm512_dpbusd_epi32(s2, W[k + 4], _mm512_set1_epi32(load_i32(xb->qs + 16 + 4 * k)));
         }
@@ -226,8 +233,8 @@ VNNI_INLINE void r16_block(kvi_type t, const uint8_t *q, __m512 dw, const kern_q
 
 /* Pair p (blocks 2p, 2p+1) of the tile at `tile` for nr activation rows: prefetch
  * ahead, the two blocks' scales, then r16_block for each. */
-VNNI_INLINE void r16_pair(const kern_qgemm_args *a, const uint8_t *tile, int64_t p, const kern_q8a *const *x, int nr,
-                          __m512 *acc)
+VNNI_INLINE void r16_pair(const kern_qgemm_args *a, const uint8_t *tile, int64_t p, const kern_q8a *const *x,
+                          int nr, __m512 *acc)
 {
     const size_t qb = a->type == KVI_TYPE_Q8_0 ? 512 : 256, pair = 64 + 2 * qb;
     const uint8_t *q = tile + (size_t)p * pair;
@@ -242,7 +249,8 @@ VNNI_INLINE void r16_pair(const kern_qgemm_args *a, const uint8_t *tile, int64_t
 
 /* Tile rows [jt, jt + 16) for the nr (1..GV_ROWS, a constant after inlining)
  * activation rows x[0..nr), outputs at y + jt (row rr at y + rr * ldy). */
-VNNI_INLINE void r16_tile(const kern_qgemm_args *a, const uint8_t *tile, const kern_q8a *const *x, int nr, float *y)
+VNNI_INLINE void r16_tile(const kern_qgemm_args *a, const uint8_t *tile, const kern_q8a *const *x, int nr,
+                          float *y)
 {
     __m512 acc[GV_ROWS];
     _Pragma("GCC unroll 4") for (int rr = 0; rr < GV_ROWS; rr++) acc[rr] = _mm512_setzero_ps();
@@ -272,9 +280,9 @@ VNNI int kern_qgemv_r16_avx512(const kern_qgemm_args *a)
     if (!kern_has_vnni()) return 0;
     const size_t tb = 16 * a->w_rb;
     int64_t j0 = a->j0;
-    if (a->n_rows == 1 && R16_STREAMS > 1) {   /* tiles i, i + part, i + 2 part, ... together */
+    if (a->n_rows == 1 && R16_STREAMS > 1) { /* tiles i, i + part, i + 2 part, ... together */
         const int64_t part = (a->j1 - a->j0) / 16 / R16_STREAMS;
-        const kern_q8a *x[1] = {(const kern_q8a *)a->xq};
+        const kern_q8a *x[1] = { (const kern_q8a *)a->xq };
         for (int64_t i = 0; i < part; i++) {
             const uint8_t *t[R16_STREAMS];
             float *y[R16_STREAMS];
@@ -285,7 +293,7 @@ VNNI int kern_qgemv_r16_avx512(const kern_qgemm_args *a)
             }
             r16_tiles(a, t, x, y, R16_STREAMS);
         }
-        j0 = a->j0 + 16 * R16_STREAMS * part;   /* the last few tiles below */
+        j0 = a->j0 + 16 * R16_STREAMS * part; /* the last few tiles below */
     }
     for (int64_t jt = j0; jt < a->j1; jt += 16) {
         const uint8_t *tile = a->w + (size_t)(jt / 16) * tb;
@@ -324,7 +332,8 @@ VNNI void kern_r16_from_rows_avx512(kvi_type t, const uint8_t *src, int64_t n_in
         transpose16x4(p, off + 2, T);
         if (t == KVI_TYPE_Q8_0) {
             transpose16x4(p, off + 18, T + 4);
-            for (int k = 0; k < 8; k++) _mm512_storeu_si512((void *)(o + 64 * k), _mm512_xor_si512(T[k], flip));
+            for (int k = 0; k < 8; k++)
+                _mm512_storeu_si512((void *)(o + 64 * k), _mm512_xor_si512(T[k], flip));
         } else {
             for (int k = 0; k < 4; k++) _mm512_storeu_si512((void *)(o + 64 * k), T[k]);
         }
@@ -346,11 +355,12 @@ VNNI void kern_r16_to_rows_avx512(kvi_type t, const uint8_t *tile, int64_t n_in,
         for (int h = 0; h < (t == KVI_TYPE_Q8_0 ? 2 : 1); h++) {
             __m512i T[4];
             for (int k = 0; k < 4; k++)
-                T[k] = _mm512_xor_si512(_mm512_loadu_si512((const void *)(in + 256 * (size_t)h + 64 * k)), flip);
+                T[k] =
+                    _mm512_xor_si512(_mm512_loadu_si512((const void *)(in + 256 * (size_t)h + 64 * k)), flip);
             const __m512i t0 = _mm512_unpacklo_epi32(T[0], T[1]), t1 = _mm512_unpacklo_epi32(T[2], T[3]);
             const __m512i t2 = _mm512_unpackhi_epi32(T[0], T[1]), t3 = _mm512_unpackhi_epi32(T[2], T[3]);
-            const __m512i Z[4] = {_mm512_unpacklo_epi64(t0, t1), _mm512_unpackhi_epi64(t0, t1),
-                                  _mm512_unpacklo_epi64(t2, t3), _mm512_unpackhi_epi64(t2, t3)};
+            const __m512i Z[4] = { _mm512_unpacklo_epi64(t0, t1), _mm512_unpackhi_epi64(t0, t1),
+                                   _mm512_unpacklo_epi64(t2, t3), _mm512_unpackhi_epi64(t2, t3) };
             for (int a = 0; a < 4; a++) {
                 uint8_t *r = dst + off + 2 + 16 * (size_t)h;
                 _mm_storeu_si128((__m128i *)(r + (size_t)a * rb), _mm512_castsi512_si128(Z[a]));

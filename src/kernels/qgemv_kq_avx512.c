@@ -50,17 +50,18 @@
 #include "kernels/vnni_avx512.h"
 #include "kernels/q8.h"
 
-#define KQ_ROWS 4          /* activation rows handled */
-#define KQ_STREAMS 8       /* a thread's rows as this many long streams (4 x 4 rows, 2 x 8, 16 x 1: slower or equal) */
-#define KQ_STREAM_ROWS 2   /* consecutive rows of one stream in a tile */
-#define KQ_BLK 512         /* scratch bytes per activation block */
+#define KQ_ROWS 4 /* activation rows handled */
+#define KQ_STREAMS \
+    8 /* a thread's rows as this many long streams (4 x 4 rows, 2 x 8, 16 x 1: slower or equal) */
+#define KQ_STREAM_ROWS 2 /* consecutive rows of one stream in a tile */
+#define KQ_BLK 512       /* scratch bytes per activation block */
 #ifndef KQ_PREFETCH
-#define KQ_PREFETCH 1024   /* bytes ahead in each row's stream (see kq_tile) */
+#define KQ_PREFETCH 1024 /* bytes ahead in each row's stream (see kq_tile) */
 #endif
 
 typedef struct kq_act {
-    const uint8_t *blk;   /* [nb][KQ_BLK] */
-    const float *dx;      /* [nb] */
+    const uint8_t *blk; /* [nb][KQ_BLK] */
+    const float *dx;    /* [nb] */
 } kq_act;
 
 static size_t kq_act_bytes(int64_t nb)
@@ -76,14 +77,14 @@ static void kq_act_build(kvi_type t, const kern_q8k *x, int64_t nb, uint8_t *dst
         uint8_t *o = dst + (size_t)b * KQ_BLK;
         const int8_t *q = x[b].qs;
         if (t == KVI_TYPE_Q6_K) {
-            int32_t c[64];   /* [4][16] dword lanes of C */
+            int32_t c[64]; /* [4][16] dword lanes of C */
             memcpy(o, q, 256);
             for (int i = 0; i < 64; i++)
                 c[i] = -32 * ((int32_t)q[4 * i] + q[4 * i + 1] + q[4 * i + 2] + q[4 * i + 3]);
             memcpy(o + 256, c, sizeof c);
         } else {
-            int32_t s[16] = {0};
-            static const int sub[4][2] = {{0, 2}, {1, 3}, {4, 6}, {5, 7}};
+            int32_t s[16] = { 0 };
+            static const int sub[4][2] = { { 0, 2 }, { 1, 3 }, { 4, 6 }, { 5, 7 } };
             for (int k = 0; k < 4; k++) {
                 memcpy(o + 64 * k, q + 32 * sub[k][0], 32);
                 memcpy(o + 64 * k + 32, q + 32 * sub[k][1], 32);
@@ -118,8 +119,10 @@ VNNI_INLINE void kq_sums_min(const __m512i *Q, __m512i *isum, __m512i *msum)
 {
     __m512i V[4];
     kq_fold(Q, V);
-    const __m512i A = _mm512_add_epi32(_mm512_shuffle_i32x4(V[0], V[1], 0x88), _mm512_shuffle_i32x4(V[0], V[1], 0xDD));
-    const __m512i B = _mm512_add_epi32(_mm512_shuffle_i32x4(V[2], V[3], 0x88), _mm512_shuffle_i32x4(V[2], V[3], 0xDD));
+    const __m512i A =
+        _mm512_add_epi32(_mm512_shuffle_i32x4(V[0], V[1], 0x88), _mm512_shuffle_i32x4(V[0], V[1], 0xDD));
+    const __m512i B =
+        _mm512_add_epi32(_mm512_shuffle_i32x4(V[2], V[3], 0x88), _mm512_shuffle_i32x4(V[2], V[3], 0xDD));
     *isum = _mm512_shuffle_i32x4(A, B, 0x88);
     *msum = _mm512_shuffle_i32x4(A, B, 0xDD);
 }
@@ -129,8 +132,10 @@ VNNI_INLINE __m512i kq_sums(const __m512i *Q)
 {
     __m512i V[4];
     kq_fold(Q, V);
-    const __m512i A = _mm512_add_epi32(_mm512_shuffle_i32x4(V[0], V[1], 0x88), _mm512_shuffle_i32x4(V[0], V[1], 0xDD));
-    const __m512i B = _mm512_add_epi32(_mm512_shuffle_i32x4(V[2], V[3], 0x88), _mm512_shuffle_i32x4(V[2], V[3], 0xDD));
+    const __m512i A =
+        _mm512_add_epi32(_mm512_shuffle_i32x4(V[0], V[1], 0x88), _mm512_shuffle_i32x4(V[0], V[1], 0xDD));
+    const __m512i B =
+        _mm512_add_epi32(_mm512_shuffle_i32x4(V[2], V[3], 0x88), _mm512_shuffle_i32x4(V[2], V[3], 0xDD));
     return _mm512_add_epi32(_mm512_shuffle_i32x4(A, B, 0x88), _mm512_shuffle_i32x4(A, B, 0xDD));
 }
 
@@ -144,11 +149,13 @@ VNNI_INLINE __m512i kq_pick(int i0, int i1)
 
 /* Q4_K (five = 0) or Q5_K (five = 1) row at p (one block) against nr activation
  * blocks xb[r]: Q[r] as described in the header. */
-VNNI_INLINE void kq_row_q4k(const uint8_t *p, int five, const uint8_t *const *xb, int nr, __m512i *Q, int qstride)
+VNNI_INLINE void kq_row_q4k(const uint8_t *p, int five, const uint8_t *const *xb, int nr, __m512i *Q,
+                            int qstride)
 {
     const __m512i lo = _mm512_set1_epi8(0x0f);
     const size_t qs = five ? 48 : 16;
-    __m512i A = _mm512_loadu_si512((const void *)(p + qs)), B = _mm512_loadu_si512((const void *)(p + qs + 64));
+    __m512i A = _mm512_loadu_si512((const void *)(p + qs)),
+            B = _mm512_loadu_si512((const void *)(p + qs + 64));
     __m512i W[4];
     W[0] = _mm512_and_si512(A, lo);
     W[1] = _mm512_and_si512(_mm512_srli_epi16(A, 4), lo);
@@ -169,27 +176,30 @@ VNNI_INLINE void kq_row_q4k(const uint8_t *p, int five, const uint8_t *const *xb
      * sc0..3 = L & 63, sc4..7 = (H & 15) | (L >> 6) << 4,
      * mn0..3 = M & 63, mn4..7 = (H >> 4) | (M >> 6) << 4. */
     const __m512i hd = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)p));
-    const __m512i P = _mm512_srlv_epi32(_mm512_shuffle_epi32(hd, (_MM_PERM_ENUM)0xED), _mm512_set4_epi32(4, 0, 0, 0));
-    const __m512i low = _mm512_and_si512(P, _mm512_set4_epi32(0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f));
+    const __m512i P =
+        _mm512_srlv_epi32(_mm512_shuffle_epi32(hd, (_MM_PERM_ENUM)0xED), _mm512_set4_epi32(4, 0, 0, 0));
+    const __m512i low =
+        _mm512_and_si512(P, _mm512_set4_epi32(0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f));
     const __m512i hq = _mm512_srli_epi32(_mm512_shuffle_epi32(hd, (_MM_PERM_ENUM)0xA5), 2);
-    const __m512i R = _mm512_ternarylogic_epi32(low, hq, _mm512_set4_epi32(0x30303030, 0, 0x30303030, 0), 0xF8);
+    const __m512i R =
+        _mm512_ternarylogic_epi32(low, hq, _mm512_set4_epi32(0x30303030, 0, 0x30303030, 0), 0xF8);
     __m512i SC[4];
     SC[0] = _mm512_shuffle_epi8(R, kq_pick(0, 2));
     SC[1] = _mm512_shuffle_epi8(R, kq_pick(1, 3));
     SC[2] = _mm512_shuffle_epi8(R, kq_pick(4, 6));
     SC[3] = _mm512_shuffle_epi8(R, kq_pick(5, 7));
     const int32_t z = (int32_t)0xffffffffu;
-    const __m512i MN = _mm512_shuffle_epi8(R, _mm512_setr_epi32(z, z, z, z, z, z, z, z, (int32_t)0xffffff08,
-                                                               (int32_t)0xffffff09, (int32_t)0xffffff0a,
-                                                               (int32_t)0xffffff0b, (int32_t)0xffffff0c,
-                                                               (int32_t)0xffffff0d, (int32_t)0xffffff0e,
-                                                               (int32_t)0xffffff0f));
+    const __m512i MN = _mm512_shuffle_epi8(
+        R, _mm512_setr_epi32(z, z, z, z, z, z, z, z, (int32_t)0xffffff08, (int32_t)0xffffff09,
+                             (int32_t)0xffffff0a, (int32_t)0xffffff0b, (int32_t)0xffffff0c,
+                             (int32_t)0xffffff0d, (int32_t)0xffffff0e, (int32_t)0xffffff0f));
     for (int r = 0; r < nr; r++) {
         const uint8_t *x = xb[r];
         __m512i T = _mm512_setzero_si512();
 #pragma GCC unroll 4
         for (int k = 0; k < 4; k++) {
-            const __m512i D = _mm512_dpbusd_epi32(_mm512_setzero_si512(), W[k], _mm512_load_si512((const void *)(x + 64 * k)));
+            const __m512i D = _mm512_dpbusd_epi32(_mm512_setzero_si512(), W[k],
+                                                  _mm512_load_si512((const void *)(x + 64 * k)));
             T = _mm512_dpwssd_epi32(T, D, SC[k]);
         }
         const __m512i U = _mm512_maskz_add_epi32(0x00ff, T, _mm512_shuffle_i32x4(T, T, 0x4E));
@@ -213,14 +223,16 @@ VNNI_INLINE void kq_row_q6k(const uint8_t *p, const uint8_t *const *xb, int nr, 
     W[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(L1, 4), lo), _mm512_and_si512(H1, b45));
     /* 16 signed scales as int16 in the low word of each dword (high word 0); SC[k]
      * lane 4c + t = scale 4k + c */
-    const __m512i S = _mm512_cvtepu16_epi32(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 192))));
+    const __m512i S =
+        _mm512_cvtepu16_epi32(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 192))));
     __m512i SC[4];
 #pragma GCC unroll 4
     for (int k = 0; k < 4; k++)
-        SC[k] = _mm512_permutexvar_epi32(_mm512_setr_epi32(4 * k, 4 * k, 4 * k, 4 * k, 4 * k + 1, 4 * k + 1, 4 * k + 1,
-                                                           4 * k + 1, 4 * k + 2, 4 * k + 2, 4 * k + 2, 4 * k + 2,
-                                                           4 * k + 3, 4 * k + 3, 4 * k + 3, 4 * k + 3),
-                                         S);
+        SC[k] =
+            _mm512_permutexvar_epi32(_mm512_setr_epi32(4 * k, 4 * k, 4 * k, 4 * k, 4 * k + 1, 4 * k + 1,
+                                                       4 * k + 1, 4 * k + 1, 4 * k + 2, 4 * k + 2, 4 * k + 2,
+                                                       4 * k + 2, 4 * k + 3, 4 * k + 3, 4 * k + 3, 4 * k + 3),
+                                     S);
     for (int r = 0; r < nr; r++) {
         const uint8_t *x = xb[r];
         __m512i T = _mm512_setzero_si512();
@@ -236,16 +248,18 @@ VNNI_INLINE void kq_row_q6k(const uint8_t *p, const uint8_t *const *xb, int nr, 
 
 /* One tile of rows jt.. (mask m of valid lanes) for nr activation rows; t is a
  * constant in each inlined copy. */
-VNNI_INLINE void kq_tile(kvi_type t, const kern_qgemm_args *a, const tile16 *tl, const kq_act *x, int nr, float *out,
-                         int64_t ldo, __mmask16 m, size_t next_rows)
+VNNI_INLINE void kq_tile(kvi_type t, const kern_qgemm_args *a, const tile16 *tl, const kq_act *x, int nr,
+                         float *out, int64_t ldo, __mmask16 m, size_t next_rows)
 {
     const int64_t nb = a->n_in / QK_K;
-    const size_t bb = t == KVI_TYPE_Q6_K ? sizeof(block_q6_K) : t == KVI_TYPE_Q5_K ? sizeof(block_q5_K) : sizeof(block_q4_K);
-    const size_t rbytes = (size_t)nb * bb;   /* one row's blocks */
+    const size_t bb = t == KVI_TYPE_Q6_K   ? sizeof(block_q6_K)
+                      : t == KVI_TYPE_Q5_K ? sizeof(block_q5_K)
+                                           : sizeof(block_q4_K);
+    const size_t rbytes = (size_t)nb * bb; /* one row's blocks */
     const int five = t == KVI_TYPE_Q5_K;
     const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
     __m512 acc[KQ_ROWS];
-    __m512i Q[KQ_ROWS * 16];   /* [r][l] */
+    __m512i Q[KQ_ROWS * 16]; /* [r][l] */
     for (int r = 0; r < KQ_ROWS; r++) acc[r] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const size_t o = (size_t)b * bb;
@@ -259,8 +273,10 @@ VNNI_INLINE void kq_tile(kvi_type t, const kern_qgemm_args *a, const tile16 *tl,
             const uint8_t *p = tl->p[l] + o;
 #pragma GCC unroll 4
             for (size_t f = 0; f < bb; f += 64) _mm_prefetch((const char *)(tl->p[l] + pf + f), _MM_HINT_T1);
-            if (t == KVI_TYPE_Q6_K) kq_row_q6k(p, xb, nr, Q + l, 16);
-            else kq_row_q4k(p, five, xb, nr, Q + l, 16);
+            if (t == KVI_TYPE_Q6_K)
+                kq_row_q6k(p, xb, nr, Q + l, 16);
+            else
+                kq_row_q4k(p, five, xb, nr, Q + l, 16);
         }
         if (t == KVI_TYPE_Q6_K) {
             const __m512 d = scales16(tl, o + 208, 1);
@@ -268,7 +284,7 @@ VNNI_INLINE void kq_tile(kvi_type t, const kern_qgemm_args *a, const tile16 *tl,
                 acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(x[r].dx[b])),
                                          _mm512_cvtepi32_ps(kq_sums(Q + 16 * r)), acc[r]);
         } else {
-            const __m512i g = gather16_u32(tl, o);   /* d | dmin << 16 */
+            const __m512i g = gather16_u32(tl, o); /* d | dmin << 16 */
             const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
             const __m512 dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(g, 16)));
             for (int r = 0; r < nr; r++) {
@@ -276,7 +292,8 @@ VNNI_INLINE void kq_tile(kvi_type t, const kern_qgemm_args *a, const tile16 *tl,
                 kq_sums_min(Q + 16 * r, &isum, &msum);
                 const __m512 dx = _mm512_set1_ps(x[r].dx[b]);
                 acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(isum), acc[r]);
-                const __m512 nm = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(_mm512_mul_ps(dmin, dx)), sign));
+                const __m512 nm =
+                    _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(_mm512_mul_ps(dmin, dx)), sign));
                 acc[r] = _mm512_fmadd_ps(nm, _mm512_cvtepi32_ps(msum), acc[r]);
             }
         }
@@ -284,11 +301,11 @@ VNNI_INLINE void kq_tile(kvi_type t, const kern_qgemm_args *a, const tile16 *tl,
     for (int r = 0; r < nr; r++) _mm512_mask_storeu_ps(out + r * ldo, m, acc[r]);
 }
 
-#define KQ_TILE_FN(name, T, NR)                                                                          \
-    VNNI static void name(const kern_qgemm_args *a, const tile16 *tl, const kq_act *x, float *out, int64_t ldo, \
-                          __mmask16 m, size_t next_rows)                                                 \
-    {                                                                                                    \
-        kq_tile(T, a, tl, x, NR, out, ldo, m, next_rows);                                                \
+#define KQ_TILE_FN(name, T, NR)                                                                    \
+    VNNI static void name(const kern_qgemm_args *a, const tile16 *tl, const kq_act *x, float *out, \
+                          int64_t ldo, __mmask16 m, size_t next_rows)                              \
+    {                                                                                              \
+        kq_tile(T, a, tl, x, NR, out, ldo, m, next_rows);                                          \
     }
 KQ_TILE_FN(kq_tile_q4k_1, KVI_TYPE_Q4_K, 1)
 KQ_TILE_FN(kq_tile_q4k_2, KVI_TYPE_Q4_K, 2)
@@ -303,8 +320,8 @@ KQ_TILE_FN(kq_tile_q6k_2, KVI_TYPE_Q6_K, 2)
 KQ_TILE_FN(kq_tile_q6k_3, KVI_TYPE_Q6_K, 3)
 KQ_TILE_FN(kq_tile_q6k_4, KVI_TYPE_Q6_K, 4)
 
-typedef void (*kq_tile_fn)(const kern_qgemm_args *, const tile16 *, const kq_act *, float *, int64_t, __mmask16,
-                           size_t);
+typedef void (*kq_tile_fn)(const kern_qgemm_args *, const tile16 *, const kq_act *, float *, int64_t,
+                           __mmask16, size_t);
 
 /* Q4_K / Q5_K / Q6_K with 1..KQ_ROWS input rows; 0 when not handled (nothing written). */
 VNNI int kern_qgemv_kq_avx512(const kern_qgemm_args *a)
@@ -318,14 +335,16 @@ VNNI int kern_qgemv_kq_avx512(const kern_qgemm_args *a)
     }
     if (a->n_rows < 1 || a->n_rows > KQ_ROWS || !a->scratch || ((uintptr_t)a->scratch & 63)) return 0;
     if (a->n_in <= 0 || a->n_in % QK_K || a->j0 < 0 || a->j1 <= a->j0) return 0;
-    if (a->w_rb > (size_t)INT32_MAX / 16) return 0;   /* gather offsets are int32 */
+    if (a->w_rb > (size_t)INT32_MAX / 16) return 0; /* gather offsets are int32 */
     const int64_t nb = a->n_in / QK_K;
     const int nr = (int)a->n_rows;
     const size_t ab = kq_act_bytes(nb);
     if ((size_t)nr * ab > KVI_QGEMM_SCRATCH(a->n_in)) return 0;
-    static const kq_tile_fn fns[3][KQ_ROWS] = {{kq_tile_q4k_1, kq_tile_q4k_2, kq_tile_q4k_3, kq_tile_q4k_4},
-                                               {kq_tile_q5k_1, kq_tile_q5k_2, kq_tile_q5k_3, kq_tile_q5k_4},
-                                               {kq_tile_q6k_1, kq_tile_q6k_2, kq_tile_q6k_3, kq_tile_q6k_4}};
+    static const kq_tile_fn fns[3][KQ_ROWS] = {
+        { kq_tile_q4k_1, kq_tile_q4k_2, kq_tile_q4k_3, kq_tile_q4k_4 },
+        { kq_tile_q5k_1, kq_tile_q5k_2, kq_tile_q5k_3, kq_tile_q5k_4 },
+        { kq_tile_q6k_1, kq_tile_q6k_2, kq_tile_q6k_3, kq_tile_q6k_4 }
+    };
     kq_act x[KQ_ROWS];
     for (int r = 0; r < nr; r++)
         kq_act_build(a->type, (const kern_q8k *)(a->xq + (size_t)r * a->xq_rb), nb,
@@ -339,7 +358,8 @@ VNNI int kern_qgemv_kq_avx512(const kern_qgemm_args *a)
         for (int64_t k = 0; k < part; k += KQ_STREAM_ROWS) {
             tile16 tl;
             int64_t row[16];
-            for (int l = 0; l < 16; l++) row[l] = a->j0 + (l / KQ_STREAM_ROWS) * part + k + l % KQ_STREAM_ROWS;
+            for (int l = 0; l < 16; l++)
+                row[l] = a->j0 + (l / KQ_STREAM_ROWS) * part + k + l % KQ_STREAM_ROWS;
             tile_init_rows(&tl, a, row);
             fn(a, &tl, x, &out[0][0], 16, (__mmask16)0xFFFF, KQ_STREAM_ROWS);
             for (int r = 0; r < nr; r++)
@@ -347,7 +367,7 @@ VNNI int kern_qgemv_kq_avx512(const kern_qgemm_args *a)
         }
         jt = a->j0 + KQ_STREAMS * part;
     }
-    for (; jt < a->j1; jt += 16) {   /* the rest as tiles of consecutive rows */
+    for (; jt < a->j1; jt += 16) { /* the rest as tiles of consecutive rows */
         const int nv = a->j1 - jt < 16 ? (int)(a->j1 - jt) : 16;
         tile16 tl;
         tile_init(&tl, a, jt, nv);

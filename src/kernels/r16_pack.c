@@ -32,10 +32,10 @@ bool kern_r16_eligible(const kern_tensor *W)
 
 /* Geometry of one type: block bytes, quant bytes per block and row, XOR mask. */
 typedef struct r16_geom {
-    size_t bb;      /* bytes of one block in rows layout (34 or 18) */
-    int qv;         /* 64-byte quant vectors per block (8 or 4) */
-    uint8_t flip;   /* XOR applied to the quants (Q8_0: 0x80) */
-    size_t pair;    /* bytes of one pair of blocks of the 16 rows */
+    size_t bb;    /* bytes of one block in rows layout (34 or 18) */
+    int qv;       /* 64-byte quant vectors per block (8 or 4) */
+    uint8_t flip; /* XOR applied to the quants (Q8_0: 0x80) */
+    size_t pair;  /* bytes of one pair of blocks of the 16 rows */
 } r16_geom;
 
 static r16_geom geom(kvi_type t)
@@ -64,15 +64,19 @@ static void move_row(const r16_geom *g, int64_t nb, int lane, uint8_t *row, uint
     for (int64_t b = 0; b < nb; b++) {
         size_t sc, q0;
         locate(g, b, lane, &sc, &q0);
-        uint8_t *blk = row + (size_t)b * g->bb;   /* [bb]: f16 d, then the quants */
+        uint8_t *blk = row + (size_t)b * g->bb; /* [bb]: f16 d, then the quants */
         for (int k = 0; k < g->qv; k++)
             for (int i = 0; i < 4; i++) {
                 uint8_t *t = tile + q0 + 64 * (size_t)k + (size_t)i, *r = blk + 2 + 4 * k + i;
-                if (to_tile) *t = (uint8_t)(*r ^ g->flip);
-                else *r = (uint8_t)(*t ^ g->flip);
+                if (to_tile)
+                    *t = (uint8_t)(*r ^ g->flip);
+                else
+                    *r = (uint8_t)(*t ^ g->flip);
             }
-        if (to_tile) memcpy(tile + sc, blk, 2);
-        else memcpy(blk, tile + sc, 2);
+        if (to_tile)
+            memcpy(tile + sc, blk, 2);
+        else
+            memcpy(blk, tile + sc, 2);
     }
 }
 
@@ -97,17 +101,17 @@ void kern_r16_row(kvi_type t, const uint8_t *tile, int64_t n_in, int lane, uint8
 }
 
 typedef struct repack_job {
-    kern_tensor *const *W;   /* [n_w] the matrices, their tiles taken in order */
+    kern_tensor *const *W; /* [n_w] the matrices, their tiles taken in order */
     int n_w;
-    int64_t t0, t1;         /* tiles [t0, t1) of that concatenated order */
-    uint8_t *buf;           /* [16 * largest row_bytes] */
-    bool simd;              /* kern_r16_from_rows_avx512 (the same bytes) */
+    int64_t t0, t1; /* tiles [t0, t1) of that concatenated order */
+    uint8_t *buf;   /* [16 * largest row_bytes] */
+    bool simd;      /* kern_r16_from_rows_avx512 (the same bytes) */
 } repack_job;
 
 static void *repack_run(void *v)
 {
     repack_job *j = v;
-    int64_t first = 0;   /* the concatenated index of matrix i's tile 0 */
+    int64_t first = 0; /* the concatenated index of matrix i's tile 0 */
     for (int i = 0; i < j->n_w && first < j->t1; first += j->W[i]->n_out / 16, i++) {
         const kern_tensor *W = j->W[i];
         const int64_t nt = W->n_out / 16;
@@ -116,8 +120,10 @@ static void *repack_run(void *v)
         uint8_t *base = (uint8_t *)W->data;
         for (int64_t t = a; t < b; t++) {
             memcpy(j->buf, base + (size_t)t * tb, tb);
-            if (j->simd) kern_r16_from_rows_avx512(W->type, j->buf, W->n_in, base + (size_t)t * tb);
-            else kern_r16_from_rows(W->type, j->buf, W->n_in, base + (size_t)t * tb);
+            if (j->simd)
+                kern_r16_from_rows_avx512(W->type, j->buf, W->n_in, base + (size_t)t * tb);
+            else
+                kern_r16_from_rows(W->type, j->buf, W->n_in, base + (size_t)t * tb);
         }
     }
     return NULL;
@@ -132,7 +138,7 @@ int kern_r16_repack_many(kern_tensor *const *W, int n_w, int n_threads)
     for (int i = 0; i < n_w; i++) {
         if (!kern_r16_eligible(W[i])) return KVI_E_INVALID;
         for (int k = 0; k < i; k++)
-            if (W[k]->data == W[i]->data) return KVI_E_INVALID;   /* the same bytes twice */
+            if (W[k]->data == W[i]->data) return KVI_E_INVALID; /* the same bytes twice */
         n_tiles += W[i]->n_out / 16;
         const size_t tb = 16 * quant_row_bytes(W[i]->type, W[i]->n_in);
         if (tb > tb_max) tb_max = tb;
@@ -145,17 +151,22 @@ int kern_r16_repack_many(kern_tensor *const *W, int n_w, int n_threads)
     repack_job job[R16_THREADS_MAX];
     int rc = 0;
     for (int i = 0; i < n_threads; i++) {
-        job[i] = (repack_job){W, n_w, n_tiles * i / n_threads, n_tiles * (i + 1) / n_threads, malloc(tb_max), simd};
+        job[i] = (repack_job){
+            W, n_w, n_tiles * i / n_threads, n_tiles * (i + 1) / n_threads, malloc(tb_max), simd
+        };
         if (!job[i].buf) rc = KVI_E_NOMEM;
     }
     if (rc == 0) {
         pthread_t th[R16_THREADS_MAX];
-        bool started[R16_THREADS_MAX] = {false};
-        for (int i = 1; i < n_threads; i++) started[i] = pthread_create(&th[i], NULL, repack_run, &job[i]) == 0;
+        bool started[R16_THREADS_MAX] = { false };
+        for (int i = 1; i < n_threads; i++)
+            started[i] = pthread_create(&th[i], NULL, repack_run, &job[i]) == 0;
         repack_run(&job[0]);
         for (int i = 1; i < n_threads; i++) {
-            if (started[i]) pthread_join(th[i], NULL);
-            else repack_run(&job[i]);   /* no thread: do its tiles here */
+            if (started[i])
+                pthread_join(th[i], NULL);
+            else
+                repack_run(&job[i]); /* no thread: do its tiles here */
         }
         for (int i = 0; i < n_w; i++) W[i]->layout = KVI_LAYOUT_R16;
     }
@@ -171,7 +182,7 @@ int kern_prepare_weights(kern_tensor *const *W, int n, int n_threads)
 {
     if (n < 0 || (n > 0 && !W)) return KVI_E_INVALID;
     if (!kern_r16_preferred() || n == 0) return KVI_OK;
-    kern_tensor **pick = malloc((size_t)n * sizeof *pick);   /* [n] the eligible ones */
+    kern_tensor **pick = malloc((size_t)n * sizeof *pick); /* [n] the eligible ones */
     if (!pick) return KVI_E_NOMEM;
     int k = 0;
     for (int i = 0; i < n; i++)

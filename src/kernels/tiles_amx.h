@@ -14,11 +14,11 @@
 /* The 64-byte tile configuration (palette 1): tile t has rows[t] rows of colsb[t]
  * bytes; unused tiles have 0 rows and 0 bytes. */
 typedef struct amx_tile_cfg {
-    uint8_t palette;      /* 1 */
-    uint8_t start_row;    /* 0 */
+    uint8_t palette;   /* 1 */
+    uint8_t start_row; /* 0 */
     uint8_t reserved[14];
-    uint16_t colsb[16];   /* bytes per row of each tile (<= 64) */
-    uint8_t rows[16];     /* rows of each tile (<= 16) */
+    uint16_t colsb[16]; /* bytes per row of each tile (<= 64) */
+    uint8_t rows[16];   /* rows of each tile (<= 16) */
 } amx_tile_cfg;
 _Static_assert(sizeof(amx_tile_cfg) == 64, "amx_tile_cfg is the 64-byte LDTILECFG operand");
 

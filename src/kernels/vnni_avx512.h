@@ -23,7 +23,7 @@
  * the last valid one), so one gather reads a word of every row. */
 typedef struct tile16 {
     const uint8_t *p[16];
-    __m512i idx;   /* [16] i32 byte offsets of the rows from p[0] */
+    __m512i idx; /* [16] i32 byte offsets of the rows from p[0] */
 } tile16;
 
 /* 16 rows x 16 bytes at p[l] + off -> T[k], lane l = bytes 4k..4k+3 of row l. */

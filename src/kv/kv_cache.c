@@ -16,23 +16,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-int kv_pool_init(kv_pool *p, int n_layers, int kv_dim, int block_size, kvi_type type_k,
-                 kvi_type type_v, size_t budget_bytes, kvi_error *err)
+int kv_pool_init(kv_pool *p, int n_layers, int kv_dim, int block_size, kvi_type type_k, kvi_type type_v,
+                 size_t budget_bytes, kvi_error *err)
 {
     memset(p, 0, sizeof *p);
     if (n_layers <= 0 || kv_dim <= 0 || block_size <= 0 || block_size > 4096)
-        return err_set(err, KVI_E_INVALID, "kv cache: bad shape (layers %d, kv_dim %d, block %d)",
-                           n_layers, kv_dim, block_size);
+        return err_set(err, KVI_E_INVALID, "kv cache: bad shape (layers %d, kv_dim %d, block %d)", n_layers,
+                       kv_dim, block_size);
     /* layout (kv_quant.h): a q4 value cache is q4_0 */
     if (type_v == KVI_TYPE_KV_Q4) type_v = KVI_TYPE_Q4_0;
     p->k_bytes = kvq_k_region_bytes(type_k, kv_dim, block_size);
     const size_t v_bytes = kvq_v_region_bytes(type_v, kv_dim, block_size);
     if (p->k_bytes == 0 || v_bytes == 0)
         return err_set(err, KVI_E_UNSUPPORTED,
-                           "kv cache: types %s/%s cannot hold rows of %d elements (KV types: f32, "
-                           "f16, q8_0 and q4_0 need a multiple of 32, q4 an even number)",
-                           kvi_type_name(type_k) ? kvi_type_name(type_k) : "?",
-                           kvi_type_name(type_v) ? kvi_type_name(type_v) : "?", kv_dim);
+                       "kv cache: types %s/%s cannot hold rows of %d elements (KV types: f32, "
+                       "f16, q8_0 and q4_0 need a multiple of 32, q4 an even number)",
+                       kvi_type_name(type_k) ? kvi_type_name(type_k) : "?",
+                       kvi_type_name(type_v) ? kvi_type_name(type_v) : "?", kv_dim);
     p->row_bytes_k = type_k == KVI_TYPE_KV_Q4 ? 0 : quant_row_bytes(type_k, kv_dim);
     p->row_bytes_v = quant_row_bytes(type_v, kv_dim);
     p->tail_bytes = kvq_tail_bytes(type_k, n_layers, kv_dim, block_size);
@@ -46,8 +46,8 @@ int kv_pool_init(kv_pool *p, int n_layers, int kv_dim, int block_size, kvi_type 
     size_t nb = budget_bytes / p->block_bytes;
     if (nb < 1)
         return err_set(err, KVI_E_INVALID,
-                           "kv cache: budget of %zu bytes is smaller than one block (%zu bytes)",
-                           budget_bytes, p->block_bytes);
+                       "kv cache: budget of %zu bytes is smaller than one block (%zu bytes)", budget_bytes,
+                       p->block_bytes);
     if (nb > (size_t)INT32_MAX / 2) nb = (size_t)INT32_MAX / 2;
     p->n_blocks_max = (int32_t)nb;
     p->mem = calloc(nb, sizeof *p->mem);
@@ -86,8 +86,7 @@ bool kv_layout_type_ok(kvi_type t)
            t == KVI_TYPE_KV_Q4;
 }
 
-size_t kv_layout_block_bytes(int n_layers, int kv_dim, int block_size, kvi_type type_k,
-                             kvi_type type_v)
+size_t kv_layout_block_bytes(int n_layers, int kv_dim, int block_size, kvi_type type_k, kvi_type type_v)
 {
     const size_t k = kvq_k_region_bytes(type_k, kv_dim, block_size);
     const size_t v = kvq_v_region_bytes(type_v, kv_dim, block_size);
@@ -114,7 +113,7 @@ static int32_t pool_take(kv_pool *p)
         p->bytes_sys += p->block_bytes;
     } else if (p->lru_head >= 0) {
         b = p->lru_head;
-        kv_prefix_remove(p, b);            /* moves it to the free stack */
+        kv_prefix_remove(p, b); /* moves it to the free stack */
         b = p->free_ids[--p->n_free];
         p->n_lru_evicted++;
     } else {
@@ -175,8 +174,8 @@ int kv_table_reserve(kv_pool *p, kv_table *t, int32_t n_pos, kvi_error *err)
         if (b < 0) {
             while (t->n_blocks > had) kv_pool_unref(p, t->blocks[--t->n_blocks]);
             return err_set(err, KVI_E_NO_KV_SPACE,
-                               "kv cache: pool exhausted (%d of %d blocks of %d tokens in use)",
-                               p->n_used, p->n_blocks_max, p->block_size);
+                           "kv cache: pool exhausted (%d of %d blocks of %d tokens in use)", p->n_used,
+                           p->n_blocks_max, p->block_size);
         }
         t->blocks[t->n_blocks++] = b;
     }
@@ -219,8 +218,8 @@ int kv_table_cow(kv_pool *p, kv_table *t, int32_t i, int32_t *old, kvi_error *er
     const int32_t b = pool_take(p);
     if (b < 0)
         return err_set(err, KVI_E_NO_KV_SPACE,
-                           "kv cache: pool exhausted copying a shared block (%d of %d blocks in use)",
-                           p->n_used, p->n_blocks_max);
+                       "kv cache: pool exhausted copying a shared block (%d of %d blocks in use)", p->n_used,
+                       p->n_blocks_max);
     *old = t->blocks[i];
     memcpy(p->mem[b], p->mem[*old], p->block_bytes);
     t->blocks[i] = b;

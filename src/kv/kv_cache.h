@@ -56,70 +56,70 @@
 
 typedef struct kv_pool {
     int n_layers;
-    int kv_dim;              /* n_kv_heads * head_dim: elements of one K (or V) row */
-    int block_size;          /* positions per block */
+    int kv_dim;     /* n_kv_heads * head_dim: elements of one K (or V) row */
+    int block_size; /* positions per block */
     kvi_type type_k, type_v;
-    size_t row_bytes_k, row_bytes_v;  /* row_bytes_k is 0 for q4 keys (no K rows) */
-    size_t layer_bytes;      /* k_bytes + block_size * row_bytes_v */
-    size_t block_bytes;      /* n_layers * layer_bytes */
-    int32_t n_blocks_max;    /* what the budget allows */
-    int32_t n_alloc;         /* blocks that have memory */
-    int32_t n_used;          /* blocks held by at least one table */
-    uint8_t **mem;           /* [n_blocks_max] block memory, NULL until first use */
-    int32_t *refcount;       /* [n_blocks_max] */
-    int32_t *free_ids;       /* [n_blocks_max] stack of allocated, unreferenced blocks */
+    size_t row_bytes_k, row_bytes_v; /* row_bytes_k is 0 for q4 keys (no K rows) */
+    size_t layer_bytes;              /* k_bytes + block_size * row_bytes_v */
+    size_t block_bytes;              /* n_layers * layer_bytes */
+    int32_t n_blocks_max;            /* what the budget allows */
+    int32_t n_alloc;                 /* blocks that have memory */
+    int32_t n_used;                  /* blocks held by at least one table */
+    uint8_t **mem;                   /* [n_blocks_max] block memory, NULL until first use */
+    int32_t *refcount;               /* [n_blocks_max] */
+    int32_t *free_ids;               /* [n_blocks_max] stack of allocated, unreferenced blocks */
     int32_t n_free;
     /* layout (kv_quant.h) */
-    size_t k_bytes;          /* one layer's K region of a block */
-    size_t tail_bytes;       /* per-table state (q4 keys: the newest group in f16), else 0 */
+    size_t k_bytes;    /* one layer's K region of a block */
+    size_t tail_bytes; /* per-table state (q4 keys: the newest group in f16), else 0 */
     /* prefix index and LRU of reusable blocks (kv_prefix.c). An indexed block is
      * full, its content is fixed, and (hash, parent, tokens) name it; an indexed
      * block that no table holds sits in the LRU instead of the free stack. */
-    int32_t n_cached;        /* unreferenced indexed blocks (in the LRU) */
-    uint8_t *indexed;        /* [n_blocks_max] 1 when in the prefix index */
-    uint64_t *hash;          /* [n_blocks_max] chain hash of an indexed block */
-    int32_t *parent;         /* [n_blocks_max] indexed block before it, -1 for a first block */
-    int32_t *btok;           /* [n_blocks_max][block_size] tokens of an indexed block */
-    int32_t *hnext;          /* [n_blocks_max] next block of the same hash bucket, -1 */
-    int32_t *bucket;         /* [n_buckets] first block of each hash bucket, -1 */
-    uint32_t n_buckets;      /* power of two */
-    int32_t *lru_prev, *lru_next;  /* [n_blocks_max] LRU links, -1 at the ends */
-    int32_t lru_head, lru_tail;    /* least / most recently freed cached block, -1 */
-    uint64_t n_lru_evicted;  /* cached blocks taken back for new data */
-    uint64_t n_cow;          /* copy-on-write block copies */
+    int32_t n_cached;             /* unreferenced indexed blocks (in the LRU) */
+    uint8_t *indexed;             /* [n_blocks_max] 1 when in the prefix index */
+    uint64_t *hash;               /* [n_blocks_max] chain hash of an indexed block */
+    int32_t *parent;              /* [n_blocks_max] indexed block before it, -1 for a first block */
+    int32_t *btok;                /* [n_blocks_max][block_size] tokens of an indexed block */
+    int32_t *hnext;               /* [n_blocks_max] next block of the same hash bucket, -1 */
+    int32_t *bucket;              /* [n_buckets] first block of each hash bucket, -1 */
+    uint32_t n_buckets;           /* power of two */
+    int32_t *lru_prev, *lru_next; /* [n_blocks_max] LRU links, -1 at the ends */
+    int32_t lru_head, lru_tail;   /* least / most recently freed cached block, -1 */
+    uint64_t n_lru_evicted;       /* cached blocks taken back for new data */
+    uint64_t n_cow;               /* copy-on-write block copies */
     /* accounting */
-    int32_t n_tails;         /* tables holding an allocated tail (tail_bytes each) */
-    size_t bytes_sys;        /* KV bytes held from the system: blocks and tails */
+    int32_t n_tails;  /* tables holding an allocated tail (tail_bytes each) */
+    size_t bytes_sys; /* KV bytes held from the system: blocks and tails */
 } kv_pool;
 
 typedef struct kv_table {
-    int32_t *blocks;         /* [cap] physical block ids, logical order */
+    int32_t *blocks; /* [cap] physical block ids, logical order */
     int32_t n_blocks;
     int32_t cap;
-    int32_t n_pos;           /* positions whose K/V are valid: 0..n_pos-1 */
-    uint8_t *tail;           /* [pool tail_bytes] q4 keys only: f16 keys of the newest
+    int32_t n_pos;       /* positions whose K/V are valid: 0..n_pos-1 */
+    uint8_t *tail;       /* [pool tail_bytes] q4 keys only: f16 keys of the newest
                                 group (kv_quant.h); NULL until the first key write.
                                 Fork: kv_table_copy_tail; freed by kv_table_release */
-    int32_t *tokens;         /* [cap * block_size] token of each position (prefix index) */
-    bool no_index;           /* positions re-assigned by a context policy: never indexed */
-    int32_t lossy_block;     /* q4 keys: 1 + the first block whose keys were re-read
+    int32_t *tokens;     /* [cap * block_size] token of each position (prefix index) */
+    bool no_index;       /* positions re-assigned by a context policy: never indexed */
+    int32_t lossy_block; /* q4 keys: 1 + the first block whose keys were re-read
                                 from 4-bit codes (see above), 0 when none; blocks from
                                 it on are never indexed */
 } kv_table;
 
-int kv_pool_init(kv_pool *p, int n_layers, int kv_dim, int block_size, kvi_type type_k,
-                 kvi_type type_v, size_t budget_bytes, kvi_error *err);
+int kv_pool_init(kv_pool *p, int n_layers, int kv_dim, int block_size, kvi_type type_k, kvi_type type_v,
+                 size_t budget_bytes, kvi_error *err);
 void kv_pool_free(kv_pool *p);
 size_t kv_pool_bytes_per_token(const kv_pool *p);
-size_t kv_pool_bytes_allocated(const kv_pool *p);   /* blocks: n_alloc * block_bytes */
-size_t kv_pool_bytes_tails(const kv_pool *p);       /* tails: n_tails * tail_bytes */
+size_t kv_pool_bytes_allocated(const kv_pool *p); /* blocks: n_alloc * block_bytes */
+size_t kv_pool_bytes_tails(const kv_pool *p);     /* tails: n_tails * tail_bytes */
 
 /* Makes the table hold blocks for positions 0..n_pos-1 (does not change t->n_pos).
  * KVI_E_NO_KV_SPACE when the pool is exhausted: then the table is unchanged. */
 int kv_table_reserve(kv_pool *p, kv_table *t, int32_t n_pos, kvi_error *err);
 /* Keeps positions 0..n_pos-1; blocks past them go back to the pool. */
 void kv_table_truncate(kv_pool *p, kv_table *t, int32_t n_pos);
-void kv_table_release(kv_pool *p, kv_table *t);   /* truncate to 0 and free the array */
+void kv_table_release(kv_pool *p, kv_table *t); /* truncate to 0 and free the array */
 
 /* ---- sharing (kv_cache.c) ---- */
 /* One more reference to block b (taking it out of the LRU when it was cached). */
@@ -176,8 +176,7 @@ static inline uint8_t *kv_k_group(const kv_pool *p, const kv_table *t, int l, in
 /* Bytes of one block for this shape and these types (what kv_pool_init would use),
  * 0 when the types cannot hold rows of kv_dim elements. Budgets: per token it is
  * this / block_size. */
-size_t kv_layout_block_bytes(int n_layers, int kv_dim, int block_size, kvi_type type_k,
-                             kvi_type type_v);
+size_t kv_layout_block_bytes(int n_layers, int kv_dim, int block_size, kvi_type type_k, kvi_type type_v);
 /* A type the cache can hold: f32, f16, q8_0, q4_0, q4 (KVI_TYPE_KV_Q4). */
 bool kv_layout_type_ok(kvi_type t);
 

@@ -62,8 +62,8 @@ int kv_prefix_init(kv_pool *p, kvi_error *err)
     p->lru_prev = calloc(nb, sizeof *p->lru_prev);
     p->lru_next = calloc(nb, sizeof *p->lru_next);
     p->bucket = malloc((size_t)nbk * sizeof *p->bucket);
-    if (!p->indexed || !p->hash || !p->parent || !p->btok || !p->hnext || !p->lru_prev ||
-        !p->lru_next || !p->bucket)
+    if (!p->indexed || !p->hash || !p->parent || !p->btok || !p->hnext || !p->lru_prev || !p->lru_next ||
+        !p->bucket)
         return err_set(err, KVI_E_NOMEM, "kv cache: cannot allocate the prefix index for %zu blocks", nb);
     for (uint32_t i = 0; i < nbk; i++) p->bucket[i] = -1;
     p->lru_head = p->lru_tail = -1;
@@ -89,18 +89,24 @@ void kv_lru_push(kv_pool *p, int32_t b)
 {
     p->lru_prev[b] = p->lru_tail;
     p->lru_next[b] = -1;
-    if (p->lru_tail >= 0) p->lru_next[p->lru_tail] = b;
-    else p->lru_head = b;
+    if (p->lru_tail >= 0)
+        p->lru_next[p->lru_tail] = b;
+    else
+        p->lru_head = b;
     p->lru_tail = b;
 }
 
 void kv_lru_unlink(kv_pool *p, int32_t b)
 {
     const int32_t pr = p->lru_prev[b], nx = p->lru_next[b];
-    if (pr >= 0) p->lru_next[pr] = nx;
-    else p->lru_head = nx;
-    if (nx >= 0) p->lru_prev[nx] = pr;
-    else p->lru_tail = pr;
+    if (pr >= 0)
+        p->lru_next[pr] = nx;
+    else
+        p->lru_head = nx;
+    if (nx >= 0)
+        p->lru_prev[nx] = pr;
+    else
+        p->lru_tail = pr;
     p->lru_prev[b] = p->lru_next[b] = -1;
 }
 
@@ -144,12 +150,12 @@ void kv_prefix_index_table(kv_pool *p, kv_table *t, int32_t b0)
         uint64_t ph = PREFIX_SEED;
         if (i > 0) {
             par = t->blocks[i - 1];
-            if (!p->indexed[par]) return;     /* its chain is not named: neither is b */
+            if (!p->indexed[par]) return; /* its chain is not named: neither is b */
             ph = p->hash[par];
         }
         const int32_t *tok = t->tokens + (size_t)i * bs;
         const uint64_t h = block_hash(ph, tok, bs);
-        if (lookup(p, h, par, tok) >= 0) return;   /* an equal block is indexed already */
+        if (lookup(p, h, par, tok) >= 0) return; /* an equal block is indexed already */
         p->indexed[b] = 1;
         p->hash[b] = h;
         p->parent[b] = par;

@@ -46,9 +46,7 @@ size_t kvq_tail_bytes(kvi_type tk, int n_layers, int kv_dim, int block_size)
 void kvq_row_slice(kvi_type t, const uint8_t *row, int off, int n, float *dst)
 {
     switch (t) {
-    case KVI_TYPE_F32:
-        memcpy(dst, (const float *)row + off, (size_t)n * sizeof(float));
-        break;
+    case KVI_TYPE_F32: memcpy(dst, (const float *)row + off, (size_t)n * sizeof(float)); break;
     case KVI_TYPE_F16: {
         const quant_f16 *h = (const quant_f16 *)row + off;
         for (int i = 0; i < n; i++) dst[i] = quant_f16_to_f32(h[i]);
@@ -73,9 +71,7 @@ void kvq_row_slice(kvi_type t, const uint8_t *row, int off, int n, float *dst)
         }
         break;
     }
-    default:
-        memset(dst, 0, (size_t)n * sizeof(float));
-        break;
+    default: memset(dst, 0, (size_t)n * sizeof(float)); break;
     }
 }
 
@@ -101,15 +97,14 @@ static inline int kivi_code(float x, float mn, float inv_d)
 }
 
 /* Quantises rows [n_rows][kv_dim]; codes of rows n_rows..block_size-1 are zero. */
-static void group_quantize(const quant_f16 *rows, int n_rows, int kv_dim, int block_size,
-                           uint8_t *region)
+static void group_quantize(const quant_f16 *rows, int n_rows, int kv_dim, int block_size, uint8_t *region)
 {
     quant_f16 *d = (quant_f16 *)region;
     quant_f16 *mn = d + kv_dim;
     uint8_t *q = region + 4 * (size_t)kv_dim;
     const size_t rb = (size_t)kv_dim / 2;
     for (int c = 0; c < kv_dim; c += 2) {
-        float lo[2] = {INFINITY, INFINITY}, hi[2] = {-INFINITY, -INFINITY};
+        float lo[2] = { INFINITY, INFINITY }, hi[2] = { -INFINITY, -INFINITY };
         for (int i = 0; i < n_rows; i++)
             for (int k = 0; k < 2; k++) {
                 const float x = quant_f16_to_f32(rows[(size_t)i * kv_dim + c + k]);
@@ -161,8 +156,7 @@ void kv_stash_begin(kv_stash *s, int layer)
 
 /* Keeps a copy of group g's f16 rows; on out of memory the group is simply not
  * kept and its rows read the quantised group (never a crash). */
-static void stash_push(kv_stash *s, const kv_pool *p, const kv_table *t, int32_t g,
-                       const quant_f16 *rows)
+static void stash_push(kv_stash *s, const kv_pool *p, const kv_table *t, int32_t g, const quant_f16 *rows)
 {
     const size_t ge = (size_t)p->block_size * (size_t)p->kv_dim;
     if (s->group_elems != ge) {
@@ -191,8 +185,7 @@ static void stash_push(kv_stash *s, const kv_pool *p, const kv_table *t, int32_t
     s->n++;
 }
 
-const quant_f16 *kivi_group_f16(const kv_pool *p, const kv_table *t, int l, int32_t g,
-                              const kv_stash *s)
+const quant_f16 *kivi_group_f16(const kv_pool *p, const kv_table *t, int l, int32_t g, const kv_stash *s)
 {
     if (t->tail) {
         kivi_tail_hdr *h = kivi_tail_part(p, t, l);
@@ -238,8 +231,7 @@ int kv_table_copy_tail(kv_pool *p, kv_table *dst, const kv_table *src, kvi_error
 {
     if (p->tail_bytes == 0 || !src->tail) return 0;
     if (tail_alloc(p, dst) != 0)
-        return err_set(err, KVI_E_NOMEM, "kv cache: cannot allocate a key tail of %zu bytes",
-                           p->tail_bytes);
+        return err_set(err, KVI_E_NOMEM, "kv cache: cannot allocate a key tail of %zu bytes", p->tail_bytes);
     memcpy(dst->tail, src->tail, p->tail_bytes);
     for (int l = 0; l < p->n_layers; l++) kivi_tail_part(p, dst, l)->epoch = 0;
     return 0;
@@ -270,7 +262,7 @@ void kivi_write_key(kv_pool *p, kv_table *t, int l, int32_t pos, const float *in
     }
     kivi_tail_hdr *h = kivi_tail_part(p, t, l);
     quant_f16 *rows = kivi_tail_rows(h);
-    int32_t have = t->n_pos - g * bs;   /* rows of group g already in the cache */
+    int32_t have = t->n_pos - g * bs; /* rows of group g already in the cache */
     if (have < 0) have = 0;
     if (have > bs) have = bs;
     if (h->group != g) {
@@ -293,7 +285,7 @@ void kivi_write_key(kv_pool *p, kv_table *t, int l, int32_t pos, const float *in
         /* rows past the table's length that this batch has not written are stale */
         h->n_rows = have > off ? have : off;
     }
-    kern_f32_to_f16_row(in, rows + (size_t)off * kvd, kvd);   /* = quant_f32_to_f16 each */
+    kern_f32_to_f16_row(in, rows + (size_t)off * kvd, kvd); /* = quant_f32_to_f16 each */
     if (h->n_rows < off + 1) h->n_rows = off + 1;
     if (s && s->epoch > 0 && s->layer == l && off < bs - 1) h->epoch = s->epoch;
     group_quantize(rows, h->n_rows, kvd, bs, region);

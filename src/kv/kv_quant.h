@@ -49,9 +49,9 @@
 #include <stdint.h>
 
 typedef struct kivi_tail_hdr {
-    int32_t group;    /* logical block index held, -1 none */
-    int32_t n_rows;   /* rows 0..n_rows-1 are valid */
-    int32_t epoch;    /* stash epoch of the last mid-group write (0: none) */
+    int32_t group;  /* logical block index held, -1 none */
+    int32_t n_rows; /* rows 0..n_rows-1 are valid */
+    int32_t epoch;  /* stash epoch of the last mid-group write (0: none) */
     int32_t pad;
 } kivi_tail_hdr;
 _Static_assert(sizeof(kivi_tail_hdr) == 16, "kivi_tail_hdr size");
@@ -82,13 +82,13 @@ static inline quant_f16 *kivi_tail_rows(kivi_tail_hdr *h) { return (quant_f16 *)
 
 /* Groups whose f16 keys a batch still needs after the tail moved on (one layer). */
 typedef struct kv_stash {
-    int32_t epoch;              /* > 0 while a layer's batch is being written */
+    int32_t epoch; /* > 0 while a layer's batch is being written */
     int layer;
     int n, cap;
-    const kv_table **tables;    /* [cap] */
-    int32_t *groups;            /* [cap] */
-    quant_f16 *rows;              /* [cap][block_size][kv_dim] */
-    size_t group_elems;         /* block_size * kv_dim */
+    const kv_table **tables; /* [cap] */
+    int32_t *groups;         /* [cap] */
+    quant_f16 *rows;         /* [cap][block_size][kv_dim] */
+    size_t group_elems;      /* block_size * kv_dim */
 } kv_stash;
 
 void kv_stash_init(kv_stash *s);
@@ -98,8 +98,7 @@ void kv_stash_begin(kv_stash *s, int layer);
 
 /* The f16 rows [block_size][kv_dim] of group g of table t in layer l when they
  * are kept (tail or stash), else NULL (read the quantised group). */
-const quant_f16 *kivi_group_f16(const kv_pool *p, const kv_table *t, int l, int32_t g,
-                              const kv_stash *s);
+const quant_f16 *kivi_group_f16(const kv_pool *p, const kv_table *t, int l, int32_t g, const kv_stash *s);
 
 /* Copies src's tail into dst (fork: without it the child reads its newest key
  * group quantised, not bit-identical to the parent). 0 or KVI_E_NOMEM. */

@@ -49,8 +49,8 @@ void kv_sess_encode(const kv_pool *p, const kv_table *t, uint64_t model_sum, uin
     kv_sess_put_u32(h + 8, KV_SESS_VERSION);
     kv_sess_put_u32(h + 12, t->no_index ? 1u : 0u);
     kv_sess_put_u64(h + 16, model_sum);
-    const int32_t ints[6] = {p->n_layers, p->kv_dim, p->block_size, (int32_t)p->type_k,
-                             (int32_t)p->type_v, t->n_pos};
+    const int32_t ints[6] = { p->n_layers,        p->kv_dim,          p->block_size,
+                              (int32_t)p->type_k, (int32_t)p->type_v, t->n_pos };
     for (int i = 0; i < 6; i++) kv_sess_put_u32(h + 24 + 4 * i, (uint32_t)ints[i]);
     kv_sess_put_u64(h + 48, p->block_bytes);
     kv_sess_put_u64(h + 56, p->row_bytes_k);
@@ -69,11 +69,11 @@ static int decode_identity(const uint8_t *h, const kv_sess_expect *x, const char
     const uint32_t version = kv_sess_get_u32(h + 8), flags = kv_sess_get_u32(h + 12);
     if (version != KV_SESS_VERSION)
         return err_set(err, KVI_E_FORMAT, "session: %s has version %u, this build reads %u", name, version,
-                           KV_SESS_VERSION);
+                       KV_SESS_VERSION);
     if (flags > 1u) return err_set(err, KVI_E_FORMAT, "session: %s has unknown flags 0x%x", name, flags);
     if (kv_sess_get_u64(h + 16) != x->model_sum)
         return err_set(err, KVI_E_INVALID,
-                           "session: %s was saved with another model (hyper-parameters differ)", name);
+                       "session: %s was saved with another model (hyper-parameters differ)", name);
     out->flags = flags;
     return 0;
 }
@@ -88,23 +88,23 @@ static int decode_layout(const uint8_t *h, const kv_sess_expect *x, const char *
     const int32_t n_pos = v[5];
     if (v[0] != p->n_layers || v[1] != p->kv_dim)
         return err_set(err, KVI_E_INVALID, "session: %s has %d layers x kv_dim %d, the engine %d x %d", name,
-                           v[0], v[1], p->n_layers, p->kv_dim);
+                       v[0], v[1], p->n_layers, p->kv_dim);
     if (v[2] != p->block_size)
         return err_set(err, KVI_E_INVALID,
-                           "session: %s has KV blocks of %d tokens, the engine %d (--kv-block)", name, v[2],
-                           p->block_size);
+                       "session: %s has KV blocks of %d tokens, the engine %d (--kv-block)", name, v[2],
+                       p->block_size);
     if (v[3] != (int32_t)p->type_k || v[4] != (int32_t)p->type_v) {
         const char *a = kvi_type_name((kvi_type)v[3]), *b = kvi_type_name((kvi_type)v[4]);
         return err_set(err, KVI_E_INVALID, "session: %s has KV types %s/%s, the engine %s/%s (--kv-type)",
-                           name, a ? a : "?", b ? b : "?", kvi_type_name(p->type_k), kvi_type_name(p->type_v));
+                       name, a ? a : "?", b ? b : "?", kvi_type_name(p->type_k), kvi_type_name(p->type_v));
     }
     if (kv_sess_get_u64(h + 48) != p->block_bytes || kv_sess_get_u64(h + 56) != p->row_bytes_k ||
         kv_sess_get_u64(h + 64) != p->row_bytes_v)
-        return err_set(err, KVI_E_FORMAT,
-                           "session: %s: block or row sizes do not match its types and shape", name);
+        return err_set(err, KVI_E_FORMAT, "session: %s: block or row sizes do not match its types and shape",
+                       name);
     if (n_pos < 0 || n_pos > x->n_ctx)
         return err_set(err, KVI_E_INVALID, "session: %s holds %d positions, the context is %d", name, n_pos,
-                           x->n_ctx);
+                       x->n_ctx);
     out->n_pos = n_pos;
     return 0;
 }
@@ -118,22 +118,22 @@ static int decode_extent(const uint8_t *h, int64_t file_bytes, const kv_sess_exp
     const uint64_t n_blocks = kv_sess_get_u64(h + 72);
     if (n_blocks != ((uint64_t)n_pos + (uint64_t)p->block_size - 1) / (uint64_t)p->block_size)
         return err_set(err, KVI_E_FORMAT, "session: %s: %llu blocks for %d positions", name,
-                           (unsigned long long)n_blocks, n_pos);
+                       (unsigned long long)n_blocks, n_pos);
     const uint64_t tail_bytes = kv_sess_get_u64(h + 80);
     const int32_t lossy_block = (int32_t)kv_sess_get_u32(h + 88);
     if ((tail_bytes != 0 && tail_bytes != p->tail_bytes) || kv_sess_get_u32(h + 92) != 0)
         return err_set(err, KVI_E_FORMAT, "session: %s: key tail of %llu bytes, the engine's is %zu", name,
-                           (unsigned long long)tail_bytes, p->tail_bytes);
+                       (unsigned long long)tail_bytes, p->tail_bytes);
     if (lossy_block < 0 || (uint64_t)lossy_block > n_blocks)
         return err_set(err, KVI_E_FORMAT, "session: %s: lossy block %d outside 0..%llu", name, lossy_block,
-                           (unsigned long long)n_blocks);
+                       (unsigned long long)n_blocks);
     /* n_pos <= n_ctx <= 2^24, block_bytes and tail_bytes are the pool's: no overflow */
     const uint64_t want =
         (uint64_t)KV_SESS_HEADER + 4ull * (uint64_t)n_pos + n_blocks * p->block_bytes + tail_bytes + 8;
     if ((uint64_t)file_bytes != want)
         return err_set(err, KVI_E_FORMAT, "session: %s has %lld bytes, its header implies %llu (%s)", name,
-                           (long long)file_bytes, (unsigned long long)want,
-                           (uint64_t)file_bytes < want ? "truncated" : "trailing bytes");
+                       (long long)file_bytes, (unsigned long long)want,
+                       (uint64_t)file_bytes < want ? "truncated" : "trailing bytes");
     out->n_blocks = n_blocks;
     out->tail_bytes = tail_bytes;
     out->lossy_block = lossy_block;
@@ -160,11 +160,12 @@ int kv_sess_decode(const uint8_t h[KV_SESS_HEADER], int64_t file_bytes, const kv
 bool kv_sess_write_kv(FILE *f, const kv_pool *p, const kv_table *t, uint64_t *sum)
 {
     bool ok = true;
-    for (int32_t i = 0; ok && i < t->n_blocks; i++) ok = kv_sess_write(f, p->mem[t->blocks[i]], p->block_bytes, sum);
+    for (int32_t i = 0; ok && i < t->n_blocks; i++)
+        ok = kv_sess_write(f, p->mem[t->blocks[i]], p->block_bytes, sum);
     const size_t tail_bytes = t->tail ? p->tail_bytes : 0;
     if (!ok || !tail_bytes) return ok;
     /* a tail left past the table by a truncation is stale: saved as empty */
-    uint8_t *tb = malloc(tail_bytes);   /* [tail_bytes] */
+    uint8_t *tb = malloc(tail_bytes); /* [tail_bytes] */
     if (!tb) return false;
     memcpy(tb, t->tail, tail_bytes);
     const size_t part = tail_bytes / (size_t)p->n_layers;
@@ -192,7 +193,7 @@ int kv_sess_check_kv(FILE *f, const kv_pool *p, const kv_sess_info *in, uint8_t 
     for (uint64_t i = 0; i < in->n_blocks; i++)
         if (!kv_sess_read(f, scratch, p->block_bytes, sum))
             return err_set(err, KVI_E_FORMAT, "session: %s is truncated in block %llu", name,
-                               (unsigned long long)i);
+                           (unsigned long long)i);
     if (!in->tail_bytes) return 0;
     if (!kv_sess_read(f, scratch, (size_t)in->tail_bytes, sum))
         return err_set(err, KVI_E_FORMAT, "session: %s is truncated in its key tail", name);
@@ -202,9 +203,10 @@ int kv_sess_check_kv(FILE *f, const kv_pool *p, const kv_sess_info *in, uint8_t 
         memcpy(&th, scratch + (size_t)l * part, sizeof th);
         if (th.group < -1 || (int64_t)th.group >= (int64_t)in->n_blocks || th.n_rows < 0 ||
             th.n_rows > p->block_size)
-            return err_set(err, KVI_E_FORMAT, "session: %s: key tail of layer %d names group %d with %d rows "
-                               "(%llu blocks of %d)", name, l, th.group, th.n_rows,
-                               (unsigned long long)in->n_blocks, p->block_size);
+            return err_set(err, KVI_E_FORMAT,
+                           "session: %s: key tail of layer %d names group %d with %d rows "
+                           "(%llu blocks of %d)",
+                           name, l, th.group, th.n_rows, (unsigned long long)in->n_blocks, p->block_size);
     }
     return 0;
 }

@@ -54,18 +54,18 @@
 
 /* What the header must match besides the pool: the caller's values. */
 typedef struct kv_sess_expect {
-    const kv_pool *p;        /* shape, KV types, block and row sizes, tail size */
-    uint64_t model_sum;      /* checksum of the model's hyper-parameters */
-    int32_t n_ctx;           /* n_pos may not exceed it */
+    const kv_pool *p;   /* shape, KV types, block and row sizes, tail size */
+    uint64_t model_sum; /* checksum of the model's hyper-parameters */
+    int32_t n_ctx;      /* n_pos may not exceed it */
 } kv_sess_expect;
 
 /* A decoded, checked header: the file described. */
 typedef struct kv_sess_info {
-    uint32_t flags;          /* bit 0: positions re-assigned by a context policy */
-    int32_t n_pos;           /* 0 .. n_ctx */
-    int32_t lossy_block;     /* 0 .. n_blocks */
-    uint64_t n_blocks;       /* ceil(n_pos / block_size) */
-    uint64_t tail_bytes;     /* 0 or the pool's tail_bytes */
+    uint32_t flags;      /* bit 0: positions re-assigned by a context policy */
+    int32_t n_pos;       /* 0 .. n_ctx */
+    int32_t lossy_block; /* 0 .. n_blocks */
+    uint64_t n_blocks;   /* ceil(n_pos / block_size) */
+    uint64_t tail_bytes; /* 0 or the pool's tail_bytes */
     /* byte offsets of the parts; sum_at + 8 == file_bytes */
     uint64_t tokens_at, blocks_at, tail_at, sum_at, file_bytes;
 } kv_sess_info;

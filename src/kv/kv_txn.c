@@ -61,7 +61,7 @@ int kv_txn_add(kv_txn *x, kv_table *t, int32_t first, int32_t last, kvi_error *e
     const int32_t bs = p->block_size;
     if (x->n_tab >= x->tab_max || x->n_cow + (last / bs - first / bs + 1) > x->cow_max)
         return err_set(err, KVI_E_INVALID, "kv txn: more tables or rows than kv_txn_begin allowed");
-    x->tab[x->n_tab++] = (kv_txn_tab){.t = t, .first = first, .last = last, .blocks_before = t->n_blocks};
+    x->tab[x->n_tab++] = (kv_txn_tab){ .t = t, .first = first, .last = last, .blocks_before = t->n_blocks };
     const int32_t w1 = last_block(p, last, t->n_blocks);
     for (int32_t k = first / bs; k <= w1; k++) {
         if (p->refcount[t->blocks[k]] <= 1) continue;

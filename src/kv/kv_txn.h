@@ -41,21 +41,21 @@
 
 typedef struct kv_txn_tab {
     kv_table *t;
-    int32_t first, last;     /* positions the step writes */
-    int32_t blocks_before;   /* t->n_blocks when it joined */
+    int32_t first, last;   /* positions the step writes */
+    int32_t blocks_before; /* t->n_blocks when it joined */
 } kv_txn_tab;
 
 typedef struct kv_txn_cow {
     kv_table *t;
-    int32_t idx;             /* t->blocks[idx] is the private copy ... */
-    int32_t old;             /* ... of this block */
+    int32_t idx; /* t->blocks[idx] is the private copy ... */
+    int32_t old; /* ... of this block */
 } kv_txn_cow;
 
 typedef struct kv_txn {
     kv_pool *p;
-    kv_txn_tab *tab;         /* [tab_cap] */
+    kv_txn_tab *tab; /* [tab_cap] */
     int32_t n_tab, tab_cap;
-    kv_txn_cow *cow;         /* [cow_cap] */
+    kv_txn_cow *cow; /* [cow_cap] */
     int32_t n_cow, cow_cap;
     int32_t tab_max, cow_max; /* what kv_txn_begin allowed (<= the caps) */
 } kv_txn;

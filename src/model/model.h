@@ -19,52 +19,52 @@
 #include "tokenizer/tokenizer.h"
 
 typedef struct model_layer {
-    const float *attn_norm;   /* [dim] */
-    kern_tensor wq;            /* [n_heads * head_dim][dim] */
-    kern_tensor wk;            /* [n_kv_heads * head_dim][dim] */
-    kern_tensor wv;            /* [n_kv_heads * head_dim][dim] */
-    const float *bq;          /* [n_heads * head_dim] or NULL */
-    const float *bk;          /* [n_kv_heads * head_dim] or NULL */
-    const float *bv;          /* [n_kv_heads * head_dim] or NULL */
-    kern_tensor wo;            /* [dim][n_heads * head_dim] */
-    const float *ffn_norm;    /* [dim] */
-    kern_tensor w_gate;        /* [ffn_dim][dim] */
-    kern_tensor w_up;          /* [ffn_dim][dim] */
-    kern_tensor w_down;        /* [dim][ffn_dim] */
+    const float *attn_norm; /* [dim] */
+    kern_tensor wq;         /* [n_heads * head_dim][dim] */
+    kern_tensor wk;         /* [n_kv_heads * head_dim][dim] */
+    kern_tensor wv;         /* [n_kv_heads * head_dim][dim] */
+    const float *bq;        /* [n_heads * head_dim] or NULL */
+    const float *bk;        /* [n_kv_heads * head_dim] or NULL */
+    const float *bv;        /* [n_kv_heads * head_dim] or NULL */
+    kern_tensor wo;         /* [dim][n_heads * head_dim] */
+    const float *ffn_norm;  /* [dim] */
+    kern_tensor w_gate;     /* [ffn_dim][dim] */
+    kern_tensor w_up;       /* [ffn_dim][dim] */
+    kern_tensor w_down;     /* [dim][ffn_dim] */
 } model_layer;
 
 struct kvi_model {
     char arch[32];
     char name[64];
     int n_vocab;
-    int dim;            /* embedding width */
+    int dim; /* embedding width */
     int n_layers;
     int n_heads;
-    int n_kv_heads;     /* < n_heads with grouped-query attention */
+    int n_kv_heads; /* < n_heads with grouped-query attention */
     int head_dim;
     int ffn_dim;
-    int n_ctx_train;    /* context_length metadata */
-    int n_rot;          /* rotated dimensions per head (<= head_dim) */
+    int n_ctx_train; /* context_length metadata */
+    int n_rot;       /* rotated dimensions per head (<= head_dim) */
     float rms_eps;
-    float rope_theta;   /* frequency base */
-    bool rope_neox;     /* pairs (i, i + n_rot/2) instead of (2i, 2i+1) */
-    const float *rope_freqs;  /* [n_rot/2] frequency divisors (Llama 3) or NULL */
+    float rope_theta;        /* frequency base */
+    bool rope_neox;          /* pairs (i, i + n_rot/2) instead of (2i, 2i+1) */
+    const float *rope_freqs; /* [n_rot/2] frequency divisors (Llama 3) or NULL */
 
-    kern_tensor tok_embd;      /* [n_vocab][dim] */
+    kern_tensor tok_embd;     /* [n_vocab][dim] */
     const float *output_norm; /* [dim] */
-    kern_tensor output;        /* [n_vocab][dim]; equals tok_embd when tied */
-    model_layer *layers;        /* [n_layers] */
+    kern_tensor output;       /* [n_vocab][dim]; equals tok_embd when tied */
+    model_layer *layers;      /* [n_layers] */
 
-    tok_tokenizer *tok;       /* never NULL after a successful load */
+    tok_tokenizer *tok; /* never NULL after a successful load */
     bool has_weights;
     size_t weight_bytes;
-    size_t file_bytes;        /* bytes of the file(s) read or mapped (all shards) */
+    size_t file_bytes; /* bytes of the file(s) read or mapped (all shards) */
 
     /* ownership */
-    gguf_ctx *gguf;           /* GGUF source (NULL for other formats) */
-    void **owned;             /* buffers to free with the model */
+    gguf_ctx *gguf; /* GGUF source (NULL for other formats) */
+    void **owned;   /* buffers to free with the model */
     size_t n_owned, cap_owned;
-    void *map_addr;           /* llama2.c / safetensors file mapped with use_mmap, or NULL */
+    void *map_addr; /* llama2.c / safetensors file mapped with use_mmap, or NULL */
     size_t map_len;
 };
 
@@ -74,14 +74,14 @@ void *model_own(struct kvi_model *m, void *buf);
 
 /* The whole file at path, read into one 64-byte aligned buffer owned by the model,
  * or mapped read-only when use_mmap (one mapping per model). Empty files are an error. */
-int model_read_file(struct kvi_model *m, const char *path, bool use_mmap, const uint8_t **data,
-                    size_t *size, kvi_error *err);
+int model_read_file(struct kvi_model *m, const char *path, bool use_mmap, const uint8_t **data, size_t *size,
+                    kvi_error *err);
 
 /* A 1-D vector of n elements stored as F32, F16 or BF16, as f32: borrowed when it
  * is F32 and 4-byte aligned, else converted into a buffer owned by the model.
  * name is used in error messages only. */
-int model_vec_f32(struct kvi_model *m, const char *name, const void *data, kvi_type type,
-                  int64_t n, const float **out, kvi_error *err);
+int model_vec_f32(struct kvi_model *m, const char *name, const void *data, kvi_type type, int64_t n,
+                  const float **out, kvi_error *err);
 
 /* Checks the hyper-parameters alone (ranges, divisibility); loaders call it before
  * binding tensors. */

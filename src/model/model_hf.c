@@ -52,7 +52,8 @@ static int hf_read_json(const char *path, cJSON **out, kvi_error *err)
     case FILE_NOT_REGULAR: return err_set(err, KVI_E_IO, "hf: %s is not a regular file", path);
     case FILE_CANT_OPEN: return err_set(err, KVI_E_IO, "hf: cannot open %s", path);
     case FILE_NOMEM: return err_set(err, KVI_E_NOMEM, "hf: out of memory");
-    case FILE_TOO_LARGE: return err_set(err, KVI_E_FORMAT, "hf: %s is larger than %u bytes", path, HF_MAX_CONFIG);
+    case FILE_TOO_LARGE:
+        return err_set(err, KVI_E_FORMAT, "hf: %s is larger than %u bytes", path, HF_MAX_CONFIG);
     default: return err_set(err, KVI_E_IO, "hf: read error on %s", path);
     }
     cJSON *j = cJSON_ParseWithLength(buf, n);
@@ -66,22 +67,21 @@ static int hf_read_json(const char *path, cJSON **out, kvi_error *err)
 }
 
 /* An integer field of config.json in [lo, hi]; def when absent and !required. */
-static int hf_cfg_int(const cJSON *cfg, const char *key, bool required, int64_t def, int64_t lo,
-                      int64_t hi, int *out, kvi_error *err)
+static int hf_cfg_int(const cJSON *cfg, const char *key, bool required, int64_t def, int64_t lo, int64_t hi,
+                      int *out, kvi_error *err)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, key);
     double d = (double)def;
     if (!v || cJSON_IsNull(v)) {
-        if (required)
-            return err_set(err, KVI_E_FORMAT, "hf: config.json: missing %s", key);
+        if (required) return err_set(err, KVI_E_FORMAT, "hf: config.json: missing %s", key);
     } else if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble)) {
         return err_set(err, KVI_E_FORMAT, "hf: config.json: %s is not an integer", key);
     } else {
         d = v->valuedouble;
     }
     if (!(d >= (double)lo && d <= (double)hi))
-        return err_set(err, KVI_E_FORMAT, "hf: config.json: %s = %g out of range [%lld, %lld]",
-                           key, d, (long long)lo, (long long)hi);
+        return err_set(err, KVI_E_FORMAT, "hf: config.json: %s = %g out of range [%lld, %lld]", key, d,
+                       (long long)lo, (long long)hi);
     *out = (int)d;
     return 0;
 }
@@ -92,8 +92,7 @@ static int hf_cfg_float(const cJSON *cfg, const char *key, bool required, double
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, key);
     double d = def;
     if (!v || cJSON_IsNull(v)) {
-        if (required)
-            return err_set(err, KVI_E_FORMAT, "hf: config.json: missing %s", key);
+        if (required) return err_set(err, KVI_E_FORMAT, "hf: config.json: missing %s", key);
     } else if (!cJSON_IsNumber(v)) {
         return err_set(err, KVI_E_FORMAT, "hf: config.json: %s is not a number", key);
     } else {
@@ -115,10 +114,8 @@ static int hf_parse_config(struct kvi_model *m, const cJSON *cfg, bool *tied, kv
     const char *first = NULL;
     cJSON_ArrayForEach(a, archs)
     {
-        if (!cJSON_IsString(a))
-            continue;
-        if (!first)
-            first = a->valuestring;
+        if (!cJSON_IsString(a)) continue;
+        if (!first) first = a->valuestring;
         if (strcmp(a->valuestring, "LlamaForCausalLM") == 0)
             snprintf(m->arch, sizeof m->arch, "llama");
         else if (strcmp(a->valuestring, "Qwen2ForCausalLM") == 0)
@@ -126,8 +123,8 @@ static int hf_parse_config(struct kvi_model *m, const cJSON *cfg, bool *tied, kv
     }
     if (!m->arch[0])
         return err_set(err, KVI_E_UNSUPPORTED,
-                           "hf: architecture '%.64s' is not supported (LlamaForCausalLM, Qwen2ForCausalLM)",
-                           first ? first : "?");
+                       "hf: architecture '%.64s' is not supported (LlamaForCausalLM, Qwen2ForCausalLM)",
+                       first ? first : "?");
     m->rope_neox = strcmp(m->arch, "qwen2") == 0;
 
     const cJSON *scaling = cJSON_GetObjectItemCaseSensitive(cfg, "rope_scaling");
@@ -151,10 +148,9 @@ static int hf_parse_config(struct kvi_model *m, const cJSON *cfg, bool *tied, kv
     const cJSON *hd = cJSON_GetObjectItemCaseSensitive(cfg, "head_dim");
     if ((!hd || cJSON_IsNull(hd)) && m->dim % m->n_heads != 0)
         return err_set(err, KVI_E_FORMAT,
-                           "hf: config.json: hidden_size %d is not a multiple of num_attention_heads %d",
-                           m->dim, m->n_heads);
-    if ((rc = hf_cfg_int(cfg, "head_dim", false, m->dim / m->n_heads, 1, 4096, &m->head_dim, err)))
-        return rc;
+                       "hf: config.json: hidden_size %d is not a multiple of num_attention_heads %d", m->dim,
+                       m->n_heads);
+    if ((rc = hf_cfg_int(cfg, "head_dim", false, m->dim / m->n_heads, 1, 4096, &m->head_dim, err))) return rc;
     m->n_rot = m->head_dim;
 
     const cJSON *tie = cJSON_GetObjectItemCaseSensitive(cfg, "tie_word_embeddings");
@@ -166,30 +162,27 @@ static int hf_parse_config(struct kvi_model *m, const cJSON *cfg, bool *tied, kv
 
 /* Binds a [n_out][n_in] matrix. head_dim > 0: interleave the two halves of each
  * head's rows (rotate-half order -> interleaved pairs) into an owned copy. */
-static int hf_matrix(struct kvi_model *m, const st_index *ix, const char *name, int64_t n_in,
-                     int64_t n_out, bool required, int head_dim, kern_tensor *out, kvi_error *err)
+static int hf_matrix(struct kvi_model *m, const st_index *ix, const char *name, int64_t n_in, int64_t n_out,
+                     bool required, int head_dim, kern_tensor *out, kvi_error *err)
 {
     const st_tensor *t = st_find(ix, name);
-    if (!t)
-        return required ? err_set(err, KVI_E_FORMAT, "hf: missing tensor %s", name) : 0;
+    if (!t) return required ? err_set(err, KVI_E_FORMAT, "hf: missing tensor %s", name) : 0;
     if (!t->is_float)
-        return err_set(err, KVI_E_UNSUPPORTED, "hf: tensor %s has dtype %s (need F32, F16 or BF16)",
-                           name, t->dtype);
+        return err_set(err, KVI_E_UNSUPPORTED, "hf: tensor %s has dtype %s (need F32, F16 or BF16)", name,
+                       t->dtype);
     if (t->n_dims != 2 || t->shape[0] != n_out || t->shape[1] != n_in)
-        return err_set(err, KVI_E_FORMAT,
-                           "hf: tensor %s has shape [%lld, %lld] (%u dims), expected [%lld, %lld]", name,
-                           (long long)t->shape[0], (long long)t->shape[1], t->n_dims,
-                           (long long)n_out, (long long)n_in);
+        return err_set(
+            err, KVI_E_FORMAT, "hf: tensor %s has shape [%lld, %lld] (%u dims), expected [%lld, %lld]", name,
+            (long long)t->shape[0], (long long)t->shape[1], t->n_dims, (long long)n_out, (long long)n_in);
     const uint8_t *src = t->data;
     bool misaligned = ((uintptr_t)src % (uintptr_t)t->elem_size) != 0;
     if (head_dim > 0 && (n_out % head_dim != 0 || head_dim % 2 != 0))
-        return err_set(err, KVI_E_FORMAT, "hf: tensor %s: %lld rows are not whole heads of %d",
-                           name, (long long)n_out, head_dim);
+        return err_set(err, KVI_E_FORMAT, "hf: tensor %s: %lld rows are not whole heads of %d", name,
+                       (long long)n_out, head_dim);
     if (head_dim > 0 || misaligned) {
         size_t cap = (t->nbytes + 63) & ~(size_t)63;
         uint8_t *dst = model_own(m, aligned_alloc(64, cap ? cap : 64));
-        if (!dst)
-            return err_set(err, KVI_E_NOMEM, "hf: out of memory copying %s", name);
+        if (!dst) return err_set(err, KVI_E_NOMEM, "hf: out of memory copying %s", name);
         size_t row = (size_t)n_in * (size_t)t->elem_size;
         if (head_dim > 0) {
             const int64_t half = head_dim / 2;
@@ -213,19 +206,18 @@ static int hf_matrix(struct kvi_model *m, const st_index *ix, const char *name, 
     return 0;
 }
 
-static int hf_vector(struct kvi_model *m, const st_index *ix, const char *name, int64_t n,
-                     bool required, const float **out, kvi_error *err)
+static int hf_vector(struct kvi_model *m, const st_index *ix, const char *name, int64_t n, bool required,
+                     const float **out, kvi_error *err)
 {
     const st_tensor *t = st_find(ix, name);
     *out = NULL;
-    if (!t)
-        return required ? err_set(err, KVI_E_FORMAT, "hf: missing tensor %s", name) : 0;
+    if (!t) return required ? err_set(err, KVI_E_FORMAT, "hf: missing tensor %s", name) : 0;
     if (!t->is_float)
-        return err_set(err, KVI_E_UNSUPPORTED, "hf: tensor %s has dtype %s (need F32, F16 or BF16)",
-                           name, t->dtype);
+        return err_set(err, KVI_E_UNSUPPORTED, "hf: tensor %s has dtype %s (need F32, F16 or BF16)", name,
+                       t->dtype);
     if (t->n_dims != 1 || t->shape[0] != n)
-        return err_set(err, KVI_E_FORMAT, "hf: tensor %s has %u dims [%lld, ...], expected [%lld]",
-                           name, t->n_dims, (long long)t->shape[0], (long long)n);
+        return err_set(err, KVI_E_FORMAT, "hf: tensor %s has %u dims [%lld, ...], expected [%lld]", name,
+                       t->n_dims, (long long)t->shape[0], (long long)n);
     m->weight_bytes += t->nbytes;
     return model_vec_f32(m, name, t->data, t->type, n, out, err);
 }
@@ -235,8 +227,7 @@ static int hf_bind_tensors(struct kvi_model *m, const st_index *ix, bool tied, k
     const int64_t dim = m->dim, q_dim = (int64_t)m->n_heads * m->head_dim,
                   kv_dim = (int64_t)m->n_kv_heads * m->head_dim, ffn = m->ffn_dim;
     const char *embd = "model.embed_tokens.weight";
-    if (tied && !st_find(ix, embd))
-        embd = "lm_head.weight";
+    if (tied && !st_find(ix, embd)) embd = "lm_head.weight";
     int rc;
     if ((rc = hf_matrix(m, ix, embd, dim, m->n_vocab, true, 0, &m->tok_embd, err)) ||
         (rc = hf_vector(m, ix, "model.norm.weight", dim, true, &m->output_norm, err)))
@@ -247,21 +238,19 @@ static int hf_bind_tensors(struct kvi_model *m, const st_index *ix, bool tied, k
         return rc;
 
     m->layers = model_own(m, calloc((size_t)m->n_layers, sizeof *m->layers));
-    if (!m->layers)
-        return err_set(err, KVI_E_NOMEM, "hf: out of memory for %d layers", m->n_layers);
+    if (!m->layers) return err_set(err, KVI_E_NOMEM, "hf: out of memory for %d layers", m->n_layers);
     /* Only llama's q/k need reordering; qwen2 uses the rotate-half RoPE itself. */
     const int perm = m->rope_neox ? 0 : m->head_dim;
     for (int l = 0; l < m->n_layers; l++) {
         model_layer *L = &m->layers[l];
         static const char *const parts[12] = {
-            "input_layernorm.weight",  "self_attn.q_proj.weight",  "self_attn.k_proj.weight",
-            "self_attn.v_proj.weight", "self_attn.o_proj.weight",  "post_attention_layernorm.weight",
-            "mlp.gate_proj.weight",    "mlp.up_proj.weight",       "mlp.down_proj.weight",
-            "self_attn.q_proj.bias",   "self_attn.k_proj.bias",    "self_attn.v_proj.bias",
+            "input_layernorm.weight",  "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+            "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
+            "mlp.gate_proj.weight",    "mlp.up_proj.weight",      "mlp.down_proj.weight",
+            "self_attn.q_proj.bias",   "self_attn.k_proj.bias",   "self_attn.v_proj.bias",
         };
         char n[12][96];
-        for (int i = 0; i < 12; i++)
-            snprintf(n[i], sizeof n[i], "model.layers.%d.%s", l, parts[i]);
+        for (int i = 0; i < 12; i++) snprintf(n[i], sizeof n[i], "model.layers.%d.%s", l, parts[i]);
         if ((rc = hf_vector(m, ix, n[0], dim, true, &L->attn_norm, err)) ||
             (rc = hf_matrix(m, ix, n[1], dim, q_dim, true, perm, &L->wq, err)) ||
             (rc = hf_matrix(m, ix, n[2], dim, kv_dim, true, perm, &L->wk, err)) ||
@@ -273,14 +262,12 @@ static int hf_bind_tensors(struct kvi_model *m, const st_index *ix, bool tied, k
             (rc = hf_matrix(m, ix, n[8], ffn, dim, true, 0, &L->w_down, err)))
             return rc;
         /* Biases would need the same permutation as their rows; only qwen2 has them. */
-        if (m->rope_neox &&
-            ((rc = hf_vector(m, ix, n[9], q_dim, false, &L->bq, err)) ||
-             (rc = hf_vector(m, ix, n[10], kv_dim, false, &L->bk, err)) ||
-             (rc = hf_vector(m, ix, n[11], kv_dim, false, &L->bv, err))))
+        if (m->rope_neox && ((rc = hf_vector(m, ix, n[9], q_dim, false, &L->bq, err)) ||
+                             (rc = hf_vector(m, ix, n[10], kv_dim, false, &L->bk, err)) ||
+                             (rc = hf_vector(m, ix, n[11], kv_dim, false, &L->bv, err))))
             return rc;
         if (!m->rope_neox && (st_find(ix, n[9]) || st_find(ix, n[10]) || st_find(ix, n[11])))
-            return err_set(err, KVI_E_UNSUPPORTED, "hf: llama attention biases (%s) are not supported",
-                               n[9]);
+            return err_set(err, KVI_E_UNSUPPORTED, "hf: llama attention biases (%s) are not supported", n[9]);
     }
     return 0;
 }
@@ -289,11 +276,9 @@ static int hf_bind_tensors(struct kvi_model *m, const st_index *ix, bool tied, k
 static void hf_folder_name(const char *dir, char *out, size_t cap)
 {
     size_t n = strlen(dir);
-    while (n > 1 && dir[n - 1] == '/')
-        n--;
+    while (n > 1 && dir[n - 1] == '/') n--;
     size_t b = n;
-    while (b > 0 && dir[b - 1] != '/')
-        b--;
+    while (b > 0 && dir[b - 1] != '/') b--;
     snprintf(out, cap, "%.*s", (int)(n - b), dir + b);
 }
 
@@ -311,8 +296,7 @@ int model_load_hf(struct kvi_model *m, const char *dir, const kvi_load_params *p
         goto done;
     }
     bool tied = false;
-    if ((rc = hf_read_json(cfg_path, &cfg, err)) || (rc = hf_parse_config(m, cfg, &tied, err)))
-        goto done;
+    if ((rc = hf_read_json(cfg_path, &cfg, err)) || (rc = hf_parse_config(m, cfg, &tied, err))) goto done;
     hf_folder_name(dir, m->name, sizeof m->name);
 
     struct stat st;

@@ -47,12 +47,12 @@ static int info_from_gguf(const gguf_ctx *g, const char *file, kvi_model_info *o
     out->n_vocab = m.n_vocab;
 
     /* Weight bytes (validated by the reader) and the type of most layer-matrix elements. */
-    uint64_t count[KVI_TYPE_COUNT] = {0};
+    uint64_t count[KVI_TYPE_COUNT] = { 0 };
     size_t bytes = 0;
     int64_t nt = gguf_n_tensors(g);
     for (int64_t i = 0; i < nt; i++) {
         const gguf_tensor *t = gguf_tensor_at(g, i);
-        bytes += t->nbytes;   /* each lies inside the file: the sum is at most its size */
+        bytes += t->nbytes; /* each lies inside the file: the sum is at most its size */
         if (t->n_dims >= 2 && strncmp(t->name, "blk.", 4) == 0 && (unsigned)t->type < KVI_TYPE_COUNT)
             count[t->type] += (uint64_t)t->ne[0] * (uint64_t)t->ne[1];
     }
@@ -70,7 +70,7 @@ int kvi_model_info_from_file(const char *path, kvi_model_info *out, kvi_error *e
     if (!path || !out) return err_set(err, KVI_E_INVALID, "model info: no path or output");
     memset(out, 0, sizeof *out);
     FILE *f = fopen(path, "rb");
-    char magic[4] = {0};
+    char magic[4] = { 0 };
     bool is_gguf = f && fread(magic, 1, 4, f) == 4 && memcmp(magic, "GGUF", 4) == 0;
     if (f) fclose(f);
     if (!is_gguf) {
@@ -120,7 +120,7 @@ static uint64_t vector_elems(const kvi_model *m)
 {
     uint64_t qd = (uint64_t)m->n_heads * (uint64_t)m->head_dim;
     uint64_t kd = (uint64_t)m->n_kv_heads * (uint64_t)m->head_dim;
-    uint64_t n = (uint64_t)m->dim;   /* output_norm */
+    uint64_t n = (uint64_t)m->dim; /* output_norm */
     for (int l = 0; l < m->n_layers; l++) {
         const model_layer *L = &m->layers[l];
         n += 2 * (uint64_t)m->dim + (L->bq ? qd : 0) + (L->bk ? kd : 0) + (L->bv ? kd : 0);
@@ -146,6 +146,6 @@ size_t kvi_model_decode_bytes(const kvi_model *m)
              mat_bytes(&L->w_gate) + mat_bytes(&L->w_up) + mat_bytes(&L->w_down);
     }
     if (m->tok_embd.data && m->tok_embd.data != m->output.data)
-        b += quant_row_bytes(m->tok_embd.type, m->tok_embd.n_in);   /* one embedding row */
+        b += quant_row_bytes(m->tok_embd.type, m->tok_embd.n_in); /* one embedding row */
     return b;
 }

@@ -24,7 +24,7 @@ int32_t kvi_logprobs_top(const float *logits, int32_t n_vocab, int32_t token, in
     float m = -INFINITY;
     for (int32_t i = 0; i < n_vocab; i++)
         if (logits[i] > m) m = logits[i];
-    if (m == -INFINITY) m = 0.0f;   /* every logit -inf or NaN: nothing is likely */
+    if (m == -INFINITY) m = 0.0f; /* every logit -inf or NaN: nothing is likely */
     double sum = 0.0;
     for (int32_t i = 0; i < n_vocab; i++)
         if (logits[i] == logits[i]) sum += exp((double)logits[i] - (double)m);
@@ -34,7 +34,7 @@ int32_t kvi_logprobs_top(const float *logits, int32_t n_vocab, int32_t token, in
      * first comparison) */
     const int32_t want = k < n_vocab ? k : n_vocab;
     int32_t n = 0;
-    float best[KVI_LOGPROBS_MAX];   /* [n] raw logits of top_ids, descending */
+    float best[KVI_LOGPROBS_MAX]; /* [n] raw logits of top_ids, descending */
     for (int32_t i = 0; i < n_vocab && want > 0; i++) {
         const float x = logits[i] == logits[i] ? logits[i] : -INFINITY;
         if (n == want && !(x > best[n - 1])) continue;

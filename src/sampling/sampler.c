@@ -56,17 +56,17 @@ typedef struct smp_cand {
 struct kvi_sampler {
     kvi_sampler_params p;
     int32_t n_vocab;
-    smp_cand *cand;      /* (n_vocab) working candidates */
-    smp_cand *heap;      /* (n_vocab) top-k min-heap scratch */
-    uint32_t *seen;      /* (n_vocab) penalty stamps */
-    uint32_t stamp;      /* current stamp value for seen[] */
-    int32_t *recent;     /* (repeat_last_n) ring of accepted tokens */
-    int32_t n_recent;    /* entries filled, <= repeat_last_n */
-    int32_t recent_pos;  /* next write index in recent */
-    int32_t *counts;     /* (n_vocab) generated-token counts, NULL when no such penalty */
-    int32_t n_output;    /* tokens given to accept_output */
-    bool reference;      /* always the reference chain (tests) */
-    rng_state rng;         /* seeded from p.seed at create */
+    smp_cand *cand;     /* (n_vocab) working candidates */
+    smp_cand *heap;     /* (n_vocab) top-k min-heap scratch */
+    uint32_t *seen;     /* (n_vocab) penalty stamps */
+    uint32_t stamp;     /* current stamp value for seen[] */
+    int32_t *recent;    /* (repeat_last_n) ring of accepted tokens */
+    int32_t n_recent;   /* entries filled, <= repeat_last_n */
+    int32_t recent_pos; /* next write index in recent */
+    int32_t *counts;    /* (n_vocab) generated-token counts, NULL when no such penalty */
+    int32_t n_output;   /* tokens given to accept_output */
+    bool reference;     /* always the reference chain (tests) */
+    rng_state rng;      /* seeded from p.seed at create */
 };
 
 void sampler_set_reference(kvi_sampler *s, bool on)
@@ -95,8 +95,10 @@ kvi_sampler *kvi_sampler_create(const kvi_sampler_params *p, int32_t n_vocab)
     if (n_vocab <= 0) return NULL;
     kvi_sampler *s = calloc(1, sizeof *s);
     if (!s) return NULL;
-    if (p) s->p = *p;
-    else kvi_sampler_params_default(&s->p);
+    if (p)
+        s->p = *p;
+    else
+        kvi_sampler_params_default(&s->p);
     /* Out-of-range parameters become their "off" value rather than undefined behaviour. */
     if (!(s->p.temp == s->p.temp)) s->p.temp = 0.0f;
     if (s->p.top_k < 0) s->p.top_k = 0;

@@ -49,27 +49,27 @@
 
 struct kvi_spec {
     kvi_spec_params p;
-    kvi_sampler_params sp;     /* the request's sampling parameters */
+    kvi_sampler_params sp; /* the request's sampling parameters */
     int32_t n_vocab;
-    rng_state rng;               /* acceptance draws */
-    int32_t *hist;             /* (cap_hist) token history */
+    rng_state rng; /* acceptance draws */
+    int32_t *hist; /* (cap_hist) token history */
     int32_t n_hist, cap_hist;
-    int32_t *cur;              /* (draft_max) last proposal */
+    int32_t *cur; /* (draft_max) last proposal */
     int32_t n_cur;
-    float *q;                  /* (draft_max, n_vocab) draft distributions; NULL for n-gram */
-    float *pt;                 /* (n_vocab) target distribution of one row */
-    float *r;                  /* (n_vocab) residual max(0, p - q) */
+    float *q;  /* (draft_max, n_vocab) draft distributions; NULL for n-gram */
+    float *pt; /* (n_vocab) target distribution of one row */
+    float *r;  /* (n_vocab) residual max(0, p - q) */
     /* draft model */
-    kvi_engine *de;            /* not owned */
-    kvi_seq *dseq;             /* owned sequence of de */
-    kvi_batch *dbatch;         /* (dbatch_cap) rows */
+    kvi_engine *de;    /* not owned */
+    kvi_seq *dseq;     /* owned sequence of de */
+    kvi_batch *dbatch; /* (dbatch_cap) rows */
     int32_t dbatch_cap;
     kvi_sampler *dsmp;
     /* adaptation */
-    double acc_w, trial_w;     /* EMA of accepted tokens / acceptance trials */
-    int32_t k_now;             /* K for the next round, 0 while paused */
+    double acc_w, trial_w; /* EMA of accepted tokens / acceptance trials */
+    int32_t k_now;         /* K for the next round, 0 while paused */
     int32_t pause_left, pause_len;
-    int32_t shadow;            /* n-gram guess while paused, checked for free; -1: none */
+    int32_t shadow; /* n-gram guess while paused, checked for free; -1: none */
     double cost_row, cost_draft;
     /* counters */
     uint64_t n_rounds, n_spec_rounds, n_drafted, n_accepted, n_generated;
@@ -105,13 +105,12 @@ int kvi_spec_check_vocab(const kvi_model *target, const kvi_model *draft, kvi_er
     if (!target || !draft) return err_set(err, KVI_E_INVALID, "speculative: no model given");
     const int32_t nt = kvi_n_vocab(target), nd = kvi_n_vocab(draft);
     if (nt != nd)
-        return err_set(err, KVI_E_INVALID,
-                           "draft model vocabulary has %d tokens, the target's has %d", (int)nd, (int)nt);
+        return err_set(err, KVI_E_INVALID, "draft model vocabulary has %d tokens, the target's has %d",
+                       (int)nd, (int)nt);
     if (kvi_token_bos(target) != kvi_token_bos(draft) || kvi_token_eos(target) != kvi_token_eos(draft))
-        return err_set(err, KVI_E_INVALID,
-                           "draft model BOS/EOS (%d/%d) differ from the target's (%d/%d)",
-                           (int)kvi_token_bos(draft), (int)kvi_token_eos(draft),
-                           (int)kvi_token_bos(target), (int)kvi_token_eos(target));
+        return err_set(err, KVI_E_INVALID, "draft model BOS/EOS (%d/%d) differ from the target's (%d/%d)",
+                       (int)kvi_token_bos(draft), (int)kvi_token_eos(draft), (int)kvi_token_bos(target),
+                       (int)kvi_token_eos(target));
     size_t ca = 64, cb = 64;
     char *a = malloc(ca), *b = malloc(cb);
     int rc = 0;
@@ -120,10 +119,9 @@ int kvi_spec_check_vocab(const kvi_model *target, const kvi_model *draft, kvi_er
         int32_t la = piece_of(target, t, &a, &ca), lb = piece_of(draft, t, &b, &cb);
         if (la < 0 || lb < 0) {
             rc = err_set(err, la == KVI_E_NOMEM || lb == KVI_E_NOMEM ? KVI_E_NOMEM : KVI_E_INVALID,
-                             "cannot read token %d of the %s vocabulary", (int)t, la < 0 ? "target" : "draft");
+                         "cannot read token %d of the %s vocabulary", (int)t, la < 0 ? "target" : "draft");
         } else if (la != lb || memcmp(a, b, (size_t)la) != 0) {
-            rc = err_set(err, KVI_E_INVALID,
-                             "draft and target vocabularies differ at token %d", (int)t);
+            rc = err_set(err, KVI_E_INVALID, "draft and target vocabularies differ at token %d", (int)t);
         }
     }
     free(a);
@@ -166,15 +164,17 @@ kvi_spec *kvi_spec_create(const kvi_spec_params *p, const kvi_model *target, kvi
         return NULL;
     }
     kvi_spec_params pp;
-    if (p) pp = *p;
-    else kvi_spec_params_default(&pp);
+    if (p)
+        pp = *p;
+    else
+        kvi_spec_params_default(&pp);
     if (pp.draft_max < 1 || pp.draft_max > 256) {
         err_set(err, KVI_E_INVALID, "speculative: draft_max %d is outside [1, 256]", (int)pp.draft_max);
         return NULL;
     }
     if (pp.draft_min < 0 || pp.draft_min > pp.draft_max) {
         err_set(err, KVI_E_INVALID, "speculative: draft_min %d is outside [0, draft_max %d]",
-                    (int)pp.draft_min, (int)pp.draft_max);
+                (int)pp.draft_min, (int)pp.draft_max);
         return NULL;
     }
     if (pp.ngram_max < 1 || pp.ngram_max > 64) {
@@ -190,8 +190,10 @@ kvi_spec *kvi_spec_create(const kvi_spec_params *p, const kvi_model *target, kvi
         return NULL;
     }
     s->p = pp;
-    if (sp) s->sp = *sp;
-    else kvi_sampler_params_default(&s->sp);
+    if (sp)
+        s->sp = *sp;
+    else
+        kvi_sampler_params_default(&s->sp);
     s->n_vocab = kvi_n_vocab(target);
     rng_seed(&s->rng, pp.seed);
     s->cap_hist = 256;
@@ -254,8 +256,9 @@ int kvi_spec_begin(kvi_spec *s, const int32_t *prompt, int32_t n, kvi_error *err
     for (int32_t i = 0; i < n; i++) {
         if (prompt[i] < 0 || prompt[i] >= s->n_vocab)
             return err_set(err, KVI_E_INVALID, "speculative: prompt token %d at %d is outside the vocabulary",
-                               (int)prompt[i], (int)i);
-        if (hist_push(s, prompt[i]) != 0) return err_set(err, KVI_E_NOMEM, "out of memory for the token history");
+                           (int)prompt[i], (int)i);
+        if (hist_push(s, prompt[i]) != 0)
+            return err_set(err, KVI_E_NOMEM, "out of memory for the token history");
     }
     if (s->dseq && kvi_seq_len(s->dseq) > common) kvi_seq_truncate(s->dseq, common);
     s->n_rounds = s->n_spec_rounds = s->n_drafted = s->n_accepted = s->n_generated = 0;
@@ -308,7 +311,8 @@ static int32_t draft_propose(kvi_spec *s, int32_t k, int32_t *out, kvi_error *er
         kvi_seq_truncate(s->dseq, H - 1);
         D = H - 1;
     }
-    if (draft_batch_reserve(s, H - D) != 0) return err_set(err, KVI_E_NOMEM, "out of memory for the draft batch");
+    if (draft_batch_reserve(s, H - D) != 0)
+        return err_set(err, KVI_E_NOMEM, "out of memory for the draft batch");
     kvi_batch_clear(s->dbatch);
     for (int32_t i = D; i < H; i++) kvi_batch_add(s->dbatch, s->dseq, s->hist[i], i, i == H - 1);
     for (int32_t i = 0; i < k; i++) {
@@ -373,8 +377,10 @@ static double break_even(const kvi_spec *s, int32_t k)
     double lo = 0.0, hi = 1.0;
     for (int it = 0; it < 50; it++) {
         double mid = 0.5 * (lo + hi);
-        if (expected_tokens(mid, k) < c) lo = mid;
-        else hi = mid;
+        if (expected_tokens(mid, k) < c)
+            lo = mid;
+        else
+            hi = mid;
     }
     return 0.5 * (lo + hi);
 }
@@ -435,7 +441,7 @@ int32_t kvi_spec_verify(kvi_spec *s, kvi_sampler *smp, const float *const *logit
     if (!s || !smp || !logits || !out) return err_set(err, KVI_E_INVALID, "speculative: missing argument");
     if (n_draft < 0 || n_draft > s->n_cur)
         return err_set(err, KVI_E_INVALID, "speculative: %d drafts verified but %d were proposed",
-                           (int)n_draft, (int)s->n_cur);
+                       (int)n_draft, (int)s->n_cur);
     for (int32_t i = 0; i <= n_draft; i++)
         if (!logits[i]) return err_set(err, KVI_E_INVALID, "speculative: no logits for row %d", (int)i);
     const int32_t H0 = s->n_hist;
@@ -470,11 +476,13 @@ int32_t kvi_spec_verify(kvi_spec *s, kvi_sampler *smp, const float *const *logit
             if (t < 0) return err_set(err, KVI_E_INVALID, "speculative: empty target distribution");
             rejected = true;
         }
-        if (emit(s, smp, t, out, &m) != 0) return err_set(err, KVI_E_NOMEM, "out of memory for the token history");
+        if (emit(s, smp, t, out, &m) != 0)
+            return err_set(err, KVI_E_NOMEM, "out of memory for the token history");
     }
     if (!rejected) {
         int32_t t = kvi_sampler_sample(smp, logits[n_draft]);
-        if (t < 0 || t >= nv) return err_set(err, KVI_E_INVALID, "speculative: the sampler returned %d", (int)t);
+        if (t < 0 || t >= nv)
+            return err_set(err, KVI_E_INVALID, "speculative: the sampler returned %d", (int)t);
         if (n_draft == 0 && s->shadow >= 0) {
             adapt_observe(s, t == s->shadow, 1);
             s->shadow = -1;
@@ -482,7 +490,8 @@ int32_t kvi_spec_verify(kvi_spec *s, kvi_sampler *smp, const float *const *logit
         } else if (n_draft == 0) {
             adapt_choose(s, false);
         }
-        if (emit(s, smp, t, out, &m) != 0) return err_set(err, KVI_E_NOMEM, "out of memory for the token history");
+        if (emit(s, smp, t, out, &m) != 0)
+            return err_set(err, KVI_E_NOMEM, "out of memory for the token history");
     }
     if (n_draft > 0) {
         s->n_spec_rounds++;
@@ -530,14 +539,15 @@ static int time_rows(kvi_engine *e, kvi_seq *seq, kvi_batch *b, kvi_sampler *smp
 
 int kvi_spec_calibrate(kvi_spec *s, kvi_engine *target, kvi_seq *seq, int reps, kvi_error *err)
 {
-    if (!s || !target || !seq) return err_set(err, KVI_E_INVALID, "speculative: calibrate needs an engine and a sequence");
+    if (!s || !target || !seq)
+        return err_set(err, KVI_E_INVALID, "speculative: calibrate needs an engine and a sequence");
     if (reps < 1) reps = 1;
     if (reps > SPEC_CAL_REPS_MAX) reps = SPEC_CAL_REPS_MAX;
     const int32_t K = s->p.draft_max;
     const int32_t L = kvi_seq_len(seq);
     if (L < 1 || L + K + 1 > kvi_engine_n_ctx(target))
         return err_set(err, KVI_E_CONTEXT_FULL, "speculative: no room to calibrate %d rows after position %d",
-                           (int)(K + 1), (int)L);
+                       (int)(K + 1), (int)L);
     const int32_t t = s->n_hist > 0 ? s->hist[s->n_hist - 1] : 0;
     kvi_batch *b = kvi_batch_create(K + 1);
     kvi_sampler_params sp = s->sp;

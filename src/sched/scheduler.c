@@ -72,25 +72,25 @@ enum { SREQ_WAITING = 0, SREQ_RUNNING = 1 };
 
 typedef struct sreq {
     uint64_t id;
-    kvi_request r;           /* r.prompt not used after submit */
-    int32_t *tokens;         /* [cap] prompt then generated */
-    int32_t cap;             /* n_ctx + 1 */
+    kvi_request r;   /* r.prompt not used after submit */
+    int32_t *tokens; /* [cap] prompt then generated */
+    int32_t cap;     /* n_ctx + 1 */
     int32_t n_prompt, n_tokens, n_done;
     kvi_sampler *smp;
-    kvi_seq *seq;            /* RUNNING only */
+    kvi_seq *seq; /* RUNNING only */
     int state;
-    bool cancel;             /* set under the mutex */
-    bool preempted;          /* waiting to be recomputed: admitted before new requests */
-    uint64_t admit_no;       /* order of admission: the youngest is preempted first */
-    int32_t row;             /* batch row whose logits it samples, -1 when none */
-    int32_t sampled;         /* token drawn by sample_rows for this step's row (< 0: none) */
+    bool cancel;       /* set under the mutex */
+    bool preempted;    /* waiting to be recomputed: admitted before new requests */
+    uint64_t admit_no; /* order of admission: the youngest is preempted first */
+    int32_t row;       /* batch row whose logits it samples, -1 when none */
+    int32_t sampled;   /* token drawn by sample_rows for this step's row (< 0: none) */
     int32_t cached;
     int32_t n_preempted;
     double t_submit, t_admit, t_prefill0, t_first, t_last;
-    struct sreq *next;       /* incoming list */
-    kvi_spec *sp;            /* speculation state; NULL: plain sampling */
-    int32_t *drafts;         /* [spec draft_max] this step's proposal */
-    int32_t n_draft;         /* drafts in this step's batch, rows row+1 .. row+n_draft */
+    struct sreq *next; /* incoming list */
+    kvi_spec *sp;      /* speculation state; NULL: plain sampling */
+    int32_t *drafts;   /* [spec draft_max] this step's proposal */
+    int32_t n_draft;   /* drafts in this step's batch, rows row+1 .. row+n_draft */
 } sreq;
 
 struct kvi_sched {
@@ -99,10 +99,10 @@ struct kvi_sched {
     int n_ctx;
     int32_t n_vocab;
     const kvi_model *m;
-    kvi_batch *batch;        /* [batch_tokens + n_parallel] rows */
-    sreq **live;             /* [live_cap] engine thread only */
+    kvi_batch *batch; /* [batch_tokens + n_parallel] rows */
+    sreq **live;      /* [live_cap] engine thread only */
     int n_live, live_cap;
-    sreq **smp_q;            /* [smp_cap] requests sample_rows draws for */
+    sreq **smp_q; /* [smp_cap] requests sample_rows draws for */
     int smp_cap;
     uint64_t admit_counter;
 
@@ -110,32 +110,32 @@ struct kvi_sched {
     pthread_cond_t cv;
     sreq *incoming, *incoming_tail;
     uint64_t next_id;
-    int n_waiting;           /* incoming + live WAITING (under mu) */
-    uint64_t *cancels;       /* [n_cancels] ids to cancel (under mu) */
+    int n_waiting;     /* incoming + live WAITING (under mu) */
+    uint64_t *cancels; /* [n_cancels] ids to cancel (under mu) */
     int n_cancels, cancels_cap;
-    kvi_sched_stats st;      /* under mu */
+    kvi_sched_stats st; /* under mu */
     /* block tables of the running requests after the last step (under mu;
      * kvi_sched_kv_view): view[i]'s ids are view_ids[view_off[i] ..] */
-    kvi_sched_seq_view *view;   /* [view_cap] (blocks pointers unused) */
-    int32_t *view_off;          /* [view_cap] */
+    kvi_sched_seq_view *view; /* [view_cap] (blocks pointers unused) */
+    int32_t *view_off;        /* [view_cap] */
     int n_view, view_cap;
-    int32_t *view_ids;          /* [view_ids_cap] */
+    int32_t *view_ids; /* [view_ids_cap] */
     int32_t n_view_ids, view_ids_cap;
     bool thread_started, stop;
     pthread_t thread;
     /* speculative decoding (engine thread only, set before start) */
     bool spec_on;
     kvi_spec_params spec_p;
-    kvi_engine *draft;       /* shared draft engine, not owned; NULL: n-gram lookup */
-    double *t_rows;          /* [rows_cap + 1] EMA of step ms by row count, 0: unseen */
+    kvi_engine *draft; /* shared draft engine, not owned; NULL: n-gram lookup */
+    double *t_rows;    /* [rows_cap + 1] EMA of step ms by row count, 0: unseen */
     int32_t rows_cap;
-    double draft_ms_tok;     /* EMA of the draft model's ms per drafted token */
-    int32_t spec_rows_prev;  /* draft rows of the previous step */
-    const float **spec_lg;   /* [draft_max + 1] logits of a request's rows */
-    int32_t *spec_out;       /* [draft_max + 1] tokens kvi_spec_verify returns */
-    uint64_t step_drafted, step_accepted;   /* this step's, added to st in snapshot */
-    double g_acc, g_trials;  /* server-wide EMA of accepted / verified drafts */
-    uint64_t spec_steps;     /* steps that planned drafts (probe schedule) */
+    double draft_ms_tok;                  /* EMA of the draft model's ms per drafted token */
+    int32_t spec_rows_prev;               /* draft rows of the previous step */
+    const float **spec_lg;                /* [draft_max + 1] logits of a request's rows */
+    int32_t *spec_out;                    /* [draft_max + 1] tokens kvi_spec_verify returns */
+    uint64_t step_drafted, step_accepted; /* this step's, added to st in snapshot */
+    double g_acc, g_trials;               /* server-wide EMA of accepted / verified drafts */
+    uint64_t spec_steps;                  /* steps that planned drafts (probe schedule) */
 };
 
 void kvi_sched_params_default(kvi_sched_params *p)
@@ -148,8 +148,10 @@ void kvi_sched_params_default(kvi_sched_params *p)
 kvi_sched *kvi_sched_create(kvi_engine *e, const kvi_sched_params *params, kvi_error *err)
 {
     kvi_sched_params p;
-    if (params) p = *params;
-    else kvi_sched_params_default(&p);
+    if (params)
+        p = *params;
+    else
+        kvi_sched_params_default(&p);
     if (!e) {
         err_set(err, KVI_E_INVALID, "scheduler: no engine");
         return NULL;
@@ -157,7 +159,7 @@ kvi_sched *kvi_sched_create(kvi_engine *e, const kvi_sched_params *params, kvi_e
     if (p.n_parallel < 1 || p.n_parallel > 65536 || p.queue_max < 0 || p.queue_max > (1 << 24) ||
         p.batch_tokens < 1 || p.batch_tokens > (1 << 20)) {
         err_set(err, KVI_E_INVALID, "scheduler: parameter out of range (parallel %d, queue %d, batch %d)",
-                    p.n_parallel, p.queue_max, p.batch_tokens);
+                p.n_parallel, p.queue_max, p.batch_tokens);
         return NULL;
     }
     kvi_sched *s = calloc(1, sizeof *s);
@@ -239,14 +241,14 @@ int kvi_sched_submit(kvi_sched *s, const kvi_request *r, uint64_t *id, kvi_error
     for (int32_t i = 0; i < r->n_prompt; i++)
         if (r->prompt[i] < 0 || r->prompt[i] >= s->n_vocab)
             return err_set(err, KVI_E_INVALID, "token id %d at prompt position %d is out of range [0, %d)",
-                               r->prompt[i], i, s->n_vocab);
+                           r->prompt[i], i, s->n_vocab);
     if (r->top_logprobs < 0 || r->top_logprobs > KVI_LOGPROBS_MAX)
         return err_set(err, KVI_E_INVALID, "top_logprobs is %d, outside [0, %d]", r->top_logprobs,
-                           KVI_LOGPROBS_MAX);
+                       KVI_LOGPROBS_MAX);
     if (r->n_prompt > s->n_ctx)
         return err_set(err, KVI_E_CONTEXT_FULL,
-                           "context_length_exceeded: the prompt has %d tokens but the context holds %d",
-                           r->n_prompt, s->n_ctx);
+                       "context_length_exceeded: the prompt has %d tokens but the context holds %d",
+                       r->n_prompt, s->n_ctx);
     {
         kvi_stats ks;
         pthread_mutex_lock(&s->mu);
@@ -255,8 +257,9 @@ int kvi_sched_submit(kvi_sched *s, const kvi_request *r, uint64_t *id, kvi_error
         const int64_t need = ((int64_t)r->n_prompt + ks.kv_block_size) / ks.kv_block_size;
         if (need > ks.kv_blocks_total)
             return err_set(err, KVI_E_NO_KV_SPACE,
-                               "context_length_exceeded: the prompt needs %lld KV blocks but the KV budget "
-                               "holds %d", (long long)need, ks.kv_blocks_total);
+                           "context_length_exceeded: the prompt needs %lld KV blocks but the KV budget "
+                           "holds %d",
+                           (long long)need, ks.kv_blocks_total);
     }
     sreq *q = calloc(1, sizeof *q);
     if (!q) return err_set(err, KVI_E_NOMEM, "scheduler: out of memory");
@@ -281,11 +284,13 @@ int kvi_sched_submit(kvi_sched *s, const kvi_request *r, uint64_t *id, kvi_error
         pthread_mutex_unlock(&s->mu);
         sreq_free(q);
         return err_set(err, KVI_E_QUEUE_FULL, "server over capacity: %d requests are already waiting",
-                           s->p.queue_max);
+                       s->p.queue_max);
     }
     q->id = s->next_id++;
-    if (s->incoming_tail) s->incoming_tail->next = q;
-    else s->incoming = q;
+    if (s->incoming_tail)
+        s->incoming_tail->next = q;
+    else
+        s->incoming = q;
     s->incoming_tail = q;
     s->n_waiting++;
     if (id) *id = q->id;
@@ -371,15 +376,19 @@ static int32_t blocks_for(int32_t n_pos, int32_t bs) { return (n_pos + bs - 1) /
 int kvi_sched_set_spec(kvi_sched *s, const kvi_spec_params *p, kvi_engine *draft, kvi_error *err)
 {
     if (!s) return err_set(err, KVI_E_INVALID, "scheduler: no scheduler");
-    if (s->thread_started) return err_set(err, KVI_E_INVALID, "scheduler: speculation is set before the start");
+    if (s->thread_started)
+        return err_set(err, KVI_E_INVALID, "scheduler: speculation is set before the start");
     kvi_spec_params pp;
-    if (p) pp = *p;
-    else kvi_spec_params_default(&pp);
+    if (p)
+        pp = *p;
+    else
+        kvi_spec_params_default(&pp);
     /* the same checks kvi_spec_create makes, up front: a bad setting fails here, not per request */
     kvi_spec *probe = kvi_spec_create(&pp, s->m, NULL, NULL, err);
     if (!probe) return err ? err->code : KVI_E_INVALID;
     kvi_spec_free(probe);
-    if (draft && kvi_spec_check_vocab(s->m, kvi_engine_model(draft), err) != 0) return err ? err->code : KVI_E_INVALID;
+    if (draft && kvi_spec_check_vocab(s->m, kvi_engine_model(draft), err) != 0)
+        return err ? err->code : KVI_E_INVALID;
     s->rows_cap = s->p.batch_tokens + s->p.n_parallel;
     free(s->t_rows);
     free(s->spec_lg);
@@ -393,7 +402,7 @@ int kvi_sched_set_spec(kvi_sched *s, const kvi_spec_params *p, kvi_engine *draft
     }
     s->spec_p = pp;
     s->draft = draft;
-    s->g_acc = 1.0;   /* a weak prior of one draft in two kept */
+    s->g_acc = 1.0; /* a weak prior of one draft in two kept */
     s->g_trials = 2.0;
     s->spec_on = true;
     return 0;
@@ -407,7 +416,7 @@ static void spec_attach(kvi_sched *s, sreq *q)
 {
     if (!s->spec_on || q->r.no_spec || q->sp) return;
     if (q->r.sampling.presence_penalty != 0.0f || q->r.sampling.frequency_penalty != 0.0f) return;
-    kvi_error e2 = {0};
+    kvi_error e2 = { 0 };
     q->drafts = malloc((size_t)s->spec_p.draft_max * sizeof *q->drafts);
     q->sp = q->drafts ? kvi_spec_create(&s->spec_p, s->m, s->draft, &q->r.sampling, &e2) : NULL;
     if (q->sp && kvi_spec_begin(q->sp, q->tokens, q->n_tokens, &e2) != 0) {
@@ -456,7 +465,7 @@ static double spec_cost_row(const kvi_sched *s, int32_t b, int32_t x)
     const int32_t span = b / 2 > 4 ? b / 2 : 4;
     if (x < span) x = span;
     const double tb = step_ms_at(s, b), tx = step_ms_at(s, b + x);
-    if (tb <= 0.0 || tx <= 0.0) return -1.0;   /* nothing measured: kvi_spec's prior */
+    if (tb <= 0.0 || tx <= 0.0) return -1.0; /* nothing measured: kvi_spec's prior */
     double c = (tx - tb) / (double)x / (tb / (double)b);
     if (c < SPEC_COST_ROW_MIN) c = SPEC_COST_ROW_MIN;
     if (c > 2.0) c = 2.0;
@@ -485,7 +494,8 @@ static void spec_draft_all(kvi_sched *s)
     const int32_t x_guess = s->spec_rows_prev > 0 ? s->spec_rows_prev : n_plain;
     const double c_row = spec_cost_row(s, n_plain, x_guess);
     const double avg_row = n_plain > 0 ? step_ms_at(s, n_plain) / (double)n_plain : 0.0;
-    const double c_draft = s->draft && avg_row > 0.0 && s->draft_ms_tok > 0.0 ? s->draft_ms_tok / avg_row : -1.0;
+    const double c_draft =
+        s->draft && avg_row > 0.0 && s->draft_ms_tok > 0.0 ? s->draft_ms_tok / avg_row : -1.0;
     pthread_mutex_lock(&s->mu);
     if (c_row >= 0.0) s->st.spec_cost_row = c_row;
     pthread_mutex_unlock(&s->mu);
@@ -502,10 +512,10 @@ static void spec_draft_all(kvi_sched *s)
         if (!q->sp || q->state != SREQ_RUNNING || q->n_tokens - q->n_done != 1) continue;
         const int32_t L = q->n_done;
         int32_t kmax = s->spec_p.draft_max;
-        if (kmax > s->n_ctx - L - 1) kmax = s->n_ctx - L - 1;       /* drafts at L+1 .. L+k < n_ctx */
+        if (kmax > s->n_ctx - L - 1) kmax = s->n_ctx - L - 1; /* drafts at L+1 .. L+k < n_ctx */
         if (q->r.max_tokens > 0) {
             const int32_t left = q->r.max_tokens - (q->n_tokens - q->n_prompt);
-            if (kmax > left - 1) kmax = left - 1;                     /* a round yields up to k+1 */
+            if (kmax > left - 1) kmax = left - 1; /* a round yields up to k+1 */
         }
         if (kmax > budget) kmax = budget;
         if (gated) {
@@ -516,9 +526,9 @@ static void spec_draft_all(kvi_sched *s)
         if (kmax < 0) kmax = 0;
         kvi_spec_set_costs(q->sp, c_row, c_draft);
         const double t0 = kvi_time_ms();
-        kvi_error e2 = {0};
+        kvi_error e2 = { 0 };
         int32_t n = kvi_spec_draft(q->sp, kmax, q->drafts, &e2);
-        if (n < 0 || n > kmax) n = 0;   /* a failed draft is a plain round */
+        if (n < 0 || n > kmax) n = 0; /* a failed draft is a plain round */
         if (s->draft && n > 0) {
             const double ms = (kvi_time_ms() - t0) / (double)n;
             s->draft_ms_tok = s->draft_ms_tok > 0.0 ? 0.8 * s->draft_ms_tok + 0.2 * ms : ms;
@@ -537,7 +547,7 @@ static void admit(kvi_sched *s)
     kvi_stats_get(s->e, NULL, &ks);
     const int32_t bs = ks.kv_block_size;
     int n_running = 0;
-    int64_t pending = 0;   /* blocks that running requests still have to reserve */
+    int64_t pending = 0; /* blocks that running requests still have to reserve */
     for (int i = 0; i < s->n_live; i++) {
         sreq *q = s->live[i];
         if (q->state != SREQ_RUNNING) continue;
@@ -576,7 +586,8 @@ static void admit(kvi_sched *s)
         kvi_stats_get(s->e, seq, &qs);
         const int64_t taken = (int64_t)after.kv_blocks_used - before.kv_blocks_used;
         /* the pending rows plus the first generated token's row, beyond the reused blocks */
-        const int64_t need = (int64_t)blocks_for(best->n_tokens + 1, bs) - qs.kv_blocks_used + (taken > 0 ? taken : 0);
+        const int64_t need =
+            (int64_t)blocks_for(best->n_tokens + 1, bs) - qs.kv_blocks_used + (taken > 0 ? taken : 0);
         if (need > free_blocks && n_running > 0) {
             kvi_seq_free(seq);
             break;
@@ -614,7 +625,8 @@ static int32_t build_batch(kvi_sched *s, double t_step, int32_t *n_prefill)
         q->row = -1;
         if (q->state != SREQ_RUNNING || q->n_tokens - q->n_done != 1) continue;
         q->row = kvi_batch_add(b, q->seq, q->tokens[q->n_done], q->n_done, true);
-        for (int32_t k = 0; k < q->n_draft; k++) kvi_batch_add(b, q->seq, q->drafts[k], q->n_done + 1 + k, true);
+        for (int32_t k = 0; k < q->n_draft; k++)
+            kvi_batch_add(b, q->seq, q->drafts[k], q->n_done + 1 + k, true);
     }
     int32_t budget = s->p.batch_tokens - kvi_batch_n_rows(b);
     while (budget > 0) {
@@ -632,8 +644,10 @@ static int32_t build_batch(kvi_sched *s, double t_step, int32_t *n_prefill)
             const int32_t pos = next->n_done + k;
             last = kvi_batch_add(b, next->seq, next->tokens[pos], pos, pos == next->n_tokens - 1);
         }
-        if (next->n_done + n == next->n_tokens) next->row = last;
-        else next->row = -2;   /* in this batch, no logits yet */
+        if (next->n_done + n == next->n_tokens)
+            next->row = last;
+        else
+            next->row = -2; /* in this batch, no logits yet */
         if (next->t_prefill0 == 0) next->t_prefill0 = t_step;
         budget -= n;
         *n_prefill += n;
@@ -781,7 +795,8 @@ static bool deliver(kvi_sched *s, sreq *q, const float *logits, int32_t tok, dou
         *f = KVI_FINISH_STOP;
         return true;
     }
-    if ((q->r.max_tokens > 0 && n_gen >= q->r.max_tokens) || q->n_tokens > s->n_ctx || q->n_tokens >= q->cap) {
+    if ((q->r.max_tokens > 0 && n_gen >= q->r.max_tokens) || q->n_tokens > s->n_ctx ||
+        q->n_tokens >= q->cap) {
         *f = KVI_FINISH_LENGTH;
         return true;
     }
@@ -794,7 +809,7 @@ static bool spec_round(kvi_sched *s, sreq *q, double t_done, kvi_finish *f, kvi_
 {
     const int32_t n = q->n_draft;
     for (int32_t k = 0; k <= n; k++) s->spec_lg[k] = kvi_logits(s->e, q->row + k);
-    const int32_t L = q->n_tokens - 1;   /* the round's first row holds tokens[L] at L */
+    const int32_t L = q->n_tokens - 1; /* the round's first row holds tokens[L] at L */
     const int32_t m = kvi_spec_verify(q->sp, q->smp, s->spec_lg, n, s->spec_out, le);
     q->row = -1;
     q->n_draft = 0;
@@ -809,7 +824,7 @@ static bool spec_round(kvi_sched *s, sreq *q, double t_done, kvi_finish *f, kvi_
         s->step_accepted += (uint64_t)acc;
         s->g_acc = 0.98 * s->g_acc + (double)acc;
         s->g_trials = 0.98 * s->g_trials + (double)n;
-        kvi_seq_truncate(q->seq, L + m);   /* drops the rejected draft positions */
+        kvi_seq_truncate(q->seq, L + m); /* drops the rejected draft positions */
     }
     q->n_done = L + m;
     for (int32_t k = 0; k < m; k++)
@@ -819,7 +834,7 @@ static bool spec_round(kvi_sched *s, sreq *q, double t_done, kvi_finish *f, kvi_
 
 typedef struct {
     kvi_engine *e;
-    sreq **q;            /* [n] */
+    sreq **q; /* [n] */
     int n;
     atomic_int next;
 } sample_job;
@@ -850,7 +865,7 @@ static void sample_rows(kvi_sched *s)
             s->smp_cap = s->live_cap;
         }
     }
-    sample_job j = {.e = s->e, .q = s->smp_q, .n = 0};
+    sample_job j = { .e = s->e, .q = s->smp_q, .n = 0 };
     atomic_init(&j.next, 0);
     for (int i = 0; i < s->n_live; i++) {
         sreq *q = s->live[i];
@@ -858,13 +873,15 @@ static void sample_rows(kvi_sched *s)
         if (q->state != SREQ_RUNNING || q->row < 0 || q->sp) continue;
         if (j.n < s->smp_cap) {
             s->smp_q[j.n++] = q;
-        } else {   /* no memory for the list: this one on the engine thread */
+        } else { /* no memory for the list: this one on the engine thread */
             const float *logits = kvi_logits(s->e, q->row);
             q->sampled = logits ? kvi_sampler_sample(q->smp, logits) : -1;
         }
     }
-    if (j.n > 1) kvi_engine_parallel_for(s->e, sample_worker, &j);
-    else if (j.n == 1) sample_worker(&j, 0, 1);
+    if (j.n > 1)
+        kvi_engine_parallel_for(s->e, sample_worker, &j);
+    else if (j.n == 1)
+        sample_worker(&j, 0, 1);
 }
 
 int kvi_sched_step(kvi_sched *s, kvi_error *err)
@@ -877,7 +894,7 @@ int kvi_sched_step(kvi_sched *s, kvi_error *err)
     for (;;) {
         n_rows = build_batch(s, t_step, &n_prefill);
         if (n_rows == 0) break;
-        kvi_error se = {0};
+        kvi_error se = { 0 };
         const double t0 = kvi_time_ms();
         int rc = kvi_step(s->e, s->batch, &se);
         if (rc == 0) {
@@ -924,7 +941,7 @@ int kvi_sched_step(kvi_sched *s, kvi_error *err)
             }
             kvi_finish f = KVI_FINISH_LENGTH;
             bool done = false;
-            kvi_error le = {0};
+            kvi_error le = { 0 };
             if (q->sp) {
                 done = spec_round(s, q, t_done, &f, &le);
             } else {
@@ -962,7 +979,8 @@ static void *engine_thread(void *arg)
     kvi_sched *s = arg;
     for (;;) {
         pthread_mutex_lock(&s->mu);
-        while (!s->stop && s->n_live == 0 && !s->incoming && s->n_cancels == 0) pthread_cond_wait(&s->cv, &s->mu);
+        while (!s->stop && s->n_live == 0 && !s->incoming && s->n_cancels == 0)
+            pthread_cond_wait(&s->cv, &s->mu);
         const bool stop = s->stop;
         pthread_mutex_unlock(&s->mu);
         if (stop) break;

@@ -27,9 +27,9 @@
 #include <string.h>
 
 typedef struct ids_buf {
-    int32_t *v;     /* [cap] */
+    int32_t *v; /* [cap] */
     int32_t n, cap;
-    int rc;         /* first error */
+    int rc; /* first error */
 } ids_buf;
 
 static void push(ids_buf *b, int32_t id)
@@ -38,7 +38,10 @@ static void push(ids_buf *b, int32_t id)
     if (b->n == b->cap) {
         int32_t cap = b->cap ? 2 * b->cap : 256;
         int32_t *nv = realloc(b->v, (size_t)cap * sizeof *nv);
-        if (!nv) { b->rc = KVI_E_NOMEM; return; }
+        if (!nv) {
+            b->rc = KVI_E_NOMEM;
+            return;
+        }
         b->v = nv;
         b->cap = cap;
     }
@@ -51,13 +54,19 @@ static void text(ids_buf *b, const tok_tokenizer *m, const char *s, bool parse_s
     const size_t len = strlen(s);
     int32_t small[64];
     int32_t n = tokenizer_encode(m, s, len, false, parse_special, small, 64);
-    if (n < 0) { b->rc = n; return; }
+    if (n < 0) {
+        b->rc = n;
+        return;
+    }
     if (n <= 64) {
         for (int32_t i = 0; i < n; i++) push(b, small[i]);
         return;
     }
     int32_t *big = malloc((size_t)n * sizeof *big);
-    if (!big) { b->rc = KVI_E_NOMEM; return; }
+    if (!big) {
+        b->rc = KVI_E_NOMEM;
+        return;
+    }
     int32_t n2 = tokenizer_encode(m, s, len, false, parse_special, big, n);
     for (int32_t i = 0; i < n2 && i < n; i++) push(b, big[i]);
     free(big);
@@ -67,8 +76,10 @@ static void mark(ids_buf *b, const tok_tokenizer *m, const char *s)
 {
     int32_t one[2];
     int32_t n = tokenizer_encode(m, s, strlen(s), false, true, one, 2);
-    if (n == 1) push(b, one[0]);
-    else text(b, m, s, false);
+    if (n == 1)
+        push(b, one[0]);
+    else
+        text(b, m, s, false);
 }
 
 static void special_id(ids_buf *b, int32_t id)
@@ -87,9 +98,13 @@ const char *kvi_chat_family_of(const char *tmpl)
     return "fallback";
 }
 
-static bool is_role(const kvi_chat_msg *msg, const char *role) { return msg->role && !strcmp(msg->role, role); }
+static bool is_role(const kvi_chat_msg *msg, const char *role)
+{
+    return msg->role && !strcmp(msg->role, role);
+}
 
-static void layout_chatml(ids_buf *b, const tok_tokenizer *m, const kvi_chat_msg *msgs, int n, bool add_assistant)
+static void layout_chatml(ids_buf *b, const tok_tokenizer *m, const kvi_chat_msg *msgs, int n,
+                          bool add_assistant)
 {
     for (int i = 0; i < n; i++) {
         mark(b, m, "<|im_start|>");
@@ -105,7 +120,8 @@ static void layout_chatml(ids_buf *b, const tok_tokenizer *m, const kvi_chat_msg
     }
 }
 
-static void layout_llama3(ids_buf *b, const tok_tokenizer *m, const kvi_chat_msg *msgs, int n, bool add_assistant)
+static void layout_llama3(ids_buf *b, const tok_tokenizer *m, const kvi_chat_msg *msgs, int n,
+                          bool add_assistant)
 {
     for (int i = 0; i < n; i++) {
         mark(b, m, "<|start_header_id|>");
@@ -123,11 +139,13 @@ static void layout_llama3(ids_buf *b, const tok_tokenizer *m, const kvi_chat_msg
     }
 }
 
-static void layout_phi3(ids_buf *b, const tok_tokenizer *m, const kvi_chat_msg *msgs, int n, bool add_assistant)
+static void layout_phi3(ids_buf *b, const tok_tokenizer *m, const kvi_chat_msg *msgs, int n,
+                        bool add_assistant)
 {
     for (int i = 0; i < n; i++) {
-        const char *mk = is_role(&msgs[i], "system") ? "<|system|>" : is_role(&msgs[i], "assistant") ? "<|assistant|>"
-                                                                                                    : "<|user|>";
+        const char *mk = is_role(&msgs[i], "system")      ? "<|system|>"
+                         : is_role(&msgs[i], "assistant") ? "<|assistant|>"
+                                                          : "<|user|>";
         mark(b, m, mk);
         text(b, m, "\n", false);
         text(b, m, msgs[i].content, false);
@@ -141,11 +159,15 @@ static void layout_phi3(ids_buf *b, const tok_tokenizer *m, const kvi_chat_msg *
 }
 
 /* gemma and mistral have no system role: the system text opens the first user turn. */
-static void layout_gemma(ids_buf *b, const tok_tokenizer *m, const kvi_chat_msg *msgs, int n, bool add_assistant)
+static void layout_gemma(ids_buf *b, const tok_tokenizer *m, const kvi_chat_msg *msgs, int n,
+                         bool add_assistant)
 {
     const char *sys = NULL;
     for (int i = 0; i < n; i++) {
-        if (is_role(&msgs[i], "system")) { sys = msgs[i].content; continue; }
+        if (is_role(&msgs[i], "system")) {
+            sys = msgs[i].content;
+            continue;
+        }
         mark(b, m, "<start_of_turn>");
         text(b, m, is_role(&msgs[i], "assistant") ? "model\n" : "user\n", false);
         if (sys && !is_role(&msgs[i], "assistant")) {
@@ -170,7 +192,10 @@ static void layout_inst(ids_buf *b, const tok_tokenizer *m, const kvi_chat_msg *
     const char *sys = NULL;
     bool first_user = true;
     for (int i = 0; i < n; i++) {
-        if (is_role(&msgs[i], "system")) { sys = msgs[i].content; continue; }
+        if (is_role(&msgs[i], "system")) {
+            sys = msgs[i].content;
+            continue;
+        }
         if (is_role(&msgs[i], "assistant")) {
             if (llama2) text(b, m, " ", false);
             text(b, m, msgs[i].content, false);
@@ -206,17 +231,24 @@ int32_t tokenizer_chat_apply(const tok_tokenizer *m, const char *family, const k
     for (int i = 0; i < n; i++)
         if (!msgs[i].role || !msgs[i].content)
             return err_set(err, KVI_E_INVALID, "chat template: message %d has no role or no content", i);
-    ids_buf b = {0};
+    ids_buf b = { 0 };
     if (tokenizer_add_bos(m)) special_id(&b, tokenizer_bos(m));
-    if (!strcmp(family, "llama3")) layout_llama3(&b, m, msgs, n, add_assistant);
-    else if (!strcmp(family, "phi3")) layout_phi3(&b, m, msgs, n, add_assistant);
-    else if (!strcmp(family, "gemma")) layout_gemma(&b, m, msgs, n, add_assistant);
-    else if (!strcmp(family, "llama2")) layout_inst(&b, m, msgs, n, true);
-    else if (!strcmp(family, "mistral")) layout_inst(&b, m, msgs, n, false);
-    else layout_chatml(&b, m, msgs, n, add_assistant);
+    if (!strcmp(family, "llama3"))
+        layout_llama3(&b, m, msgs, n, add_assistant);
+    else if (!strcmp(family, "phi3"))
+        layout_phi3(&b, m, msgs, n, add_assistant);
+    else if (!strcmp(family, "gemma"))
+        layout_gemma(&b, m, msgs, n, add_assistant);
+    else if (!strcmp(family, "llama2"))
+        layout_inst(&b, m, msgs, n, true);
+    else if (!strcmp(family, "mistral"))
+        layout_inst(&b, m, msgs, n, false);
+    else
+        layout_chatml(&b, m, msgs, n, add_assistant);
     if (b.rc) {
         free(b.v);
-        return err_set(err, b.rc, "chat template: %s", b.rc == KVI_E_NOMEM ? "out of memory" : "tokenizer failed");
+        return err_set(err, b.rc, "chat template: %s",
+                       b.rc == KVI_E_NOMEM ? "out of memory" : "tokenizer failed");
     }
     for (int32_t i = 0; i < b.n && i < n_max; i++) out[i] = b.v[i];
     const int32_t total = b.n;

@@ -15,13 +15,13 @@
 #include <stdint.h>
 
 typedef struct tok_pair {
-    double key;             /* smaller merges first */
-    int32_t left, right;    /* symbol indices */
-    size_t size;            /* bytes of the merged text when pushed */
+    double key;          /* smaller merges first */
+    int32_t left, right; /* symbol indices */
+    size_t size;         /* bytes of the merged text when pushed */
 } tok_pair;
 
 typedef struct tok_heap {
-    tok_pair *v;            /* [cap] */
+    tok_pair *v; /* [cap] */
     size_t n, cap;
 } tok_heap;
 

@@ -24,8 +24,7 @@ int tok_alloc(tok_tokenizer **out, int32_t n_vocab, kvi_error *err)
 {
     *out = NULL;
     if (n_vocab <= 0 || n_vocab > (1 << 28))
-        return err_set(err, KVI_E_FORMAT, "tokenizer: vocabulary size %d out of range",
-                           (int)n_vocab);
+        return err_set(err, KVI_E_FORMAT, "tokenizer: vocabulary size %d out of range", (int)n_vocab);
     tok_tokenizer *t = calloc(1, sizeof *t);
     if (!t) return err_set(err, KVI_E_NOMEM, "tokenizer: out of memory");
     t->n_vocab = n_vocab;
@@ -71,10 +70,7 @@ int tok_set_texts(tok_tokenizer *t, const char *const *texts, const size_t *lens
     return 0;
 }
 
-int32_t tok_find(const tok_tokenizer *t, const char *s, size_t len)
-{
-    return tok_map_get(&t->map, s, len);
-}
+int32_t tok_find(const tok_tokenizer *t, const char *s, size_t len) { return tok_map_get(&t->map, s, len); }
 
 static bool is_special_type(uint8_t ty)
 {
@@ -113,10 +109,10 @@ int tok_finish(tok_tokenizer *t, kvi_error *err)
         if (t->type[i] < KVI_TOKEN_NORMAL || t->type[i] > KVI_TOKEN_BYTE) t->type[i] = KVI_TOKEN_NORMAL;
 
     int32_t *ids = &t->bos;
-    for (int k = 0; k < 6; k++)   /* bos, eos, eot, eom, unk, pad */
+    for (int k = 0; k < 6; k++) /* bos, eos, eot, eom, unk, pad */
         if (ids[k] >= t->n_vocab || ids[k] < -1)
             return err_set(err, KVI_E_FORMAT, "tokenizer: special token id %d out of range [0, %d)",
-                               (int)ids[k], (int)t->n_vocab);
+                           (int)ids[k], (int)t->n_vocab);
 
     /* Byte fallback: <0xXX> tokens, else a single-byte token of that byte (SPM). */
     for (int b = 0; b < 256; b++) {
@@ -144,14 +140,15 @@ int tok_finish(tok_tokenizer *t, kvi_error *err)
             return err_set(err, KVI_E_NOMEM, "tokenizer: out of memory");
         }
         for (int32_t i = 0; i < t->n_vocab; i++)
-            if (is_special_type(t->type[i]) && t->text_len[i] > 0) tmp[t->n_special++] = (len_id){ t->text_len[i], i };
+            if (is_special_type(t->type[i]) && t->text_len[i] > 0)
+                tmp[t->n_special++] = (len_id){ t->text_len[i], i };
         qsort(tmp, t->n_special, sizeof *tmp, cmp_special);
         for (size_t k = 0; k < t->n_special; k++) t->special[k] = tmp[k].id;
         free(tmp);
     }
 
-    static const char *const eog_texts[] = { "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
-                                             "<|endoftext|>", "<|end_of_text|>" };
+    static const char *const eog_texts[] = { "<|eot_id|>",    "<|im_end|>",    "<|end|>",
+                                             "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>" };
     free(t->eog);
     t->eog = NULL;
     t->n_eog = 0;
@@ -160,7 +157,7 @@ int tok_finish(tok_tokenizer *t, kvi_error *err)
     rc |= eog_add(t, t->eom);
     for (size_t k = 0; k < sizeof eog_texts / sizeof eog_texts[0]; k++) {
         int32_t id = tok_find(t, eog_texts[k], strlen(eog_texts[k]));
-        if (id != t->bos) rc |= eog_add(t, id);   /* a BOS that shares a text stays out */
+        if (id != t->bos) rc |= eog_add(t, id); /* a BOS that shares a text stays out */
     }
     if (rc) return err_set(err, KVI_E_NOMEM, "tokenizer: out of memory");
     return 0;
@@ -206,7 +203,7 @@ typedef struct frag {
 } frag;
 
 typedef struct frag_list {
-    frag *v;   /* [cap] in text order */
+    frag *v; /* [cap] in text order */
     size_t n, cap;
 } frag_list;
 
@@ -239,8 +236,8 @@ static const char *find_bytes(const char *hay, size_t n, const char *needle, siz
 }
 
 /* Cuts the raw fragments at every occurrence of each special token's text. */
-static int partition_special(const tok_tokenizer *t, const char *text, size_t len,
-                             bool parse_special, frag_list *f)
+static int partition_special(const tok_tokenizer *t, const char *text, size_t len, bool parse_special,
+                             frag_list *f)
 {
     bool present[256] = { false };
     for (size_t i = 0; i < len; i++) present[(unsigned char)text[i]] = true;
@@ -274,8 +271,7 @@ static int partition_special(const tok_tokenizer *t, const char *text, size_t le
 
 /* The text with the dummy-prefix space when `prefix`, and spaces as U+2581 when
  * the vocabulary escapes them: into *buf (reallocated), *n its length. */
-static int escape_text(const tok_tokenizer *t, const char *p, size_t len, bool prefix, char **buf,
-                       size_t *n)
+static int escape_text(const tok_tokenizer *t, const char *p, size_t len, bool prefix, char **buf, size_t *n)
 {
     size_t spaces = prefix;
     for (size_t i = 0; i < len; i++) spaces += p[i] == ' ';
@@ -391,7 +387,11 @@ static size_t piece_of(const tok_tokenizer *t, int32_t id, char *buf, size_t cap
         return put(buf, cap, 0, s, n);
     }
     if (ty == KVI_TOKEN_USER_DEFINED) {
-        while (lstrip > 0 && n > 0 && s[0] == ' ') { s++; n--; lstrip--; }
+        while (lstrip > 0 && n > 0 && s[0] == ' ') {
+            s++;
+            n--;
+            lstrip--;
+        }
         return put(buf, cap, 0, s, n);
     }
     if (ty == KVI_TOKEN_BYTE && n == 6 && s[0] == '<' && s[1] == '0' && s[2] == 'x' && s[5] == '>') {
@@ -418,8 +418,10 @@ static size_t piece_of(const tok_tokenizer *t, int32_t id, char *buf, size_t cap
     for (size_t i = 0; i < n;) {
         bool space = (t->escape_space && i + 3 <= n && memcmp(s + i, "\xE2\x96\x81", 3) == 0) || s[i] == ' ';
         if (space) {
-            if (lstrip > 0) lstrip--;
-            else pos = put(buf, cap, pos, " ", 1);
+            if (lstrip > 0)
+                lstrip--;
+            else
+                pos = put(buf, cap, pos, " ", 1);
             i += s[i] == ' ' ? 1 : 3;
             continue;
         }
@@ -438,8 +440,8 @@ int32_t tokenizer_token_to_piece(const tok_tokenizer *t, int32_t id, char *buf, 
     return n > INT32_MAX ? KVI_E_INVALID : (int32_t)n;
 }
 
-int32_t tokenizer_detokenize(const tok_tokenizer *t, const int32_t *ids, int32_t n, char *buf,
-                             size_t cap, bool render_special, bool remove_leading_space)
+int32_t tokenizer_detokenize(const tok_tokenizer *t, const int32_t *ids, int32_t n, char *buf, size_t cap,
+                             bool render_special, bool remove_leading_space)
 {
     if (!t || n < 0 || (!ids && n > 0) || (!buf && cap > 0)) return KVI_E_INVALID;
     size_t lim = cap > 0 ? cap - 1 : 0, pos = 0;

@@ -20,8 +20,14 @@
 typedef struct tok_tokenizer tok_tokenizer;
 
 /* Token types, as in GGUF tokenizer.ggml.token_type */
-enum { KVI_TOKEN_NORMAL = 1, KVI_TOKEN_UNKNOWN = 2, KVI_TOKEN_CONTROL = 3,
-       KVI_TOKEN_USER_DEFINED = 4, KVI_TOKEN_UNUSED = 5, KVI_TOKEN_BYTE = 6 };
+enum {
+    KVI_TOKEN_NORMAL = 1,
+    KVI_TOKEN_UNKNOWN = 2,
+    KVI_TOKEN_CONTROL = 3,
+    KVI_TOKEN_USER_DEFINED = 4,
+    KVI_TOKEN_UNUSED = 5,
+    KVI_TOKEN_BYTE = 6
+};
 
 int tokenizer_load_gguf(const gguf_ctx *g, tok_tokenizer **out, kvi_error *err);
 /* llama2.c tokenizer.bin; n_vocab from the checkpoint header. */
@@ -35,12 +41,12 @@ int32_t tokenizer_encode(const tok_tokenizer *t, const char *text, size_t len, b
                          bool parse_special, int32_t *out, int32_t n_max);
 int32_t tokenizer_token_to_piece(const tok_tokenizer *t, int32_t id, char *buf, size_t cap,
                                  bool render_special);
-int32_t tokenizer_detokenize(const tok_tokenizer *t, const int32_t *ids, int32_t n, char *buf,
-                             size_t cap, bool render_special, bool remove_leading_space);
+int32_t tokenizer_detokenize(const tok_tokenizer *t, const int32_t *ids, int32_t n, char *buf, size_t cap,
+                             bool render_special, bool remove_leading_space);
 
 int32_t tokenizer_n_vocab(const tok_tokenizer *t);
-int32_t tokenizer_bos(const tok_tokenizer *t);   /* -1 when none */
-int32_t tokenizer_eos(const tok_tokenizer *t);   /* -1 when none */
+int32_t tokenizer_bos(const tok_tokenizer *t); /* -1 when none */
+int32_t tokenizer_eos(const tok_tokenizer *t); /* -1 when none */
 bool tokenizer_is_eog(const tok_tokenizer *t, int32_t id);
 bool tokenizer_add_bos(const tok_tokenizer *t);
 /* The text of a token as stored in the vocabulary (NUL-terminated), NULL if out of range. */

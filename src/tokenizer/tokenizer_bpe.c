@@ -33,7 +33,7 @@ static bool byte_is_direct(unsigned b)
 uint32_t tok_byte_to_cpt(uint8_t b)
 {
     if (byte_is_direct(b)) return b;
-    uint32_t k = 0;   /* rank of b among the bytes that are not direct */
+    uint32_t k = 0; /* rank of b among the bytes that are not direct */
     for (unsigned x = 0; x < b; x++) k += !byte_is_direct(x);
     return 256 + k;
 }
@@ -99,19 +99,19 @@ int tok_merges_build(tok_tokenizer *t, const char *const *merges, const size_t *
 /* ---- encoding ------------------------------------------------------------ */
 
 typedef struct bpe_sym {
-    int32_t prev, next;   /* neighbours, -1 at the ends */
-    size_t off, n;        /* bytes of the piece; n == 0 once merged away */
+    int32_t prev, next; /* neighbours, -1 at the ends */
+    size_t off, n;      /* bytes of the piece; n == 0 once merged away */
 } bpe_sym;
 
 typedef struct bpe_work {
     const tok_tokenizer *t;
     tok_ids *out;
-    char *word;       /* [word_cap] the piece, byte-level encoded */
+    char *word; /* [word_cap] the piece, byte-level encoded */
     size_t word_cap;
-    bpe_sym *sym;     /* [sym_cap] */
+    bpe_sym *sym; /* [sym_cap] */
     size_t sym_cap;
-    tok_heap heap;    /* candidate merges, key = rank */
-    char *key;        /* [key_cap] "left right" scratch */
+    tok_heap heap; /* candidate merges, key = rank */
+    char *key;     /* [key_cap] "left right" scratch */
     size_t key_cap;
 } bpe_work;
 
@@ -144,7 +144,7 @@ static int try_pair(bpe_work *w, int32_t l, int32_t r)
 static int emit_unknown(bpe_work *w, const char *p, size_t n)
 {
     const tok_tokenizer *t = w->t;
-    for (size_t j = 0; !t->byte_level && j < n; j++)   /* a byte without its token: one <unk> */
+    for (size_t j = 0; !t->byte_level && j < n; j++) /* a byte without its token: one <unk> */
         if (t->byte_id[(unsigned char)p[j]] < 0) return t->unk >= 0 ? tok_ids_push(w->out, t->unk) : 0;
     for (size_t j = 0; j < n; j++) {
         int32_t id = t->byte_level ? tok_find(t, p + j, 1) : t->byte_id[(unsigned char)p[j]];
@@ -161,7 +161,8 @@ static int encode_piece(void *ctx, const char *piece, size_t plen)
     if (plen == 0) return 0;
     size_t len = 0;
     if (t->byte_level) {
-        if (plen > SIZE_MAX / 2 || grow((void **)&w->word, &w->word_cap, 2 * plen, 1) != 0) return KVI_E_NOMEM;
+        if (plen > SIZE_MAX / 2 || grow((void **)&w->word, &w->word_cap, 2 * plen, 1) != 0)
+            return KVI_E_NOMEM;
         for (size_t i = 0; i < plen; i++) {
             unsigned char b = (unsigned char)piece[i];
             memcpy(w->word + len, t->byte_enc[b], t->byte_enc_len[b]);
@@ -201,8 +202,10 @@ static int encode_piece(void *ctx, const char *piece, size_t plen)
     }
     for (int32_t i = 0; rc == 0 && i >= 0; i = w->sym[i].next) {
         int32_t id = tok_find(t, w->word + w->sym[i].off, w->sym[i].n);
-        if (id >= 0) rc = tok_ids_push(w->out, id);
-        else rc = emit_unknown(w, w->word + w->sym[i].off, w->sym[i].n);
+        if (id >= 0)
+            rc = tok_ids_push(w->out, id);
+        else
+            rc = emit_unknown(w, w->word + w->sym[i].off, w->sym[i].n);
     }
     return rc;
 }
@@ -210,8 +213,8 @@ static int encode_piece(void *ctx, const char *piece, size_t plen)
 int tok_bpe_encode(const tok_tokenizer *t, const char *text, size_t len, tok_ids *out)
 {
     bpe_work w = { .t = t, .out = out };
-    int rc = t->pretok ? tok_pretok_split(t->pretok, text, len, encode_piece, &w)
-                       : encode_piece(&w, text, len);
+    int rc =
+        t->pretok ? tok_pretok_split(t->pretok, text, len, encode_piece, &w) : encode_piece(&w, text, len);
     free(w.word);
     free(w.sym);
     free(w.heap.v);

@@ -20,10 +20,10 @@ static int get_id(const gguf_ctx *g, const char *key, int32_t n_vocab, int32_t *
     int rc = gguf_get_int(g, key, &v, err);
     if (rc == -1) return 0;
     if (rc < 0) return rc;
-    if (v == 0xFFFFFFFFll) v = -1;   /* uint32 written for "none" */
+    if (v == 0xFFFFFFFFll) v = -1; /* uint32 written for "none" */
     if (v < -1 || v >= n_vocab)
         return err_set(err, KVI_E_FORMAT, "tokenizer: %s = %lld outside the vocabulary of %d tokens", key,
-                           (long long)v, (int)n_vocab);
+                       (long long)v, (int)n_vocab);
     *id = (int32_t)v;
     return 0;
 }
@@ -49,7 +49,7 @@ static int get_str_array(const gguf_ctx *g, const char *key, uint64_t n, const c
         (*strs)[i] = gguf_get_arr_str(g, key, i, &(*lens)[i]);
         if (!(*strs)[i])
             return err_set(err, KVI_E_FORMAT, "tokenizer: %s[%llu] is not a string", key,
-                               (unsigned long long)i);
+                           (unsigned long long)i);
     }
     return 0;
 }
@@ -85,21 +85,23 @@ static int load(const gguf_ctx *g, tok_tokenizer **out, kvi_error *err)
     uint64_t m;
     rc = gguf_get_arr_info(g, "tokenizer.ggml.scores", &et, &m, err);
     if (rc == 0) {
-        if (m != n) return err_set(err, KVI_E_FORMAT, "tokenizer: %llu scores for %llu tokens",
-                                       (unsigned long long)m, (unsigned long long)n);
+        if (m != n)
+            return err_set(err, KVI_E_FORMAT, "tokenizer: %llu scores for %llu tokens", (unsigned long long)m,
+                           (unsigned long long)n);
         rc = gguf_get_arr_f32(g, "tokenizer.ggml.scores", t->score, n, err);
     }
     if (rc < -1 || rc > 0) return rc;
     rc = gguf_get_arr_info(g, "tokenizer.ggml.token_type", &et, &m, err);
     if (rc == 0) {
-        if (m != n) return err_set(err, KVI_E_FORMAT, "tokenizer: %llu token types for %llu tokens",
-                                       (unsigned long long)m, (unsigned long long)n);
+        if (m != n)
+            return err_set(err, KVI_E_FORMAT, "tokenizer: %llu token types for %llu tokens",
+                           (unsigned long long)m, (unsigned long long)n);
         int32_t *types = malloc(n * sizeof *types);
         if (!types) return err_set(err, KVI_E_NOMEM, "tokenizer: out of memory");
         rc = gguf_get_arr_i32(g, "tokenizer.ggml.token_type", types, n, err);
         for (uint64_t i = 0; rc == 0 && i < n; i++)
             t->type[i] = (types[i] >= KVI_TOKEN_NORMAL && types[i] <= KVI_TOKEN_BYTE) ? (uint8_t)types[i]
-                                                                                       : KVI_TOKEN_NORMAL;
+                                                                                      : KVI_TOKEN_NORMAL;
         free(types);
     }
     if (rc < -1 || rc > 0) return rc;
@@ -141,7 +143,7 @@ static int load(const gguf_ctx *g, tok_tokenizer **out, kvi_error *err)
         (rc = get_flag(g, "tokenizer.ggml.add_eos_token", &t->add_eos, err)) ||
         (rc = get_flag(g, "tokenizer.ggml.add_space_prefix", &t->add_space_prefix, err)))
         return rc;
-    if (bpe) t->add_space_prefix = false;   /* llama.cpp's BPE never adds the dummy prefix */
+    if (bpe) t->add_space_prefix = false; /* llama.cpp's BPE never adds the dummy prefix */
     const char *tmpl = gguf_get_str(g, "tokenizer.chat_template");
     if (tmpl && !(t->chat_template = strdup(tmpl)))
         return err_set(err, KVI_E_NOMEM, "tokenizer: out of memory");

@@ -119,11 +119,12 @@ static void scan_pipeline(tok_tokenizer *t, const cJSON *node, const char **pats
     }
 }
 
-static int set_id(tok_tokenizer *t, const char **texts, size_t *lens, double idv, const char *s, kvi_error *err)
+static int set_id(tok_tokenizer *t, const char **texts, size_t *lens, double idv, const char *s,
+                  kvi_error *err)
 {
     if (!(idv >= 0 && idv < t->n_vocab) || idv != (double)(int32_t)idv)
         return err_set(err, KVI_E_FORMAT, "tokenizer.json: token \"%.40s\" has id %g outside [0, %d)", s, idv,
-                           (int)t->n_vocab);
+                       (int)t->n_vocab);
     texts[(int32_t)idv] = s;
     lens[(int32_t)idv] = strlen(s);
     return 0;
@@ -147,11 +148,14 @@ static int vocab_size(const cJSON *vocab, const cJSON *added, int32_t *n_vocab, 
 {
     double max_id = -1;
     const cJSON *it;
-    cJSON_ArrayForEach(it, vocab) {
-        if (!cJSON_IsNumber(it)) return err_set(err, KVI_E_FORMAT, "tokenizer.json: vocab id is not a number");
+    cJSON_ArrayForEach(it, vocab)
+    {
+        if (!cJSON_IsNumber(it))
+            return err_set(err, KVI_E_FORMAT, "tokenizer.json: vocab id is not a number");
         if (it->valuedouble > max_id) max_id = it->valuedouble;
     }
-    cJSON_ArrayForEach(it, added) {
+    cJSON_ArrayForEach(it, added)
+    {
         const cJSON *id = cJSON_GetObjectItem(it, "id");
         if (cJSON_IsNumber(id) && id->valuedouble > max_id) max_id = id->valuedouble;
     }
@@ -162,7 +166,7 @@ static int vocab_size(const cJSON *vocab, const cJSON *added, int32_t *n_vocab, 
     double n_entries = (double)cJSON_GetArraySize(vocab) + (double)cJSON_GetArraySize(added);
     if (max_id >= 2.0 * n_entries + 1024.0)
         return err_set(err, KVI_E_FORMAT, "tokenizer.json: largest id %.0f but only %.0f tokens listed",
-                           max_id, n_entries);
+                       max_id, n_entries);
     *n_vocab = (int32_t)max_id + 1;
     return 0;
 }
@@ -173,14 +177,16 @@ static int load_vocab(tok_tokenizer *t, const cJSON *vocab, const cJSON *added, 
 {
     int rc = 0;
     const cJSON *it;
-    const char **texts = calloc((size_t)t->n_vocab, sizeof *texts);   /* [n_vocab] */
-    size_t *lens = calloc((size_t)t->n_vocab, sizeof *lens);           /* [n_vocab] */
+    const char **texts = calloc((size_t)t->n_vocab, sizeof *texts); /* [n_vocab] */
+    size_t *lens = calloc((size_t)t->n_vocab, sizeof *lens);        /* [n_vocab] */
     if (!texts || !lens) rc = err_set(err, KVI_E_NOMEM, "tokenizer.json: out of memory");
-    cJSON_ArrayForEach(it, vocab) {
+    cJSON_ArrayForEach(it, vocab)
+    {
         if (rc) break;
         rc = set_id(t, texts, lens, it->valuedouble, it->string, err);
     }
-    cJSON_ArrayForEach(it, added) {
+    cJSON_ArrayForEach(it, added)
+    {
         if (rc) break;
         const cJSON *id = cJSON_GetObjectItem(it, "id"), *content = cJSON_GetObjectItem(it, "content");
         if (!cJSON_IsNumber(id) || !cJSON_IsString(content)) {
@@ -194,7 +200,7 @@ static int load_vocab(tok_tokenizer *t, const cJSON *vocab, const cJSON *added, 
     }
     for (int32_t i = 0; rc == 0 && i < t->n_vocab; i++) {
         if (!texts[i]) {
-            texts[i] = "";   /* an id nobody names: unused */
+            texts[i] = ""; /* an id nobody names: unused */
             t->type[i] = KVI_TOKEN_UNUSED;
         }
     }
@@ -211,25 +217,31 @@ static int load_merges(tok_tokenizer *t, const cJSON *merges, kvi_error *err)
     int rc = 0;
     const cJSON *it;
     size_t nm = (size_t)cJSON_GetArraySize(merges), total = 0;
-    cJSON_ArrayForEach(it, merges) {
-        if (cJSON_IsString(it)) total += strlen(it->valuestring) + 1;
-        else if (cJSON_IsArray(it) && cJSON_GetArraySize(it) == 2 && cJSON_IsString(cJSON_GetArrayItem(it, 0)) &&
-                 cJSON_IsString(cJSON_GetArrayItem(it, 1)))
-            total += strlen(cJSON_GetArrayItem(it, 0)->valuestring) + strlen(cJSON_GetArrayItem(it, 1)->valuestring) + 2;
-        else return err_set(err, KVI_E_FORMAT, "tokenizer.json: a merge is neither \"a b\" nor [a, b]");
+    cJSON_ArrayForEach(it, merges)
+    {
+        if (cJSON_IsString(it))
+            total += strlen(it->valuestring) + 1;
+        else if (cJSON_IsArray(it) && cJSON_GetArraySize(it) == 2 &&
+                 cJSON_IsString(cJSON_GetArrayItem(it, 0)) && cJSON_IsString(cJSON_GetArrayItem(it, 1)))
+            total += strlen(cJSON_GetArrayItem(it, 0)->valuestring) +
+                     strlen(cJSON_GetArrayItem(it, 1)->valuestring) + 2;
+        else
+            return err_set(err, KVI_E_FORMAT, "tokenizer.json: a merge is neither \"a b\" nor [a, b]");
     }
-    char *joined = malloc(total ? total : 1);              /* [total] "a b\0" per merge */
-    const char **ms = malloc((nm ? nm : 1) * sizeof *ms);  /* [nm] start of each merge in joined */
-    size_t *ml = malloc((nm ? nm : 1) * sizeof *ml);       /* [nm] its length */
+    char *joined = malloc(total ? total : 1);             /* [total] "a b\0" per merge */
+    const char **ms = malloc((nm ? nm : 1) * sizeof *ms); /* [nm] start of each merge in joined */
+    size_t *ml = malloc((nm ? nm : 1) * sizeof *ml);      /* [nm] its length */
     if (!joined || !ms || !ml) rc = err_set(err, KVI_E_NOMEM, "tokenizer.json: out of memory for merges");
     size_t k = 0, off = 0;
-    cJSON_ArrayForEach(it, merges) {
+    cJSON_ArrayForEach(it, merges)
+    {
         if (rc) break;
         if (cJSON_IsString(it)) {
             ml[k] = strlen(it->valuestring);
             memcpy(joined + off, it->valuestring, ml[k]);
         } else {
-            const char *a = cJSON_GetArrayItem(it, 0)->valuestring, *b = cJSON_GetArrayItem(it, 1)->valuestring;
+            const char *a = cJSON_GetArrayItem(it, 0)->valuestring,
+                       *b = cJSON_GetArrayItem(it, 1)->valuestring;
             size_t la = strlen(a), lb = strlen(b);
             memcpy(joined + off, a, la);
             joined[off + la] = ' ';
@@ -260,8 +272,10 @@ static int load_pipeline(tok_tokenizer *t, const cJSON *root, const cJSON *model
     if (t->byte_level) {
         int rc = 0;
         t->escape_space = t->add_space_prefix = false;
-        if (n_pats > 0) rc = tok_pretok_create_patterns(pats, n_pats, &t->pretok, err);
-        else if (regex) rc = tok_pretok_create("gpt-2", &t->pretok, err);
+        if (n_pats > 0)
+            rc = tok_pretok_create_patterns(pats, n_pats, &t->pretok, err);
+        else if (regex)
+            rc = tok_pretok_create("gpt-2", &t->pretok, err);
         if (rc) return rc;
     }
     const cJSON *unk = cJSON_GetObjectItem(model, "unk_token");

@@ -24,47 +24,47 @@
 #include <stdint.h>
 
 typedef enum tok_algo {
-    TOK_ALGO_SPM = 0,   /* SentencePiece BPE: merges by piece score */
-    TOK_ALGO_BPE = 1,   /* merges by rank from a merges list */
+    TOK_ALGO_SPM = 0, /* SentencePiece BPE: merges by piece score */
+    TOK_ALGO_BPE = 1, /* merges by rank from a merges list */
 } tok_algo;
 
-typedef struct tok_pretok tok_pretok;   /* tokenizer_pretok.c */
+typedef struct tok_pretok tok_pretok; /* tokenizer_pretok.c */
 
 /* A growable list of token ids (the encoder's output). */
 typedef struct tok_ids {
-    int32_t *v;   /* [cap] */
+    int32_t *v; /* [cap] */
     size_t n, cap;
 } tok_ids;
 
 struct tok_tokenizer {
     tok_algo algo;
     int32_t n_vocab;
-    char **text;          /* [n_vocab] NUL-terminated texts, pointers into text_arena */
-    uint32_t *text_len;   /* [n_vocab] bytes of each text */
-    char *text_arena;     /* all texts back to back */
-    float *score;         /* [n_vocab] SPM piece scores (0 when absent) */
-    uint8_t *type;        /* [n_vocab] KVI_TOKEN_* */
-    tok_map map;          /* text -> id */
+    char **text;        /* [n_vocab] NUL-terminated texts, pointers into text_arena */
+    uint32_t *text_len; /* [n_vocab] bytes of each text */
+    char *text_arena;   /* all texts back to back */
+    float *score;       /* [n_vocab] SPM piece scores (0 when absent) */
+    uint8_t *type;      /* [n_vocab] KVI_TOKEN_* */
+    tok_map map;        /* text -> id */
 
-    int32_t bos, eos, eot, eom, unk, pad;   /* -1 when none */
+    int32_t bos, eos, eot, eom, unk, pad; /* -1 when none */
     bool add_bos, add_eos;
-    bool add_space_prefix;   /* SPM / HF: prepend one space to the text */
-    bool escape_space;       /* SPM: spaces are written as U+2581 in pieces */
-    bool byte_level;         /* BPE: GPT-2 byte-to-unicode mapping of the bytes */
-    bool ignore_merges;      /* BPE (llama-bpe): a piece that is a token is kept whole */
+    bool add_space_prefix; /* SPM / HF: prepend one space to the text */
+    bool escape_space;     /* SPM: spaces are written as U+2581 in pieces */
+    bool byte_level;       /* BPE: GPT-2 byte-to-unicode mapping of the bytes */
+    bool ignore_merges;    /* BPE (llama-bpe): a piece that is a token is kept whole */
 
-    int32_t byte_id[256];    /* byte fallback token of each byte, -1 when none */
-    char byte_enc[256][2];   /* byte level: UTF-8 of the code point standing for each byte */
-    uint8_t byte_enc_len[256];   /* its length, 1 or 2 */
-    int32_t *special;        /* [n_special] ids matched in text, longest text first */
+    int32_t byte_id[256];      /* byte fallback token of each byte, -1 when none */
+    char byte_enc[256][2];     /* byte level: UTF-8 of the code point standing for each byte */
+    uint8_t byte_enc_len[256]; /* its length, 1 or 2 */
+    int32_t *special;          /* [n_special] ids matched in text, longest text first */
     size_t n_special;
-    int32_t *eog;            /* [n_eog] end-of-generation ids */
+    int32_t *eog; /* [n_eog] end-of-generation ids */
     size_t n_eog;
-    char *chat_template;     /* NULL when absent */
+    char *chat_template; /* NULL when absent */
 
-    tok_map merges;          /* BPE: "left right" -> rank */
-    char *merges_arena;      /* the merge strings the keys of `merges` point into */
-    tok_pretok *pretok;      /* BPE: pre-tokenizer regexes, NULL = the whole text is one piece */
+    tok_map merges;     /* BPE: "left right" -> rank */
+    char *merges_arena; /* the merge strings the keys of `merges` point into */
+    tok_pretok *pretok; /* BPE: pre-tokenizer regexes, NULL = the whole text is one piece */
 };
 
 /* Allocates an empty tokenizer with n_vocab tokens (texts still unset). */
@@ -73,7 +73,7 @@ int tok_alloc(tok_tokenizer **out, int32_t n_vocab, kvi_error *err);
 int tok_set_texts(tok_tokenizer *t, const char *const *texts, const size_t *lens, kvi_error *err);
 /* Builds map, special list, byte table and EOG set once texts/types/ids are set. */
 int tok_finish(tok_tokenizer *t, kvi_error *err);
-int32_t tok_find(const tok_tokenizer *t, const char *s, size_t len);   /* -1 when absent */
+int32_t tok_find(const tok_tokenizer *t, const char *s, size_t len); /* -1 when absent */
 
 int tok_ids_push(tok_ids *ids, int32_t id);
 
@@ -87,20 +87,18 @@ int tok_merges_build(tok_tokenizer *t, const char *const *merges, const size_t *
 
 /* GPT-2 byte-to-unicode: the code point standing for byte b, and back (-1 if none). */
 uint32_t tok_byte_to_cpt(uint8_t b);
-void tok_byte_enc_init(tok_tokenizer *t);   /* fills byte_enc / byte_enc_len */
+void tok_byte_enc_init(tok_tokenizer *t); /* fills byte_enc / byte_enc_len */
 int tok_cpt_to_byte(uint32_t cpt);
 
 /* Pre-tokenizer by llama.cpp's tokenizer.ggml.pre name (unknown names: gpt-2's). */
 int tok_pretok_create(const char *pre_name, tok_pretok **out, kvi_error *err);
 /* From explicit patterns (Hugging Face Split pre-tokenizers), applied in order. */
-int tok_pretok_create_patterns(const char *const *patterns, size_t n, tok_pretok **out,
-                               kvi_error *err);
+int tok_pretok_create_patterns(const char *const *patterns, size_t n, tok_pretok **out, kvi_error *err);
 void tok_pretok_free(tok_pretok *p);
 /* Calls fn(piece) for each piece of text, in order. Returns 0, KVI_E_NOMEM or fn's
  * first non-zero result. */
 typedef int (*tok_piece_fn)(void *ctx, const char *piece, size_t len);
-int tok_pretok_split(const tok_pretok *p, const char *text, size_t len, tok_piece_fn fn,
-                     void *ctx);
+int tok_pretok_split(const tok_pretok *p, const char *text, size_t len, tok_piece_fn fn, void *ctx);
 
 /* Length of the UTF-8 sequence that starts with byte c (1 for a stray byte). */
 static inline size_t tok_utf8_len(unsigned char c)

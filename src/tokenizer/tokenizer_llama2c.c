@@ -33,7 +33,8 @@ int tokenizer_load_llama2c(const char *path, int32_t n_vocab, tok_tokenizer **ou
 {
     if (!path || !out) return err_set(err, KVI_E_INVALID, "tokenizer: no path");
     *out = NULL;
-    if (n_vocab < 3) return err_set(err, KVI_E_FORMAT, "tokenizer: %s: vocabulary size %d too small", path, (int)n_vocab);
+    if (n_vocab < 3)
+        return err_set(err, KVI_E_FORMAT, "tokenizer: %s: vocabulary size %d too small", path, (int)n_vocab);
     unsigned char *data = NULL;
     size_t len = 0;
     int rc = read_all(path, &data, &len, err);
@@ -49,14 +50,16 @@ int tokenizer_load_llama2c(const char *path, int32_t n_vocab, tok_tokenizer **ou
         float score;
         int32_t l;
         if (len - off < 8) {
-            rc = err_set(err, KVI_E_FORMAT, "tokenizer: %s: truncated at token %d of %d", path, (int)i, (int)n_vocab);
+            rc = err_set(err, KVI_E_FORMAT, "tokenizer: %s: truncated at token %d of %d", path, (int)i,
+                         (int)n_vocab);
             break;
         }
         memcpy(&score, data + off, 4);
         memcpy(&l, data + off + 4, 4);
         off += 8;
         if (l < 0 || (size_t)l > len - off) {
-            rc = err_set(err, KVI_E_FORMAT, "tokenizer: %s: token %d length %d exceeds the file", path, (int)i, (int)l);
+            rc = err_set(err, KVI_E_FORMAT, "tokenizer: %s: token %d length %d exceeds the file", path,
+                         (int)i, (int)l);
             break;
         }
         t->score[i] = score;

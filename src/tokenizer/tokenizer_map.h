@@ -14,16 +14,16 @@
 #include <stdint.h>
 
 typedef struct tok_map_slot {
-    const char *key;   /* NULL: empty slot */
-    uint32_t len;      /* key bytes */
+    const char *key; /* NULL: empty slot */
+    uint32_t len;    /* key bytes */
     uint32_t hash;
     int32_t val;
 } tok_map_slot;
 
 typedef struct tok_map {
-    tok_map_slot *slots;   /* [cap] */
-    size_t cap;            /* power of two, 0 before init */
-    size_t n;              /* entries in use */
+    tok_map_slot *slots; /* [cap] */
+    size_t cap;          /* power of two, 0 before init */
+    size_t n;            /* entries in use */
 } tok_map;
 
 /* Room for n_max entries without growth. 0 or KVI_E_NOMEM. */

@@ -21,17 +21,17 @@
 #include <string.h>
 
 struct tok_pretok {
-    pcre2_code **re;   /* [n] compiled patterns, applied in order */
+    pcre2_code **re; /* [n] compiled patterns, applied in order */
     size_t n;
 };
 
 /* GPT-2's pattern, with the final \s+ alternative the original has. */
 #define PAT_GPT2 "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
-#define PAT_LLAMA3                                                                               \
+#define PAT_LLAMA3                                                                                        \
     "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}" \
     "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
-#define PAT_QWEN2                                                                                \
-    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}"   \
+#define PAT_QWEN2                                                                                    \
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}" \
     "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 
 static const char *const pats_gpt2[] = { PAT_GPT2 };
@@ -43,8 +43,10 @@ static const char *const pats_deepseek_coder[] = { "[\r\n]", "\\s?\\p{L}+", "\\s
                                                    "[一-龥ࠀ-一가-퟿]+", "\\p{N}" };
 static const char *const pats_deepseek_llm[] = {
     "[\r\n]",
-    "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-"
-    "ὗὙὛὝὟ-\\x{1F7D}ᾀ-ᾴᾶ-ᾼ\\x{1FBE}ῂ-ῄῆ-ῌῐ-\\x{1FD3}ῖ-\\x{1FDB}ῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤ\\x{2126}ℨ\\x{212A}-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-"
+    "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-"
+    "Ἕἠ-ὅὈ-Ὅὐ-"
+    "ὗὙὛὝὟ-\\x{1F7D}ᾀ-ᾴᾶ-ᾼ\\x{1FBE}ῂ-ῄῆ-ῌῐ-\\x{1FD3}ῖ-\\x{1FDB}ῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤ\\x{2126}ℨ\\x{212A}-ℭℯ-ℴℹℼ-"
+    "ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-"
     "ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+",
     "\\s?[!-/:-~！-／：-～‘-‟　-。]+",
     "\\s+$",
@@ -93,16 +95,17 @@ int tok_pretok_create_patterns(const char *const *patterns, size_t n, tok_pretok
         int ecode;
         PCRE2_SIZE eoff;
         p->re[i] = pcre2_compile((PCRE2_SPTR)patterns[i], PCRE2_ZERO_TERMINATED,
-                                 PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | PCRE2_DOLLAR_ENDONLY, &ecode, &eoff, NULL);
+                                 PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | PCRE2_DOLLAR_ENDONLY,
+                                 &ecode, &eoff, NULL);
         if (!p->re[i]) {
             PCRE2_UCHAR msg[160];
             pcre2_get_error_message(ecode, msg, sizeof msg);
             p->n = i;
             tok_pretok_free(p);
             return err_set(err, KVI_E_FORMAT, "tokenizer: pre-tokenizer regex %zu at offset %zu: %s", i,
-                               (size_t)eoff, (const char *)msg);
+                           (size_t)eoff, (const char *)msg);
         }
-        pcre2_jit_compile(p->re[i], PCRE2_JIT_COMPLETE);   /* optional: interpreted if it fails */
+        pcre2_jit_compile(p->re[i], PCRE2_JIT_COMPLETE); /* optional: interpreted if it fails */
         p->n = i + 1;
     }
     *out = p;
@@ -120,7 +123,7 @@ int tok_pretok_create(const char *pre_name, tok_pretok **out, kvi_error *err)
     if (!e) {
         *out = NULL;
         return err_set(err, KVI_E_UNSUPPORTED,
-                           "tokenizer: pre-tokenizer '%.64s' (tokenizer.ggml.pre) is not supported", pre_name);
+                       "tokenizer: pre-tokenizer '%.64s' (tokenizer.ggml.pre) is not supported", pre_name);
     }
     return tok_pretok_create_patterns(e->pats, e->n, out, err);
 }
@@ -135,7 +138,7 @@ void tok_pretok_free(tok_pretok *p)
 
 /* Piece boundaries: a growable list of offsets into the text (ends of pieces). */
 typedef struct cuts {
-    size_t *v;   /* [cap] piece end offsets, increasing, last == text length */
+    size_t *v; /* [cap] piece end offsets, increasing, last == text length */
     size_t n, cap;
 } cuts;
 
@@ -163,7 +166,7 @@ static int split_one(const pcre2_code *re, pcre2_match_data *md, const char *tex
         if (rc < 0) return KVI_E_INVALID;
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
         size_t ms = ov[0], me = ov[1];
-        if (me <= ms) {   /* empty match: step over one character */
+        if (me <= ms) { /* empty match: step over one character */
             size_t step = tok_utf8_len((unsigned char)text[ms < end ? ms : end - 1]);
             pos = ms + (step ? step : 1);
             if (pos > end) pos = end;

@@ -19,8 +19,8 @@
 #include <string.h>
 
 typedef struct spm_sym {
-    int32_t prev, next;   /* neighbours in the list, -1 at the ends */
-    size_t off, n;        /* bytes [off, off+n) of the text; n == 0 once merged away */
+    int32_t prev, next; /* neighbours in the list, -1 at the ends */
+    size_t off, n;      /* bytes [off, off+n) of the text; n == 0 once merged away */
 } spm_sym;
 
 static int try_pair(const tok_tokenizer *t, const char *text, const spm_sym *s, int32_t l, int32_t r,
@@ -50,8 +50,8 @@ int tok_spm_encode(const tok_tokenizer *t, const char *raw, size_t raw_len, tok_
     size_t len = raw_len;
 
     int rc = 0;
-    tok_heap heap = { 0 };   /* candidate merges, key = -score */
-    spm_sym *sym = malloc(len * sizeof *sym);   /* at most one symbol per byte */
+    tok_heap heap = { 0 };                    /* candidate merges, key = -score */
+    spm_sym *sym = malloc(len * sizeof *sym); /* at most one symbol per byte */
     if (!sym || len > INT32_MAX) {
         free(sym);
         return KVI_E_NOMEM;
@@ -78,8 +78,10 @@ int tok_spm_encode(const tok_tokenizer *t, const char *raw, size_t raw_len, tok_
     }
     for (int32_t i = 0; rc == 0 && i >= 0 && ns > 0; i = sym[i].next) {
         int32_t id = tok_find(t, s + sym[i].off, sym[i].n);
-        if (id >= 0) rc = tok_ids_push(out, id);
-        else rc = emit_bytes(t, s + sym[i].off, sym[i].n, out);
+        if (id >= 0)
+            rc = tok_ids_push(out, id);
+        else
+            rc = emit_bytes(t, s + sym[i].off, sym[i].n, out);
     }
     free(heap.v);
     free(sym);

@@ -29,18 +29,18 @@ size_t kvi_utf8_complete_prefix(const char *s, size_t len)
     size_t back = len < 4 ? len : 4;
     for (size_t k = 1; k <= back; k++) {
         unsigned char c = (unsigned char)s[len - k];
-        if ((c & 0xC0) == 0x80) continue;   /* continuation byte: keep looking */
+        if ((c & 0xC0) == 0x80) continue; /* continuation byte: keep looking */
         int need = utf8_seq_len(c);
-        if (need > (int)k) return len - k;  /* incomplete: hold it back */
+        if (need > (int)k) return len - k; /* incomplete: hold it back */
         return len;
     }
-    return len;   /* only stray continuation bytes: nothing to wait for */
+    return len; /* only stray continuation bytes: nothing to wait for */
 }
 
 char *kvi_utf8_sanitize(const char *s, size_t len)
 {
     if (len > (SIZE_MAX - 1) / 3) return NULL;
-    char *out = malloc(len * 3 + 1);   /* (3 * len + 1) bytes: each bad byte becomes 3 */
+    char *out = malloc(len * 3 + 1); /* (3 * len + 1) bytes: each bad byte becomes 3 */
     if (!out) return NULL;
     size_t o = 0, i = 0;
     while (i < len) {
@@ -53,7 +53,7 @@ char *kvi_utf8_sanitize(const char *s, size_t len)
         if (ok && need == 3 && u[0] == 0xED && u[1] >= 0xA0) ok = false;
         if (ok && need == 4 && u[0] == 0xF0 && u[1] < 0x90) ok = false;
         if (ok && need == 4 && u[0] == 0xF4 && u[1] >= 0x90) ok = false;
-        if (ok && need == 1 && u[0] == 0) ok = false;   /* NUL would end the C string */
+        if (ok && need == 1 && u[0] == 0) ok = false; /* NUL would end the C string */
         if (ok) {
             memcpy(out + o, u, (size_t)need);
             o += (size_t)need;

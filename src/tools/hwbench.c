@@ -56,18 +56,28 @@
 #define HW_CHAINS 12
 #define HW_MAX_REPS 64
 
-typedef enum hw_kernel { HW_READ, HW_PIN, HW_UNPIN, HW_FMA512, HW_FMA256, HW_BF16, HW_VNNI, HW_AMX, HW_AMX_BF16 } hw_kernel;
+typedef enum hw_kernel {
+    HW_READ,
+    HW_PIN,
+    HW_UNPIN,
+    HW_FMA512,
+    HW_FMA256,
+    HW_BF16,
+    HW_VNNI,
+    HW_AMX,
+    HW_AMX_BF16
+} hw_kernel;
 
 typedef struct hw_job {
     hw_kernel kind;
-    const uint8_t *buf;       /* [bytes] read test buffer */
+    const uint8_t *buf; /* [bytes] read test buffer */
     size_t bytes;
-    int method;               /* read test: index into HW_READ_METHODS */
-    uint64_t iters;           /* compute tests: iterations per thread */
-    int n_cpus;               /* pin: online CPUs */
-    bool pinned[64];          /* [thread] affinity changed by HW_PIN */
-    cpu_set_t saved[64];      /* [thread] affinity before HW_PIN */
-    volatile float sink[64];  /* [thread] results kept alive */
+    int method;              /* read test: index into HW_READ_METHODS */
+    uint64_t iters;          /* compute tests: iterations per thread */
+    int n_cpus;              /* pin: online CPUs */
+    bool pinned[64];         /* [thread] affinity changed by HW_PIN */
+    cpu_set_t saved[64];     /* [thread] affinity before HW_PIN */
+    volatile float sink[64]; /* [thread] results kept alive */
 } hw_job;
 
 /* ---- read loops -------------------------------------------------------------
@@ -110,15 +120,15 @@ uint64_t hw_read_ref(const uint8_t *p, size_t n)
     return s;
 }
 
-#define HW_LINES 16                 /* cache lines per iteration, all streams */
+#define HW_LINES 16 /* cache lines per iteration, all streams */
 #define HW_ITER_BYTES (HW_LINES * 64)
 
-__attribute__((target("avx512f"), always_inline))
-static inline uint64_t read512_streams(const uint8_t *p, size_t n, const int S, const size_t pf)
+__attribute__((target("avx512f"), always_inline)) static inline uint64_t
+read512_streams(const uint8_t *p, size_t n, const int S, const size_t pf)
 {
-    const int lps = HW_LINES / S;                          /* lines per stream and iteration */
-    const size_t step = (size_t)lps * 64;                  /* bytes per stream and iteration */
-    const size_t per = n / ((size_t)S * step) * step;      /* bytes of each stream */
+    const int lps = HW_LINES / S;                     /* lines per stream and iteration */
+    const size_t step = (size_t)lps * 64;             /* bytes per stream and iteration */
+    const size_t per = n / ((size_t)S * step) * step; /* bytes of each stream */
     __m512i a[8];
     for (int k = 0; k < 8; k++) a[k] = _mm512_setzero_si512();
     for (size_t i = 0; i < per; i += step) {
@@ -138,20 +148,19 @@ static inline uint64_t read512_streams(const uint8_t *p, size_t n, const int S, 
     return s + sum_tail(p + (size_t)S * per, n - (size_t)S * per);
 }
 
-#define HW_READ512(NAME, S, PF)                                                     \
+#define HW_READ512(NAME, S, PF)                                                         \
     __attribute__((target("avx512f"))) static uint64_t NAME(const uint8_t *p, size_t n) \
-    {                                                                                 \
-        return read512_streams(p, n, S, PF);                                          \
+    {                                                                                   \
+        return read512_streams(p, n, S, PF);                                            \
     }
-HW_READ512(read512_s1, 1, 0)        /* one stream, no prefetch: the earlier method */
+HW_READ512(read512_s1, 1, 0) /* one stream, no prefetch: the earlier method */
 HW_READ512(read512_s1_pf, 1, 2048)
 HW_READ512(read512_s2_pf, 2, 1024)
 HW_READ512(read512_s4, 4, 0)
 HW_READ512(read512_s4_pf, 4, 512)
 HW_READ512(read512_s8_pf, 8, 512)
 
-__attribute__((target("avx2")))
-static uint64_t read256_s1(const uint8_t *p, size_t n)
+__attribute__((target("avx2"))) static uint64_t read256_s1(const uint8_t *p, size_t n)
 {
     __m256i a[8];
     for (int k = 0; k < 8; k++) a[k] = _mm256_setzero_si256();
@@ -168,7 +177,7 @@ static uint64_t read256_s1(const uint8_t *p, size_t n)
 
 static uint64_t read_scalar4(const uint8_t *p, size_t n)
 {
-    uint64_t s[4] = {0, 0, 0, 0};
+    uint64_t s[4] = { 0, 0, 0, 0 };
     size_t i = 0;
     for (; i + 32 <= n; i += 32)
         for (int k = 0; k < 4; k++) {
@@ -182,21 +191,21 @@ static uint64_t read_scalar4(const uint8_t *p, size_t n)
 typedef uint64_t (*hw_read_fn)(const uint8_t *p, size_t n);
 
 typedef struct hw_read_method {
-    const char *name;     /* "avx512 s4 pf512": ISA, streams per thread, prefetch distance */
+    const char *name; /* "avx512 s4 pf512": ISA, streams per thread, prefetch distance */
     hw_read_fn fn;
-    int isa;              /* 2 = AVX-512F, 1 = AVX2, 0 = none */
+    int isa; /* 2 = AVX-512F, 1 = AVX2, 0 = none */
 } hw_read_method;
 
 /* All read methods; the first one the CPU supports is the quick-mode method. */
 static const hw_read_method HW_READ_METHODS[] = {
-    {"avx512 s2 pf1024", read512_s2_pf, 2},   /* highest median in bench/RESULTS-hw.md */
-    {"avx512 s1", read512_s1, 2},
-    {"avx512 s1 pf2048", read512_s1_pf, 2},
-    {"avx512 s4 pf512", read512_s4_pf, 2},
-    {"avx512 s4", read512_s4, 2},
-    {"avx512 s8 pf512", read512_s8_pf, 2},
-    {"avx2 s1", read256_s1, 1},
-    {"scalar", read_scalar4, 0},
+    { "avx512 s2 pf1024", read512_s2_pf, 2 }, /* highest median in bench/RESULTS-hw.md */
+    { "avx512 s1", read512_s1, 2 },
+    { "avx512 s1 pf2048", read512_s1_pf, 2 },
+    { "avx512 s4 pf512", read512_s4_pf, 2 },
+    { "avx512 s4", read512_s4, 2 },
+    { "avx512 s8 pf512", read512_s8_pf, 2 },
+    { "avx2 s1", read256_s1, 1 },
+    { "scalar", read_scalar4, 0 },
 };
 #define HW_N_READ_METHODS ((int)(sizeof HW_READ_METHODS / sizeof HW_READ_METHODS[0]))
 
@@ -208,7 +217,10 @@ static int cpu_isa_level(void)
 
 int hw_read_n_methods(void) { return HW_N_READ_METHODS; }
 
-const char *hw_read_method_name(int m) { return m >= 0 && m < HW_N_READ_METHODS ? HW_READ_METHODS[m].name : NULL; }
+const char *hw_read_method_name(int m)
+{
+    return m >= 0 && m < HW_N_READ_METHODS ? HW_READ_METHODS[m].name : NULL;
+}
 
 bool hw_read_method_supported(int m)
 {
@@ -223,8 +235,7 @@ uint64_t hw_read_sum(int m, const uint8_t *p, size_t n)
 
 /* ---- compute loops --------------------------------------------------------- */
 
-__attribute__((target("avx512f,fma")))
-static float fma_avx512(uint64_t iters)
+__attribute__((target("avx512f,fma"))) static float fma_avx512(uint64_t iters)
 {
     __m512 acc[HW_CHAINS];
     const __m512 x = _mm512_set1_ps(0.999f), y = _mm512_set1_ps(1e-4f);
@@ -236,8 +247,7 @@ static float fma_avx512(uint64_t iters)
     return _mm512_reduce_add_ps(acc[0]);
 }
 
-__attribute__((target("avx2,fma")))
-static float fma_avx2(uint64_t iters)
+__attribute__((target("avx2,fma"))) static float fma_avx2(uint64_t iters)
 {
     __m256 acc[HW_CHAINS];
     const __m256 x = _mm256_set1_ps(0.999f), y = _mm256_set1_ps(1e-4f);
@@ -251,8 +261,7 @@ static float fma_avx2(uint64_t iters)
     return t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
 }
 
-__attribute__((target("avx512f,avx512bf16")))
-static float bf16_avx512(uint64_t iters)
+__attribute__((target("avx512f,avx512bf16"))) static float bf16_avx512(uint64_t iters)
 {
     __m512 acc[HW_CHAINS];
     /* 32 bf16 values of 0x3C00 (2^-7) in each operand */
@@ -265,8 +274,7 @@ static float bf16_avx512(uint64_t iters)
     return _mm512_reduce_add_ps(acc[0]);
 }
 
-__attribute__((target("avx512f,avx512vnni")))
-static float vnni_avx512(uint64_t iters)
+__attribute__((target("avx512f,avx512vnni"))) static float vnni_avx512(uint64_t iters)
 {
     __m512i acc[HW_CHAINS];
     const __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-2);
@@ -288,18 +296,18 @@ static float vnni_avx512(uint64_t iters)
  * released before returning (cpu.h). */
 static const amx_tile_cfg hw_amx_cfg = {
     .palette = 1,
-    .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
-    .rows = {16, 16, 16, 16, 16, 16, 16, 16},
+    .colsb = { 64, 64, 64, 64, 64, 64, 64, 64 },
+    .rows = { 16, 16, 16, 16, 16, 16, 16, 16 },
 };
 
 /* bf16: TDPBF16PS on tiles of bf16 2^-7, else TDPBSSD on int8 tiles. */
-__attribute__((target("amx-tile,amx-int8,amx-bf16")))
-static float amx_peak(bool bf16, uint64_t iters)
+__attribute__((target("amx-tile,amx-int8,amx-bf16"))) static float amx_peak(bool bf16, uint64_t iters)
 {
-    static const int8_t a8[16 * 64] = {3}, b8[16 * 64] = {-2};
-    uint16_t a16[16 * 32];   /* on each thread's stack */
+    static const int8_t a8[16 * 64] = { 3 }, b8[16 * 64] = { -2 };
+    uint16_t a16[16 * 32]; /* on each thread's stack */
     for (int i = 0; i < 16 * 32; i++) a16[i] = 0x3C00;
-    const void *a = bf16 ? (const void *)a16 : (const void *)a8, *b = bf16 ? (const void *)a16 : (const void *)b8;
+    const void *a = bf16 ? (const void *)a16 : (const void *)a8,
+               *b = bf16 ? (const void *)a16 : (const void *)b8;
     uint32_t c[16 * 16];
     _tile_loadconfig(&hw_amx_cfg);
     _tile_zero(0);
@@ -327,13 +335,13 @@ static float amx_peak(bool bf16, uint64_t iters)
     }
     float s = 0;
     int32_t si = 0;
-#define HW_AMX_SUM(t)                      \
-    do {                                   \
-        _tile_stored(t, c, 64);            \
-        float f;                           \
-        memcpy(&f, &c[0], sizeof f);       \
-        s += f;                            \
-        si += (int32_t)c[0];               \
+#define HW_AMX_SUM(t)                \
+    do {                             \
+        _tile_stored(t, c, 64);      \
+        float f;                     \
+        memcpy(&f, &c[0], sizeof f); \
+        s += f;                      \
+        si += (int32_t)c[0];         \
     } while (0)
     HW_AMX_SUM(0);
     HW_AMX_SUM(1);
@@ -346,10 +354,7 @@ static float amx_peak(bool bf16, uint64_t iters)
 
 /* ---- pool driver ----------------------------------------------------------- */
 
-static bool cpu_has_avx512(void)
-{
-    return cpu_features()->avx512f && cpu_features()->fma;
-}
+static bool cpu_has_avx512(void) { return cpu_features()->avx512f && cpu_features()->fma; }
 
 static void hw_worker(void *ctx, int ith, int nth)
 {
@@ -429,12 +434,12 @@ static double compute_rate(tpool *pool, hw_kernel kind, double ops_per_iter, dou
  * alike; one untimed warm-up round. Fills out->read_* (read_bytes already set). */
 static void read_bench(tpool *pool, hw_job *j, kvi_hw_limits *out, bool quick)
 {
-    int ms_of[KVI_HW_READ_METHODS_MAX];   /* [n] index into HW_READ_METHODS */
+    int ms_of[KVI_HW_READ_METHODS_MAX]; /* [n] index into HW_READ_METHODS */
     int n = 0;
     const int isa = cpu_isa_level();
     for (int m = 0; m < HW_N_READ_METHODS && n < KVI_HW_READ_METHODS_MAX && !(quick && n == 1); m++)
         if (HW_READ_METHODS[m].isa == isa) ms_of[n++] = m;
-    double t[KVI_HW_READ_METHODS_MAX][HW_MAX_REPS];   /* [method][rep] ms */
+    double t[KVI_HW_READ_METHODS_MAX][HW_MAX_REPS]; /* [method][rep] ms */
     for (int r = -1; r < out->reps; r++)
         for (int k = 0; k < n; k++) {
             j->method = ms_of[k];
@@ -442,12 +447,12 @@ static void read_bench(tpool *pool, hw_job *j, kvi_hw_limits *out, bool quick)
             tpool_run(pool, hw_worker, j);
             if (r >= 0) t[k][r] = kvi_time_ms() - t0;
         }
-    const double gb = (double)out->read_bytes / 1e6;   /* GB/s = gb / ms */
+    const double gb = (double)out->read_bytes / 1e6; /* GB/s = gb / ms */
     out->n_read_methods = n;
     for (int k = 0; k < n; k++) {
         kvi_hw_read_figure *f = &out->read_methods[k];
         f->method = HW_READ_METHODS[ms_of[k]].name;
-        double med = stats_median(t[k], out->reps);   /* sorted: t[k][0] is the fastest */
+        double med = stats_median(t[k], out->reps); /* sorted: t[k][0] is the fastest */
         f->median_gbs = med > 0 ? gb / med : 0.0;
         f->best_gbs = t[k][0] > 0 ? gb / t[k][0] : 0.0;
         if (f->median_gbs > out->read_gbs) {
@@ -468,7 +473,7 @@ static uint8_t *alloc_read_buffer(size_t bytes, void **base, size_t *map_len)
     *base = p;
     uint8_t *b = (uint8_t *)(((uintptr_t)p + huge - 1) & ~(uintptr_t)(huge - 1));
 #ifdef MADV_HUGEPAGE
-    (void)madvise(b, bytes, MADV_HUGEPAGE);   /* a hint only */
+    (void)madvise(b, bytes, MADV_HUGEPAGE); /* a hint only */
 #endif
     return b;
 }
@@ -499,7 +504,7 @@ int kvi_hw_bench(kvi_hw_limits *out, int n_threads, bool quick, kvi_error *err)
         memset(out, 0, sizeof *out);
         return err_set(err, KVI_E_NOMEM, "hw bench: cannot allocate the %zu-byte read buffer", b);
     }
-    memset(buf, 0x5A, out->read_bytes);   /* fault every page in before timing; non-zero data */
+    memset(buf, 0x5A, out->read_bytes); /* fault every page in before timing; non-zero data */
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     j->n_cpus = cpus > 0 ? (int)cpus : 1;
     /* pinning only when every thread gets a core of its own */
@@ -532,7 +537,7 @@ int kvi_hw_bench(kvi_hw_limits *out, int n_threads, bool quick, kvi_error *err)
     }
     out->f16_on_amx = kern_amx_f16_on();
     if (pin) {
-        j->kind = HW_UNPIN;   /* the caller's thread gets its own mask back */
+        j->kind = HW_UNPIN; /* the caller's thread gets its own mask back */
         tpool_run(pool, hw_worker, j);
     }
     free(j);

@@ -14,10 +14,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-uint64_t hw_read_ref(const uint8_t *p, size_t n);   /* scalar reference */
+uint64_t hw_read_ref(const uint8_t *p, size_t n); /* scalar reference */
 int hw_read_n_methods(void);
-const char *hw_read_method_name(int m);             /* NULL when m is out of range */
-bool hw_read_method_supported(int m);               /* this CPU has the method's ISA */
+const char *hw_read_method_name(int m); /* NULL when m is out of range */
+bool hw_read_method_supported(int m);   /* this CPU has the method's ISA */
 /* Checksum of p[0..n) by method m (any alignment); 0 for an unsupported m. */
 uint64_t hw_read_sum(int m, const uint8_t *p, size_t n);
 

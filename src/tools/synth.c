@@ -40,13 +40,13 @@ typedef struct synth_preset {
 
 static const synth_preset k_presets[] = {
     /* the shape of stories260K (../shared/models/stories260K.gguf) */
-    {"tiny", 64, 172, 5, 8, 4, 512, 512},
+    { "tiny", 64, 172, 5, 8, 4, 512, 512 },
     /* the shape of ../shared/golden/quant/qtest-*.gguf */
-    {"qtest", 256, 768, 4, 8, 4, 512, 512},
-    {"stories15M", 288, 768, 6, 6, 6, 32000, 256},
-    {"stories42M", 512, 1376, 8, 8, 8, 32000, 1024},
-    {"stories110M", 768, 2048, 12, 12, 12, 32000, 1024},
-    {"llama-1b", 2048, 8192, 16, 32, 8, 32000, 2048},
+    { "qtest", 256, 768, 4, 8, 4, 512, 512 },
+    { "stories15M", 288, 768, 6, 6, 6, 32000, 256 },
+    { "stories42M", 512, 1376, 8, 8, 8, 32000, 1024 },
+    { "stories110M", 768, 2048, 12, 12, 12, 32000, 1024 },
+    { "llama-1b", 2048, 8192, 16, 32, 8, 32000, 2048 },
 };
 #define N_PRESETS (sizeof k_presets / sizeof k_presets[0])
 
@@ -194,10 +194,10 @@ static void synth_add(synth_tensor *t, size_t *n, const char *name, int64_t ne0,
 static void synth_note_fallbacks(const kvi_synth_params *p, const synth_tensor *t, size_t n)
 {
     const kvi_type want = p->type;
-    int64_t done[2] = {0, 0}; /* row lengths already reported (dim and ffn at most) */
+    int64_t done[2] = { 0, 0 }; /* row lengths already reported (dim and ffn at most) */
     for (size_t i = 0; p->notice && i < n; i++) {
         if (t[i].is_norm || t[i].type == want || t[i].ne[0] == done[0] || t[i].ne[0] == done[1]) continue;
-        if (!strcmp(t[i].name, "output.weight") && t[i].type == KVI_TYPE_Q6_K) continue;   /* deliberate */
+        if (!strcmp(t[i].name, "output.weight") && t[i].type == KVI_TYPE_Q6_K) continue; /* deliberate */
         const int64_t len = t[i].ne[0];
         char roles[256] = "";
         for (size_t j = i; j < n; j++) {
@@ -207,13 +207,14 @@ static void synth_note_fallbacks(const kvi_synth_params *p, const synth_tensor *
                 if (strncmp(nm, "blk.0.", 6) != 0) continue;
                 nm += 6;
             }
-            size_t rl = strcspn(nm, ".") ;
+            size_t rl = strcspn(nm, ".");
             size_t used = strlen(roles);
             if (used + rl + 3 < sizeof roles)
                 snprintf(roles + used, sizeof roles - used, "%s%.*s", used ? ", " : "", (int)rl, nm);
         }
         char msg[512];
-        snprintf(msg, sizeof msg, "synth: note: rows of %lld are not a multiple of %s's block of %lld: %s stored as %s",
+        snprintf(msg, sizeof msg,
+                 "synth: note: rows of %lld are not a multiple of %s's block of %lld: %s stored as %s",
                  (long long)len, kvi_type_name(want), (long long)quant_block_elems(want), roles,
                  kvi_type_name(t[i].type));
         p->notice(p->user, msg);
@@ -230,9 +231,9 @@ static size_t synth_build_table(const kvi_synth_params *p, int n_vocab, synth_te
     char nm[64];
     synth_add(t, &n, "token_embd.weight", dim, n_vocab, false, p->type);
     for (int l = 0; l < p->n_layers; l++) {
-#define BLK(suffix, ne0, ne1, norm)                               \
-        snprintf(nm, sizeof nm, "blk.%d." suffix ".weight", l);   \
-        synth_add(t, &n, nm, ne0, ne1, norm, p->type)
+#define BLK(suffix, ne0, ne1, norm)                         \
+    snprintf(nm, sizeof nm, "blk.%d." suffix ".weight", l); \
+    synth_add(t, &n, nm, ne0, ne1, norm, p->type)
         BLK("attn_norm", dim, 1, true);
         BLK("attn_q", dim, dim, false);
         BLK("attn_k", dim, kv_dim, false);
@@ -255,9 +256,9 @@ static size_t synth_build_table(const kvi_synth_params *p, int n_vocab, synth_te
 
 /* ---- the generated SentencePiece-style vocabulary ---- */
 
-#define SYNTH_N_SPECIAL 3   /* <unk> <s> </s> */
-#define SYNTH_N_BYTES 256   /* <0x00> .. <0xFF> */
-#define SYNTH_PIECE_MAX 24  /* bytes per generated piece, NUL included */
+#define SYNTH_N_SPECIAL 3  /* <unk> <s> </s> */
+#define SYNTH_N_BYTES 256  /* <0x00> .. <0xFF> */
+#define SYNTH_PIECE_MAX 24 /* bytes per generated piece, NUL included */
 
 /* The k-th synthetic piece: "▁" alone, then for L = 1, 2, ...: every word of L
  * letters with the "▁" word-start prefix, then without it, letters in English
@@ -355,7 +356,7 @@ static int synth_vocab_count(const gguf_ctx *src, const char *path, int *n_vocab
     if (rc < 0) return rc;
     if (et != GGUF_T_STRING || n == 0 || n > (1u << 24))
         return err_set(err, KVI_E_FORMAT,
-                           "synth: %s: tokenizer.ggml.tokens is not a string array of 1..2^24 entries", path);
+                       "synth: %s: tokenizer.ggml.tokens is not a string array of 1..2^24 entries", path);
     *n_vocab = (int)n;
     return KVI_OK;
 }
@@ -393,9 +394,10 @@ static int synth_check(const kvi_synth_params *p, kvi_error *err)
              "synth: vocab %d out of range %d..4194304 (3 special + 256 byte tokens + pieces)", p->n_vocab,
              SYNTH_N_SPECIAL + SYNTH_N_BYTES + 1);
     if (synth_file_type(p->type) < 0)
-        return err_set(err, KVI_E_UNSUPPORTED, "synth: type %s is not supported for weights (use f32, f16, "
-                           "bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k or q6_k)",
-                           kvi_type_name(p->type) ? kvi_type_name(p->type) : "(unknown)");
+        return err_set(err, KVI_E_UNSUPPORTED,
+                       "synth: type %s is not supported for weights (use f32, f16, "
+                       "bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k or q6_k)",
+                       kvi_type_name(p->type) ? kvi_type_name(p->type) : "(unknown)");
 #undef NEED
     return KVI_OK;
 }
@@ -427,16 +429,16 @@ static int synth_set_metadata(gguf_writer *w, const kvi_synth_params *p, int n_v
 /* One kvi_synth_write in progress: what it holds and must free. */
 typedef struct synth_job {
     const kvi_synth_params *p;
-    gguf_ctx *src;         /* p->vocab_from, or NULL */
+    gguf_ctx *src; /* p->vocab_from, or NULL */
     gguf_writer *w;
     int n_vocab;
-    synth_tensor *tab;     /* [3 + 9 * n_layers] the tensor table, n_t used */
+    synth_tensor *tab; /* [3 + 9 * n_layers] the tensor table, n_t used */
     size_t n_t;
-    size_t max_bytes;      /* the largest tensor in its stored type */
-    size_t total_bytes;    /* every tensor's bytes */
-    int64_t max_row;       /* the longest row (ne0) */
-    uint8_t *qbuf;         /* [max_bytes] one tensor in its stored type */
-    float *row;            /* [max_row] one row of f32 weights */
+    size_t max_bytes;   /* the largest tensor in its stored type */
+    size_t total_bytes; /* every tensor's bytes */
+    int64_t max_row;    /* the longest row (ne0) */
+    uint8_t *qbuf;      /* [max_bytes] one tensor in its stored type */
+    float *row;         /* [max_row] one row of f32 weights */
 } synth_job;
 
 static void synth_job_free(synth_job *j)
@@ -480,7 +482,7 @@ static int synth_tensors(synth_job *j, kvi_error *err)
         size_t b = quant_row_bytes(t->type, t->ne[0]) * (size_t)t->ne[1];
         if (b == 0)
             return err_set(err, KVI_E_UNSUPPORTED, "synth: %s: no row size for type %s", t->name,
-                               kvi_type_name(t->type));
+                           kvi_type_name(t->type));
         if (b > j->max_bytes) j->max_bytes = b;
         if (t->ne[0] > j->max_row) j->max_row = t->ne[0];
         j->total_bytes += b;
@@ -510,7 +512,7 @@ static int synth_data(synth_job *j, FILE *f, kvi_error *err)
             int rc = quant_quantize_row(t->type, j->row, j->qbuf + (size_t)r * rb, t->ne[0]);
             if (rc < 0)
                 return err_set(err, rc, "synth: %s: quantisation to %s failed", t->name,
-                                   kvi_type_name(t->type));
+                               kvi_type_name(t->type));
         }
         int rc = gguf_writer_write_tensor(j->w, f, (int64_t)i, j->qbuf, err);
         if (rc < 0) return rc;
@@ -526,9 +528,9 @@ int kvi_synth_write(const kvi_synth_params *p, const char *path, kvi_error *err)
     int rc = synth_check(p, err);
     if (rc < 0) return rc;
 
-    synth_job j = {.p = p, .n_vocab = p->n_vocab};
+    synth_job j = { .p = p, .n_vocab = p->n_vocab };
     FILE *f = NULL;
-    bool created = false;  /* path is ours to remove on failure */
+    bool created = false; /* path is ours to remove on failure */
     j.w = gguf_writer_create();
     if (!j.w) return err_set(err, KVI_E_NOMEM, "synth: no memory for the GGUF writer");
     rc = synth_metadata(&j, err);

@@ -41,8 +41,8 @@ const kv_policy *kv_policy_find(const char *name)
 
 const char *kv_policy_names(void) { return "error, shift, sinks, heavy"; }
 
-int kv_policy_apply(kv_pool *p, kv_table *t, const kv_rope *m, const int32_t *keep,
-                    int32_t n_keep, float *recv, kvi_error *err)
+int kv_policy_apply(kv_pool *p, kv_table *t, const kv_rope *m, const int32_t *keep, int32_t n_keep,
+                    float *recv, kvi_error *err)
 {
     int32_t first = 0;
     while (first < n_keep && keep[first] == first) first++;
@@ -56,7 +56,7 @@ int kv_policy_apply(kv_pool *p, kv_table *t, const kv_rope *m, const int32_t *ke
     float *kbuf = malloc((size_t)bs * kvd * sizeof *kbuf);
     float *vbuf = malloc((size_t)bs * kvd * sizeof *vbuf);
     double *freq = malloc((size_t)(half > 0 ? half : 1) * sizeof *freq);
-    float *cs = malloc((size_t)(half > 0 ? half : 1) * 2 * sizeof *cs);   /* [2][half]: cos, sin */
+    float *cs = malloc((size_t)(half > 0 ? half : 1) * 2 * sizeof *cs); /* [2][half]: cos, sin */
     uint8_t *snap = t->tail && p->tail_bytes ? malloc(p->tail_bytes) : NULL;
     if (!kbuf || !vbuf || !freq || !cs || (t->tail && p->tail_bytes && !snap)) {
         free(kbuf);
@@ -94,7 +94,8 @@ int kv_policy_apply(kv_pool *p, kv_table *t, const kv_rope *m, const int32_t *ke
                     cur_delta = delta;
                     have = true;
                 }
-                for (int h = 0; h < m->n_kv_heads; h++) kern_rope_head(k + (size_t)h * hd, cs, cs + half, half, m->neox);
+                for (int h = 0; h < m->n_kv_heads; h++)
+                    kern_rope_head(k + (size_t)h * hd, cs, cs + half, half, m->neox);
             }
             for (int32_t i = g0; i < g1; i++) {
                 /* an unmoved row is rewritten only to rebuild a q4 key group */

@@ -8,16 +8,17 @@
 
 #include "base/error.h"
 
-static int32_t select_sinks(const kv_policy_params *pp, int32_t n_pos, int32_t n_needed,
-                            const float *recv, int32_t *keep, kvi_error *err)
+static int32_t select_sinks(const kv_policy_params *pp, int32_t n_pos, int32_t n_needed, const float *recv,
+                            int32_t *keep, kvi_error *err)
 {
     const int32_t n_sink = pp->n_sink < n_pos ? pp->n_sink : n_pos;
     int32_t win = pp->n_ctx - n_sink - n_needed;
     if (pp->n_window > 0 && pp->n_window < win) win = pp->n_window;
     if (win < 0 || n_sink + n_needed > pp->n_ctx)
         return err_set(err, KVI_E_CONTEXT_FULL,
-                           "context_length_exceeded: sinks cannot make room for %d positions "
-                           "(%d sinks, context %d)", n_needed, pp->n_sink, pp->n_ctx);
+                       "context_length_exceeded: sinks cannot make room for %d positions "
+                       "(%d sinks, context %d)",
+                       n_needed, pp->n_sink, pp->n_ctx);
     if (win > n_pos - n_sink) win = n_pos - n_sink;
     int32_t n = 0;
     for (int32_t i = 0; i < n_sink; i++) keep[n++] = i;
@@ -25,4 +26,4 @@ static int32_t select_sinks(const kv_policy_params *pp, int32_t n_pos, int32_t n
     return n;
 }
 
-const kv_policy kv_policy_sinks = {"sinks", false, select_sinks};
+const kv_policy kv_policy_sinks = { "sinks", false, select_sinks };
