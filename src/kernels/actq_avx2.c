@@ -22,12 +22,6 @@
 
 #define AVX2 KVI_TARGET_AVX2_NOFMA
 
-/* f32 -> f16 (nearest even) -> f32, one value */
-AVX2 static float f16_round(float v)
-{
-    return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtps_ph(_mm_set_ss(v), _MM_FROUND_TO_NEAREST_INT)));
-}
-
 AVX2 static float hmax256(__m256 v)
 {
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -75,8 +69,8 @@ AVX2 void kern_actq_a_avx2(const float *x, kern_q8a *b, int64_t nb)
         levels32(x, _mm256_set1_ps(id), b->qs, q);
         const int32_t sum =
             hsum256i(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
-        b->d = f16_round(d);
-        b->s = f16_round(d * (float)sum);
+        b->d = kern_f16_round_f16c(d);
+        b->s = kern_f16_round_f16c(d * (float)sum);
         b->sum = sum;
         b->pad = 0;
     }

@@ -22,12 +22,6 @@
 
 #define AVX512 KVI_TARGET_AVX512_NOFMA
 
-/* f32 -> f16 (nearest even) -> f32, one value */
-AVX512 static float f16_round(float v)
-{
-    return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtps_ph(_mm_set_ss(v), _MM_FROUND_TO_NEAREST_INT)));
-}
-
 /* levels of 16 inputs: clamp(rint(v * s), -127, 127) as int32 */
 AVX512 static __m512i levels16(__m512 v, __m512 s)
 {
@@ -48,8 +42,8 @@ AVX512 void kern_actq_a_avx512(const float *x, kern_q8a *b, int64_t nb)
         _mm_storeu_si128((__m128i *)b->qs, _mm512_cvtepi32_epi8(q0));
         _mm_storeu_si128((__m128i *)(b->qs + 16), _mm512_cvtepi32_epi8(q1));
         const int32_t sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
-        b->d = f16_round(d);
-        b->s = f16_round(d * (float)sum);
+        b->d = kern_f16_round_f16c(d);
+        b->s = kern_f16_round_f16c(d * (float)sum);
         b->sum = sum;
         b->pad = 0;
     }

@@ -14,39 +14,20 @@
  * in [0, n_vocab) and every id to have a text.
  */
 #include "base/error.h"
+#include "base/file.h"
 #include "tokenizer/tokenizer_int.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
-static char *slurp(const char *path, size_t *len)
+/* The whole file as a NUL-terminated string, NULL when it cannot be read. */
+static char *slurp(const char *path)
 {
-    /* Only a regular file: fopen of a FIFO would wait for a writer forever. */
-    struct stat sb;
-    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) return NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *buf = NULL;
-    for (;;) {
-        char *nb = realloc(buf, cap + 1);
-        if (!nb) {
-            free(buf);
-            fclose(f);
-            return NULL;
-        }
-        buf = nb;
-        n += fread(buf + n, 1, cap - n, f);
-        if (n < cap) break;
-        cap *= 2;
-    }
-    fclose(f);
-    buf[n] = 0;
-    if (len) *len = n;
-    return buf;
+    char *data;
+    size_t n;
+    return file_read_all(path, 0, &data, &n) == FILE_OK ? data : NULL;
 }
 
 static bool str_is(const cJSON *j, const char *s)
@@ -70,7 +51,7 @@ static void read_config(tok_tokenizer *t, const char *json_path)
     if (!path) return;
     memcpy(path, json_path, dir);
     strcpy(path + dir, "tokenizer_config.json");
-    char *text = slurp(path, NULL);
+    char *text = slurp(path);
     free(path);
     cJSON *c = text ? cJSON_Parse(text) : NULL;
     free(text);
@@ -331,7 +312,7 @@ int tokenizer_load_hf(const char *json_path, tok_tokenizer **out, kvi_error *err
 {
     if (!json_path || !out) return err_set(err, KVI_E_INVALID, "tokenizer: no path");
     *out = NULL;
-    char *text = slurp(json_path, NULL);
+    char *text = slurp(json_path);
     if (!text) return err_set(err, KVI_E_IO, "tokenizer: cannot read %s", json_path);
     cJSON *root = cJSON_Parse(text);
     free(text);
