@@ -42,7 +42,8 @@ typedef struct kvi_cpu_params {
 void kvi_cpu_params_default(kvi_cpu_params *p);
 /* Applies p for the whole process; call it before loading a model (the loader
  * lays weights out for the kernels chosen then) and never while a kvi_step
- * runs. 0, or KVI_E_INVALID for an unknown isa. */
+ * runs. 0, or KVI_E_INVALID for an unknown isa. One engine can take other paths
+ * than the process's: kvi_engine_params.cpu. */
 int kvi_cpu_configure(const kvi_cpu_params *p, kvi_error *err);
 
 /* ---- models -------------------------------------------------------------- */
@@ -130,14 +131,17 @@ typedef struct kvi_engine_params {
     int n_seq_max;          /* sequences alive at once (default 1) */
     int n_batch_max;        /* rows per forward pass; larger batches are split (default 512) */
     /* KV sharing and bounded context */
-    bool prefix_cache;      /* index full blocks for reuse by kvi_seq_reuse_prefix (default on) */
-    const char *ctx_policy; /* at n_ctx: "error" (default), "shift", "sinks", "heavy" */
-    int32_t n_keep;         /* shift: first tokens never dropped (default 0) */
-    int32_t n_sink;         /* sinks, heavy: attention-sink tokens kept (default 4) */
-    int32_t n_window;       /* sinks: recent tokens kept (0: all that fit);
+    bool prefix_cache;         /* index full blocks for reuse by kvi_seq_reuse_prefix (default on) */
+    const char *ctx_policy;    /* at n_ctx: "error" (default), "shift", "sinks", "heavy" */
+    int32_t n_keep;            /* shift: first tokens never dropped (default 0) */
+    int32_t n_sink;            /* sinks, heavy: attention-sink tokens kept (default 4) */
+    int32_t n_window;          /* sinks: recent tokens kept (0: all that fit);
                                 heavy: recent window (0: n_ctx / 4) */
-    int32_t fwd_chunk;      /* rows per chunk of the forward pass (0: sized by its
+    int32_t fwd_chunk;         /* rows per chunk of the forward pass (0: sized by its
                                 scratch budget; N > 0 forces N: tests of the chunked path) */
+    const kvi_cpu_params *cpu; /* this engine's CPU paths, read at kvi_engine_create (NULL:
+                                  the process-wide choice of kvi_cpu_configure); the
+                                  process-wide AMX switch bounds an engine's */
 } kvi_engine_params;
 
 void kvi_engine_params_default(kvi_engine_params *p);

@@ -647,7 +647,7 @@ static void attn_worker(void *ctx, int ith, int nth)
 void attention_rows(tpool *pool, attn_scratch *s, const attn_args *a)
 {
     if (a->n_rows <= 0) return;
-    attn_job job = { .a = a, .s = s, .kn = attn_kernels_active() };
+    attn_job job = { .a = a, .s = s, .kn = attn_kernels_of(pool) };
     atomic_init(&job.next, 0);
     /* tiles: runs of rows of one table without recv, at most rmax rows */
     if (s->tiles_cap < (size_t)a->n_rows + 1) {

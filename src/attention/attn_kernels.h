@@ -30,6 +30,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "base/threadpool.h"
 #include "kvinfer_types.h"
 
 #define ATTN_LANES 16
@@ -104,6 +105,8 @@ typedef struct attn_kernels {
 
 /* The table of the active ISA (kernels.h kern_isa_active). */
 const attn_kernels *attn_kernels_active(void);
+/* The build that attention run on this pool takes (its kern_cfg, kernels.h). */
+const attn_kernels *attn_kernels_of(const tpool *pool);
 extern const attn_kernels attn_kernels_scalar;
 extern const attn_kernels attn_kernels_avx2;
 extern const attn_kernels attn_kernels_avx512;

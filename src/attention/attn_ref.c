@@ -123,11 +123,15 @@ const attn_kernels attn_kernels_scalar = { scores_scalar,  update_scalar,    f16
                                            pscores_scalar, pupdate_scalar,   kvq_row_slice, kivi_group_slice,
                                            NULL,           ptrans_f16_scalar };
 
-const attn_kernels *attn_kernels_active(void)
+static const attn_kernels *attn_kernels_for(kern_isa isa)
 {
-    switch (kern_isa_active()) {
+    switch (isa) {
     case KVI_ISA_AVX512: return &attn_kernels_avx512;
     case KVI_ISA_AVX2: return &attn_kernels_avx2;
     default: return &attn_kernels_scalar;
     }
 }
+
+const attn_kernels *attn_kernels_active(void) { return attn_kernels_for(kern_isa_active()); }
+
+const attn_kernels *attn_kernels_of(const tpool *pool) { return attn_kernels_for(kern_isa_of(pool)); }

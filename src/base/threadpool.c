@@ -66,6 +66,7 @@ struct tpool {
     atomic_bool stop;
     tpool_fn fn; /* current run, see invariants */
     void *ctx;
+    const void *user; /* the owner's, tpool_set_user */
 };
 
 int tpool_n_cores(void)
@@ -207,3 +208,10 @@ size_t tpool_scratch_bytes(const tpool *p)
     for (int i = 0; p && i < p->n; i++) total += p->scratch[i].cap;
     return total;
 }
+
+void tpool_set_user(tpool *p, const void *user)
+{
+    if (p) p->user = user;
+}
+
+const void *tpool_user(const tpool *p) { return p ? p->user : NULL; }

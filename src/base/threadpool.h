@@ -28,5 +28,9 @@ int tpool_n_cores(void);
 void *tpool_scratch(tpool *p, int ith, size_t bytes);
 /* Bytes of per-thread scratch held now, all threads together (memory accounting). */
 size_t tpool_scratch_bytes(const tpool *p);
+/* An opaque pointer the pool's owner attaches for the work run on it (the engine:
+ * its kernel configuration, kernels.h); NULL until set. */
+void tpool_set_user(tpool *p, const void *user);
+const void *tpool_user(const tpool *p);
 
 #endif

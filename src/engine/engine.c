@@ -62,6 +62,7 @@ struct kvi_engine {
     kvi_model *m;
     kvi_engine_params p;
     tpool *pool;
+    kern_cfg kcfg; /* the kernels of this engine's pool, when p.cpu was given */
     kv_pool kv;
     fwd_ctx *fwd;
     kvi_seq **slots; /* [n_seq_max] */
@@ -205,6 +206,11 @@ kvi_engine *kvi_engine_create(kvi_model *m, const kvi_engine_params *params, kvi
         err_set(err, KVI_E_NOMEM, "engine: out of memory");
         goto fail;
     }
+    if (p.cpu) {
+        if (engine_cpu_cfg(p.cpu, &e->kcfg, err)) goto fail;
+        tpool_set_user(e->pool, &e->kcfg);
+    }
+    e->p.cpu = NULL; /* read once: the caller's struct need not outlive this call */
     e->fwd = fwd_create(m, p.n_batch_max, p.fwd_chunk, tpool_size(e->pool), p.kv_block_size, err);
     if (!e->fwd) goto fail;
     return e;

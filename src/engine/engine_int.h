@@ -6,6 +6,7 @@
 #define KVI_ENGINE_INTERNAL_H
 
 #include "kvinfer.h"
+#include "kernels/kernels.h"
 #include "kv/kv_cache.h"
 #include "base/threadpool.h"
 
@@ -16,5 +17,9 @@ bool engine_prefix_cache_on(const kvi_engine *e);
 /* [n_ctx] attention each position of s has received so far (policy heavy), or
  * NULL: for tests and debugging. */
 const float *engine_seq_recv(const kvi_seq *s);
+
+/* p (NULL: the defaults) as a kernel configuration (cpu_config.c); 0, or
+ * KVI_E_INVALID for an unknown isa. */
+int engine_cpu_cfg(const kvi_cpu_params *p, kern_cfg *out, kvi_error *err);
 
 #endif

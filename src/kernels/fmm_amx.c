@@ -459,7 +459,7 @@ int kern_fmm_amx(tpool *pool, const kern_tensor *W, const float *x, int64_t ldx,
                  int64_t ldy)
 {
     if (!W || (W->type != KVI_TYPE_F16 && W->type != KVI_TYPE_BF16) || W->layout != KVI_LAYOUT_ROWS ||
-        n_rows <= 0 || W->n_out <= 0 || !kern_amx_f16_on())
+        n_rows <= 0 || W->n_out <= 0 || !cpu_amx_on())
         return 0;
     amx_ctx c = {
         .type = W->type,

@@ -97,6 +97,33 @@ static const kern_table *tab(void)
 
 kern_isa kern_isa_active(void) { return tab()->isa; }
 
+/* ---- per-pool configuration (kern_cfg) --------------------------------- */
+
+static const kern_cfg *cfg_of(const tpool *pool) { return pool ? tpool_user(pool) : NULL; }
+
+static const kern_table *tab_of(const tpool *pool)
+{
+    const kern_cfg *c = cfg_of(pool);
+    return c ? table_for(c->isa) : tab();
+}
+
+kern_isa kern_isa_of(const tpool *pool) { return tab_of(pool)->isa; }
+
+/* AMX-INT8 for the integer products of this pool (the process-wide switch,
+ * cpu_amx_on, bounds every pool's) */
+static bool amx_of(const tpool *pool)
+{
+    const kern_cfg *c = cfg_of(pool);
+    return cpu_amx_on() && (!c || c->amx);
+}
+
+/* AMX-BF16 for the float products of this pool */
+static bool amx_f16_of(const tpool *pool)
+{
+    const kern_cfg *c = cfg_of(pool);
+    return c ? c->amx_f16 && c->amx && cpu_amx_on() : kern_amx_f16_on();
+}
+
 const kern_table *kern_table_active(void) { return tab(); }
 
 void kern_isa_set(kern_isa isa)
@@ -370,7 +397,7 @@ static bool matmul_q8(tpool *pool, int n_w, const kern_tensor *const *W, const f
         .pool = pool,
         .xq_rb = kern_q8_act_row_bytes(W[0]->type, W[0]->n_in),
         .scratch_bytes = KVI_QGEMM_SCRATCH(W[0]->n_in),
-        .tab = tab(),
+        .tab = tab_of(pool),
     };
     c.tiles_before[0] = 0;
     for (int i = 0; i < n_w; i++)
@@ -388,7 +415,8 @@ static bool matmul_q8(tpool *pool, int n_w, const kern_tensor *const *W, const f
     bool amx = false;
     for (int i = 0; i < n_w; i++)
         amx = amx || kern_qgemm_amx_q8_wanted(W[i]->type, W[i]->layout == KVI_LAYOUT_R16, n_rows, W[i]->n_in);
-    if (c.tab->amx_q8 && amx) xt_bytes = (kern_q8_tiles_bytes(n_rows, W[0]->n_in) + 63) & ~(size_t)63;
+    if (c.tab->amx_q8 && amx && amx_of(pool))
+        xt_bytes = (kern_q8_tiles_bytes(n_rows, W[0]->n_in) + 63) & ~(size_t)63;
     if (xt_bytes > SIZE_MAX - xq_bytes - c.scratch_bytes) xt_bytes = 0;
     uint8_t *buf = pool ? tpool_scratch(pool, 0, xq_bytes + xt_bytes + c.scratch_bytes) : NULL;
     uint8_t *own = NULL;
@@ -423,7 +451,8 @@ int kern_matmul(tpool *pool, const kern_tensor *W, const float *x, int64_t ldx, 
         return KVI_OK;
     /* only the integer path reads other layouts: it could not get its buffers */
     if (W->layout != KVI_LAYOUT_ROWS) return KVI_E_NOMEM;
-    if (tab()->fmm_amx && tab()->fmm_amx(pool, W, x, ldx, n_rows, y, ldy)) return KVI_OK;
+    const kern_table *t = tab_of(pool);
+    if (t->fmm_amx && amx_f16_of(pool) && t->fmm_amx(pool, W, x, ldx, n_rows, y, ldy)) return KVI_OK;
     mm_ctx c = {
         .W = W,
         .x = x,
@@ -433,7 +462,7 @@ int kern_matmul(tpool *pool, const kern_tensor *W, const float *x, int64_t ldx, 
         .ldy = ldy,
         .pool = pool,
         .own_scratch = NULL,
-        .tab = tab(),
+        .tab = t,
         .row_bytes = quant_row_bytes(W->type, W->n_in),
     };
     c.tile = TILE_MAX_FLOATS / W->n_in;

@@ -21,6 +21,20 @@ kern_isa kern_isa_active(void);  /* detect, lowered by kern_isa_set */
 void kern_isa_set(kern_isa isa); /* tests: force a path (capped at detect) */
 const char *kern_isa_str(kern_isa isa);
 
+/* The kernels one engine uses, attached to its pool (tpool_set_user): the products
+ * run on that pool take this ISA's table (capped at what the CPU has) and the AMX
+ * tiles only where amx / amx_f16 allow them. A pool without one (NULL, or no pool)
+ * takes the process-wide choice (kern_isa_set, cpu_amx_set, kern_amx_f16_set).
+ * Only the choice differs: every path gives the bits its ISA's contract says. */
+typedef struct kern_cfg {
+    kern_isa isa;
+    bool amx;     /* Q8_0 / Q4_0 products on AMX-INT8 */
+    bool amx_f16; /* F16 / BF16 products on AMX-BF16 (with amx) */
+} kern_cfg;
+
+/* The ISA that products run on this pool take. */
+kern_isa kern_isa_of(const tpool *pool);
+
 /* A weight matrix [n_out][n_in] of type `type`: row j holds n_in elements,
  * quant_row_bytes(type, n_in) bytes apart. 1-D vectors have n_out = 1. */
 typedef struct kern_tensor {
