@@ -15,8 +15,6 @@
 #include "kernels/fmm_amx.h"
 #include "kernels/kernels.h"
 
-#include <strings.h>
-
 void kvi_cpu_params_default(kvi_cpu_params *p)
 {
     if (!p) return;
@@ -32,16 +30,10 @@ int engine_cpu_cfg(const kvi_cpu_params *p, kern_cfg *out, kvi_error *err)
         kvi_cpu_params_default(&d);
         p = &d;
     }
-    if (!p->isa || !strcasecmp(p->isa, "avx512"))
-        out->isa = KVI_ISA_AVX512;
-    else if (!strcasecmp(p->isa, "avx2"))
-        out->isa = KVI_ISA_AVX2;
-    else if (!strcasecmp(p->isa, "scalar"))
-        out->isa = KVI_ISA_SCALAR;
-    else
+    kern_isa isa = KVI_ISA_AVX512;
+    if (p->isa && !kern_isa_parse(p->isa, &isa))
         return err_set(err, KVI_E_INVALID, "cpu: unknown isa '%s' (avx512, avx2, scalar)", p->isa);
-    out->amx = p->amx;
-    out->amx_f16 = p->amx_f16;
+    *out = kern_cfg_make(isa, p->amx, p->amx_f16);
     return KVI_OK;
 }
 

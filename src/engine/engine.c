@@ -425,11 +425,20 @@ static int step_validate(kvi_engine *e, const kvi_batch *b, uint64_t stamp, int3
     return 0;
 }
 
+/* A failed step after phase 2 began: the KV transaction rolls back (every table
+ * holds its blocks from before again, the copies and new blocks go back to the
+ * pool) and no sequence stays marked as joined. */
+static void step_rollback(kvi_engine *e, const kvi_batch *b)
+{
+    kv_txn_rollback(&e->txn);
+    for (int32_t i = 0; i < b->n; i++) b->seq[i]->step_stamp = 0;
+}
+
 /* Phase 2: every sequence of the batch joins one KV transaction (kv_txn.h):
  * private copies of the shared blocks its rows write, then new blocks. On a
  * failure the transaction rolls back and no sequence has changed; on success it
- * commits (originals dropped, overwritten blocks unindexed) and each row's
- * received-attention target is set. */
+ * stays open through the forward pass (kvi_step commits or rolls it back) and each
+ * row's received-attention target is set. */
 static int step_reserve(kvi_engine *e, const kvi_batch *b, kvi_error *err)
 {
     if (kv_txn_begin(&e->txn, &e->kv, b->n, b->n) != 0)
@@ -447,13 +456,10 @@ static int step_reserve(kvi_engine *e, const kvi_batch *b, kvi_error *err)
         s->step_stamp = stamp;
         const int rc = kv_txn_add(&e->txn, &s->table, s->step_first, s->step_last, err);
         if (rc) {
-            kv_txn_rollback(&e->txn);
-            for (int32_t j = 0; j <= i; j++)
-                if (b->seq[j]->step_stamp == stamp) b->seq[j]->step_stamp = 0;
+            step_rollback(e, b);
             return rc;
         }
     }
-    kv_txn_commit(&e->txn);
     for (int32_t i = 0; i < b->n; i++) {
         kvi_seq *s = b->seq[i];
         e->recv_rows[i] = s->recv && s->step_rows == 1 ? s->recv : NULL;
@@ -494,20 +500,6 @@ static int step_run(kvi_engine *e, const kvi_batch *b)
     return 0;
 }
 
-/* A failed pass (phase 3): every sequence keeps its length from before the step
- * and gives back the blocks reserved beyond it; the rows' tokens are not
- * recorded. Positions below the old length that the batch rewrote, and a q4 key
- * tail, keep what the failed pass wrote. */
-static void step_abandon(kvi_engine *e, const kvi_batch *b)
-{
-    for (int32_t i = 0; i < b->n; i++) {
-        kvi_seq *s = b->seq[i];
-        if (s->step_stamp == 0) continue;
-        s->step_stamp = 0;
-        kv_table_truncate(&e->kv, &s->table, s->table.n_pos);
-    }
-}
-
 /* Phase 4: each sequence now holds positions 0..last, with their tokens; blocks
  * that became full join the prefix index. */
 static void step_commit(kvi_engine *e, const kvi_batch *b)
@@ -539,9 +531,12 @@ int kvi_step(kvi_engine *e, kvi_batch *b, kvi_error *err)
     if (rc) return rc;
     rc = step_run(e, b);
     if (rc) {
-        step_abandon(e, b);
+        /* positions below a sequence's old length that the batch rewrote, and a q4
+         * key tail, keep what the failed pass wrote */
+        step_rollback(e, b);
         return err_set(err, rc, "step: the forward pass failed (%s)", kvi_strerror(rc));
     }
+    kv_txn_commit(&e->txn);
     step_commit(e, b);
     e->n_rows_last = b->n;
     e->n_steps++;

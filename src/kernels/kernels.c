@@ -75,16 +75,24 @@ kern_isa kern_isa_detect(void)
     return f->avx512 ? KVI_ISA_AVX512 : f->avx2 ? KVI_ISA_AVX2 : KVI_ISA_SCALAR;
 }
 
-static const kern_table *table_for(kern_isa isa)
+/* isa, lowered to the best the CPU has */
+static kern_isa isa_capped(kern_isa isa)
 {
-    kern_isa best = kern_isa_detect();
-    if ((int)isa > (int)best) isa = best;
+    const kern_isa best = kern_isa_detect();
+    return (int)isa > (int)best ? best : isa;
+}
+
+/* the table of an ISA the CPU has */
+static const kern_table *table_of(kern_isa isa)
+{
     switch (isa) {
     case KVI_ISA_AVX512: return &kern_table_avx512;
     case KVI_ISA_AVX2: return &kern_table_avx2;
     default: return &TAB_SCALAR;
     }
 }
+
+static const kern_table *table_for(kern_isa isa) { return table_of(isa_capped(isa)); }
 
 /* The best path the CPU has, until kern_isa_set() says otherwise. */
 static void isa_init(void) { atomic_store(&g_tab, table_for(KVI_ISA_AVX512)); }
@@ -104,7 +112,7 @@ static const kern_cfg *cfg_of(const tpool *pool) { return pool ? tpool_user(pool
 static const kern_table *tab_of(const tpool *pool)
 {
     const kern_cfg *c = cfg_of(pool);
-    return c ? table_for(c->isa) : tab();
+    return c ? table_of(c->isa) : tab(); /* c->isa was capped by kern_cfg_make */
 }
 
 kern_isa kern_isa_of(const tpool *pool) { return tab_of(pool)->isa; }
@@ -130,6 +138,22 @@ void kern_isa_set(kern_isa isa)
 {
     pthread_once(&g_once, isa_init);
     atomic_store(&g_tab, table_for(isa));
+}
+
+bool kern_isa_parse(const char *name, kern_isa *out)
+{
+    static const kern_isa all[] = { KVI_ISA_SCALAR, KVI_ISA_AVX2, KVI_ISA_AVX512 };
+    for (size_t i = 0; name && i < sizeof all / sizeof all[0]; i++)
+        if (!strcasecmp(name, kern_isa_str(all[i]))) {
+            *out = all[i];
+            return true;
+        }
+    return false;
+}
+
+kern_cfg kern_cfg_make(kern_isa isa, bool amx, bool amx_f16)
+{
+    return (kern_cfg){ .isa = isa_capped(isa), .amx = amx, .amx_f16 = amx_f16 };
 }
 
 const char *kern_isa_str(kern_isa isa)
@@ -482,11 +506,11 @@ int kern_matmul_multi(tpool *pool, int n_w, const kern_tensor *const W[], const 
     for (int i = 0; i < n_w; i++) /* all or nothing: no output written when one is refused */
         if ((n_rows > 0 && !y[i]) || !matmul_args_ok(W[i], x, ldx, ldy[i])) return KVI_E_INVALID;
     if (n_rows == 0) return KVI_OK;
-    bool shared =
-        n_w <= KVI_MATMUL_MULTI_MAX && kern_q8_act_type(W[0] ? W[0]->type : KVI_TYPE_F32) != KVI_TYPE_F32;
+    /* the arguments are checked above: what remains is whether one quantisation serves all */
+    bool shared = n_w <= KVI_MATMUL_MULTI_MAX && kern_q8_act_type(W[0]->type) != KVI_TYPE_F32;
     for (int i = 0; shared && i < n_w; i++)
-        shared = y[i] && matmul_args_ok(W[i], x, ldx, ldy[i]) && W[i]->n_out > 0 &&
-                 W[i]->n_in == W[0]->n_in && kern_q8_act_type(W[i]->type) == kern_q8_act_type(W[0]->type);
+        shared = W[i]->n_out > 0 && W[i]->n_in == W[0]->n_in &&
+                 kern_q8_act_type(W[i]->type) == kern_q8_act_type(W[0]->type);
     if (shared && matmul_q8(pool, n_w, W, x, ldx, n_rows, y, ldy)) return KVI_OK;
     for (int i = 0; i < n_w; i++) {
         const int rc = kern_matmul(pool, W[i], x, ldx, n_rows, y[i], ldy[i]);

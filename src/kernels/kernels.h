@@ -34,6 +34,11 @@ typedef struct kern_cfg {
 
 /* The ISA that products run on this pool take. */
 kern_isa kern_isa_of(const tpool *pool);
+/* "avx512", "avx2" or "scalar" (any case, kern_isa_str's names) into *out; false
+ * for any other name. */
+bool kern_isa_parse(const char *name, kern_isa *out);
+/* A kern_cfg for these choices, its ISA lowered once to what the CPU has. */
+kern_cfg kern_cfg_make(kern_isa isa, bool amx, bool amx_f16);
 
 /* A weight matrix [n_out][n_in] of type `type`: row j holds n_in elements,
  * quant_row_bytes(type, n_in) bytes apart. 1-D vectors have n_out = 1. */

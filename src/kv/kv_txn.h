@@ -18,9 +18,11 @@
  *   kv_txn_rollback every table holds its blocks from before kv_txn_add again (same
  *                   ids in the same order, same count); the copies and the new
  *                   blocks go back to the pool, every refcount is as before;
- *   kv_txn_commit   the writes may proceed: each copied original drops the
- *                   reference its table kept, and every block of before that the
- *                   positions fall in leaves the prefix index (it is about to change).
+ *   kv_txn_commit   the writes stand: each copied original drops the reference
+ *                   its table kept, and every block of before that the positions
+ *                   fall in leaves the prefix index (its contents have changed).
+ * The engine writes the step's rows between kv_txn_add and the end (nothing reads
+ * the prefix index meanwhile), so a failed pass can still be rolled back.
  *
  * Invariants while a transaction is open:
  *  - for a table of tab[], entries [0, blocks_before) are its old blocks except
