@@ -211,7 +211,7 @@ kvi_engine *kvi_engine_create(kvi_model *m, const kvi_engine_params *params, kvi
         tpool_set_user(e->pool, &e->kcfg);
     }
     e->p.cpu = NULL; /* read once: the caller's struct need not outlive this call */
-    e->fwd = fwd_create(m, p.n_batch_max, p.fwd_chunk, tpool_size(e->pool), p.kv_block_size, err);
+    e->fwd = fwd_create(m, p.n_batch_max, p.fwd_chunk, tpool_size(e->pool), p.kv_block_size, p.n_ctx, err);
     if (!e->fwd) goto fail;
     return e;
 fail:

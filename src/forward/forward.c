@@ -1,22 +1,31 @@
 /*
- * forward.c — the transformer over a batch of rows (llama / qwen2).
+ * forward.c — the transformer block of model.h over a batch of rows.
  *
  * For n rows (any mix of prefill chunks and decode rows of any sequences):
  *
- *   x = embed(tokens)                                   x    [n][dim]
+ *   x = embed(tokens) * emb_scale                       x    [n][dim]
  *   for each layer:
- *     xb = rmsnorm(x) * attn_norm                       xb   [n][dim]
+ *     xb = attn_norm ? rmsnorm(x) * attn_norm : x       xb   [n][dim]
  *     q = xb Wq^T (+bq), k = xb Wk^T (+bk),             q    [n][n_heads * head_dim]
  *     v = xb Wv^T (+bv)     -- one matrix product       k, v [n][kv_dim]
  *                              over all rows
- *     RoPE(q, k) at each row's position
+ *     q, k = qk_norm(q), qk_norm(k)    (per head or over the row; none)
+ *     RoPE(q, k) at each row's position, with the layer's RoPE set (rc, rs tables)
  *     K, V of each row -> its sequence's KV blocks at its position
  *     att = attention of each row over its sequence's  att  [n][n_heads * head_dim]
- *           cached positions 0..pos (the causal mask is implied by the position)
- *     x += att Wo^T
- *     xb = rmsnorm(x) * ffn_norm
- *     x += (silu(xb Wgate^T) * (xb Wup^T)) Wdown^T      hg, hu [n][ffn_dim]
- *   logits = rmsnorm(x[out rows]) * output_norm  Wout^T logits [n_out][n_vocab]
+ *           cached positions (the causal mask is implied by the position; a
+ *           window layer sees the last W), KQ scale and soft-cap of the model
+ *     o = att Wo^T (+bo); o = post_attn_norm ? rmsnorm(o) * w : o
+ *     x += residual_scale * o
+ *     xb = ffn_norm ? rmsnorm(x) * ffn_norm : x
+ *     h = act(xb Wgate^T (+b)) * (xb Wup^T (+b))        hg, hu [n][ffn_dim]
+ *     d = h Wdown^T (+b); d = post_ffn_norm ? rmsnorm(d) * w : d
+ *     x += residual_scale * d
+ *   logits = softcap(rmsnorm(x[out rows]) * output_norm Wout^T / logit_scale)
+ *                                                       logits [n_out][n_vocab]
+ *
+ * Every optional step is decided by the model's fields and tensors (model.h),
+ * never by the architecture's name.
  *
  * Nothing here knows whether a row is "prefill" or "decode". Every row's result
  * depends only on its own inputs and its sequence's cache, computed in a fixed
@@ -51,17 +60,19 @@
 struct fwd_ctx {
     const struct kvi_model *m;
     int n_rows_max;
-    int chunk;        /* rows per chunk, 1..n_rows_max */
-    float *x;         /* [n_rows_max][dim] residual stream */
-    float *xb;        /* [chunk][dim] normed input of a sub-layer */
-    float *q;         /* [chunk][n_heads * head_dim] */
-    float *k;         /* [chunk][kv_dim] */
-    float *v;         /* [chunk][kv_dim] */
-    float *att;       /* [chunk][n_heads * head_dim] attention output */
-    float *hg;        /* [chunk][ffn_dim] gate */
-    float *hu;        /* [chunk][ffn_dim] up */
-    float *rc, *rs;   /* [n_rows_max][n_rot / 2] RoPE cos, sin per row */
-    double *inv_freq; /* [n_rot / 2] RoPE frequencies (float values) */
+    int chunk;                         /* rows per chunk, 1..n_rows_max */
+    float *x;                          /* [n_rows_max][dim] residual stream */
+    float *xb;                         /* [chunk][dim] normed input of a sub-layer */
+    float *q;                          /* [chunk][n_heads * head_dim] */
+    float *k;                          /* [chunk][kv_dim] */
+    float *v;                          /* [chunk][kv_dim] */
+    float *att;                        /* [chunk][n_heads * head_dim] attention output */
+    float *hg;                         /* [chunk][ffn_dim] gate */
+    float *hu;                         /* [chunk][ffn_dim] up */
+    int n_sets;                        /* RoPE sets (model.h) */
+    float *rc, *rs;                    /* [n_sets][n_rows_max][n_rot / 2] RoPE cos, sin per row */
+    double *inv_freq;                  /* [n_sets][n_rot / 2] RoPE frequencies (float values) */
+    float mscale[MODEL_MAX_ROPE_SETS]; /* cos and sin factor of each set */
     size_t bytes;
     attn_scratch *attn;
     kv_stash stash; /* q4 key groups a layer's rows still read in f16 (kv_quant.h) */
@@ -99,8 +110,25 @@ void fwd_free(fwd_ctx *f)
     free(f);
 }
 
+/* Frequency of pair i of RoPE set r (model.h), rounded to float as the pass has
+ * always used them. */
+static double rope_freq(const model_rope *r, int n_rot, int i)
+{
+    double f = kern_rope_freq(r->theta, n_rot, r->factors, i);
+    if (r->yarn) { /* llama.cpp's ramp: 1 below yarn_lo (extrapolate), 0 above yarn_hi */
+        const double d = r->yarn_hi - r->yarn_lo > 0.001 ? r->yarn_hi - r->yarn_lo : 0.001;
+        double y = (i - r->yarn_lo) / d;
+        y = y < 0 ? 0 : y > 1 ? 1 : y;
+        const double ramp = 1.0 - y;
+        f *= r->freq_scale * (1.0 - ramp) + ramp;
+    } else if (r->freq_scale != 1.0f) {
+        f *= r->freq_scale;
+    }
+    return (double)(float)f;
+}
+
 fwd_ctx *fwd_create(const struct kvi_model *m, int n_rows_max, int force_chunk, int n_threads, int block_size,
-                    kvi_error *err)
+                    int n_ctx, kvi_error *err)
 {
     fwd_ctx *f = calloc(1, sizeof *f);
     if (!f) {
@@ -127,18 +155,23 @@ fwd_ctx *fwd_create(const struct kvi_model *m, int n_rows_max, int force_chunk, 
     f->att = falloc(f, chunk * qd, &ok);
     f->hg = falloc(f, chunk * m->ffn_dim, &ok);
     f->hu = falloc(f, chunk * m->ffn_dim, &ok);
-    f->rc = falloc(f, n * (m->n_rot / 2), &ok);
-    f->rs = falloc(f, n * (m->n_rot / 2), &ok);
-    f->inv_freq = (double *)falloc(f, 2 * (size_t)(m->n_rot / 2), &ok); /* 64-aligned: doubles */
+    f->n_sets = m->n_rope_sets;
+    const size_t half = (size_t)(m->n_rot / 2), ns = (size_t)f->n_sets;
+    f->rc = falloc(f, ns * n * half, &ok);
+    f->rs = falloc(f, ns * n * half, &ok);
+    f->inv_freq = (double *)falloc(f, 2 * ns * half, &ok); /* 64-aligned: doubles */
     f->attn = attn_scratch_create(n_threads, block_size, m->head_dim, m->n_heads, m->n_kv_heads, (int)kvd);
     if (!ok || !f->attn) {
         fwd_free(f);
         err_set(err, KVI_E_NOMEM, "forward: cannot allocate scratch for %d rows", n_rows_max);
         return NULL;
     }
-    /* the frequencies rounded to float, as the pass has always used them */
-    for (int i = 0; i < m->n_rot / 2; i++)
-        f->inv_freq[i] = (double)(float)kern_rope_freq(m->rope_theta, m->n_rot, m->rope_freqs, i);
+    model_rope sets[MODEL_MAX_ROPE_SETS];
+    model_rope_for_ctx(m, n_ctx, sets);
+    for (size_t r = 0; r < ns; r++) {
+        for (size_t i = 0; i < half; i++) f->inv_freq[r * half + i] = rope_freq(&sets[r], m->n_rot, (int)i);
+        f->mscale[r] = sets[r].mscale;
+    }
     return f;
 }
 
@@ -202,16 +235,61 @@ static void add_bias(float *y, const float *b, int n, int d)
         for (int i = 0; i < d; i++) y[(size_t)r * d + i] += b[i];
 }
 
-/* Rotates pairs of every head of rows x [n][n_h * head_dim], batch rows r0.. */
-static void rope_rows(const fwd_ctx *f, float *x, int r0, int n, int n_h)
+/* x[i] *= a, a != 1 (a == 1 leaves the bits as they are: callers skip it) */
+static void scale_rows(float *x, float a, size_t n)
+{
+    size_t i = 0;
+    const v4f av = { a, a, a, a };
+    for (; i + 4 <= n; i += 4) st4(x + i, ld4(x + i) * av);
+    for (; i < n; i++) x[i] *= a;
+}
+
+/* gelu(x) = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), the tanh approximation */
+static float gelu_tanh(float x)
+{
+    const float c = 0.7978845608028654f;
+    return 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
+}
+
+/* Rotates pairs of every head of rows x [n][n_h * head_dim], batch rows r0.., by
+ * RoPE set `set` */
+static void rope_rows(const fwd_ctx *f, int set, float *x, int r0, int n, int n_h)
 {
     const struct kvi_model *m = f->m;
     const int hd = m->head_dim, half = m->n_rot / 2;
+    const size_t base = (size_t)set * f->n_rows_max * half;
     for (int r = 0; r < n; r++) {
-        const float *c = f->rc + (size_t)(r0 + r) * half, *s = f->rs + (size_t)(r0 + r) * half;
+        const float *c = f->rc + base + (size_t)(r0 + r) * half, *s = f->rs + base + (size_t)(r0 + r) * half;
         for (int h = 0; h < n_h; h++)
             kern_rope_head(x + ((size_t)r * n_h + h) * hd, c, s, half, m->rope_neox);
     }
+}
+
+/* rmsnorm of rows x [n][dim] into out by w, or a copy of x when w is NULL */
+static void norm_or_copy(float *out, const float *x, const float *w, int n, int dim, float eps)
+{
+    if (w)
+        rmsnorm_rows(out, x, w, n, dim, eps);
+    else if (out != x)
+        memcpy(out, x, (size_t)n * dim * sizeof(float));
+}
+
+/* x += residual_scale * (post ? rmsnorm(y) * post : y), y [n][dim] (overwritten) */
+static void residual_add(const struct kvi_model *m, float *x, float *y, const float *post, int n)
+{
+    const size_t nd = (size_t)n * m->dim;
+    if (post) rmsnorm_rows(y, y, post, n, m->dim, m->rms_eps);
+    if (m->residual_scale != 1.0f) scale_rows(y, m->residual_scale, nd);
+    add_into(x, y, nd);
+}
+
+/* q/k norm of rows y [n][n_h * head_dim] (model.h qk_norm) */
+static void qk_norm_rows(const struct kvi_model *m, float *y, const float *w, int n, int n_h)
+{
+    if (m->qk_norm == MODEL_QK_HEAD)
+        rmsnorm_rows(y, y, w, n * n_h, m->head_dim, m->rms_eps);
+    else if (m->qk_norm == MODEL_QK_FULL)
+        rmsnorm_rows(y, y, w, n, n_h * m->head_dim, m->rms_eps);
 }
 
 /* One layer over rows [r0, r0 + n) of the batch (a chunk; see the file comment). */
@@ -224,7 +302,7 @@ static int layer_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *row
     float *x = f->x + (size_t)r0 * dim; /* [n][dim] this chunk's residual rows */
 
     /* attention block */
-    rmsnorm_rows(f->xb, x, L->attn_norm, n, dim, m->rms_eps);
+    norm_or_copy(f->xb, x, L->attn_norm, n, dim, m->rms_eps);
     { /* one quantisation of xb for the three products (bits as three kern_matmul) */
         const kern_tensor *w3[3] = { &L->wq, &L->wk, &L->wv };
         float *const y3[3] = { f->q, f->k, f->v };
@@ -235,8 +313,10 @@ static int layer_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *row
     add_bias(f->q, L->bq, n, qd);
     add_bias(f->k, L->bk, n, kvd);
     add_bias(f->v, L->bv, n, kvd);
-    rope_rows(f, f->q, r0, n, m->n_heads);
-    rope_rows(f, f->k, r0, n, m->n_kv_heads);
+    qk_norm_rows(m, f->q, L->q_norm, n, m->n_heads);
+    qk_norm_rows(m, f->k, L->k_norm, n, m->n_kv_heads);
+    rope_rows(f, L->rope_set, f->q, r0, n, m->n_heads);
+    rope_rows(f, L->rope_set, f->k, r0, n, m->n_kv_heads);
 
     /* K and V appended to the cache, then every row reads its own sequence back */
     for (int r = 0; r < n; r++) {
@@ -257,28 +337,39 @@ static int layer_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *row
         .stash = &f->stash,
         .head_dim = hd,
         .recv = rows->recv ? rows->recv + r0 : NULL,
+        .window = L->window,
+        .softcap = m->attn_softcap,
+        .scale = m->kq_scale,
     };
     attention_rows(pool, f->attn, &aa);
 
     /* x += att Wo^T (xb reused as the projection output) */
     int rc = kern_matmul(pool, &L->wo, f->att, qd, n, f->xb, dim);
     if (rc) return rc;
-    add_into(x, f->xb, (size_t)n * dim);
+    add_bias(f->xb, L->bo, n, dim);
+    residual_add(m, x, f->xb, L->post_attn_norm, n);
 
-    /* feed-forward block: SwiGLU */
-    rmsnorm_rows(f->xb, x, L->ffn_norm, n, dim, m->rms_eps);
+    /* feed-forward block: gated (SwiGLU / GeGLU) */
+    norm_or_copy(f->xb, x, L->ffn_norm, n, dim, m->rms_eps);
     {
         const kern_tensor *w2[2] = { &L->w_gate, &L->w_up };
         float *const y2[2] = { f->hg, f->hu };
         const int64_t ld2[2] = { ffn, ffn };
         if ((rc = kern_matmul_multi(pool, 2, w2, f->xb, dim, n, y2, ld2))) return rc;
     }
-    for (size_t i = 0; i < (size_t)n * ffn; i++) {
-        const float g = f->hg[i];
-        f->hg[i] = g / (1.0f + expf(-g)) * f->hu[i];
+    add_bias(f->hg, L->b_gate, n, ffn);
+    add_bias(f->hu, L->b_up, n, ffn);
+    if (m->act == MODEL_ACT_GELU_TANH) {
+        for (size_t i = 0; i < (size_t)n * ffn; i++) f->hg[i] = gelu_tanh(f->hg[i]) * f->hu[i];
+    } else {
+        for (size_t i = 0; i < (size_t)n * ffn; i++) {
+            const float g = f->hg[i];
+            f->hg[i] = g / (1.0f + expf(-g)) * f->hu[i];
+        }
     }
     if ((rc = kern_matmul(pool, &L->w_down, f->hg, ffn, n, f->xb, dim))) return rc;
-    add_into(x, f->xb, (size_t)n * dim);
+    add_bias(f->xb, L->b_down, n, dim);
+    residual_add(m, x, f->xb, L->post_ffn_norm, n);
     return KVI_OK;
 }
 
@@ -288,10 +379,19 @@ int fwd_run(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *rows)
     const int n = rows->n, dim = m->dim, half = m->n_rot / 2;
 
     for (int r = 0; r < n; r++) {
-        const int rc = kern_tensor_get_row(&m->tok_embd, rows->tokens[r], f->x + (size_t)r * dim);
+        float *xr = f->x + (size_t)r * dim;
+        const int rc = kern_tensor_get_row(&m->tok_embd, rows->tokens[r], xr);
         if (rc) return rc;
-        kern_rope_cos_sin((double)rows->pos[r], f->inv_freq, half, f->rc + (size_t)r * half,
-                          f->rs + (size_t)r * half);
+        if (m->emb_scale != 1.0f) scale_rows(xr, m->emb_scale, (size_t)dim);
+        for (int set = 0; set < f->n_sets; set++) {
+            const size_t o = ((size_t)set * f->n_rows_max + r) * half;
+            kern_rope_cos_sin((double)rows->pos[r], f->inv_freq + (size_t)set * half, half, f->rc + o,
+                              f->rs + o);
+            if (f->mscale[set] != 1.0f) {
+                scale_rows(f->rc + o, f->mscale[set], (size_t)half);
+                scale_rows(f->rs + o, f->mscale[set], (size_t)half);
+            }
+        }
     }
 
     for (int l = 0; l < m->n_layers; l++) {
@@ -309,9 +409,16 @@ int fwd_run(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *rows)
             memcpy(f->xb + (size_t)o * dim, f->x + (size_t)rows->out_rows[o0 + o] * dim,
                    (size_t)dim * sizeof(float));
         rmsnorm_rows(f->xb, f->xb, m->output_norm, no, dim, m->rms_eps);
-        const int rc =
-            kern_matmul(pool, &m->output, f->xb, dim, no, rows->logits + (size_t)o0 * m->n_vocab, m->n_vocab);
+        float *lg = rows->logits + (size_t)o0 * m->n_vocab; /* [no][n_vocab] */
+        const int rc = kern_matmul(pool, &m->output, f->xb, dim, no, lg, m->n_vocab);
         if (rc) return rc;
+        const size_t nl = (size_t)no * m->n_vocab;
+        if (m->logit_scale != 1.0f)
+            for (size_t i = 0; i < nl; i++) lg[i] /= m->logit_scale;
+        if (m->final_softcap > 0.0f) {
+            const float c = m->final_softcap;
+            for (size_t i = 0; i < nl; i++) lg[i] = c * tanhf(lg[i] / c);
+        }
     }
     return KVI_OK;
 }

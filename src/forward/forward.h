@@ -26,9 +26,10 @@ typedef struct fwd_rows {
 
 typedef struct fwd_ctx fwd_ctx;
 
-/* chunk: rows per chunk of the pass, 0 to size it by FWD_CHUNK_BYTES of scratch */
+/* chunk: rows per chunk of the pass, 0 to size it by FWD_CHUNK_BYTES of scratch;
+ * n_ctx: positions per sequence (LongRoPE models choose their factors by it) */
 fwd_ctx *fwd_create(const struct kvi_model *m, int n_rows_max, int chunk, int n_threads, int block_size,
-                    kvi_error *err);
+                    int n_ctx, kvi_error *err);
 void fwd_free(fwd_ctx *f);
 /* Bytes of scratch memory held (activations, attention tiles). */
 size_t fwd_scratch_bytes(const fwd_ctx *f);

@@ -34,16 +34,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Upper bounds on hyper-parameters: far above any real model, low enough that
- * products of two of them cannot overflow 64 bits. */
-#define MODEL_MAX_DIM (1 << 17)
-#define MODEL_MAX_FFN (1 << 20)
-#define MODEL_MAX_LAYERS 4096
-#define MODEL_MAX_HEADS 4096
-#define MODEL_MAX_HEAD_DIM 4096
-#define MODEL_MAX_VOCAB (1 << 24)
-#define MODEL_MAX_CTX (1 << 24)
-
 /* ---- ownership ----------------------------------------------------------- */
 
 void *model_own(struct kvi_model *m, void *buf)
@@ -171,6 +161,33 @@ int model_vec_f32(struct kvi_model *m, const char *name, const void *data, kvi_t
     return 0;
 }
 
+/* ---- the block's shape ---------------------------------------------------- */
+
+void model_block_defaults(struct kvi_model *m)
+{
+    m->qk_norm = MODEL_QK_NONE;
+    m->act = MODEL_ACT_SILU;
+    m->emb_scale = 1.0f;
+    m->residual_scale = 1.0f;
+    m->kq_scale = m->head_dim > 0 ? 1.0f / sqrtf((float)m->head_dim) : 1.0f;
+    m->attn_softcap = 0.0f;
+    m->final_softcap = 0.0f;
+    m->logit_scale = 1.0f;
+    m->n_rope_sets = 1;
+    m->rope[0] =
+        (model_rope){ .theta = m->rope_theta, .freq_scale = 1.0f, .factors = m->rope_freqs, .mscale = 1.0f };
+    m->rope_orig_ctx = m->n_ctx_train;
+}
+
+void model_rope_for_ctx(const struct kvi_model *m, int n_ctx, model_rope out[MODEL_MAX_ROPE_SETS])
+{
+    for (int i = 0; i < MODEL_MAX_ROPE_SETS; i++) out[i] = m->rope[i];
+    if (!m->rope_long) return;
+    /* llama.cpp sizes a context in multiples of 256 and decides once per context */
+    const int64_t n_ctx_seq = ((int64_t)(n_ctx > 0 ? n_ctx : m->n_ctx_train) + 255) / 256 * 256;
+    out[0].factors = n_ctx_seq > m->rope_orig_ctx ? m->rope_long : m->rope_short;
+}
+
 /* ---- validation ---------------------------------------------------------- */
 
 static int check_range(const char *what, int64_t v, int64_t lo, int64_t hi, kvi_error *err)
@@ -202,6 +219,27 @@ int model_check_hparams(const struct kvi_model *m, kvi_error *err)
         return err_set(err, KVI_E_FORMAT, "model: rms_norm_eps %g invalid", (double)m->rms_eps);
     if (!(m->rope_theta > 0.0f) || !isfinite(m->rope_theta))
         return err_set(err, KVI_E_FORMAT, "model: rope theta %g invalid", (double)m->rope_theta);
+    if (m->n_rope_sets < 1 || m->n_rope_sets > MODEL_MAX_ROPE_SETS)
+        return err_set(err, KVI_E_FORMAT, "model: %d RoPE sets", m->n_rope_sets);
+    for (int i = 0; i < m->n_rope_sets; i++) {
+        const model_rope *r = &m->rope[i];
+        if (!(r->theta > 0.0f) || !isfinite(r->theta) || !(r->freq_scale >= 0.0f) ||
+            !isfinite(r->freq_scale) || !(r->mscale > 0.0f) || !isfinite(r->mscale))
+            return err_set(err, KVI_E_FORMAT,
+                           "model: RoPE set %d invalid (base %g, scale %g, attention factor %g)", i,
+                           (double)r->theta, (double)r->freq_scale, (double)r->mscale);
+    }
+    const float sc[5] = { m->emb_scale, m->residual_scale, m->kq_scale, m->logit_scale, 1.0f };
+    for (int i = 0; i < 5; i++)
+        if (!(sc[i] > 0.0f) || !isfinite(sc[i]))
+            return err_set(err, KVI_E_FORMAT, "model: scale %g invalid", (double)sc[i]);
+    if (!(m->attn_softcap >= 0.0f) || !isfinite(m->attn_softcap) || !(m->final_softcap >= 0.0f) ||
+        !isfinite(m->final_softcap))
+        return err_set(err, KVI_E_FORMAT, "model: soft-cap invalid");
+    for (int l = 0; m->layers && l < m->n_layers; l++)
+        if (m->layers[l].window < 0 || m->layers[l].rope_set < 0 || m->layers[l].rope_set >= m->n_rope_sets)
+            return err_set(err, KVI_E_FORMAT, "model: layer %d: window %d / RoPE set %d invalid", l,
+                           m->layers[l].window, m->layers[l].rope_set);
     return 0;
 }
 
@@ -250,98 +288,15 @@ int model_validate(const struct kvi_model *m, kvi_error *err)
             snprintf(nm, sizeof nm, "blk.%d.%s", l, mats[i].n);
             if ((rc = check_matrix(mats[i].t, nm, mats[i].in, mats[i].out, err))) return rc;
         }
-        if (!L->attn_norm || !L->ffn_norm)
+        if (!L->attn_norm != !L->ffn_norm)
             return err_set(err, KVI_E_FORMAT, "model: blk.%d.%s is missing", l,
                            L->attn_norm ? "ffn_norm" : "attn_norm");
+        if (!L->attn_norm && !L->post_attn_norm)
+            return err_set(err, KVI_E_FORMAT, "model: blk.%d has no norm at all", l);
+        if ((m->qk_norm != MODEL_QK_NONE) != (L->q_norm && L->k_norm))
+            return err_set(err, KVI_E_FORMAT, "model: blk.%d: q/k norm weights do not match the block", l);
     }
     return 0;
-}
-
-/* ---- GGUF binding -------------------------------------------------------- */
-
-/* An integer hyper-parameter "<arch>.<key>"; def is used when absent and !required. */
-static int gguf_hp_int(const gguf_ctx *g, const char *arch, const char *key, bool required, int64_t def,
-                       int64_t lo, int64_t hi, int *out, kvi_error *err)
-{
-    char full[128];
-    snprintf(full, sizeof full, "%s.%s", arch, key);
-    int64_t v;
-    int rc = gguf_get_int(g, full, &v, err);
-    if (rc == -1) {
-        if (required) return err_set(err, KVI_E_FORMAT, "gguf: missing metadata %s", full);
-        v = def;
-    } else if (rc < 0) {
-        return rc;
-    }
-    if (v < lo || v > hi)
-        return err_set(err, KVI_E_FORMAT, "gguf: %s = %lld out of range [%lld, %lld]", full, (long long)v,
-                       (long long)lo, (long long)hi);
-    *out = (int)v;
-    return 0;
-}
-
-static int gguf_hp_float(const gguf_ctx *g, const char *arch, const char *key, bool required, double def,
-                         float *out, kvi_error *err)
-{
-    char full[128];
-    snprintf(full, sizeof full, "%s.%s", arch, key);
-    double v;
-    int rc = gguf_get_float(g, full, &v, err);
-    if (rc == -1) {
-        if (required) return err_set(err, KVI_E_FORMAT, "gguf: missing metadata %s", full);
-        v = def;
-    } else if (rc < 0) {
-        return rc;
-    }
-    if (!isfinite(v) || v <= 0.0) return err_set(err, KVI_E_FORMAT, "gguf: %s = %g invalid", full, v);
-    *out = (float)v;
-    return 0;
-}
-
-/* Binds a 2-D tensor [n_out][n_in]; absent is an error only when required. */
-static int gguf_bind_matrix(struct kvi_model *m, const char *name, int64_t n_in, int64_t n_out, bool required,
-                            kern_tensor *out, kvi_error *err)
-{
-    const gguf_tensor *t = gguf_find_tensor(m->gguf, name);
-    if (!t) return required ? err_set(err, KVI_E_FORMAT, "gguf: missing tensor %s", name) : 0;
-    if (t->n_dims < 1 || t->n_dims > 2 || t->ne[2] != 1 || t->ne[3] != 1 || t->ne[0] != n_in ||
-        t->ne[1] != n_out)
-        return err_set(err, KVI_E_FORMAT,
-                       "gguf: tensor %s has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]", name,
-                       (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
-                       (long long)n_in, (long long)n_out);
-    size_t row = quant_row_bytes(t->type, n_in);
-    if (!quant_type_known(t->type) || row == 0)
-        return err_set(err, KVI_E_FORMAT, "gguf: tensor %s: type %d cannot hold rows of %lld", name,
-                       (int)t->type, (long long)n_in);
-    if (t->nbytes != row * (size_t)n_out || !t->data)
-        return err_set(err, KVI_E_FORMAT, "gguf: tensor %s has %zu bytes, expected %zu", name, t->nbytes,
-                       row * (size_t)n_out);
-    out->data = t->data;
-    out->type = t->type;
-    out->n_in = n_in;
-    out->n_out = n_out;
-    m->weight_bytes += t->nbytes;
-    return 0;
-}
-
-/* Binds a 1-D f32 vector of n elements (converted when stored as F16/BF16). */
-static int gguf_bind_vector(struct kvi_model *m, const char *name, int64_t n, bool required,
-                            const float **out, kvi_error *err)
-{
-    const gguf_tensor *t = gguf_find_tensor(m->gguf, name);
-    *out = NULL;
-    if (!t) return required ? err_set(err, KVI_E_FORMAT, "gguf: missing tensor %s", name) : 0;
-    if (t->n_dims != 1 || t->ne[0] != n || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1)
-        return err_set(err, KVI_E_FORMAT,
-                       "gguf: tensor %s has shape [%lld, %lld], expected the vector [%lld]", name,
-                       (long long)t->ne[0], (long long)t->ne[1], (long long)n);
-    size_t row = quant_row_bytes(t->type, n);
-    if (row == 0 || t->nbytes != row || !t->data)
-        return err_set(err, KVI_E_FORMAT, "gguf: tensor %s has %zu bytes for %lld elements", name, t->nbytes,
-                       (long long)n);
-    m->weight_bytes += t->nbytes;
-    return model_vec_f32(m, name, t->data, t->type, n, out, err);
 }
 
 void model_copy_str(char *dst, size_t cap, const char *src)
@@ -350,154 +305,6 @@ void model_copy_str(char *dst, size_t cap, const char *src)
     for (; src && src[n] && n + 1 < cap; n++)
         dst[n] = (unsigned char)src[n] < 0x20 ? '?' : src[n]; /* one printable line */
     dst[n] = 0;
-}
-
-int model_hparams_gguf(struct kvi_model *m, const gguf_ctx *g, bool metadata_only, kvi_error *err)
-{
-    const char *arch = gguf_get_str(g, "general.architecture");
-    if (!arch || !arch[0]) return err_set(err, KVI_E_FORMAT, "gguf: no general.architecture");
-    if (strlen(arch) >= sizeof m->arch)
-        return err_set(err, KVI_E_FORMAT, "gguf: general.architecture is %zu bytes long", strlen(arch));
-    model_copy_str(m->arch, sizeof m->arch, arch);
-    model_copy_str(m->name, sizeof m->name, gguf_get_str(g, "general.name"));
-    m->rope_neox = strcmp(arch, "qwen2") == 0;
-
-    int rc;
-    if ((rc = gguf_hp_int(g, arch, "context_length", true, 0, 1, MODEL_MAX_CTX, &m->n_ctx_train, err)) ||
-        (rc = gguf_hp_int(g, arch, "embedding_length", true, 0, 1, MODEL_MAX_DIM, &m->dim, err)) ||
-        (rc = gguf_hp_int(g, arch, "feed_forward_length", !metadata_only, 0, metadata_only ? 0 : 1,
-                          MODEL_MAX_FFN, &m->ffn_dim, err)) ||
-        (rc = gguf_hp_int(g, arch, "block_count", true, 0, 1, MODEL_MAX_LAYERS, &m->n_layers, err)) ||
-        (rc = gguf_hp_int(g, arch, "attention.head_count", true, 0, 1, MODEL_MAX_HEADS, &m->n_heads, err)) ||
-        (rc = gguf_hp_int(g, arch, "attention.head_count_kv", false, m->n_heads, 1, MODEL_MAX_HEADS,
-                          &m->n_kv_heads, err)))
-        return rc;
-    if (m->n_heads % m->n_kv_heads != 0)
-        return err_set(err, KVI_E_FORMAT, "gguf: head_count %d is not a multiple of head_count_kv %d",
-                       m->n_heads, m->n_kv_heads);
-    char key_len_name[96];
-    snprintf(key_len_name, sizeof key_len_name, "%s.attention.key_length", arch);
-    if (m->dim % m->n_heads != 0 && gguf_find_key(g, key_len_name) < 0)
-        return err_set(err, KVI_E_FORMAT, "gguf: embedding_length %d is not a multiple of head_count %d",
-                       m->dim, m->n_heads);
-    if ((rc = gguf_hp_int(g, arch, "attention.key_length", false, m->dim / m->n_heads, 1, MODEL_MAX_HEAD_DIM,
-                          &m->head_dim, err)))
-        return rc;
-
-    /* vocabulary: vocab_size, else the embedding's rows, else (metadata only) the token list */
-    int64_t nv = 0;
-    const gguf_tensor *te = gguf_find_tensor(g, "token_embd.weight");
-    if (te) {
-        nv = te->ne[1];
-    } else if (metadata_only) {
-        gguf_vtype et;
-        uint64_t n = 0;
-        if ((rc = gguf_get_arr_info(g, "tokenizer.ggml.tokens", &et, &n, err)) == KVI_E_FORMAT) return rc;
-        nv = n > MODEL_MAX_VOCAB ? MODEL_MAX_VOCAB + 1 : (int64_t)n;
-    } else {
-        return err_set(err, KVI_E_FORMAT, "gguf: missing tensor token_embd.weight");
-    }
-    if ((nv < 1 && !metadata_only) || nv > MODEL_MAX_VOCAB)
-        return err_set(err, KVI_E_FORMAT, "gguf: token_embd.weight has %lld rows", (long long)nv);
-    if ((rc = gguf_hp_int(g, arch, "vocab_size", false, nv, metadata_only ? 0 : 1, MODEL_MAX_VOCAB,
-                          &m->n_vocab, err)))
-        return rc;
-    if (metadata_only) return 0;
-
-    /* what the forward pass computes with */
-    int v_len;
-    if ((rc = gguf_hp_int(g, arch, "attention.value_length", false, m->head_dim, 1, MODEL_MAX_HEAD_DIM,
-                          &v_len, err)) ||
-        (rc = gguf_hp_int(g, arch, "rope.dimension_count", false, m->head_dim, 1, MODEL_MAX_HEAD_DIM,
-                          &m->n_rot, err)) ||
-        (rc = gguf_hp_float(g, arch, "attention.layer_norm_rms_epsilon", true, 0, &m->rms_eps, err)) ||
-        (rc = gguf_hp_float(g, arch, "rope.freq_base", false, 10000.0, &m->rope_theta, err)))
-        return rc;
-    if (v_len != m->head_dim)
-        return err_set(err, KVI_E_UNSUPPORTED, "gguf: value_length %d differs from key_length %d", v_len,
-                       m->head_dim);
-    return model_check_hparams(m, err);
-}
-
-/* The layers' matrices and the output matrix laid out for the kernels, in place
- * (kern_prepare_weights decides which and how: R16 tiles for Q8_0 / Q4_0 on
- * AVX-512 VNNI), when the load parameters allow it (kvi_load_params.repack). A tied
- * output matrix is the token embedding too: both views get its layout. A prepare
- * that fails (memory) leaves the matrices as they were. One set of threads does
- * all (one start-up pass over the weights). */
-static void model_prepare_weights(struct kvi_model *m)
-{
-    if (!kern_prepare_wanted() || !gguf_set_writable(m->gguf, true)) return;
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    kern_tensor **mats = malloc(((size_t)m->n_layers * 7 + 1) * sizeof *mats); /* [7 * n_layers + 1] */
-    int n = 0;
-    for (int l = 0; mats && l < m->n_layers; l++) {
-        model_layer *L = &m->layers[l];
-        kern_tensor *lm[7] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
-        for (int i = 0; i < 7; i++)
-            if (lm[i]->data) mats[n++] = lm[i];
-    }
-    if (mats && m->output.data) mats[n++] = &m->output;
-    if (mats && kern_prepare_weights(mats, n, cores > 1 ? (int)cores : 1) == 0 &&
-        m->tok_embd.data == m->output.data)
-        m->tok_embd.layout = m->output.layout;
-    free(mats);
-    (void)gguf_set_writable(m->gguf, false);
-}
-
-int model_load_gguf(struct kvi_model *m, const char *path, const kvi_load_params *p, kvi_error *err)
-{
-    int rc = gguf_open(path, p->use_mmap, &m->gguf, err);
-    if (rc) return rc;
-    const gguf_ctx *g = m->gguf;
-    gguf_prefault(g); /* a mapped file: no page faults in the first forward pass */
-    m->file_bytes += gguf_file_size(g);
-    const char *arch = gguf_get_str(g, "general.architecture");
-    if (!arch) return err_set(err, KVI_E_FORMAT, "gguf: %s has no general.architecture", path);
-    if (strcmp(arch, "llama") != 0 && strcmp(arch, "qwen2") != 0)
-        return err_set(err, KVI_E_UNSUPPORTED, "gguf: architecture '%.64s' is not supported (llama, qwen2)",
-                       arch);
-    if ((rc = model_hparams_gguf(m, g, false, err))) return rc;
-
-    const int64_t dim = m->dim, q_dim = (int64_t)m->n_heads * m->head_dim,
-                  kv_dim = (int64_t)m->n_kv_heads * m->head_dim, ffn = m->ffn_dim;
-    if ((rc = gguf_bind_matrix(m, "token_embd.weight", dim, m->n_vocab, true, &m->tok_embd, err)) ||
-        (rc = gguf_bind_vector(m, "output_norm.weight", dim, true, &m->output_norm, err)) ||
-        (rc = gguf_bind_matrix(m, "output.weight", dim, m->n_vocab, false, &m->output, err)) ||
-        (rc = gguf_bind_vector(m, "rope_freqs.weight", m->n_rot / 2, false, &m->rope_freqs, err)))
-        return rc;
-    if (!m->output.data) m->output = m->tok_embd;
-
-    m->layers = model_own(m, calloc((size_t)m->n_layers, sizeof *m->layers));
-    if (!m->layers) return err_set(err, KVI_E_NOMEM, "gguf: out of memory for %d layers", m->n_layers);
-    for (int l = 0; l < m->n_layers; l++) {
-        model_layer *L = &m->layers[l];
-        char n[12][64];
-        static const char *const parts[12] = {
-            "attn_norm.weight",   "attn_q.weight",   "attn_k.weight",   "attn_v.weight",
-            "attn_output.weight", "ffn_norm.weight", "ffn_gate.weight", "ffn_up.weight",
-            "ffn_down.weight",    "attn_q.bias",     "attn_k.bias",     "attn_v.bias",
-        };
-        for (int i = 0; i < 12; i++) snprintf(n[i], sizeof n[i], "blk.%d.%s", l, parts[i]);
-        if ((rc = gguf_bind_vector(m, n[0], dim, true, &L->attn_norm, err)) ||
-            (rc = gguf_bind_matrix(m, n[1], dim, q_dim, true, &L->wq, err)) ||
-            (rc = gguf_bind_matrix(m, n[2], dim, kv_dim, true, &L->wk, err)) ||
-            (rc = gguf_bind_matrix(m, n[3], dim, kv_dim, true, &L->wv, err)) ||
-            (rc = gguf_bind_matrix(m, n[4], q_dim, dim, true, &L->wo, err)) ||
-            (rc = gguf_bind_vector(m, n[5], dim, true, &L->ffn_norm, err)) ||
-            (rc = gguf_bind_matrix(m, n[6], dim, ffn, true, &L->w_gate, err)) ||
-            (rc = gguf_bind_matrix(m, n[7], dim, ffn, true, &L->w_up, err)) ||
-            (rc = gguf_bind_matrix(m, n[8], ffn, dim, true, &L->w_down, err)) ||
-            (rc = gguf_bind_vector(m, n[9], q_dim, false, &L->bq, err)) ||
-            (rc = gguf_bind_vector(m, n[10], kv_dim, false, &L->bk, err)) ||
-            (rc = gguf_bind_vector(m, n[11], kv_dim, false, &L->bv, err)))
-            return rc;
-    }
-
-    if (!p->use_mmap && p->repack) model_prepare_weights(m);
-    if ((rc = tokenizer_load_gguf(g, &m->tok, err))) return rc;
-    m->has_weights = true;
-    return model_validate(m, err);
 }
 
 /* ---- public: loading ----------------------------------------------------- */

@@ -1,7 +1,25 @@
 /*
- * model.h — the weights and hyper-parameters of a decoder-only transformer
- * (architectures "llama" and "qwen2"), bound from a GGUF file, a llama2.c
- * checkpoint or a Hugging Face folder.
+ * model.h — the weights and hyper-parameters of a decoder-only transformer,
+ * bound from a GGUF file, a llama2.c checkpoint or a Hugging Face folder.
+ *
+ * One block shape serves every dense architecture (model/arch.h lists them):
+ *
+ *   x = embed(token) * emb_scale
+ *   per layer l:
+ *     a = attn_norm ? rmsnorm(x) * attn_norm : x
+ *     q, k, v = a Wq, a Wk, a Wv (+ biases)   -- views of one fused matrix or three
+ *     q, k = qk_norm(q), qk_norm(k)           -- none, per head, or over the whole row
+ *     q, k = rope(q, k; the layer's rope set) -- partial when n_rot < head_dim
+ *     o = attention(q, K, V; kq_scale, attn_softcap, the layer's window) Wo (+ bo)
+ *     x += residual_scale * (post_attn_norm ? rmsnorm(o) * post_attn_norm : o)
+ *     f = ffn_norm ? rmsnorm(x) * ffn_norm : x
+ *     h = act(f Wgate (+b)) * (f Wup (+b)), act = SiLU or tanh-GELU
+ *     d = h Wdown (+ b)
+ *     x += residual_scale * (post_ffn_norm ? rmsnorm(d) * post_ffn_norm : d)
+ *   logits = softcap(rmsnorm(x) * output_norm Wout / logit_scale; final_softcap)
+ *
+ * An architecture differs from the plain llama block only by these fields; which
+ * tensors exist decides the optional steps (a NULL norm is skipped).
  *
  * Invariants once loaded:
  *  - every matrix tensor's n_in/n_out match the hyper-parameters below and its
@@ -10,6 +28,7 @@
  *    Hugging Face checkpoints are permuted at load time to that order;
  *    arch "qwen2" uses rope_neox (pairs (x[i], x[i + n_rot/2])).
  *  - 1-D vectors (norms, biases) are f32 arrays owned or borrowed by the model.
+ *  - every layer's window is 0 (global) or >= 1, and its rope_set < n_rope_sets.
  */
 #ifndef KVI_MODEL_H
 #define KVI_MODEL_H
@@ -18,20 +37,69 @@
 #include "kernels/kernels.h"
 #include "tokenizer/tokenizer.h"
 
+/* q/k normalisation before RoPE */
+typedef enum model_qk_norm {
+    MODEL_QK_NONE = 0,
+    MODEL_QK_HEAD, /* RMSNorm of each head, weights [head_dim] shared by the heads (qwen3, gemma3) */
+    MODEL_QK_FULL, /* one RMSNorm over the whole projection, weights [n_heads * head_dim] (olmo2) */
+} model_qk_norm;
+
+typedef enum model_act {
+    MODEL_ACT_SILU = 0,  /* SwiGLU */
+    MODEL_ACT_GELU_TANH, /* GeGLU with the tanh approximation (gemma) */
+} model_act;
+
+/* One RoPE parameter set (a model has one, or two: gemma3's local layers use another
+ * base and no scaling). Pair i of the n_rot rotated dims turns by pos * f_i,
+ *   f_i = theta^(-2i / n_rot) / factor_i                 (factor: Llama 3, LongRoPE)
+ *   f_i *= freq_scale (linear), or with YaRN (yarn_ext):
+ *   f_i *= freq_scale * (1 - r_i) + r_i, r_i = ramp(i; yarn_lo, yarn_hi)
+ * and cos, sin are multiplied by mscale (YaRN's and LongRoPE's attention factor). */
+typedef struct model_rope {
+    float theta;
+    float freq_scale;     /* 1 / scaling factor; 1: none */
+    const float *factors; /* [n_rot / 2] frequency divisors or NULL */
+    bool yarn;            /* YaRN ramp between interpolation and extrapolation */
+    float yarn_lo, yarn_hi;
+    float mscale; /* multiplies cos and sin; 1: none */
+} model_rope;
+
 typedef struct model_layer {
-    const float *attn_norm; /* [dim] */
-    kern_tensor wq;         /* [n_heads * head_dim][dim] */
-    kern_tensor wk;         /* [n_kv_heads * head_dim][dim] */
-    kern_tensor wv;         /* [n_kv_heads * head_dim][dim] */
-    const float *bq;        /* [n_heads * head_dim] or NULL */
-    const float *bk;        /* [n_kv_heads * head_dim] or NULL */
-    const float *bv;        /* [n_kv_heads * head_dim] or NULL */
-    kern_tensor wo;         /* [dim][n_heads * head_dim] */
-    const float *ffn_norm;  /* [dim] */
-    kern_tensor w_gate;     /* [ffn_dim][dim] */
-    kern_tensor w_up;       /* [ffn_dim][dim] */
-    kern_tensor w_down;     /* [dim][ffn_dim] */
+    int window;                  /* 0: global attention; W: sliding window (sees pos-W+1..pos) */
+    int rope_set;                /* index into rope[] */
+    const float *attn_norm;      /* [dim] or NULL (no pre-norm: olmo2) */
+    kern_tensor wq;              /* [n_heads * head_dim][dim] */
+    kern_tensor wk;              /* [n_kv_heads * head_dim][dim] */
+    kern_tensor wv;              /* [n_kv_heads * head_dim][dim] */
+    const float *bq;             /* [n_heads * head_dim] or NULL */
+    const float *bk;             /* [n_kv_heads * head_dim] or NULL */
+    const float *bv;             /* [n_kv_heads * head_dim] or NULL */
+    const float *q_norm;         /* [head_dim] (MODEL_QK_HEAD), [n_heads * head_dim] (FULL), or NULL */
+    const float *k_norm;         /* [head_dim] or [n_kv_heads * head_dim], or NULL */
+    kern_tensor wo;              /* [dim][n_heads * head_dim] */
+    const float *bo;             /* [dim] or NULL */
+    const float *post_attn_norm; /* [dim] or NULL */
+    const float *ffn_norm;       /* [dim] or NULL */
+    kern_tensor w_gate;          /* [ffn_dim][dim] */
+    kern_tensor w_up;            /* [ffn_dim][dim] */
+    kern_tensor w_down;          /* [dim][ffn_dim] */
+    const float *b_gate;         /* [ffn_dim] or NULL */
+    const float *b_up;           /* [ffn_dim] or NULL */
+    const float *b_down;         /* [dim] or NULL */
+    const float *post_ffn_norm;  /* [dim] or NULL */
 } model_layer;
+
+#define MODEL_MAX_ROPE_SETS 2
+
+/* Upper bounds on hyper-parameters: far above any real model, low enough that
+ * products of two of them cannot overflow 64 bits. */
+#define MODEL_MAX_DIM (1 << 17)
+#define MODEL_MAX_FFN (1 << 20)
+#define MODEL_MAX_LAYERS 4096
+#define MODEL_MAX_HEADS 4096
+#define MODEL_MAX_HEAD_DIM 4096
+#define MODEL_MAX_VOCAB (1 << 24)
+#define MODEL_MAX_CTX (1 << 24)
 
 struct kvi_model {
     char arch[32];
@@ -49,6 +117,23 @@ struct kvi_model {
     float rope_theta;        /* frequency base */
     bool rope_neox;          /* pairs (i, i + n_rot/2) instead of (2i, 2i+1) */
     const float *rope_freqs; /* [n_rot/2] frequency divisors (Llama 3) or NULL */
+    /* the block's shape (see the top of this file); model_block_defaults() sets the
+     * plain llama block, an architecture's hparams function changes what differs */
+    model_qk_norm qk_norm;
+    model_act act;
+    float emb_scale;      /* 1: none */
+    float residual_scale; /* 1: none */
+    float kq_scale;       /* attention score scale (default 1/sqrt(head_dim)) */
+    float attn_softcap;   /* 0: none */
+    float final_softcap;  /* 0: none */
+    float logit_scale;    /* logits divided by it; 1: none */
+    int n_rope_sets;      /* 1 or 2 */
+    model_rope rope[MODEL_MAX_ROPE_SETS];
+    /* LongRoPE: both factor sets from the file; which one rope[0] uses is chosen per
+     * engine by its context (model_rope_for_ctx) */
+    const float *rope_long, *rope_short; /* [n_rot/2] or NULL */
+    int rope_orig_ctx;                   /* original_context_length (LongRoPE, YaRN) */
+    int n_ignored_tensors;               /* tensors of another part (vision) left unread */
 
     kern_tensor tok_embd;     /* [n_vocab][dim] */
     const float *output_norm; /* [dim] */
@@ -82,6 +167,15 @@ int model_read_file(struct kvi_model *m, const char *path, bool use_mmap, const 
  * name is used in error messages only. */
 int model_vec_f32(struct kvi_model *m, const char *name, const void *data, kvi_type type, int64_t n,
                   const float **out, kvi_error *err);
+
+/* The plain llama block: no q/k norm, SiLU, scales 1, kq_scale 1/sqrt(head_dim), one
+ * rope set from rope_theta / rope_freqs; every layer global. Loaders call it once the
+ * widths are known, before an architecture adjusts the fields. */
+void model_block_defaults(struct kvi_model *m);
+/* The rope sets for an engine whose sequences hold n_ctx positions: LongRoPE models
+ * take the long factors when n_ctx (rounded up to 256, as llama.cpp sizes contexts)
+ * exceeds rope_orig_ctx, else the short ones; other models rope[] as loaded. */
+void model_rope_for_ctx(const struct kvi_model *m, int n_ctx, model_rope out[MODEL_MAX_ROPE_SETS]);
 
 /* Checks the hyper-parameters alone (ranges, divisibility); loaders call it before
  * binding tensors. */

@@ -152,6 +152,7 @@ static int hf_parse_config(struct kvi_model *m, const cJSON *cfg, bool *tied, kv
                        m->n_heads);
     if ((rc = hf_cfg_int(cfg, "head_dim", false, m->dim / m->n_heads, 1, 4096, &m->head_dim, err))) return rc;
     m->n_rot = m->head_dim;
+    model_block_defaults(m);
 
     const cJSON *tie = cJSON_GetObjectItemCaseSensitive(cfg, "tie_word_embeddings");
     if (tie && !cJSON_IsBool(tie) && !cJSON_IsNull(tie))

@@ -190,6 +190,7 @@ int model_load_llama2c(struct kvi_model *m, const char *path, const kvi_load_par
     m->rope_theta = 10000.0f;
     m->rope_neox = false;
     m->rope_freqs = NULL;
+    model_block_defaults(m);
     if ((rc = model_check_hparams(m, err))) return rc;
 
     m->layers = model_own(m, calloc((size_t)m->n_layers, sizeof *m->layers));

@@ -1,0 +1,60 @@
+/*
+ * arch.h — the architectures kvinfer runs, as data.
+ *
+ * An architecture is the plain llama block (model.h) plus what differs: which
+ * tensors the block has (flags below), its q/k norm and RoPE pairing, and a
+ * function that reads the hyper-parameters only it has (scales, soft-caps,
+ * sliding-window layers, a second RoPE set) into the model's block fields. Each
+ * lives in one small file, arch_<name>.c, whose header says what differs;
+ * arch_registry.c lists them. The loader (model_gguf.c) binds tensors by these
+ * flags and the forward pass (forward.c) runs the fields: neither names an
+ * architecture.
+ *
+ * Invariant: an architecture's hparams function only sets model fields; tensors
+ * are bound afterwards, so a refused key never leaves half-bound weights.
+ */
+#ifndef KVI_MODEL_ARCH_H
+#define KVI_MODEL_ARCH_H
+
+#include "model/model.h"
+
+enum {
+    ARCH_FUSED_QKV = 1 << 0,     /* attn_qkv [dim] -> [q | k | v] instead of attn_q, attn_k, attn_v */
+    ARCH_FUSED_GATE_UP = 1 << 1, /* ffn_up [dim] -> [gate | up], no ffn_gate (phi3) */
+    ARCH_NO_PRE_NORM = 1 << 2,   /* no attn_norm / ffn_norm (olmo2) */
+    ARCH_POST_NORMS = 1 << 3,    /* post_attention_norm and post_ffw_norm (gemma2/3, olmo2) */
+    ARCH_VISION_PART = 1 << 4,   /* a multimodal file's vision tensors (v.*, mm.*) are left unread */
+};
+
+typedef struct model_arch {
+    const char *name; /* general.architecture */
+    unsigned flags;
+    model_qk_norm qk_norm;
+    bool rope_neox;
+    /* reads what differs from the llama block (after the common keys and
+     * model_block_defaults); NULL: nothing */
+    int (*hparams)(struct kvi_model *m, const gguf_ctx *g, kvi_error *err);
+} model_arch;
+
+/* The architecture named name, or NULL. */
+const model_arch *model_arch_find(const char *name);
+/* "llama, qwen2, ..." into buf[cap] (for error messages) */
+void model_arch_list(char *buf, size_t cap);
+
+/* ---- for the architecture files ---- */
+
+/* "<arch>.<key>" as an int in [lo, hi] / a float > 0 ; def when absent and !required */
+int model_gguf_int(const gguf_ctx *g, const char *arch, const char *key, bool required, int64_t def,
+                   int64_t lo, int64_t hi, int *out, kvi_error *err);
+int model_gguf_float(const gguf_ctx *g, const char *arch, const char *key, bool required, double def,
+                     float *out, kvi_error *err);
+/* Sliding-window layers as llama.cpp lays them out: "<arch>.attention.sliding_window"
+ * (required) is W; "<arch>.attention.sliding_window_pattern" is a period P (layer l is
+ * local when l % P < P - 1) or an array of per-layer flags; absent: def_period.
+ * Local layers get window W and rope_set local_rope. */
+int model_swa_layers(struct kvi_model *m, const gguf_ctx *g, int def_period, int local_rope, kvi_error *err);
+
+extern const model_arch model_arch_llama, model_arch_qwen2, model_arch_qwen3, model_arch_gemma2,
+    model_arch_gemma3, model_arch_phi3, model_arch_granite, model_arch_olmo2;
+
+#endif

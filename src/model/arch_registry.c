@@ -1,0 +1,30 @@
+/*
+ * arch_registry.c — the table of architectures (arch.h): one line each.
+ */
+#include "model/arch.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const model_arch *const archs[] = {
+    &model_arch_llama,  &model_arch_qwen2, &model_arch_qwen3,   &model_arch_gemma2,
+    &model_arch_gemma3, &model_arch_phi3,  &model_arch_granite, &model_arch_olmo2,
+};
+
+const model_arch *model_arch_find(const char *name)
+{
+    for (size_t i = 0; name && i < sizeof archs / sizeof archs[0]; i++)
+        if (strcmp(archs[i]->name, name) == 0) return archs[i];
+    return NULL;
+}
+
+void model_arch_list(char *buf, size_t cap)
+{
+    size_t n = 0;
+    if (cap) buf[0] = 0;
+    for (size_t i = 0; cap && i < sizeof archs / sizeof archs[0]; i++) {
+        const int w = snprintf(buf + n, cap - n, "%s%s", i ? ", " : "", archs[i]->name);
+        if (w < 0 || (size_t)w >= cap - n) break;
+        n += (size_t)w;
+    }
+}

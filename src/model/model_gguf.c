@@ -1,0 +1,438 @@
+/*
+ * model_gguf.c — a model from a GGUF file: the common hyper-parameters, the RoPE
+ * scaling keys, and the binding of every tensor by the architecture's flags
+ * (arch.h). The architecture's own keys are read by its file (arch_*.c).
+ *
+ * Data structure: a binder (gbind) over the file's tensors, one `used` mark per
+ * tensor. Invariants: a tensor is bound at most once, with its shape and byte size
+ * checked against the hyper-parameters; after binding, every tensor of the file is
+ * marked or belongs to a part the architecture declares unread (a multimodal
+ * file's vision tower): any other tensor is refused by name, so a file is never
+ * run with a part silently left out. Fused matrices (attn_qkv, phi3's ffn_up) are
+ * bound once and exposed as row views (wq | wk | wv, w_gate | w_up): the views are
+ * disjoint byte ranges of the one tensor, in its row order.
+ */
+#include "model/arch.h"
+
+#include "base/error.h"
+#include "formats/quant.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct gbind {
+    struct kvi_model *m;
+    uint8_t *used; /* [gguf_n_tensors] */
+} gbind;
+
+static const gguf_tensor *bind_find(gbind *b, const char *name)
+{
+    const gguf_tensor *t = gguf_find_tensor(b->m->gguf, name);
+    if (t) {
+        const int64_t n = gguf_n_tensors(b->m->gguf);
+        for (int64_t i = 0; i < n; i++)
+            if (gguf_tensor_at(b->m->gguf, i) == t) {
+                b->used[i] = 1;
+                break;
+            }
+    }
+    return t;
+}
+
+/* An integer hyper-parameter "<arch>.<key>"; def is used when absent and !required. */
+int model_gguf_int(const gguf_ctx *g, const char *arch, const char *key, bool required, int64_t def,
+                   int64_t lo, int64_t hi, int *out, kvi_error *err)
+{
+    char full[128];
+    snprintf(full, sizeof full, "%s.%s", arch, key);
+    int64_t v;
+    int rc = gguf_get_int(g, full, &v, err);
+    if (rc == -1) {
+        if (required) return err_set(err, KVI_E_FORMAT, "gguf: missing metadata %s", full);
+        v = def;
+    } else if (rc < 0) {
+        return rc;
+    }
+    if (v < lo || v > hi)
+        return err_set(err, KVI_E_FORMAT, "gguf: %s = %lld out of range [%lld, %lld]", full, (long long)v,
+                       (long long)lo, (long long)hi);
+    *out = (int)v;
+    return 0;
+}
+
+int model_gguf_float(const gguf_ctx *g, const char *arch, const char *key, bool required, double def,
+                     float *out, kvi_error *err)
+{
+    char full[128];
+    snprintf(full, sizeof full, "%s.%s", arch, key);
+    double v;
+    int rc = gguf_get_float(g, full, &v, err);
+    if (rc == -1) {
+        if (required) return err_set(err, KVI_E_FORMAT, "gguf: missing metadata %s", full);
+        v = def;
+    } else if (rc < 0) {
+        return rc;
+    }
+    if (!isfinite(v) || v <= 0.0) return err_set(err, KVI_E_FORMAT, "gguf: %s = %g invalid", full, v);
+    *out = (float)v;
+    return 0;
+}
+
+/* Binds a 2-D tensor [n_out][n_in]; absent is an error only when required. */
+static int bind_matrix(gbind *b, const char *name, int64_t n_in, int64_t n_out, bool required,
+                       kern_tensor *out, kvi_error *err)
+{
+    struct kvi_model *m = b->m;
+    const gguf_tensor *t = bind_find(b, name);
+    if (!t) return required ? err_set(err, KVI_E_FORMAT, "gguf: missing tensor %s", name) : 0;
+    if (t->n_dims < 1 || t->n_dims > 2 || t->ne[2] != 1 || t->ne[3] != 1 || t->ne[0] != n_in ||
+        t->ne[1] != n_out)
+        return err_set(err, KVI_E_FORMAT,
+                       "gguf: tensor %s has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]", name,
+                       (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
+                       (long long)n_in, (long long)n_out);
+    size_t row = quant_row_bytes(t->type, n_in);
+    if (!quant_type_known(t->type) || row == 0)
+        return err_set(err, KVI_E_FORMAT, "gguf: tensor %s: type %d cannot hold rows of %lld", name,
+                       (int)t->type, (long long)n_in);
+    if (t->nbytes != row * (size_t)n_out || !t->data)
+        return err_set(err, KVI_E_FORMAT, "gguf: tensor %s has %zu bytes, expected %zu", name, t->nbytes,
+                       row * (size_t)n_out);
+    out->data = t->data;
+    out->type = t->type;
+    out->n_in = n_in;
+    out->n_out = n_out;
+    m->weight_bytes += t->nbytes;
+    return 0;
+}
+
+/* Binds a 1-D f32 vector of n elements (converted when stored as F16/BF16). */
+static int bind_vector(gbind *b, const char *name, int64_t n, bool required, const float **out,
+                       kvi_error *err)
+{
+    struct kvi_model *m = b->m;
+    const gguf_tensor *t = bind_find(b, name);
+    *out = NULL;
+    if (!t) return required ? err_set(err, KVI_E_FORMAT, "gguf: missing tensor %s", name) : 0;
+    if (t->n_dims != 1 || t->ne[0] != n || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1)
+        return err_set(err, KVI_E_FORMAT,
+                       "gguf: tensor %s has shape [%lld, %lld], expected the vector [%lld]", name,
+                       (long long)t->ne[0], (long long)t->ne[1], (long long)n);
+    size_t row = quant_row_bytes(t->type, n);
+    if (row == 0 || t->nbytes != row || !t->data)
+        return err_set(err, KVI_E_FORMAT, "gguf: tensor %s has %zu bytes for %lld elements", name, t->nbytes,
+                       (long long)n);
+    m->weight_bytes += t->nbytes;
+    return model_vec_f32(m, name, t->data, t->type, n, out, err);
+}
+
+/* rows [r0, r0 + n) of the bound matrix `whole` as a matrix of its own */
+static kern_tensor row_view(const kern_tensor *whole, int64_t r0, int64_t n)
+{
+    kern_tensor v = *whole;
+    v.data = (const uint8_t *)whole->data + (size_t)r0 * quant_row_bytes(whole->type, whole->n_in);
+    v.n_out = n;
+    return v;
+}
+
+/* The RoPE scaling keys every architecture may carry, into rope[0]:
+ * rope.scaling.type none / linear / yarn (factor, original_context_length,
+ * yarn_beta_fast / yarn_beta_slow: llama.cpp's 32 and 1 when absent),
+ * rope.scaling.attn_factor (multiplies cos and sin; LongRoPE files carry it). */
+static int rope_scaling(struct kvi_model *m, const gguf_ctx *g, const char *arch, kvi_error *err)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    const char *type = gguf_get_str(g, key);
+    float factor = 1.0f, attn = 1.0f, beta_fast = 32.0f, beta_slow = 1.0f;
+    int rc;
+    if ((rc = model_gguf_float(g, arch, "rope.scaling.factor", false, 1.0, &factor, err)) ||
+        (rc = model_gguf_float(g, arch, "rope.scaling.attn_factor", false, 1.0, &attn, err)) ||
+        (rc = model_gguf_float(g, arch, "rope.scaling.yarn_beta_fast", false, 32.0, &beta_fast, err)) ||
+        (rc = model_gguf_float(g, arch, "rope.scaling.yarn_beta_slow", false, 1.0, &beta_slow, err)) ||
+        (rc = model_gguf_int(g, arch, "rope.scaling.original_context_length", false, m->n_ctx_train, 1,
+                             MODEL_MAX_CTX, &m->rope_orig_ctx, err)))
+        return rc;
+    model_rope *r = &m->rope[0];
+    r->mscale = attn;
+    if (!type || strcmp(type, "none") == 0 || strcmp(type, "longrope") == 0) return 0;
+    if (strcmp(type, "linear") == 0) {
+        r->freq_scale = 1.0f / factor;
+        return 0;
+    }
+    if (strcmp(type, "yarn") != 0)
+        return err_set(err, KVI_E_UNSUPPORTED, "gguf: %s '%.32s' is not supported (linear, yarn)", key, type);
+    /* llama.cpp's correction dims: the pairs that turn more than beta_fast (resp.
+     * less than beta_slow) times over the original context */
+    const double n_rot = m->n_rot, base = m->rope_theta, ctx = m->rope_orig_ctx;
+    const double lo = floor(n_rot * log(ctx / (beta_fast * 2 * M_PI)) / (2 * log(base)));
+    const double hi = ceil(n_rot * log(ctx / (beta_slow * 2 * M_PI)) / (2 * log(base)));
+    r->yarn = true;
+    r->yarn_lo = (float)(lo > 0 ? lo : 0);
+    r->yarn_hi = (float)(hi < n_rot - 1 ? hi : n_rot - 1);
+    r->freq_scale = 1.0f / factor;
+    r->mscale = attn * (1.0f + 0.1f * logf(factor));
+    return 0;
+}
+
+int model_swa_layers(struct kvi_model *m, const gguf_ctx *g, int def_period, int local_rope, kvi_error *err)
+{
+    int w, rc;
+    if ((rc = model_gguf_int(g, m->arch, "attention.sliding_window", true, 0, 1, MODEL_MAX_CTX, &w, err)))
+        return rc;
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", m->arch);
+    const int64_t ki = gguf_find_key(g, key);
+    gguf_vtype vt = ki >= 0 ? gguf_kv_type(g, ki) : GGUF_T_UINT32;
+    int period = def_period;
+    const uint8_t *flags = NULL; /* [n_layers] */
+    if (ki >= 0 && vt == GGUF_T_ARRAY) {
+        gguf_vtype et;
+        uint64_t n;
+        if ((rc = gguf_get_arr_info(g, key, &et, &n, err))) return rc;
+        const void *raw;
+        size_t len;
+        if (et != GGUF_T_BOOL || n != (uint64_t)m->n_layers || gguf_kv_raw(g, ki, &vt, &raw, &len) != 0 ||
+            len < 8 + (size_t)n)
+            return err_set(err, KVI_E_FORMAT, "gguf: %s must be %d booleans (one per layer)", key,
+                           m->n_layers);
+        flags = (const uint8_t *)raw + len - (size_t)n; /* the elements end the value */
+    } else if (ki >= 0) {
+        if ((rc = model_gguf_int(g, m->arch, "attention.sliding_window_pattern", false, def_period, 0,
+                                 MODEL_MAX_LAYERS, &period, err)))
+            return rc;
+    }
+    for (int l = 0; l < m->n_layers; l++) {
+        const bool local = flags ? flags[l] != 0 : period == 0 || l % period < period - 1;
+        m->layers[l].window = local ? w : 0;
+        m->layers[l].rope_set = local ? local_rope : 0;
+    }
+    return 0;
+}
+int model_hparams_gguf(struct kvi_model *m, const gguf_ctx *g, bool metadata_only, kvi_error *err)
+{
+    const char *arch = gguf_get_str(g, "general.architecture");
+    if (!arch || !arch[0]) return err_set(err, KVI_E_FORMAT, "gguf: no general.architecture");
+    if (strlen(arch) >= sizeof m->arch)
+        return err_set(err, KVI_E_FORMAT, "gguf: general.architecture is %zu bytes long", strlen(arch));
+    model_copy_str(m->arch, sizeof m->arch, arch);
+    model_copy_str(m->name, sizeof m->name, gguf_get_str(g, "general.name"));
+
+    int rc;
+    if ((rc = model_gguf_int(g, arch, "context_length", true, 0, 1, MODEL_MAX_CTX, &m->n_ctx_train, err)) ||
+        (rc = model_gguf_int(g, arch, "embedding_length", true, 0, 1, MODEL_MAX_DIM, &m->dim, err)) ||
+        (rc = model_gguf_int(g, arch, "feed_forward_length", !metadata_only, 0, metadata_only ? 0 : 1,
+                             MODEL_MAX_FFN, &m->ffn_dim, err)) ||
+        (rc = model_gguf_int(g, arch, "block_count", true, 0, 1, MODEL_MAX_LAYERS, &m->n_layers, err)) ||
+        (rc = model_gguf_int(g, arch, "attention.head_count", true, 0, 1, MODEL_MAX_HEADS, &m->n_heads,
+                             err)) ||
+        (rc = model_gguf_int(g, arch, "attention.head_count_kv", false, m->n_heads, 1, MODEL_MAX_HEADS,
+                             &m->n_kv_heads, err)))
+        return rc;
+    if (m->n_heads % m->n_kv_heads != 0)
+        return err_set(err, KVI_E_FORMAT, "gguf: head_count %d is not a multiple of head_count_kv %d",
+                       m->n_heads, m->n_kv_heads);
+    char key_len_name[96];
+    snprintf(key_len_name, sizeof key_len_name, "%s.attention.key_length", arch);
+    if (m->dim % m->n_heads != 0 && gguf_find_key(g, key_len_name) < 0)
+        return err_set(err, KVI_E_FORMAT, "gguf: embedding_length %d is not a multiple of head_count %d",
+                       m->dim, m->n_heads);
+    if ((rc = model_gguf_int(g, arch, "attention.key_length", false, m->dim / m->n_heads, 1,
+                             MODEL_MAX_HEAD_DIM, &m->head_dim, err)))
+        return rc;
+
+    /* vocabulary: vocab_size, else the embedding's rows, else (metadata only) the token list */
+    int64_t nv = 0;
+    const gguf_tensor *te = gguf_find_tensor(g, "token_embd.weight");
+    if (te) {
+        nv = te->ne[1];
+    } else if (metadata_only) {
+        gguf_vtype et;
+        uint64_t n = 0;
+        if ((rc = gguf_get_arr_info(g, "tokenizer.ggml.tokens", &et, &n, err)) == KVI_E_FORMAT) return rc;
+        nv = n > MODEL_MAX_VOCAB ? MODEL_MAX_VOCAB + 1 : (int64_t)n;
+    } else {
+        return err_set(err, KVI_E_FORMAT, "gguf: missing tensor token_embd.weight");
+    }
+    if ((nv < 1 && !metadata_only) || nv > MODEL_MAX_VOCAB)
+        return err_set(err, KVI_E_FORMAT, "gguf: token_embd.weight has %lld rows", (long long)nv);
+    if ((rc = model_gguf_int(g, arch, "vocab_size", false, nv, metadata_only ? 0 : 1, MODEL_MAX_VOCAB,
+                             &m->n_vocab, err)))
+        return rc;
+    if (metadata_only) return 0;
+
+    /* what the forward pass computes with */
+    int v_len;
+    if ((rc = model_gguf_int(g, arch, "attention.value_length", false, m->head_dim, 1, MODEL_MAX_HEAD_DIM,
+                             &v_len, err)) ||
+        (rc = model_gguf_int(g, arch, "rope.dimension_count", false, m->head_dim, 1, MODEL_MAX_HEAD_DIM,
+                             &m->n_rot, err)) ||
+        (rc = model_gguf_float(g, arch, "attention.layer_norm_rms_epsilon", true, 0, &m->rms_eps, err)) ||
+        (rc = model_gguf_float(g, arch, "rope.freq_base", false, 10000.0, &m->rope_theta, err)))
+        return rc;
+    model_block_defaults(m);
+    if ((rc = rope_scaling(m, g, arch, err))) return rc;
+    if (v_len != m->head_dim)
+        return err_set(err, KVI_E_UNSUPPORTED, "gguf: value_length %d differs from key_length %d", v_len,
+                       m->head_dim);
+    return model_check_hparams(m, err);
+}
+
+/* The layers' matrices and the output matrix laid out for the kernels, in place
+ * (kern_prepare_weights decides which and how: R16 tiles for Q8_0 / Q4_0 on
+ * AVX-512 VNNI), when the load parameters allow it (kvi_load_params.repack). A tied
+ * output matrix is the token embedding too: both views get its layout. A prepare
+ * that fails (memory) leaves the matrices as they were. One set of threads does
+ * all (one start-up pass over the weights). */
+static void model_prepare_weights(struct kvi_model *m)
+{
+    if (!kern_prepare_wanted() || !gguf_set_writable(m->gguf, true)) return;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    kern_tensor **mats = malloc(((size_t)m->n_layers * 7 + 1) * sizeof *mats); /* [7 * n_layers + 1] */
+    int n = 0;
+    for (int l = 0; mats && l < m->n_layers; l++) {
+        model_layer *L = &m->layers[l];
+        kern_tensor *lm[7] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
+        for (int i = 0; i < 7; i++)
+            if (lm[i]->data) mats[n++] = lm[i];
+    }
+    if (mats && m->output.data) mats[n++] = &m->output;
+    if (mats && kern_prepare_weights(mats, n, cores > 1 ? (int)cores : 1) == 0 &&
+        m->tok_embd.data == m->output.data)
+        m->tok_embd.layout = m->output.layout;
+    free(mats);
+    (void)gguf_set_writable(m->gguf, false);
+}
+
+/* Binds layer l's tensors as the architecture's flags say. */
+static int bind_layer(gbind *b, const model_arch *a, int l, kvi_error *err)
+{
+    struct kvi_model *m = b->m;
+    model_layer *L = &m->layers[l];
+    const int64_t dim = m->dim, qd = (int64_t)m->n_heads * m->head_dim,
+                  kvd = (int64_t)m->n_kv_heads * m->head_dim, ffn = m->ffn_dim;
+    const bool pre = !(a->flags & ARCH_NO_PRE_NORM), post = (a->flags & ARCH_POST_NORMS) != 0;
+    char n[64];
+#define NM(part) (snprintf(n, sizeof n, "blk.%d.%s", l, part), n)
+    int rc;
+    if ((rc = bind_vector(b, NM("attn_norm.weight"), dim, pre, &L->attn_norm, err))) return rc;
+    if (a->flags & ARCH_FUSED_QKV) {
+        kern_tensor qkv = { 0 };
+        if ((rc = bind_matrix(b, NM("attn_qkv.weight"), dim, qd + 2 * kvd, true, &qkv, err))) return rc;
+        L->wq = row_view(&qkv, 0, qd);
+        L->wk = row_view(&qkv, qd, kvd);
+        L->wv = row_view(&qkv, qd + kvd, kvd);
+    } else if ((rc = bind_matrix(b, NM("attn_q.weight"), dim, qd, true, &L->wq, err)) ||
+               (rc = bind_matrix(b, NM("attn_k.weight"), dim, kvd, true, &L->wk, err)) ||
+               (rc = bind_matrix(b, NM("attn_v.weight"), dim, kvd, true, &L->wv, err)) ||
+               (rc = bind_vector(b, NM("attn_q.bias"), qd, false, &L->bq, err)) ||
+               (rc = bind_vector(b, NM("attn_k.bias"), kvd, false, &L->bk, err)) ||
+               (rc = bind_vector(b, NM("attn_v.bias"), kvd, false, &L->bv, err))) {
+        return rc;
+    }
+    if (a->qk_norm != MODEL_QK_NONE) {
+        const bool head = a->qk_norm == MODEL_QK_HEAD;
+        if ((rc = bind_vector(b, NM("attn_q_norm.weight"), head ? m->head_dim : qd, true, &L->q_norm, err)) ||
+            (rc = bind_vector(b, NM("attn_k_norm.weight"), head ? m->head_dim : kvd, true, &L->k_norm, err)))
+            return rc;
+    }
+    if ((rc = bind_matrix(b, NM("attn_output.weight"), qd, dim, true, &L->wo, err)) ||
+        (rc = bind_vector(b, NM("attn_output.bias"), dim, false, &L->bo, err)) ||
+        (rc = bind_vector(b, NM("post_attention_norm.weight"), dim, post, &L->post_attn_norm, err)) ||
+        (rc = bind_vector(b, NM("ffn_norm.weight"), dim, pre, &L->ffn_norm, err)))
+        return rc;
+    if (a->flags & ARCH_FUSED_GATE_UP) {
+        kern_tensor gu = { 0 };
+        if ((rc = bind_matrix(b, NM("ffn_up.weight"), dim, 2 * ffn, true, &gu, err))) return rc;
+        L->w_gate = row_view(&gu, 0, ffn);
+        L->w_up = row_view(&gu, ffn, ffn);
+    } else if ((rc = bind_matrix(b, NM("ffn_gate.weight"), dim, ffn, true, &L->w_gate, err)) ||
+               (rc = bind_matrix(b, NM("ffn_up.weight"), dim, ffn, true, &L->w_up, err)) ||
+               (rc = bind_vector(b, NM("ffn_gate.bias"), ffn, false, &L->b_gate, err)) ||
+               (rc = bind_vector(b, NM("ffn_up.bias"), ffn, false, &L->b_up, err))) {
+        return rc;
+    }
+    if ((rc = bind_matrix(b, NM("ffn_down.weight"), ffn, dim, true, &L->w_down, err)) ||
+        (rc = bind_vector(b, NM("ffn_down.bias"), dim, false, &L->b_down, err)) ||
+        (rc = bind_vector(b, NM("post_ffw_norm.weight"), dim, post, &L->post_ffn_norm, err)))
+        return rc;
+#undef NM
+    return 0;
+}
+
+/* Every tensor of the file bound, or of a part the architecture leaves unread. */
+static int check_all_used(gbind *b, const model_arch *a, kvi_error *err)
+{
+    const int64_t n = gguf_n_tensors(b->m->gguf);
+    for (int64_t i = 0; i < n; i++) {
+        if (b->used[i]) continue;
+        const char *name = gguf_tensor_at(b->m->gguf, i)->name;
+        if ((a->flags & ARCH_VISION_PART) && (strncmp(name, "v.", 2) == 0 || strncmp(name, "mm.", 3) == 0)) {
+            b->m->n_ignored_tensors++;
+            continue;
+        }
+        return err_set(err, KVI_E_UNSUPPORTED, "gguf: tensor %.64s is not used by architecture %s", name,
+                       a->name);
+    }
+    return 0;
+}
+
+static int bind_model(gbind *b, const model_arch *a, kvi_error *err)
+{
+    struct kvi_model *m = b->m;
+    const int64_t dim = m->dim, half = m->n_rot / 2;
+    int rc;
+    if ((rc = bind_matrix(b, "token_embd.weight", dim, m->n_vocab, true, &m->tok_embd, err)) ||
+        (rc = bind_vector(b, "output_norm.weight", dim, true, &m->output_norm, err)) ||
+        (rc = bind_matrix(b, "output.weight", dim, m->n_vocab, false, &m->output, err)) ||
+        (rc = bind_vector(b, "rope_freqs.weight", half, false, &m->rope_freqs, err)) ||
+        (rc = bind_vector(b, "rope_factors_long.weight", half, false, &m->rope_long, err)) ||
+        (rc = bind_vector(b, "rope_factors_short.weight", half, false, &m->rope_short, err)))
+        return rc;
+    if (!m->output.data) m->output = m->tok_embd;
+    if (!m->rope_long != !m->rope_short)
+        return err_set(err, KVI_E_FORMAT, "gguf: rope_factors_long and rope_factors_short come in pairs");
+    if (m->rope_freqs) m->rope[0].factors = m->rope_freqs;
+    for (int l = 0; l < m->n_layers; l++)
+        if ((rc = bind_layer(b, a, l, err))) return rc;
+    return check_all_used(b, a, err);
+}
+
+int model_load_gguf(struct kvi_model *m, const char *path, const kvi_load_params *p, kvi_error *err)
+{
+    int rc = gguf_open(path, p->use_mmap, &m->gguf, err);
+    if (rc) return rc;
+    const gguf_ctx *g = m->gguf;
+    gguf_prefault(g); /* a mapped file: no page faults in the first forward pass */
+    m->file_bytes += gguf_file_size(g);
+    const char *arch = gguf_get_str(g, "general.architecture");
+    if (!arch) return err_set(err, KVI_E_FORMAT, "gguf: %s has no general.architecture", path);
+    const model_arch *a = model_arch_find(arch);
+    if (!a) {
+        char list[256];
+        model_arch_list(list, sizeof list);
+        return err_set(err, KVI_E_UNSUPPORTED, "gguf: architecture '%.64s' is not supported (%s)", arch,
+                       list);
+    }
+    if ((rc = model_hparams_gguf(m, g, false, err))) return rc;
+    m->layers = model_own(m, calloc((size_t)m->n_layers, sizeof *m->layers));
+    if (!m->layers) return err_set(err, KVI_E_NOMEM, "gguf: out of memory for %d layers", m->n_layers);
+    m->rope_neox = a->rope_neox;
+    m->qk_norm = a->qk_norm;
+    if (a->hparams && (rc = a->hparams(m, g, err))) return rc;
+    if ((rc = model_check_hparams(m, err))) return rc;
+
+    gbind b = { .m = m, .used = calloc((size_t)gguf_n_tensors(g) + 1, 1) };
+    if (!b.used) return err_set(err, KVI_E_NOMEM, "gguf: out of memory");
+    rc = bind_model(&b, a, err);
+    free(b.used);
+    if (rc) return rc;
+
+    if (!p->use_mmap && p->repack) model_prepare_weights(m);
+    if ((rc = tokenizer_load_gguf(g, &m->tok, err))) return rc;
+    m->has_weights = true;
+    return model_validate(m, err);
+}
