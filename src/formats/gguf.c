@@ -23,6 +23,16 @@
  *   Two open-addressing hash tables (power-of-two capacity, at least twice the
  *   entries, -1 = empty) map key -> kv index and tensor name -> tensor index.
  *
+ *   A split model (llama.cpp's gguf-split: files prefix-00001-of-0000N.gguf ..., each
+ *   a complete GGUF; the first holds all metadata, every one its own tensor infos and
+ *   data section; keys split.no (u16, 0-based), split.count (u16) and
+ *   split.tensors.count (i32, tensors of all files)), opened by gguf_open at its first
+ *   file: that file's context also owns shards[n_files - 1], the later files, each a
+ *   context of its own (buffer, kv, tensor_names); `tensors` and `tensor_index` then
+ *   cover all files in file order, each tensor's data and offset in its own file,
+ *   names owned by its file's tensor_names (this file owns n_names of them);
+ *   total_size is the bytes of all files (= size for one file).
+ *
  * Invariants (all established by parse() before gguf_open* returns 0)
  *   - every length, count and offset read from the file was checked against the bytes
  *     that remain, before any allocation sized by it or any loop bounded by it;
@@ -36,6 +46,10 @@
  *     known type, 0..4 dims with ne >= 0 (unused dims 1), ne[0] a multiple of its
  *     block size, an element count and byte size without overflow, an aligned offset,
  *     lies inside the file, and no two non-empty tensors overlap;
+ *   - a split model: every file's split.count equals the first's, file i has
+ *     split.no = i and the name the first's prefix gives it, split.tensors.count (when
+ *     present) is the same in all files and equals the tensors they hold together,
+ *     no tensor name occurs in two files; a later shard opened directly is refused;
  *   - a failed open frees everything it allocated and fills err with one line that
  *     names the file and the field.
  */
@@ -92,11 +106,20 @@ struct gguf_ctx {
     int64_t n_kv;
     gguf_kv *kv; /* [n_kv] */
     int64_t n_tensors;
-    gguf_tensor *tensors; /* [n_tensors]; names point to tensor_names[i] */
-    char **tensor_names;  /* [n_tensors] NUL-terminated copies */
+    gguf_tensor *tensors; /* [n_tensors]; names point to tensor_names[i] or a shard's */
+    char **tensor_names;  /* [n_names] NUL-terminated copies: this file's tensors */
+    int64_t n_names;
     name_index kv_index;
     name_index tensor_index;
+    int n_files;       /* 1, or split.count of a split model opened at its first shard */
+    gguf_ctx **shards; /* [n_files - 1] shards 2..n_files, each a parsed file of its own */
+    size_t total_size; /* bytes of all n_files files */
 };
+
+/* Defined with the queries below; the split loader reads its keys through them. */
+static const gguf_kv *find_kv(const gguf_ctx *g, const char *key);
+static bool num_is_int(gguf_vtype t);
+static int64_t num_get_i(gguf_vtype t, const uint8_t *p, bool *overflow);
 
 /* ---- little-endian decoding ---------------------------------------------- */
 
@@ -175,7 +198,7 @@ static int64_t *index_slot(const name_index *ix, const gguf_ctx *g, name_at_fn n
 }
 
 static const char *kv_name_at(const gguf_ctx *g, int64_t i) { return g->kv[i].key; }
-static const char *tensor_name_at(const gguf_ctx *g, int64_t i) { return g->tensor_names[i]; }
+static const char *tensor_name_at(const gguf_ctx *g, int64_t i) { return g->tensors[i].name; }
 
 /* ---- the parsing cursor ---------------------------------------------------- */
 
@@ -541,7 +564,7 @@ static int parse(gguf_ctx *g, const char *file, kvi_error *err)
         return err_set(err, KVI_E_NOMEM, "gguf: %s: out of memory", file);
     }
     for (uint64_t i = 0; i < n_tensors && rc == 0; i++) {
-        g->n_tensors = (int64_t)i + 1;
+        g->n_tensors = g->n_names = (int64_t)i + 1;
         rc = parse_tensor_info(&c, g, (int64_t)i, &types[i]);
     }
     if (rc) {
@@ -573,7 +596,10 @@ static int parse(gguf_ctx *g, const char *file, kvi_error *err)
 static gguf_ctx *ctx_new(void)
 {
     gguf_ctx *g = calloc(1, sizeof *g);
-    if (g) g->alignment = GGUF_DEFAULT_ALIGNMENT;
+    if (g) {
+        g->alignment = GGUF_DEFAULT_ALIGNMENT;
+        g->n_files = 1;
+    }
     return g;
 }
 
@@ -586,8 +612,10 @@ void gguf_close(gguf_ctx *g)
         free(g->kv[i].str_off);
     }
     free(g->kv);
-    for (int64_t i = 0; i < g->n_tensors; i++) free(g->tensor_names[i]);
+    for (int64_t i = 0; i < g->n_names; i++) free(g->tensor_names[i]);
     free(g->tensor_names);
+    for (int i = 0; g->shards && i < g->n_files - 1; i++) gguf_close(g->shards[i]);
+    free(g->shards);
     free(g->tensors);
     free(g->kv_index.slot);
     free(g->tensor_index.slot);
@@ -618,7 +646,7 @@ int gguf_open_mem(const void *buf, size_t len, gguf_ctx **out, kvi_error *err)
     gguf_ctx *g = ctx_new();
     if (!g) return err_set(err, KVI_E_NOMEM, "gguf: <memory>: out of memory");
     g->buf = buf;
-    g->size = len;
+    g->size = g->total_size = len;
     g->buf_kind = BUF_CALLER;
     return open_parsed(g, "<memory>", out, err);
 }
@@ -769,9 +797,9 @@ static void *fault_slice_run(void *arg)
     return NULL;
 }
 
-void gguf_prefault(const gguf_ctx *g)
+static void prefault_file(const gguf_ctx *g)
 {
-    if (!g || g->buf_kind != BUF_FILEMAP || !g->buf || g->map_len == 0) return;
+    if (g->buf_kind != BUF_FILEMAP || !g->buf || g->map_len == 0) return;
     const uint8_t *p = g->buf;
     const size_t size = g->map_len;
 #ifdef MADV_HUGEPAGE
@@ -784,9 +812,16 @@ void gguf_prefault(const gguf_ctx *g)
     run_slices(n, fault_slice_run, sl, sizeof sl[0]);
 }
 
-int gguf_open(const char *path, bool use_mmap, gguf_ctx **out, kvi_error *err)
+void gguf_prefault(const gguf_ctx *g)
 {
-    if (!out || !path) return err_set(err, KVI_E_INVALID, "gguf: no path or output pointer");
+    if (!g) return;
+    prefault_file(g);
+    for (int i = 0; g->shards && i < g->n_files - 1; i++) prefault_file(g->shards[i]);
+}
+
+/* One file, mapped or read, parsed; split keys not followed. */
+static int open_file(const char *path, bool use_mmap, gguf_ctx **out, kvi_error *err)
+{
     *out = NULL;
     /* O_NONBLOCK: opening a FIFO must not wait for a writer (fstat then refuses it);
      * reads of a regular file are unaffected. */
@@ -840,16 +875,227 @@ int gguf_open(const char *path, bool use_mmap, gguf_ctx **out, kvi_error *err)
     }
     close(fd);
     g->buf = p;
-    g->size = size;
+    g->size = g->total_size = size;
     g->map_len = size;
     return open_parsed(g, path, out, err);
+}
+
+/* ---- split models (llama.cpp's gguf-split) ------------------------------------ */
+
+/* The split keys of one file: split.count (a u16 as written; absent or 0 = not
+ * split, read as 1), split.no (0-based shard number, default 0, below the count)
+ * and split.tensors.count (tensors of all shards, an i32; -1 when absent). */
+typedef struct split_keys {
+    int64_t no, count, n_tensors;
+    bool has_count;
+} split_keys;
+
+/* Integer key `key` in [0, hi] into *out (left as is when absent; *found tells). */
+static int split_int(const gguf_ctx *g, const char *file, const char *key, int64_t hi, int64_t *out,
+                     bool *found, kvi_error *err)
+{
+    const gguf_kv *kv = find_kv(g, key);
+    if (found) *found = kv != NULL;
+    if (!kv) return 0;
+    if (kv->type == GGUF_T_ARRAY || !num_is_int(kv->type) || kv->type == GGUF_T_BOOL)
+        return err_set(err, KVI_E_FORMAT, "gguf: %s: %s has type %s, expected an integer", file, key,
+                       vtype_name(kv->type));
+    bool ovf;
+    *out = num_get_i(kv->type, kv->val, &ovf);
+    if (ovf || *out < 0 || *out > hi)
+        return err_set(err, KVI_E_FORMAT, "gguf: %s: %s = %lld is out of range [0, %lld]", file, key,
+                       ovf ? (long long)INT64_MAX : (long long)*out, (long long)hi);
+    return 0;
+}
+
+static int split_read_keys(const gguf_ctx *g, const char *file, split_keys *k, kvi_error *err)
+{
+    k->no = 0;
+    k->count = 1;
+    k->n_tensors = -1;
+    int rc;
+    if ((rc = split_int(g, file, "split.count", UINT16_MAX, &k->count, &k->has_count, err)) ||
+        (rc = split_int(g, file, "split.no", UINT16_MAX, &k->no, NULL, err)) ||
+        (rc = split_int(g, file, "split.tensors.count", INT32_MAX, &k->n_tensors, NULL, err)))
+        return rc;
+    if (k->count == 0) k->count = 1; /* how llama.cpp marks a merged file */
+    if (k->no >= k->count)
+        return err_set(err, KVI_E_FORMAT, "gguf: %s: split.no = %lld is not below split.count = %lld", file,
+                       (long long)k->no, (long long)k->count);
+    return 0;
+}
+
+/* Length of the prefix of `path` when it ends in -NNNNN-of-MMMMM.gguf for shard
+ * `no` (0-based) of `count` (llama.cpp's llama_split_prefix), else 0. */
+static size_t split_prefix_len(const char *path, int64_t no, int64_t count)
+{
+    char post[48];
+    snprintf(post, sizeof post, "-%05lld-of-%05lld.gguf", (long long)(no + 1), (long long)count);
+    const size_t n = strlen(path), m = strlen(post);
+    return n > m && strcmp(path + n - m, post) == 0 ? n - m : 0;
+}
+
+/* Appends " (shard i+1 of count)" to err's message where it fits. */
+static int err_shard(kvi_error *err, int rc, int i, int64_t count)
+{
+    if (err) {
+        size_t n = strlen(err->msg);
+        snprintf(err->msg + n, sizeof err->msg - n, " (shard %d of %lld)", i + 1, (long long)count);
+    }
+    return rc;
+}
+
+/* Opens shard number i (0-based, i >= 1: prefix-<i+1>-of-<count>.gguf) into
+ * g->shards[i - 1] and checks its split keys against the first file's. */
+static int split_open_shard(gguf_ctx *g, const char *path, size_t plen, int i, const split_keys *k,
+                            bool use_mmap, kvi_error *err)
+{
+    char *sp = malloc(plen + 48);
+    if (!sp) return err_set(err, KVI_E_NOMEM, "gguf: %s: out of memory", path);
+    memcpy(sp, path, plen);
+    snprintf(sp + plen, 48, "-%05d-of-%05lld.gguf", i + 1, (long long)k->count);
+    int rc = open_file(sp, use_mmap, &g->shards[i - 1], err);
+    if (rc) {
+        free(sp);
+        return err_shard(err, rc, i, k->count);
+    }
+    split_keys s;
+    rc = split_read_keys(g->shards[i - 1], sp, &s, err);
+    if (rc == 0 && (!s.has_count || s.count != k->count))
+        rc = err_set(err, KVI_E_FORMAT, "gguf: %s: split.count = %lld%s differs from the first shard's %lld",
+                     sp, (long long)s.count, s.has_count ? "" : " (absent)", (long long)k->count);
+    if (rc == 0 && s.no != i)
+        rc = err_set(err, KVI_E_FORMAT, "gguf: %s: split.no = %lld, expected %d for this file name", sp,
+                     (long long)s.no, i);
+    if (rc == 0 && s.n_tensors != k->n_tensors)
+        rc = err_set(err, KVI_E_FORMAT,
+                     "gguf: %s: split.tensors.count = %lld differs from the first shard's %lld", sp,
+                     (long long)s.n_tensors, (long long)k->n_tensors);
+    free(sp);
+    return rc;
+}
+
+/* File index (0 = the first) of merged tensor j, tensors in file order. */
+static int split_file_of(const gguf_ctx *g, int64_t j, int64_t n_first)
+{
+    if (j < n_first) return 0;
+    j -= n_first;
+    int f = 1;
+    while (f < g->n_files - 1 && j >= g->shards[f - 1]->n_tensors) j -= g->shards[f - 1]->n_tensors, f++;
+    return f;
+}
+
+/* One tensor table and name index over all files, tensors in file order; each
+ * tensor's data stays in its own file's buffer. */
+static int split_merge(gguf_ctx *g, const char *path, size_t plen, int64_t n_total, kvi_error *err)
+{
+    gguf_tensor *all = malloc(((size_t)n_total + 1) * sizeof *all);
+    name_index ix = { 0 };
+    if (!all || index_init(&ix, (size_t)n_total)) {
+        free(all);
+        return err_set(err, KVI_E_NOMEM, "gguf: %s: out of memory", path);
+    }
+    const int64_t n_first = g->n_tensors;
+    int64_t n = 0;
+    for (int f = 0; f < g->n_files; f++) {
+        const gguf_ctx *s = f == 0 ? g : g->shards[f - 1];
+        memcpy(all + n, s->tensors, (size_t)s->n_tensors * sizeof *all);
+        n += s->n_tensors;
+    }
+    gguf_tensor *own = g->tensors;
+    name_index own_ix = g->tensor_index;
+    g->tensors = all; /* index_slot reads names through g */
+    for (int64_t j = 0; j < n_total; j++) {
+        int64_t *slot = index_slot(&ix, g, tensor_name_at, all[j].name, strlen(all[j].name));
+        if (*slot < 0) {
+            *slot = j;
+            continue;
+        }
+        const int a = split_file_of(g, *slot, n_first), b = split_file_of(g, j, n_first);
+        const long long cnt = g->n_files;
+        int rc = err_set(err, KVI_E_FORMAT,
+                         "gguf: %.*s-%05d-of-%05lld.gguf: tensor '%s' is also in %.*s-%05d-of-%05lld.gguf",
+                         (int)plen, path, b + 1, cnt, all[j].name, (int)plen, path, a + 1, cnt);
+        g->tensors = own;
+        free(all);
+        free(ix.slot);
+        return rc;
+    }
+    free(own);
+    free(own_ix.slot);
+    g->tensor_index = ix;
+    g->n_tensors = n_total;
+    return 0;
+}
+
+/* A file opened by gguf_open: when its split keys make it the first shard of a split
+ * model, opens the others (prefix-NNNNN-of-MMMMM.gguf beside it) and merges their
+ * tensors; when they make it a later shard, refuses it. Plain files pass unchanged. */
+static int split_open(gguf_ctx *g, const char *path, bool use_mmap, kvi_error *err)
+{
+    split_keys k;
+    int rc = split_read_keys(g, path, &k, err);
+    if (rc || k.count == 1) return rc;
+    const size_t plen = split_prefix_len(path, k.no, k.count);
+    if (k.no != 0) {
+        if (plen)
+            return err_set(err, KVI_E_FORMAT,
+                           "gguf: %s: shard %lld of %lld of a split model: open the first shard, "
+                           "%.*s-00001-of-%05lld.gguf",
+                           path, (long long)k.no + 1, (long long)k.count, (int)plen, path,
+                           (long long)k.count);
+        return err_set(err, KVI_E_FORMAT,
+                       "gguf: %s: shard %lld of %lld of a split model: open the first shard", path,
+                       (long long)k.no + 1, (long long)k.count);
+    }
+    if (plen == 0)
+        return err_set(err, KVI_E_FORMAT,
+                       "gguf: %s: first of %lld shards, but its name does not end in -00001-of-%05lld.gguf, "
+                       "so the others cannot be found",
+                       path, (long long)k.count, (long long)k.count);
+    g->shards = calloc((size_t)k.count - 1, sizeof *g->shards);
+    if (!g->shards) return err_set(err, KVI_E_NOMEM, "gguf: %s: out of memory", path);
+    g->n_files = (int)k.count;
+    size_t total = g->size;
+    int64_t n_total = g->n_tensors;
+    for (int i = 1; i < g->n_files; i++) {
+        if ((rc = split_open_shard(g, path, plen, i, &k, use_mmap, err))) return rc;
+        const gguf_ctx *s = g->shards[i - 1];
+        if (s->size > SIZE_MAX - total)
+            return err_set(err, KVI_E_UNSUPPORTED, "gguf: %s: the shards' sizes overflow", path);
+        total += s->size;
+        n_total += s->n_tensors;
+    }
+    if (k.n_tensors >= 0 && k.n_tensors != n_total)
+        return err_set(err, KVI_E_FORMAT,
+                       "gguf: %s: split.tensors.count = %lld, but the %lld shards hold %lld tensors", path,
+                       (long long)k.n_tensors, (long long)k.count, (long long)n_total);
+    if ((rc = split_merge(g, path, plen, n_total, err))) return rc;
+    g->total_size = total;
+    return 0;
+}
+
+int gguf_open(const char *path, bool use_mmap, gguf_ctx **out, kvi_error *err)
+{
+    if (!out || !path) return err_set(err, KVI_E_INVALID, "gguf: no path or output pointer");
+    *out = NULL;
+    gguf_ctx *g = NULL;
+    int rc = open_file(path, use_mmap, &g, err);
+    if (rc) return rc;
+    if ((rc = split_open(g, path, use_mmap, err))) {
+        gguf_close(g);
+        return rc;
+    }
+    *out = g;
+    return 0;
 }
 
 /* ---- queries ------------------------------------------------------------------ */
 
 uint32_t gguf_version(const gguf_ctx *g) { return g->version; }
 size_t gguf_alignment(const gguf_ctx *g) { return g->alignment; }
-size_t gguf_file_size(const gguf_ctx *g) { return g->size; }
+size_t gguf_file_size(const gguf_ctx *g) { return g->total_size; }
+int gguf_n_files(const gguf_ctx *g) { return g->n_files; }
 size_t gguf_data_offset(const gguf_ctx *g) { return g->data_off; }
 const void *gguf_file_data(const gguf_ctx *g) { return g->buf; }
 
@@ -1068,8 +1314,21 @@ const gguf_tensor *gguf_find_tensor(const gguf_ctx *g, const char *name)
 
 /* ---- in-place rewriting (weight repacking at load) ------------------------- */
 
+static int set_writable_file(gguf_ctx *g, bool writable)
+{
+    if (g->buf_kind != BUF_ANON || !g->buf || g->map_len == 0) return 0;
+    return mprotect((void *)g->buf, g->map_len, writable ? PROT_READ | PROT_WRITE : PROT_READ) == 0 ? 1 : 0;
+}
+
+/* Every file of a split model, or none: a shard that refuses puts back the ones done. */
 int gguf_set_writable(gguf_ctx *g, bool writable)
 {
-    if (!g || g->buf_kind != BUF_ANON || !g->buf || g->map_len == 0) return 0;
-    return mprotect((void *)g->buf, g->map_len, writable ? PROT_READ | PROT_WRITE : PROT_READ) == 0 ? 1 : 0;
+    if (!g) return 0;
+    for (int i = 0; i < g->n_files; i++) {
+        gguf_ctx *f = i == 0 ? g : g->shards[i - 1];
+        if (set_writable_file(f, writable)) continue;
+        for (int j = 0; j < i; j++) (void)set_writable_file(j == 0 ? g : g->shards[j - 1], !writable);
+        return 0;
+    }
+    return 1;
 }

@@ -8,6 +8,12 @@
  * available NUL-terminated (copies); tensor data pointers point into the buffer
  * and are aligned to general.alignment (default 32) relative to the data section.
  *
+ * Split models (llama.cpp's gguf-split, name-00001-of-00003.gguf ...): gguf_open of
+ * the first file opens the others beside it and presents one set of tensors (each
+ * tensor's data in its own file's buffer, its offset relative to its own file's data
+ * section) and the first file's metadata. A later shard opened directly, a missing
+ * shard, disagreeing split keys or a tensor in two files is an error naming the file.
+ *
  * Writer: collect key/values and tensor descriptions, then stream the header and
  * each tensor's data in order (tensor data need not all be in memory at once).
  *
@@ -55,25 +61,32 @@ typedef struct gguf_ctx gguf_ctx;
 
 /* ---- reader ---- */
 int gguf_open(const char *path, bool use_mmap, gguf_ctx **out, kvi_error *err);
-/* Parses a buffer the caller keeps alive (tests, fuzzing). */
+/* Parses a buffer the caller keeps alive (tests, fuzzing): one file, split keys
+ * not followed. */
 int gguf_open_mem(const void *buf, size_t len, gguf_ctx **out, kvi_error *err);
 void gguf_close(gguf_ctx *g);
-/* A file-mapped context (use_mmap): maps every page of the file now, on parallel
- * threads, with a huge-page hint, so the first forward pass takes no page faults.
+/* A file-mapped context (use_mmap): maps every page of the file (all files of a
+ * split model) now, on parallel threads, with a huge-page hint, so the first
+ * forward pass takes no page faults.
  * Pages the kernel cannot map now are faulted later as usual; no effect on other
  * kinds of buffer. */
 void gguf_prefault(const gguf_ctx *g);
 
 /* A file image read into private anonymous memory (not use_mmap, not a caller's
  * buffer) can be made writable for in-place rewriting (weight repacking at load) and
- * sealed again: 1 when done, 0 for other kinds of buffer (nothing changed). */
+ * sealed again: 1 when done (for every file of a split model), 0 for other kinds of
+ * buffer (nothing changed). */
 int gguf_set_writable(gguf_ctx *g, bool writable);
 
 uint32_t gguf_version(const gguf_ctx *g);
 size_t gguf_alignment(const gguf_ctx *g);
+/* Bytes of the file; of all its files for a split model. */
 size_t gguf_file_size(const gguf_ctx *g);
+/* Files opened: 1, or a split model's split.count. */
+int gguf_n_files(const gguf_ctx *g);
 
-/* Start of the data section (bytes from the file start) and the file image. */
+/* Start of the data section (bytes from the file start) and the file image (of the
+ * first file of a split model). */
 size_t gguf_data_offset(const gguf_ctx *g);
 const void *gguf_file_data(const gguf_ctx *g);
 
