@@ -39,6 +39,22 @@
 #include <string.h>
 #include <time.h>
 
+/* Positions a window layer keeps past its window, so that a sequence can be
+ * rewound that far (speculative decoding drops rejected drafts) */
+#define ENGINE_WIN_SLACK 64
+
+/* Policies that move keys re-rotate them with one plain RoPE (kv_rope): a model
+ * with window layers, two RoPE sets or scaled frequencies cannot be moved so. */
+static bool engine_policy_fits(const kvi_model *m)
+{
+    const model_rope *r = &m->rope[0];
+    if (m->n_rope_sets != 1 || r->yarn || r->freq_scale != 1.0f || r->mscale != 1.0f || m->rope_long)
+        return false;
+    for (int l = 0; l < m->n_layers; l++)
+        if (m->layers[l].window) return false;
+    return true;
+}
+
 struct kvi_seq {
     kvi_engine *e;
     kv_table table;
@@ -83,6 +99,7 @@ struct kvi_engine {
     float **recv_rows; /* [recv_cap] per batch row: its sequence's recv or NULL */
     int32_t recv_cap;
     int32_t *keep; /* [n_ctx] positions a policy keeps */
+    int *windows;  /* [n_layers] each layer's sliding window (0: global) */
     /* statistics */
     uint64_t n_steps, n_rows;
     uint64_t prefix_hit, prefix_miss, n_evicted;
@@ -125,6 +142,7 @@ void kvi_engine_free(kvi_engine *e)
     kv_txn_free(&e->txn);
     free(e->recv_rows);
     free(e->keep);
+    free(e->windows);
     free(e);
 }
 
@@ -162,6 +180,13 @@ kvi_engine *kvi_engine_create(kvi_model *m, const kvi_engine_params *params, kvi
                 kv_policy_names());
         return NULL;
     }
+    if (strcmp(p.ctx_policy, "error") != 0 && !engine_policy_fits(m)) {
+        err_set(err, KVI_E_UNSUPPORTED,
+                "engine: context policy '%s' moves cached keys by re-rotating them, which this model's "
+                "sliding-window layers or RoPE scaling do not allow (use --ctx-policy error)",
+                p.ctx_policy);
+        return NULL;
+    }
     if (p.n_keep < 0 || p.n_sink < 0 || p.n_window < 0) {
         err_set(err, KVI_E_INVALID, "engine: negative keep/sink/window (%d, %d, %d)", p.n_keep, p.n_sink,
                 p.n_window);
@@ -188,14 +213,18 @@ kvi_engine *kvi_engine_create(kvi_model *m, const kvi_engine_params *params, kvi
                                 .n_window = p.n_window,
                                 .block_size = p.kv_block_size };
     const int kv_dim = m->n_kv_heads * m->head_dim;
-    if (p.kv_budget_bytes == 0) {
-        const size_t blocks_per_seq = ((size_t)p.n_ctx + p.kv_block_size - 1) / p.kv_block_size;
-        e->p.kv_budget_bytes =
-            blocks_per_seq * p.n_seq_max *
-            kv_layout_block_bytes(m->n_layers, kv_dim, p.kv_block_size, p.kv_type_k, p.kv_type_v);
+    e->windows = malloc((size_t)m->n_layers * sizeof *e->windows);
+    if (!e->windows) {
+        err_set(err, KVI_E_NOMEM, "engine: out of memory");
+        goto fail;
     }
-    if (kv_pool_init(&e->kv, m->n_layers, kv_dim, p.kv_block_size, p.kv_type_k, p.kv_type_v,
-                     e->p.kv_budget_bytes, err) != 0)
+    for (int l = 0; l < m->n_layers; l++) e->windows[l] = m->layers[l].window;
+    if (p.kv_budget_bytes == 0)
+        e->p.kv_budget_bytes =
+            (size_t)p.n_seq_max * kv_layout_seq_bytes(m->n_layers, e->windows, ENGINE_WIN_SLACK, kv_dim,
+                                                      p.kv_block_size, p.kv_type_k, p.kv_type_v, p.n_ctx);
+    if (kv_pool_init_layers(&e->kv, m->n_layers, e->windows, ENGINE_WIN_SLACK, kv_dim, p.kv_block_size,
+                            p.kv_type_k, p.kv_type_v, e->p.kv_budget_bytes, err) != 0)
         goto fail;
     e->pool = tpool_create(p.n_threads);
     e->slots = calloc((size_t)p.n_seq_max, sizeof *e->slots);
@@ -322,6 +351,7 @@ int32_t kvi_seq_len(const kvi_seq *s) { return s->table.n_pos; }
 int kvi_seq_truncate(kvi_seq *s, int32_t n)
 {
     if (n < 0) return KVI_E_INVALID;
+    if (n < s->table.n_pos && n < kv_table_rewind_min(&s->e->kv, &s->table)) return KVI_E_INVALID;
     if (n < s->table.n_pos) kv_table_truncate(&s->e->kv, &s->table, n);
     return 0;
 }
@@ -410,6 +440,11 @@ static int step_validate(kvi_engine *e, const kvi_batch *b, uint64_t stamp, int3
                 return err_set(err, KVI_E_BAD_BATCH,
                                "step: row %d: position %d leaves a gap (sequence holds %d positions)", i,
                                b->pos[i], s->table.n_pos);
+            if (b->pos[i] < s->table.n_pos && b->pos[i] < kv_table_rewind_min(&e->kv, &s->table))
+                return err_set(err, KVI_E_BAD_BATCH,
+                               "step: row %d: position %d rewrites positions the sliding-window layers "
+                               "released (the earliest possible is %d)",
+                               i, b->pos[i], kv_table_rewind_min(&e->kv, &s->table));
             s->step_stamp = stamp;
             s->step_first = b->pos[i];
             s->step_rows = 0;
@@ -513,6 +548,7 @@ static void step_commit(kvi_engine *e, const kvi_batch *b)
         kv_table_truncate(&e->kv, &s->table, s->step_last + 1);
         s->table.n_pos = s->step_last + 1;
         if (e->p.prefix_cache) kv_prefix_index_table(&e->kv, &s->table, s->step_first / bs);
+        kv_table_window_release(&e->kv, &s->table);
     }
 }
 
@@ -569,7 +605,7 @@ void kvi_stats_get(const kvi_engine *e, const kvi_seq *s, kvi_stats *out)
     out->kv_bytes_per_token = kv_pool_bytes_per_token(kv);
     out->kv_block_size = kv->block_size;
     out->kv_blocks_total = kv->n_blocks_max;
-    out->kv_bytes_budget = (size_t)kv->n_blocks_max * kv->block_bytes;
+    out->kv_bytes_budget = kv->budget;
     out->kv_bytes_allocated = kv_pool_bytes_allocated(kv);
     out->kv_bytes_block = kv->block_bytes;
     out->kv_blocks_cached = kv->n_cached;
@@ -582,7 +618,9 @@ void kvi_stats_get(const kvi_engine *e, const kvi_seq *s, kvi_stats *out)
     out->forward_ms = e->forward_ms;
     if (s) {
         out->kv_blocks_used = s->table.n_blocks;
-        out->kv_bytes = (size_t)s->table.n_blocks * kv->block_bytes;
+        /* window layers hold only the blocks from the table's cursor on */
+        out->kv_bytes = (size_t)s->table.n_blocks * kv->gblock_bytes +
+                        (size_t)(s->table.n_blocks - s->table.wdrop) * kv->wblock_bytes;
         out->n_tokens = s->table.n_pos;
         for (int32_t i = 0; i < s->table.n_blocks; i++)
             if (kv->refcount[s->table.blocks[i]] > 1) out->kv_blocks_shared++;
@@ -592,7 +630,8 @@ void kvi_stats_get(const kvi_engine *e, const kvi_seq *s, kvi_stats *out)
         out->kv_bytes_tail = s->table.tail ? kv->tail_bytes : 0;
     } else {
         out->kv_blocks_used = kv->n_used;
-        out->kv_bytes = (size_t)kv->n_used * kv->block_bytes;
+        out->kv_bytes =
+            (size_t)kv->n_used * kv->gblock_bytes + (size_t)(kv->n_walloc - kv->n_wfree) * kv->wblock_bytes;
         for (int i = 0; i < e->p.n_seq_max; i++)
             if (e->slots[i]) out->n_tokens += e->slots[i]->table.n_pos;
         for (int32_t b = 0; b < kv->n_alloc; b++)

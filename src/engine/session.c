@@ -139,6 +139,7 @@ int kvi_seq_load(kvi_seq *s, const char *path, bool *shifted, kvi_error *err)
         if (in.n_pos > 0) memcpy(t->tokens, tokens, (size_t)in.n_pos * sizeof *tokens);
         t->n_pos = in.n_pos;
         t->no_index = (in.flags & 1u) != 0;
+        kv_table_window_release(p, t); /* window layers keep only what they will read */
         if (shifted) *shifted = t->no_index;
         if (engine_prefix_cache_on(e)) kv_prefix_index_table(p, t, 0);
     }

@@ -19,6 +19,34 @@
 int kv_pool_init(kv_pool *p, int n_layers, int kv_dim, int block_size, kvi_type type_k, kvi_type type_v,
                  size_t budget_bytes, kvi_error *err)
 {
+    return kv_pool_init_layers(p, n_layers, NULL, 0, kv_dim, block_size, type_k, type_v, budget_bytes, err);
+}
+
+/* Window parts a table may hold at once: the blocks its largest window and the
+ * slack can span, the block being written, and one more for a block boundary. */
+static int64_t win_blocks(int win_max, int slack, int block_size)
+{
+    return ((int64_t)win_max + slack + block_size - 1) / block_size + 2;
+}
+
+size_t kv_layout_seq_bytes(int n_layers, const int *window, int slack, int kv_dim, int block_size,
+                           kvi_type type_k, kvi_type type_v, int64_t n_ctx)
+{
+    const size_t lb = kv_layout_block_bytes(1, kv_dim, block_size, type_k, type_v);
+    if (lb == 0 || block_size <= 0 || n_ctx <= 0) return 0;
+    int nw = 0, wmax = 0;
+    for (int l = 0; window && l < n_layers; l++)
+        if (window[l] > 0) {
+            nw++;
+            if (window[l] > wmax) wmax = window[l];
+        }
+    const int64_t nb = (n_ctx + block_size - 1) / block_size, wb = win_blocks(wmax, slack, block_size);
+    return (size_t)nb * (size_t)(n_layers - nw) * lb + (size_t)(nb < wb ? nb : wb) * (size_t)nw * lb;
+}
+
+int kv_pool_init_layers(kv_pool *p, int n_layers, const int *window, int slack, int kv_dim, int block_size,
+                        kvi_type type_k, kvi_type type_v, size_t budget_bytes, kvi_error *err)
+{
     memset(p, 0, sizeof *p);
     if (n_layers <= 0 || kv_dim <= 0 || block_size <= 0 || block_size > 4096)
         return err_set(err, KVI_E_INVALID, "kv cache: bad shape (layers %d, kv_dim %d, block %d)", n_layers,
@@ -43,17 +71,47 @@ int kv_pool_init(kv_pool *p, int n_layers, int kv_dim, int block_size, kvi_type 
     p->type_v = type_v;
     p->layer_bytes = p->k_bytes + v_bytes;
     p->block_bytes = (size_t)n_layers * p->layer_bytes;
-    size_t nb = budget_bytes / p->block_bytes;
-    if (nb < 1)
+    p->budget = budget_bytes;
+    p->layer_slot = malloc((size_t)n_layers * sizeof *p->layer_slot);
+    p->layer_win = calloc((size_t)n_layers, 1);
+    if (!p->layer_slot || !p->layer_win) {
+        kv_pool_free(p);
+        return err_set(err, KVI_E_NOMEM, "kv cache: out of memory");
+    }
+    int ng = 0, nw = 0;
+    for (int l = 0; l < n_layers; l++) {
+        const int w = window ? window[l] : 0;
+        if (w < 0) {
+            kv_pool_free(p);
+            return err_set(err, KVI_E_INVALID, "kv cache: layer %d has window %d", l, w);
+        }
+        p->layer_win[l] = w > 0;
+        p->layer_slot[l] = w > 0 ? nw++ : ng++;
+        if (w > p->win_max) p->win_max = w;
+    }
+    p->n_wlayers = nw;
+    p->win_slack = nw ? (slack > 0 ? slack : 0) : 0;
+    p->gblock_bytes = (size_t)ng * p->layer_bytes;
+    p->wblock_bytes = (size_t)nw * p->layer_bytes;
+    /* block ids: as many as the budget holds global parts (all of a block without
+     * window layers; with them, at least one window part must fit beside) */
+    const size_t first = p->gblock_bytes + p->wblock_bytes;
+    if (budget_bytes < first)
         return err_set(err, KVI_E_INVALID,
                        "kv cache: budget of %zu bytes is smaller than one block (%zu bytes)", budget_bytes,
-                       p->block_bytes);
+                       first);
+    size_t nb = p->gblock_bytes ? (budget_bytes - p->wblock_bytes) / p->gblock_bytes : budget_bytes / first;
     if (nb > (size_t)INT32_MAX / 2) nb = (size_t)INT32_MAX / 2;
     p->n_blocks_max = (int32_t)nb;
     p->mem = calloc(nb, sizeof *p->mem);
     p->refcount = calloc(nb, sizeof *p->refcount);
     p->free_ids = malloc(nb * sizeof *p->free_ids);
-    if (!p->mem || !p->refcount || !p->free_ids) {
+    if (nw) {
+        p->wmem = calloc(nb, sizeof *p->wmem);
+        p->wref = calloc(nb, sizeof *p->wref);
+        p->wfree = malloc(nb * sizeof *p->wfree);
+    }
+    if (!p->mem || !p->refcount || !p->free_ids || (nw && (!p->wmem || !p->wref || !p->wfree))) {
         kv_pool_free(p);
         return err_set(err, KVI_E_NOMEM, "kv cache: cannot allocate tables for %zu blocks", nb);
     }
@@ -68,6 +126,14 @@ void kv_pool_free(kv_pool *p)
 {
     if (p->mem)
         for (int32_t i = 0; i < p->n_alloc; i++) free(p->mem[i]);
+    if (p->wmem)
+        for (int32_t i = 0; i < p->n_blocks_max; i++) free(p->wmem[i]);
+    for (int32_t i = 0; i < p->n_wfree; i++) free(p->wfree[i]);
+    free(p->wmem);
+    free(p->wref);
+    free(p->wfree);
+    free(p->layer_slot);
+    free(p->layer_win);
     free(p->mem);
     free(p->refcount);
     free(p->free_ids);
@@ -94,7 +160,91 @@ size_t kv_layout_block_bytes(int n_layers, int kv_dim, int block_size, kvi_type 
     return (size_t)n_layers * (k + v);
 }
 
-size_t kv_pool_bytes_allocated(const kv_pool *p) { return (size_t)p->n_alloc * p->block_bytes; }
+size_t kv_pool_bytes_allocated(const kv_pool *p)
+{
+    return (size_t)p->n_alloc * p->gblock_bytes + (size_t)p->n_walloc * p->wblock_bytes;
+}
+
+/* ---- window parts ---- */
+
+/* Block b gives up its window part (to the free list). */
+static void wpart_drop(kv_pool *p, int32_t b)
+{
+    if (!p->n_wlayers || !p->wmem[b]) return;
+    p->wfree[p->n_wfree++] = p->wmem[b];
+    p->wmem[b] = NULL;
+}
+
+/* Unused window parts go back to the system until `need` more bytes fit the budget. */
+/* (the budget bounds the blocks' parts; q4 key tails are per table, outside it) */
+static bool wpart_make_room(kv_pool *p, size_t need)
+{
+    if (!p->n_wlayers) return true; /* n_blocks_max is the bound */
+    while (kv_pool_bytes_allocated(p) + need > p->budget && p->n_wfree > 0) {
+        free(p->wfree[--p->n_wfree]);
+        p->n_walloc--;
+        p->bytes_sys -= p->wblock_bytes;
+    }
+    return kv_pool_bytes_allocated(p) + need <= p->budget;
+}
+
+int kv_pool_wpart_take(kv_pool *p, int32_t b)
+{
+    if (!p->n_wlayers || p->wmem[b]) return 0;
+    if (p->n_wfree > 0) {
+        p->wmem[b] = p->wfree[--p->n_wfree];
+        return 0;
+    }
+    if (kv_pool_bytes_allocated(p) + p->wblock_bytes <= p->budget) {
+        void *mem = NULL;
+        if (posix_memalign(&mem, 64, p->wblock_bytes) != 0) return -1;
+        p->wmem[b] = mem;
+        p->n_walloc++;
+        p->bytes_sys += p->wblock_bytes;
+        return 0;
+    }
+    /* a cached prefix block's part, least recently used first */
+    for (int32_t c = p->lru_head; c >= 0; c = p->lru_next[c])
+        if (p->wmem[c]) {
+            p->wmem[b] = p->wmem[c];
+            p->wmem[c] = NULL;
+            return 0;
+        }
+    return -1;
+}
+
+/* One table reference that needed b's window part is gone: with no other, a
+ * referenced block gives the part up (an unreferenced one is handled by unref). */
+static void wref_dec(kv_pool *p, int32_t b)
+{
+    if (--p->wref[b] == 0 && p->refcount[b] > 0) wpart_drop(p, b);
+}
+
+/* Drops table t's reference to block b at logical index i. */
+static void table_unref_at(kv_pool *p, const kv_table *t, int32_t i, int32_t b)
+{
+    if (p->n_wlayers && i >= t->wdrop) p->wref[b]--;
+    kv_pool_unref(p, b);
+    if (p->n_wlayers && p->refcount[b] > 0 && p->wref[b] == 0) wpart_drop(p, b);
+}
+
+void kv_table_window_release(kv_pool *p, kv_table *t)
+{
+    if (!p->n_wlayers) return;
+    int64_t target = ((int64_t)t->n_pos - p->win_max + 1 - p->win_slack) / p->block_size;
+    if (target > t->n_blocks) target = t->n_blocks;
+    for (int32_t i = t->wdrop; i < target; i++) {
+        wref_dec(p, t->blocks[i]);
+        p->n_wreleased++;
+    }
+    if (target > t->wdrop) t->wdrop = (int32_t)target;
+}
+
+int32_t kv_table_rewind_min(const kv_pool *p, const kv_table *t)
+{
+    if (!p->n_wlayers || t->wdrop == 0) return 0;
+    return t->wdrop * p->block_size + p->win_max - 1;
+}
 
 size_t kv_pool_bytes_tails(const kv_pool *p) { return (size_t)p->n_tails * p->tail_bytes; }
 
@@ -105,12 +255,12 @@ static int32_t pool_take(kv_pool *p)
     int32_t b;
     if (p->n_free > 0) {
         b = p->free_ids[--p->n_free];
-    } else if (p->n_alloc < p->n_blocks_max) {
+    } else if (p->n_alloc < p->n_blocks_max && wpart_make_room(p, p->gblock_bytes + p->wblock_bytes)) {
         void *mem = NULL;
-        if (posix_memalign(&mem, 64, p->block_bytes) != 0) return -1;
+        if (p->gblock_bytes && posix_memalign(&mem, 64, p->gblock_bytes) != 0) return -1;
         b = p->n_alloc++;
         p->mem[b] = mem;
-        p->bytes_sys += p->block_bytes;
+        p->bytes_sys += p->gblock_bytes;
     } else if (p->lru_head >= 0) {
         b = p->lru_head;
         kv_prefix_remove(p, b); /* moves it to the free stack */
@@ -119,8 +269,13 @@ static int32_t pool_take(kv_pool *p)
     } else {
         return -1;
     }
+    if (kv_pool_wpart_take(p, b) != 0) { /* a fresh block is written: window layers too */
+        p->free_ids[p->n_free++] = b;
+        return -1;
+    }
     p->refcount[b] = 1;
     p->n_used++;
+    if (p->n_wlayers) p->wref[b] = 1;
     return b;
 }
 
@@ -138,13 +293,20 @@ void kv_pool_unref(kv_pool *p, int32_t b)
 {
     if (--p->refcount[b] == 0) {
         p->n_used--;
-        if (p->indexed[b]) {
+        if (p->indexed[b]) { /* keeps its window part for a later prefix match */
             kv_lru_push(p, b);
             p->n_cached++;
         } else {
+            wpart_drop(p, b);
             p->free_ids[p->n_free++] = b;
         }
     }
+}
+
+void kv_pool_free_block(kv_pool *p, int32_t b)
+{
+    wpart_drop(p, b);
+    p->free_ids[p->n_free++] = b;
 }
 
 /* Grows the table's arrays to hold at least need blocks. */
@@ -172,7 +334,10 @@ int kv_table_reserve(kv_pool *p, kv_table *t, int32_t n_pos, kvi_error *err)
     while (t->n_blocks < need) {
         const int32_t b = pool_take(p);
         if (b < 0) {
-            while (t->n_blocks > had) kv_pool_unref(p, t->blocks[--t->n_blocks]);
+            while (t->n_blocks > had) {
+                t->n_blocks--;
+                table_unref_at(p, t, t->n_blocks, t->blocks[t->n_blocks]);
+            }
             return err_set(err, KVI_E_NO_KV_SPACE,
                            "kv cache: pool exhausted (%d of %d blocks of %d tokens in use)", p->n_used,
                            p->n_blocks_max, p->block_size);
@@ -186,7 +351,7 @@ void kv_table_truncate(kv_pool *p, kv_table *t, int32_t n_pos)
 {
     if (n_pos < 0) n_pos = 0;
     const int32_t keep = (int32_t)(((int64_t)n_pos + p->block_size - 1) / p->block_size);
-    while (t->n_blocks > keep) kv_pool_unref(p, t->blocks[--t->n_blocks]);
+    kv_table_drop_blocks(p, t, keep);
     if (t->n_pos > n_pos) t->n_pos = n_pos;
     /* the lossy keys are gone with their positions */
     if (t->lossy_block > 0 && (int64_t)n_pos <= (int64_t)(t->lossy_block - 1) * p->block_size)
@@ -209,7 +374,11 @@ void kv_table_release(kv_pool *p, kv_table *t)
 void kv_table_drop_blocks(kv_pool *p, kv_table *t, int32_t n_blocks)
 {
     if (n_blocks < 0) n_blocks = 0;
-    while (t->n_blocks > n_blocks) kv_pool_unref(p, t->blocks[--t->n_blocks]);
+    while (t->n_blocks > n_blocks) {
+        t->n_blocks--;
+        table_unref_at(p, t, t->n_blocks, t->blocks[t->n_blocks]);
+    }
+    if (t->wdrop > t->n_blocks) t->wdrop = t->n_blocks;
     if (t->n_pos > t->n_blocks * p->block_size) t->n_pos = t->n_blocks * p->block_size;
 }
 
@@ -221,7 +390,15 @@ int kv_table_cow(kv_pool *p, kv_table *t, int32_t i, int32_t *old, kvi_error *er
                        "kv cache: pool exhausted copying a shared block (%d of %d blocks in use)", p->n_used,
                        p->n_blocks_max);
     *old = t->blocks[i];
-    memcpy(p->mem[b], p->mem[*old], p->block_bytes);
+    if (p->gblock_bytes) memcpy(p->mem[b], p->mem[*old], p->gblock_bytes);
+    if (p->n_wlayers) {
+        if (i >= t->wdrop && p->wmem[*old]) {
+            memcpy(p->wmem[b], p->wmem[*old], p->wblock_bytes);
+        } else { /* the table no longer reads this block's window layers */
+            p->wref[b] = 0;
+            wpart_drop(p, b);
+        }
+    }
     t->blocks[i] = b;
     p->n_cow++;
     return 0;
@@ -237,7 +414,7 @@ int kv_table_make_private(kv_pool *p, kv_table *t, int32_t b0, int32_t b1, kvi_e
             int32_t old;
             /* the copy has the same content: nothing to undo if a later one fails */
             if (kv_table_cow(p, t, i, &old, err) != 0) return KVI_E_NO_KV_SPACE;
-            kv_pool_unref(p, old);
+            kv_table_cow_unref(p, t, i, old);
         } else if (p->indexed[b]) {
             kv_prefix_remove(p, b);
         }
@@ -250,8 +427,10 @@ int kv_table_share(kv_pool *p, kv_table *dst, const kv_table *src, kvi_error *er
     if (table_grow(p, dst, src->n_blocks, err) != 0) return KVI_E_NOMEM;
     for (int32_t i = 0; i < src->n_blocks; i++) {
         kv_pool_ref(p, src->blocks[i]);
+        if (p->n_wlayers && i >= src->wdrop) p->wref[src->blocks[i]]++;
         dst->blocks[i] = src->blocks[i];
     }
+    dst->wdrop = src->wdrop;
     if (src->n_pos > 0) memcpy(dst->tokens, src->tokens, (size_t)src->n_pos * sizeof *dst->tokens);
     dst->n_blocks = src->n_blocks;
     dst->n_pos = src->n_pos;
@@ -263,6 +442,19 @@ int kv_table_share(kv_pool *p, kv_table *dst, const kv_table *src, kvi_error *er
         return KVI_E_NOMEM;
     }
     return 0;
+}
+
+void kv_table_cow_unref(kv_pool *p, const kv_table *t, int32_t i, int32_t old)
+{
+    table_unref_at(p, t, i, old);
+}
+
+void kv_table_cow_undo(kv_pool *p, kv_table *t, int32_t i, int32_t old)
+{
+    const int32_t copy = t->blocks[i];
+    t->blocks[i] = old;
+    if (p->n_wlayers && i >= t->wdrop) p->wref[copy]--;
+    kv_pool_unref(p, copy);
 }
 
 void kv_read_row(const kv_pool *p, const kv_table *t, int l, int which, int32_t pos, float *out)

@@ -12,7 +12,20 @@
  *                n_kv_heads * head_dim
  *
  * so position p of a sequence lives in block table[p / block_size], row
- * p % block_size. Blocks get memory from the system lazily, the first time the
+ * p % block_size.
+ *
+ * Layer kinds (models with sliding-window layers, kv_pool_init_layers): a block's
+ * layers are split in two parts allocated separately, mem[b] = the global layers
+ * [n_glayers][K | V] and wmem[b] = the window layers [n_wlayers][K | V] (layer l at
+ * slot layer_slot[l] of its part). A window layer at position p reads positions
+ * > p - win_max only, so once a table's next position n_pos is past a block by
+ * win_max + win_slack, the table no longer needs that block's window part: it
+ * advances its cursor wdrop (blocks [0, wdrop) released, kv_table_window_release,
+ * called when a step commits) and the part returns to the window free list when
+ * no other table needs it (wref[b] counts the table references at or after their
+ * tables' cursors). The global part stays with the block as before. win_slack
+ * positions are kept for rewinds (speculative decoding); a rewind below
+ * kv_table_rewind_min is refused by the engine. Blocks get memory from the system lazily, the first time the
  * pool hands them out, and return to a free list (keeping their memory) when no
  * table refers to them any more.
  *
@@ -28,7 +41,13 @@
  *    an LRU and are the last blocks the pool hands out again;
  *  - accounting (invariant 5): bytes_sys is every byte of KV data the cache holds
  *    from the system, counted where it is allocated and freed: n_alloc *
- *    block_bytes of blocks plus n_tails * tail_bytes of per-table q4 key tails.
+ *    gblock_bytes of block (global) parts, n_walloc * wblock_bytes of window parts
+ *    and n_tails * tail_bytes of per-table q4 key tails; the parts stay within
+ *    budget (the tails, per table, outside it).
+ *    Without window layers gblock_bytes == block_bytes and wblock_bytes == 0;
+ *  - window parts: wmem[b] != NULL whenever wref[b] > 0; a table reads the window
+ *    layers of its blocks [wdrop, n_blocks) only; n_walloc == blocks holding a
+ *    part + n_wfree.
  *
  * KIVI (q4) keys and the per-table f16 tail (kv_quant.h), for every feature:
  *  - fork (kv_table_share) copies the tail: the child reads exactly the keys the
@@ -61,13 +80,28 @@ typedef struct kv_pool {
     kvi_type type_k, type_v;
     size_t row_bytes_k, row_bytes_v; /* row_bytes_k is 0 for q4 keys (no K rows) */
     size_t layer_bytes;              /* k_bytes + block_size * row_bytes_v */
-    size_t block_bytes;              /* n_layers * layer_bytes */
-    int32_t n_blocks_max;            /* what the budget allows */
-    int32_t n_alloc;                 /* blocks that have memory */
-    int32_t n_used;                  /* blocks held by at least one table */
-    uint8_t **mem;                   /* [n_blocks_max] block memory, NULL until first use */
-    int32_t *refcount;               /* [n_blocks_max] */
-    int32_t *free_ids;               /* [n_blocks_max] stack of allocated, unreferenced blocks */
+    size_t block_bytes;              /* n_layers * layer_bytes (both parts) */
+    /* layer kinds (see above); without window layers n_wlayers == 0 */
+    int32_t *layer_slot; /* [n_layers] index of the layer within its part */
+    uint8_t *layer_win;  /* [n_layers] 1: the layer lives in the window part */
+    int n_wlayers;       /* window layers */
+    int win_max;         /* largest window (positions), 0 when none */
+    int win_slack;       /* positions kept past the window for rewinds */
+    size_t gblock_bytes; /* global part of a block: (n_layers - n_wlayers) * layer_bytes */
+    size_t wblock_bytes; /* window part: n_wlayers * layer_bytes */
+    uint8_t **wmem;      /* [n_blocks_max] window part of each block, NULL: none held */
+    int32_t *wref;       /* [n_blocks_max] table references that need the window part */
+    uint8_t **wfree;     /* [n_blocks_max] window parts with memory, unused */
+    int32_t n_wfree;
+    int32_t n_walloc;     /* window parts with memory (held by blocks or free) */
+    uint64_t n_wreleased; /* window parts given up by tables (statistics) */
+    size_t budget;        /* bound on the blocks' parts (kv_pool_bytes_allocated) */
+    int32_t n_blocks_max; /* what the budget allows */
+    int32_t n_alloc;      /* blocks that have memory */
+    int32_t n_used;       /* blocks held by at least one table */
+    uint8_t **mem;        /* [n_blocks_max] block memory, NULL until first use */
+    int32_t *refcount;    /* [n_blocks_max] */
+    int32_t *free_ids;    /* [n_blocks_max] stack of allocated, unreferenced blocks */
     int32_t n_free;
     /* layout (kv_quant.h) */
     size_t k_bytes;    /* one layer's K region of a block */
@@ -102,6 +136,7 @@ typedef struct kv_table {
                                 Fork: kv_table_copy_tail; freed by kv_table_release */
     int32_t *tokens;     /* [cap * block_size] token of each position (prefix index) */
     bool no_index;       /* positions re-assigned by a context policy: never indexed */
+    int32_t wdrop;       /* window layers: blocks [0, wdrop) no longer needed (released) */
     int32_t lossy_block; /* q4 keys: 1 + the first block whose keys were re-read
                                 from 4-bit codes (see above), 0 when none; blocks from
                                 it on are never indexed */
@@ -109,9 +144,26 @@ typedef struct kv_table {
 
 int kv_pool_init(kv_pool *p, int n_layers, int kv_dim, int block_size, kvi_type type_k, kvi_type type_v,
                  size_t budget_bytes, kvi_error *err);
+/* The same with layer kinds: window[l] is 0 (global) or the window W of layer l
+ * (NULL: all global); slack: positions kept past the window for rewinds. */
+int kv_pool_init_layers(kv_pool *p, int n_layers, const int *window, int slack, int kv_dim, int block_size,
+                        kvi_type type_k, kvi_type type_v, size_t budget_bytes, kvi_error *err);
+/* Bytes one sequence of n_ctx positions can hold at most (both parts; a window
+ * part only for the blocks its window and slack can span, plus the block being
+ * written). window, slack as kv_pool_init_layers. 0 when the types do not fit. */
+size_t kv_layout_seq_bytes(int n_layers, const int *window, int slack, int kv_dim, int block_size,
+                           kvi_type type_k, kvi_type type_v, int64_t n_ctx);
+/* Releases the window parts table t no longer needs (positions before
+ * n_pos - win_max - win_slack): call once its positions are committed. */
+void kv_table_window_release(kv_pool *p, kv_table *t);
+/* The lowest length t may be truncated to and continue (window layers keep only
+ * what follows it); 0 without window layers. */
+int32_t kv_table_rewind_min(const kv_pool *p, const kv_table *t);
+/* A window part for block b of t (fresh blocks and copies). 0, or -1 when the budget is spent. */
+int kv_pool_wpart_take(kv_pool *p, int32_t b);
 void kv_pool_free(kv_pool *p);
 size_t kv_pool_bytes_per_token(const kv_pool *p);
-size_t kv_pool_bytes_allocated(const kv_pool *p); /* blocks: n_alloc * block_bytes */
+size_t kv_pool_bytes_allocated(const kv_pool *p); /* blocks: both parts */
 size_t kv_pool_bytes_tails(const kv_pool *p);     /* tails: n_tails * tail_bytes */
 
 /* Makes the table hold blocks for positions 0..n_pos-1 (does not change t->n_pos).
@@ -129,9 +181,14 @@ void kv_pool_unref(kv_pool *p, int32_t b);
 /* Drops the table's blocks past its first n_blocks (n_pos is clamped to them). */
 void kv_table_drop_blocks(kv_pool *p, kv_table *t, int32_t n_blocks);
 /* Replaces table block i by a private copy (copy on write). The old block keeps
- * the table's reference, returned in *old: the caller unrefs it once the step
- * commits, or puts it back and unrefs the copy to undo. KVI_E_NO_KV_SPACE. */
+ * the table's reference, returned in *old: the caller drops it once the step
+ * commits (kv_table_cow_unref), or undoes the copy (kv_table_cow_undo: the old
+ * block back at i, the copy unreferenced). KVI_E_NO_KV_SPACE. */
 int kv_table_cow(kv_pool *p, kv_table *t, int32_t i, int32_t *old, kvi_error *err);
+void kv_table_cow_unref(kv_pool *p, const kv_table *t, int32_t i, int32_t old);
+void kv_table_cow_undo(kv_pool *p, kv_table *t, int32_t i, int32_t old);
+/* An unreferenced, unindexed block back to the free stack (its window part freed). */
+void kv_pool_free_block(kv_pool *p, int32_t b);
 /* Gives the table its own unindexed copy of every block in [b0, b1] that is
  * shared or indexed, so that those blocks may be written (context policies). */
 int kv_table_make_private(kv_pool *p, kv_table *t, int32_t b0, int32_t b1, kvi_error *err);
@@ -157,21 +214,26 @@ void kv_lru_unlink(kv_pool *p, int32_t b);
 
 /* Address of the K (or V) row of position pos in layer l; pos must be reserved.
  * kv_k_row only for row key types (not q4: use kv_read_row / kv_k_group). */
+/* Layer l's region of physical block b (its part: global or window). */
+static inline uint8_t *kv_layer_mem(const kv_pool *p, int32_t b, int l)
+{
+    return (p->n_wlayers && p->layer_win[l] ? p->wmem[b] : p->mem[b]) +
+           (size_t)p->layer_slot[l] * p->layer_bytes;
+}
 static inline uint8_t *kv_k_row(const kv_pool *p, const kv_table *t, int l, int32_t pos)
 {
     const int32_t b = t->blocks[pos / p->block_size];
-    return p->mem[b] + (size_t)l * p->layer_bytes + (size_t)(pos % p->block_size) * p->row_bytes_k;
+    return kv_layer_mem(p, b, l) + (size_t)(pos % p->block_size) * p->row_bytes_k;
 }
 static inline uint8_t *kv_v_row(const kv_pool *p, const kv_table *t, int l, int32_t pos)
 {
     const int32_t b = t->blocks[pos / p->block_size];
-    return p->mem[b] + (size_t)l * p->layer_bytes + p->k_bytes +
-           (size_t)(pos % p->block_size) * p->row_bytes_v;
+    return kv_layer_mem(p, b, l) + p->k_bytes + (size_t)(pos % p->block_size) * p->row_bytes_v;
 }
 /* K region of layer l of the table's block g (logical index). */
 static inline uint8_t *kv_k_group(const kv_pool *p, const kv_table *t, int l, int32_t g)
 {
-    return p->mem[t->blocks[g]] + (size_t)l * p->layer_bytes;
+    return kv_layer_mem(p, t->blocks[g], l);
 }
 /* Bytes of one block for this shape and these types (what kv_pool_init would use),
  * 0 when the types cannot hold rows of kv_dim elements. Budgets: per token it is

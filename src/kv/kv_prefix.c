@@ -120,7 +120,7 @@ void kv_prefix_remove(kv_pool *p, int32_t b)
     if (p->refcount[b] == 0) {
         kv_lru_unlink(p, b);
         p->n_cached--;
-        p->free_ids[p->n_free++] = b;
+        kv_pool_free_block(p, b);
     }
 }
 
@@ -181,6 +181,25 @@ int32_t kv_prefix_match(kv_pool *p, kv_table *t, const int32_t *tokens, int32_t 
         par = b;
         ph = h;
     }
+    /* window layers: the blocks the new table's window reaches must still hold
+     * their window parts (kv_cache.h); otherwise a shorter match */
+    int32_t wdrop = 0;
+    while (p->n_wlayers && n > 0) {
+        const int64_t w = ((int64_t)n * bs - p->win_max + 1 - p->win_slack) / bs;
+        wdrop = w > 0 ? (int32_t)w : 0;
+        int32_t ok = 1, b = -1;
+        par = -1;
+        ph = PREFIX_SEED;
+        for (int32_t i = 0; i < n; i++) {
+            const int32_t *tok = tokens + (size_t)i * bs;
+            ph = block_hash(ph, tok, bs);
+            b = lookup(p, ph, par, tok);
+            par = b;
+            if (i >= wdrop && !p->wmem[b]) ok = 0;
+        }
+        if (ok) break;
+        n--;
+    }
     if (n == 0) return 0;
     if (n > t->cap) {
         int32_t *nb = realloc(t->blocks, (size_t)n * sizeof *nb);
@@ -198,12 +217,14 @@ int32_t kv_prefix_match(kv_pool *p, kv_table *t, const int32_t *tokens, int32_t 
         const uint64_t h = block_hash(ph, tok, bs);
         const int32_t b = lookup(p, h, par, tok);
         kv_pool_ref(p, b);
+        if (p->n_wlayers && i >= wdrop) p->wref[b]++;
         t->blocks[i] = b;
         par = b;
         ph = h;
     }
     memcpy(t->tokens, tokens, (size_t)n * bs * sizeof *tokens);
     t->n_blocks = n;
+    t->wdrop = wdrop;
     t->n_pos = n * bs;
     return t->n_pos;
 }

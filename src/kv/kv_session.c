@@ -160,8 +160,17 @@ int kv_sess_decode(const uint8_t h[KV_SESS_HEADER], int64_t file_bytes, const kv
 bool kv_sess_write_kv(FILE *f, const kv_pool *p, const kv_table *t, uint64_t *sum)
 {
     bool ok = true;
-    for (int32_t i = 0; ok && i < t->n_blocks; i++)
-        ok = kv_sess_write(f, p->mem[t->blocks[i]], p->block_bytes, sum);
+    uint8_t *zero = p->wblock_bytes ? calloc(1, p->wblock_bytes) : NULL; /* [wblock_bytes] */
+    if (p->wblock_bytes && !zero) return false;
+    /* a block: its global part, then its window part (zeros once released: those
+     * rows are never read again, kv_cache.h) */
+    for (int32_t i = 0; ok && i < t->n_blocks; i++) {
+        const int32_t b = t->blocks[i];
+        if (p->gblock_bytes) ok = kv_sess_write(f, p->mem[b], p->gblock_bytes, sum);
+        if (ok && p->wblock_bytes)
+            ok = kv_sess_write(f, i >= t->wdrop && p->wmem[b] ? p->wmem[b] : zero, p->wblock_bytes, sum);
+    }
+    free(zero);
     const size_t tail_bytes = t->tail ? p->tail_bytes : 0;
     if (!ok || !tail_bytes) return ok;
     /* a tail left past the table by a truncation is stale: saved as empty */
@@ -217,9 +226,12 @@ static int restore_bytes(FILE *f, kv_pool *p, kv_table *t, const kv_sess_info *i
 {
     if (fseek(f, (long)in->blocks_at, SEEK_SET) != 0)
         return err_set(err, KVI_E_IO, "session: cannot seek in %s", name);
-    for (int32_t i = 0; i < t->n_blocks; i++)
-        if (fread(p->mem[t->blocks[i]], 1, p->block_bytes, f) != p->block_bytes)
+    for (int32_t i = 0; i < t->n_blocks; i++) {
+        const int32_t b = t->blocks[i];
+        if ((p->gblock_bytes && fread(p->mem[b], 1, p->gblock_bytes, f) != p->gblock_bytes) ||
+            (p->wblock_bytes && fread(p->wmem[b], 1, p->wblock_bytes, f) != p->wblock_bytes))
             return err_set(err, KVI_E_IO, "session: %s changed while being read", name);
+    }
     if (!in->tail_bytes) return 0;
     if (fread(t->tail, 1, (size_t)in->tail_bytes, f) != (size_t)in->tail_bytes)
         return err_set(err, KVI_E_IO, "session: %s changed while being read", name);

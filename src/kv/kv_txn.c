@@ -80,9 +80,7 @@ void kv_txn_rollback(kv_txn *x)
     kv_pool *p = x->p;
     for (int32_t j = 0; j < x->n_tab; j++) kv_table_drop_blocks(p, x->tab[j].t, x->tab[j].blocks_before);
     for (int32_t c = x->n_cow - 1; c >= 0; c--) {
-        kv_table *t = x->cow[c].t;
-        kv_pool_unref(p, t->blocks[x->cow[c].idx]);
-        t->blocks[x->cow[c].idx] = x->cow[c].old;
+        kv_table_cow_undo(p, x->cow[c].t, x->cow[c].idx, x->cow[c].old);
     }
     x->n_tab = 0;
     x->n_cow = 0;
@@ -91,7 +89,7 @@ void kv_txn_rollback(kv_txn *x)
 void kv_txn_commit(kv_txn *x)
 {
     kv_pool *p = x->p;
-    for (int32_t c = 0; c < x->n_cow; c++) kv_pool_unref(p, x->cow[c].old);
+    for (int32_t c = 0; c < x->n_cow; c++) kv_table_cow_unref(p, x->cow[c].t, x->cow[c].idx, x->cow[c].old);
     for (int32_t j = 0; j < x->n_tab; j++) {
         const kv_txn_tab *e = &x->tab[j];
         const int32_t w1 = last_block(p, e->last, e->blocks_before);
