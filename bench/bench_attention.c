@@ -11,7 +11,9 @@
  * (KVINFER_ISA=avx2|scalar) or thread counts can be checked for identical results.
  *
  * Build: built with kvinfer (CMake target of the same name, BUILD/bench_attention).
- * Run: BUILD/bench_attention [threads=1] [reps=5] [depth=4096] [rows=512] [kvtype=f16]
+ * Run: BUILD/bench_attention [threads=1] [reps=5] [depth=4096] [rows=512] [kvtype=f16] [window=0]
+ * (window > 0: a sliding window of that many positions; the flop count is then of
+ * the window's positions).
  */
 #include "kvinfer.h"
 #include "attention/attention.h"
@@ -49,7 +51,8 @@ int main(int argc, char **argv)
     kvi_type type = KVI_TYPE_F16;
     if (argc > 5 && strcmp(argv[5], "q8_0") == 0) type = KVI_TYPE_Q8_0;
     if (argc > 5 && strcmp(argv[5], "f32") == 0) type = KVI_TYPE_F32;
-    if (threads < 1 || reps < 1 || depth < 0 || rows < 1) return 2;
+    const int window = argc > 6 ? atoi(argv[6]) : 0;
+    if (threads < 1 || reps < 1 || depth < 0 || rows < 1 || window < 0) return 2;
     const int kvd = KVH * HD, qd = HEADS * HD, npos = depth + rows;
     kv_pool kv;
     kvi_error err = { 0 };
@@ -72,7 +75,8 @@ int main(int argc, char **argv)
     for (int r = 0; r < rows; r++) {
         b.tabs[r] = &t;
         b.pos[r] = depth + r;
-        flop += 4.0 * HEADS * HD * (double)(depth + r + 1);
+        const int seen = window > 0 && window < depth + r + 1 ? window : depth + r + 1;
+        flop += 4.0 * HEADS * HD * (double)seen;
     }
     for (size_t i = 0; i < (size_t)rows * qd; i++) b.q[i] = 2.0f * bench_rnd();
     call c = { .pool = tpool_create(threads) };
@@ -87,13 +91,14 @@ int main(int argc, char **argv)
                        .out = b.out,
                        .n_heads = HEADS,
                        .n_kv_heads = KVH,
-                       .head_dim = HD };
+                       .head_dim = HD,
+                       .window = window };
     bench_time(run_call, &c, reps, b.ts, b.cs);
     const double *ts = b.ts, *cs = b.cs;
     const uint64_t h = bench_fnv(b.out, (size_t)rows * qd * sizeof(float));
-    printf("threads %d depth %d rows %d %s: wall best %.4f median %.4f s (%.1f GFLOP/s)  cpu best %.4f s "
-           "(%.1f GFLOP/s per core)  hash %016llx\n",
-           threads, depth, rows, kvi_type_name(type), ts[0], ts[reps / 2], flop / ts[0] * 1e-9, cs[0],
+    printf("threads %d depth %d rows %d %s window %d: wall best %.4f median %.4f s (%.1f GFLOP/s)  "
+           "cpu best %.4f s (%.1f GFLOP/s per core)  hash %016llx\n",
+           threads, depth, rows, kvi_type_name(type), window, ts[0], ts[reps / 2], flop / ts[0] * 1e-9, cs[0],
            flop / cs[0] * 1e-9, (unsigned long long)h);
     attn_scratch_free(c.sc);
     tpool_free(c.pool);

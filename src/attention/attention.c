@@ -48,6 +48,17 @@
  * a prefill) first, so neither thread idles at the end; an output is written by
  * one item only, so the split never changes a bit.
  *
+ * Window, softcap, sinks (attention.h): an item starts at the block of the
+ * smallest window start of its rows (the chunked path's sub-tiles also skip the
+ * blocks before all of their rows' windows), so earlier blocks are never touched
+ * and a row costs its window. After the scores kernel a scalar post-pass
+ * (post_lanes, post_pos) applies the softcap (tanhf, the same call per element on
+ * every path) and sets the scores before a lane's window start to -inf, which the
+ * update kernels turn into exact zeros (attn_kernels.h): a lane gives the same bits
+ * whether or not the positions before its window were visited, so a row alone, in
+ * any tile or chunk, on any ISA gives the same bits. A sink is folded in once after
+ * a lane's last block (sink_fold), before the output and H2O's second pass.
+ *
  * Received attention (H2O): the single-row item of a row with recv[r] covers all
  * its kv heads in order, and after each head's online pass a second pass over the
  * K tiles recomputes each score with the same kernel and adds e^(s - m) / l to
@@ -274,10 +285,87 @@ static int set_lim(const attn_args *a, attn_work *w, int r0, int nr, int group, 
     return most;
 }
 
-static void run_block(attn_work *w, int nt)
+/* First position row r sees: max(0, pos - window + 1) with a window, else 0. */
+static int32_t win_start(const attn_args *a, int r)
+{
+    if (a->window <= 0) return 0;
+    const int64_t w = (int64_t)a->pos[r] - a->window + 1;
+    return w > 0 ? (int32_t)w : 0;
+}
+
+/* Smallest and largest window start of rows [r0, r0 + nr). */
+static void win_range(const attn_args *a, int r0, int nr, int32_t *wmin, int32_t *wmax)
+{
+    *wmin = *wmax = win_start(a, r0);
+    for (int rr = 1; rr < nr; rr++) {
+        const int32_t w = win_start(a, r0 + rr);
+        if (w < *wmin) *wmin = w;
+        if (w > *wmax) *wmax = w;
+    }
+}
+
+static float kq_scale(const attn_args *a)
+{
+    return a->scale != 0.0f ? a->scale : 1.0f / sqrtf((float)a->head_dim);
+}
+
+/* The scalar post-pass of every path, the same per element whatever the layout:
+ * x = softcap * tanhf(x / softcap). */
+static void cap_scores(float cap, float *x, int n)
+{
+    for (int i = 0; i < n; i++) x[i] = cap * tanhf(x[i] / cap);
+}
+
+/* Scores of a block in query lanes (s [nt][nqp], block start t0): softcap, then
+ * -inf before each lane's window start. Lane i (i < nl) is lane i0 + i of the
+ * tile whose first row is r0 (row r0 + (i0 + i) / group); wmax: the tile's largest
+ * window start (no lane is masked from there on). */
+static void post_lanes(const attn_args *a, float *s, int nt, int nqp, int nl, int32_t t0, int r0, int i0,
+                       int group, int32_t wmax)
+{
+    if (a->softcap != 0.0f)
+        for (int t = 0; t < nt; t++) cap_scores(a->softcap, s + (size_t)t * nqp, nl);
+    if (t0 >= wmax) return;
+    for (int i = 0; i < nl; i++) {
+        const int32_t ws = win_start(a, r0 + (i0 + i) / group);
+        for (int t = 0; t < nt && t0 + t < ws; t++) s[(size_t)t * nqp + i] = -INFINITY;
+    }
+}
+
+/* The same in position lanes (s [nq][ld], np positions from c0, lane i of row r0 + i / group). */
+static void post_pos(const attn_args *a, float *s, int ld, int nq, int np, int32_t c0, int r0, int group,
+                     int32_t wmax)
+{
+    if (a->softcap != 0.0f)
+        for (int i = 0; i < nq; i++) cap_scores(a->softcap, s + (size_t)i * ld, np);
+    if (c0 >= wmax) return;
+    for (int i = 0; i < nq; i++) {
+        const int32_t ws = win_start(a, r0 + i / group);
+        for (int t = 0; t < np && c0 + t < ws; t++) s[(size_t)i * ld + t] = -INFINITY;
+    }
+}
+
+/* A sink logit x folded into a lane's final state (m, l, acc[d * stride], d < hd),
+ * after its last block, as one more block of one position with no value:
+ * m' = max(m, x), acc and l rescaled as the kernels rescale them, l += e^(x - m'). */
+static void sink_fold(float x, float *m, float *l, float *acc, size_t stride, int hd)
+{
+    if (x > *m) {
+        const float c = attn_exp(*m - x);
+        *l *= c;
+        for (int d = 0; d < hd; d++) acc[(size_t)d * stride] *= c;
+        *m = x;
+    }
+    *l += attn_exp(x - *m);
+}
+
+/* One block in query lanes: scores, the post-pass when it changes anything, the update. */
+static void run_block(const attn_args *a, attn_work *w, int nt, int32_t t0, int r0, int i0, int nl, int group,
+                      int32_t wmax)
 {
     w->b.nt = nt;
     w->kn->scores(&w->b);
+    if (a->softcap != 0.0f || t0 < wmax) post_lanes(a, w->b.s, nt, w->b.nqp, nl, t0, r0, i0, group, wmax);
     w->kn->update(&w->b);
 }
 
@@ -287,8 +375,8 @@ static void add_recv(const attn_args *a, attn_work *w, int r, int g, int group, 
     const kv_pool *kv = a->kv;
     const kv_table *t = a->tables[r];
     const int bs = kv->block_size, nqp = w->b.nqp;
-    const int32_t pos = a->pos[r];
-    for (int32_t t0 = 0, blk = 0; t0 <= pos; t0 += bs, blk++) {
+    const int32_t pos = a->pos[r], ws = win_start(a, r);
+    for (int32_t blk = ws / bs, t0 = blk * bs; t0 <= pos; t0 += bs, blk++) {
         const int nt = (pos - t0 + 1) < bs ? (int)(pos - t0 + 1) : bs;
         if (kv->type_k == KVI_TYPE_KV_Q4) {
             const quant_f16 *f =
@@ -299,9 +387,10 @@ static void add_recv(const attn_args *a, attn_work *w, int r, int g, int group, 
         }
         w->b.nt = nt;
         w->kn->scores(&w->b);
+        if (a->softcap != 0.0f) post_lanes(a, w->b.s, nt, nqp, group, t0, r, 0, group, 0);
         for (int j = 0; j < group; j++) {
             const float inv = 1.0f / w->b.l[j];
-            for (int i = 0; i < nt; i++)
+            for (int i = ws > t0 ? ws - t0 : 0; i < nt; i++)
                 recv[t0 + i] += attn_exp(w->b.s[(size_t)i * nqp + j] - w->b.m[j]) * inv;
         }
     }
@@ -317,7 +406,7 @@ static void attend_tile(const attn_args *a, const attn_scratch *s, attn_work *w,
     const kv_table *t = a->tables[r0];
     attn_blk *b = &w->b;
     b->nqp = nqp;
-    b->scale = 1.0f / sqrtf((float)hd);
+    b->scale = kq_scale(a);
 
     /* queries of the tile, transposed: lane rr * group + j is head g * group + j of row r0 + rr */
     float *qt = (float *)b->qt;
@@ -342,7 +431,10 @@ static void attend_tile(const attn_args *a, const attn_scratch *s, attn_work *w,
         if (a->pos[r0 + rr] > pmax) pmax = a->pos[r0 + rr];
     }
     const bool kivi = kv->type_k == KVI_TYPE_KV_Q4;
-    for (int32_t t0 = 0, blk = 0; t0 <= pmax; t0 += bs, blk++) {
+    int32_t wmin, wmax;
+    win_range(a, r0, nr, &wmin, &wmax);
+    /* from the block of the first window start: no earlier block is touched */
+    for (int32_t blk = wmin / bs, t0 = blk * bs; t0 <= pmax; t0 += bs, blk++) {
         const int ntb = (pmax - t0 + 1) < bs ? (int)(pmax - t0 + 1) : bs;
         if (t0 + bs <= pmax) { /* the next block's slices (see attend_pos) */
             const int32_t n1 = t0 + 2 * bs <= pmax + 1 ? t0 + 2 * bs : pmax + 1;
@@ -360,20 +452,23 @@ static void attend_tile(const attn_args *a, const attn_scratch *s, attn_work *w,
                 load_kivi(a, w, t, blk, nt, g, NULL, w->ktile);
             else
                 load_rows(a, w, t, 0, blk, nt, g, w->ktile);
-            run_block(w, nt);
+            run_block(a, w, nt, t0, r0, 0, nq, group, wmax);
             continue;
         }
         int nt = set_lim(a, w, r0, nr, group, t0, ntb, 1, end);
         if (nt > 0) {
             load_kivi(a, w, t, blk, nt, g, NULL, w->ktile);
-            run_block(w, nt);
+            run_block(a, w, nt, t0, r0, 0, nq, group, wmax);
         }
         nt = set_lim(a, w, r0, nr, group, t0, ntb, -1, end);
         if (nt > 0) {
             load_kivi(a, w, t, blk, nt, g, f, w->ktile);
-            run_block(w, nt);
+            run_block(a, w, nt, t0, r0, 0, nq, group, wmax);
         }
     }
+    if (a->sinks)
+        for (int i = 0; i < nq; i++)
+            sink_fold(a->sinks[g * group + i % group], &b->m[i], &b->l[i], b->acc + i, (size_t)nqp, hd);
 
     for (int rr = 0; rr < nr; rr++)
         for (int j = 0; j < group; j++) {
@@ -404,7 +499,7 @@ static void attend_chunked(const attn_args *a, const attn_scratch *s, attn_work 
     const kv_table *t = a->tables[r0];
     attn_blk *b = &w->b;
     float *const qt = (float *)b->qt, *const acc = b->acc, *const m = b->m, *const l = b->l;
-    b->scale = 1.0f / sqrtf((float)hd);
+    b->scale = kq_scale(a);
 
     /* queries: lane i = rr * group + j is head g * group + j of row r0 + rr */
     for (int i0 = 0; i0 < nqp; i0 += ATTN_SUB_LANES) {
@@ -428,7 +523,10 @@ static void attend_chunked(const attn_args *a, const attn_scratch *s, attn_work 
     for (int rr = 1; rr < nr; rr++)
         if (a->pos[r0 + rr] > pmax) pmax = a->pos[r0 + rr];
 
-    for (int32_t c0 = 0; c0 <= pmax; c0 += cpos) {
+    int32_t wmin, wmax;
+    win_range(a, r0, nr, &wmin, &wmax);
+    /* chunks from the block of the first window start: no earlier block is touched */
+    for (int32_t c0 = wmin / bs * bs; c0 <= pmax; c0 += cpos) {
         const int np = (int64_t)pmax - c0 + 1 < cpos ? (int)(pmax - c0 + 1) : cpos;
         for (int j = 0; j * bs < np; j++) {
             const int nt = np - j * bs < bs ? np - j * bs : bs;
@@ -449,12 +547,13 @@ static void attend_chunked(const attn_args *a, const attn_scratch *s, attn_work 
             const int sw = nqp - i0 < ATTN_SUB_LANES ? nqp - i0 : ATTN_SUB_LANES;
             const int ie = i0 + sw < nq ? i0 + sw : nq;       /* real lanes [i0, ie) */
             const int ra = i0 / group, rb = (ie - 1) / group; /* its rows r0 + [ra, rb] */
-            int32_t smax = a->pos[r0 + ra], smin = smax;
+            int32_t smax = a->pos[r0 + ra], smin = smax, swmin, swmax;
             for (int rr = ra + 1; rr <= rb; rr++) {
                 if (a->pos[r0 + rr] > smax) smax = a->pos[r0 + rr];
                 if (a->pos[r0 + rr] < smin) smin = a->pos[r0 + rr];
             }
-            if (smax < c0) continue;
+            win_range(a, r0 + ra, rb - ra + 1, &swmin, &swmax);
+            if (smax < c0 || (int64_t)c0 + np <= swmin) continue;
             b->nqp = sw;
             b->qt = qt + (size_t)i0 * hd;
             b->acc = acc + (size_t)i0 * hd;
@@ -465,6 +564,7 @@ static void attend_chunked(const attn_args *a, const attn_scratch *s, attn_work 
             for (int j = 0; j * bs < np && c0 + j * bs <= smax; j++) {
                 const int32_t t0 = c0 + j * bs;
                 const int ntb = np - j * bs < bs ? np - j * bs : bs;
+                if ((int64_t)t0 + ntb <= swmin) continue; /* before every window of the sub-tile */
                 int most = ntb;
                 if ((int64_t)t0 + ntb - 1 <= smin) { /* every lane sees the whole block */
                     for (int i = i0; i < ie; i++) w->lim[i] = ntb;
@@ -481,14 +581,15 @@ static void attend_chunked(const attn_args *a, const attn_scratch *s, attn_work 
                 }
                 b->k = w->kc + (size_t)j * bs * hd;
                 b->v = w->vc + (size_t)j * bs * hd;
-                run_block(w, most);
+                run_block(a, w, most, t0, r0, i0, ie - i0, group, swmax);
             }
         }
     }
 
     for (int i = 0; i < nq; i++) {
         const int i0 = i - i % ATTN_SUB_LANES, sw = nqp - i0 < ATTN_SUB_LANES ? nqp - i0 : ATTN_SUB_LANES;
-        const float *ai = acc + (size_t)i0 * hd + (i - i0);
+        float *ai = acc + (size_t)i0 * hd + (i - i0);
+        if (a->sinks) sink_fold(a->sinks[g * group + i % group], &m[i], &l[i], ai, (size_t)sw, hd);
         float *o = a->out + (size_t)(r0 + i / group) * qstride + (size_t)(g * group + i % group) * hd;
         const float inv = 1.0f / l[i];
         for (int d = 0; d < hd; d++) o[d] = ai[(size_t)d * sw] * inv;
@@ -511,7 +612,7 @@ static void attend_pos(const attn_args *a, const attn_scratch *s, attn_work *w, 
     const size_t qstride = (size_t)a->n_heads * hd;
     const kv_table *t = a->tables[r0];
     const attn_kernels *kn = w->kn;
-    const float scale = 1.0f / sqrtf((float)hd);
+    const float scale = kq_scale(a);
     const bool kivi = kv->type_k == KVI_TYPE_KV_Q4;
     for (int rr = 0; rr < nr; rr++)
         memcpy(w->pq + (size_t)rr * group * hd, a->q + (size_t)(r0 + rr) * qstride + (size_t)g * group * hd,
@@ -535,10 +636,13 @@ static void attend_pos(const attn_args *a, const attn_scratch *s, attn_work *w, 
     /* the first chunk's slices all at once: a short row (a serving step's decode
      * rows) is read from memory with every line in flight together, not block by
      * block behind the loads that need them */
-    const int32_t n0 = (int64_t)pmax + 1 < (int64_t)s->pcb * bs ? pmax + 1 : s->pcb * bs;
-    if (!kivi) prefetch_rows(a, t, 0, 0, n0, g);
-    prefetch_rows(a, t, 1, 0, n0, g);
-    for (int32_t c0 = 0; c0 <= pmax; c0 += s->pcb * bs) {
+    int32_t wmin, wmax;
+    win_range(a, r0, nr, &wmin, &wmax);
+    const int32_t cb = wmin / bs * bs; /* the block of the first window start: nothing before is touched */
+    const int32_t n0 = (int64_t)pmax + 1 - cb < (int64_t)s->pcb * bs ? pmax + 1 : cb + s->pcb * bs;
+    if (!kivi) prefetch_rows(a, t, 0, cb, n0, g);
+    prefetch_rows(a, t, 1, cb, n0, g);
+    for (int32_t c0 = cb; c0 <= pmax; c0 += s->pcb * bs) {
         const int np = (int64_t)pmax - c0 + 1 < (int64_t)s->pcb * bs ? (int)(pmax - c0 + 1) : s->pcb * bs;
         for (int j = 0; j * bs < np; j++) {
             const int nt = np - j * bs < bs ? np - j * bs : bs;
@@ -562,6 +666,7 @@ static void attend_pos(const attn_args *a, const attn_scratch *s, attn_work *w, 
             kn->ptrans(w->kc, np, hd, w->kt, ld);
         }
         kn->pscores(w->pq, nq, hd, w->kt, ld, (np + 15) & ~15, scale, w->ps);
+        if (a->softcap != 0.0f || c0 < wmax) post_pos(a, w->ps, ld, nq, np, c0, r0, group, wmax);
         const int32_t c1 = c0 + s->pcb * bs; /* the next chunk */
         for (int j = 0; j * bs < np; j++) {
             const int32_t t0 = c0 + j * bs;
@@ -594,6 +699,8 @@ static void attend_pos(const attn_args *a, const attn_scratch *s, attn_work *w, 
         for (int q = 0; q < group; q++) {
             const int i = rr * group + q;
             float *o = a->out + (size_t)(r0 + rr) * qstride + (size_t)(g * group + q) * hd;
+            if (a->sinks)
+                sink_fold(a->sinks[g * group + q], &w->pm[i], &w->pl[i], w->pacc + (size_t)i * hd, 1, hd);
             const float inv = 1.0f / w->pl[i];
             for (int d = 0; d < hd; d++) o[d] = w->pacc[(size_t)i * hd + d] * inv;
         }
@@ -715,23 +822,27 @@ void attention_rows_ref(const attn_args *a)
         for (int h = 0; h < a->n_heads; h++) {
             const int g = h / group;
             const float *qh = a->q + (size_t)r * qstride + (size_t)h * hd;
+            const int32_t ws = a->window > 0 && a->pos[r] - a->window + 1 > 0 ? a->pos[r] - a->window + 1 : 0;
             double mx = -INFINITY, tot = 0;
-            for (int32_t t = 0; t <= a->pos[r]; t++) {
+            for (int32_t t = ws; t <= a->pos[r]; t++) {
                 ref_key(a, a->tables[r], t, a->pos[r], row);
                 double d = 0;
                 for (int i = 0; i < hd; i++) d += (double)qh[i] * row[g * hd + i];
-                p[t] = d / sqrt((double)hd);
+                p[t] = a->scale != 0.0f ? d * a->scale : d / sqrt((double)hd);
+                if (a->softcap != 0.0f) p[t] = a->softcap * tanh(p[t] / a->softcap);
                 if (p[t] > mx) mx = p[t];
             }
-            for (int32_t t = 0; t <= a->pos[r]; t++) {
+            if (a->sinks && a->sinks[h] > mx) mx = a->sinks[h];
+            for (int32_t t = ws; t <= a->pos[r]; t++) {
                 p[t] = exp(p[t] - mx);
                 tot += p[t];
             }
+            if (a->sinks) tot += exp(a->sinks[h] - mx);
             float *o = a->out + (size_t)r * qstride + (size_t)h * hd;
             for (int i = 0; i < hd; i++) o[i] = 0;
             double *acc = calloc((size_t)hd, sizeof(double));
             if (!acc) continue;
-            for (int32_t t = 0; t <= a->pos[r]; t++) {
+            for (int32_t t = ws; t <= a->pos[r]; t++) {
                 kv_read_row(kv, a->tables[r], a->layer, 1, t, row);
                 for (int i = 0; i < hd; i++) acc[i] += p[t] / tot * row[g * hd + i];
             }

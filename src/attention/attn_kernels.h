@@ -22,6 +22,10 @@
  *   e[t][i] = attn_exp(s[t][i] - m[i]) for t < lim[i], else 0
  *   for t = 0..nt-1 in order: l[i] += e[t][i]; acc[d][i] = fma(e[t][i], v[t][d], acc[d][i])
  * (masked terms add an exact zero: acc and l are never -0.)
+ * A score of -INFINITY (t < lim) adds the same exact zero: attn_exp(-inf) = 0, the
+ * block max ignores it, and e^(-inf - (-inf)) is attn_exp(NaN) = 0; attention.c
+ * masks the positions before a lane's window start that way, so a lane's bits do
+ * not depend on whether such positions were visited.
  */
 #ifndef KVI_ATTENTION_KERNELS_H
 #define KVI_ATTENTION_KERNELS_H
