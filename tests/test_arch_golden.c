@@ -149,7 +149,8 @@ static void check_file(const char *name, double tol)
 
 int main(void)
 {
-    static const char *const dense[] = { "qwen3", "phi3", "phi3-longrope", "olmo2" };
+    static const char *const dense[] = { "qwen3",         "gemma2",  "gemma3", "phi3",
+                                         "phi3-longrope", "granite", "olmo2" };
     for (size_t i = 0; i < sizeof dense / sizeof *dense; i++) {
         char f32[64], q8[64];
         snprintf(f32, sizeof f32, "%s-f32", dense[i]);

@@ -39,15 +39,6 @@ typedef struct attn_args {
     const float *q;                /* [n_rows][n_heads * head_dim] after RoPE */
     float *out;                    /* [n_rows][n_heads * head_dim] */
     int n_heads, n_kv_heads, head_dim;
-    /* Per-layer options (0 / NULL: off). window W: row at p sees positions
-     * max(0, p - W + 1) .. p only, and blocks wholly before every row's window are
-     * never read. softcap c: each scaled score s becomes c * tanh(s / c). scale: the
-     * KQ scale (0: 1/sqrt(head_dim)). sinks [n_heads]: a per-head logit that joins
-     * the softmax denominator and takes no value. */
-    int window;
-    float softcap;
-    float scale;
-    const float *sinks;
     /* Optional (H2O eviction): when recv && recv[r], row r adds to recv[r][t], for
      * every position t of its window (w(r) <= t <= pos[r]; others untouched), the
      * normalised attention weight it gave t (sink included in the norm), summed
