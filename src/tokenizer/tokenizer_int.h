@@ -48,10 +48,11 @@ struct tok_tokenizer {
 
     int32_t bos, eos, eot, eom, unk, pad; /* -1 when none */
     bool add_bos, add_eos;
-    bool add_space_prefix; /* SPM / HF: prepend one space to the text */
-    bool escape_space;     /* SPM: spaces are written as U+2581 in pieces */
-    bool byte_level;       /* BPE: GPT-2 byte-to-unicode mapping of the bytes */
-    bool ignore_merges;    /* BPE (llama-bpe): a piece that is a token is kept whole */
+    bool add_space_prefix;   /* SPM / HF: prepend one space to the text */
+    bool escape_space;       /* SPM: spaces are written as U+2581 in pieces */
+    bool byte_level;         /* BPE: GPT-2 byte-to-unicode mapping of the bytes */
+    bool ignore_merges;      /* BPE (llama-bpe): a piece that is a token is kept whole */
+    bool newline_runs_whole; /* BPE (gemma4): a piece of only newlines that is a token is kept whole */
 
     int32_t byte_id[256];      /* byte fallback token of each byte, -1 when none */
     char byte_enc[256][2];     /* byte level: UTF-8 of the code point standing for each byte */
@@ -90,9 +91,25 @@ uint32_t tok_byte_to_cpt(uint8_t b);
 void tok_byte_enc_init(tok_tokenizer *t); /* fills byte_enc / byte_enc_len */
 int tok_cpt_to_byte(uint32_t cpt);
 
-/* Pre-tokenizer by llama.cpp's tokenizer.ggml.pre name (unknown names: gpt-2's). */
+/* What llama.cpp sets with a tokenizer.ggml.pre name besides its regexes. */
+enum {
+    TOK_PRE_IGNORE_MERGES = 1, /* a piece that is a token is kept whole */
+    TOK_PRE_ADD_BOS = 2,       /* add_bos defaults to true */
+    TOK_PRE_RAW_BYTES = 4,     /* BPE over raw UTF-8 with spaces as U+2581 (no byte-level map) */
+};
+/* How a Split pre-tokenizer keeps its matches (Hugging Face's SplitDelimiterBehavior). */
+enum { TOK_SPLIT_ISOLATED = 0, TOK_SPLIT_MERGED_PREVIOUS = 1, TOK_SPLIT_MERGED_NEXT = 2 };
+
+/* Pre-tokenizer by llama.cpp's tokenizer.ggml.pre name (NULL or "": "default"; an
+ * unknown name is KVI_E_UNSUPPORTED); *flags (may be NULL) receives its TOK_PRE_*. */
+int tok_pretok_create_named(const char *pre_name, tok_pretok **out, unsigned *flags, kvi_error *err);
 int tok_pretok_create(const char *pre_name, tok_pretok **out, kvi_error *err);
-/* From explicit patterns (Hugging Face Split pre-tokenizers), applied in order. */
+/* The i-th name the table knows, NULL past the last (for tests and listings). */
+const char *tok_pretok_name_at(size_t i);
+/* From explicit patterns (Hugging Face Split pre-tokenizers), applied in order;
+ * behaviors[i] is TOK_SPLIT_* (NULL: all isolated). */
+int tok_pretok_create_split(const char *const *patterns, const uint8_t *behaviors, size_t n, tok_pretok **out,
+                            kvi_error *err);
 int tok_pretok_create_patterns(const char *const *patterns, size_t n, tok_pretok **out, kvi_error *err);
 void tok_pretok_free(tok_pretok *p);
 /* Calls fn(piece) for each piece of text, in order. Returns 0, KVI_E_NOMEM or fn's
