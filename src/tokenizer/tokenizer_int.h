@@ -6,7 +6,8 @@
  * duplicate text, as llama.cpp does). The loaders (GGUF, llama2.c, Hugging Face)
  * fill the vocabulary and call tok_finish(), which builds the map, the special
  * token list (control / user-defined / unknown ids, longest text first), the
- * byte-fallback table and the end-of-generation set. The encoders:
+ * byte-fallback table and the end-of-generation set (llama.cpp's rules: the EOS /
+ * EOT / EOM / FIM ids and the tokens of known end texts). The encoders:
  *   - SPM (tokenizer_spm.c): score-ordered merges over UTF-8 characters, the
  *     llama.cpp algorithm; llama2.c's encode() is the same with a plain space.
  *   - BPE (tokenizer_bpe.c): rank-ordered merges (tok_merges) over the pieces the
@@ -47,6 +48,8 @@ struct tok_tokenizer {
     tok_map map;        /* text -> id */
 
     int32_t bos, eos, eot, eom, unk, pad; /* -1 when none */
+    int32_t fim_pad, fim_rep, fim_sep;    /* fill-in-the-middle tokens that end generation, -1 when none */
+    bool eog_to_control; /* GGUF: tokens recognised by their text become control tokens (llama.cpp) */
     bool add_bos, add_eos;
     bool add_space_prefix;   /* SPM / HF: prepend one space to the text */
     bool escape_space;       /* SPM: spaces are written as U+2581 in pieces */
