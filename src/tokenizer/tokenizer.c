@@ -5,9 +5,12 @@
  * scores, types, a text -> id map. Encoding first cuts the text into fragments:
  * every occurrence of a special token's text (control and unknown tokens only when
  * parse_special; user-defined tokens always, as llama.cpp and Hugging Face do)
- * becomes its id, tokens taken longest text first over the whole text; the raw
- * text between goes to the SPM or BPE encoder. SPM adds the dummy-prefix space
- * to a raw fragment that starts the text or follows a special token.
+ * becomes its id, tokens taken longest text first over the whole text (llama.cpp)
+ * or leftmost-longest (Hugging Face's added vocabulary); the raw text between goes,
+ * through the normalizer when the tokenizer.json has one, to the SPM or BPE encoder.
+ * SPM adds the dummy-prefix space to a raw fragment that starts the text or follows
+ * a special token. add_special adds the post-processor's template ids around the
+ * text when there is one, else BOS / EOS as add_bos / add_eos say.
  * Decoding maps each id to its bytes: U+2581 -> space and <0xXX> -> byte for SPM,
  * the reverse byte-to-unicode map for byte-level BPE, control tokens only when
  * render_special.
@@ -227,6 +230,22 @@ static int build_eog(tok_tokenizer *t)
     return 0;
 }
 
+/* special_by_byte: the special list bucketed by first byte (a counting sort, so each
+ * bucket keeps the list's longest-first order). */
+static int index_special(tok_tokenizer *t)
+{
+    free(t->special_by_byte);
+    t->special_by_byte = malloc((t->n_special ? t->n_special : 1) * sizeof *t->special_by_byte);
+    if (!t->special_by_byte) return KVI_E_NOMEM;
+    uint32_t count[257] = { 0 };
+    for (size_t k = 0; k < t->n_special; k++) count[(unsigned char)t->text[t->special[k]][0] + 1]++;
+    for (int b = 0; b < 256; b++) count[b + 1] += count[b];
+    memcpy(t->special_first, count, sizeof count);
+    for (size_t k = 0; k < t->n_special; k++)
+        t->special_by_byte[count[(unsigned char)t->text[t->special[k]][0]]++] = t->special[k];
+    return 0;
+}
+
 int tok_finish(tok_tokenizer *t, kvi_error *err)
 {
     if (!t->text_arena) return err_set(err, KVI_E_FORMAT, "tokenizer: token texts not set");
@@ -274,6 +293,7 @@ int tok_finish(tok_tokenizer *t, kvi_error *err)
         for (size_t k = 0; k < t->n_special; k++) t->special[k] = tmp[k].id;
         free(tmp);
     }
+    return index_special(t) ? err_set(err, KVI_E_NOMEM, "tokenizer: out of memory") : 0;
 
     return 0;
 }
@@ -288,6 +308,10 @@ void tokenizer_free(tok_tokenizer *t)
     free(t->type);
     tok_map_free(&t->map);
     free(t->special);
+    free(t->special_by_byte);
+    free(t->tmpl_pre);
+    free(t->tmpl_post);
+    tok_norm_free(t->norm);
     free(t->eog);
     free(t->chat_template);
     tok_map_free(&t->merges);
@@ -384,6 +408,48 @@ static int partition_special(const tok_tokenizer *t, const char *text, size_t le
     return 0;
 }
 
+/* Hugging Face's added-token split: scanning left to right, the longest eligible token
+ * that starts at each position is taken (leftmost-longest); the text between is raw. */
+static int partition_leftmost(const tok_tokenizer *t, const char *text, size_t len, bool parse_special,
+                              frag_list *f)
+{
+    f->n = 0;
+    size_t raw = 0;
+    for (size_t i = 0; i < len;) {
+        unsigned char b = (unsigned char)text[i];
+        int32_t hit = -1;
+        for (uint32_t k = t->special_first[b]; k < t->special_first[b + 1] && hit < 0; k++) {
+            int32_t id = t->special_by_byte[k];
+            size_t sl = t->text_len[id];
+            if ((parse_special || t->type[id] == KVI_TOKEN_USER_DEFINED) && sl <= len - i &&
+                memcmp(text + i, t->text[id], sl) == 0)
+                hit = id;
+        }
+        if (hit < 0) {
+            i++;
+            continue;
+        }
+        size_t extra = 1 + (i > raw);
+        if (frag_insert(f, f->n, extra) != 0) return KVI_E_NOMEM;
+        if (i > raw) f->v[f->n - 2] = (frag){ raw, i - raw, -1 };
+        f->v[f->n - 1] = (frag){ i, t->text_len[hit], hit };
+        i += t->text_len[hit];
+        raw = i;
+    }
+    if (len > raw) {
+        if (frag_insert(f, f->n, 1) != 0) return KVI_E_NOMEM;
+        f->v[f->n - 1] = (frag){ raw, len - raw, -1 };
+    }
+    return 0;
+}
+
+static int push_ids(tok_ids *ids, const int32_t *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (tok_ids_push(ids, v[i]) != 0) return KVI_E_NOMEM;
+    return 0;
+}
+
 /* The text with the dummy-prefix space when `prefix`, and spaces as U+2581 when
  * the vocabulary escapes them: into *buf (reallocated), *n its length. */
 static int escape_text(const tok_tokenizer *t, const char *p, size_t len, bool prefix, char **buf, size_t *n)
@@ -416,8 +482,13 @@ int32_t tokenizer_encode(const tok_tokenizer *t, const char *text, size_t len, b
     tok_ids ids = { 0 };
     frag_list f = { 0 };
     int rc = 0;
-    if (add_special && t->add_bos && t->bos >= 0) rc = tok_ids_push(&ids, t->bos);
-    if (rc == 0 && len > 0) {
+    if (add_special && t->has_template)
+        rc = push_ids(&ids, t->tmpl_pre, t->n_tmpl_pre);
+    else if (add_special && t->add_bos && t->bos >= 0)
+        rc = tok_ids_push(&ids, t->bos);
+    if (rc == 0 && len > 0 && t->special_leftmost) {
+        rc = partition_leftmost(t, text, len, parse_special, &f);
+    } else if (rc == 0 && len > 0) {
         rc = frag_insert(&f, 0, 1);
         if (rc == 0) {
             f.v[0] = (frag){ 0, len, -1 };
@@ -435,7 +506,13 @@ int32_t tokenizer_encode(const tok_tokenizer *t, const char *text, size_t len, b
         const char *p = text + f.v[i].off;
         size_t n = f.v[i].len;
         bool prefix = t->add_space_prefix && prev_special;
-        if (prefix || t->escape_space) {
+        if (t->norm) {
+            free(buf);
+            buf = NULL;
+            rc = tok_norm_apply(t->norm, p, n, f.v[i].off == 0, &buf, &n);
+            if (rc != 0) break;
+            p = buf;
+        } else if (prefix || t->escape_space) {
             rc = escape_text(t, p, n, prefix, &buf, &n);
             if (rc != 0) break;
             p = buf;
@@ -443,7 +520,10 @@ int32_t tokenizer_encode(const tok_tokenizer *t, const char *text, size_t len, b
         rc = t->algo == TOK_ALGO_SPM ? tok_spm_encode(t, p, n, &ids) : tok_bpe_encode(t, p, n, &ids);
         prev_special = false;
     }
-    if (rc == 0 && add_special && t->add_eos && t->eos >= 0) rc = tok_ids_push(&ids, t->eos);
+    if (rc == 0 && add_special && t->has_template)
+        rc = push_ids(&ids, t->tmpl_post, t->n_tmpl_post);
+    else if (rc == 0 && add_special && t->add_eos && t->eos >= 0)
+        rc = tok_ids_push(&ids, t->eos);
     free(buf);
     free(f.v);
     if (rc != 0) {

@@ -30,6 +30,7 @@ typedef enum tok_algo {
 } tok_algo;
 
 typedef struct tok_pretok tok_pretok; /* tokenizer_pretok.c */
+typedef struct tok_norm tok_norm;     /* tokenizer_norm.c */
 
 /* A growable list of token ids (the encoder's output). */
 typedef struct tok_ids {
@@ -65,6 +66,16 @@ struct tok_tokenizer {
     int32_t *eog; /* [n_eog] end-of-generation ids */
     size_t n_eog;
     char *chat_template; /* NULL when absent */
+
+    tok_norm *norm;        /* Hugging Face: normalizer of each raw fragment, NULL = escape_text's rules */
+    bool special_leftmost; /* Hugging Face: added tokens matched leftmost-longest (else llama.cpp's
+                            * longest-token-first over the whole text) */
+    uint32_t
+        special_first[257];   /* special_by_byte[special_first[b] .. special_first[b+1]) start with byte b */
+    int32_t *special_by_byte; /* [n_special] the special list ordered by first byte, longest first */
+    bool has_template;        /* Hugging Face post-processor: add tmpl_pre / tmpl_post instead of BOS/EOS */
+    int32_t *tmpl_pre, *tmpl_post; /* [n_tmpl_pre], [n_tmpl_post] ids around the text */
+    size_t n_tmpl_pre, n_tmpl_post;
 
     tok_map merges;     /* BPE: "left right" -> rank */
     char *merges_arena; /* the merge strings the keys of `merges` point into */
@@ -119,6 +130,21 @@ void tok_pretok_free(tok_pretok *p);
  * first non-zero result. */
 typedef int (*tok_piece_fn)(void *ctx, const char *piece, size_t len);
 int tok_pretok_split(const tok_pretok *p, const char *text, size_t len, tok_piece_fn fn, void *ctx);
+
+/* Normalizers (tokenizer_norm.c): ops appended in the order they run. */
+enum { TOK_NORM_PREPEND_ALWAYS = 0, TOK_NORM_PREPEND_FIRST = 1, TOK_NORM_PREFIX_SPACE = 2 };
+int tok_norm_create(tok_norm **out);
+void tok_norm_free(tok_norm *nm);
+size_t tok_norm_count(const tok_norm *nm);
+/* "NFC", "NFD", "NFKC", "NFKD", "Lowercase", "StripAccents"; others KVI_E_UNSUPPORTED. */
+int tok_norm_add_form(tok_norm *nm, const char *form, kvi_error *err);
+int tok_norm_add_strip(tok_norm *nm, bool left, bool right, kvi_error *err);
+int tok_norm_add_replace(tok_norm *nm, const char *pattern, bool regex, const char *content, kvi_error *err);
+/* `prefix` before the text: always (non-empty text), first fragment only, or (prefix " ")
+ * when the text does not start with a space. */
+int tok_norm_add_prepend(tok_norm *nm, const char *prefix, int when, kvi_error *err);
+/* The normalized fragment into *out (malloc'd, NUL-terminated); `first`: it starts the text. */
+int tok_norm_apply(const tok_norm *nm, const char *text, size_t len, bool first, char **out, size_t *out_len);
 
 /* Length of the UTF-8 sequence that starts with byte c (1 for a stray byte). */
 static inline size_t tok_utf8_len(unsigned char c)
