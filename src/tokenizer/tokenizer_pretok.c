@@ -79,6 +79,8 @@ static const char *const pats_falcon[] = { "[\\p{P}\\$\\+<=>\\^~\\|`]+", PAT_GPT
 static const char *const pats_starcoder[] = { "\\p{N}", PAT_GPT2 };
 static const char *const pats_deepseek_coder[] = { "[\r\n]", "\\s?\\p{L}+", "\\s?\\p{P}+",
                                                    "[一-龥ࠀ-一가-퟿]+", "\\p{N}" };
+/* (clang-format would re-cut these UTF-8 literals on every run) */
+// clang-format off
 static const char *const pats_deepseek_llm[] = {
     "[\r\n]",
     "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-"
@@ -92,6 +94,7 @@ static const char *const pats_deepseek_llm[] = {
     "[一-龥ࠀ-一가-퟿]+",
     "\\p{N}+",
 };
+// clang-format on
 /* DeepSeek V3 (and Hunyuan dense, JoyAI, HY v4): digits by three, Han and kana runs, then words */
 static const char *const pats_deepseek3[] = { "\\p{N}{1,3}", "[一-龥぀-ゟ゠-ヿ]+", PAT_DEEPSEEK3_MAIN };
 static const char *const pats_spark25[] = {
@@ -132,12 +135,13 @@ static const char *const pats_ufakzeka[] = {
     "[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 };
 /* AFMoE: a digit run cut in threes from its end (llama.cpp's custom \p{AFMoE_digits}). */
+// clang-format off
 static const char *const pats_afmoe[] = {
     "\\p{N}{1,3}(?=(?:\\p{N}{3})*(?!\\p{N}))",
-    "[一-鿿㐀-䶿豈-﫿぀-ゟ゠-ヿ･-ﾟ⼀-⿟เ-๿຀-໿ក-៿က-႟ꩠ-ꩿꧠ-꧿가-힯ᄀ-ᇿ]"
-    "+",
+    "[一-鿿㐀-䶿豈-﫿぀-ゟ゠-ヿ･-ﾟ⼀-⿟เ-๿຀-໿ក-៿က-႟ꩠ-ꩿꧠ-꧿가-힯ᄀ-ᇿ]+",
     PAT_DEEPSEEK3_MAIN,
 };
+// clang-format on
 static const char *const pats_laguna[] = { "[^\\n]+|[\\n]+", PAT_QWEN2 };
 static const char *const pats_exaone_moe[] = {
     CONTR
