@@ -1,17 +1,23 @@
 /*
  * tokenizer_hf.c — loading a Hugging Face tokenizer.json (model.type "BPE").
  *
- * Two shapes are understood:
- *  - SentencePiece-style BPE: normalizer Prepend "▁" (dummy prefix) and Replace
- *    " " -> "▁" (or a Metaspace pre-tokenizer), byte_fallback to <0xXX> tokens, no
- *    pre-tokenizer: the whole text is one piece merged by rank;
- *  - byte-level BPE: a ByteLevel pre-tokenizer (GPT-2 regex unless use_regex is
- *    false), optionally after Split pre-tokenizers whose regexes run first.
- * model.vocab gives text -> id, added_tokens are special (control when "special",
- * else user-defined), model.merges are "a b" strings or ["a", "b"] pairs in rank
- * order. bos/eos/add_bos_token/add_eos_token/chat_template come from
- * tokenizer_config.json beside the file when it exists. Every id is checked to lie
- * in [0, n_vocab) and every id to have a text.
+ * The pipeline is read as Hugging Face tokenizers runs it:
+ *  - normalizer -> t->norm (tokenizer_norm.c): NFC/NFD/NFKC/NFKD, Lowercase,
+ *    StripAccents, Strip, Replace, Prepend, Sequence; anything else is refused;
+ *  - pre-tokenizer -> cutting regexes (tokenizer_pretok.c) with their behaviour:
+ *    Split (String or Regex; isolated / merged with previous / next), ByteLevel
+ *    (GPT-2's regex unless use_regex is false; add_prefix_space as a normalizer
+ *    step), Metaspace (replacement and prefix as normalizer steps, a cut before
+ *    each U+2581 when split), Digits; anything else is refused;
+ *  - model: model.vocab text -> id, added_tokens (control when "special", else
+ *    user-defined; matched leftmost-longest), model.merges "a b" strings or
+ *    ["a", "b"] pairs in rank order, byte fallback to <0xXX> tokens;
+ *  - post-processor: TemplateProcessing (alone or in a Sequence) or Roberta/Bert
+ *    cls + sep give the ids added around the text; without one,
+ *    tokenizer_config.json's add_bos_token / add_eos_token add bos_token /
+ *    eos_token (as Python transformers does).
+ * bos/eos/pad/chat_template come from tokenizer_config.json beside the file when
+ * it exists. Every id is checked to lie in [0, n_vocab) and every id to have a text.
  */
 #include "base/error.h"
 #include "base/file.h"
