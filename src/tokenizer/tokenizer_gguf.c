@@ -4,8 +4,10 @@
  * tokenizer.ggml.model selects the algorithm: "llama" (SentencePiece: tokens,
  * scores, token_type; dummy-prefix space unless tokenizer.ggml.add_space_prefix is
  * false; spaces as U+2581) or "gpt2" (byte-level BPE: tokens, token_type, merges in
- * rank order, pre-tokenizer regexes named by tokenizer.ggml.pre). Array lengths must
- * agree with the token count; every special id must be inside the vocabulary.
+ * rank order, pre-tokenizer regexes named by tokenizer.ggml.pre; "gemma4" is BPE
+ * over raw UTF-8). Array lengths must agree with the token count; every special id
+ * (BOS, EOS, EOT, EOM, UNK, PAD, FIM pad/repo/separator) must be inside the
+ * vocabulary. The end-of-generation set follows llama.cpp (tok_finish).
  */
 #include "base/error.h"
 #include "tokenizer/tokenizer_int.h"
@@ -58,7 +60,7 @@ static int load(const gguf_ctx *g, tok_tokenizer **out, kvi_error *err)
 {
     const char *model = gguf_get_str(g, "tokenizer.ggml.model");
     if (!model) return err_set(err, KVI_E_FORMAT, "tokenizer: tokenizer.ggml.model missing");
-    bool spm = strcmp(model, "llama") == 0, bpe = strcmp(model, "gpt2") == 0;
+    bool spm = strcmp(model, "llama") == 0, bpe = strcmp(model, "gpt2") == 0 || strcmp(model, "gemma4") == 0;
     if (!spm && !bpe)
         return err_set(err, KVI_E_UNSUPPORTED, "tokenizer: tokenizer.ggml.model '%s' not supported", model);
 
@@ -117,11 +119,15 @@ static int load(const gguf_ctx *g, tok_tokenizer **out, kvi_error *err)
         t->unk = 0;
     } else {
         t->algo = TOK_ALGO_BPE;
-        t->byte_level = true;
-        const char *pre = gguf_get_str(g, "tokenizer.ggml.pre");
-        t->ignore_merges = pre && (strcmp(pre, "llama-bpe") == 0 || strcmp(pre, "llama3") == 0);
-        rc = tok_pretok_create(pre, &t->pretok, err);
+        const char *pre = strcmp(model, "gemma4") == 0 ? "gemma4" : gguf_get_str(g, "tokenizer.ggml.pre");
+        unsigned flags = 0;
+        rc = tok_pretok_create_named(pre, &t->pretok, &flags, err);
         if (rc) return rc;
+        t->ignore_merges = flags & TOK_PRE_IGNORE_MERGES;
+        t->add_bos = flags & TOK_PRE_ADD_BOS;
+        t->byte_level = !(flags & TOK_PRE_RAW_BYTES);
+        t->escape_space = flags & TOK_PRE_RAW_BYTES;
+        t->newline_runs_whole = flags & TOK_PRE_RAW_BYTES;
         rc = gguf_get_arr_info(g, "tokenizer.ggml.merges", &et, &m, err);
         if (rc == -1) return err_set(err, KVI_E_FORMAT, "tokenizer: tokenizer.ggml.merges missing");
         if (rc < 0) return rc;
@@ -139,11 +145,23 @@ static int load(const gguf_ctx *g, tok_tokenizer **out, kvi_error *err)
         (rc = get_id(g, "tokenizer.ggml.eom_token_id", nv, &t->eom, err)) ||
         (rc = get_id(g, "tokenizer.ggml.unknown_token_id", nv, &t->unk, err)) ||
         (rc = get_id(g, "tokenizer.ggml.padding_token_id", nv, &t->pad, err)) ||
+        (rc = get_id(g, "tokenizer.ggml.fim_pad_token_id", nv, &t->fim_pad, err)) ||
+        (rc = get_id(g, "tokenizer.ggml.fim_rep_token_id", nv, &t->fim_rep, err)) ||
+        (rc = get_id(g, "tokenizer.ggml.fim_sep_token_id", nv, &t->fim_sep, err)) ||
         (rc = get_flag(g, "tokenizer.ggml.add_bos_token", &t->add_bos, err)) ||
         (rc = get_flag(g, "tokenizer.ggml.add_eos_token", &t->add_eos, err)) ||
         (rc = get_flag(g, "tokenizer.ggml.add_space_prefix", &t->add_space_prefix, err)))
         return rc;
-    if (bpe) t->add_space_prefix = false; /* llama.cpp's BPE never adds the dummy prefix */
+    if (bpe) t->add_space_prefix = false;         /* llama.cpp's BPE never adds the dummy prefix */
+    if (bpe && !t->byte_level) t->add_bos = true; /* llama.cpp forces it for Gemma 4 */
+    /* as llama.cpp: tokens it recognises by text become control tokens, and gpt-oss's
+     * channel markers are user-defined (always printed) */
+    t->eog_to_control = true;
+    static const char *const shown[] = { "<|channel|>", "<|message|>", "<|start|>", "<|constrain|>" };
+    for (size_t k = 0; k < sizeof shown / sizeof shown[0]; k++) {
+        int32_t id = tok_find(t, shown[k], strlen(shown[k]));
+        if (id >= 0) t->type[id] = KVI_TOKEN_USER_DEFINED;
+    }
     const char *tmpl = gguf_get_str(g, "tokenizer.chat_template");
     if (tmpl && !(t->chat_template = strdup(tmpl)))
         return err_set(err, KVI_E_NOMEM, "tokenizer: out of memory");

@@ -1,17 +1,23 @@
 /*
  * tokenizer_hf.c — loading a Hugging Face tokenizer.json (model.type "BPE").
  *
- * Two shapes are understood:
- *  - SentencePiece-style BPE: normalizer Prepend "▁" (dummy prefix) and Replace
- *    " " -> "▁" (or a Metaspace pre-tokenizer), byte_fallback to <0xXX> tokens, no
- *    pre-tokenizer: the whole text is one piece merged by rank;
- *  - byte-level BPE: a ByteLevel pre-tokenizer (GPT-2 regex unless use_regex is
- *    false), optionally after Split pre-tokenizers whose regexes run first.
- * model.vocab gives text -> id, added_tokens are special (control when "special",
- * else user-defined), model.merges are "a b" strings or ["a", "b"] pairs in rank
- * order. bos/eos/add_bos_token/add_eos_token/chat_template come from
- * tokenizer_config.json beside the file when it exists. Every id is checked to lie
- * in [0, n_vocab) and every id to have a text.
+ * The pipeline is read as Hugging Face tokenizers runs it:
+ *  - normalizer -> t->norm (tokenizer_norm.c): NFC/NFD/NFKC/NFKD, Lowercase,
+ *    StripAccents, Strip, Replace, Prepend, Sequence; anything else is refused;
+ *  - pre-tokenizer -> cutting regexes (tokenizer_pretok.c) with their behaviour:
+ *    Split (String or Regex; isolated / merged with previous / next), ByteLevel
+ *    (GPT-2's regex unless use_regex is false; add_prefix_space as a normalizer
+ *    step), Metaspace (replacement and prefix as normalizer steps, a cut before
+ *    each U+2581 when split), Digits; anything else is refused;
+ *  - model: model.vocab text -> id, added_tokens (control when "special", else
+ *    user-defined; matched leftmost-longest), model.merges "a b" strings or
+ *    ["a", "b"] pairs in rank order, byte fallback to <0xXX> tokens;
+ *  - post-processor: TemplateProcessing (alone or in a Sequence) or Roberta/Bert
+ *    cls + sep give the ids added around the text; without one,
+ *    tokenizer_config.json's add_bos_token / add_eos_token add bos_token /
+ *    eos_token (as Python transformers does).
+ * bos/eos/pad/chat_template come from tokenizer_config.json beside the file when
+ * it exists. Every id is checked to lie in [0, n_vocab) and every id to have a text.
  */
 #include "base/error.h"
 #include "base/file.h"
@@ -71,33 +77,165 @@ static void read_config(tok_tokenizer *t, const char *json_path)
     cJSON_Delete(c);
 }
 
-/* Looks at the normalizer / pre-tokenizer and sets the SPM-style or byte-level flags;
- * collects Split regexes into pats (up to 8). */
-static void scan_pipeline(tok_tokenizer *t, const cJSON *node, const char **pats, size_t *n_pats, bool *regex)
+/* The normalizer into t->norm (Sequence flattened); Prepend "▁" / Replace -> "▁"
+ * also set the flags decoding uses (strip the dummy prefix, U+2581 is a space). */
+static int read_normalizer(tok_tokenizer *t, const cJSON *node, int depth, kvi_error *err)
 {
-    if (!cJSON_IsObject(node)) return;
+    if (!node || cJSON_IsNull(node)) return 0;
     const cJSON *type = cJSON_GetObjectItem(node, "type");
-    if (str_is(type, "Sequence")) {
+    if (!cJSON_IsString(type) || depth > 8)
+        return err_set(err, KVI_E_FORMAT, "tokenizer.json: a normalizer without a type");
+    const char *ty = type->valuestring;
+    if (strcmp(ty, "Sequence") == 0) {
         const cJSON *it;
-        const cJSON *list = cJSON_GetObjectItem(node, "normalizers");
-        if (!list) list = cJSON_GetObjectItem(node, "pretokenizers");
-        cJSON_ArrayForEach(it, list) scan_pipeline(t, it, pats, n_pats, regex);
-    } else if (str_is(type, "Prepend") && str_is(cJSON_GetObjectItem(node, "prepend"), "\xE2\x96\x81")) {
-        t->add_space_prefix = true;
-    } else if (str_is(type, "Replace") && str_is(cJSON_GetObjectItem(node, "content"), "\xE2\x96\x81")) {
-        t->escape_space = true;
-    } else if (str_is(type, "Metaspace")) {
-        t->escape_space = true;
-        const cJSON *sch = cJSON_GetObjectItem(node, "prepend_scheme");
-        const cJSON *aps = cJSON_GetObjectItem(node, "add_prefix_space");
-        t->add_space_prefix = sch ? !str_is(sch, "never") : !cJSON_IsFalse(aps);
-    } else if (str_is(type, "ByteLevel")) {
-        t->byte_level = true;
-        if (cJSON_IsFalse(cJSON_GetObjectItem(node, "use_regex"))) *regex = false;
-    } else if (str_is(type, "Split")) {
-        const cJSON *re = cJSON_GetObjectItem(cJSON_GetObjectItem(node, "pattern"), "Regex");
-        if (cJSON_IsString(re) && *n_pats < 8) pats[(*n_pats)++] = re->valuestring;
+        cJSON_ArrayForEach(it, cJSON_GetObjectItem(node, "normalizers"))
+        {
+            int rc = read_normalizer(t, it, depth + 1, err);
+            if (rc) return rc;
+        }
+        return 0;
     }
+    if (strcmp(ty, "Prepend") == 0) {
+        const cJSON *pre = cJSON_GetObjectItem(node, "prepend");
+        if (!cJSON_IsString(pre))
+            return err_set(err, KVI_E_FORMAT, "tokenizer.json: Prepend without a string");
+        if (strcmp(pre->valuestring, "\xE2\x96\x81") == 0) t->add_space_prefix = true;
+        return tok_norm_add_prepend(t->norm, pre->valuestring, TOK_NORM_PREPEND_ALWAYS, err);
+    }
+    if (strcmp(ty, "Replace") == 0) {
+        const cJSON *pat = cJSON_GetObjectItem(node, "pattern"),
+                    *content = cJSON_GetObjectItem(node, "content");
+        const cJSON *str = cJSON_GetObjectItem(pat, "String"), *re = cJSON_GetObjectItem(pat, "Regex");
+        if (!cJSON_IsString(content) || (!cJSON_IsString(str) && !cJSON_IsString(re)))
+            return err_set(err, KVI_E_FORMAT, "tokenizer.json: Replace without a pattern and content");
+        if (strcmp(content->valuestring, "\xE2\x96\x81") == 0) t->escape_space = true;
+        return tok_norm_add_replace(t->norm, cJSON_IsString(str) ? str->valuestring : re->valuestring,
+                                    !cJSON_IsString(str), content->valuestring, err);
+    }
+    if (strcmp(ty, "Strip") == 0)
+        return tok_norm_add_strip(t->norm, !cJSON_IsFalse(cJSON_GetObjectItem(node, "strip_left")),
+                                  !cJSON_IsFalse(cJSON_GetObjectItem(node, "strip_right")), err);
+    return tok_norm_add_form(t->norm, ty, err);
+}
+
+/* A literal as a PCRE2 regex: ASCII punctuation quoted character by character. */
+static char *quote_literal(const char *lit)
+{
+    size_t n = strlen(lit);
+    char *q = malloc(2 * n + 1), *o = q;
+    if (!q) return NULL;
+    for (const char *c = lit; *c; c++) {
+        if ((unsigned char)*c < 0x80 &&
+            !((*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z')))
+            *o++ = '\\';
+        *o++ = *c;
+    }
+    *o = 0;
+    return q;
+}
+
+/* A Split pattern as a PCRE2 regex (a String pattern quoted); NULL when neither. */
+static char *split_regex(const cJSON *pat)
+{
+    const cJSON *re = cJSON_GetObjectItem(pat, "Regex"), *str = cJSON_GetObjectItem(pat, "String");
+    if (cJSON_IsString(re)) return strdup(re->valuestring);
+    return cJSON_IsString(str) ? quote_literal(str->valuestring) : NULL;
+}
+
+/* The cutting steps of a pre-tokenizer, in order: Split regexes, ByteLevel's GPT-2
+ * regex, Metaspace's cut before U+2581, Digits. */
+typedef struct split_list {
+    char *pat[16];
+    uint8_t behavior[16];
+    size_t n;
+} split_list;
+
+static int add_split(split_list *l, char *pat, uint8_t behavior, kvi_error *err)
+{
+    if (!pat) return err_set(err, KVI_E_NOMEM, "tokenizer: out of memory");
+    if (l->n == sizeof l->pat / sizeof l->pat[0]) {
+        free(pat);
+        return err_set(err, KVI_E_UNSUPPORTED, "tokenizer.json: more than 16 pre-tokenizer splits");
+    }
+    l->pat[l->n] = pat;
+    l->behavior[l->n++] = behavior;
+    return 0;
+}
+
+static int read_split(split_list *l, const cJSON *node, kvi_error *err)
+{
+    const cJSON *beh = cJSON_GetObjectItem(node, "behavior");
+    uint8_t b = TOK_SPLIT_ISOLATED;
+    if (cJSON_IsString(beh) && strcmp(beh->valuestring, "MergedWithPrevious") == 0)
+        b = TOK_SPLIT_MERGED_PREVIOUS;
+    else if (cJSON_IsString(beh) && strcmp(beh->valuestring, "MergedWithNext") == 0)
+        b = TOK_SPLIT_MERGED_NEXT;
+    else if (beh && !(cJSON_IsString(beh) && strcmp(beh->valuestring, "Isolated") == 0))
+        return err_set(err, KVI_E_UNSUPPORTED, "tokenizer.json: Split behavior \"%.30s\" is not supported",
+                       cJSON_IsString(beh) ? beh->valuestring : "?");
+    if (cJSON_IsTrue(cJSON_GetObjectItem(node, "invert")))
+        return err_set(err, KVI_E_UNSUPPORTED, "tokenizer.json: an inverted Split is not supported");
+    char *re = split_regex(cJSON_GetObjectItem(node, "pattern"));
+    if (!re) return err_set(err, KVI_E_FORMAT, "tokenizer.json: Split without a String or Regex pattern");
+    return add_split(l, re, b, err);
+}
+
+static int read_metaspace(tok_tokenizer *t, split_list *l, const cJSON *node, kvi_error *err)
+{
+    const cJSON *rep = cJSON_GetObjectItem(node, "replacement");
+    const char *r = cJSON_IsString(rep) ? rep->valuestring : "\xE2\x96\x81";
+    const cJSON *sch = cJSON_GetObjectItem(node, "prepend_scheme");
+    int when = TOK_NORM_PREPEND_ALWAYS;
+    bool prepend = !cJSON_IsFalse(cJSON_GetObjectItem(node, "add_prefix_space"));
+    if (cJSON_IsString(sch)) {
+        prepend = strcmp(sch->valuestring, "never") != 0;
+        if (strcmp(sch->valuestring, "first") == 0) when = TOK_NORM_PREPEND_FIRST;
+    }
+    t->escape_space = strcmp(r, "\xE2\x96\x81") == 0;
+    t->add_space_prefix = prepend;
+    int rc = tok_norm_add_replace(t->norm, " ", false, r, err);
+    if (rc == 0 && prepend) rc = tok_norm_add_prepend(t->norm, r, when, err);
+    if (rc == 0 && !cJSON_IsFalse(cJSON_GetObjectItem(node, "split")))
+        rc = add_split(l, quote_literal(r), TOK_SPLIT_MERGED_NEXT, err);
+    return rc;
+}
+
+static int read_pre_tokenizer(tok_tokenizer *t, split_list *l, const cJSON *node, int depth, kvi_error *err)
+{
+    if (!node || cJSON_IsNull(node)) return 0;
+    const cJSON *type = cJSON_GetObjectItem(node, "type");
+    if (!cJSON_IsString(type) || depth > 8)
+        return err_set(err, KVI_E_FORMAT, "tokenizer.json: a pre-tokenizer without a type");
+    const char *ty = type->valuestring;
+    if (strcmp(ty, "Sequence") == 0) {
+        const cJSON *it;
+        cJSON_ArrayForEach(it, cJSON_GetObjectItem(node, "pretokenizers"))
+        {
+            int rc = read_pre_tokenizer(t, l, it, depth + 1, err);
+            if (rc) return rc;
+        }
+        return 0;
+    }
+    if (strcmp(ty, "ByteLevel") == 0) {
+        t->byte_level = true;
+        int rc = 0;
+        if (cJSON_IsTrue(cJSON_GetObjectItem(node, "add_prefix_space")))
+            rc = tok_norm_add_prepend(t->norm, " ", TOK_NORM_PREFIX_SPACE, err);
+        /* GPT-2's regex, tokenizer_pretok.c's "gpt-2" */
+        if (rc == 0 && !cJSON_IsFalse(cJSON_GetObjectItem(node, "use_regex")))
+            rc = add_split(
+                l,
+                strdup("'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"),
+                TOK_SPLIT_ISOLATED, err);
+        return rc;
+    }
+    if (strcmp(ty, "Split") == 0) return read_split(l, node, err);
+    if (strcmp(ty, "Metaspace") == 0) return read_metaspace(t, l, node, err);
+    if (strcmp(ty, "Digits") == 0)
+        return add_split(
+            l, strdup(cJSON_IsTrue(cJSON_GetObjectItem(node, "individual_digits")) ? "\\p{N}" : "\\p{N}+"),
+            TOK_SPLIT_ISOLATED, err);
+    return err_set(err, KVI_E_UNSUPPORTED, "tokenizer.json: pre-tokenizer \"%.40s\" is not supported", ty);
 }
 
 static int set_id(tok_tokenizer *t, const char **texts, size_t *lens, double idv, const char *s,
@@ -245,38 +383,108 @@ static int load_pipeline(tok_tokenizer *t, const cJSON *root, const cJSON *model
 {
     t->algo = TOK_ALGO_BPE;
     t->ignore_merges = cJSON_IsTrue(cJSON_GetObjectItem(model, "ignore_merges"));
-    const char *pats[8];
-    size_t n_pats = 0;
-    bool regex = true;
-    scan_pipeline(t, cJSON_GetObjectItem(root, "normalizer"), pats, &n_pats, &regex);
-    scan_pipeline(t, cJSON_GetObjectItem(root, "pre_tokenizer"), pats, &n_pats, &regex);
-    if (t->byte_level) {
-        int rc = 0;
-        t->escape_space = t->add_space_prefix = false;
-        if (n_pats > 0)
-            rc = tok_pretok_create_patterns(pats, n_pats, &t->pretok, err);
-        else if (regex)
-            rc = tok_pretok_create("gpt-2", &t->pretok, err);
-        if (rc) return rc;
-    }
+    if (tok_norm_create(&t->norm) != 0) return err_set(err, KVI_E_NOMEM, "tokenizer: out of memory");
+    split_list l = { .n = 0 };
+    int rc = read_normalizer(t, cJSON_GetObjectItem(root, "normalizer"), 0, err);
+    if (rc == 0) rc = read_pre_tokenizer(t, &l, cJSON_GetObjectItem(root, "pre_tokenizer"), 0, err);
+    if (rc == 0 && l.n > 0)
+        rc = tok_pretok_create_split((const char *const *)l.pat, l.behavior, l.n, &t->pretok, err);
+    for (size_t i = 0; i < l.n; i++) free(l.pat[i]);
+    if (rc) return rc;
+    if (t->byte_level) t->escape_space = t->add_space_prefix = false;
     const cJSON *unk = cJSON_GetObjectItem(model, "unk_token");
     if (cJSON_IsString(unk)) t->unk = tok_find(t, unk->valuestring, strlen(unk->valuestring));
     return 0;
 }
 
-/* BOS from the post-processor template (tokenizer_config.json may override it). */
-static void read_post_processor(tok_tokenizer *t, const cJSON *root)
+/* The id of a template's special token: special_tokens[name].ids (one id), else the
+ * token of that text; -1 when neither. */
+static int append_template_id(tok_tokenizer *t, const cJSON *specials, const char *name, int32_t **v,
+                              size_t *n)
 {
-    const cJSON *single = cJSON_GetObjectItem(cJSON_GetObjectItem(root, "post_processor"), "single");
-    const cJSON *first = cJSON_GetObjectItem(cJSON_GetArrayItem(single, 0), "SpecialToken");
-    const cJSON *first_id = cJSON_GetObjectItem(first, "id");
-    if (cJSON_IsString(first_id)) {
-        int32_t id = tok_find(t, first_id->valuestring, strlen(first_id->valuestring));
-        if (id >= 0) {
-            t->bos = id;
-            t->add_bos = true;
-        }
+    const cJSON *ids = cJSON_GetObjectItem(cJSON_GetObjectItem(specials, name), "ids");
+    int32_t one = tok_find(t, name, strlen(name));
+    size_t k = cJSON_IsArray(ids) ? (size_t)cJSON_GetArraySize(ids) : 1;
+    if (k > 64) return KVI_E_FORMAT;
+    int32_t *nv = realloc(*v, (*n + k) * sizeof *nv);
+    if (!nv) return KVI_E_NOMEM;
+    *v = nv;
+    for (size_t i = 0; i < k; i++) {
+        const cJSON *id = cJSON_IsArray(ids) ? cJSON_GetArrayItem(ids, (int)i) : NULL;
+        int32_t x = id ? (cJSON_IsNumber(id) && id->valuedouble >= 0 && id->valuedouble < t->n_vocab
+                              ? (int32_t)id->valuedouble
+                              : -1)
+                       : one;
+        if (x < 0) return KVI_E_FORMAT;
+        nv[(*n)++] = x;
     }
+    return 0;
+}
+
+/* A TemplateProcessing's "single" template: the special tokens before $A and after. */
+static int read_template(tok_tokenizer *t, const cJSON *proc, kvi_error *err)
+{
+    const cJSON *specials = cJSON_GetObjectItem(proc, "special_tokens"), *it;
+    bool after = false;
+    t->has_template = true;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItem(proc, "single"))
+    {
+        const cJSON *sp = cJSON_GetObjectItem(cJSON_GetObjectItem(it, "SpecialToken"), "id");
+        if (cJSON_GetObjectItem(it, "Sequence")) {
+            after = true;
+            continue;
+        }
+        if (!cJSON_IsString(sp))
+            return err_set(err, KVI_E_FORMAT, "tokenizer.json: a template item of no kind");
+        int rc = after ? append_template_id(t, specials, sp->valuestring, &t->tmpl_post, &t->n_tmpl_post)
+                       : append_template_id(t, specials, sp->valuestring, &t->tmpl_pre, &t->n_tmpl_pre);
+        if (rc)
+            return err_set(err, rc, "tokenizer.json: template token \"%.40s\" is not in the vocabulary",
+                           sp->valuestring);
+    }
+    return 0;
+}
+
+/* [text, id] of RobertaProcessing / BertProcessing ("cls", "sep"). */
+static int pair_id(const tok_tokenizer *t, const cJSON *pair)
+{
+    const cJSON *id = cJSON_GetArrayItem(pair, 1);
+    if (!cJSON_IsNumber(id) || !(id->valuedouble >= 0 && id->valuedouble < t->n_vocab)) return -1;
+    return (int32_t)id->valuedouble;
+}
+
+/* The post-processor: TemplateProcessing (alone or inside a Sequence), or
+ * RobertaProcessing / BertProcessing (cls text sep); ByteLevel adds nothing. */
+static int read_post_processor(tok_tokenizer *t, const cJSON *proc, int depth, kvi_error *err)
+{
+    const cJSON *type = cJSON_GetObjectItem(proc, "type"), *it;
+    if (!cJSON_IsString(type) || depth > 8) return 0;
+    if (strcmp(type->valuestring, "Sequence") == 0) {
+        cJSON_ArrayForEach(it, cJSON_GetObjectItem(proc, "processors"))
+        {
+            int rc = read_post_processor(t, it, depth + 1, err);
+            if (rc) return rc;
+        }
+        return 0;
+    }
+    if (strcmp(type->valuestring, "TemplateProcessing") == 0) return read_template(t, proc, err);
+    if (strcmp(type->valuestring, "RobertaProcessing") == 0 ||
+        strcmp(type->valuestring, "BertProcessing") == 0) {
+        int32_t cls = pair_id(t, cJSON_GetObjectItem(proc, "cls")),
+                sep = pair_id(t, cJSON_GetObjectItem(proc, "sep"));
+        if (cls < 0 || sep < 0)
+            return err_set(err, KVI_E_FORMAT, "tokenizer.json: cls / sep outside the vocabulary");
+        free(t->tmpl_pre);
+        free(t->tmpl_post);
+        t->tmpl_pre = malloc(sizeof *t->tmpl_pre);
+        t->tmpl_post = malloc(sizeof *t->tmpl_post);
+        if (!t->tmpl_pre || !t->tmpl_post) return err_set(err, KVI_E_NOMEM, "tokenizer: out of memory");
+        t->tmpl_pre[0] = cls;
+        t->tmpl_post[0] = sep;
+        t->n_tmpl_pre = t->n_tmpl_post = 1;
+        t->has_template = true;
+    }
+    return 0;
 }
 
 /* tokenizer.json (parsed) into *out: vocabulary, merges, pipeline, BOS, then
@@ -303,8 +511,15 @@ static int load(cJSON *root, const char *json_path, tok_tokenizer **out, kvi_err
     if (rc) return rc;
     rc = load_pipeline(t, root, model, err);
     if (rc) return rc;
-    read_post_processor(t, root);
+    rc = read_post_processor(t, cJSON_GetObjectItem(root, "post_processor"), 0, err);
+    if (rc) return rc;
     read_config(t, json_path);
+    if (t->has_template) { /* the template decides; BOS / EOS report what it adds */
+        t->add_bos = t->n_tmpl_pre > 0;
+        t->add_eos = t->n_tmpl_post > 0;
+        if (t->bos < 0 && t->n_tmpl_pre > 0) t->bos = t->tmpl_pre[0];
+    }
+    t->special_leftmost = true;
     return tok_finish(t, err);
 }
 

@@ -6,7 +6,8 @@
  * duplicate text, as llama.cpp does). The loaders (GGUF, llama2.c, Hugging Face)
  * fill the vocabulary and call tok_finish(), which builds the map, the special
  * token list (control / user-defined / unknown ids, longest text first), the
- * byte-fallback table and the end-of-generation set. The encoders:
+ * byte-fallback table and the end-of-generation set (llama.cpp's rules: the EOS /
+ * EOT / EOM / FIM ids and the tokens of known end texts). The encoders:
  *   - SPM (tokenizer_spm.c): score-ordered merges over UTF-8 characters, the
  *     llama.cpp algorithm; llama2.c's encode() is the same with a plain space.
  *   - BPE (tokenizer_bpe.c): rank-ordered merges (tok_merges) over the pieces the
@@ -29,6 +30,7 @@ typedef enum tok_algo {
 } tok_algo;
 
 typedef struct tok_pretok tok_pretok; /* tokenizer_pretok.c */
+typedef struct tok_norm tok_norm;     /* tokenizer_norm.c */
 
 /* A growable list of token ids (the encoder's output). */
 typedef struct tok_ids {
@@ -47,11 +49,14 @@ struct tok_tokenizer {
     tok_map map;        /* text -> id */
 
     int32_t bos, eos, eot, eom, unk, pad; /* -1 when none */
+    int32_t fim_pad, fim_rep, fim_sep;    /* fill-in-the-middle tokens that end generation, -1 when none */
+    bool eog_to_control; /* GGUF: tokens recognised by their text become control tokens (llama.cpp) */
     bool add_bos, add_eos;
-    bool add_space_prefix; /* SPM / HF: prepend one space to the text */
-    bool escape_space;     /* SPM: spaces are written as U+2581 in pieces */
-    bool byte_level;       /* BPE: GPT-2 byte-to-unicode mapping of the bytes */
-    bool ignore_merges;    /* BPE (llama-bpe): a piece that is a token is kept whole */
+    bool add_space_prefix;   /* SPM / HF: prepend one space to the text */
+    bool escape_space;       /* SPM: spaces are written as U+2581 in pieces */
+    bool byte_level;         /* BPE: GPT-2 byte-to-unicode mapping of the bytes */
+    bool ignore_merges;      /* BPE (llama-bpe): a piece that is a token is kept whole */
+    bool newline_runs_whole; /* BPE (gemma4): a piece of only newlines that is a token is kept whole */
 
     int32_t byte_id[256];      /* byte fallback token of each byte, -1 when none */
     char byte_enc[256][2];     /* byte level: UTF-8 of the code point standing for each byte */
@@ -61,6 +66,16 @@ struct tok_tokenizer {
     int32_t *eog; /* [n_eog] end-of-generation ids */
     size_t n_eog;
     char *chat_template; /* NULL when absent */
+
+    tok_norm *norm;        /* Hugging Face: normalizer of each raw fragment, NULL = escape_text's rules */
+    bool special_leftmost; /* Hugging Face: added tokens matched leftmost-longest (else llama.cpp's
+                            * longest-token-first over the whole text) */
+    uint32_t
+        special_first[257];   /* special_by_byte[special_first[b] .. special_first[b+1]) start with byte b */
+    int32_t *special_by_byte; /* [n_special] the special list ordered by first byte, longest first */
+    bool has_template;        /* Hugging Face post-processor: add tmpl_pre / tmpl_post instead of BOS/EOS */
+    int32_t *tmpl_pre, *tmpl_post; /* [n_tmpl_pre], [n_tmpl_post] ids around the text */
+    size_t n_tmpl_pre, n_tmpl_post;
 
     tok_map merges;     /* BPE: "left right" -> rank */
     char *merges_arena; /* the merge strings the keys of `merges` point into */
@@ -90,15 +105,46 @@ uint32_t tok_byte_to_cpt(uint8_t b);
 void tok_byte_enc_init(tok_tokenizer *t); /* fills byte_enc / byte_enc_len */
 int tok_cpt_to_byte(uint32_t cpt);
 
-/* Pre-tokenizer by llama.cpp's tokenizer.ggml.pre name (unknown names: gpt-2's). */
+/* What llama.cpp sets with a tokenizer.ggml.pre name besides its regexes. */
+enum {
+    TOK_PRE_IGNORE_MERGES = 1, /* a piece that is a token is kept whole */
+    TOK_PRE_ADD_BOS = 2,       /* add_bos defaults to true */
+    TOK_PRE_RAW_BYTES = 4,     /* BPE over raw UTF-8 with spaces as U+2581 (no byte-level map) */
+};
+/* How a Split pre-tokenizer keeps its matches (Hugging Face's SplitDelimiterBehavior). */
+enum { TOK_SPLIT_ISOLATED = 0, TOK_SPLIT_MERGED_PREVIOUS = 1, TOK_SPLIT_MERGED_NEXT = 2 };
+
+/* Pre-tokenizer by llama.cpp's tokenizer.ggml.pre name (NULL or "": "default"; an
+ * unknown name is KVI_E_UNSUPPORTED); *flags (may be NULL) receives its TOK_PRE_*. */
+int tok_pretok_create_named(const char *pre_name, tok_pretok **out, unsigned *flags, kvi_error *err);
 int tok_pretok_create(const char *pre_name, tok_pretok **out, kvi_error *err);
-/* From explicit patterns (Hugging Face Split pre-tokenizers), applied in order. */
+/* The i-th name the table knows, NULL past the last (for tests and listings). */
+const char *tok_pretok_name_at(size_t i);
+/* From explicit patterns (Hugging Face Split pre-tokenizers), applied in order;
+ * behaviors[i] is TOK_SPLIT_* (NULL: all isolated). */
+int tok_pretok_create_split(const char *const *patterns, const uint8_t *behaviors, size_t n, tok_pretok **out,
+                            kvi_error *err);
 int tok_pretok_create_patterns(const char *const *patterns, size_t n, tok_pretok **out, kvi_error *err);
 void tok_pretok_free(tok_pretok *p);
 /* Calls fn(piece) for each piece of text, in order. Returns 0, KVI_E_NOMEM or fn's
  * first non-zero result. */
 typedef int (*tok_piece_fn)(void *ctx, const char *piece, size_t len);
 int tok_pretok_split(const tok_pretok *p, const char *text, size_t len, tok_piece_fn fn, void *ctx);
+
+/* Normalizers (tokenizer_norm.c): ops appended in the order they run. */
+enum { TOK_NORM_PREPEND_ALWAYS = 0, TOK_NORM_PREPEND_FIRST = 1, TOK_NORM_PREFIX_SPACE = 2 };
+int tok_norm_create(tok_norm **out);
+void tok_norm_free(tok_norm *nm);
+size_t tok_norm_count(const tok_norm *nm);
+/* "NFC", "NFD", "NFKC", "NFKD", "Lowercase", "StripAccents"; others KVI_E_UNSUPPORTED. */
+int tok_norm_add_form(tok_norm *nm, const char *form, kvi_error *err);
+int tok_norm_add_strip(tok_norm *nm, bool left, bool right, kvi_error *err);
+int tok_norm_add_replace(tok_norm *nm, const char *pattern, bool regex, const char *content, kvi_error *err);
+/* `prefix` before the text: always (non-empty text), first fragment only, or (prefix " ")
+ * when the text does not start with a space. */
+int tok_norm_add_prepend(tok_norm *nm, const char *prefix, int when, kvi_error *err);
+/* The normalized fragment into *out (malloc'd, NUL-terminated); `first`: it starts the text. */
+int tok_norm_apply(const tok_norm *nm, const char *text, size_t len, bool first, char **out, size_t *out_len);
 
 /* Length of the UTF-8 sequence that starts with byte c (1 for a stray byte). */
 static inline size_t tok_utf8_len(unsigned char c)
