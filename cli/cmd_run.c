@@ -1,8 +1,8 @@
 /*
  * cmd_run.c — `kvinfer run`: text generation with the two phases made visible.
  *
- * Pipeline (public API only): one engine with one sequence; prefill = ONE
- * kvi_step over a batch holding every prompt row (logits of the last row only);
+ * Pipeline (public API only): one engine with one sequence; prefill = kvi_steps
+ * of up to 512 prompt rows each (one forward pass each; logits of the last row only);
  * then decode = one row per kvi_step, each row's token sampled from the previous
  * step's logits. With --no-kv-cache every decode step forgets the cache
  * (kvi_seq_truncate(seq, 0)) and recomputes all tokens so far as one batch: the
@@ -25,10 +25,13 @@
 #include <time.h>
 #include <unistd.h>
 
+/* Prompt rows per prefill step */
+#define RUN_PREFILL_STEP 512
+
 static const char run_help[] =
     "usage: kvinfer run [-m MODEL] [-p TEXT | -f FILE | --tokens IDS] [options]\n"
     "\n"
-    "Generates text: the prompt goes through one prefill pass, then tokens are decoded\n"
+    "Generates text: the prompt goes through prefill (passes of 512 rows), then tokens are decoded\n"
     "one per step against the KV cache and streamed to stdout. A summary of both\n"
     "phases (tokens, times, tokens/s, KV cache bytes) is printed on stderr.\n"
     "\n"
@@ -380,22 +383,28 @@ static int generate(const run_opts *o, kvi_model *m, kvi_engine *e, kvi_seq *seq
     kvi_batch *b = kvi_batch_create(batch_rows);
     if (!b) return cli_error("out of memory creating a batch of %d rows", (int)batch_rows);
 
-    /* prefill: every prompt row in one pass, logits of the last row only */
+    /* prefill: the prompt rows in steps of RUN_PREFILL_STEP (one pass each, the
+     * same bits as one pass over all: batch invariance), logits of the last row
+     * only; between steps sliding-window layers release what they no longer see */
     double t0 = kvi_time_ms();
-    for (int32_t i = n_cached; i < n_prompt; i++) {
-        if (kvi_batch_add(b, seq, r->all_ids[i], i, i == n_prompt - 1) < 0) {
-            kvi_batch_free(b);
-            return cli_error("cannot add prompt row %d to the batch", (int)i);
+    for (int32_t s0 = n_cached; s0 < n_prompt; s0 += RUN_PREFILL_STEP) {
+        const int32_t s1 = n_prompt - s0 > RUN_PREFILL_STEP ? s0 + RUN_PREFILL_STEP : n_prompt;
+        kvi_batch_clear(b);
+        for (int32_t i = s0; i < s1; i++) {
+            if (kvi_batch_add(b, seq, r->all_ids[i], i, i == n_prompt - 1) < 0) {
+                kvi_batch_free(b);
+                return cli_error("cannot add prompt row %d to the batch", (int)i);
+            }
         }
-    }
-    if (step_or_error(e, b, "prefill")) {
-        kvi_batch_free(b);
-        return 1;
+        if (step_or_error(e, b, "prefill")) {
+            kvi_batch_free(b);
+            return 1;
+        }
     }
     double t1 = kvi_time_ms();
     r->prefill_ms = t1 - t0;
     r->rows_computed = n_prompt - n_cached;
-    int32_t logits_row = n_prompt - 1 - n_cached;
+    int32_t logits_row = (n_prompt - 1 - n_cached) % RUN_PREFILL_STEP;
     for (int32_t i = 0; i < n_prompt; i++) kvi_sampler_accept(smp, r->all_ids[i]);
 
     double t_decode0 = t1, t_last = t1;
@@ -590,7 +599,8 @@ static kvi_engine *create_engine(const run_opts *o, kvi_model *m, int32_t n_prom
     cli_opt_engine_params(&o->c, &ep);
     ep.n_ctx = n_ctx > 0 ? n_ctx : 0;
     ep.n_seq_max = 1;
-    int need = o->no_kv && n_ctx > 0 ? no_kv_rows(o, n_prompt, n_ctx) : n_prompt;
+    int need = o->no_kv && n_ctx > 0 ? no_kv_rows(o, n_prompt, n_ctx)
+                                     : (n_prompt < RUN_PREFILL_STEP ? n_prompt : RUN_PREFILL_STEP);
     if (ep.n_batch_max < need) ep.n_batch_max = need;
     return cli_engine_create(m, &ep, "");
 }

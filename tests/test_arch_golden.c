@@ -7,6 +7,9 @@
  *  2. batched decode (two sequences in one step, one of them offset) == alone,
  * and with a small KV block (4 positions: windows of 8 span blocks; the online
  * softmax then rescales at other points, so only within the tolerance).
+ * Sliding-window models (gemma2, gemma3) also over 400 positions, long enough
+ * that decode releases window parts (kv_cache.h): token-by-token decode gives the
+ * bits of one prefill step, and the KV bytes held stay far below a full cache.
  */
 #include "testutil.h"
 
@@ -59,6 +62,52 @@ static float *run_seq(kvi_model *m, const int32_t *toks, int n, bool decode, int
         return NULL;
     }
     return out;
+}
+
+/* 400 pseudo-random tokens: decode (releasing window parts as it goes) == one
+ * prefill step, bit for bit; the bytes held at the end well below a full cache */
+static void check_long(kvi_model *m, const char *name)
+{
+    enum { N = 400 };
+    int32_t toks[N];
+    uint32_t x = 12345;
+    for (int i = 0; i < N; i++) {
+        x = x * 1103515245u + 12345u;
+        toks[i] = i == 0 ? 1 : 3 + (int32_t)((x >> 8) % 509);
+    }
+    const int nv = kvi_n_vocab(m);
+    float *pre = run_seq(m, toks, N, false, 0);
+    float *dec = run_seq(m, toks, N, true, 0);
+    CHECK(pre && dec && memcmp(pre, dec, (size_t)N * nv * sizeof *pre) == 0,
+          "%s: 400 positions: decode with released window parts differs from prefill", name);
+    /* the bytes one sequence holds after N positions: gemma2 half its layers
+     * global (0.5 + 0.5 * 5 blocks of 16 / 400 = 0.6), gemma3 one in 7 (0.31) */
+    kvi_engine_params p = engine_params(KVI_TYPE_F16, 2, 1, 0);
+    kvi_engine *e = engine_create_checked(m, &p);
+    kvi_seq *s = e ? kvi_seq_create(e) : NULL;
+    kvi_batch *b = kvi_batch_create(1);
+    kvi_error err = { 0 };
+    for (int i = 0; s && i < N; i++) {
+        kvi_batch_clear(b);
+        kvi_batch_add(b, s, toks[i], i, i == N - 1);
+        if (kvi_step(e, b, &err) != 0) break;
+    }
+    if (s) {
+        kvi_stats st;
+        kvi_stats_get(e, s, &st);
+        const double full = (double)N * st.kv_bytes_per_token;
+        CHECK(st.n_tokens == N && st.kv_bytes < 0.65 * full,
+              "%s: %zu KV bytes held for %d positions (full %.0f)", name, st.kv_bytes, N, full);
+        printf("%-20s 400 positions: %zu KV bytes held, a full cache %.0f (%.2f)\n", name, st.kv_bytes, full,
+               st.kv_bytes / full);
+        CHECK(kvi_seq_truncate(s, 10) != 0, "%s: a rewind past the released window parts was accepted", name);
+        CHECK(kvi_seq_truncate(s, N - 20) == 0, "%s: a rewind inside the window's slack was refused", name);
+    }
+    kvi_batch_free(b);
+    kvi_seq_free(s);
+    kvi_engine_free(e);
+    free(pre);
+    free(dec);
 }
 
 /* two sequences decoded together, the second 5 tokens behind: row logits of seq 0 */
@@ -142,6 +191,7 @@ static void check_file(const char *name, double tol)
     }
     free(pre);
     free(blk);
+    if (!strncmp(name, "gemma", 5)) check_long(m, name);
     free(toks);
     kvi_model_free(m);
     cJSON_Delete(j);

@@ -219,10 +219,18 @@ kvi_engine *kvi_engine_create(kvi_model *m, const kvi_engine_params *params, kvi
         goto fail;
     }
     for (int l = 0; l < m->n_layers; l++) e->windows[l] = m->layers[l].window;
-    if (p.kv_budget_bytes == 0)
+    if (p.kv_budget_bytes == 0) {
+        /* every sequence at full length, and the window parts one step of
+         * n_batch_max rows holds until it commits (kv_cache.h) */
+        int n_win = 0;
+        for (int l = 0; l < m->n_layers; l++) n_win += e->windows[l] > 0;
         e->p.kv_budget_bytes =
             (size_t)p.n_seq_max * kv_layout_seq_bytes(m->n_layers, e->windows, ENGINE_WIN_SLACK, kv_dim,
-                                                      p.kv_block_size, p.kv_type_k, p.kv_type_v, p.n_ctx);
+                                                      p.kv_block_size, p.kv_type_k, p.kv_type_v, p.n_ctx) +
+            (n_win ? ((size_t)p.n_batch_max / p.kv_block_size + 2) *
+                         kv_layout_block_bytes(n_win, kv_dim, p.kv_block_size, p.kv_type_k, p.kv_type_v)
+                   : 0);
+    }
     if (kv_pool_init_layers(&e->kv, m->n_layers, e->windows, ENGINE_WIN_SLACK, kv_dim, p.kv_block_size,
                             p.kv_type_k, p.kv_type_v, e->p.kv_budget_bytes, err) != 0)
         goto fail;
