@@ -73,6 +73,7 @@ struct fwd_ctx {
     float *rc, *rs;                    /* [n_sets][n_rows_max][n_rot / 2] RoPE cos, sin per row */
     double *inv_freq;                  /* [n_sets][n_rot / 2] RoPE frequencies (float values) */
     float mscale[MODEL_MAX_ROPE_SETS]; /* cos and sin factor of each set */
+    uint16_t *gelu;                    /* [65536] f16 GELU table (MODEL_ACT_GELU_TANH) or NULL */
     size_t bytes;
     attn_scratch *attn;
     kv_stash stash; /* q4 key groups a layer's rows still read in f16 (kv_quant.h) */
@@ -105,9 +106,33 @@ void fwd_free(fwd_ctx *f)
     free(f->rc);
     free(f->rs);
     free(f->inv_freq);
+    free(f->gelu);
     attn_scratch_free(f->attn);
     kv_stash_free(&f->stash);
     free(f);
+}
+
+/* gelu(x) = x/2 (1 + tanh(sqrt(2/pi) x (1 + 0.044715 x^2))), the tanh approximation */
+static float gelu_tanh(float x)
+{
+    const float c = 0.79788456080286535587989211986876f;
+    return 0.5f * x * (1.0f + tanhf(c * x * (1.0f + 0.044715f * x * x)));
+}
+
+/* The tanh GELU as llama.cpp's CPU evaluates it (and so its goldens): x rounded to
+ * f16, looked up in a table of f16 results (gelu[h] = f16(gelu_tanh(f32(h)))), for
+ * |x| < 10; 0 at or below -10, x at or above 10. A table look-up per element
+ * instead of a tanhf. */
+static void gelu_table_init(uint16_t *t)
+{
+    for (uint32_t h = 0; h < 65536; h++) t[h] = quant_f32_to_f16(gelu_tanh(quant_f16_to_f32((quant_f16)h)));
+}
+
+static inline float gelu_lookup(const uint16_t *t, float x)
+{
+    if (x <= -10.0f) return 0.0f;
+    if (x >= 10.0f) return x;
+    return quant_f16_to_f32(t[quant_f32_to_f16(x)]);
 }
 
 /* Frequency of pair i of RoPE set r (model.h), rounded to float as the pass has
@@ -165,6 +190,16 @@ fwd_ctx *fwd_create(const struct kvi_model *m, int n_rows_max, int force_chunk, 
         fwd_free(f);
         err_set(err, KVI_E_NOMEM, "forward: cannot allocate scratch for %d rows", n_rows_max);
         return NULL;
+    }
+    if (m->act == MODEL_ACT_GELU_TANH) {
+        f->gelu = malloc(65536 * sizeof *f->gelu);
+        if (!f->gelu) {
+            fwd_free(f);
+            err_set(err, KVI_E_NOMEM, "forward: cannot allocate the GELU table");
+            return NULL;
+        }
+        f->bytes += 65536 * sizeof *f->gelu;
+        gelu_table_init(f->gelu);
     }
     model_rope sets[MODEL_MAX_ROPE_SETS];
     model_rope_for_ctx(m, n_ctx, sets);
@@ -242,13 +277,6 @@ static void scale_rows(float *x, float a, size_t n)
     const v4f av = { a, a, a, a };
     for (; i + 4 <= n; i += 4) st4(x + i, ld4(x + i) * av);
     for (; i < n; i++) x[i] *= a;
-}
-
-/* gelu(x) = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), the tanh approximation */
-static float gelu_tanh(float x)
-{
-    const float c = 0.7978845608028654f;
-    return 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
 }
 
 /* Rotates pairs of every head of rows x [n][n_h * head_dim], batch rows r0.., by
@@ -360,7 +388,7 @@ static int layer_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *row
     add_bias(f->hg, L->b_gate, n, ffn);
     add_bias(f->hu, L->b_up, n, ffn);
     if (m->act == MODEL_ACT_GELU_TANH) {
-        for (size_t i = 0; i < (size_t)n * ffn; i++) f->hg[i] = gelu_tanh(f->hg[i]) * f->hu[i];
+        for (size_t i = 0; i < (size_t)n * ffn; i++) f->hg[i] = gelu_lookup(f->gelu, f->hg[i]) * f->hu[i];
     } else {
         for (size_t i = 0; i < (size_t)n * ffn; i++) {
             const float g = f->hg[i];
