@@ -382,6 +382,12 @@ kvi_model *cli_load_model(const char *path, bool use_mmap, const char *tokenizer
         cli_error("'%s' holds no weights (a vocabulary-only file?): this command needs a model", path);
         return NULL;
     }
+    kvi_model_info info;
+    kvi_model_get_info(m, &info);
+    if (info.n_unread_tensors > 0)
+        fprintf(stderr,
+                "kvinfer: note: %d tensors of the file's vision part left unread (the %s text model runs)\n",
+                info.n_unread_tensors, info.arch);
     return m;
 }
 

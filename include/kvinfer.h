@@ -68,7 +68,7 @@ kvi_model *kvi_vocab_load(const char *path, kvi_error *err);
 void kvi_model_free(kvi_model *m);
 
 typedef struct kvi_model_info {
-    char arch[32]; /* "llama", "qwen2" */
+    char arch[32]; /* general.architecture: "llama", "qwen3", "gemma3" ... */
     char name[64];
     int n_vocab;
     int n_ctx_train; /* context_length metadata */
@@ -76,6 +76,8 @@ typedef struct kvi_model_info {
     kvi_type weight_type; /* type of most matrix weights */
     size_t weight_bytes;  /* bytes of all weight tensors */
     bool has_weights;
+    int n_unread_tensors; /* tensors of a part the architecture does not run (a
+                             multimodal file's vision tower), left unread */
 } kvi_model_info;
 
 void kvi_model_get_info(const kvi_model *m, kvi_model_info *out);

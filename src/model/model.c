@@ -504,6 +504,7 @@ void kvi_model_get_info(const kvi_model *m, kvi_model_info *out)
     out->weight_type = model_main_type(m);
     out->weight_bytes = m->weight_bytes;
     out->has_weights = m->has_weights;
+    out->n_unread_tensors = m->n_unread_tensors;
 }
 
 bool kvi_model_has_weights(const kvi_model *m) { return m && m->has_weights; }

@@ -133,7 +133,7 @@ struct kvi_model {
      * engine by its context (model_rope_for_ctx) */
     const float *rope_long, *rope_short; /* [n_rot/2] or NULL */
     int rope_orig_ctx;                   /* original_context_length (LongRoPE, YaRN) */
-    int n_ignored_tensors;               /* tensors of another part (vision) left unread */
+    int n_unread_tensors;               /* tensors of another part (vision) left unread */
 
     kern_tensor tok_embd;     /* [n_vocab][dim] */
     const float *output_norm; /* [dim] */

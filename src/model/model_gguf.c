@@ -371,7 +371,7 @@ static int check_all_used(gbind *b, const model_arch *a, kvi_error *err)
         if (b->used[i]) continue;
         const char *name = gguf_tensor_at(b->m->gguf, i)->name;
         if ((a->flags & ARCH_VISION_PART) && (strncmp(name, "v.", 2) == 0 || strncmp(name, "mm.", 3) == 0)) {
-            b->m->n_ignored_tensors++;
+            b->m->n_unread_tensors++;
             continue;
         }
         return err_set(err, KVI_E_UNSUPPORTED, "gguf: tensor %.64s is not used by architecture %s", name,
