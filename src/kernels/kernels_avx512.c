@@ -316,7 +316,7 @@ VNNI static void pack_rows_tile(const kern_qgemm_args *a, int64_t jt, int h, int
 }
 
 /* The same from the R16 layout (r16_pack.h): the tile's vectors are already
- * transposed; Q4_0's nibbles are split as load_block splits them. */
+ * transposed; Q4_0 / IQ4_NL nibbles are split (and looked up) as load_block does. */
 VNNI static void pack_r16_tile(const kern_qgemm_args *a, int64_t jt, int h, int64_t kb0, int64_t nk,
                                uint8_t *packed)
 {
@@ -324,7 +324,8 @@ VNNI static void pack_r16_tile(const kern_qgemm_args *a, int64_t jt, int h, int6
     const size_t pair = q8 ? 1088 : 576,
                  qbytes = q8 ? 512 : 256; /* bytes per block pair, per block's quants */
     const uint8_t *tile = a->w + (size_t)(jt + 16 * h) * a->w_rb;
-    const __m512i lo = _mm512_set1_epi8(0x0f);
+    const __m512i lo = _mm512_set1_epi8(0x0f), lut = kern_iq4nl_lut();
+    const bool nl = a->type == KVI_TYPE_IQ4_NL;
     for (int64_t b = 0; b < nk; b++) {
         const int64_t blk = kb0 + b;
         const uint8_t *p = tile + (size_t)(blk / 2) * pair;
@@ -336,9 +337,13 @@ VNNI static void pack_r16_tile(const kern_qgemm_args *a, int64_t jt, int h, int6
         } else {
             for (int k = 0; k < 4; k++) {
                 const __m512i r = _mm512_loadu_si512((const void *)(qs + 64 * k));
-                _mm512_store_si512((void *)(q + 128 * k), _mm512_and_si512(r, lo));
-                _mm512_store_si512((void *)(q + 128 * (k + 4)),
-                                   _mm512_and_si512(_mm512_srli_epi16(r, 4), lo));
+                __m512i wl = _mm512_and_si512(r, lo), wh = _mm512_and_si512(_mm512_srli_epi16(r, 4), lo);
+                if (nl) {
+                    wl = _mm512_shuffle_epi8(lut, wl);
+                    wh = _mm512_shuffle_epi8(lut, wh);
+                }
+                _mm512_store_si512((void *)(q + 128 * k), wl);
+                _mm512_store_si512((void *)(q + 128 * (k + 4)), wh);
             }
         }
         const __m256i d16 = _mm256_loadu_si256((const __m256i *)(p + 32 * (size_t)(blk & 1)));
@@ -389,7 +394,8 @@ VNNI static int qgemm_packed(const kern_qgemm_args *a, uint8_t *packed, bool r16
 
 int kern_qgemm_r16_many_avx512(const kern_qgemm_args *a)
 {
-    if (!kern_has_vnni() || (a->type != KVI_TYPE_Q8_0 && a->type != KVI_TYPE_Q4_0) || !a->scratch) return 0;
+    if (!kern_has_vnni() || !a->scratch) return 0;
+    if (a->type != KVI_TYPE_Q8_0 && a->type != KVI_TYPE_Q4_0 && a->type != KVI_TYPE_IQ4_NL) return 0;
     if (a->n_in % 64 != 0 || a->j0 % 16 != 0 || a->j1 % 16 != 0 || a->n_rows < 1) return 0;
     return qgemm_packed(a, a->scratch, true);
 }

@@ -210,7 +210,8 @@ VNNI int kern_qgemv_avx512(const kern_qgemm_args *a)
  *
  * The tile's vectors already have lane l = weight row l, so each block is: the
  * 16 scales (one f16 load), the quants as 8 u8 vectors (Q8_0) or 4 vectors whose
- * low / high nibbles are inputs 4k.. / 16+4k.. (Q4_0), vpdpbusd against the
+ * low / high nibbles are inputs 4k.. / 16+4k.. (Q4_0; IQ4_NL looked up as codebook
+ * level + 128), vpdpbusd against the
  * activation quads broadcast from the kern_q8a block, the sum started at
  * -offset * sum(x quants). Then acc = fma(dw * dx, (float)isum, acc) block by block:
  * the contract's steps, so the bits of every other path. Prefetch runs
@@ -230,6 +231,14 @@ VNNI_INLINE void r16_block(kvi_type t, const uint8_t *q, __m512 dw, const kern_q
     if (t == KVI_TYPE_Q8_0) {
         _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) W[k] =
             _mm512_loadu_si512((const void *)(q + 64 * k));
+    } else if (t == KVI_TYPE_IQ4_NL) { /* Q4_0's nibbles, looked up as codebook level + 128 */
+        const __m512i lo = _mm512_set1_epi8(0x0f), lut = kern_iq4nl_lut();
+        _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++)
+        {
+            const __m512i v = _mm512_loadu_si512((const void *)(q + 64 * k));
+            W[k] = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, lo));
+            W[k + 4] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), lo));
+        }
     } else {
         /* high nibbles kept in place (16 x level): their sum is shifted down once */
         const __m512i lo = _mm512_set1_epi8(0x0f), hi = _mm512_set1_epi8((char)0xf0);
@@ -240,7 +249,7 @@ VNNI_INLINE void r16_block(kvi_type t, const uint8_t *q, __m512 dw, const kern_q
             W[k + 4] = _mm512_and_si512(v, hi);
         }
     }
-    const int32_t off = t == KVI_TYPE_Q8_0 ? 128 : 8;
+    const int32_t off = t == KVI_TYPE_Q4_0 ? 8 : 128;
     _Pragma("GCC unroll 4") for (int rr = 0; rr < nr; rr++)
     {
         const kern_q8a *xb = x[rr] + b;
@@ -251,7 +260,7 @@ VNNI_INLINE void r16_block(kvi_type t, const uint8_t *q, __m512 dw, const kern_q
             s2 = _mm512_dpbusd_epi32(s2, W[k + 4], _mm512_set1_epi32(load_i32(xb->qs + 16 + 4 * k)));
         }
         /* Q4_0: s2 = 16 * (exact sum), so the shift is exact */
-        s = _mm512_add_epi32(s, t == KVI_TYPE_Q8_0 ? s2 : _mm512_srai_epi32(s2, 4));
+        s = _mm512_add_epi32(s, t == KVI_TYPE_Q4_0 ? _mm512_srai_epi32(s2, 4) : s2);
         acc[rr] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(xb->d)), _mm512_cvtepi32_ps(s), acc[rr]);
     }
 }
@@ -296,11 +305,11 @@ VNNI_INLINE void r16_tiles(const kern_qgemm_args *a, const uint8_t *const *t, co
     _Pragma("GCC unroll 4") for (int i = 0; i < ns; i++) _mm512_storeu_ps(y[i], acc[i]);
 }
 
-/* Q8_0 / Q4_0 over R16 weights, any number of rows: each tile is read once from
+/* Q8_0 / Q4_0 / IQ4_NL over R16 weights, any number of rows: each tile is read once from
  * memory and reused (from L1) by the groups of up to GV_ROWS activation rows. */
 VNNI int kern_qgemv_r16_avx512(const kern_qgemm_args *a)
 {
-    if (a->type != KVI_TYPE_Q8_0 && a->type != KVI_TYPE_Q4_0) return 0;
+    if (a->type != KVI_TYPE_Q8_0 && a->type != KVI_TYPE_Q4_0 && a->type != KVI_TYPE_IQ4_NL) return 0;
     if (a->n_rows < 1 || a->n_in % 64 != 0 || a->j0 % 16 || a->j1 % 16) return 0;
     if (!kern_has_vnni()) return 0;
     const size_t tb = 16 * a->w_rb;
