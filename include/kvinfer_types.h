@@ -58,6 +58,8 @@ typedef enum kvi_type {
     KVI_TYPE_Q5_K = 13,
     KVI_TYPE_Q6_K = 14,
     KVI_TYPE_Q8_K = 15,
+    KVI_TYPE_IQ4_NL = 20, /* 32 per block: f16 d, 4-bit indices into a 16-value codebook */
+    KVI_TYPE_IQ4_XS = 23, /* 256 per block: the same codebook, 6-bit scales per 32 */
     KVI_TYPE_BF16 = 30,
     KVI_TYPE_COUNT = 31,
     /* KV-cache-only type, outside ggml's numbering (never a tensor type in a file):

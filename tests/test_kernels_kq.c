@@ -1,8 +1,8 @@
 /*
- * test_kernels_kq.c — the K-quant decode GEMV (qgemv_kq_avx512.c) against
+ * test_kernels_kq.c — the K-quant (and IQ4_XS) decode GEMV (qgemv_kq_avx512.c) against
  * the scalar reference kern_qgemm_ref, bit for bit.
  *
- * Weights: Q4_K, Q5_K and Q6_K matrices whose rows are either quantised from
+ * Weights: Q4_K, Q5_K, Q6_K and IQ4_XS matrices whose rows are either quantised from
  * random normals or random bytes with finite random f16 scales (every 6-bit scale
  * and min, negative Q6_K scales down to -128), plus an extreme matrix (largest
  * levels and scales, the Q6_K level 0) against +-127 activations, where an int16
@@ -24,7 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const kvi_type KQ_TYPES[] = { KVI_TYPE_Q4_K, KVI_TYPE_Q5_K, KVI_TYPE_Q6_K };
+static const kvi_type KQ_TYPES[] = { KVI_TYPE_Q4_K, KVI_TYPE_Q5_K, KVI_TYPE_Q6_K, KVI_TYPE_IQ4_XS };
+#define N_KQ (int)(sizeof KQ_TYPES / sizeof KQ_TYPES[0])
 
 static quant_f16 rand_f16(uint64_t *rs)
 {
@@ -40,6 +41,9 @@ static void random_block(kvi_type t, uint8_t *p, uint64_t *rs)
     if (t == KVI_TYPE_Q6_K) {
         block_q6_K *b = (block_q6_K *)p;
         b->d = rand_f16(rs);
+    } else if (t == KVI_TYPE_IQ4_XS) {
+        block_iq4_xs *b = (block_iq4_xs *)p;
+        b->d = rand_f16(rs);
     } else if (t == KVI_TYPE_Q4_K) {
         block_q4_K *b = (block_q4_K *)p;
         b->d = rand_f16(rs);
@@ -52,11 +56,18 @@ static void random_block(kvi_type t, uint8_t *p, uint64_t *rs)
 }
 
 /* The block of largest products: Q4_K/Q5_K levels and 6-bit scales/mins at their
- * maximum; Q6_K level 0 (-32 after the offset) and scale -128. */
+ * maximum; Q6_K level 0 (-32 after the offset) and scale -128; IQ4_XS level -127
+ * (index 0) with scales -32 and +31 alternating, as the activations' signs do. */
 static void extreme_block(kvi_type t, uint8_t *p)
 {
     const size_t bb = quant_block_bytes(t);
-    if (t == KVI_TYPE_Q6_K) {
+    if (t == KVI_TYPE_IQ4_XS) {
+        block_iq4_xs *b = (block_iq4_xs *)p;
+        memset(p, 0, bb);
+        b->d = quant_f32_to_f16(0.01f);
+        b->scales_h = 0xcccc;                          /* odd sub-blocks: high bits 3 */
+        memset(b->scales_l, 0xf0, sizeof b->scales_l); /* odd sub-blocks: low bits 15 */
+    } else if (t == KVI_TYPE_Q6_K) {
         block_q6_K *b = (block_q6_K *)p;
         memset(p, 0, bb);
         memset(b->scales, 0x80, sizeof b->scales);
@@ -159,7 +170,7 @@ static void test_random(void)
 {
     static const int64_t N_IN[] = { 256, 768, 2048, 11008 };
     uint64_t rs = 0x6b71u;
-    for (int ti = 0; ti < 3; ti++) {
+    for (int ti = 0; ti < N_KQ; ti++) {
         const kvi_type t = KQ_TYPES[ti];
         for (int ni = 0; ni < 4; ni++) {
             const int64_t n_in = N_IN[ni], n_out = ni == 3 ? 37 : 83;
@@ -187,7 +198,7 @@ static void test_random(void)
 static void test_extreme(void)
 {
     uint64_t rs = 0x7e57u;
-    for (int ti = 0; ti < 3; ti++) {
+    for (int ti = 0; ti < N_KQ; ti++) {
         const kvi_type t = KQ_TYPES[ti];
         const int64_t n_in = 2048, n_out = 21;
         uint8_t *w = make_matrix(t, n_out, n_in, 1, &rs);

@@ -103,14 +103,15 @@ static void test_types(void)
         int64_t be;
         size_t bb;
     } T[] = {
-        { "f32", KVI_TYPE_F32, 1, 4 },       { "f16", KVI_TYPE_F16, 1, 2 },
-        { "bf16", KVI_TYPE_BF16, 1, 2 },     { "q8_0", KVI_TYPE_Q8_0, 32, 34 },
-        { "q8_1", KVI_TYPE_Q8_1, 32, 36 },   { "q4_0", KVI_TYPE_Q4_0, 32, 18 },
-        { "q4_1", KVI_TYPE_Q4_1, 32, 20 },   { "q5_0", KVI_TYPE_Q5_0, 32, 22 },
-        { "q5_1", KVI_TYPE_Q5_1, 32, 24 },   { "q2_k", KVI_TYPE_Q2_K, 256, 84 },
-        { "q3_k", KVI_TYPE_Q3_K, 256, 110 }, { "q4_k", KVI_TYPE_Q4_K, 256, 144 },
-        { "q5_k", KVI_TYPE_Q5_K, 256, 176 }, { "q6_k", KVI_TYPE_Q6_K, 256, 210 },
-        { "q8_k", KVI_TYPE_Q8_K, 256, 292 },
+        { "f32", KVI_TYPE_F32, 1, 4 },           { "f16", KVI_TYPE_F16, 1, 2 },
+        { "bf16", KVI_TYPE_BF16, 1, 2 },         { "q8_0", KVI_TYPE_Q8_0, 32, 34 },
+        { "q8_1", KVI_TYPE_Q8_1, 32, 36 },       { "q4_0", KVI_TYPE_Q4_0, 32, 18 },
+        { "q4_1", KVI_TYPE_Q4_1, 32, 20 },       { "q5_0", KVI_TYPE_Q5_0, 32, 22 },
+        { "q5_1", KVI_TYPE_Q5_1, 32, 24 },       { "q2_k", KVI_TYPE_Q2_K, 256, 84 },
+        { "q3_k", KVI_TYPE_Q3_K, 256, 110 },     { "q4_k", KVI_TYPE_Q4_K, 256, 144 },
+        { "q5_k", KVI_TYPE_Q5_K, 256, 176 },     { "q6_k", KVI_TYPE_Q6_K, 256, 210 },
+        { "q8_k", KVI_TYPE_Q8_K, 256, 292 },     { "iq4_nl", KVI_TYPE_IQ4_NL, 32, 18 },
+        { "iq4_xs", KVI_TYPE_IQ4_XS, 256, 136 },
     };
     for (size_t i = 0; i < sizeof T / sizeof T[0]; i++) {
         kvi_type t = KVI_TYPE_COUNT;
@@ -378,6 +379,57 @@ static void test_kquant_blocks(void)
     }
 }
 
+/* IQ4_NL / IQ4_XS blocks written byte by byte from ggml's layout (ggml-common.h):
+ * the codebook kvalues_iq4nl, typed in here again rather than taken from quant.c. */
+static const int KV[16] = { -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113 };
+
+static void test_iq4_blocks(void)
+{
+    /* IQ4_NL: d (f16 0.5) at bytes 0..1, qs[j] low nibble j, high nibble 15 - j */
+    uint8_t nl[18];
+    const quant_f16 half = quant_f32_to_f16(0.5f);
+    memcpy(nl, &half, 2);
+    for (int j = 0; j < 16; j++) nl[2 + j] = (uint8_t)(j | (15 - j) << 4);
+    float y[256], want[256];
+    for (int j = 0; j < 16; j++) {
+        want[j] = 0.5f * (float)KV[j];
+        want[j + 16] = 0.5f * (float)KV[15 - j];
+    }
+    quant_dequant_row(KVI_TYPE_IQ4_NL, nl, y, 32);
+    check_row("iq4_nl block", y, want, 32);
+    CHECK(y[0] == -63.5f && y[16] == 56.5f && y[31] == -63.5f, "iq4_nl literals %g %g %g", y[0], y[16],
+          y[31]);
+
+    /* IQ4_XS: d (f16 0.25), scales_h (u16 LE, 2 bits per sub-block), scales_l (4 bytes,
+     * 4 bits per sub-block, even sub-blocks in the low nibble), qs[128] */
+    static const int ls[8] = { 0, 63, 32, 33, 1, 40, 31, 17 };
+    uint8_t xs[136];
+    memset(xs, 0, sizeof xs);
+    const quant_f16 quarter = quant_f32_to_f16(0.25f);
+    memcpy(xs, &quarter, 2);
+    unsigned sh = 0;
+    for (int ib = 0; ib < 8; ib++) {
+        sh |= (unsigned)(ls[ib] >> 4) << (2 * ib);
+        xs[4 + ib / 2] |= (uint8_t)((ls[ib] & 15) << (4 * (ib % 2)));
+    }
+    xs[2] = (uint8_t)(sh & 0xff);
+    xs[3] = (uint8_t)(sh >> 8);
+    for (int ib = 0; ib < 8; ib++)
+        for (int j = 0; j < 16; j++) {
+            const int lo = (j + ib) & 15, hi = (3 * j + ib) & 15;
+            xs[8 + 16 * ib + j] = (uint8_t)(lo | hi << 4);
+            const float dl = 0.25f * (float)(ls[ib] - 32);
+            want[32 * ib + j] = dl * (float)KV[lo];
+            want[32 * ib + 16 + j] = dl * (float)KV[hi];
+        }
+    quant_dequant_row(KVI_TYPE_IQ4_XS, xs, y, 256);
+    check_row("iq4_xs block", y, want, 256);
+    /* sub-block 0: scale 0 - 32, level -127: 0.25 * -32 * -127 = 1016; sub-block 1:
+     * scale 63 - 32, index 1 (-104): -806; sub-block 2: scale 0 */
+    CHECK(y[0] == 1016.0f && y[32] == -806.0f && y[64] == 0.0f, "iq4_xs literals %g %g %g", y[0], y[32],
+          y[64]);
+}
+
 /* ---- quantise -> dequantise ----------------------------------------------- */
 
 static void test_roundtrip(void)
@@ -386,10 +438,12 @@ static void test_roundtrip(void)
         kvi_type t;
         double bound;
     } T[] = {
-        { KVI_TYPE_F32, 0.0 },   { KVI_TYPE_F16, 0.001 }, { KVI_TYPE_BF16, 0.005 }, { KVI_TYPE_Q8_0, 0.01 },
-        { KVI_TYPE_Q8_K, 0.01 }, { KVI_TYPE_Q6_K, 0.03 }, { KVI_TYPE_Q5_0, 0.06 },  { KVI_TYPE_Q5_1, 0.06 },
-        { KVI_TYPE_Q5_K, 0.06 }, { KVI_TYPE_Q4_0, 0.12 }, { KVI_TYPE_Q4_1, 0.12 },  { KVI_TYPE_Q4_K, 0.12 },
-        { KVI_TYPE_Q3_K, 0.25 }, { KVI_TYPE_Q2_K, 0.5 },
+        { KVI_TYPE_F32, 0.0 },     { KVI_TYPE_F16, 0.001 }, { KVI_TYPE_BF16, 0.005 },
+        { KVI_TYPE_Q8_0, 0.01 },   { KVI_TYPE_Q8_K, 0.01 }, { KVI_TYPE_Q6_K, 0.03 },
+        { KVI_TYPE_Q5_0, 0.06 },   { KVI_TYPE_Q5_1, 0.06 }, { KVI_TYPE_Q5_K, 0.06 },
+        { KVI_TYPE_Q4_0, 0.12 },   { KVI_TYPE_Q4_1, 0.12 }, { KVI_TYPE_Q4_K, 0.12 },
+        { KVI_TYPE_Q3_K, 0.25 },   { KVI_TYPE_Q2_K, 0.5 },  { KVI_TYPE_IQ4_NL, 0.09 },
+        { KVI_TYPE_IQ4_XS, 0.09 },
     };
     enum { N = 4096 };
     float *x = malloc(N * sizeof(float)), *y = malloc(N * sizeof(float));
@@ -453,6 +507,7 @@ int main(void)
     test_types();
     test_simple_blocks();
     test_kquant_blocks();
+    test_iq4_blocks();
     test_roundtrip();
     return test_main_end();
 }

@@ -172,8 +172,8 @@ static void test_eligibility(void)
 int main(void)
 {
     uint64_t rs = 0x5eed16;
-    const kvi_type types[2] = { KVI_TYPE_Q8_0, KVI_TYPE_Q4_0 };
-    for (int k = 0; k < 2; k++) {
+    const kvi_type types[3] = { KVI_TYPE_Q8_0, KVI_TYPE_Q4_0, KVI_TYPE_IQ4_NL };
+    for (int k = 0; k < 3; k++) {
         test_layout(types[k], 64, &rs);
         test_layout(types[k], 2048, &rs);
         test_products(types[k], 48, 256, &rs);

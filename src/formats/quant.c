@@ -14,6 +14,9 @@
  *   Q4_K/Q5_K:      64-element chunks; qs byte l low nibble = element l, high = l + 32;
  *                   scale/min of sub-block i (32 elements) are 6 bits packed in 12 bytes.
  *   Q6_K:           128-element halves; ql carries low 4 bits, qh the high 2.
+ *   IQ4_NL/IQ4_XS:  nibbles as Q4_0 (per 32 elements), each an index into the
+ *                   16 levels quant_kvalues_iq4nl; IQ4_XS's sub-block scales are
+ *                   6 bits (low 4 in scales_l, high 2 in scales_h), offset 32.
  * Invariants: dequantisation never reads outside n / block_elems blocks and never
  * writes outside dst[0..n); for an unknown type or an n that is not a multiple of the
  * block size it writes NaN (the caller is expected to have validated with
@@ -50,6 +53,8 @@ static const type_info TYPES[KVI_TYPE_COUNT] = {
     [KVI_TYPE_Q5_K] = { "q5_k", QK_K, sizeof(block_q5_K) },
     [KVI_TYPE_Q6_K] = { "q6_k", QK_K, sizeof(block_q6_K) },
     [KVI_TYPE_Q8_K] = { "q8_k", QK_K, sizeof(block_q8_K) },
+    [KVI_TYPE_IQ4_NL] = { "iq4_nl", QK4_NL, sizeof(block_iq4_nl) },
+    [KVI_TYPE_IQ4_XS] = { "iq4_xs", QK_K, sizeof(block_iq4_xs) },
     [KVI_TYPE_BF16] = { "bf16", 1, 2 },
 };
 
@@ -341,6 +346,32 @@ static void deq_q8_k(const block_q8_K *b, float *y)
     for (int j = 0; j < QK_K; j++) y[j] = b->d * (float)b->qs[j];
 }
 
+const int8_t quant_kvalues_iq4nl[16] = { -127, -104, -83, -65, -49, -35, -22, -10,
+                                         1,    13,   25,  38,  53,  69,  89,  113 };
+
+static void deq_iq4_nl(const block_iq4_nl *b, float *y)
+{
+    const float d = F16(b->d);
+    for (int j = 0; j < QK4_NL / 2; j++) {
+        y[j] = d * (float)quant_kvalues_iq4nl[b->qs[j] & 0xf];
+        y[j + 16] = d * (float)quant_kvalues_iq4nl[b->qs[j] >> 4];
+    }
+}
+
+/* ggml's order: dl = d * (ls - 32) (exact), then dl * level (rounded) */
+static void deq_iq4_xs(const block_iq4_xs *b, float *y)
+{
+    const float d = F16(b->d);
+    for (int ib = 0; ib < QK_K / 32; ib++) {
+        const float dl = d * (float)quant_iq4xs_scale(b, ib);
+        const uint8_t *q = b->qs + 16 * ib;
+        for (int j = 0; j < 16; j++) {
+            y[32 * ib + j] = dl * (float)quant_kvalues_iq4nl[q[j] & 0xf];
+            y[32 * ib + 16 + j] = dl * (float)quant_kvalues_iq4nl[q[j] >> 4];
+        }
+    }
+}
+
 void quant_dequant_row(kvi_type t, const void *src, float *dst, int64_t n)
 {
     if (n <= 0) return;
@@ -393,6 +424,8 @@ void quant_dequant_row(kvi_type t, const void *src, float *dst, int64_t n)
             DQ(KVI_TYPE_Q5_K, block_q5_K, deq_q5_k)
             DQ(KVI_TYPE_Q6_K, block_q6_K, deq_q6_k)
             DQ(KVI_TYPE_Q8_K, block_q8_K, deq_q8_k)
+            DQ(KVI_TYPE_IQ4_NL, block_iq4_nl, deq_iq4_nl)
+            DQ(KVI_TYPE_IQ4_XS, block_iq4_xs, deq_iq4_xs)
 #undef DQ
         default:
             for (int64_t j = 0; j < be; j++) y[j] = NAN;
@@ -698,6 +731,98 @@ static void quant_q6_k(const float *x, block_q6_K *b)
     }
 }
 
+/* ---- IQ4_NL / IQ4_XS: a least-squares fit over the codebook ------------- */
+
+/* The index of the codebook level nearest v (in level units): the count of the
+ * midpoints between neighbouring levels that v exceeds. */
+static int iq4_index(float v)
+{
+    static const float MID[15] = { -115.5f, -93.5f, -74.0f, -57.0f, -42.0f, -28.5f, -16.0f, -4.5f,
+                                   7.0f,    19.0f,  31.5f,  45.5f,  61.0f,  79.0f,  101.0f };
+    int i = 0;
+    for (int k = 0; k < 15; k++) i += v > MID[k];
+    return i;
+}
+
+/* Indices L of the n values x for the scale 1/id, and the scale that is best for
+ * those indices (sum(x * level) / sum(level^2)) with its quality
+ * sum(x * level)^2 / sum(level^2) (larger is better) in *score. */
+static float iq4_try(const float *x, int n, float id, uint8_t *L, float *score)
+{
+    float sqx = 0.0f, sq2 = 0.0f;
+    for (int i = 0; i < n; i++) {
+        L[i] = (uint8_t)iq4_index(id * x[i]);
+        const float q = (float)quant_kvalues_iq4nl[L[i]];
+        sqx += q * x[i];
+        sq2 += q * q;
+    }
+    *score = sq2 > 0.0f ? sqx * sqx / sq2 : 0.0f;
+    return sq2 > 0.0f ? sqx / sq2 : 0.0f;
+}
+
+/* The scale of n (<= 32) values x over the codebook, their indices in L: the
+ * largest magnitude mapped to the top level (113) or, over a few trial scales,
+ * near the bottom one (-127), keeping the best least-squares fit. 0 (indices of
+ * level 1) when x is all zero. */
+static float iq4_fit(const float *x, int n, uint8_t *L)
+{
+    const float max = signed_absmax(x, n);
+    if (max == 0.0f) {
+        memset(L, 8, (size_t)n);
+        return 0.0f;
+    }
+    uint8_t Lt[32];
+    float best, score;
+    float d = iq4_try(x, n, 113.0f / max, L, &best);
+    for (int t = -6; t <= 6; t += 2) {
+        const float dt = iq4_try(x, n, (-127.0f + (float)t) / max, Lt, &score);
+        if (score > best) {
+            best = score;
+            d = dt;
+            memcpy(L, Lt, (size_t)n);
+        }
+    }
+    return d;
+}
+
+static void quant_iq4_nl(const float *x, block_iq4_nl *b)
+{
+    uint8_t L[QK4_NL];
+    b->d = quant_f32_to_f16(iq4_fit(x, QK4_NL, L));
+    for (int j = 0; j < QK4_NL / 2; j++) b->qs[j] = (uint8_t)(L[j] | L[j + 16] << 4);
+}
+
+/* Each sub-block's own best scale, then d so that the largest of them is -32 d,
+ * the 6-bit scales of d, and the indices again for the scales as stored. */
+static void quant_iq4_xs(const float *x, block_iq4_xs *b)
+{
+    float sc[8], amax = 0.0f, max = 0.0f;
+    uint8_t L[QK_K];
+    for (int ib = 0; ib < 8; ib++) {
+        sc[ib] = iq4_fit(x + 32 * ib, 32, L + 32 * ib);
+        if (fabsf(sc[ib]) > amax) {
+            amax = fabsf(sc[ib]);
+            max = sc[ib];
+        }
+    }
+    memset(b, 0, sizeof *b);
+    b->d = quant_f32_to_f16(-max / 32.0f);
+    const float d = quant_f16_to_f32(b->d);
+    for (int ib = 0; ib < 8; ib++) {
+        const int l = d != 0.0f ? clampi(nearest_int(sc[ib] / d), -32, 31) : 0;
+        const int ls = l + 32;
+        b->scales_l[ib / 2] |= (uint8_t)((ls & 0xf) << (4 * (ib % 2)));
+        b->scales_h |= (uint16_t)((ls >> 4) << (2 * ib));
+        const float dl = d * (float)l;
+        for (int j = 0; j < 32; j++) {
+            const int q = dl != 0.0f ? iq4_index(x[32 * ib + j] / dl) : 8;
+            L[32 * ib + j] = (uint8_t)q;
+        }
+        for (int j = 0; j < 16; j++)
+            b->qs[16 * ib + j] = (uint8_t)(L[32 * ib + j] | L[32 * ib + 16 + j] << 4);
+    }
+}
+
 int quant_quantize_row(kvi_type t, const float *src, void *dst, int64_t n)
 {
     if (!quant_type_known(t)) return KVI_E_INVALID;
@@ -743,6 +868,8 @@ int quant_quantize_row(kvi_type t, const float *src, void *dst, int64_t n)
             QU(KVI_TYPE_Q5_K, block_q5_K, quant_q5_k)
             QU(KVI_TYPE_Q6_K, block_q6_K, quant_q6_k)
             QU(KVI_TYPE_Q8_K, block_q8_K, quant_q8_k)
+            QU(KVI_TYPE_IQ4_NL, block_iq4_nl, quant_iq4_nl)
+            QU(KVI_TYPE_IQ4_XS, block_iq4_xs, quant_iq4_xs)
 #undef QU
         default: return KVI_E_UNSUPPORTED;
         }

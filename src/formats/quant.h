@@ -20,6 +20,7 @@
 #define QK8_0 32
 #define QK8_1 32
 #define QK_K 256
+#define QK4_NL 32
 #define K_SCALE_SIZE 12
 
 typedef uint16_t quant_f16;  /* IEEE half, stored */
@@ -98,6 +99,34 @@ typedef struct {
     int16_t bsums[QK_K / 16];
 } block_q8_K;
 
+/* IQ4_NL and IQ4_XS: each 4-bit index selects one of the 16 int8 levels of
+ * quant_kvalues_iq4nl (ggml's kvalues_iq4nl), times the block's scale.
+ * IQ4_NL: qs[j] low nibble = element j, high nibble = element j + 16 (as Q4_0).
+ * IQ4_XS: sub-block ib (0..7, 32 elements) has the 6-bit scale
+ *   ls = ((scales_l[ib/2] >> 4*(ib%2)) & 0xf) | ((scales_h >> 2*ib) & 3) << 4
+ * and its elements are (d * (ls - 32)) * level, with qs[16*ib + j] low nibble =
+ * element 32*ib + j, high nibble = element 32*ib + 16 + j. */
+typedef struct {
+    quant_f16 d;
+    uint8_t qs[QK4_NL / 2];
+} block_iq4_nl;
+typedef struct {
+    quant_f16 d;
+    uint16_t scales_h;
+    uint8_t scales_l[QK_K / 64];
+    uint8_t qs[QK_K / 2];
+} block_iq4_xs;
+
+/* The codebook, ascending (-127 .. 113). */
+extern const int8_t quant_kvalues_iq4nl[16];
+
+/* The 6-bit scale of sub-block ib (0..7) of an IQ4_XS block, minus 32 (-32..31). */
+static inline int quant_iq4xs_scale(const block_iq4_xs *b, int ib)
+{
+    const int lo = (b->scales_l[ib / 2] >> (4 * (ib % 2))) & 0xf, hi = (b->scales_h >> (2 * ib)) & 3;
+    return (lo | hi << 4) - 32;
+}
+
 _Static_assert(sizeof(block_q4_0) == 18, "block_q4_0 size");
 _Static_assert(sizeof(block_q4_1) == 20, "block_q4_1 size");
 _Static_assert(sizeof(block_q5_0) == 22, "block_q5_0 size");
@@ -110,6 +139,8 @@ _Static_assert(sizeof(block_q4_K) == 144, "block_q4_K size");
 _Static_assert(sizeof(block_q5_K) == 176, "block_q5_K size");
 _Static_assert(sizeof(block_q6_K) == 210, "block_q6_K size");
 _Static_assert(sizeof(block_q8_K) == 292, "block_q8_K size");
+_Static_assert(sizeof(block_iq4_nl) == 18, "block_iq4_nl size");
+_Static_assert(sizeof(block_iq4_xs) == 136, "block_iq4_xs size");
 
 /* Elements per block (1 for F32/F16/BF16); 0 for an unknown type. */
 int64_t quant_block_elems(kvi_type t);
@@ -127,7 +158,7 @@ quant_bf16 quant_f32_to_bf16(float f); /* round to nearest even */
 /* Reference dequantisation of n elements (n a multiple of the block size). */
 void quant_dequant_row(kvi_type t, const void *src, float *dst, int64_t n);
 /* Quantises n floats. Supported: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q8_K
- * Q2_K Q3_K Q4_K Q5_K Q6_K. Returns 0 or KVI_E_UNSUPPORTED / KVI_E_INVALID. */
+ * Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS. Returns 0 or KVI_E_UNSUPPORTED / KVI_E_INVALID. */
 int quant_quantize_row(kvi_type t, const float *src, void *dst, int64_t n);
 
 #endif

@@ -123,13 +123,14 @@ AVX512 static int dequant_avx512(kvi_type t, const void *src, float *dst, int64_
  *
  * A tile is 16 weight rows; lane l of every vector belongs to weight row j0 + l.
  * For a 32-input block, W[k] (k = 0..7) holds in lane l the four weight levels
- * 4k..4k+3 of row l as unsigned bytes (Q8_0: q + 128; Q4_0: the nibble, q + 8), so
+ * 4k..4k+3 of row l as unsigned bytes (Q8_0: q + 128; Q4_0: the nibble, q + 8;
+ * IQ4_NL: the nibble's codebook level + 128, by vpshufb), so
  * one vpdpbusd with the broadcast activation quants 4k..4k+3 adds four products
  * to each row's sum; starting the sum at -offset * sum(x quants) makes it the exact
  * isum. Then acc = fma(dw * dx, (float)isum, acc), lane by lane: the contract's
  * steps.
  *
- * Q8_0 / Q4_0 with many rows (qgemm_packed): the inputs are walked in chunks of
+ * Q8_0 / Q4_0 / IQ4_NL with many rows (qgemm_packed): the inputs are walked in chunks of
  * at most KC blocks; for each chunk, each pair of 16-row tiles (32 outputs) is
  * packed into the scratch, per block PACK2 bytes: for k = 0..7 the two tiles'
  * W[k] side by side (128 bytes), then their dw (2 x 16 f32). Every group of RT
@@ -160,14 +161,16 @@ VNNI_INLINE void load_block(kvi_type t, const tile16 *tl, size_t off, __m512i W[
         transpose16x4(tl->p, off + 2, W);
         transpose16x4(tl->p, off + 18, W + 4);
         for (int k = 0; k < 8; k++) W[k] = _mm512_xor_si512(W[k], flip);
-    } else { /* Q4_0: low nibbles are inputs 0..15, high nibbles 16..31 */
-        const __m512i lo = _mm512_set1_epi8(0x0f);
+    } else { /* Q4_0 / IQ4_NL: low nibbles are inputs 0..15, high nibbles 16..31 */
+        const __m512i lo = _mm512_set1_epi8(0x0f), lut = kern_iq4nl_lut();
         __m512i R[4];
         transpose16x4(tl->p, off + 2, R);
         for (int k = 0; k < 4; k++) {
             W[k] = _mm512_and_si512(R[k], lo);
             W[k + 4] = _mm512_and_si512(_mm512_srli_epi16(R[k], 4), lo);
         }
+        if (t == KVI_TYPE_IQ4_NL) /* nibbles to codebook levels + 128 */
+            for (int k = 0; k < 8; k++) W[k] = _mm512_shuffle_epi8(lut, W[k]);
     }
     *dw = scales16(tl, off, 0);
 }
@@ -313,7 +316,7 @@ VNNI static void pack_rows_tile(const kern_qgemm_args *a, int64_t jt, int h, int
 }
 
 /* The same from the R16 layout (r16_pack.h): the tile's vectors are already
- * transposed; Q4_0's nibbles are split as load_block splits them. */
+ * transposed; Q4_0 / IQ4_NL nibbles are split (and looked up) as load_block does. */
 VNNI static void pack_r16_tile(const kern_qgemm_args *a, int64_t jt, int h, int64_t kb0, int64_t nk,
                                uint8_t *packed)
 {
@@ -321,7 +324,8 @@ VNNI static void pack_r16_tile(const kern_qgemm_args *a, int64_t jt, int h, int6
     const size_t pair = q8 ? 1088 : 576,
                  qbytes = q8 ? 512 : 256; /* bytes per block pair, per block's quants */
     const uint8_t *tile = a->w + (size_t)(jt + 16 * h) * a->w_rb;
-    const __m512i lo = _mm512_set1_epi8(0x0f);
+    const __m512i lo = _mm512_set1_epi8(0x0f), lut = kern_iq4nl_lut();
+    const bool nl = a->type == KVI_TYPE_IQ4_NL;
     for (int64_t b = 0; b < nk; b++) {
         const int64_t blk = kb0 + b;
         const uint8_t *p = tile + (size_t)(blk / 2) * pair;
@@ -333,9 +337,13 @@ VNNI static void pack_r16_tile(const kern_qgemm_args *a, int64_t jt, int h, int6
         } else {
             for (int k = 0; k < 4; k++) {
                 const __m512i r = _mm512_loadu_si512((const void *)(qs + 64 * k));
-                _mm512_store_si512((void *)(q + 128 * k), _mm512_and_si512(r, lo));
-                _mm512_store_si512((void *)(q + 128 * (k + 4)),
-                                   _mm512_and_si512(_mm512_srli_epi16(r, 4), lo));
+                __m512i wl = _mm512_and_si512(r, lo), wh = _mm512_and_si512(_mm512_srli_epi16(r, 4), lo);
+                if (nl) {
+                    wl = _mm512_shuffle_epi8(lut, wl);
+                    wh = _mm512_shuffle_epi8(lut, wh);
+                }
+                _mm512_store_si512((void *)(q + 128 * k), wl);
+                _mm512_store_si512((void *)(q + 128 * (k + 4)), wh);
             }
         }
         const __m256i d16 = _mm256_loadu_si256((const __m256i *)(p + 32 * (size_t)(blk & 1)));
@@ -351,7 +359,7 @@ VNNI static int qgemm_packed(const kern_qgemm_args *a, uint8_t *packed, bool r16
     const int64_t nb = a->n_in / 32;
     const int64_t kc_fit = (int64_t)(KVI_QGEMM_SCRATCH(a->n_in) / PACK2); /* >= 1 */
     const int64_t kc = kc_fit < KC ? kc_fit : KC;
-    const int32_t off = a->type == KVI_TYPE_Q8_0 ? 128 : 8;
+    const int32_t off = kern_q8_level_offset(a->type);
     /* [n_rows][KC]: every row's corrections of the chunk, built once per chunk
      * (not once per tile pair and row group) */
     int32_t *cor_rows = a->n_rows <= (int64_t)(SIZE_MAX / (KC * sizeof(int32_t)))
@@ -386,7 +394,8 @@ VNNI static int qgemm_packed(const kern_qgemm_args *a, uint8_t *packed, bool r16
 
 int kern_qgemm_r16_many_avx512(const kern_qgemm_args *a)
 {
-    if (!kern_has_vnni() || (a->type != KVI_TYPE_Q8_0 && a->type != KVI_TYPE_Q4_0) || !a->scratch) return 0;
+    if (!kern_has_vnni() || !a->scratch) return 0;
+    if (a->type != KVI_TYPE_Q8_0 && a->type != KVI_TYPE_Q4_0 && a->type != KVI_TYPE_IQ4_NL) return 0;
     if (a->n_in % 64 != 0 || a->j0 % 16 != 0 || a->j1 % 16 != 0 || a->n_rows < 1) return 0;
     return qgemm_packed(a, a->scratch, true);
 }
@@ -553,6 +562,38 @@ VNNI static void pack_q6k(const tile16 *tl, int64_t nsb, uint8_t *packed)
     }
 }
 
+/* IQ4_XS: sub-block ib of super-block sb is chunk 8 sb + ib; its levels are the
+ * codebook's + 128 (the sum starts at -128 * sum32, genk_kernel), its scale ls - 32
+ * (signed, i32 lanes at +512); no min. */
+VNNI static void pack_iq4xs(const tile16 *tl, int64_t nsb, uint8_t *packed)
+{
+    const __m512i lo = _mm512_set1_epi8(0x0f), lut = kern_iq4nl_lut();
+    const __m512i m4 = _mm512_set1_epi32(0xf), m2 = _mm512_set1_epi32(3), k32 = _mm512_set1_epi32(32);
+    for (int64_t sb = 0; sb < nsb; sb++) {
+        const size_t o = (size_t)sb * sizeof(block_iq4_xs);
+        uint8_t *g0 = packed + (size_t)(sb * 8) * GEN_BYTES;
+        const __m512i sh = _mm512_srli_epi32(gather16_u32(tl, o), 16), sl = gather16_u32(tl, o + 4);
+        for (int ib = 0; ib < 8; ib++) {
+            __m512i R[4], W[8];
+            transpose16x4(tl->p, o + 8 + 16 * (size_t)ib, R);
+            for (int k = 0; k < 4; k++) {
+                W[k] = _mm512_shuffle_epi8(lut, _mm512_and_si512(R[k], lo));
+                W[k + 4] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(R[k], 4), lo));
+            }
+            uint8_t *g = g0 + (size_t)ib * GEN_BYTES;
+            store_chunk(g, W);
+            const __m512i ls = _mm512_or_si512(
+                _mm512_and_si512(_mm512_srli_epi32(sl, (unsigned)(4 * ib)), m4),
+                _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(sh, (unsigned)(2 * ib)), m2), 4));
+            _mm512_store_si512((void *)(g + 512), _mm512_sub_epi32(ls, k32));
+            _mm512_store_si512((void *)(g + 576), _mm512_setzero_si512());
+            _mm512_store_si512((void *)(g + 640), _mm512_setzero_si512());
+        }
+        _mm512_store_ps((float *)(g0 + 704), scales16(tl, o, 0));
+        _mm512_store_ps((float *)(g0 + 768), _mm512_setzero_ps());
+    }
+}
+
 /* Legacy types (_0 / _1) from the packed tile. */
 VNNI static void gen_rows_legacy(const kern_qgemm_args *a, const uint8_t *packed, int64_t jt, __mmask16 msk,
                                  int64_t r0, int nr)
@@ -591,11 +632,17 @@ VNNI static void gen_rows_legacy(const kern_qgemm_args *a, const uint8_t *packed
 /* K-quants from the packed tile: acc[rr] for the nr rows x[rr]. The chunk's
  * vpdpbusd run k-outer over the rows, so the rows' chains are in flight together;
  * the integer sums are exact (their order does not matter), the float steps are
- * the contract's. One instance per (nr, q6), so that every loop unrolls. */
+ * the contract's. kind: GK_Q4K (Q4_K / Q5_K: scale and min per 32), GK_Q6K (two
+ * scales per 32, levels offset 32), GK_IQ4XS (one signed scale per 32, levels
+ * offset 128, no min). One instance per (nr, kind), so that every loop unrolls. */
+#define GK_Q4K 0
+#define GK_Q6K 1
+#define GK_IQ4XS 2
 VNNI_INLINE void genk_kernel(const uint8_t *packed, int64_t nsb, const kern_q8k *const *x, const int nr,
-                             const bool q6, __m512 *acc)
+                             const int kind, __m512 *acc)
 {
     const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
+    const bool q6 = kind == GK_Q6K, has_min = kind == GK_Q4K;
     for (int64_t sb = 0; sb < nsb; sb++) {
         __m512i isum[RBK], msum[RBK];
 #pragma GCC unroll 16
@@ -606,7 +653,9 @@ VNNI_INLINE void genk_kernel(const uint8_t *packed, int64_t nsb, const kern_q8k 
             __m512i s0[RBK], s1[RBK];
 #pragma GCC unroll 16
             for (int rr = 0; rr < nr; rr++) {
-                s0[rr] = q6 ? _mm512_set1_epi32(-32 * x[rr][sb].sum16[2 * c]) : _mm512_setzero_si512();
+                s0[rr] = q6                 ? _mm512_set1_epi32(-32 * x[rr][sb].sum16[2 * c])
+                         : kind == GK_IQ4XS ? _mm512_set1_epi32(-128 * x[rr][sb].sum32[c])
+                                            : _mm512_setzero_si512();
                 if (q6) s1[rr] = _mm512_set1_epi32(-32 * x[rr][sb].sum16[2 * c + 1]);
             }
 #pragma GCC unroll 8
@@ -627,7 +676,7 @@ VNNI_INLINE void genk_kernel(const uint8_t *packed, int64_t nsb, const kern_q8k 
                 for (int rr = 0; rr < nr; rr++)
                     isum[rr] = _mm512_add_epi32(isum[rr], _mm512_add_epi32(_mm512_mullo_epi32(sa, s0[rr]),
                                                                            _mm512_mullo_epi32(sbv, s1[rr])));
-            } else {
+            } else if (has_min) {
                 const __m512i mn = _mm512_load_si512((const void *)(g + 640));
 #pragma GCC unroll 16
                 for (int rr = 0; rr < nr; rr++) {
@@ -635,6 +684,10 @@ VNNI_INLINE void genk_kernel(const uint8_t *packed, int64_t nsb, const kern_q8k 
                     msum[rr] = _mm512_add_epi32(
                         msum[rr], _mm512_mullo_epi32(mn, _mm512_set1_epi32(x[rr][sb].sum32[c])));
                 }
+            } else {
+#pragma GCC unroll 16
+                for (int rr = 0; rr < nr; rr++)
+                    isum[rr] = _mm512_add_epi32(isum[rr], _mm512_mullo_epi32(sa, s0[rr]));
             }
         }
         const uint8_t *g0 = packed + (size_t)(sb * 8) * GEN_BYTES;
@@ -644,7 +697,7 @@ VNNI_INLINE void genk_kernel(const uint8_t *packed, int64_t nsb, const kern_q8k 
         for (int rr = 0; rr < nr; rr++) {
             const __m512 dx = _mm512_set1_ps(x[rr][sb].d);
             acc[rr] = _mm512_fmadd_ps(_mm512_mul_ps(fd, dx), _mm512_cvtepi32_ps(isum[rr]), acc[rr]);
-            if (!q6)
+            if (has_min)
                 acc[rr] = _mm512_fmadd_ps(
                     _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(_mm512_mul_ps(fm, dx)), sign)),
                     _mm512_cvtepi32_ps(msum[rr]), acc[rr]);
@@ -652,19 +705,21 @@ VNNI_INLINE void genk_kernel(const uint8_t *packed, int64_t nsb, const kern_q8k 
     }
 }
 
-#define GENK_CASE(n)                                               \
-    case n:                                                        \
-        if (q6)                                                    \
-            genk_kernel(packed, a->n_in / QK_K, x, n, true, acc);  \
-        else                                                       \
-            genk_kernel(packed, a->n_in / QK_K, x, n, false, acc); \
+#define GENK_CASE(n)                                                  \
+    case n:                                                           \
+        if (kind == GK_Q6K)                                           \
+            genk_kernel(packed, a->n_in / QK_K, x, n, GK_Q6K, acc);   \
+        else if (kind == GK_IQ4XS)                                    \
+            genk_kernel(packed, a->n_in / QK_K, x, n, GK_IQ4XS, acc); \
+        else                                                          \
+            genk_kernel(packed, a->n_in / QK_K, x, n, GK_Q4K, acc);   \
         break;
 
 /* K-quants from the packed tile, rows r0 .. r0 + nr - 1 (nr <= RBK). */
 VNNI static void gen_rows_k(const kern_qgemm_args *a, const uint8_t *packed, int64_t jt, __mmask16 msk,
                             int64_t r0, int nr)
 {
-    const bool q6 = a->type == KVI_TYPE_Q6_K;
+    const int kind = a->type == KVI_TYPE_Q6_K ? GK_Q6K : a->type == KVI_TYPE_IQ4_XS ? GK_IQ4XS : GK_Q4K;
     const kern_q8k *x[RBK];
     __m512 acc[RBK];
     for (int rr = 0; rr < RBK; rr++) {
@@ -700,6 +755,7 @@ VNNI static int qgemm_generic(const kern_qgemm_args *a)
         case KVI_TYPE_Q4_K: pack_q4k(&tl, a->n_in / QK_K, false, packed); break;
         case KVI_TYPE_Q5_K: pack_q4k(&tl, a->n_in / QK_K, true, packed); break;
         case KVI_TYPE_Q6_K: pack_q6k(&tl, a->n_in / QK_K, packed); break;
+        case KVI_TYPE_IQ4_XS: pack_iq4xs(&tl, a->n_in / QK_K, packed); break;
         default: return 0;
         }
         if (kq)
@@ -717,7 +773,8 @@ VNNI static int qgemm_avx512(const kern_qgemm_args *a)
     if (!kern_has_vnni() || kern_q8_act_type(a->type) == KVI_TYPE_F32) return 0;
     if (a->w_rb > (size_t)INT32_MAX / 16) return 0; /* gather offsets are int32 */
     if (kern_qgemv_avx512(a) || kern_qgemv_kq_avx512(a)) return 1;
-    if (a->type != KVI_TYPE_Q8_0 && a->type != KVI_TYPE_Q4_0) return qgemm_generic(a);
+    if (a->type != KVI_TYPE_Q8_0 && a->type != KVI_TYPE_Q4_0 && a->type != KVI_TYPE_IQ4_NL)
+        return qgemm_generic(a);
     if (!a->scratch) return 0;
     if (kern_qgemm_amx_q8(a, false)) return 1;
     return qgemm_packed(a, a->scratch, false);

@@ -16,7 +16,7 @@
  * kern_q8_quantize_act hands the row to the active ISA's copy (kernels_actq_*.c,
  * the same bytes, tests/test_actq.c) when there is one.
  *
- * Invariants: every integer sum fits int32 (largest: Q6_K, 256 * 32 * 127 * 128);
+ * Invariants: every integer sum fits int32 (largest: IQ4_XS, 256 * 32 * 127 * 127);
  * nothing here allocates.
  */
 #include "kernels/q8.h"
@@ -34,10 +34,12 @@ kvi_type kern_q8_act_type(kvi_type t)
     case KVI_TYPE_Q4_0:
     case KVI_TYPE_Q4_1:
     case KVI_TYPE_Q5_0:
-    case KVI_TYPE_Q5_1: return KVI_TYPE_Q8_0;
+    case KVI_TYPE_Q5_1:
+    case KVI_TYPE_IQ4_NL: return KVI_TYPE_Q8_0;
     case KVI_TYPE_Q4_K:
     case KVI_TYPE_Q5_K:
-    case KVI_TYPE_Q6_K: return KVI_TYPE_Q8_K;
+    case KVI_TYPE_Q6_K:
+    case KVI_TYPE_IQ4_XS: return KVI_TYPE_Q8_K;
     default: return KVI_TYPE_F32;
     }
 }
@@ -151,7 +153,9 @@ void kern_q8_tiles_row(const void *xq, int64_t n_in, int64_t r, bool pad, uint8_
 int kern_q8_level_offset(kvi_type t)
 {
     switch (t) {
-    case KVI_TYPE_Q8_0: return 128;
+    case KVI_TYPE_Q8_0:
+    case KVI_TYPE_IQ4_NL:
+    case KVI_TYPE_IQ4_XS: return 128;
     case KVI_TYPE_Q4_0: return 8;
     case KVI_TYPE_Q5_0: return 16;
     case KVI_TYPE_Q6_K: return 32;
@@ -193,7 +197,7 @@ float kern_q8_dot_ref(kvi_type t, const void *w, const void *xq, int64_t n)
             isum += sc[s] * si;
         }
         acc = fmaf(d * x[b].d, (float)isum, acc);
-        if (t != KVI_TYPE_Q6_K) {
+        if (t == KVI_TYPE_Q4_K || t == KVI_TYPE_Q5_K) {
             for (int s = 0; s < 8; s++) msum += mn[s] * x[b].sum32[s];
             acc = fmaf(-(dmin * x[b].d), (float)msum, acc);
         }

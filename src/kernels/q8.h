@@ -4,9 +4,10 @@
  * For the weight types listed by kern_q8_act_type(), kern_matmul quantises each input
  * row once per call into 8-bit blocks ("activation blocks") and multiplies them with
  * the weight blocks in integers, as llama.cpp does:
- *   - Q8_0 Q4_0 Q5_0 Q4_1 Q5_1 weights: one kern_q8a block per 32 inputs (d, and for
- *     the _1 types s = d * sum(qs), both rounded through f16 as ggml's Q8_0 / Q8_1);
- *   - Q4_K Q5_K Q6_K weights: one kern_q8k block per 256 inputs (ggml's Q8_K).
+ *   - Q8_0 Q4_0 Q5_0 Q4_1 Q5_1 IQ4_NL weights: one kern_q8a block per 32 inputs (d,
+ *     and for the _1 types s = d * sum(qs), both rounded through f16 as ggml's Q8_0 /
+ *     Q8_1);
+ *   - Q4_K Q5_K Q6_K IQ4_XS weights: one kern_q8k block per 256 inputs (ggml's Q8_K).
  *
  * The reduction order (the determinism contract, identical for every ISA): output
  * y[r][j] starts at 0.0f and takes, for weight block b = 0, 1, ... in order,
@@ -16,6 +17,8 @@
  *     Q4_K/Q5_K: acc = fmaf(-(dmin_b * dx_b), (float)msum_b, acc)
  * where msum_b = sum over sub-blocks of min_s * (sum of the 32 activation quants).
  * isum_b of a K-quant is sum over sub-blocks of scale_s * (exact sub-block dot).
+ * IQ4_NL / IQ4_XS are Q8_0 / Q6_K-like: their levels are the codebook's int8
+ * values, IQ4_XS's scale_s is ls_s - 32 (signed) over sub-blocks of 32, no min term.
  * Every integer is exact, so a SIMD kernel that computes the same integers and then
  * the same float operations gives the scalar reference's bits: whatever the ISA,
  * the batch size, the tile or the thread count.
@@ -96,8 +99,8 @@ void kern_q8_tiles_row(const void *xq, int64_t n_in, int64_t r, bool pad, uint8_
  * (832 bytes per 32 inputs). */
 #define KVI_QGEMM_SCRATCH(n_in) ((size_t)((n_in) / 32 + 1) * 832)
 
-/* Offset added to a weight level to make it an unsigned byte (Q8_0 128, Q4_0 8,
- * Q5_0 16, Q6_K 32, others 0). */
+/* Offset added to a weight level to make it an unsigned byte (Q8_0 IQ4_NL IQ4_XS
+ * 128, Q4_0 8, Q5_0 16, Q6_K 32, others 0). */
 int kern_q8_level_offset(kvi_type t);
 
 /* Scalar implementation of the above (every type of kern_q8_act_type). */

@@ -70,6 +70,15 @@ static void unpack32(kvi_type t, const uint8_t *p, int8_t lv[32], float *d, floa
         }
         break;
     }
+    case KVI_TYPE_IQ4_NL: {
+        const block_iq4_nl *b = (const block_iq4_nl *)p;
+        *d = F16(b->d);
+        for (int i = 0; i < 16; i++) {
+            lv[i] = quant_kvalues_iq4nl[b->qs[i] & 0xf];
+            lv[i + 16] = quant_kvalues_iq4nl[b->qs[i] >> 4];
+        }
+        break;
+    }
     default: { /* KVI_TYPE_Q5_1 */
         const block_q5_1 *b = (const block_q5_1 *)p;
         *d = F16(b->d);
@@ -85,10 +94,25 @@ static void unpack32(kvi_type t, const uint8_t *p, int8_t lv[32], float *d, floa
 }
 
 /* One 256-input K-quant block: levels lv, per-16 scales sc16 (Q6_K) or per-32
- * scales/mins sc32/mn32 (Q4_K/Q5_K), d and dmin. */
+ * scales/mins sc32/mn32 (Q4_K/Q5_K; IQ4_XS: scales only, signed), d and dmin. */
 static void unpack256(kvi_type t, const uint8_t *p, int8_t lv[QK_K], int sc[16], int mn[8], float *d,
                       float *dmin)
 {
+    if (t == KVI_TYPE_IQ4_XS) {
+        block_iq4_xs b;
+        memcpy(&b, p, sizeof b); /* the uint16_t scales_h may lie unaligned */
+        *d = F16(b.d);
+        *dmin = 0.0f;
+        for (int s = 0; s < 8; s++) {
+            sc[s] = quant_iq4xs_scale(&b, s);
+            mn[s] = 0;
+            for (int i = 0; i < 16; i++) {
+                lv[32 * s + i] = quant_kvalues_iq4nl[b.qs[16 * s + i] & 0xf];
+                lv[32 * s + 16 + i] = quant_kvalues_iq4nl[b.qs[16 * s + i] >> 4];
+            }
+        }
+        return;
+    }
     if (t == KVI_TYPE_Q6_K) {
         const block_q6_K *b = (const block_q6_K *)p;
         *d = F16(b->d);
@@ -183,7 +207,7 @@ static int q8_rows(const kern_qgemm_args *a)
                     for (int s = 0; s < QK_K / sub; s++)
                         isum += blk[b].sc[s] * q8_idot(lv8 + b * QK_K + s * sub, x[b].qs + s * sub, sub);
                     acc = fmaf(blk[b].d * x[b].d, (float)isum, acc);
-                    if (t != KVI_TYPE_Q6_K) {
+                    if (t == KVI_TYPE_Q4_K || t == KVI_TYPE_Q5_K) {
                         for (int s = 0; s < 8; s++) msum += blk[b].mn[s] * x[b].sum32[s];
                         acc = fmaf(-(blk[b].m * x[b].d), (float)msum, acc);
                     }

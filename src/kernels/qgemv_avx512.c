@@ -1,6 +1,6 @@
 /*
- * qgemv_avx512.c — Q8_0 / Q4_0 products with few input rows (decode), with
- * AVX-512 VNNI; the bits of q8.h's contract. See the comment below.
+ * qgemv_avx512.c — Q8_0 / Q4_0 / IQ4_NL products with few input rows (decode),
+ * with AVX-512 VNNI; the bits of q8.h's contract. See the comment below.
  */
 #include "kernels/r16.h"
 #include "kernels/vnni_avx512.h"
@@ -11,7 +11,8 @@
  * read as it lies (contiguous loads) and dotted with vpdpbusd against the
  * activation, arranged once per call in the scratch, into P_l: 16 dword lanes of
  * partial sums of G consecutive blocks (Q8_0: G = 2, lanes 8k..8k+7 = block k;
- * Q4_0: G = 4, lanes 4k..4k+3 = block k). A fixed unpack/shuffle/add tree folds
+ * Q4_0 and IQ4_NL (Q4_0's layout; each nibble looked up, vpshufb, as its codebook
+ * level + 128): G = 4, lanes 4k..4k+3 = block k). A fixed unpack/shuffle/add tree folds
  * P_0..P_15 into R_0..R_{G-1} with lane l of R_k = row l's exact integer sum of
  * block k. The float steps then run lane by lane, block by block in order, as in
  * tile_rows: acc = fma(dw * dx, (float)(R_k - offset * sum(x quants)), acc). The
@@ -41,7 +42,7 @@ static size_t gv_act_bytes(int64_t nb, int G)
 static void gv_act_build(kvi_type t, const kern_q8a *x, int64_t nb, int G, uint8_t *dst, gv_act *ga)
 {
     const int64_t ng = (nb + G - 1) / G;
-    const int32_t off = t == KVI_TYPE_Q8_0 ? 128 : 8;
+    const int32_t off = kern_q8_level_offset(t);
     int8_t *xg = (int8_t *)dst;
     int32_t *corr = (int32_t *)(dst + (size_t)ng * (size_t)G * 32);
     float *dx = (float *)(corr + nb);
@@ -99,11 +100,13 @@ VNNI_INLINE void gv_sums_q8_0(const tile16 *tl, size_t o0, size_t o1, __m512i X,
     R[1] = _mm512_shuffle_i32x4(A, B, 0xDD);
 }
 
-/* Q4_0, blocks at byte offsets o[0..3] of the 16 rows against XL (inputs 0..15 of
- * the four blocks) and XH (inputs 16..31): R[k], lane l = row l's sum of block k. */
-VNNI_INLINE void gv_sums_q4_0(const tile16 *tl, const size_t o[4], __m512i XL, __m512i XH, __m512i R[4])
+/* Q4_0 (nl = 0) or IQ4_NL (nl = 1), blocks at byte offsets o[0..3] of the 16 rows
+ * against XL (inputs 0..15 of the four blocks) and XH (inputs 16..31): R[k], lane
+ * l = row l's sum of block k (levels as unsigned bytes: nibble, or codebook + 128). */
+VNNI_INLINE void gv_sums_q4_0(const tile16 *tl, const size_t o[4], __m512i XL, __m512i XH, __m512i R[4],
+                              const int nl)
 {
-    const __m512i lo = _mm512_set1_epi8(0x0f);
+    const __m512i lo = _mm512_set1_epi8(0x0f), lut = kern_iq4nl_lut();
     __m512i P[16], V[4];
     for (int l = 0; l < 16; l++) {
         const uint8_t *p = tl->p[l];
@@ -112,8 +115,13 @@ VNNI_INLINE void gv_sums_q4_0(const tile16 *tl, const size_t o[4], __m512i XL, _
         w = _mm512_inserti32x4(w, _mm_loadu_si128((const __m128i *)(p + o[2] + 2)), 2);
         w = _mm512_inserti32x4(w, _mm_loadu_si128((const __m128i *)(p + o[3] + 2)), 3);
         _mm_prefetch((const char *)(p + o[0] + GV_PREFETCH), _MM_HINT_T0);
-        __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(w, lo), XL);
-        P[l] = _mm512_dpbusd_epi32(s, _mm512_and_si512(_mm512_srli_epi16(w, 4), lo), XH);
+        __m512i wl = _mm512_and_si512(w, lo), wh = _mm512_and_si512(_mm512_srli_epi16(w, 4), lo);
+        if (nl) {
+            wl = _mm512_shuffle_epi8(lut, wl);
+            wh = _mm512_shuffle_epi8(lut, wh);
+        }
+        __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wl, XL);
+        P[l] = _mm512_dpbusd_epi32(s, wh, XH);
     }
     gv_fold(P, V);
     /* chunk c of V_i is block c of rows 4i..4i+3: a 4 x 4 transpose of chunks */
@@ -125,9 +133,10 @@ VNNI_INLINE void gv_sums_q4_0(const tile16 *tl, const size_t o[4], __m512i XL, _
     R[3] = _mm512_shuffle_i32x4(T1, T3, 0xDD);
 }
 
-/* One tile of rows jt.. (mask m of valid lanes) for nr <= GV_ROWS input rows. */
-VNNI static void gv_tile(const kern_qgemm_args *a, const tile16 *tl, const gv_act *x, int nr, int64_t jt,
-                         __mmask16 m)
+/* One tile of rows jt.. (mask m of valid lanes) for nr <= GV_ROWS input rows; nl:
+ * the weights are IQ4_NL (a constant in each copy). */
+VNNI_INLINE void gv_tile(const kern_qgemm_args *a, const tile16 *tl, const gv_act *x, int nr, int64_t jt,
+                         __mmask16 m, const int nl)
 {
     const int G = a->type == KVI_TYPE_Q8_0 ? 2 : 4;
     const int64_t nb = a->n_in / 32, ng = (nb + G - 1) / G;
@@ -147,7 +156,7 @@ VNNI static void gv_tile(const kern_qgemm_args *a, const tile16 *tl, const gv_ac
                 gv_sums_q8_0(tl, o[0], o[1], _mm512_load_si512((const void *)xg), R);
             else
                 gv_sums_q4_0(tl, o, _mm512_load_si512((const void *)xg),
-                             _mm512_load_si512((const void *)(xg + 64)), R);
+                             _mm512_load_si512((const void *)(xg + 64)), R, nl);
             for (int k = 0; k < nk; k++) {
                 const int64_t b = g * G + k;
                 const __m512i s = _mm512_add_epi32(R[k], _mm512_set1_epi32(x[rr].corr[b]));
@@ -159,10 +168,23 @@ VNNI static void gv_tile(const kern_qgemm_args *a, const tile16 *tl, const gv_ac
     for (int rr = 0; rr < nr; rr++) _mm512_mask_storeu_ps(a->y + rr * a->ldy + jt, m, acc[rr]);
 }
 
-/* Q8_0 / Q4_0 with 1..GV_ROWS input rows; 0 when not handled (nothing written). */
+VNNI static void gv_tile_q(const kern_qgemm_args *a, const tile16 *tl, const gv_act *x, int nr, int64_t jt,
+                           __mmask16 m)
+{
+    gv_tile(a, tl, x, nr, jt, m, 0);
+}
+
+VNNI static void gv_tile_nl(const kern_qgemm_args *a, const tile16 *tl, const gv_act *x, int nr, int64_t jt,
+                            __mmask16 m)
+{
+    gv_tile(a, tl, x, nr, jt, m, 1);
+}
+
+/* Q8_0 / Q4_0 / IQ4_NL with 1..GV_ROWS input rows; 0 when not handled (nothing
+ * written). */
 VNNI int kern_qgemv_avx512(const kern_qgemm_args *a)
 {
-    if (a->type != KVI_TYPE_Q8_0 && a->type != KVI_TYPE_Q4_0) return 0;
+    if (a->type != KVI_TYPE_Q8_0 && a->type != KVI_TYPE_Q4_0 && a->type != KVI_TYPE_IQ4_NL) return 0;
     if (a->n_rows < 1 || a->n_rows > GV_ROWS || !a->scratch) return 0;
     const int G = a->type == KVI_TYPE_Q8_0 ? 2 : 4, nr = (int)a->n_rows;
     const int64_t nb = a->n_in / 32;
@@ -176,7 +198,10 @@ VNNI int kern_qgemv_avx512(const kern_qgemm_args *a)
         const int nv = a->j1 - jt < 16 ? (int)(a->j1 - jt) : 16;
         tile16 tl;
         tile_init(&tl, a, jt, nv);
-        gv_tile(a, &tl, x, nr, jt, (__mmask16)((1u << nv) - 1));
+        if (a->type == KVI_TYPE_IQ4_NL)
+            gv_tile_nl(a, &tl, x, nr, jt, (__mmask16)((1u << nv) - 1));
+        else
+            gv_tile_q(a, &tl, x, nr, jt, (__mmask16)((1u << nv) - 1));
     }
     return 1;
 }
@@ -185,7 +210,8 @@ VNNI int kern_qgemv_avx512(const kern_qgemm_args *a)
  *
  * The tile's vectors already have lane l = weight row l, so each block is: the
  * 16 scales (one f16 load), the quants as 8 u8 vectors (Q8_0) or 4 vectors whose
- * low / high nibbles are inputs 4k.. / 16+4k.. (Q4_0), vpdpbusd against the
+ * low / high nibbles are inputs 4k.. / 16+4k.. (Q4_0; IQ4_NL looked up as codebook
+ * level + 128), vpdpbusd against the
  * activation quads broadcast from the kern_q8a block, the sum started at
  * -offset * sum(x quants). Then acc = fma(dw * dx, (float)isum, acc) block by block:
  * the contract's steps, so the bits of every other path. Prefetch runs
@@ -205,6 +231,14 @@ VNNI_INLINE void r16_block(kvi_type t, const uint8_t *q, __m512 dw, const kern_q
     if (t == KVI_TYPE_Q8_0) {
         _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) W[k] =
             _mm512_loadu_si512((const void *)(q + 64 * k));
+    } else if (t == KVI_TYPE_IQ4_NL) { /* Q4_0's nibbles, looked up as codebook level + 128 */
+        const __m512i lo = _mm512_set1_epi8(0x0f), lut = kern_iq4nl_lut();
+        _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++)
+        {
+            const __m512i v = _mm512_loadu_si512((const void *)(q + 64 * k));
+            W[k] = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, lo));
+            W[k + 4] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), lo));
+        }
     } else {
         /* high nibbles kept in place (16 x level): their sum is shifted down once */
         const __m512i lo = _mm512_set1_epi8(0x0f), hi = _mm512_set1_epi8((char)0xf0);
@@ -215,7 +249,7 @@ VNNI_INLINE void r16_block(kvi_type t, const uint8_t *q, __m512 dw, const kern_q
             W[k + 4] = _mm512_and_si512(v, hi);
         }
     }
-    const int32_t off = t == KVI_TYPE_Q8_0 ? 128 : 8;
+    const int32_t off = t == KVI_TYPE_Q4_0 ? 8 : 128;
     _Pragma("GCC unroll 4") for (int rr = 0; rr < nr; rr++)
     {
         const kern_q8a *xb = x[rr] + b;
@@ -226,7 +260,7 @@ VNNI_INLINE void r16_block(kvi_type t, const uint8_t *q, __m512 dw, const kern_q
             s2 = _mm512_dpbusd_epi32(s2, W[k + 4], _mm512_set1_epi32(load_i32(xb->qs + 16 + 4 * k)));
         }
         /* Q4_0: s2 = 16 * (exact sum), so the shift is exact */
-        s = _mm512_add_epi32(s, t == KVI_TYPE_Q8_0 ? s2 : _mm512_srai_epi32(s2, 4));
+        s = _mm512_add_epi32(s, t == KVI_TYPE_Q4_0 ? _mm512_srai_epi32(s2, 4) : s2);
         acc[rr] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(xb->d)), _mm512_cvtepi32_ps(s), acc[rr]);
     }
 }
@@ -271,11 +305,11 @@ VNNI_INLINE void r16_tiles(const kern_qgemm_args *a, const uint8_t *const *t, co
     _Pragma("GCC unroll 4") for (int i = 0; i < ns; i++) _mm512_storeu_ps(y[i], acc[i]);
 }
 
-/* Q8_0 / Q4_0 over R16 weights, any number of rows: each tile is read once from
+/* Q8_0 / Q4_0 / IQ4_NL over R16 weights, any number of rows: each tile is read once from
  * memory and reused (from L1) by the groups of up to GV_ROWS activation rows. */
 VNNI int kern_qgemv_r16_avx512(const kern_qgemm_args *a)
 {
-    if (a->type != KVI_TYPE_Q8_0 && a->type != KVI_TYPE_Q4_0) return 0;
+    if (a->type != KVI_TYPE_Q8_0 && a->type != KVI_TYPE_Q4_0 && a->type != KVI_TYPE_IQ4_NL) return 0;
     if (a->n_rows < 1 || a->n_in % 64 != 0 || a->j0 % 16 || a->j1 % 16) return 0;
     if (!kern_has_vnni()) return 0;
     const size_t tb = 16 * a->w_rb;

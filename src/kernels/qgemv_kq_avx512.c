@@ -1,5 +1,5 @@
 /*
- * qgemv_kq_avx512.c — K-quant (Q4_K Q5_K Q6_K) products with few input rows
+ * qgemv_kq_avx512.c — K-quant (Q4_K Q5_K Q6_K) and IQ4_XS products with few input rows
  * (decode), with AVX-512 VNNI; the bits of q8.h's contract.
  *
  * With 1..KQ_ROWS activation rows, each weight row is read as it lies (contiguous
@@ -16,6 +16,16 @@
  *              levels (0..63) of inputs 0..63, 64..127, 128..191, 192..255 in
  *              order. X[k]: x[64k .. 64k+63]; C[k]: per dword lane, -32 times the
  *              sum of its four x quants (the level offset), the dpbusd start.
+ *   IQ4_XS     qs[0..63] (sub-blocks 0..3, 16 bytes each) and qs[64..127] (4..7)
+ *              are two 64-byte loads A, B; their nibbles, looked up (vpshufb) as
+ *              codebook level + 128, are inputs 0..15 (low) and 16..31 (high) of
+ *              each sub-block. X[0], X[1]: x of sub-blocks 0..3, inputs 0..15 and
+ *              16..31; X[2], X[3] likewise for 4..7; C[0], C[1]: per dword lane,
+ *              -128 times the sum of its eight x quants (of X[0]+X[1], X[2]+X[3]).
+ *              D_A = dpbusd(dpbusd(C[0], A_lo, X[0]), A_hi, X[1]) (D_B likewise)
+ *              holds lane sums of one sub-block each (lanes 4s..4s+3: sub-block
+ *              s); these can pass int16 (8 * 127 * 127), so they are multiplied by
+ *              the signed scale ls - 32 with vpmulld: Q_l = D_A * SC_A + D_B * SC_B.
  *
  * D_k = dpbusd(start, W_k, X_k) holds partial dots of four inputs of one
  * sub-block per dword lane; every one fits int16 (|D| <= 4 * 32 * 127: Q4_K
@@ -76,7 +86,22 @@ static void kq_act_build(kvi_type t, const kern_q8k *x, int64_t nb, uint8_t *dst
     for (int64_t b = 0; b < nb; b++) {
         uint8_t *o = dst + (size_t)b * KQ_BLK;
         const int8_t *q = x[b].qs;
-        if (t == KVI_TYPE_Q6_K) {
+        if (t == KVI_TYPE_IQ4_XS) {
+            int32_t c[32]; /* [2][16] dword lanes of C */
+            for (int h = 0; h < 2; h++)
+                for (int s = 0; s < 4; s++) {
+                    const int8_t *xs = q + 32 * (4 * h + s);
+                    memcpy(o + 128 * h + 16 * s, xs, 16);
+                    memcpy(o + 128 * h + 64 + 16 * s, xs + 16, 16);
+                    for (int i = 0; i < 4; i++) {
+                        int32_t v = 0;
+                        for (int e = 0; e < 4; e++) v += (int32_t)xs[4 * i + e] + xs[16 + 4 * i + e];
+                        c[16 * h + 4 * s + i] = -128 * v;
+                    }
+                }
+            memset(o + 256, 0, 256);
+            memcpy(o + 256, c, sizeof c);
+        } else if (t == KVI_TYPE_Q6_K) {
             int32_t c[64]; /* [4][16] dword lanes of C */
             memcpy(o, q, 256);
             for (int i = 0; i < 64; i++)
@@ -246,15 +271,58 @@ VNNI_INLINE void kq_row_q6k(const uint8_t *p, const uint8_t *const *xb, int nr, 
     }
 }
 
+/* IQ4_XS row at p (one block) against nr activation blocks xb[r]: Q[r] as described
+ * in the header. */
+VNNI_INLINE void kq_row_iq4xs(const uint8_t *p, const uint8_t *const *xb, int nr, __m512i *Q, int qstride)
+{
+    const __m512i lo = _mm512_set1_epi8(0x0f), lut = kern_iq4nl_lut();
+    const __m512i A = _mm512_loadu_si512((const void *)(p + 8)),
+                  B = _mm512_loadu_si512((const void *)(p + 72));
+    const __m512i AL = _mm512_shuffle_epi8(lut, _mm512_and_si512(A, lo)),
+                  AH = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(A, 4), lo)),
+                  BL = _mm512_shuffle_epi8(lut, _mm512_and_si512(B, lo)),
+                  BH = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(B, 4), lo));
+    /* lane 4s + i of SC_A: scale of sub-block s, of SC_B: of sub-block 4 + s */
+    uint32_t sl32;
+    uint16_t sh16;
+    memcpy(&sl32, p + 4, 4);
+    memcpy(&sh16, p + 2, 2);
+    const __m512i sl = _mm512_set1_epi32((int32_t)sl32), sh = _mm512_set1_epi32(sh16);
+    const __m512i m4 = _mm512_set1_epi32(0xf), m2 = _mm512_set1_epi32(3), k32 = _mm512_set1_epi32(32);
+    const __m512i s4 = _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12);
+    const __m512i s2 = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6);
+    const __m512i SCA = _mm512_sub_epi32(
+        _mm512_or_si512(_mm512_and_si512(_mm512_srlv_epi32(sl, s4), m4),
+                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srlv_epi32(sh, s2), m2), 4)),
+        k32);
+    const __m512i SCB = _mm512_sub_epi32(
+        _mm512_or_si512(
+            _mm512_and_si512(_mm512_srlv_epi32(sl, _mm512_add_epi32(s4, _mm512_set1_epi32(16))), m4),
+            _mm512_slli_epi32(
+                _mm512_and_si512(_mm512_srlv_epi32(sh, _mm512_add_epi32(s2, _mm512_set1_epi32(8))), m2), 4)),
+        k32);
+    for (int r = 0; r < nr; r++) {
+        const uint8_t *x = xb[r];
+        __m512i DA = _mm512_dpbusd_epi32(_mm512_load_si512((const void *)(x + 256)), AL,
+                                         _mm512_load_si512((const void *)x));
+        DA = _mm512_dpbusd_epi32(DA, AH, _mm512_load_si512((const void *)(x + 64)));
+        __m512i DB = _mm512_dpbusd_epi32(_mm512_load_si512((const void *)(x + 320)), BL,
+                                         _mm512_load_si512((const void *)(x + 128)));
+        DB = _mm512_dpbusd_epi32(DB, BH, _mm512_load_si512((const void *)(x + 192)));
+        Q[r * qstride] = _mm512_add_epi32(_mm512_mullo_epi32(DA, SCA), _mm512_mullo_epi32(DB, SCB));
+    }
+}
+
 /* One tile of rows jt.. (mask m of valid lanes) for nr activation rows; t is a
  * constant in each inlined copy. */
 VNNI_INLINE void kq_tile(kvi_type t, const kern_qgemm_args *a, const tile16 *tl, const kq_act *x, int nr,
                          float *out, int64_t ldo, __mmask16 m, size_t next_rows)
 {
     const int64_t nb = a->n_in / QK_K;
-    const size_t bb = t == KVI_TYPE_Q6_K   ? sizeof(block_q6_K)
-                      : t == KVI_TYPE_Q5_K ? sizeof(block_q5_K)
-                                           : sizeof(block_q4_K);
+    const size_t bb = t == KVI_TYPE_Q6_K     ? sizeof(block_q6_K)
+                      : t == KVI_TYPE_Q5_K   ? sizeof(block_q5_K)
+                      : t == KVI_TYPE_IQ4_XS ? sizeof(block_iq4_xs)
+                                             : sizeof(block_q4_K);
     const size_t rbytes = (size_t)nb * bb; /* one row's blocks */
     const int five = t == KVI_TYPE_Q5_K;
     const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
@@ -275,11 +343,13 @@ VNNI_INLINE void kq_tile(kvi_type t, const kern_qgemm_args *a, const tile16 *tl,
             for (size_t f = 0; f < bb; f += 64) _mm_prefetch((const char *)(tl->p[l] + pf + f), _MM_HINT_T1);
             if (t == KVI_TYPE_Q6_K)
                 kq_row_q6k(p, xb, nr, Q + l, 16);
+            else if (t == KVI_TYPE_IQ4_XS)
+                kq_row_iq4xs(p, xb, nr, Q + l, 16);
             else
                 kq_row_q4k(p, five, xb, nr, Q + l, 16);
         }
-        if (t == KVI_TYPE_Q6_K) {
-            const __m512 d = scales16(tl, o + 208, 1);
+        if (t == KVI_TYPE_Q6_K || t == KVI_TYPE_IQ4_XS) {
+            const __m512 d = t == KVI_TYPE_Q6_K ? scales16(tl, o + 208, 1) : scales16(tl, o, 0);
             for (int r = 0; r < nr; r++)
                 acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(x[r].dx[b])),
                                          _mm512_cvtepi32_ps(kq_sums(Q + 16 * r)), acc[r]);
@@ -319,11 +389,16 @@ KQ_TILE_FN(kq_tile_q6k_1, KVI_TYPE_Q6_K, 1)
 KQ_TILE_FN(kq_tile_q6k_2, KVI_TYPE_Q6_K, 2)
 KQ_TILE_FN(kq_tile_q6k_3, KVI_TYPE_Q6_K, 3)
 KQ_TILE_FN(kq_tile_q6k_4, KVI_TYPE_Q6_K, 4)
+KQ_TILE_FN(kq_tile_iq4xs_1, KVI_TYPE_IQ4_XS, 1)
+KQ_TILE_FN(kq_tile_iq4xs_2, KVI_TYPE_IQ4_XS, 2)
+KQ_TILE_FN(kq_tile_iq4xs_3, KVI_TYPE_IQ4_XS, 3)
+KQ_TILE_FN(kq_tile_iq4xs_4, KVI_TYPE_IQ4_XS, 4)
 
 typedef void (*kq_tile_fn)(const kern_qgemm_args *, const tile16 *, const kq_act *, float *, int64_t,
                            __mmask16, size_t);
 
-/* Q4_K / Q5_K / Q6_K with 1..KQ_ROWS input rows; 0 when not handled (nothing written). */
+/* Q4_K / Q5_K / Q6_K / IQ4_XS with 1..KQ_ROWS input rows; 0 when not handled
+ * (nothing written). */
 VNNI int kern_qgemv_kq_avx512(const kern_qgemm_args *a)
 {
     int ti;
@@ -331,6 +406,7 @@ VNNI int kern_qgemv_kq_avx512(const kern_qgemm_args *a)
     case KVI_TYPE_Q4_K: ti = 0; break;
     case KVI_TYPE_Q5_K: ti = 1; break;
     case KVI_TYPE_Q6_K: ti = 2; break;
+    case KVI_TYPE_IQ4_XS: ti = 3; break;
     default: return 0;
     }
     if (a->n_rows < 1 || a->n_rows > KQ_ROWS || !a->scratch || ((uintptr_t)a->scratch & 63)) return 0;
@@ -340,10 +416,11 @@ VNNI int kern_qgemv_kq_avx512(const kern_qgemm_args *a)
     const int nr = (int)a->n_rows;
     const size_t ab = kq_act_bytes(nb);
     if ((size_t)nr * ab > KVI_QGEMM_SCRATCH(a->n_in)) return 0;
-    static const kq_tile_fn fns[3][KQ_ROWS] = {
+    static const kq_tile_fn fns[4][KQ_ROWS] = {
         { kq_tile_q4k_1, kq_tile_q4k_2, kq_tile_q4k_3, kq_tile_q4k_4 },
         { kq_tile_q5k_1, kq_tile_q5k_2, kq_tile_q5k_3, kq_tile_q5k_4 },
-        { kq_tile_q6k_1, kq_tile_q6k_2, kq_tile_q6k_3, kq_tile_q6k_4 }
+        { kq_tile_q6k_1, kq_tile_q6k_2, kq_tile_q6k_3, kq_tile_q6k_4 },
+        { kq_tile_iq4xs_1, kq_tile_iq4xs_2, kq_tile_iq4xs_3, kq_tile_iq4xs_4 }
     };
     kq_act x[KQ_ROWS];
     for (int r = 0; r < nr; r++)

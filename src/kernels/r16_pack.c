@@ -1,5 +1,5 @@
 /*
- * r16_pack.c — repacking Q8_0 / Q4_0 matrices into the R16 layout and back
+ * r16_pack.c — repacking Q8_0 / Q4_0 / IQ4_NL matrices into the R16 layout and back
  * (the layout and its invariants: r16_pack.h).
  *
  * Plain byte moves, written for clarity; the repack of a model runs once at load,
@@ -26,8 +26,8 @@ bool kern_r16_preferred(void)
 bool kern_r16_eligible(const kern_tensor *W)
 {
     return W && W->data && W->layout == KVI_LAYOUT_ROWS &&
-           (W->type == KVI_TYPE_Q8_0 || W->type == KVI_TYPE_Q4_0) && W->n_out > 0 && W->n_out % 16 == 0 &&
-           W->n_in > 0 && W->n_in % 64 == 0;
+           (W->type == KVI_TYPE_Q8_0 || W->type == KVI_TYPE_Q4_0 || W->type == KVI_TYPE_IQ4_NL) &&
+           W->n_out > 0 && W->n_out % 16 == 0 && W->n_in > 0 && W->n_in % 64 == 0;
 }
 
 /* Geometry of one type: block bytes, quant bytes per block and row, XOR mask. */

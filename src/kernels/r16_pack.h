@@ -17,7 +17,8 @@
  *                        8 vectors (512 bytes) per block;
  *                  Q4_0: qs[4k..4k+3] of row l as stored (low nibbles = inputs
  *                        4k..4k+3, high nibbles = inputs 16+4k..16+4k+3);
- *                        4 vectors (256 bytes) per block.
+ *                        4 vectors (256 bytes) per block. IQ4_NL: likewise (its
+ *                        blocks have Q4_0's bytes; only their meaning differs).
  * A pair is 1088 bytes (Q8_0) or 576 bytes (Q4_0): a multiple of 64, so when the
  * tensor starts 64-byte aligned every vector is aligned.
  *
@@ -39,7 +40,7 @@
 /* true when the active kernels read R16 faster than rows (AVX-512 with VNNI). */
 bool kern_r16_preferred(void);
 
-/* true when W (rows layout) can be repacked: Q8_0 / Q4_0, n_out % 16 == 0,
+/* true when W (rows layout) can be repacked: Q8_0 / Q4_0 / IQ4_NL, n_out % 16 == 0,
  * n_in % 64 == 0, n_out > 0. */
 bool kern_r16_eligible(const kern_tensor *W);
 

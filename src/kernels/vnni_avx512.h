@@ -85,6 +85,16 @@ VNNI_INLINE int32_t load_i32(const int8_t *p)
     return v;
 }
 
+/* The IQ4_NL / IQ4_XS codebook plus 128 as unsigned bytes, in each 128-bit lane:
+ * vpshufb of a nibble vector gives the levels as vpdpbusd's unsigned operand
+ * (the sum then starts at -128 * sum(x quants), kern_q8_level_offset). */
+VNNI_INLINE __m512i kern_iq4nl_lut(void)
+{
+    return _mm512_broadcast_i32x4(_mm_setr_epi8(1, 24, 45, 63, 79, 93, 106, 118, (char)129, (char)141,
+                                                (char)153, (char)166, (char)181, (char)197, (char)217,
+                                                (char)241));
+}
+
 /* 1 when the CPU has AVX-512 VNNI (cached). */
 int kern_has_vnni(void);
 

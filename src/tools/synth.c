@@ -162,6 +162,8 @@ static int synth_file_type(kvi_type t)
     case KVI_TYPE_Q4_K: return 14;
     case KVI_TYPE_Q5_K: return 16;
     case KVI_TYPE_Q6_K: return 18;
+    case KVI_TYPE_IQ4_NL: return 25;
+    case KVI_TYPE_IQ4_XS: return 30;
     case KVI_TYPE_BF16: return 32;
     default: return -1;
     }
@@ -396,7 +398,7 @@ static int synth_check(const kvi_synth_params *p, kvi_error *err)
     if (synth_file_type(p->type) < 0)
         return err_set(err, KVI_E_UNSUPPORTED,
                        "synth: type %s is not supported for weights (use f32, f16, "
-                       "bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k or q6_k)",
+                       "bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl or iq4_xs)",
                        kvi_type_name(p->type) ? kvi_type_name(p->type) : "(unknown)");
 #undef NEED
     return KVI_OK;
