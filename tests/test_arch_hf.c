@@ -697,6 +697,82 @@ static void check_refusals(void)
     set_free(&s);
 }
 
+/* ---- RoPE scaling of Llama-family configs ----------------------------------- */
+
+/* TinyStories-656K (a Llama folder) as MistralForCausalLM with rope_scaling rs */
+static kvi_model *load_tinystories_with(cJSON *rs, kvi_error *err)
+{
+    const char *dir = tmp_path("hf_tinystories_rope");
+    mkdir(dir, 0755);
+    static const char *const files[] = { "model.safetensors", "tokenizer.json" };
+    for (size_t i = 0; i < 2; i++) {
+        char rel[128];
+        size_t len = 0;
+        snprintf(rel, sizeof rel, "models/TinyStories-656K/%s", files[i]);
+        char *d = read_file(shared_path(rel), &len);
+        CHECK(d && write_file(join(dir, files[i]), d, len) == 0, "copy %s", rel);
+        free(d);
+    }
+    cJSON *c = load_json(shared_path("models/TinyStories-656K/config.json"));
+    if (!c) return NULL;
+    cJSON_ReplaceItemInObject(c, "architectures",
+                              cJSON_CreateStringArray((const char *[]){ "MistralForCausalLM" }, 1));
+    cJSON_ReplaceItemInObject(c, "rope_scaling", rs);
+    write_json(join(dir, "config.json"), c);
+    cJSON_Delete(c);
+    kvi_load_params lp;
+    kvi_load_params_default(&lp);
+    return kvi_model_load(dir, &lp, err);
+}
+
+/* llama3: the divisors against transformers' formulation (inverse frequencies
+ * scaled, then smoothed in the medium band); yarn: ramp and attention factor. */
+static void check_llama_rope(void)
+{
+    cJSON *rs = cJSON_CreateObject();
+    cJSON_AddStringToObject(rs, "rope_type", "llama3");
+    cJSON_AddNumberToObject(rs, "factor", 8);
+    cJSON_AddNumberToObject(rs, "low_freq_factor", 1);
+    cJSON_AddNumberToObject(rs, "high_freq_factor", 4);
+    cJSON_AddNumberToObject(rs, "original_max_position_embeddings", 512);
+    kvi_error err = { 0 };
+    kvi_model *m = load_tinystories_with(rs, &err);
+    CHECK(m && m->rope_freqs && m->rope[0].factors == m->rope_freqs, "llama3 rope: %s", err.msg);
+    for (int i = 0; m && m->rope_freqs && i < m->n_rot / 2; i++) {
+        const double inv = 1.0 / pow(10000.0, 2.0 * i / m->n_rot), wave = 2 * M_PI / inv;
+        double scaled = wave > 512.0 ? inv / 8 : inv;
+        if (!(wave < 512.0 / 4) && !(wave > 512.0)) {
+            const double sm = (512.0 / wave - 1) / (4 - 1);
+            scaled = (1 - sm) * scaled / 8 + sm * scaled;
+        }
+        CHECK(fabs(m->rope_freqs[i] - inv / scaled) <= 1e-5 * (inv / scaled),
+              "llama3 divisor %d: %g, want %g", i, (double)m->rope_freqs[i], inv / scaled);
+    }
+    CHECK(m && m->rope_freqs && m->rope_freqs[0] == 1.0f && m->rope_freqs[7] == 8.0f &&
+              m->rope_freqs[3] > 1.0f && m->rope_freqs[3] < 8.0f,
+          "llama3: high, medium and low frequency bands");
+    kvi_model_free(m);
+
+    rs = cJSON_CreateObject();
+    cJSON_AddStringToObject(rs, "type", "yarn");
+    cJSON_AddNumberToObject(rs, "factor", 4);
+    cJSON_AddNumberToObject(rs, "original_max_position_embeddings", 128);
+    m = load_tinystories_with(rs, &err);
+    CHECK(m != NULL, "yarn rope: %s", err.msg);
+    if (m) {
+        /* transformers' find_correction_range, beta_fast 32, beta_slow 1 */
+        const double d = m->n_rot, lo = floor(d * log(128 / (32 * 2 * M_PI)) / (2 * log(10000.0))),
+                     hi = ceil(d * log(128 / (1 * 2 * M_PI)) / (2 * log(10000.0)));
+        CHECK(m->rope[0].yarn && m->rope[0].freq_scale == 0.25f &&
+                  fabsf(m->rope[0].mscale - (float)(0.1 * log(4.0) + 1)) < 1e-6f &&
+                  m->rope[0].yarn_lo == (float)(lo > 0 ? lo : 0) &&
+                  m->rope[0].yarn_hi == (float)(hi < d - 1 ? hi : d - 1),
+              "yarn: scale %g, attention factor %g, ramp %g..%g", (double)m->rope[0].freq_scale,
+              (double)m->rope[0].mscale, (double)m->rope[0].yarn_lo, (double)m->rope[0].yarn_hi);
+    }
+    kvi_model_free(m);
+}
+
 int main(void)
 {
     static const struct {
@@ -710,5 +786,6 @@ int main(void)
     for (size_t i = 0; i < sizeof goldens / sizeof goldens[0]; i++)
         check_golden(goldens[i].name, goldens[i].arch, goldens[i].hf);
     check_refusals();
+    check_llama_rope();
     return test_main_end();
 }
