@@ -76,6 +76,9 @@ typedef struct kvi_model_info {
     kvi_type weight_type; /* type of most matrix weights */
     size_t weight_bytes;  /* bytes of all weight tensors */
     bool has_weights;
+    /* layer kinds (kvi_model_info_from_file; as the loader lays them out) */
+    int n_layers_window; /* sliding-window layers: their KV is bounded by the window */
+    int window;          /* the largest window of those layers (positions), 0: none */
 } kvi_model_info;
 
 void kvi_model_get_info(const kvi_model *m, kvi_model_info *out);
