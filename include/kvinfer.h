@@ -213,6 +213,23 @@ typedef struct kvi_stats {
      * sequence holds outside the pool (sequence: its own; pool: every tail).
      * Every KV byte allocated = kv_bytes_allocated + kv_bytes_tail. */
     size_t kv_bytes_tail;
+    /* layer kinds: global layers keep every position; sliding-window layers keep
+     * a block's K/V only until the sequence is past it by the window + 64
+     * positions (then its window part is released). kv_bytes_per_token ==
+     * kv_bytes_per_token_global + kv_bytes_per_token_window (row types; q4 keys
+     * up to the rounding of a group per block); kv_bytes ==
+     * kv_bytes_global + kv_bytes_window. Without window layers the window
+     * figures are 0. */
+    size_t kv_bytes_per_token_global; /* K + V bytes a token takes in the global layers */
+    size_t kv_bytes_per_token_window; /* ... in the window layers (while in the window) */
+    int32_t kv_n_layers_window;       /* window layers of the model */
+    int32_t kv_window;                /* their largest window (positions), 0: none */
+    size_t kv_bytes_global;           /* of kv_bytes: the blocks' global parts */
+    size_t kv_bytes_window;           /* of kv_bytes: the window parts held */
+    int32_t kv_wparts_held;           /* window parts held (sequence: its blocks from its
+                                         release cursor on; pool: parts in use) */
+    uint64_t kv_wparts_released;      /* sequence: its blocks whose window part it gave
+                                         up; pool: parts given up by tables so far */
 } kvi_stats;
 
 /* Statistics of one sequence (s != NULL) or of the whole engine (s == NULL). */
