@@ -3,10 +3,23 @@
  * memory is spent. For a model shape (a preset, or a file's metadata read
  * without its weights), a context length, a KV type and a memory size:
  *
- *   bytes_per_token    = n_layers x (K bytes + V bytes of one token's vectors)
- *   bytes_per_sequence = bytes_per_token x ctx
+ *   per_layer          = K bytes + V bytes of one token's vectors in one layer
+ *   bytes_per_token    = n_layers x per_layer            (every layer's, while the
+ *                        sequence is shorter than the window)
+ *   per kind:            global = n_global x per_layer, window = n_window x per_layer
+ *   bytes_per_sequence = global x ctx + window x min(ctx, W)
+ *   full               = bytes_per_token x ctx            (every layer global)
+ *   saving             = full - bytes_per_sequence        (the sliding window's)
  *   max_sequences      = floor(mem / bytes_per_sequence)
- *   max_context        = floor(mem / bytes_per_token)   (one sequence)
+ *   max_context        = the largest c with global x c + window x min(c, W) <= mem
+ *                        (one sequence; unbounded when every layer has a window)
+ *
+ * Layer kinds: sliding-window layers (Gemma 2/3) need a token's K and V only while
+ * it is within the last W positions, so they hold at most W positions whatever
+ * the context. A model file's kinds come from kvi_model_info_from_file (the
+ * loader's own reading of the window keys). kvinfer's paged cache keeps a window
+ * layer's blocks for W + 64 positions (rewinds) plus the block being written, so
+ * it holds up to about W + 96 positions there: not counted (an ideal cache).
  *
  * Per layer, each token stores a K vector and a V vector of kv_dim = n_kv_heads x
  * head_dim elements. Element types: f32 4 bytes, f16/bf16 2 bytes; q8_0 / q4_0
@@ -46,17 +59,33 @@
  *  - the seed's example "70B, 80 layers, 64 heads, d_k = 128": with grouped-query
  *    attention of 8 KV heads (seed-70b, the Llama-2/3-70B layout) and without
  *    (seed-70b-mha: 64 KV heads).
+ *  - Qwen/Qwen3-32B: 64 layers, 64 heads, 8 KV heads, head_dim 128, 40960
+ *  - Qwen/Qwen3-0.6B: 28 layers, 16 heads, 8 KV heads, head_dim 128, 40960
+ *  - microsoft/Phi-4-mini-instruct: 32 layers, 24 heads, 8 KV heads, 3072 / 24 = 128,
+ *    131072 (its sliding_window 262144 is ignored by llama.cpp and kvinfer: global)
+ *  - google/gemma-3-27b (text_config): 62 layers, 32 heads, 16 KV heads, head_dim
+ *    128, 131072, sliding_window 1024 on 5 of every 6 layers (llama.cpp's pattern 6:
+ *    layer l local when l % 6 < 5 -> 52 window layers, 10 global)
+ *  - google/gemma-3-1b-pt: 26 layers, 4 heads, 1 KV head, head_dim 256, 32768,
+ *    sliding_window 512, pattern 6 (22 window, 4 global)
+ *  - google/gemma-2-9b: 42 layers, 16 heads, 8 KV heads, head_dim 256, 8192,
+ *    sliding_window 4096 on even layers (21 window, 21 global)
  */
 typedef struct kvplan_shape {
     const char *name;
     int n_layers, n_heads, n_kv_heads, head_dim, n_ctx_train;
+    int window, pattern; /* sliding window W on layers l % pattern < pattern - 1; 0: none */
+    int n_window;        /* window layers (from the pattern, or the file) */
 } kvplan_shape;
 
 static const kvplan_shape presets[] = {
-    { "llama-2-7b", 32, 32, 32, 128, 4096 }, { "llama-2-70b", 80, 64, 8, 128, 4096 },
-    { "llama-3-8b", 32, 32, 8, 128, 8192 },  { "llama-3-70b", 80, 64, 8, 128, 8192 },
-    { "mistral-7b", 32, 32, 8, 128, 32768 }, { "qwen2.5-7b", 28, 28, 4, 128, 131072 },
-    { "seed-70b", 80, 64, 8, 128, 0 },       { "seed-70b-mha", 80, 64, 64, 128, 0 },
+    { "llama-2-7b", 32, 32, 32, 128, 4096, 0, 0, 0 },  { "llama-2-70b", 80, 64, 8, 128, 4096, 0, 0, 0 },
+    { "llama-3-8b", 32, 32, 8, 128, 8192, 0, 0, 0 },   { "llama-3-70b", 80, 64, 8, 128, 8192, 0, 0, 0 },
+    { "mistral-7b", 32, 32, 8, 128, 32768, 0, 0, 0 },  { "qwen2.5-7b", 28, 28, 4, 128, 131072, 0, 0, 0 },
+    { "seed-70b", 80, 64, 8, 128, 0, 0, 0, 0 },        { "seed-70b-mha", 80, 64, 64, 128, 0, 0, 0, 0 },
+    { "qwen3-32b", 64, 64, 8, 128, 40960, 0, 0, 0 },   { "qwen3-0.6b", 28, 16, 8, 128, 40960, 0, 0, 0 },
+    { "phi-4-mini", 32, 24, 8, 128, 131072, 0, 0, 0 }, { "gemma-3-27b", 62, 32, 16, 128, 131072, 1024, 6, 0 },
+    { "gemma-3-1b", 26, 4, 1, 256, 32768, 512, 6, 0 }, { "gemma-2-9b", 42, 16, 8, 256, 8192, 4096, 2, 0 },
 };
 
 static const char kvplan_help[] =
@@ -68,8 +97,10 @@ static const char kvplan_help[] =
     "\n"
     "options:\n"
     "  --preset NAME      llama-2-7b, llama-2-70b, llama-3-8b, llama-3-70b, mistral-7b,\n"
-    "                     qwen2.5-7b, seed-70b (80 layers, 64 heads, 8 KV heads, d_k 128),\n"
-    "                     seed-70b-mha (the same without GQA: 64 KV heads)\n"
+    "                     qwen2.5-7b, qwen3-32b, qwen3-0.6b, phi-4-mini, seed-70b (80 layers,\n"
+    "                     64 heads, 8 KV heads, d_k 128), seed-70b-mha (the same without\n"
+    "                     GQA: 64 KV heads); with sliding-window layers: gemma-3-27b,\n"
+    "                     gemma-3-1b, gemma-2-9b\n"
     "  -m, --model FILE   read the shape from a model file's metadata (weights not loaded)\n"
     "  -c, --ctx N        tokens per sequence (default: the model's context length)\n"
     "  --mem SIZE         memory for the KV cache alone: 80GiB, 512MiB, 1.5G, 4096 (bytes)\n"
@@ -77,11 +108,16 @@ static const char kvplan_help[] =
     "  --kv-type-k T      the type of the keys alone\n"
     "  --kv-type-v T      the type of the values alone\n"
     "  --json             print {\"bytes_per_token\", \"bytes_per_sequence\", \"max_sequences\",\n"
-    "                     \"max_context\", ...} only\n"
+    "                     \"max_context\", \"bytes_per_token_global\", \"bytes_per_token_window\",\n"
+    "                     \"bytes_per_sequence_full\", \"window_saving_bytes\", ...} only\n"
     "  -h, --help         this help\n"
     "\n"
     "q4 is an estimate: 4-bit keys with an f16 scale and minimum per channel per group of\n"
-    "32 tokens, values as q4_0; KIVI's f16 window of the newest tokens is not counted.\n";
+    "32 tokens, values as q4_0; KIVI's f16 window of the newest tokens is not counted.\n"
+    "\n"
+    "Sliding-window layers (Gemma 2/3) hold at most their window W of positions: a\n"
+    "sequence of ctx tokens takes global x ctx + window x min(ctx, W) bytes, shown beside\n"
+    "a full cache of the same shape (every layer global) and the saving.\n";
 
 typedef enum kv_elem { KV_F32, KV_F16, KV_BF16, KV_Q8_0, KV_Q4_0, KV_Q4 } kv_elem;
 
@@ -193,6 +229,8 @@ static int plan_shape(const kvplan_opts *o, kvplan_shape *shape, char *source, s
         if (!p)
             return cli_error("kv-plan: unknown preset '%s' (kvinfer kv-plan --help lists them)", o->preset);
         *shape = *p;
+        for (int l = 0; p->window > 0 && l < p->n_layers; l++)
+            shape->n_window += l % p->pattern < p->pattern - 1; /* llama.cpp's pattern */
         snprintf(source, cap, "%s (preset)", p->name);
         return 0;
     }
@@ -206,6 +244,8 @@ static int plan_shape(const kvplan_opts *o, kvplan_shape *shape, char *source, s
     shape->n_kv_heads = info.n_kv_heads;
     shape->head_dim = info.head_dim;
     shape->n_ctx_train = info.n_ctx_train;
+    shape->n_window = info.n_layers_window;
+    shape->window = info.window;
     snprintf(source, cap, "%s (%s)", o->c.model, info.name[0] ? info.name : info.arch);
     return 0;
 }
@@ -213,9 +253,12 @@ static int plan_shape(const kvplan_opts *o, kvplan_shape *shape, char *source, s
 /* The plan's figures (see the file comment). */
 typedef struct kvplan_figures {
     int64_t ctx;
-    uint64_t bpt; /* bytes per token */
-    double bps_d; /* bytes per sequence */
+    uint64_t bpt;          /* bytes per token, every layer */
+    uint64_t bpt_g, bpt_w; /* ... of the global layers, of the window layers */
+    double bps_d;          /* bytes per sequence */
+    double full_d;         /* bytes per sequence of a full cache (every layer global) */
     uint64_t max_seq, max_ctx;
+    bool ctx_unbounded; /* every layer has a window: no context exhausts mem */
 } kvplan_figures;
 
 static int print_plan_json(const kvplan_opts *o, const kvplan_shape *shape, const kvplan_figures *f)
@@ -235,7 +278,18 @@ static int print_plan_json(const kvplan_opts *o, const kvplan_shape *shape, cons
     cJSON_AddNumberToObject(j, "bytes_per_token", (double)f->bpt);
     cJSON_AddNumberToObject(j, "bytes_per_sequence", f->bps_d);
     cJSON_AddNumberToObject(j, "max_sequences", (double)f->max_seq);
-    cJSON_AddNumberToObject(j, "max_context", (double)f->max_ctx);
+    if (f->ctx_unbounded)
+        cJSON_AddNullToObject(j, "max_context");
+    else
+        cJSON_AddNumberToObject(j, "max_context", (double)f->max_ctx);
+    cJSON_AddNumberToObject(j, "n_layers_global", shape->n_layers - shape->n_window);
+    cJSON_AddNumberToObject(j, "n_layers_window", shape->n_window);
+    cJSON_AddNumberToObject(j, "window", shape->window);
+    cJSON_AddNumberToObject(j, "bytes_per_token_global", (double)f->bpt_g);
+    cJSON_AddNumberToObject(j, "bytes_per_token_window", (double)f->bpt_w);
+    cJSON_AddNumberToObject(j, "bytes_per_sequence_full", f->full_d);
+    cJSON_AddNumberToObject(j, "window_saving_bytes", f->full_d - f->bps_d);
+    cJSON_AddNumberToObject(j, "window_saving", f->full_d > 0 ? (f->full_d - f->bps_d) / f->full_d : 0.0);
     return cli_print_json(j, "kv-plan: out of memory");
 }
 
@@ -253,14 +307,31 @@ static void print_plan_text(const kvplan_opts *o, const kvplan_shape *shape, con
     printf("KV type         K %s, V %s%s\n", kv_elem_names[o->tk], kv_elem_names[o->tv],
            o->tk == KV_Q4 || o->tv == KV_Q4 ? " (q4: estimate, see --help)" : "");
     printf("per token       %s (%llu bytes)\n", b1, (unsigned long long)f->bpt);
+    if (shape->n_window > 0) {
+        char g[32], w[32], full[32], save[32];
+        human_bytes(g, sizeof g, (double)f->bpt_g);
+        human_bytes(w, sizeof w, (double)f->bpt_w);
+        human_bytes(full, sizeof full, f->full_d);
+        human_bytes(save, sizeof save, f->full_d - f->bps_d);
+        printf("layer kinds     %d global: %s a token (%llu bytes); %d window (W %d): %s a token (%llu "
+               "bytes) for the last %d positions only\n",
+               shape->n_layers - shape->n_window, g, (unsigned long long)f->bpt_g, shape->n_window,
+               shape->window, w, (unsigned long long)f->bpt_w, shape->window);
+        printf("full cache      %s at %lld tokens (every layer global)\n", full, (long long)f->ctx);
+        printf("window saving   %s (%.1f%%)\n", save,
+               f->full_d > 0 ? 100.0 * (f->full_d - f->bps_d) / f->full_d : 0.0);
+    }
     printf("per sequence    %s at %lld tokens\n", b2, (long long)f->ctx);
     printf("memory          %s\n", b3);
     printf("sequences       %llu fit at %lld tokens each\n", (unsigned long long)f->max_seq,
            (long long)f->ctx);
-    printf("max context     %llu tokens for one sequence%s\n", (unsigned long long)f->max_ctx,
-           shape->n_ctx_train > 0 && f->max_ctx > (uint64_t)shape->n_ctx_train
-               ? " (beyond the trained context)"
-               : "");
+    if (f->ctx_unbounded)
+        printf("max context     unbounded for one sequence (every layer has a window)\n");
+    else
+        printf("max context     %llu tokens for one sequence%s\n", (unsigned long long)f->max_ctx,
+               shape->n_ctx_train > 0 && f->max_ctx > (uint64_t)shape->n_ctx_train
+                   ? " (beyond the trained context)"
+                   : "");
 }
 
 int cmd_kvplan(int argc, char **argv)
@@ -280,10 +351,22 @@ int cmd_kvplan(int argc, char **argv)
     uint64_t per_layer = vector_bytes(o.tk, kv_dim, true) + vector_bytes(o.tv, kv_dim, false);
     f.bpt = per_layer * (uint64_t)shape.n_layers;
     if (f.bpt == 0) return cli_error("kv-plan: the model shape gives 0 bytes per token");
-    f.bps_d = (double)f.bpt * (double)f.ctx; /* may exceed 2^64 only for absurd inputs */
-    uint64_t bps = f.bps_d < 1.8e19 ? f.bpt * (uint64_t)f.ctx : UINT64_MAX;
+    f.bpt_w = per_layer * (uint64_t)shape.n_window;
+    f.bpt_g = f.bpt - f.bpt_w;
+    const int64_t wctx = shape.n_window > 0 && shape.window < f.ctx ? shape.window : f.ctx;
+    /* doubles may exceed 2^64 only for absurd inputs */
+    f.full_d = (double)f.bpt * (double)f.ctx;
+    f.bps_d = (double)f.bpt_g * (double)f.ctx + (double)f.bpt_w * (double)wctx;
+    uint64_t bps = f.bps_d < 1.8e19 ? f.bpt_g * (uint64_t)f.ctx + f.bpt_w * (uint64_t)wctx : UINT64_MAX;
     f.max_seq = (uint64_t)o.mem / bps;
-    f.max_ctx = (uint64_t)o.mem / f.bpt;
+    /* the largest c: within the window every layer grows, past it the global ones only */
+    const uint64_t wfull = f.bpt * (uint64_t)shape.window; /* bytes at c = W */
+    if (shape.n_window == 0 || (uint64_t)o.mem < wfull)
+        f.max_ctx = (uint64_t)o.mem / f.bpt;
+    else if (f.bpt_g == 0)
+        f.ctx_unbounded = true;
+    else
+        f.max_ctx = (uint64_t)shape.window + ((uint64_t)o.mem - wfull) / f.bpt_g;
     if (o.json) return print_plan_json(&o, &shape, &f);
     print_plan_text(&o, &shape, source, &f);
     return 0;

@@ -487,6 +487,13 @@ static void print_summary(const run_opts *o, const run_result *r, int n_threads)
     fprintf(f, "kvinfer: KV cache   %zu bytes in use, %zu bytes/token (K %s, V %s), context %d\n",
             r->kv.kv_bytes, r->kv.kv_bytes_per_token, kvi_type_name(o->c.kv_k), kvi_type_name(o->c.kv_v),
             r->n_ctx);
+    if (r->kv.kv_n_layers_window > 0)
+        fprintf(f,
+                "kvinfer: KV kinds   global layers %zu bytes/token, %zu bytes held; %d window layers (W %d) "
+                "%zu bytes/token, %zu bytes held in %d window parts (%" PRIu64 " released)\n",
+                r->kv.kv_bytes_per_token_global, r->kv.kv_bytes_global, (int)r->kv.kv_n_layers_window,
+                (int)r->kv.kv_window, r->kv.kv_bytes_per_token_window, r->kv.kv_bytes_window,
+                (int)r->kv.kv_wparts_held, r->kv.kv_wparts_released);
     if (o->no_kv)
         fprintf(f, "kvinfer: no KV cache: recomputed %" PRId64 " rows (with the cache: %d)\n",
                 r->rows_computed, (int)(r->n_prompt + r->n_decode_steps));
@@ -555,6 +562,17 @@ static int print_json(const run_opts *o, const run_result *r, int n_threads)
              cJSON_AddNumberToObject(s, "decode_steps", (double)r->n_decode_steps) &&
              cJSON_AddNumberToObject(s, "kv_bytes", (double)r->kv.kv_bytes) &&
              cJSON_AddNumberToObject(s, "kv_bytes_per_token", (double)r->kv.kv_bytes_per_token) &&
+             cJSON_AddNumberToObject(s, "kv_bytes_per_token_global",
+                                     (double)r->kv.kv_bytes_per_token_global) &&
+             cJSON_AddNumberToObject(s, "kv_bytes_per_token_window",
+                                     (double)r->kv.kv_bytes_per_token_window) &&
+             cJSON_AddNumberToObject(s, "kv_tokens", r->kv.n_tokens) &&
+             cJSON_AddNumberToObject(s, "kv_bytes_global", (double)r->kv.kv_bytes_global) &&
+             cJSON_AddNumberToObject(s, "kv_bytes_window", (double)r->kv.kv_bytes_window) &&
+             cJSON_AddNumberToObject(s, "kv_n_layers_window", r->kv.kv_n_layers_window) &&
+             cJSON_AddNumberToObject(s, "kv_window", r->kv.kv_window) &&
+             cJSON_AddNumberToObject(s, "kv_wparts_held", r->kv.kv_wparts_held) &&
+             cJSON_AddNumberToObject(s, "kv_wparts_released", (double)r->kv.kv_wparts_released) &&
              cJSON_AddBoolToObject(s, "kv_cache", !o->no_kv) &&
              cJSON_AddNumberToObject(s, "rows_computed", (double)r->rows_computed) &&
              cJSON_AddNumberToObject(s, "prompt_cached_tokens", r->n_cached) &&

@@ -1,56 +1,93 @@
 /*
- * cmd_synth.c — `kvinfer synth`: writes a llama-architecture GGUF with random
- * weights (kvi_synth_write) from a preset, explicit shapes, or a preset with
- * some fields overridden.
+ * cmd_synth.c — `kvinfer synth`: writes a GGUF of any architecture kvinfer runs
+ * with random weights (kvi_synth_write) from a preset, explicit shapes, or a
+ * preset with some fields overridden.
  *
  * Invariant: the parameters are assembled in a kvi_synth_params in this order —
- * preset (when given), then every explicit flag on top — and nothing is written
- * unless every flag parsed; without a preset, --dim --ffn --layers --heads are
- * required (kv-heads defaults to heads, vocab to 32000, ctx to 2048).
+ * preset (when given), then every explicit flag on top (--arch replaces the
+ * preset's architecture; fields left 0 take the architecture's defaults in
+ * kvi_synth_resolve) — and nothing is written unless every flag parsed; without
+ * a preset, --dim --ffn --layers --heads are required (kv-heads defaults to
+ * heads, vocab to 32000, ctx to 2048).
  */
 #include "cli/cli.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 static void synth_help(FILE *f)
 {
-    fprintf(f, "usage: kvinfer synth --preset NAME -o FILE [options]\n"
-               "       kvinfer synth --dim N --ffn N --layers N --heads N [--kv-heads N] [--vocab N] [--ctx "
-               "N] -o FILE\n"
-               "\n"
-               "Writes a GGUF v3 model of architecture llama with random weights: matrices\n"
-               "N(0, 0.02), norm weights 1 + N(0, 0.02). Each tensor's values come from a\n"
-               "generator seeded by (seed, tensor name), so the same seed gives the same\n"
-               "underlying weights whatever --type; they are then quantised. Norms stay f32.\n"
-               "Matrices whose rows do not fit the type's block size are stored as q8_0\n"
-               "(or f16) instead, with a note. The file is written tensor by tensor.\n"
-               "\n"
-               "options:\n"
-               "  --preset NAME       start from a preset shape (shape flags below override it)\n"
-               "  -o, --output FILE   the GGUF to write (required)\n"
-               "  --type T            matrix type: f32 (default), f16, bf16, q8_0, q4_0, q4_1,\n"
-               "                      q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl,\n"
-               "                      iq4_xs (any case)\n"
-               "  --seed S            weight seed (default 1)\n"
-               "  --vocab-from GGUF   copy that file's tokenizer.* metadata and take its vocab\n"
-               "                      size (default: a generated SentencePiece-style vocabulary)\n"
-               "  --name NAME         general.name (default: the preset's name or kvinfer-synth)\n"
-               "  --dim N --ffn N --layers N --heads N --kv-heads N --vocab N --ctx N\n"
-               "                      the shape: embedding, feed-forward, block count, attention\n"
-               "                      heads, key/value heads, vocabulary size, context length\n"
-               "  -h, --help          this help\n"
-               "\n"
-               "presets (dim, ffn, layers, heads, kv heads, vocab, ctx):\n");
+    fprintf(
+        f, "usage: kvinfer synth --preset NAME -o FILE [options]\n"
+           "       kvinfer synth [--arch A] --dim N --ffn N --layers N --heads N [--kv-heads N] [--vocab N]\n"
+           "                     [--ctx N] -o FILE\n"
+           "\n"
+           "Writes a GGUF v3 model with random weights, with the metadata keys and tensors\n"
+           "llama.cpp's converter writes for the architecture: matrices N(0, 0.02), norm\n"
+           "weights 1 + N(0, 0.02) (Gemma's stored shifted by 1, as in its GGUF files).\n"
+           "Each tensor's values come from a generator seeded by (seed, tensor name), so\n"
+           "the same seed gives the same underlying weights whatever --type; they are then\n"
+           "quantised. Norms stay f32. Matrices whose rows do not fit the type's block size\n"
+           "are stored as q8_0 (or f16) instead, with a note. The file is written tensor by\n"
+           "tensor.\n"
+           "\n"
+           "architectures (--arch; default llama):\n"
+           "  llama    the plain block; rope.dimension_count, vocab_size\n"
+           "  qwen2    + q/k/v biases; NeoX RoPE base 1e6\n"
+           "  qwen3    per-head attn_q_norm / attn_k_norm [head_dim]; key_length; tied\n"
+           "  gemma2   GeGLU, post-norms, soft-caps 50 / 30, window 4096 on even layers; tied\n"
+           "  gemma3   gemma2 with q/k norms, no soft-caps, window 512 on 5 of 6 layers,\n"
+           "           local RoPE base 10000, global 1e6; tied\n"
+           "  phi3     fused attn_qkv and ffn_up [gate | up]; partial rotary (--rot);\n"
+           "           LongRoPE factors with --rope-orig-ctx\n"
+           "  granite  embedding 12, residual 0.22, attention 1/head_dim, logit 8 scales\n"
+           "  olmo2    no pre-norms, post-norms, q/k norms over the whole projection\n"
+           "\n"
+           "options:\n"
+           "  --preset NAME       start from a preset (shape flags below override it)\n"
+           "  -o, --output FILE   the GGUF to write (required)\n"
+           "  --arch A            the architecture (above)\n"
+           "  --type T            matrix type: f32 (default), f16, bf16, q8_0, q4_0, q4_1,\n"
+           "                      q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl,\n"
+           "                      iq4_xs, or llama.cpp's\n"
+           "                      q4_k_m / q5_k_m mixes (any case)\n"
+           "  --seed S            weight seed (default 1)\n"
+           "  --vocab-from GGUF   copy that file's tokenizer.* metadata and take its vocab\n"
+           "                      size (default: a generated SentencePiece-style vocabulary)\n"
+           "  --name NAME         general.name (default: the preset's name or kvinfer-synth)\n"
+           "  --dim N --ffn N --layers N --heads N --kv-heads N --vocab N --ctx N\n"
+           "                      the shape: embedding, feed-forward, block count, attention\n"
+           "                      heads, key/value heads, vocabulary size, context length\n"
+           "  --head-dim N        per-head width (default dim / heads)\n"
+           "  --rot N             rotated dims per head (default head-dim)\n"
+           "  --window N          gemma2/3: sliding window of the local layers\n"
+           "  --window-pattern P  gemma2/3: layer l local when l %% P < P - 1 (llama.cpp\n"
+           "                      assumes 2 for gemma2, 6 for gemma3)\n"
+           "  --tied, --untied    output matrix = token embedding, or one of its own\n"
+           "  --rope-base F       rope.freq_base\n"
+           "  --rope-linear F     gemma3: linear RoPE scaling of the global layers\n"
+           "  --rope-orig-ctx N   phi3: LongRoPE for an original context of N (< ctx)\n"
+           "  -h, --help          this help\n"
+           "\n"
+           "presets (arch, dim, ffn, layers, heads, kv heads, head dim, vocab, ctx):\n");
     const char *const *names = kvi_synth_preset_names();
     for (int i = 0; names && names[i]; i++) {
-        kvi_synth_params p;
-        if (kvi_synth_preset(names[i], &p) != 0) continue;
-        fprintf(f, "  %-12s %5d %6d %3d %3d %3d %6d %5d\n", names[i], p.dim, p.ffn_dim, p.n_layers, p.n_heads,
-                p.n_kv_heads, p.n_vocab, p.n_ctx);
+        kvi_synth_params p, r;
+        if (kvi_synth_preset(names[i], &p) != 0 || kvi_synth_resolve(&p, &r) != 0) continue;
+        fprintf(f, "  %-12s %-7s %5d %5d %3d %3d %3d %4d %6d %6d", names[i], r.arch, r.dim, r.ffn_dim,
+                r.n_layers, r.n_heads, r.n_kv_heads, r.head_dim, r.n_vocab, r.n_ctx);
+        if (r.n_rot != r.head_dim) fprintf(f, ", rotary %d", r.n_rot);
+        if (!strcmp(r.arch, "gemma2") || !strcmp(r.arch, "gemma3"))
+            fprintf(f, ", window %d / %d", r.window, r.window_pattern);
+        if (r.rope_orig_ctx) fprintf(f, ", LongRoPE from %d", r.rope_orig_ctx);
+        if (r.tie > 0) fprintf(f, ", tied");
+        fputc('\n', f);
     }
-    fprintf(f, "\nexample: kvinfer synth --preset stories15M --type q8_0 -o s15m-q8.gguf\n");
+    fprintf(f, "\nexamples: kvinfer synth --preset stories15M --type q8_0 -o s15m-q8.gguf\n"
+               "          kvinfer synth --preset gemma-3-1b --type q4_k_m -o gemma3-1b.gguf\n"
+               "          kvinfer synth --preset tiny --arch olmo2 -o olmo2-tiny.gguf\n");
 }
 
 /* The library's notices (a matrix stored in another type), one line each. */
@@ -86,10 +123,21 @@ int cmd_synth(int argc, char **argv)
     p.seed = 1;
     const char *preset = NULL, *out = NULL, *type = NULL, *name = NULL;
     int dim = 0, ffn = 0, layers = 0, heads = 0, kv_heads = 0, vocab = 0, ctx = 0;
+    int head_dim = 0, rot = 0, window = 0, pattern = 0, orig_ctx = 0, tie = 0;
+    const char *arch = NULL, *rope_base = NULL, *rope_linear = NULL;
     synth_flag shape[] = {
-        { "--dim", &dim, false },     { "--ffn", &ffn, false },           { "--layers", &layers, false },
-        { "--heads", &heads, false }, { "--kv-heads", &kv_heads, false }, { "--vocab", &vocab, false },
+        { "--dim", &dim, false },
+        { "--ffn", &ffn, false },
+        { "--layers", &layers, false },
+        { "--heads", &heads, false },
+        { "--kv-heads", &kv_heads, false },
+        { "--vocab", &vocab, false },
         { "--ctx", &ctx, false },
+        { "--head-dim", &head_dim, false },
+        { "--rot", &rot, false },
+        { "--window", &window, false },
+        { "--window-pattern", &pattern, false },
+        { "--rope-orig-ctx", &orig_ctx, false },
     };
     const size_t n_shape = sizeof shape / sizeof shape[0];
 
@@ -117,9 +165,16 @@ int cmd_synth(int argc, char **argv)
                            : !strcmp(a, "--type")                         ? &type
                            : !strcmp(a, "--vocab-from")                   ? &p.vocab_from
                            : !strcmp(a, "--name")                         ? &name
+                           : !strcmp(a, "--arch")                         ? &arch
+                           : !strcmp(a, "--rope-base")                    ? &rope_base
+                           : !strcmp(a, "--rope-linear")                  ? &rope_linear
                                                                           : NULL;
         if (str) {
             if (!(*str = cli_flag_value(argc, argv, &i))) return 1;
+            continue;
+        }
+        if (!strcmp(a, "--tied") || !strcmp(a, "--untied")) {
+            tie = !strcmp(a, "--tied") ? 1 : -1;
             continue;
         }
         if (!strcmp(a, "--seed")) {
@@ -173,8 +228,37 @@ int cmd_synth(int argc, char **argv)
     if (shape[5].set && p.vocab_from)
         fprintf(stderr, "synth: note: --vocab is ignored, the vocabulary of %s decides\n", p.vocab_from);
     if (name) p.name = name;
-    if (type && kvi_type_from_name(type, &p.type) != 0)
-        return cli_error("synth: unknown --type '%s' (f32, f16, bf16, q8_0, q4_0, q4_k, q6_k, ...)", type);
+    if (arch) {
+        const char *const *an = kvi_synth_arch_names();
+        int k = 0;
+        while (an[k] && strcmp(an[k], arch) != 0) k++;
+        if (!an[k])
+            return cli_error(
+                "synth: unknown --arch '%s' (llama, qwen2, qwen3, gemma2, gemma3, phi3, granite, "
+                "olmo2)",
+                arch);
+        p.arch = an[k];
+    }
+    if (shape[7].set) p.head_dim = head_dim;
+    if (shape[8].set) p.n_rot = rot;
+    if (shape[9].set) p.window = window;
+    if (shape[10].set) p.window_pattern = pattern;
+    if (shape[11].set) p.rope_orig_ctx = orig_ctx;
+    if (tie) p.tie = tie;
+    if (rope_base && (!cli_parse_f32(rope_base, &p.rope_base) || !(p.rope_base > 0)))
+        return cli_error("--rope-base needs a positive number, got '%s'", rope_base);
+    if (rope_linear && (!cli_parse_f32(rope_linear, &p.rope_linear) || !(p.rope_linear > 0)))
+        return cli_error("--rope-linear needs a positive number, got '%s'", rope_linear);
+    if (type) {
+        const size_t tl = strlen(type);
+        char base[16];
+        p.mix_m = tl == 6 && (type[5] == 'm' || type[5] == 'M') && type[4] == '_';
+        snprintf(base, sizeof base, "%.*s", (int)(p.mix_m ? 4 : tl), type);
+        if (kvi_type_from_name(base, &p.type) != 0 ||
+            (p.mix_m && p.type != KVI_TYPE_Q4_K && p.type != KVI_TYPE_Q5_K))
+            return cli_error(
+                "synth: unknown --type '%s' (f32, f16, bf16, q8_0, q4_0, q4_k, q4_k_m, q6_k, ...)", type);
+    }
 
     char vocab_desc[64];
     if (p.vocab_from)
@@ -188,11 +272,14 @@ int cmd_synth(int argc, char **argv)
     int rc = kvi_synth_write(&p, out, &err);
     if (rc != 0) return cli_error("%s", err.msg[0] ? err.msg : kvi_strerror(rc));
     /* Described only after success, so that a failure is exactly one error line. */
+    kvi_synth_params r;
+    if (kvi_synth_resolve(&p, &r) != 0) r = p;
     fprintf(
         stderr,
-        "synth: wrote %s: dim %d, ffn %d, %d layers, %d heads (%d kv), %s, ctx %d, %s, seed %llu in %.1f s\n",
-        out, p.dim, p.ffn_dim, p.n_layers, p.n_heads, p.n_kv_heads, vocab_desc, p.n_ctx,
-        kvi_type_name(p.type) ? kvi_type_name(p.type) : "?", (unsigned long long)p.seed,
-        (kvi_time_ms() - t0) / 1000.0);
+        "synth: wrote %s: %s, dim %d, ffn %d, %d layers, %d heads (%d kv) x %d, %s, ctx %d, %s%s, seed %llu "
+        "in %.1f s\n",
+        out, r.arch ? r.arch : "llama", r.dim, r.ffn_dim, r.n_layers, r.n_heads, r.n_kv_heads, r.head_dim,
+        vocab_desc, r.n_ctx, kvi_type_name(r.type) ? kvi_type_name(r.type) : "?", r.mix_m ? "_m" : "",
+        (unsigned long long)r.seed, (kvi_time_ms() - t0) / 1000.0);
     return 0;
 }

@@ -78,6 +78,9 @@ typedef struct kvi_model_info {
     bool has_weights;
     int n_unread_tensors; /* tensors of a part the architecture does not run (a
                              multimodal file's vision tower), left unread */
+    /* layer kinds (kvi_model_info_from_file; as the loader lays them out) */
+    int n_layers_window; /* sliding-window layers: their KV is bounded by the window */
+    int window;          /* the largest window of those layers (positions), 0: none */
 } kvi_model_info;
 
 void kvi_model_get_info(const kvi_model *m, kvi_model_info *out);
@@ -212,6 +215,23 @@ typedef struct kvi_stats {
      * sequence holds outside the pool (sequence: its own; pool: every tail).
      * Every KV byte allocated = kv_bytes_allocated + kv_bytes_tail. */
     size_t kv_bytes_tail;
+    /* layer kinds: global layers keep every position; sliding-window layers keep
+     * a block's K/V only until the sequence is past it by the window + 64
+     * positions (then its window part is released). kv_bytes_per_token ==
+     * kv_bytes_per_token_global + kv_bytes_per_token_window (row types; q4 keys
+     * up to the rounding of a group per block); kv_bytes ==
+     * kv_bytes_global + kv_bytes_window. Without window layers the window
+     * figures are 0. */
+    size_t kv_bytes_per_token_global; /* K + V bytes a token takes in the global layers */
+    size_t kv_bytes_per_token_window; /* ... in the window layers (while in the window) */
+    int32_t kv_n_layers_window;       /* window layers of the model */
+    int32_t kv_window;                /* their largest window (positions), 0: none */
+    size_t kv_bytes_global;           /* of kv_bytes: the blocks' global parts */
+    size_t kv_bytes_window;           /* of kv_bytes: the window parts held */
+    int32_t kv_wparts_held;           /* window parts held (sequence: its blocks from its
+                                         release cursor on; pool: parts in use) */
+    uint64_t kv_wparts_released;      /* sequence: its blocks whose window part it gave
+                                         up; pool: parts given up by tables so far */
 } kvi_stats;
 
 /* Statistics of one sequence (s != NULL) or of the whole engine (s == NULL). */
@@ -523,6 +543,26 @@ typedef struct kvi_synth_params {
     uint64_t seed;
     const char *vocab_from; /* GGUF whose tokenizer section is copied, or NULL */
     const char *name;       /* general.name */
+    /* The architecture (NULL or "": llama) and its fields; 0 takes the
+     * architecture's default (kvinfer synth --help lists them). */
+    const char *arch;      /* llama, qwen2, qwen3, gemma2, gemma3, phi3, granite, olmo2 */
+    int head_dim;          /* 0: dim / n_heads (else attention.key_length is written) */
+    int n_rot;             /* RoPE dims per head (partial rotary, phi3); 0: head_dim */
+    int window;            /* gemma2/3: sliding window of the local layers; phi3: the
+                              attention.sliding_window key (llama.cpp ignores it for phi3) */
+    int window_pattern;    /* gemma2/3: layer l is local when l % P < P - 1 (llama.cpp
+                              assumes 2 for gemma2, 6 for gemma3; another P is written) */
+    int tie;               /* 1: no output.weight (logits from token_embd), -1: an output
+                              matrix of its own, 0: the architecture's default */
+    float rope_base;       /* rope.freq_base */
+    float rope_base_local; /* gemma3: the local layers' RoPE base (10000) */
+    float rope_linear;     /* gemma3: linear RoPE scaling of the global layers; 0: none */
+    int rope_orig_ctx;     /* phi3: LongRoPE factors for an original context of this
+                              many positions (< n_ctx); 0: no LongRoPE */
+    float rms_eps;
+    bool mix_m; /* type q4_k / q5_k as llama.cpp's Q4_K_M / Q5_K_M mix (attn_v, ffn_down
+                   of some layers and the output matrix in Q6_K, fused attn_qkv one K
+                   type up) */
     /* Reports, each optional (NULL: silent; the library never prints), called on
      * the caller's thread with user: progress after each tensor's data is written
      * (counts and bytes so far, of the totals); notice for a remark such as a
@@ -533,11 +573,18 @@ typedef struct kvi_synth_params {
     void *user;
 } kvi_synth_params;
 
-/* Fills p from a preset ("stories15M", "stories110M", "llama-1b", ...). */
+/* Fills p from a preset ("stories15M", "llama-1b", "qwen3-0.6b", "gemma-3-1b",
+ * "phi-4-mini", ...). */
 int kvi_synth_preset(const char *name, kvi_synth_params *p);
 /* Names of the presets, NULL-terminated. */
 const char *const *kvi_synth_preset_names(void);
-/* Writes a llama-architecture GGUF with random N(0, 0.02) weights. */
+/* Names of the architectures synth writes, NULL-terminated. */
+const char *const *kvi_synth_arch_names(void);
+/* p with every 0 field of the architecture resolved to its default (what
+ * kvi_synth_write writes); KVI_E_INVALID for an unknown architecture. */
+int kvi_synth_resolve(const kvi_synth_params *p, kvi_synth_params *out);
+/* Writes a GGUF of p's architecture with random N(0, 0.02) weights, with the keys
+ * and tensors llama.cpp's converter writes for it. */
 int kvi_synth_write(const kvi_synth_params *p, const char *path, kvi_error *err);
 
 /* ---- measurement: machine limits, model sizes -------------- */

@@ -547,6 +547,15 @@ static enum MHD_Result kv_ep(srv_server *srv, struct MHD_Connection *con)
     cJSON_AddNumberToObject(o, "blocks_cached", st.engine.kv_blocks_cached);
     cJSON_AddNumberToObject(o, "blocks_free", st.engine.kv_blocks_free);
     cJSON_AddNumberToObject(o, "prefix_hit_tokens", (double)st.n_cached_tokens);
+    /* layer kinds: window layers hold a block only while it is within their window */
+    cJSON_AddNumberToObject(o, "bytes_per_token_global", (double)st.engine.kv_bytes_per_token_global);
+    cJSON_AddNumberToObject(o, "bytes_per_token_window", (double)st.engine.kv_bytes_per_token_window);
+    cJSON_AddNumberToObject(o, "n_layers_window", st.engine.kv_n_layers_window);
+    cJSON_AddNumberToObject(o, "window", st.engine.kv_window);
+    cJSON_AddNumberToObject(o, "bytes_global", (double)st.engine.kv_bytes_global);
+    cJSON_AddNumberToObject(o, "bytes_window", (double)st.engine.kv_bytes_window);
+    cJSON_AddNumberToObject(o, "window_parts_held", st.engine.kv_wparts_held);
+    cJSON_AddNumberToObject(o, "window_parts_released", (double)st.engine.kv_wparts_released);
     enum { MAX_VIEWS = 64, MAX_IDS = 16384 };
     kvi_sched_seq_view *v = malloc(MAX_VIEWS * sizeof *v);
     int32_t *ids = malloc(MAX_IDS * sizeof *ids);

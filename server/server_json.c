@@ -412,6 +412,17 @@ cJSON *srv_usage_json(srv_req *r)
     cJSON_AddNumberToObject(t, "ttft_ms", u0->ttft_ms);
     cJSON_AddNumberToObject(t, "decode_ms", u0->decode_ms);
     cJSON_AddNumberToObject(t, "kv_bytes", (double)kv);
+    /* the KV layer kinds (engine figures as of the last step; the scheduler's lock
+     * is not held while a request ends, so this is safe on its thread too) */
+    kvi_sched_stats st;
+    kvi_sched_stats_get(r->srv->s, &st);
+    cJSON *k = cJSON_AddObjectToObject(t, "kv");
+    cJSON_AddNumberToObject(k, "bytes_per_token_global", (double)st.engine.kv_bytes_per_token_global);
+    cJSON_AddNumberToObject(k, "bytes_per_token_window", (double)st.engine.kv_bytes_per_token_window);
+    cJSON_AddNumberToObject(k, "n_layers_window", st.engine.kv_n_layers_window);
+    cJSON_AddNumberToObject(k, "window", st.engine.kv_window);
+    cJSON_AddNumberToObject(k, "pool_window_parts_held", st.engine.kv_wparts_held);
+    cJSON_AddNumberToObject(k, "pool_window_parts_released", (double)st.engine.kv_wparts_released);
     cJSON_AddNumberToObject(t, "preempted", u0->n_preempted);
     int32_t sd = 0, sa = 0; /* speculative decoding, every choice */
     for (int i = 0; i < r->p.n; i++) {

@@ -367,8 +367,59 @@ static void test_truncated_model(void)
     free(data);
 }
 
+/* KV layer kinds in `kvinfer run` with a gemma-shaped synth model (gemma3-tiny:
+ * 7 layers, 1 KV head x 64, window 16 on 6 layers): 256 bytes a token for the
+ * global layer (2 x 64 x 2, f16), 1536 for the window layers; the global bytes are
+ * ceil(positions / 16) blocks x 16 x 256 and grow with the run; the window bytes
+ * stop growing past the window (the same at 100 and 200 tokens, at most
+ * (16 + 64) / 16 + 2 = 7 parts of 16 x 1536 bytes), and before it nothing is
+ * released. */
+static void test_run_window(void)
+{
+    const char *model = tmp_path("cli_gemma3_tiny.gguf");
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "synth --preset gemma3-tiny -o '%s'", model);
+    int rc = run_kvinfer(cmd, NULL, NULL);
+    CHECK(rc == 0, "synth gemma3-tiny: %d", rc);
+    if (rc) return;
+    const int n_gen[3] = { 4, 100, 200 };
+    double glob[3], win[3], rel[3];
+    for (int i = 0; i < 3; i++) {
+        char *out = NULL, *err = NULL;
+        snprintf(cmd, sizeof cmd,
+                 "run -m '%s' -p 'the quick brown fox' -n %d --temp 0 --ignore-eos --json -t 2", model,
+                 n_gen[i]);
+        rc = run_kvinfer(cmd, &out, &err);
+        cJSON *j = rc == 0 && out ? cJSON_Parse(out) : NULL;
+        CHECK(j != NULL, "%s: rc %d", cmd, rc);
+        const double pos = stat_num(j, "kv_tokens"), blocks = ceil(pos / 16);
+        glob[i] = stat_num(j, "kv_bytes_global");
+        win[i] = stat_num(j, "kv_bytes_window");
+        rel[i] = stat_num(j, "kv_wparts_released");
+        CHECK(stat_num(j, "kv_bytes_per_token_global") == 256 &&
+                  stat_num(j, "kv_bytes_per_token_window") == 1536 &&
+                  stat_num(j, "kv_n_layers_window") == 6 && stat_num(j, "kv_window") == 16,
+              "run -n %d: per-token kinds", n_gen[i]);
+        CHECK(glob[i] == blocks * 16 * 256, "run -n %d: global %.0f for %.0f positions", n_gen[i], glob[i],
+              pos);
+        CHECK(stat_num(j, "kv_bytes") == glob[i] + win[i], "run -n %d: kv_bytes", n_gen[i]);
+        CHECK(win[i] == stat_num(j, "kv_wparts_held") * 16 * 1536, "run -n %d: window parts", n_gen[i]);
+        if (i == 0) CHECK(rel[0] == 0 && win[0] == blocks * 16 * 1536, "short run: window %.0f", win[0]);
+        CHECK(err && strstr(err, "6 window layers (W 16)"), "run -n %d: summary lacks the kinds line",
+              n_gen[i]);
+        cJSON_Delete(j);
+        free(out);
+        free(err);
+    }
+    CHECK(glob[2] > glob[1] && glob[1] > glob[0], "global bytes %.0f %.0f %.0f", glob[0], glob[1], glob[2]);
+    CHECK(win[1] == win[2] && win[1] > 0 && win[1] <= 7 * 16 * 1536, "window bytes %.0f then %.0f", win[1],
+          win[2]);
+    CHECK(rel[2] > rel[1] && rel[1] > 0, "window parts released %.0f then %.0f", rel[1], rel[2]);
+}
+
 int main(void)
 {
+    test_run_window();
     snprintf(model, sizeof model, "'%s'", shared_path("models/stories260K.gguf"));
     cJSON *gold = load_json(shared_path("golden/stories260K/case1.json"));
     CHECK(gold != NULL, "cannot load golden case1.json");

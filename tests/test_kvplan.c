@@ -12,10 +12,34 @@
  *  - llama-2-7b: 32 layers x 32 KV heads x 128 -> f16 2 x 32 x 4096 x 2 = 524288 (512 KiB).
  *  - stories260K (dim 64, 8 heads, 4 KV heads, head_dim 8, 5 layers): kv_dim 32 ->
  *    f16 2 x 5 x 32 x 2 = 640 B; q8_0 one 34-byte block per vector -> 340 B.
+ *
+ * Layer kinds (a window layer holds min(ctx, W) positions; f16, per layer and token
+ * 2 x kv_dim x 2 bytes):
+ *  - gemma-3-27b: 62 layers, 16 KV heads x 128 -> 8192 B a layer; pattern 6: layers
+ *    5, 11, ..., 59 global (10), 52 window (W 1024). Per token 62 x 8192 = 507904,
+ *    global 81920, window 425984. At 32768 tokens: 81920 x 32768 + 425984 x 1024 =
+ *    2684354560 + 436207616 = 3120562176; full 507904 x 32768 = 16642998272; saving
+ *    13522436096 (0.8125). 80 GiB = 85899345920: floor(/ 3120562176) = 27 sequences;
+ *    one sequence: 1024 + floor((85899345920 - 507904 x 1024) / 81920) = 1024 +
+ *    1042227 = 1043251 tokens. At 512 tokens (inside the window): 507904 x 512 =
+ *    260046848 = full, saving 0.
+ *  - gemma-3-1b: 26 layers, 1 KV head x 256 -> 1024 B a layer; global 5, 11, 17, 23
+ *    (4), 22 window (W 512): at 32768: 4 x 1024 x 32768 + 22 x 1024 x 512 = 134217728
+ *    + 11534336 = 145752064; full 26 x 1024 x 32768 = 872415232.
+ *  - qwen3-32b: 64 layers, 8 KV heads x 128 -> 4096 B a layer, 262144 a token, all
+ *    global; at its 40960: 10737418240; 80 GiB: 8 sequences, 327680 tokens.
+ *  - phi-4-mini: 32 layers, 8 x 128 -> 131072 a token; at 131072: 17179869184 (16 GiB);
+ *    64 GiB: 4 sequences, 524288 tokens.
+ *  - synth gemma3-tiny (7 layers, 1 KV head x 64 -> 256 B a layer, W 16, pattern 6:
+ *    layer 5 global, 6 window): per token 1792, global 256, window 1536; at 512:
+ *    256 x 512 + 1536 x 16 = 155648, full 917504; 1 MiB: 6 sequences, one sequence
+ *    16 + (1048576 - 1792 x 16) / 256 = 16 + 3984 = 4000 tokens. With pattern 3
+ *    (layers 0, 1, 3, 4, 6 local): 5 window layers; gemma2 (period 2) of 4 layers: 2.
  */
 #include "testutil.h"
 
 #include "kvinfer.h"
+#include "model/model.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -68,8 +92,95 @@ static void expect_fail(const char *args, const char *needle)
     free(err);
 }
 
+/* The layer-kind figures of kv-plan --json args. */
+static void expect_kinds(const char *args, double n_window, double bpt_g, double bpt_w, double full,
+                         double saving)
+{
+    int rc;
+    cJSON *j = plan(args, &rc);
+    CHECK(rc == 0 && j, "kv-plan %s: exit %d", args, rc);
+    if (!j) return;
+    CHECK(num(j, "n_layers_window") == n_window, "%s: n_layers_window %.0f", args, num(j, "n_layers_window"));
+    CHECK(num(j, "bytes_per_token_global") == bpt_g, "%s: global %.0f, expected %.0f", args,
+          num(j, "bytes_per_token_global"), bpt_g);
+    CHECK(num(j, "bytes_per_token_window") == bpt_w, "%s: window %.0f, expected %.0f", args,
+          num(j, "bytes_per_token_window"), bpt_w);
+    CHECK(num(j, "bytes_per_sequence_full") == full, "%s: full %.0f, expected %.0f", args,
+          num(j, "bytes_per_sequence_full"), full);
+    CHECK(num(j, "window_saving_bytes") == saving, "%s: saving %.0f, expected %.0f", args,
+          num(j, "window_saving_bytes"), saving);
+    cJSON_Delete(j);
+}
+
+/* The window layers of a synthesized file: info (metadata only) and the loader agree
+ * with the count worked out by hand. */
+static void expect_file_kinds(const char *what, kvi_synth_params p, int n_window, int window)
+{
+    char file[96];
+    snprintf(file, sizeof file, "kvplan_%s.gguf", what);
+    const char *path = tmp_path(file);
+    kvi_error e = { 0 };
+    CHECK(kvi_synth_write(&p, path, &e) == 0, "%s: synth: %s", what, e.msg);
+    kvi_model_info info;
+    CHECK(kvi_model_info_from_file(path, &info, &e) == 0, "%s: info: %s", what, e.msg);
+    CHECK(info.n_layers_window == n_window && info.window == window, "%s: info %d window layers (W %d)", what,
+          info.n_layers_window, info.window);
+    kvi_model *m = kvi_model_load(path, NULL, &e);
+    CHECK(m != NULL, "%s: load: %s", what, e.msg);
+    if (!m) return;
+    int n = 0;
+    for (int l = 0; l < m->n_layers; l++) n += m->layers[l].window == window;
+    CHECK(n == n_window, "%s: the loader has %d window layers", what, n);
+    kvi_model_free(m);
+}
+
+static void test_layer_kinds(void)
+{
+    expect_plan("--preset gemma-3-27b --ctx 32768 --mem 80GiB", 507904, 3120562176.0, 27, 1043251);
+    expect_kinds("--preset gemma-3-27b --ctx 32768 --mem 80GiB", 52, 81920, 425984, 16642998272.0,
+                 13522436096.0);
+    expect_plan("--preset gemma-3-27b --ctx 512 --mem 80GiB", 507904, 260046848.0, -1, -1);
+    expect_kinds("--preset gemma-3-27b --ctx 512 --mem 80GiB", 52, 81920, 425984, 260046848.0, 0);
+    expect_plan("--preset gemma-3-1b --ctx 32768 --mem 1GiB", 26 * 1024, 145752064.0, -1, -1);
+    expect_kinds("--preset gemma-3-1b --ctx 32768 --mem 1GiB", 22, 4096, 22528, 872415232.0,
+                 872415232.0 - 145752064.0);
+    expect_plan("--preset qwen3-32b --mem 80GiB", 262144, 10737418240.0, 8, 327680);
+    expect_kinds("--preset qwen3-32b --mem 80GiB", 0, 262144, 0, 10737418240.0, 0);
+    expect_plan("--preset phi-4-mini --mem 64GiB", 131072, 17179869184.0, 4, 524288);
+
+    kvi_synth_params p;
+    CHECK(kvi_synth_preset("gemma3-tiny", &p) == 0, "gemma3-tiny preset");
+    p.n_vocab = 300;
+    expect_file_kinds("gemma3", p, 6, 16);
+    char args[512];
+    snprintf(args, sizeof args, "-m %s --ctx 512 --mem 1MiB", tmp_path("kvplan_gemma3.gguf"));
+    expect_plan(args, 1792, 155648, 6, 4000);
+    expect_kinds(args, 6, 256, 1536, 917504, 917504 - 155648);
+    char *out = NULL, *err = NULL;
+    snprintf(args, sizeof args, "kv-plan -m %s --ctx 512 --mem 1MiB", tmp_path("kvplan_gemma3.gguf"));
+    int rc = run_kvinfer(args, &out, &err);
+    CHECK(rc == 0 && out && strstr(out, "1 global") && strstr(out, "6 window (W 16)") &&
+              strstr(out, "(83.0%)"),
+          "text layer kinds: %s", out ? out : "(none)");
+    free(out);
+    free(err);
+    p.window_pattern = 3;
+    expect_file_kinds("gemma3p3", p, 5, 16);
+    p = (kvi_synth_params){ .arch = "gemma2",
+                            .dim = 128,
+                            .ffn_dim = 128,
+                            .n_layers = 4,
+                            .n_heads = 4,
+                            .n_kv_heads = 2,
+                            .n_vocab = 300,
+                            .n_ctx = 256,
+                            .window = 32 };
+    expect_file_kinds("gemma2", p, 2, 32);
+}
+
 int main(void)
 {
+    test_layer_kinds();
     /* the seed's 70B with and without grouped-query attention */
     expect_plan("--preset seed-70b --ctx 100000 --mem 80GiB", 327680, 32768000000.0, 2, 262144);
     expect_plan("--preset seed-70b-mha --ctx 100000 --mem 80GiB", 2621440, 262144000000.0, 0, 32768);

@@ -11,7 +11,13 @@
  *    greedy text as `kvinfer run` gives it; a strong frequency penalty makes a
  *    greedy text with fewer of the most repeated tokens (periods and commas);
  *  - a non-streamed request whose client disconnects is cancelled: its KV
- *    blocks are freed and /metrics counts it, long before it would have ended.
+ *    blocks are freed and /metrics counts it, long before it would have ended;
+ *  - KV layer kinds with a gemma-shaped synth model (preset gemma3-tiny: 7 layers,
+ *    1 KV head x 64, window 16 on layers 0-4 and 6): usage and /v1/kv report 256
+ *    bytes a token for the 1 global layer (2 x 64 x 2 bytes, f16) and 1536 for the
+ *    6 window layers; of two requests past the window, the longer one holds more
+ *    global bytes (ceil(positions / 16) blocks x 16 x 256) and exactly the same
+ *    window bytes (at most the (16 + 64) / 16 + 2 = 7 parts of 16 x 1536 bytes).
  */
 #include "testutil.h"
 
@@ -225,9 +231,73 @@ static void test_disconnect_non_streamed(void)
     CHECK(test_server_stop(&s) == 0, "server exit status");
 }
 
+static double jnum(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsNumber(v) ? v->valuedouble : -1.0;
+}
+
+static void test_window_layers(void)
+{
+    const char *model = tmp_path("fields_gemma3_tiny.gguf");
+    char extra[1024];
+    snprintf(extra, sizeof extra, "synth --preset gemma3-tiny -o '%s'", model);
+    int rc = run_kvinfer(extra, NULL, NULL);
+    CHECK(rc == 0, "synth gemma3-tiny: %d", rc);
+    if (rc) return;
+    snprintf(extra, sizeof extra, "-m '%s' -c 512", model);
+    test_server s;
+    if (!test_server_start(&s, extra, "fields_window.err")) {
+        CHECK(false, "server did not start (see %s)", tmp_path("fields_window.err"));
+        return;
+    }
+    const int n_gen[2] = { 100, 200 };
+    double glob[2] = { 0, 0 }, win[2] = { 0, 0 };
+    for (int i = 0; i < 2; i++) {
+        char body[256];
+        snprintf(
+            body, sizeof body,
+            "{\"prompt\":\"the quick brown fox\",\"max_tokens\":%d,\"temperature\":0,\"ignore_eos\":true}",
+            n_gen[i]);
+        completion c = complete(s.port, body);
+        CHECK(c.status == 200 && c.completion_tokens == n_gen[i], "request %d: status %d, %d tokens", i,
+              c.status, c.completion_tokens);
+        const cJSON *t = cJSON_GetObjectItem(cJSON_GetObjectItem(c.json, "usage"), "timings");
+        const cJSON *k = cJSON_GetObjectItem(t, "kv");
+        CHECK(jnum(k, "bytes_per_token_global") == 256 && jnum(k, "bytes_per_token_window") == 1536 &&
+                  jnum(k, "n_layers_window") == 6 && jnum(k, "window") == 16,
+              "usage kv kinds: global %.0f window %.0f layers %.0f W %.0f", jnum(k, "bytes_per_token_global"),
+              jnum(k, "bytes_per_token_window"), jnum(k, "n_layers_window"), jnum(k, "window"));
+        /* the last sampled token is never run: positions = prompt + completion - 1 */
+        const int pos = c.prompt_tokens + c.completion_tokens - 1, blocks = (pos + 15) / 16;
+        glob[i] = (double)blocks * 16 * 256;
+        win[i] = jnum(t, "kv_bytes") - glob[i];
+        CHECK(pos > 16 + 64 + 32, "request %d: %d positions, not past the window", i, pos);
+        completion_free(&c);
+    }
+    CHECK(glob[1] > glob[0], "global bytes %.0f then %.0f", glob[0], glob[1]);
+    CHECK(win[0] > 0 && win[0] == win[1] && win[0] <= 7 * 16 * 1536 && fmod(win[0], 16 * 1536) == 0,
+          "window bytes %.0f then %.0f (at most %d)", win[0], win[1], 7 * 16 * 1536);
+    http_resp r = http_request(s.port, "GET", "/v1/kv", NULL, NULL);
+    cJSON *j = r.body ? cJSON_Parse(r.body) : NULL;
+    CHECK(r.status == 200 && j, "/v1/kv: %d", r.status);
+    CHECK(jnum(j, "bytes_per_token_global") == 256 && jnum(j, "bytes_per_token_window") == 1536 &&
+              jnum(j, "n_layers_window") == 6 && jnum(j, "window") == 16,
+          "/v1/kv kinds");
+    CHECK(jnum(j, "bytes_used") == jnum(j, "bytes_global") + jnum(j, "bytes_window"), "/v1/kv bytes %.0f",
+          jnum(j, "bytes_used"));
+    /* request 0 released ceil(...) parts too: at least one each */
+    CHECK(jnum(j, "window_parts_released") >= 2, "/v1/kv window parts released %.0f",
+          jnum(j, "window_parts_released"));
+    cJSON_Delete(j);
+    free(r.body);
+    test_server_stop(&s);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
+    test_window_layers();
     test_prefix_cache();
     test_penalties();
     test_disconnect_non_streamed();

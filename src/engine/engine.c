@@ -624,11 +624,18 @@ void kvi_stats_get(const kvi_engine *e, const kvi_seq *s, kvi_stats *out)
     out->n_steps = e->n_steps;
     out->n_rows = e->n_rows;
     out->forward_ms = e->forward_ms;
+    out->kv_bytes_per_token_global = kv->gblock_bytes / (size_t)kv->block_size;
+    out->kv_bytes_per_token_window = kv->wblock_bytes / (size_t)kv->block_size;
+    out->kv_n_layers_window = kv->n_wlayers;
+    out->kv_window = kv->win_max;
     if (s) {
         out->kv_blocks_used = s->table.n_blocks;
         /* window layers hold only the blocks from the table's cursor on */
-        out->kv_bytes = (size_t)s->table.n_blocks * kv->gblock_bytes +
-                        (size_t)(s->table.n_blocks - s->table.wdrop) * kv->wblock_bytes;
+        out->kv_wparts_held = kv->n_wlayers ? s->table.n_blocks - s->table.wdrop : 0;
+        out->kv_wparts_released = kv->n_wlayers ? (uint64_t)s->table.wdrop : 0;
+        out->kv_bytes_global = (size_t)s->table.n_blocks * kv->gblock_bytes;
+        out->kv_bytes_window = (size_t)out->kv_wparts_held * kv->wblock_bytes;
+        out->kv_bytes = out->kv_bytes_global + out->kv_bytes_window;
         out->n_tokens = s->table.n_pos;
         for (int32_t i = 0; i < s->table.n_blocks; i++)
             if (kv->refcount[s->table.blocks[i]] > 1) out->kv_blocks_shared++;
@@ -638,8 +645,11 @@ void kvi_stats_get(const kvi_engine *e, const kvi_seq *s, kvi_stats *out)
         out->kv_bytes_tail = s->table.tail ? kv->tail_bytes : 0;
     } else {
         out->kv_blocks_used = kv->n_used;
-        out->kv_bytes =
-            (size_t)kv->n_used * kv->gblock_bytes + (size_t)(kv->n_walloc - kv->n_wfree) * kv->wblock_bytes;
+        out->kv_wparts_held = kv->n_walloc - kv->n_wfree;
+        out->kv_wparts_released = kv->n_wreleased;
+        out->kv_bytes_global = (size_t)kv->n_used * kv->gblock_bytes;
+        out->kv_bytes_window = (size_t)out->kv_wparts_held * kv->wblock_bytes;
+        out->kv_bytes = out->kv_bytes_global + out->kv_bytes_window;
         for (int i = 0; i < e->p.n_seq_max; i++)
             if (e->slots[i]) out->n_tokens += e->slots[i]->table.n_pos;
         for (int32_t b = 0; b < kv->n_alloc; b++)

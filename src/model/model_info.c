@@ -9,17 +9,49 @@
  * page reads. Other formats (llama2.c, Hugging Face folders) are loaded in full.
  *
  * Invariants: the hyper-parameters come from model_hparams_gguf() (model.c), the
- * loader's own reading of the metadata with its range checks, so the planner and
- * the loader never disagree about a shape. Counts use uint64_t so a 400B model does
- * not overflow.
+ * loader's own reading of the metadata with its range checks, and the layer kinds
+ * (sliding-window layers) from the architecture's own hparams function (arch.h:
+ * model_swa_layers for gemma2/3) run on a layers array of the info's own, so the
+ * planner and the loader never disagree about a shape or a window. Counts use
+ * uint64_t so a 400B model does not overflow.
  */
 #include "base/error.h"
 #include "formats/gguf.h"
-#include "model/model.h"
+#include "model/arch.h"
 #include "formats/quant.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+/* The window-layer count and the largest window of m's layers into out. */
+static void info_layer_kinds(const struct kvi_model *m, kvi_model_info *out)
+{
+    out->n_layers_window = 0;
+    out->window = 0;
+    for (int l = 0; m->layers && l < m->n_layers; l++)
+        if (m->layers[l].window > 0) {
+            out->n_layers_window++;
+            if (m->layers[l].window > out->window) out->window = m->layers[l].window;
+        }
+}
+
+/* The layer kinds of a GGUF as the loader lays them out: the architecture's
+ * hparams function (which reads the sliding-window keys) on a layers array of
+ * our own. An architecture kvinfer does not run has global layers only. */
+static int info_kinds_gguf(struct kvi_model *m, const gguf_ctx *g, kvi_model_info *out, kvi_error *err)
+{
+    const model_arch *a = model_arch_find(m->arch);
+    if (!a || !a->hparams) return 0;
+    model_block_defaults(m); /* the defaults an architecture's keys fall back to, as loaded */
+    m->layers = calloc((size_t)m->n_layers, sizeof *m->layers);
+    if (!m->layers) return err_set(err, KVI_E_NOMEM, "model info: out of memory for %d layers", m->n_layers);
+    int rc = a->hparams(m, g, err);
+    if (rc == 0) info_layer_kinds(m, out);
+    free(m->layers);
+    m->layers = NULL;
+    return rc;
+}
 
 /* Fills out from a parsed GGUF header. */
 static int info_from_gguf(const gguf_ctx *g, const char *file, kvi_model_info *out, kvi_error *err)
@@ -27,6 +59,7 @@ static int info_from_gguf(const gguf_ctx *g, const char *file, kvi_model_info *o
     struct kvi_model m;
     memset(&m, 0, sizeof m);
     int rc = model_hparams_gguf(&m, g, true, err);
+    if (rc == 0) rc = info_kinds_gguf(&m, g, out, err);
     if (rc) {
         if (err) {
             char msg[sizeof err->msg];
@@ -81,6 +114,7 @@ int kvi_model_info_from_file(const char *path, kvi_model_info *out, kvi_error *e
         kvi_model *m = kvi_model_load(path, &lp, err);
         if (!m) return err && err->code ? err->code : KVI_E_FORMAT;
         kvi_model_get_info(m, out);
+        info_layer_kinds(m, out);
         kvi_model_free(m);
         return 0;
     }

@@ -1,18 +1,31 @@
 /*
- * synth.c — synthetic llama-architecture GGUF files with random weights, for
+ * synth.c — synthetic GGUF files with random weights, of every architecture
+ * kvinfer runs (llama, qwen2, qwen3, gemma2, gemma3, phi3, granite, olmo2), for
  * benchmarks and tests of shapes no trained model in ../shared has.
  *
  * Data structure: a table of synth_tensor descriptions (name, GGUF dims, element
- * type, norm or matrix), built from the hyper-parameters in llama.cpp's order:
- * token_embd, blk.0..N-1.{attn_norm, attn_q, attn_k, attn_v, attn_output,
- * ffn_norm, ffn_gate, ffn_up, ffn_down}, output_norm, output. Dims are GGUF's:
- * ne[0] is the row length (the input side of a matrix), ne[1] the rows.
+ * type, kind of values), built from the hyper-parameters and the architecture's
+ * tensor flags (model/arch.h: the loader binds by the same flags) in llama.cpp's
+ * order: [rope_factors_long, rope_factors_short,] token_embd, then per block
+ * attn_norm, attn_q | attn_k | attn_v (+ biases) or the fused attn_qkv,
+ * attn_q_norm, attn_k_norm, attn_output, post_attention_norm, ffn_norm, ffn_gate
+ * + ffn_up or the fused ffn_up [gate | up], ffn_down, post_ffw_norm (each where the
+ * architecture has it), then output_norm and output (absent when tied). Dims are
+ * GGUF's: ne[0] is the row length (the input side of a matrix), ne[1] the rows.
+ * Metadata follows llama.cpp's converter per architecture (the goldens in
+ * ../shared/golden/arch carry the same keys): key_length / value_length for
+ * qwen3 and gemma (else only when head_dim != dim / heads), rope.dimension_count
+ * for llama, phi3 and granite (else only when partial), gemma2's soft-caps,
+ * attention.sliding_window, granite's four scales, phi3's LongRoPE tensors and
+ * rope.scaling keys.
  *
  * Invariants:
  *   - the f32 values of a tensor depend only on (seed, tensor name): each tensor
  *     has its own generator seeded from both, so every --type stores the same
  *     underlying weights, quantised;
- *   - matrices are N(0, 0.02), norm weights 1 + N(0, 0.02); never all zero;
+ *   - matrices are N(0, 0.02); norm weights 1 + N(0, 0.02), i.e. Gemma's norms are
+ *     stored already shifted by 1, as llama.cpp's converter stores them; biases
+ *     N(0, 0.02); LongRoPE factors a fixed ramp >= 1 (not random); never all zero;
  *   - a matrix whose row length is not a multiple of the type's block falls back
  *     to Q8_0 (row length % 32 == 0) or F16, with a notice (kvi_synth_params
  *     notice; the library never prints: the CLI prints notices and progress);
@@ -25,33 +38,100 @@
 #include "kvinfer.h"
 #include "formats/quant.h"
 #include "base/rng.h"
+#include "model/arch.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* ---- architectures: what llama.cpp's converter writes for each ---- */
+
+enum {
+    SA_KEY_LEN = 1 << 0,   /* writes attention.key_length / value_length always */
+    SA_ROPE_DIMS = 1 << 1, /* writes rope.dimension_count always */
+    SA_QKV_BIAS = 1 << 2,  /* attn_q / attn_k / attn_v biases (qwen2) */
+    SA_TIED = 1 << 3,      /* no output.weight by default */
+    SA_SWA = 1 << 4,       /* sliding-window layers (gemma2/3) */
+    SA_GEMMA2 = 1 << 5,    /* attention and final soft-caps */
+    SA_GRANITE = 1 << 6,   /* embedding / residual / attention / logit scales */
+    SA_PHI3 = 1 << 7,      /* attention.sliding_window key (ignored), LongRoPE */
+    SA_VOCAB_SIZE = 1 << 8 /* writes <arch>.vocab_size (llama) */
+};
+
+typedef struct synth_arch {
+    const char *name;
+    unsigned flags;
+    float rope_base, rms_eps;
+    int window, pattern; /* SA_SWA defaults */
+} synth_arch;
+
+static const synth_arch k_archs[] = {
+    { "llama", SA_ROPE_DIMS | SA_VOCAB_SIZE, 10000.0f, 1e-5f, 0, 0 },
+    { "qwen2", SA_QKV_BIAS, 1e6f, 1e-6f, 0, 0 },
+    { "qwen3", SA_KEY_LEN | SA_TIED, 1e6f, 1e-6f, 0, 0 },
+    { "gemma2", SA_KEY_LEN | SA_TIED | SA_SWA | SA_GEMMA2, 10000.0f, 1e-6f, 4096, 2 },
+    { "gemma3", SA_KEY_LEN | SA_TIED | SA_SWA, 1e6f, 1e-6f, 512, 6 },
+    { "phi3", SA_ROPE_DIMS | SA_PHI3, 10000.0f, 1e-5f, 0, 0 },
+    { "granite", SA_ROPE_DIMS | SA_GRANITE, 10000.0f, 1e-5f, 0, 0 },
+    { "olmo2", 0, 500000.0f, 1e-6f, 0, 0 },
+};
+#define N_ARCHS (sizeof k_archs / sizeof k_archs[0])
+
+static const char *const k_arch_names[N_ARCHS + 1] = {
+    "llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "granite", "olmo2", NULL,
+};
+
+const char *const *kvi_synth_arch_names(void) { return k_arch_names; }
+
+static const synth_arch *synth_arch_find(const char *name)
+{
+    if (!name || !name[0]) return &k_archs[0];
+    for (size_t i = 0; i < N_ARCHS; i++)
+        if (!strcmp(name, k_archs[i].name)) return &k_archs[i];
+    return NULL;
+}
+
 /* ---- presets ---- */
 
 typedef struct synth_preset {
-    const char *name;
+    const char *name, *arch;
     int dim, ffn_dim, n_layers, n_heads, n_kv_heads, n_vocab, n_ctx;
+    int head_dim, n_rot, window, pattern, tie, rope_orig_ctx;
 } synth_preset;
 
+/* The real shapes come from the models' config.json files (hidden_size,
+ * intermediate_size, num_hidden_layers, num_attention_heads, num_key_value_heads,
+ * head_dim, vocab_size, max_position_embeddings, tie_word_embeddings):
+ *  - Qwen/Qwen3-0.6B: 1024, 3072, 28, 16, 8, 128, 151936, 40960, tied; RoPE 1e6;
+ *  - google/gemma-3-1b-pt: 1152, 6912, 26, 4, 1, 256, 262144, 32768, tied;
+ *    sliding_window 512 on 5 of every 6 layers, local base 10000, global 1e6, no
+ *    RoPE scaling (the 4B..27B sizes scale the global layers linearly by 8);
+ *  - microsoft/Phi-4-mini-instruct: 3072, 8192, 32, 24, 8, 128, 200064, 131072,
+ *    tied; partial_rotary_factor 0.75 (96 of 128 dims), LongRoPE over
+ *    original_max_position_embeddings 4096, sliding_window 262144.
+ * The LongRoPE factors are synth's own ramp (see synth_rope_factor), not
+ * Phi-4-mini's. gemma3-tiny is ../shared/golden/arch/gemma3's shape with a window
+ * of 16 (tests of the window parts of the KV cache). */
 static const synth_preset k_presets[] = {
     /* the shape of stories260K (../shared/models/stories260K.gguf) */
-    { "tiny", 64, 172, 5, 8, 4, 512, 512 },
+    { "tiny", "llama", 64, 172, 5, 8, 4, 512, 512, 0, 0, 0, 0, 0, 0 },
     /* the shape of ../shared/golden/quant/qtest-*.gguf */
-    { "qtest", 256, 768, 4, 8, 4, 512, 512 },
-    { "stories15M", 288, 768, 6, 6, 6, 32000, 256 },
-    { "stories42M", 512, 1376, 8, 8, 8, 32000, 1024 },
-    { "stories110M", 768, 2048, 12, 12, 12, 32000, 1024 },
-    { "llama-1b", 2048, 8192, 16, 32, 8, 32000, 2048 },
+    { "qtest", "llama", 256, 768, 4, 8, 4, 512, 512, 0, 0, 0, 0, 0, 0 },
+    { "stories15M", "llama", 288, 768, 6, 6, 6, 32000, 256, 0, 0, 0, 0, 0, 0 },
+    { "stories42M", "llama", 512, 1376, 8, 8, 8, 32000, 1024, 0, 0, 0, 0, 0, 0 },
+    { "stories110M", "llama", 768, 2048, 12, 12, 12, 32000, 1024, 0, 0, 0, 0, 0, 0 },
+    { "llama-1b", "llama", 2048, 8192, 16, 32, 8, 32000, 2048, 0, 0, 0, 0, 0, 0 },
+    { "qwen3-0.6b", "qwen3", 1024, 3072, 28, 16, 8, 151936, 40960, 128, 0, 0, 0, 1, 0 },
+    { "gemma-3-1b", "gemma3", 1152, 6912, 26, 4, 1, 262144, 32768, 256, 0, 512, 6, 1, 0 },
+    { "phi-4-mini", "phi3", 3072, 8192, 32, 24, 8, 200064, 131072, 128, 96, 262144, 0, 1, 4096 },
+    { "gemma3-tiny", "gemma3", 128, 256, 7, 4, 1, 512, 512, 64, 0, 16, 6, 1, 0 },
 };
 #define N_PRESETS (sizeof k_presets / sizeof k_presets[0])
 
 static const char *const k_preset_names[N_PRESETS + 1] = {
-    "tiny", "qtest", "stories15M", "stories42M", "stories110M", "llama-1b", NULL,
+    "tiny",       "qtest",      "stories15M", "stories42M",  "stories110M", "llama-1b",
+    "qwen3-0.6b", "gemma-3-1b", "phi-4-mini", "gemma3-tiny", NULL,
 };
 
 const char *const *kvi_synth_preset_names(void) { return k_preset_names; }
@@ -84,9 +164,37 @@ int kvi_synth_preset(const char *name, kvi_synth_params *p)
         p->seed = 1;
         p->vocab_from = NULL;
         p->name = s->name;
+        p->arch = s->arch;
+        p->head_dim = s->head_dim;
+        p->n_rot = s->n_rot;
+        p->window = s->window;
+        p->window_pattern = s->pattern;
+        p->tie = s->tie;
+        p->rope_orig_ctx = s->rope_orig_ctx;
         return KVI_OK;
     }
     return KVI_E_INVALID;
+}
+
+int kvi_synth_resolve(const kvi_synth_params *p, kvi_synth_params *out)
+{
+    if (!p || !out) return KVI_E_INVALID;
+    const synth_arch *a = synth_arch_find(p->arch);
+    if (!a) return KVI_E_INVALID;
+    *out = *p;
+    out->arch = a->name;
+    if (out->head_dim == 0 && out->n_heads > 0) out->head_dim = out->dim / out->n_heads;
+    if (out->n_rot == 0) out->n_rot = out->head_dim;
+    if (out->tie == 0) out->tie = (a->flags & SA_TIED) ? 1 : -1;
+    if (out->rope_base == 0.0f) out->rope_base = a->rope_base;
+    if (out->rms_eps == 0.0f) out->rms_eps = a->rms_eps;
+    if (a->flags & SA_SWA) {
+        if (out->window == 0) out->window = a->window;
+        if (out->window_pattern == 0) out->window_pattern = a->pattern;
+    }
+    if ((a->flags & SA_PHI3) && out->window == 0) out->window = out->n_ctx;
+    if (!strcmp(a->name, "gemma3") && out->rope_base_local == 0.0f) out->rope_base_local = 10000.0f;
+    return KVI_OK;
 }
 
 /* ---- the random weights ---- */
@@ -137,18 +245,28 @@ static void synth_normal_fill(synth_normal *g, float *dst, int64_t n, float mean
 
 /* ---- the tensor table ---- */
 
+typedef enum synth_kind {
+    SK_MATRIX,     /* N(0, 0.02) */
+    SK_NORM,       /* 1 + N(0, 0.02) */
+    SK_BIAS,       /* N(0, 0.02), 1-D */
+    SK_ROPE_LONG,  /* LongRoPE factors, the long set */
+    SK_ROPE_SHORT, /* ... the short set */
+} synth_kind;
+
 typedef struct synth_tensor {
     char name[64];
-    int64_t ne[2];   /* GGUF dims: ne[0] row length, ne[1] rows (1 for a norm) */
-    uint32_t n_dims; /* 1 for norms, 2 for matrices */
+    int64_t ne[2];   /* GGUF dims: ne[0] row length, ne[1] rows (1 for a vector) */
+    uint32_t n_dims; /* 1 for vectors, 2 for matrices */
     kvi_type type;
-    bool is_norm;
+    synth_kind kind;
 } synth_tensor;
 
 /* llama.cpp's LLAMA_FTYPE_MOSTLY_* for a file whose matrices are all `t`
- * ("pure" K types take the _S number, as llama-quantize --pure writes them). */
-static int synth_file_type(kvi_type t)
+ * ("pure" K types take the _S number, as llama-quantize --pure writes them;
+ * the _M mixes their own). */
+static int synth_file_type(kvi_type t, bool mix_m)
 {
+    if (mix_m) return t == KVI_TYPE_Q4_K ? 15 : t == KVI_TYPE_Q5_K ? 17 : -1;
     switch (t) {
     case KVI_TYPE_F32: return 0;
     case KVI_TYPE_F16: return 1;
@@ -178,32 +296,62 @@ static kvi_type synth_matrix_type(kvi_type want, int64_t n)
     return KVI_TYPE_F16;
 }
 
-static void synth_add(synth_tensor *t, size_t *n, const char *name, int64_t ne0, int64_t ne1, bool is_norm,
+/* llama.cpp's use_more_bits: the first and last eighth of the layers and every
+ * third one between take more bits in the _M mixes. */
+static bool synth_more_bits(int l, int n) { return l < n / 8 || l >= 7 * n / 8 || (l - n / 8) % 3 == 2; }
+
+/* The type llama-quantize gives matrix `role` of layer l (-1: not in a block):
+ * the file's type, or for the _M mixes (llama_tensor_get_type) Q6_K for attn_v
+ * and ffn_down where use_more_bits, one K type up for a fused attn_qkv; the output
+ * matrix (the embedding when tied) in Q6_K for Q4_0 and the mixes. */
+static kvi_type synth_role_type(const kvi_synth_params *p, const char *role, int l, bool is_output)
+{
+    const kvi_type t = p->type;
+    if (is_output) return (t == KVI_TYPE_Q4_0 || p->mix_m) && p->dim % QK_K == 0 ? KVI_TYPE_Q6_K : t;
+    if (!p->mix_m) return t;
+    const kvi_type up = t == KVI_TYPE_Q4_K ? KVI_TYPE_Q5_K : KVI_TYPE_Q6_K;
+    if (!strcmp(role, "attn_qkv")) return up;
+    if ((!strcmp(role, "attn_v") || !strcmp(role, "ffn_down")) && synth_more_bits(l, p->n_layers))
+        return KVI_TYPE_Q6_K;
+    return t;
+}
+
+typedef struct synth_table {
+    synth_tensor *t;
+    size_t n;
+} synth_table;
+
+static void synth_add(synth_table *tab, const char *name, int64_t ne0, int64_t ne1, synth_kind kind,
                       kvi_type want)
 {
-    synth_tensor *d = &t[(*n)++];
+    synth_tensor *d = &tab->t[tab->n++];
     snprintf(d->name, sizeof d->name, "%s", name);
     d->ne[0] = ne0;
     d->ne[1] = ne1;
-    d->n_dims = is_norm ? 1 : 2;
-    d->is_norm = is_norm;
-    d->type = is_norm ? KVI_TYPE_F32 : synth_matrix_type(want, ne0);
+    d->n_dims = kind == SK_MATRIX ? 2 : 1;
+    d->kind = kind;
+    d->type = kind == SK_MATRIX ? synth_matrix_type(want, ne0) : KVI_TYPE_F32;
 }
 
 /* One notice per row length that could not take the requested type, naming
  * the matrices (their role: "attn_q" stands for every layer's); nothing when p
- * has no notice callback. */
+ * has no notice callback. Deliberate choices (Q6_K output, the _M mix) are not
+ * reported. */
 static void synth_note_fallbacks(const kvi_synth_params *p, const synth_tensor *t, size_t n)
 {
     const kvi_type want = p->type;
-    int64_t done[2] = { 0, 0 }; /* row lengths already reported (dim and ffn at most) */
-    for (size_t i = 0; p->notice && i < n; i++) {
-        if (t[i].is_norm || t[i].type == want || t[i].ne[0] == done[0] || t[i].ne[0] == done[1]) continue;
-        if (!strcmp(t[i].name, "output.weight") && t[i].type == KVI_TYPE_Q6_K) continue; /* deliberate */
+    int64_t done[4] = { 0, 0, 0, 0 }; /* row lengths already reported */
+    int n_done = 0;
+#define FELL(x) ((x).kind == SK_MATRIX && (x).type != want && (x).type == synth_matrix_type(want, (x).ne[0]))
+    for (size_t i = 0; p->notice && i < n && n_done < 4; i++) {
+        if (!FELL(t[i])) continue;
         const int64_t len = t[i].ne[0];
+        bool seen = false;
+        for (int k = 0; k < n_done; k++) seen |= done[k] == len;
+        if (seen) continue;
         char roles[256] = "";
         for (size_t j = i; j < n; j++) {
-            if (t[j].is_norm || t[j].type == want || t[j].ne[0] != len) continue;
+            if (!FELL(t[j]) || t[j].ne[0] != len) continue;
             const char *nm = t[j].name;
             if (!strncmp(nm, "blk.", 4)) {
                 if (strncmp(nm, "blk.0.", 6) != 0) continue;
@@ -220,40 +368,90 @@ static void synth_note_fallbacks(const kvi_synth_params *p, const synth_tensor *
                  (long long)len, kvi_type_name(want), (long long)quant_block_elems(want), roles,
                  kvi_type_name(t[i].type));
         p->notice(p->user, msg);
-        done[done[0] ? 1 : 0] = len;
+        done[n_done++] = len;
     }
+#undef FELL
 }
 
-/* Fills t (room for 3 + 9 * n_layers) in file order; returns the count. */
-static size_t synth_build_table(const kvi_synth_params *p, int n_vocab, synth_tensor *t)
+/* Most tensors a table can hold: 5 outside the blocks, 16 per block. */
+static size_t synth_table_cap(int n_layers) { return 5 + 16 * (size_t)n_layers; }
+
+/* Fills tab (room for synth_table_cap) in file order for the resolved p. */
+static void synth_build_table(const kvi_synth_params *p, const synth_arch *sa, const model_arch *ma,
+                              int n_vocab, synth_table *tab)
 {
-    const int64_t dim = p->dim, ffn = p->ffn_dim;
-    const int64_t kv_dim = (int64_t)p->dim / p->n_heads * p->n_kv_heads;
-    size_t n = 0;
+    const int64_t dim = p->dim, ffn = p->ffn_dim, hd = p->head_dim;
+    const int64_t qd = hd * p->n_heads, kvd = hd * p->n_kv_heads;
+    const bool tied = p->tie > 0;
     char nm[64];
-    synth_add(t, &n, "token_embd.weight", dim, n_vocab, false, p->type);
+    if (p->rope_orig_ctx > 0) {
+        synth_add(tab, "rope_factors_long.weight", p->n_rot / 2, 1, SK_ROPE_LONG, p->type);
+        synth_add(tab, "rope_factors_short.weight", p->n_rot / 2, 1, SK_ROPE_SHORT, p->type);
+    }
+    synth_add(tab, "token_embd.weight", dim, n_vocab, SK_MATRIX, synth_role_type(p, "token_embd", -1, tied));
+    const bool pre = !(ma->flags & ARCH_NO_PRE_NORM), post = (ma->flags & ARCH_POST_NORMS) != 0;
     for (int l = 0; l < p->n_layers; l++) {
-#define BLK(suffix, ne0, ne1, norm)                         \
-    snprintf(nm, sizeof nm, "blk.%d." suffix ".weight", l); \
-    synth_add(t, &n, nm, ne0, ne1, norm, p->type)
-        BLK("attn_norm", dim, 1, true);
-        BLK("attn_q", dim, dim, false);
-        BLK("attn_k", dim, kv_dim, false);
-        BLK("attn_v", dim, kv_dim, false);
-        BLK("attn_output", dim, dim, false);
-        BLK("ffn_norm", dim, 1, true);
-        BLK("ffn_gate", dim, ffn, false);
-        BLK("ffn_up", dim, ffn, false);
-        BLK("ffn_down", ffn, dim, false);
+#define BLK(role, ne0, ne1, kind)                                               \
+    do {                                                                        \
+        snprintf(nm, sizeof nm, "blk.%d.%s", l, role);                          \
+        synth_add(tab, nm, ne0, ne1, kind, synth_role_type(p, role, l, false)); \
+    } while (0)
+        if (pre) BLK("attn_norm.weight", dim, 1, SK_NORM);
+        if (ma->flags & ARCH_FUSED_QKV) {
+            snprintf(nm, sizeof nm, "blk.%d.attn_qkv.weight", l);
+            synth_add(tab, nm, dim, qd + 2 * kvd, SK_MATRIX, synth_role_type(p, "attn_qkv", l, false));
+        } else {
+            snprintf(nm, sizeof nm, "blk.%d.attn_q.weight", l);
+            synth_add(tab, nm, dim, qd, SK_MATRIX, synth_role_type(p, "attn_q", l, false));
+            if (sa->flags & SA_QKV_BIAS) BLK("attn_q.bias", qd, 1, SK_BIAS);
+            snprintf(nm, sizeof nm, "blk.%d.attn_k.weight", l);
+            synth_add(tab, nm, dim, kvd, SK_MATRIX, synth_role_type(p, "attn_k", l, false));
+            if (sa->flags & SA_QKV_BIAS) BLK("attn_k.bias", kvd, 1, SK_BIAS);
+            snprintf(nm, sizeof nm, "blk.%d.attn_v.weight", l);
+            synth_add(tab, nm, dim, kvd, SK_MATRIX, synth_role_type(p, "attn_v", l, false));
+            if (sa->flags & SA_QKV_BIAS) BLK("attn_v.bias", kvd, 1, SK_BIAS);
+        }
+        if (ma->qk_norm != MODEL_QK_NONE) {
+            const bool head = ma->qk_norm == MODEL_QK_HEAD;
+            BLK("attn_q_norm.weight", head ? hd : qd, 1, SK_NORM);
+            BLK("attn_k_norm.weight", head ? hd : kvd, 1, SK_NORM);
+        }
+        snprintf(nm, sizeof nm, "blk.%d.attn_output.weight", l);
+        synth_add(tab, nm, qd, dim, SK_MATRIX, synth_role_type(p, "attn_output", l, false));
+        if (post) BLK("post_attention_norm.weight", dim, 1, SK_NORM);
+        if (pre) BLK("ffn_norm.weight", dim, 1, SK_NORM);
+        if (ma->flags & ARCH_FUSED_GATE_UP) {
+            snprintf(nm, sizeof nm, "blk.%d.ffn_up.weight", l);
+            synth_add(tab, nm, dim, 2 * ffn, SK_MATRIX, synth_role_type(p, "ffn_up", l, false));
+        } else {
+            snprintf(nm, sizeof nm, "blk.%d.ffn_gate.weight", l);
+            synth_add(tab, nm, dim, ffn, SK_MATRIX, synth_role_type(p, "ffn_gate", l, false));
+            snprintf(nm, sizeof nm, "blk.%d.ffn_up.weight", l);
+            synth_add(tab, nm, dim, ffn, SK_MATRIX, synth_role_type(p, "ffn_up", l, false));
+        }
+        snprintf(nm, sizeof nm, "blk.%d.ffn_down.weight", l);
+        synth_add(tab, nm, ffn, dim, SK_MATRIX, synth_role_type(p, "ffn_down", l, false));
+        if (post) BLK("post_ffw_norm.weight", dim, 1, SK_NORM);
 #undef BLK
     }
-    synth_add(t, &n, "output_norm.weight", dim, 1, true, p->type);
-    synth_add(t, &n, "output.weight", dim, n_vocab, false, p->type);
-    /* llama.cpp's Q4_0 file type keeps the output matrix in Q6_K (its quantiser's
-     * default, and what ../shared/golden/quant/qtest-q4_0.gguf holds): do the same,
-     * so benchmarks against llama.cpp's Q4_0 files compare like with like. */
-    if (p->type == KVI_TYPE_Q4_0 && dim % QK_K == 0) t[n - 1].type = KVI_TYPE_Q6_K;
-    return n;
+    synth_add(tab, "output_norm.weight", dim, 1, SK_NORM, p->type);
+    /* llama.cpp's Q4_0 file type and the _M mixes keep the output matrix in Q6_K
+     * (its quantiser's default, and what ../shared/golden/quant/qtest-q4_0.gguf
+     * holds), the embedding when tied: do the same, so benchmarks against
+     * llama.cpp's files compare like with like. */
+    if (!tied)
+        synth_add(tab, "output.weight", dim, n_vocab, SK_MATRIX, synth_role_type(p, "output", -1, true));
+}
+
+/* LongRoPE factor i of half = n_rot / 2: the short set rises from 1 to 1.25, the
+ * long set from 1 to n_ctx / rope_orig_ctx (geometrically): low-frequency pairs
+ * stretched the most, as LongRoPE's searched factors are. */
+static float synth_rope_factor(const kvi_synth_params *p, synth_kind kind, int64_t i, int64_t half)
+{
+    const double t = half > 1 ? (double)i / (double)(half - 1) : 0.0;
+    if (kind == SK_ROPE_SHORT) return (float)(1.0 + 0.25 * t * t);
+    const double ratio = (double)p->n_ctx / (double)p->rope_orig_ctx;
+    return (float)pow(ratio > 1.0 ? ratio : 1.0, t);
 }
 
 /* ---- the generated SentencePiece-style vocabulary ---- */
@@ -377,65 +575,133 @@ static int synth_vocab_copy(gguf_writer *w, const gguf_ctx *src, const char *pat
 
 /* ---- validation ---- */
 
+/* p resolved (kvi_synth_resolve). */
 static int synth_check(const kvi_synth_params *p, kvi_error *err)
 {
 #define NEED(cond, ...) \
     if (!(cond)) return err_set(err, KVI_E_INVALID, __VA_ARGS__)
+    const bool swa = !strcmp(p->arch, "gemma2") || !strcmp(p->arch, "gemma3");
     NEED(p->dim > 0 && p->dim <= 65536, "synth: dim %d out of range 1..65536", p->dim);
     NEED(p->ffn_dim > 0 && p->ffn_dim <= 262144, "synth: ffn %d out of range 1..262144", p->ffn_dim);
     NEED(p->n_layers > 0 && p->n_layers <= 1024, "synth: layers %d out of range 1..1024", p->n_layers);
     NEED(p->n_heads > 0 && p->n_heads <= p->dim, "synth: heads %d out of range 1..dim", p->n_heads);
-    NEED(p->dim % p->n_heads == 0, "synth: dim %d is not a multiple of heads %d", p->dim, p->n_heads);
-    NEED((p->dim / p->n_heads) % 2 == 0, "synth: head dim %d must be even (RoPE rotates pairs)",
-         p->dim / p->n_heads);
+    NEED(p->head_dim > 0 && p->head_dim <= 4096, "synth: head dim %d out of range 1..4096", p->head_dim);
+    NEED(p->head_dim != p->dim / p->n_heads || p->dim % p->n_heads == 0,
+         "synth: dim %d is not a multiple of heads %d", p->dim, p->n_heads);
+    NEED(p->head_dim % 2 == 0, "synth: head dim %d must be even (RoPE rotates pairs)", p->head_dim);
+    NEED(p->n_rot > 0 && p->n_rot <= p->head_dim && p->n_rot % 2 == 0,
+         "synth: rotary dims %d must be even and within the head dim %d", p->n_rot, p->head_dim);
     NEED(p->n_kv_heads > 0 && p->n_kv_heads <= p->n_heads && p->n_heads % p->n_kv_heads == 0,
          "synth: kv-heads %d must divide heads %d", p->n_kv_heads, p->n_heads);
     NEED(p->n_ctx > 0 && p->n_ctx <= (1 << 24), "synth: ctx %d out of range 1..16777216", p->n_ctx);
+    NEED(p->window >= 0 && p->window <= (1 << 24), "synth: window %d out of range 1..16777216", p->window);
+    NEED(!swa || p->window > 0, "synth: %s needs a window of at least 1", p->arch);
+    NEED(p->window_pattern >= 0 && p->window_pattern <= 1024, "synth: window pattern %d out of range 0..1024",
+         p->window_pattern);
+    NEED(p->rope_base > 0 && isfinite(p->rope_base), "synth: RoPE base %g must be positive", p->rope_base);
+    NEED(p->rms_eps > 0 && isfinite(p->rms_eps), "synth: rms epsilon %g must be positive", p->rms_eps);
+    NEED(p->rope_linear >= 0 && isfinite(p->rope_linear), "synth: RoPE scaling %g invalid", p->rope_linear);
+    NEED(p->rope_base_local >= 0 && isfinite(p->rope_base_local), "synth: local RoPE base %g invalid",
+         p->rope_base_local);
+    NEED(p->rope_orig_ctx == 0 ||
+             (!strcmp(p->arch, "phi3") && p->rope_orig_ctx > 0 && p->rope_orig_ctx < p->n_ctx),
+         "synth: LongRoPE (original context %d) needs arch phi3 and an original context below ctx %d",
+         p->rope_orig_ctx, p->n_ctx);
     if (!p->vocab_from)
         NEED(p->n_vocab > SYNTH_N_SPECIAL + SYNTH_N_BYTES && p->n_vocab <= (1 << 22),
              "synth: vocab %d out of range %d..4194304 (3 special + 256 byte tokens + pieces)", p->n_vocab,
              SYNTH_N_SPECIAL + SYNTH_N_BYTES + 1);
-    if (synth_file_type(p->type) < 0)
+    if (synth_file_type(p->type, p->mix_m) < 0)
         return err_set(err, KVI_E_UNSUPPORTED,
-                       "synth: type %s is not supported for weights (use f32, f16, "
-                       "bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl or iq4_xs)",
-                       kvi_type_name(p->type) ? kvi_type_name(p->type) : "(unknown)");
+                       "synth: type %s%s is not supported for weights (use f32, f16, "
+                       "bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs, q4_k_m or q5_k_m)",
+                       kvi_type_name(p->type) ? kvi_type_name(p->type) : "(unknown)",
+                       p->mix_m ? " (_m)" : "");
 #undef NEED
     return KVI_OK;
 }
 
 /* ---- writing ---- */
 
-static int synth_set_metadata(gguf_writer *w, const kvi_synth_params *p, int n_vocab)
+/* "<arch>.<key>" */
+static const char *synth_key(char *buf, size_t cap, const char *arch, const char *key)
 {
-    const uint32_t head_dim = (uint32_t)(p->dim / p->n_heads);
+    snprintf(buf, cap, "%s.%s", arch, key);
+    return buf;
+}
+
+/* The general and architecture keys of the resolved p, as llama.cpp's converter
+ * writes them for p->arch (see the file comment). */
+static int synth_set_metadata(gguf_writer *w, const kvi_synth_params *p, const synth_arch *a, int n_vocab)
+{
+    const char *ar = p->arch;
+    char k[128];
     int bad = 0;
-    bad |= gguf_writer_set_str(w, "general.architecture", "llama") < 0;
+#define U32(key, v) (bad |= gguf_writer_set_u32(w, synth_key(k, sizeof k, ar, key), (uint32_t)(v)) < 0)
+#define F32(key, v) (bad |= gguf_writer_set_f32(w, synth_key(k, sizeof k, ar, key), (float)(v)) < 0)
+    bad |= gguf_writer_set_str(w, "general.architecture", ar) < 0;
     bad |= gguf_writer_set_str(w, "general.name", p->name && p->name[0] ? p->name : "kvinfer-synth") < 0;
-    bad |= gguf_writer_set_u32(w, "general.file_type", (uint32_t)synth_file_type(p->type)) < 0;
+    bad |= gguf_writer_set_u32(w, "general.file_type", (uint32_t)synth_file_type(p->type, p->mix_m)) < 0;
     /* llama.cpp's quantiser writes the version for every file type, f16/bf16 included */
     if (p->type != KVI_TYPE_F32) bad |= gguf_writer_set_u32(w, "general.quantization_version", 2) < 0;
-    bad |= gguf_writer_set_u32(w, "llama.context_length", (uint32_t)p->n_ctx) < 0;
-    bad |= gguf_writer_set_u32(w, "llama.embedding_length", (uint32_t)p->dim) < 0;
-    bad |= gguf_writer_set_u32(w, "llama.feed_forward_length", (uint32_t)p->ffn_dim) < 0;
-    bad |= gguf_writer_set_u32(w, "llama.block_count", (uint32_t)p->n_layers) < 0;
-    bad |= gguf_writer_set_u32(w, "llama.attention.head_count", (uint32_t)p->n_heads) < 0;
-    bad |= gguf_writer_set_u32(w, "llama.attention.head_count_kv", (uint32_t)p->n_kv_heads) < 0;
-    bad |= gguf_writer_set_u32(w, "llama.rope.dimension_count", head_dim) < 0;
-    bad |= gguf_writer_set_f32(w, "llama.rope.freq_base", 10000.0f) < 0;
-    bad |= gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f) < 0;
-    bad |= gguf_writer_set_u32(w, "llama.vocab_size", (uint32_t)n_vocab) < 0;
+    U32("context_length", p->n_ctx);
+    U32("embedding_length", p->dim);
+    U32("feed_forward_length", p->ffn_dim);
+    U32("block_count", p->n_layers);
+    U32("attention.head_count", p->n_heads);
+    U32("attention.head_count_kv", p->n_kv_heads);
+    if ((a->flags & SA_KEY_LEN) || p->head_dim != p->dim / p->n_heads) {
+        U32("attention.key_length", p->head_dim);
+        U32("attention.value_length", p->head_dim);
+    }
+    if ((a->flags & SA_ROPE_DIMS) || p->n_rot != p->head_dim) U32("rope.dimension_count", p->n_rot);
+    F32("rope.freq_base", p->rope_base);
+    F32("attention.layer_norm_rms_epsilon", p->rms_eps);
+    if (a->flags & SA_VOCAB_SIZE) U32("vocab_size", n_vocab);
+    if (a->flags & SA_SWA) {
+        U32("attention.sliding_window", p->window);
+        if (p->window_pattern != a->pattern) U32("attention.sliding_window_pattern", p->window_pattern);
+    }
+    if (a->flags & SA_GEMMA2) {
+        F32("attn_logit_softcapping", 50.0f); /* Gemma 2's config values */
+        F32("final_logit_softcapping", 30.0f);
+    }
+    if (!strcmp(ar, "gemma3") && p->rope_base_local != 10000.0f)
+        F32("rope.freq_base_swa", p->rope_base_local);
+    if (p->rope_linear > 0.0f && p->rope_linear != 1.0f) {
+        bad |= gguf_writer_set_str(w, synth_key(k, sizeof k, ar, "rope.scaling.type"), "linear") < 0;
+        F32("rope.scaling.factor", p->rope_linear);
+    }
+    if (a->flags & SA_GRANITE) {
+        /* Granite 3.x's multipliers (embedding 12, residual 0.22, logits 8) and an
+         * attention multiplier of 1 / head_dim */
+        F32("embedding_scale", 12.0f);
+        F32("residual_scale", 0.22f);
+        F32("attention.scale", 1.0f / (float)p->head_dim);
+        F32("logit_scale", 8.0f);
+    }
+    if (a->flags & SA_PHI3) U32("attention.sliding_window", p->window);
+    if (p->rope_orig_ctx > 0) {
+        /* the converter's LongRoPE attention factor:
+         * sqrt(1 + ln(ctx / original ctx) / ln(original ctx)) */
+        const double r = (double)p->n_ctx / p->rope_orig_ctx;
+        F32("rope.scaling.attn_factor", sqrt(1.0 + log(r) / log((double)p->rope_orig_ctx)));
+        U32("rope.scaling.original_context_length", p->rope_orig_ctx);
+    }
+#undef U32
+#undef F32
     return bad ? KVI_E_NOMEM : KVI_OK;
 }
 
 /* One kvi_synth_write in progress: what it holds and must free. */
 typedef struct synth_job {
-    const kvi_synth_params *p;
-    gguf_ctx *src; /* p->vocab_from, or NULL */
+    kvi_synth_params p; /* resolved (kvi_synth_resolve) */
+    const synth_arch *sa;
+    const model_arch *ma; /* the loader's tensor flags for p.arch */
+    gguf_ctx *src;        /* p.vocab_from, or NULL */
     gguf_writer *w;
     int n_vocab;
-    synth_tensor *tab; /* [3 + 9 * n_layers] the tensor table, n_t used */
-    size_t n_t;
+    synth_table tab;    /* [synth_table_cap(n_layers)] the tensor table */
     size_t max_bytes;   /* the largest tensor in its stored type */
     size_t total_bytes; /* every tensor's bytes */
     int64_t max_row;    /* the longest row (ne0) */
@@ -447,7 +713,7 @@ static void synth_job_free(synth_job *j)
 {
     free(j->qbuf);
     free(j->row);
-    free(j->tab);
+    free(j->tab.t);
     gguf_writer_free(j->w);
     if (j->src) gguf_close(j->src);
 }
@@ -456,7 +722,7 @@ static void synth_job_free(synth_job *j)
  * general, arch, then tokenizer. */
 static int synth_metadata(synth_job *j, kvi_error *err)
 {
-    const kvi_synth_params *p = j->p;
+    const kvi_synth_params *p = &j->p;
     int rc;
     if (p->vocab_from) {
         rc = gguf_open(p->vocab_from, true, &j->src, err);
@@ -464,7 +730,7 @@ static int synth_metadata(synth_job *j, kvi_error *err)
         rc = synth_vocab_count(j->src, p->vocab_from, &j->n_vocab, err);
         if (rc < 0) return rc;
     }
-    rc = synth_set_metadata(j->w, p, j->n_vocab);
+    rc = synth_set_metadata(j->w, p, j->sa, j->n_vocab);
     if (rc < 0) return err_set(err, rc, "synth: could not add the model metadata");
     return p->vocab_from ? synth_vocab_copy(j->w, j->src, p->vocab_from, err)
                          : synth_vocab_generated(j->w, j->n_vocab, err);
@@ -474,13 +740,13 @@ static int synth_metadata(synth_job *j, kvi_error *err)
  * the writer, and the buffers for the largest one. */
 static int synth_tensors(synth_job *j, kvi_error *err)
 {
-    const kvi_synth_params *p = j->p;
-    j->tab = calloc(3 + 9 * (size_t)p->n_layers, sizeof *j->tab);
-    if (!j->tab) return err_set(err, KVI_E_NOMEM, "synth: no memory for the tensor table");
-    j->n_t = synth_build_table(p, j->n_vocab, j->tab);
-    synth_note_fallbacks(p, j->tab, j->n_t);
-    for (size_t i = 0; i < j->n_t; i++) {
-        const synth_tensor *t = &j->tab[i];
+    const kvi_synth_params *p = &j->p;
+    j->tab.t = calloc(synth_table_cap(p->n_layers), sizeof *j->tab.t);
+    if (!j->tab.t) return err_set(err, KVI_E_NOMEM, "synth: no memory for the tensor table");
+    synth_build_table(p, j->sa, j->ma, j->n_vocab, &j->tab);
+    synth_note_fallbacks(p, j->tab.t, j->tab.n);
+    for (size_t i = 0; i < j->tab.n; i++) {
+        const synth_tensor *t = &j->tab.t[i];
         size_t b = quant_row_bytes(t->type, t->ne[0]) * (size_t)t->ne[1];
         if (b == 0)
             return err_set(err, KVI_E_UNSUPPORTED, "synth: %s: no row size for type %s", t->name,
@@ -498,19 +764,29 @@ static int synth_tensors(synth_job *j, kvi_error *err)
     return KVI_OK;
 }
 
+/* Row r of tensor t's f32 values into j->row, from its generator g. */
+static void synth_row(synth_job *j, const synth_tensor *t, synth_normal *g)
+{
+    if (t->kind == SK_ROPE_LONG || t->kind == SK_ROPE_SHORT) {
+        for (int64_t i = 0; i < t->ne[0]; i++) j->row[i] = synth_rope_factor(&j->p, t->kind, i, t->ne[0]);
+        return;
+    }
+    synth_normal_fill(g, j->row, t->ne[0], t->kind == SK_NORM ? 1.0f : 0.0f, 0.02f);
+}
+
 /* Every tensor's data after the header, generated and quantised one tensor at a
  * time; progress reported after each. */
 static int synth_data(synth_job *j, FILE *f, kvi_error *err)
 {
-    const kvi_synth_params *p = j->p;
+    const kvi_synth_params *p = &j->p;
     size_t done_bytes = 0;
-    for (size_t i = 0; i < j->n_t; i++) {
-        const synth_tensor *t = &j->tab[i];
+    for (size_t i = 0; i < j->tab.n; i++) {
+        const synth_tensor *t = &j->tab.t[i];
         const size_t rb = quant_row_bytes(t->type, t->ne[0]);
         synth_normal g;
         synth_normal_init(&g, p->seed, t->name);
         for (int64_t r = 0; r < t->ne[1]; r++) {
-            synth_normal_fill(&g, j->row, t->ne[0], t->is_norm ? 1.0f : 0.0f, 0.02f);
+            synth_row(j, t, &g);
             int rc = quant_quantize_row(t->type, j->row, j->qbuf + (size_t)r * rb, t->ne[0]);
             if (rc < 0)
                 return err_set(err, rc, "synth: %s: quantisation to %s failed", t->name,
@@ -519,7 +795,7 @@ static int synth_data(synth_job *j, FILE *f, kvi_error *err)
         int rc = gguf_writer_write_tensor(j->w, f, (int64_t)i, j->qbuf, err);
         if (rc < 0) return rc;
         done_bytes += rb * (size_t)t->ne[1];
-        if (p->progress) p->progress(p->user, i + 1, j->n_t, done_bytes, j->total_bytes);
+        if (p->progress) p->progress(p->user, i + 1, j->tab.n, done_bytes, j->total_bytes);
     }
     return KVI_OK;
 }
@@ -527,10 +803,18 @@ static int synth_data(synth_job *j, FILE *f, kvi_error *err)
 int kvi_synth_write(const kvi_synth_params *p, const char *path, kvi_error *err)
 {
     if (!p || !path || !path[0]) return err_set(err, KVI_E_INVALID, "synth: no parameters or no output path");
-    int rc = synth_check(p, err);
+    synth_job j = { .n_vocab = p->n_vocab };
+    if (kvi_synth_resolve(p, &j.p) != 0) {
+        char list[128];
+        model_arch_list(list, sizeof list);
+        return err_set(err, KVI_E_INVALID, "synth: unknown architecture '%.32s' (%s)", p->arch, list);
+    }
+    j.sa = synth_arch_find(j.p.arch);
+    j.ma = model_arch_find(j.p.arch);
+    if (!j.ma) return err_set(err, KVI_E_INVALID, "synth: the loader has no architecture %s", j.p.arch);
+    int rc = synth_check(&j.p, err);
     if (rc < 0) return rc;
 
-    synth_job j = { .p = p, .n_vocab = p->n_vocab };
     FILE *f = NULL;
     bool created = false; /* path is ours to remove on failure */
     j.w = gguf_writer_create();

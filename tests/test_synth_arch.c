@@ -1,0 +1,440 @@
+/*
+ * test_synth_arch.c — `kvinfer synth` for every architecture the loader runs.
+ *
+ *  - golden layout: for qwen3, gemma2, gemma3, phi3, phi3 with LongRoPE, granite and
+ *    olmo2, synth's F32 file of the shape of ../shared/golden/arch/ARCH-f32.gguf
+ *    (written by the golden's generator in llama.cpp's conventions) carries exactly
+ *    that file's metadata keys (tokenizer.* and general.name aside) with the same
+ *    value types and, for the shape keys, the same values, and exactly its tensors
+ *    with the same dims;
+ *  - every architecture x every weight type synth writes: the file loads, the
+ *    loaded model has the fields the architecture implies (window layers by the
+ *    pattern worked out here, RoPE sets, norms, biases, tied output, scales) and
+ *    one step over 8 rows gives finite, varying logits; in F32 the 8 rows run as
+ *    one prefill and as 8 decode steps give the same bits;
+ *  - the presets of real models against their config.json values (typed in here),
+ *    the q4_k_m mix's per-layer types against llama.cpp's use_more_bits rule
+ *    worked out by hand, LongRoPE's attention factor, and --help.
+ */
+#include "testutil.h"
+
+#include "formats/gguf.h"
+#include "kvinfer.h"
+#include "model/model.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const k_archs[] = { "llama",  "qwen2", "qwen3",   "gemma2",
+                                       "gemma3", "phi3",  "granite", "olmo2" };
+#define N_ARCHS (int)(sizeof k_archs / sizeof k_archs[0])
+
+/* ---- the golden files' layout ---- */
+
+/* keys whose values must match (the shape); other keys are compared by type only */
+static bool value_key(const char *k)
+{
+    static const char *const suffix[] = {
+        ".context_length",       ".embedding_length",         ".block_count",
+        ".feed_forward_length",  ".attention.head_count",     ".attention.head_count_kv",
+        ".attention.key_length", ".attention.value_length",   ".rope.dimension_count",
+        ".rope.freq_base",       ".attention.sliding_window", ".attention.layer_norm_rms_epsilon",
+        ".rope.scaling.factor",  ".rope.scaling.attn_factor", ".rope.scaling.original_context_length",
+        ".attention.scale",      ".embedding_scale",          ".residual_scale",
+        ".logit_scale",          "general.architecture",      "general.file_type",
+    };
+    for (size_t i = 0; i < sizeof suffix / sizeof suffix[0]; i++) {
+        size_t n = strlen(k), m = strlen(suffix[i]);
+        if (n >= m && !strcmp(k + n - m, suffix[i])) return true;
+    }
+    return false;
+}
+
+/* Same key sets (one way: every key of a is in b) with types and shape values. */
+static void keys_in(const char *what, const gguf_ctx *a, const gguf_ctx *b, bool values)
+{
+    for (int64_t i = 0; i < gguf_n_kv(a); i++) {
+        const char *k = gguf_kv_key(a, i);
+        if (!strncmp(k, "tokenizer.", 10) || !strcmp(k, "general.name")) continue;
+        const int64_t j = gguf_find_key(b, k);
+        CHECK(j >= 0, "%s: key %s missing", what, k);
+        if (j < 0) continue;
+        CHECK(gguf_kv_type(a, i) == gguf_kv_type(b, j), "%s: key %s type %d vs %d", what, k,
+              (int)gguf_kv_type(a, i), (int)gguf_kv_type(b, j));
+        if (!values || !value_key(k)) continue;
+        int64_t ia = 0, ib = 0;
+        double fa = 0, fb = 0;
+        const char *sa = gguf_get_str(a, k), *sb = gguf_get_str(b, k);
+        if (sa || sb) {
+            CHECK(sa && sb && !strcmp(sa, sb), "%s: %s '%s' vs '%s'", what, k, sa ? sa : "", sb ? sb : "");
+        } else if (gguf_get_int(a, k, &ia, NULL) == 0) {
+            CHECK(gguf_get_int(b, k, &ib, NULL) == 0 && ia == ib, "%s: %s %lld vs %lld", what, k,
+                  (long long)ia, (long long)ib);
+        } else if (gguf_get_float(a, k, &fa, NULL) == 0) {
+            CHECK(gguf_get_float(b, k, &fb, NULL) == 0 && (float)fa == (float)fb, "%s: %s %.9g vs %.9g", what,
+                  k, fa, fb);
+        }
+    }
+}
+
+static void compare_golden(const char *golden, kvi_synth_params p)
+{
+    char rel[128], out[128];
+    snprintf(rel, sizeof rel, "golden/arch/%s-f32.gguf", golden);
+    snprintf(out, sizeof out, "synth_arch_%s.gguf", golden);
+    const char *path = tmp_path(out);
+    kvi_error err = { 0 };
+    p.type = KVI_TYPE_F32;
+    p.seed = 3;
+    p.vocab_from = shared_path("models/stories260K.gguf");
+    p.name = "golden-shape";
+    int rc = kvi_synth_write(&p, path, &err);
+    CHECK(rc == 0, "%s: synth %d %s", golden, rc, err.msg);
+    gguf_ctx *a = NULL, *b = NULL;
+    CHECK(gguf_open(shared_path(rel), false, &a, &err) == 0, "%s: %s", rel, err.msg);
+    CHECK(rc == 0 && gguf_open(path, false, &b, &err) == 0, "%s: %s", path, err.msg);
+    if (a && b) {
+        keys_in(golden, a, b, true);
+        keys_in(golden, b, a, false); /* no key the golden lacks */
+        CHECK(gguf_n_tensors(a) == gguf_n_tensors(b), "%s: %lld tensors vs %lld", golden,
+              (long long)gguf_n_tensors(a), (long long)gguf_n_tensors(b));
+        for (int64_t i = 0; i < gguf_n_tensors(a); i++) {
+            const gguf_tensor *ta = gguf_tensor_at(a, i), *tb = gguf_find_tensor(b, ta->name);
+            CHECK(tb != NULL, "%s: tensor %s missing", golden, ta->name);
+            if (!tb) continue;
+            CHECK(ta->n_dims == tb->n_dims && ta->ne[0] == tb->ne[0] && ta->ne[1] == tb->ne[1] &&
+                      ta->type == tb->type,
+                  "%s: %s dims %u [%lld %lld] type %d vs %u [%lld %lld] type %d", golden, ta->name,
+                  ta->n_dims, (long long)ta->ne[0], (long long)ta->ne[1], (int)ta->type, tb->n_dims,
+                  (long long)tb->ne[0], (long long)tb->ne[1], (int)tb->type);
+        }
+    }
+    if (a) gguf_close(a);
+    if (b) gguf_close(b);
+}
+
+static kvi_synth_params shape(const char *arch, int dim, int layers, int heads, int kv, int head_dim, int ffn)
+{
+    return (kvi_synth_params){ .arch = arch,
+                               .dim = dim,
+                               .ffn_dim = ffn,
+                               .n_layers = layers,
+                               .n_heads = heads,
+                               .n_kv_heads = kv,
+                               .head_dim = head_dim,
+                               .n_vocab = 300,
+                               .n_ctx = 512 };
+}
+
+/* The shapes of ../shared/golden/arch/README.md's table, with each file's keys. */
+static void test_golden_layout(void)
+{
+    kvi_synth_params p = shape("qwen3", 128, 4, 4, 2, 64, 192);
+    compare_golden("qwen3", p);
+    p = shape("gemma3", 128, 7, 4, 1, 64, 128);
+    p.window = 8;
+    p.rope_linear = 8.0f;
+    compare_golden("gemma3", p);
+    p = shape("gemma2", 128, 4, 4, 2, 64, 192);
+    p.window = 8;
+    compare_golden("gemma2", p);
+    p = shape("phi3", 128, 4, 4, 2, 0, 256);
+    p.window = 2047;
+    compare_golden("phi3", p);
+    p = shape("phi3", 128, 4, 4, 2, 0, 256);
+    p.window = 262144;
+    p.n_rot = 24;
+    p.tie = 1;
+    p.rope_orig_ctx = 32;
+    compare_golden("phi3-longrope", p);
+    p = shape("granite", 128, 4, 4, 2, 0, 256);
+    compare_golden("granite", p);
+    p = shape("olmo2", 128, 4, 4, 2, 0, 256);
+    compare_golden("olmo2", p);
+}
+
+/* ---- every architecture x every type: load and run ---- */
+
+/* Checks the loaded model's fields against what arch implies for p (resolved). */
+static void check_fields(const char *what, const struct kvi_model *m, const kvi_synth_params *r)
+{
+    CHECK(!strcmp(m->arch, r->arch), "%s: arch %s", what, m->arch);
+    CHECK(m->head_dim == r->head_dim && m->n_rot == r->n_rot && m->n_kv_heads == r->n_kv_heads,
+          "%s: head_dim %d", what, m->head_dim);
+    const bool tied = r->tie > 0;
+    CHECK((m->output.data == m->tok_embd.data) == tied, "%s: tied %d", what, (int)tied);
+    const bool gemma = !strcmp(r->arch, "gemma2") || !strcmp(r->arch, "gemma3");
+    int n_local = 0;
+    for (int l = 0; l < m->n_layers; l++) {
+        const model_layer *L = &m->layers[l];
+        /* gemma2: even layers local; gemma3: 5 local : 1 global */
+        const int period = !strcmp(r->arch, "gemma2") ? 2 : 6;
+        const bool local = gemma && l % period < period - 1;
+        n_local += local;
+        CHECK(L->window == (local ? r->window : 0), "%s: layer %d window %d", what, l, L->window);
+        CHECK((L->attn_norm != NULL) == (strcmp(r->arch, "olmo2") != 0), "%s: attn_norm", what);
+        CHECK((L->post_attn_norm != NULL) == (gemma || !strcmp(r->arch, "olmo2")), "%s: post norm", what);
+        const bool qk = !strcmp(r->arch, "qwen3") || !strcmp(r->arch, "gemma3") || !strcmp(r->arch, "olmo2");
+        CHECK((L->q_norm != NULL) == qk && (L->k_norm != NULL) == qk, "%s: q/k norms", what);
+        CHECK((L->bq != NULL) == !strcmp(r->arch, "qwen2"), "%s: q bias", what);
+    }
+    if (gemma) CHECK(n_local > 0 && n_local < m->n_layers, "%s: %d local layers", what, n_local);
+    if (!strcmp(r->arch, "gemma3"))
+        CHECK(m->n_rope_sets == 2 && m->rope[1].theta == 10000.0f && m->rope[0].theta == 1e6f,
+              "%s: rope sets", what);
+    if (!strcmp(r->arch, "gemma2"))
+        CHECK(m->attn_softcap == 50.0f && m->final_softcap == 30.0f, "%s: soft-caps %g %g", what,
+              m->attn_softcap, m->final_softcap);
+    if (!strcmp(r->arch, "granite"))
+        CHECK(m->emb_scale == 12.0f && m->residual_scale == 0.22f && m->logit_scale == 8.0f &&
+                  m->kq_scale == 1.0f / (float)r->head_dim,
+              "%s: granite scales", what);
+    if (r->rope_orig_ctx)
+        CHECK(m->rope_long && m->rope_short && m->rope_orig_ctx == r->rope_orig_ctx, "%s: LongRoPE", what);
+}
+
+/* Logits of tokens[0..n) as one prefill step (decode = false) or n steps; into
+ * out[n][n_vocab]. 0 on success. */
+static int run_rows(kvi_model *m, const int32_t *tokens, int n, bool decode, float *out, int n_vocab)
+{
+    kvi_engine_params ep;
+    kvi_engine_params_default(&ep);
+    ep.n_ctx = 64;
+    ep.n_threads = 2;
+    ep.kv_type_k = ep.kv_type_v = KVI_TYPE_F32;
+    kvi_error err = { 0 };
+    kvi_engine *e = kvi_engine_create(m, &ep, &err);
+    if (!e) return -1;
+    kvi_seq *s = kvi_seq_create(e);
+    kvi_batch *b = kvi_batch_create(n);
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        kvi_batch_add(b, s, tokens[i], i, true);
+        if (decode || i == n - 1) {
+            rc = kvi_step(e, b, &err);
+            for (int r = 0; rc == 0 && r < kvi_batch_n_rows(b); r++) {
+                const int pos = i - kvi_batch_n_rows(b) + 1 + r;
+                memcpy(out + (size_t)pos * n_vocab, kvi_logits(e, r), (size_t)n_vocab * sizeof(float));
+            }
+            kvi_batch_clear(b);
+        }
+    }
+    if (rc) fprintf(stderr, "step: %s\n", err.msg);
+    kvi_batch_free(b);
+    kvi_seq_free(s);
+    kvi_engine_free(e);
+    return rc;
+}
+
+static void run_arch(const char *arch, const char *type)
+{
+    char what[64], file[96];
+    snprintf(what, sizeof what, "%s %s", arch, type);
+    snprintf(file, sizeof file, "synth_run_%s_%s.gguf", arch, type);
+    /* rows of 256 so every K type stores its own blocks; head_dim 64 != 256 / 8 */
+    kvi_synth_params p = shape(arch, 256, !strcmp(arch, "gemma3") ? 7 : 3, 8, 2, 64, 512);
+    p.window = 4;
+    p.seed = 11;
+    if (!strcmp(arch, "phi3")) {
+        p.n_rot = 48;
+        p.rope_orig_ctx = 32;
+        p.tie = 1;
+    }
+    size_t tl = strlen(type);
+    char base[16];
+    p.mix_m = tl == 6 && type[5] == 'm';
+    snprintf(base, sizeof base, "%.*s", (int)(p.mix_m ? 4 : tl), type);
+    CHECK(kvi_type_from_name(base, &p.type) == 0, "%s: type", what);
+    kvi_synth_params r;
+    CHECK(kvi_synth_resolve(&p, &r) == 0, "%s: resolve", what);
+    const char *path = tmp_path(file);
+    kvi_error err = { 0 };
+    int rc = kvi_synth_write(&p, path, &err);
+    CHECK(rc == 0, "%s: synth %d %s", what, rc, err.msg);
+    if (rc) return;
+    kvi_load_params lp;
+    kvi_load_params_default(&lp);
+    kvi_model *m = kvi_model_load(path, &lp, &err);
+    CHECK(m != NULL, "%s: load: %s", what, err.msg);
+    if (!m) return;
+    check_fields(what, m, &r);
+    enum { N = 8 };
+    const int32_t tokens[N] = { 1, 270, 31, 99, 280, 7, 150, 42 };
+    const int nv = kvi_n_vocab(m);
+    float *a = malloc(sizeof(float) * N * (size_t)nv), *d = malloc(sizeof(float) * N * (size_t)nv);
+    CHECK(run_rows(m, tokens, N, false, a, nv) == 0, "%s: prefill step", what);
+    int finite = 1;
+    double lo = INFINITY, hi = -INFINITY;
+    for (size_t i = 0; i < (size_t)N * nv; i++) {
+        finite &= isfinite(a[i]) != 0;
+        lo = a[i] < lo ? a[i] : lo;
+        hi = a[i] > hi ? a[i] : hi;
+    }
+    CHECK(finite && hi - lo > 1e-3, "%s: logits finite %d, range %g..%g", what, finite, lo, hi);
+    CHECK(memcmp(a, a + (size_t)(N - 1) * nv, (size_t)nv * sizeof(float)) != 0, "%s: rows 0 and 7 equal",
+          what);
+    if (p.type == KVI_TYPE_F32) {
+        CHECK(run_rows(m, tokens, N, true, d, nv) == 0, "%s: decode steps", what);
+        CHECK(memcmp(a, d, sizeof(float) * N * (size_t)nv) == 0, "%s: prefill and decode differ", what);
+    }
+    free(a);
+    free(d);
+    kvi_model_free(m);
+    remove(path);
+}
+
+static void test_run_all(void)
+{
+    static const char *const types[] = { "f32",  "f16",  "bf16", "q8_0", "q4_0", "q4_1",   "q5_0",  "q5_1",
+                                         "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "q4_k_m", "q5_k_m" };
+    for (int a = 0; a < N_ARCHS; a++)
+        for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) run_arch(k_archs[a], types[t]);
+}
+
+/* ---- presets, mixes, LongRoPE factor, CLI ---- */
+
+static void test_presets(void)
+{
+    kvi_synth_params p, r;
+    /* Qwen/Qwen3-0.6B config.json */
+    CHECK(kvi_synth_preset("qwen3-0.6b", &p) == 0 && kvi_synth_resolve(&p, &r) == 0, "qwen3-0.6b");
+    CHECK(!strcmp(r.arch, "qwen3") && r.dim == 1024 && r.n_layers == 28 && r.n_heads == 16 &&
+              r.n_kv_heads == 8 && r.head_dim == 128 && r.ffn_dim == 3072 && r.tie == 1 &&
+              r.rope_base == 1e6f && r.n_vocab == 151936,
+          "qwen3-0.6b shape");
+    /* google/gemma-3-1b-pt config.json */
+    CHECK(kvi_synth_preset("gemma-3-1b", &p) == 0 && kvi_synth_resolve(&p, &r) == 0, "gemma-3-1b");
+    CHECK(!strcmp(r.arch, "gemma3") && r.dim == 1152 && r.n_layers == 26 && r.n_heads == 4 &&
+              r.n_kv_heads == 1 && r.head_dim == 256 && r.ffn_dim == 6912 && r.window == 512 &&
+              r.window_pattern == 6 && r.tie == 1 && r.rope_base == 1e6f && r.rope_base_local == 10000.0f &&
+              r.rope_linear == 0.0f,
+          "gemma-3-1b shape");
+    /* microsoft/Phi-4-mini-instruct config.json */
+    CHECK(kvi_synth_preset("phi-4-mini", &p) == 0 && kvi_synth_resolve(&p, &r) == 0, "phi-4-mini");
+    CHECK(!strcmp(r.arch, "phi3") && r.dim == 3072 && r.n_layers == 32 && r.n_heads == 24 &&
+              r.n_kv_heads == 8 && r.head_dim == 128 && r.n_rot == 96 && r.ffn_dim == 8192 && r.tie == 1 &&
+              r.rope_orig_ctx == 4096 && r.n_ctx == 131072 && r.n_vocab == 200064,
+          "phi-4-mini shape");
+
+    /* Phi-4-mini's metadata on a small shape: attn_factor = sqrt(1 + ln(131072 / 4096) /
+     * ln 4096) = sqrt(1 + 5/12) = 1.1902381; factors [n_rot / 2] */
+    p = shape("phi3", 128, 1, 4, 2, 0, 128);
+    p.n_ctx = 131072;
+    p.rope_orig_ctx = 4096;
+    p.n_rot = 24;
+    kvi_error err = { 0 };
+    gguf_ctx *g = NULL;
+    const char *path = tmp_path("synth_phi_lr.gguf");
+    CHECK(kvi_synth_write(&p, path, &err) == 0 && gguf_open(path, false, &g, &err) == 0, "phi3 LongRoPE: %s",
+          err.msg);
+    if (g) {
+        double af = 0;
+        int64_t oc = 0;
+        CHECK(gguf_get_float(g, "phi3.rope.scaling.attn_factor", &af, NULL) == 0 &&
+                  fabs(af - 1.1902381) < 1e-6,
+              "attn_factor %.9g", af);
+        CHECK(gguf_get_int(g, "phi3.rope.scaling.original_context_length", &oc, NULL) == 0 && oc == 4096,
+              "orig %lld", (long long)oc);
+        const gguf_tensor *fl = gguf_find_tensor(g, "rope_factors_long.weight");
+        CHECK(fl && fl->ne[0] == 12 && fl->n_dims == 1, "long factors dims");
+        if (fl) {
+            const float *v = (const float *)fl->data;
+            /* 1 at the first pair, ctx / orig = 32 at the last */
+            CHECK(v[0] == 1.0f && fabsf(v[11] - 32.0f) < 1e-3f, "long factors %g .. %g", v[0], v[11]);
+        }
+        gguf_close(g);
+    }
+
+    /* q4_k_m with 8 layers: use_more_bits(l, 8) = l < 1 || l >= 7 || (l - 1) % 3 == 2
+     * -> layers 0, 3, 6, 7 take Q6_K for attn_v and ffn_down; the others Q4_K */
+    p = shape("llama", 256, 8, 4, 4, 0, 512);
+    p.type = KVI_TYPE_Q4_K;
+    p.mix_m = true;
+    path = tmp_path("synth_q4km.gguf");
+    g = NULL;
+    CHECK(kvi_synth_write(&p, path, &err) == 0 && gguf_open(path, false, &g, &err) == 0, "q4_k_m: %s",
+          err.msg);
+    if (g) {
+        int64_t ft = 0;
+        CHECK(gguf_get_int(g, "general.file_type", &ft, NULL) == 0 && ft == 15, "q4_k_m file type %lld",
+              (long long)ft);
+        for (int l = 0; l < 8; l++) {
+            const bool more = l == 0 || l == 3 || l == 6 || l == 7;
+            char nv[64], nd[64], nq[64];
+            snprintf(nv, sizeof nv, "blk.%d.attn_v.weight", l);
+            snprintf(nd, sizeof nd, "blk.%d.ffn_down.weight", l);
+            snprintf(nq, sizeof nq, "blk.%d.attn_q.weight", l);
+            const gguf_tensor *tv = gguf_find_tensor(g, nv), *td = gguf_find_tensor(g, nd),
+                              *tq = gguf_find_tensor(g, nq);
+            const kvi_type want = more ? KVI_TYPE_Q6_K : KVI_TYPE_Q4_K;
+            CHECK(tv && td && tq && tv->type == want && td->type == want && tq->type == KVI_TYPE_Q4_K,
+                  "q4_k_m layer %d types", l);
+        }
+        const gguf_tensor *to = gguf_find_tensor(g, "output.weight");
+        CHECK(to && to->type == KVI_TYPE_Q6_K, "q4_k_m output type");
+        gguf_close(g);
+    }
+
+    /* refusals */
+    p = shape("mamba", 128, 2, 4, 2, 0, 256);
+    CHECK(kvi_synth_write(&p, tmp_path("synth_bad_arch.gguf"), &err) == KVI_E_INVALID &&
+              strstr(err.msg, "mamba"),
+          "unknown arch: %s", err.msg);
+    p = shape("qwen3", 128, 2, 4, 2, 0, 256);
+    p.n_rot = 40; /* > head_dim 32 */
+    CHECK(kvi_synth_write(&p, tmp_path("synth_bad_rot.gguf"), &err) == KVI_E_INVALID, "rot > head_dim");
+    p = shape("qwen3", 128, 2, 4, 2, 0, 256);
+    p.rope_orig_ctx = 64; /* LongRoPE is phi3's */
+    CHECK(kvi_synth_write(&p, tmp_path("synth_bad_lr.gguf"), &err) == KVI_E_INVALID, "LongRoPE on qwen3");
+}
+
+static void test_cli(void)
+{
+    char *out = NULL, *errs = NULL;
+    int rc = run_kvinfer("synth --help", &out, &errs);
+    CHECK(rc == 0 && out, "synth --help: %d", rc);
+    for (int a = 0; out && a < N_ARCHS; a++)
+        CHECK(strstr(out, k_archs[a]) != NULL, "help lacks arch %s", k_archs[a]);
+    const char *presets[] = { "qwen3-0.6b", "gemma-3-1b", "phi-4-mini", "gemma3-tiny", "q4_k_m" };
+    for (size_t i = 0; out && i < sizeof presets / sizeof presets[0]; i++)
+        CHECK(strstr(out, presets[i]) != NULL, "help lacks %s", presets[i]);
+    free(out);
+    free(errs);
+    char args[512];
+    const char *path = tmp_path("synth_cli_arch.gguf");
+    snprintf(args, sizeof args,
+             "synth --preset gemma3-tiny --type q4_k_m --window 32 --window-pattern 3 -o '%s'", path);
+    rc = run_kvinfer(args, &out, &errs);
+    CHECK(rc == 0, "%s: %d %s", args, rc, errs ? errs : "");
+    free(out);
+    free(errs);
+    gguf_ctx *g = NULL;
+    kvi_error err = { 0 };
+    if (rc == 0 && gguf_open(path, false, &g, &err) == 0) {
+        int64_t w = 0, pat = 0, ft = 0;
+        CHECK(gguf_get_int(g, "gemma3.attention.sliding_window", &w, NULL) == 0 && w == 32, "window %lld",
+              (long long)w);
+        CHECK(gguf_get_int(g, "gemma3.attention.sliding_window_pattern", &pat, NULL) == 0 && pat == 3,
+              "pattern");
+        CHECK(gguf_get_int(g, "general.file_type", &ft, NULL) == 0 && ft == 15, "file type");
+        gguf_close(g);
+    }
+    rc = run_kvinfer("synth --preset tiny --arch mamba -o /dev/null", &out, &errs);
+    CHECK(rc == 1 && errs && strstr(errs, "mamba"), "unknown arch: rc %d", rc);
+    free(out);
+    free(errs);
+    rc = run_kvinfer("synth --preset tiny --type q6_k_m -o /dev/null", &out, &errs);
+    CHECK(rc == 1, "q6_k_m accepted: rc %d", rc);
+    free(out);
+    free(errs);
+}
+
+int main(void)
+{
+    test_golden_layout();
+    test_presets();
+    test_cli();
+    test_run_all();
+    return test_main_end();
+}
