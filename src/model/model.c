@@ -505,6 +505,11 @@ void kvi_model_get_info(const kvi_model *m, kvi_model_info *out)
     out->weight_bytes = m->weight_bytes;
     out->has_weights = m->has_weights;
     out->n_unread_tensors = m->n_unread_tensors;
+    for (int l = 0; m->layers && l < m->n_layers; l++)
+        if (m->layers[l].window > 0) {
+            out->n_layers_window++;
+            if (m->layers[l].window > out->window) out->window = m->layers[l].window;
+        }
 }
 
 bool kvi_model_has_weights(const kvi_model *m) { return m && m->has_weights; }

@@ -900,7 +900,7 @@ static int hf_check_all_used(struct kvi_model *m, const hf_src *s, const hf_cfg 
             (c->tied && strcmp(e->name, "lm_head.weight") == 0))
             continue;
         if ((c->ha->flags & HF_TEXT_CONFIG) && hf_is_vision(e->t->name)) {
-            m->n_ignored_tensors++;
+            m->n_unread_tensors++;
             continue;
         }
         return err_set(err, KVI_E_UNSUPPORTED, "hf: tensor %.96s is not used by %s", e->t->name, c->ha->hf);

@@ -614,7 +614,8 @@ static int synth_check(const kvi_synth_params *p, kvi_error *err)
     if (synth_file_type(p->type, p->mix_m) < 0)
         return err_set(err, KVI_E_UNSUPPORTED,
                        "synth: type %s%s is not supported for weights (use f32, f16, "
-                       "bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs, q4_k_m or q5_k_m)",
+                       "bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs, "
+                       "q4_k_m or q5_k_m)",
                        kvi_type_name(p->type) ? kvi_type_name(p->type) : "(unknown)",
                        p->mix_m ? " (_m)" : "");
 #undef NEED
