@@ -316,13 +316,14 @@ typedef enum kvi_finish {
 /* The cost of one request, delivered with on_done. */
 typedef struct kvi_usage {
     int32_t prompt_tokens, completion_tokens;
-    int32_t cached_tokens; /* prompt tokens served from the prefix cache */
-    int32_t n_preempted;   /* times its blocks were freed and recomputed later */
-    double queue_ms;       /* submit to admission */
-    double prefill_ms;     /* start of its first prefill chunk to its first token */
-    double ttft_ms;        /* submit to first token */
-    double decode_ms;      /* first token to last token */
-    size_t kv_bytes;       /* KV bytes the sequence held at the end */
+    int32_t cached_tokens;  /* prompt tokens served from the prefix cache */
+    int32_t n_preempted;    /* times its blocks were freed and recomputed later */
+    double queue_ms;        /* submit to admission */
+    double prefill_ms;      /* start of its first prefill chunk to its first token */
+    double ttft_ms;         /* submit to first token */
+    double decode_ms;       /* first token to last token */
+    size_t kv_bytes;        /* KV bytes the sequence held at the end */
+    size_t kv_bytes_window; /* of kv_bytes: its sliding-window layers' parts (bounded by the window) */
     /* speculative decoding (kvi_sched_set_spec): draft tokens
      * verified for this request and how many of them were accepted */
     int32_t spec_drafted, spec_accepted;

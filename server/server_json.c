@@ -395,10 +395,11 @@ cJSON *srv_usage_json(srv_req *r)
 {
     cJSON *u = cJSON_CreateObject();
     int32_t comp = 0;
-    size_t kv = 0;
+    size_t kv = 0, kvw = 0;
     for (int i = 0; i < r->p.n; i++) {
         comp += r->ch[i].usage.completion_tokens;
         kv += r->ch[i].usage.kv_bytes;
+        kvw += r->ch[i].usage.kv_bytes_window;
     }
     const kvi_usage *u0 = &r->ch[0].usage;
     cJSON_AddNumberToObject(u, "prompt_tokens", r->p.n_prompt);
@@ -417,6 +418,8 @@ cJSON *srv_usage_json(srv_req *r)
     kvi_sched_stats st;
     kvi_sched_stats_get(r->srv->s, &st);
     cJSON *k = cJSON_AddObjectToObject(t, "kv");
+    cJSON_AddNumberToObject(k, "bytes_global", (double)(kv - kvw)); /* this request's, at its end */
+    cJSON_AddNumberToObject(k, "bytes_window", (double)kvw);
     cJSON_AddNumberToObject(k, "bytes_per_token_global", (double)st.engine.kv_bytes_per_token_global);
     cJSON_AddNumberToObject(k, "bytes_per_token_window", (double)st.engine.kv_bytes_per_token_window);
     cJSON_AddNumberToObject(k, "n_layers_window", st.engine.kv_n_layers_window);

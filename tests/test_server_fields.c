@@ -272,6 +272,9 @@ static void test_window_layers(void)
         const int pos = c.prompt_tokens + c.completion_tokens - 1, blocks = (pos + 15) / 16;
         glob[i] = (double)blocks * 16 * 256;
         win[i] = jnum(t, "kv_bytes") - glob[i];
+        CHECK(jnum(k, "bytes_window") == win[i] && jnum(k, "bytes_global") == glob[i],
+              "request %d: usage kv bytes_global %.0f / bytes_window %.0f, want %.0f / %.0f", i,
+              jnum(k, "bytes_global"), jnum(k, "bytes_window"), glob[i], win[i]);
         CHECK(pos > 16 + 64 + 32, "request %d: %d positions, not past the window", i, pos);
         completion_free(&c);
     }

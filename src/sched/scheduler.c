@@ -223,6 +223,7 @@ static void finish(kvi_sched *s, sreq *q, kvi_finish f, const kvi_error *err)
         kvi_stats ks;
         kvi_stats_get(s->e, q->seq, &ks);
         u.kv_bytes = ks.kv_bytes;
+        u.kv_bytes_window = ks.kv_bytes_window;
         kvi_seq_free(q->seq);
         q->seq = NULL;
     }
