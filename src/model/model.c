@@ -179,6 +179,21 @@ void model_block_defaults(struct kvi_model *m)
     m->rope_orig_ctx = m->n_ctx_train;
 }
 
+void model_rope_yarn(model_rope *r, int n_rot, int orig_ctx, double factor, double beta_fast,
+                     double beta_slow, double attn_factor)
+{
+    /* llama.cpp's correction dims: the pairs that turn more than beta_fast (resp.
+     * less than beta_slow) times over the original context */
+    const double nr = n_rot, base = r->theta, two_pi = 6.283185307179586476925286766559;
+    const double lo = floor(nr * log(orig_ctx / (beta_fast * two_pi)) / (2 * log(base)));
+    const double hi = ceil(nr * log(orig_ctx / (beta_slow * two_pi)) / (2 * log(base)));
+    r->yarn = true;
+    r->yarn_lo = (float)(lo > 0 ? lo : 0);
+    r->yarn_hi = (float)(hi < nr - 1 ? hi : nr - 1);
+    r->freq_scale = (float)(1.0 / factor);
+    r->mscale = (float)(attn_factor * (1.0 + 0.1 * log(factor)));
+}
+
 void model_rope_for_ctx(const struct kvi_model *m, int n_ctx, model_rope out[MODEL_MAX_ROPE_SETS])
 {
     for (int i = 0; i < MODEL_MAX_ROPE_SETS; i++) out[i] = m->rope[i];

@@ -133,7 +133,7 @@ struct kvi_model {
      * engine by its context (model_rope_for_ctx) */
     const float *rope_long, *rope_short; /* [n_rot/2] or NULL */
     int rope_orig_ctx;                   /* original_context_length (LongRoPE, YaRN) */
-    int n_unread_tensors;               /* tensors of another part (vision) left unread */
+    int n_unread_tensors;                /* tensors of another part (vision) left unread */
 
     kern_tensor tok_embd;     /* [n_vocab][dim] */
     const float *output_norm; /* [dim] */
@@ -172,6 +172,11 @@ int model_vec_f32(struct kvi_model *m, const char *name, const void *data, kvi_t
  * rope set from rope_theta / rope_freqs; every layer global. Loaders call it once the
  * widths are known, before an architecture adjusts the fields. */
 void model_block_defaults(struct kvi_model *m);
+/* YaRN on rope set r (its theta set): the ramp's correction range as llama.cpp
+ * computes it from n_rot, the original context and beta_fast / beta_slow, the
+ * frequency scale 1 / factor, mscale = attn_factor * (1 + 0.1 ln factor). */
+void model_rope_yarn(model_rope *r, int n_rot, int orig_ctx, double factor, double beta_fast,
+                     double beta_slow, double attn_factor);
 /* The rope sets for an engine whose sequences hold n_ctx positions: LongRoPE models
  * take the long factors when n_ctx (rounded up to 256, as llama.cpp sizes contexts)
  * exceeds rope_orig_ctx, else the short ones; other models rope[] as loaded. */

@@ -165,16 +165,7 @@ static int rope_scaling(struct kvi_model *m, const gguf_ctx *g, const char *arch
     }
     if (strcmp(type, "yarn") != 0)
         return err_set(err, KVI_E_UNSUPPORTED, "gguf: %s '%.32s' is not supported (linear, yarn)", key, type);
-    /* llama.cpp's correction dims: the pairs that turn more than beta_fast (resp.
-     * less than beta_slow) times over the original context */
-    const double n_rot = m->n_rot, base = m->rope_theta, ctx = m->rope_orig_ctx;
-    const double lo = floor(n_rot * log(ctx / (beta_fast * 2 * M_PI)) / (2 * log(base)));
-    const double hi = ceil(n_rot * log(ctx / (beta_slow * 2 * M_PI)) / (2 * log(base)));
-    r->yarn = true;
-    r->yarn_lo = (float)(lo > 0 ? lo : 0);
-    r->yarn_hi = (float)(hi < n_rot - 1 ? hi : n_rot - 1);
-    r->freq_scale = 1.0f / factor;
-    r->mscale = attn * (1.0f + 0.1f * logf(factor));
+    model_rope_yarn(r, m->n_rot, m->rope_orig_ctx, factor, beta_fast, beta_slow, attn);
     return 0;
 }
 

@@ -236,20 +236,6 @@ static int hf_cfg_floats(struct kvi_model *m, const cJSON *arr, const char *key,
     return 0;
 }
 
-/* llama.cpp's YaRN correction range (as model_gguf.c): the pairs that turn more
- * than beta_fast (resp. less than beta_slow) times over the original context. */
-static void hf_yarn(struct kvi_model *m, model_rope *r, double factor, double beta_fast, double beta_slow)
-{
-    const double n_rot = m->n_rot, base = r->theta, ctx = m->rope_orig_ctx;
-    const double lo = floor(n_rot * log(ctx / (beta_fast * 2 * M_PI)) / (2 * log(base)));
-    const double hi = ceil(n_rot * log(ctx / (beta_slow * 2 * M_PI)) / (2 * log(base)));
-    r->yarn = true;
-    r->yarn_lo = (float)(lo > 0 ? lo : 0);
-    r->yarn_hi = (float)(hi < n_rot - 1 ? hi : n_rot - 1);
-    r->freq_scale = (float)(1.0 / factor);
-    r->mscale = (float)(1.0 + 0.1 * log(factor));
-}
-
 /* Llama 3's frequency divisors (as the converter computes rope_freqs). */
 static int hf_llama3(struct kvi_model *m, const cJSON *rs, model_rope *r, kvi_error *err)
 {
@@ -375,7 +361,7 @@ static int hf_rope_one(struct kvi_model *m, const cJSON *cfg, const cJSON *rs, m
         (rc = hf_cfg_int(src, "original_max_position_embeddings", false, m->n_ctx_train, 1, MODEL_MAX_CTX,
                          &m->rope_orig_ctx, err)))
         return rc;
-    hf_yarn(m, r, factor, bf, bs);
+    model_rope_yarn(r, m->n_rot, m->rope_orig_ctx, factor, bf, bs, 1.0);
     return 0;
 }
 
