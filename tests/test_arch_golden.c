@@ -28,9 +28,9 @@ static int32_t *json_ids(const cJSON *a, int *n)
 }
 
 /* logits of every position [n][nv]: one prefill step (decode: one row per step) */
-static float *run_seq(kvi_model *m, const int32_t *toks, int n, bool decode, int block)
+static float *run_seq_kv(kvi_model *m, const int32_t *toks, int n, bool decode, int block, kvi_type kv)
 {
-    kvi_engine_params p = engine_params(KVI_TYPE_F32, 2, 1, 0);
+    kvi_engine_params p = engine_params(kv, 2, 1, 0);
     if (block) p.kv_block_size = block;
     kvi_engine *e = engine_create_checked(m, &p);
     if (!e) return NULL;
@@ -76,10 +76,18 @@ static void check_long(kvi_model *m, const char *name)
         toks[i] = i == 0 ? 1 : 3 + (int32_t)((x >> 8) % 509);
     }
     const int nv = kvi_n_vocab(m);
-    float *pre = run_seq(m, toks, N, false, 0);
-    float *dec = run_seq(m, toks, N, true, 0);
-    CHECK(pre && dec && memcmp(pre, dec, (size_t)N * nv * sizeof *pre) == 0,
-          "%s: 400 positions: decode with released window parts differs from prefill", name);
+    /* every KV type, KIVI q4 keys (per-table tail, groups) included */
+    static const kvi_type kvt[3] = { KVI_TYPE_F32, KVI_TYPE_Q8_0, KVI_TYPE_KV_Q4 };
+    float *pre = NULL, *dec = NULL;
+    for (int k = 0; k < 3; k++) {
+        free(pre);
+        free(dec);
+        pre = run_seq_kv(m, toks, N, false, 0, kvt[k]);
+        dec = run_seq_kv(m, toks, N, true, 0, kvt[k]);
+        CHECK(pre && dec && memcmp(pre, dec, (size_t)N * nv * sizeof *pre) == 0,
+              "%s: 400 positions, KV %s: decode with released window parts differs from prefill", name,
+              kvi_type_name(kvt[k]));
+    }
     /* the bytes one sequence holds after N positions: gemma2 half its layers
      * global (0.5 + 0.5 * 5 blocks of 16 / 400 = 0.6), gemma3 one in 7 (0.31) */
     kvi_engine_params p = engine_params(KVI_TYPE_F16, 2, 1, 0);
@@ -108,6 +116,11 @@ static void check_long(kvi_model *m, const char *name)
     kvi_engine_free(e);
     free(pre);
     free(dec);
+}
+
+static float *run_seq(kvi_model *m, const int32_t *toks, int n, bool decode, int block)
+{
+    return run_seq_kv(m, toks, n, decode, block, KVI_TYPE_F32);
 }
 
 /* two sequences decoded together, the second 5 tokens behind: row logits of seq 0 */
