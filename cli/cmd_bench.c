@@ -7,9 +7,9 @@
  *  - ppP: one kvi_step of P rows (random valid token ids, logits for the last
  *    row only) on a sequence already holding D positions;
  *  - tgN: N steps of one row each (logits every step), from position D.
- * D (-d) positions are prefilled once, untimed, in chunks of n_batch rows; every
- * repetition truncates the sequence back to D, so each one starts from the same
- * cache. One warm-up run of each test is not counted. t/s = tokens / wall time
+ * D (-d) positions are prefilled once, untimed, in chunks of n_batch rows, into a
+ * base sequence; every repetition runs on a fork of it, so each one starts from
+ * the same cache. One warm-up run of each test is not counted. t/s = tokens / wall time
  * of the timed steps; avg and sample stddev over -r repetitions.
  *
  * Roofline: tg moves kvi_model_decode_bytes() of weights per token (GB/s against
@@ -192,22 +192,31 @@ static double pp_limit(const kvi_hw_limits *hw, kvi_type t, const char **kind)
 typedef struct bench_ctx {
     kvi_engine *e;
     kvi_seq *seq;
+    kvi_seq *base; /* holds the depth; seq is a fork of it per run */
     kvi_batch *b;
     int32_t n_vocab;
     int batch;
     uint64_t rng;
 } bench_ctx;
 
-/* Puts the sequence at exactly depth positions (prefilled untimed, in chunks). */
+/* Puts a fresh sequence at exactly depth positions: the base sequence holds them
+ * (prefilled untimed, in chunks, once per depth) and each run takes a fork of it
+ * (its blocks shared, copy on write), so no run rewinds a cache: sliding-window
+ * layers release what they pass and cannot be rewound far. */
 static int set_depth(bench_ctx *c, int depth)
 {
-    kvi_seq_truncate(c->seq, depth);
-    int32_t pos = kvi_seq_len(c->seq);
+    if (c->seq) kvi_seq_free(c->seq);
+    c->seq = NULL;
+    if (kvi_seq_len(c->base) > depth && kvi_seq_truncate(c->base, depth) != 0) {
+        kvi_seq_free(c->base); /* released window parts: start the base again */
+        if (!(c->base = kvi_seq_create(c->e))) return cli_error("bench: cannot create a sequence");
+    }
+    int32_t pos = kvi_seq_len(c->base);
     while (pos < depth) {
         int n = depth - pos < c->batch ? depth - pos : c->batch;
         kvi_batch_clear(c->b);
         for (int i = 0; i < n; i++)
-            kvi_batch_add(c->b, c->seq, (int32_t)(xorshift(&c->rng) % (uint64_t)c->n_vocab), pos + i, false);
+            kvi_batch_add(c->b, c->base, (int32_t)(xorshift(&c->rng) % (uint64_t)c->n_vocab), pos + i, false);
         kvi_error err = { 0 };
         int rc = kvi_step(c->e, c->b, &err);
         if (rc)
@@ -215,6 +224,7 @@ static int set_depth(bench_ctx *c, int depth)
                              err.msg[0] ? err.msg : kvi_strerror(rc));
         pos += n;
     }
+    if (!(c->seq = kvi_seq_fork(c->base))) return cli_error("bench: cannot fork the depth sequence");
     return 0;
 }
 
@@ -546,11 +556,11 @@ int cmd_bench(int argc, char **argv)
     cli_opt_engine_params(&o.c, &ep);
     ep.n_threads = bm.threads;
     ep.n_ctx = max_need;
-    ep.n_seq_max = 1;
+    ep.n_seq_max = 2; /* the depth sequence and a run's fork of it */
     ep.n_batch_max = max_pp > (int)o.batch ? max_pp : (int)o.batch;
     int rc = 0;
     if (!(c.e = cli_engine_create(m, &ep, "bench: "))) rc = 1;
-    if (rc == 0 && !(c.seq = kvi_seq_create(c.e))) rc = cli_error("bench: cannot create a sequence");
+    if (rc == 0 && !(c.base = kvi_seq_create(c.e))) rc = cli_error("bench: cannot create a sequence");
     if (rc == 0 && !(c.b = kvi_batch_create(ep.n_batch_max)))
         rc = cli_error("bench: out of memory creating a batch of %d rows", ep.n_batch_max);
 
@@ -575,6 +585,7 @@ int cmd_bench(int argc, char **argv)
     free(res);
     if (c.b) kvi_batch_free(c.b);
     if (c.seq) kvi_seq_free(c.seq);
+    if (c.base) kvi_seq_free(c.base);
     if (c.e) kvi_engine_free(c.e);
     kvi_model_free(m);
     return rc;

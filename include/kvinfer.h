@@ -165,8 +165,8 @@ kvi_seq *kvi_seq_create(kvi_engine *e);
 void kvi_seq_free(kvi_seq *s);         /* returns its blocks to the pool */
 int32_t kvi_seq_len(const kvi_seq *s); /* positions held in the cache */
 /* Forgets positions >= n (rollback); their blocks return to the pool.
- * KVI_E_INVALID when n < 0, or when sliding-window layers have released what
- * position n would need (they keep their window plus 64 positions). */
+ * KVI_E_INVALID when n < 0, or when 0 < n and sliding-window layers have released
+ * what position n would need (they keep their window plus 64 positions). */
 int kvi_seq_truncate(kvi_seq *s, int32_t n);
 
 kvi_batch *kvi_batch_create(int32_t n_rows_max);

@@ -110,6 +110,7 @@ static void check_long(kvi_model *m, const char *name)
                st.kv_bytes / full);
         CHECK(kvi_seq_truncate(s, 10) != 0, "%s: a rewind past the released window parts was accepted", name);
         CHECK(kvi_seq_truncate(s, N - 20) == 0, "%s: a rewind inside the window's slack was refused", name);
+        CHECK(kvi_seq_truncate(s, 0) == 0 && kvi_seq_len(s) == 0, "%s: starting over was refused", name);
     }
     kvi_batch_free(b);
     kvi_seq_free(s);

@@ -359,7 +359,7 @@ int32_t kvi_seq_len(const kvi_seq *s) { return s->table.n_pos; }
 int kvi_seq_truncate(kvi_seq *s, int32_t n)
 {
     if (n < 0) return KVI_E_INVALID;
-    if (n < s->table.n_pos && n < kv_table_rewind_min(&s->e->kv, &s->table)) return KVI_E_INVALID;
+    if (n > 0 && n < s->table.n_pos && n < kv_table_rewind_min(&s->e->kv, &s->table)) return KVI_E_INVALID;
     if (n < s->table.n_pos) kv_table_truncate(&s->e->kv, &s->table, n);
     return 0;
 }
@@ -448,7 +448,8 @@ static int step_validate(kvi_engine *e, const kvi_batch *b, uint64_t stamp, int3
                 return err_set(err, KVI_E_BAD_BATCH,
                                "step: row %d: position %d leaves a gap (sequence holds %d positions)", i,
                                b->pos[i], s->table.n_pos);
-            if (b->pos[i] < s->table.n_pos && b->pos[i] < kv_table_rewind_min(&e->kv, &s->table))
+            if (b->pos[i] > 0 && b->pos[i] < s->table.n_pos &&
+                b->pos[i] < kv_table_rewind_min(&e->kv, &s->table))
                 return err_set(err, KVI_E_BAD_BATCH,
                                "step: row %d: position %d rewrites positions the sliding-window layers "
                                "released (the earliest possible is %d)",
