@@ -99,7 +99,6 @@ struct kvi_engine {
     float **recv_rows; /* [recv_cap] per batch row: its sequence's recv or NULL */
     int32_t recv_cap;
     int32_t *keep; /* [n_ctx] positions a policy keeps */
-    int *windows;  /* [n_layers] each layer's sliding window (0: global) */
     /* statistics */
     uint64_t n_steps, n_rows;
     uint64_t prefix_hit, prefix_miss, n_evicted;
@@ -142,7 +141,6 @@ void kvi_engine_free(kvi_engine *e)
     kv_txn_free(&e->txn);
     free(e->recv_rows);
     free(e->keep);
-    free(e->windows);
     free(e);
 }
 
@@ -213,27 +211,32 @@ kvi_engine *kvi_engine_create(kvi_model *m, const kvi_engine_params *params, kvi
                                 .n_window = p.n_window,
                                 .block_size = p.kv_block_size };
     const int kv_dim = m->n_kv_heads * m->head_dim;
-    e->windows = malloc((size_t)m->n_layers * sizeof *e->windows);
-    if (!e->windows) {
+    int *windows =
+        malloc((size_t)m->n_layers * sizeof *windows); /* [n_layers] each layer's window, 0: global */
+    if (!windows) {
         err_set(err, KVI_E_NOMEM, "engine: out of memory");
         goto fail;
     }
-    for (int l = 0; l < m->n_layers; l++) e->windows[l] = m->layers[l].window;
+    int n_win = 0;
+    for (int l = 0; l < m->n_layers; l++) {
+        windows[l] = m->layers[l].window;
+        n_win += windows[l] > 0;
+    }
     if (p.kv_budget_bytes == 0) {
         /* every sequence at full length, and the window parts one step of
          * n_batch_max rows holds until it commits (kv_cache.h) */
-        int n_win = 0;
-        for (int l = 0; l < m->n_layers; l++) n_win += e->windows[l] > 0;
         e->p.kv_budget_bytes =
-            (size_t)p.n_seq_max * kv_layout_seq_bytes(m->n_layers, e->windows, ENGINE_WIN_SLACK, kv_dim,
+            (size_t)p.n_seq_max * kv_layout_seq_bytes(m->n_layers, windows, ENGINE_WIN_SLACK, kv_dim,
                                                       p.kv_block_size, p.kv_type_k, p.kv_type_v, p.n_ctx) +
             (n_win ? ((size_t)p.n_batch_max / p.kv_block_size + 2) *
                          kv_layout_block_bytes(n_win, kv_dim, p.kv_block_size, p.kv_type_k, p.kv_type_v)
                    : 0);
     }
-    if (kv_pool_init_layers(&e->kv, m->n_layers, e->windows, ENGINE_WIN_SLACK, kv_dim, p.kv_block_size,
-                            p.kv_type_k, p.kv_type_v, e->p.kv_budget_bytes, err) != 0)
-        goto fail;
+    const int kv_rc =
+        kv_pool_init_layers(&e->kv, m->n_layers, windows, ENGINE_WIN_SLACK, kv_dim, p.kv_block_size,
+                            p.kv_type_k, p.kv_type_v, e->p.kv_budget_bytes, err);
+    free(windows);
+    if (kv_rc != 0) goto fail;
     e->pool = tpool_create(p.n_threads);
     e->slots = calloc((size_t)p.n_seq_max, sizeof *e->slots);
     e->tables = malloc((size_t)p.n_batch_max * sizeof *e->tables);

@@ -130,8 +130,7 @@ static uint32_t rd_u32(const uint8_t *p)
 }
 static uint64_t rd_u64(const uint8_t *p) { return (uint64_t)rd_u32(p) | ((uint64_t)rd_u32(p + 4) << 32); }
 
-/* Bytes of one element of a fixed-size value type; 0 for string, array, unknown. */
-static size_t vtype_size(uint32_t t)
+size_t gguf_vtype_size(uint32_t t)
 {
     switch (t) {
     case GGUF_T_UINT8:
@@ -303,7 +302,7 @@ static int parse_array(cursor *c, gguf_kv *kv)
     kv->n = n;
     kv->val = c->buf + c->pos;
     if (elem != GGUF_T_STRING) {
-        size_t es = vtype_size(elem);
+        size_t es = gguf_vtype_size(elem);
         if (n > cur_left(c) / es)
             return err_set(c->err, KVI_E_FORMAT,
                            "gguf: %s: key '%s': array of %llu %s elements exceeds the %zu bytes left",
@@ -359,7 +358,7 @@ static int parse_kv(cursor *c, gguf_ctx *g, int64_t i)
         kv->str = dup_bytes(s, kv->str_len);
         if (!kv->str) return err_set(c->err, KVI_E_NOMEM, "gguf: %s: out of memory", c->file);
     } else {
-        size_t es = vtype_size(type);
+        size_t es = gguf_vtype_size(type);
         char what[96];
         snprintf(what, sizeof what, "value of key '%.60s'", kv->key);
         if ((rc = cur_need(c, es, what))) return rc;
@@ -1136,7 +1135,7 @@ static const gguf_kv *find_kv(const gguf_ctx *g, const char *key)
  * is_int tells whether the type is an integer (or bool) type. */
 static bool num_is_int(gguf_vtype t)
 {
-    return t != GGUF_T_FLOAT32 && t != GGUF_T_FLOAT64 && vtype_size(t) != 0;
+    return t != GGUF_T_FLOAT32 && t != GGUF_T_FLOAT64 && gguf_vtype_size(t) != 0;
 }
 
 static int64_t num_get_i(gguf_vtype t, const uint8_t *p, bool *overflow)
@@ -1199,7 +1198,7 @@ int gguf_get_float(const gguf_ctx *g, const char *key, double *out, kvi_error *e
 {
     const gguf_kv *kv = find_kv(g, key);
     if (!kv) return -1;
-    if (kv->type == GGUF_T_ARRAY || kv->type == GGUF_T_BOOL || vtype_size(kv->type) == 0)
+    if (kv->type == GGUF_T_ARRAY || kv->type == GGUF_T_BOOL || gguf_vtype_size(kv->type) == 0)
         return err_set(err, KVI_E_FORMAT, "gguf: key '%s' has type %s, expected a number", key,
                        vtype_name(kv->type));
     *out = num_get_f(kv->type, kv->val);
@@ -1257,7 +1256,7 @@ static int num_array(const gguf_ctx *g, const char *key, uint64_t n, const gguf_
 {
     const gguf_kv *kv = find_kv(g, key);
     if (!kv) return -1;
-    if (kv->type != GGUF_T_ARRAY || vtype_size(kv->elem) == 0)
+    if (kv->type != GGUF_T_ARRAY || gguf_vtype_size(kv->elem) == 0)
         return err_set(err, KVI_E_FORMAT, "gguf: key '%s' has type %s%s%s, expected a numeric array", key,
                        vtype_name(kv->type), kv->type == GGUF_T_ARRAY ? " of " : "",
                        kv->type == GGUF_T_ARRAY ? vtype_name(kv->elem) : "");
@@ -1273,7 +1272,7 @@ int gguf_get_arr_f32(const gguf_ctx *g, const char *key, float *out, uint64_t n,
     const gguf_kv *kv;
     int rc = num_array(g, key, n, &kv, err);
     if (rc) return rc;
-    size_t es = vtype_size(kv->elem);
+    size_t es = gguf_vtype_size(kv->elem);
     for (uint64_t i = 0; i < n; i++) out[i] = (float)num_get_f(kv->elem, kv->val + i * es);
     return 0;
 }
@@ -1286,7 +1285,7 @@ int gguf_get_arr_i32(const gguf_ctx *g, const char *key, int32_t *out, uint64_t 
     if (!num_is_int(kv->elem))
         return err_set(err, KVI_E_FORMAT, "gguf: key '%s' is an array of %s, expected integers", key,
                        vtype_name(kv->elem));
-    size_t es = vtype_size(kv->elem);
+    size_t es = gguf_vtype_size(kv->elem);
     for (uint64_t i = 0; i < n; i++) {
         bool ovf;
         int64_t v = num_get_i(kv->elem, kv->val + i * es, &ovf);

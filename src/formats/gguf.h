@@ -47,6 +47,9 @@ typedef enum gguf_vtype {
 
 #define GGUF_MAX_DIMS 4
 
+/* Bytes of one element of a fixed-size value type; 0 for string, array, unknown. */
+size_t gguf_vtype_size(uint32_t t);
+
 typedef struct gguf_tensor {
     const char *name; /* NUL-terminated */
     uint32_t n_dims;

@@ -100,24 +100,6 @@ static void b_str(bytes *b, const char *s, size_t n)
     b_put(b, s, n);
 }
 
-static size_t elem_size(gguf_vtype t)
-{
-    switch (t) {
-    case GGUF_T_UINT8:
-    case GGUF_T_INT8:
-    case GGUF_T_BOOL: return 1;
-    case GGUF_T_UINT16:
-    case GGUF_T_INT16: return 2;
-    case GGUF_T_UINT32:
-    case GGUF_T_INT32:
-    case GGUF_T_FLOAT32: return 4;
-    case GGUF_T_UINT64:
-    case GGUF_T_INT64:
-    case GGUF_T_FLOAT64: return 8;
-    default: return 0;
-    }
-}
-
 /* Host value of `size` bytes at p, as an unsigned integer to encode. */
 static uint64_t host_bits(const void *p, size_t size)
 {
@@ -218,7 +200,7 @@ static int put_kv(gguf_writer *w, const char *key, gguf_vtype type, bytes *b)
 static int set_scalar(gguf_writer *w, const char *key, gguf_vtype type, uint64_t bits)
 {
     bytes b = { 0 };
-    b_le(&b, bits, elem_size(type));
+    b_le(&b, bits, gguf_vtype_size(type));
     return put_kv(w, key, type, &b);
 }
 
@@ -279,7 +261,7 @@ int gguf_writer_set_str(gguf_writer *w, const char *key, const char *v)
 
 int gguf_writer_set_arr(gguf_writer *w, const char *key, gguf_vtype elem, const void *v, uint64_t n)
 {
-    size_t es = elem_size(elem);
+    size_t es = gguf_vtype_size(elem);
     if (es == 0 || (n && !v) || n > SIZE_MAX / es) return KVI_E_INVALID;
     bytes b = { 0 };
     b_le(&b, elem, 4);

@@ -501,11 +501,8 @@ static kvi_type model_main_type(const kvi_model *m)
     return (kvi_type)best;
 }
 
-void kvi_model_get_info(const kvi_model *m, kvi_model_info *out)
+void model_info_shape(const struct kvi_model *m, kvi_model_info *out)
 {
-    if (!out) return;
-    memset(out, 0, sizeof *out);
-    if (!m) return;
     model_copy_str(out->arch, sizeof out->arch, m->arch);
     model_copy_str(out->name, sizeof out->name, m->name);
     out->n_vocab = m->n_vocab;
@@ -516,15 +513,25 @@ void kvi_model_get_info(const kvi_model *m, kvi_model_info *out)
     out->n_kv_heads = m->n_kv_heads;
     out->head_dim = m->head_dim;
     out->ffn_dim = m->ffn_dim;
-    out->weight_type = model_main_type(m);
-    out->weight_bytes = m->weight_bytes;
-    out->has_weights = m->has_weights;
-    out->n_unread_tensors = m->n_unread_tensors;
+    out->n_layers_window = 0;
+    out->window = 0;
     for (int l = 0; m->layers && l < m->n_layers; l++)
         if (m->layers[l].window > 0) {
             out->n_layers_window++;
             if (m->layers[l].window > out->window) out->window = m->layers[l].window;
         }
+}
+
+void kvi_model_get_info(const kvi_model *m, kvi_model_info *out)
+{
+    if (!out) return;
+    memset(out, 0, sizeof *out);
+    if (!m) return;
+    model_info_shape(m, out);
+    out->weight_type = model_main_type(m);
+    out->weight_bytes = m->weight_bytes;
+    out->has_weights = m->has_weights;
+    out->n_unread_tensors = m->n_unread_tensors;
 }
 
 bool kvi_model_has_weights(const kvi_model *m) { return m && m->has_weights; }

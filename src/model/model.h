@@ -182,6 +182,11 @@ void model_rope_yarn(model_rope *r, int n_rot, int orig_ctx, double factor, doub
  * exceeds rope_orig_ctx, else the short ones; other models rope[] as loaded. */
 void model_rope_for_ctx(const struct kvi_model *m, int n_ctx, model_rope out[MODEL_MAX_ROPE_SETS]);
 
+/* The shape part of kvi_model_info (names, widths, heads, vocabulary, context) and
+ * the layer kinds (window layers, largest window) of m's layers array (none when
+ * NULL); the other fields are left as they are. */
+void model_info_shape(const struct kvi_model *m, kvi_model_info *out);
+
 /* Checks the hyper-parameters alone (ranges, divisibility); loaders call it before
  * binding tensors. */
 int model_check_hparams(const struct kvi_model *m, kvi_error *err);

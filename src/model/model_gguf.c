@@ -31,18 +31,10 @@ typedef struct gbind {
 static const gguf_tensor *bind_find(gbind *b, const char *name)
 {
     const gguf_tensor *t = gguf_find_tensor(b->m->gguf, name);
-    if (t) {
-        const int64_t n = gguf_n_tensors(b->m->gguf);
-        for (int64_t i = 0; i < n; i++)
-            if (gguf_tensor_at(b->m->gguf, i) == t) {
-                b->used[i] = 1;
-                break;
-            }
-    }
+    if (t) b->used[t - gguf_tensor_at(b->m->gguf, 0)] = 1; /* one table of all tensors */
     return t;
 }
 
-/* An integer hyper-parameter "<arch>.<key>"; def is used when absent and !required. */
 int model_gguf_int(const gguf_ctx *g, const char *arch, const char *key, bool required, int64_t def,
                    int64_t lo, int64_t hi, int *out, kvi_error *err)
 {

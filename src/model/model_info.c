@@ -24,33 +24,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The window-layer count and the largest window of m's layers into out. */
-static void info_layer_kinds(const struct kvi_model *m, kvi_model_info *out)
-{
-    out->n_layers_window = 0;
-    out->window = 0;
-    for (int l = 0; m->layers && l < m->n_layers; l++)
-        if (m->layers[l].window > 0) {
-            out->n_layers_window++;
-            if (m->layers[l].window > out->window) out->window = m->layers[l].window;
-        }
-}
-
 /* The layer kinds of a GGUF as the loader lays them out: the architecture's
  * hparams function (which reads the sliding-window keys) on a layers array of
- * our own. An architecture kvinfer does not run has global layers only. */
-static int info_kinds_gguf(struct kvi_model *m, const gguf_ctx *g, kvi_model_info *out, kvi_error *err)
+ * m's own (the caller frees it). An architecture kvinfer does not run, or one
+ * without such keys, has global layers only (m->layers stays NULL). */
+static int info_kinds_gguf(struct kvi_model *m, const gguf_ctx *g, kvi_error *err)
 {
     const model_arch *a = model_arch_find(m->arch);
     if (!a || !a->hparams) return 0;
     model_block_defaults(m); /* the defaults an architecture's keys fall back to, as loaded */
     m->layers = calloc((size_t)m->n_layers, sizeof *m->layers);
     if (!m->layers) return err_set(err, KVI_E_NOMEM, "model info: out of memory for %d layers", m->n_layers);
-    int rc = a->hparams(m, g, err);
-    if (rc == 0) info_layer_kinds(m, out);
-    free(m->layers);
-    m->layers = NULL;
-    return rc;
+    return a->hparams(m, g, err);
 }
 
 /* Fills out from a parsed GGUF header. */
@@ -59,7 +44,9 @@ static int info_from_gguf(const gguf_ctx *g, const char *file, kvi_model_info *o
     struct kvi_model m;
     memset(&m, 0, sizeof m);
     int rc = model_hparams_gguf(&m, g, true, err);
-    if (rc == 0) rc = info_kinds_gguf(&m, g, out, err);
+    if (rc == 0) rc = info_kinds_gguf(&m, g, err);
+    if (rc == 0) model_info_shape(&m, out);
+    free(m.layers);
     if (rc) {
         if (err) {
             char msg[sizeof err->msg];
@@ -68,16 +55,6 @@ static int info_from_gguf(const gguf_ctx *g, const char *file, kvi_model_info *o
         }
         return rc;
     }
-    model_copy_str(out->arch, sizeof out->arch, m.arch);
-    model_copy_str(out->name, sizeof out->name, m.name);
-    out->n_ctx_train = m.n_ctx_train;
-    out->dim = m.dim;
-    out->n_layers = m.n_layers;
-    out->ffn_dim = m.ffn_dim;
-    out->n_heads = m.n_heads;
-    out->n_kv_heads = m.n_kv_heads;
-    out->head_dim = m.head_dim;
-    out->n_vocab = m.n_vocab;
 
     /* Weight bytes (validated by the reader) and the type of most layer-matrix elements. */
     uint64_t count[KVI_TYPE_COUNT] = { 0 };
@@ -114,7 +91,6 @@ int kvi_model_info_from_file(const char *path, kvi_model_info *out, kvi_error *e
         kvi_model *m = kvi_model_load(path, &lp, err);
         if (!m) return err && err->code ? err->code : KVI_E_FORMAT;
         kvi_model_get_info(m, out);
-        info_layer_kinds(m, out);
         kvi_model_free(m);
         return 0;
     }
