@@ -1,5 +1,5 @@
 /*
- * test_arch_golden.c — every dense architecture against llama.cpp
+ * test_arch_golden.c — every architecture (dense and mixture-of-experts) against llama.cpp
  * (../shared/golden/arch, README there): for each file, the logits of all 48
  * positions in one prefill step within the README's relative-error tolerance
  * (F32 < 0.002, quantised < 0.03), and the invariants on the same model:
@@ -221,6 +221,15 @@ int main(void)
         snprintf(q8, sizeof q8, "%s-q8_0", dense[i]);
         check_file(f32, 0.002);
         check_file(q8, 0.03);
+    }
+    /* mixtures of experts (issue 15): F32 and a llama-quantize Q4_K_M mix each */
+    static const char *const moe[] = { "llama-moe", "qwen3moe", "olmoe" };
+    for (size_t i = 0; i < sizeof moe / sizeof *moe; i++) {
+        char f32[64], q4[64];
+        snprintf(f32, sizeof f32, "%s-f32", moe[i]);
+        snprintf(q4, sizeof q4, "%s-q4_k_m", moe[i]);
+        check_file(f32, 0.002);
+        check_file(q4, 0.03);
     }
     return test_main_end();
 }

@@ -20,6 +20,8 @@
  *     xb = ffn_norm ? rmsnorm(x) * ffn_norm : x
  *     h = act(xb Wgate^T (+b)) * (xb Wup^T (+b))        hg, hu [n][ffn_dim]
  *     d = h Wdown^T (+b); d = post_ffn_norm ? rmsnorm(d) * w : d
+ *       -- or, in a mixture-of-experts layer, d = the chosen experts' weighted
+ *          sum (+ a shared expert), fwd_moe.h          moe_y [n][dim]
  *     x += residual_scale * d
  *   logits = softcap(rmsnorm(x[out rows]) * output_norm Wout^T / logit_scale)
  *                                                       logits [n_out][n_vocab]
@@ -40,6 +42,9 @@
  * makes the chunked pass bit-identical to an unchunked one.
  */
 #include "forward/forward.h"
+
+#include "forward/fwd_act.h"
+#include "forward/fwd_moe.h"
 
 #include "attention/attention.h"
 #include "base/error.h"
@@ -74,6 +79,9 @@ struct fwd_ctx {
     double *inv_freq;                  /* [n_sets][n_rot / 2] RoPE frequencies (float values) */
     float mscale[MODEL_MAX_ROPE_SETS]; /* cos and sin factor of each set */
     uint16_t *gelu;                    /* [65536] f16 GELU table (MODEL_ACT_GELU_TANH) or NULL */
+    fwd_moe *moe;                      /* expert scratch (mixture-of-experts models) or NULL */
+    float *moe_y;                      /* [chunk][dim] the expert block's output */
+    uint64_t *routed;                  /* [n_layers][n_expert] rows routed to each expert, or NULL */
     size_t bytes;
     attn_scratch *attn;
     kv_stash stash; /* q4 key groups a layer's rows still read in f16 (kv_quant.h) */
@@ -107,32 +115,12 @@ void fwd_free(fwd_ctx *f)
     free(f->rs);
     free(f->inv_freq);
     free(f->gelu);
+    fwd_moe_free(f->moe);
+    free(f->moe_y);
+    free(f->routed);
     attn_scratch_free(f->attn);
     kv_stash_free(&f->stash);
     free(f);
-}
-
-/* gelu(x) = x/2 (1 + tanh(sqrt(2/pi) x (1 + 0.044715 x^2))), the tanh approximation */
-static float gelu_tanh(float x)
-{
-    const float c = 0.79788456080286535587989211986876f;
-    return 0.5f * x * (1.0f + tanhf(c * x * (1.0f + 0.044715f * x * x)));
-}
-
-/* The tanh GELU as llama.cpp's CPU evaluates it (and so its goldens): x rounded to
- * f16, looked up in a table of f16 results (gelu[h] = f16(gelu_tanh(f32(h)))), for
- * |x| < 10; 0 at or below -10, x at or above 10. A table look-up per element
- * instead of a tanhf. */
-static void gelu_table_init(uint16_t *t)
-{
-    for (uint32_t h = 0; h < 65536; h++) t[h] = quant_f32_to_f16(gelu_tanh(quant_f16_to_f32((quant_f16)h)));
-}
-
-static inline float gelu_lookup(const uint16_t *t, float x)
-{
-    if (x <= -10.0f) return 0.0f;
-    if (x >= 10.0f) return x;
-    return quant_f16_to_f32(t[quant_f32_to_f16(x)]);
 }
 
 /* Frequency of pair i of RoPE set r (model.h), rounded to float as the pass has
@@ -164,7 +152,11 @@ fwd_ctx *fwd_create(const struct kvi_model *m, int n_rows_max, int force_chunk, 
     f->n_rows_max = n_rows_max;
     const size_t n = (size_t)n_rows_max;
     const size_t qd = (size_t)m->n_heads * m->head_dim, kvd = (size_t)m->n_kv_heads * m->head_dim;
-    const size_t row_bytes = ((size_t)m->dim + 2 * qd + 2 * kvd + 2 * (size_t)m->ffn_dim) * sizeof(float);
+    size_t row_bytes = ((size_t)m->dim + 2 * qd + 2 * kvd + 2 * (size_t)m->ffn_dim) * sizeof(float);
+    if (m->n_expert > 0) /* fwd_moe's rows: logits, choices, gathered input, gate, up, output, sums */
+        row_bytes += ((size_t)m->n_expert + 3 * (size_t)m->n_expert_used + 3 * (size_t)m->dim +
+                      2 * (size_t)(m->expert_ffn > m->shared_ffn ? m->expert_ffn : m->shared_ffn)) *
+                     sizeof(float);
     size_t chunk = FWD_CHUNK_BYTES / row_bytes;
     chunk = chunk > FWD_CHUNK_ALIGN ? chunk / FWD_CHUNK_ALIGN * FWD_CHUNK_ALIGN : FWD_CHUNK_ALIGN;
     /* a caller's chunk (kvi_engine_params.fwd_chunk: tests of the chunked path) */
@@ -191,15 +183,24 @@ fwd_ctx *fwd_create(const struct kvi_model *m, int n_rows_max, int force_chunk, 
         err_set(err, KVI_E_NOMEM, "forward: cannot allocate scratch for %d rows", n_rows_max);
         return NULL;
     }
-    if (m->act == MODEL_ACT_GELU_TANH) {
-        f->gelu = malloc(65536 * sizeof *f->gelu);
-        if (!f->gelu) {
+    bool need_table;
+    f->gelu = fwd_act_table(m->act, &need_table);
+    if (need_table && !f->gelu) {
+        fwd_free(f);
+        err_set(err, KVI_E_NOMEM, "forward: cannot allocate the GELU table");
+        return NULL;
+    }
+    if (f->gelu) f->bytes += 65536 * sizeof *f->gelu;
+    if (m->n_expert > 0) {
+        f->moe = fwd_moe_create(m, (int)chunk, &f->bytes);
+        f->moe_y = falloc(f, chunk * m->dim, &ok);
+        f->routed = calloc((size_t)m->n_layers * m->n_expert, sizeof *f->routed);
+        if (!f->moe || !ok || !f->routed) {
             fwd_free(f);
-            err_set(err, KVI_E_NOMEM, "forward: cannot allocate the GELU table");
+            err_set(err, KVI_E_NOMEM, "forward: cannot allocate the expert scratch for %zu rows", chunk);
             return NULL;
         }
-        f->bytes += 65536 * sizeof *f->gelu;
-        gelu_table_init(f->gelu);
+        f->bytes += (size_t)m->n_layers * m->n_expert * sizeof *f->routed;
     }
     model_rope sets[MODEL_MAX_ROPE_SETS];
     model_rope_for_ctx(m, n_ctx, sets);
@@ -211,6 +212,8 @@ fwd_ctx *fwd_create(const struct kvi_model *m, int n_rows_max, int force_chunk, 
 }
 
 size_t fwd_scratch_bytes(const fwd_ctx *f) { return f->bytes; }
+
+const uint64_t *fwd_routed(const fwd_ctx *f) { return f->routed; }
 
 /* Elementwise helpers work 4 lanes at a time with GCC/Clang vector types (SSE2 on
  * any x86-64, no target flags): each lane computes the scalar tail's expression,
@@ -377,8 +380,15 @@ static int layer_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *row
     add_bias(f->xb, L->bo, n, dim);
     residual_add(m, x, f->xb, L->post_attn_norm, n);
 
-    /* feed-forward block: gated (SwiGLU / GeGLU) */
+    /* feed-forward block: gated (SwiGLU / GeGLU), or the experts of a moe layer */
     norm_or_copy(f->xb, x, L->ffn_norm, n, dim, m->rms_eps);
+    if (L->moe) {
+        if ((rc = fwd_moe_run(f->moe, pool, m, L, f->gelu, f->xb, n, f->moe_y,
+                              f->routed + (size_t)l * m->n_expert)))
+            return rc;
+        residual_add(m, x, f->moe_y, L->post_ffn_norm, n);
+        return KVI_OK;
+    }
     {
         const kern_tensor *w2[2] = { &L->w_gate, &L->w_up };
         float *const y2[2] = { f->hg, f->hu };
@@ -387,14 +397,7 @@ static int layer_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *row
     }
     add_bias(f->hg, L->b_gate, n, ffn);
     add_bias(f->hu, L->b_up, n, ffn);
-    if (m->act == MODEL_ACT_GELU_TANH) {
-        for (size_t i = 0; i < (size_t)n * ffn; i++) f->hg[i] = gelu_lookup(f->gelu, f->hg[i]) * f->hu[i];
-    } else {
-        for (size_t i = 0; i < (size_t)n * ffn; i++) {
-            const float g = f->hg[i];
-            f->hg[i] = g / (1.0f + expf(-g)) * f->hu[i];
-        }
-    }
+    fwd_glu(m->act, f->gelu, f->hg, f->hu, (size_t)n * ffn);
     if ((rc = kern_matmul(pool, &L->w_down, f->hg, ffn, n, f->xb, dim))) return rc;
     add_bias(f->xb, L->b_down, n, dim);
     residual_add(m, x, f->xb, L->post_ffn_norm, n);

@@ -33,6 +33,9 @@ fwd_ctx *fwd_create(const struct kvi_model *m, int n_rows_max, int chunk, int n_
 void fwd_free(fwd_ctx *f);
 /* Bytes of scratch memory held (activations, attention tiles). */
 size_t fwd_scratch_bytes(const fwd_ctx *f);
+/* Rows routed to each expert since fwd_create, [n_layers][n_expert] (a row counts
+ * once per chosen expert), or NULL for a dense model. */
+const uint64_t *fwd_routed(const fwd_ctx *f);
 
 /* Runs every layer over the rows: K and V of each row are written into the cache
  * at its position, then each row attends to its sequence's positions 0..pos.

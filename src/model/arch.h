@@ -55,6 +55,7 @@ int model_gguf_float(const gguf_ctx *g, const char *arch, const char *key, bool 
 int model_swa_layers(struct kvi_model *m, const gguf_ctx *g, int def_period, int local_rope, kvi_error *err);
 
 extern const model_arch model_arch_llama, model_arch_qwen2, model_arch_qwen3, model_arch_gemma2,
-    model_arch_gemma3, model_arch_phi3, model_arch_granite, model_arch_olmo2;
+    model_arch_gemma3, model_arch_phi3, model_arch_granite, model_arch_olmo2, model_arch_qwen3moe,
+    model_arch_olmoe;
 
 #endif

@@ -177,6 +177,10 @@ void model_block_defaults(struct kvi_model *m)
     m->rope[0] =
         (model_rope){ .theta = m->rope_theta, .freq_scale = 1.0f, .factors = m->rope_freqs, .mscale = 1.0f };
     m->rope_orig_ctx = m->n_ctx_train;
+    m->gating = MODEL_GATE_SOFTMAX;
+    m->expert_norm = true; /* Mixtral's top-k renormalisation; OLMoE turns it off */
+    m->expert_scale = 1.0f;
+    m->n_expert_groups = m->n_groups_used = 1;
 }
 
 void model_rope_yarn(model_rope *r, int n_rot, int orig_ctx, double factor, double beta_fast,
@@ -251,6 +255,25 @@ int model_check_hparams(const struct kvi_model *m, kvi_error *err)
     if (!(m->attn_softcap >= 0.0f) || !isfinite(m->attn_softcap) || !(m->final_softcap >= 0.0f) ||
         !isfinite(m->final_softcap))
         return err_set(err, KVI_E_FORMAT, "model: soft-cap invalid");
+    if (m->n_expert) {
+        if (m->n_expert < 1 || m->n_expert > MODEL_MAX_EXPERTS || m->n_expert_used < 1 ||
+            m->n_expert_used > m->n_expert || m->expert_ffn < 1 || m->expert_ffn > MODEL_MAX_FFN ||
+            m->shared_ffn < 0 || m->shared_ffn > MODEL_MAX_FFN || m->n_dense_lead < 0 ||
+            m->n_dense_lead > m->n_layers)
+            return err_set(
+                err, KVI_E_FORMAT,
+                "model: experts invalid (%d experts, %d used, width %d, shared %d, %d dense layers)",
+                m->n_expert, m->n_expert_used, m->expert_ffn, m->shared_ffn, m->n_dense_lead);
+        if (m->n_expert_groups < 1 || m->n_expert % m->n_expert_groups != 0 || m->n_groups_used < 1 ||
+            m->n_groups_used > m->n_expert_groups ||
+            (int64_t)m->n_groups_used * (m->n_expert / m->n_expert_groups) < m->n_expert_used)
+            return err_set(err, KVI_E_FORMAT,
+                           "model: %d expert groups (%d used) do not fit %d experts, %d used",
+                           m->n_expert_groups, m->n_groups_used, m->n_expert, m->n_expert_used);
+        if (!(m->expert_scale > 0.0f) || !isfinite(m->expert_scale))
+            return err_set(err, KVI_E_FORMAT, "model: expert weights scale %g invalid",
+                           (double)m->expert_scale);
+    }
     for (int l = 0; m->layers && l < m->n_layers; l++)
         if (m->layers[l].window < 0 || m->layers[l].rope_set < 0 || m->layers[l].rope_set >= m->n_rope_sets)
             return err_set(err, KVI_E_FORMAT, "model: layer %d: window %d / RoPE set %d invalid", l,
@@ -299,7 +322,25 @@ int model_validate(const struct kvi_model *m, kvi_error *err)
             { &L->w_gate, "ffn_gate", dim, ffn }, { &L->w_up, "ffn_up", dim, ffn },
             { &L->w_down, "ffn_down", ffn, dim },
         };
-        for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) {
+        const int64_t E = m->n_expert, F = m->expert_ffn, S = m->shared_ffn;
+        struct {
+            const kern_tensor *t;
+            const char *n;
+            int64_t in, out;
+        } moe[] = {
+            { &L->router, "ffn_gate_inp", dim, E },    { &L->exp_gate, "ffn_gate_exps", dim, E * F },
+            { &L->exp_up, "ffn_up_exps", dim, E * F }, { &L->exp_down, "ffn_down_exps", F, E * dim },
+            { &L->sh_gate, "ffn_gate_shexp", dim, S }, { &L->sh_up, "ffn_up_shexp", dim, S },
+            { &L->sh_down, "ffn_down_shexp", S, dim },
+        };
+        if (L->moe != (m->n_expert > 0 && l >= m->n_dense_lead))
+            return err_set(err, KVI_E_FORMAT, "model: blk.%d: the FFN kind does not match the model", l);
+        const size_t n_mats = sizeof mats / sizeof mats[0], n_moe = S > 0 ? 7 : 4;
+        for (size_t i = 0; L->moe && i < n_moe; i++) {
+            snprintf(nm, sizeof nm, "blk.%d.%s", l, moe[i].n);
+            if ((rc = check_matrix(moe[i].t, nm, moe[i].in, moe[i].out, err))) return rc;
+        }
+        for (size_t i = 0; i < (L->moe ? n_mats - 3 : n_mats); i++) {
             snprintf(nm, sizeof nm, "blk.%d.%s", l, mats[i].n);
             if ((rc = check_matrix(mats[i].t, nm, mats[i].in, mats[i].out, err))) return rc;
         }

@@ -45,9 +45,19 @@ typedef enum model_qk_norm {
 } model_qk_norm;
 
 typedef enum model_act {
-    MODEL_ACT_SILU = 0,  /* SwiGLU */
-    MODEL_ACT_GELU_TANH, /* GeGLU with the tanh approximation (gemma) */
+    MODEL_ACT_SILU = 0,   /* SwiGLU */
+    MODEL_ACT_GELU_TANH,  /* GeGLU with the tanh approximation (gemma) */
+    MODEL_ACT_SWIGLU_OAI, /* gpt-oss: g = min(g, 7), u = clamp(u, -7, 7), g * sigmoid(1.702 g) * (u + 1) */
 } model_act;
+
+/* How a mixture-of-experts layer turns router logits l [n_expert] into the chosen
+ * experts and their weights (fwd_moe.c). Every kind selects the top n_expert_used
+ * by its selection score, ties broken by the lower expert index. */
+typedef enum model_gating {
+    MODEL_GATE_SOFTMAX = 0, /* p = softmax(l); select by p; w = p[sel] (Mixtral, Qwen3-MoE, OLMoE) */
+    MODEL_GATE_SIGMOID, /* p = sigmoid(l); select by p + sel_bias (in the chosen groups); w = p[sel] (DeepSeek-V3) */
+    MODEL_GATE_SOFTMAX_CHOSEN, /* select by l; w = softmax over the chosen l only (gpt-oss) */
+} model_gating;
 
 /* One RoPE parameter set (a model has one, or two: gemma3's local layers use another
  * base and no scaling). Pair i of the n_rot rotated dims turns by pos * f_i,
@@ -87,6 +97,22 @@ typedef struct model_layer {
     const float *b_up;           /* [ffn_dim] or NULL */
     const float *b_down;         /* [dim] or NULL */
     const float *post_ffn_norm;  /* [dim] or NULL */
+    /* mixture of experts (moe): the FFN above is replaced by the routed experts (the
+     * dense w_gate / w_up / w_down stay NULL) plus, when sh_gate is bound, a shared
+     * expert; E = n_expert, F = expert_ffn. Expert e's matrices are rows
+     * [e * F, (e + 1) * F) of exp_gate / exp_up and [e * dim, (e + 1) * dim) of exp_down. */
+    bool moe;
+    kern_tensor router;         /* [E][dim] ffn_gate_inp */
+    const float *router_b;      /* [E] or NULL (gpt-oss) */
+    const float *sel_bias;      /* [E] exp_probs_b: added to the selection score only, or NULL */
+    kern_tensor exp_gate;       /* [E * F][dim] */
+    kern_tensor exp_up;         /* [E * F][dim] */
+    kern_tensor exp_down;       /* [E * dim][F] */
+    const float *exp_b_gate;    /* [E][F] or NULL */
+    const float *exp_b_up;      /* [E][F] or NULL */
+    const float *exp_b_down;    /* [E][dim] or NULL */
+    kern_tensor sh_gate, sh_up; /* [shared_ffn][dim] shared expert, or data NULL */
+    kern_tensor sh_down;        /* [dim][shared_ffn] */
 } model_layer;
 
 #define MODEL_MAX_ROPE_SETS 2
@@ -100,6 +126,7 @@ typedef struct model_layer {
 #define MODEL_MAX_HEAD_DIM 4096
 #define MODEL_MAX_VOCAB (1 << 24)
 #define MODEL_MAX_CTX (1 << 24)
+#define MODEL_MAX_EXPERTS 1024
 
 struct kvi_model {
     char arch[32];
@@ -134,6 +161,17 @@ struct kvi_model {
     const float *rope_long, *rope_short; /* [n_rot/2] or NULL */
     int rope_orig_ctx;                   /* original_context_length (LongRoPE, YaRN) */
     int n_unread_tensors;                /* tensors of another part (vision) left unread */
+    /* mixture of experts: n_expert 0 for a dense model. Layers [0, n_dense_lead) keep
+     * the dense FFN (DeepSeek's leading dense blocks), the others are moe. */
+    int n_expert, n_expert_used;
+    int expert_ffn;   /* F: one expert's width */
+    int shared_ffn;   /* shared expert width (0: none) */
+    int n_dense_lead; /* leading dense layers */
+    model_gating gating;
+    bool expert_norm;    /* the chosen weights divided by their sum */
+    float expert_scale;  /* the chosen weights multiplied by it (1: none) */
+    int n_expert_groups; /* experts in n_expert_groups equal groups, only the */
+    int n_groups_used;   /* n_groups_used best groups selectable (DeepSeek); 1, 1: none */
 
     kern_tensor tok_embd;     /* [n_vocab][dim] */
     const float *output_norm; /* [dim] */

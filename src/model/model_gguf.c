@@ -121,6 +121,49 @@ static int bind_vector(gbind *b, const char *name, int64_t n, bool required, con
     return model_vec_f32(m, name, t->data, t->type, n, out, err);
 }
 
+/* Binds a 3-D expert tensor {n_in, n_out, n_exp} (GGUF order) as one matrix of
+ * n_exp * n_out rows: expert e's matrix is rows [e * n_out, (e + 1) * n_out). */
+static int bind_experts(gbind *b, const char *name, int64_t n_in, int64_t n_out, int64_t n_exp,
+                        kern_tensor *out, kvi_error *err)
+{
+    const gguf_tensor *t = bind_find(b, name);
+    if (!t) return err_set(err, KVI_E_FORMAT, "gguf: missing tensor %s", name);
+    if (t->n_dims != 3 || t->ne[0] != n_in || t->ne[1] != n_out || t->ne[2] != n_exp || t->ne[3] != 1)
+        return err_set(err, KVI_E_FORMAT,
+                       "gguf: tensor %s has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld, %lld]",
+                       name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
+                       (long long)t->ne[3], (long long)n_in, (long long)n_out, (long long)n_exp);
+    const size_t row = quant_row_bytes(t->type, n_in);
+    if (!quant_type_known(t->type) || row == 0)
+        return err_set(err, KVI_E_FORMAT, "gguf: tensor %s: type %d cannot hold rows of %lld", name,
+                       (int)t->type, (long long)n_in);
+    if (t->nbytes != row * (size_t)(n_out * n_exp) || !t->data)
+        return err_set(err, KVI_E_FORMAT, "gguf: tensor %s has %zu bytes, expected %zu", name, t->nbytes,
+                       row * (size_t)(n_out * n_exp));
+    *out = (kern_tensor){ .data = t->data, .type = t->type, .n_in = n_in, .n_out = n_out * n_exp };
+    b->m->weight_bytes += t->nbytes;
+    return 0;
+}
+
+/* Binds the per-expert bias {n, n_exp} (F32/F16/BF16) as n_exp * n floats, or
+ * leaves *out NULL when absent. */
+static int bind_expert_bias(gbind *b, const char *name, int64_t n, int64_t n_exp, const float **out,
+                            kvi_error *err)
+{
+    const gguf_tensor *t = bind_find(b, name);
+    *out = NULL;
+    if (!t) return 0;
+    if (t->n_dims != 2 || t->ne[0] != n || t->ne[1] != n_exp || t->ne[2] != 1 || t->ne[3] != 1)
+        return err_set(err, KVI_E_FORMAT, "gguf: tensor %s has shape [%lld, %lld], expected [%lld, %lld]",
+                       name, (long long)t->ne[0], (long long)t->ne[1], (long long)n, (long long)n_exp);
+    const size_t bytes = quant_row_bytes(t->type, n) * (size_t)n_exp;
+    if (quant_row_bytes(t->type, n) == 0 || t->nbytes != bytes || !t->data)
+        return err_set(err, KVI_E_FORMAT, "gguf: tensor %s has %zu bytes, expected %zu", name, t->nbytes,
+                       bytes);
+    b->m->weight_bytes += t->nbytes;
+    return model_vec_f32(b->m, name, t->data, t->type, n * n_exp, out, err);
+}
+
 /* rows [r0, r0 + n) of the bound matrix `whole` as a matrix of its own */
 static kern_tensor row_view(const kern_tensor *whole, int64_t r0, int64_t n)
 {
@@ -195,6 +238,29 @@ int model_swa_layers(struct kvi_model *m, const gguf_ctx *g, int def_period, int
     }
     return 0;
 }
+/* The mixture-of-experts keys any architecture may carry (arch.h's hparams
+ * functions set the routing rules): expert_count (absent: dense), expert_used_count,
+ * the expert width expert_feed_forward_length (absent: feed_forward_length, as
+ * Mixtral and OLMoE files have it), a shared expert of expert_shared_count experts'
+ * width, leading_dense_block_count dense layers first. */
+static int expert_hparams(struct kvi_model *m, const gguf_ctx *g, const char *arch, kvi_error *err)
+{
+    int rc, n_shared = 0;
+    if ((rc = model_gguf_int(g, arch, "expert_count", false, 0, 0, MODEL_MAX_EXPERTS, &m->n_expert, err)))
+        return rc;
+    if (m->n_expert == 0) return 0;
+    if ((rc =
+             model_gguf_int(g, arch, "expert_used_count", true, 0, 1, m->n_expert, &m->n_expert_used, err)) ||
+        (rc = model_gguf_int(g, arch, "expert_feed_forward_length", false, m->ffn_dim, 1, MODEL_MAX_FFN,
+                             &m->expert_ffn, err)) ||
+        (rc = model_gguf_int(g, arch, "expert_shared_count", false, 0, 0, 64, &n_shared, err)) ||
+        (rc = model_gguf_int(g, arch, "leading_dense_block_count", false, 0, 0, m->n_layers, &m->n_dense_lead,
+                             err)))
+        return rc;
+    m->shared_ffn = n_shared * m->expert_ffn;
+    return 0;
+}
+
 int model_hparams_gguf(struct kvi_model *m, const gguf_ctx *g, bool metadata_only, kvi_error *err)
 {
     const char *arch = gguf_get_str(g, "general.architecture");
@@ -258,6 +324,7 @@ int model_hparams_gguf(struct kvi_model *m, const gguf_ctx *g, bool metadata_onl
         return rc;
     model_block_defaults(m);
     if ((rc = rope_scaling(m, g, arch, err))) return rc;
+    if ((rc = expert_hparams(m, g, arch, err))) return rc;
     if (v_len != m->head_dim)
         return err_set(err, KVI_E_UNSUPPORTED, "gguf: value_length %d differs from key_length %d", v_len,
                        m->head_dim);
@@ -274,12 +341,16 @@ static void model_prepare_weights(struct kvi_model *m)
 {
     if (!kern_prepare_wanted() || !gguf_set_writable(m->gguf, true)) return;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    kern_tensor **mats = malloc(((size_t)m->n_layers * 7 + 1) * sizeof *mats); /* [7 * n_layers + 1] */
+    kern_tensor **mats = malloc(((size_t)m->n_layers * 13 + 1) * sizeof *mats); /* [13 * n_layers + 1] */
     int n = 0;
+    /* expert views stay whole R16 tiles only when every expert's rows start a tile */
+    const bool exp_ok = m->expert_ffn % 16 == 0 && m->dim % 16 == 0;
     for (int l = 0; mats && l < m->n_layers; l++) {
         model_layer *L = &m->layers[l];
-        kern_tensor *lm[7] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
-        for (int i = 0; i < 7; i++)
+        kern_tensor *lm[13] = { &L->wq,       &L->wk,     &L->wv,      &L->wo,    &L->w_gate,
+                                &L->w_up,     &L->w_down, &L->sh_gate, &L->sh_up, &L->sh_down,
+                                &L->exp_gate, &L->exp_up, &L->exp_down };
+        for (int i = 0; i < (exp_ok ? 13 : 10); i++)
             if (lm[i]->data) mats[n++] = lm[i];
     }
     if (mats && m->output.data) mats[n++] = &m->output;
@@ -327,7 +398,26 @@ static int bind_layer(gbind *b, const model_arch *a, int l, kvi_error *err)
         (rc = bind_vector(b, NM("post_attention_norm.weight"), dim, post, &L->post_attn_norm, err)) ||
         (rc = bind_vector(b, NM("ffn_norm.weight"), dim, pre, &L->ffn_norm, err)))
         return rc;
-    if (a->flags & ARCH_FUSED_GATE_UP) {
+    L->moe = m->n_expert > 0 && l >= m->n_dense_lead;
+    if (L->moe) {
+        const int64_t E = m->n_expert, F = m->expert_ffn, S = m->shared_ffn;
+        if ((rc = bind_matrix(b, NM("ffn_gate_inp.weight"), dim, E, true, &L->router, err)) ||
+            (rc = bind_vector(b, NM("ffn_gate_inp.bias"), E, false, &L->router_b, err)) ||
+            (rc = bind_vector(b, NM("exp_probs_b.bias"), E, false, &L->sel_bias, err)) ||
+            (rc = bind_experts(b, NM("ffn_gate_exps.weight"), dim, F, E, &L->exp_gate, err)) ||
+            (rc = bind_experts(b, NM("ffn_up_exps.weight"), dim, F, E, &L->exp_up, err)) ||
+            (rc = bind_experts(b, NM("ffn_down_exps.weight"), F, dim, E, &L->exp_down, err)) ||
+            (rc = bind_expert_bias(b, NM("ffn_gate_exps.bias"), F, E, &L->exp_b_gate, err)) ||
+            (rc = bind_expert_bias(b, NM("ffn_up_exps.bias"), F, E, &L->exp_b_up, err)) ||
+            (rc = bind_expert_bias(b, NM("ffn_down_exps.bias"), dim, E, &L->exp_b_down, err)))
+            return rc;
+        if (S > 0 && ((rc = bind_matrix(b, NM("ffn_gate_shexp.weight"), dim, S, true, &L->sh_gate, err)) ||
+                      (rc = bind_matrix(b, NM("ffn_up_shexp.weight"), dim, S, true, &L->sh_up, err)) ||
+                      (rc = bind_matrix(b, NM("ffn_down_shexp.weight"), S, dim, true, &L->sh_down, err))))
+            return rc;
+        if (m->gating == MODEL_GATE_SIGMOID ? false : L->sel_bias != NULL)
+            return err_set(err, KVI_E_UNSUPPORTED, "gguf: blk.%d.exp_probs_b needs sigmoid gating", l);
+    } else if (a->flags & ARCH_FUSED_GATE_UP) {
         kern_tensor gu = { 0 };
         if ((rc = bind_matrix(b, NM("ffn_up.weight"), dim, 2 * ffn, true, &gu, err))) return rc;
         L->w_gate = row_view(&gu, 0, ffn);
@@ -338,8 +428,8 @@ static int bind_layer(gbind *b, const model_arch *a, int l, kvi_error *err)
                (rc = bind_vector(b, NM("ffn_up.bias"), ffn, false, &L->b_up, err))) {
         return rc;
     }
-    if ((rc = bind_matrix(b, NM("ffn_down.weight"), ffn, dim, true, &L->w_down, err)) ||
-        (rc = bind_vector(b, NM("ffn_down.bias"), dim, false, &L->b_down, err)) ||
+    if ((!L->moe && ((rc = bind_matrix(b, NM("ffn_down.weight"), ffn, dim, true, &L->w_down, err)) ||
+                     (rc = bind_vector(b, NM("ffn_down.bias"), dim, false, &L->b_down, err)))) ||
         (rc = bind_vector(b, NM("post_ffw_norm.weight"), dim, post, &L->post_ffn_norm, err)))
         return rc;
 #undef NM

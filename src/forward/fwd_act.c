@@ -1,0 +1,57 @@
+/*
+ * fwd_act.c — gated activations (fwd_act.h): SwiGLU, tanh-GeGLU through llama.cpp's
+ * f16 table, and gpt-oss's clamped SwiGLU.
+ */
+#include "forward/fwd_act.h"
+
+#include "formats/quant.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+/* gelu(x) = x/2 (1 + tanh(sqrt(2/pi) x (1 + 0.044715 x^2))), the tanh approximation */
+static float gelu_tanh(float x)
+{
+    const float c = 0.79788456080286535587989211986876f;
+    return 0.5f * x * (1.0f + tanhf(c * x * (1.0f + 0.044715f * x * x)));
+}
+
+/* The tanh GELU as llama.cpp's CPU evaluates it (and so its goldens): x rounded to
+ * f16, looked up in a table of f16 results (gelu[h] = f16(gelu_tanh(f32(h)))), for
+ * |x| < 10; 0 at or below -10, x at or above 10. */
+uint16_t *fwd_act_table(model_act act, bool *needed)
+{
+    *needed = act == MODEL_ACT_GELU_TANH;
+    if (!*needed) return NULL;
+    uint16_t *t = malloc(65536 * sizeof *t);
+    if (!t) return NULL;
+    for (uint32_t h = 0; h < 65536; h++) t[h] = quant_f32_to_f16(gelu_tanh(quant_f16_to_f32((quant_f16)h)));
+    return t;
+}
+
+static inline float gelu_lookup(const uint16_t *t, float x)
+{
+    if (x <= -10.0f) return 0.0f;
+    if (x >= 10.0f) return x;
+    return quant_f16_to_f32(t[quant_f32_to_f16(x)]);
+}
+
+void fwd_glu(model_act act, const uint16_t *gelu, float *g, const float *u, size_t n)
+{
+    if (act == MODEL_ACT_GELU_TANH) {
+        for (size_t i = 0; i < n; i++) g[i] = gelu_lookup(gelu, g[i]) * u[i];
+    } else if (act == MODEL_ACT_SWIGLU_OAI) {
+        /* llama.cpp's swiglu_oai: alpha 1.702, limit 7 (constants of the model) */
+        const float alpha = 1.702f, limit = 7.0f;
+        for (size_t i = 0; i < n; i++) {
+            const float x = g[i] < limit ? g[i] : limit;
+            const float y = u[i] < -limit ? -limit : u[i] > limit ? limit : u[i];
+            g[i] = x / (1.0f + expf(-alpha * x)) * (y + 1.0f);
+        }
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            const float x = g[i];
+            g[i] = x / (1.0f + expf(-x)) * u[i];
+        }
+    }
+}

@@ -1,0 +1,24 @@
+/*
+ * fwd_act.h — the gated activations of the feed-forward blocks (dense and experts).
+ *
+ * g [n] holds the gate projection, u [n] the up projection; afterwards g holds
+ * act(g) * u (model.h model_act). Each element is computed alone, in a fixed
+ * expression, so the bits never depend on n or on a row's place in a batch.
+ */
+#ifndef KVI_FWD_ACT_H
+#define KVI_FWD_ACT_H
+
+#include "model/model.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The f16 GELU table [65536] the tanh-GELU path reads (llama.cpp's CPU evaluates
+ * GELU through one), or NULL when act does not need it / on allocation failure
+ * (*needed then says whether NULL is an error). Free with free(). */
+uint16_t *fwd_act_table(model_act act, bool *needed);
+
+/* g[i] = act(g[i]) * u[i] for i < n; gelu: the table of fwd_act_table (GELU only) */
+void fwd_glu(model_act act, const uint16_t *gelu, float *g, const float *u, size_t n);
+
+#endif

@@ -1,0 +1,248 @@
+/*
+ * fwd_moe.c — mixture-of-experts feed-forward (fwd_moe.h): routing, the grouping of
+ * a chunk's rows by expert, one product per chosen expert, the weighted sums.
+ *
+ * Data structure: per chunk, sel/w [n][k] (each row's choice), then a counting sort
+ * of the n * k (row, slot) pairs by expert: order [n * k] lists them expert by
+ * expert (increasing expert, then increasing row), start [E + 1] where each
+ * expert's run begins. Invariant: every (row, slot) appears exactly once in order.
+ */
+#include "forward/fwd_moe.h"
+
+#include "base/error.h"
+#include "forward/fwd_act.h"
+#include "formats/quant.h"
+#include "kernels/kernels.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct fwd_moe {
+    int chunk, E, k, F;
+    float *logits; /* [chunk][E] */
+    int *sel;      /* [chunk][k] */
+    float *w;      /* [chunk][k] */
+    int *start;    /* [E + 1] */
+    int *order;    /* [chunk * k] row * k + slot, grouped by expert */
+    float *xe;     /* [chunk][dim] the rows of one expert, gathered */
+    float *hg;     /* [chunk][max(F, S)] gate */
+    float *hu;     /* [chunk][max(F, S)] up */
+    float *de;     /* [chunk][dim] one expert's output rows */
+    float *route;  /* [2 * E] routing scratch */
+};
+
+void fwd_moe_free(fwd_moe *s)
+{
+    if (!s) return;
+    free(s->logits);
+    free(s->sel);
+    free(s->w);
+    free(s->start);
+    free(s->order);
+    free(s->xe);
+    free(s->hg);
+    free(s->hu);
+    free(s->de);
+    free(s->route);
+    free(s);
+}
+
+static void *alloc64(size_t bytes, size_t *total, bool *ok)
+{
+    void *p = NULL;
+    bytes = (bytes + 63) & ~(size_t)63;
+    if (bytes == 0) bytes = 64;
+    if (posix_memalign(&p, 64, bytes) != 0) {
+        *ok = false;
+        return NULL;
+    }
+    *total += bytes;
+    return p;
+}
+
+fwd_moe *fwd_moe_create(const struct kvi_model *m, int chunk, size_t *bytes)
+{
+    fwd_moe *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    const size_t c = (size_t)chunk, E = (size_t)m->n_expert, k = (size_t)m->n_expert_used;
+    const size_t h = (size_t)(m->expert_ffn > m->shared_ffn ? m->expert_ffn : m->shared_ffn);
+    s->chunk = chunk;
+    s->E = m->n_expert;
+    s->k = m->n_expert_used;
+    s->F = m->expert_ffn;
+    bool ok = true;
+    s->logits = alloc64(c * E * sizeof(float), bytes, &ok);
+    s->sel = alloc64(c * k * sizeof(int), bytes, &ok);
+    s->w = alloc64(c * k * sizeof(float), bytes, &ok);
+    s->start = alloc64((E + 1) * sizeof(int), bytes, &ok);
+    s->order = alloc64(c * k * sizeof(int), bytes, &ok);
+    s->xe = alloc64(c * (size_t)m->dim * sizeof(float), bytes, &ok);
+    s->hg = alloc64(c * h * sizeof(float), bytes, &ok);
+    s->hu = alloc64(c * h * sizeof(float), bytes, &ok);
+    s->de = alloc64(c * (size_t)m->dim * sizeof(float), bytes, &ok);
+    s->route = alloc64(2 * E * sizeof(float), bytes, &ok);
+    if (!ok) {
+        fwd_moe_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+/* The k best of score [n] (entries of -INFINITY never chosen unless nothing else
+ * is left) into idx [k], best first; ties to the lower index. */
+static void top_k(const float *score, int n, int k, int *idx)
+{
+    for (int i = 0; i < k; i++) {
+        int best = -1;
+        for (int j = 0; j < n; j++) {
+            bool taken = false;
+            for (int t = 0; t < i; t++) taken |= idx[t] == j;
+            if (taken) continue;
+            if (best < 0 || score[j] > score[best]) best = j;
+        }
+        idx[i] = best;
+    }
+}
+
+void fwd_moe_route(const struct kvi_model *m, const float *sel_bias, const float *l, int *sel, float *w,
+                   float *scratch)
+{
+    const int E = m->n_expert, k = m->n_expert_used;
+    float *p = scratch, *score = scratch + E; /* [E] probabilities, [E] selection scores */
+    if (m->gating == MODEL_GATE_SOFTMAX) {
+        float mx = l[0];
+        for (int e = 1; e < E; e++) mx = l[e] > mx ? l[e] : mx;
+        float sum = 0.0f;
+        for (int e = 0; e < E; e++) sum += (p[e] = expf(l[e] - mx));
+        for (int e = 0; e < E; e++) score[e] = p[e] /= sum;
+    } else if (m->gating == MODEL_GATE_SIGMOID) {
+        for (int e = 0; e < E; e++) {
+            p[e] = 1.0f / (1.0f + expf(-l[e]));
+            score[e] = sel_bias ? p[e] + sel_bias[e] : p[e];
+        }
+    } else { /* MODEL_GATE_SOFTMAX_CHOSEN: select by the logits themselves */
+        for (int e = 0; e < E; e++) p[e] = score[e] = l[e];
+    }
+    if (m->n_groups_used < m->n_expert_groups) {
+        /* a group scores the sum of its two best members; the others are masked */
+        const int G = m->n_expert_groups, gs = E / G;
+        float gscore[MODEL_MAX_EXPERTS] = { 0 };
+        int keep[MODEL_MAX_EXPERTS], two[2];
+        for (int g = 0; g < G; g++) {
+            top_k(score + g * gs, gs, gs < 2 ? gs : 2, two);
+            gscore[g] = score[g * gs + two[0]] + (gs < 2 ? 0.0f : score[g * gs + two[1]]);
+        }
+        top_k(gscore, G, m->n_groups_used, keep);
+        for (int g = 0; g < G; g++) {
+            bool kept = false;
+            for (int t = 0; t < m->n_groups_used; t++) kept |= keep[t] == g;
+            if (!kept)
+                for (int e = 0; e < gs; e++) score[g * gs + e] = -INFINITY;
+        }
+    }
+    top_k(score, E, k, sel);
+    if (m->gating == MODEL_GATE_SOFTMAX_CHOSEN) {
+        float mx = p[sel[0]], sum = 0.0f; /* sel[0] holds the largest chosen logit */
+        for (int i = 0; i < k; i++) sum += (w[i] = expf(p[sel[i]] - mx));
+        for (int i = 0; i < k; i++) w[i] /= sum;
+    } else {
+        for (int i = 0; i < k; i++) w[i] = p[sel[i]];
+        if (m->expert_norm) {
+            float sum = 0.0f;
+            for (int i = 0; i < k; i++) sum += w[i];
+            for (int i = 0; i < k; i++) w[i] /= sum;
+        }
+    }
+    if (m->expert_scale != 1.0f)
+        for (int i = 0; i < k; i++) w[i] *= m->expert_scale;
+}
+
+static void add_bias_rows(float *y, const float *b, int n, int d)
+{
+    if (!b) return;
+    for (int r = 0; r < n; r++)
+        for (int i = 0; i < d; i++) y[(size_t)r * d + i] += b[i];
+}
+
+/* rows [r0, r0 + n) of `whole` as a matrix of its own (an expert's view) */
+static kern_tensor rows_of(const kern_tensor *whole, int64_t r0, int64_t n)
+{
+    kern_tensor v = *whole;
+    v.data = (const uint8_t *)whole->data + (size_t)r0 * quant_row_bytes(whole->type, whole->n_in);
+    v.n_out = n;
+    return v;
+}
+
+/* h = act(x G^T + bg) * (x U^T + bu), d = h D^T + bd over rows x [n][dim] */
+static int glu_ffn(fwd_moe *s, tpool *pool, const struct kvi_model *m, const uint16_t *gelu,
+                   const kern_tensor *G, const kern_tensor *U, const kern_tensor *D, const float *bg,
+                   const float *bu, const float *bd, const float *x, int n, float *d)
+{
+    const int64_t F = G->n_out, dim = m->dim;
+    const kern_tensor *w2[2] = { G, U };
+    float *const y2[2] = { s->hg, s->hu };
+    const int64_t ld2[2] = { F, F };
+    int rc = kern_matmul_multi(pool, 2, w2, x, dim, n, y2, ld2);
+    if (rc) return rc;
+    add_bias_rows(s->hg, bg, n, (int)F);
+    add_bias_rows(s->hu, bu, n, (int)F);
+    fwd_glu(m->act, gelu, s->hg, s->hu, (size_t)n * F);
+    if ((rc = kern_matmul(pool, D, s->hg, F, n, d, dim))) return rc;
+    add_bias_rows(d, bd, n, (int)dim);
+    return 0;
+}
+
+int fwd_moe_run(fwd_moe *s, tpool *pool, const struct kvi_model *m, const model_layer *L,
+                const uint16_t *gelu, const float *x, int n, float *y, uint64_t *counts)
+{
+    const int E = s->E, k = s->k, F = s->F, dim = m->dim;
+    if (n > s->chunk) return KVI_E_INVALID;
+    int rc = kern_matmul(pool, &L->router, x, dim, n, s->logits, E);
+    if (rc) return rc;
+    add_bias_rows(s->logits, L->router_b, n, E);
+    memset(s->start, 0, (size_t)(E + 1) * sizeof *s->start);
+    for (int r = 0; r < n; r++) {
+        fwd_moe_route(m, L->sel_bias, s->logits + (size_t)r * E, s->sel + (size_t)r * k, s->w + (size_t)r * k,
+                      s->route);
+        for (int i = 0; i < k; i++) s->start[s->sel[(size_t)r * k + i] + 1]++;
+    }
+    for (int e = 0; e < E; e++) {
+        if (counts) counts[e] += (uint64_t)s->start[e + 1];
+        s->start[e + 1] += s->start[e];
+    }
+    { /* counting sort of the (row, slot) pairs by expert; rows stay increasing */
+        int *fill = (int *)s->route; /* [E] cursors (the routing scratch is free now) */
+        memcpy(fill, s->start, (size_t)E * sizeof *fill);
+        for (int r = 0; r < n; r++)
+            for (int i = 0; i < k; i++) s->order[fill[s->sel[(size_t)r * k + i]]++] = r * k + i;
+    }
+    memset(y, 0, (size_t)n * dim * sizeof *y);
+    for (int e = 0; e < E; e++) {
+        const int b = s->start[e], c = s->start[e + 1] - b;
+        if (c == 0) continue; /* nobody chose it: its weights are not read */
+        for (int i = 0; i < c; i++)
+            memcpy(s->xe + (size_t)i * dim, x + (size_t)(s->order[b + i] / k) * dim, (size_t)dim * sizeof *x);
+        const kern_tensor G = rows_of(&L->exp_gate, (int64_t)e * F, F),
+                          U = rows_of(&L->exp_up, (int64_t)e * F, F),
+                          D = rows_of(&L->exp_down, (int64_t)e * dim, dim);
+        rc = glu_ffn(s, pool, m, gelu, &G, &U, &D, L->exp_b_gate ? L->exp_b_gate + (size_t)e * F : NULL,
+                     L->exp_b_up ? L->exp_b_up + (size_t)e * F : NULL,
+                     L->exp_b_down ? L->exp_b_down + (size_t)e * dim : NULL, s->xe, c, s->de);
+        if (rc) return rc;
+        for (int i = 0; i < c; i++) { /* the row's sum runs in increasing expert index */
+            const int rs = s->order[b + i];
+            const float wt = s->w[rs];
+            float *yr = y + (size_t)(rs / k) * dim;
+            const float *dr = s->de + (size_t)i * dim;
+            for (int j = 0; j < dim; j++) yr[j] += wt * dr[j];
+        }
+    }
+    if (L->sh_gate.data) { /* the shared expert: every row, after the routed ones */
+        if ((rc = glu_ffn(s, pool, m, gelu, &L->sh_gate, &L->sh_up, &L->sh_down, NULL, NULL, NULL, x, n,
+                          s->de)))
+            return rc;
+        for (size_t i = 0; i < (size_t)n * dim; i++) y[i] += s->de[i];
+    }
+    return 0;
+}
