@@ -7,7 +7,7 @@
  *  2. batched decode (two sequences in one step, one of them offset) == alone,
  * and with a small KV block (4 positions: windows of 8 span blocks; the online
  * softmax then rescales at other points, so only within the tolerance).
- * Sliding-window models (gemma2, gemma3) also over 400 positions, long enough
+ * Sliding-window models (gemma2, gemma3, gpt-oss) also over 400 positions, long enough
  * that decode releases window parts (kv_cache.h): token-by-token decode gives the
  * bits of one prefill step, and the KV bytes held stay far below a full cache.
  */
@@ -205,7 +205,7 @@ static void check_file(const char *name, double tol)
     }
     free(pre);
     free(blk);
-    if (!strncmp(name, "gemma", 5)) check_long(m, name);
+    if (!strncmp(name, "gemma", 5) || !strncmp(name, "gpt-oss", 7)) check_long(m, name);
     free(toks);
     kvi_model_free(m);
     cJSON_Delete(j);
@@ -223,7 +223,7 @@ int main(void)
         check_file(q8, 0.03);
     }
     /* mixtures of experts (issue 15): F32 and a llama-quantize Q4_K_M mix each */
-    static const char *const moe[] = { "llama-moe", "qwen3moe", "olmoe" };
+    static const char *const moe[] = { "llama-moe", "qwen3moe", "olmoe", "gpt-oss" };
     for (size_t i = 0; i < sizeof moe / sizeof *moe; i++) {
         char f32[64], q4[64];
         snprintf(f32, sizeof f32, "%s-f32", moe[i]);

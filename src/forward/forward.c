@@ -371,6 +371,7 @@ static int layer_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *row
         .window = L->window,
         .softcap = m->attn_softcap,
         .scale = m->kq_scale,
+        .sinks = L->sinks,
     };
     attention_rows(pool, f->attn, &aa);
 

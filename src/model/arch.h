@@ -19,11 +19,12 @@
 #include "model/model.h"
 
 enum {
-    ARCH_FUSED_QKV = 1 << 0,     /* attn_qkv [dim] -> [q | k | v] instead of attn_q, attn_k, attn_v */
-    ARCH_FUSED_GATE_UP = 1 << 1, /* ffn_up [dim] -> [gate | up], no ffn_gate (phi3) */
-    ARCH_NO_PRE_NORM = 1 << 2,   /* no attn_norm / ffn_norm (olmo2) */
-    ARCH_POST_NORMS = 1 << 3,    /* post_attention_norm and post_ffw_norm (gemma2/3, olmo2) */
-    ARCH_VISION_PART = 1 << 4,   /* a multimodal file's vision tensors (v.*, mm.*) are left unread */
+    ARCH_FUSED_QKV = 1 << 0,          /* attn_qkv [dim] -> [q | k | v] instead of attn_q, attn_k, attn_v */
+    ARCH_FUSED_GATE_UP = 1 << 1,      /* ffn_up [dim] -> [gate | up], no ffn_gate (phi3) */
+    ARCH_NO_PRE_NORM = 1 << 2,        /* no attn_norm / ffn_norm (olmo2) */
+    ARCH_POST_NORMS = 1 << 3,         /* post_attention_norm and post_ffw_norm (gemma2/3, olmo2) */
+    ARCH_VISION_PART = 1 << 4,        /* a multimodal file's vision tensors (v.*, mm.*) are left unread */
+    ARCH_FFN_NORM_POST_ATTN = 1 << 5, /* the pre-FFN norm is stored as post_attention_norm (gpt-oss) */
 };
 
 typedef struct model_arch {
@@ -56,6 +57,6 @@ int model_swa_layers(struct kvi_model *m, const gguf_ctx *g, int def_period, int
 
 extern const model_arch model_arch_llama, model_arch_qwen2, model_arch_qwen3, model_arch_gemma2,
     model_arch_gemma3, model_arch_phi3, model_arch_granite, model_arch_olmo2, model_arch_qwen3moe,
-    model_arch_olmoe;
+    model_arch_olmoe, model_arch_gptoss;
 
 #endif

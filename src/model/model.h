@@ -88,6 +88,7 @@ typedef struct model_layer {
     const float *k_norm;         /* [head_dim] or [n_kv_heads * head_dim], or NULL */
     kern_tensor wo;              /* [dim][n_heads * head_dim] */
     const float *bo;             /* [dim] or NULL */
+    const float *sinks;          /* [n_heads] attention sink logits (gpt-oss) or NULL */
     const float *post_attn_norm; /* [dim] or NULL */
     const float *ffn_norm;       /* [dim] or NULL */
     kern_tensor w_gate;          /* [ffn_dim][dim] */

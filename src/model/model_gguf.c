@@ -395,9 +395,14 @@ static int bind_layer(gbind *b, const model_arch *a, int l, kvi_error *err)
     }
     if ((rc = bind_matrix(b, NM("attn_output.weight"), qd, dim, true, &L->wo, err)) ||
         (rc = bind_vector(b, NM("attn_output.bias"), dim, false, &L->bo, err)) ||
-        (rc = bind_vector(b, NM("post_attention_norm.weight"), dim, post, &L->post_attn_norm, err)) ||
-        (rc = bind_vector(b, NM("ffn_norm.weight"), dim, pre, &L->ffn_norm, err)))
+        (rc = bind_vector(b, NM("attn_sinks.weight"), m->n_heads, false, &L->sinks, err)))
         return rc;
+    if (a->flags & ARCH_FFN_NORM_POST_ATTN) {
+        if ((rc = bind_vector(b, NM("post_attention_norm.weight"), dim, true, &L->ffn_norm, err))) return rc;
+    } else if ((rc = bind_vector(b, NM("post_attention_norm.weight"), dim, post, &L->post_attn_norm, err)) ||
+               (rc = bind_vector(b, NM("ffn_norm.weight"), dim, pre, &L->ffn_norm, err))) {
+        return rc;
+    }
     L->moe = m->n_expert > 0 && l >= m->n_dense_lead;
     if (L->moe) {
         const int64_t E = m->n_expert, F = m->expert_ffn, S = m->shared_ffn;
