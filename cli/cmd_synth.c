@@ -44,6 +44,12 @@ static void synth_help(FILE *f)
            "           LongRoPE factors with --rope-orig-ctx\n"
            "  granite  embedding 12, residual 0.22, attention 1/head_dim, logit 8 scales\n"
            "  olmo2    no pre-norms, post-norms, q/k norms over the whole projection\n"
+           "  qwen3moe qwen3's attention, every FFN experts (softmax, top-k renormalised);\n"
+           "           expert_feed_forward_length\n"
+           "  olmoe    q/k norms over the whole projection, experts (softmax, top-k as is)\n"
+           "  gpt-oss  attention biases and sinks, window 128 on even layers, YaRN 32,\n"
+           "           biased router and experts, clamped SwiGLU\n"
+           "  (llama with --experts is the Mixtral layout)\n"
            "\n"
            "options:\n"
            "  --preset NAME       start from a preset (shape flags below override it)\n"
@@ -68,7 +74,11 @@ static void synth_help(FILE *f)
            "  --tied, --untied    output matrix = token embedding, or one of its own\n"
            "  --rope-base F       rope.freq_base\n"
            "  --rope-linear F     gemma3: linear RoPE scaling of the global layers\n"
-           "  --rope-orig-ctx N   phi3: LongRoPE for an original context of N (< ctx)\n"
+           "  --rope-orig-ctx N   phi3: LongRoPE, gpt-oss: YaRN (factor ctx / N) for an original\n"
+           "                      context of N (< ctx)\n"
+           "  --experts N         a mixture of N experts in every layer's FFN\n"
+           "  --experts-used K    experts chosen per token (default 2)\n"
+           "  --expert-ffn N      one expert's width (default --ffn)\n"
            "  -h, --help          this help\n"
            "\n"
            "presets (arch, dim, ffn, layers, heads, kv heads, head dim, vocab, ctx):\n");
@@ -76,13 +86,15 @@ static void synth_help(FILE *f)
     for (int i = 0; names && names[i]; i++) {
         kvi_synth_params p, r;
         if (kvi_synth_preset(names[i], &p) != 0 || kvi_synth_resolve(&p, &r) != 0) continue;
-        fprintf(f, "  %-12s %-7s %5d %5d %3d %3d %3d %4d %6d %6d", names[i], r.arch, r.dim, r.ffn_dim,
+        fprintf(f, "  %-14s %-8s %5d %5d %3d %3d %3d %4d %6d %6d", names[i], r.arch, r.dim, r.ffn_dim,
                 r.n_layers, r.n_heads, r.n_kv_heads, r.head_dim, r.n_vocab, r.n_ctx);
         if (r.n_rot != r.head_dim) fprintf(f, ", rotary %d", r.n_rot);
         if (!strcmp(r.arch, "gemma2") || !strcmp(r.arch, "gemma3"))
             fprintf(f, ", window %d / %d", r.window, r.window_pattern);
         if (r.rope_orig_ctx) fprintf(f, ", LongRoPE from %d", r.rope_orig_ctx);
         if (r.tie > 0) fprintf(f, ", tied");
+        if (r.n_expert > 0)
+            fprintf(f, ", %d experts x %d, %d used", r.n_expert, r.expert_ffn, r.n_expert_used);
         fputc('\n', f);
     }
     fprintf(f, "\nexamples: kvinfer synth --preset stories15M --type q8_0 -o s15m-q8.gguf\n"
@@ -124,6 +136,7 @@ int cmd_synth(int argc, char **argv)
     const char *preset = NULL, *out = NULL, *type = NULL, *name = NULL;
     int dim = 0, ffn = 0, layers = 0, heads = 0, kv_heads = 0, vocab = 0, ctx = 0;
     int head_dim = 0, rot = 0, window = 0, pattern = 0, orig_ctx = 0, tie = 0;
+    int experts = 0, experts_used = 0, expert_ffn = 0;
     const char *arch = NULL, *rope_base = NULL, *rope_linear = NULL;
     synth_flag shape[] = {
         { "--dim", &dim, false },
@@ -138,6 +151,9 @@ int cmd_synth(int argc, char **argv)
         { "--window", &window, false },
         { "--window-pattern", &pattern, false },
         { "--rope-orig-ctx", &orig_ctx, false },
+        { "--experts", &experts, false },
+        { "--experts-used", &experts_used, false },
+        { "--expert-ffn", &expert_ffn, false },
     };
     const size_t n_shape = sizeof shape / sizeof shape[0];
 
@@ -235,7 +251,7 @@ int cmd_synth(int argc, char **argv)
         if (!an[k])
             return cli_error(
                 "synth: unknown --arch '%s' (llama, qwen2, qwen3, gemma2, gemma3, phi3, granite, "
-                "olmo2)",
+                "olmo2, qwen3moe, olmoe, gpt-oss)",
                 arch);
         p.arch = an[k];
     }
@@ -245,6 +261,10 @@ int cmd_synth(int argc, char **argv)
     if (shape[10].set) p.window_pattern = pattern;
     if (shape[11].set) p.rope_orig_ctx = orig_ctx;
     if (tie) p.tie = tie;
+    if (shape[12].set) p.n_expert = experts;
+    if (shape[13].set) p.n_expert_used = experts_used;
+    if (shape[14].set) p.expert_ffn = expert_ffn;
+    if (p.n_expert > 0 && p.n_expert_used == 0) p.n_expert_used = p.n_expert < 2 ? p.n_expert : 2;
     if (rope_base && (!cli_parse_f32(rope_base, &p.rope_base) || !(p.rope_base > 0)))
         return cli_error("--rope-base needs a positive number, got '%s'", rope_base);
     if (rope_linear && (!cli_parse_f32(rope_linear, &p.rope_linear) || !(p.rope_linear > 0)))
@@ -281,5 +301,8 @@ int cmd_synth(int argc, char **argv)
         out, r.arch ? r.arch : "llama", r.dim, r.ffn_dim, r.n_layers, r.n_heads, r.n_kv_heads, r.head_dim,
         vocab_desc, r.n_ctx, kvi_type_name(r.type) ? kvi_type_name(r.type) : "?", r.mix_m ? "_m" : "",
         (unsigned long long)r.seed, (kvi_time_ms() - t0) / 1000.0);
+    if (r.n_expert > 0)
+        fprintf(stderr, "synth: %d experts of width %d in every layer, %d chosen per token\n", r.n_expert,
+                r.expert_ffn, r.n_expert_used);
     return 0;
 }

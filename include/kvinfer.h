@@ -564,6 +564,10 @@ typedef struct kvi_synth_params {
     bool mix_m; /* type q4_k / q5_k as llama.cpp's Q4_K_M / Q5_K_M mix (attn_v, ffn_down
                    of some layers and the output matrix in Q6_K, fused attn_qkv one K
                    type up) */
+    /* mixture of experts (llama, qwen3moe, olmoe, gpt-oss): n_expert experts of
+     * width expert_ffn (0: ffn_dim) in every layer, n_expert_used chosen per token;
+     * 0 experts: a dense FFN (qwen3moe, olmoe and gpt-oss need experts) */
+    int n_expert, n_expert_used, expert_ffn;
     /* Reports, each optional (NULL: silent; the library never prints), called on
      * the caller's thread with user: progress after each tensor's data is written
      * (counts and bytes so far, of the totals); notice for a remark such as a

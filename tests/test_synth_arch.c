@@ -26,8 +26,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const k_archs[] = { "llama",  "qwen2", "qwen3",   "gemma2",
-                                       "gemma3", "phi3",  "granite", "olmo2" };
+static const char *const k_archs[] = { "llama",   "qwen2", "qwen3",    "gemma2", "gemma3", "phi3",
+                                       "granite", "olmo2", "qwen3moe", "olmoe",  "gpt-oss" };
 #define N_ARCHS (int)(sizeof k_archs / sizeof k_archs[0])
 
 /* ---- the golden files' layout ---- */
@@ -104,7 +104,7 @@ static void compare_golden(const char *golden, kvi_synth_params p)
             CHECK(tb != NULL, "%s: tensor %s missing", golden, ta->name);
             if (!tb) continue;
             CHECK(ta->n_dims == tb->n_dims && ta->ne[0] == tb->ne[0] && ta->ne[1] == tb->ne[1] &&
-                      ta->type == tb->type,
+                      ta->ne[2] == tb->ne[2] && ta->type == tb->type,
                   "%s: %s dims %u [%lld %lld] type %d vs %u [%lld %lld] type %d", golden, ta->name,
                   ta->n_dims, (long long)ta->ne[0], (long long)ta->ne[1], (int)ta->type, tb->n_dims,
                   (long long)tb->ne[0], (long long)tb->ne[1], (int)tb->type);
@@ -152,6 +152,19 @@ static void test_golden_layout(void)
     compare_golden("granite", p);
     p = shape("olmo2", 128, 4, 4, 2, 0, 256);
     compare_golden("olmo2", p);
+    /* mixtures of experts: 8 (olmoe 16) experts of width 32 */
+    p = shape("qwen3moe", 256, 4, 4, 2, 64, 128);
+    p.n_expert = 8, p.n_expert_used = 2, p.expert_ffn = 32;
+    compare_golden("qwen3moe", p);
+    p = shape("llama", 256, 4, 4, 2, 0, 32);
+    p.n_expert = 8, p.n_expert_used = 2;
+    compare_golden("llama-moe", p);
+    p = shape("olmoe", 256, 4, 4, 4, 0, 32);
+    p.n_expert = 16, p.n_expert_used = 4;
+    compare_golden("olmoe", p);
+    p = shape("gpt-oss", 256, 4, 4, 2, 64, 32);
+    p.n_expert = 8, p.n_expert_used = 4, p.expert_ffn = 32, p.window = 8, p.rope_orig_ctx = 128;
+    compare_golden("gpt-oss", p);
 }
 
 /* ---- every architecture x every type: load and run ---- */
@@ -165,19 +178,28 @@ static void check_fields(const char *what, const struct kvi_model *m, const kvi_
     const bool tied = r->tie > 0;
     CHECK((m->output.data == m->tok_embd.data) == tied, "%s: tied %d", what, (int)tied);
     const bool gemma = !strcmp(r->arch, "gemma2") || !strcmp(r->arch, "gemma3");
+    const bool oss = !strcmp(r->arch, "gpt-oss");
     int n_local = 0;
     for (int l = 0; l < m->n_layers; l++) {
         const model_layer *L = &m->layers[l];
         /* gemma2: even layers local; gemma3: 5 local : 1 global */
-        const int period = !strcmp(r->arch, "gemma2") ? 2 : 6;
-        const bool local = gemma && l % period < period - 1;
+        const int period = !strcmp(r->arch, "gemma2") || oss ? 2 : 6;
+        const bool local = (gemma || oss) && l % period < period - 1;
         n_local += local;
         CHECK(L->window == (local ? r->window : 0), "%s: layer %d window %d", what, l, L->window);
         CHECK((L->attn_norm != NULL) == (strcmp(r->arch, "olmo2") != 0), "%s: attn_norm", what);
         CHECK((L->post_attn_norm != NULL) == (gemma || !strcmp(r->arch, "olmo2")), "%s: post norm", what);
-        const bool qk = !strcmp(r->arch, "qwen3") || !strcmp(r->arch, "gemma3") || !strcmp(r->arch, "olmo2");
+        const bool qk = !strcmp(r->arch, "qwen3") || !strcmp(r->arch, "gemma3") ||
+                        !strcmp(r->arch, "olmo2") || !strcmp(r->arch, "qwen3moe") ||
+                        !strcmp(r->arch, "olmoe");
         CHECK((L->q_norm != NULL) == qk && (L->k_norm != NULL) == qk, "%s: q/k norms", what);
-        CHECK((L->bq != NULL) == !strcmp(r->arch, "qwen2"), "%s: q bias", what);
+        CHECK((L->bq != NULL) == (!strcmp(r->arch, "qwen2") || oss), "%s: q bias", what);
+        CHECK((L->sinks != NULL) == oss && (L->bo != NULL) == oss, "%s: sinks, output bias", what);
+        CHECK(L->moe == (r->n_expert > 0) &&
+                  (!L->moe || (L->router.n_out == r->n_expert &&
+                               L->exp_gate.n_out == (int64_t)r->n_expert * r->expert_ffn &&
+                               (L->router_b != NULL) == oss && (L->exp_b_down != NULL) == oss)),
+              "%s: layer %d experts", what, l);
     }
     if (gemma) CHECK(n_local > 0 && n_local < m->n_layers, "%s: %d local layers", what, n_local);
     if (!strcmp(r->arch, "gemma3"))
@@ -190,7 +212,17 @@ static void check_fields(const char *what, const struct kvi_model *m, const kvi_
         CHECK(m->emb_scale == 12.0f && m->residual_scale == 0.22f && m->logit_scale == 8.0f &&
                   m->kq_scale == 1.0f / (float)r->head_dim,
               "%s: granite scales", what);
-    if (r->rope_orig_ctx)
+    if (r->n_expert)
+        CHECK(m->n_expert == r->n_expert && m->n_expert_used == r->n_expert_used &&
+                  m->expert_ffn == r->expert_ffn &&
+                  m->expert_norm == !strcmp(r->arch, "llama") + !strcmp(r->arch, "qwen3moe") &&
+                  m->gating == (oss ? MODEL_GATE_SOFTMAX_CHOSEN : MODEL_GATE_SOFTMAX) &&
+                  m->act == (oss ? MODEL_ACT_SWIGLU_OAI : MODEL_ACT_SILU),
+              "%s: expert fields", what);
+    if (oss && r->rope_orig_ctx)
+        CHECK(m->rope[0].yarn && m->rope[0].freq_scale == (float)r->rope_orig_ctx / (float)r->n_ctx,
+              "%s: YaRN", what);
+    if (r->rope_orig_ctx && !oss)
         CHECK(m->rope_long && m->rope_short && m->rope_orig_ctx == r->rope_orig_ctx, "%s: LongRoPE", what);
 }
 
@@ -236,6 +268,9 @@ static void run_arch(const char *arch, const char *type)
     kvi_synth_params p = shape(arch, 256, !strcmp(arch, "gemma3") ? 7 : 3, 8, 2, 64, 512);
     p.window = 4;
     p.seed = 11;
+    if (!strcmp(arch, "qwen3moe") || !strcmp(arch, "olmoe") || !strcmp(arch, "gpt-oss"))
+        p.n_expert = 4, p.n_expert_used = 2, p.expert_ffn = 256;
+    if (!strcmp(arch, "gpt-oss")) p.rope_orig_ctx = 128;
     if (!strcmp(arch, "phi3")) {
         p.n_rot = 48;
         p.rope_orig_ctx = 32;
@@ -310,6 +345,20 @@ static void test_presets(void)
               r.window_pattern == 6 && r.tie == 1 && r.rope_base == 1e6f && r.rope_base_local == 10000.0f &&
               r.rope_linear == 0.0f,
           "gemma-3-1b shape");
+    /* allenai/OLMoE-1B-7B-0924 config.json: num_experts 64, num_experts_per_tok 8 */
+    CHECK(kvi_synth_preset("olmoe-1b-7b", &p) == 0 && kvi_synth_resolve(&p, &r) == 0, "olmoe-1b-7b");
+    CHECK(!strcmp(r.arch, "olmoe") && r.dim == 2048 && r.n_layers == 16 && r.n_heads == 16 &&
+              r.n_kv_heads == 16 && r.head_dim == 128 && r.expert_ffn == 1024 && r.n_expert == 64 &&
+              r.n_expert_used == 8 && r.n_vocab == 50304 && r.n_ctx == 4096 && r.rope_base == 10000.0f,
+          "olmoe-1b-7b shape");
+    /* openai/gpt-oss-20b config.json (6 of its 24 layers): experts 32 x 2880, 4 per
+     * token, sliding_window 128, rope_theta 150000, YaRN factor 32 over 4096 */
+    CHECK(kvi_synth_preset("gpt-oss-20b-6l", &p) == 0 && kvi_synth_resolve(&p, &r) == 0, "gpt-oss-20b-6l");
+    CHECK(!strcmp(r.arch, "gpt-oss") && r.dim == 2880 && r.n_layers == 6 && r.n_heads == 64 &&
+              r.n_kv_heads == 8 && r.head_dim == 64 && r.expert_ffn == 2880 && r.n_expert == 32 &&
+              r.n_expert_used == 4 && r.n_vocab == 201088 && r.window == 128 && r.window_pattern == 2 &&
+              r.rope_base == 150000.0f && r.rope_orig_ctx == 4096 && r.n_ctx == 131072 && r.tie == -1,
+          "gpt-oss-20b-6l shape");
     /* microsoft/Phi-4-mini-instruct config.json */
     CHECK(kvi_synth_preset("phi-4-mini", &p) == 0 && kvi_synth_resolve(&p, &r) == 0, "phi-4-mini");
     CHECK(!strcmp(r.arch, "phi3") && r.dim == 3072 && r.n_layers == 32 && r.n_heads == 24 &&

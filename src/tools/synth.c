@@ -48,15 +48,19 @@
 /* ---- architectures: what llama.cpp's converter writes for each ---- */
 
 enum {
-    SA_KEY_LEN = 1 << 0,   /* writes attention.key_length / value_length always */
-    SA_ROPE_DIMS = 1 << 1, /* writes rope.dimension_count always */
-    SA_QKV_BIAS = 1 << 2,  /* attn_q / attn_k / attn_v biases (qwen2) */
-    SA_TIED = 1 << 3,      /* no output.weight by default */
-    SA_SWA = 1 << 4,       /* sliding-window layers (gemma2/3) */
-    SA_GEMMA2 = 1 << 5,    /* attention and final soft-caps */
-    SA_GRANITE = 1 << 6,   /* embedding / residual / attention / logit scales */
-    SA_PHI3 = 1 << 7,      /* attention.sliding_window key (ignored), LongRoPE */
-    SA_VOCAB_SIZE = 1 << 8 /* writes <arch>.vocab_size (llama) */
+    SA_KEY_LEN = 1 << 0,    /* writes attention.key_length / value_length always */
+    SA_ROPE_DIMS = 1 << 1,  /* writes rope.dimension_count always */
+    SA_QKV_BIAS = 1 << 2,   /* attn_q / attn_k / attn_v biases (qwen2) */
+    SA_TIED = 1 << 3,       /* no output.weight by default */
+    SA_SWA = 1 << 4,        /* sliding-window layers (gemma2/3) */
+    SA_GEMMA2 = 1 << 5,     /* attention and final soft-caps */
+    SA_GRANITE = 1 << 6,    /* embedding / residual / attention / logit scales */
+    SA_PHI3 = 1 << 7,       /* attention.sliding_window key (ignored), LongRoPE */
+    SA_VOCAB_SIZE = 1 << 8, /* writes <arch>.vocab_size (llama) */
+    SA_MOE = 1 << 9,        /* every FFN a mixture of experts (qwen3moe, olmoe, gpt-oss) */
+    SA_EXP_FFN_KEY =
+        1 << 10,        /* writes expert_feed_forward_length (else feed_forward_length is the expert width) */
+    SA_GPTOSS = 1 << 11 /* attention biases and sinks, biased router and experts, YaRN */
 };
 
 typedef struct synth_arch {
@@ -75,11 +79,15 @@ static const synth_arch k_archs[] = {
     { "phi3", SA_ROPE_DIMS | SA_PHI3, 10000.0f, 1e-5f, 0, 0 },
     { "granite", SA_ROPE_DIMS | SA_GRANITE, 10000.0f, 1e-5f, 0, 0 },
     { "olmo2", 0, 500000.0f, 1e-6f, 0, 0 },
+    { "qwen3moe", SA_KEY_LEN | SA_MOE | SA_EXP_FFN_KEY, 1e6f, 1e-6f, 0, 0 },
+    { "olmoe", SA_MOE, 10000.0f, 1e-5f, 0, 0 },
+    { "gpt-oss", SA_KEY_LEN | SA_SWA | SA_MOE | SA_EXP_FFN_KEY | SA_GPTOSS, 150000.0f, 1e-5f, 128, 2 },
 };
 #define N_ARCHS (sizeof k_archs / sizeof k_archs[0])
 
 static const char *const k_arch_names[N_ARCHS + 1] = {
-    "llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "granite", "olmo2", NULL,
+    "llama",   "qwen2", "qwen3",    "gemma2", "gemma3",  "phi3",
+    "granite", "olmo2", "qwen3moe", "olmoe",  "gpt-oss", NULL,
 };
 
 const char *const *kvi_synth_arch_names(void) { return k_arch_names; }
@@ -98,6 +106,7 @@ typedef struct synth_preset {
     const char *name, *arch;
     int dim, ffn_dim, n_layers, n_heads, n_kv_heads, n_vocab, n_ctx;
     int head_dim, n_rot, window, pattern, tie, rope_orig_ctx;
+    int n_expert, n_expert_used, expert_ffn;
 } synth_preset;
 
 /* The real shapes come from the models' config.json files (hidden_size,
@@ -112,26 +121,40 @@ typedef struct synth_preset {
  *    original_max_position_embeddings 4096, sliding_window 262144.
  * The LongRoPE factors are synth's own ramp (see synth_rope_factor), not
  * Phi-4-mini's. gemma3-tiny is ../shared/golden/arch/gemma3's shape with a window
- * of 16 (tests of the window parts of the KV cache). */
+ * of 16 (tests of the window parts of the KV cache).
+ * Mixtures of experts:
+ *  - allenai/OLMoE-1B-7B-0924: 2048, expert 1024, 16 layers, 16 heads (no GQA), 64
+ *    experts, 8 used, vocab 50304, 4096 positions; 6.9B parameters, 1.3B active;
+ *  - openai/gpt-oss-20b: 2880, experts 32 x 2880, 4 used, 64 heads of 64, 8 KV
+ *    heads, vocab 201088, window 128 on even layers, YaRN 32 over 4096 — with 6 of
+ *    its 24 layers (gpt-oss-20b-6l) so that it fits this project's machines;
+ *  - dense-1.3b: a dense llama with OLMoE-1B-7B's active shape (its 8 chosen
+ *    experts as one FFN of 8192): what the MoE's decode would run at if routing
+ *    and scattered expert reads cost nothing. */
 static const synth_preset k_presets[] = {
     /* the shape of stories260K (../shared/models/stories260K.gguf) */
-    { "tiny", "llama", 64, 172, 5, 8, 4, 512, 512, 0, 0, 0, 0, 0, 0 },
+    { "tiny", "llama", 64, 172, 5, 8, 4, 512, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
     /* the shape of ../shared/golden/quant/qtest-*.gguf */
-    { "qtest", "llama", 256, 768, 4, 8, 4, 512, 512, 0, 0, 0, 0, 0, 0 },
-    { "stories15M", "llama", 288, 768, 6, 6, 6, 32000, 256, 0, 0, 0, 0, 0, 0 },
-    { "stories42M", "llama", 512, 1376, 8, 8, 8, 32000, 1024, 0, 0, 0, 0, 0, 0 },
-    { "stories110M", "llama", 768, 2048, 12, 12, 12, 32000, 1024, 0, 0, 0, 0, 0, 0 },
-    { "llama-1b", "llama", 2048, 8192, 16, 32, 8, 32000, 2048, 0, 0, 0, 0, 0, 0 },
-    { "qwen3-0.6b", "qwen3", 1024, 3072, 28, 16, 8, 151936, 40960, 128, 0, 0, 0, 1, 0 },
-    { "gemma-3-1b", "gemma3", 1152, 6912, 26, 4, 1, 262144, 32768, 256, 0, 512, 6, 1, 0 },
-    { "phi-4-mini", "phi3", 3072, 8192, 32, 24, 8, 200064, 131072, 128, 96, 262144, 0, 1, 4096 },
-    { "gemma3-tiny", "gemma3", 128, 256, 7, 4, 1, 512, 512, 64, 0, 16, 6, 1, 0 },
+    { "qtest", "llama", 256, 768, 4, 8, 4, 512, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
+    { "stories15M", "llama", 288, 768, 6, 6, 6, 32000, 256, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
+    { "stories42M", "llama", 512, 1376, 8, 8, 8, 32000, 1024, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
+    { "stories110M", "llama", 768, 2048, 12, 12, 12, 32000, 1024, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
+    { "llama-1b", "llama", 2048, 8192, 16, 32, 8, 32000, 2048, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
+    { "qwen3-0.6b", "qwen3", 1024, 3072, 28, 16, 8, 151936, 40960, 128, 0, 0, 0, 1, 0, 0, 0, 0 },
+    { "gemma-3-1b", "gemma3", 1152, 6912, 26, 4, 1, 262144, 32768, 256, 0, 512, 6, 1, 0, 0, 0, 0 },
+    { "phi-4-mini", "phi3", 3072, 8192, 32, 24, 8, 200064, 131072, 128, 96, 262144, 0, 1, 4096, 0, 0, 0 },
+    { "gemma3-tiny", "gemma3", 128, 256, 7, 4, 1, 512, 512, 64, 0, 16, 6, 1, 0, 0, 0, 0 },
+    { "olmoe-1b-7b", "olmoe", 2048, 1024, 16, 16, 16, 50304, 4096, 0, 0, 0, 0, 0, 0, 64, 8, 0 },
+    { "dense-1.3b", "llama", 2048, 8192, 16, 16, 16, 50304, 4096, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
+    { "gpt-oss-20b-6l", "gpt-oss", 2880, 2880, 6, 64, 8, 201088, 131072, 64, 0, 128, 2, -1, 4096, 32, 4, 0 },
+    { "moe-tiny", "qwen3moe", 128, 256, 4, 4, 2, 512, 512, 64, 0, 0, 0, 0, 0, 8, 2, 32 },
 };
 #define N_PRESETS (sizeof k_presets / sizeof k_presets[0])
 
 static const char *const k_preset_names[N_PRESETS + 1] = {
-    "tiny",       "qtest",      "stories15M", "stories42M",  "stories110M", "llama-1b",
-    "qwen3-0.6b", "gemma-3-1b", "phi-4-mini", "gemma3-tiny", NULL,
+    "tiny",        "qtest",      "stories15M",     "stories42M", "stories110M",
+    "llama-1b",    "qwen3-0.6b", "gemma-3-1b",     "phi-4-mini", "gemma3-tiny",
+    "olmoe-1b-7b", "dense-1.3b", "gpt-oss-20b-6l", "moe-tiny",   NULL,
 };
 
 const char *const *kvi_synth_preset_names(void) { return k_preset_names; }
@@ -171,6 +194,9 @@ int kvi_synth_preset(const char *name, kvi_synth_params *p)
         p->window_pattern = s->pattern;
         p->tie = s->tie;
         p->rope_orig_ctx = s->rope_orig_ctx;
+        p->n_expert = s->n_expert;
+        p->n_expert_used = s->n_expert_used;
+        p->expert_ffn = s->expert_ffn;
         return KVI_OK;
     }
     return KVI_E_INVALID;
@@ -194,6 +220,7 @@ int kvi_synth_resolve(const kvi_synth_params *p, kvi_synth_params *out)
     }
     if ((a->flags & SA_PHI3) && out->window == 0) out->window = out->n_ctx;
     if (!strcmp(a->name, "gemma3") && out->rope_base_local == 0.0f) out->rope_base_local = 10000.0f;
+    if (out->n_expert > 0 && out->expert_ffn == 0) out->expert_ffn = out->ffn_dim;
     return KVI_OK;
 }
 
@@ -251,12 +278,14 @@ typedef enum synth_kind {
     SK_BIAS,       /* N(0, 0.02), 1-D */
     SK_ROPE_LONG,  /* LongRoPE factors, the long set */
     SK_ROPE_SHORT, /* ... the short set */
+    SK_ROUTER,     /* N(0, 0.02), a matrix kept in F32 (llama.cpp's quantiser leaves routers) */
+    SK_SINK,       /* attention sink logits: 1 + N(0, 0.02) */
 } synth_kind;
 
 typedef struct synth_tensor {
     char name[64];
-    int64_t ne[2];   /* GGUF dims: ne[0] row length, ne[1] rows (1 for a vector) */
-    uint32_t n_dims; /* 1 for vectors, 2 for matrices */
+    int64_t ne[3];   /* GGUF dims: ne[0] row length, ne[1] rows (1 for a vector), ne[2] experts (1) */
+    uint32_t n_dims; /* 1 for vectors, 2 for matrices (and expert biases), 3 for expert matrices */
     kvi_type type;
     synth_kind kind;
 } synth_tensor;
@@ -328,9 +357,24 @@ static void synth_add(synth_table *tab, const char *name, int64_t ne0, int64_t n
     snprintf(d->name, sizeof d->name, "%s", name);
     d->ne[0] = ne0;
     d->ne[1] = ne1;
-    d->n_dims = kind == SK_MATRIX ? 2 : 1;
+    d->ne[2] = 1;
+    d->n_dims = kind == SK_MATRIX || kind == SK_ROUTER ? 2 : 1;
     d->kind = kind;
     d->type = kind == SK_MATRIX ? synth_matrix_type(want, ne0) : KVI_TYPE_F32;
+}
+
+/* An expert tensor {ne0, ne1, n_exp}: a matrix per expert, or (bias) a vector per expert. */
+static void synth_add_experts(synth_table *tab, const char *name, int64_t ne0, int64_t ne1, int64_t n_exp,
+                              synth_kind kind, kvi_type want)
+{
+    synth_add(tab, name, ne0, kind == SK_BIAS ? n_exp : ne1, kind, want);
+    synth_tensor *d = &tab->t[tab->n - 1];
+    if (kind == SK_BIAS) {
+        d->n_dims = 2;
+        return;
+    }
+    d->ne[2] = n_exp;
+    d->n_dims = 3;
 }
 
 /* One notice per row length that could not take the requested type, naming
@@ -373,8 +417,8 @@ static void synth_note_fallbacks(const kvi_synth_params *p, const synth_tensor *
 #undef FELL
 }
 
-/* Most tensors a table can hold: 5 outside the blocks, 16 per block. */
-static size_t synth_table_cap(int n_layers) { return 5 + 16 * (size_t)n_layers; }
+/* Most tensors a table can hold: 5 outside the blocks, 24 per block. */
+static size_t synth_table_cap(int n_layers) { return 5 + 24 * (size_t)n_layers; }
 
 /* Fills tab (room for synth_table_cap) in file order for the resolved p. */
 static void synth_build_table(const kvi_synth_params *p, const synth_arch *sa, const model_arch *ma,
@@ -384,7 +428,7 @@ static void synth_build_table(const kvi_synth_params *p, const synth_arch *sa, c
     const int64_t qd = hd * p->n_heads, kvd = hd * p->n_kv_heads;
     const bool tied = p->tie > 0;
     char nm[64];
-    if (p->rope_orig_ctx > 0) {
+    if (p->rope_orig_ctx > 0 && (sa->flags & SA_PHI3)) {
         synth_add(tab, "rope_factors_long.weight", p->n_rot / 2, 1, SK_ROPE_LONG, p->type);
         synth_add(tab, "rope_factors_short.weight", p->n_rot / 2, 1, SK_ROPE_SHORT, p->type);
     }
@@ -403,13 +447,13 @@ static void synth_build_table(const kvi_synth_params *p, const synth_arch *sa, c
         } else {
             snprintf(nm, sizeof nm, "blk.%d.attn_q.weight", l);
             synth_add(tab, nm, dim, qd, SK_MATRIX, synth_role_type(p, "attn_q", l, false));
-            if (sa->flags & SA_QKV_BIAS) BLK("attn_q.bias", qd, 1, SK_BIAS);
+            if (sa->flags & (SA_QKV_BIAS | SA_GPTOSS)) BLK("attn_q.bias", qd, 1, SK_BIAS);
             snprintf(nm, sizeof nm, "blk.%d.attn_k.weight", l);
             synth_add(tab, nm, dim, kvd, SK_MATRIX, synth_role_type(p, "attn_k", l, false));
-            if (sa->flags & SA_QKV_BIAS) BLK("attn_k.bias", kvd, 1, SK_BIAS);
+            if (sa->flags & (SA_QKV_BIAS | SA_GPTOSS)) BLK("attn_k.bias", kvd, 1, SK_BIAS);
             snprintf(nm, sizeof nm, "blk.%d.attn_v.weight", l);
             synth_add(tab, nm, dim, kvd, SK_MATRIX, synth_role_type(p, "attn_v", l, false));
-            if (sa->flags & SA_QKV_BIAS) BLK("attn_v.bias", kvd, 1, SK_BIAS);
+            if (sa->flags & (SA_QKV_BIAS | SA_GPTOSS)) BLK("attn_v.bias", kvd, 1, SK_BIAS);
         }
         if (ma->qk_norm != MODEL_QK_NONE) {
             const bool head = ma->qk_norm == MODEL_QK_HEAD;
@@ -418,8 +462,33 @@ static void synth_build_table(const kvi_synth_params *p, const synth_arch *sa, c
         }
         snprintf(nm, sizeof nm, "blk.%d.attn_output.weight", l);
         synth_add(tab, nm, qd, dim, SK_MATRIX, synth_role_type(p, "attn_output", l, false));
-        if (post) BLK("post_attention_norm.weight", dim, 1, SK_NORM);
-        if (pre) BLK("ffn_norm.weight", dim, 1, SK_NORM);
+        if (sa->flags & SA_GPTOSS) {
+            BLK("attn_output.bias", dim, 1, SK_BIAS);
+            BLK("attn_sinks.weight", p->n_heads, 1, SK_SINK);
+        }
+        if (post || (ma->flags & ARCH_FFN_NORM_POST_ATTN)) BLK("post_attention_norm.weight", dim, 1, SK_NORM);
+        if (pre && !(ma->flags & ARCH_FFN_NORM_POST_ATTN)) BLK("ffn_norm.weight", dim, 1, SK_NORM);
+        if (p->n_expert > 0) {
+            const int64_t E = p->n_expert, F = p->expert_ffn;
+            const bool bias = (sa->flags & SA_GPTOSS) != 0;
+#define EXP(role, ne0, ne1, kind, want)                      \
+    do {                                                     \
+        snprintf(nm, sizeof nm, "blk.%d.%s", l, role);       \
+        synth_add_experts(tab, nm, ne0, ne1, E, kind, want); \
+    } while (0)
+            snprintf(nm, sizeof nm, "blk.%d.ffn_gate_inp.weight", l);
+            synth_add(tab, nm, dim, E, SK_ROUTER, KVI_TYPE_F32);
+            if (bias) BLK("ffn_gate_inp.bias", E, 1, SK_BIAS);
+            EXP("ffn_gate_exps.weight", dim, F, SK_MATRIX, synth_role_type(p, "ffn_gate", l, false));
+            if (bias) EXP("ffn_gate_exps.bias", F, 1, SK_BIAS, KVI_TYPE_F32);
+            EXP("ffn_up_exps.weight", dim, F, SK_MATRIX, synth_role_type(p, "ffn_up", l, false));
+            if (bias) EXP("ffn_up_exps.bias", F, 1, SK_BIAS, KVI_TYPE_F32);
+            EXP("ffn_down_exps.weight", F, dim, SK_MATRIX, synth_role_type(p, "ffn_down", l, false));
+            if (bias) EXP("ffn_down_exps.bias", dim, 1, SK_BIAS, KVI_TYPE_F32);
+#undef EXP
+            if (post) BLK("post_ffw_norm.weight", dim, 1, SK_NORM);
+            continue;
+        }
         if (ma->flags & ARCH_FUSED_GATE_UP) {
             snprintf(nm, sizeof nm, "blk.%d.ffn_up.weight", l);
             synth_add(tab, nm, dim, 2 * ffn, SK_MATRIX, synth_role_type(p, "ffn_up", l, false));
@@ -580,7 +649,7 @@ static int synth_check(const kvi_synth_params *p, kvi_error *err)
 {
 #define NEED(cond, ...) \
     if (!(cond)) return err_set(err, KVI_E_INVALID, __VA_ARGS__)
-    const bool swa = !strcmp(p->arch, "gemma2") || !strcmp(p->arch, "gemma3");
+    const bool swa = (synth_arch_find(p->arch)->flags & SA_SWA) != 0;
     NEED(p->dim > 0 && p->dim <= 65536, "synth: dim %d out of range 1..65536", p->dim);
     NEED(p->ffn_dim > 0 && p->ffn_dim <= 262144, "synth: ffn %d out of range 1..262144", p->ffn_dim);
     NEED(p->n_layers > 0 && p->n_layers <= 1024, "synth: layers %d out of range 1..1024", p->n_layers);
@@ -603,10 +672,19 @@ static int synth_check(const kvi_synth_params *p, kvi_error *err)
     NEED(p->rope_linear >= 0 && isfinite(p->rope_linear), "synth: RoPE scaling %g invalid", p->rope_linear);
     NEED(p->rope_base_local >= 0 && isfinite(p->rope_base_local), "synth: local RoPE base %g invalid",
          p->rope_base_local);
-    NEED(p->rope_orig_ctx == 0 ||
-             (!strcmp(p->arch, "phi3") && p->rope_orig_ctx > 0 && p->rope_orig_ctx < p->n_ctx),
-         "synth: LongRoPE (original context %d) needs arch phi3 and an original context below ctx %d",
+    NEED(p->rope_orig_ctx == 0 || ((!strcmp(p->arch, "phi3") || !strcmp(p->arch, "gpt-oss")) &&
+                                   p->rope_orig_ctx > 0 && p->rope_orig_ctx < p->n_ctx),
+         "synth: LongRoPE / YaRN (original context %d) needs arch phi3 / gpt-oss and an original context "
+         "below "
+         "ctx %d",
          p->rope_orig_ctx, p->n_ctx);
+    NEED(p->n_expert >= 0 && p->n_expert <= 1024, "synth: experts %d out of range 0..1024", p->n_expert);
+    NEED(p->n_expert == 0 || (p->n_expert_used >= 1 && p->n_expert_used <= p->n_expert),
+         "synth: experts used %d must be in 1..%d", p->n_expert_used, p->n_expert);
+    NEED(p->n_expert == 0 || (p->expert_ffn > 0 && p->expert_ffn <= 262144),
+         "synth: expert ffn %d out of range", p->expert_ffn);
+    NEED(p->n_expert > 0 || !(synth_arch_find(p->arch)->flags & SA_MOE),
+         "synth: %s needs experts (--experts N)", p->arch);
     if (!p->vocab_from)
         NEED(p->n_vocab > SYNTH_N_SPECIAL + SYNTH_N_BYTES && p->n_vocab <= (1 << 22),
              "synth: vocab %d out of range %d..4194304 (3 special + 256 byte tokens + pieces)", p->n_vocab,
@@ -647,7 +725,7 @@ static int synth_set_metadata(gguf_writer *w, const kvi_synth_params *p, const s
     if (p->type != KVI_TYPE_F32) bad |= gguf_writer_set_u32(w, "general.quantization_version", 2) < 0;
     U32("context_length", p->n_ctx);
     U32("embedding_length", p->dim);
-    U32("feed_forward_length", p->ffn_dim);
+    U32("feed_forward_length", p->n_expert > 0 && !(a->flags & SA_EXP_FFN_KEY) ? p->expert_ffn : p->ffn_dim);
     U32("block_count", p->n_layers);
     U32("attention.head_count", p->n_heads);
     U32("attention.head_count_kv", p->n_kv_heads);
@@ -682,7 +760,17 @@ static int synth_set_metadata(gguf_writer *w, const kvi_synth_params *p, const s
         F32("logit_scale", 8.0f);
     }
     if (a->flags & SA_PHI3) U32("attention.sliding_window", p->window);
-    if (p->rope_orig_ctx > 0) {
+    if (p->n_expert > 0) {
+        U32("expert_count", p->n_expert);
+        U32("expert_used_count", p->n_expert_used);
+        if (a->flags & SA_EXP_FFN_KEY) U32("expert_feed_forward_length", p->expert_ffn);
+    }
+    if ((a->flags & SA_GPTOSS) && p->rope_orig_ctx > 0) { /* YaRN: gpt-oss-20b's factor 32 over 4096 */
+        bad |= gguf_writer_set_str(w, synth_key(k, sizeof k, ar, "rope.scaling.type"), "yarn") < 0;
+        F32("rope.scaling.factor", (double)p->n_ctx / p->rope_orig_ctx);
+        U32("rope.scaling.original_context_length", p->rope_orig_ctx);
+    }
+    if (p->rope_orig_ctx > 0 && (a->flags & SA_PHI3)) {
         /* the converter's LongRoPE attention factor:
          * sqrt(1 + ln(ctx / original ctx) / ln(original ctx)) */
         const double r = (double)p->n_ctx / p->rope_orig_ctx;
@@ -748,7 +836,7 @@ static int synth_tensors(synth_job *j, kvi_error *err)
     synth_note_fallbacks(p, j->tab.t, j->tab.n);
     for (size_t i = 0; i < j->tab.n; i++) {
         const synth_tensor *t = &j->tab.t[i];
-        size_t b = quant_row_bytes(t->type, t->ne[0]) * (size_t)t->ne[1];
+        size_t b = quant_row_bytes(t->type, t->ne[0]) * (size_t)(t->ne[1] * t->ne[2]);
         if (b == 0)
             return err_set(err, KVI_E_UNSUPPORTED, "synth: %s: no row size for type %s", t->name,
                            kvi_type_name(t->type));
@@ -772,7 +860,7 @@ static void synth_row(synth_job *j, const synth_tensor *t, synth_normal *g)
         for (int64_t i = 0; i < t->ne[0]; i++) j->row[i] = synth_rope_factor(&j->p, t->kind, i, t->ne[0]);
         return;
     }
-    synth_normal_fill(g, j->row, t->ne[0], t->kind == SK_NORM ? 1.0f : 0.0f, 0.02f);
+    synth_normal_fill(g, j->row, t->ne[0], t->kind == SK_NORM || t->kind == SK_SINK ? 1.0f : 0.0f, 0.02f);
 }
 
 /* Every tensor's data after the header, generated and quantised one tensor at a
@@ -786,7 +874,7 @@ static int synth_data(synth_job *j, FILE *f, kvi_error *err)
         const size_t rb = quant_row_bytes(t->type, t->ne[0]);
         synth_normal g;
         synth_normal_init(&g, p->seed, t->name);
-        for (int64_t r = 0; r < t->ne[1]; r++) {
+        for (int64_t r = 0; r < t->ne[1] * t->ne[2]; r++) {
             synth_row(j, t, &g);
             int rc = quant_quantize_row(t->type, j->row, j->qbuf + (size_t)r * rb, t->ne[0]);
             if (rc < 0)
@@ -795,7 +883,7 @@ static int synth_data(synth_job *j, FILE *f, kvi_error *err)
         }
         int rc = gguf_writer_write_tensor(j->w, f, (int64_t)i, j->qbuf, err);
         if (rc < 0) return rc;
-        done_bytes += rb * (size_t)t->ne[1];
+        done_bytes += rb * (size_t)(t->ne[1] * t->ne[2]);
         if (p->progress) p->progress(p->user, i + 1, j->tab.n, done_bytes, j->total_bytes);
     }
     return KVI_OK;
