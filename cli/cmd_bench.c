@@ -429,11 +429,26 @@ static int bench_hw_only(const bench_opts *o)
 /* What the report needs besides the results: the model and the limits. */
 typedef struct bench_model {
     kvi_model_info info;
-    uint64_t n_params, mm_params;
-    size_t decode_bytes;
+    uint64_t n_params, mm_params, active_params;
+    size_t decode_bytes; /* the active bytes of one decode token */
     int threads;
     const kvi_hw_limits *hw; /* NULL: not measured */
 } bench_model;
+
+/* Below the table: what one token reads, the decode roofline's bytes (of a
+ * mixture of experts only its chosen experts). */
+static void active_print(const bench_model *bm)
+{
+    char ap[32], np[32], ab[32], fb[32];
+    human_count(ap, sizeof ap, (double)bm->active_params);
+    human_count(np, sizeof np, (double)bm->n_params);
+    human_size(ab, sizeof ab, (double)bm->decode_bytes);
+    human_size(fb, sizeof fb, (double)bm->info.weight_bytes);
+    printf("\nactive per decode token: %s of %s params, %s of %s weights", ap, np, ab, fb);
+    if (bm->info.n_expert > 0)
+        printf(" (%d of %d experts per layer)", bm->info.n_expert_used, bm->info.n_expert);
+    putchar('\n');
+}
 
 /* The table on stdout, or the JSON document with --json. */
 static int bench_report(const bench_opts *o, const bench_model *bm, const bench_result *res, int n_tests)
@@ -454,7 +469,10 @@ static int bench_report(const bench_opts *o, const bench_model *bm, const bench_
         cJSON_AddNumberToObject(root, "threads", bm->threads);
         cJSON_AddNumberToObject(root, "model_size", (double)info->weight_bytes);
         cJSON_AddNumberToObject(root, "model_n_params", (double)bm->n_params);
+        cJSON_AddNumberToObject(root, "model_active_params", (double)bm->active_params);
         cJSON_AddNumberToObject(root, "decode_bytes", (double)bm->decode_bytes);
+        cJSON_AddNumberToObject(root, "n_expert", info->n_expert);
+        cJSON_AddNumberToObject(root, "n_expert_used", info->n_expert_used);
         cJSON_AddStringToObject(root, "type_k", kvname);
         cJSON_AddStringToObject(root, "type_v", kvname);
         arr = cJSON_AddArrayToObject(root, "results");
@@ -495,6 +513,7 @@ static int bench_report(const bench_opts *o, const bench_model *bm, const bench_
         if (bm->hw) cJSON_AddItemToObject(root, "hw", hw_json(bm->hw));
         return cli_print_json(root, "bench: out of memory writing JSON");
     }
+    active_print(bm);
     if (bm->hw) {
         putchar('\n');
         hw_print(stdout, bm->hw);
@@ -547,6 +566,7 @@ int cmd_bench(int argc, char **argv)
     if (!m) return 1;
     bench_model bm = { .n_params = kvi_model_n_params(m),
                        .mm_params = kvi_model_matmul_params(m),
+                       .active_params = kvi_model_active_params(m),
                        .decode_bytes = kvi_model_decode_bytes(m),
                        .threads = o.c.n_threads > 0 ? (int)o.c.n_threads : cli_n_cores() };
     kvi_model_get_info(m, &bm.info);

@@ -249,6 +249,25 @@ static bool append_piece(const kvi_model *m, text_buf *t, int32_t tok)
     return ok;
 }
 
+/* The model's weights and the share one decode token reads (of a mixture of
+ * experts: the router, shared experts and n_expert_used chosen experts). */
+typedef struct run_weights {
+    uint64_t n_params, active_params;
+    size_t active_bytes;
+    int n_expert, n_expert_used; /* 0: dense */
+} run_weights;
+
+static void run_weights_get(const kvi_model *m, run_weights *w)
+{
+    kvi_model_info info;
+    kvi_model_get_info(m, &info);
+    *w = (run_weights){ .n_params = kvi_model_n_params(m),
+                        .active_params = kvi_model_active_params(m),
+                        .active_bytes = kvi_model_decode_bytes(m),
+                        .n_expert = info.n_expert,
+                        .n_expert_used = info.n_expert_used };
+}
+
 typedef struct run_result {
     int32_t *all_ids; /* (ids_cap) prompt then generated ids */
     int32_t ids_cap;
@@ -264,6 +283,7 @@ typedef struct run_result {
     run_spec_result spec; /* speculative decoding, when on */
     kvi_mem_stats mem;    /* at the end, before anything is freed */
     double load_ms;       /* model load and engine creation */
+    run_weights w;        /* what one decode token reads */
 } run_result;
 
 static double per_s(double count, double ms) { return ms > 0.0 ? count * 1000.0 / ms : 0.0; }
@@ -514,6 +534,14 @@ static void print_summary(const run_opts *o, const run_result *r, int n_threads)
             (double)r->mem.kv_bytes / mib,
             ((double)r->mem.rss_peak_bytes - (double)r->mem.model_bytes - (double)r->mem.kv_bytes) / mib,
             (double)r->mem.scratch_bytes / mib, r->load_ms);
+    const double dt = decode_tok_s(r);
+    fprintf(f,
+            "kvinfer: weights    %.3g M of %.3g M params, %.1f MiB read per decode token (%.2f GB/s at "
+            "%.1f tok/s)",
+            (double)r->w.active_params / 1e6, (double)r->w.n_params / 1e6, (double)r->w.active_bytes / mib,
+            (double)r->w.active_bytes * dt / 1e9, dt);
+    if (r->w.n_expert > 0) fprintf(f, "; %d of %d experts per token", r->w.n_expert_used, r->w.n_expert);
+    fputc('\n', f);
     fprintf(f, "kvinfer: seed %" PRIu64 ", %d threads, isa %s\n", o->sp.seed, n_threads, kvi_isa_name());
 }
 
@@ -592,6 +620,11 @@ static int print_json(const run_opts *o, const run_result *r, int n_threads)
              cJSON_AddNumberToObject(s, "kv_bytes_allocated", (double)r->mem.kv_bytes) &&
              cJSON_AddNumberToObject(s, "scratch_bytes", (double)r->mem.scratch_bytes) &&
              cJSON_AddNumberToObject(s, "load_ms", r->load_ms) &&
+             cJSON_AddNumberToObject(s, "n_params", (double)r->w.n_params) &&
+             cJSON_AddNumberToObject(s, "active_params", (double)r->w.active_params) &&
+             cJSON_AddNumberToObject(s, "active_bytes", (double)r->w.active_bytes) &&
+             cJSON_AddNumberToObject(s, "n_expert", r->w.n_expert) &&
+             cJSON_AddNumberToObject(s, "n_expert_used", r->w.n_expert_used) &&
              cJSON_AddStringToObject(s, "isa", kvi_isa_name());
     }
     char *out = ok ? cJSON_PrintUnformatted(root) : NULL;
@@ -676,6 +709,7 @@ static int generate_and_report(const run_opts *o, kvi_model *m, kvi_engine *e, k
     }
     if (rc == 0) {
         kvi_mem_stats_get(m, e, &r->mem);
+        run_weights_get(m, &r->w);
         print_summary(o, r, threads);
         if (o->json) rc = print_json(o, r, threads);
     }

@@ -81,6 +81,8 @@ typedef struct kvi_model_info {
     /* layer kinds (kvi_model_info_from_file; as the loader lays them out) */
     int n_layers_window; /* sliding-window layers: their KV is bounded by the window */
     int window;          /* the largest window of those layers (positions), 0: none */
+    /* mixture of experts (a loaded model's info; 0 for dense models) */
+    int n_expert, n_expert_used, expert_ffn;
 } kvi_model_info;
 
 void kvi_model_get_info(const kvi_model *m, kvi_model_info *out);
@@ -381,6 +383,10 @@ typedef struct kvi_sched_stats {
 } kvi_sched_stats;
 
 void kvi_sched_params_default(kvi_sched_params *p);
+/* kvi_engine_expert_counts as of the last step (thread-safe): rows routed to each
+ * expert, [n_layers][n_expert], into out (at most cap), the model's n_expert into
+ * *n_expert (when not NULL); returns n_layers * n_expert, 0 for a dense model. */
+int kvi_sched_expert_counts(kvi_sched *s, uint64_t *out, size_t cap, int *n_expert);
 /* The scheduler drives e exclusively from then on (one thread at a time). */
 kvi_sched *kvi_sched_create(kvi_engine *e, const kvi_sched_params *p, kvi_error *err);
 /* Stops the thread; requests still alive get on_done(KVI_FINISH_CANCELLED). */
@@ -635,11 +641,19 @@ int kvi_hw_bench(kvi_hw_limits *out, int n_threads, bool quick, kvi_error *err);
 int kvi_model_info_from_file(const char *path, kvi_model_info *out, kvi_error *err);
 /* Elements of all weight tensors (the tied output matrix counted once). */
 uint64_t kvi_model_n_params(const kvi_model *m);
-/* Elements of the matrices one token passes through (every layer matrix and the
- * output matrix): the forward pass costs 2 x this many FLOP per token. */
+/* Elements of the matrices one token passes through (every dense layer matrix, the
+ * output matrix; in a mixture of experts the router, the shared expert and
+ * n_expert_used of the routed experts): the forward pass costs 2 x this many FLOP
+ * per token. */
 uint64_t kvi_model_matmul_params(const kvi_model *m);
-/* Weight bytes one decode step reads: every layer matrix, the output matrix, the
- * norms and one row of the token embeddings. */
+/* Parameters one token reads (its active parameters): kvi_model_matmul_params, the
+ * 1-D vectors (the chosen experts' biases only) and one embedding row. Equal to
+ * kvi_model_n_params for a dense model with a tied output, near it otherwise. */
+uint64_t kvi_model_active_params(const kvi_model *m);
+/* Weight bytes one decode step of one sequence reads: every dense layer matrix, the
+ * output matrix, the norms and one row of the token embeddings; of a mixture of
+ * experts the router, the shared expert and n_expert_used experts' matrices (its
+ * active bytes: the decode roofline's bytes, not the file's size). */
 size_t kvi_model_decode_bytes(const kvi_model *m);
 
 /* ---- memory accounting -------------------------------------- */
@@ -658,6 +672,10 @@ typedef struct kvi_mem_stats {
 void kvi_mem_stats_get(const kvi_model *m, const kvi_engine *e, kvi_mem_stats *out);
 size_t kvi_model_file_bytes(const kvi_model *m);
 size_t kvi_engine_scratch_bytes(const kvi_engine *e);
+/* Rows routed to each expert since the engine was created, [n_layers][n_expert] (a
+ * row counts once for each expert it chose; kvi_model_info's n_expert), into out
+ * (at most cap values). Returns n_layers * n_expert, 0 for a dense model. */
+int kvi_engine_expert_counts(const kvi_engine *e, uint64_t *out, size_t cap);
 
 /* ---- misc ---------------------------------------------------------------- */
 

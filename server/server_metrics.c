@@ -95,6 +95,29 @@ static void counter(sbuf *b, const char *name, const char *type, const char *hel
     sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
 }
 
+/* A mixture of experts: rows routed to each expert of each layer (nothing for a
+ * dense model). */
+static void experts(sbuf *b, kvi_sched *s)
+{
+    int n_expert = 0;
+    const int n = kvi_sched_expert_counts(s, NULL, 0, &n_expert);
+    if (n <= 0 || n_expert <= 0) return;
+    uint64_t *c = malloc((size_t)n * sizeof *c); /* [n_layers][n_expert] */
+    if (!c) {
+        b->oom = true;
+        return;
+    }
+    kvi_sched_expert_counts(s, c, (size_t)n, NULL);
+    const char *name = "kvinfer_expert_routed_tokens_total";
+    sb_printf(b, "# HELP %s Rows routed to an expert (a row counts once for each of its chosen experts).\n",
+              name);
+    sb_printf(b, "# TYPE %s counter\n", name);
+    for (int i = 0; i < n; i++)
+        sb_printf(b, "%s{layer=\"%d\",expert=\"%d\"} %llu\n", name, i / n_expert, i % n_expert,
+                  (unsigned long long)c[i]);
+    free(c);
+}
+
 char *srv_metrics_render(srv_metrics *m, kvi_sched *s)
 {
     kvi_sched_stats st;
@@ -149,6 +172,7 @@ char *srv_metrics_render(srv_metrics *m, kvi_sched *s)
     counter(&b, "kvinfer_prefix_cache_hit_ratio", "gauge",
             "Prompt tokens served from the prefix cache / prompt tokens.",
             st.n_prompt_tokens ? (double)st.n_cached_tokens / (double)st.n_prompt_tokens : 0.0);
+    if (s) experts(&b, s);
     if (b.oom) {
         free(b.p);
         return NULL;

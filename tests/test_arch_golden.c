@@ -14,6 +14,7 @@
 #include "testutil.h"
 
 #include "kvinfer.h"
+#include "formats/gguf.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -151,7 +152,92 @@ static float *run_pair(kvi_model *m, const int32_t *toks, int n)
     return out;
 }
 
-static void check_file(const char *name, double tol)
+/* Parameter and byte counts against the file's own tensor list (gguf reader, not
+ * the model): every tensor's elements == kvi_model_n_params; one token's share ==
+ * kvi_model_active_params / kvi_model_decode_bytes, where a tensor named *_exps
+ * counts used / n_expert of itself and an untied token_embd one row. n_expert and
+ * used are the README's, checked against kvi_model_info. */
+static void check_counts(kvi_model *m, const char *rel, int n_expert, int used)
+{
+    kvi_error err = { 0 };
+    gguf_ctx *g = NULL;
+    CHECK(gguf_open(shared_path(rel), false, &g, &err) == 0, "open %s: %s", rel, err.msg);
+    if (!g) return;
+    kvi_model_info info;
+    kvi_model_get_info(m, &info);
+    CHECK(info.n_expert == n_expert && info.n_expert_used == used, "%s: experts %d used %d, want %d / %d",
+          rel, info.n_expert, info.n_expert_used, n_expert, used);
+    const bool tied = gguf_find_tensor(g, "output.weight") == NULL;
+    uint64_t all = 0, active = 0, bytes = 0;
+    for (int64_t i = 0; i < gguf_n_tensors(g); i++) {
+        const gguf_tensor *t = gguf_tensor_at(g, i);
+        uint64_t el = 1;
+        for (uint32_t d = 0; d < t->n_dims; d++) el *= (uint64_t)t->ne[d];
+        all += el;
+        if (strstr(t->name, "_exps")) {
+            active += el / (uint64_t)n_expert * (uint64_t)used;
+            bytes += t->nbytes / (size_t)n_expert * (size_t)used;
+        } else if (!tied && !strcmp(t->name, "token_embd.weight")) {
+            active += (uint64_t)t->ne[0];
+            bytes += t->nbytes / (size_t)t->ne[1];
+        } else {
+            active += el;
+            bytes += t->nbytes;
+        }
+    }
+    CHECK(kvi_model_n_params(m) == all, "%s: n_params %llu, file %llu", rel,
+          (unsigned long long)kvi_model_n_params(m), (unsigned long long)all);
+    CHECK(kvi_model_active_params(m) == active, "%s: active params %llu, file's share %llu", rel,
+          (unsigned long long)kvi_model_active_params(m), (unsigned long long)active);
+    CHECK(kvi_model_decode_bytes(m) == bytes, "%s: active bytes %zu, file's share %llu", rel,
+          kvi_model_decode_bytes(m), (unsigned long long)bytes);
+    CHECK(n_expert == 0 || active < all, "%s: active %llu of %llu", rel, (unsigned long long)active,
+          (unsigned long long)all);
+    gguf_close(g);
+}
+
+/* Rows routed to each expert after one prefill of n rows: every moe layer's counts
+ * sum to n * used, no expert above n; dense layers count nothing. */
+static void check_routed(kvi_model *m, const char *name, const int32_t *toks, int n, int used)
+{
+    kvi_model_info info;
+    kvi_model_get_info(m, &info);
+    if (info.n_expert <= 0) return;
+    kvi_engine_params ep = engine_params(KVI_TYPE_F16, 2, 1, 0);
+    kvi_error err = { 0 };
+    kvi_engine *e = engine_create_checked(m, &ep);
+    kvi_seq *s = e ? kvi_seq_create(e) : NULL;
+    kvi_batch *b = kvi_batch_create(n);
+    CHECK(e && s && b, "%s: engine", name);
+    if (e && s && b) {
+        for (int i = 0; i < n; i++) kvi_batch_add(b, s, toks[i], i, i == n - 1);
+        CHECK(kvi_step(e, b, &err) == 0, "%s: step: %s", name, err.msg);
+        const int nc = kvi_engine_expert_counts(e, NULL, 0);
+        CHECK(nc == info.n_layers * info.n_expert, "%s: %d counts", name, nc);
+        uint64_t *c = calloc((size_t)nc, sizeof *c);
+        kvi_engine_expert_counts(e, c, (size_t)nc);
+        int moe_layers = 0;
+        for (int l = 0; c && l < info.n_layers; l++) {
+            uint64_t sum = 0, mx = 0;
+            for (int x = 0; x < info.n_expert; x++) {
+                sum += c[(size_t)l * info.n_expert + x];
+                if (c[(size_t)l * info.n_expert + x] > mx) mx = c[(size_t)l * info.n_expert + x];
+            }
+            CHECK(sum == 0 || sum == (uint64_t)n * used, "%s: layer %d routed %llu rows, want %d", name, l,
+                  (unsigned long long)sum, n * used);
+            CHECK(mx <= (uint64_t)n, "%s: layer %d: an expert got %llu of %d rows", name, l,
+                  (unsigned long long)mx, n);
+            moe_layers += sum > 0;
+        }
+        CHECK(moe_layers > 0, "%s: no layer routed anything", name);
+        free(c);
+    }
+    kvi_batch_free(b);
+    kvi_seq_free(s);
+    kvi_engine_free(e);
+}
+
+static void check_file(const char *name, double tol, int n_expert, int used)
 {
     char rel[256], grel[256];
     snprintf(rel, sizeof rel, "golden/arch/%s.gguf", name);
@@ -172,6 +258,8 @@ static void check_file(const char *name, double tol)
     int32_t *toks = json_ids(cJSON_GetObjectItem(j, "tokens"), &n);
     const cJSON *ref = cJSON_GetObjectItem(j, "logits");
     const int nv = kvi_n_vocab(m);
+    check_counts(m, rel, n_expert, used);
+    check_routed(m, name, toks, n, used);
     float *pre = run_seq(m, toks, n, false, 0);
     float *blk = run_seq(m, toks, n, false, 4);
     for (int pass = 0; pass < 2; pass++) {
@@ -219,17 +307,20 @@ int main(void)
         char f32[64], q8[64];
         snprintf(f32, sizeof f32, "%s-f32", dense[i]);
         snprintf(q8, sizeof q8, "%s-q8_0", dense[i]);
-        check_file(f32, 0.002);
-        check_file(q8, 0.03);
+        check_file(f32, 0.002, 0, 0);
+        check_file(q8, 0.03, 0, 0);
     }
     /* mixtures of experts (issue 15): F32 and a llama-quantize Q4_K_M mix each */
-    static const char *const moe[] = { "llama-moe", "qwen3moe", "olmoe", "gpt-oss" };
+    static const struct {
+        const char *name;
+        int n_expert, used; /* README */
+    } moe[] = { { "llama-moe", 8, 2 }, { "qwen3moe", 8, 2 }, { "olmoe", 16, 4 }, { "gpt-oss", 8, 4 } };
     for (size_t i = 0; i < sizeof moe / sizeof *moe; i++) {
         char f32[64], q4[64];
-        snprintf(f32, sizeof f32, "%s-f32", moe[i]);
-        snprintf(q4, sizeof q4, "%s-q4_k_m", moe[i]);
-        check_file(f32, 0.002);
-        check_file(q4, 0.03);
+        snprintf(f32, sizeof f32, "%s-f32", moe[i].name);
+        snprintf(q4, sizeof q4, "%s-q4_k_m", moe[i].name);
+        check_file(f32, 0.002, moe[i].n_expert, moe[i].used);
+        check_file(q4, 0.03, moe[i].n_expert, moe[i].used);
     }
     return test_main_end();
 }

@@ -131,12 +131,42 @@ int main(void)
         cJSON_Delete(j);
     }
 
+    /* a mixture of experts (olmoe golden: 16 experts, top-4): the active share of
+     * the parameters and the decode roofline's bytes; a dense model's are all */
+    snprintf(args, sizeof args, "-m %s -p 4 -n 2 -r 1 -t 1 --no-hw",
+             shared_path("golden/arch/olmoe-f32.gguf"));
+    j = bench_ok(args, &res);
+    if (j) {
+        const double act = num(j, "model_active_params"), all = num(j, "model_n_params");
+        CHECK(num(j, "n_expert") == 16 && num(j, "n_expert_used") == 4, "experts %g used %g",
+              num(j, "n_expert"), num(j, "n_expert_used"));
+        CHECK(act > 0.25 * all && act < 0.75 * all, "active %g of %g params", act, all);
+        CHECK(num(j, "decode_bytes") > 0 && num(j, "decode_bytes") < num(j, "model_size"),
+              "active bytes %g, file %g", num(j, "decode_bytes"), num(j, "model_size"));
+        if (n_results(res, 2)) {
+            const cJSON *tg = cJSON_GetArrayItem(res, 1);
+            const double want = num(j, "decode_bytes") * num(tg, "avg_ts") / 1e9;
+            CHECK(fabs(num(tg, "achieved_gbs") - want) <= 1e-9 * want, "tg GB/s %g, active bytes x t/s %g",
+                  num(tg, "achieved_gbs"), want);
+        }
+        cJSON_Delete(j);
+    }
+    snprintf(args, sizeof args, "-m %s -p 0 -n 2 -r 1 -t 1 --no-hw", model);
+    j = bench_ok(args, &res);
+    if (j) {
+        /* stories260K: untied, vocabulary 512 x dim 64: one embedding row of 512 is read */
+        CHECK(num(j, "n_expert") == 0 && num(j, "model_active_params") == num(j, "model_n_params") - 511 * 64,
+              "dense: experts %g, active %g of %g", num(j, "n_expert"), num(j, "model_active_params"),
+              num(j, "model_n_params"));
+        cJSON_Delete(j);
+    }
+
     /* the text table */
     char *out = NULL, *err = NULL;
     snprintf(args, sizeof args, "bench -m %s -p 4 -n 2 -r 1 -t 1 --no-hw", model);
     rc = run_kvinfer(args, &out, &err);
     CHECK(rc == 0 && out && strstr(out, "pp4") && strstr(out, "tg2") && strstr(out, "t/s") &&
-              strstr(out, "GB/s"),
+              strstr(out, "GB/s") && strstr(out, "active per decode token"),
           "table: %s", out ? out : "(none)");
     free(out);
     free(err);

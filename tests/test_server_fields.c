@@ -17,7 +17,11 @@
  *    bytes a token for the 1 global layer (2 x 64 x 2 bytes, f16) and 1536 for the
  *    6 window layers; of two requests past the window, the longer one holds more
  *    global bytes (ceil(positions / 16) blocks x 16 x 256) and exactly the same
- *    window bytes (at most the (16 + 64) / 16 + 2 = 7 parts of 16 x 1536 bytes).
+ *    window bytes (at most the (16 + 64) / 16 + 2 = 7 parts of 16 x 1536 bytes);
+ *  - a mixture of experts (../shared/golden/arch/olmoe-f32: 4 layers, 16 experts,
+ *    top-4): /metrics counts the rows routed to each expert of each layer; after
+ *    two requests every layer's counts sum to 4 x the rows the model ran
+ *    (kvinfer_prefill_tokens_total + kvinfer_decode_tokens_total).
  */
 #include "testutil.h"
 
@@ -297,9 +301,50 @@ static void test_window_layers(void)
     test_server_stop(&s);
 }
 
+static void test_expert_metrics(void)
+{
+    test_server s;
+    char extra[512];
+    snprintf(extra, sizeof extra, "-m %s", shared_path("golden/arch/olmoe-f32.gguf"));
+    if (!test_server_start(&s, extra, "fields_server.err")) {
+        CHECK(false, "server did not start");
+        return;
+    }
+    completion a = complete(s.port, "{\"prompt\":\"Once upon a time\",\"max_tokens\":6,\"ignore_eos\":true}");
+    completion b = complete(s.port, "{\"prompt\":\"Lily\",\"max_tokens\":3,\"ignore_eos\":true}");
+    CHECK(a.status == 200 && b.status == 200, "completions: %d %d", a.status, b.status);
+    http_resp m = http_request(s.port, "GET", "/metrics", NULL, NULL);
+    const double rows = prom_metric(m.body, "kvinfer_prefill_tokens_total") +
+                        prom_metric(m.body, "kvinfer_decode_tokens_total");
+    /* each prompt once, then one decode row per token after the first */
+    CHECK(rows >= a.prompt_tokens + b.prompt_tokens + 5 + 2, "rows run %g", rows);
+    for (int l = 0; l < 4; l++) {
+        double sum = 0;
+        int seen = 0;
+        for (int x = 0; x < 16; x++) {
+            char name[96];
+            snprintf(name, sizeof name, "kvinfer_expert_routed_tokens_total{layer=\"%d\",expert=\"%d\"}", l,
+                     x);
+            const double v = prom_metric(m.body, name);
+            CHECK(v >= 0 && v <= rows, "layer %d expert %d: %g of %g rows", l, x, v, rows);
+            sum += v;
+            seen += v > 0;
+        }
+        CHECK(sum == 4 * rows, "layer %d: %g routed, 4 x %g rows", l, sum, rows);
+        CHECK(seen >= 4, "layer %d: %d experts used", l, seen);
+    }
+    CHECK(prom_metric(m.body, "kvinfer_expert_routed_tokens_total{layer=\"4\",expert=\"0\"}") < 0,
+          "a fifth layer reported");
+    free(m.body);
+    completion_free(&a);
+    completion_free(&b);
+    CHECK(test_server_stop(&s) == 0, "server exit status");
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
+    test_expert_metrics();
     test_window_layers();
     test_prefix_cache();
     test_penalties();

@@ -262,6 +262,15 @@ fail:
 const kvi_model *kvi_engine_model(const kvi_engine *e) { return e->m; }
 int kvi_engine_n_ctx(const kvi_engine *e) { return e->p.n_ctx; }
 
+int kvi_engine_expert_counts(const kvi_engine *e, uint64_t *out, size_t cap)
+{
+    const uint64_t *c = e ? fwd_routed(e->fwd) : NULL;
+    if (!c) return 0;
+    const size_t n = (size_t)e->m->n_layers * (size_t)e->m->n_expert;
+    if (out) memcpy(out, c, (n < cap ? n : cap) * sizeof *out);
+    return (int)n;
+}
+
 size_t kvi_engine_scratch_bytes(const kvi_engine *e)
 {
     if (!e) return 0;

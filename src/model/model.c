@@ -531,9 +531,10 @@ static kvi_type model_main_type(const kvi_model *m)
     uint64_t count[KVI_TYPE_COUNT] = { 0 };
     for (int l = 0; m->layers && l < m->n_layers; l++) {
         const model_layer *L = &m->layers[l];
-        const kern_tensor *mats[7] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
-        for (int i = 0; i < 7; i++)
-            if ((unsigned)mats[i]->type < KVI_TYPE_COUNT)
+        const kern_tensor *mats[10] = { &L->wq,   &L->wk,     &L->wv,       &L->wo,     &L->w_gate,
+                                        &L->w_up, &L->w_down, &L->exp_gate, &L->exp_up, &L->exp_down };
+        for (int i = 0; i < 10; i++)
+            if (mats[i]->data && (unsigned)mats[i]->type < KVI_TYPE_COUNT)
                 count[mats[i]->type] += (uint64_t)mats[i]->n_in * (uint64_t)mats[i]->n_out;
     }
     int best = KVI_TYPE_F32;
@@ -554,6 +555,9 @@ void model_info_shape(const struct kvi_model *m, kvi_model_info *out)
     out->n_kv_heads = m->n_kv_heads;
     out->head_dim = m->head_dim;
     out->ffn_dim = m->ffn_dim;
+    out->n_expert = m->n_expert;
+    out->n_expert_used = m->n_expert_used;
+    out->expert_ffn = m->expert_ffn;
     out->n_layers_window = 0;
     out->window = 0;
     for (int l = 0; m->layers && l < m->n_layers; l++)

@@ -113,27 +113,64 @@ static size_t mat_bytes(const kern_tensor *t)
     return t->data ? quant_row_bytes(t->type, t->n_in) * (size_t)t->n_out : 0;
 }
 
+/* The matrices of layer L one token passes through, as elements (bytes: false) or
+ * bytes: the dense ones, the router, the shared expert, and of the routed experts
+ * `experts` of n_expert (n_expert_used for one token, n_expert for the whole file). */
+static uint64_t layer_mats(const kvi_model *m, const model_layer *L, bool bytes, int experts)
+{
+    const kern_tensor *dense[10] = { &L->wq,   &L->wk,     &L->wv,      &L->wo,    &L->w_gate,
+                                     &L->w_up, &L->w_down, &L->sh_gate, &L->sh_up, &L->sh_down };
+    uint64_t n = 0;
+    for (int i = 0; i < 10; i++) n += bytes ? mat_bytes(dense[i]) : mat_elems(dense[i]);
+    if (!L->moe || m->n_expert <= 0) return n;
+    const kern_tensor *ex[3] = { &L->exp_gate, &L->exp_up, &L->exp_down };
+    uint64_t e = 0;
+    for (int i = 0; i < 3; i++) e += bytes ? mat_bytes(ex[i]) : mat_elems(ex[i]);
+    return n + (bytes ? mat_bytes(&L->router) : mat_elems(&L->router)) + e / (uint64_t)m->n_expert * experts;
+}
+
 uint64_t kvi_model_matmul_params(const kvi_model *m)
 {
     if (!m || !m->has_weights || !m->layers) return 0;
     uint64_t n = mat_elems(&m->output);
+    for (int l = 0; l < m->n_layers; l++) n += layer_mats(m, &m->layers[l], false, m->n_expert_used);
+    return n;
+}
+
+/* Elements of one bound vector (NULL: 0). */
+static uint64_t vec(const float *v, uint64_t n) { return v ? n : 0; }
+
+/* Elements of the 1-D vectors: every norm, bias and sink vector bound (expert
+ * biases are counted with the experts). */
+static uint64_t vector_elems(const kvi_model *m)
+{
+    const uint64_t qd = (uint64_t)m->n_heads * (uint64_t)m->head_dim, hd = (uint64_t)m->head_dim;
+    const uint64_t kd = (uint64_t)m->n_kv_heads * hd, d = (uint64_t)m->dim, f = (uint64_t)m->ffn_dim;
+    const bool full = m->qk_norm == MODEL_QK_FULL;
+    const uint64_t half = (uint64_t)(m->n_rot / 2); /* RoPE frequency factors */
+    uint64_t n = vec(m->output_norm, d) + vec(m->rope_freqs, half) + vec(m->rope_long, half) +
+                 vec(m->rope_short, half);
     for (int l = 0; l < m->n_layers; l++) {
         const model_layer *L = &m->layers[l];
-        n += mat_elems(&L->wq) + mat_elems(&L->wk) + mat_elems(&L->wv) + mat_elems(&L->wo) +
-             mat_elems(&L->w_gate) + mat_elems(&L->w_up) + mat_elems(&L->w_down);
+        n += vec(L->attn_norm, d) + vec(L->bq, qd) + vec(L->bk, kd) + vec(L->bv, kd) +
+             vec(L->q_norm, full ? qd : hd) + vec(L->k_norm, full ? kd : hd) + vec(L->bo, d) +
+             vec(L->sinks, (uint64_t)m->n_heads) + vec(L->post_attn_norm, d) + vec(L->ffn_norm, d) +
+             vec(L->b_gate, f) + vec(L->b_up, f) + vec(L->b_down, d) + vec(L->post_ffn_norm, d);
+        if (L->moe) n += vec(L->router_b, (uint64_t)m->n_expert) + vec(L->sel_bias, (uint64_t)m->n_expert);
     }
     return n;
 }
 
-/* Elements of the 1-D vectors: norms and attention biases. */
-static uint64_t vector_elems(const kvi_model *m)
+/* Elements of the per-expert biases of `experts` experts in every moe layer. */
+static uint64_t expert_bias_elems(const kvi_model *m, int experts)
 {
-    uint64_t qd = (uint64_t)m->n_heads * (uint64_t)m->head_dim;
-    uint64_t kd = (uint64_t)m->n_kv_heads * (uint64_t)m->head_dim;
-    uint64_t n = (uint64_t)m->dim; /* output_norm */
+    uint64_t n = 0;
     for (int l = 0; l < m->n_layers; l++) {
         const model_layer *L = &m->layers[l];
-        n += 2 * (uint64_t)m->dim + (L->bq ? qd : 0) + (L->bk ? kd : 0) + (L->bv ? kd : 0);
+        if (L->moe)
+            n += (uint64_t)experts *
+                 ((L->exp_b_gate ? (uint64_t)m->expert_ffn : 0) +
+                  (L->exp_b_up ? (uint64_t)m->expert_ffn : 0) + (L->exp_b_down ? (uint64_t)m->dim : 0));
     }
     return n;
 }
@@ -141,20 +178,25 @@ static uint64_t vector_elems(const kvi_model *m)
 uint64_t kvi_model_n_params(const kvi_model *m)
 {
     if (!m || !m->has_weights || !m->layers) return 0;
-    uint64_t n = kvi_model_matmul_params(m) + vector_elems(m);
+    uint64_t n = mat_elems(&m->output) + vector_elems(m) + expert_bias_elems(m, m->n_expert);
+    for (int l = 0; l < m->n_layers; l++) n += layer_mats(m, &m->layers[l], false, m->n_expert);
     if (m->tok_embd.data != m->output.data) n += mat_elems(&m->tok_embd);
     return n;
+}
+
+uint64_t kvi_model_active_params(const kvi_model *m)
+{
+    if (!m || !m->has_weights || !m->layers) return 0;
+    return kvi_model_matmul_params(m) + vector_elems(m) + expert_bias_elems(m, m->n_expert_used) +
+           (m->tok_embd.data != m->output.data ? (uint64_t)m->dim : 0);
 }
 
 size_t kvi_model_decode_bytes(const kvi_model *m)
 {
     if (!m || !m->has_weights || !m->layers) return 0;
-    size_t b = mat_bytes(&m->output) + (size_t)vector_elems(m) * sizeof(float);
-    for (int l = 0; l < m->n_layers; l++) {
-        const model_layer *L = &m->layers[l];
-        b += mat_bytes(&L->wq) + mat_bytes(&L->wk) + mat_bytes(&L->wv) + mat_bytes(&L->wo) +
-             mat_bytes(&L->w_gate) + mat_bytes(&L->w_up) + mat_bytes(&L->w_down);
-    }
+    size_t b = mat_bytes(&m->output) +
+               (size_t)(vector_elems(m) + expert_bias_elems(m, m->n_expert_used)) * sizeof(float);
+    for (int l = 0; l < m->n_layers; l++) b += layer_mats(m, &m->layers[l], true, m->n_expert_used);
     if (m->tok_embd.data && m->tok_embd.data != m->output.data)
         b += quant_row_bytes(m->tok_embd.type, m->tok_embd.n_in); /* one embedding row */
     return b;

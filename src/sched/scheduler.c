@@ -134,8 +134,12 @@ struct kvi_sched {
     const float **spec_lg;                /* [draft_max + 1] logits of a request's rows */
     int32_t *spec_out;                    /* [draft_max + 1] tokens kvi_spec_verify returns */
     uint64_t step_drafted, step_accepted; /* this step's, added to st in snapshot */
-    double g_acc, g_trials;               /* server-wide EMA of accepted / verified drafts */
-    uint64_t spec_steps;                  /* steps that planned drafts (probe schedule) */
+    /* rows routed to each expert, [n_layers][n_expert] (under mu; copied from the
+     * engine in snapshot); NULL for a dense model */
+    uint64_t *routed;
+    int n_routed;
+    double g_acc, g_trials; /* server-wide EMA of accepted / verified drafts */
+    uint64_t spec_steps;    /* steps that planned drafts (probe schedule) */
 };
 
 void kvi_sched_params_default(kvi_sched_params *p)
@@ -176,8 +180,11 @@ kvi_sched *kvi_sched_create(kvi_engine *e, const kvi_sched_params *params, kvi_e
     s->live_cap = p.n_parallel + 16;
     s->live = malloc((size_t)s->live_cap * sizeof *s->live);
     s->batch = kvi_batch_create(p.batch_tokens + p.n_parallel);
-    if (!s->live || !s->batch) {
+    s->n_routed = kvi_engine_expert_counts(e, NULL, 0);
+    s->routed = s->n_routed > 0 ? calloc((size_t)s->n_routed, sizeof *s->routed) : NULL;
+    if (!s->live || !s->batch || (s->n_routed > 0 && !s->routed)) {
         err_set(err, KVI_E_NOMEM, "scheduler: out of memory");
+        free(s->routed);
         free(s->live);
         kvi_batch_free(s->batch);
         free(s);
@@ -758,6 +765,7 @@ static void snapshot(kvi_sched *s, uint64_t steps, int32_t n_prefill, int32_t n_
     s->st.n_decode_tokens += (uint64_t)n_decode;
     s->st.n_spec_drafted += s->step_drafted;
     s->st.n_spec_accepted += s->step_accepted;
+    if (s->routed) kvi_engine_expert_counts(s->e, s->routed, (size_t)s->n_routed);
     view_update(s);
     pthread_mutex_unlock(&s->mu);
     s->step_drafted = s->step_accepted = 0;
@@ -1007,6 +1015,20 @@ void kvi_sched_stats_get(kvi_sched *s, kvi_sched_stats *out)
     pthread_mutex_unlock(&s->mu);
 }
 
+int kvi_sched_expert_counts(kvi_sched *s, uint64_t *out, size_t cap, int *n_expert)
+{
+    if (n_expert) {
+        kvi_model_info info;
+        kvi_model_get_info(s->m, &info);
+        *n_expert = info.n_expert;
+    }
+    pthread_mutex_lock(&s->mu);
+    const int n = s->n_routed;
+    if (out && s->routed) memcpy(out, s->routed, ((size_t)n < cap ? (size_t)n : cap) * sizeof *out);
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
 void kvi_sched_free(kvi_sched *s)
 {
     if (!s) return;
@@ -1037,6 +1059,7 @@ void kvi_sched_free(kvi_sched *s)
     free(s->cancels);
     free(s->view);
     free(s->view_off);
+    free(s->routed);
     free(s->view_ids);
     free(s->t_rows);
     free(s->spec_lg);
