@@ -32,6 +32,13 @@
  * group that KIVI keeps in f16 (at most a group x kv_dim x 2 bytes per layer and
  * sequence) is not counted. The paged cache rounds each sequence up to whole
  * blocks of 16 tokens; that rounding is not counted either.
+ *
+ * Latent attention (DeepSeek-V2/V3's MLA): a token stores per layer one key row of
+ * kv_lora_rank + RoPE dims and no value (the value is the row's first
+ * kv_lora_rank elements), so per_layer = K bytes of that row alone. Beside it the
+ * plan shows what per-head keys and values would take (n_heads x (key head +
+ * value head) elements, the K type for both) and the saving. q4 (KIVI) keys
+ * cannot hold values, so a latent plan refuses them as the engine does.
  */
 #include "cli/cli_opts.h"
 
@@ -70,22 +77,38 @@
  *    sliding_window 512, pattern 6 (22 window, 4 global)
  *  - google/gemma-2-9b: 42 layers, 16 heads, 8 KV heads, head_dim 256, 8192,
  *    sliding_window 4096 on even layers (21 window, 21 global)
+ *  - deepseek-ai/DeepSeek-V3: 61 layers, 128 heads, kv_lora_rank 512, qk_rope_head_dim
+ *    64, qk_nope_head_dim 128 (key head 192), v_head_dim 128, 163840
+ *  - deepseek-ai/DeepSeek-V2-Lite: 27 layers, 16 heads, the same MLA dims, 163840
  */
 typedef struct kvplan_shape {
     const char *name;
     int n_layers, n_heads, n_kv_heads, head_dim, n_ctx_train;
     int window, pattern; /* sliding window W on layers l % pattern < pattern - 1; 0: none */
     int n_window;        /* window layers (from the pattern, or the file) */
+    /* latent attention: cache row = mla_kv_rank + the RoPE dims (head_dim, 1 KV
+     * head); a per-head cache would hold n_heads x (mla_k_head + mla_v_head). 0: none */
+    int mla_kv_rank, mla_k_head, mla_v_head;
 } kvplan_shape;
 
 static const kvplan_shape presets[] = {
-    { "llama-2-7b", 32, 32, 32, 128, 4096, 0, 0, 0 },  { "llama-2-70b", 80, 64, 8, 128, 4096, 0, 0, 0 },
-    { "llama-3-8b", 32, 32, 8, 128, 8192, 0, 0, 0 },   { "llama-3-70b", 80, 64, 8, 128, 8192, 0, 0, 0 },
-    { "mistral-7b", 32, 32, 8, 128, 32768, 0, 0, 0 },  { "qwen2.5-7b", 28, 28, 4, 128, 131072, 0, 0, 0 },
-    { "seed-70b", 80, 64, 8, 128, 0, 0, 0, 0 },        { "seed-70b-mha", 80, 64, 64, 128, 0, 0, 0, 0 },
-    { "qwen3-32b", 64, 64, 8, 128, 40960, 0, 0, 0 },   { "qwen3-0.6b", 28, 16, 8, 128, 40960, 0, 0, 0 },
-    { "phi-4-mini", 32, 24, 8, 128, 131072, 0, 0, 0 }, { "gemma-3-27b", 62, 32, 16, 128, 131072, 1024, 6, 0 },
-    { "gemma-3-1b", 26, 4, 1, 256, 32768, 512, 6, 0 }, { "gemma-2-9b", 42, 16, 8, 256, 8192, 4096, 2, 0 },
+    { "llama-2-7b", 32, 32, 32, 128, 4096, 0, 0, 0, 0, 0, 0 },
+    { "llama-2-70b", 80, 64, 8, 128, 4096, 0, 0, 0, 0, 0, 0 },
+    { "llama-3-8b", 32, 32, 8, 128, 8192, 0, 0, 0, 0, 0, 0 },
+    { "llama-3-70b", 80, 64, 8, 128, 8192, 0, 0, 0, 0, 0, 0 },
+    { "mistral-7b", 32, 32, 8, 128, 32768, 0, 0, 0, 0, 0, 0 },
+    { "qwen2.5-7b", 28, 28, 4, 128, 131072, 0, 0, 0, 0, 0, 0 },
+    { "seed-70b", 80, 64, 8, 128, 0, 0, 0, 0, 0, 0, 0 },
+    { "seed-70b-mha", 80, 64, 64, 128, 0, 0, 0, 0, 0, 0, 0 },
+    { "qwen3-32b", 64, 64, 8, 128, 40960, 0, 0, 0, 0, 0, 0 },
+    { "qwen3-0.6b", 28, 16, 8, 128, 40960, 0, 0, 0, 0, 0, 0 },
+    { "phi-4-mini", 32, 24, 8, 128, 131072, 0, 0, 0, 0, 0, 0 },
+    { "gemma-3-27b", 62, 32, 16, 128, 131072, 1024, 6, 0, 0, 0, 0 },
+    { "gemma-3-1b", 26, 4, 1, 256, 32768, 512, 6, 0, 0, 0, 0 },
+    { "gemma-2-9b", 42, 16, 8, 256, 8192, 4096, 2, 0, 0, 0, 0 },
+    /* latent attention: one KV head of kv_lora_rank 512 + RoPE 64 */
+    { "deepseek-v3", 61, 128, 1, 576, 163840, 0, 0, 0, 512, 192, 128 },
+    { "deepseek-v2-lite", 27, 16, 1, 576, 163840, 0, 0, 0, 512, 192, 128 },
 };
 
 static const char kvplan_help[] =
@@ -100,7 +123,8 @@ static const char kvplan_help[] =
     "                     qwen2.5-7b, qwen3-32b, qwen3-0.6b, phi-4-mini, seed-70b (80 layers,\n"
     "                     64 heads, 8 KV heads, d_k 128), seed-70b-mha (the same without\n"
     "                     GQA: 64 KV heads); with sliding-window layers: gemma-3-27b,\n"
-    "                     gemma-3-1b, gemma-2-9b\n"
+    "                     gemma-3-1b, gemma-2-9b; with latent attention (MLA): deepseek-v3,\n"
+    "                     deepseek-v2-lite\n"
     "  -m, --model FILE   read the shape from a model file's metadata (weights not loaded)\n"
     "  -c, --ctx N        tokens per sequence (default: the model's context length)\n"
     "  --mem SIZE         memory for the KV cache alone: 80GiB, 512MiB, 1.5G, 4096 (bytes)\n"
@@ -246,6 +270,9 @@ static int plan_shape(const kvplan_opts *o, kvplan_shape *shape, char *source, s
     shape->n_ctx_train = info.n_ctx_train;
     shape->n_window = info.n_layers_window;
     shape->window = info.window;
+    shape->mla_kv_rank = info.mla_kv_rank;
+    shape->mla_k_head = info.mla_k_head;
+    shape->mla_v_head = info.mla_v_head;
     snprintf(source, cap, "%s (%s)", o->c.model, info.name[0] ? info.name : info.arch);
     return 0;
 }
@@ -259,6 +286,7 @@ typedef struct kvplan_figures {
     double full_d;         /* bytes per sequence of a full cache (every layer global) */
     uint64_t max_seq, max_ctx;
     bool ctx_unbounded; /* every layer has a window: no context exhausts mem */
+    uint64_t bpt_heads; /* latent attention: bytes per token of per-head K and V, else 0 */
 } kvplan_figures;
 
 static int print_plan_json(const kvplan_opts *o, const kvplan_shape *shape, const kvplan_figures *f)
@@ -290,6 +318,12 @@ static int print_plan_json(const kvplan_opts *o, const kvplan_shape *shape, cons
     cJSON_AddNumberToObject(j, "bytes_per_sequence_full", f->full_d);
     cJSON_AddNumberToObject(j, "window_saving_bytes", f->full_d - f->bps_d);
     cJSON_AddNumberToObject(j, "window_saving", f->full_d > 0 ? (f->full_d - f->bps_d) / f->full_d : 0.0);
+    cJSON_AddBoolToObject(j, "latent", shape->mla_kv_rank > 0);
+    if (shape->mla_kv_rank > 0) {
+        cJSON_AddNumberToObject(j, "kv_lora_rank", shape->mla_kv_rank);
+        cJSON_AddNumberToObject(j, "bytes_per_token_per_head", (double)f->bpt_heads);
+        cJSON_AddNumberToObject(j, "latent_saving", 1.0 - (double)f->bpt / (double)f->bpt_heads);
+    }
     return cli_print_json(j, "kv-plan: out of memory");
 }
 
@@ -303,10 +337,24 @@ static void print_plan_text(const kvplan_opts *o, const kvplan_shape *shape, con
     printf("model           %s\n", source);
     printf("shape           %d layers, %d KV heads x %d dims (%d query heads%s)\n", shape->n_layers,
            shape->n_kv_heads, shape->head_dim, shape->n_heads,
-           shape->n_kv_heads < shape->n_heads ? ", GQA" : "");
-    printf("KV type         K %s, V %s%s\n", kv_elem_names[o->tk], kv_elem_names[o->tv],
-           o->tk == KV_Q4 || o->tv == KV_Q4 ? " (q4: estimate, see --help)" : "");
+           shape->mla_kv_rank > 0               ? " sharing one latent row"
+           : shape->n_kv_heads < shape->n_heads ? ", GQA"
+                                                : "");
+    if (shape->mla_kv_rank > 0)
+        printf("KV type         K %s, V none (latent: values are the first %d dims of each key row)\n",
+               kv_elem_names[o->tk], shape->mla_kv_rank);
+    else
+        printf("KV type         K %s, V %s%s\n", kv_elem_names[o->tk], kv_elem_names[o->tv],
+               o->tk == KV_Q4 || o->tv == KV_Q4 ? " (q4: estimate, see --help)" : "");
     printf("per token       %s (%llu bytes)\n", b1, (unsigned long long)f->bpt);
+    if (shape->mla_kv_rank > 0) {
+        char h[32];
+        human_bytes(h, sizeof h, (double)f->bpt_heads);
+        printf("latent          %d + %d values a token and layer; per-head keys and values would hold %d x "
+               "(%d + %d): %s a token; the latent cache is %.1f%% smaller\n",
+               shape->mla_kv_rank, shape->head_dim - shape->mla_kv_rank, shape->n_heads, shape->mla_k_head,
+               shape->mla_v_head, h, 100.0 * (1.0 - (double)f->bpt / (double)f->bpt_heads));
+    }
     if (shape->n_window > 0) {
         char g[32], w[32], full[32], save[32];
         human_bytes(g, sizeof g, (double)f->bpt_g);
@@ -348,7 +396,15 @@ int cmd_kvplan(int argc, char **argv)
         return cli_error("kv-plan: --ctx N is required (preset %s has no context length)", shape.name);
 
     uint64_t kv_dim = (uint64_t)shape.n_kv_heads * (uint64_t)shape.head_dim;
-    uint64_t per_layer = vector_bytes(o.tk, kv_dim, true) + vector_bytes(o.tv, kv_dim, false);
+    const bool latent = shape.mla_kv_rank > 0;
+    if (latent && o.tk == KV_Q4)
+        return cli_error("kv-plan: latent attention keeps its values inside the keys: q4 (KIVI) keys cannot "
+                         "hold them (f32, f16, bf16, q8_0, q4_0)");
+    uint64_t per_layer = vector_bytes(o.tk, kv_dim, true) + (latent ? 0 : vector_bytes(o.tv, kv_dim, false));
+    if (latent)
+        f.bpt_heads = (uint64_t)shape.n_layers *
+                      (vector_bytes(o.tk, (uint64_t)shape.n_heads * (uint64_t)shape.mla_k_head, true) +
+                       vector_bytes(o.tk, (uint64_t)shape.n_heads * (uint64_t)shape.mla_v_head, false));
     f.bpt = per_layer * (uint64_t)shape.n_layers;
     if (f.bpt == 0) return cli_error("kv-plan: the model shape gives 0 bytes per token");
     f.bpt_w = per_layer * (uint64_t)shape.n_window;

@@ -255,6 +255,7 @@ typedef struct run_weights {
     uint64_t n_params, active_params;
     size_t active_bytes;
     int n_expert, n_expert_used; /* 0: dense */
+    int mla_kv_rank;             /* latent attention: values inside the keys; 0: none */
 } run_weights;
 
 static void run_weights_get(const kvi_model *m, run_weights *w)
@@ -265,7 +266,8 @@ static void run_weights_get(const kvi_model *m, run_weights *w)
                         .active_params = kvi_model_active_params(m),
                         .active_bytes = kvi_model_decode_bytes(m),
                         .n_expert = info.n_expert,
-                        .n_expert_used = info.n_expert_used };
+                        .n_expert_used = info.n_expert_used,
+                        .mla_kv_rank = info.mla_kv_rank };
 }
 
 typedef struct run_result {
@@ -505,8 +507,8 @@ static void print_summary(const run_opts *o, const run_result *r, int n_threads)
             " steps, finish: %s)\n",
             (int)r->n_gen, r->decode_ms, decode_tok_s(r), r->n_decode_steps, r->finish);
     fprintf(f, "kvinfer: KV cache   %zu bytes in use, %zu bytes/token (K %s, V %s), context %d\n",
-            r->kv.kv_bytes, r->kv.kv_bytes_per_token, kvi_type_name(o->c.kv_k), kvi_type_name(o->c.kv_v),
-            r->n_ctx);
+            r->kv.kv_bytes, r->kv.kv_bytes_per_token, kvi_type_name(o->c.kv_k),
+            r->w.mla_kv_rank ? "latent: inside K" : kvi_type_name(o->c.kv_v), r->n_ctx);
     if (r->kv.kv_n_layers_window > 0)
         fprintf(f,
                 "kvinfer: KV kinds   global layers %zu bytes/token, %zu bytes held; %d window layers (W %d) "

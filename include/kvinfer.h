@@ -83,6 +83,11 @@ typedef struct kvi_model_info {
     int window;          /* the largest window of those layers (positions), 0: none */
     /* mixture of experts (a loaded model's info; 0 for dense models) */
     int n_expert, n_expert_used, expert_ffn;
+    /* multi-head latent attention (DeepSeek-V2/V3; kvi_model_info_from_file too): the
+     * cache holds one row of head_dim = mla_kv_rank + RoPE dims per position and
+     * layer (n_kv_heads 1, no value rows); per-head attention would hold n_heads x
+     * (mla_k_head + mla_v_head). 0: none */
+    int mla_kv_rank, mla_k_head, mla_v_head;
 } kvi_model_info;
 
 void kvi_model_get_info(const kvi_model *m, kvi_model_info *out);

@@ -67,9 +67,13 @@ typedef enum kvi_type {
      * block_size tokens (f16 scale and min per channel), the newest, incomplete
      * block kept in f16 per sequence; values: q4_0 (a value type of q4 means q4_0). */
     KVI_TYPE_KV_Q4 = 64,
+    /* KV-cache-only value "type" of latent attention (DeepSeek's MLA): no value rows
+     * of their own; a position's value is the first elements of its key row (the
+     * latent c), so the cache holds one row per position and layer. */
+    KVI_TYPE_KV_LATENT = 65,
 } kvi_type;
 
-/* "f32", "q4_k", ..., "q4" (KVI_TYPE_KV_Q4); NULL for a number that is not a known type. */
+/* "f32", "q4_k", ..., "q4" (KVI_TYPE_KV_Q4), "latent"; NULL for a number that is not a known type. */
 const char *kvi_type_name(kvi_type t);
 /* Case-insensitive parse of a type name; 0 on success, KVI_E_INVALID otherwise. */
 int kvi_type_from_name(const char *name, kvi_type *out);

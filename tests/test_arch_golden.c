@@ -7,6 +7,8 @@
  *  2. batched decode (two sequences in one step, one of them offset) == alone,
  * and with a small KV block (4 positions: windows of 8 span blocks; the online
  * softmax then rescales at other points, so only within the tolerance).
+ * deepseek2's latent attention: its cache bytes, and fork, session file and prefix
+ * reuse on the latent cache (check_latent).
  * Sliding-window models (gemma2, gemma3, gpt-oss) also over 400 positions, long enough
  * that decode releases window parts (kv_cache.h): token-by-token decode gives the
  * bits of one prefill step, and the KV bytes held stay far below a full cache.
@@ -237,6 +239,92 @@ static void check_routed(kvi_model *m, const char *name, const int32_t *toks, in
     kvi_engine_free(e);
 }
 
+/* Logits of tokens [from, to) of s, one decode row per step, into out [to - from][nv]. */
+static bool decode_span(kvi_engine *e, kvi_seq *s, const int32_t *toks, int from, int to, float *out)
+{
+    const int nv = kvi_n_vocab(kvi_engine_model(e));
+    kvi_batch *b = kvi_batch_create(1);
+    kvi_error err = { 0 };
+    bool ok = b != NULL;
+    for (int i = from; ok && i < to; i++) {
+        kvi_batch_clear(b);
+        kvi_batch_add(b, s, toks[i], i, true);
+        ok = kvi_step(e, b, &err) == 0;
+        if (ok) memcpy(out + (size_t)(i - from) * nv, kvi_logits(e, 0), (size_t)nv * sizeof *out);
+    }
+    CHECK(ok, "decode: %s", err.msg);
+    kvi_batch_free(b);
+    return ok;
+}
+
+/* Latent attention (deepseek2: 4 layers, cache rows of 64 + 16): the cache holds
+ * 80 values per token and layer (640 bytes in f16, 1280 in f32; per-head keys and
+ * values would be 8 x (48 + 32) = 640 values), and every way a sequence gets its
+ * cache (one prefill, decode after a fork, after a session file, after a reused
+ * prefix) gives the one-pass prefill's bits (pre [n][nv]); key types that cannot
+ * hold a latent row are refused with a message. */
+static void check_latent(kvi_model *m, const int32_t *toks, int n, const float *pre)
+{
+    const int nv = kvi_n_vocab(m), half = 32;
+    for (int f32 = 0; f32 < 2; f32++) {
+        kvi_engine_params p = engine_params(f32 ? KVI_TYPE_F32 : KVI_TYPE_F16, 2, 4, 0);
+        kvi_engine *e = engine_create_checked(m, &p);
+        if (!e) return;
+        kvi_stats st;
+        kvi_stats_get(e, NULL, &st);
+        CHECK(st.kv_bytes_per_token == (size_t)4 * 80 * (f32 ? 4 : 2), "latent: %zu KV bytes a token",
+              st.kv_bytes_per_token);
+        kvi_engine_free(e);
+    }
+    kvi_engine_params p = engine_params(KVI_TYPE_F32, 2, 4, 0);
+    kvi_engine *e = engine_create_checked(m, &p);
+    if (!e) return;
+    kvi_seq *a = kvi_seq_create(e), *c = kvi_seq_create(e), *d = kvi_seq_create(e);
+    kvi_batch *b = kvi_batch_create(n);
+    float *got = malloc((size_t)n * nv * sizeof *got);
+    kvi_error err = { 0 };
+    for (int i = 0; i < half; i++) kvi_batch_add(b, a, toks[i], i, false);
+    CHECK(kvi_step(e, b, &err) == 0, "latent prefill: %s", err.msg);
+    const size_t rest = (size_t)(n - half) * nv * sizeof *got;
+    /* fork: the child decodes the rest */
+    kvi_seq *fk = kvi_seq_fork(a);
+    CHECK(fk && decode_span(e, fk, toks, half, n, got) && !memcmp(got, pre + (size_t)half * nv, rest),
+          "latent: decode after a fork differs from the prefill");
+    kvi_seq_free(fk);
+    /* session file: saved, loaded into another sequence, decoded on */
+    const char *path = tmp_path("latent.session");
+    CHECK(kvi_seq_save(a, path, &err) == 0, "latent: save: %s", err.msg);
+    CHECK(kvi_seq_load(c, path, NULL, &err) == 0 && kvi_seq_len(c) == half, "latent: load: %s", err.msg);
+    CHECK(decode_span(e, c, toks, half, n, got) && !memcmp(got, pre + (size_t)half * nv, rest),
+          "latent: decode after a session load differs from the prefill");
+    /* prefix cache: a's two full blocks reused, the rest prefilled */
+    const int32_t held = kvi_seq_reuse_prefix(d, toks, n);
+    CHECK(held == half, "latent: %d positions reused, want %d", held, half);
+    kvi_batch_clear(b);
+    for (int i = held > 0 ? held : 0; i < n; i++) kvi_batch_add(b, d, toks[i], i, true);
+    CHECK(kvi_step(e, b, &err) == 0, "latent: prefill after the prefix: %s", err.msg);
+    bool same = held > 0;
+    for (int i = held; same && i < n; i++)
+        same = !memcmp(kvi_logits(e, i - held), pre + (size_t)i * nv, (size_t)nv * sizeof *got);
+    CHECK(same, "latent: prefill after a reused prefix differs");
+    free(got);
+    kvi_batch_free(b);
+    kvi_seq_free(a);
+    kvi_seq_free(c);
+    kvi_seq_free(d);
+    kvi_engine_free(e);
+    /* q8_0 rows need a multiple of 32 (80 is not), q4 keys cannot hold values */
+    const kvi_type bad[2] = { KVI_TYPE_Q8_0, KVI_TYPE_KV_Q4 };
+    for (int i = 0; i < 2; i++) {
+        kvi_engine_params q = engine_params(bad[i], 1, 1, 0);
+        kvi_error qe = { 0 };
+        kvi_engine *x = kvi_engine_create(m, &q, &qe);
+        CHECK(!x && qe.msg[0] && strstr(qe.msg, "kv cache"), "latent with %s keys: %s", kvi_type_name(bad[i]),
+              x ? "accepted" : qe.msg);
+        kvi_engine_free(x);
+    }
+}
+
 static void check_file(const char *name, double tol, int n_expert, int used)
 {
     char rel[256], grel[256];
@@ -290,6 +378,7 @@ static void check_file(const char *name, double tol, int n_expert, int used)
         CHECK(pair && memcmp(pre, pair, bytes) == 0, "%s: batched decode differs from prefill", name);
         free(dec);
         free(pair);
+        if (!strncmp(name, "deepseek2", 9)) check_latent(m, toks, n, pre);
     }
     free(pre);
     free(blk);
@@ -314,7 +403,11 @@ int main(void)
     static const struct {
         const char *name;
         int n_expert, used; /* README */
-    } moe[] = { { "llama-moe", 8, 2 }, { "qwen3moe", 8, 2 }, { "olmoe", 16, 4 }, { "gpt-oss", 8, 4 } };
+    } moe[] = { { "llama-moe", 8, 2 },
+                { "qwen3moe", 8, 2 },
+                { "olmoe", 16, 4 },
+                { "gpt-oss", 8, 4 },
+                { "deepseek2", 8, 2 } };
     for (size_t i = 0; i < sizeof moe / sizeof *moe; i++) {
         char f32[64], q4[64];
         snprintf(f32, sizeof f32, "%s-f32", moe[i].name);

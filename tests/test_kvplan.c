@@ -178,6 +178,20 @@ static void test_layer_kinds(void)
     expect_file_kinds("gemma2", p, 2, 32);
 }
 
+/* kvi_model_info_from_file of the deepseek2 golden (README: kv rank 64, RoPE 16,
+ * key head 48, value head 32, 8 heads) */
+static void info_latent(void)
+{
+    kvi_model_info info;
+    kvi_error e = { 0 };
+    const int rc = kvi_model_info_from_file(shared_path("golden/arch/deepseek2-f32.gguf"), &info, &e);
+    CHECK(rc == 0, "deepseek2 info: %s", e.msg);
+    CHECK(info.mla_kv_rank == 64 && info.mla_k_head == 48 && info.mla_v_head == 32 && info.head_dim == 80 &&
+              info.n_kv_heads == 1 && info.n_heads == 8,
+          "deepseek2 info: rank %d k %d v %d hd %d kv %d", info.mla_kv_rank, info.mla_k_head, info.mla_v_head,
+          info.head_dim, info.n_kv_heads);
+}
+
 int main(void)
 {
     test_layer_kinds();
@@ -206,6 +220,28 @@ int main(void)
     snprintf(args, sizeof args, "-m %s --mem 1MiB --ctx 512 --kv-type q8_0",
              shared_path("models/stories260K.gguf"));
     expect_plan(args, 340, 174080, 6, 3084);
+
+    /* latent attention (MLA): one row of kv_lora_rank + RoPE dims a token and layer,
+     * no values. deepseek2 golden: 4 layers x 80 x 2 bytes (f16) = 640; per-head K and
+     * V: 4 x 8 x (48 + 32) x 2 = 5120. DeepSeek-V3: 61 x 576 x 2 = 70272; per head
+     * 61 x 128 x (192 + 128) x 2 = 4997120 */
+    snprintf(args, sizeof args, "-m %s --mem 1MiB --ctx 512", shared_path("golden/arch/deepseek2-f32.gguf"));
+    expect_plan(args, 640, 327680, 3, 1638);
+    expect_plan("--preset deepseek-v3 --ctx 100000 --mem 64GiB", 70272, 7027200000.0, 9, -1);
+    expect_plan("--preset deepseek-v2-lite --ctx 1000 --mem 1GiB --kv-type q8_0", 27 * 18 * 34, -1, -1, -1);
+    {
+        int prc;
+        cJSON *j = plan("--preset deepseek-v3 --ctx 1000 --mem 1GiB", &prc);
+        CHECK(j && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "latent")) &&
+                  num(j, "bytes_per_token_per_head") == 4997120 && num(j, "kv_lora_rank") == 512,
+              "deepseek-v3: per-head %g", j ? num(j, "bytes_per_token_per_head") : -1);
+        cJSON_Delete(j);
+        j = plan("--preset llama-3-8b --ctx 1000 --mem 1GiB", &prc);
+        CHECK(j && cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(j, "latent")), "llama-3-8b: latent");
+        cJSON_Delete(j);
+    }
+    expect_fail("kv-plan --preset deepseek-v3 --ctx 1 --mem 1GiB --kv-type q4", "latent");
+    info_latent();
 
     /* the text table carries the same numbers */
     char *out = NULL, *err = NULL;

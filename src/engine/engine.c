@@ -48,7 +48,8 @@
 static bool engine_policy_fits(const kvi_model *m)
 {
     const model_rope *r = &m->rope[0];
-    if (m->n_rope_sets != 1 || r->yarn || r->freq_scale != 1.0f || r->mscale != 1.0f || m->rope_long)
+    if (m->n_rope_sets != 1 || r->yarn || r->freq_scale != 1.0f || r->mscale != 1.0f || m->rope_long ||
+        m->mla_kv_rank > 0)
         return false;
     for (int l = 0; l < m->n_layers; l++)
         if (m->layers[l].window) return false;
@@ -181,7 +182,8 @@ kvi_engine *kvi_engine_create(kvi_model *m, const kvi_engine_params *params, kvi
     if (strcmp(p.ctx_policy, "error") != 0 && !engine_policy_fits(m)) {
         err_set(err, KVI_E_UNSUPPORTED,
                 "engine: context policy '%s' moves cached keys by re-rotating them, which this model's "
-                "sliding-window layers or RoPE scaling do not allow (use --ctx-policy error)",
+                "sliding-window layers, RoPE scaling or latent attention do not allow (use --ctx-policy "
+                "error)",
                 p.ctx_policy);
         return NULL;
     }
@@ -211,6 +213,8 @@ kvi_engine *kvi_engine_create(kvi_model *m, const kvi_engine_params *params, kvi
                                 .n_window = p.n_window,
                                 .block_size = p.kv_block_size };
     const int kv_dim = m->n_kv_heads * m->head_dim;
+    /* latent attention: the cache holds the latent rows only (values inside them) */
+    if (m->mla_kv_rank > 0) e->p.kv_type_v = p.kv_type_v = KVI_TYPE_KV_LATENT;
     int *windows =
         malloc((size_t)m->n_layers * sizeof *windows); /* [n_layers] each layer's window, 0: global */
     if (!windows) {

@@ -62,7 +62,8 @@ bool quant_type_known(kvi_type t) { return (int)t >= 0 && (int)t < KVI_TYPE_COUN
 
 const char *kvi_type_name(kvi_type t)
 {
-    if (t == KVI_TYPE_KV_Q4) return "q4"; /* KV-cache-only type (KIVI) */
+    if (t == KVI_TYPE_KV_Q4) return "q4";         /* KV-cache-only type (KIVI) */
+    if (t == KVI_TYPE_KV_LATENT) return "latent"; /* values inside the keys (MLA) */
     return quant_type_known(t) ? TYPES[t].name : NULL;
 }
 

@@ -11,10 +11,14 @@
  *                              over all rows
  *     q, k = qk_norm(q), qk_norm(k)    (per head or over the row; none)
  *     RoPE(q, k) at each row's position, with the layer's RoPE set (rc, rs tables)
+ *       -- latent attention (DeepSeek's MLA, fwd_mla.h): q in cache space
+ *          [n][n_heads * head_dim], k = [rmsnorm(c) | rope(k_pe)] [n][head_dim],
+ *          one KV head whose values are the keys' first mla_kv_rank dims
  *     K, V of each row -> its sequence's KV blocks at its position
  *     att = attention of each row over its sequence's  att  [n][n_heads * head_dim]
  *           cached positions (the causal mask is implied by the position; a
  *           window layer sees the last W), KQ scale and soft-cap of the model
+ *     (latent: att of head h -> v_b[h] att[h][0..kv_rank)     mla_v [n][n_heads * v_dim])
  *     o = att Wo^T (+bo); o = post_attn_norm ? rmsnorm(o) * w : o
  *     x += residual_scale * o
  *     xb = ffn_norm ? rmsnorm(x) * ffn_norm : x
@@ -44,7 +48,9 @@
 #include "forward/forward.h"
 
 #include "forward/fwd_act.h"
+#include "forward/fwd_mla.h"
 #include "forward/fwd_moe.h"
+#include "forward/fwd_norm.h"
 
 #include "attention/attention.h"
 #include "base/error.h"
@@ -82,6 +88,8 @@ struct fwd_ctx {
     fwd_moe *moe;                      /* expert scratch (mixture-of-experts models) or NULL */
     float *moe_y;                      /* [chunk][dim] the expert block's output */
     uint64_t *routed;                  /* [n_layers][n_expert] rows routed to each expert, or NULL */
+    fwd_mla *mla;                      /* latent attention scratch (mla_kv_rank > 0) or NULL */
+    float *mla_v;                      /* [chunk][n_heads * mla_v_dim] the heads' values */
     size_t bytes;
     attn_scratch *attn;
     kv_stash stash; /* q4 key groups a layer's rows still read in f16 (kv_quant.h) */
@@ -116,6 +124,8 @@ void fwd_free(fwd_ctx *f)
     free(f->inv_freq);
     free(f->gelu);
     fwd_moe_free(f->moe);
+    fwd_mla_free(f->mla);
+    free(f->mla_v);
     free(f->moe_y);
     free(f->routed);
     attn_scratch_free(f->attn);
@@ -202,6 +212,15 @@ fwd_ctx *fwd_create(const struct kvi_model *m, int n_rows_max, int force_chunk, 
         }
         f->bytes += (size_t)m->n_layers * m->n_expert * sizeof *f->routed;
     }
+    if (m->mla_kv_rank > 0) {
+        f->mla = fwd_mla_create(m, (int)chunk, &f->bytes);
+        f->mla_v = falloc(f, chunk * (size_t)m->n_heads * m->mla_v_dim, &ok);
+        if (!f->mla || !ok) {
+            fwd_free(f);
+            err_set(err, KVI_E_NOMEM, "forward: cannot allocate the latent attention scratch");
+            return NULL;
+        }
+    }
     model_rope sets[MODEL_MAX_ROPE_SETS];
     model_rope_for_ctx(m, n_ctx, sets);
     for (size_t r = 0; r < ns; r++) {
@@ -226,44 +245,6 @@ static void add_into(float *x, const float *y, size_t n)
     size_t i = 0;
     for (; i + 4 <= n; i += 4) st4(x + i, ld4(x + i) + ld4(y + i));
     for (; i < n; i++) x[i] += y[i];
-}
-
-/* ss[k] = sum over i in order of (double)x^2 of row k of x [4][dim]: four independent
- * chains, each the one-row loop's sequence of roundings (the latency of one chain,
- * not its arithmetic, bounds the one-row loop) */
-static void sumsq4(const float *x, int dim, double ss[4])
-{
-    const float *x0 = x, *x1 = x + dim, *x2 = x + 2 * (size_t)dim, *x3 = x + 3 * (size_t)dim;
-    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    for (int i = 0; i < dim; i++) {
-        s0 += (double)x0[i] * x0[i];
-        s1 += (double)x1[i] * x1[i];
-        s2 += (double)x2[i] * x2[i];
-        s3 += (double)x3[i] * x3[i];
-    }
-    ss[0] = s0, ss[1] = s1, ss[2] = s2, ss[3] = s3;
-}
-
-/* out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w (out may be x) */
-static void rmsnorm_rows(float *out, const float *x, const float *w, int n, int dim, float eps)
-{
-    double ss4[4];
-    for (int r = 0; r < n; r++) {
-        const float *xr = x + (size_t)r * dim;
-        float *o = out + (size_t)r * dim;
-        double ss = 0;           /* in order: the sum's rounding fixes the bits */
-        const int g = r - r % 4; /* first row of r's group of 4 */
-        if (g + 4 <= n) {
-            if (r == g) sumsq4(xr, dim, ss4); /* before any of the 4 rows is written */
-            ss = ss4[r - g];
-        } else {
-            for (int i = 0; i < dim; i++) ss += (double)xr[i] * xr[i];
-        }
-        const float s = (float)(1.0 / sqrt(ss / dim + eps));
-        int i = 0;
-        for (; i + 4 <= dim; i += 4) st4(o + i, ld4(xr + i) * s * ld4(w + i));
-        for (; i < dim; i++) o[i] = xr[i] * s * w[i];
-    }
 }
 
 static void add_bias(float *y, const float *b, int n, int d)
@@ -300,7 +281,7 @@ static void rope_rows(const fwd_ctx *f, int set, float *x, int r0, int n, int n_
 static void norm_or_copy(float *out, const float *x, const float *w, int n, int dim, float eps)
 {
     if (w)
-        rmsnorm_rows(out, x, w, n, dim, eps);
+        fwd_rmsnorm_rows(out, x, w, n, dim, eps);
     else if (out != x)
         memcpy(out, x, (size_t)n * dim * sizeof(float));
 }
@@ -309,7 +290,7 @@ static void norm_or_copy(float *out, const float *x, const float *w, int n, int 
 static void residual_add(const struct kvi_model *m, float *x, float *y, const float *post, int n)
 {
     const size_t nd = (size_t)n * m->dim;
-    if (post) rmsnorm_rows(y, y, post, n, m->dim, m->rms_eps);
+    if (post) fwd_rmsnorm_rows(y, y, post, n, m->dim, m->rms_eps);
     if (m->residual_scale != 1.0f) scale_rows(y, m->residual_scale, nd);
     add_into(x, y, nd);
 }
@@ -318,27 +299,21 @@ static void residual_add(const struct kvi_model *m, float *x, float *y, const fl
 static void qk_norm_rows(const struct kvi_model *m, float *y, const float *w, int n, int n_h)
 {
     if (m->qk_norm == MODEL_QK_HEAD)
-        rmsnorm_rows(y, y, w, n * n_h, m->head_dim, m->rms_eps);
+        fwd_rmsnorm_rows(y, y, w, n * n_h, m->head_dim, m->rms_eps);
     else if (m->qk_norm == MODEL_QK_FULL)
-        rmsnorm_rows(y, y, w, n, n_h * m->head_dim, m->rms_eps);
+        fwd_rmsnorm_rows(y, y, w, n, n_h * m->head_dim, m->rms_eps);
 }
 
-/* One layer over rows [r0, r0 + n) of the batch (a chunk; see the file comment). */
-static int layer_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *rows, int l, int r0, int n)
+/* q, k, v of rows [r0, r0 + n) from xb: projections, biases, q/k norms, RoPE. */
+static int qkv(fwd_ctx *f, tpool *pool, const model_layer *L, int r0, int n)
 {
     const struct kvi_model *m = f->m;
-    const model_layer *L = &m->layers[l];
-    const int dim = m->dim, ffn = m->ffn_dim, hd = m->head_dim;
-    const int qd = m->n_heads * hd, kvd = m->n_kv_heads * hd;
-    float *x = f->x + (size_t)r0 * dim; /* [n][dim] this chunk's residual rows */
-
-    /* attention block */
-    norm_or_copy(f->xb, x, L->attn_norm, n, dim, m->rms_eps);
+    const int qd = m->n_heads * m->head_dim, kvd = m->n_kv_heads * m->head_dim;
     { /* one quantisation of xb for the three products (bits as three kern_matmul) */
         const kern_tensor *w3[3] = { &L->wq, &L->wk, &L->wv };
         float *const y3[3] = { f->q, f->k, f->v };
         const int64_t ld3[3] = { qd, kvd, kvd };
-        const int rc = kern_matmul_multi(pool, 3, w3, f->xb, dim, n, y3, ld3);
+        const int rc = kern_matmul_multi(pool, 3, w3, f->xb, m->dim, n, y3, ld3);
         if (rc) return rc;
     }
     add_bias(f->q, L->bq, n, qd);
@@ -348,12 +323,36 @@ static int layer_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *row
     qk_norm_rows(m, f->k, L->k_norm, n, m->n_kv_heads);
     rope_rows(f, L->rope_set, f->q, r0, n, m->n_heads);
     rope_rows(f, L->rope_set, f->k, r0, n, m->n_kv_heads);
+    return KVI_OK;
+}
+
+/* Latent attention (fwd_mla.h): queries in cache space into q, cache rows into k. */
+static int mla_qk(fwd_ctx *f, tpool *pool, const model_layer *L, int r0, int n)
+{
+    const size_t half = (size_t)(f->m->n_rot / 2);
+    const size_t o = ((size_t)L->rope_set * f->n_rows_max + (size_t)r0) * half;
+    return fwd_mla_qk(f->mla, pool, f->m, L, f->xb, n, f->rc + o, f->rs + o, f->q, f->k);
+}
+
+/* One layer over rows [r0, r0 + n) of the batch (a chunk; see the file comment). */
+static int layer_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *rows, int l, int r0, int n)
+{
+    const struct kvi_model *m = f->m;
+    const model_layer *L = &m->layers[l];
+    const int dim = m->dim, ffn = m->ffn_dim, hd = m->head_dim, kvd = m->n_kv_heads * hd;
+    float *x = f->x + (size_t)r0 * dim; /* [n][dim] this chunk's residual rows */
+
+    /* attention block */
+    norm_or_copy(f->xb, x, L->attn_norm, n, dim, m->rms_eps);
+    int rc = m->mla_kv_rank > 0 ? mla_qk(f, pool, L, r0, n) : qkv(f, pool, L, r0, n);
+    if (rc) return rc;
 
     /* K and V appended to the cache, then every row reads its own sequence back */
     for (int r = 0; r < n; r++) {
         kv_table *t = (kv_table *)rows->tables[r0 + r];
         kv_write_row_batch(kv, t, l, 0, rows->pos[r0 + r], f->k + (size_t)r * kvd, &f->stash);
-        kv_write_row_batch(kv, t, l, 1, rows->pos[r0 + r], f->v + (size_t)r * kvd, &f->stash);
+        if (!kv->v_in_k)
+            kv_write_row_batch(kv, t, l, 1, rows->pos[r0 + r], f->v + (size_t)r * kvd, &f->stash);
     }
     const attn_args aa = {
         .kv = kv,
@@ -375,9 +374,14 @@ static int layer_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *row
     };
     attention_rows(pool, f->attn, &aa);
 
-    /* x += att Wo^T (xb reused as the projection output) */
-    int rc = kern_matmul(pool, &L->wo, f->att, qd, n, f->xb, dim);
-    if (rc) return rc;
+    /* x += att Wo^T (xb reused as the projection output); latent attention: the
+     * heads' values out of the latent space first */
+    const float *wo_x = f->att;
+    if (m->mla_kv_rank > 0) {
+        if ((rc = fwd_mla_values(f->mla, pool, m, L, f->att, n, f->mla_v))) return rc;
+        wo_x = f->mla_v;
+    }
+    if ((rc = kern_matmul(pool, &L->wo, wo_x, L->wo.n_in, n, f->xb, dim))) return rc;
     add_bias(f->xb, L->bo, n, dim);
     residual_add(m, x, f->xb, L->post_attn_norm, n);
 
@@ -440,7 +444,7 @@ int fwd_run(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *rows)
         for (int o = 0; o < no; o++)
             memcpy(f->xb + (size_t)o * dim, f->x + (size_t)rows->out_rows[o0 + o] * dim,
                    (size_t)dim * sizeof(float));
-        rmsnorm_rows(f->xb, f->xb, m->output_norm, no, dim, m->rms_eps);
+        fwd_rmsnorm_rows(f->xb, f->xb, m->output_norm, no, dim, m->rms_eps);
         float *lg = rows->logits + (size_t)o0 * m->n_vocab; /* [no][n_vocab] */
         const int rc = kern_matmul(pool, &m->output, f->xb, dim, no, lg, m->n_vocab);
         if (rc) return rc;

@@ -165,15 +165,6 @@ static void add_bias_rows(float *y, const float *b, int n, int d)
         for (int i = 0; i < d; i++) y[(size_t)r * d + i] += b[i];
 }
 
-/* rows [r0, r0 + n) of `whole` as a matrix of its own (an expert's view) */
-static kern_tensor rows_of(const kern_tensor *whole, int64_t r0, int64_t n)
-{
-    kern_tensor v = *whole;
-    v.data = (const uint8_t *)whole->data + (size_t)r0 * quant_row_bytes(whole->type, whole->n_in);
-    v.n_out = n;
-    return v;
-}
-
 /* h = act(x G^T + bg) * (x U^T + bu), d = h D^T + bd over rows x [n][dim] */
 static int glu_ffn(fwd_moe *s, tpool *pool, const struct kvi_model *m, const uint16_t *gelu,
                    const kern_tensor *G, const kern_tensor *U, const kern_tensor *D, const float *bg,
@@ -223,9 +214,9 @@ int fwd_moe_run(fwd_moe *s, tpool *pool, const struct kvi_model *m, const model_
         if (c == 0) continue; /* nobody chose it: its weights are not read */
         for (int i = 0; i < c; i++)
             memcpy(s->xe + (size_t)i * dim, x + (size_t)(s->order[b + i] / k) * dim, (size_t)dim * sizeof *x);
-        const kern_tensor G = rows_of(&L->exp_gate, (int64_t)e * F, F),
-                          U = rows_of(&L->exp_up, (int64_t)e * F, F),
-                          D = rows_of(&L->exp_down, (int64_t)e * dim, dim);
+        const kern_tensor G = kern_tensor_rows(&L->exp_gate, (int64_t)e * F, F),
+                          U = kern_tensor_rows(&L->exp_up, (int64_t)e * F, F),
+                          D = kern_tensor_rows(&L->exp_down, (int64_t)e * dim, dim);
         rc = glu_ffn(s, pool, m, gelu, &G, &U, &D, L->exp_b_gate ? L->exp_b_gate + (size_t)e * F : NULL,
                      L->exp_b_up ? L->exp_b_up + (size_t)e * F : NULL,
                      L->exp_b_down ? L->exp_b_down + (size_t)e * dim : NULL, s->xe, c, s->de);

@@ -206,6 +206,14 @@ static void dequant_with(const kern_table *t, kvi_type type, const void *src, fl
     quant_dequant_row(type, src, dst, n);
 }
 
+kern_tensor kern_tensor_rows(const kern_tensor *W, int64_t r0, int64_t n)
+{
+    kern_tensor v = *W;
+    v.data = (const uint8_t *)W->data + (size_t)r0 * quant_row_bytes(W->type, W->n_in);
+    v.n_out = n;
+    return v;
+}
+
 int kern_tensor_get_row(const kern_tensor *W, int64_t row, float *dst)
 {
     if (!dst || !tensor_ok(W) || row < 0 || row >= W->n_out) return KVI_E_INVALID;

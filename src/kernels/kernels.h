@@ -81,6 +81,9 @@ int kern_matmul_ref(const kern_tensor *W, const float *x, int64_t ldx, int64_t n
 /* Row `row` of W as floats (embedding lookup): dst has W->n_in floats. 0, or
  * KVI_E_INVALID (bad tensor, row out of range: dst untouched), KVI_E_NOMEM. */
 int kern_tensor_get_row(const kern_tensor *W, int64_t row, float *dst);
+/* Rows [r0, r0 + n) of W as a matrix of its own (an expert's or a head's slice of
+ * a 3-D tensor). In the R16 layout r0 must start a tile (r0 % 16 == 0). */
+kern_tensor kern_tensor_rows(const kern_tensor *W, int64_t r0, int64_t n);
 
 /* ---- weights laid out for the kernels ---------------------------------- */
 

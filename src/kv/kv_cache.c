@@ -51,17 +51,25 @@ int kv_pool_init_layers(kv_pool *p, int n_layers, const int *window, int slack, 
     if (n_layers <= 0 || kv_dim <= 0 || block_size <= 0 || block_size > 4096)
         return err_set(err, KVI_E_INVALID, "kv cache: bad shape (layers %d, kv_dim %d, block %d)", n_layers,
                        kv_dim, block_size);
-    /* layout (kv_quant.h): a q4 value cache is q4_0 */
+    /* layout (kv_quant.h): a q4 value cache is q4_0; latent values live in the keys */
     if (type_v == KVI_TYPE_KV_Q4) type_v = KVI_TYPE_Q4_0;
+    const bool latent = type_v == KVI_TYPE_KV_LATENT;
+    if (latent && type_k == KVI_TYPE_KV_Q4)
+        return err_set(err, KVI_E_UNSUPPORTED,
+                       "kv cache: latent attention keeps its values inside the keys: q4 (KIVI) keys, "
+                       "quantised per channel, cannot hold them (use f32, f16, q8_0 or q4_0)");
     p->k_bytes = kvq_k_region_bytes(type_k, kv_dim, block_size);
-    const size_t v_bytes = kvq_v_region_bytes(type_v, kv_dim, block_size);
-    if (p->k_bytes == 0 || v_bytes == 0)
+    const size_t v_bytes = latent ? 0 : kvq_v_region_bytes(type_v, kv_dim, block_size);
+    if (p->k_bytes == 0 || (v_bytes == 0 && !latent))
         return err_set(err, KVI_E_UNSUPPORTED,
                        "kv cache: types %s/%s cannot hold rows of %d elements (KV types: f32, "
                        "f16, q8_0 and q4_0 need a multiple of 32, q4 an even number)",
                        kvi_type_name(type_k) ? kvi_type_name(type_k) : "?",
                        kvi_type_name(type_v) ? kvi_type_name(type_v) : "?", kv_dim);
     p->row_bytes_k = type_k == KVI_TYPE_KV_Q4 ? 0 : quant_row_bytes(type_k, kv_dim);
+    /* latent: value rows are the key rows (kv_v_row), read with the key's type */
+    p->v_in_k = latent;
+    if (latent) type_v = type_k;
     p->row_bytes_v = quant_row_bytes(type_v, kv_dim);
     p->tail_bytes = kvq_tail_bytes(type_k, n_layers, kv_dim, block_size);
     p->n_layers = n_layers;
@@ -154,9 +162,10 @@ bool kv_layout_type_ok(kvi_type t)
 
 size_t kv_layout_block_bytes(int n_layers, int kv_dim, int block_size, kvi_type type_k, kvi_type type_v)
 {
-    const size_t k = kvq_k_region_bytes(type_k, kv_dim, block_size);
-    const size_t v = kvq_v_region_bytes(type_v, kv_dim, block_size);
-    if (n_layers <= 0 || k == 0 || v == 0) return 0;
+    const bool latent = type_v == KVI_TYPE_KV_LATENT;
+    const size_t k = latent && type_k == KVI_TYPE_KV_Q4 ? 0 : kvq_k_region_bytes(type_k, kv_dim, block_size);
+    const size_t v = latent ? 0 : kvq_v_region_bytes(type_v, kv_dim, block_size);
+    if (n_layers <= 0 || k == 0 || (v == 0 && !latent)) return 0;
     return (size_t)n_layers * (k + v);
 }
 
@@ -475,6 +484,7 @@ void kv_write_row_batch(kv_pool *p, kv_table *t, int l, int which, int32_t pos, 
         kivi_write_key(p, t, l, pos, in, stash);
         return;
     }
+    if (which && p->v_in_k) return; /* latent: the value is part of the key written */
     const kvi_type ty = which ? p->type_v : p->type_k;
     uint8_t *row = which ? kv_v_row(p, t, l, pos) : kv_k_row(p, t, l, pos);
     kern_quantize_row(ty, in, row, p->kv_dim);

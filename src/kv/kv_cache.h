@@ -14,6 +14,12 @@
  * so position p of a sequence lives in block table[p / block_size], row
  * p % block_size.
  *
+ * Latent attention (type_v KVI_TYPE_KV_LATENT at init: DeepSeek's MLA): a layer
+ * holds only its K region, one row per position [c | rope part]; v_in_k is set,
+ * type_v / row_bytes_v equal the key's, and kv_v_row returns the key row, whose
+ * first elements are the value. Writing a value row is a no-op (the key write
+ * stored it), reading one reads the key row.
+ *
  * Layer kinds (models with sliding-window layers, kv_pool_init_layers): a block's
  * layers are split in two parts allocated separately, mem[b] = the global layers
  * [n_glayers][K | V] and wmem[b] = the window layers [n_wlayers][K | V] (layer l at
@@ -79,6 +85,7 @@ typedef struct kv_pool {
     int block_size; /* positions per block */
     kvi_type type_k, type_v;
     size_t row_bytes_k, row_bytes_v; /* row_bytes_k is 0 for q4 keys (no K rows) */
+    bool v_in_k;                     /* latent: values are the key rows (see above) */
     size_t layer_bytes;              /* k_bytes + block_size * row_bytes_v */
     size_t block_bytes;              /* n_layers * layer_bytes (both parts) */
     /* layer kinds (see above); without window layers n_wlayers == 0 */
@@ -227,6 +234,7 @@ static inline uint8_t *kv_k_row(const kv_pool *p, const kv_table *t, int l, int3
 }
 static inline uint8_t *kv_v_row(const kv_pool *p, const kv_table *t, int l, int32_t pos)
 {
+    if (p->v_in_k) return kv_k_row(p, t, l, pos);
     const int32_t b = t->blocks[pos / p->block_size];
     return kv_layer_mem(p, b, l) + p->k_bytes + (size_t)(pos % p->block_size) * p->row_bytes_v;
 }
@@ -235,8 +243,9 @@ static inline uint8_t *kv_k_group(const kv_pool *p, const kv_table *t, int l, in
 {
     return kv_layer_mem(p, t->blocks[g], l);
 }
-/* Bytes of one block for this shape and these types (what kv_pool_init would use),
- * 0 when the types cannot hold rows of kv_dim elements. Budgets: per token it is
+/* Bytes of one block for this shape and these types (what kv_pool_init would use;
+ * type_v KVI_TYPE_KV_LATENT: keys only), 0 when the types cannot hold rows of
+ * kv_dim elements. Budgets: per token it is
  * this / block_size. */
 size_t kv_layout_block_bytes(int n_layers, int kv_dim, int block_size, kvi_type type_k, kvi_type type_v);
 /* A type the cache can hold: f32, f16, q8_0, q4_0, q4 (KVI_TYPE_KV_Q4). */

@@ -274,6 +274,15 @@ int model_check_hparams(const struct kvi_model *m, kvi_error *err)
             return err_set(err, KVI_E_FORMAT, "model: expert weights scale %g invalid",
                            (double)m->expert_scale);
     }
+    if (m->mla_kv_rank &&
+        (m->mla_kv_rank < 1 || m->mla_q_rank < 0 || m->mla_q_rank > MODEL_MAX_DIM || m->mla_nope < 1 ||
+         m->mla_nope > MODEL_MAX_HEAD_DIM || m->mla_v_dim < 1 || m->mla_v_dim > MODEL_MAX_HEAD_DIM ||
+         m->n_kv_heads != 1 || m->head_dim != m->mla_kv_rank + m->n_rot || m->mla_v_dim > m->head_dim))
+        return err_set(err, KVI_E_FORMAT,
+                       "model: latent attention invalid (kv rank %d, q rank %d, %d + %d key dims, %d value "
+                       "dims, %d KV heads, cache row %d)",
+                       m->mla_kv_rank, m->mla_q_rank, m->mla_nope, m->n_rot, m->mla_v_dim, m->n_kv_heads,
+                       m->head_dim);
     for (int l = 0; m->layers && l < m->n_layers; l++)
         if (m->layers[l].window < 0 || m->layers[l].rope_set < 0 || m->layers[l].rope_set >= m->n_rope_sets)
             return err_set(err, KVI_E_FORMAT, "model: layer %d: window %d / RoPE set %d invalid", l,
@@ -290,6 +299,28 @@ static int check_matrix(const kern_tensor *t, const char *name, int64_t n_in, in
     if (!quant_type_known(t->type) || quant_row_bytes(t->type, n_in) == 0)
         return err_set(err, KVI_E_FORMAT, "model: tensor %s: type %d cannot hold rows of %lld", name,
                        (int)t->type, (long long)n_in);
+    return 0;
+}
+
+/* Layer l's latent-attention matrices and norms (model.h). */
+static int check_mla(const struct kvi_model *m, const model_layer *L, int l, kvi_error *err)
+{
+    const int64_t dim = m->dim, nh = m->n_heads, kr = m->mla_kv_rank, qr = m->mla_q_rank;
+    const int64_t qh = (int64_t)m->mla_nope + m->n_rot;
+    char nm[64];
+    int rc;
+#define MLA_CHECK(t, name, in, out) \
+    (snprintf(nm, sizeof nm, "blk.%d.%s", l, name), check_matrix(t, nm, in, out, err))
+    if ((qr > 0 ? ((rc = MLA_CHECK(&L->wq_a, "attn_q_a", dim, qr)) ||
+                   (rc = MLA_CHECK(&L->wq_b, "attn_q_b", qr, nh * qh)))
+                : (rc = MLA_CHECK(&L->wq, "attn_q", dim, nh * qh))) ||
+        (rc = MLA_CHECK(&L->wkv_a, "attn_kv_a_mqa", dim, kr + m->n_rot)) ||
+        (rc = MLA_CHECK(&L->wk_b, "attn_k_b", m->mla_nope, nh * kr)) ||
+        (rc = MLA_CHECK(&L->wv_b, "attn_v_b", kr, nh * m->mla_v_dim)))
+        return rc;
+#undef MLA_CHECK
+    if (!L->kv_a_norm || (qr > 0 && !L->q_a_norm))
+        return err_set(err, KVI_E_FORMAT, "model: blk.%d: a latent attention norm is missing", l);
     return 0;
 }
 
@@ -333,6 +364,11 @@ int model_validate(const struct kvi_model *m, kvi_error *err)
             { &L->sh_gate, "ffn_gate_shexp", dim, S }, { &L->sh_up, "ffn_up_shexp", dim, S },
             { &L->sh_down, "ffn_down_shexp", S, dim },
         };
+        if (m->mla_kv_rank > 0) { /* latent attention: its own matrices instead of wq, wk, wv */
+            if ((rc = check_mla(m, L, l, err))) return rc;
+            mats[0].t = mats[1].t = mats[2].t = NULL;
+            mats[3].in = (int64_t)m->n_heads * m->mla_v_dim;
+        }
         if (L->moe != (m->n_expert > 0 && l >= m->n_dense_lead))
             return err_set(err, KVI_E_FORMAT, "model: blk.%d: the FFN kind does not match the model", l);
         const size_t n_mats = sizeof mats / sizeof mats[0], n_moe = S > 0 ? 7 : 4;
@@ -341,6 +377,7 @@ int model_validate(const struct kvi_model *m, kvi_error *err)
             if ((rc = check_matrix(moe[i].t, nm, moe[i].in, moe[i].out, err))) return rc;
         }
         for (size_t i = 0; i < (L->moe ? n_mats - 3 : n_mats); i++) {
+            if (!mats[i].t) continue;
             snprintf(nm, sizeof nm, "blk.%d.%s", l, mats[i].n);
             if ((rc = check_matrix(mats[i].t, nm, mats[i].in, mats[i].out, err))) return rc;
         }
@@ -531,9 +568,10 @@ static kvi_type model_main_type(const kvi_model *m)
     uint64_t count[KVI_TYPE_COUNT] = { 0 };
     for (int l = 0; m->layers && l < m->n_layers; l++) {
         const model_layer *L = &m->layers[l];
-        const kern_tensor *mats[10] = { &L->wq,   &L->wk,     &L->wv,       &L->wo,     &L->w_gate,
-                                        &L->w_up, &L->w_down, &L->exp_gate, &L->exp_up, &L->exp_down };
-        for (int i = 0; i < 10; i++)
+        const kern_tensor *mats[15] = { &L->wq,   &L->wk,     &L->wv,       &L->wo,     &L->w_gate,
+                                        &L->w_up, &L->w_down, &L->exp_gate, &L->exp_up, &L->exp_down,
+                                        &L->wq_a, &L->wq_b,   &L->wkv_a,    &L->wk_b,   &L->wv_b };
+        for (int i = 0; i < 15; i++)
             if (mats[i]->data && (unsigned)mats[i]->type < KVI_TYPE_COUNT)
                 count[mats[i]->type] += (uint64_t)mats[i]->n_in * (uint64_t)mats[i]->n_out;
     }
@@ -558,6 +596,9 @@ void model_info_shape(const struct kvi_model *m, kvi_model_info *out)
     out->n_expert = m->n_expert;
     out->n_expert_used = m->n_expert_used;
     out->expert_ffn = m->expert_ffn;
+    out->mla_kv_rank = m->mla_kv_rank;
+    out->mla_k_head = m->mla_kv_rank ? m->mla_nope + m->n_rot : 0;
+    out->mla_v_head = m->mla_v_dim;
     out->n_layers_window = 0;
     out->window = 0;
     for (int l = 0; m->layers && l < m->n_layers; l++)

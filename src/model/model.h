@@ -114,6 +114,17 @@ typedef struct model_layer {
     const float *exp_b_down;    /* [E][dim] or NULL */
     kern_tensor sh_gate, sh_up; /* [shared_ffn][dim] shared expert, or data NULL */
     kern_tensor sh_down;        /* [dim][shared_ffn] */
+    /* multi-head latent attention (kvi_model mla_kv_rank > 0; wq / wk / wv unused,
+     * wq only without a q rank): Q = NH heads of [nope | rope] = QH dims, KR = mla_kv_rank,
+     * R = n_rot, VH = mla_v_dim. Head h's matrices of wk_b / wv_b are rows
+     * [h * KR, (h + 1) * KR) / [h * VH, (h + 1) * VH). */
+    kern_tensor wq_a;       /* [q_rank][dim], or data NULL (queries from wq [NH * QH][dim]) */
+    const float *q_a_norm;  /* [q_rank] */
+    kern_tensor wq_b;       /* [NH * QH][q_rank] */
+    kern_tensor wkv_a;      /* [KR + R][dim]: the latent c and the shared RoPE key part */
+    const float *kv_a_norm; /* [KR] */
+    kern_tensor wk_b;       /* [NH * KR][nope]: q_nope of head h into the latent space */
+    kern_tensor wv_b;       /* [NH * VH][KR]: the latent output of head h to its value */
 } model_layer;
 
 #define MODEL_MAX_ROPE_SETS 2
@@ -173,6 +184,14 @@ struct kvi_model {
     float expert_scale;  /* the chosen weights multiplied by it (1: none) */
     int n_expert_groups; /* experts in n_expert_groups equal groups, only the */
     int n_groups_used;   /* n_groups_used best groups selectable (DeepSeek); 1, 1: none */
+    /* multi-head latent attention (DeepSeek-V2/V3), on when mla_kv_rank > 0: the KV
+     * cache holds per position and layer one row [c (mla_kv_rank) | k_pe (n_rot)]
+     * = head_dim, n_kv_heads == 1, values inside the keys (KVI_TYPE_KV_LATENT);
+     * queries are taken into that space (fwd_mla.h), kq_scale 1/sqrt(nope + n_rot) */
+    int mla_q_rank;  /* 0: queries straight from wq */
+    int mla_kv_rank; /* c's width */
+    int mla_nope;    /* per-head query/key dims without RoPE (key_length_mla - n_rot) */
+    int mla_v_dim;   /* per-head value dims (value_length_mla) */
 
     kern_tensor tok_embd;     /* [n_vocab][dim] */
     const float *output_norm; /* [dim] */

@@ -122,7 +122,8 @@ static int bind_vector(gbind *b, const char *name, int64_t n, bool required, con
 }
 
 /* Binds a 3-D expert tensor {n_in, n_out, n_exp} (GGUF order) as one matrix of
- * n_exp * n_out rows: expert e's matrix is rows [e * n_out, (e + 1) * n_out). */
+ * n_exp * n_out rows: expert e's matrix is rows [e * n_out, (e + 1) * n_out).
+ * (Latent attention's per-head attn_k_b / attn_v_b {n_in, n_out, n_heads} too.) */
 static int bind_experts(gbind *b, const char *name, int64_t n_in, int64_t n_out, int64_t n_exp,
                         kern_tensor *out, kvi_error *err)
 {
@@ -162,15 +163,6 @@ static int bind_expert_bias(gbind *b, const char *name, int64_t n, int64_t n_exp
                        bytes);
     b->m->weight_bytes += t->nbytes;
     return model_vec_f32(b->m, name, t->data, t->type, n * n_exp, out, err);
-}
-
-/* rows [r0, r0 + n) of the bound matrix `whole` as a matrix of its own */
-static kern_tensor row_view(const kern_tensor *whole, int64_t r0, int64_t n)
-{
-    kern_tensor v = *whole;
-    v.data = (const uint8_t *)whole->data + (size_t)r0 * quant_row_bytes(whole->type, whole->n_in);
-    v.n_out = n;
-    return v;
 }
 
 /* The RoPE scaling keys every architecture may carry, into rope[0]:
@@ -261,6 +253,36 @@ static int expert_hparams(struct kvi_model *m, const gguf_ctx *g, const char *ar
     return 0;
 }
 
+/* Multi-head latent attention (DeepSeek-V2/V3 as the converter writes it, model.h):
+ * attention.kv_lora_rank > 0 turns it on; key_length is then the cache row
+ * (kv rank + RoPE dims), key_length_mla / value_length_mla a head's query-key and
+ * value dims, q_lora_rank 0 when queries come from attn_q directly. */
+static int mla_hparams(struct kvi_model *m, const gguf_ctx *g, const char *arch, kvi_error *err)
+{
+    int rc, k_mla = 0;
+    if ((rc = model_gguf_int(g, arch, "attention.kv_lora_rank", false, 0, 0, MODEL_MAX_HEAD_DIM,
+                             &m->mla_kv_rank, err)))
+        return rc;
+    if (m->mla_kv_rank == 0) return 0;
+    if ((rc = model_gguf_int(g, arch, "attention.q_lora_rank", false, 0, 0, MODEL_MAX_DIM, &m->mla_q_rank,
+                             err)) ||
+        (rc = model_gguf_int(g, arch, "attention.key_length_mla", true, 0, 2, MODEL_MAX_HEAD_DIM, &k_mla,
+                             err)) ||
+        (rc = model_gguf_int(g, arch, "attention.value_length_mla", true, 0, 1, MODEL_MAX_HEAD_DIM,
+                             &m->mla_v_dim, err)) ||
+        (rc =
+             model_gguf_int(g, arch, "rope.dimension_count", true, 0, 2, MODEL_MAX_HEAD_DIM, &m->n_rot, err)))
+        return rc;
+    m->mla_nope = k_mla - m->n_rot;
+    if (m->n_kv_heads != 1 || m->head_dim != m->mla_kv_rank + m->n_rot || m->mla_nope < 1)
+        return err_set(err, KVI_E_FORMAT,
+                       "gguf: latent attention: key_length %d must be kv_lora_rank %d + rope dims %d, "
+                       "key_length_mla %d exceed them, head_count_kv %d be 1 (a file converted without "
+                       "MLA? re-convert it with a recent convert_hf_to_gguf.py)",
+                       m->head_dim, m->mla_kv_rank, m->n_rot, k_mla, m->n_kv_heads);
+    return 0;
+}
+
 int model_hparams_gguf(struct kvi_model *m, const gguf_ctx *g, bool metadata_only, kvi_error *err)
 {
     const char *arch = gguf_get_str(g, "general.architecture");
@@ -290,7 +312,8 @@ int model_hparams_gguf(struct kvi_model *m, const gguf_ctx *g, bool metadata_onl
         return err_set(err, KVI_E_FORMAT, "gguf: embedding_length %d is not a multiple of head_count %d",
                        m->dim, m->n_heads);
     if ((rc = model_gguf_int(g, arch, "attention.key_length", false, m->dim / m->n_heads, 1,
-                             MODEL_MAX_HEAD_DIM, &m->head_dim, err)))
+                             MODEL_MAX_HEAD_DIM, &m->head_dim, err)) ||
+        (rc = mla_hparams(m, g, arch, err)))
         return rc;
 
     /* vocabulary: vocab_size, else the embedding's rows, else (metadata only) the token list */
@@ -325,9 +348,11 @@ int model_hparams_gguf(struct kvi_model *m, const gguf_ctx *g, bool metadata_onl
     model_block_defaults(m);
     if ((rc = rope_scaling(m, g, arch, err))) return rc;
     if ((rc = expert_hparams(m, g, arch, err))) return rc;
-    if (v_len != m->head_dim)
-        return err_set(err, KVI_E_UNSUPPORTED, "gguf: value_length %d differs from key_length %d", v_len,
-                       m->head_dim);
+    if (m->mla_kv_rank > 0 ? v_len != m->mla_kv_rank : v_len != m->head_dim)
+        return err_set(err, KVI_E_UNSUPPORTED, "gguf: value_length %d differs from %s %d", v_len,
+                       m->mla_kv_rank > 0 ? "kv_lora_rank" : "key_length",
+                       m->mla_kv_rank > 0 ? m->mla_kv_rank : m->head_dim);
+    if (m->mla_kv_rank > 0) m->kq_scale = 1.0f / sqrtf((float)(m->mla_nope + m->n_rot));
     return model_check_hparams(m, err);
 }
 
@@ -341,17 +366,19 @@ static void model_prepare_weights(struct kvi_model *m)
 {
     if (!kern_prepare_wanted() || !gguf_set_writable(m->gguf, true)) return;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    kern_tensor **mats = malloc(((size_t)m->n_layers * 13 + 1) * sizeof *mats); /* [13 * n_layers + 1] */
+    kern_tensor **mats = malloc(((size_t)m->n_layers * 18 + 1) * sizeof *mats); /* [18 * n_layers + 1] */
     int n = 0;
-    /* expert views stay whole R16 tiles only when every expert's rows start a tile */
+    /* expert (head) views stay whole R16 tiles only when every expert's (head's)
+     * rows start a tile */
     const bool exp_ok = m->expert_ffn % 16 == 0 && m->dim % 16 == 0;
+    const bool head_ok = m->mla_kv_rank % 16 == 0 && m->mla_v_dim % 16 == 0;
     for (int l = 0; mats && l < m->n_layers; l++) {
         model_layer *L = &m->layers[l];
-        kern_tensor *lm[13] = { &L->wq,       &L->wk,     &L->wv,      &L->wo,    &L->w_gate,
-                                &L->w_up,     &L->w_down, &L->sh_gate, &L->sh_up, &L->sh_down,
-                                &L->exp_gate, &L->exp_up, &L->exp_down };
-        for (int i = 0; i < (exp_ok ? 13 : 10); i++)
-            if (lm[i]->data) mats[n++] = lm[i];
+        kern_tensor *lm[18] = { &L->wq,     &L->wk,       &L->wv,     &L->wo,       &L->w_gate, &L->w_up,
+                                &L->w_down, &L->sh_gate,  &L->sh_up,  &L->sh_down,  &L->wq_a,   &L->wq_b,
+                                &L->wkv_a,  &L->exp_gate, &L->exp_up, &L->exp_down, &L->wk_b,   &L->wv_b };
+        for (int i = 0; i < 18; i++)
+            if (lm[i]->data && (i < 13 || (i < 16 ? exp_ok : head_ok))) mats[n++] = lm[i];
     }
     if (mats && m->output.data) mats[n++] = &m->output;
     if (mats && kern_prepare_weights(mats, n, cores > 1 ? (int)cores : 1) == 0 &&
@@ -359,6 +386,36 @@ static void model_prepare_weights(struct kvi_model *m)
         m->tok_embd.layout = m->output.layout;
     free(mats);
     (void)gguf_set_writable(m->gguf, false);
+}
+
+/* Layer l's latent attention (model.h): the query path (attn_q_a, its norm, attn_q_b;
+ * or attn_q), attn_kv_a_mqa and its norm, and the per-head attn_k_b / attn_v_b. */
+static int bind_mla(gbind *b, int l, kvi_error *err)
+{
+    struct kvi_model *m = b->m;
+    model_layer *L = &m->layers[l];
+    const int64_t dim = m->dim, nh = m->n_heads, kr = m->mla_kv_rank, qr = m->mla_q_rank;
+    const int64_t qh = (int64_t)m->mla_nope + m->n_rot;
+    char n[64];
+#define NM(part) (snprintf(n, sizeof n, "blk.%d.%s", l, part), n)
+    int rc;
+    if (qr > 0 ? ((rc = bind_matrix(b, NM("attn_q_a.weight"), dim, qr, true, &L->wq_a, err)) ||
+                  (rc = bind_vector(b, NM("attn_q_a_norm.weight"), qr, true, &L->q_a_norm, err)) ||
+                  (rc = bind_matrix(b, NM("attn_q_b.weight"), qr, nh * qh, true, &L->wq_b, err)))
+               : (rc = bind_matrix(b, NM("attn_q.weight"), dim, nh * qh, true, &L->wq, err)))
+        return rc;
+    if (bind_find(b, NM("attn_kv_b.weight")) && !gguf_find_tensor(m->gguf, NM("attn_k_b.weight")))
+        return err_set(err, KVI_E_UNSUPPORTED,
+                       "gguf: blk.%d has attn_kv_b but no attn_k_b / attn_v_b: a file converted before "
+                       "llama.cpp's MLA split; re-convert it with a recent convert_hf_to_gguf.py",
+                       l);
+    if ((rc = bind_matrix(b, NM("attn_kv_a_mqa.weight"), dim, kr + m->n_rot, true, &L->wkv_a, err)) ||
+        (rc = bind_vector(b, NM("attn_kv_a_norm.weight"), kr, true, &L->kv_a_norm, err)) ||
+        (rc = bind_experts(b, NM("attn_k_b.weight"), m->mla_nope, kr, nh, &L->wk_b, err)) ||
+        (rc = bind_experts(b, NM("attn_v_b.weight"), kr, m->mla_v_dim, nh, &L->wv_b, err)))
+        return rc;
+#undef NM
+    return 0;
 }
 
 /* Binds layer l's tensors as the architecture's flags say. */
@@ -373,12 +430,14 @@ static int bind_layer(gbind *b, const model_arch *a, int l, kvi_error *err)
 #define NM(part) (snprintf(n, sizeof n, "blk.%d.%s", l, part), n)
     int rc;
     if ((rc = bind_vector(b, NM("attn_norm.weight"), dim, pre, &L->attn_norm, err))) return rc;
-    if (a->flags & ARCH_FUSED_QKV) {
+    if (m->mla_kv_rank > 0) {
+        if ((rc = bind_mla(b, l, err))) return rc;
+    } else if (a->flags & ARCH_FUSED_QKV) {
         kern_tensor qkv = { 0 };
         if ((rc = bind_matrix(b, NM("attn_qkv.weight"), dim, qd + 2 * kvd, true, &qkv, err))) return rc;
-        L->wq = row_view(&qkv, 0, qd);
-        L->wk = row_view(&qkv, qd, kvd);
-        L->wv = row_view(&qkv, qd + kvd, kvd);
+        L->wq = kern_tensor_rows(&qkv, 0, qd);
+        L->wk = kern_tensor_rows(&qkv, qd, kvd);
+        L->wv = kern_tensor_rows(&qkv, qd + kvd, kvd);
     } else if ((rc = bind_matrix(b, NM("attn_q.weight"), dim, qd, true, &L->wq, err)) ||
                (rc = bind_matrix(b, NM("attn_k.weight"), dim, kvd, true, &L->wk, err)) ||
                (rc = bind_matrix(b, NM("attn_v.weight"), dim, kvd, true, &L->wv, err)) ||
@@ -393,7 +452,8 @@ static int bind_layer(gbind *b, const model_arch *a, int l, kvi_error *err)
             (rc = bind_vector(b, NM("attn_k_norm.weight"), head ? m->head_dim : kvd, true, &L->k_norm, err)))
             return rc;
     }
-    if ((rc = bind_matrix(b, NM("attn_output.weight"), qd, dim, true, &L->wo, err)) ||
+    if ((rc = bind_matrix(b, NM("attn_output.weight"), m->mla_kv_rank ? m->n_heads * m->mla_v_dim : qd, dim,
+                          true, &L->wo, err)) ||
         (rc = bind_vector(b, NM("attn_output.bias"), dim, false, &L->bo, err)) ||
         (rc = bind_vector(b, NM("attn_sinks.weight"), m->n_heads, false, &L->sinks, err)))
         return rc;
@@ -425,8 +485,8 @@ static int bind_layer(gbind *b, const model_arch *a, int l, kvi_error *err)
     } else if (a->flags & ARCH_FUSED_GATE_UP) {
         kern_tensor gu = { 0 };
         if ((rc = bind_matrix(b, NM("ffn_up.weight"), dim, 2 * ffn, true, &gu, err))) return rc;
-        L->w_gate = row_view(&gu, 0, ffn);
-        L->w_up = row_view(&gu, ffn, ffn);
+        L->w_gate = kern_tensor_rows(&gu, 0, ffn);
+        L->w_up = kern_tensor_rows(&gu, ffn, ffn);
     } else if ((rc = bind_matrix(b, NM("ffn_gate.weight"), dim, ffn, true, &L->w_gate, err)) ||
                (rc = bind_matrix(b, NM("ffn_up.weight"), dim, ffn, true, &L->w_up, err)) ||
                (rc = bind_vector(b, NM("ffn_gate.bias"), ffn, false, &L->b_gate, err)) ||

@@ -118,10 +118,11 @@ static size_t mat_bytes(const kern_tensor *t)
  * `experts` of n_expert (n_expert_used for one token, n_expert for the whole file). */
 static uint64_t layer_mats(const kvi_model *m, const model_layer *L, bool bytes, int experts)
 {
-    const kern_tensor *dense[10] = { &L->wq,   &L->wk,     &L->wv,      &L->wo,    &L->w_gate,
-                                     &L->w_up, &L->w_down, &L->sh_gate, &L->sh_up, &L->sh_down };
+    const kern_tensor *dense[15] = { &L->wq,   &L->wk,     &L->wv,      &L->wo,    &L->w_gate,
+                                     &L->w_up, &L->w_down, &L->sh_gate, &L->sh_up, &L->sh_down,
+                                     &L->wq_a, &L->wq_b,   &L->wkv_a,   &L->wk_b,  &L->wv_b };
     uint64_t n = 0;
-    for (int i = 0; i < 10; i++) n += bytes ? mat_bytes(dense[i]) : mat_elems(dense[i]);
+    for (int i = 0; i < 15; i++) n += bytes ? mat_bytes(dense[i]) : mat_elems(dense[i]);
     if (!L->moe || m->n_expert <= 0) return n;
     const kern_tensor *ex[3] = { &L->exp_gate, &L->exp_up, &L->exp_down };
     uint64_t e = 0;
@@ -155,7 +156,8 @@ static uint64_t vector_elems(const kvi_model *m)
         n += vec(L->attn_norm, d) + vec(L->bq, qd) + vec(L->bk, kd) + vec(L->bv, kd) +
              vec(L->q_norm, full ? qd : hd) + vec(L->k_norm, full ? kd : hd) + vec(L->bo, d) +
              vec(L->sinks, (uint64_t)m->n_heads) + vec(L->post_attn_norm, d) + vec(L->ffn_norm, d) +
-             vec(L->b_gate, f) + vec(L->b_up, f) + vec(L->b_down, d) + vec(L->post_ffn_norm, d);
+             vec(L->b_gate, f) + vec(L->b_up, f) + vec(L->b_down, d) + vec(L->post_ffn_norm, d) +
+             vec(L->q_a_norm, (uint64_t)m->mla_q_rank) + vec(L->kv_a_norm, (uint64_t)m->mla_kv_rank);
         if (L->moe) n += vec(L->router_b, (uint64_t)m->n_expert) + vec(L->sel_bias, (uint64_t)m->n_expert);
     }
     return n;

@@ -1,0 +1,61 @@
+/*
+ * arch_deepseek2.c — "deepseek2" (DeepSeek-V2, V2-Lite, V2.5, V3, R1 as llama.cpp's
+ * converter writes them, with the attention split into attn_k_b / attn_v_b).
+ *
+ * What differs from llama:
+ *  - multi-head latent attention (model.h, fwd_mla.h): the cache keeps one row per
+ *    position and layer, [rmsnorm(c) | rope(k_pe)], shared by all heads; each
+ *    head's no-RoPE query is taken into the latent space through attn_k_b and its
+ *    output out of it through attn_v_b; KQ scale 1/sqrt(key_length_mla);
+ *  - RoPE on adjacent pairs (not NeoX), over the rope.dimension_count dims only;
+ *  - leading_dense_block_count dense FFN layers, then mixtures of experts with
+ *    shared experts (expert_shared_count x expert width, always added);
+ *  - gating by expert_gating_func (1 softmax, 2 sigmoid; absent: softmax, as the
+ *    V2 files lack it), a selection bias (exp_probs_b) added for choosing only,
+ *    expert groups (expert_group_count, expert_group_used_count: a group scores
+ *    the sum of its two best, the best groups stay), the chosen weights divided
+ *    by their sum when expert_weights_norm, times expert_weights_scale;
+ *  - YaRN files (V2/V3 publish factor 40): RoPE with magnitude 1 and the KQ scale
+ *    times mscale^2, mscale = attn_factor (1 + yarn_log_multiplier ln factor), as
+ *    llama.cpp computes it (no golden covers this part: the test model has none).
+ */
+#include "model/arch.h"
+
+#include "base/error.h"
+
+#include <math.h>
+
+static int deepseek2_hparams(struct kvi_model *m, const gguf_ctx *g, kvi_error *err)
+{
+    if (m->mla_kv_rank == 0)
+        return err_set(err, KVI_E_UNSUPPORTED,
+                       "gguf: deepseek2 without attention.kv_lora_rank (DeepSeek-V1-style attention) is "
+                       "not supported");
+    int rc, func = 1;
+    float scale = 1.0f, log_mul = 0.0f, attn = 1.0f, factor = 1.0f;
+    if ((rc = model_gguf_int(g, "deepseek2", "expert_gating_func", false, 1, 1, 2, &func, err)) ||
+        (rc = model_gguf_float(g, "deepseek2", "expert_weights_scale", false, 1.0, &scale, err)) ||
+        (rc = model_gguf_int(g, "deepseek2", "expert_group_count", false, 1, 1, MODEL_MAX_EXPERTS,
+                             &m->n_expert_groups, err)) ||
+        (rc = model_gguf_int(g, "deepseek2", "expert_group_used_count", false, m->n_expert_groups, 1,
+                             MODEL_MAX_EXPERTS, &m->n_groups_used, err)))
+        return rc;
+    bool norm = false;
+    if ((rc = gguf_get_bool(g, "deepseek2.expert_weights_norm", &norm, err)) == KVI_E_FORMAT) return rc;
+    m->gating = func == 2 ? MODEL_GATE_SIGMOID : MODEL_GATE_SOFTMAX;
+    m->expert_norm = norm;
+    m->expert_scale = scale;
+    if (m->rope[0].yarn) {
+        if ((rc = model_gguf_float(g, "deepseek2", "rope.scaling.yarn_log_multiplier", false, 0.1, &log_mul,
+                                   err)) ||
+            (rc = model_gguf_float(g, "deepseek2", "rope.scaling.attn_factor", false, 1.0, &attn, err)) ||
+            (rc = model_gguf_float(g, "deepseek2", "rope.scaling.factor", false, 1.0, &factor, err)))
+            return rc;
+        const float ms = attn * (1.0f + log_mul * logf(factor));
+        m->rope[0].mscale = 1.0f;
+        m->kq_scale *= ms * ms;
+    }
+    return 0;
+}
+
+const model_arch model_arch_deepseek2 = { "deepseek2", 0, MODEL_QK_NONE, false, deepseek2_hparams };
