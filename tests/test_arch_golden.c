@@ -7,6 +7,7 @@
  *  2. batched decode (two sequences in one step, one of them offset) == alone,
  * and with a small KV block (4 positions: windows of 8 span blocks; the online
  * softmax then rescales at other points, so only within the tolerance).
+ * gpt-oss also as published, its experts in MXFP4 (gpt-oss-mxfp4, tolerance 0.03).
  * Sliding-window models (gemma2, gemma3, gpt-oss) also over 400 positions, long enough
  * that decode releases window parts (kv_cache.h): token-by-token decode gives the
  * bits of one prefill step, and the KV bytes held stay far below a full cache.
@@ -231,5 +232,7 @@ int main(void)
         check_file(f32, 0.002);
         check_file(q4, 0.03);
     }
+    /* gpt-oss as published: its experts in MXFP4 (the other matrices Q8_0) */
+    check_file("gpt-oss-mxfp4", 0.03);
     return test_main_end();
 }

@@ -18,7 +18,7 @@
 static const kvi_type ALL_TYPES[] = {
     KVI_TYPE_F32,  KVI_TYPE_F16,  KVI_TYPE_BF16, KVI_TYPE_Q8_0,   KVI_TYPE_Q8_1,   KVI_TYPE_Q4_0,
     KVI_TYPE_Q4_1, KVI_TYPE_Q5_0, KVI_TYPE_Q5_1, KVI_TYPE_Q2_K,   KVI_TYPE_Q3_K,   KVI_TYPE_Q4_K,
-    KVI_TYPE_Q5_K, KVI_TYPE_Q6_K, KVI_TYPE_Q8_K, KVI_TYPE_IQ4_NL, KVI_TYPE_IQ4_XS,
+    KVI_TYPE_Q5_K, KVI_TYPE_Q6_K, KVI_TYPE_Q8_K, KVI_TYPE_IQ4_NL, KVI_TYPE_IQ4_XS, KVI_TYPE_MXFP4,
 };
 #define N_TYPES (int)(sizeof ALL_TYPES / sizeof ALL_TYPES[0])
 
@@ -247,8 +247,8 @@ static void test_q8_exact(tpool *pool)
 static void test_qgemm_tiles(void)
 {
     const int64_t n_in = 37 * 32, n_out = 87, max_rows = 31, x_cap = 5 * QK_K; /* x_cap >= every nin */
-    const kvi_type types[] = { KVI_TYPE_Q8_0, KVI_TYPE_Q4_0,   KVI_TYPE_Q5_0,  KVI_TYPE_Q4_1,
-                               KVI_TYPE_Q6_K, KVI_TYPE_IQ4_NL, KVI_TYPE_IQ4_XS };
+    const kvi_type types[] = { KVI_TYPE_Q8_0, KVI_TYPE_Q4_0,   KVI_TYPE_Q5_0,   KVI_TYPE_Q4_1,
+                               KVI_TYPE_Q6_K, KVI_TYPE_IQ4_NL, KVI_TYPE_IQ4_XS, KVI_TYPE_MXFP4 };
     uint64_t rs = 4242;
     float *x = malloc((size_t)(max_rows * x_cap) * sizeof(float));
     float *y = malloc((size_t)(max_rows * n_out) * sizeof(float));
