@@ -124,13 +124,13 @@ AVX512 static int dequant_avx512(kvi_type t, const void *src, float *dst, int64_
  * A tile is 16 weight rows; lane l of every vector belongs to weight row j0 + l.
  * For a 32-input block, W[k] (k = 0..7) holds in lane l the four weight levels
  * 4k..4k+3 of row l as unsigned bytes (Q8_0: q + 128; Q4_0: the nibble, q + 8;
- * IQ4_NL: the nibble's codebook level + 128, by vpshufb), so
+ * IQ4_NL / MXFP4: the nibble's level + 128, by vpshufb), so
  * one vpdpbusd with the broadcast activation quants 4k..4k+3 adds four products
  * to each row's sum; starting the sum at -offset * sum(x quants) makes it the exact
  * isum. Then acc = fma(dw * dx, (float)isum, acc), lane by lane: the contract's
- * steps.
+ * steps (dw: the f16 d as float, or MXFP4's 2^(e - 128), kern_e8m0_half_ps).
  *
- * Q8_0 / Q4_0 / IQ4_NL with many rows (qgemm_packed): the inputs are walked in chunks of
+ * Q8_0 / Q4_0 / IQ4_NL / MXFP4 with many rows (qgemm_packed): the inputs are walked in chunks of
  * at most KC blocks; for each chunk, each pair of 16-row tiles (32 outputs) is
  * packed into the scratch, per block PACK2 bytes: for k = 0..7 the two tiles'
  * W[k] side by side (128 bytes), then their dw (2 x 16 f32). Every group of RT
@@ -161,16 +161,21 @@ VNNI_INLINE void load_block(kvi_type t, const tile16 *tl, size_t off, __m512i W[
         transpose16x4(tl->p, off + 2, W);
         transpose16x4(tl->p, off + 18, W + 4);
         for (int k = 0; k < 8; k++) W[k] = _mm512_xor_si512(W[k], flip);
-    } else { /* Q4_0 / IQ4_NL: low nibbles are inputs 0..15, high nibbles 16..31 */
-        const __m512i lo = _mm512_set1_epi8(0x0f), lut = kern_iq4nl_lut();
+    } else { /* Q4_0 / IQ4_NL / MXFP4: low nibbles are inputs 0..15, high nibbles 16..31 */
+        const bool mx = t == KVI_TYPE_MXFP4; /* one exponent byte, not an f16 d, before the quants */
+        const __m512i lo = _mm512_set1_epi8(0x0f), lut = mx ? kern_mxfp4_lut() : kern_iq4nl_lut();
         __m512i R[4];
-        transpose16x4(tl->p, off + 2, R);
+        transpose16x4(tl->p, off + (mx ? 1 : 2), R);
         for (int k = 0; k < 4; k++) {
             W[k] = _mm512_and_si512(R[k], lo);
             W[k + 4] = _mm512_and_si512(_mm512_srli_epi16(R[k], 4), lo);
         }
-        if (t == KVI_TYPE_IQ4_NL) /* nibbles to codebook levels + 128 */
+        if (t != KVI_TYPE_Q4_0) /* nibbles to levels + 128 */
             for (int k = 0; k < 8; k++) W[k] = _mm512_shuffle_epi8(lut, W[k]);
+        if (mx) {
+            *dw = scales16_e8m0(tl, off);
+            return;
+        }
     }
     *dw = scales16(tl, off, 0);
 }
@@ -351,7 +356,8 @@ VNNI static void pack_r16_tile(const kern_qgemm_args *a, int64_t jt, int h, int6
     }
 }
 
-/* Q8_0 / Q4_0 with the scratch (KVI_QGEMM_SCRATCH(n_in) bytes), any number of rows;
+/* Q8_0 / Q4_0 / IQ4_NL / MXFP4 with the scratch (KVI_QGEMM_SCRATCH(n_in) bytes), any
+ * number of rows (AMX takes only Q8_0 / Q4_0, kern_qgemm_amx_q8 declines the others);
  * r16: a->w is in the R16 layout (j0, j1 multiples of 16). Returns 0 (nothing
  * written) when the corrections' buffer cannot be allocated. */
 VNNI static int qgemm_packed(const kern_qgemm_args *a, uint8_t *packed, bool r16)
@@ -773,7 +779,8 @@ VNNI static int qgemm_avx512(const kern_qgemm_args *a)
     if (!kern_has_vnni() || kern_q8_act_type(a->type) == KVI_TYPE_F32) return 0;
     if (a->w_rb > (size_t)INT32_MAX / 16) return 0; /* gather offsets are int32 */
     if (kern_qgemv_avx512(a) || kern_qgemv_kq_avx512(a)) return 1;
-    if (a->type != KVI_TYPE_Q8_0 && a->type != KVI_TYPE_Q4_0 && a->type != KVI_TYPE_IQ4_NL)
+    if (a->type != KVI_TYPE_Q8_0 && a->type != KVI_TYPE_Q4_0 && a->type != KVI_TYPE_IQ4_NL &&
+        a->type != KVI_TYPE_MXFP4)
         return qgemm_generic(a);
     if (!a->scratch) return 0;
     if (kern_qgemm_amx_q8(a, false)) return 1;
