@@ -321,20 +321,22 @@ VNNI static void pack_rows_tile(const kern_qgemm_args *a, int64_t jt, int h, int
 }
 
 /* The same from the R16 layout (r16_pack.h): the tile's vectors are already
- * transposed; Q4_0 / IQ4_NL nibbles are split (and looked up) as load_block does. */
+ * transposed; Q4_0 / IQ4_NL / MXFP4 nibbles are split (and looked up) as load_block
+ * does. */
 VNNI static void pack_r16_tile(const kern_qgemm_args *a, int64_t jt, int h, int64_t kb0, int64_t nk,
                                uint8_t *packed)
 {
-    const bool q8 = a->type == KVI_TYPE_Q8_0;
-    const size_t pair = q8 ? 1088 : 576,
-                 qbytes = q8 ? 512 : 256; /* bytes per block pair, per block's quants */
+    const bool q8 = a->type == KVI_TYPE_Q8_0, mx = a->type == KVI_TYPE_MXFP4;
+    const size_t sc = mx ? 32 : 64, /* bytes of a pair's scales (16 E8M0 bytes or f16 per block) */
+        qbytes = q8 ? 512 : 256,    /* bytes per block's quants */
+        pair = sc + 2 * qbytes;     /* bytes per block pair */
     const uint8_t *tile = a->w + (size_t)(jt + 16 * h) * a->w_rb;
-    const __m512i lo = _mm512_set1_epi8(0x0f), lut = kern_iq4nl_lut();
-    const bool nl = a->type == KVI_TYPE_IQ4_NL;
+    const __m512i lo = _mm512_set1_epi8(0x0f), lut = mx ? kern_mxfp4_lut() : kern_iq4nl_lut();
+    const bool nl = a->type == KVI_TYPE_IQ4_NL || mx;
     for (int64_t b = 0; b < nk; b++) {
         const int64_t blk = kb0 + b;
         const uint8_t *p = tile + (size_t)(blk / 2) * pair;
-        const uint8_t *qs = p + 64 + (size_t)(blk & 1) * qbytes;
+        const uint8_t *qs = p + sc + (size_t)(blk & 1) * qbytes;
         uint8_t *q = packed + (size_t)b * PACK2 + 64 * (size_t)h;
         if (q8) {
             for (int k = 0; k < 8; k++)
@@ -351,8 +353,12 @@ VNNI static void pack_r16_tile(const kern_qgemm_args *a, int64_t jt, int h, int6
                 _mm512_store_si512((void *)(q + 128 * (k + 4)), wh);
             }
         }
-        const __m256i d16 = _mm256_loadu_si256((const __m256i *)(p + 32 * (size_t)(blk & 1)));
-        _mm512_store_ps((float *)(q + 1024), _mm512_cvtph_ps(d16));
+        if (mx) {
+            _mm512_store_ps((float *)(q + 1024), kern_e8m0_half16(p + 16 * (size_t)(blk & 1)));
+        } else {
+            const __m256i d16 = _mm256_loadu_si256((const __m256i *)(p + 32 * (size_t)(blk & 1)));
+            _mm512_store_ps((float *)(q + 1024), _mm512_cvtph_ps(d16));
+        }
     }
 }
 
@@ -401,7 +407,9 @@ VNNI static int qgemm_packed(const kern_qgemm_args *a, uint8_t *packed, bool r16
 int kern_qgemm_r16_many_avx512(const kern_qgemm_args *a)
 {
     if (!kern_has_vnni() || !a->scratch) return 0;
-    if (a->type != KVI_TYPE_Q8_0 && a->type != KVI_TYPE_Q4_0 && a->type != KVI_TYPE_IQ4_NL) return 0;
+    if (a->type != KVI_TYPE_Q8_0 && a->type != KVI_TYPE_Q4_0 && a->type != KVI_TYPE_IQ4_NL &&
+        a->type != KVI_TYPE_MXFP4)
+        return 0;
     if (a->n_in % 64 != 0 || a->j0 % 16 != 0 || a->j1 % 16 != 0 || a->n_rows < 1) return 0;
     return qgemm_packed(a, a->scratch, true);
 }

@@ -229,9 +229,9 @@ VNNI int kern_qgemv_avx512(const kern_qgemm_args *a)
 /* ---- R16 weights (r16_pack.h): one linear stream per tile -----------------
  *
  * The tile's vectors already have lane l = weight row l, so each block is: the
- * 16 scales (one f16 load), the quants as 8 u8 vectors (Q8_0) or 4 vectors whose
- * low / high nibbles are inputs 4k.. / 16+4k.. (Q4_0; IQ4_NL looked up as codebook
- * level + 128), vpdpbusd against the
+ * 16 scales (one f16 load; MXFP4: 16 E8M0 bytes, kern_e8m0_half16), the quants as
+ * 8 u8 vectors (Q8_0) or 4 vectors whose low / high nibbles are inputs 4k.. /
+ * 16+4k.. (Q4_0; IQ4_NL / MXFP4 looked up as level + 128), vpdpbusd against the
  * activation quads broadcast from the kern_q8a block, the sum started at
  * -offset * sum(x quants). Then acc = fma(dw * dx, (float)isum, acc) block by block:
  * the contract's steps, so the bits of every other path. Prefetch runs
@@ -251,8 +251,9 @@ VNNI_INLINE void r16_block(kvi_type t, const uint8_t *q, __m512 dw, const kern_q
     if (t == KVI_TYPE_Q8_0) {
         _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) W[k] =
             _mm512_loadu_si512((const void *)(q + 64 * k));
-    } else if (t == KVI_TYPE_IQ4_NL) { /* Q4_0's nibbles, looked up as codebook level + 128 */
-        const __m512i lo = _mm512_set1_epi8(0x0f), lut = kern_iq4nl_lut();
+    } else if (t == KVI_TYPE_IQ4_NL || t == KVI_TYPE_MXFP4) { /* Q4_0's nibbles, looked up as level + 128 */
+        const __m512i lo = _mm512_set1_epi8(0x0f),
+                      lut = t == KVI_TYPE_MXFP4 ? kern_mxfp4_lut() : kern_iq4nl_lut();
         _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++)
         {
             const __m512i v = _mm512_loadu_si512((const void *)(q + 64 * k));
@@ -286,19 +287,27 @@ VNNI_INLINE void r16_block(kvi_type t, const uint8_t *q, __m512 dw, const kern_q
 }
 
 /* Pair p (blocks 2p, 2p+1) of the tile at `tile` for nr activation rows: prefetch
- * ahead, the two blocks' scales, then r16_block for each. */
+ * ahead, the two blocks' scales (f16, or MXFP4's E8M0 bytes), then r16_block for
+ * each. */
 VNNI_INLINE void r16_pair(const kern_qgemm_args *a, const uint8_t *tile, int64_t p, const kern_q8a *const *x,
                           int nr, __m512 *acc)
 {
-    const size_t qb = a->type == KVI_TYPE_Q8_0 ? 512 : 256, pair = 64 + 2 * qb;
+    const bool mx = a->type == KVI_TYPE_MXFP4;
+    const size_t qb = a->type == KVI_TYPE_Q8_0 ? 512 : 256, sc = mx ? 32 : 64, pair = sc + 2 * qb;
     const uint8_t *q = tile + (size_t)p * pair;
     const size_t pf = a->type == KVI_TYPE_Q8_0 ? R16_PF_BYTES_Q8 : R16_PF_BYTES_Q4;
     _Pragma("GCC unroll 17") for (size_t o = 0; o < pair; o += 64)
         _mm_prefetch((const char *)(q + pf + o), _MM_HINT_T0);
-    const __m512 d0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)q));
-    const __m512 d1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(q + 32)));
-    r16_block(a->type, q + 64, d0, x, 2 * p, nr, acc);
-    r16_block(a->type, q + 64 + qb, d1, x, 2 * p + 1, nr, acc);
+    __m512 d0, d1;
+    if (mx) {
+        d0 = kern_e8m0_half16(q);
+        d1 = kern_e8m0_half16(q + 16);
+    } else {
+        d0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)q));
+        d1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(q + 32)));
+    }
+    r16_block(a->type, q + sc, d0, x, 2 * p, nr, acc);
+    r16_block(a->type, q + sc + qb, d1, x, 2 * p + 1, nr, acc);
 }
 
 /* Tile rows [jt, jt + 16) for the nr (1..GV_ROWS, a constant after inlining)
@@ -325,11 +334,13 @@ VNNI_INLINE void r16_tiles(const kern_qgemm_args *a, const uint8_t *const *t, co
     _Pragma("GCC unroll 4") for (int i = 0; i < ns; i++) _mm512_storeu_ps(y[i], acc[i]);
 }
 
-/* Q8_0 / Q4_0 / IQ4_NL over R16 weights, any number of rows: each tile is read once from
- * memory and reused (from L1) by the groups of up to GV_ROWS activation rows. */
+/* Q8_0 / Q4_0 / IQ4_NL / MXFP4 over R16 weights, any number of rows: each tile is read
+ * once from memory and reused (from L1) by the groups of up to GV_ROWS activation rows. */
 VNNI int kern_qgemv_r16_avx512(const kern_qgemm_args *a)
 {
-    if (a->type != KVI_TYPE_Q8_0 && a->type != KVI_TYPE_Q4_0 && a->type != KVI_TYPE_IQ4_NL) return 0;
+    if (a->type != KVI_TYPE_Q8_0 && a->type != KVI_TYPE_Q4_0 && a->type != KVI_TYPE_IQ4_NL &&
+        a->type != KVI_TYPE_MXFP4)
+        return 0;
     if (a->n_rows < 1 || a->n_in % 64 != 0 || a->j0 % 16 || a->j1 % 16) return 0;
     if (!kern_has_vnni()) return 0;
     const size_t tb = 16 * a->w_rb;
@@ -373,17 +384,18 @@ VNNI int kern_qgemv_r16_avx512(const kern_qgemm_args *a)
 VNNI void kern_r16_from_rows_avx512(kvi_type t, const uint8_t *src, int64_t n_in, uint8_t *dst)
 {
     const size_t rb = quant_row_bytes(t, n_in), bb = quant_block_bytes(t);
-    const size_t qb = t == KVI_TYPE_Q8_0 ? 512 : 256, pair = 64 + 2 * qb;
+    const size_t sb = t == KVI_TYPE_MXFP4 ? 1 : 2; /* scale bytes per block */
+    const size_t qb = t == KVI_TYPE_Q8_0 ? 512 : 256, pair = 32 * sb + 2 * qb;
     const uint8_t *p[16];
     for (int l = 0; l < 16; l++) p[l] = src + (size_t)l * rb;
     const __m512i flip = _mm512_set1_epi8((char)0x80);
     for (int64_t b = 0; b < n_in / 32; b++) {
         uint8_t *q = dst + (size_t)(b / 2) * pair;
         const size_t off = (size_t)b * bb;
-        for (int l = 0; l < 16; l++) memcpy(q + 32 * (b % 2) + 2 * l, p[l] + off, 2);
-        uint8_t *o = q + 64 + (size_t)(b % 2) * qb;
+        for (int l = 0; l < 16; l++) memcpy(q + 16 * sb * (size_t)(b % 2) + sb * (size_t)l, p[l] + off, sb);
+        uint8_t *o = q + 32 * sb + (size_t)(b % 2) * qb;
         __m512i T[8];
-        transpose16x4(p, off + 2, T);
+        transpose16x4(p, off + sb, T);
         if (t == KVI_TYPE_Q8_0) {
             transpose16x4(p, off + 18, T + 4);
             for (int k = 0; k < 8; k++)
@@ -399,13 +411,15 @@ VNNI void kern_r16_from_rows_avx512(kvi_type t, const uint8_t *src, int64_t n_in
 VNNI void kern_r16_to_rows_avx512(kvi_type t, const uint8_t *tile, int64_t n_in, uint8_t *dst)
 {
     const size_t rb = quant_row_bytes(t, n_in), bb = quant_block_bytes(t);
-    const size_t qb = t == KVI_TYPE_Q8_0 ? 512 : 256, pair = 64 + 2 * qb;
+    const size_t sb = t == KVI_TYPE_MXFP4 ? 1 : 2; /* scale bytes per block */
+    const size_t qb = t == KVI_TYPE_Q8_0 ? 512 : 256, pair = 32 * sb + 2 * qb;
     const __m512i flip = _mm512_set1_epi8(t == KVI_TYPE_Q8_0 ? (char)0x80 : 0);
     for (int64_t b = 0; b < n_in / 32; b++) {
         const uint8_t *q = tile + (size_t)(b / 2) * pair;
-        const uint8_t *in = q + 64 + (size_t)(b % 2) * qb;
+        const uint8_t *in = q + 32 * sb + (size_t)(b % 2) * qb;
         const size_t off = (size_t)b * bb;
-        for (int l = 0; l < 16; l++) memcpy(dst + (size_t)l * rb + off, q + 32 * (b % 2) + 2 * l, 2);
+        for (int l = 0; l < 16; l++)
+            memcpy(dst + (size_t)l * rb + off, q + 16 * sb * (size_t)(b % 2) + sb * (size_t)l, sb);
         for (int h = 0; h < (t == KVI_TYPE_Q8_0 ? 2 : 1); h++) {
             __m512i T[4];
             for (int k = 0; k < 4; k++)
@@ -416,7 +430,7 @@ VNNI void kern_r16_to_rows_avx512(kvi_type t, const uint8_t *tile, int64_t n_in,
             const __m512i Z[4] = { _mm512_unpacklo_epi64(t0, t1), _mm512_unpackhi_epi64(t0, t1),
                                    _mm512_unpacklo_epi64(t2, t3), _mm512_unpackhi_epi64(t2, t3) };
             for (int a = 0; a < 4; a++) {
-                uint8_t *r = dst + off + 2 + 16 * (size_t)h;
+                uint8_t *r = dst + off + sb + 16 * (size_t)h;
                 _mm_storeu_si128((__m128i *)(r + (size_t)a * rb), _mm512_castsi512_si128(Z[a]));
                 _mm_storeu_si128((__m128i *)(r + (size_t)(a + 4) * rb), _mm512_extracti32x4_epi32(Z[a], 1));
                 _mm_storeu_si128((__m128i *)(r + (size_t)(a + 8) * rb), _mm512_extracti32x4_epi32(Z[a], 2));

@@ -115,6 +115,12 @@ VNNI_INLINE __m512 kern_e8m0_half_ps(__m512i v)
     return _mm512_castsi512_ps(_mm512_mask_blend_epi32(small, nrm, sub));
 }
 
+/* The 16 E8M0 bytes at p (an R16 pair's scales, r16_pack.h) as 2^(e - 128). */
+VNNI_INLINE __m512 kern_e8m0_half16(const uint8_t *p)
+{
+    return kern_e8m0_half_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)));
+}
+
 /* The 16 MXFP4 scales 2^(e - 128) of the blocks at p[l] + off (e its first byte;
  * the gathered word stays inside the 17-byte block). */
 VNNI_INLINE __m512 scales16_e8m0(const tile16 *tl, size_t off)
@@ -132,7 +138,7 @@ int kern_qgemv_avx512(const kern_qgemm_args *a);
 /* K-quants (qgemv_kq_avx512.c): */
 int kern_qgemv_kq_avx512(const kern_qgemm_args *a);
 
-/* Many-row product over Q8_0 / Q4_0 weights in the R16 layout (r16_pack.h;
+/* Many-row product over Q8_0 / Q4_0 / IQ4_NL / MXFP4 weights in the R16 layout (r16_pack.h;
  * kernels_avx512.c, the rows layout's tiles and bits); 0 when not handled. */
 int kern_qgemm_r16_many_avx512(const kern_qgemm_args *a);
 
