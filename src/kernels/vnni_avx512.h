@@ -2,7 +2,8 @@
  * vnni_avx512.h — what the AVX-512 VNNI integer products share (internal to
  * kernels_avx512.c, qgemv_avx512.c and qgemv_kq_avx512.c): the
  * 16-row weight tile (lane l of every vector belongs to weight row j0 + l), its
- * in-register transposes and gathers, and the entry points of the decode (GEMV)
+ * in-register transposes and gathers, the codebook lookups (IQ4_NL, MXFP4) and
+ * MXFP4's E8M0 scales as floats, and the entry points of the decode (GEMV)
  * kernels. Every function here is compiled for AVX-512 VNNI and must be called
  * only after kern_has_vnni() returned 1.
  */
@@ -133,7 +134,7 @@ int kern_has_vnni(void);
 
 /* Decode products (few input rows, weights streamed as they lie), q8.h's
  * bits; each returns 0 (nothing written) when it does not handle the arguments.
- * Q8_0 / Q4_0 (qgemv_avx512.c): */
+ * Q8_0 / Q4_0 / IQ4_NL / MXFP4 (qgemv_avx512.c): */
 int kern_qgemv_avx512(const kern_qgemm_args *a);
 /* K-quants (qgemv_kq_avx512.c): */
 int kern_qgemv_kq_avx512(const kern_qgemm_args *a);
