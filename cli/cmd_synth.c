@@ -57,7 +57,7 @@ static void synth_help(FILE *f)
            "  --arch A            the architecture (above)\n"
            "  --type T            matrix type: f32 (default), f16, bf16, q8_0, q4_0, q4_1,\n"
            "                      q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl,\n"
-           "                      iq4_xs, or llama.cpp's\n"
+           "                      iq4_xs, mxfp4, or llama.cpp's\n"
            "                      q4_k_m / q5_k_m mixes (any case)\n"
            "  --seed S            weight seed (default 1)\n"
            "  --vocab-from GGUF   copy that file's tokenizer.* metadata and take its vocab\n"

@@ -61,7 +61,8 @@ typedef enum kvi_type {
     KVI_TYPE_IQ4_NL = 20, /* 32 per block: f16 d, 4-bit indices into a 16-value codebook */
     KVI_TYPE_IQ4_XS = 23, /* 256 per block: the same codebook, 6-bit scales per 32 */
     KVI_TYPE_BF16 = 30,
-    KVI_TYPE_COUNT = 31,
+    KVI_TYPE_MXFP4 = 39, /* 32 per block: E8M0 exponent e, 4-bit FP4 (E2M1) codes */
+    KVI_TYPE_COUNT = 40,
     /* KV-cache-only type, outside ggml's numbering (never a tensor type in a file):
      * "q4" = KIVI. Keys: 4-bit codes quantised per channel over each KV block of
      * block_size tokens (f16 scale and min per channel), the newest, incomplete

@@ -9,6 +9,7 @@
  * softmax then rescales at other points, so only within the tolerance).
  * deepseek2's latent attention: its cache bytes, and fork, session file and prefix
  * reuse on the latent cache (check_latent).
+ * gpt-oss also as published, its experts in MXFP4 (gpt-oss-mxfp4, tolerance 0.03).
  * Sliding-window models (gemma2, gemma3, gpt-oss) also over 400 positions, long enough
  * that decode releases window parts (kv_cache.h): token-by-token decode gives the
  * bits of one prefill step, and the KV bytes held stay far below a full cache.
@@ -415,5 +416,7 @@ int main(void)
         check_file(f32, 0.002, moe[i].n_expert, moe[i].used);
         check_file(q4, 0.03, moe[i].n_expert, moe[i].used);
     }
+    /* gpt-oss as published: its experts in MXFP4 (the other matrices Q8_0) */
+    check_file("gpt-oss-mxfp4", 0.03, 8, 4);
     return test_main_end();
 }

@@ -194,8 +194,8 @@ int main(void)
         check_case(m, shared_path("golden/tinystories656K/case2.json"), false, "tinystories656K case2");
         kvi_model_free(m);
     }
-    const char *types[] = { "f32",  "f16",  "bf16", "q8_0", "q4_0", "q4_1",   "q5_0",   "q5_1",
-                            "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "q4_k_m", "iq4_nl", "iq4_xs" };
+    const char *types[] = { "f32",  "f16",  "bf16", "q8_0", "q4_0",   "q4_1",   "q5_0",   "q5_1", "q2_k",
+                            "q3_k", "q4_k", "q5_k", "q6_k", "q4_k_m", "iq4_nl", "iq4_xs", "mxfp4" };
     for (size_t i = 0; i < sizeof types / sizeof *types; i++) check_quant(types[i]);
     return test_main_end();
 }

@@ -18,7 +18,7 @@
 static const kvi_type ALL_TYPES[] = {
     KVI_TYPE_F32,  KVI_TYPE_F16,  KVI_TYPE_BF16, KVI_TYPE_Q8_0,   KVI_TYPE_Q8_1,   KVI_TYPE_Q4_0,
     KVI_TYPE_Q4_1, KVI_TYPE_Q5_0, KVI_TYPE_Q5_1, KVI_TYPE_Q2_K,   KVI_TYPE_Q3_K,   KVI_TYPE_Q4_K,
-    KVI_TYPE_Q5_K, KVI_TYPE_Q6_K, KVI_TYPE_Q8_K, KVI_TYPE_IQ4_NL, KVI_TYPE_IQ4_XS,
+    KVI_TYPE_Q5_K, KVI_TYPE_Q6_K, KVI_TYPE_Q8_K, KVI_TYPE_IQ4_NL, KVI_TYPE_IQ4_XS, KVI_TYPE_MXFP4,
 };
 #define N_TYPES (int)(sizeof ALL_TYPES / sizeof ALL_TYPES[0])
 
@@ -239,6 +239,69 @@ static void test_q8_exact(tpool *pool)
     free(yr);
 }
 
+/* MXFP4 blocks of random bytes (every nibble) with exponents that the quantiser
+ * never writes for these inputs: the subnormal scales e = 0, 1, then 2, 3, 60,
+ * 180 and random ones in 100..140 (every fifth output row only 0 or 1, so that
+ * its sum is made of subnormal scales alone); 37 outputs (a partial 16-row tile), 7 blocks
+ * (a partial group of four in the decode GEMV), 1..9 rows of random non-zero
+ * inputs, 1 and 3 threads: every ISA's path gives kern_q8_dot_ref's bits. */
+static void test_mxfp4_exact(tpool *pool)
+{
+    const int64_t n_in = 7 * 32, n_out = 37, n_rows = 9;
+    const size_t rb = quant_row_bytes(KVI_TYPE_MXFP4, n_in),
+                 xrb = kern_q8_act_row_bytes(KVI_TYPE_MXFP4, n_in);
+    static const uint8_t E[6] = { 0, 1, 2, 3, 60, 180 };
+    uint64_t rs = 3939;
+    uint8_t *w = malloc(rb * (size_t)n_out), *xq = malloc(xrb * (size_t)n_rows);
+    float *x = malloc((size_t)(n_rows * n_in) * sizeof(float));
+    float *y = malloc((size_t)(n_rows * n_out) * sizeof(float)),
+          *yr = malloc((size_t)(n_rows * n_out) * sizeof(float));
+    int n_sub = 0;
+    for (int64_t j = 0; j < n_out; j++)
+        for (int64_t b = 0; b < n_in / 32; b++) {
+            uint8_t *blk = w + (size_t)j * rb + (size_t)b * 17;
+            const uint64_t r = trand_u64(&rs);
+            blk[0] = j % 5 == 0   ? (uint8_t)(r & 1)
+                     : r % 3 == 0 ? E[(r >> 8) % 6]
+                                  : (uint8_t)(100 + (r >> 16) % 41);
+            n_sub += blk[0] < 2;
+            for (int i = 1; i < 17; i++) blk[i] = (uint8_t)trand_u64(&rs);
+        }
+    for (int64_t i = 0; i < n_rows * n_in; i++) {
+        const float v = trand_normal(&rs);
+        x[i] = v != 0.0f ? v : 0.5f;
+    }
+    CHECK(n_sub > 5, "mxfp4 extremes: only %d subnormal scales", n_sub);
+    for (int64_t r = 0; r < n_rows; r++)
+        kern_q8_quantize_act(KVI_TYPE_MXFP4, x + r * n_in, xq + (size_t)r * xrb, n_in);
+    for (int64_t r = 0; r < n_rows; r++)
+        for (int64_t j = 0; j < n_out; j++)
+            yr[r * n_out + j] =
+                kern_q8_dot_ref(KVI_TYPE_MXFP4, w + (size_t)j * rb, xq + (size_t)r * xrb, n_in);
+    int n_fin = 0;
+    for (int64_t i = 0; i < n_rows * n_out; i++) n_fin += isfinite(yr[i]) && yr[i] != 0.0f;
+    CHECK(n_fin == n_rows * n_out, "mxfp4 extremes: %d of %d reference outputs finite and non-zero", n_fin,
+          (int)(n_rows * n_out));
+    kern_tensor W = { w, KVI_TYPE_MXFP4, n_in, n_out, KVI_LAYOUT_ROWS };
+    for (int isa = 0; isa <= (int)kern_isa_detect(); isa++) {
+        kern_isa_set((kern_isa)isa);
+        int bad = 0;
+        for (int nr = 1; nr <= n_rows; nr++) {
+            memset(y, 0, (size_t)(n_rows * n_out) * sizeof(float));
+            kern_matmul(pool, &W, x, n_in, nr, y, n_out);
+            bad += memcmp(y, yr, (size_t)(nr * n_out) * sizeof(float)) != 0;
+        }
+        CHECK(bad == 0, "mxfp4 extremes/%s: %d row counts differ from kern_q8_dot_ref",
+              kern_isa_str((kern_isa)isa), bad);
+    }
+    kern_isa_set(KVI_ISA_AVX512);
+    free(w);
+    free(xq);
+    free(x);
+    free(y);
+    free(yr);
+}
+
 /* The many-row integer tiles against kern_q8_dot_ref, bit for bit: every row count
  * 1..14 and 31 (register tiles of several rows with a partial last one), outputs
  * that are not a multiple of 32 split over 1, 2 and 4 threads (thread ranges of an
@@ -247,8 +310,8 @@ static void test_q8_exact(tpool *pool)
 static void test_qgemm_tiles(void)
 {
     const int64_t n_in = 37 * 32, n_out = 87, max_rows = 31, x_cap = 5 * QK_K; /* x_cap >= every nin */
-    const kvi_type types[] = { KVI_TYPE_Q8_0, KVI_TYPE_Q4_0,   KVI_TYPE_Q5_0,  KVI_TYPE_Q4_1,
-                               KVI_TYPE_Q6_K, KVI_TYPE_IQ4_NL, KVI_TYPE_IQ4_XS };
+    const kvi_type types[] = { KVI_TYPE_Q8_0, KVI_TYPE_Q4_0,   KVI_TYPE_Q5_0,   KVI_TYPE_Q4_1,
+                               KVI_TYPE_Q6_K, KVI_TYPE_IQ4_NL, KVI_TYPE_IQ4_XS, KVI_TYPE_MXFP4 };
     uint64_t rs = 4242;
     float *x = malloc((size_t)(max_rows * x_cap) * sizeof(float));
     float *y = malloc((size_t)(max_rows * n_out) * sizeof(float));
@@ -620,6 +683,8 @@ int main(void)
     tpool *pool = tpool_create(2);
     test_q8_exact(pool);
     test_q8_exact(NULL);
+    test_mxfp4_exact(pool);
+    test_mxfp4_exact(NULL);
     test_matmul_vs_ref(pool);
     test_matmul_vs_ref(NULL);
     test_matmul_multi(pool);

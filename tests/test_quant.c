@@ -111,7 +111,7 @@ static void test_types(void)
         { "q3_k", KVI_TYPE_Q3_K, 256, 110 },     { "q4_k", KVI_TYPE_Q4_K, 256, 144 },
         { "q5_k", KVI_TYPE_Q5_K, 256, 176 },     { "q6_k", KVI_TYPE_Q6_K, 256, 210 },
         { "q8_k", KVI_TYPE_Q8_K, 256, 292 },     { "iq4_nl", KVI_TYPE_IQ4_NL, 32, 18 },
-        { "iq4_xs", KVI_TYPE_IQ4_XS, 256, 136 },
+        { "iq4_xs", KVI_TYPE_IQ4_XS, 256, 136 }, { "mxfp4", KVI_TYPE_MXFP4, 32, 17 },
     };
     for (size_t i = 0; i < sizeof T / sizeof T[0]; i++) {
         kvi_type t = KVI_TYPE_COUNT;
@@ -430,6 +430,80 @@ static void test_iq4_blocks(void)
           y[64]);
 }
 
+/* MXFP4 blocks written byte by byte from ggml's layout (block_mxfp4: the E8M0
+ * byte e, then 16 bytes of nibbles as Q4_0): the levels kvalues_mxfp4 typed in here
+ * again, the scale 2^(e - 128) from hex float literals and ldexpf (exact), not
+ * from quant.c. */
+static const int KVM[16] = { 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12 };
+
+static void mxfp4_block(uint8_t blk[17], int e, int lo_add, int hi_mul)
+{
+    blk[0] = (uint8_t)e;
+    for (int j = 0; j < 16; j++) blk[1 + j] = (uint8_t)(((j + lo_add) & 15) | ((hi_mul * j + 5) & 15) << 4);
+}
+
+static void test_mxfp4_blocks(void)
+{
+    /* every exponent: 2^(e - 128), including the subnormals 2^-128 (e = 0) and
+     * 2^-127 (e = 1) and 2^127 (e = 255) */
+    int bad = 0;
+    for (int e = 0; e < 256; e++) bad += quant_e8m0_half((uint8_t)e) != ldexpf(1.0f, e - 128);
+    CHECK(bad == 0, "mxfp4: %d exponents differ from 2^(e - 128)", bad);
+    CHECK(quant_e8m0_half(0) == 0x1p-128f && quant_e8m0_half(1) == 0x1p-127f &&
+              quant_e8m0_half(128) == 1.0f && quant_e8m0_half(255) == 0x1p127f,
+          "mxfp4 exponent literals");
+
+    /* a block per exponent 130 (d = 4), 127 (d = 1/2: the plain E2M1 values),
+     * 0, 1 (subnormal scales) and 255; elements j and j + 16 from byte j */
+    static const int ES[5] = { 130, 127, 0, 1, 255 };
+    uint8_t row[5 * 17];
+    float want[5 * 32], y[5 * 32];
+    for (int b = 0; b < 5; b++) {
+        mxfp4_block(row + 17 * b, ES[b], b, 3 + 2 * b);
+        const float d = ldexpf(1.0f, ES[b] - 128);
+        for (int j = 0; j < 16; j++) {
+            want[32 * b + j] = (float)KVM[(j + b) & 15] * d;
+            want[32 * b + 16 + j] = (float)KVM[((3 + 2 * b) * j + 5) & 15] * d;
+        }
+    }
+    quant_dequant_row(KVI_TYPE_MXFP4, row, y, 5 * 32);
+    bad = 0;
+    for (int i = 0; i < 5 * 32; i++) bad += !(y[i] == want[i]); /* inf == inf; no NaN expected */
+    CHECK(bad == 0, "mxfp4 blocks: %d of 160 elements differ", bad);
+    /* block 0 (e 130, d 4): byte 7 low nibble 7 (12) -> 48, byte 0 high nibble 5 (6) -> 24,
+     * byte 15 low nibble 15 (-12) -> -48; block 1 (e 127): byte 0 low nibble 1 -> 0.5,
+     * byte 2 low nibble 3 (3) -> 1.5, byte 14 low nibble 15 -> -6 */
+    CHECK(y[7] == 48.0f && y[16] == 24.0f && y[15] == -48.0f, "mxfp4 e=130 literals %g %g %g", y[7], y[16],
+          y[15]);
+    CHECK(y[32] == 0.5f && y[34] == 1.5f && y[46] == -6.0f, "mxfp4 e=127 literals %g %g %g", y[32], y[34],
+          y[46]);
+    /* block 2 (e 0): byte 0 low nibble 2 (2) -> 2^-127, byte 7 low nibble 9 (-1) -> -2^-128;
+     * block 3 (e 1): byte 0 low nibble 3 (3) -> 3 * 2^-127; byte 5 low nibble 8 (-0) -> 0 */
+    CHECK(y[64] == 0x1p-127f && y[71] == -0x1p-128f, "mxfp4 e=0 literals %a %a", (double)y[64],
+          (double)y[71]);
+    CHECK(y[96] == 0x1.8p-126f && y[101] == 0.0f, "mxfp4 e=1 literals %a %a", (double)y[96], (double)y[101]);
+    /* block 4 (e 255): byte 12 low nibble 0 -> 0, byte 13 low nibble 1 -> 2^127, byte 14 low
+     * nibble 2 -> 2^128 = inf (ggml's float product overflows the same way) */
+    CHECK(y[140] == 0.0f && y[141] == 0x1p127f && isinf(y[142]) && y[142] > 0,
+          "mxfp4 e=255 literals %g %g %g", y[140], y[141], y[142]);
+
+    /* the quantiser: values on the grid of d = 1/8 with largest magnitude 12 d come
+     * back exactly, with e = 125 */
+    float x[32], xr[32];
+    for (int i = 0; i < 32; i++) x[i] = (float)KVM[(5 * i + 3) & 15] * 0.125f;
+    x[9] = -1.5f;
+    uint8_t q[17];
+    CHECK(quant_quantize_row(KVI_TYPE_MXFP4, x, q, 32) == 0, "mxfp4 quantize");
+    quant_dequant_row(KVI_TYPE_MXFP4, q, xr, 32);
+    CHECK(q[0] == 125 && memcmp(x, xr, sizeof x) == 0, "mxfp4 grid round trip (e %d)", q[0]);
+    /* tiny values: the scale clamps at e = 0; 2^-128 comes back exactly */
+    for (int i = 0; i < 32; i++) x[i] = i == 3 ? 0x1p-128f : 0.0f;
+    CHECK(quant_quantize_row(KVI_TYPE_MXFP4, x, q, 32) == 0, "mxfp4 quantize tiny");
+    quant_dequant_row(KVI_TYPE_MXFP4, q, xr, 32);
+    CHECK(q[0] == 0 && xr[3] == 0x1p-128f && xr[4] == 0.0f, "mxfp4 tiny round trip (e %d, %a)", q[0],
+          (double)xr[3]);
+}
+
 /* ---- quantise -> dequantise ----------------------------------------------- */
 
 static void test_roundtrip(void)
@@ -438,12 +512,12 @@ static void test_roundtrip(void)
         kvi_type t;
         double bound;
     } T[] = {
-        { KVI_TYPE_F32, 0.0 },     { KVI_TYPE_F16, 0.001 }, { KVI_TYPE_BF16, 0.005 },
-        { KVI_TYPE_Q8_0, 0.01 },   { KVI_TYPE_Q8_K, 0.01 }, { KVI_TYPE_Q6_K, 0.03 },
-        { KVI_TYPE_Q5_0, 0.06 },   { KVI_TYPE_Q5_1, 0.06 }, { KVI_TYPE_Q5_K, 0.06 },
-        { KVI_TYPE_Q4_0, 0.12 },   { KVI_TYPE_Q4_1, 0.12 }, { KVI_TYPE_Q4_K, 0.12 },
-        { KVI_TYPE_Q3_K, 0.25 },   { KVI_TYPE_Q2_K, 0.5 },  { KVI_TYPE_IQ4_NL, 0.09 },
-        { KVI_TYPE_IQ4_XS, 0.09 },
+        { KVI_TYPE_F32, 0.0 },     { KVI_TYPE_F16, 0.001 },  { KVI_TYPE_BF16, 0.005 },
+        { KVI_TYPE_Q8_0, 0.01 },   { KVI_TYPE_Q8_K, 0.01 },  { KVI_TYPE_Q6_K, 0.03 },
+        { KVI_TYPE_Q5_0, 0.06 },   { KVI_TYPE_Q5_1, 0.06 },  { KVI_TYPE_Q5_K, 0.06 },
+        { KVI_TYPE_Q4_0, 0.12 },   { KVI_TYPE_Q4_1, 0.12 },  { KVI_TYPE_Q4_K, 0.12 },
+        { KVI_TYPE_Q3_K, 0.25 },   { KVI_TYPE_Q2_K, 0.5 },   { KVI_TYPE_IQ4_NL, 0.09 },
+        { KVI_TYPE_IQ4_XS, 0.09 }, { KVI_TYPE_MXFP4, 0.13 },
     };
     enum { N = 4096 };
     float *x = malloc(N * sizeof(float)), *y = malloc(N * sizeof(float));
@@ -508,6 +582,7 @@ int main(void)
     test_simple_blocks();
     test_kquant_blocks();
     test_iq4_blocks();
+    test_mxfp4_blocks();
     test_roundtrip();
     return test_main_end();
 }

@@ -36,6 +36,17 @@ static void test_layout(kvi_type t, int64_t n_in, uint64_t *rs)
     }
     CHECK(bad_rows == 0, "%s n_in %lld: %d rows read back wrong", kvi_type_name(t), (long long)n_in,
           bad_rows);
+    if (t == KVI_TYPE_MXFP4) { /* r16_pack.h's MXFP4 pair of 544 bytes, by hand: tile 1, row 3 */
+        const uint8_t *pr = ref + tb, *r3 = w + (size_t)(16 + 3) * rb;
+        bool ok = true;
+        for (int64_t b = 0; b < n_in / 32; b++) {
+            const uint8_t *pp = pr + (size_t)(b / 2) * 544, *blk = r3 + (size_t)b * 17;
+            ok = ok && pp[16 * (b % 2) + 3] == blk[0];
+            for (int k = 0; k < 16; k++)
+                ok = ok && pp[32 + 256 * (b % 2) + 64 * (k / 4) + 4 * 3 + k % 4] == blk[1 + k];
+        }
+        CHECK(ok, "mxfp4 n_in %lld: R16 bytes not where r16_pack.h puts them", (long long)n_in);
+    }
     if (kern_isa_detect() == KVI_ISA_AVX512 && kern_has_vnni()) {
         for (int64_t tt = 0; tt < n_out / 16; tt++)
             kern_r16_from_rows_avx512(t, w + tt * tb, n_in, back + tt * tb);
@@ -79,6 +90,10 @@ static void test_products(kvi_type t, int64_t n_out, int64_t n_in, uint64_t *rs)
     const int max_rows = 70;
     uint8_t *w = trand_weights(t, n_out, n_in, rs);
     const size_t bytes = quant_row_bytes(t, n_in) * (size_t)n_out;
+    if (t == KVI_TYPE_MXFP4) /* every fifth row's scales the subnormal 2^-128 / 2^-127 */
+        for (int64_t j = 0; j < n_out; j += 5)
+            for (int64_t b = 0; b < n_in / 32; b++)
+                w[(size_t)j * quant_row_bytes(t, n_in) + (size_t)b * 17] = (uint8_t)(trand_u64(rs) & 1);
     uint8_t *wr = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
     memcpy(wr, w, bytes);
     kern_tensor rows = { .data = w, .type = t, .n_in = n_in, .n_out = n_out };
@@ -172,8 +187,8 @@ static void test_eligibility(void)
 int main(void)
 {
     uint64_t rs = 0x5eed16;
-    const kvi_type types[3] = { KVI_TYPE_Q8_0, KVI_TYPE_Q4_0, KVI_TYPE_IQ4_NL };
-    for (int k = 0; k < 3; k++) {
+    const kvi_type types[4] = { KVI_TYPE_Q8_0, KVI_TYPE_Q4_0, KVI_TYPE_IQ4_NL, KVI_TYPE_MXFP4 };
+    for (int k = 0; k < 4; k++) {
         test_layout(types[k], 64, &rs);
         test_layout(types[k], 2048, &rs);
         test_products(types[k], 48, 256, &rs);

@@ -250,6 +250,7 @@ static void test_types(void)
         { KVI_TYPE_Q4_0, 2, 0.03, 0.2, "synth_q4_0.gguf" },
         { KVI_TYPE_Q4_K, 14, 0.02, 0.15, "synth_q4_k.gguf" },
         { KVI_TYPE_Q6_K, 18, 0.003, 0.05, "synth_q6_k.gguf" },
+        { KVI_TYPE_MXFP4, 38, 0.05, 0.16, "synth_mxfp4.gguf" },
     };
     for (size_t k = 0; k < sizeof fl / sizeof fl[0]; k++) {
         p.type = fl[k].t;

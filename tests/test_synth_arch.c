@@ -321,8 +321,10 @@ static void run_arch(const char *arch, const char *type)
 
 static void test_run_all(void)
 {
-    static const char *const types[] = { "f32",  "f16",  "bf16", "q8_0", "q4_0", "q4_1",   "q5_0",  "q5_1",
-                                         "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "q4_k_m", "q5_k_m" };
+    static const char *const types[] = {
+        "f32",  "f16",  "bf16", "q8_0", "q4_0", "q4_1",   "q5_0",   "q5_1",
+        "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "q4_k_m", "q5_k_m", "mxfp4"
+    };
     for (int a = 0; a < N_ARCHS; a++)
         for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) run_arch(k_archs[a], types[t]);
 }

@@ -79,7 +79,7 @@ done:
 int main(void)
 {
     const char *types[] = { "f32",  "f16",  "bf16", "q8_0", "q4_0", "q4_1",
-                            "q5_0", "q5_1", "q4_k", "q5_k", "q6_k" };
+                            "q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "mxfp4" };
     for (size_t i = 0; i < sizeof types / sizeof *types; i++) compare(types[i]);
     return test_main_end();
 }

@@ -17,6 +17,9 @@
  *   IQ4_NL/IQ4_XS:  nibbles as Q4_0 (per 32 elements), each an index into the
  *                   16 levels quant_kvalues_iq4nl; IQ4_XS's sub-block scales are
  *                   6 bits (low 4 in scales_l, high 2 in scales_h), offset 32.
+ *   MXFP4:          the E8M0 exponent byte e, then nibbles as Q4_0, each an index
+ *                   into quant_kvalues_mxfp4 (E2M1 doubled); scale 2^(e - 128)
+ *                   (quant_e8m0_half, exact for every e, subnormal for e = 0, 1).
  * Invariants: dequantisation never reads outside n / block_elems blocks and never
  * writes outside dst[0..n); for an unknown type or an n that is not a multiple of the
  * block size it writes NaN (the caller is expected to have validated with
@@ -56,6 +59,7 @@ static const type_info TYPES[KVI_TYPE_COUNT] = {
     [KVI_TYPE_IQ4_NL] = { "iq4_nl", QK4_NL, sizeof(block_iq4_nl) },
     [KVI_TYPE_IQ4_XS] = { "iq4_xs", QK_K, sizeof(block_iq4_xs) },
     [KVI_TYPE_BF16] = { "bf16", 1, 2 },
+    [KVI_TYPE_MXFP4] = { "mxfp4", QK_MXFP4, sizeof(block_mxfp4) },
 };
 
 bool quant_type_known(kvi_type t) { return (int)t >= 0 && (int)t < KVI_TYPE_COUNT && TYPES[t].name != NULL; }
@@ -373,6 +377,17 @@ static void deq_iq4_xs(const block_iq4_xs *b, float *y)
     }
 }
 
+const int8_t quant_kvalues_mxfp4[16] = { 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12 };
+
+static void deq_mxfp4(const block_mxfp4 *b, float *y)
+{
+    const float d = quant_e8m0_half(b->e);
+    for (int j = 0; j < QK_MXFP4 / 2; j++) {
+        y[j] = (float)quant_kvalues_mxfp4[b->qs[j] & 0xf] * d;
+        y[j + 16] = (float)quant_kvalues_mxfp4[b->qs[j] >> 4] * d;
+    }
+}
+
 void quant_dequant_row(kvi_type t, const void *src, float *dst, int64_t n)
 {
     if (n <= 0) return;
@@ -427,6 +442,7 @@ void quant_dequant_row(kvi_type t, const void *src, float *dst, int64_t n)
             DQ(KVI_TYPE_Q8_K, block_q8_K, deq_q8_k)
             DQ(KVI_TYPE_IQ4_NL, block_iq4_nl, deq_iq4_nl)
             DQ(KVI_TYPE_IQ4_XS, block_iq4_xs, deq_iq4_xs)
+            DQ(KVI_TYPE_MXFP4, block_mxfp4, deq_mxfp4)
 #undef DQ
         default:
             for (int64_t j = 0; j < be; j++) y[j] = NAN;
@@ -824,6 +840,56 @@ static void quant_iq4_xs(const float *x, block_iq4_xs *b)
     }
 }
 
+/* ---- MXFP4: a power-of-two scale, nearest FP4 level --------------------- */
+
+/* The nibble of the level nearest v (in level units, i.e. doubled E2M1): the
+ * count of midpoints between neighbouring magnitudes that |v| exceeds, with the
+ * sign in bit 3 (a magnitude of 0 keeps nibble 0). */
+static int mxfp4_index(float v)
+{
+    static const float MID[7] = { 0.5f, 1.5f, 2.5f, 3.5f, 5.0f, 7.0f, 10.0f };
+    const float a = fabsf(v);
+    int i = 0;
+    for (int k = 0; k < 7; k++) i += a > MID[k];
+    return (v < 0.0f && i > 0) ? i | 8 : i;
+}
+
+/* Squared error of the 32 values x against exponent e (nibbles into L). */
+static float mxfp4_try(const float *x, int e, uint8_t *L)
+{
+    const float d = quant_e8m0_half((uint8_t)e); /* 1 / d overflows for e < 2: divide */
+    float err = 0.0f;
+    for (int i = 0; i < QK_MXFP4; i++) {
+        L[i] = (uint8_t)mxfp4_index(x[i] / d);
+        const float r = x[i] - (float)quant_kvalues_mxfp4[L[i]] * d;
+        err += r * r;
+    }
+    return err;
+}
+
+/* e0: the smallest exponent whose top level 12 * 2^(e - 128) reaches max |x|
+ * (amax = m 2^k with m in [0.5, 1): 12 * 2^s >= amax exactly when s >= k - 4,
+ * or s >= k - 3 for m > 0.75); e0 - 1 (the largest values clipped to 12, the rest
+ * finer) is tried too and the smaller squared error kept. All zero: e = 0. */
+static void quant_mxfp4(const float *x, block_mxfp4 *b)
+{
+    const float amax = fabsf(signed_absmax(x, QK_MXFP4));
+    uint8_t L[QK_MXFP4], Lt[QK_MXFP4];
+    int e = 0;
+    if (amax > 0.0f && isfinite(amax)) {
+        int k;
+        const float m = frexpf(amax, &k);
+        e = clampi(k - 4 + (m > 0.75f) + 128, 0, 254);
+    }
+    float best = mxfp4_try(x, e, L);
+    if (e > 0 && mxfp4_try(x, e - 1, Lt) < best) {
+        e--;
+        memcpy(L, Lt, sizeof L);
+    }
+    b->e = (uint8_t)e;
+    for (int j = 0; j < QK_MXFP4 / 2; j++) b->qs[j] = (uint8_t)(L[j] | L[j + 16] << 4);
+}
+
 int quant_quantize_row(kvi_type t, const float *src, void *dst, int64_t n)
 {
     if (!quant_type_known(t)) return KVI_E_INVALID;
@@ -871,6 +937,7 @@ int quant_quantize_row(kvi_type t, const float *src, void *dst, int64_t n)
             QU(KVI_TYPE_Q8_K, block_q8_K, quant_q8_k)
             QU(KVI_TYPE_IQ4_NL, block_iq4_nl, quant_iq4_nl)
             QU(KVI_TYPE_IQ4_XS, block_iq4_xs, quant_iq4_xs)
+            QU(KVI_TYPE_MXFP4, block_mxfp4, quant_mxfp4)
 #undef QU
         default: return KVI_E_UNSUPPORTED;
         }

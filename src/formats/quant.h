@@ -21,6 +21,7 @@
 #define QK8_1 32
 #define QK_K 256
 #define QK4_NL 32
+#define QK_MXFP4 32
 #define K_SCALE_SIZE 12
 
 typedef uint16_t quant_f16;  /* IEEE half, stored */
@@ -127,6 +128,30 @@ static inline int quant_iq4xs_scale(const block_iq4_xs *b, int ib)
     return (lo | hi << 4) - 32;
 }
 
+/* MXFP4 (OCP microscaling FP4): one E8M0 exponent e, then qs[j] low nibble =
+ * element j, high nibble = element j + 16 (as Q4_0). Element = level * 2^(e - 128)
+ * with level = quant_kvalues_mxfp4[nibble] (the E2M1 values doubled, so that they
+ * are integers; ggml's kvalues_mxfp4), which is why the scale is 2^(e - 127) / 2. */
+typedef struct {
+    uint8_t e;
+    uint8_t qs[QK_MXFP4 / 2];
+} block_mxfp4;
+
+/* The levels, by nibble: 0 1 2 3 4 6 8 12 and their negatives (nibble 8 is -0). */
+extern const int8_t quant_kvalues_mxfp4[16];
+
+/* 2^(e - 128) exactly, for every byte e (0 and 1 give the subnormals 2^-128 and
+ * 2^-127, 255 gives 2^127): built from the float's bits, no pow. */
+static inline float quant_e8m0_half(uint8_t e)
+{
+    const uint32_t u = e < 2 ? (uint32_t)0x00200000u << e : (uint32_t)(e - 1) << 23;
+    union {
+        uint32_t u;
+        float f;
+    } c = { u };
+    return c.f;
+}
+
 _Static_assert(sizeof(block_q4_0) == 18, "block_q4_0 size");
 _Static_assert(sizeof(block_q4_1) == 20, "block_q4_1 size");
 _Static_assert(sizeof(block_q5_0) == 22, "block_q5_0 size");
@@ -141,6 +166,7 @@ _Static_assert(sizeof(block_q6_K) == 210, "block_q6_K size");
 _Static_assert(sizeof(block_q8_K) == 292, "block_q8_K size");
 _Static_assert(sizeof(block_iq4_nl) == 18, "block_iq4_nl size");
 _Static_assert(sizeof(block_iq4_xs) == 136, "block_iq4_xs size");
+_Static_assert(sizeof(block_mxfp4) == 17, "block_mxfp4 size");
 
 /* Elements per block (1 for F32/F16/BF16); 0 for an unknown type. */
 int64_t quant_block_elems(kvi_type t);
@@ -158,7 +184,7 @@ quant_bf16 quant_f32_to_bf16(float f); /* round to nearest even */
 /* Reference dequantisation of n elements (n a multiple of the block size). */
 void quant_dequant_row(kvi_type t, const void *src, float *dst, int64_t n);
 /* Quantises n floats. Supported: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q8_K
- * Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS. Returns 0 or KVI_E_UNSUPPORTED / KVI_E_INVALID. */
+ * Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS MXFP4. Returns 0 or KVI_E_UNSUPPORTED / KVI_E_INVALID. */
 int quant_quantize_row(kvi_type t, const float *src, void *dst, int64_t n);
 
 #endif

@@ -51,7 +51,7 @@ typedef struct kern_tensor {
 } kern_tensor;
 
 /* KVI_LAYOUT_ROWS: row j at data + j * quant_row_bytes(type, n_in) (GGUF's layout).
- * KVI_LAYOUT_R16: Q8_0 / Q4_0 / IQ4_NL tiles of 16 rows interleaved (r16_pack.h). */
+ * KVI_LAYOUT_R16: Q8_0 / Q4_0 / IQ4_NL / MXFP4 tiles of 16 rows interleaved (r16_pack.h). */
 #define KVI_LAYOUT_ROWS 0
 #define KVI_LAYOUT_R16 1
 
@@ -62,7 +62,7 @@ float kern_dot_f32_ref(const float *a, const float *b, int64_t n);
 /* y[r * ldy + j] = sum_i x[r * ldx + i] * W[j][i]   for r < n_rows, j < W->n_out.
  * x: [n_rows][ldx] f32 with ldx >= W->n_in; y: [n_rows][ldy] f32 with ldy >= W->n_out.
  * Work is split over output columns j between the pool's threads.
- * For Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 IQ4_NL Q4_K Q5_K Q6_K IQ4_XS weights the rows of x are first
+ * For Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 IQ4_NL MXFP4 Q4_K Q5_K Q6_K IQ4_XS weights the rows of x are first
  * quantised to 8 bits (as llama.cpp does) and multiplied in integers, with the
  * same bits on every ISA (q8.h); other types multiply in f32. */
 /* Returns 0, KVI_E_INVALID for bad arguments (y untouched), or KVI_E_NOMEM. */
@@ -91,7 +91,7 @@ kern_tensor kern_tensor_rows(const kern_tensor *W, int64_t r0, int64_t n);
  * kern_prepare_weights writes into the weights' bytes: make them writable). */
 bool kern_prepare_wanted(void);
 /* Lays the n matrices of W (distinct data) out for the active kernels, in place,
- * using n_threads threads: today the Q8_0 / Q4_0 / IQ4_NL ones whose shape allows it go to
+ * using n_threads threads: today the Q8_0 / Q4_0 / IQ4_NL / MXFP4 ones whose shape allows it go to
  * R16 tiles (r16_pack.h) when the kernels read those faster; every other matrix is
  * left as it is. Returns 0, or a negative KVI_E_* with every matrix unchanged. */
 int kern_prepare_weights(kern_tensor *const *W, int n, int n_threads);

@@ -124,13 +124,13 @@ AVX512 static int dequant_avx512(kvi_type t, const void *src, float *dst, int64_
  * A tile is 16 weight rows; lane l of every vector belongs to weight row j0 + l.
  * For a 32-input block, W[k] (k = 0..7) holds in lane l the four weight levels
  * 4k..4k+3 of row l as unsigned bytes (Q8_0: q + 128; Q4_0: the nibble, q + 8;
- * IQ4_NL: the nibble's codebook level + 128, by vpshufb), so
+ * IQ4_NL / MXFP4: the nibble's level + 128, by vpshufb), so
  * one vpdpbusd with the broadcast activation quants 4k..4k+3 adds four products
  * to each row's sum; starting the sum at -offset * sum(x quants) makes it the exact
  * isum. Then acc = fma(dw * dx, (float)isum, acc), lane by lane: the contract's
- * steps.
+ * steps (dw: the f16 d as float, or MXFP4's 2^(e - 128), kern_e8m0_half_ps).
  *
- * Q8_0 / Q4_0 / IQ4_NL with many rows (qgemm_packed): the inputs are walked in chunks of
+ * Q8_0 / Q4_0 / IQ4_NL / MXFP4 with many rows (qgemm_packed): the inputs are walked in chunks of
  * at most KC blocks; for each chunk, each pair of 16-row tiles (32 outputs) is
  * packed into the scratch, per block PACK2 bytes: for k = 0..7 the two tiles'
  * W[k] side by side (128 bytes), then their dw (2 x 16 f32). Every group of RT
@@ -161,16 +161,21 @@ VNNI_INLINE void load_block(kvi_type t, const tile16 *tl, size_t off, __m512i W[
         transpose16x4(tl->p, off + 2, W);
         transpose16x4(tl->p, off + 18, W + 4);
         for (int k = 0; k < 8; k++) W[k] = _mm512_xor_si512(W[k], flip);
-    } else { /* Q4_0 / IQ4_NL: low nibbles are inputs 0..15, high nibbles 16..31 */
-        const __m512i lo = _mm512_set1_epi8(0x0f), lut = kern_iq4nl_lut();
+    } else { /* Q4_0 / IQ4_NL / MXFP4: low nibbles are inputs 0..15, high nibbles 16..31 */
+        const bool mx = t == KVI_TYPE_MXFP4; /* one exponent byte, not an f16 d, before the quants */
+        const __m512i lo = _mm512_set1_epi8(0x0f), lut = mx ? kern_mxfp4_lut() : kern_iq4nl_lut();
         __m512i R[4];
-        transpose16x4(tl->p, off + 2, R);
+        transpose16x4(tl->p, off + (mx ? 1 : 2), R);
         for (int k = 0; k < 4; k++) {
             W[k] = _mm512_and_si512(R[k], lo);
             W[k + 4] = _mm512_and_si512(_mm512_srli_epi16(R[k], 4), lo);
         }
-        if (t == KVI_TYPE_IQ4_NL) /* nibbles to codebook levels + 128 */
+        if (t != KVI_TYPE_Q4_0) /* nibbles to levels + 128 */
             for (int k = 0; k < 8; k++) W[k] = _mm512_shuffle_epi8(lut, W[k]);
+        if (mx) {
+            *dw = scales16_e8m0(tl, off);
+            return;
+        }
     }
     *dw = scales16(tl, off, 0);
 }
@@ -316,20 +321,22 @@ VNNI static void pack_rows_tile(const kern_qgemm_args *a, int64_t jt, int h, int
 }
 
 /* The same from the R16 layout (r16_pack.h): the tile's vectors are already
- * transposed; Q4_0 / IQ4_NL nibbles are split (and looked up) as load_block does. */
+ * transposed; Q4_0 / IQ4_NL / MXFP4 nibbles are split (and looked up) as load_block
+ * does. */
 VNNI static void pack_r16_tile(const kern_qgemm_args *a, int64_t jt, int h, int64_t kb0, int64_t nk,
                                uint8_t *packed)
 {
-    const bool q8 = a->type == KVI_TYPE_Q8_0;
-    const size_t pair = q8 ? 1088 : 576,
-                 qbytes = q8 ? 512 : 256; /* bytes per block pair, per block's quants */
+    const bool q8 = a->type == KVI_TYPE_Q8_0, mx = a->type == KVI_TYPE_MXFP4;
+    const size_t sc = mx ? 32 : 64, /* bytes of a pair's scales (16 E8M0 bytes or f16 per block) */
+        qbytes = q8 ? 512 : 256,    /* bytes per block's quants */
+        pair = sc + 2 * qbytes;     /* bytes per block pair */
     const uint8_t *tile = a->w + (size_t)(jt + 16 * h) * a->w_rb;
-    const __m512i lo = _mm512_set1_epi8(0x0f), lut = kern_iq4nl_lut();
-    const bool nl = a->type == KVI_TYPE_IQ4_NL;
+    const __m512i lo = _mm512_set1_epi8(0x0f), lut = mx ? kern_mxfp4_lut() : kern_iq4nl_lut();
+    const bool nl = a->type == KVI_TYPE_IQ4_NL || mx;
     for (int64_t b = 0; b < nk; b++) {
         const int64_t blk = kb0 + b;
         const uint8_t *p = tile + (size_t)(blk / 2) * pair;
-        const uint8_t *qs = p + 64 + (size_t)(blk & 1) * qbytes;
+        const uint8_t *qs = p + sc + (size_t)(blk & 1) * qbytes;
         uint8_t *q = packed + (size_t)b * PACK2 + 64 * (size_t)h;
         if (q8) {
             for (int k = 0; k < 8; k++)
@@ -346,12 +353,17 @@ VNNI static void pack_r16_tile(const kern_qgemm_args *a, int64_t jt, int h, int6
                 _mm512_store_si512((void *)(q + 128 * (k + 4)), wh);
             }
         }
-        const __m256i d16 = _mm256_loadu_si256((const __m256i *)(p + 32 * (size_t)(blk & 1)));
-        _mm512_store_ps((float *)(q + 1024), _mm512_cvtph_ps(d16));
+        if (mx) {
+            _mm512_store_ps((float *)(q + 1024), kern_e8m0_half16(p + 16 * (size_t)(blk & 1)));
+        } else {
+            const __m256i d16 = _mm256_loadu_si256((const __m256i *)(p + 32 * (size_t)(blk & 1)));
+            _mm512_store_ps((float *)(q + 1024), _mm512_cvtph_ps(d16));
+        }
     }
 }
 
-/* Q8_0 / Q4_0 with the scratch (KVI_QGEMM_SCRATCH(n_in) bytes), any number of rows;
+/* Q8_0 / Q4_0 / IQ4_NL / MXFP4 with the scratch (KVI_QGEMM_SCRATCH(n_in) bytes), any
+ * number of rows (AMX takes only Q8_0 / Q4_0, kern_qgemm_amx_q8 declines the others);
  * r16: a->w is in the R16 layout (j0, j1 multiples of 16). Returns 0 (nothing
  * written) when the corrections' buffer cannot be allocated. */
 VNNI static int qgemm_packed(const kern_qgemm_args *a, uint8_t *packed, bool r16)
@@ -395,7 +407,9 @@ VNNI static int qgemm_packed(const kern_qgemm_args *a, uint8_t *packed, bool r16
 int kern_qgemm_r16_many_avx512(const kern_qgemm_args *a)
 {
     if (!kern_has_vnni() || !a->scratch) return 0;
-    if (a->type != KVI_TYPE_Q8_0 && a->type != KVI_TYPE_Q4_0 && a->type != KVI_TYPE_IQ4_NL) return 0;
+    if (a->type != KVI_TYPE_Q8_0 && a->type != KVI_TYPE_Q4_0 && a->type != KVI_TYPE_IQ4_NL &&
+        a->type != KVI_TYPE_MXFP4)
+        return 0;
     if (a->n_in % 64 != 0 || a->j0 % 16 != 0 || a->j1 % 16 != 0 || a->n_rows < 1) return 0;
     return qgemm_packed(a, a->scratch, true);
 }
@@ -773,7 +787,8 @@ VNNI static int qgemm_avx512(const kern_qgemm_args *a)
     if (!kern_has_vnni() || kern_q8_act_type(a->type) == KVI_TYPE_F32) return 0;
     if (a->w_rb > (size_t)INT32_MAX / 16) return 0; /* gather offsets are int32 */
     if (kern_qgemv_avx512(a) || kern_qgemv_kq_avx512(a)) return 1;
-    if (a->type != KVI_TYPE_Q8_0 && a->type != KVI_TYPE_Q4_0 && a->type != KVI_TYPE_IQ4_NL)
+    if (a->type != KVI_TYPE_Q8_0 && a->type != KVI_TYPE_Q4_0 && a->type != KVI_TYPE_IQ4_NL &&
+        a->type != KVI_TYPE_MXFP4)
         return qgemm_generic(a);
     if (!a->scratch) return 0;
     if (kern_qgemm_amx_q8(a, false)) return 1;

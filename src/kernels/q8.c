@@ -35,7 +35,8 @@ kvi_type kern_q8_act_type(kvi_type t)
     case KVI_TYPE_Q4_1:
     case KVI_TYPE_Q5_0:
     case KVI_TYPE_Q5_1:
-    case KVI_TYPE_IQ4_NL: return KVI_TYPE_Q8_0;
+    case KVI_TYPE_IQ4_NL:
+    case KVI_TYPE_MXFP4: return KVI_TYPE_Q8_0;
     case KVI_TYPE_Q4_K:
     case KVI_TYPE_Q5_K:
     case KVI_TYPE_Q6_K:
@@ -155,7 +156,8 @@ int kern_q8_level_offset(kvi_type t)
     switch (t) {
     case KVI_TYPE_Q8_0:
     case KVI_TYPE_IQ4_NL:
-    case KVI_TYPE_IQ4_XS: return 128;
+    case KVI_TYPE_IQ4_XS:
+    case KVI_TYPE_MXFP4: return 128;
     case KVI_TYPE_Q4_0: return 8;
     case KVI_TYPE_Q5_0: return 16;
     case KVI_TYPE_Q6_K: return 32;

@@ -4,9 +4,9 @@
  * For the weight types listed by kern_q8_act_type(), kern_matmul quantises each input
  * row once per call into 8-bit blocks ("activation blocks") and multiplies them with
  * the weight blocks in integers, as llama.cpp does:
- *   - Q8_0 Q4_0 Q5_0 Q4_1 Q5_1 IQ4_NL weights: one kern_q8a block per 32 inputs (d,
- *     and for the _1 types s = d * sum(qs), both rounded through f16 as ggml's Q8_0 /
- *     Q8_1);
+ *   - Q8_0 Q4_0 Q5_0 Q4_1 Q5_1 IQ4_NL MXFP4 weights: one kern_q8a block per 32
+ *     inputs (d, and for the _1 types s = d * sum(qs), both rounded through f16 as
+ *     ggml's Q8_0 / Q8_1);
  *   - Q4_K Q5_K Q6_K IQ4_XS weights: one kern_q8k block per 256 inputs (ggml's Q8_K).
  *
  * The reduction order (the determinism contract, identical for every ISA): output
@@ -19,6 +19,8 @@
  * isum_b of a K-quant is sum over sub-blocks of scale_s * (exact sub-block dot).
  * IQ4_NL / IQ4_XS are Q8_0 / Q6_K-like: their levels are the codebook's int8
  * values, IQ4_XS's scale_s is ls_s - 32 (signed) over sub-blocks of 32, no min term.
+ * MXFP4 is IQ4_NL-like with the levels quant_kvalues_mxfp4 (-12..12) and
+ * dw_b = 2^(e_b - 128) (quant_e8m0_half; as ggml, sum(level * q8) * (dx * dw)).
  * Every integer is exact, so a SIMD kernel that computes the same integers and then
  * the same float operations gives the scalar reference's bits: whatever the ISA,
  * the batch size, the tile or the thread count.
@@ -100,7 +102,7 @@ void kern_q8_tiles_row(const void *xq, int64_t n_in, int64_t r, bool pad, uint8_
 #define KVI_QGEMM_SCRATCH(n_in) ((size_t)((n_in) / 32 + 1) * 832)
 
 /* Offset added to a weight level to make it an unsigned byte (Q8_0 IQ4_NL IQ4_XS
- * 128, Q4_0 8, Q5_0 16, Q6_K 32, others 0). */
+ * MXFP4 128, Q4_0 8, Q5_0 16, Q6_K 32, others 0). */
 int kern_q8_level_offset(kvi_type t);
 
 /* Scalar implementation of the above (every type of kern_q8_act_type). */

@@ -28,8 +28,9 @@ static void scale_min_k4(int j, const uint8_t *q, int *sc, int *mn)
     *mn = m;
 }
 
-/* One 32-input block of a legacy type: levels lv (offset removed for _0 types),
- * scale d and min m (0 for the _0 types). */
+/* One 32-input block of a legacy type (or IQ4_NL / MXFP4): levels lv (offset
+ * removed for _0 types; the codebook's values for IQ4_NL / MXFP4), scale d (MXFP4:
+ * 2^(e - 128) from its E8M0 byte) and min m (0 but for the _1 types). */
 static void unpack32(kvi_type t, const uint8_t *p, int8_t lv[32], float *d, float *m)
 {
     uint32_t qh;
@@ -76,6 +77,15 @@ static void unpack32(kvi_type t, const uint8_t *p, int8_t lv[32], float *d, floa
         for (int i = 0; i < 16; i++) {
             lv[i] = quant_kvalues_iq4nl[b->qs[i] & 0xf];
             lv[i + 16] = quant_kvalues_iq4nl[b->qs[i] >> 4];
+        }
+        break;
+    }
+    case KVI_TYPE_MXFP4: {
+        const block_mxfp4 *b = (const block_mxfp4 *)p;
+        *d = quant_e8m0_half(b->e);
+        for (int i = 0; i < 16; i++) {
+            lv[i] = quant_kvalues_mxfp4[b->qs[i] & 0xf];
+            lv[i + 16] = quant_kvalues_mxfp4[b->qs[i] >> 4];
         }
         break;
     }

@@ -1,6 +1,6 @@
 /*
- * qgemv_avx512.c — Q8_0 / Q4_0 / IQ4_NL products with few input rows (decode),
- * with AVX-512 VNNI; the bits of q8.h's contract. See the comment below.
+ * qgemv_avx512.c — Q8_0 / Q4_0 / IQ4_NL / MXFP4 products with few input rows
+ * (decode), with AVX-512 VNNI; the bits of q8.h's contract. See the comment below.
  */
 #include "kernels/r16.h"
 #include "kernels/vnni_avx512.h"
@@ -11,11 +11,13 @@
  * read as it lies (contiguous loads) and dotted with vpdpbusd against the
  * activation, arranged once per call in the scratch, into P_l: 16 dword lanes of
  * partial sums of G consecutive blocks (Q8_0: G = 2, lanes 8k..8k+7 = block k;
- * Q4_0 and IQ4_NL (Q4_0's layout; each nibble looked up, vpshufb, as its codebook
- * level + 128): G = 4, lanes 4k..4k+3 = block k). A fixed unpack/shuffle/add tree folds
+ * Q4_0, IQ4_NL and MXFP4 (Q4_0's nibbles, MXFP4's one byte nearer the block start;
+ * IQ4_NL / MXFP4 nibbles looked up, vpshufb, as their level + 128): G = 4, lanes
+ * 4k..4k+3 = block k). A fixed unpack/shuffle/add tree folds
  * P_0..P_15 into R_0..R_{G-1} with lane l of R_k = row l's exact integer sum of
  * block k. The float steps then run lane by lane, block by block in order, as in
- * tile_rows: acc = fma(dw * dx, (float)(R_k - offset * sum(x quants)), acc). The
+ * tile_rows: acc = fma(dw * dx, (float)(R_k - offset * sum(x quants)), acc), dw
+ * the f16 d as float or MXFP4's 2^(e - 128) (kern_e8m0_half_ps). The
  * integers are exact and the float operations the same, so the bits are
  * tile_rows' and kern_qgemm_ref's.
  *
@@ -100,20 +102,27 @@ VNNI_INLINE void gv_sums_q8_0(const tile16 *tl, size_t o0, size_t o1, __m512i X,
     R[1] = _mm512_shuffle_i32x4(A, B, 0xDD);
 }
 
-/* Q4_0 (nl = 0) or IQ4_NL (nl = 1), blocks at byte offsets o[0..3] of the 16 rows
+/* The nibble kinds of gv_sums_q4_0 / gv_tile (a constant in each copy). */
+#define GV_Q4_0 0
+#define GV_IQ4NL 1
+#define GV_MXFP4 2
+
+/* Q4_0, IQ4_NL or MXFP4 (kind), blocks at byte offsets o[0..3] of the 16 rows
  * against XL (inputs 0..15 of the four blocks) and XH (inputs 16..31): R[k], lane
- * l = row l's sum of block k (levels as unsigned bytes: nibble, or codebook + 128). */
+ * l = row l's sum of block k (levels as unsigned bytes: nibble, or level + 128). */
 VNNI_INLINE void gv_sums_q4_0(const tile16 *tl, const size_t o[4], __m512i XL, __m512i XH, __m512i R[4],
-                              const int nl)
+                              const int kind)
 {
-    const __m512i lo = _mm512_set1_epi8(0x0f), lut = kern_iq4nl_lut();
+    const int nl = kind != GV_Q4_0;
+    const size_t q = kind == GV_MXFP4 ? 1 : 2; /* the quants' offset in a block */
+    const __m512i lo = _mm512_set1_epi8(0x0f), lut = kind == GV_MXFP4 ? kern_mxfp4_lut() : kern_iq4nl_lut();
     __m512i P[16], V[4];
     for (int l = 0; l < 16; l++) {
         const uint8_t *p = tl->p[l];
-        __m512i w = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p + o[0] + 2)));
-        w = _mm512_inserti32x4(w, _mm_loadu_si128((const __m128i *)(p + o[1] + 2)), 1);
-        w = _mm512_inserti32x4(w, _mm_loadu_si128((const __m128i *)(p + o[2] + 2)), 2);
-        w = _mm512_inserti32x4(w, _mm_loadu_si128((const __m128i *)(p + o[3] + 2)), 3);
+        __m512i w = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p + o[0] + q)));
+        w = _mm512_inserti32x4(w, _mm_loadu_si128((const __m128i *)(p + o[1] + q)), 1);
+        w = _mm512_inserti32x4(w, _mm_loadu_si128((const __m128i *)(p + o[2] + q)), 2);
+        w = _mm512_inserti32x4(w, _mm_loadu_si128((const __m128i *)(p + o[3] + q)), 3);
         _mm_prefetch((const char *)(p + o[0] + GV_PREFETCH), _MM_HINT_T0);
         __m512i wl = _mm512_and_si512(w, lo), wh = _mm512_and_si512(_mm512_srli_epi16(w, 4), lo);
         if (nl) {
@@ -133,10 +142,10 @@ VNNI_INLINE void gv_sums_q4_0(const tile16 *tl, const size_t o[4], __m512i XL, _
     R[3] = _mm512_shuffle_i32x4(T1, T3, 0xDD);
 }
 
-/* One tile of rows jt.. (mask m of valid lanes) for nr <= GV_ROWS input rows; nl:
- * the weights are IQ4_NL (a constant in each copy). */
+/* One tile of rows jt.. (mask m of valid lanes) for nr <= GV_ROWS input rows; kind:
+ * the nibbles' meaning for Q4_0-like weights (a constant in each copy). */
 VNNI_INLINE void gv_tile(const kern_qgemm_args *a, const tile16 *tl, const gv_act *x, int nr, int64_t jt,
-                         __mmask16 m, const int nl)
+                         __mmask16 m, const int kind)
 {
     const int G = a->type == KVI_TYPE_Q8_0 ? 2 : 4;
     const int64_t nb = a->n_in / 32, ng = (nb + G - 1) / G;
@@ -148,7 +157,8 @@ VNNI_INLINE void gv_tile(const kern_qgemm_args *a, const tile16 *tl, const gv_ac
         size_t o[4];
         __m512 dw[4];
         for (int k = 0; k < G; k++) o[k] = (size_t)(g * G + (k < nk ? k : nk - 1)) * bb;
-        for (int k = 0; k < nk; k++) dw[k] = scales16(tl, o[k], 0);
+        for (int k = 0; k < nk; k++)
+            dw[k] = kind == GV_MXFP4 ? scales16_e8m0(tl, o[k]) : scales16(tl, o[k], 0);
         for (int rr = 0; rr < nr; rr++) {
             __m512i R[4];
             const int8_t *xg = x[rr].xg + g * G * 32;
@@ -156,7 +166,7 @@ VNNI_INLINE void gv_tile(const kern_qgemm_args *a, const tile16 *tl, const gv_ac
                 gv_sums_q8_0(tl, o[0], o[1], _mm512_load_si512((const void *)xg), R);
             else
                 gv_sums_q4_0(tl, o, _mm512_load_si512((const void *)xg),
-                             _mm512_load_si512((const void *)(xg + 64)), R, nl);
+                             _mm512_load_si512((const void *)(xg + 64)), R, kind);
             for (int k = 0; k < nk; k++) {
                 const int64_t b = g * G + k;
                 const __m512i s = _mm512_add_epi32(R[k], _mm512_set1_epi32(x[rr].corr[b]));
@@ -171,20 +181,28 @@ VNNI_INLINE void gv_tile(const kern_qgemm_args *a, const tile16 *tl, const gv_ac
 VNNI static void gv_tile_q(const kern_qgemm_args *a, const tile16 *tl, const gv_act *x, int nr, int64_t jt,
                            __mmask16 m)
 {
-    gv_tile(a, tl, x, nr, jt, m, 0);
+    gv_tile(a, tl, x, nr, jt, m, GV_Q4_0);
 }
 
 VNNI static void gv_tile_nl(const kern_qgemm_args *a, const tile16 *tl, const gv_act *x, int nr, int64_t jt,
                             __mmask16 m)
 {
-    gv_tile(a, tl, x, nr, jt, m, 1);
+    gv_tile(a, tl, x, nr, jt, m, GV_IQ4NL);
 }
 
-/* Q8_0 / Q4_0 / IQ4_NL with 1..GV_ROWS input rows; 0 when not handled (nothing
- * written). */
+VNNI static void gv_tile_mx(const kern_qgemm_args *a, const tile16 *tl, const gv_act *x, int nr, int64_t jt,
+                            __mmask16 m)
+{
+    gv_tile(a, tl, x, nr, jt, m, GV_MXFP4);
+}
+
+/* Q8_0 / Q4_0 / IQ4_NL / MXFP4 with 1..GV_ROWS input rows; 0 when not handled
+ * (nothing written). */
 VNNI int kern_qgemv_avx512(const kern_qgemm_args *a)
 {
-    if (a->type != KVI_TYPE_Q8_0 && a->type != KVI_TYPE_Q4_0 && a->type != KVI_TYPE_IQ4_NL) return 0;
+    if (a->type != KVI_TYPE_Q8_0 && a->type != KVI_TYPE_Q4_0 && a->type != KVI_TYPE_IQ4_NL &&
+        a->type != KVI_TYPE_MXFP4)
+        return 0;
     if (a->n_rows < 1 || a->n_rows > GV_ROWS || !a->scratch) return 0;
     const int G = a->type == KVI_TYPE_Q8_0 ? 2 : 4, nr = (int)a->n_rows;
     const int64_t nb = a->n_in / 32;
@@ -200,6 +218,8 @@ VNNI int kern_qgemv_avx512(const kern_qgemm_args *a)
         tile_init(&tl, a, jt, nv);
         if (a->type == KVI_TYPE_IQ4_NL)
             gv_tile_nl(a, &tl, x, nr, jt, (__mmask16)((1u << nv) - 1));
+        else if (a->type == KVI_TYPE_MXFP4)
+            gv_tile_mx(a, &tl, x, nr, jt, (__mmask16)((1u << nv) - 1));
         else
             gv_tile_q(a, &tl, x, nr, jt, (__mmask16)((1u << nv) - 1));
     }
@@ -209,9 +229,9 @@ VNNI int kern_qgemv_avx512(const kern_qgemm_args *a)
 /* ---- R16 weights (r16_pack.h): one linear stream per tile -----------------
  *
  * The tile's vectors already have lane l = weight row l, so each block is: the
- * 16 scales (one f16 load), the quants as 8 u8 vectors (Q8_0) or 4 vectors whose
- * low / high nibbles are inputs 4k.. / 16+4k.. (Q4_0; IQ4_NL looked up as codebook
- * level + 128), vpdpbusd against the
+ * 16 scales (one f16 load; MXFP4: 16 E8M0 bytes, kern_e8m0_half16), the quants as
+ * 8 u8 vectors (Q8_0) or 4 vectors whose low / high nibbles are inputs 4k.. /
+ * 16+4k.. (Q4_0; IQ4_NL / MXFP4 looked up as level + 128), vpdpbusd against the
  * activation quads broadcast from the kern_q8a block, the sum started at
  * -offset * sum(x quants). Then acc = fma(dw * dx, (float)isum, acc) block by block:
  * the contract's steps, so the bits of every other path. Prefetch runs
@@ -231,8 +251,9 @@ VNNI_INLINE void r16_block(kvi_type t, const uint8_t *q, __m512 dw, const kern_q
     if (t == KVI_TYPE_Q8_0) {
         _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) W[k] =
             _mm512_loadu_si512((const void *)(q + 64 * k));
-    } else if (t == KVI_TYPE_IQ4_NL) { /* Q4_0's nibbles, looked up as codebook level + 128 */
-        const __m512i lo = _mm512_set1_epi8(0x0f), lut = kern_iq4nl_lut();
+    } else if (t == KVI_TYPE_IQ4_NL || t == KVI_TYPE_MXFP4) { /* Q4_0's nibbles, looked up as level + 128 */
+        const __m512i lo = _mm512_set1_epi8(0x0f),
+                      lut = t == KVI_TYPE_MXFP4 ? kern_mxfp4_lut() : kern_iq4nl_lut();
         _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++)
         {
             const __m512i v = _mm512_loadu_si512((const void *)(q + 64 * k));
@@ -266,19 +287,27 @@ VNNI_INLINE void r16_block(kvi_type t, const uint8_t *q, __m512 dw, const kern_q
 }
 
 /* Pair p (blocks 2p, 2p+1) of the tile at `tile` for nr activation rows: prefetch
- * ahead, the two blocks' scales, then r16_block for each. */
+ * ahead, the two blocks' scales (f16, or MXFP4's E8M0 bytes), then r16_block for
+ * each. */
 VNNI_INLINE void r16_pair(const kern_qgemm_args *a, const uint8_t *tile, int64_t p, const kern_q8a *const *x,
                           int nr, __m512 *acc)
 {
-    const size_t qb = a->type == KVI_TYPE_Q8_0 ? 512 : 256, pair = 64 + 2 * qb;
+    const bool mx = a->type == KVI_TYPE_MXFP4;
+    const size_t qb = a->type == KVI_TYPE_Q8_0 ? 512 : 256, sc = mx ? 32 : 64, pair = sc + 2 * qb;
     const uint8_t *q = tile + (size_t)p * pair;
     const size_t pf = a->type == KVI_TYPE_Q8_0 ? R16_PF_BYTES_Q8 : R16_PF_BYTES_Q4;
     _Pragma("GCC unroll 17") for (size_t o = 0; o < pair; o += 64)
         _mm_prefetch((const char *)(q + pf + o), _MM_HINT_T0);
-    const __m512 d0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)q));
-    const __m512 d1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(q + 32)));
-    r16_block(a->type, q + 64, d0, x, 2 * p, nr, acc);
-    r16_block(a->type, q + 64 + qb, d1, x, 2 * p + 1, nr, acc);
+    __m512 d0, d1;
+    if (mx) {
+        d0 = kern_e8m0_half16(q);
+        d1 = kern_e8m0_half16(q + 16);
+    } else {
+        d0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)q));
+        d1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(q + 32)));
+    }
+    r16_block(a->type, q + sc, d0, x, 2 * p, nr, acc);
+    r16_block(a->type, q + sc + qb, d1, x, 2 * p + 1, nr, acc);
 }
 
 /* Tile rows [jt, jt + 16) for the nr (1..GV_ROWS, a constant after inlining)
@@ -305,11 +334,13 @@ VNNI_INLINE void r16_tiles(const kern_qgemm_args *a, const uint8_t *const *t, co
     _Pragma("GCC unroll 4") for (int i = 0; i < ns; i++) _mm512_storeu_ps(y[i], acc[i]);
 }
 
-/* Q8_0 / Q4_0 / IQ4_NL over R16 weights, any number of rows: each tile is read once from
- * memory and reused (from L1) by the groups of up to GV_ROWS activation rows. */
+/* Q8_0 / Q4_0 / IQ4_NL / MXFP4 over R16 weights, any number of rows: each tile is read
+ * once from memory and reused (from L1) by the groups of up to GV_ROWS activation rows. */
 VNNI int kern_qgemv_r16_avx512(const kern_qgemm_args *a)
 {
-    if (a->type != KVI_TYPE_Q8_0 && a->type != KVI_TYPE_Q4_0 && a->type != KVI_TYPE_IQ4_NL) return 0;
+    if (a->type != KVI_TYPE_Q8_0 && a->type != KVI_TYPE_Q4_0 && a->type != KVI_TYPE_IQ4_NL &&
+        a->type != KVI_TYPE_MXFP4)
+        return 0;
     if (a->n_rows < 1 || a->n_in % 64 != 0 || a->j0 % 16 || a->j1 % 16) return 0;
     if (!kern_has_vnni()) return 0;
     const size_t tb = 16 * a->w_rb;
@@ -353,17 +384,18 @@ VNNI int kern_qgemv_r16_avx512(const kern_qgemm_args *a)
 VNNI void kern_r16_from_rows_avx512(kvi_type t, const uint8_t *src, int64_t n_in, uint8_t *dst)
 {
     const size_t rb = quant_row_bytes(t, n_in), bb = quant_block_bytes(t);
-    const size_t qb = t == KVI_TYPE_Q8_0 ? 512 : 256, pair = 64 + 2 * qb;
+    const size_t sb = t == KVI_TYPE_MXFP4 ? 1 : 2; /* scale bytes per block */
+    const size_t qb = t == KVI_TYPE_Q8_0 ? 512 : 256, pair = 32 * sb + 2 * qb;
     const uint8_t *p[16];
     for (int l = 0; l < 16; l++) p[l] = src + (size_t)l * rb;
     const __m512i flip = _mm512_set1_epi8((char)0x80);
     for (int64_t b = 0; b < n_in / 32; b++) {
         uint8_t *q = dst + (size_t)(b / 2) * pair;
         const size_t off = (size_t)b * bb;
-        for (int l = 0; l < 16; l++) memcpy(q + 32 * (b % 2) + 2 * l, p[l] + off, 2);
-        uint8_t *o = q + 64 + (size_t)(b % 2) * qb;
+        for (int l = 0; l < 16; l++) memcpy(q + 16 * sb * (size_t)(b % 2) + sb * (size_t)l, p[l] + off, sb);
+        uint8_t *o = q + 32 * sb + (size_t)(b % 2) * qb;
         __m512i T[8];
-        transpose16x4(p, off + 2, T);
+        transpose16x4(p, off + sb, T);
         if (t == KVI_TYPE_Q8_0) {
             transpose16x4(p, off + 18, T + 4);
             for (int k = 0; k < 8; k++)
@@ -379,13 +411,15 @@ VNNI void kern_r16_from_rows_avx512(kvi_type t, const uint8_t *src, int64_t n_in
 VNNI void kern_r16_to_rows_avx512(kvi_type t, const uint8_t *tile, int64_t n_in, uint8_t *dst)
 {
     const size_t rb = quant_row_bytes(t, n_in), bb = quant_block_bytes(t);
-    const size_t qb = t == KVI_TYPE_Q8_0 ? 512 : 256, pair = 64 + 2 * qb;
+    const size_t sb = t == KVI_TYPE_MXFP4 ? 1 : 2; /* scale bytes per block */
+    const size_t qb = t == KVI_TYPE_Q8_0 ? 512 : 256, pair = 32 * sb + 2 * qb;
     const __m512i flip = _mm512_set1_epi8(t == KVI_TYPE_Q8_0 ? (char)0x80 : 0);
     for (int64_t b = 0; b < n_in / 32; b++) {
         const uint8_t *q = tile + (size_t)(b / 2) * pair;
-        const uint8_t *in = q + 64 + (size_t)(b % 2) * qb;
+        const uint8_t *in = q + 32 * sb + (size_t)(b % 2) * qb;
         const size_t off = (size_t)b * bb;
-        for (int l = 0; l < 16; l++) memcpy(dst + (size_t)l * rb + off, q + 32 * (b % 2) + 2 * l, 2);
+        for (int l = 0; l < 16; l++)
+            memcpy(dst + (size_t)l * rb + off, q + 16 * sb * (size_t)(b % 2) + sb * (size_t)l, sb);
         for (int h = 0; h < (t == KVI_TYPE_Q8_0 ? 2 : 1); h++) {
             __m512i T[4];
             for (int k = 0; k < 4; k++)
@@ -396,7 +430,7 @@ VNNI void kern_r16_to_rows_avx512(kvi_type t, const uint8_t *tile, int64_t n_in,
             const __m512i Z[4] = { _mm512_unpacklo_epi64(t0, t1), _mm512_unpackhi_epi64(t0, t1),
                                    _mm512_unpacklo_epi64(t2, t3), _mm512_unpackhi_epi64(t2, t3) };
             for (int a = 0; a < 4; a++) {
-                uint8_t *r = dst + off + 2 + 16 * (size_t)h;
+                uint8_t *r = dst + off + sb + 16 * (size_t)h;
                 _mm_storeu_si128((__m128i *)(r + (size_t)a * rb), _mm512_castsi512_si128(Z[a]));
                 _mm_storeu_si128((__m128i *)(r + (size_t)(a + 4) * rb), _mm512_extracti32x4_epi32(Z[a], 1));
                 _mm_storeu_si128((__m128i *)(r + (size_t)(a + 8) * rb), _mm512_extracti32x4_epi32(Z[a], 2));

@@ -1,5 +1,5 @@
 /*
- * r16_pack.c — repacking Q8_0 / Q4_0 / IQ4_NL matrices into the R16 layout and back
+ * r16_pack.c — repacking Q8_0 / Q4_0 / IQ4_NL / MXFP4 matrices into the R16 layout and back
  * (the layout and its invariants: r16_pack.h).
  *
  * Plain byte moves, written for clarity; the repack of a model runs once at load,
@@ -26,13 +26,15 @@ bool kern_r16_preferred(void)
 bool kern_r16_eligible(const kern_tensor *W)
 {
     return W && W->data && W->layout == KVI_LAYOUT_ROWS &&
-           (W->type == KVI_TYPE_Q8_0 || W->type == KVI_TYPE_Q4_0 || W->type == KVI_TYPE_IQ4_NL) &&
+           (W->type == KVI_TYPE_Q8_0 || W->type == KVI_TYPE_Q4_0 || W->type == KVI_TYPE_IQ4_NL ||
+            W->type == KVI_TYPE_MXFP4) &&
            W->n_out > 0 && W->n_out % 16 == 0 && W->n_in > 0 && W->n_in % 64 == 0;
 }
 
-/* Geometry of one type: block bytes, quant bytes per block and row, XOR mask. */
+/* Geometry of one type: block bytes, scale bytes, quant vectors, XOR mask. */
 typedef struct r16_geom {
-    size_t bb;    /* bytes of one block in rows layout (34 or 18) */
+    size_t bb;    /* bytes of one block in rows layout (34, 18 or 17) */
+    size_t sb;    /* bytes of its scale, at the block's start (f16: 2; MXFP4's e: 1) */
     int qv;       /* 64-byte quant vectors per block (8 or 4) */
     uint8_t flip; /* XOR applied to the quants (Q8_0: 0x80) */
     size_t pair;  /* bytes of one pair of blocks of the 16 rows */
@@ -43,6 +45,7 @@ static r16_geom geom(kvi_type t)
     r16_geom g;
     g.bb = quant_block_bytes(t);
     g.qv = t == KVI_TYPE_Q8_0 ? 8 : 4;
+    g.sb = g.bb - 4 * (size_t)g.qv;
     g.flip = t == KVI_TYPE_Q8_0 ? 0x80 : 0x00;
     g.pair = 2 * 16 * g.bb;
     return g;
@@ -54,8 +57,8 @@ static void locate(const r16_geom *g, int64_t b, int lane, size_t *scale, size_t
 {
     const size_t base = (size_t)(b / 2) * g->pair;
     const int h = (int)(b % 2);
-    *scale = base + 32 * (size_t)h + 2 * (size_t)lane;
-    *q0 = base + 64 + (size_t)h * (size_t)g->qv * 64 + 4 * (size_t)lane;
+    *scale = base + 16 * g->sb * (size_t)h + g->sb * (size_t)lane;
+    *q0 = base + 32 * g->sb + (size_t)h * (size_t)g->qv * 64 + 4 * (size_t)lane;
 }
 
 /* One row's blocks <-> its lane of the tile; to_tile selects the direction. */
@@ -64,19 +67,19 @@ static void move_row(const r16_geom *g, int64_t nb, int lane, uint8_t *row, uint
     for (int64_t b = 0; b < nb; b++) {
         size_t sc, q0;
         locate(g, b, lane, &sc, &q0);
-        uint8_t *blk = row + (size_t)b * g->bb; /* [bb]: f16 d, then the quants */
+        uint8_t *blk = row + (size_t)b * g->bb; /* [bb]: the scale (sb bytes), then the quants */
         for (int k = 0; k < g->qv; k++)
             for (int i = 0; i < 4; i++) {
-                uint8_t *t = tile + q0 + 64 * (size_t)k + (size_t)i, *r = blk + 2 + 4 * k + i;
+                uint8_t *t = tile + q0 + 64 * (size_t)k + (size_t)i, *r = blk + g->sb + 4 * k + i;
                 if (to_tile)
                     *t = (uint8_t)(*r ^ g->flip);
                 else
                     *r = (uint8_t)(*t ^ g->flip);
             }
         if (to_tile)
-            memcpy(tile + sc, blk, 2);
+            memcpy(tile + sc, blk, g->sb);
         else
-            memcpy(blk, tile + sc, 2);
+            memcpy(blk, tile + sc, g->sb);
     }
 }
 

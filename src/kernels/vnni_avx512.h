@@ -2,7 +2,8 @@
  * vnni_avx512.h — what the AVX-512 VNNI integer products share (internal to
  * kernels_avx512.c, qgemv_avx512.c and qgemv_kq_avx512.c): the
  * 16-row weight tile (lane l of every vector belongs to weight row j0 + l), its
- * in-register transposes and gathers, and the entry points of the decode (GEMV)
+ * in-register transposes and gathers, the codebook lookups (IQ4_NL, MXFP4) and
+ * MXFP4's E8M0 scales as floats, and the entry points of the decode (GEMV)
  * kernels. Every function here is compiled for AVX-512 VNNI and must be called
  * only after kern_has_vnni() returned 1.
  */
@@ -95,17 +96,50 @@ VNNI_INLINE __m512i kern_iq4nl_lut(void)
                                                 (char)241));
 }
 
+/* The MXFP4 levels (quant_kvalues_mxfp4, -12..12) plus 128, likewise. */
+VNNI_INLINE __m512i kern_mxfp4_lut(void)
+{
+    return _mm512_broadcast_i32x4(_mm_setr_epi8((char)128, (char)129, (char)130, (char)131, (char)132,
+                                                (char)134, (char)136, (char)140, (char)128, 127, 126, 125,
+                                                124, 122, 120, 116));
+}
+
+/* 2^(e - 128) of the E8M0 bytes e in the low byte of each i32 lane (higher bytes
+ * ignored): quant_e8m0_half's bits, (e - 1) << 23, or for e < 2 the subnormals
+ * 0x00200000 << e. */
+VNNI_INLINE __m512 kern_e8m0_half_ps(__m512i v)
+{
+    const __m512i e = _mm512_and_si512(v, _mm512_set1_epi32(0xff));
+    const __m512i nrm = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+    const __m512i sub = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+    const __mmask16 small = _mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2));
+    return _mm512_castsi512_ps(_mm512_mask_blend_epi32(small, nrm, sub));
+}
+
+/* The 16 E8M0 bytes at p (an R16 pair's scales, r16_pack.h) as 2^(e - 128). */
+VNNI_INLINE __m512 kern_e8m0_half16(const uint8_t *p)
+{
+    return kern_e8m0_half_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)));
+}
+
+/* The 16 MXFP4 scales 2^(e - 128) of the blocks at p[l] + off (e its first byte;
+ * the gathered word stays inside the 17-byte block). */
+VNNI_INLINE __m512 scales16_e8m0(const tile16 *tl, size_t off)
+{
+    return kern_e8m0_half_ps(gather16_u32(tl, off));
+}
+
 /* 1 when the CPU has AVX-512 VNNI (cached). */
 int kern_has_vnni(void);
 
 /* Decode products (few input rows, weights streamed as they lie), q8.h's
  * bits; each returns 0 (nothing written) when it does not handle the arguments.
- * Q8_0 / Q4_0 (qgemv_avx512.c): */
+ * Q8_0 / Q4_0 / IQ4_NL / MXFP4 (qgemv_avx512.c): */
 int kern_qgemv_avx512(const kern_qgemm_args *a);
 /* K-quants (qgemv_kq_avx512.c): */
 int kern_qgemv_kq_avx512(const kern_qgemm_args *a);
 
-/* Many-row product over Q8_0 / Q4_0 weights in the R16 layout (r16_pack.h;
+/* Many-row product over Q8_0 / Q4_0 / IQ4_NL / MXFP4 weights in the R16 layout (r16_pack.h;
  * kernels_avx512.c, the rows layout's tiles and bits); 0 when not handled. */
 int kern_qgemm_r16_many_avx512(const kern_qgemm_args *a);
 

@@ -312,6 +312,7 @@ static int synth_file_type(kvi_type t, bool mix_m)
     case KVI_TYPE_IQ4_NL: return 25;
     case KVI_TYPE_IQ4_XS: return 30;
     case KVI_TYPE_BF16: return 32;
+    case KVI_TYPE_MXFP4: return 38; /* MXFP4_MOE, as llama-quantize --pure writes it */
     default: return -1;
     }
 }
@@ -693,7 +694,7 @@ static int synth_check(const kvi_synth_params *p, kvi_error *err)
         return err_set(err, KVI_E_UNSUPPORTED,
                        "synth: type %s%s is not supported for weights (use f32, f16, "
                        "bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs, "
-                       "q4_k_m or q5_k_m)",
+                       "mxfp4, q4_k_m or q5_k_m)",
                        kvi_type_name(p->type) ? kvi_type_name(p->type) : "(unknown)",
                        p->mix_m ? " (_m)" : "");
 #undef NEED
