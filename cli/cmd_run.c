@@ -256,6 +256,7 @@ typedef struct run_weights {
     size_t active_bytes;
     int n_expert, n_expert_used; /* 0: dense */
     int mla_kv_rank;             /* latent attention: values inside the keys; 0: none */
+    int n_heads, head_dim, mla_k_head, mla_v_head;
 } run_weights;
 
 static void run_weights_get(const kvi_model *m, run_weights *w)
@@ -267,7 +268,11 @@ static void run_weights_get(const kvi_model *m, run_weights *w)
                         .active_bytes = kvi_model_decode_bytes(m),
                         .n_expert = info.n_expert,
                         .n_expert_used = info.n_expert_used,
-                        .mla_kv_rank = info.mla_kv_rank };
+                        .mla_kv_rank = info.mla_kv_rank,
+                        .n_heads = info.n_heads,
+                        .head_dim = info.head_dim,
+                        .mla_k_head = info.mla_k_head,
+                        .mla_v_head = info.mla_v_head };
 }
 
 typedef struct run_result {
@@ -509,6 +514,16 @@ static void print_summary(const run_opts *o, const run_result *r, int n_threads)
     fprintf(f, "kvinfer: KV cache   %zu bytes in use, %zu bytes/token (K %s, V %s), context %d\n",
             r->kv.kv_bytes, r->kv.kv_bytes_per_token, kvi_type_name(o->c.kv_k),
             r->w.mla_kv_rank ? "latent: inside K" : kvi_type_name(o->c.kv_v), r->n_ctx);
+    if (r->w.mla_kv_rank > 0 && r->w.head_dim > 0) {
+        /* the same attention with per-head keys and values, at this cache's bytes per element */
+        const double heads = (double)r->kv.kv_bytes_per_token * r->w.n_heads *
+                             (r->w.mla_k_head + r->w.mla_v_head) / r->w.head_dim;
+        fprintf(f,
+                "kvinfer: KV latent  one row of %d + %d values a token and layer; per-head keys and values "
+                "(%d x (%d + %d)) would take %.0f bytes/token (the latent row is %.1f%% smaller)\n",
+                r->w.mla_kv_rank, r->w.head_dim - r->w.mla_kv_rank, r->w.n_heads, r->w.mla_k_head,
+                r->w.mla_v_head, heads, 100.0 * (1.0 - (double)r->kv.kv_bytes_per_token / heads));
+    }
     if (r->kv.kv_n_layers_window > 0)
         fprintf(f,
                 "kvinfer: KV kinds   global layers %zu bytes/token, %zu bytes held; %d window layers (W %d) "

@@ -417,8 +417,36 @@ static void test_run_window(void)
     CHECK(rel[2] > rel[1] && rel[1] > 0, "window parts released %.0f then %.0f", rel[1], rel[2]);
 }
 
+/* The run summary of a mixture of experts with latent attention (deepseek2 golden:
+ * 4 layers, 8 heads, 8 experts top-2, a latent row of 64 + 16): the active share of
+ * the weights, and the latent KV row beside per-head K/V (f16: 4 x 80 x 2 = 640
+ * bytes a token; per head 4 x 8 x (48 + 32) x 2 = 5120). */
+static void test_run_moe_latent(void)
+{
+    char args[1024], *out = NULL, *err = NULL;
+    snprintf(args, sizeof args, "run -m '%s' -p Once -n 3 --temp 0 --json",
+             shared_path("golden/arch/deepseek2-f32.gguf"));
+    const int rc = run_kvinfer(args, &out, &err);
+    CHECK(rc == 0 && err && strstr(err, "640 bytes/token (K f16, V latent: inside K)") &&
+              strstr(err, "would take 5120 bytes/token (the latent row is 87.5% smaller)") &&
+              strstr(err, "2 of 8 experts per token"),
+          "deepseek2 run summary: %s", err ? err : "(none)");
+    cJSON *j = rc == 0 ? parse_only_json(out, "run") : NULL;
+    const cJSON *st = j ? cJSON_GetObjectItem(j, "stats") : NULL;
+    const cJSON *ap = st ? cJSON_GetObjectItem(st, "active_params") : NULL,
+                *np = st ? cJSON_GetObjectItem(st, "n_params") : NULL;
+    CHECK(cJSON_IsNumber(ap) && cJSON_IsNumber(np) && ap->valuedouble < np->valuedouble &&
+              cJSON_GetObjectItem(st, "n_expert_used") &&
+              cJSON_GetObjectItem(st, "n_expert_used")->valueint == 2,
+          "deepseek2 --json: active params / experts");
+    cJSON_Delete(j);
+    free(out);
+    free(err);
+}
+
 int main(void)
 {
+    test_run_moe_latent();
     test_run_window();
     snprintf(model, sizeof model, "'%s'", shared_path("models/stories260K.gguf"));
     cJSON *gold = load_json(shared_path("golden/stories260K/case1.json"));
