@@ -616,6 +616,62 @@ static void test_matmul_multi(tpool *pool)
     free(x);
 }
 
+/* kern_matmul_grouped equals one kern_matmul per matrix over its rows, bit for bit:
+ * 5 matrices over row groups of 0..13 rows of 24 (one empty, two overlapping), in
+ * the types of a mixture of experts (Q4_K / Q6_K / Q8_0 / MXFP4 / F16), random
+ * inputs; padding columns of y stay untouched. */
+static void test_matmul_grouped(tpool *pool)
+{
+    enum { NW = 5, NR = 24 };
+    const int64_t n_in = 256, n_out = 40, ldy = 43;
+    const int64_t row0[NW] = { 0, 3, 3, 16, 24 }, rows[NW] = { 3, 13, 0, 8, 0 };
+    const kvi_type types[5] = { KVI_TYPE_Q4_K, KVI_TYPE_Q6_K, KVI_TYPE_Q8_0, KVI_TYPE_MXFP4, KVI_TYPE_F16 };
+    uint64_t rs = 4242;
+    float *x = malloc((size_t)NR * n_in * sizeof(float));
+    trand_fill_normal(x, NR * n_in, &rs);
+    float *yg[NW], *ys[NW];
+    for (int i = 0; i < NW; i++) {
+        yg[i] = malloc((size_t)NR * ldy * sizeof(float));
+        ys[i] = malloc((size_t)NR * ldy * sizeof(float));
+    }
+    for (int t = 0; t < 5; t++) {
+        void *wq[NW];
+        kern_tensor W[NW];
+        const kern_tensor *Wp[NW];
+        for (int i = 0; i < NW; i++) {
+            wq[i] = random_matrix(types[t], n_out, n_in, &rs);
+            W[i] = (kern_tensor){ wq[i], types[t], n_in, n_out, KVI_LAYOUT_ROWS };
+            Wp[i] = &W[i];
+            for (int64_t e = 0; e < NR * ldy; e++) yg[i][e] = ys[i][e] = -777.0f;
+            if (rows[i]) kern_matmul(pool, &W[i], x + row0[i] * n_in, n_in, rows[i], ys[i], ldy);
+        }
+        CHECK(kern_matmul_grouped(pool, NW, Wp, x, n_in, NR, row0, rows, yg,
+                                  (const int64_t[NW]){ ldy, ldy, ldy, ldy, ldy }) == 0,
+              "%s: grouped refused", kvi_type_name(types[t]));
+        int bad = 0;
+        for (int i = 0; i < NW; i++) bad += memcmp(yg[i], ys[i], (size_t)NR * ldy * sizeof(float)) != 0;
+        CHECK(bad == 0, "%s: %d of %d grouped outputs differ from kern_matmul", kvi_type_name(types[t]), bad,
+              NW);
+        CHECK(yg[0][0] != -777.0f && yg[0][40] == -777.0f && yg[2][0] == -777.0f,
+              "%s: outputs written, padding and the empty group kept", kvi_type_name(types[t]));
+        for (int i = 0; i < NW; i++) free(wq[i]);
+    }
+    /* a group past the input rows is refused, nothing written */
+    const int64_t bad0[1] = { 20 }, badn[1] = { 5 }, ld1[1] = { ldy };
+    void *w1 = random_matrix(KVI_TYPE_Q8_0, n_out, n_in, &rs);
+    const kern_tensor W1 = { w1, KVI_TYPE_Q8_0, n_in, n_out, KVI_LAYOUT_ROWS }, *W1p[1] = { &W1 };
+    yg[0][0] = -777.0f;
+    CHECK(kern_matmul_grouped(pool, 1, W1p, x, n_in, NR, bad0, badn, yg, ld1) == KVI_E_INVALID &&
+              yg[0][0] == -777.0f,
+          "rows 20..25 of 24 accepted");
+    free(w1);
+    for (int i = 0; i < NW; i++) {
+        free(yg[i]);
+        free(ys[i]);
+    }
+    free(x);
+}
+
 /* ---- the pool ------------------------------------------------------------ */
 
 typedef struct pool_ctx {
@@ -689,6 +745,8 @@ int main(void)
     test_matmul_vs_ref(NULL);
     test_matmul_multi(pool);
     test_matmul_multi(NULL);
+    test_matmul_grouped(pool);
+    test_matmul_grouped(NULL);
     tpool_free(pool);
     test_gemv_exact();
     test_qgemm_tiles();

@@ -20,15 +20,16 @@
 
 struct fwd_moe {
     int chunk, E, k, F;
+    int rows_cap;  /* rows of xe / hg / hu / de: max(chunk, k * min(chunk, 16)) */
     float *logits; /* [chunk][E] */
     int *sel;      /* [chunk][k] */
     float *w;      /* [chunk][k] */
     int *start;    /* [E + 1] */
     int *order;    /* [chunk * k] row * k + slot, grouped by expert */
-    float *xe;     /* [chunk][dim] the rows of one expert, gathered */
-    float *hg;     /* [chunk][max(F, S)] gate */
-    float *hu;     /* [chunk][max(F, S)] up */
-    float *de;     /* [chunk][dim] one expert's output rows */
+    float *xe;     /* [rows_cap][dim] the rows of a batch of experts, gathered */
+    float *hg;     /* [rows_cap][max(F, S)] gate */
+    float *hu;     /* [rows_cap][max(F, S)] up */
+    float *de;     /* [rows_cap][dim] the experts' output rows */
     float *route;  /* [2 * E] routing scratch */
 };
 
@@ -68,6 +69,10 @@ fwd_moe *fwd_moe_create(const struct kvi_model *m, int chunk, size_t *bytes)
     const size_t c = (size_t)chunk, E = (size_t)m->n_expert, k = (size_t)m->n_expert_used;
     const size_t h = (size_t)(m->expert_ffn > m->shared_ffn ? m->expert_ffn : m->shared_ffn);
     s->chunk = chunk;
+    s->rows_cap = chunk > m->n_expert_used * (chunk < 16 ? chunk : 16)
+                      ? chunk
+                      : m->n_expert_used * (chunk < 16 ? chunk : 16);
+    const size_t R = (size_t)s->rows_cap;
     s->E = m->n_expert;
     s->k = m->n_expert_used;
     s->F = m->expert_ffn;
@@ -77,10 +82,10 @@ fwd_moe *fwd_moe_create(const struct kvi_model *m, int chunk, size_t *bytes)
     s->w = alloc64(c * k * sizeof(float), bytes, &ok);
     s->start = alloc64((E + 1) * sizeof(int), bytes, &ok);
     s->order = alloc64(c * k * sizeof(int), bytes, &ok);
-    s->xe = alloc64(c * (size_t)m->dim * sizeof(float), bytes, &ok);
-    s->hg = alloc64(c * h * sizeof(float), bytes, &ok);
-    s->hu = alloc64(c * h * sizeof(float), bytes, &ok);
-    s->de = alloc64(c * (size_t)m->dim * sizeof(float), bytes, &ok);
+    s->xe = alloc64(R * (size_t)m->dim * sizeof(float), bytes, &ok);
+    s->hg = alloc64(R * h * sizeof(float), bytes, &ok);
+    s->hu = alloc64(R * h * sizeof(float), bytes, &ok);
+    s->de = alloc64(R * (size_t)m->dim * sizeof(float), bytes, &ok);
     s->route = alloc64(2 * E * sizeof(float), bytes, &ok);
     if (!ok) {
         fwd_moe_free(s);
@@ -184,10 +189,85 @@ static int glu_ffn(fwd_moe *s, tpool *pool, const struct kvi_model *m, const uin
     return 0;
 }
 
+/* Experts per grouped product: a gate and an up matrix each. */
+#define MOE_BATCH_EXPERTS (KVI_MATMUL_MULTI_MAX / 2)
+
+/* The end of the batch of experts starting at e0: as many consecutive experts as
+ * fit rows_cap rows and MOE_BATCH_EXPERTS chosen experts (at least one). */
+static int batch_end(const fwd_moe *s, int e0)
+{
+    int e = e0, chosen = 0;
+    while (e < s->E) {
+        const int c = s->start[e + 1] - s->start[e];
+        if (c > 0 && (chosen == MOE_BATCH_EXPERTS || s->start[e + 1] - s->start[e0] > s->rows_cap)) break;
+        chosen += c > 0;
+        e++;
+    }
+    return e;
+}
+
+/* Experts [e0, e1) over their rows (order[start[e0] .. start[e1])), gathered into
+ * xe in that order: gate and up of every chosen expert in one grouped product, the
+ * activation, the downs in another; outputs in de, row i - start[e0]. Each
+ * expert's rows go through exactly the products kern_matmul would give them. */
+static int experts_batch(fwd_moe *s, tpool *pool, const struct kvi_model *m, const model_layer *L,
+                         const uint16_t *gelu, const float *x, int e0, int e1)
+{
+    const int k = s->k, F = s->F, dim = m->dim, base = s->start[e0], total = s->start[e1] - base;
+    for (int i = 0; i < total; i++)
+        memcpy(s->xe + (size_t)i * dim, x + (size_t)(s->order[base + i] / k) * dim, (size_t)dim * sizeof *x);
+    kern_tensor gu[KVI_MATMUL_MULTI_MAX], dn[MOE_BATCH_EXPERTS];
+    const kern_tensor *gup[KVI_MATMUL_MULTI_MAX], *dnp[MOE_BATCH_EXPERTS];
+    int64_t r0[KVI_MATMUL_MULTI_MAX], nr[KVI_MATMUL_MULTI_MAX], ldf[KVI_MATMUL_MULTI_MAX],
+        ldd[MOE_BATCH_EXPERTS];
+    float *ygu[KVI_MATMUL_MULTI_MAX], *ydn[MOE_BATCH_EXPERTS];
+    int ne = 0;
+    for (int e = e0; e < e1; e++) {
+        const int c = s->start[e + 1] - s->start[e], o = s->start[e] - base;
+        if (c == 0) continue; /* nobody chose it: its weights are not read */
+        gu[2 * ne] = kern_tensor_rows(&L->exp_gate, (int64_t)e * F, F);
+        gu[2 * ne + 1] = kern_tensor_rows(&L->exp_up, (int64_t)e * F, F);
+        dn[ne] = kern_tensor_rows(&L->exp_down, (int64_t)e * dim, dim);
+        for (int h = 0; h < 2; h++) {
+            gup[2 * ne + h] = &gu[2 * ne + h];
+            r0[2 * ne + h] = o;
+            nr[2 * ne + h] = c;
+            ldf[2 * ne + h] = F;
+        }
+        ygu[2 * ne] = s->hg + (size_t)o * F;
+        ygu[2 * ne + 1] = s->hu + (size_t)o * F;
+        dnp[ne] = &dn[ne];
+        ldd[ne] = dim;
+        ydn[ne] = s->de + (size_t)o * dim;
+        ne++;
+    }
+    int rc = kern_matmul_grouped(pool, 2 * ne, gup, s->xe, dim, total, r0, nr, ygu, ldf);
+    if (rc) return rc;
+    for (int e = e0; e < e1; e++) {
+        const int c = s->start[e + 1] - s->start[e], o = s->start[e] - base;
+        if (c == 0) continue;
+        add_bias_rows(s->hg + (size_t)o * F, L->exp_b_gate ? L->exp_b_gate + (size_t)e * F : NULL, c, F);
+        add_bias_rows(s->hu + (size_t)o * F, L->exp_b_up ? L->exp_b_up + (size_t)e * F : NULL, c, F);
+    }
+    fwd_glu(m->act, gelu, s->hg, s->hu, (size_t)total * F);
+    int64_t r0d[MOE_BATCH_EXPERTS], nrd[MOE_BATCH_EXPERTS];
+    for (int i = 0; i < ne; i++) {
+        r0d[i] = r0[2 * i];
+        nrd[i] = nr[2 * i];
+    }
+    if ((rc = kern_matmul_grouped(pool, ne, dnp, s->hg, F, total, r0d, nrd, ydn, ldd))) return rc;
+    for (int e = e0; e < e1; e++) {
+        const int c = s->start[e + 1] - s->start[e], o = s->start[e] - base;
+        if (c > 0 && L->exp_b_down)
+            add_bias_rows(s->de + (size_t)o * dim, L->exp_b_down + (size_t)e * dim, c, dim);
+    }
+    return 0;
+}
+
 int fwd_moe_run(fwd_moe *s, tpool *pool, const struct kvi_model *m, const model_layer *L,
                 const uint16_t *gelu, const float *x, int n, float *y, uint64_t *counts)
 {
-    const int E = s->E, k = s->k, F = s->F, dim = m->dim;
+    const int E = s->E, k = s->k, dim = m->dim;
     if (n > s->chunk) return KVI_E_INVALID;
     int rc = kern_matmul(pool, &L->router, x, dim, n, s->logits, E);
     if (rc) return rc;
@@ -209,25 +289,18 @@ int fwd_moe_run(fwd_moe *s, tpool *pool, const struct kvi_model *m, const model_
             for (int i = 0; i < k; i++) s->order[fill[s->sel[(size_t)r * k + i]]++] = r * k + i;
     }
     memset(y, 0, (size_t)n * dim * sizeof *y);
-    for (int e = 0; e < E; e++) {
-        const int b = s->start[e], c = s->start[e + 1] - b;
-        if (c == 0) continue; /* nobody chose it: its weights are not read */
-        for (int i = 0; i < c; i++)
-            memcpy(s->xe + (size_t)i * dim, x + (size_t)(s->order[b + i] / k) * dim, (size_t)dim * sizeof *x);
-        const kern_tensor G = kern_tensor_rows(&L->exp_gate, (int64_t)e * F, F),
-                          U = kern_tensor_rows(&L->exp_up, (int64_t)e * F, F),
-                          D = kern_tensor_rows(&L->exp_down, (int64_t)e * dim, dim);
-        rc = glu_ffn(s, pool, m, gelu, &G, &U, &D, L->exp_b_gate ? L->exp_b_gate + (size_t)e * F : NULL,
-                     L->exp_b_up ? L->exp_b_up + (size_t)e * F : NULL,
-                     L->exp_b_down ? L->exp_b_down + (size_t)e * dim : NULL, s->xe, c, s->de);
-        if (rc) return rc;
-        for (int i = 0; i < c; i++) { /* the row's sum runs in increasing expert index */
-            const int rs = s->order[b + i];
-            const float wt = s->w[rs];
-            float *yr = y + (size_t)(rs / k) * dim;
-            const float *dr = s->de + (size_t)i * dim;
-            for (int j = 0; j < dim; j++) yr[j] += wt * dr[j];
-        }
+    for (int e0 = 0; e0 < E;) { /* batches of consecutive experts (experts_batch) */
+        const int e1 = batch_end(s, e0);
+        if ((rc = experts_batch(s, pool, m, L, gelu, x, e0, e1))) return rc;
+        for (int e = e0; e < e1; e++) /* a row's sum runs in increasing expert index */
+            for (int i = s->start[e]; i < s->start[e + 1]; i++) {
+                const int rs = s->order[i];
+                const float wt = s->w[rs];
+                float *yr = y + (size_t)(rs / k) * dim;
+                const float *dr = s->de + (size_t)(i - s->start[e0]) * dim;
+                for (int j = 0; j < dim; j++) yr[j] += wt * dr[j];
+            }
+        e0 = e1;
     }
     if (L->sh_gate.data) { /* the shared expert: every row, after the routed ones */
         if ((rc = glu_ffn(s, pool, m, gelu, &L->sh_gate, &L->sh_up, &L->sh_down, NULL, NULL, NULL, x, n,

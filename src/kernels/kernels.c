@@ -352,6 +352,11 @@ typedef struct qmm_ctx {
     int64_t tiles_before[KVI_MATMUL_MULTI_MAX + 1]; /* QTILE tiles of W[0..i) */
     const float *x;                                 /* [n_rows][ldx] */
     int64_t ldx, n_rows;
+    /* grouped (kern_matmul_grouped): W[i] reads rows [row0[i], row0[i] + rows[i]) of x
+     * only, and the threads split the work by tiles x rows (cost_before: of W[0..i));
+     * NULL: every matrix reads all rows, the split is by tiles */
+    const int64_t *row0, *rows;
+    int64_t cost_before[KVI_MATMUL_MULTI_MAX + 1];
     tpool *pool;
     uint8_t *xq; /* [n_rows][xq_rb] quantised activations */
     size_t xq_rb;
@@ -375,11 +380,28 @@ static void qmm_quant_worker(void *vctx, int ith, int nth)
 
 /* Thread ith takes the tiles [T*ith/nth, T*(ith+1)/nth) of the concatenated outputs
  * (T tiles of QTILE rows over every matrix), so the threads end together. */
+/* Grouped: the first tile whose work starts at or after cost `target`. */
+static int64_t tile_at_cost(const qmm_ctx *c, int64_t target)
+{
+    for (int i = 0; i < c->n_w; i++) {
+        if (c->cost_before[i + 1] <= target) continue;
+        const int64_t per = c->rows[i], a0 = c->tiles_before[i];
+        const int64_t t = a0 + (target - c->cost_before[i] + per - 1) / per;
+        return t < c->tiles_before[i + 1] ? t : c->tiles_before[i + 1];
+    }
+    return c->tiles_before[c->n_w];
+}
+
 static void qmm_worker(void *vctx, int ith, int nth)
 {
     const qmm_ctx *c = vctx;
     const int64_t n_tiles = c->tiles_before[c->n_w];
-    const int64_t t0 = n_tiles * ith / nth, t1 = n_tiles * (ith + 1) / nth;
+    int64_t t0 = n_tiles * ith / nth, t1 = n_tiles * (ith + 1) / nth;
+    if (c->rows) { /* tiles weighted by the rows they run over */
+        const int64_t cost = c->cost_before[c->n_w];
+        t0 = tile_at_cost(c, cost * ith / nth);
+        t1 = ith == nth - 1 ? n_tiles : tile_at_cost(c, cost * (ith + 1) / nth);
+    }
     if (t0 >= t1) return;
     void *scr = ith == 0 ? c->scratch0 : tpool_scratch(c->pool, ith, c->scratch_bytes);
     for (int i = 0; i < c->n_w; i++) {
@@ -388,6 +410,8 @@ static void qmm_worker(void *vctx, int ith, int nth)
         if (s0 >= s1) continue;
         const kern_tensor *W = c->W[i];
         const int64_t j1 = (s1 - a0) * QTILE;
+        const int64_t r0 = c->row0 ? c->row0[i] : 0, nr = c->rows ? c->rows[i] : c->n_rows;
+        if (nr == 0) continue;
         kern_qgemm_args a = {
             .type = W->type,
             .w = W->data,
@@ -395,9 +419,9 @@ static void qmm_worker(void *vctx, int ith, int nth)
             .n_in = W->n_in,
             .j0 = (s0 - a0) * QTILE,
             .j1 = j1 < W->n_out ? j1 : W->n_out,
-            .xq = c->xq,
+            .xq = c->xq + (size_t)r0 * c->xq_rb,
             .xq_rb = c->xq_rb,
-            .n_rows = c->n_rows,
+            .n_rows = nr,
             .y = c->y[i],
             .ldy = c->ldy[i],
             .scratch = scr,
@@ -416,9 +440,12 @@ static void qmm_worker(void *vctx, int ith, int nth)
 /* Returns false (nothing written) when memory is short: the caller falls back.
  * Every W[i] has the activation type and n_in of W[0]. */
 static bool matmul_q8(tpool *pool, int n_w, const kern_tensor *const *W, const float *x, int64_t ldx,
-                      int64_t n_rows, float *const *y, const int64_t *ldy)
+                      int64_t n_rows, const int64_t *row0, const int64_t *rows, float *const *y,
+                      const int64_t *ldy)
 {
     qmm_ctx c = {
+        .row0 = row0,
+        .rows = rows,
         .n_w = n_w,
         .W = W,
         .y = y,
@@ -432,8 +459,12 @@ static bool matmul_q8(tpool *pool, int n_w, const kern_tensor *const *W, const f
         .tab = tab_of(pool),
     };
     c.tiles_before[0] = 0;
-    for (int i = 0; i < n_w; i++)
+    c.cost_before[0] = 0;
+    for (int i = 0; i < n_w; i++) {
         c.tiles_before[i + 1] = c.tiles_before[i] + (W[i]->n_out + QTILE - 1) / QTILE;
+        c.cost_before[i + 1] =
+            c.cost_before[i] + (c.tiles_before[i + 1] - c.tiles_before[i]) * (rows ? rows[i] : n_rows);
+    }
     c.r16_rows_off = (c.scratch_bytes + 63) & ~(size_t)63;
     for (int i = 0; i < n_w; i++)
         if (W[i]->layout == KVI_LAYOUT_R16) {
@@ -447,7 +478,7 @@ static bool matmul_q8(tpool *pool, int n_w, const kern_tensor *const *W, const f
     bool amx = false;
     for (int i = 0; i < n_w; i++)
         amx = amx || kern_qgemm_amx_q8_wanted(W[i]->type, W[i]->layout == KVI_LAYOUT_R16, n_rows, W[i]->n_in);
-    if (c.tab->amx_q8 && amx && amx_of(pool))
+    if (c.tab->amx_q8 && amx && amx_of(pool) && !rows) /* AMX tiles: 16 rows from row 0 */
         xt_bytes = (kern_q8_tiles_bytes(n_rows, W[0]->n_in) + 63) & ~(size_t)63;
     if (xt_bytes > SIZE_MAX - xq_bytes - c.scratch_bytes) xt_bytes = 0;
     uint8_t *buf = pool ? tpool_scratch(pool, 0, xq_bytes + xt_bytes + c.scratch_bytes) : NULL;
@@ -479,7 +510,8 @@ int kern_matmul(tpool *pool, const kern_tensor *W, const float *x, int64_t ldx, 
 {
     if (n_rows < 0 || (n_rows > 0 && !y) || !matmul_args_ok(W, x, ldx, ldy)) return KVI_E_INVALID;
     if (n_rows == 0 || W->n_out == 0) return KVI_OK;
-    if (kern_q8_act_type(W->type) != KVI_TYPE_F32 && matmul_q8(pool, 1, &W, x, ldx, n_rows, &y, &ldy))
+    if (kern_q8_act_type(W->type) != KVI_TYPE_F32 &&
+        matmul_q8(pool, 1, &W, x, ldx, n_rows, NULL, NULL, &y, &ldy))
         return KVI_OK;
     /* only the integer path reads other layouts: it could not get its buffers */
     if (W->layout != KVI_LAYOUT_ROWS) return KVI_E_NOMEM;
@@ -519,9 +551,33 @@ int kern_matmul_multi(tpool *pool, int n_w, const kern_tensor *const W[], const 
     for (int i = 0; shared && i < n_w; i++)
         shared = W[i]->n_out > 0 && W[i]->n_in == W[0]->n_in &&
                  kern_q8_act_type(W[i]->type) == kern_q8_act_type(W[0]->type);
-    if (shared && matmul_q8(pool, n_w, W, x, ldx, n_rows, y, ldy)) return KVI_OK;
+    if (shared && matmul_q8(pool, n_w, W, x, ldx, n_rows, NULL, NULL, y, ldy)) return KVI_OK;
     for (int i = 0; i < n_w; i++) {
         const int rc = kern_matmul(pool, W[i], x, ldx, n_rows, y[i], ldy[i]);
+        if (rc) return rc;
+    }
+    return KVI_OK;
+}
+
+int kern_matmul_grouped(tpool *pool, int n_w, const kern_tensor *const W[], const float *x, int64_t ldx,
+                        int64_t n_rows, const int64_t row0[], const int64_t rows[], float *const y[],
+                        const int64_t ldy[])
+{
+    if (n_rows < 0 || n_w < 0 || n_w > KVI_MATMUL_MULTI_MAX ||
+        (n_w > 0 && (!W || !y || !ldy || !row0 || !rows)))
+        return KVI_E_INVALID;
+    for (int i = 0; i < n_w; i++) /* all or nothing, as kern_matmul_multi */
+        if (row0[i] < 0 || rows[i] < 0 || row0[i] > n_rows || rows[i] > n_rows - row0[i] ||
+            (rows[i] > 0 && !y[i]) || !matmul_args_ok(W[i], x, ldx, ldy[i]))
+            return KVI_E_INVALID;
+    if (n_rows == 0) return KVI_OK;
+    bool shared = n_w > 0 && kern_q8_act_type(W[0]->type) != KVI_TYPE_F32;
+    for (int i = 0; shared && i < n_w; i++)
+        shared = W[i]->n_out > 0 && W[i]->n_in == W[0]->n_in &&
+                 kern_q8_act_type(W[i]->type) == kern_q8_act_type(W[0]->type);
+    if (shared && matmul_q8(pool, n_w, W, x, ldx, n_rows, row0, rows, y, ldy)) return KVI_OK;
+    for (int i = 0; i < n_w; i++) {
+        const int rc = rows[i] ? kern_matmul(pool, W[i], x + row0[i] * ldx, ldx, rows[i], y[i], ldy[i]) : 0;
         if (rc) return rc;
     }
     return KVI_OK;

@@ -71,9 +71,18 @@ int kern_matmul(tpool *pool, const kern_tensor *W, const float *x, int64_t ldx, 
 /* The same as kern_matmul(pool, W[i], x, ldx, n_rows, y[i], ldy[i]) for i < n_w,
  * bit for bit, with x quantised once and one pool run over all the outputs when
  * every W[i] has the same n_in and activation type (else one kern_matmul each). */
-#define KVI_MATMUL_MULTI_MAX 8
+#define KVI_MATMUL_MULTI_MAX 32
 int kern_matmul_multi(tpool *pool, int n_w, const kern_tensor *const W[], const float *x, int64_t ldx,
                       int64_t n_rows, float *const y[], const int64_t ldy[]);
+/* Each matrix over its own rows of x (a mixture of experts: the rows routed to each
+ * expert, grouped): the same as kern_matmul(pool, W[i], x + row0[i] * ldx, ldx,
+ * rows[i], y[i], ldy[i]) for i < n_w (<= KVI_MATMUL_MULTI_MAX), bit for bit, with
+ * the n_rows rows of x quantised once and one pool run whose threads split the
+ * tiles by their rows, when every W[i] has the same n_in and activation type (else
+ * one kern_matmul each). rows[i] may be 0 (nothing computed for W[i]). */
+int kern_matmul_grouped(tpool *pool, int n_w, const kern_tensor *const W[], const float *x, int64_t ldx,
+                        int64_t n_rows, const int64_t row0[], const int64_t rows[], float *const y[],
+                        const int64_t ldy[]);
 /* The f32 math reference, single thread (tests): dequantised weights times the
  * unquantised x, accumulated in double. */
 int kern_matmul_ref(const kern_tensor *W, const float *x, int64_t ldx, int64_t n_rows, float *y, int64_t ldy);
