@@ -119,12 +119,19 @@ static void sort_items(jctx *J, sort_item *a, size_t n, bool reverse)
 
 static jv *f_tojson(jctx *J, jv *x, jv **args, const char **kws, size_t na)
 {
-    jv *ind = jinja_arg(args, kws, na, 0, "indent");
-    int indent = -1;
-    if (ind && ind->kind != JV_NONE) indent = (int)to_int(J, ind, "tojson indent");
-    if (indent > 64) indent = 64;
+    /* transformers' tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False) */
+    jv *asc = jinja_arg(args, kws, na, 0, "ensure_ascii"), *ind = jinja_arg(args, kws, na, 1, "indent");
+    jv *seps = jinja_arg(args, kws, na, 2, "separators"), *sk = jinja_arg(args, kws, na, 3, "sort_keys");
+    jjson_opts o = { .indent = -1, .ensure_ascii = asc && jv_truthy(asc), .sort_keys = sk && jv_truthy(sk) };
+    if (ind && ind->kind != JV_NONE) o.indent = (int)to_int(J, ind, "tojson indent");
+    if (o.indent > 64) o.indent = 64;
+    if (seps && seps->kind == JV_LIST && seps->u.list.n == 2 && seps->u.list.v[0]->kind == JV_STR &&
+        seps->u.list.v[1]->kind == JV_STR) {
+        o.item_sep = seps->u.list.v[0]->u.str.s;
+        o.key_sep = seps->u.list.v[1]->u.str.s;
+    }
     jbuf b = { 0 };
-    jv_to_json(J, &b, x, indent, 0);
+    jv_to_json(J, &b, x, &o, 0);
     return jv_str(J, b.p ? b.p : "", b.n);
 }
 

@@ -210,8 +210,13 @@ void jv_to_str(jctx *J, jbuf *b, const jv *x);
 void jv_repr(jctx *J, jbuf *b, const jv *x);
 jv *jv_stringify(jctx *J, const jv *x); /* str(x) as a JV_STR */
 void jv_float_repr(char *buf, size_t cap, double f);
-/* json.dumps(x, ensure_ascii=False, indent=indent (<0: None)) */
-void jv_to_json(jctx *J, jbuf *b, const jv *x, int indent, int level);
+/* json.dumps(x, ensure_ascii, indent (<0: None), separators, sort_keys) */
+typedef struct jjson_opts {
+    int indent;
+    bool ensure_ascii, sort_keys;
+    const char *item_sep, *key_sep; /* NULL: Python's defaults for indent */
+} jjson_opts;
+void jv_to_json(jctx *J, jbuf *b, const jv *x, const jjson_opts *o, int level);
 /* UTF-8 helpers: code points of s; byte offset of code point i. */
 size_t u8_len(const char *s, size_t n);
 size_t u8_offset(const char *s, size_t n, size_t cp);

@@ -456,7 +456,7 @@ jv *jv_stringify(jctx *J, const jv *x)
     return s;
 }
 
-static void json_str(jctx *J, jbuf *b, const char *s, size_t n)
+static void json_str(jctx *J, jbuf *b, const char *s, size_t n, bool ascii)
 {
     jb_puts(J, b, "\"");
     size_t run = 0;
@@ -475,9 +475,27 @@ static void json_str(jctx *J, jbuf *b, const char *s, size_t n)
             snprintf(esc, sizeof esc, "\\b");
         else if (c == '\f')
             snprintf(esc, sizeof esc, "\\f");
-        else if (c < 0x20)
+        else if (c < 0x20 || (ascii && c == 0x7f))
             snprintf(esc, sizeof esc, "\\u%04x", c);
-        else
+        else if (ascii && c >= 0x80) {
+            /* one code point as \\uXXXX (a surrogate pair above U+FFFF) */
+            size_t len = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1;
+            if (i + len > n) len = 1;
+            uint32_t cp = len == 1 ? 0xFFFD : c & (0x7Fu >> len);
+            for (size_t k = 1; k < len; k++) cp = (cp << 6) | ((unsigned char)s[i + k] & 0x3Fu);
+            jb_put(J, b, s + run, i - run);
+            char u[16];
+            if (cp >= 0x10000) {
+                snprintf(u, sizeof u, "\\u%04x", 0xD800 + ((cp - 0x10000) >> 10));
+                jb_puts(J, b, u);
+                cp = 0xDC00 + ((cp - 0x10000) & 0x3FF);
+            }
+            snprintf(u, sizeof u, "\\u%04x", cp);
+            jb_puts(J, b, u);
+            i += len - 1;
+            run = i + 1;
+            continue;
+        } else
             continue;
         jb_put(J, b, s + run, i - run);
         jb_puts(J, b, esc);
@@ -493,8 +511,11 @@ static void json_nl(jctx *J, jbuf *b, int indent, int level)
     for (int i = 0; i < indent * level; i++) jb_puts(J, b, " ");
 }
 
-void jv_to_json(jctx *J, jbuf *b, const jv *x, int indent, int level)
+void jv_to_json(jctx *J, jbuf *b, const jv *x, const jjson_opts *o, int level)
 {
+    int indent = o->indent;
+    const char *isep = o->item_sep ? o->item_sep : indent >= 0 ? "," : ", ";
+    const char *ksep = o->key_sep ? o->key_sep : ": ";
     char num[64];
     jinja_step(J);
     if (level > J->lim.max_depth) jinja_fail(J, "tojson: nesting deeper than %d", J->lim.max_depth);
@@ -515,7 +536,7 @@ void jv_to_json(jctx *J, jbuf *b, const jv *x, int indent, int level)
             jb_puts(J, b, num);
         }
         return;
-    case JV_STR: json_str(J, b, x->u.str.s, x->u.str.n); return;
+    case JV_STR: json_str(J, b, x->u.str.s, x->u.str.n, o->ensure_ascii); return;
     case JV_LIST:
         if (!x->u.list.n) {
             jb_puts(J, b, "[]");
@@ -523,9 +544,9 @@ void jv_to_json(jctx *J, jbuf *b, const jv *x, int indent, int level)
         }
         jb_puts(J, b, "[");
         for (size_t i = 0; i < x->u.list.n; i++) {
-            if (i) jb_puts(J, b, indent >= 0 ? "," : ", ");
+            if (i) jb_puts(J, b, isep);
             if (indent >= 0) json_nl(J, b, indent, level + 1);
-            jv_to_json(J, b, x->u.list.v[i], indent, level + 1);
+            jv_to_json(J, b, x->u.list.v[i], o, level + 1);
         }
         if (indent >= 0) json_nl(J, b, indent, level);
         jb_puts(J, b, "]");
@@ -536,13 +557,21 @@ void jv_to_json(jctx *J, jbuf *b, const jv *x, int indent, int level)
             jb_puts(J, b, "{}");
             return;
         }
+        /* the order keys are written in: as given, or sorted (insertion sort: stable) */
+        size_t *order = ja_alloc(J, x->u.dict.n * sizeof *order);
+        for (size_t i = 0; i < x->u.dict.n; i++) {
+            size_t j = i;
+            for (; o->sort_keys && j > 0 && jv_compare(J, x->u.dict.k[order[j - 1]], x->u.dict.k[i]) > 0; j--)
+                order[j] = order[j - 1];
+            order[j] = i;
+        }
         jb_puts(J, b, "{");
         for (size_t i = 0; i < x->u.dict.n; i++) {
-            if (i) jb_puts(J, b, indent >= 0 ? "," : ", ");
+            if (i) jb_puts(J, b, isep);
             if (indent >= 0) json_nl(J, b, indent, level + 1);
-            const jv *k = x->u.dict.k[i];
+            const jv *k = x->u.dict.k[order[i]];
             if (k->kind == JV_STR)
-                json_str(J, b, k->u.str.s, k->u.str.n);
+                json_str(J, b, k->u.str.s, k->u.str.n, o->ensure_ascii);
             else if (k->kind == JV_INT || k->kind == JV_FLOAT || k->kind == JV_BOOL || k->kind == JV_NONE) {
                 jb_puts(J, b, "\"");
                 if (k->kind == JV_BOOL || k->kind == JV_NONE)
@@ -552,8 +581,8 @@ void jv_to_json(jctx *J, jbuf *b, const jv *x, int indent, int level)
                 jb_puts(J, b, "\"");
             } else
                 jinja_fail(J, "keys must be str, int, float, bool or None, not %s", jv_type_name(k));
-            jb_puts(J, b, ": ");
-            jv_to_json(J, b, x->u.dict.v[i], indent, level + 1);
+            jb_puts(J, b, ksep);
+            jv_to_json(J, b, x->u.dict.v[order[i]], o, level + 1);
         }
         if (indent >= 0) json_nl(J, b, indent, level);
         jb_puts(J, b, "}");
