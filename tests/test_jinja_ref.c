@@ -128,9 +128,10 @@ int main(void)
             char *req = cJSON_PrintUnformatted(cJSON_GetObjectItem(conv, "request"));
             const cJSON *bos = cJSON_GetObjectItem(conv, "bos"), *eos = cJSON_GetObjectItem(conv, "eos");
             kvi_error rerr = { 0 };
-            char *out = tmpl ? kvi_chat_template_render(tmpl, req, cJSON_IsString(bos) ? bos->valuestring : NULL,
-                                                        cJSON_IsString(eos) ? eos->valuestring : NULL, &rerr)
-                             : NULL;
+            char *out =
+                tmpl ? kvi_chat_template_render(tmpl, req, cJSON_IsString(bos) ? bos->valuestring : NULL,
+                                                cJSON_IsString(eos) ? eos->valuestring : NULL, &rerr)
+                     : NULL;
             if (!tmpl) rerr = err;
             bool ok;
             if (ref_ok) {
@@ -139,7 +140,8 @@ int main(void)
                 if (!ok && out) {
                     size_t i = 0;
                     while (out[i] && out[i] == want[i]) i++;
-                    fprintf(stderr, "  %s x %s: differs at byte %zu:\n    kvinfer: %.80s\n    jinja2:  %.80s\n",
+                    fprintf(stderr,
+                            "  %s x %s: differs at byte %zu:\n    kvinfer: %.80s\n    jinja2:  %.80s\n",
                             names[t], cname, i, out + (i > 20 ? i - 20 : 0), want + (i > 20 ? i - 20 : 0));
                 } else if (!ok) {
                     fprintf(stderr, "  %s x %s: kvinfer error: %s\n", names[t], cname, rerr.msg);

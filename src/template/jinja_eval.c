@@ -26,7 +26,8 @@ enum { FLOW_NONE, FLOW_BREAK, FLOW_CONTINUE };
 
 void jinja_step(jctx *J)
 {
-    if (++J->steps > J->lim.max_steps) jinja_fail(J, "step limit of %llu exceeded", (unsigned long long)J->lim.max_steps);
+    if (++J->steps > J->lim.max_steps)
+        jinja_fail(J, "step limit of %llu exceeded", (unsigned long long)J->lim.max_steps);
 }
 
 static void enter(jctx *J, const jnode *n)
@@ -377,8 +378,6 @@ static jv *repeat(jctx *J, jv *seq, int64_t times)
     return l;
 }
 
-
-
 static jv *arith(jctx *J, int op, jv *a, jv *b)
 {
     if (is_numeric(a) && is_numeric(b)) {
@@ -444,9 +443,11 @@ static jv *arith(jctx *J, int op, jv *a, jv *b)
         for (size_t i = 0; i < b->u.list.n; i++) jv_list_push(J, l, b->u.list.v[i]);
         return l;
     }
-    if (op == OP_MUL && (a->kind == JV_STR || a->kind == JV_LIST) && (b->kind == JV_INT || b->kind == JV_BOOL))
+    if (op == OP_MUL && (a->kind == JV_STR || a->kind == JV_LIST) &&
+        (b->kind == JV_INT || b->kind == JV_BOOL))
         return repeat(J, a, as_i(b));
-    if (op == OP_MUL && (b->kind == JV_STR || b->kind == JV_LIST) && (a->kind == JV_INT || a->kind == JV_BOOL))
+    if (op == OP_MUL && (b->kind == JV_STR || b->kind == JV_LIST) &&
+        (a->kind == JV_INT || a->kind == JV_BOOL))
         return repeat(J, b, as_i(a));
     if (op == OP_MOD && a->kind == JV_STR) return jinja_str_format(J, a, b);
     op_type_error(J, op, a, b);
@@ -597,11 +598,11 @@ static void assign(jctx *J, const jnode *target, jv *v)
         scope_set(J, target->s, target->n, v);
     } else if (target->type == N_ATTR) {
         jv *ns = jinja_eval(J, target->kids[0]);
-        if (ns->kind != JV_DICT || !ns->is_ns) jinja_fail(J, "cannot assign attribute on non-namespace object");
+        if (ns->kind != JV_DICT || !ns->is_ns)
+            jinja_fail(J, "cannot assign attribute on non-namespace object");
         jv_dict_set(J, ns, jv_str(J, target->s, target->n), v);
     } else {
-        if (v->kind != JV_LIST)
-            jinja_fail(J, "cannot unpack non-iterable %s object", jv_type_name(v));
+        if (v->kind != JV_LIST) jinja_fail(J, "cannot unpack non-iterable %s object", jv_type_name(v));
         if (v->u.list.n != target->nk)
             jinja_fail(J, "%s values to unpack (expected %zu, got %zu)",
                        v->u.list.n > target->nk ? "too many" : "not enough", target->nk, v->u.list.n);

@@ -282,7 +282,8 @@ static jv *f_indent(jctx *J, jv *x, jv **args, const char **kws, size_t na)
         bool is_blank = true;
         for (const char *c = s; c < le; c++) is_blank &= *c == ' ' || *c == '\t' || *c == '\r';
         bool do_pad = at_first ? first && jv_truthy(first) : (blank && jv_truthy(blank)) || !is_blank;
-        if (do_pad && !(at_first && le == s && !nl && x->u.str.n == 0)) jb_put(J, &b, pad->u.str.s, pad->u.str.n);
+        if (do_pad && !(at_first && le == s && !nl && x->u.str.n == 0))
+            jb_put(J, &b, pad->u.str.s, pad->u.str.n);
         jb_put(J, &b, s, (size_t)(le - s));
         if (!nl) break;
         jb_put(J, &b, "\n", 1);
@@ -338,7 +339,8 @@ static jv *f_float(jctx *J, jv *x, jv **args, const char **kws, size_t na)
 {
     jv *d = jinja_arg(args, kws, na, 0, "default");
     if (x->kind == JV_FLOAT) return x;
-    if (x->kind == JV_INT || x->kind == JV_BOOL) return jv_float(J, x->kind == JV_INT ? (double)x->u.i : x->u.b);
+    if (x->kind == JV_INT || x->kind == JV_BOOL)
+        return jv_float(J, x->kind == JV_INT ? (double)x->u.i : x->u.b);
     if (x->kind == JV_STR) {
         char *s = ja_strdup(J, x->u.str.s, x->u.str.n), *e;
         double f = strtod(s, &e);
@@ -397,8 +399,10 @@ static jv *f_sum_min_max(jctx *J, jv *x, jv **args, const char **kws, size_t na,
             jv *pa[2] = { acc, v };
             (void)pa;
             if ((acc->kind == JV_INT || acc->kind == JV_BOOL) && (v->kind == JV_INT || v->kind == JV_BOOL))
-                acc = jv_int(J, (acc->kind == JV_INT ? acc->u.i : acc->u.b) + (v->kind == JV_INT ? v->u.i : v->u.b));
-            else if ((acc->kind == JV_INT || acc->kind == JV_FLOAT) && (v->kind == JV_INT || v->kind == JV_FLOAT))
+                acc = jv_int(J, (acc->kind == JV_INT ? acc->u.i : acc->u.b) +
+                                    (v->kind == JV_INT ? v->u.i : v->u.b));
+            else if ((acc->kind == JV_INT || acc->kind == JV_FLOAT) &&
+                     (v->kind == JV_INT || v->kind == JV_FLOAT))
                 acc = jv_float(J, (acc->kind == JV_INT ? (double)acc->u.i : acc->u.f) +
                                       (v->kind == JV_INT ? (double)v->u.i : v->u.f));
             else
@@ -424,8 +428,12 @@ static jv *f_escape(jctx *J, jv *x)
     jbuf b = { 0 };
     for (size_t i = 0; i < x->u.str.n; i++) {
         char c = x->u.str.s[i];
-        const char *e = c == '&' ? "&amp;" : c == '<' ? "&lt;" : c == '>' ? "&gt;" : c == '"' ? "&#34;"
-                                          : c == '\'' ? "&#39;" : NULL;
+        const char *e = c == '&'    ? "&amp;"
+                        : c == '<'  ? "&lt;"
+                        : c == '>'  ? "&gt;"
+                        : c == '"'  ? "&#34;"
+                        : c == '\'' ? "&#39;"
+                                    : NULL;
         if (e)
             jb_put(J, &b, e, strlen(e));
         else
@@ -542,9 +550,11 @@ bool jinja_test(jctx *J, const char *name, jv *x, jv **args, size_t na)
     if (NAME_IS("string")) return x->kind == JV_STR;
     if (NAME_IS("mapping")) return x->kind == JV_DICT && !x->is_ns;
     if (NAME_IS("iterable"))
-        return x->kind == JV_LIST || (x->kind == JV_DICT && !x->is_ns) || x->kind == JV_STR || x->kind == JV_UNDEF;
+        return x->kind == JV_LIST || (x->kind == JV_DICT && !x->is_ns) || x->kind == JV_STR ||
+               x->kind == JV_UNDEF;
     if (NAME_IS("sequence"))
-        return x->kind == JV_LIST || (x->kind == JV_DICT && !x->is_ns) || x->kind == JV_STR || x->kind == JV_UNDEF;
+        return x->kind == JV_LIST || (x->kind == JV_DICT && !x->is_ns) || x->kind == JV_STR ||
+               x->kind == JV_UNDEF;
     if (NAME_IS("callable")) return x->kind == JV_MACRO || x->kind == JV_FUNC;
     if (NAME_IS("escaped")) return false;
     if (NAME_IS("sameas")) {

@@ -101,31 +101,31 @@ struct jv {
 /* ---- syntax tree ---- */
 typedef enum jnode_type {
     /* expressions */
-    N_LIT,     /* val */
-    N_NAME,    /* s */
-    N_LIST,    /* kids */
-    N_TUPLE,   /* kids */
-    N_DICT,    /* kids: key, value, key, value ... */
-    N_ATTR,    /* kids[0].s */
-    N_ITEM,    /* kids[0][kids[1]] */
-    N_SLICE,   /* kids[0][kids[1]:kids[2]:kids[3]], absent parts NULL */
-    N_CALL,    /* kids[0](kids[1..]); an argument's kw names a keyword argument */
-    N_FILTER,  /* kids[0] | s(kids[1..]); kids[0] NULL in a filter block's chain */
-    N_TEST,    /* kids[0] is [not] s(kids[1..]); op = 1 when negated */
-    N_UNARY,   /* op kids[0] */
-    N_BINARY,  /* kids[0] op kids[1] */
-    N_COND,    /* kids[1] if kids[0] else kids[2] (kids[2] may be NULL) */
+    N_LIT,      /* val */
+    N_NAME,     /* s */
+    N_LIST,     /* kids */
+    N_TUPLE,    /* kids */
+    N_DICT,     /* kids: key, value, key, value ... */
+    N_ATTR,     /* kids[0].s */
+    N_ITEM,     /* kids[0][kids[1]] */
+    N_SLICE,    /* kids[0][kids[1]:kids[2]:kids[3]], absent parts NULL */
+    N_CALL,     /* kids[0](kids[1..]); an argument's kw names a keyword argument */
+    N_FILTER,   /* kids[0] | s(kids[1..]); kids[0] NULL in a filter block's chain */
+    N_TEST,     /* kids[0] is [not] s(kids[1..]); op = 1 when negated */
+    N_UNARY,    /* op kids[0] */
+    N_BINARY,   /* kids[0] op kids[1] */
+    N_COND,     /* kids[1] if kids[0] else kids[2] (kids[2] may be NULL) */
     N_BLOCKVAL, /* the body text of a filter block (its chain's innermost operand) */
     /* statements */
-    N_BODY,   /* kids: statements */
-    N_TEXT,   /* s, n */
-    N_OUTPUT, /* {{ kids[0] }} */
-    N_IF,     /* if kids[0]: kids[1] else kids[2] (N_BODY, N_IF for elif, or NULL) */
-    N_FOR,    /* for kids[0] in kids[1] if kids[2]: kids[3] else kids[4] */
-    N_SET,    /* kids[0] (N_NAME, N_ATTR, N_TUPLE) = kids[1] */
+    N_BODY,     /* kids: statements */
+    N_TEXT,     /* s, n */
+    N_OUTPUT,   /* {{ kids[0] }} */
+    N_IF,       /* if kids[0]: kids[1] else kids[2] (N_BODY, N_IF for elif, or NULL) */
+    N_FOR,      /* for kids[0] in kids[1] if kids[2]: kids[3] else kids[4] */
+    N_SET,      /* kids[0] (N_NAME, N_ATTR, N_TUPLE) = kids[1] */
     N_SETBLOCK, /* kids[0] (N_NAME) = body kids[1], filtered by kids[2] (chain or NULL) */
-    N_MACRO,  /* s: name; kids[0]: params (N_TUPLE of N_NAME whose kids[0] is the default or NULL); kids[1]: body */
-    N_CALLBLOCK, /* kids[0]: the call; kids[1]: caller params; kids[2]: body */
+    N_MACRO, /* s: name; kids[0]: params (N_TUPLE of N_NAME whose kids[0] is the default or NULL); kids[1]: body */
+    N_CALLBLOCK,   /* kids[0]: the call; kids[1]: caller params; kids[2]: body */
     N_FILTERBLOCK, /* kids[0]: filter chain; kids[1]: body */
     N_BREAK,
     N_CONTINUE,
@@ -133,17 +133,35 @@ typedef enum jnode_type {
 
 typedef enum jop {
     OP_NONE,
-    OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_FLOORDIV, OP_MOD, OP_POW, OP_CONCAT,
-    OP_AND, OP_OR, OP_NOT, OP_NEG, OP_POS,
-    OP_EQ, OP_NE, OP_LT, OP_LE, OP_GT, OP_GE, OP_IN, OP_NOTIN,
+    OP_ADD,
+    OP_SUB,
+    OP_MUL,
+    OP_DIV,
+    OP_FLOORDIV,
+    OP_MOD,
+    OP_POW,
+    OP_CONCAT,
+    OP_AND,
+    OP_OR,
+    OP_NOT,
+    OP_NEG,
+    OP_POS,
+    OP_EQ,
+    OP_NE,
+    OP_LT,
+    OP_LE,
+    OP_GT,
+    OP_GE,
+    OP_IN,
+    OP_NOTIN,
 } jop;
 
 typedef struct jnode {
     uint8_t type; /* jnode_type */
     uint8_t op;   /* jop, or the negation of N_TEST */
     int line;
-    const char *s; /* a name, a text */
-    size_t n;      /* bytes of s */
+    const char *s;  /* a name, a text */
+    size_t n;       /* bytes of s */
     const char *kw; /* set on a call argument given as kw=value */
     jv *val;        /* N_LIT */
     struct jnode **kids;
@@ -168,13 +186,13 @@ typedef struct jctx {
     jlimits lim;
     uint64_t steps;
     int depth;
-    jbuf *out;          /* where output goes now */
-    size_t out_total;   /* bytes written into every buffer */
-    jscope *top;        /* the template's own scope (top-level set, macros) */
-    jscope *sc;         /* the current scope */
-    jv *vars;           /* the render's variables (messages, tools ...) */
-    jv *blockval;       /* N_BLOCKVAL's value while a filter block's chain runs */
-    int line;           /* line of the node being evaluated (messages) */
+    jbuf *out;        /* where output goes now */
+    size_t out_total; /* bytes written into every buffer */
+    jscope *top;      /* the template's own scope (top-level set, macros) */
+    jscope *sc;       /* the current scope */
+    jv *vars;         /* the render's variables (messages, tools ...) */
+    jv *blockval;     /* N_BLOCKVAL's value while a filter block's chain runs */
+    int line;         /* line of the node being evaluated (messages) */
 } jctx;
 
 /* jinja_value.c */

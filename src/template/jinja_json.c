@@ -143,7 +143,8 @@ static jv *num(jp *P)
         char c = *P->p;
         if (c >= '0' && c <= '9')
             ;
-        else if (c == '.' || c == 'e' || c == 'E' || ((c == '+' || c == '-') && (P->p[-1] == 'e' || P->p[-1] == 'E')))
+        else if (c == '.' || c == 'e' || c == 'E' ||
+                 ((c == '+' || c == '-') && (P->p[-1] == 'e' || P->p[-1] == 'E')))
             is_float = true;
         else
             break;

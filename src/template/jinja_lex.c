@@ -40,7 +40,10 @@ static void emit(lexer *L, int type, const char *s, size_t n)
     L->t[L->nt++] = (jtok){ .t = (uint8_t)type, .line = L->line, .s = s, .n = n };
 }
 
-static bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+static bool is_ws(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
 static bool is_alpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
 static bool is_digit(char c) { return c >= '0' && c <= '9'; }
 
@@ -92,9 +95,7 @@ static void lex_string(lexer *L)
         case '\'':
         case '"': o[k++] = e; break;
         case '\n': break;
-        default:
-            o[k++] = '\\';
-            o[k++] = e;
+        default: o[k++] = '\\'; o[k++] = e;
         }
     }
     o[k] = 0;
@@ -137,7 +138,8 @@ static void lex_tag(lexer *L, bool block)
         skip_ws(L);
         if (L->pos >= L->n) {
             L->J->line = L->line;
-            jinja_fail(L->J, "unexpected end of template, expected '%s'", block ? "end of statement block" : "end of print statement");
+            jinja_fail(L->J, "unexpected end of template, expected '%s'",
+                       block ? "end of statement block" : "end of print statement");
         }
         const char *end = block ? "%}" : "}}";
         size_t p = L->pos;

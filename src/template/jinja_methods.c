@@ -19,16 +19,18 @@
 
 jv *jinja_filter_case(jctx *J, jv *x, int mode);
 
-static const char *const str_methods[] = { "startswith", "endswith", "split", "rsplit", "strip", "lstrip",
-                                           "rstrip", "replace", "upper", "lower", "title", "capitalize",
-                                           "format", "find", "rfind", "count", "join", "isdigit", "isalpha",
-                                           "isalnum", "isspace", "islower", "isupper", "splitlines", "index",
+static const char *const str_methods[] = { "startswith", "endswith",   "split",   "rsplit",     "strip",
+                                           "lstrip",     "rstrip",     "replace", "upper",      "lower",
+                                           "title",      "capitalize", "format",  "find",       "rfind",
+                                           "count",      "join",       "isdigit", "isalpha",    "isalnum",
+                                           "isspace",    "islower",    "isupper", "splitlines", "index",
                                            NULL };
 static const char *const dict_methods[] = { "get", "items", "keys", "values", "copy", NULL };
 static const char *const list_methods[] = { "index", "count", "copy", NULL };
 /* refused by the immutable sandbox */
-static const char *const mutators[] = { "append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse",
-                                        "update", "setdefault", "popitem", "add", "discard", NULL };
+static const char *const mutators[] = { "append",  "extend", "insert",  "pop",    "remove",
+                                        "clear",   "sort",   "reverse", "update", "setdefault",
+                                        "popitem", "add",    "discard", NULL };
 
 static bool in_set(const char *const *set, const char *name, size_t n)
 {
@@ -373,7 +375,8 @@ static jv *str_method(jctx *J, jv *self, const char *name, size_t n, jv **args, 
         jbuf b = { 0 };
         for (size_t i = 0; i < items->u.list.n; i++) {
             jv *it = items->u.list.v[i];
-            if (it->kind != JV_STR) jinja_fail(J, "sequence item %zu: expected str instance, %s found", i, jv_type_name(it));
+            if (it->kind != JV_STR)
+                jinja_fail(J, "sequence item %zu: expected str instance, %s found", i, jv_type_name(it));
             if (i) jb_put(J, &b, S(self), self->u.str.n);
             jb_put(J, &b, S(it), it->u.str.n);
         }
@@ -412,7 +415,8 @@ jv *jinja_method(jctx *J, jv *self, const char *name, size_t n, jv **args, const
     jinja_step(J);
     if ((self->kind == JV_LIST || (self->kind == JV_DICT && !self->is_ns)) && in_set(mutators, name, n) &&
         !(self->kind == JV_LIST && self->is_tuple))
-        jinja_fail(J, "access to attribute '%.*s' of '%s' object is unsafe", (int)n, name, jv_type_name(self));
+        jinja_fail(J, "access to attribute '%.*s' of '%s' object is unsafe", (int)n, name,
+                   jv_type_name(self));
     if (self->kind == JV_STR) return str_method(J, self, name, n, args, kws, na);
     jv *a0 = jinja_arg(args, kws, na, 0, NULL);
     if (self->kind == JV_DICT && !self->is_ns) {
@@ -423,7 +427,8 @@ jv *jinja_method(jctx *J, jv *self, const char *name, size_t n, jv **args, const
         }
         if (IS("copy")) {
             jv *d = jv_dict(J);
-            for (size_t i = 0; i < self->u.dict.n; i++) jv_dict_set(J, d, self->u.dict.k[i], self->u.dict.v[i]);
+            for (size_t i = 0; i < self->u.dict.n; i++)
+                jv_dict_set(J, d, self->u.dict.k[i], self->u.dict.v[i]);
             return d;
         }
         jv *out = jv_list(J, self->u.dict.n);

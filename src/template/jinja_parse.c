@@ -295,8 +295,8 @@ static jnode *filter_expr(jparser *P, jnode *n)
             jtok *c = cur(P);
             if (is_op(P, "(")) {
                 call_args(P, x);
-            } else if ((c->t == T_NAME || c->t == T_STRING || c->t == T_INT || c->t == T_FLOAT || is_op(P, "[") ||
-                        is_op(P, "{")) &&
+            } else if ((c->t == T_NAME || c->t == T_STRING || c->t == T_INT || c->t == T_FLOAT ||
+                        is_op(P, "[") || is_op(P, "{")) &&
                        !is_name(P, "else") && !is_name(P, "or") && !is_name(P, "and")) {
                 if (is_name(P, "is")) perr(P, "cannot chain multiple tests with is");
                 add(P, x, postfix(P, primary(P)));
@@ -339,8 +339,11 @@ static jnode *math2(jparser *P)
 {
     jnode *n = power(P);
     for (;;) {
-        int op = is_op(P, "*") ? OP_MUL : is_op(P, "/") ? OP_DIV : is_op(P, "//") ? OP_FLOORDIV
-                                                      : is_op(P, "%") ? OP_MOD : 0;
+        int op = is_op(P, "*")    ? OP_MUL
+                 : is_op(P, "/")  ? OP_DIV
+                 : is_op(P, "//") ? OP_FLOORDIV
+                 : is_op(P, "%")  ? OP_MOD
+                                  : 0;
         if (!op) return n;
         adv(P);
         n = mk2(P, N_BINARY, op, n, power(P));
@@ -369,8 +372,13 @@ static jnode *compare(jparser *P)
 {
     jnode *n = math1(P);
     for (;;) {
-        int op = is_op(P, "==") ? OP_EQ : is_op(P, "!=") ? OP_NE : is_op(P, "<") ? OP_LT : is_op(P, "<=") ? OP_LE
-                                                      : is_op(P, ">") ? OP_GT : is_op(P, ">=") ? OP_GE : 0;
+        int op = is_op(P, "==")   ? OP_EQ
+                 : is_op(P, "!=") ? OP_NE
+                 : is_op(P, "<")  ? OP_LT
+                 : is_op(P, "<=") ? OP_LE
+                 : is_op(P, ">")  ? OP_GT
+                 : is_op(P, ">=") ? OP_GE
+                                  : 0;
         if (op) {
             adv(P);
         } else if (skip_name(P, "in")) {

@@ -334,9 +334,9 @@ void jv_float_repr(char *buf, size_t cap, double f)
     int exp = atoi(p + 1);
     char *o = buf;
     size_t left = cap;
-#define PUT(...)                                          \
-    do {                                                  \
-        int w_ = snprintf(o, left, __VA_ARGS__);          \
+#define PUT(...)                                                      \
+    do {                                                              \
+        int w_ = snprintf(o, left, __VA_ARGS__);                      \
         if (w_ > 0 && (size_t)w_ < left) o += w_, left -= (size_t)w_; \
     } while (0)
     if (neg) PUT("-");

@@ -151,7 +151,8 @@ static jv *prepare_message(jctx *J, jv *m)
         jv *tc = calls->u.list.v[i], *fn = tc->kind == JV_DICT ? jv_dict_get(tc, "function", 8) : NULL;
         jv *args = fn && fn->kind == JV_DICT ? jv_dict_get(fn, "arguments", 9) : NULL;
         bool ok = false;
-        jv *parsed = args && args->kind == JV_STR ? jinja_json_parse(J, args->u.str.s, args->u.str.n, &ok) : NULL;
+        jv *parsed =
+            args && args->kind == JV_STR ? jinja_json_parse(J, args->u.str.s, args->u.str.n, &ok) : NULL;
         if (!ok) {
             jv_list_push(J, new_calls, tc);
             continue;
