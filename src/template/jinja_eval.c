@@ -330,7 +330,10 @@ static jv *eval_call(jctx *J, const jnode *n, jv *caller)
 /* ---- operators ---- */
 
 static bool is_numeric(const jv *x) { return x->kind == JV_INT || x->kind == JV_FLOAT || x->kind == JV_BOOL; }
-static int64_t as_i(const jv *x) { return x->kind == JV_INT ? x->u.i : (int64_t)x->u.b; }
+static int64_t as_i(const jv *x)
+{
+    return x->kind == JV_INT ? x->u.i : x->kind == JV_BOOL ? (int64_t)x->u.b : 0;
+}
 static double as_f(const jv *x) { return x->kind == JV_FLOAT ? x->u.f : (double)as_i(x); }
 
 static const char *op_sym(int op)
