@@ -187,7 +187,7 @@ typedef struct jctx {
     uint64_t steps;
     int depth;
     jbuf *out;        /* where output goes now */
-    size_t out_total; /* bytes written into every buffer */
+    size_t out_total; /* bytes statements wrote (output and captures), against max_output */
     jscope *top;      /* the template's own scope (top-level set, macros) */
     jscope *sc;       /* the current scope */
     jv *vars;         /* the render's variables (messages, tools ...) */

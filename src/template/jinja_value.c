@@ -288,9 +288,13 @@ int jv_compare(jctx *J, const jv *a, const jv *b)
 void jb_put(jctx *J, jbuf *b, const char *s, size_t n)
 {
     if (!n) return;
-    if (J->out_total + n > J->lim.max_output || J->out_total + n < J->out_total)
-        jinja_fail(J, "output limit of %zu bytes exceeded", J->lim.max_output);
-    J->out_total += n;
+    /* what statements write (output, captured macro and block bodies) counts against
+     * max_output; strings built by expressions are bounded by the arena alone */
+    if (b == J->out) {
+        if (J->out_total + n > J->lim.max_output || J->out_total + n < J->out_total)
+            jinja_fail(J, "output limit of %zu bytes exceeded", J->lim.max_output);
+        J->out_total += n;
+    }
     if (b->cap - b->n < n + 1) {
         size_t cap = b->cap ? b->cap : 256;
         while (cap - b->n < n + 1) cap *= 2;
