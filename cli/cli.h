@@ -29,6 +29,7 @@ int cmd_toy(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 int cmd_loadgen(int argc, char **argv);
+int cmd_template(int argc, char **argv);
 
 /* ---- helpers (cli/cli_util.c) ---- */
 

@@ -29,6 +29,7 @@ static const cli_command commands[] = {
     { "logits", cmd_logits, "print the logits of every prompt position (one prefill pass)" },
     { "tokenize", cmd_tokenize, "print the token ids of a text" },
     { "detokenize", cmd_detokenize, "print the text of token ids" },
+    { "template", cmd_template, "print the prompt a model's chat template (Jinja) renders for a chat body" },
     { "synth", cmd_synth, "write a synthetic GGUF model with random weights" },
     { "toy", cmd_toy, "a tiny worked example of prefill, decode and the KV cache" },
     { "serve", cmd_serve, "OpenAI-compatible HTTP server with continuous batching" },

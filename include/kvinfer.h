@@ -456,6 +456,29 @@ int32_t kvi_chat_apply_family(const kvi_model *m, const char *family, const kvi_
                               bool add_assistant, int32_t *out, int32_t n_max, kvi_error *err);
 const char *kvi_chat_family_of(const char *template_text);
 
+/* ---- Jinja chat templates (src/template/) ------------------------------ */
+
+/* A chat template as models ship it (tokenizer.chat_template), parsed once;
+ * read-only afterwards (renders may run on any threads). */
+typedef struct kvi_chat_template kvi_chat_template;
+
+/* Parses a Jinja template; NULL with err filled on a syntax error. */
+kvi_chat_template *kvi_chat_template_parse(const char *text, size_t len, kvi_error *err);
+void kvi_chat_template_free(kvi_chat_template *t);
+/* Renders t as Hugging Face transformers does (jinja2, trim_blocks,
+ * lstrip_blocks) for an OpenAI-style chat body (JSON text): variables messages
+ * (function.arguments given as JSON strings parsed into objects), tools (none
+ * when absent), add_generation_prompt (true when absent), each key of
+ * chat_template_kwargs, and bos_token / eos_token (undefined when NULL).
+ * Returns the prompt (malloc'd, NUL-terminated) or NULL with err filled: a bad
+ * body, a template error (raise_exception, a type error ...) or an exhausted
+ * limit (steps, output size, memory, recursion). */
+char *kvi_chat_template_render(const kvi_chat_template *t, const char *request_json, const char *bos_token,
+                               const char *eos_token, kvi_error *err);
+/* The model's tokenizer.chat_template (GGUF metadata or tokenizer_config.json),
+ * NULL when it ships none. */
+const char *kvi_model_chat_template(const kvi_model *m);
+
 /* ---- speculative decoding (src/sampling/speculative.c) --------------- */
 
 /* The final distribution kvi_sampler_sample() would draw from for these logits

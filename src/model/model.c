@@ -660,6 +660,11 @@ const char *kvi_chat_family(const kvi_model *m)
     return m ? kvi_chat_family_of(tokenizer_chat_template(m->tok)) : "fallback";
 }
 
+const char *kvi_model_chat_template(const kvi_model *m)
+{
+    return m && m->tok ? tokenizer_chat_template(m->tok) : NULL;
+}
+
 int32_t kvi_chat_apply_family(const kvi_model *m, const char *family, const kvi_chat_msg *msgs, int n,
                               bool add_assistant, int32_t *out, int32_t n_max, kvi_error *err)
 {

@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Reference renderer for test_jinja_ref: Hugging Face transformers' chat-template
+rendering, i.e. jinja2 configured as transformers configures it
+(ImmutableSandboxedEnvironment, trim_blocks, lstrip_blocks, loop controls, a
+{% generation %} tag rendering its body, tojson = json.dumps(ensure_ascii=False),
+raise_exception and strftime_now), with the request turned into variables as
+kvinfer does (tool-call arguments given as JSON strings parsed, tools None when
+absent, add_generation_prompt True when absent, chat_template_kwargs merged).
+
+usage: jinja_ref.py CASES.json  ->  stdout: a JSON list, one {"ok": true, "text": ...}
+or {"ok": false, "error": ...} per case; CASES.json is a list of
+{"template": PATH, "request": {...}, "bos": str|null, "eos": str|null}.
+Exit 3 when jinja2 cannot be imported.
+"""
+import json
+import sys
+from datetime import datetime
+
+try:
+    import jinja2
+    from jinja2 import nodes
+    from jinja2.ext import Extension, loopcontrols
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+except ImportError as e:  # the C test reports this and skips
+    print("jinja2 missing: %s" % e, file=sys.stderr)
+    sys.exit(3)
+
+
+class Generation(Extension):
+    tags = {"generation"}
+
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(["name:endgeneration"], drop_needle=True)
+        return nodes.CallBlock(self.call_method("_render", []), [], [], body).set_lineno(lineno)
+
+    def _render(self, caller):
+        return caller()
+
+
+def raise_exception(message):
+    raise jinja2.exceptions.TemplateError(message)
+
+
+def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+def strftime_now(fmt):
+    return datetime.now().strftime(fmt)
+
+
+def make_env():
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[Generation, loopcontrols])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = strftime_now
+    return env
+
+
+def prepare(req, bos, eos):
+    v = {}
+    if bos is not None:
+        v["bos_token"] = bos
+    if eos is not None:
+        v["eos_token"] = eos
+    v.update(req.get("chat_template_kwargs") or {})
+    msgs = []
+    for m in req["messages"]:
+        calls = m.get("tool_calls")
+        if isinstance(calls, list):
+            m = dict(m)
+            new = []
+            for tc in calls:
+                fn = tc.get("function") if isinstance(tc, dict) else None
+                a = fn.get("arguments") if isinstance(fn, dict) else None
+                if isinstance(a, str):
+                    try:
+                        parsed = json.loads(a)
+                        tc = dict(tc)
+                        tc["function"] = dict(fn)
+                        tc["function"]["arguments"] = parsed
+                    except ValueError:
+                        pass
+                new.append(tc)
+            m["tool_calls"] = new
+        msgs.append(m)
+    v["messages"] = msgs
+    v["tools"] = req.get("tools")
+    v["add_generation_prompt"] = req.get("add_generation_prompt", True)
+    return v
+
+
+def main():
+    with open(sys.argv[1], encoding="utf-8") as f:
+        cases = json.load(f)
+    env = make_env()
+    compiled = {}
+    out = []
+    for c in cases:
+        try:
+            path = c["template"]
+            if path not in compiled:
+                with open(path, encoding="utf-8", newline="") as f:
+                    compiled[path] = env.from_string(f.read())
+            text = compiled[path].render(**prepare(c["request"], c.get("bos"), c.get("eos")))
+            out.append({"ok": True, "text": text})
+        except Exception as e:  # any template error: the expected result is an error
+            out.append({"ok": False, "error": "%s: %s" % (type(e).__name__, e)})
+    json.dump(out, sys.stdout, ensure_ascii=False)
+
+
+if __name__ == "__main__":
+    main()
