@@ -71,9 +71,16 @@ static bool require_ref(void)
 int main(void)
 {
     char cmd[4096];
-    snprintf(cmd, sizeof cmd, "python3 -c 'import jinja2' 2>/dev/null");
-    int st = system(cmd);
-    if (st != 0) {
+    /* the first interpreter that has jinja2: the PATH's python3, else Debian's (a
+     * user's python3 on PATH, pyenv for instance, may lack the system's packages) */
+    static const char *const pythons[] = { "python3", "/usr/bin/python3" };
+    const char *py = NULL;
+    int st = -1;
+    for (size_t i = 0; !py && i < sizeof pythons / sizeof *pythons; i++) {
+        snprintf(cmd, sizeof cmd, "%s -c 'import jinja2' 2>/dev/null", pythons[i]);
+        if ((st = system(cmd)) == 0) py = pythons[i];
+    }
+    if (!py) {
         fprintf(stderr, "test_jinja_ref: python3 with jinja2 not found (apt install python3-jinja2)%s\n",
                 require_ref() ? "; KVI_REQUIRE_JINJA2 is set: failing" : "; skipped");
         return require_ref() ? 1 : 77;
@@ -105,7 +112,7 @@ int main(void)
     char *cases_text = cJSON_PrintUnformatted(cases);
     const char *cases_path = tmp_path("jinja_cases.json");
     CHECK(write_file(cases_path, cases_text, strlen(cases_text)) == 0, "cannot write %s", cases_path);
-    snprintf(cmd, sizeof cmd, "python3 '%s' '%s'", KVI_JINJA_REF, cases_path);
+    snprintf(cmd, sizeof cmd, "%s '%s' '%s'", py, KVI_JINJA_REF, cases_path);
     char *ref_text = run_capture(cmd, &st);
     cJSON *ref = ref_text && st == 0 ? cJSON_Parse(ref_text) : NULL;
     CHECK(ref && cJSON_GetArraySize(ref) == n_t * n_c, "reference renderer failed (status %d)", st);
