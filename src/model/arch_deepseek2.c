@@ -15,9 +15,12 @@
  *    expert groups (expert_group_count, expert_group_used_count: a group scores
  *    the sum of its two best, the best groups stay), the chosen weights divided
  *    by their sum when expert_weights_norm, times expert_weights_scale;
- *  - YaRN files (V2/V3 publish factor 40): RoPE with magnitude 1 and the KQ scale
- *    times mscale^2, mscale = attn_factor (1 + yarn_log_multiplier ln factor), as
- *    llama.cpp computes it (no golden covers this part: the test model has none).
+ *  - YaRN files (V2/V3 publish factor 40): with rope.scaling.yarn_log_multiplier
+ *    (the converter's 0.1 x mscale_all_dim) RoPE keeps magnitude attn_factor and the
+ *    KQ scale is multiplied by (attn_factor (1 + multiplier ln factor))^2; without it
+ *    RoPE has YaRN's usual magnitude attn_factor (1 + 0.1 ln factor) and the KQ scale
+ *    its square — llama.cpp's deepseek2 graph and context set-up (Aug 2026), worked
+ *    out from its source; no golden covers it (the test model has no YaRN).
  */
 #include "model/arch.h"
 
@@ -46,13 +49,18 @@ static int deepseek2_hparams(struct kvi_model *m, const gguf_ctx *g, kvi_error *
     m->expert_norm = norm;
     m->expert_scale = scale;
     if (m->rope[0].yarn) {
-        if ((rc = model_gguf_float(g, "deepseek2", "rope.scaling.yarn_log_multiplier", false, 0.1, &log_mul,
+        const bool has_mul = gguf_find_key(g, "deepseek2.rope.scaling.yarn_log_multiplier") >= 0;
+        if ((rc = model_gguf_float(g, "deepseek2", "rope.scaling.yarn_log_multiplier", false, 0.0, &log_mul,
                                    err)) ||
             (rc = model_gguf_float(g, "deepseek2", "rope.scaling.attn_factor", false, 1.0, &attn, err)) ||
             (rc = model_gguf_float(g, "deepseek2", "rope.scaling.factor", false, 1.0, &factor, err)))
             return rc;
-        const float ms = attn * (1.0f + log_mul * logf(factor));
-        m->rope[0].mscale = 1.0f;
+        const float lf = factor > 1.0f ? logf(factor) : 0.0f;
+        /* with the multiplier: RoPE magnitude attn_factor, KQ scale times
+         * (attn_factor (1 + multiplier ln factor))^2; without: the usual YaRN magnitude
+         * attn_factor (1 + 0.1 ln factor) on RoPE and its square on the KQ scale */
+        const float ms = has_mul ? attn * (1.0f + log_mul * lf) : attn * (1.0f + 0.1f * lf);
+        if (has_mul) m->rope[0].mscale = attn;
         m->kq_scale *= ms * ms;
     }
     return 0;
