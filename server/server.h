@@ -74,6 +74,8 @@ typedef struct srv_server {
     /* the Jinja chat template (server_template.c); NULL: the built-in layouts */
     kvi_chat_template *tmpl;
     char *bos_text, *eos_text; /* bos_token / eos_token for it (NULL: undefined) */
+    char **special;            /* [n_special] texts of the vocabulary's special tokens */
+    int n_special;
 } srv_server;
 
 /* ---- parsed request (server_json.c) ---- */
@@ -125,6 +127,11 @@ void srv_template_free(srv_server *srv);
 /* The prompt srv->tmpl renders for a chat body (malloc'd), or NULL with *er
  * set: 400 with the template's message when it raises or the body is bad. */
 char *srv_template_render(srv_server *srv, const char *body, size_t len, srv_err *er);
+/* The prompt's token ids for a chat body (malloc'd, *n of them), or NULL with
+ * *er set as srv_template_render does: special tokens written by the template
+ * are recognised, special-token text inside the body's strings (contents,
+ * tool results, arguments) stays plain text (see server_template.c). */
+int32_t *srv_template_ids(srv_server *srv, const char *body, size_t len, int32_t *n, srv_err *er);
 /* The chat prompt as text for a chat body (POST /apply-template): the Jinja
  * rendering, or the built-in layout's tokens shown with their special text.
  * Malloc'd, or NULL with *er set. */

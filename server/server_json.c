@@ -126,15 +126,14 @@ static int push_ids(srv_params *p, const int32_t *ids, int32_t n)
     return 0;
 }
 
-static int tokenize_into(const kvi_model *m, const char *s, bool add_special, bool parse_special,
-                         srv_params *p, srv_err *er)
+static int tokenize_into(const kvi_model *m, const char *s, bool add_special, srv_params *p, srv_err *er)
 {
     const size_t len = strlen(s);
-    int32_t n = kvi_tokenize(m, s, len, add_special, parse_special, NULL, 0);
+    int32_t n = kvi_tokenize(m, s, len, add_special, false, NULL, 0);
     if (n < 0) return srv_err_set(er, 400, "invalid_request_error", NULL, "the prompt cannot be tokenized");
     int32_t *ids = malloc(((size_t)n + 1) * sizeof *ids);
     if (!ids) return srv_err_set(er, 500, "server_error", NULL, "out of memory");
-    n = kvi_tokenize(m, s, len, add_special, parse_special, ids, n);
+    n = kvi_tokenize(m, s, len, add_special, false, ids, n);
     int rc = n >= 0 ? push_ids(p, ids, n) : -1;
     free(ids);
     if (rc) return srv_err_set(er, 500, "server_error", NULL, "out of memory");
@@ -174,7 +173,7 @@ static int parse_prompt(srv_server *srv, const cJSON *root, srv_params *p, srv_e
     if (!pr)
         return srv_err_set(er, 400, "invalid_request_error", "missing_required_parameter",
                            "'prompt' is required");
-    if (cJSON_IsString(pr)) return tokenize_into(srv->m, pr->valuestring, true, false, p, er);
+    if (cJSON_IsString(pr)) return tokenize_into(srv->m, pr->valuestring, true, p, er);
     if (!cJSON_IsArray(pr) || cJSON_GetArraySize(pr) == 0)
         return bad(pr ? er : er, "prompt",
                    "must be a string, an array of token ids, or an array of one of them");
@@ -182,7 +181,7 @@ static int parse_prompt(srv_server *srv, const cJSON *root, srv_params *p, srv_e
     if (cJSON_IsNumber(first)) return ids_from_array(pr, "prompt", nv, p, er);
     if (cJSON_GetArraySize(pr) != 1)
         return bad(er, "prompt", "may hold only one prompt (batches are not supported)");
-    if (cJSON_IsString(first)) return tokenize_into(srv->m, first->valuestring, true, false, p, er);
+    if (cJSON_IsString(first)) return tokenize_into(srv->m, first->valuestring, true, p, er);
     if (cJSON_IsArray(first)) return ids_from_array(first, "prompt", nv, p, er);
     return bad(er, "prompt", "must be a string or token ids");
 }
@@ -278,20 +277,16 @@ static int32_t *layout_ids(const srv_server *srv, const chat_msgs *c, int32_t *n
     return NULL;
 }
 
-/* The chat prompt's ids: the Jinja template's rendering (special tokens
- * recognised in all of it), or the built-in layout. */
+/* The chat prompt's ids: the Jinja template's rendering (srv_template_ids), or
+ * the built-in layout. */
 static int parse_messages(srv_server *srv, const cJSON *root, const char *body, size_t len, srv_params *p,
                           srv_err *er)
 {
     chat_msgs c;
     int rc = collect_messages(root, &c, er);
-    if (!rc && srv->tmpl) {
-        char *text = srv_template_render(srv, body, len, er);
-        rc = text ? tokenize_into(srv->m, text, false, true, p, er) : -1;
-        free(text);
-    } else if (!rc) {
+    if (!rc) {
         int32_t n = 0;
-        int32_t *ids = layout_ids(srv, &c, &n, er);
+        int32_t *ids = srv->tmpl ? srv_template_ids(srv, body, len, &n, er) : layout_ids(srv, &c, &n, er);
         if (!ids)
             rc = -1;
         else if (push_ids(p, ids, n))
