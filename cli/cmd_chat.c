@@ -14,6 +14,7 @@
  * cached; a mismatch truncates the sequence to the common prefix.
  */
 #include "cli/cli_opts.h"
+#include "server/server.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -133,36 +134,32 @@ typedef struct chat_state {
     int32_t *conv, n_conv; /* (n_ctx + 1) ids of the conversation so far */
     int32_t *want;         /* (n_ctx + 1) ids the template gives this turn */
     msgs ms;
-    kvi_chat_template *tmpl;   /* NULL: the built-in layouts (kvi_chat_apply) */
-    char *bos_text, *eos_text; /* bos_token / eos_token for tmpl */
+    /* the Jinja template, rendered and tokenized as `serve` does (server/
+     * server_template.c: message text stays plain text); tsrv.tmpl NULL: the
+     * built-in layouts (kvi_chat_apply) */
+    srv_server tsrv;
 } chat_state;
 
 /* The Jinja template: --chat-template-file's, else the model's (when it ships
- * one and it parses). 0, or 1 with the error printed. */
+ * one and it parses; the choice is logged). 0, or 1 with the error printed. */
 static int chat_template_setup(chat_state *st, const char *file)
 {
     size_t len = 0;
     char *text = NULL;
     if (file && !(text = cli_read_file(file, &len)))
         return cli_error("chat: cannot read '%s': %s", file, strerror(errno));
-    const char *t = text ? text : kvi_model_chat_template(st->m);
     kvi_error err = { 0 };
-    if (t) st->tmpl = kvi_chat_template_parse(t, text ? len : strlen(t), &err);
+    st->tsrv.m = st->m;
+    int rc = srv_template_init(&st->tsrv, text, len, file, &err);
     free(text);
-    if (!st->tmpl && file) return cli_error("chat: --chat-template-file %s: %s", file, err.msg);
-    if (!st->tmpl && t)
-        fprintf(stderr, "kvinfer chat: the model's chat template does not parse (%s); built-in layout\n",
-                err.msg);
-    st->bos_text = cli_token_text(st->m, kvi_token_bos(st->m));
-    st->eos_text = cli_token_text(st->m, kvi_token_eos(st->m));
-    return 0;
+    return rc ? cli_error("chat: %s", err.msg) : 0;
 }
 
 /* The conversation's ids by the Jinja template: messages rendered with the
- * assistant's opening, tokenized with special tokens recognised in all of the
- * text (as Hugging Face does). Returns the number of ids (may exceed n_max) or
- * a negative code with err filled. */
-static int32_t chat_render_ids(const chat_state *st, int32_t *out, int32_t n_max, kvi_error *err)
+ * assistant's opening, special tokens recognised in the template's own text
+ * only. Returns the number of ids (may exceed n_max) or a negative code with
+ * err filled. */
+static int32_t chat_render_ids(chat_state *st, int32_t *out, int32_t n_max, kvi_error *err)
 {
     cJSON *body = cJSON_CreateObject();
     cJSON *arr = body ? cJSON_AddArrayToObject(body, "messages") : NULL;
@@ -178,12 +175,16 @@ static int32_t chat_render_ids(const chat_state *st, int32_t *out, int32_t n_max
         snprintf(err->msg, sizeof err->msg, "out of memory");
         return err->code = KVI_E_NOMEM;
     }
-    char *text = kvi_chat_template_render(st->tmpl, json, st->bos_text, st->eos_text, err);
+    srv_err er = { 0 };
+    int32_t n = 0;
+    int32_t *ids = srv_template_ids(&st->tsrv, json, strlen(json), &n, &er);
     free(json);
-    if (!text) return err->code ? err->code : KVI_E_INVALID;
-    int32_t n = kvi_tokenize(st->m, text, strlen(text), false, true, out, n_max);
-    free(text);
-    if (n < 0) snprintf(err->msg, sizeof err->msg, "the prompt cannot be tokenized");
+    if (!ids) {
+        snprintf(err->msg, sizeof err->msg, "%s", er.msg);
+        return err->code = KVI_E_INVALID;
+    }
+    memcpy(out, ids, (size_t)(n < n_max ? n : n_max) * sizeof *out);
+    free(ids);
     return n;
 }
 
@@ -233,8 +234,8 @@ static int chat_turn(chat_state *st, const chat_opts *o, const char *line, size_
     kvi_error err = { 0 };
     if (!msgs_add(&st->ms, "user", line, len)) return cli_error("chat: out of memory");
     const int32_t n_want =
-        st->tmpl ? chat_render_ids(st, st->want, st->n_ctx + 1, &err)
-                 : kvi_chat_apply(st->m, st->ms.v, st->ms.n, true, st->want, st->n_ctx + 1, &err);
+        st->tsrv.tmpl ? chat_render_ids(st, st->want, st->n_ctx + 1, &err)
+                      : kvi_chat_apply(st->m, st->ms.v, st->ms.n, true, st->want, st->n_ctx + 1, &err);
     if (n_want < 0) return cli_error("chat: %s", err.msg);
     if (n_want >= st->n_ctx)
         return cli_error("chat: context_length_exceeded (%d tokens, context %d)", n_want, st->n_ctx);
@@ -295,7 +296,7 @@ int cmd_chat(int argc, char **argv)
                (o.system && !msgs_add(&st.ms, "system", o.system, strlen(o.system)))) {
         rc = cli_error("chat: out of memory");
     } else {
-        if (st.tmpl)
+        if (st.tsrv.tmpl)
             fprintf(stderr, "kvinfer chat: template Jinja (%s), context %d (empty line quits)\n",
                     o.template_file ? o.template_file : "the model's", st.n_ctx);
         else
@@ -316,9 +317,7 @@ int cmd_chat(int argc, char **argv)
     free(st.ms.v);
     free(st.conv);
     free(st.want);
-    kvi_chat_template_free(st.tmpl);
-    free(st.bos_text);
-    free(st.eos_text);
+    srv_template_free(&st.tsrv);
     kvi_batch_free(st.b);
     if (st.seq) kvi_seq_free(st.seq);
     kvi_engine_free(st.e);

@@ -22,8 +22,8 @@
  *    built-in layout's text;
  *  - a --chat-template-file that does not parse stops the server at start;
  *  - `kvinfer chat --chat-template-file F`: the first turn prefills exactly the
- *    ids of F's rendering (BOS + the rendered text); the second turn reuses
- *    cached ids of the first.
+ *    ids of F's rendering (BOS + the rendered text, the "<s>" typed by the user
+ *    as plain text); the second turn reuses cached ids of the first.
  */
 #include "testutil.h"
 
@@ -291,7 +291,7 @@ static void test_chat_cli(void)
     snprintf(out, sizeof out, "%s", tmp_path("chat_template.out"));
     snprintf(errp, sizeof errp, "%s", tmp_path("chat_template.err"));
     CHECK(write_file(tpath, own_template, strlen(own_template)) == 0, "write the template");
-    const char *lines = "Once upon a time\nLily saw a ball\n";
+    const char *lines = "Once <s> upon a time\nLily saw a ball\n";
     CHECK(write_file(in, lines, strlen(lines)) == 0, "write the input");
     snprintf(cmd, sizeof cmd,
              "'%s' chat -m '%s' -t 2 --temp 0 -n 4 --chat-template-file '%s' <'%s' >'%s' 2>'%s'", KVI_BIN,
@@ -302,7 +302,7 @@ static void test_chat_cli(void)
     kvi_error err = { 0 };
     kvi_model *v = kvi_vocab_load(shared_path("models/stories260K.gguf"), &err);
     CHECK(v, "vocabulary");
-    const char *text = "[USER] Once upon a time\n[ASSISTANT]";
+    const char *text = "[USER] Once <s> upon a time\n[ASSISTANT]";
     int32_t want = v ? kvi_tokenize(v, text, strlen(text), false, false, NULL, 0) + 1 : -1;
     int n = -1, cached = -1;
     CHECK(log && prefill_counts(log, 0, &n, &cached) && n == want && cached == 0,
