@@ -17,6 +17,9 @@
  *    range over one occurrence leaves the others special;
  *  - a template that raises gives HTTP 400 in OpenAI's error shape carrying
  *    its message, on both endpoints; the server keeps serving;
+ *  - a GGUF that ships a template (stories260K copied with tokenizer.chat_template
+ *    added by the project's GGUF writer): serve logs and uses it without any
+ *    flag, /apply-template == `kvinfer template -m` of that file;
  *  - a model without a template (stories260K) keeps the built-in layout: the
  *    log says so, chat completions still answer, /apply-template shows the
  *    built-in layout's text;
@@ -29,6 +32,7 @@
 
 #include "http_util.h"
 
+#include "formats/gguf.h"
 #include "kvinfer.h"
 
 #include <signal.h>
@@ -313,10 +317,71 @@ static void test_chat_cli(void)
     free(log);
 }
 
+/* stories260K.gguf with tokenizer.chat_template = tmpl, at path. */
+static bool write_gguf_with_template(const char *path, const char *tmpl)
+{
+    gguf_ctx *g = NULL;
+    kvi_error err = { 0 };
+    if (gguf_open(shared_path("models/stories260K.gguf"), false, &g, &err) != 0) return false;
+    gguf_writer *w = gguf_writer_create();
+    bool ok = w != NULL;
+    for (int64_t i = 0; ok && i < gguf_n_kv(g); i++) ok = gguf_writer_copy_kv(w, g, gguf_kv_key(g, i)) == 0;
+    ok = ok && gguf_writer_set_str(w, "tokenizer.chat_template", tmpl) == 0;
+    for (int64_t i = 0; ok && i < gguf_n_tensors(g); i++) {
+        const gguf_tensor *t = gguf_tensor_at(g, i);
+        ok = gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne) == 0;
+    }
+    FILE *f = ok ? fopen(path, "wb") : NULL;
+    ok = f && gguf_writer_write_header(w, f, &err) == 0;
+    for (int64_t i = 0; ok && i < gguf_n_tensors(g); i++)
+        ok = gguf_writer_write_tensor(w, f, i, gguf_tensor_at(g, i)->data, &err) == 0;
+    if (f && fclose(f) != 0) ok = false;
+    gguf_writer_free(w);
+    gguf_close(g);
+    return ok;
+}
+
+static void test_gguf_template(void)
+{
+    char gpath[512], bpath[512], args[2048];
+    snprintf(gpath, sizeof gpath, "%s", tmp_path("stories260K-tmpl.gguf"));
+    snprintf(bpath, sizeof bpath, "%s", tmp_path("server_template_gguf_body.json"));
+    CHECK(write_gguf_with_template(gpath, own_template), "write a GGUF with a chat template");
+    const char *body = "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": "
+                       "\"user\", \"content\": \"Tom had a dog\"}], \"max_tokens\": 4, \"temperature\": 0}";
+    CHECK(write_file(bpath, body, strlen(body)) == 0, "write the body");
+    snprintf(args, sizeof args, "template -m '%s' -f '%s'", gpath, bpath);
+    char *ref = NULL, *err = NULL;
+    CHECK(run_kvinfer(args, &ref, &err) == 0 && ref, "kvinfer template of the GGUF: %s", err ? err : "");
+    /* test_server_start serves stories260K: its -m comes first, a second -m replaces it */
+    char extra[1024];
+    snprintf(extra, sizeof extra, "-m '%s'", gpath);
+    test_server s;
+    CHECK(test_server_start(&s, extra, "server_template_gguf.err"), "server starts on the GGUF");
+    int st = 0;
+    char *prompt = apply_template(s.port, body, &st);
+    CHECK(prompt && ref && !strcmp(prompt, ref), "/apply-template == kvinfer template: '%s'",
+          prompt ? prompt : "");
+    CHECK(prompt && !strcmp(prompt, "<s>[SYSTEM] Be brief.\n[USER] Tom had a dog\n[ASSISTANT]"),
+          "the model's own template rendered");
+    cJSON *chat = post_json(s.port, "/v1/chat/completions", body, &st);
+    CHECK(st == 200 && first_text(chat, true), "chat completion with the model's template");
+    cJSON_Delete(chat);
+    free(prompt);
+    CHECK(test_server_stop(&s) == 0, "server exit status");
+    char *log = read_file(tmp_path("server_template_gguf.err"), NULL);
+    CHECK(log && strstr(log, "chat template: the model's Jinja template"), "the log says the model's: %s",
+          log ? log : "");
+    free(log);
+    free(ref);
+    free(err);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
     test_chat_cli();
+    test_gguf_template();
     test_fallback();
     test_own_template();
     test_shared_template();
