@@ -58,6 +58,8 @@ static const char serve_help[] =
     "  --chat-template-file F  render chat prompts with the Jinja template in F instead of\n"
     "                          the model's (default: its tokenizer.chat_template; a model\n"
     "                          without one uses the built-in layouts)\n"
+    "  --special-in-content    recognise special-token text inside messages too (Hugging\n"
+    "                          Face's tokenization; default: message text stays plain text)\n"
     "  --api-key KEY           require \"Authorization: Bearer KEY\" on /v1 endpoints\n"
     "  --alias NAME            the model's name in the API (default: file name without .gguf)\n"
     "  --spec ngram            speculative decoding by prompt lookup for every request\n"
@@ -96,7 +98,7 @@ static char *model_name_of(const char *path)
 typedef struct serve_opts {
     cli_common c;
     const char *alias, *api_key, *host, *chat_template_file;
-    bool quiet;
+    bool quiet, special_in_content;
     int64_t port, parallel, queue_max, batch_tokens;
     run_spec_opts so; /* speculative decoding */
 } serve_opts;
@@ -149,6 +151,8 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o)
             if (!(*str = cli_flag_value(argc, argv, &i))) return 1;
         } else if (!strcmp(a, "--quiet")) {
             o->quiet = true;
+        } else if (!strcmp(a, "--special-in-content")) {
+            o->special_in_content = true;
         } else {
             return cli_error("serve: unknown option '%s' (kvinfer serve --help)", a);
         }
@@ -205,6 +209,7 @@ static void serve_config(srv_server *srv, const serve_opts *o, const char *name)
     srv->cfg.api_key = o->api_key;
     srv->cfg.model_name = name;
     srv->cfg.quiet = o->quiet;
+    srv->cfg.special_in_content = o->special_in_content;
     kvi_sampler_params_default(&srv->cfg.sampling);
     srv->cfg.sampling.temp = 0.8f;
     srv->cfg.sampling.top_k = 40;

@@ -58,6 +58,7 @@ typedef struct srv_config {
     int n_ctx;
     kvi_sampler_params sampling; /* defaults, as `kvinfer run` */
     bool quiet;
+    bool special_in_content; /* Hugging Face's tokenization: special text recognised in message text too */
 } srv_config;
 
 typedef struct srv_server {

@@ -15,7 +15,8 @@
  * output depends on the markers, or a body that holds them itself, fails the
  * check), and then the marked ranges are the plain ones (kvi_tokenize_plain).
  * When the check fails the prompt is tokenized as Hugging Face does (special
- * text recognised everywhere) and the server says so on stderr.
+ * text recognised everywhere) and the server says so on stderr; that is also
+ * what --special-in-content (cfg.special_in_content) asks for.
  */
 #include "server/server.h"
 
@@ -284,7 +285,8 @@ int32_t *srv_template_ids(srv_server *srv, const char *body, size_t len, int32_t
     char *text = srv_template_render(srv, body, len, er);
     if (!text) return NULL;
     size_t *ranges = NULL, n_ranges = 0;
-    if (!plain_ranges_of(srv, body, len, text, &ranges, &n_ranges) && !srv->cfg.quiet)
+    if (!srv->cfg.special_in_content && !plain_ranges_of(srv, body, len, text, &ranges, &n_ranges) &&
+        !srv->cfg.quiet)
         fprintf(stderr, "kvinfer: special-token text in a chat request could not be told apart from the "
                         "template's: the prompt is tokenized with it recognised\n");
     const size_t tl = strlen(text);

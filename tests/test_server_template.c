@@ -14,7 +14,8 @@
  *    text (the ids of kvi_tokenize with parse_special off), while the BOS the
  *    template writes is the BOS id; kvi_tokenize_plain itself: no ranges ==
  *    parse_special on, one range over everything == parse_special off, a
- *    range over one occurrence leaves the others special;
+ *    range over one occurrence leaves the others special; with
+ *    --special-in-content the content's special text is special (HF's ids);
  *  - a template that raises gives HTTP 400 in OpenAI's error shape carrying
  *    its message, on both endpoints; the server keeps serving;
  *  - a GGUF that ships a template (stories260K copied with tokenizer.chat_template
@@ -240,6 +241,15 @@ static void test_own_template(void)
     cJSON *again = post_json(s.port, "/v1/chat/completions", ok, &st);
     CHECK(st == 200, "the server keeps serving after a template error");
     cJSON_Delete(again);
+    CHECK(test_server_stop(&s) == 0, "server exit status");
+
+    /* --special-in-content: Hugging Face's ids, the content's "<s>" / "</s>" special */
+    snprintf(extra, sizeof extra, "--chat-template-file '%s' --special-in-content", tpath);
+    CHECK(test_server_start(&s, extra, "server_template_own_sic.err"), "server starts");
+    chat = post_json(s.port, "/v1/chat/completions", inj, &st);
+    CHECK(st == 200 && prompt_tokens(chat) == special_n + 1, "--special-in-content: %d == 1 + %d",
+          prompt_tokens(chat), (int)special_n);
+    cJSON_Delete(chat);
     CHECK(test_server_stop(&s) == 0, "server exit status");
 }
 
