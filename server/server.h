@@ -77,6 +77,7 @@ typedef struct srv_server {
     char *bos_text, *eos_text; /* bos_token / eos_token for it (NULL: undefined) */
     char **special;            /* [n_special] texts of the vocabulary's special tokens */
     int n_special;
+    bool special_first[256]; /* some special text starts with this byte */
 } srv_server;
 
 /* ---- parsed request (server_json.c) ---- */

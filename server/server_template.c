@@ -51,6 +51,7 @@ static int collect_special(srv_server *srv)
         full[nf] = 0;
         if (!(ns[srv->n_special] = strdup(full))) return KVI_E_NOMEM;
         srv->n_special++;
+        srv->special_first[(unsigned char)full[0]] = true;
     }
     return 0;
 }
@@ -113,6 +114,7 @@ void srv_template_free(srv_server *srv)
     free(srv->special);
     srv->special = NULL;
     srv->n_special = 0;
+    memset(srv->special_first, 0, sizeof srv->special_first);
 }
 
 char *srv_template_render(srv_server *srv, const char *body, size_t len, srv_err *er)
@@ -144,6 +146,7 @@ static const char *special_at(const srv_server *srv, const char *s, size_t *n)
 {
     const char *best = NULL;
     *n = 0;
+    if (!srv->special_first[(unsigned char)s[0]]) return NULL;
     for (int k = 0; k < srv->n_special; k++) {
         const char *t = srv->special[k];
         size_t l = strlen(t);
