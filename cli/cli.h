@@ -49,6 +49,9 @@ bool cli_parse_size(const char *s, size_t *out);
 bool cli_parse_ids(const char *s, int32_t **ids, int32_t *n);
 /* Whole file into a malloc'd NUL-terminated buffer; NULL (and errno) on failure. */
 char *cli_read_file(const char *path, size_t *len);
+/* The text of a vocabulary token, special tokens included (malloc'd), NULL when
+ * id < 0 or it is too long: bos_token / eos_token for chat templates. */
+char *cli_token_text(const kvi_model *m, int32_t id);
 /* Value of a flag that takes an argument: returns argv[*i + 1] and advances *i,
  * or prints "flag X needs a value" and returns NULL. */
 const char *cli_flag_value(int argc, char **argv, int *i);

@@ -174,6 +174,16 @@ fail:
     return false;
 }
 
+char *cli_token_text(const kvi_model *m, int32_t id)
+{
+    if (id < 0) return NULL;
+    char buf[256];
+    int32_t n = kvi_token_to_piece(m, id, buf, sizeof buf, true);
+    if (n < 0 || (size_t)n >= sizeof buf) return NULL;
+    buf[n] = 0;
+    return strdup(buf);
+}
+
 char *cli_read_file(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");

@@ -14,7 +14,10 @@
  * cached; a mismatch truncates the sequence to the common prefix.
  */
 #include "cli/cli_opts.h"
+#include "server/server.h"
 
+#include <cjson/cJSON.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +32,9 @@ static const char chat_help[] =
     "\n"
     "  -m, --model PATH     model (default: ../shared/models/stories260K.gguf if it exists)\n"
     "  -s, --system TEXT    system message\n"
+    "  --chat-template-file F  lay the conversation out with the Jinja template in F\n"
+    "                       (default: the model's tokenizer.chat_template; a model without\n"
+    "                       one uses the built-in layouts)\n"
     "  -n, --n-predict N    most tokens per answer (default 256)\n"
     "  -c, --ctx-size N     context size (default: the model's)\n"
     "  -t, --threads N      worker threads (default 0: every core)\n"
@@ -71,7 +77,7 @@ static bool msgs_add(msgs *m, const char *role, const char *text, size_t len)
 
 typedef struct chat_opts {
     cli_common c;
-    const char *system;
+    const char *system, *template_file;
     int64_t n_predict;
     kvi_sampler_params sp;
 } chat_opts;
@@ -82,6 +88,7 @@ static int parse_chat_args(int argc, char **argv, chat_opts *o)
 {
     cli_common_init(&o->c);
     o->system = NULL;
+    o->template_file = NULL;
     o->n_predict = 256;
     kvi_sampler_params_default(&o->sp);
     o->sp.temp = 0.8f;
@@ -101,6 +108,8 @@ static int parse_chat_args(int argc, char **argv, chat_opts *o)
         v = cli_flag_value(argc, argv, &i);
         if (!strcmp(a, "-s") || !strcmp(a, "--system"))
             o->system = v;
+        else if (!strcmp(a, "--chat-template-file"))
+            o->template_file = v;
         else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
             if (!cli_parse_i64(v, 1, 1 << 24, &o->n_predict)) return cli_error("%s: bad value '%s'", a, v);
         } else if (!strcmp(a, "--temp")) {
@@ -125,7 +134,59 @@ typedef struct chat_state {
     int32_t *conv, n_conv; /* (n_ctx + 1) ids of the conversation so far */
     int32_t *want;         /* (n_ctx + 1) ids the template gives this turn */
     msgs ms;
+    /* the Jinja template, rendered and tokenized as `serve` does (server/
+     * server_template.c: message text stays plain text); tsrv.tmpl NULL: the
+     * built-in layouts (kvi_chat_apply) */
+    srv_server tsrv;
 } chat_state;
+
+/* The Jinja template: --chat-template-file's, else the model's (when it ships
+ * one and it parses; the choice is logged). 0, or 1 with the error printed. */
+static int chat_template_setup(chat_state *st, const char *file)
+{
+    size_t len = 0;
+    char *text = NULL;
+    if (file && !(text = cli_read_file(file, &len)))
+        return cli_error("chat: cannot read '%s': %s", file, strerror(errno));
+    kvi_error err = { 0 };
+    st->tsrv.m = st->m;
+    int rc = srv_template_init(&st->tsrv, text, len, file, &err);
+    free(text);
+    return rc ? cli_error("chat: %s", err.msg) : 0;
+}
+
+/* The conversation's ids by the Jinja template: messages rendered with the
+ * assistant's opening, special tokens recognised in the template's own text
+ * only. Returns the number of ids (may exceed n_max) or a negative code with
+ * err filled. */
+static int32_t chat_render_ids(chat_state *st, int32_t *out, int32_t n_max, kvi_error *err)
+{
+    cJSON *body = cJSON_CreateObject();
+    cJSON *arr = body ? cJSON_AddArrayToObject(body, "messages") : NULL;
+    for (int i = 0; arr && i < st->ms.n; i++) {
+        cJSON *m = cJSON_CreateObject();
+        cJSON_AddItemToArray(arr, m);
+        cJSON_AddStringToObject(m, "role", st->ms.v[i].role);
+        cJSON_AddStringToObject(m, "content", st->ms.v[i].content);
+    }
+    char *json = arr ? cJSON_PrintUnformatted(body) : NULL;
+    cJSON_Delete(body);
+    if (!json) {
+        snprintf(err->msg, sizeof err->msg, "out of memory");
+        return err->code = KVI_E_NOMEM;
+    }
+    srv_err er = { 0 };
+    int32_t n = 0;
+    int32_t *ids = srv_template_ids(&st->tsrv, json, strlen(json), &n, &er);
+    free(json);
+    if (!ids) {
+        snprintf(err->msg, sizeof err->msg, "%s", er.msg);
+        return err->code = KVI_E_INVALID;
+    }
+    memcpy(out, ids, (size_t)(n < n_max ? n : n_max) * sizeof *out);
+    free(ids);
+    return n;
+}
 
 /* Samples and streams the answer after the prefill whose logits are in batch
  * row `row`, one decode step per token. The answer's text (malloc'd, alen bytes;
@@ -172,7 +233,9 @@ static int chat_turn(chat_state *st, const chat_opts *o, const char *line, size_
 {
     kvi_error err = { 0 };
     if (!msgs_add(&st->ms, "user", line, len)) return cli_error("chat: out of memory");
-    const int32_t n_want = kvi_chat_apply(st->m, st->ms.v, st->ms.n, true, st->want, st->n_ctx + 1, &err);
+    const int32_t n_want =
+        st->tsrv.tmpl ? chat_render_ids(st, st->want, st->n_ctx + 1, &err)
+                      : kvi_chat_apply(st->m, st->ms.v, st->ms.n, true, st->want, st->n_ctx + 1, &err);
     if (n_want < 0) return cli_error("chat: %s", err.msg);
     if (n_want >= st->n_ctx)
         return cli_error("chat: context_length_exceeded (%d tokens, context %d)", n_want, st->n_ctx);
@@ -226,13 +289,19 @@ int cmd_chat(int argc, char **argv)
     st.b = kvi_batch_create(st.n_ctx);
     st.conv = malloc(((size_t)st.n_ctx + 1) * sizeof *st.conv);
     st.want = malloc(((size_t)st.n_ctx + 1) * sizeof *st.want);
-    int rc = 0;
-    if (!st.seq || !st.b || !st.conv || !st.want ||
-        (o.system && !msgs_add(&st.ms, "system", o.system, strlen(o.system)))) {
+    int rc = chat_template_setup(&st, o.template_file);
+    if (rc) {
+        /* the error is printed */
+    } else if (!st.seq || !st.b || !st.conv || !st.want ||
+               (o.system && !msgs_add(&st.ms, "system", o.system, strlen(o.system)))) {
         rc = cli_error("chat: out of memory");
     } else {
-        fprintf(stderr, "kvinfer chat: template %s, context %d (empty line quits)\n", kvi_chat_family(st.m),
-                st.n_ctx);
+        if (st.tsrv.tmpl)
+            fprintf(stderr, "kvinfer chat: template Jinja (%s), context %d (empty line quits)\n",
+                    o.template_file ? o.template_file : "the model's", st.n_ctx);
+        else
+            fprintf(stderr, "kvinfer chat: template %s, context %d (empty line quits)\n",
+                    kvi_chat_family(st.m), st.n_ctx);
         char line[8192];
         for (;;) {
             fputs("> ", stdout);
@@ -248,6 +317,7 @@ int cmd_chat(int argc, char **argv)
     free(st.ms.v);
     free(st.conv);
     free(st.want);
+    srv_template_free(&st.tsrv);
     kvi_batch_free(st.b);
     if (st.seq) kvi_seq_free(st.seq);
     kvi_engine_free(st.e);

@@ -21,6 +21,7 @@
 #include "server/server.h"
 #include "cli/run_spec.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
@@ -33,7 +34,8 @@ static const char serve_help[] =
     "\n"
     "Serves the model over HTTP with an OpenAI-compatible API: POST /v1/completions,\n"
     "POST /v1/chat/completions (\"stream\": true for server-sent events), GET /v1/models,\n"
-    "POST /tokenize, POST /detokenize, GET /health, GET /metrics (Prometheus), GET /v1/kv,\n"
+    "POST /tokenize, POST /detokenize, POST /apply-template (the chat prompt as text),\n"
+    "GET /health, GET /metrics (Prometheus), GET /v1/kv,\n"
     "and a chat page at GET /. Requests share one KV pool and every forward pass\n"
     "(continuous batching; long prompts are prefilled in chunks).\n"
     "\n"
@@ -53,6 +55,11 @@ static const char serve_help[] =
     "  --kv-type T             KV cache type for K and V: f32 or f16 (default f16)\n"
     "  --no-prefix-cache       recompute every prompt (default: whole KV blocks of earlier\n"
     "                          prompts are reused; usage.prompt_tokens_details.cached_tokens)\n"
+    "  --chat-template-file F  render chat prompts with the Jinja template in F instead of\n"
+    "                          the model's (default: its tokenizer.chat_template; a model\n"
+    "                          without one uses the built-in layouts)\n"
+    "  --special-in-content    recognise special-token text inside messages too (Hugging\n"
+    "                          Face's tokenization; default: message text stays plain text)\n"
     "  --api-key KEY           require \"Authorization: Bearer KEY\" on /v1 endpoints\n"
     "  --alias NAME            the model's name in the API (default: file name without .gguf)\n"
     "  --spec ngram            speculative decoding by prompt lookup for every request\n"
@@ -90,8 +97,8 @@ static char *model_name_of(const char *path)
 
 typedef struct serve_opts {
     cli_common c;
-    const char *alias, *api_key, *host;
-    bool quiet;
+    const char *alias, *api_key, *host, *chat_template_file;
+    bool quiet, special_in_content;
     int64_t port, parallel, queue_max, batch_tokens;
     run_spec_opts so; /* speculative decoding */
 } serve_opts;
@@ -135,14 +142,17 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o)
         if (r == 0) r = serve_int_flag(argc, argv, &i, o);
         if (r < 0) return 1;
         if (r > 0) continue;
-        const char **str = !strcmp(a, "--host")      ? &o->host
-                           : !strcmp(a, "--api-key") ? &o->api_key
-                           : !strcmp(a, "--alias")   ? &o->alias
-                                                     : NULL;
+        const char **str = !strcmp(a, "--host")                 ? &o->host
+                           : !strcmp(a, "--api-key")            ? &o->api_key
+                           : !strcmp(a, "--alias")              ? &o->alias
+                           : !strcmp(a, "--chat-template-file") ? &o->chat_template_file
+                                                                : NULL;
         if (str) {
             if (!(*str = cli_flag_value(argc, argv, &i))) return 1;
         } else if (!strcmp(a, "--quiet")) {
             o->quiet = true;
+        } else if (!strcmp(a, "--special-in-content")) {
+            o->special_in_content = true;
         } else {
             return cli_error("serve: unknown option '%s' (kvinfer serve --help)", a);
         }
@@ -199,6 +209,7 @@ static void serve_config(srv_server *srv, const serve_opts *o, const char *name)
     srv->cfg.api_key = o->api_key;
     srv->cfg.model_name = name;
     srv->cfg.quiet = o->quiet;
+    srv->cfg.special_in_content = o->special_in_content;
     kvi_sampler_params_default(&srv->cfg.sampling);
     srv->cfg.sampling.temp = 0.8f;
     srv->cfg.sampling.top_k = 40;
@@ -209,6 +220,20 @@ static void serve_config(srv_server *srv, const serve_opts *o, const char *name)
     srv->cfg.sampling.seed = (uint64_t)time(NULL);
 }
 
+/* The chat template (the model's, --chat-template-file's, or the built-in
+ * layouts), logged. 0, or 1 with the error printed. */
+static int serve_template(srv_server *srv, const serve_opts *o)
+{
+    kvi_error err = { 0 };
+    size_t len = 0;
+    char *text = NULL;
+    if (o->chat_template_file && !(text = cli_read_file(o->chat_template_file, &len)))
+        return cli_error("serve: cannot read '%s': %s", o->chat_template_file, strerror(errno));
+    int rc = srv_template_init(srv, text, len, o->chat_template_file, &err);
+    free(text);
+    return rc ? cli_error("serve: %s", err.msg) : 0;
+}
+
 /* Loads the model, creates the engine and starts the scheduler (with
  * speculation when asked); *sp gets the running scheduler. 0, or 1 with the
  * error printed. */
@@ -216,6 +241,7 @@ static int serve_start(srv_server *srv, const serve_opts *o, kvi_sched **sp, kvi
 {
     kvi_error err = { 0 };
     if (!(srv->m = cli_opt_load_model(&o->c))) return 1;
+    if (serve_template(srv, o) != 0) return 1;
     kvi_engine_params ep;
     cli_opt_engine_params(&o->c, &ep);
     ep.n_seq_max = (int)o->parallel;
@@ -302,6 +328,7 @@ out:
     kvi_engine_free(de);
     kvi_model_free(dm);
     kvi_engine_free(srv->e);
+    srv_template_free(srv);
     kvi_model_free(srv->m);
     srv_metrics_free(&srv->metrics);
     pthread_mutex_destroy(&srv->mu);

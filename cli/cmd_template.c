@@ -83,16 +83,6 @@ static int load_hf(const char *dir, tmpl_src *s)
     return 0;
 }
 
-static char *token_text(const kvi_model *m, int32_t id)
-{
-    if (id < 0) return NULL;
-    char buf[256];
-    int32_t n = kvi_token_to_piece(m, id, buf, sizeof buf, true);
-    if (n < 0 || (size_t)n >= sizeof buf) return NULL;
-    buf[n] = 0;
-    return strdup(buf);
-}
-
 static int load_source(const char *model, tmpl_src *s)
 {
     struct stat st;
@@ -118,8 +108,8 @@ static int load_source(const char *model, tmpl_src *s)
                          err.msg[0] ? err.msg : kvi_strerror(err.code));
     const char *t = kvi_model_chat_template(m);
     if (t) s->text = strdup(t);
-    s->bos = token_text(m, kvi_token_bos(m));
-    s->eos = token_text(m, kvi_token_eos(m));
+    s->bos = cli_token_text(m, kvi_token_bos(m));
+    s->eos = cli_token_text(m, kvi_token_eos(m));
     kvi_model_free(m);
     return 0;
 }

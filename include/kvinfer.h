@@ -101,6 +101,12 @@ bool kvi_model_has_weights(const kvi_model *m);
  * and the caller retries with a larger buffer), or a negative KVI_E_* code. */
 int32_t kvi_tokenize(const kvi_model *m, const char *text, size_t len, bool add_special, bool parse_special,
                      int32_t *out, int32_t n_max);
+/* kvi_tokenize with parse_special, except that special tokens (other than
+ * user-defined ones, which plain text matches too) are not recognised where they
+ * overlap a byte range [plain[2k], plain[2k+1]), k < n_plain: a chat prompt
+ * whose message contents stay plain text. */
+int32_t kvi_tokenize_plain(const kvi_model *m, const char *text, size_t len, bool add_special,
+                           const size_t *plain, size_t n_plain, int32_t *out, int32_t n_max);
 
 /* The bytes of one token (SentencePiece "▁" shown as a space, byte tokens as their
  * byte). Special tokens are rendered only when render_special. Returns the number

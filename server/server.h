@@ -58,6 +58,7 @@ typedef struct srv_config {
     int n_ctx;
     kvi_sampler_params sampling; /* defaults, as `kvinfer run` */
     bool quiet;
+    bool special_in_content; /* Hugging Face's tokenization: special text recognised in message text too */
 } srv_config;
 
 typedef struct srv_server {
@@ -71,6 +72,12 @@ typedef struct srv_server {
     bool closing;
     uint64_t next_id;
     double t_start;
+    /* the Jinja chat template (server_template.c); NULL: the built-in layouts */
+    kvi_chat_template *tmpl;
+    char *bos_text, *eos_text; /* bos_token / eos_token for it (NULL: undefined) */
+    char **special;            /* [n_special] texts of the vocabulary's special tokens */
+    int n_special;
+    bool special_first[256]; /* some special text starts with this byte */
 } srv_server;
 
 /* ---- parsed request (server_json.c) ---- */
@@ -108,6 +115,29 @@ char *srv_error_json(const srv_err *e);
 /* Parses a /v1/completions or /v1/chat/completions body. 0, or -1 with *er set. */
 int srv_parse_request(srv_server *srv, const char *body, size_t len, bool chat, srv_params *p, srv_err *er);
 void srv_params_free(srv_params *p);
+
+/* ---- the chat template (server_template.c) ---- */
+
+/* Sets srv->tmpl from file_text (--chat-template-file, file_name for messages)
+ * or, when NULL, the model's tokenizer.chat_template, and logs on stderr which
+ * template /v1/chat/completions uses. A file that does not parse is an error;
+ * a model's template that does not parse falls back to the built-in layouts
+ * with a warning. 0, or a negative code with err filled. */
+int srv_template_init(srv_server *srv, const char *file_text, size_t file_len, const char *file_name,
+                      kvi_error *err);
+void srv_template_free(srv_server *srv);
+/* The prompt srv->tmpl renders for a chat body (malloc'd), or NULL with *er
+ * set: 400 with the template's message when it raises or the body is bad. */
+char *srv_template_render(srv_server *srv, const char *body, size_t len, srv_err *er);
+/* The prompt's token ids for a chat body (malloc'd, *n of them), or NULL with
+ * *er set as srv_template_render does: special tokens written by the template
+ * are recognised, special-token text inside the body's strings (contents,
+ * tool results, arguments) stays plain text (see server_template.c). */
+int32_t *srv_template_ids(srv_server *srv, const char *body, size_t len, int32_t *n, srv_err *er);
+/* The chat prompt as text for a chat body (POST /apply-template): the Jinja
+ * rendering, or the built-in layout's tokens shown with their special text.
+ * Malloc'd, or NULL with *er set. */
+char *srv_chat_prompt_text(srv_server *srv, const char *body, size_t len, srv_err *er);
 
 /* ---- one request in flight (server_http.c builds, server_json.c formats) ---- */
 

@@ -484,6 +484,18 @@ static enum MHD_Result tokenize_ep(srv_server *srv, struct MHD_Connection *con, 
     return send_json(con, 200, o);
 }
 
+/* POST /apply-template (llama.cpp's name): {"prompt": the chat prompt's text}. */
+static enum MHD_Result apply_template_ep(srv_server *srv, struct MHD_Connection *con, conn_ctx *cc)
+{
+    srv_err er = { 0 };
+    char *text = srv_chat_prompt_text(srv, cc->body, cc->len, &er);
+    if (!text) return send_error(con, &er);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "prompt", text);
+    free(text);
+    return send_json(con, 200, o);
+}
+
 static enum MHD_Result detokenize_ep(srv_server *srv, struct MHD_Connection *con, conn_ctx *cc)
 {
     srv_err er = { 0 };
@@ -660,6 +672,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *con, const char
     if (post && !strcmp(url, "/v1/chat/completions")) return generate(srv, con, cc, true);
     if (post && !strcmp(url, "/tokenize")) return tokenize_ep(srv, con, cc);
     if (post && !strcmp(url, "/detokenize")) return detokenize_ep(srv, con, cc);
+    if (post && !strcmp(url, "/apply-template")) return apply_template_ep(srv, con, cc);
     srv_err_set(&er, 404, "invalid_request_error", "not_found", "no route %s %.200s", method, url);
     return send_error(con, &er);
 }

@@ -186,8 +186,26 @@ static int parse_prompt(srv_server *srv, const cJSON *root, srv_params *p, srv_e
     return bad(er, "prompt", "must be a string or token ids");
 }
 
-static int parse_messages(srv_server *srv, const cJSON *root, srv_params *p, srv_err *er)
+/* A chat body's messages for the built-in layouts (content parts joined). */
+typedef struct chat_msgs {
+    kvi_chat_msg *v;
+    char **owned; /* [n] joined content parts, or NULL */
+    int n;
+} chat_msgs;
+
+static void chat_msgs_free(chat_msgs *c)
 {
+    for (int k = 0; c->owned && k < c->n; k++) free(c->owned[k]);
+    free(c->owned);
+    free(c->v);
+    memset(c, 0, sizeof *c);
+}
+
+/* Checks the body's messages (each an object with a string role and a string,
+ * parts or null content) and collects them. 0, or -1 with *er set. */
+static int collect_messages(const cJSON *root, chat_msgs *c, srv_err *er)
+{
+    memset(c, 0, sizeof *c);
     const cJSON *ms = cJSON_GetObjectItemCaseSensitive(root, "messages");
     if (!ms)
         return srv_err_set(er, 400, "invalid_request_error", "missing_required_parameter",
@@ -195,24 +213,22 @@ static int parse_messages(srv_server *srv, const cJSON *root, srv_params *p, srv
     if (!cJSON_IsArray(ms) || cJSON_GetArraySize(ms) == 0)
         return bad(er, "messages", "must be a non-empty array");
     const int n = cJSON_GetArraySize(ms);
-    kvi_chat_msg *msgs = calloc((size_t)n, sizeof *msgs);
-    char **owned = calloc((size_t)n, sizeof *owned);
-    int rc = 0, i = 0;
-    if (!msgs || !owned) rc = srv_err_set(er, 500, "server_error", NULL, "out of memory");
+    c->n = n;
+    c->v = calloc((size_t)n, sizeof *c->v);
+    c->owned = calloc((size_t)n, sizeof *c->owned);
+    if (!c->v || !c->owned) return srv_err_set(er, 500, "server_error", NULL, "out of memory");
+    int i = 0;
     const cJSON *msg;
     cJSON_ArrayForEach(msg, ms)
     {
-        if (rc) break;
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(msg, "role");
         const cJSON *content = cJSON_GetObjectItemCaseSensitive(msg, "content");
-        if (!cJSON_IsObject(msg) || !cJSON_IsString(role)) {
-            rc = srv_err_set(er, 400, "invalid_request_error", "invalid_value",
-                             "'messages[%d].role' must be a string", i);
-            break;
-        }
-        msgs[i].role = role->valuestring;
+        if (!cJSON_IsObject(msg) || !cJSON_IsString(role))
+            return srv_err_set(er, 400, "invalid_request_error", "invalid_value",
+                               "'messages[%d].role' must be a string", i);
+        c->v[i].role = role->valuestring;
         if (cJSON_IsString(content)) {
-            msgs[i].content = content->valuestring;
+            c->v[i].content = content->valuestring;
         } else if (cJSON_IsArray(content)) {
             /* content parts: the text parts joined */
             size_t len = 0;
@@ -222,42 +238,93 @@ static int parse_messages(srv_server *srv, const cJSON *root, srv_params *p, srv
                 const cJSON *t = cJSON_GetObjectItemCaseSensitive(part, "text");
                 if (cJSON_IsString(t)) len += strlen(t->valuestring);
             }
-            owned[i] = malloc(len + 1);
-            if (!owned[i]) {
-                rc = srv_err_set(er, 500, "server_error", NULL, "out of memory");
-                break;
-            }
-            owned[i][0] = 0;
+            if (!(c->owned[i] = malloc(len + 1)))
+                return srv_err_set(er, 500, "server_error", NULL, "out of memory");
+            c->owned[i][0] = 0;
             cJSON_ArrayForEach(part, content)
             {
                 const cJSON *t = cJSON_GetObjectItemCaseSensitive(part, "text");
-                if (cJSON_IsString(t)) strcat(owned[i], t->valuestring);
+                if (cJSON_IsString(t)) strcat(c->owned[i], t->valuestring);
             }
-            msgs[i].content = owned[i];
+            c->v[i].content = c->owned[i];
         } else if (cJSON_IsNull(content) || !content) {
-            msgs[i].content = "";
+            c->v[i].content = "";
         } else {
-            rc = srv_err_set(er, 400, "invalid_request_error", "invalid_value",
-                             "'messages[%d].content' must be a string or an array of parts", i);
-            break;
+            return srv_err_set(er, 400, "invalid_request_error", "invalid_value",
+                               "'messages[%d].content' must be a string or an array of parts", i);
         }
         i++;
     }
+    return 0;
+}
+
+/* The built-in layout's ids for the messages (malloc'd, *n of them), or NULL with *er set. */
+static int32_t *layout_ids(const srv_server *srv, const chat_msgs *c, int32_t *n, srv_err *er)
+{
+    kvi_error err = { 0 };
+    int32_t cnt = kvi_chat_apply(srv->m, c->v, c->n, true, NULL, 0, &err);
+    int32_t *ids = cnt >= 0 ? malloc(((size_t)cnt + 1) * sizeof *ids) : NULL;
+    if (cnt < 0 || !ids) {
+        srv_err_set(er, 400, "invalid_request_error", NULL, "%s",
+                    err.msg[0] ? err.msg : "chat template failed");
+    } else if (kvi_chat_apply(srv->m, c->v, c->n, true, ids, cnt, &err) != cnt) {
+        srv_err_set(er, 500, "server_error", NULL, "chat template failed");
+    } else {
+        *n = cnt;
+        return ids;
+    }
+    free(ids);
+    return NULL;
+}
+
+/* The chat prompt's ids: the Jinja template's rendering (srv_template_ids), or
+ * the built-in layout. */
+static int parse_messages(srv_server *srv, const cJSON *root, const char *body, size_t len, srv_params *p,
+                          srv_err *er)
+{
+    chat_msgs c;
+    int rc = collect_messages(root, &c, er);
     if (!rc) {
-        kvi_error err = { 0 };
-        int32_t cnt = kvi_chat_apply(srv->m, msgs, n, true, NULL, 0, &err);
-        int32_t *ids = cnt >= 0 ? malloc(((size_t)cnt + 1) * sizeof *ids) : NULL;
-        if (cnt < 0 || !ids)
-            rc = srv_err_set(er, 400, "invalid_request_error", NULL, "%s",
-                             err.msg[0] ? err.msg : "chat template failed");
-        else if (kvi_chat_apply(srv->m, msgs, n, true, ids, cnt, &err) != cnt || push_ids(p, ids, cnt))
-            rc = srv_err_set(er, 500, "server_error", NULL, "chat template failed");
+        int32_t n = 0;
+        int32_t *ids = srv->tmpl ? srv_template_ids(srv, body, len, &n, er) : layout_ids(srv, &c, &n, er);
+        if (!ids)
+            rc = -1;
+        else if (push_ids(p, ids, n))
+            rc = srv_err_set(er, 500, "server_error", NULL, "out of memory");
         free(ids);
     }
-    for (int k = 0; owned && k < n; k++) free(owned[k]);
-    free(owned);
-    free(msgs);
+    chat_msgs_free(&c);
     return rc;
+}
+
+char *srv_chat_prompt_text(srv_server *srv, const char *body, size_t len, srv_err *er)
+{
+    cJSON *root = cJSON_ParseWithLength(body ? body : "", len);
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        srv_err_set(er, 400, "invalid_request_error", NULL, "the body must be a JSON object");
+        return NULL;
+    }
+    chat_msgs c;
+    char *text = NULL;
+    if (collect_messages(root, &c, er) == 0) {
+        if (srv->tmpl) {
+            text = srv_template_render(srv, body, len, er);
+        } else {
+            int32_t n = 0;
+            int32_t *ids = layout_ids(srv, &c, &n, er);
+            int32_t need = ids ? kvi_detokenize(srv->m, ids, n, NULL, 0, true, false) : -1;
+            char *raw = need >= 0 ? malloc((size_t)need + 1) : NULL;
+            if (raw) kvi_detokenize(srv->m, ids, n, raw, (size_t)need + 1, true, false);
+            text = raw ? kvi_utf8_sanitize(raw, (size_t)need) : NULL;
+            if (ids && !text) srv_err_set(er, 500, "server_error", NULL, "out of memory");
+            free(raw);
+            free(ids);
+        }
+    }
+    chat_msgs_free(&c);
+    cJSON_Delete(root);
+    return text;
 }
 
 static int parse_stop(const cJSON *root, srv_params *p, srv_err *er)
@@ -360,7 +427,7 @@ int srv_parse_request(srv_server *srv, const char *body, size_t len, bool chat, 
     }
     if ((rc = parse_stop(root, p, er))) goto done;
     if ((rc = parse_logprobs(root, chat, p, er))) goto done;
-    rc = chat ? parse_messages(srv, root, p, er) : parse_prompt(srv, root, p, er);
+    rc = chat ? parse_messages(srv, root, body, len, p, er) : parse_prompt(srv, root, p, er);
     if (rc) goto done;
     if (p->n_prompt == 0) {
         rc = srv_err_set(er, 400, "invalid_request_error", "invalid_value", "the prompt is empty");

@@ -631,6 +631,17 @@ int32_t kvi_tokenize(const kvi_model *m, const char *text, size_t len, bool add_
     return tokenizer_encode(m->tok, text ? text : "", len, add_special, parse_special, out, n_max);
 }
 
+int32_t kvi_tokenize_plain(const kvi_model *m, const char *text, size_t len, bool add_special,
+                           const size_t *plain, size_t n_plain, int32_t *out, int32_t n_max)
+{
+    if (!m || !m->tok || (!text && len > 0) || (!out && n_max > 0) || n_max < 0 || (!plain && n_plain > 0))
+        return KVI_E_INVALID;
+    for (size_t k = 0; k < n_plain; k++)
+        if (plain[2 * k] > plain[2 * k + 1] || plain[2 * k + 1] > len) return KVI_E_INVALID;
+    return tokenizer_encode_plain(m->tok, text ? text : "", len, add_special, true, plain, n_plain, out,
+                                  n_max);
+}
+
 int32_t kvi_token_to_piece(const kvi_model *m, int32_t token, char *buf, size_t cap, bool render_special)
 {
     if (!m || !m->tok || (!buf && cap > 0)) return KVI_E_INVALID;

@@ -374,9 +374,26 @@ static const char *find_bytes(const char *hay, size_t n, const char *needle, siz
     return NULL;
 }
 
+/* Byte ranges where special tokens other than user-defined ones are not
+ * recognised: [v[2k], v[2k+1]) for k < n (text that came from a chat message). */
+typedef struct plain_ranges {
+    const size_t *v;
+    size_t n;
+} plain_ranges;
+
+/* May the token of type ty match bytes [at, at + n)? */
+static bool special_allowed(uint8_t ty, bool parse_special, const plain_ranges *pl, size_t at, size_t n)
+{
+    if (ty == KVI_TOKEN_USER_DEFINED) return true;
+    if (!parse_special) return false;
+    for (size_t k = 0; pl && k < pl->n; k++)
+        if (pl->v[2 * k] < at + n && at < pl->v[2 * k + 1]) return false;
+    return true;
+}
+
 /* Cuts the raw fragments at every occurrence of each special token's text. */
 static int partition_special(const tok_tokenizer *t, const char *text, size_t len, bool parse_special,
-                             frag_list *f)
+                             const plain_ranges *pl, frag_list *f)
 {
     bool present[256] = { false };
     for (size_t i = 0; i < len; i++) present[(unsigned char)text[i]] = true;
@@ -391,6 +408,10 @@ static int partition_special(const tok_tokenizer *t, const char *text, size_t le
             if (f->v[i].id >= 0 || f->v[i].len < sl) continue;
             const char *base = text + f->v[i].off;
             const char *hit = find_bytes(base, f->v[i].len, st, sl);
+            while (hit && !special_allowed(ty, parse_special, pl, (size_t)(hit - text), sl)) {
+                size_t from = (size_t)(hit - base) + 1;
+                hit = find_bytes(base + from, f->v[i].len - from, st, sl);
+            }
             if (!hit) continue;
             size_t pre = (size_t)(hit - base), off = f->v[i].off, flen = f->v[i].len;
             size_t post = flen - pre - sl;
@@ -411,7 +432,7 @@ static int partition_special(const tok_tokenizer *t, const char *text, size_t le
 /* Hugging Face's added-token split: scanning left to right, the longest eligible token
  * that starts at each position is taken (leftmost-longest); the text between is raw. */
 static int partition_leftmost(const tok_tokenizer *t, const char *text, size_t len, bool parse_special,
-                              frag_list *f)
+                              const plain_ranges *pl, frag_list *f)
 {
     f->n = 0;
     size_t raw = 0;
@@ -421,7 +442,7 @@ static int partition_leftmost(const tok_tokenizer *t, const char *text, size_t l
         for (uint32_t k = t->special_first[b]; k < t->special_first[b + 1] && hit < 0; k++) {
             int32_t id = t->special_by_byte[k];
             size_t sl = t->text_len[id];
-            if ((parse_special || t->type[id] == KVI_TOKEN_USER_DEFINED) && sl <= len - i &&
+            if (sl <= len - i && special_allowed(t->type[id], parse_special, pl, i, sl) &&
                 memcmp(text + i, t->text[id], sl) == 0)
                 hit = id;
         }
@@ -478,6 +499,14 @@ static int escape_text(const tok_tokenizer *t, const char *p, size_t len, bool p
 int32_t tokenizer_encode(const tok_tokenizer *t, const char *text, size_t len, bool add_special,
                          bool parse_special, int32_t *out, int32_t n_max)
 {
+    return tokenizer_encode_plain(t, text, len, add_special, parse_special, NULL, 0, out, n_max);
+}
+
+int32_t tokenizer_encode_plain(const tok_tokenizer *t, const char *text, size_t len, bool add_special,
+                               bool parse_special, const size_t *plain, size_t n_plain, int32_t *out,
+                               int32_t n_max)
+{
+    const plain_ranges pr = { plain, n_plain }, *pl = n_plain ? &pr : NULL;
     if (!t || (!text && len > 0) || n_max < 0 || (!out && n_max > 0)) return KVI_E_INVALID;
     tok_ids ids = { 0 };
     frag_list f = { 0 };
@@ -487,12 +516,12 @@ int32_t tokenizer_encode(const tok_tokenizer *t, const char *text, size_t len, b
     else if (add_special && t->add_bos && t->bos >= 0)
         rc = tok_ids_push(&ids, t->bos);
     if (rc == 0 && len > 0 && t->special_leftmost) {
-        rc = partition_leftmost(t, text, len, parse_special, &f);
+        rc = partition_leftmost(t, text, len, parse_special, pl, &f);
     } else if (rc == 0 && len > 0) {
         rc = frag_insert(&f, 0, 1);
         if (rc == 0) {
             f.v[0] = (frag){ 0, len, -1 };
-            rc = partition_special(t, text, len, parse_special, &f);
+            rc = partition_special(t, text, len, parse_special, pl, &f);
         }
     }
     char *buf = NULL;

@@ -39,6 +39,11 @@ void tokenizer_free(tok_tokenizer *t);
 /* See kvi_tokenize() in kvinfer.h for the contract. */
 int32_t tokenizer_encode(const tok_tokenizer *t, const char *text, size_t len, bool add_special,
                          bool parse_special, int32_t *out, int32_t n_max);
+/* The same, special tokens (other than user-defined ones) never matched where
+ * they overlap a byte range [plain[2k], plain[2k+1]), k < n_plain. */
+int32_t tokenizer_encode_plain(const tok_tokenizer *t, const char *text, size_t len, bool add_special,
+                               bool parse_special, const size_t *plain, size_t n_plain, int32_t *out,
+                               int32_t n_max);
 int32_t tokenizer_token_to_piece(const tok_tokenizer *t, int32_t id, char *buf, size_t cap,
                                  bool render_special);
 int32_t tokenizer_detokenize(const tok_tokenizer *t, const int32_t *ids, int32_t n, char *buf, size_t cap,
