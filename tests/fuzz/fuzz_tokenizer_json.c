@@ -15,16 +15,24 @@
 
 static const char text[] = "Hello world! <s> caf\xc3\xa9 \xf0\x9f\x98\x80 12345  tabs\tand\nlines";
 
+static char path[4096], dir[4000];
+
+/* Removes the file and its folder when the process exits. */
+static void remove_input(void)
+{
+    remove(path);
+    remove(dir);
+}
+
 /* The file the bytes are written to, in a folder made once per process. */
 static const char *input_path(void)
 {
-    static char path[4096];
     if (!path[0]) {
         const char *tmp = getenv("TMPDIR");
-        char dir[4000];
         snprintf(dir, sizeof dir, "%s/kvi-fuzz-tokjson.XXXXXX", tmp && *tmp ? tmp : "/tmp");
         if (!mkdtemp(dir)) abort();
         snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+        atexit(remove_input);
     }
     return path;
 }
