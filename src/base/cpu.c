@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__x86_64__)
+#if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
 #if defined(__linux__) && defined(__x86_64__)
@@ -27,6 +27,7 @@
 #define CPUID7_EDX_AMX_TILE (1u << 24)
 #define CPUID7_EDX_AMX_INT8 (1u << 25)
 #define CPUID1_ECX_OSXSAVE (1u << 27)
+#define CPUID1_ECX_F16C (1u << 29)
 #define XCR0_TILECFG (1ull << 17)
 #define XCR0_TILEDATA (1ull << 18)
 #define ARCH_REQ_XCOMP_PERM 0x1023 /* Linux arch_prctl: request an XSAVE feature */
@@ -41,7 +42,10 @@ static void features_detect(void)
     __builtin_cpu_init();
     cpu_feature_set *f = &features;
     f->fma = __builtin_cpu_supports("fma");
-    f->avx2 = __builtin_cpu_supports("avx2") && f->fma && __builtin_cpu_supports("f16c");
+    /* F16C from CPUID itself: clang's __builtin_cpu_supports does not know "f16c" */
+    unsigned a, b, c, d;
+    const bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & CPUID1_ECX_F16C);
+    f->avx2 = __builtin_cpu_supports("avx2") && f->fma && f16c;
     f->avx512f = __builtin_cpu_supports("avx512f");
     f->avx512 =
         f->avx2 && f->avx512f && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");

@@ -216,9 +216,14 @@ AVX2 int kern_dequant_avx2(kvi_type t, const void *src, float *dst, int64_t n)
     }
 }
 
-/* The integer products (q8.h): the scalar row code compiled for AVX2 + FMA. */
+/* The integer products (q8.h): the scalar row code compiled for AVX2 + FMA
+ * (clang ignores GCC's target pragma: its own attribute pragma there). */
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
+#endif
 /* exact: int8 x int8 products summed in pairs as int16 x int16 -> int32 */
 static inline int32_t q8_idot(const int8_t *a, const int8_t *b, int n)
 {
@@ -236,7 +241,11 @@ static inline int32_t q8_idot(const int8_t *a, const int8_t *b, int n)
 #define Q8_IDOT_DEFINED
 #include "kernels/q8_rows.h"
 static int qgemm_avx2(const kern_qgemm_args *a) { return q8_rows(a); }
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
 const kern_table kern_table_avx2 = {
     .isa = KVI_ISA_AVX2,

@@ -265,6 +265,10 @@ int model_hparams_gguf(struct kvi_model *m, const gguf_ctx *g, bool metadata_onl
 /* Loaders; each fills a zeroed model. On error the partially built model is freed
  * by the caller with kvi_model_free(). */
 int model_load_gguf(struct kvi_model *m, const char *path, const kvi_load_params *p, kvi_error *err);
+/* The same from a GGUF image in memory that the caller keeps alive until
+ * kvi_model_free() (fuzzing, tests); the weights stay in the caller's layout. */
+int model_load_gguf_mem(struct kvi_model *m, const void *buf, size_t len, const kvi_load_params *p,
+                        kvi_error *err);
 int model_load_llama2c(struct kvi_model *m, const char *path, const kvi_load_params *p, kvi_error *err);
 int model_load_hf(struct kvi_model *m, const char *dir, const kvi_load_params *p, kvi_error *err);
 /* Checks shapes and sizes of every tensor against the hyper-parameters. */

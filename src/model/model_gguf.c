@@ -539,10 +539,10 @@ static int bind_model(gbind *b, const model_arch *a, kvi_error *err)
     return check_all_used(b, a, err);
 }
 
-int model_load_gguf(struct kvi_model *m, const char *path, const kvi_load_params *p, kvi_error *err)
+/* Binds the model of an opened m->gguf (path names it in messages). */
+static int model_bind_gguf(struct kvi_model *m, const char *path, const kvi_load_params *p, kvi_error *err)
 {
-    int rc = gguf_open(path, p->use_mmap, &m->gguf, err);
-    if (rc) return rc;
+    int rc;
     const gguf_ctx *g = m->gguf;
     gguf_prefault(g); /* a mapped file: no page faults in the first forward pass */
     m->file_bytes += gguf_file_size(g);
@@ -573,4 +573,17 @@ int model_load_gguf(struct kvi_model *m, const char *path, const kvi_load_params
     if ((rc = tokenizer_load_gguf(g, &m->tok, err))) return rc;
     m->has_weights = true;
     return model_validate(m, err);
+}
+
+int model_load_gguf(struct kvi_model *m, const char *path, const kvi_load_params *p, kvi_error *err)
+{
+    int rc = gguf_open(path, p->use_mmap, &m->gguf, err);
+    return rc ? rc : model_bind_gguf(m, path, p, err);
+}
+
+int model_load_gguf_mem(struct kvi_model *m, const void *buf, size_t len, const kvi_load_params *p,
+                        kvi_error *err)
+{
+    int rc = gguf_open_mem(buf, len, &m->gguf, err);
+    return rc ? rc : model_bind_gguf(m, "<memory>", p, err);
 }

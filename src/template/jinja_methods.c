@@ -312,10 +312,14 @@ jv *jinja_str_format(jctx *J, jv *fmt, jv *args)
         } else if (c == 'd' || c == 'i') {
             if (v->kind != JV_INT && v->kind != JV_FLOAT && v->kind != JV_BOOL)
                 jinja_fail(J, "%%d format: a real number is required, not %s", jv_type_name(v));
+            if (v->kind == JV_FLOAT && !(v->u.f > -9.2e18 && v->u.f < 9.2e18))
+                jinja_fail(J, "%%d format: %g is out of range", v->u.f);
             long long x = v->kind == JV_INT ? v->u.i : v->kind == JV_BOOL ? v->u.b : (long long)v->u.f;
             snprintf(num, sizeof num, "%lld", x);
             jb_put(J, &b, num, strlen(num));
         } else if (c == 'f') {
+            if (v->kind != JV_INT && v->kind != JV_FLOAT && v->kind != JV_BOOL)
+                jinja_fail(J, "%%f format: a real number is required, not %s", jv_type_name(v));
             double x = v->kind == JV_FLOAT ? v->u.f : v->kind == JV_INT ? (double)v->u.i : (double)v->u.b;
             snprintf(num, sizeof num, "%.*f", prec < 0 ? 6 : prec > 30 ? 30 : prec, x);
             jb_put(J, &b, num, strlen(num));
