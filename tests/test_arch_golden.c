@@ -31,6 +31,24 @@ static int32_t *json_ids(const cJSON *a, int *n)
     return v;
 }
 
+/* Logits of tokens [from, to) of s, one decode row per step, into out [to - from][nv]. */
+static bool decode_span(kvi_engine *e, kvi_seq *s, const int32_t *toks, int from, int to, float *out)
+{
+    const int nv = kvi_n_vocab(kvi_engine_model(e));
+    kvi_batch *b = kvi_batch_create(1);
+    kvi_error err = { 0 };
+    bool ok = b != NULL;
+    for (int i = from; ok && i < to; i++) {
+        kvi_batch_clear(b);
+        kvi_batch_add(b, s, toks[i], i, true);
+        ok = kvi_step(e, b, &err) == 0;
+        if (ok) memcpy(out + (size_t)(i - from) * nv, kvi_logits(e, 0), (size_t)nv * sizeof *out);
+    }
+    CHECK(ok, "decode: %s", err.msg);
+    kvi_batch_free(b);
+    return ok;
+}
+
 /* logits of every position [n][nv]: one prefill step (decode: one row per step) */
 static float *run_seq_kv(kvi_model *m, const int32_t *toks, int n, bool decode, int block, kvi_type kv)
 {
@@ -49,13 +67,8 @@ static float *run_seq_kv(kvi_model *m, const int32_t *toks, int n, bool decode, 
         rc = kvi_step(e, b, &err);
         for (int i = 0; rc == 0 && i < n; i++)
             memcpy(out + (size_t)i * nv, kvi_logits(e, i), nv * sizeof *out);
-    } else {
-        for (int i = 0; rc == 0 && i < n; i++) {
-            kvi_batch_clear(b);
-            kvi_batch_add(b, s, toks[i], i, true);
-            rc = kvi_step(e, b, &err);
-            if (rc == 0) memcpy(out + (size_t)i * nv, kvi_logits(e, 0), nv * sizeof *out);
-        }
+    } else if (!decode_span(e, s, toks, 0, n, out)) {
+        rc = KVI_E_INVALID;
     }
     CHECK(rc == 0, "step: %s", err.msg);
     kvi_batch_free(b);
@@ -238,24 +251,6 @@ static void check_routed(kvi_model *m, const char *name, const int32_t *toks, in
     kvi_batch_free(b);
     kvi_seq_free(s);
     kvi_engine_free(e);
-}
-
-/* Logits of tokens [from, to) of s, one decode row per step, into out [to - from][nv]. */
-static bool decode_span(kvi_engine *e, kvi_seq *s, const int32_t *toks, int from, int to, float *out)
-{
-    const int nv = kvi_n_vocab(kvi_engine_model(e));
-    kvi_batch *b = kvi_batch_create(1);
-    kvi_error err = { 0 };
-    bool ok = b != NULL;
-    for (int i = from; ok && i < to; i++) {
-        kvi_batch_clear(b);
-        kvi_batch_add(b, s, toks[i], i, true);
-        ok = kvi_step(e, b, &err) == 0;
-        if (ok) memcpy(out + (size_t)(i - from) * nv, kvi_logits(e, 0), (size_t)nv * sizeof *out);
-    }
-    CHECK(ok, "decode: %s", err.msg);
-    kvi_batch_free(b);
-    return ok;
 }
 
 /* Latent attention (deepseek2: 4 layers, cache rows of 64 + 16): the cache holds

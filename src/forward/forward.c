@@ -48,6 +48,7 @@
 #include "forward/forward.h"
 
 #include "forward/fwd_act.h"
+#include "forward/fwd_alloc.h"
 #include "forward/fwd_mla.h"
 #include "forward/fwd_moe.h"
 #include "forward/fwd_norm.h"
@@ -95,18 +96,7 @@ struct fwd_ctx {
     kv_stash stash; /* q4 key groups a layer's rows still read in f16 (kv_quant.h) */
 };
 
-static float *falloc(fwd_ctx *f, size_t n, bool *ok)
-{
-    void *p = NULL;
-    size_t bytes = ((n * sizeof(float)) + 63) & ~(size_t)63;
-    if (bytes == 0) bytes = 64;
-    if (posix_memalign(&p, 64, bytes) != 0) {
-        *ok = false;
-        return NULL;
-    }
-    f->bytes += bytes;
-    return p;
-}
+static float *falloc(fwd_ctx *f, size_t n, bool *ok) { return fwd_alloc64(n * sizeof(float), &f->bytes, ok); }
 
 void fwd_free(fwd_ctx *f)
 {
@@ -378,7 +368,7 @@ static int layer_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *row
      * heads' values out of the latent space first */
     const float *wo_x = f->att;
     if (m->mla_kv_rank > 0) {
-        if ((rc = fwd_mla_values(f->mla, pool, m, L, f->att, n, f->mla_v))) return rc;
+        if ((rc = fwd_mla_values(pool, m, L, f->att, n, f->mla_v))) return rc;
         wo_x = f->mla_v;
     }
     if ((rc = kern_matmul(pool, &L->wo, wo_x, L->wo.n_in, n, f->xb, dim))) return rc;

@@ -11,6 +11,7 @@
  */
 #include "forward/fwd_mla.h"
 
+#include "forward/fwd_alloc.h"
 #include "forward/fwd_norm.h"
 #include "kernels/kernels.h"
 #include "kernels/rope.h"
@@ -33,27 +34,15 @@ void fwd_mla_free(fwd_mla *s)
     free(s);
 }
 
-static float *alloc_floats(size_t n, size_t *bytes, bool *ok)
-{
-    void *p = NULL;
-    const size_t b = ((n ? n : 1) * sizeof(float) + 63) & ~(size_t)63;
-    if (posix_memalign(&p, 64, b) != 0) {
-        *ok = false;
-        return NULL;
-    }
-    *bytes += b;
-    return p;
-}
-
 fwd_mla *fwd_mla_create(const struct kvi_model *m, int chunk, size_t *bytes)
 {
     fwd_mla *s = calloc(1, sizeof *s);
     if (!s) return NULL;
     const size_t c = (size_t)chunk, qh = (size_t)m->mla_nope + (size_t)m->n_rot;
     bool ok = true;
-    s->qa = alloc_floats(c * (size_t)m->mla_q_rank, bytes, &ok);
-    s->qr = alloc_floats(c * (size_t)m->n_heads * qh, bytes, &ok);
-    s->kva = alloc_floats(c * ((size_t)m->mla_kv_rank + (size_t)m->n_rot), bytes, &ok);
+    s->qa = fwd_alloc64((c * (size_t)m->mla_q_rank) * sizeof(float), bytes, &ok);
+    s->qr = fwd_alloc64((c * (size_t)m->n_heads * qh) * sizeof(float), bytes, &ok);
+    s->kva = fwd_alloc64((c * ((size_t)m->mla_kv_rank + (size_t)m->n_rot)) * sizeof(float), bytes, &ok);
     if (!ok) {
         fwd_mla_free(s);
         return NULL;
@@ -105,10 +94,9 @@ int fwd_mla_qk(fwd_mla *s, tpool *pool, const struct kvi_model *m, const model_l
     return 0;
 }
 
-int fwd_mla_values(fwd_mla *s, tpool *pool, const struct kvi_model *m, const model_layer *L, const float *att,
-                   int n, float *out)
+int fwd_mla_values(tpool *pool, const struct kvi_model *m, const model_layer *L, const float *att, int n,
+                   float *out)
 {
-    (void)s;
     const int nh = m->n_heads, hd = m->head_dim, vh = m->mla_v_dim;
     for (int h = 0; h < nh; h++) {
         const kern_tensor vb = kern_tensor_rows(&L->wv_b, (int64_t)h * vh, vh);

@@ -36,7 +36,7 @@ int fwd_mla_qk(fwd_mla *s, tpool *pool, const struct kvi_model *m, const model_l
                int n, const float *rc, const float *rs, float *q, float *k);
 /* From the attention output att [n][NH * head_dim]: the heads' values
  * out [n][NH * mla_v_dim] (the input of attn_output). */
-int fwd_mla_values(fwd_mla *s, tpool *pool, const struct kvi_model *m, const model_layer *L, const float *att,
-                   int n, float *out);
+int fwd_mla_values(tpool *pool, const struct kvi_model *m, const model_layer *L, const float *att, int n,
+                   float *out);
 
 #endif

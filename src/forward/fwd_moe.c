@@ -11,6 +11,7 @@
 
 #include "base/error.h"
 #include "forward/fwd_act.h"
+#include "forward/fwd_alloc.h"
 #include "formats/quant.h"
 #include "kernels/kernels.h"
 
@@ -49,19 +50,6 @@ void fwd_moe_free(fwd_moe *s)
     free(s);
 }
 
-static void *alloc64(size_t bytes, size_t *total, bool *ok)
-{
-    void *p = NULL;
-    bytes = (bytes + 63) & ~(size_t)63;
-    if (bytes == 0) bytes = 64;
-    if (posix_memalign(&p, 64, bytes) != 0) {
-        *ok = false;
-        return NULL;
-    }
-    *total += bytes;
-    return p;
-}
-
 fwd_moe *fwd_moe_create(const struct kvi_model *m, int chunk, size_t *bytes)
 {
     fwd_moe *s = calloc(1, sizeof *s);
@@ -77,16 +65,16 @@ fwd_moe *fwd_moe_create(const struct kvi_model *m, int chunk, size_t *bytes)
     s->k = m->n_expert_used;
     s->F = m->expert_ffn;
     bool ok = true;
-    s->logits = alloc64(c * E * sizeof(float), bytes, &ok);
-    s->sel = alloc64(c * k * sizeof(int), bytes, &ok);
-    s->w = alloc64(c * k * sizeof(float), bytes, &ok);
-    s->start = alloc64((E + 1) * sizeof(int), bytes, &ok);
-    s->order = alloc64(c * k * sizeof(int), bytes, &ok);
-    s->xe = alloc64(R * (size_t)m->dim * sizeof(float), bytes, &ok);
-    s->hg = alloc64(R * h * sizeof(float), bytes, &ok);
-    s->hu = alloc64(R * h * sizeof(float), bytes, &ok);
-    s->de = alloc64(R * (size_t)m->dim * sizeof(float), bytes, &ok);
-    s->route = alloc64(2 * E * sizeof(float), bytes, &ok);
+    s->logits = fwd_alloc64(c * E * sizeof(float), bytes, &ok);
+    s->sel = fwd_alloc64(c * k * sizeof(int), bytes, &ok);
+    s->w = fwd_alloc64(c * k * sizeof(float), bytes, &ok);
+    s->start = fwd_alloc64((E + 1) * sizeof(int), bytes, &ok);
+    s->order = fwd_alloc64(c * k * sizeof(int), bytes, &ok);
+    s->xe = fwd_alloc64(R * (size_t)m->dim * sizeof(float), bytes, &ok);
+    s->hg = fwd_alloc64(R * h * sizeof(float), bytes, &ok);
+    s->hu = fwd_alloc64(R * h * sizeof(float), bytes, &ok);
+    s->de = fwd_alloc64(R * (size_t)m->dim * sizeof(float), bytes, &ok);
+    s->route = fwd_alloc64(2 * E * sizeof(float), bytes, &ok);
     if (!ok) {
         fwd_moe_free(s);
         return NULL;

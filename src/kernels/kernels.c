@@ -539,6 +539,17 @@ int kern_matmul(tpool *pool, const kern_tensor *W, const float *x, int64_t ldx, 
     return KVI_OK;
 }
 
+/* Whether one 8-bit quantisation of the input serves all n_w (1..KVI_MATMUL_MULTI_MAX)
+ * matrices: integer products, the same n_in and activation type, none empty. */
+static bool one_quantisation(int n_w, const kern_tensor *const W[])
+{
+    bool ok = n_w > 0 && n_w <= KVI_MATMUL_MULTI_MAX && kern_q8_act_type(W[0]->type) != KVI_TYPE_F32;
+    for (int i = 0; ok && i < n_w; i++)
+        ok = W[i]->n_out > 0 && W[i]->n_in == W[0]->n_in &&
+             kern_q8_act_type(W[i]->type) == kern_q8_act_type(W[0]->type);
+    return ok;
+}
+
 int kern_matmul_multi(tpool *pool, int n_w, const kern_tensor *const W[], const float *x, int64_t ldx,
                       int64_t n_rows, float *const y[], const int64_t ldy[])
 {
@@ -547,11 +558,8 @@ int kern_matmul_multi(tpool *pool, int n_w, const kern_tensor *const W[], const 
         if ((n_rows > 0 && !y[i]) || !matmul_args_ok(W[i], x, ldx, ldy[i])) return KVI_E_INVALID;
     if (n_rows == 0) return KVI_OK;
     /* the arguments are checked above: what remains is whether one quantisation serves all */
-    bool shared = n_w <= KVI_MATMUL_MULTI_MAX && kern_q8_act_type(W[0]->type) != KVI_TYPE_F32;
-    for (int i = 0; shared && i < n_w; i++)
-        shared = W[i]->n_out > 0 && W[i]->n_in == W[0]->n_in &&
-                 kern_q8_act_type(W[i]->type) == kern_q8_act_type(W[0]->type);
-    if (shared && matmul_q8(pool, n_w, W, x, ldx, n_rows, NULL, NULL, y, ldy)) return KVI_OK;
+    if (one_quantisation(n_w, W) && matmul_q8(pool, n_w, W, x, ldx, n_rows, NULL, NULL, y, ldy))
+        return KVI_OK;
     for (int i = 0; i < n_w; i++) {
         const int rc = kern_matmul(pool, W[i], x, ldx, n_rows, y[i], ldy[i]);
         if (rc) return rc;
@@ -571,11 +579,8 @@ int kern_matmul_grouped(tpool *pool, int n_w, const kern_tensor *const W[], cons
             (rows[i] > 0 && !y[i]) || !matmul_args_ok(W[i], x, ldx, ldy[i]))
             return KVI_E_INVALID;
     if (n_rows == 0) return KVI_OK;
-    bool shared = n_w > 0 && kern_q8_act_type(W[0]->type) != KVI_TYPE_F32;
-    for (int i = 0; shared && i < n_w; i++)
-        shared = W[i]->n_out > 0 && W[i]->n_in == W[0]->n_in &&
-                 kern_q8_act_type(W[i]->type) == kern_q8_act_type(W[0]->type);
-    if (shared && matmul_q8(pool, n_w, W, x, ldx, n_rows, row0, rows, y, ldy)) return KVI_OK;
+    if (one_quantisation(n_w, W) && matmul_q8(pool, n_w, W, x, ldx, n_rows, row0, rows, y, ldy))
+        return KVI_OK;
     for (int i = 0; i < n_w; i++) {
         const int rc = rows[i] ? kern_matmul(pool, W[i], x + row0[i] * ldx, ldx, rows[i], y[i], ldy[i]) : 0;
         if (rc) return rc;
