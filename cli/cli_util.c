@@ -396,7 +396,8 @@ kvi_model *cli_load_model(const char *path, bool use_mmap, const char *tokenizer
     kvi_model_get_info(m, &info);
     if (info.n_unread_tensors > 0)
         fprintf(stderr,
-                "kvinfer: note: %d tensors of the file's vision part left unread (the %s text model runs)\n",
+                "kvinfer: note: %d tensors of the file's vision part or multi-token-prediction block left "
+                "unread (the %s text model runs)\n",
                 info.n_unread_tensors, info.arch);
     return m;
 }

@@ -245,6 +245,18 @@ typedef struct kvi_stats {
                                          release cursor on; pool: parts in use) */
     uint64_t kv_wparts_released;      /* sequence: its blocks whose window part it gave
                                          up; pool: parts given up by tables so far */
+    /* recurrent layers (hybrid models: gated DeltaNet): a fixed-size state per
+     * sequence instead of K/V, reserved from the budget (kv_bytes_budget holds
+     * kv_state_slots of them beside the blocks). Every KV byte allocated =
+     * kv_bytes_allocated + kv_bytes_tail + kv_bytes_state. Prefix snapshots of the
+     * state live in ordinary blocks (counted in kv_blocks_used). 0 without. */
+    int32_t kv_n_layers_recurrent;                      /* recurrent layers of the model */
+    size_t kv_bytes_state_seq;                          /* one sequence's state (all recurrent layers) */
+    size_t kv_bytes_state;                              /* sequence: its state; pool: all states held */
+    int32_t kv_state_slots;                             /* pool: states the budget reserves (n_seq_max) */
+    int32_t kv_snapshots;                               /* pool: prefix snapshots held */
+    int32_t kv_blocks_snapshot;                         /* pool: blocks they hold */
+    uint64_t kv_snapshots_taken, kv_snapshots_restored; /* pool */
 } kvi_stats;
 
 /* Statistics of one sequence (s != NULL) or of the whole engine (s == NULL). */

@@ -116,7 +116,7 @@ static void corpus(void)
     } fields[] = {
         { 0, 0x4b4b4b4b, "magic" },
         { 8, 1, "version 1 (no key tail)" },
-        { 8, 3, "version 3" },
+        { 8, 4, "version 4" },
         { 12, 6, "flags" },
         { 16, 1234, "model checksum" },
         { 24, 4, "n_layers" },
@@ -133,7 +133,8 @@ static void corpus(void)
         { 80, 16, "tail bytes for an f16 cache" },
         { 88, 4, "lossy block past the blocks" },
         { 88, 0xffffffff, "lossy block negative" },
-        { 92, 1, "reserved field" },
+        { 92, 1, "a recurrent state flag (a model without recurrent layers)" },
+        { 92, 2, "a recurrent state flag of 2" },
         { 96 + 4 * 3, 5000, "token out of vocabulary" },
         { 96 + 4 * 3, 0x80000000u, "negative token" },
         { 96 + 4 * 3, 7, "token changed (checksum)" },

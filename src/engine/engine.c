@@ -28,6 +28,7 @@
 #include "engine/engine_int.h"
 #include "base/error.h"
 #include "forward/forward.h"
+#include "forward/fwd_delta.h"
 #include "kv/kv_cache.h"
 #include "kv/kv_txn.h"
 #include "kv/policy/policy.h"
@@ -49,7 +50,7 @@ static bool engine_policy_fits(const kvi_model *m)
 {
     const model_rope *r = &m->rope[0];
     if (m->n_rope_sets != 1 || r->yarn || r->freq_scale != 1.0f || r->mscale != 1.0f || m->rope_long ||
-        m->mla_kv_rank > 0)
+        m->mla_kv_rank > 0 || m->n_recurrent > 0)
         return false;
     for (int l = 0; l < m->n_layers; l++)
         if (m->layers[l].window) return false;
@@ -65,6 +66,7 @@ struct kvi_seq {
     /* per-step bookkeeping, valid only inside kvi_step */
     uint64_t step_stamp;
     int32_t step_first, step_last, step_rows;
+    int32_t step_snap; /* index into snap_stage, or -1 */
 };
 
 struct kvi_batch {
@@ -86,6 +88,10 @@ struct kvi_engine {
     uint64_t stamp;
     /* per-step arrays, [n_batch_max] */
     const kv_table **tables;
+    float **snap_rows; /* [snap_rows_cap] per batch row: where its recurrent state snapshot goes, or NULL */
+    int32_t snap_rows_cap;
+    float *snap_stage; /* [snap_cap][state floats] snapshots taken during the pass */
+    int32_t snap_cap;
     int32_t *out_rows;
     /* logits of the last step */
     float *logits; /* [logits_cap][n_vocab] */
@@ -136,6 +142,8 @@ void kvi_engine_free(kvi_engine *e)
     kv_pool_free(&e->kv);
     tpool_free(e->pool);
     free(e->tables);
+    free(e->snap_rows);
+    free(e->snap_stage);
     free(e->out_rows);
     free(e->logits);
     free(e->row_logit);
@@ -180,11 +188,18 @@ kvi_engine *kvi_engine_create(kvi_model *m, const kvi_engine_params *params, kvi
         return NULL;
     }
     if (strcmp(p.ctx_policy, "error") != 0 && !engine_policy_fits(m)) {
+        err_set(err, KVI_E_UNSUPPORTED, "engine: context policy '%s' %s (use --ctx-policy error)",
+                p.ctx_policy,
+                m->n_recurrent > 0
+                    ? "drops old positions, but a recurrent layer's state cannot forget selectively"
+                    : "moves cached keys by re-rotating them, which this model's sliding-window "
+                      "layers, RoPE scaling or latent attention do not allow");
+        return NULL;
+    }
+    if (m->n_recurrent > 0 && p.kv_type_k == KVI_TYPE_KV_Q4) {
         err_set(err, KVI_E_UNSUPPORTED,
-                "engine: context policy '%s' moves cached keys by re-rotating them, which this model's "
-                "sliding-window layers, RoPE scaling or latent attention do not allow (use --ctx-policy "
-                "error)",
-                p.ctx_policy);
+                "engine: q4 (KIVI) keys are not supported with recurrent layers yet (use f32, f16, q8_0 or "
+                "q4_0)");
         return NULL;
     }
     if (p.n_keep < 0 || p.n_sink < 0 || p.n_window < 0) {
@@ -223,9 +238,10 @@ kvi_engine *kvi_engine_create(kvi_model *m, const kvi_engine_params *params, kvi
     }
     int n_win = 0;
     for (int l = 0; l < m->n_layers; l++) {
-        windows[l] = m->layers[l].window;
+        windows[l] = m->layers[l].recurrent ? KV_LAYER_RECURRENT : m->layers[l].window;
         n_win += windows[l] > 0;
     }
+    const size_t state_layer = m->n_recurrent > 0 ? fwd_delta_state_floats(m) * sizeof(float) : 0;
     if (p.kv_budget_bytes == 0) {
         /* every sequence at full length, and the window parts one step of
          * n_batch_max rows holds until it commits (kv_cache.h) */
@@ -234,13 +250,15 @@ kvi_engine *kvi_engine_create(kvi_model *m, const kvi_engine_params *params, kvi
                                                       p.kv_block_size, p.kv_type_k, p.kv_type_v, p.n_ctx) +
             (n_win ? ((size_t)p.n_batch_max / p.kv_block_size + 2) *
                          kv_layout_block_bytes(n_win, kv_dim, p.kv_block_size, p.kv_type_k, p.kv_type_v)
-                   : 0);
+                   : 0) +
+            (size_t)p.n_seq_max * (size_t)m->n_recurrent * state_layer; /* the recurrent states */
     }
     const int kv_rc =
         kv_pool_init_layers(&e->kv, m->n_layers, windows, ENGINE_WIN_SLACK, kv_dim, p.kv_block_size,
                             p.kv_type_k, p.kv_type_v, e->p.kv_budget_bytes, err);
     free(windows);
     if (kv_rc != 0) goto fail;
+    if (m->n_recurrent > 0 && kv_pool_state_init(&e->kv, state_layer, p.n_seq_max, err) != 0) goto fail;
     e->pool = tpool_create(p.n_threads);
     e->slots = calloc((size_t)p.n_seq_max, sizeof *e->slots);
     e->tables = malloc((size_t)p.n_batch_max * sizeof *e->tables);
@@ -375,6 +393,9 @@ int32_t kvi_seq_len(const kvi_seq *s) { return s->table.n_pos; }
 int kvi_seq_truncate(kvi_seq *s, int32_t n)
 {
     if (n < 0) return KVI_E_INVALID;
+    /* recurrent layers keep only the state after the last position: a sequence
+     * restarts from 0, or keeps all it has */
+    if (s->e->kv.n_rlayers && n > 0 && n < s->table.n_pos) return KVI_E_UNSUPPORTED;
     if (n > 0 && n < s->table.n_pos && n < kv_table_rewind_min(&s->e->kv, &s->table)) return KVI_E_INVALID;
     if (n < s->table.n_pos) kv_table_truncate(&s->e->kv, &s->table, n);
     return 0;
@@ -460,6 +481,12 @@ static int step_validate(kvi_engine *e, const kvi_batch *b, uint64_t stamp, int3
                            "context size %d",
                            i, b->pos[i], e->p.n_ctx);
         if (s->step_stamp != stamp) {
+            if (e->kv.n_rlayers && b->pos[i] > 0 && b->pos[i] != s->table.n_pos)
+                return err_set(
+                    err, KVI_E_BAD_BATCH,
+                    "step: row %d: position %d: the recurrent layers hold the state after position "
+                    "%d only (a sequence continues at its length or restarts at 0)",
+                    i, b->pos[i], s->table.n_pos - 1);
             if (b->pos[i] > s->table.n_pos)
                 return err_set(err, KVI_E_BAD_BATCH,
                                "step: row %d: position %d leaves a gap (sequence holds %d positions)", i,
@@ -510,15 +537,49 @@ static int step_reserve(kvi_engine *e, const kvi_batch *b, kvi_error *err)
         e->recv_cap = b->n;
     }
     const uint64_t stamp = ++e->stamp;
+    int32_t n_snap = 0;
     for (int32_t i = 0; i < b->n; i++) {
         kvi_seq *s = b->seq[i];
         if (s->step_stamp == stamp) continue;
         s->step_stamp = stamp;
-        const int rc = kv_txn_add(&e->txn, &s->table, s->step_first, s->step_last, err);
+        int rc = kv_txn_add(&e->txn, &s->table, s->step_first, s->step_last, err);
+        if (!rc) rc = kv_table_state_take(&e->kv, &s->table, err);
         if (rc) {
             step_rollback(e, b);
             return rc;
         }
+        /* recurrent layers: the state after the last block boundary this step
+         * crosses (not at its end), kept as a prefix snapshot (kv_cache.h) */
+        const int32_t bs = e->p.kv_block_size, bnd = s->step_last / bs * bs;
+        s->step_snap = -1;
+        if (e->kv.snap_blocks > 0 && e->p.prefix_cache && bnd >= bs && bnd - 1 >= s->step_first)
+            s->step_snap = n_snap++;
+    }
+    if (e->kv.n_rlayers && e->snap_rows_cap < b->n) {
+        float **nr = realloc(e->snap_rows, (size_t)b->n * sizeof *nr);
+        if (!nr) {
+            step_rollback(e, b);
+            return err_set(err, KVI_E_NOMEM, "engine: out of memory");
+        }
+        e->snap_rows = nr;
+        e->snap_rows_cap = b->n;
+    }
+    if (n_snap > e->snap_cap) {
+        free(e->snap_stage);
+        e->snap_cap = 0;
+        e->snap_stage = malloc((size_t)n_snap * e->kv.state_bytes);
+        if (!e->snap_stage) {
+            step_rollback(e, b);
+            return err_set(err, KVI_E_NOMEM, "engine: out of memory for %d state snapshots", n_snap);
+        }
+        e->snap_cap = n_snap;
+    }
+    for (int32_t i = 0; e->kv.n_rlayers && i < b->n; i++) {
+        const kvi_seq *s = b->seq[i];
+        const int32_t bnd = s->step_last / e->p.kv_block_size * e->p.kv_block_size;
+        e->snap_rows[i] = s->step_snap >= 0 && b->pos[i] == bnd - 1
+                              ? e->snap_stage + (size_t)s->step_snap * (e->kv.state_bytes / sizeof(float))
+                              : NULL;
     }
     for (int32_t i = 0; i < b->n; i++) {
         kvi_seq *s = b->seq[i];
@@ -552,6 +613,7 @@ static int step_run(kvi_engine *e, const kvi_batch *b)
             .out_rows = e->out_rows,
             .logits = e->logits + (size_t)o * e->m->n_vocab,
             .recv = e->recv_rows + start,
+            .snap = e->kv.n_rlayers ? e->snap_rows + start : NULL,
         };
         const int rc = fwd_run(e->fwd, e->pool, &e->kv, &rows);
         if (rc) return rc;
@@ -573,6 +635,11 @@ static void step_commit(kvi_engine *e, const kvi_batch *b)
         kv_table_truncate(&e->kv, &s->table, s->step_last + 1);
         s->table.n_pos = s->step_last + 1;
         if (e->p.prefix_cache) kv_prefix_index_table(&e->kv, &s->table, s->step_first / bs);
+        if (e->kv.n_rlayers && s->step_snap >= 0) { /* the snapshot joins its block (kv_cache.h) */
+            const int32_t bi = s->step_last / bs - 1;
+            kv_snap_put(&e->kv, s->table.blocks[bi],
+                        e->snap_stage + (size_t)s->step_snap * (e->kv.state_bytes / sizeof(float)));
+        }
         kv_table_window_release(&e->kv, &s->table);
     }
 }
@@ -595,6 +662,13 @@ int kvi_step(kvi_engine *e, kvi_batch *b, kvi_error *err)
         /* positions below a sequence's old length that the batch rewrote, and a q4
          * key tail, keep what the failed pass wrote */
         step_rollback(e, b);
+        if (e->kv.n_rlayers) { /* a recurrent state cannot be rolled back: restart */
+            for (int32_t i = 0; i < b->n; i++) kv_table_truncate(&e->kv, &b->seq[i]->table, 0);
+            return err_set(err, rc,
+                           "step: the forward pass failed (%s); the recurrent state of the batch's sequences "
+                           "is lost, they restart at position 0",
+                           kvi_strerror(rc));
+        }
         return err_set(err, rc, "step: the forward pass failed (%s)", kvi_strerror(rc));
     }
     kv_txn_commit(&e->txn);
@@ -645,6 +719,8 @@ void kvi_stats_get(const kvi_engine *e, const kvi_seq *s, kvi_stats *out)
     out->kv_bytes_per_token_window = kv->wblock_bytes / (size_t)kv->block_size;
     out->kv_n_layers_window = kv->n_wlayers;
     out->kv_window = kv->win_max;
+    out->kv_n_layers_recurrent = kv->n_rlayers;
+    out->kv_bytes_state_seq = kv->state_bytes;
     if (s) {
         out->kv_blocks_used = s->table.n_blocks;
         /* window layers hold only the blocks from the table's cursor on */
@@ -660,7 +736,14 @@ void kvi_stats_get(const kvi_engine *e, const kvi_seq *s, kvi_stats *out)
         out->prefix_miss_tokens = s->prefix_miss;
         out->n_evicted = s->n_evicted;
         out->kv_bytes_tail = s->table.tail ? kv->tail_bytes : 0;
+        out->kv_bytes_state = s->table.state ? kv->state_bytes : 0;
     } else {
+        out->kv_bytes_state = kv_pool_bytes_states(kv);
+        out->kv_state_slots = kv->n_state_slots;
+        out->kv_snapshots = kv->n_snaps;
+        out->kv_blocks_snapshot = kv->n_snaps * kv->snap_blocks;
+        out->kv_snapshots_taken = kv->n_snaps_taken;
+        out->kv_snapshots_restored = kv->n_snaps_restored;
         out->kv_blocks_used = kv->n_used;
         out->kv_wparts_held = kv->n_walloc - kv->n_wfree;
         out->kv_wparts_released = kv->n_wreleased;

@@ -36,6 +36,11 @@ static uint64_t hparams_sum(const kvi_model *m)
     h = kv_sess_fnv(h, &m->rope_theta, sizeof m->rope_theta);
     h = kv_sess_fnv(h, &m->rms_eps, sizeof m->rms_eps);
     h = kv_sess_fnv(h, m->arch, strnlen(m->arch, sizeof m->arch));
+    if (m->n_recurrent > 0) { /* hybrid: the state's shape and which layers keep one */
+        const int32_t r[] = { m->n_recurrent, m->ssm_conv, m->ssm_dk, m->ssm_hk, m->ssm_hv };
+        h = kv_sess_fnv(h, r, sizeof r);
+        for (int l = 0; l < m->n_layers; l++) h = kv_sess_fnv(h, &m->layers[l].recurrent, sizeof(bool));
+    }
     return h;
 }
 

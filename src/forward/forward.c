@@ -6,6 +6,9 @@
  *   x = embed(tokens) * emb_scale                       x    [n][dim]
  *   for each layer:
  *     xb = attn_norm ? rmsnorm(x) * attn_norm : x       xb   [n][dim]
+ *     -- a recurrent layer (hybrid models): x += DeltaNet(xb), fwd_delta.h, each
+ *        row advancing its sequence's state (kv_state); then the FFN below
+ *     (gated attention: q rows per head [q | gate]; att *= sigmoid(gate))
  *     q = xb Wq^T (+bq), k = xb Wk^T (+bk),             q    [n][n_heads * head_dim]
  *     v = xb Wv^T (+bv)     -- one matrix product       k, v [n][kv_dim]
  *                              over all rows
@@ -49,6 +52,7 @@
 
 #include "forward/fwd_act.h"
 #include "forward/fwd_alloc.h"
+#include "forward/fwd_delta.h"
 #include "forward/fwd_mla.h"
 #include "forward/fwd_moe.h"
 #include "forward/fwd_norm.h"
@@ -91,6 +95,11 @@ struct fwd_ctx {
     uint64_t *routed;                  /* [n_layers][n_expert] rows routed to each expert, or NULL */
     fwd_mla *mla;                      /* latent attention scratch (mla_kv_rank > 0) or NULL */
     float *mla_v;                      /* [chunk][n_heads * mla_v_dim] the heads' values */
+    fwd_delta *delta;                  /* DeltaNet scratch (hybrid models) or NULL */
+    float **st, **sn;                  /* [chunk] per row: its sequence's layer state, snapshot or NULL */
+    float *qg;                         /* [chunk][2 n_heads head_dim] gated q rows [q | gate] per head */
+    float *gate;                       /* [chunk][n_heads * head_dim] the attention output gate */
+    float *dy;                         /* [chunk][dim] the DeltaNet mixer's output */
     size_t bytes;
     attn_scratch *attn;
     kv_stash stash; /* q4 key groups a layer's rows still read in f16 (kv_quant.h) */
@@ -116,6 +125,12 @@ void fwd_free(fwd_ctx *f)
     fwd_moe_free(f->moe);
     fwd_mla_free(f->mla);
     free(f->mla_v);
+    fwd_delta_free(f->delta);
+    free(f->st);
+    free(f->sn);
+    free(f->qg);
+    free(f->gate);
+    free(f->dy);
     free(f->moe_y);
     free(f->routed);
     attn_scratch_free(f->attn);
@@ -157,6 +172,12 @@ fwd_ctx *fwd_create(const struct kvi_model *m, int n_rows_max, int force_chunk, 
         row_bytes += ((size_t)m->n_expert + 3 * (size_t)m->n_expert_used + 3 * (size_t)m->dim +
                       2 * (size_t)(m->expert_ffn > m->shared_ffn ? m->expert_ffn : m->shared_ffn)) *
                      sizeof(float);
+    if (m->n_recurrent > 0) { /* fwd_delta's rows: p, c, z, o, b/a (twice), gates, the output */
+        const size_t dk = (size_t)m->ssm_dk, hv = (size_t)m->ssm_hv,
+                     conv = 2 * (size_t)m->ssm_hk * dk + hv * dk;
+        row_bytes += (2 * conv + 2 * hv * dk + 6 * hv + (size_t)m->dim) * sizeof(float);
+    }
+    if (m->attn_gated) row_bytes += 3 * qd * sizeof(float); /* [q | gate] rows and the gate */
     size_t chunk = FWD_CHUNK_BYTES / row_bytes;
     chunk = chunk > FWD_CHUNK_ALIGN ? chunk / FWD_CHUNK_ALIGN * FWD_CHUNK_ALIGN : FWD_CHUNK_ALIGN;
     /* a caller's chunk (kvi_engine_params.fwd_chunk: tests of the chunked path) */
@@ -208,6 +229,26 @@ fwd_ctx *fwd_create(const struct kvi_model *m, int n_rows_max, int force_chunk, 
         if (!f->mla || !ok) {
             fwd_free(f);
             err_set(err, KVI_E_NOMEM, "forward: cannot allocate the latent attention scratch");
+            return NULL;
+        }
+    }
+    if (m->n_recurrent > 0) {
+        f->delta = fwd_delta_create(m, (int)chunk, &f->bytes);
+        f->st = calloc(chunk, sizeof *f->st);
+        f->sn = calloc(chunk, sizeof *f->sn);
+        f->dy = falloc(f, chunk * m->dim, &ok);
+        if (!f->delta || !f->st || !f->sn || !ok) {
+            fwd_free(f);
+            err_set(err, KVI_E_NOMEM, "forward: cannot allocate the linear attention scratch");
+            return NULL;
+        }
+    }
+    if (m->attn_gated) {
+        f->qg = falloc(f, chunk * 2 * qd, &ok);
+        f->gate = falloc(f, chunk * qd, &ok);
+        if (!ok) {
+            fwd_free(f);
+            err_set(err, KVI_E_NOMEM, "forward: cannot allocate the attention gate scratch");
             return NULL;
         }
     }
@@ -301,11 +342,20 @@ static int qkv(fwd_ctx *f, tpool *pool, const model_layer *L, int r0, int n)
     const int qd = m->n_heads * m->head_dim, kvd = m->n_kv_heads * m->head_dim;
     { /* one quantisation of xb for the three products (bits as three kern_matmul) */
         const kern_tensor *w3[3] = { &L->wq, &L->wk, &L->wv };
-        float *const y3[3] = { f->q, f->k, f->v };
-        const int64_t ld3[3] = { qd, kvd, kvd };
+        float *const y3[3] = { m->attn_gated ? f->qg : f->q, f->k, f->v };
+        const int64_t ld3[3] = { m->attn_gated ? 2 * qd : qd, kvd, kvd };
         const int rc = kern_matmul_multi(pool, 3, w3, f->xb, m->dim, n, y3, ld3);
         if (rc) return rc;
     }
+    if (m->attn_gated) /* per head [q | gate] -> q, gate */
+        for (int r = 0; r < n; r++)
+            for (int h = 0; h < m->n_heads; h++) {
+                const float *src = f->qg + (size_t)r * 2 * qd + (size_t)h * 2 * m->head_dim;
+                memcpy(f->q + (size_t)r * qd + (size_t)h * m->head_dim, src,
+                       (size_t)m->head_dim * sizeof(float));
+                memcpy(f->gate + (size_t)r * qd + (size_t)h * m->head_dim, src + m->head_dim,
+                       (size_t)m->head_dim * sizeof(float));
+            }
     add_bias(f->q, L->bq, n, qd);
     add_bias(f->k, L->bk, n, kvd);
     add_bias(f->v, L->bv, n, kvd);
@@ -324,16 +374,13 @@ static int mla_qk(fwd_ctx *f, tpool *pool, const model_layer *L, int r0, int n)
     return fwd_mla_qk(f->mla, pool, f->m, L, f->xb, n, f->rc + o, f->rs + o, f->q, f->k);
 }
 
-/* One layer over rows [r0, r0 + n) of the batch (a chunk; see the file comment). */
-static int layer_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *rows, int l, int r0, int n)
+/* The attention mixer of layer l over rows [r0, r0 + n): x += attention output. */
+static int attn_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *rows, int l, int r0, int n)
 {
     const struct kvi_model *m = f->m;
     const model_layer *L = &m->layers[l];
-    const int dim = m->dim, ffn = m->ffn_dim, hd = m->head_dim, kvd = m->n_kv_heads * hd;
+    const int dim = m->dim, hd = m->head_dim, kvd = m->n_kv_heads * hd;
     float *x = f->x + (size_t)r0 * dim; /* [n][dim] this chunk's residual rows */
-
-    /* attention block */
-    norm_or_copy(f->xb, x, L->attn_norm, n, dim, m->rms_eps);
     int rc = m->mla_kv_rank > 0 ? mla_qk(f, pool, L, r0, n) : qkv(f, pool, L, r0, n);
     if (rc) return rc;
 
@@ -363,6 +410,10 @@ static int layer_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *row
         .sinks = L->sinks,
     };
     attention_rows(pool, f->attn, &aa);
+    if (m->attn_gated) { /* att *= sigmoid(gate) */
+        const size_t nq = (size_t)n * m->n_heads * hd;
+        for (size_t i = 0; i < nq; i++) f->att[i] *= 1.0f / (1.0f + expf(-f->gate[i]));
+    }
 
     /* x += att Wo^T (xb reused as the projection output); latent attention: the
      * heads' values out of the latent space first */
@@ -374,6 +425,39 @@ static int layer_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *row
     if ((rc = kern_matmul(pool, &L->wo, wo_x, L->wo.n_in, n, f->xb, dim))) return rc;
     add_bias(f->xb, L->bo, n, dim);
     residual_add(m, x, f->xb, L->post_attn_norm, n);
+    return KVI_OK;
+}
+
+/* The gated DeltaNet mixer of recurrent layer l over rows [r0, r0 + n) (fwd_delta.h):
+ * x += its output; each row's sequence state advances by the row. */
+static int delta_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *rows, int l, int r0, int n)
+{
+    const struct kvi_model *m = f->m;
+    const size_t off = (size_t)kv->layer_slot[l] * kv->state_layer_bytes / sizeof(float);
+    for (int r = 0; r < n; r++) {
+        f->st[r] = kv_state(kv, rows->tables[r0 + r], l);
+        f->sn[r] = rows->snap && rows->snap[r0 + r] ? rows->snap[r0 + r] + off : NULL;
+    }
+    float *y = f->dy; /* [n][dim] */
+    const int rc = fwd_delta_run(f->delta, pool, m, &m->layers[l], f->xb, n, f->st, rows->pos + r0, f->sn, y);
+    if (rc) return rc;
+    residual_add(m, f->x + (size_t)r0 * m->dim, y, m->layers[l].post_attn_norm, n);
+    return KVI_OK;
+}
+
+/* One layer over rows [r0, r0 + n) of the batch (a chunk; see the file comment). */
+static int layer_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *rows, int l, int r0, int n)
+{
+    const struct kvi_model *m = f->m;
+    const model_layer *L = &m->layers[l];
+    const int dim = m->dim, ffn = m->ffn_dim;
+    float *x = f->x + (size_t)r0 * dim; /* [n][dim] this chunk's residual rows */
+
+    /* mixer: attention, or a recurrent layer's DeltaNet */
+    norm_or_copy(f->xb, x, L->attn_norm, n, dim, m->rms_eps);
+    int rc =
+        L->recurrent ? delta_chunk(f, pool, kv, rows, l, r0, n) : attn_chunk(f, pool, kv, rows, l, r0, n);
+    if (rc) return rc;
 
     /* feed-forward block: gated (SwiGLU / GeGLU), or the experts of a moe layer */
     norm_or_copy(f->xb, x, L->ffn_norm, n, dim, m->rms_eps);

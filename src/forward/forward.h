@@ -22,6 +22,9 @@ typedef struct fwd_rows {
     float *logits;                 /* [n_out][n_vocab] */
     float *const *recv;            /* [n] per row: received attention out ([pos + 1],
                                          accumulated; see attn_args), or NULL; NULL: none */
+    float *const *snap;            /* [n] per row: where the recurrent layers' states go as they
+                                         are right after the row (kv state layout), or NULL;
+                                         NULL: none */
 } fwd_rows;
 
 typedef struct fwd_ctx fwd_ctx;

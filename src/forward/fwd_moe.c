@@ -294,7 +294,19 @@ int fwd_moe_run(fwd_moe *s, tpool *pool, const struct kvi_model *m, const model_
         if ((rc = glu_ffn(s, pool, m, gelu, &L->sh_gate, &L->sh_up, &L->sh_down, NULL, NULL, NULL, x, n,
                           s->de)))
             return rc;
-        for (size_t i = 0; i < (size_t)n * dim; i++) y[i] += s->de[i];
+        for (int r = 0; r < n; r++) {
+            const float *dr = s->de + (size_t)r * dim;
+            float *yr = y + (size_t)r * dim;
+            if (L->sh_gate_inp) { /* Qwen2-MoE / Qwen3-Next: a scalar gate sigmoid(x . w) per row */
+                const float *xr = x + (size_t)r * dim;
+                float g = 0.0f;
+                for (int j = 0; j < dim; j++) g += xr[j] * L->sh_gate_inp[j];
+                g = 1.0f / (1.0f + expf(-g));
+                for (int j = 0; j < dim; j++) yr[j] += g * dr[j];
+            } else {
+                for (int j = 0; j < dim; j++) yr[j] += dr[j];
+            }
+        }
     }
     return 0;
 }

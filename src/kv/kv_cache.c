@@ -34,14 +34,16 @@ size_t kv_layout_seq_bytes(int n_layers, const int *window, int slack, int kv_di
 {
     const size_t lb = kv_layout_block_bytes(1, kv_dim, block_size, type_k, type_v);
     if (lb == 0 || block_size <= 0 || n_ctx <= 0) return 0;
-    int nw = 0, wmax = 0;
+    int nw = 0, nr = 0, wmax = 0; /* window layers, recurrent layers (no KV rows) */
     for (int l = 0; window && l < n_layers; l++)
         if (window[l] > 0) {
             nw++;
             if (window[l] > wmax) wmax = window[l];
+        } else if (window[l] == KV_LAYER_RECURRENT) {
+            nr++;
         }
     const int64_t nb = (n_ctx + block_size - 1) / block_size, wb = win_blocks(wmax, slack, block_size);
-    return (size_t)nb * (size_t)(n_layers - nw) * lb + (size_t)(nb < wb ? nb : wb) * (size_t)nw * lb;
+    return (size_t)nb * (size_t)(n_layers - nw - nr) * lb + (size_t)(nb < wb ? nb : wb) * (size_t)nw * lb;
 }
 
 int kv_pool_init_layers(kv_pool *p, int n_layers, const int *window, int slack, int kv_dim, int block_size,
@@ -78,17 +80,22 @@ int kv_pool_init_layers(kv_pool *p, int n_layers, const int *window, int slack, 
     p->type_k = type_k;
     p->type_v = type_v;
     p->layer_bytes = p->k_bytes + v_bytes;
-    p->block_bytes = (size_t)n_layers * p->layer_bytes;
     p->budget = budget_bytes;
     p->layer_slot = malloc((size_t)n_layers * sizeof *p->layer_slot);
     p->layer_win = calloc((size_t)n_layers, 1);
-    if (!p->layer_slot || !p->layer_win) {
+    p->layer_rec = calloc((size_t)n_layers, 1);
+    if (!p->layer_slot || !p->layer_win || !p->layer_rec) {
         kv_pool_free(p);
         return err_set(err, KVI_E_NOMEM, "kv cache: out of memory");
     }
-    int ng = 0, nw = 0;
+    int ng = 0, nw = 0, nr = 0;
     for (int l = 0; l < n_layers; l++) {
         const int w = window ? window[l] : 0;
+        if (w == KV_LAYER_RECURRENT) {
+            p->layer_rec[l] = 1;
+            p->layer_slot[l] = nr++;
+            continue;
+        }
         if (w < 0) {
             kv_pool_free(p);
             return err_set(err, KVI_E_INVALID, "kv cache: layer %d has window %d", l, w);
@@ -97,6 +104,12 @@ int kv_pool_init_layers(kv_pool *p, int n_layers, const int *window, int slack, 
         p->layer_slot[l] = w > 0 ? nw++ : ng++;
         if (w > p->win_max) p->win_max = w;
     }
+    if (ng + nw == 0) {
+        kv_pool_free(p);
+        return err_set(err, KVI_E_INVALID, "kv cache: no attention layer");
+    }
+    p->n_rlayers = nr;
+    p->block_bytes = (size_t)(ng + nw) * p->layer_bytes;
     p->n_wlayers = nw;
     p->win_slack = nw ? (slack > 0 ? slack : 0) : 0;
     p->gblock_bytes = (size_t)ng * p->layer_bytes;
@@ -142,6 +155,10 @@ void kv_pool_free(kv_pool *p)
     free(p->wfree);
     free(p->layer_slot);
     free(p->layer_win);
+    free(p->layer_rec);
+    if (p->snap)
+        for (int32_t i = 0; i < p->n_blocks_max; i++) free(p->snap[i]);
+    free(p->snap);
     free(p->mem);
     free(p->refcount);
     free(p->free_ids);
@@ -174,6 +191,52 @@ size_t kv_pool_bytes_allocated(const kv_pool *p)
     return (size_t)p->n_alloc * p->gblock_bytes + (size_t)p->n_walloc * p->wblock_bytes;
 }
 
+/* The budget's part for blocks: all of it but the reserved states. */
+static size_t block_budget(const kv_pool *p) { return p->budget - (size_t)p->n_state_slots * p->state_bytes; }
+
+size_t kv_pool_bytes_states(const kv_pool *p) { return (size_t)p->n_states * p->state_bytes; }
+
+int kv_pool_state_init(kv_pool *p, size_t state_layer_bytes, int32_t n_slots, kvi_error *err)
+{
+    if (!p->n_rlayers) return 0;
+    if (state_layer_bytes == 0 || n_slots <= 0 || state_layer_bytes % sizeof(float) != 0)
+        return err_set(err, KVI_E_INVALID, "kv cache: bad recurrent state (%zu bytes, %d slots)",
+                       state_layer_bytes, n_slots);
+    const size_t sb = (size_t)p->n_rlayers * state_layer_bytes, res = sb * (size_t)n_slots;
+    if (res / (size_t)n_slots != sb || p->budget < res || p->budget - res < p->gblock_bytes + p->wblock_bytes)
+        return err_set(
+            err, KVI_E_INVALID,
+            "kv cache: budget of %zu bytes cannot hold the recurrent states of %d sequences (%zu bytes "
+            "each) and one block (%zu bytes)",
+            p->budget, n_slots, sb, p->gblock_bytes + p->wblock_bytes);
+    p->state_layer_bytes = state_layer_bytes;
+    p->state_bytes = sb;
+    p->n_state_slots = n_slots;
+    size_t nb =
+        p->gblock_bytes ? (p->budget - res - p->wblock_bytes) / p->gblock_bytes : (size_t)p->n_blocks_max;
+    if (nb < (size_t)p->n_blocks_max) p->n_blocks_max = (int32_t)nb;
+    p->snap_blocks = p->gblock_bytes ? (int32_t)((sb + p->gblock_bytes - 1) / p->gblock_bytes) : 0;
+    p->snap = calloc((size_t)p->n_blocks_max, sizeof *p->snap);
+    if (!p->snap) return err_set(err, KVI_E_NOMEM, "kv cache: out of memory");
+    return 0;
+}
+
+int kv_table_state_take(kv_pool *p, kv_table *t, kvi_error *err)
+{
+    if (!p->state_bytes || t->state) return 0;
+    if (p->n_states >= p->n_state_slots)
+        return err_set(err, KVI_E_NO_KV_SPACE, "kv cache: all %d recurrent state slots are in use",
+                       p->n_state_slots);
+    void *mem = NULL;
+    if (posix_memalign(&mem, 64, p->state_bytes) != 0)
+        return err_set(err, KVI_E_NOMEM, "kv cache: cannot allocate a recurrent state of %zu bytes",
+                       p->state_bytes);
+    t->state = mem;
+    p->n_states++;
+    p->bytes_sys += p->state_bytes;
+    return 0;
+}
+
 /* ---- window parts ---- */
 
 /* Block b gives up its window part (to the free list). */
@@ -189,12 +252,12 @@ static void wpart_drop(kv_pool *p, int32_t b)
 static bool wpart_make_room(kv_pool *p, size_t need)
 {
     if (!p->n_wlayers) return true; /* n_blocks_max is the bound */
-    while (kv_pool_bytes_allocated(p) + need > p->budget && p->n_wfree > 0) {
+    while (kv_pool_bytes_allocated(p) + need > block_budget(p) && p->n_wfree > 0) {
         free(p->wfree[--p->n_wfree]);
         p->n_walloc--;
         p->bytes_sys -= p->wblock_bytes;
     }
-    return kv_pool_bytes_allocated(p) + need <= p->budget;
+    return kv_pool_bytes_allocated(p) + need <= block_budget(p);
 }
 
 int kv_pool_wpart_take(kv_pool *p, int32_t b)
@@ -204,7 +267,7 @@ int kv_pool_wpart_take(kv_pool *p, int32_t b)
         p->wmem[b] = p->wfree[--p->n_wfree];
         return 0;
     }
-    if (kv_pool_bytes_allocated(p) + p->wblock_bytes <= p->budget) {
+    if (kv_pool_bytes_allocated(p) + p->wblock_bytes <= block_budget(p)) {
         void *mem = NULL;
         if (posix_memalign(&mem, 64, p->wblock_bytes) != 0) return -1;
         p->wmem[b] = mem;
@@ -370,6 +433,11 @@ void kv_table_truncate(kv_pool *p, kv_table *t, int32_t n_pos)
 void kv_table_release(kv_pool *p, kv_table *t)
 {
     kv_table_truncate(p, t, 0);
+    if (t->state) {
+        p->n_states--;
+        p->bytes_sys -= p->state_bytes;
+    }
+    free(t->state);
     free(t->blocks);
     if (t->tail) {
         p->n_tails--;
@@ -450,6 +518,15 @@ int kv_table_share(kv_pool *p, kv_table *dst, const kv_table *src, kvi_error *er
         kv_table_truncate(p, dst, 0);
         return KVI_E_NOMEM;
     }
+    /* recurrent layers: the child continues from the parent's state */
+    if (src->state) {
+        const int rc = kv_table_state_take(p, dst, err);
+        if (rc) {
+            kv_table_truncate(p, dst, 0);
+            return rc;
+        }
+        memcpy(dst->state, src->state, p->state_bytes);
+    }
     return 0;
 }
 
@@ -493,4 +570,55 @@ void kv_write_row_batch(kv_pool *p, kv_table *t, int l, int which, int32_t pos, 
 void kv_write_row(kv_pool *p, kv_table *t, int l, int which, int32_t pos, const float *in)
 {
     kv_write_row_batch(p, t, l, which, pos, in, NULL);
+}
+
+/* ---- prefix snapshots of the recurrent state (see kv_cache.h) ---- */
+
+int kv_snap_put(kv_pool *p, int32_t b, const float *src)
+{
+    if (!p->snap || p->snap[b] || !p->indexed[b] || p->snap_blocks <= 0) return -1;
+    int32_t *ids = malloc((size_t)p->snap_blocks * sizeof *ids);
+    if (!ids) return -1;
+    for (int32_t i = 0; i < p->snap_blocks; i++) {
+        ids[i] = pool_take(p);
+        if (ids[i] < 0 || !p->indexed[b]) { /* (taking may evict b's chain: then give up) */
+            for (int32_t k = 0; k < i + (ids[i] >= 0); k++) kv_pool_unref(p, ids[k]);
+            free(ids);
+            return -1;
+        }
+        if (p->n_wlayers) { /* a snapshot uses the global part only */
+            p->wref[ids[i]] = 0;
+            wpart_drop(p, ids[i]);
+        }
+    }
+    const uint8_t *s8 = (const uint8_t *)src;
+    for (int32_t i = 0; i < p->snap_blocks; i++) {
+        const size_t off = (size_t)i * p->gblock_bytes;
+        const size_t n = p->state_bytes - off < p->gblock_bytes ? p->state_bytes - off : p->gblock_bytes;
+        memcpy(p->mem[ids[i]], s8 + off, n);
+    }
+    p->snap[b] = ids;
+    p->n_snaps++;
+    p->n_snaps_taken++;
+    return 0;
+}
+
+void kv_snap_drop(kv_pool *p, int32_t b)
+{
+    if (!p->snap || !p->snap[b]) return;
+    int32_t *ids = p->snap[b];
+    p->snap[b] = NULL;
+    p->n_snaps--;
+    for (int32_t i = 0; i < p->snap_blocks; i++) kv_pool_unref(p, ids[i]);
+    free(ids);
+}
+
+void kv_snap_get(const kv_pool *p, int32_t b, float *dst)
+{
+    uint8_t *d8 = (uint8_t *)dst;
+    for (int32_t i = 0; i < p->snap_blocks; i++) {
+        const size_t off = (size_t)i * p->gblock_bytes;
+        const size_t n = p->state_bytes - off < p->gblock_bytes ? p->state_bytes - off : p->gblock_bytes;
+        memcpy(d8 + off, p->mem[p->snap[b][i]], n);
+    }
 }

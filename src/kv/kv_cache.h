@@ -51,9 +51,25 @@
  *    and n_tails * tail_bytes of per-table q4 key tails; the parts stay within
  *    budget (the tails, per table, outside it).
  *    Without window layers gblock_bytes == block_bytes and wblock_bytes == 0;
+ *    plus n_states * state_bytes of table states, within the budget's reservation
+ *    of n_state_slots states (snapshots live in blocks: counted as blocks);
  *  - window parts: wmem[b] != NULL whenever wref[b] > 0; a table reads the window
  *    layers of its blocks [wdrop, n_blocks) only; n_walloc == blocks holding a
  *    part + n_wfree.
+ *
+ * Recurrent layers (hybrid models: window[l] == KV_LAYER_RECURRENT at init) hold no
+ * rows in blocks: layer_rec[l] is set and layer_slot[l] is the layer's slot in the
+ * table's state instead. A table's state (state, state_bytes = n_rlayers *
+ * state_layer_bytes, allocated at its first step: kv_table_state_take) holds what
+ * the recurrent layers keep of the sequence so far, after position n_pos - 1 (the
+ * forward pass's layout, fwd_delta.h); it cannot be rewound, only restarted at
+ * position 0 (the engine refuses anything else). The budget reserves n_state_slots
+ * states beside the blocks, so a state never competes with blocks for room.
+ * Prefix snapshots: an indexed block b may carry the state after its last position
+ * (snap[b]: snap_blocks block ids of the pool, the state copied across them in
+ * order, each held by the snapshot with refcount 1); kv_prefix_match takes a chain
+ * only up to its last block with a snapshot, and copies that snapshot into the new
+ * table's state. A snapshot's blocks go back when its block leaves the index.
  *
  * KIVI (q4) keys and the per-table f16 tail (kv_quant.h), for every feature:
  *  - fork (kv_table_share) copies the tail: the child reads exactly the keys the
@@ -100,6 +116,17 @@ typedef struct kv_pool {
     int32_t *wref;       /* [n_blocks_max] table references that need the window part */
     uint8_t **wfree;     /* [n_blocks_max] window parts with memory, unused */
     int32_t n_wfree;
+    /* recurrent layers (see above); n_rlayers 0: none */
+    uint8_t *layer_rec; /* [n_layers] 1: recurrent (no KV rows) */
+    int n_rlayers;
+    size_t state_layer_bytes; /* one recurrent layer's state */
+    size_t state_bytes;       /* one table's state: n_rlayers * state_layer_bytes */
+    int32_t n_state_slots;    /* states the budget reserves */
+    int32_t n_states;         /* tables holding a state */
+    int32_t snap_blocks;      /* blocks one snapshot spans: ceil(state_bytes / gblock_bytes) */
+    int32_t **snap;           /* [n_blocks_max] the snapshot's block ids, or NULL */
+    int32_t n_snaps;          /* snapshots held */
+    uint64_t n_snaps_taken, n_snaps_restored;
     int32_t n_walloc;     /* window parts with memory (held by blocks or free) */
     uint64_t n_wreleased; /* window parts given up by tables (statistics) */
     size_t budget;        /* bound on the blocks' parts (kv_pool_bytes_allocated) */
@@ -144,6 +171,7 @@ typedef struct kv_table {
     int32_t *tokens;     /* [cap * block_size] token of each position (prefix index) */
     bool no_index;       /* positions re-assigned by a context policy: never indexed */
     int32_t wdrop;       /* window layers: blocks [0, wdrop) no longer needed (released) */
+    float *state;        /* [pool state_bytes / 4] recurrent layers' state, or NULL */
     int32_t lossy_block; /* q4 keys: 1 + the first block whose keys were re-read
                                 from 4-bit codes (see above), 0 when none; blocks from
                                 it on are never indexed */
@@ -155,6 +183,28 @@ int kv_pool_init(kv_pool *p, int n_layers, int kv_dim, int block_size, kvi_type 
  * (NULL: all global); slack: positions kept past the window for rewinds. */
 int kv_pool_init_layers(kv_pool *p, int n_layers, const int *window, int slack, int kv_dim, int block_size,
                         kvi_type type_k, kvi_type type_v, size_t budget_bytes, kvi_error *err);
+/* Value of window[l] (kv_pool_init_layers) for a recurrent layer: no KV rows. */
+#define KV_LAYER_RECURRENT (-1)
+/* Recurrent layers' state (see above): state_layer_bytes per recurrent layer and
+ * table, n_slots tables at once, reserved from the budget. Call right after
+ * kv_pool_init_layers with a window array marking recurrent layers. */
+int kv_pool_state_init(kv_pool *p, size_t state_layer_bytes, int32_t n_slots, kvi_error *err);
+/* The table's state memory (contents undefined: a row at position 0 starts from
+ * zeros). 0, KVI_E_NO_KV_SPACE (every slot taken) or KVI_E_NOMEM. */
+int kv_table_state_take(kv_pool *p, kv_table *t, kvi_error *err);
+size_t kv_pool_bytes_states(const kv_pool *p); /* n_states * state_bytes */
+/* Layer l's part of the table's state (recurrent layers only). */
+static inline float *kv_state(const kv_pool *p, const kv_table *t, int l)
+{
+    return t->state + (size_t)p->layer_slot[l] * (p->state_layer_bytes / sizeof(float));
+}
+/* Attaches the state src (state_bytes) to indexed block b as its snapshot (no-op
+ * when b has one, is not indexed, or the pool has no room). 0, or -1: not taken. */
+int kv_snap_put(kv_pool *p, int32_t b, const float *src);
+/* Drops b's snapshot, its blocks back to the pool. */
+void kv_snap_drop(kv_pool *p, int32_t b);
+/* Copies b's snapshot into dst (state_bytes). */
+void kv_snap_get(const kv_pool *p, int32_t b, float *dst);
 /* Bytes one sequence of n_ctx positions can hold at most (both parts; a window
  * part only for the blocks its window and slack can span, plus the block being
  * written). window, slack as kv_pool_init_layers. 0 when the types do not fit. */
@@ -221,7 +271,8 @@ void kv_lru_unlink(kv_pool *p, int32_t b);
 
 /* Address of the K (or V) row of position pos in layer l; pos must be reserved.
  * kv_k_row only for row key types (not q4: use kv_read_row / kv_k_group). */
-/* Layer l's region of physical block b (its part: global or window). */
+/* Layer l's region of physical block b (its part: global or window); not for
+ * recurrent layers. */
 static inline uint8_t *kv_layer_mem(const kv_pool *p, int32_t b, int l)
 {
     return (p->n_wlayers && p->layer_win[l] ? p->wmem[b] : p->mem[b]) +

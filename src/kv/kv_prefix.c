@@ -113,6 +113,7 @@ void kv_lru_unlink(kv_pool *p, int32_t b)
 void kv_prefix_remove(kv_pool *p, int32_t b)
 {
     if (!p->indexed[b]) return;
+    kv_snap_drop(p, b); /* first: b is then the last block freed (pool_take relies on it) */
     int32_t *link = &p->bucket[p->hash[b] & (p->n_buckets - 1)];
     while (*link >= 0 && *link != b) link = &p->hnext[*link];
     if (*link == b) *link = p->hnext[b];
@@ -200,6 +201,27 @@ int32_t kv_prefix_match(kv_pool *p, kv_table *t, const int32_t *tokens, int32_t 
         if (ok) break;
         n--;
     }
+    /* recurrent layers: only up to the chain's last block holding a state snapshot */
+    int32_t snap_b = -1;
+    if (p->n_rlayers && n > 0) {
+        int32_t keep = 0;
+        par = -1;
+        ph = PREFIX_SEED;
+        for (int32_t i = 0; i < n; i++) {
+            const int32_t *tok = tokens + (size_t)i * bs;
+            ph = block_hash(ph, tok, bs);
+            par = lookup(p, ph, par, tok);
+            if (p->snap && p->snap[par]) {
+                keep = i + 1;
+                snap_b = par;
+            }
+        }
+        n = keep;
+        if (n > 0) {
+            const int rc = kv_table_state_take(p, t, err);
+            if (rc) return rc;
+        }
+    }
     if (n == 0) return 0;
     if (n > t->cap) {
         int32_t *nb = realloc(t->blocks, (size_t)n * sizeof *nb);
@@ -226,5 +248,9 @@ int32_t kv_prefix_match(kv_pool *p, kv_table *t, const int32_t *tokens, int32_t 
     t->n_blocks = n;
     t->wdrop = wdrop;
     t->n_pos = n * bs;
+    if (snap_b >= 0) {
+        kv_snap_get(p, snap_b, t->state);
+        p->n_snaps_restored++;
+    }
     return t->n_pos;
 }

@@ -58,6 +58,7 @@ void kv_sess_encode(const kv_pool *p, const kv_table *t, uint64_t model_sum, uin
     kv_sess_put_u64(h + 72, (uint64_t)t->n_blocks);
     kv_sess_put_u64(h + 80, (uint64_t)(t->tail ? p->tail_bytes : 0));
     kv_sess_put_u32(h + 88, (uint32_t)t->lossy_block);
+    kv_sess_put_u32(h + 92, t->state && p->state_bytes && t->n_pos > 0 ? 1u : 0u);
 }
 
 /* Magic, version, flags and model: is this a session file of this network? */
@@ -67,9 +68,9 @@ static int decode_identity(const uint8_t *h, const kv_sess_expect *x, const char
     if (memcmp(h, KV_SESS_MAGIC, 8) != 0)
         return err_set(err, KVI_E_FORMAT, "session: %s is not a kvinfer session file (bad magic)", name);
     const uint32_t version = kv_sess_get_u32(h + 8), flags = kv_sess_get_u32(h + 12);
-    if (version != KV_SESS_VERSION)
-        return err_set(err, KVI_E_FORMAT, "session: %s has version %u, this build reads %u", name, version,
-                       KV_SESS_VERSION);
+    if (version != KV_SESS_VERSION && version != 2u)
+        return err_set(err, KVI_E_FORMAT, "session: %s has version %u, this build reads 2 and %u", name,
+                       version, KV_SESS_VERSION);
     if (flags > 1u) return err_set(err, KVI_E_FORMAT, "session: %s has unknown flags 0x%x", name, flags);
     if (kv_sess_get_u64(h + 16) != x->model_sum)
         return err_set(err, KVI_E_INVALID,
@@ -121,15 +122,26 @@ static int decode_extent(const uint8_t *h, int64_t file_bytes, const kv_sess_exp
                        (unsigned long long)n_blocks, n_pos);
     const uint64_t tail_bytes = kv_sess_get_u64(h + 80);
     const int32_t lossy_block = (int32_t)kv_sess_get_u32(h + 88);
-    if ((tail_bytes != 0 && tail_bytes != p->tail_bytes) || kv_sess_get_u32(h + 92) != 0)
+    if (tail_bytes != 0 && tail_bytes != p->tail_bytes)
         return err_set(err, KVI_E_FORMAT, "session: %s: key tail of %llu bytes, the engine's is %zu", name,
                        (unsigned long long)tail_bytes, p->tail_bytes);
+    const uint32_t has_state = kv_sess_get_u32(h + 92);
+    if (has_state > 1u || (has_state && (!p->state_bytes || n_pos == 0)))
+        return err_set(err, KVI_E_FORMAT,
+                       "session: %s: a recurrent state flag %u that the engine's model (%s) "
+                       "cannot take",
+                       name, has_state, p->state_bytes ? "hybrid" : "no recurrent layers");
+    if (!has_state && p->state_bytes && n_pos > 0)
+        return err_set(err, KVI_E_INVALID,
+                       "session: %s holds no recurrent state, which this hybrid model's %d positions need",
+                       name, n_pos);
+    const uint64_t state_bytes = has_state ? p->state_bytes : 0;
     if (lossy_block < 0 || (uint64_t)lossy_block > n_blocks)
         return err_set(err, KVI_E_FORMAT, "session: %s: lossy block %d outside 0..%llu", name, lossy_block,
                        (unsigned long long)n_blocks);
     /* n_pos <= n_ctx <= 2^24, block_bytes and tail_bytes are the pool's: no overflow */
-    const uint64_t want =
-        (uint64_t)KV_SESS_HEADER + 4ull * (uint64_t)n_pos + n_blocks * p->block_bytes + tail_bytes + 8;
+    const uint64_t want = (uint64_t)KV_SESS_HEADER + 4ull * (uint64_t)n_pos + n_blocks * p->block_bytes +
+                          tail_bytes + state_bytes + 8;
     if ((uint64_t)file_bytes != want)
         return err_set(err, KVI_E_FORMAT, "session: %s has %lld bytes, its header implies %llu (%s)", name,
                        (long long)file_bytes, (unsigned long long)want,
@@ -139,8 +151,10 @@ static int decode_extent(const uint8_t *h, int64_t file_bytes, const kv_sess_exp
     out->lossy_block = lossy_block;
     out->tokens_at = KV_SESS_HEADER;
     out->blocks_at = out->tokens_at + 4ull * (uint64_t)n_pos;
+    out->state_bytes = state_bytes;
     out->tail_at = out->blocks_at + n_blocks * p->block_bytes;
-    out->sum_at = out->tail_at + tail_bytes;
+    out->state_at = out->tail_at + tail_bytes;
+    out->sum_at = out->state_at + state_bytes;
     out->file_bytes = want;
     return 0;
 }
@@ -157,6 +171,13 @@ int kv_sess_decode(const uint8_t h[KV_SESS_HEADER], int64_t file_bytes, const kv
 
 /* ---- blocks and tail ---- */
 
+/* the recurrent state (kv_sess_encode flagged it) */
+static bool write_state(FILE *f, const kv_pool *p, const kv_table *t, uint64_t *sum)
+{
+    if (!(t->state && p->state_bytes && t->n_pos > 0)) return true;
+    return kv_sess_write(f, t->state, p->state_bytes, sum);
+}
+
 bool kv_sess_write_kv(FILE *f, const kv_pool *p, const kv_table *t, uint64_t *sum)
 {
     bool ok = true;
@@ -172,7 +193,8 @@ bool kv_sess_write_kv(FILE *f, const kv_pool *p, const kv_table *t, uint64_t *su
     }
     free(zero);
     const size_t tail_bytes = t->tail ? p->tail_bytes : 0;
-    if (!ok || !tail_bytes) return ok;
+    if (!ok) return false;
+    if (!tail_bytes) return write_state(f, p, t, sum);
     /* a tail left past the table by a truncation is stale: saved as empty */
     uint8_t *tb = malloc(tail_bytes); /* [tail_bytes] */
     if (!tb) return false;
@@ -188,7 +210,7 @@ bool kv_sess_write_kv(FILE *f, const kv_pool *p, const kv_table *t, uint64_t *su
     }
     ok = kv_sess_write(f, tb, tail_bytes, sum);
     free(tb);
-    return ok;
+    return ok && write_state(f, p, t, sum);
 }
 
 size_t kv_sess_scratch_bytes(const kv_pool *p)
@@ -203,19 +225,27 @@ int kv_sess_check_kv(FILE *f, const kv_pool *p, const kv_sess_info *in, uint8_t 
         if (!kv_sess_read(f, scratch, p->block_bytes, sum))
             return err_set(err, KVI_E_FORMAT, "session: %s is truncated in block %llu", name,
                            (unsigned long long)i);
-    if (!in->tail_bytes) return 0;
-    if (!kv_sess_read(f, scratch, (size_t)in->tail_bytes, sum))
-        return err_set(err, KVI_E_FORMAT, "session: %s is truncated in its key tail", name);
-    const size_t part = p->tail_bytes / (size_t)p->n_layers;
-    for (int l = 0; l < p->n_layers; l++) {
-        kivi_tail_hdr th;
-        memcpy(&th, scratch + (size_t)l * part, sizeof th);
-        if (th.group < -1 || (int64_t)th.group >= (int64_t)in->n_blocks || th.n_rows < 0 ||
-            th.n_rows > p->block_size)
-            return err_set(err, KVI_E_FORMAT,
-                           "session: %s: key tail of layer %d names group %d with %d rows "
-                           "(%llu blocks of %d)",
-                           name, l, th.group, th.n_rows, (unsigned long long)in->n_blocks, p->block_size);
+    if (in->tail_bytes) {
+        if (!kv_sess_read(f, scratch, (size_t)in->tail_bytes, sum))
+            return err_set(err, KVI_E_FORMAT, "session: %s is truncated in its key tail", name);
+        const size_t part = p->tail_bytes / (size_t)p->n_layers;
+        for (int l = 0; l < p->n_layers; l++) {
+            kivi_tail_hdr th;
+            memcpy(&th, scratch + (size_t)l * part, sizeof th);
+            if (th.group < -1 || (int64_t)th.group >= (int64_t)in->n_blocks || th.n_rows < 0 ||
+                th.n_rows > p->block_size)
+                return err_set(err, KVI_E_FORMAT,
+                               "session: %s: key tail of layer %d names group %d with %d rows "
+                               "(%llu blocks of %d)",
+                               name, l, th.group, th.n_rows, (unsigned long long)in->n_blocks, p->block_size);
+        }
+    }
+    for (uint64_t at = 0; at < in->state_bytes;) { /* the state, a block's bytes at a time */
+        const size_t n =
+            in->state_bytes - at < p->block_bytes ? (size_t)(in->state_bytes - at) : p->block_bytes;
+        if (!kv_sess_read(f, scratch, n, sum))
+            return err_set(err, KVI_E_FORMAT, "session: %s is truncated in its recurrent state", name);
+        at += n;
     }
     return 0;
 }
@@ -232,14 +262,17 @@ static int restore_bytes(FILE *f, kv_pool *p, kv_table *t, const kv_sess_info *i
             (p->wblock_bytes && fread(p->wmem[b], 1, p->wblock_bytes, f) != p->wblock_bytes))
             return err_set(err, KVI_E_IO, "session: %s changed while being read", name);
     }
-    if (!in->tail_bytes) return 0;
-    if (fread(t->tail, 1, (size_t)in->tail_bytes, f) != (size_t)in->tail_bytes)
-        return err_set(err, KVI_E_IO, "session: %s changed while being read", name);
-    for (int l = 0; l < p->n_layers; l++) {
-        kivi_tail_hdr *th = kivi_tail_part(p, t, l);
-        th->epoch = 0;
-        th->pad = 0;
+    if (in->tail_bytes) {
+        if (fread(t->tail, 1, (size_t)in->tail_bytes, f) != (size_t)in->tail_bytes)
+            return err_set(err, KVI_E_IO, "session: %s changed while being read", name);
+        for (int l = 0; l < p->n_layers; l++) {
+            kivi_tail_hdr *th = kivi_tail_part(p, t, l);
+            th->epoch = 0;
+            th->pad = 0;
+        }
     }
+    if (in->state_bytes && fread(t->state, 1, (size_t)in->state_bytes, f) != (size_t)in->state_bytes)
+        return err_set(err, KVI_E_IO, "session: %s changed while being read", name);
     return 0;
 }
 
@@ -250,6 +283,10 @@ int kv_sess_restore(FILE *f, kv_pool *p, kv_table *t, const kv_sess_info *in, co
     if (rc) return rc;
     if (in->tail_bytes && kivi_tail_alloc(p, t) != 0) {
         rc = err_set(err, KVI_E_NOMEM, "session: cannot allocate a key tail of %zu bytes", p->tail_bytes);
+        kv_table_release(p, t);
+        return rc;
+    }
+    if (in->state_bytes && (rc = kv_table_state_take(p, t, err)) != 0) {
         kv_table_release(p, t);
         return rc;
     }

@@ -5,7 +5,7 @@
  * context size, the vocabulary check of the tokens, the prefix index) is
  * engine/session.c's: it passes the values in.
  *
- * File layout (version 2, little-endian, no padding):
+ * File layout (version 3, little-endian, no padding):
  *
  *   off  size  field
  *     0     8  magic "KVISESS\0"
@@ -20,13 +20,16 @@
  *    80     8  u64 tail_bytes: 0, or the pool's tail_bytes when the table has a q4
  *              key tail (kv_quant.h: per layer kivi_tail_hdr + f16 rows)
  *    88     4  i32 lossy_block (kv_cache.h), 0 .. n_blocks
- *    92     4  u32 0
+ *    92     4  u32 1: a recurrent state follows the tail (hybrid models, n_pos > 0), else 0
  *    96   4*n  i32 tokens[n_pos]
  *     .     .  blocks[n_blocks][block_bytes], opaque, in the pool's own layout
  *     .     .  tail[tail_bytes]
+ *     .     .  state[the pool's state_bytes] when flagged at 92 (kv_cache.h: the
+ *              recurrent layers' state after position n_pos - 1, f32)
  *   end     8  u64 FNV-1a 64 of every byte before it
  *
- * Version 2 added the tail: without it a restored q4 sequence would read its
+ * Version 3 added the recurrent state (a version 2 file, which has none, still
+ * loads into a pool without recurrent layers). Version 2 added the tail: without it a restored q4 sequence would read its
  * newest keys quantised and not continue bit for bit. Each tail part's header is
  * validated (group -1 .. n_blocks - 1, n_rows 0 .. block_size); its stash epoch
  * is reset on load. A block holds block_size positions, so the bytes of
@@ -48,7 +51,7 @@
 #include <stdio.h>
 
 #define KV_SESS_MAGIC "KVISESS"
-#define KV_SESS_VERSION 2u
+#define KV_SESS_VERSION 3u
 #define KV_SESS_HEADER 96
 #define KV_SESS_FNV0 0xcbf29ce484222325ull
 
@@ -61,13 +64,14 @@ typedef struct kv_sess_expect {
 
 /* A decoded, checked header: the file described. */
 typedef struct kv_sess_info {
-    uint32_t flags;      /* bit 0: positions re-assigned by a context policy */
-    int32_t n_pos;       /* 0 .. n_ctx */
-    int32_t lossy_block; /* 0 .. n_blocks */
-    uint64_t n_blocks;   /* ceil(n_pos / block_size) */
-    uint64_t tail_bytes; /* 0 or the pool's tail_bytes */
+    uint32_t flags;       /* bit 0: positions re-assigned by a context policy */
+    int32_t n_pos;        /* 0 .. n_ctx */
+    int32_t lossy_block;  /* 0 .. n_blocks */
+    uint64_t n_blocks;    /* ceil(n_pos / block_size) */
+    uint64_t tail_bytes;  /* 0 or the pool's tail_bytes */
+    uint64_t state_bytes; /* 0 or the pool's state_bytes */
     /* byte offsets of the parts; sum_at + 8 == file_bytes */
-    uint64_t tokens_at, blocks_at, tail_at, sum_at, file_bytes;
+    uint64_t tokens_at, blocks_at, tail_at, state_at, sum_at, file_bytes;
 } kv_sess_info;
 
 /* FNV-1a 64 of n bytes, continuing from h (KV_SESS_FNV0 to start). */

@@ -55,8 +55,14 @@ int model_gguf_float(const gguf_ctx *g, const char *arch, const char *key, bool 
  * Local layers get window W and rope_set local_rope. */
 int model_swa_layers(struct kvi_model *m, const gguf_ctx *g, int def_period, int local_rope, kvi_error *err);
 
+/* Hybrid models (qwen35, qwen3next): the ssm.* keys (conv taps, state size, key and
+ * value heads, inner size) and which layers are gated DeltaNet layers:
+ * "<arch>.attention.recurrent_layers" (per-layer flags) or, absent,
+ * full_attention_interval I (default 4): layer l is recurrent when (l + 1) % I != 0. */
+int model_hybrid_layers(struct kvi_model *m, const gguf_ctx *g, kvi_error *err);
+
 extern const model_arch model_arch_llama, model_arch_qwen2, model_arch_qwen3, model_arch_gemma2,
     model_arch_gemma3, model_arch_phi3, model_arch_granite, model_arch_olmo2, model_arch_qwen3moe,
-    model_arch_olmoe, model_arch_gptoss, model_arch_deepseek2;
+    model_arch_olmoe, model_arch_gptoss, model_arch_deepseek2, model_arch_qwen35, model_arch_qwen3next;
 
 #endif

@@ -283,6 +283,19 @@ int model_check_hparams(const struct kvi_model *m, kvi_error *err)
                        "dims, %d KV heads, cache row %d)",
                        m->mla_kv_rank, m->mla_q_rank, m->mla_nope, m->n_rot, m->mla_v_dim, m->n_kv_heads,
                        m->head_dim);
+    if (m->ssm_conv &&
+        (m->ssm_conv < 2 || m->ssm_conv > 64 || m->ssm_dk < 1 || m->ssm_dk > MODEL_MAX_HEAD_DIM ||
+         m->ssm_hk < 1 || m->ssm_hv < 1 || m->ssm_hv > MODEL_MAX_HEADS || m->ssm_hv % m->ssm_hk != 0 ||
+         m->n_recurrent < 0 || m->n_recurrent >= m->n_layers || m->mla_kv_rank))
+        return err_set(
+            err, KVI_E_FORMAT,
+            "model: linear attention invalid (%d taps, head dims %d, %d key / %d value heads, %d of %d "
+            "layers)",
+            m->ssm_conv, m->ssm_dk, m->ssm_hk, m->ssm_hv, m->n_recurrent, m->n_layers);
+    for (int l = 0; m->layers && l < m->n_layers; l++)
+        if (m->layers[l].recurrent && !m->ssm_conv)
+            return err_set(err, KVI_E_FORMAT,
+                           "model: layer %d is recurrent in a model without linear attention", l);
     for (int l = 0; m->layers && l < m->n_layers; l++)
         if (m->layers[l].window < 0 || m->layers[l].rope_set < 0 || m->layers[l].rope_set >= m->n_rope_sets)
             return err_set(err, KVI_E_FORMAT, "model: layer %d: window %d / RoPE set %d invalid", l,
@@ -321,6 +334,28 @@ static int check_mla(const struct kvi_model *m, const model_layer *L, int l, kvi
 #undef MLA_CHECK
     if (!L->kv_a_norm || (qr > 0 && !L->q_a_norm))
         return err_set(err, KVI_E_FORMAT, "model: blk.%d: a latent attention norm is missing", l);
+    return 0;
+}
+
+/* Layer l's gated DeltaNet matrices and vectors (model.h). */
+static int check_delta(const struct kvi_model *m, const model_layer *L, int l, kvi_error *err)
+{
+    const int64_t dim = m->dim, dk = m->ssm_dk, hv = m->ssm_hv, inner = hv * dk;
+    const int64_t conv = 2 * (int64_t)m->ssm_hk * dk + inner;
+    char nm[64];
+    int rc;
+#define DELTA_CHECK(t, name, in, out) \
+    (snprintf(nm, sizeof nm, "blk.%d.%s", l, name), check_matrix(t, nm, in, out, err))
+    if ((rc = DELTA_CHECK(&L->ssm_qkv, "attn_qkv", dim, conv)) ||
+        (rc = DELTA_CHECK(&L->ssm_z, "attn_gate", dim, inner)) ||
+        (rc = DELTA_CHECK(&L->ssm_out, "ssm_out", inner, dim)) ||
+        (L->ssm_ba.data ? (rc = DELTA_CHECK(&L->ssm_ba, "ssm_ba", dim, 2 * hv))
+                        : ((rc = DELTA_CHECK(&L->ssm_beta, "ssm_beta", dim, hv)) ||
+                           (rc = DELTA_CHECK(&L->ssm_alpha, "ssm_alpha", dim, hv)))))
+        return rc;
+#undef DELTA_CHECK
+    if (!L->conv_w || !L->dt_bias || !L->ssm_a || !L->ssm_norm)
+        return err_set(err, KVI_E_FORMAT, "model: blk.%d: a linear attention vector is missing", l);
     return 0;
 }
 
@@ -369,6 +404,11 @@ int model_validate(const struct kvi_model *m, kvi_error *err)
             mats[0].t = mats[1].t = mats[2].t = NULL;
             mats[3].in = (int64_t)m->n_heads * m->mla_v_dim;
         }
+        if (m->attn_gated) mats[0].out = 2 * q_dim; /* per head [q | gate] */
+        if (L->recurrent) {                         /* a DeltaNet mixer instead of attention */
+            if ((rc = check_delta(m, L, l, err))) return rc;
+            mats[0].t = mats[1].t = mats[2].t = mats[3].t = NULL;
+        }
         if (L->moe != (m->n_expert > 0 && l >= m->n_dense_lead))
             return err_set(err, KVI_E_FORMAT, "model: blk.%d: the FFN kind does not match the model", l);
         const size_t n_mats = sizeof mats / sizeof mats[0], n_moe = S > 0 ? 7 : 4;
@@ -386,7 +426,7 @@ int model_validate(const struct kvi_model *m, kvi_error *err)
                            L->attn_norm ? "ffn_norm" : "attn_norm");
         if (!L->attn_norm && !L->post_attn_norm)
             return err_set(err, KVI_E_FORMAT, "model: blk.%d has no norm at all", l);
-        if ((m->qk_norm != MODEL_QK_NONE) != (L->q_norm && L->k_norm))
+        if (!L->recurrent && (m->qk_norm != MODEL_QK_NONE) != (L->q_norm && L->k_norm))
             return err_set(err, KVI_E_FORMAT, "model: blk.%d: q/k norm weights do not match the block", l);
     }
     return 0;

@@ -118,13 +118,28 @@ typedef struct model_layer {
      * wq only without a q rank): Q = NH heads of [nope | rope] = QH dims, KR = mla_kv_rank,
      * R = n_rot, VH = mla_v_dim. Head h's matrices of wk_b / wv_b are rows
      * [h * KR, (h + 1) * KR) / [h * VH, (h + 1) * VH). */
-    kern_tensor wq_a;       /* [q_rank][dim], or data NULL (queries from wq [NH * QH][dim]) */
-    const float *q_a_norm;  /* [q_rank] */
-    kern_tensor wq_b;       /* [NH * QH][q_rank] */
-    kern_tensor wkv_a;      /* [KR + R][dim]: the latent c and the shared RoPE key part */
-    const float *kv_a_norm; /* [KR] */
-    kern_tensor wk_b;       /* [NH * KR][nope]: q_nope of head h into the latent space */
-    kern_tensor wv_b;       /* [NH * VH][KR]: the latent output of head h to its value */
+    kern_tensor wq_a;         /* [q_rank][dim], or data NULL (queries from wq [NH * QH][dim]) */
+    const float *q_a_norm;    /* [q_rank] */
+    kern_tensor wq_b;         /* [NH * QH][q_rank] */
+    kern_tensor wkv_a;        /* [KR + R][dim]: the latent c and the shared RoPE key part */
+    const float *kv_a_norm;   /* [KR] */
+    kern_tensor wk_b;         /* [NH * KR][nope]: q_nope of head h into the latent space */
+    kern_tensor wv_b;         /* [NH * VH][KR]: the latent output of head h to its value */
+    const float *sh_gate_inp; /* [dim] the shared expert's scalar gate sigmoid(x . w), or NULL */
+    /* gated DeltaNet (recurrent) layer, when recurrent (kvi_model ssm_*; fwd_delta.h): no
+     * attention matrices and no KV; Hk key heads, Hv value heads of dk (= dv) dims,
+     * C = conv_dim = 2 Hk dk + Hv dk, K = ssm_conv taps */
+    bool recurrent;
+    kern_tensor ssm_qkv;   /* [C][dim]: [q (Hk dk) | k (Hk dk) | v (Hv dk)], head-major */
+    kern_tensor ssm_z;     /* [Hv dk][dim] output gate z */
+    kern_tensor ssm_beta;  /* [Hv][dim] (qwen35) or data NULL */
+    kern_tensor ssm_alpha; /* [Hv][dim] (qwen35) or data NULL */
+    kern_tensor ssm_ba;    /* [2 Hv][dim] per key head g: r b's then r a's (qwen3next), or NULL */
+    const float *conv_w;   /* [C][K] causal depthwise conv taps, [K - 1] the current token */
+    const float *dt_bias;  /* [Hv] */
+    const float *ssm_a;    /* [Hv] -exp(A_log), negative */
+    const float *ssm_norm; /* [dk] gated output RMSNorm, shared by the heads */
+    kern_tensor ssm_out;   /* [dim][Hv dk] */
 } model_layer;
 
 #define MODEL_MAX_ROPE_SETS 2
@@ -172,7 +187,8 @@ struct kvi_model {
      * engine by its context (model_rope_for_ctx) */
     const float *rope_long, *rope_short; /* [n_rot/2] or NULL */
     int rope_orig_ctx;                   /* original_context_length (LongRoPE, YaRN) */
-    int n_unread_tensors;                /* tensors of another part (vision) left unread */
+    int n_unread_tensors;                /* tensors of another part (vision, MTP) left unread */
+    int n_nextn;                         /* multi-token-prediction blocks after the layers, not run */
     /* mixture of experts: n_expert 0 for a dense model. Layers [0, n_dense_lead) keep
      * the dense FFN (DeepSeek's leading dense blocks), the others are moe. */
     int n_expert, n_expert_used;
@@ -192,6 +208,16 @@ struct kvi_model {
     int mla_kv_rank; /* c's width */
     int mla_nope;    /* per-head query/key dims without RoPE (key_length_mla - n_rot) */
     int mla_v_dim;   /* per-head value dims (value_length_mla) */
+    /* hybrid models (qwen35, qwen3next): layers marked recurrent are gated DeltaNet
+     * layers keeping a fixed-size state per sequence (conv: (K - 1) C floats, delta
+     * rule: Hv dk dk floats) instead of KV; n_recurrent of them; ssm_conv 0: none */
+    int n_recurrent;
+    int ssm_conv;    /* K: conv taps */
+    int ssm_dk;      /* state_size: dims of a key / value head */
+    int ssm_hk;      /* group_count: key heads */
+    int ssm_hv;      /* time_step_rank: value heads, a multiple of ssm_hk */
+    bool ssm_tiled;  /* value head j reads key head j % Hk (qwen35), else j / (Hv / Hk) */
+    bool attn_gated; /* attention q rows per head [q | gate]; the output times sigmoid(gate) */
 
     kern_tensor tok_embd;     /* [n_vocab][dim] */
     const float *output_norm; /* [dim] */

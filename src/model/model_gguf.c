@@ -213,7 +213,7 @@ int model_swa_layers(struct kvi_model *m, const gguf_ctx *g, int def_period, int
         if ((rc = gguf_get_arr_info(g, key, &et, &n, err))) return rc;
         const void *raw;
         size_t len;
-        if (et != GGUF_T_BOOL || n != (uint64_t)m->n_layers || gguf_kv_raw(g, ki, &vt, &raw, &len) != 0 ||
+        if (et != GGUF_T_BOOL || n < (uint64_t)m->n_layers || gguf_kv_raw(g, ki, &vt, &raw, &len) != 0 ||
             len < 8 + (size_t)n)
             return err_set(err, KVI_E_FORMAT, "gguf: %s must be %d booleans (one per layer)", key,
                            m->n_layers);
@@ -230,6 +230,55 @@ int model_swa_layers(struct kvi_model *m, const gguf_ctx *g, int def_period, int
     }
     return 0;
 }
+int model_hybrid_layers(struct kvi_model *m, const gguf_ctx *g, kvi_error *err)
+{
+    int rc, inner, interval;
+    if ((rc = model_gguf_int(g, m->arch, "ssm.conv_kernel", true, 0, 2, 64, &m->ssm_conv, err)) ||
+        (rc =
+             model_gguf_int(g, m->arch, "ssm.state_size", true, 0, 1, MODEL_MAX_HEAD_DIM, &m->ssm_dk, err)) ||
+        (rc = model_gguf_int(g, m->arch, "ssm.group_count", true, 0, 1, MODEL_MAX_HEADS, &m->ssm_hk, err)) ||
+        (rc = model_gguf_int(g, m->arch, "ssm.time_step_rank", true, 0, 1, MODEL_MAX_HEADS, &m->ssm_hv,
+                             err)) ||
+        (rc = model_gguf_int(g, m->arch, "ssm.inner_size", true, 0, 1, MODEL_MAX_DIM, &inner, err)) ||
+        (rc = model_gguf_int(g, m->arch, "full_attention_interval", false, 4, 1, MODEL_MAX_LAYERS, &interval,
+                             err)))
+        return rc;
+    if (m->ssm_hv % m->ssm_hk != 0 || (int64_t)m->ssm_hv * m->ssm_dk != inner)
+        return err_set(err, KVI_E_FORMAT,
+                       "gguf: linear attention: %d value heads are not a multiple of %d key heads, or "
+                       "inner_size %d is not %d x %d",
+                       m->ssm_hv, m->ssm_hk, inner, m->ssm_hv, m->ssm_dk);
+    /* multi-token-prediction blocks (a draft head) end the layer list: not run */
+    if ((rc = model_gguf_int(g, m->arch, "nextn_predict_layers", false, 0, 0, m->n_layers - 1, &m->n_nextn,
+                             err)))
+        return rc;
+    m->n_layers -= m->n_nextn;
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.recurrent_layers", m->arch);
+    const int64_t ki = gguf_find_key(g, key);
+    const uint8_t *flags = NULL; /* [n_layers] */
+    if (ki >= 0) {
+        gguf_vtype et, vt;
+        uint64_t n;
+        const void *raw;
+        size_t len;
+        if ((rc = gguf_get_arr_info(g, key, &et, &n, err))) return rc;
+        if (et != GGUF_T_BOOL || n < (uint64_t)m->n_layers || gguf_kv_raw(g, ki, &vt, &raw, &len) != 0 ||
+            len < 8 + (size_t)n)
+            return err_set(err, KVI_E_FORMAT, "gguf: %s must be %d booleans (one per layer)", key,
+                           m->n_layers);
+        flags = (const uint8_t *)raw + len - (size_t)n; /* the elements end the value */
+    }
+    m->n_recurrent = 0;
+    for (int l = 0; l < m->n_layers; l++) {
+        m->layers[l].recurrent = flags ? flags[l] != 0 : (l + 1) % interval != 0;
+        m->n_recurrent += m->layers[l].recurrent;
+    }
+    if (m->n_recurrent == m->n_layers)
+        return err_set(err, KVI_E_UNSUPPORTED, "gguf: every layer is linear attention (no attention layer)");
+    return 0;
+}
+
 /* The mixture-of-experts keys any architecture may carry (arch.h's hparams
  * functions set the routing rules): expert_count (absent: dense), expert_used_count,
  * the expert width expert_feed_forward_length (absent: feed_forward_length, as
@@ -250,7 +299,9 @@ static int expert_hparams(struct kvi_model *m, const gguf_ctx *g, const char *ar
                              err)))
         return rc;
     m->shared_ffn = n_shared * m->expert_ffn;
-    return 0;
+    /* Qwen2-MoE / Qwen3-Next: one shared expert of its own width */
+    return model_gguf_int(g, arch, "expert_shared_feed_forward_length", false, m->shared_ffn, 0,
+                          MODEL_MAX_FFN, &m->shared_ffn, err);
 }
 
 /* Multi-head latent attention (DeepSeek-V2/V3 as the converter writes it, model.h):
@@ -366,7 +417,7 @@ static void model_prepare_weights(struct kvi_model *m)
 {
     if (!kern_prepare_wanted() || !gguf_set_writable(m->gguf, true)) return;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    kern_tensor **mats = malloc(((size_t)m->n_layers * 18 + 1) * sizeof *mats); /* [18 * n_layers + 1] */
+    kern_tensor **mats = malloc(((size_t)m->n_layers * 24 + 1) * sizeof *mats); /* [24 * n_layers + 1] */
     int n = 0;
     /* expert (head) views stay whole R16 tiles only when every expert's (head's)
      * rows start a tile */
@@ -374,11 +425,13 @@ static void model_prepare_weights(struct kvi_model *m)
     const bool head_ok = m->mla_kv_rank % 16 == 0 && m->mla_v_dim % 16 == 0;
     for (int l = 0; mats && l < m->n_layers; l++) {
         model_layer *L = &m->layers[l];
-        kern_tensor *lm[18] = { &L->wq,     &L->wk,       &L->wv,     &L->wo,       &L->w_gate, &L->w_up,
-                                &L->w_down, &L->sh_gate,  &L->sh_up,  &L->sh_down,  &L->wq_a,   &L->wq_b,
-                                &L->wkv_a,  &L->exp_gate, &L->exp_up, &L->exp_down, &L->wk_b,   &L->wv_b };
-        for (int i = 0; i < 18; i++)
-            if (lm[i]->data && (i < 13 || (i < 16 ? exp_ok : head_ok))) mats[n++] = lm[i];
+        kern_tensor *lm[24] = { &L->wq,       &L->wk,        &L->wv,      &L->wo,       &L->w_gate,
+                                &L->w_up,     &L->w_down,    &L->sh_gate, &L->sh_up,    &L->sh_down,
+                                &L->wq_a,     &L->wq_b,      &L->wkv_a,   &L->exp_gate, &L->exp_up,
+                                &L->exp_down, &L->wk_b,      &L->wv_b,    &L->ssm_qkv,  &L->ssm_z,
+                                &L->ssm_beta, &L->ssm_alpha, &L->ssm_ba,  &L->ssm_out };
+        for (int i = 0; i < 24; i++)
+            if (lm[i]->data && (i < 13 || i >= 18 || (i < 16 ? exp_ok : head_ok))) mats[n++] = lm[i];
     }
     if (mats && m->output.data) mats[n++] = &m->output;
     if (mats && kern_prepare_weights(mats, n, cores > 1 ? (int)cores : 1) == 0 &&
@@ -418,18 +471,63 @@ static int bind_mla(gbind *b, int l, kvi_error *err)
     return 0;
 }
 
-/* Binds layer l's tensors as the architecture's flags say. */
-static int bind_layer(gbind *b, const model_arch *a, int l, kvi_error *err)
+/* Layer l's gated DeltaNet mixer (model.h): the fused q/k/v and z projections, the
+ * beta / alpha projections (two, or one fused ssm_ba), the conv taps, the gates'
+ * vectors, the output norm and projection. Older converters' single ssm_in is
+ * refused with a message. */
+static int bind_delta(gbind *b, int l, kvi_error *err)
+{
+    struct kvi_model *m = b->m;
+    model_layer *L = &m->layers[l];
+    const int64_t dim = m->dim, dk = m->ssm_dk, hk = m->ssm_hk, hv = m->ssm_hv;
+    const int64_t conv = 2 * hk * dk + hv * dk, inner = hv * dk;
+    char n[64];
+#define NM(part) (snprintf(n, sizeof n, "blk.%d.%s", l, part), n)
+    if (bind_find(b, NM("ssm_in.weight")))
+        return err_set(err, KVI_E_UNSUPPORTED,
+                       "gguf: blk.%d has ssm_in (an older converter's fused projection) instead of "
+                       "attn_qkv + attn_gate: re-convert it with a recent convert_hf_to_gguf.py",
+                       l);
+    int rc;
+    if ((rc = bind_matrix(b, NM("attn_qkv.weight"), dim, conv, true, &L->ssm_qkv, err)) ||
+        (rc = bind_matrix(b, NM("attn_gate.weight"), dim, inner, true, &L->ssm_z, err)) ||
+        (rc = bind_matrix(b, NM("ssm_ba.weight"), dim, 2 * hv, false, &L->ssm_ba, err)))
+        return rc;
+    if (!L->ssm_ba.data && ((rc = bind_matrix(b, NM("ssm_beta.weight"), dim, hv, true, &L->ssm_beta, err)) ||
+                            (rc = bind_matrix(b, NM("ssm_alpha.weight"), dim, hv, true, &L->ssm_alpha, err))))
+        return rc;
+    { /* conv taps {K, C}: one f32 row of K per channel */
+        const gguf_tensor *t = bind_find(b, NM("ssm_conv1d.weight"));
+        if (!t) return err_set(err, KVI_E_FORMAT, "gguf: missing tensor %s", n);
+        if (t->n_dims != 2 || t->ne[0] != m->ssm_conv || t->ne[1] != conv || t->ne[2] != 1 || t->ne[3] != 1)
+            return err_set(err, KVI_E_FORMAT, "gguf: tensor %s has shape [%lld, %lld], expected [%d, %lld]",
+                           n, (long long)t->ne[0], (long long)t->ne[1], m->ssm_conv, (long long)conv);
+        const size_t row = quant_row_bytes(t->type, m->ssm_conv);
+        if (row == 0 || t->nbytes != row * (size_t)conv || !t->data)
+            return err_set(err, KVI_E_FORMAT, "gguf: tensor %s has %zu bytes for %lld taps", n, t->nbytes,
+                           (long long)(conv * m->ssm_conv));
+        m->weight_bytes += t->nbytes;
+        if ((rc = model_vec_f32(m, n, t->data, t->type, conv * m->ssm_conv, &L->conv_w, err))) return rc;
+    }
+    if ((rc = bind_vector(b, NM("ssm_dt.bias"), hv, true, &L->dt_bias, err)) ||
+        (rc = bind_vector(b, NM("ssm_a"), hv, true, &L->ssm_a, err)) ||
+        (rc = bind_vector(b, NM("ssm_norm.weight"), dk, true, &L->ssm_norm, err)) ||
+        (rc = bind_matrix(b, NM("ssm_out.weight"), inner, dim, true, &L->ssm_out, err)))
+        return rc;
+#undef NM
+    return 0;
+}
+
+/* Layer l's attention mixer as the architecture's flags say. */
+static int bind_attention(gbind *b, const model_arch *a, int l, kvi_error *err)
 {
     struct kvi_model *m = b->m;
     model_layer *L = &m->layers[l];
     const int64_t dim = m->dim, qd = (int64_t)m->n_heads * m->head_dim,
-                  kvd = (int64_t)m->n_kv_heads * m->head_dim, ffn = m->ffn_dim;
-    const bool pre = !(a->flags & ARCH_NO_PRE_NORM), post = (a->flags & ARCH_POST_NORMS) != 0;
+                  kvd = (int64_t)m->n_kv_heads * m->head_dim;
     char n[64];
 #define NM(part) (snprintf(n, sizeof n, "blk.%d.%s", l, part), n)
     int rc;
-    if ((rc = bind_vector(b, NM("attn_norm.weight"), dim, pre, &L->attn_norm, err))) return rc;
     if (m->mla_kv_rank > 0) {
         if ((rc = bind_mla(b, l, err))) return rc;
     } else if (a->flags & ARCH_FUSED_QKV) {
@@ -438,7 +536,8 @@ static int bind_layer(gbind *b, const model_arch *a, int l, kvi_error *err)
         L->wq = kern_tensor_rows(&qkv, 0, qd);
         L->wk = kern_tensor_rows(&qkv, qd, kvd);
         L->wv = kern_tensor_rows(&qkv, qd + kvd, kvd);
-    } else if ((rc = bind_matrix(b, NM("attn_q.weight"), dim, qd, true, &L->wq, err)) ||
+    } else if ((rc = bind_matrix(b, NM("attn_q.weight"), dim, m->attn_gated ? 2 * qd : qd, true, &L->wq,
+                                 err)) ||
                (rc = bind_matrix(b, NM("attn_k.weight"), dim, kvd, true, &L->wk, err)) ||
                (rc = bind_matrix(b, NM("attn_v.weight"), dim, kvd, true, &L->wv, err)) ||
                (rc = bind_vector(b, NM("attn_q.bias"), qd, false, &L->bq, err)) ||
@@ -456,6 +555,23 @@ static int bind_layer(gbind *b, const model_arch *a, int l, kvi_error *err)
                           true, &L->wo, err)) ||
         (rc = bind_vector(b, NM("attn_output.bias"), dim, false, &L->bo, err)) ||
         (rc = bind_vector(b, NM("attn_sinks.weight"), m->n_heads, false, &L->sinks, err)))
+        return rc;
+#undef NM
+    return 0;
+}
+
+/* Binds layer l's tensors as the architecture's flags say. */
+static int bind_layer(gbind *b, const model_arch *a, int l, kvi_error *err)
+{
+    struct kvi_model *m = b->m;
+    model_layer *L = &m->layers[l];
+    const int64_t dim = m->dim, ffn = m->ffn_dim;
+    const bool pre = !(a->flags & ARCH_NO_PRE_NORM), post = (a->flags & ARCH_POST_NORMS) != 0;
+    char n[64];
+#define NM(part) (snprintf(n, sizeof n, "blk.%d.%s", l, part), n)
+    int rc;
+    if ((rc = bind_vector(b, NM("attn_norm.weight"), dim, pre, &L->attn_norm, err)) ||
+        (rc = L->recurrent ? bind_delta(b, l, err) : bind_attention(b, a, l, err)))
         return rc;
     if (a->flags & ARCH_FFN_NORM_POST_ATTN) {
         if ((rc = bind_vector(b, NM("post_attention_norm.weight"), dim, true, &L->ffn_norm, err))) return rc;
@@ -476,9 +592,11 @@ static int bind_layer(gbind *b, const model_arch *a, int l, kvi_error *err)
             (rc = bind_expert_bias(b, NM("ffn_up_exps.bias"), F, E, &L->exp_b_up, err)) ||
             (rc = bind_expert_bias(b, NM("ffn_down_exps.bias"), dim, E, &L->exp_b_down, err)))
             return rc;
-        if (S > 0 && ((rc = bind_matrix(b, NM("ffn_gate_shexp.weight"), dim, S, true, &L->sh_gate, err)) ||
-                      (rc = bind_matrix(b, NM("ffn_up_shexp.weight"), dim, S, true, &L->sh_up, err)) ||
-                      (rc = bind_matrix(b, NM("ffn_down_shexp.weight"), S, dim, true, &L->sh_down, err))))
+        if (S > 0 &&
+            ((rc = bind_matrix(b, NM("ffn_gate_shexp.weight"), dim, S, true, &L->sh_gate, err)) ||
+             (rc = bind_matrix(b, NM("ffn_up_shexp.weight"), dim, S, true, &L->sh_up, err)) ||
+             (rc = bind_matrix(b, NM("ffn_down_shexp.weight"), S, dim, true, &L->sh_down, err)) ||
+             (rc = bind_vector(b, NM("ffn_gate_inp_shexp.weight"), dim, false, &L->sh_gate_inp, err))))
             return rc;
         if (m->gating == MODEL_GATE_SIGMOID ? false : L->sel_bias != NULL)
             return err_set(err, KVI_E_UNSUPPORTED, "gguf: blk.%d.exp_probs_b needs sigmoid gating", l);
@@ -508,7 +626,11 @@ static int check_all_used(gbind *b, const model_arch *a, kvi_error *err)
     for (int64_t i = 0; i < n; i++) {
         if (b->used[i]) continue;
         const char *name = gguf_tensor_at(b->m->gguf, i)->name;
-        if ((a->flags & ARCH_VISION_PART) && (strncmp(name, "v.", 2) == 0 || strncmp(name, "mm.", 3) == 0)) {
+        int blk = -1;
+        const bool mtp = b->m->n_nextn > 0 && sscanf(name, "blk.%d.", &blk) == 1 && blk >= b->m->n_layers &&
+                         blk < b->m->n_layers + b->m->n_nextn;
+        if (mtp || ((a->flags & ARCH_VISION_PART) &&
+                    (strncmp(name, "v.", 2) == 0 || strncmp(name, "mm.", 3) == 0))) {
             b->m->n_unread_tensors++;
             continue;
         }

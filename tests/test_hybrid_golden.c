@@ -1,0 +1,269 @@
+/*
+ * test_hybrid_golden.c — the hybrid architectures (qwen35, qwen3next: gated DeltaNet
+ * layers with a recurrent state, gated full attention every 4th layer) against
+ * llama.cpp (../shared/golden/arch, README-hybrid.md there; F32 < 0.002, Q8_0 < 0.03),
+ * each file:
+ *  - all 48 positions in one prefill step, and token by token (the state carried
+ *    between steps), both within the tolerance, and bit for bit equal;
+ *  - chunked prefill (chunks of 16 and 5, then decode), two sequences in one
+ *    batch (one 5 behind), 1 thread vs 2 and forward chunks of 3 rows: the same bits;
+ *  - the memory: the state is 6 layers x (3 x 256 + 4 x 32 x 32) floats = 116736
+ *    bytes (the README's 114 KiB), K/V only for the 2 attention layers, and every
+ *    byte accounted (state slots reserved in the budget, states held);
+ *  - fork (the child continues from the parent's state), the prefix snapshot
+ *    (a repeated prompt computes only its tail, with the same logits), a session
+ *    file round trip, and the refusals: rewinding into the past, a context policy.
+ */
+#include "testutil.h"
+
+#include "kvinfer.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NV 512
+
+static double rel_err(const float *lg, const cJSON *ref, int from, int n)
+{
+    double num = 0, den = 0;
+    for (int i = from; i < n; i++) {
+        const cJSON *r = cJSON_GetArrayItem(ref, i);
+        for (int k = 0; k < NV; k++) {
+            const double bv = cJSON_GetArrayItem(r, k)->valuedouble;
+            const double d = lg[(size_t)(i - from) * NV + k] - bv;
+            num += d * d;
+            den += bv * bv;
+        }
+    }
+    return sqrt(num / den);
+}
+
+/* logits [n][NV] of toks on one new sequence: prefill in steps of `step` rows (n: one
+ * step; 1: token by token) with threads and forward chunk `chunk` (0: default) */
+static float *run(kvi_model *m, const int32_t *toks, int n, int step, int threads, int chunk)
+{
+    kvi_engine_params p = engine_params(KVI_TYPE_F32, threads, 1, 0);
+    p.fwd_chunk = chunk;
+    kvi_engine *e = engine_create_checked(m, &p);
+    if (!e) return NULL;
+    float *out = malloc((size_t)n * NV * sizeof *out);
+    kvi_seq *s = kvi_seq_create(e);
+    kvi_batch *b = kvi_batch_create(n);
+    kvi_error err = { 0 };
+    int rc = 0;
+    for (int i0 = 0; rc == 0 && i0 < n; i0 += step) {
+        const int i1 = i0 + step < n ? i0 + step : n;
+        kvi_batch_clear(b);
+        for (int i = i0; i < i1; i++) kvi_batch_add(b, s, toks[i], i, true);
+        rc = kvi_step(e, b, &err);
+        for (int i = i0; rc == 0 && i < i1; i++)
+            memcpy(out + (size_t)i * NV, kvi_logits(e, i - i0), NV * sizeof *out);
+    }
+    CHECK(rc == 0, "step: %s", err.msg);
+    kvi_batch_free(b);
+    kvi_seq_free(s);
+    kvi_engine_free(e);
+    if (rc) {
+        free(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* two sequences decoded together, the second 5 tokens behind: seq 0's logits */
+static float *run_pair(kvi_model *m, const int32_t *toks, int n)
+{
+    kvi_engine_params p = engine_params(KVI_TYPE_F32, 2, 2, 0);
+    kvi_engine *e = engine_create_checked(m, &p);
+    if (!e) return NULL;
+    float *out = malloc((size_t)n * NV * sizeof *out);
+    kvi_seq *s0 = kvi_seq_create(e), *s1 = kvi_seq_create(e);
+    kvi_batch *b = kvi_batch_create(2);
+    kvi_error err = { 0 };
+    int rc = 0;
+    for (int i = 0; rc == 0 && i < n + 5; i++) {
+        kvi_batch_clear(b);
+        if (i >= 5) kvi_batch_add(b, s1, toks[i - 5], i - 5, false);
+        if (i < n) kvi_batch_add(b, s0, toks[i], i, true);
+        rc = kvi_step(e, b, &err);
+        if (rc == 0 && i < n) memcpy(out + (size_t)i * NV, kvi_logits(e, i >= 5 ? 1 : 0), NV * sizeof *out);
+    }
+    CHECK(rc == 0, "pair step: %s", err.msg);
+    kvi_batch_free(b);
+    kvi_seq_free(s0);
+    kvi_seq_free(s1);
+    kvi_engine_free(e);
+    return out;
+}
+
+static bool same(const float *a, const float *b, int n)
+{
+    return a && b && memcmp(a, b, (size_t)n * NV * sizeof *a) == 0;
+}
+
+/* memory, fork, prefix snapshot, session, refusals on one engine; pre = prefill logits */
+static void check_state(kvi_model *m, const char *name, const int32_t *toks, int n, const float *pre)
+{
+    kvi_engine_params p = engine_params(KVI_TYPE_F32, 2, 3, 0);
+    kvi_engine *e = engine_create_checked(m, &p);
+    if (!e) return;
+    kvi_stats st;
+    kvi_stats_get(e, NULL, &st);
+    const size_t state = 6 * (3 * 256 + 4 * 32 * 32) * sizeof(float);
+    CHECK(st.kv_n_layers_recurrent == 6 && st.kv_bytes_state_seq == state,
+          "%s: %d recurrent layers, state %zu", name, st.kv_n_layers_recurrent, st.kv_bytes_state_seq);
+    CHECK(st.kv_bytes_per_token == 2 * 2 * 128 * sizeof(float), "%s: %zu KV bytes a token (2 layers of K, V)",
+          name, st.kv_bytes_per_token);
+    CHECK(st.kv_state_slots == 3 && st.kv_bytes_state == 0, "%s: %d slots, %zu state bytes before any step",
+          name, st.kv_state_slots, st.kv_bytes_state);
+    /* the budget holds every sequence at full length plus 3 states */
+    const size_t blk = st.kv_bytes_block;
+    CHECK(st.kv_bytes_budget >= 3 * state + (size_t)st.kv_blocks_total * blk &&
+              st.kv_bytes_budget - 3 * state - (size_t)st.kv_blocks_total * blk < blk,
+          "%s: budget %zu, %d blocks of %zu, 3 states", name, st.kv_bytes_budget, st.kv_blocks_total, blk);
+
+    float *lg = malloc((size_t)NV * sizeof *lg);
+    kvi_seq *a = kvi_seq_create(e);
+    /* 40 tokens: a snapshot after position 31 (the last boundary the step crosses) */
+    CHECK(step_rows(e, a, toks, 0, 40, lg) == 0, "%s: prefill 40", name);
+    CHECK(memcmp(lg, pre + (size_t)39 * NV, NV * sizeof *lg) == 0, "%s: 40-row prefill differs", name);
+    kvi_stats_get(e, a, &st);
+    CHECK(st.kv_bytes_state == state, "%s: the sequence holds %zu state bytes", name, st.kv_bytes_state);
+    kvi_stats_get(e, NULL, &st);
+    CHECK(st.kv_snapshots == 1 && st.kv_snapshots_taken == 1, "%s: %d snapshots held, %llu taken", name,
+          st.kv_snapshots, (unsigned long long)st.kv_snapshots_taken);
+    CHECK(st.kv_blocks_snapshot == (int32_t)((state + blk - 1) / blk), "%s: the snapshot holds %d blocks",
+          name, st.kv_blocks_snapshot);
+    CHECK(st.kv_blocks_used == 3 + st.kv_blocks_snapshot, "%s: %d blocks used (3 + the snapshot's)", name,
+          st.kv_blocks_used);
+    CHECK(st.kv_bytes_allocated ==
+              (size_t)(st.kv_blocks_used + st.kv_blocks_cached + st.kv_blocks_free) * blk,
+          "%s: allocated bytes != blocks", name);
+
+    /* refusals: into the past, and a rewind */
+    CHECK(kvi_seq_truncate(a, 20) == KVI_E_UNSUPPORTED, "%s: truncating a recurrent sequence to 20", name);
+    {
+        kvi_batch *b = kvi_batch_create(1);
+        kvi_error err = { 0 };
+        kvi_batch_add(b, a, toks[30], 30, true);
+        CHECK(kvi_step(e, b, &err) == KVI_E_BAD_BATCH && strstr(err.msg, "recurrent"),
+              "%s: rewriting position 30: %s", name, err.msg);
+        kvi_batch_free(b);
+    }
+    /* fork at 40: both continue alike */
+    kvi_seq *c = kvi_seq_fork(a);
+    CHECK(c != NULL, "%s: fork", name);
+    if (c) {
+        CHECK(step_rows(e, c, toks + 40, 40, n, lg) == 0 &&
+                  memcmp(lg, pre + (size_t)(n - 1) * NV, NV * sizeof *lg) == 0,
+              "%s: the fork's continuation differs", name);
+        kvi_seq_free(c);
+    }
+    CHECK(step_rows(e, a, toks + 40, 40, n, lg) == 0 &&
+              memcmp(lg, pre + (size_t)(n - 1) * NV, NV * sizeof *lg) == 0,
+          "%s: the parent's continuation differs", name);
+
+    /* a session file round trip */
+    {
+        const char *path = tmp_path("hybrid.session");
+        kvi_error err = { 0 };
+        CHECK(kvi_seq_save(a, path, &err) == 0, "%s: session save: %s", name, err.msg);
+        kvi_seq *r = kvi_seq_create(e);
+        CHECK(r && kvi_seq_load(r, path, NULL, &err) == 0, "%s: session load: %s", name, err.msg);
+        if (r) {
+            CHECK(kvi_seq_len(r) == n, "%s: the loaded session holds %d positions", name, kvi_seq_len(r));
+            /* one more token on both: same logits */
+            float *l2 = malloc((size_t)NV * sizeof *l2);
+            int32_t t2[64];
+            memcpy(t2, toks, (size_t)n * sizeof *t2);
+            t2[n] = 7;
+            CHECK(step_rows(e, a, t2 + n, n, n + 1, lg) == 0 && step_rows(e, r, t2 + n, n, n + 1, l2) == 0 &&
+                      memcmp(lg, l2, NV * sizeof *lg) == 0,
+                  "%s: the loaded session continues differently", name);
+            free(l2);
+            kvi_seq_free(r);
+        }
+    }
+    kvi_seq_free(a);
+
+    /* the same 40-token prompt again: the first 32 come from the snapshot */
+    kvi_seq *d = kvi_seq_create(e);
+    const int32_t held = kvi_seq_reuse_prefix(d, toks, 40);
+    CHECK(held == 32, "%s: a repeated prompt reuses %d positions (expected 32)", name, held);
+    CHECK(step_rows(e, d, toks + held, held, 40, lg) == 0 &&
+              memcmp(lg, pre + (size_t)39 * NV, NV * sizeof *lg) == 0,
+          "%s: the prompt resumed from the snapshot differs", name);
+    kvi_stats_get(e, NULL, &st);
+    CHECK(st.kv_snapshots_restored == 1, "%s: %llu snapshots restored", name,
+          (unsigned long long)st.kv_snapshots_restored);
+    kvi_seq_free(d);
+    free(lg);
+    kvi_engine_free(e);
+
+    /* a context policy that drops positions is refused */
+    p.ctx_policy = "shift";
+    kvi_error err = { 0 };
+    kvi_engine *bad = kvi_engine_create(m, &p, &err);
+    CHECK(!bad && strstr(err.msg, "recurrent"), "%s: a shift context policy: %s", name, err.msg);
+    kvi_engine_free(bad);
+}
+
+static void check_file(const char *name, double tol)
+{
+    char rel[128], grel[128];
+    snprintf(rel, sizeof rel, "golden/arch/%s.gguf", name);
+    snprintf(grel, sizeof grel, "golden/arch/%s.logits.json", name);
+    kvi_error err = { 0 };
+    kvi_load_params lp;
+    kvi_load_params_default(&lp);
+    kvi_model *m = kvi_model_load(shared_path(rel), &lp, &err);
+    CHECK(m != NULL, "load %s: %s", rel, err.msg);
+    cJSON *j = load_json(shared_path(grel));
+    CHECK(j != NULL, "read %s", grel);
+    if (!m || !j) {
+        kvi_model_free(m);
+        cJSON_Delete(j);
+        return;
+    }
+    int32_t toks[64];
+    const int n = json_token_ids(cJSON_GetObjectItem(j, "tokens"), toks, 64);
+    const cJSON *ref = cJSON_GetObjectItem(j, "logits");
+    CHECK(n == 48 && kvi_n_vocab(m) == NV, "%s: %d tokens, vocabulary %d", name, n, kvi_n_vocab(m));
+    float *pre = run(m, toks, n, n, 2, 0);
+    float *dec = run(m, toks, n, 1, 2, 0);
+    if (pre && dec) {
+        const double ep = rel_err(pre, ref, 0, n), ed = rel_err(dec, ref, 0, n);
+        CHECK(ep < tol && ed < tol, "%s: relative error %.4g (prefill) %.4g (decode) >= %.3g", name, ep, ed,
+              tol);
+        printf("%-16s relative error vs llama.cpp: prefill %.3g, token by token %.3g (tolerance %.3g)\n",
+               name, ep, ed, tol);
+    }
+    CHECK(same(pre, dec, n), "%s: token-by-token decode differs from prefill", name);
+    float *c16 = run(m, toks, n, 16, 2, 0), *c5 = run(m, toks, n, 5, 2, 0);
+    float *t1 = run(m, toks, n, n, 1, 0), *fc3 = run(m, toks, n, n, 2, 3);
+    float *pair = run_pair(m, toks, n);
+    CHECK(same(pre, c16, n) && same(pre, c5, n), "%s: chunked prefill (16 / 5) differs", name);
+    CHECK(same(pre, t1, n), "%s: 1 thread differs from 2", name);
+    CHECK(same(pre, fc3, n), "%s: forward chunks of 3 rows differ", name);
+    CHECK(same(pre, pair, n), "%s: batched decode differs", name);
+    free(c16);
+    free(c5);
+    free(t1);
+    free(fc3);
+    free(pair);
+    if (pre) check_state(m, name, toks, n, pre);
+    free(pre);
+    free(dec);
+    kvi_model_free(m);
+    cJSON_Delete(j);
+}
+
+int main(void)
+{
+    check_file("qwen35-f32", 0.002);
+    check_file("qwen35-q8_0", 0.03);
+    check_file("qwen3next-f32", 0.002);
+    check_file("qwen3next-q8_0", 0.03);
+    return test_main_end();
+}
