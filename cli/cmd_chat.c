@@ -242,8 +242,11 @@ static int chat_turn(chat_state *st, const chat_opts *o, const char *line, size_
     /* reuse the cached prefix; prefill the rest in one pass */
     int32_t common = 0, cached = kvi_seq_len(st->seq);
     while (common < cached && common < n_want && st->conv[common] == st->want[common]) common++;
-    if (common == n_want) common--; /* the last id must run to give logits */
-    kvi_seq_truncate(st->seq, common);
+    if (common == n_want) common--;               /* the last id must run to give logits */
+    if (kvi_seq_truncate(st->seq, common) != 0) { /* recurrent layers: no rewind, run it all again */
+        kvi_seq_truncate(st->seq, 0);
+        common = 0;
+    }
     memcpy(st->conv, st->want, (size_t)n_want * sizeof *st->conv);
     st->n_conv = n_want;
     const double t0 = kvi_time_ms();

@@ -39,6 +39,14 @@
  * plan shows what per-head keys and values would take (n_heads x (key head +
  * value head) elements, the K type for both) and the saving. q4 (KIVI) keys
  * cannot hold values, so a latent plan refuses them as the engine does.
+ *
+ * Hybrid models (Qwen3.5, Qwen3-Next): n_recurrent gated DeltaNet layers keep no K/V
+ * but a fixed state per sequence, f32 whatever --kv-type:
+ *   state = n_recurrent x ((K - 1) x (2 Hk dk + Hv dk) + Hv dk dk) x 4 bytes
+ * (conv taps K, key heads Hk, value heads Hv of dk dims); per_layer counts the
+ * other layers only, bytes_per_sequence adds the state, max_context is
+ * (mem - state) / bytes_per_token; beside it, what the same depth would take
+ * with attention in every layer.
  */
 #include "cli/cli_opts.h"
 
@@ -80,6 +88,10 @@
  *  - deepseek-ai/DeepSeek-V3: 61 layers, 128 heads, kv_lora_rank 512, qk_rope_head_dim
  *    64, qk_nope_head_dim 128 (key head 192), v_head_dim 128, 163840
  *  - deepseek-ai/DeepSeek-V2-Lite: 27 layers, 16 heads, the same MLA dims, 163840
+ *  - Qwen/Qwen3.5-0.8B: 24 layers (every 4th attention), 8 heads, 2 KV heads of 256,
+ *    262144; linear attention 16 key / 16 value heads of 128, conv kernel 4
+ *  - Qwen/Qwen3-Next-80B-A3B: 48 layers (every 4th attention), 16 heads, 2 KV heads
+ *    of 256, 262144; linear attention 16 key / 32 value heads of 128, conv kernel 4
  */
 typedef struct kvplan_shape {
     const char *name;
@@ -89,26 +101,36 @@ typedef struct kvplan_shape {
     /* latent attention: cache row = mla_kv_rank + the RoPE dims (head_dim, 1 KV
      * head); a per-head cache would hold n_heads x (mla_k_head + mla_v_head). 0: none */
     int mla_kv_rank, mla_k_head, mla_v_head;
+    /* hybrid: gated DeltaNet layers with conv taps K, Hk key / Hv value heads of dk
+     * dims, every attn_interval-th layer attention; 0: none */
+    int ssm_conv, ssm_dk, ssm_hk, ssm_hv, attn_interval;
+    int n_recurrent;      /* recurrent layers (from the interval, or the file) */
+    uint64_t state_bytes; /* their state per sequence (from the shape, or the file) */
 } kvplan_shape;
 
 static const kvplan_shape presets[] = {
-    { "llama-2-7b", 32, 32, 32, 128, 4096, 0, 0, 0, 0, 0, 0 },
-    { "llama-2-70b", 80, 64, 8, 128, 4096, 0, 0, 0, 0, 0, 0 },
-    { "llama-3-8b", 32, 32, 8, 128, 8192, 0, 0, 0, 0, 0, 0 },
-    { "llama-3-70b", 80, 64, 8, 128, 8192, 0, 0, 0, 0, 0, 0 },
-    { "mistral-7b", 32, 32, 8, 128, 32768, 0, 0, 0, 0, 0, 0 },
-    { "qwen2.5-7b", 28, 28, 4, 128, 131072, 0, 0, 0, 0, 0, 0 },
-    { "seed-70b", 80, 64, 8, 128, 0, 0, 0, 0, 0, 0, 0 },
-    { "seed-70b-mha", 80, 64, 64, 128, 0, 0, 0, 0, 0, 0, 0 },
-    { "qwen3-32b", 64, 64, 8, 128, 40960, 0, 0, 0, 0, 0, 0 },
-    { "qwen3-0.6b", 28, 16, 8, 128, 40960, 0, 0, 0, 0, 0, 0 },
-    { "phi-4-mini", 32, 24, 8, 128, 131072, 0, 0, 0, 0, 0, 0 },
-    { "gemma-3-27b", 62, 32, 16, 128, 131072, 1024, 6, 0, 0, 0, 0 },
-    { "gemma-3-1b", 26, 4, 1, 256, 32768, 512, 6, 0, 0, 0, 0 },
-    { "gemma-2-9b", 42, 16, 8, 256, 8192, 4096, 2, 0, 0, 0, 0 },
+    { "llama-2-7b", 32, 32, 32, 128, 4096, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
+    { "llama-2-70b", 80, 64, 8, 128, 4096, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
+    { "llama-3-8b", 32, 32, 8, 128, 8192, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
+    { "llama-3-70b", 80, 64, 8, 128, 8192, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
+    { "mistral-7b", 32, 32, 8, 128, 32768, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
+    { "qwen2.5-7b", 28, 28, 4, 128, 131072, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
+    { "seed-70b", 80, 64, 8, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
+    { "seed-70b-mha", 80, 64, 64, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
+    { "qwen3-32b", 64, 64, 8, 128, 40960, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
+    { "qwen3-0.6b", 28, 16, 8, 128, 40960, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
+    { "phi-4-mini", 32, 24, 8, 128, 131072, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
+    { "gemma-3-27b", 62, 32, 16, 128, 131072, 1024, 6, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
+    { "gemma-3-1b", 26, 4, 1, 256, 32768, 512, 6, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
+    { "gemma-2-9b", 42, 16, 8, 256, 8192, 4096, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
     /* latent attention: one KV head of kv_lora_rank 512 + RoPE 64 */
-    { "deepseek-v3", 61, 128, 1, 576, 163840, 0, 0, 0, 512, 192, 128 },
-    { "deepseek-v2-lite", 27, 16, 1, 576, 163840, 0, 0, 0, 512, 192, 128 },
+    { "deepseek-v3", 61, 128, 1, 576, 163840, 0, 0, 0, 512, 192, 128, 0, 0, 0, 0, 0, 0, 0 },
+    { "deepseek-v2-lite", 27, 16, 1, 576, 163840, 0, 0, 0, 512, 192, 128, 0, 0, 0, 0, 0, 0, 0 },
+    /* hybrids: gated DeltaNet in 3 of every 4 layers */
+    { "qwen3.5-0.8b", 24, 8, 2, 256, 262144, 0, 0, 0, 0, 0, 0, 4, 128, 16, 16, 4, 0, 0 },
+    { "qwen3-next-80b", 48, 16, 2, 256, 262144, 0, 0, 0, 0, 0, 0, 4, 128, 16, 32, 4, 0, 0 },
+    /* qwen3.5-0.8b's width and depth with attention in every layer */
+    { "qwen3.5-0.8b-all-attention", 24, 8, 2, 256, 262144, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
 };
 
 static const char kvplan_help[] =
@@ -255,6 +277,13 @@ static int plan_shape(const kvplan_opts *o, kvplan_shape *shape, char *source, s
         *shape = *p;
         for (int l = 0; p->window > 0 && l < p->n_layers; l++)
             shape->n_window += l % p->pattern < p->pattern - 1; /* llama.cpp's pattern */
+        for (int l = 0; p->attn_interval > 0 && l < p->n_layers; l++)
+            shape->n_recurrent += (l + 1) % p->attn_interval != 0; /* the last of each group attends */
+        const uint64_t dk = (uint64_t)p->ssm_dk,
+                       conv = 2 * (uint64_t)p->ssm_hk * dk + (uint64_t)p->ssm_hv * dk;
+        shape->state_bytes =
+            (uint64_t)shape->n_recurrent *
+            ((uint64_t)(p->ssm_conv > 0 ? p->ssm_conv - 1 : 0) * conv + (uint64_t)p->ssm_hv * dk * dk) * 4;
         snprintf(source, cap, "%s (preset)", p->name);
         return 0;
     }
@@ -273,6 +302,8 @@ static int plan_shape(const kvplan_opts *o, kvplan_shape *shape, char *source, s
     shape->mla_kv_rank = info.mla_kv_rank;
     shape->mla_k_head = info.mla_k_head;
     shape->mla_v_head = info.mla_v_head;
+    shape->n_recurrent = info.n_layers_recurrent;
+    shape->state_bytes = info.state_bytes;
     snprintf(source, cap, "%s (%s)", o->c.model, info.name[0] ? info.name : info.arch);
     return 0;
 }
@@ -287,6 +318,7 @@ typedef struct kvplan_figures {
     uint64_t max_seq, max_ctx;
     bool ctx_unbounded; /* every layer has a window: no context exhausts mem */
     uint64_t bpt_heads; /* latent attention: bytes per token of per-head K and V, else 0 */
+    double all_attn_d;  /* hybrid: bytes per sequence with attention in every layer */
 } kvplan_figures;
 
 static int print_plan_json(const kvplan_opts *o, const kvplan_shape *shape, const kvplan_figures *f)
@@ -323,6 +355,12 @@ static int print_plan_json(const kvplan_opts *o, const kvplan_shape *shape, cons
         cJSON_AddNumberToObject(j, "kv_lora_rank", shape->mla_kv_rank);
         cJSON_AddNumberToObject(j, "bytes_per_token_per_head", (double)f->bpt_heads);
         cJSON_AddNumberToObject(j, "latent_saving", 1.0 - (double)f->bpt / (double)f->bpt_heads);
+    }
+    cJSON_AddNumberToObject(j, "n_layers_recurrent", shape->n_recurrent);
+    cJSON_AddNumberToObject(j, "state_bytes_per_sequence", (double)shape->state_bytes);
+    if (shape->n_recurrent > 0) {
+        cJSON_AddNumberToObject(j, "kv_bytes_per_sequence", f->bps_d - (double)shape->state_bytes);
+        cJSON_AddNumberToObject(j, "bytes_per_sequence_all_attention", f->all_attn_d);
     }
     return cli_print_json(j, "kv-plan: out of memory");
 }
@@ -369,6 +407,19 @@ static void print_plan_text(const kvplan_opts *o, const kvplan_shape *shape, con
         printf("window saving   %s (%.1f%%)\n", save,
                f->full_d > 0 ? 100.0 * (f->full_d - f->bps_d) / f->full_d : 0.0);
     }
+    if (shape->n_recurrent > 0) {
+        char st[32], kv[32], all[32];
+        human_bytes(st, sizeof st, (double)shape->state_bytes);
+        human_bytes(kv, sizeof kv, f->bps_d - (double)shape->state_bytes);
+        human_bytes(all, sizeof all, f->all_attn_d);
+        printf("layer kinds     %d attention: K/V %s at %lld tokens; %d recurrent (gated DeltaNet): state %s "
+               "(%llu bytes, f32, fixed whatever the context)\n",
+               shape->n_layers - shape->n_recurrent, kv, (long long)f->ctx, shape->n_recurrent, st,
+               (unsigned long long)shape->state_bytes);
+        printf("all attention   %s at %lld tokens (attention in all %d layers; the hybrid takes %.1f%%)\n",
+               all, (long long)f->ctx, shape->n_layers,
+               f->all_attn_d > 0 ? 100.0 * f->bps_d / f->all_attn_d : 0.0);
+    }
     printf("per sequence    %s at %lld tokens\n", b2, (long long)f->ctx);
     printf("memory          %s\n", b3);
     printf("sequences       %llu fit at %lld tokens each\n", (unsigned long long)f->max_seq,
@@ -405,19 +456,26 @@ int cmd_kvplan(int argc, char **argv)
         f.bpt_heads = (uint64_t)shape.n_layers *
                       (vector_bytes(o.tk, (uint64_t)shape.n_heads * (uint64_t)shape.mla_k_head, true) +
                        vector_bytes(o.tk, (uint64_t)shape.n_heads * (uint64_t)shape.mla_v_head, false));
-    f.bpt = per_layer * (uint64_t)shape.n_layers;
+    const int n_attn = shape.n_layers - shape.n_recurrent; /* layers with K/V */
+    f.bpt = per_layer * (uint64_t)n_attn;
     if (f.bpt == 0) return cli_error("kv-plan: the model shape gives 0 bytes per token");
+    f.all_attn_d = (double)per_layer * shape.n_layers * (double)f.ctx;
     f.bpt_w = per_layer * (uint64_t)shape.n_window;
     f.bpt_g = f.bpt - f.bpt_w;
     const int64_t wctx = shape.n_window > 0 && shape.window < f.ctx ? shape.window : f.ctx;
     /* doubles may exceed 2^64 only for absurd inputs */
     f.full_d = (double)f.bpt * (double)f.ctx;
-    f.bps_d = (double)f.bpt_g * (double)f.ctx + (double)f.bpt_w * (double)wctx;
-    uint64_t bps = f.bps_d < 1.8e19 ? f.bpt_g * (uint64_t)f.ctx + f.bpt_w * (uint64_t)wctx : UINT64_MAX;
+    f.bps_d = (double)f.bpt_g * (double)f.ctx + (double)f.bpt_w * (double)wctx + (double)shape.state_bytes;
+    uint64_t bps = f.bps_d < 1.8e19 ? f.bpt_g * (uint64_t)f.ctx + f.bpt_w * (uint64_t)wctx + shape.state_bytes
+                                    : UINT64_MAX;
     f.max_seq = (uint64_t)o.mem / bps;
+    /* a hybrid's one sequence: its state first, the rest for K/V */
+    const uint64_t mem_kv = (uint64_t)o.mem > shape.state_bytes ? (uint64_t)o.mem - shape.state_bytes : 0;
     /* the largest c: within the window every layer grows, past it the global ones only */
     const uint64_t wfull = f.bpt * (uint64_t)shape.window; /* bytes at c = W */
-    if (shape.n_window == 0 || (uint64_t)o.mem < wfull)
+    if (shape.n_recurrent > 0)
+        f.max_ctx = mem_kv / f.bpt;
+    else if (shape.n_window == 0 || (uint64_t)o.mem < wfull)
         f.max_ctx = (uint64_t)o.mem / f.bpt;
     else if (f.bpt_g == 0)
         f.ctx_unbounded = true;

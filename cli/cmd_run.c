@@ -524,6 +524,11 @@ static void print_summary(const run_opts *o, const run_result *r, int n_threads)
                 r->w.mla_kv_rank, r->w.head_dim - r->w.mla_kv_rank, r->w.n_heads, r->w.mla_k_head,
                 r->w.mla_v_head, heads, 100.0 * (1.0 - (double)r->kv.kv_bytes_per_token / heads));
     }
+    if (r->kv.kv_n_layers_recurrent > 0)
+        fprintf(f,
+                "kvinfer: state      %d recurrent layers hold %zu bytes (f32, fixed: does not grow with the "
+                "context); K/V only in the attention layers (--kv-type applies to those)\n",
+                (int)r->kv.kv_n_layers_recurrent, r->kv.kv_bytes_state);
     if (r->kv.kv_n_layers_window > 0)
         fprintf(f,
                 "kvinfer: KV kinds   global layers %zu bytes/token, %zu bytes held; %d window layers (W %d) "
@@ -618,6 +623,8 @@ static int print_json(const run_opts *o, const run_result *r, int n_threads)
              cJSON_AddNumberToObject(s, "kv_window", r->kv.kv_window) &&
              cJSON_AddNumberToObject(s, "kv_wparts_held", r->kv.kv_wparts_held) &&
              cJSON_AddNumberToObject(s, "kv_wparts_released", (double)r->kv.kv_wparts_released) &&
+             cJSON_AddNumberToObject(s, "kv_n_layers_recurrent", r->kv.kv_n_layers_recurrent) &&
+             cJSON_AddNumberToObject(s, "kv_bytes_state", (double)r->kv.kv_bytes_state) &&
              cJSON_AddBoolToObject(s, "kv_cache", !o->no_kv) &&
              cJSON_AddNumberToObject(s, "rows_computed", (double)r->rows_computed) &&
              cJSON_AddNumberToObject(s, "prompt_cached_tokens", r->n_cached) &&
@@ -692,7 +699,10 @@ static int reuse_prompt(const run_opts *o, kvi_seq *seq, const int32_t *prompt, 
     const int32_t *st = kvi_seq_tokens(seq);
     int32_t lcp = 0, held = kvi_seq_len(seq);
     while (!shifted && lcp < held && lcp < n_prompt - 1 && st[lcp] == prompt[lcp]) lcp++;
-    kvi_seq_truncate(seq, lcp);
+    if (kvi_seq_truncate(seq, lcp) != 0) { /* recurrent layers: the saved state is at its end only */
+        kvi_seq_truncate(seq, 0);
+        lcp = 0;
+    }
     *n_cached = lcp;
     return 0;
 }

@@ -49,6 +49,9 @@ static void synth_help(FILE *f)
            "  olmoe    q/k norms over the whole projection, experts (softmax, top-k as is)\n"
            "  gpt-oss  attention biases and sinks, window 128 on even layers, YaRN 32,\n"
            "           biased router and experts, clamped SwiGLU\n"
+           "  qwen35   hybrid: gated DeltaNet layers (a fixed-size state, no KV), every 4th\n"
+           "           layer gated attention (q/k norms, partial NeoX RoPE); tied\n"
+           "  qwen3next qwen35 with experts and a sigmoid-gated shared expert\n"
            "  (llama with --experts is the Mixtral layout)\n"
            "\n"
            "options:\n"
@@ -79,6 +82,11 @@ static void synth_help(FILE *f)
            "  --experts N         a mixture of N experts in every layer's FFN\n"
            "  --experts-used K    experts chosen per token (default 2)\n"
            "  --expert-ffn N      one expert's width (default --ffn)\n"
+           "  --ssm-groups N --ssm-heads N --ssm-state N --attn-interval N\n"
+           "                      qwen35/qwen3next: DeltaNet key heads (default 16), value\n"
+           "                      heads (default = key heads), their dims (128), and every\n"
+           "                      N-th layer attention (4)\n"
+           "  --shared-ffn N      qwen3next: the shared expert's width (default --ffn)\n"
            "  -h, --help          this help\n"
            "\n"
            "presets (arch, dim, ffn, layers, heads, kv heads, head dim, vocab, ctx):\n");
@@ -95,6 +103,9 @@ static void synth_help(FILE *f)
         if (r.tie > 0) fprintf(f, ", tied");
         if (r.n_expert > 0)
             fprintf(f, ", %d experts x %d, %d used", r.n_expert, r.expert_ffn, r.n_expert_used);
+        if (r.ssm_heads > 0)
+            fprintf(f, ", DeltaNet %d/%d heads of %d, attention every %d", r.ssm_groups, r.ssm_heads,
+                    r.ssm_state, r.attn_interval);
         fputc('\n', f);
     }
     fprintf(f, "\nexamples: kvinfer synth --preset stories15M --type q8_0 -o s15m-q8.gguf\n"
@@ -137,6 +148,7 @@ int cmd_synth(int argc, char **argv)
     int dim = 0, ffn = 0, layers = 0, heads = 0, kv_heads = 0, vocab = 0, ctx = 0;
     int head_dim = 0, rot = 0, window = 0, pattern = 0, orig_ctx = 0, tie = 0;
     int experts = 0, experts_used = 0, expert_ffn = 0;
+    int ssm_groups = 0, ssm_heads = 0, ssm_state = 0, attn_interval = 0, shared_ffn = 0;
     const char *arch = NULL, *rope_base = NULL, *rope_linear = NULL;
     synth_flag shape[] = {
         { "--dim", &dim, false },
@@ -154,6 +166,11 @@ int cmd_synth(int argc, char **argv)
         { "--experts", &experts, false },
         { "--experts-used", &experts_used, false },
         { "--expert-ffn", &expert_ffn, false },
+        { "--ssm-groups", &ssm_groups, false },
+        { "--ssm-heads", &ssm_heads, false },
+        { "--ssm-state", &ssm_state, false },
+        { "--attn-interval", &attn_interval, false },
+        { "--shared-ffn", &shared_ffn, false },
     };
     const size_t n_shape = sizeof shape / sizeof shape[0];
 
@@ -251,7 +268,7 @@ int cmd_synth(int argc, char **argv)
         if (!an[k])
             return cli_error(
                 "synth: unknown --arch '%s' (llama, qwen2, qwen3, gemma2, gemma3, phi3, granite, "
-                "olmo2, qwen3moe, olmoe, gpt-oss)",
+                "olmo2, qwen3moe, olmoe, gpt-oss, qwen35, qwen3next)",
                 arch);
         p.arch = an[k];
     }
@@ -264,6 +281,11 @@ int cmd_synth(int argc, char **argv)
     if (shape[12].set) p.n_expert = experts;
     if (shape[13].set) p.n_expert_used = experts_used;
     if (shape[14].set) p.expert_ffn = expert_ffn;
+    if (shape[15].set) p.ssm_groups = ssm_groups;
+    if (shape[16].set) p.ssm_heads = ssm_heads;
+    if (shape[17].set) p.ssm_state = ssm_state;
+    if (shape[18].set) p.attn_interval = attn_interval;
+    if (shape[19].set) p.shared_ffn = shared_ffn;
     if (p.n_expert > 0 && p.n_expert_used == 0) p.n_expert_used = p.n_expert < 2 ? p.n_expert : 2;
     if (rope_base && (!cli_parse_f32(rope_base, &p.rope_base) || !(p.rope_base > 0)))
         return cli_error("--rope-base needs a positive number, got '%s'", rope_base);

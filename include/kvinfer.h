@@ -88,6 +88,11 @@ typedef struct kvi_model_info {
      * layer (n_kv_heads 1, no value rows); per-head attention would hold n_heads x
      * (mla_k_head + mla_v_head). 0: none */
     int mla_kv_rank, mla_k_head, mla_v_head;
+    /* hybrid models (Qwen3.5, Qwen3-Next; kvi_model_info_from_file too): gated
+     * DeltaNet layers keep no K/V but a fixed f32 state per sequence, state_bytes
+     * over all of them. 0: none */
+    int n_layers_recurrent;
+    size_t state_bytes;
 } kvi_model_info;
 
 void kvi_model_get_info(const kvi_model *m, kvi_model_info *out);
@@ -598,7 +603,8 @@ typedef struct kvi_synth_params {
     const char *name;       /* general.name */
     /* The architecture (NULL or "": llama) and its fields; 0 takes the
      * architecture's default (kvinfer synth --help lists them). */
-    const char *arch;      /* llama, qwen2, qwen3, gemma2, gemma3, phi3, granite, olmo2 */
+    const char *arch;      /* llama, qwen2, qwen3, gemma2, gemma3, phi3, granite, olmo2, qwen3moe,
+                              olmoe, gpt-oss, qwen35, qwen3next */
     int head_dim;          /* 0: dim / n_heads (else attention.key_length is written) */
     int n_rot;             /* RoPE dims per head (partial rotary, phi3); 0: head_dim */
     int window;            /* gemma2/3: sliding window of the local layers; phi3: the
@@ -620,6 +626,10 @@ typedef struct kvi_synth_params {
      * width expert_ffn (0: ffn_dim) in every layer, n_expert_used chosen per token;
      * 0 experts: a dense FFN (qwen3moe, olmoe and gpt-oss need experts) */
     int n_expert, n_expert_used, expert_ffn;
+    /* hybrids (qwen35, qwen3next: gated DeltaNet layers, every attn_interval-th layer
+     * attention): key heads, value heads and their dims, conv taps; 0: the defaults
+     * (16 / 16 / 128 / 4 / 4); qwen3next's shared expert width shared_ffn (0: ffn_dim) */
+    int ssm_groups, ssm_heads, ssm_state, ssm_conv, attn_interval, shared_ffn;
     /* Reports, each optional (NULL: silent; the library never prints), called on
      * the caller's thread with user: progress after each tensor's data is written
      * (counts and bytes so far, of the totals); notice for a remark such as a

@@ -568,6 +568,13 @@ static enum MHD_Result kv_ep(srv_server *srv, struct MHD_Connection *con)
     cJSON_AddNumberToObject(o, "bytes_window", (double)st.engine.kv_bytes_window);
     cJSON_AddNumberToObject(o, "window_parts_held", st.engine.kv_wparts_held);
     cJSON_AddNumberToObject(o, "window_parts_released", (double)st.engine.kv_wparts_released);
+    /* recurrent layers (hybrid models): a fixed state per sequence, reserved in the budget */
+    cJSON_AddNumberToObject(o, "n_layers_recurrent", st.engine.kv_n_layers_recurrent);
+    cJSON_AddNumberToObject(o, "bytes_state_per_seq", (double)st.engine.kv_bytes_state_seq);
+    cJSON_AddNumberToObject(o, "bytes_state", (double)st.engine.kv_bytes_state);
+    cJSON_AddNumberToObject(o, "state_slots", st.engine.kv_state_slots);
+    cJSON_AddNumberToObject(o, "state_snapshots", st.engine.kv_snapshots);
+    cJSON_AddNumberToObject(o, "state_snapshot_blocks", st.engine.kv_blocks_snapshot);
     enum { MAX_VIEWS = 64, MAX_IDS = 16384 };
     kvi_sched_seq_view *v = malloc(MAX_VIEWS * sizeof *v);
     int32_t *ids = malloc(MAX_IDS * sizeof *ids);

@@ -493,6 +493,9 @@ cJSON *srv_usage_json(srv_req *r)
     cJSON_AddNumberToObject(k, "window", st.engine.kv_window);
     cJSON_AddNumberToObject(k, "pool_window_parts_held", st.engine.kv_wparts_held);
     cJSON_AddNumberToObject(k, "pool_window_parts_released", (double)st.engine.kv_wparts_released);
+    cJSON_AddNumberToObject(k, "n_layers_recurrent", st.engine.kv_n_layers_recurrent);
+    cJSON_AddNumberToObject(k, "bytes_state",
+                            (double)(st.engine.kv_n_layers_recurrent ? st.engine.kv_bytes_state_seq : 0));
     cJSON_AddNumberToObject(t, "preempted", u0->n_preempted);
     int32_t sd = 0, sa = 0; /* speculative decoding, every choice */
     for (int i = 0; i < r->p.n; i++) {

@@ -93,7 +93,8 @@ kvi_engine *make_engine_blocks(kvi_model *m, int n_seq, int blocks)
     kvi_stats_get(probe, NULL, &ks);
     kvi_engine_free(probe);
     const size_t block_bytes = ks.kv_bytes_per_token * (size_t)ks.kv_block_size;
-    return make_engine(m, n_seq, block_bytes * (size_t)blocks);
+    /* hybrid models: the recurrent states of n_seq sequences are reserved beside the blocks */
+    return make_engine(m, n_seq, block_bytes * (size_t)blocks + ks.kv_bytes_state_seq * (size_t)n_seq);
 }
 
 kvi_sched *make_sched(kvi_engine *e, int n_parallel, int batch_tokens, int queue_max)

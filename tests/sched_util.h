@@ -50,7 +50,8 @@ kvi_model *load_goldens_and_model(golden *g);
 /* fp32 K/V (as the golden run), n_ctx 512, 2 threads, n_seq sequences, KV
  * budget in bytes (0: none); CHECKs the creation. */
 kvi_engine *make_engine(kvi_model *m, int n_seq, size_t budget);
-/* make_engine with a KV budget of `blocks` KV blocks (their size read from a probe engine). */
+/* make_engine with a KV budget of `blocks` KV blocks (their size read from a probe
+ * engine), plus n_seq recurrent states for a hybrid model. */
 kvi_engine *make_engine_blocks(kvi_model *m, int n_seq, int blocks);
 /* A scheduler on e: n_parallel running, batch_tokens rows a step and queue_max
  * waiting where > 0 (else the defaults); CHECKs the creation. */

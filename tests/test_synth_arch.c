@@ -36,13 +36,37 @@ static const char *const k_archs[] = { "llama",   "qwen2", "qwen3",    "gemma2",
 static bool value_key(const char *k)
 {
     static const char *const suffix[] = {
-        ".context_length",       ".embedding_length",         ".block_count",
-        ".feed_forward_length",  ".attention.head_count",     ".attention.head_count_kv",
-        ".attention.key_length", ".attention.value_length",   ".rope.dimension_count",
-        ".rope.freq_base",       ".attention.sliding_window", ".attention.layer_norm_rms_epsilon",
-        ".rope.scaling.factor",  ".rope.scaling.attn_factor", ".rope.scaling.original_context_length",
-        ".attention.scale",      ".embedding_scale",          ".residual_scale",
-        ".logit_scale",          "general.architecture",      "general.file_type",
+        ".context_length",
+        ".embedding_length",
+        ".block_count",
+        ".feed_forward_length",
+        ".attention.head_count",
+        ".attention.head_count_kv",
+        ".attention.key_length",
+        ".attention.value_length",
+        ".rope.dimension_count",
+        ".rope.freq_base",
+        ".attention.sliding_window",
+        ".attention.layer_norm_rms_epsilon",
+        ".rope.scaling.factor",
+        ".rope.scaling.attn_factor",
+        ".rope.scaling.original_context_length",
+        ".attention.scale",
+        ".embedding_scale",
+        ".residual_scale",
+        ".logit_scale",
+        "general.architecture",
+        "general.file_type",
+        ".ssm.conv_kernel",
+        ".ssm.state_size",
+        ".ssm.group_count",
+        ".ssm.time_step_rank",
+        ".ssm.inner_size",
+        ".full_attention_interval",
+        ".expert_count",
+        ".expert_used_count",
+        ".expert_feed_forward_length",
+        ".expert_shared_feed_forward_length",
     };
     for (size_t i = 0; i < sizeof suffix / sizeof suffix[0]; i++) {
         size_t n = strlen(k), m = strlen(suffix[i]);
@@ -165,6 +189,14 @@ static void test_golden_layout(void)
     p = shape("gpt-oss", 256, 4, 4, 2, 64, 32);
     p.n_expert = 8, p.n_expert_used = 4, p.expert_ffn = 32, p.window = 8, p.rope_orig_ctx = 128;
     compare_golden("gpt-oss", p);
+    /* hybrids: DeltaNet 2 key / 4 value heads of 32, attention every 4th layer */
+    p = shape("qwen35", 128, 8, 4, 2, 64, 256);
+    p.n_rot = 16, p.ssm_groups = 2, p.ssm_heads = 4, p.ssm_state = 32, p.tie = -1;
+    compare_golden("qwen35", p);
+    p = shape("qwen3next", 128, 8, 4, 2, 64, 128);
+    p.n_rot = 16, p.ssm_groups = 2, p.ssm_heads = 4, p.ssm_state = 32;
+    p.n_expert = 8, p.n_expert_used = 2, p.expert_ffn = 64, p.shared_ffn = 128;
+    compare_golden("qwen3next", p);
 }
 
 /* ---- every architecture x every type: load and run ---- */
@@ -319,8 +351,60 @@ static void run_arch(const char *arch, const char *type)
     remove(path);
 }
 
+/* A hybrid of each kind in a few weight types: loads with its recurrent layers
+ * where the interval puts them, runs, and (F32) prefill == token-by-token decode. */
+static void run_hybrid(const char *arch, const char *type)
+{
+    char what[64], file[96];
+    snprintf(what, sizeof what, "%s %s", arch, type);
+    snprintf(file, sizeof file, "synth_run_%s_%s.gguf", arch, type);
+    kvi_synth_params p = shape(arch, 256, 4, 8, 2, 64, 512);
+    p.seed = 12;
+    p.n_rot = 32, p.ssm_groups = 2, p.ssm_heads = 4, p.ssm_state = 64, p.attn_interval = 2;
+    if (!strcmp(arch, "qwen3next")) p.n_expert = 4, p.n_expert_used = 2, p.expert_ffn = 256;
+    const size_t tl = strlen(type);
+    char base[16];
+    p.mix_m = tl == 6 && type[5] == 'm';
+    snprintf(base, sizeof base, "%.*s", (int)(p.mix_m ? 4 : tl), type);
+    CHECK(kvi_type_from_name(base, &p.type) == 0, "%s: type", what);
+    const char *path = tmp_path(file);
+    kvi_error err = { 0 };
+    int rc = kvi_synth_write(&p, path, &err);
+    CHECK(rc == 0, "%s: synth %d %s", what, rc, err.msg);
+    if (rc) return;
+    kvi_load_params lp;
+    kvi_load_params_default(&lp);
+    kvi_model *m = kvi_model_load(path, &lp, &err);
+    CHECK(m != NULL, "%s: load: %s", what, err.msg);
+    if (!m) return;
+    CHECK(m->n_recurrent == 2 && m->layers[0].recurrent && !m->layers[1].recurrent &&
+              m->layers[2].recurrent && !m->layers[3].recurrent && m->ssm_hk == 2 && m->ssm_hv == 4 &&
+              m->ssm_dk == 64 && m->ssm_tiled == !strcmp(arch, "qwen35") && m->attn_gated,
+          "%s: layer kinds / DeltaNet shape", what);
+    enum { N = 8 };
+    const int32_t tokens[N] = { 1, 270, 31, 99, 280, 7, 150, 42 };
+    const int nv = kvi_n_vocab(m);
+    float *a = malloc(sizeof(float) * N * (size_t)nv), *d = malloc(sizeof(float) * N * (size_t)nv);
+    CHECK(run_rows(m, tokens, N, false, a, nv) == 0, "%s: prefill step", what);
+    int finite = 1;
+    for (size_t i = 0; i < (size_t)N * nv; i++) finite &= isfinite(a[i]) != 0;
+    CHECK(finite && memcmp(a, a + (size_t)(N - 1) * nv, (size_t)nv * sizeof(float)) != 0,
+          "%s: logits finite %d, rows 0 and 7 differ", what, finite);
+    CHECK(run_rows(m, tokens, N, true, d, nv) == 0 && memcmp(a, d, sizeof(float) * N * (size_t)nv) == 0,
+          "%s: prefill and decode differ", what);
+    free(a);
+    free(d);
+    kvi_model_free(m);
+    remove(path);
+}
+
 static void test_run_all(void)
 {
+    static const char *const htypes[] = { "f32", "q8_0", "q4_0", "q4_k_m" };
+    for (size_t t = 0; t < sizeof htypes / sizeof htypes[0]; t++) {
+        run_hybrid("qwen35", htypes[t]);
+        run_hybrid("qwen3next", htypes[t]);
+    }
     static const char *const types[] = {
         "f32",  "f16",  "bf16", "q8_0", "q4_0", "q4_1",   "q5_0",   "q5_1",
         "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "q4_k_m", "q5_k_m", "mxfp4"
@@ -334,6 +418,13 @@ static void test_run_all(void)
 static void test_presets(void)
 {
     kvi_synth_params p, r;
+    /* Qwen/Qwen3.5-0.8B config.json (text part): layer_types 3 linear : 1 full */
+    CHECK(kvi_synth_preset("qwen3.5-0.8b", &p) == 0 && kvi_synth_resolve(&p, &r) == 0, "qwen3.5-0.8b");
+    CHECK(!strcmp(r.arch, "qwen35") && r.dim == 1024 && r.n_layers == 24 && r.n_heads == 8 &&
+              r.n_kv_heads == 2 && r.head_dim == 256 && r.n_rot == 64 && r.ffn_dim == 3584 && r.tie == 1 &&
+              r.rope_base == 1e7f && r.n_vocab == 248320 && r.ssm_groups == 16 && r.ssm_heads == 16 &&
+              r.ssm_state == 128 && r.ssm_conv == 4 && r.attn_interval == 4,
+          "qwen3.5-0.8b shape");
     /* Qwen/Qwen3-0.6B config.json */
     CHECK(kvi_synth_preset("qwen3-0.6b", &p) == 0 && kvi_synth_resolve(&p, &r) == 0, "qwen3-0.6b");
     CHECK(!strcmp(r.arch, "qwen3") && r.dim == 1024 && r.n_layers == 28 && r.n_heads == 16 &&

@@ -45,11 +45,7 @@ struct fwd_delta {
     float *o;   /* [chunk][Hv dk] */
 };
 
-size_t fwd_delta_state_floats(const struct kvi_model *m)
-{
-    const size_t dk = (size_t)m->ssm_dk, conv = 2 * (size_t)m->ssm_hk * dk + (size_t)m->ssm_hv * dk;
-    return (size_t)(m->ssm_conv - 1) * conv + (size_t)m->ssm_hv * dk * dk;
-}
+size_t fwd_delta_state_floats(const struct kvi_model *m) { return model_state_layer_floats(m); }
 
 void fwd_delta_free(fwd_delta *d)
 {

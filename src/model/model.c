@@ -337,6 +337,13 @@ static int check_mla(const struct kvi_model *m, const model_layer *L, int l, kvi
     return 0;
 }
 
+size_t model_state_layer_floats(const struct kvi_model *m)
+{
+    if (m->ssm_conv <= 0) return 0;
+    const size_t dk = (size_t)m->ssm_dk, conv = 2 * (size_t)m->ssm_hk * dk + (size_t)m->ssm_hv * dk;
+    return (size_t)(m->ssm_conv - 1) * conv + (size_t)m->ssm_hv * dk * dk;
+}
+
 /* Layer l's gated DeltaNet matrices and vectors (model.h). */
 static int check_delta(const struct kvi_model *m, const model_layer *L, int l, kvi_error *err)
 {
@@ -641,6 +648,8 @@ void model_info_shape(const struct kvi_model *m, kvi_model_info *out)
     out->mla_v_head = m->mla_v_dim;
     out->n_layers_window = 0;
     out->window = 0;
+    out->n_layers_recurrent = m->layers ? m->n_recurrent : 0;
+    out->state_bytes = m->layers ? (size_t)m->n_recurrent * model_state_layer_floats(m) * sizeof(float) : 0;
     for (int l = 0; m->layers && l < m->n_layers; l++)
         if (m->layers[l].window > 0) {
             out->n_layers_window++;

@@ -271,6 +271,10 @@ void model_rope_for_ctx(const struct kvi_model *m, int n_ctx, model_rope out[MOD
  * NULL); the other fields are left as they are. */
 void model_info_shape(const struct kvi_model *m, kvi_model_info *out);
 
+/* Floats of one recurrent layer's state per sequence (fwd_delta.h's layout: conv
+ * (K - 1) C, delta rule Hv dk dk), 0 without linear attention. */
+size_t model_state_layer_floats(const struct kvi_model *m);
+
 /* Checks the hyper-parameters alone (ranges, divisibility); loaders call it before
  * binding tensors. */
 int model_check_hparams(const struct kvi_model *m, kvi_error *err);

@@ -163,6 +163,17 @@ kvi_spec *kvi_spec_create(const kvi_spec_params *p, const kvi_model *target, kvi
         err_set(err, KVI_E_INVALID, "speculative: no target model");
         return NULL;
     }
+    kvi_model_info ti, di;
+    kvi_model_get_info(target, &ti);
+    kvi_model_get_info(draft ? kvi_engine_model(draft) : NULL, &di);
+    if (ti.n_layers_recurrent > 0 || di.n_layers_recurrent > 0) {
+        err_set(err, KVI_E_UNSUPPORTED,
+                "speculative: the %s model has recurrent layers (%s), whose state cannot be rewound past "
+                "rejected drafts: speculative decoding is not supported for it",
+                ti.n_layers_recurrent > 0 ? "target" : "draft",
+                ti.n_layers_recurrent > 0 ? ti.arch : di.arch);
+        return NULL;
+    }
     kvi_spec_params pp;
     if (p)
         pp = *p;

@@ -59,8 +59,9 @@ enum {
     SA_VOCAB_SIZE = 1 << 8, /* writes <arch>.vocab_size (llama) */
     SA_MOE = 1 << 9,        /* every FFN a mixture of experts (qwen3moe, olmoe, gpt-oss) */
     SA_EXP_FFN_KEY =
-        1 << 10,        /* writes expert_feed_forward_length (else feed_forward_length is the expert width) */
-    SA_GPTOSS = 1 << 11 /* attention biases and sinks, biased router and experts, YaRN */
+        1 << 10, /* writes expert_feed_forward_length (else feed_forward_length is the expert width) */
+    SA_GPTOSS = 1 << 11, /* attention biases and sinks, biased router and experts, YaRN */
+    SA_HYBRID = 1 << 12  /* gated DeltaNet layers + gated attention (qwen35, qwen3next) */
 };
 
 typedef struct synth_arch {
@@ -82,12 +83,14 @@ static const synth_arch k_archs[] = {
     { "qwen3moe", SA_KEY_LEN | SA_MOE | SA_EXP_FFN_KEY, 1e6f, 1e-6f, 0, 0 },
     { "olmoe", SA_MOE, 10000.0f, 1e-5f, 0, 0 },
     { "gpt-oss", SA_KEY_LEN | SA_SWA | SA_MOE | SA_EXP_FFN_KEY | SA_GPTOSS, 150000.0f, 1e-5f, 128, 2 },
+    { "qwen35", SA_KEY_LEN | SA_ROPE_DIMS | SA_TIED | SA_HYBRID, 1e7f, 1e-6f, 0, 0 },
+    { "qwen3next", SA_KEY_LEN | SA_ROPE_DIMS | SA_MOE | SA_EXP_FFN_KEY | SA_HYBRID, 1e7f, 1e-6f, 0, 0 },
 };
 #define N_ARCHS (sizeof k_archs / sizeof k_archs[0])
 
 static const char *const k_arch_names[N_ARCHS + 1] = {
-    "llama",   "qwen2", "qwen3",    "gemma2", "gemma3",  "phi3",
-    "granite", "olmo2", "qwen3moe", "olmoe",  "gpt-oss", NULL,
+    "llama", "qwen2",    "qwen3", "gemma2",  "gemma3", "phi3",      "granite",
+    "olmo2", "qwen3moe", "olmoe", "gpt-oss", "qwen35", "qwen3next", NULL,
 };
 
 const char *const *kvi_synth_arch_names(void) { return k_arch_names; }
@@ -107,6 +110,7 @@ typedef struct synth_preset {
     int dim, ffn_dim, n_layers, n_heads, n_kv_heads, n_vocab, n_ctx;
     int head_dim, n_rot, window, pattern, tie, rope_orig_ctx;
     int n_expert, n_expert_used, expert_ffn;
+    int ssm_groups, ssm_heads, ssm_state; /* hybrids (0: the defaults) */
 } synth_preset;
 
 /* The real shapes come from the models' config.json files (hidden_size,
@@ -130,31 +134,103 @@ typedef struct synth_preset {
  *    its 24 layers (gpt-oss-20b-6l) so that it fits this project's machines;
  *  - dense-1.3b: a dense llama with OLMoE-1B-7B's active shape (its 8 chosen
  *    experts as one FFN of 8192): what the MoE's decode would run at if routing
- *    and scattered expert reads cost nothing. */
+ *    and scattered expert reads cost nothing.
+ * Hybrids (gated DeltaNet, every 4th layer attention):
+ *  - Qwen/Qwen3.5-0.8B (its config.json's text part as published): hidden 1024, 24
+ *    layers, intermediate 3584, 8 heads of 256 with 2 KV heads and 64 rotary dims
+ *    (partial_rotary_factor 0.25), linear attention 16 key and 16 value heads of
+ *    128, conv kernel 4, vocab 248320, tied, 262144 positions;
+ *  - qwen35-dense-0.8b: a plain qwen3 of the same width and depth (every layer
+ *    attention, 8 heads of 256, 2 KV heads): the KV cache the hybrid replaces. */
 static const synth_preset k_presets[] = {
     /* the shape of stories260K (../shared/models/stories260K.gguf) */
-    { "tiny", "llama", 64, 172, 5, 8, 4, 512, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
+    { "tiny", "llama", 64, 172, 5, 8, 4, 512, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
     /* the shape of ../shared/golden/quant/qtest-*.gguf */
-    { "qtest", "llama", 256, 768, 4, 8, 4, 512, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
-    { "stories15M", "llama", 288, 768, 6, 6, 6, 32000, 256, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
-    { "stories42M", "llama", 512, 1376, 8, 8, 8, 32000, 1024, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
-    { "stories110M", "llama", 768, 2048, 12, 12, 12, 32000, 1024, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
-    { "llama-1b", "llama", 2048, 8192, 16, 32, 8, 32000, 2048, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
-    { "qwen3-0.6b", "qwen3", 1024, 3072, 28, 16, 8, 151936, 40960, 128, 0, 0, 0, 1, 0, 0, 0, 0 },
-    { "gemma-3-1b", "gemma3", 1152, 6912, 26, 4, 1, 262144, 32768, 256, 0, 512, 6, 1, 0, 0, 0, 0 },
-    { "phi-4-mini", "phi3", 3072, 8192, 32, 24, 8, 200064, 131072, 128, 96, 262144, 0, 1, 4096, 0, 0, 0 },
-    { "gemma3-tiny", "gemma3", 128, 256, 7, 4, 1, 512, 512, 64, 0, 16, 6, 1, 0, 0, 0, 0 },
-    { "olmoe-1b-7b", "olmoe", 2048, 1024, 16, 16, 16, 50304, 4096, 0, 0, 0, 0, 0, 0, 64, 8, 0 },
-    { "dense-1.3b", "llama", 2048, 8192, 16, 16, 16, 50304, 4096, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
-    { "gpt-oss-20b-6l", "gpt-oss", 2880, 2880, 6, 64, 8, 201088, 131072, 64, 0, 128, 2, -1, 4096, 32, 4, 0 },
-    { "moe-tiny", "qwen3moe", 128, 256, 4, 4, 2, 512, 512, 64, 0, 0, 0, 0, 0, 8, 2, 32 },
+    { "qtest", "llama", 256, 768, 4, 8, 4, 512, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
+    { "stories15M", "llama", 288, 768, 6, 6, 6, 32000, 256, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
+    { "stories42M", "llama", 512, 1376, 8, 8, 8, 32000, 1024, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
+    { "stories110M", "llama", 768, 2048, 12, 12, 12, 32000, 1024, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
+    { "llama-1b", "llama", 2048, 8192, 16, 32, 8, 32000, 2048, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
+    { "qwen3-0.6b", "qwen3", 1024, 3072, 28, 16, 8, 151936, 40960, 128, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0 },
+    { "gemma-3-1b", "gemma3", 1152, 6912, 26, 4, 1, 262144, 32768, 256, 0, 512, 6, 1, 0, 0, 0, 0, 0, 0, 0 },
+    { "phi-4-mini", "phi3", 3072, 8192, 32, 24, 8, 200064, 131072, 128, 96,
+      262144,       0,      1,    4096, 0,  0,  0, 0,      0,      0 },
+    { "gemma3-tiny", "gemma3", 128, 256, 7, 4, 1, 512, 512, 64, 0, 16, 6, 1, 0, 0, 0, 0, 0, 0, 0 },
+    { "olmoe-1b-7b", "olmoe", 2048, 1024, 16, 16, 16, 50304, 4096, 0, 0, 0, 0, 0, 0, 64, 8, 0, 0, 0, 0 },
+    { "dense-1.3b", "llama", 2048, 8192, 16, 16, 16, 50304, 4096, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
+    { "gpt-oss-20b-6l",
+      "gpt-oss",
+      2880,
+      2880,
+      6,
+      64,
+      8,
+      201088,
+      131072,
+      64,
+      0,
+      128,
+      2,
+      -1,
+      4096,
+      32,
+      4,
+      0,
+      0,
+      0,
+      0 },
+    { "moe-tiny", "qwen3moe", 128, 256, 4, 4, 2, 512, 512, 64, 0, 0, 0, 0, 0, 8, 2, 32, 0, 0, 0 },
+    { "qwen3.5-0.8b",
+      "qwen35",
+      1024,
+      3584,
+      24,
+      8,
+      2,
+      248320,
+      262144,
+      256,
+      64,
+      0,
+      0,
+      1,
+      0,
+      0,
+      0,
+      0,
+      16,
+      16,
+      128 },
+    { "qwen35-dense-0.8b",
+      "qwen3",
+      1024,
+      3584,
+      24,
+      8,
+      2,
+      248320,
+      262144,
+      256,
+      64,
+      0,
+      0,
+      1,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0 },
+    /* ../shared/golden/arch/qwen35's shape */
+    { "qwen35-tiny", "qwen35", 128, 256, 8, 4, 2, 512, 512, 64, 16, 0, 0, -1, 0, 0, 0, 0, 2, 4, 32 },
 };
 #define N_PRESETS (sizeof k_presets / sizeof k_presets[0])
 
 static const char *const k_preset_names[N_PRESETS + 1] = {
-    "tiny",        "qtest",      "stories15M",     "stories42M", "stories110M",
-    "llama-1b",    "qwen3-0.6b", "gemma-3-1b",     "phi-4-mini", "gemma3-tiny",
-    "olmoe-1b-7b", "dense-1.3b", "gpt-oss-20b-6l", "moe-tiny",   NULL,
+    "tiny",           "qtest",      "stories15M",   "stories42M",        "stories110M", "llama-1b",
+    "qwen3-0.6b",     "gemma-3-1b", "phi-4-mini",   "gemma3-tiny",       "olmoe-1b-7b", "dense-1.3b",
+    "gpt-oss-20b-6l", "moe-tiny",   "qwen3.5-0.8b", "qwen35-dense-0.8b", "qwen35-tiny", NULL,
 };
 
 const char *const *kvi_synth_preset_names(void) { return k_preset_names; }
@@ -197,6 +273,9 @@ int kvi_synth_preset(const char *name, kvi_synth_params *p)
         p->n_expert = s->n_expert;
         p->n_expert_used = s->n_expert_used;
         p->expert_ffn = s->expert_ffn;
+        p->ssm_groups = s->ssm_groups;
+        p->ssm_heads = s->ssm_heads;
+        p->ssm_state = s->ssm_state;
         return KVI_OK;
     }
     return KVI_E_INVALID;
@@ -221,6 +300,14 @@ int kvi_synth_resolve(const kvi_synth_params *p, kvi_synth_params *out)
     if ((a->flags & SA_PHI3) && out->window == 0) out->window = out->n_ctx;
     if (!strcmp(a->name, "gemma3") && out->rope_base_local == 0.0f) out->rope_base_local = 10000.0f;
     if (out->n_expert > 0 && out->expert_ffn == 0) out->expert_ffn = out->ffn_dim;
+    if (a->flags & SA_HYBRID) {
+        if (out->ssm_groups == 0) out->ssm_groups = 16;
+        if (out->ssm_heads == 0) out->ssm_heads = out->ssm_groups;
+        if (out->ssm_state == 0) out->ssm_state = 128;
+        if (out->ssm_conv == 0) out->ssm_conv = 4;
+        if (out->attn_interval == 0) out->attn_interval = 4;
+        if (out->n_expert > 0 && out->shared_ffn == 0) out->shared_ffn = out->ffn_dim;
+    }
     return KVI_OK;
 }
 
@@ -280,6 +367,9 @@ typedef enum synth_kind {
     SK_ROPE_SHORT, /* ... the short set */
     SK_ROUTER,     /* N(0, 0.02), a matrix kept in F32 (llama.cpp's quantiser leaves routers) */
     SK_SINK,       /* attention sink logits: 1 + N(0, 0.02) */
+    SK_CONV,       /* DeltaNet conv taps: N(0, 0.3), F32 (llama-quantize leaves them) */
+    SK_SSM_A,      /* DeltaNet decay rates, stored negative: -exp(N(-1.5, 0.5)) */
+    SK_DT_BIAS,    /* DeltaNet time-step bias: 1 + N(0, 0.3) */
 } synth_kind;
 
 typedef struct synth_tensor {
@@ -359,7 +449,7 @@ static void synth_add(synth_table *tab, const char *name, int64_t ne0, int64_t n
     d->ne[0] = ne0;
     d->ne[1] = ne1;
     d->ne[2] = 1;
-    d->n_dims = kind == SK_MATRIX || kind == SK_ROUTER ? 2 : 1;
+    d->n_dims = kind == SK_MATRIX || kind == SK_ROUTER || kind == SK_CONV ? 2 : 1;
     d->kind = kind;
     d->type = kind == SK_MATRIX ? synth_matrix_type(want, ne0) : KVI_TYPE_F32;
 }
@@ -419,7 +509,7 @@ static void synth_note_fallbacks(const kvi_synth_params *p, const synth_tensor *
 }
 
 /* Most tensors a table can hold: 5 outside the blocks, 24 per block. */
-static size_t synth_table_cap(int n_layers) { return 5 + 24 * (size_t)n_layers; }
+static size_t synth_table_cap(int n_layers) { return 5 + 28 * (size_t)n_layers; }
 
 /* Fills tab (room for synth_table_cap) in file order for the resolved p. */
 static void synth_build_table(const kvi_synth_params *p, const synth_arch *sa, const model_arch *ma,
@@ -442,12 +532,33 @@ static void synth_build_table(const kvi_synth_params *p, const synth_arch *sa, c
         synth_add(tab, nm, ne0, ne1, kind, synth_role_type(p, role, l, false)); \
     } while (0)
         if (pre) BLK("attn_norm.weight", dim, 1, SK_NORM);
-        if (ma->flags & ARCH_FUSED_QKV) {
+        const bool rec = (sa->flags & SA_HYBRID) && (l + 1) % p->attn_interval != 0;
+        if (rec) { /* gated DeltaNet (model.h): conv dim C = 2 Hk dk + Hv dk */
+            const int64_t dk = p->ssm_state, hv = p->ssm_heads,
+                          conv = 2 * (int64_t)p->ssm_groups * dk + hv * dk;
+            BLK("attn_qkv.weight", dim, conv, SK_MATRIX);
+            BLK("attn_gate.weight", dim, hv * dk, SK_MATRIX);
+            snprintf(nm, sizeof nm, "blk.%d.ssm_conv1d.weight", l);
+            synth_add(tab, nm, p->ssm_conv, conv, SK_CONV, KVI_TYPE_F32);
+            snprintf(nm, sizeof nm, "blk.%d.ssm_dt.bias", l);
+            synth_add(tab, nm, hv, 1, SK_DT_BIAS, KVI_TYPE_F32);
+            snprintf(nm, sizeof nm, "blk.%d.ssm_a", l);
+            synth_add(tab, nm, hv, 1, SK_SSM_A, KVI_TYPE_F32);
+            if (p->n_expert > 0) { /* qwen3next: beta and alpha fused */
+                BLK("ssm_ba.weight", dim, 2 * hv, SK_MATRIX);
+            } else {
+                BLK("ssm_beta.weight", dim, hv, SK_MATRIX);
+                BLK("ssm_alpha.weight", dim, hv, SK_MATRIX);
+            }
+            BLK("ssm_norm.weight", dk, 1, SK_NORM);
+            BLK("ssm_out.weight", hv * dk, dim, SK_MATRIX);
+        } else if (ma->flags & ARCH_FUSED_QKV) {
             snprintf(nm, sizeof nm, "blk.%d.attn_qkv.weight", l);
             synth_add(tab, nm, dim, qd + 2 * kvd, SK_MATRIX, synth_role_type(p, "attn_qkv", l, false));
         } else {
-            snprintf(nm, sizeof nm, "blk.%d.attn_q.weight", l);
-            synth_add(tab, nm, dim, qd, SK_MATRIX, synth_role_type(p, "attn_q", l, false));
+            snprintf(nm, sizeof nm, "blk.%d.attn_q.weight", l); /* hybrids: per head [q | gate] */
+            synth_add(tab, nm, dim, (sa->flags & SA_HYBRID) ? 2 * qd : qd, SK_MATRIX,
+                      synth_role_type(p, "attn_q", l, false));
             if (sa->flags & (SA_QKV_BIAS | SA_GPTOSS)) BLK("attn_q.bias", qd, 1, SK_BIAS);
             snprintf(nm, sizeof nm, "blk.%d.attn_k.weight", l);
             synth_add(tab, nm, dim, kvd, SK_MATRIX, synth_role_type(p, "attn_k", l, false));
@@ -456,13 +567,15 @@ static void synth_build_table(const kvi_synth_params *p, const synth_arch *sa, c
             synth_add(tab, nm, dim, kvd, SK_MATRIX, synth_role_type(p, "attn_v", l, false));
             if (sa->flags & (SA_QKV_BIAS | SA_GPTOSS)) BLK("attn_v.bias", kvd, 1, SK_BIAS);
         }
-        if (ma->qk_norm != MODEL_QK_NONE) {
+        if (ma->qk_norm != MODEL_QK_NONE && !rec) {
             const bool head = ma->qk_norm == MODEL_QK_HEAD;
             BLK("attn_q_norm.weight", head ? hd : qd, 1, SK_NORM);
             BLK("attn_k_norm.weight", head ? hd : kvd, 1, SK_NORM);
         }
-        snprintf(nm, sizeof nm, "blk.%d.attn_output.weight", l);
-        synth_add(tab, nm, qd, dim, SK_MATRIX, synth_role_type(p, "attn_output", l, false));
+        if (!rec) {
+            snprintf(nm, sizeof nm, "blk.%d.attn_output.weight", l);
+            synth_add(tab, nm, qd, dim, SK_MATRIX, synth_role_type(p, "attn_output", l, false));
+        }
         if (sa->flags & SA_GPTOSS) {
             BLK("attn_output.bias", dim, 1, SK_BIAS);
             BLK("attn_sinks.weight", p->n_heads, 1, SK_SINK);
@@ -487,6 +600,13 @@ static void synth_build_table(const kvi_synth_params *p, const synth_arch *sa, c
             EXP("ffn_down_exps.weight", F, dim, SK_MATRIX, synth_role_type(p, "ffn_down", l, false));
             if (bias) EXP("ffn_down_exps.bias", dim, 1, SK_BIAS, KVI_TYPE_F32);
 #undef EXP
+            if (sa->flags & SA_HYBRID) { /* Qwen3-Next: a shared expert behind a sigmoid gate */
+                snprintf(nm, sizeof nm, "blk.%d.ffn_gate_inp_shexp.weight", l);
+                synth_add(tab, nm, dim, 1, SK_BIAS, KVI_TYPE_F32);
+                BLK("ffn_gate_shexp.weight", dim, p->shared_ffn, SK_MATRIX);
+                BLK("ffn_up_shexp.weight", dim, p->shared_ffn, SK_MATRIX);
+                BLK("ffn_down_shexp.weight", p->shared_ffn, dim, SK_MATRIX);
+            }
             if (post) BLK("post_ffw_norm.weight", dim, 1, SK_NORM);
             continue;
         }
@@ -686,6 +806,21 @@ static int synth_check(const kvi_synth_params *p, kvi_error *err)
          "synth: expert ffn %d out of range", p->expert_ffn);
     NEED(p->n_expert > 0 || !(synth_arch_find(p->arch)->flags & SA_MOE),
          "synth: %s needs experts (--experts N)", p->arch);
+    if (synth_arch_find(p->arch)->flags & SA_HYBRID) {
+        NEED(p->ssm_groups > 0 && p->ssm_groups <= 1024 && p->ssm_heads > 0 && p->ssm_heads <= 1024 &&
+                 p->ssm_heads % p->ssm_groups == 0,
+             "synth: linear attention value heads %d must be a multiple of key heads %d (1..1024)",
+             p->ssm_heads, p->ssm_groups);
+        NEED(p->ssm_state > 0 && p->ssm_state <= 1024,
+             "synth: linear attention head dim %d out of range 1..1024", p->ssm_state);
+        NEED(p->ssm_conv >= 2 && p->ssm_conv <= 64, "synth: conv kernel %d out of range 2..64", p->ssm_conv);
+        NEED(p->attn_interval >= 2 && p->attn_interval <= p->n_layers,
+             "synth: attention interval %d out of range 2..layers %d", p->attn_interval, p->n_layers);
+        NEED(p->n_expert == 0 || (p->shared_ffn > 0 && p->shared_ffn <= 262144),
+             "synth: shared expert ffn %d out of range", p->shared_ffn);
+        NEED(!strcmp(p->arch, "qwen35") ? p->n_expert == 0 : p->n_expert > 0,
+             "synth: qwen35 is dense, qwen3next needs experts");
+    }
     if (!p->vocab_from)
         NEED(p->n_vocab > SYNTH_N_SPECIAL + SYNTH_N_BYTES && p->n_vocab <= (1 << 22),
              "synth: vocab %d out of range %d..4194304 (3 special + 256 byte tokens + pieces)", p->n_vocab,
@@ -765,6 +900,22 @@ static int synth_set_metadata(gguf_writer *w, const kvi_synth_params *p, const s
         U32("expert_count", p->n_expert);
         U32("expert_used_count", p->n_expert_used);
         if (a->flags & SA_EXP_FFN_KEY) U32("expert_feed_forward_length", p->expert_ffn);
+    }
+    if (a->flags & SA_HYBRID) {
+        U32("ssm.conv_kernel", p->ssm_conv);
+        U32("ssm.state_size", p->ssm_state);
+        U32("ssm.group_count", p->ssm_groups);
+        U32("ssm.time_step_rank", p->ssm_heads);
+        U32("ssm.inner_size", p->ssm_heads * p->ssm_state);
+        U32("full_attention_interval", p->attn_interval);
+        if (p->n_expert > 0) U32("expert_shared_feed_forward_length", p->shared_ffn);
+        if (!strcmp(ar,
+                    "qwen35")) { /* M-RoPE sections over the rotated pairs, as Qwen3.5's [11, 11, 10, 0] */
+            const int half = p->n_rot / 2, s0 = (half + 2) / 3, s1 = (half + 1) / 3;
+            const int32_t sec[4] = { s0, s1, half - s0 - s1, 0 };
+            bad |=
+                gguf_writer_set_arr_i32(w, synth_key(k, sizeof k, ar, "rope.dimension_sections"), sec, 4) < 0;
+        }
     }
     if ((a->flags & SA_GPTOSS) && p->rope_orig_ctx > 0) { /* YaRN: gpt-oss-20b's factor 32 over 4096 */
         bad |= gguf_writer_set_str(w, synth_key(k, sizeof k, ar, "rope.scaling.type"), "yarn") < 0;
@@ -861,7 +1012,14 @@ static void synth_row(synth_job *j, const synth_tensor *t, synth_normal *g)
         for (int64_t i = 0; i < t->ne[0]; i++) j->row[i] = synth_rope_factor(&j->p, t->kind, i, t->ne[0]);
         return;
     }
-    synth_normal_fill(g, j->row, t->ne[0], t->kind == SK_NORM || t->kind == SK_SINK ? 1.0f : 0.0f, 0.02f);
+    if (t->kind == SK_SSM_A) {
+        synth_normal_fill(g, j->row, t->ne[0], -1.5f, 0.5f);
+        for (int64_t i = 0; i < t->ne[0]; i++) j->row[i] = -expf(j->row[i]);
+        return;
+    }
+    const float mean = t->kind == SK_NORM || t->kind == SK_SINK || t->kind == SK_DT_BIAS ? 1.0f : 0.0f;
+    const float std = t->kind == SK_CONV ? 0.3f : t->kind == SK_DT_BIAS ? 0.3f : 0.02f;
+    synth_normal_fill(g, j->row, t->ne[0], mean, std);
 }
 
 /* Every tensor's data after the header, generated and quantised one tensor at a
