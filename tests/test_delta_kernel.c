@@ -1,16 +1,19 @@
 /*
- * test_delta_kernel.c — the gated delta rule's step (fwd_delta.h) against plain
+ * test_delta_kernel.c — the gated delta rule's step (kernels/delta.h) against plain
  * double-precision loops on random inputs (never zeros), head sizes 128, 64 and
  * 37 (a tail after the 16-lane loop), over 6 consecutive tokens:
  *  - the state and the outputs within 2e-6 relative of the reference;
- *  - fwd_delta_dot equal, bit for bit, to its documented order written out in
- *    scalar code (lane i % 16 in index order, (l0 + l1) + (l2 + l3) per group of 4
- *    lanes, pairwise, then the tail), so the result cannot depend on the ISA;
+ *  - kern_delta_dot equal, bit for bit, to its documented order written out in
+ *    scalar code (lane i % 16 in index order, lanes l, 4 + l, 8 + l, 12 + l
+ *    pairwise, then the four, then the tail), so the result cannot depend on the ISA;
+ *  - the AVX-512 path (where the CPU has it) gives the reference's bits, state and
+ *    outputs, on every size;
  *  - decay 1, beta 0 leaves S unchanged; beta 1 with a unit key makes S k == v.
  */
 #include "testutil.h"
 
-#include "forward/fwd_delta.h"
+#include "kernels/delta.h"
+#include "kernels/kernels_int.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -54,7 +57,7 @@ static void check_size(int dk, uint64_t *rng)
         unit(q, dk);
         unit(k, dk);
         const float decay = 0.3f + 0.7f * trand_uniform(rng), beta = 0.05f + 0.9f * trand_uniform(rng);
-        fwd_delta_head_step(S, q, k, v, decay, beta, scale, dk, o);
+        kern_delta_step_ref(S, q, k, v, decay, beta, scale, dk, o);
         /* reference: decay, u = S k, S += k (beta (v - u)), o = S q scale (row i = value dim i) */
         for (int i = 0; i < dk; i++) {
             double *row = R + (size_t)i * dk, u = 0, oo = 0;
@@ -83,16 +86,16 @@ static void check_size(int dk, uint64_t *rng)
     for (int t = 0; t < 20; t++) {
         trand_fill_normal(q, dk, rng);
         trand_fill_normal(v, dk, rng);
-        const float a = fwd_delta_dot(q, v, dk), b = dot_order(q, v, dk);
+        const float a = kern_delta_dot(q, v, dk), b = dot_order(q, v, dk);
         CHECK(memcmp(&a, &b, sizeof a) == 0, "dk %d: fwd_delta_dot %.9g != its order %.9g", dk, a, b);
     }
     /* decay 1, beta 0: nothing written */
     float *S0 = malloc(hs * sizeof *S0);
     memcpy(S0, S, hs * sizeof *S);
-    fwd_delta_head_step(S, q, k, v, 1.0f, 0.0f, scale, dk, o);
+    kern_delta_step_ref(S, q, k, v, 1.0f, 0.0f, scale, dk, o);
     CHECK(memcmp(S0, S, hs * sizeof *S) == 0, "dk %d: decay 1 and beta 0 changed the state", dk);
     /* beta 1, unit key: the state now maps k to v */
-    fwd_delta_head_step(S, q, k, v, 0.5f, 1.0f, scale, dk, o);
+    kern_delta_step_ref(S, q, k, v, 0.5f, 1.0f, scale, dk, o);
     double err = 0, den = 0;
     for (int i = 0; i < dk; i++) {
         double u = 0;
@@ -101,6 +104,26 @@ static void check_size(int dk, uint64_t *rng)
         den += (double)v[i] * v[i];
     }
     CHECK(sqrt(err / den) < 1e-5, "dk %d: after beta 1, S k differs from v by %.3g", dk, sqrt(err / den));
+    /* the AVX-512 path: the same bits */
+    if (kern_isa_detect() == KVI_ISA_AVX512) {
+        float *A = malloc(hs * sizeof *A), *B = malloc(hs * sizeof *B), *oa = malloc((size_t)dk * sizeof *oa);
+        trand_fill_normal(A, (int64_t)hs, rng);
+        memcpy(B, A, hs * sizeof *A);
+        bool same = true;
+        for (int t = 0; t < 4; t++) {
+            trand_fill_normal(q, dk, rng);
+            trand_fill_normal(k, dk, rng);
+            trand_fill_normal(v, dk, rng);
+            unit(k, dk);
+            kern_delta_step_ref(A, q, k, v, 0.9f, 0.4f, scale, dk, o);
+            kern_delta_step_avx512(B, q, k, v, 0.9f, 0.4f, scale, dk, oa);
+            same &= memcmp(A, B, hs * sizeof *A) == 0 && memcmp(o, oa, (size_t)dk * sizeof *o) == 0;
+        }
+        CHECK(same, "dk %d: the AVX-512 step differs from the reference", dk);
+        free(A);
+        free(B);
+        free(oa);
+    }
     printf("dk %3d: state %.2g, output %.2g relative to float64\n", dk, worst_s, worst_o);
     free(S0);
     free(S);
@@ -118,5 +141,7 @@ int main(void)
     check_size(128, &rng);
     check_size(64, &rng);
     check_size(37, &rng);
+    check_size(256, &rng);
+    check_size(16, &rng);
     return test_main_end();
 }

@@ -6,7 +6,8 @@
  *  - all 48 positions in one prefill step, and token by token (the state carried
  *    between steps), both within the tolerance, and bit for bit equal;
  *  - chunked prefill (chunks of 16 and 5, then decode), two sequences in one
- *    batch (one 5 behind), 1 thread vs 2 and forward chunks of 3 rows: the same bits;
+ *    batch (one 5 behind), two prompts with their rows interleaved in one step,
+ *    1 thread vs 2 and forward chunks of 3 rows: the same bits;
  *  - the memory: the state is 6 layers x (3 x 256 + 4 x 32 x 32) floats = 116736
  *    bytes (the README's 114 KiB), K/V only for the 2 attention layers, and every
  *    byte accounted (state slots reserved in the budget, states held);
@@ -93,6 +94,34 @@ static float *run_pair(kvi_model *m, const int32_t *toks, int n)
     kvi_batch_free(b);
     kvi_seq_free(s0);
     kvi_seq_free(s1);
+    kvi_engine_free(e);
+    return out;
+}
+
+/* two sequences' prompts in one step, rows interleaved (a0 b0 a1 b1 ...; b runs the
+ * tokens from the 7th on): a's logits */
+static float *run_interleaved(kvi_model *m, const int32_t *toks, int n)
+{
+    kvi_engine_params p = engine_params(KVI_TYPE_F32, 2, 2, 0);
+    kvi_engine *e = engine_create_checked(m, &p);
+    if (!e) return NULL;
+    float *out = malloc((size_t)n * NV * sizeof *out);
+    kvi_seq *a = kvi_seq_create(e), *b = kvi_seq_create(e);
+    kvi_batch *bt = kvi_batch_create(2 * n);
+    for (int i = 0; i < n; i++) {
+        kvi_batch_add(bt, a, toks[i], i, true);
+        if (i + 6 < n) kvi_batch_add(bt, b, toks[i + 6], i, false);
+    }
+    kvi_error err = { 0 };
+    const int rc = kvi_step(e, bt, &err);
+    CHECK(rc == 0, "interleaved step: %s", err.msg);
+    for (int i = 0, row = 0; rc == 0 && i < n; i++) {
+        memcpy(out + (size_t)i * NV, kvi_logits(e, row), NV * sizeof *out);
+        row += i + 6 < n ? 2 : 1;
+    }
+    kvi_batch_free(bt);
+    kvi_seq_free(a);
+    kvi_seq_free(b);
     kvi_engine_free(e);
     return out;
 }
@@ -242,7 +271,9 @@ static void check_file(const char *name, double tol)
     CHECK(same(pre, dec, n), "%s: token-by-token decode differs from prefill", name);
     float *c16 = run(m, toks, n, 16, 2, 0), *c5 = run(m, toks, n, 5, 2, 0);
     float *t1 = run(m, toks, n, n, 1, 0), *fc3 = run(m, toks, n, n, 2, 3);
-    float *pair = run_pair(m, toks, n);
+    float *pair = run_pair(m, toks, n), *mixed = run_interleaved(m, toks, n);
+    CHECK(same(pre, mixed, n), "%s: two prompts with their rows interleaved in one step differ", name);
+    free(mixed);
     CHECK(same(pre, c16, n) && same(pre, c5, n), "%s: chunked prefill (16 / 5) differs", name);
     CHECK(same(pre, t1, n), "%s: 1 thread differs from 2", name);
     CHECK(same(pre, fc3, n), "%s: forward chunks of 3 rows differ", name);

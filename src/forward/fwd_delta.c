@@ -5,9 +5,10 @@
  *     (or both from one ssm_ba product, per key head: r b's, r a's)  b, a [n][Hv]
  *                                        -- one quantisation of xb, matrix products
  *                                           over all rows
- *   per row, in order (serial):          c [n][C]
+ *   per channel (the pool's threads split the channels), rows in order:
  *     c = SiLU(sum_k w[:, k] * [conv state | p][k])   causal depthwise conv, K taps
- *     conv state <- its last K - 2 rows, then p
+ *     conv state <- its last K - 2 rows, then p       c [n][C]
+ *   per row (threads split the rows):
  *     q, k heads of c L2-normalised: x / max(|x|, eps)
  *     beta = sigmoid(b), decay = exp(softplus(a + dt_bias) * ssm_a)
  *   per value head j (the pool's threads split the heads), rows in order:
@@ -17,8 +18,9 @@
  *   y = o Wout^T                                                  y [n][dim]
  *
  * Every value is computed by the same scalar expressions in the same order
- * whatever the batch and the thread count (a head's rows stay with one thread, in
- * row order), so prefill == token-by-token decode bit for bit.
+ * whatever the batch, the thread count and the ISA (a channel's and a head's rows
+ * stay with one thread, in row order; kernels/delta.h fixes the step's order), so
+ * prefill == token-by-token decode bit for bit.
  */
 #include "forward/fwd_delta.h"
 
@@ -27,22 +29,28 @@
 
 #include "base/error.h"
 #include "kernels/kernels.h"
-#include "kernels/vec4.h"
+#include "kernels/delta.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* Rows from which the conv, gates and output norm are split over the pool (below,
+ * the calling thread does them: the same bits either way) */
+#define FWD_DELTA_PAR_ROWS 16
+
 struct fwd_delta {
     int chunk;
-    float *p;   /* [chunk][C] projections before the conv */
-    float *z;   /* [chunk][Hv dk] output gate */
-    float *ba;  /* [chunk][2 Hv] b then a of every value head */
-    float *raw; /* [chunk][2 Hv] ssm_ba's rows as stored */
-    float *c;   /* [chunk][C] conv output: q | k | v */
-    float *gb;  /* [chunk][Hv] beta */
-    float *gd;  /* [chunk][Hv] decay */
-    float *o;   /* [chunk][Hv dk] */
+    float *p;      /* [chunk][C] projections before the conv */
+    float *z;      /* [chunk][Hv dk] output gate */
+    float *ba;     /* [chunk][2 Hv] b then a of every value head */
+    float *raw;    /* [chunk][2 Hv] ssm_ba's rows as stored */
+    float *c;      /* [chunk][C] conv output: q | k | v */
+    float *gb;     /* [chunk][Hv] beta */
+    float *gd;     /* [chunk][Hv] decay */
+    float *o;      /* [chunk][Hv dk] */
+    int *prev;     /* [chunk] the previous row of the row's sequence in this pass, or -1 */
+    uint8_t *last; /* [chunk] 1: the last row of its sequence in this pass */
 };
 
 size_t fwd_delta_state_floats(const struct kvi_model *m) { return model_state_layer_floats(m); }
@@ -58,6 +66,8 @@ void fwd_delta_free(fwd_delta *d)
     free(d->gb);
     free(d->gd);
     free(d->o);
+    free(d->prev);
+    free(d->last);
     free(d);
 }
 
@@ -77,6 +87,8 @@ fwd_delta *fwd_delta_create(const struct kvi_model *m, int chunk, size_t *bytes)
     d->gb = fwd_alloc64(n * hv * sizeof(float), bytes, &ok);
     d->gd = fwd_alloc64(n * hv * sizeof(float), bytes, &ok);
     d->o = fwd_alloc64(n * hv * dk * sizeof(float), bytes, &ok);
+    d->prev = fwd_alloc64(n * sizeof(int), bytes, &ok);
+    d->last = fwd_alloc64(n, bytes, &ok);
     if (!ok) {
         fwd_delta_free(d);
         return NULL;
@@ -84,62 +96,31 @@ fwd_delta *fwd_delta_create(const struct kvi_model *m, int chunk, size_t *bytes)
     return d;
 }
 
-float fwd_delta_dot(const float *a, const float *b, int n)
-{
-    v4f a0 = { 0, 0, 0, 0 }, a1 = a0, a2 = a0, a3 = a0;
-    int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        a0 += ld4(a + i) * ld4(b + i);
-        a1 += ld4(a + i + 4) * ld4(b + i + 4);
-        a2 += ld4(a + i + 8) * ld4(b + i + 8);
-        a3 += ld4(a + i + 12) * ld4(b + i + 12);
-    }
-    const v4f s = (a0 + a1) + (a2 + a3);
-    float r = (s[0] + s[1]) + (s[2] + s[3]);
-    for (; i < n; i++) r += a[i] * b[i];
-    return r;
-}
-
-void fwd_delta_head_step(float *S, const float *q, const float *k, const float *v, float decay, float beta,
-                         float scale, int dk, float *o)
-{
-    const v4f dv = { decay, decay, decay, decay };
-    for (int i = 0; i < dk; i++) {
-        float *row = S + (size_t)i * dk; /* [dk] value dim i over the key dims */
-        int c = 0;
-        for (; c + 4 <= dk; c += 4) st4(row + c, ld4(row + c) * dv);
-        for (; c < dk; c++) row[c] *= decay;
-        const float u = fwd_delta_dot(row, k, dk);
-        const float dl = beta * (v[i] - u);
-        const v4f d4 = { dl, dl, dl, dl };
-        for (c = 0; c + 4 <= dk; c += 4) st4(row + c, ld4(row + c) + d4 * ld4(k + c));
-        for (; c < dk; c++) row[c] += dl * k[c];
-        o[i] = fwd_delta_dot(row, q, dk) * scale;
-    }
-}
-
 static float silu(float x) { return x / (1.0f + expf(-x)); }
 
 /* x [n] / max(|x|, eps) */
 static void l2_normalise(float *x, int n, float eps)
 {
-    const float ss = fwd_delta_dot(x, x, n);
+    const float ss = kern_delta_dot(x, x, n);
     const float s = 1.0f / fmaxf(sqrtf(ss), eps);
     for (int i = 0; i < n; i++) x[i] *= s;
 }
 
 typedef struct delta_task {
     const struct kvi_model *m;
+    const model_layer *L;
     const fwd_delta *d;
     int n;
     float *const *state;
     float *const *snap;
+    const tpool *pool;
 } delta_task;
 
 /* The recurrence of value heads ith, ith + nth, ... over every row, in row order. */
 static void delta_heads(void *ctx, int ith, int nth)
 {
     const delta_task *t = ctx;
+    const tpool *pool = t->pool;
     const struct kvi_model *m = t->m;
     const int dk = m->ssm_dk, hk = m->ssm_hk, hv = m->ssm_hv, r_per = hv / hk;
     const size_t conv = 2 * (size_t)hk * dk + (size_t)hv * dk, cf = (size_t)(m->ssm_conv - 1) * conv;
@@ -150,20 +131,114 @@ static void delta_heads(void *ctx, int ith, int nth)
         for (int r = 0; r < t->n; r++) {
             const float *c = t->d->c + (size_t)r * conv;
             float *S = t->state[r] + cf + (size_t)j * hs;
-            fwd_delta_head_step(S, c + (size_t)kh * dk, c + (size_t)(hk + kh) * dk,
-                                c + 2 * (size_t)hk * dk + (size_t)j * dk, t->d->gd[(size_t)r * hv + j],
-                                t->d->gb[(size_t)r * hv + j], scale, dk, t->d->o + ((size_t)r * hv + j) * dk);
+            kern_delta_step(pool, S, c + (size_t)kh * dk, c + (size_t)(hk + kh) * dk,
+                            c + 2 * (size_t)hk * dk + (size_t)j * dk, t->d->gd[(size_t)r * hv + j],
+                            t->d->gb[(size_t)r * hv + j], scale, dk, t->d->o + ((size_t)r * hv + j) * dk);
             if (t->snap && t->snap[r]) memcpy(t->snap[r] + cf + (size_t)j * hs, S, hs * sizeof(float));
         }
     }
 }
 
+/* [i0, i1) of n items for thread ith of nth */
+static void share(int n, int ith, int nth, int *i0, int *i1)
+{
+    *i0 = (int)((int64_t)n * ith / nth);
+    *i1 = (int)((int64_t)n * (ith + 1) / nth);
+}
+
+/* Where row r's input from `back` positions earlier is (0 <= back < K): p of an
+ * earlier row of its sequence in this pass, or (before its first row here) a row of
+ * its conv state [K - 1][conv], which holds the K - 1 positions before that row. */
+static const float *conv_src(const delta_task *t, int r, int back, int conv)
+{
+    int j = r;
+    for (int b = 0; b < back; b++) {
+        if (t->d->prev[j] < 0) /* back - b positions before row j, the sequence's first here */
+            return t->state[r] + (size_t)(t->m->ssm_conv - 1 - (back - b)) * conv;
+        j = t->d->prev[j];
+    }
+    return t->d->p + (size_t)j * conv;
+}
+
+/* The causal conv and SiLU of channels [c0, c1) over every row: each tap reads the
+ * projection of the row that many positions back (conv_src), in tap order; then
+ * each sequence's conv state takes the raw inputs of its last K - 1 positions
+ * (snapshots: those after their row). */
+static void delta_conv(void *ctx, int ith, int nth)
+{
+    const delta_task *t = ctx;
+    const struct kvi_model *m = t->m;
+    const int K = m->ssm_conv, conv = 2 * m->ssm_hk * m->ssm_dk + m->ssm_hv * m->ssm_dk;
+    const float *src[64];
+    int c0, c1;
+    share(conv, ith, nth, &c0, &c1);
+    for (int r = 0; r < t->n; r++) {
+        for (int k = 0; k < K; k++) src[k] = conv_src(t, r, K - 1 - k, conv);
+        float *c = t->d->c + (size_t)r * conv;
+        for (int ch = c0; ch < c1; ch++) {
+            const float *w = t->L->conv_w + (size_t)ch * K;
+            float s = 0.0f;
+            for (int k = 0; k < K; k++) s += w[k] * src[k][ch];
+            c[ch] = silu(s);
+        }
+        if (t->snap && t->snap[r]) /* the state as it is after row r */
+            for (int i = 0; i < K - 1; i++)
+                memcpy(t->snap[r] + (size_t)i * conv + c0, src[i + 1] + c0,
+                       (size_t)(c1 - c0) * sizeof(float));
+    }
+    /* the new states, from each sequence's last row (read before any is written:
+     * a state row may be the source of another) */
+    for (int r = 0; r < t->n; r++) {
+        if (!t->d->last[r]) continue;
+        for (int k = 0; k < K - 1; k++) src[k] = conv_src(t, r, K - 2 - k, conv);
+        for (int k = 0; k < K - 1; k++) /* oldest first: a source is never a row already written */
+            if (src[k] != t->state[r] + (size_t)k * conv)
+                memcpy(t->state[r] + (size_t)k * conv + c0, src[k] + c0, (size_t)(c1 - c0) * sizeof(float));
+    }
+}
+
+/* q, k heads L2-normalised; beta and decay per value head: rows [r0, r1) */
+static void delta_gates(void *ctx, int ith, int nth)
+{
+    const delta_task *t = ctx;
+    const struct kvi_model *m = t->m;
+    const int dk = m->ssm_dk, hk = m->ssm_hk, hv = m->ssm_hv, conv = 2 * hk * dk + hv * dk;
+    int r0, r1;
+    share(t->n, ith, nth, &r0, &r1);
+    for (int r = r0; r < r1; r++) {
+        float *c = t->d->c + (size_t)r * conv;
+        for (int h = 0; h < 2 * hk; h++) l2_normalise(c + (size_t)h * dk, dk, m->rms_eps);
+        const float *b = t->d->ba + (size_t)r * 2 * hv, *a = b + hv;
+        for (int j = 0; j < hv; j++) {
+            const float x = a[j] + t->L->dt_bias[j];
+            const float sp = x > 20.0f ? x : log1pf(expf(x));
+            t->d->gb[(size_t)r * hv + j] = 1.0f / (1.0f + expf(-b[j]));
+            t->d->gd[(size_t)r * hv + j] = expf(sp * t->L->ssm_a[j]);
+        }
+    }
+}
+
+/* the gated output norm per value head: rows [r0, r1) */
+static void delta_out(void *ctx, int ith, int nth)
+{
+    const delta_task *t = ctx;
+    const struct kvi_model *m = t->m;
+    const int dk = m->ssm_dk, hv = m->ssm_hv;
+    int r0, r1;
+    share(t->n, ith, nth, &r0, &r1);
+    if (r1 <= r0) return;
+    float *o = t->d->o + (size_t)r0 * hv * dk;
+    const float *z = t->d->z + (size_t)r0 * hv * dk;
+    fwd_rmsnorm_rows(o, o, t->L->ssm_norm, (r1 - r0) * hv, dk, m->rms_eps);
+    for (size_t i = 0; i < (size_t)(r1 - r0) * hv * dk; i++) o[i] *= silu(z[i]);
+}
+
 int fwd_delta_run(fwd_delta *d, tpool *pool, const struct kvi_model *m, const model_layer *L, const float *xb,
                   int n, float *const *state, const int32_t *pos, float *const *snap, float *y)
 {
-    const int dim = m->dim, dk = m->ssm_dk, hk = m->ssm_hk, hv = m->ssm_hv, K = m->ssm_conv;
+    const int dim = m->dim, dk = m->ssm_dk, hk = m->ssm_hk, hv = m->ssm_hv;
     const int conv = 2 * hk * dk + hv * dk, inner = hv * dk;
-    const size_t cf = (size_t)(K - 1) * conv, sf = fwd_delta_state_floats(m);
+    const size_t sf = fwd_delta_state_floats(m);
     int rc;
     { /* projections: one quantisation of xb */
         const bool fused = L->ssm_ba.data != NULL;
@@ -185,35 +260,30 @@ int fwd_delta_run(fwd_delta *d, tpool *pool, const struct kvi_model *m, const mo
             }
         }
     }
-    /* conv, q/k normalisation and gates, row by row in order */
+    /* a sequence's first row starts from zeros; each row's predecessor in this pass */
     for (int r = 0; r < n; r++) {
-        float *st = state[r];
-        if (pos[r] == 0) memset(st, 0, sf * sizeof(float));
-        const float *p = d->p + (size_t)r * conv;
-        float *c = d->c + (size_t)r * conv;
-        for (int ch = 0; ch < conv; ch++) {
-            const float *w = L->conv_w + (size_t)ch * K;
-            float s = 0.0f;
-            for (int k = 0; k < K - 1; k++) s += w[k] * st[(size_t)k * conv + ch];
-            s += w[K - 1] * p[ch];
-            c[ch] = silu(s);
-        }
-        if (K > 2) memmove(st, st + conv, (size_t)(K - 2) * conv * sizeof(float));
-        memcpy(st + (size_t)(K - 2) * conv, p, (size_t)conv * sizeof(float));
-        if (snap && snap[r]) memcpy(snap[r], st, cf * sizeof(float));
-        for (int h = 0; h < 2 * hk; h++) l2_normalise(c + (size_t)h * dk, dk, m->rms_eps);
-        const float *b = d->ba + (size_t)r * 2 * hv, *a = b + hv;
-        for (int j = 0; j < hv; j++) {
-            const float x = a[j] + L->dt_bias[j];
-            const float sp = x > 20.0f ? x : log1pf(expf(x));
-            d->gb[(size_t)r * hv + j] = 1.0f / (1.0f + expf(-b[j]));
-            d->gd[(size_t)r * hv + j] = expf(sp * L->ssm_a[j]);
-        }
+        if (pos[r] == 0) memset(state[r], 0, sf * sizeof(float));
+        d->prev[r] = -1;
+        d->last[r] = 1;
+        for (int j = r - 1; j >= 0; j--) /* rows of one sequence usually follow each other */
+            if (state[j] == state[r]) {
+                d->prev[r] = j;
+                d->last[j] = 0;
+                break;
+            }
     }
-    delta_task t = { .m = m, .d = d, .n = n, .state = state, .snap = snap };
-    tpool_run(pool, delta_heads, &t);
-    /* gated output norm per value head, then the output projection */
-    fwd_rmsnorm_rows(d->o, d->o, L->ssm_norm, n * hv, dk, m->rms_eps);
-    for (size_t i = 0; i < (size_t)n * inner; i++) d->o[i] *= silu(d->z[i]);
+    delta_task t = { .m = m, .L = L, .d = d, .n = n, .state = state, .snap = snap, .pool = pool };
+    if (n >= FWD_DELTA_PAR_ROWS) {
+        tpool_run(pool, delta_conv, &t);  /* channels split, rows in order */
+        tpool_run(pool, delta_gates, &t); /* rows split */
+    } else {                              /* a few rows: less work than waking the pool */
+        delta_conv(&t, 0, 1);
+        delta_gates(&t, 0, 1);
+    }
+    tpool_run(pool, delta_heads, &t); /* value heads split, rows in order */
+    if (n >= FWD_DELTA_PAR_ROWS)
+        tpool_run(pool, delta_out, &t); /* rows split */
+    else
+        delta_out(&t, 0, 1);
     return kern_matmul(pool, &L->ssm_out, d->o, inner, n, y, dim);
 }

@@ -39,13 +39,4 @@ void fwd_delta_free(fwd_delta *d);
 int fwd_delta_run(fwd_delta *d, tpool *pool, const struct kvi_model *m, const model_layer *L, const float *xb,
                   int n, float *const *state, const int32_t *pos, float *const *snap, float *y);
 
-/* One value head's step of the delta rule (plain code, exported for the tests):
- * S [dk][dk] (row i = value dim i) <- decay S; u = S k; S += k (beta (v - u))^T by
- * rows; o = S q * scale, with the fixed summation order of fwd_delta_dot. */
-void fwd_delta_head_step(float *S, const float *q, const float *k, const float *v, float decay, float beta,
-                         float scale, int dk, float *o);
-/* sum a[i] b[i], i < n, in a fixed order: 16 lanes (i mod 16, 4 groups of 4),
- * reduced pairwise, then the tail in index order */
-float fwd_delta_dot(const float *a, const float *b, int n);
-
 #endif

@@ -829,4 +829,5 @@ const kern_table kern_table_avx512 = {
     .fmm = kern_fmm_avx512,
     .fmm_amx = kern_fmm_amx,
     .amx_q8 = true,
+    .delta_step = kern_delta_step_avx512,
 };
