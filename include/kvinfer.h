@@ -262,6 +262,7 @@ typedef struct kvi_stats {
     int32_t kv_snapshots;                               /* pool: prefix snapshots held */
     int32_t kv_blocks_snapshot;                         /* pool: blocks they hold */
     uint64_t kv_snapshots_taken, kv_snapshots_restored; /* pool */
+    uint64_t kv_snapshots_evicted; /* pool: dropped to give their blocks to new data */
 } kvi_stats;
 
 /* Statistics of one sequence (s != NULL) or of the whole engine (s == NULL). */

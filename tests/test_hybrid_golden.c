@@ -5,6 +5,8 @@
  * each file:
  *  - all 48 positions in one prefill step, and token by token (the state carried
  *    between steps), both within the tolerance, and bit for bit equal;
+ *  - chunked prefill in a budget of 7 blocks, where the pool must take back the
+ *    blocks of state snapshots (4 each) for the sequence's own: the same bits;
  *  - chunked prefill (chunks of 16 and 5, then decode), two sequences in one
  *    batch (one 5 behind), two prompts with their rows interleaved in one step,
  *    1 thread vs 2 and forward chunks of 3 rows: the same bits;
@@ -62,6 +64,45 @@ static float *run(kvi_model *m, const int32_t *toks, int n, int step, int thread
             memcpy(out + (size_t)i * NV, kvi_logits(e, i - i0), NV * sizeof *out);
     }
     CHECK(rc == 0, "step: %s", err.msg);
+    kvi_batch_free(b);
+    kvi_seq_free(s);
+    kvi_engine_free(e);
+    if (rc) {
+        free(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* prefill in chunks of 16 in a budget of one state and `blocks` blocks: snapshots
+ * (4 blocks each here) must give way to the sequence's own blocks; seq 0's logits */
+static float *run_tight(kvi_model *m, const int32_t *toks, int n, int blocks, uint64_t *evicted)
+{
+    kvi_engine_params p = engine_params(KVI_TYPE_F32, 2, 1, 0);
+    kvi_engine *probe = engine_create_checked(m, &p);
+    if (!probe) return NULL;
+    kvi_stats st;
+    kvi_stats_get(probe, NULL, &st);
+    kvi_engine_free(probe);
+    p.kv_budget_bytes = st.kv_bytes_state_seq + (size_t)blocks * st.kv_bytes_block;
+    kvi_engine *e = engine_create_checked(m, &p);
+    if (!e) return NULL;
+    float *out = malloc((size_t)n * NV * sizeof *out);
+    kvi_seq *s = kvi_seq_create(e);
+    kvi_batch *b = kvi_batch_create(16);
+    kvi_error err = { 0 };
+    int rc = 0;
+    for (int i0 = 0; rc == 0 && i0 < n; i0 += 16) {
+        kvi_batch_clear(b);
+        for (int i = i0; i < i0 + 16 && i < n; i++) kvi_batch_add(b, s, toks[i], i, true);
+        rc = kvi_step(e, b, &err);
+        for (int i = i0; rc == 0 && i < i0 + 16 && i < n; i++)
+            memcpy(out + (size_t)i * NV, kvi_logits(e, i - i0), NV * sizeof *out);
+    }
+    CHECK(rc == 0, "tight budget of %d blocks: %s", blocks, err.msg);
+    kvi_stats_get(e, NULL, &st);
+    *evicted = st.kv_snapshots_evicted;
+    CHECK(st.kv_snapshots <= 1, "%d snapshots held by one sequence", st.kv_snapshots);
     kvi_batch_free(b);
     kvi_seq_free(s);
     kvi_engine_free(e);
@@ -274,6 +315,11 @@ static void check_file(const char *name, double tol)
     float *pair = run_pair(m, toks, n), *mixed = run_interleaved(m, toks, n);
     CHECK(same(pre, mixed, n), "%s: two prompts with their rows interleaved in one step differ", name);
     free(mixed);
+    uint64_t ev = 0;
+    float *tight = run_tight(m, toks, n, 7, &ev);
+    CHECK(same(pre, tight, n) && ev > 0, "%s: chunked prefill in 7 blocks: same %d, %llu snapshots evicted", name,
+          same(pre, tight, n), (unsigned long long)ev);
+    free(tight);
     CHECK(same(pre, c16, n) && same(pre, c5, n), "%s: chunked prefill (16 / 5) differs", name);
     CHECK(same(pre, t1, n), "%s: 1 thread differs from 2", name);
     CHECK(same(pre, fc3, n), "%s: forward chunks of 3 rows differ", name);

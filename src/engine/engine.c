@@ -67,6 +67,7 @@ struct kvi_seq {
     uint64_t step_stamp;
     int32_t step_first, step_last, step_rows;
     int32_t step_snap; /* index into snap_stage, or -1 */
+    int32_t step_bnd;  /* the block boundary whose state step_snap keeps */
 };
 
 struct kvi_batch {
@@ -548,12 +549,16 @@ static int step_reserve(kvi_engine *e, const kvi_batch *b, kvi_error *err)
             step_rollback(e, b);
             return rc;
         }
-        /* recurrent layers: the state after the last block boundary this step
-         * crosses (not at its end), kept as a prefix snapshot (kv_cache.h) */
-        const int32_t bs = e->p.kv_block_size, bnd = s->step_last / bs * bs;
+        /* recurrent layers: the state after the last block boundary the step crosses
+         * before its last row (what a repeat of a prompt ending here reuses: never its
+         * last row), else after its last row when that ends a block (the next chunk,
+         * turn or a longer prompt reuses it): a prefix snapshot (kv_cache.h) */
+        const int32_t bs = e->p.kv_block_size, inner = s->step_last / bs * bs;
         s->step_snap = -1;
-        if (e->kv.snap_blocks > 0 && e->p.prefix_cache && bnd >= bs && bnd - 1 >= s->step_first)
-            s->step_snap = n_snap++;
+        s->step_bnd = inner >= bs && inner - 1 >= s->step_first ? inner
+                      : (s->step_last + 1) % bs == 0        ? s->step_last + 1
+                                                            : 0;
+        if (e->kv.snap_blocks > 0 && e->p.prefix_cache && s->step_bnd > 0) s->step_snap = n_snap++;
     }
     if (e->kv.n_rlayers && e->snap_rows_cap < b->n) {
         float **nr = realloc(e->snap_rows, (size_t)b->n * sizeof *nr);
@@ -576,8 +581,7 @@ static int step_reserve(kvi_engine *e, const kvi_batch *b, kvi_error *err)
     }
     for (int32_t i = 0; e->kv.n_rlayers && i < b->n; i++) {
         const kvi_seq *s = b->seq[i];
-        const int32_t bnd = s->step_last / e->p.kv_block_size * e->p.kv_block_size;
-        e->snap_rows[i] = s->step_snap >= 0 && b->pos[i] == bnd - 1
+        e->snap_rows[i] = s->step_snap >= 0 && b->pos[i] == s->step_bnd - 1
                               ? e->snap_stage + (size_t)s->step_snap * (e->kv.state_bytes / sizeof(float))
                               : NULL;
     }
@@ -636,9 +640,15 @@ static void step_commit(kvi_engine *e, const kvi_batch *b)
         s->table.n_pos = s->step_last + 1;
         if (e->p.prefix_cache) kv_prefix_index_table(&e->kv, &s->table, s->step_first / bs);
         if (e->kv.n_rlayers && s->step_snap >= 0) { /* the snapshot joins its block (kv_cache.h) */
-            const int32_t bi = s->step_last / bs - 1;
-            kv_snap_put(&e->kv, s->table.blocks[bi],
-                        e->snap_stage + (size_t)s->step_snap * (e->kv.state_bytes / sizeof(float)));
+            const int32_t b = s->table.blocks[s->step_bnd / bs - 1];
+            if (kv_snap_put(&e->kv, b, e->snap_stage + (size_t)s->step_snap * (e->kv.state_bytes / sizeof(float))) ==
+                0) {
+                /* a table keeps its two newest snapshots: the older one goes */
+                if (s->table.snap_at[1] > 0 && s->table.snap_at[1] - 1 != b)
+                    kv_snap_drop(&e->kv, s->table.snap_at[1] - 1);
+                s->table.snap_at[1] = s->table.snap_at[0];
+                s->table.snap_at[0] = 1 + b;
+            }
         }
         kv_table_window_release(&e->kv, &s->table);
     }
@@ -744,6 +754,7 @@ void kvi_stats_get(const kvi_engine *e, const kvi_seq *s, kvi_stats *out)
         out->kv_blocks_snapshot = kv->n_snaps * kv->snap_blocks;
         out->kv_snapshots_taken = kv->n_snaps_taken;
         out->kv_snapshots_restored = kv->n_snaps_restored;
+        out->kv_snapshots_evicted = kv->n_snaps_evicted;
         out->kv_blocks_used = kv->n_used;
         out->kv_wparts_held = kv->n_walloc - kv->n_wfree;
         out->kv_wparts_released = kv->n_wreleased;

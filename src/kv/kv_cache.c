@@ -320,8 +320,26 @@ int32_t kv_table_rewind_min(const kv_pool *p, const kv_table *t)
 
 size_t kv_pool_bytes_tails(const kv_pool *p) { return (size_t)p->n_tails * p->tail_bytes; }
 
+/* Drops one prefix snapshot (the first from a rotating cursor), its blocks back to
+ * the free stack; false when none is held. */
+static bool snap_evict_one(kv_pool *p)
+{
+    if (p->n_snaps <= 0) return false;
+    for (int32_t i = 0; i < p->n_blocks_max; i++) {
+        const int32_t b = (p->snap_cursor + i) % p->n_blocks_max;
+        if (p->snap[b]) {
+            kv_snap_drop(p, b);
+            p->snap_cursor = (b + 1) % p->n_blocks_max;
+            p->n_snaps_evicted++;
+            return true;
+        }
+    }
+    return false;
+}
+
 /* A block with refcount 1, or -1 when the budget is spent. Order: a free block,
- * then fresh memory, and only then the least recently used cached prefix. */
+ * then fresh memory, then the least recently used cached prefix, and only then
+ * the blocks of a state snapshot. */
 static int32_t pool_take(kv_pool *p)
 {
     int32_t b;
@@ -338,6 +356,8 @@ static int32_t pool_take(kv_pool *p)
         kv_prefix_remove(p, b); /* moves it to the free stack */
         b = p->free_ids[--p->n_free];
         p->n_lru_evicted++;
+    } else if (snap_evict_one(p)) { /* a recurrent state snapshot's blocks: the last resort */
+        return pool_take(p);
     } else {
         return -1;
     }

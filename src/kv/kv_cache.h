@@ -69,7 +69,11 @@
  * (snap[b]: snap_blocks block ids of the pool, the state copied across them in
  * order, each held by the snapshot with refcount 1); kv_prefix_match takes a chain
  * only up to its last block with a snapshot, and copies that snapshot into the new
- * table's state. A snapshot's blocks go back when its block leaves the index.
+ * table's state. A snapshot's blocks go back when its block leaves the index, and
+ * are the pool's last resort when it has no other block to hand out (a snapshot is
+ * a cache: losing it only costs a recomputation). A table keeps at most its two
+ * newest snapshots (snap_at): a long prompt prefilled in chunks, or a long decode,
+ * leaves two, not one a chunk or block.
  *
  * KIVI (q4) keys and the per-table f16 tail (kv_quant.h), for every feature:
  *  - fork (kv_table_share) copies the tail: the child reads exactly the keys the
@@ -126,7 +130,8 @@ typedef struct kv_pool {
     int32_t snap_blocks;      /* blocks one snapshot spans: ceil(state_bytes / gblock_bytes) */
     int32_t **snap;           /* [n_blocks_max] the snapshot's block ids, or NULL */
     int32_t n_snaps;          /* snapshots held */
-    uint64_t n_snaps_taken, n_snaps_restored;
+    int32_t snap_cursor;      /* where the next eviction of a snapshot starts looking */
+    uint64_t n_snaps_taken, n_snaps_restored, n_snaps_evicted;
     int32_t n_walloc;     /* window parts with memory (held by blocks or free) */
     uint64_t n_wreleased; /* window parts given up by tables (statistics) */
     size_t budget;        /* bound on the blocks' parts (kv_pool_bytes_allocated) */
@@ -172,6 +177,7 @@ typedef struct kv_table {
     bool no_index;       /* positions re-assigned by a context policy: never indexed */
     int32_t wdrop;       /* window layers: blocks [0, wdrop) no longer needed (released) */
     float *state;        /* [pool state_bytes / 4] recurrent layers' state, or NULL */
+    int32_t snap_at[2];  /* 1 + the blocks holding this table's two newest snapshots, 0: none */
     int32_t lossy_block; /* q4 keys: 1 + the first block whose keys were re-read
                                 from 4-bit codes (see above), 0 when none; blocks from
                                 it on are never indexed */

@@ -565,7 +565,8 @@ static void admit(kvi_sched *s)
         const int32_t want = blocks_for(q->n_tokens, bs);
         if (want > qs.kv_blocks_used) pending += want - qs.kv_blocks_used;
     }
-    int64_t free_blocks = (int64_t)ks.kv_blocks_total - ks.kv_blocks_used - pending;
+    /* (recurrent state snapshots hold blocks the pool takes back when it needs them) */
+    int64_t free_blocks = (int64_t)ks.kv_blocks_total - (ks.kv_blocks_used - ks.kv_blocks_snapshot) - pending;
     while (n_running < s->p.n_parallel) {
         sreq *best = NULL;
         for (int i = 0; i < s->n_live; i++) {
