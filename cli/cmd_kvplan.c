@@ -146,7 +146,9 @@ static const char kvplan_help[] =
     "                     64 heads, 8 KV heads, d_k 128), seed-70b-mha (the same without\n"
     "                     GQA: 64 KV heads); with sliding-window layers: gemma-3-27b,\n"
     "                     gemma-3-1b, gemma-2-9b; with latent attention (MLA): deepseek-v3,\n"
-    "                     deepseek-v2-lite\n"
+    "                     deepseek-v2-lite; hybrids (gated DeltaNet + attention):\n"
+    "                     qwen3.5-0.8b, qwen3-next-80b, and qwen3.5-0.8b-all-attention\n"
+    "                     (the same depth, attention everywhere)\n"
     "  -m, --model FILE   read the shape from a model file's metadata (weights not loaded)\n"
     "  -c, --ctx N        tokens per sequence (default: the model's context length)\n"
     "  --mem SIZE         memory for the KV cache alone: 80GiB, 512MiB, 1.5G, 4096 (bytes)\n"
@@ -163,7 +165,11 @@ static const char kvplan_help[] =
     "\n"
     "Sliding-window layers (Gemma 2/3) hold at most their window W of positions: a\n"
     "sequence of ctx tokens takes global x ctx + window x min(ctx, W) bytes, shown beside\n"
-    "a full cache of the same shape (every layer global) and the saving.\n";
+    "a full cache of the same shape (every layer global) and the saving.\n"
+    "\n"
+    "Hybrid models (Qwen3.5, Qwen3-Next) keep K/V only in their attention layers; their\n"
+    "gated DeltaNet layers hold a fixed f32 state per sequence whatever the context and\n"
+    "--kv-type, shown apart and added to every sequence (also in max_context).\n";
 
 typedef enum kv_elem { KV_F32, KV_F16, KV_BF16, KV_Q8_0, KV_Q4_0, KV_Q4 } kv_elem;
 

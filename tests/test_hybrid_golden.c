@@ -5,6 +5,7 @@
  * each file:
  *  - all 48 positions in one prefill step, and token by token (the state carried
  *    between steps), both within the tolerance, and bit for bit equal;
+ *  - 200 rows in one step (parts of 64 rows in the DeltaNet layers) == decode;
  *  - chunked prefill in a budget of 7 blocks, where the pool must take back the
  *    blocks of state snapshots (4 each) for the sequence's own: the same bits;
  *  - chunked prefill (chunks of 16 and 5, then decode), two sequences in one
@@ -317,8 +318,8 @@ static void check_file(const char *name, double tol)
     free(mixed);
     uint64_t ev = 0;
     float *tight = run_tight(m, toks, n, 7, &ev);
-    CHECK(same(pre, tight, n) && ev > 0, "%s: chunked prefill in 7 blocks: same %d, %llu snapshots evicted", name,
-          same(pre, tight, n), (unsigned long long)ev);
+    CHECK(same(pre, tight, n) && ev > 0, "%s: chunked prefill in 7 blocks: same %d, %llu snapshots evicted",
+          name, same(pre, tight, n), (unsigned long long)ev);
     free(tight);
     CHECK(same(pre, c16, n) && same(pre, c5, n), "%s: chunked prefill (16 / 5) differs", name);
     CHECK(same(pre, t1, n), "%s: 1 thread differs from 2", name);
@@ -329,6 +330,14 @@ static void check_file(const char *name, double tol)
     free(t1);
     free(fc3);
     free(pair);
+    { /* 200 rows: the DeltaNet layers run a step's rows in parts of 64 */
+        int32_t lt[200];
+        for (int i = 0; i < 200; i++) lt[i] = i < n ? toks[i] : toks[(i * 7) % n];
+        float *lp = run(m, lt, 200, 200, 2, 0), *ld = run(m, lt, 200, 1, 2, 0);
+        CHECK(same(lp, ld, 200), "%s: 200 rows in one step differ from token-by-token decode", name);
+        free(lp);
+        free(ld);
+    }
     if (pre) check_state(m, name, toks, n, pre);
     free(pre);
     free(dec);

@@ -241,6 +241,27 @@ int main(void)
         cJSON_Delete(j);
     }
     expect_fail("kv-plan --preset deepseek-v3 --ctx 1 --mem 1GiB --kv-type q4", "latent");
+
+    /* hybrids: K/V in the attention layers only, plus a fixed f32 state per sequence.
+     * Qwen3.5-0.8B: 6 attention layers x 2 x (2 x 256) x 2 bytes = 12288 a token; state
+     * 18 x (3 x 6144 + 16 x 128 x 128) x 4 = 20201472; at 1024 tokens 12582912 + 20201472;
+     * max context (1 GiB - state) / 12288 = 85737. The qwen35 golden: 2 x 2 x 128 x 4 =
+     * 2048 a token (f32), state 6 x (3 x 256 + 4 x 32 x 32) x 4 = 116736 */
+    expect_plan("--preset qwen3.5-0.8b --ctx 1024 --mem 1GiB", 12288, 32784384.0, 32, 85737);
+    expect_plan("--preset qwen3.5-0.8b-all-attention --ctx 1024 --mem 1GiB", 49152, 50331648.0, 21, -1);
+    snprintf(args, sizeof args, "-m %s --mem 1MiB --ctx 512 --kv-type f32",
+             shared_path("golden/arch/qwen35-f32.gguf"));
+    expect_plan(args, 2048, 1165312.0, 0, 455);
+    {
+        int prc;
+        cJSON *j = plan("--preset qwen3.5-0.8b --ctx 1024 --mem 1GiB --kv-type q8_0", &prc);
+        CHECK(j && num(j, "n_layers_recurrent") == 18 && num(j, "state_bytes_per_sequence") == 20201472 &&
+                  num(j, "bytes_per_sequence_all_attention") == 24.0 * 2 * 16 * 34 * 1024,
+              "qwen3.5-0.8b: recurrent %g, state %g, all attention %g", j ? num(j, "n_layers_recurrent") : -1,
+              j ? num(j, "state_bytes_per_sequence") : -1,
+              j ? num(j, "bytes_per_sequence_all_attention") : -1);
+        cJSON_Delete(j);
+    }
     info_latent();
 
     /* the text table carries the same numbers */

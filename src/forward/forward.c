@@ -72,6 +72,7 @@
 /* Target bytes of the per-chunk activations (xb, q, k, v, att, hg, hu). */
 #define FWD_CHUNK_BYTES ((size_t)16 << 20)
 #define FWD_CHUNK_ALIGN 16 /* rows; the GEMM's row tile */
+#define FWD_DELTA_ROWS 64  /* rows per part of a DeltaNet layer (fwd_delta.h) */
 
 struct fwd_ctx {
     const struct kvi_model *m;
@@ -99,7 +100,6 @@ struct fwd_ctx {
     float **st, **sn;                  /* [chunk] per row: its sequence's layer state, snapshot or NULL */
     float *qg;                         /* [chunk][2 n_heads head_dim] gated q rows [q | gate] per head */
     float *gate;                       /* [chunk][n_heads * head_dim] the attention output gate */
-    float *dy;                         /* [chunk][dim] the DeltaNet mixer's output */
     size_t bytes;
     attn_scratch *attn;
     kv_stash stash; /* q4 key groups a layer's rows still read in f16 (kv_quant.h) */
@@ -130,7 +130,6 @@ void fwd_free(fwd_ctx *f)
     free(f->sn);
     free(f->qg);
     free(f->gate);
-    free(f->dy);
     free(f->moe_y);
     free(f->routed);
     attn_scratch_free(f->attn);
@@ -172,11 +171,6 @@ fwd_ctx *fwd_create(const struct kvi_model *m, int n_rows_max, int force_chunk, 
         row_bytes += ((size_t)m->n_expert + 3 * (size_t)m->n_expert_used + 3 * (size_t)m->dim +
                       2 * (size_t)(m->expert_ffn > m->shared_ffn ? m->expert_ffn : m->shared_ffn)) *
                      sizeof(float);
-    if (m->n_recurrent > 0) { /* fwd_delta's rows: p, c, z, o, b/a (twice), gates, the output */
-        const size_t dk = (size_t)m->ssm_dk, hv = (size_t)m->ssm_hv,
-                     conv = 2 * (size_t)m->ssm_hk * dk + hv * dk;
-        row_bytes += (2 * conv + 2 * hv * dk + 6 * hv + (size_t)m->dim) * sizeof(float);
-    }
     if (m->attn_gated) row_bytes += 3 * qd * sizeof(float); /* [q | gate] rows and the gate */
     size_t chunk = FWD_CHUNK_BYTES / row_bytes;
     chunk = chunk > FWD_CHUNK_ALIGN ? chunk / FWD_CHUNK_ALIGN * FWD_CHUNK_ALIGN : FWD_CHUNK_ALIGN;
@@ -233,11 +227,11 @@ fwd_ctx *fwd_create(const struct kvi_model *m, int n_rows_max, int force_chunk, 
         }
     }
     if (m->n_recurrent > 0) {
-        f->delta = fwd_delta_create(m, (int)chunk, &f->bytes);
+        /* its own parts of at most FWD_DELTA_ROWS rows: its scratch does not shrink the chunk */
+        f->delta = fwd_delta_create(m, chunk < FWD_DELTA_ROWS ? (int)chunk : FWD_DELTA_ROWS, &f->bytes);
         f->st = calloc(chunk, sizeof *f->st);
         f->sn = calloc(chunk, sizeof *f->sn);
-        f->dy = falloc(f, chunk * m->dim, &ok);
-        if (!f->delta || !f->st || !f->sn || !ok) {
+        if (!f->delta || !f->st || !f->sn) {
             fwd_free(f);
             err_set(err, KVI_E_NOMEM, "forward: cannot allocate the linear attention scratch");
             return NULL;
@@ -438,10 +432,11 @@ static int delta_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *row
         f->st[r] = kv_state(kv, rows->tables[r0 + r], l);
         f->sn[r] = rows->snap && rows->snap[r0 + r] ? rows->snap[r0 + r] + off : NULL;
     }
-    float *y = f->dy; /* [n][dim] */
-    const int rc = fwd_delta_run(f->delta, pool, m, &m->layers[l], f->xb, n, f->st, rows->pos + r0, f->sn, y);
+    /* the mixer's output replaces its input in xb [n][dim] */
+    const int rc =
+        fwd_delta_run(f->delta, pool, m, &m->layers[l], f->xb, n, f->st, rows->pos + r0, f->sn, f->xb);
     if (rc) return rc;
-    residual_add(m, f->x + (size_t)r0 * m->dim, y, m->layers[l].post_attn_norm, n);
+    residual_add(m, f->x + (size_t)r0 * m->dim, f->xb, m->layers[l].post_attn_norm, n);
     return KVI_OK;
 }
 

@@ -233,8 +233,10 @@ static void delta_out(void *ctx, int ith, int nth)
     for (size_t i = 0; i < (size_t)(r1 - r0) * hv * dk; i++) o[i] *= silu(z[i]);
 }
 
-int fwd_delta_run(fwd_delta *d, tpool *pool, const struct kvi_model *m, const model_layer *L, const float *xb,
-                  int n, float *const *state, const int32_t *pos, float *const *snap, float *y)
+/* fwd_delta_run over at most d->chunk rows */
+static int delta_part(fwd_delta *d, tpool *pool, const struct kvi_model *m, const model_layer *L,
+                      const float *xb, int n, float *const *state, const int32_t *pos, float *const *snap,
+                      float *y)
 {
     const int dim = m->dim, dk = m->ssm_dk, hk = m->ssm_hk, hv = m->ssm_hv;
     const int conv = 2 * hk * dk + hv * dk, inner = hv * dk;
@@ -286,4 +288,18 @@ int fwd_delta_run(fwd_delta *d, tpool *pool, const struct kvi_model *m, const mo
     else
         delta_out(&t, 0, 1);
     return kern_matmul(pool, &L->ssm_out, d->o, inner, n, y, dim);
+}
+
+int fwd_delta_run(fwd_delta *d, tpool *pool, const struct kvi_model *m, const model_layer *L, const float *xb,
+                  int n, float *const *state, const int32_t *pos, float *const *snap, float *y)
+{
+    /* parts of d->chunk rows in order: each continues the states the previous left */
+    const int dim = m->dim;
+    for (int r0 = 0; r0 < n; r0 += d->chunk) {
+        const int k = n - r0 < d->chunk ? n - r0 : d->chunk;
+        const int rc = delta_part(d, pool, m, L, xb + (size_t)r0 * dim, k, state + r0, pos + r0,
+                                  snap ? snap + r0 : NULL, y + (size_t)r0 * dim);
+        if (rc) return rc;
+    }
+    return 0;
 }

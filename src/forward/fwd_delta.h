@@ -26,6 +26,8 @@ size_t fwd_delta_state_floats(const struct kvi_model *m);
 
 typedef struct fwd_delta fwd_delta;
 
+/* Scratch for parts of up to `chunk` rows (fwd_delta_run takes any n, a part at a
+ * time: the same bits). */
 fwd_delta *fwd_delta_create(const struct kvi_model *m, int chunk, size_t *bytes);
 void fwd_delta_free(fwd_delta *d);
 
@@ -35,7 +37,8 @@ void fwd_delta_free(fwd_delta *d);
  * state as it is right after row r, for prefix snapshots. Rows of one sequence
  * come in position order; each row's result depends only on its own input and
  * its sequence's state, computed in a fixed order (the same bits alone or in any
- * batch, with any thread count). 0 or the first matrix product's error. */
+ * batch, with any thread count). y may be xb (each part's rows are read before
+ * they are written). 0 or the first matrix product's error. */
 int fwd_delta_run(fwd_delta *d, tpool *pool, const struct kvi_model *m, const model_layer *L, const float *xb,
                   int n, float *const *state, const int32_t *pos, float *const *snap, float *y);
 
