@@ -109,6 +109,7 @@ typedef struct kvplan_shape {
 } kvplan_shape;
 
 static const kvplan_shape presets[] = {
+    // clang-format off
     { "llama-2-7b", 32, 32, 32, 128, 4096, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
     { "llama-2-70b", 80, 64, 8, 128, 4096, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
     { "llama-3-8b", 32, 32, 8, 128, 8192, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
@@ -131,6 +132,7 @@ static const kvplan_shape presets[] = {
     { "qwen3-next-80b", 48, 16, 2, 256, 262144, 0, 0, 0, 0, 0, 0, 4, 128, 16, 32, 4, 0, 0 },
     /* qwen3.5-0.8b's width and depth with attention in every layer */
     { "qwen3.5-0.8b-all-attention", 24, 8, 2, 256, 262144, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
+    // clang-format on
 };
 
 static const char kvplan_help[] =

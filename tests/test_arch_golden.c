@@ -141,33 +141,6 @@ static float *run_seq(kvi_model *m, const int32_t *toks, int n, bool decode, int
     return run_seq_kv(m, toks, n, decode, block, KVI_TYPE_F32);
 }
 
-/* two sequences decoded together, the second 5 tokens behind: row logits of seq 0 */
-static float *run_pair(kvi_model *m, const int32_t *toks, int n)
-{
-    kvi_engine_params p = engine_params(KVI_TYPE_F32, 2, 2, 0);
-    kvi_engine *e = engine_create_checked(m, &p);
-    if (!e) return NULL;
-    const int nv = kvi_n_vocab(m);
-    float *out = malloc((size_t)n * nv * sizeof *out);
-    kvi_seq *s0 = kvi_seq_create(e), *s1 = kvi_seq_create(e);
-    kvi_batch *b = kvi_batch_create(2);
-    kvi_error err = { 0 };
-    int rc = 0;
-    for (int i = 0; rc == 0 && i < n + 5; i++) {
-        kvi_batch_clear(b);
-        if (i >= 5) kvi_batch_add(b, s1, toks[i - 5], i - 5, false);
-        if (i < n) kvi_batch_add(b, s0, toks[i], i, true);
-        rc = kvi_step(e, b, &err);
-        if (rc == 0 && i < n) memcpy(out + (size_t)i * nv, kvi_logits(e, i >= 5 ? 1 : 0), nv * sizeof *out);
-    }
-    CHECK(rc == 0, "pair step: %s", err.msg);
-    kvi_batch_free(b);
-    kvi_seq_free(s0);
-    kvi_seq_free(s1);
-    kvi_engine_free(e);
-    return out;
-}
-
 /* Parameter and byte counts against the file's own tensor list (gguf reader, not
  * the model): every tensor's elements == kvi_model_n_params; one token's share ==
  * kvi_model_active_params / kvi_model_decode_bytes, where a tensor named *_exps
@@ -368,7 +341,7 @@ static void check_file(const char *name, double tol, int n_expert, int used)
     }
     if (pre) {
         float *dec = run_seq(m, toks, n, true, 0);
-        float *pair = run_pair(m, toks, n);
+        float *pair = pair_logits(m, toks, n);
         const size_t bytes = (size_t)n * nv * sizeof *pre;
         CHECK(dec && memcmp(pre, dec, bytes) == 0, "%s: token-by-token decode differs from prefill", name);
         CHECK(pair && memcmp(pre, pair, bytes) == 0, "%s: batched decode differs from prefill", name);

@@ -44,11 +44,22 @@ static double rel_err(const float *lg, const cJSON *ref, int from, int n)
 }
 
 /* logits [n][NV] of toks on one new sequence: prefill in steps of `step` rows (n: one
- * step; 1: token by token) with threads and forward chunk `chunk` (0: default) */
-static float *run(kvi_model *m, const int32_t *toks, int n, int step, int threads, int chunk)
+ * step; 1: token by token) with threads and forward chunk `chunk` (0: default); with
+ * blocks > 0 in a budget of one state and that many blocks (*evicted: the snapshots the
+ * pool took back) */
+static float *run_budget(kvi_model *m, const int32_t *toks, int n, int step, int threads, int chunk,
+                         int blocks, uint64_t *evicted)
 {
     kvi_engine_params p = engine_params(KVI_TYPE_F32, threads, 1, 0);
     p.fwd_chunk = chunk;
+    if (blocks > 0) {
+        kvi_engine *probe = engine_create_checked(m, &p);
+        if (!probe) return NULL;
+        kvi_stats st;
+        kvi_stats_get(probe, NULL, &st);
+        kvi_engine_free(probe);
+        p.kv_budget_bytes = st.kv_bytes_state_seq + (size_t)blocks * st.kv_bytes_block;
+    }
     kvi_engine *e = engine_create_checked(m, &p);
     if (!e) return NULL;
     float *out = malloc((size_t)n * NV * sizeof *out);
@@ -64,7 +75,13 @@ static float *run(kvi_model *m, const int32_t *toks, int n, int step, int thread
         for (int i = i0; rc == 0 && i < i1; i++)
             memcpy(out + (size_t)i * NV, kvi_logits(e, i - i0), NV * sizeof *out);
     }
-    CHECK(rc == 0, "step: %s", err.msg);
+    CHECK(rc == 0, "step (budget of %d blocks): %s", blocks, err.msg);
+    if (evicted) {
+        kvi_stats st;
+        kvi_stats_get(e, NULL, &st);
+        *evicted = st.kv_snapshots_evicted;
+        CHECK(st.kv_snapshots <= 2, "%d snapshots held by one sequence", st.kv_snapshots);
+    }
     kvi_batch_free(b);
     kvi_seq_free(s);
     kvi_engine_free(e);
@@ -75,69 +92,9 @@ static float *run(kvi_model *m, const int32_t *toks, int n, int step, int thread
     return out;
 }
 
-/* prefill in chunks of 16 in a budget of one state and `blocks` blocks: snapshots
- * (4 blocks each here) must give way to the sequence's own blocks; seq 0's logits */
-static float *run_tight(kvi_model *m, const int32_t *toks, int n, int blocks, uint64_t *evicted)
+static float *run(kvi_model *m, const int32_t *toks, int n, int step, int threads, int chunk)
 {
-    kvi_engine_params p = engine_params(KVI_TYPE_F32, 2, 1, 0);
-    kvi_engine *probe = engine_create_checked(m, &p);
-    if (!probe) return NULL;
-    kvi_stats st;
-    kvi_stats_get(probe, NULL, &st);
-    kvi_engine_free(probe);
-    p.kv_budget_bytes = st.kv_bytes_state_seq + (size_t)blocks * st.kv_bytes_block;
-    kvi_engine *e = engine_create_checked(m, &p);
-    if (!e) return NULL;
-    float *out = malloc((size_t)n * NV * sizeof *out);
-    kvi_seq *s = kvi_seq_create(e);
-    kvi_batch *b = kvi_batch_create(16);
-    kvi_error err = { 0 };
-    int rc = 0;
-    for (int i0 = 0; rc == 0 && i0 < n; i0 += 16) {
-        kvi_batch_clear(b);
-        for (int i = i0; i < i0 + 16 && i < n; i++) kvi_batch_add(b, s, toks[i], i, true);
-        rc = kvi_step(e, b, &err);
-        for (int i = i0; rc == 0 && i < i0 + 16 && i < n; i++)
-            memcpy(out + (size_t)i * NV, kvi_logits(e, i - i0), NV * sizeof *out);
-    }
-    CHECK(rc == 0, "tight budget of %d blocks: %s", blocks, err.msg);
-    kvi_stats_get(e, NULL, &st);
-    *evicted = st.kv_snapshots_evicted;
-    CHECK(st.kv_snapshots <= 1, "%d snapshots held by one sequence", st.kv_snapshots);
-    kvi_batch_free(b);
-    kvi_seq_free(s);
-    kvi_engine_free(e);
-    if (rc) {
-        free(out);
-        return NULL;
-    }
-    return out;
-}
-
-/* two sequences decoded together, the second 5 tokens behind: seq 0's logits */
-static float *run_pair(kvi_model *m, const int32_t *toks, int n)
-{
-    kvi_engine_params p = engine_params(KVI_TYPE_F32, 2, 2, 0);
-    kvi_engine *e = engine_create_checked(m, &p);
-    if (!e) return NULL;
-    float *out = malloc((size_t)n * NV * sizeof *out);
-    kvi_seq *s0 = kvi_seq_create(e), *s1 = kvi_seq_create(e);
-    kvi_batch *b = kvi_batch_create(2);
-    kvi_error err = { 0 };
-    int rc = 0;
-    for (int i = 0; rc == 0 && i < n + 5; i++) {
-        kvi_batch_clear(b);
-        if (i >= 5) kvi_batch_add(b, s1, toks[i - 5], i - 5, false);
-        if (i < n) kvi_batch_add(b, s0, toks[i], i, true);
-        rc = kvi_step(e, b, &err);
-        if (rc == 0 && i < n) memcpy(out + (size_t)i * NV, kvi_logits(e, i >= 5 ? 1 : 0), NV * sizeof *out);
-    }
-    CHECK(rc == 0, "pair step: %s", err.msg);
-    kvi_batch_free(b);
-    kvi_seq_free(s0);
-    kvi_seq_free(s1);
-    kvi_engine_free(e);
-    return out;
+    return run_budget(m, toks, n, step, threads, chunk, 0, NULL);
 }
 
 /* two sequences' prompts in one step, rows interleaved (a0 b0 a1 b1 ...; b runs the
@@ -313,11 +270,11 @@ static void check_file(const char *name, double tol)
     CHECK(same(pre, dec, n), "%s: token-by-token decode differs from prefill", name);
     float *c16 = run(m, toks, n, 16, 2, 0), *c5 = run(m, toks, n, 5, 2, 0);
     float *t1 = run(m, toks, n, n, 1, 0), *fc3 = run(m, toks, n, n, 2, 3);
-    float *pair = run_pair(m, toks, n), *mixed = run_interleaved(m, toks, n);
+    float *pair = pair_logits(m, toks, n), *mixed = run_interleaved(m, toks, n);
     CHECK(same(pre, mixed, n), "%s: two prompts with their rows interleaved in one step differ", name);
     free(mixed);
     uint64_t ev = 0;
-    float *tight = run_tight(m, toks, n, 7, &ev);
+    float *tight = run_budget(m, toks, n, 16, 2, 0, 7, &ev);
     CHECK(same(pre, tight, n) && ev > 0, "%s: chunked prefill in 7 blocks: same %d, %llu snapshots evicted",
           name, same(pre, tight, n), (unsigned long long)ev);
     free(tight);

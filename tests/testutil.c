@@ -334,3 +334,33 @@ void attn_rows_part(tpool *pool, attn_scratch *sc, const attn_args *a, int r0, i
     b.out = out;
     attention_rows(pool, sc, &b);
 }
+
+float *pair_logits(kvi_model *m, const int32_t *toks, int n)
+{
+    kvi_engine_params p = engine_params(KVI_TYPE_F32, 2, 2, 0);
+    kvi_engine *e = engine_create_checked(m, &p);
+    if (!e) return NULL;
+    const int nv = kvi_n_vocab(m);
+    float *out = malloc((size_t)n * nv * sizeof *out);
+    kvi_seq *s0 = kvi_seq_create(e), *s1 = kvi_seq_create(e);
+    kvi_batch *b = kvi_batch_create(2);
+    kvi_error err = { 0 };
+    int rc = 0;
+    for (int i = 0; rc == 0 && i < n + 5; i++) {
+        kvi_batch_clear(b);
+        if (i >= 5) kvi_batch_add(b, s1, toks[i - 5], i - 5, false);
+        if (i < n) kvi_batch_add(b, s0, toks[i], i, true);
+        rc = kvi_step(e, b, &err);
+        if (rc == 0 && i < n) memcpy(out + (size_t)i * nv, kvi_logits(e, i >= 5 ? 1 : 0), nv * sizeof *out);
+    }
+    CHECK(rc == 0, "pair step: %s", err.msg);
+    kvi_batch_free(b);
+    kvi_seq_free(s0);
+    kvi_seq_free(s1);
+    kvi_engine_free(e);
+    if (rc) {
+        free(out);
+        return NULL;
+    }
+    return out;
+}

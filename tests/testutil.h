@@ -98,6 +98,10 @@ kvi_engine *engine_create_checked(kvi_model *m, const kvi_engine_params *p);
  * sequence of e (freed after): one step of all n rows (the engine may chunk it),
  * or with decode one row a step; CHECKs every step. */
 float *seq_logits(kvi_engine *e, const int32_t *toks, int n, bool decode);
+/* Two sequences decoded together on an fp32-KV engine (2 threads), the second 5
+ * tokens behind on the same tokens: the first's logits [n][n_vocab] (malloc'd),
+ * CHECKing every step; NULL on failure. */
+float *pair_logits(kvi_model *m, const int32_t *toks, int n);
 /* One step of toks[0..n - from) at positions from..n-1 of s, logits only for the
  * last row, copied to last[n_vocab] when last is not NULL; CHECKs the step; its status. */
 int step_rows(kvi_engine *e, kvi_seq *s, const int32_t *toks, int from, int n, float *last);

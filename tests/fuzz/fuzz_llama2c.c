@@ -4,7 +4,6 @@
  * (../shared/models/tok512.bin), then one step of two rows when it loads. The bytes
  * go to a .bin file in a private temporary folder (the loader reads a path).
  */
-#define _POSIX_C_SOURCE 200809L
 #include "fuzz_util.h"
 
 #include "kvinfer.h"
@@ -13,34 +12,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-static char path[4096], dir[4000], tok[4096];
-
-static void remove_input(void)
-{
-    remove(path);
-    remove(dir);
-}
-
-static const char *input_path(void)
-{
-    if (!path[0]) {
-        const char *tmp = getenv("TMPDIR");
-        snprintf(dir, sizeof dir, "%s/kvi-fuzz-llama2c.XXXXXX", tmp && *tmp ? tmp : "/tmp");
-        if (!mkdtemp(dir)) abort();
-        snprintf(path, sizeof path, "%s/model.bin", dir);
-        snprintf(tok, sizeof tok, "%s", fuzz_shared_path("models/tok512.bin"));
-        atexit(remove_input);
-    }
-    return path;
-}
+static char tok[4096]; /* stories260K's tokenizer.bin */
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    const char *p = input_path();
-    FILE *f = fopen(p, "wb");
-    if (!f) return 0;
-    const size_t w = fwrite(data, 1, size, f);
-    if (fclose(f) != 0 || w != size) return 0;
+    const char *p = fuzz_input_file("model.bin", data, size);
+    if (!p) return 0;
+    if (!tok[0]) snprintf(tok, sizeof tok, "%s", fuzz_shared_path("models/tok512.bin"));
     kvi_load_params lp;
     kvi_load_params_default(&lp);
     lp.tokenizer_path = tok;

@@ -7,7 +7,6 @@
  * restored table, its tokens and its state are used as the product would use them.
  * Each engine's pool must be empty again after the sequence is freed.
  */
-#define _POSIX_C_SOURCE 200809L
 #include "fuzz_util.h"
 
 #include "kvinfer.h"
@@ -15,26 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static char path[4096], dir[4000];
-
-static void remove_input(void)
-{
-    remove(path);
-    remove(dir);
-}
-
-static const char *input_path(void)
-{
-    if (!path[0]) {
-        const char *tmp = getenv("TMPDIR");
-        snprintf(dir, sizeof dir, "%s/kvi-fuzz-session.XXXXXX", tmp && *tmp ? tmp : "/tmp");
-        if (!mkdtemp(dir)) abort();
-        snprintf(path, sizeof path, "%s/seq.session", dir);
-        atexit(remove_input);
-    }
-    return path;
-}
 
 typedef struct target {
     kvi_model *m;
@@ -77,11 +56,8 @@ static void make_targets(void)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     make_targets();
-    const char *p = input_path();
-    FILE *f = fopen(p, "wb");
-    if (!f) return 0;
-    const size_t w = fwrite(data, 1, size, f);
-    if (fclose(f) != 0 || w != size) return 0;
+    const char *p = fuzz_input_file("seq.session", data, size);
+    if (!p) return 0;
     for (int i = 0; i < 2; i++) {
         kvi_seq *s = kvi_seq_create(tg[i].e);
         if (!s) abort();

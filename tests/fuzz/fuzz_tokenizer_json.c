@@ -4,7 +4,6 @@
  * a path), then a fixed text tokenized with and without special tokens and
  * detokenized. Bytes not starting with '{' reach the llama2.c tokenizer.bin reader.
  */
-#define _POSIX_C_SOURCE 200809L
 #include "fuzz_util.h"
 
 #include "kvinfer.h"
@@ -15,35 +14,10 @@
 
 static const char text[] = "Hello world! <s> caf\xc3\xa9 \xf0\x9f\x98\x80 12345  tabs\tand\nlines";
 
-static char path[4096], dir[4000];
-
-/* Removes the file and its folder when the process exits. */
-static void remove_input(void)
-{
-    remove(path);
-    remove(dir);
-}
-
-/* The file the bytes are written to, in a folder made once per process. */
-static const char *input_path(void)
-{
-    if (!path[0]) {
-        const char *tmp = getenv("TMPDIR");
-        snprintf(dir, sizeof dir, "%s/kvi-fuzz-tokjson.XXXXXX", tmp && *tmp ? tmp : "/tmp");
-        if (!mkdtemp(dir)) abort();
-        snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-        atexit(remove_input);
-    }
-    return path;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    const char *path = input_path();
-    FILE *f = fopen(path, "wb");
-    if (!f) return 0;
-    size_t w = fwrite(data, 1, size, f);
-    if (fclose(f) != 0 || w != size) return 0;
+    const char *path = fuzz_input_file("tokenizer.json", data, size);
+    if (!path) return 0;
     kvi_error err = { 0 };
     kvi_model *m = kvi_vocab_load(path, &err);
     if (!m) return 0;

@@ -22,4 +22,9 @@ const char *fuzz_shared_path(const char *rel);
 /* A NUL-terminated malloc'd copy of data[0..size) (NULL when out of memory). */
 char *fuzz_strndup(const uint8_t *data, size_t size);
 
+/* data[0..size) written to the file `name` in a private temporary folder made once
+ * per process (both removed at exit; one name per process), for loaders that read
+ * a path; that path, or NULL when the file could not be written. */
+const char *fuzz_input_file(const char *name, const uint8_t *data, size_t size);
+
 #endif
