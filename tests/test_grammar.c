@@ -124,6 +124,10 @@ static void test_matching(void)
                 (const char *[]){ "\xc3\xa9"
                                   "b",
                                   "e\xce\xb2", "\xc3\xa9\xce", NULL });
+    check_match("root ::= [\\[] | \"\xc3\xa9\"", (const char *[]){ "[", "\xc3\xa9", NULL },
+                (const char *[]){ "\xe0\x81\x9b", "\xc1\x9b", "\xf0\x80\x81\x9b", NULL }); /* overlong '[' */
+    check_match("root ::= [^a]", (const char *[]){ "\xed\x9f\xbf", NULL },
+                (const char *[]){ "\xed\xa0\x80", "\xf4\x90\x80\x80", NULL }); /* surrogate, > U+10FFFF */
     check_match("root ::= .", (const char *[]){ "\xe2\x82\xac", "a", NULL },
                 (const char *[]){ "ab", "", "\xe2\x82", "\xff", NULL });
     check_match("# a comment\nroot ::= x ( \"1\" |\n  \"2\" ) # tail\nx ::= \"q\"",

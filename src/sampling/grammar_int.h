@@ -20,7 +20,8 @@
  * stored as [n, p0 .. p(n-1)] in buf (p(n-1) the top); a non-empty stack's top is a
  * GR_CHAR; the empty stack (n = 0) means "the grammar is complete here". Stacks are
  * distinct within a state and kept in the order they were produced. `need` > 0 when
- * a UTF-8 sequence is half read: `cp` holds its bits so far. `dead`: no stack left
+ * a UTF-8 sequence of `slen` bytes is half read: `cp` holds its bits so far (only
+ * shortest forms of scalar values are taken: no overlong forms, no surrogates). `dead`: no stack left
  * (or a bound was exceeded): nothing more can be accepted.
  */
 #ifndef KVI_GRAMMAR_INT_H
@@ -80,6 +81,7 @@ typedef struct gm_state {
     uint32_t n_stacks;
     uint32_t cp;  /* bits of a half-read UTF-8 sequence */
     uint8_t need; /* continuation bytes still expected */
+    uint8_t slen; /* length of the half-read sequence (2 .. 4), 0 when none */
     bool dead;
 } gm_state;
 

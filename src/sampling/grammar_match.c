@@ -107,6 +107,7 @@ static void state_clear(gm_state *st)
     st->n_stacks = 0;
     st->cp = 0;
     st->need = 0;
+    st->slen = 0;
     st->dead = false;
 }
 
@@ -118,6 +119,7 @@ int gm_state_copy(gm_state *dst, const gm_state *src)
     dst->n_stacks = src->n_stacks;
     dst->cp = src->cp;
     dst->need = src->need;
+    dst->slen = src->slen;
     dst->dead = src->dead;
     return 0;
 }
@@ -125,7 +127,8 @@ int gm_state_copy(gm_state *dst, const gm_state *src)
 bool gm_state_equal(const gm_state *a, const gm_state *b)
 {
     return a->len == b->len && a->n_stacks == b->n_stacks && a->cp == b->cp && a->need == b->need &&
-           a->dead == b->dead && (a->len == 0 || memcmp(a->buf, b->buf, a->len * sizeof *a->buf) == 0);
+           a->slen == b->slen && a->dead == b->dead &&
+           (a->len == 0 || memcmp(a->buf, b->buf, a->len * sizeof *a->buf) == 0);
 }
 
 static uint64_t hash_words(const uint32_t *w, size_t n, uint64_t h)
@@ -140,8 +143,8 @@ static uint64_t hash_words(const uint32_t *w, size_t n, uint64_t h)
 uint64_t gm_state_hash(const gm_state *st)
 {
     uint64_t h = hash_words(st->buf, st->len, 0xCBF29CE484222325ull);
-    uint32_t tail[3] = { st->cp, st->need, st->dead };
-    return hash_words(tail, 3, h);
+    uint32_t tail[4] = { st->cp, st->need, st->slen, st->dead };
+    return hash_words(tail, 4, h);
 }
 
 bool gm_state_accepting(const gm_state *st)
@@ -286,16 +289,16 @@ bool gm_advance_byte(const kvi_grammar *g, const gm_state *in, uint8_t b, gm_sta
         return false;
     }
     uint32_t cp;
-    uint8_t need;
+    uint8_t need, slen;
     if (in->need == 0) {
         if (b < 0x80) return advance_cp(g, in, b, out, sc);
-        if ((b & 0xE0) == 0xC0 && b >= 0xC2) {
+        if ((b & 0xE0) == 0xC0) {
             cp = b & 0x1F;
             need = 1;
         } else if ((b & 0xF0) == 0xE0) {
             cp = b & 0x0F;
             need = 2;
-        } else if ((b & 0xF8) == 0xF0 && b <= 0xF4) {
+        } else if ((b & 0xF8) == 0xF0) {
             cp = b & 0x07;
             need = 3;
         } else {
@@ -303,6 +306,7 @@ bool gm_advance_byte(const kvi_grammar *g, const gm_state *in, uint8_t b, gm_sta
             out->dead = true;
             return false;
         }
+        slen = (uint8_t)(need + 1);
     } else {
         if ((b & 0xC0) != 0x80) {
             state_clear(out);
@@ -311,24 +315,27 @@ bool gm_advance_byte(const kvi_grammar *g, const gm_state *in, uint8_t b, gm_sta
         }
         cp = (in->cp << 6) | (b & 0x3F);
         need = (uint8_t)(in->need - 1);
-        if (need == 0) {
-            if (cp > 0x10FFFF) {
-                state_clear(out);
-                out->dead = true;
-                return false;
-            }
-            return advance_cp(g, in, cp, out, sc);
-        }
+        slen = in->slen;
     }
-    const uint32_t lo = cp << (6 * need), hi = lo | ((1u << (6 * need)) - 1);
-    if (lo > 0x10FFFF || !any_meets(g, in, lo, hi < 0x10FFFF ? hi : 0x10FFFF) ||
-        gm_state_copy(out, in) != 0) {
+    /* the code points this sequence can still become, in its shortest form only */
+    static const uint32_t min_cp[5] = { 0, 0, 0x80, 0x800, 0x10000 };
+    uint32_t lo = cp << (6 * need), hi = lo | ((1u << (6 * need)) - 1);
+    if (lo < min_cp[slen]) lo = min_cp[slen];
+    if (hi > 0x10FFFF) hi = 0x10FFFF;
+    if (lo > hi || (lo >= 0xD800 && hi <= 0xDFFF)) {
+        state_clear(out);
+        out->dead = true;
+        return false;
+    }
+    if (need == 0) return advance_cp(g, in, cp, out, sc);
+    if (!any_meets(g, in, lo, hi) || gm_state_copy(out, in) != 0) {
         state_clear(out);
         out->dead = true;
         return false;
     }
     out->cp = cp;
     out->need = need;
+    out->slen = slen;
     return true;
 }
 
