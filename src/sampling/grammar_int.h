@@ -142,6 +142,13 @@ typedef struct gm_cache_entry {
     int32_t count;
 } gm_cache_entry;
 
+/* What one byte does to a state object during one trie walk (bit b of each). */
+typedef struct gm_memo {
+    uint64_t known[4]; /* the transition on b was computed */
+    uint64_t loop[4];  /* ... and gave back the same state */
+    uint64_t dead[4];  /* ... and gave no state */
+} gm_memo;
+
 struct kvi_grammar_matcher {
     const kvi_grammar *g;
     const kvi_grammar_vocab *v;
@@ -149,6 +156,8 @@ struct kvi_grammar_matcher {
     gm_scratch sc;
     gm_state *walk; /* [v->max_len + 2] trie walk: the state after depth d's node */
     uint32_t *it;   /* [v->max_len + 2] trie walk: next child to try at depth d */
+    uint32_t *obj;  /* [v->max_len + 2] trie walk: whose state depth d has (0: cur, k: walk[k]) */
+    gm_memo *memo;  /* [v->max_len + 2] per state object: its byte transitions seen so far */
     gm_cache_entry cache[GM_CACHE];
     bool cache_on;
     uint64_t tick;

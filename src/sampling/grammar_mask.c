@@ -9,7 +9,9 @@
  *
  * The mask walks the trie depth first from the matcher's state: the state after
  * a node is one gm_advance_byte from its parent's, so a prefix shared by many
- * tokens is matched once, and a dead state prunes the whole subtree. A node's
+ * tokens is matched once, and a dead state prunes the whole subtree; a byte that
+ * leaves the state as it was (most bytes inside a string) costs no advance (see
+ * mask_walk). A node's
  * tokens are allowed when the state after it is alive (a half-read UTF-8 code
  * point counts as alive while some stack could still take it). End-of-generation
  * tokens are allowed exactly when the state is accepting.
@@ -206,7 +208,11 @@ int32_t grammar_mask_reference(const kvi_grammar *g, const kvi_grammar_vocab *v,
     return count;
 }
 
-/* The trie walk (see the header). */
+/* The trie walk (see the header). State objects: 0 is the matcher's state, k > 0
+ * is walk[k]; depth d's state is object obj[d]. A transition that gives back the
+ * same state (inside a string, most bytes) makes the child share its parent's
+ * object, and each object remembers which bytes loop or die, so a subtree of
+ * such bytes costs no advance at all. */
 static int32_t mask_walk(kvi_grammar_matcher *m, uint32_t *bits)
 {
     const kvi_grammar_vocab *v = m->v;
@@ -216,6 +222,8 @@ static int32_t mask_walk(kvi_grammar_matcher *m, uint32_t *bits)
     if (m->cur.dead) return count;
     int32_t d = 0;
     m->it[0] = nodes[0].first_child;
+    m->obj[0] = 0;
+    memset(&m->memo[0], 0, sizeof m->memo[0]);
     while (d >= 0) {
         const uint32_t c = m->it[d];
         if (c == 0) {
@@ -223,8 +231,30 @@ static int32_t mask_walk(kvi_grammar_matcher *m, uint32_t *bits)
             continue;
         }
         m->it[d] = nodes[c].next_sibling;
-        const gm_state *from = d == 0 ? &m->cur : &m->walk[d];
-        if (!gm_advance_byte(m->g, from, nodes[c].byte, &m->walk[d + 1], &m->sc)) continue;
+        const uint32_t o = m->obj[d];
+        gm_memo *mo = &m->memo[o];
+        const uint8_t b = nodes[c].byte;
+        const uint64_t bit = 1ull << (b & 63);
+        if (mo->known[b >> 6] & bit) {
+            if (mo->dead[b >> 6] & bit) continue;
+            m->obj[d + 1] = o; /* known and alive: a loop (others are never recorded) */
+        } else {
+            const gm_state *from = o == 0 ? &m->cur : &m->walk[o];
+            gm_state *to = &m->walk[d + 1];
+            if (!gm_advance_byte(m->g, from, b, to, &m->sc)) {
+                mo->known[b >> 6] |= bit;
+                mo->dead[b >> 6] |= bit;
+                continue;
+            }
+            if (gm_state_equal(to, from)) {
+                mo->known[b >> 6] |= bit;
+                mo->loop[b >> 6] |= bit;
+                m->obj[d + 1] = o;
+            } else {
+                m->obj[d + 1] = (uint32_t)d + 1;
+                memset(&m->memo[d + 1], 0, sizeof m->memo[d + 1]);
+            }
+        }
         for (uint32_t k = 0; k < nodes[c].n_tok; k++) {
             const int32_t t = v->toks[nodes[c].tok_first + k];
             bits[t >> 5] |= 1u << (t & 31);

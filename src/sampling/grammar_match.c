@@ -363,7 +363,9 @@ kvi_grammar_matcher *kvi_grammar_matcher_create(const kvi_grammar *g, const kvi_
     const size_t nd = (size_t)v->max_len + 2;
     m->walk = calloc(nd, sizeof *m->walk);
     m->it = calloc(nd, sizeof *m->it);
-    if (!m->walk || !m->it || gm_scratch_init(&m->sc) != 0) goto oom;
+    m->obj = calloc(nd, sizeof *m->obj);
+    m->memo = calloc(nd, sizeof *m->memo);
+    if (!m->walk || !m->it || !m->obj || !m->memo || gm_scratch_init(&m->sc) != 0) goto oom;
     gm_state_init(g, &m->cur, &m->sc);
     return m;
 oom:
@@ -382,6 +384,8 @@ void kvi_grammar_matcher_free(kvi_grammar_matcher *m)
         for (uint32_t d = 0; d < m->v->max_len + 2; d++) gm_state_free(&m->walk[d]);
     free(m->walk);
     free(m->it);
+    free(m->obj);
+    free(m->memo);
     for (int i = 0; i < GM_CACHE; i++) {
         gm_state_free(&m->cache[i].key);
         free(m->cache[i].bits);
