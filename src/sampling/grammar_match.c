@@ -215,7 +215,7 @@ static void expand(const kvi_grammar *g, gm_state *out, gm_scratch *sc, const ui
                 out->dead = true;
                 return;
             }
-            memcpy(sc->stk, base, k * sizeof *base);
+            if (k) memcpy(sc->stk, base, k * sizeof *base);
             uint32_t i = k + nt;
             for (const gm_node *t = top; t; t = t->next) sc->stk[--i] = t->pos;
             sc->stk[k + nt] = pos;

@@ -426,7 +426,6 @@ int kvi_sched_set_spec(kvi_sched *s, const kvi_spec_params *p, kvi_engine *draft
     free(s->t_rows);
     free(s->spec_lg);
     free(s->spec_out);
-    kvi_grammar_vocab_free(s->gv);
     s->t_rows = calloc((size_t)s->rows_cap + 1, sizeof *s->t_rows);
     s->spec_lg = malloc(((size_t)pp.draft_max + 1) * sizeof *s->spec_lg);
     s->spec_out = malloc(((size_t)pp.draft_max + 1) * sizeof *s->spec_out);
@@ -1097,6 +1096,7 @@ void kvi_sched_free(kvi_sched *s)
     free(s->t_rows);
     free(s->spec_lg);
     free(s->spec_out);
+    kvi_grammar_vocab_free(s->gv);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     free(s);
