@@ -5,15 +5,14 @@
  * `kvinfer synth --vocab 128000`), S streams (matchers of one JSON grammar, the
  * shape of response_format json_object) each take a random allowed token per
  * step; every stream's mask is computed every step, as the scheduler does. Prints
- * microseconds per mask with the per-state cache on and off, and the brute-force
- * reference (every token's bytes through the matcher) for comparison.
+ * microseconds per mask (the public path: trie walk plus the per-state cache).
+ * tests/test_grammar.c prints the cache-off and brute-force figures too.
  *
  * Build: built with kvinfer (BUILD/bench_grammar).
  * Run: BUILD/bench_grammar [model.gguf] [steps=64]
  */
 #include "kvinfer.h"
 #include "base/clock.h"
-#include "sampling/grammar_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,15 +37,14 @@ static uint64_t next_rand(void)
 }
 
 /* One run: us per mask over steps x streams. */
-static double run(const kvi_grammar *g, const kvi_grammar_vocab *v, int streams, bool cache, int steps)
+static double run(const kvi_grammar *g, const kvi_grammar_vocab *v, const kvi_model *mdl, int streams,
+                  int steps)
 {
     kvi_grammar_matcher *ms[16];
-    uint32_t *bits = malloc(((size_t)v->n_vocab + 31) / 32 * 4);
-    int32_t *allowed = malloc((size_t)v->n_vocab * sizeof *allowed);
-    for (int i = 0; i < streams; i++) {
-        ms[i] = kvi_grammar_matcher_create(g, v, NULL);
-        grammar_matcher_set_cache(ms[i], cache);
-    }
+    const int32_t nv = kvi_n_vocab(mdl);
+    uint32_t *bits = malloc(((size_t)nv + 31) / 32 * 4);
+    int32_t *allowed = malloc((size_t)nv * sizeof *allowed);
+    for (int i = 0; i < streams; i++) ms[i] = kvi_grammar_matcher_create(g, v, NULL);
     double t_mask = 0;
     int n = 0;
     for (int s = 0; s < steps; s++)
@@ -56,12 +54,11 @@ static double run(const kvi_grammar *g, const kvi_grammar_vocab *v, int streams,
             t_mask += kvi_time_ms() - t0;
             n++;
             int32_t na = 0;
-            for (int32_t t = 0; c > 0 && t < v->n_vocab; t++)
-                if (((bits[t >> 5] >> (t & 31)) & 1) && !v->is_eog[t]) allowed[na++] = t;
+            for (int32_t t = 0; c > 0 && t < nv; t++)
+                if (((bits[t >> 5] >> (t & 31)) & 1) && !kvi_token_is_eog(mdl, t)) allowed[na++] = t;
             if (na == 0) {
                 kvi_grammar_matcher_free(ms[i]); /* complete: start again */
                 ms[i] = kvi_grammar_matcher_create(g, v, NULL);
-                grammar_matcher_set_cache(ms[i], cache);
                 continue;
             }
             kvi_grammar_matcher_accept_token(ms[i], allowed[next_rand() % (uint64_t)na]);
@@ -88,22 +85,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_grammar: %s\n", err.msg);
         return 1;
     }
-    printf("vocabulary %d tokens (%u trie nodes), JSON grammar, %d steps\n", v->n_vocab, v->n_nodes, steps);
+    printf("vocabulary %d tokens, JSON grammar, %d steps\n", kvi_n_vocab(m), steps);
     for (int streams = 1; streams <= 16; streams *= 16)
-        for (int cache = 0; cache < 2; cache++)
-            printf("  %2d stream%s, cache %-3s: %8.1f us per mask\n", streams, streams > 1 ? "s" : " ",
-                   cache ? "on" : "off", run(g, v, streams, cache, steps));
-    gm_scratch sc;
-    gm_scratch_init(&sc);
-    gm_state st = { 0 };
-    gm_state_init(g, &st, &sc);
-    uint32_t *bits = malloc(((size_t)v->n_vocab + 31) / 32 * 4);
-    double t0 = kvi_time_ms();
-    for (int i = 0; i < 4; i++) grammar_mask_reference(g, v, &st, bits);
-    printf("  brute-force reference  : %8.1f us per mask\n", 1000.0 * (kvi_time_ms() - t0) / 4);
-    free(bits);
-    gm_state_free(&st);
-    gm_scratch_free(&sc);
+        printf("  %2d stream%s: %8.1f us per mask\n", streams, streams > 1 ? "s" : " ",
+               run(g, v, m, streams, steps));
     kvi_grammar_free(g);
     kvi_grammar_vocab_free(v);
     kvi_model_free(m);
