@@ -56,6 +56,14 @@ static const char run_help[] =
     "  --repeat-penalty R      penalty for repeated tokens (default 1.0: off)\n"
     "  --repeat-last-n N       tokens the penalty looks back over (default 64)\n"
     "  --seed S                sampler seed (default: random, printed in the summary)\n"
+    "constrained output (not with --spec / --draft):\n"
+    "  --grammar TEXT          GBNF grammar the output must follow (rule root; llama.cpp's\n"
+    "                          format); generation stops where it is complete\n"
+    "  --grammar-file FILE     the same, read from FILE\n"
+    "  --json-schema S         JSON Schema the output must satisfy: inline JSON when S starts\n"
+    "                          with '{', else a file to read; keywords it cannot enforce\n"
+    "                          are an error naming them\n"
+    "  --json-schema-file FILE the same, always read from FILE\n"
     "engine:\n"
     "  -t, --threads N         worker threads (default 0: every core)\n"
     "  -c, --ctx-size N        context size in tokens (default: the model's context_length)\n"
@@ -90,6 +98,8 @@ typedef struct run_opts {
     bool seed_given;
     const char *save_session, *load_session;
     run_spec_opts spec; /* speculative decoding (cli/run_spec.c) */
+    /* constrained output: at most one of them */
+    const char *grammar, *grammar_file, *json_schema, *json_schema_file;
 } run_opts;
 
 /* The shared flags `run` takes (cli/cli_opts.h): all of them, with the default ranges. */
@@ -157,9 +167,13 @@ static int parse_run_flag(int argc, char **argv, int *i, run_opts *o)
         *on = true;
         return 1;
     }
-    const char **path = !strcmp(a, "--save-session")   ? &o->save_session
-                        : !strcmp(a, "--load-session") ? &o->load_session
-                                                       : NULL;
+    const char **path = !strcmp(a, "--save-session")       ? &o->save_session
+                        : !strcmp(a, "--load-session")     ? &o->load_session
+                        : !strcmp(a, "--grammar")          ? &o->grammar
+                        : !strcmp(a, "--grammar-file")     ? &o->grammar_file
+                        : !strcmp(a, "--json-schema")      ? &o->json_schema
+                        : !strcmp(a, "--json-schema-file") ? &o->json_schema_file
+                                                           : NULL;
     if (path) return (*path = cli_flag_value(argc, argv, i)) ? 1 : -1;
     return parse_sampling_flag(argc, argv, i, o);
 }
@@ -449,11 +463,16 @@ static int generate(const run_opts *o, kvi_model *m, kvi_engine *e, kvi_seq *seq
             r->ttft_ms = t_last - t0;
             t_decode0 = t_last;
         }
+        if (tok < 0 && (o->grammar || o->grammar_file || o->json_schema || o->json_schema_file)) {
+            kvi_batch_free(b);
+            return cli_error("the grammar allows no token of the vocabulary after %d generated tokens",
+                             (int)r->n_gen);
+        }
         if (tok < 0 || tok >= n_vocab) {
             kvi_batch_free(b);
             return cli_error("the sampler returned token %d, outside the vocabulary", (int)tok);
         }
-        kvi_sampler_accept(smp, tok);
+        kvi_sampler_accept_output(smp, tok); /* also advances a grammar */
         const int kept = keep_token(o, m, r, tok);
         if (kept < 0) {
             kvi_batch_free(b);
@@ -743,6 +762,43 @@ static int generate_and_report(const run_opts *o, kvi_model *m, kvi_engine *e, k
     return rc;
 }
 
+/* The grammar of --grammar, --grammar-file, --json-schema or --json-schema-file
+ * (NULL with *rc 0 when none; NULL with *rc 1 after printing an error). */
+static kvi_grammar *load_grammar(const run_opts *o, int *rc)
+{
+    *rc = 0;
+    const char *schema_path = o->json_schema_file;
+    if (o->json_schema && o->json_schema[0] != '{') schema_path = o->json_schema;
+    const char *path = o->grammar_file ? o->grammar_file : schema_path;
+    char *file = NULL;
+    size_t len = 0;
+    if (path && !(file = cli_read_file(path, &len))) {
+        *rc = cli_error("cannot read '%s'", path);
+        return NULL;
+    }
+    const char *text = o->grammar ? o->grammar : o->grammar_file ? file : NULL;
+    char *gbnf = NULL;
+    kvi_error err = { 0 };
+    if (!text && (o->json_schema || o->json_schema_file)) {
+        const char *schema = schema_path ? file : o->json_schema;
+        gbnf = kvi_json_schema_to_gbnf(schema, schema_path ? len : strlen(schema), &err);
+        if (!gbnf) {
+            free(file);
+            *rc = cli_error("%s", err.msg);
+            return NULL;
+        }
+        text = gbnf;
+    }
+    kvi_grammar *g = NULL;
+    if (text) {
+        g = kvi_grammar_parse(text, text == file ? len : strlen(text), &err);
+        if (!g) *rc = cli_error("%s%s%s", path && !gbnf ? path : "", path && !gbnf ? ": " : "", err.msg);
+    }
+    free(gbnf);
+    free(file);
+    return g;
+}
+
 int cmd_run(int argc, char **argv)
 {
     run_opts o;
@@ -755,10 +811,24 @@ int cmd_run(int argc, char **argv)
         return cli_error("speculative decoding (--spec, --draft) needs the KV cache and --ctx-policy error");
     if (o.spec.ngram && o.spec.draft_path)
         return cli_error("choose one speculation: --spec ngram or --draft PATH");
+    const int n_constraints = (o.grammar != NULL) + (o.grammar_file != NULL) + (o.json_schema != NULL) +
+                              (o.json_schema_file != NULL);
+    if (n_constraints > 1)
+        return cli_error("give one of --grammar, --grammar-file, --json-schema, --json-schema-file");
+    if (n_constraints && run_spec_enabled(&o.spec))
+        return cli_error(
+            "a grammar or JSON schema cannot be combined with speculative decoding (--spec, --draft)");
+    int grc = 0;
+    kvi_grammar *grammar = load_grammar(&o, &grc);
+    if (grc) return 1;
+    kvi_grammar_vocab *gvocab = NULL;
 
     const double t_load0 = kvi_time_ms();
     kvi_model *m = cli_opt_load_model(&o.c);
-    if (!m) return 1;
+    if (!m) {
+        kvi_grammar_free(grammar);
+        return 1;
+    }
     int32_t *prompt = NULL, n_prompt = 0;
     kvi_engine *e = NULL;
     kvi_seq *seq = NULL;
@@ -780,6 +850,17 @@ int cmd_run(int argc, char **argv)
     if (rc == 0 && !(seq = kvi_seq_create(e))) rc = cli_error("cannot create a sequence");
     if (rc == 0 && !(smp = kvi_sampler_create(&o.sp, kvi_n_vocab(m))))
         rc = cli_error("cannot create the sampler");
+    if (rc == 0 && grammar) {
+        kvi_error err = { 0 };
+        kvi_grammar_matcher *gm = NULL;
+        if (!(gvocab = kvi_grammar_vocab_create(m, &err)) ||
+            !(gm = kvi_grammar_matcher_create(grammar, gvocab, &err)))
+            rc = cli_error("%s", err.msg);
+        else if (kvi_sampler_set_grammar(smp, gm) != 0) {
+            kvi_grammar_matcher_free(gm);
+            rc = cli_error("out of memory for the grammar");
+        }
+    }
     if (rc == 0) {
         r.ids_cap = r.n_ctx + 1;
         r.all_ids = malloc((size_t)r.ids_cap * sizeof *r.all_ids);
@@ -794,6 +875,8 @@ int cmd_run(int argc, char **argv)
     free(r.text.data);
     free(r.all_ids);
     if (smp) kvi_sampler_free(smp);
+    kvi_grammar_vocab_free(gvocab); /* after the sampler: its matcher reads both */
+    kvi_grammar_free(grammar);
     if (seq) kvi_seq_free(seq);
     if (e) kvi_engine_free(e);
     kvi_model_free(m);

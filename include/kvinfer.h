@@ -262,7 +262,7 @@ typedef struct kvi_stats {
     int32_t kv_snapshots;                               /* pool: prefix snapshots held */
     int32_t kv_blocks_snapshot;                         /* pool: blocks they hold */
     uint64_t kv_snapshots_taken, kv_snapshots_restored; /* pool */
-    uint64_t kv_snapshots_evicted; /* pool: dropped to give their blocks to new data */
+    uint64_t kv_snapshots_evicted;                      /* pool: dropped to give their blocks to new data */
 } kvi_stats;
 
 /* Statistics of one sequence (s != NULL) or of the whole engine (s == NULL). */
@@ -326,6 +326,59 @@ void kvi_sampler_accept(kvi_sampler *s, int32_t token);
 /* Records a generated token: kvi_sampler_accept, and counted for the presence and
  * frequency penalties. */
 void kvi_sampler_accept_output(kvi_sampler *s, int32_t token);
+
+/* ---- constrained decoding (src/sampling/grammar_*.c, json_schema.c) ---- */
+
+/* A grammar in llama.cpp's GBNF: rules `name ::= alternatives`, `|`, sequences,
+ * ( ), * + ? {m} {m,} {m,n}, "literals" with escapes, [a-z] [^...] classes, `.`,
+ * # comments; generation starts at the rule `root`. Immutable once parsed, so one
+ * grammar may serve many matchers on many threads. */
+typedef struct kvi_grammar kvi_grammar;
+/* The byte strings of a model's tokens as a trie, built once per model. */
+typedef struct kvi_grammar_vocab kvi_grammar_vocab;
+/* Where one output stands in a grammar (one per request; not thread-safe). */
+typedef struct kvi_grammar_matcher kvi_grammar_matcher;
+
+/* Parses GBNF text (untrusted: bounded sizes and depth). NULL with err set
+ * (KVI_E_INVALID, "grammar: line L, column C: ...") on any error: syntax, an
+ * undefined or left-recursive rule, no `root`. */
+kvi_grammar *kvi_grammar_parse(const char *text, size_t len, kvi_error *err);
+void kvi_grammar_free(kvi_grammar *g);
+/* Tokens whose piece is empty (control tokens) are never allowed; end-of-generation
+ * tokens (kvi_token_is_eog) are allowed exactly where the grammar is complete. */
+kvi_grammar_vocab *kvi_grammar_vocab_create(const kvi_model *m, kvi_error *err);
+void kvi_grammar_vocab_free(kvi_grammar_vocab *v);
+/* g and v must outlive the matcher. */
+kvi_grammar_matcher *kvi_grammar_matcher_create(const kvi_grammar *g, const kvi_grammar_vocab *v,
+                                                kvi_error *err);
+void kvi_grammar_matcher_free(kvi_grammar_matcher *m);
+/* Consumes bytes (a token's piece, or any text). 0, or KVI_E_INVALID when the
+ * grammar rejects them (the state is then unchanged). */
+int kvi_grammar_matcher_accept_bytes(kvi_grammar_matcher *m, const char *s, size_t n);
+/* Consumes a token's bytes; an end-of-generation token is accepted only where the
+ * grammar is complete and changes nothing. */
+int kvi_grammar_matcher_accept_token(kvi_grammar_matcher *m, int32_t token);
+/* The output so far is a complete sentence of the grammar. */
+bool kvi_grammar_matcher_can_end(const kvi_grammar_matcher *m);
+/* The tokens that may come next: bit t of bits[t / 32] (bits holds (n_vocab + 31)
+ * / 32 words). Returns how many are allowed (0: none can continue), or < 0. */
+int32_t kvi_grammar_matcher_mask(kvi_grammar_matcher *m, uint32_t *bits);
+
+/* JSON Schema (draft 2020-12 subset: type, properties, required,
+ * additionalProperties, enum, const, anyOf/oneOf, items/prefixItems,
+ * minItems/maxItems, minLength/maxLength, $ref to #/$defs|definitions, string
+ * formats date, time, date-time, uuid, email) as GBNF text (malloc'd, NUL-ended).
+ * schema NULL means any JSON object (response_format json_object). Any keyword it
+ * cannot enforce is an error naming it (KVI_E_INVALID), never ignored. */
+char *kvi_json_schema_to_gbnf(const char *schema, size_t len, kvi_error *err);
+
+/* Logit bias and a grammar on a sampler. The bias (OpenAI logit_bias: added to
+ * the raw logit of each id, -100 .. 100) is copied; the sampler owns the matcher
+ * from then on (NULL: none): kvi_sampler_sample then draws only among the tokens
+ * it allows (KVI_E_INVALID when there are none), and kvi_sampler_accept_output
+ * advances it. */
+int kvi_sampler_set_logit_bias(kvi_sampler *s, const int32_t *ids, const float *bias, int32_t n);
+int kvi_sampler_set_grammar(kvi_sampler *s, kvi_grammar_matcher *m);
 
 /* ---- scheduler: continuous batching over one engine ------ */
 
@@ -396,6 +449,15 @@ typedef struct kvi_request {
     kvi_logprobs_fn on_logprobs;
     int32_t top_logprobs;
     bool no_spec; /* (spec2) never speculate for this request, even when enabled */
+    /* constrained decoding: every generated token keeps the output a prefix of
+     * the grammar's language, end of generation only where it is complete (NULL:
+     * none). Must stay valid until on_done. Never speculated. */
+    const kvi_grammar *grammar;
+    /* OpenAI logit_bias: bias_vals[i] added to the logit of bias_ids[i]
+     * (-100 .. 100, ids < n_vocab); copied at submit. */
+    const int32_t *bias_ids;
+    const float *bias_vals;
+    int32_t n_bias;
 } kvi_request;
 
 typedef struct kvi_sched_stats {

@@ -96,6 +96,13 @@ typedef struct srv_params {
     /* logprobs: chat "logprobs": true + "top_logprobs": k; completions "logprobs": k */
     bool logprobs;
     int32_t top_logprobs; /* 0 .. KVI_LOGPROBS_MAX alternatives per token */
+    /* "grammar" (GBNF) or "response_format" json_object / json_schema, compiled;
+     * NULL: unconstrained. Owned; lives as long as the request. */
+    kvi_grammar *grammar;
+    /* "logit_bias": {"id": bias}, ids < n_vocab, biases in [-100, 100] */
+    int32_t *bias_ids; /* [n_bias] */
+    float *bias_vals;  /* [n_bias] */
+    int32_t n_bias;
 } srv_params;
 
 /* One failure answer: HTTP status plus OpenAI's error object. */

@@ -18,6 +18,13 @@
  * (before penalties, temperature and top-k/top-p/min-p), as OpenAI reports them;
  * token strings render special tokens ("</s>"); bytes are the token's own bytes.
  * A stop string's cut drops the entries of tokens wholly after it.
+ *
+ * Constrained output: "grammar" (GBNF) or "response_format" ({"type":
+ * "json_object"} or {"type": "json_schema", "json_schema": {"name", "schema",
+ * "strict"}}) compiles to one kvi_grammar per request; a grammar that does not
+ * parse, a schema keyword that cannot be enforced, or both fields at once are a
+ * 400 carrying the library's message. "logit_bias" keys must be token ids in
+ * [0, n_vocab), values in [-100, 100]; anything else is a 400.
  */
 #include "server/server.h"
 
@@ -61,6 +68,9 @@ void srv_params_free(srv_params *p)
 {
     free(p->prompt);
     for (int i = 0; i < p->n_stop; i++) free(p->stop[i]);
+    kvi_grammar_free(p->grammar);
+    free(p->bias_ids);
+    free(p->bias_vals);
     memset(p, 0, sizeof *p);
 }
 
@@ -350,6 +360,92 @@ static int parse_stop(const cJSON *root, srv_params *p, srv_err *er)
     return 0;
 }
 
+/* GBNF text (or a JSON Schema's grammar) to p->grammar; a 400 naming `field`. */
+static int compile_grammar(const char *text, size_t len, const char *field, srv_params *p, srv_err *er)
+{
+    kvi_error err = { 0 };
+    p->grammar = kvi_grammar_parse(text, len, &err);
+    if (!p->grammar)
+        return srv_err_set(er, 400, "invalid_request_error", "invalid_value", "'%s': %s", field, err.msg);
+    return 0;
+}
+
+/* "grammar": GBNF text; "response_format": {"type": "text" | "json_object" |
+ * "json_schema", "json_schema": {"name", "schema", "strict"}}. At most one. */
+static int parse_constraints(const cJSON *root, srv_params *p, srv_err *er)
+{
+    const cJSON *gr = cJSON_GetObjectItemCaseSensitive(root, "grammar");
+    const cJSON *rf = cJSON_GetObjectItemCaseSensitive(root, "response_format");
+    if (gr && !cJSON_IsNull(gr)) {
+        if (!cJSON_IsString(gr)) return bad(er, "grammar", "must be a string of GBNF");
+        if (rf && !cJSON_IsNull(rf)) {
+            const cJSON *t = cJSON_GetObjectItemCaseSensitive(rf, "type");
+            if (!cJSON_IsString(t) || strcmp(t->valuestring, "text") != 0)
+                return bad(er, "grammar", "cannot be combined with a JSON response_format");
+        }
+        return compile_grammar(gr->valuestring, strlen(gr->valuestring), "grammar", p, er);
+    }
+    if (!rf || cJSON_IsNull(rf)) return 0;
+    if (!cJSON_IsObject(rf)) return bad(er, "response_format", "must be an object");
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(rf, "type");
+    if (!cJSON_IsString(t)) return bad(er, "response_format.type", "must be a string");
+    if (!strcmp(t->valuestring, "text")) return 0;
+    char *schema = NULL;
+    if (!strcmp(t->valuestring, "json_schema")) {
+        const cJSON *js = cJSON_GetObjectItemCaseSensitive(rf, "json_schema");
+        if (!cJSON_IsObject(js)) return bad(er, "response_format.json_schema", "must be an object");
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(js, "name");
+        if (!cJSON_IsString(name)) return bad(er, "response_format.json_schema.name", "must be a string");
+        const cJSON *strict = cJSON_GetObjectItemCaseSensitive(js, "strict");
+        if (strict && !cJSON_IsNull(strict) && !cJSON_IsBool(strict))
+            return bad(er, "response_format.json_schema.strict", "must be a boolean");
+        const cJSON *sc = cJSON_GetObjectItemCaseSensitive(js, "schema");
+        if (sc && !cJSON_IsObject(sc) && !cJSON_IsBool(sc))
+            return bad(er, "response_format.json_schema.schema", "must be a JSON Schema object");
+        schema = sc ? cJSON_PrintUnformatted(sc) : strdup("{}");
+        if (!schema) return srv_err_set(er, 500, "server_error", NULL, "out of memory");
+    } else if (strcmp(t->valuestring, "json_object") != 0) {
+        return bad(er, "response_format.type", "must be \"text\", \"json_object\" or \"json_schema\"");
+    }
+    kvi_error err = { 0 };
+    char *gbnf = kvi_json_schema_to_gbnf(schema, schema ? strlen(schema) : 0, &err);
+    free(schema);
+    if (!gbnf)
+        return srv_err_set(er, 400, "invalid_request_error", "invalid_value", "'response_format': %s",
+                           err.msg);
+    int rc = compile_grammar(gbnf, strlen(gbnf), "response_format", p, er);
+    free(gbnf);
+    return rc;
+}
+
+/* "logit_bias": {"token id": bias in [-100, 100]} (OpenAI's map). */
+static int parse_logit_bias(const cJSON *root, int32_t n_vocab, srv_params *p, srv_err *er)
+{
+    const cJSON *lb = cJSON_GetObjectItemCaseSensitive(root, "logit_bias");
+    if (!lb || cJSON_IsNull(lb)) return 0;
+    if (!cJSON_IsObject(lb)) return bad(er, "logit_bias", "must be an object of token id strings to numbers");
+    const int n = cJSON_GetArraySize(lb);
+    if (n == 0) return 0;
+    if (n > n_vocab) return bad(er, "logit_bias", "has more entries than the vocabulary has tokens");
+    p->bias_ids = malloc((size_t)n * sizeof *p->bias_ids);
+    p->bias_vals = malloc((size_t)n * sizeof *p->bias_vals);
+    if (!p->bias_ids || !p->bias_vals) return srv_err_set(er, 500, "server_error", NULL, "out of memory");
+    for (const cJSON *e = lb->child; e; e = e->next) {
+        const char *k = e->string;
+        char *end = NULL;
+        long id = k && *k >= '0' && *k <= '9' ? strtol(k, &end, 10) : -1;
+        if (id < 0 || !end || *end || id >= n_vocab)
+            return srv_err_set(er, 400, "invalid_request_error", "invalid_value",
+                               "'logit_bias': key '%.40s' is not a token id in [0, %d)", k ? k : "", n_vocab);
+        if (!cJSON_IsNumber(e) || !(e->valuedouble >= -100.0 && e->valuedouble <= 100.0))
+            return srv_err_set(er, 400, "invalid_request_error", "invalid_value",
+                               "'logit_bias': the bias of token %ld must be a number in [-100, 100]", id);
+        p->bias_ids[p->n_bias] = (int32_t)id;
+        p->bias_vals[p->n_bias++] = (float)e->valuedouble;
+    }
+    return 0;
+}
+
 int srv_parse_request(srv_server *srv, const char *body, size_t len, bool chat, srv_params *p, srv_err *er)
 {
     memset(p, 0, sizeof *p);
@@ -427,6 +523,8 @@ int srv_parse_request(srv_server *srv, const char *body, size_t len, bool chat, 
     }
     if ((rc = parse_stop(root, p, er))) goto done;
     if ((rc = parse_logprobs(root, chat, p, er))) goto done;
+    if ((rc = parse_logit_bias(root, kvi_n_vocab(srv->m), p, er))) goto done;
+    if ((rc = parse_constraints(root, p, er))) goto done;
     rc = chat ? parse_messages(srv, root, body, len, p, er) : parse_prompt(srv, root, p, er);
     if (rc) goto done;
     if (p->n_prompt == 0) {

@@ -11,7 +11,12 @@
  *   counts (n_vocab) int32_t  — times each id was generated (accept_output);
  *                                allocated only when a presence or frequency
  *                                penalty is set, else NULL
- * and a xoshiro256** generator (base/rng.h).
+ * and a xoshiro256** generator (base/rng.h). Optional, set after create:
+ *   gm     kvi_grammar_matcher — owned; the tokens it disallows are -inf
+ *   mask   ((n_vocab + 31) / 32) uint32_t — its mask for this draw
+ *   bias_ids / bias_vals (n_bias) — OpenAI logit_bias, added to raw logits
+ *   work   (n_vocab) float    — the caller's logits with bias and mask applied
+ *                               (only when a bias or a grammar is set)
  *
  * Invariants:
  *   - kvi_sampler_sample() never allocates and never modifies the caller's logits;
@@ -56,17 +61,23 @@ typedef struct smp_cand {
 struct kvi_sampler {
     kvi_sampler_params p;
     int32_t n_vocab;
-    smp_cand *cand;     /* (n_vocab) working candidates */
-    smp_cand *heap;     /* (n_vocab) top-k min-heap scratch */
-    uint32_t *seen;     /* (n_vocab) penalty stamps */
-    uint32_t stamp;     /* current stamp value for seen[] */
-    int32_t *recent;    /* (repeat_last_n) ring of accepted tokens */
-    int32_t n_recent;   /* entries filled, <= repeat_last_n */
-    int32_t recent_pos; /* next write index in recent */
-    int32_t *counts;    /* (n_vocab) generated-token counts, NULL when no such penalty */
-    int32_t n_output;   /* tokens given to accept_output */
-    bool reference;     /* always the reference chain (tests) */
-    rng_state rng;      /* seeded from p.seed at create */
+    smp_cand *cand;          /* (n_vocab) working candidates */
+    smp_cand *heap;          /* (n_vocab) top-k min-heap scratch */
+    uint32_t *seen;          /* (n_vocab) penalty stamps */
+    uint32_t stamp;          /* current stamp value for seen[] */
+    int32_t *recent;         /* (repeat_last_n) ring of accepted tokens */
+    int32_t n_recent;        /* entries filled, <= repeat_last_n */
+    int32_t recent_pos;      /* next write index in recent */
+    int32_t *counts;         /* (n_vocab) generated-token counts, NULL when no such penalty */
+    int32_t n_output;        /* tokens given to accept_output */
+    bool reference;          /* always the reference chain (tests) */
+    kvi_grammar_matcher *gm; /* owned; NULL: unconstrained */
+    uint32_t *mask;          /* [(n_vocab + 31) / 32] */
+    int32_t *bias_ids;       /* [n_bias] */
+    float *bias_vals;        /* [n_bias] */
+    int32_t n_bias;
+    float *work;   /* [n_vocab] biased, masked logits */
+    rng_state rng; /* seeded from p.seed at create */
 };
 
 void sampler_set_reference(kvi_sampler *s, bool on)
@@ -133,6 +144,11 @@ void kvi_sampler_free(kvi_sampler *s)
     free(s->seen);
     free(s->recent);
     free(s->counts);
+    kvi_grammar_matcher_free(s->gm);
+    free(s->mask);
+    free(s->bias_ids);
+    free(s->bias_vals);
+    free(s->work);
     free(s);
 }
 
@@ -148,6 +164,8 @@ void kvi_sampler_accept_output(kvi_sampler *s, int32_t token)
 {
     if (!s || token < 0 || token >= s->n_vocab) return;
     kvi_sampler_accept(s, token);
+    /* a token the mask allowed is always accepted; anything else leaves the state */
+    if (s->gm) (void)kvi_grammar_matcher_accept_token(s->gm, token);
     if (s->counts && s->counts[token] < INT32_MAX) s->counts[token]++;
     s->n_output++;
 }
@@ -386,9 +404,72 @@ static int32_t sampler_chain(kvi_sampler *s, const float *logits, int32_t *n_out
     return -1;
 }
 
+/* ---- logit bias and grammar ---- */
+
+int kvi_sampler_set_logit_bias(kvi_sampler *s, const int32_t *ids, const float *bias, int32_t n)
+{
+    if (!s || n < 0 || (n > 0 && (!ids || !bias))) return KVI_E_INVALID;
+    for (int32_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= s->n_vocab || !(bias[i] >= -100.0f && bias[i] <= 100.0f))
+            return KVI_E_INVALID;
+    int32_t *ni = n ? malloc((size_t)n * sizeof *ni) : NULL;
+    float *nb = n ? malloc((size_t)n * sizeof *nb) : NULL;
+    if (n && (!ni || !nb || (!s->work && !(s->work = malloc((size_t)s->n_vocab * sizeof *s->work))))) {
+        free(ni);
+        free(nb);
+        return KVI_E_NOMEM;
+    }
+    if (n) {
+        memcpy(ni, ids, (size_t)n * sizeof *ni);
+        memcpy(nb, bias, (size_t)n * sizeof *nb);
+    }
+    free(s->bias_ids);
+    free(s->bias_vals);
+    s->bias_ids = ni;
+    s->bias_vals = nb;
+    s->n_bias = n;
+    return 0;
+}
+
+int kvi_sampler_set_grammar(kvi_sampler *s, kvi_grammar_matcher *m)
+{
+    if (!s) return KVI_E_INVALID;
+    if (m) {
+        if (!s->mask) s->mask = malloc(((size_t)s->n_vocab + 31) / 32 * sizeof *s->mask);
+        if (!s->work) s->work = malloc((size_t)s->n_vocab * sizeof *s->work);
+        if (!s->mask || !s->work) return KVI_E_NOMEM;
+    }
+    kvi_grammar_matcher_free(s->gm);
+    s->gm = m;
+    return 0;
+}
+
+/* The row the chain reads: the caller's, or work with the bias added and the
+ * grammar's disallowed tokens at -inf. NULL when the grammar allows nothing. */
+static const float *constrained_row(kvi_sampler *s, const float *logits)
+{
+    if (!s->gm && s->n_bias == 0) return logits;
+    const int32_t nv = s->n_vocab;
+    memcpy(s->work, logits, (size_t)nv * sizeof *s->work);
+    for (int32_t i = 0; i < s->n_bias; i++) s->work[s->bias_ids[i]] += s->bias_vals[i];
+    if (s->gm) {
+        if (kvi_grammar_matcher_mask(s->gm, s->mask) <= 0) return NULL;
+        for (int32_t w = 0; w < (nv + 31) / 32; w++) {
+            uint32_t m = s->mask[w];
+            if (m == 0xFFFFFFFFu) continue;
+            for (int32_t b = 0; b < 32 && w * 32 + b < nv; b++)
+                if (!((m >> b) & 1)) s->work[w * 32 + b] = -INFINITY;
+        }
+        /* a disallowed NaN must not win either: NaN counts as -inf already */
+    }
+    return s->work;
+}
+
 int32_t kvi_sampler_sample(kvi_sampler *s, const float *logits)
 {
     if (!s || !logits) return KVI_E_INVALID;
+    logits = constrained_row(s, logits);
+    if (!logits) return KVI_E_INVALID;
     int32_t n = 0;
     double sum = 0.0;
     int32_t certain = sampler_chain(s, logits, &n, &sum);
@@ -409,6 +490,8 @@ int kvi_sampler_probs(kvi_sampler *s, const float *logits, float *probs)
 {
     if (!s || !logits || !probs) return KVI_E_INVALID;
     memset(probs, 0, (size_t)s->n_vocab * sizeof *probs);
+    logits = constrained_row(s, logits);
+    if (!logits) return KVI_E_INVALID;
     int32_t n = 0;
     double sum = 0.0;
     int32_t certain = sampler_chain(s, logits, &n, &sum);

@@ -126,8 +126,9 @@ struct kvi_sched {
     /* speculative decoding (engine thread only, set before start) */
     bool spec_on;
     kvi_spec_params spec_p;
-    kvi_engine *draft; /* shared draft engine, not owned; NULL: n-gram lookup */
-    double *t_rows;    /* [rows_cap + 1] EMA of step ms by row count, 0: unseen */
+    kvi_engine *draft;     /* shared draft engine, not owned; NULL: n-gram lookup */
+    kvi_grammar_vocab *gv; /* the model's token trie, built at the first grammar (under mu) */
+    double *t_rows;        /* [rows_cap + 1] EMA of step ms by row count, 0: unseen */
     int32_t rows_cap;
     double draft_ms_tok;                  /* EMA of the draft model's ms per drafted token */
     int32_t spec_rows_prev;               /* draft rows of the previous step */
@@ -269,14 +270,38 @@ int kvi_sched_submit(kvi_sched *s, const kvi_request *r, uint64_t *id, kvi_error
                            "holds %d",
                            (long long)need, ks.kv_blocks_total);
     }
+    for (int32_t i = 0; i < r->n_bias; i++)
+        if (!r->bias_ids || !r->bias_vals || r->bias_ids[i] < 0 || r->bias_ids[i] >= s->n_vocab ||
+            !(r->bias_vals[i] >= -100.0f && r->bias_vals[i] <= 100.0f))
+            return err_set(err, KVI_E_INVALID,
+                           "logit_bias: token %d or its bias is outside [0, %d) / [-100, 100]",
+                           r->bias_ids ? r->bias_ids[i] : -1, s->n_vocab);
+    kvi_grammar_matcher *gm = NULL;
+    if (r->grammar) {
+        pthread_mutex_lock(&s->mu);
+        if (!s->gv) s->gv = kvi_grammar_vocab_create(s->m, err);
+        const kvi_grammar_vocab *gv = s->gv;
+        pthread_mutex_unlock(&s->mu);
+        if (!gv) return err ? err->code : KVI_E_NOMEM;
+        gm = kvi_grammar_matcher_create(r->grammar, gv, err);
+        if (!gm) return err ? err->code : KVI_E_NOMEM;
+    }
     sreq *q = calloc(1, sizeof *q);
-    if (!q) return err_set(err, KVI_E_NOMEM, "scheduler: out of memory");
+    if (!q) {
+        kvi_grammar_matcher_free(gm);
+        return err_set(err, KVI_E_NOMEM, "scheduler: out of memory");
+    }
     q->r = *r;
     q->r.prompt = NULL;
     q->cap = s->n_ctx + 1;
     q->tokens = malloc((size_t)q->cap * sizeof *q->tokens);
+    q->r.bias_ids = NULL;
+    q->r.bias_vals = NULL;
     q->smp = kvi_sampler_create(&r->sampling, s->n_vocab);
-    if (!q->tokens || !q->smp) {
+    const int rc_g = q->smp ? kvi_sampler_set_grammar(q->smp, gm) : KVI_E_NOMEM; /* owns gm on 0 */
+    if (rc_g != 0) kvi_grammar_matcher_free(gm);
+    if (!q->tokens || rc_g != 0 ||
+        kvi_sampler_set_logit_bias(q->smp, r->bias_ids, r->bias_vals, r->n_bias) != 0) {
         sreq_free(q);
         return err_set(err, KVI_E_NOMEM, "scheduler: out of memory");
     }
@@ -422,7 +447,8 @@ int kvi_sched_set_spec(kvi_sched *s, const kvi_spec_params *p, kvi_engine *draft
  * so does any request whose state cannot be made (no draft sequence free). */
 static void spec_attach(kvi_sched *s, sreq *q)
 {
-    if (!s->spec_on || q->r.no_spec || q->sp) return;
+    /* a grammar's mask would have to follow every draft: such requests stay plain */
+    if (!s->spec_on || q->r.no_spec || q->r.grammar || q->sp) return;
     if (q->r.sampling.presence_penalty != 0.0f || q->r.sampling.frequency_penalty != 0.0f) return;
     kvi_error e2 = { 0 };
     q->drafts = malloc((size_t)s->spec_p.draft_max * sizeof *q->drafts);
@@ -958,7 +984,12 @@ int kvi_sched_step(kvi_sched *s, kvi_error *err)
                 q->n_done = q->n_tokens;
                 const float *logits = kvi_logits(s->e, q->row);
                 q->row = -1;
-                if (!logits || q->sampled < 0) {
+                if (logits && q->sampled < 0 && q->r.grammar) {
+                    err_set(&le, KVI_E_INVALID,
+                            "grammar: no token of the vocabulary can continue the output");
+                    f = KVI_FINISH_ERROR;
+                    done = true;
+                } else if (!logits || q->sampled < 0) {
                     err_set(&le, KVI_E_INVALID, "scheduler: no logits for a row that asked for them");
                     f = KVI_FINISH_ERROR;
                     done = true;
@@ -1065,6 +1096,7 @@ void kvi_sched_free(kvi_sched *s)
     free(s->t_rows);
     free(s->spec_lg);
     free(s->spec_out);
+    kvi_grammar_vocab_free(s->gv);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     free(s);
