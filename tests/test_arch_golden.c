@@ -296,21 +296,11 @@ static void check_latent(kvi_model *m, const int32_t *toks, int n, const float *
 
 static void check_file(const char *name, double tol, int n_expert, int used)
 {
-    char rel[256], grel[256];
+    char rel[256];
     snprintf(rel, sizeof rel, "golden/arch/%s.gguf", name);
-    snprintf(grel, sizeof grel, "golden/arch/%s.logits.json", name);
-    kvi_error err = { 0 };
-    kvi_load_params lp;
-    kvi_load_params_default(&lp);
-    kvi_model *m = kvi_model_load(shared_path(rel), &lp, &err);
-    CHECK(m != NULL, "load %s: %s", rel, err.msg);
-    cJSON *j = load_json(shared_path(grel));
-    CHECK(j != NULL, "read %s", grel);
-    if (!m || !j) {
-        kvi_model_free(m);
-        cJSON_Delete(j);
-        return;
-    }
+    kvi_model *m;
+    cJSON *j;
+    if (!load_arch_golden(name, &m, &j)) return;
     int n;
     int32_t *toks = json_ids(cJSON_GetObjectItem(j, "tokens"), &n);
     const cJSON *ref = cJSON_GetObjectItem(j, "logits");
@@ -322,18 +312,7 @@ static void check_file(const char *name, double tol, int n_expert, int used)
     for (int pass = 0; pass < 2; pass++) {
         const float *lg = pass ? blk : pre;
         if (!lg) continue;
-        double num = 0, den = 0;
-        for (int i = 0; i < n; i++) {
-            const cJSON *r = cJSON_GetArrayItem(ref, i);
-            CHECK(cJSON_GetArraySize(r) == nv, "%s: golden row of %d, vocab %d", name, cJSON_GetArraySize(r),
-                  nv);
-            for (int k = 0; k < nv && k < cJSON_GetArraySize(r); k++) {
-                const double bv = cJSON_GetArrayItem(r, k)->valuedouble;
-                num += (lg[(size_t)i * nv + k] - bv) * (lg[(size_t)i * nv + k] - bv);
-                den += bv * bv;
-            }
-        }
-        const double rel_err = sqrt(num / den);
+        const double rel_err = golden_rel_err(name, lg, ref, n, nv);
         CHECK(rel_err < tol, "%s%s: relative error %.4g >= %.3g", name, pass ? " (blocks of 4)" : "", rel_err,
               tol);
         printf("%-20s relative error vs llama.cpp %.6f (tolerance %.3f)%s\n", name, rel_err, tol,

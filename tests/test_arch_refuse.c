@@ -23,8 +23,8 @@ typedef struct edit {
     const char *set_key, *set_str; /* a string key to set (or replace) */
     const char *set_u32_key;       /* a u32 key to set */
     uint32_t set_u32;
-    const char *drop_tensor; /* a tensor left out */
-    const char *extra[2];    /* extra F32 tensors [64] */
+    const char *drop_tensor;  /* a tensor left out */
+    const char *extra[2];     /* extra F32 tensors [64] */
     const char *set_u32_key2; /* a second u32 key to set */
     uint32_t set_u32b;
     int dup_from, dup_to; /* dup_to > 0: blk.<dup_from>.* copied as blk.<dup_to>.* */
@@ -144,8 +144,8 @@ static void check_hybrid_files(void)
         kvi_model_get_info(a, &ia);
         /* blk.7 is an attention layer: attn_norm, q, k, v, q/k norms, output,
          * post_attention_norm, ffn gate/up/down = 11 tensors */
-        CHECK(ia.n_layers == 8 && ia.n_unread_tensors == 11, "MTP block: %d layers, %d tensors unread", ia.n_layers,
-              ia.n_unread_tensors);
+        CHECK(ia.n_layers == 8 && ia.n_unread_tensors == 11, "MTP block: %d layers, %d tensors unread",
+              ia.n_layers, ia.n_unread_tensors);
         float *la = logits3(a), *lb = logits3(b);
         CHECK(la && lb && memcmp(la, lb, 3 * (size_t)kvi_n_vocab(a) * sizeof *la) == 0,
               "qwen35 with an MTP block: logits differ");

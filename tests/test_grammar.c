@@ -44,33 +44,14 @@ static kvi_grammar *parse_ok(const char *text)
     return g;
 }
 
-/* Whether the grammar accepts s exactly (all bytes taken, complete at the end). */
-static bool accepts(const kvi_grammar *g, const char *s)
-{
-    gm_scratch sc;
-    gm_scratch_init(&sc);
-    gm_state a = { 0 }, b = { 0 };
-    gm_state_init(g, &a, &sc);
-    bool ok = !a.dead;
-    for (size_t i = 0; s[i] && ok; i++) {
-        ok = gm_advance_byte(g, &a, (uint8_t)s[i], &b, &sc);
-        gm_state t = a;
-        a = b;
-        b = t;
-    }
-    ok = ok && gm_state_accepting(&a);
-    gm_state_free(&a);
-    gm_state_free(&b);
-    gm_scratch_free(&sc);
-    return ok;
-}
-
 static void check_match(const char *gtext, const char *const *yes, const char *const *no)
 {
     kvi_grammar *g = parse_ok(gtext);
     if (!g) return;
-    for (int i = 0; yes && yes[i]; i++) CHECK(accepts(g, yes[i]), "'%s' should match %s", yes[i], gtext);
-    for (int i = 0; no && no[i]; i++) CHECK(!accepts(g, no[i]), "'%s' should not match %s", no[i], gtext);
+    for (int i = 0; yes && yes[i]; i++)
+        CHECK(grammar_match_exact(g, yes[i]), "'%s' should match %s", yes[i], gtext);
+    for (int i = 0; no && no[i]; i++)
+        CHECK(!grammar_match_exact(g, no[i]), "'%s' should not match %s", no[i], gtext);
     kvi_grammar_free(g);
 }
 
@@ -147,7 +128,7 @@ static void test_matching(void)
         memset(big, 'a', 20000);
         big[20000] = 'b';
         big[20001] = 0;
-        CHECK(accepts(g, big), "20000 a's then b");
+        CHECK(grammar_match_exact(g, big), "20000 a's then b");
         free(big);
         kvi_grammar_free(g);
     }
@@ -159,15 +140,15 @@ static void test_matching(void)
         big[2000] = 'x';
         memset(big + 2001, ')', 2000);
         big[4001] = 0;
-        CHECK(!accepts(g, big), "nesting past GM_MAX_DEPTH is refused");
-        CHECK(accepts(g, "((x))"), "shallow nesting is fine");
+        CHECK(!grammar_match_exact(g, big), "nesting past GM_MAX_DEPTH is refused");
+        CHECK(grammar_match_exact(g, "((x))"), "shallow nesting is fine");
         free(big);
         kvi_grammar_free(g);
     }
     /* an exponentially ambiguous grammar stays bounded */
     g = parse_ok("root ::= (a | b)*\na ::= \"x\" | \"x\" \"x\"\nb ::= \"x\"+");
     if (g) {
-        CHECK(accepts(g, "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx") || true, "ambiguous input ran");
+        CHECK(grammar_match_exact(g, "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx") || true, "ambiguous input ran");
         kvi_grammar_free(g);
     }
 }
@@ -362,6 +343,22 @@ static void gen_done(void *user, kvi_finish f, const kvi_usage *u, const kvi_err
     if (err) snprintf(g->err, sizeof g->err, "%s", err->msg);
 }
 
+/* A request for the prompt into r (greedy unless sp says otherwise) of at most max tokens. */
+static kvi_request gen_request(gen *r, const kvi_model *m, const int32_t *prompt, int32_t np,
+                               kvi_sampler_params sp, int32_t max)
+{
+    r->m = m;
+    kvi_request rq = { 0 };
+    rq.prompt = prompt;
+    rq.n_prompt = np;
+    rq.sampling = sp;
+    rq.max_tokens = max;
+    rq.on_token = gen_token;
+    rq.on_done = gen_done;
+    rq.user = r;
+    return rq;
+}
+
 static void test_generation(kvi_model *m, const kvi_grammar_vocab *v)
 {
     kvi_engine *e = make_engine(m, 8, 0);
@@ -388,16 +385,10 @@ static void test_generation(kvi_model *m, const kvi_grammar_vocab *v)
         gs[k] = parse_ok(gtexts[k]);
         for (int j = 0; j < PER && gs[k]; j++) {
             gen *r = &res[nsub++];
-            r->m = m;
-            kvi_request rq = { 0 };
-            rq.prompt = prompt;
-            rq.n_prompt = np;
-            rq.sampling = sampler_params(j == 0 ? 0.0f : 1.0f, j == 2 ? 0 : 40, 1.0f, 0.0f,
-                                         1000 + (uint64_t)k * 7 + (uint64_t)j);
-            rq.max_tokens = 120;
-            rq.on_token = gen_token;
-            rq.on_done = gen_done;
-            rq.user = r;
+            kvi_request rq = gen_request(r, m, prompt, np,
+                                         sampler_params(j == 0 ? 0.0f : 1.0f, j == 2 ? 0 : 40, 1.0f, 0.0f,
+                                                        1000 + (uint64_t)k * 7 + (uint64_t)j),
+                                         120);
             rq.grammar = gs[k];
             kvi_error err = { 0 };
             uint64_t id;
@@ -407,15 +398,7 @@ static void test_generation(kvi_model *m, const kvi_grammar_vocab *v)
     /* unconstrained requests in the same batches */
     for (int j = 0; j < 2; j++) {
         gen *r = &res[nsub++];
-        r->m = m;
-        kvi_request rq = { 0 };
-        rq.prompt = prompt;
-        rq.n_prompt = np;
-        rq.sampling = sampler_params(0.0f, 40, 1.0f, 0.0f, 1);
-        rq.max_tokens = 40;
-        rq.on_token = gen_token;
-        rq.on_done = gen_done;
-        rq.user = r;
+        kvi_request rq = gen_request(r, m, prompt, np, sampler_params(0.0f, 40, 1.0f, 0.0f, 1), 40);
         kvi_error err = { 0 };
         uint64_t id;
         CHECK(kvi_sched_submit(s, &rq, &id, &err) == 0, "submit: %s", err.msg);
@@ -457,15 +440,7 @@ static void test_generation(kvi_model *m, const kvi_grammar_vocab *v)
             if (kvi_token_to_piece(m, t, pc, sizeof pc, false) == 1 && pc[0] == ',') comma[0] = t;
         }
         gen r = { 0 };
-        r.m = m;
-        kvi_request rq = { 0 };
-        rq.prompt = prompt;
-        rq.n_prompt = np;
-        rq.sampling = sampler_params(0.0f, 40, 1.0f, 0.0f, 1);
-        rq.max_tokens = 5;
-        rq.on_token = gen_token;
-        rq.on_done = gen_done;
-        rq.user = &r;
+        kvi_request rq = gen_request(&r, m, prompt, np, sampler_params(0.0f, 40, 1.0f, 0.0f, 1), 5);
         float bias = 100.0f;
         rq.bias_ids = &comma[nc - 1];
         rq.bias_vals = &bias;
@@ -487,15 +462,7 @@ static void test_generation(kvi_model *m, const kvi_grammar_vocab *v)
     {
         kvi_grammar *g = parse_ok("root ::= \"\\u4e01\\u4e02\\u4e03\"");
         gen r = { 0 };
-        r.m = m;
-        kvi_request rq = { 0 };
-        rq.prompt = prompt;
-        rq.n_prompt = np;
-        rq.sampling = sampler_params(0.0f, 40, 1.0f, 0.0f, 1);
-        rq.max_tokens = 10;
-        rq.on_token = gen_token;
-        rq.on_done = gen_done;
-        rq.user = &r;
+        kvi_request rq = gen_request(&r, m, prompt, np, sampler_params(0.0f, 40, 1.0f, 0.0f, 1), 10);
         rq.grammar = g;
         kvi_error err = { 0 };
         uint64_t id;

@@ -28,21 +28,6 @@
 
 #define NV 512
 
-static double rel_err(const float *lg, const cJSON *ref, int from, int n)
-{
-    double num = 0, den = 0;
-    for (int i = from; i < n; i++) {
-        const cJSON *r = cJSON_GetArrayItem(ref, i);
-        for (int k = 0; k < NV; k++) {
-            const double bv = cJSON_GetArrayItem(r, k)->valuedouble;
-            const double d = lg[(size_t)(i - from) * NV + k] - bv;
-            num += d * d;
-            den += bv * bv;
-        }
-    }
-    return sqrt(num / den);
-}
-
 /* logits [n][NV] of toks on one new sequence: prefill in steps of `step` rows (n: one
  * step; 1: token by token) with threads and forward chunk `chunk` (0: default); with
  * blocks > 0 in a budget of one state and that many blocks (*evicted: the snapshots the
@@ -239,21 +224,9 @@ static void check_state(kvi_model *m, const char *name, const int32_t *toks, int
 
 static void check_file(const char *name, double tol)
 {
-    char rel[128], grel[128];
-    snprintf(rel, sizeof rel, "golden/arch/%s.gguf", name);
-    snprintf(grel, sizeof grel, "golden/arch/%s.logits.json", name);
-    kvi_error err = { 0 };
-    kvi_load_params lp;
-    kvi_load_params_default(&lp);
-    kvi_model *m = kvi_model_load(shared_path(rel), &lp, &err);
-    CHECK(m != NULL, "load %s: %s", rel, err.msg);
-    cJSON *j = load_json(shared_path(grel));
-    CHECK(j != NULL, "read %s", grel);
-    if (!m || !j) {
-        kvi_model_free(m);
-        cJSON_Delete(j);
-        return;
-    }
+    kvi_model *m;
+    cJSON *j;
+    if (!load_arch_golden(name, &m, &j)) return;
     int32_t toks[64];
     const int n = json_token_ids(cJSON_GetObjectItem(j, "tokens"), toks, 64);
     const cJSON *ref = cJSON_GetObjectItem(j, "logits");
@@ -261,7 +234,7 @@ static void check_file(const char *name, double tol)
     float *pre = run(m, toks, n, n, 2, 0);
     float *dec = run(m, toks, n, 1, 2, 0);
     if (pre && dec) {
-        const double ep = rel_err(pre, ref, 0, n), ed = rel_err(dec, ref, 0, n);
+        const double ep = golden_rel_err(name, pre, ref, n, NV), ed = golden_rel_err(name, dec, ref, n, NV);
         CHECK(ep < tol && ed < tol, "%s: relative error %.4g (prefill) %.4g (decode) >= %.3g", name, ep, ed,
               tol);
         printf("%-16s relative error vs llama.cpp: prefill %.3g, token by token %.3g (tolerance %.3g)\n",

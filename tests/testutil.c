@@ -4,6 +4,7 @@
 #include "kvinfer.h"
 #include "attention/attention.h"
 #include "formats/quant.h"
+#include "sampling/grammar_int.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -363,4 +364,60 @@ float *pair_logits(kvi_model *m, const int32_t *toks, int n)
         return NULL;
     }
     return out;
+}
+
+bool load_arch_golden(const char *name, kvi_model **m, cJSON **j)
+{
+    char rel[256], grel[256];
+    snprintf(rel, sizeof rel, "golden/arch/%s.gguf", name);
+    snprintf(grel, sizeof grel, "golden/arch/%s.logits.json", name);
+    kvi_error err = { 0 };
+    kvi_load_params lp;
+    kvi_load_params_default(&lp);
+    *m = kvi_model_load(shared_path(rel), &lp, &err);
+    CHECK(*m != NULL, "load %s: %s", rel, err.msg);
+    *j = load_json(shared_path(grel));
+    CHECK(*j != NULL, "read %s", grel);
+    if (*m && *j) return true;
+    kvi_model_free(*m);
+    cJSON_Delete(*j);
+    *m = NULL;
+    *j = NULL;
+    return false;
+}
+
+double golden_rel_err(const char *name, const float *lg, const cJSON *ref, int n, int nv)
+{
+    double num = 0, den = 0;
+    for (int i = 0; i < n; i++) {
+        const cJSON *r = cJSON_GetArrayItem(ref, i);
+        CHECK(cJSON_GetArraySize(r) == nv, "%s: golden row of %d, vocab %d", name, cJSON_GetArraySize(r), nv);
+        for (int k = 0; k < nv && k < cJSON_GetArraySize(r); k++) {
+            const double bv = cJSON_GetArrayItem(r, k)->valuedouble;
+            const double d = lg[(size_t)i * nv + k] - bv;
+            num += d * d;
+            den += bv * bv;
+        }
+    }
+    return sqrt(num / den);
+}
+
+bool grammar_match_exact(const struct kvi_grammar *g, const char *s)
+{
+    gm_scratch sc;
+    gm_scratch_init(&sc);
+    gm_state a = { 0 }, b = { 0 };
+    gm_state_init(g, &a, &sc);
+    bool ok = !a.dead;
+    for (size_t i = 0; s[i] && ok; i++) {
+        ok = gm_advance_byte(g, &a, (uint8_t)s[i], &b, &sc);
+        gm_state t = a;
+        a = b;
+        b = t;
+    }
+    ok = ok && gm_state_accepting(&a);
+    gm_state_free(&a);
+    gm_state_free(&b);
+    gm_scratch_free(&sc);
+    return ok;
 }

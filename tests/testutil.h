@@ -98,6 +98,15 @@ kvi_engine *engine_create_checked(kvi_model *m, const kvi_engine_params *p);
  * sequence of e (freed after): one step of all n rows (the engine may chunk it),
  * or with decode one row a step; CHECKs every step. */
 float *seq_logits(kvi_engine *e, const int32_t *toks, int n, bool decode);
+/* Whether grammar g accepts s exactly: all its bytes taken, complete at the end
+ * (the matcher of sampling/grammar_int.h run byte by byte). */
+bool grammar_match_exact(const struct kvi_grammar *g, const char *s);
+/* ../shared/golden/arch/NAME.gguf (default load parameters) and NAME.logits.json,
+ * each CHECKed; false (nothing kept) when either is missing. */
+bool load_arch_golden(const char *name, kvi_model **m, cJSON **j);
+/* ||lg - ref|| / ||ref|| over rows [0, n) of a golden's "logits" rows of nv values
+ * (lg [n][nv]); CHECKs each row's length. */
+double golden_rel_err(const char *name, const float *lg, const cJSON *ref, int n, int nv);
 /* Two sequences decoded together on an fp32-KV engine (2 threads), the second 5
  * tokens behind on the same tokens: the first's logits [n][n_vocab] (malloc'd),
  * CHECKing every step; NULL on failure. */

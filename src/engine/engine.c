@@ -28,7 +28,6 @@
 #include "engine/engine_int.h"
 #include "base/error.h"
 #include "forward/forward.h"
-#include "forward/fwd_delta.h"
 #include "kv/kv_cache.h"
 #include "kv/kv_txn.h"
 #include "kv/policy/policy.h"
@@ -242,7 +241,7 @@ kvi_engine *kvi_engine_create(kvi_model *m, const kvi_engine_params *params, kvi
         windows[l] = m->layers[l].recurrent ? KV_LAYER_RECURRENT : m->layers[l].window;
         n_win += windows[l] > 0;
     }
-    const size_t state_layer = m->n_recurrent > 0 ? fwd_delta_state_floats(m) * sizeof(float) : 0;
+    const size_t state_layer = m->n_recurrent > 0 ? model_state_layer_floats(m) * sizeof(float) : 0;
     if (p.kv_budget_bytes == 0) {
         /* every sequence at full length, and the window parts one step of
          * n_batch_max rows holds until it commits (kv_cache.h) */
@@ -522,6 +521,12 @@ static void step_rollback(kvi_engine *e, const kvi_batch *b)
     for (int32_t i = 0; i < b->n; i++) b->seq[i]->step_stamp = 0;
 }
 
+/* The staging slot of sequence s's snapshot in this step (step_snap >= 0). */
+static float *snap_slot(const kvi_engine *e, const kvi_seq *s)
+{
+    return e->snap_stage + (size_t)s->step_snap * (e->kv.state_bytes / sizeof(float));
+}
+
 /* Phase 2: every sequence of the batch joins one KV transaction (kv_txn.h):
  * private copies of the shared blocks its rows write, then new blocks. On a
  * failure the transaction rolls back and no sequence has changed; on success it
@@ -556,8 +561,8 @@ static int step_reserve(kvi_engine *e, const kvi_batch *b, kvi_error *err)
         const int32_t bs = e->p.kv_block_size, inner = s->step_last / bs * bs;
         s->step_snap = -1;
         s->step_bnd = inner >= bs && inner - 1 >= s->step_first ? inner
-                      : (s->step_last + 1) % bs == 0        ? s->step_last + 1
-                                                            : 0;
+                      : (s->step_last + 1) % bs == 0            ? s->step_last + 1
+                                                                : 0;
         if (e->kv.snap_blocks > 0 && e->p.prefix_cache && s->step_bnd > 0) s->step_snap = n_snap++;
     }
     if (e->kv.n_rlayers && e->snap_rows_cap < b->n) {
@@ -581,9 +586,7 @@ static int step_reserve(kvi_engine *e, const kvi_batch *b, kvi_error *err)
     }
     for (int32_t i = 0; e->kv.n_rlayers && i < b->n; i++) {
         const kvi_seq *s = b->seq[i];
-        e->snap_rows[i] = s->step_snap >= 0 && b->pos[i] == s->step_bnd - 1
-                              ? e->snap_stage + (size_t)s->step_snap * (e->kv.state_bytes / sizeof(float))
-                              : NULL;
+        e->snap_rows[i] = s->step_snap >= 0 && b->pos[i] == s->step_bnd - 1 ? snap_slot(e, s) : NULL;
     }
     for (int32_t i = 0; i < b->n; i++) {
         kvi_seq *s = b->seq[i];
@@ -641,8 +644,7 @@ static void step_commit(kvi_engine *e, const kvi_batch *b)
         if (e->p.prefix_cache) kv_prefix_index_table(&e->kv, &s->table, s->step_first / bs);
         if (e->kv.n_rlayers && s->step_snap >= 0) { /* the snapshot joins its block (kv_cache.h) */
             const int32_t b = s->table.blocks[s->step_bnd / bs - 1];
-            if (kv_snap_put(&e->kv, b, e->snap_stage + (size_t)s->step_snap * (e->kv.state_bytes / sizeof(float))) ==
-                0) {
+            if (kv_snap_put(&e->kv, b, snap_slot(e, s)) == 0) {
                 /* a table keeps its two newest snapshots: the older one goes */
                 if (s->table.snap_at[1] > 0 && s->table.snap_at[1] - 1 != b)
                     kv_snap_drop(&e->kv, s->table.snap_at[1] - 1);

@@ -53,8 +53,6 @@ struct fwd_delta {
     uint8_t *last; /* [chunk] 1: the last row of its sequence in this pass */
 };
 
-size_t fwd_delta_state_floats(const struct kvi_model *m) { return model_state_layer_floats(m); }
-
 void fwd_delta_free(fwd_delta *d)
 {
     if (!d) return;
@@ -233,6 +231,15 @@ static void delta_out(void *ctx, int ith, int nth)
     for (size_t i = 0; i < (size_t)(r1 - r0) * hv * dk; i++) o[i] *= silu(z[i]);
 }
 
+/* fn over the pool's threads, or on the calling thread alone (the same bits) */
+static void run_on(tpool *pool, tpool_fn fn, delta_task *t, bool par)
+{
+    if (par)
+        tpool_run(pool, fn, t);
+    else
+        fn(t, 0, 1);
+}
+
 /* fwd_delta_run over at most d->chunk rows */
 static int delta_part(fwd_delta *d, tpool *pool, const struct kvi_model *m, const model_layer *L,
                       const float *xb, int n, float *const *state, const int32_t *pos, float *const *snap,
@@ -240,7 +247,7 @@ static int delta_part(fwd_delta *d, tpool *pool, const struct kvi_model *m, cons
 {
     const int dim = m->dim, dk = m->ssm_dk, hk = m->ssm_hk, hv = m->ssm_hv;
     const int conv = 2 * hk * dk + hv * dk, inner = hv * dk;
-    const size_t sf = fwd_delta_state_floats(m);
+    const size_t sf = model_state_layer_floats(m);
     int rc;
     { /* projections: one quantisation of xb */
         const bool fused = L->ssm_ba.data != NULL;
@@ -275,18 +282,11 @@ static int delta_part(fwd_delta *d, tpool *pool, const struct kvi_model *m, cons
             }
     }
     delta_task t = { .m = m, .L = L, .d = d, .n = n, .state = state, .snap = snap, .pool = pool };
-    if (n >= FWD_DELTA_PAR_ROWS) {
-        tpool_run(pool, delta_conv, &t);  /* channels split, rows in order */
-        tpool_run(pool, delta_gates, &t); /* rows split */
-    } else {                              /* a few rows: less work than waking the pool */
-        delta_conv(&t, 0, 1);
-        delta_gates(&t, 0, 1);
-    }
-    tpool_run(pool, delta_heads, &t); /* value heads split, rows in order */
-    if (n >= FWD_DELTA_PAR_ROWS)
-        tpool_run(pool, delta_out, &t); /* rows split */
-    else
-        delta_out(&t, 0, 1);
+    const bool par = n >= FWD_DELTA_PAR_ROWS; /* a few rows: less work than waking the pool */
+    run_on(pool, delta_conv, &t, par);        /* channels split, rows in order */
+    run_on(pool, delta_gates, &t, par);       /* rows split */
+    run_on(pool, delta_heads, &t, true);      /* value heads split, rows in order */
+    run_on(pool, delta_out, &t, par);         /* rows split */
     return kern_matmul(pool, &L->ssm_out, d->o, inner, n, y, dim);
 }
 

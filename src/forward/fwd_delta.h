@@ -21,8 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* floats of one layer's state: conv part + delta-rule part */
-size_t fwd_delta_state_floats(const struct kvi_model *m);
+/* (one layer's state holds model_state_layer_floats(m) floats, model.h) */
 
 typedef struct fwd_delta fwd_delta;
 

@@ -171,16 +171,26 @@ int32_t kv_prefix_match(kv_pool *p, kv_table *t, const int32_t *tokens, int32_t 
 {
     const int bs = p->block_size;
     const int32_t max_blocks = n_max / bs;
+    if (max_blocks <= 0) return 0;
+    /* the chain's blocks, walked once; the table changes only once all is decided,
+     * so a failed allocation leaves it as it was */
+    int32_t *ids = malloc((size_t)max_blocks * sizeof *ids); /* [max_blocks] */
+    if (!ids) return err_set(err, KVI_E_NOMEM, "kv cache: out of memory matching a prefix");
     int32_t par = -1, n = 0;
     uint64_t ph = PREFIX_SEED;
-    /* count first, so that a failed allocation leaves the table unchanged */
     for (; n < max_blocks; n++) {
         const int32_t *tok = tokens + (size_t)n * bs;
         const uint64_t h = block_hash(ph, tok, bs);
         const int32_t b = lookup(p, h, par, tok);
         if (b < 0) break;
-        par = b;
+        ids[n] = par = b;
         ph = h;
+    }
+    /* recurrent layers: only up to the chain's last block holding a state snapshot */
+    int32_t snap_b = -1;
+    if (p->n_rlayers) {
+        while (n > 0 && !(p->snap && p->snap[ids[n - 1]])) n--;
+        if (n > 0) snap_b = ids[n - 1];
     }
     /* window layers: the blocks the new table's window reaches must still hold
      * their window parts (kv_cache.h); otherwise a shorter match */
@@ -188,62 +198,34 @@ int32_t kv_prefix_match(kv_pool *p, kv_table *t, const int32_t *tokens, int32_t 
     while (p->n_wlayers && n > 0) {
         const int64_t w = ((int64_t)n * bs - p->win_max + 1 - p->win_slack) / bs;
         wdrop = w > 0 ? (int32_t)w : 0;
-        int32_t ok = 1, b = -1;
-        par = -1;
-        ph = PREFIX_SEED;
-        for (int32_t i = 0; i < n; i++) {
-            const int32_t *tok = tokens + (size_t)i * bs;
-            ph = block_hash(ph, tok, bs);
-            b = lookup(p, ph, par, tok);
-            par = b;
-            if (i >= wdrop && !p->wmem[b]) ok = 0;
-        }
-        if (ok) break;
+        int32_t i = wdrop;
+        while (i < n && p->wmem[ids[i]]) i++;
+        if (i == n) break;
         n--;
     }
-    /* recurrent layers: only up to the chain's last block holding a state snapshot */
-    int32_t snap_b = -1;
-    if (p->n_rlayers && n > 0) {
-        int32_t keep = 0;
-        par = -1;
-        ph = PREFIX_SEED;
-        for (int32_t i = 0; i < n; i++) {
-            const int32_t *tok = tokens + (size_t)i * bs;
-            ph = block_hash(ph, tok, bs);
-            par = lookup(p, ph, par, tok);
-            if (p->snap && p->snap[par]) {
-                keep = i + 1;
-                snap_b = par;
-            }
-        }
-        n = keep;
-        if (n > 0) {
-            const int rc = kv_table_state_take(p, t, err);
-            if (rc) return rc;
-        }
-    }
-    if (n == 0) return 0;
-    if (n > t->cap) {
+    int rc = 0;
+    if (n > 0 && snap_b >= 0) rc = kv_table_state_take(p, t, err);
+    if (rc == 0 && n > t->cap) {
         int32_t *nb = realloc(t->blocks, (size_t)n * sizeof *nb);
-        if (!nb) return err_set(err, KVI_E_NOMEM, "kv cache: cannot grow a block table");
-        t->blocks = nb;
-        int32_t *nt = realloc(t->tokens, (size_t)n * bs * sizeof *nt);
-        if (!nt) return err_set(err, KVI_E_NOMEM, "kv cache: cannot grow a block table");
-        t->tokens = nt;
-        t->cap = n;
+        if (nb) t->blocks = nb;
+        int32_t *nt = nb ? realloc(t->tokens, (size_t)n * bs * sizeof *nt) : NULL;
+        if (nt) {
+            t->tokens = nt;
+            t->cap = n;
+        } else {
+            rc = err_set(err, KVI_E_NOMEM, "kv cache: cannot grow a block table");
+        }
     }
-    par = -1;
-    ph = PREFIX_SEED;
+    if (rc || n == 0) {
+        free(ids);
+        return rc;
+    }
     for (int32_t i = 0; i < n; i++) {
-        const int32_t *tok = tokens + (size_t)i * bs;
-        const uint64_t h = block_hash(ph, tok, bs);
-        const int32_t b = lookup(p, h, par, tok);
-        kv_pool_ref(p, b);
-        if (p->n_wlayers && i >= wdrop) p->wref[b]++;
-        t->blocks[i] = b;
-        par = b;
-        ph = h;
+        kv_pool_ref(p, ids[i]);
+        if (p->n_wlayers && i >= wdrop) p->wref[ids[i]]++;
+        t->blocks[i] = ids[i];
     }
+    free(ids);
     memcpy(t->tokens, tokens, (size_t)n * bs * sizeof *tokens);
     t->n_blocks = n;
     t->wdrop = wdrop;

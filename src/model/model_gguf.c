@@ -146,8 +146,8 @@ static int bind_experts(gbind *b, const char *name, int64_t n_in, int64_t n_out,
     return 0;
 }
 
-/* Binds the per-expert bias {n, n_exp} (F32/F16/BF16) as n_exp * n floats, or
- * leaves *out NULL when absent. */
+/* Binds n_exp vectors of n {n, n_exp} (F32/F16/BF16: per-expert biases, conv taps)
+ * as n_exp * n floats, or leaves *out NULL when absent. */
 static int bind_expert_bias(gbind *b, const char *name, int64_t n, int64_t n_exp, const float **out,
                             kvi_error *err)
 {
@@ -196,33 +196,41 @@ static int rope_scaling(struct kvi_model *m, const gguf_ctx *g, const char *arch
     return 0;
 }
 
+/* "<arch>.<what>" as per-layer flags when it is an array of booleans: *flags points at
+ * its n_layers elements (the first, when the file lists more: trailing MTP blocks),
+ * NULL when the key is absent or not an array; n_more: how many more elements it may have. */
+static int layer_flags(struct kvi_model *m, const gguf_ctx *g, const char *what, int64_t n_more,
+                       const uint8_t **flags, kvi_error *err)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", m->arch, what);
+    const int64_t ki = gguf_find_key(g, key);
+    *flags = NULL;
+    if (ki < 0 || gguf_kv_type(g, ki) != GGUF_T_ARRAY) return 0;
+    gguf_vtype et, vt;
+    uint64_t n;
+    const void *raw;
+    size_t len;
+    const int rc = gguf_get_arr_info(g, key, &et, &n, err);
+    if (rc) return rc;
+    if (et != GGUF_T_BOOL || n < (uint64_t)m->n_layers || n > (uint64_t)(m->n_layers + n_more) ||
+        gguf_kv_raw(g, ki, &vt, &raw, &len) != 0 || len < 8 + (size_t)n)
+        return err_set(err, KVI_E_FORMAT, "gguf: %s must be %d booleans (one per layer)", key, m->n_layers);
+    *flags = (const uint8_t *)raw + len - (size_t)n; /* the elements end the value */
+    return 0;
+}
+
 int model_swa_layers(struct kvi_model *m, const gguf_ctx *g, int def_period, int local_rope, kvi_error *err)
 {
     int w, rc;
     if ((rc = model_gguf_int(g, m->arch, "attention.sliding_window", true, 0, 1, MODEL_MAX_CTX, &w, err)))
         return rc;
-    char key[128];
-    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", m->arch);
-    const int64_t ki = gguf_find_key(g, key);
-    gguf_vtype vt = ki >= 0 ? gguf_kv_type(g, ki) : GGUF_T_UINT32;
-    int period = def_period;
     const uint8_t *flags = NULL; /* [n_layers] */
-    if (ki >= 0 && vt == GGUF_T_ARRAY) {
-        gguf_vtype et;
-        uint64_t n;
-        if ((rc = gguf_get_arr_info(g, key, &et, &n, err))) return rc;
-        const void *raw;
-        size_t len;
-        if (et != GGUF_T_BOOL || n < (uint64_t)m->n_layers || gguf_kv_raw(g, ki, &vt, &raw, &len) != 0 ||
-            len < 8 + (size_t)n)
-            return err_set(err, KVI_E_FORMAT, "gguf: %s must be %d booleans (one per layer)", key,
-                           m->n_layers);
-        flags = (const uint8_t *)raw + len - (size_t)n; /* the elements end the value */
-    } else if (ki >= 0) {
-        if ((rc = model_gguf_int(g, m->arch, "attention.sliding_window_pattern", false, def_period, 0,
-                                 MODEL_MAX_LAYERS, &period, err)))
-            return rc;
-    }
+    if ((rc = layer_flags(m, g, "attention.sliding_window_pattern", 0, &flags, err))) return rc;
+    int period = def_period;
+    if (!flags && (rc = model_gguf_int(g, m->arch, "attention.sliding_window_pattern", false, def_period, 0,
+                                       MODEL_MAX_LAYERS, &period, err)))
+        return rc;
     for (int l = 0; l < m->n_layers; l++) {
         const bool local = flags ? flags[l] != 0 : period == 0 || l % period < period - 1;
         m->layers[l].window = local ? w : 0;
@@ -253,22 +261,8 @@ int model_hybrid_layers(struct kvi_model *m, const gguf_ctx *g, kvi_error *err)
                              err)))
         return rc;
     m->n_layers -= m->n_nextn;
-    char key[128];
-    snprintf(key, sizeof key, "%s.attention.recurrent_layers", m->arch);
-    const int64_t ki = gguf_find_key(g, key);
     const uint8_t *flags = NULL; /* [n_layers] */
-    if (ki >= 0) {
-        gguf_vtype et, vt;
-        uint64_t n;
-        const void *raw;
-        size_t len;
-        if ((rc = gguf_get_arr_info(g, key, &et, &n, err))) return rc;
-        if (et != GGUF_T_BOOL || n < (uint64_t)m->n_layers || gguf_kv_raw(g, ki, &vt, &raw, &len) != 0 ||
-            len < 8 + (size_t)n)
-            return err_set(err, KVI_E_FORMAT, "gguf: %s must be %d booleans (one per layer)", key,
-                           m->n_layers);
-        flags = (const uint8_t *)raw + len - (size_t)n; /* the elements end the value */
-    }
+    if ((rc = layer_flags(m, g, "attention.recurrent_layers", m->n_nextn, &flags, err))) return rc;
     m->n_recurrent = 0;
     for (int l = 0; l < m->n_layers; l++) {
         m->layers[l].recurrent = flags ? flags[l] != 0 : (l + 1) % interval != 0;
@@ -496,19 +490,9 @@ static int bind_delta(gbind *b, int l, kvi_error *err)
     if (!L->ssm_ba.data && ((rc = bind_matrix(b, NM("ssm_beta.weight"), dim, hv, true, &L->ssm_beta, err)) ||
                             (rc = bind_matrix(b, NM("ssm_alpha.weight"), dim, hv, true, &L->ssm_alpha, err))))
         return rc;
-    { /* conv taps {K, C}: one f32 row of K per channel */
-        const gguf_tensor *t = bind_find(b, NM("ssm_conv1d.weight"));
-        if (!t) return err_set(err, KVI_E_FORMAT, "gguf: missing tensor %s", n);
-        if (t->n_dims != 2 || t->ne[0] != m->ssm_conv || t->ne[1] != conv || t->ne[2] != 1 || t->ne[3] != 1)
-            return err_set(err, KVI_E_FORMAT, "gguf: tensor %s has shape [%lld, %lld], expected [%d, %lld]",
-                           n, (long long)t->ne[0], (long long)t->ne[1], m->ssm_conv, (long long)conv);
-        const size_t row = quant_row_bytes(t->type, m->ssm_conv);
-        if (row == 0 || t->nbytes != row * (size_t)conv || !t->data)
-            return err_set(err, KVI_E_FORMAT, "gguf: tensor %s has %zu bytes for %lld taps", n, t->nbytes,
-                           (long long)(conv * m->ssm_conv));
-        m->weight_bytes += t->nbytes;
-        if ((rc = model_vec_f32(m, n, t->data, t->type, conv * m->ssm_conv, &L->conv_w, err))) return rc;
-    }
+    /* conv taps {K, C}: one f32 row of K per channel */
+    if ((rc = bind_expert_bias(b, NM("ssm_conv1d.weight"), m->ssm_conv, conv, &L->conv_w, err))) return rc;
+    if (!L->conv_w) return err_set(err, KVI_E_FORMAT, "gguf: missing tensor %s", n);
     if ((rc = bind_vector(b, NM("ssm_dt.bias"), hv, true, &L->dt_bias, err)) ||
         (rc = bind_vector(b, NM("ssm_a"), hv, true, &L->ssm_a, err)) ||
         (rc = bind_vector(b, NM("ssm_norm.weight"), dk, true, &L->ssm_norm, err)) ||
