@@ -565,6 +565,85 @@ char *kvi_chat_template_render(const kvi_chat_template *t, const char *request_j
  * NULL when it ships none. */
 const char *kvi_model_chat_template(const kvi_model *m);
 
+/* ---- tool calls and reasoning in model output (src/template/chat_output.c,
+ *      src/sampling/tool_grammar.c) --------------------------------------- */
+
+/* How a chat template's model writes tool calls (the wire form its template
+ * renders an assistant message's tool_calls into). */
+typedef enum kvi_tool_format {
+    KVI_TOOLS_NONE = 0,    /* the template renders no tool calls */
+    KVI_TOOLS_HERMES,      /* <tool_call>{"name": N, "arguments": {...}}</tool_call> (Hermes, Qwen2.5, Qwen3) */
+    KVI_TOOLS_QWEN3_CODER, /* <tool_call><function=N><parameter=P>V</parameter></function></tool_call> */
+    KVI_TOOLS_LLAMA3,      /* {"name": N, "parameters": {...}} as the whole message (Llama 3.1/3.2) */
+    KVI_TOOLS_MISTRAL,     /* [TOOL_CALLS][{"name": N, "arguments": {...}, "id": I}, ...] (Nemo) */
+    KVI_TOOLS_MISTRAL_ARGS, /* [TOOL_CALLS]N[ARGS]{...} per call (Mistral Small 3.2) */
+    KVI_TOOLS_HARMONY,     /* gpt-oss: <|channel|>commentary to=functions.N ... <|message|>{...}<|call|> */
+    KVI_TOOLS_DEEPSEEK_R1, /* <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>N\n```json\n{...}\n```<｜tool▁call▁end｜>... */
+    KVI_TOOLS_DEEPSEEK_V31, /* <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>N<｜tool▁sep｜>{...}<｜tool▁call▁end｜>... */
+    KVI_TOOLS_GRANITE,     /* <|tool_call|>[{"name": N, "arguments": {...}}, ...] (Granite 3.3) */
+    KVI_TOOLS_COMMAND_R,   /* <|START_ACTION|>[{"tool_call_id": I, "tool_name": N, "parameters": {...}}]<|END_ACTION|> */
+    KVI_TOOLS_KIMI_K2,     /* <|tool_calls_section_begin|><|tool_call_begin|>functions.N:K<|tool_call_argument_begin|>{...}<|tool_call_end|>... */
+    KVI_TOOLS_GLM,         /* <tool_call>N<arg_key>P</arg_key><arg_value>V</arg_value>...</tool_call> (GLM 4.5-4.7) */
+    KVI_TOOLS_COUNT_
+} kvi_tool_format;
+
+/* The format a chat template writes tool calls in (KVI_TOOLS_NONE when it
+ * renders none or kvinfer does not know its form), its name ("hermes",
+ * "qwen3-coder", ...; "none"), and whether the template's model reasons in
+ * <think> ... </think> before answering (DeepSeek R1, Qwen3, GLM ...). */
+kvi_tool_format kvi_tool_format_of(const char *template_text);
+const char *kvi_tool_format_name(kvi_tool_format f);
+bool kvi_template_reasons(const char *template_text);
+/* Whether a special token's text is one of the format's markers (or, with
+ * reasoning, <think> / </think>): such tokens are output text to the parser
+ * and to tool-call grammars, while other control tokens stay hidden. */
+bool kvi_tool_format_marker(kvi_tool_format f, bool reasoning, const char *special_text);
+
+/* A parser of one generated assistant message: splits the text as it streams
+ * into reasoning, content and tool calls. Same result however the text is
+ * split between kvi_chat_output_feed calls. Content, reasoning and calls are
+ * append-only (what was returned once never changes), so a server streams
+ * deltas of them. Text the parser cannot yet classify (a possible start of a
+ * marker) is held back until it can. */
+typedef struct kvi_chat_output_params {
+    kvi_tool_format tools; /* KVI_TOOLS_NONE: no calls are parsed, all text is content */
+    bool reasoning;        /* split <think> ... </think> into reasoning */
+    bool in_reasoning;     /* the prompt already opened <think>: output starts in it */
+} kvi_chat_output_params;
+
+typedef struct kvi_chat_output kvi_chat_output;
+
+kvi_chat_output *kvi_chat_output_create(const kvi_chat_output_params *p);
+void kvi_chat_output_free(kvi_chat_output *o);
+/* Feeds n bytes of output text (special tokens as their text). 0, or
+ * KVI_E_NOMEM. */
+int kvi_chat_output_feed(kvi_chat_output *o, const char *text, size_t n);
+/* The end of the message: held-back text is settled (an unfinished or invalid
+ * call becomes content verbatim). 0, or KVI_E_NOMEM. */
+int kvi_chat_output_finish(kvi_chat_output *o);
+/* Content and reasoning so far (not NUL-terminated; n bytes). */
+const char *kvi_chat_output_content(const kvi_chat_output *o, size_t *n);
+const char *kvi_chat_output_reasoning(const kvi_chat_output *o, size_t *n);
+/* Complete tool calls so far, and call i: its name and its arguments as compact
+ * JSON object text (both NUL-terminated, owned by o). 0, or KVI_E_INVALID. */
+int kvi_chat_output_n_calls(const kvi_chat_output *o);
+int kvi_chat_output_call(const kvi_chat_output *o, int i, const char **name, const char **arguments);
+
+/* A GBNF grammar (malloc'd text) for the output of a forced tool call in format
+ * f: tools_json is the request's "tools" array (OpenAI form); name forces that
+ * tool (NULL: any of them); parallel allows one or more calls (else exactly
+ * one). Each call's arguments follow its tool's "parameters" JSON schema (as
+ * kvi_json_schema_to_gbnf). With reasoning-capable formats the grammar admits
+ * an optional leading <think> ... </think>. NULL with err filled on a bad
+ * tools array, an unknown name or an unsupported format. */
+char *kvi_tool_call_gbnf(kvi_tool_format f, const char *tools_json, size_t len, const char *name, bool parallel,
+                         kvi_error *err);
+/* kvi_grammar_vocab_create, except that control tokens whose text is a marker
+ * of f (kvi_tool_format_marker) count as that text, so a tool-call grammar can
+ * steer the model onto its own single-token markers. */
+kvi_grammar_vocab *kvi_grammar_vocab_create_markers(const kvi_model *m, kvi_tool_format f, bool reasoning,
+                                                    kvi_error *err);
+
 /* ---- speculative decoding (src/sampling/speculative.c) --------------- */
 
 /* The final distribution kvi_sampler_sample() would draw from for these logits
