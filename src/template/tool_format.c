@@ -5,11 +5,14 @@
  * Data: two constant tables. detect[] holds, per format, substrings that its
  * template text contains when it renders assistant tool calls in that form; the
  * first row whose every needle occurs wins, so a more specific row (DeepSeek
- * V3.1's name-before-separator) stands before a looser one. markers[] lists,
- * per format, the special-token texts the model writes as part of a call.
+ * V3.1's name-before-separator) stands before a looser one, and a KVI_TOOLS_NONE
+ * row stops a template whose own form kvinfer does not parse from matching a
+ * looser row. markers[] lists, per format, the special-token texts the model
+ * writes as part of a call.
  *
  * Invariants: detection reads only the template text (no rendering), is pure
- * and returns KVI_TOOLS_NONE for a template that renders no tool calls. A
+ * and returns KVI_TOOLS_NONE for a template that renders no tool calls or
+ * renders them in a form kvinfer does not parse. A
  * marker is never a general turn delimiter (<|im_end|>, <|eot_id|>), except
  * where the format's calls are closed by one (Harmony's <|call|>).
  */
@@ -23,6 +26,9 @@ typedef struct {
 } detect_row;
 
 static const detect_row detect[] = {
+    /* Apriel 1.5 writes <tool_calls>[{...}, ...]</tool_calls>: no form kvinfer parses, though its
+     * system prompt names <tool_call></tool_call> as Hermes does */
+    { KVI_TOOLS_NONE, { "<tool_calls>[", NULL } },
     { KVI_TOOLS_HARMONY, { "<|channel|>", "functions.", "<|call|>" } },
     { KVI_TOOLS_DEEPSEEK_V31,
       { "<｜tool▁call▁begin｜>'+ tool['function']['name'] + '<｜tool▁sep｜>", NULL } },
