@@ -616,10 +616,12 @@ typedef struct kvi_chat_output kvi_chat_output;
 kvi_chat_output *kvi_chat_output_create(const kvi_chat_output_params *p);
 void kvi_chat_output_free(kvi_chat_output *o);
 /* Feeds n bytes of output text (special tokens as their text). 0, or
- * KVI_E_NOMEM. */
+ * KVI_E_NOMEM (the bytes were not taken and nothing changed: feed them again),
+ * or KVI_E_INVALID after kvi_chat_output_finish. */
 int kvi_chat_output_feed(kvi_chat_output *o, const char *text, size_t n);
 /* The end of the message: held-back text is settled (an unfinished or invalid
- * call becomes content verbatim). 0, or KVI_E_NOMEM. */
+ * call becomes content verbatim). 0, or KVI_E_NOMEM (nothing changed: call it
+ * again). */
 int kvi_chat_output_finish(kvi_chat_output *o);
 /* Content and reasoning so far (not NUL-terminated; n bytes). */
 const char *kvi_chat_output_content(const kvi_chat_output *o, size_t *n);

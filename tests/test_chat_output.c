@@ -51,6 +51,25 @@ static void result_free(result *r)
     memset(r, 0, sizeof *r);
 }
 
+/* What o holds now (malloc'd copies). */
+static result collect(const kvi_chat_output *o)
+{
+    result r = { 0 };
+    size_t nc, nr;
+    const char *c = kvi_chat_output_content(o, &nc), *rs = kvi_chat_output_reasoning(o, &nr);
+    r.content = dup_n(c, nc);
+    r.reasoning = dup_n(rs, nr);
+    r.n_calls = kvi_chat_output_n_calls(o);
+    for (int i = 0; i < r.n_calls && i < MAX_CALLS; i++) {
+        const char *nm, *a;
+        CHECK(kvi_chat_output_call(o, i, &nm, &a) == 0, "call %d", i);
+        r.name[i] = strdup(nm);
+        r.args[i] = strdup(a);
+    }
+    CHECK(kvi_chat_output_call(o, r.n_calls, NULL, NULL) == KVI_E_INVALID, "call out of range");
+    return r;
+}
+
 /* Parses text fed in chunks: mode 0 one piece, 1 byte by byte, 2 random sizes
  * 1..9 (seeded). CHECKs append-only growth after every feed. */
 static result parse_chunks(kvi_chat_output_params p, const char *text, size_t len, int mode, uint64_t seed)
@@ -84,16 +103,9 @@ static result parse_chunks(kvi_chat_output_params p, const char *text, size_t le
         if (len == 0) break;
     }
     CHECK(grows, "content and reasoning append-only (mode %d) for: %s", mode, text);
-    r.content = prev_c;
-    r.reasoning = prev_r;
-    r.n_calls = kvi_chat_output_n_calls(o);
-    for (int i = 0; i < r.n_calls && i < MAX_CALLS; i++) {
-        const char *nm, *a;
-        CHECK(kvi_chat_output_call(o, i, &nm, &a) == 0, "call %d", i);
-        r.name[i] = strdup(nm);
-        r.args[i] = strdup(a);
-    }
-    CHECK(kvi_chat_output_call(o, r.n_calls, NULL, NULL) == KVI_E_INVALID, "call out of range");
+    free(prev_c);
+    free(prev_r);
+    r = collect(o);
     kvi_chat_output_free(o);
     return r;
 }
@@ -328,6 +340,10 @@ static void round_trips(void)
     CHECK(phi && kvi_tool_format_of(phi) == KVI_TOOLS_NONE, "phi-3.5: %s",
           phi ? kvi_tool_format_name(kvi_tool_format_of(phi)) : "missing");
     free(phi);
+    char *apriel = read_file(shared_path("templates/unsloth-Apriel-1.5.jinja"), NULL);
+    CHECK(apriel && kvi_tool_format_of(apriel) == KVI_TOOLS_NONE, "apriel-1.5: %s",
+          apriel ? kvi_tool_format_name(kvi_tool_format_of(apriel)) : "missing");
+    free(apriel);
 }
 
 /* ---- 2. hand-written outputs ---- */
@@ -390,6 +406,7 @@ static void hermes_like(void)
            "<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\n", "", NULL);
 
     kvi_tool_format G = KVI_TOOLS_GLM;
+    expect(P(G), "I write <tool_call> to call.", "I write <tool_call> to call.", "", NULL);
     expect(params(G, true, true),
            "hmm</think>Calling.<tool_call>get_w\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n"
            "<arg_key>n</arg_key><arg_value>3</arg_value></tool_call>",
@@ -474,11 +491,102 @@ static void harmony(void)
            "The answer.", "Think.", NULL);
     expect(P(H), "<|channel|>final<|message|>Streaming without end", "Streaming without end", "", NULL);
     expect(P(H), "Plain text", "Plain text", "", NULL);
+    expect(P(H),
+           "<|channel|>commentary to=functions.a <|constrain|>json<|message|>{}<|call|><|start|>assistant"
+           "<|channel|>commentary to=functions.b json<|message|>{\"x\": [\"<|call|>\"]}<|call|>",
+           "", "", "a", "{}", "b", "{\"x\":[\"<|call|>\"]}", NULL);
+    /* a preamble to the user (commentary without a recipient) is content */
+    expect(P(H), "<|channel|>commentary<|message|>Checking.<|end|>", "Checking.", "", NULL);
     /* an open call whose JSON is complete is taken at the end */
     expect(P(H), " to=functions.f<|channel|>commentary json<|message|>{\"a\": [1, 2]}", "", "", "f",
            "{\"a\":[1,2]}", NULL);
     expect(P(H), "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"a\": ",
            "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"a\": ", "", NULL);
+}
+
+/* ---- 4. failed allocations ---- */
+
+/* The test is linked with --wrap for malloc, realloc and calloc: while
+ * alloc_left >= 0, only that many more allocations succeed. */
+void *__real_malloc(size_t n);
+void *__real_realloc(void *p, size_t n);
+void *__real_calloc(size_t n, size_t size);
+static long alloc_left = -1;
+
+static bool alloc_ok(void)
+{
+    if (alloc_left < 0) return true;
+    if (alloc_left == 0) return false;
+    alloc_left--;
+    return true;
+}
+
+void *__wrap_malloc(size_t n) { return alloc_ok() ? __real_malloc(n) : NULL; }
+void *__wrap_realloc(void *p, size_t n) { return alloc_ok() ? __real_realloc(p, n) : NULL; }
+void *__wrap_calloc(size_t n, size_t size) { return alloc_ok() ? __real_calloc(n, size) : NULL; }
+
+/* With the k+1-th allocation of every feed and finish failing: each failed
+ * call returns KVI_E_NOMEM and leaves the parser as it was, so feeding the
+ * same bytes again (allocations allowed) ends with the same result. */
+static void out_of_memory(void)
+{
+    static const struct {
+        kvi_tool_format f;
+        bool reasoning;
+        const char *text;
+    } cases[] = {
+        { KVI_TOOLS_HERMES, true,
+          "<think>\nplan it\n</think>\nOk \xe2\x98\x80.\n<tool_call>\n{\"name\": \"a\", \"arguments\": "
+          "{\"x\": [1, "
+          "{\"y\": \"z\"}]}}\n</tool_call>\n<tool_call>{\"name\": \"b\", \"arguments\": "
+          "{}}</tool_call><tool_call>bad" },
+        { KVI_TOOLS_QWEN3_CODER, false,
+          "Hi<tool_call>\n<function=f>\n<parameter=p>\nv "
+          "\"q\"\n</parameter>\n<parameter=n>\n1.5\n</parameter>\n"
+          "</function>\n</tool_call>" },
+        { KVI_TOOLS_HARMONY, false,
+          "<|channel|>analysis<|message|>Think.<|end|><|start|>assistant<|channel|>commentary to=functions.f "
+          "<|constrain|>json<|message|>{\"a\": \"\\u00e9\"}<|call|>" },
+        { KVI_TOOLS_DEEPSEEK_V31, false,
+          "x<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>f<｜tool▁sep｜>{\"a\": "
+          "1}<｜tool▁call▁end｜><｜tool▁call▁begin"
+          "｜>g<｜tool▁sep｜>{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>" },
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        kvi_chat_output_params p = params(cases[c].f, cases[c].reasoning, false);
+        const char *text = cases[c].text;
+        size_t len = strlen(text);
+        result want = parse_chunks(p, text, len, 2, 99);
+        int rounds = 0;
+        for (long k = 0; k < 64; k++, rounds++) {
+            kvi_chat_output *o = kvi_chat_output_create(&p);
+            uint64_t seed = 99;
+            int failed = 0;
+            for (size_t at = 0;;) {
+                bool fin = at == len;
+                size_t n = fin ? 0 : 1 + trand_u64(&seed) % 9;
+                if (n > len - at) n = len - at;
+                alloc_left = k;
+                int r = fin ? kvi_chat_output_finish(o) : kvi_chat_output_feed(o, text + at, n);
+                alloc_left = -1;
+                if (r == KVI_E_NOMEM) {
+                    failed++;
+                    r = fin ? kvi_chat_output_finish(o) : kvi_chat_output_feed(o, text + at, n);
+                }
+                CHECK(r == 0, "%s: k %ld: at %zu: %d", kvi_tool_format_name(p.tools), k, at, r);
+                if (fin) break;
+                at += n;
+            }
+            result got = collect(o);
+            CHECK(same(&got, &want), "%s: k %ld: content [%s] reasoning [%s] %d calls after failures",
+                  kvi_tool_format_name(p.tools), k, got.content, got.reasoning, got.n_calls);
+            result_free(&got);
+            kvi_chat_output_free(o);
+            if (!failed) break;
+        }
+        CHECK(rounds > 1 && rounds < 64, "%s: %d rounds of failures", kvi_tool_format_name(p.tools), rounds);
+        result_free(&want);
+    }
 }
 
 int main(void)
@@ -488,5 +596,6 @@ int main(void)
     llama_mistral();
     deepseek_kimi();
     harmony();
+    out_of_memory();
     return test_main_end();
 }

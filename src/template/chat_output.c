@@ -566,6 +566,15 @@ static int shape(int r) { return r < 0 ? U_NOMEM : r ? U_OK : U_BAD; }
 
 /* ---- the formats' call units: c starts after the opening marker ---- */
 
+/* A name or id: no whitespace, brackets or quotes. */
+static bool plain_name(span x)
+{
+    if (!x.n) return false;
+    for (size_t i = 0; i < x.n; i++)
+        if (is_ws(x.s[i]) || strchr("[]{}<>\"", x.s[i])) return false;
+    return true;
+}
+
 /* <tool_call> {"name": N, "arguments": {...}} </tool_call> */
 static int u_hermes(cur *c, callv *cv)
 {
@@ -616,7 +625,7 @@ static int u_qwen3_coder(cur *c, callv *cv, sbuf *a)
     TRY(c_lit(c, "</function>"));
     TRY(c_close(c, "</tool_call>"));
     name = trim(name);
-    if (!name.n) return U_BAD;
+    if (!plain_name(name)) return U_BAD;
     if (sb_putc(a, '}')) return U_NOMEM;
     return callv_add(cv, name.s, name.n, a) ? U_NOMEM : U_OK;
 }
@@ -630,7 +639,7 @@ static int u_glm(cur *c, callv *cv, sbuf *a)
     int w;
     TRY(c_until(c, head, 2, MAX_NAME, &name, &w));
     name = trim(name);
-    if (!name.n) return U_BAD;
+    if (!plain_name(name)) return U_BAD;
     if (sb_putc(a, '{')) return U_NOMEM;
     for (;;) {
         bool got;
@@ -701,14 +710,6 @@ static int u_command_r(cur *c, callv *cv)
 {
     TRY(call_array(c, cv, "\"tool_name\"", "\"parameters\""));
     return c_close(c, "<|END_ACTION|>");
-}
-
-static bool plain_name(span x)
-{
-    if (!x.n) return false;
-    for (size_t i = 0; i < x.n; i++)
-        if (is_ws(x.s[i]) || strchr("[]{}<>\"", x.s[i])) return false;
-    return true;
 }
 
 /* [TOOL_CALLS] N ([CALL_ID] I) [ARGS] {...} */
@@ -804,7 +805,7 @@ static int u_kimi(cur *c, callv *cv, sbuf *a)
 }
 
 /* Parses the unit at s[0 .. n) that starts after its marker; on U_OK *used is
- * its length and cv holds its calls (freed otherwise). */
+ * its length and cv holds its calls (cv is emptied and released otherwise). */
 static int unit_parse(kvi_tool_format f, const char *s, size_t n, bool final, size_t *used, callv *cv)
 {
     cur c = { s, n, 0, final };
@@ -825,7 +826,11 @@ static int unit_parse(kvi_tool_format f, const char *s, size_t n, bool final, si
     default: r = U_BAD;
     }
     free(a.p);
-    if (r != U_OK) callv_free(cv, 0);
+    if (r != U_OK) {
+        callv_free(cv, 0);
+        free(cv->v);
+        *cv = (callv){ 0 };
+    }
     *used = c.i;
     return r;
 }
