@@ -504,6 +504,125 @@ static void harmony(void)
            "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"a\": ", "", NULL);
 }
 
+/* ---- 3. split invariance on random texts ---- */
+
+/* Texts strung from every format's markers, pieces of calls and plain text
+ * (whole calls among them): under every format, parse() CHECKs that one piece,
+ * byte by byte and random chunks agree and that outputs only grow. */
+static void random_texts(void)
+{
+    static const char *const pieces[] = {
+        "<tool_call>",
+        "</tool_call>",
+        "<think>",
+        "</think>",
+        "<|python_tag|>",
+        "[TOOL_CALLS]",
+        "[ARGS]",
+        "[CALL_ID]",
+        "<|channel|>",
+        "<|message|>",
+        "<|start|>",
+        "<|end|>",
+        "<|call|>",
+        "<|return|>",
+        "<|constrain|>",
+        "analysis",
+        "final",
+        "commentary",
+        " to=functions.f",
+        "<｜tool▁calls▁begin｜>",
+        "<｜tool▁call▁begin｜>",
+        "<｜tool▁sep｜>",
+        "<｜tool▁call▁end｜>",
+        "<｜tool▁calls▁end｜>",
+        "<|tool_call|>",
+        "<|START_ACTION|>",
+        "<|END_ACTION|>",
+        "<|START_THINKING|>",
+        "<|END_THINKING|>",
+        "<|START_RESPONSE|>",
+        "<|tool_calls_section_begin|>",
+        "<|tool_call_begin|>",
+        "functions.f:0",
+        "<|tool_call_argument_begin|>",
+        "<|tool_call_end|>",
+        "<|tool_calls_section_end|>",
+        "<function=f>",
+        "</function>",
+        "<parameter=p>",
+        "</parameter>",
+        "<arg_key>",
+        "</arg_key>",
+        "<arg_value>",
+        "</arg_value>",
+        "{\"name\": \"f\", \"arguments\": "
+        "{\"a\": [1, \"}\"]}}",
+        "{\"name\": \"g\", \"parameters\": {}}",
+        "[{\"name\": \"f\", \"arguments\": {}}]",
+        "[{\"tool_name\": \"f\", \"parameters\": {}}]",
+        "{\"k\": \"v\"}",
+        "{",
+        "}",
+        "[",
+        "]",
+        "\"",
+        ":",
+        ",",
+        " ",
+        "\n",
+        "text",
+        "\xc3\xa9",
+        "\xe2\x98\x80",
+        "<",
+        "|",
+        "```json\n",
+        "```",
+        "function",
+        "f",
+        "1.5",
+        "true",
+        /* whole calls, one per format */
+        "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>",
+        "<tool_call>\n<function=f>\n<parameter=p>\nv\n</parameter>\n</function>\n</tool_call>",
+        "<tool_call>f<arg_key>a</arg_key><arg_value>1</arg_value></tool_call>",
+        "[TOOL_CALLS]f[ARGS]{}",
+        "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}}]",
+        "<|channel|>commentary to=functions.f json<|message|>{}<|call|>",
+        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>f<｜tool▁sep｜>{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{}\n```<"
+        "｜tool▁call▁end｜>"
+        "<｜tool▁calls▁end｜>",
+        "<|tool_call|>[{\"name\": \"f\", \"arguments\": {}}]",
+        "<|START_ACTION|>[{\"tool_name\": \"f\", \"parameters\": {}}]<|END_ACTION|>",
+        "<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{}"
+        "<|tool_call_end|><|tool_calls_section_end|>",
+    };
+    const int n_pieces = (int)(sizeof pieces / sizeof pieces[0]);
+    uint64_t seed = 0xc0ffee;
+    char text[1024];
+    int n_calls = 0;
+    for (int f = 0; f < KVI_TOOLS_COUNT_; f++) {
+        for (int t = 0; t < 120; t++) {
+            size_t len = 0;
+            int n = 1 + (int)(trand_u64(&seed) % 14);
+            for (int k = 0; k < n; k++) {
+                const char *pc = pieces[trand_u64(&seed) % (uint64_t)n_pieces];
+                size_t l = strlen(pc);
+                if (len + l >= sizeof text) break;
+                memcpy(text + len, pc, l);
+                len += l;
+            }
+            text[len] = 0;
+            int mode = (int)(trand_u64(&seed) % 3);
+            result r = parse(params((kvi_tool_format)f, mode > 0, mode > 1), text);
+            n_calls += r.n_calls;
+            result_free(&r);
+        }
+    }
+    CHECK(n_calls > 20, "random texts gave %d calls", n_calls);
+}
+
 /* ---- 4. failed allocations ---- */
 
 /* The test is linked with --wrap for malloc, realloc and calloc: while
@@ -596,6 +715,7 @@ int main(void)
     llama_mistral();
     deepseek_kimi();
     harmony();
+    random_texts();
     out_of_memory();
     return test_main_end();
 }
