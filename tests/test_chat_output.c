@@ -623,6 +623,71 @@ static void random_texts(void)
     CHECK(n_calls > 20, "random texts gave %d calls", n_calls);
 }
 
+/* Long calls (past the size below which a waiting unit is parsed on every
+ * feed): the same result however split, taken when whole, refused verbatim when
+ * broken at the very end. */
+static void long_calls(void)
+{
+    size_t cap = 40000;
+    char *body = malloc(cap), *text = malloc(2 * cap), *want = malloc(2 * cap);
+    size_t n = 0;
+    while (n + 64 < cap - 1024)
+        n += (size_t)snprintf(body + n, cap - n, "if (x[%zu] > 0) { y = \"</tool_call>]}\"; }\n", n);
+    body[n] = 0;
+    /* Qwen3-Coder: the body as a string parameter */
+    snprintf(text, 2 * cap,
+             "<tool_call>\n<function=write>\n<parameter=text>\n%s\n</parameter>\n</function>\n</tool_call>",
+             body);
+    result r = parse(P(KVI_TOOLS_QWEN3_CODER), text);
+    CHECK(r.n_calls == 1 && !strcmp(r.name[0], "write") && strlen(r.args[0]) > n && !strcmp(r.content, ""),
+          "long qwen3-coder call: %d calls, content %zu bytes", r.n_calls, strlen(r.content));
+    result_free(&r);
+    /* Hermes: the body as a JSON string (quotes escaped, newlines as \n) */
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (body[i] == '"') want[k++] = '\\';
+        if (body[i] == '\n') {
+            want[k++] = '\\';
+            want[k++] = 'n';
+            continue;
+        }
+        want[k++] = body[i];
+    }
+    want[k] = 0;
+    snprintf(text, 2 * cap, "<tool_call>\n{\"name\": \"w\", \"arguments\": {\"t\": \"%.*s\"}}\n</tool_call>",
+             (int)k, want);
+    r = parse(P(KVI_TOOLS_HERMES), text);
+    CHECK(r.n_calls == 1 && strlen(r.args[0]) == k + 8 && !strcmp(r.content, ""),
+          "long hermes call: %d calls", r.n_calls);
+    result_free(&r);
+    /* broken at its end: content verbatim */
+    snprintf(text, 2 * cap, "<tool_call>\n{\"name\": \"w\", \"arguments\": {\"t\": \"%.*s\"}]\n</tool_call>",
+             (int)k, want);
+    r = parse(P(KVI_TOOLS_HERMES), text);
+    CHECK(r.n_calls == 0 && !strcmp(r.content, text), "broken long hermes call: %d calls", r.n_calls);
+    result_free(&r);
+    /* Harmony and Mistral */
+    snprintf(text, 2 * cap,
+             "<|channel|>commentary to=functions.w <|constrain|>json<|message|>{\"t\": \"%.*s\"}<|call|>",
+             (int)k, want);
+    r = parse(P(KVI_TOOLS_HARMONY), text);
+    CHECK(r.n_calls == 1 && strlen(r.args[0]) == k + 8, "long harmony call: %d calls", r.n_calls);
+    result_free(&r);
+    snprintf(text, 2 * cap, "[TOOL_CALLS][{\"name\": \"w\", \"arguments\": {\"t\": \"%.*s\"}}]", (int)k,
+             want);
+    r = parse(P(KVI_TOOLS_MISTRAL), text);
+    CHECK(r.n_calls == 1 && strlen(r.args[0]) == k + 8, "long mistral call: %d calls", r.n_calls);
+    result_free(&r);
+    /* Llama 3: a long JSON answer that is no call stays content */
+    snprintf(text, 2 * cap, "{\"name\": \"w\", \"parameters\": {\"t\": \"%.*s\"}} and then", (int)k, want);
+    r = parse(P(KVI_TOOLS_LLAMA3), text);
+    CHECK(r.n_calls == 0 && !strcmp(r.content, text), "long llama3 answer: %d calls", r.n_calls);
+    result_free(&r);
+    free(body);
+    free(text);
+    free(want);
+}
+
 /* ---- 4. failed allocations ---- */
 
 /* The test is linked with --wrap for malloc, realloc and calloc: while
@@ -716,6 +781,7 @@ int main(void)
     deepseek_kimi();
     harmony();
     random_texts();
+    long_calls();
     out_of_memory();
     return test_main_end();
 }

@@ -3,21 +3,27 @@
  * splits the text into reasoning, content and tool calls in the wire form of a
  * kvi_tool_format (tool_format.c names the forms and their markers).
  *
- * Data: `raw` holds the text fed so far; raw[0 .. pos) is classified (gone to
- * content, reasoning or a call, or dropped as a marker), raw[pos .. n) is held
- * back. `content` and `reasoning` are append-only byte buffers; `calls` an
- * append-only array of (name, compact JSON arguments) pairs. `st` is every
- * scalar of the parse: the mode (plain text, inside a reasoning block, or
- * Harmony's outside / inside a message), the flags that drop whitespace after
- * a think tag or between calls, and the lengths of the four outputs.
+ * Data: `raw` holds the text fed so far (its classified prefix dropped now and
+ * then); raw[0 .. pos) is classified (gone to content, reasoning or a call, or
+ * dropped as a marker), raw[pos .. raw_n) is held back. `content` and
+ * `reasoning` are append-only byte buffers; `calls` an append-only array of
+ * (name, compact JSON arguments) pairs. `st` is every scalar of the parse: the
+ * mode (plain text, inside a reasoning block, or Harmony's outside / inside a
+ * message), the flags that drop whitespace after a think tag or between calls,
+ * and the lengths of raw and of the outputs.
+ *
+ * A call unit runs from its format's opening marker (Llama 3: the '{' that
+ * starts the message; Harmony: a message header naming functions.N) through
+ * its closing one; it is parsed whole, so its calls appear together.
  *
  * Invariants:
  * - Every step decides only what no continuation of the held text could
  *   change: a marker is acted on once it is whole, text is released once no
  *   marker can start in it, a call unit (from its opening marker to its closing
  *   one) is taken once it is complete and well formed, and refused (its opening
- *   marker becomes content, the rest is read again as text) once no
- *   continuation could make it so. So the outputs depend on the text alone,
+ *   marker becomes content, the rest is read again as text; a Harmony
+ *   message becomes content through its end marker) once no continuation
+ *   could make it so. So the outputs depend on the text alone,
  *   never on how it was split between feeds. kvi_chat_output_finish reads the
  *   end of the text as final: held text is content, a unit that is still open
  *   is taken when everything but its closing marker is there, else refused.
@@ -39,6 +45,7 @@
 #define MAX_NAME 1024   /* bytes of a function name, a call id or a Harmony header */
 #define MAX_DEPTH 128   /* nesting of JSON values */
 #define COMPACT_AT 4096 /* raw's classified prefix is dropped past this size */
+#define UNIT_SMALL 2048 /* a held unit this short is parsed again on every feed */
 
 typedef struct sbuf {
     char *p;
@@ -72,7 +79,8 @@ typedef struct state {
     bool h_started;     /* Harmony: the first bytes were looked at */
     bool h_reasoning;   /* Harmony: the open body is analysis */
     bool finished;
-    const char *think_end; /* M_THINK's closing marker */
+    const char *think_end;   /* M_THINK's closing marker */
+    size_t wait_pos, wait_n; /* the unit at wait_pos was parsed with wait_n bytes held and waited */
 } state;
 
 struct kvi_chat_output {
@@ -87,6 +95,7 @@ struct kvi_chat_output {
 static int sb_reserve(sbuf *b, size_t extra)
 {
     if (b->p && b->n + extra < b->cap) return 0;
+    if (extra > SIZE_MAX / 4 - b->n) return KVI_E_NOMEM;
     size_t cap = b->cap ? b->cap : 64;
     while (cap <= b->n + extra) cap *= 2;
     char *p = realloc(b->p, cap);
@@ -968,6 +977,50 @@ static int take_calls(kvi_chat_output *o, callv *cv, size_t used)
     return 0;
 }
 
+/* A text the unit must end with when it completes before the end of the
+ * message (NULL: it never does). */
+static const char *unit_hint(kvi_tool_format f)
+{
+    switch (f) {
+    case KVI_TOOLS_HERMES:
+    case KVI_TOOLS_QWEN3_CODER:
+    case KVI_TOOLS_GLM: return "</tool_call>";
+    case KVI_TOOLS_MISTRAL:
+    case KVI_TOOLS_GRANITE: return "]";
+    case KVI_TOOLS_MISTRAL_ARGS: return "}";
+    case KVI_TOOLS_DEEPSEEK_R1:
+    case KVI_TOOLS_DEEPSEEK_V31: return "<｜tool▁calls▁end｜>";
+    case KVI_TOOLS_COMMAND_R: return "<|END_ACTION|>";
+    case KVI_TOOLS_KIMI_K2: return "<|tool_calls_section_end|>";
+    case KVI_TOOLS_HARMONY: return "|>"; /* <|call|>, <|end|>, <|return|> */
+    default: return NULL;
+    }
+}
+
+/* Whether the held unit (n bytes held) is worth parsing again: a short one
+ * always, a long one that waited once it grew by an eighth or its new bytes
+ * hold the hint. Parsing later changes when a unit is decided, never how (what
+ * a unit's text decides, more text keeps), and keeps a long call linear. */
+static bool unit_due(const kvi_chat_output *o, size_t n, const char *hint, bool final)
+{
+    const state *st = &o->st;
+    if (final || st->wait_n == 0 || st->wait_pos != st->pos || n < UNIT_SMALL) return true;
+    if (n - st->wait_n >= st->wait_n / 8) return true;
+    if (!hint) return false;
+    size_t hl = strlen(hint), from = st->wait_n >= hl ? st->wait_n - hl + 1 : 0;
+    const char *s = o->raw.p + st->pos;
+    for (size_t i = from; i + hl <= n; i++)
+        if (s[i] == hint[0] && !memcmp(s + i, hint, hl)) return true;
+    return false;
+}
+
+/* Records that the unit at pos waits with n bytes held (0: decided). */
+static void unit_wait(kvi_chat_output *o, size_t n)
+{
+    o->st.wait_pos = o->st.pos;
+    o->st.wait_n = n;
+}
+
 /* A unit at the held text's start whose opening marker is `mlen` bytes: 1 when
  * classified (taken, or its marker gone to content), 0 when it waits. */
 static int do_unit(kvi_chat_output *o, size_t mlen, bool final)
@@ -975,9 +1028,11 @@ static int do_unit(kvi_chat_output *o, size_t mlen, bool final)
     size_t n, used;
     const char *s = held(o, &n);
     callv cv = { 0 };
+    if (!unit_due(o, n, unit_hint(o->p.tools), final)) return 0;
     int r = unit_parse(o->p.tools, s + mlen, n - mlen, final, &used, &cv);
-    if (r == U_MORE) return 0;
     if (r == U_NOMEM) return KVI_E_NOMEM;
+    unit_wait(o, r == U_MORE ? n : 0);
+    if (r == U_MORE) return 0;
     if (r == U_OK) {
         r = take_calls(o, &cv, mlen + used);
         free(cv.v);
@@ -1086,6 +1141,7 @@ static int harmony_call(kvi_chat_output *o, const char *s, size_t n, size_t body
     cur c = { s, n, body, final };
     span obj;
     callv cv = { 0 };
+    if (!unit_due(o, n, unit_hint(KVI_TOOLS_HARMONY), final)) return 0;
     int r = c_object(&c, &obj);
     if (r == U_OK) {
         c_ws(&c);
@@ -1096,7 +1152,10 @@ static int harmony_call(kvi_chat_output *o, const char *s, size_t n, size_t body
             for (int k = 0; k < 3 && r == U_BAD; k++) r = c_lit(&c, ends[k]);
         }
     }
-    if (r == U_MORE) return 0;
+    if (r == U_MORE) {
+        unit_wait(o, n);
+        return 0;
+    }
     if (r == U_OK) {
         sbuf a = { 0 };
         if (j_compact(&a, obj.s, obj.n) || callv_add(&cv, to.s + 10, to.n - 10, &a)) {
@@ -1115,7 +1174,10 @@ static int harmony_call(kvi_chat_output *o, const char *s, size_t n, size_t body
     c.i = body;
     r = c_until(&c, ends, 3, SIZE_MAX / 2, &skip, &w);
     size_t upto = r == U_OK ? c.i + strlen(ends[w]) : n;
-    if (r != U_OK && !final) return 0;
+    if (r != U_OK && !final) {
+        unit_wait(o, n);
+        return 0;
+    }
     return emit(o, false, s, upto, upto) ? KVI_E_NOMEM : 1;
 }
 
