@@ -13,9 +13,16 @@
  *    or system prompt spells out, written here.
  * 2. Hand-written outputs per format: content around calls, content only,
  *    malformed calls that become content verbatim, reasoning splits.
- * 3. Every parse runs three ways (one piece, byte by byte, random chunks) and
- *    must give the same content, reasoning and calls, with content and
- *    reasoning growing append-only after each feed.
+ * 3. Every parse runs five ways (one piece, byte by byte, three random
+ *    chunkings) and must give the same content, reasoning and calls, with
+ *    content and reasoning growing append-only after each feed; also on random
+ *    texts strung from every format's markers and call pieces, under every
+ *    format, and on long calls (past the size where a waiting call is parsed
+ *    again on every feed).
+ * 4. Failed allocations: with the k-th allocation of every feed and finish
+ *    failing (the test wraps malloc, realloc and calloc at link time), each
+ *    failed call returns KVI_E_NOMEM and changes nothing, so feeding the same
+ *    bytes again ends with the result of a run without failures.
  */
 #include "kvinfer.h"
 #include "testutil.h"
