@@ -387,6 +387,9 @@ static void hermes_like(void)
     expect(P(H),
            "<tool_call>oops</tool_call><tool_call>{\"name\":\"g\",\"arguments\":{\"n\":-1.5e3}}</tool_call>",
            "<tool_call>oops</tool_call>", "", "g", "{\"n\":-1.5e3}", NULL);
+    /* a bad call after a good one: its whitespace, marker and text are content verbatim */
+    expect(P(H), "<tool_call>{\"name\":\"a\",\"arguments\":{}}</tool_call>\n<tool_call>nope</tool_call>",
+           "\n<tool_call>nope</tool_call>", "", "a", "{}", NULL);
     /* a complete call missing only its closing tag is taken at the end */
     expect(P(H), "<tool_call>{\"name\":\"g\",\"arguments\":{}}", "", "", "g", "{}", NULL);
     /* marker-like text that is no marker */

@@ -1021,30 +1021,33 @@ static void unit_wait(kvi_chat_output *o, size_t n)
     o->st.wait_n = n;
 }
 
-/* A unit at the held text's start whose opening marker is `mlen` bytes: 1 when
- * classified (taken, or its marker gone to content), 0 when it waits. */
-static int do_unit(kvi_chat_output *o, size_t mlen, bool final)
+/* A unit whose opening marker of `mlen` bytes follows `lead` bytes of
+ * whitespace after a call at the held text's start: 1 when classified (taken
+ * with the whitespace, or the whitespace and marker gone to content), 0 when
+ * it waits. */
+static int do_unit(kvi_chat_output *o, size_t lead, size_t mlen, bool final)
 {
-    size_t n, used;
+    size_t n, used, head = lead + mlen;
     const char *s = held(o, &n);
     callv cv = { 0 };
     if (!unit_due(o, n, unit_hint(o->p.tools), final)) return 0;
-    int r = unit_parse(o->p.tools, s + mlen, n - mlen, final, &used, &cv);
+    int r = unit_parse(o->p.tools, s + head, n - head, final, &used, &cv);
     if (r == U_NOMEM) return KVI_E_NOMEM;
     unit_wait(o, r == U_MORE ? n : 0);
     if (r == U_MORE) return 0;
     if (r == U_OK) {
-        r = take_calls(o, &cv, mlen + used);
+        r = take_calls(o, &cv, head + used);
         free(cv.v);
         return r ? r : 1;
     }
     free(cv.v);
-    if (!mlen) {
+    if (!head) {
         o->st.llama_checked = true;
         return 1;
     }
+    if (emit(o, false, s, head, head)) return KVI_E_NOMEM;
     o->st.after_call = false;
-    return emit(o, false, s, mlen, mlen) ? KVI_E_NOMEM : 1;
+    return 1;
 }
 
 /* Whether the text at s could still open a unit (Llama 3: a message starting with '{'). */
@@ -1064,7 +1067,7 @@ static int step_text(kvi_chat_output *o, bool final)
     if (llama_start(o)) {
         size_t w = ws_len(s, n);
         if (w == n && !final) return 0;
-        if (w < n && s[w] == '{') return do_unit(o, 0, final);
+        if (w < n && s[w] == '{') return do_unit(o, 0, 0, final);
         o->st.llama_checked = true;
     }
     if (o->st.after_call) {
@@ -1078,8 +1081,8 @@ static int step_text(kvi_chat_output *o, bool final)
         }
         size_t at = scan(s + w, n - w, &ms, final, &hit);
         if (at == 0 && hit < 0) return 0;
+        if (at == 0 && ms.m[hit].act == A_UNIT) return do_unit(o, w, strlen(ms.m[hit].text), final);
         o->st.after_call = false;
-        if (at == 0 && ms.m[hit].act == A_UNIT) o->st.pos += w;
         return 1;
     }
     int hit;
@@ -1091,7 +1094,7 @@ static int step_text(kvi_chat_output *o, bool final)
     const marker *m = &ms.m[hit];
     size_t ml = strlen(m->text);
     switch (m->act) {
-    case A_UNIT: return do_unit(o, ml, final);
+    case A_UNIT: return do_unit(o, 0, ml, final);
     case A_THINK:
         o->st.mode = M_THINK;
         o->st.think_end = m->arg;
