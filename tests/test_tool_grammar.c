@@ -309,7 +309,16 @@ static void test_errors(void)
     check_error((kvi_tool_format)99, TOOLS, NULL, "writes no tool calls");
     check_error(KVI_TOOLS_HERMES,
                 "[{\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"string\",\"pattern\":\"a\"}}}]",
-                NULL, "pattern");
+                NULL, "tool 'f': json_schema: keyword 'pattern'");
+    check_error(KVI_TOOLS_GLM, "[{\"function\":{\"name\":\"f\",\"parameters\":[]}}]", NULL,
+                "tool 'f': 'parameters' must be a JSON schema object");
+    check_error(KVI_TOOLS_QWEN3_CODER,
+                "[{\"function\":{\"name\":\"f\",\"parameters\":{\"properties\":{\"a\":{\"type\":\"integer\","
+                "\"minimum\":1}}}}}]",
+                NULL, "tool 'f': json_schema: keyword 'minimum'");
+    check_error(KVI_TOOLS_QWEN3_CODER,
+                "[{\"function\":{\"name\":\"f\",\"parameters\":{\"properties\":{\"a\":[1]}}}}]", NULL,
+                "a schema must be an object");
     /* a tool without parameters takes any object */
     const char *free_tools = "[{\"type\":\"function\",\"function\":{\"name\":\"ping\"}}]";
     kvi_error err = { 0 };

@@ -41,6 +41,18 @@ typedef struct tg {
     kvi_error *err;
 } tg;
 
+static int tg_fail(tg *t, const char *fmt, ...) KVI_PRINTF(2, 3);
+static int tg_fail(tg *t, const char *fmt, ...)
+{
+    char msg[sizeof t->err->msg];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    err_set(t->err, KVI_E_INVALID, "tool grammar: %s", msg);
+    return -1;
+}
+
 /* A string as its compact JSON text ("...", escaped); malloc'd, NULL on OOM. */
 static char *json_quote(const char *s)
 {
@@ -114,6 +126,7 @@ static bool fmt_xml(kvi_tool_format f) { return f == KVI_TOOLS_QWEN3_CODER || f 
  * enum of strings (1: plain, 2: enum, 0: neither). */
 static int raw_string_kind(const cJSON *s)
 {
+    if (!cJSON_IsObject(s)) return 0;
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(s, "type");
     const cJSON *en = cJSON_GetObjectItemCaseSensitive(s, "enum");
     if (en && cJSON_IsArray(en) && en->child) {
@@ -177,6 +190,8 @@ static void put_param(tg *t, const char *pname, const char *v)
  * required ones present (chain of rules t<i>-q<k>: from parameter k on). */
 static int put_xml_args(tg *t, const cJSON *params, int i)
 {
+    if (params && !cJSON_IsObject(params))
+        return err_set(t->err, KVI_E_INVALID, "'parameters' must be a JSON schema object"), -1;
     const cJSON *props = params ? cJSON_GetObjectItemCaseSensitive(params, "properties") : NULL;
     const cJSON *req = params ? cJSON_GetObjectItemCaseSensitive(params, "required") : NULL;
     if (!props || !cJSON_IsObject(props) || !props->child) {
@@ -354,18 +369,6 @@ static void put_root(tg *t, bool parallel)
     }
 }
 
-static int tg_fail(tg *t, const char *fmt, ...) KVI_PRINTF(2, 3);
-static int tg_fail(tg *t, const char *fmt, ...)
-{
-    char msg[300];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    err_set(t->err, KVI_E_INVALID, "tool grammar: %s", msg);
-    return -1;
-}
-
 /* The selected tools' rules; their number, or -1 (err filled). */
 static int put_tools(tg *t, const cJSON *tools, const char *name)
 {
@@ -384,7 +387,15 @@ static int put_tools(tg *t, const cJSON *tools, const char *name)
         snprintf(top, sizeof top, "tc-args-%d", n);
         int rc = fmt_xml(t->f) ? put_xml_args(t, params, n)
                                : json_schema_rules(&t->b, params, params, pre, top, &t->prims, t->err);
-        if (rc < 0) return -1;
+        if (rc < 0) {
+            /* name the tool whose schema was refused */
+            if (t->err && t->err->code != KVI_E_NOMEM) {
+                char msg[sizeof t->err->msg];
+                snprintf(msg, sizeof msg, "%s", t->err->msg);
+                tg_fail(t, "tool '%.100s': %s", nm->valuestring, msg);
+            }
+            return -1;
+        }
         put_call(t, n, nm->valuestring);
         n++;
     }
