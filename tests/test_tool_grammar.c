@@ -344,6 +344,52 @@ static void test_errors(void)
     free(text);
 }
 
+/* Every format's grammar parses for awkward tools: quotes and backslashes in
+ * names, $refs, no parameters, empty properties, several tools with the same
+ * property names. */
+static void test_awkward_tools(void)
+{
+    const char *tools =
+        "[{\"type\":\"function\",\"function\":{\"name\":\"we\\\"ird\\\\name\"}},"
+        "{\"type\":\"function\",\"function\":{\"name\":\"tree\",\"parameters\":{\"$defs\":{\"node\":{"
+        "\"type\":\"object\",\"properties\":{\"kids\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/"
+        "node\"}}}}},\"type\":\"object\",\"properties\":{\"root\":{\"$ref\":\"#/$defs/node\"},\"s\":{"
+        "\"type\":\"string\",\"maxLength\":3}},\"required\":[\"root\"]}}},"
+        "{\"type\":\"function\",\"function\":{\"name\":\"e\",\"parameters\":{\"type\":\"object\","
+        "\"properties\":{}}}},"
+        "{\"type\":\"function\",\"function\":{\"name\":\"tree2\",\"parameters\":{\"type\":\"object\","
+        "\"properties\":{\"root\":{\"type\":\"boolean\"}}}}}]";
+    for (int f = KVI_TOOLS_NONE + 1; f < KVI_TOOLS_COUNT_; f++)
+        for (int par = 0; par < 2; par++) {
+            kvi_error err = { 0 };
+            char *text = kvi_tool_call_gbnf((kvi_tool_format)f, tools, strlen(tools), NULL, par, &err);
+            CHECK(text != NULL, "%s: %s", kvi_tool_format_name((kvi_tool_format)f), err.msg);
+            kvi_grammar *g = text ? kvi_grammar_parse(text, strlen(text), &err) : NULL;
+            CHECK(g != NULL, "%s: %s\n%s", kvi_tool_format_name((kvi_tool_format)f), err.msg,
+                  text ? text : "");
+            kvi_grammar_free(g);
+            free(text);
+        }
+    /* the Hermes form of the recursive tool */
+    kvi_error err = { 0 };
+    char *text = kvi_tool_call_gbnf(KVI_TOOLS_HERMES, tools, strlen(tools), "tree", false, &err);
+    kvi_grammar *g = text ? kvi_grammar_parse(text, strlen(text), &err) : NULL;
+    expect(g,
+           "<tool_call>\n{\"name\": \"tree\", \"arguments\": {\"root\": {\"kids\": [{\"kids\": []}, {}]}, "
+           "\"s\": \"abc\"}}\n</tool_call>",
+           true, "hermes", "a recursive schema");
+    expect(g, "<tool_call>\n{\"name\": \"tree\", \"arguments\": {\"s\": \"abc\"}}\n</tool_call>", false,
+           "hermes", "a recursive schema without its required key");
+    kvi_grammar_free(g);
+    free(text);
+    text = kvi_tool_call_gbnf(KVI_TOOLS_HERMES, tools, strlen(tools), "we\"ird\\name", false, &err);
+    g = text ? kvi_grammar_parse(text, strlen(text), &err) : NULL;
+    expect(g, "<tool_call>\n{\"name\": \"we\\\"ird\\\\name\", \"arguments\": {}}\n</tool_call>", true,
+           "hermes", "a name with a quote and a backslash");
+    kvi_grammar_free(g);
+    free(text);
+}
+
 /* ---- marker vocabularies ---- */
 
 static kvi_model *synth_vocab(void)
@@ -505,6 +551,7 @@ int main(void)
 {
     test_errors();
     test_formats();
+    test_awkward_tools();
     test_markers();
     return test_main_end();
 }
