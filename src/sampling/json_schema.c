@@ -2,12 +2,13 @@
  * json_schema.c — a JSON Schema as a GBNF grammar whose every sentence is a JSON
  * text valid against the schema.
  *
- * Data structure: one pass over the schema (cJSON tree) appends rules to `out`
- * ("name ::= body\n"); each subschema becomes a rule s<N>, named with the
- * caller's prefix when embedded in a larger grammar (json_schema_int.h) (or a shared one for
- * plain types: string, number, integer, boolean, null, value, object, array,
- * emitted once at the end when used). A local $ref (#, #/$defs/X,
- * #/definitions/X) becomes a rule named r<N> generated once per target (refs
+ * Data structure: one pass over the schema (cJSON tree) appends rules to a
+ * gbnf_buf ("name ::= body\n"); each subschema becomes a rule s<N> (or a shared
+ * one for plain types: string, number, integer, boolean, null, value, object,
+ * array, emitted once at the end when used). Rule names s<N>, f<N>, c<N> carry
+ * the caller's prefix when the schema is one of several in a grammar
+ * (json_schema_int.h; "" for kvi_json_schema_to_gbnf). A local $ref (#,
+ * #/$defs/X, #/definitions/X) becomes a rule generated once per target (refs
  * table), so recursive schemas become recursive rules.
  *
  * Invariants: every keyword of a schema object is either an annotation (title,
