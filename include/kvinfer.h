@@ -636,13 +636,16 @@ int kvi_chat_output_call(const kvi_chat_output *o, int i, const char **name, con
  * tool (NULL: any of them); parallel allows one or more calls (else exactly
  * one). Each call's arguments follow its tool's "parameters" JSON schema (as
  * kvi_json_schema_to_gbnf). With reasoning-capable formats the grammar admits
- * an optional leading <think> ... </think>. NULL with err filled on a bad
- * tools array, an unknown name or an unsupported format. */
+ * an optional leading <think> ... </think> (its <think> optional too, for a
+ * prompt that opened it); Harmony an analysis message, Command R a thinking
+ * block. Formats that write one call per message ignore parallel. NULL with
+ * err filled on a bad tools array, an unknown name or an unsupported format. */
 char *kvi_tool_call_gbnf(kvi_tool_format f, const char *tools_json, size_t len, const char *name, bool parallel,
                          kvi_error *err);
 /* kvi_grammar_vocab_create, except that control tokens whose text is a marker
  * of f (kvi_tool_format_marker) count as that text, so a tool-call grammar can
- * steer the model onto its own single-token markers. */
+ * steer the model onto its own single-token markers. A marker that ends
+ * generation (Harmony's <|call|>) is text there, placed by the grammar. */
 kvi_grammar_vocab *kvi_grammar_vocab_create_markers(const kvi_model *m, kvi_tool_format f, bool reasoning,
                                                     kvi_error *err);
 

@@ -5,7 +5,11 @@
  * The trie is built once per model from the tokens sorted by their bytes (each
  * token shares its longest common prefix with the previous one), so children
  * are in byte order and tokens with the same bytes sit on one node. Tokens with
- * an empty piece (control tokens) and end-of-generation tokens are not in it.
+ * an empty piece (control tokens) and end-of-generation tokens are not in it,
+ * except, in a vocabulary made with markers, the control tokens that are a
+ * tool-call format's markers (kvi_tool_format_marker): they stand for their
+ * special text, and one that ends generation is not an end-of-generation
+ * token there (the grammar places it).
  *
  * The mask walks the trie depth first from the matcher's state: the state after
  * a node is one gm_advance_byte from its parent's, so a prefix shared by many
@@ -67,7 +71,25 @@ static int sort_tokens(int32_t *toks, int32_t n, const sort_ctx *ctx)
     return 0;
 }
 
-kvi_grammar_vocab *kvi_grammar_vocab_create(const kvi_model *m, kvi_error *err)
+/* The piece token t stands for in grammars: its text, or for a hidden (control)
+ * token that is a marker of f (with markers on), its special text. Sets *marker
+ * for the latter. The length (may exceed cap: then the token is never allowed). */
+static int32_t vocab_piece(const kvi_model *m, int32_t t, bool markers, kvi_tool_format f, bool reasoning,
+                           char *piece, size_t cap, bool *marker)
+{
+    *marker = false;
+    int32_t n = kvi_token_to_piece(m, t, piece, cap, false);
+    if (n > 0 || !markers) return n;
+    int32_t ns = kvi_token_to_piece(m, t, piece, cap - 1, true);
+    if (ns <= 0 || (size_t)ns >= cap) return n;
+    piece[ns] = 0;
+    if (!kvi_tool_format_marker(f, reasoning, piece)) return n;
+    *marker = true;
+    return ns;
+}
+
+static kvi_grammar_vocab *vocab_build(const kvi_model *m, bool markers, kvi_tool_format f, bool reasoning,
+                                      kvi_error *err)
 {
     const int32_t nv = m ? kvi_n_vocab(m) : 0;
     if (nv <= 0) {
@@ -87,8 +109,10 @@ kvi_grammar_vocab *kvi_grammar_vocab_create(const kvi_model *m, kvi_error *err)
     char piece[256];
     for (int32_t t = 0; t < nv; t++) {
         v->off[t] = (uint32_t)len;
-        v->is_eog[t] = kvi_token_is_eog(m, t);
-        int32_t n = kvi_token_to_piece(m, t, piece, sizeof piece, false);
+        bool marker;
+        int32_t n = vocab_piece(m, t, markers, f, reasoning, piece, sizeof piece, &marker);
+        /* a marker that ends generation (Harmony's <|call|>) is text the grammar places */
+        v->is_eog[t] = kvi_token_is_eog(m, t) && !marker;
         if (v->is_eog[t] || n <= 0) continue;
         if ((size_t)n > sizeof piece) n = 0; /* longer than any real token: never allowed */
         if (len + (size_t)n > UINT32_MAX / 2) goto oom;
@@ -151,6 +175,17 @@ oom:
     kvi_grammar_vocab_free(v);
     err_set(err, KVI_E_NOMEM, "grammar: out of memory");
     return NULL;
+}
+
+kvi_grammar_vocab *kvi_grammar_vocab_create(const kvi_model *m, kvi_error *err)
+{
+    return vocab_build(m, false, KVI_TOOLS_NONE, false, err);
+}
+
+kvi_grammar_vocab *kvi_grammar_vocab_create_markers(const kvi_model *m, kvi_tool_format f, bool reasoning,
+                                                    kvi_error *err)
+{
+    return vocab_build(m, true, f, reasoning, err);
 }
 
 void kvi_grammar_vocab_free(kvi_grammar_vocab *v)

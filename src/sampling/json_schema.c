@@ -2,11 +2,13 @@
  * json_schema.c — a JSON Schema as a GBNF grammar whose every sentence is a JSON
  * text valid against the schema.
  *
- * Data structure: one pass over the schema (cJSON tree) appends rules to `out`
- * ("name ::= body\n"); each subschema becomes a rule s<N> (or a shared one for
- * plain types: string, number, integer, boolean, null, value, object, array,
- * emitted once at the end when used). A local $ref (#, #/$defs/X,
- * #/definitions/X) becomes a rule named r<N> generated once per target (refs
+ * Data structure: one pass over the schema (cJSON tree) appends rules to a
+ * gbnf_buf ("name ::= body\n"); each subschema becomes a rule s<N> (or a shared
+ * one for plain types: string, number, integer, boolean, null, value, object,
+ * array, emitted once at the end when used). Rule names s<N>, f<N>, c<N> carry
+ * the caller's prefix when the schema is one of several in a grammar
+ * (json_schema_int.h; "" for kvi_json_schema_to_gbnf). A local $ref (#,
+ * #/$defs/X, #/definitions/X) becomes a rule generated once per target (refs
  * table), so recursive schemas become recursive rules.
  *
  * Invariants: every keyword of a schema object is either an annotation (title,
@@ -22,6 +24,7 @@
  */
 #include "kvinfer.h"
 #include "base/error.h"
+#include "sampling/json_schema_int.h"
 
 #include <cjson/cJSON.h>
 
@@ -51,9 +54,8 @@ enum {
 };
 
 typedef struct js {
-    char *out;
-    size_t len, cap;
-    bool oom;
+    gbnf_buf *b;
+    const char *pfx; /* rule name prefix ("" for a whole grammar) */
     unsigned prims;
     unsigned n_rules;
     const cJSON *root;
@@ -64,32 +66,48 @@ typedef struct js {
     bool failed;
 } js;
 
+void gbnf_vput(gbnf_buf *b, const char *fmt, va_list ap)
+{
+    if (b->oom) return;
+    for (;;) {
+        va_list aq;
+        va_copy(aq, ap);
+        int n = vsnprintf(b->text ? b->text + b->len : NULL, b->text ? b->cap - b->len : 0, fmt, aq);
+        va_end(aq);
+        if (n < 0) {
+            b->oom = true;
+            return;
+        }
+        if (b->text && (size_t)n < b->cap - b->len) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t nc = 2 * (b->cap + (size_t)n) + 64;
+        char *o = realloc(b->text, nc);
+        if (!o) {
+            b->oom = true;
+            return;
+        }
+        b->text = o;
+        b->cap = nc;
+    }
+}
+
+void gbnf_put(gbnf_buf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    gbnf_vput(b, fmt, ap);
+    va_end(ap);
+}
+
 static void put(js *j, const char *fmt, ...) KVI_PRINTF(2, 3);
 static void put(js *j, const char *fmt, ...)
 {
-    if (j->oom) return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(j->out + j->len, j->cap - j->len, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            j->oom = true;
-            return;
-        }
-        if ((size_t)n < j->cap - j->len) {
-            j->len += (size_t)n;
-            return;
-        }
-        size_t nc = 2 * (j->cap + (size_t)n);
-        char *o = realloc(j->out, nc);
-        if (!o) {
-            j->oom = true;
-            return;
-        }
-        j->out = o;
-        j->cap = nc;
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    gbnf_vput(j->b, fmt, ap);
+    va_end(ap);
 }
 
 static int fail(js *j, const char *fmt, ...) KVI_PRINTF(2, 3);
@@ -107,22 +125,23 @@ static int fail(js *j, const char *fmt, ...)
     return -1;
 }
 
-/* Appends text (raw bytes) as a GBNF string literal. */
-static void put_literal(js *j, const char *s)
+void gbnf_put_literal(gbnf_buf *b, const char *s)
 {
-    put(j, "\"");
+    gbnf_put(b, "\"");
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
         if (*p == '"' || *p == '\\')
-            put(j, "\\%c", *p);
+            gbnf_put(b, "\\%c", *p);
         else if (*p == '\n')
-            put(j, "\\n");
+            gbnf_put(b, "\\n");
         else if (*p < 0x20 || *p == 0x7F)
-            put(j, "\\x%02X", *p);
+            gbnf_put(b, "\\x%02X", *p);
         else
-            put(j, "%c", *p);
+            gbnf_put(b, "%c", *p);
     }
-    put(j, "\"");
+    gbnf_put(b, "\"");
 }
+
+static void put_literal(js *j, const char *s) { gbnf_put_literal(j->b, s); }
 
 /* Appends a JSON value's compact text as a literal. */
 static int put_json_literal(js *j, const cJSON *v)
@@ -207,7 +226,7 @@ static int gen_string(js *j, const cJSON *s, used *u, unsigned rule)
                                                    : 0;
         if (!p) return fail(j, "string format '%s' is not supported", f);
         j->prims |= p;
-        put(j, "s%u ::= \"\\\"\" %s \"\\\"\"\n", rule,
+        put(j, "%ss%u ::= \"\\\"\" %s \"\\\"\"\n", j->pfx, rule,
             p == (P_DATE | P_TIME) ? "date \"T\" time"
             : p == P_DATE          ? "date"
             : p == P_TIME          ? "time"
@@ -217,12 +236,12 @@ static int gen_string(js *j, const cJSON *s, used *u, unsigned rule)
     }
     if (lo < 0 && hi < 0) {
         j->prims |= P_STRING;
-        put(j, "s%u ::= string\n", rule);
+        put(j, "%ss%u ::= string\n", j->pfx, rule);
         return 0;
     }
     if (hi >= 0 && lo > hi) return fail(j, "minLength > maxLength");
     j->prims |= P_CHAR;
-    put(j, "s%u ::= \"\\\"\" char", rule);
+    put(j, "%ss%u ::= \"\\\"\" char", j->pfx, rule);
     put_count(j, lo < 0 ? 0 : lo, hi);
     put(j, " \"\\\"\"\n");
     return 0;
@@ -246,17 +265,18 @@ static int gen_object(js *j, const cJSON *s, used *u, unsigned rule, int depth)
     const bool has_props = props && props->child;
     if (!has_props) {
         if (add && cJSON_IsFalse(add)) {
-            put(j, "s%u ::= \"{\" ws \"}\"\n", rule);
+            put(j, "%ss%u ::= \"{\" ws \"}\"\n", j->pfx, rule);
         } else if (add && cJSON_IsObject(add)) {
             int v = gen(j, add, depth + 1);
             if (v < 0) return -1;
             j->prims |= P_STRING;
             put(j,
-                "s%u ::= \"{\" ws (string ws \":\" ws s%d ws (\",\" ws string ws \":\" ws s%d ws)*)? \"}\"\n",
-                rule, v, v);
+                "%ss%u ::= \"{\" ws (string ws \":\" ws %ss%d ws (\",\" ws string ws \":\" ws %ss%d ws)*)? "
+                "\"}\"\n",
+                j->pfx, rule, j->pfx, v, j->pfx, v);
         } else {
             j->prims |= P_OBJECT;
-            put(j, "s%u ::= object\n", rule);
+            put(j, "%ss%u ::= object\n", j->pfx, rule);
         }
         return 0;
     }
@@ -289,19 +309,21 @@ static int gen_object(js *j, const cJSON *s, used *u, unsigned rule, int depth)
             free(val);
             return fail(j, "out of memory");
         }
-        put(j, "f%u ::= ", base + (unsigned)k);
+        put(j, "%sf%u ::= ", j->pfx, base + (unsigned)k);
         put_literal(j, nt);
-        put(j, " ws \":\" ws s%d ws c%u%s", val[k], base + (unsigned)k + 1, required ? "" : " | ");
-        if (!required) put(j, "f%u", base + (unsigned)k + 1);
-        put(j, "\nc%u ::= \",\" ws ", base + (unsigned)k);
+        put(j, " ws \":\" ws %ss%d ws %sc%u%s", j->pfx, val[k], j->pfx, base + (unsigned)k + 1,
+            required ? "" : " | ");
+        if (!required) put(j, "%sf%u", j->pfx, base + (unsigned)k + 1);
+        put(j, "\n%sc%u ::= \",\" ws ", j->pfx, base + (unsigned)k);
         put_literal(j, nt);
-        put(j, " ws \":\" ws s%d ws c%u%s", val[k], base + (unsigned)k + 1, required ? "" : " | ");
-        if (!required) put(j, "c%u", base + (unsigned)k + 1);
+        put(j, " ws \":\" ws %ss%d ws %sc%u%s", j->pfx, val[k], j->pfx, base + (unsigned)k + 1,
+            required ? "" : " | ");
+        if (!required) put(j, "%sc%u", j->pfx, base + (unsigned)k + 1);
         put(j, "\n");
         cJSON_free(nt);
     }
-    put(j, "f%u ::= \"\"\nc%u ::= \"\"\n", base + (unsigned)n, base + (unsigned)n);
-    put(j, "s%u ::= \"{\" ws f%u \"}\"\n", rule, base);
+    put(j, "%sf%u ::= \"\"\n%sc%u ::= \"\"\n", j->pfx, base + (unsigned)n, j->pfx, base + (unsigned)n);
+    put(j, "%ss%u ::= \"{\" ws %sf%u \"}\"\n", j->pfx, rule, j->pfx, base);
     free(val);
     return 0;
 }
@@ -342,13 +364,13 @@ static int gen_array(js *j, const cJSON *s, used *u, unsigned rule, int depth)
             return -1;
         }
     }
-    char it[32];
+    char it[JS_MAX_PREFIX + 32];
     if (item == -2)
         snprintf(it, sizeof it, "value");
     else
-        snprintf(it, sizeof it, "s%d", item);
-    put(j, "s%u ::= \"[\" ws ", rule);
-    for (k = 0; k < np; k++) put(j, "%ss%d ws ", k ? "\",\" ws " : "", pv[k]);
+        snprintf(it, sizeof it, "%ss%d", j->pfx, item);
+    put(j, "%ss%u ::= \"[\" ws ", j->pfx, rule);
+    for (k = 0; k < np; k++) put(j, "%s%ss%d ws ", k ? "\",\" ws " : "", j->pfx, pv[k]);
     free(pv);
     if (item != -1 && more_hi != 0) {
         if (np > 0) {
@@ -379,7 +401,7 @@ static int gen_type(js *j, const cJSON *s, used *u, const char *type, unsigned r
                                                 : 0;
     if (!p) return fail(j, "type '%s' is not a JSON Schema type", type);
     j->prims |= p;
-    put(j, "s%u ::= %s\n", rule, type);
+    put(j, "%ss%u ::= %s\n", j->pfx, rule, type);
     return 0;
 }
 
@@ -406,7 +428,7 @@ static int gen_ref(js *j, const char *ref, int depth)
     j->ref_rule[j->n_refs++] = rule;
     int v = gen(j, t, depth + 1);
     if (v < 0) return -1;
-    put(j, "s%u ::= s%d\n", rule, v);
+    put(j, "%ss%u ::= %ss%d\n", j->pfx, rule, j->pfx, v);
     return (int)rule;
 }
 
@@ -432,7 +454,7 @@ static int gen(js *j, const cJSON *s, int depth)
     const unsigned rule = j->n_rules++;
     if (cJSON_IsTrue(s) || (cJSON_IsObject(s) && !s->child)) {
         j->prims |= P_VALUE;
-        put(j, "s%u ::= value\n", rule);
+        put(j, "%ss%u ::= value\n", j->pfx, rule);
         return (int)rule;
     }
     if (cJSON_IsFalse(s)) return fail(j, "the schema 'false' allows no value");
@@ -454,14 +476,14 @@ static int gen(js *j, const cJSON *s, int depth)
         if (check_all_used(j, s, &u) < 0) return -1;
         int r = gen_ref(j, ref->valuestring, depth);
         if (r < 0) return -1;
-        put(j, "s%u ::= s%d\n", rule, r);
+        put(j, "%ss%u ::= %ss%d\n", j->pfx, rule, j->pfx, r);
         return (int)rule;
     }
     if (cnst || en) {
         if (check_all_used(j, s, &u) < 0) return -1;
         if (en && (!cJSON_IsArray(en) || !en->child)) return fail(j, "'enum' must be a non-empty array");
         if (type && !cJSON_IsString(type)) return fail(j, "'type' beside enum/const must be one type name");
-        put(j, "s%u ::= ", rule);
+        put(j, "%ss%u ::= ", j->pfx, rule);
         for (const cJSON *e = cnst ? cnst : en->child; e; e = cnst ? NULL : e->next) {
             if (type && !json_is_type(e, type->valuestring))
                 return fail(j, "an enum/const value is not of type '%s'", type->valuestring);
@@ -485,8 +507,8 @@ static int gen(js *j, const cJSON *s, int depth)
                 free(alt);
                 return -1;
             }
-        put(j, "s%u ::= ", rule);
-        for (k = 0; k < n; k++) put(j, "%ss%d", k ? " | " : "", alt[k]);
+        put(j, "%ss%u ::= ", j->pfx, rule);
+        for (k = 0; k < n; k++) put(j, "%s%ss%d", k ? " | " : "", j->pfx, alt[k]);
         put(j, "\n");
         free(alt);
         return (int)rule;
@@ -513,7 +535,7 @@ static int gen(js *j, const cJSON *s, int depth)
     } else {
         if (check_all_used(j, s, &u) < 0) return -1;
         j->prims |= P_VALUE;
-        put(j, "s%u ::= value\n", rule);
+        put(j, "%ss%u ::= value\n", j->pfx, rule);
         return (int)rule;
     }
     if (nt == 0) return fail(j, "'type' is an empty list");
@@ -524,16 +546,18 @@ static int gen(js *j, const cJSON *s, int depth)
         j->n_rules += (unsigned)nt;
         for (int k = 0; k < nt; k++)
             if (gen_type(j, s, &u, types[k], b + (unsigned)k, depth) < 0) return -1;
-        put(j, "s%u ::= ", rule);
-        for (int k = 0; k < nt; k++) put(j, "%ss%u", k ? " | " : "", b + (unsigned)k);
+        put(j, "%ss%u ::= ", j->pfx, rule);
+        for (int k = 0; k < nt; k++) put(j, "%s%ss%u", k ? " | " : "", j->pfx, b + (unsigned)k);
         put(j, "\n");
     }
     return check_all_used(j, s, &u) < 0 ? -1 : (int)rule;
 }
 
-static void put_prims(js *j)
+void json_schema_put_prims(gbnf_buf *b, unsigned prims)
 {
-    unsigned p = j->prims;
+    js jj = { .b = b, .pfx = "" };
+    js *j = &jj;
+    unsigned p = prims;
     if (p & P_VALUE) p |= P_OBJECT | P_ARRAY | P_STRING | P_NUMBER | P_BOOLEAN | P_NULL;
     if (p & (P_OBJECT | P_ARRAY))
         p |= P_VALUE | P_STRING | P_NUMBER | P_BOOLEAN | P_NULL | P_OBJECT | P_ARRAY;
@@ -565,11 +589,29 @@ static void put_prims(js *j)
         put(j, "email ::= [a-zA-Z0-9._+-]{1,64} \"@\" [a-zA-Z0-9-]{1,63} (\".\" [a-zA-Z0-9-]{1,63}){1,4}\n");
 }
 
+int json_schema_rules(gbnf_buf *b, const cJSON *doc, const cJSON *schema, const char *prefix, const char *top,
+                      unsigned *prims, kvi_error *err)
+{
+    if (strlen(prefix) > JS_MAX_PREFIX) {
+        err_set(err, KVI_E_INVALID, "json_schema: rule prefix too long");
+        return -1;
+    }
+    js j = { .b = b, .pfx = prefix, .root = doc, .err = err };
+    if (schema) {
+        int r = gen(&j, schema, 0);
+        if (r >= 0) put(&j, "%s ::= %ss%d\n", top, prefix, r);
+    } else {
+        j.prims |= P_OBJECT;
+        put(&j, "%s ::= object\n", top);
+    }
+    if (j.failed) return -1;
+    *prims |= j.prims;
+    return 0;
+}
+
 char *kvi_json_schema_to_gbnf(const char *schema, size_t len, kvi_error *err)
 {
-    js j;
-    memset(&j, 0, sizeof j);
-    j.err = err;
+    gbnf_buf b = { 0 };
     cJSON *doc = NULL;
     if (schema) {
         doc = cJSON_ParseWithLength(schema, len);
@@ -577,19 +619,15 @@ char *kvi_json_schema_to_gbnf(const char *schema, size_t len, kvi_error *err)
             err_set(err, KVI_E_INVALID, "json_schema: the schema is not valid JSON");
             return NULL;
         }
-        j.root = doc;
-        int r = gen(&j, doc, 0);
-        if (r >= 0) put(&j, "root ::= s%d\n", r);
-    } else {
-        j.prims |= P_OBJECT;
-        put(&j, "root ::= object\n");
     }
-    if (!j.failed) put_prims(&j);
+    unsigned prims = 0;
+    int rc = json_schema_rules(&b, doc, doc, "", "root", &prims, err);
+    if (rc == 0) json_schema_put_prims(&b, prims);
     cJSON_Delete(doc);
-    if (j.oom && !j.failed) err_set(err, KVI_E_NOMEM, "json_schema: out of memory");
-    if (j.failed || j.oom) {
-        free(j.out);
+    if (rc == 0 && b.oom) err_set(err, KVI_E_NOMEM, "json_schema: out of memory");
+    if (rc < 0 || b.oom) {
+        free(b.text);
         return NULL;
     }
-    return j.out;
+    return b.text;
 }
