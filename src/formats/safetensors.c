@@ -9,6 +9,7 @@
  * validation demands): overlapping ranges are an error.
  */
 #include "formats/safetensors.h"
+#include "formats/json_util.h"
 
 #include "base/error.h"
 
@@ -183,7 +184,9 @@ int st_parse(const void *buf, size_t len, st_index **out, kvi_error *err)
     const uint8_t *data = p + 8 + hlen;
     size_t data_len = len - 8 - (size_t)hlen;
 
-    cJSON *root = cJSON_ParseWithLength((const char *)p + 8, (size_t)hlen);
+    bool oom = false;
+    cJSON *root = kvi_json_parse((const char *)p + 8, (size_t)hlen, &oom);
+    if (oom) return err_set(err, KVI_E_NOMEM, "safetensors: out of memory reading the header");
     if (!root) return err_set(err, KVI_E_FORMAT, "safetensors: header is not valid JSON");
     if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);

@@ -59,6 +59,7 @@
 #define _DEFAULT_SOURCE
 #define _POSIX_C_SOURCE 200809L
 #include "model/arch.h"
+#include "formats/json_util.h"
 
 #include "base/error.h"
 #include "base/file.h"
@@ -128,8 +129,10 @@ static int hf_read_json(const char *path, cJSON **out, kvi_error *err)
         return err_set(err, KVI_E_FORMAT, "hf: %s is larger than %u bytes", path, HF_MAX_CONFIG);
     default: return err_set(err, KVI_E_IO, "hf: read error on %s", path);
     }
-    cJSON *j = cJSON_ParseWithLength(buf, n);
+    bool oom = false;
+    cJSON *j = kvi_json_parse(buf, n, &oom);
     free(buf);
+    if (oom) return err_set(err, KVI_E_NOMEM, "hf: out of memory reading %s", path);
     if (!j || !cJSON_IsObject(j)) {
         cJSON_Delete(j);
         return err_set(err, KVI_E_FORMAT, "hf: %s is not a JSON object", path);

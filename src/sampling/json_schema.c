@@ -23,6 +23,7 @@
  * bounded (JS_MAX_DEPTH); counts ({m,n}) are bounded by the grammar's limit.
  */
 #include "kvinfer.h"
+#include "formats/json_util.h"
 #include "base/error.h"
 #include "sampling/json_schema_int.h"
 
@@ -614,7 +615,12 @@ char *kvi_json_schema_to_gbnf(const char *schema, size_t len, kvi_error *err)
     gbnf_buf b = { 0 };
     cJSON *doc = NULL;
     if (schema) {
-        doc = cJSON_ParseWithLength(schema, len);
+        bool oom = false;
+        doc = kvi_json_parse(schema, len, &oom);
+        if (oom) {
+            err_set(err, KVI_E_NOMEM, "json_schema: out of memory");
+            return NULL;
+        }
         if (!doc) {
             err_set(err, KVI_E_INVALID, "json_schema: the schema is not valid JSON");
             return NULL;

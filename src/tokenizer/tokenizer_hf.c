@@ -20,6 +20,7 @@
  * it exists. Every id is checked to lie in [0, n_vocab) and every id to have a text.
  */
 #include "base/error.h"
+#include "formats/json_util.h"
 #include "base/file.h"
 #include "tokenizer/tokenizer_int.h"
 
@@ -29,11 +30,15 @@
 #include <string.h>
 
 /* The whole file as a NUL-terminated string, NULL when it cannot be read. */
-static char *slurp(const char *path)
+/* The file's bytes (NUL-terminated), or NULL with *nomem telling an allocation
+ * failure from a missing or unreadable file. */
+static char *slurp(const char *path, bool *nomem)
 {
     char *data;
     size_t n;
-    return file_read_all(path, 0, &data, &n) == FILE_OK ? data : NULL;
+    const int r = file_read_all(path, 0, &data, &n);
+    *nomem = r == FILE_NOMEM;
+    return r == FILE_OK ? data : NULL;
 }
 
 static bool str_is(const cJSON *j, const char *s)
@@ -49,19 +54,23 @@ static int32_t config_token(const tok_tokenizer *t, const cJSON *v)
     return tok_find(t, v->valuestring, strlen(v->valuestring));
 }
 
-static void read_config(tok_tokenizer *t, const char *json_path)
+/* Reads tokenizer_config.json beside json_path when there is one (a missing or
+ * malformed one changes nothing). 0, or KVI_E_NOMEM. */
+static int read_config(tok_tokenizer *t, const char *json_path)
 {
     const char *slash = strrchr(json_path, '/');
     size_t dir = slash ? (size_t)(slash - json_path + 1) : 0;
     char *path = malloc(dir + 32);
-    if (!path) return;
+    if (!path) return KVI_E_NOMEM;
     memcpy(path, json_path, dir);
     strcpy(path + dir, "tokenizer_config.json");
-    char *text = slurp(path);
+    bool oom = false;
+    char *text = slurp(path, &oom);
     free(path);
-    cJSON *c = text ? cJSON_Parse(text) : NULL;
+    cJSON *c = text ? kvi_json_parse(text, strlen(text), &oom) : NULL;
     free(text);
-    if (!c) return;
+    if (oom) return KVI_E_NOMEM;
+    if (!c) return 0;
     int32_t id = config_token(t, cJSON_GetObjectItem(c, "bos_token"));
     if (id >= 0) t->bos = id;
     id = config_token(t, cJSON_GetObjectItem(c, "eos_token"));
@@ -73,8 +82,11 @@ static void read_config(tok_tokenizer *t, const char *json_path)
     b = cJSON_GetObjectItem(c, "add_eos_token");
     if (cJSON_IsBool(b)) t->add_eos = cJSON_IsTrue(b);
     const cJSON *tmpl = cJSON_GetObjectItem(c, "chat_template");
-    if (cJSON_IsString(tmpl) && !t->chat_template) t->chat_template = strdup(tmpl->valuestring);
+    int rc = 0;
+    if (cJSON_IsString(tmpl) && !t->chat_template && !(t->chat_template = strdup(tmpl->valuestring)))
+        rc = KVI_E_NOMEM;
     cJSON_Delete(c);
+    return rc;
 }
 
 /* The normalizer into t->norm (Sequence flattened); Prepend "▁" / Replace -> "▁"
@@ -175,8 +187,12 @@ static int read_split(split_list *l, const cJSON *node, kvi_error *err)
                        cJSON_IsString(beh) ? beh->valuestring : "?");
     if (cJSON_IsTrue(cJSON_GetObjectItem(node, "invert")))
         return err_set(err, KVI_E_UNSUPPORTED, "tokenizer.json: an inverted Split is not supported");
-    char *re = split_regex(cJSON_GetObjectItem(node, "pattern"));
-    if (!re) return err_set(err, KVI_E_FORMAT, "tokenizer.json: Split without a String or Regex pattern");
+    const cJSON *pat = cJSON_GetObjectItem(node, "pattern");
+    if (!cJSON_IsString(cJSON_GetObjectItem(pat, "Regex")) &&
+        !cJSON_IsString(cJSON_GetObjectItem(pat, "String")))
+        return err_set(err, KVI_E_FORMAT, "tokenizer.json: Split without a String or Regex pattern");
+    char *re = split_regex(pat);
+    if (!re) return err_set(err, KVI_E_NOMEM, "tokenizer: out of memory");
     return add_split(l, re, b, err);
 }
 
@@ -513,7 +529,7 @@ static int load(cJSON *root, const char *json_path, tok_tokenizer **out, kvi_err
     if (rc) return rc;
     rc = read_post_processor(t, cJSON_GetObjectItem(root, "post_processor"), 0, err);
     if (rc) return rc;
-    read_config(t, json_path);
+    if (read_config(t, json_path) != 0) return err_set(err, KVI_E_NOMEM, "tokenizer: out of memory");
     if (t->has_template) { /* the template decides; BOS / EOS report what it adds */
         t->add_bos = t->n_tmpl_pre > 0;
         t->add_eos = t->n_tmpl_post > 0;
@@ -527,10 +543,14 @@ int tokenizer_load_hf(const char *json_path, tok_tokenizer **out, kvi_error *err
 {
     if (!json_path || !out) return err_set(err, KVI_E_INVALID, "tokenizer: no path");
     *out = NULL;
-    char *text = slurp(json_path);
+    bool nomem = false;
+    char *text = slurp(json_path, &nomem);
+    if (!text && nomem) return err_set(err, KVI_E_NOMEM, "tokenizer: out of memory reading %s", json_path);
     if (!text) return err_set(err, KVI_E_IO, "tokenizer: cannot read %s", json_path);
-    cJSON *root = cJSON_Parse(text);
+    bool oom = false;
+    cJSON *root = kvi_json_parse(text, strlen(text), &oom);
     free(text);
+    if (oom) return err_set(err, KVI_E_NOMEM, "tokenizer: out of memory reading %s", json_path);
     if (!root) return err_set(err, KVI_E_FORMAT, "tokenizer: %s is not valid JSON", json_path);
     tok_tokenizer *t = NULL;
     int rc = load(root, json_path, &t, err);

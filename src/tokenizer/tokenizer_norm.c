@@ -18,8 +18,7 @@
  * normalize the valid runs around them. Invariant: the output is a fresh buffer the
  * caller frees; the ops only read their own strings.
  */
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include <pcre2.h>
+#include "tokenizer/tokenizer_regex.h"
 #include <utf8proc.h>
 
 #include "base/error.h"
@@ -162,8 +161,10 @@ int tok_norm_add_replace(tok_norm *nm, const char *pattern, bool regex, const ch
     if (regex) {
         int ecode;
         PCRE2_SIZE eoff;
-        op->re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED,
-                               PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &ecode, &eoff, NULL);
+        bool nomem;
+        op->re = tok_regex_compile(pattern, PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &ecode, &eoff,
+                                   &nomem);
+        if (!op->re && nomem) return err_set(err, KVI_E_NOMEM, "tokenizer.json: out of memory for a regex");
         if (!op->re) {
             PCRE2_UCHAR msg[160];
             pcre2_get_error_message(ecode, msg, sizeof msg);
@@ -321,7 +322,7 @@ static int apply_replace_re(const tok_norm_op *op, const char *s, size_t n, nbuf
         int m = pcre2_match(op->re, (PCRE2_SPTR)s, n, pos, 0, md, NULL);
         if (m == PCRE2_ERROR_NOMATCH) break;
         if (m < 0) {
-            rc = KVI_E_INVALID;
+            rc = tok_regex_error(m);
             break;
         }
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);

@@ -16,8 +16,7 @@
  * case-insensitive groups spelled out, or llama.cpp's rewrite where it has no
  * original; they are data here, run by PCRE2.
  */
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include <pcre2.h>
+#include "tokenizer/tokenizer_regex.h"
 
 #include "base/error.h"
 #include "tokenizer/tokenizer_int.h"
@@ -274,9 +273,15 @@ int tok_pretok_create_split(const char *const *patterns, const uint8_t *behavior
         int ecode;
         PCRE2_SIZE eoff;
         p->behavior[i] = behaviors ? behaviors[i] : TOK_SPLIT_ISOLATED;
-        p->re[i] = pcre2_compile((PCRE2_SPTR)patterns[i], PCRE2_ZERO_TERMINATED,
-                                 PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | PCRE2_DOLLAR_ENDONLY,
-                                 &ecode, &eoff, NULL);
+        bool nomem;
+        p->re[i] = tok_regex_compile(patterns[i],
+                                     PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | PCRE2_DOLLAR_ENDONLY,
+                                     &ecode, &eoff, &nomem);
+        if (!p->re[i] && nomem) {
+            p->n = i;
+            tok_pretok_free(p);
+            return err_set(err, KVI_E_NOMEM, "tokenizer: out of memory for the pre-tokenizer");
+        }
         if (!p->re[i]) {
             PCRE2_UCHAR msg[160];
             pcre2_get_error_message(ecode, msg, sizeof msg);
@@ -357,7 +362,7 @@ static int split_one(const pcre2_code *re, uint8_t behavior, pcre2_match_data *m
     while (pos < end) {
         int rc = pcre2_match(re, (PCRE2_SPTR)text, end, pos, 0, md, NULL);
         if (rc == PCRE2_ERROR_NOMATCH) break;
-        if (rc < 0) return KVI_E_INVALID;
+        if (rc < 0) return tok_regex_error(rc);
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
         size_t ms = ov[0], me = ov[1];
         if (me <= ms) { /* empty match: a cut there, then step over one character */
