@@ -453,6 +453,10 @@ typedef struct kvi_request {
      * the grammar's language, end of generation only where it is complete (NULL:
      * none). Must stay valid until on_done. Never speculated. */
     const kvi_grammar *grammar;
+    /* the vocabulary the grammar's masks are computed over (NULL: the model's,
+     * built at the first grammar; a tool-call grammar may need
+     * kvi_grammar_vocab_create_markers'). Must outlive the scheduler's use. */
+    const kvi_grammar_vocab *grammar_vocab;
     /* OpenAI logit_bias: bias_vals[i] added to the logit of bias_ids[i]
      * (-100 .. 100, ids < n_vocab); copied at submit. */
     const int32_t *bias_ids;
@@ -631,16 +635,22 @@ const char *kvi_chat_output_reasoning(const kvi_chat_output *o, size_t *n);
 int kvi_chat_output_n_calls(const kvi_chat_output *o);
 int kvi_chat_output_call(const kvi_chat_output *o, int i, const char **name, const char **arguments);
 
+/* Flags of kvi_tool_call_gbnf. */
+#define KVI_TOOL_CALL_PARALLEL 1u /* one or more calls (else exactly one) */
+#define KVI_TOOL_CALL_THINK 2u    /* reasoning formats: an optional <think> ... </think> first */
+#define KVI_TOOL_CALL_IN_THINK 4u /* reasoning formats: the prompt opened <think>: its rest and
+                                     </think> first */
+
 /* A GBNF grammar (malloc'd text) for the output of a forced tool call in format
  * f: tools_json is the request's "tools" array (OpenAI form); name forces that
- * tool (NULL: any of them); parallel allows one or more calls (else exactly
- * one). Each call's arguments follow its tool's "parameters" JSON schema (as
- * kvi_json_schema_to_gbnf). With reasoning-capable formats the grammar admits
- * an optional leading <think> ... </think> (its <think> optional too, for a
- * prompt that opened it); Harmony an analysis message, Command R a thinking
- * block. Formats that write one call per message ignore parallel. NULL with
- * err filled on a bad tools array, an unknown name or an unsupported format. */
-char *kvi_tool_call_gbnf(kvi_tool_format f, const char *tools_json, size_t len, const char *name, bool parallel,
+ * tool (NULL: any of them); flags KVI_TOOL_CALL_*. Each call's arguments follow
+ * its tool's "parameters" JSON schema (as kvi_json_schema_to_gbnf). Without a
+ * THINK flag the call comes first (a weak model cannot wander off into a
+ * reasoning block); Harmony always admits an analysis message first, Command R
+ * a thinking block. Formats that write one call per message ignore PARALLEL.
+ * NULL with err filled on a bad tools array, an unknown name or an unsupported
+ * format (KVI_E_NOMEM when memory ran out). */
+char *kvi_tool_call_gbnf(kvi_tool_format f, const char *tools_json, size_t len, const char *name, unsigned flags,
                          kvi_error *err);
 /* kvi_grammar_vocab_create, except that control tokens whose text is a marker
  * of f (kvi_tool_format_marker) count as that text, so a tool-call grammar can

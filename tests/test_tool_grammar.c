@@ -122,10 +122,10 @@ static char *assistant_text(const fmt_case *c, const char *calls)
     return out;
 }
 
-static kvi_grammar *tool_grammar(kvi_tool_format f, const char *name, bool parallel)
+static kvi_grammar *tool_grammar(kvi_tool_format f, const char *name, unsigned flags)
 {
     kvi_error err = { 0 };
-    char *gbnf = kvi_tool_call_gbnf(f, TOOLS, strlen(TOOLS), name, parallel, &err);
+    char *gbnf = kvi_tool_call_gbnf(f, TOOLS, strlen(TOOLS), name, flags, &err);
     CHECK(gbnf != NULL, "%s: %s", kvi_tool_format_name(f), err.msg);
     if (!gbnf) return NULL;
     kvi_grammar *g = kvi_grammar_parse(gbnf, strlen(gbnf), &err);
@@ -174,9 +174,9 @@ static void test_format(const fmt_case *c)
     char *wt = !c->parallel ? NULL : c->tmpl ? assistant_text(c, CALL_W "," CALL_T) : strdup(c->wt);
     if (!w || !t) goto done;
     printf("%s: %s\n", fn, w);
-    kvi_grammar *g1 = tool_grammar(c->f, NULL, false);
-    kvi_grammar *gp = tool_grammar(c->f, NULL, true);
-    kvi_grammar *gt = tool_grammar(c->f, "get_time", false);
+    kvi_grammar *g1 = tool_grammar(c->f, NULL, 0u);
+    kvi_grammar *gp = tool_grammar(c->f, NULL, KVI_TOOL_CALL_PARALLEL);
+    kvi_grammar *gt = tool_grammar(c->f, "get_time", 0u);
     expect(g1, w, true, fn, "one call");
     expect(g1, t, true, fn, "the other tool's call");
     expect(gp, w, true, fn, "one call, parallel");
@@ -211,13 +211,20 @@ static void test_format(const fmt_case *c)
     expect(gt, w, false, fn, "another tool than the forced one");
     if (c->f == KVI_TOOLS_HERMES || c->f == KVI_TOOLS_QWEN3_CODER || c->f == KVI_TOOLS_DEEPSEEK_R1 ||
         c->f == KVI_TOOLS_DEEPSEEK_V31 || c->f == KVI_TOOLS_GLM) {
+        kvi_grammar *gk = tool_grammar(c->f, NULL, KVI_TOOL_CALL_THINK);
+        kvi_grammar *gi = tool_grammar(c->f, NULL, KVI_TOOL_CALL_IN_THINK);
         char *th = malloc(strlen(w) + 64);
         sprintf(th, "<think>\nParis, so get_weather.\n</think>\n\n%s", w);
-        expect(g1, th, true, fn, "a reasoning block first");
+        expect(gk, th, true, fn, "THINK: a reasoning block first");
+        expect(gk, w, true, fn, "THINK: or none");
+        expect(g1, th, false, fn, "no THINK: no reasoning block");
         sprintf(th, "Paris, so get_weather.</think>%s", w);
-        expect(g1, th, true, fn, "the rest of a reasoning block the prompt opened");
+        expect(gi, th, true, fn, "IN_THINK: the rest of the reasoning block the prompt opened");
+        expect(gk, th, false, fn, "THINK: reasoning text without its opening");
+        expect(g1, th, false, fn, "no THINK: text before the call");
+        expect(gi, w, false, fn, "IN_THINK: the block must be closed first");
         sprintf(th, "<think>a</think>b</think>%s", w);
-        expect(g1, th, false, fn, "text after the reasoning block");
+        expect(gk, th, false, fn, "THINK: text after the reasoning block");
         free(th);
         /* a long reasoning with near-misses of its closing marker */
         const char *piece = "Hmm, </thin k> <</think < /think> ok. ";
@@ -227,8 +234,10 @@ static void test_format(const fmt_case *c)
         for (size_t r = 0; r < reps; r++) strcat(lr, piece);
         strcat(lr, "</think>\n");
         strcat(lr, w);
-        expect(g1, lr, true, fn, "a reasoning of 4000 bytes");
+        expect(gk, lr, true, fn, "THINK: a reasoning of 4000 bytes");
         free(lr);
+        kvi_grammar_free(gk);
+        kvi_grammar_free(gi);
     }
     kvi_grammar_free(g1);
     kvi_grammar_free(gp);
@@ -290,7 +299,7 @@ static void test_formats(void)
 static void check_error(kvi_tool_format f, const char *tools, const char *name, const char *want)
 {
     kvi_error err = { 0 };
-    char *g = kvi_tool_call_gbnf(f, tools, tools ? strlen(tools) : 0, name, false, &err);
+    char *g = kvi_tool_call_gbnf(f, tools, tools ? strlen(tools) : 0, name, 0u, &err);
     CHECK(g == NULL, "tools %s should be refused", tools ? tools : "(null)");
     CHECK(err.code == KVI_E_INVALID && strstr(err.msg, want) != NULL, "'%s' lacks '%s'", err.msg, want);
     free(g);
@@ -322,7 +331,7 @@ static void test_errors(void)
     /* a tool without parameters takes any object */
     const char *free_tools = "[{\"type\":\"function\",\"function\":{\"name\":\"ping\"}}]";
     kvi_error err = { 0 };
-    char *text = kvi_tool_call_gbnf(KVI_TOOLS_HERMES, free_tools, strlen(free_tools), NULL, false, &err);
+    char *text = kvi_tool_call_gbnf(KVI_TOOLS_HERMES, free_tools, strlen(free_tools), NULL, 0u, &err);
     kvi_grammar *g = text ? kvi_grammar_parse(text, strlen(text), &err) : NULL;
     CHECK(g != NULL, "no parameters: %s", err.msg);
     expect(g, "<tool_call>\n{\"name\": \"ping\", \"arguments\": {\"a\": [1, {}]}}\n</tool_call>", true,
@@ -331,7 +340,7 @@ static void test_errors(void)
            "an array as arguments");
     kvi_grammar_free(g);
     free(text);
-    text = kvi_tool_call_gbnf(KVI_TOOLS_QWEN3_CODER, free_tools, strlen(free_tools), NULL, false, &err);
+    text = kvi_tool_call_gbnf(KVI_TOOLS_QWEN3_CODER, free_tools, strlen(free_tools), NULL, 0u, &err);
     g = text ? kvi_grammar_parse(text, strlen(text), &err) : NULL;
     CHECK(g != NULL, "no parameters: %s", err.msg);
     expect(g,
@@ -362,7 +371,8 @@ static void test_awkward_tools(void)
     for (int f = KVI_TOOLS_NONE + 1; f < KVI_TOOLS_COUNT_; f++)
         for (int par = 0; par < 2; par++) {
             kvi_error err = { 0 };
-            char *text = kvi_tool_call_gbnf((kvi_tool_format)f, tools, strlen(tools), NULL, par, &err);
+            char *text = kvi_tool_call_gbnf((kvi_tool_format)f, tools, strlen(tools), NULL,
+                                            par ? KVI_TOOL_CALL_PARALLEL : 0u, &err);
             CHECK(text != NULL, "%s: %s", kvi_tool_format_name((kvi_tool_format)f), err.msg);
             kvi_grammar *g = text ? kvi_grammar_parse(text, strlen(text), &err) : NULL;
             CHECK(g != NULL, "%s: %s\n%s", kvi_tool_format_name((kvi_tool_format)f), err.msg,
@@ -372,7 +382,7 @@ static void test_awkward_tools(void)
         }
     /* the Hermes form of the recursive tool */
     kvi_error err = { 0 };
-    char *text = kvi_tool_call_gbnf(KVI_TOOLS_HERMES, tools, strlen(tools), "tree", false, &err);
+    char *text = kvi_tool_call_gbnf(KVI_TOOLS_HERMES, tools, strlen(tools), "tree", 0u, &err);
     kvi_grammar *g = text ? kvi_grammar_parse(text, strlen(text), &err) : NULL;
     expect(g,
            "<tool_call>\n{\"name\": \"tree\", \"arguments\": {\"root\": {\"kids\": [{\"kids\": []}, {}]}, "
@@ -382,7 +392,7 @@ static void test_awkward_tools(void)
            "hermes", "a recursive schema without its required key");
     kvi_grammar_free(g);
     free(text);
-    text = kvi_tool_call_gbnf(KVI_TOOLS_HERMES, tools, strlen(tools), "we\"ird\\name", false, &err);
+    text = kvi_tool_call_gbnf(KVI_TOOLS_HERMES, tools, strlen(tools), "we\"ird\\name", 0u, &err);
     g = text ? kvi_grammar_parse(text, strlen(text), &err) : NULL;
     expect(g, "<tool_call>\n{\"name\": \"we\\\"ird\\\\name\", \"arguments\": {}}\n</tool_call>", true,
            "hermes", "a name with a quote and a backslash");
@@ -481,7 +491,7 @@ static bool tool_grammar_allows_first(const kvi_model *m, kvi_tool_format f, con
     const int32_t nv = kvi_n_vocab(m), id = token_of(m, text);
     kvi_error err = { 0 };
     kvi_grammar_vocab *mk = kvi_grammar_vocab_create_markers(m, f, false, &err);
-    char *gbnf = kvi_tool_call_gbnf(f, TOOLS, strlen(TOOLS), NULL, false, &err);
+    char *gbnf = kvi_tool_call_gbnf(f, TOOLS, strlen(TOOLS), NULL, 0u, &err);
     bool ok = mk && gbnf && id >= 0 && allowed_first(mk, nv, gbnf, id);
     free(gbnf);
     kvi_grammar_vocab_free(mk);

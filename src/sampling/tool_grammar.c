@@ -22,6 +22,7 @@
  * prints beyond building text; errors go to err.
  */
 #include "kvinfer.h"
+#include "formats/json_util.h"
 #include "base/error.h"
 #include "sampling/json_schema_int.h"
 
@@ -320,8 +321,9 @@ static void put_call(tg *t, int i, const char *nm)
 }
 
 /* root: an optional reasoning prefix, then one call or (parallel) several. */
-static void put_root(tg *t, bool parallel)
+static void put_root(tg *t, unsigned flags)
 {
+    bool parallel = flags & KVI_TOOL_CALL_PARALLEL;
     gbnf_buf *b = &t->b;
     if (fmt_single(t->f)) parallel = false;
     const char *calls = parallel ? "tc-calls" : "tc-call";
@@ -360,10 +362,14 @@ static void put_root(tg *t, bool parallel)
                             ? " \"<｜tool▁calls▁end｜>\""
                         : t->f == KVI_TOOLS_KIMI_K2 ? " \"<|tool_calls_section_end|>\""
                                                     : "";
-    if (fmt_reasons(t->f)) {
-        /* a reasoning block, its opening optional (the prompt may have opened it) */
+    if (fmt_reasons(t->f) && (flags & KVI_TOOL_CALL_IN_THINK)) {
+        /* the prompt opened the reasoning block: its rest, then the call */
         put_not_containing(t, "tc-think-text", "</think>");
-        gbnf_put(b, "root ::= (\"<think>\"? tc-think-text \"</think>\" tc-ws)? %s%s%s\n", open, calls, close);
+        gbnf_put(b, "root ::= tc-think-text \"</think>\" tc-ws %s%s%s\n", open, calls, close);
+    } else if (fmt_reasons(t->f) && (flags & KVI_TOOL_CALL_THINK)) {
+        /* an optional reasoning block first */
+        put_not_containing(t, "tc-think-text", "</think>");
+        gbnf_put(b, "root ::= (\"<think>\" tc-think-text \"</think>\" tc-ws)? %s%s%s\n", open, calls, close);
     } else {
         gbnf_put(b, "root ::= %s%s%s\n", open, calls, close);
     }
@@ -408,7 +414,7 @@ static int put_tools(tg *t, const cJSON *tools, const char *name)
 }
 
 char *kvi_tool_call_gbnf(kvi_tool_format f, const char *tools_json, size_t len, const char *name,
-                         bool parallel, kvi_error *err)
+                         unsigned flags, kvi_error *err)
 {
     tg t = { .f = f, .err = err };
     if ((unsigned)f >= KVI_TOOLS_COUNT_ || f == KVI_TOOLS_NONE) {
@@ -416,7 +422,12 @@ char *kvi_tool_call_gbnf(kvi_tool_format f, const char *tools_json, size_t len, 
                 kvi_tool_format_name(f));
         return NULL;
     }
-    cJSON *tools = tools_json ? cJSON_ParseWithLength(tools_json, len) : NULL;
+    bool oom = false;
+    cJSON *tools = tools_json ? kvi_json_parse(tools_json, len, &oom) : NULL;
+    if (oom) {
+        err_set(err, KVI_E_NOMEM, "tool grammar: out of memory");
+        return NULL;
+    }
     if (!tools) {
         err_set(err, KVI_E_INVALID, "tool grammar: tools is not valid JSON");
         return NULL;
@@ -424,7 +435,7 @@ char *kvi_tool_call_gbnf(kvi_tool_format f, const char *tools_json, size_t len, 
     int rc = put_tools(&t, tools, name);
     cJSON_Delete(tools);
     if (rc > 0) {
-        put_root(&t, parallel);
+        put_root(&t, flags);
         if (fmt_xml(f)) {
             put_not_containing(&t, "tc-raw", f == KVI_TOOLS_GLM ? "</arg_value>" : "</parameter>");
             gbnf_put(&t.b, "tc-pname ::= [a-zA-Z0-9_.-]{1,64}\n");

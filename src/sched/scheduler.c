@@ -279,8 +279,8 @@ int kvi_sched_submit(kvi_sched *s, const kvi_request *r, uint64_t *id, kvi_error
     kvi_grammar_matcher *gm = NULL;
     if (r->grammar) {
         pthread_mutex_lock(&s->mu);
-        if (!s->gv) s->gv = kvi_grammar_vocab_create(s->m, err);
-        const kvi_grammar_vocab *gv = s->gv;
+        if (!s->gv && !r->grammar_vocab) s->gv = kvi_grammar_vocab_create(s->m, err);
+        const kvi_grammar_vocab *gv = r->grammar_vocab ? r->grammar_vocab : s->gv;
         pthread_mutex_unlock(&s->mu);
         if (!gv) return err ? err->code : KVI_E_NOMEM;
         gm = kvi_grammar_matcher_create(r->grammar, gv, err);
