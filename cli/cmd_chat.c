@@ -177,7 +177,8 @@ static int32_t chat_render_ids(chat_state *st, int32_t *out, int32_t n_max, kvi_
     }
     srv_err er = { 0 };
     int32_t n = 0;
-    int32_t *ids = srv_template_ids(&st->tsrv, json, strlen(json), &n, &er);
+    bool in_reasoning = false; /* chat prints the reply as it comes, reasoning included */
+    int32_t *ids = srv_template_ids(&st->tsrv, json, strlen(json), &n, &in_reasoning, &er);
     free(json);
     if (!ids) {
         snprintf(err->msg, sizeof err->msg, "%s", er.msg);

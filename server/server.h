@@ -22,9 +22,15 @@
 #include <cjson/cJSON.h>
 #include <pthread.h>
 
-#define SRV_MAX_N 8             /* most choices ("n") per request */
-#define SRV_MAX_STOP 4          /* most stop strings */
-#define SRV_BODY_MAX (4u << 20) /* larger request bodies get 413 */
+#define SRV_MAX_N 128              /* most choices ("n") per request */
+#define SRV_MAX_STOP 64            /* most stop strings */
+#define SRV_STOP_MAX_LEN 256       /* longest stop string, bytes */
+#define SRV_BODY_MAX (4u << 20)    /* larger request bodies get 413 */
+#define SRV_JSON_DEPTH_MAX 64      /* deeper request JSON gets 400 */
+#define SRV_HEADER_MAX (16u << 10) /* larger request headers (all together) get 431 */
+#define SRV_TIMEOUT_S 10           /* a connection silent this long while sending is closed */
+#define SRV_CONN_MAX 1024          /* connections at once (libmicrohttpd's limit) */
+#define SRV_CONN_PER_IP 64         /* of them from one address */
 
 /* ---- metrics (server_metrics.c) ---- */
 
@@ -59,6 +65,12 @@ typedef struct srv_config {
     kvi_sampler_params sampling; /* defaults, as `kvinfer run` */
     bool quiet;
     bool special_in_content; /* Hugging Face's tokenization: special text recognised in message text too */
+    bool no_reasoning;       /* --reasoning-format none: <think> text stays in content */
+    /* HTTP limits; 0: the SRV_* default below */
+    int timeout_s;        /* SRV_TIMEOUT_S */
+    size_t body_max;      /* SRV_BODY_MAX */
+    unsigned conn_max;    /* SRV_CONN_MAX */
+    unsigned conn_per_ip; /* SRV_CONN_PER_IP */
 } srv_config;
 
 typedef struct srv_server {
@@ -78,7 +90,17 @@ typedef struct srv_server {
     char **special;            /* [n_special] texts of the vocabulary's special tokens */
     int n_special;
     bool special_first[256]; /* some special text starts with this byte */
+    /* tools and reasoning (server_tools.c), from the Jinja template's text */
+    int tool_format;               /* kvi_tool_format; KVI_TOOLS_NONE: tools are refused */
+    bool reasons;                  /* the template writes <think> (or harmony analysis) reasoning */
+    kvi_grammar_vocab *gv_markers; /* the vocabulary of forced calls (built at the first; under mu) */
 } srv_server;
+
+/* The body limit in force (--body-max, else SRV_BODY_MAX). */
+static inline size_t srv_body_max(const srv_server *srv)
+{
+    return srv->cfg.body_max ? srv->cfg.body_max : SRV_BODY_MAX;
+}
 
 /* ---- parsed request (server_json.c) ---- */
 
@@ -103,7 +125,17 @@ typedef struct srv_params {
     int32_t *bias_ids; /* [n_bias] */
     float *bias_vals;  /* [n_bias] */
     int32_t n_bias;
+    /* tools and reasoning (server_tools.c) */
+    int tool_choice;    /* SRV_TOOLS_* */
+    int tool_format;    /* kvi_tool_format the output is parsed in; KVI_TOOLS_NONE: no tool calls */
+    bool reasoning;     /* <think> / analysis text goes to reasoning_content */
+    bool in_reasoning;  /* the rendered prompt opened the reasoning (ends with "<think>") */
+    bool forced_call;   /* "required" or a named function: the grammar forces the call */
+    bool tool_parallel; /* parallel_tool_calls (default true) */
+    const kvi_grammar_vocab *grammar_vocab; /* of a forced call's grammar (the server's); NULL: the model's */
 } srv_params;
+
+enum { SRV_TOOLS_NONE, SRV_TOOLS_AUTO, SRV_TOOLS_REQUIRED, SRV_TOOLS_NAMED };
 
 /* One failure answer: HTTP status plus OpenAI's error object. */
 typedef struct srv_err {
@@ -119,6 +151,10 @@ int srv_err_set(srv_err *e, int status, const char *type, const char *code, cons
     ;
 /* {"error":{"message","type","param":null,"code"}} (malloc'd). */
 char *srv_error_json(const srv_err *e);
+/* Every JSON body before its endpoint reads it (server_guard.c): valid UTF-8,
+ * one JSON value and nothing after it, escapes that form code points, nesting
+ * at most SRV_JSON_DEPTH_MAX, no duplicate keys. 0, or -1 with a 400 in *er. */
+int srv_body_check(const char *body, size_t len, srv_err *er);
 /* Parses a /v1/completions or /v1/chat/completions body. 0, or -1 with *er set. */
 int srv_parse_request(srv_server *srv, const char *body, size_t len, bool chat, srv_params *p, srv_err *er);
 void srv_params_free(srv_params *p);
@@ -139,8 +175,10 @@ char *srv_template_render(srv_server *srv, const char *body, size_t len, srv_err
 /* The prompt's token ids for a chat body (malloc'd, *n of them), or NULL with
  * *er set as srv_template_render does: special tokens written by the template
  * are recognised, special-token text inside the body's strings (contents,
- * tool results, arguments) stays plain text (see server_template.c). */
-int32_t *srv_template_ids(srv_server *srv, const char *body, size_t len, int32_t *n, srv_err *er);
+ * tool results, arguments) stays plain text (see server_template.c).
+ * *in_reasoning: the prompt ends by opening a <think> block. */
+int32_t *srv_template_ids(srv_server *srv, const char *body, size_t len, int32_t *n, bool *in_reasoning,
+                          srv_err *er);
 /* The chat prompt as text for a chat body (POST /apply-template): the Jinja
  * rendering, or the built-in layout's tokens shown with their special text.
  * Malloc'd, or NULL with *er set. */
@@ -171,10 +209,17 @@ typedef struct srv_choice {
     int index;
     srv_lp *lp; /* [n_lp] one per generated token, when logprobs were asked */
     int32_t n_lp, cap_lp;
+    /* content / reasoning / tool calls of text (server_tools.c); NULL: text is the content */
+    kvi_chat_output *co;
+    size_t co_fed;                       /* bytes of text fed to co */
+    size_t sent_content, sent_reasoning; /* bytes of co's results streamed */
+    int sent_calls;                      /* calls streamed */
 } srv_choice;
 
 typedef struct srv_req {
     srv_server *srv;
+    kvi_sched *sched;       /* the scheduler its choices were submitted to */
+    kvi_sched_stats st_end; /* its stats when the last choice ended (on the scheduler's thread) */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int refs;
@@ -203,6 +248,34 @@ bool srv_logprobs_push(srv_choice *c, int32_t token, float logprob, const int32_
 char *srv_response_json(srv_req *r);
 /* usage object with prompt_tokens_details and kvinfer's timings */
 cJSON *srv_usage_json(srv_req *r);
+
+/* ---- tools and reasoning (server_tools.c) ---- */
+
+/* The template's tool-call format and reasoning (logged); template_text NULL: none. */
+void srv_tools_init(srv_server *srv, const char *template_text);
+void srv_tools_free(srv_server *srv);
+/* "tools", "tool_choice", "parallel_tool_calls" of a chat body, checked (after
+ * "grammar"/"response_format", before the messages). 0, or -1 with *er set. */
+int srv_parse_tools(srv_server *srv, const cJSON *root, srv_params *p, srv_err *er);
+/* After the messages (the prompt decides whether the reply opens inside a
+ * reasoning block): for "required" or a named function, the grammar that forces
+ * the call. 0, or -1 with *er set. */
+int srv_tools_grammar(srv_server *srv, const cJSON *root, srv_params *p, srv_err *er);
+/* The text a generated token adds: its plain piece, or for a control token
+ * the parser reads (a tool-call or reasoning marker) its special text. */
+int32_t srv_token_text(const srv_req *r, int32_t tok, char *buf, size_t cap);
+/* The choice's parser when its request needs one (KVI_E_NOMEM on failure). */
+int srv_output_init(srv_req *r, srv_choice *c);
+void srv_output_free(srv_choice *c);
+/* Feeds c->text up to byte upto; finish: all of it, then the end. False: out of memory. */
+bool srv_output_feed(srv_choice *c, size_t upto);
+bool srv_output_finish(srv_choice *c);
+bool srv_output_has_calls(const srv_choice *c);
+/* Adds to the delta d what was parsed since the last one (reasoning_content,
+ * content, tool_calls); whole UTF-8 characters unless final. Whether it added any. */
+bool srv_output_delta(srv_req *r, srv_choice *c, cJSON *d, bool final);
+/* message.content (null beside calls when empty), reasoning_content, tool_calls. */
+void srv_output_message(srv_req *r, srv_choice *c, cJSON *m);
 
 /* ---- the HTTP layer (server_http.c) ---- */
 

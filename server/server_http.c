@@ -34,7 +34,15 @@ typedef struct conn_ctx {
     char *body; /* [cap] NUL-terminated */
     size_t len, cap;
     bool too_large;
+    size_t header_bytes; /* names and values of the request's headers */
 } conn_ctx;
+
+static enum MHD_Result header_bytes(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    (void)kind;
+    *(size_t *)cls += (key ? strlen(key) : 0) + (value ? strlen(value) : 0) + 4;
+    return MHD_YES;
+}
 
 static void req_release(srv_req *r)
 {
@@ -45,6 +53,7 @@ static void req_release(srv_req *r)
     for (int i = 0; i < SRV_MAX_N; i++) {
         free(r->ch[i].text);
         free(r->ch[i].lp);
+        srv_output_free(&r->ch[i]);
     }
     free(r->out);
     srv_params_free(&r->p);
@@ -89,8 +98,7 @@ static bool on_token(void *user, int32_t tok)
     srv_req *r = c->req;
     srv_server *srv = r->srv;
     char small[256];
-    int32_t n = kvi_token_to_piece(srv->m, tok, small, sizeof small, false);
-    if (n < 0 || (size_t)n > sizeof small) n = 0;
+    int32_t n = srv_token_text(r, tok, small, sizeof small);
     const double now = kvi_time_ms();
     if (c->n_tokens > 0)
         srv_hist_observe(&srv->metrics, &srv->metrics.itl, (now - c->t_last) / 1e3);
@@ -118,7 +126,12 @@ static bool on_token(void *user, int32_t tok)
             more = false;
         }
     }
-    if (r->p.stream && ok) {
+    /* the parser reads only text no stop string can still cut */
+    if (c->co && ok) ok = srv_output_feed(c, more ? c->len - stop_holdback(r, c) : c->len);
+    if (r->p.stream && ok && c->co) {
+        ok = srv_sse_token(r, c, NULL, 0);
+        pthread_cond_broadcast(&r->cv);
+    } else if (r->p.stream && ok) {
         size_t ready = more ? c->len - stop_holdback(r, c) : c->len;
         if (ready < c->sent) ready = c->sent;
         ready = c->sent + kvi_utf8_complete_prefix(c->text + c->sent, ready - c->sent);
@@ -147,6 +160,11 @@ static void on_done(void *user, kvi_finish f, const kvi_usage *u, const kvi_erro
     srv_server *srv = r->srv;
     pthread_mutex_lock(&r->mu);
     c->done = true;
+    kvi_error oom = { .code = KVI_E_NOMEM, .msg = "out of memory (parsing the output)" };
+    if (!srv_output_finish(c) && f != KVI_FINISH_ERROR) {
+        f = KVI_FINISH_ERROR;
+        err = &oom;
+    }
     c->finish = c->stopped ? KVI_FINISH_STOP : f;
     c->usage = *u;
     if (f == KVI_FINISH_ERROR) {
@@ -154,6 +172,9 @@ static void on_done(void *user, kvi_finish f, const kvi_usage *u, const kvi_erro
         snprintf(r->err_msg, sizeof r->err_msg, "%s", err && err->msg[0] ? err->msg : "generation failed");
     }
     const bool last = ++r->n_done == r->p.n;
+    /* the engine's figures for usage.timings.kv, read here where the scheduler
+     * is certainly alive (a handler may answer after shutdown freed it) */
+    if (last) kvi_sched_stats_get(r->sched, &r->st_end);
     /* counted before the client can see the end (the final event or the answer),
      * so /metrics read after a response already includes it (lock order: r->mu,
      * then metrics.mu; nothing takes them the other way round) */
@@ -308,10 +329,15 @@ static void req_discard(srv_req *r)
 static int submit_choices(srv_server *srv, srv_req *r, srv_err *er)
 {
     int submitted = 0;
+    r->sched = srv->s;
     for (int i = 0; i < r->p.n; i++) {
         srv_choice *c = &r->ch[i];
         c->req = r;
         c->index = i;
+        if (srv_output_init(r, c) != 0) {
+            srv_err_set(er, 500, "server_error", NULL, "out of memory");
+            break;
+        }
         kvi_request rq;
         memset(&rq, 0, sizeof rq);
         rq.prompt = r->p.prompt;
@@ -618,18 +644,19 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *con, const char
         cc = calloc(1, sizeof *cc);
         if (!cc) return MHD_NO;
         *con_cls = cc;
+        MHD_get_connection_values(con, MHD_HEADER_KIND, header_bytes, &cc->header_bytes);
         return MHD_YES;
     }
     if (*upload_data_size > 0) {
         const size_t n = *upload_data_size;
         *upload_data_size = 0;
-        if (cc->too_large || cc->len + n > SRV_BODY_MAX) {
+        if (cc->too_large || cc->len + n > srv_body_max(srv)) {
             cc->too_large = true;
             return MHD_YES;
         }
         if (cc->len + n + 1 > cc->cap) {
             size_t cap = (cc->len + n + 1) * 2;
-            if (cap > SRV_BODY_MAX + 1) cap = SRV_BODY_MAX + 1;
+            if (cap > srv_body_max(srv) + 1) cap = srv_body_max(srv) + 1;
             char *nb = realloc(cc->body, cap);
             if (!nb) return MHD_NO;
             cc->body = nb;
@@ -654,9 +681,14 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *con, const char
         srv_err_set(&er, 503, "server_error", "model_loading", "the model is still loading");
         return send_error(con, &er);
     }
+    if (cc->header_bytes > SRV_HEADER_MAX) {
+        srv_err_set(&er, 431, "invalid_request_error", "request_header_fields_too_large",
+                    "the request headers exceed %u bytes", SRV_HEADER_MAX);
+        return send_error(con, &er);
+    }
     if (cc->too_large) {
         srv_err_set(&er, 413, "invalid_request_error", "request_too_large",
-                    "the request body exceeds %u bytes", SRV_BODY_MAX);
+                    "the request body exceeds %zu bytes", srv_body_max(srv));
         return send_error(con, &er);
     }
     if (get && !strcmp(url, "/metrics"))
@@ -679,6 +711,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *con, const char
         return send_json(con, 200, o);
     }
     if (get && !strcmp(url, "/v1/kv")) return kv_ep(srv, con);
+    if (post && srv_body_check(cc->body, cc->len, &er)) return send_error(con, &er);
     if (post && !strcmp(url, "/v1/completions")) return generate(srv, con, cc, false);
     if (post && !strcmp(url, "/v1/chat/completions")) return generate(srv, con, cc, true);
     if (post && !strcmp(url, "/tokenize")) return tokenize_ep(srv, con, cc);
@@ -710,10 +743,15 @@ int srv_start(srv_server *srv, kvi_error *err)
         return KVI_E_INVALID;
     }
     srv->t_start = (double)time(NULL);
-    srv->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL,
-                              (uint16_t)srv->cfg.port, NULL, NULL, handler, srv, MHD_OPTION_SOCK_ADDR, &addr,
-                              MHD_OPTION_NOTIFY_COMPLETED, completed, srv, MHD_OPTION_CONNECTION_LIMIT, 1024u,
-                              MHD_OPTION_END);
+    srv->d = MHD_start_daemon(
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL,
+        (uint16_t)srv->cfg.port, NULL, NULL, handler, srv, MHD_OPTION_SOCK_ADDR, &addr,
+        MHD_OPTION_NOTIFY_COMPLETED, completed, srv, MHD_OPTION_CONNECTION_LIMIT,
+        srv->cfg.conn_max ? srv->cfg.conn_max : (unsigned)SRV_CONN_MAX, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        srv->cfg.conn_per_ip ? srv->cfg.conn_per_ip : (unsigned)SRV_CONN_PER_IP,
+        MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)(srv->cfg.timeout_s > 0 ? srv->cfg.timeout_s : SRV_TIMEOUT_S),
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(2 * SRV_HEADER_MAX + 32768), MHD_OPTION_END);
     if (!srv->d) {
         if (err) snprintf(err->msg, sizeof err->msg, "cannot listen on %s:%d", srv->cfg.host, srv->cfg.port);
         return KVI_E_IO;

@@ -27,6 +27,7 @@
  * [0, n_vocab), values in [-100, 100]; anything else is a 400.
  */
 #include "server/server.h"
+#include "formats/json_util.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -140,13 +141,14 @@ static int tokenize_into(const kvi_model *m, const char *s, bool add_special, sr
 {
     const size_t len = strlen(s);
     int32_t n = kvi_tokenize(m, s, len, add_special, false, NULL, 0);
+    if (n == KVI_E_NOMEM) return srv_err_set(er, 500, "server_error", NULL, "out of memory");
     if (n < 0) return srv_err_set(er, 400, "invalid_request_error", NULL, "the prompt cannot be tokenized");
     int32_t *ids = malloc(((size_t)n + 1) * sizeof *ids);
     if (!ids) return srv_err_set(er, 500, "server_error", NULL, "out of memory");
     n = kvi_tokenize(m, s, len, add_special, false, ids, n);
     int rc = n >= 0 ? push_ids(p, ids, n) : -1;
     free(ids);
-    if (rc) return srv_err_set(er, 500, "server_error", NULL, "out of memory");
+    if (rc) return srv_err_set(er, 500, "server_error", NULL, "out of memory"); /* either fails only so */
     return 0;
 }
 
@@ -237,6 +239,22 @@ static int collect_messages(const cJSON *root, chat_msgs *c, srv_err *er)
             return srv_err_set(er, 400, "invalid_request_error", "invalid_value",
                                "'messages[%d].role' must be a string", i);
         c->v[i].role = role->valuestring;
+        static const char *const roles[] = { "system", "developer", "user",   "assistant",
+                                             "tool",   "function",  "ipython" };
+        size_t r = 0;
+        while (r < sizeof roles / sizeof *roles && strcmp(roles[r], role->valuestring) != 0) r++;
+        if (r == sizeof roles / sizeof *roles)
+            return srv_err_set(
+                er, 400, "invalid_request_error", "invalid_value",
+                "'messages[%d].role' must be system, developer, user, assistant, tool, function "
+                "or ipython (got '%.40s')",
+                i, role->valuestring);
+        const bool calls = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(msg, "tool_calls")) > 0 ||
+                           cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(msg, "function_call"));
+        if ((!content || cJSON_IsNull(content)) && r < 4 && !(r == 3 && calls))
+            return srv_err_set(er, 400, "invalid_request_error", "missing_required_parameter",
+                               "'messages[%d].content' is required for a %s message%s", i, roles[r],
+                               r == 3 ? " without tool_calls" : "");
         if (cJSON_IsString(content)) {
             c->v[i].content = content->valuestring;
         } else if (cJSON_IsArray(content)) {
@@ -296,7 +314,8 @@ static int parse_messages(srv_server *srv, const cJSON *root, const char *body, 
     int rc = collect_messages(root, &c, er);
     if (!rc) {
         int32_t n = 0;
-        int32_t *ids = srv->tmpl ? srv_template_ids(srv, body, len, &n, er) : layout_ids(srv, &c, &n, er);
+        int32_t *ids = srv->tmpl ? srv_template_ids(srv, body, len, &n, &p->in_reasoning, er)
+                                 : layout_ids(srv, &c, &n, er);
         if (!ids)
             rc = -1;
         else if (push_ids(p, ids, n))
@@ -343,16 +362,20 @@ static int parse_stop(const cJSON *root, srv_params *p, srv_err *er)
     if (!st || cJSON_IsNull(st)) return 0;
     if (cJSON_IsString(st)) {
         if (!*st->valuestring) return 0;
+        if (strlen(st->valuestring) > SRV_STOP_MAX_LEN)
+            return bad(er, "stop", "strings may be at most 256 bytes");
         if (!(p->stop[p->n_stop++] = strdup(st->valuestring)))
             return srv_err_set(er, 500, "server_error", NULL, "out of memory");
         return 0;
     }
     if (!cJSON_IsArray(st)) return bad(er, "stop", "must be a string or an array of strings");
-    if (cJSON_GetArraySize(st) > SRV_MAX_STOP) return bad(er, "stop", "may hold at most 4 strings");
+    if (cJSON_GetArraySize(st) > SRV_MAX_STOP) return bad(er, "stop", "may hold at most 64 strings");
     const cJSON *v;
     cJSON_ArrayForEach(v, st)
     {
         if (!cJSON_IsString(v)) return bad(er, "stop", "must hold only strings");
+        if (strlen(v->valuestring) > SRV_STOP_MAX_LEN)
+            return bad(er, "stop", "strings may be at most 256 bytes");
         if (!*v->valuestring) continue;
         if (!(p->stop[p->n_stop++] = strdup(v->valuestring)))
             return srv_err_set(er, 500, "server_error", NULL, "out of memory");
@@ -452,7 +475,9 @@ int srv_parse_request(srv_server *srv, const char *body, size_t len, bool chat, 
     p->chat = chat;
     p->n = 1;
     p->sp = srv->cfg.sampling;
-    cJSON *root = cJSON_ParseWithLength(body, len);
+    bool oom = false;
+    cJSON *root = kvi_json_parse(body, len, &oom);
+    if (oom) return srv_err_set(er, 500, "server_error", NULL, "out of memory");
     if (!root) return srv_err_set(er, 400, "invalid_request_error", NULL, "the body is not valid JSON");
     int rc = 0;
     double x;
@@ -525,8 +550,10 @@ int srv_parse_request(srv_server *srv, const char *body, size_t len, bool chat, 
     if ((rc = parse_logprobs(root, chat, p, er))) goto done;
     if ((rc = parse_logit_bias(root, kvi_n_vocab(srv->m), p, er))) goto done;
     if ((rc = parse_constraints(root, p, er))) goto done;
+    if (chat && (rc = srv_parse_tools(srv, root, p, er))) goto done;
     rc = chat ? parse_messages(srv, root, body, len, p, er) : parse_prompt(srv, root, p, er);
     if (rc) goto done;
+    if (chat && (rc = srv_tools_grammar(srv, root, p, er))) goto done;
     if (p->n_prompt == 0) {
         rc = srv_err_set(er, 400, "invalid_request_error", "invalid_value", "the prompt is empty");
         goto done;
@@ -556,6 +583,12 @@ static const char *finish_name(kvi_finish f)
                                        : "error";
 }
 
+/* "tool_calls" when the model ended its reply with calls, else the finish's name. */
+static const char *choice_finish(const srv_choice *c)
+{
+    return c->finish == KVI_FINISH_STOP && srv_output_has_calls(c) ? "tool_calls" : finish_name(c->finish);
+}
+
 cJSON *srv_usage_json(srv_req *r)
 {
     cJSON *u = cJSON_CreateObject();
@@ -578,10 +611,8 @@ cJSON *srv_usage_json(srv_req *r)
     cJSON_AddNumberToObject(t, "ttft_ms", u0->ttft_ms);
     cJSON_AddNumberToObject(t, "decode_ms", u0->decode_ms);
     cJSON_AddNumberToObject(t, "kv_bytes", (double)kv);
-    /* the KV layer kinds (engine figures as of the last step; the scheduler's lock
-     * is not held while a request ends, so this is safe on its thread too) */
-    kvi_sched_stats st;
-    kvi_sched_stats_get(r->srv->s, &st);
+    /* the KV layer kinds (engine figures as of the request's end) */
+    const kvi_sched_stats st = r->st_end;
     cJSON *k = cJSON_AddObjectToObject(t, "kv");
     cJSON_AddNumberToObject(k, "bytes_global", (double)(kv - kvw)); /* this request's, at its end */
     cJSON_AddNumberToObject(k, "bytes_window", (double)kvw);
@@ -771,8 +802,27 @@ static cJSON *chunk_choice(srv_req *r, cJSON *o, int index, const char *text, co
     return c;
 }
 
+/* The event of a token of a parsed choice: what the parser settled since the
+ * last one (nothing is sent when nothing was, unless the role or logprobs are due). */
+static bool sse_parsed(srv_req *r, srv_choice *c, const srv_lp *lp)
+{
+    cJSON *o = envelope(r, true);
+    cJSON *ch = chunk_choice(r, o, c->index, NULL, NULL, c->n_tokens == 1, lp);
+    const bool added = srv_output_delta(r, c, cJSON_GetObjectItemCaseSensitive(ch, "delta"), false);
+    if (!added && c->n_tokens != 1 && !lp) {
+        cJSON_Delete(o);
+        return true;
+    }
+    return emit(r, o);
+}
+
 bool srv_sse_token(srv_req *r, srv_choice *c, const char *piece, size_t n)
 {
+    if (c->co) {
+        const srv_lp *lp =
+            r->p.logprobs && c->n_lp > 0 && c->n_lp == c->n_tokens ? &c->lp[c->n_lp - 1] : NULL;
+        return sse_parsed(r, c, lp);
+    }
     char *clean = kvi_utf8_sanitize(piece, n);
     if (!clean) return false;
     cJSON *o = envelope(r, true);
@@ -788,10 +838,17 @@ bool srv_sse_final(srv_req *r)
     bool ok = true;
     for (int i = 0; i < r->p.n; i++) {
         srv_choice *c = &r->ch[i];
+        if (c->co) {
+            cJSON *o = envelope(r, true);
+            cJSON *ch = chunk_choice(r, o, i, NULL, choice_finish(c), c->n_tokens == 0, NULL);
+            srv_output_delta(r, c, cJSON_GetObjectItemCaseSensitive(ch, "delta"), true);
+            ok = ok && emit(r, o);
+            continue;
+        }
         char *rest = kvi_utf8_sanitize(c->text ? c->text + c->sent : "", c->text ? c->len - c->sent : 0);
         c->sent = c->len;
         cJSON *o = envelope(r, true);
-        chunk_choice(r, o, i, rest && *rest ? rest : (r->p.chat ? NULL : ""), finish_name(c->finish),
+        chunk_choice(r, o, i, rest && *rest ? rest : (r->p.chat ? NULL : ""), choice_finish(c),
                      c->n_tokens == 0, NULL);
         free(rest);
         ok = ok && emit(r, o);
@@ -818,7 +875,10 @@ char *srv_response_json(srv_req *r)
         if (r->p.chat) {
             cJSON *m = cJSON_AddObjectToObject(ch, "message");
             cJSON_AddStringToObject(m, "role", "assistant");
-            cJSON_AddStringToObject(m, "content", txt ? txt : "");
+            if (c->co)
+                srv_output_message(r, c, m);
+            else
+                cJSON_AddStringToObject(m, "content", txt ? txt : "");
         } else {
             cJSON_AddStringToObject(ch, "text", txt ? txt : "");
         }
@@ -832,7 +892,7 @@ char *srv_response_json(srv_req *r)
         } else {
             cJSON_AddNullToObject(ch, "logprobs");
         }
-        cJSON_AddStringToObject(ch, "finish_reason", finish_name(c->finish));
+        cJSON_AddStringToObject(ch, "finish_reason", choice_finish(c));
         free(txt);
     }
     cJSON_AddItemToObject(o, "usage", srv_usage_json(r));

@@ -114,6 +114,7 @@ void srv_template_free(srv_server *srv)
     free(srv->special);
     srv->special = NULL;
     srv->n_special = 0;
+    srv_tools_free(srv);
     memset(srv->special_first, 0, sizeof srv->special_first);
 }
 
@@ -283,10 +284,21 @@ static int plain_ranges_of(srv_server *srv, const char *body, size_t len, const 
     return ok;
 }
 
-int32_t *srv_template_ids(srv_server *srv, const char *body, size_t len, int32_t *n, srv_err *er)
+/* Whether the prompt ends by opening a reasoning block ("<think>" and white space). */
+static bool opens_think(const char *text)
+{
+    size_t n = strlen(text);
+    while (n > 0 && (text[n - 1] == ' ' || text[n - 1] == '\n' || text[n - 1] == '\r' || text[n - 1] == '\t'))
+        n--;
+    return n >= 7 && !memcmp(text + n - 7, "<think>", 7);
+}
+
+int32_t *srv_template_ids(srv_server *srv, const char *body, size_t len, int32_t *n, bool *in_reasoning,
+                          srv_err *er)
 {
     char *text = srv_template_render(srv, body, len, er);
     if (!text) return NULL;
+    *in_reasoning = opens_think(text);
     size_t *ranges = NULL, n_ranges = 0;
     if (!srv->cfg.special_in_content && !plain_ranges_of(srv, body, len, text, &ranges, &n_ranges) &&
         !srv->cfg.quiet)
@@ -299,10 +311,11 @@ int32_t *srv_template_ids(srv_server *srv, const char *body, size_t len, int32_t
         free(ids);
         ids = NULL;
     }
-    if (!ids)
-        srv_err_set(er, cnt < 0 ? 400 : 500, cnt < 0 ? "invalid_request_error" : "server_error", NULL,
-                    cnt < 0 ? "the prompt cannot be tokenized" : "out of memory");
-    else
+    if (!ids) {
+        const bool bad = cnt < 0 && cnt != KVI_E_NOMEM;
+        srv_err_set(er, bad ? 400 : 500, bad ? "invalid_request_error" : "server_error", NULL,
+                    bad ? "the prompt cannot be tokenized" : "out of memory");
+    } else
         *n = cnt;
     free(ranges);
     free(text);

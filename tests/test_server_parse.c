@@ -122,6 +122,59 @@ static void test_text_and_chat(void)
     }
 }
 
+/* A body (len 0: strlen) srv_body_check must refuse with a 400 whose message holds want. */
+static void expect_body_error(const char *body, size_t len, const char *want, const char *what)
+{
+    srv_err er;
+    memset(&er, 0, sizeof er);
+    int rc = srv_body_check(body, len ? len : strlen(body), &er);
+    CHECK(rc != 0 && er.status == 400, "%s: status %d", what, er.status);
+    CHECK(strstr(er.msg, want) != NULL, "%s: message '%s' lacks '%s'", what, er.msg, want);
+}
+
+static void expect_body_ok(const char *body, const char *what)
+{
+    srv_err er;
+    memset(&er, 0, sizeof er);
+    CHECK(srv_body_check(body, strlen(body), &er) == 0, "%s: refused: %s", what, er.msg);
+}
+
+static void test_body(void)
+{
+    expect_body_ok("{\"prompt\": \"caf\xc3\xa9 \\ud83d\\ude00 \\u00e9\"}\n  ",
+                   "UTF-8, a surrogate pair, white space after");
+    expect_body_error("{\"prompt\": \"a\"} x", 0, "more than one JSON value (trailing bytes at byte 16)",
+                      "trailing bytes");
+    expect_body_error("{\"prompt\": \"a\"}{}", 0, "more than one JSON value", "two values");
+    expect_body_error("{\"prompt\": \"a\"}\0", 16, "more than one JSON value", "a NUL after the value");
+    expect_body_error("{\"prompt\": \"\xff\"}", 0, "not valid UTF-8 (byte 12)", "a 0xFF byte");
+    expect_body_error("{\"prompt\": \"\xc0\xaf\"}", 0, "not valid UTF-8", "an overlong '/'");
+    expect_body_error("{\"prompt\": \"\xed\xa0\x80\"}", 0, "not valid UTF-8", "an encoded surrogate");
+    expect_body_error("{\"prompt\": \"\xf4\x90\x80\x80\"}", 0, "not valid UTF-8", "past U+10FFFF");
+    expect_body_error("{\"prompt\": \"\xe2\x82\"}", 0, "not valid UTF-8", "a cut character");
+    expect_body_error("{\"prompt\": \"\\ud800\"}", 0, "forms no Unicode code point", "a lone high surrogate");
+    expect_body_error("{\"prompt\": \"\\udc00\\ud800\"}", 0, "forms no Unicode code point",
+                      "a reversed pair");
+    expect_body_error("{\"prompt\": \"\\ud800x\\udc00\"}", 0, "forms no Unicode code point", "a split pair");
+    expect_body_error("{\"prompt\": \"a\tb\"}", 0, "raw control character", "a raw tab in a string");
+    expect_body_error("{\"prompt\": \"a\", \"prompt\": \"b\"}", 0, "the key 'prompt' twice",
+                      "a duplicate key");
+    expect_body_error("{\"x\": {\"k\": 1, \"j\": 2, \"k\": 3}}", 0, "the key 'k' twice",
+                      "a nested duplicate");
+    expect_body_error("{\"prompt\": [1, 2", 0, "not valid JSON", "truncated");
+    char deep[200];
+    int n = 0;
+    n += snprintf(deep + n, sizeof deep - n, "{\"x\": ");
+    for (int i = 0; i < 64; i++) deep[n++] = '[';
+    for (int i = 0; i < 64; i++) deep[n++] = ']';
+    deep[n++] = '}';
+    deep[n] = 0;
+    expect_body_error(deep, strlen(deep), "more than 64 deep", "65 levels");
+    memmove(deep + 6, deep + 7, strlen(deep + 7) + 1); /* 63 [ */
+    memmove(deep + 69, deep + 70, strlen(deep + 70) + 1);
+    expect_body_ok(deep, "64 levels");
+}
+
 static void test_errors(void)
 {
     expect_error("{\"prompt\": [1, 2", false, 400, NULL, "truncated JSON");
@@ -131,12 +184,49 @@ static void test_errors(void)
     expect_error("{\"prompt\": [1], \"temperature\": 3}", false, 400, "invalid_value", "temperature > 2");
     expect_error("{\"prompt\": [1], \"max_tokens\": \"ten\"}", false, 400, "invalid_value",
                  "max_tokens string");
-    expect_error("{\"prompt\": [1], \"n\": 9}", false, 400, "invalid_value", "n > 8");
+    expect_error("{\"prompt\": [1], \"n\": 129}", false, 400, "invalid_value", "n > 128");
     expect_error("{\"prompt\": []}", false, 400, "invalid_value", "empty ids prompt");
     expect_error("{\"prompt\": [1], \"max_tokens\": 256}", false, 400, "context_length_exceeded",
                  "over the context");
-    expect_error("{\"prompt\": [1], \"stop\": [\"a\", \"b\", \"c\", \"d\", \"e\"]}", false, 400,
-                 "invalid_value", "five stop strings");
+    {
+        char body[1024] = "{\"prompt\": [1], \"stop\": [";
+        for (int i = 0; i < 65; i++) strcat(body, i ? ", \"s\"" : "\"s\"");
+        strcat(body, "]}");
+        expect_error(body, false, 400, "invalid_value", "65 stop strings");
+        char s257[300 + 40];
+        snprintf(s257, sizeof s257, "{\"prompt\": [1], \"stop\": \"%0257d\"}", 0);
+        expect_error(s257, false, 400, "invalid_value", "a stop string of 257 bytes");
+    }
+    expect_error("{\"prompt\": [1], \"logprobs\": 21}", false, 400, "invalid_value", "logprobs > 20");
+    expect_error("{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"logprobs\": true, "
+                 "\"top_logprobs\": 21}",
+                 true, 400, "invalid_value", "top_logprobs > 20");
+    expect_error("{\"prompt\": [1], \"temperature\": \"0.5\"}", false, 400, "invalid_value",
+                 "temperature as a string");
+    expect_error("{\"prompt\": [1], \"seed\": 1e300}", false, 400, "invalid_value", "seed out of range");
+    /* chat messages: roles, and content where it is required */
+    expect_error("{\"messages\": [{\"role\": \"robot\", \"content\": \"a\"}]}", true, 400, "invalid_value",
+                 "an unknown role");
+    expect_error("{\"messages\": [{\"role\": \"user\"}]}", true, 400, "missing_required_parameter",
+                 "a user message without content");
+    expect_error("{\"messages\": [{\"role\": \"system\", \"content\": null}, {\"role\": \"user\", "
+                 "\"content\": \"a\"}]}",
+                 true, 400, "missing_required_parameter", "a system message with null content");
+    expect_error("{\"messages\": [{\"role\": \"developer\"}, {\"role\": \"user\", \"content\": \"a\"}]}",
+                 true, 400, "missing_required_parameter", "a developer message without content");
+    expect_error("{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\"}]}",
+                 true, 400, "missing_required_parameter", "an assistant message without content or calls");
+    {
+        srv_params p;
+        srv_err er;
+        int rc = parse("{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", "
+                       "\"tool_calls\": [{\"id\": \"c\", \"type\": \"function\", \"function\": {\"name\": "
+                       "\"f\", \"arguments\": \"{}\"}}]}, {\"role\": \"tool\", \"tool_call_id\": \"c\", "
+                       "\"content\": \"1\"}], \"n\": 128}",
+                       true, &p, &er);
+        CHECK(rc == 0, "an assistant message with tool_calls and no content, n 128: %s", er.msg);
+        if (rc == 0) srv_params_free(&p);
+    }
     expect_error("{\"messages\": \"hello\"}", true, 400, "invalid_value", "messages not an array");
 }
 
@@ -155,6 +245,7 @@ int main(void)
     test_fields();
     test_text_and_chat();
     test_errors();
+    test_body();
     kvi_model_free(m);
     return test_main_end();
 }

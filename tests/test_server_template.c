@@ -159,7 +159,7 @@ static void test_shared_template(void)
 /* A template of our own: BOS text from the vocabulary, a raise for role "bad". */
 static const char own_template[] =
     "{{ bos_token }}{% for m in messages %}"
-    "{% if m.role == 'bad' %}{{ raise_exception('role bad is not allowed here') }}{% endif %}"
+    "{% if m.role == 'ipython' %}{{ raise_exception('role ipython is not allowed here') }}{% endif %}"
     "[{{ m.role | upper }}] {{ m.content | trim }}\n"
     "{% endfor %}{% if add_generation_prompt %}[ASSISTANT]{% endif %}";
 
@@ -224,7 +224,7 @@ static void test_own_template(void)
     }
     kvi_model_free(v);
 
-    const char *bad = "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"bad\", "
+    const char *bad = "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"ipython\", "
                       "\"content\": \"x\"}], \"max_tokens\": 4}";
     const char *paths[2] = { "/v1/chat/completions", "/apply-template" };
     for (int i = 0; i < 2; i++) {
@@ -232,7 +232,7 @@ static void test_own_template(void)
         const cJSON *eo = cJSON_GetObjectItem(e, "error");
         const cJSON *msg = cJSON_GetObjectItem(eo, "message"), *ty = cJSON_GetObjectItem(eo, "type");
         CHECK(st == 400, "%s: a raising template gives 400 (%d)", paths[i], st);
-        CHECK(cJSON_IsString(msg) && strstr(msg->valuestring, "role bad is not allowed here"),
+        CHECK(cJSON_IsString(msg) && strstr(msg->valuestring, "role ipython is not allowed here"),
               "%s: the template's message", paths[i]);
         CHECK(cJSON_IsString(ty) && !strcmp(ty->valuestring, "invalid_request_error"), "%s: error type",
               paths[i]);
