@@ -565,10 +565,29 @@ static enum MHD_Result detokenize_ep(srv_server *srv, struct MHD_Connection *con
     return send_json(con, 200, o);
 }
 
+/* Quick reads of the scheduler from a handler (stats, views, metrics) hold
+ * srv->mu, under which shutdown marks the server closing before it frees the
+ * scheduler: the scheduler, or NULL (then nothing to unlock) when closing. */
+static kvi_sched *sched_enter(srv_server *srv)
+{
+    pthread_mutex_lock(&srv->mu);
+    kvi_sched *s = srv->closing ? NULL : __atomic_load_n(&srv->s, __ATOMIC_ACQUIRE);
+    if (!s) pthread_mutex_unlock(&srv->mu);
+    return s;
+}
+
+static void sched_leave(srv_server *srv) { pthread_mutex_unlock(&srv->mu); }
+
 static enum MHD_Result kv_ep(srv_server *srv, struct MHD_Connection *con)
 {
     kvi_sched_stats st;
-    kvi_sched_stats_get(srv->s, &st);
+    kvi_sched *sched = sched_enter(srv);
+    if (!sched) {
+        srv_err er = { 0 };
+        srv_err_set(&er, 503, "server_error", NULL, "the server is shutting down");
+        return send_error(con, &er);
+    }
+    kvi_sched_stats_get(sched, &st);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "blocks_used", st.engine.kv_blocks_used);
     cJSON_AddNumberToObject(o, "blocks_total", st.engine.kv_blocks_total);
@@ -609,7 +628,8 @@ static enum MHD_Result kv_ep(srv_server *srv, struct MHD_Connection *con)
     kvi_sched_seq_view *v = malloc(MAX_VIEWS * sizeof *v);
     int32_t *ids = malloc(MAX_IDS * sizeof *ids);
     cJSON *seqs = cJSON_AddArrayToObject(o, "seqs");
-    const int n = v && ids ? kvi_sched_kv_view(srv->s, v, MAX_VIEWS, ids, MAX_IDS) : 0;
+    const int n = v && ids ? kvi_sched_kv_view(sched, v, MAX_VIEWS, ids, MAX_IDS) : 0;
+    sched_leave(srv);
     for (int i = 0; i < n && i < MAX_VIEWS; i++) {
         cJSON *q = cJSON_CreateObject();
         cJSON_AddNumberToObject(q, "id", (double)v[i].id);
@@ -691,8 +711,16 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *con, const char
                     "the request body exceeds %zu bytes", srv_body_max(srv));
         return send_error(con, &er);
     }
-    if (get && !strcmp(url, "/metrics"))
-        return send_text(con, 200, "text/plain; version=0.0.4", srv_metrics_render(&srv->metrics, sched));
+    if (get && !strcmp(url, "/metrics")) {
+        kvi_sched *ms = sched_enter(srv);
+        char *text = ms ? srv_metrics_render(&srv->metrics, ms) : NULL;
+        if (ms) sched_leave(srv);
+        if (!ms) {
+            srv_err_set(&er, 503, "server_error", NULL, "the server is shutting down");
+            return send_error(con, &er);
+        }
+        return send_text(con, 200, "text/plain; version=0.0.4", text);
+    }
     if (!authorized(srv, con)) {
         srv_err_set(&er, 401, "invalid_request_error", "invalid_api_key", "Incorrect API key provided");
         return send_error(con, &er);
