@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Checks the include layering (scripts/check_layers.sh), then builds kvinfer twice — optimised (warnings are errors) and with AddressSanitizer +
-# UndefinedBehaviorSanitizer — and runs the whole test suite in both builds; then
+# UndefinedBehaviorSanitizer — and runs the whole test suite in both builds; builds
+# it a third time with ThreadSanitizer and runs the threaded tests there; then
 # every libFuzzer target for KVI_FUZZ_SECONDS (default 30) each on its seed corpus
 # (scripts/fuzz.sh all: a crash, leak, timeout or out-of-memory fails the run). The
 # web page's headless-Chromium test (test_web_page) runs in the optimised build
@@ -25,6 +26,16 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVI_SANITIZE=ON -DK
 cmake --build build-asan -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j"$jobs"
+
+echo "== ThreadSanitizer build: the threaded tests (engine, scheduler, server)"
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVI_TSAN=ON -DKVI_WERROR=ON >/dev/null
+cmake --build build-tsan -j"$jobs"
+# halt_on_error=0 reports every race; the exit status (66) of any process that
+# reported one fails its test. libmicrohttpd is not instrumented: our data only
+# crosses its threads under our own mutexes, so no suppression is needed.
+TSAN_OPTIONS="halt_on_error=0 second_deadlock_stack=1" \
+  ctest --test-dir build-tsan --output-on-failure -j"$jobs" \
+  -R '^test_(engine|scheduler|sched_sample|sched_spec|hybrid_sched|speculative|server|server_fields|server_grammar|server_tools|server_hardening|serve_spec|loadgen)$'
 
 echo "== fuzzing, short form: every target ${KVI_FUZZ_SECONDS:-30} s (scripts/fuzz.sh all)"
 if command -v clang >/dev/null; then
