@@ -756,7 +756,9 @@ typedef struct kvi_synth_params {
     int dim, ffn_dim, n_layers, n_heads, n_kv_heads, n_vocab, n_ctx;
     kvi_type type; /* type of the matrices (norms stay F32) */
     uint64_t seed;
-    const char *vocab_from; /* GGUF whose tokenizer section is copied, or NULL */
+    const char *vocab_from; /* GGUF whose tokenizer section is copied, a Hugging Face
+                               tokenizer.json (byte-level BPE: Llama 3, Qwen) written
+                               as one, or NULL */
     const char *name;       /* general.name */
     /* The architecture (NULL or "": llama) and its fields; 0 takes the
      * architecture's default (kvinfer synth --help lists them). */

