@@ -181,7 +181,9 @@ static int64_t set_add(gp *p, uint32_t *tmp, uint32_t n, bool neg)
         return -1;
     }
     size_t cr = p->cap_ranges, cs = p->cap_sets;
-    if (!grow((void **)&p->ranges, 2 * ((size_t)p->n_ranges + need), &cr, sizeof *p->ranges) ||
+    /* at least one range's room, so that the array exists even for an empty
+     * set such as [] (out + 0 on a NULL array is undefined) */
+    if (!grow((void **)&p->ranges, 2 * ((size_t)p->n_ranges + (need ? need : 1)), &cr, sizeof *p->ranges) ||
         !grow((void **)&p->sets, (size_t)p->n_sets + 1, &cs, sizeof *p->sets)) {
         gp_error(p, "out of memory");
         return -1;

@@ -944,7 +944,7 @@ static size_t utf8_whole(const char *s, size_t n)
 static const char *held(const kvi_chat_output *o, size_t *n)
 {
     *n = o->st.raw_n - o->st.pos;
-    return o->raw.p + o->st.pos;
+    return o->raw.p ? o->raw.p + o->st.pos : ""; /* nothing fed yet: no buffer */
 }
 
 /* Appends s[0 .. n) to content or reasoning (leading whitespace dropped while
