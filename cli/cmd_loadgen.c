@@ -62,6 +62,8 @@ static const char loadgen_help[] =
     "  --timeout SECONDS       bound on the whole run (default 600)\n"
     "  --api-key KEY           sent as \"Authorization: Bearer KEY\"\n"
     "  --model NAME            the request's \"model\" field (default: left out)\n"
+    "  --grammar-file F        every request constrained by the GBNF grammar in F (its\n"
+    "                          \"grammar\" field), to measure what constrained decoding costs\n"
     "  --json                  one JSON object on stdout\n"
     "  -h, --help              this help\n";
 
@@ -75,6 +77,7 @@ typedef struct lg_cfg {
     double rate, timeout_s;
     uint64_t seed;
     const char *api_key, *model;
+    char *grammar_json; /* --grammar-file's text as a JSON string (malloc'd), or NULL */
 } lg_cfg;
 
 typedef struct lg_req {
@@ -204,6 +207,19 @@ static char *request_body(const lg_run *run, int i)
                             "],\"max_tokens\":%d,\"stream\":true,\"ignore_eos\":true,"
                             "\"stream_options\":{\"include_usage\":true}",
                             c->gen_len);
+    if (c->grammar_json) {
+        const size_t gl = strlen(c->grammar_json);
+        if (len + gl + 16 > cap) {
+            char *nb = realloc(b, len + gl + 64);
+            if (!nb) {
+                free(b);
+                return NULL;
+            }
+            b = nb;
+            cap = len + gl + 64;
+        }
+        len += (size_t)snprintf(b + len, cap - len, ",\"grammar\":%s", c->grammar_json);
+    }
     if (c->model) {
         cJSON *s = cJSON_CreateString(c->model);
         char *q = s ? cJSON_PrintUnformatted(s) : NULL;
@@ -594,6 +610,19 @@ static int parse_loadgen_args(int argc, char **argv, lg_cfg *c, const char **url
             if (!(c->model = cli_flag_value(argc, argv, &i))) return 1;
             continue;
         }
+        if (!strcmp(a, "--grammar-file")) {
+            if (!(v = cli_flag_value(argc, argv, &i))) return 1;
+            size_t gl = 0;
+            char *g = cli_read_file(v, &gl);
+            if (!g) return cli_error("loadgen: cannot read --grammar-file %s", v);
+            cJSON *js = cJSON_CreateString(g);
+            free(g);
+            free(c->grammar_json);
+            c->grammar_json = js ? cJSON_PrintUnformatted(js) : NULL;
+            cJSON_Delete(js);
+            if (!c->grammar_json) return cli_error("loadgen: out of memory");
+            continue;
+        }
         if (!strcmp(a, "--rate")) {
             if (!(v = cli_flag_value(argc, argv, &i))) return 1;
             if (!cli_parse_f32(v, &rate) || !(rate > 0) || !isfinite(rate))
@@ -789,7 +818,10 @@ int cmd_loadgen(int argc, char **argv)
     const char *url = NULL;
     bool json = false;
     int prc = parse_loadgen_args(argc, argv, &c, &url, &json);
-    if (prc != 0) return prc == 2 ? 0 : 1;
+    if (prc != 0) {
+        free(c.grammar_json);
+        return prc == 2 ? 0 : 1;
+    }
 
     lg_run run;
     memset(&run, 0, sizeof run);
@@ -811,5 +843,6 @@ int cmd_loadgen(int argc, char **argv)
     free(run.prefix);
     free(run.arrival);
     free(th);
+    free(c.grammar_json);
     return rc;
 }
