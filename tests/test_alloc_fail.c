@@ -203,11 +203,8 @@ static int op_load(void *ctx, long n)
 static int op_engine(void *ctx, long n)
 {
     kvi_model *m = ctx;
-    kvi_engine_params ep;
-    kvi_engine_params_default(&ep);
-    ep.n_threads = 1;
-    ep.n_ctx = 64;
-    ep.n_seq_max = 2;
+    const kvi_engine_params ep =
+        engine_params(KVI_TYPE_F16, 1, 2, 64) /* one thread: the same Nth allocation */;
     kvi_error err = { 0 };
     kvi_engine *e = kvi_engine_create(m, &ep, &err);
     if (e) {
@@ -440,11 +437,7 @@ int main(void)
     exhaust("engine create", op_engine, m, 20000);
 
     /* kvi_step: references from a clean run */
-    kvi_engine_params ep;
-    kvi_engine_params_default(&ep);
-    ep.n_threads = 1;
-    ep.n_ctx = 64;
-    ep.n_seq_max = 2;
+    const kvi_engine_params ep = engine_params(KVI_TYPE_F16, 1, 2, 64);
     step_ctx sc = { 0 };
     sc.e = kvi_engine_create(m, &ep, &err);
     CHECK(sc.e != NULL, "engine: %s", err.msg);
