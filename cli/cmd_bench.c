@@ -80,6 +80,7 @@ typedef struct bench_result {
     double avg_ts, stddev_ts;
     double samples_ts[BENCH_MAX_REPS]; /* (reps) */
     int n_samples;
+    uint64_t pool_parallel, pool_serial; /* thread-pool runs of the measured reps */
 } bench_result;
 
 /* "128,512" into vals; false on junk, an empty field, a value outside [lo, hi]
@@ -279,12 +280,17 @@ static int run_test(bench_ctx *c, int n_prompt, int n_gen, int depth, int reps, 
     if (run_once(c, n_prompt, n_gen > 16 ? 16 : n_gen, depth) < 0) return 1;
     int tokens = n_prompt ? n_prompt : n_gen;
     double sum = 0.0;
+    kvi_stats st0, st1;
+    kvi_stats_get(c->e, NULL, &st0);
     for (int k = 0; k < reps; k++) {
         double ms = run_once(c, n_prompt, n_gen, depth);
         if (ms < 0) return 1;
         r->samples_ts[k] = ms > 0 ? tokens * 1e3 / ms : 0.0;
         sum += r->samples_ts[k];
     }
+    kvi_stats_get(c->e, NULL, &st1);
+    r->pool_parallel = st1.pool_runs_parallel - st0.pool_runs_parallel;
+    r->pool_serial = st1.pool_runs_serial - st0.pool_runs_serial;
     r->n_samples = reps;
     r->avg_ts = sum / reps;
     double ss = 0.0;
@@ -390,6 +396,8 @@ static void result_json(cJSON *arr, const bench_result *r, const kvi_model_info 
     cJSON_AddNumberToObject(o, "model_n_params", (double)n_params);
     cJSON_AddNumberToObject(o, "avg_ts", r->avg_ts);
     cJSON_AddNumberToObject(o, "stddev_ts", r->stddev_ts);
+    cJSON_AddNumberToObject(o, "pool_runs_parallel", (double)r->pool_parallel);
+    cJSON_AddNumberToObject(o, "pool_runs_serial", (double)r->pool_serial);
     int tokens = r->n_prompt ? r->n_prompt : r->n_gen;
     cJSON_AddNumberToObject(o, "avg_ns", r->avg_ts > 0 ? tokens * 1e9 / r->avg_ts : 0.0);
     cJSON *s = cJSON_AddArrayToObject(o, "samples_ts");
@@ -514,6 +522,14 @@ static int bench_report(const bench_opts *o, const bench_model *bm, const bench_
         return cli_print_json(root, "bench: out of memory writing JSON");
     }
     active_print(bm);
+    for (int i = 0; i < n_tests; i++) {
+        const bench_result *r = &res[i];
+        const uint64_t all = r->pool_parallel + r->pool_serial;
+        if (r->pool_serial > 0)
+            printf("%s: %.0f%% of the thread pool's runs on the calling thread alone (workers late: the "
+                   "CPU is shared with other processes)\n",
+                   r->name, 100.0 * (double)r->pool_serial / (double)all);
+    }
     if (bm->hw) {
         putchar('\n');
         hw_print(stdout, bm->hw);

@@ -299,7 +299,8 @@ typedef struct run_result {
     double prefill_ms, ttft_ms, decode_ms;
     int64_t n_decode_steps;
     int64_t rows_computed;
-    kvi_stats kv; /* of the sequence, at the end */
+    kvi_stats kv;   /* of the sequence, at the end */
+    kvi_stats pool; /* of the engine, at the end: its thread pool's runs */
     int n_ctx;
     run_spec_result spec; /* speculative decoding, when on */
     kvi_mem_stats mem;    /* at the end, before anything is freed */
@@ -408,6 +409,7 @@ static int generate_spec(const run_opts *o, kvi_model *m, kvi_engine *e, kvi_seq
     r->n_decode_steps = r->spec.n_steps;
     r->rows_computed = (r->n_prompt - r->n_cached) + r->spec.rows;
     kvi_stats_get(e, seq, &r->kv);
+    kvi_stats_get(e, NULL, &r->pool);
     return rc;
 }
 
@@ -516,6 +518,7 @@ static int generate(const run_opts *o, kvi_model *m, kvi_engine *e, kvi_seq *seq
     }
     r->decode_ms = r->n_decode_steps > 0 ? t_last - t_decode0 : 0.0;
     kvi_stats_get(e, seq, &r->kv);
+    kvi_stats_get(e, NULL, &r->pool);
     kvi_batch_free(b);
     return 0;
 }
@@ -583,7 +586,12 @@ static void print_summary(const run_opts *o, const run_result *r, int n_threads)
             (double)r->w.active_bytes * dt / 1e9, dt);
     if (r->w.n_expert > 0) fprintf(f, "; %d of %d experts per token", r->w.n_expert_used, r->w.n_expert);
     fputc('\n', f);
-    fprintf(f, "kvinfer: seed %" PRIu64 ", %d threads, isa %s\n", o->sp.seed, n_threads, kvi_isa_name());
+    fprintf(f, "kvinfer: seed %" PRIu64 ", %d threads, isa %s", o->sp.seed, n_threads, kvi_isa_name());
+    if (r->pool.pool_runs_serial > 0) /* the pool's serial fallback (threadpool.c) */
+        fprintf(f, "; %.0f%% of parallel work ran on one thread (workers late: the CPU is shared)",
+                100.0 * (double)r->pool.pool_runs_serial /
+                    (double)(r->pool.pool_runs_serial + r->pool.pool_runs_parallel));
+    fputc('\n', f);
 }
 
 static cJSON *id_array(const int32_t *ids, int32_t n)
@@ -652,6 +660,8 @@ static int print_json(const run_opts *o, const run_result *r, int n_threads)
              cJSON_AddStringToObject(s, "ctx_policy", o->c.ctx_policy ? o->c.ctx_policy : "error") &&
              cJSON_AddNumberToObject(s, "n_ctx", r->n_ctx) &&
              cJSON_AddNumberToObject(s, "n_threads", n_threads) &&
+             cJSON_AddNumberToObject(s, "pool_runs_parallel", (double)r->pool.pool_runs_parallel) &&
+             cJSON_AddNumberToObject(s, "pool_runs_serial", (double)r->pool.pool_runs_serial) &&
              cJSON_AddStringToObject(s, "kv_type",
                                      o->c.kv_k == o->c.kv_v ? kvi_type_name(o->c.kv_k) : "mixed") &&
              cJSON_AddStringToObject(s, "kv_type_k", kvi_type_name(o->c.kv_k)) &&

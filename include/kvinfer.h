@@ -263,6 +263,11 @@ typedef struct kvi_stats {
     int32_t kv_blocks_snapshot;                         /* pool: blocks they hold */
     uint64_t kv_snapshots_taken, kv_snapshots_restored; /* pool */
     uint64_t kv_snapshots_evicted;                      /* pool: dropped to give their blocks to new data */
+    /* the thread pool on a shared CPU (engine only): parallel runs (matrix
+     * products, attention ...), runs the calling thread did alone because the
+     * workers were late (another process held their cores), and how often the
+     * pool turned to running alone. Same results either way. */
+    uint64_t pool_runs_parallel, pool_runs_serial, pool_to_serial;
 } kvi_stats;
 
 /* Statistics of one sequence (s != NULL) or of the whole engine (s == NULL). */

@@ -152,6 +152,12 @@ char *srv_metrics_render(srv_metrics *m, kvi_sched *s)
     counter(&b, "kvinfer_preemptions_total", "counter", "Sequences preempted to free KV blocks.",
             (double)st.n_preemptions);
     counter(&b, "kvinfer_steps_total", "counter", "Forward passes run by the scheduler.", (double)st.n_steps);
+    counter(&b, "kvinfer_pool_runs_parallel_total", "counter",
+            "Thread-pool runs (matrix products, attention ...) spread over the threads.",
+            (double)st.engine.pool_runs_parallel);
+    counter(&b, "kvinfer_pool_runs_serial_total", "counter",
+            "Thread-pool runs done by one thread because the workers were late (a shared CPU).",
+            (double)st.engine.pool_runs_serial);
     counter(&b, "kvinfer_spec_drafted_total", "counter", "Draft tokens verified by speculative decoding.",
             (double)st.n_spec_drafted);
     counter(&b, "kvinfer_spec_accepted_total", "counter", "Draft tokens accepted by speculative decoding.",

@@ -127,6 +127,16 @@ static void invariant3(int threads)
                 same && memcmp(kvi_logits(e, row_of[k][i]), ref[k] + (size_t)i * NV, NV * sizeof(float)) == 0;
         CHECK(same, "threads %d: sequence %d differs inside a mixed batch", threads, k);
     }
+    { /* the pool's runs are counted, parallel or (a late worker) serial; none alone */
+        kvi_stats es, as;
+        kvi_stats_get(e, NULL, &es);
+        kvi_stats_get(alone, NULL, &as);
+        CHECK((es.pool_runs_parallel + es.pool_runs_serial > 0) == (threads > 1),
+              "threads %d: %llu pool runs counted", threads,
+              (unsigned long long)(es.pool_runs_parallel + es.pool_runs_serial));
+        CHECK(as.pool_runs_parallel + as.pool_runs_serial == 0, "one thread: %llu pool runs counted",
+              (unsigned long long)(as.pool_runs_parallel + as.pool_runs_serial));
+    }
     /* then decode rows of all three in one batch vs. each alone */
     kvi_batch_clear(b);
     for (int k = 0; k < 3; k++) kvi_batch_add(b, s[k], 300 + k, ns[k], true);

@@ -8,6 +8,10 @@
  *  - per-thread scratch keeps its address between runs;
  *  - the result of a computation split by (k, n) equals the sequential one bit
  *    for bit, run after run.
+ * And the serial fallback: workers made late on purpose (a part run off the
+ * caller's thread sleeps 3 ms, as a worker the OS descheduled would stall) turn
+ * the pool serial — every part on the caller, each still once with nth = n, the
+ * same bits — and once the workers are prompt again a probe turns it parallel.
  */
 #include "testutil.h"
 
@@ -17,6 +21,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 enum { N_RUNS = 3000, LEN = 4096 };
 
@@ -97,8 +102,75 @@ static void run_pools(const char *what)
     free(ref);
 }
 
+typedef struct {
+    pthread_t caller;
+    atomic_int off_caller; /* parts of this run that ran on another thread */
+    atomic_int calls[2];
+    atomic_int bad_nth;
+    int stall;         /* a part off the caller's thread sleeps 3 ms */
+    double out[2];     /* part k's sum */
+} lag_job;
+
+static void lag_work(void *ctx, int k, int nth)
+{
+    lag_job *j = ctx;
+    if (nth != 2) atomic_fetch_add(&j->bad_nth, 1);
+    atomic_fetch_add(&j->calls[k], 1);
+    if (!pthread_equal(pthread_self(), j->caller)) {
+        atomic_fetch_add(&j->off_caller, 1);
+        if (j->stall) nanosleep(&(struct timespec){ .tv_nsec = 3000000 }, NULL);
+    }
+    double acc = 0.0; /* about 0.2 ms of work, the same numbers for a part wherever it runs */
+    for (int i = 0; i < 200000; i++) acc += (double)((i * (k + 3)) % 1009) * 1e-3;
+    j->out[k] = acc;
+}
+
+static int lag_run(tpool *p, lag_job *j, const double ref[2], int *wrong)
+{
+    atomic_store(&j->off_caller, 0);
+    atomic_store(&j->calls[0], 0);
+    atomic_store(&j->calls[1], 0);
+    j->out[0] = j->out[1] = -1.0;
+    tpool_run(p, lag_work, j);
+    *wrong += atomic_load(&j->calls[0]) != 1 || atomic_load(&j->calls[1]) != 1 ||
+              j->out[0] != ref[0] || j->out[1] != ref[1];
+    return atomic_load(&j->off_caller);
+}
+
+static void serial_fallback(void)
+{
+    tpool *p = tpool_create(2);
+    lag_job *j = calloc(1, sizeof *j);
+    j->caller = pthread_self();
+    double ref[2];
+    for (int k = 0; k < 2; k++) { /* the parts computed here, sequentially */
+        j->out[k] = -1.0;
+        lag_work(j, k, 2);
+        ref[k] = j->out[k];
+    }
+    int wrong = 0, serial_runs = 0;
+    j->stall = 1;
+    for (int r = 0; r < 400; r++) serial_runs += lag_run(p, j, ref, &wrong) == 0;
+    tpool_stats st;
+    tpool_get_stats(p, &st);
+    CHECK(st.to_serial >= 1 && st.runs_serial >= 1,
+          "late workers: the pool never turned serial (%llu switches, %llu serial runs)", st.to_serial,
+          st.runs_serial);
+    CHECK(serial_runs >= 200, "late workers: only %d of 400 runs kept every part on the caller",
+          serial_runs);
+    j->stall = 0; /* prompt workers: a probe within the back-off cap turns it parallel */
+    int parallel = 0;
+    for (int r = 0; r < 20000 && parallel < 50; r++) parallel += lag_run(p, j, ref, &wrong) > 0;
+    CHECK(parallel >= 50, "prompt workers again: the pool stayed serial (%d parallel runs)", parallel);
+    CHECK(wrong == 0, "serial fallback: %d runs with a part called other than once or other bits", wrong);
+    CHECK(atomic_load(&j->bad_nth) == 0, "serial fallback: a part saw nth != 2");
+    tpool_free(p);
+    free(j);
+}
+
 int main(void)
 {
+    serial_fallback();
     run_pools("quiet");
     atomic_store(&g_stop, false);
     pthread_t h[2];

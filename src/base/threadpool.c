@@ -22,7 +22,21 @@
  *    (about a millisecond) for the next run: long enough to bridge the serial
  *    work between two matrix products and between two serving steps.
  *  - tpool_run() must not be called from inside fn, nor from two threads at once.
- *  - scratch[i] is touched only by thread i (or by the owner outside runs).
+ *  - Serial fallback (a shared CPU): the caller times each parallel run, its own
+ *    part (own) and its wait for the workers after it (wait). Over a window of at
+ *    least WINDOW_NS and WINDOW_RUNS runs, wait > (n - 1) * own means the workers
+ *    were late by more than their parts would have cost the caller (a worker the
+ *    OS descheduled for another process): the pool turns serial, the caller runs
+ *    all n parts itself as fn(ctx, k, n), k = 0 .. n-1, and the workers fall
+ *    asleep. After a back-off (PROBE_MIN_NS, doubling on each failed probe up to
+ *    PROBE_MAX_NS) one probe window of PROBE_RUNS runs goes parallel again and
+ *    decides anew (its first run, the workers' wake-up, is not counted; it ends
+ *    early once its wait exceeds what all its runs' own parts would weigh). Either way every run is fn(ctx, k, n) once per part k, so the
+ *    results are the same bits: only the thread that runs a part changes. The
+ *    window state is the caller's alone (tpool_run is never concurrent); the
+ *    counters read by tpool_get_stats are relaxed atomics.
+ *  - scratch[k] is touched only by whoever runs part k, one thread at a time (or
+ *    by the owner outside runs).
  */
 #include "base/threadpool.h"
 
@@ -31,6 +45,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -42,6 +57,12 @@
 
 #define SPIN_ITERS 20000
 #define MAX_THREADS 256
+
+#define WINDOW_NS 8000000LL      /* a decision covers at least 8 ms ... */
+#define WINDOW_RUNS 32           /* ... and 32 runs */
+#define PROBE_RUNS 16            /* a probe of the parallel mode from serial */
+#define PROBE_MIN_NS 10000000LL  /* first probe 10 ms after turning serial */
+#define PROBE_MAX_NS 640000000LL /* back-off cap: a probe every 0.64 s at most */
 
 typedef struct scratch_slot {
     void *p; /* 64-byte aligned, cap bytes */
@@ -67,7 +88,20 @@ struct tpool {
     tpool_fn fn; /* current run, see invariants */
     void *ctx;
     const void *user; /* the owner's, tpool_set_user */
+    /* serial fallback, the caller's alone (see invariants) */
+    bool serial, probing, probe_first;
+    int64_t win_start, win_own, win_wait; /* ns */
+    int win_runs;
+    int64_t next_probe, backoff; /* ns */
+    atomic_uint_fast64_t n_parallel, n_serial, n_to_serial; /* runs, runs, switches */
 };
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
 
 int tpool_n_cores(void)
 {
@@ -123,6 +157,7 @@ tpool *tpool_create(int n_threads)
     atomic_init(&p->gen, 0);
     atomic_init(&p->pending, 0);
     atomic_init(&p->stop, false);
+    p->backoff = PROBE_MIN_NS;
     p->n = 1;
     for (int i = 1; i < n_threads; i++) {
         p->wk[i - 1].pool = p;
@@ -159,12 +194,46 @@ void tpool_free(tpool *p)
 
 int tpool_size(const tpool *p) { return p ? p->n : 1; }
 
+/* Ends a window of parallel runs: serial when the workers cost more waiting than
+ * their parts would have cost the caller. */
+static void window_end(tpool *p, int64_t now)
+{
+    const bool bad = p->win_wait > (int64_t)(p->n - 1) * p->win_own;
+    if (bad) {
+        p->serial = true;
+        p->backoff = p->probing ? (p->backoff * 2 > PROBE_MAX_NS ? PROBE_MAX_NS : p->backoff * 2)
+                                : PROBE_MIN_NS;
+        p->next_probe = now + p->backoff;
+        atomic_fetch_add_explicit(&p->n_to_serial, 1, memory_order_relaxed);
+    } else if (p->probing) {
+        p->backoff = PROBE_MIN_NS;
+    }
+    p->probing = false;
+    p->win_start = now;
+    p->win_own = p->win_wait = 0;
+    p->win_runs = 0;
+}
+
 void tpool_run(tpool *p, tpool_fn fn, void *ctx)
 {
     if (!fn) return;
     if (!p || p->n == 1) {
         fn(ctx, 0, 1);
         return;
+    }
+    int64_t t0 = now_ns();
+    if (p->serial) {
+        if (t0 < p->next_probe) {
+            for (int k = 0; k < p->n; k++) fn(ctx, k, p->n);
+            atomic_fetch_add_explicit(&p->n_serial, 1, memory_order_relaxed);
+            return;
+        }
+        p->serial = false; /* probe the parallel mode again */
+        p->probing = true;
+        p->probe_first = true;
+        p->win_start = t0;
+        p->win_own = p->win_wait = 0;
+        p->win_runs = 0;
     }
     p->fn = fn;
     p->ctx = ctx;
@@ -175,15 +244,44 @@ void tpool_run(tpool *p, tpool_fn fn, void *ctx)
     pthread_mutex_unlock(&p->mu);
 
     fn(ctx, 0, p->n);
+    const int64_t t1 = now_ns();
 
+    bool done = false;
     for (int i = 0; i < SPIN_ITERS; i++) {
-        if (atomic_load_explicit(&p->pending, memory_order_acquire) == 0) return;
+        if (atomic_load_explicit(&p->pending, memory_order_acquire) == 0) {
+            done = true;
+            break;
+        }
         CPU_RELAX();
     }
-    pthread_mutex_lock(&p->mu);
-    while (atomic_load_explicit(&p->pending, memory_order_acquire) != 0)
-        pthread_cond_wait(&p->cv_done, &p->mu);
-    pthread_mutex_unlock(&p->mu);
+    if (!done) {
+        pthread_mutex_lock(&p->mu);
+        while (atomic_load_explicit(&p->pending, memory_order_acquire) != 0)
+            pthread_cond_wait(&p->cv_done, &p->mu);
+        pthread_mutex_unlock(&p->mu);
+    }
+    const int64_t t2 = now_ns();
+    atomic_fetch_add_explicit(&p->n_parallel, 1, memory_order_relaxed);
+    if (p->probing && p->probe_first) {
+        p->probe_first = false; /* the workers' wake-up from sleep: not what the probe asks */
+        return;
+    }
+    p->win_own += t1 - t0;
+    p->win_wait += t2 - t1;
+    p->win_runs++;
+    /* a probe ends early once its wait exceeds what all its runs' own parts would
+     * weigh: the verdict is bad already, and each late run is a stall */
+    if (p->probing ? p->win_runs >= PROBE_RUNS ||
+                         p->win_wait > (int64_t)(p->n - 1) * (p->win_own / p->win_runs) * PROBE_RUNS
+                   : p->win_runs >= WINDOW_RUNS && t2 - p->win_start >= WINDOW_NS)
+        window_end(p, t2);
+}
+
+void tpool_get_stats(const tpool *p, tpool_stats *st)
+{
+    st->runs_parallel = p ? atomic_load_explicit(&p->n_parallel, memory_order_relaxed) : 0;
+    st->runs_serial = p ? atomic_load_explicit(&p->n_serial, memory_order_relaxed) : 0;
+    st->to_serial = p ? atomic_load_explicit(&p->n_to_serial, memory_order_relaxed) : 0;
 }
 
 void *tpool_scratch(tpool *p, int ith, size_t bytes)

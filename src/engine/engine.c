@@ -733,6 +733,13 @@ void kvi_stats_get(const kvi_engine *e, const kvi_seq *s, kvi_stats *out)
     out->kv_window = kv->win_max;
     out->kv_n_layers_recurrent = kv->n_rlayers;
     out->kv_bytes_state_seq = kv->state_bytes;
+    if (!s) {
+        tpool_stats ts;
+        tpool_get_stats(e->pool, &ts);
+        out->pool_runs_parallel = ts.runs_parallel;
+        out->pool_runs_serial = ts.runs_serial;
+        out->pool_to_serial = ts.to_serial;
+    }
     if (s) {
         out->kv_blocks_used = s->table.n_blocks;
         /* window layers hold only the blocks from the table's cursor on */
