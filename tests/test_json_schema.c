@@ -57,6 +57,12 @@ static void test_errors(void)
     check_error("{\"type\":\"array\",\"maxItems\":5000}", "maxItems");
     check_error("{\"type\":\"array\",\"minItems\":3,\"maxItems\":2}", "minItems > maxItems");
     check_error("{\"type\":\"string\",\"minLength\":-1}", "minLength");
+    /* counts beyond any integer type (a double converted to int64_t out of its
+     * range is undefined behaviour: the fuzzer found 1e300 here) */
+    check_error("{\"type\":\"array\",\"maxItems\":1e300}", "'maxItems' above");
+    check_error("{\"type\":\"string\",\"minLength\":-1e300}", "'minLength' must be a non-negative integer");
+    check_error("{\"type\":\"string\",\"maxLength\":2.5}", "'maxLength' must be a non-negative integer");
+    check_error("{\"enum\":[1e300,0.5],\"type\":\"integer\"}", "not of type 'integer'");
     check_error("{\"allOf\":[{},{}]}", "allOf");
     check_error("{\"enum\":[1,\"a\"],\"type\":\"string\"}", "not of type 'string'");
     check_error(

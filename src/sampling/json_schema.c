@@ -29,6 +29,7 @@
 
 #include <cjson/cJSON.h>
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -190,14 +191,25 @@ static int check_all_used(js *j, const cJSON *s, const used *u)
 
 static int gen(js *j, const cJSON *s, int depth);
 
+/* Whether x is a whole number; no conversion to an integer type, so 1e300
+ * and infinities are safe to ask about (infinities are not whole). */
+static bool dbl_is_integer(double x)
+{
+    return isfinite(x) && floor(x) == x;
+}
+
 /* A count keyword (non-negative integer <= JS_MAX_COUNT); -1 when absent. */
 static int64_t count_kw(js *j, const cJSON *v, const char *name)
 {
     if (!v) return -1;
-    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble != (double)(int64_t)v->valuedouble)
+    /* Range first: converting a double outside int64_t's range (1e300, NaN)
+     * to an integer is undefined behaviour. */
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0))
         return fail(j, "'%s' must be a non-negative integer", name), -2;
     if (v->valuedouble > JS_MAX_COUNT)
         return fail(j, "'%s' above %d is not supported", name, JS_MAX_COUNT), -2;
+    if (!dbl_is_integer(v->valuedouble))
+        return fail(j, "'%s' must be a non-negative integer", name), -2;
     return (int64_t)v->valuedouble;
 }
 
@@ -443,7 +455,7 @@ static bool json_is_type(const cJSON *e, const char *t)
     if (strcmp(t, "object") == 0) return cJSON_IsObject(e);
     if (strcmp(t, "number") == 0) return cJSON_IsNumber(e);
     if (strcmp(t, "integer") == 0)
-        return cJSON_IsNumber(e) && e->valuedouble == (double)(int64_t)e->valuedouble;
+        return cJSON_IsNumber(e) && dbl_is_integer(e->valuedouble);
     return false;
 }
 
