@@ -145,8 +145,7 @@ static const char *const eot_texts[] = { "<|eot_id|>",
                                          "<EOT>",
                                          "_<EOT>",
                                          "[EOT]",
-                                         "<\xEF\xBD\x9C"
-                                         "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
+                                         "<｜end▁of▁sentence｜>",
                                          "<end_of_utterance>" };
 /* ... the fill-in-the-middle pad / repository / file-separator tokens, which end
  * generation too ... */
@@ -176,8 +175,7 @@ static const char *const eog_texts[] = {
     "<eos>",
     "<turn|>",
     "<|tool_response>",
-    "<\xEF\xBD\x9C"
-    "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
+    "<｜end▁of▁sentence｜>",
     "[e~[",
 };
 

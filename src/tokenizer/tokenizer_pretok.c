@@ -98,8 +98,8 @@ static const char *const pats_deepseek_llm[] = {
 static const char *const pats_deepseek3[] = { "\\p{N}{1,3}", "[一-龥぀-ゟ゠-ヿ]+", PAT_DEEPSEEK3_MAIN };
 static const char *const pats_spark25[] = {
     "\\p{N}{1,3}", "[一-龥぀-ゟ゠-ヿ]+",
-    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+"
-    "| ?[\\p{P}\\p{S}]+|[\r\n]|\\s+(?!\\S)|\\s+",
+    ("[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+"
+     "| ?[\\p{P}\\p{S}]+|[\r\n]|\\s+(?!\\S)|\\s+"),
     "\\p{N}"
 };
 static const char *const pats_youtu[] = {
