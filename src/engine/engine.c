@@ -808,6 +808,27 @@ int engine_pipe_send(kvi_engine *e, const int32_t *msg, size_t n)
     return e->pipe.send_op(e->pipe.ctx, msg, n);
 }
 
+/* A stage's KV pool (no sequence exists yet): only layers [l0, l1) hold memory,
+ * and the pool has as many block ids as the whole model's, so that the root's
+ * block decisions mean the same on every stage. */
+static int pipe_kv_init(kvi_engine *e, int l0, int l1, kvi_error *err)
+{
+    const kvi_model *m = e->m;
+    const int32_t nb = e->kv.n_blocks_max;
+    const size_t budget = (size_t)nb * (size_t)(l1 - l0) * e->kv.layer_bytes;
+    int *win = malloc((size_t)m->n_layers * sizeof *win); /* [n_layers] 0 or KV_LAYER_ABSENT */
+    if (!win) return err_set(err, KVI_E_NOMEM, "engine: out of memory");
+    for (int l = 0; l < m->n_layers; l++) win[l] = l >= l0 && l < l1 ? 0 : KV_LAYER_ABSENT;
+    kv_pool_free(&e->kv);
+    int rc = kv_pool_init_layers(&e->kv, m->n_layers, win, ENGINE_WIN_SLACK, m->n_kv_heads * m->head_dim,
+                                 e->p.kv_block_size, e->p.kv_type_k, e->p.kv_type_v, budget, err);
+    free(win);
+    if (!rc && e->kv.n_blocks_max != nb)
+        rc = err_set(err, KVI_E_INVALID, "pipeline: the stage's KV pool has %d blocks, the model's %d",
+                     e->kv.n_blocks_max, nb);
+    return rc;
+}
+
 int engine_pipe_attach(kvi_engine *e, const engine_pipe_io *io, kvi_error *err)
 {
     if (io->l0 < 0 || io->l1 <= io->l0 || io->l1 > e->m->n_layers)
@@ -822,6 +843,11 @@ int engine_pipe_attach(kvi_engine *e, const engine_pipe_io *io, kvi_error *err)
                        "pipeline: models with recurrent layers are not supported yet");
     for (int i = 0; i < e->p.n_seq_max; i++)
         if (e->slots[i]) return err_set(err, KVI_E_INVALID, "pipeline: attach before any sequence exists");
+    /* window layers: the budget, not the block count alone, bounds their parts */
+    if (e->kv.n_wlayers == 0) {
+        const int rc = pipe_kv_init(e, io->l0, io->l1, err);
+        if (rc) return rc;
+    }
     e->pipe = *io;
     e->piped = true;
     return 0;

@@ -59,7 +59,9 @@ typedef struct engine_pipe_io {
 /* Makes e one stage: io is copied. KVI_E_UNSUPPORTED for a context policy
  * other than "error" (it would move keys on one stage only) or a model with
  * recurrent layers; KVI_E_INVALID for a bad range. Call before any sequence
- * exists. */
+ * exists. Without window layers the engine's KV pool is rebuilt to hold only
+ * layers [l0, l1), with the same number of block ids; with them every stage keeps
+ * the whole model's pool (their parts are bounded by bytes, not by block ids). */
 int engine_pipe_attach(kvi_engine *e, const engine_pipe_io *io, kvi_error *err);
 /* A stage other than the root: applies one op message of the root (not END,
  * not HELLO). 0, or the error (a stage whose state differs from the root's). */
