@@ -7,7 +7,7 @@
  * or PMI_SIZE, above 1, read before any MPI call) joins the MPI group; a single
  * process never initialises MPI. --pp-layers SPEC is taken out of argv here, on
  * every rank. Rank 0 then runs the command as a single process would, and its
- * engine becomes stage 0 in cli_pipe_attach (from cli_engine_create); every other
+ * engine becomes stage 0 in cli_pipe_attach (cmd_run.c, cmd_logits.c); every other
  * rank loads the model named by -m and serves its stage (cli_pipe_worker_main)
  * until rank 0 ends. Only rank 0 writes to stdout.
  *
@@ -104,12 +104,16 @@ cJSON *cli_pipe_json(const kvi_engine *e)
 {
     if (!g_world || !g_plan.n) return NULL;
     cJSON *o = cJSON_CreateObject(), *st = cJSON_AddArrayToObject(o, "stages");
+    kvi_stats s; /* blocks in use: the same ids on every rank */
+    kvi_stats_get(e, NULL, &s);
     for (int k = 0; st && k < g_plan.n; k++) {
         cJSON *j = cJSON_CreateObject();
         const int range[2] = { g_plan.st[k].l0, g_plan.st[k].l1 - 1 };
         cJSON_AddNumberToObject(j, "rank", k);
         cJSON_AddItemToObject(j, "layers", cJSON_CreateIntArray(range, 2));
         cJSON_AddNumberToObject(j, "weight_bytes", (double)g_plan.st[k].weight_bytes);
+        cJSON_AddNumberToObject(j, "kv_bytes",
+                                (double)s.kv_blocks_used * (double)pipe_kv_block_bytes(g_world, k));
         cJSON_AddItemToArray(st, j);
     }
     return o;

@@ -56,7 +56,9 @@ int pipe_rank(const pipe_world *w);
 int pipe_size(const pipe_world *w);
 /* The root, once its engine e exists (no sequence yet): sends the handshake
  * (model hash, plan, engine parameters) and collects every rank's answer; on
- * success attaches e as stage 0. An error names the first rank that refused. */
+ * success attaches e as stage 0. An error names the first rank that refused.
+ * Every rank, once attached, gives back the pages of the tensors of the other
+ * stages (model_release_layers): it holds its own layers' weights only. */
 int pipe_root_start(pipe_world *w, kvi_engine *e, const kvi_engine_params *ep, const pipe_plan *plan,
                     kvi_error *err);
 /* A rank > 0: waits for the root's handshake (or its end), checks the model hash
@@ -65,6 +67,10 @@ int pipe_root_start(pipe_world *w, kvi_engine *e, const kvi_engine_params *ep, c
  * until the end. 0 after a clean end. */
 int pipe_worker_run(pipe_world *w, kvi_model *m, const pipe_plan *plan, int n_threads, const char *load_err,
                     kvi_error *err);
+/* The root, after pipe_root_start: bytes of one KV block in rank's pool (its
+ * layers only; every rank has the same block ids, so a rank holds blocks in use
+ * times this). */
+size_t pipe_kv_block_bytes(const pipe_world *w, int rank);
 /* The root: tells every other rank to end (once; later calls do nothing). */
 void pipe_root_end(pipe_world *w);
 /* MPI_Finalize and free. */

@@ -21,6 +21,7 @@
 
 #include "base/error.h"
 #include "engine/engine_pipe.h"
+#include "model/model.h"
 
 #include <mpi.h>
 #include <stdio.h>
@@ -37,8 +38,18 @@
 struct pipe_world {
     MPI_Comm comm;
     int rank, size;
-    bool ended; /* the root sent END */
+    bool ended;                          /* the root sent END */
+    size_t block_bytes[PIPE_MAX_STAGES]; /* [size] each stage's bytes per KV block (the root's
+                                               copy, from the handshake) */
 };
+
+/* A rank's answer to the handshake */
+typedef struct hello_reply {
+    int32_t code; /* 0 or the refusal's KVI_E_* */
+    int32_t unused;
+    uint64_t block_bytes; /* bytes of one KV block of its pool */
+    char msg[REPLY_MSG];  /* the refusal */
+} hello_reply;
 
 bool pipe_have_mpi(void) { return true; }
 int pipe_rank(const pipe_world *w) { return w->rank; }
@@ -152,7 +163,10 @@ static int attach(pipe_world *w, kvi_engine *e, const pipe_plan *plan, kvi_error
         .recv_logits = io_recv_logits,
         .send_logits = io_send_logits,
     };
-    return engine_pipe_attach(e, &io, err);
+    const int rc = engine_pipe_attach(e, &io, err);
+    /* the other stages' tensors: never read here */
+    if (!rc) (void)model_release_layers(kvi_engine_model(e), io.l0, io.l1);
+    return rc;
 }
 
 /* ---- the handshake ---- */
@@ -190,20 +204,27 @@ int pipe_root_start(pipe_world *w, kvi_engine *e, const kvi_engine_params *ep, c
     if (rc) return err_set(err, rc, "pipeline: cannot send the handshake");
     int first_bad = 0;
     for (int r = 1; r < w->size; r++) {
-        struct {
-            int32_t code;
-            char msg[REPLY_MSG];
-        } reply;
+        hello_reply reply;
         rc = MPI_Recv(&reply, (int)sizeof reply, MPI_BYTE, r, TAG_REPLY, w->comm, MPI_STATUS_IGNORE);
         if (rc) return mpi_err(rc, err, "waiting for the handshake's answers");
         reply.msg[REPLY_MSG - 1] = 0;
+        w->block_bytes[r] = (size_t)reply.block_bytes;
         if (reply.code && !first_bad) {
             first_bad = r;
             err_set(err, reply.code, "pipeline: rank %d refused: %s", r, reply.msg);
         }
     }
     if (first_bad) return err->code;
-    return attach(w, e, plan, err);
+    if ((rc = attach(w, e, plan, err))) return rc;
+    kvi_stats st;
+    kvi_stats_get(e, NULL, &st);
+    w->block_bytes[0] = st.kv_bytes_block;
+    return 0;
+}
+
+size_t pipe_kv_block_bytes(const pipe_world *w, int rank)
+{
+    return rank >= 0 && rank < w->size && rank < PIPE_MAX_STAGES ? w->block_bytes[rank] : 0;
 }
 
 void pipe_root_end(pipe_world *w)
@@ -258,10 +279,12 @@ static int worker_hello(pipe_world *w, kvi_model *m, const pipe_plan *plan, int 
             *e = NULL;
         }
     }
-    struct {
-        int32_t code;
-        char msg[REPLY_MSG];
-    } reply = { rc, { 0 } };
+    hello_reply reply = { .code = rc };
+    if (*e) {
+        kvi_stats st;
+        kvi_stats_get(*e, NULL, &st);
+        reply.block_bytes = st.kv_bytes_block;
+    }
     if (rc) { /* the message's head: a refusal is one line */
         const size_t len = strnlen(err->msg, REPLY_MSG - 1);
         memcpy(reply.msg, err->msg, len);

@@ -31,5 +31,6 @@ int pipe_worker_run(pipe_world *w, kvi_model *m, const pipe_plan *plan, int n_th
 {
     return err_set(err, KVI_E_UNSUPPORTED, "pipeline: built without MPI");
 }
+size_t pipe_kv_block_bytes(const pipe_world *w, int rank) { return 0; }
 void pipe_root_end(pipe_world *w) {}
 void pipe_finish(pipe_world *w) {}

@@ -11,6 +11,8 @@
  *  - `run --json`: greedy (--temp 0) and seeded sampling (--temp 0.8 --seed 7)
  *    tokens equal the single process's, also with forward chunks of 3 rows
  *    (KVINFER_FWD_CHUNK) and small q8_0 KV blocks and without the KV cache (--no-kv-cache);
+ *    and the stages' KV bytes add up to the single process's (each holds only its
+ *    layers' part of every block);
  *  - a split that does not cover the layers, and a rank with another model, are
  *    refused with a message and a non-zero exit.
  * Registered only when the build has MPI and mpirun exists (CMakeLists.txt).
@@ -109,6 +111,27 @@ static char *run_tokens(const char *out)
     return t;
 }
 
+/* The "kv_bytes" of one process's run --json (stats) and the sum of the stages'
+ * in the pipeline's: every stage holds its layers' part of the same blocks. */
+static void check_kv_bytes(const char *one, const char *many, int np, const char *what)
+{
+    cJSON *a = one ? cJSON_Parse(one) : NULL, *b = many ? cJSON_Parse(many) : NULL;
+    const cJSON *kv =
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(a, "stats"), "kv_bytes");
+    const cJSON *st =
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(b, "pipeline"), "stages");
+    double sum = 0;
+    for (int k = 0; k < cJSON_GetArraySize(st); k++) {
+        const double v = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(st, k), "kv_bytes")->valuedouble;
+        CHECK(v > 0, "%s: stage %d holds no KV", what, k);
+        sum += v;
+    }
+    CHECK(cJSON_GetArraySize(st) == np && kv && kv->valuedouble > 0 && sum == kv->valuedouble,
+          "%s: the stages hold %.0f KV bytes, one process %.0f", what, sum, kv ? kv->valuedouble : -1.0);
+    cJSON_Delete(a);
+    cJSON_Delete(b);
+}
+
 /* run --json over np ranks against one process: the same generated tokens. */
 static void check_run(const char *model, const char *prompt, const char *sampling, const char *env, int np,
                       const char *spec)
@@ -125,6 +148,7 @@ static void check_run(const char *model, const char *prompt, const char *samplin
     if (env) snprintf(xenv, sizeof xenv, "-x %s", env);
     rc = run(np, env ? xenv : NULL, args, &many, &err);
     CHECK(rc == 0, "%s: exit %d: %s", what, rc, err ? err : "");
+    check_kv_bytes(one, many, np, what);
     char *a = run_tokens(one), *b = run_tokens(many);
     CHECK(a && b && strlen(a) > 10 && !strcmp(a, b), "%s: tokens differ:\n  one process %s\n  pipeline    %s",
           what, a ? a : "(none)", b ? b : "(none)");
