@@ -13,8 +13,11 @@
  *    (KVINFER_FWD_CHUNK) and small q8_0 KV blocks and without the KV cache (--no-kv-cache);
  *    and the stages' KV bytes add up to the single process's (each holds only its
  *    layers' part of every block);
- *  - a split that does not cover the layers, and a rank with another model, are
- *    refused with a message and a non-zero exit.
+ *  - logits also for gemma3 (sliding-window layers), deepseek2 (latent attention)
+ *    and llama-moe (experts) from golden/arch;
+ *  - a split that does not cover the layers, a rank with another model, and a
+ *    model with recurrent layers (not split yet) are refused with a message and a
+ *    non-zero exit.
  * Registered only when the build has MPI and mpirun exists (CMakeLists.txt).
  */
 #include "testutil.h"
@@ -181,6 +184,14 @@ static void check_refusals(void)
     CHECK(rc != 0 && err && strstr(err, "rank 1 refused") && strstr(err, "model file differs"),
           "a rank with another model: exit %d: %s", rc, err ? err : "");
     free(err);
+    /* recurrent layers are not split yet: refused, not run wrong */
+    snprintf(args, sizeof args, "logits -m '%s' --tokens 1,2,3 --json",
+             shared_path("golden/arch/qwen3next-q8_0.gguf"));
+    err = NULL;
+    rc = run(2, NULL, args, NULL, &err);
+    CHECK(rc != 0 && err && strstr(err, "recurrent layers are not supported"), "a hybrid model: exit %d: %s",
+          rc, err ? err : "");
+    free(err);
 }
 
 int main(void)
@@ -198,6 +209,17 @@ int main(void)
     for (size_t i = 0; i < sizeof quant / sizeof *quant; i++) {
         for (int np = 2; np <= 3; np++) check_logits(quant[i], qtok, 4, np, NULL);
         check_logits(quant[i], qtok, 4, 3, "0-1,2-2,3-3");
+    }
+    /* sliding-window layers (each rank keeps the whole KV pool), latent attention
+     * (one latent row per position), experts */
+    const char *arch[] = { "golden/arch/gemma3-q8_0.gguf", "golden/arch/deepseek2-q4_k_m.gguf",
+                           "golden/arch/llama-moe-q4_k_m.gguf" };
+    for (size_t i = 0; i < sizeof arch / sizeof *arch; i++) {
+        kvi_model_info info;
+        kvi_error err = { 0 };
+        CHECK(kvi_model_info_from_file(shared_path(arch[i]), &info, &err) == 0, "%s: %s", arch[i], err.msg);
+        for (int np = 2; np <= 3 && info.n_layers >= np; np++)
+            check_logits(arch[i], qtok, info.n_layers, np, NULL);
     }
     for (int np = 2; np <= 3; np++) {
         check_run(stories, prompt, "-n 48 --temp 0", NULL, np, NULL);
