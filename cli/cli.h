@@ -110,4 +110,23 @@ kvi_model *cli_load_model(const char *path, bool use_mmap, const char *tokenizer
 int cli_prompt_ids(const kvi_model *m, const char *text, const char *file, const char *ids_str,
                    bool parse_special, int32_t **ids, int32_t *n);
 
+/* ---- pipeline over MPI (cli/cli_pipe.c) ---- */
+
+/* Called first in main(): takes --pp-layers out of argv and, when the launcher
+ * started several ranks, joins the MPI group (a build without MPI refuses). 0, or 1
+ * with the error printed. */
+int cli_pipe_begin(int *argc, char ***argv);
+/* Whether this process is one rank of several; whether it is a rank > 0. */
+bool cli_pipe_active(void);
+bool cli_pipe_worker(void);
+/* A rank > 0: serves its pipeline stage for rank 0 (argv: the command's). */
+int cli_pipe_worker_main(int argc, char **argv);
+/* Rank 0: makes e stage 0 of the pipeline (no-op for a single process). 0, or 1
+ * with the error printed. */
+int cli_pipe_attach(kvi_engine *e, const kvi_engine_params *ep);
+/* Rank 0: ends the other ranks and leaves the group (no-op for a single process). */
+void cli_pipe_end(void);
+/* The "pipeline" object of --json output ({"stages": [...]}), or NULL for a single process. */
+struct cJSON *cli_pipe_json(const kvi_engine *e);
+
 #endif

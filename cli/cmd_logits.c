@@ -10,6 +10,8 @@
  */
 #include "cli/cli_opts.h"
 
+#include <cjson/cJSON.h>
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,7 +81,13 @@ static bool print_logits_json(const kvi_engine *e, const int32_t *ids, int32_t n
         }
         putchar(']');
     }
-    fputs("]}\n", stdout);
+    putchar(']');
+    cJSON *pipe = cli_pipe_json(e); /* mpirun: the stages (cli_pipe.c) */
+    char *ps = pipe ? cJSON_PrintUnformatted(pipe) : NULL;
+    if (ps) printf(", \"pipeline\": %s", ps);
+    cJSON_free(ps);
+    cJSON_Delete(pipe);
+    fputs("}\n", stdout);
     return finite;
 }
 
@@ -181,6 +189,8 @@ int cmd_logits(int argc, char **argv)
         if (n_ctx > 0 && n > n_ctx)
             rc = cli_ctx_exceeded(n, n_ctx);
         else if (!(e = cli_engine_create(m, &ep, "")))
+            rc = 1;
+        else if (cli_pipe_attach(e, &ep)) /* mpirun: stage 0 of the pipeline */
             rc = 1;
     }
     if (rc == 0 && n > kvi_engine_n_ctx(e)) rc = cli_ctx_exceeded(n, kvi_engine_n_ctx(e));

@@ -608,7 +608,7 @@ static cJSON *id_array(const int32_t *ids, int32_t n)
     return a;
 }
 
-static int print_json(const run_opts *o, const run_result *r, int n_threads)
+static int print_json(const run_opts *o, const run_result *r, int n_threads, const kvi_engine *e)
 {
     char *clean = kvi_utf8_sanitize(r->text.data ? r->text.data : "", r->text.len);
     cJSON *root = cJSON_CreateObject();
@@ -680,6 +680,8 @@ static int print_json(const run_opts *o, const run_result *r, int n_threads)
              cJSON_AddNumberToObject(s, "n_expert_used", r->w.n_expert_used) &&
              cJSON_AddStringToObject(s, "isa", kvi_isa_name());
     }
+    cJSON *pipe = ok ? cli_pipe_json(e) : NULL; /* mpirun: the stages (cli_pipe.c) */
+    if (pipe) cJSON_AddItemToObject(root, "pipeline", pipe);
     char *out = ok ? cJSON_PrintUnformatted(root) : NULL;
     int rc = 0;
     if (out)
@@ -706,7 +708,12 @@ static kvi_engine *create_engine(const run_opts *o, kvi_model *m, int32_t n_prom
     int need = o->no_kv && n_ctx > 0 ? no_kv_rows(o, n_prompt, n_ctx)
                                      : (n_prompt < RUN_PREFILL_STEP ? n_prompt : RUN_PREFILL_STEP);
     if (ep.n_batch_max < need) ep.n_batch_max = need;
-    return cli_engine_create(m, &ep, "");
+    kvi_engine *e = cli_engine_create(m, &ep, "");
+    if (e && cli_pipe_attach(e, &ep)) { /* mpirun: stage 0 of the pipeline */
+        kvi_engine_free(e);
+        return NULL;
+    }
+    return e;
 }
 
 /* Prompt positions the fresh sequence takes without computing them: the longest
@@ -767,7 +774,7 @@ static int generate_and_report(const run_opts *o, kvi_model *m, kvi_engine *e, k
         kvi_mem_stats_get(m, e, &r->mem);
         run_weights_get(m, &r->w);
         print_summary(o, r, threads);
-        if (o->json) rc = print_json(o, r, threads);
+        if (o->json) rc = print_json(o, r, threads, e);
     }
     return rc;
 }

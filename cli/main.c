@@ -55,7 +55,26 @@ static void print_help(FILE *f)
     fprintf(f, "\nkvinfer COMMAND --help for details.\n");
 }
 
+/* The commands that run split over several ranks (cli_pipe.c). */
+static bool pipeline_command(const char *cmd) { return !strcmp(cmd, "run") || !strcmp(cmd, "logits"); }
+
+static int dispatch(int argc, char **argv);
+
 int main(int argc, char **argv)
+{
+    if (cli_pipe_begin(&argc, &argv)) return 1;
+    int rc;
+    if (cli_pipe_active() && (argc < 2 || !pipeline_command(argv[1])))
+        rc = cli_error("under mpirun with several ranks only 'run' and 'logits' are supported yet");
+    else if (cli_pipe_worker())
+        rc = cli_apply_env() || cli_pipe_worker_main(argc - 1, argv + 1);
+    else
+        rc = dispatch(argc, argv);
+    cli_pipe_end();
+    return rc;
+}
+
+static int dispatch(int argc, char **argv)
 {
     if (argc < 2) {
         print_help(stderr);

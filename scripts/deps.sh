@@ -28,6 +28,8 @@ apt_install() {
 }
 
 apt_install -- build-essential cmake pkg-config libpcre2-dev libcjson-dev libmicrohttpd-dev libutf8proc-dev
+# Open MPI: pipeline-parallel inference (mpirun -np N kvinfer ...) and test_pipeline_mpi
+apt_install -- openmpi-bin libopenmpi-dev
 # the reference renderer of chat templates (test_jinja_ref)
 apt_install -- python3 python3-jinja2
 # clang with its libFuzzer runtime: the fuzz targets' short run (scripts/fuzz.sh from scripts/test.sh)

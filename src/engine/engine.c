@@ -26,6 +26,7 @@
 #include "kvinfer.h"
 
 #include "engine/engine_int.h"
+#include "engine/engine_pipe.h"
 #include "base/error.h"
 #include "forward/forward.h"
 #include "kv/kv_cache.h"
@@ -69,14 +70,6 @@ struct kvi_seq {
     int32_t step_bnd;  /* the block boundary whose state step_snap keeps */
 };
 
-struct kvi_batch {
-    int32_t cap, n;
-    kvi_seq **seq;  /* [cap] */
-    int32_t *token; /* [cap] */
-    int32_t *pos;   /* [cap] */
-    bool *want;     /* [cap] */
-};
-
 struct kvi_engine {
     kvi_model *m;
     kvi_engine_params p;
@@ -110,6 +103,11 @@ struct kvi_engine {
     uint64_t n_steps, n_rows;
     uint64_t prefix_hit, prefix_miss, n_evicted;
     double forward_ms;
+    /* a stage of a pipeline (engine_pipe.h), or piped false */
+    bool piped;
+    engine_pipe_io pipe;
+    bool pipe_quiet;    /* the root sends no op (inside a call that sends its own) */
+    uint64_t pipe_hash; /* a stage other than the root: the root's tables hash of this step */
 };
 
 void kvi_engine_params_default(kvi_engine_params *p)
@@ -316,6 +314,13 @@ kvi_seq *kvi_seq_create(kvi_engine *e)
                 }
             }
             e->slots[i] = s;
+            const int32_t msg[2] = { PIPE_OP_CREATE, i };
+            if (engine_pipe_send(e, msg, 2) != 0) {
+                e->pipe_quiet = true;
+                kvi_seq_free(s);
+                e->pipe_quiet = false;
+                return NULL;
+            }
             return s;
         }
     }
@@ -325,6 +330,8 @@ kvi_seq *kvi_seq_create(kvi_engine *e)
 void kvi_seq_free(kvi_seq *s)
 {
     if (!s) return;
+    const int32_t msg[2] = { PIPE_OP_FREE, s->slot };
+    (void)engine_pipe_send(s->e, msg, 2); /* a lost stage fails the next step */
     kv_table_release(&s->e->kv, &s->table);
     s->e->slots[s->slot] = NULL;
     free(s->recv);
@@ -334,13 +341,24 @@ void kvi_seq_free(kvi_seq *s)
 kvi_seq *kvi_seq_fork(kvi_seq *s)
 {
     if (!s) return NULL;
-    kvi_seq *c = kvi_seq_create(s->e);
-    if (!c) return NULL;
-    if (kv_table_share(&s->e->kv, &c->table, &s->table, NULL) != 0) {
+    kvi_engine *e = s->e;
+    const bool quiet = e->pipe_quiet;
+    e->pipe_quiet = true; /* one FORK op, not CREATE */
+    kvi_seq *c = kvi_seq_create(e);
+    if (c && kv_table_share(&e->kv, &c->table, &s->table, NULL) != 0) {
         kvi_seq_free(c);
+        c = NULL;
+    }
+    e->pipe_quiet = quiet;
+    if (!c) return NULL;
+    if (s->recv && c->recv) memcpy(c->recv, s->recv, (size_t)e->p.n_ctx * sizeof *c->recv);
+    const int32_t msg[3] = { PIPE_OP_FORK, s->slot, c->slot };
+    if (engine_pipe_send(e, msg, 3) != 0) {
+        e->pipe_quiet = true;
+        kvi_seq_free(c);
+        e->pipe_quiet = quiet;
         return NULL;
     }
-    if (s->recv && c->recv) memcpy(c->recv, s->recv, (size_t)s->e->p.n_ctx * sizeof *c->recv);
     return c;
 }
 
@@ -360,6 +378,15 @@ int32_t kvi_seq_reuse_prefix(kvi_seq *s, const int32_t *tokens, int32_t n)
     s->prefix_miss += (uint64_t)(n - held);
     e->prefix_hit += (uint64_t)held;
     e->prefix_miss += (uint64_t)(n - held);
+    if (e->piped && !e->pipe_quiet && e->pipe.l0 == 0) {
+        int32_t *msg = malloc((4 + (size_t)n) * sizeof *msg);
+        if (!msg) return KVI_E_NOMEM;
+        msg[0] = PIPE_OP_REUSE, msg[1] = s->slot, msg[2] = n, msg[3] = held;
+        if (n > 0) memcpy(msg + 4, tokens, (size_t)n * sizeof *msg);
+        const int rc = engine_pipe_send(e, msg, 4 + (size_t)n);
+        free(msg);
+        if (rc) return rc;
+    }
     return held;
 }
 
@@ -398,7 +425,8 @@ int kvi_seq_truncate(kvi_seq *s, int32_t n)
     if (s->e->kv.n_rlayers && n > 0 && n < s->table.n_pos) return KVI_E_UNSUPPORTED;
     if (n > 0 && n < s->table.n_pos && n < kv_table_rewind_min(&s->e->kv, &s->table)) return KVI_E_INVALID;
     if (n < s->table.n_pos) kv_table_truncate(&s->e->kv, &s->table, n);
-    return 0;
+    const int32_t msg[3] = { PIPE_OP_TRUNCATE, s->slot, n };
+    return engine_pipe_send(s->e, msg, 3);
 }
 
 /* ---- batches ---- */
@@ -595,6 +623,24 @@ static int step_reserve(kvi_engine *e, const kvi_batch *b, kvi_error *err)
     return 0;
 }
 
+/* Phase 3 of a pipeline stage (engine_pipe.h) for one forward chunk: x from the
+ * previous stage, this stage's layers, x to the next stage; the logits from the
+ * last stage to the root. */
+static int step_run_stage(kvi_engine *e, const fwd_rows *rows)
+{
+    const engine_pipe_io *io = &e->pipe;
+    const bool last = io->l1 == e->m->n_layers;
+    float *x = fwd_x(e->fwd); /* [rows->n][dim] */
+    const size_t nx = (size_t)rows->n * (size_t)e->m->dim, nl = (size_t)rows->n_out * (size_t)e->m->n_vocab;
+    int rc = 0;
+    if (io->l0 > 0) rc = io->recv_x(io->ctx, x, nx);
+    if (!rc) rc = fwd_run_layers(e->fwd, e->pool, &e->kv, rows, io->l0, io->l1, last);
+    if (!rc && !last) rc = io->send_x(io->ctx, x, nx);
+    if (!rc && nl > 0 && io->l0 == 0) rc = io->recv_logits(io->ctx, rows->logits, nl);
+    if (!rc && nl > 0 && last) rc = io->send_logits(io->ctx, rows->logits, nl);
+    return rc;
+}
+
 /* Phase 3: the forward passes, n_batch_max rows at a time; row_logit maps each
  * batch row to its logits row (or -1). 0, or the pass's error code. */
 static int step_run(kvi_engine *e, const kvi_batch *b)
@@ -622,7 +668,7 @@ static int step_run(kvi_engine *e, const kvi_batch *b)
             .recv = e->recv_rows + start,
             .snap = e->kv.n_rlayers ? e->snap_rows + start : NULL,
         };
-        const int rc = fwd_run(e->fwd, e->pool, &e->kv, &rows);
+        const int rc = e->piped ? step_run_stage(e, &rows) : fwd_run(e->fwd, e->pool, &e->kv, &rows);
         if (rc) return rc;
         o += n_out_chunk;
     }
@@ -656,6 +702,47 @@ static void step_commit(kvi_engine *e, const kvi_batch *b)
     }
 }
 
+/* FNV-1a of the block tables of the batch's sequences (slot, length, block ids),
+ * each once, in batch order: equal on every stage while their KV states agree. */
+static uint64_t step_tables_hash(const kvi_batch *b)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int32_t i = 0; i < b->n; i++) {
+        const kvi_seq *s = b->seq[i];
+        if (b->pos[i] != s->step_first) continue; /* not the sequence's first row */
+        const int32_t head[2] = { s->slot, s->table.n_blocks };
+        h = engine_fnv1a(h, head, sizeof head);
+        h = engine_fnv1a(h, s->table.blocks, (size_t)s->table.n_blocks * sizeof *s->table.blocks);
+    }
+    return h;
+}
+
+/* Between phases 2 and 3 of a pipeline stage: the root sends the batch (with its
+ * tables hash) to the other stages; another stage checks its tables against the
+ * root's. */
+static int step_pipe_sync(kvi_engine *e, const kvi_batch *b, kvi_error *err)
+{
+    const uint64_t h = step_tables_hash(b);
+    if (e->pipe.l0 > 0) {
+        if (h != e->pipe_hash)
+            return err_set(err, KVI_E_INVALID,
+                           "pipeline: this stage's KV block tables differ from the root's (layers %d-%d)",
+                           e->pipe.l0, e->pipe.l1 - 1);
+        return 0;
+    }
+    int32_t *msg = malloc((4 + 4 * (size_t)b->n) * sizeof *msg);
+    if (!msg) return err_set(err, KVI_E_NOMEM, "engine: out of memory");
+    msg[0] = PIPE_OP_STEP, msg[1] = b->n, msg[2] = (int32_t)(uint32_t)h,
+    msg[3] = (int32_t)(uint32_t)(h >> 32);
+    for (int32_t i = 0; i < b->n; i++) {
+        int32_t *r = msg + 4 + 4 * (size_t)i;
+        r[0] = b->seq[i]->slot, r[1] = b->token[i], r[2] = b->pos[i], r[3] = b->want[i];
+    }
+    const int rc = e->pipe.send_op(e->pipe.ctx, msg, 4 + 4 * (size_t)b->n);
+    free(msg);
+    return rc ? err_set(err, rc, "pipeline: cannot send the batch to the other stages") : 0;
+}
+
 int kvi_step(kvi_engine *e, kvi_batch *b, kvi_error *err)
 {
     const double t0 = kvi_time_ms();
@@ -669,6 +756,13 @@ int kvi_step(kvi_engine *e, kvi_batch *b, kvi_error *err)
     if (rc) return rc;
     rc = step_reserve(e, b, err);
     if (rc) return rc;
+    if (e->piped) {
+        rc = step_pipe_sync(e, b, err);
+        if (rc) {
+            step_rollback(e, b);
+            return rc;
+        }
+    }
     rc = step_run(e, b);
     if (rc) {
         /* positions below a sequence's old length that the batch rewrote, and a q4
@@ -700,6 +794,79 @@ const float *kvi_logits(const kvi_engine *e, int32_t row)
 }
 
 kv_pool *engine_kv_pool(kvi_engine *e) { return &e->kv; }
+
+uint64_t engine_fnv1a(uint64_t h, const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+
+int engine_pipe_send(kvi_engine *e, const int32_t *msg, size_t n)
+{
+    if (!e->piped || e->pipe_quiet || e->pipe.l0 > 0) return 0;
+    return e->pipe.send_op(e->pipe.ctx, msg, n);
+}
+
+/* A stage's KV pool (no sequence exists yet): only layers [l0, l1) hold memory,
+ * and the pool has as many block ids as the whole model's, so that the root's
+ * block decisions mean the same on every stage. */
+static int pipe_kv_init(kvi_engine *e, int l0, int l1, kvi_error *err)
+{
+    const kvi_model *m = e->m;
+    const int32_t nb = e->kv.n_blocks_max;
+    const size_t budget = (size_t)nb * (size_t)(l1 - l0) * e->kv.layer_bytes;
+    int *win = malloc((size_t)m->n_layers * sizeof *win); /* [n_layers] 0 or KV_LAYER_ABSENT */
+    if (!win) return err_set(err, KVI_E_NOMEM, "engine: out of memory");
+    for (int l = 0; l < m->n_layers; l++) win[l] = l >= l0 && l < l1 ? 0 : KV_LAYER_ABSENT;
+    kv_pool_free(&e->kv);
+    int rc = kv_pool_init_layers(&e->kv, m->n_layers, win, ENGINE_WIN_SLACK, m->n_kv_heads * m->head_dim,
+                                 e->p.kv_block_size, e->p.kv_type_k, e->p.kv_type_v, budget, err);
+    free(win);
+    if (!rc && e->kv.n_blocks_max != nb)
+        rc = err_set(err, KVI_E_INVALID, "pipeline: the stage's KV pool has %d blocks, the model's %d",
+                     e->kv.n_blocks_max, nb);
+    return rc;
+}
+
+int engine_pipe_attach(kvi_engine *e, const engine_pipe_io *io, kvi_error *err)
+{
+    if (io->l0 < 0 || io->l1 <= io->l0 || io->l1 > e->m->n_layers)
+        return err_set(err, KVI_E_INVALID, "pipeline: layers %d-%d are not a range of the model's %d", io->l0,
+                       io->l1 - 1, e->m->n_layers);
+    if (strcmp(e->p.ctx_policy, "error") != 0)
+        return err_set(err, KVI_E_UNSUPPORTED,
+                       "pipeline: context policy '%s' is not supported across stages yet (use error)",
+                       e->p.ctx_policy);
+    if (e->m->n_recurrent > 0)
+        return err_set(err, KVI_E_UNSUPPORTED,
+                       "pipeline: models with recurrent layers are not supported yet");
+    for (int i = 0; i < e->p.n_seq_max; i++)
+        if (e->slots[i]) return err_set(err, KVI_E_INVALID, "pipeline: attach before any sequence exists");
+    /* window layers: the budget, not the block count alone, bounds their parts */
+    if (e->kv.n_wlayers == 0) {
+        const int rc = pipe_kv_init(e, io->l0, io->l1, err);
+        if (rc) return rc;
+    }
+    e->pipe = *io;
+    e->piped = true;
+    return 0;
+}
+
+bool engine_pipe_range(const kvi_engine *e, int *l0, int *l1)
+{
+    if (!e->piped) return false;
+    *l0 = e->pipe.l0;
+    *l1 = e->pipe.l1;
+    return true;
+}
+
+kvi_seq *engine_seq_at(kvi_engine *e, int32_t slot)
+{
+    return slot >= 0 && slot < e->p.n_seq_max ? e->slots[slot] : NULL;
+}
+int32_t engine_seq_slot(const kvi_seq *s) { return s->slot; }
+void engine_pipe_expect(kvi_engine *e, uint64_t tables_hash) { e->pipe_hash = tables_hash; }
 kv_table *engine_seq_table(kvi_seq *s) { return &s->table; }
 kvi_engine *engine_seq_engine(const kvi_seq *s) { return s->e; }
 bool engine_prefix_cache_on(const kvi_engine *e) { return e->p.prefix_cache; }

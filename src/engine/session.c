@@ -17,6 +17,7 @@
 #include "kvinfer.h"
 
 #include "engine/engine_int.h"
+#include "engine/engine_pipe.h"
 #include "base/error.h"
 #include "kv/kv_cache.h"
 #include "kv/kv_session.h"
@@ -48,6 +49,10 @@ int kvi_seq_save(const kvi_seq *s, const char *path, kvi_error *err)
 {
     if (!s || !path) return err_set(err, KVI_E_INVALID, "session: no sequence or path");
     kvi_engine *e = engine_seq_engine(s);
+    int l0, l1;
+    if (engine_pipe_range(e, &l0, &l1))
+        return err_set(err, KVI_E_UNSUPPORTED,
+                       "session: saving a session of a pipeline is not supported yet");
     const kv_pool *p = engine_kv_pool(e);
     const kv_table *t = engine_seq_table((kvi_seq *)s);
     uint8_t h[KV_SESS_HEADER];
@@ -118,6 +123,10 @@ int kvi_seq_load(kvi_seq *s, const char *path, bool *shifted, kvi_error *err)
 {
     if (!s || !path) return err_set(err, KVI_E_INVALID, "session: no sequence or path");
     kvi_engine *e = engine_seq_engine(s);
+    int l0, l1;
+    if (engine_pipe_range(e, &l0, &l1))
+        return err_set(err, KVI_E_UNSUPPORTED,
+                       "session: restoring a session into a pipeline is not supported yet");
     kv_pool *p = engine_kv_pool(e);
     kv_table *t = engine_seq_table(s);
     if (t->n_pos != 0 || t->n_blocks != 0)

@@ -1311,6 +1311,29 @@ const gguf_tensor *gguf_find_tensor(const gguf_ctx *g, const char *name)
     return i < 0 ? NULL : &g->tensors[i];
 }
 
+/* ---- giving back pages (a pipeline stage's other layers) -------------------- */
+
+/* The file of g (or of a shard) whose buffer holds [p, p + n), or NULL. */
+static const gguf_ctx *file_holding(const gguf_ctx *g, const uint8_t *p, size_t n)
+{
+    for (int i = 0; i < g->n_files; i++) {
+        const gguf_ctx *f = i == 0 ? g : g->shards[i - 1];
+        if (f->buf && p >= f->buf && n <= f->size && (size_t)(p - f->buf) <= f->size - n) return f;
+    }
+    return NULL;
+}
+
+size_t gguf_release(gguf_ctx *g, const void *data, size_t n)
+{
+    const uint8_t *p = data;
+    const gguf_ctx *f = g ? file_holding(g, p, n) : NULL;
+    if (!f || (f->buf_kind != BUF_ANON && f->buf_kind != BUF_FILEMAP)) return 0;
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t a = ((uintptr_t)p + page - 1) / page * page, b = ((uintptr_t)p + n) / page * page;
+    if (b <= a || madvise((void *)a, b - a, MADV_DONTNEED) != 0) return 0;
+    return (size_t)(b - a);
+}
+
 /* ---- in-place rewriting (weight repacking at load) ------------------------- */
 
 static int set_writable_file(gguf_ctx *g, bool writable)

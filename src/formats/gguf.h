@@ -80,6 +80,12 @@ void gguf_prefault(const gguf_ctx *g);
  * sealed again: 1 when done (for every file of a split model), 0 for other kinds of
  * buffer (nothing changed). */
 int gguf_set_writable(gguf_ctx *g, bool writable);
+/* Gives the whole pages inside [data, data + n) of g's file buffers back to the
+ * system (a pipeline stage's tensors that other processes hold): reading them
+ * afterwards gives zeros (a file read into memory) or the file again (a mapping).
+ * The bytes given back; 0 for a caller's buffer (gguf_open_mem) or a range
+ * outside g's files. */
+size_t gguf_release(gguf_ctx *g, const void *data, size_t n);
 
 uint32_t gguf_version(const gguf_ctx *g);
 size_t gguf_alignment(const gguf_ctx *g);

@@ -478,16 +478,25 @@ static int layer_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *row
     return KVI_OK;
 }
 
+float *fwd_x(fwd_ctx *f) { return f->x; }
+
 int fwd_run(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *rows)
+{
+    return fwd_run_layers(f, pool, kv, rows, 0, f->m->n_layers, true);
+}
+
+int fwd_run_layers(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *rows, int l0, int l1, bool head)
 {
     const struct kvi_model *m = f->m;
     const int n = rows->n, dim = m->dim, half = m->n_rot / 2;
 
     for (int r = 0; r < n; r++) {
         float *xr = f->x + (size_t)r * dim;
-        const int rc = kern_tensor_get_row(&m->tok_embd, rows->tokens[r], xr);
-        if (rc) return rc;
-        if (m->emb_scale != 1.0f) scale_rows(xr, m->emb_scale, (size_t)dim);
+        if (l0 == 0) { /* later stages received x from the stage before */
+            const int rc = kern_tensor_get_row(&m->tok_embd, rows->tokens[r], xr);
+            if (rc) return rc;
+            if (m->emb_scale != 1.0f) scale_rows(xr, m->emb_scale, (size_t)dim);
+        }
         for (int set = 0; set < f->n_sets; set++) {
             const size_t o = ((size_t)set * f->n_rows_max + r) * half;
             kern_rope_cos_sin((double)rows->pos[r], f->inv_freq + (size_t)set * half, half, f->rc + o,
@@ -499,7 +508,7 @@ int fwd_run(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *rows)
         }
     }
 
-    for (int l = 0; l < m->n_layers; l++) {
+    for (int l = l0; l < l1; l++) {
         kv_stash_begin(&f->stash, l); /* once per layer: chunks of one batch share it */
         for (int r0 = 0; r0 < n; r0 += f->chunk) {
             const int rc = layer_chunk(f, pool, kv, rows, l, r0, n - r0 < f->chunk ? n - r0 : f->chunk);
@@ -508,7 +517,7 @@ int fwd_run(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *rows)
     }
 
     /* logits only for the rows that asked, a chunk at a time: gather, norm, project */
-    for (int o0 = 0; o0 < rows->n_out; o0 += f->chunk) {
+    for (int o0 = 0; head && o0 < rows->n_out; o0 += f->chunk) {
         const int no = rows->n_out - o0 < f->chunk ? rows->n_out - o0 : f->chunk;
         for (int o = 0; o < no; o++)
             memcpy(f->xb + (size_t)o * dim, f->x + (size_t)rows->out_rows[o0 + o] * dim,

@@ -46,5 +46,13 @@ const uint64_t *fwd_routed(const fwd_ctx *f);
  * product refuses; KVI_E_NOMEM): the rows' cache positions are then partly
  * written and the logits undefined. */
 int fwd_run(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *rows);
+/* One pipeline stage of fwd_run: layers [l0, l1) only. l0 == 0 embeds the tokens;
+ * l0 > 0 reads the rows' residual stream x [n][dim] from fwd_x, which the caller
+ * filled with the previous stage's output. head: the output norm and logits after
+ * layer l1 - 1 (l1 == n_layers). The stream after layer l1 - 1 stays in fwd_x.
+ * Same bits as fwd_run for any split: each layer reads only x and its own cache. */
+int fwd_run_layers(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *rows, int l0, int l1, bool head);
+/* The residual stream [n_rows_max][dim] f32 of the last (or next) pass. */
+float *fwd_x(fwd_ctx *f);
 
 #endif

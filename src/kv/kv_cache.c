@@ -34,12 +34,12 @@ size_t kv_layout_seq_bytes(int n_layers, const int *window, int slack, int kv_di
 {
     const size_t lb = kv_layout_block_bytes(1, kv_dim, block_size, type_k, type_v);
     if (lb == 0 || block_size <= 0 || n_ctx <= 0) return 0;
-    int nw = 0, nr = 0, wmax = 0; /* window layers, recurrent layers (no KV rows) */
+    int nw = 0, nr = 0, wmax = 0; /* window layers; recurrent and absent layers (no KV rows) */
     for (int l = 0; window && l < n_layers; l++)
         if (window[l] > 0) {
             nw++;
             if (window[l] > wmax) wmax = window[l];
-        } else if (window[l] == KV_LAYER_RECURRENT) {
+        } else if (window[l] == KV_LAYER_RECURRENT || window[l] == KV_LAYER_ABSENT) {
             nr++;
         }
     const int64_t nb = (n_ctx + block_size - 1) / block_size, wb = win_blocks(wmax, slack, block_size);
@@ -91,6 +91,10 @@ int kv_pool_init_layers(kv_pool *p, int n_layers, const int *window, int slack, 
     int ng = 0, nw = 0, nr = 0;
     for (int l = 0; l < n_layers; l++) {
         const int w = window ? window[l] : 0;
+        if (w == KV_LAYER_ABSENT) {
+            p->layer_slot[l] = -1;
+            continue;
+        }
         if (w == KV_LAYER_RECURRENT) {
             p->layer_rec[l] = 1;
             p->layer_slot[l] = nr++;

@@ -191,6 +191,9 @@ int kv_pool_init_layers(kv_pool *p, int n_layers, const int *window, int slack, 
                         kvi_type type_k, kvi_type type_v, size_t budget_bytes, kvi_error *err);
 /* Value of window[l] (kv_pool_init_layers) for a recurrent layer: no KV rows. */
 #define KV_LAYER_RECURRENT (-1)
+/* Value of window[l] for a layer another process holds (a pipeline stage's pool,
+ * engine_pipe.h): no memory here, layer_slot[l] -1; never read or written. */
+#define KV_LAYER_ABSENT (-2)
 /* Recurrent layers' state (see above): state_layer_bytes per recurrent layer and
  * table, n_slots tables at once, reserved from the budget. Call right after
  * kv_pool_init_layers with a window array marking recurrent layers. */

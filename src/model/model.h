@@ -303,5 +303,10 @@ int model_load_llama2c(struct kvi_model *m, const char *path, const kvi_load_par
 int model_load_hf(struct kvi_model *m, const char *dir, const kvi_load_params *p, kvi_error *err);
 /* Checks shapes and sizes of every tensor against the hyper-parameters. */
 int model_validate(const struct kvi_model *m, kvi_error *err);
+/* A pipeline stage that runs layers [l0, l1) only: gives back the pages of the
+ * GGUF tensors it never reads (blk.L.* of other layers; token_embd unless l0 == 0
+ * or it is the tied head of the last stage; output.weight unless l1 == n_layers).
+ * Their data must not be read afterwards. The bytes given back (0: not a GGUF). */
+size_t model_release_layers(const struct kvi_model *m, int l0, int l1);
 
 #endif

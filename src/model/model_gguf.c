@@ -401,6 +401,26 @@ int model_hparams_gguf(struct kvi_model *m, const gguf_ctx *g, bool metadata_onl
     return model_check_hparams(m, err);
 }
 
+size_t model_release_layers(const struct kvi_model *m, int l0, int l1)
+{
+    if (!m->gguf) return 0;
+    const bool tied = !gguf_find_tensor(m->gguf, "output.weight");
+    size_t n = 0;
+    for (int64_t i = 0; i < gguf_n_tensors(m->gguf); i++) {
+        const gguf_tensor *t = gguf_tensor_at(m->gguf, i);
+        int l, end = 0;
+        bool keep = true;
+        if (sscanf(t->name, "blk.%d.%n", &l, &end) == 1 && end > 0)
+            keep = l >= l0 && l < l1;
+        else if (!strcmp(t->name, "token_embd.weight"))
+            keep = l0 == 0 || (tied && l1 == m->n_layers);
+        else if (!strcmp(t->name, "output.weight"))
+            keep = l1 == m->n_layers;
+        if (!keep && t->data) n += gguf_release(m->gguf, t->data, t->nbytes);
+    }
+    return n;
+}
+
 /* The layers' matrices and the output matrix laid out for the kernels, in place
  * (kern_prepare_weights decides which and how: R16 tiles for Q8_0 / Q4_0 on
  * AVX-512 VNNI), when the load parameters allow it (kvi_load_params.repack). A tied

@@ -1,0 +1,154 @@
+/*
+ * cli_pipe.c — `mpirun -np N kvinfer run|logits ...`: the command-line side of
+ * pipeline-parallel inference (src/pipeline/pipeline.h).
+ *
+ * Every rank runs the same command line. main() calls cli_pipe_begin first: a
+ * process the launcher started as one of several ranks (OMPI_COMM_WORLD_SIZE,
+ * or PMI_SIZE, above 1, read before any MPI call) joins the MPI group; a single
+ * process never initialises MPI. --pp-layers SPEC is taken out of argv here, on
+ * every rank. Rank 0 then runs the command as a single process would, and its
+ * engine becomes stage 0 in cli_pipe_attach (cmd_run.c, cmd_logits.c); every other
+ * rank loads the model named by -m and serves its stage (cli_pipe_worker_main)
+ * until rank 0 ends. Only rank 0 writes to stdout.
+ *
+ * State: one group per process (g_world, NULL when not under mpirun), the
+ * layer spec, and the plan rank 0 attached (n 0 until then).
+ */
+#include "cli/cli.h"
+
+#include "pipeline/pipeline.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static pipe_world *g_world;
+static const char *g_spec; /* --pp-layers, or NULL */
+static pipe_plan g_plan;   /* the plan rank 0 attached */
+
+/* Ranks the launcher started, from its environment (1: not under a launcher). */
+static long launcher_size(void)
+{
+    const char *names[] = { "OMPI_COMM_WORLD_SIZE", "PMI_SIZE" };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const char *v = getenv(names[i]);
+        if (v && *v) return strtol(v, NULL, 10);
+    }
+    return 1;
+}
+
+/* Takes "--pp-layers SPEC" (or --pp-layers=SPEC) out of argv. 0, or 1 with the error printed. */
+static int take_spec(int *argc, char **argv)
+{
+    int o = 0;
+    for (int i = 0; i < *argc; i++) {
+        if (!strcmp(argv[i], "--pp-layers")) {
+            if (i + 1 >= *argc) return cli_error("--pp-layers needs a value (ranges like 0-7,8-15)");
+            g_spec = argv[++i];
+        } else if (!strncmp(argv[i], "--pp-layers=", 12)) {
+            g_spec = argv[i] + 12;
+        } else {
+            argv[o++] = argv[i];
+        }
+    }
+    argv[o] = NULL;
+    *argc = o;
+    return 0;
+}
+
+int cli_pipe_begin(int *argc, char ***argv)
+{
+    if (take_spec(argc, *argv)) return 1;
+    const long n = launcher_size();
+    if (n <= 1) return g_spec ? cli_error("--pp-layers: only under mpirun with more than one rank") : 0;
+    kvi_error err = { 0 };
+    if (pipe_init(argc, argv, &g_world, &err)) return cli_error("%s", err.msg);
+    if (pipe_size(g_world) != n) {
+        cli_error("the launcher said %ld ranks, MPI says %d", n, pipe_size(g_world));
+        pipe_finish(g_world);
+        g_world = NULL;
+        return 1;
+    }
+    return 0;
+}
+
+bool cli_pipe_active(void) { return g_world != NULL; }
+bool cli_pipe_worker(void) { return g_world && pipe_rank(g_world) > 0; }
+
+void cli_pipe_end(void)
+{
+    if (!g_world) return;
+    pipe_root_end(g_world);
+    pipe_finish(g_world);
+    g_world = NULL;
+}
+
+int cli_pipe_attach(kvi_engine *e, const kvi_engine_params *ep)
+{
+    if (!g_world) return 0;
+    if (g_plan.n) return cli_error("pipeline: one engine per run is split over the ranks");
+    kvi_error err = { 0 };
+    pipe_plan plan;
+    if (pipe_plan_make(kvi_engine_model(e), pipe_size(g_world), g_spec, &plan, &err) ||
+        pipe_root_start(g_world, e, ep, &plan, &err))
+        return cli_error("%s", err.msg);
+    g_plan = plan;
+    for (int k = 0; k < plan.n; k++)
+        fprintf(stderr, "kvinfer: pipeline stage %d (rank %d): layers %d-%d, %.2f MiB of weights\n", k, k,
+                plan.st[k].l0, plan.st[k].l1 - 1, plan.st[k].weight_bytes / 1048576.0);
+    return 0;
+}
+
+cJSON *cli_pipe_json(const kvi_engine *e)
+{
+    if (!g_world || !g_plan.n) return NULL;
+    cJSON *o = cJSON_CreateObject(), *st = cJSON_AddArrayToObject(o, "stages");
+    kvi_stats s; /* blocks in use: the same ids on every rank */
+    kvi_stats_get(e, NULL, &s);
+    for (int k = 0; st && k < g_plan.n; k++) {
+        cJSON *j = cJSON_CreateObject();
+        const int range[2] = { g_plan.st[k].l0, g_plan.st[k].l1 - 1 };
+        cJSON_AddNumberToObject(j, "rank", k);
+        cJSON_AddItemToObject(j, "layers", cJSON_CreateIntArray(range, 2));
+        cJSON_AddNumberToObject(j, "weight_bytes", (double)g_plan.st[k].weight_bytes);
+        cJSON_AddNumberToObject(j, "kv_bytes",
+                                (double)s.kv_blocks_used * (double)pipe_kv_block_bytes(g_world, k));
+        cJSON_AddItemToArray(st, j);
+    }
+    return o;
+}
+
+int cli_pipe_worker_main(int argc, char **argv)
+{
+    const char *model = NULL, *tokenizer = NULL;
+    bool mmap = false;
+    int64_t threads = 0;
+    /* the flags a worker needs; the command's others concern rank 0 alone */
+    for (int i = 1; i < argc; i++) {
+        const bool has_value = i + 1 < argc;
+        if ((!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) && has_value)
+            model = argv[++i];
+        else if (!strcmp(argv[i], "--tokenizer") && has_value)
+            tokenizer = argv[++i];
+        else if (!strcmp(argv[i], "--mmap"))
+            mmap = true;
+        else if ((!strcmp(argv[i], "-t") || !strcmp(argv[i], "--threads")) && has_value &&
+                 !cli_parse_i64(argv[++i], 0, 1024, &threads))
+            threads = 0;
+    }
+    kvi_model *m = cli_load_model(model, mmap, tokenizer);
+    kvi_error err = { 0 };
+    pipe_plan plan = { 0 };
+    char load_err[sizeof err.msg] = "";
+    if (!m)
+        snprintf(load_err, sizeof load_err, "cannot load its model '%s'", model ? model : "(default)");
+    else if (pipe_plan_make(m, pipe_size(g_world), g_spec, &plan, &err))
+        memcpy(load_err, err.msg, sizeof load_err);
+    const bool ok = m && !load_err[0];
+    int rc =
+        pipe_worker_run(g_world, ok ? m : NULL, &plan, (int)threads, load_err[0] ? load_err : NULL, &err);
+    if (rc && ok) cli_error("pipeline rank %d: %s", pipe_rank(g_world), err.msg);
+    kvi_model_free(m);
+    return rc || !ok ? 1 : 0;
+}

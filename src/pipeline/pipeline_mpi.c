@@ -1,0 +1,322 @@
+/*
+ * pipeline_mpi.c — the pipeline's transport over MPI (Open MPI): one rank per
+ * stage, rank r runs plan stage r.
+ *
+ * Messages on the group's own communicator (a duplicate of MPI_COMM_WORLD with
+ * MPI_ERRORS_RETURN: an MPI failure is a KVI_E_IO here, never an abort):
+ *   TAG_OP     root -> every rank   int32 op messages (engine_pipe.h), the
+ *                                   handshake (PIPE_OP_HELLO) first, END last
+ *   TAG_REPLY  rank -> root         the handshake's answer: int32 code, then the
+ *                                   rank's message (char [REPLY_MSG])
+ *   TAG_X      rank r -> r + 1      x [rows][dim] f32 of one forward chunk
+ *   TAG_LOGITS last rank -> root    logits [n_out][n_vocab] f32 of one chunk
+ * MPI keeps the order of messages of one sender, tag and communicator, so every
+ * rank sees the ops, and each stage its chunks, in the root's order.
+ *
+ * Handshake (PIPE_OP_HELLO), int32: [HELLO, hash lo, hash hi, engine params
+ * (HELLO_PARAMS ints), plan (1 + 2 n ints)]. A rank answers 0 only when its model
+ * hash and its own plan equal the root's and its engine was created.
+ */
+#include "pipeline/pipeline.h"
+
+#include "base/error.h"
+#include "engine/engine_pipe.h"
+#include "model/model.h"
+
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TAG_OP 1
+#define TAG_REPLY 2
+#define TAG_X 3
+#define TAG_LOGITS 4
+#define REPLY_MSG 240
+#define HELLO_PARAMS 12
+
+struct pipe_world {
+    MPI_Comm comm;
+    int rank, size;
+    bool ended;                          /* the root sent END */
+    size_t block_bytes[PIPE_MAX_STAGES]; /* [size] each stage's bytes per KV block (the root's
+                                               copy, from the handshake) */
+};
+
+/* A rank's answer to the handshake */
+typedef struct hello_reply {
+    int32_t code; /* 0 or the refusal's KVI_E_* */
+    int32_t unused;
+    uint64_t block_bytes; /* bytes of one KV block of its pool */
+    char msg[REPLY_MSG];  /* the refusal */
+} hello_reply;
+
+bool pipe_have_mpi(void) { return true; }
+int pipe_rank(const pipe_world *w) { return w->rank; }
+int pipe_size(const pipe_world *w) { return w->size; }
+
+/* An MPI return code as a kvi error. */
+static int mpi_err(int rc, kvi_error *err, const char *what)
+{
+    if (rc == MPI_SUCCESS) return 0;
+    char s[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(rc, s, &len) != MPI_SUCCESS) len = 0;
+    s[len] = 0;
+    return err_set(err, KVI_E_IO, "pipeline: %s: MPI error %d (%s)", what, rc, len ? s : "?");
+}
+
+int pipe_init(int *argc, char ***argv, pipe_world **out, kvi_error *err)
+{
+    *out = NULL;
+    int rc = MPI_Init(argc, argv);
+    if (rc != MPI_SUCCESS) return err_set(err, KVI_E_IO, "pipeline: MPI_Init failed (%d)", rc);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    pipe_world *w = calloc(1, sizeof *w);
+    if (!w) {
+        MPI_Finalize();
+        return err_set(err, KVI_E_NOMEM, "pipeline: out of memory");
+    }
+    rc = MPI_Comm_dup(MPI_COMM_WORLD, &w->comm);
+    if (!rc) rc = MPI_Comm_set_errhandler(w->comm, MPI_ERRORS_RETURN);
+    if (!rc) rc = MPI_Comm_rank(w->comm, &w->rank);
+    if (!rc) rc = MPI_Comm_size(w->comm, &w->size);
+    if (rc) {
+        free(w);
+        MPI_Finalize();
+        return mpi_err(rc, err, "setting up the communicator");
+    }
+    *out = w;
+    return 0;
+}
+
+void pipe_finish(pipe_world *w)
+{
+    if (!w) return;
+    MPI_Comm_free(&w->comm);
+    free(w);
+    MPI_Finalize();
+}
+
+/* ---- the engine's callbacks (engine_pipe.h); ctx is the world ---- */
+
+static int io_send_op(void *ctx, const int32_t *msg, size_t n)
+{
+    pipe_world *w = ctx;
+    for (int r = 1; r < w->size; r++)
+        if (MPI_Send(msg, (int)n, MPI_INT32_T, r, TAG_OP, w->comm) != MPI_SUCCESS) return KVI_E_IO;
+    return 0;
+}
+
+/* n floats in pieces of at most INT_MAX / 2 elements (MPI counts are int) */
+#define PIECE ((size_t)1 << 30)
+
+static int io_recv(pipe_world *w, float *x, size_t n, int src, int tag)
+{
+    for (size_t o = 0; o < n; o += PIECE) {
+        const int c = (int)(n - o < PIECE ? n - o : PIECE);
+        if (MPI_Recv(x + o, c, MPI_FLOAT, src, tag, w->comm, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+            return KVI_E_IO;
+    }
+    return 0;
+}
+
+static int io_send(pipe_world *w, const float *x, size_t n, int dst, int tag)
+{
+    for (size_t o = 0; o < n; o += PIECE) {
+        const int c = (int)(n - o < PIECE ? n - o : PIECE);
+        if (MPI_Send(x + o, c, MPI_FLOAT, dst, tag, w->comm) != MPI_SUCCESS) return KVI_E_IO;
+    }
+    return 0;
+}
+
+static int io_recv_x(void *ctx, float *x, size_t n)
+{
+    pipe_world *w = ctx;
+    return io_recv(w, x, n, w->rank - 1, TAG_X);
+}
+static int io_send_x(void *ctx, const float *x, size_t n)
+{
+    pipe_world *w = ctx;
+    return io_send(w, x, n, w->rank + 1, TAG_X);
+}
+static int io_recv_logits(void *ctx, float *lg, size_t n)
+{
+    pipe_world *w = ctx;
+    return io_recv(w, lg, n, w->size - 1, TAG_LOGITS);
+}
+static int io_send_logits(void *ctx, const float *lg, size_t n)
+{
+    pipe_world *w = ctx;
+    return io_send(w, lg, n, 0, TAG_LOGITS);
+}
+
+static int attach(pipe_world *w, kvi_engine *e, const pipe_plan *plan, kvi_error *err)
+{
+    const engine_pipe_io io = {
+        .ctx = w,
+        .l0 = plan->st[w->rank].l0,
+        .l1 = plan->st[w->rank].l1,
+        .send_op = io_send_op,
+        .recv_x = io_recv_x,
+        .send_x = io_send_x,
+        .recv_logits = io_recv_logits,
+        .send_logits = io_send_logits,
+    };
+    const int rc = engine_pipe_attach(e, &io, err);
+    /* the other stages' tensors: never read here */
+    if (!rc) (void)model_release_layers(kvi_engine_model(e), io.l0, io.l1);
+    return rc;
+}
+
+/* ---- the handshake ---- */
+
+static void params_encode(const kvi_engine_params *p, int32_t *o)
+{
+    o[0] = p->n_ctx, o[1] = (int32_t)p->kv_type_k, o[2] = (int32_t)p->kv_type_v, o[3] = p->kv_block_size;
+    o[4] = (int32_t)(uint32_t)p->kv_budget_bytes,
+    o[5] = (int32_t)(uint32_t)((uint64_t)p->kv_budget_bytes >> 32);
+    o[6] = p->n_seq_max, o[7] = p->n_batch_max, o[8] = p->prefix_cache, o[9] = p->fwd_chunk;
+    o[10] = p->n_sink, o[11] = p->n_keep;
+}
+
+static void params_decode(const int32_t *o, kvi_engine_params *p)
+{
+    kvi_engine_params_default(p);
+    p->n_ctx = o[0], p->kv_type_k = (kvi_type)o[1], p->kv_type_v = (kvi_type)o[2], p->kv_block_size = o[3];
+    p->kv_budget_bytes = (size_t)((uint64_t)(uint32_t)o[4] | (uint64_t)(uint32_t)o[5] << 32);
+    p->n_seq_max = o[6], p->n_batch_max = o[7], p->prefix_cache = o[8] != 0, p->fwd_chunk = o[9];
+    p->n_sink = o[10], p->n_keep = o[11];
+}
+
+int pipe_root_start(pipe_world *w, kvi_engine *e, const kvi_engine_params *ep, const pipe_plan *plan,
+                    kvi_error *err)
+{
+    if (plan->n != w->size)
+        return err_set(err, KVI_E_INVALID, "pipeline: a plan of %d stages for %d ranks", plan->n, w->size);
+    int32_t msg[3 + HELLO_PARAMS + 1 + 2 * PIPE_MAX_STAGES];
+    const uint64_t h = pipe_model_hash(kvi_engine_model(e));
+    msg[0] = PIPE_OP_HELLO, msg[1] = (int32_t)(uint32_t)h, msg[2] = (int32_t)(uint32_t)(h >> 32);
+    params_encode(ep, msg + 3);
+    const size_t n =
+        3 + HELLO_PARAMS + pipe_plan_encode(plan, msg + 3 + HELLO_PARAMS, 1 + 2 * PIPE_MAX_STAGES);
+    int rc = io_send_op(w, msg, n);
+    if (rc) return err_set(err, rc, "pipeline: cannot send the handshake");
+    int first_bad = 0;
+    for (int r = 1; r < w->size; r++) {
+        hello_reply reply;
+        rc = MPI_Recv(&reply, (int)sizeof reply, MPI_BYTE, r, TAG_REPLY, w->comm, MPI_STATUS_IGNORE);
+        if (rc) return mpi_err(rc, err, "waiting for the handshake's answers");
+        reply.msg[REPLY_MSG - 1] = 0;
+        w->block_bytes[r] = (size_t)reply.block_bytes;
+        if (reply.code && !first_bad) {
+            first_bad = r;
+            err_set(err, reply.code, "pipeline: rank %d refused: %s", r, reply.msg);
+        }
+    }
+    if (first_bad) return err->code;
+    if ((rc = attach(w, e, plan, err))) return rc;
+    kvi_stats st;
+    kvi_stats_get(e, NULL, &st);
+    w->block_bytes[0] = st.kv_bytes_block;
+    return 0;
+}
+
+size_t pipe_kv_block_bytes(const pipe_world *w, int rank)
+{
+    return rank >= 0 && rank < w->size && rank < PIPE_MAX_STAGES ? w->block_bytes[rank] : 0;
+}
+
+void pipe_root_end(pipe_world *w)
+{
+    if (!w || w->rank != 0 || w->ended) return;
+    w->ended = true;
+    const int32_t end = PIPE_OP_END;
+    (void)io_send_op(w, &end, 1);
+}
+
+/* Receives the next op into *buf (grown as needed): its length, or -1. */
+static long recv_op(pipe_world *w, int32_t **buf, size_t *cap, kvi_error *err)
+{
+    MPI_Status st;
+    int count = 0, rc = MPI_Probe(0, TAG_OP, w->comm, &st);
+    if (!rc) rc = MPI_Get_count(&st, MPI_INT32_T, &count);
+    if (rc) return mpi_err(rc, err, "waiting for the root"), -1;
+    if ((size_t)count > *cap) {
+        int32_t *nb = realloc(*buf, (size_t)count * sizeof *nb);
+        if (!nb) return err_set(err, KVI_E_NOMEM, "pipeline: out of memory for an op of %d ints", count), -1;
+        *buf = nb;
+        *cap = (size_t)count;
+    }
+    rc = MPI_Recv(*buf, count, MPI_INT32_T, 0, TAG_OP, w->comm, MPI_STATUS_IGNORE);
+    if (rc) return mpi_err(rc, err, "receiving an op from the root"), -1;
+    return count;
+}
+
+/* The handshake on a rank > 0: 0 and *e, or the refusal (also sent to the root). */
+static int worker_hello(pipe_world *w, kvi_model *m, const pipe_plan *plan, int n_threads,
+                        const char *load_err, const int32_t *msg, long n, kvi_engine **e, kvi_error *err)
+{
+    int32_t mine[1 + 2 * PIPE_MAX_STAGES];
+    const size_t np = pipe_plan_encode(plan, mine, 1 + 2 * PIPE_MAX_STAGES);
+    const uint64_t h = m ? pipe_model_hash(m) : 0;
+    int rc = 0;
+    if (!m)
+        rc = err_set(err, KVI_E_IO, "%s", load_err ? load_err : "no model");
+    else if (n < 3 + HELLO_PARAMS || h != ((uint64_t)(uint32_t)msg[1] | (uint64_t)(uint32_t)msg[2] << 32))
+        rc = err_set(err, KVI_E_INVALID, "its model file differs from the root's (metadata hash)");
+    else if ((size_t)n != 3 + HELLO_PARAMS + np || memcmp(mine, msg + 3 + HELLO_PARAMS, np * sizeof *mine))
+        rc = err_set(err, KVI_E_INVALID,
+                     "its layer plan differs from the root's (same --pp-layers on every rank?)");
+    if (!rc) {
+        kvi_engine_params ep;
+        params_decode(msg + 3, &ep);
+        ep.n_threads = n_threads;
+        if (!(*e = kvi_engine_create(m, &ep, err)))
+            rc = err->code ? err->code : KVI_E_NOMEM;
+        else if ((rc = attach(w, *e, plan, err))) {
+            kvi_engine_free(*e);
+            *e = NULL;
+        }
+    }
+    hello_reply reply = { .code = rc };
+    if (*e) {
+        kvi_stats st;
+        kvi_stats_get(*e, NULL, &st);
+        reply.block_bytes = st.kv_bytes_block;
+    }
+    if (rc) { /* the message's head: a refusal is one line */
+        const size_t len = strnlen(err->msg, REPLY_MSG - 1);
+        memcpy(reply.msg, err->msg, len);
+        reply.msg[len] = 0;
+    }
+    const int src = MPI_Send(&reply, (int)sizeof reply, MPI_BYTE, 0, TAG_REPLY, w->comm);
+    if (!rc && src) rc = mpi_err(src, err, "answering the handshake");
+    return rc;
+}
+
+int pipe_worker_run(pipe_world *w, kvi_model *m, const pipe_plan *plan, int n_threads, const char *load_err,
+                    kvi_error *err)
+{
+    int32_t *buf = NULL;
+    size_t cap = 0;
+    kvi_engine *e = NULL;
+    int rc = 0;
+    for (;;) {
+        const long n = recv_op(w, &buf, &cap, err);
+        if (n < 0) {
+            rc = err->code;
+            break;
+        }
+        if (n < 1 || buf[0] == PIPE_OP_END) break;
+        if (buf[0] == PIPE_OP_HELLO && !e && !rc)
+            rc = worker_hello(w, m, plan, n_threads, load_err, buf, n, &e, err);
+        else if (e && !rc)
+            rc = engine_pipe_apply(e, buf, (size_t)n, err);
+        /* after an error, the ops go unanswered until END: the root's next wait fails */
+        if (rc && e) break;
+    }
+    kvi_engine_free(e);
+    free(buf);
+    return rc;
+}
