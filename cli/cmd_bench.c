@@ -526,7 +526,7 @@ static int bench_report(const bench_opts *o, const bench_model *bm, const bench_
         const bench_result *r = &res[i];
         const uint64_t all = r->pool_parallel + r->pool_serial;
         if (r->pool_serial > 0)
-            printf("%s: %.0f%% of the thread pool's runs on the calling thread alone (workers late: the "
+            printf("%s: %.1f%% of the thread pool's runs on the calling thread alone (workers late: the "
                    "CPU is shared with other processes)\n",
                    r->name, 100.0 * (double)r->pool_serial / (double)all);
     }

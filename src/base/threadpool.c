@@ -22,19 +22,32 @@
  *    (about a millisecond) for the next run: long enough to bridge the serial
  *    work between two matrix products and between two serving steps.
  *  - tpool_run() must not be called from inside fn, nor from two threads at once.
- *  - Serial fallback (a shared CPU): the caller times each parallel run, its own
- *    part (own) and its wait for the workers after it (wait). Over a window of at
- *    least WINDOW_NS and WINDOW_RUNS runs, wait > (n - 1) * own means the workers
- *    were late by more than their parts would have cost the caller (a worker the
- *    OS descheduled for another process): the pool turns serial, the caller runs
- *    all n parts itself as fn(ctx, k, n), k = 0 .. n-1, and the workers fall
- *    asleep. After a back-off (PROBE_MIN_NS, doubling on each failed probe up to
- *    PROBE_MAX_NS) one probe window of PROBE_RUNS runs goes parallel again and
- *    decides anew (its first run, the workers' wake-up, is not counted; it ends
- *    early once its wait exceeds what all its runs' own parts would weigh). Either way every run is fn(ctx, k, n) once per part k, so the
- *    results are the same bits: only the thread that runs a part changes. The
- *    window state is the caller's alone (tpool_run is never concurrent); the
- *    counters read by tpool_get_stats are relaxed atomics.
+ *  - Serial fallback (a shared CPU), decided by measuring both modes. Every run
+ *    is fn(ctx, k, n) once per part k either way, so the results are the same
+ *    bits: only the thread that runs a part changes. Windows of at least
+ *    WINDOW_RUNS runs and WINDOW_NS give each mode's ratio: the window's time
+ *    over the time part 0 took in it (the caller's own part in parallel, part 0
+ *    of the caller's sequence serially), which compares windows whatever runs
+ *    fell into them.
+ *    - Parallel: the caller also times its own part (own) and its wait for the
+ *      workers after it (wait). wait > (n - 1) * own in two windows in a row
+ *      (one alone is a hiccup of the host: a single stall of 4-10 ms is seen on
+ *      an idle machine) means the workers are late by more than their parts
+ *      would cost the caller, a worker the OS descheduled for another process:
+ *      a serial trial window follows, the caller running all n parts itself
+ *      while the workers fall asleep.
+ *    - The trial stays serial only when its ratio beats the parallel window's
+ *      before it; otherwise the pool turns parallel again and the next
+ *      trial waits a back-off (TRIAL_MIN_NS doubling to BACKOFF_MAX_NS): a
+ *      machine where late workers still pay (a slow sibling core) stays parallel.
+ *    - Serial: after a back-off (PROBE_MIN_NS doubling on each failed probe to
+ *      BACKOFF_MAX_NS) a probe window of PROBE_RUNS parallel runs (the runs of
+ *      its first PROBE_WARM_NS, the workers' wake-up, not counted) turns the
+ *      pool parallel when its ratio beats the last serial window's; it ends
+ *      early, failed, once it has lost against that ratio more than
+ *      probe_budget() (PROBE_RUNS serial runs' time, at least half a window).
+ *    The window state is the caller's alone (tpool_run is never concurrent);
+ *    the counters read by tpool_get_stats are relaxed atomics.
  *  - scratch[k] is touched only by whoever runs part k, one thread at a time (or
  *    by the owner outside runs).
  */
@@ -58,11 +71,13 @@
 #define SPIN_ITERS 20000
 #define MAX_THREADS 256
 
-#define WINDOW_NS 8000000LL      /* a decision covers at least 8 ms ... */
-#define WINDOW_RUNS 32           /* ... and 32 runs */
-#define PROBE_RUNS 16            /* a probe of the parallel mode from serial */
-#define PROBE_MIN_NS 10000000LL  /* first probe 10 ms after turning serial */
-#define PROBE_MAX_NS 640000000LL /* back-off cap: a probe every 0.64 s at most */
+#define WINDOW_NS 8000000LL        /* a window covers at least 8 ms ... */
+#define WINDOW_RUNS 32             /* ... and 32 runs */
+#define PROBE_RUNS 64              /* a probe of the parallel mode from serial */
+#define PROBE_MIN_NS 10000000LL    /* first probe 10 ms after turning serial */
+#define PROBE_WARM_NS 2000000LL    /* a probe's first 2 ms are the workers' wake-up */
+#define TRIAL_MIN_NS 40000000LL    /* a failed serial trial: the next after 40 ms */
+#define BACKOFF_MAX_NS 640000000LL /* back-off cap: a probe or trial every 0.64 s */
 
 typedef struct scratch_slot {
     void *p; /* 64-byte aligned, cap bytes */
@@ -89,10 +104,13 @@ struct tpool {
     void *ctx;
     const void *user; /* the owner's, tpool_set_user */
     /* serial fallback, the caller's alone (see invariants) */
-    bool serial, probing, probe_first;
-    int64_t win_start, win_own, win_wait; /* ns */
+    bool serial, probing, probe_first, strike, trial;
+    int64_t win_start, win_tot, win_p0; /* ns: the window's runs, and part 0 of them */
     int win_runs;
-    int64_t next_probe, backoff; /* ns */
+    double r_par, r_ser; /* win_tot / win_p0 of the last parallel / serial window */
+    int64_t m_ser;       /* ns per run of the last serial window */
+    int64_t next_probe, backoff;          /* serial -> parallel probes */
+    int64_t next_trial, trial_backoff;    /* parallel -> serial trials */
     atomic_uint_fast64_t n_parallel, n_serial, n_to_serial; /* runs, runs, switches */
 };
 
@@ -158,6 +176,7 @@ tpool *tpool_create(int n_threads)
     atomic_init(&p->pending, 0);
     atomic_init(&p->stop, false);
     p->backoff = PROBE_MIN_NS;
+    p->trial_backoff = TRIAL_MIN_NS;
     p->n = 1;
     for (int i = 1; i < n_threads; i++) {
         p->wk[i - 1].pool = p;
@@ -194,24 +213,79 @@ void tpool_free(tpool *p)
 
 int tpool_size(const tpool *p) { return p ? p->n : 1; }
 
-/* Ends a window of parallel runs: serial when the workers cost more waiting than
- * their parts would have cost the caller. */
-static void window_end(tpool *p, int64_t now)
+static int64_t doubled(int64_t b) { return b * 2 > BACKOFF_MAX_NS ? BACKOFF_MAX_NS : b * 2; }
+
+/* A window's time per unit of part 0's time: (own + wait) / own in parallel,
+ * (part 0 + ... + part n-1) / part 0 serially. Unlike the time per run it does
+ * not depend on which runs (a small product, the output head) fell into the
+ * window, so windows of different runs compare. */
+static double ratio(const tpool *p) { return (double)p->win_tot / (double)(p->win_p0 > 0 ? p->win_p0 : 1); }
+
+static void window_reset(tpool *p, int64_t now)
 {
-    const bool bad = p->win_wait > (int64_t)(p->n - 1) * p->win_own;
-    if (bad) {
-        p->serial = true;
-        p->backoff = p->probing ? (p->backoff * 2 > PROBE_MAX_NS ? PROBE_MAX_NS : p->backoff * 2)
-                                : PROBE_MIN_NS;
-        p->next_probe = now + p->backoff;
-        atomic_fetch_add_explicit(&p->n_to_serial, 1, memory_order_relaxed);
-    } else if (p->probing) {
-        p->backoff = PROBE_MIN_NS;
-    }
-    p->probing = false;
     p->win_start = now;
-    p->win_own = p->win_wait = 0;
+    p->win_tot = p->win_p0 = 0;
     p->win_runs = 0;
+}
+
+/* Ends a window of parallel runs (see the invariants). */
+static void par_window_end(tpool *p, int64_t now)
+{
+    const double r = ratio(p);
+    if (p->probing) {
+        p->probing = false;
+        if (p->win_runs >= PROBE_RUNS && r < p->r_ser) {
+            p->backoff = PROBE_MIN_NS; /* parallel pays again (not a probe ended early) */
+        } else {
+            p->serial = true;
+            p->backoff = doubled(p->backoff);
+            p->next_probe = now + p->backoff;
+        }
+    } else {
+        const bool late = r > (double)p->n; /* wait > (n - 1) x own */
+        if (late && p->strike && now >= p->next_trial) {
+            p->serial = p->trial = true; /* try the caller alone */
+            p->strike = false;
+            atomic_fetch_add_explicit(&p->n_to_serial, 1, memory_order_relaxed);
+        } else {
+            p->strike = late;
+        }
+    }
+    p->r_par = r;
+    window_reset(p, now);
+}
+
+/* Ends a window of serial runs (see the invariants). */
+static void ser_window_end(tpool *p, int64_t now)
+{
+    p->r_ser = ratio(p);
+    p->m_ser = p->win_tot / p->win_runs;
+    if (p->trial) {
+        p->trial = false;
+        if (p->r_ser < p->r_par) { /* the caller alone is faster: stay serial */
+            p->trial_backoff = TRIAL_MIN_NS;
+            p->backoff = PROBE_MIN_NS;
+            p->next_probe = now + p->backoff;
+        } else {
+            p->serial = false;
+            p->trial_backoff = doubled(p->trial_backoff);
+            p->next_trial = now + p->trial_backoff;
+        }
+    }
+    window_reset(p, now);
+}
+
+/* What a probe may lose against the serial mode before it ends, failed: the
+ * time of PROBE_RUNS serial runs, at least half a window. */
+static double probe_budget(const tpool *p)
+{
+    const int64_t b = p->m_ser * PROBE_RUNS;
+    return (double)(b > WINDOW_NS / 2 ? b : WINDOW_NS / 2);
+}
+
+static bool window_full(const tpool *p, int64_t now)
+{
+    return p->win_runs >= WINDOW_RUNS && now - p->win_start >= WINDOW_NS;
 }
 
 void tpool_run(tpool *p, tpool_fn fn, void *ctx)
@@ -221,19 +295,23 @@ void tpool_run(tpool *p, tpool_fn fn, void *ctx)
         fn(ctx, 0, 1);
         return;
     }
-    int64_t t0 = now_ns();
-    if (p->serial) {
-        if (t0 < p->next_probe) {
-            for (int k = 0; k < p->n; k++) fn(ctx, k, p->n);
-            atomic_fetch_add_explicit(&p->n_serial, 1, memory_order_relaxed);
-            return;
-        }
-        p->serial = false; /* probe the parallel mode again */
-        p->probing = true;
-        p->probe_first = true;
-        p->win_start = t0;
-        p->win_own = p->win_wait = 0;
-        p->win_runs = 0;
+    const int64_t t0 = now_ns();
+    if (p->serial && (p->trial || t0 < p->next_probe)) {
+        fn(ctx, 0, p->n);
+        const int64_t ta = now_ns();
+        for (int k = 1; k < p->n; k++) fn(ctx, k, p->n);
+        const int64_t t1 = now_ns();
+        atomic_fetch_add_explicit(&p->n_serial, 1, memory_order_relaxed);
+        p->win_tot += t1 - t0;
+        p->win_p0 += ta - t0;
+        p->win_runs++;
+        if (window_full(p, t1)) ser_window_end(p, t1);
+        return;
+    }
+    if (p->serial) { /* probe the parallel mode again */
+        p->serial = false;
+        p->probing = p->probe_first = true;
+        window_reset(p, t0);
     }
     p->fn = fn;
     p->ctx = ctx;
@@ -263,18 +341,23 @@ void tpool_run(tpool *p, tpool_fn fn, void *ctx)
     const int64_t t2 = now_ns();
     atomic_fetch_add_explicit(&p->n_parallel, 1, memory_order_relaxed);
     if (p->probing && p->probe_first) {
-        p->probe_first = false; /* the workers' wake-up from sleep: not what the probe asks */
+        /* the workers' wake-up from a long sleep (a vCPU the host let idle
+         * answers slowly for a millisecond or two): not what the probe asks */
+        if (t2 - p->win_start >= PROBE_WARM_NS) {
+            p->probe_first = false;
+            window_reset(p, t2);
+        }
         return;
     }
-    p->win_own += t1 - t0;
-    p->win_wait += t2 - t1;
+    p->win_tot += t2 - t0;
+    p->win_p0 += t1 - t0;
     p->win_runs++;
-    /* a probe ends early once its wait exceeds what all its runs' own parts would
-     * weigh: the verdict is bad already, and each late run is a stall */
-    if (p->probing ? p->win_runs >= PROBE_RUNS ||
-                         p->win_wait > (int64_t)(p->n - 1) * (p->win_own / p->win_runs) * PROBE_RUNS
-                   : p->win_runs >= WINDOW_RUNS && t2 - p->win_start >= WINDOW_NS)
-        window_end(p, t2);
+    /* a probe fails early once it lost, against the serial mode's ratio, more
+     * than PROBE_RUNS serial runs' time */
+    if (p->probing ? (p->win_runs >= PROBE_RUNS && t2 - p->win_start >= WINDOW_NS / 2) ||
+                         (double)p->win_tot - p->r_ser * (double)p->win_p0 > probe_budget(p)
+                   : window_full(p, t2))
+        par_window_end(p, t2);
 }
 
 void tpool_get_stats(const tpool *p, tpool_stats *st)
