@@ -526,8 +526,8 @@ static int bench_report(const bench_opts *o, const bench_model *bm, const bench_
         const bench_result *r = &res[i];
         const uint64_t all = r->pool_parallel + r->pool_serial;
         if (r->pool_serial > 0)
-            printf("%s: %.1f%% of the thread pool's runs on the calling thread alone (workers late: the "
-                   "CPU is shared with other processes)\n",
+            printf("%s: %.1f%% of the thread pool's runs on the calling thread alone (measured faster than "
+                   "waiting for the workers: a shared CPU or parts too small)\n",
                    r->name, 100.0 * (double)r->pool_serial / (double)all);
     }
     if (bm->hw) {

@@ -588,7 +588,9 @@ static void print_summary(const run_opts *o, const run_result *r, int n_threads)
     fputc('\n', f);
     fprintf(f, "kvinfer: seed %" PRIu64 ", %d threads, isa %s", o->sp.seed, n_threads, kvi_isa_name());
     if (r->pool.pool_runs_serial > 0) /* the pool's serial fallback (threadpool.c) */
-        fprintf(f, "; %.0f%% of parallel work ran on one thread (workers late: the CPU is shared)",
+        fprintf(f,
+                "; %.0f%% of parallel work ran on one thread (measured faster than waiting for the "
+                "workers: a shared CPU or parts too small)",
                 100.0 * (double)r->pool.pool_runs_serial /
                     (double)(r->pool.pool_runs_serial + r->pool.pool_runs_parallel));
     fputc('\n', f);
