@@ -134,7 +134,6 @@ struct kvi_sched {
     int32_t spec_rows_prev;               /* draft rows of the previous step */
     const float **spec_lg;                /* [draft_max + 1] logits of a request's rows */
     int32_t *spec_out;                    /* [draft_max + 1] tokens kvi_spec_verify returns */
-    uint64_t step_drafted, step_accepted; /* this step's, added to st in snapshot */
     /* rows routed to each expert, [n_layers][n_expert] (under mu; copied from the
      * engine in snapshot); NULL for a dense model */
     uint64_t *routed;
@@ -777,7 +776,20 @@ int kvi_sched_kv_view(kvi_sched *s, kvi_sched_seq_view *views, int max_views, in
     return n;
 }
 
-static void snapshot(kvi_sched *s, uint64_t steps, int32_t n_prefill, int32_t n_decode)
+/* Counts a step's rows (and the experts they were routed to) before any of its
+ * requests is finished: a client that reads the statistics once its reply came
+ * sees the step that produced it. */
+static void count_rows(kvi_sched *s, int32_t n_prefill, int32_t n_decode)
+{
+    pthread_mutex_lock(&s->mu);
+    s->st.n_steps++;
+    s->st.n_prefill_tokens += (uint64_t)n_prefill;
+    s->st.n_decode_tokens += (uint64_t)n_decode;
+    if (s->routed) kvi_engine_expert_counts(s->e, s->routed, (size_t)s->n_routed);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void snapshot(kvi_sched *s)
 {
     int n_running = 0;
     for (int i = 0; i < s->n_live; i++) n_running += s->live[i]->state == SREQ_RUNNING;
@@ -787,15 +799,8 @@ static void snapshot(kvi_sched *s, uint64_t steps, int32_t n_prefill, int32_t n_
     s->st.engine = ks;
     s->st.n_running = n_running;
     s->st.n_waiting = s->n_waiting;
-    s->st.n_steps += steps;
-    s->st.n_prefill_tokens += (uint64_t)n_prefill;
-    s->st.n_decode_tokens += (uint64_t)n_decode;
-    s->st.n_spec_drafted += s->step_drafted;
-    s->st.n_spec_accepted += s->step_accepted;
-    if (s->routed) kvi_engine_expert_counts(s->e, s->routed, (size_t)s->n_routed);
     view_update(s);
     pthread_mutex_unlock(&s->mu);
-    s->step_drafted = s->step_accepted = 0;
 }
 
 /* The log-probabilities of a token sampled from logits, for a request that
@@ -856,8 +861,10 @@ static bool spec_round(kvi_sched *s, sreq *q, double t_done, kvi_finish *f, kvi_
     }
     if (n > 0) {
         const int32_t acc = m - 1 < n ? m - 1 : n;
-        s->step_drafted += (uint64_t)n;
-        s->step_accepted += (uint64_t)acc;
+        pthread_mutex_lock(&s->mu); /* counted before the request can finish */
+        s->st.n_spec_drafted += (uint64_t)n;
+        s->st.n_spec_accepted += (uint64_t)acc;
+        pthread_mutex_unlock(&s->mu);
         s->g_acc = 0.98 * s->g_acc + (double)acc;
         s->g_trials = 0.98 * s->g_trials + (double)n;
         kvi_seq_truncate(q->seq, L + m); /* drops the rejected draft positions */
@@ -960,6 +967,7 @@ int kvi_sched_step(kvi_sched *s, kvi_error *err)
         break;
     }
     if (n_rows > 0) {
+        count_rows(s, n_prefill, n_rows - n_prefill > 0 ? n_rows - n_prefill : 0);
         sample_rows(s);
         const double t_done = kvi_time_ms();
         for (int i = 0; i < s->n_live;) {
@@ -1007,7 +1015,7 @@ int kvi_sched_step(kvi_sched *s, kvi_error *err)
             }
         }
     }
-    snapshot(s, n_rows > 0, n_prefill, n_rows - n_prefill > 0 ? n_rows - n_prefill : 0);
+    snapshot(s);
     pthread_mutex_lock(&s->mu);
     int alive = s->n_live;
     for (sreq *q = s->incoming; q; q = q->next) alive++;
