@@ -29,22 +29,26 @@
  *    over the time part 0 took in it (the caller's own part in parallel, part 0
  *    of the caller's sequence serially), which compares windows whatever runs
  *    fell into them.
+ *    Every comparison asks the caller alone to win by MARGIN (25%): on a
+ *    virtual machine the host's own hiccups make the modes look alike for a
+ *    while, and a needless serial spell costs more than it saves (an idle vCPU
+ *    the host let go answers slowly for some milliseconds when woken).
  *    - Parallel: the caller also times its own part (own) and its wait for the
- *      workers after it (wait). wait > (n - 1) * own in two windows in a row
- *      (one alone is a hiccup of the host: a single stall of 4-10 ms is seen on
- *      an idle machine) means the workers are late by more than their parts
- *      would cost the caller, a worker the OS descheduled for another process:
- *      a serial trial window follows, the caller running all n parts itself
- *      while the workers fall asleep.
- *    - The trial stays serial only when its ratio beats the parallel window's
- *      before it; otherwise the pool turns parallel again and the next
+ *      workers after it (wait). own + wait > n * MARGIN * own in LATE_WINDOWS
+ *      windows in a row (fewer are a hiccup of the host: stalls of 4-30 ms are
+ *      seen on an idle machine) means the workers are late by more than their
+ *      parts would cost the caller, a worker the OS descheduled for another
+ *      process: a serial trial window follows, the caller running all n parts
+ *      itself while the workers fall asleep.
+ *    - The trial stays serial only when its ratio times MARGIN beats the parallel
+ *      window's before it; otherwise the pool turns parallel again and the next
  *      trial waits a back-off (TRIAL_MIN_NS doubling to BACKOFF_MAX_NS): a
  *      machine where late workers still pay (a slow sibling core) stays parallel.
  *    - Serial: after a back-off (PROBE_MIN_NS doubling on each failed probe to
  *      BACKOFF_MAX_NS) a probe window of PROBE_RUNS parallel runs (the runs of
  *      its first PROBE_WARM_NS, the workers' wake-up, not counted) turns the
- *      pool parallel when its ratio beats the last serial window's; it ends
- *      early, failed, once it has lost against that ratio more than
+ *      pool parallel unless it lost to the last serial window's ratio by MARGIN;
+ *      it ends early, failed, once it has lost against that ratio more than
  *      probe_budget() (PROBE_RUNS serial runs' time, at least half a window).
  *    The window state is the caller's alone (tpool_run is never concurrent);
  *    the counters read by tpool_get_stats are relaxed atomics.
@@ -58,6 +62,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -75,9 +80,11 @@
 #define WINDOW_RUNS 32             /* ... and 32 runs */
 #define PROBE_RUNS 64              /* a probe of the parallel mode from serial */
 #define PROBE_MIN_NS 10000000LL    /* first probe 10 ms after turning serial */
-#define PROBE_WARM_NS 2000000LL    /* a probe's first 2 ms are the workers' wake-up */
+#define PROBE_WARM_NS 6000000LL    /* a probe's first 6 ms are the workers' wake-up */
 #define TRIAL_MIN_NS 40000000LL    /* a failed serial trial: the next after 40 ms */
 #define BACKOFF_MAX_NS 640000000LL /* back-off cap: a probe or trial every 0.64 s */
+#define LATE_WINDOWS 3             /* late parallel windows in a row before a serial trial */
+#define MARGIN 1.25                /* the ratio by which the caller alone must win to be chosen */
 
 typedef struct scratch_slot {
     void *p; /* 64-byte aligned, cap bytes */
@@ -97,14 +104,16 @@ struct tpool {
     scratch_slot *scratch; /* [n] per-thread scratch */
     pthread_mutex_t mu;
     pthread_cond_t cv_work, cv_done;
-    atomic_uint_fast64_t gen; /* run counter; written under mu */
+    _Alignas(64) atomic_uint_fast64_t gen; /* run counter; written under mu; this line (gen,
+                                               pending, fn, ctx) is what the threads share in a run */
     atomic_int pending;       /* workers still inside the current run */
     atomic_bool stop;
     tpool_fn fn; /* current run, see invariants */
     void *ctx;
     const void *user; /* the owner's, tpool_set_user */
     /* serial fallback, the caller's alone (see invariants) */
-    bool serial, probing, probe_first, strike, trial;
+    _Alignas(64) bool serial, probing, probe_first, trial;
+    int strikes; /* late parallel windows in a row */
     int64_t win_start, win_tot, win_p0; /* ns: the window's runs, and part 0 of them */
     int win_runs;
     double r_par, r_ser; /* win_tot / win_p0 of the last parallel / serial window */
@@ -163,8 +172,9 @@ tpool *tpool_create(int n_threads)
 {
     if (n_threads <= 0) n_threads = tpool_n_cores();
     if (n_threads > MAX_THREADS) n_threads = MAX_THREADS;
-    tpool *p = calloc(1, sizeof *p);
-    if (!p) return NULL;
+    tpool *p = NULL; /* 64-byte aligned: the shared line apart from the caller's own */
+    if (posix_memalign((void **)&p, 64, sizeof *p) != 0) return NULL;
+    memset(p, 0, sizeof *p);
     p->scratch = calloc((size_t)n_threads, sizeof *p->scratch);
     p->th = calloc((size_t)n_threads, sizeof *p->th);
     p->wk = calloc((size_t)n_threads, sizeof *p->wk);
@@ -234,7 +244,7 @@ static void par_window_end(tpool *p, int64_t now)
     const double r = ratio(p);
     if (p->probing) {
         p->probing = false;
-        if (p->win_runs >= PROBE_RUNS && r < p->r_ser) {
+        if (p->win_runs >= PROBE_RUNS && r < p->r_ser * MARGIN) {
             p->backoff = PROBE_MIN_NS; /* parallel pays again (not a probe ended early) */
         } else {
             p->serial = true;
@@ -242,13 +252,12 @@ static void par_window_end(tpool *p, int64_t now)
             p->next_probe = now + p->backoff;
         }
     } else {
-        const bool late = r > (double)p->n; /* wait > (n - 1) x own */
-        if (late && p->strike && now >= p->next_trial) {
+        const bool late = r > (double)p->n * MARGIN; /* the caller alone would be faster by the margin */
+        p->strikes = late ? p->strikes + 1 : 0;
+        if (p->strikes >= LATE_WINDOWS && now >= p->next_trial) {
             p->serial = p->trial = true; /* try the caller alone */
-            p->strike = false;
+            p->strikes = 0;
             atomic_fetch_add_explicit(&p->n_to_serial, 1, memory_order_relaxed);
-        } else {
-            p->strike = late;
         }
     }
     p->r_par = r;
@@ -262,7 +271,7 @@ static void ser_window_end(tpool *p, int64_t now)
     p->m_ser = p->win_tot / p->win_runs;
     if (p->trial) {
         p->trial = false;
-        if (p->r_ser < p->r_par) { /* the caller alone is faster: stay serial */
+        if (p->r_ser * MARGIN < p->r_par) { /* the caller alone is faster by the margin: stay serial */
             p->trial_backoff = TRIAL_MIN_NS;
             p->backoff = PROBE_MIN_NS;
             p->next_probe = now + p->backoff;
@@ -355,7 +364,7 @@ void tpool_run(tpool *p, tpool_fn fn, void *ctx)
     /* a probe fails early once it lost, against the serial mode's ratio, more
      * than PROBE_RUNS serial runs' time */
     if (p->probing ? (p->win_runs >= PROBE_RUNS && t2 - p->win_start >= WINDOW_NS / 2) ||
-                         (double)p->win_tot - p->r_ser * (double)p->win_p0 > probe_budget(p)
+                         (double)p->win_tot - p->r_ser * MARGIN * (double)p->win_p0 > probe_budget(p)
                    : window_full(p, t2))
         par_window_end(p, t2);
 }
