@@ -43,6 +43,8 @@ int cli_error(const char *fmt, ...)
 bool cli_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out);
 bool cli_parse_f32(const char *s, float *out);
 bool cli_parse_u64(const char *s, uint64_t *out);
+/* b bytes as "512 B", "1.50 KiB" ... "2.00 GiB" (binary units, two decimals). */
+void cli_human_bytes(char *buf, size_t cap, double b);
 /* "4096", "512MiB", "2GiB", "1.5G", "64k": bytes. */
 bool cli_parse_size(const char *s, size_t *out);
 /* "1,2,3" (also spaces or '[1, 2, 3]') into a malloc'd array; false on junk. */
@@ -112,13 +114,18 @@ int cli_prompt_ids(const kvi_model *m, const char *text, const char *file, const
 
 /* ---- pipeline over MPI (cli/cli_pipe.c) ---- */
 
-/* Called first in main(): takes --pp-layers out of argv and, when the launcher
+/* Called first in main(): takes --pp-layers and --mem-limit out of argv and, when the launcher
  * started several ranks, joins the MPI group (a build without MPI refuses). 0, or 1
  * with the error printed. */
 int cli_pipe_begin(int *argc, char ***argv);
 /* Whether this process is one rank of several; whether it is a rank > 0. */
 bool cli_pipe_active(void);
 bool cli_pipe_worker(void);
+/* What this process loads of the model at path: under mpirun its stage's layers
+ * (lp->stage_first/stage_end, from the plan of the file's header); with
+ * --mem-limit, a refusal when its weights exceed the bound (a single process: how
+ * many ranks would fit). 0, or 1 with the message in msg. */
+int cli_pipe_load_params(const char *path, kvi_load_params *lp, char *msg, size_t cap);
 /* A rank > 0: serves its pipeline stage for rank 0 (argv: the command's). */
 int cli_pipe_worker_main(int argc, char **argv);
 /* Rank 0: makes e stage 0 of the pipeline (no-op for a single process). 0, or 1

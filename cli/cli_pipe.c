@@ -25,6 +25,7 @@
 
 static pipe_world *g_world;
 static const char *g_spec; /* --pp-layers, or NULL */
+static size_t g_mem_limit; /* --mem-limit: bytes of weights a process may hold (0: no bound) */
 static pipe_plan g_plan;   /* the plan rank 0 attached */
 
 /* Ranks the launcher started, from its environment (1: not under a launcher). */
@@ -38,16 +39,25 @@ static long launcher_size(void)
     return 1;
 }
 
-/* Takes "--pp-layers SPEC" (or --pp-layers=SPEC) out of argv. 0, or 1 with the error printed. */
+/* Takes "--pp-layers SPEC" and "--mem-limit SIZE" (or the =VALUE forms) out of
+ * argv. 0, or 1 with the error printed. */
 static int take_spec(int *argc, char **argv)
 {
     int o = 0;
     for (int i = 0; i < *argc; i++) {
+        const char *limit = NULL;
         if (!strcmp(argv[i], "--pp-layers")) {
             if (i + 1 >= *argc) return cli_error("--pp-layers needs a value (ranges like 0-7,8-15)");
             g_spec = argv[++i];
         } else if (!strncmp(argv[i], "--pp-layers=", 12)) {
             g_spec = argv[i] + 12;
+        } else if (!strcmp(argv[i], "--mem-limit") || !strncmp(argv[i], "--mem-limit=", 12)) {
+            if (argv[i][11] == '=')
+                limit = argv[i] + 12;
+            else if (i + 1 < *argc)
+                limit = argv[++i];
+            if (!limit || !cli_parse_size(limit, &g_mem_limit) || g_mem_limit == 0)
+                return cli_error("--mem-limit needs a size above 0 (bytes, or like 512MiB / 8GiB)");
         } else {
             argv[o++] = argv[i];
         }
@@ -119,6 +129,69 @@ cJSON *cli_pipe_json(const kvi_engine *e)
     return o;
 }
 
+int cli_pipe_load_params(const char *path, kvi_load_params *lp, char *msg, size_t cap)
+{
+    if (!g_world && !g_mem_limit) return 0;
+    kvi_error err = { 0 };
+    char lim[32], need[32], top_s[32];
+    cli_human_bytes(lim, sizeof lim, (double)g_mem_limit);
+    pipe_plan fit;
+    size_t total = 0;
+    if (g_world) {
+        pipe_plan plan;
+        if (pipe_plan_file(path, pipe_size(g_world), g_spec, &plan, &err)) {
+            snprintf(msg, cap, "%s", err.msg);
+            return 1;
+        }
+        const int r = pipe_rank(g_world);
+        const pipe_stage *st = &plan.st[r];
+        if (g_mem_limit && st->weight_bytes > g_mem_limit) {
+            cli_human_bytes(need, sizeof need, (double)st->weight_bytes);
+            if (pipe_plan_fewest(path, g_mem_limit, &fit, &total, &err) == 0)
+                snprintf(msg, cap,
+                         "stage %d (layers %d-%d) holds %s of weights, over --mem-limit %s: the balanced "
+                         "split fits with -np %d",
+                         r, st->l0, st->l1 - 1, need, lim, fit.n);
+            else
+                snprintf(msg, cap, "stage %d (layers %d-%d) holds %s of weights, over --mem-limit %s (%s)",
+                         r, st->l0, st->l1 - 1, need, lim, err.msg);
+            return 1;
+        }
+        lp->stage_first = st->l0;
+        lp->stage_end = st->l1;
+        return 0;
+    }
+    const int rc = pipe_plan_fewest(path, g_mem_limit, &fit, &total, &err);
+    if (rc == 0 && fit.n == 1) return 0;
+    if (rc && total == 0) { /* not a GGUF: a Hugging Face folder or a llama2.c checkpoint */
+        kvi_model_info info;
+        kvi_error ierr = { 0 };
+        if (kvi_model_info_from_file(path, &info, &ierr)) {
+            snprintf(msg, cap, "--mem-limit: %s", ierr.msg);
+            return 1;
+        }
+        if (info.weight_bytes <= g_mem_limit) return 0;
+        cli_human_bytes(need, sizeof need, (double)info.weight_bytes);
+        snprintf(msg, cap, "the model's weights take %s, over --mem-limit %s (only GGUF files split over ranks)",
+                 need, lim);
+        return 1;
+    }
+    cli_human_bytes(need, sizeof need, (double)total);
+    if (rc) {
+        snprintf(msg, cap, "the model's weights take %s, over --mem-limit %s, and no split of its layers fits it",
+                 need, lim);
+        return 1;
+    }
+    size_t top = 0;
+    for (int k = 0; k < fit.n; k++) top = fit.st[k].weight_bytes > top ? fit.st[k].weight_bytes : top;
+    cli_human_bytes(top_s, sizeof top_s, (double)top);
+    snprintf(msg, cap,
+             "the model's weights take %s, over --mem-limit %s: split them over %d processes (mpirun -np %d "
+             "kvinfer ...; the largest stage then holds %s)",
+             need, lim, fit.n, fit.n, top_s);
+    return 1;
+}
+
 int cli_pipe_worker_main(int argc, char **argv)
 {
     const char *model = NULL, *tokenizer = NULL;
@@ -137,12 +210,19 @@ int cli_pipe_worker_main(int argc, char **argv)
                  !cli_parse_i64(argv[++i], 0, 1024, &threads))
             threads = 0;
     }
-    kvi_model *m = cli_load_model(model, mmap, tokenizer);
     kvi_error err = { 0 };
     pipe_plan plan = { 0 };
     char load_err[sizeof err.msg] = "";
-    if (!m)
-        snprintf(load_err, sizeof load_err, "cannot load its model '%s'", model ? model : "(default)");
+    kvi_load_params lp; /* its stage, or why it refuses (the root reports the reason) */
+    kvi_load_params_default(&lp);
+    const char *path = model ? model : cli_default_model();
+    kvi_model *m = NULL;
+    if (!path)
+        snprintf(load_err, sizeof load_err, "no model given (-m)");
+    else if (cli_pipe_load_params(path, &lp, load_err, sizeof load_err))
+        ; /* load_err says why */
+    else if (!(m = cli_load_model(model, mmap, tokenizer)))
+        snprintf(load_err, sizeof load_err, "cannot load its model '%s'", path);
     else if (pipe_plan_make(m, pipe_size(g_world), g_spec, &plan, &err))
         memcpy(load_err, err.msg, sizeof load_err);
     const bool ok = m && !load_err[0];

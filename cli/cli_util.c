@@ -365,6 +365,17 @@ bool cli_parse_kv_type(const char *flag, const char *s, kvi_type *out)
     return true;
 }
 
+void cli_human_bytes(char *buf, size_t cap, double b)
+{
+    const char *units[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB" };
+    int u = 0;
+    while (b >= 1024.0 && u < 5) {
+        b /= 1024.0;
+        u++;
+    }
+    snprintf(buf, cap, u ? "%.2f %s" : "%.0f %s", b, units[u]);
+}
+
 kvi_model *cli_load_model(const char *path, bool use_mmap, const char *tokenizer_path)
 {
     if (!path) {
@@ -381,6 +392,11 @@ kvi_model *cli_load_model(const char *path, bool use_mmap, const char *tokenizer
     lp.tokenizer_path = tokenizer_path;
     const char *repack = getenv("KVINFER_REPACK");
     if (repack && !strcmp(repack, "0")) lp.repack = false;
+    char why[sizeof((kvi_error){ 0 }).msg + 128];
+    if (cli_pipe_load_params(path, &lp, why, sizeof why)) {
+        cli_error("cannot load model '%s': %s", path, why);
+        return NULL;
+    }
     kvi_error err = { 0 };
     kvi_model *m = kvi_model_load(path, &lp, &err);
     if (!m) {

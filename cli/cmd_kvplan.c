@@ -206,17 +206,6 @@ static uint64_t vector_bytes(kv_elem t, uint64_t n, bool is_key)
     return 0;
 }
 
-static void human_bytes(char *buf, size_t cap, double b)
-{
-    const char *units[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB" };
-    int u = 0;
-    while (b >= 1024.0 && u < 5) {
-        b /= 1024.0;
-        u++;
-    }
-    snprintf(buf, cap, u ? "%.2f %s" : "%.0f %s", b, units[u]);
-}
-
 typedef struct kvplan_opts {
     cli_common c; /* -m only */
     const char *preset;
@@ -377,9 +366,9 @@ static void print_plan_text(const kvplan_opts *o, const kvplan_shape *shape, con
                             const kvplan_figures *f)
 {
     char b1[32], b2[32], b3[32];
-    human_bytes(b1, sizeof b1, (double)f->bpt);
-    human_bytes(b2, sizeof b2, f->bps_d);
-    human_bytes(b3, sizeof b3, (double)o->mem);
+    cli_human_bytes(b1, sizeof b1, (double)f->bpt);
+    cli_human_bytes(b2, sizeof b2, f->bps_d);
+    cli_human_bytes(b3, sizeof b3, (double)o->mem);
     printf("model           %s\n", source);
     printf("shape           %d layers, %d KV heads x %d dims (%d query heads%s)\n", shape->n_layers,
            shape->n_kv_heads, shape->head_dim, shape->n_heads,
@@ -395,7 +384,7 @@ static void print_plan_text(const kvplan_opts *o, const kvplan_shape *shape, con
     printf("per token       %s (%llu bytes)\n", b1, (unsigned long long)f->bpt);
     if (shape->mla_kv_rank > 0) {
         char h[32];
-        human_bytes(h, sizeof h, (double)f->bpt_heads);
+        cli_human_bytes(h, sizeof h, (double)f->bpt_heads);
         printf("latent          %d + %d values a token and layer; per-head keys and values would hold %d x "
                "(%d + %d): %s a token; the latent cache is %.1f%% smaller\n",
                shape->mla_kv_rank, shape->head_dim - shape->mla_kv_rank, shape->n_heads, shape->mla_k_head,
@@ -403,10 +392,10 @@ static void print_plan_text(const kvplan_opts *o, const kvplan_shape *shape, con
     }
     if (shape->n_window > 0) {
         char g[32], w[32], full[32], save[32];
-        human_bytes(g, sizeof g, (double)f->bpt_g);
-        human_bytes(w, sizeof w, (double)f->bpt_w);
-        human_bytes(full, sizeof full, f->full_d);
-        human_bytes(save, sizeof save, f->full_d - f->bps_d);
+        cli_human_bytes(g, sizeof g, (double)f->bpt_g);
+        cli_human_bytes(w, sizeof w, (double)f->bpt_w);
+        cli_human_bytes(full, sizeof full, f->full_d);
+        cli_human_bytes(save, sizeof save, f->full_d - f->bps_d);
         printf("layer kinds     %d global: %s a token (%llu bytes); %d window (W %d): %s a token (%llu "
                "bytes) for the last %d positions only\n",
                shape->n_layers - shape->n_window, g, (unsigned long long)f->bpt_g, shape->n_window,
@@ -417,9 +406,9 @@ static void print_plan_text(const kvplan_opts *o, const kvplan_shape *shape, con
     }
     if (shape->n_recurrent > 0) {
         char st[32], kv[32], all[32];
-        human_bytes(st, sizeof st, (double)shape->state_bytes);
-        human_bytes(kv, sizeof kv, f->bps_d - (double)shape->state_bytes);
-        human_bytes(all, sizeof all, f->all_attn_d);
+        cli_human_bytes(st, sizeof st, (double)shape->state_bytes);
+        cli_human_bytes(kv, sizeof kv, f->bps_d - (double)shape->state_bytes);
+        cli_human_bytes(all, sizeof all, f->all_attn_d);
         printf("layer kinds     %d attention: K/V %s at %lld tokens; %d recurrent (gated DeltaNet): state %s "
                "(%llu bytes, f32, fixed whatever the context)\n",
                shape->n_layers - shape->n_recurrent, kv, (long long)f->ctx, shape->n_recurrent, st,

@@ -52,6 +52,12 @@ static void print_help(FILE *f)
                "commands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-11s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\noptions of every command that loads a model:\n"
+               "  --mem-limit SIZE   weights one process may hold (e.g. 8GiB): a model over it is\n"
+               "                     refused, saying how many mpirun ranks would fit it\n"
+               "  --pp-layers SPEC   under mpirun: each rank's layers, e.g. 0-7,8-15 (default: balanced\n"
+               "                     by weight bytes); mpirun -np N kvinfer run|logits ... splits the\n"
+               "                     model into N pipeline stages, each rank reading only its layers\n");
     fprintf(f, "\nkvinfer COMMAND --help for details.\n");
 }
 

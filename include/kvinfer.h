@@ -56,6 +56,11 @@ typedef struct kvi_load_params {
     bool repack;                /* Q8_0 / Q4_0 matrices into the kernels' R16 tiles where
                                     they read them faster (default true; false keeps the
                                     file's layout; never with use_mmap) */
+    int stage_first, stage_end; /* a pipeline stage (GGUF): only layers [stage_first,
+                                    stage_end), the embedding when stage_first is 0 and the
+                                    output head when stage_end is the last layer are read
+                                    and held; the other tensors are bound but never read
+                                    (zeros). 0, 0 (default): the whole model */
 } kvi_load_params;
 
 void kvi_load_params_default(kvi_load_params *p);

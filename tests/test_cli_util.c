@@ -1,12 +1,14 @@
 /*
  * test_cli_util.c — unit tests of the CLI helpers in cli/cli_util.c and of the
- * shared flag parser in cli/cli_opts.c (both compiled into this test directly:
- * the tool's sources are not part of kvinfer_core). Expected values are
+ * shared flag parser in cli/cli_opts.c (compiled into this test directly, with
+ * cli/cli_pipe.c that cli_load_model calls: the tool's sources are not part of
+ * kvinfer_core). Expected values are
  * written out by hand.
  */
 #include "kvinfer.h"
 #include "cli/cli_util.c"
 #include "cli/cli_opts.c"
+#include "cli/cli_pipe.c"
 
 #include "testutil.h"
 

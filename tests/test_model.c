@@ -315,6 +315,64 @@ static void test_qtest(void)
     }
 }
 
+/* A pipeline stage's load (kvi_load_params.stage_*): the tensors of its layers
+ * (and of the embedding / head when its stage has them) equal a whole load's
+ * bytes, repacked alike; every other tensor was never read (all zeros, where the
+ * file holds weights); a bad range is refused. */
+static bool all_zero(const uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i]) return false;
+    return true;
+}
+
+static void test_staged_load(void)
+{
+    const char *rel = "golden/quant/qtest-q8_0.gguf";
+    kvi_error err = { 0 };
+    kvi_model *whole = kvi_model_load(shared_path(rel), NULL, &err);
+    CHECK(whole != NULL, "%s: %s", rel, err.msg);
+    if (!whole) return;
+    static const int ranges[][2] = { { 0, 1 }, { 1, 3 }, { 3, 4 }, { 0, 4 } };
+    for (size_t r = 0; r < sizeof ranges / sizeof ranges[0]; r++) {
+        kvi_load_params lp;
+        kvi_load_params_default(&lp);
+        lp.stage_first = ranges[r][0];
+        lp.stage_end = ranges[r][1];
+        kvi_model *m = kvi_model_load(shared_path(rel), &lp, &err);
+        CHECK(m != NULL, "%s stage %d-%d: %s", rel, lp.stage_first, lp.stage_end, err.msg);
+        if (!m) continue;
+        int kept = 0, unread = 0, wrong = 0;
+        for (int64_t i = 0; i < gguf_n_tensors(m->gguf); i++) {
+            const gguf_tensor *t = gguf_tensor_at(m->gguf, i), *w = gguf_tensor_at(whole->gguf, i);
+            if (model_stage_keeps(m->gguf, t, lp.stage_first, lp.stage_end, 4)) {
+                kept++;
+                wrong += w->nbytes != t->nbytes || memcmp(w->data, t->data, t->nbytes) != 0;
+            } else {
+                unread++;
+                wrong += !all_zero(t->data, t->nbytes) || all_zero(w->data, w->nbytes);
+            }
+        }
+        const bool whole_range = lp.stage_first == 0 && lp.stage_end == 4;
+        CHECK(wrong == 0 && kept > 0 && (whole_range ? unread == 0 : unread > 0),
+              "%s stage %d-%d: %d tensors kept, %d unread, %d wrong", rel, lp.stage_first, lp.stage_end, kept,
+              unread, wrong);
+        kvi_model_free(m);
+    }
+    static const int bad[][2] = { { 2, 2 }, { 3, 1 }, { -1, 2 }, { 2, 5 } };
+    for (size_t r = 0; r < sizeof bad / sizeof bad[0]; r++) {
+        kvi_load_params lp;
+        kvi_load_params_default(&lp);
+        lp.stage_first = bad[r][0];
+        lp.stage_end = bad[r][1];
+        kvi_model *m = kvi_model_load(shared_path(rel), &lp, &err);
+        CHECK(!m && err.code == KVI_E_INVALID && msg_has(&err, "stage layers"), "stage %d-%d: %s", lp.stage_first,
+              lp.stage_end, m ? "loaded" : err.msg);
+        kvi_model_free(m);
+    }
+    kvi_model_free(whole);
+}
+
 static void test_vocab(void)
 {
     kvi_error err = { 0 };
@@ -768,6 +826,7 @@ int main(void)
     test_aidreams();
     test_hf();
     test_qtest();
+    test_staged_load();
     test_vocab();
     test_gguf_variants();
     test_corrupt_llama2c();

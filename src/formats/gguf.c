@@ -721,7 +721,11 @@ static void run_slices(size_t n, void *(*fn)(void *), void *args, size_t arg_siz
 }
 
 /* Reads the whole file into an anonymous mapping (page-aligned, so 64-aligned). */
-static int read_whole(int fd, size_t size, const char *path, void **out, kvi_error *err)
+/* Reads [off[r], off[r] + len[r]) of the file for r < n_ranges into the same
+ * offsets of a fresh private anonymous image of size bytes (the rest stays
+ * untouched: zero pages that cost no memory until written). */
+static int read_ranges(int fd, size_t size, const size_t *roff, const size_t *rlen, size_t n_ranges,
+                       const char *path, void **out, kvi_error *err)
 {
     void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED)
@@ -730,25 +734,34 @@ static int read_whole(int fd, size_t size, const char *path, void **out, kvi_err
 #ifdef MADV_HUGEPAGE
     if (size >= GGUF_HUGEPAGE_MIN) (void)madvise(p, size, MADV_HUGEPAGE); /* a hint only */
 #endif
-    size_t off[GGUF_READ_SLICES_MAX], len[GGUF_READ_SLICES_MAX];
-    const size_t n = plan_slices(size, off, len);
-    read_slice sl[GGUF_READ_SLICES_MAX]; /* [n] */
-    for (size_t i = 0; i < n; i++) sl[i] = (read_slice){ .fd = fd, .dst = p, .off = off[i], .len = len[i] };
-    run_slices(n, read_slice_run, sl, sizeof sl[0]);
-    for (size_t i = 0; i < n; i++) {
-        if (sl[i].err == 0) continue;
-        const size_t at = sl[i].off + sl[i].done;
-        const int e = sl[i].err;
-        munmap(p, size);
-        if (e < 0)
-            return err_set(err, KVI_E_IO,
-                           "gguf: %s: file shrank while reading (ended before byte %zu of %zu)", path, at,
-                           size);
-        return err_set(err, KVI_E_IO, "gguf: %s: read failed at offset %zu: %s", path, at, strerror(e));
+    for (size_t r = 0; r < n_ranges; r++) {
+        size_t off[GGUF_READ_SLICES_MAX], len[GGUF_READ_SLICES_MAX];
+        const size_t n = plan_slices(rlen[r], off, len);
+        read_slice sl[GGUF_READ_SLICES_MAX]; /* [n] */
+        for (size_t i = 0; i < n; i++)
+            sl[i] = (read_slice){ .fd = fd, .dst = p, .off = roff[r] + off[i], .len = len[i] };
+        run_slices(n, read_slice_run, sl, sizeof sl[0]);
+        for (size_t i = 0; i < n; i++) {
+            if (sl[i].err == 0) continue;
+            const size_t at = sl[i].off + sl[i].done;
+            const int e = sl[i].err;
+            munmap(p, size);
+            if (e < 0)
+                return err_set(err, KVI_E_IO,
+                               "gguf: %s: file shrank while reading (ended before byte %zu of %zu)", path, at,
+                               size);
+            return err_set(err, KVI_E_IO, "gguf: %s: read failed at offset %zu: %s", path, at, strerror(e));
+        }
     }
     (void)mprotect(p, size, PROT_READ); /* nothing writes the file image after this */
     *out = p;
     return 0;
+}
+
+static int read_whole(int fd, size_t size, const char *path, void **out, kvi_error *err)
+{
+    const size_t off = 0;
+    return read_ranges(fd, size, &off, &size, 1, path, out, err);
 }
 
 /* A read-only private mapping of the file at a 2 MiB-aligned address (when the file
@@ -877,6 +890,104 @@ static int open_file(const char *path, bool use_mmap, gguf_ctx **out, kvi_error 
     g->size = g->total_size = size;
     g->map_len = size;
     return open_parsed(g, path, out, err);
+}
+
+/* ---- a part of the tensors (a pipeline stage) --------------------------------- */
+
+typedef struct byte_range {
+    size_t off, len;
+} byte_range;
+
+static int range_cmp(const void *a, const void *b)
+{
+    const byte_range *x = a, *y = b;
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+int gguf_open_filtered(const char *path, bool use_mmap, gguf_keep_fn keep, void *user, gguf_ctx **out,
+                       kvi_error *err)
+{
+    if (!out || !path) return err_set(err, KVI_E_INVALID, "gguf: no path or output pointer");
+    *out = NULL;
+    if (!keep || use_mmap) return gguf_open(path, use_mmap, out, err); /* a mapping reads what is used */
+    gguf_ctx *map = NULL; /* the header parsed through a mapping: only its pages are read */
+    int rc = gguf_open(path, true, &map, err);
+    if (rc) return rc;
+    if (map->n_files > 1) { /* split models: read whole */
+        gguf_close(map);
+        return gguf_open(path, false, out, err);
+    }
+    byte_range *r = malloc(((size_t)map->n_tensors + 1) * sizeof *r); /* [n_tensors + 1] */
+    if (!r) {
+        gguf_close(map);
+        return err_set(err, KVI_E_NOMEM, "gguf: %s: out of memory", path);
+    }
+    size_t n = 0;
+    r[n++] = (byte_range){ 0, map->data_off };
+    for (int64_t i = 0; i < map->n_tensors; i++) {
+        const gguf_tensor *t = &map->tensors[i];
+        if (t->nbytes && keep(map, t, user))
+            r[n++] = (byte_range){ (size_t)((const uint8_t *)t->data - map->buf), t->nbytes };
+    }
+    qsort(r, n, sizeof *r, range_cmp);
+    size_t m = 0; /* merged: ranges closer than 64 KiB become one read */
+    for (size_t i = 0; i < n; i++) {
+        if (m && r[i].off <= r[m - 1].off + r[m - 1].len + ((size_t)64 << 10)) {
+            const size_t end = r[i].off + r[i].len;
+            if (end > r[m - 1].off + r[m - 1].len) r[m - 1].len = end - r[m - 1].off;
+        } else {
+            r[m++] = r[i];
+        }
+    }
+    const size_t size = map->size;
+    size_t *roff = malloc(2 * m * sizeof *roff); /* [2 m]: offsets, then lengths */
+    int fd = roff ? open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK) : -1;
+    if (!roff || fd < 0) {
+        const int e = errno;
+        free(r);
+        free(roff);
+        gguf_close(map);
+        return roff ? err_set(err, KVI_E_IO, "gguf: %s: cannot open: %s", path, strerror(e))
+                    : err_set(err, KVI_E_NOMEM, "gguf: %s: out of memory", path);
+    }
+    for (size_t i = 0; i < m; i++) {
+        roff[i] = r[i].off;
+        roff[m + i] = r[i].len;
+    }
+    free(r);
+    void *p = NULL;
+    struct stat st;
+    rc = fstat(fd, &st) != 0 || (uint64_t)st.st_size != (uint64_t)size
+             ? err_set(err, KVI_E_IO, "gguf: %s: the file changed while it was opened", path)
+             : read_ranges(fd, size, roff, roff + m, m, path, &p, err);
+    close(fd);
+    free(roff);
+    gguf_ctx *g = NULL;
+    if (!rc) {
+        g = ctx_new();
+        if (!g) {
+            munmap(p, size);
+            rc = err_set(err, KVI_E_NOMEM, "gguf: %s: out of memory", path);
+        } else {
+            g->buf = p;
+            g->size = g->total_size = g->map_len = size;
+            g->buf_kind = BUF_ANON;
+            rc = open_parsed(g, path, &g, err);
+        }
+    }
+    /* the image's table must be the one the ranges came from */
+    bool same = !rc && g->n_tensors == map->n_tensors && g->data_off == map->data_off;
+    for (int64_t i = 0; same && i < g->n_tensors; i++)
+        same = (const uint8_t *)g->tensors[i].data - g->buf == (const uint8_t *)map->tensors[i].data - map->buf &&
+               g->tensors[i].nbytes == map->tensors[i].nbytes;
+    gguf_close(map);
+    if (rc) return rc;
+    if (!same) {
+        gguf_close(g);
+        return err_set(err, KVI_E_IO, "gguf: %s: the file changed while it was opened", path);
+    }
+    *out = g;
+    return 0;
 }
 
 /* ---- split models (llama.cpp's gguf-split) ------------------------------------ */

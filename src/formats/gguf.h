@@ -64,6 +64,15 @@ typedef struct gguf_ctx gguf_ctx;
 
 /* ---- reader ---- */
 int gguf_open(const char *path, bool use_mmap, gguf_ctx **out, kvi_error *err);
+/* As gguf_open, but a file read into memory (not use_mmap) holds only the tensors
+ * keep() accepts (and the header): the others' bytes are never read and their
+ * pages cost no memory (reading them gives zeros). A pipeline stage reads its own
+ * layers only. The header is parsed through a mapping first; a file that changed
+ * between that and the read is an error. Split models are read whole. keep NULL:
+ * every tensor. */
+typedef bool (*gguf_keep_fn)(const gguf_ctx *g, const gguf_tensor *t, void *user);
+int gguf_open_filtered(const char *path, bool use_mmap, gguf_keep_fn keep, void *user, gguf_ctx **out,
+                       kvi_error *err);
 /* Parses a buffer the caller keeps alive (tests, fuzzing): one file, split keys
  * not followed. */
 int gguf_open_mem(const void *buf, size_t len, gguf_ctx **out, kvi_error *err);

@@ -189,6 +189,8 @@ struct kvi_model {
     int rope_orig_ctx;                   /* original_context_length (LongRoPE, YaRN) */
     int n_unread_tensors;                /* tensors of another part (vision, MTP) left unread */
     int n_nextn;                         /* multi-token-prediction blocks after the layers, not run */
+    int stage_l0, stage_l1;              /* layers whose tensors were read (a pipeline stage's
+                                            load); [0, n_layers) for a whole model */
     /* mixture of experts: n_expert 0 for a dense model. Layers [0, n_dense_lead) keep
      * the dense FFN (DeepSeek's leading dense blocks), the others are moe. */
     int n_expert, n_expert_used;
@@ -308,5 +310,13 @@ int model_validate(const struct kvi_model *m, kvi_error *err);
  * or it is the tied head of the last stage; output.weight unless l1 == n_layers).
  * Their data must not be read afterwards. The bytes given back (0: not a GGUF). */
 size_t model_release_layers(const struct kvi_model *m, int l0, int l1);
+/* Whether a stage that runs layers [l0, l1) of n_layers reads tensor t (the rule
+ * model_release_layers and a staged load, kvi_load_params.stage_*, share): blk.L.*
+ * for its layers, token_embd when l0 == 0 or it is the tied head of the last
+ * stage, output.weight on the last stage, every other tensor (norms, RoPE factors). */
+/* The layers a GGUF's model runs, from its metadata alone: block_count less the
+ * trailing multi-token-prediction blocks (nextn_predict_layers); 0 when unreadable. */
+int model_gguf_n_layers(const gguf_ctx *g);
+bool model_stage_keeps(const gguf_ctx *g, const gguf_tensor *t, int l0, int l1, int n_layers);
 
 #endif

@@ -401,24 +401,52 @@ int model_hparams_gguf(struct kvi_model *m, const gguf_ctx *g, bool metadata_onl
     return model_check_hparams(m, err);
 }
 
+bool model_stage_keeps(const gguf_ctx *g, const gguf_tensor *t, int l0, int l1, int n_layers)
+{
+    int l, end = 0;
+    if (sscanf(t->name, "blk.%d.%n", &l, &end) == 1 && end > 0) return l >= l0 && l < l1;
+    if (!strcmp(t->name, "token_embd.weight"))
+        return l0 == 0 || (l1 >= n_layers && !gguf_find_tensor(g, "output.weight"));
+    if (!strcmp(t->name, "output.weight")) return l1 >= n_layers;
+    return true;
+}
+
 size_t model_release_layers(const struct kvi_model *m, int l0, int l1)
 {
     if (!m->gguf) return 0;
-    const bool tied = !gguf_find_tensor(m->gguf, "output.weight");
     size_t n = 0;
     for (int64_t i = 0; i < gguf_n_tensors(m->gguf); i++) {
         const gguf_tensor *t = gguf_tensor_at(m->gguf, i);
-        int l, end = 0;
-        bool keep = true;
-        if (sscanf(t->name, "blk.%d.%n", &l, &end) == 1 && end > 0)
-            keep = l >= l0 && l < l1;
-        else if (!strcmp(t->name, "token_embd.weight"))
-            keep = l0 == 0 || (tied && l1 == m->n_layers);
-        else if (!strcmp(t->name, "output.weight"))
-            keep = l1 == m->n_layers;
-        if (!keep && t->data) n += gguf_release(m->gguf, t->data, t->nbytes);
+        if (t->data && !model_stage_keeps(m->gguf, t, l0, l1, m->n_layers))
+            n += gguf_release(m->gguf, t->data, t->nbytes);
     }
     return n;
+}
+
+int model_gguf_n_layers(const gguf_ctx *g)
+{
+    const char *arch = gguf_get_str(g, "general.architecture");
+    char key[96];
+    int64_t blocks = 0, nextn = 0;
+    if (!arch) return 0;
+    snprintf(key, sizeof key, "%.64s.block_count", arch);
+    if (gguf_get_int(g, key, &blocks, NULL) != 0) return 0;
+    snprintf(key, sizeof key, "%.64s.nextn_predict_layers", arch);
+    if (gguf_get_int(g, key, &nextn, NULL) != 0) nextn = 0;
+    return blocks > nextn && nextn >= 0 && blocks <= MODEL_MAX_LAYERS ? (int)(blocks - nextn) : 0;
+}
+
+/* A staged load's range, and the layers the model runs (block_count less the
+ * trailing multi-token-prediction blocks), for gguf_open_filtered. */
+typedef struct stage_keep {
+    int l0, l1, n_layers;
+} stage_keep;
+
+static bool stage_keep_fn(const gguf_ctx *g, const gguf_tensor *t, void *user)
+{
+    stage_keep *k = user;
+    if (k->n_layers < 0) k->n_layers = model_gguf_n_layers(g); /* first call */
+    return k->n_layers <= 0 || model_stage_keeps(g, t, k->l0, k->l1, k->n_layers);
 }
 
 /* The layers' matrices and the output matrix laid out for the kernels, in place
@@ -437,7 +465,7 @@ static void model_prepare_weights(struct kvi_model *m)
      * rows start a tile */
     const bool exp_ok = m->expert_ffn % 16 == 0 && m->dim % 16 == 0;
     const bool head_ok = m->mla_kv_rank % 16 == 0 && m->mla_v_dim % 16 == 0;
-    for (int l = 0; mats && l < m->n_layers; l++) {
+    for (int l = m->stage_l0; mats && l < m->stage_l1; l++) { /* a stage's layers only */
         model_layer *L = &m->layers[l];
         kern_tensor *lm[24] = { &L->wq,       &L->wk,        &L->wv,      &L->wo,       &L->w_gate,
                                 &L->w_up,     &L->w_down,    &L->sh_gate, &L->sh_up,    &L->sh_down,
@@ -447,7 +475,7 @@ static void model_prepare_weights(struct kvi_model *m)
         for (int i = 0; i < 24; i++)
             if (lm[i]->data && (i < 13 || i >= 18 || (i < 16 ? exp_ok : head_ok))) mats[n++] = lm[i];
     }
-    if (mats && m->output.data) mats[n++] = &m->output;
+    if (mats && m->output.data && m->stage_l1 == m->n_layers) mats[n++] = &m->output;
     if (mats && kern_prepare_weights(mats, n, cores > 1 ? (int)cores : 1) == 0 &&
         m->tok_embd.data == m->output.data)
         m->tok_embd.layout = m->output.layout;
@@ -670,7 +698,8 @@ static int model_bind_gguf(struct kvi_model *m, const char *path, const kvi_load
 {
     int rc;
     const gguf_ctx *g = m->gguf;
-    gguf_prefault(g); /* a mapped file: no page faults in the first forward pass */
+    const bool staged = p->stage_end > 0;
+    if (!staged) gguf_prefault(g); /* a mapped file: no page faults in the first forward pass */
     m->file_bytes += gguf_file_size(g);
     const char *arch = gguf_get_str(g, "general.architecture");
     if (!arch) return err_set(err, KVI_E_FORMAT, "gguf: %s has no general.architecture", path);
@@ -688,6 +717,11 @@ static int model_bind_gguf(struct kvi_model *m, const char *path, const kvi_load
     m->qk_norm = a->qk_norm;
     if (a->hparams && (rc = a->hparams(m, g, err))) return rc;
     if ((rc = model_check_hparams(m, err))) return rc;
+    if (staged && p->stage_end > m->n_layers)
+        return err_set(err, KVI_E_INVALID, "load: stage layers [%d, %d) beyond the model's %d", p->stage_first,
+                       p->stage_end, m->n_layers);
+    m->stage_l0 = staged ? p->stage_first : 0;
+    m->stage_l1 = staged ? p->stage_end : m->n_layers;
 
     gbind b = { .m = m, .used = calloc((size_t)gguf_n_tensors(g) + 1, 1) };
     if (!b.used) return err_set(err, KVI_E_NOMEM, "gguf: out of memory");
@@ -703,7 +737,13 @@ static int model_bind_gguf(struct kvi_model *m, const char *path, const kvi_load
 
 int model_load_gguf(struct kvi_model *m, const char *path, const kvi_load_params *p, kvi_error *err)
 {
-    int rc = gguf_open(path, p->use_mmap, &m->gguf, err);
+    const bool staged = p->stage_end > 0;
+    if (staged && (p->stage_first < 0 || p->stage_first >= p->stage_end))
+        return err_set(err, KVI_E_INVALID, "load: stage layers [%d, %d) are not a range", p->stage_first,
+                       p->stage_end);
+    stage_keep k = { p->stage_first, p->stage_end, -1 };
+    int rc = staged ? gguf_open_filtered(path, p->use_mmap, stage_keep_fn, &k, &m->gguf, err)
+                    : gguf_open(path, p->use_mmap, &m->gguf, err);
     return rc ? rc : model_bind_gguf(m, path, p, err);
 }
 

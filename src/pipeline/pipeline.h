@@ -36,6 +36,13 @@ typedef struct pipe_plan {
  * (a bad spec, more stages than layers) / KVI_E_UNSUPPORTED (a model not read
  * from a GGUF file). */
 int pipe_plan_make(const kvi_model *m, int n, const char *spec, pipe_plan *out, kvi_error *err);
+/* The same plan from the GGUF file at path, before loading it: only its header
+ * is read (a rank learns its layers, then loads only them). */
+int pipe_plan_file(const char *path, int n, const char *spec, pipe_plan *out, kvi_error *err);
+/* The balanced plan of the fewest stages whose every stage's weight_bytes is at
+ * most limit, and the file's tensor bytes in *total; KVI_E_UNSUPPORTED (with a
+ * message) when no split fits. */
+int pipe_plan_fewest(const char *path, size_t limit, pipe_plan *out, size_t *total, kvi_error *err);
 /* A hash of the model's metadata and tensor table (names, types, shapes, sizes):
  * two ranks with different files differ. 0 for a model not read from GGUF. */
 uint64_t pipe_model_hash(const kvi_model *m);

@@ -54,17 +54,16 @@ uint64_t pipe_model_hash(const kvi_model *m)
 
 /* Bytes of each layer's tensors (blk.L.*) into layer [n_layers], and of the
  * embedding, output norm and head into *embd, *head. */
-static void layer_bytes(const kvi_model *m, size_t *layer, size_t *embd, size_t *head)
+static void layer_bytes(const gguf_ctx *g, int n_layers, size_t *layer, size_t *embd, size_t *head)
 {
-    const gguf_ctx *g = m->gguf;
     bool tied = true;
-    memset(layer, 0, (size_t)m->n_layers * sizeof *layer);
+    memset(layer, 0, (size_t)n_layers * sizeof *layer);
     *embd = *head = 0;
     for (int64_t i = 0; i < gguf_n_tensors(g); i++) {
         const gguf_tensor *t = gguf_tensor_at(g, i);
         int l, end = 0;
         if (sscanf(t->name, "blk.%d.%n", &l, &end) == 1 && end > 0) {
-            if (l >= 0 && l < m->n_layers) layer[l] += t->nbytes;
+            if (l >= 0 && l < n_layers) layer[l] += t->nbytes;
         } else if (!strcmp(t->name, "token_embd.weight")) {
             *embd += t->nbytes;
         } else if (!strncmp(t->name, "output", 6)) {
@@ -139,21 +138,19 @@ static int plan_balance(const size_t *cost, int L, int n, size_t embd, size_t he
     return 0;
 }
 
-int pipe_plan_make(const kvi_model *m, int n, const char *spec, pipe_plan *out, kvi_error *err)
+/* The plan of n stages for the n_layers layers of g's tensor table. */
+static int plan_of(const gguf_ctx *g, int n_layers, int n, const char *spec, pipe_plan *out, kvi_error *err)
 {
     memset(out, 0, sizeof *out);
-    if (!m->gguf)
-        return err_set(err, KVI_E_UNSUPPORTED, "pipeline: only GGUF models can be split over ranks");
-    if (n < 1 || n > PIPE_MAX_STAGES || n > m->n_layers)
+    if (n < 1 || n > PIPE_MAX_STAGES || n > n_layers)
         return err_set(err, KVI_E_INVALID,
                        "pipeline: %d ranks for a model of %d layers (at most one rank per layer, %d ranks)",
-                       n, m->n_layers, PIPE_MAX_STAGES);
-    size_t *cost = malloc((size_t)m->n_layers * sizeof *cost), embd, head;
+                       n, n_layers, PIPE_MAX_STAGES);
+    size_t *cost = malloc((size_t)n_layers * sizeof *cost), embd, head;
     if (!cost) return err_set(err, KVI_E_NOMEM, "pipeline: out of memory");
-    layer_bytes(m, cost, &embd, &head);
+    layer_bytes(g, n_layers, cost, &embd, &head);
     out->n = n;
-    int rc = spec ? plan_parse(spec, n, m->n_layers, out, err)
-                  : plan_balance(cost, m->n_layers, n, embd, head, out);
+    int rc = spec ? plan_parse(spec, n, n_layers, out, err) : plan_balance(cost, n_layers, n, embd, head, out);
     if (rc == KVI_E_NOMEM) err_set(err, rc, "pipeline: out of memory");
     for (int k = 0; !rc && k < n; k++) {
         pipe_stage *s = &out->st[k];
@@ -161,6 +158,60 @@ int pipe_plan_make(const kvi_model *m, int n, const char *spec, pipe_plan *out, 
         s->weight_bytes += (k == 0 ? embd : 0) + (k == n - 1 ? head : 0);
     }
     free(cost);
+    return rc;
+}
+
+int pipe_plan_make(const kvi_model *m, int n, const char *spec, pipe_plan *out, kvi_error *err)
+{
+    memset(out, 0, sizeof *out);
+    if (!m->gguf)
+        return err_set(err, KVI_E_UNSUPPORTED, "pipeline: only GGUF models can be split over ranks");
+    return plan_of(m->gguf, m->n_layers, n, spec, out, err);
+}
+
+/* The header of the GGUF at path through a mapping (no tensor data is read) and
+ * its layer count. */
+static int open_table(const char *path, gguf_ctx **g, int *n_layers, kvi_error *err)
+{
+    int rc = gguf_open(path, true, g, err);
+    if (rc) return rc;
+    *n_layers = model_gguf_n_layers(*g);
+    if (*n_layers > 0) return 0;
+    gguf_close(*g);
+    *g = NULL;
+    return err_set(err, KVI_E_FORMAT, "pipeline: %s: no layer count in its metadata", path);
+}
+
+int pipe_plan_file(const char *path, int n, const char *spec, pipe_plan *out, kvi_error *err)
+{
+    memset(out, 0, sizeof *out);
+    gguf_ctx *g;
+    int n_layers, rc = open_table(path, &g, &n_layers, err);
+    if (rc) return rc;
+    rc = plan_of(g, n_layers, n, spec, out, err);
+    gguf_close(g);
+    return rc;
+}
+
+int pipe_plan_fewest(const char *path, size_t limit, pipe_plan *out, size_t *total, kvi_error *err)
+{
+    memset(out, 0, sizeof *out);
+    gguf_ctx *g;
+    int n_layers, rc = open_table(path, &g, &n_layers, err);
+    if (rc) return rc;
+    *total = 0;
+    for (int64_t i = 0; i < gguf_n_tensors(g); i++) *total += gguf_tensor_at(g, i)->nbytes;
+    const int k_max = n_layers < PIPE_MAX_STAGES ? n_layers : PIPE_MAX_STAGES;
+    bool fits = false;
+    for (int k = 1; !rc && !fits && k <= k_max; k++) {
+        rc = plan_of(g, n_layers, k, NULL, out, err);
+        fits = !rc;
+        for (int s = 0; fits && s < k; s++) fits = out->st[s].weight_bytes <= limit;
+    }
+    gguf_close(g);
+    if (!rc && !fits)
+        rc = err_set(err, KVI_E_UNSUPPORTED, "pipeline: no split into at most %d stages fits %zu bytes a stage",
+                     k_max, limit);
     return rc;
 }
 

@@ -17,10 +17,15 @@
  *    and llama-moe (experts) from golden/arch;
  *  - a split that does not cover the layers, a rank with another model, and a
  *    model with recurrent layers (not split yet) are refused with a message and a
- *    non-zero exit.
+ *    non-zero exit;
+ *  - --mem-limit: a bound under the model's weights refuses one process (naming
+ *    the ranks that fit) and lets 2 ranks run it with the same tokens (each rank
+ *    reads only its stage's tensors: test_model checks the staged load).
  * Registered only when the build has MPI and mpirun exists (CMakeLists.txt).
  */
 #include "testutil.h"
+
+#include "pipeline/pipeline.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -196,6 +201,48 @@ static void check_refusals(void)
     free(err);
 }
 
+/* --mem-limit: a bound the whole model is over but each stage of the balanced
+ * 2-way split meets (its largest stage's bytes, from the plan of the file) refuses
+ * one process, naming 2 ranks, and runs over 2 ranks with the single process's
+ * tokens; a byte less refuses the 2-way split too. */
+static void check_mem_limit(void)
+{
+    const char *model = "golden/quant/qtest-q8_0.gguf";
+    const char *qtok = "--tokens 1,403,407,261,378,432,383,286";
+    pipe_plan plan;
+    kvi_error e = { 0 };
+    CHECK(pipe_plan_file(shared_path(model), 2, NULL, &plan, &e) == 0, "%s: plan: %s", model, e.msg);
+    const size_t top = plan.st[0].weight_bytes > plan.st[1].weight_bytes ? plan.st[0].weight_bytes
+                                                                          : plan.st[1].weight_bytes;
+    char args[2048], base[1024], *one = NULL, *many = NULL, *err = NULL;
+    snprintf(base, sizeof base, "run -m '%s' %s -n 16 --temp 0 --json -t 1", shared_path(model), qtok);
+    int rc = run(0, NULL, base, &one, NULL);
+    CHECK(rc == 0, "mem-limit: the unbounded single process: exit %d", rc);
+    snprintf(args, sizeof args, "%s --mem-limit %zu", base, top);
+    rc = run(0, NULL, args, NULL, &err);
+    CHECK(rc != 0 && err && strstr(err, "over --mem-limit") && strstr(err, "mpirun -np 2"),
+          "mem-limit %zu: one process: exit %d: %s", top, rc, err ? err : "");
+    free(err);
+    err = NULL;
+    rc = run(2, NULL, args, &many, &err);
+    char *a = run_tokens(one), *b = run_tokens(many);
+    CHECK(rc == 0 && a && b && strlen(a) > 10 && !strcmp(a, b), "mem-limit %zu over 2 ranks: exit %d, tokens %s vs %s: %s",
+          top, rc, a ? a : "(none)", b ? b : "(none)", err ? err : "");
+    if (rc == 0 && a && b && !strcmp(a, b))
+        printf("--mem-limit %zu: one process refused, 2 ranks ran with its tokens\n", top);
+    free(a);
+    free(b);
+    free(many);
+    free(err);
+    err = NULL;
+    snprintf(args, sizeof args, "%s --mem-limit %zu", base, top - 1);
+    rc = run(2, NULL, args, NULL, &err);
+    CHECK(rc != 0 && err && strstr(err, "over --mem-limit") && strstr(err, "-np 3"),
+          "mem-limit %zu over 2 ranks: exit %d: %s", top - 1, rc, err ? err : "");
+    free(err);
+    free(one);
+}
+
 int main(void)
 {
     const char *stories = "models/stories260K.gguf";
@@ -233,5 +280,6 @@ int main(void)
     check_run(stories, prompt, "-n 32 --temp 0.8 --seed 11 --kv-block 4 --kv-type q8_0", NULL, 2, "0-0,1-4");
     check_run(stories, prompt, "-n 16 --temp 0 --no-kv-cache", NULL, 2, NULL);
     check_refusals();
+    check_mem_limit();
     return test_main_end();
 }
