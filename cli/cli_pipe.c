@@ -26,6 +26,7 @@
 static pipe_world *g_world;
 static const char *g_spec; /* --pp-layers, or NULL */
 static size_t g_mem_limit; /* --mem-limit: bytes of weights a process may hold (0: no bound) */
+static double g_timeout = 300; /* --pp-timeout: seconds rank 0 waits for another rank */
 static pipe_plan g_plan;   /* the plan rank 0 attached */
 
 /* Ranks the launcher started, from its environment (1: not under a launcher). */
@@ -51,6 +52,12 @@ static int take_spec(int *argc, char **argv)
             g_spec = argv[++i];
         } else if (!strncmp(argv[i], "--pp-layers=", 12)) {
             g_spec = argv[i] + 12;
+        } else if (!strcmp(argv[i], "--pp-timeout") || !strncmp(argv[i], "--pp-timeout=", 13)) {
+            const char *v = argv[i][12] == '=' ? argv[i] + 13 : i + 1 < *argc ? argv[++i] : NULL;
+            char *end = NULL;
+            g_timeout = v ? strtod(v, &end) : -1;
+            if (!v || end == v || *end || !(g_timeout >= 0) || g_timeout > 1e6)
+                return cli_error("--pp-timeout needs seconds, 0 (wait forever) to 1000000");
         } else if (!strcmp(argv[i], "--mem-limit") || !strncmp(argv[i], "--mem-limit=", 12)) {
             if (argv[i][11] == '=')
                 limit = argv[i] + 12;
@@ -74,6 +81,9 @@ int cli_pipe_begin(int *argc, char ***argv)
     if (n <= 1) return g_spec ? cli_error("--pp-layers: only under mpirun with more than one rank") : 0;
     kvi_error err = { 0 };
     if (pipe_init(argc, argv, &g_world, &err)) return cli_error("%s", err.msg);
+    pipe_set_timeout(g_world, g_timeout);
+    const char *stall = getenv("KVINFER_PIPE_TEST_STALL"); /* fault injection (test_pipeline_mpi) */
+    if (stall && *stall) pipe_set_test_stall(g_world, strtol(stall, NULL, 10));
     if (pipe_size(g_world) != n) {
         cli_error("the launcher said %ld ranks, MPI says %d", n, pipe_size(g_world));
         pipe_finish(g_world);
@@ -89,6 +99,8 @@ bool cli_pipe_worker(void) { return g_world && pipe_rank(g_world) > 0; }
 void cli_pipe_end(void)
 {
     if (!g_world) return;
+    const char *failure = pipe_failure(g_world);
+    if (failure) cli_error("%s", failure);
     pipe_root_end(g_world);
     pipe_finish(g_world);
     g_world = NULL;

@@ -57,7 +57,9 @@ static void print_help(FILE *f)
                "                     refused, saying how many mpirun ranks would fit it\n"
                "  --pp-layers SPEC   under mpirun: each rank's layers, e.g. 0-7,8-15 (default: balanced\n"
                "                     by weight bytes); mpirun -np N kvinfer run|logits ... splits the\n"
-               "                     model into N pipeline stages, each rank reading only its layers\n");
+               "                     model into N pipeline stages, each rank reading only its layers\n"
+               "  --pp-timeout S     under mpirun: seconds rank 0 waits for another rank (start-up, each\n"
+               "                     step) before it fails the run and ends the job (default 300; 0: forever)\n");
     fprintf(f, "\nkvinfer COMMAND --help for details.\n");
 }
 

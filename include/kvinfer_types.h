@@ -31,6 +31,7 @@ enum {
     KVI_E_CONTEXT_FULL = -7, /* a sequence would exceed n_ctx */
     KVI_E_ABORTED = -8,
     KVI_E_UNSUPPORTED = -9, /* valid input that kvinfer does not handle (yet) */
+    KVI_E_TIMEOUT = -10,    /* another process of a pipeline did not answer in time */
     KVI_E_QUEUE_FULL = -20, /* kvi_sched_submit: the waiting queue is full (HTTP 429) */
 };
 

@@ -32,6 +32,7 @@ const char *kvi_strerror(int code)
     case KVI_E_CONTEXT_FULL: return "context_length_exceeded";
     case KVI_E_ABORTED: return "aborted";
     case KVI_E_UNSUPPORTED: return "unsupported";
+    case KVI_E_TIMEOUT: return "timed out";
     default: return "unknown error";
     }
 }

@@ -80,7 +80,17 @@ int pipe_worker_run(pipe_world *w, kvi_model *m, const pipe_plan *plan, int n_th
 size_t pipe_kv_block_bytes(const pipe_world *w, int rank);
 /* The root: tells every other rank to end (once; later calls do nothing). */
 void pipe_root_end(pipe_world *w);
-/* MPI_Finalize and free. */
+/* MPI_Finalize and free (a failed world skips MPI_Finalize: a stuck rank would
+ * hold it; the process should then exit, non-zero, and the launcher ends the rest). */
 void pipe_finish(pipe_world *w);
+/* The root's bound on each wait for another rank (the handshake, every op, the
+ * activations and the logits), in seconds; <= 0: none (the default). A wait past
+ * it fails with KVI_E_TIMEOUT and fails the world (pipe_failure). */
+void pipe_set_timeout(pipe_world *w, double seconds);
+/* What failed the world (a rank that did not answer in time), or NULL. */
+const char *pipe_failure(const pipe_world *w);
+/* Fault injection for tests: a rank > 0 stops answering (blocks until killed)
+ * after applying n_ops ops (the handshake counts as one); 0: never. */
+void pipe_set_test_stall(pipe_world *w, long n_ops);
 
 #endif

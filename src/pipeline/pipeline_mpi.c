@@ -13,6 +13,14 @@
  * MPI keeps the order of messages of one sender, tag and communicator, so every
  * rank sees the ops, and each stage its chunks, in the root's order.
  *
+ * Faults: Open MPI ends the job when a rank dies. A rank that stops answering is
+ * the root's to catch: every send and receive of the root (rank 0) waits at most
+ * the timeout (pipe_set_timeout), then fails with KVI_E_TIMEOUT naming the rank;
+ * the world is then failed: no END is sent and MPI is not finalised (a stuck
+ * rank would hold MPI_Finalize), so the root's process can exit non-zero at once
+ * and the launcher ends the other ranks. The other ranks wait for the root
+ * without a bound (a server may idle for hours).
+ *
  * Handshake (PIPE_OP_HELLO), int32: [HELLO, hash lo, hash hi, engine params
  * (HELLO_PARAMS ints), plan (1 + 2 n ints)]. A rank answers 0 only when its model
  * hash and its own plan equal the root's and its engine was created.
@@ -24,9 +32,12 @@
 #include "model/model.h"
 
 #include <mpi.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #define TAG_OP 1
 #define TAG_REPLY 2
@@ -39,6 +50,11 @@ struct pipe_world {
     MPI_Comm comm;
     int rank, size;
     bool ended;                          /* the root sent END */
+    double timeout_s;                    /* the root's bound on each wait (<= 0: none) */
+    bool failed;                         /* a wait timed out: no END, no MPI_Finalize */
+    char fail_msg[200];                  /* what timed out */
+    long stall_after;                    /* fault injection: a rank > 0 stops answering after
+                                            this many ops (0: never) */
     size_t block_bytes[PIPE_MAX_STAGES]; /* [size] each stage's bytes per KV block (the root's
                                                copy, from the handshake) */
 };
@@ -93,9 +109,49 @@ int pipe_init(int *argc, char ***argv, pipe_world **out, kvi_error *err)
 void pipe_finish(pipe_world *w)
 {
     if (!w) return;
-    MPI_Comm_free(&w->comm);
+    const bool failed = w->failed;
+    if (!failed) MPI_Comm_free(&w->comm);
     free(w);
-    MPI_Finalize();
+    if (!failed) MPI_Finalize();
+}
+
+void pipe_set_timeout(pipe_world *w, double seconds) { w->timeout_s = seconds; }
+void pipe_set_test_stall(pipe_world *w, long n_ops) { w->stall_after = n_ops; }
+const char *pipe_failure(const pipe_world *w) { return w && w->failed ? w->fail_msg : NULL; }
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Completes *req. On the root with a timeout: polls (MPI_Test, yielding between
+ * tries after the first millisecond) and gives up after timeout_s, failing the
+ * world with a message naming peer and what was awaited. 0, KVI_E_IO or
+ * KVI_E_TIMEOUT. */
+static int wait_req(pipe_world *w, MPI_Request *req, int peer, const char *what)
+{
+    if (w->failed) return KVI_E_TIMEOUT;
+    if (w->rank != 0 || w->timeout_s <= 0)
+        return MPI_Wait(req, MPI_STATUS_IGNORE) == MPI_SUCCESS ? 0 : KVI_E_IO;
+    const double t0 = now_s();
+    for (long i = 0;; i++) {
+        int done = 0;
+        if (MPI_Test(req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return KVI_E_IO;
+        if (done) return 0;
+        if ((i & 63) != 0) continue;
+        const double t = now_s() - t0;
+        if (t > w->timeout_s) {
+            w->failed = true;
+            snprintf(w->fail_msg, sizeof w->fail_msg,
+                     "pipeline: rank %d did not answer within %g s (%s); the job ends", peer, w->timeout_s,
+                     what);
+            (void)MPI_Cancel(req);
+            return KVI_E_TIMEOUT;
+        }
+        if (t > 1e-3) sched_yield();
+    }
 }
 
 /* ---- the engine's callbacks (engine_pipe.h); ctx is the world ---- */
@@ -103,8 +159,12 @@ void pipe_finish(pipe_world *w)
 static int io_send_op(void *ctx, const int32_t *msg, size_t n)
 {
     pipe_world *w = ctx;
-    for (int r = 1; r < w->size; r++)
-        if (MPI_Send(msg, (int)n, MPI_INT32_T, r, TAG_OP, w->comm) != MPI_SUCCESS) return KVI_E_IO;
+    for (int r = 1; r < w->size; r++) {
+        MPI_Request q;
+        if (MPI_Isend(msg, (int)n, MPI_INT32_T, r, TAG_OP, w->comm, &q) != MPI_SUCCESS) return KVI_E_IO;
+        const int rc = wait_req(w, &q, r, "sending it an op");
+        if (rc) return rc;
+    }
     return 0;
 }
 
@@ -115,8 +175,10 @@ static int io_recv(pipe_world *w, float *x, size_t n, int src, int tag)
 {
     for (size_t o = 0; o < n; o += PIECE) {
         const int c = (int)(n - o < PIECE ? n - o : PIECE);
-        if (MPI_Recv(x + o, c, MPI_FLOAT, src, tag, w->comm, MPI_STATUS_IGNORE) != MPI_SUCCESS)
-            return KVI_E_IO;
+        MPI_Request q;
+        if (MPI_Irecv(x + o, c, MPI_FLOAT, src, tag, w->comm, &q) != MPI_SUCCESS) return KVI_E_IO;
+        const int rc = wait_req(w, &q, src, tag == TAG_LOGITS ? "waiting for the logits" : "waiting for activations");
+        if (rc) return rc;
     }
     return 0;
 }
@@ -125,7 +187,10 @@ static int io_send(pipe_world *w, const float *x, size_t n, int dst, int tag)
 {
     for (size_t o = 0; o < n; o += PIECE) {
         const int c = (int)(n - o < PIECE ? n - o : PIECE);
-        if (MPI_Send(x + o, c, MPI_FLOAT, dst, tag, w->comm) != MPI_SUCCESS) return KVI_E_IO;
+        MPI_Request q;
+        if (MPI_Isend(x + o, c, MPI_FLOAT, dst, tag, w->comm, &q) != MPI_SUCCESS) return KVI_E_IO;
+        const int rc = wait_req(w, &q, dst, "sending it activations");
+        if (rc) return rc;
     }
     return 0;
 }
@@ -201,12 +266,15 @@ int pipe_root_start(pipe_world *w, kvi_engine *e, const kvi_engine_params *ep, c
     const size_t n =
         3 + HELLO_PARAMS + pipe_plan_encode(plan, msg + 3 + HELLO_PARAMS, 1 + 2 * PIPE_MAX_STAGES);
     int rc = io_send_op(w, msg, n);
-    if (rc) return err_set(err, rc, "pipeline: cannot send the handshake");
+    if (rc) return err_set(err, rc, "%s", w->failed ? w->fail_msg : "pipeline: cannot send the handshake");
     int first_bad = 0;
     for (int r = 1; r < w->size; r++) {
         hello_reply reply;
-        rc = MPI_Recv(&reply, (int)sizeof reply, MPI_BYTE, r, TAG_REPLY, w->comm, MPI_STATUS_IGNORE);
+        MPI_Request q;
+        rc = MPI_Irecv(&reply, (int)sizeof reply, MPI_BYTE, r, TAG_REPLY, w->comm, &q);
         if (rc) return mpi_err(rc, err, "waiting for the handshake's answers");
+        if ((rc = wait_req(w, &q, r, "the start-up handshake: loading its stage and answering")))
+            return err_set(err, rc, "%s", w->failed ? w->fail_msg : "pipeline: the handshake failed");
         reply.msg[REPLY_MSG - 1] = 0;
         w->block_bytes[r] = (size_t)reply.block_bytes;
         if (reply.code && !first_bad) {
@@ -229,7 +297,7 @@ size_t pipe_kv_block_bytes(const pipe_world *w, int rank)
 
 void pipe_root_end(pipe_world *w)
 {
-    if (!w || w->rank != 0 || w->ended) return;
+    if (!w || w->rank != 0 || w->ended || w->failed) return;
     w->ended = true;
     const int32_t end = PIPE_OP_END;
     (void)io_send_op(w, &end, 1);
@@ -313,6 +381,8 @@ int pipe_worker_run(pipe_world *w, kvi_model *m, const pipe_plan *plan, int n_th
             rc = worker_hello(w, m, plan, n_threads, load_err, buf, n, &e, err);
         else if (e && !rc)
             rc = engine_pipe_apply(e, buf, (size_t)n, err);
+        if (w->stall_after > 0 && --w->stall_after == 0)
+            for (;;) pause(); /* fault injection: stop answering, as a hung host would */
         /* after an error, the ops go unanswered until END: the root's next wait fails */
         if (rc && e) break;
     }

@@ -34,3 +34,6 @@ int pipe_worker_run(pipe_world *w, kvi_model *m, const pipe_plan *plan, int n_th
 size_t pipe_kv_block_bytes(const pipe_world *w, int rank) { return 0; }
 void pipe_root_end(pipe_world *w) {}
 void pipe_finish(pipe_world *w) {}
+void pipe_set_timeout(pipe_world *w, double seconds) {}
+const char *pipe_failure(const pipe_world *w) { return NULL; }
+void pipe_set_test_stall(pipe_world *w, long n_ops) {}

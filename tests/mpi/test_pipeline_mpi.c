@@ -18,6 +18,7 @@
  *  - a split that does not cover the layers, a rank with another model, and a
  *    model with recurrent layers (not split yet) are refused with a message and a
  *    non-zero exit;
+ *  - a rank that stops answering: rank 0 fails the run within --pp-timeout;
  *  - --mem-limit: a bound under the model's weights refuses one process (naming
  *    the ranks that fit) and lets 2 ranks run it with the same tokens (each rank
  *    reads only its stage's tensors: test_model checks the staged load).
@@ -243,6 +244,23 @@ static void check_mem_limit(void)
     free(one);
 }
 
+/* A rank that stops answering mid-run (KVINFER_PIPE_TEST_STALL: rank 1 blocks
+ * after 5 ops, as a hung host would): rank 0 fails the run within --pp-timeout,
+ * naming the rank, and the job ends non-zero instead of hanging. */
+static void check_stall(void)
+{
+    char args[2048], *err = NULL;
+    snprintf(args, sizeof args, "run -m '%s' -p 'Once upon a time' -n 64 -t 1 --pp-timeout 2",
+             shared_path("models/stories260K.gguf"));
+    const double t0 = kvi_time_ms();
+    const int rc = run(2, "-x KVINFER_PIPE_TEST_STALL=5", args, NULL, &err);
+    const double s = (kvi_time_ms() - t0) / 1000.0;
+    CHECK(rc != 0 && err && strstr(err, "rank 1 did not answer within 2 s") && s < 60,
+          "a stalled rank: exit %d after %.1f s: %s", rc, s, err ? err : "");
+    if (rc != 0) printf("a stalled rank 1: rank 0 failed the run, the job ended in %.1f s\n", s);
+    free(err);
+}
+
 int main(void)
 {
     const char *stories = "models/stories260K.gguf";
@@ -281,5 +299,6 @@ int main(void)
     check_run(stories, prompt, "-n 16 --temp 0 --no-kv-cache", NULL, 2, NULL);
     check_refusals();
     check_mem_limit();
+    check_stall();
     return test_main_end();
 }
