@@ -133,7 +133,11 @@ int cli_pipe_worker_main(int argc, char **argv);
 int cli_pipe_attach(kvi_engine *e, const kvi_engine_params *ep);
 /* Rank 0: ends the other ranks and leaves the group (no-op for a single process). */
 void cli_pipe_end(void);
-/* The "pipeline" object of --json output ({"stages": [...]}), or NULL for a single process. */
+/* Rank 0: one line per stage on stderr (compute, transport and waiting, bytes
+ * sent per row); nothing for a single process. */
+void cli_pipe_summary(const kvi_engine *e);
+/* The "pipeline" object of --json output ({"stages": [...]}, with each stage's
+ * costs), or NULL for a single process. */
 struct cJSON *cli_pipe_json(const kvi_engine *e);
 
 #endif

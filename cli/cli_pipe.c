@@ -122,9 +122,38 @@ int cli_pipe_attach(kvi_engine *e, const kvi_engine_params *ep)
     return 0;
 }
 
+/* Every stage's costs (engine_pipe_stats) into st[pipe_size], or 1 with the error printed. */
+static int stage_stats(const kvi_engine *e, engine_pipe_stats *st)
+{
+    kvi_error err = { 0 };
+    if (pipe_stage_stats(g_world, e, st, &err) == 0) return 0;
+    return cli_error("%s", err.msg);
+}
+
+void cli_pipe_summary(const kvi_engine *e)
+{
+    engine_pipe_stats st[PIPE_MAX_STAGES];
+    if (!g_world || !g_plan.n || stage_stats(e, st)) return;
+    for (int k = 0; k < g_plan.n; k++) {
+        const double busy = st[k].compute_ms + st[k].wait_ms > 0
+                                ? 100.0 * st[k].compute_ms / (st[k].compute_ms + st[k].wait_ms)
+                                : 0.0;
+        char sent[32];
+        cli_human_bytes(sent, sizeof sent, (double)st[k].bytes_sent);
+        fprintf(stderr,
+                "kvinfer: stage %d (rank %d, layers %d-%d): compute %.2f ms, transport and waiting %.2f ms "
+                "(busy %.0f%%), sent %s, %.0f B per row, %llu rows in %llu chunks\n",
+                k, k, g_plan.st[k].l0, g_plan.st[k].l1 - 1, st[k].compute_ms, st[k].wait_ms, busy, sent,
+                st[k].rows ? (double)st[k].bytes_sent / (double)st[k].rows : 0.0, (unsigned long long)st[k].rows,
+                (unsigned long long)st[k].chunks);
+    }
+}
+
 cJSON *cli_pipe_json(const kvi_engine *e)
 {
     if (!g_world || !g_plan.n) return NULL;
+    engine_pipe_stats ps[PIPE_MAX_STAGES];
+    const bool have = stage_stats(e, ps) == 0;
     cJSON *o = cJSON_CreateObject(), *st = cJSON_AddArrayToObject(o, "stages");
     kvi_stats s; /* blocks in use: the same ids on every rank */
     kvi_stats_get(e, NULL, &s);
@@ -136,6 +165,13 @@ cJSON *cli_pipe_json(const kvi_engine *e)
         cJSON_AddNumberToObject(j, "weight_bytes", (double)g_plan.st[k].weight_bytes);
         cJSON_AddNumberToObject(j, "kv_bytes",
                                 (double)s.kv_blocks_used * (double)pipe_kv_block_bytes(g_world, k));
+        if (have) {
+            cJSON_AddNumberToObject(j, "compute_ms", ps[k].compute_ms);
+            cJSON_AddNumberToObject(j, "wait_ms", ps[k].wait_ms);
+            cJSON_AddNumberToObject(j, "bytes_sent", (double)ps[k].bytes_sent);
+            cJSON_AddNumberToObject(j, "rows", (double)ps[k].rows);
+            cJSON_AddNumberToObject(j, "chunks", (double)ps[k].chunks);
+        }
         cJSON_AddItemToArray(st, j);
     }
     return o;

@@ -776,6 +776,7 @@ static int generate_and_report(const run_opts *o, kvi_model *m, kvi_engine *e, k
         kvi_mem_stats_get(m, e, &r->mem);
         run_weights_get(m, &r->w);
         print_summary(o, r, threads);
+        cli_pipe_summary(e); /* mpirun: each stage's costs */
         if (o->json) rc = print_json(o, r, threads, e);
     }
     return rc;

@@ -107,6 +107,7 @@ struct kvi_engine {
     bool piped;
     engine_pipe_io pipe;
     bool pipe_quiet;    /* the root sends no op (inside a call that sends its own) */
+    engine_pipe_stats pipe_st; /* this stage's compute, waits and bytes sent */
     uint64_t pipe_hash; /* a stage other than the root: the root's tables hash of this step */
 };
 
@@ -632,12 +633,23 @@ static int step_run_stage(kvi_engine *e, const fwd_rows *rows)
     const bool last = io->l1 == e->m->n_layers;
     float *x = fwd_x(e->fwd); /* [rows->n][dim] */
     const size_t nx = (size_t)rows->n * (size_t)e->m->dim, nl = (size_t)rows->n_out * (size_t)e->m->n_vocab;
+    engine_pipe_stats *st = &e->pipe_st;
     int rc = 0;
+    double t = kvi_time_ms();
     if (io->l0 > 0) rc = io->recv_x(io->ctx, x, nx);
+    double t1 = kvi_time_ms();
+    st->wait_ms += t1 - t;
     if (!rc) rc = fwd_run_layers(e->fwd, e->pool, &e->kv, rows, io->l0, io->l1, last);
+    t = kvi_time_ms();
+    st->compute_ms += t - t1;
     if (!rc && !last) rc = io->send_x(io->ctx, x, nx);
+    if (!rc && !last) st->bytes_sent += nx * sizeof *x;
     if (!rc && nl > 0 && io->l0 == 0) rc = io->recv_logits(io->ctx, rows->logits, nl);
     if (!rc && nl > 0 && last) rc = io->send_logits(io->ctx, rows->logits, nl);
+    if (!rc && nl > 0 && last) st->bytes_sent += nl * sizeof *rows->logits;
+    st->wait_ms += kvi_time_ms() - t;
+    st->chunks += !rc;
+    st->rows += rc ? 0 : (uint64_t)rows->n;
     return rc;
 }
 
@@ -945,4 +957,12 @@ void kvi_stats_get(const kvi_engine *e, const kvi_seq *s, kvi_stats *out)
         out->prefix_miss_tokens = e->prefix_miss;
         out->n_evicted = e->n_evicted;
     }
+}
+
+void engine_pipe_get_stats(const kvi_engine *e, engine_pipe_stats *st)
+{
+    if (e->piped)
+        *st = e->pipe_st;
+    else
+        memset(st, 0, sizeof *st);
 }

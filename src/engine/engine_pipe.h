@@ -41,6 +41,7 @@ enum {
     PIPE_OP_REUSE = 5,
     PIPE_OP_STEP = 6,
     PIPE_OP_HELLO = 7, /* start-up handshake (src/pipeline/), never given to an engine */
+    PIPE_OP_STATS = 8, /* each stage's engine_pipe_stats to the root (src/pipeline/), idem */
 };
 
 typedef struct engine_pipe_io {
@@ -66,6 +67,15 @@ int engine_pipe_attach(kvi_engine *e, const engine_pipe_io *io, kvi_error *err);
 /* A stage other than the root: applies one op message of the root (not END,
  * not HELLO). 0, or the error (a stage whose state differs from the root's). */
 int engine_pipe_apply(kvi_engine *e, const int32_t *msg, size_t n, kvi_error *err);
+/* What a stage's forward chunks cost since it was attached: compute_ms in its
+ * layers; wait_ms in the transport (waiting for x from the previous stage, sending
+ * x on, and on the root waiting for the logits, which is the later stages' time);
+ * bytes_sent of x and logits (ops not counted); chunks and rows run. */
+typedef struct engine_pipe_stats {
+    double compute_ms, wait_ms;
+    uint64_t bytes_sent, chunks, rows;
+} engine_pipe_stats;
+void engine_pipe_get_stats(const kvi_engine *e, engine_pipe_stats *st);
 /* The layers [*l0, *l1) e runs; false when e is no stage of a pipeline. */
 bool engine_pipe_range(const kvi_engine *e, int *l0, int *l1);
 

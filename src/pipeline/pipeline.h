@@ -11,6 +11,7 @@
 #ifndef KVI_PIPELINE_H
 #define KVI_PIPELINE_H
 
+#include "engine/engine_pipe.h"
 #include "kvinfer.h"
 
 #include <stdbool.h>
@@ -78,6 +79,9 @@ int pipe_worker_run(pipe_world *w, kvi_model *m, const pipe_plan *plan, int n_th
  * layers only; every rank has the same block ids, so a rank holds blocks in use
  * times this). */
 size_t pipe_kv_block_bytes(const pipe_world *w, int rank);
+/* The root, after pipe_root_start: every stage's engine_pipe_stats (out[rank],
+ * [pipe_size] entries; the root's from e). 0, or the error. */
+int pipe_stage_stats(pipe_world *w, const kvi_engine *e, engine_pipe_stats *out, kvi_error *err);
 /* The root: tells every other rank to end (once; later calls do nothing). */
 void pipe_root_end(pipe_world *w);
 /* MPI_Finalize and free (a failed world skips MPI_Finalize: a stuck rank would

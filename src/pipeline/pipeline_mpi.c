@@ -10,6 +10,7 @@
  *                                   rank's message (char [REPLY_MSG])
  *   TAG_X      rank r -> r + 1      x [rows][dim] f32 of one forward chunk
  *   TAG_LOGITS last rank -> root    logits [n_out][n_vocab] f32 of one chunk
+ *   TAG_STATS  rank -> root         its engine_pipe_stats, answering PIPE_OP_STATS
  * MPI keeps the order of messages of one sender, tag and communicator, so every
  * rank sees the ops, and each stage its chunks, in the root's order.
  *
@@ -43,6 +44,7 @@
 #define TAG_REPLY 2
 #define TAG_X 3
 #define TAG_LOGITS 4
+#define TAG_STATS 5
 #define REPLY_MSG 240
 #define HELLO_PARAMS 12
 
@@ -290,6 +292,23 @@ int pipe_root_start(pipe_world *w, kvi_engine *e, const kvi_engine_params *ep, c
     return 0;
 }
 
+int pipe_stage_stats(pipe_world *w, const kvi_engine *e, engine_pipe_stats *out, kvi_error *err)
+{
+    if (w->rank != 0 || w->ended) return err_set(err, KVI_E_INVALID, "pipeline: statistics are the root's, before END");
+    const int32_t op = PIPE_OP_STATS;
+    int rc = io_send_op(w, &op, 1);
+    if (rc) return err_set(err, rc, "%s", w->failed ? w->fail_msg : "pipeline: cannot ask for statistics");
+    engine_pipe_get_stats(e, &out[0]);
+    for (int r = 1; r < w->size; r++) {
+        MPI_Request q;
+        if ((rc = MPI_Irecv(&out[r], (int)sizeof out[r], MPI_BYTE, r, TAG_STATS, w->comm, &q)))
+            return mpi_err(rc, err, "waiting for a rank's statistics");
+        if ((rc = wait_req(w, &q, r, "waiting for its statistics")))
+            return err_set(err, rc, "%s", w->failed ? w->fail_msg : "pipeline: no statistics");
+    }
+    return 0;
+}
+
 size_t pipe_kv_block_bytes(const pipe_world *w, int rank)
 {
     return rank >= 0 && rank < w->size && rank < PIPE_MAX_STAGES ? w->block_bytes[rank] : 0;
@@ -377,7 +396,12 @@ int pipe_worker_run(pipe_world *w, kvi_model *m, const pipe_plan *plan, int n_th
             break;
         }
         if (n < 1 || buf[0] == PIPE_OP_END) break;
-        if (buf[0] == PIPE_OP_HELLO && !e && !rc)
+        if (buf[0] == PIPE_OP_STATS && e && !rc) {
+            engine_pipe_stats st;
+            engine_pipe_get_stats(e, &st);
+            const int src = MPI_Send(&st, (int)sizeof st, MPI_BYTE, 0, TAG_STATS, w->comm);
+            if (src) rc = mpi_err(src, err, "sending its statistics");
+        } else if (buf[0] == PIPE_OP_HELLO && !e && !rc)
             rc = worker_hello(w, m, plan, n_threads, load_err, buf, n, &e, err);
         else if (e && !rc)
             rc = engine_pipe_apply(e, buf, (size_t)n, err);

@@ -37,3 +37,7 @@ void pipe_finish(pipe_world *w) {}
 void pipe_set_timeout(pipe_world *w, double seconds) {}
 const char *pipe_failure(const pipe_world *w) { return NULL; }
 void pipe_set_test_stall(pipe_world *w, long n_ops) {}
+int pipe_stage_stats(pipe_world *w, const kvi_engine *e, engine_pipe_stats *out, kvi_error *err)
+{
+    return err_set(err, KVI_E_UNSUPPORTED, "pipeline: built without MPI");
+}

@@ -61,9 +61,14 @@ static int run(int np, const char *env, const char *args, char **out, char **err
 }
 
 /* The stages of a "pipeline" object: np stages, rank k, contiguous layers from 0 to
- * n_layers - 1, positive weight bytes. */
-static void check_stages(const cJSON *pipe, int np, int n_layers, const char *what)
+ * n_layers - 1, positive weight bytes; with rows > 0 (every row asking for logits),
+ * each stage's costs: compute time, rows, and the bytes it sent exactly: x
+ * [rows][dim] f32 on, or the logits [rows][n_vocab] f32 from the last stage. */
+static void check_stages(const cJSON *pipe, int np, int n_layers, const char *what, const char *model, int rows)
 {
+    kvi_model_info info = { 0 };
+    kvi_error ie = { 0 };
+    if (rows > 0) CHECK(kvi_model_info_from_file(shared_path(model), &info, &ie) == 0, "%s: %s", what, ie.msg);
     const cJSON *st = cJSON_GetObjectItemCaseSensitive(pipe, "stages");
     CHECK(cJSON_GetArraySize(st) == np, "%s: %d stages for %d ranks", what, cJSON_GetArraySize(st), np);
     int next = 0;
@@ -75,6 +80,16 @@ static void check_stages(const cJSON *pipe, int np, int n_layers, const char *wh
         CHECK(a == next && b >= a, "%s: stage %d holds layers %d-%d, expected from %d", what, k, a, b, next);
         CHECK(cJSON_GetObjectItemCaseSensitive(s, "weight_bytes")->valuedouble > 0,
               "%s: stage %d weight bytes", what, k);
+        if (rows > 0) {
+            const cJSON *c = cJSON_GetObjectItemCaseSensitive(s, "compute_ms"),
+                        *r = cJSON_GetObjectItemCaseSensitive(s, "rows"),
+                        *sent = cJSON_GetObjectItemCaseSensitive(s, "bytes_sent");
+            const double want = (double)rows * 4.0 * (k == np - 1 ? info.n_vocab : info.dim);
+            CHECK(c && c->valuedouble > 0 && r && r->valuedouble == rows && sent && sent->valuedouble == want,
+                  "%s: stage %d: compute %.3f ms, %.0f rows (want %d), sent %.0f bytes (want %.0f)", what, k,
+                  c ? c->valuedouble : -1.0, r ? r->valuedouble : -1.0, rows, sent ? sent->valuedouble : -1.0,
+                  want);
+        }
         next = b + 1;
     }
     CHECK(next == n_layers, "%s: the stages end at layer %d of %d", what, next - 1, n_layers);
@@ -101,8 +116,9 @@ static void check_logits(const char *model, const char *prompt, int n_layers, in
               "%s: logits differ from the single process's", what);
         cJSON *j = cJSON_Parse(many);
         CHECK(j != NULL, "%s: output is not JSON", what);
-        check_stages(cJSON_GetObjectItemCaseSensitive(j, "pipeline"), np, n_layers, what);
         const cJSON *lg = cJSON_GetObjectItemCaseSensitive(j, "logits");
+        check_stages(cJSON_GetObjectItemCaseSensitive(j, "pipeline"), np, n_layers, what, model,
+                     cJSON_GetArraySize(lg));
         CHECK(cJSON_GetArraySize(lg) > 1, "%s: %d rows of logits", what, cJSON_GetArraySize(lg));
         cJSON_Delete(j);
         printf("%-40s np %d %-14s logits identical to one process (%zu bytes of JSON)\n", model, np,
