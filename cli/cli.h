@@ -121,6 +121,8 @@ int cli_pipe_begin(int *argc, char ***argv);
 /* Whether this process is one rank of several; whether it is a rank > 0. */
 bool cli_pipe_active(void);
 bool cli_pipe_worker(void);
+/* What failed the pipeline (a rank that stopped answering), or NULL. */
+const char *cli_pipe_failure(void);
 /* What this process loads of the model at path: under mpirun its stage's layers
  * (lp->stage_first/stage_end, from the plan of the file's header); with
  * --mem-limit, a refusal when its weights exceed the bound (a single process: how

@@ -19,6 +19,7 @@
 #include "pipeline/pipeline.h"
 
 #include <cjson/cJSON.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,6 +95,7 @@ int cli_pipe_begin(int *argc, char ***argv)
 }
 
 bool cli_pipe_active(void) { return g_world != NULL; }
+const char *cli_pipe_failure(void) { return g_world ? pipe_failure(g_world) : NULL; }
 bool cli_pipe_worker(void) { return g_world && pipe_rank(g_world) > 0; }
 
 void cli_pipe_end(void)
@@ -242,6 +244,10 @@ int cli_pipe_load_params(const char *path, kvi_load_params *lp, char *msg, size_
 
 int cli_pipe_worker_main(int argc, char **argv)
 {
+    /* mpirun forwards SIGINT / SIGTERM to every rank: rank 0 shuts down and sends
+     * END, which ends this rank cleanly (if rank 0 dies instead, mpirun kills it) */
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
     const char *model = NULL, *tokenizer = NULL;
     bool mmap = false;
     int64_t threads = 0;

@@ -279,6 +279,7 @@ static int serve_start(srv_server *srv, const serve_opts *o, kvi_sched **sp, kvi
     ep.n_seq_max = (int)o->parallel;
     ep.n_batch_max = (int)(o->batch_tokens + o->parallel);
     if (!(srv->e = cli_engine_create(srv->m, &ep, "serve: "))) return 1;
+    if (cli_pipe_attach(srv->e, &ep)) return 1; /* mpirun: stage 0 of the pipeline */
     srv->cfg.n_ctx = kvi_engine_n_ctx(srv->e);
     kvi_sched_params sched;
     kvi_sched_params_default(&sched);
@@ -347,8 +348,16 @@ int cmd_serve(int argc, char **argv)
     fflush(stdout);
 
     int sig = 0;
-    sigwait(&sigs, &sig);
-    fprintf(stderr, "kvinfer: signal %d, shutting down\n", sig);
+    if (cli_pipe_active()) { /* a failed pipeline ends the server: requests got 503 */
+        const struct timespec second = { 1, 0 };
+        while ((sig = sigtimedwait(&sigs, NULL, &second)) < 0 && !cli_pipe_failure()) continue;
+    } else {
+        sigwait(&sigs, &sig);
+    }
+    if (sig > 0)
+        fprintf(stderr, "kvinfer: signal %d, shutting down\n", sig);
+    else
+        rc = cli_error("serve: the pipeline failed, shutting down");
     pthread_mutex_lock(&srv->mu);
     srv->closing = true;
     pthread_mutex_unlock(&srv->mu);

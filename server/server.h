@@ -232,6 +232,8 @@ typedef struct srv_req {
     size_t out_len, out_cap, out_off;
     bool finished; /* every choice done (and, streaming, the tail queued) */
     bool error;
+    int err_code; /* the KVI_E_* of the error: KVI_E_TIMEOUT (a pipeline rank that stopped
+                     answering) is a 503, the rest 500 */
     char err_msg[512];
     double t_submit;
 } srv_req;

@@ -169,6 +169,7 @@ static void on_done(void *user, kvi_finish f, const kvi_usage *u, const kvi_erro
     c->usage = *u;
     if (f == KVI_FINISH_ERROR) {
         r->error = true;
+        r->err_code = err ? err->code : 0;
         snprintf(r->err_msg, sizeof r->err_msg, "%s", err && err->msg[0] ? err->msg : "generation failed");
     }
     const bool last = ++r->n_done == r->p.n;
@@ -449,7 +450,10 @@ static enum MHD_Result answer_final(struct MHD_Connection *con, srv_req *r)
     enum MHD_Result ret;
     if (r->error) {
         srv_err er = { 0 };
-        srv_err_set(&er, 500, "server_error", NULL, "%s", r->err_msg);
+        if (r->err_code == KVI_E_TIMEOUT)
+            srv_err_set(&er, 503, "server_error", "pipeline_failed", "%s", r->err_msg);
+        else
+            srv_err_set(&er, 500, "server_error", NULL, "%s", r->err_msg);
         ret = send_error(con, &er);
     } else {
         ret = send_text(con, 200, "application/json", srv_response_json(r));

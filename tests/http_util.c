@@ -21,6 +21,11 @@
 
 bool test_server_start(test_server *s, const char *extra, const char *err_name)
 {
+    return test_server_start_via(s, "", extra, err_name);
+}
+
+bool test_server_start_via(test_server *s, const char *launcher, const char *extra, const char *err_name)
+{
     int fd[2];
     s->pid = -1;
     s->port = 0;
@@ -32,8 +37,8 @@ bool test_server_start(test_server *s, const char *extra, const char *err_name)
         close(fd[0]);
         close(fd[1]);
         char cmd[2048];
-        snprintf(cmd, sizeof cmd, "exec '%s' serve -m '%s' --port 0 -t 2 --quiet %s 2>'%s'", KVI_BIN,
-                 shared_path("models/stories260K.gguf"), extra ? extra : "", tmp_path(err_name));
+        snprintf(cmd, sizeof cmd, "exec %s '%s' serve -m '%s' --port 0 -t 2 --quiet %s 2>'%s'", launcher,
+                 KVI_BIN, shared_path("models/stories260K.gguf"), extra ? extra : "", tmp_path(err_name));
         execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
         _exit(127);
     }

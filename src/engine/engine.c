@@ -787,6 +787,8 @@ int kvi_step(kvi_engine *e, kvi_batch *b, kvi_error *err)
                            "is lost, they restart at position 0",
                            kvi_strerror(rc));
         }
+        const char *why = e->piped && e->pipe.failure ? e->pipe.failure(e->pipe.ctx) : NULL;
+        if (why) return err_set(err, rc, "step: %s", why);
         return err_set(err, rc, "step: the forward pass failed (%s)", kvi_strerror(rc));
     }
     kv_txn_commit(&e->txn);

@@ -55,6 +55,8 @@ typedef struct engine_pipe_io {
     /* logits [n_out][n_vocab] f32: the root receives them from the last stage */
     int (*recv_logits)(void *ctx, float *logits, size_t n_floats);
     int (*send_logits)(void *ctx, const float *logits, size_t n_floats);
+    /* what made a transport call fail (a rank that did not answer), or NULL */
+    const char *(*failure)(void *ctx);
 } engine_pipe_io;
 
 /* Makes e one stage: io is copied. KVI_E_UNSUPPORTED for a context policy

@@ -87,8 +87,16 @@ static int mpi_err(int rc, kvi_error *err, const char *what)
 int pipe_init(int *argc, char ***argv, pipe_world **out, kvi_error *err)
 {
     *out = NULL;
-    int rc = MPI_Init(argc, argv);
-    if (rc != MPI_SUCCESS) return err_set(err, KVI_E_IO, "pipeline: MPI_Init failed (%d)", rc);
+    int provided = MPI_THREAD_SINGLE;
+    /* serialized: the server's scheduler thread steps the engine (one thread at a time) */
+    int rc = MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
+    if (rc != MPI_SUCCESS) return err_set(err, KVI_E_IO, "pipeline: MPI_Init_thread failed (%d)", rc);
+    if (provided < MPI_THREAD_SERIALIZED) {
+        MPI_Finalize();
+        return err_set(err, KVI_E_UNSUPPORTED,
+                       "pipeline: this MPI library cannot be called from more than one thread "
+                       "(MPI_THREAD_SERIALIZED)");
+    }
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     pipe_world *w = calloc(1, sizeof *w);
     if (!w) {
@@ -218,6 +226,8 @@ static int io_send_logits(void *ctx, const float *lg, size_t n)
     return io_send(w, lg, n, 0, TAG_LOGITS);
 }
 
+static const char *io_failure(void *ctx) { return pipe_failure(ctx); }
+
 static int attach(pipe_world *w, kvi_engine *e, const pipe_plan *plan, kvi_error *err)
 {
     const engine_pipe_io io = {
@@ -229,6 +239,7 @@ static int attach(pipe_world *w, kvi_engine *e, const pipe_plan *plan, kvi_error
         .send_x = io_send_x,
         .recv_logits = io_recv_logits,
         .send_logits = io_send_logits,
+        .failure = io_failure,
     };
     const int rc = engine_pipe_attach(e, &io, err);
     /* the other stages' tensors: never read here */

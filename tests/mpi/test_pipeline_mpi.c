@@ -19,6 +19,8 @@
  *    model with recurrent layers (not split yet) are refused with a message and a
  *    non-zero exit;
  *  - a rank that stops answering: rank 0 fails the run within --pp-timeout;
+ *  - serve over 2 ranks: concurrent plain and streamed greedy completions equal
+ *    one process's; a stalled rank makes the server answer 503 and exit non-zero;
  *  - --mem-limit: a bound under the model's weights refuses one process (naming
  *    the ranks that fit) and lets 2 ranks run it with the same tokens (each rank
  *    reads only its stage's tensors: test_model checks the staged load).
@@ -26,8 +28,10 @@
  */
 #include "testutil.h"
 
+#include "http_util.h"
 #include "pipeline/pipeline.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -277,6 +281,122 @@ static void check_stall(void)
     free(err);
 }
 
+/* ---- serve over 2 ranks ---- */
+
+static const char *serve_prompts[4] = { "Once upon a time", "Lily and Tom went to the park",
+                                        "The cat sat on the mat", "One day a little dog" };
+
+typedef struct serve_client {
+    int port, idx;
+    bool stream;
+    int status;
+    char *text; /* the completion's text (streams: the events' texts joined) */
+} serve_client;
+
+static void *serve_one(void *arg)
+{
+    serve_client *c = arg;
+    char body[512];
+    snprintf(body, sizeof body,
+             "{\"prompt\":\"%s\",\"max_tokens\":40,\"temperature\":0,\"ignore_eos\":true,\"stream\":%s}",
+             serve_prompts[c->idx], c->stream ? "true" : "false");
+    http_resp r = http_request(c->port, "POST", "/v1/completions", NULL, body);
+    c->status = r.status;
+    size_t len = 0;
+    c->text = calloc(1, r.body ? strlen(r.body) + 1 : 1);
+    if (r.body && c->text && c->stream) {
+        const char *cur = r.body, *ev;
+        size_t n;
+        bool done = false;
+        while (sse_next(&cur, &ev, &n, &done)) {
+            cJSON *j = cJSON_ParseWithLength(ev, n);
+            const cJSON *t = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0), "text");
+            if (cJSON_IsString(t)) {
+                memcpy(c->text + len, t->valuestring, strlen(t->valuestring));
+                len += strlen(t->valuestring);
+            }
+            cJSON_Delete(j);
+        }
+    } else if (r.body && c->text) {
+        cJSON *j = cJSON_Parse(r.body);
+        const cJSON *t = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0), "text");
+        if (cJSON_IsString(t)) strcpy(c->text, t->valuestring);
+        cJSON_Delete(j);
+    }
+    free(r.body);
+    return NULL;
+}
+
+/* `mpirun -np 2 kvinfer serve`: 8 concurrent greedy completions (half streamed)
+ * each equal `kvinfer run --temp 0` in one process; then a server whose rank 1
+ * stops answering answers 503 (pipeline_failed) within --pp-timeout and exits
+ * non-zero. */
+static void check_serve(void)
+{
+    char launcher[1024];
+    snprintf(launcher, sizeof launcher, "'%s' %s %s -x LSAN_OPTIONS=%s -np 2", KVI_MPIRUN, MPIRUN_FLAGS,
+             geteuid() == 0 ? "--allow-run-as-root" : "", LSAN_RANKS);
+    char *refs[4];
+    for (int k = 0; k < 4; k++) refs[k] = run_text(serve_prompts[k], 40);
+    test_server s;
+    if (!test_server_start_via(&s, launcher, "-t 1 --parallel 4", "pipeline_serve.err")) {
+        CHECK(false, "mpirun serve did not start");
+    } else {
+        serve_client c[8];
+        pthread_t th[8];
+        for (int i = 0; i < 8; i++) {
+            c[i] = (serve_client){ .port = s.port, .idx = i % 4, .stream = i >= 4 };
+            pthread_create(&th[i], NULL, serve_one, &c[i]);
+        }
+        int same = 0;
+        for (int i = 0; i < 8; i++) {
+            pthread_join(th[i], NULL);
+            const bool ok = c[i].status == 200 && c[i].text && !strcmp(c[i].text, refs[c[i].idx]);
+            CHECK(ok, "serve over 2 ranks, client %d (%s): status %d, '%s' vs one process '%s'", i,
+                  c[i].stream ? "streamed" : "plain", c[i].status, c[i].text ? c[i].text : "", refs[c[i].idx]);
+            same += ok;
+            free(c[i].text);
+        }
+        /* mpirun itself exits 1 once it was signalled; rank 0 must have shut down cleanly */
+        test_server_stop(&s);
+        char *log = read_file(tmp_path("pipeline_serve.err"), NULL);
+        CHECK(log && strstr(log, "signal 15, shutting down") && !strstr(log, "error"),
+              "mpirun serve after SIGTERM: %s", log ? log : "(no log)");
+        free(log);
+        printf("serve over 2 ranks: %d of 8 concurrent completions (4 streamed) equal one process's\n", same);
+    }
+    for (int k = 0; k < 4; k++) free(refs[k]);
+
+    char extra[128];
+    snprintf(extra, sizeof extra, "-t 1 --pp-timeout 2");
+    char stall[1200];
+    snprintf(stall, sizeof stall, "%s -x KVINFER_PIPE_TEST_STALL=3", launcher);
+    if (!test_server_start_via(&s, stall, extra, "pipeline_serve_stall.err")) {
+        CHECK(false, "mpirun serve (stalling rank) did not start");
+        return;
+    }
+    const double t0 = kvi_time_ms();
+    http_resp r = http_request(s.port, "POST", "/v1/completions", NULL,
+                               "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0}");
+    CHECK(r.status == 503 && r.body && strstr(r.body, "pipeline_failed") && strstr(r.body, "did not answer"),
+          "a stalled rank under serve: %d %s", r.status, r.body ? r.body : "");
+    free(r.body);
+    int st = -1;
+    for (int i = 0; i < 200 && st < 0; i++) { /* the server ends by itself */
+        int ws;
+        if (waitpid(s.pid, &ws, WNOHANG) == s.pid) st = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128;
+        else usleep(100000);
+    }
+    CHECK(st > 0, "a stalled rank under serve: the server did not exit non-zero by itself (%d)", st);
+    if (st < 0) test_server_stop(&s);
+    else {
+        s.pid = -1;
+        test_server_stop(&s);
+    }
+    printf("serve with a stalled rank: 503 pipeline_failed, server exited %d after %.1f s\n", st,
+           (kvi_time_ms() - t0) / 1000.0);
+}
+
 int main(void)
 {
     const char *stories = "models/stories260K.gguf";
@@ -316,5 +436,6 @@ int main(void)
     check_refusals();
     check_mem_limit();
     check_stall();
+    check_serve();
     return test_main_end();
 }
