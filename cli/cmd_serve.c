@@ -363,6 +363,7 @@ int cmd_serve(int argc, char **argv)
     pthread_mutex_unlock(&srv->mu);
     __atomic_store_n(&srv->s, NULL, __ATOMIC_RELEASE);
     kvi_sched_free(s);
+    if (!cli_pipe_failure()) cli_pipe_summary(srv->e); /* mpirun: each stage's costs */
 out:
     srv_stop(srv);
     __atomic_store_n(&srv->s, NULL, __ATOMIC_RELEASE);

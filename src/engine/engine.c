@@ -644,7 +644,7 @@ static int step_run_stage(kvi_engine *e, const fwd_rows *rows)
     st->compute_ms += t - t1;
     if (!rc && !last) rc = io->send_x(io->ctx, x, nx);
     if (!rc && !last) st->bytes_sent += nx * sizeof *x;
-    if (!rc && nl > 0 && io->l0 == 0) rc = io->recv_logits(io->ctx, rows->logits, nl);
+    if (!rc && nl > 0 && io->l0 == 0) rc = io->post_logits(io->ctx, rows->logits, nl);
     if (!rc && nl > 0 && last) rc = io->send_logits(io->ctx, rows->logits, nl);
     if (!rc && nl > 0 && last) st->bytes_sent += nl * sizeof *rows->logits;
     st->wait_ms += kvi_time_ms() - t;
@@ -657,9 +657,13 @@ static int step_run_stage(kvi_engine *e, const fwd_rows *rows)
  * batch row to its logits row (or -1). 0, or the pass's error code. */
 static int step_run(kvi_engine *e, const kvi_batch *b)
 {
+    /* a pipeline's root does not wait for a chunk's logits before its next chunk:
+     * while a later stage computes chunk c, the earlier ones compute chunk c + 1 */
     int32_t o = 0;
-    for (int32_t start = 0; start < b->n; start += e->p.n_batch_max) {
-        const int32_t n = (b->n - start) < e->p.n_batch_max ? (b->n - start) : e->p.n_batch_max;
+    const int32_t chunk = e->p.n_batch_max;
+    int rc = 0;
+    for (int32_t start = 0; !rc && start < b->n; start += chunk) {
+        const int32_t n = (b->n - start) < chunk ? (b->n - start) : chunk;
         int32_t n_out_chunk = 0;
         for (int32_t i = 0; i < n; i++) {
             e->tables[i] = &b->seq[start + i]->table;
@@ -680,11 +684,16 @@ static int step_run(kvi_engine *e, const kvi_batch *b)
             .recv = e->recv_rows + start,
             .snap = e->kv.n_rlayers ? e->snap_rows + start : NULL,
         };
-        const int rc = e->piped ? step_run_stage(e, &rows) : fwd_run(e->fwd, e->pool, &e->kv, &rows);
-        if (rc) return rc;
+        rc = e->piped ? step_run_stage(e, &rows) : fwd_run(e->fwd, e->pool, &e->kv, &rows);
         o += n_out_chunk;
     }
-    return 0;
+    if (e->piped && e->pipe.l0 == 0) { /* the root: every posted chunk's logits (also after an error) */
+        const double t = kvi_time_ms();
+        const int wrc = e->pipe.wait_logits(e->pipe.ctx);
+        e->pipe_st.wait_ms += kvi_time_ms() - t;
+        if (!rc) rc = wrc;
+    }
+    return rc;
 }
 
 /* Phase 4: each sequence now holds positions 0..last, with their tokens; blocks

@@ -52,8 +52,12 @@ typedef struct engine_pipe_io {
     /* x [n][dim] f32 from the previous stage (l0 > 0), to the next (l1 < n_layers) */
     int (*recv_x)(void *ctx, float *x, size_t n_floats);
     int (*send_x)(void *ctx, const float *x, size_t n_floats);
-    /* logits [n_out][n_vocab] f32: the root receives them from the last stage */
-    int (*recv_logits)(void *ctx, float *logits, size_t n_floats);
+    /* logits [n_out][n_vocab] f32: the last stage sends them to the root; the root
+     * posts a receive per forward chunk (post_logits: logits must stay valid) and
+     * completes them all, in order, at the end of the step (wait_logits), so it
+     * computes its next chunk while the later stages compute this one */
+    int (*post_logits)(void *ctx, float *logits, size_t n_floats);
+    int (*wait_logits)(void *ctx);
     int (*send_logits)(void *ctx, const float *logits, size_t n_floats);
     /* what made a transport call fail (a rank that did not answer), or NULL */
     const char *(*failure)(void *ctx);

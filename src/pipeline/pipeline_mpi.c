@@ -57,6 +57,8 @@ struct pipe_world {
     char fail_msg[200];                  /* what timed out */
     long stall_after;                    /* fault injection: a rank > 0 stops answering after
                                             this many ops (0: never) */
+    MPI_Request *lreq;                   /* [n_lreq] the root's posted logits receives, in order */
+    size_t n_lreq, cap_lreq;
     size_t block_bytes[PIPE_MAX_STAGES]; /* [size] each stage's bytes per KV block (the root's
                                                copy, from the handshake) */
 };
@@ -121,6 +123,7 @@ void pipe_finish(pipe_world *w)
     if (!w) return;
     const bool failed = w->failed;
     if (!failed) MPI_Comm_free(&w->comm);
+    free(w->lreq);
     free(w);
     if (!failed) MPI_Finalize();
 }
@@ -215,10 +218,36 @@ static int io_send_x(void *ctx, const float *x, size_t n)
     pipe_world *w = ctx;
     return io_send(w, x, n, w->rank + 1, TAG_X);
 }
-static int io_recv_logits(void *ctx, float *lg, size_t n)
+/* The root: a receive of one chunk's logits from the last rank, posted now so the
+ * last rank's send completes while the root computes its next chunk. */
+static int io_post_logits(void *ctx, float *lg, size_t n)
 {
     pipe_world *w = ctx;
-    return io_recv(w, lg, n, w->size - 1, TAG_LOGITS);
+    for (size_t o = 0; o < n; o += PIECE) {
+        if (w->n_lreq == w->cap_lreq) {
+            const size_t cap = w->cap_lreq ? 2 * w->cap_lreq : 16;
+            MPI_Request *nr = realloc(w->lreq, cap * sizeof *nr);
+            if (!nr) return KVI_E_NOMEM;
+            w->lreq = nr;
+            w->cap_lreq = cap;
+        }
+        const int c = (int)(n - o < PIECE ? n - o : PIECE);
+        if (MPI_Irecv(lg + o, c, MPI_FLOAT, w->size - 1, TAG_LOGITS, w->comm, &w->lreq[w->n_lreq]) !=
+            MPI_SUCCESS)
+            return KVI_E_IO;
+        w->n_lreq++;
+    }
+    return 0;
+}
+
+/* The root: completes the posted logits receives, in order. */
+static int io_wait_logits(void *ctx)
+{
+    pipe_world *w = ctx;
+    int rc = 0;
+    for (size_t i = 0; i < w->n_lreq && !rc; i++) rc = wait_req(w, &w->lreq[i], w->size - 1, "waiting for the logits");
+    w->n_lreq = 0;
+    return rc;
 }
 static int io_send_logits(void *ctx, const float *lg, size_t n)
 {
@@ -237,7 +266,8 @@ static int attach(pipe_world *w, kvi_engine *e, const pipe_plan *plan, kvi_error
         .send_op = io_send_op,
         .recv_x = io_recv_x,
         .send_x = io_send_x,
-        .recv_logits = io_recv_logits,
+        .post_logits = io_post_logits,
+        .wait_logits = io_wait_logits,
         .send_logits = io_send_logits,
         .failure = io_failure,
     };
