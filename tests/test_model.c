@@ -326,6 +326,16 @@ static bool all_zero(const uint8_t *p, size_t n)
     return true;
 }
 
+/* rel loaded as the stage [first, end) (NULL with err set when refused). */
+static kvi_model *load_stage(const char *rel, int first, int end, kvi_error *err)
+{
+    kvi_load_params lp;
+    kvi_load_params_default(&lp);
+    lp.stage_first = first;
+    lp.stage_end = end;
+    return kvi_model_load(shared_path(rel), &lp, err);
+}
+
 static void test_staged_load(void)
 {
     const char *rel = "golden/quant/qtest-q8_0.gguf";
@@ -335,17 +345,14 @@ static void test_staged_load(void)
     if (!whole) return;
     static const int ranges[][2] = { { 0, 1 }, { 1, 3 }, { 3, 4 }, { 0, 4 } };
     for (size_t r = 0; r < sizeof ranges / sizeof ranges[0]; r++) {
-        kvi_load_params lp;
-        kvi_load_params_default(&lp);
-        lp.stage_first = ranges[r][0];
-        lp.stage_end = ranges[r][1];
-        kvi_model *m = kvi_model_load(shared_path(rel), &lp, &err);
-        CHECK(m != NULL, "%s stage %d-%d: %s", rel, lp.stage_first, lp.stage_end, err.msg);
+        const int l0 = ranges[r][0], l1 = ranges[r][1];
+        kvi_model *m = load_stage(rel, l0, l1, &err);
+        CHECK(m != NULL, "%s stage %d-%d: %s", rel, l0, l1, err.msg);
         if (!m) continue;
         int kept = 0, unread = 0, wrong = 0;
         for (int64_t i = 0; i < gguf_n_tensors(m->gguf); i++) {
             const gguf_tensor *t = gguf_tensor_at(m->gguf, i), *w = gguf_tensor_at(whole->gguf, i);
-            if (model_stage_keeps(m->gguf, t, lp.stage_first, lp.stage_end, 4)) {
+            if (model_stage_keeps(m->gguf, t, l0, l1, 4)) {
                 kept++;
                 wrong += w->nbytes != t->nbytes || memcmp(w->data, t->data, t->nbytes) != 0;
             } else {
@@ -353,21 +360,15 @@ static void test_staged_load(void)
                 wrong += !all_zero(t->data, t->nbytes) || all_zero(w->data, w->nbytes);
             }
         }
-        const bool whole_range = lp.stage_first == 0 && lp.stage_end == 4;
-        CHECK(wrong == 0 && kept > 0 && (whole_range ? unread == 0 : unread > 0),
-              "%s stage %d-%d: %d tensors kept, %d unread, %d wrong", rel, lp.stage_first, lp.stage_end, kept,
-              unread, wrong);
+        CHECK(wrong == 0 && kept > 0 && (l0 == 0 && l1 == 4 ? unread == 0 : unread > 0),
+              "%s stage %d-%d: %d tensors kept, %d unread, %d wrong", rel, l0, l1, kept, unread, wrong);
         kvi_model_free(m);
     }
     static const int bad[][2] = { { 2, 2 }, { 3, 1 }, { -1, 2 }, { 2, 5 } };
     for (size_t r = 0; r < sizeof bad / sizeof bad[0]; r++) {
-        kvi_load_params lp;
-        kvi_load_params_default(&lp);
-        lp.stage_first = bad[r][0];
-        lp.stage_end = bad[r][1];
-        kvi_model *m = kvi_model_load(shared_path(rel), &lp, &err);
-        CHECK(!m && err.code == KVI_E_INVALID && msg_has(&err, "stage layers"), "stage %d-%d: %s", lp.stage_first,
-              lp.stage_end, m ? "loaded" : err.msg);
+        kvi_model *m = load_stage(rel, bad[r][0], bad[r][1], &err);
+        CHECK(!m && err.code == KVI_E_INVALID && msg_has(&err, "stage layers"), "stage %d-%d: %s", bad[r][0],
+              bad[r][1], m ? "loaded" : err.msg);
         kvi_model_free(m);
     }
     kvi_model_free(whole);
