@@ -284,7 +284,8 @@ int cmd_chat(int argc, char **argv)
     if (!(st.m = cli_opt_load_model(&o.c))) return 1;
     kvi_engine_params ep;
     cli_opt_engine_params(&o.c, &ep);
-    if (!(st.e = cli_engine_create(st.m, &ep, "chat: "))) {
+    if (!(st.e = cli_engine_create(st.m, &ep, "chat: ")) || cli_pipe_attach(st.e, &ep)) {
+        kvi_engine_free(st.e); /* mpirun: stage 0 of the pipeline */
         kvi_model_free(st.m);
         return 1;
     }

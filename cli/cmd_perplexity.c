@@ -584,6 +584,7 @@ static int ppl_setup(const ppl_opts *o, ppl_run *r, const char *text, size_t tex
     ep.n_seq_max = 1;
     ep.n_batch_max = r->batch;
     if (!(r->e = cli_engine_create(r->m, &ep, "perplexity: "))) return 1;
+    if (cli_pipe_attach(r->e, &ep)) return 1; /* mpirun: stage 0 of the pipeline */
     if (!(r->b = kvi_batch_create(r->batch)))
         return cli_error("perplexity: out of memory (batch of %d rows)", r->batch);
     r->lp = malloc((size_t)r->n_vocab * sizeof *r->lp);

@@ -19,6 +19,7 @@
  *    model with recurrent layers (not split yet) are refused with a message and a
  *    non-zero exit;
  *  - a rank that stops answering: rank 0 fails the run within --pp-timeout;
+ *  - perplexity (2 and 3 ranks) and a two-turn chat: the same output as one process;
  *  - serve over 2 ranks: concurrent plain and streamed greedy completions equal
  *    one process's; a stalled rank makes the server answer 503 and exit non-zero;
  *  - --mem-limit: a bound under the model's weights refuses one process (naming
@@ -30,6 +31,7 @@
 
 #include "http_util.h"
 #include "pipeline/pipeline.h"
+#include "ppl_util.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -41,9 +43,9 @@
 /* sanitizer builds: what Open MPI leaks at exit is not ours (lsan_openmpi.supp) */
 #define LSAN_RANKS "suppressions=" KVI_LSAN_SUPP ":fast_unwind_on_malloc=0"
 
-/* Runs `[mpirun -np np [env]] kvinfer args` (np 0: no mpirun); stdout and stderr
- * into *out, *err (malloc'd). The exit status. */
-static int run(int np, const char *env, const char *args, char **out, char **errout)
+/* Runs `[mpirun -np np [env]] kvinfer args < in` (np 0: no mpirun); stdout and
+ * stderr into *out, *err (malloc'd). The exit status. */
+static int run_in(int np, const char *env, const char *args, const char *in, char **out, char **errout)
 {
     static int seq;
     char o[4096], e[4096], cmd[16384], pre[1024] = "";
@@ -55,13 +57,19 @@ static int run(int np, const char *env, const char *args, char **out, char **err
                  geteuid() == 0 ? "--allow-run-as-root" : "", LSAN_RANKS, np, env ? env : "");
     else if (env)
         snprintf(pre, sizeof pre, "env %s ", env);
-    snprintf(cmd, sizeof cmd, "%s'%s' %s </dev/null >'%s' 2>'%s'", pre, KVI_BIN, args, o, e);
+    snprintf(cmd, sizeof cmd, "%s'%s' %s <'%s' >'%s' 2>'%s'", pre, KVI_BIN, args, in, o, e);
     const int st = system(cmd);
     if (out) *out = read_file(o, NULL);
     if (errout) *errout = read_file(e, NULL);
     remove(o);
     remove(e);
     return st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* run_in with stdin from /dev/null */
+static int run(int np, const char *env, const char *args, char **out, char **errout)
+{
+    return run_in(np, env, args, "/dev/null", out, errout);
 }
 
 /* The stages of a "pipeline" object: np stages, rank k, contiguous layers from 0 to
@@ -281,6 +289,51 @@ static void check_stall(void)
     free(err);
 }
 
+/* perplexity --json and a two-turn greedy chat (stdin to rank 0) over 2 and 3
+ * ranks: the same output as one process, byte for byte. */
+static void check_perplexity_chat(void)
+{
+    char text[1024], args[2048], *one = NULL, *many = NULL, *err = NULL;
+    CHECK(ppl_golden_text("pipeline_ppl.txt", text, sizeof text), "writing the perplexity text");
+    snprintf(args, sizeof args, "perplexity -m '%s' -f '%s' -c 64 --json -t 1",
+             shared_path("models/stories260K.gguf"), text);
+    int rc = run(0, NULL, args, &one, NULL);
+    CHECK(rc == 0 && one && strstr(one, "\"perplexity\""), "perplexity, one process: exit %d", rc);
+    /* every field but the time it took */
+    const size_t n = one && strstr(one, ",\"seconds\"") ? (size_t)(strstr(one, ",\"seconds\"") - one) : 0;
+    CHECK(n > 0, "perplexity: no seconds field in %s", one ? one : "(none)");
+    for (int np = 2; np <= 3; np++) {
+        rc = run(np, NULL, args, &many, &err);
+        const bool same = rc == 0 && n > 0 && many && strlen(many) > n && !memcmp(one, many, n + 11);
+        CHECK(same, "perplexity over %d ranks: exit %d, %s vs %s: %s", np, rc, many ? many : "(none)",
+              one ? one : "(none)", err ? err : "");
+        if (same) printf("perplexity over %d ranks: identical output\n", np);
+        free(many);
+        free(err);
+        many = err = NULL;
+    }
+    free(one);
+    one = NULL;
+    /* chat reads its turns from stdin (mpirun gives it to rank 0) */
+    char turns[1024];
+    snprintf(turns, sizeof turns, "%s", tmp_path("pipeline_chat.txt"));
+    FILE *f = fopen(turns, "w");
+    CHECK(f != NULL, "writing %s", turns);
+    if (!f) return;
+    fputs("Hello there\nTell me more about the park\n", f);
+    fclose(f);
+    snprintf(args, sizeof args, "chat -m '%s' -n 16 --temp 0 -t 1", shared_path("models/stories260K.gguf"));
+    rc = run_in(0, NULL, args, turns, &one, NULL);
+    CHECK(rc == 0 && one && strlen(one) > 10, "chat, one process: exit %d", rc);
+    rc = run_in(2, NULL, args, turns, &many, &err);
+    CHECK(rc == 0 && one && many && !strcmp(one, many), "chat over 2 ranks: exit %d, '%s' vs '%s': %s", rc,
+          many ? many : "(none)", one ? one : "(none)", err ? err : "");
+    if (rc == 0 && one && many && !strcmp(one, many)) printf("chat over 2 ranks: identical replies\n");
+    free(one);
+    free(many);
+    free(err);
+}
+
 /* ---- serve over 2 ranks ---- */
 
 static const char *serve_prompts[4] = { "Once upon a time", "Lily and Tom went to the park",
@@ -436,6 +489,7 @@ int main(void)
     check_refusals();
     check_mem_limit();
     check_stall();
+    check_perplexity_chat();
     check_serve();
     return test_main_end();
 }
