@@ -441,6 +441,7 @@ typedef struct bench_model {
     size_t decode_bytes; /* the active bytes of one decode token */
     int threads;
     const kvi_hw_limits *hw; /* NULL: not measured */
+    cJSON *pipe;             /* mpirun: the stages and their costs (cli_pipe_json), or NULL */
 } bench_model;
 
 /* Below the table: what one token reads, the decode roofline's bytes (of a
@@ -519,6 +520,7 @@ static int bench_report(const bench_opts *o, const bench_model *bm, const bench_
     }
     if (root) {
         if (bm->hw) cJSON_AddItemToObject(root, "hw", hw_json(bm->hw));
+        if (bm->pipe) cJSON_AddItemToObject(root, "pipeline", bm->pipe);
         return cli_print_json(root, "bench: out of memory writing JSON");
     }
     active_print(bm);
@@ -596,6 +598,7 @@ int cmd_bench(int argc, char **argv)
     ep.n_batch_max = max_pp > (int)o.batch ? max_pp : (int)o.batch;
     int rc = 0;
     if (!(c.e = cli_engine_create(m, &ep, "bench: "))) rc = 1;
+    if (rc == 0 && cli_pipe_attach(c.e, &ep)) rc = 1; /* mpirun: stage 0 of the pipeline */
     if (rc == 0 && !(c.base = kvi_seq_create(c.e))) rc = cli_error("bench: cannot create a sequence");
     if (rc == 0 && !(c.b = kvi_batch_create(ep.n_batch_max)))
         rc = cli_error("bench: out of memory creating a batch of %d rows", ep.n_batch_max);
@@ -607,7 +610,9 @@ int cmd_bench(int argc, char **argv)
 
     /* the limits, measured in the same run, after the model tests */
     kvi_hw_limits hw;
-    if (rc == 0 && !o.no_hw) {
+    if (rc == 0 && !o.no_hw && cli_pipe_active()) /* the other ranks poll MPI: the cores are not free */
+        fprintf(stderr, "kvinfer bench: under mpirun the machine's limits are not measured\n");
+    else if (rc == 0 && !o.no_hw) {
         fprintf(stderr, "kvinfer bench: measuring the machine's limits%s\n", o.quick ? " (quick)" : "");
         kvi_error herr = { 0 };
         int hr = kvi_hw_bench(&hw, bm.threads, o.quick, &herr);
@@ -617,7 +622,12 @@ int cmd_bench(int argc, char **argv)
         else
             bm.hw = &hw;
     }
+    if (rc == 0 && cli_pipe_active()) { /* each stage's costs over all the tests */
+        cli_pipe_summary(c.e);
+        if (o.json) bm.pipe = cli_pipe_json(c.e);
+    }
     if (rc == 0) rc = bench_report(&o, &bm, res, n_tests);
+    else cJSON_Delete(bm.pipe);
     free(res);
     if (c.b) kvi_batch_free(c.b);
     if (c.seq) kvi_seq_free(c.seq);

@@ -56,9 +56,9 @@ static void print_help(FILE *f)
                "  --mem-limit SIZE   weights one process may hold (e.g. 8GiB): a model over it is\n"
                "                     refused, saying how many mpirun ranks would fit it\n"
                "  --pp-layers SPEC   under mpirun: each rank's layers, e.g. 0-7,8-15 (default: balanced\n"
-               "                     by weight bytes); mpirun -np N kvinfer run|logits|serve|perplexity|chat\n"
-               "                     ... splits the model into N pipeline stages, each rank reading only its\n"
-               "                     layers\n"
+               "                     by weight bytes); mpirun -np N kvinfer COMMAND ... splits the model\n"
+               "                     into N pipeline stages, each rank reading only its layers (run,\n"
+               "                     logits, serve, perplexity, chat, bench)\n"
                "  --pp-timeout S     under mpirun: seconds rank 0 waits for another rank (start-up, each\n"
                "                     step) before it fails the run and ends the job (default 300; 0: forever)\n");
     fprintf(f, "\nkvinfer COMMAND --help for details.\n");
@@ -68,7 +68,7 @@ static void print_help(FILE *f)
 static bool pipeline_command(const char *cmd)
 {
     return !strcmp(cmd, "run") || !strcmp(cmd, "logits") || !strcmp(cmd, "serve") || !strcmp(cmd, "perplexity") ||
-           !strcmp(cmd, "chat");
+           !strcmp(cmd, "chat") || !strcmp(cmd, "bench");
 }
 
 static int dispatch(int argc, char **argv);
@@ -78,8 +78,8 @@ int main(int argc, char **argv)
     if (cli_pipe_begin(&argc, &argv)) return 1;
     int rc;
     if (cli_pipe_active() && (argc < 2 || !pipeline_command(argv[1])))
-        rc = cli_error("under mpirun with several ranks only run, logits, serve, perplexity and chat are "
-                       "supported yet");
+        rc = cli_error("under mpirun with several ranks only run, logits, serve, perplexity, chat and bench "
+                       "are supported yet");
     else if (cli_pipe_worker())
         rc = cli_apply_env() || cli_pipe_worker_main(argc - 1, argv + 1);
     else

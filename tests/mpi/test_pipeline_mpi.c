@@ -20,6 +20,7 @@
  *    non-zero exit;
  *  - a rank that stops answering: rank 0 fails the run within --pp-timeout;
  *  - perplexity (2 and 3 ranks) and a two-turn chat: the same output as one process;
+ *    bench measures both tests and reports each stage's rows and bytes;
  *  - serve over 2 ranks: concurrent plain and streamed greedy completions equal
  *    one process's; a stalled rank makes the server answer 503 and exit non-zero;
  *  - --mem-limit: a bound under the model's weights refuses one process (naming
@@ -33,6 +34,7 @@
 #include "pipeline/pipeline.h"
 #include "ppl_util.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -334,6 +336,34 @@ static void check_perplexity_chat(void)
     free(err);
 }
 
+/* bench --json over 2 ranks: both tests measured, and a pipeline object whose
+ * stages ran the same rows, the last one sending every logits row's n_vocab floats. */
+static void check_bench(void)
+{
+    char args[2048], *out = NULL, *err = NULL;
+    snprintf(args, sizeof args, "bench -m '%s' -p 16 -n 8 -r 1 -t 1 --json",
+             shared_path("models/stories260K.gguf"));
+    const int rc = run(2, NULL, args, &out, &err);
+    cJSON *j = out ? cJSON_Parse(out) : NULL;
+    const cJSON *res = cJSON_GetObjectItem(j, "results"),
+                *st = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "pipeline"), "stages");
+    int measured = 0;
+    for (int i = 0; i < cJSON_GetArraySize(res); i++)
+        measured += cJSON_GetObjectItem(cJSON_GetArrayItem(res, i), "avg_ts")->valuedouble > 0;
+    const cJSON *s0 = cJSON_GetArrayItem(st, 0), *s1 = cJSON_GetArrayItem(st, 1);
+    const double r0 = s0 ? cJSON_GetObjectItem(s0, "rows")->valuedouble : -1,
+                 r1 = s1 ? cJSON_GetObjectItem(s1, "rows")->valuedouble : -2;
+    CHECK(rc == 0 && measured == 2 && cJSON_GetArraySize(st) == 2 && r0 > 24 && r0 == r1 &&
+              cJSON_GetObjectItem(s0, "bytes_sent")->valuedouble == r0 * 4 * 64 &&
+              fmod(cJSON_GetObjectItem(s1, "bytes_sent")->valuedouble, 512 * 4) == 0,
+          "bench over 2 ranks: exit %d, %d tests measured, stage rows %.0f / %.0f: %s %s", rc, measured, r0, r1,
+          out ? out : "", err ? err : "");
+    if (rc == 0 && measured == 2) printf("bench over 2 ranks: pp16 and tg8 measured, %.0f rows per stage\n", r0);
+    cJSON_Delete(j);
+    free(out);
+    free(err);
+}
+
 /* ---- serve over 2 ranks ---- */
 
 static const char *serve_prompts[4] = { "Once upon a time", "Lily and Tom went to the park",
@@ -490,6 +520,7 @@ int main(void)
     check_mem_limit();
     check_stall();
     check_perplexity_chat();
+    check_bench();
     check_serve();
     return test_main_end();
 }
