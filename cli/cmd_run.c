@@ -16,8 +16,10 @@
  */
 #include "cli/cli_opts.h"
 #include "cli/run_spec.h"
+#include "server/server.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +45,11 @@ static const char run_help[] =
     "  -p, --prompt TEXT       the prompt (default: empty, i.e. BOS alone)\n"
     "  -f, --file PATH         read the prompt from a file (one trailing newline dropped)\n"
     "  --tokens IDS            prompt token ids \"1,2,3\", used exactly (no BOS added)\n"
+    "  --chat                  the prompt is a user's message: laid out by the model's chat\n"
+    "                          template (Jinja; built-in layouts for a model without one)\n"
+    "                          with the assistant's turn opened\n"
+    "  --chat-template-file F  --chat with the Jinja template in F\n"
+    "  -sys, --system TEXT     --chat with a system message first\n"
     "  --special               special-token text in the prompt (<s>) becomes the token\n"
     "                          (default: off)\n"
     "generation:\n"
@@ -100,6 +107,9 @@ typedef struct run_opts {
     run_spec_opts spec; /* speculative decoding (cli/run_spec.c) */
     /* constrained output: at most one of them */
     const char *grammar, *grammar_file, *json_schema, *json_schema_file;
+    /* a one-turn chat: the prompt is the user's message, laid out by a chat template */
+    bool chat;
+    const char *chat_template_file, *system;
 } run_opts;
 
 /* The shared flags `run` takes (cli/cli_opts.h): all of them, with the default ranges. */
@@ -162,6 +172,7 @@ static int parse_run_flag(int argc, char **argv, int *i, run_opts *o)
     bool *on = !strcmp(a, "--ignore-eos")    ? &o->ignore_eos
                : !strcmp(a, "--no-kv-cache") ? &o->no_kv
                : !strcmp(a, "--json")        ? &o->json
+               : !strcmp(a, "--chat")        ? &o->chat
                                              : NULL;
     if (on) {
         *on = true;
@@ -173,6 +184,8 @@ static int parse_run_flag(int argc, char **argv, int *i, run_opts *o)
                         : !strcmp(a, "--grammar-file")     ? &o->grammar_file
                         : !strcmp(a, "--json-schema")      ? &o->json_schema
                         : !strcmp(a, "--json-schema-file") ? &o->json_schema_file
+                        : !strcmp(a, "--chat-template-file") ? &o->chat_template_file
+                        : !strcmp(a, "-sys") || !strcmp(a, "--system") ? &o->system
                                                            : NULL;
     if (path) return (*path = cli_flag_value(argc, argv, i)) ? 1 : -1;
     return parse_sampling_flag(argc, argv, i, o);
@@ -203,7 +216,10 @@ static int parse_run_args(int argc, char **argv, run_opts *o)
         if (r == 0) r = parse_run_flag(argc, argv, &i, o);
         if (r == 0) r = run_spec_parse_flag(argc, argv, &i, &o->spec);
         if (r < 0) return 1;
-        if (r > 0) continue;
+        if (r > 0) {
+            o->chat |= o->chat_template_file || o->system; /* both imply --chat */
+            continue;
+        }
         if (a[0] == '-')
             cli_error("run: unknown option '%s' (kvinfer run --help)", a);
         else
@@ -819,6 +835,67 @@ static kvi_grammar *load_grammar(const run_opts *o, int *rc)
     return g;
 }
 
+/* --chat: the prompt (-p or -f) as the user's message after the --system one, laid
+ * out by --chat-template-file's Jinja template, else the model's (or, for a model
+ * that ships none, the built-in layouts), with the assistant's turn opened;
+ * special tokens are recognised in the template's text only, as serve does.
+ * 0 with a malloc'd array, or 1 with the error printed. */
+static int chat_prompt_ids(const run_opts *o, kvi_model *m, int32_t **ids, int32_t *n)
+{
+    size_t ulen = 0, flen = 0;
+    char *user = o->c.file ? cli_read_file(o->c.file, &ulen) : NULL;
+    if (o->c.file && !user) return cli_error("run: cannot read '%s': %s", o->c.file, strerror(errno));
+    if (user && ulen > 0 && user[ulen - 1] == '\n') user[--ulen] = 0;
+    char *ftext = o->chat_template_file ? cli_read_file(o->chat_template_file, &flen) : NULL;
+    if (o->chat_template_file && !ftext) {
+        free(user);
+        return cli_error("run: cannot read '%s': %s", o->chat_template_file, strerror(errno));
+    }
+    const char *utext = user ? user : o->c.prompt ? o->c.prompt : "";
+    srv_server tsrv;
+    memset(&tsrv, 0, sizeof tsrv);
+    tsrv.m = m;
+    kvi_error err = { 0 };
+    int rc = srv_template_init(&tsrv, ftext, flen, o->chat_template_file, &err) ? cli_error("run: %s", err.msg) : 0;
+    free(ftext);
+    if (!rc && tsrv.tmpl) { /* Jinja: the body as a chat request */
+        cJSON *body = cJSON_CreateObject(), *arr = body ? cJSON_AddArrayToObject(body, "messages") : NULL;
+        for (int k = o->system ? 0 : 1; arr && k < 2; k++) {
+            cJSON *msg = cJSON_CreateObject();
+            cJSON_AddItemToArray(arr, msg);
+            cJSON_AddStringToObject(msg, "role", k ? "user" : "system");
+            cJSON_AddStringToObject(msg, "content", k ? utext : o->system);
+        }
+        char *json = arr ? cJSON_PrintUnformatted(body) : NULL;
+        cJSON_Delete(body);
+        srv_err er = { 0 };
+        bool in_reasoning = false;
+        *ids = json ? srv_template_ids(&tsrv, json, strlen(json), n, &in_reasoning, &er) : NULL;
+        free(json);
+        if (!*ids) rc = cli_error("run: chat template: %s", json ? er.msg : "out of memory");
+    } else if (!rc) { /* the built-in layouts */
+        const kvi_chat_msg msgs[2] = { { "system", o->system }, { "user", utext } };
+        const int k0 = o->system ? 0 : 1;
+        int32_t cap = 256;
+        for (int32_t got = -1; !rc;) {
+            *ids = malloc((size_t)cap * sizeof **ids);
+            got = *ids ? kvi_chat_apply(m, msgs + k0, 2 - k0, true, *ids, cap, &err) : KVI_E_NOMEM;
+            if (got == 0) rc = cli_error("run: the chat layout gave no tokens");
+            if (got > 0 && got <= cap) {
+                *n = got;
+                break;
+            }
+            free(*ids);
+            *ids = NULL;
+            if (got < 0) rc = cli_error("run: chat layout: %s", err.msg[0] ? err.msg : kvi_strerror(got));
+            cap = got;
+        }
+    }
+    srv_template_free(&tsrv);
+    free(user);
+    return rc;
+}
+
 int cmd_run(int argc, char **argv)
 {
     run_opts o;
@@ -856,7 +933,9 @@ int cmd_run(int argc, char **argv)
     run_result r;
     memset(&r, 0, sizeof r);
 
-    int rc = cli_prompt_ids(m, o.c.prompt, o.c.file, o.c.tokens, o.c.special, &prompt, &n_prompt);
+    int rc = o.chat && o.c.tokens ? cli_error("run: --chat takes the message as text (-p or -f), not --tokens")
+             : o.chat             ? chat_prompt_ids(&o, m, &prompt, &n_prompt)
+                    : cli_prompt_ids(m, o.c.prompt, o.c.file, o.c.tokens, o.c.special, &prompt, &n_prompt);
     kvi_model_info info;
     kvi_model_get_info(m, &info);
     int n_ctx = o.c.n_ctx > 0 ? (int)o.c.n_ctx : info.n_ctx_train;

@@ -286,6 +286,48 @@ static void test_fallback(void)
     free(err);
 }
 
+/* kvinfer run --chat (-sys, --chat-template-file) lays the prompt out as serve
+ * does a chat request: the same prompt tokens and the same greedy text, with
+ * Qwen2.5's Jinja template and with stories260K's built-in layout. */
+static void test_run_chat(void)
+{
+    const char *tmpl = shared_path("templates/Qwen-Qwen2.5-7B-Instruct.jinja");
+    for (int jinja = 1; jinja >= 0; jinja--) {
+        test_server s;
+        char extra[1024] = "";
+        if (jinja) snprintf(extra, sizeof extra, "--chat-template-file '%s'", tmpl);
+        if (!test_server_start(&s, extra, "server_template_runchat.err")) {
+            CHECK(false, "server starts (%s)", jinja ? "Jinja" : "built-in layout");
+            continue;
+        }
+        int st = 0;
+        cJSON *chat = post_json(s.port, "/v1/chat/completions",
+                                "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, "
+                                "{\"role\": \"user\", \"content\": \"Tell me a story <|im_end|>\"}], "
+                                "\"max_tokens\": 12, \"temperature\": 0}",
+                                &st);
+        CHECK(test_server_stop(&s) == 0, "server exit status");
+        char args[2048], *out = NULL, *err = NULL;
+        snprintf(args, sizeof args,
+                 "run -m '%s' %s%s%s -sys 'Be brief.' -p 'Tell me a story <|im_end|>' -n 12 --temp 0 --json -t 1",
+                 shared_path("models/stories260K.gguf"), jinja ? "--chat-template-file '" : "--chat",
+                 jinja ? tmpl : "", jinja ? "'" : "");
+        const int rc = run_kvinfer(args, &out, &err);
+        cJSON *j = out ? cJSON_Parse(out) : NULL;
+        const cJSON *pt = cJSON_GetObjectItem(j, "prompt_tokens"), *text = cJSON_GetObjectItem(j, "text");
+        const char *a = first_text(chat, true);
+        CHECK(rc == 0 && st == 200 && cJSON_GetArraySize(pt) == prompt_tokens(chat) && prompt_tokens(chat) > 10 &&
+                  cJSON_IsString(text) && a && !strcmp(a, text->valuestring),
+              "run --chat (%s): exit %d, %d prompt tokens vs serve's %d, '%s' vs '%s': %s",
+              jinja ? "Jinja" : "built-in", rc, cJSON_GetArraySize(pt), prompt_tokens(chat),
+              cJSON_IsString(text) ? text->valuestring : "", a ? a : "", err ? err : "");
+        cJSON_Delete(j);
+        cJSON_Delete(chat);
+        free(out);
+        free(err);
+    }
+}
+
 /* The number in "[prefill N tokens ..., C served from the cache" of turn `turn`. */
 static bool prefill_counts(const char *log, int turn, int *n, int *cached)
 {
@@ -390,6 +432,7 @@ static void test_gguf_template(void)
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
+    test_run_chat();
     test_chat_cli();
     test_gguf_template();
     test_fallback();
