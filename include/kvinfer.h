@@ -569,7 +569,10 @@ void kvi_chat_template_free(kvi_chat_template *t);
  * lstrip_blocks) for an OpenAI-style chat body (JSON text): variables messages
  * (function.arguments given as JSON strings parsed into objects), tools (none
  * when absent), add_generation_prompt (true when absent), each key of
- * chat_template_kwargs, and bos_token / eos_token (undefined when NULL).
+ * chat_template_kwargs, and bos_token / eos_token (undefined when NULL). With
+ * "continue_final_message": true (vLLM's field) the prompt ends right after the
+ * final message's text, as transformers cuts it (add_generation_prompt then
+ * false when absent; both true is an error).
  * Returns the prompt (malloc'd, NUL-terminated) or NULL with err filled: a bad
  * body, a template error (raise_exception, a type error ...) or an exhausted
  * limit (steps, output size, memory, recursion). */

@@ -88,8 +88,30 @@ def prepare(req, bos, eos):
         msgs.append(m)
     v["messages"] = msgs
     v["tools"] = req.get("tools")
-    v["add_generation_prompt"] = req.get("add_generation_prompt", True)
+    cont = req.get("continue_final_message", False)
+    if cont and req.get("add_generation_prompt") is True:
+        raise ValueError("continue_final_message and add_generation_prompt cannot both be true")
+    v["add_generation_prompt"] = req.get("add_generation_prompt", not cont)
     return v
+
+
+def continue_final(text, req):
+    """transformers' apply_chat_template(continue_final_message=True): the
+    rendering ends right after the final message's text."""
+    final = req["messages"][-1]["content"]
+    if isinstance(final, (list, tuple)):
+        for block in reversed(final):
+            if "text" in block:
+                final = block["text"]
+                break
+        else:
+            raise ValueError("continue_final_message: no text in the final message")
+    if final.strip() not in text:
+        raise ValueError("continue_final_message: the final message does not appear in the rendered chat")
+    loc = text.rindex(final.strip())
+    if text[loc : loc + len(final.lstrip())] == final:
+        return text[: loc + len(final.lstrip())]
+    return text[: loc + len(final.strip())]
 
 
 def main():
@@ -105,6 +127,8 @@ def main():
                 with open(path, encoding="utf-8", newline="") as f:
                     compiled[path] = env.from_string(f.read())
             text = compiled[path].render(**prepare(c["request"], c.get("bos"), c.get("eos")))
+            if c["request"].get("continue_final_message"):
+                text = continue_final(text, c["request"])
             out.append({"ok": True, "text": text})
         except Exception as e:  # any template error: the expected result is an error
             out.append({"ok": False, "error": "%s: %s" % (type(e).__name__, e)})

@@ -120,6 +120,10 @@ typedef struct text_arg {
     const char *s;
     size_t n;
     const char *bos, *eos;
+    /* continue_final_message: the final message's text (malloc'd, the caller frees it) */
+    bool cont;
+    char *final;
+    size_t final_n;
 } text_arg;
 
 static jv *parse_object(jctx *J, const text_arg *a, const char *what)
@@ -168,9 +172,31 @@ static jv *prepare_message(jctx *J, jv *m)
     return copy;
 }
 
+/* The text continue_final_message continues: the final message's content, or
+ * the last text part of a list of parts (as transformers takes it). */
+static void take_final(jctx *J, const jv *msgs, text_arg *a)
+{
+    const jv *last = msgs->u.list.n ? msgs->u.list.v[msgs->u.list.n - 1] : NULL;
+    const jv *c = last && last->kind == JV_DICT ? jv_dict_get(last, "content", 7) : NULL;
+    if (c && c->kind == JV_LIST) {
+        const jv *t = NULL;
+        for (size_t i = c->u.list.n; !t && i-- > 0;) {
+            const jv *part = c->u.list.v[i];
+            t = part->kind == JV_DICT ? jv_dict_get(part, "text", 4) : NULL;
+        }
+        c = t;
+    }
+    if (!c || c->kind != JV_STR)
+        jinja_fail(J, "request: continue_final_message needs a final message with text content");
+    if (!(a->final = malloc(c->u.str.n + 1))) jinja_fail(J, "template: out of memory");
+    memcpy(a->final, c->u.str.s, c->u.str.n);
+    a->final[c->u.str.n] = 0;
+    a->final_n = c->u.str.n;
+}
+
 static jv *vars_from_chat(jctx *J, const void *arg)
 {
-    const text_arg *a = arg;
+    text_arg *a = (text_arg *)arg; /* continue_final_message's text goes back through it */
     jv *req = parse_object(J, a, "the request");
     jv *vars = jv_dict(J);
     if (a->bos) jv_dict_set(J, vars, jv_str(J, "bos_token", 9), jv_cstr(J, a->bos));
@@ -188,15 +214,56 @@ static jv *vars_from_chat(jctx *J, const void *arg)
     jv *tools = jv_dict_get(req, "tools", 5);
     jv_dict_set(J, vars, jv_str(J, "tools", 5), tools ? tools : jv_none());
     jv *agp = jv_dict_get(req, "add_generation_prompt", 21);
-    jv_dict_set(J, vars, jv_str(J, "add_generation_prompt", 21), agp ? agp : jv_bool(true));
+    jv *cfm = jv_dict_get(req, "continue_final_message", 22);
+    if (cfm && cfm->kind != JV_BOOL && cfm->kind != JV_NONE)
+        jinja_fail(J, "request: continue_final_message must be a boolean");
+    a->cont = cfm && cfm->kind == JV_BOOL && cfm->u.b;
+    if (a->cont && agp && agp->kind == JV_BOOL && agp->u.b)
+        jinja_fail(J, "request: continue_final_message and add_generation_prompt cannot both be true");
+    if (a->cont) take_final(J, msgs, a);
+    /* absent: true, except when the final message is continued */
+    jv_dict_set(J, vars, jv_str(J, "add_generation_prompt", 21), agp ? agp : jv_bool(!a->cont));
     return vars;
+}
+
+static bool py_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+
+/* continue_final_message, as transformers does it: the rendering ends right
+ * after the final message's text (its last occurrence; the stripped text when
+ * the template trimmed trailing white space), so the reply continues it. */
+static int cut_at_final(char *out, size_t *out_len, const char *f, size_t fn, kvi_error *err)
+{
+    size_t b = 0, e = fn; /* the stripped text is f[b, e) */
+    while (b < e && py_space(f[b])) b++;
+    while (e > b && py_space(f[e - 1])) e--;
+    const size_t n = strlen(out), sn = e - b;
+    size_t loc = n + 1;
+    for (size_t i = n - sn + 1; sn <= n && i-- > 0;)
+        if (!memcmp(out + i, f + b, sn)) {
+            loc = i;
+            break;
+        }
+    if (loc > n)
+        return err_set(err, KVI_E_INVALID,
+                       "continue_final_message: the final message does not appear in the rendered chat");
+    const size_t ln = fn - b; /* len(final.lstrip()) */
+    const size_t cut = loc + ln <= n && ln == fn && !memcmp(out + loc, f, fn) ? loc + ln : loc + sn;
+    out[cut] = 0;
+    if (out_len) *out_len = cut;
+    return 0;
 }
 
 int jinja_render_chat(const kvi_chat_template *t, const char *request_json, size_t n, const char *bos_token,
                       const char *eos_token, const jlimits *lim, char **out, size_t *out_len, kvi_error *err)
 {
     text_arg a = { .s = request_json, .n = n, .bos = bos_token, .eos = eos_token };
-    return render(t, lim, vars_from_chat, &a, out, out_len, err);
+    int rc = render(t, lim, vars_from_chat, &a, out, out_len, err);
+    if (!rc && a.cont && (rc = cut_at_final(*out, out_len, a.final, a.final_n, err)) != 0) {
+        free(*out);
+        *out = NULL;
+    }
+    free(a.final);
+    return rc;
 }
 
 char *kvi_chat_template_render(const kvi_chat_template *t, const char *request_json, const char *bos_token,
