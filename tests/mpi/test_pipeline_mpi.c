@@ -42,8 +42,15 @@
 #include <unistd.h>
 
 #define MPIRUN_FLAGS "--oversubscribe --bind-to none"
-/* sanitizer builds: what Open MPI leaks at exit is not ours (lsan_openmpi.supp) */
-#define LSAN_RANKS "suppressions=" KVI_LSAN_SUPP ":fast_unwind_on_malloc=0"
+/* Sanitizer builds: the ranks run without the leak check at exit. LeakSanitizer's
+ * tracer itself crashes there ("Tracer caught signal 11" in its stop-the-world,
+ * then "LeakSanitizer has encountered a fatal error") in most 2-rank Open MPI
+ * jobs on these machines, for the code of earlier stops too (312f15a), whatever
+ * the transport (--mca btl_vader_single_copy_mechanism none) and the MPI thread
+ * level; 3-rank jobs pass. AddressSanitizer still checks every access of the
+ * ranks, and every single-process test still checks leaks. The suppressions of
+ * what Open MPI leaks (lsan_openmpi.supp) stay for whoever turns it back on. */
+#define LSAN_RANKS "suppressions=" KVI_LSAN_SUPP ":fast_unwind_on_malloc=0 -x ASAN_OPTIONS=detect_leaks=0"
 
 /* Runs `[mpirun -np np [env]] kvinfer args < in` (np 0: no mpirun); stdout and
  * stderr into *out, *err (malloc'd). The exit status. */
