@@ -660,10 +660,9 @@ static int step_run(kvi_engine *e, const kvi_batch *b)
     /* a pipeline's root does not wait for a chunk's logits before its next chunk:
      * while a later stage computes chunk c, the earlier ones compute chunk c + 1 */
     int32_t o = 0;
-    const int32_t chunk = e->p.n_batch_max;
     int rc = 0;
-    for (int32_t start = 0; !rc && start < b->n; start += chunk) {
-        const int32_t n = (b->n - start) < chunk ? (b->n - start) : chunk;
+    for (int32_t start = 0; !rc && start < b->n; start += e->p.n_batch_max) {
+        const int32_t n = (b->n - start) < e->p.n_batch_max ? (b->n - start) : e->p.n_batch_max;
         int32_t n_out_chunk = 0;
         for (int32_t i = 0; i < n; i++) {
             e->tables[i] = &b->seq[start + i]->table;

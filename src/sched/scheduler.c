@@ -135,7 +135,7 @@ struct kvi_sched {
     const float **spec_lg;                /* [draft_max + 1] logits of a request's rows */
     int32_t *spec_out;                    /* [draft_max + 1] tokens kvi_spec_verify returns */
     /* rows routed to each expert, [n_layers][n_expert] (under mu; copied from the
-     * engine in snapshot); NULL for a dense model */
+     * engine in count_rows, after each step); NULL for a dense model */
     uint64_t *routed;
     int n_routed;
     double g_acc, g_trials; /* server-wide EMA of accepted / verified drafts */

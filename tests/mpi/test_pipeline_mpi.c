@@ -52,6 +52,13 @@
  * what Open MPI leaks (lsan_openmpi.supp) stay for whoever turns it back on. */
 #define LSAN_RANKS "suppressions=" KVI_LSAN_SUPP ":fast_unwind_on_malloc=0 -x ASAN_OPTIONS=detect_leaks=0"
 
+/* `mpirun <flags> -np np` as shell words into buf: the launcher of every job here. */
+static void mpirun_prefix(char *buf, size_t cap, int np)
+{
+    snprintf(buf, cap, "'%s' %s %s -x LSAN_OPTIONS=%s -np %d", KVI_MPIRUN, MPIRUN_FLAGS,
+             geteuid() == 0 ? "--allow-run-as-root" : "", LSAN_RANKS, np);
+}
+
 /* Runs `[mpirun -np np [env]] kvinfer args < in` (np 0: no mpirun); stdout and
  * stderr into *out, *err (malloc'd). The exit status. */
 static int run_in(int np, const char *env, const char *args, const char *in, char **out, char **errout)
@@ -61,10 +68,11 @@ static int run_in(int np, const char *env, const char *args, const char *in, cha
     const int id = (int)getpid() * 1000 + seq++;
     snprintf(o, sizeof o, "%s/mpi_%d.out", KVI_TMP_DIR, id);
     snprintf(e, sizeof e, "%s/mpi_%d.err", KVI_TMP_DIR, id);
-    if (np > 0)
-        snprintf(pre, sizeof pre, "'%s' %s %s -x LSAN_OPTIONS=%s -np %d %s ", KVI_MPIRUN, MPIRUN_FLAGS,
-                 geteuid() == 0 ? "--allow-run-as-root" : "", LSAN_RANKS, np, env ? env : "");
-    else if (env)
+    if (np > 0) {
+        char launcher[900];
+        mpirun_prefix(launcher, sizeof launcher, np);
+        snprintf(pre, sizeof pre, "%s %s ", launcher, env ? env : "");
+    } else if (env)
         snprintf(pre, sizeof pre, "env %s ", env);
     snprintf(cmd, sizeof cmd, "%s'%s' %s <'%s' >'%s' 2>'%s'", pre, KVI_BIN, args, in, o, e);
     const int st = system(cmd);
@@ -424,8 +432,7 @@ static void *serve_one(void *arg)
 static void check_serve(void)
 {
     char launcher[1024];
-    snprintf(launcher, sizeof launcher, "'%s' %s %s -x LSAN_OPTIONS=%s -np 2", KVI_MPIRUN, MPIRUN_FLAGS,
-             geteuid() == 0 ? "--allow-run-as-root" : "", LSAN_RANKS);
+    mpirun_prefix(launcher, sizeof launcher, 2);
     char *refs[4];
     for (int k = 0; k < 4; k++) refs[k] = run_text(serve_prompts[k], 40);
     test_server s;
