@@ -12,6 +12,10 @@
  * caller's thread sleeps 3 ms, as a worker the OS descheduled would stall) turn
  * the pool serial — every part on the caller, each still once with nth = n, the
  * same bits — and once the workers are prompt again a probe turns it parallel.
+ * On a full CPU (a spinning thread per core beside the pool, so /proc/loadavg
+ * counts more runnable threads than cores) the first late window turns the pool
+ * serial at once, and it does not wake its workers to probe while the CPU stays
+ * full (within the 2.56 s between forced probes).
  */
 #include "testutil.h"
 
@@ -22,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 enum { N_RUNS = 3000, LEN = 4096 };
 
@@ -107,8 +112,8 @@ typedef struct {
     atomic_int off_caller; /* parts of this run that ran on another thread */
     atomic_int calls[2];
     atomic_int bad_nth;
-    int stall;         /* a part off the caller's thread sleeps 3 ms */
-    double out[2];     /* part k's sum */
+    int stall;     /* a part off the caller's thread sleeps 3 ms */
+    double out[2]; /* part k's sum */
 } lag_job;
 
 static void lag_work(void *ctx, int k, int nth)
@@ -132,8 +137,8 @@ static int lag_run(tpool *p, lag_job *j, const double ref[2], int *wrong)
     atomic_store(&j->calls[1], 0);
     j->out[0] = j->out[1] = -1.0;
     tpool_run(p, lag_work, j);
-    *wrong += atomic_load(&j->calls[0]) != 1 || atomic_load(&j->calls[1]) != 1 ||
-              j->out[0] != ref[0] || j->out[1] != ref[1];
+    *wrong += atomic_load(&j->calls[0]) != 1 || atomic_load(&j->calls[1]) != 1 || j->out[0] != ref[0] ||
+              j->out[1] != ref[1];
     return atomic_load(&j->off_caller);
 }
 
@@ -158,8 +163,7 @@ static void serial_fallback(void)
     CHECK(st.to_serial >= 1 && st.runs_serial >= 1,
           "late workers: the pool never turned serial (%llu switches, %llu serial runs)", st.to_serial,
           st.runs_serial);
-    CHECK(serial_runs >= 480, "late workers: only %d of 800 runs kept every part on the caller",
-          serial_runs);
+    CHECK(serial_runs >= 480, "late workers: only %d of 800 runs kept every part on the caller", serial_runs);
     printf("late workers: %d of 800 runs on the caller alone\n", serial_runs);
     j->stall = 0; /* prompt workers: a probe within the back-off cap turns it parallel */
     int parallel = 0;
@@ -171,9 +175,50 @@ static void serial_fallback(void)
     free(j);
 }
 
+static void full_cpu(void)
+{
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    if (ncpu < 1 || ncpu > 1024) ncpu = 1;
+    pthread_t *h = calloc((size_t)ncpu, sizeof *h);
+    atomic_store(&g_stop, false);
+    for (long i = 0; i < ncpu; i++) pthread_create(&h[i], NULL, hog, NULL);
+    tpool *p = tpool_create(2);
+    lag_job *j = calloc(1, sizeof *j);
+    j->caller = pthread_self();
+    double ref[2];
+    for (int k = 0; k < 2; k++) {
+        j->out[k] = -1.0;
+        lag_work(j, k, 2);
+        ref[k] = j->out[k];
+    }
+    j->stall = 1;
+    int wrong = 0, first_serial = -1, parallel_after = 0;
+    /* 400 runs of about 0.5 ms: well inside the first 2.56 s */
+    for (int r = 0; r < 400; r++) {
+        const bool par = lag_run(p, j, ref, &wrong) > 0;
+        if (!par && first_serial < 0) first_serial = r;
+        if (par && first_serial >= 0) parallel_after++;
+    }
+    atomic_store(&g_stop, true);
+    for (long i = 0; i < ncpu; i++) pthread_join(h[i], NULL);
+    /* 3 ms late per run: the window has lost half of its 8 ms after 2-3 runs */
+    CHECK(first_serial >= 0 && first_serial <= 10,
+          "full CPU: the first run on the caller alone was run %d (the measurement alone takes ~96)",
+          first_serial);
+    CHECK(parallel_after == 0, "full CPU: %d runs woke the workers after the pool turned serial",
+          parallel_after);
+    CHECK(wrong == 0, "full CPU: %d runs with a part called other than once or other bits", wrong);
+    printf("full CPU (%ld spinning threads): serial from run %d, %d parallel runs after\n", ncpu,
+           first_serial, parallel_after);
+    tpool_free(p);
+    free(j);
+    free(h);
+}
+
 int main(void)
 {
     serial_fallback();
+    full_cpu();
     run_pools("quiet");
     atomic_store(&g_stop, false);
     pthread_t h[2];

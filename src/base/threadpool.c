@@ -50,6 +50,17 @@
  *      pool parallel unless it lost to the last serial window's ratio by MARGIN;
  *      it ends early, failed, once it has lost against that ratio more than
  *      probe_budget() (PROBE_RUNS serial runs' time, at least half a window).
+ *    - A full CPU (cpu_full: more runnable threads in the system, at the
+ *      instant /proc/loadavg is read, than online CPUs) tells a neighbour's
+ *      load from the host's hiccups, which the measurements alone cannot: a
+ *      parallel window slower than n (no MARGIN) on a full CPU starts the
+ *      trial at once (no LATE_WINDOWS), which then wins without MARGIN too,
+ *      a parallel window that has already lost WINDOW_NS / 2
+ *      against the caller alone ends early to ask, and a probe that would wake
+ *      the workers onto a full CPU is put off by GATE_RECHECK_NS (unless
+ *      GATED_PROBE_NS have passed since the last one: a niced neighbour leaves
+ *      the workers room, which only a probe shows). The gate only hastens or
+ *      spares what the measurements decide: a trial still has to win.
  *    The window state is the caller's alone (tpool_run is never concurrent);
  *    the counters read by tpool_get_stats are relaxed atomics.
  *  - scratch[k] is touched only by whoever runs part k, one thread at a time (or
@@ -63,6 +74,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -76,15 +88,17 @@
 #define SPIN_ITERS 20000
 #define MAX_THREADS 256
 
-#define WINDOW_NS 8000000LL        /* a window covers at least 8 ms ... */
-#define WINDOW_RUNS 32             /* ... and 32 runs */
-#define PROBE_RUNS 64              /* a probe of the parallel mode from serial */
-#define PROBE_MIN_NS 10000000LL    /* first probe 10 ms after turning serial */
-#define PROBE_WARM_NS 6000000LL    /* a probe's first 6 ms are the workers' wake-up */
-#define TRIAL_MIN_NS 40000000LL    /* a failed serial trial: the next after 40 ms */
-#define BACKOFF_MAX_NS 640000000LL /* back-off cap: a probe or trial every 0.64 s */
-#define LATE_WINDOWS 3             /* late parallel windows in a row before a serial trial */
-#define MARGIN 1.25                /* the ratio by which the caller alone must win to be chosen */
+#define WINDOW_NS 8000000LL         /* a window covers at least 8 ms ... */
+#define WINDOW_RUNS 32              /* ... and 32 runs */
+#define PROBE_RUNS 64               /* a probe of the parallel mode from serial */
+#define PROBE_MIN_NS 10000000LL     /* first probe 10 ms after turning serial */
+#define PROBE_WARM_NS 6000000LL     /* a probe's first 6 ms are the workers' wake-up */
+#define TRIAL_MIN_NS 40000000LL     /* a failed serial trial: the next after 40 ms */
+#define BACKOFF_MAX_NS 640000000LL  /* back-off cap: a probe or trial every 0.64 s */
+#define LATE_WINDOWS 3              /* late parallel windows in a row before a serial trial */
+#define MARGIN 1.25                 /* the ratio by which the caller alone must win to be chosen */
+#define GATE_RECHECK_NS 10000000LL  /* serial on a full CPU: look again for a free core every 10 ms ... */
+#define GATED_PROBE_NS 2560000000LL /* ... and probe anyway every 2.56 s (a niced neighbour) */
 
 typedef struct scratch_slot {
     void *p; /* 64-byte aligned, cap bytes */
@@ -106,20 +120,24 @@ struct tpool {
     pthread_cond_t cv_work, cv_done;
     _Alignas(64) atomic_uint_fast64_t gen; /* run counter; written under mu; this line (gen,
                                                pending, fn, ctx) is what the threads share in a run */
-    atomic_int pending;       /* workers still inside the current run */
+    atomic_int pending;                    /* workers still inside the current run */
     atomic_bool stop;
     tpool_fn fn; /* current run, see invariants */
     void *ctx;
     const void *user; /* the owner's, tpool_set_user */
     /* serial fallback, the caller's alone (see invariants) */
     _Alignas(64) bool serial, probing, probe_first, trial;
-    int strikes; /* late parallel windows in a row */
+    bool trial_full;                    /* the trial began on a full CPU: it needs no margin to win */
+    int win_gate;                       /* this parallel window's cpu_full(): 0 not asked, 1 free, 2 full */
+    int strikes;                        /* late parallel windows in a row */
     int64_t win_start, win_tot, win_p0; /* ns: the window's runs, and part 0 of them */
     int win_runs;
-    double r_par, r_ser; /* win_tot / win_p0 of the last parallel / serial window */
-    int64_t m_ser;       /* ns per run of the last serial window */
-    int64_t next_probe, backoff;          /* serial -> parallel probes */
-    int64_t next_trial, trial_backoff;    /* parallel -> serial trials */
+    double r_par, r_ser;               /* win_tot / win_p0 of the last parallel / serial window */
+    int64_t m_ser;                     /* ns per run of the last serial window */
+    int64_t next_probe, backoff;       /* serial -> parallel probes */
+    int64_t next_trial, trial_backoff; /* parallel -> serial trials */
+    int64_t last_probe;                /* when the last probe began */
+    int ncpu;                          /* online CPUs, for cpu_full() */
     atomic_uint_fast64_t n_parallel, n_serial, n_to_serial; /* runs, runs, switches */
 };
 
@@ -128,6 +146,34 @@ static int64_t now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* Whether the CPUs are all taken: the system's runnable threads (the fourth
+ * field of /proc/loadavg, "running/total", counted at this instant and the
+ * calling thread among them) plus `extra` more would exceed the online CPUs.
+ * Unknown (no /proc) reads as not full, which leaves the decision to the
+ * measurements alone. A few microseconds: read at most once per window or
+ * per recheck. */
+static bool cpu_full(const tpool *p, int extra)
+{
+    char buf[128];
+    int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    ssize_t got = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (got <= 0) return false;
+    buf[got] = '\0';
+    /* "0.00 0.01 0.05 2/110 9275" */
+    const char *q = buf;
+    for (int field = 0; field < 3 && q; field++) {
+        q = strchr(q, ' ');
+        if (q) q++;
+    }
+    if (!q) return false;
+    char *end = NULL;
+    long running = strtol(q, &end, 10);
+    if (end == q || *end != '/' || running < 1) return false;
+    return running + extra > p->ncpu;
 }
 
 int tpool_n_cores(void)
@@ -187,6 +233,9 @@ tpool *tpool_create(int n_threads)
     atomic_init(&p->stop, false);
     p->backoff = PROBE_MIN_NS;
     p->trial_backoff = TRIAL_MIN_NS;
+    p->last_probe = now_ns(); /* on a full CPU, the first probe too waits GATED_PROBE_NS */
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    p->ncpu = ncpu < 1 ? 1 : ncpu > 1 << 20 ? 1 << 20 : (int)ncpu;
     p->n = 1;
     for (int i = 1; i < n_threads; i++) {
         p->wk[i - 1].pool = p;
@@ -236,6 +285,7 @@ static void window_reset(tpool *p, int64_t now)
     p->win_start = now;
     p->win_tot = p->win_p0 = 0;
     p->win_runs = 0;
+    p->win_gate = 0;
 }
 
 /* Ends a window of parallel runs (see the invariants). */
@@ -254,8 +304,14 @@ static void par_window_end(tpool *p, int64_t now)
     } else {
         const bool late = r > (double)p->n * MARGIN; /* the caller alone would be faster by the margin */
         p->strikes = late ? p->strikes + 1 : 0;
+        /* a window slower than the caller alone on a full CPU (more runnable
+         * threads than cores, ours included) is a neighbour's load, not the
+         * host's hiccup, so no margin and no wait for more windows: try at once */
+        const bool full = r > (double)p->n && (p->win_gate ? p->win_gate == 2 : cpu_full(p, 0));
+        if (full) p->strikes = LATE_WINDOWS;
         if (p->strikes >= LATE_WINDOWS && now >= p->next_trial) {
             p->serial = p->trial = true; /* try the caller alone */
+            p->trial_full = full;
             p->strikes = 0;
             atomic_fetch_add_explicit(&p->n_to_serial, 1, memory_order_relaxed);
         }
@@ -271,7 +327,8 @@ static void ser_window_end(tpool *p, int64_t now)
     p->m_ser = p->win_tot / p->win_runs;
     if (p->trial) {
         p->trial = false;
-        if (p->r_ser * MARGIN < p->r_par) { /* the caller alone is faster by the margin: stay serial */
+        /* the caller alone is faster by the margin (on a full CPU, faster): stay serial */
+        if (p->r_ser * (p->trial_full ? 1.0 : MARGIN) < p->r_par) {
             p->trial_backoff = TRIAL_MIN_NS;
             p->backoff = PROBE_MIN_NS;
             p->next_probe = now + p->backoff;
@@ -292,6 +349,16 @@ static double probe_budget(const tpool *p)
     return (double)(b > WINDOW_NS / 2 ? b : WINDOW_NS / 2);
 }
 
+/* A parallel window that has already lost half a window's time against the
+ * caller alone ends early when the CPU is full (asked once per window). */
+static bool lost_on_full_cpu(tpool *p)
+{
+    if (p->win_gate || (double)p->win_tot - (double)p->n * MARGIN * (double)p->win_p0 <= WINDOW_NS / 2)
+        return false;
+    p->win_gate = cpu_full(p, 0) ? 2 : 1;
+    return p->win_gate == 2;
+}
+
 static bool window_full(const tpool *p, int64_t now)
 {
     return p->win_runs >= WINDOW_RUNS && now - p->win_start >= WINDOW_NS;
@@ -305,6 +372,9 @@ void tpool_run(tpool *p, tpool_fn fn, void *ctx)
         return;
     }
     const int64_t t0 = now_ns();
+    if (p->serial && !p->trial && t0 >= p->next_probe && t0 - p->last_probe < GATED_PROBE_NS &&
+        cpu_full(p, p->n - 1)) /* waking the workers would only queue them behind a neighbour */
+        p->next_probe = t0 + GATE_RECHECK_NS;
     if (p->serial && (p->trial || t0 < p->next_probe)) {
         fn(ctx, 0, p->n);
         const int64_t ta = now_ns();
@@ -319,6 +389,7 @@ void tpool_run(tpool *p, tpool_fn fn, void *ctx)
     }
     if (p->serial) { /* probe the parallel mode again */
         p->serial = false;
+        p->last_probe = t0;
         p->probing = p->probe_first = true;
         window_reset(p, t0);
     }
@@ -365,7 +436,7 @@ void tpool_run(tpool *p, tpool_fn fn, void *ctx)
      * than PROBE_RUNS serial runs' time */
     if (p->probing ? (p->win_runs >= PROBE_RUNS && t2 - p->win_start >= WINDOW_NS / 2) ||
                          (double)p->win_tot - p->r_ser * MARGIN * (double)p->win_p0 > probe_budget(p)
-                   : window_full(p, t2))
+                   : window_full(p, t2) || lost_on_full_cpu(p))
         par_window_end(p, t2);
 }
 
