@@ -141,5 +141,10 @@ void cli_pipe_summary(const kvi_engine *e);
 /* The "pipeline" object of --json output ({"stages": [...]}, with each stage's
  * costs), or NULL for a single process. */
 struct cJSON *cli_pipe_json(const kvi_engine *e);
+/* Rank 0: each stage's figures as Prometheus exposition lines (malloc'd), for the
+ * server's /metrics; NULL for a single process or when the pipeline failed (the
+ * failure is reported by cli_pipe_failure). It asks every rank (MPI): call it
+ * where no step runs beside it (the scheduler's after_step, or before start). */
+char *cli_pipe_metrics(const kvi_engine *e);
 
 #endif

@@ -179,6 +179,60 @@ cJSON *cli_pipe_json(const kvi_engine *e)
     return o;
 }
 
+/* One metric's HELP and TYPE, then its value for every stage. */
+static void metric(FILE *f, const char *name, const char *type, const char *help, const double *v)
+{
+    fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    for (int k = 0; k < g_plan.n; k++)
+        fprintf(f, "%s{stage=\"%d\",rank=\"%d\",layers=\"%d-%d\"} %.17g\n", name, k, k, g_plan.st[k].l0,
+                g_plan.st[k].l1 - 1, v[k]);
+}
+
+char *cli_pipe_metrics(const kvi_engine *e)
+{
+    if (!g_world || !g_plan.n || pipe_failure(g_world)) return NULL;
+    engine_pipe_stats ps[PIPE_MAX_STAGES];
+    kvi_error err = { 0 };
+    if (pipe_stage_stats(g_world, e, ps, &err)) return NULL;
+    kvi_stats s; /* blocks in use: the same ids on every rank */
+    kvi_stats_get(e, NULL, &s);
+    double compute[PIPE_MAX_STAGES], wait[PIPE_MAX_STAGES], sent[PIPE_MAX_STAGES], rows[PIPE_MAX_STAGES],
+        busy[PIPE_MAX_STAGES], weights[PIPE_MAX_STAGES], kv[PIPE_MAX_STAGES];
+    for (int k = 0; k < g_plan.n; k++) {
+        compute[k] = ps[k].compute_ms / 1000.0;
+        wait[k] = ps[k].wait_ms / 1000.0;
+        sent[k] = (double)ps[k].bytes_sent;
+        rows[k] = (double)ps[k].rows;
+        busy[k] = ps[k].compute_ms + ps[k].wait_ms > 0 ? ps[k].compute_ms / (ps[k].compute_ms + ps[k].wait_ms)
+                                                       : 0.0;
+        weights[k] = (double)g_plan.st[k].weight_bytes;
+        kv[k] = (double)s.kv_blocks_used * (double)pipe_kv_block_bytes(g_world, k);
+    }
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) return NULL;
+    metric(f, "kvinfer_pipeline_stage_compute_seconds_total", "counter",
+           "Time a pipeline stage spent computing its layers.", compute);
+    metric(f, "kvinfer_pipeline_stage_wait_seconds_total", "counter",
+           "Time a pipeline stage spent in the transport: waiting for the previous stage and sending on "
+           "(stage 0: waiting for the logits).",
+           wait);
+    metric(f, "kvinfer_pipeline_stage_busy_ratio", "gauge",
+           "A stage's occupancy: compute time / (compute + transport and waiting) since the start.", busy);
+    metric(f, "kvinfer_pipeline_stage_sent_bytes_total", "counter",
+           "Bytes a stage sent on: activations to the next stage, the last stage's logits to stage 0.", sent);
+    metric(f, "kvinfer_pipeline_stage_rows_total", "counter", "Rows a stage ran through its layers.", rows);
+    metric(f, "kvinfer_pipeline_stage_weight_bytes", "gauge", "Weight bytes a stage holds.", weights);
+    metric(f, "kvinfer_pipeline_stage_kv_bytes", "gauge",
+           "KV cache bytes a stage holds for the blocks in use.", kv);
+    if (fclose(f) != 0) {
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+
 int cli_pipe_load_params(const char *path, kvi_load_params *lp, char *msg, size_t cap)
 {
     if (!g_world && !g_mem_limit) return 0;

@@ -266,6 +266,19 @@ static int serve_template(srv_server *srv, const serve_opts *o)
     return rc ? cli_error("serve: %s", err.msg) : 0;
 }
 
+/* The scheduler's after_step under mpirun: each stage's figures into /metrics,
+ * asked of the ranks (on the engine thread, between steps) at most once a second
+ * while requests run, and when the last one ends (idle: the figures are final). */
+static void serve_pipe_metrics(void *user, kvi_engine *e, int n_alive)
+{
+    static double last_ms;
+    const double now = kvi_time_ms();
+    if (n_alive > 0 && now - last_ms < 1000.0) return;
+    last_ms = now;
+    char *text = cli_pipe_metrics(e);
+    if (text) srv_metrics_set_extra(&((srv_server *)user)->metrics, text);
+}
+
 /* Loads the model, creates the engine and starts the scheduler (with
  * speculation when asked); *sp gets the running scheduler. 0, or 1 with the
  * error printed. */
@@ -286,6 +299,11 @@ static int serve_start(srv_server *srv, const serve_opts *o, kvi_sched **sp, kvi
     sched.n_parallel = (int)o->parallel;
     sched.queue_max = (int)o->queue_max;
     sched.batch_tokens = (int)o->batch_tokens;
+    if (cli_pipe_active()) { /* the stages in /metrics from the start, then after steps */
+        sched.after_step = serve_pipe_metrics;
+        sched.after_step_user = srv;
+        srv_metrics_set_extra(&srv->metrics, cli_pipe_metrics(srv->e));
+    }
     kvi_sched *s = kvi_sched_create(srv->e, &sched, &err);
     if (s && run_spec_enabled(&o->so) && serve_spec(o, s, srv->cfg.n_ctx, dm, de) != 0) {
         kvi_sched_free(s);

@@ -398,6 +398,13 @@ typedef struct kvi_sched_params {
     int n_parallel;   /* sequences running at once (default 16; <= the engine's n_seq_max) */
     int queue_max;    /* requests waiting beyond those; past it submit fails (default 256) */
     int batch_tokens; /* rows per step: decode rows first, then prefill chunks (default 512) */
+    /* Called on the engine thread at the end of every step (kvi_sched_start's
+     * thread, or kvi_sched_step's caller), never beside a step, with the number
+     * of requests still alive (0: the scheduler goes idle): where the owner may
+     * drive the engine's own transport (a pipeline's per-stage figures).
+     * Default NULL. */
+    void (*after_step)(void *user, kvi_engine *e, int n_alive);
+    void *after_step_user;
 } kvi_sched_params;
 
 typedef enum kvi_finish {

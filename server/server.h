@@ -46,11 +46,14 @@ typedef struct srv_metrics {
     srv_hist ttft, itl, e2e;
     uint64_t requests_ok, requests_error, requests_rejected, requests_cancelled;
     uint64_t prompt_tokens, completion_tokens;
+    char *extra; /* the owner's exposition lines appended to /metrics (a pipeline's stages), or NULL */
 } srv_metrics;
 
 void srv_metrics_init(srv_metrics *m);
 void srv_metrics_free(srv_metrics *m);
 void srv_hist_observe(srv_metrics *m, srv_hist *h, double seconds);
+/* Replaces the extra exposition lines (thread-safe); takes text (malloc'd, or NULL). */
+void srv_metrics_set_extra(srv_metrics *m, char *text);
 /* Prometheus text exposition (malloc'd). */
 char *srv_metrics_render(srv_metrics *m, kvi_sched *s);
 

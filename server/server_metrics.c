@@ -5,7 +5,9 @@
  * latency, end-to-end request latency) with fixed bucket bounds in seconds, and
  * request / token counters, all under one mutex; the scheduler's own counters
  * (rows, running, waiting, KV blocks, prefix-cache hits) are read from
- * kvi_sched_stats_get() at render time.
+ * kvi_sched_stats_get() at render time; the owner's extra lines (a pipeline's
+ * per-stage figures, refreshed by the owner) are copied under the mutex and
+ * appended.
  *
  * Invariant: count[i] counts observations <= bounds[i] and > bounds[i-1]; the
  * exposition makes them cumulative, as Prometheus wants.
@@ -26,7 +28,21 @@ void srv_metrics_init(srv_metrics *m)
     pthread_mutex_init(&m->mu, NULL);
 }
 
-void srv_metrics_free(srv_metrics *m) { pthread_mutex_destroy(&m->mu); }
+void srv_metrics_free(srv_metrics *m)
+{
+    free(m->extra);
+    m->extra = NULL;
+    pthread_mutex_destroy(&m->mu);
+}
+
+void srv_metrics_set_extra(srv_metrics *m, char *text)
+{
+    pthread_mutex_lock(&m->mu);
+    char *old = m->extra;
+    m->extra = text;
+    pthread_mutex_unlock(&m->mu);
+    free(old);
+}
 
 void srv_hist_observe(srv_metrics *m, srv_hist *h, double seconds)
 {
@@ -128,7 +144,10 @@ char *srv_metrics_render(srv_metrics *m, kvi_sched *s)
     b.p[0] = 0;
     pthread_mutex_lock(&m->mu);
     srv_metrics c = *m;
+    char *extra = m->extra ? strdup(m->extra) : NULL;
+    const bool extra_oom = m->extra && !extra;
     pthread_mutex_unlock(&m->mu);
+    b.oom = extra_oom;
     hist(&b, "kvinfer_time_to_first_token_seconds", "Time from request arrival to its first token.", &c.ttft);
     hist(&b, "kvinfer_inter_token_latency_seconds", "Time between consecutive tokens of a stream.", &c.itl);
     hist(&b, "kvinfer_e2e_request_latency_seconds", "Time from request arrival to its last token.", &c.e2e);
@@ -179,6 +198,8 @@ char *srv_metrics_render(srv_metrics *m, kvi_sched *s)
             "Prompt tokens served from the prefix cache / prompt tokens.",
             st.n_prompt_tokens ? (double)st.n_cached_tokens / (double)st.n_prompt_tokens : 0.0);
     if (s) experts(&b, s);
+    if (extra) sb_printf(&b, "%s", extra);
+    free(extra);
     if (b.oom) {
         free(b.p);
         return NULL;

@@ -147,6 +147,8 @@ void kvi_sched_params_default(kvi_sched_params *p)
     p->n_parallel = 16;
     p->queue_max = 256;
     p->batch_tokens = 512;
+    p->after_step = NULL;
+    p->after_step_user = NULL;
 }
 
 kvi_sched *kvi_sched_create(kvi_engine *e, const kvi_sched_params *params, kvi_error *err)
@@ -1020,6 +1022,7 @@ int kvi_sched_step(kvi_sched *s, kvi_error *err)
     int alive = s->n_live;
     for (sreq *q = s->incoming; q; q = q->next) alive++;
     pthread_mutex_unlock(&s->mu);
+    if (s->p.after_step) s->p.after_step(s->p.after_step_user, s->e, alive);
     return alive;
 }
 

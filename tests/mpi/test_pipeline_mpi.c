@@ -39,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MPIRUN_FLAGS "--oversubscribe --bind-to none"
@@ -425,8 +426,58 @@ static void *serve_one(void *arg)
     return NULL;
 }
 
+/* Value of name{stage="k",...} in a Prometheus text, or -1 when absent. */
+static double stage_metric(const char *text, const char *name, int k)
+{
+    char key[160];
+    snprintf(key, sizeof key, "\n%s{stage=\"%d\",", name, k);
+    const char *p = text ? strstr(text, key) : NULL;
+    if (!p || !(p = strstr(p, "} "))) return -1.0;
+    return strtod(p + 2, NULL);
+}
+
+/* /metrics of a 2-stage server once its requests ended (the figures are
+ * refreshed when the scheduler goes idle; polled for a few seconds, since the
+ * last response can reach the client before that): both stages ran the same
+ * rows, at least the decode rows of the 8 completions; stage 0 sent exactly rows
+ * x dim x 4 bytes; each stage computed, holds weights and is busy a share of its
+ * time in (0, 1]. */
+static void check_serve_metrics(int port)
+{
+    kvi_model_info info = { 0 };
+    kvi_error ie = { 0 };
+    CHECK(kvi_model_info_from_file(shared_path("models/stories260K.gguf"), &info, &ie) == 0, "%s", ie.msg);
+    const char *rows_name = "kvinfer_pipeline_stage_rows_total";
+    http_resp r = { 0 };
+    double rows0 = -1, rows1 = -1;
+    for (int i = 0; i < 50; i++) {
+        free(r.body);
+        r = http_request(port, "GET", "/metrics", NULL, NULL);
+        rows0 = stage_metric(r.body, rows_name, 0);
+        rows1 = stage_metric(r.body, rows_name, 1);
+        if (rows0 >= 8 * 39 && rows0 == rows1) break;
+        nanosleep(&(struct timespec){ .tv_nsec = 100000000 }, NULL);
+    }
+    CHECK(r.status == 200 && rows0 >= 8 * 39 && rows0 == rows1,
+          "serve /metrics over 2 ranks: stage rows %.0f and %.0f (want equal, >= %d)", rows0, rows1, 8 * 39);
+    const double sent0 = stage_metric(r.body, "kvinfer_pipeline_stage_sent_bytes_total", 0);
+    CHECK(sent0 == rows0 * info.dim * 4.0, "serve /metrics: stage 0 sent %.0f bytes for %.0f rows of dim %d",
+          sent0, rows0, info.dim);
+    for (int k = 0; k < 2; k++) {
+        const double c = stage_metric(r.body, "kvinfer_pipeline_stage_compute_seconds_total", k),
+                     busy = stage_metric(r.body, "kvinfer_pipeline_stage_busy_ratio", k),
+                     w = stage_metric(r.body, "kvinfer_pipeline_stage_weight_bytes", k);
+        CHECK(c > 0 && busy > 0 && busy <= 1 && w > 0,
+              "serve /metrics: stage %d compute %.4f s, busy %.3f, weights %.0f bytes", k, c, busy, w);
+    }
+    CHECK(stage_metric(r.body, rows_name, 2) < 0, "serve /metrics: a third stage of two");
+    printf("serve /metrics over 2 ranks: %.0f rows in each stage, stage 0 sent %.0f bytes\n", rows0, sent0);
+    free(r.body);
+}
+
 /* `mpirun -np 2 kvinfer serve`: 8 concurrent greedy completions (half streamed)
- * each equal `kvinfer run --temp 0` in one process; then a server whose rank 1
+ * each equal `kvinfer run --temp 0` in one process, and each stage's figures in
+ * /metrics (check_serve_metrics); then a server whose rank 1
  * stops answering answers 503 (pipeline_failed) within --pp-timeout and exits
  * non-zero. */
 static void check_serve(void)
@@ -454,6 +505,7 @@ static void check_serve(void)
             same += ok;
             free(c[i].text);
         }
+        check_serve_metrics(s.port);
         /* mpirun itself exits 1 once it was signalled; rank 0 must have shut down cleanly */
         test_server_stop(&s);
         char *log = read_file(tmp_path("pipeline_serve.err"), NULL);
