@@ -52,20 +52,25 @@
  *      probe_budget() (PROBE_RUNS serial runs' time, at least half a window).
  *    - A full CPU (cpu_full: more runnable threads in the system, at the
  *      instant /proc/loadavg is read, than online CPUs) tells a neighbour's
- *      load from the host's hiccups, which the measurements alone cannot: a
- *      parallel window slower than n (no MARGIN) on a full CPU starts the
- *      trial at once (no LATE_WINDOWS), which then wins without MARGIN too,
- *      a parallel window that has already lost WINDOW_NS / 2
- *      against the caller alone ends early to ask, and a probe that would wake
- *      the workers onto a full CPU is put off by GATE_RECHECK_NS (unless
- *      GATED_PROBE_NS have passed since the last one: a niced neighbour leaves
- *      the workers room, which only a probe shows). The gate only hastens or
- *      spares what the measurements decide: a trial still has to win.
+ *      load from the host's hiccups, which the measurements alone cannot:
+ *      a parallel window slower than n (no MARGIN) on a full CPU starts the
+ *      trial at once (no LATE_WINDOWS), and the trial then wins without
+ *      MARGIN too; a parallel window that has already lost WINDOW_NS / 2
+ *      against n * MARGIN times part 0 (a late window's bound) ends early to
+ *      ask (its answer then stands for the window); and a probe that would
+ *      wake the workers onto a full CPU is put off by GATE_RECHECK_NS unless
+ *      GATED_PROBE_NS have passed since the last probe or trial (a niced
+ *      neighbour leaves the workers room, which only a probe shows). The gate
+ *      only hastens or spares what the measurements decide: a trial still has
+ *      to win. It is off (the measurements alone) without /proc and in a
+ *      process confined to fewer CPUs than are online (the count is the
+ *      host's, not its own); CPU quotas (cgroup cpu.max) are not seen.
  *    The window state is the caller's alone (tpool_run is never concurrent);
  *    the counters read by tpool_get_stats are relaxed atomics.
  *  - scratch[k] is touched only by whoever runs part k, one thread at a time (or
  *    by the owner outside runs).
  */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "base/threadpool.h"
 
 #include <pthread.h>
@@ -75,6 +80,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -156,6 +162,7 @@ static int64_t now_ns(void)
  * per recheck. */
 static bool cpu_full(const tpool *p, int extra)
 {
+    if (p->ncpu == 0) return false; /* the gate is off (tpool_create) */
     char buf[128];
     int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
     if (fd < 0) return false;
@@ -172,7 +179,7 @@ static bool cpu_full(const tpool *p, int extra)
     if (!q) return false;
     char *end = NULL;
     long running = strtol(q, &end, 10);
-    if (end == q || *end != '/' || running < 1) return false;
+    if (end == q || *end != '/' || running < 1 || running > 1L << 30) return false;
     return running + extra > p->ncpu;
 }
 
@@ -236,6 +243,9 @@ tpool *tpool_create(int n_threads)
     p->last_probe = now_ns(); /* on a full CPU, the first probe too waits GATED_PROBE_NS */
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     p->ncpu = ncpu < 1 ? 1 : ncpu > 1 << 20 ? 1 << 20 : (int)ncpu;
+    cpu_set_t aff; /* confined to fewer CPUs than the host's (taskset, a cpuset): the host's
+                      runnable count says nothing about ours, so the gate stays off */
+    if (sched_getaffinity(0, sizeof aff, &aff) == 0 && CPU_COUNT(&aff) < p->ncpu) p->ncpu = 0;
     p->n = 1;
     for (int i = 1; i < n_threads; i++) {
         p->wk[i - 1].pool = p;
@@ -311,6 +321,7 @@ static void par_window_end(tpool *p, int64_t now)
         if (full) p->strikes = LATE_WINDOWS;
         if (p->strikes >= LATE_WINDOWS && now >= p->next_trial) {
             p->serial = p->trial = true; /* try the caller alone */
+            p->last_probe = now;         /* on a full CPU, the next probe waits GATED_PROBE_NS */
             p->trial_full = full;
             p->strikes = 0;
             atomic_fetch_add_explicit(&p->n_to_serial, 1, memory_order_relaxed);
