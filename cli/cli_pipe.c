@@ -226,7 +226,8 @@ char *cli_pipe_metrics(const kvi_engine *e)
     metric(f, "kvinfer_pipeline_stage_weight_bytes", "gauge", "Weight bytes a stage holds.", weights);
     metric(f, "kvinfer_pipeline_stage_kv_bytes", "gauge",
            "KV cache bytes a stage holds for the blocks in use.", kv);
-    if (fclose(f) != 0) {
+    const bool bad = ferror(f) != 0;
+    if (fclose(f) != 0 || bad) {
         free(text);
         return NULL;
     }

@@ -266,15 +266,22 @@ static int serve_template(srv_server *srv, const serve_opts *o)
     return rc ? cli_error("serve: %s", err.msg) : 0;
 }
 
+/* Under mpirun: when serve last asked the ranks for each stage's figures, and
+ * whether requests were alive after the last step (the engine thread's alone once
+ * the scheduler runs). */
+static double g_pipe_metrics_ms;
+static bool g_pipe_busy;
+
 /* The scheduler's after_step under mpirun: each stage's figures into /metrics,
  * asked of the ranks (on the engine thread, between steps) at most once a second
- * while requests run, and when the last one ends (idle: the figures are final). */
+ * while requests run, and once when the last one ends (idle: the figures are final). */
 static void serve_pipe_metrics(void *user, kvi_engine *e, int n_alive)
 {
-    static double last_ms;
     const double now = kvi_time_ms();
-    if (n_alive > 0 && now - last_ms < 1000.0) return;
-    last_ms = now;
+    const bool went_idle = n_alive == 0 && g_pipe_busy;
+    g_pipe_busy = n_alive > 0;
+    if (!went_idle && (n_alive == 0 || now - g_pipe_metrics_ms < 1000.0)) return;
+    g_pipe_metrics_ms = now;
     char *text = cli_pipe_metrics(e);
     if (text) srv_metrics_set_extra(&((srv_server *)user)->metrics, text);
 }
@@ -303,6 +310,7 @@ static int serve_start(srv_server *srv, const serve_opts *o, kvi_sched **sp, kvi
         sched.after_step = serve_pipe_metrics;
         sched.after_step_user = srv;
         srv_metrics_set_extra(&srv->metrics, cli_pipe_metrics(srv->e));
+        g_pipe_metrics_ms = kvi_time_ms();
     }
     kvi_sched *s = kvi_sched_create(srv->e, &sched, &err);
     if (s && run_spec_enabled(&o->so) && serve_spec(o, s, srv->cfg.n_ctx, dm, de) != 0) {

@@ -34,6 +34,7 @@
 
 #include <mpi.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,7 +54,7 @@ struct pipe_world {
     int rank, size;
     bool ended;                          /* the root sent END */
     double timeout_s;                    /* the root's bound on each wait (<= 0: none) */
-    bool failed;                         /* a wait timed out: no END, no MPI_Finalize */
+    atomic_bool failed;                  /* a wait timed out: no END, no MPI_Finalize (after fail_msg) */
     char fail_msg[200];                  /* what timed out */
     long stall_after;                    /* fault injection: a rank > 0 stops answering after
                                             this many ops (0: never) */
@@ -156,10 +157,10 @@ static int wait_req(pipe_world *w, MPI_Request *req, int peer, const char *what)
         if ((i & 63) != 0) continue;
         const double t = now_s() - t0;
         if (t > w->timeout_s) {
-            w->failed = true;
             snprintf(w->fail_msg, sizeof w->fail_msg,
                      "pipeline: rank %d did not answer within %g s (%s); the job ends", peer, w->timeout_s,
                      what);
+            w->failed = true; /* an atomic store after the message */
             (void)MPI_Cancel(req);
             return KVI_E_TIMEOUT;
         }

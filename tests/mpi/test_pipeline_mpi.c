@@ -519,7 +519,8 @@ static void check_serve(void)
     char extra[128];
     snprintf(extra, sizeof extra, "-t 1 --pp-timeout 2");
     char stall[1200];
-    snprintf(stall, sizeof stall, "%s -x KVINFER_PIPE_TEST_STALL=3", launcher);
+    /* ops: the handshake, serve's first /metrics figures, then the request's */
+    snprintf(stall, sizeof stall, "%s -x KVINFER_PIPE_TEST_STALL=4", launcher);
     if (!test_server_start_via(&s, stall, extra, "pipeline_serve_stall.err")) {
         CHECK(false, "mpirun serve (stalling rank) did not start");
         return;
