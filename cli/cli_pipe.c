@@ -132,14 +132,27 @@ static int stage_stats(const kvi_engine *e, engine_pipe_stats *st)
     return cli_error("%s", err.msg);
 }
 
+/* A stage's occupancy: compute / (compute + transport and waiting), 0 before any work. */
+static double busy_share(const engine_pipe_stats *st)
+{
+    const double t = st->compute_ms + st->wait_ms;
+    return t > 0 ? st->compute_ms / t : 0.0;
+}
+
+/* KV bytes stage k holds: the blocks in use (the same ids on every rank) times its bytes per block. */
+static double stage_kv_bytes(const kvi_engine *e, int k)
+{
+    kvi_stats s;
+    kvi_stats_get(e, NULL, &s);
+    return (double)s.kv_blocks_used * (double)pipe_kv_block_bytes(g_world, k);
+}
+
 void cli_pipe_summary(const kvi_engine *e)
 {
     engine_pipe_stats st[PIPE_MAX_STAGES];
     if (!g_world || !g_plan.n || stage_stats(e, st)) return;
     for (int k = 0; k < g_plan.n; k++) {
-        const double busy = st[k].compute_ms + st[k].wait_ms > 0
-                                ? 100.0 * st[k].compute_ms / (st[k].compute_ms + st[k].wait_ms)
-                                : 0.0;
+        const double busy = 100.0 * busy_share(&st[k]);
         char sent[32];
         cli_human_bytes(sent, sizeof sent, (double)st[k].bytes_sent);
         fprintf(stderr,
@@ -157,16 +170,13 @@ cJSON *cli_pipe_json(const kvi_engine *e)
     engine_pipe_stats ps[PIPE_MAX_STAGES];
     const bool have = stage_stats(e, ps) == 0;
     cJSON *o = cJSON_CreateObject(), *st = cJSON_AddArrayToObject(o, "stages");
-    kvi_stats s; /* blocks in use: the same ids on every rank */
-    kvi_stats_get(e, NULL, &s);
     for (int k = 0; st && k < g_plan.n; k++) {
         cJSON *j = cJSON_CreateObject();
         const int range[2] = { g_plan.st[k].l0, g_plan.st[k].l1 - 1 };
         cJSON_AddNumberToObject(j, "rank", k);
         cJSON_AddItemToObject(j, "layers", cJSON_CreateIntArray(range, 2));
         cJSON_AddNumberToObject(j, "weight_bytes", (double)g_plan.st[k].weight_bytes);
-        cJSON_AddNumberToObject(j, "kv_bytes",
-                                (double)s.kv_blocks_used * (double)pipe_kv_block_bytes(g_world, k));
+        cJSON_AddNumberToObject(j, "kv_bytes", stage_kv_bytes(e, k));
         if (have) {
             cJSON_AddNumberToObject(j, "compute_ms", ps[k].compute_ms);
             cJSON_AddNumberToObject(j, "wait_ms", ps[k].wait_ms);
@@ -194,8 +204,6 @@ char *cli_pipe_metrics(const kvi_engine *e)
     engine_pipe_stats ps[PIPE_MAX_STAGES];
     kvi_error err = { 0 };
     if (pipe_stage_stats(g_world, e, ps, &err)) return NULL;
-    kvi_stats s; /* blocks in use: the same ids on every rank */
-    kvi_stats_get(e, NULL, &s);
     double compute[PIPE_MAX_STAGES], wait[PIPE_MAX_STAGES], sent[PIPE_MAX_STAGES], rows[PIPE_MAX_STAGES],
         busy[PIPE_MAX_STAGES], weights[PIPE_MAX_STAGES], kv[PIPE_MAX_STAGES];
     for (int k = 0; k < g_plan.n; k++) {
@@ -203,10 +211,9 @@ char *cli_pipe_metrics(const kvi_engine *e)
         wait[k] = ps[k].wait_ms / 1000.0;
         sent[k] = (double)ps[k].bytes_sent;
         rows[k] = (double)ps[k].rows;
-        busy[k] = ps[k].compute_ms + ps[k].wait_ms > 0 ? ps[k].compute_ms / (ps[k].compute_ms + ps[k].wait_ms)
-                                                       : 0.0;
+        busy[k] = busy_share(&ps[k]);
         weights[k] = (double)g_plan.st[k].weight_bytes;
-        kv[k] = (double)s.kv_blocks_used * (double)pipe_kv_block_bytes(g_world, k);
+        kv[k] = stage_kv_bytes(e, k);
     }
     char *text = NULL;
     size_t len = 0;

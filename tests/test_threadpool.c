@@ -22,6 +22,7 @@
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "testutil.h"
 
+#include "base/clock.h"
 #include "base/threadpool.h"
 
 #include <pthread.h>
@@ -147,12 +148,7 @@ static int lag_run(tpool *p, lag_job *j, const double ref[2], int *wrong)
     return atomic_load(&j->off_caller);
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+static double now_s(void) { return kvi_time_ms() / 1000.0; }
 
 static void serial_fallback(void)
 {

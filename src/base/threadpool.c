@@ -142,7 +142,7 @@ struct tpool {
     int64_t m_ser;                     /* ns per run of the last serial window */
     int64_t next_probe, backoff;       /* serial -> parallel probes */
     int64_t next_trial, trial_backoff; /* parallel -> serial trials */
-    int64_t last_probe;                /* when the last probe began */
+    int64_t gate_since;                /* the last probe or trial: a gated probe waits GATED_PROBE_NS */
     int ncpu;                          /* online CPUs, for cpu_full() */
     atomic_uint_fast64_t n_parallel, n_serial, n_to_serial; /* runs, runs, switches */
 };
@@ -183,12 +183,16 @@ static bool cpu_full(const tpool *p, int extra)
     return running + extra > p->ncpu;
 }
 
-int tpool_n_cores(void)
+static int online_cpus(void)
 {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
-    if (n < 1) return 1;
-    if (n > MAX_THREADS) return MAX_THREADS;
-    return (int)n;
+    return n < 1 ? 1 : n > 1 << 20 ? 1 << 20 : (int)n;
+}
+
+int tpool_n_cores(void)
+{
+    const int n = online_cpus();
+    return n > MAX_THREADS ? MAX_THREADS : n;
 }
 
 static void *worker_main(void *arg)
@@ -240,9 +244,8 @@ tpool *tpool_create(int n_threads)
     atomic_init(&p->stop, false);
     p->backoff = PROBE_MIN_NS;
     p->trial_backoff = TRIAL_MIN_NS;
-    p->last_probe = now_ns(); /* on a full CPU, the first probe too waits GATED_PROBE_NS */
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    p->ncpu = ncpu < 1 ? 1 : ncpu > 1 << 20 ? 1 << 20 : (int)ncpu;
+    p->gate_since = now_ns(); /* on a full CPU, the first probe too waits GATED_PROBE_NS */
+    p->ncpu = online_cpus();
     cpu_set_t aff; /* confined to fewer CPUs than the host's (taskset, a cpuset): the host's
                       runnable count says nothing about ours, so the gate stays off */
     if (sched_getaffinity(0, sizeof aff, &aff) == 0 && CPU_COUNT(&aff) < p->ncpu) p->ncpu = 0;
@@ -298,6 +301,13 @@ static void window_reset(tpool *p, int64_t now)
     p->win_gate = 0;
 }
 
+/* cpu_full(p, 0), asked at most once per parallel window (win_gate keeps the answer). */
+static bool window_cpu_full(tpool *p)
+{
+    if (!p->win_gate) p->win_gate = cpu_full(p, 0) ? 2 : 1;
+    return p->win_gate == 2;
+}
+
 /* Ends a window of parallel runs (see the invariants). */
 static void par_window_end(tpool *p, int64_t now)
 {
@@ -317,11 +327,11 @@ static void par_window_end(tpool *p, int64_t now)
         /* a window slower than the caller alone on a full CPU (more runnable
          * threads than cores, ours included) is a neighbour's load, not the
          * host's hiccup, so no margin and no wait for more windows: try at once */
-        const bool full = r > (double)p->n && (p->win_gate ? p->win_gate == 2 : cpu_full(p, 0));
+        const bool full = r > (double)p->n && window_cpu_full(p);
         if (full) p->strikes = LATE_WINDOWS;
         if (p->strikes >= LATE_WINDOWS && now >= p->next_trial) {
             p->serial = p->trial = true; /* try the caller alone */
-            p->last_probe = now;         /* on a full CPU, the next probe waits GATED_PROBE_NS */
+            p->gate_since = now;
             p->trial_full = full;
             p->strikes = 0;
             atomic_fetch_add_explicit(&p->n_to_serial, 1, memory_order_relaxed);
@@ -364,10 +374,8 @@ static double probe_budget(const tpool *p)
  * caller alone ends early when the CPU is full (asked once per window). */
 static bool lost_on_full_cpu(tpool *p)
 {
-    if (p->win_gate || (double)p->win_tot - (double)p->n * MARGIN * (double)p->win_p0 <= WINDOW_NS / 2)
-        return false;
-    p->win_gate = cpu_full(p, 0) ? 2 : 1;
-    return p->win_gate == 2;
+    return !p->win_gate && (double)p->win_tot - (double)p->n * MARGIN * (double)p->win_p0 > WINDOW_NS / 2 &&
+           window_cpu_full(p);
 }
 
 static bool window_full(const tpool *p, int64_t now)
@@ -383,7 +391,7 @@ void tpool_run(tpool *p, tpool_fn fn, void *ctx)
         return;
     }
     const int64_t t0 = now_ns();
-    if (p->serial && !p->trial && t0 >= p->next_probe && t0 - p->last_probe < GATED_PROBE_NS &&
+    if (p->serial && !p->trial && t0 >= p->next_probe && t0 - p->gate_since < GATED_PROBE_NS &&
         cpu_full(p, p->n - 1)) /* waking the workers would only queue them behind a neighbour */
         p->next_probe = t0 + GATE_RECHECK_NS;
     if (p->serial && (p->trial || t0 < p->next_probe)) {
@@ -400,7 +408,7 @@ void tpool_run(tpool *p, tpool_fn fn, void *ctx)
     }
     if (p->serial) { /* probe the parallel mode again */
         p->serial = false;
-        p->last_probe = t0;
+        p->gate_since = t0;
         p->probing = p->probe_first = true;
         window_reset(p, t0);
     }
