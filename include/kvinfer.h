@@ -53,7 +53,7 @@ typedef struct kvi_model kvi_model;
 typedef struct kvi_load_params {
     bool use_mmap;              /* map the file instead of reading it into memory */
     const char *tokenizer_path; /* llama2.c checkpoints: tokenizer.bin (NULL: next to the model) */
-    bool repack;                /* Q8_0 / Q4_0 matrices into the kernels' R16 tiles where
+    bool repack;                /* Q8_0 / Q4_0 / K-quant matrices into the kernels' R16 tiles where
                                     they read them faster (default true; false keeps the
                                     file's layout; never with use_mmap) */
     int stage_first, stage_end; /* a pipeline stage (GGUF): only layers [stage_first,

@@ -187,9 +187,11 @@ static void test_eligibility(void)
 int main(void)
 {
     uint64_t rs = 0x5eed16;
-    const kvi_type types[4] = { KVI_TYPE_Q8_0, KVI_TYPE_Q4_0, KVI_TYPE_IQ4_NL, KVI_TYPE_MXFP4 };
-    for (int k = 0; k < 4; k++) {
-        test_layout(types[k], 64, &rs);
+    const kvi_type types[6] = { KVI_TYPE_Q8_0,  KVI_TYPE_Q4_0, KVI_TYPE_IQ4_NL,
+                                KVI_TYPE_MXFP4, KVI_TYPE_Q4_K, KVI_TYPE_Q6_K };
+    for (int k = 0; k < 6; k++) {
+        const bool kq = types[k] == KVI_TYPE_Q4_K || types[k] == KVI_TYPE_Q6_K;
+        test_layout(types[k], kq ? 256 : 64, &rs);
         test_layout(types[k], 2048, &rs);
         test_products(types[k], 48, 256, &rs);
         test_products(types[k], 80, 768, &rs);

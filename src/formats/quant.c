@@ -663,16 +663,6 @@ static void quant_q3_k(const float *x, block_q3_K *b)
     }
 }
 
-/* Packs 8 six-bit scales and mins into the 12-byte Q4_K / Q5_K layout. */
-static void pack_scale_min_k4(const uint8_t *ls, const uint8_t *lm, uint8_t *q)
-{
-    for (int j = 0; j < 4; j++) {
-        q[j] = (uint8_t)((ls[j] & 63) | (ls[j + 4] >> 4) << 6);
-        q[j + 4] = (uint8_t)((lm[j] & 63) | (lm[j + 4] >> 4) << 6);
-        q[j + 8] = (uint8_t)((ls[j + 4] & 0xf) | (lm[j + 4] & 0xf) << 4);
-    }
-}
-
 /* Shared by Q4_K (nmax 15) and Q5_K (nmax 31): fills d, dmin, scales and L. */
 static void quant_k_asym(const float *x, int nmax, quant_f16 *dh, quant_f16 *dminh, uint8_t *scales,
                          uint8_t *L)
@@ -692,7 +682,7 @@ static void quant_k_asym(const float *x, int nmax, quant_f16 *dh, quant_f16 *dmi
         lm[i] = (uint8_t)(dm != 0.0f ? clampi(nearest_int(negmin[i] / dm), 0, 63) : 0);
         levels_asym(x + 32 * i, 32, d * (float)ls[i], dm * (float)lm[i], nmax, L + 32 * i);
     }
-    pack_scale_min_k4(ls, lm, scales);
+    quant_pack_scale_min_k4(ls, lm, scales);
 }
 
 static void quant_q4_k(const float *x, block_q4_K *b)

@@ -88,6 +88,15 @@ static inline void quant_scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint
         *mn = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
     }
 }
+/* The inverse: 8 six-bit scales ls and mins lm into the 12 packed bytes q. */
+static inline void quant_pack_scale_min_k4(const uint8_t *ls, const uint8_t *lm, uint8_t *q)
+{
+    for (int j = 0; j < 4; j++) {
+        q[j] = (uint8_t)((ls[j] & 63) | (ls[j + 4] >> 4) << 6);
+        q[j + 4] = (uint8_t)((lm[j] & 63) | (lm[j + 4] >> 4) << 6);
+        q[j + 8] = (uint8_t)((ls[j + 4] & 0xf) | (lm[j + 4] & 0xf) << 4);
+    }
+}
 typedef struct {
     uint8_t ql[QK_K / 2];
     uint8_t qh[QK_K / 4];

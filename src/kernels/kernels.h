@@ -51,7 +51,8 @@ typedef struct kern_tensor {
 } kern_tensor;
 
 /* KVI_LAYOUT_ROWS: row j at data + j * quant_row_bytes(type, n_in) (GGUF's layout).
- * KVI_LAYOUT_R16: Q8_0 / Q4_0 / IQ4_NL / MXFP4 tiles of 16 rows interleaved (r16_pack.h). */
+ * KVI_LAYOUT_R16: Q8_0 / Q4_0 / IQ4_NL / MXFP4 / Q4_K / Q6_K tiles of 16 rows interleaved
+ * (r16_pack.h). */
 #define KVI_LAYOUT_ROWS 0
 #define KVI_LAYOUT_R16 1
 
@@ -100,7 +101,7 @@ kern_tensor kern_tensor_rows(const kern_tensor *W, int64_t r0, int64_t n);
  * kern_prepare_weights writes into the weights' bytes: make them writable). */
 bool kern_prepare_wanted(void);
 /* Lays the n matrices of W (distinct data) out for the active kernels, in place,
- * using n_threads threads: today the Q8_0 / Q4_0 / IQ4_NL / MXFP4 ones whose shape allows it go to
+ * using n_threads threads: today the Q8_0 / Q4_0 / IQ4_NL / MXFP4 / Q4_K / Q6_K ones whose shape allows it go to
  * R16 tiles (r16_pack.h) when the kernels read those faster; every other matrix is
  * left as it is. Returns 0, or a negative KVI_E_* with every matrix unchanged. */
 int kern_prepare_weights(kern_tensor *const *W, int n, int n_threads);

@@ -404,9 +404,12 @@ VNNI static int qgemm_packed(const kern_qgemm_args *a, uint8_t *packed, bool r16
     return 1;
 }
 
+static int qgemm_r16k_many(const kern_qgemm_args *a);
+
 int kern_qgemm_r16_many_avx512(const kern_qgemm_args *a)
 {
     if (!kern_has_vnni() || !a->scratch) return 0;
+    if (a->type == KVI_TYPE_Q4_K || a->type == KVI_TYPE_Q6_K) return qgemm_r16k_many(a);
     if (a->type != KVI_TYPE_Q8_0 && a->type != KVI_TYPE_Q4_0 && a->type != KVI_TYPE_IQ4_NL &&
         a->type != KVI_TYPE_MXFP4)
         return 0;
@@ -750,6 +753,74 @@ VNNI static void gen_rows_k(const kern_qgemm_args *a, const uint8_t *packed, int
     default: break;
     }
     for (int rr = 0; rr < nr; rr++) _mm512_mask_storeu_ps(a->y + (r0 + rr) * a->ldy + jt, msk, acc[rr]);
+}
+
+/* The packed layout above from an R16 Q4_K / Q6_K tile (r16_pack.h): its supers are
+ * already lane = row, so no transposes or gathers; the same bytes pack_q4k /
+ * pack_q6k write from the rows. */
+VNNI static void pack_r16k(kvi_type t, const uint8_t *tile, int64_t nsb, uint8_t *packed)
+{
+    const __m512i lo = _mm512_set1_epi8(0x0f), z = _mm512_setzero_si512();
+    for (int64_t sb = 0; sb < nsb; sb++) {
+        uint8_t *g0 = packed + (size_t)(sb * 8) * GEN_BYTES;
+        if (t == KVI_TYPE_Q6_K) {
+            const uint8_t *sup = tile + (size_t)sb * 16 * sizeof(block_q6_K);
+            for (int h = 0; h < 2; h++)
+                for (int k = 0; k < 8; k++) {
+                    __m512i L[4];
+                    r16k_q6_levels(sup, h, k, L);
+                    for (int q = 0; q < 4; q++)
+                        _mm512_store_si512((void *)(g0 + (size_t)(4 * h + q) * GEN_BYTES + 64 * k), L[q]);
+                }
+            for (int c = 0; c < 8; c++) {
+                uint8_t *g = g0 + (size_t)c * GEN_BYTES;
+                const uint8_t *sc = sup + 32 + 32 * c; /* scales of sub-blocks 2c, 2c+1 */
+                _mm512_store_si512((void *)(g + 512),
+                                   _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)sc)));
+                _mm512_store_si512((void *)(g + 576),
+                                   _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(sc + 16))));
+                _mm512_store_si512((void *)(g + 640), z);
+            }
+            _mm512_store_ps((float *)(g0 + 704), _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)sup)));
+            _mm512_store_ps((float *)(g0 + 768), _mm512_setzero_ps());
+            continue;
+        }
+        const uint8_t *sup = tile + (size_t)sb * 16 * sizeof(block_q4_K);
+        __m512i E[4];
+        r16k_q4_scales(sup, E);
+        for (int j = 0; j < 4; j++) { /* chunks 2j (low nibbles) and 2j+1 (high) */
+            uint8_t *ga = g0 + (size_t)(2 * j) * GEN_BYTES, *gb = ga + GEN_BYTES;
+            for (int k = 0; k < 8; k++) {
+                const __m512i v = _mm512_loadu_si512((const void *)(sup + 256 + 64 * (8 * j + k)));
+                _mm512_store_si512((void *)(ga + 64 * k), _mm512_and_si512(v, lo));
+                _mm512_store_si512((void *)(gb + 64 * k), _mm512_and_si512(_mm512_srli_epi16(v, 4), lo));
+            }
+            const __m512i mn = r16k_q4_mn(E, j); /* mn_2j | mn_2j+1 << 16 */
+            _mm512_store_si512((void *)(ga + 512), r16k_q4_sc(E, 2 * j));
+            _mm512_store_si512((void *)(gb + 512), r16k_q4_sc(E, 2 * j + 1));
+            _mm512_store_si512((void *)(ga + 576), z);
+            _mm512_store_si512((void *)(gb + 576), z);
+            _mm512_store_si512((void *)(ga + 640), _mm512_and_si512(mn, _mm512_set1_epi32(0xffff)));
+            _mm512_store_si512((void *)(gb + 640), _mm512_srli_epi32(mn, 16));
+        }
+        _mm512_store_ps((float *)(g0 + 704), _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)sup)));
+        _mm512_store_ps((float *)(g0 + 768),
+                        _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sup + 32))));
+    }
+}
+
+/* Q4_K / Q6_K in the R16 layout, any number of rows: each tile packed from its
+ * supers, then gen_rows_k as for the rows layout (the same bits). */
+VNNI static int qgemm_r16k_many(const kern_qgemm_args *a)
+{
+    if (a->n_in <= 0 || a->n_in % QK_K || a->j0 % 16 || a->j1 % 16 || a->n_rows < 1) return 0;
+    for (int64_t jt = a->j0; jt < a->j1; jt += 16) {
+        pack_r16k(a->type, a->w + (size_t)(jt / 16) * 16 * a->w_rb, a->n_in / QK_K, a->scratch);
+        for (int64_t r = 0; r < a->n_rows; r += RBK)
+            gen_rows_k(a, a->scratch, jt, (__mmask16)0xFFFF, r,
+                       a->n_rows - r < RBK ? (int)(a->n_rows - r) : RBK);
+    }
+    return 1;
 }
 
 VNNI static int qgemm_generic(const kern_qgemm_args *a)

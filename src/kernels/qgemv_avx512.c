@@ -334,10 +334,12 @@ VNNI_INLINE void r16_tiles(const kern_qgemm_args *a, const uint8_t *const *t, co
     _Pragma("GCC unroll 4") for (int i = 0; i < ns; i++) _mm512_storeu_ps(y[i], acc[i]);
 }
 
-/* Q8_0 / Q4_0 / IQ4_NL / MXFP4 over R16 weights, any number of rows: each tile is read
- * once from memory and reused (from L1) by the groups of up to GV_ROWS activation rows. */
+/* Q8_0 / Q4_0 / IQ4_NL / MXFP4 over R16 weights (Q4_K / Q6_K: qgemv_r16k_avx512.c), any
+ * number of rows: each tile is read once from memory and reused (from L1) by the groups
+ * of up to GV_ROWS activation rows. */
 VNNI int kern_qgemv_r16_avx512(const kern_qgemm_args *a)
 {
+    if (a->type == KVI_TYPE_Q4_K || a->type == KVI_TYPE_Q6_K) return kern_qgemv_r16k_avx512(a);
     if (a->type != KVI_TYPE_Q8_0 && a->type != KVI_TYPE_Q4_0 && a->type != KVI_TYPE_IQ4_NL &&
         a->type != KVI_TYPE_MXFP4)
         return 0;
@@ -383,6 +385,10 @@ VNNI int kern_qgemv_r16_avx512(const kern_qgemm_args *a)
  * scalar version is the reference). */
 VNNI void kern_r16_from_rows_avx512(kvi_type t, const uint8_t *src, int64_t n_in, uint8_t *dst)
 {
+    if (t == KVI_TYPE_Q4_K || t == KVI_TYPE_Q6_K) {
+        kern_r16k_from_rows_avx512(t, src, n_in, dst);
+        return;
+    }
     const size_t rb = quant_row_bytes(t, n_in), bb = quant_block_bytes(t);
     const size_t sb = t == KVI_TYPE_MXFP4 ? 1 : 2; /* scale bytes per block */
     const size_t qb = t == KVI_TYPE_Q8_0 ? 512 : 256, pair = 32 * sb + 2 * qb;
@@ -410,6 +416,10 @@ VNNI void kern_r16_from_rows_avx512(kvi_type t, const uint8_t *src, int64_t n_in
  * transpose16x4 undo themselves): the same bytes as r16_pack.c's version. */
 VNNI void kern_r16_to_rows_avx512(kvi_type t, const uint8_t *tile, int64_t n_in, uint8_t *dst)
 {
+    if (t == KVI_TYPE_Q4_K || t == KVI_TYPE_Q6_K) {
+        kern_r16k_to_rows_avx512(t, tile, n_in, dst);
+        return;
+    }
     const size_t rb = quant_row_bytes(t, n_in), bb = quant_block_bytes(t);
     const size_t sb = t == KVI_TYPE_MXFP4 ? 1 : 2; /* scale bytes per block */
     const size_t qb = t == KVI_TYPE_Q8_0 ? 512 : 256, pair = 32 * sb + 2 * qb;

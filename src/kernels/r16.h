@@ -14,13 +14,18 @@
  * the table's qgemm or kern_qgemm_ref. */
 void kern_qgemm_r16(const kern_table *tab, const kern_qgemm_args *a, uint8_t *rows);
 
-/* AVX-512 VNNI, 1..4 input rows (qgemv_avx512.c); 0 when not handled. */
+/* AVX-512 VNNI, up to KVI_R16_STREAM_ROWS_MAX input rows (qgemv_avx512.c; Q4_K:
+ * qgemv_r16k_avx512.c); 0 when not handled. */
 int kern_qgemv_r16_avx512(const kern_qgemm_args *a);
+int kern_qgemv_r16k_avx512(const kern_qgemm_args *a);
 
 /* kern_r16_from_rows / kern_r16_to_rows (r16_pack.h) with AVX-512; callers check
  * kern_has_vnni(). */
 void kern_r16_from_rows_avx512(kvi_type t, const uint8_t *src, int64_t n_in, uint8_t *dst);
 void kern_r16_to_rows_avx512(kvi_type t, const uint8_t *tile, int64_t n_in, uint8_t *dst);
+/* The Q4_K / Q6_K versions (qgemv_r16k_avx512.c), which the two above call for those. */
+void kern_r16k_from_rows_avx512(kvi_type t, const uint8_t *src, int64_t n_in, uint8_t *dst);
+void kern_r16k_to_rows_avx512(kvi_type t, const uint8_t *tile, int64_t n_in, uint8_t *dst);
 
 /* Above this many input rows, R16 tiles are unpacked for the table's many-row
  * kernel (kernels_avx512.c) instead of read by the streaming one. */

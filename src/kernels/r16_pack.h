@@ -1,5 +1,5 @@
 /*
- * r16_pack.h — the "R16" weight layout: Q8_0 / Q4_0 / IQ4_NL / MXFP4 matrices
+ * r16_pack.h — the "R16" weight layout: Q8_0 / Q4_0 / IQ4_NL / MXFP4 / Q4_K / Q6_K matrices
  * repacked at load time, in place, so that a 16-row tile is one contiguous stream laid out as the
  * VNNI kernels read it (vnni_avx512.h: lane l of every vector is weight row l of
  * the tile).
@@ -25,6 +25,38 @@
  * the tensor starts 64-byte aligned every vector is aligned; or 544 bytes (MXFP4:
  * its vectors start 32 bytes past a multiple of 64, read with unaligned loads).
  *
+ * Q4_K (n_in % 256 == 0): tile t holds, for each 256-input block b, a "super" of
+ * 16 * 144 = 2304 bytes at b * 2304 (a multiple of 64):
+ *     [0, 32)      d of rows 0..15 (f16, row l at bytes 2l, 2l+1)
+ *     [32, 64)     dmin of rows 0..15
+ *     [64, 256)    the 16 rows' 6-bit sub-block scales sc_s and mins mn_s (s < 8),
+ *                  decoded from the 12 packed bytes, as four 64-byte arrays E0..E3
+ *                  of 6-bit values stored in 192 bytes: NL [64..128), NH [128..192)
+ *                  and HB [192..256), byte i of each:
+ *                    NL[i] = E0[i] & 15 | (E1[i] & 15) << 4
+ *                    NH[i] = E2[i] & 15 | (E3[i] & 15) << 4
+ *                    HB[i] = E0[i] >> 4 | (E1[i] >> 4) << 2 | (E2[i] >> 4) << 4
+ *                            | (E3[i] >> 4) << 6
+ *                  with E0[16s + l] = sc_s of row l (s < 4), E1[16(s-4) + l] = sc_s
+ *                  (s >= 4), E2[32p + 2l + e] = mn_{2p+e} (p < 2), E3[32(p-2) + 2l +
+ *                  e] = mn_{2p+e} (p >= 2): so each sc_s of the 16 rows is one 16-byte
+ *                  chunk, and each pair of mins one 32-byte half, row-interleaved;
+ *     [256, 2304)  the quants as 32 vectors of 64 bytes, vector v lane l = qs[4v ..
+ *                  4v+3] of row l as stored (low nibbles: inputs 64j + 4k .. +3 of
+ *                  sub-block 2j, high nibbles: inputs 64j + 32 + 4k .. of sub-block
+ *                  2j+1, for v = 8j + k).
+ *
+ * Q6_K (n_in % 256 == 0): a super of 16 * 210 = 3360 bytes per block b, at b * 3360:
+ *     [0, 32)       d of rows 0..15 (f16)
+ *     [32, 288)     the int8 sub-block scales, byte 16s + l = scales[s] of row l
+ *     [288, 3360)   the quants as 16 triplets of 64-byte vectors, triplet t = 8h + k
+ *                   (h < 2, k < 8) at 288 + 192t: ql vector 16h + k, ql vector
+ *                   16h + 8 + k, qh vector 8h + k, where ql vector v lane l = ql[4v ..
+ *                   4v+3] of row l and qh vector u lane l = qh[4u .. 4u+3]: the three
+ *                   vectors that make the levels of inputs 128h + 4k + 32q (q < 4), so
+ *                   the kernel reads each super front to back (kern_r16_q6_ql / _qh)
+ * (its vectors start 32 bytes past a multiple of 64 when the super does).
+ *
  * Invariants: the layout holds the same information as the rows, bit for bit
  * (kern_r16_to_rows(kern_r16_from_rows(x)) == x); a kern_tensor says which layout its
  * data has (kern_tensor.layout); every reader of weight bytes either handles R16 or
@@ -40,11 +72,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Byte offsets inside a Q6_K super of ql vector v (0..31) and qh vector u (0..15). */
+static inline size_t kern_r16_q6_ql(int v)
+{
+    return 288 + 192 * (size_t)(8 * (v / 16) + v % 8) + 64 * (size_t)((v % 16) / 8);
+}
+static inline size_t kern_r16_q6_qh(int u) { return 288 + 192 * (size_t)u + 128; }
+
 /* true when the active kernels read R16 faster than rows (AVX-512 with VNNI). */
 bool kern_r16_preferred(void);
 
-/* true when W (rows layout) can be repacked: Q8_0 / Q4_0 / IQ4_NL / MXFP4, n_out % 16 == 0,
- * n_in % 64 == 0, n_out > 0. */
+/* true when W (rows layout) can be repacked: Q8_0 / Q4_0 / IQ4_NL / MXFP4 with n_in % 64 == 0,
+ * or Q4_K / Q6_K (n_in % 256 == 0); n_out % 16 == 0, n_out > 0. */
 bool kern_r16_eligible(const kern_tensor *W);
 
 /* One tile (16 rows, rows layout, row_bytes apart) into R16 at dst (16 * row_bytes

@@ -1,6 +1,6 @@
 /*
  * vnni_avx512.h — what the AVX-512 VNNI integer products share (internal to
- * kernels_avx512.c, qgemv_avx512.c and qgemv_kq_avx512.c): the
+ * kernels_avx512.c, qgemv_avx512.c, qgemv_kq_avx512.c and qgemv_r16k_avx512.c): the
  * 16-row weight tile (lane l of every vector belongs to weight row j0 + l), its
  * in-register transposes and gathers, the codebook lookups (IQ4_NL, MXFP4) and
  * MXFP4's E8M0 scales as floats, and the entry points of the decode (GEMV)
@@ -127,6 +127,60 @@ VNNI_INLINE __m512 kern_e8m0_half16(const uint8_t *p)
 VNNI_INLINE __m512 scales16_e8m0(const tile16 *tl, size_t off)
 {
     return kern_e8m0_half_ps(gather16_u32(tl, off));
+}
+
+/* ---- R16 K-quant supers (r16_pack.h), decoded for the 16 rows at once ----
+ * (qgemv_r16k_avx512.c's decode products, kernels_avx512.c's many-row packing) */
+
+/* Q4_K: E0..E3 of a super, its 6-bit scales and mins as bytes. */
+VNNI_INLINE void r16k_q4_scales(const uint8_t *sup, __m512i E[4])
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+    const __m512i NL = _mm512_loadu_si512((const void *)(sup + 64)),
+                  NH = _mm512_loadu_si512((const void *)(sup + 128)),
+                  H = _mm512_loadu_si512((const void *)(sup + 192));
+    /* a | (b & c): 0xF8 */
+    E[0] = _mm512_ternarylogic_epi32(_mm512_and_si512(NL, m4), _mm512_slli_epi16(H, 4), m30, 0xF8);
+    E[1] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(NL, 4), m4), _mm512_slli_epi16(H, 2),
+                                     m30, 0xF8);
+    E[2] = _mm512_ternarylogic_epi32(_mm512_and_si512(NH, m4), H, m30, 0xF8);
+    E[3] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(NH, 4), m4), _mm512_srli_epi16(H, 2),
+                                     m30, 0xF8);
+}
+
+/* sc_s of the 16 rows as dwords (chunk s % 4 of E[s / 4]). */
+VNNI_INLINE __m512i r16k_q4_sc(const __m512i E[4], int s)
+{
+    const __m512i e = E[s / 4];
+    switch (s % 4) {
+    case 0: return _mm512_cvtepu8_epi32(_mm512_castsi512_si128(e));
+    case 1: return _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(e, 1));
+    case 2: return _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(e, 2));
+    default: return _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(e, 3));
+    }
+}
+
+/* dword lane l = mn_2j | mn_2j+1 << 16 of row l (half j % 2 of E[2 + j / 2]). */
+VNNI_INLINE __m512i r16k_q4_mn(const __m512i E[4], int j)
+{
+    const __m512i e = E[2 + j / 2];
+    return _mm512_cvtepu8_epi16(j % 2 ? _mm512_extracti64x4_epi64(e, 1) : _mm512_castsi512_si256(e));
+}
+
+/* Q6_K: the levels (0..63) of inputs 128h + 32q + 4k .. +3 (k < 8) of the 16 rows
+ * into W[q], q = 0..3, from triplet 8h + k: ql 16h + k (low nibbles for q 0, high for
+ * q 2), ql 16h + 8 + k (q 1, 3), qh 8h + k (bits 2q, 2q+1). */
+VNNI_INLINE void r16k_q6_levels(const uint8_t *sup, int h, int k, __m512i W[4])
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+    const uint8_t *t = sup + 288 + 192 * (8 * h + k); /* triplet 8h + k */
+    const __m512i L0 = _mm512_loadu_si512((const void *)t), L1 = _mm512_loadu_si512((const void *)(t + 64)),
+                  Q = _mm512_loadu_si512((const void *)(t + 128));
+    W[0] = _mm512_ternarylogic_epi32(_mm512_and_si512(L0, m4), _mm512_slli_epi16(Q, 4), m30, 0xF8);
+    W[1] = _mm512_ternarylogic_epi32(_mm512_and_si512(L1, m4), _mm512_slli_epi16(Q, 2), m30, 0xF8);
+    W[2] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(L0, 4), m4), Q, m30, 0xF8);
+    W[3] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(L1, 4), m4), _mm512_srli_epi16(Q, 2),
+                                     m30, 0xF8);
 }
 
 /* 1 when the CPU has AVX-512 VNNI (cached). */
