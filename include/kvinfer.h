@@ -53,9 +53,9 @@ typedef struct kvi_model kvi_model;
 typedef struct kvi_load_params {
     bool use_mmap;              /* map the file instead of reading it into memory */
     const char *tokenizer_path; /* llama2.c checkpoints: tokenizer.bin (NULL: next to the model) */
-    bool repack;                /* Q8_0 / Q4_0 / K-quant matrices into the kernels' R16 tiles where
-                                    they read them faster (default true; false keeps the
-                                    file's layout; never with use_mmap) */
+    bool repack;                /* Q8_0 / Q4_0 / IQ4_NL / MXFP4 / Q4_K / Q6_K matrices into the
+                                    kernels' R16 tiles where they read them faster (default
+                                    true; false keeps the file's layout; never with use_mmap) */
     int stage_first, stage_end; /* a pipeline stage (GGUF): only layers [stage_first,
                                     stage_end), the embedding when stage_first is 0 and the
                                     output head when stage_end is the last layer are read

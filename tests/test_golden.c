@@ -109,14 +109,37 @@ done:
     cJSON_Delete(j);
 }
 
-static kvi_model *load(const char *rel)
+/* repack false: the file's layout kept (kvi_load_params.repack). */
+static kvi_model *load_as(const char *rel, bool repack)
 {
     kvi_error err = { 0 };
     kvi_load_params lp;
     kvi_load_params_default(&lp);
+    lp.repack = repack;
     kvi_model *m = kvi_model_load(shared_path(rel), &lp, &err);
     CHECK(m != NULL, "load %s: %s", rel, err.msg);
     return m;
+}
+
+static kvi_model *load(const char *rel) { return load_as(rel, true); }
+
+/* The logits of one prefill of toks[0..n) on m: [n][n_vocab], malloc'd; NULL on error. */
+static float *prefill_logits(kvi_model *m, const int32_t *toks, int n, const char *what)
+{
+    kvi_engine *e = make_engine(m, KVI_TYPE_F32, 0, 2);
+    kvi_seq *s = kvi_seq_create(e);
+    kvi_batch *b = kvi_batch_create(n);
+    for (int i = 0; i < n; i++) kvi_batch_add(b, s, toks[i], i, true);
+    kvi_error err = { 0 };
+    const int rc = kvi_step(e, b, &err);
+    CHECK(rc == 0, "%s: %s", what, err.msg);
+    const size_t nv = (size_t)kvi_n_vocab(m);
+    float *out = rc == 0 ? malloc((size_t)n * nv * sizeof(float)) : NULL;
+    for (int i = 0; out && i < n; i++) memcpy(out + (size_t)i * nv, kvi_logits(e, i), nv * sizeof(float));
+    kvi_batch_free(b);
+    kvi_seq_free(s);
+    kvi_engine_free(e);
+    return out;
 }
 
 static void check_quant(const char *type)
@@ -135,17 +158,18 @@ static void check_quant(const char *type)
     int n;
     int32_t *toks = json_ids(cJSON_GetObjectItem(j, "tokens"), &n);
     const cJSON *ref = cJSON_GetObjectItem(j, "logits");
-    kvi_engine *e = make_engine(m, KVI_TYPE_F32, 0, 2);
-    kvi_seq *s = kvi_seq_create(e);
-    kvi_batch *b = kvi_batch_create(n);
-    for (int i = 0; i < n; i++) kvi_batch_add(b, s, toks[i], i, true);
-    kvi_error err = { 0 };
-    int rc = kvi_step(e, b, &err);
-    CHECK(rc == 0, "qtest-%s: %s", type, err.msg);
     const int nv = kvi_n_vocab(m);
+    float *all = prefill_logits(m, toks, n, rel);
+    /* the kernels' own layouts (R16) give the bits of the file's layout */
+    kvi_model *plain = load_as(rel, false);
+    float *all_plain = plain ? prefill_logits(plain, toks, n, rel) : NULL;
+    CHECK(all && all_plain && memcmp(all, all_plain, (size_t)n * (size_t)nv * sizeof(float)) == 0,
+          "qtest-%s: logits with the weights repacked differ from the file's layout", type);
+    free(all_plain);
+    kvi_model_free(plain);
     double num = 0, den = 0;
-    for (int i = 0; rc == 0 && i < n; i++) {
-        const float *lg = kvi_logits(e, i);
+    for (int i = 0; all && i < n; i++) {
+        const float *lg = all + (size_t)i * (size_t)nv;
         const cJSON *r = cJSON_GetArrayItem(ref, i);
         for (int k = 0; k < nv; k++) {
             const double bv = cJSON_GetArrayItem(r, k)->valuedouble;
@@ -161,10 +185,8 @@ static void check_quant(const char *type)
         tol = 0.01;
     CHECK(rel_err < tol, "qtest-%s: relative error %.4g >= %.3g", type, rel_err, tol);
     printf("qtest-%-6s relative error vs llama.cpp %.5f (tolerance %.3f)\n", type, rel_err, tol);
+    free(all);
     free(toks);
-    kvi_batch_free(b);
-    kvi_seq_free(s);
-    kvi_engine_free(e);
     kvi_model_free(m);
     cJSON_Delete(j);
 }

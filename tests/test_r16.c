@@ -1,5 +1,5 @@
 /*
- * test_r16.c — the R16 weight layout (src/weight_r16.h): repacking loses nothing,
+ * test_r16.c — the R16 weight layout (src/kernels/r16_pack.h): repacking loses nothing,
  * the SIMD repack writes the scalar reference's bytes, rows read back exactly, and
  * every matrix product over R16 weights gives the bits of the same product over
  * the rows layout on every ISA the CPU has, for 1..70 input rows and 1..3 threads
@@ -46,6 +46,45 @@ static void test_layout(kvi_type t, int64_t n_in, uint64_t *rs)
                 ok = ok && pp[32 + 256 * (b % 2) + 64 * (k / 4) + 4 * 3 + k % 4] == blk[1 + k];
         }
         CHECK(ok, "mxfp4 n_in %lld: R16 bytes not where r16_pack.h puts them", (long long)n_in);
+    }
+    if (t == KVI_TYPE_Q4_K) { /* r16_pack.h's Q4_K super of 2304 bytes, by hand: tile 1, row 3 */
+        const uint8_t *r3 = w + (size_t)(16 + 3) * rb;
+        bool ok = true;
+        for (int64_t b = 0; b < n_in / 256; b++) {
+            const uint8_t *sup = ref + tb + (size_t)b * 2304, *blk = r3 + (size_t)b * 144;
+            ok = ok && !memcmp(sup + 6, blk, 2) && !memcmp(sup + 32 + 6, blk + 2, 2);
+            for (int sb = 0; sb < 8; sb++) {
+                uint8_t sc, mn;
+                quant_scale_min_k4(sb, blk + 4, &sc, &mn);
+                /* sc_s: E0 (s < 4) / E1 byte 16 (s % 4) + 3; mn_s: E2 / E3 byte 32 ((s / 2) % 2) + 6 + s % 2 */
+                const int ia = sb / 4, ii = 16 * (sb % 4) + 3, ma = 2 + sb / 4,
+                          mi = 32 * ((sb / 2) % 2) + 6 + sb % 2;
+                const uint8_t scv = (uint8_t)(((sup[64 + 64 * (ia / 2) + ii] >> (4 * (ia % 2))) & 15) |
+                                              ((sup[192 + ii] >> (2 * ia)) & 3) << 4);
+                const uint8_t mnv = (uint8_t)(((sup[64 + 64 * (ma / 2) + mi] >> (4 * (ma % 2))) & 15) |
+                                              ((sup[192 + mi] >> (2 * ma)) & 3) << 4);
+                ok = ok && scv == sc && mnv == mn;
+            }
+            for (int v = 0; v < 32; v++) ok = ok && !memcmp(sup + 256 + 64 * v + 12, blk + 16 + 4 * v, 4);
+        }
+        CHECK(ok, "q4_k n_in %lld: R16 bytes not where r16_pack.h puts them", (long long)n_in);
+    }
+    if (t == KVI_TYPE_Q6_K) { /* the Q6_K super of 3360 bytes, by hand: tile 1, row 3 */
+        const uint8_t *r3 = w + (size_t)(16 + 3) * rb;
+        bool ok = true;
+        for (int64_t b = 0; b < n_in / 256; b++) {
+            const uint8_t *sup = ref + tb + (size_t)b * 3360, *blk = r3 + (size_t)b * 210;
+            ok = ok && !memcmp(sup + 6, blk + 208, 2); /* d */
+            for (int sb = 0; sb < 16; sb++) ok = ok && sup[32 + 16 * sb + 3] == blk[192 + sb];
+            for (int h = 0; h < 2; h++)
+                for (int k = 0; k < 8; k++) { /* triplet 8h + k: ql 16h + k, ql 16h + 8 + k, qh 8h + k */
+                    const uint8_t *tr = sup + 288 + 192 * (8 * h + k) + 12;
+                    ok = ok && !memcmp(tr, blk + 4 * (16 * h + k), 4) &&
+                         !memcmp(tr + 64, blk + 4 * (16 * h + 8 + k), 4) &&
+                         !memcmp(tr + 128, blk + 128 + 4 * (8 * h + k), 4);
+                }
+        }
+        CHECK(ok, "q6_k n_in %lld: R16 bytes not where r16_pack.h puts them", (long long)n_in);
     }
     if (kern_isa_detect() == KVI_ISA_AVX512 && kern_has_vnni()) {
         for (int64_t tt = 0; tt < n_out / 16; tt++)
@@ -94,7 +133,8 @@ static void test_products(kvi_type t, int64_t n_out, int64_t n_in, uint64_t *rs)
         for (int64_t j = 0; j < n_out; j += 5)
             for (int64_t b = 0; b < n_in / 32; b++)
                 w[(size_t)j * quant_row_bytes(t, n_in) + (size_t)b * 17] = (uint8_t)(trand_u64(rs) & 1);
-    uint8_t *wr = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    /* 32 bytes past a 64-byte boundary, as GGUF's default alignment allows */
+    uint8_t *wr_buf = aligned_alloc(64, (bytes + 32 + 63) & ~(size_t)63), *wr = wr_buf + 32;
     memcpy(wr, w, bytes);
     kern_tensor rows = { .data = w, .type = t, .n_in = n_in, .n_out = n_out };
     kern_tensor r16 = { .data = wr, .type = t, .n_in = n_in, .n_out = n_out };
@@ -136,7 +176,7 @@ static void test_products(kvi_type t, int64_t n_out, int64_t n_in, uint64_t *rs)
     }
     kern_isa_set(best);
     free(w);
-    free(wr);
+    free(wr_buf);
     free(x);
     free(y0);
     free(y1);
@@ -182,6 +222,13 @@ static void test_eligibility(void)
     CHECK(!kern_r16_eligible(&c), "Q4_1 has no R16 layout");
     kern_tensor d = { .data = buf, .type = KVI_TYPE_Q8_0, .n_in = 64, .n_out = 16, .layout = KVI_LAYOUT_R16 };
     CHECK(!kern_r16_eligible(&d), "an R16 tensor is not repacked twice");
+    kern_tensor e = { .data = buf, .type = KVI_TYPE_Q5_K, .n_in = 256, .n_out = 16 };
+    CHECK(!kern_r16_eligible(&e), "Q5_K has no R16 layout");
+    kern_tensor f = { .data = buf, .type = KVI_TYPE_Q4_K, .n_in = 256, .n_out = 16 };
+    kern_tensor g = { .data = buf, .type = KVI_TYPE_Q6_K, .n_in = 512, .n_out = 32 };
+    CHECK(kern_r16_eligible(&f) && kern_r16_eligible(&g), "Q4_K / Q6_K with n_in %% 256 == 0 are eligible");
+    kern_tensor h = { .data = buf, .type = KVI_TYPE_Q4_K, .n_in = 256, .n_out = 24 };
+    CHECK(!kern_r16_eligible(&h), "24 Q4_K rows (not a multiple of 16) must be refused");
 }
 
 int main(void)

@@ -16,7 +16,8 @@
  *                                                 the decoded scales E0 / E1)
  *     msum = vpdpwssd(msum, MN_j, sum32[2j] | sum32[2j+1] << 16)
  *                                               (MN_j: words mn_2j, mn_2j+1 of each
- *                                                row, from E2 / E3)
+ *                                                row, from E2 / E3; |sum32| <= 32 * 127
+ *                                                fits an int16 word)
  * All exact integers whose totals are kern_qgemm_ref's isum and msum (the int32
  * wrap-around argument of q8.c). Then, block by block in order, acc = fma(d * dx,
  * (float)isum, acc) and acc = fma(-(dmin * dx), (float)msum, acc): the contract's

@@ -14,7 +14,7 @@
  * the table's qgemm or kern_qgemm_ref. */
 void kern_qgemm_r16(const kern_table *tab, const kern_qgemm_args *a, uint8_t *rows);
 
-/* AVX-512 VNNI, up to KVI_R16_STREAM_ROWS_MAX input rows (qgemv_avx512.c; Q4_K:
+/* AVX-512 VNNI, up to KVI_R16_STREAM_ROWS_MAX input rows (qgemv_avx512.c; Q4_K / Q6_K:
  * qgemv_r16k_avx512.c); 0 when not handled. */
 int kern_qgemv_r16_avx512(const kern_qgemm_args *a);
 int kern_qgemv_r16k_avx512(const kern_qgemm_args *a);
@@ -27,8 +27,9 @@ void kern_r16_to_rows_avx512(kvi_type t, const uint8_t *tile, int64_t n_in, uint
 void kern_r16k_from_rows_avx512(kvi_type t, const uint8_t *src, int64_t n_in, uint8_t *dst);
 void kern_r16k_to_rows_avx512(kvi_type t, const uint8_t *tile, int64_t n_in, uint8_t *dst);
 
-/* Above this many input rows, R16 tiles are unpacked for the table's many-row
- * kernel (kernels_avx512.c) instead of read by the streaming one. */
+/* Above this many input rows, R16 tiles go to the many-row kernels (kernels_avx512.c:
+ * Q8_0 / Q4_0 / IQ4_NL / MXFP4 tiles transposed, Q4_K / Q6_K supers packed as they
+ * lie) instead of the streaming ones. */
 #define KVI_R16_STREAM_ROWS_MAX 64
 
 #endif

@@ -55,7 +55,8 @@
  *                   4v+3] of row l and qh vector u lane l = qh[4u .. 4u+3]: the three
  *                   vectors that make the levels of inputs 128h + 4k + 32q (q < 4), so
  *                   the kernel reads each super front to back (kern_r16_q6_ql / _qh)
- * (its vectors start 32 bytes past a multiple of 64 when the super does).
+ * A Q6_K super is 52.5 x 64 bytes, so supers alternate between 64-byte aligned and 32
+ * bytes off (and GGUF aligns tensors to 32 only): its vectors are read with unaligned loads.
  *
  * Invariants: the layout holds the same information as the rows, bit for bit
  * (kern_r16_to_rows(kern_r16_from_rows(x)) == x); a kern_tensor says which layout its

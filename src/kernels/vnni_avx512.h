@@ -1,6 +1,7 @@
 /*
  * vnni_avx512.h — what the AVX-512 VNNI integer products share (internal to
- * kernels_avx512.c, qgemv_avx512.c, qgemv_kq_avx512.c and qgemv_r16k_avx512.c): the
+ * kernels_avx512.c, qgemv_avx512.c, qgemv_kq_avx512.c, qgemv_r16k_avx512.c and
+ * r16_pack.c): the
  * 16-row weight tile (lane l of every vector belongs to weight row j0 + l), its
  * in-register transposes and gathers, the codebook lookups (IQ4_NL, MXFP4) and
  * MXFP4's E8M0 scales as floats, and the entry points of the decode (GEMV)

@@ -450,8 +450,8 @@ static bool stage_keep_fn(const gguf_ctx *g, const gguf_tensor *t, void *user)
 }
 
 /* The layers' matrices and the output matrix laid out for the kernels, in place
- * (kern_prepare_weights decides which and how: R16 tiles for Q8_0 / Q4_0 / K-quants on
- * AVX-512 VNNI), when the load parameters allow it (kvi_load_params.repack). A tied
+ * (kern_prepare_weights decides which and how: R16 tiles for Q8_0 / Q4_0 / IQ4_NL /
+ * MXFP4 / Q4_K / Q6_K on AVX-512 VNNI), when the load parameters allow it (kvi_load_params.repack). A tied
  * output matrix is the token embedding too: both views get its layout. A prepare
  * that fails (memory) leaves the matrices as they were. One set of threads does
  * all (one start-up pass over the weights). */
