@@ -96,25 +96,13 @@ static int bench_gemv(int argc, char **argv)
                 for (int64_t i = 0; i < n_in; i++) row[i] = x[(j * 7 + i) % 8192];
                 quant_quantize_row(t, row, w + (size_t)j * rb, n_in);
             }
-            for (size_t c = 1; c < copies; c++) memcpy(w + c * mb, w, mb);
             int layout = KVI_LAYOUT_ROWS; /* R16 (as the loader does) when asked and possible */
             if (r16) {
-                /* every copy, or none: each is read with the one layout below */
-                bool all = true;
-                for (size_t c = 0; c < copies && all; c++) {
-                    kern_tensor T = { .data = w + c * mb, .type = t, .n_in = n_in, .n_out = n_out };
-                    all = kern_r16_eligible(&T) && kern_r16_repack(&T, threads) == 0;
-                }
-                if (all)
-                    layout = KVI_LAYOUT_R16;
-                else if (copies > 0) { /* a partial repack: start again from rows */
-                    for (int64_t j = 0; j < n_out; j++) {
-                        for (int64_t i = 0; i < n_in; i++) row[i] = x[(j * 7 + i) % 8192];
-                        quant_quantize_row(t, row, w + (size_t)j * rb, n_in);
-                    }
-                    for (size_t c = 1; c < copies; c++) memcpy(w + c * mb, w, mb);
-                }
+                kern_tensor T = { .data = w, .type = t, .n_in = n_in, .n_out = n_out };
+                if (kern_r16_eligible(&T) && kern_r16_repack(&T, threads) == 0) layout = T.layout;
             }
+            /* every copy holds copy 0's bytes, in the one layout they are all read with */
+            for (size_t c = 1; c < copies; c++) memcpy(w + c * mb, w, mb);
             double ts[64];
             for (int i = -1; i < reps; i++) { /* i = -1: warm-up */
                 double t0 = bench_now(CLOCK_MONOTONIC);

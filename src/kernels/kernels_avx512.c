@@ -764,7 +764,7 @@ VNNI static void pack_r16k(kvi_type t, const uint8_t *tile, int64_t nsb, uint8_t
     for (int64_t sb = 0; sb < nsb; sb++) {
         uint8_t *g0 = packed + (size_t)(sb * 8) * GEN_BYTES;
         if (t == KVI_TYPE_Q6_K) {
-            const uint8_t *sup = tile + (size_t)sb * 16 * sizeof(block_q6_K);
+            const uint8_t *sup = tile + (size_t)sb * KVI_R16_Q6K_SUPER;
             for (int h = 0; h < 2; h++)
                 for (int k = 0; k < 8; k++) {
                     __m512i L[4];
@@ -774,7 +774,7 @@ VNNI static void pack_r16k(kvi_type t, const uint8_t *tile, int64_t nsb, uint8_t
                 }
             for (int c = 0; c < 8; c++) {
                 uint8_t *g = g0 + (size_t)c * GEN_BYTES;
-                const uint8_t *sc = sup + 32 + 32 * c; /* scales of sub-blocks 2c, 2c+1 */
+                const uint8_t *sc = sup + KVI_R16_Q6K_SC + 32 * c; /* scales of sub-blocks 2c, 2c+1 */
                 _mm512_store_si512((void *)(g + 512),
                                    _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)sc)));
                 _mm512_store_si512((void *)(g + 576),
@@ -785,13 +785,13 @@ VNNI static void pack_r16k(kvi_type t, const uint8_t *tile, int64_t nsb, uint8_t
             _mm512_store_ps((float *)(g0 + 768), _mm512_setzero_ps());
             continue;
         }
-        const uint8_t *sup = tile + (size_t)sb * 16 * sizeof(block_q4_K);
+        const uint8_t *sup = tile + (size_t)sb * KVI_R16_Q4K_SUPER;
         __m512i E[4];
         r16k_q4_scales(sup, E);
         for (int j = 0; j < 4; j++) { /* chunks 2j (low nibbles) and 2j+1 (high) */
             uint8_t *ga = g0 + (size_t)(2 * j) * GEN_BYTES, *gb = ga + GEN_BYTES;
             for (int k = 0; k < 8; k++) {
-                const __m512i v = _mm512_loadu_si512((const void *)(sup + 256 + 64 * (8 * j + k)));
+                const __m512i v = _mm512_loadu_si512((const void *)(sup + KVI_R16_Q4K_QS + 64 * (8 * j + k)));
                 _mm512_store_si512((void *)(ga + 64 * k), _mm512_and_si512(v, lo));
                 _mm512_store_si512((void *)(gb + 64 * k), _mm512_and_si512(_mm512_srli_epi16(v, 4), lo));
             }
@@ -805,7 +805,7 @@ VNNI static void pack_r16k(kvi_type t, const uint8_t *tile, int64_t nsb, uint8_t
         }
         _mm512_store_ps((float *)(g0 + 704), _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)sup)));
         _mm512_store_ps((float *)(g0 + 768),
-                        _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sup + 32))));
+                        _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sup + KVI_R16_Q4K_DMIN))));
     }
 }
 

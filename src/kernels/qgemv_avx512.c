@@ -412,8 +412,8 @@ VNNI void kern_r16_from_rows_avx512(kvi_type t, const uint8_t *src, int64_t n_in
     }
 }
 
-/* kern_r16_to_rows with in-register transposes (the 4 x 4 dword transposes of
- * transpose16x4 undo themselves): the same bytes as r16_pack.c's version. */
+/* kern_r16_to_rows with in-register transposes (untranspose16x4): the same bytes as
+ * r16_pack.c's version. */
 VNNI void kern_r16_to_rows_avx512(kvi_type t, const uint8_t *tile, int64_t n_in, uint8_t *dst)
 {
     if (t == KVI_TYPE_Q4_K || t == KVI_TYPE_Q6_K) {
@@ -435,17 +435,7 @@ VNNI void kern_r16_to_rows_avx512(kvi_type t, const uint8_t *tile, int64_t n_in,
             for (int k = 0; k < 4; k++)
                 T[k] =
                     _mm512_xor_si512(_mm512_loadu_si512((const void *)(in + 256 * (size_t)h + 64 * k)), flip);
-            const __m512i t0 = _mm512_unpacklo_epi32(T[0], T[1]), t1 = _mm512_unpacklo_epi32(T[2], T[3]);
-            const __m512i t2 = _mm512_unpackhi_epi32(T[0], T[1]), t3 = _mm512_unpackhi_epi32(T[2], T[3]);
-            const __m512i Z[4] = { _mm512_unpacklo_epi64(t0, t1), _mm512_unpackhi_epi64(t0, t1),
-                                   _mm512_unpacklo_epi64(t2, t3), _mm512_unpackhi_epi64(t2, t3) };
-            for (int a = 0; a < 4; a++) {
-                uint8_t *r = dst + off + sb + 16 * (size_t)h;
-                _mm_storeu_si128((__m128i *)(r + (size_t)a * rb), _mm512_castsi512_si128(Z[a]));
-                _mm_storeu_si128((__m128i *)(r + (size_t)(a + 4) * rb), _mm512_extracti32x4_epi32(Z[a], 1));
-                _mm_storeu_si128((__m128i *)(r + (size_t)(a + 8) * rb), _mm512_extracti32x4_epi32(Z[a], 2));
-                _mm_storeu_si128((__m128i *)(r + (size_t)(a + 12) * rb), _mm512_extracti32x4_epi32(Z[a], 3));
-            }
+            untranspose16x4(T, dst + off + sb + 16 * (size_t)h, rb);
         }
     }
 }

@@ -46,14 +46,14 @@
 #include "kernels/vnni_avx512.h"
 #include "kernels/r16_pack.h"
 
-#define K4_SUPER (16 * sizeof(block_q4_K)) /* 2304 */
-#define K6_SUPER (16 * sizeof(block_q6_K)) /* 3360 */
-#define K4_ROWS 4                          /* activation rows per pass over a tile */
+#include <stddef.h>
+
+#define K4_ROWS 4 /* activation rows per pass over a tile */
 #ifndef K4_PF
-#define K4_PF 2304 /* bytes ahead in the stream */
+#define K4_PF KVI_R16_Q4K_SUPER /* bytes ahead in the stream: the next super */
 #endif
 #ifndef K6_PF
-#define K6_PF 3360
+#define K6_PF KVI_R16_Q6K_SUPER
 #endif
 
 /* One super against nr (a constant after inlining) activation blocks xb[r]. */
@@ -65,9 +65,9 @@ VNNI_INLINE void k4_super(const uint8_t *sup, const kern_q8k *const *xb, int nr,
     _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) isum[r] = msum[r] = _mm512_setzero_si512();
     _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++)
     {
-        const uint8_t *q = sup + 256 + 512 * (size_t)j;
-        _Pragma("GCC unroll 9") for (size_t o = 0; o < K4_SUPER / 4; o += 64)
-            _mm_prefetch((const char *)(sup + K4_PF + (K4_SUPER / 4) * (size_t)j + o), _MM_HINT_T0);
+        const uint8_t *q = sup + KVI_R16_Q4K_QS + 512 * (size_t)j;
+        _Pragma("GCC unroll 9") for (size_t o = 0; o < KVI_R16_Q4K_SUPER / 4; o += 64)
+            _mm_prefetch((const char *)(sup + K4_PF + (KVI_R16_Q4K_SUPER / 4) * (size_t)j + o), _MM_HINT_T0);
         __m512i WL[8], WH[8];
         _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++)
         {
@@ -97,7 +97,7 @@ VNNI_INLINE void k4_super(const uint8_t *sup, const kern_q8k *const *xb, int nr,
         }
     }
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)sup)),
-                 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sup + 32)));
+                 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sup + KVI_R16_Q4K_DMIN)));
     const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
     _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++)
     {
@@ -131,8 +131,8 @@ VNNI_INLINE void k6_super(const uint8_t *sup, const kern_q8k *const *xb, int nr,
                 r16k_q6_levels(sup, h, 4 * g + kk, L);
                 _Pragma("GCC unroll 4") for (int q = 0; q < 4; q++) W[q][kk] = L[q];
             }
-            _Pragma("GCC unroll 4") for (int q = 0; q < 4; q++) SC[q] =
-                _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(sup + 32 + 16 * (8 * h + 2 * q + g))));
+            _Pragma("GCC unroll 4") for (int q = 0; q < 4; q++) SC[q] = _mm512_cvtepi8_epi32(
+                _mm_loadu_si128((const __m128i *)(sup + KVI_R16_Q6K_SC + 16 * (8 * h + 2 * q + g))));
             _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++)
             {
                 _Pragma("GCC unroll 4") for (int q = 0; q < 4; q++)
@@ -163,9 +163,9 @@ VNNI_INLINE void k_tile(const uint8_t *tile, int64_t nb, const kern_q8k *const *
         const kern_q8k *xb[K4_ROWS];
         _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) xb[r] = x[r] + b;
         if (six)
-            k6_super(tile + (size_t)b * K6_SUPER, xb, nr, acc);
+            k6_super(tile + (size_t)b * KVI_R16_Q6K_SUPER, xb, nr, acc);
         else
-            k4_super(tile + (size_t)b * K4_SUPER, xb, nr, acc);
+            k4_super(tile + (size_t)b * KVI_R16_Q4K_SUPER, xb, nr, acc);
     }
     _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) _mm512_storeu_ps(y + r * ldy, acc[r]);
 }
@@ -209,44 +209,25 @@ VNNI int kern_qgemv_r16k_avx512(const kern_qgemm_args *a)
 
 /* ---- repacking (r16_pack.c's byte moves, in registers) ---------------------- */
 
-/* 4 vectors at v[0..3] (vector k lane l = bytes 4k..4k+3 of row l) back to 16 bytes
- * of each row l at dst + l * rb (transpose16x4's inverse). */
-VNNI_INLINE void k_untranspose(const uint8_t *const v[4], uint8_t *dst, size_t rb)
+/* The super's four quant vectors of 16-byte group g of a row (vector k lane l = bytes
+ * 16g + 4k .. +3 of row l): Q4_K qs groups 0..7; Q6_K ql groups 0..7, then qh 8..11. */
+static void k_group(kvi_type t, uint8_t *sup, int g, uint8_t *v[4])
 {
-    __m512i T[4];
-    for (int k = 0; k < 4; k++) T[k] = _mm512_loadu_si512((const void *)v[k]);
-    const __m512i t0 = _mm512_unpacklo_epi32(T[0], T[1]), t1 = _mm512_unpacklo_epi32(T[2], T[3]);
-    const __m512i t2 = _mm512_unpackhi_epi32(T[0], T[1]), t3 = _mm512_unpackhi_epi32(T[2], T[3]);
-    const __m512i Z[4] = { _mm512_unpacklo_epi64(t0, t1), _mm512_unpackhi_epi64(t0, t1),
-                           _mm512_unpacklo_epi64(t2, t3), _mm512_unpackhi_epi64(t2, t3) };
-    for (int a = 0; a < 4; a++) {
-        _mm_storeu_si128((__m128i *)(dst + (size_t)a * rb), _mm512_castsi512_si128(Z[a]));
-        _mm_storeu_si128((__m128i *)(dst + (size_t)(a + 4) * rb), _mm512_extracti32x4_epi32(Z[a], 1));
-        _mm_storeu_si128((__m128i *)(dst + (size_t)(a + 8) * rb), _mm512_extracti32x4_epi32(Z[a], 2));
-        _mm_storeu_si128((__m128i *)(dst + (size_t)(a + 12) * rb), _mm512_extracti32x4_epi32(Z[a], 3));
-    }
+    for (int k = 0; k < 4; k++)
+        v[k] = sup + (t == KVI_TYPE_Q4_K ? KVI_R16_Q4K_QS + 64 * (size_t)(4 * g + k)
+                      : g < 8            ? kern_r16_q6_ql(4 * g + k)
+                                         : kern_r16_q6_qh(4 * (g - 8) + k));
 }
 
-/* Group g of 16 bytes of the rows (p[l] + off + 16g) -> its vectors 4g .. 4g+3 at the
- * super's offsets o(4g + k). */
-VNNI_INLINE void k_transpose_group(const uint8_t *const *p, size_t off, int g, uint8_t *sup, size_t (*o)(int))
-{
-    __m512i T[4];
-    transpose16x4(p, off + 16 * (size_t)g, T);
-    for (int k = 0; k < 4; k++) _mm512_storeu_si512((void *)(sup + o(4 * g + k)), T[k]);
-}
+/* Where group 0 of a block's quants starts in its rows: Q4_K qs, Q6_K ql (qh follows). */
+static size_t k_group0(kvi_type t) { return t == KVI_TYPE_Q4_K ? offsetof(block_q4_K, qs) : 0; }
 
-/* Q4_K quant vector v: 256 + 64v (r16_pack.h). */
-static size_t k4_qs(int v) { return 256 + 64 * (size_t)v; }
-static size_t k6_ql(int v) { return kern_r16_q6_ql(v); }
-static size_t k6_qh(int u) { return kern_r16_q6_qh(u); }
-
-/* Q4_K's NL, NH, HB from the decoded scales e[4][64] (r16_pack.h). */
-VNNI_INLINE void k4_encode_scales(const uint8_t e[4][64], uint8_t *sup)
+/* Q4_K's NL, NH, HB from the decoded scales e (E0..E3, 256 bytes; r16_pack.h). */
+VNNI_INLINE void k4_encode_scales(const uint8_t *e, uint8_t *sup)
 {
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     __m512i E[4];
-    for (int i = 0; i < 4; i++) E[i] = _mm512_loadu_si512((const void *)e[i]);
+    for (int i = 0; i < 4; i++) E[i] = _mm512_loadu_si512((const void *)(e + 64 * i));
     const __m512i NL = _mm512_or_si512(_mm512_and_si512(E[0], m4),
                                        _mm512_slli_epi16(_mm512_and_si512(E[1], m4), 4)),
                   NH = _mm512_or_si512(_mm512_and_si512(E[2], m4),
@@ -255,89 +236,83 @@ VNNI_INLINE void k4_encode_scales(const uint8_t e[4][64], uint8_t *sup)
                   h1 = _mm512_srli_epi16(_mm512_andnot_si512(m4, E[1]), 2),
                   h2 = _mm512_andnot_si512(m4, E[2]),
                   h3 = _mm512_slli_epi16(_mm512_andnot_si512(m4, E[3]), 2);
-    _mm512_storeu_si512((void *)(sup + 64), NL);
-    _mm512_storeu_si512((void *)(sup + 128), NH);
-    _mm512_storeu_si512((void *)(sup + 192),
+    _mm512_storeu_si512((void *)(sup + KVI_R16_Q4K_NL), NL);
+    _mm512_storeu_si512((void *)(sup + KVI_R16_Q4K_NH), NH);
+    _mm512_storeu_si512((void *)(sup + KVI_R16_Q4K_HB),
                         _mm512_or_si512(_mm512_or_si512(h0, h1), _mm512_or_si512(h2, h3)));
 }
 
 VNNI void kern_r16k_from_rows_avx512(kvi_type t, const uint8_t *src, int64_t n_in, uint8_t *dst)
 {
-    const size_t rb = quant_row_bytes(t, n_in);
+    const bool q4 = t == KVI_TYPE_Q4_K;
+    const size_t rb = quant_row_bytes(t, n_in), bb = q4 ? sizeof(block_q4_K) : sizeof(block_q6_K);
     const uint8_t *p[16];
     for (int l = 0; l < 16; l++) p[l] = src + (size_t)l * rb;
     for (int64_t b = 0; b < n_in / QK_K; b++) {
-        if (t == KVI_TYPE_Q6_K) {
-            const size_t off = (size_t)b * sizeof(block_q6_K);
-            uint8_t *sup = dst + (size_t)b * K6_SUPER;
-            for (int l = 0; l < 16; l++) {
+        const size_t off = (size_t)b * bb;
+        uint8_t *sup = dst + (size_t)b * (q4 ? KVI_R16_Q4K_SUPER : KVI_R16_Q6K_SUPER);
+        _Alignas(64) uint8_t e[256]; /* Q4_K: E0..E3 */
+        for (int l = 0; l < 16; l++) {
+            if (q4) {
+                const block_q4_K *blk = (const block_q4_K *)(p[l] + off);
+                memcpy(sup + 2 * l, &blk->d, 2);
+                memcpy(sup + KVI_R16_Q4K_DMIN + 2 * l, &blk->dmin, 2);
+                for (int s = 0; s < 8; s++)
+                    quant_scale_min_k4(s, blk->scales, &e[kern_r16_q4_sc_at(s, l)],
+                                       &e[kern_r16_q4_mn_at(s, l)]);
+            } else {
                 const block_q6_K *blk = (const block_q6_K *)(p[l] + off);
                 memcpy(sup + 2 * l, &blk->d, 2);
-                for (int s = 0; s < 16; s++) sup[32 + 16 * s + l] = (uint8_t)blk->scales[s];
-            }
-            for (int g = 0; g < 8; g++) k_transpose_group(p, off, g, sup, k6_ql);
-            for (int g = 0; g < 4; g++) k_transpose_group(p, off + 128, g, sup, k6_qh);
-            continue;
-        }
-        const size_t off = (size_t)b * sizeof(block_q4_K);
-        uint8_t *sup = dst + (size_t)b * K4_SUPER;
-        _Alignas(64) uint8_t e[4][64];
-        for (int l = 0; l < 16; l++) {
-            const block_q4_K *blk = (const block_q4_K *)(p[l] + off);
-            memcpy(sup + 2 * l, &blk->d, 2);
-            memcpy(sup + 32 + 2 * l, &blk->dmin, 2);
-            for (int s = 0; s < 8; s++) {
-                uint8_t sc, mn;
-                quant_scale_min_k4(s, blk->scales, &sc, &mn);
-                e[s / 4][16 * (s % 4) + l] = sc;
-                e[2 + s / 4][32 * ((s / 2) % 2) + 2 * l + s % 2] = mn;
+                for (int s = 0; s < 16; s++) sup[KVI_R16_Q6K_SC + 16 * s + l] = (uint8_t)blk->scales[s];
             }
         }
-        k4_encode_scales((const uint8_t(*)[64])e, sup);
-        for (int g = 0; g < 8; g++) k_transpose_group(p, off + 16, g, sup, k4_qs);
+        if (q4) k4_encode_scales(e, sup);
+        for (int g = 0; g < (q4 ? 8 : 12); g++) {
+            uint8_t *v[4];
+            __m512i T[4];
+            k_group(t, sup, g, v);
+            transpose16x4(p, off + k_group0(t) + 16 * (size_t)g, T);
+            for (int k = 0; k < 4; k++) _mm512_storeu_si512((void *)v[k], T[k]);
+        }
     }
 }
 
 VNNI void kern_r16k_to_rows_avx512(kvi_type t, const uint8_t *tile, int64_t n_in, uint8_t *dst)
 {
-    const size_t rb = quant_row_bytes(t, n_in);
+    const bool q4 = t == KVI_TYPE_Q4_K;
+    const size_t rb = quant_row_bytes(t, n_in), bb = q4 ? sizeof(block_q4_K) : sizeof(block_q6_K);
     for (int64_t b = 0; b < n_in / QK_K; b++) {
-        if (t == KVI_TYPE_Q6_K) {
-            const uint8_t *sup = tile + (size_t)b * K6_SUPER;
-            const size_t off = (size_t)b * sizeof(block_q6_K);
-            for (int l = 0; l < 16; l++) {
+        const size_t off = (size_t)b * bb;
+        uint8_t *sup = (uint8_t *)tile + (size_t)b * (q4 ? KVI_R16_Q4K_SUPER : KVI_R16_Q6K_SUPER);
+        _Alignas(64) uint8_t e[256]; /* Q4_K: E0..E3 */
+        if (q4) {
+            __m512i E[4];
+            r16k_q4_scales(sup, E);
+            for (int i = 0; i < 4; i++) _mm512_store_si512((void *)(e + 64 * i), E[i]);
+        }
+        for (int l = 0; l < 16; l++) {
+            if (q4) {
+                block_q4_K *blk = (block_q4_K *)(dst + (size_t)l * rb + off);
+                uint8_t sc[8], mn[8];
+                memcpy(&blk->d, sup + 2 * l, 2);
+                memcpy(&blk->dmin, sup + KVI_R16_Q4K_DMIN + 2 * l, 2);
+                for (int s = 0; s < 8; s++) {
+                    sc[s] = e[kern_r16_q4_sc_at(s, l)];
+                    mn[s] = e[kern_r16_q4_mn_at(s, l)];
+                }
+                quant_pack_scale_min_k4(sc, mn, blk->scales);
+            } else {
                 block_q6_K *blk = (block_q6_K *)(dst + (size_t)l * rb + off);
                 memcpy(&blk->d, sup + 2 * l, 2);
-                for (int s = 0; s < 16; s++) blk->scales[s] = (int8_t)sup[32 + 16 * s + l];
+                for (int s = 0; s < 16; s++) blk->scales[s] = (int8_t)sup[KVI_R16_Q6K_SC + 16 * s + l];
             }
-            for (int g = 0; g < 12; g++) { /* ql groups 0..7, then qh groups 0..3 */
-                const uint8_t *v[4];
-                for (int k = 0; k < 4; k++) v[k] = sup + (g < 8 ? k6_ql(4 * g + k) : k6_qh(4 * (g - 8) + k));
-                k_untranspose(v, dst + off + 16 * (size_t)g, rb);
-            }
-            continue;
         }
-        const uint8_t *sup = tile + (size_t)b * K4_SUPER;
-        const size_t off = (size_t)b * sizeof(block_q4_K);
-        _Alignas(64) uint8_t e[4][64];
-        __m512i E[4];
-        r16k_q4_scales(sup, E);
-        for (int i = 0; i < 4; i++) _mm512_store_si512((void *)e[i], E[i]);
-        for (int l = 0; l < 16; l++) {
-            block_q4_K *blk = (block_q4_K *)(dst + (size_t)l * rb + off);
-            uint8_t sc[8], mn[8];
-            memcpy(&blk->d, sup + 2 * l, 2);
-            memcpy(&blk->dmin, sup + 32 + 2 * l, 2);
-            for (int s = 0; s < 8; s++) {
-                sc[s] = e[s / 4][16 * (s % 4) + l];
-                mn[s] = e[2 + s / 4][32 * ((s / 2) % 2) + 2 * l + s % 2];
-            }
-            quant_pack_scale_min_k4(sc, mn, blk->scales);
-        }
-        for (int g = 0; g < 8; g++) {
-            const uint8_t *v[4];
-            for (int k = 0; k < 4; k++) v[k] = sup + k4_qs(4 * g + k);
-            k_untranspose(v, dst + off + 16 + 16 * (size_t)g, rb);
+        for (int g = 0; g < (q4 ? 8 : 12); g++) {
+            uint8_t *v[4];
+            __m512i T[4];
+            k_group(t, sup, g, v);
+            for (int k = 0; k < 4; k++) T[k] = _mm512_loadu_si512((const void *)v[k]);
+            untranspose16x4(T, dst + off + k_group0(t) + 16 * (size_t)g, rb);
         }
     }
 }

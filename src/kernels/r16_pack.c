@@ -35,34 +35,25 @@ bool kern_r16_eligible(const kern_tensor *W)
 
 /* ---- Q4_K: supers of 2304 bytes (r16_pack.h) ---- */
 
-#define K4_SUPER (16 * sizeof(block_q4_K))
+_Static_assert(KVI_R16_Q4K_SUPER == 16 * sizeof(block_q4_K), "Q4_K super");
+_Static_assert(KVI_R16_Q6K_SUPER == 16 * sizeof(block_q6_K), "Q6_K super");
 
-/* Where value (array a of E0..E3, byte i) of a super lives: nibble (a % 2) of
- * N[a / 2] byte i, bits 2a, 2a+1 of HB byte i. */
-static uint8_t k4_get(const uint8_t *sup, int a, int i)
+/* Value e (of E0..E3 as one 256-byte array: array e / 64, byte e % 64) of a super:
+ * nibble (a % 2) of NL / NH byte i, bits 2a, 2a+1 of HB byte i. */
+static uint8_t k4_get(const uint8_t *sup, int e)
 {
-    const uint8_t n = sup[64 + 64 * (a / 2) + i], h = sup[192 + i];
+    const int a = e / 64, i = e % 64;
+    const uint8_t n = sup[KVI_R16_Q4K_NL + 64 * (a / 2) + i], h = sup[KVI_R16_Q4K_HB + i];
     return (uint8_t)(((n >> (4 * (a % 2))) & 15) | ((h >> (2 * a)) & 3) << 4);
 }
 
-static void k4_set(uint8_t *sup, int a, int i, uint8_t v)
+static void k4_set(uint8_t *sup, int e, uint8_t v)
 {
-    uint8_t *n = &sup[64 + 64 * (a / 2) + i], *h = &sup[192 + i];
+    const int a = e / 64, i = e % 64;
+    uint8_t *n = &sup[KVI_R16_Q4K_NL + 64 * (a / 2) + i], *h = &sup[KVI_R16_Q4K_HB + i];
     const int ns = 4 * (a % 2), hs = 2 * a;
     *n = (uint8_t)((*n & ~(15 << ns)) | (v & 15) << ns);
     *h = (uint8_t)((*h & ~(3 << hs)) | (v >> 4) << hs);
-}
-
-/* The array and byte of sub-block s's scale (mn false) or min of row l. */
-static void k4_index(int s, bool mn, int l, int *a, int *i)
-{
-    if (!mn) {
-        *a = s / 4;
-        *i = 16 * (s % 4) + l;
-    } else {
-        *a = 2 + s / 4;
-        *i = 32 * ((s / 2) % 2) + 2 * l + s % 2;
-    }
 }
 
 /* One Q4_K row's blocks <-> its lane of the tile. */
@@ -70,31 +61,26 @@ static void k4_move_row(int64_t nb, int lane, uint8_t *row, uint8_t *tile, bool 
 {
     for (int64_t b = 0; b < nb; b++) {
         block_q4_K *blk = (block_q4_K *)(row + (size_t)b * sizeof(block_q4_K));
-        uint8_t *sup = tile + (size_t)b * K4_SUPER;
+        uint8_t *sup = tile + (size_t)b * KVI_R16_Q4K_SUPER;
         uint8_t sc[8], mn[8];
-        int a, i;
         if (to_tile) {
             memcpy(sup + 2 * lane, &blk->d, 2);
-            memcpy(sup + 32 + 2 * lane, &blk->dmin, 2);
+            memcpy(sup + KVI_R16_Q4K_DMIN + 2 * lane, &blk->dmin, 2);
             for (int s = 0; s < 8; s++) {
                 quant_scale_min_k4(s, blk->scales, &sc[s], &mn[s]);
-                k4_index(s, false, lane, &a, &i);
-                k4_set(sup, a, i, sc[s]);
-                k4_index(s, true, lane, &a, &i);
-                k4_set(sup, a, i, mn[s]);
+                k4_set(sup, kern_r16_q4_sc_at(s, lane), sc[s]);
+                k4_set(sup, kern_r16_q4_mn_at(s, lane), mn[s]);
             }
-            for (int v = 0; v < 32; v++) memcpy(sup + 256 + 64 * v + 4 * lane, blk->qs + 4 * v, 4);
+            for (int v = 0; v < 32; v++) memcpy(sup + KVI_R16_Q4K_QS + 64 * v + 4 * lane, blk->qs + 4 * v, 4);
         } else {
             memcpy(&blk->d, sup + 2 * lane, 2);
-            memcpy(&blk->dmin, sup + 32 + 2 * lane, 2);
+            memcpy(&blk->dmin, sup + KVI_R16_Q4K_DMIN + 2 * lane, 2);
             for (int s = 0; s < 8; s++) {
-                k4_index(s, false, lane, &a, &i);
-                sc[s] = k4_get(sup, a, i);
-                k4_index(s, true, lane, &a, &i);
-                mn[s] = k4_get(sup, a, i);
+                sc[s] = k4_get(sup, kern_r16_q4_sc_at(s, lane));
+                mn[s] = k4_get(sup, kern_r16_q4_mn_at(s, lane));
             }
             quant_pack_scale_min_k4(sc, mn, blk->scales);
-            for (int v = 0; v < 32; v++) memcpy(blk->qs + 4 * v, sup + 256 + 64 * v + 4 * lane, 4);
+            for (int v = 0; v < 32; v++) memcpy(blk->qs + 4 * v, sup + KVI_R16_Q4K_QS + 64 * v + 4 * lane, 4);
         }
     }
 }
@@ -153,66 +139,53 @@ static void move_row(const r16_geom *g, int64_t nb, int lane, uint8_t *row, uint
 
 /* ---- Q6_K: supers of 3360 bytes (r16_pack.h) ---- */
 
-#define K6_SUPER (16 * sizeof(block_q6_K))
-
 static void k6_move_row(int64_t nb, int lane, uint8_t *row, uint8_t *tile, bool to_tile)
 {
     for (int64_t b = 0; b < nb; b++) {
         block_q6_K *blk = (block_q6_K *)(row + (size_t)b * sizeof(block_q6_K));
-        uint8_t *sup = tile + (size_t)b * K6_SUPER;
+        uint8_t *sup = tile + (size_t)b * KVI_R16_Q6K_SUPER, *sc = sup + KVI_R16_Q6K_SC + lane;
         if (to_tile) {
             memcpy(sup + 2 * lane, &blk->d, 2);
-            for (int s = 0; s < 16; s++) sup[32 + 16 * s + lane] = (uint8_t)blk->scales[s];
+            for (int s = 0; s < 16; s++) sc[16 * s] = (uint8_t)blk->scales[s];
             for (int v = 0; v < 32; v++) memcpy(sup + kern_r16_q6_ql(v) + 4 * lane, blk->ql + 4 * v, 4);
             for (int u = 0; u < 16; u++) memcpy(sup + kern_r16_q6_qh(u) + 4 * lane, blk->qh + 4 * u, 4);
         } else {
             memcpy(&blk->d, sup + 2 * lane, 2);
-            for (int s = 0; s < 16; s++) blk->scales[s] = (int8_t)sup[32 + 16 * s + lane];
+            for (int s = 0; s < 16; s++) blk->scales[s] = (int8_t)sc[16 * s];
             for (int v = 0; v < 32; v++) memcpy(blk->ql + 4 * v, sup + kern_r16_q6_ql(v) + 4 * lane, 4);
             for (int u = 0; u < 16; u++) memcpy(blk->qh + 4 * u, sup + kern_r16_q6_qh(u) + 4 * lane, 4);
         }
     }
 }
 
-/* Q4_K / Q6_K: one row <-> its lane (the rest go through geom / move_row). */
-static bool k_move_row(kvi_type t, int64_t n_in, int lane, uint8_t *row, uint8_t *tile, bool to_tile)
+/* One row of any R16 type <-> its lane of the tile. */
+static void move_lane(kvi_type t, int64_t n_in, int lane, uint8_t *row, uint8_t *tile, bool to_tile)
 {
-    if (t == KVI_TYPE_Q4_K)
+    if (t == KVI_TYPE_Q4_K) {
         k4_move_row(n_in / QK_K, lane, row, tile, to_tile);
-    else if (t == KVI_TYPE_Q6_K)
+    } else if (t == KVI_TYPE_Q6_K) {
         k6_move_row(n_in / QK_K, lane, row, tile, to_tile);
-    else
-        return false;
-    return true;
+    } else {
+        const r16_geom g = geom(t);
+        move_row(&g, n_in / 32, lane, row, tile, to_tile);
+    }
 }
 
 void kern_r16_from_rows(kvi_type t, const uint8_t *src, int64_t n_in, uint8_t *dst)
 {
     const size_t rb = quant_row_bytes(t, n_in);
-    if (t == KVI_TYPE_Q4_K || t == KVI_TYPE_Q6_K) {
-        for (int l = 0; l < 16; l++) k_move_row(t, n_in, l, (uint8_t *)src + (size_t)l * rb, dst, true);
-        return;
-    }
-    const r16_geom g = geom(t);
-    for (int l = 0; l < 16; l++) move_row(&g, n_in / 32, l, (uint8_t *)src + (size_t)l * rb, dst, true);
+    for (int l = 0; l < 16; l++) move_lane(t, n_in, l, (uint8_t *)src + (size_t)l * rb, dst, true);
 }
 
 void kern_r16_to_rows(kvi_type t, const uint8_t *tile, int64_t n_in, uint8_t *dst)
 {
     const size_t rb = quant_row_bytes(t, n_in);
-    if (t == KVI_TYPE_Q4_K || t == KVI_TYPE_Q6_K) {
-        for (int l = 0; l < 16; l++) k_move_row(t, n_in, l, dst + (size_t)l * rb, (uint8_t *)tile, false);
-        return;
-    }
-    const r16_geom g = geom(t);
-    for (int l = 0; l < 16; l++) move_row(&g, n_in / 32, l, dst + (size_t)l * rb, (uint8_t *)tile, false);
+    for (int l = 0; l < 16; l++) move_lane(t, n_in, l, dst + (size_t)l * rb, (uint8_t *)tile, false);
 }
 
 void kern_r16_row(kvi_type t, const uint8_t *tile, int64_t n_in, int lane, uint8_t *dst)
 {
-    if (k_move_row(t, n_in, lane, dst, (uint8_t *)tile, false)) return;
-    const r16_geom g = geom(t);
-    move_row(&g, n_in / 32, lane, dst, (uint8_t *)tile, false);
+    move_lane(t, n_in, lane, dst, (uint8_t *)tile, false);
 }
 
 typedef struct repack_job {

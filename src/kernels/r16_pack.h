@@ -73,12 +73,28 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The supers' byte offsets (the layout above). */
+#define KVI_R16_Q4K_SUPER 2304 /* 16 * sizeof(block_q4_K) */
+#define KVI_R16_Q4K_DMIN 32
+#define KVI_R16_Q4K_NL 64
+#define KVI_R16_Q4K_NH 128
+#define KVI_R16_Q4K_HB 192
+#define KVI_R16_Q4K_QS 256
+#define KVI_R16_Q6K_SUPER 3360 /* 16 * sizeof(block_q6_K) */
+#define KVI_R16_Q6K_SC 32
+#define KVI_R16_Q6K_Q 288
+
+/* Q4_K: where sub-block s's scale / min of row l sits in E0..E3 taken as one array of
+ * 256 bytes (E_a[i] at 64a + i): 16s + l (E0, E1), 128 + 32 (s / 2) + 2l + s % 2 (E2, E3). */
+static inline int kern_r16_q4_sc_at(int s, int l) { return 16 * s + l; }
+static inline int kern_r16_q4_mn_at(int s, int l) { return 128 + 32 * (s / 2) + 2 * l + s % 2; }
+
 /* Byte offsets inside a Q6_K super of ql vector v (0..31) and qh vector u (0..15). */
 static inline size_t kern_r16_q6_ql(int v)
 {
-    return 288 + 192 * (size_t)(8 * (v / 16) + v % 8) + 64 * (size_t)((v % 16) / 8);
+    return KVI_R16_Q6K_Q + 192 * (size_t)(8 * (v / 16) + v % 8) + 64 * (size_t)((v % 16) / 8);
 }
-static inline size_t kern_r16_q6_qh(int u) { return 288 + 192 * (size_t)u + 128; }
+static inline size_t kern_r16_q6_qh(int u) { return KVI_R16_Q6K_Q + 192 * (size_t)u + 128; }
 
 /* true when the active kernels read R16 faster than rows (AVX-512 with VNNI). */
 bool kern_r16_preferred(void);

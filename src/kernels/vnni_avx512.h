@@ -13,6 +13,7 @@
 
 #include "kernels/isa_target.h"
 #include "kernels/kernels_int.h"
+#include "kernels/r16_pack.h"
 #include "formats/quant.h"
 
 #include <immintrin.h>
@@ -44,6 +45,22 @@ VNNI_INLINE void transpose16x4(const uint8_t *const *p, size_t off, __m512i T[4]
     T[1] = _mm512_unpackhi_epi64(t0, t1);
     T[2] = _mm512_unpacklo_epi64(t2, t3);
     T[3] = _mm512_unpackhi_epi64(t2, t3);
+}
+
+/* transpose16x4's inverse: T[k] lane l = bytes 4k..4k+3 of row l -> the 16 bytes of
+ * row l at dst + l * rb. */
+VNNI_INLINE void untranspose16x4(const __m512i T[4], uint8_t *dst, size_t rb)
+{
+    const __m512i t0 = _mm512_unpacklo_epi32(T[0], T[1]), t1 = _mm512_unpacklo_epi32(T[2], T[3]);
+    const __m512i t2 = _mm512_unpackhi_epi32(T[0], T[1]), t3 = _mm512_unpackhi_epi32(T[2], T[3]);
+    const __m512i Z[4] = { _mm512_unpacklo_epi64(t0, t1), _mm512_unpackhi_epi64(t0, t1),
+                           _mm512_unpacklo_epi64(t2, t3), _mm512_unpackhi_epi64(t2, t3) };
+    for (int a = 0; a < 4; a++) {
+        _mm_storeu_si128((__m128i *)(dst + (size_t)a * rb), _mm512_castsi512_si128(Z[a]));
+        _mm_storeu_si128((__m128i *)(dst + (size_t)(a + 4) * rb), _mm512_extracti32x4_epi32(Z[a], 1));
+        _mm_storeu_si128((__m128i *)(dst + (size_t)(a + 8) * rb), _mm512_extracti32x4_epi32(Z[a], 2));
+        _mm_storeu_si128((__m128i *)(dst + (size_t)(a + 12) * rb), _mm512_extracti32x4_epi32(Z[a], 3));
+    }
 }
 
 /* lane l = the 32-bit word at p[l] + off */
@@ -137,9 +154,9 @@ VNNI_INLINE __m512 scales16_e8m0(const tile16 *tl, size_t off)
 VNNI_INLINE void r16k_q4_scales(const uint8_t *sup, __m512i E[4])
 {
     const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
-    const __m512i NL = _mm512_loadu_si512((const void *)(sup + 64)),
-                  NH = _mm512_loadu_si512((const void *)(sup + 128)),
-                  H = _mm512_loadu_si512((const void *)(sup + 192));
+    const __m512i NL = _mm512_loadu_si512((const void *)(sup + KVI_R16_Q4K_NL)),
+                  NH = _mm512_loadu_si512((const void *)(sup + KVI_R16_Q4K_NH)),
+                  H = _mm512_loadu_si512((const void *)(sup + KVI_R16_Q4K_HB));
     /* a | (b & c): 0xF8 */
     E[0] = _mm512_ternarylogic_epi32(_mm512_and_si512(NL, m4), _mm512_slli_epi16(H, 4), m30, 0xF8);
     E[1] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(NL, 4), m4), _mm512_slli_epi16(H, 2),
@@ -174,7 +191,7 @@ VNNI_INLINE __m512i r16k_q4_mn(const __m512i E[4], int j)
 VNNI_INLINE void r16k_q6_levels(const uint8_t *sup, int h, int k, __m512i W[4])
 {
     const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
-    const uint8_t *t = sup + 288 + 192 * (8 * h + k); /* triplet 8h + k */
+    const uint8_t *t = sup + KVI_R16_Q6K_Q + 192 * (8 * h + k); /* triplet 8h + k */
     const __m512i L0 = _mm512_loadu_si512((const void *)t), L1 = _mm512_loadu_si512((const void *)(t + 64)),
                   Q = _mm512_loadu_si512((const void *)(t + 128));
     W[0] = _mm512_ternarylogic_epi32(_mm512_and_si512(L0, m4), _mm512_slli_epi16(Q, 4), m30, 0xF8);
