@@ -204,8 +204,25 @@ int kvi_batch_add(kvi_batch *b, kvi_seq *s, int32_t token, int32_t pos, bool wan
 /* One forward pass over all rows of the batch: 0, or KVI_E_NO_KV_SPACE,
  * KVI_E_BAD_BATCH, KVI_E_CONTEXT_FULL ... On error no sequence is changed. */
 int kvi_step(kvi_engine *e, kvi_batch *b, kvi_error *err);
-/* Logits (n_vocab floats) of batch row `row` after kvi_step; NULL when the row
- * was added without want_logits. Valid until the next kvi_step. */
+/* Pipelined steps. kvi_step is kvi_step_launch then kvi_step_finish. On the
+ * root of a pipeline over processes, launch returns once the root's own layers
+ * have run (the later stages go on with the batch) and finish waits for its
+ * logits, so the root runs its part of the next batches while the later stages
+ * run the earlier ones; kvi_step_depth is how many launched steps keep every
+ * stage busy (the stages, at most KVI_STEP_DEPTH_MAX). Elsewhere launch runs the
+ * whole pass and the depth is 1 (more may still be in flight, up to
+ * KVI_STEP_DEPTH_MAX, to no gain). A launched step's KV changes are done at
+ * launch (its sequences' lengths include its rows; a failed finish fails the
+ * pipeline). Steps finish in launch order; kvi_logits then reads the finished
+ * step's rows, until the next finish. b may be reused once launch returns.
+ * kvi_step refuses while launched steps are not finished. */
+#define KVI_STEP_DEPTH_MAX 4
+int kvi_step_depth(const kvi_engine *e);
+int kvi_step_launch(kvi_engine *e, kvi_batch *b, kvi_error *err);
+int kvi_step_finish(kvi_engine *e, kvi_error *err);
+/* Logits (n_vocab floats) of batch row `row` after kvi_step (or the last
+ * kvi_step_finish); NULL when the row was added without want_logits. Valid until
+ * the next kvi_step or kvi_step_finish. */
 const float *kvi_logits(const kvi_engine *e, int32_t row);
 
 typedef struct kvi_stats {

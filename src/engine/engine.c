@@ -70,6 +70,21 @@ struct kvi_seq {
     int32_t step_bnd;  /* the block boundary whose state step_snap keeps */
 };
 
+/* Launched steps in flight at most, and the slots they need. */
+#define ENGINE_DEPTH_MAX KVI_STEP_DEPTH_MAX
+#define ENGINE_FLIGHTS (ENGINE_DEPTH_MAX + 1)
+
+/* One launched step's results. */
+typedef struct step_flight {
+    float *logits; /* [logits_cap][n_vocab] */
+    int32_t logits_cap;
+    int32_t *row_logit; /* [row_logit_cap] batch row -> logits row or -1 */
+    int32_t row_logit_cap;
+    int32_t n_rows;   /* rows of the step */
+    size_t n_posted;  /* a pipeline's root: logits floats posted to the transport, not yet waited for */
+    int wrc;          /* a pipeline's root: the wait's result once done early (n_posted then 0) */
+} step_flight;
+
 struct kvi_engine {
     kvi_model *m;
     kvi_engine_params p;
@@ -86,12 +101,14 @@ struct kvi_engine {
     float *snap_stage; /* [snap_cap][state floats] snapshots taken during the pass */
     int32_t snap_cap;
     int32_t *out_rows;
-    /* logits of the last step */
-    float *logits; /* [logits_cap][n_vocab] */
-    int32_t logits_cap;
-    int32_t *row_logit; /* [row_logit_cap] batch row -> logits row or -1 */
-    int32_t row_logit_cap;
-    int32_t n_rows_last;
+    /* launched steps (kvi_step_launch): fl[fl_head .. fl_head + n_flight) in
+     * flight, oldest first (ring of ENGINE_FLIGHTS); fl[fl_cur] the last
+     * finished, whose logits kvi_logits reads (-1: none). A launch takes the
+     * slot after the newest in flight, never fl_cur (n_flight < ENGINE_DEPTH_MAX
+     * < ENGINE_FLIGHTS), so a finished step's logits stay valid until the next
+     * finish. */
+    step_flight fl[ENGINE_FLIGHTS];
+    int fl_head, n_flight, fl_cur;
     /* sharing and context policy */
     const kv_policy *policy;
     kv_policy_params pp;
@@ -144,8 +161,10 @@ void kvi_engine_free(kvi_engine *e)
     free(e->snap_rows);
     free(e->snap_stage);
     free(e->out_rows);
-    free(e->logits);
-    free(e->row_logit);
+    for (int i = 0; i < ENGINE_FLIGHTS; i++) {
+        free(e->fl[i].logits);
+        free(e->fl[i].row_logit);
+    }
     kv_txn_free(&e->txn);
     free(e->recv_rows);
     free(e->keep);
@@ -214,6 +233,7 @@ kvi_engine *kvi_engine_create(kvi_model *m, const kvi_engine_params *params, kvi
     }
 
     kvi_engine *e = calloc(1, sizeof *e);
+    if (e) e->fl_cur = -1;
     if (!e) {
         err_set(err, KVI_E_NOMEM, "engine: out of memory");
         return NULL;
@@ -295,8 +315,10 @@ int kvi_engine_expert_counts(const kvi_engine *e, uint64_t *out, size_t cap)
 size_t kvi_engine_scratch_bytes(const kvi_engine *e)
 {
     if (!e) return 0;
-    return fwd_scratch_bytes(e->fwd) + tpool_scratch_bytes(e->pool) +
-           (size_t)e->logits_cap * (size_t)e->m->n_vocab * sizeof(float);
+    size_t logits = 0;
+    for (int i = 0; i < ENGINE_FLIGHTS; i++)
+        logits += (size_t)e->fl[i].logits_cap * (size_t)e->m->n_vocab * sizeof(float);
+    return fwd_scratch_bytes(e->fwd) + tpool_scratch_bytes(e->pool) + logits;
 }
 
 kvi_seq *kvi_seq_create(kvi_engine *e)
@@ -475,19 +497,19 @@ int kvi_batch_add(kvi_batch *b, kvi_seq *s, int32_t token, int32_t pos, bool wan
 
 /* ---- the step ---- */
 
-static int grow_logits(kvi_engine *e, int32_t n_out, int32_t n_rows, kvi_error *err)
+static int grow_logits(const kvi_engine *e, step_flight *f, int32_t n_out, int32_t n_rows, kvi_error *err)
 {
-    if (n_out > e->logits_cap) {
-        float *nl = realloc(e->logits, (size_t)n_out * e->m->n_vocab * sizeof(float));
+    if (n_out > f->logits_cap) {
+        float *nl = realloc(f->logits, (size_t)n_out * e->m->n_vocab * sizeof(float));
         if (!nl) return err_set(err, KVI_E_NOMEM, "engine: cannot allocate logits for %d rows", n_out);
-        e->logits = nl;
-        e->logits_cap = n_out;
+        f->logits = nl;
+        f->logits_cap = n_out;
     }
-    if (n_rows > e->row_logit_cap) {
-        int32_t *nr = realloc(e->row_logit, (size_t)n_rows * sizeof *nr);
+    if (n_rows > f->row_logit_cap) {
+        int32_t *nr = realloc(f->row_logit, (size_t)n_rows * sizeof *nr);
         if (!nr) return err_set(err, KVI_E_NOMEM, "engine: out of memory");
-        e->row_logit = nr;
-        e->row_logit_cap = n_rows;
+        f->row_logit = nr;
+        f->row_logit_cap = n_rows;
     }
     return 0;
 }
@@ -653,23 +675,27 @@ static int step_run_stage(kvi_engine *e, const fwd_rows *rows)
     return rc;
 }
 
-/* Phase 3: the forward passes, n_batch_max rows at a time; row_logit maps each
- * batch row to its logits row (or -1). 0, or the pass's error code. */
-static int step_run(kvi_engine *e, const kvi_batch *b)
+/* Phase 3: the forward passes, n_batch_max rows at a time, into flight f;
+ * f->row_logit maps each batch row to its logits row (or -1). 0, or the pass's
+ * error code. A pipeline's root does not wait for a chunk's logits before its next
+ * chunk (while a later stage computes chunk c, the earlier ones compute chunk
+ * c + 1), nor at the end: the receives are posted (f->n_posted floats) and
+ * kvi_step_finish completes them. */
+static int step_run(kvi_engine *e, const kvi_batch *b, step_flight *f)
 {
-    /* a pipeline's root does not wait for a chunk's logits before its next chunk:
-     * while a later stage computes chunk c, the earlier ones compute chunk c + 1 */
     int32_t o = 0;
     int rc = 0;
+    f->n_posted = 0;
+    f->wrc = 0;
     for (int32_t start = 0; !rc && start < b->n; start += e->p.n_batch_max) {
         const int32_t n = (b->n - start) < e->p.n_batch_max ? (b->n - start) : e->p.n_batch_max;
         int32_t n_out_chunk = 0;
         for (int32_t i = 0; i < n; i++) {
             e->tables[i] = &b->seq[start + i]->table;
-            e->row_logit[start + i] = -1;
+            f->row_logit[start + i] = -1;
             if (b->want[start + i]) {
                 e->out_rows[n_out_chunk++] = i;
-                e->row_logit[start + i] = o + n_out_chunk - 1;
+                f->row_logit[start + i] = o + n_out_chunk - 1;
             }
         }
         const fwd_rows rows = {
@@ -679,20 +705,33 @@ static int step_run(kvi_engine *e, const kvi_batch *b)
             .tables = e->tables,
             .n_out = n_out_chunk,
             .out_rows = e->out_rows,
-            .logits = e->logits + (size_t)o * e->m->n_vocab,
+            .logits = f->logits + (size_t)o * e->m->n_vocab,
             .recv = e->recv_rows + start,
             .snap = e->kv.n_rlayers ? e->snap_rows + start : NULL,
         };
-        rc = e->piped ? step_run_stage(e, &rows) : fwd_run(e->fwd, e->pool, &e->kv, &rows);
+        if (e->piped) {
+            rc = step_run_stage(e, &rows);
+            if (!rc && e->pipe.l0 == 0) f->n_posted += (size_t)n_out_chunk * (size_t)e->m->n_vocab;
+        } else {
+            rc = fwd_run(e->fwd, e->pool, &e->kv, &rows);
+        }
         o += n_out_chunk;
     }
-    if (e->piped && e->pipe.l0 == 0) { /* the root: every posted chunk's logits (also after an error) */
-        const double t = kvi_time_ms();
-        const int wrc = e->pipe.wait_logits(e->pipe.ctx);
-        e->pipe_st.wait_ms += kvi_time_ms() - t;
-        if (!rc) rc = wrc;
-    }
     return rc;
+}
+
+/* A pipeline's root: completes flight f's posted logits receives (the older
+ * flights' first: the transport completes them in order). */
+static int flight_wait(kvi_engine *e, step_flight *f)
+{
+    if (f->n_posted == 0) return f->wrc;
+    const double t = kvi_time_ms();
+    f->wrc = e->pipe.wait_logits(e->pipe.ctx, f->n_posted);
+    f->n_posted = 0;
+    const double ms = kvi_time_ms() - t;
+    e->pipe_st.wait_ms += ms;
+    e->forward_ms += ms;
+    return f->wrc;
 }
 
 /* Phase 4: each sequence now holds positions 0..last, with their tokens; blocks
@@ -763,16 +802,25 @@ static int step_pipe_sync(kvi_engine *e, const kvi_batch *b, kvi_error *err)
     return rc ? err_set(err, rc, "pipeline: cannot send the batch to the other stages") : 0;
 }
 
-int kvi_step(kvi_engine *e, kvi_batch *b, kvi_error *err)
+int kvi_step_depth(const kvi_engine *e)
+{
+    if (!e->piped || e->pipe.l0 > 0 || e->pipe.n_stages < 2) return 1;
+    return e->pipe.n_stages < ENGINE_DEPTH_MAX ? e->pipe.n_stages : ENGINE_DEPTH_MAX;
+}
+
+int kvi_step_launch(kvi_engine *e, kvi_batch *b, kvi_error *err)
 {
     const double t0 = kvi_time_ms();
-    e->n_rows_last = 0;
     if (!b || b->n == 0) return err_set(err, KVI_E_BAD_BATCH, "step: empty batch");
+    if (e->n_flight >= ENGINE_DEPTH_MAX)
+        return err_set(err, KVI_E_INVALID, "step: %d launched steps are in flight, the most this engine keeps",
+                       e->n_flight);
+    step_flight *f = &e->fl[(e->fl_head + e->n_flight) % ENGINE_FLIGHTS];
     const uint64_t stamp = ++e->stamp;
     int32_t n_out = 0;
     int rc = step_validate(e, b, stamp, &n_out, err);
     if (rc) return rc;
-    rc = grow_logits(e, n_out > 0 ? n_out : 1, b->n, err);
+    rc = grow_logits(e, f, n_out > 0 ? n_out : 1, b->n, err);
     if (rc) return rc;
     rc = step_reserve(e, b, err);
     if (rc) return rc;
@@ -783,8 +831,12 @@ int kvi_step(kvi_engine *e, kvi_batch *b, kvi_error *err)
             return rc;
         }
     }
-    rc = step_run(e, b);
+    rc = step_run(e, b, f);
     if (rc) {
+        /* a pipeline's root completes what it posted (the steps in flight keep
+         * their results for kvi_step_finish) */
+        for (int i = 0; i < e->n_flight; i++) (void)flight_wait(e, &e->fl[(e->fl_head + i) % ENGINE_FLIGHTS]);
+        (void)flight_wait(e, f);
         /* positions below a sequence's old length that the batch rewrote, and a q4
          * key tail, keep what the failed pass wrote */
         step_rollback(e, b);
@@ -799,20 +851,49 @@ int kvi_step(kvi_engine *e, kvi_batch *b, kvi_error *err)
         if (why) return err_set(err, rc, "step: %s", why);
         return err_set(err, rc, "step: the forward pass failed (%s)", kvi_strerror(rc));
     }
+    /* the root's layers are done: the later stages apply this step before any
+     * later op, so its KV changes are committed now */
     kv_txn_commit(&e->txn);
     step_commit(e, b);
-    e->n_rows_last = b->n;
+    f->n_rows = b->n;
+    e->n_flight++;
     e->n_steps++;
     e->n_rows += (uint64_t)b->n;
     e->forward_ms += kvi_time_ms() - t0;
     return 0;
 }
 
+int kvi_step_finish(kvi_engine *e, kvi_error *err)
+{
+    if (e->n_flight == 0) return err_set(err, KVI_E_INVALID, "step: no launched step to finish");
+    const int i = e->fl_head;
+    e->fl_head = (e->fl_head + 1) % ENGINE_FLIGHTS;
+    e->n_flight--;
+    e->fl_cur = i;
+    const int rc = flight_wait(e, &e->fl[i]);
+    if (!rc) return 0;
+    e->fl_cur = -1;
+    const char *why = e->pipe.failure ? e->pipe.failure(e->pipe.ctx) : NULL;
+    if (why) return err_set(err, rc, "step: %s", why);
+    return err_set(err, rc, "step: the logits of the later stages did not arrive (%s)", kvi_strerror(rc));
+}
+
+int kvi_step(kvi_engine *e, kvi_batch *b, kvi_error *err)
+{
+    if (e->n_flight > 0)
+        return err_set(err, KVI_E_INVALID, "step: %d launched steps are not finished", e->n_flight);
+    e->fl_cur = -1;
+    const int rc = kvi_step_launch(e, b, err);
+    return rc ? rc : kvi_step_finish(e, err);
+}
+
 const float *kvi_logits(const kvi_engine *e, int32_t row)
 {
-    if (row < 0 || row >= e->n_rows_last) return NULL;
-    const int32_t o = e->row_logit[row];
-    return o < 0 ? NULL : e->logits + (size_t)o * e->m->n_vocab;
+    if (e->fl_cur < 0) return NULL;
+    const step_flight *f = &e->fl[e->fl_cur];
+    if (row < 0 || row >= f->n_rows) return NULL;
+    const int32_t o = f->row_logit[row];
+    return o < 0 ? NULL : f->logits + (size_t)o * e->m->n_vocab;
 }
 
 kv_pool *engine_kv_pool(kvi_engine *e) { return &e->kv; }

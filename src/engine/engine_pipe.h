@@ -46,7 +46,9 @@ enum {
 
 typedef struct engine_pipe_io {
     void *ctx;
-    int l0, l1; /* this stage's layers [l0, l1) */
+    int l0, l1;   /* this stage's layers [l0, l1) */
+    int n_stages; /* stages of the pipeline: the root keeps up to this many steps in flight
+                     (kvi_step_launch) */
     /* root (l0 == 0): to every other stage, in order */
     int (*send_op)(void *ctx, const int32_t *msg, size_t n);
     /* x [n][dim] f32 from the previous stage (l0 > 0), to the next (l1 < n_layers) */
@@ -54,10 +56,12 @@ typedef struct engine_pipe_io {
     int (*send_x)(void *ctx, const float *x, size_t n_floats);
     /* logits [n_out][n_vocab] f32: the last stage sends them to the root; the root
      * posts a receive per forward chunk (post_logits: logits must stay valid) and
-     * completes them all, in order, at the end of the step (wait_logits), so it
-     * computes its next chunk while the later stages compute this one */
+     * completes the oldest posted receives, in order, covering n_floats floats
+     * (wait_logits) when the step is finished (kvi_step_finish), so it computes its
+     * next chunk, and its next launched step, while the later stages compute this
+     * one */
     int (*post_logits)(void *ctx, float *logits, size_t n_floats);
-    int (*wait_logits)(void *ctx);
+    int (*wait_logits)(void *ctx, size_t n_floats);
     int (*send_logits)(void *ctx, const float *logits, size_t n_floats);
     /* what made a transport call fail (a rank that did not answer), or NULL */
     const char *(*failure)(void *ctx);

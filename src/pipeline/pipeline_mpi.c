@@ -58,8 +58,9 @@ struct pipe_world {
     char fail_msg[200];                  /* what timed out */
     long stall_after;                    /* fault injection: a rank > 0 stops answering after
                                             this many ops (0: never) */
-    MPI_Request *lreq;                   /* [n_lreq] the root's posted logits receives, in order */
-    size_t n_lreq, cap_lreq;
+    MPI_Request *lreq;                   /* [n_lreq] the root's posted logits receives, in order; */
+    size_t *lfloats;                     /* [n_lreq] and their floats; lreq[l_head ..] not waited for */
+    size_t n_lreq, cap_lreq, l_head;
     size_t block_bytes[PIPE_MAX_STAGES]; /* [size] each stage's bytes per KV block (the root's
                                                copy, from the handshake) */
 };
@@ -125,6 +126,7 @@ void pipe_finish(pipe_world *w)
     const bool failed = w->failed;
     if (!failed) MPI_Comm_free(&w->comm);
     free(w->lreq);
+    free(w->lfloats);
     free(w);
     if (!failed) MPI_Finalize();
 }
@@ -220,35 +222,49 @@ static int io_send_x(void *ctx, const float *x, size_t n)
     return io_send(w, x, n, w->rank + 1, TAG_X);
 }
 /* The root: a receive of one chunk's logits from the last rank, posted now so the
- * last rank's send completes while the root computes its next chunk. */
+ * last rank's send completes while the root computes its next chunk (or step). */
 static int io_post_logits(void *ctx, float *lg, size_t n)
 {
     pipe_world *w = ctx;
+    if (w->l_head > 0) { /* the waited-for ones leave the front */
+        memmove(w->lreq, w->lreq + w->l_head, (w->n_lreq - w->l_head) * sizeof *w->lreq);
+        memmove(w->lfloats, w->lfloats + w->l_head, (w->n_lreq - w->l_head) * sizeof *w->lfloats);
+        w->n_lreq -= w->l_head;
+        w->l_head = 0;
+    }
     for (size_t o = 0; o < n; o += PIECE) {
         if (w->n_lreq == w->cap_lreq) {
             const size_t cap = w->cap_lreq ? 2 * w->cap_lreq : 16;
             MPI_Request *nr = realloc(w->lreq, cap * sizeof *nr);
-            if (!nr) return KVI_E_NOMEM;
-            w->lreq = nr;
+            if (nr) w->lreq = nr;
+            size_t *nf = nr ? realloc(w->lfloats, cap * sizeof *nf) : NULL;
+            if (!nf) return KVI_E_NOMEM;
+            w->lfloats = nf;
             w->cap_lreq = cap;
         }
         const int c = (int)(n - o < PIECE ? n - o : PIECE);
         if (MPI_Irecv(lg + o, c, MPI_FLOAT, w->size - 1, TAG_LOGITS, w->comm, &w->lreq[w->n_lreq]) !=
             MPI_SUCCESS)
             return KVI_E_IO;
-        w->n_lreq++;
+        w->lfloats[w->n_lreq++] = (size_t)c;
     }
     return 0;
 }
 
-/* The root: completes the posted logits receives, in order. */
-static int io_wait_logits(void *ctx)
+/* The root: completes the oldest posted logits receives, in order, until n floats
+ * are in (a whole step's: its chunks were posted together). */
+static int io_wait_logits(void *ctx, size_t n)
 {
     pipe_world *w = ctx;
     int rc = 0;
-    for (size_t i = 0; i < w->n_lreq && !rc; i++) rc = wait_req(w, &w->lreq[i], w->size - 1, "waiting for the logits");
-    w->n_lreq = 0;
-    return rc;
+    size_t got = 0;
+    while (got < n && w->l_head < w->n_lreq) {
+        const int r = wait_req(w, &w->lreq[w->l_head], w->size - 1, "waiting for the logits");
+        if (!rc) rc = r;
+        got += w->lfloats[w->l_head++];
+    }
+    if (w->l_head == w->n_lreq) w->n_lreq = w->l_head = 0;
+    return rc ? rc : got == n ? 0 : KVI_E_INVALID;
 }
 static int io_send_logits(void *ctx, const float *lg, size_t n)
 {
@@ -264,6 +280,7 @@ static int attach(pipe_world *w, kvi_engine *e, const pipe_plan *plan, kvi_error
         .ctx = w,
         .l0 = plan->st[w->rank].l0,
         .l1 = plan->st[w->rank].l1,
+        .n_stages = plan->n,
         .send_op = io_send_op,
         .recv_x = io_recv_x,
         .send_x = io_send_x,
