@@ -415,6 +415,12 @@ typedef struct kvi_sched_params {
     int n_parallel;   /* sequences running at once (default 16; <= the engine's n_seq_max) */
     int queue_max;    /* requests waiting beyond those; past it submit fails (default 256) */
     int batch_tokens; /* rows per step: decode rows first, then prefill chunks (default 512) */
+    /* Batches in flight at once (kvi_step_launch), one per lane: 0, the default,
+     * takes the engine's kvi_step_depth (a pipeline's root: one per stage, so
+     * every stage has work; elsewhere 1); 1 runs one step at a time; at most
+     * KVI_STEP_DEPTH_MAX. Each running request belongs to one lane, whose batch
+     * holds only its rows; with speculative decoding there is one lane. */
+    int n_lanes;
     /* Called on the engine thread at the end of every step (kvi_sched_start's
      * thread, or kvi_sched_step's caller), never beside a step, with the number
      * of requests still alive (0: the scheduler goes idle): where the owner may

@@ -97,10 +97,13 @@ kvi_engine *make_engine_blocks(kvi_model *m, int n_seq, int blocks)
     return make_engine(m, n_seq, block_bytes * (size_t)blocks + ks.kv_bytes_state_seq * (size_t)n_seq);
 }
 
+int sched_lanes = 0;
+
 kvi_sched *make_sched(kvi_engine *e, int n_parallel, int batch_tokens, int queue_max)
 {
     kvi_sched_params sp;
     kvi_sched_params_default(&sp);
+    sp.n_lanes = sched_lanes;
     sp.n_parallel = n_parallel;
     if (batch_tokens > 0) sp.batch_tokens = batch_tokens;
     if (queue_max > 0) sp.queue_max = queue_max;

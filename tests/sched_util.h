@@ -54,7 +54,9 @@ kvi_engine *make_engine(kvi_model *m, int n_seq, size_t budget);
  * engine), plus n_seq recurrent states for a hybrid model. */
 kvi_engine *make_engine_blocks(kvi_model *m, int n_seq, int blocks);
 /* A scheduler on e: n_parallel running, batch_tokens rows a step and queue_max
- * waiting where > 0 (else the defaults); CHECKs the creation. */
+ * waiting where > 0 (else the defaults), sched_lanes lanes (0: the default);
+ * CHECKs the creation. */
+extern int sched_lanes;
 kvi_sched *make_sched(kvi_engine *e, int n_parallel, int batch_tokens, int queue_max);
 /* A greedy request (ignore_eos: the golden runs pass EOS) reporting into r. */
 void greedy_request(kvi_request *rq, const int32_t *prompt, int n, int max_tokens, result *r);

@@ -4,7 +4,10 @@
  * golden tokens while 44 other streams share every batch, with chunked prefill,
  * under preemption (a KV budget too small for all), and on the engine thread.
  * Also: queue limit, cancellation, stop from on_token, max_tokens, bad input,
- * and every KV block returned at the end.
+ * and every KV block returned at the end. Lanes (batches in flight, as a
+ * pipeline's root keeps them): the same tokens for every stream with 2 and 3
+ * lanes as with one, under preemption, cancellation and free while batches are
+ * in flight; and the engine's launch/finish against kvi_step.
  */
 #include "kvinfer.h"
 #include "testutil.h"
@@ -26,16 +29,18 @@ static void check_golden(const golden *g, const result *r, const char *what, int
           "%s case %d: usage %d+%d", what, gi + 1, r->usage.prompt_tokens, r->usage.completion_tokens);
 }
 
-/* 4 golden greedy requests among 48 streams; batch_tokens small so prompts are chunked. */
-static void test_batch_invariance(kvi_model *m, const golden *g)
+enum { N_STREAMS = 48 };
+
+/* 4 golden greedy requests among 48 streams; batch_tokens small so prompts are
+ * chunked. Each stream's result in res[N_STREAMS]. */
+static void test_batch_invariance(kvi_model *m, const golden *g, result *res)
 {
-    enum { N = 48 };
+    enum { N = N_STREAMS };
     kvi_engine *e = make_engine(m, N, 0);
     if (!e) return;
     kvi_sched *s = make_sched(e, N, 56, 0); /* 48 decode rows + 8 prefill rows at most */
     kvi_error err = { 0 };
-    static result res[N];
-    memset(res, 0, sizeof res);
+    memset(res, 0, N * sizeof *res);
     int32_t other[N][40];
     uint64_t rng = 0x5eed;
     for (int i = 0; i < N; i++) {
@@ -58,15 +63,19 @@ static void test_batch_invariance(kvi_model *m, const golden *g)
         CHECK(rc == 0 && id > 0, "submit %d: %s", i, err.msg);
     }
     int steps = run_until_done(s, 5000);
-    for (int k = 0; k < N_GOLDEN; k++) check_golden(&g[k], &res[k * 12], "48 streams", k);
+    char what[32];
+    snprintf(what, sizeof what, "48 streams, %d lanes", sched_lanes);
+    for (int k = 0; k < N_GOLDEN; k++) check_golden(&g[k], &res[k * 12], what, k);
     kvi_sched_stats st;
     kvi_sched_stats_get(s, &st);
     CHECK(st.n_done == N && st.n_running == 0 && st.n_waiting == 0, "stats: done %llu running %d waiting %d",
           (unsigned long long)st.n_done, st.n_running, st.n_waiting);
     CHECK(st.engine.kv_blocks_used == 0, "%d KV blocks still held", st.engine.kv_blocks_used);
-    /* decode rows are never starved: fewer steps than prompts+gens serially would take */
-    CHECK(steps < 400, "%d steps for 48 streams of at most 200 tokens", steps);
-    printf("48 streams: %d steps, %llu prefill rows, %llu decode rows\n", steps,
+    /* decode rows are never starved: fewer steps than prompts+gens serially would
+     * take (each step launches one lane's batch) */
+    const int lanes = sched_lanes > 0 ? sched_lanes : 1;
+    CHECK(steps < 400 * lanes, "%d steps for 48 streams of at most 200 tokens, %d lanes", steps, lanes);
+    printf("48 streams, %d lanes: %d steps, %llu prefill rows, %llu decode rows\n", lanes, steps,
            (unsigned long long)st.n_prefill_tokens, (unsigned long long)st.n_decode_tokens);
     kvi_sched_free(s);
     kvi_engine_free(e);
@@ -179,15 +188,141 @@ static void test_thread(kvi_model *m, const golden *g)
     kvi_engine_free(e);
 }
 
+/* Lanes: a cancel and a free while batches are in flight. */
+static void test_lanes_in_flight(kvi_model *m, const golden *g)
+{
+    kvi_engine *e = make_engine(m, 4, 0);
+    if (!e) return;
+    kvi_sched *s = make_sched(e, 4, 16, 0);
+    kvi_error err = { 0 };
+    static result res[N_GOLDEN];
+    memset(res, 0, sizeof res);
+    uint64_t ids[N_GOLDEN] = { 0 };
+    for (int k = 0; k < N_GOLDEN; k++) {
+        kvi_request rq;
+        greedy_request(&rq, g[k].prompt, g[k].n_prompt, g[k].n_greedy, &res[k]);
+        CHECK(kvi_sched_submit(s, &rq, &ids[k], &err) == 0, "submit: %s", err.msg);
+    }
+    /* past the prefill chunks: every lane has a decode batch in flight after each step */
+    for (int i = 0; i < 40; i++) kvi_sched_step(s, &err);
+    CHECK(!res[1].done && res[1].n > 0, "%d lanes: request 2 decoding (%d tokens)", sched_lanes, res[1].n);
+    kvi_sched_cancel(s, ids[1]);
+    kvi_sched_step(s, &err);
+    CHECK(res[1].done && res[1].finish == KVI_FINISH_CANCELLED, "%d lanes: cancelled within one step",
+          sched_lanes);
+    run_until_done(s, 5000);
+    for (int k = 0; k < N_GOLDEN; k++)
+        if (k != 1) check_golden(&g[k], &res[k], "lanes, one cancelled", k);
+    kvi_stats ks;
+    kvi_stats_get(e, NULL, &ks);
+    CHECK(ks.kv_blocks_used == 0, "%d lanes, after a cancel: %d KV blocks still held", sched_lanes,
+          ks.kv_blocks_used);
+    /* free with batches in flight: every request ends, the engine has no launched step left */
+    memset(res, 0, sizeof res);
+    submit_goldens(s, g, res, 0);
+    for (int i = 0; i < 30; i++) kvi_sched_step(s, &err);
+    kvi_sched_free(s);
+    for (int k = 0; k < N_GOLDEN; k++)
+        CHECK(res[k].done && res[k].finish == KVI_FINISH_CANCELLED, "%d lanes, free: request %d finish %d",
+              sched_lanes, k + 1, (int)res[k].finish);
+    kvi_stats_get(e, NULL, &ks);
+    CHECK(ks.kv_blocks_used == 0, "%d lanes, after free: %d KV blocks held", sched_lanes, ks.kv_blocks_used);
+    kvi_seq *q = kvi_seq_create(e);
+    kvi_batch *b = kvi_batch_create(4);
+    if (q && b) {
+        kvi_batch_add(b, q, g[0].prompt[0], 0, true);
+        CHECK(kvi_step(e, b, &err) == 0 && kvi_logits(e, 0), "kvi_step after free with lanes: %s", err.msg);
+    }
+    kvi_batch_free(b);
+    kvi_seq_free(q);
+    kvi_engine_free(e);
+}
+
+/* The engine's launch/finish: launched steps finish in order, each finish shows
+ * its own step's logits (the bits of kvi_step on the same rows), and the limits. */
+static void test_launch_finish(kvi_model *m, const golden *g)
+{
+    const int32_t nv = kvi_n_vocab(m);
+    float *ref = malloc((size_t)3 * nv * sizeof *ref);
+    kvi_engine *e = make_engine(m, KVI_STEP_DEPTH_MAX + 2, 0);
+    kvi_batch *b = kvi_batch_create(64);
+    if (!ref || !e || !b) goto out;
+    kvi_error err = { 0 };
+    kvi_seq *sq[KVI_STEP_DEPTH_MAX + 1];
+    for (int i = 0; i <= KVI_STEP_DEPTH_MAX; i++) sq[i] = kvi_seq_create(e);
+    /* reference: each golden prompt by kvi_step, its last row's logits */
+    for (int k = 0; k < 3; k++) {
+        kvi_batch_clear(b);
+        for (int32_t p = 0; p < g[k].n_prompt; p++)
+            kvi_batch_add(b, sq[k], g[k].prompt[p], p, p == g[k].n_prompt - 1);
+        CHECK(kvi_step(e, b, &err) == 0, "reference step %d: %s", k, err.msg);
+        const float *lg = kvi_logits(e, g[k].n_prompt - 1);
+        if (lg) memcpy(ref + (size_t)k * nv, lg, (size_t)nv * sizeof *lg);
+        kvi_seq_truncate(sq[k], 0);
+    }
+    CHECK(kvi_step_finish(e, &err) == KVI_E_INVALID, "finish with no launched step");
+    CHECK(kvi_step_depth(e) == 1, "depth of a single process: %d", kvi_step_depth(e));
+    /* three launched steps, batch reused between launches */
+    for (int k = 0; k < 3; k++) {
+        kvi_batch_clear(b);
+        for (int32_t p = 0; p < g[k].n_prompt; p++)
+            kvi_batch_add(b, sq[k], g[k].prompt[p], p, p == g[k].n_prompt - 1);
+        CHECK(kvi_step_launch(e, b, &err) == 0, "launch %d: %s", k, err.msg);
+        CHECK(kvi_seq_len(sq[k]) == g[k].n_prompt, "launch %d: length %d at launch", k, kvi_seq_len(sq[k]));
+    }
+    kvi_batch_clear(b);
+    kvi_batch_add(b, sq[3], 1, 0, true);
+    CHECK(kvi_step(e, b, &err) == KVI_E_INVALID, "kvi_step with launched steps unfinished");
+    for (int k = 0; k < 3; k++) {
+        CHECK(kvi_step_finish(e, &err) == 0, "finish %d: %s", k, err.msg);
+        const float *lg = kvi_logits(e, g[k].n_prompt - 1);
+        CHECK(lg && !memcmp(lg, ref + (size_t)k * nv, (size_t)nv * sizeof *lg),
+              "finish %d: the logits are not those of kvi_step on the same rows", k);
+        CHECK(kvi_logits(e, g[k].n_prompt) == NULL, "finish %d: a row past the step has logits", k);
+    }
+    /* the depth bound */
+    int launched = 0;
+    for (int k = 0; k <= KVI_STEP_DEPTH_MAX; k++) {
+        kvi_batch_clear(b);
+        kvi_batch_add(b, sq[k], 1, kvi_seq_len(sq[k]), true);
+        const int rc = kvi_step_launch(e, b, &err);
+        launched += rc == 0;
+        if (k == KVI_STEP_DEPTH_MAX) CHECK(rc == KVI_E_INVALID, "launch past KVI_STEP_DEPTH_MAX: rc %d", rc);
+    }
+    CHECK(launched == KVI_STEP_DEPTH_MAX, "%d launches in flight, want %d", launched, KVI_STEP_DEPTH_MAX);
+    for (int k = 0; k < launched; k++) CHECK(kvi_step_finish(e, &err) == 0, "finish: %s", err.msg);
+    for (int i = 0; i <= KVI_STEP_DEPTH_MAX; i++) kvi_seq_free(sq[i]);
+out:
+    kvi_batch_free(b);
+    kvi_engine_free(e);
+    free(ref);
+}
+
 int main(void)
 {
     golden g[N_GOLDEN];
     kvi_model *m = load_goldens_and_model(g);
     if (!m) return test_main_end();
-    test_batch_invariance(m, g);
+    static result one[N_STREAMS], many[N_STREAMS];
+    test_batch_invariance(m, g, one);
     test_preemption(m, g);
     test_limits(m, g);
     test_thread(m, g);
+    test_launch_finish(m, g);
+    for (sched_lanes = 2; sched_lanes <= 3; sched_lanes++) {
+        test_batch_invariance(m, g, many);
+        int same = 0;
+        for (int i = 0; i < N_STREAMS; i++)
+            same += many[i].n == one[i].n && !memcmp(many[i].toks, one[i].toks,
+                                                    (size_t)(one[i].n < GEN_MAX + 16 ? one[i].n : GEN_MAX + 16) *
+                                                        sizeof(int32_t));
+        CHECK(same == N_STREAMS, "%d lanes: %d of %d streams got the tokens of one lane", sched_lanes, same,
+              N_STREAMS);
+        test_preemption(m, g);
+        test_thread(m, g);
+        test_lanes_in_flight(m, g);
+    }
+    sched_lanes = 0;
     kvi_model_free(m);
     return test_main_end();
 }

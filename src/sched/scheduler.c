@@ -45,6 +45,20 @@
  * rows T' is small (weights streamed once whatever the rows); in a full batch it
  * approaches T(B)/B and speculation pauses unless nearly every draft is kept.
  *
+ * Lanes (pipeline micro-batches): with n_lanes > 1 (default kvi_step_depth:
+ * the stages of an MPI pipeline, else 1) every running request belongs to one
+ * lane, chosen at admission as the lane with the fewest running requests. A
+ * step serves lane L = cur and moves cur on: it finishes L's launched batch
+ * (kvi_step_finish, the engine's oldest in flight) and delivers its tokens,
+ * admits, builds L's batch from L's requests only and launches it
+ * (kvi_step_launch) without waiting, so the other lanes' batches are on the
+ * later stages meanwhile. A lane's requests are never in two batches at once,
+ * so each request's rows and tokens are exactly those of one lane. On
+ * KVI_E_NO_KV_SPACE: drafts go, then the youngest request of a lane not in
+ * flight is preempted, then every lane in flight is finished (oldest first)
+ * and the batch rebuilt. Speculative decoding uses one lane.
+ *   inflight [n_lanes] bool   lane's batch launched and not finished
+ *
  * After a step, the plain (not speculating) requests that got logits draw their
  * tokens on the engine's worker pool (sample_rows: each request's own sampler,
  * rows taken from a shared counter), then every request is delivered in `live`
@@ -91,7 +105,10 @@ typedef struct sreq {
     kvi_spec *sp;      /* speculation state; NULL: plain sampling */
     int32_t *drafts;   /* [spec draft_max] this step's proposal */
     int32_t n_draft;   /* drafts in this step's batch, rows row+1 .. row+n_draft */
+    int lane;          /* RUNNING: the lane whose batches hold its rows */
 } sreq;
+
+#define SCHED_LANES_MAX KVI_STEP_DEPTH_MAX
 
 struct kvi_sched {
     kvi_engine *e;
@@ -140,6 +157,10 @@ struct kvi_sched {
     int n_routed;
     double g_acc, g_trials; /* server-wide EMA of accepted / verified drafts */
     uint64_t spec_steps;    /* steps that planned drafts (probe schedule) */
+    /* lanes (engine thread only): lane cur launches at the next step; inflight[l]
+     * when lane l's batch is launched and not finished */
+    int n_lanes, cur;
+    bool inflight[SCHED_LANES_MAX];
 };
 
 void kvi_sched_params_default(kvi_sched_params *p)
@@ -147,6 +168,7 @@ void kvi_sched_params_default(kvi_sched_params *p)
     p->n_parallel = 16;
     p->queue_max = 256;
     p->batch_tokens = 512;
+    p->n_lanes = 0;
     p->after_step = NULL;
     p->after_step_user = NULL;
 }
@@ -163,9 +185,10 @@ kvi_sched *kvi_sched_create(kvi_engine *e, const kvi_sched_params *params, kvi_e
         return NULL;
     }
     if (p.n_parallel < 1 || p.n_parallel > 65536 || p.queue_max < 0 || p.queue_max > (1 << 24) ||
-        p.batch_tokens < 1 || p.batch_tokens > (1 << 20)) {
-        err_set(err, KVI_E_INVALID, "scheduler: parameter out of range (parallel %d, queue %d, batch %d)",
-                p.n_parallel, p.queue_max, p.batch_tokens);
+        p.batch_tokens < 1 || p.batch_tokens > (1 << 20) || p.n_lanes < 0 || p.n_lanes > KVI_STEP_DEPTH_MAX) {
+        err_set(err, KVI_E_INVALID,
+                "scheduler: parameter out of range (parallel %d, queue %d, batch %d, lanes %d)", p.n_parallel,
+                p.queue_max, p.batch_tokens, p.n_lanes);
         return NULL;
     }
     kvi_sched *s = calloc(1, sizeof *s);
@@ -179,6 +202,7 @@ kvi_sched *kvi_sched_create(kvi_engine *e, const kvi_sched_params *params, kvi_e
     s->n_ctx = kvi_engine_n_ctx(e);
     s->n_vocab = kvi_n_vocab(s->m);
     s->next_id = 1;
+    s->n_lanes = p.n_lanes > 0 ? p.n_lanes : kvi_step_depth(e);
     s->live_cap = p.n_parallel + 16;
     s->live = malloc((size_t)s->live_cap * sizeof *s->live);
     s->batch = kvi_batch_create(p.batch_tokens + p.n_parallel);
@@ -439,6 +463,7 @@ int kvi_sched_set_spec(kvi_sched *s, const kvi_spec_params *p, kvi_engine *draft
     s->g_acc = 1.0; /* a weak prior of one draft in two kept */
     s->g_trials = 2.0;
     s->spec_on = true;
+    s->n_lanes = 1; /* a round's drafts are verified before its next batch is built */
     return 0;
 }
 
@@ -575,9 +600,12 @@ static void spec_draft_all(kvi_sched *s)
     s->spec_rows_prev = rows;
 }
 
-/* (2) Admission, oldest first with preempted requests ahead of new ones. */
-static void admit(kvi_sched *s)
+/* (2) Admission, oldest first with preempted requests ahead of new ones. Each
+ * admitted request joins the lane with the fewest running requests, lane L (the
+ * one about to launch) on a tie. */
+static void admit(kvi_sched *s, int L)
 {
+    int per_lane[SCHED_LANES_MAX] = { 0 };
     kvi_stats ks;
     kvi_stats_get(s->e, NULL, &ks);
     const int32_t bs = ks.kv_block_size;
@@ -587,6 +615,7 @@ static void admit(kvi_sched *s)
         sreq *q = s->live[i];
         if (q->state != SREQ_RUNNING) continue;
         n_running++;
+        per_lane[q->lane]++;
         kvi_stats qs;
         kvi_stats_get(s->e, q->seq, &qs);
         const int32_t want = blocks_for(q->n_tokens, bs);
@@ -631,6 +660,12 @@ static void admit(kvi_sched *s)
         best->seq = seq;
         best->state = SREQ_RUNNING;
         best->n_done = reused;
+        best->row = -1;
+        best->n_draft = 0;
+        best->lane = L;
+        for (int l = 0; l < s->n_lanes; l++)
+            if (per_lane[l] < per_lane[best->lane]) best->lane = l;
+        per_lane[best->lane]++;
         best->admit_no = ++s->admit_counter;
         const bool first = best->t_admit == 0;
         if (first) best->t_admit = kvi_time_ms();
@@ -649,17 +684,19 @@ static void admit(kvi_sched *s)
     }
 }
 
-/* (3) Decode rows first, then prefill chunks in admission order. Returns the
- * number of rows; prefill rows counted in *n_prefill. */
-static int32_t build_batch(kvi_sched *s, double t_step, int32_t *n_prefill)
+/* (3) Lane L's batch: its decode rows first, then its prefill chunks in
+ * admission order. Returns the number of rows; prefill rows counted in
+ * *n_prefill. */
+static int32_t build_batch(kvi_sched *s, int L, double t_step, int32_t *n_prefill)
 {
     kvi_batch *b = s->batch;
     kvi_batch_clear(b);
     *n_prefill = 0;
     for (int i = 0; i < s->n_live; i++) {
         sreq *q = s->live[i];
+        if (q->state != SREQ_RUNNING || q->lane != L) continue;
         q->row = -1;
-        if (q->state != SREQ_RUNNING || q->n_tokens - q->n_done != 1) continue;
+        if (q->n_tokens - q->n_done != 1) continue;
         q->row = kvi_batch_add(b, q->seq, q->tokens[q->n_done], q->n_done, true);
         for (int32_t k = 0; k < q->n_draft; k++)
             kvi_batch_add(b, q->seq, q->drafts[k], q->n_done + 1 + k, true);
@@ -669,7 +706,8 @@ static int32_t build_batch(kvi_sched *s, double t_step, int32_t *n_prefill)
         sreq *next = NULL;
         for (int i = 0; i < s->n_live; i++) {
             sreq *q = s->live[i];
-            if (q->state != SREQ_RUNNING || q->row >= 0 || q->n_tokens - q->n_done <= 1) continue;
+            if (q->state != SREQ_RUNNING || q->lane != L || q->row >= 0 || q->n_tokens - q->n_done <= 1)
+                continue;
             if (!next || q->admit_no < next->admit_no) next = q;
         }
         if (!next) break;
@@ -691,7 +729,8 @@ static int32_t build_batch(kvi_sched *s, double t_step, int32_t *n_prefill)
     return kvi_batch_n_rows(b);
 }
 
-/* The youngest running request gives its blocks back and waits to be recomputed. */
+/* The youngest running request of a lane not in flight gives its blocks back
+ * and waits to be recomputed. */
 static bool preempt_youngest(kvi_sched *s)
 {
     sreq *y = NULL;
@@ -700,12 +739,14 @@ static bool preempt_youngest(kvi_sched *s)
         sreq *q = s->live[i];
         if (q->state != SREQ_RUNNING) continue;
         n_running++;
+        if (s->inflight[q->lane]) continue;
         if (!y || q->admit_no > y->admit_no) y = q;
     }
     if (!y || n_running < 2) return false;
     kvi_seq_free(y->seq);
     y->seq = NULL;
     y->state = SREQ_WAITING;
+    y->row = -1;
     y->n_done = 0;
     y->preempted = true;
     y->n_preempted++;
@@ -898,10 +939,10 @@ static void sample_worker(void *ctx, int ith, int nth)
     }
 }
 
-/* Every plain request with logits in this step draws its token, on the pool
- * when there are several (q->sampled; the order of draws across requests does
- * not matter, each has its own sampler). */
-static void sample_rows(kvi_sched *s)
+/* Every plain request of lane L with logits in its finished step draws its
+ * token, on the pool when there are several (q->sampled; the order of draws
+ * across requests does not matter, each has its own sampler). */
+static void sample_rows(kvi_sched *s, int L)
 {
     if (s->smp_cap < s->n_live) {
         sreq **nq = realloc(s->smp_q, (size_t)s->live_cap * sizeof *nq);
@@ -915,7 +956,7 @@ static void sample_rows(kvi_sched *s)
     for (int i = 0; i < s->n_live; i++) {
         sreq *q = s->live[i];
         q->sampled = -1;
-        if (q->state != SREQ_RUNNING || q->row < 0 || q->sp) continue;
+        if (q->state != SREQ_RUNNING || q->lane != L || q->row < 0 || q->sp) continue;
         if (j.n < s->smp_cap) {
             s->smp_q[j.n++] = q;
         } else { /* no memory for the list: this one on the engine thread */
@@ -929,93 +970,142 @@ static void sample_rows(kvi_sched *s)
         sample_worker(&j, 0, 1);
 }
 
+/* (5) Lane L's finished step: sampling and callbacks for its rows that wanted
+ * logits; a prefill chunk short of its last row moves n_done on. */
+static void lane_deliver(kvi_sched *s, int L)
+{
+    sample_rows(s, L);
+    const double t_done = kvi_time_ms();
+    for (int i = 0; i < s->n_live;) {
+        sreq *q = s->live[i];
+        if (q->state != SREQ_RUNNING || q->lane != L || q->row == -1) {
+            i++;
+            continue;
+        }
+        if (q->row == -2) {
+            /* a prefill chunk that did not reach the last pending row */
+            q->n_done = kvi_seq_len(q->seq);
+            q->row = -1;
+            i++;
+            continue;
+        }
+        kvi_finish f = KVI_FINISH_LENGTH;
+        bool done = false;
+        kvi_error le = { 0 };
+        if (q->sp) {
+            done = spec_round(s, q, t_done, &f, &le);
+        } else {
+            q->n_done = q->n_tokens;
+            const float *logits = kvi_logits(s->e, q->row);
+            q->row = -1;
+            if (logits && q->sampled < 0 && q->r.grammar) {
+                err_set(&le, KVI_E_INVALID, "grammar: no token of the vocabulary can continue the output");
+                f = KVI_FINISH_ERROR;
+                done = true;
+            } else if (!logits || q->sampled < 0) {
+                err_set(&le, KVI_E_INVALID, "scheduler: no logits for a row that asked for them");
+                f = KVI_FINISH_ERROR;
+                done = true;
+            } else {
+                const int32_t tok = q->sampled;
+                kvi_sampler_accept_output(q->smp, tok);
+                done = deliver(s, q, logits, tok, t_done, &f);
+            }
+        }
+        if (done) {
+            live_remove(s, i);
+            finish(s, q, f, f == KVI_FINISH_ERROR ? &le : NULL);
+        } else {
+            i++;
+        }
+    }
+}
+
+/* Fails lane L's requests that have rows in its batch. */
+static void lane_fail(kvi_sched *s, int L, const kvi_error *se)
+{
+    for (int i = 0; i < s->n_live;) {
+        sreq *q = s->live[i];
+        if (q->state == SREQ_RUNNING && q->lane == L && q->row != -1) {
+            live_remove(s, i);
+            finish(s, q, KVI_FINISH_ERROR, se);
+        } else {
+            i++;
+        }
+    }
+}
+
+/* Lane L's launched step, the engine's oldest: finished and delivered. */
+static void lane_finish(kvi_sched *s, int L)
+{
+    s->inflight[L] = false;
+    kvi_error se = { 0 };
+    if (kvi_step_finish(s->e, &se) != 0)
+        lane_fail(s, L, &se);
+    else
+        lane_deliver(s, L);
+}
+
+/* Every lane in flight, in launch order: lane first is the oldest (the next to
+ * step), then first + 1 ... */
+static void drain_lanes(kvi_sched *s, int first)
+{
+    for (int k = 0; k < s->n_lanes; k++) {
+        const int l = (first + k) % s->n_lanes;
+        if (s->inflight[l]) lane_finish(s, l);
+    }
+}
+
 int kvi_sched_step(kvi_sched *s, kvi_error *err)
 {
     take_incoming(s, err);
-    admit(s);
+    /* lane L: its launched step (the oldest in flight) finishes, then it takes
+     * new requests and launches its next batch, while the other lanes' batches
+     * run on the later stages of a pipeline */
+    const int L = s->cur;
+    s->cur = (L + 1) % s->n_lanes;
+    if (s->inflight[L]) lane_finish(s, L);
+    admit(s, L);
     spec_draft_all(s);
     const double t_step = kvi_time_ms();
     int32_t n_prefill = 0, n_rows = 0;
     for (;;) {
-        n_rows = build_batch(s, t_step, &n_prefill);
+        n_rows = build_batch(s, L, t_step, &n_prefill);
         if (n_rows == 0) break;
         kvi_error se = { 0 };
         const double t0 = kvi_time_ms();
-        int rc = kvi_step(s->e, s->batch, &se);
-        if (rc == 0) {
-            spec_observe_step(s, n_rows, kvi_time_ms() - t0);
-            break;
+        int rc = kvi_step_launch(s->e, s->batch, &se);
+        if (rc == 0 && s->n_lanes == 1) {
+            rc = kvi_step_finish(s->e, &se);
+            if (rc == 0) spec_observe_step(s, n_rows, kvi_time_ms() - t0);
+        } else if (rc == 0) {
+            s->inflight[L] = true;
         }
+        if (rc == 0) break;
         if (rc == KVI_E_NO_KV_SPACE) {
-            /* drafts go first (a round without them is a plain step), then the youngest */
-            bool had_drafts = false;
+            /* drafts go first (a round without them is a plain step), then the
+             * youngest, then the other lanes finish (their requests may then be
+             * preempted) */
+            bool had_drafts = false, others = false;
             for (int i = 0; i < s->n_live; i++) {
                 had_drafts |= s->live[i]->n_draft > 0;
                 s->live[i]->n_draft = 0;
             }
+            for (int l = 0; l < s->n_lanes; l++) others |= s->inflight[l];
             if (had_drafts || preempt_youngest(s)) continue;
-        }
-        /* nothing left to preempt, or a real error: fail the rows' requests */
-        for (int i = 0; i < s->n_live;) {
-            sreq *q = s->live[i];
-            if (q->state == SREQ_RUNNING && q->row != -1) {
-                live_remove(s, i);
-                finish(s, q, KVI_FINISH_ERROR, &se);
-            } else {
-                i++;
+            if (others) {
+                drain_lanes(s, s->cur);
+                continue;
             }
         }
+        /* nothing left to preempt, or a real error: fail the rows' requests */
+        lane_fail(s, L, &se);
         n_rows = 0;
         break;
     }
     if (n_rows > 0) {
         count_rows(s, n_prefill, n_rows - n_prefill > 0 ? n_rows - n_prefill : 0);
-        sample_rows(s);
-        const double t_done = kvi_time_ms();
-        for (int i = 0; i < s->n_live;) {
-            sreq *q = s->live[i];
-            if (q->state != SREQ_RUNNING || q->row == -1) {
-                i++;
-                continue;
-            }
-            if (q->row == -2) {
-                /* a prefill chunk that did not reach the last pending row */
-                q->n_done = kvi_seq_len(q->seq);
-                q->row = -1;
-                i++;
-                continue;
-            }
-            kvi_finish f = KVI_FINISH_LENGTH;
-            bool done = false;
-            kvi_error le = { 0 };
-            if (q->sp) {
-                done = spec_round(s, q, t_done, &f, &le);
-            } else {
-                q->n_done = q->n_tokens;
-                const float *logits = kvi_logits(s->e, q->row);
-                q->row = -1;
-                if (logits && q->sampled < 0 && q->r.grammar) {
-                    err_set(&le, KVI_E_INVALID,
-                            "grammar: no token of the vocabulary can continue the output");
-                    f = KVI_FINISH_ERROR;
-                    done = true;
-                } else if (!logits || q->sampled < 0) {
-                    err_set(&le, KVI_E_INVALID, "scheduler: no logits for a row that asked for them");
-                    f = KVI_FINISH_ERROR;
-                    done = true;
-                } else {
-                    const int32_t tok = q->sampled;
-                    kvi_sampler_accept_output(q->smp, tok);
-                    done = deliver(s, q, logits, tok, t_done, &f);
-                }
-            }
-            if (done) {
-                live_remove(s, i);
-                finish(s, q, f, f == KVI_FINISH_ERROR ? &le : NULL);
-            } else {
-                i++;
-            }
-        }
+        if (!s->inflight[L]) lane_deliver(s, L);
     }
     snapshot(s);
     pthread_mutex_lock(&s->mu);
@@ -1082,6 +1172,8 @@ void kvi_sched_free(kvi_sched *s)
         pthread_mutex_unlock(&s->mu);
         pthread_join(s->thread, NULL);
     }
+    for (int k = 0; k < s->n_lanes; k++) /* the engine's launched steps, in launch order */
+        if (s->inflight[(s->cur + k) % s->n_lanes]) (void)kvi_step_finish(s->e, NULL);
     pthread_mutex_lock(&s->mu);
     sreq *in = s->incoming;
     s->incoming = s->incoming_tail = NULL;
