@@ -52,6 +52,9 @@ static const char serve_help[] =
     "  --kv-budget BYTES       bound on the whole KV pool, e.g. 2GiB (default: parallel x ctx tokens)\n"
     "  --batch-tokens N        rows per forward pass: decode rows first, then prefill chunks\n"
     "                          (default 512)\n"
+    "  --pp-lanes N            batches in flight at once, each with its own requests (default 0:\n"
+    "                          one per pipeline stage under mpirun, else 1; 1: one step at a\n"
+    "                          time; at most 4)\n"
     "  --kv-type T             KV cache type for K and V: f32 or f16 (default f16)\n"
     "  --no-prefix-cache       recompute every prompt (default: whole KV blocks of earlier\n"
     "                          prompts are reused; usage.prompt_tokens_details.cached_tokens)\n"
@@ -109,7 +112,7 @@ typedef struct serve_opts {
     cli_common c;
     const char *alias, *api_key, *host, *chat_template_file;
     bool quiet, special_in_content, no_reasoning;
-    int64_t port, parallel, queue_max, batch_tokens;
+    int64_t port, parallel, queue_max, batch_tokens, lanes;
     int64_t timeout_s, body_max, conn_max, conn_per_ip; /* HTTP limits (0: the server's default) */
     run_spec_opts so;                                   /* speculative decoding */
 } serve_opts;
@@ -127,6 +130,8 @@ static int serve_int_flag(int argc, char **argv, int *i, serve_opts *o)
         dst = &o->queue_max, lo = 0, hi = 1 << 20;
     else if (!strcmp(a, "--batch-tokens"))
         dst = &o->batch_tokens, lo = 1, hi = 1 << 16;
+    else if (!strcmp(a, "--pp-lanes"))
+        dst = &o->lanes, lo = 0, hi = KVI_STEP_DEPTH_MAX;
     else if (!strcmp(a, "--timeout") || !strcmp(a, "-to"))
         dst = &o->timeout_s, lo = 1, hi = 3600;
     else if (!strcmp(a, "--body-max"))
@@ -306,6 +311,7 @@ static int serve_start(srv_server *srv, const serve_opts *o, kvi_sched **sp, kvi
     sched.n_parallel = (int)o->parallel;
     sched.queue_max = (int)o->queue_max;
     sched.batch_tokens = (int)o->batch_tokens;
+    sched.n_lanes = (int)o->lanes;
     if (cli_pipe_active()) { /* the stages in /metrics from the start, then after steps */
         sched.after_step = serve_pipe_metrics;
         sched.after_step_user = srv;
