@@ -48,6 +48,7 @@
 #define TAG_STATS 5
 #define REPLY_MSG 240
 #define HELLO_PARAMS 12
+#define OPQ_MAX 8 /* the root's op sends in flight (a step sends one) */
 
 struct pipe_world {
     MPI_Comm comm;
@@ -63,6 +64,16 @@ struct pipe_world {
     size_t n_lreq, cap_lreq, l_head;
     size_t block_bytes[PIPE_MAX_STAGES]; /* [size] each stage's bytes per KV block (the root's
                                                copy, from the handshake) */
+    /* the root's op sends not known complete, oldest first: opq[(op_head + i) % OPQ_MAX],
+     * i < n_op. An op is copied into its slot and sent to every rank without waiting: the
+     * copy is delivered only once the rank has received it, which it does when done with
+     * the ops before, and the root meanwhile computes the step's first layers. */
+    struct op_slot {
+        MPI_Request req[PIPE_MAX_STAGES]; /* [size] req[r] to rank r (req[0] unused) */
+        int32_t *buf;                     /* [cap] the op */
+        size_t cap;
+    } opq[OPQ_MAX];
+    int op_head, n_op;
 };
 
 /* A rank's answer to the handshake */
@@ -120,11 +131,17 @@ int pipe_init(int *argc, char ***argv, pipe_world **out, kvi_error *err)
     return 0;
 }
 
+static int ops_wait(pipe_world *w, int n);
+
 void pipe_finish(pipe_world *w)
 {
     if (!w) return;
     const bool failed = w->failed;
-    if (!failed) MPI_Comm_free(&w->comm);
+    if (!failed) {
+        (void)ops_wait(w, w->n_op);
+        MPI_Comm_free(&w->comm);
+    }
+    for (int i = 0; i < OPQ_MAX; i++) free(w->opq[i].buf);
     free(w->lreq);
     free(w->lfloats);
     free(w);
@@ -172,15 +189,47 @@ static int wait_req(pipe_world *w, MPI_Request *req, int peer, const char *what)
 
 /* ---- the engine's callbacks (engine_pipe.h); ctx is the world ---- */
 
+/* The root: completes the n oldest op sends (n <= n_op). 0 or wait_req's error. */
+static int ops_wait(pipe_world *w, int n)
+{
+    int rc = 0;
+    for (; n > 0 && !rc; n--) {
+        struct op_slot *o = &w->opq[w->op_head];
+        for (int r = 1; r < w->size && !rc; r++) rc = wait_req(w, &o->req[r], r, "sending it an op");
+        w->op_head = (w->op_head + 1) % OPQ_MAX;
+        w->n_op--;
+    }
+    return rc;
+}
+
+/* The root: the op msg [n] to every other rank, in order. It returns once the op is
+ * copied and its sends started; the oldest sends are completed here when OPQ_MAX are
+ * in flight, the completed ones are retired. */
 static int io_send_op(void *ctx, const int32_t *msg, size_t n)
 {
     pipe_world *w = ctx;
-    for (int r = 1; r < w->size; r++) {
-        MPI_Request q;
-        if (MPI_Isend(msg, (int)n, MPI_INT32_T, r, TAG_OP, w->comm, &q) != MPI_SUCCESS) return KVI_E_IO;
-        const int rc = wait_req(w, &q, r, "sending it an op");
-        if (rc) return rc;
+    while (w->n_op > 0) { /* retire what has completed, oldest first */
+        struct op_slot *o = &w->opq[w->op_head];
+        int done = 0;
+        if (MPI_Testall(w->size - 1, o->req + 1, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS) return KVI_E_IO;
+        if (!done) break;
+        w->op_head = (w->op_head + 1) % OPQ_MAX;
+        w->n_op--;
     }
+    int rc = w->n_op == OPQ_MAX ? ops_wait(w, 1) : 0;
+    if (rc) return rc;
+    struct op_slot *o = &w->opq[(w->op_head + w->n_op) % OPQ_MAX];
+    if (n > o->cap) {
+        int32_t *nb = realloc(o->buf, n * sizeof *nb);
+        if (!nb) return KVI_E_NOMEM;
+        o->buf = nb;
+        o->cap = n;
+    }
+    memcpy(o->buf, msg, n * sizeof *msg);
+    for (int r = 1; r < w->size; r++) o->req[r] = MPI_REQUEST_NULL;
+    w->n_op++;
+    for (int r = 1; r < w->size; r++)
+        if (MPI_Isend(o->buf, (int)n, MPI_INT32_T, r, TAG_OP, w->comm, &o->req[r]) != MPI_SUCCESS) return KVI_E_IO;
     return 0;
 }
 
@@ -378,7 +427,7 @@ void pipe_root_end(pipe_world *w)
     if (!w || w->rank != 0 || w->ended || w->failed) return;
     w->ended = true;
     const int32_t end = PIPE_OP_END;
-    (void)io_send_op(w, &end, 1);
+    if (io_send_op(w, &end, 1) == 0) (void)ops_wait(w, w->n_op);
 }
 
 /* Receives the next op into *buf (grown as needed): its length, or -1. */
