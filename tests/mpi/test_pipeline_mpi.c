@@ -475,20 +475,19 @@ static void check_serve_metrics(int port)
     free(r.body);
 }
 
-/* `mpirun -np 2 kvinfer serve`: 8 concurrent greedy completions (half streamed)
- * each equal `kvinfer run --temp 0` in one process, and each stage's figures in
- * /metrics (check_serve_metrics); then a server whose rank 1
- * stops answering answers 503 (pipeline_failed) within --pp-timeout and exits
- * non-zero. */
-static void check_serve(void)
+/* `mpirun -np np kvinfer serve`: 8 concurrent greedy completions (half streamed)
+ * each equal `kvinfer run --temp 0` in one process (the scheduler keeps one lane
+ * per stage in flight: 4 running requests in np lanes), and with 2 ranks each
+ * stage's figures in /metrics (check_serve_metrics). */
+static void check_serve_equal(int np)
 {
     char launcher[1024];
-    mpirun_prefix(launcher, sizeof launcher, 2);
+    mpirun_prefix(launcher, sizeof launcher, np);
     char *refs[4];
     for (int k = 0; k < 4; k++) refs[k] = run_text(serve_prompts[k], 40);
     test_server s;
     if (!test_server_start_via(&s, launcher, "-t 1 --parallel 4", "pipeline_serve.err")) {
-        CHECK(false, "mpirun serve did not start");
+        CHECK(false, "mpirun -np %d serve did not start", np);
     } else {
         serve_client c[8];
         pthread_t th[8];
@@ -500,21 +499,34 @@ static void check_serve(void)
         for (int i = 0; i < 8; i++) {
             pthread_join(th[i], NULL);
             const bool ok = c[i].status == 200 && c[i].text && !strcmp(c[i].text, refs[c[i].idx]);
-            CHECK(ok, "serve over 2 ranks, client %d (%s): status %d, '%s' vs one process '%s'", i,
+            CHECK(ok, "serve over %d ranks, client %d (%s): status %d, '%s' vs one process '%s'", np, i,
                   c[i].stream ? "streamed" : "plain", c[i].status, c[i].text ? c[i].text : "", refs[c[i].idx]);
             same += ok;
             free(c[i].text);
         }
-        check_serve_metrics(s.port);
+        if (np == 2) check_serve_metrics(s.port);
         /* mpirun itself exits 1 once it was signalled; rank 0 must have shut down cleanly */
         test_server_stop(&s);
         char *log = read_file(tmp_path("pipeline_serve.err"), NULL);
         CHECK(log && strstr(log, "signal 15, shutting down") && !strstr(log, "error"),
               "mpirun serve after SIGTERM: %s", log ? log : "(no log)");
         free(log);
-        printf("serve over 2 ranks: %d of 8 concurrent completions (4 streamed) equal one process's\n", same);
+        printf("serve over %d ranks: %d of 8 concurrent completions (4 streamed) equal one process's\n", np,
+               same);
     }
     for (int k = 0; k < 4; k++) free(refs[k]);
+}
+
+/* Serving over 2 and 3 ranks (check_serve_equal); then a server whose rank 1
+ * stops answering answers 503 (pipeline_failed) within --pp-timeout and exits
+ * non-zero. */
+static void check_serve(void)
+{
+    check_serve_equal(2);
+    check_serve_equal(3);
+    char launcher[1024];
+    mpirun_prefix(launcher, sizeof launcher, 2);
+    test_server s;
 
     char extra[128];
     snprintf(extra, sizeof extra, "-t 1 --pp-timeout 2");
