@@ -4,8 +4,9 @@
 //
 // Starts `kvinfer serve --port 0` on MODEL (the port is read from its stdout),
 // opens the page in the system chromium (/usr/bin/chromium) driven by
-// playwright-core, sends a message, waits for streamed text (more than one
-// event), checks that the KV view changed (blocks used or cached > 0 and the
+// playwright-core, sends a message (its reply throttled to 25 kB/s by Chromium's
+// network emulation), waits for streamed text (more than one event, drawn more
+// than once), checks that the KV view changed (blocks used or cached > 0 and the
 // pool table filled), the last request's prefill/decode figures, and that the
 // second turn is partly served from the prefix cache. Saves OUT_DIR/web_page.png.
 // Exit status 0 only when every check passed. Registered in CMakeLists.txt only
@@ -75,6 +76,13 @@ try {
       if (a.length && a[a.length - 1].textContent.length) window.__updates++;
     }).observe(document.querySelector('#log'), { subtree: true, childList: true, characterData: true });
   });
+  // a small model answers in a few milliseconds, so the whole stream can reach the
+  // page in one read and be drawn once; Chromium's network throttling (DevTools
+  // protocol) makes it arrive over about a second, as a real model's would
+  const cdp = await page.context().newCDPSession(page);
+  await cdp.send('Network.enable');
+  await cdp.send('Network.emulateNetworkConditions',
+                 { offline: false, latency: 0, downloadThroughput: 25000, uploadThroughput: -1 });
   await page.fill('#q', 'Tell me a story about a cat.');
   await page.click('#send');
   await page.waitForFunction(() => {
@@ -83,6 +91,8 @@ try {
   }, null, { timeout: 20000 });
   await page.waitForFunction(() => document.querySelector('#status').textContent.startsWith('done'),
                              null, { timeout: 30000 });
+  await cdp.send('Network.emulateNetworkConditions',
+                 { offline: false, latency: 0, downloadThroughput: -1, uploadThroughput: -1 });
   const answer = await page.textContent('#log .a');
   const status = await page.textContent('#status');
   const chunks = Number((/done: (\d+)/.exec(status) || [])[1] || 0);
