@@ -54,9 +54,10 @@
  * (kvi_step_launch) without waiting, so the other lanes' batches are on the
  * later stages meanwhile. A lane's requests are never in two batches at once,
  * so each request's rows and tokens are exactly those of one lane. On
- * KVI_E_NO_KV_SPACE: drafts go, then the youngest request of a lane not in
- * flight is preempted, then every lane in flight is finished (oldest first)
- * and the batch rebuilt. Speculative decoding uses one lane.
+ * KVI_E_NO_KV_SPACE: drafts go; if the youngest running request is in a lane
+ * in flight, every lane in flight is finished (oldest first) so that it can be
+ * the one preempted; else the youngest is preempted; with nothing to preempt,
+ * the lanes in flight finish; then the batch is rebuilt. Speculative decoding uses one lane.
  *   inflight [n_lanes] bool   lane's batch launched and not finished
  *
  * After a step, the plain (not speculating) requests that got logits draw their
@@ -436,6 +437,9 @@ int kvi_sched_set_spec(kvi_sched *s, const kvi_spec_params *p, kvi_engine *draft
     if (!s) return err_set(err, KVI_E_INVALID, "scheduler: no scheduler");
     if (s->thread_started)
         return err_set(err, KVI_E_INVALID, "scheduler: speculation is set before the start");
+    for (int l = 0; l < s->n_lanes; l++)
+        if (s->inflight[l])
+            return err_set(err, KVI_E_INVALID, "scheduler: speculation is set before the first step");
     kvi_spec_params pp;
     if (p)
         pp = *p;
@@ -464,6 +468,8 @@ int kvi_sched_set_spec(kvi_sched *s, const kvi_spec_params *p, kvi_engine *draft
     s->g_trials = 2.0;
     s->spec_on = true;
     s->n_lanes = 1; /* a round's drafts are verified before its next batch is built */
+    s->cur = 0;
+    for (int i = 0; i < s->n_live; i++) s->live[i]->lane = 0;
     return 0;
 }
 
@@ -727,6 +733,17 @@ static int32_t build_batch(kvi_sched *s, int L, double t_step, int32_t *n_prefil
         *n_prefill += n;
     }
     return kvi_batch_n_rows(b);
+}
+
+/* Whether the youngest running request is in a lane in flight. */
+static bool youngest_in_flight(const kvi_sched *s)
+{
+    const sreq *y = NULL;
+    for (int i = 0; i < s->n_live; i++) {
+        const sreq *q = s->live[i];
+        if (q->state == SREQ_RUNNING && (!y || q->admit_no > y->admit_no)) y = q;
+    }
+    return y && s->inflight[y->lane];
 }
 
 /* The youngest running request of a lane not in flight gives its blocks back
@@ -1092,7 +1109,14 @@ int kvi_sched_step(kvi_sched *s, kvi_error *err)
                 s->live[i]->n_draft = 0;
             }
             for (int l = 0; l < s->n_lanes; l++) others |= s->inflight[l];
-            if (had_drafts || preempt_youngest(s)) continue;
+            if (had_drafts) continue;
+            /* the youngest running request may be in a lane in flight: those
+             * lanes finish first, so that it, not an older one, gives way */
+            if (others && youngest_in_flight(s)) {
+                drain_lanes(s, s->cur);
+                continue;
+            }
+            if (preempt_youngest(s)) continue;
             if (others) {
                 drain_lanes(s, s->cur);
                 continue;
