@@ -141,7 +141,9 @@ void pipe_finish(pipe_world *w)
         (void)ops_wait(w, w->n_op);
         MPI_Comm_free(&w->comm);
     }
-    for (int i = 0; i < OPQ_MAX; i++) free(w->opq[i].buf);
+    /* after a failure an op's sends may still be active (MPI could read the copy):
+     * the copies stay, the process is ending */
+    for (int i = 0; i < OPQ_MAX && !failed; i++) free(w->opq[i].buf);
     free(w->lreq);
     free(w->lfloats);
     free(w);
@@ -208,6 +210,7 @@ static int ops_wait(pipe_world *w, int n)
 static int io_send_op(void *ctx, const int32_t *msg, size_t n)
 {
     pipe_world *w = ctx;
+    if (w->failed) return KVI_E_TIMEOUT; /* no slot is reused while a failed send may be active */
     while (w->n_op > 0) { /* retire what has completed, oldest first */
         struct op_slot *o = &w->opq[w->op_head];
         int done = 0;
