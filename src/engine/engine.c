@@ -126,6 +126,8 @@ struct kvi_engine {
     bool pipe_quiet;    /* the root sends no op (inside a call that sends its own) */
     engine_pipe_stats pipe_st; /* this stage's compute, waits and bytes sent */
     uint64_t pipe_hash; /* a stage other than the root: the root's tables hash of this step */
+    bool pipe_broken;   /* the root: a forward pass failed after its batch went to the other
+                           stages, which now wait for its activations: no step may follow */
 };
 
 void kvi_engine_params_default(kvi_engine_params *p)
@@ -812,6 +814,10 @@ int kvi_step_launch(kvi_engine *e, kvi_batch *b, kvi_error *err)
 {
     const double t0 = kvi_time_ms();
     if (!b || b->n == 0) return err_set(err, KVI_E_BAD_BATCH, "step: empty batch");
+    if (e->pipe_broken)
+        return err_set(err, KVI_E_IO,
+                       "pipeline: an earlier forward pass failed on this stage after its batch was sent; "
+                       "the other stages are out of step, the pipeline cannot go on");
     if (e->n_flight >= ENGINE_DEPTH_MAX)
         return err_set(err, KVI_E_INVALID, "step: %d launched steps are in flight, the most this engine keeps",
                        e->n_flight);
@@ -833,6 +839,7 @@ int kvi_step_launch(kvi_engine *e, kvi_batch *b, kvi_error *err)
     }
     rc = step_run(e, b, f);
     if (rc) {
+        e->pipe_broken = e->piped && e->pipe.l0 == 0;
         /* a pipeline's root completes what it posted (the steps in flight keep
          * their results for kvi_step_finish) */
         for (int i = 0; i < e->n_flight; i++) (void)flight_wait(e, &e->fl[(e->fl_head + i) % ENGINE_FLIGHTS]);
