@@ -320,9 +320,9 @@ int main(void)
         test_batch_invariance(m, g, many);
         int same = 0;
         for (int i = 0; i < N_STREAMS; i++)
-            same += many[i].n == one[i].n && !memcmp(many[i].toks, one[i].toks,
-                                                    (size_t)(one[i].n < GEN_MAX + 16 ? one[i].n : GEN_MAX + 16) *
-                                                        sizeof(int32_t));
+            same += many[i].n == one[i].n &&
+                    !memcmp(many[i].toks, one[i].toks,
+                            (size_t)(one[i].n < GEN_MAX + 16 ? one[i].n : GEN_MAX + 16) * sizeof(int32_t));
         CHECK(same == N_STREAMS, "%d lanes: %d of %d streams got the tokens of one lane", sched_lanes, same,
               N_STREAMS);
         test_preemption(m, g);

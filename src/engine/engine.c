@@ -819,8 +819,8 @@ int kvi_step_launch(kvi_engine *e, kvi_batch *b, kvi_error *err)
                        "pipeline: an earlier forward pass failed on this stage after its batch was sent; "
                        "the other stages are out of step, the pipeline cannot go on");
     if (e->n_flight >= ENGINE_DEPTH_MAX)
-        return err_set(err, KVI_E_INVALID, "step: %d launched steps are in flight, the most this engine keeps",
-                       e->n_flight);
+        return err_set(err, KVI_E_INVALID,
+                       "step: %d launched steps are in flight, the most this engine keeps", e->n_flight);
     step_flight *f = &e->fl[(e->fl_head + e->n_flight) % ENGINE_FLIGHTS];
     const uint64_t stamp = ++e->stamp;
     int32_t n_out = 0;

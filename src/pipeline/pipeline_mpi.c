@@ -232,7 +232,8 @@ static int io_send_op(void *ctx, const int32_t *msg, size_t n)
     for (int r = 1; r < w->size; r++) o->req[r] = MPI_REQUEST_NULL;
     w->n_op++;
     for (int r = 1; r < w->size; r++)
-        if (MPI_Isend(o->buf, (int)n, MPI_INT32_T, r, TAG_OP, w->comm, &o->req[r]) != MPI_SUCCESS) return KVI_E_IO;
+        if (MPI_Isend(o->buf, (int)n, MPI_INT32_T, r, TAG_OP, w->comm, &o->req[r]) != MPI_SUCCESS)
+            return KVI_E_IO;
     return 0;
 }
 
