@@ -101,14 +101,15 @@ struct kvi_engine {
     float *snap_stage; /* [snap_cap][state floats] snapshots taken during the pass */
     int32_t snap_cap;
     int32_t *out_rows;
-    /* launched steps (kvi_step_launch): fl[fl_head .. fl_head + n_flight) in
-     * flight, oldest first (ring of ENGINE_FLIGHTS); fl[fl_cur] the last
-     * finished, whose logits kvi_logits reads (-1: none). A launch takes the
-     * slot after the newest in flight, never fl_cur (n_flight < ENGINE_DEPTH_MAX
-     * < ENGINE_FLIGHTS), so a finished step's logits stay valid until the next
-     * finish. */
+    /* launched steps (kvi_step_launch): fl[fl_order[0 .. n_flight)] in flight,
+     * oldest first; fl[fl_cur] the last finished, whose logits kvi_logits reads
+     * (-1: none). A launch takes the lowest slot neither in flight nor fl_cur
+     * (n_flight < ENGINE_DEPTH_MAX < ENGINE_FLIGHTS), so a finished step's
+     * logits stay valid until the next finish, and an engine that keeps k steps
+     * in flight grows only k + 1 slots' logits (kvi_step: slot 0 alone). */
     step_flight fl[ENGINE_FLIGHTS];
-    int fl_head, n_flight, fl_cur;
+    int fl_order[ENGINE_FLIGHTS];
+    int n_flight, fl_cur;
     /* sharing and context policy */
     const kv_policy *policy;
     kv_policy_params pp;
@@ -235,11 +236,11 @@ kvi_engine *kvi_engine_create(kvi_model *m, const kvi_engine_params *params, kvi
     }
 
     kvi_engine *e = calloc(1, sizeof *e);
-    if (e) e->fl_cur = -1;
     if (!e) {
         err_set(err, KVI_E_NOMEM, "engine: out of memory");
         return NULL;
     }
+    e->fl_cur = -1;
     e->m = m;
     e->p = p;
     e->policy = policy;
@@ -810,6 +811,17 @@ int kvi_step_depth(const kvi_engine *e)
     return e->pipe.n_stages < ENGINE_DEPTH_MAX ? e->pipe.n_stages : ENGINE_DEPTH_MAX;
 }
 
+/* The lowest flight slot neither in flight nor the last finished (one exists:
+ * n_flight + 1 < ENGINE_FLIGHTS). */
+static int flight_free_slot(const kvi_engine *e)
+{
+    for (int slot = 0;; slot++) {
+        bool used = slot == e->fl_cur;
+        for (int k = 0; k < e->n_flight && !used; k++) used = e->fl_order[k] == slot;
+        if (!used) return slot;
+    }
+}
+
 int kvi_step_launch(kvi_engine *e, kvi_batch *b, kvi_error *err)
 {
     const double t0 = kvi_time_ms();
@@ -821,7 +833,8 @@ int kvi_step_launch(kvi_engine *e, kvi_batch *b, kvi_error *err)
     if (e->n_flight >= ENGINE_DEPTH_MAX)
         return err_set(err, KVI_E_INVALID,
                        "step: %d launched steps are in flight, the most this engine keeps", e->n_flight);
-    step_flight *f = &e->fl[(e->fl_head + e->n_flight) % ENGINE_FLIGHTS];
+    const int slot = flight_free_slot(e);
+    step_flight *f = &e->fl[slot];
     const uint64_t stamp = ++e->stamp;
     int32_t n_out = 0;
     int rc = step_validate(e, b, stamp, &n_out, err);
@@ -842,7 +855,7 @@ int kvi_step_launch(kvi_engine *e, kvi_batch *b, kvi_error *err)
         e->pipe_broken = e->piped && e->pipe.l0 == 0;
         /* a pipeline's root completes what it posted (the steps in flight keep
          * their results for kvi_step_finish) */
-        for (int i = 0; i < e->n_flight; i++) (void)flight_wait(e, &e->fl[(e->fl_head + i) % ENGINE_FLIGHTS]);
+        for (int k = 0; k < e->n_flight; k++) (void)flight_wait(e, &e->fl[e->fl_order[k]]);
         (void)flight_wait(e, f);
         /* positions below a sequence's old length that the batch rewrote, and a q4
          * key tail, keep what the failed pass wrote */
@@ -863,7 +876,7 @@ int kvi_step_launch(kvi_engine *e, kvi_batch *b, kvi_error *err)
     kv_txn_commit(&e->txn);
     step_commit(e, b);
     f->n_rows = b->n;
-    e->n_flight++;
+    e->fl_order[e->n_flight++] = slot;
     e->n_steps++;
     e->n_rows += (uint64_t)b->n;
     e->forward_ms += kvi_time_ms() - t0;
@@ -873,9 +886,9 @@ int kvi_step_launch(kvi_engine *e, kvi_batch *b, kvi_error *err)
 int kvi_step_finish(kvi_engine *e, kvi_error *err)
 {
     if (e->n_flight == 0) return err_set(err, KVI_E_INVALID, "step: no launched step to finish");
-    const int i = e->fl_head;
-    e->fl_head = (e->fl_head + 1) % ENGINE_FLIGHTS;
+    const int i = e->fl_order[0];
     e->n_flight--;
+    memmove(e->fl_order, e->fl_order + 1, (size_t)e->n_flight * sizeof *e->fl_order);
     e->fl_cur = i;
     const int rc = flight_wait(e, &e->fl[i]);
     if (!rc) return 0;
