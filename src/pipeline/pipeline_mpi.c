@@ -191,6 +191,13 @@ static int wait_req(pipe_world *w, MPI_Request *req, int peer, const char *what)
 
 /* ---- the engine's callbacks (engine_pipe.h); ctx is the world ---- */
 
+/* The root: the oldest op send leaves the ring. */
+static void ops_pop(pipe_world *w)
+{
+    w->op_head = (w->op_head + 1) % OPQ_MAX;
+    w->n_op--;
+}
+
 /* The root: completes the n oldest op sends (n <= n_op). 0 or wait_req's error. */
 static int ops_wait(pipe_world *w, int n)
 {
@@ -198,8 +205,7 @@ static int ops_wait(pipe_world *w, int n)
     for (; n > 0 && !rc; n--) {
         struct op_slot *o = &w->opq[w->op_head];
         for (int r = 1; r < w->size && !rc; r++) rc = wait_req(w, &o->req[r], r, "sending it an op");
-        w->op_head = (w->op_head + 1) % OPQ_MAX;
-        w->n_op--;
+        ops_pop(w);
     }
     return rc;
 }
@@ -216,8 +222,7 @@ static int io_send_op(void *ctx, const int32_t *msg, size_t n)
         int done = 0;
         if (MPI_Testall(w->size - 1, o->req + 1, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS) return KVI_E_IO;
         if (!done) break;
-        w->op_head = (w->op_head + 1) % OPQ_MAX;
-        w->n_op--;
+        ops_pop(w);
     }
     int rc = w->n_op == OPQ_MAX ? ops_wait(w, 1) : 0;
     if (rc) return rc;

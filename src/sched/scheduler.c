@@ -1091,18 +1091,20 @@ int kvi_sched_step(kvi_sched *s, kvi_error *err)
         if (n_rows == 0) break;
         kvi_error se = { 0 };
         const double t0 = kvi_time_ms();
-        int rc = kvi_step_launch(s->e, s->batch, &se);
-        if (rc == 0 && s->n_lanes == 1) {
-            rc = kvi_step_finish(s->e, &se);
-            if (rc == 0) spec_observe_step(s, n_rows, kvi_time_ms() - t0);
-        } else if (rc == 0) {
-            s->inflight[L] = true;
+        /* one lane: the whole step now; more: launched, finished at the lane's next turn */
+        const int rc = s->n_lanes == 1 ? kvi_step(s->e, s->batch, &se) : kvi_step_launch(s->e, s->batch, &se);
+        if (rc == 0) {
+            if (s->n_lanes == 1)
+                spec_observe_step(s, n_rows, kvi_time_ms() - t0);
+            else
+                s->inflight[L] = true;
+            break;
         }
-        if (rc == 0) break;
         if (rc == KVI_E_NO_KV_SPACE) {
             /* drafts go first (a round without them is a plain step), then the
-             * youngest, then the other lanes finish (their requests may then be
-             * preempted) */
+             * youngest request; when it is in a lane in flight, or nothing can be
+             * preempted, the lanes in flight finish first (their requests may
+             * then be preempted) */
             bool had_drafts = false, others = false;
             for (int i = 0; i < s->n_live; i++) {
                 had_drafts |= s->live[i]->n_draft > 0;
@@ -1110,13 +1112,7 @@ int kvi_sched_step(kvi_sched *s, kvi_error *err)
             }
             for (int l = 0; l < s->n_lanes; l++) others |= s->inflight[l];
             if (had_drafts) continue;
-            /* the youngest running request may be in a lane in flight: those
-             * lanes finish first, so that it, not an older one, gives way */
-            if (others && youngest_in_flight(s)) {
-                drain_lanes(s, s->cur);
-                continue;
-            }
-            if (preempt_youngest(s)) continue;
+            if (!(others && youngest_in_flight(s)) && preempt_youngest(s)) continue;
             if (others) {
                 drain_lanes(s, s->cur);
                 continue;
