@@ -187,7 +187,29 @@ int32_t *srv_template_ids(srv_server *srv, const char *body, size_t len, int32_t
  * Malloc'd, or NULL with *er set. */
 char *srv_chat_prompt_text(srv_server *srv, const char *body, size_t len, srv_err *er);
 
-/* ---- one request in flight (server_http.c builds, server_json.c formats) ---- */
+/* ---- one request in flight (server_http.c builds, a route family formats) ---- */
+
+struct srv_req;
+struct srv_choice;
+struct MHD_Connection;
+
+/* A route family's wire format: how its requests' tokens, ends and errors are
+ * written. OpenAI's completions and chat (server_json.c: srv_api_openai) is
+ * one; every other family (a file of its own in server/) translates its body
+ * into the shared request model (srv_params) and gives its own formatters, so
+ * scheduling, stop strings, tool-call parsing and logprobs are written once.
+ * The sse_* functions run with r->mu held and append to r->out; false: out of
+ * memory. state_free (may be NULL) frees r->api_state with the request. */
+typedef struct srv_api {
+    const char *name; /* "openai", ...: the request log's route family */
+    bool (*sse_token)(struct srv_req *r, struct srv_choice *c, const char *piece, size_t n);
+    bool (*sse_final)(struct srv_req *r);
+    char *(*response_json)(struct srv_req *r); /* the non-streamed body (malloc'd) */
+    char *(*error_json)(const srv_err *e);     /* the family's error body (malloc'd) */
+    void (*state_free)(void *state);
+} srv_api;
+
+extern const srv_api srv_api_openai;
 
 /* The log-probabilities of one generated token (raw logits' log-softmax). */
 typedef struct srv_lp {
@@ -221,6 +243,8 @@ typedef struct srv_choice {
 
 typedef struct srv_req {
     srv_server *srv;
+    const srv_api *api;     /* the route family that formats it */
+    void *api_state;        /* the family's own per-request data (api->state_free frees it), or NULL */
     kvi_sched *sched;       /* the scheduler its choices were submitted to */
     kvi_sched_stats st_end; /* its stats when the last choice ended (on the scheduler's thread) */
     pthread_mutex_t mu;
@@ -241,8 +265,8 @@ typedef struct srv_req {
     double t_submit;
 } srv_req;
 
-/* Formats the SSE event of a token, or the final ones (server_json.c). The
- * caller holds r->mu. Returns false when out of memory. */
+/* OpenAI's formatters (srv_api_openai): the SSE event of a token, or the final
+ * ones (server_json.c). The caller holds r->mu. Returns false when out of memory. */
 bool srv_sse_token(srv_req *r, srv_choice *c, const char *piece, size_t n);
 bool srv_sse_final(srv_req *r);
 /* Records the logprobs of the choice's next token (caller holds r->mu; offset =
@@ -283,6 +307,20 @@ bool srv_output_delta(srv_req *r, srv_choice *c, cJSON *d, bool final);
 void srv_output_message(srv_req *r, srv_choice *c, cJSON *m);
 
 /* ---- the HTTP layer (server_http.c) ---- */
+
+/* A new generation request of family api (refs 2, id "<id_prefix>-<n>"), its
+ * r->p not yet filled: the caller parses into it, then calls srv_answer (or
+ * srv_req_discard). NULL when out of memory. */
+srv_req *srv_req_new(srv_server *srv, const srv_api *api, const char *id_prefix);
+void srv_req_discard(srv_req *r);
+/* Submits r's choices and answers on con: streamed (api->sse_*), whole
+ * (api->response_json) or an error (api->error_json). Takes r. Returns the
+ * enum MHD_Result to hand back to libmicrohttpd. */
+int srv_answer(srv_server *srv, struct MHD_Connection *con, srv_req *r);
+/* A JSON answer (takes body: malloc'd; NULL answers 500 out of memory) / the
+ * family's error answer. Return enum MHD_Result. */
+int srv_send_body(struct MHD_Connection *con, int status, char *body);
+int srv_send_error(struct MHD_Connection *con, const srv_api *api, const srv_err *e);
 
 int srv_start(srv_server *srv, kvi_error *err); /* binds, serves in its own threads */
 int srv_bound_port(srv_server *srv);

@@ -57,6 +57,7 @@ static void req_release(srv_req *r)
     }
     free(r->out);
     srv_params_free(&r->p);
+    if (r->api->state_free) r->api->state_free(r->api_state);
     pthread_cond_destroy(&r->cv);
     pthread_mutex_destroy(&r->mu);
     free(r);
@@ -129,14 +130,14 @@ static bool on_token(void *user, int32_t tok)
     /* the parser reads only text no stop string can still cut */
     if (c->co && ok) ok = srv_output_feed(c, more ? c->len - stop_holdback(r, c) : c->len);
     if (r->p.stream && ok && c->co) {
-        ok = srv_sse_token(r, c, NULL, 0);
+        ok = r->api->sse_token(r, c, NULL, 0);
         pthread_cond_broadcast(&r->cv);
     } else if (r->p.stream && ok) {
         size_t ready = more ? c->len - stop_holdback(r, c) : c->len;
         if (ready < c->sent) ready = c->sent;
         ready = c->sent + kvi_utf8_complete_prefix(c->text + c->sent, ready - c->sent);
         if (!more) ready = c->sent; /* the final event carries the rest */
-        ok = srv_sse_token(r, c, c->text + c->sent, ready - c->sent);
+        ok = r->api->sse_token(r, c, c->text + c->sent, ready - c->sent);
         c->sent = ready;
         pthread_cond_broadcast(&r->cv);
     }
@@ -191,7 +192,7 @@ static void on_done(void *user, kvi_finish f, const kvi_usage *u, const kvi_erro
     pthread_mutex_unlock(&srv->metrics.mu);
     if (last) {
         srv_hist_observe(&srv->metrics, &srv->metrics.e2e, (kvi_time_ms() - r->t_submit) / 1e3);
-        if (r->p.stream) srv_sse_final(r);
+        if (r->p.stream) r->api->sse_final(r);
         r->finished = true;
         pthread_cond_broadcast(&r->cv);
     }
@@ -231,6 +232,16 @@ static enum MHD_Result send_json(struct MHD_Connection *con, int status, cJSON *
 static enum MHD_Result send_error(struct MHD_Connection *con, const srv_err *e)
 {
     return send_text(con, e->status, "application/json", srv_error_json(e));
+}
+
+int srv_send_body(struct MHD_Connection *con, int status, char *body)
+{
+    return send_text(con, status, "application/json", body);
+}
+
+int srv_send_error(struct MHD_Connection *con, const srv_api *api, const srv_err *e)
+{
+    return send_text(con, e->status, "application/json", api->error_json(e));
 }
 
 /* ---- streaming ---- */
@@ -288,36 +299,29 @@ static void sse_free(void *cls)
 
 /* ---- generation endpoints ---- */
 
-/* A new request (refs 2, id assigned) for the body of cc, or NULL with *er set:
- * out of memory or an invalid body. */
-static srv_req *req_create(srv_server *srv, conn_ctx *cc, bool chat, srv_err *er)
+srv_req *srv_req_new(srv_server *srv, const srv_api *api, const char *id_prefix)
 {
     srv_req *r = calloc(1, sizeof *r);
-    if (!r) {
-        srv_err_set(er, 500, "server_error", NULL, "out of memory");
-        return NULL;
-    }
-    if (srv_parse_request(srv, cc->body ? cc->body : "", cc->len, chat, &r->p, er)) {
-        free(r);
-        return NULL;
-    }
+    if (!r) return NULL;
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
     r->srv = srv;
+    r->api = api;
     r->refs = 2;
     r->created = (long)time(NULL);
     r->t_submit = kvi_time_ms();
     pthread_mutex_lock(&srv->mu);
     const uint64_t num = ++srv->next_id;
     pthread_mutex_unlock(&srv->mu);
-    snprintf(r->id, sizeof r->id, "%s-%llu", chat ? "chatcmpl" : "cmpl", (unsigned long long)num);
+    snprintf(r->id, sizeof r->id, "%s-%llu", id_prefix, (unsigned long long)num);
     return r;
 }
 
 /* Frees a request that was never submitted (no reference given away). */
-static void req_discard(srv_req *r)
+void srv_req_discard(srv_req *r)
 {
     srv_params_free(&r->p);
+    if (r->api->state_free) r->api->state_free(r->api_state);
     pthread_cond_destroy(&r->cv);
     pthread_mutex_destroy(&r->mu);
     free(r);
@@ -392,8 +396,9 @@ static enum MHD_Result answer_refused(srv_server *srv, struct MHD_Connection *co
     pthread_mutex_lock(&r->mu);
     while (!none && !r->finished) pthread_cond_wait(&r->cv, &r->mu);
     pthread_mutex_unlock(&r->mu);
+    const srv_api *api = r->api;
     req_release(r);
-    return send_error(con, er);
+    return srv_send_error(con, api, er);
 }
 
 /* The streamed answer: a response that reads the request's SSE bytes. */
@@ -454,27 +459,25 @@ static enum MHD_Result answer_final(struct MHD_Connection *con, srv_req *r)
             srv_err_set(&er, 503, "server_error", "pipeline_failed", "%s", r->err_msg);
         else
             srv_err_set(&er, 500, "server_error", NULL, "%s", r->err_msg);
-        ret = send_error(con, &er);
+        ret = srv_send_error(con, r->api, &er);
     } else {
-        ret = send_text(con, 200, "application/json", srv_response_json(r));
+        ret = send_text(con, 200, "application/json", r->api->response_json(r));
     }
     req_release(r);
     return ret;
 }
 
-/* A completion or chat request: setup, submission of its n choices, then the
- * streamed or the final answer. */
-static enum MHD_Result generate(srv_server *srv, struct MHD_Connection *con, conn_ctx *cc, bool chat)
+/* Submission of a parsed request's n choices, then the streamed or the final answer. */
+int srv_answer(srv_server *srv, struct MHD_Connection *con, srv_req *r)
 {
     srv_err er = { 0 };
-    srv_req *r = req_create(srv, cc, chat, &er);
-    if (!r) return send_error(con, &er);
     pthread_mutex_lock(&srv->mu);
     if (srv->closing) {
         pthread_mutex_unlock(&srv->mu);
-        req_discard(r);
+        const srv_api *api = r->api;
+        srv_req_discard(r);
         srv_err_set(&er, 503, "server_error", "shutting_down", "the server is shutting down");
-        return send_error(con, &er);
+        return srv_send_error(con, api, &er);
     }
     pthread_mutex_lock(&r->mu);
     const int submitted = submit_choices(srv, r, &er);
@@ -489,6 +492,22 @@ static enum MHD_Result generate(srv_server *srv, struct MHD_Connection *con, con
     if (refused) return answer_refused(srv, con, r, submitted, &er);
     if (r->p.stream) return answer_stream(con, r);
     return answer_final(con, r);
+}
+
+/* A completion or chat request (OpenAI's routes). */
+static enum MHD_Result generate(srv_server *srv, struct MHD_Connection *con, conn_ctx *cc, bool chat)
+{
+    srv_err er = { 0 };
+    srv_req *r = srv_req_new(srv, &srv_api_openai, chat ? "chatcmpl" : "cmpl");
+    if (!r) {
+        srv_err_set(&er, 500, "server_error", NULL, "out of memory");
+        return send_error(con, &er);
+    }
+    if (srv_parse_request(srv, cc->body ? cc->body : "", cc->len, chat, &r->p, &er)) {
+        srv_req_discard(r);
+        return send_error(con, &er);
+    }
+    return (enum MHD_Result)srv_answer(srv, con, r);
 }
 
 /* ---- small endpoints ---- */

@@ -900,3 +900,12 @@ char *srv_response_json(srv_req *r)
     cJSON_Delete(o);
     return s;
 }
+
+const srv_api srv_api_openai = {
+    .name = "openai",
+    .sse_token = srv_sse_token,
+    .sse_final = srv_sse_final,
+    .response_json = srv_response_json,
+    .error_json = srv_error_json,
+    .state_free = NULL,
+};
