@@ -210,6 +210,7 @@ typedef struct srv_api {
 } srv_api;
 
 extern const srv_api srv_api_openai;
+extern const srv_api srv_api_messages; /* Anthropic's Messages API (server_messages.c) */
 
 /* The log-probabilities of one generated token (raw logits' log-softmax). */
 typedef struct srv_lp {
@@ -227,6 +228,7 @@ typedef struct srv_choice {
     size_t len, cap, sent; /* sent: bytes already streamed */
     int32_t n_tokens;
     bool done, stopped; /* stopped: a stop string matched */
+    const char *stop_hit; /* the stop string that matched (one of req->p.stop), or NULL */
     kvi_finish finish;
     kvi_usage usage;
     double t_last;
@@ -273,6 +275,8 @@ bool srv_sse_final(srv_req *r);
  * the text's length now, before the token's text is appended). */
 bool srv_logprobs_push(srv_choice *c, int32_t token, float logprob, const int32_t *top_ids,
                        const float *top_lps, int32_t n_top);
+/* Appends n bytes to r->out, the stream's queued bytes (caller holds r->mu). */
+bool srv_out_append(srv_req *r, const char *s, size_t n);
 /* The non-streamed response body (malloc'd). */
 char *srv_response_json(srv_req *r);
 /* usage object with prompt_tokens_details and kvinfer's timings */
@@ -305,6 +309,15 @@ bool srv_output_has_calls(const srv_choice *c);
 bool srv_output_delta(srv_req *r, srv_choice *c, cJSON *d, bool final);
 /* message.content (null beside calls when empty), reasoning_content, tool_calls. */
 void srv_output_message(srv_req *r, srv_choice *c, cJSON *m);
+
+/* ---- Anthropic's Messages API (server_messages.c) ---- */
+
+/* Whether url is one of its routes (/v1/messages and below): errors there,
+ * even those found before the route runs, take Anthropic's shape. */
+bool srv_messages_path(const char *url);
+/* POST /v1/messages and /v1/messages/count_tokens (body already checked by
+ * srv_body_check). Returns the enum MHD_Result. */
+int srv_messages(srv_server *srv, struct MHD_Connection *con, const char *url, const char *body, size_t len);
 
 /* ---- the HTTP layer (server_http.c) ---- */
 

@@ -124,6 +124,7 @@ static bool on_token(void *user, int32_t tok)
             c->len = (size_t)(hit - c->text);
             c->text[c->len] = 0;
             c->stopped = true;
+            c->stop_hit = r->p.stop[k];
             more = false;
         }
     }
@@ -674,7 +675,9 @@ static bool authorized(srv_server *srv, struct MHD_Connection *con)
 {
     if (!srv->cfg.api_key) return true;
     const char *h = MHD_lookup_connection_value(con, MHD_HEADER_KIND, "Authorization");
-    return h && !strncmp(h, "Bearer ", 7) && !strcmp(h + 7, srv->cfg.api_key);
+    const char *x = MHD_lookup_connection_value(con, MHD_HEADER_KIND, "x-api-key"); /* Anthropic's */
+    return (h && !strncmp(h, "Bearer ", 7) && !strcmp(h + 7, srv->cfg.api_key)) ||
+           (x && !strcmp(x, srv->cfg.api_key));
 }
 
 static enum MHD_Result handler(void *cls, struct MHD_Connection *con, const char *url, const char *method,
@@ -712,6 +715,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *con, const char
     }
     srv_err er = { 0 };
     const bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
+    /* the error shape of the route family (Anthropic's below /v1/messages) */
+    const srv_api *api = srv_messages_path(url) ? &srv_api_messages : &srv_api_openai;
     kvi_sched *sched = __atomic_load_n(&srv->s, __ATOMIC_ACQUIRE);
     if (get && !strcmp(url, "/"))
         return send_text(con, 200, "text/html; charset=utf-8", strdup(srv_page_html));
@@ -722,17 +727,17 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *con, const char
     }
     if (!sched) {
         srv_err_set(&er, 503, "server_error", "model_loading", "the model is still loading");
-        return send_error(con, &er);
+        return srv_send_error(con, api, &er);
     }
     if (cc->header_bytes > SRV_HEADER_MAX) {
         srv_err_set(&er, 431, "invalid_request_error", "request_header_fields_too_large",
                     "the request headers exceed %u bytes", SRV_HEADER_MAX);
-        return send_error(con, &er);
+        return srv_send_error(con, api, &er);
     }
     if (cc->too_large) {
         srv_err_set(&er, 413, "invalid_request_error", "request_too_large",
                     "the request body exceeds %zu bytes", srv_body_max(srv));
-        return send_error(con, &er);
+        return srv_send_error(con, api, &er);
     }
     if (get && !strcmp(url, "/metrics")) {
         kvi_sched *ms = sched_enter(srv);
@@ -740,13 +745,13 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *con, const char
         if (ms) sched_leave(srv);
         if (!ms) {
             srv_err_set(&er, 503, "server_error", NULL, "the server is shutting down");
-            return send_error(con, &er);
+            return srv_send_error(con, api, &er);
         }
         return send_text(con, 200, "text/plain; version=0.0.4", text);
     }
     if (!authorized(srv, con)) {
         srv_err_set(&er, 401, "invalid_request_error", "invalid_api_key", "Incorrect API key provided");
-        return send_error(con, &er);
+        return srv_send_error(con, api, &er);
     }
     if (get && !strcmp(url, "/v1/models")) {
         cJSON *o = cJSON_CreateObject();
@@ -762,14 +767,15 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *con, const char
         return send_json(con, 200, o);
     }
     if (get && !strcmp(url, "/v1/kv")) return kv_ep(srv, con);
-    if (post && srv_body_check(cc->body, cc->len, &er)) return send_error(con, &er);
+    if (post && srv_body_check(cc->body, cc->len, &er)) return srv_send_error(con, api, &er);
     if (post && !strcmp(url, "/v1/completions")) return generate(srv, con, cc, false);
+    if (post && srv_messages_path(url)) return srv_messages(srv, con, url, cc->body, cc->len);
     if (post && !strcmp(url, "/v1/chat/completions")) return generate(srv, con, cc, true);
     if (post && !strcmp(url, "/tokenize")) return tokenize_ep(srv, con, cc);
     if (post && !strcmp(url, "/detokenize")) return detokenize_ep(srv, con, cc);
     if (post && !strcmp(url, "/apply-template")) return apply_template_ep(srv, con, cc);
     srv_err_set(&er, 404, "invalid_request_error", "not_found", "no route %s %.200s", method, url);
-    return send_error(con, &er);
+    return srv_send_error(con, api, &er);
 }
 
 static void completed(void *cls, struct MHD_Connection *con, void **con_cls,

@@ -648,7 +648,7 @@ static cJSON *envelope(srv_req *r, bool chunk)
     return o;
 }
 
-static bool out_append(srv_req *r, const char *s, size_t n)
+bool srv_out_append(srv_req *r, const char *s, size_t n)
 {
     if (r->out_len + n + 1 > r->out_cap) {
         size_t cap = (r->out_len + n + 1) * 2;
@@ -668,7 +668,7 @@ static bool emit(srv_req *r, cJSON *o)
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     if (!s) return false;
-    bool ok = out_append(r, "data: ", 6) && out_append(r, s, strlen(s)) && out_append(r, "\n\n", 2);
+    bool ok = srv_out_append(r, "data: ", 6) && srv_out_append(r, s, strlen(s)) && srv_out_append(r, "\n\n", 2);
     free(s);
     return ok;
 }
@@ -859,7 +859,7 @@ bool srv_sse_final(srv_req *r)
         cJSON_AddItemToObject(o, "usage", srv_usage_json(r));
         ok = ok && emit(r, o);
     }
-    return ok && out_append(r, "data: [DONE]\n\n", 14);
+    return ok && srv_out_append(r, "data: [DONE]\n\n", 14);
 }
 
 char *srv_response_json(srv_req *r)
