@@ -5,7 +5,8 @@
 # (npm ci in tests/web, from the committed package-lock.json; it drives the
 # system chromium and downloads no browser). KVI_NO_WEB=1 skips those two. With node
 # and npm, also the tokenizer reference packages (npm ci in tests/tokref) and the
-# official OpenAI Node client with ajv (npm ci in tests/openai).
+# official OpenAI Node client with ajv (npm ci in tests/openai), and the official
+# Anthropic SDK with Claude Code (npm ci in tests/anthropic).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SUDO=""
@@ -50,6 +51,14 @@ if command -v node >/dev/null && command -v npm >/dev/null &&
   echo "installing: openai and ajv (npm ci in tests/openai)" >&2
   (cd tests/openai && npm ci --no-audit --no-fund --loglevel=error) ||
     echo "warning: npm ci in tests/openai failed; test_openai_client will be skipped" >&2
+fi
+# the official Anthropic TypeScript SDK, Claude Code (its pure-JS cli.js) and ajv
+# (npm ci in tests/anthropic) for test_anthropic_client and test_claude_code.
+if command -v node >/dev/null && command -v npm >/dev/null &&
+   [ ! -f tests/anthropic/node_modules/@anthropic-ai/sdk/package.json ]; then
+  echo "installing: @anthropic-ai/sdk, @anthropic-ai/claude-code and ajv (npm ci in tests/anthropic)" >&2
+  (cd tests/anthropic && npm ci --no-audit --no-fund --loglevel=error) ||
+    echo "warning: npm ci in tests/anthropic failed; test_anthropic_client and test_claude_code will be skipped" >&2
 fi
 
 if [ "${KVI_NO_WEB:-0}" != 1 ] && command -v node >/dev/null && command -v npm >/dev/null; then
