@@ -11,7 +11,9 @@
  *    same message; tool_choice "none" leaves the same text in content;
  *  - tool_choice "required" and a named function: the server's grammar forces a
  *    call whose arguments follow the tool's schema (enum, maxLength), and
- *    parallel_tool_calls false gives exactly one;
+ *    parallel_tool_calls false gives exactly one; sampled forced calls are in
+ *    the compact form (json.dumps' separators, the template's newlines, read
+ *    from the tokens' bytes) and, parallel off, nothing follows the call;
  *  - DeepSeek-R1-Distill's template (its generation prompt opens "<think>"):
  *    text up to "</think>" is message.reasoning_content, the rest content,
  *    plain and streamed (delta.reasoning_content); --reasoning-format none
@@ -301,6 +303,83 @@ static void test_forced(int port)
     cJSON_Delete(j);
 }
 
+/* The generated text of a chat answer: its tokens' bytes joined (logprobs). */
+static char *raw_text(const cJSON *j)
+{
+    const cJSON *lp =
+        cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0), "logprobs");
+    char *s = calloc(1, 8192);
+    size_t n = 0;
+    const cJSON *e, *b;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(lp, "content"))
+        cJSON_ArrayForEach(b, cJSON_GetObjectItem(e, "bytes"))
+    {
+        if (n < 8191) s[n++] = (char)b->valueint;
+    }
+    return s;
+}
+
+/* text with every JSON string's contents removed ("..." -> ""). */
+static void strip_strings(char *text)
+{
+    char *w = text;
+    bool in = false;
+    for (const char *r = text; *r; r++) {
+        if (in && *r == '\\' && r[1]) {
+            r++;
+            continue;
+        }
+        if (*r == '"') in = !in;
+        if (!in || *r == '"') *w++ = *r;
+    }
+    *w = 0;
+}
+
+/* Forced calls in the compact form: json.dumps' separators and the template's
+ * newlines only, nothing after the one call (parallel off); with parallel on,
+ * every call compact. Sampled (temperature 1) so that white space is tempting. */
+static void test_forced_compact(int port)
+{
+    for (int k = 0; k < 4; k++) {
+        const bool parallel = k >= 2;
+        cJSON *b = body_new("What is the weather in Paris?");
+        add_tools(b);
+        cJSON_AddStringToObject(b, "tool_choice", "required");
+        cJSON_AddBoolToObject(b, "parallel_tool_calls", parallel);
+        cJSON_AddBoolToObject(b, "logprobs", true);
+        cJSON_ReplaceItemInObject(b, "temperature", cJSON_CreateNumber(1));
+        cJSON_ReplaceItemInObject(b, "max_tokens", cJSON_CreateNumber(parallel ? 300 : 200));
+        cJSON_AddNumberToObject(b, "seed", 100 + k);
+        int st = 0;
+        cJSON *j = post(port, b, &st);
+        char *raw = raw_text(j);
+        const int n_calls = cJSON_GetArraySize(cJSON_GetObjectItem(message_of(j), "tool_calls"));
+        if (!parallel)
+            CHECK(st == 200 && n_calls == 1 && !strcmp(finish_of(j), "tool_calls"),
+                  "parallel off: one call, then the end (finish '%s', %d calls)", finish_of(j), n_calls);
+        else
+            CHECK(st == 200 && n_calls >= 1, "parallel on: calls (%d)", n_calls);
+        const char *end = strstr(raw, "</tool_call>");
+        CHECK(!strncmp(raw, "<tool_call>", 11) && end, "the text is calls: %s", raw);
+        if (!parallel && end) CHECK(end[12] == 0, "nothing after the one call: '%s'", end + 12);
+        strip_strings(raw);
+        /* outside strings: only "<tool_call>\n?{", "\": ", "\", " and "}\n?</tool_call>" */
+        for (const char *p = raw; *p; p++) {
+            if (*p == ' ')
+                CHECK(p > raw && (p[-1] == ':' || p[-1] == ',') && p[1] != ' ',
+                      "a lone space after ':' or ',' only: %s", raw);
+            if (*p == '\n')
+                CHECK((p >= raw + 11 && !strncmp(p - 11, "<tool_call>", 11)) ||
+                          !strncmp(p + 1, "</tool_call>", 12) ||
+                          (parallel && p > raw && p[-1] == '>' && !strncmp(p + 1, "<tool_call>", 11)),
+                      "a newline only where the template puts one: %s", raw);
+            CHECK(*p != '\t' && *p != '\r', "no tabs: %s", raw);
+        }
+        free(raw);
+        cJSON_Delete(j);
+    }
+}
+
 static void test_errors(int port)
 {
     cJSON *b = body_new("x");
@@ -407,6 +486,7 @@ int main(void)
     if (test_server_start(&s, extra, "server_tools_qwen.err")) {
         test_hermes(s.port);
         test_forced(s.port);
+        test_forced_compact(s.port);
         test_errors(s.port);
         CHECK(test_server_stop(&s) == 0, "server exit status");
     } else {

@@ -13,6 +13,9 @@
  *    from the template's source. Each grammar must reject a wrong tool name,
  *    arguments against the schema (wrong type, a required key missing), two
  *    calls when not parallel, and free text; forcing a name admits only it.
+ *    The compact form: json.dumps' ", " and ": " and no other white space
+ *    between JSON tokens (none before ':', not two, no newline), and nothing (not even white space) after the
+ *    one call of a non-parallel grammar or after the calls of a parallel one.
  *  - Bad tools arrays, unknown names and formats without calls are errors.
  *  - Marker vocabularies, on a synthetic SPM vocabulary (GGUF written here)
  *    whose <tool_call>, </tool_call>, <think>, <|im_end|> are control tokens:
@@ -205,6 +208,29 @@ static void test_format(const fmt_case *c)
                          : cut(w, "<arg_key>city", "<arg_key>days");
     expect(g1, bad, false, fn, "a required key missing");
     free(bad);
+    /* the compact form: at most one space between JSON tokens, no layout, nothing after one call */
+    if (c->kind == 0) {
+        bad = replace(w, "\"city\": ", "\"city\":");
+        expect(g1, bad, false, fn, "JSON without the space after ':'");
+        free(bad);
+        bad = replace(w, "\"city\": ", "\"city\" : ");
+        expect(g1, bad, false, fn, "a space before ':'");
+        free(bad);
+        bad = replace(w, "\"city\": ", "\"city\":  ");
+        expect(g1, bad, false, fn, "two spaces after ':'");
+        free(bad);
+        bad = replace(w, "\"city\": ", "\"city\":\n    ");
+        expect(g1, bad, false, fn, "a newline and indentation inside the arguments");
+        free(bad);
+    }
+    {
+        char *tail = malloc(strlen(w) + 4);
+        sprintf(tail, "%s\n", w);
+        expect(g1, tail, false, fn, "white space after the one call");
+        sprintf(tail, "%s ", w);
+        expect(gp, tail, false, fn, "a space after the calls (parallel)");
+        free(tail);
+    }
     expect(g1, "The weather in Paris is mild.", false, fn, "free text");
     expect(g1, "", false, fn, "nothing");
     expect(gt, t, true, fn, "the forced tool");

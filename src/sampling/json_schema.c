@@ -284,7 +284,7 @@ static int gen_object(js *j, const cJSON *s, used *u, unsigned rule, int depth)
             if (v < 0) return -1;
             j->prims |= P_STRING;
             put(j,
-                "%ss%u ::= \"{\" ws (string ws \":\" ws %ss%d ws (\",\" ws string ws \":\" ws %ss%d ws)*)? "
+                "%ss%u ::= \"{\" ws (string ws \":\" sp %ss%d ws (\",\" sp string ws \":\" sp %ss%d ws)*)? "
                 "\"}\"\n",
                 j->pfx, rule, j->pfx, v, j->pfx, v);
         } else {
@@ -324,12 +324,12 @@ static int gen_object(js *j, const cJSON *s, used *u, unsigned rule, int depth)
         }
         put(j, "%sf%u ::= ", j->pfx, base + (unsigned)k);
         put_literal(j, nt);
-        put(j, " ws \":\" ws %ss%d ws %sc%u%s", j->pfx, val[k], j->pfx, base + (unsigned)k + 1,
+        put(j, " ws \":\" sp %ss%d ws %sc%u%s", j->pfx, val[k], j->pfx, base + (unsigned)k + 1,
             required ? "" : " | ");
         if (!required) put(j, "%sf%u", j->pfx, base + (unsigned)k + 1);
-        put(j, "\n%sc%u ::= \",\" ws ", j->pfx, base + (unsigned)k);
+        put(j, "\n%sc%u ::= \",\" sp ", j->pfx, base + (unsigned)k);
         put_literal(j, nt);
-        put(j, " ws \":\" ws %ss%d ws %sc%u%s", j->pfx, val[k], j->pfx, base + (unsigned)k + 1,
+        put(j, " ws \":\" sp %ss%d ws %sc%u%s", j->pfx, val[k], j->pfx, base + (unsigned)k + 1,
             required ? "" : " | ");
         if (!required) put(j, "%sc%u", j->pfx, base + (unsigned)k + 1);
         put(j, "\n");
@@ -383,16 +383,16 @@ static int gen_array(js *j, const cJSON *s, used *u, unsigned rule, int depth)
     else
         snprintf(it, sizeof it, "%ss%d", j->pfx, item);
     put(j, "%ss%u ::= \"[\" ws ", j->pfx, rule);
-    for (k = 0; k < np; k++) put(j, "%s%ss%d ws ", k ? "\",\" ws " : "", j->pfx, pv[k]);
+    for (k = 0; k < np; k++) put(j, "%s%ss%d ws ", k ? "\",\" sp " : "", j->pfx, pv[k]);
     free(pv);
     if (item != -1 && more_hi != 0) {
         if (np > 0) {
-            put(j, "(\",\" ws %s ws)", it);
+            put(j, "(\",\" sp %s ws)", it);
             put_count(j, more_lo, more_hi);
         } else {
             /* first item without a comma, the rest with one */
             if (more_lo == 0) put(j, "(");
-            put(j, "%s ws (\",\" ws %s ws)", it, it);
+            put(j, "%s ws (\",\" sp %s ws)", it, it);
             put_count(j, more_lo > 0 ? more_lo - 1 : 0, more_hi < 0 ? -1 : more_hi - 1);
             if (more_lo == 0) put(j, ")?");
         }
@@ -575,12 +575,16 @@ void json_schema_put_prims(gbnf_buf *b, unsigned prims)
     if (p & (P_OBJECT | P_ARRAY))
         p |= P_VALUE | P_STRING | P_NUMBER | P_BOOLEAN | P_NULL | P_OBJECT | P_ARRAY;
     if (p & P_STRING) p |= P_CHAR;
-    put(j, "ws ::= \"\" | \" \" | \"\\n\" [ \\t]{0,20}\n");
+    /* ws: around tokens; sp: after ':' and ',' (json.dumps' separators when compact) */
+    if (prims & JS_WS_COMPACT)
+        put(j, "ws ::= \"\"\nsp ::= \" \"\n");
+    else
+        put(j, "ws ::= \"\" | \" \" | \"\\n\" [ \\t]{0,20}\nsp ::= ws\n");
     if (p & P_VALUE) put(j, "value ::= object | array | string | number | boolean | null\n");
     if (p & P_OBJECT)
-        put(j, "object ::= \"{\" ws (string ws \":\" ws value ws (\",\" ws string ws \":\" ws value ws)*)? "
+        put(j, "object ::= \"{\" ws (string ws \":\" sp value ws (\",\" sp string ws \":\" sp value ws)*)? "
                "\"}\"\n");
-    if (p & P_ARRAY) put(j, "array ::= \"[\" ws (value ws (\",\" ws value ws)*)? \"]\"\n");
+    if (p & P_ARRAY) put(j, "array ::= \"[\" ws (value ws (\",\" sp value ws)*)? \"]\"\n");
     if (p & P_STRING) put(j, "string ::= \"\\\"\" char* \"\\\"\"\n");
     if (p & P_CHAR)
         put(j, "char ::= [^\"\\\\\\x00-\\x1F\\x7F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})\n");

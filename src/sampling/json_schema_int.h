@@ -43,6 +43,12 @@ void gbnf_put_literal(gbnf_buf *b, const char *s);
  * filled (the schema's first unsupported keyword, or out of memory). */
 int json_schema_rules(gbnf_buf *b, const struct cJSON *doc, const struct cJSON *schema, const char *prefix,
                       const char *top, unsigned *prims, kvi_error *err);
+/* Or-ed into prims before json_schema_put_prims: JSON in the compact form
+ * json.dumps writes (and chat templates' tojson): one space after ':' and ','
+ * (rule sp), none elsewhere (rule ws), no free white space outside strings;
+ * tool calls use it so that a weak model cannot spend tokens on layout.
+ * Without it ws is free bounded white space and sp the same as ws. */
+#define JS_WS_COMPACT (1u << 30)
 /* The primitive rules of *prims' uses (and those they need), each once. */
 void json_schema_put_prims(gbnf_buf *b, unsigned prims);
 

@@ -14,8 +14,14 @@
  *
  * Invariants: every literal of the wire forms is the text the format's chat
  * template renders (checked in tests/test_tool_grammar.c by rendering the
- * templates); where a template puts a newline the grammar takes bounded
- * whitespace (tc-ws), so a model writing " " or nothing still parses. Free text
+ * templates); where a template puts a newline the grammar takes that one
+ * newline or none (tc-ws; after a reasoning block up to two: tc-think-ws;
+ * Command R's list indentation: tc-ind), and between JSON tokens json.dumps'
+ * separators ", " and ": " and nothing else (JS_WS_COMPACT): the compact
+ * form, no free white space outside string values, so a weak model spends no
+ * tokens on layout. With one call (no KVI_TOOL_CALL_PARALLEL) nothing but the
+ * end of generation can follow it; with several, the end may follow any
+ * whole call. Free text
  * appears only where bounded by a closing marker the text cannot contain (a
  * reasoning block, a raw string parameter), built as the automaton of "no
  * occurrence of the marker" (put_not_containing). Nothing here parses or
@@ -233,10 +239,10 @@ static void put_call(tg *t, int i, const char *nm)
     gbnf_put(b, "tc-call-%d ::= ", i);
     switch (t->f) {
     case KVI_TOOLS_HERMES:
-        gbnf_put(b, "\"<tool_call>\" tc-ws \"{\" ws \"\\\"name\\\"\" ws \":\" ws ");
+        gbnf_put(b, "\"<tool_call>\" tc-ws \"{\" ws \"\\\"name\\\"\" ws \":\" sp ");
         put_json_string(t, nm);
         gbnf_put(b,
-                 " ws \",\" ws \"\\\"arguments\\\"\" ws \":\" ws tc-args-%d ws \"}\" tc-ws \"</tool_call>\"",
+                 " ws \",\" sp \"\\\"arguments\\\"\" ws \":\" sp tc-args-%d ws \"}\" tc-ws \"</tool_call>\"",
                  i);
         break;
     case KVI_TOOLS_QWEN3_CODER: {
@@ -253,16 +259,16 @@ static void put_call(tg *t, int i, const char *nm)
         break;
     }
     case KVI_TOOLS_LLAMA3:
-        gbnf_put(b, "\"{\" ws \"\\\"name\\\"\" ws \":\" ws ");
+        gbnf_put(b, "\"{\" ws \"\\\"name\\\"\" ws \":\" sp ");
         put_json_string(t, nm);
-        gbnf_put(b, " ws \",\" ws \"\\\"parameters\\\"\" ws \":\" ws tc-args-%d ws \"}\"", i);
+        gbnf_put(b, " ws \",\" sp \"\\\"parameters\\\"\" ws \":\" sp tc-args-%d ws \"}\"", i);
         break;
     case KVI_TOOLS_MISTRAL:
-        gbnf_put(b, "\"{\" ws \"\\\"name\\\"\" ws \":\" ws ");
+        gbnf_put(b, "\"{\" ws \"\\\"name\\\"\" ws \":\" sp ");
         put_json_string(t, nm);
         gbnf_put(b,
-                 " ws \",\" ws \"\\\"arguments\\\"\" ws \":\" ws tc-args-%d ws \",\" ws \"\\\"id\\\"\" ws "
-                 "\":\" ws "
+                 " ws \",\" sp \"\\\"arguments\\\"\" ws \":\" sp tc-args-%d ws \",\" sp \"\\\"id\\\"\" ws "
+                 "\":\" sp "
                  "\"\\\"\" [a-zA-Z0-9]{9} \"\\\"\" ws \"}\"",
                  i);
         break;
@@ -295,15 +301,15 @@ static void put_call(tg *t, int i, const char *nm)
         gbnf_put(b, " \"<｜tool▁sep｜>\" tc-args-%d \"<｜tool▁call▁end｜>\"", i);
         break;
     case KVI_TOOLS_GRANITE:
-        gbnf_put(b, "\"{\" ws \"\\\"name\\\"\" ws \":\" ws ");
+        gbnf_put(b, "\"{\" ws \"\\\"name\\\"\" ws \":\" sp ");
         put_json_string(t, nm);
-        gbnf_put(b, " ws \",\" ws \"\\\"arguments\\\"\" ws \":\" ws tc-args-%d ws \"}\"", i);
+        gbnf_put(b, " ws \",\" sp \"\\\"arguments\\\"\" ws \":\" sp tc-args-%d ws \"}\"", i);
         break;
     case KVI_TOOLS_COMMAND_R:
-        gbnf_put(b, "\"{\" ws \"\\\"tool_call_id\\\"\" ws \":\" ws \"\\\"\" [0-9]{1,3} \"\\\"\" ws \",\" ws "
-                    "\"\\\"tool_name\\\"\" ws \":\" ws ");
+        gbnf_put(b, "\"{\" ws \"\\\"tool_call_id\\\"\" ws \":\" sp \"\\\"\" [0-9]{1,3} \"\\\"\" ws \",\" sp "
+                    "\"\\\"tool_name\\\"\" ws \":\" sp ");
         put_json_string(t, nm);
-        gbnf_put(b, " ws \",\" ws \"\\\"parameters\\\"\" ws \":\" ws tc-args-%d ws \"}\"", i);
+        gbnf_put(b, " ws \",\" sp \"\\\"parameters\\\"\" ws \":\" sp tc-args-%d ws \"}\"", i);
         break;
     case KVI_TOOLS_KIMI_K2:
         gbnf_put(b, "\"<|tool_call_begin|>functions.\" ");
@@ -327,12 +333,14 @@ static void put_root(tg *t, unsigned flags)
     gbnf_buf *b = &t->b;
     if (fmt_single(t->f)) parallel = false;
     const char *calls = parallel ? "tc-calls" : "tc-call";
-    const char *sep = t->f == KVI_TOOLS_MISTRAL_ARGS ? ""
-                      : t->f == KVI_TOOLS_MISTRAL || t->f == KVI_TOOLS_GRANITE || t->f == KVI_TOOLS_COMMAND_R
-                          ? "ws \",\" ws "
-                          : "tc-ws ";
+    const char *sep = t->f == KVI_TOOLS_MISTRAL_ARGS                           ? ""
+                      : t->f == KVI_TOOLS_MISTRAL || t->f == KVI_TOOLS_GRANITE ? "ws \",\" sp "
+                      : t->f == KVI_TOOLS_COMMAND_R                            ? "\",\" (\" \" | tc-ind) "
+                                                                               : "tc-ws ";
     gbnf_put(b, "tc-calls ::= tc-call (%stc-call)*\n", sep);
-    gbnf_put(b, "tc-ws ::= [ \\t\\n]{0,8}\n");
+    /* the template's line breaks: one or none (up to a blank line after a reasoning
+     * block), Command R's indented list */
+    gbnf_put(b, "tc-ws ::= \"\\n\"?\ntc-ind ::= (\"\\n\" \" \"{0,4})?\ntc-think-ws ::= \"\\n\"{0,2}\n");
     switch (t->f) {
     case KVI_TOOLS_HARMONY:
         /* an optional analysis message first */
@@ -344,9 +352,9 @@ static void put_root(tg *t, unsigned flags)
     case KVI_TOOLS_COMMAND_R:
         put_not_containing(t, "tc-text", "<|END_THINKING|>");
         gbnf_put(b,
-                 "root ::= (\"<|START_THINKING|>\" tc-text \"<|END_THINKING|>\" tc-ws)? \"<|START_ACTION|>\" "
-                 "\"[\" "
-                 "ws %s ws \"]\" \"<|END_ACTION|>\"\n",
+                 "root ::= (\"<|START_THINKING|>\" tc-text \"<|END_THINKING|>\" tc-think-ws)? "
+                 "\"<|START_ACTION|>\" "
+                 "\"[\" tc-ind %s tc-ind \"]\" \"<|END_ACTION|>\"\n",
                  calls);
         return;
     default: break;
@@ -365,11 +373,12 @@ static void put_root(tg *t, unsigned flags)
     if (fmt_reasons(t->f) && (flags & KVI_TOOL_CALL_IN_THINK)) {
         /* the prompt opened the reasoning block: its rest, then the call */
         put_not_containing(t, "tc-think-text", "</think>");
-        gbnf_put(b, "root ::= tc-think-text \"</think>\" tc-ws %s%s%s\n", open, calls, close);
+        gbnf_put(b, "root ::= tc-think-text \"</think>\" tc-think-ws %s%s%s\n", open, calls, close);
     } else if (fmt_reasons(t->f) && (flags & KVI_TOOL_CALL_THINK)) {
         /* an optional reasoning block first */
         put_not_containing(t, "tc-think-text", "</think>");
-        gbnf_put(b, "root ::= (\"<think>\" tc-think-text \"</think>\" tc-ws)? %s%s%s\n", open, calls, close);
+        gbnf_put(b, "root ::= (\"<think>\" tc-think-text \"</think>\" tc-think-ws)? %s%s%s\n", open, calls,
+                 close);
     } else {
         gbnf_put(b, "root ::= %s%s%s\n", open, calls, close);
     }
@@ -440,7 +449,7 @@ char *kvi_tool_call_gbnf(kvi_tool_format f, const char *tools_json, size_t len, 
             put_not_containing(&t, "tc-raw", f == KVI_TOOLS_GLM ? "</arg_value>" : "</parameter>");
             gbnf_put(&t.b, "tc-pname ::= [a-zA-Z0-9_.-]{1,64}\n");
         }
-        json_schema_put_prims(&t.b, t.prims);
+        json_schema_put_prims(&t.b, t.prims | JS_WS_COMPACT);
     }
     if (rc > 0 && t.b.oom) err_set(err, KVI_E_NOMEM, "tool grammar: out of memory");
     if (rc <= 0 || t.b.oom) {
