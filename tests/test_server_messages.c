@@ -20,7 +20,10 @@
  *    text reaches the prompt (count_tokens grows with it);
  *  - count_tokens = input_tokens + cache_read_input_tokens of the same request;
  *    a repeated long prompt reads cache_read_input_tokens > 0 from the prefix cache;
- *  - thinking: a thinking block (with a signature) before the text;
+ *  - thinking: a thinking block (with a signature) before the text, the
+ *    same streamed; output_config.format constrains the text to its schema;
+ *    cache_control, service_tier, context_management, redacted_thinking,
+ *    thinking blocks and system messages inside the list are accepted;
  *  - errors in Anthropic's shape ({"type": "error", "error": {"type", "message"}}):
  *    max_tokens missing, a bad type, an image block, an unknown block type, an
  *    unknown field, bad JSON, no key / a wrong key (x-api-key or Bearer both
@@ -442,6 +445,38 @@ static void test_errors(int port)
     free(big);
 }
 
+/* Fields taken with an effect beyond the basics, or accepted without one. */
+static void test_accepted(int port)
+{
+    int st = 0;
+    cJSON *j =
+        post(port,
+             cJSON_Parse("{\"max_tokens\":100,\"temperature\":0,\"output_config\":{\"effort\":\"low\","
+                         "\"format\":{\"type\":\"json_schema\",\"schema\":{\"type\":\"object\","
+                         "\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"],"
+                         "\"additionalProperties\":false}}},\"messages\":[{\"role\":\"user\",\"content\":"
+                         "\"x\"}]}"),
+             &st);
+    cJSON *o = cJSON_Parse(text_of(j));
+    CHECK(st == 200 && cJSON_IsNumber(cJSON_GetObjectItem(o, "a")) && cJSON_GetArraySize(o) == 1 &&
+              eq(str_of(j, "stop_reason"), "end_turn"),
+          "output_config.format: the text '%s' follows the schema", text_of(j));
+    cJSON_Delete(o);
+    cJSON_Delete(j);
+    j = post(
+        port,
+        cJSON_Parse("{\"max_tokens\":4,\"service_tier\":\"auto\",\"context_management\":{\"edits\":[]},"
+                    "\"tool_choice\":{\"type\":\"auto\"},\"thinking\":{\"type\":\"disabled\"},"
+                    "\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"x\","
+                    "\"cache_control\":{\"type\":\"ephemeral\"}}]},{\"role\":\"assistant\",\"content\":["
+                    "{\"type\":\"redacted_thinking\",\"data\":\"abc\"},{\"type\":\"thinking\",\"thinking\":"
+                    "\"hm\",\"signature\":\"\"},{\"type\":\"text\",\"text\":\"hi\"}]},{\"role\":\"system\","
+                    "\"content\":\"Be kind.\"},{\"role\":\"user\",\"content\":\"y\"}]}"),
+        &st);
+    CHECK(st == 200 && eq(str_of(j, "type"), "message"), "accepted fields and blocks: a message (%d)", st);
+    cJSON_Delete(j);
+}
+
 static void test_thinking(int port)
 {
     static const char th[] = "{\"type\":\"enabled\",\"budget_tokens\":1024}";
@@ -478,6 +513,7 @@ int main(void)
     test_cache(s.port);
     test_tools(s.port);
     test_errors(s.port);
+    test_accepted(s.port);
     CHECK(test_server_stop(&s) == 0, "server stops cleanly");
     snprintf(extra, sizeof extra, "-c 2048 --api-key sk-messages --chat-template-file '%s'",
              shared_path("templates/deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja"));
