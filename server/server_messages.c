@@ -803,33 +803,28 @@ static int send_err(struct MHD_Connection *con, const srv_err *er)
     return srv_send_error(con, &srv_api_messages, er);
 }
 
-/* The OpenAI chat body's text for an Anthropic body, or NULL with *er set. */
-static char *chat_body(srv_server *srv, const char *body, size_t len, bool count, srv_err *er)
+int srv_messages_parse(srv_server *srv, const char *body, size_t len, bool count, srv_params *p, srv_err *er)
 {
     bool oom = false;
     cJSON *root = kvi_json_parse(body ? body : "", len, &oom);
-    if (!root) {
-        srv_err_set(er, oom ? 500 : 400, "invalid_request_error", NULL,
-                    oom ? "out of memory" : "the body is not valid JSON");
-        return NULL;
-    }
+    if (!root)
+        return srv_err_set(er, oom ? 500 : 400, "invalid_request_error", NULL,
+                           oom ? "out of memory" : "the body is not valid JSON");
     cJSON *out = translate(srv, root, count, er);
     cJSON_Delete(root);
-    char *s = out ? cJSON_PrintUnformatted(out) : NULL;
-    if (out && !s) srv_err_set(er, 500, "api_error", NULL, "out of memory");
+    char *chat = out ? cJSON_PrintUnformatted(out) : NULL;
     cJSON_Delete(out);
-    return s;
+    if (!chat) return out ? srv_err_set(er, 500, "api_error", NULL, "out of memory") : -1;
+    const int rc = srv_parse_request(srv, chat, strlen(chat), true, p, er);
+    free(chat);
+    return rc;
 }
 
 static int count_tokens(srv_server *srv, struct MHD_Connection *con, const char *body, size_t len)
 {
     srv_err er = { 0 };
-    char *chat = chat_body(srv, body, len, true, &er);
-    if (!chat) return send_err(con, &er);
     srv_params p;
-    const int rc = srv_parse_request(srv, chat, strlen(chat), true, &p, &er);
-    free(chat);
-    if (rc) return send_err(con, &er);
+    if (srv_messages_parse(srv, body, len, true, &p, &er)) return send_err(con, &er);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "input_tokens", p.n_prompt);
     srv_params_free(&p);
@@ -846,22 +841,17 @@ int srv_messages(srv_server *srv, struct MHD_Connection *con, const char *url, c
         srv_err_set(&er, 404, "not_found_error", NULL, "no route POST %.200s", url);
         return send_err(con, &er);
     }
-    char *chat = chat_body(srv, body, len, false, &er);
-    if (!chat) return send_err(con, &er);
     srv_req *r = srv_req_new(srv, &srv_api_messages, "msg");
     msg_state *ms = r ? calloc(1, sizeof *ms) : NULL;
     if (!ms) {
         if (r) srv_req_discard(r);
-        free(chat);
         srv_err_set(&er, 500, "api_error", NULL, "out of memory");
         return send_err(con, &er);
     }
     ms->open = -1;
     r->api_state = ms;
     r->id[3] = '_'; /* "msg_<n>", Anthropic's spelling */
-    const int rc = srv_parse_request(srv, chat, strlen(chat), true, &r->p, &er);
-    free(chat);
-    if (rc) {
+    if (srv_messages_parse(srv, body, len, false, &r->p, &er)) {
         srv_req_discard(r);
         return send_err(con, &er);
     }

@@ -5,7 +5,8 @@
  * and as a /v1/chat/completions body, against stories260K (loaded once, as
  * `kvinfer serve` holds it) with the built-in chat layouts, and again with a
  * Jinja template that writes tool calls (Qwen2.5's: tools, tool_choice, the
- * forced-call grammar) and its /apply-template rendering. The configuration is
+ * forced-call grammar), as an Anthropic /v1/messages and count_tokens body
+ * (srv_messages_parse), and its /apply-template rendering. The configuration is
  * test_server_parse's.
  */
 #include "fuzz_util.h"
@@ -80,6 +81,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             srv_params_free(&p);
         else
             free(srv_error_json(&er));
+    }
+    /* as an Anthropic /v1/messages and count_tokens body */
+    for (int k = 0; k < 2; k++) {
+        srv_params p;
+        memset(&er, 0, sizeof er);
+        if (srv_messages_parse(server_jinja(), (const char *)data, size, k == 1, &p, &er) == 0)
+            srv_params_free(&p);
+        else
+            free(srv_api_messages.error_json(&er));
     }
     memset(&er, 0, sizeof er);
     free(srv_template_render(server_jinja(), (const char *)data, size, &er));
