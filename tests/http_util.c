@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -189,4 +190,36 @@ char *run_text(const char *prompt, int n)
     cJSON_Delete(j);
     free(out);
     return s;
+}
+
+bool node_ready(const char *node_bin, const char *dir, const char *module_file, const char *packages)
+{
+    struct stat st;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, module_file);
+    if (node_bin[0] && stat(path, &st) == 0) return true;
+    if (node_bin[0])
+        printf("skipped: the npm packages %s are not installed (npm ci in %s)\n", packages, dir);
+    else
+        printf("skipped: node is not installed\n");
+    return false;
+}
+
+void node_script_check(const char *node_bin, const char *dir, const char *script, int port, int min_ok)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s http://127.0.0.1:%d 2>&1", dir, node_bin, script, port);
+    FILE *p = popen(cmd, "r");
+    CHECK(p != NULL, "node runs");
+    char line[8192];
+    bool all_ok = false;
+    int n_ok = 0;
+    while (p && fgets(line, sizeof line, p)) {
+        fputs(line, stdout);
+        if (!strncmp(line, "ok ", 3)) n_ok++;
+        if (!strcmp(line, "all ok\n")) all_ok = true;
+    }
+    const int rc = p ? pclose(p) : -1;
+    CHECK(rc == 0, "%s exit status %d", script, rc);
+    CHECK(all_ok && n_ok >= min_ok, "%s: %d checks passed, all ok %d", script, n_ok, all_ok);
 }

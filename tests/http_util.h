@@ -1,7 +1,8 @@
 /*
  * http_util.h — what the server tests share: `kvinfer serve` on stories260K as a
  * child process on a free port, a tiny HTTP/1.0 client, SSE events, Prometheus
- * metric lines and the `kvinfer run --temp 0` reference text.
+ * metric lines, the `kvinfer run --temp 0` reference text, and Node test
+ * scripts (their skip and their "ok" / "all ok" lines).
  *
  * Invariants: a started test_server has pid > 0, port > 0 and `out` the read end
  * of the child's stdout (the port comes from its "127.0.0.1:<port>" line, ready
@@ -61,5 +62,14 @@ double prom_metric(const char *text, const char *name);
 /* `kvinfer run --temp 0 --ignore-eos --json -t 2` text of prompt, n tokens, on
  * stories260K (malloc'd; CHECKs the exit status). */
 char *run_text(const char *prompt, int n);
+
+/* Node test scripts (tests/openai, tests/anthropic): whether node (the path
+ * node_bin, "" when not found at configure time) and dir/module_file exist;
+ * when not, prints "skipped: <why>" naming packages (the caller returns 77). */
+bool node_ready(const char *node_bin, const char *dir, const char *module_file, const char *packages);
+/* Runs `cd dir && node_bin script http://127.0.0.1:port 2>&1`, echoing its
+ * output; CHECKs its exit status 0, a final "all ok" line and at least
+ * min_ok "ok ..." lines. */
+void node_script_check(const char *node_bin, const char *dir, const char *script, int port, int min_ok);
 
 #endif

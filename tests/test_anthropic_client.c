@@ -13,10 +13,6 @@
 
 #include "http_util.h"
 
-#include <stdlib.h>
-#include <string.h>
-#include <sys/stat.h>
-
 #ifndef KVI_ANTHROPIC_DIR
 #define KVI_ANTHROPIC_DIR "tests/anthropic"
 #endif
@@ -26,37 +22,15 @@
 
 int main(void)
 {
-    struct stat st;
-    char path[1024];
-    snprintf(path, sizeof path, "%s/node_modules/@anthropic-ai/sdk/package.json", KVI_ANTHROPIC_DIR);
-    if (!KVI_NODE_BIN[0] || stat(path, &st) != 0) {
-        printf("skipped: %s\n", KVI_NODE_BIN[0]
-                                    ? "the npm packages @anthropic-ai/sdk and ajv are not installed "
-                                      "(npm ci in tests/anthropic)"
-                                    : "node is not installed");
+    if (!node_ready(KVI_NODE_BIN, KVI_ANTHROPIC_DIR, "node_modules/@anthropic-ai/sdk/package.json",
+                    "@anthropic-ai/sdk and ajv"))
         return 77;
-    }
     char extra[1024];
     snprintf(extra, sizeof extra, "-c 4096 --api-key sk-anthropic --chat-template-file '%s'",
              shared_path("templates/Qwen-Qwen2.5-7B-Instruct.jinja"));
     test_server s;
     CHECK(test_server_start(&s, extra, "anthropic_client.err"), "server starts");
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' client.mjs http://127.0.0.1:%d 2>&1", KVI_ANTHROPIC_DIR,
-             KVI_NODE_BIN, s.port);
-    FILE *p = popen(cmd, "r");
-    CHECK(p != NULL, "node runs");
-    char line[8192];
-    bool all_ok = false;
-    int n_ok = 0;
-    while (p && fgets(line, sizeof line, p)) {
-        fputs(line, stdout);
-        if (!strncmp(line, "ok ", 3)) n_ok++;
-        if (!strcmp(line, "all ok\n")) all_ok = true;
-    }
-    const int rc = p ? pclose(p) : -1;
-    CHECK(rc == 0, "client.mjs exit status %d", rc);
-    CHECK(all_ok && n_ok >= 11, "client.mjs: %d checks passed, all ok %d", n_ok, all_ok);
+    node_script_check(KVI_NODE_BIN, KVI_ANTHROPIC_DIR, "client.mjs", s.port, 11);
     CHECK(test_server_stop(&s) == 0, "server stops cleanly");
     return test_main_end();
 }

@@ -21,7 +21,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include <cjson/cJSON.h>
 
@@ -34,16 +33,11 @@
 
 int main(void)
 {
-    struct stat st;
+    if (!node_ready(KVI_NODE_BIN, KVI_ANTHROPIC_DIR, "node_modules/@anthropic-ai/claude-code/cli.js",
+                    "@anthropic-ai/claude-code"))
+        return 77;
     char cli[1024];
     snprintf(cli, sizeof cli, "%s/node_modules/@anthropic-ai/claude-code/cli.js", KVI_ANTHROPIC_DIR);
-    if (!KVI_NODE_BIN[0] || stat(cli, &st) != 0) {
-        printf("skipped: %s\n", KVI_NODE_BIN[0]
-                                    ? "the npm package @anthropic-ai/claude-code is not installed "
-                                      "(npm ci in tests/anthropic)"
-                                    : "node is not installed");
-        return 77;
-    }
     char extra[1024];
     snprintf(extra, sizeof extra, "-c 131072 --parallel 4 --api-key sk-claude --chat-template-file '%s'",
              shared_path("templates/Qwen-Qwen2.5-7B-Instruct.jinja"));

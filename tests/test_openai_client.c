@@ -13,10 +13,6 @@
 
 #include "http_util.h"
 
-#include <stdlib.h>
-#include <string.h>
-#include <sys/stat.h>
-
 #ifndef KVI_OPENAI_DIR
 #define KVI_OPENAI_DIR "tests/openai"
 #endif
@@ -26,37 +22,14 @@
 
 int main(void)
 {
-    struct stat st;
-    char path[1024];
-    snprintf(path, sizeof path, "%s/node_modules/openai/package.json", KVI_OPENAI_DIR);
-    if (!KVI_NODE_BIN[0] || stat(path, &st) != 0) {
-        printf("skipped: %s\n", KVI_NODE_BIN[0]
-                                    ? "the npm packages openai and ajv are not installed (npm ci in "
-                                      "tests/openai)"
-                                    : "node is not installed");
+    if (!node_ready(KVI_NODE_BIN, KVI_OPENAI_DIR, "node_modules/openai/package.json", "openai and ajv"))
         return 77;
-    }
     char extra[1024];
     snprintf(extra, sizeof extra, "-c 4096 --chat-template-file '%s'",
              shared_path("templates/Qwen-Qwen2.5-7B-Instruct.jinja"));
     test_server s;
     CHECK(test_server_start(&s, extra, "openai_client.err"), "server starts");
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' client.mjs http://127.0.0.1:%d 2>&1", KVI_OPENAI_DIR,
-             KVI_NODE_BIN, s.port);
-    FILE *p = popen(cmd, "r");
-    CHECK(p != NULL, "node runs");
-    char line[4096];
-    bool all_ok = false;
-    int n_ok = 0;
-    while (p && fgets(line, sizeof line, p)) {
-        fputs(line, stdout);
-        if (!strncmp(line, "ok ", 3)) n_ok++;
-        if (!strcmp(line, "all ok\n")) all_ok = true;
-    }
-    const int rc = p ? pclose(p) : -1;
-    CHECK(rc == 0, "client.mjs exit status %d", rc);
-    CHECK(all_ok && n_ok >= 7, "client.mjs: %d checks passed, all ok %d", n_ok, all_ok);
+    node_script_check(KVI_NODE_BIN, KVI_OPENAI_DIR, "client.mjs", s.port, 7);
     CHECK(test_server_stop(&s) == 0, "server stops cleanly");
     return test_main_end();
 }
