@@ -23,6 +23,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,7 +75,15 @@ static const char serve_help[] =
     "  --conn-max N            connections at once (default 1024)\n"
     "  --conn-per-ip N         of them from one address (default 64)\n"
     "  --api-key KEY           require \"Authorization: Bearer KEY\" on /v1 endpoints\n"
-    "  --alias NAME            the model's name in the API (default: file name without .gguf)\n"
+    "  --alias NAME            the model's name in the API (default: file name without .gguf);\n"
+    "                          requests may name any model and are answered with this one\n"
+    "  --strict-model          a request naming another model gets HTTP 404 model_not_found\n"
+    "  -n, --n-predict N       most tokens any request generates: a larger or absent\n"
+    "                          max_tokens is cut to N, finish_reason \"length\" (default -1:\n"
+    "                          no cap)\n"
+    "  -l, --logit-bias T(+|-)B  add B to token T's logit in every request, beside the\n"
+    "                          request's own logit_bias (repeatable; e.g. -l 2-inf: token 2\n"
+    "                          never sampled; B in [-100, 100] or -inf)\n"
     "  --spec ngram            speculative decoding by prompt lookup for every request\n"
     "  --draft PATH            speculative decoding with a draft model of the same vocabulary\n"
     "  --draft-max K           most tokens drafted per round (default 8)\n"
@@ -108,12 +117,19 @@ static char *model_name_of(const char *path)
     (CLI_OPT_MODEL | CLI_OPT_TOKENIZER | CLI_OPT_MMAP | CLI_OPT_THREADS | CLI_OPT_CTX | CLI_OPT_CTX_MIN0 | \
      CLI_OPT_KV_TYPE | CLI_OPT_KV_BUDGET | CLI_OPT_BUDGET_ZERO | CLI_OPT_NO_PREFIX)
 
+#define SERVE_BIAS_MAX 256 /* most -l flags */
+
 typedef struct serve_opts {
     cli_common c;
     const char *alias, *api_key, *host, *chat_template_file;
     bool quiet, special_in_content, no_reasoning;
     int64_t port, parallel, queue_max, batch_tokens, lanes;
     int64_t timeout_s, body_max, conn_max, conn_per_ip; /* HTTP limits (0: the server's default) */
+    bool strict_model;
+    int64_t n_predict;
+    int32_t bias_ids[SERVE_BIAS_MAX]; /* -l, in the order given */
+    float bias_vals[SERVE_BIAS_MAX];
+    int32_t n_bias;
     run_spec_opts so;                                   /* speculative decoding */
 } serve_opts;
 
@@ -140,8 +156,32 @@ static int serve_int_flag(int argc, char **argv, int *i, serve_opts *o)
         dst = &o->conn_max, lo = 1, hi = 65536;
     else if (!strcmp(a, "--conn-per-ip"))
         dst = &o->conn_per_ip, lo = 1, hi = 65536;
+    else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict"))
+        dst = &o->n_predict, lo = -1, hi = 1 << 30;
     if (!dst) return 0;
     return cli_flag_i64(a, cli_flag_value(argc, argv, i), lo, hi, dst);
+}
+
+/* -l TOKEN(+|-)BIAS (llama.cpp's syntax: "15043+1", "2-inf"): 0, or 1 with
+ * the error printed. The id's range is checked once the model is loaded. */
+static int serve_bias_flag(const char *v, serve_opts *o)
+{
+    char *end = NULL;
+    const long id = v && *v >= '0' && *v <= '9' ? strtol(v, &end, 10) : -1;
+    if (id < 0 || id > INT32_MAX || (*end != '+' && *end != '-'))
+        return cli_error("serve: --logit-bias '%s' is not TOKEN+BIAS or TOKEN-BIAS", v ? v : "");
+    const char *num = end + 1;
+    if (*num == '+' || *num == '-')
+        return cli_error("serve: --logit-bias '%s' is not TOKEN+BIAS or TOKEN-BIAS", v);
+    const bool neg = *end == '-';
+    float b = strtof(num, &end);
+    if (end == num || *end || isnan(b) || (isinf(b) && !neg) || (!isinf(b) && b > 100.0f))
+        return cli_error("serve: --logit-bias '%s': the bias must be a number in [-100, 100] or -inf", v);
+    if (o->n_bias == SERVE_BIAS_MAX)
+        return cli_error("serve: more than %d --logit-bias flags", SERVE_BIAS_MAX);
+    o->bias_ids[o->n_bias] = (int32_t)id;
+    o->bias_vals[o->n_bias++] = neg ? -b : b;
+    return 0;
 }
 
 /* 0: parsed; 1: error printed; 2: help printed. */
@@ -175,6 +215,11 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o)
             if (!(*str = cli_flag_value(argc, argv, &i))) return 1;
         } else if (!strcmp(a, "--quiet")) {
             o->quiet = true;
+        } else if (!strcmp(a, "--strict-model")) {
+            o->strict_model = true;
+        } else if (!strcmp(a, "-l") || !strcmp(a, "--logit-bias")) {
+            const char *v = cli_flag_value(argc, argv, &i);
+            if (!v || serve_bias_flag(v, o) != 0) return 1;
         } else if (!strcmp(a, "--special-in-content")) {
             o->special_in_content = true;
         } else if (!strcmp(a, "--reasoning-format")) {
@@ -246,6 +291,11 @@ static void serve_config(srv_server *srv, const serve_opts *o, const char *name)
     srv->cfg.conn_per_ip = (unsigned)o->conn_per_ip;
     srv->cfg.special_in_content = o->special_in_content;
     srv->cfg.no_reasoning = o->no_reasoning;
+    srv->cfg.strict_model = o->strict_model;
+    srv->cfg.n_predict = o->n_predict > 0 ? (int32_t)o->n_predict : 0;
+    srv->cfg.bias_ids = o->bias_ids;
+    srv->cfg.bias_vals = o->bias_vals;
+    srv->cfg.n_bias = o->n_bias;
     kvi_sampler_params_default(&srv->cfg.sampling);
     srv->cfg.sampling.temp = 0.8f;
     srv->cfg.sampling.top_k = 40;
@@ -306,6 +356,10 @@ static int serve_start(srv_server *srv, const serve_opts *o, kvi_sched **sp, kvi
     if (!(srv->e = cli_engine_create(srv->m, &ep, "serve: "))) return 1;
     if (cli_pipe_attach(srv->e, &ep)) return 1; /* mpirun: stage 0 of the pipeline */
     srv->cfg.n_ctx = kvi_engine_n_ctx(srv->e);
+    for (int32_t i = 0; i < o->n_bias; i++)
+        if (o->bias_ids[i] >= kvi_n_vocab(srv->m))
+            return cli_error("serve: --logit-bias: token %d is not in the vocabulary [0, %d)",
+                             (int)o->bias_ids[i], (int)kvi_n_vocab(srv->m));
     kvi_sched_params sched;
     kvi_sched_params_default(&sched);
     sched.n_parallel = (int)o->parallel;

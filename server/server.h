@@ -74,6 +74,14 @@ typedef struct srv_config {
     size_t body_max;      /* SRV_BODY_MAX */
     unsigned conn_max;    /* SRV_CONN_MAX */
     unsigned conn_per_ip; /* SRV_CONN_PER_IP */
+    /* operations (cli/cmd_serve.c's flags; zero: off) */
+    bool strict_model; /* --strict-model: a `model` other than model_name is a 404 */
+    int32_t n_predict; /* -n: most tokens any request generates (0: no cap) */
+    /* -l: a logit bias added to every request's own (ids < n_vocab, biases in
+     * [-100, 100] or -inf: never sampled) */
+    const int32_t *bias_ids; /* [n_bias] */
+    const float *bias_vals;  /* [n_bias] */
+    int32_t n_bias;
 } srv_config;
 
 typedef struct srv_server {

@@ -1,0 +1,142 @@
+/*
+ * test_server_ops.c — `kvinfer serve`'s operations flags over real HTTP on
+ * 127.0.0.1 (stories260K as a child process; http_util.h):
+ *
+ *  - any `model` name is served and answered with the alias; --strict-model
+ *    refuses another name with 404 model_not_found;
+ *  - -n caps an absent or larger max_tokens (finish "length", the text equal to
+ *    `kvinfer run --temp 0`'s for that many tokens), a smaller one stands;
+ *  - -l adds to every request's logit_bias: -l 2+100 (</s>) ends every
+ *    generation at once unless the request's own {"2": -100} cancels it (the
+ *    two are summed: the greedy text is run's again); -l 2-inf beside it keeps
+ *    </s> out whatever else is added.
+ */
+#include "kvinfer.h"
+#include "testutil.h"
+
+#include "http_util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PROMPT "Once upon a time"
+
+/* A non-streamed completion: its parsed body (NULL unless status 200). */
+static cJSON *complete(int port, const char *body, int *status)
+{
+    http_resp r = http_request(port, "POST", "/v1/completions", NULL, body);
+    *status = r.status;
+    cJSON *j = r.status == 200 && r.body ? cJSON_Parse(r.body) : NULL;
+    free(r.body);
+    return j;
+}
+
+static const cJSON *choice0(const cJSON *j)
+{
+    return cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
+}
+
+static const char *str_of(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItem(o, k);
+    return cJSON_IsString(v) ? v->valuestring : "(none)";
+}
+
+static int completion_tokens(const cJSON *j)
+{
+    const cJSON *v = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "usage"), "completion_tokens");
+    return cJSON_IsNumber(v) ? v->valueint : -1;
+}
+
+/* A greedy completion of PROMPT with extra fields: its text, tokens and finish
+ * must be these (ref NULL: any text). */
+static void expect_completion(int port, const char *fields, const char *ref, int n_tokens, const char *finish,
+                              const char *what)
+{
+    char body[512];
+    snprintf(body, sizeof body, "{\"prompt\": \"" PROMPT "\", \"temperature\": 0%s}", fields);
+    int status = 0;
+    cJSON *j = complete(port, body, &status);
+    CHECK(j != NULL, "%s: status %d", what, status);
+    if (!j) return;
+    CHECK(completion_tokens(j) == n_tokens, "%s: %d tokens, want %d", what, completion_tokens(j), n_tokens);
+    CHECK(!strcmp(str_of(choice0(j), "finish_reason"), finish), "%s: finish %s, want %s", what,
+          str_of(choice0(j), "finish_reason"), finish);
+    if (ref)
+        CHECK(!strcmp(str_of(choice0(j), "text"), ref), "%s: text '%s', want run's '%s'", what,
+              str_of(choice0(j), "text"), ref);
+    cJSON_Delete(j);
+}
+
+/* --strict-model -n 5 -l 2+100: the cap, the merged bias, the strict name. */
+static void test_cap_bias_strict(const char *ref5, const char *ref3)
+{
+    test_server s;
+    CHECK(test_server_start(&s, "--strict-model -n 5 -l 2+100", "ops_cap.err"), "server did not start");
+    if (s.port <= 0) {
+        test_server_stop(&s);
+        return;
+    }
+    static const char cancel[] = ", \"logit_bias\": {\"2\": -100}";
+    char f[256];
+    expect_completion(s.port, cancel, ref5, 5, "length", "-n 5, no max_tokens");
+    snprintf(f, sizeof f, "%s, \"max_tokens\": 50", cancel);
+    expect_completion(s.port, f, ref5, 5, "length", "-n 5, max_tokens 50");
+    snprintf(f, sizeof f, "%s, \"max_tokens\": 3", cancel);
+    expect_completion(s.port, f, ref3, 3, "length", "-n 5, max_tokens 3");
+    /* the server's +100 alone: </s> at once */
+    expect_completion(s.port, "", NULL, 0, "stop", "-l 2+100 without the request's bias");
+    int status = 0;
+    cJSON *j = complete(s.port, "{\"prompt\": \"Once\", \"model\": \"gpt-4\"}", &status);
+    CHECK(status == 404 && !j, "--strict-model: another name got %d", status);
+    cJSON_Delete(j);
+    j = complete(s.port, "{\"prompt\": \"Once\", \"model\": \"stories260K\", \"max_tokens\": 1}", &status);
+    CHECK(status == 200, "--strict-model: its own name got %d", status);
+    cJSON_Delete(j);
+    CHECK(test_server_stop(&s) == 0, "server exit status");
+}
+
+/* No --strict-model, -l 2+100 -l 2-inf: any name, answered with the alias;
+ * </s> never sampled. */
+static void test_any_model(const char *ref6)
+{
+    test_server s;
+    CHECK(test_server_start(&s, "-l 2+100 -l 2-inf", "ops_any.err"), "server did not start");
+    if (s.port <= 0) {
+        test_server_stop(&s);
+        return;
+    }
+    int status = 0;
+    cJSON *j = complete(s.port,
+                        "{\"prompt\": \"" PROMPT "\", \"model\": \"claude-sonnet-4-5\", \"max_tokens\": 6, "
+                        "\"temperature\": 0}",
+                        &status);
+    CHECK(status == 200, "another model's name got %d", status);
+    CHECK(!strcmp(str_of(j, "model"), "stories260K"), "answered as '%s', want the alias", str_of(j, "model"));
+    CHECK(!strcmp(str_of(choice0(j), "text"), ref6), "text '%s', want run's '%s'", str_of(choice0(j), "text"),
+          ref6);
+    CHECK(!strcmp(str_of(choice0(j), "finish_reason"), "length"), "-inf: finish %s",
+          str_of(choice0(j), "finish_reason"));
+    cJSON_Delete(j);
+    http_resp r = http_request(s.port, "POST", "/v1/chat/completions", NULL,
+                               "{\"model\": \"gpt-4o\", \"messages\": [{\"role\": \"user\", \"content\": "
+                               "\"hi\"}], \"max_tokens\": 2}");
+    j = r.body ? cJSON_Parse(r.body) : NULL;
+    CHECK(r.status == 200 && !strcmp(str_of(j, "model"), "stories260K"), "chat with gpt-4o: %d %s", r.status,
+          r.body ? r.body : "");
+    cJSON_Delete(j);
+    free(r.body);
+    CHECK(test_server_stop(&s) == 0, "server exit status");
+}
+
+int main(void)
+{
+    char *ref3 = run_text(PROMPT, 3), *ref5 = run_text(PROMPT, 5), *ref6 = run_text(PROMPT, 6);
+    test_cap_bias_strict(ref5, ref3);
+    test_any_model(ref6);
+    free(ref3);
+    free(ref5);
+    free(ref6);
+    return test_main_end();
+}
