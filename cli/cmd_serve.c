@@ -93,7 +93,11 @@ static const char serve_help[] =
     "                          measured cost of extra rows at the current load)\n"
     "                          A request's \"speculative\": false turns it off for that request;\n"
     "                          usage.timings reports spec_drafted, spec_accepted, spec_acceptance.\n"
-    "  --quiet                 no per-request log lines\n"
+    "  --log-format F          the request log on stderr: text (default) or json, one line\n"
+    "                          per request: time, id, route, status, client, prompt /\n"
+    "                          cached / generated tokens, time to first token, duration,\n"
+    "                          finish reason and the body fields the server ignored\n"
+    "  --quiet                 no request log (nor the template and tool-format notes)\n"
     "  -h, --help              this help\n"
     "\n"
     "Sampling defaults are `kvinfer run`'s (temperature 0.8, top-k 40, top-p 0.95,\n"
@@ -125,7 +129,7 @@ typedef struct serve_opts {
     bool quiet, special_in_content, no_reasoning;
     int64_t port, parallel, queue_max, batch_tokens, lanes;
     int64_t timeout_s, body_max, conn_max, conn_per_ip; /* HTTP limits (0: the server's default) */
-    bool strict_model;
+    bool strict_model, log_json;
     int64_t n_predict;
     int32_t bias_ids[SERVE_BIAS_MAX]; /* -l, in the order given */
     float bias_vals[SERVE_BIAS_MAX];
@@ -217,6 +221,12 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o)
             o->quiet = true;
         } else if (!strcmp(a, "--strict-model")) {
             o->strict_model = true;
+        } else if (!strcmp(a, "--log-format")) {
+            const char *v = cli_flag_value(argc, argv, &i);
+            if (!v) return 1;
+            if (strcmp(v, "text") != 0 && strcmp(v, "json") != 0)
+                return cli_error("serve: --log-format must be text or json (got '%s')", v);
+            o->log_json = !strcmp(v, "json");
         } else if (!strcmp(a, "-l") || !strcmp(a, "--logit-bias")) {
             const char *v = cli_flag_value(argc, argv, &i);
             if (!v || serve_bias_flag(v, o) != 0) return 1;
@@ -275,6 +285,13 @@ static int serve_spec(const serve_opts *o, kvi_sched *s, int n_ctx, kvi_model **
     return 0;
 }
 
+/* The request log's sink: a line on stderr (one call, so lines never mix). */
+static void log_stderr(void *user, const char *line)
+{
+    (void)user;
+    fprintf(stderr, "%s\n", line);
+}
+
 /* The server's configuration before it listens: sampling defaults are run's. */
 static void serve_config(srv_server *srv, const serve_opts *o, const char *name)
 {
@@ -285,6 +302,8 @@ static void serve_config(srv_server *srv, const serve_opts *o, const char *name)
     srv->cfg.api_key = o->api_key;
     srv->cfg.model_name = name;
     srv->cfg.quiet = o->quiet;
+    srv->cfg.log_fn = o->quiet ? NULL : log_stderr;
+    srv->cfg.log_json = o->log_json;
     srv->cfg.timeout_s = (int)o->timeout_s;
     srv->cfg.body_max = (size_t)o->body_max;
     srv->cfg.conn_max = (unsigned)o->conn_max;

@@ -57,6 +57,30 @@ void srv_metrics_set_extra(srv_metrics *m, char *text);
 /* Prometheus text exposition (malloc'd). */
 char *srv_metrics_render(srv_metrics *m, kvi_sched *s);
 
+/* ---- the request log (server_log.c) ---- */
+
+/* The log sink: one line (no newline) per request that reached a route; may be
+ * called from any of the server's threads, one line per call. */
+typedef void (*srv_log_fn)(void *user, const char *line);
+
+#define SRV_LOG_UNKNOWN_MAX 256 /* bytes of unrecognised field names kept per request */
+
+/* What the log line of one request says (its connection's, then its srv_req's). */
+typedef struct srv_log_rec {
+    double t0;                 /* kvi_time_ms at the request's routing */
+    double wall0;              /* seconds since the epoch then */
+    char method[12], path[96]; /* as sent; bytes outside printable ASCII are '?' */
+    char client[48];           /* the peer's address */
+    char id[48];               /* the generation's id ("" for other routes) */
+    int status;                /* HTTP status sent (0: none yet) */
+    bool gen;                  /* a generation: the token figures below are set */
+    int32_t n_prompt, n_cached, n_gen;
+    double ttft_ms; /* submit to first token (-1: no token) */
+    const char *finish;
+    char unknown[SRV_LOG_UNKNOWN_MAX]; /* unrecognised body fields, comma-separated */
+    bool handed;                       /* its srv_req logs it when freed */
+} srv_log_rec;
+
 /* ---- the server ---- */
 
 typedef struct srv_config {
@@ -82,6 +106,10 @@ typedef struct srv_config {
     const int32_t *bias_ids; /* [n_bias] */
     const float *bias_vals;  /* [n_bias] */
     int32_t n_bias;
+    /* the request log: NULL writes nothing (the library never prints) */
+    srv_log_fn log_fn;
+    void *log_user;
+    bool log_json; /* one JSON object per line instead of text */
 } srv_config;
 
 typedef struct srv_server {
@@ -271,6 +299,7 @@ typedef struct srv_req {
                      answering) is a 503, the rest 500 */
     char err_msg[512];
     double t_submit;
+    srv_log_rec log; /* log.handed: the request writes its log line when freed */
 } srv_req;
 
 /* OpenAI's formatters (srv_api_openai): the SSE event of a token, or the final
@@ -333,6 +362,33 @@ int srv_send_error(struct MHD_Connection *con, const srv_api *api, const srv_err
 int srv_start(srv_server *srv, kvi_error *err); /* binds, serves in its own threads */
 int srv_bound_port(srv_server *srv);
 void srv_stop(srv_server *srv);
+
+/* ---- the request log (server_log.c) ---- */
+
+/* A set of body field names a route recognises (the rest are named in the log). */
+typedef struct srv_field_set {
+    const char *const *names;
+    size_t n;
+} srv_field_set;
+
+/* OpenAI's completions / chat fields, with llama.cpp's and kvinfer's own. */
+extern const srv_field_set srv_fields_completions, srv_fields_chat;
+
+/* Starts the log record of a request on this connection thread: the record the
+ * calls below fill until srv_log_end. */
+void srv_log_begin(srv_log_rec *rec, struct MHD_Connection *con, const char *method, const char *url);
+/* Writes rec's line unless a request took it (srv_log_take), and unbinds it. */
+void srv_log_end(srv_server *srv, srv_log_rec *rec);
+/* The record bound to this thread, or NULL (outside a route, e.g. in tests). */
+srv_log_rec *srv_log_current(void);
+/* Names obj's members that are in none of the n sets in the current record. */
+void srv_log_unknown(const cJSON *obj, const srv_field_set *sets, int n);
+/* The current record becomes r's (r logs it when freed: srv_log_request). */
+void srv_log_take(srv_req *r);
+/* r's line, with its tokens, first-token time and finish (when r->log.handed). */
+void srv_log_request(srv_req *r);
+/* Formats and writes one record through srv->cfg.log_fn. */
+void srv_log_write(srv_server *srv, const srv_log_rec *rec);
 
 /* ---- the web page (server_page.c) ---- */
 extern const char srv_page_html[];

@@ -35,6 +35,7 @@ typedef struct conn_ctx {
     size_t len, cap;
     bool too_large;
     size_t header_bytes; /* names and values of the request's headers */
+    srv_log_rec log;     /* the request log's record, from routing on */
 } conn_ctx;
 
 static enum MHD_Result header_bytes(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
@@ -50,6 +51,7 @@ static void req_release(srv_req *r)
     const int left = --r->refs;
     pthread_mutex_unlock(&r->mu);
     if (left > 0) return;
+    srv_log_request(r);
     for (int i = 0; i < SRV_MAX_N; i++) {
         free(r->ch[i].text);
         free(r->ch[i].lp);
@@ -204,6 +206,8 @@ static void on_done(void *user, kvi_finish f, const kvi_usage *u, const kvi_erro
 
 static enum MHD_Result send_text(struct MHD_Connection *con, int status, const char *type, char *body)
 {
+    srv_log_rec *rec = srv_log_current();
+    if (rec) rec->status = body ? status : 500;
     if (!body) {
         static const char oom[] = "{\"error\":{\"message\":\"out of "
                                   "memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}";
@@ -314,6 +318,8 @@ srv_req *srv_req_new(srv_server *srv, const srv_api *api, const char *id_prefix)
     const uint64_t num = ++srv->next_id;
     pthread_mutex_unlock(&srv->mu);
     snprintf(r->id, sizeof r->id, "%s-%llu", id_prefix, (unsigned long long)num);
+    srv_log_rec *rec = srv_log_current();
+    if (rec) snprintf(rec->id, sizeof rec->id, "%s", r->id);
     return r;
 }
 
@@ -410,6 +416,7 @@ static enum MHD_Result answer_stream(struct MHD_Connection *con, srv_req *r)
         sse_free(r);
         return MHD_NO;
     }
+    r->log.status = 200;
     MHD_add_response_header(resp, "Content-Type", "text/event-stream");
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
     MHD_add_response_header(resp, "Access-Control-Allow-Origin", "*");
@@ -449,6 +456,7 @@ static bool wait_finished(struct MHD_Connection *con, srv_req *r)
 static enum MHD_Result answer_final(struct MHD_Connection *con, srv_req *r)
 {
     if (wait_finished(con, r)) {
+        r->log.status = 499; /* nginx's "client closed request": nothing was sent */
         req_release(r);
         return MHD_NO;
     }
@@ -460,8 +468,10 @@ static enum MHD_Result answer_final(struct MHD_Connection *con, srv_req *r)
         else
             srv_err_set(&er, 500, "server_error", NULL, "%s", r->err_msg);
         ret = srv_send_error(con, r->api, &er);
+        r->log.status = er.status;
     } else {
         ret = send_text(con, 200, "application/json", r->api->response_json(r));
+        r->log.status = 200;
     }
     req_release(r);
     return ret;
@@ -490,6 +500,7 @@ int srv_answer(srv_server *srv, struct MHD_Connection *con, srv_req *r)
     pthread_mutex_unlock(&r->mu);
     pthread_mutex_unlock(&srv->mu);
     if (refused) return answer_refused(srv, con, r, submitted, &er);
+    srv_log_take(r);
     if (r->p.stream) return answer_stream(con, r);
     return answer_final(con, r);
 }
@@ -677,6 +688,9 @@ static bool authorized(srv_server *srv, struct MHD_Connection *con)
     return h && !strncmp(h, "Bearer ", 7) && !strcmp(h + 7, srv->cfg.api_key);
 }
 
+static enum MHD_Result route(srv_server *srv, struct MHD_Connection *con, conn_ctx *cc, const char *url,
+                             const char *method);
+
 static enum MHD_Result handler(void *cls, struct MHD_Connection *con, const char *url, const char *method,
                                const char *version, const char *upload_data, size_t *upload_data_size,
                                void **con_cls)
@@ -710,6 +724,16 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *con, const char
         cc->body[cc->len] = 0;
         return MHD_YES;
     }
+    srv_log_begin(&cc->log, con, method, url);
+    const enum MHD_Result ret = route(srv, con, cc, url, method);
+    srv_log_end(srv, &cc->log);
+    return ret;
+}
+
+/* A whole request: its route's answer. */
+static enum MHD_Result route(srv_server *srv, struct MHD_Connection *con, conn_ctx *cc, const char *url,
+                             const char *method)
+{
     srv_err er = { 0 };
     const bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
     kvi_sched *sched = __atomic_load_n(&srv->s, __ATOMIC_ACQUIRE);

@@ -2,8 +2,9 @@
  * server_json.c — OpenAI-compatible JSON: request fields to srv_params, the
  * server-sent events of a stream, the non-streamed responses and the errors.
  *
- * Requests: unknown fields are ignored; known fields of the wrong type or out
- * of range are a 400 naming the field. Prompt ids are range-checked here, and a
+ * Requests: unknown fields are accepted and named in the request log (the
+ * known ones: srv_fields_completions / srv_fields_chat, server_log.c); known
+ * fields of the wrong type or out of range are a 400 naming the field. Prompt ids are range-checked here, and a
  * prompt plus max_tokens past the context is context_length_exceeded (400), as
  * OpenAI answers. Response text always goes through kvi_utf8_sanitize so that
  * the JSON is valid UTF-8 whatever the tokens were.
@@ -519,6 +520,7 @@ int srv_parse_request(srv_server *srv, const char *body, size_t len, bool chat, 
         rc = srv_err_set(er, 400, "invalid_request_error", NULL, "the body must be a JSON object");
         goto done;
     }
+    srv_log_unknown(root, chat ? &srv_fields_chat : &srv_fields_completions, 1);
     if ((rc = check_model(srv, root, er))) goto done;
     const int32_t big = 1 << 30;
     double mt = 0;

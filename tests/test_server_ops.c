@@ -9,7 +9,11 @@
  *  - -l adds to every request's logit_bias: -l 2+100 (</s>) ends every
  *    generation at once unless the request's own {"2": -100} cancels it (the
  *    two are summed: the greedy text is run's again); -l 2-inf beside it keeps
- *    </s> out whatever else is added.
+ *    </s> out whatever else is added;
+ *  - the request log (stderr): one line per request that reached a route, in
+ *    JSON (--log-format json) and in text, its id, route, status, client,
+ *    tokens and finish equal to the response's, the unknown body fields
+ *    named; --quiet writes none.
  */
 #include "kvinfer.h"
 #include "testutil.h"
@@ -130,11 +134,145 @@ static void test_any_model(const char *ref6)
     CHECK(test_server_stop(&s) == 0, "server exit status");
 }
 
+/* The log's lines (JSON objects) whose path is path, in order; *n of them. */
+static cJSON *log_lines(const char *err_name, const char *path, int *n)
+{
+    size_t len = 0;
+    char *text = read_file(tmp_path(err_name), &len);
+    cJSON *a = cJSON_CreateArray();
+    *n = 0;
+    for (char *line = text, *nl; line && *line; line = nl ? nl + 1 : line + strlen(line)) {
+        nl = strchr(line, '\n');
+        if (nl) *nl = 0;
+        cJSON *j = line[0] == '{' ? cJSON_Parse(line) : NULL;
+        if (j && !strcmp(str_of(j, "path"), path)) {
+            cJSON_AddItemToArray(a, j);
+            (*n)++;
+        } else {
+            cJSON_Delete(j);
+        }
+    }
+    free(text);
+    return a;
+}
+
+static int num_of(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItem(o, k);
+    return cJSON_IsNumber(v) ? v->valueint : -1;
+}
+
+static void test_log_json(void)
+{
+    test_server s;
+    CHECK(test_server_start_logged(&s, "--log-format json", "ops_log.err"), "server did not start");
+    if (s.port <= 0) {
+        test_server_stop(&s);
+        return;
+    }
+    http_resp h = http_request(s.port, "GET", "/health", NULL, NULL);
+    free(h.body);
+    int status = 0;
+    cJSON *j =
+        complete(s.port,
+                 "{\"prompt\": \"" PROMPT "\", \"max_tokens\": 7, \"temperature\": 0, \"foo_unknown\": 1, "
+                 "\"user\": \"u\", \"mirostat\": 0}",
+                 &status);
+    CHECK(j != NULL, "completion: %d", status);
+    http_resp bad =
+        http_request(s.port, "POST", "/v1/completions", NULL, "{\"prompt\": \"x\", \"top_k\": \"a\"}");
+    CHECK(bad.status == 400, "bad top_k: %d", bad.status);
+    free(bad.body);
+    CHECK(test_server_stop(&s) == 0, "server exit status");
+    int n = 0;
+    cJSON *a = log_lines("ops_log.err", "/health", &n);
+    const cJSON *l = cJSON_GetArrayItem(a, 0);
+    CHECK(n == 1 && num_of(l, "status") == 200 && !strcmp(str_of(l, "method"), "GET") &&
+              cJSON_IsNull(cJSON_GetObjectItem(l, "id")) &&
+              cJSON_IsNull(cJSON_GetObjectItem(l, "finish_reason")),
+          "/health line (%d)", n);
+    cJSON_Delete(a);
+    a = log_lines("ops_log.err", "/v1/completions", &n);
+    CHECK(n == 2, "%d completion lines, want 2", n);
+    l = cJSON_GetArrayItem(a, 0);
+    const cJSON *usage = cJSON_GetObjectItem(j, "usage");
+    CHECK(!strcmp(str_of(l, "id"), str_of(j, "id")), "log id %s, response id %s", str_of(l, "id"),
+          str_of(j, "id"));
+    CHECK(num_of(l, "status") == 200 && !strcmp(str_of(l, "client"), "127.0.0.1") &&
+              !strcmp(str_of(l, "method"), "POST"),
+          "status / client / method");
+    CHECK(num_of(l, "completion_tokens") == 7 && !strcmp(str_of(l, "finish_reason"), "length"),
+          "tokens %d, finish %s", num_of(l, "completion_tokens"), str_of(l, "finish_reason"));
+    CHECK(num_of(l, "prompt_tokens") == num_of(usage, "prompt_tokens") && num_of(l, "prompt_tokens") > 0,
+          "prompt_tokens %d, response %d", num_of(l, "prompt_tokens"), num_of(usage, "prompt_tokens"));
+    CHECK(num_of(l, "cached_tokens") == 0, "cached_tokens %d", num_of(l, "cached_tokens"));
+    const cJSON *ttft = cJSON_GetObjectItem(l, "ttft_ms"), *dur = cJSON_GetObjectItem(l, "duration_ms");
+    CHECK(cJSON_IsNumber(ttft) && cJSON_IsNumber(dur) && ttft->valuedouble >= 0 &&
+              dur->valuedouble >= ttft->valuedouble,
+          "ttft / duration");
+    const cJSON *u = cJSON_GetObjectItem(l, "unknown_fields");
+    CHECK(cJSON_GetArraySize(u) == 2 && !strcmp(cJSON_GetArrayItem(u, 0)->valuestring, "foo_unknown") &&
+              !strcmp(cJSON_GetArrayItem(u, 1)->valuestring, "user"),
+          "unknown fields: want foo_unknown, user (mirostat is known)");
+    l = cJSON_GetArrayItem(a, 1);
+    CHECK(num_of(l, "status") == 400 && cJSON_IsNull(cJSON_GetObjectItem(l, "completion_tokens")),
+          "the refused request's line");
+    cJSON_Delete(a);
+    cJSON_Delete(j);
+}
+
+/* Text: "TIME ID METHOD PATH STATUS CLIENT prompt=N cached=N gen=N ttft_ms=X ms=X finish=F unknown=..." */
+static void test_log_text(void)
+{
+    test_server s;
+    CHECK(test_server_start_logged(&s, "", "ops_logt.err"), "server did not start");
+    if (s.port <= 0) {
+        test_server_stop(&s);
+        return;
+    }
+    http_resp r =
+        http_request(s.port, "POST", "/v1/chat/completions", NULL,
+                     "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"max_tokens\": 3, "
+                     "\"stream\": true, \"metadata\": {}}");
+    CHECK(r.status == 200, "stream: %d", r.status);
+    free(r.body);
+    CHECK(test_server_stop(&s) == 0, "server exit status");
+    size_t len = 0;
+    char *text = read_file(tmp_path("ops_logt.err"), &len);
+    const char *line = text ? strstr(text, " POST /v1/chat/completions ") : NULL;
+    char id[64] = "", client[64] = "", finish[32] = "", unknown[64] = "";
+    int status = 0, prompt = -1, cached = -1, gen = -1;
+    double ttft = -1, ms = -1;
+    while (line && line > text && line[-1] != '\n') line--;
+    const int got = line ? sscanf(line,
+                                  "%*s %63s POST /v1/chat/completions %d %63s prompt=%d cached=%d gen=%d "
+                                  "ttft_ms=%lf ms=%lf finish=%31s unknown=%63s",
+                                  id, &status, client, &prompt, &cached, &gen, &ttft, &ms, finish, unknown)
+                         : 0;
+    CHECK(got == 10, "text line fields: %d in '%.200s'", got, line ? line : "(no line)");
+    CHECK(!strncmp(id, "chatcmpl-", 9) && status == 200 && !strcmp(client, "127.0.0.1"), "id %s status %d",
+          id, status);
+    CHECK(gen == 3 && prompt > 0 && cached == 0 && !strcmp(finish, "length") && ms >= ttft && ttft >= 0,
+          "tokens / finish");
+    CHECK(!strcmp(unknown, "metadata"), "unknown=%s, want metadata", unknown);
+    free(text);
+    /* --quiet: no line */
+    CHECK(test_server_start(&s, "", "ops_quiet.err"), "quiet server did not start");
+    http_resp h = http_request(s.port, "GET", "/health", NULL, NULL);
+    free(h.body);
+    test_server_stop(&s);
+    text = read_file(tmp_path("ops_quiet.err"), &len);
+    CHECK(text && !strstr(text, "/health"), "--quiet wrote a log line");
+    free(text);
+}
+
 int main(void)
 {
     char *ref3 = run_text(PROMPT, 3), *ref5 = run_text(PROMPT, 5), *ref6 = run_text(PROMPT, 6);
     test_cap_bias_strict(ref5, ref3);
     test_any_model(ref6);
+    test_log_json();
+    test_log_text();
     free(ref3);
     free(ref5);
     free(ref6);
