@@ -74,7 +74,11 @@ static const char serve_help[] =
     "  --body-max BYTES        larger request bodies get HTTP 413 (default 4194304)\n"
     "  --conn-max N            connections at once (default 1024)\n"
     "  --conn-per-ip N         of them from one address (default 64)\n"
-    "  --api-key KEY           require \"Authorization: Bearer KEY\" on /v1 endpoints\n"
+    "  --api-key KEY           require \"Authorization: Bearer KEY\" on every route but GET /,\n"
+    "                          /health and OPTIONS (/metrics too, unless --metrics-public)\n"
+    "  --metrics-public        GET /metrics without the key\n"
+    "  --cors-origin ORIGIN    Access-Control-Allow-Origin of every answer (default *);\n"
+    "                          OPTIONS on any path answers the CORS preflight (204)\n"
     "  --alias NAME            the model's name in the API (default: file name without .gguf);\n"
     "                          requests may name any model and are answered with this one\n"
     "  --strict-model          a request naming another model gets HTTP 404 model_not_found\n"
@@ -125,11 +129,11 @@ static char *model_name_of(const char *path)
 
 typedef struct serve_opts {
     cli_common c;
-    const char *alias, *api_key, *host, *chat_template_file;
+    const char *alias, *api_key, *host, *chat_template_file, *cors_origin;
     bool quiet, special_in_content, no_reasoning;
     int64_t port, parallel, queue_max, batch_tokens, lanes;
     int64_t timeout_s, body_max, conn_max, conn_per_ip; /* HTTP limits (0: the server's default) */
-    bool strict_model, log_json;
+    bool strict_model, log_json, metrics_public;
     int64_t n_predict;
     int32_t bias_ids[SERVE_BIAS_MAX]; /* -l, in the order given */
     float bias_vals[SERVE_BIAS_MAX];
@@ -214,6 +218,7 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o)
                            : !strcmp(a, "--api-key")            ? &o->api_key
                            : !strcmp(a, "--alias")              ? &o->alias
                            : !strcmp(a, "--chat-template-file") ? &o->chat_template_file
+                           : !strcmp(a, "--cors-origin")        ? &o->cors_origin
                                                                 : NULL;
         if (str) {
             if (!(*str = cli_flag_value(argc, argv, &i))) return 1;
@@ -221,6 +226,8 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o)
             o->quiet = true;
         } else if (!strcmp(a, "--strict-model")) {
             o->strict_model = true;
+        } else if (!strcmp(a, "--metrics-public")) {
+            o->metrics_public = true;
         } else if (!strcmp(a, "--log-format")) {
             const char *v = cli_flag_value(argc, argv, &i);
             if (!v) return 1;
@@ -304,6 +311,8 @@ static void serve_config(srv_server *srv, const serve_opts *o, const char *name)
     srv->cfg.quiet = o->quiet;
     srv->cfg.log_fn = o->quiet ? NULL : log_stderr;
     srv->cfg.log_json = o->log_json;
+    srv->cfg.cors_origin = o->cors_origin;
+    srv->cfg.metrics_public = o->metrics_public;
     srv->cfg.timeout_s = (int)o->timeout_s;
     srv->cfg.body_max = (size_t)o->body_max;
     srv->cfg.conn_max = (unsigned)o->conn_max;

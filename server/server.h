@@ -110,6 +110,8 @@ typedef struct srv_config {
     srv_log_fn log_fn;
     void *log_user;
     bool log_json; /* one JSON object per line instead of text */
+    const char *cors_origin; /* Access-Control-Allow-Origin of every answer (NULL: "*") */
+    bool metrics_public;     /* GET /metrics without the API key */
 } srv_config;
 
 typedef struct srv_server {

@@ -204,6 +204,36 @@ static void on_done(void *user, kvi_finish f, const kvi_usage *u, const kvi_erro
 
 /* ---- responses ---- */
 
+/* The server the connection thread is answering for (set by the handler; the
+ * responders read its CORS origin). */
+static _Thread_local const srv_server *tl_srv;
+
+static const char *cors_origin(void)
+{
+    return tl_srv && tl_srv->cfg.cors_origin ? tl_srv->cfg.cors_origin : "*";
+}
+
+/* A CORS preflight (OPTIONS on any path): 204, the origin, the methods, the
+ * headers the browser asked for (else the ones the API reads), a day's cache. */
+static enum MHD_Result send_preflight(struct MHD_Connection *con)
+{
+    srv_log_rec *rec = srv_log_current();
+    if (rec) rec->status = 204;
+    const char *asked = MHD_lookup_connection_value(con, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, "Access-Control-Allow-Origin", cors_origin());
+    MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    MHD_add_response_header(resp, "Access-Control-Allow-Headers",
+                            asked && *asked ? asked
+                                            : "Authorization, Content-Type, x-api-key, anthropic-version, "
+                                              "anthropic-beta, OpenAI-Organization, OpenAI-Project");
+    MHD_add_response_header(resp, "Access-Control-Max-Age", "86400");
+    enum MHD_Result ret = MHD_queue_response(con, 204, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
 static enum MHD_Result send_text(struct MHD_Connection *con, int status, const char *type, char *body)
 {
     srv_log_rec *rec = srv_log_current();
@@ -220,7 +250,7 @@ static enum MHD_Result send_text(struct MHD_Connection *con, int status, const c
     }
     struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
     MHD_add_response_header(resp, "Content-Type", type);
-    MHD_add_response_header(resp, "Access-Control-Allow-Origin", "*");
+    MHD_add_response_header(resp, "Access-Control-Allow-Origin", cors_origin());
     enum MHD_Result ret = MHD_queue_response(con, (unsigned)status, resp);
     MHD_destroy_response(resp);
     return ret;
@@ -419,7 +449,7 @@ static enum MHD_Result answer_stream(struct MHD_Connection *con, srv_req *r)
     r->log.status = 200;
     MHD_add_response_header(resp, "Content-Type", "text/event-stream");
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
-    MHD_add_response_header(resp, "Access-Control-Allow-Origin", "*");
+    MHD_add_response_header(resp, "Access-Control-Allow-Origin", cors_origin());
     enum MHD_Result ret = MHD_queue_response(con, 200, resp);
     MHD_destroy_response(resp);
     return ret;
@@ -725,7 +755,10 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *con, const char
         return MHD_YES;
     }
     srv_log_begin(&cc->log, con, method, url);
-    const enum MHD_Result ret = route(srv, con, cc, url, method);
+    tl_srv = srv;
+    const enum MHD_Result ret =
+        !strcmp(method, "OPTIONS") ? send_preflight(con) : route(srv, con, cc, url, method);
+    tl_srv = NULL;
     srv_log_end(srv, &cc->log);
     return ret;
 }
@@ -758,7 +791,7 @@ static enum MHD_Result route(srv_server *srv, struct MHD_Connection *con, conn_c
                     "the request body exceeds %zu bytes", srv_body_max(srv));
         return send_error(con, &er);
     }
-    if (get && !strcmp(url, "/metrics")) {
+    if (get && !strcmp(url, "/metrics") && (srv->cfg.metrics_public || authorized(srv, con))) {
         kvi_sched *ms = sched_enter(srv);
         char *text = ms ? srv_metrics_render(&srv->metrics, ms) : NULL;
         if (ms) sched_leave(srv);

@@ -353,7 +353,7 @@ int main(void)
     http_resp dt = http(g_port, "POST", "/detokenize", "{\"tokens\":[403,407,261,378]}", true);
     CHECK(dt.status == 200 && dt.body && strstr(dt.body, "Once upon a time"), "detokenize: %s", dt.body);
     free(dt.body);
-    http_resp mt = http(g_port, "GET", "/metrics", NULL, false);
+    http_resp mt = http(g_port, "GET", "/metrics", NULL, true);
     CHECK(mt.body && strstr(mt.body, "kvinfer_time_to_first_token_seconds_bucket") &&
               strstr(mt.body, "kvinfer_inter_token_latency_seconds_count") &&
               strstr(mt.body, "kvinfer_kv_blocks_total") && strstr(mt.body, "kvinfer_prefix_cache_hit_ratio"),

@@ -13,7 +13,11 @@
  *  - the request log (stderr): one line per request that reached a route, in
  *    JSON (--log-format json) and in text, its id, route, status, client,
  *    tokens and finish equal to the response's, the unknown body fields
- *    named; --quiet writes none.
+ *    named; --quiet writes none;
+ *  - CORS: OPTIONS on any path (no key needed) is a 204 preflight with
+ *    --cors-origin, the methods, the asked headers echoed (else a list with
+ *    Authorization and x-api-key) and a max age; every answer carries the
+ *    origin; /metrics needs the key under --api-key unless --metrics-public.
  */
 #include "kvinfer.h"
 #include "testutil.h"
@@ -23,6 +27,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #define PROMPT "Once upon a time"
 
@@ -266,6 +273,110 @@ static void test_log_text(void)
     free(text);
 }
 
+/* One exchange, the whole reply as read (headers and body; malloc'd). */
+static char *raw_exchange(int port, const char *method, const char *path, const char *headers,
+                          const char *body)
+{
+    int fd = http_send_request(port, method, path, headers, body, body ? strlen(body) : 0);
+    if (fd < 0) return NULL;
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    ssize_t k;
+    while (buf && len + 1 < cap && (k = recv(fd, buf + len, cap - 1 - len, 0)) > 0) len += (size_t)k;
+    close(fd);
+    if (buf) buf[len] = 0;
+    return buf;
+}
+
+static int raw_status(const char *reply)
+{
+    int st = 0;
+    return reply && sscanf(reply, "HTTP/1.%*d %d", &st) == 1 ? st : 0;
+}
+
+/* The value of header name in reply's head (case-insensitive name), or "". */
+static void header_of(const char *reply, const char *name, char *out, size_t cap)
+{
+    out[0] = 0;
+    const size_t n = strlen(name);
+    for (const char *l = reply ? strstr(reply, "\r\n") : NULL; l && strncmp(l, "\r\n\r\n", 4) != 0;
+         l = strstr(l + 2, "\r\n")) {
+        if (!strncasecmp(l + 2, name, n) && l[2 + n] == ':') {
+            const char *v = l + 3 + n;
+            while (*v == ' ') v++;
+            const char *e = strstr(v, "\r\n");
+            snprintf(out, cap, "%.*s", (int)(e ? e - v : (long)strlen(v)), v);
+            return;
+        }
+    }
+}
+
+#define KEY_HDR "Authorization: Bearer k3y\r\n"
+
+static void test_cors_metrics(void)
+{
+    test_server s;
+    CHECK(test_server_start(&s, "--api-key k3y --cors-origin https://app.example", "ops_cors.err"),
+          "server did not start");
+    if (s.port <= 0) {
+        test_server_stop(&s);
+        return;
+    }
+    char v[256];
+    char *r = raw_exchange(s.port, "OPTIONS", "/v1/chat/completions",
+                           "Origin: https://app.example\r\nAccess-Control-Request-Method: POST\r\n"
+                           "Access-Control-Request-Headers: authorization,content-type,x-stainless-os\r\n",
+                           NULL);
+    CHECK(raw_status(r) == 204, "preflight status %d", raw_status(r));
+    header_of(r, "Access-Control-Allow-Origin", v, sizeof v);
+    CHECK(!strcmp(v, "https://app.example"), "preflight origin '%s'", v);
+    header_of(r, "Access-Control-Allow-Methods", v, sizeof v);
+    CHECK(strstr(v, "POST") && strstr(v, "GET") && strstr(v, "OPTIONS"), "methods '%s'", v);
+    header_of(r, "Access-Control-Allow-Headers", v, sizeof v);
+    CHECK(!strcmp(v, "authorization,content-type,x-stainless-os"), "asked headers not echoed: '%s'", v);
+    header_of(r, "Access-Control-Max-Age", v, sizeof v);
+    CHECK(atoi(v) > 0, "max age '%s'", v);
+    free(r);
+    r = raw_exchange(s.port, "OPTIONS", "/v1/messages", NULL, NULL);
+    header_of(r, "Access-Control-Allow-Headers", v, sizeof v);
+    CHECK(raw_status(r) == 204 && strstr(v, "Authorization") && strstr(v, "x-api-key") &&
+              strstr(v, "anthropic-version") && strstr(v, "Content-Type"),
+          "preflight without asked headers: %d '%s'", raw_status(r), v);
+    free(r);
+    r = raw_exchange(s.port, "POST", "/v1/completions", KEY_HDR, "{\"prompt\": \"Once\", \"max_tokens\": 2}");
+    header_of(r, "Access-Control-Allow-Origin", v, sizeof v);
+    CHECK(raw_status(r) == 200 && !strcmp(v, "https://app.example"), "completion: %d origin '%s'",
+          raw_status(r), v);
+    free(r);
+    r = raw_exchange(s.port, "POST", "/v1/completions", KEY_HDR,
+                     "{\"prompt\": \"Once\", \"max_tokens\": 2, \"stream\": true}");
+    header_of(r, "Access-Control-Allow-Origin", v, sizeof v);
+    CHECK(raw_status(r) == 200 && !strcmp(v, "https://app.example"), "stream: %d origin '%s'", raw_status(r),
+          v);
+    free(r);
+    r = raw_exchange(s.port, "GET", "/v1/models", NULL, NULL);
+    header_of(r, "Access-Control-Allow-Origin", v, sizeof v);
+    CHECK(raw_status(r) == 401 && !strcmp(v, "https://app.example"), "401: %d origin '%s'", raw_status(r), v);
+    free(r);
+    r = raw_exchange(s.port, "GET", "/metrics", NULL, NULL);
+    CHECK(raw_status(r) == 401, "/metrics without the key: %d", raw_status(r));
+    free(r);
+    r = raw_exchange(s.port, "GET", "/metrics", KEY_HDR, NULL);
+    CHECK(raw_status(r) == 200 && strstr(r, "kvinfer_"), "/metrics with the key: %d", raw_status(r));
+    free(r);
+    CHECK(test_server_stop(&s) == 0, "server exit status");
+    CHECK(test_server_start(&s, "--api-key k3y --metrics-public", "ops_cors2.err"), "server did not start");
+    r = raw_exchange(s.port, "GET", "/metrics", NULL, NULL);
+    CHECK(raw_status(r) == 200, "--metrics-public: %d", raw_status(r));
+    header_of(r, "Access-Control-Allow-Origin", v, sizeof v);
+    CHECK(!strcmp(v, "*"), "default origin '%s'", v);
+    free(r);
+    r = raw_exchange(s.port, "GET", "/v1/models", NULL, NULL);
+    CHECK(raw_status(r) == 401, "--metrics-public opened /v1/models: %d", raw_status(r));
+    free(r);
+    test_server_stop(&s);
+}
+
 int main(void)
 {
     char *ref3 = run_text(PROMPT, 3), *ref5 = run_text(PROMPT, 5), *ref6 = run_text(PROMPT, 6);
@@ -273,6 +384,7 @@ int main(void)
     test_any_model(ref6);
     test_log_json();
     test_log_text();
+    test_cors_metrics();
     free(ref3);
     free(ref5);
     free(ref6);
