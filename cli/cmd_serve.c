@@ -36,7 +36,8 @@ static const char serve_help[] =
     "Serves the model over HTTP with an OpenAI-compatible API: POST /v1/completions,\n"
     "POST /v1/chat/completions (\"stream\": true for server-sent events), GET /v1/models,\n"
     "POST /tokenize, POST /detokenize, POST /apply-template (the chat prompt as text),\n"
-    "GET /health, GET /metrics (Prometheus), GET /v1/kv,\n"
+    "GET /health, GET /metrics (Prometheus), GET /v1/kv, GET /props and GET /slots\n"
+    "(llama-server's shapes),\n"
     "and a chat page at GET /. Requests share one KV pool and every forward pass\n"
     "(continuous batching; long prompts are prefilled in chunks).\n"
     "\n"
@@ -313,6 +314,8 @@ static void serve_config(srv_server *srv, const serve_opts *o, const char *name)
     srv->cfg.log_json = o->log_json;
     srv->cfg.cors_origin = o->cors_origin;
     srv->cfg.metrics_public = o->metrics_public;
+    srv->cfg.model_path = o->c.model;
+    srv->cfg.n_parallel = (int)o->parallel;
     srv->cfg.timeout_s = (int)o->timeout_s;
     srv->cfg.body_max = (size_t)o->body_max;
     srv->cfg.conn_max = (unsigned)o->conn_max;
@@ -345,6 +348,9 @@ static int serve_template(srv_server *srv, const serve_opts *o)
         return cli_error("serve: cannot read '%s': %s", o->chat_template_file, strerror(errno));
     int rc = srv_template_init(srv, text, len, o->chat_template_file, &err);
     if (!rc && srv->tmpl) srv_tools_init(srv, text ? text : kvi_model_chat_template(srv->m));
+    /* GET /props shows the template in use (freed by cmd_serve) */
+    const char *shown = text ? text : kvi_model_chat_template(srv->m);
+    if (!rc && srv->tmpl && shown) srv->cfg.chat_template = strdup(shown);
     free(text);
     return rc ? cli_error("serve: %s", err.msg) : 0;
 }
@@ -485,6 +491,7 @@ out:
     kvi_model_free(dm);
     kvi_engine_free(srv->e);
     srv_template_free(srv);
+    free((char *)srv->cfg.chat_template);
     kvi_model_free(srv->m);
     srv_metrics_free(&srv->metrics);
     pthread_mutex_destroy(&srv->mu);

@@ -111,6 +111,10 @@ typedef struct srv_config {
     void *log_user;
     bool log_json; /* one JSON object per line instead of text */
     const char *cors_origin; /* Access-Control-Allow-Origin of every answer (NULL: "*") */
+    /* for GET /props and /slots */
+    const char *model_path;    /* as given to --model (NULL: unknown) */
+    const char *chat_template; /* the Jinja text in use (NULL: the built-in layouts) */
+    int n_parallel;            /* sequence slots (the scheduler's n_parallel) */
     bool metrics_public;     /* GET /metrics without the API key */
 } srv_config;
 
@@ -361,6 +365,12 @@ int srv_answer(srv_server *srv, struct MHD_Connection *con, srv_req *r);
 int srv_send_body(struct MHD_Connection *con, int status, char *body);
 int srv_send_error(struct MHD_Connection *con, const srv_api *api, const srv_err *e);
 
+/* Quick reads of the scheduler from a handler hold srv->mu, under which
+ * shutdown marks the server closing before it frees the scheduler: the
+ * scheduler (then srv_sched_leave), or NULL when closing (nothing to leave). */
+kvi_sched *srv_sched_enter(srv_server *srv);
+void srv_sched_leave(srv_server *srv);
+
 int srv_start(srv_server *srv, kvi_error *err); /* binds, serves in its own threads */
 int srv_bound_port(srv_server *srv);
 void srv_stop(srv_server *srv);
@@ -391,6 +401,13 @@ void srv_log_take(srv_req *r);
 void srv_log_request(srv_req *r);
 /* Formats and writes one record through srv->cfg.log_fn. */
 void srv_log_write(srv_server *srv, const srv_log_rec *rec);
+
+/* ---- llama.cpp's introspection routes (server_props.c) ---- */
+
+/* GET /props: the default generation settings, slots, model, template. */
+int srv_props_ep(srv_server *srv, struct MHD_Connection *con);
+/* GET /slots: what each of the --parallel sequence slots holds now. */
+int srv_slots_ep(srv_server *srv, struct MHD_Connection *con);
 
 /* ---- the web page (server_page.c) ---- */
 extern const char srv_page_html[];

@@ -632,7 +632,7 @@ static enum MHD_Result detokenize_ep(srv_server *srv, struct MHD_Connection *con
 /* Quick reads of the scheduler from a handler (stats, views, metrics) hold
  * srv->mu, under which shutdown marks the server closing before it frees the
  * scheduler: the scheduler, or NULL (then nothing to unlock) when closing. */
-static kvi_sched *sched_enter(srv_server *srv)
+kvi_sched *srv_sched_enter(srv_server *srv)
 {
     pthread_mutex_lock(&srv->mu);
     kvi_sched *s = srv->closing ? NULL : __atomic_load_n(&srv->s, __ATOMIC_ACQUIRE);
@@ -640,12 +640,12 @@ static kvi_sched *sched_enter(srv_server *srv)
     return s;
 }
 
-static void sched_leave(srv_server *srv) { pthread_mutex_unlock(&srv->mu); }
+void srv_sched_leave(srv_server *srv) { pthread_mutex_unlock(&srv->mu); }
 
 static enum MHD_Result kv_ep(srv_server *srv, struct MHD_Connection *con)
 {
     kvi_sched_stats st;
-    kvi_sched *sched = sched_enter(srv);
+    kvi_sched *sched = srv_sched_enter(srv);
     if (!sched) {
         srv_err er = { 0 };
         srv_err_set(&er, 503, "server_error", NULL, "the server is shutting down");
@@ -693,7 +693,7 @@ static enum MHD_Result kv_ep(srv_server *srv, struct MHD_Connection *con)
     int32_t *ids = malloc(MAX_IDS * sizeof *ids);
     cJSON *seqs = cJSON_AddArrayToObject(o, "seqs");
     const int n = v && ids ? kvi_sched_kv_view(sched, v, MAX_VIEWS, ids, MAX_IDS) : 0;
-    sched_leave(srv);
+    srv_sched_leave(srv);
     for (int i = 0; i < n && i < MAX_VIEWS; i++) {
         cJSON *q = cJSON_CreateObject();
         cJSON_AddNumberToObject(q, "id", (double)v[i].id);
@@ -792,9 +792,9 @@ static enum MHD_Result route(srv_server *srv, struct MHD_Connection *con, conn_c
         return send_error(con, &er);
     }
     if (get && !strcmp(url, "/metrics") && (srv->cfg.metrics_public || authorized(srv, con))) {
-        kvi_sched *ms = sched_enter(srv);
+        kvi_sched *ms = srv_sched_enter(srv);
         char *text = ms ? srv_metrics_render(&srv->metrics, ms) : NULL;
-        if (ms) sched_leave(srv);
+        if (ms) srv_sched_leave(srv);
         if (!ms) {
             srv_err_set(&er, 503, "server_error", NULL, "the server is shutting down");
             return send_error(con, &er);
@@ -819,6 +819,8 @@ static enum MHD_Result route(srv_server *srv, struct MHD_Connection *con, conn_c
         return send_json(con, 200, o);
     }
     if (get && !strcmp(url, "/v1/kv")) return kv_ep(srv, con);
+    if (get && !strcmp(url, "/props")) return (enum MHD_Result)srv_props_ep(srv, con);
+    if (get && !strcmp(url, "/slots")) return (enum MHD_Result)srv_slots_ep(srv, con);
     if (post && srv_body_check(cc->body, cc->len, &er)) return send_error(con, &er);
     if (post && !strcmp(url, "/v1/completions")) return generate(srv, con, cc, false);
     if (post && !strcmp(url, "/v1/chat/completions")) return generate(srv, con, cc, true);

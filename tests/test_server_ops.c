@@ -17,7 +17,11 @@
  *  - CORS: OPTIONS on any path (no key needed) is a 204 preflight with
  *    --cors-origin, the methods, the asked headers echoed (else a list with
  *    Authorization and x-api-key) and a max age; every answer carries the
- *    origin; /metrics needs the key under --api-key unless --metrics-public.
+ *    origin; /metrics needs the key under --api-key unless --metrics-public;
+ *  - GET /props (behind the key): -c as n_ctx, --parallel as total_slots, -n
+ *    and -l in params, the model's path, text-only modalities, the chat
+ *    template in use; GET /slots: --parallel entries, a running stream in one
+ *    as "processing" with its prompt's token count, the other "idle".
  */
 #include "kvinfer.h"
 #include "testutil.h"
@@ -377,6 +381,84 @@ static void test_cors_metrics(void)
     test_server_stop(&s);
 }
 
+static cJSON *get_json(int port, const char *path, const char *headers, int *status)
+{
+    http_resp r = http_request(port, "GET", path, headers, NULL);
+    *status = r.status;
+    cJSON *j = r.body ? cJSON_Parse(r.body) : NULL;
+    free(r.body);
+    return j;
+}
+
+static double num_at(const cJSON *o, const char *a, const char *b)
+{
+    const cJSON *v = cJSON_GetObjectItem(b ? cJSON_GetObjectItem(o, a) : o, b ? b : a);
+    return cJSON_IsNumber(v) ? v->valuedouble : -1e9;
+}
+
+static void test_props_slots(void)
+{
+    test_server s;
+    char extra[512];
+    snprintf(extra, sizeof extra,
+             "-c 1024 --parallel 2 -n 900 -l 5+1.5 --api-key k3y --chat-template-file '%s'",
+             shared_path("templates/Qwen-Qwen2.5-7B-Instruct.jinja"));
+    CHECK(test_server_start(&s, extra, "ops_props.err"), "server did not start");
+    if (s.port <= 0) {
+        test_server_stop(&s);
+        return;
+    }
+    int st = 0;
+    cJSON *j = get_json(s.port, "/props", NULL, &st);
+    CHECK(st == 401, "/props without the key: %d", st);
+    cJSON_Delete(j);
+    j = get_json(s.port, "/props", KEY_HDR, &st);
+    CHECK(st == 200 && j, "/props: %d", st);
+    const cJSON *d = cJSON_GetObjectItem(j, "default_generation_settings");
+    CHECK(num_at(d, "n_ctx", NULL) == 1024, "n_ctx %g", num_at(d, "n_ctx", NULL));
+    CHECK(num_at(d, "params", "n_predict") == 900, "n_predict %g", num_at(d, "params", "n_predict"));
+    const cJSON *lb =
+        cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(d, "params"), "logit_bias"), 0);
+    CHECK(cJSON_GetArraySize(lb) == 2 && cJSON_GetArrayItem(lb, 0)->valueint == 5 &&
+              cJSON_GetArrayItem(lb, 1)->valuedouble == 1.5,
+          "logit_bias [[5, 1.5]]");
+    CHECK(num_at(j, "total_slots", NULL) == 2, "total_slots %g", num_at(j, "total_slots", NULL));
+    CHECK(strstr(str_of(j, "model_path"), "stories260K.gguf") != NULL, "model_path %s",
+          str_of(j, "model_path"));
+    CHECK(!strcmp(str_of(j, "model_alias"), "stories260K"), "model_alias");
+    CHECK(strstr(str_of(j, "chat_template"), "<|im_start|>") != NULL, "chat_template");
+    const cJSON *mo = cJSON_GetObjectItem(j, "modalities");
+    CHECK(cJSON_IsFalse(cJSON_GetObjectItem(mo, "vision")) && cJSON_IsFalse(cJSON_GetObjectItem(mo, "audio")),
+          "modalities");
+    cJSON_Delete(j);
+    /* a long stream; /slots polled while it runs */
+    bool seen = false;
+    for (int attempt = 0; attempt < 5 && !seen; attempt++) {
+        static const char body[] = "{\"prompt\": \"" PROMPT "\", \"max_tokens\": 900, \"ignore_eos\": true, "
+                                   "\"stream\": true}";
+        int fd = http_send_request(s.port, "POST", "/v1/completions", KEY_HDR, body, strlen(body));
+        for (int poll = 0; poll < 200 && !seen; poll++) {
+            j = get_json(s.port, "/slots", KEY_HDR, &st);
+            const cJSON *s0 = cJSON_GetArrayItem(j, 0), *s1 = cJSON_GetArrayItem(j, 1);
+            CHECK(st == 200 && cJSON_GetArraySize(j) == 2, "/slots: %d, %d entries", st,
+                  cJSON_GetArraySize(j));
+            if (cJSON_IsTrue(cJSON_GetObjectItem(s0, "is_processing"))) {
+                seen = true;
+                CHECK(!strcmp(str_of(s0, "state"), "processing") && !strcmp(str_of(s1, "state"), "idle"),
+                      "slot states %s / %s", str_of(s0, "state"), str_of(s1, "state"));
+                CHECK(num_at(s0, "n_prompt_tokens", NULL) == 5, "slot prompt tokens %g (want 5: BOS + 4)",
+                      num_at(s0, "n_prompt_tokens", NULL));
+                CHECK(num_at(s0, "n_tokens", NULL) >= 5 && num_at(s0, "n_ctx", NULL) == 1024,
+                      "slot tokens / n_ctx");
+            }
+            cJSON_Delete(j);
+        }
+        if (fd >= 0) close(fd);
+    }
+    CHECK(seen, "no slot was seen processing");
+    test_server_stop(&s);
+}
+
 int main(void)
 {
     char *ref3 = run_text(PROMPT, 3), *ref5 = run_text(PROMPT, 5), *ref6 = run_text(PROMPT, 6);
@@ -385,6 +467,7 @@ int main(void)
     test_log_json();
     test_log_text();
     test_cors_metrics();
+    test_props_slots();
     free(ref3);
     free(ref5);
     free(ref6);
