@@ -4,9 +4,10 @@
  * Order of life: parse flags; listen (GET /health answers 503 "loading");
  * load the model; create one engine (n_seq_max = --parallel) and one scheduler
  * whose engine thread runs every forward pass; print "kvinfer: ready" on stdout;
- * wait for SIGINT/SIGTERM; then refuse new work, free the scheduler (every
- * request still alive is cancelled and its client told), stop HTTP, free the
- * engine and the model.
+ * wait for SIGINT/SIGTERM; then drain (new generations get 503 while those in
+ * flight finish, at most --shutdown-timeout seconds), refuse new work, free the
+ * scheduler (every request still alive is cancelled and its client told), stop
+ * HTTP, free the engine and the model.
  *
  * Speculative decoding (--spec ngram, --draft PATH): the scheduler gives every
  * request a kvi_spec (a request's "speculative": false opts out); a draft model
@@ -102,6 +103,9 @@ static const char serve_help[] =
     "                          per request: time, id, route, status, client, prompt /\n"
     "                          cached / generated tokens, time to first token, duration,\n"
     "                          finish reason and the body fields the server ignored\n"
+    "  --shutdown-timeout S    on SIGTERM/SIGINT: new requests get HTTP 503 (GET /health too)\n"
+    "                          while those in flight finish, for at most S seconds; then the\n"
+    "                          rest are cancelled and the server exits (default 30)\n"
     "  --quiet                 no request log (nor the template and tool-format notes)\n"
     "  -h, --help              this help\n"
     "\n"
@@ -135,7 +139,7 @@ typedef struct serve_opts {
     int64_t port, parallel, queue_max, batch_tokens, lanes;
     int64_t timeout_s, body_max, conn_max, conn_per_ip; /* HTTP limits (0: the server's default) */
     bool strict_model, log_json, metrics_public;
-    int64_t n_predict;
+    int64_t n_predict, shutdown_timeout;
     int32_t bias_ids[SERVE_BIAS_MAX]; /* -l, in the order given */
     float bias_vals[SERVE_BIAS_MAX];
     int32_t n_bias;
@@ -165,6 +169,8 @@ static int serve_int_flag(int argc, char **argv, int *i, serve_opts *o)
         dst = &o->conn_max, lo = 1, hi = 65536;
     else if (!strcmp(a, "--conn-per-ip"))
         dst = &o->conn_per_ip, lo = 1, hi = 65536;
+    else if (!strcmp(a, "--shutdown-timeout"))
+        dst = &o->shutdown_timeout, lo = 0, hi = 86400;
     else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict"))
         dst = &o->n_predict, lo = -1, hi = 1 << 30;
     if (!dst) return 0;
@@ -203,6 +209,7 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o)
     o->parallel = 16;
     o->queue_max = 256;
     o->batch_tokens = 512;
+    o->shutdown_timeout = 30;
     run_spec_opts_default(&o->so);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -474,10 +481,16 @@ int cmd_serve(int argc, char **argv)
     } else {
         sigwait(&sigs, &sig);
     }
-    if (sig > 0)
-        fprintf(stderr, "kvinfer: signal %d, shutting down\n", sig);
-    else
+    if (sig > 0) {
+        fprintf(stderr, "kvinfer: signal %d, shutting down (requests in flight get up to %d s)\n", sig,
+                (int)o.shutdown_timeout);
+        if (!srv_drain(srv, (double)o.shutdown_timeout * 1000.0))
+            fprintf(stderr,
+                    "kvinfer: --shutdown-timeout %d s reached: the requests still running are cancelled\n",
+                    (int)o.shutdown_timeout);
+    } else {
         rc = cli_error("serve: the pipeline failed, shutting down");
+    }
     pthread_mutex_lock(&srv->mu);
     srv->closing = true;
     pthread_mutex_unlock(&srv->mu);

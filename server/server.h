@@ -127,6 +127,8 @@ typedef struct srv_server {
     srv_metrics metrics;
     pthread_mutex_t mu; /* guards `closing` and the id counter */
     bool closing;
+    bool draining; /* SIGTERM: new generations get 503, those in flight finish (under mu) */
+    int n_active;  /* requests between their first byte and their answer's end (atomic) */
     uint64_t next_id;
     double t_start;
     /* the Jinja chat template (server_template.c); NULL: the built-in layouts */
@@ -373,6 +375,10 @@ void srv_sched_leave(srv_server *srv);
 
 int srv_start(srv_server *srv, kvi_error *err); /* binds, serves in its own threads */
 int srv_bound_port(srv_server *srv);
+/* A graceful stop's first half: new generations get 503 in their family's
+ * shape and GET /health says "shutting down", while the requests in flight
+ * go on; returns once none is left (true) or after timeout_ms (false). */
+bool srv_drain(srv_server *srv, double timeout_ms);
 void srv_stop(srv_server *srv);
 
 /* ---- the request log (server_log.c) ---- */

@@ -512,7 +512,7 @@ int srv_answer(srv_server *srv, struct MHD_Connection *con, srv_req *r)
 {
     srv_err er = { 0 };
     pthread_mutex_lock(&srv->mu);
-    if (srv->closing) {
+    if (srv->closing || srv->draining) {
         pthread_mutex_unlock(&srv->mu);
         const srv_api *api = r->api;
         srv_req_discard(r);
@@ -731,6 +731,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *con, const char
         cc = calloc(1, sizeof *cc);
         if (!cc) return MHD_NO;
         *con_cls = cc;
+        __atomic_add_fetch(&srv->n_active, 1, __ATOMIC_ACQ_REL);
         MHD_get_connection_values(con, MHD_HEADER_KIND, header_bytes, &cc->header_bytes);
         return MHD_YES;
     }
@@ -773,9 +774,12 @@ static enum MHD_Result route(srv_server *srv, struct MHD_Connection *con, conn_c
     if (get && !strcmp(url, "/"))
         return send_text(con, 200, "text/html; charset=utf-8", strdup(srv_page_html));
     if (get && !strcmp(url, "/health")) {
+        pthread_mutex_lock(&srv->mu);
+        const bool draining = srv->draining;
+        pthread_mutex_unlock(&srv->mu);
         cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "status", sched ? "ok" : "loading");
-        return send_json(con, sched ? 200 : 503, o);
+        cJSON_AddStringToObject(o, "status", draining ? "shutting down" : sched ? "ok" : "loading");
+        return send_json(con, sched && !draining ? 200 : 503, o);
     }
     if (!sched) {
         srv_err_set(&er, 503, "server_error", "model_loading", "the model is still loading");
@@ -838,6 +842,7 @@ static void completed(void *cls, struct MHD_Connection *con, void **con_cls,
     if (cc) {
         free(cc->body);
         free(cc);
+        __atomic_sub_fetch(&((srv_server *)cls)->n_active, 1, __ATOMIC_ACQ_REL);
     }
     *con_cls = NULL;
 }
@@ -873,6 +878,20 @@ int srv_bound_port(srv_server *srv)
 {
     const union MHD_DaemonInfo *i = MHD_get_daemon_info(srv->d, MHD_DAEMON_INFO_BIND_PORT);
     return i ? i->port : srv->cfg.port;
+}
+
+bool srv_drain(srv_server *srv, double timeout_ms)
+{
+    pthread_mutex_lock(&srv->mu);
+    srv->draining = true;
+    pthread_mutex_unlock(&srv->mu);
+    const double end = kvi_time_ms() + timeout_ms;
+    const struct timespec tick = { 0, 20 * 1000000L };
+    while (__atomic_load_n(&srv->n_active, __ATOMIC_ACQUIRE) > 0) {
+        if (kvi_time_ms() >= end) return false;
+        nanosleep(&tick, NULL);
+    }
+    return true;
 }
 
 void srv_stop(srv_server *srv)

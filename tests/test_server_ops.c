@@ -21,7 +21,12 @@
  *  - GET /props (behind the key): -c as n_ctx, --parallel as total_slots, -n
  *    and -l in params, the model's path, text-only modalities, the chat
  *    template in use; GET /slots: --parallel entries, a running stream in one
- *    as "processing" with its prompt's token count, the other "idle".
+ *    as "processing" with its prompt's token count, the other "idle";
+ *  - SIGTERM drains: a stream in flight runs to its end (max_tokens, [DONE]),
+ *    a new request meanwhile gets 503 in OpenAI's error shape, /health 503
+ *    "shutting down", and the process exits 0 well within the timeout; with
+ *    --shutdown-timeout 1 a long stream is cut and the exit comes within 1 s
+ *    plus the shutdown's own time.
  */
 #include "kvinfer.h"
 #include "testutil.h"
@@ -32,7 +37,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define PROMPT "Once upon a time"
@@ -205,7 +213,10 @@ static void test_log_json(void)
     cJSON_Delete(a);
     a = log_lines("ops_log.err", "/v1/completions", &n);
     CHECK(n == 2, "%d completion lines, want 2", n);
-    l = cJSON_GetArrayItem(a, 0);
+    /* a generation's line is written when the request is freed, which may come
+     * after the client had its answer and sent the next request */
+    const int first = !strcmp(str_of(cJSON_GetArrayItem(a, 0), "id"), str_of(j, "id")) ? 0 : 1;
+    l = cJSON_GetArrayItem(a, first);
     const cJSON *usage = cJSON_GetObjectItem(j, "usage");
     CHECK(!strcmp(str_of(l, "id"), str_of(j, "id")), "log id %s, response id %s", str_of(l, "id"),
           str_of(j, "id"));
@@ -225,7 +236,7 @@ static void test_log_json(void)
     CHECK(cJSON_GetArraySize(u) == 2 && !strcmp(cJSON_GetArrayItem(u, 0)->valuestring, "foo_unknown") &&
               !strcmp(cJSON_GetArrayItem(u, 1)->valuestring, "user"),
           "unknown fields: want foo_unknown, user (mirostat is known)");
-    l = cJSON_GetArrayItem(a, 1);
+    l = cJSON_GetArrayItem(a, 1 - first);
     CHECK(num_of(l, "status") == 400 && cJSON_IsNull(cJSON_GetObjectItem(l, "completion_tokens")),
           "the refused request's line");
     cJSON_Delete(a);
@@ -459,6 +470,135 @@ static void test_props_slots(void)
     test_server_stop(&s);
 }
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* A growing read buffer of one streamed reply. */
+typedef struct stream_buf {
+    char *p;
+    size_t len, cap;
+} stream_buf;
+
+/* Reads fd into b until needle appears (NULL: to the close). Whether it did. */
+static bool read_until(int fd, stream_buf *b, const char *needle)
+{
+    for (;;) {
+        if (b->p && needle && strstr(b->p, needle)) return true;
+        if (b->len + 4096 > b->cap) {
+            b->cap = b->cap ? b->cap * 2 : 1 << 16;
+            b->p = realloc(b->p, b->cap);
+            if (!b->p) return false;
+        }
+        const ssize_t k = recv(fd, b->p + b->len, b->cap - b->len - 1, 0);
+        if (k <= 0) return needle == NULL;
+        b->len += (size_t)k;
+        b->p[b->len] = 0;
+    }
+}
+
+/* Token events and the last finish_reason of the SSE body in b. */
+static int count_events(const char *body, char *finish, size_t cap, bool *done)
+{
+    const char *cur = body ? strstr(body, "\r\n\r\n") : NULL, *ev;
+    size_t n;
+    int events = 0;
+    *done = false;
+    finish[0] = 0;
+    while (cur && sse_next(&cur, &ev, &n, done)) {
+        cJSON *j = cJSON_ParseWithLength(ev, n);
+        const cJSON *c = choice0(j);
+        const cJSON *t = cJSON_GetObjectItem(c, "text");
+        if (cJSON_IsString(t) && t->valuestring[0]) events++;
+        const cJSON *f = cJSON_GetObjectItem(c, "finish_reason");
+        if (cJSON_IsString(f)) snprintf(finish, cap, "%s", f->valuestring);
+        cJSON_Delete(j);
+    }
+    return events;
+}
+
+static int wait_exit(pid_t pid)
+{
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+}
+
+static void test_drain(void)
+{
+    test_server s;
+    CHECK(test_server_start(&s, "-c 2048", "ops_drain.err"), "server did not start");
+    if (s.port <= 0) {
+        test_server_stop(&s);
+        return;
+    }
+    static const char body[] = "{\"prompt\": \"" PROMPT "\", \"max_tokens\": 2000, \"ignore_eos\": true, "
+                               "\"temperature\": 0, \"stream\": true}";
+    int fd = http_send_request(s.port, "POST", "/v1/completions", NULL, body, strlen(body));
+    stream_buf b = { 0 };
+    CHECK(read_until(fd, &b, "data: "), "no first event");
+    kill(s.pid, SIGTERM);
+    const double t0 = now_s();
+    const struct timespec pause = { 0, 200 * 1000000L };
+    nanosleep(&pause, NULL);
+    http_resp r = http_request(s.port, "POST", "/v1/chat/completions", NULL,
+                               "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}");
+    cJSON *j = r.body ? cJSON_Parse(r.body) : NULL;
+    CHECK(r.status == 503 && cJSON_IsString(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "error"), "message")),
+          "a request while draining: %d %s", r.status, r.body ? r.body : "");
+    cJSON_Delete(j);
+    free(r.body);
+    r = http_request(s.port, "GET", "/health", NULL, NULL);
+    CHECK(r.status == 503 && r.body && strstr(r.body, "shutting down"), "/health while draining: %d %s",
+          r.status, r.body ? r.body : "");
+    free(r.body);
+    read_until(fd, &b, NULL);
+    close(fd);
+    char finish[32];
+    bool done = false;
+    const int events = count_events(b.p, finish, sizeof finish, &done);
+    CHECK(done && !strcmp(finish, "length") && events >= 1990, "the stream in flight: %d events, finish %s%s",
+          events, finish, done ? "" : ", no [DONE]");
+    free(b.p);
+    const int rc = wait_exit(s.pid);
+    const double took = now_s() - t0;
+    CHECK(rc == 0 && took < 20.0, "exit %d after %.1f s", rc, took);
+    if (s.out) fclose(s.out);
+}
+
+static void test_drain_timeout(void)
+{
+    test_server s;
+    CHECK(test_server_start(&s, "-c 8192 --shutdown-timeout 1", "ops_drain1.err"), "server did not start");
+    if (s.port <= 0) {
+        test_server_stop(&s);
+        return;
+    }
+    static const char body[] = "{\"prompt\": \"" PROMPT "\", \"max_tokens\": 8000, \"ignore_eos\": true, "
+                               "\"stream\": true}";
+    int fd = http_send_request(s.port, "POST", "/v1/completions", NULL, body, strlen(body));
+    stream_buf b = { 0 };
+    CHECK(read_until(fd, &b, "data: "), "no first event");
+    kill(s.pid, SIGTERM);
+    const double t0 = now_s();
+    read_until(fd, &b, NULL);
+    close(fd);
+    const double cut = now_s() - t0;
+    char finish[32];
+    bool done = false;
+    const int events = count_events(b.p, finish, sizeof finish, &done);
+    CHECK(events < 8000 && strcmp(finish, "length") != 0, "not cut: %d events, finish %s", events, finish);
+    CHECK(cut >= 0.9, "cut after %.2f s, before the timeout", cut);
+    free(b.p);
+    const int rc = wait_exit(s.pid);
+    const double took = now_s() - t0;
+    CHECK(rc == 0 && took < 4.0, "exit %d after %.1f s (timeout 1 s)", rc, took);
+    if (s.out) fclose(s.out);
+}
+
 int main(void)
 {
     char *ref3 = run_text(PROMPT, 3), *ref5 = run_text(PROMPT, 5), *ref6 = run_text(PROMPT, 6);
@@ -468,6 +608,8 @@ int main(void)
     test_log_text();
     test_cors_metrics();
     test_props_slots();
+    test_drain();
+    test_drain_timeout();
     free(ref3);
     free(ref5);
     free(ref6);
