@@ -76,6 +76,8 @@ static const char serve_help[] =
     "  --body-max BYTES        larger request bodies get HTTP 413 (default 4194304)\n"
     "  --conn-max N            connections at once (default 1024)\n"
     "  --conn-per-ip N         of them from one address (default 64)\n"
+    "  --ssl-cert-file F       serve HTTPS with the PEM certificate (chain) in F ...\n"
+    "  --ssl-key-file F        ... and its PEM private key in F (both or neither)\n"
     "  --api-key KEY           require \"Authorization: Bearer KEY\" on every route but GET /,\n"
     "                          /health and OPTIONS (/metrics too, unless --metrics-public)\n"
     "  --metrics-public        GET /metrics without the key\n"
@@ -135,6 +137,7 @@ static char *model_name_of(const char *path)
 typedef struct serve_opts {
     cli_common c;
     const char *alias, *api_key, *host, *chat_template_file, *cors_origin;
+    const char *ssl_cert_file, *ssl_key_file;
     bool quiet, special_in_content, no_reasoning;
     int64_t port, parallel, queue_max, batch_tokens, lanes;
     int64_t timeout_s, body_max, conn_max, conn_per_ip; /* HTTP limits (0: the server's default) */
@@ -227,6 +230,8 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o)
                            : !strcmp(a, "--alias")              ? &o->alias
                            : !strcmp(a, "--chat-template-file") ? &o->chat_template_file
                            : !strcmp(a, "--cors-origin")        ? &o->cors_origin
+                           : !strcmp(a, "--ssl-cert-file")      ? &o->ssl_cert_file
+                           : !strcmp(a, "--ssl-key-file")       ? &o->ssl_key_file
                                                                 : NULL;
         if (str) {
             if (!(*str = cli_flag_value(argc, argv, &i))) return 1;
@@ -260,6 +265,8 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o)
     }
     if (!o->c.model) o->c.model = cli_default_model();
     if (!o->c.model) return cli_error("serve: no model given (-m MODEL)");
+    if (!o->ssl_cert_file != !o->ssl_key_file)
+        return cli_error("serve: HTTPS needs both --ssl-cert-file and --ssl-key-file");
     if (o->so.ngram && o->so.draft_path)
         return cli_error("serve: choose one speculation: --spec ngram or --draft PATH");
     if (o->so.draft_min > o->so.draft_max)
@@ -297,6 +304,19 @@ static int serve_spec(const serve_opts *o, kvi_sched *s, int n_ctx, kvi_model **
         return cli_error("serve: speculative decoding: %s", err.msg);
     fprintf(stderr, "kvinfer: speculative decoding: %s, draft-max %d\n",
             o->so.draft_path ? o->so.draft_path : "ngram", (int)o->so.draft_max);
+    return 0;
+}
+
+/* --ssl-cert-file / --ssl-key-file read (PEM texts, malloc'd; NULL without
+ * TLS). 0, or 1 with the error printed. */
+static int serve_tls(const serve_opts *o, char **cert, char **key)
+{
+    size_t len = 0;
+    if (!o->ssl_cert_file) return 0;
+    if (!(*cert = cli_read_file(o->ssl_cert_file, &len)))
+        return cli_error("serve: cannot read --ssl-cert-file '%s': %s", o->ssl_cert_file, strerror(errno));
+    if (!(*key = cli_read_file(o->ssl_key_file, &len)))
+        return cli_error("serve: cannot read --ssl-key-file '%s': %s", o->ssl_key_file, strerror(errno));
     return 0;
 }
 
@@ -454,11 +474,19 @@ int cmd_serve(int argc, char **argv)
     int rc = 0;
     kvi_error err = { 0 };
     kvi_sched *s = NULL;
+    char *tls_cert = NULL, *tls_key = NULL;
+    if (serve_tls(&o, &tls_cert, &tls_key) != 0) {
+        rc = 1;
+        goto out;
+    }
+    srv->cfg.tls_cert_pem = tls_cert;
+    srv->cfg.tls_key_pem = tls_key;
     if (srv_start(srv, &err) != 0) {
         rc = cli_error("serve: %s", err.msg);
         goto out;
     }
-    printf("kvinfer: listening on http://%s:%d\n", o.host, srv_bound_port(srv));
+    printf("kvinfer: listening on %s://%s:%d\n", o.ssl_cert_file ? "https" : "http", o.host,
+           srv_bound_port(srv));
     fflush(stdout);
     if (serve_start(srv, &o, &s, &dm, &de) != 0) {
         rc = 1;
@@ -505,6 +533,8 @@ out:
     kvi_engine_free(srv->e);
     srv_template_free(srv);
     free((char *)srv->cfg.chat_template);
+    free(tls_cert);
+    free(tls_key);
     kvi_model_free(srv->m);
     srv_metrics_free(&srv->metrics);
     pthread_mutex_destroy(&srv->mu);

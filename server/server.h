@@ -115,6 +115,8 @@ typedef struct srv_config {
     const char *model_path;    /* as given to --model (NULL: unknown) */
     const char *chat_template; /* the Jinja text in use (NULL: the built-in layouts) */
     int n_parallel;            /* sequence slots (the scheduler's n_parallel) */
+    /* HTTPS (--ssl-cert-file / --ssl-key-file): PEM texts, both or neither */
+    const char *tls_cert_pem, *tls_key_pem;
     bool metrics_public;     /* GET /metrics without the API key */
 } srv_config;
 

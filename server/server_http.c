@@ -857,18 +857,37 @@ int srv_start(srv_server *srv, kvi_error *err)
         if (err) snprintf(err->msg, sizeof err->msg, "--host '%s' is not an IPv4 address", srv->cfg.host);
         return KVI_E_INVALID;
     }
+    const bool tls = srv->cfg.tls_cert_pem != NULL;
+    if (tls && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+        if (err) snprintf(err->msg, sizeof err->msg, "this libmicrohttpd was built without TLS (GnuTLS)");
+        return KVI_E_INVALID;
+    }
+    if (tls != (srv->cfg.tls_key_pem != NULL)) {
+        if (err) snprintf(err->msg, sizeof err->msg, "TLS needs both a certificate and its key");
+        return KVI_E_INVALID;
+    }
+    struct MHD_OptionItem tls_opts[] = {
+        { tls ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, 0, (void *)srv->cfg.tls_cert_pem },
+        { MHD_OPTION_HTTPS_MEM_KEY, 0, (void *)srv->cfg.tls_key_pem },
+        { MHD_OPTION_END, 0, NULL },
+    };
     srv->t_start = (double)time(NULL);
-    srv->d = MHD_start_daemon(
-        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL,
-        (uint16_t)srv->cfg.port, NULL, NULL, handler, srv, MHD_OPTION_SOCK_ADDR, &addr,
-        MHD_OPTION_NOTIFY_COMPLETED, completed, srv, MHD_OPTION_CONNECTION_LIMIT,
-        srv->cfg.conn_max ? srv->cfg.conn_max : (unsigned)SRV_CONN_MAX, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-        srv->cfg.conn_per_ip ? srv->cfg.conn_per_ip : (unsigned)SRV_CONN_PER_IP,
-        MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)(srv->cfg.timeout_s > 0 ? srv->cfg.timeout_s : SRV_TIMEOUT_S),
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(2 * SRV_HEADER_MAX + 32768), MHD_OPTION_END);
+    srv->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL |
+                                  (tls ? MHD_USE_TLS : 0),
+                              (uint16_t)srv->cfg.port, NULL, NULL, handler, srv, MHD_OPTION_SOCK_ADDR, &addr,
+                              MHD_OPTION_NOTIFY_COMPLETED, completed, srv, MHD_OPTION_CONNECTION_LIMIT,
+                              srv->cfg.conn_max ? srv->cfg.conn_max : (unsigned)SRV_CONN_MAX,
+                              MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+                              srv->cfg.conn_per_ip ? srv->cfg.conn_per_ip : (unsigned)SRV_CONN_PER_IP,
+                              MHD_OPTION_CONNECTION_TIMEOUT,
+                              (unsigned)(srv->cfg.timeout_s > 0 ? srv->cfg.timeout_s : SRV_TIMEOUT_S),
+                              MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(2 * SRV_HEADER_MAX + 32768),
+                              MHD_OPTION_ARRAY, tls_opts, MHD_OPTION_END);
     if (!srv->d) {
-        if (err) snprintf(err->msg, sizeof err->msg, "cannot listen on %s:%d", srv->cfg.host, srv->cfg.port);
+        if (err)
+            snprintf(err->msg, sizeof err->msg, "cannot listen on %s:%d%s", srv->cfg.host, srv->cfg.port,
+                     tls ? " with TLS (is the certificate a PEM certificate and the key its PEM private key?)"
+                         : "");
         return KVI_E_IO;
     }
     return 0;
