@@ -44,8 +44,13 @@
         "samplers", "n_probs"
 
 static const char *const completions_names[] = { SRV_FIELDS_COMMON, "prompt" };
-static const char *const chat_names[] = { SRV_FIELDS_COMMON, "messages",    "top_logprobs",
-                                          "tools",           "tool_choice", "parallel_tool_calls" };
+/* the Jinja template also reads chat_template_kwargs, add_generation_prompt
+ * and continue_final_message from the body (src/template/template.c) */
+static const char *const chat_names[] = { SRV_FIELDS_COMMON,       "messages",
+                                          "top_logprobs",          "tools",
+                                          "tool_choice",           "parallel_tool_calls",
+                                          "chat_template_kwargs",  "add_generation_prompt",
+                                          "continue_final_message" };
 
 const srv_field_set srv_fields_completions = { completions_names,
                                                sizeof completions_names / sizeof *completions_names };
