@@ -782,6 +782,13 @@ static enum MHD_Result route(srv_server *srv, struct MHD_Connection *con, conn_c
         return send_json(con, sched && !draining ? 200 : 503, o);
     }
     if (!sched) {
+        pthread_mutex_lock(&srv->mu);
+        const bool closing = srv->closing;
+        pthread_mutex_unlock(&srv->mu);
+        if (closing) {
+            srv_err_set(&er, 503, "server_error", "shutting_down", "the server is shutting down");
+            return send_error(con, &er);
+        }
         srv_err_set(&er, 503, "server_error", "model_loading", "the model is still loading");
         return send_error(con, &er);
     }

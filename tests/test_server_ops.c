@@ -527,21 +527,54 @@ static int wait_exit(pid_t pid)
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
 }
 
+/* A server with flags, a greedy stream of max_tokens on it read to its first
+ * event, then SIGTERM at *t0: the stream's socket, or -1 (server stopped). */
+static int stream_then_term(const char *flags, const char *err_name, int max_tokens, test_server *s,
+                            stream_buf *b, double *t0)
+{
+    CHECK(test_server_start(s, flags, err_name), "server did not start");
+    if (s->port <= 0) {
+        test_server_stop(s);
+        return -1;
+    }
+    char body[256];
+    snprintf(body, sizeof body,
+             "{\"prompt\": \"" PROMPT "\", \"max_tokens\": %d, \"ignore_eos\": true, \"temperature\": 0, "
+             "\"stream\": true}",
+             max_tokens);
+    int fd = http_send_request(s->port, "POST", "/v1/completions", NULL, body, strlen(body));
+    CHECK(read_until(fd, b, "data: "), "no first event");
+    kill(s->pid, SIGTERM);
+    *t0 = now_s();
+    return fd;
+}
+
+/* The stream read to the close (and freed): its token events, finish and [DONE]. */
+static int stream_end(int fd, stream_buf *b, char *finish, size_t cap, bool *done)
+{
+    read_until(fd, b, NULL);
+    close(fd);
+    const int events = count_events(b->p, finish, cap, done);
+    free(b->p);
+    return events;
+}
+
+/* The server exits 0 within limit_s of the SIGTERM at t0. */
+static void expect_exit(test_server *s, double t0, double limit_s)
+{
+    const int rc = wait_exit(s->pid);
+    const double took = now_s() - t0;
+    CHECK(rc == 0 && took < limit_s, "exit %d after %.1f s (limit %.0f s)", rc, took, limit_s);
+    if (s->out) fclose(s->out);
+}
+
 static void test_drain(void)
 {
     test_server s;
-    CHECK(test_server_start(&s, "-c 2048", "ops_drain.err"), "server did not start");
-    if (s.port <= 0) {
-        test_server_stop(&s);
-        return;
-    }
-    static const char body[] = "{\"prompt\": \"" PROMPT "\", \"max_tokens\": 2000, \"ignore_eos\": true, "
-                               "\"temperature\": 0, \"stream\": true}";
-    int fd = http_send_request(s.port, "POST", "/v1/completions", NULL, body, strlen(body));
     stream_buf b = { 0 };
-    CHECK(read_until(fd, &b, "data: "), "no first event");
-    kill(s.pid, SIGTERM);
-    const double t0 = now_s();
+    double t0 = 0;
+    const int fd = stream_then_term("-c 2048", "ops_drain.err", 2000, &s, &b, &t0);
+    if (fd < 0) return;
     const struct timespec pause = { 0, 200 * 1000000L };
     nanosleep(&pause, NULL);
     http_resp r = http_request(s.port, "POST", "/v1/chat/completions", NULL,
@@ -555,48 +588,28 @@ static void test_drain(void)
     CHECK(r.status == 503 && r.body && strstr(r.body, "shutting down"), "/health while draining: %d %s",
           r.status, r.body ? r.body : "");
     free(r.body);
-    read_until(fd, &b, NULL);
-    close(fd);
     char finish[32];
     bool done = false;
-    const int events = count_events(b.p, finish, sizeof finish, &done);
+    const int events = stream_end(fd, &b, finish, sizeof finish, &done);
     CHECK(done && !strcmp(finish, "length") && events >= 1990, "the stream in flight: %d events, finish %s%s",
           events, finish, done ? "" : ", no [DONE]");
-    free(b.p);
-    const int rc = wait_exit(s.pid);
-    const double took = now_s() - t0;
-    CHECK(rc == 0 && took < 20.0, "exit %d after %.1f s", rc, took);
-    if (s.out) fclose(s.out);
+    expect_exit(&s, t0, 20.0);
 }
 
 static void test_drain_timeout(void)
 {
     test_server s;
-    CHECK(test_server_start(&s, "-c 8192 --shutdown-timeout 1", "ops_drain1.err"), "server did not start");
-    if (s.port <= 0) {
-        test_server_stop(&s);
-        return;
-    }
-    static const char body[] = "{\"prompt\": \"" PROMPT "\", \"max_tokens\": 8000, \"ignore_eos\": true, "
-                               "\"stream\": true}";
-    int fd = http_send_request(s.port, "POST", "/v1/completions", NULL, body, strlen(body));
     stream_buf b = { 0 };
-    CHECK(read_until(fd, &b, "data: "), "no first event");
-    kill(s.pid, SIGTERM);
-    const double t0 = now_s();
-    read_until(fd, &b, NULL);
-    close(fd);
-    const double cut = now_s() - t0;
+    double t0 = 0;
+    const int fd = stream_then_term("-c 8192 --shutdown-timeout 1", "ops_drain1.err", 8000, &s, &b, &t0);
+    if (fd < 0) return;
     char finish[32];
     bool done = false;
-    const int events = count_events(b.p, finish, sizeof finish, &done);
+    const int events = stream_end(fd, &b, finish, sizeof finish, &done);
+    const double cut = now_s() - t0;
     CHECK(events < 8000 && strcmp(finish, "length") != 0, "not cut: %d events, finish %s", events, finish);
     CHECK(cut >= 0.9, "cut after %.2f s, before the timeout", cut);
-    free(b.p);
-    const int rc = wait_exit(s.pid);
-    const double took = now_s() - t0;
-    CHECK(rc == 0 && took < 4.0, "exit %d after %.1f s (timeout 1 s)", rc, took);
-    if (s.out) fclose(s.out);
+    expect_exit(&s, t0, 4.0);
 }
 
 int main(void)
