@@ -106,8 +106,9 @@ static const char serve_help[] =
     "                          cached / generated tokens, time to first token, duration,\n"
     "                          finish reason and the body fields the server ignored\n"
     "  --shutdown-timeout S    on SIGTERM/SIGINT: new requests get HTTP 503 (GET /health too)\n"
-    "                          while those in flight finish, for at most S seconds; then the\n"
-    "                          rest are cancelled and the server exits (default 30)\n"
+    "                          while those in flight finish, for at most S seconds (a second\n"
+    "                          signal: at once); then the rest are cancelled and the server\n"
+    "                          exits (default 30)\n"
     "  --quiet                 no request log (nor the template and tool-format notes)\n"
     "  -h, --help              this help\n"
     "\n"
@@ -320,6 +321,27 @@ static int serve_tls(const serve_opts *o, char **cert, char **key)
     return 0;
 }
 
+/* Waits for the requests in flight (srv_drain) up to timeout_ms, in short
+ * rounds so that a second signal ends the wait at once. */
+static void serve_drain(srv_server *srv, const sigset_t *sigs, double timeout_ms)
+{
+    const double end = kvi_time_ms() + timeout_ms;
+    const struct timespec now = { 0, 0 };
+    while (!srv_drain(srv, 100.0)) {
+        if (kvi_time_ms() >= end) {
+            fprintf(stderr,
+                    "kvinfer: --shutdown-timeout %.0f s reached: the requests still running are cancelled\n",
+                    timeout_ms / 1000.0);
+            return;
+        }
+        const int sig = sigtimedwait(sigs, NULL, &now);
+        if (sig > 0) {
+            fprintf(stderr, "kvinfer: signal %d again: the requests still running are cancelled\n", sig);
+            return;
+        }
+    }
+}
+
 /* The request log's sink: a line on stderr (one call, so lines never mix). */
 static void log_stderr(void *user, const char *line)
 {
@@ -512,10 +534,7 @@ int cmd_serve(int argc, char **argv)
     if (sig > 0) {
         fprintf(stderr, "kvinfer: signal %d, shutting down (requests in flight get up to %d s)\n", sig,
                 (int)o.shutdown_timeout);
-        if (!srv_drain(srv, (double)o.shutdown_timeout * 1000.0))
-            fprintf(stderr,
-                    "kvinfer: --shutdown-timeout %d s reached: the requests still running are cancelled\n",
-                    (int)o.shutdown_timeout);
+        serve_drain(srv, &sigs, (double)o.shutdown_timeout * 1000.0);
     } else {
         rc = cli_error("serve: the pipeline failed, shutting down");
     }

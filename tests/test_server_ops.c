@@ -26,7 +26,7 @@
  *    a new request meanwhile gets 503 in OpenAI's error shape, /health 503
  *    "shutting down", and the process exits 0 within the timeout; with
  *    --shutdown-timeout 1 a long stream is cut and the exit comes within 1 s
- *    plus the shutdown's own time.
+ *    plus the shutdown's own time; a second SIGTERM cuts it at once.
  */
 #include "kvinfer.h"
 #include "testutil.h"
@@ -612,6 +612,25 @@ static void test_drain_timeout(void)
     expect_exit(&s, t0, 4.0);
 }
 
+/* The default timeout (30 s), and a second SIGTERM: the wait ends at once. */
+static void test_drain_twice(void)
+{
+    test_server s;
+    stream_buf b = { 0 };
+    double t0 = 0;
+    const int fd = stream_then_term("-c 8192", "ops_drain2.err", 8000, &s, &b, &t0);
+    if (fd < 0) return;
+    const struct timespec pause = { 0, 300 * 1000000L };
+    nanosleep(&pause, NULL);
+    kill(s.pid, SIGTERM);
+    char finish[32];
+    bool done = false;
+    const int events = stream_end(fd, &b, finish, sizeof finish, &done);
+    CHECK(events < 8000 && strcmp(finish, "length") != 0, "second signal: not cut: %d events, finish %s",
+          events, finish);
+    expect_exit(&s, t0, 4.0);
+}
+
 int main(void)
 {
     char *ref3 = run_text(PROMPT, 3), *ref5 = run_text(PROMPT, 5), *ref6 = run_text(PROMPT, 6);
@@ -623,6 +642,7 @@ int main(void)
     test_props_slots();
     test_drain();
     test_drain_timeout();
+    test_drain_twice();
     free(ref3);
     free(ref5);
     free(ref6);
