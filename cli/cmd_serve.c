@@ -4,9 +4,10 @@
  * Order of life: parse flags; listen (GET /health answers 503 "loading");
  * load the model; create one engine (n_seq_max = --parallel) and one scheduler
  * whose engine thread runs every forward pass; print "kvinfer: ready" on stdout;
- * wait for SIGINT/SIGTERM; then refuse new work, free the scheduler (every
- * request still alive is cancelled and its client told), stop HTTP, free the
- * engine and the model.
+ * wait for SIGINT/SIGTERM; then drain (new generations get 503 while those in
+ * flight finish, at most --shutdown-timeout seconds), refuse new work, free the
+ * scheduler (every request still alive is cancelled and its client told), stop
+ * HTTP, free the engine and the model.
  *
  * Speculative decoding (--spec ngram, --draft PATH): the scheduler gives every
  * request a kvi_spec (a request's "speculative": false opts out); a draft model
@@ -23,6 +24,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +37,8 @@ static const char serve_help[] =
     "Serves the model over HTTP with an OpenAI-compatible API: POST /v1/completions,\n"
     "POST /v1/chat/completions (\"stream\": true for server-sent events), GET /v1/models,\n"
     "POST /tokenize, POST /detokenize, POST /apply-template (the chat prompt as text),\n"
-    "GET /health, GET /metrics (Prometheus), GET /v1/kv,\n"
+    "GET /health, GET /metrics (Prometheus), GET /v1/kv, GET /props and GET /slots\n"
+    "(llama-server's shapes),\n"
     "and a chat page at GET /. Requests share one KV pool and every forward pass\n"
     "(continuous batching; long prompts are prefilled in chunks).\n"
     "\n"
@@ -73,8 +76,22 @@ static const char serve_help[] =
     "  --body-max BYTES        larger request bodies get HTTP 413 (default 4194304)\n"
     "  --conn-max N            connections at once (default 1024)\n"
     "  --conn-per-ip N         of them from one address (default 64)\n"
-    "  --api-key KEY           require \"Authorization: Bearer KEY\" on /v1 endpoints\n"
-    "  --alias NAME            the model's name in the API (default: file name without .gguf)\n"
+    "  --ssl-cert-file F       serve HTTPS with the PEM certificate (chain) in F ...\n"
+    "  --ssl-key-file F        ... and its PEM private key in F (both or neither)\n"
+    "  --api-key KEY           require \"Authorization: Bearer KEY\" on every route but GET /,\n"
+    "                          /health and OPTIONS (/metrics too, unless --metrics-public)\n"
+    "  --metrics-public        GET /metrics without the key\n"
+    "  --cors-origin ORIGIN    Access-Control-Allow-Origin of every answer (default *);\n"
+    "                          OPTIONS on any path answers the CORS preflight (204)\n"
+    "  --alias NAME            the model's name in the API (default: file name without .gguf);\n"
+    "                          requests may name any model and are answered with this one\n"
+    "  --strict-model          a request naming another model gets HTTP 404 model_not_found\n"
+    "  -n, --n-predict N       most tokens any request generates: a larger or absent\n"
+    "                          max_tokens is cut to N, finish_reason \"length\" (default -1:\n"
+    "                          no cap)\n"
+    "  -l, --logit-bias T(+|-)B  add B to token T's logit in every request, beside the\n"
+    "                          request's own logit_bias (repeatable; e.g. -l 2-inf: token 2\n"
+    "                          never sampled; B in [-100, 100] or -inf)\n"
     "  --spec ngram            speculative decoding by prompt lookup for every request\n"
     "  --draft PATH            speculative decoding with a draft model of the same vocabulary\n"
     "  --draft-max K           most tokens drafted per round (default 8)\n"
@@ -84,7 +101,15 @@ static const char serve_help[] =
     "                          measured cost of extra rows at the current load)\n"
     "                          A request's \"speculative\": false turns it off for that request;\n"
     "                          usage.timings reports spec_drafted, spec_accepted, spec_acceptance.\n"
-    "  --quiet                 no per-request log lines\n"
+    "  --log-format F          the request log on stderr: text (default) or json, one line\n"
+    "                          per request: time, id, route, status, client, prompt /\n"
+    "                          cached / generated tokens, time to first token, duration,\n"
+    "                          finish reason and the body fields the server ignored\n"
+    "  --shutdown-timeout S    on SIGTERM/SIGINT: new requests get HTTP 503 (GET /health too)\n"
+    "                          while those in flight finish, for at most S seconds (a second\n"
+    "                          signal: at once); then the rest are cancelled and the server\n"
+    "                          exits (default 30)\n"
+    "  --quiet                 no request log (nor the template and tool-format notes)\n"
     "  -h, --help              this help\n"
     "\n"
     "Sampling defaults are `kvinfer run`'s (temperature 0.8, top-k 40, top-p 0.95,\n"
@@ -108,12 +133,20 @@ static char *model_name_of(const char *path)
     (CLI_OPT_MODEL | CLI_OPT_TOKENIZER | CLI_OPT_MMAP | CLI_OPT_THREADS | CLI_OPT_CTX | CLI_OPT_CTX_MIN0 | \
      CLI_OPT_KV_TYPE | CLI_OPT_KV_BUDGET | CLI_OPT_BUDGET_ZERO | CLI_OPT_NO_PREFIX)
 
+#define SERVE_BIAS_MAX 256 /* most -l flags */
+
 typedef struct serve_opts {
     cli_common c;
-    const char *alias, *api_key, *host, *chat_template_file;
+    const char *alias, *api_key, *host, *chat_template_file, *cors_origin;
+    const char *ssl_cert_file, *ssl_key_file;
     bool quiet, special_in_content, no_reasoning;
     int64_t port, parallel, queue_max, batch_tokens, lanes;
     int64_t timeout_s, body_max, conn_max, conn_per_ip; /* HTTP limits (0: the server's default) */
+    bool strict_model, log_json, metrics_public;
+    int64_t n_predict, shutdown_timeout;
+    int32_t bias_ids[SERVE_BIAS_MAX]; /* -l, in the order given */
+    float bias_vals[SERVE_BIAS_MAX];
+    int32_t n_bias;
     run_spec_opts so;                                   /* speculative decoding */
 } serve_opts;
 
@@ -140,8 +173,34 @@ static int serve_int_flag(int argc, char **argv, int *i, serve_opts *o)
         dst = &o->conn_max, lo = 1, hi = 65536;
     else if (!strcmp(a, "--conn-per-ip"))
         dst = &o->conn_per_ip, lo = 1, hi = 65536;
+    else if (!strcmp(a, "--shutdown-timeout"))
+        dst = &o->shutdown_timeout, lo = 0, hi = 86400;
+    else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict"))
+        dst = &o->n_predict, lo = -1, hi = 1 << 30;
     if (!dst) return 0;
     return cli_flag_i64(a, cli_flag_value(argc, argv, i), lo, hi, dst);
+}
+
+/* -l TOKEN(+|-)BIAS (llama.cpp's syntax: "15043+1", "2-inf"): 0, or 1 with
+ * the error printed. The id's range is checked once the model is loaded. */
+static int serve_bias_flag(const char *v, serve_opts *o)
+{
+    char *end = NULL;
+    const long id = v && *v >= '0' && *v <= '9' ? strtol(v, &end, 10) : -1;
+    if (id < 0 || id > INT32_MAX || (*end != '+' && *end != '-'))
+        return cli_error("serve: --logit-bias '%s' is not TOKEN+BIAS or TOKEN-BIAS", v ? v : "");
+    const char *num = end + 1;
+    if (*num == '+' || *num == '-')
+        return cli_error("serve: --logit-bias '%s' is not TOKEN+BIAS or TOKEN-BIAS", v);
+    const bool neg = *end == '-';
+    float b = strtof(num, &end);
+    if (end == num || *end || isnan(b) || (isinf(b) && !neg) || (!isinf(b) && b > 100.0f))
+        return cli_error("serve: --logit-bias '%s': the bias must be a number in [-100, 100] or -inf", v);
+    if (o->n_bias == SERVE_BIAS_MAX)
+        return cli_error("serve: more than %d --logit-bias flags", SERVE_BIAS_MAX);
+    o->bias_ids[o->n_bias] = (int32_t)id;
+    o->bias_vals[o->n_bias++] = neg ? -b : b;
+    return 0;
 }
 
 /* 0: parsed; 1: error printed; 2: help printed. */
@@ -154,6 +213,7 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o)
     o->parallel = 16;
     o->queue_max = 256;
     o->batch_tokens = 512;
+    o->shutdown_timeout = 30;
     run_spec_opts_default(&o->so);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -170,11 +230,27 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o)
                            : !strcmp(a, "--api-key")            ? &o->api_key
                            : !strcmp(a, "--alias")              ? &o->alias
                            : !strcmp(a, "--chat-template-file") ? &o->chat_template_file
+                           : !strcmp(a, "--cors-origin")        ? &o->cors_origin
+                           : !strcmp(a, "--ssl-cert-file")      ? &o->ssl_cert_file
+                           : !strcmp(a, "--ssl-key-file")       ? &o->ssl_key_file
                                                                 : NULL;
         if (str) {
             if (!(*str = cli_flag_value(argc, argv, &i))) return 1;
         } else if (!strcmp(a, "--quiet")) {
             o->quiet = true;
+        } else if (!strcmp(a, "--strict-model")) {
+            o->strict_model = true;
+        } else if (!strcmp(a, "--metrics-public")) {
+            o->metrics_public = true;
+        } else if (!strcmp(a, "--log-format")) {
+            const char *v = cli_flag_value(argc, argv, &i);
+            if (!v) return 1;
+            if (strcmp(v, "text") != 0 && strcmp(v, "json") != 0)
+                return cli_error("serve: --log-format must be text or json (got '%s')", v);
+            o->log_json = !strcmp(v, "json");
+        } else if (!strcmp(a, "-l") || !strcmp(a, "--logit-bias")) {
+            const char *v = cli_flag_value(argc, argv, &i);
+            if (!v || serve_bias_flag(v, o) != 0) return 1;
         } else if (!strcmp(a, "--special-in-content")) {
             o->special_in_content = true;
         } else if (!strcmp(a, "--reasoning-format")) {
@@ -190,6 +266,8 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o)
     }
     if (!o->c.model) o->c.model = cli_default_model();
     if (!o->c.model) return cli_error("serve: no model given (-m MODEL)");
+    if (!o->ssl_cert_file != !o->ssl_key_file)
+        return cli_error("serve: HTTPS needs both --ssl-cert-file and --ssl-key-file");
     if (o->so.ngram && o->so.draft_path)
         return cli_error("serve: choose one speculation: --spec ngram or --draft PATH");
     if (o->so.draft_min > o->so.draft_max)
@@ -230,6 +308,47 @@ static int serve_spec(const serve_opts *o, kvi_sched *s, int n_ctx, kvi_model **
     return 0;
 }
 
+/* --ssl-cert-file / --ssl-key-file read (PEM texts, malloc'd; NULL without
+ * TLS). 0, or 1 with the error printed. */
+static int serve_tls(const serve_opts *o, char **cert, char **key)
+{
+    size_t len = 0;
+    if (!o->ssl_cert_file) return 0;
+    if (!(*cert = cli_read_file(o->ssl_cert_file, &len)))
+        return cli_error("serve: cannot read --ssl-cert-file '%s': %s", o->ssl_cert_file, strerror(errno));
+    if (!(*key = cli_read_file(o->ssl_key_file, &len)))
+        return cli_error("serve: cannot read --ssl-key-file '%s': %s", o->ssl_key_file, strerror(errno));
+    return 0;
+}
+
+/* Waits for the requests in flight (srv_drain) up to timeout_ms, in short
+ * rounds so that a second signal ends the wait at once. */
+static void serve_drain(srv_server *srv, const sigset_t *sigs, double timeout_ms)
+{
+    const double end = kvi_time_ms() + timeout_ms;
+    const struct timespec now = { 0, 0 };
+    while (!srv_drain(srv, 100.0)) {
+        if (kvi_time_ms() >= end) {
+            fprintf(stderr,
+                    "kvinfer: --shutdown-timeout %.0f s reached: the requests still running are cancelled\n",
+                    timeout_ms / 1000.0);
+            return;
+        }
+        const int sig = sigtimedwait(sigs, NULL, &now);
+        if (sig > 0) {
+            fprintf(stderr, "kvinfer: signal %d again: the requests still running are cancelled\n", sig);
+            return;
+        }
+    }
+}
+
+/* The request log's sink: a line on stderr (one call, so lines never mix). */
+static void log_stderr(void *user, const char *line)
+{
+    (void)user;
+    fprintf(stderr, "%s\n", line);
+}
+
 /* The server's configuration before it listens: sampling defaults are run's. */
 static void serve_config(srv_server *srv, const serve_opts *o, const char *name)
 {
@@ -240,12 +359,23 @@ static void serve_config(srv_server *srv, const serve_opts *o, const char *name)
     srv->cfg.api_key = o->api_key;
     srv->cfg.model_name = name;
     srv->cfg.quiet = o->quiet;
+    srv->cfg.log_fn = o->quiet ? NULL : log_stderr;
+    srv->cfg.log_json = o->log_json;
+    srv->cfg.cors_origin = o->cors_origin;
+    srv->cfg.metrics_public = o->metrics_public;
+    srv->cfg.model_path = o->c.model;
+    srv->cfg.n_parallel = (int)o->parallel;
     srv->cfg.timeout_s = (int)o->timeout_s;
     srv->cfg.body_max = (size_t)o->body_max;
     srv->cfg.conn_max = (unsigned)o->conn_max;
     srv->cfg.conn_per_ip = (unsigned)o->conn_per_ip;
     srv->cfg.special_in_content = o->special_in_content;
     srv->cfg.no_reasoning = o->no_reasoning;
+    srv->cfg.strict_model = o->strict_model;
+    srv->cfg.n_predict = o->n_predict > 0 ? (int32_t)o->n_predict : 0;
+    srv->cfg.bias_ids = o->bias_ids;
+    srv->cfg.bias_vals = o->bias_vals;
+    srv->cfg.n_bias = o->n_bias;
     kvi_sampler_params_default(&srv->cfg.sampling);
     srv->cfg.sampling.temp = 0.8f;
     srv->cfg.sampling.top_k = 40;
@@ -267,6 +397,9 @@ static int serve_template(srv_server *srv, const serve_opts *o)
         return cli_error("serve: cannot read '%s': %s", o->chat_template_file, strerror(errno));
     int rc = srv_template_init(srv, text, len, o->chat_template_file, &err);
     if (!rc && srv->tmpl) srv_tools_init(srv, text ? text : kvi_model_chat_template(srv->m));
+    /* GET /props shows the template in use (freed by cmd_serve) */
+    const char *shown = text ? text : kvi_model_chat_template(srv->m);
+    if (!rc && srv->tmpl && shown) srv->cfg.chat_template = strdup(shown);
     free(text);
     return rc ? cli_error("serve: %s", err.msg) : 0;
 }
@@ -306,6 +439,10 @@ static int serve_start(srv_server *srv, const serve_opts *o, kvi_sched **sp, kvi
     if (!(srv->e = cli_engine_create(srv->m, &ep, "serve: "))) return 1;
     if (cli_pipe_attach(srv->e, &ep)) return 1; /* mpirun: stage 0 of the pipeline */
     srv->cfg.n_ctx = kvi_engine_n_ctx(srv->e);
+    for (int32_t i = 0; i < o->n_bias; i++)
+        if (o->bias_ids[i] >= kvi_n_vocab(srv->m))
+            return cli_error("serve: --logit-bias: token %d is not in the vocabulary [0, %d)",
+                             (int)o->bias_ids[i], (int)kvi_n_vocab(srv->m));
     kvi_sched_params sched;
     kvi_sched_params_default(&sched);
     sched.n_parallel = (int)o->parallel;
@@ -359,11 +496,19 @@ int cmd_serve(int argc, char **argv)
     int rc = 0;
     kvi_error err = { 0 };
     kvi_sched *s = NULL;
+    char *tls_cert = NULL, *tls_key = NULL;
+    if (serve_tls(&o, &tls_cert, &tls_key) != 0) {
+        rc = 1;
+        goto out;
+    }
+    srv->cfg.tls_cert_pem = tls_cert;
+    srv->cfg.tls_key_pem = tls_key;
     if (srv_start(srv, &err) != 0) {
         rc = cli_error("serve: %s", err.msg);
         goto out;
     }
-    printf("kvinfer: listening on http://%s:%d\n", o.host, srv_bound_port(srv));
+    printf("kvinfer: listening on %s://%s:%d\n", o.ssl_cert_file ? "https" : "http", o.host,
+           srv_bound_port(srv));
     fflush(stdout);
     if (serve_start(srv, &o, &s, &dm, &de) != 0) {
         rc = 1;
@@ -386,10 +531,13 @@ int cmd_serve(int argc, char **argv)
     } else {
         sigwait(&sigs, &sig);
     }
-    if (sig > 0)
-        fprintf(stderr, "kvinfer: signal %d, shutting down\n", sig);
-    else
+    if (sig > 0) {
+        fprintf(stderr, "kvinfer: signal %d, shutting down (requests in flight get up to %d s)\n", sig,
+                (int)o.shutdown_timeout);
+        serve_drain(srv, &sigs, (double)o.shutdown_timeout * 1000.0);
+    } else {
         rc = cli_error("serve: the pipeline failed, shutting down");
+    }
     pthread_mutex_lock(&srv->mu);
     srv->closing = true;
     pthread_mutex_unlock(&srv->mu);
@@ -403,6 +551,9 @@ out:
     kvi_model_free(dm);
     kvi_engine_free(srv->e);
     srv_template_free(srv);
+    free((char *)srv->cfg.chat_template);
+    free(tls_cert);
+    free(tls_key);
     kvi_model_free(srv->m);
     srv_metrics_free(&srv->metrics);
     pthread_mutex_destroy(&srv->mu);

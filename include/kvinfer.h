@@ -400,7 +400,7 @@ int32_t kvi_grammar_matcher_mask(kvi_grammar_matcher *m, uint32_t *bits);
 char *kvi_json_schema_to_gbnf(const char *schema, size_t len, kvi_error *err);
 
 /* Logit bias and a grammar on a sampler. The bias (OpenAI logit_bias: added to
- * the raw logit of each id, -100 .. 100) is copied; the sampler owns the matcher
+ * the raw logit of each id, -100 .. 100 or -inf) is copied; the sampler owns the matcher
  * from then on (NULL: none): kvi_sampler_sample then draws only among the tokens
  * it allows (KVI_E_INVALID when there are none), and kvi_sampler_accept_output
  * advances it. */
@@ -498,7 +498,7 @@ typedef struct kvi_request {
      * kvi_grammar_vocab_create_markers'). Must outlive the scheduler's use. */
     const kvi_grammar_vocab *grammar_vocab;
     /* OpenAI logit_bias: bias_vals[i] added to the logit of bias_ids[i]
-     * (-100 .. 100, ids < n_vocab); copied at submit. */
+     * (-100 .. 100, or -inf: never sampled; ids < n_vocab); copied at submit. */
     const int32_t *bias_ids;
     const float *bias_vals;
     int32_t n_bias;

@@ -29,6 +29,9 @@ apt_install() {
 }
 
 apt_install -- build-essential cmake pkg-config libpcre2-dev libcjson-dev libmicrohttpd-dev libutf8proc-dev
+# HTTPS (serve --ssl-cert-file): Debian's libmicrohttpd is built with GnuTLS; test_server_tls
+# makes its certificate with the openssl CLI and requests with curl
+apt_install -- openssl curl
 # Open MPI: pipeline-parallel inference (mpirun -np N kvinfer ...) and test_pipeline_mpi
 apt_install -- openmpi-bin libopenmpi-dev
 # the reference renderer of chat templates (test_jinja_ref)

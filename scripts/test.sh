@@ -35,7 +35,7 @@ cmake --build build-tsan -j"$jobs"
 # crosses its threads under our own mutexes, so no suppression is needed.
 TSAN_OPTIONS="halt_on_error=0 second_deadlock_stack=1" \
   ctest --test-dir build-tsan --output-on-failure -j"$jobs" \
-  -R '^test_(engine|scheduler|sched_sample|sched_spec|hybrid_sched|speculative|server|server_fields|server_grammar|server_tools|server_hardening|serve_spec|loadgen)$'
+  -R '^test_(engine|scheduler|sched_sample|sched_spec|hybrid_sched|speculative|server|server_fields|server_grammar|server_tools|server_hardening|server_ops|serve_spec|loadgen)$'
 
 echo "== fuzzing, short form: every target ${KVI_FUZZ_SECONDS:-30} s (scripts/fuzz.sh all)"
 if command -v clang >/dev/null; then

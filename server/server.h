@@ -57,6 +57,30 @@ void srv_metrics_set_extra(srv_metrics *m, char *text);
 /* Prometheus text exposition (malloc'd). */
 char *srv_metrics_render(srv_metrics *m, kvi_sched *s);
 
+/* ---- the request log (server_log.c) ---- */
+
+/* The log sink: one line (no newline) per request that reached a route; may be
+ * called from any of the server's threads, one line per call. */
+typedef void (*srv_log_fn)(void *user, const char *line);
+
+#define SRV_LOG_UNKNOWN_MAX 256 /* bytes of unrecognised field names kept per request */
+
+/* What the log line of one request says (its connection's, then its srv_req's). */
+typedef struct srv_log_rec {
+    double t0;                 /* kvi_time_ms at the request's routing */
+    double wall0;              /* seconds since the epoch then */
+    char method[12], path[96]; /* as sent; bytes outside printable ASCII are '?' */
+    char client[48];           /* the peer's address */
+    char id[48];               /* the generation's id ("" for other routes) */
+    int status;                /* HTTP status sent (0: none yet) */
+    bool gen;                  /* a generation: the token figures below are set */
+    int32_t n_prompt, n_cached, n_gen;
+    double ttft_ms; /* submit to first token (-1: no token) */
+    const char *finish;
+    char unknown[SRV_LOG_UNKNOWN_MAX]; /* unrecognised body fields, comma-separated */
+    bool handed;                       /* its srv_req logs it when freed */
+} srv_log_rec;
+
 /* ---- the server ---- */
 
 typedef struct srv_config {
@@ -74,6 +98,26 @@ typedef struct srv_config {
     size_t body_max;      /* SRV_BODY_MAX */
     unsigned conn_max;    /* SRV_CONN_MAX */
     unsigned conn_per_ip; /* SRV_CONN_PER_IP */
+    /* operations (cli/cmd_serve.c's flags; zero: off) */
+    bool strict_model; /* --strict-model: a `model` other than model_name is a 404 */
+    int32_t n_predict; /* -n: most tokens any request generates (0: no cap) */
+    /* -l: a logit bias added to every request's own (ids < n_vocab, biases in
+     * [-100, 100] or -inf: never sampled) */
+    const int32_t *bias_ids; /* [n_bias] */
+    const float *bias_vals;  /* [n_bias] */
+    int32_t n_bias;
+    /* the request log: NULL writes nothing (the library never prints) */
+    srv_log_fn log_fn;
+    void *log_user;
+    bool log_json; /* one JSON object per line instead of text */
+    const char *cors_origin; /* Access-Control-Allow-Origin of every answer (NULL: "*") */
+    /* for GET /props and /slots */
+    const char *model_path;    /* as given to --model (NULL: unknown) */
+    const char *chat_template; /* the Jinja text in use (NULL: the built-in layouts) */
+    int n_parallel;            /* sequence slots (the scheduler's n_parallel) */
+    /* HTTPS (--ssl-cert-file / --ssl-key-file): PEM texts, both or neither */
+    const char *tls_cert_pem, *tls_key_pem;
+    bool metrics_public;     /* GET /metrics without the API key */
 } srv_config;
 
 typedef struct srv_server {
@@ -85,6 +129,8 @@ typedef struct srv_server {
     srv_metrics metrics;
     pthread_mutex_t mu; /* guards `closing` and the id counter */
     bool closing;
+    bool draining; /* SIGTERM: new generations get 503, those in flight finish (under mu) */
+    int n_active;  /* requests between their first byte and their answer's end (atomic) */
     uint64_t next_id;
     double t_start;
     /* the Jinja chat template (server_template.c); NULL: the built-in layouts */
@@ -265,6 +311,7 @@ typedef struct srv_req {
                      answering) is a 503, the rest 500 */
     char err_msg[512];
     double t_submit;
+    srv_log_rec log; /* log.handed: the request writes its log line when freed */
 } srv_req;
 
 /* OpenAI's formatters (srv_api_openai): the SSE event of a token, or the final
@@ -338,9 +385,53 @@ int srv_answer(srv_server *srv, struct MHD_Connection *con, srv_req *r);
 int srv_send_body(struct MHD_Connection *con, int status, char *body);
 int srv_send_error(struct MHD_Connection *con, const srv_api *api, const srv_err *e);
 
+/* Quick reads of the scheduler from a handler hold srv->mu, under which
+ * shutdown marks the server closing before it frees the scheduler: the
+ * scheduler (then srv_sched_leave), or NULL when closing (nothing to leave). */
+kvi_sched *srv_sched_enter(srv_server *srv);
+void srv_sched_leave(srv_server *srv);
+
 int srv_start(srv_server *srv, kvi_error *err); /* binds, serves in its own threads */
 int srv_bound_port(srv_server *srv);
+/* A graceful stop's first half: new generations get 503 in their family's
+ * shape and GET /health says "shutting down", while the requests in flight
+ * go on; returns once none is left (true) or after timeout_ms (false). */
+bool srv_drain(srv_server *srv, double timeout_ms);
 void srv_stop(srv_server *srv);
+
+/* ---- the request log (server_log.c) ---- */
+
+/* A set of body field names a route recognises (the rest are named in the log). */
+typedef struct srv_field_set {
+    const char *const *names;
+    size_t n;
+} srv_field_set;
+
+/* OpenAI's completions / chat fields, with llama.cpp's and kvinfer's own. */
+extern const srv_field_set srv_fields_completions, srv_fields_chat;
+
+/* Starts the log record of a request on this connection thread: the record the
+ * calls below fill until srv_log_end. */
+void srv_log_begin(srv_log_rec *rec, struct MHD_Connection *con, const char *method, const char *url);
+/* Writes rec's line unless a request took it (srv_log_take), and unbinds it. */
+void srv_log_end(srv_server *srv, srv_log_rec *rec);
+/* The record bound to this thread, or NULL (outside a route, e.g. in tests). */
+srv_log_rec *srv_log_current(void);
+/* Names obj's members that are in none of the n sets in the current record. */
+void srv_log_unknown(const cJSON *obj, const srv_field_set *sets, int n);
+/* The current record becomes r's (r logs it when freed: srv_log_request). */
+void srv_log_take(srv_req *r);
+/* r's line, with its tokens, first-token time and finish (when r->log.handed). */
+void srv_log_request(srv_req *r);
+/* Formats and writes one record through srv->cfg.log_fn. */
+void srv_log_write(srv_server *srv, const srv_log_rec *rec);
+
+/* ---- llama.cpp's introspection routes (server_props.c) ---- */
+
+/* GET /props: the default generation settings, slots, model, template. */
+int srv_props_ep(srv_server *srv, struct MHD_Connection *con);
+/* GET /slots: what each of the --parallel sequence slots holds now. */
+int srv_slots_ep(srv_server *srv, struct MHD_Connection *con);
 
 /* ---- the web page (server_page.c) ---- */
 extern const char srv_page_html[];

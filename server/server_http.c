@@ -35,6 +35,7 @@ typedef struct conn_ctx {
     size_t len, cap;
     bool too_large;
     size_t header_bytes; /* names and values of the request's headers */
+    srv_log_rec log;     /* the request log's record, from routing on */
 } conn_ctx;
 
 static enum MHD_Result header_bytes(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
@@ -50,6 +51,7 @@ static void req_release(srv_req *r)
     const int left = --r->refs;
     pthread_mutex_unlock(&r->mu);
     if (left > 0) return;
+    srv_log_request(r);
     for (int i = 0; i < SRV_MAX_N; i++) {
         free(r->ch[i].text);
         free(r->ch[i].lp);
@@ -203,8 +205,40 @@ static void on_done(void *user, kvi_finish f, const kvi_usage *u, const kvi_erro
 
 /* ---- responses ---- */
 
+/* The server the connection thread is answering for (set by the handler; the
+ * responders read its CORS origin). */
+static _Thread_local const srv_server *tl_srv;
+
+static const char *cors_origin(void)
+{
+    return tl_srv && tl_srv->cfg.cors_origin ? tl_srv->cfg.cors_origin : "*";
+}
+
+/* A CORS preflight (OPTIONS on any path): 204, the origin, the methods, the
+ * headers the browser asked for (else the ones the API reads), a day's cache. */
+static enum MHD_Result send_preflight(struct MHD_Connection *con)
+{
+    srv_log_rec *rec = srv_log_current();
+    if (rec) rec->status = 204;
+    const char *asked = MHD_lookup_connection_value(con, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, "Access-Control-Allow-Origin", cors_origin());
+    MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    MHD_add_response_header(resp, "Access-Control-Allow-Headers",
+                            asked && *asked ? asked
+                                            : "Authorization, Content-Type, x-api-key, anthropic-version, "
+                                              "anthropic-beta, OpenAI-Organization, OpenAI-Project");
+    MHD_add_response_header(resp, "Access-Control-Max-Age", "86400");
+    enum MHD_Result ret = MHD_queue_response(con, 204, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
 static enum MHD_Result send_text(struct MHD_Connection *con, int status, const char *type, char *body)
 {
+    srv_log_rec *rec = srv_log_current();
+    if (rec) rec->status = body ? status : 500;
     if (!body) {
         static const char oom[] = "{\"error\":{\"message\":\"out of "
                                   "memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}";
@@ -217,7 +251,7 @@ static enum MHD_Result send_text(struct MHD_Connection *con, int status, const c
     }
     struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
     MHD_add_response_header(resp, "Content-Type", type);
-    MHD_add_response_header(resp, "Access-Control-Allow-Origin", "*");
+    MHD_add_response_header(resp, "Access-Control-Allow-Origin", cors_origin());
     enum MHD_Result ret = MHD_queue_response(con, (unsigned)status, resp);
     MHD_destroy_response(resp);
     return ret;
@@ -315,6 +349,8 @@ srv_req *srv_req_new(srv_server *srv, const srv_api *api, const char *id_prefix)
     const uint64_t num = ++srv->next_id;
     pthread_mutex_unlock(&srv->mu);
     snprintf(r->id, sizeof r->id, "%s-%llu", id_prefix, (unsigned long long)num);
+    srv_log_rec *rec = srv_log_current();
+    if (rec) snprintf(rec->id, sizeof rec->id, "%s", r->id);
     return r;
 }
 
@@ -411,9 +447,10 @@ static enum MHD_Result answer_stream(struct MHD_Connection *con, srv_req *r)
         sse_free(r);
         return MHD_NO;
     }
+    r->log.status = 200;
     MHD_add_response_header(resp, "Content-Type", "text/event-stream");
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
-    MHD_add_response_header(resp, "Access-Control-Allow-Origin", "*");
+    MHD_add_response_header(resp, "Access-Control-Allow-Origin", cors_origin());
     enum MHD_Result ret = MHD_queue_response(con, 200, resp);
     MHD_destroy_response(resp);
     return ret;
@@ -450,6 +487,7 @@ static bool wait_finished(struct MHD_Connection *con, srv_req *r)
 static enum MHD_Result answer_final(struct MHD_Connection *con, srv_req *r)
 {
     if (wait_finished(con, r)) {
+        r->log.status = 499; /* nginx's "client closed request": nothing was sent */
         req_release(r);
         return MHD_NO;
     }
@@ -461,8 +499,10 @@ static enum MHD_Result answer_final(struct MHD_Connection *con, srv_req *r)
         else
             srv_err_set(&er, 500, "server_error", NULL, "%s", r->err_msg);
         ret = srv_send_error(con, r->api, &er);
+        r->log.status = er.status;
     } else {
         ret = send_text(con, 200, "application/json", r->api->response_json(r));
+        r->log.status = 200;
     }
     req_release(r);
     return ret;
@@ -473,7 +513,7 @@ int srv_answer(srv_server *srv, struct MHD_Connection *con, srv_req *r)
 {
     srv_err er = { 0 };
     pthread_mutex_lock(&srv->mu);
-    if (srv->closing) {
+    if (srv->closing || srv->draining) {
         pthread_mutex_unlock(&srv->mu);
         const srv_api *api = r->api;
         srv_req_discard(r);
@@ -491,6 +531,7 @@ int srv_answer(srv_server *srv, struct MHD_Connection *con, srv_req *r)
     pthread_mutex_unlock(&r->mu);
     pthread_mutex_unlock(&srv->mu);
     if (refused) return answer_refused(srv, con, r, submitted, &er);
+    srv_log_take(r);
     if (r->p.stream) return answer_stream(con, r);
     return answer_final(con, r);
 }
@@ -592,7 +633,7 @@ static enum MHD_Result detokenize_ep(srv_server *srv, struct MHD_Connection *con
 /* Quick reads of the scheduler from a handler (stats, views, metrics) hold
  * srv->mu, under which shutdown marks the server closing before it frees the
  * scheduler: the scheduler, or NULL (then nothing to unlock) when closing. */
-static kvi_sched *sched_enter(srv_server *srv)
+kvi_sched *srv_sched_enter(srv_server *srv)
 {
     pthread_mutex_lock(&srv->mu);
     kvi_sched *s = srv->closing ? NULL : __atomic_load_n(&srv->s, __ATOMIC_ACQUIRE);
@@ -600,12 +641,12 @@ static kvi_sched *sched_enter(srv_server *srv)
     return s;
 }
 
-static void sched_leave(srv_server *srv) { pthread_mutex_unlock(&srv->mu); }
+void srv_sched_leave(srv_server *srv) { pthread_mutex_unlock(&srv->mu); }
 
 static enum MHD_Result kv_ep(srv_server *srv, struct MHD_Connection *con)
 {
     kvi_sched_stats st;
-    kvi_sched *sched = sched_enter(srv);
+    kvi_sched *sched = srv_sched_enter(srv);
     if (!sched) {
         srv_err er = { 0 };
         srv_err_set(&er, 503, "server_error", NULL, "the server is shutting down");
@@ -653,7 +694,7 @@ static enum MHD_Result kv_ep(srv_server *srv, struct MHD_Connection *con)
     int32_t *ids = malloc(MAX_IDS * sizeof *ids);
     cJSON *seqs = cJSON_AddArrayToObject(o, "seqs");
     const int n = v && ids ? kvi_sched_kv_view(sched, v, MAX_VIEWS, ids, MAX_IDS) : 0;
-    sched_leave(srv);
+    srv_sched_leave(srv);
     for (int i = 0; i < n && i < MAX_VIEWS; i++) {
         cJSON *q = cJSON_CreateObject();
         cJSON_AddNumberToObject(q, "id", (double)v[i].id);
@@ -680,6 +721,9 @@ static bool authorized(srv_server *srv, struct MHD_Connection *con)
            (x && !strcmp(x, srv->cfg.api_key));
 }
 
+static enum MHD_Result route(srv_server *srv, struct MHD_Connection *con, conn_ctx *cc, const char *url,
+                             const char *method);
+
 static enum MHD_Result handler(void *cls, struct MHD_Connection *con, const char *url, const char *method,
                                const char *version, const char *upload_data, size_t *upload_data_size,
                                void **con_cls)
@@ -690,6 +734,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *con, const char
         cc = calloc(1, sizeof *cc);
         if (!cc) return MHD_NO;
         *con_cls = cc;
+        __atomic_add_fetch(&srv->n_active, 1, __ATOMIC_ACQ_REL);
         MHD_get_connection_values(con, MHD_HEADER_KIND, header_bytes, &cc->header_bytes);
         return MHD_YES;
     }
@@ -713,6 +758,19 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *con, const char
         cc->body[cc->len] = 0;
         return MHD_YES;
     }
+    srv_log_begin(&cc->log, con, method, url);
+    tl_srv = srv;
+    const enum MHD_Result ret =
+        !strcmp(method, "OPTIONS") ? send_preflight(con) : route(srv, con, cc, url, method);
+    tl_srv = NULL;
+    srv_log_end(srv, &cc->log);
+    return ret;
+}
+
+/* A whole request: its route's answer. */
+static enum MHD_Result route(srv_server *srv, struct MHD_Connection *con, conn_ctx *cc, const char *url,
+                             const char *method)
+{
     srv_err er = { 0 };
     const bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
     /* the error shape of the route family (Anthropic's below /v1/messages) */
@@ -721,11 +779,21 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *con, const char
     if (get && !strcmp(url, "/"))
         return send_text(con, 200, "text/html; charset=utf-8", strdup(srv_page_html));
     if (get && !strcmp(url, "/health")) {
+        pthread_mutex_lock(&srv->mu);
+        const bool draining = srv->draining;
+        pthread_mutex_unlock(&srv->mu);
         cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "status", sched ? "ok" : "loading");
-        return send_json(con, sched ? 200 : 503, o);
+        cJSON_AddStringToObject(o, "status", draining ? "shutting down" : sched ? "ok" : "loading");
+        return send_json(con, sched && !draining ? 200 : 503, o);
     }
     if (!sched) {
+        pthread_mutex_lock(&srv->mu);
+        const bool closing = srv->closing;
+        pthread_mutex_unlock(&srv->mu);
+        if (closing) {
+            srv_err_set(&er, 503, "server_error", "shutting_down", "the server is shutting down");
+            return srv_send_error(con, api, &er);
+        }
         srv_err_set(&er, 503, "server_error", "model_loading", "the model is still loading");
         return srv_send_error(con, api, &er);
     }
@@ -739,10 +807,10 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *con, const char
                     "the request body exceeds %zu bytes", srv_body_max(srv));
         return srv_send_error(con, api, &er);
     }
-    if (get && !strcmp(url, "/metrics")) {
-        kvi_sched *ms = sched_enter(srv);
+    if (get && !strcmp(url, "/metrics") && (srv->cfg.metrics_public || authorized(srv, con))) {
+        kvi_sched *ms = srv_sched_enter(srv);
         char *text = ms ? srv_metrics_render(&srv->metrics, ms) : NULL;
-        if (ms) sched_leave(srv);
+        if (ms) srv_sched_leave(srv);
         if (!ms) {
             srv_err_set(&er, 503, "server_error", NULL, "the server is shutting down");
             return srv_send_error(con, api, &er);
@@ -767,6 +835,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *con, const char
         return send_json(con, 200, o);
     }
     if (get && !strcmp(url, "/v1/kv")) return kv_ep(srv, con);
+    if (get && !strcmp(url, "/props")) return (enum MHD_Result)srv_props_ep(srv, con);
+    if (get && !strcmp(url, "/slots")) return (enum MHD_Result)srv_slots_ep(srv, con);
     if (post && srv_body_check(cc->body, cc->len, &er)) return srv_send_error(con, api, &er);
     if (post && !strcmp(url, "/v1/completions")) return generate(srv, con, cc, false);
     if (post && srv_messages_path(url)) return srv_messages(srv, con, url, cc->body, cc->len);
@@ -785,6 +855,7 @@ static void completed(void *cls, struct MHD_Connection *con, void **con_cls,
     if (cc) {
         free(cc->body);
         free(cc);
+        __atomic_sub_fetch(&((srv_server *)cls)->n_active, 1, __ATOMIC_ACQ_REL);
     }
     *con_cls = NULL;
 }
@@ -799,18 +870,37 @@ int srv_start(srv_server *srv, kvi_error *err)
         if (err) snprintf(err->msg, sizeof err->msg, "--host '%s' is not an IPv4 address", srv->cfg.host);
         return KVI_E_INVALID;
     }
+    const bool tls = srv->cfg.tls_cert_pem != NULL;
+    if (tls && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+        if (err) snprintf(err->msg, sizeof err->msg, "this libmicrohttpd was built without TLS (GnuTLS)");
+        return KVI_E_INVALID;
+    }
+    if (tls != (srv->cfg.tls_key_pem != NULL)) {
+        if (err) snprintf(err->msg, sizeof err->msg, "TLS needs both a certificate and its key");
+        return KVI_E_INVALID;
+    }
+    struct MHD_OptionItem tls_opts[] = {
+        { tls ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, 0, (void *)srv->cfg.tls_cert_pem },
+        { MHD_OPTION_HTTPS_MEM_KEY, 0, (void *)srv->cfg.tls_key_pem },
+        { MHD_OPTION_END, 0, NULL },
+    };
     srv->t_start = (double)time(NULL);
-    srv->d = MHD_start_daemon(
-        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL,
-        (uint16_t)srv->cfg.port, NULL, NULL, handler, srv, MHD_OPTION_SOCK_ADDR, &addr,
-        MHD_OPTION_NOTIFY_COMPLETED, completed, srv, MHD_OPTION_CONNECTION_LIMIT,
-        srv->cfg.conn_max ? srv->cfg.conn_max : (unsigned)SRV_CONN_MAX, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-        srv->cfg.conn_per_ip ? srv->cfg.conn_per_ip : (unsigned)SRV_CONN_PER_IP,
-        MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)(srv->cfg.timeout_s > 0 ? srv->cfg.timeout_s : SRV_TIMEOUT_S),
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(2 * SRV_HEADER_MAX + 32768), MHD_OPTION_END);
+    srv->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL |
+                                  (tls ? MHD_USE_TLS : 0),
+                              (uint16_t)srv->cfg.port, NULL, NULL, handler, srv, MHD_OPTION_SOCK_ADDR, &addr,
+                              MHD_OPTION_NOTIFY_COMPLETED, completed, srv, MHD_OPTION_CONNECTION_LIMIT,
+                              srv->cfg.conn_max ? srv->cfg.conn_max : (unsigned)SRV_CONN_MAX,
+                              MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+                              srv->cfg.conn_per_ip ? srv->cfg.conn_per_ip : (unsigned)SRV_CONN_PER_IP,
+                              MHD_OPTION_CONNECTION_TIMEOUT,
+                              (unsigned)(srv->cfg.timeout_s > 0 ? srv->cfg.timeout_s : SRV_TIMEOUT_S),
+                              MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(2 * SRV_HEADER_MAX + 32768),
+                              MHD_OPTION_ARRAY, tls_opts, MHD_OPTION_END);
     if (!srv->d) {
-        if (err) snprintf(err->msg, sizeof err->msg, "cannot listen on %s:%d", srv->cfg.host, srv->cfg.port);
+        if (err)
+            snprintf(err->msg, sizeof err->msg, "cannot listen on %s:%d%s", srv->cfg.host, srv->cfg.port,
+                     tls ? " with TLS (is the certificate a PEM certificate and the key its PEM private key?)"
+                         : "");
         return KVI_E_IO;
     }
     return 0;
@@ -820,6 +910,20 @@ int srv_bound_port(srv_server *srv)
 {
     const union MHD_DaemonInfo *i = MHD_get_daemon_info(srv->d, MHD_DAEMON_INFO_BIND_PORT);
     return i ? i->port : srv->cfg.port;
+}
+
+bool srv_drain(srv_server *srv, double timeout_ms)
+{
+    pthread_mutex_lock(&srv->mu);
+    srv->draining = true;
+    pthread_mutex_unlock(&srv->mu);
+    const double end = kvi_time_ms() + timeout_ms;
+    const struct timespec tick = { 0, 20 * 1000000L };
+    while (__atomic_load_n(&srv->n_active, __ATOMIC_ACQUIRE) > 0) {
+        if (kvi_time_ms() >= end) return false;
+        nanosleep(&tick, NULL);
+    }
+    return true;
 }
 
 void srv_stop(srv_server *srv)

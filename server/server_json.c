@@ -2,8 +2,9 @@
  * server_json.c — OpenAI-compatible JSON: request fields to srv_params, the
  * server-sent events of a stream, the non-streamed responses and the errors.
  *
- * Requests: unknown fields are ignored; known fields of the wrong type or out
- * of range are a 400 naming the field. Prompt ids are range-checked here, and a
+ * Requests: unknown fields are accepted and named in the request log (the
+ * known ones: srv_fields_completions / srv_fields_chat, server_log.c); known
+ * fields of the wrong type or out of range are a 400 naming the field. Prompt ids are range-checked here, and a
  * prompt plus max_tokens past the context is context_length_exceeded (400), as
  * OpenAI answers. Response text always goes through kvi_utf8_sanitize so that
  * the JSON is valid UTF-8 whatever the tokens were.
@@ -441,14 +442,32 @@ static int parse_constraints(const cJSON *root, srv_params *p, srv_err *er)
     return rc;
 }
 
-/* "logit_bias": {"token id": bias in [-100, 100]} (OpenAI's map). */
-static int parse_logit_bias(const cJSON *root, int32_t n_vocab, srv_params *p, srv_err *er)
+/* The server's own biases (-l) after the request's; the sampler adds both
+ * when a token is in each. 0, or -1 with *er set (out of memory). */
+static int add_server_bias(const srv_config *cfg, srv_params *p, srv_err *er)
+{
+    if (cfg->n_bias == 0) return 0;
+    const size_t n = (size_t)p->n_bias + (size_t)cfg->n_bias;
+    int32_t *ids = realloc(p->bias_ids, n * sizeof *ids);
+    if (ids) p->bias_ids = ids;
+    float *vals = ids ? realloc(p->bias_vals, n * sizeof *vals) : NULL;
+    if (vals) p->bias_vals = vals;
+    if (!ids || !vals) return srv_err_set(er, 500, "server_error", NULL, "out of memory");
+    memcpy(ids + p->n_bias, cfg->bias_ids, (size_t)cfg->n_bias * sizeof *ids);
+    memcpy(vals + p->n_bias, cfg->bias_vals, (size_t)cfg->n_bias * sizeof *vals);
+    p->n_bias += cfg->n_bias;
+    return 0;
+}
+
+/* "logit_bias": {"token id": bias in [-100, 100]} (OpenAI's map), then the server's. */
+static int parse_logit_bias(const srv_config *cfg, const cJSON *root, int32_t n_vocab, srv_params *p,
+                            srv_err *er)
 {
     const cJSON *lb = cJSON_GetObjectItemCaseSensitive(root, "logit_bias");
-    if (!lb || cJSON_IsNull(lb)) return 0;
+    if (!lb || cJSON_IsNull(lb)) return add_server_bias(cfg, p, er);
     if (!cJSON_IsObject(lb)) return bad(er, "logit_bias", "must be an object of token id strings to numbers");
     const int n = cJSON_GetArraySize(lb);
-    if (n == 0) return 0;
+    if (n == 0) return add_server_bias(cfg, p, er);
     if (n > n_vocab) return bad(er, "logit_bias", "has more entries than the vocabulary has tokens");
     p->bias_ids = malloc((size_t)n * sizeof *p->bias_ids);
     p->bias_vals = malloc((size_t)n * sizeof *p->bias_vals);
@@ -466,6 +485,22 @@ static int parse_logit_bias(const cJSON *root, int32_t n_vocab, srv_params *p, s
         p->bias_ids[p->n_bias] = (int32_t)id;
         p->bias_vals[p->n_bias++] = (float)e->valuedouble;
     }
+    return add_server_bias(cfg, p, er);
+}
+
+/* "model": any name is served by the one model and answered with its alias
+ * (llama-server's way: agent CLIs send their own names); --strict-model
+ * refuses other names with OpenAI's 404. (Where a LoRA adapter's name will
+ * select the adapter.) 0, or -1 with *er set. */
+static int check_model(const srv_server *srv, const cJSON *root, srv_err *er)
+{
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+    if (!model || cJSON_IsNull(model)) return 0;
+    if (!cJSON_IsString(model)) return bad(er, "model", "must be a string");
+    if (srv->cfg.strict_model && strcmp(model->valuestring, srv->cfg.model_name) != 0)
+        return srv_err_set(er, 404, "invalid_request_error", "model_not_found",
+                           "The model '%.200s' does not exist (this server serves '%.200s')",
+                           model->valuestring, srv->cfg.model_name);
     return 0;
 }
 
@@ -485,24 +520,17 @@ int srv_parse_request(srv_server *srv, const char *body, size_t len, bool chat, 
         rc = srv_err_set(er, 400, "invalid_request_error", NULL, "the body must be a JSON object");
         goto done;
     }
-    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
-    if (model && !cJSON_IsNull(model)) {
-        if (!cJSON_IsString(model)) {
-            rc = bad(er, "model", "must be a string");
-            goto done;
-        }
-        if (strcmp(model->valuestring, srv->cfg.model_name) != 0) {
-            rc = srv_err_set(er, 404, "invalid_request_error", "model_not_found",
-                             "The model '%.200s' does not exist (this server serves '%.200s')",
-                             model->valuestring, srv->cfg.model_name);
-            goto done;
-        }
-    }
+    srv_log_unknown(root, chat ? &srv_fields_chat : &srv_fields_completions, 1);
+    if ((rc = check_model(srv, root, er))) goto done;
     const int32_t big = 1 << 30;
     double mt = 0;
     if ((rc = num_field(root, "max_tokens", 1, big, true, &mt, er))) goto done;
     if ((rc = num_field(root, "max_completion_tokens", 1, big, true, &mt, er))) goto done;
     p->max_tokens = (int32_t)mt;
+    const bool asked_max = p->max_tokens > 0;
+    /* -n: the server's cap cuts a larger or absent max_tokens (finish "length") */
+    if (srv->cfg.n_predict > 0 && (p->max_tokens == 0 || p->max_tokens > srv->cfg.n_predict))
+        p->max_tokens = srv->cfg.n_predict;
     x = p->sp.temp;
     if ((rc = num_field(root, "temperature", 0, 2, false, &x, er))) goto done;
     p->sp.temp = (float)x;
@@ -548,7 +576,7 @@ int srv_parse_request(srv_server *srv, const char *body, size_t len, bool chat, 
     }
     if ((rc = parse_stop(root, p, er))) goto done;
     if ((rc = parse_logprobs(root, chat, p, er))) goto done;
-    if ((rc = parse_logit_bias(root, kvi_n_vocab(srv->m), p, er))) goto done;
+    if ((rc = parse_logit_bias(&srv->cfg, root, kvi_n_vocab(srv->m), p, er))) goto done;
     if ((rc = parse_constraints(root, p, er))) goto done;
     if (chat && (rc = srv_parse_tools(srv, root, p, er))) goto done;
     rc = chat ? parse_messages(srv, root, body, len, p, er) : parse_prompt(srv, root, p, er);
@@ -558,7 +586,9 @@ int srv_parse_request(srv_server *srv, const char *body, size_t len, bool chat, 
         rc = srv_err_set(er, 400, "invalid_request_error", "invalid_value", "the prompt is empty");
         goto done;
     }
-    if ((int64_t)p->n_prompt + (p->max_tokens > 0 ? p->max_tokens : 0) > srv->cfg.n_ctx ||
+    /* a cap the client did not ask for never makes the request too long: the
+     * generation ends at the full context instead */
+    if ((int64_t)p->n_prompt + (asked_max ? p->max_tokens : 0) > srv->cfg.n_ctx ||
         p->n_prompt > srv->cfg.n_ctx) {
         rc = srv_err_set(
             er, 400, "invalid_request_error", "context_length_exceeded",

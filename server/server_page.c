@@ -12,7 +12,13 @@
  *         tables seen stay greyed when nothing runs), and the last request's
  *         prefill vs decode time from its usage.timings.
  *
- * For tests (tests/web/): body data-kv-touched = the most blocks seen used or
+ * The API key (serve --api-key): every call sends "Authorization: Bearer KEY"
+ * with the key kept in the browser's localStorage ("kvinfer-api-key"); a 401
+ * shows the key bar (#keybar: #key, #keysave), whose Save stores the key and
+ * polls again.
+ *
+ * For tests (tests/web/): body data-need-key = 1 while the key bar is shown;
+ * body data-kv-touched = the most blocks seen used or
  * cached, data-kv-used = blocks used at the last poll, data-last-tokens = the
  * last request's completion tokens; #q, #send, #log .a hold the chat.
  */
@@ -43,8 +49,14 @@ const char srv_page_html[] =
     "monospace;\n"
     "text-align:center;color:#fff;background:#2e8b57;border-radius:2px}.blk.s{background:#e69f00}\n"
     ".old{opacity:.45}small{color:#666}\n"
+    "#keybar{display:none;gap:6px;margin-bottom:8px;padding:6px;background:#fff4d6;border:1px solid "
+    "#e0b000;border-radius:6px}\n"
+    "#keybar.show{display:flex}#key{flex:1;padding:4px}\n"
     "</style></head><body>\n"
     "<div id=\"chat\">\n"
+    "<form id=\"keybar\"><small>This server needs an API key:</small>\n"
+    "<input id=\"key\" type=\"password\" placeholder=\"API key\" autocomplete=\"off\">\n"
+    "<button id=\"keysave\">Save</button></form>\n"
     "<div id=\"log\"></div>\n"
     "<form id=\"f\"><input id=\"q\" placeholder=\"Say something (Enter to send)\" autocomplete=\"off\">\n"
     "<label><small>max tokens</small> <input id=\"mt\" type=\"number\" value=\"200\" min=\"1\" "
@@ -70,6 +82,31 @@ const char srv_page_html[] =
     "const $ = id => document.getElementById(id);\n"
     "const msgs = [];\n"
     "let touched = 0, lastSeqs = [];\n"
+    "\n"
+    "const KEY = 'kvinfer-api-key';\n"
+    "function needKey(on) {\n"
+    "  $('keybar').classList.toggle('show', on);\n"
+    "  if (on) document.body.dataset.needKey = '1'; else delete document.body.dataset.needKey;\n"
+    "}\n"
+    "/* fetch with the stored key; a 401 asks for one */\n"
+    "async function api(url, opts) {\n"
+    "  opts = opts || {};\n"
+    "  const k = localStorage.getItem(KEY);\n"
+    "  const h = Object.assign({}, opts.headers || {});\n"
+    "  if (k) h['Authorization'] = 'Bearer ' + k;\n"
+    "  const r = await fetch(url, Object.assign({}, opts, {headers: h}));\n"
+    "  if (r.status === 401) needKey(true);\n"
+    "  return r;\n"
+    "}\n"
+    "$('keybar').onsubmit = e => {\n"
+    "  e.preventDefault();\n"
+    "  const v = $('key').value.trim();\n"
+    "  if (v) localStorage.setItem(KEY, v); else localStorage.removeItem(KEY);\n"
+    "  $('key').value = '';\n"
+    "  needKey(false);\n"
+    "  $('status').textContent = 'key saved';\n"
+    "  poll();\n"
+    "};\n"
     "\n"
     "function add(cls, text) {\n"
     "  const d = document.createElement('div');\n"
@@ -128,7 +165,9 @@ const char srv_page_html[] =
     "\n"
     "async function poll() {\n"
     "  try {\n"
-    "    const k = await (await fetch('/v1/kv')).json();\n"
+    "    const kr = await api('/v1/kv');\n"
+    "    if (kr.status === 401) { $('status').textContent = 'API key needed'; return; }\n"
+    "    const k = await kr.json();\n"
     "    const total = k.blocks_total, used = k.blocks_used, shared = k.blocks_shared || 0, cached = "
     "k.blocks_cached || 0;\n"
     "    bar($('pool'), [['used', used - shared, 'used'], ['shared', shared, 'shared'], ['cached', cached, "
@@ -187,7 +226,7 @@ const char srv_page_html[] =
     "  $('status').textContent = 'generating...';\n"
     "  let out = '', n = 0;\n"
     "  try {\n"
-    "    const r = await fetch('/v1/chat/completions', {method: 'POST', headers: {'Content-Type': "
+    "    const r = await api('/v1/chat/completions', {method: 'POST', headers: {'Content-Type': "
     "'application/json'},\n"
     "      body: JSON.stringify({messages: msgs, stream: true, max_tokens: Number($('mt').value) || 200,\n"
     "                            stream_options: {include_usage: true}})});\n"

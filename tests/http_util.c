@@ -25,7 +25,8 @@ bool test_server_start(test_server *s, const char *extra, const char *err_name)
     return test_server_start_via(s, "", extra, err_name);
 }
 
-bool test_server_start_via(test_server *s, const char *launcher, const char *extra, const char *err_name)
+static bool server_start(test_server *s, const char *launcher, const char *extra, const char *err_name,
+                         bool quiet)
 {
     int fd[2];
     s->pid = -1;
@@ -38,8 +39,9 @@ bool test_server_start_via(test_server *s, const char *launcher, const char *ext
         close(fd[0]);
         close(fd[1]);
         char cmd[2048];
-        snprintf(cmd, sizeof cmd, "exec %s '%s' serve -m '%s' --port 0 -t 2 --quiet %s 2>'%s'", launcher,
-                 KVI_BIN, shared_path("models/stories260K.gguf"), extra ? extra : "", tmp_path(err_name));
+        snprintf(cmd, sizeof cmd, "exec %s '%s' serve -m '%s' --port 0 -t 2 %s %s 2>'%s'", launcher, KVI_BIN,
+                 shared_path("models/stories260K.gguf"), quiet ? "--quiet" : "", extra ? extra : "",
+                 tmp_path(err_name));
         execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
         _exit(127);
     }
@@ -56,6 +58,16 @@ bool test_server_start_via(test_server *s, const char *launcher, const char *ext
         }
     }
     return ready && s->port > 0;
+}
+
+bool test_server_start_via(test_server *s, const char *launcher, const char *extra, const char *err_name)
+{
+    return server_start(s, launcher, extra, err_name, true);
+}
+
+bool test_server_start_logged(test_server *s, const char *extra, const char *err_name)
+{
+    return server_start(s, "", extra, err_name, false);
 }
 
 int test_server_stop(test_server *s)

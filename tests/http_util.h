@@ -29,6 +29,8 @@ bool test_server_start(test_server *s, const char *extra, const char *err_name);
 /* The same under a launcher: launcher (shell words, e.g. "mpirun -np 2") runs
  * the command. */
 bool test_server_start_via(test_server *s, const char *launcher, const char *extra, const char *err_name);
+/* The same without --quiet: the request log goes to tmp_path(err_name). */
+bool test_server_start_logged(test_server *s, const char *extra, const char *err_name);
 /* SIGTERM and wait: the exit status, or 128 + the signal that ended it. */
 int test_server_stop(test_server *s);
 

@@ -7,7 +7,7 @@
  * equal `kvinfer run --temp 0` for the same prompt (also with 47 other streams
  * in every batch); one SSE event per token; 48 concurrent streaming clients;
  * errors in OpenAI's shape (400 malformed JSON / wrong types / bad max_tokens /
- * token id out of range, 401, 404 model_not_found, 413, 429,
+ * token id out of range, 401, 413, 429,
  * context_length_exceeded); an abrupt disconnect frees its KV blocks while
  * another stream goes on unharmed; metrics, models, tokenize, health; a clean
  * exit on SIGTERM (under ASan: no leaks).
@@ -139,8 +139,6 @@ static void test_errors(void)
         "context_length_exceeded", "huge max_tokens");
     check_error(http(g_port, "POST", "/v1/completions", "{\"prompt\":[1,403,99999]}", true), 400,
                 "invalid_value", "token id out of range");
-    check_error(http(g_port, "POST", "/v1/completions", "{\"prompt\":\"Once\",\"model\":\"gpt-4\"}", true),
-                404, "model_not_found", "unknown model");
     check_error(http(g_port, "POST", "/v1/completions", "{\"prompt\":\"Once\"}", false), 401,
                 "invalid_api_key", "no API key");
     check_error(http(g_port, "POST", "/v1/chat/completions", "{\"messages\":\"hi\"}", true), 400,
@@ -355,7 +353,7 @@ int main(void)
     http_resp dt = http(g_port, "POST", "/detokenize", "{\"tokens\":[403,407,261,378]}", true);
     CHECK(dt.status == 200 && dt.body && strstr(dt.body, "Once upon a time"), "detokenize: %s", dt.body);
     free(dt.body);
-    http_resp mt = http(g_port, "GET", "/metrics", NULL, false);
+    http_resp mt = http(g_port, "GET", "/metrics", NULL, true);
     CHECK(mt.body && strstr(mt.body, "kvinfer_time_to_first_token_seconds_bucket") &&
               strstr(mt.body, "kvinfer_inter_token_latency_seconds_count") &&
               strstr(mt.body, "kvinfer_kv_blocks_total") && strstr(mt.body, "kvinfer_prefix_cache_hit_ratio"),

@@ -7,7 +7,8 @@
  *  - a text prompt becomes the model's tokens with BOS, a chat body the chat
  *    layout's tokens (the same as kvi_chat_apply on the same messages);
  *  - bad bodies get OpenAI's error shape with the right status, type and code:
- *    not JSON, not an object, an unknown model (404 model_not_found), a field of
+ *    not JSON, not an object, an unknown model under strict_model (404
+ *    model_not_found; any name is served without it), a field of
  *    the wrong type or out of range, an empty ids prompt, a request over the
  *    context (context_length_exceeded), too many stop strings.
  */
@@ -179,7 +180,15 @@ static void test_errors(void)
 {
     expect_error("{\"prompt\": [1, 2", false, 400, NULL, "truncated JSON");
     expect_error("[1, 2, 3]", false, 400, NULL, "not an object");
+    /* any model name is served (llama-server's way); --strict-model refuses others */
+    srv_params p;
+    srv_err er;
+    CHECK(parse("{\"model\": \"claude-sonnet-4\", \"prompt\": [1]}", false, &p, &er) == 0,
+          "another model's name refused: %s", er.msg);
+    srv_params_free(&p);
+    srv.cfg.strict_model = true;
     expect_error("{\"model\": \"gpt-4\", \"prompt\": [1]}", false, 404, "model_not_found", "unknown model");
+    srv.cfg.strict_model = false;
     expect_error("{\"model\": 7, \"prompt\": [1]}", false, 400, "invalid_value", "model not a string");
     expect_error("{\"prompt\": [1], \"temperature\": 3}", false, 400, "invalid_value", "temperature > 2");
     expect_error("{\"prompt\": [1], \"max_tokens\": \"ten\"}", false, 400, "invalid_value",

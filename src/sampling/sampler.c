@@ -410,7 +410,8 @@ int kvi_sampler_set_logit_bias(kvi_sampler *s, const int32_t *ids, const float *
 {
     if (!s || n < 0 || (n > 0 && (!ids || !bias))) return KVI_E_INVALID;
     for (int32_t i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] >= s->n_vocab || !(bias[i] >= -100.0f && bias[i] <= 100.0f))
+        if (ids[i] < 0 || ids[i] >= s->n_vocab ||
+            !((bias[i] >= -100.0f && bias[i] <= 100.0f) || bias[i] == -INFINITY))
             return KVI_E_INVALID;
     int32_t *ni = n ? malloc((size_t)n * sizeof *ni) : NULL;
     float *nb = n ? malloc((size_t)n * sizeof *nb) : NULL;

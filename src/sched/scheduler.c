@@ -77,6 +77,7 @@
 
 #include "base/error.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -298,9 +299,9 @@ int kvi_sched_submit(kvi_sched *s, const kvi_request *r, uint64_t *id, kvi_error
     }
     for (int32_t i = 0; i < r->n_bias; i++)
         if (!r->bias_ids || !r->bias_vals || r->bias_ids[i] < 0 || r->bias_ids[i] >= s->n_vocab ||
-            !(r->bias_vals[i] >= -100.0f && r->bias_vals[i] <= 100.0f))
+            !((r->bias_vals[i] >= -100.0f && r->bias_vals[i] <= 100.0f) || r->bias_vals[i] == -INFINITY))
             return err_set(err, KVI_E_INVALID,
-                           "logit_bias: token %d or its bias is outside [0, %d) / [-100, 100]",
+                           "logit_bias: token %d or its bias is outside [0, %d) / [-100, 100] or -inf",
                            r->bias_ids ? r->bias_ids[i] : -1, s->n_vocab);
     kvi_grammar_matcher *gm = NULL;
     if (r->grammar) {

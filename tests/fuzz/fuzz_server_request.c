@@ -7,20 +7,31 @@
  * Jinja template that writes tool calls (Qwen2.5's: tools, tool_choice, the
  * forced-call grammar), as an Anthropic /v1/messages and count_tokens body
  * (srv_messages_parse), and its /apply-template rendering. The configuration is
- * test_server_parse's.
+ * test_server_parse's, plus the operations flags that reach the parser (-n 16,
+ * -l 2-inf merged into each logit_bias) and the request log: each parse fills a
+ * log record (the unknown field names, sanitised) that is then formatted, as
+ * text and as JSON, into a sink that drops it.
  */
 #include "fuzz_util.h"
 
 #include "kvinfer.h"
 #include "server/server.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* The request log's sink: the line is formatted, then dropped. */
+static void log_drop(void *user, const char *line) { *(size_t *)user += strlen(line); }
+
+static size_t g_logged;
+
 static srv_server *server(void)
 {
     static srv_server srv;
+    static const int32_t bias_ids[] = { 2 };
+    static const float bias_vals[] = { -INFINITY };
     if (!srv.m) {
         kvi_load_params lp;
         kvi_load_params_default(&lp);
@@ -33,6 +44,12 @@ static srv_server *server(void)
         srv.cfg.model_name = "stories260K";
         srv.cfg.n_ctx = 256;
         kvi_sampler_params_default(&srv.cfg.sampling);
+        srv.cfg.n_predict = 16;
+        srv.cfg.bias_ids = bias_ids;
+        srv.cfg.bias_vals = bias_vals;
+        srv.cfg.n_bias = 1;
+        srv.cfg.log_fn = log_drop;
+        srv.cfg.log_user = &g_logged;
     }
     return &srv;
 }
@@ -77,10 +94,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         const bool chat = k > 0;
         srv_params p;
         memset(&er, 0, sizeof er);
+        srv_log_rec rec;
+        srv_log_begin(&rec, NULL, "POST", chat ? "/v1/chat/completions" : "/v1/completions");
         if (srv_parse_request(srv, (const char *)data, size, chat, &p, &er) == 0)
             srv_params_free(&p);
         else
             free(srv_error_json(&er));
+        srv->cfg.log_json = k == 1;
+        srv_log_end(srv, &rec);
     }
     /* as an Anthropic /v1/messages and count_tokens body */
     for (int k = 0; k < 2; k++) {

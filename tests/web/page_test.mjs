@@ -9,6 +9,10 @@
 // than once), checks that the KV view changed (blocks used or cached > 0 and the
 // pool table filled), the last request's prefill/decode figures, and that the
 // second turn is partly served from the prefix cache. Saves OUT_DIR/web_page.png.
+// Then, against a server with --api-key: the page asks for the key (a 401 shows
+// the key bar), a wrong key is asked again, the right one is kept in
+// localStorage and sent as "Authorization: Bearer", a message gets its answer,
+// and after a reload the stored key serves without asking.
 // Exit status 0 only when every check passed. Registered in CMakeLists.txt only
 // where node, chromium and tests/web/node_modules exist, and not under ASan.
 import { spawn } from 'node:child_process';
@@ -30,8 +34,8 @@ function check(cond, what) {
 }
 
 // The server, and the port it printed before "kvinfer: ready".
-function startServer() {
-  const child = spawn(bin, ['serve', '-m', model, '--port', '0', '-t', '2', '--quiet'],
+function startServer(extra = []) {
+  const child = spawn(bin, ['serve', '-m', model, '--port', '0', '-t', '2', '--quiet', ...extra],
                       { stdio: ['ignore', 'pipe', 'inherit'] });
   return new Promise((resolve, reject) => {
     let port = 0;
@@ -43,6 +47,45 @@ function startServer() {
     });
     child.on('exit', code => { clearTimeout(timer); reject(new Error('server exited with ' + code)); });
   });
+}
+
+// The page against a server with --api-key (another port: another origin, so
+// no key stored yet).
+async function keyPhase() {
+  server = await startServer(['--api-key', 'page-key']);
+  const page = await ctx.newPage();
+  const errors = [];
+  page.on('pageerror', e => errors.push(String(e)));
+  await page.goto(`http://127.0.0.1:${server.port}/`);
+  const asked = () => page.waitForFunction(() => document.body.dataset.needKey === '1', null, { timeout: 10000 })
+    .then(() => true, () => false);
+  check(await asked(), 'key: a 401 shows the key bar');
+  check(await page.isVisible('#key'), 'key: the key field is visible');
+  await page.fill('#key', 'wrong-key');
+  await page.click('#keysave');
+  check(await asked(), 'key: a wrong key is asked again');
+  await page.fill('#key', 'page-key');
+  await page.click('#keysave');
+  await page.waitForFunction(() => document.querySelector('#kvt').textContent.includes('blocks used'),
+                             null, { timeout: 10000 });
+  check(await page.evaluate(() => document.body.dataset.needKey) === undefined, 'key: the bar is gone');
+  check(await page.evaluate(() => localStorage.getItem('kvinfer-api-key')) === 'page-key',
+        'key: kept in localStorage');
+  await page.fill('#q', 'Hello');
+  await page.click('#send');
+  await page.waitForFunction(() => /^(done|error)/.test(document.querySelector('#status').textContent),
+                             null, { timeout: 30000 });
+  const status = await page.textContent('#status');
+  check(status.startsWith('done') && (await page.textContent('#log .a')).trim().length > 0,
+        'key: a message is answered with the key (' + status + ')');
+  await page.reload();
+  await page.waitForFunction(() => document.querySelector('#kvt').textContent.includes('blocks used'),
+                             null, { timeout: 10000 });
+  check(await page.evaluate(() => document.body.dataset.needKey) === undefined,
+        'key: after a reload the stored key serves without asking');
+  check(!(await page.isVisible('#key')), 'key: the key field is hidden');
+  check(errors.length === 0, 'key: no page errors: ' + errors.join('; '));
+  await page.screenshot({ path: join(outDir, 'web_page_key.png'), fullPage: true });
 }
 
 const profile = mkdtempSync(join(tmpdir(), 'kvinfer-chromium-'));
@@ -130,6 +173,9 @@ try {
   mkdirSync(outDir, { recursive: true });
   await page.screenshot({ path: join(outDir, 'web_page.png'), fullPage: true });
   console.log('screenshot: ' + join(outDir, 'web_page.png'));
+  server.child.kill('SIGTERM');
+  server = null;
+  await keyPhase();
 } catch (e) {
   failed++;
   console.error('FAIL ' + (e && e.stack ? e.stack : e));
