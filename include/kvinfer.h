@@ -409,6 +409,11 @@ int32_t kvi_sampler_dry_breaker(const kvi_sampler *s, int32_t i, int32_t *head, 
 int32_t kvi_sampler_chain_names(const kvi_sampler *s, char *buf, size_t cap);
 /* Picks a token from logits (n_vocab floats; not modified). */
 int32_t kvi_sampler_sample(kvi_sampler *s, const float *logits);
+/* The candidates with a finite logit after the whole chain of the last
+ * kvi_sampler_sample or kvi_sampler_probs (with XTC's coin, probs' last run is
+ * the one where it did not fire): ids and the probabilities the draw used, in
+ * the chain's array order, at most cap written. Returns their number. */
+int32_t kvi_sampler_last_candidates(const kvi_sampler *s, int32_t *ids, float *p, int32_t cap);
 /* Records a token of the sequence (prompt or generated) for the penalties and DRY. */
 void kvi_sampler_accept(kvi_sampler *s, int32_t token);
 /* Records a generated token: kvi_sampler_accept, and advances the grammar and

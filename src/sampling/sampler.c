@@ -370,6 +370,19 @@ int32_t kvi_sampler_sample(kvi_sampler *s, const float *logits)
     return s->cand[last].id; /* rounding at the very top of the range */
 }
 
+int32_t kvi_sampler_last_candidates(const kvi_sampler *s, int32_t *ids, float *p, int32_t cap)
+{
+    if (!s) return KVI_E_INVALID;
+    int32_t n = 0;
+    for (int32_t i = 0; i < s->n_cand; i++) {
+        if (!(s->cand[i].logit > -INFINITY)) continue;
+        if (n < cap && ids) ids[n] = s->cand[i].id;
+        if (n < cap && p) p[n] = s->cand[i].p;
+        n++;
+    }
+    return n;
+}
+
 /* Adds w * the chain's distribution (after chain_run) to probs. */
 static void probs_add(const kvi_sampler *s, int32_t certain, double w, float *probs)
 {
