@@ -235,7 +235,8 @@ static int order_flag(const char *a, const char *v, bool names, kvi_sampler_para
     char buf[512];
     int32_t n = 0, unknown = 0;
     if (names) {
-        if (snprintf(buf, sizeof buf, "%s", v) >= (int)sizeof buf) return -cli_error("%s: the list is too long", a);
+        if (snprintf(buf, sizeof buf, "%s", v) >= (int)sizeof buf)
+            return -cli_error("%s: the list is too long", a);
         for (char *t = buf, *end; t && n < KVI_SAMPLERS_MAX * 4; t = end) {
             end = strchr(t, ';');
             if (end) *end++ = 0;
@@ -244,7 +245,8 @@ static int order_flag(const char *a, const char *v, bool names, kvi_sampler_para
     }
     if (kvi_sampler_order_parse(sp, names ? list : NULL, n, v, &unknown) != 0)
         return -cli_error("%s: more than %d samplers", a, KVI_SAMPLERS_MAX);
-    if (unknown > 0) fprintf(stderr, "kvinfer: warning: %s: %d unknown sampler(s) skipped\n", a, (int)unknown);
+    if (unknown > 0)
+        fprintf(stderr, "kvinfer: warning: %s: %d unknown sampler(s) skipped\n", a, (int)unknown);
     return 1;
 }
 
@@ -257,7 +259,8 @@ static int breaker_flag(const char *a, const char *v, cli_sampling *o)
         o->n_breakers = 0;
         return 1;
     }
-    if (o->n_breakers == CLI_DRY_BREAKERS_MAX) return -cli_error("%s: more than %d breakers", a, CLI_DRY_BREAKERS_MAX);
+    if (o->n_breakers == CLI_DRY_BREAKERS_MAX)
+        return -cli_error("%s: more than %d breakers", a, CLI_DRY_BREAKERS_MAX);
     o->breakers[o->n_breakers++] = v;
     return 1;
 }
@@ -312,7 +315,8 @@ int cli_sampler_breakers(kvi_sampler *smp, const kvi_model *m, const kvi_sampler
 {
     if (sp->dry_multiplier == 0.0f || sp->dry_penalty_last_n == 0 || sp->mirostat != 0) return 0;
     kvi_error err = { 0 };
-    if (kvi_sampler_set_dry_breakers(smp, m, o->breakers_given ? o->breakers : NULL, o->n_breakers, &err) != 0)
+    if (kvi_sampler_set_dry_breakers(smp, m, o->breakers_given ? o->breakers : NULL, o->n_breakers, &err) !=
+        0)
         return cli_error("DRY sequence breakers: %s", err.msg);
     return 0;
 }

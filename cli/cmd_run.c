@@ -923,7 +923,8 @@ int cmd_run(int argc, char **argv)
         return cli_error(
             "a grammar or JSON schema cannot be combined with speculative decoding (--spec, --draft)");
     if (run_spec_enabled(&o.spec) && kvi_sampler_params_stateful(&o.sp))
-        return cli_error("mirostat, DRY and XTC cannot be combined with speculative decoding (--spec, --draft)");
+        return cli_error(
+            "mirostat, DRY and XTC cannot be combined with speculative decoding (--spec, --draft)");
     int grc = 0;
     kvi_grammar *grammar = load_grammar(&o, &grc);
     if (grc) return 1;

@@ -68,7 +68,8 @@ static int ids_of(const cJSON *a, const char *what, int32_t nv, int32_t **out, i
     {
         if (!cJSON_IsNumber(it) || it->valuedouble != (double)(int32_t)it->valuedouble || it->valueint < 0 ||
             it->valueint >= nv)
-            return cli_error("sampler: '%s' holds %g, not a token id in [0, %d)", what, it->valuedouble, (int)nv);
+            return cli_error("sampler: '%s' holds %g, not a token id in [0, %d)", what, it->valuedouble,
+                             (int)nv);
         (*out)[(*n)++] = it->valueint;
     }
     return 0;
@@ -77,7 +78,8 @@ static int ids_of(const cJSON *a, const char *what, int32_t nv, int32_t **out, i
 static int logits_of(const cJSON *a, int32_t nv, float *lg)
 {
     if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != nv)
-        return cli_error("sampler: 'logits' must be an array of %d numbers (the model's vocabulary)", (int)nv);
+        return cli_error("sampler: 'logits' must be an array of %d numbers (the model's vocabulary)",
+                         (int)nv);
     int i = 0;
     const cJSON *it;
     cJSON_ArrayForEach(it, a)
@@ -138,7 +140,8 @@ static int print_json(const sampler_run *r)
     cJSON *root = cJSON_CreateObject(), *chain = cJSON_AddArrayToObject(root, "chain");
     char names[sizeof r->chain];
     memcpy(names, r->chain, sizeof names);
-    for (char *t = strtok(names, " "); t; t = strtok(NULL, " ")) cJSON_AddItemToArray(chain, cJSON_CreateString(t));
+    for (char *t = strtok(names, " "); t; t = strtok(NULL, " "))
+        cJSON_AddItemToArray(chain, cJSON_CreateString(t));
     cJSON *cand = cJSON_AddObjectToObject(root, "candidates");
     cJSON_AddItemToObject(cand, "ids", ints_json(r->cand_ids, r->n_cand));
     cJSON_AddItemToObject(cand, "p", floats_json(r->cand_p, r->n_cand));
@@ -151,7 +154,8 @@ static int print_json(const sampler_run *r)
 static void print_text(const sampler_run *r)
 {
     printf("chain: %s\ncandidates at the first draw (%d):\n", r->chain, (int)r->n_cand);
-    for (int32_t i = 0; i < r->n_cand; i++) printf("  %6d  %.6f\n", (int)r->cand_ids[i], (double)r->cand_p[i]);
+    for (int32_t i = 0; i < r->n_cand; i++)
+        printf("  %6d  %.6f\n", (int)r->cand_ids[i], (double)r->cand_p[i]);
     printf("step  token  candidates  p\n");
     for (int32_t i = 0; i < r->n_steps; i++)
         printf("%4d  %5d  %10d  %.6f\n", (int)i, (int)r->draws[i], (int)r->trace_n[i], (double)r->trace_p[i]);
@@ -203,7 +207,10 @@ static int run_case(const cJSON *c, const kvi_model *m, int64_t n_draws, bool js
     if (rc == 0) rc = ids_of(cJSON_GetObjectItemCaseSensitive(c, "history"), "history", nv, &hist, &n_hist);
     if (rc == 0) rc = ids_of(cJSON_GetObjectItemCaseSensitive(c, "force"), "force", nv, &force, &n_force);
     const cJSON *nd = cJSON_GetObjectItemCaseSensitive(c, "n_draws");
-    if (n_draws < 0) n_draws = cJSON_IsNumber(nd) && nd->valuedouble >= 1 && nd->valuedouble <= 1e6 ? (int64_t)nd->valuedouble : 1;
+    if (n_draws < 0)
+        n_draws = cJSON_IsNumber(nd) && nd->valuedouble >= 1 && nd->valuedouble <= 1e6
+                      ? (int64_t)nd->valuedouble
+                      : 1;
     r.n_steps = (int32_t)n_draws;
     if (rc == 0 && n_force > 0 && n_force < r.n_steps) r.n_steps = n_force; /* forced: as many steps as ids */
     r.draws = malloc((size_t)r.n_steps * sizeof *r.draws);
@@ -278,7 +285,8 @@ int cmd_sampler(int argc, char **argv)
     kvi_error err = { 0 };
     kvi_model *m = kvi_vocab_load(path, &err);
     int rc = m ? run_case(c, m, n_draws, json)
-               : cli_error("cannot load the vocabulary of '%s': %s", path, err.msg[0] ? err.msg : kvi_strerror(err.code));
+               : cli_error("cannot load the vocabulary of '%s': %s", path,
+                           err.msg[0] ? err.msg : kvi_strerror(err.code));
     kvi_model_free(m);
     cJSON_Delete(c);
     return rc;

@@ -146,7 +146,7 @@ typedef struct srv_params {
     bool forced_call;   /* "required" or a named function: the grammar forces the call */
     bool tool_parallel; /* parallel_tool_calls (default true) */
     const kvi_grammar_vocab *grammar_vocab; /* of a forced call's grammar (the server's); NULL: the model's */
-    srv_dry_breakers dry; /* server_sampling.c */
+    srv_dry_breakers dry;                   /* server_sampling.c */
 } srv_params;
 
 enum { SRV_TOOLS_NONE, SRV_TOOLS_AUTO, SRV_TOOLS_REQUIRED, SRV_TOOLS_NAMED };

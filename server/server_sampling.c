@@ -138,7 +138,8 @@ int srv_sampling_fields(const cJSON *root, bool all, int n_ctx, kvi_sampler_para
         double seed = (double)sp->seed;
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "seed");
         if (v && !cJSON_IsNull(v)) {
-            if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || fabs(v->valuedouble) > 9007199254740992.0)
+            if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) ||
+                fabs(v->valuedouble) > 9007199254740992.0)
                 return bad(er, "seed", "must be an integer");
             seed = v->valuedouble;
         }
@@ -155,10 +156,11 @@ int srv_parse_sampling(srv_server *srv, const cJSON *root, srv_params *p, srv_er
     /* llama-server's n_probs: the top token probabilities, as top_logprobs */
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "n_probs");
     if (!v || cJSON_IsNull(v)) return 0;
-    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble)) return bad(er, "n_probs", "must be an integer");
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble))
+        return bad(er, "n_probs", "must be an integer");
     if (v->valuedouble < 0 || v->valuedouble > KVI_LOGPROBS_MAX)
-        return srv_err_set(er, 400, "invalid_request_error", "invalid_value", "'n_probs' is %g, outside [0, %d]",
-                           v->valuedouble, KVI_LOGPROBS_MAX);
+        return srv_err_set(er, 400, "invalid_request_error", "invalid_value",
+                           "'n_probs' is %g, outside [0, %d]", v->valuedouble, KVI_LOGPROBS_MAX);
     if (v->valuedouble > 0) {
         p->logprobs = true;
         p->top_logprobs = (int32_t)v->valuedouble;

@@ -32,7 +32,8 @@ static cJSON *run_case(const cJSON *c, const cJSON *e, bool forced)
     char path[4096], args[8192];
     snprintf(path, sizeof path, "%s/sampler_case_%d.json", KVI_TMP_DIR, (int)getpid());
     CHECK(write_file(path, text, strlen(text)) == 0, "write %s", path);
-    snprintf(args, sizeof args, "sampler -m '%s' -f '%s' --json", shared_path("models/stories260K.gguf"), path);
+    snprintf(args, sizeof args, "sampler -m '%s' -f '%s' --json", shared_path("models/stories260K.gguf"),
+             path);
     char *out = NULL, *err = NULL;
     const int rc = run_kvinfer(args, &out, &err);
     CHECK(rc == 0, "sampler exit %d: %s", rc, err ? err : "");
@@ -63,8 +64,8 @@ static void check_chain_and_candidates(const cJSON *got, const cJSON *e, const c
     for (int i = 0; i < cJSON_GetArraySize(ei); i++)
         for (int j = 0; j < cJSON_GetArraySize(gi); j++)
             if (cJSON_GetArrayItem(gi, j)->valueint == cJSON_GetArrayItem(ei, i)->valueint)
-                matched += fabs(cJSON_GetArrayItem(gp, j)->valuedouble - cJSON_GetArrayItem(ep, i)->valuedouble) <=
-                           1e-5;
+                matched += fabs(cJSON_GetArrayItem(gp, j)->valuedouble -
+                                cJSON_GetArrayItem(ep, i)->valuedouble) <= 1e-5;
     CHECK(matched == cJSON_GetArraySize(ei), "%s: %d of %d candidates with the expected p", name, matched,
           cJSON_GetArraySize(ei));
 }
@@ -97,7 +98,8 @@ static void check_drawn(const cJSON *cases, const cJSON *ecases, const char *nam
     cJSON *got = c && e ? run_case(c, e, false) : NULL;
     if (!got) return;
     check_chain_and_candidates(got, e, name);
-    const cJSON *d = cJSON_GetObjectItem(got, "draws"), *ei = cJSON_GetObjectItem(cJSON_GetObjectItem(e, "candidates"), "ids");
+    const cJSON *d = cJSON_GetObjectItem(got, "draws"),
+                *ei = cJSON_GetObjectItem(cJSON_GetObjectItem(e, "candidates"), "ids");
     int outside = 0;
     const cJSON *t;
     cJSON_ArrayForEach(t, d)
@@ -125,8 +127,8 @@ static void check_errors(const cJSON *cases)
     write_file(path, bad, strlen(bad));
     snprintf(args, sizeof args, "sampler -m '%s' -f '%s'", shared_path("models/stories260K.gguf"), path);
     rc = run_kvinfer(args, &out, &err);
-    CHECK(rc == 1 && err && strstr(err, "'logits' must be an array of 512 numbers"), "short logits: rc %d, %s", rc,
-          err ? err : "");
+    CHECK(rc == 1 && err && strstr(err, "'logits' must be an array of 512 numbers"),
+          "short logits: rc %d, %s", rc, err ? err : "");
     free(out);
     free(err);
     cJSON *dup = cJSON_Duplicate(by_name(cases, "default"), true);

@@ -234,8 +234,8 @@ static void test_order(void)
 {
     kvi_sampler_params p;
     kvi_sampler_params_default(&p);
-    const char *names[] = { "Top-K", "nucleus", "foo", "temp", "TYP", "min_p", "top_n_sigma", "penalties", "dry",
-                            "xtc" };
+    const char *names[] = { "Top-K", "nucleus",     "foo",       "temp", "TYP",
+                            "min_p", "top_n_sigma", "penalties", "dry",  "xtc" };
     int32_t unknown = -1;
     CHECK(kvi_sampler_order_parse(&p, names, 10, NULL, &unknown) == 0 && unknown == 1, "names: %d unknown",
           unknown);
@@ -243,17 +243,19 @@ static void test_order(void)
     kvi_sampler *s = kvi_sampler_create(&p, 16);
     char buf[256];
     kvi_sampler_chain_names(s, buf, sizeof buf);
-    CHECK(!strcmp(buf, "top-k top-p temp-ext ?typical min-p ?top-n-sigma ?penalties ?dry ?xtc dist"), "chain \"%s\"",
-          buf);
+    CHECK(!strcmp(buf, "top-k top-p temp-ext ?typical min-p ?top-n-sigma ?penalties ?dry ?xtc dist"),
+          "chain \"%s\"", buf);
     kvi_sampler_free(s);
     CHECK(kvi_sampler_order_parse(&p, names, 0, NULL, NULL) == 0 && !strcmp(p.samplers, "-"), "[] is \"-\"");
     s = kvi_sampler_create(&p, 16);
     kvi_sampler_chain_names(s, buf, sizeof buf);
     CHECK(!strcmp(buf, "dist"), "empty chain \"%s\"", buf);
     kvi_sampler_free(s);
-    CHECK(kvi_sampler_order_parse(&p, NULL, 0, "mtkz", &unknown) == 0 && unknown == 1 && !strcmp(p.samplers, "mtk"),
+    CHECK(kvi_sampler_order_parse(&p, NULL, 0, "mtkz", &unknown) == 0 && unknown == 1 &&
+              !strcmp(p.samplers, "mtk"),
           "letters \"%s\"", p.samplers);
-    CHECK(kvi_sampler_order_parse(&p, NULL, 0, "kkkkkkkkkkkkkkkkk", NULL) == KVI_E_INVALID, "17 samplers refused");
+    CHECK(kvi_sampler_order_parse(&p, NULL, 0, "kkkkkkkkkkkkkkkkk", NULL) == KVI_E_INVALID,
+          "17 samplers refused");
     kvi_sampler_params_default(&p);
     p.mirostat = 2;
     s = kvi_sampler_create(&p, 16);

@@ -124,7 +124,8 @@ static bool check_chain(const kvi_sampler *s, const cJSON *want, const char *nam
     size_t len = 0;
     exp[0] = 0;
     const cJSON *it;
-    cJSON_ArrayForEach(it, want) len += (size_t)snprintf(exp + len, sizeof exp - len, "%s%s", len ? " " : "", it->valuestring);
+    cJSON_ArrayForEach(it, want) len +=
+        (size_t)snprintf(exp + len, sizeof exp - len, "%s%s", len ? " " : "", it->valuestring);
     kvi_sampler_chain_names(s, got, sizeof got);
     CHECK(strcmp(got, exp) == 0, "%s: chain \"%s\", want \"%s\"", name, got, exp);
     return strcmp(got, exp) == 0;
@@ -161,7 +162,8 @@ static bool check_breakers(const kvi_sampler *s, const cJSON *want, const char *
 }
 
 /* The finite candidates after kvi_sampler_probs against want's ids and p. */
-static bool candidates_match(kvi_sampler *s, const float *logits, const cJSON *want, bool report, const char *name)
+static bool candidates_match(kvi_sampler *s, const float *logits, const cJSON *want, bool report,
+                             const char *name)
 {
     float probs[NV];
     CHECK(kvi_sampler_probs(s, logits, probs) == 0, "probs");
@@ -210,7 +212,8 @@ static void stateless_draws(kvi_sampler *s, const float *logits, const cJSON *di
 static void teacher_forcing(kvi_sampler *s, const float *logits, const cJSON *exp, const char *name)
 {
     const cJSON *draws = cJSON_GetObjectItem(exp, "draws"), *tn = cJSON_GetObjectItem(exp, "trace_n"),
-                *tp = cJSON_GetObjectItem(exp, "trace_p"), *fragile = cJSON_GetObjectItem(exp, "fragile_steps");
+                *tp = cJSON_GetObjectItem(exp, "trace_p"),
+                *fragile = cJSON_GetObjectItem(exp, "fragile_steps");
     const int n = cJSON_GetArraySize(draws);
     int bad_n = 0, bad_p = 0, first_bad = -1;
     double worst = 0.0;
@@ -232,8 +235,10 @@ static void teacher_forcing(kvi_sampler *s, const float *logits, const cJSON *ex
         }
         kvi_sampler_accept_output(s, t);
     }
-    CHECK(bad_n == 0 && bad_p == 0, "%s: trace: %d steps with another candidate count, %d with |dp| > 1e-5 "
-          "(first at step %d; max |dp| %.3g)", name, bad_n, bad_p, first_bad, worst);
+    CHECK(bad_n == 0 && bad_p == 0,
+          "%s: trace: %d steps with another candidate count, %d with |dp| > 1e-5 "
+          "(first at step %d; max |dp| %.3g)",
+          name, bad_n, bad_p, first_bad, worst);
 }
 
 static void run_case(const cJSON *c, const cJSON *e, const kvi_model *m)
@@ -243,7 +248,8 @@ static void run_case(const cJSON *c, const cJSON *e, const kvi_model *m)
     const cJSON *params = cJSON_GetObjectItem(c, "params");
     float logits[NV];
     CHECK(cJSON_GetArraySize(cJSON_GetObjectItem(c, "logits")) == NV, "%s: logits", name);
-    for (int i = 0; i < NV; i++) logits[i] = (float)cJSON_GetArrayItem(cJSON_GetObjectItem(c, "logits"), i)->valuedouble;
+    for (int i = 0; i < NV; i++)
+        logits[i] = (float)cJSON_GetArrayItem(cJSON_GetObjectItem(c, "logits"), i)->valuedouble;
     const cJSON *hist = cJSON_GetObjectItem(c, "history");
     bool ok;
     kvi_sampler *s = make(params, m, -1.0f, &ok);
@@ -258,8 +264,10 @@ static void run_case(const cJSON *c, const cJSON *e, const kvi_model *m)
         /* the array of the coin that fell in llama.cpp: not fired, or fired */
         bool ok0, ok1;
         kvi_sampler *s0 = make(params, m, 0.0f, &ok0), *s1 = make(params, m, 1.0f, &ok1);
-        cJSON_ArrayForEach(it, hist) kvi_sampler_accept(s0, it->valueint), kvi_sampler_accept(s1, it->valueint);
-        const bool m0 = candidates_match(s0, logits, cand, false, name), m1 = candidates_match(s1, logits, cand, false, name);
+        cJSON_ArrayForEach(it, hist) kvi_sampler_accept(s0, it->valueint),
+            kvi_sampler_accept(s1, it->valueint);
+        const bool m0 = candidates_match(s0, logits, cand, false, name),
+                   m1 = candidates_match(s1, logits, cand, false, name);
         CHECK(m0 || m1, "%s: the first candidates match neither XTC outcome", name);
         kvi_sampler_free(s0);
         kvi_sampler_free(s1);
@@ -294,8 +302,9 @@ int main(void)
     CHECK(kvi_n_vocab(m) == NV && cJSON_GetObjectItem(exp, "n_vocab")->valueint == NV, "vocabulary of 512");
     for (int i = 0; i < cJSON_GetArraySize(cases); i++) {
         const cJSON *c = cJSON_GetArrayItem(cases, i), *e = cJSON_GetArrayItem(ecases, i);
-        CHECK(!strcmp(cJSON_GetObjectItem(c, "name")->valuestring, cJSON_GetObjectItem(e, "name")->valuestring),
-              "case %d: the files' orders differ", i);
+        CHECK(
+            !strcmp(cJSON_GetObjectItem(c, "name")->valuestring, cJSON_GetObjectItem(e, "name")->valuestring),
+            "case %d: the files' orders differ", i);
         run_case(c, e, m);
     }
     printf("sampler goldens: %d of %d cases pass\n", n_pass, n_pass + n_fail_cases);

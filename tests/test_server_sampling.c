@@ -42,7 +42,8 @@ static void check_bad(int port, const char *fields, const char *name)
     http_resp r = http_request(port, "POST", "/v1/completions", NULL, body);
     char quoted[128];
     snprintf(quoted, sizeof quoted, "'%s'", name);
-    CHECK(r.status == 400 && r.body && strstr(r.body, quoted), "%s: %d %s", fields, r.status, r.body ? r.body : "");
+    CHECK(r.status == 400 && r.body && strstr(r.body, quoted), "%s: %d %s", fields, r.status,
+          r.body ? r.body : "");
     free(r.body);
 }
 
@@ -86,10 +87,11 @@ int main(void)
 
     /* greedy stays greedy */
     char *g = NULL;
-    int st = complete(s.port,
-                      "{\"prompt\":\"Once upon a time\",\"max_tokens\":48,\"temperature\":0,\"ignore_eos\":true,"
-                      "\"mirostat\":2,\"mirostat_tau\":1.0}",
-                      &g, NULL);
+    int st =
+        complete(s.port,
+                 "{\"prompt\":\"Once upon a time\",\"max_tokens\":48,\"temperature\":0,\"ignore_eos\":true,"
+                 "\"mirostat\":2,\"mirostat_tau\":1.0}",
+                 &g, NULL);
     CHECK(st == 200 && ref && g && !strcmp(g, ref), "temperature 0 with mirostat 2: not run --temp 0's text");
     free(g);
 
@@ -113,9 +115,11 @@ int main(void)
 
     /* n_probs: 3 alternatives per token (and the sampled token: OpenAI's "+ 1") */
     cJSON *j = NULL;
-    st = complete(s.port, "{\"prompt\":\"Once upon a time\",\"max_tokens\":4,\"temperature\":0,\"n_probs\":3}",
-                  NULL, &j);
-    const cJSON *lp = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0), "logprobs");
+    st =
+        complete(s.port, "{\"prompt\":\"Once upon a time\",\"max_tokens\":4,\"temperature\":0,\"n_probs\":3}",
+                 NULL, &j);
+    const cJSON *lp =
+        cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0), "logprobs");
     const cJSON *top = cJSON_GetArrayItem(cJSON_GetObjectItem(lp, "top_logprobs"), 0);
     CHECK(st == 200 && cJSON_IsObject(top) && cJSON_GetArraySize(top) >= 3, "n_probs 3: %d alternatives",
           cJSON_GetArraySize(top));

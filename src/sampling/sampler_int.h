@@ -76,8 +76,8 @@ struct kvi_sampler {
     smp_cand *cand; /* (n_vocab) the working array */
     int32_t n_cand;
     bool sorted, ident;
-    smp_cand *tmp;    /* (n_vocab) top-k heap, typical's reordering */
-    uint32_t *seen;   /* (n_vocab) stamps: a penalty once per distinct token */
+    smp_cand *tmp;  /* (n_vocab) top-k heap, typical's reordering */
+    uint32_t *seen; /* (n_vocab) stamps: a penalty once per distinct token */
     uint32_t stamp;
     int32_t *hist;    /* (hist_cap) ring of accepted tokens */
     int32_t hist_cap; /* max(repeat_last_n + 1, dry_penalty_last_n, 1) */
@@ -87,10 +87,10 @@ struct kvi_sampler {
     smp_breaker *brk;
     int32_t n_brk;
     int32_t *dry_win, *dry_z, *dry_touched;
-    int32_t *dry_len; /* (n_vocab) longest repeat a token would extend; 0: none */
-    float mu;         /* mirostat */
-    bool mu_ready;    /* the last chain run was mirostat's: cand holds its p */
-    bool reference;   /* always the reference chain (tests) */
+    int32_t *dry_len;        /* (n_vocab) longest repeat a token would extend; 0: none */
+    float mu;                /* mirostat */
+    bool mu_ready;           /* the last chain run was mirostat's: cand holds its p */
+    bool reference;          /* always the reference chain (tests) */
     kvi_grammar_matcher *gm; /* owned; NULL: unconstrained */
     uint32_t *mask;          /* [(n_vocab + 31) / 32] */
     int32_t *bias_ids;       /* [n_bias] */

@@ -22,9 +22,9 @@
 #define SMP_DEFAULT_ORDER "edskypmxt"
 
 static const char *const kind_names[SMP_KIND_N] = {
-    [SMP_PENALTIES] = "penalties", [SMP_DRY] = "dry",       [SMP_TOP_N_SIGMA] = "top-n-sigma",
-    [SMP_TOP_K] = "top-k",         [SMP_TYPICAL] = "typical", [SMP_TOP_P] = "top-p",
-    [SMP_MIN_P] = "min-p",         [SMP_XTC] = "xtc",       [SMP_TEMP_EXT] = "temp-ext",
+    [SMP_PENALTIES] = "penalties", [SMP_DRY] = "dry",           [SMP_TOP_N_SIGMA] = "top-n-sigma",
+    [SMP_TOP_K] = "top-k",         [SMP_TYPICAL] = "typical",   [SMP_TOP_P] = "top-p",
+    [SMP_MIN_P] = "min-p",         [SMP_XTC] = "xtc",           [SMP_TEMP_EXT] = "temp-ext",
     [SMP_TEMP] = "temp",           [SMP_MIROSTAT] = "mirostat", [SMP_MIROSTAT_V2] = "mirostat-v2",
     [SMP_DIST] = "dist",
 };
@@ -51,12 +51,12 @@ static const struct {
     const char *name;
     char code;
 } name_codes[] = {
-    { "penalties", 'e' },   { "dry", 'd' },         { "top_n_sigma", 's' }, { "top-n-sigma", 's' },
-    { "topnsigma", 's' },   { "top_k", 'k' },       { "top-k", 'k' },       { "topk", 'k' },
-    { "typ_p", 'y' },       { "typ-p", 'y' },       { "typp", 'y' },        { "typ", 'y' },
-    { "typical_p", 'y' },   { "typical-p", 'y' },   { "typicalp", 'y' },    { "typical", 'y' },
-    { "top_p", 'p' },       { "top-p", 'p' },       { "topp", 'p' },        { "nucleus", 'p' },
-    { "min_p", 'm' },       { "min-p", 'm' },       { "minp", 'm' },        { "xtc", 'x' },
+    { "penalties", 'e' },   { "dry", 'd' },       { "top_n_sigma", 's' }, { "top-n-sigma", 's' },
+    { "topnsigma", 's' },   { "top_k", 'k' },     { "top-k", 'k' },       { "topk", 'k' },
+    { "typ_p", 'y' },       { "typ-p", 'y' },     { "typp", 'y' },        { "typ", 'y' },
+    { "typical_p", 'y' },   { "typical-p", 'y' }, { "typicalp", 'y' },    { "typical", 'y' },
+    { "top_p", 'p' },       { "top-p", 'p' },     { "topp", 'p' },        { "nucleus", 'p' },
+    { "min_p", 'm' },       { "min-p", 'm' },     { "minp", 'm' },        { "xtc", 'x' },
     { "temperature", 't' }, { "temp", 't' },
 };
 
@@ -133,8 +133,8 @@ int32_t kvi_sampler_chain_names(const kvi_sampler *s, char *buf, size_t cap)
     size_t len = 0;
     for (int i = 0; i < s->n_chain; i++) {
         const smp_kind k = (smp_kind)s->chain[i];
-        const int w = snprintf(len < cap ? buf + len : NULL, len < cap ? cap - len : 0, "%s%s%s", i ? " " : "",
-                               chain_entry_on(s, k) ? "" : "?", kind_names[k]);
+        const int w = snprintf(len < cap ? buf + len : NULL, len < cap ? cap - len : 0, "%s%s%s",
+                               i ? " " : "", chain_entry_on(s, k) ? "" : "?", kind_names[k]);
         if (w > 0) len += (size_t)w;
     }
     if (cap > 0 && len >= cap) buf[cap - 1] = 0;

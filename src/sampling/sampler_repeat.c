@@ -261,7 +261,8 @@ static int brk_from_word(brk_list *l, const kvi_model *m, int32_t head, const ch
         if (pos + i < wn || i >= sn) continue; /* a mismatch before the word ended */
         int32_t tail[64];
         int32_t nt = kvi_tokenize(m, str + i, sn - i, false, false, tail, 64);
-        if (nt < 0) return err_set(err, nt, "sampler: DRY breaker \"%.*s\" cannot be tokenized", (int)sn, str);
+        if (nt < 0)
+            return err_set(err, nt, "sampler: DRY breaker \"%.*s\" cannot be tokenized", (int)sn, str);
         if (nt > SMP_BREAKER_TAIL_MAX) nt = SMP_BREAKER_TAIL_MAX;
         int rc = brk_add(l, head, tail, nt);
         if (rc) return rc;
