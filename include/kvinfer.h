@@ -780,12 +780,14 @@ kvi_grammar_vocab *kvi_grammar_vocab_create_markers(const kvi_model *m, kvi_tool
 /* ---- speculative decoding (src/sampling/speculative.c) --------------- */
 
 /* The final distribution kvi_sampler_sample() would draw from for these logits
- * (penalties, top-k, top-p, min-p, temperature applied): n_vocab floats summing
- * to 1, zero for filtered tokens, one-hot at the argmax when temp is 0. */
+ * (the whole chain applied): n_vocab floats summing to 1, zero for filtered
+ * tokens, one-hot when the outcome is certain (greedy); with XTC's coin
+ * (0 < xtc_probability < 1) the mixture of the chain where it fires and where
+ * it does not. Changes no state. */
 int kvi_sampler_probs(kvi_sampler *s, const float *logits, float *probs_out);
 /* Draws a token from non-negative weights (n_vocab floats, any positive sum) with
- * the sampler's generator; argmax (lowest id on ties) when temp is 0. Negative
- * KVI_E_INVALID when no weight is positive. */
+ * the sampler's generator; argmax (lowest id on ties) when temp <= 0 and dynamic
+ * temperature is off. Negative KVI_E_INVALID when no weight is positive. */
 int32_t kvi_sampler_sample_probs(kvi_sampler *s, const float *weights);
 
 /* One kvi_spec per sequence. It holds the sequence's token history, proposes

@@ -151,7 +151,8 @@ int srv_sampling_fields(const cJSON *root, bool all, int n_ctx, kvi_sampler_para
 
 int srv_parse_sampling(srv_server *srv, const cJSON *root, srv_params *p, srv_err *er)
 {
-    int rc = srv_sampling_fields(root, false, srv->cfg.n_ctx, &p->sp, &p->dry, er);
+    const int n_ctx = srv->e ? kvi_engine_n_ctx(srv->e) : srv->cfg.n_ctx;
+    int rc = srv_sampling_fields(root, false, n_ctx, &p->sp, &p->dry, er);
     if (rc) return rc;
     /* llama-server's n_probs: the top token probabilities, as top_logprobs */
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "n_probs");

@@ -87,7 +87,7 @@ struct kvi_sampler {
     smp_breaker *brk;
     int32_t n_brk;
     int32_t *dry_win, *dry_z, *dry_touched;
-    int32_t *dry_len;        /* (n_vocab) longest repeat a token would extend; 0: none */
+    int32_t *dry_len;        /* (n_vocab) 1 + longest repeat a token would extend; 0: none */
     float mu;                /* mirostat */
     bool mu_ready;           /* the last chain run was mirostat's: cand holds its p */
     bool reference;          /* always the reference chain (tests) */

@@ -7,8 +7,8 @@
  * head; per call, over the window w[0 .. n) (the last dry_penalty_last_n
  * accepted tokens, oldest first): dry_z[k] = the length of the longest common
  * suffix of w and w[0 .. n - k) (a Z-array of the reversed window), and dry_len[t]
- * = the longest repeat (>= allowed_length, capped by the breaker limit) that
- * token t would extend; dry_touched lists the t set, so clearing is O(window).
+ * = 1 + the longest repeat (>= allowed_length, capped by the breaker limit)
+ * that token t would extend (0: none); dry_touched lists the t set, so clearing is O(window).
  *
  * Invariants: counts[t] is exactly the occurrences of t among the last
  * repeat_last_n tokens pushed; the penalties touch each distinct token once;
@@ -199,14 +199,14 @@ void dry_cands(kvi_sampler *s)
         if (len < A) continue;
         const int32_t t = w[n - k];
         if (s->dry_len[t] == 0) s->dry_touched[n_touched++] = t;
-        if (len > s->dry_len[t]) s->dry_len[t] = len;
+        if (len + 1 > s->dry_len[t]) s->dry_len[t] = len + 1; /* stored + 1: 0 is "none" */
     }
     if (n_touched > 0) {
         const float base = p->dry_base;
         const double max_exp = base > 1.000001f ? 88.7228391 / log(base) : 0.0;
         for (int32_t i = 0; i < s->n_cand; i++) {
-            const int32_t t = s->cand[i].id, len = s->dry_len[t];
-            if (len == 0 || single_breaker(s, t)) continue;
+            const int32_t t = s->cand[i].id, len = s->dry_len[t] - 1;
+            if (len < 0 || single_breaker(s, t)) continue;
             int32_t e = len - A;
             if (max_exp > 0.0 && e > max_exp) e = (int32_t)max_exp;
             s->cand[i].logit -= (float)((double)p->dry_multiplier * pow((double)base, e));
