@@ -241,12 +241,14 @@ static void test_penalties_greedy(kvi_model *m)
         pp.adapt = false;
         kvi_error err = { 0 };
         kvi_spec *sp = kvi_spec_create(&pp, m, NULL, &gp, &err);
-        kvi_sampler *a = kvi_sampler_create(&gp, kvi_n_vocab(m)), *b = kvi_sampler_create(&gp, kvi_n_vocab(m));
+        kvi_sampler *a = kvi_sampler_create(&gp, kvi_n_vocab(m)),
+                    *b = kvi_sampler_create(&gp, kvi_n_vocab(m));
         const int32_t n1 = plain_generate(e, seq, 0, a, prompt, np, nw, plain);
         const int32_t n2 = sp ? spec_generate(e, seq, 0, sp, b, prompt, np, nw, spec) : -1;
         CHECK(n1 == nw && n2 == nw && !memcmp(plain, spec, (size_t)nw * sizeof *plain),
               "case %d: penalised speculative tokens differ from plain decoding", c);
-        CHECK(memcmp(plain, golden, (size_t)nw * sizeof *plain) != 0, "case %d: the penalties changed nothing", c);
+        CHECK(memcmp(plain, golden, (size_t)nw * sizeof *plain) != 0,
+              "case %d: the penalties changed nothing", c);
         kvi_spec_stats st;
         kvi_spec_stats_get(sp, &st);
         CHECK(st.n_drafted > 0, "case %d: nothing drafted", c);
