@@ -30,6 +30,7 @@ int cmd_serve(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 int cmd_loadgen(int argc, char **argv);
 int cmd_template(int argc, char **argv);
+int cmd_sampler(int argc, char **argv);
 
 /* ---- helpers (cli/cli_util.c) ---- */
 

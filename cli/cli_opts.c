@@ -10,6 +10,7 @@
  */
 #include "cli/cli_opts.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -187,4 +188,135 @@ kvi_engine *cli_engine_create(kvi_model *m, const kvi_engine_params *ep, const c
     kvi_engine *e = kvi_engine_create(m, ep, &err);
     if (!e) cli_error("%scannot create the engine: %s", who, err.msg[0] ? err.msg : kvi_strerror(err.code));
     return e;
+}
+
+/* ---- llama.cpp's sampler flags (run, chat) ---- */
+
+const char cli_sampling_help[] =
+    "  --typical P             locally typical sampling (default 1.0: off)\n"
+    "  --mirostat N            mirostat 1 or 2: temperature then mirostat replace the\n"
+    "                          other samplers (default 0: off)\n"
+    "  --mirostat-lr ETA       mirostat learning rate (default 0.1)\n"
+    "  --mirostat-ent TAU      mirostat target entropy (default 5.0)\n"
+    "  --dry-multiplier M      DRY repetition penalty strength (default 0: off)\n"
+    "  --dry-base B            DRY penalty base (default 1.75; below 1: 1.75)\n"
+    "  --dry-allowed-length N  repeats longer than N are penalised (default 2)\n"
+    "  --dry-penalty-last-n N  tokens DRY looks back over (default 64; 0: off)\n"
+    "  --dry-sequence-breaker S  a string that ends a repeat for DRY; repeatable, \"none\":\n"
+    "                          no breaker (default: \"\\n\" \":\" \"\\\"\" \"*\")\n"
+    "  --xtc-probability P     chance XTC removes the top choices (default 0: off)\n"
+    "  --xtc-threshold T       XTC's probability threshold (default 0.1; > 0.5: off)\n"
+    "  --top-nsigma N          drop logits below max - N standard deviations (default -1: off)\n"
+    "  --dynatemp-range R      dynamic temperature in temp +- R by entropy (default 0: off)\n"
+    "  --dynatemp-exp E        dynamic temperature exponent (default 1.0)\n"
+    "  --presence-penalty P    minus P for a token among the last repeat-last-n (default 0)\n"
+    "  --frequency-penalty F   minus F per occurrence among the last repeat-last-n (default 0)\n"
+    "  --samplers LIST         the chain's order, names separated by ';' (default\n"
+    "                          penalties;dry;top_n_sigma;top_k;typ_p;top_p;min_p;xtc;temperature)\n"
+    "  --sampling-seq SEQ      the same as letters (default edskypmxt)\n"
+    "  --min-keep N            least tokens top-p, min-p, typical and XTC keep (default 0)\n";
+
+/* A float flag in [lo, hi]. */
+static int f32_flag(const char *flag, const char *v, float lo, float hi, float *out)
+{
+    float x;
+    if (!v) return -1;
+    if (!cli_parse_f32(v, &x) || x < lo || x > hi)
+        return -cli_error("%s: '%s' is not a number in [%g, %g]", flag, v, (double)lo, (double)hi);
+    *out = x;
+    return 1;
+}
+
+/* --samplers "a;b;c" (names) or --sampling-seq "letters". */
+static int order_flag(const char *a, const char *v, bool names, kvi_sampler_params *sp)
+{
+    if (!v) return -1;
+    const char *list[KVI_SAMPLERS_MAX * 4];
+    char buf[512];
+    int32_t n = 0, unknown = 0;
+    if (names) {
+        if (snprintf(buf, sizeof buf, "%s", v) >= (int)sizeof buf)
+            return -cli_error("%s: the list is too long", a);
+        for (char *t = buf, *end; t && n < KVI_SAMPLERS_MAX * 4; t = end) {
+            end = strchr(t, ';');
+            if (end) *end++ = 0;
+            if (*t) list[n++] = t;
+        }
+    }
+    if (kvi_sampler_order_parse(sp, names ? list : NULL, n, v, &unknown) != 0)
+        return -cli_error("%s: more than %d samplers", a, KVI_SAMPLERS_MAX);
+    if (unknown > 0)
+        fprintf(stderr, "kvinfer: warning: %s: %d unknown sampler(s) skipped\n", a, (int)unknown);
+    return 1;
+}
+
+static int breaker_flag(const char *a, const char *v, cli_sampling *o)
+{
+    if (!v) return -1;
+    if (!o->breakers_given) o->n_breakers = 0;
+    o->breakers_given = true;
+    if (!strcmp(v, "none")) {
+        o->n_breakers = 0;
+        return 1;
+    }
+    if (o->n_breakers == CLI_DRY_BREAKERS_MAX)
+        return -cli_error("%s: more than %d breakers", a, CLI_DRY_BREAKERS_MAX);
+    o->breakers[o->n_breakers++] = v;
+    return 1;
+}
+
+int cli_opt_sampling(int argc, char **argv, int *i, kvi_sampler_params *sp, cli_sampling *o)
+{
+    const char *a = argv[*i];
+    static const struct {
+        const char *flag;
+        float lo, hi;
+        size_t off;
+    } floats[] = {
+        { "--typical", 0, 1, offsetof(kvi_sampler_params, typical_p) },
+        { "--mirostat-lr", 0, 10, offsetof(kvi_sampler_params, mirostat_eta) },
+        { "--mirostat-ent", 0, 100, offsetof(kvi_sampler_params, mirostat_tau) },
+        { "--dry-multiplier", 0, 100, offsetof(kvi_sampler_params, dry_multiplier) },
+        { "--dry-base", 0, 100, offsetof(kvi_sampler_params, dry_base) },
+        { "--xtc-probability", 0, 1, offsetof(kvi_sampler_params, xtc_probability) },
+        { "--xtc-threshold", 0, 1, offsetof(kvi_sampler_params, xtc_threshold) },
+        { "--top-nsigma", -1e6f, 1e6f, offsetof(kvi_sampler_params, top_n_sigma) },
+        { "--dynatemp-range", 0, 100, offsetof(kvi_sampler_params, dynatemp_range) },
+        { "--dynatemp-exp", 0, 100, offsetof(kvi_sampler_params, dynatemp_exponent) },
+        { "--presence-penalty", -100, 100, offsetof(kvi_sampler_params, presence_penalty) },
+        { "--frequency-penalty", -100, 100, offsetof(kvi_sampler_params, frequency_penalty) },
+    };
+    static const struct {
+        const char *flag;
+        int32_t lo, hi;
+        size_t off;
+    } ints[] = {
+        { "--mirostat", 0, 2, offsetof(kvi_sampler_params, mirostat) },
+        { "--dry-allowed-length", 0, 1 << 20, offsetof(kvi_sampler_params, dry_allowed_length) },
+        { "--dry-penalty-last-n", 0, 1 << 24, offsetof(kvi_sampler_params, dry_penalty_last_n) },
+        { "--min-keep", 0, 1 << 20, offsetof(kvi_sampler_params, min_keep) },
+    };
+    for (size_t k = 0; k < sizeof floats / sizeof floats[0]; k++)
+        if (!strcmp(a, floats[k].flag))
+            return f32_flag(a, cli_flag_value(argc, argv, i), floats[k].lo, floats[k].hi,
+                            (float *)(void *)((char *)sp + floats[k].off));
+    for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++)
+        if (!strcmp(a, ints[k].flag))
+            return cli_flag_i32(a, cli_flag_value(argc, argv, i), ints[k].lo, ints[k].hi,
+                                (int32_t *)(void *)((char *)sp + ints[k].off));
+    if (!strcmp(a, "--samplers")) return order_flag(a, cli_flag_value(argc, argv, i), true, sp);
+    if (!strcmp(a, "--sampling-seq")) return order_flag(a, cli_flag_value(argc, argv, i), false, sp);
+    if (!strcmp(a, "--dry-sequence-breaker")) return breaker_flag(a, cli_flag_value(argc, argv, i), o);
+    return 0;
+}
+
+int cli_sampler_breakers(kvi_sampler *smp, const kvi_model *m, const kvi_sampler_params *sp,
+                         const cli_sampling *o)
+{
+    if (sp->dry_multiplier == 0.0f || sp->dry_penalty_last_n == 0 || sp->mirostat != 0) return 0;
+    kvi_error err = { 0 };
+    if (kvi_sampler_set_dry_breakers(smp, m, o->breakers_given ? o->breakers : NULL, o->n_breakers, &err) !=
+        0)
+        return cli_error("DRY sequence breakers: %s", err.msg);
+    return 0;
 }

@@ -88,4 +88,24 @@ kvi_model *cli_opt_load_model(const cli_common *o);
  * (who: "" or a prefix such as "bench: "). */
 kvi_engine *cli_engine_create(kvi_model *m, const kvi_engine_params *ep, const char *who);
 
+/* llama.cpp's sampler flags that `run` and `chat` share (cli_opt_sampling):
+ * --typical, --mirostat, --mirostat-lr, --mirostat-ent, --dry-*, --xtc-*,
+ * --top-nsigma, --dynatemp-range, --dynatemp-exp, --presence-penalty,
+ * --frequency-penalty, --samplers, --sampling-seq, --min-keep. The breakers
+ * point into argv. */
+#define CLI_DRY_BREAKERS_MAX 16
+typedef struct cli_sampling {
+    bool breakers_given; /* false: llama.cpp's defaults */
+    int32_t n_breakers;
+    const char *breakers[CLI_DRY_BREAKERS_MAX];
+} cli_sampling;
+/* Their help lines, for a command's --help. */
+extern const char cli_sampling_help[];
+/* Parses argv[*i] when it is one of those flags into sp and o: 1 consumed, 0
+ * not one of them, -1 with one error line printed (a bad or missing value). */
+int cli_opt_sampling(int argc, char **argv, int *i, kvi_sampler_params *sp, cli_sampling *o);
+/* Gives smp the DRY breakers of o when sp turns DRY on. 0, or 1 with an error printed. */
+int cli_sampler_breakers(kvi_sampler *smp, const kvi_model *m, const kvi_sampler_params *sp,
+                         const cli_sampling *o);
+
 #endif

@@ -40,7 +40,8 @@ static const char chat_help[] =
     "  -t, --threads N      worker threads (default 0: every core)\n"
     "  --temp T             temperature (default 0.8; 0: argmax)\n"
     "  --seed S             sampler seed (default 0xC0FFEE)\n"
-    "  -h, --help           this help\n";
+    "  -h, --help           this help\n"
+    "sampling (llama.cpp's flags):\n";
 
 typedef struct msgs {
     kvi_chat_msg *v;
@@ -80,6 +81,7 @@ typedef struct chat_opts {
     const char *system, *template_file;
     int64_t n_predict;
     kvi_sampler_params sp;
+    cli_sampling so; /* DRY's breakers */
 } chat_opts;
 
 /* Every chat option takes a value (an unknown one too, which is then reported).
@@ -87,6 +89,7 @@ typedef struct chat_opts {
 static int parse_chat_args(int argc, char **argv, chat_opts *o)
 {
     cli_common_init(&o->c);
+    memset(&o->so, 0, sizeof o->so);
     o->system = NULL;
     o->template_file = NULL;
     o->n_predict = 256;
@@ -96,13 +99,15 @@ static int parse_chat_args(int argc, char **argv, chat_opts *o)
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             fputs(chat_help, stdout);
+            fputs(cli_sampling_help, stdout);
             return 2;
         }
         if (i + 1 >= argc) {
             cli_flag_value(argc, argv, &i); /* prints "flag X needs a value" */
             return 1;
         }
-        const int r = cli_opt_common(argc, argv, &i, &o->c, CHAT_OPTS);
+        int r = cli_opt_common(argc, argv, &i, &o->c, CHAT_OPTS);
+        if (r == 0) r = cli_opt_sampling(argc, argv, &i, &o->sp, &o->so);
         if (r < 0) return 1;
         if (r > 0) continue;
         v = cli_flag_value(argc, argv, &i);
@@ -202,7 +207,7 @@ static char *chat_answer(chat_state *st, kvi_sampler *smp, int32_t row, int64_t 
     *n_gen = 0;
     while (answer && *n_gen < n_predict && st->n_conv < st->n_ctx) {
         const int32_t tok = kvi_sampler_sample(smp, kvi_logits(st->e, row));
-        kvi_sampler_accept(smp, tok);
+        kvi_sampler_accept_output(smp, tok); /* mirostat's mu follows it */
         if (kvi_token_is_eog(st->m, tok)) break;
         char piece[256];
         int32_t pl = kvi_token_to_piece(st->m, tok, piece, sizeof piece, false);
@@ -258,6 +263,10 @@ static int chat_turn(chat_state *st, const chat_opts *o, const char *line, size_
     const double t1 = kvi_time_ms();
     kvi_sampler *smp = kvi_sampler_create(&o->sp, kvi_n_vocab(st->m));
     if (!smp) return cli_error("chat: out of memory");
+    if (cli_sampler_breakers(smp, st->m, &o->sp, &o->so) != 0) {
+        kvi_sampler_free(smp);
+        return 1;
+    }
     for (int32_t p = 0; p < st->n_conv; p++) kvi_sampler_accept(smp, st->conv[p]);
     int32_t n_gen;
     size_t alen;

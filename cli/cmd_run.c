@@ -56,13 +56,17 @@ static const char run_help[] =
     "  -n, --n-predict N       tokens to generate (default 256; -1: until end of\n"
     "                          generation or a full context)\n"
     "  --ignore-eos            do not stop at the end-of-generation token (default: stop)\n"
-    "  --temp T                temperature (default 0.8; 0: argmax, no other sampler)\n"
+    "  --temp T                temperature (default 0.8; 0: greedy)\n"
     "  --top-k K               keep the K most likely tokens (default 40; 0: off)\n"
     "  --top-p P               nucleus sampling (default 0.95; 1: off)\n"
     "  --min-p P               drop tokens below P * max probability (default 0.05; 0: off)\n"
     "  --repeat-penalty R      penalty for repeated tokens (default 1.0: off)\n"
-    "  --repeat-last-n N       tokens the penalty looks back over (default 64)\n"
-    "  --seed S                sampler seed (default: random, printed in the summary)\n"
+    "  --repeat-last-n N       accepted tokens (prompt too) the penalties look back over\n"
+    "                          (default 64; 0: off)\n"
+    "  --seed S                sampler seed (default: random, printed in the summary)\n";
+
+/* The help after the sampler flags of cli_sampling_help. */
+static const char run_help_tail[] =
     "constrained output (not with --spec / --draft):\n"
     "  --grammar TEXT          GBNF grammar the output must follow (rule root; llama.cpp's\n"
     "                          format); generation stops where it is complete\n"
@@ -102,6 +106,7 @@ typedef struct run_opts {
     bool ignore_eos, no_kv, json;
     int64_t n_predict; /* -1: unlimited */
     kvi_sampler_params sp;
+    cli_sampling so; /* DRY's breakers */
     bool seed_given;
     const char *save_session, *load_session;
     run_spec_opts spec; /* speculative decoding (cli/run_spec.c) */
@@ -156,7 +161,7 @@ static int parse_sampling_flag(int argc, char **argv, int *i, run_opts *o)
         return 1;
     }
 #undef VALUE
-    return 0;
+    return cli_opt_sampling(argc, argv, i, &o->sp, &o->so);
 }
 
 /* run's own flags besides sampling: 1 consumed, 0 not one of them, -1 error printed. */
@@ -209,6 +214,8 @@ static int parse_run_args(int argc, char **argv, run_opts *o)
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             fputs(run_help, stdout);
+            fputs(cli_sampling_help, stdout);
+            fputs(run_help_tail, stdout);
             fputs(run_spec_help, stdout);
             return 2;
         }
@@ -915,6 +922,9 @@ int cmd_run(int argc, char **argv)
     if (n_constraints && run_spec_enabled(&o.spec))
         return cli_error(
             "a grammar or JSON schema cannot be combined with speculative decoding (--spec, --draft)");
+    if (run_spec_enabled(&o.spec) && kvi_sampler_params_stateful(&o.sp))
+        return cli_error(
+            "mirostat, DRY and XTC cannot be combined with speculative decoding (--spec, --draft)");
     int grc = 0;
     kvi_grammar *grammar = load_grammar(&o, &grc);
     if (grc) return 1;
@@ -949,6 +959,7 @@ int cmd_run(int argc, char **argv)
     if (rc == 0 && !(seq = kvi_seq_create(e))) rc = cli_error("cannot create a sequence");
     if (rc == 0 && !(smp = kvi_sampler_create(&o.sp, kvi_n_vocab(m))))
         rc = cli_error("cannot create the sampler");
+    if (rc == 0) rc = cli_sampler_breakers(smp, m, &o.sp, &o.so);
     if (rc == 0 && grammar) {
         kvi_error err = { 0 };
         kvi_grammar_matcher *gm = NULL;

@@ -28,6 +28,7 @@ static const cli_command commands[] = {
     { "run", cmd_run, "generate text from a prompt (prefill + KV-cached decode), with timings" },
     { "logits", cmd_logits, "print the logits of every prompt position (one prefill pass)" },
     { "tokenize", cmd_tokenize, "print the token ids of a text" },
+    { "sampler", cmd_sampler, "run llama.cpp's sampler chain on one logits case (goldens' format)" },
     { "detokenize", cmd_detokenize, "print the text of token ids" },
     { "template", cmd_template, "print the prompt a model's chat template (Jinja) renders for a chat body" },
     { "synth", cmd_synth, "write a synthetic GGUF model with random weights" },

@@ -327,32 +327,103 @@ int kvi_seq_load(kvi_seq *s, const char *path, bool *shifted, kvi_error *err);
 
 typedef struct kvi_sampler kvi_sampler;
 
+/* The samplers of a chain, in llama.cpp's order and with its parameters and
+ * semantics (common_sampler_init): each field says its default and the value that
+ * switches it off. The chain works on every token's (id, logit) of the row;
+ * kvi_sampler_accept / kvi_sampler_accept_output record the accepted tokens (the
+ * prompt's and the generated ones alike) that the penalties and DRY look back
+ * over. */
+#define KVI_SAMPLERS_MAX 16 /* letters in kvi_sampler_params.samplers */
 typedef struct kvi_sampler_params {
-    float temp;            /* 0: argmax, nothing else applied (default 0.8) */
+    float temp;            /* <= 0: greedy (default 0.8); 1 with dynatemp off: off */
     int32_t top_k;         /* 0: off (default 40) */
     float top_p;           /* 1: off (default 0.95) */
     float min_p;           /* 0: off (default 0.05) */
-    float repeat_penalty;  /* 1: off (default 1.0) */
-    int32_t repeat_last_n; /* tokens the penalty looks back over (default 64) */
+    float repeat_penalty;  /* 1: off (default 1.0): l / r when l > 0, else l * r */
+    int32_t repeat_last_n; /* accepted tokens the three penalties count over (default 64; 0: off) */
     uint64_t seed;         /* default 0xC0FFEE; the CLI picks a random seed and prints it */
-    /* OpenAI's penalties: logit[t] -= presence * (count[t] > 0)
-     * + frequency * count[t], count = times t was generated (kvi_sampler_accept_output;
-     * prompt tokens do not count). Applied also at temp 0 (then argmax of the
-     * penalised logits). 0: off (default). */
+    /* llama.cpp's penalties: logit[t] -= presence * (count[t] > 0) + frequency *
+     * count[t], count = occurrences of t among the last repeat_last_n accepted
+     * tokens, prompt included. 0: off (default). */
     float presence_penalty;
     float frequency_penalty;
+    float typical_p;         /* locally typical sampling; >= 1: off (default 1.0) */
+    float top_n_sigma;       /* logits below max - n * stddev dropped; <= 0: off (default -1) */
+    float xtc_probability;   /* chance XTC fires per token; <= 0: off (default 0) */
+    float xtc_threshold;     /* XTC's probability threshold; > 0.5: off (default 0.1) */
+    float dynatemp_range;    /* temperature spans temp +- range by entropy; <= 0: off (default 0) */
+    float dynatemp_exponent; /* default 1 */
+    int32_t min_keep;        /* least candidates top_p, min_p, typical and XTC keep (default 0) */
+    /* mirostat 1 or 2 replaces the whole chain by temperature then mirostat (every
+     * other field but seed ignored); 0: off (default). tau: target surprise
+     * (default 5), eta: learning rate (default 0.1); mu = 2 tau, updated by each
+     * kvi_sampler_accept_output. */
+    int32_t mirostat;
+    float mirostat_tau;
+    float mirostat_eta;
+    /* DRY: a token that would extend a repeat of L >= allowed_length tokens of the
+     * last penalty_last_n accepted ones loses multiplier * base^(L - allowed_length).
+     * multiplier 0 or penalty_last_n 0: off (defaults 0, 1.75, 2, 64; a base below
+     * 1 is 1.75). Its sequence breakers: kvi_sampler_set_dry_breakers. */
+    float dry_multiplier;
+    float dry_base;
+    int32_t dry_allowed_length;
+    int32_t dry_penalty_last_n;
+    /* The chain's order as llama.cpp's one-letter codes: e penalties, d dry,
+     * s top_n_sigma, k top_k, y typical, p top_p, m min_p, x xtc, t temperature.
+     * "" (the default, all zero) is "edskypmxt"; "-" is no sampler at all (only
+     * the final draw over the raw logits). kvi_sampler_order_parse fills it. */
+    char samplers[KVI_SAMPLERS_MAX + 1];
 } kvi_sampler_params;
 
 void kvi_sampler_params_default(kvi_sampler_params *p);
+/* Sets p->samplers from llama.cpp's names (names != NULL: n of them,
+ * case-insensitive, with its aliases: top_k / top-k / topk, typ_p / typical_p /
+ * typ, top_p / nucleus, temperature / temp, ...) or, names == NULL, from the
+ * one-letter codes in codes. Unknown names and letters are skipped (as
+ * llama.cpp does) and counted in *n_unknown (may be NULL). KVI_E_INVALID when
+ * more than KVI_SAMPLERS_MAX remain. */
+int kvi_sampler_order_parse(kvi_sampler_params *p, const char *const *names, int32_t n, const char *codes,
+                            int32_t *n_unknown);
 kvi_sampler *kvi_sampler_create(const kvi_sampler_params *p, int32_t n_vocab);
 void kvi_sampler_free(kvi_sampler *s);
+/* DRY's sequence breakers (llama.cpp's dry_sequence_breakers) as token sequences
+ * of m's vocabulary: a token whose text (detokenized alone, special tokens as
+ * text) contains a breaker breaks alone; one whose text ends with a proper
+ * prefix of it breaks when followed by the tokens of the rest (tokenized, at most
+ * 20). Each string is cut at 40 bytes; empty ones are skipped. breakers NULL:
+ * llama.cpp's defaults "\n", ":", "\"", "*"; n 0: none. Replaces the earlier
+ * set; without a call DRY has no breakers. */
+int kvi_sampler_set_dry_breakers(kvi_sampler *s, const kvi_model *m, const char *const *breakers, int32_t n,
+                                 kvi_error *err);
+/* The breakers set: for i < the count returned, head token *head and its tail
+ * (*n_tail tokens, 0: the head alone breaks) written to tail[0 .. min(*n_tail,
+ * cap)). With i out of range only the count is returned. */
+int32_t kvi_sampler_dry_breaker(const kvi_sampler *s, int32_t i, int32_t *head, int32_t *tail, int32_t cap,
+                                int32_t *n_tail);
+/* The chain's samplers in order with llama.cpp's names (penalties, dry,
+ * top-n-sigma, top-k, typical, top-p, min-p, xtc, temp-ext, temp, mirostat,
+ * mirostat-v2, dist), a "?" before those whose parameters switch them off,
+ * separated by single spaces, into buf (terminated when cap > 0). Returns the
+ * length needed. */
+int32_t kvi_sampler_chain_names(const kvi_sampler *s, char *buf, size_t cap);
 /* Picks a token from logits (n_vocab floats; not modified). */
 int32_t kvi_sampler_sample(kvi_sampler *s, const float *logits);
-/* Records a token of the sequence (prompt or generated) for the penalties. */
+/* The candidates with a finite logit after the whole chain of the last
+ * kvi_sampler_sample or kvi_sampler_probs (with XTC's coin, probs' last run is
+ * the one where it did not fire): ids and the probabilities the draw used, in
+ * the chain's array order, at most cap written. Returns their number. */
+int32_t kvi_sampler_last_candidates(const kvi_sampler *s, int32_t *ids, float *p, int32_t cap);
+/* Records a token of the sequence (prompt or generated) for the penalties and DRY. */
 void kvi_sampler_accept(kvi_sampler *s, int32_t token);
-/* Records a generated token: kvi_sampler_accept, and counted for the presence and
- * frequency penalties. */
+/* Records a generated token: kvi_sampler_accept, and advances the grammar and
+ * mirostat's mu, with the probability the last kvi_sampler_sample or
+ * kvi_sampler_probs of this sampler gave token. */
 void kvi_sampler_accept_output(kvi_sampler *s, int32_t token);
+/* Whether the chain has state that a replay of probabilities cannot follow
+ * (mirostat's mu, DRY's history, XTC's coin): speculative verification then
+ * cannot stay lossless. */
+bool kvi_sampler_params_stateful(const kvi_sampler_params *p);
 
 /* ---- constrained decoding (src/sampling/grammar_*.c, json_schema.c) ---- */
 
@@ -502,6 +573,10 @@ typedef struct kvi_request {
     const int32_t *bias_ids;
     const float *bias_vals;
     int32_t n_bias;
+    /* DRY's sequence breakers (kvi_sampler_set_dry_breakers; NULL: llama.cpp's
+     * defaults), used when sampling turns DRY on. Valid until on_done. */
+    const char *const *dry_breakers;
+    int32_t n_dry_breakers;
 } kvi_request;
 
 typedef struct kvi_sched_stats {
@@ -705,12 +780,14 @@ kvi_grammar_vocab *kvi_grammar_vocab_create_markers(const kvi_model *m, kvi_tool
 /* ---- speculative decoding (src/sampling/speculative.c) --------------- */
 
 /* The final distribution kvi_sampler_sample() would draw from for these logits
- * (penalties, top-k, top-p, min-p, temperature applied): n_vocab floats summing
- * to 1, zero for filtered tokens, one-hot at the argmax when temp is 0. */
+ * (the whole chain applied): n_vocab floats summing to 1, zero for filtered
+ * tokens, one-hot when the outcome is certain (greedy); with XTC's coin
+ * (0 < xtc_probability < 1) the mixture of the chain where it fires and where
+ * it does not. Changes no state. */
 int kvi_sampler_probs(kvi_sampler *s, const float *logits, float *probs_out);
 /* Draws a token from non-negative weights (n_vocab floats, any positive sum) with
- * the sampler's generator; argmax (lowest id on ties) when temp is 0. Negative
- * KVI_E_INVALID when no weight is positive. */
+ * the sampler's generator; argmax (lowest id on ties) when temp <= 0 and dynamic
+ * temperature is off. Negative KVI_E_INVALID when no weight is positive. */
 int32_t kvi_sampler_sample_probs(kvi_sampler *s, const float *weights);
 
 /* One kvi_spec per sequence. It holds the sequence's token history, proposes

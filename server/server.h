@@ -153,6 +153,16 @@ static inline size_t srv_body_max(const srv_server *srv)
 
 /* ---- parsed request (server_json.c) ---- */
 
+/* DRY's "dry_sequence_breakers" of a request: given false keeps llama.cpp's
+ * defaults; v[i] points at s[i] (each string cut at 40 bytes, as llama.cpp). */
+#define SRV_DRY_BREAKERS_MAX 16
+typedef struct srv_dry_breakers {
+    bool given;
+    int32_t n;
+    char s[SRV_DRY_BREAKERS_MAX][41];
+    const char *v[SRV_DRY_BREAKERS_MAX];
+} srv_dry_breakers;
+
 typedef struct srv_params {
     bool chat;
     int32_t *prompt; /* malloc'd ids */
@@ -182,6 +192,7 @@ typedef struct srv_params {
     bool forced_call;   /* "required" or a named function: the grammar forces the call */
     bool tool_parallel; /* parallel_tool_calls (default true) */
     const kvi_grammar_vocab *grammar_vocab; /* of a forced call's grammar (the server's); NULL: the model's */
+    srv_dry_breakers dry;                   /* server_sampling.c */
 } srv_params;
 
 enum { SRV_TOOLS_NONE, SRV_TOOLS_AUTO, SRV_TOOLS_REQUIRED, SRV_TOOLS_NAMED };
@@ -207,6 +218,15 @@ int srv_body_check(const char *body, size_t len, srv_err *er);
 /* Parses a /v1/completions or /v1/chat/completions body. 0, or -1 with *er set. */
 int srv_parse_request(srv_server *srv, const char *body, size_t len, bool chat, srv_params *p, srv_err *er);
 void srv_params_free(srv_params *p);
+/* llama-server's sampling fields (server_sampling.c): typical_p, mirostat*,
+ * dry_*, xtc_*, top_n_sigma, dynatemp_*, repeat_last_n, min_keep, samplers, and
+ * n_probs (as top_logprobs). 0, or -1 with a 400 naming the field in *er. */
+int srv_parse_sampling(srv_server *srv, const cJSON *root, srv_params *p, srv_err *er);
+/* The same fields into sp and b; with all, also temperature, top_k, top_p, min_p,
+ * the three penalties and seed (a case of `kvinfer sampler`). The *_last_n -1
+ * becomes n_ctx. */
+int srv_sampling_fields(const cJSON *root, bool all, int n_ctx, kvi_sampler_params *sp, srv_dry_breakers *b,
+                        srv_err *er);
 
 /* ---- the chat template (server_template.c) ---- */
 

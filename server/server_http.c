@@ -393,6 +393,8 @@ static int submit_choices(srv_server *srv, srv_req *r, srv_err *er)
         rq.bias_ids = r->p.bias_ids;
         rq.bias_vals = r->p.bias_vals;
         rq.n_bias = r->p.n_bias;
+        rq.dry_breakers = r->p.dry.given ? r->p.dry.v : NULL;
+        rq.n_dry_breakers = r->p.dry.n;
         rq.on_token = on_token;
         rq.on_done = on_done;
         rq.user = c;

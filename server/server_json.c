@@ -576,6 +576,7 @@ int srv_parse_request(srv_server *srv, const char *body, size_t len, bool chat, 
     }
     if ((rc = parse_stop(root, p, er))) goto done;
     if ((rc = parse_logprobs(root, chat, p, er))) goto done;
+    if ((rc = srv_parse_sampling(srv, root, p, er))) goto done;
     if ((rc = parse_logit_bias(&srv->cfg, root, kvi_n_vocab(srv->m), p, er))) goto done;
     if ((rc = parse_constraints(root, p, er))) goto done;
     if (chat && (rc = srv_parse_tools(srv, root, p, er))) goto done;

@@ -75,15 +75,25 @@ static void test_defaults(void)
 static void test_argmax(void)
 {
     kvi_sampler_params p = sampler_params(0.0f, 40, 0.5f, 0.5f, 1);
-    p.repeat_penalty = 3.0f; /* temp 0: nothing else applies, the penalty neither */
+    p.repeat_penalty = 3.0f; /* temp 0: greedy over the penalised logits (llama.cpp) */
     kvi_sampler *s = kvi_sampler_create(&p, 8);
     const float a[8] = { -3.0f, 0.5f, 2.0f, 7.25f, -1.0f, 7.25f, 7.0f, 0.0f };
     CHECK(kvi_sampler_sample(s, a) == 3, "tie 3/5 must give the lower id, got %d", kvi_sampler_sample(s, a));
     kvi_sampler_accept(s, 3);
-    CHECK(kvi_sampler_sample(s, a) == 3, "temp 0 must ignore the penalty");
+    /* 7.25 / 3 = 2.42 for token 3: token 5 (7.25) wins */
+    CHECK(kvi_sampler_sample(s, a) == 5, "temp 0 with the penalty: want 5, got %d", kvi_sampler_sample(s, a));
+    /* token 3: -7 * 3 = -21; the tie 2/4 at -2.5 gives 2 */
     const float b[8] = { -9.0f, -8.0f, -2.5f, -7.0f, -2.5f, -3.0f, -100.0f, -4.0f };
     CHECK(kvi_sampler_sample(s, b) == 2, "all negative with a tie: got %d", kvi_sampler_sample(s, b));
+    /* token 3: 3 / 3 = 1 < 3 (token 4) */
     float c[8] = { NAN, 1.0f, NAN, 3.0f, 3.0f, NAN, -INFINITY, 0.0f };
+    CHECK(kvi_sampler_sample(s, c) == 4, "NaN must never win: got %d", kvi_sampler_sample(s, c));
+    kvi_sampler_free(s);
+    /* without a penalty temp 0 is the argmax of the raw row */
+    p.repeat_penalty = 1.0f;
+    s = kvi_sampler_create(&p, 8);
+    kvi_sampler_accept(s, 3);
+    CHECK(kvi_sampler_sample(s, a) == 3, "temp 0 argmax: got %d", kvi_sampler_sample(s, a));
     CHECK(kvi_sampler_sample(s, c) == 3, "NaN must never win: got %d", kvi_sampler_sample(s, c));
     kvi_sampler_free(s);
 

@@ -1,10 +1,11 @@
 /*
- * test_sampler_penalty.c — OpenAI's presence and frequency penalties in the
- * sampler, against hand-computed values:
+ * test_sampler_penalty.c — the presence and frequency penalties in the sampler
+ * (llama.cpp's semantics), against hand-computed values:
  *   logit[t] -= presence * (count[t] > 0) + frequency * count[t],
- * count = times t was generated (kvi_sampler_accept_output); prompt tokens
- * (kvi_sampler_accept) never count; with temp 0 the argmax of the penalised
- * logits; with both penalties 0 nothing changes (bit for bit).
+ * count = occurrences of t among the last repeat_last_n accepted tokens, the
+ * prompt's (kvi_sampler_accept) and the generated ones (kvi_sampler_accept_output)
+ * alike; with temp 0 the argmax of the penalised logits; with both penalties 0
+ * nothing changes (bit for bit).
  */
 #include "testutil.h"
 
@@ -53,10 +54,26 @@ static void test_greedy(void)
     CHECK(kvi_sampler_sample(s, logits) == 1, "frequency twice moves to 1");
     kvi_sampler_free(s);
 
-    /* prompt tokens do not count */
-    s = make(0, 1.0f, 1.0f, 4);
-    for (int i = 0; i < 5; i++) kvi_sampler_accept(s, 0);
-    CHECK(kvi_sampler_sample(s, logits) == 0, "prompt tokens are not penalised");
+    /* prompt tokens count too: presence 0.05 + frequency 0.02 * 3 = 0.11: 0.89 < 0.9 */
+    s = make(0, 0.05f, 0.02f, 4);
+    for (int i = 0; i < 2; i++) kvi_sampler_accept(s, 0);
+    CHECK(kvi_sampler_sample(s, logits) == 0, "prompt token twice: 1 - 0.09 = 0.91 keeps token 0");
+    kvi_sampler_accept(s, 0);
+    CHECK(kvi_sampler_sample(s, logits) == 1, "prompt token three times: 0.89 < 0.9 moves to 1");
+    kvi_sampler_free(s);
+
+    /* only the last repeat_last_n accepted tokens count */
+    kvi_sampler_params p;
+    kvi_sampler_params_default(&p);
+    p.temp = 0;
+    p.presence_penalty = 0.2f;
+    p.repeat_last_n = 2;
+    s = kvi_sampler_create(&p, 4);
+    kvi_sampler_accept(s, 0);
+    CHECK(kvi_sampler_sample(s, logits) == 1, "token 0 in the window: 0.8 < 0.9");
+    kvi_sampler_accept_output(s, 2);
+    kvi_sampler_accept_output(s, 3);
+    CHECK(kvi_sampler_sample(s, logits) == 0, "token 0 left the window of 2");
     kvi_sampler_free(s);
 
     /* a negative penalty encourages: 0.2 + 0.9 = 1.1 > 1.0 */

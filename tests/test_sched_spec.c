@@ -4,10 +4,11 @@
  *
  *  1. n-gram lookup: the four golden greedy requests (llama2.c's continuations,
  *     ../shared/golden/stories260K) get exactly their golden tokens while 12
- *     other streams (greedy and sampled, some opted out with no_spec, one with a
- *     presence penalty) share every batch, with small prefill chunks; drafts were
- *     verified and some accepted; the per-request usage sums to the scheduler's
- *     counters; opted-out and penalised requests never drafted.
+ *     other streams (greedy and sampled, some opted out with no_spec, one with
+ *     mirostat 2, whose mu verification cannot replay) share every batch, with
+ *     small prefill chunks; drafts were verified and some accepted; the
+ *     per-request usage sums to the scheduler's counters; opted-out and mirostat
+ *     requests never drafted.
  *  2. stories260K as its own draft (a shared draft engine, n_seq_max = parallel):
  *     the same golden identity, and every draft accepted (p == q bit for bit by
  *     batch invariance), greedy and sampled.
@@ -56,7 +57,7 @@ static void test_mixed(kvi_model *m, const golden *g, kvi_engine *draft, const c
     memset(res, 0, sizeof res);
     static int32_t other[N][48];
     uint64_t rng = 0x5eed;
-    bool opted_out[N] = { false }, penalised[N] = { false }, sampled[N] = { false };
+    bool opted_out[N] = { false }, stateful[N] = { false }, sampled[N] = { false };
     for (int i = 0; i < N; i++) {
         kvi_request rq;
         if (i % 4 == 0) {
@@ -76,8 +77,8 @@ static void test_mixed(kvi_model *m, const golden *g, kvi_engine *draft, const c
             }
             if (i == 5 || i == 10) rq.no_spec = opted_out[i] = true;
             if (i == 7) {
-                rq.sampling.presence_penalty = 0.5f;
-                penalised[i] = true;
+                rq.sampling.mirostat = 2;
+                stateful[i] = true;
             }
         }
         CHECK(kvi_sched_submit(s, &rq, NULL, &err) == 0, "%s: submit %d: %s", what, i, err.msg);
@@ -92,10 +93,10 @@ static void test_mixed(kvi_model *m, const golden *g, kvi_engine *draft, const c
         accepted += (uint64_t)res[i].usage.spec_accepted;
         CHECK(res[i].usage.spec_accepted <= res[i].usage.spec_drafted, "%s: request %d accepted %d of %d",
               what, i, res[i].usage.spec_accepted, res[i].usage.spec_drafted);
-        if (opted_out[i] || penalised[i])
-            CHECK(res[i].usage.spec_drafted == 0, "%s: request %d (no_spec %d, penalty %d) drafted %d", what,
-                  i, opted_out[i], penalised[i], res[i].usage.spec_drafted);
-        if (draft && !opted_out[i] && !penalised[i])
+        if (opted_out[i] || stateful[i])
+            CHECK(res[i].usage.spec_drafted == 0, "%s: request %d (no_spec %d, mirostat %d) drafted %d", what,
+                  i, opted_out[i], stateful[i], res[i].usage.spec_drafted);
+        if (draft && !opted_out[i] && !stateful[i])
             CHECK(res[i].usage.spec_accepted == res[i].usage.spec_drafted,
                   "%s: request %d (sampled %d): its own draft accepted %d of %d", what, i, sampled[i],
                   res[i].usage.spec_accepted, res[i].usage.spec_drafted);

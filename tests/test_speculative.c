@@ -14,6 +14,8 @@
  *     two-sample chi-square. Each statistical check has a false-alarm rate of
  *     0.001 (critical value from the Wilson–Hilferty approximation, z = 3.0902);
  *     the seeds are fixed, so the outcome is reproducible.
+ *     With the penalties on (counted over every accepted token), greedy
+ *     speculative tokens equal plain decoding's.
  *  4. A draft model of another vocabulary is refused with a clear error; bad
  *     arguments are rejected.
  *  5. `kvinfer run --spec ngram / --draft`: llama2.c's greedy tokens and the
@@ -210,6 +212,52 @@ out:
     kvi_engine_free(e);
     kvi_engine_free(de_self);
     kvi_engine_free(de_junk);
+}
+
+/* Penalties (llama.cpp's: counted over every accepted token, which
+ * kvi_spec_verify records): greedy speculative decoding with n-gram drafts gives
+ * exactly plain decoding's tokens, which differ from the unpenalised golden. */
+static void test_penalties_greedy(kvi_model *m)
+{
+    kvi_engine *e = engine_for(m, 512);
+    if (!e) return;
+    kvi_seq *seq = kvi_seq_create(e);
+    kvi_sampler_params gp = greedy_params();
+    gp.repeat_penalty = 1.2f;
+    gp.presence_penalty = 0.4f;
+    gp.frequency_penalty = 0.2f;
+    for (int c = 1; c <= 2; c++) {
+        char rel[64];
+        snprintf(rel, sizeof rel, "golden/stories260K/case%d.json", c);
+        cJSON *j = load_json(shared_path(rel));
+        if (!j) continue;
+        int32_t prompt[64], golden[MAX_GEN], plain[MAX_GEN], spec[MAX_GEN];
+        const int32_t np = json_ids(cJSON_GetObjectItem(j, "prompt_tokens"), prompt, 64);
+        const int32_t nw = json_ids(cJSON_GetObjectItem(j, "greedy_tokens"), golden, 100);
+        cJSON_Delete(j);
+        kvi_spec_params pp;
+        kvi_spec_params_default(&pp);
+        pp.draft_max = 8;
+        pp.adapt = false;
+        kvi_error err = { 0 };
+        kvi_spec *sp = kvi_spec_create(&pp, m, NULL, &gp, &err);
+        kvi_sampler *a = kvi_sampler_create(&gp, kvi_n_vocab(m)),
+                    *b = kvi_sampler_create(&gp, kvi_n_vocab(m));
+        const int32_t n1 = plain_generate(e, seq, 0, a, prompt, np, nw, plain);
+        const int32_t n2 = sp ? spec_generate(e, seq, 0, sp, b, prompt, np, nw, spec) : -1;
+        CHECK(n1 == nw && n2 == nw && !memcmp(plain, spec, (size_t)nw * sizeof *plain),
+              "case %d: penalised speculative tokens differ from plain decoding", c);
+        CHECK(memcmp(plain, golden, (size_t)nw * sizeof *plain) != 0,
+              "case %d: the penalties changed nothing", c);
+        kvi_spec_stats st;
+        kvi_spec_stats_get(sp, &st);
+        CHECK(st.n_drafted > 0, "case %d: nothing drafted", c);
+        kvi_spec_free(sp);
+        kvi_sampler_free(a);
+        kvi_sampler_free(b);
+    }
+    kvi_seq_free(seq);
+    kvi_engine_free(e);
 }
 
 static void test_self_draft_sampled(kvi_model *m)
@@ -584,6 +632,7 @@ int main(void)
         double t0 = kvi_time_ms();
         test_sampler_probs();
         test_greedy(m, junk);
+        test_penalties_greedy(m);
         double t1 = kvi_time_ms();
         test_self_draft_sampled(m);
         double t2 = kvi_time_ms();

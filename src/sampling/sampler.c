@@ -1,46 +1,47 @@
 /*
- * sampler.c — picking the next token from a row of logits.
+ * sampler.c — picking the next token from a row of logits: the chain driver.
  *
- * Data structure: a kvi_sampler owns, sized once at create for n_vocab:
- *   cand   (n_vocab) smp_cand  — the surviving candidates (id, logit), compacted
- *                                in place by each filter; cand[0..n_cand)
- *   heap   (n_vocab) smp_cand  — scratch for top-k selection (min-heap of k)
- *   seen   (n_vocab) uint32_t  — stamp per token id: the penalty applies once
- *                                per distinct token however often it recurs
- *   recent (repeat_last_n) int32_t — ring buffer of the last accepted tokens
- *   counts (n_vocab) int32_t  — times each id was generated (accept_output);
- *                                allocated only when a presence or frequency
- *                                penalty is set, else NULL
+ * The chain is llama.cpp's (common_sampler_init, see sampler_order.c): the
+ * samplers of kvi_sampler_params.samplers in that order over an array of
+ * candidates (sampler_int.h), then one draw from the softmax of what is left;
+ * or, with mirostat, temperature then mirostat. The samplers live in
+ * sampler_filters.c (stateless), sampler_repeat.c (penalties, DRY) and
+ * sampler_order.c (mirostat). A kvi_sampler owns, sized once at create:
+ *   cand, tmp (n_vocab) smp_cand — the working array and scratch
+ *   seen (n_vocab) uint32_t — penalty stamps
+ *   hist, counts, DRY scratch — sampler_repeat.c
  * and a xoshiro256** generator (base/rng.h). Optional, set after create:
  *   gm     kvi_grammar_matcher — owned; the tokens it disallows are -inf
  *   mask   ((n_vocab + 31) / 32) uint32_t — its mask for this draw
  *   bias_ids / bias_vals (n_bias) — OpenAI logit_bias, added to raw logits
  *   work   (n_vocab) float    — the caller's logits with bias and mask applied
  *                               (only when a bias or a grammar is set)
+ *   brk    DRY's sequence breakers (kvi_sampler_set_dry_breakers)
  *
  * Invariants:
  *   - kvi_sampler_sample() never allocates and never modifies the caller's logits;
- *   - temp <= 0 is pure argmax over the raw logits (lowest id on ties), nothing
- *     else is applied and the generator is not advanced — except OpenAI's
- *     presence/frequency penalties when set and a token was generated: argmax
- *     of the penalised logits then;
- *   - otherwise the order is llama.cpp's default chain: repetition penalty,
- *     presence/frequency penalties, top-k, top-p, min-p, temperature, softmax, one draw; every filter keeps at
- *     least one candidate; after top-k (or whenever sorting is needed) cand is in
- *     descending logit order with ties broken by the lower id;
- *   - NaN logits count as -inf; a row that is entirely -inf/NaN yields token 0
- *     via argmax rather than a NaN probability;
+ *   - temp <= 0 (dynamic temperature off) is greedy. When no sampler of the chain
+ *     can move the argmax (only top-k, top-p, min-p, top-n-sigma and the
+ *     temperature are on, and no mirostat), it is pure argmax over the row (lowest
+ *     id on ties) and the generator is not advanced; otherwise penalties, DRY,
+ *     typical or XTC act first, as in llama.cpp. temp 0 with dynatemp_range > 0
+ *     is not greedy;
+ *   - the penalties and DRY count the accepted tokens, the prompt's included
+ *     (llama.cpp's semantics; kvi_sampler_accept and _accept_output alike);
+ *   - every filter keeps at least one candidate; NaN logits count as -inf; a row
+ *     with no finite logit yields its first id rather than a NaN probability;
  *   - the same seed and the same sequence of calls give the same tokens;
- *   - with top-k set and no penalty to apply, top-k reads the logits directly
+ *   - when the first sampler that acts is top-k, top-k reads the logits directly
  *     (top_k_direct: no copy of the row into cand); it gives the same k
  *     candidates in the same order as the reference chain (every logit copied
- *     into cand, then apply_top_k), which sampler_set_reference() forces and
+ *     into cand, then top_k_cands), which sampler_set_reference() forces and
  *     tests/test_sampler_fast.c compares it with;
  *   - kvi_sampler_probs() returns exactly the distribution kvi_sampler_sample()
- *     draws from (one chain, sampler_chain(), serves both; one-hot when the
- *     outcome is certain), and kvi_sampler_sample_probs() draws from any
- *     non-negative weights with the same generator (argmax when temp <= 0):
- *     speculative decoding needs both to stay lossless.
+ *     draws from (one chain, chain_run(), serves both; one-hot when the outcome
+ *     is certain; with XTC's coin (0 < probability < 1) the mixture of the chain
+ *     where it fires and the one where it does not), and kvi_sampler_sample_probs()
+ *     draws from any non-negative weights with the same generator (argmax when
+ *     temp <= 0): speculative decoding needs both to stay lossless.
  */
 #include "kvinfer.h"
 #include "base/rng.h"
@@ -53,33 +54,6 @@
 /* The default seed, printed by the CLI's help. */
 #define KVI_SAMPLER_DEFAULT_SEED 0xC0FFEEull
 
-typedef struct smp_cand {
-    int32_t id;
-    float logit;
-} smp_cand;
-
-struct kvi_sampler {
-    kvi_sampler_params p;
-    int32_t n_vocab;
-    smp_cand *cand;          /* (n_vocab) working candidates */
-    smp_cand *heap;          /* (n_vocab) top-k min-heap scratch */
-    uint32_t *seen;          /* (n_vocab) penalty stamps */
-    uint32_t stamp;          /* current stamp value for seen[] */
-    int32_t *recent;         /* (repeat_last_n) ring of accepted tokens */
-    int32_t n_recent;        /* entries filled, <= repeat_last_n */
-    int32_t recent_pos;      /* next write index in recent */
-    int32_t *counts;         /* (n_vocab) generated-token counts, NULL when no such penalty */
-    int32_t n_output;        /* tokens given to accept_output */
-    bool reference;          /* always the reference chain (tests) */
-    kvi_grammar_matcher *gm; /* owned; NULL: unconstrained */
-    uint32_t *mask;          /* [(n_vocab + 31) / 32] */
-    int32_t *bias_ids;       /* [n_bias] */
-    float *bias_vals;        /* [n_bias] */
-    int32_t n_bias;
-    float *work;   /* [n_vocab] biased, masked logits */
-    rng_state rng; /* seeded from p.seed at create */
-};
-
 void sampler_set_reference(kvi_sampler *s, bool on)
 {
     if (s) s->reference = on;
@@ -90,6 +64,7 @@ void sampler_set_reference(kvi_sampler *s, bool on)
 void kvi_sampler_params_default(kvi_sampler_params *p)
 {
     if (!p) return;
+    memset(p, 0, sizeof *p);
     p->temp = 0.8f;
     p->top_k = 40;
     p->top_p = 0.95f;
@@ -99,6 +74,56 @@ void kvi_sampler_params_default(kvi_sampler_params *p)
     p->seed = KVI_SAMPLER_DEFAULT_SEED;
     p->presence_penalty = 0.0f;
     p->frequency_penalty = 0.0f;
+    p->typical_p = 1.0f;
+    p->top_n_sigma = -1.0f;
+    p->xtc_probability = 0.0f;
+    p->xtc_threshold = 0.1f;
+    p->dynatemp_range = 0.0f;
+    p->dynatemp_exponent = 1.0f;
+    p->min_keep = 0;
+    p->mirostat = 0;
+    p->mirostat_tau = 5.0f;
+    p->mirostat_eta = 0.1f;
+    p->dry_multiplier = 0.0f;
+    p->dry_base = 1.75f;
+    p->dry_allowed_length = 2;
+    p->dry_penalty_last_n = 64;
+}
+
+/* x when finite, else off. */
+static float finite_or(float x, float off) { return isfinite(x) ? x : off; }
+
+/* Out-of-range parameters become their "off" value rather than undefined behaviour. */
+static void params_sanitize(kvi_sampler_params *p)
+{
+    if (!(p->temp == p->temp)) p->temp = 0.0f;
+    if (p->top_k < 0) p->top_k = 0;
+    if (!(p->top_p > 0.0f) || p->top_p > 1.0f) p->top_p = 1.0f;
+    if (!(p->min_p > 0.0f)) p->min_p = 0.0f;
+    if (p->min_p > 1.0f) p->min_p = 1.0f;
+    if (!(p->repeat_penalty > 0.0f) || !isfinite(p->repeat_penalty)) p->repeat_penalty = 1.0f;
+    if (p->repeat_last_n < 0) p->repeat_last_n = 0;
+    p->presence_penalty = finite_or(p->presence_penalty, 0.0f);
+    p->frequency_penalty = finite_or(p->frequency_penalty, 0.0f);
+    if (!(p->typical_p > 0.0f) || p->typical_p > 1.0f) p->typical_p = 1.0f;
+    p->top_n_sigma = finite_or(p->top_n_sigma, -1.0f);
+    p->xtc_probability = finite_or(p->xtc_probability, 0.0f);
+    if (!(p->xtc_threshold == p->xtc_threshold)) p->xtc_threshold = 1.0f;
+    p->dynatemp_range = finite_or(p->dynatemp_range, 0.0f);
+    p->dynatemp_exponent = finite_or(p->dynatemp_exponent, 1.0f);
+    if (p->min_keep < 0) p->min_keep = 0;
+    if (p->mirostat != 1 && p->mirostat != 2) p->mirostat = 0;
+    p->mirostat_tau = finite_or(p->mirostat_tau, 5.0f);
+    p->mirostat_eta = finite_or(p->mirostat_eta, 0.1f);
+    p->dry_multiplier = finite_or(p->dry_multiplier, 0.0f);
+    if (!(p->dry_base >= 1.0f) || !isfinite(p->dry_base)) p->dry_base = 1.75f;
+    if (p->dry_allowed_length < 0) p->dry_allowed_length = 0;
+    if (p->dry_penalty_last_n < 0) p->dry_penalty_last_n = 0;
+    p->samplers[KVI_SAMPLERS_MAX] = 0;
+    if (p->mirostat) { /* llama.cpp ignores them: they must not cost memory either */
+        p->repeat_last_n = 0;
+        p->dry_multiplier = 0.0f;
+    }
 }
 
 kvi_sampler *kvi_sampler_create(const kvi_sampler_params *p, int32_t n_vocab)
@@ -110,28 +135,17 @@ kvi_sampler *kvi_sampler_create(const kvi_sampler_params *p, int32_t n_vocab)
         s->p = *p;
     else
         kvi_sampler_params_default(&s->p);
-    /* Out-of-range parameters become their "off" value rather than undefined behaviour. */
-    if (!(s->p.temp == s->p.temp)) s->p.temp = 0.0f;
-    if (s->p.top_k < 0) s->p.top_k = 0;
-    if (!(s->p.top_p > 0.0f) || s->p.top_p > 1.0f) s->p.top_p = 1.0f;
-    if (!(s->p.min_p > 0.0f)) s->p.min_p = 0.0f;
-    if (s->p.min_p > 1.0f) s->p.min_p = 1.0f;
-    if (!(s->p.repeat_penalty > 0.0f) || !isfinite(s->p.repeat_penalty)) s->p.repeat_penalty = 1.0f;
-    if (s->p.repeat_last_n < 0) s->p.repeat_last_n = 0;
-    if (!isfinite(s->p.presence_penalty)) s->p.presence_penalty = 0.0f;
-    if (!isfinite(s->p.frequency_penalty)) s->p.frequency_penalty = 0.0f;
+    params_sanitize(&s->p);
     s->n_vocab = n_vocab;
     s->cand = malloc((size_t)n_vocab * sizeof *s->cand);
-    s->heap = malloc((size_t)n_vocab * sizeof *s->heap);
+    s->tmp = malloc((size_t)n_vocab * sizeof *s->tmp);
     s->seen = calloc((size_t)n_vocab, sizeof *s->seen);
-    s->recent = malloc((size_t)(s->p.repeat_last_n > 0 ? s->p.repeat_last_n : 1) * sizeof *s->recent);
-    if (s->p.presence_penalty != 0.0f || s->p.frequency_penalty != 0.0f)
-        s->counts = calloc((size_t)n_vocab, sizeof *s->counts);
-    if (!s->cand || !s->heap || !s->seen || !s->recent ||
-        ((s->p.presence_penalty != 0.0f || s->p.frequency_penalty != 0.0f) && !s->counts)) {
+    if (!s->cand || !s->tmp || !s->seen || repeat_alloc(s) != 0) {
         kvi_sampler_free(s);
         return NULL;
     }
+    chain_build(s);
+    s->mu = 2.0f * s->p.mirostat_tau;
     rng_seed(&s->rng, s->p.seed);
     return s;
 }
@@ -140,10 +154,9 @@ void kvi_sampler_free(kvi_sampler *s)
 {
     if (!s) return;
     free(s->cand);
-    free(s->heap);
+    free(s->tmp);
     free(s->seen);
-    free(s->recent);
-    free(s->counts);
+    repeat_free(s);
     kvi_grammar_matcher_free(s->gm);
     free(s->mask);
     free(s->bias_ids);
@@ -154,10 +167,8 @@ void kvi_sampler_free(kvi_sampler *s)
 
 void kvi_sampler_accept(kvi_sampler *s, int32_t token)
 {
-    if (!s || s->p.repeat_last_n <= 0 || token < 0 || token >= s->n_vocab) return;
-    s->recent[s->recent_pos] = token;
-    s->recent_pos = (s->recent_pos + 1) % s->p.repeat_last_n;
-    if (s->n_recent < s->p.repeat_last_n) s->n_recent++;
+    if (!s || token < 0 || token >= s->n_vocab) return;
+    hist_push(s, token);
 }
 
 void kvi_sampler_accept_output(kvi_sampler *s, int32_t token)
@@ -166,25 +177,17 @@ void kvi_sampler_accept_output(kvi_sampler *s, int32_t token)
     kvi_sampler_accept(s, token);
     /* a token the mask allowed is always accepted; anything else leaves the state */
     if (s->gm) (void)kvi_grammar_matcher_accept_token(s->gm, token);
-    if (s->counts && s->counts[token] < INT32_MAX) s->counts[token]++;
-    s->n_output++;
+    mirostat_update(s, token);
 }
 
-/* ---- the filters ---- */
-
-/* a ranks before b: higher logit, then lower id. */
-static inline bool cand_before(const smp_cand *a, const smp_cand *b)
+bool kvi_sampler_params_stateful(const kvi_sampler_params *p)
 {
-    return a->logit > b->logit || (a->logit == b->logit && a->id < b->id);
+    if (!p) return false;
+    if (p->mirostat == 1 || p->mirostat == 2) return true;
+    return dry_on(p) || (p->xtc_probability > 0.0f && p->xtc_threshold <= 0.5f);
 }
 
-static int cand_cmp(const void *pa, const void *pb)
-{
-    const smp_cand *a = pa, *b = pb;
-    if (cand_before(a, b)) return -1;
-    if (cand_before(b, a)) return 1;
-    return 0;
-}
+/* ---- the chain ---- */
 
 static int32_t argmax_raw(const float *logits, int32_t n)
 {
@@ -200,208 +203,91 @@ static int32_t argmax_raw(const float *logits, int32_t n)
     return best;
 }
 
-static void apply_penalty(kvi_sampler *s)
+/* Whether sampler k acts on this call (on, and with something to act on). */
+static bool entry_acts(const kvi_sampler *s, smp_kind k)
 {
-    if (s->p.repeat_penalty == 1.0f || s->n_recent == 0) return;
-    if (++s->stamp == 0) { /* wrapped: clear stamps once every 2^32 calls */
-        memset(s->seen, 0, (size_t)s->n_vocab * sizeof *s->seen);
-        s->stamp = 1;
+    if (k == SMP_PENALTIES) return penalties_active(s);
+    if (k == SMP_DRY) return dry_active(s);
+    return chain_entry_on(s, k);
+}
+
+/* temp <= 0 where nothing in the chain can move the argmax. */
+static bool greedy_fast(const kvi_sampler *s)
+{
+    if (s->p.mirostat || !(s->p.temp <= 0.0f) || s->p.dynatemp_range > 0.0f) return false;
+    bool has_temp = false;
+    for (int i = 0; i + 1 < s->n_chain; i++) {
+        const smp_kind k = (smp_kind)s->chain[i];
+        if (k == SMP_TEMP_EXT) has_temp = true;
+        if (!entry_acts(s, k)) continue;
+        if (k != SMP_TOP_K && k != SMP_TOP_P && k != SMP_MIN_P && k != SMP_TOP_N_SIGMA && k != SMP_TEMP_EXT)
+            return false;
     }
-    for (int32_t i = 0; i < s->n_recent; i++) s->seen[s->recent[i]] = s->stamp;
-    /* cand still holds every id at index id here (penalty runs first). */
-    const float pen = s->p.repeat_penalty;
-    for (int32_t i = 0; i < s->n_recent; i++) {
-        int32_t t = s->recent[i];
-        if (s->seen[t] != s->stamp) continue;
-        s->seen[t] = 0; /* once per distinct token */
-        float *l = &s->cand[t].logit;
-        *l = (*l > 0.0f) ? *l / pen : *l * pen;
+    return has_temp;
+}
+
+static void apply_entry(kvi_sampler *s, smp_kind k, smp_xtc_mode xm)
+{
+    const kvi_sampler_params *p = &s->p;
+    switch (k) {
+    case SMP_PENALTIES: penalties_cands(s); break;
+    case SMP_DRY: dry_cands(s); break;
+    case SMP_TOP_N_SIGMA: top_n_sigma_cands(s, p->top_n_sigma); break;
+    case SMP_TOP_K: top_k_cands(s, p->top_k); break;
+    case SMP_TYPICAL: typical_cands(s, p->typical_p, p->min_keep); break;
+    case SMP_TOP_P: top_p_cands(s, p->top_p, p->min_keep); break;
+    case SMP_MIN_P: min_p_cands(s, p->min_p, p->min_keep); break;
+    case SMP_XTC: xtc_cands(s, xm); break;
+    case SMP_TEMP_EXT: temp_ext_cands(s); break;
+    case SMP_TEMP: temp_cands(s, p->temp); break;
+    case SMP_MIROSTAT: mirostat_cands(s); break;
+    case SMP_MIROSTAT_V2: mirostat_v2_cands(s); break;
+    default: softmax_cands(s, false); break;
     }
 }
 
-/* OpenAI's penalties on cand (still indexed by id): presence once per generated
- * token, frequency per occurrence. */
-static void apply_output_penalties(kvi_sampler *s)
-{
-    const float pres = s->p.presence_penalty, freq = s->p.frequency_penalty;
-    for (int32_t t = 0; t < s->n_vocab; t++) {
-        const int32_t c = s->counts[t];
-        if (c > 0) s->cand[t].logit -= pres + freq * (float)c;
-    }
-}
-
-/* Sift-down in a min-heap ordered so that the "worst" candidate is at the root. */
-static void heap_down(smp_cand *h, int32_t n, int32_t i)
-{
-    for (;;) {
-        int32_t l = 2 * i + 1, r = l + 1, w = i;
-        if (l < n && cand_before(&h[w], &h[l])) w = l;
-        if (r < n && cand_before(&h[w], &h[r])) w = r;
-        if (w == i) return;
-        smp_cand t = h[i];
-        h[i] = h[w];
-        h[w] = t;
-        i = w;
-    }
-}
-
-/* Keeps the k best candidates, sorted. */
-static int32_t apply_top_k(kvi_sampler *s, int32_t n, int32_t k)
-{
-    smp_cand *h = s->heap;
-    for (int32_t i = 0; i < k; i++) h[i] = s->cand[i];
-    for (int32_t i = k / 2 - 1; i >= 0; i--) heap_down(h, k, i);
-    for (int32_t i = k; i < n; i++) {
-        if (cand_before(&s->cand[i], &h[0])) {
-            h[0] = s->cand[i];
-            heap_down(h, k, 0);
-        }
-    }
-    memcpy(s->cand, h, (size_t)k * sizeof *h);
-    qsort(s->cand, (size_t)k, sizeof *s->cand, cand_cmp);
-    return k;
-}
-
-/* Top-k of the raw logits into cand[0 .. k), sorted: the same heap operations
- * apply_top_k does on a cand filled with every (id, logit) in id order. Ids
- * only rise, so a logit equal to the heap's worst never ranks before it: only
- * a strictly larger logit enters. NaN reads as -inf and never enters. The scan
- * looks at 16 logits at a time for one above the threshold (no branch per
- * logit; with k << n_vocab almost every group has none). */
-static int32_t top_k_direct(kvi_sampler *s, const float *logits, int32_t k)
+/* Runs the chain on a row: cand[0 .. n_cand) with p the distribution to draw
+ * from. Returns the token when the outcome is certain (one candidate with a
+ * finite logit, or none: the first), else -1. */
+static int32_t chain_run(kvi_sampler *s, const float *logits, smp_xtc_mode xm)
 {
     const int32_t nv = s->n_vocab;
-    smp_cand *h = s->heap;
-    for (int32_t i = 0; i < k; i++) {
-        const float v = logits[i];
-        h[i].id = i;
-        h[i].logit = (v == v) ? v : -INFINITY;
+    s->mu_ready = false;
+    if (greedy_fast(s)) {
+        const int32_t t = argmax_raw(logits, nv);
+        s->cand[0] = (smp_cand){ t, logits[t], 1.0f };
+        s->n_cand = 1;
+        return t;
     }
-    for (int32_t i = k / 2 - 1; i >= 0; i--) heap_down(h, k, i);
-    float thr = h[0].logit;
-    int32_t i = k;
-    for (; i + 16 <= nv; i += 16) {
-        int any = 0;
-        for (int j = 0; j < 16; j++) any |= logits[i + j] > thr;
-        if (!any) continue;
-        for (int j = 0; j < 16; j++) {
-            if (!(logits[i + j] > thr)) continue;
-            h[0].id = i + j;
-            h[0].logit = logits[i + j];
-            heap_down(h, k, 0);
-            thr = h[0].logit;
-        }
-    }
-    for (; i < nv; i++) {
-        if (!(logits[i] > thr)) continue;
-        h[0].id = i;
-        h[0].logit = logits[i];
-        heap_down(h, k, 0);
-        thr = h[0].logit;
-    }
-    memcpy(s->cand, h, (size_t)k * sizeof *h);
-    qsort(s->cand, (size_t)k, sizeof *s->cand, cand_cmp);
-    return k;
-}
-
-/* cand sorted descending: keeps the smallest prefix whose probability mass >= p. */
-static int32_t apply_top_p(const kvi_sampler *s, int32_t n, float p)
-{
-    const smp_cand *c = s->cand;
-    const float mx = c[0].logit;
-    double sum = 0.0;
-    for (int32_t i = 0; i < n; i++) sum += exp((double)c[i].logit - mx);
-    double cum = 0.0, target = (double)p * sum;
-    for (int32_t i = 0; i < n; i++) {
-        cum += exp((double)c[i].logit - mx);
-        if (cum >= target) return i + 1;
-    }
-    return n;
-}
-
-/* Keeps the candidates with p >= min_p * p_max, i.e. logit >= max + log(min_p).
- * Order is preserved, so a sorted cand stays sorted. */
-static int32_t apply_min_p(kvi_sampler *s, int32_t n, float min_p)
-{
-    float mx = -INFINITY;
-    for (int32_t i = 0; i < n; i++)
-        if (s->cand[i].logit > mx) mx = s->cand[i].logit;
-    const double thr = (double)mx + log((double)min_p);
-    int32_t m = 0;
-    for (int32_t i = 0; i < n; i++)
-        if ((double)s->cand[i].logit >= thr) s->cand[m++] = s->cand[i];
-    return m > 0 ? m : 1; /* cannot happen (the max passes), kept for safety */
-}
-
-/* The filter chain shared by sampling and by kvi_sampler_probs. Returns a token id
- * when the outcome is certain (argmax, a single survivor, an all -inf row);
- * otherwise returns -1 with cand[0 .. *n_out) holding (id, weight) where weight is
- * the unnormalised probability after temperature, and *sum_out their sum. */
-static int32_t sampler_chain(kvi_sampler *s, const float *logits, int32_t *n_out, double *sum_out)
-{
-    const int32_t nv = s->n_vocab;
-    const bool out_pen = s->counts && s->n_output > 0;
-    if (!(s->p.temp > 0.0f) && !out_pen) return argmax_raw(logits, nv);
-
-    int32_t n = nv;
-    bool sorted = false;
-    const bool rep_pen = s->p.repeat_penalty != 1.0f && s->n_recent > 0;
-    if (!s->reference && s->p.temp > 0.0f && !rep_pen && !out_pen && s->p.top_k > 0 && s->p.top_k < nv) {
-        n = top_k_direct(s, logits, s->p.top_k);
-        sorted = true;
+    int first = 0; /* the first entry that acts */
+    while (first < s->n_chain - 1 && !entry_acts(s, (smp_kind)s->chain[first])) first++;
+    if (!s->reference && s->chain[first] == SMP_TOP_K && s->p.top_k < nv) {
+        top_k_direct(s, logits, s->p.top_k);
+        first++;
     } else {
         for (int32_t i = 0; i < nv; i++) {
-            float v = logits[i];
-            s->cand[i].id = i;
-            s->cand[i].logit = (v == v) ? v : -INFINITY;
+            const float v = logits[i];
+            s->cand[i] = (smp_cand){ i, (v == v) ? v : -INFINITY, 0.0f };
         }
-        if (!(s->p.temp > 0.0f)) {
-            /* greedy with OpenAI penalties: argmax of the penalised logits */
-            apply_output_penalties(s);
-            int32_t best = 0;
-            for (int32_t i = 1; i < nv; i++)
-                if (s->cand[i].logit > s->cand[best].logit) best = i;
-            return best;
-        }
-        apply_penalty(s);
-        if (out_pen) apply_output_penalties(s);
-        if (s->p.top_k > 0 && s->p.top_k < n) {
-            n = apply_top_k(s, n, s->p.top_k);
-            sorted = true;
-        }
+        s->n_cand = nv;
+        s->sorted = false;
+        s->ident = true;
     }
-    if (s->p.top_p < 1.0f) {
-        if (!sorted) {
-            qsort(s->cand, (size_t)n, sizeof *s->cand, cand_cmp);
-            sorted = true;
-        }
-        if (s->cand[0].logit == -INFINITY) return s->cand[0].id;
-        n = apply_top_p(s, n, s->p.top_p);
-    }
+    for (int i = first; i < s->n_chain; i++) apply_entry(s, (smp_kind)s->chain[i], xm);
+    int32_t n_fin = 0, fin = -1;
+    for (int32_t i = 0; i < s->n_cand && n_fin < 2; i++)
+        if (s->cand[i].logit > -INFINITY) n_fin++, fin = i;
+    if (n_fin == 0) return argmax_raw(logits, nv);
+    return n_fin == 1 ? s->cand[fin].id : -1;
+}
 
-    /* Find the best survivor; an all -inf row has no distribution. */
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (cand_before(&s->cand[i], &s->cand[best])) best = i;
-    if (s->cand[best].logit == -INFINITY) return s->cand[best].id;
-
-    if (s->p.min_p > 0.0f) n = apply_min_p(s, n, s->p.min_p);
-    if (n == 1) return s->cand[0].id;
-
-    /* Temperature, then softmax weights over the survivors (max subtracted). */
-    const double inv_t = 1.0 / (double)s->p.temp;
-    float mx = -INFINITY;
-    for (int32_t i = 0; i < n; i++)
-        if (s->cand[i].logit > mx) mx = s->cand[i].logit;
-    double sum = 0.0;
-    for (int32_t i = 0; i < n; i++) {
-        float w = (float)exp(((double)s->cand[i].logit - mx) * inv_t);
-        s->cand[i].logit = w; /* reuse as an unnormalised probability */
-        sum += w;
-    }
-    *n_out = n;
-    *sum_out = sum;
-    return -1;
+/* XTC's coin can fall either way on this sampler's draws. */
+static bool xtc_coin(const kvi_sampler *s)
+{
+    if (s->p.xtc_probability >= 1.0f) return false;
+    for (int i = 0; i < s->n_chain; i++)
+        if (s->chain[i] == SMP_XTC && chain_entry_on(s, SMP_XTC)) return true;
+    return false;
 }
 
 /* ---- logit bias and grammar ---- */
@@ -471,20 +357,41 @@ int32_t kvi_sampler_sample(kvi_sampler *s, const float *logits)
     if (!s || !logits) return KVI_E_INVALID;
     logits = constrained_row(s, logits);
     if (!logits) return KVI_E_INVALID;
-    int32_t n = 0;
-    double sum = 0.0;
-    int32_t certain = sampler_chain(s, logits, &n, &sum);
+    const int32_t certain = chain_run(s, logits, XTC_COIN);
     if (certain >= 0) return certain;
-    const double u = rng_uniform(&s->rng) * sum;
+    const double u = rng_uniform(&s->rng);
     double cum = 0.0;
     int32_t last = 0;
-    for (int32_t i = 0; i < n; i++) {
-        if (s->cand[i].logit <= 0.0f) continue;
-        cum += s->cand[i].logit;
+    for (int32_t i = 0; i < s->n_cand; i++) {
+        if (!(s->cand[i].p > 0.0f)) continue;
+        cum += s->cand[i].p;
         last = i;
         if (u < cum) return s->cand[i].id;
     }
     return s->cand[last].id; /* rounding at the very top of the range */
+}
+
+int32_t kvi_sampler_last_candidates(const kvi_sampler *s, int32_t *ids, float *p, int32_t cap)
+{
+    if (!s) return KVI_E_INVALID;
+    int32_t n = 0;
+    for (int32_t i = 0; i < s->n_cand; i++) {
+        if (!(s->cand[i].logit > -INFINITY)) continue;
+        if (n < cap && ids) ids[n] = s->cand[i].id;
+        if (n < cap && p) p[n] = s->cand[i].p;
+        n++;
+    }
+    return n;
+}
+
+/* Adds w * the chain's distribution (after chain_run) to probs. */
+static void probs_add(const kvi_sampler *s, int32_t certain, double w, float *probs)
+{
+    if (certain >= 0) {
+        probs[certain] += (float)w;
+        return;
+    }
+    for (int32_t i = 0; i < s->n_cand; i++) probs[s->cand[i].id] += (float)(w * s->cand[i].p);
 }
 
 int kvi_sampler_probs(kvi_sampler *s, const float *logits, float *probs)
@@ -493,15 +400,13 @@ int kvi_sampler_probs(kvi_sampler *s, const float *logits, float *probs)
     memset(probs, 0, (size_t)s->n_vocab * sizeof *probs);
     logits = constrained_row(s, logits);
     if (!logits) return KVI_E_INVALID;
-    int32_t n = 0;
-    double sum = 0.0;
-    int32_t certain = sampler_chain(s, logits, &n, &sum);
-    if (certain >= 0) {
-        probs[certain] = 1.0f;
+    if (xtc_coin(s)) {
+        const double pf = s->p.xtc_probability;
+        probs_add(s, chain_run(s, logits, XTC_FIRE), pf, probs);
+        probs_add(s, chain_run(s, logits, XTC_SKIP), 1.0 - pf, probs);
         return 0;
     }
-    const double inv = 1.0 / sum; /* sum >= 1: the best survivor has weight 1 */
-    for (int32_t i = 0; i < n; i++) probs[s->cand[i].id] = (float)((double)s->cand[i].logit * inv);
+    probs_add(s, chain_run(s, logits, XTC_COIN), 1.0, probs);
     return 0;
 }
 
@@ -509,7 +414,7 @@ int32_t kvi_sampler_sample_probs(kvi_sampler *s, const float *weights)
 {
     if (!s || !weights) return KVI_E_INVALID;
     const int32_t nv = s->n_vocab;
-    if (!(s->p.temp > 0.0f)) return argmax_raw(weights, nv);
+    if (!(s->p.temp > 0.0f) && !(s->p.dynatemp_range > 0.0f)) return argmax_raw(weights, nv);
     double sum = 0.0;
     for (int32_t i = 0; i < nv; i++)
         if (weights[i] > 0.0f) sum += weights[i];

@@ -332,6 +332,16 @@ int kvi_sched_submit(kvi_sched *s, const kvi_request *r, uint64_t *id, kvi_error
         sreq_free(q);
         return err_set(err, KVI_E_NOMEM, "scheduler: out of memory");
     }
+    /* DRY's breakers become token sequences of the model's vocabulary, once */
+    if (r->sampling.dry_multiplier != 0.0f && r->sampling.dry_penalty_last_n != 0) {
+        const int rc_d = kvi_sampler_set_dry_breakers(q->smp, s->m, r->dry_breakers,
+                                                      r->dry_breakers ? r->n_dry_breakers : 0, err);
+        if (rc_d != 0) {
+            sreq_free(q);
+            return rc_d;
+        }
+    }
+    q->r.dry_breakers = NULL;
     memcpy(q->tokens, r->prompt, (size_t)r->n_prompt * sizeof *q->tokens);
     for (int32_t i = 0; i < r->n_prompt; i++) kvi_sampler_accept(q->smp, r->prompt[i]);
     q->n_prompt = q->n_tokens = r->n_prompt;
@@ -475,14 +485,18 @@ int kvi_sched_set_spec(kvi_sched *s, const kvi_spec_params *p, kvi_engine *draft
 }
 
 /* At first admission: a kvi_spec whose history is the request's tokens. Requests
- * that opt out, and those with OpenAI penalties (kvi_spec_verify records tokens
- * with kvi_sampler_accept, which does not count them as generated), stay plain;
- * so does any request whose state cannot be made (no draft sequence free). */
+ * that opt out stay plain, and so do those whose chain keeps state that
+ * verification cannot replay (kvi_sampler_params_stateful: mirostat's mu moves
+ * with each accepted token's probability, which kvi_spec_verify's
+ * kvi_sampler_accept does not pass on; DRY and XTC conservatively too), and any
+ * request whose state cannot be made (no draft sequence free). The penalties
+ * count every accepted token (llama.cpp's semantics), so verification replays
+ * them exactly. */
 static void spec_attach(kvi_sched *s, sreq *q)
 {
     /* a grammar's mask would have to follow every draft: such requests stay plain */
     if (!s->spec_on || q->r.no_spec || q->r.grammar || q->sp) return;
-    if (q->r.sampling.presence_penalty != 0.0f || q->r.sampling.frequency_penalty != 0.0f) return;
+    if (kvi_sampler_params_stateful(&q->r.sampling)) return;
     kvi_error e2 = { 0 };
     q->drafts = malloc((size_t)s->spec_p.draft_max * sizeof *q->drafts);
     q->sp = q->drafts ? kvi_spec_create(&s->spec_p, s->m, s->draft, &q->r.sampling, &e2) : NULL;
