@@ -132,6 +132,18 @@ int32_t kvi_detokenize(const kvi_model *m, const int32_t *tokens, int32_t n, cha
 
 int32_t kvi_token_bos(const kvi_model *m);                /* -1 when none */
 int32_t kvi_token_eos(const kvi_model *m);                /* -1 when none */
+/* The fill-in-the-middle tokens: tokenizer.ggml.fim_{pre,suf,mid,pad,rep,sep}_token_id
+ * (the older prefix/suffix/middle_token_id too), else found by their text as
+ * llama.cpp does (<|fim_prefix|>, <fim-prefix>, <PRE>, ...). */
+typedef enum kvi_fim_kind {
+    KVI_FIM_PRE,
+    KVI_FIM_SUF,
+    KVI_FIM_MID,
+    KVI_FIM_PAD,
+    KVI_FIM_REP, /* repository name */
+    KVI_FIM_SEP, /* file separator */
+} kvi_fim_kind;
+int32_t kvi_token_fim(const kvi_model *m, kvi_fim_kind kind); /* -1 when none */
 bool kvi_token_is_eog(const kvi_model *m, int32_t token); /* EOS, EOT, ... */
 bool kvi_model_add_bos(const kvi_model *m);               /* does add_special put BOS first */
 int32_t kvi_n_vocab(const kvi_model *m);
