@@ -369,28 +369,15 @@ static void test_chat_cli(void)
     free(log);
 }
 
+static int add_template(void *w, void *tmpl)
+{
+    return gguf_writer_set_str(w, "tokenizer.chat_template", tmpl);
+}
+
 /* stories260K.gguf with tokenizer.chat_template = tmpl, at path. */
 static bool write_gguf_with_template(const char *path, const char *tmpl)
 {
-    gguf_ctx *g = NULL;
-    kvi_error err = { 0 };
-    if (gguf_open(shared_path("models/stories260K.gguf"), false, &g, &err) != 0) return false;
-    gguf_writer *w = gguf_writer_create();
-    bool ok = w != NULL;
-    for (int64_t i = 0; ok && i < gguf_n_kv(g); i++) ok = gguf_writer_copy_kv(w, g, gguf_kv_key(g, i)) == 0;
-    ok = ok && gguf_writer_set_str(w, "tokenizer.chat_template", tmpl) == 0;
-    for (int64_t i = 0; ok && i < gguf_n_tensors(g); i++) {
-        const gguf_tensor *t = gguf_tensor_at(g, i);
-        ok = gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne) == 0;
-    }
-    FILE *f = ok ? fopen(path, "wb") : NULL;
-    ok = f && gguf_writer_write_header(w, f, &err) == 0;
-    for (int64_t i = 0; ok && i < gguf_n_tensors(g); i++)
-        ok = gguf_writer_write_tensor(w, f, i, gguf_tensor_at(g, i)->data, &err) == 0;
-    if (f && fclose(f) != 0) ok = false;
-    gguf_writer_free(w);
-    gguf_close(g);
-    return ok;
+    return write_gguf_copy(shared_path("models/stories260K.gguf"), path, add_template, (void *)tmpl);
 }
 
 static void test_gguf_template(void)
