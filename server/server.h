@@ -136,6 +136,7 @@ typedef struct srv_params {
     bool forced_call;   /* "required" or a named function: the grammar forces the call */
     bool tool_parallel; /* parallel_tool_calls (default true) */
     const kvi_grammar_vocab *grammar_vocab; /* of a forced call's grammar (the server's); NULL: the model's */
+    bool infill; /* POST /infill: llama.cpp's fields in, its /completion shape out (server_infill.c) */
 } srv_params;
 
 enum { SRV_TOOLS_NONE, SRV_TOOLS_AUTO, SRV_TOOLS_REQUIRED, SRV_TOOLS_NAMED };
@@ -160,7 +161,22 @@ char *srv_error_json(const srv_err *e);
 int srv_body_check(const char *body, size_t len, srv_err *er);
 /* Parses a /v1/completions or /v1/chat/completions body. 0, or -1 with *er set. */
 int srv_parse_request(srv_server *srv, const char *body, size_t len, bool chat, srv_params *p, srv_err *er);
+/* The same for a POST /infill body (p->infill set). */
+int srv_parse_infill(srv_server *srv, const char *body, size_t len, srv_params *p, srv_err *er);
 void srv_params_free(srv_params *p);
+
+/* ---- fill in the middle (server_infill.c) ---- */
+
+/* Whether the prompt is a fill-in-the-middle one: /infill, or "suffix" on /v1/completions. */
+bool srv_infill_wanted(const cJSON *root, const srv_params *p);
+/* Its ids into p->prompt (after max_tokens was read). 0, or -1 with *er set. */
+int srv_infill_prompt(srv_server *srv, const cJSON *root, srv_params *p, srv_err *er);
+/* The ids of a fill-in-the-middle body as llama.cpp's server lays them out
+ * (/infill's fields, or with openai "prompt" + "suffix"), for a budget of
+ * n_batch, n_ctx and n_predict (malloc'd, *n of them), or NULL with *er set (a
+ * 400 when the model has no FIM prefix/suffix/middle tokens). */
+int32_t *srv_infill_ids(const kvi_model *m, const cJSON *root, bool openai, int n_batch, int n_ctx,
+                        int n_predict, int32_t *n, srv_err *er);
 
 /* ---- the chat template (server_template.c) ---- */
 
@@ -245,6 +261,12 @@ typedef struct srv_req {
  * caller holds r->mu. Returns false when out of memory. */
 bool srv_sse_token(srv_req *r, srv_choice *c, const char *piece, size_t n);
 bool srv_sse_final(srv_req *r);
+/* Queues "data: <o>\n\n" and frees o (caller holds r->mu). False when out of memory. */
+bool srv_sse_event(srv_req *r, cJSON *o);
+/* /infill's answers in llama.cpp's /completion shape (the caller holds r->mu for the SSE ones). */
+bool srv_infill_sse_token(srv_req *r, srv_choice *c, const char *piece, size_t n);
+bool srv_infill_sse_final(srv_req *r);
+char *srv_infill_response_json(srv_req *r);
 /* Records the logprobs of the choice's next token (caller holds r->mu; offset =
  * the text's length now, before the token's text is appended). */
 bool srv_logprobs_push(srv_choice *c, int32_t token, float logprob, const int32_t *top_ids,

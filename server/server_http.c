@@ -35,6 +35,7 @@ typedef struct conn_ctx {
     size_t len, cap;
     bool too_large;
     size_t header_bytes; /* names and values of the request's headers */
+    bool infill;         /* POST /infill: the body is parsed by srv_parse_infill */
 } conn_ctx;
 
 static enum MHD_Result header_bytes(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
@@ -297,7 +298,9 @@ static srv_req *req_create(srv_server *srv, conn_ctx *cc, bool chat, srv_err *er
         srv_err_set(er, 500, "server_error", NULL, "out of memory");
         return NULL;
     }
-    if (srv_parse_request(srv, cc->body ? cc->body : "", cc->len, chat, &r->p, er)) {
+    const char *body = cc->body ? cc->body : "";
+    if (cc->infill ? srv_parse_infill(srv, body, cc->len, &r->p, er)
+                   : srv_parse_request(srv, body, cc->len, chat, &r->p, er)) {
         free(r);
         return NULL;
     }
@@ -746,6 +749,10 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *con, const char
     if (post && srv_body_check(cc->body, cc->len, &er)) return send_error(con, &er);
     if (post && !strcmp(url, "/v1/completions")) return generate(srv, con, cc, false);
     if (post && !strcmp(url, "/v1/chat/completions")) return generate(srv, con, cc, true);
+    if (post && !strcmp(url, "/infill")) {
+        cc->infill = true; /* llama.cpp's fill in the middle */
+        return generate(srv, con, cc, false);
+    }
     if (post && !strcmp(url, "/tokenize")) return tokenize_ep(srv, con, cc);
     if (post && !strcmp(url, "/detokenize")) return detokenize_ep(srv, con, cc);
     if (post && !strcmp(url, "/apply-template")) return apply_template_ep(srv, con, cc);

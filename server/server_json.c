@@ -469,10 +469,12 @@ static int parse_logit_bias(const cJSON *root, int32_t n_vocab, srv_params *p, s
     return 0;
 }
 
-int srv_parse_request(srv_server *srv, const char *body, size_t len, bool chat, srv_params *p, srv_err *er)
+static int parse_request(srv_server *srv, const char *body, size_t len, bool chat, bool infill, srv_params *p,
+                         srv_err *er)
 {
     memset(p, 0, sizeof *p);
     p->chat = chat;
+    p->infill = infill;
     p->n = 1;
     p->sp = srv->cfg.sampling;
     bool oom = false;
@@ -551,7 +553,9 @@ int srv_parse_request(srv_server *srv, const char *body, size_t len, bool chat, 
     if ((rc = parse_logit_bias(root, kvi_n_vocab(srv->m), p, er))) goto done;
     if ((rc = parse_constraints(root, p, er))) goto done;
     if (chat && (rc = srv_parse_tools(srv, root, p, er))) goto done;
-    rc = chat ? parse_messages(srv, root, body, len, p, er) : parse_prompt(srv, root, p, er);
+    rc = chat                         ? parse_messages(srv, root, body, len, p, er)
+         : srv_infill_wanted(root, p) ? srv_infill_prompt(srv, root, p, er)
+                                      : parse_prompt(srv, root, p, er);
     if (rc) goto done;
     if (chat && (rc = srv_tools_grammar(srv, root, p, er))) goto done;
     if (p->n_prompt == 0) {
@@ -571,6 +575,16 @@ done:
     cJSON_Delete(root);
     if (rc) srv_params_free(p);
     return rc;
+}
+
+int srv_parse_request(srv_server *srv, const char *body, size_t len, bool chat, srv_params *p, srv_err *er)
+{
+    return parse_request(srv, body, len, chat, false, p, er);
+}
+
+int srv_parse_infill(srv_server *srv, const char *body, size_t len, srv_params *p, srv_err *er)
+{
+    return parse_request(srv, body, len, false, true, p, er);
 }
 
 /* ---- responses ---- */
@@ -672,6 +686,8 @@ static bool emit(srv_req *r, cJSON *o)
     free(s);
     return ok;
 }
+
+bool srv_sse_event(srv_req *r, cJSON *o) { return emit(r, o); }
 
 bool srv_logprobs_push(srv_choice *c, int32_t token, float logprob, const int32_t *top_ids,
                        const float *top_lps, int32_t n_top)
@@ -818,6 +834,7 @@ static bool sse_parsed(srv_req *r, srv_choice *c, const srv_lp *lp)
 
 bool srv_sse_token(srv_req *r, srv_choice *c, const char *piece, size_t n)
 {
+    if (r->p.infill) return srv_infill_sse_token(r, c, piece, n);
     if (c->co) {
         const srv_lp *lp =
             r->p.logprobs && c->n_lp > 0 && c->n_lp == c->n_tokens ? &c->lp[c->n_lp - 1] : NULL;
@@ -835,6 +852,7 @@ bool srv_sse_token(srv_req *r, srv_choice *c, const char *piece, size_t n)
 
 bool srv_sse_final(srv_req *r)
 {
+    if (r->p.infill) return srv_infill_sse_final(r);
     bool ok = true;
     for (int i = 0; i < r->p.n; i++) {
         srv_choice *c = &r->ch[i];
@@ -864,6 +882,7 @@ bool srv_sse_final(srv_req *r)
 
 char *srv_response_json(srv_req *r)
 {
+    if (r->p.infill) return srv_infill_response_json(r);
     cJSON *o = envelope(r, false);
     cJSON *a = cJSON_AddArrayToObject(o, "choices");
     for (int i = 0; i < r->p.n; i++) {
