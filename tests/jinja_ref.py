@@ -9,7 +9,8 @@ absent, add_generation_prompt True when absent, chat_template_kwargs merged).
 
 usage: jinja_ref.py CASES.json  ->  stdout: a JSON list, one {"ok": true, "text": ...}
 or {"ok": false, "error": ...} per case; CASES.json is a list of
-{"template": PATH, "request": {...}, "bos": str|null, "eos": str|null}.
+{"template": PATH, "request": {...}, "bos": str|null, "eos": str|null}, where
+"template_text": TEXT may stand for "template" (a snippet given inline).
 Exit 3 when jinja2 cannot be imported.
 """
 import json
@@ -122,7 +123,12 @@ def main():
     out = []
     for c in cases:
         try:
-            path = c["template"]
+            if "template_text" in c:
+                path = "\0" + c["template_text"]
+                if path not in compiled:
+                    compiled[path] = env.from_string(c["template_text"])
+            else:
+                path = c["template"]
             if path not in compiled:
                 with open(path, encoding="utf-8", newline="") as f:
                     compiled[path] = env.from_string(f.read())
