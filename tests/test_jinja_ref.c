@@ -8,6 +8,11 @@
  * bos/eos). The two renderings must be byte-identical; a case jinja2 refuses
  * (raise_exception, a type error) must be an error in kvinfer too. Before them,
  * small snippets of filters, tests and markup (`safe` + plain strings) the same way.
+ * Message content goes to each template in the form it expects (a list of parts
+ * joined into a string unless the template iterates content): kvinfer detects
+ * the form on its own syntax tree, jinja_ref.py as vLLM does on jinja2's; both
+ * detections must agree for every template, and forcing the other form must
+ * render (or fail) alike.
  *
  * Needs python3 with jinja2 (Debian python3-jinja2, installed by scripts/deps.sh).
  * Without them it skips (exit 77) saying so, unless KVI_REQUIRE_JINJA2=1, which
@@ -166,6 +171,65 @@ static void test_snippets(const char *py)
     cJSON_Delete(cases);
 }
 
+/* --chat-template-content-format forced against the detection: Qwen2.5 (which
+ * concatenates content) given lists fails in both; Mistral Small 3.2 (which
+ * iterates content) given joined strings renders the same in both. */
+static void test_forced_format(const char *py)
+{
+    static const struct {
+        const char *file;
+        kvi_content_format f;
+        const char *name;
+    } forced[] = { { "Qwen-Qwen2.5-7B-Instruct.jinja", KVI_CONTENT_OPENAI, "openai" },
+                   { "Mistral-Small-3.2-24B-Instruct-2506.jinja", KVI_CONTENT_STRING, "string" },
+                   { "Qwen-Qwen2.5-7B-Instruct.jinja", KVI_CONTENT_STRING, "string" } };
+    const char *req = "{\"messages\": [{\"role\": \"system\", \"content\": [{\"type\": \"text\", \"text\": "
+                      "\"Be brief.\"}]}, {\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": "
+                      "\"Hi\"}, {\"type\": \"text\", \"text\": \"there\"}]}]}";
+    cJSON *cases = cJSON_CreateArray();
+    char path[3][2048];
+    for (int i = 0; i < 3; i++) {
+        snprintf(path[i], sizeof path[i], "%s/%s", shared_path("templates"), forced[i].file);
+        cJSON *k = cJSON_CreateObject();
+        cJSON_AddStringToObject(k, "template", path[i]);
+        cJSON_AddItemToObject(k, "request", cJSON_Parse(req));
+        cJSON_AddStringToObject(k, "content_format", forced[i].name);
+        cJSON_AddStringToObject(k, "bos", "<s>");
+        cJSON_AddStringToObject(k, "eos", "</s>");
+        cJSON_AddItemToArray(cases, k);
+    }
+    char *text = cJSON_PrintUnformatted(cases), cmd[4096];
+    const char *cpath = tmp_path("jinja_forced.json");
+    CHECK(write_file(cpath, text, strlen(text)) == 0, "cannot write %s", cpath);
+    snprintf(cmd, sizeof cmd, "%s '%s' '%s'", py, KVI_JINJA_REF, cpath);
+    int st = 0;
+    char *ref_text = run_capture(cmd, &st);
+    cJSON *ref = ref_text && st == 0 ? cJSON_Parse(ref_text) : NULL;
+    CHECK(cJSON_GetArraySize(ref) == 3, "reference renderer failed (status %d)", st);
+    for (int i = 0; ref && i < 3; i++) {
+        size_t len = 0;
+        char *src = read_file(path[i], &len);
+        kvi_error err = { 0 };
+        kvi_chat_template *t = src ? kvi_chat_template_parse(src, len, &err) : NULL;
+        kvi_chat_template_set_content_format(t, forced[i].f);
+        char *out = t ? kvi_chat_template_render(t, req, "<s>", "</s>", &err) : NULL;
+        const cJSON *r = cJSON_GetArrayItem(ref, i);
+        const bool ref_ok = cJSON_IsTrue(cJSON_GetObjectItem(r, "ok"));
+        const char *want = ref_ok ? cJSON_GetObjectItem(r, "text")->valuestring : NULL;
+        CHECK(ref_ok ? out && !strcmp(out, want) : !out, "%s forced to %s: kvinfer '%s', jinja2 '%s'",
+              forced[i].file, forced[i].name, out ? out : err.msg,
+              ref_ok ? want : cJSON_GetObjectItem(r, "error")->valuestring);
+        CHECK(i != 2 || (out && strstr(out, "Hi\nthere")), "parts joined with a newline: %s", out ? out : "");
+        free(out);
+        kvi_chat_template_free(t);
+        free(src);
+    }
+    cJSON_Delete(ref);
+    free(ref_text);
+    free(text);
+    cJSON_Delete(cases);
+}
+
 static bool require_ref(void)
 {
     const char *v = getenv("KVI_REQUIRE_JINJA2");
@@ -223,7 +287,7 @@ int main(void)
     CHECK(ref && cJSON_GetArraySize(ref) == n_t * n_c, "reference renderer failed (status %d)", st);
     if (!ref) return test_main_end();
 
-    int total_same = 0, total_errors_both = 0;
+    int total_same = 0, total_errors_both = 0, n_openai = 0;
     for (int t = 0; t < n_t; t++) {
         char path[2048];
         snprintf(path, sizeof path, "%s/%s", tdir, names[t]);
@@ -232,6 +296,14 @@ int main(void)
         kvi_error err = { 0 };
         kvi_chat_template *tmpl = text ? kvi_chat_template_parse(text, len, &err) : NULL;
         int same = 0;
+        /* the content form vLLM's detection gives, on jinja2's own syntax tree */
+        const cJSON *f0 = cJSON_GetObjectItem(cJSON_GetArrayItem(ref, t * n_c), "format");
+        const kvi_content_format want_cf = cJSON_IsString(f0) && !strcmp(f0->valuestring, "openai")
+                                               ? KVI_CONTENT_OPENAI
+                                               : KVI_CONTENT_STRING;
+        CHECK(tmpl && kvi_chat_template_content_format(tmpl) == want_cf, "%s: content format %s", names[t],
+              cJSON_IsString(f0) ? f0->valuestring : "?");
+        n_openai += want_cf == KVI_CONTENT_OPENAI;
         for (int c = 0; c < n_c; c++) {
             const cJSON *conv = cJSON_GetArrayItem(convs, c);
             const cJSON *r = cJSON_GetArrayItem(ref, t * n_c + c);
@@ -276,8 +348,12 @@ int main(void)
         free(text);
         free(names[t]);
     }
-    printf("templates: %d x %d conversations: %d/%d identical (%d of them errors in both)\n", n_t, n_c,
-           total_same, n_t * n_c, total_errors_both);
+    printf("templates: %d x %d conversations: %d/%d identical (%d of them errors in both); %d templates "
+           "iterate content\n",
+           n_t, n_c, total_same, n_t * n_c, total_errors_both, n_openai);
+    CHECK(n_openai > 0 && n_openai < n_t, "both content forms among the templates (%d of %d openai)",
+          n_openai, n_t);
+    test_forced_format(py);
     free(names);
     free(ref_text);
     free(cases_text);

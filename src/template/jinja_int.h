@@ -273,6 +273,8 @@ jtok *jinja_lex(jctx *J, const char *src, size_t n, size_t *n_tok);
 
 /* jinja_parse.c: template text to a tree (an N_BODY). */
 jnode *jinja_parse(jctx *J, const char *src, size_t n);
+/* jinja_content.c: whether some loop iterates a message's content (vLLM's "openai" form). */
+bool jinja_iterates_content(const jnode *root);
 
 /* jinja_eval.c */
 void jinja_exec(jctx *J, const jnode *body);
