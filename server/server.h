@@ -69,6 +69,7 @@ typedef struct srv_config {
     bool quiet;
     bool special_in_content; /* Hugging Face's tokenization: special text recognised in message text too */
     bool no_reasoning;       /* --reasoning-format none: <think> text stays in content */
+    int content_format;      /* kvi_content_format (--chat-template-content-format); AUTO: detected */
     /* HTTP limits; 0: the SRV_* default below */
     int timeout_s;        /* SRV_TIMEOUT_S */
     size_t body_max;      /* SRV_BODY_MAX */

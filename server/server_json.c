@@ -213,6 +213,73 @@ static void chat_msgs_free(chat_msgs *c)
     memset(c, 0, sizeof *c);
 }
 
+/* The text of a content part (text / input_text: "text", refusal: "refusal"),
+ * or NULL with *er set: media parts (this server's models take text only) and
+ * unknown types are a 400 naming the part. */
+static const char *part_text(const cJSON *part, int i, int j, srv_err *er)
+{
+    static const char *const media[] = { "image_url", "input_image", "image", "input_audio", "audio",
+                                         "audio_url", "video_url",   "video", "file",        "input_file" };
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
+    if (!cJSON_IsObject(part) || !cJSON_IsString(type)) {
+        srv_err_set(er, 400, "invalid_request_error", "invalid_value",
+                    "'messages[%d].content[%d]' must be an object with a string \"type\"", i, j);
+        return NULL;
+    }
+    const char *ty = type->valuestring;
+    const bool refusal = !strcmp(ty, "refusal");
+    if (refusal || !strcmp(ty, "text") || !strcmp(ty, "input_text")) {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(part, refusal ? "refusal" : "text");
+        if (cJSON_IsString(t)) return t->valuestring;
+        srv_err_set(er, 400, "invalid_request_error", "invalid_value",
+                    "'messages[%d].content[%d].%s' must be a string", i, j, refusal ? "refusal" : "text");
+        return NULL;
+    }
+    for (size_t k = 0; k < sizeof media / sizeof *media; k++)
+        if (!strcmp(ty, media[k])) {
+            srv_err_set(er, 400, "invalid_request_error", "unsupported_content",
+                        "this model takes text only: 'messages[%d].content[%d]' is %s %s part (%s)", i, j,
+                        strstr(ty, "audio") || strstr(ty, "image") ? "an" : "a",
+                        strstr(ty, "image")   ? "image"
+                        : strstr(ty, "audio") ? "audio"
+                        : strstr(ty, "video") ? "video"
+                                              : "file",
+                        ty);
+            return NULL;
+        }
+    srv_err_set(er, 400, "invalid_request_error", "invalid_value",
+                "'messages[%d].content[%d]' has an unknown type '%.60s' (text parts only)", i, j, ty);
+    return NULL;
+}
+
+/* A list of content parts as one string (malloc'd into *out): the texts joined
+ * with "\n", as vLLM joins them for a template that takes a string. */
+static int join_parts(const cJSON *parts, int i, char **out, srv_err *er)
+{
+    size_t len = 0;
+    int j = 0;
+    const cJSON *part;
+    cJSON_ArrayForEach(part, parts)
+    {
+        const char *t = part_text(part, i, j++, er);
+        if (!t) return -1;
+        len += strlen(t) + 1;
+    }
+    if (!(*out = malloc(len + 1))) return srv_err_set(er, 500, "server_error", NULL, "out of memory");
+    size_t at = 0;
+    j = 0;
+    cJSON_ArrayForEach(part, parts)
+    {
+        const char *t = part_text(part, i, j, er);
+        const size_t n = strlen(t);
+        if (j++) (*out)[at++] = '\n';
+        memcpy(*out + at, t, n);
+        at += n;
+    }
+    (*out)[at] = 0;
+    return 0;
+}
+
 /* Checks the body's messages (each an object with a string role and a string,
  * parts or null content) and collects them. 0, or -1 with *er set. */
 static int collect_messages(const cJSON *root, chat_msgs *c, srv_err *er)
@@ -258,22 +325,7 @@ static int collect_messages(const cJSON *root, chat_msgs *c, srv_err *er)
         if (cJSON_IsString(content)) {
             c->v[i].content = content->valuestring;
         } else if (cJSON_IsArray(content)) {
-            /* content parts: the text parts joined */
-            size_t len = 0;
-            const cJSON *part;
-            cJSON_ArrayForEach(part, content)
-            {
-                const cJSON *t = cJSON_GetObjectItemCaseSensitive(part, "text");
-                if (cJSON_IsString(t)) len += strlen(t->valuestring);
-            }
-            if (!(c->owned[i] = malloc(len + 1)))
-                return srv_err_set(er, 500, "server_error", NULL, "out of memory");
-            c->owned[i][0] = 0;
-            cJSON_ArrayForEach(part, content)
-            {
-                const cJSON *t = cJSON_GetObjectItemCaseSensitive(part, "text");
-                if (cJSON_IsString(t)) strcat(c->owned[i], t->valuestring);
-            }
+            if (join_parts(content, i, &c->owned[i], er)) return -1;
             c->v[i].content = c->owned[i];
         } else if (cJSON_IsNull(content) || !content) {
             c->v[i].content = "";
