@@ -24,7 +24,8 @@
  * middle order (llama.cpp's default; its --spm-infill is not offered).
  *
  * A model needs FIM_PRE, FIM_SUF and FIM_MID (kvi_token_fim): else a 400. The ids
- * then go through the completions path like any id prompt.
+ * then go through the completions path like any id prompt, with the completion
+ * fields (/infill also takes llama.cpp's n_predict for max_tokens).
  *
  * /infill's answer (llama.cpp's /completion): {"index", "content", "tokens": [],
  * "id_slot": -1, "stop": true, "model", "tokens_predicted", "tokens_evaluated",

@@ -556,7 +556,9 @@ static int parse_request(srv_server *srv, const char *body, size_t len, bool cha
     double mt = 0;
     if ((rc = num_field(root, "max_tokens", 1, big, true, &mt, er))) goto done;
     if ((rc = num_field(root, "max_completion_tokens", 1, big, true, &mt, er))) goto done;
-    p->max_tokens = (int32_t)mt;
+    /* /infill: llama.cpp's n_predict too (-1: until the end of generation) */
+    if (infill && (rc = num_field(root, "n_predict", -1, big, true, &mt, er))) goto done;
+    p->max_tokens = mt > 0 ? (int32_t)mt : 0;
     x = p->sp.temp;
     if ((rc = num_field(root, "temperature", 0, 2, false, &x, er))) goto done;
     p->sp.temp = (float)x;

@@ -306,7 +306,7 @@ static char *completion_of_ids(int port, const int32_t *ids, int32_t n, int max_
 
 #define INFILL_BODY                                                                                      \
     "{\"input_prefix\": \"" PREFIX "\", \"input_suffix\": \"" SUFFIX "\", \"input_extra\": [{\"text\": " \
-    "\"Tom had a ball.\"}], \"n_predict\": 6, \"max_tokens\": 6, \"temperature\": 0"
+    "\"Tom had a ball.\"}], \"n_predict\": 6, \"temperature\": 0"
 
 static void test_http(const kvi_model *fim, const char *gpath)
 {

@@ -7,6 +7,13 @@
  *
  * Filters are pure: they build new values and never change their input. An
  * unknown filter or test is a render error naming it.
+ *
+ * jinja2's leniency where templates rely on it: map and the select family give
+ * an empty sequence for a false value (none, undefined, 0, ""); default() and
+ * length accept undefined. Markup (jv.is_markup, from safe and escape): escape
+ * leaves it alone, and the filters jinja2 runs through soft_str (trim, upper,
+ * lower, capitalize, center, indent, string, format) keep it markup, format's
+ * arguments escaped; the others give plain strings, as jinja2's do.
  */
 #include "template/jinja_int.h"
 
