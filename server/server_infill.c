@@ -53,6 +53,7 @@ static int oom(srv_err *er) { return srv_err_set(er, 500, "server_error", NULL, 
 
 static int buf_push(ids_buf *b, const int32_t *ids, int32_t n, srv_err *er)
 {
+    if (n <= 0) return 0; /* ids may be NULL then (an empty buffer) */
     if (b->n + n > b->cap) {
         const int32_t cap = (b->n + n) * 2 + 16;
         int32_t *nv = realloc(b->v, (size_t)cap * sizeof *nv);
@@ -160,16 +161,16 @@ static int extra_ids(const cJSON *root, const kvi_model *m, ids_buf *b, srv_err 
 static int assemble(const kvi_model *m, const ids_buf *extra, const ids_buf *pre, const ids_buf *suf,
                     const ids_buf *prompt, int n_batch, int n_ctx, int n_predict, ids_buf *out, srv_err *er)
 {
-    int32_t n_pre = pre->n < 3 * (n_batch / 4) ? pre->n : 3 * (n_batch / 4);
-    int32_t room = n_batch / 4 - (2 + prompt->n);
-    int32_t n_suf = suf->n < (room > 0 ? room : 0) ? suf->n : (room > 0 ? room : 0);
-    const int64_t er_room = (int64_t)n_ctx - n_batch - 2 * (int64_t)n_predict;
-    const int32_t n_extra = er_room <= 0 ? 0 : er_room < extra->n ? (int32_t)er_room : extra->n;
+    const int32_t n_pre = pre->n < 3 * (n_batch / 4) ? pre->n : 3 * (n_batch / 4);
+    const int32_t room = n_batch / 4 - (2 + prompt->n);
+    const int32_t n_suf = suf->n < (room > 0 ? room : 0) ? suf->n : (room > 0 ? room : 0);
+    const int64_t extra_room = (int64_t)n_ctx - n_batch - 2 * (int64_t)n_predict;
+    const int32_t n_extra = extra_room <= 0 ? 0 : extra_room < extra->n ? (int32_t)extra_room : extra->n;
     const int32_t bos = kvi_token_bos(m);
-    int rc = buf_push(out, extra->v + extra->n - n_extra, n_extra, er);
+    int rc = n_extra ? buf_push(out, extra->v + extra->n - n_extra, n_extra, er) : 0;
     if (!rc && kvi_model_add_bos(m) && bos >= 0) rc = buf_push1(out, bos, er);
     if (!rc) rc = buf_push1(out, kvi_token_fim(m, KVI_FIM_PRE), er);
-    if (!rc) rc = buf_push(out, pre->v + pre->n - n_pre, n_pre, er);
+    if (!rc && n_pre) rc = buf_push(out, pre->v + pre->n - n_pre, n_pre, er);
     if (!rc) rc = buf_push(out, prompt->v, prompt->n, er);
     if (!rc) rc = buf_push1(out, kvi_token_fim(m, KVI_FIM_SUF), er);
     if (!rc) rc = buf_push(out, suf->v, n_suf, er);
