@@ -124,6 +124,15 @@ static const char *const snippets[] = {
     "{{ '\u00e9'.center(4, '-') }}",
     "{{ [1,2,3,4,5]|batch(2)|list }}|{{ [1,2,3]|batch(2, 0)|list }}|{{ [1,2,3,4,5]|slice(2)|list }}|"
     "{{ [1,2,3,4]|slice(3, 'x')|list }}|{{ x|batch(2)|list }}|{{ x|slice(2)|list }}",
+    "{{ 'Hello big wide world of text'|truncate(12) }}|{{ 'Hello big wide world of text'|truncate(12, true) "
+    "}}|"
+    "{{ 'Hello big wide world'|truncate(18) }}|{{ 'Hello big wide world'|truncate(12, false, '..', 0) }}|"
+    "{{ 'abc'|truncate(3) }}|{{ 'Hello world foo bar baz'|truncate(10, end='!') }}",
+    "{{ 'a\u00e9 b c d e f'|truncate(5, true) }}|{{ ('<a b c d e f g'|safe)|truncate(8) + '<' }}|"
+    "{{ 'HelloWorldLongWord more'|truncate(8) }}",
+    "{{ 'abc'|truncate(2) }}",
+    "{{ 'upper' is filter }}|{{ 'nope' is filter }}|{{ 'odd' is test }}|{{ 'nope' is test }}|{{ 3 is filter "
+    "}}",
 };
 #define N_SNIPPETS (sizeof snippets / sizeof *snippets)
 #define SNIPPET_REQUEST                                                                                      \

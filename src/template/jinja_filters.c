@@ -467,6 +467,60 @@ static jv *f_wordcount(jctx *J, jv *x)
     return jv_int(J, n);
 }
 
+/* truncate(length=255, killwords=false, end="...", leeway=5): s itself when at
+ * most length + leeway code points, else its first length - len(end) code points
+ * (cut back to before their last space unless killwords) and end. */
+static jv *f_truncate(jctx *J, jv *x, jv **args, const char **kws, size_t na)
+{
+    jv *l = jinja_arg(args, kws, na, 0, "length"), *kill = jinja_arg(args, kws, na, 1, "killwords");
+    jv *end = jinja_arg(args, kws, na, 2, "end"), *lw = jinja_arg(args, kws, na, 3, "leeway");
+    x = str_of(J, x);
+    jv *e = end ? str_of(J, end) : jv_str(J, "...", 3);
+    const int64_t length = l ? to_int(J, l, "truncate length") : 255;
+    const int64_t leeway = lw && lw->kind != JV_NONE ? to_int(J, lw, "truncate leeway") : 5;
+    const size_t elen = u8_len(e->u.str.s, e->u.str.n), slen = u8_len(x->u.str.s, x->u.str.n);
+    if (length < (int64_t)elen) jinja_fail(J, "expected length >= %zu, got %lld", elen, (long long)length);
+    if (leeway < 0) jinja_fail(J, "expected leeway >= 0, got %lld", (long long)leeway);
+    if ((int64_t)slen <= length + leeway) return x;
+    const bool kill_words = kill && jv_truthy(kill);
+    const size_t keep = u8_offset(x->u.str.s, x->u.str.n, (size_t)(length - (int64_t)elen));
+    size_t cut = keep, k = keep;
+    while (!kill_words && k > 0 && x->u.str.s[k - 1] != ' ') k--;
+    if (!kill_words && k > 0) cut = k - 1; /* rsplit(" ", 1)[0] */
+    jbuf b = { 0 };
+    jb_put(J, &b, x->u.str.s, cut);
+    jb_put(J, &b, e->u.str.s, e->u.str.n);
+    return jv_str(J, b.p, b.n);
+}
+
+/* jinja2's filter and test names (what `x is filter` / `x is test` ask). */
+static const char *const jinja2_filters[] = {
+    "abs",    "attr",       "batch",       "capitalize", "center",   "count",
+    "d",      "default",    "dictsort",    "e",          "escape",   "filesizeformat",
+    "first",  "float",      "forceescape", "format",     "groupby",  "indent",
+    "int",    "items",      "join",        "last",       "length",   "list",
+    "lower",  "map",        "max",         "min",        "pprint",   "random",
+    "reject", "rejectattr", "replace",     "reverse",    "round",    "safe",
+    "select", "selectattr", "slice",       "sort",       "string",   "striptags",
+    "sum",    "title",      "tojson",      "trim",       "truncate", "unique",
+    "upper",  "urlencode",  "urlize",      "wordcount",  "wordwrap", "xmlattr",
+};
+static const char *const jinja2_tests[] = {
+    "!=",       "<",           "<=",          "==",      ">",       ">=",        "boolean",  "callable",
+    "defined",  "divisibleby", "eq",          "equalto", "escaped", "even",      "false",    "filter",
+    "float",    "ge",          "greaterthan", "gt",      "in",      "integer",   "iterable", "le",
+    "lessthan", "lower",       "lt",          "mapping", "ne",      "none",      "number",   "odd",
+    "sameas",   "sequence",    "string",      "test",    "true",    "undefined", "upper",
+};
+
+static bool named_in(const jv *x, const char *const *names, size_t n)
+{
+    if (x->kind != JV_STR) return false;
+    for (size_t i = 0; i < n; i++)
+        if (strlen(names[i]) == x->u.str.n && !memcmp(names[i], x->u.str.s, x->u.str.n)) return true;
+    return false;
+}
+
 /* batch(linecount, fill_with=none): lists of linecount items, the last filled. */
 static jv *f_batch(jctx *J, jv *x, jv **args, const char **kws, size_t na)
 {
@@ -527,8 +581,8 @@ jv *jinja_escape(jctx *J, jv *x, bool force)
 
 /* The filters that keep a markup input markup (jinja2's soft_str: the string
  * methods of Markup), with format's arguments escaped as Markup's % does. */
-static const char *const markup_kept[] = { "trim",   "upper",  "lower",  "capitalize",
-                                           "center", "indent", "string", "format" };
+static const char *const markup_kept[] = { "trim",   "upper",  "lower",  "capitalize", "center",
+                                           "indent", "string", "format", "truncate" };
 
 static jv *filter_markup(jctx *J, const char *name, jv *x, jv **args, const char **kws, size_t na)
 {
@@ -598,6 +652,7 @@ jv *jinja_filter(jctx *J, const char *name, jv *x, jv **args, const char **kws, 
     if (NAME_IS("indent")) return f_indent(J, x, args, kws, na);
     if (NAME_IS("wordcount")) return f_wordcount(J, x);
     if (NAME_IS("batch")) return f_batch(J, x, args, kws, na);
+    if (NAME_IS("truncate")) return f_truncate(J, x, args, kws, na);
     if (NAME_IS("slice")) return f_slice(J, x, args, kws, na);
     if (NAME_IS("abs")) {
         if (x->kind == JV_INT) return jv_int(J, x->u.i < 0 ? -x->u.i : x->u.i);
@@ -660,6 +715,8 @@ bool jinja_test(jctx *J, const char *name, jv *x, jv **args, size_t na)
                x->kind == JV_UNDEF;
     if (NAME_IS("callable")) return x->kind == JV_MACRO || x->kind == JV_FUNC;
     if (NAME_IS("escaped")) return x->kind == JV_STR && x->is_markup;
+    if (NAME_IS("filter")) return named_in(x, jinja2_filters, sizeof jinja2_filters / sizeof *jinja2_filters);
+    if (NAME_IS("test")) return named_in(x, jinja2_tests, sizeof jinja2_tests / sizeof *jinja2_tests);
     if (NAME_IS("sameas")) {
         if (!a) jinja_fail(J, "sameas: needs an argument");
         if (x->kind != a->kind) return false;
