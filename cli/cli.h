@@ -63,6 +63,14 @@ const char *cli_flag_value(int argc, char **argv, int *i);
  * reported) gives -1 alone. */
 int cli_flag_i64(const char *flag, const char *v, int64_t lo, int64_t hi, int64_t *out);
 int cli_flag_i32(const char *flag, const char *v, int32_t lo, int32_t hi, int32_t *out);
+/* --chat-template-content-format's value v (auto, string, openai) into *out (a
+ * kvi_content_format): 1, or -1 with the error printed. */
+int cli_flag_content_format(const char *v, int *out);
+#define CLI_CONTENT_FORMAT_HELP                                                                \
+    "  --chat-template-content-format F  auto (default): message content as the template\n"    \
+    "                          expects it (a list of parts when it loops over content, else\n" \
+    "                          the text parts joined with newlines); string; openai (lists)\n"
+
 /* Prints root unformatted and a newline on stdout, then frees root. 0, or 1 with
  * oom_msg printed as the error when it cannot be printed (out of memory). */
 struct cJSON;

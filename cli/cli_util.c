@@ -240,6 +240,16 @@ const char *cli_flag_value(int argc, char **argv, int *i)
     return argv[*i];
 }
 
+int cli_flag_content_format(const char *v, int *out)
+{
+    if (!v) return -1;
+    const int f = kvi_content_format_parse(v);
+    if (f < 0)
+        return cli_error("--chat-template-content-format must be auto, string or openai (got '%s')", v), -1;
+    *out = f;
+    return 1;
+}
+
 int cli_flag_i64(const char *flag, const char *v, int64_t lo, int64_t hi, int64_t *out)
 {
     if (!v) return -1;

@@ -63,7 +63,7 @@ static const char serve_help[] =
     "                          prompts are reused; usage.prompt_tokens_details.cached_tokens)\n"
     "  --chat-template-file F  render chat prompts with the Jinja template in F instead of\n"
     "                          the model's (default: its tokenizer.chat_template; a model\n"
-    "                          without one uses the built-in layouts)\n"
+    "                          without one uses the built-in layouts)\n" CLI_CONTENT_FORMAT_HELP
     "  --special-in-content    recognise special-token text inside messages too (Hugging\n"
     "                          Face's tokenization; default: message text stays plain text)\n"
     "  --reasoning-format F    auto: a template's <think>...</think> (or gpt-oss analysis)\n"
@@ -140,6 +140,7 @@ typedef struct serve_opts {
     const char *alias, *api_key, *host, *chat_template_file, *cors_origin;
     const char *ssl_cert_file, *ssl_key_file;
     bool quiet, special_in_content, no_reasoning;
+    int content_format; /* kvi_content_format */
     int64_t port, parallel, queue_max, batch_tokens, lanes;
     int64_t timeout_s, body_max, conn_max, conn_per_ip; /* HTTP limits (0: the server's default) */
     bool strict_model, log_json, metrics_public;
@@ -253,6 +254,8 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o)
             if (!v || serve_bias_flag(v, o) != 0) return 1;
         } else if (!strcmp(a, "--special-in-content")) {
             o->special_in_content = true;
+        } else if (!strcmp(a, "--chat-template-content-format")) {
+            if (cli_flag_content_format(cli_flag_value(argc, argv, &i), &o->content_format) < 0) return 1;
         } else if (!strcmp(a, "--reasoning-format")) {
             const char *v = cli_flag_value(argc, argv, &i);
             if (!v) return 1;
@@ -376,6 +379,7 @@ static void serve_config(srv_server *srv, const serve_opts *o, const char *name)
     srv->cfg.bias_ids = o->bias_ids;
     srv->cfg.bias_vals = o->bias_vals;
     srv->cfg.n_bias = o->n_bias;
+    srv->cfg.content_format = o->content_format;
     kvi_sampler_params_default(&srv->cfg.sampling);
     srv->cfg.sampling.temp = 0.8f;
     srv->cfg.sampling.top_k = 40;

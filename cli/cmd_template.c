@@ -39,7 +39,7 @@ static const char template_help[] =
     "                            a Hugging Face folder or its tokenizer.json (chat_template.jinja\n"
     "                            or tokenizer_config.json, whose bos_token / eos_token are used)\n"
     "  --chat-template-file F    use the Jinja template in F instead of the model's\n"
-    "  -f, --file REQUEST.json   the chat body\n"
+    "  -f, --file REQUEST.json   the chat body\n" CLI_CONTENT_FORMAT_HELP
     "  -h, --help                this help\n";
 
 typedef struct tmpl_src {
@@ -119,6 +119,7 @@ static int load_source(const char *model, tmpl_src *s)
 int cmd_template(int argc, char **argv)
 {
     const char *model = NULL, *tfile = NULL, *rfile = NULL;
+    int cformat = KVI_CONTENT_AUTO;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -130,6 +131,8 @@ int cmd_template(int argc, char **argv)
             if (!(tfile = cli_flag_value(argc, argv, &i))) return 1;
         } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
             if (!(rfile = cli_flag_value(argc, argv, &i))) return 1;
+        } else if (!strcmp(a, "--chat-template-content-format")) {
+            if (cli_flag_content_format(cli_flag_value(argc, argv, &i), &cformat) < 0) return 1;
         } else {
             return cli_error("template: unknown argument '%s' (see kvinfer template --help)", a);
         }
@@ -164,6 +167,7 @@ int cmd_template(int argc, char **argv)
         rc = cli_error("%s", err.msg);
         goto done;
     }
+    kvi_chat_template_set_content_format(t, (kvi_content_format)cformat);
     if (!(out = kvi_chat_template_render(t, req, s.bos, s.eos, &err))) {
         rc = cli_error("%s", err.msg);
         goto done;

@@ -132,6 +132,18 @@ int32_t kvi_detokenize(const kvi_model *m, const int32_t *tokens, int32_t n, cha
 
 int32_t kvi_token_bos(const kvi_model *m);                /* -1 when none */
 int32_t kvi_token_eos(const kvi_model *m);                /* -1 when none */
+/* The fill-in-the-middle tokens: tokenizer.ggml.fim_{pre,suf,mid,pad,rep,sep}_token_id
+ * (the older prefix/suffix/middle_token_id too), else found by their text as
+ * llama.cpp does (<|fim_prefix|>, <fim-prefix>, <PRE>, ...). */
+typedef enum kvi_fim_kind {
+    KVI_FIM_PRE,
+    KVI_FIM_SUF,
+    KVI_FIM_MID,
+    KVI_FIM_PAD,
+    KVI_FIM_REP, /* repository name */
+    KVI_FIM_SEP, /* file separator */
+} kvi_fim_kind;
+int32_t kvi_token_fim(const kvi_model *m, kvi_fim_kind kind); /* -1 when none */
 bool kvi_token_is_eog(const kvi_model *m, int32_t token); /* EOS, EOT, ... */
 bool kvi_model_add_bos(const kvi_model *m);               /* does add_special put BOS first */
 int32_t kvi_n_vocab(const kvi_model *m);
@@ -683,6 +695,23 @@ void kvi_chat_template_free(kvi_chat_template *t);
  * limit (steps, output size, memory, recursion). */
 char *kvi_chat_template_render(const kvi_chat_template *t, const char *request_json, const char *bos_token,
                                const char *eos_token, kvi_error *err);
+/* The form of a message's content the template is given, as vLLM's
+ * --chat-template-content-format: OPENAI, the list of parts as the body has it;
+ * STRING, a list of parts joined into one string (text parts, "\n" between
+ * them; a part of another type is a render error). A string content stays a
+ * string either way. AUTO (the default) is what the template expects: OPENAI
+ * when some loop iterates a message's content, as vLLM detects it, else STRING. */
+typedef enum kvi_content_format {
+    KVI_CONTENT_AUTO,
+    KVI_CONTENT_STRING,
+    KVI_CONTENT_OPENAI
+} kvi_content_format;
+/* Sets the form (before any render: a template is read-only while rendered). */
+void kvi_chat_template_set_content_format(kvi_chat_template *t, kvi_content_format f);
+/* The form in force: the one set, or the detected one (never AUTO). */
+kvi_content_format kvi_chat_template_content_format(const kvi_chat_template *t);
+/* "auto", "string" or "openai" to the enum; -1 for another name. */
+int kvi_content_format_parse(const char *name);
 /* The model's tokenizer.chat_template (GGUF metadata or tokenizer_config.json),
  * NULL when it ships none. */
 const char *kvi_model_chat_template(const kvi_model *m);

@@ -93,6 +93,7 @@ typedef struct srv_config {
     bool quiet;
     bool special_in_content; /* Hugging Face's tokenization: special text recognised in message text too */
     bool no_reasoning;       /* --reasoning-format none: <think> text stays in content */
+    int content_format;      /* kvi_content_format (--chat-template-content-format); AUTO: detected */
     /* HTTP limits; 0: the SRV_* default below */
     int timeout_s;        /* SRV_TIMEOUT_S */
     size_t body_max;      /* SRV_BODY_MAX */
@@ -193,6 +194,7 @@ typedef struct srv_params {
     bool tool_parallel; /* parallel_tool_calls (default true) */
     const kvi_grammar_vocab *grammar_vocab; /* of a forced call's grammar (the server's); NULL: the model's */
     srv_dry_breakers dry;                   /* server_sampling.c */
+    bool infill; /* POST /infill: llama.cpp's fields in, its /completion shape out (server_infill.c) */
 } srv_params;
 
 enum { SRV_TOOLS_NONE, SRV_TOOLS_AUTO, SRV_TOOLS_REQUIRED, SRV_TOOLS_NAMED };
@@ -217,6 +219,8 @@ char *srv_error_json(const srv_err *e);
 int srv_body_check(const char *body, size_t len, srv_err *er);
 /* Parses a /v1/completions or /v1/chat/completions body. 0, or -1 with *er set. */
 int srv_parse_request(srv_server *srv, const char *body, size_t len, bool chat, srv_params *p, srv_err *er);
+/* The same for a POST /infill body (p->infill set). */
+int srv_parse_infill(srv_server *srv, const char *body, size_t len, srv_params *p, srv_err *er);
 void srv_params_free(srv_params *p);
 /* llama-server's sampling fields (server_sampling.c): typical_p, mirostat*,
  * dry_*, xtc_*, top_n_sigma, dynatemp_*, repeat_last_n, min_keep, samplers, and
@@ -227,6 +231,19 @@ int srv_parse_sampling(srv_server *srv, const cJSON *root, srv_params *p, srv_er
  * becomes n_ctx. */
 int srv_sampling_fields(const cJSON *root, bool all, int n_ctx, kvi_sampler_params *sp, srv_dry_breakers *b,
                         srv_err *er);
+
+/* ---- fill in the middle (server_infill.c) ---- */
+
+/* Whether the prompt is a fill-in-the-middle one: /infill, or "suffix" on /v1/completions. */
+bool srv_infill_wanted(const cJSON *root, const srv_params *p);
+/* Its ids into p->prompt (after max_tokens was read). 0, or -1 with *er set. */
+int srv_infill_prompt(srv_server *srv, const cJSON *root, srv_params *p, srv_err *er);
+/* The ids of a fill-in-the-middle body as llama.cpp's server lays them out
+ * (/infill's fields, or with openai "prompt" + "suffix"), for a budget of
+ * n_batch, n_ctx and n_predict (malloc'd, *n of them), or NULL with *er set (a
+ * 400 when the model has no FIM prefix/suffix/middle tokens). */
+int32_t *srv_infill_ids(const kvi_model *m, const cJSON *root, bool openai, int n_batch, int n_ctx,
+                        int n_predict, int32_t *n, srv_err *er);
 
 /* ---- the chat template (server_template.c) ---- */
 
@@ -338,6 +355,10 @@ typedef struct srv_req {
  * ones (server_json.c). The caller holds r->mu. Returns false when out of memory. */
 bool srv_sse_token(srv_req *r, srv_choice *c, const char *piece, size_t n);
 bool srv_sse_final(srv_req *r);
+/* Queues "data: <o>\n\n" and frees o (caller holds r->mu). False when out of memory. */
+bool srv_sse_event(srv_req *r, cJSON *o);
+/* /infill's answers in llama.cpp's /completion shape (server_infill.c), OpenAI's errors. */
+extern const srv_api srv_api_infill;
 /* Records the logprobs of the choice's next token (caller holds r->mu; offset =
  * the text's length now, before the token's text is appended). */
 bool srv_logprobs_push(srv_choice *c, int32_t token, float logprob, const int32_t *top_ids,

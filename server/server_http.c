@@ -538,16 +538,18 @@ int srv_answer(srv_server *srv, struct MHD_Connection *con, srv_req *r)
     return answer_final(con, r);
 }
 
-/* A completion or chat request (OpenAI's routes). */
-static enum MHD_Result generate(srv_server *srv, struct MHD_Connection *con, conn_ctx *cc, bool chat)
+/* A completion or chat request (OpenAI's routes), or llama.cpp's /infill. */
+static enum MHD_Result generate(srv_server *srv, struct MHD_Connection *con, conn_ctx *cc, bool chat, bool infill)
 {
     srv_err er = { 0 };
-    srv_req *r = srv_req_new(srv, &srv_api_openai, chat ? "chatcmpl" : "cmpl");
+    srv_req *r = srv_req_new(srv, infill ? &srv_api_infill : &srv_api_openai, chat ? "chatcmpl" : "cmpl");
     if (!r) {
         srv_err_set(&er, 500, "server_error", NULL, "out of memory");
         return send_error(con, &er);
     }
-    if (srv_parse_request(srv, cc->body ? cc->body : "", cc->len, chat, &r->p, &er)) {
+    const char *body = cc->body ? cc->body : "";
+    if (infill ? srv_parse_infill(srv, body, cc->len, &r->p, &er)
+               : srv_parse_request(srv, body, cc->len, chat, &r->p, &er)) {
         srv_req_discard(r);
         return send_error(con, &er);
     }
@@ -840,9 +842,10 @@ static enum MHD_Result route(srv_server *srv, struct MHD_Connection *con, conn_c
     if (get && !strcmp(url, "/props")) return (enum MHD_Result)srv_props_ep(srv, con);
     if (get && !strcmp(url, "/slots")) return (enum MHD_Result)srv_slots_ep(srv, con);
     if (post && srv_body_check(cc->body, cc->len, &er)) return srv_send_error(con, api, &er);
-    if (post && !strcmp(url, "/v1/completions")) return generate(srv, con, cc, false);
+    if (post && !strcmp(url, "/v1/completions")) return generate(srv, con, cc, false, false);
     if (post && srv_messages_path(url)) return srv_messages(srv, con, url, cc->body, cc->len);
-    if (post && !strcmp(url, "/v1/chat/completions")) return generate(srv, con, cc, true);
+    if (post && !strcmp(url, "/v1/chat/completions")) return generate(srv, con, cc, true, false);
+    if (post && !strcmp(url, "/infill")) return generate(srv, con, cc, false, true);
     if (post && !strcmp(url, "/tokenize")) return tokenize_ep(srv, con, cc);
     if (post && !strcmp(url, "/detokenize")) return detokenize_ep(srv, con, cc);
     if (post && !strcmp(url, "/apply-template")) return apply_template_ep(srv, con, cc);

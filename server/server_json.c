@@ -214,6 +214,73 @@ static void chat_msgs_free(chat_msgs *c)
     memset(c, 0, sizeof *c);
 }
 
+/* The text of a content part (text / input_text: "text", refusal: "refusal"),
+ * or NULL with *er set: media parts (this server's models take text only) and
+ * unknown types are a 400 naming the part. */
+static const char *part_text(const cJSON *part, int i, int j, srv_err *er)
+{
+    static const char *const media[] = { "image_url", "input_image", "image", "input_audio", "audio",
+                                         "audio_url", "video_url",   "video", "file",        "input_file" };
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
+    if (!cJSON_IsObject(part) || !cJSON_IsString(type)) {
+        srv_err_set(er, 400, "invalid_request_error", "invalid_value",
+                    "'messages[%d].content[%d]' must be an object with a string \"type\"", i, j);
+        return NULL;
+    }
+    const char *ty = type->valuestring;
+    const bool refusal = !strcmp(ty, "refusal");
+    if (refusal || !strcmp(ty, "text") || !strcmp(ty, "input_text")) {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(part, refusal ? "refusal" : "text");
+        if (cJSON_IsString(t)) return t->valuestring;
+        srv_err_set(er, 400, "invalid_request_error", "invalid_value",
+                    "'messages[%d].content[%d].%s' must be a string", i, j, refusal ? "refusal" : "text");
+        return NULL;
+    }
+    for (size_t k = 0; k < sizeof media / sizeof *media; k++)
+        if (!strcmp(ty, media[k])) {
+            srv_err_set(er, 400, "invalid_request_error", "unsupported_content",
+                        "this model takes text only: 'messages[%d].content[%d]' is %s %s part (%s)", i, j,
+                        strstr(ty, "audio") || strstr(ty, "image") ? "an" : "a",
+                        strstr(ty, "image")   ? "image"
+                        : strstr(ty, "audio") ? "audio"
+                        : strstr(ty, "video") ? "video"
+                                              : "file",
+                        ty);
+            return NULL;
+        }
+    srv_err_set(er, 400, "invalid_request_error", "invalid_value",
+                "'messages[%d].content[%d]' has an unknown type '%.60s' (text parts only)", i, j, ty);
+    return NULL;
+}
+
+/* A list of content parts as one string (malloc'd into *out): the texts joined
+ * with "\n", as vLLM joins them for a template that takes a string. */
+static int join_parts(const cJSON *parts, int i, char **out, srv_err *er)
+{
+    size_t len = 0;
+    int j = 0;
+    const cJSON *part;
+    cJSON_ArrayForEach(part, parts)
+    {
+        const char *t = part_text(part, i, j++, er);
+        if (!t) return -1;
+        len += strlen(t) + 1;
+    }
+    if (!(*out = malloc(len + 1))) return srv_err_set(er, 500, "server_error", NULL, "out of memory");
+    size_t at = 0;
+    j = 0;
+    cJSON_ArrayForEach(part, parts)
+    {
+        const char *t = part_text(part, i, j, er);
+        const size_t n = strlen(t);
+        if (j++) (*out)[at++] = '\n';
+        memcpy(*out + at, t, n);
+        at += n;
+    }
+    (*out)[at] = 0;
+    return 0;
+}
+
 /* Checks the body's messages (each an object with a string role and a string,
  * parts or null content) and collects them. 0, or -1 with *er set. */
 static int collect_messages(const cJSON *root, chat_msgs *c, srv_err *er)
@@ -259,22 +326,7 @@ static int collect_messages(const cJSON *root, chat_msgs *c, srv_err *er)
         if (cJSON_IsString(content)) {
             c->v[i].content = content->valuestring;
         } else if (cJSON_IsArray(content)) {
-            /* content parts: the text parts joined */
-            size_t len = 0;
-            const cJSON *part;
-            cJSON_ArrayForEach(part, content)
-            {
-                const cJSON *t = cJSON_GetObjectItemCaseSensitive(part, "text");
-                if (cJSON_IsString(t)) len += strlen(t->valuestring);
-            }
-            if (!(c->owned[i] = malloc(len + 1)))
-                return srv_err_set(er, 500, "server_error", NULL, "out of memory");
-            c->owned[i][0] = 0;
-            cJSON_ArrayForEach(part, content)
-            {
-                const cJSON *t = cJSON_GetObjectItemCaseSensitive(part, "text");
-                if (cJSON_IsString(t)) strcat(c->owned[i], t->valuestring);
-            }
+            if (join_parts(content, i, &c->owned[i], er)) return -1;
             c->v[i].content = c->owned[i];
         } else if (cJSON_IsNull(content) || !content) {
             c->v[i].content = "";
@@ -504,10 +556,12 @@ static int check_model(const srv_server *srv, const cJSON *root, srv_err *er)
     return 0;
 }
 
-int srv_parse_request(srv_server *srv, const char *body, size_t len, bool chat, srv_params *p, srv_err *er)
+static int parse_request(srv_server *srv, const char *body, size_t len, bool chat, bool infill, srv_params *p,
+                         srv_err *er)
 {
     memset(p, 0, sizeof *p);
     p->chat = chat;
+    p->infill = infill;
     p->n = 1;
     p->sp = srv->cfg.sampling;
     bool oom = false;
@@ -526,7 +580,9 @@ int srv_parse_request(srv_server *srv, const char *body, size_t len, bool chat, 
     double mt = 0;
     if ((rc = num_field(root, "max_tokens", 1, big, true, &mt, er))) goto done;
     if ((rc = num_field(root, "max_completion_tokens", 1, big, true, &mt, er))) goto done;
-    p->max_tokens = (int32_t)mt;
+    /* /infill: llama.cpp's n_predict too (-1: until the end of generation) */
+    if (infill && (rc = num_field(root, "n_predict", -1, big, true, &mt, er))) goto done;
+    p->max_tokens = mt > 0 ? (int32_t)mt : 0;
     const bool asked_max = p->max_tokens > 0;
     /* -n: the server's cap cuts a larger or absent max_tokens (finish "length") */
     if (srv->cfg.n_predict > 0 && (p->max_tokens == 0 || p->max_tokens > srv->cfg.n_predict))
@@ -580,7 +636,9 @@ int srv_parse_request(srv_server *srv, const char *body, size_t len, bool chat, 
     if ((rc = parse_logit_bias(&srv->cfg, root, kvi_n_vocab(srv->m), p, er))) goto done;
     if ((rc = parse_constraints(root, p, er))) goto done;
     if (chat && (rc = srv_parse_tools(srv, root, p, er))) goto done;
-    rc = chat ? parse_messages(srv, root, body, len, p, er) : parse_prompt(srv, root, p, er);
+    rc = chat                         ? parse_messages(srv, root, body, len, p, er)
+         : srv_infill_wanted(root, p) ? srv_infill_prompt(srv, root, p, er)
+                                      : parse_prompt(srv, root, p, er);
     if (rc) goto done;
     if (chat && (rc = srv_tools_grammar(srv, root, p, er))) goto done;
     if (p->n_prompt == 0) {
@@ -602,6 +660,16 @@ done:
     cJSON_Delete(root);
     if (rc) srv_params_free(p);
     return rc;
+}
+
+int srv_parse_request(srv_server *srv, const char *body, size_t len, bool chat, srv_params *p, srv_err *er)
+{
+    return parse_request(srv, body, len, chat, false, p, er);
+}
+
+int srv_parse_infill(srv_server *srv, const char *body, size_t len, srv_params *p, srv_err *er)
+{
+    return parse_request(srv, body, len, false, true, p, er);
 }
 
 /* ---- responses ---- */
@@ -704,6 +772,8 @@ static bool emit(srv_req *r, cJSON *o)
     free(s);
     return ok;
 }
+
+bool srv_sse_event(srv_req *r, cJSON *o) { return emit(r, o); }
 
 bool srv_logprobs_push(srv_choice *c, int32_t token, float logprob, const int32_t *top_ids,
                        const float *top_lps, int32_t n_top)

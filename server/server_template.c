@@ -96,6 +96,15 @@ int srv_template_init(srv_server *srv, const char *file_text, size_t file_len, c
             fprintf(stderr, "kvinfer: chat template: Jinja from --chat-template-file %s\n", file_name);
         else
             fprintf(stderr, "kvinfer: chat template: the model's Jinja template (tokenizer.chat_template)\n");
+        const kvi_content_format found = kvi_chat_template_content_format(srv->tmpl);
+        kvi_chat_template_set_content_format(srv->tmpl, (kvi_content_format)srv->cfg.content_format);
+        const bool forced = srv->cfg.content_format != KVI_CONTENT_AUTO;
+        fprintf(stderr, "kvinfer: chat template content format: %s (%s)\n",
+                kvi_chat_template_content_format(srv->tmpl) == KVI_CONTENT_OPENAI ? "openai" : "string",
+                !forced ? "detected"
+                : kvi_chat_template_content_format(srv->tmpl) == found
+                    ? "given, as detected"
+                    : "given; the template looks otherwise");
     } else if (!text) {
         fprintf(stderr, "kvinfer: chat template: built-in layout '%s' (the model ships no chat template)\n",
                 kvi_chat_family(srv->m));

@@ -5,11 +5,16 @@ rendering, i.e. jinja2 configured as transformers configures it
 {% generation %} tag rendering its body, tojson = json.dumps(ensure_ascii=False),
 raise_exception and strftime_now), with the request turned into variables as
 kvinfer does (tool-call arguments given as JSON strings parsed, tools None when
-absent, add_generation_prompt True when absent, chat_template_kwargs merged).
+absent, add_generation_prompt True when absent, chat_template_kwargs merged),
+and message content in the form the template expects, as vLLM decides it
+(detect_content_format: "openai", the list of parts, when some for loop iterates
+a message's content in jinja2's own syntax tree, else "string", text parts joined
+with "\n"); each result also names that form ("format").
 
 usage: jinja_ref.py CASES.json  ->  stdout: a JSON list, one {"ok": true, "text": ...}
 or {"ok": false, "error": ...} per case; CASES.json is a list of
-{"template": PATH, "request": {...}, "bos": str|null, "eos": str|null}.
+{"template": PATH, "request": {...}, "bos": str|null, "eos": str|null}, where
+"template_text": TEXT may stand for "template" (a snippet given inline).
 Exit 3 when jinja2 cannot be imported.
 """
 import json
@@ -48,6 +53,76 @@ def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)
 
 def strftime_now(fmt):
     return datetime.now().strftime(fmt)
+
+
+def _reads(node, name, key=None):
+    # name, or name[key] / name.key, maybe through filters, tests or a slice (vLLM's walk)
+    while isinstance(node, (nodes.Filter, nodes.Test)) or (
+            isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Slice)):
+        node = node.node
+        if node is None:
+            return False
+    if key is None:
+        return isinstance(node, nodes.Name) and node.ctx == "load" and node.name == name
+    if isinstance(node, nodes.Getitem):
+        return (isinstance(node.node, nodes.Name) and node.node.name == name
+                and isinstance(node.arg, nodes.Const) and node.arg.value == key)
+    if isinstance(node, nodes.Getattr):
+        return isinstance(node.node, nodes.Name) and node.node.name == name and node.attr == key
+    return False
+
+
+def _loop_targets(root, names, key=None):
+    out = []
+    for loop in root.find_all(nodes.For):
+        if any(_reads(loop.iter, n, key) for n in names):
+            if not isinstance(loop.target, nodes.Name):
+                raise ValueError("loop target is not a name")
+            out.append(loop.target.name)
+    return out
+
+
+def detect_content_format(env, text):
+    """vLLM's _detect_content_format over jinja2's parse of text."""
+    try:
+        root = env.parse(text)
+        msgs = ["messages"]
+        q = 0
+        while q < len(msgs):
+            for a in root.find_all(nodes.Assign):
+                if _reads(a.node, msgs[q]):
+                    if not isinstance(a.target, nodes.Name):
+                        raise ValueError("assignment target is not a name")
+                    if a.target.name not in msgs:
+                        msgs.append(a.target.name)
+            q += 1
+        one = _loop_targets(root, msgs)
+        return "openai" if _loop_targets(root, one, "content") else "string"
+    except Exception:
+        return "string"
+
+
+def join_content(req):
+    """The string form: each list content's text parts joined with "\\n"."""
+    req = dict(req)
+    msgs = []
+    for m in req["messages"]:
+        c = m.get("content") if isinstance(m, dict) else None
+        if isinstance(c, list):
+            texts = []
+            for p in c:
+                t = p.get("type")
+                if t in ("text", "input_text"):
+                    texts.append(p["text"])
+                elif t == "refusal":
+                    texts.append(p["refusal"])
+                else:
+                    raise ValueError("not a text part: %r" % (t,))
+            m = dict(m)
+            m["content"] = "\n".join(texts)
+        msgs.append(m)
+    req["messages"] = msgs
+    return req
 
 
 def make_env():
@@ -119,19 +194,35 @@ def main():
         cases = json.load(f)
     env = make_env()
     compiled = {}
+    formats = {}
     out = []
     for c in cases:
+        fmt = "string"
         try:
-            path = c["template"]
+            key = "\0" + c["template_text"] if "template_text" in c else c["template"]
+            if key not in formats:
+                if "template_text" in c:
+                    formats[key] = detect_content_format(env, c["template_text"])
+                else:
+                    with open(c["template"], encoding="utf-8", newline="") as f:
+                        formats[key] = detect_content_format(env, f.read())
+            fmt = c.get("content_format") or formats[key]
+            req = join_content(c["request"]) if fmt == "string" else c["request"]
+            if "template_text" in c:
+                path = "\0" + c["template_text"]
+                if path not in compiled:
+                    compiled[path] = env.from_string(c["template_text"])
+            else:
+                path = c["template"]
             if path not in compiled:
                 with open(path, encoding="utf-8", newline="") as f:
                     compiled[path] = env.from_string(f.read())
-            text = compiled[path].render(**prepare(c["request"], c.get("bos"), c.get("eos")))
+            text = compiled[path].render(**prepare(req, c.get("bos"), c.get("eos")))
             if c["request"].get("continue_final_message"):
                 text = continue_final(text, c["request"])
-            out.append({"ok": True, "text": text})
+            out.append({"ok": True, "text": text, "format": fmt})
         except Exception as e:  # any template error: the expected result is an error
-            out.append({"ok": False, "error": "%s: %s" % (type(e).__name__, e)})
+            out.append({"ok": False, "error": "%s: %s" % (type(e).__name__, e), "format": fmt})
     json.dump(out, sys.stdout, ensure_ascii=False)
 
 

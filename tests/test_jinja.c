@@ -265,7 +265,13 @@ static void test_chat(void)
     kvi_error err = { 0 };
     kvi_chat_template *t = kvi_chat_template_parse(tmpl, strlen(tmpl), &err);
     CHECK(t != NULL, "parse: %s", err.msg);
+    /* no loop iterates the content (vLLM's "string" form): the parts come joined with "\n" */
+    CHECK(kvi_chat_template_content_format(t) == KVI_CONTENT_STRING, "detected as the string form");
     char *out = kvi_chat_template_render(t, req, "<s>", NULL, &err);
+    CHECK(out && !strncmp(out, "<s>developer:a\nb;", 17), "joined parts: %s", out ? out : err.msg);
+    free(out);
+    kvi_chat_template_set_content_format(t, KVI_CONTENT_OPENAI); /* the list as given */
+    out = kvi_chat_template_render(t, req, "<s>", NULL, &err);
     const char *want =
         "<s>developer:ab;assistant:[{\"z\": 1.0, \"n\": 2, \"s\": \"\xc3\xa9\"}|3];True None False False";
     CHECK(out && !strcmp(out, want), "chat: got [%s] want [%s] (%s)", out ? out : "(error)", want, err.msg);

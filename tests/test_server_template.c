@@ -106,6 +106,50 @@ static const char *first_text(const cJSON *j, bool chat)
     return cJSON_IsString(t) ? t->valuestring : NULL;
 }
 
+/* Qwen2.5's template concatenates content: a list of text parts reaches it
+ * joined with "\n" (the same prompt as that string), in chat completions too;
+ * image and audio parts, and unknown part types, are a 400 naming the part. */
+static void test_content_parts(int port)
+{
+    int st = 0;
+    char *joined = apply_template(
+        port, "{\"messages\": [{\"role\": \"user\", \"content\": \"Lily saw\\na cat\"}]}", &st);
+    const char *parts = "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": "
+                        "\"Lily saw\"}, {\"type\": \"text\", \"text\": \"a cat\"}]}], \"max_tokens\": 2}";
+    char *from_parts = apply_template(port, parts, &st);
+    CHECK(st == 200 && joined && from_parts && !strcmp(joined, from_parts),
+          "parts joined with a newline: '%s' vs '%s'", from_parts ? from_parts : "", joined ? joined : "");
+    cJSON *chat = post_json(port, "/v1/chat/completions", parts, &st);
+    CHECK(st == 200, "chat completion of content parts");
+    cJSON_Delete(chat);
+    static const struct {
+        const char *part, *says;
+    } bad[] = {
+        { "{\"type\": \"image_url\", \"image_url\": {\"url\": \"data:image/png;base64,AAAA\"}}",
+          "this model takes text only: 'messages[0].content[1]' is an image part" },
+        { "{\"type\": \"input_audio\", \"input_audio\": {\"data\": \"AAAA\", \"format\": \"wav\"}}",
+          "'messages[0].content[1]' is an audio part" },
+        { "{\"type\": \"hologram\", \"text\": \"x\"}", "unknown type 'hologram'" },
+        { "{\"text\": \"no type\"}", "must be an object with a string \"type\"" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char body[1024];
+        snprintf(body, sizeof body,
+                 "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": "
+                 "\"look\"}, %s]}]}",
+                 bad[i].part);
+        for (int ep = 0; ep < 2; ep++) {
+            cJSON *j = post_json(port, ep ? "/apply-template" : "/v1/chat/completions", body, &st);
+            const cJSON *m = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "error"), "message");
+            CHECK(st == 400 && cJSON_IsString(m) && strstr(m->valuestring, bad[i].says),
+                  "part %zu: 400 '%s' (%d %s)", i, bad[i].says, st, cJSON_IsString(m) ? m->valuestring : "");
+            cJSON_Delete(j);
+        }
+    }
+    free(joined);
+    free(from_parts);
+}
+
 static void test_shared_template(void)
 {
     const char *tmpl = shared_path("templates/Qwen-Qwen2.5-7B-Instruct.jinja");
@@ -147,8 +191,10 @@ static void test_shared_template(void)
     cJSON_Delete(comp);
     free(ids);
     free(prompt);
+    test_content_parts(s.port);
     CHECK(test_server_stop(&s) == 0, "server exit status");
     char *log = read_file(tmp_path("server_template_qwen.err"), NULL);
+    CHECK(log && strstr(log, "chat template content format: string (detected)"), "the log names the form");
     CHECK(log && strstr(log, "chat template: Jinja from --chat-template-file") && strstr(log, "Qwen2.5"),
           "the log names the template file: %s", log ? log : "");
     free(log);
@@ -369,28 +415,15 @@ static void test_chat_cli(void)
     free(log);
 }
 
+static int add_template(void *w, void *tmpl)
+{
+    return gguf_writer_set_str(w, "tokenizer.chat_template", tmpl);
+}
+
 /* stories260K.gguf with tokenizer.chat_template = tmpl, at path. */
 static bool write_gguf_with_template(const char *path, const char *tmpl)
 {
-    gguf_ctx *g = NULL;
-    kvi_error err = { 0 };
-    if (gguf_open(shared_path("models/stories260K.gguf"), false, &g, &err) != 0) return false;
-    gguf_writer *w = gguf_writer_create();
-    bool ok = w != NULL;
-    for (int64_t i = 0; ok && i < gguf_n_kv(g); i++) ok = gguf_writer_copy_kv(w, g, gguf_kv_key(g, i)) == 0;
-    ok = ok && gguf_writer_set_str(w, "tokenizer.chat_template", tmpl) == 0;
-    for (int64_t i = 0; ok && i < gguf_n_tensors(g); i++) {
-        const gguf_tensor *t = gguf_tensor_at(g, i);
-        ok = gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne) == 0;
-    }
-    FILE *f = ok ? fopen(path, "wb") : NULL;
-    ok = f && gguf_writer_write_header(w, f, &err) == 0;
-    for (int64_t i = 0; ok && i < gguf_n_tensors(g); i++)
-        ok = gguf_writer_write_tensor(w, f, i, gguf_tensor_at(g, i)->data, &err) == 0;
-    if (f && fclose(f) != 0) ok = false;
-    gguf_writer_free(w);
-    gguf_close(g);
-    return ok;
+    return write_gguf_copy(shared_path("models/stories260K.gguf"), path, add_template, (void *)tmpl);
 }
 
 static void test_gguf_template(void)

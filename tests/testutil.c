@@ -3,6 +3,7 @@
 
 #include "kvinfer.h"
 #include "attention/attention.h"
+#include "formats/gguf.h"
 #include "formats/quant.h"
 #include "sampling/grammar_int.h"
 
@@ -419,5 +420,28 @@ bool grammar_match_exact(const struct kvi_grammar *g, const char *s)
     gm_state_free(&a);
     gm_state_free(&b);
     gm_scratch_free(&sc);
+    return ok;
+}
+
+bool write_gguf_copy(const char *src, const char *dst, int (*add)(void *w, void *user), void *user)
+{
+    gguf_ctx *g = NULL;
+    kvi_error err = { 0 };
+    if (gguf_open(src, false, &g, &err) != 0) return false;
+    gguf_writer *w = gguf_writer_create();
+    bool ok = w != NULL;
+    for (int64_t i = 0; ok && i < gguf_n_kv(g); i++) ok = gguf_writer_copy_kv(w, g, gguf_kv_key(g, i)) == 0;
+    ok = ok && add(w, user) == 0;
+    for (int64_t i = 0; ok && i < gguf_n_tensors(g); i++) {
+        const gguf_tensor *t = gguf_tensor_at(g, i);
+        ok = gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne) == 0;
+    }
+    FILE *f = ok ? fopen(dst, "wb") : NULL;
+    ok = f && gguf_writer_write_header(w, f, &err) == 0;
+    for (int64_t i = 0; ok && i < gguf_n_tensors(g); i++)
+        ok = gguf_writer_write_tensor(w, f, i, gguf_tensor_at(g, i)->data, &err) == 0;
+    if (f && fclose(f) != 0) ok = false;
+    gguf_writer_free(w);
+    gguf_close(g);
     return ok;
 }

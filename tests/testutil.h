@@ -45,6 +45,9 @@ const char *tmp_path(const char *name);
 /* Whole file into a NUL-terminated malloc'd buffer; NULL on failure. */
 char *read_file(const char *path, size_t *len);
 int write_file(const char *path, const void *data, size_t len);
+/* Copies the GGUF src to dst with metadata added: add(w, user) sets keys on the
+ * writer (a gguf_writer *) after src's keys were copied, returns 0 on success. */
+bool write_gguf_copy(const char *src, const char *dst, int (*add)(void *w, void *user), void *user);
 /* Parsed JSON file (cJSON_Delete it), NULL on failure. */
 cJSON *load_json(const char *path);
 

@@ -708,6 +708,11 @@ int32_t kvi_token_bos(const kvi_model *m) { return m && m->tok ? tokenizer_bos(m
 
 int32_t kvi_token_eos(const kvi_model *m) { return m && m->tok ? tokenizer_eos(m->tok) : -1; }
 
+int32_t kvi_token_fim(const kvi_model *m, kvi_fim_kind kind)
+{
+    return m && m->tok ? tokenizer_fim(m->tok, (int)kind) : -1;
+}
+
 bool kvi_token_is_eog(const kvi_model *m, int32_t token)
 {
     return m && m->tok && tokenizer_is_eog(m->tok, token);

@@ -135,7 +135,8 @@ jv *jinja_getitem(jctx *J, jv *obj, jv *key)
             if (i >= 0 && (size_t)i < len) {
                 size_t a = u8_offset(obj->u.str.s, obj->u.str.n, (size_t)i);
                 size_t b = u8_offset(obj->u.str.s, obj->u.str.n, (size_t)i + 1);
-                return jv_str(J, obj->u.str.s + a, b - a);
+                jv *ch = jv_str(J, obj->u.str.s + a, b - a);
+                return obj->is_markup ? jv_markup(J, ch) : ch;
             }
             return jv_undef(J, NULL, 0);
         }
@@ -370,7 +371,8 @@ static jv *repeat(jctx *J, jv *seq, int64_t times)
             jinja_step(J);
             jb_put(J, &b, seq->u.str.s, seq->u.str.n);
         }
-        return jv_str(J, b.p ? b.p : "", b.n);
+        jv *r = jv_str(J, b.p ? b.p : "", b.n);
+        return seq->is_markup ? jv_markup(J, r) : r;
     }
     jv *l = jv_list(J, 0);
     for (int64_t i = 0; i < times; i++)
@@ -379,6 +381,17 @@ static jv *repeat(jctx *J, jv *seq, int64_t times)
             jv_list_push(J, l, seq->u.list.v[k]);
         }
     return l;
+}
+
+/* Markup % args: the string arguments escaped (one, or each of a tuple). */
+static jv *escape_args(jctx *J, jv *b)
+{
+    if (b->kind == JV_STR) return jinja_escape(J, b, false);
+    if (b->kind != JV_LIST || !b->is_tuple) return b;
+    jv *t = jv_list(J, b->u.list.n);
+    for (size_t i = 0; i < b->u.list.n; i++) jv_list_push(J, t, escape_args(J, b->u.list.v[i]));
+    t->is_tuple = true;
+    return t;
 }
 
 static jv *arith(jctx *J, int op, jv *a, jv *b)
@@ -431,6 +444,9 @@ static jv *arith(jctx *J, int op, jv *a, jv *b)
         }
     }
     if (op == OP_ADD && a->kind == JV_STR && b->kind == JV_STR) {
+        /* Markup + str escapes the str (and str + Markup): the result is markup */
+        const bool markup = a->is_markup || b->is_markup;
+        if (markup) a = jinja_escape(J, a, false), b = jinja_escape(J, b, false);
         char *s = ja_alloc(J, a->u.str.n + b->u.str.n + 1);
         memcpy(s, a->u.str.s, a->u.str.n);
         memcpy(s + a->u.str.n, b->u.str.s, b->u.str.n);
@@ -438,6 +454,7 @@ static jv *arith(jctx *J, int op, jv *a, jv *b)
         jv *r = jv_new(J, JV_STR);
         r->u.str.s = s;
         r->u.str.n = a->u.str.n + b->u.str.n;
+        r->is_markup = markup;
         return r;
     }
     if (op == OP_ADD && a->kind == JV_LIST && b->kind == JV_LIST) {
@@ -452,6 +469,8 @@ static jv *arith(jctx *J, int op, jv *a, jv *b)
     if (op == OP_MUL && (b->kind == JV_STR || b->kind == JV_LIST) &&
         (a->kind == JV_INT || a->kind == JV_BOOL))
         return repeat(J, b, as_i(a));
+    if (op == OP_MOD && a->kind == JV_STR && a->is_markup)
+        return jv_markup(J, jinja_str_format(J, a, escape_args(J, b)));
     if (op == OP_MOD && a->kind == JV_STR) return jinja_str_format(J, a, b);
     op_type_error(J, op, a, b);
 }
@@ -556,6 +575,7 @@ jv *jinja_eval(jctx *J, const jnode *n)
         jv *p[3];
         for (int i = 0; i < 3; i++) p[i] = n->kids[i + 1] ? jinja_eval(J, n->kids[i + 1]) : NULL;
         r = slice(J, obj, p[0], p[1], p[2]);
+        if (obj->kind == JV_STR && obj->is_markup) r = jv_markup(J, r);
         break;
     }
     case N_CALL: r = eval_call(J, n, NULL); break;

@@ -7,6 +7,13 @@
  *
  * Filters are pure: they build new values and never change their input. An
  * unknown filter or test is a render error naming it.
+ *
+ * jinja2's leniency where templates rely on it: map and the select family give
+ * an empty sequence for a false value (none, undefined, 0, ""); default() and
+ * length accept undefined. Markup (jv.is_markup, from safe and escape): escape
+ * leaves it alone, and the filters jinja2 runs through soft_str (trim, upper,
+ * lower, capitalize, center, indent, string, format) keep it markup, format's
+ * arguments escaped; the others give plain strings, as jinja2's do.
  */
 #include "template/jinja_int.h"
 
@@ -31,6 +38,21 @@ jv *jinja_arg(jv **args, const char **kws, size_t na, size_t pos, const char *na
 }
 
 static jv *str_of(jctx *J, jv *x) { return jv_stringify(J, x); }
+
+/* x as a plain string (a markup string's bytes without the mark). */
+static jv *plain_of(jctx *J, jv *x)
+{
+    x = str_of(J, x);
+    if (!x->is_markup) return x;
+    jv *p = jv_str(J, "", 0);
+    p->u.str = x->u.str;
+    return p;
+}
+
+static _Noreturn void fail_undefined(jctx *J, const jv *x)
+{
+    jinja_fail(J, "'%s' is undefined", x->u.str.s ? x->u.str.s : "value");
+}
 
 static jv *case_map(jctx *J, jv *x, int mode) /* 0 lower, 1 upper, 2 capitalize, 3 title */
 {
@@ -150,9 +172,13 @@ static jv *f_join(jctx *J, jv *x, jv **args, const char **kws, size_t na)
     return jv_str(J, b.p ? b.p : "", b.n);
 }
 
+/* jinja2's map and select family iterate only a true value: none, false, 0 or
+ * "" give an empty sequence. */
+static jv *iter_if_true(jctx *J, jv *x) { return jv_truthy(x) ? jinja_iter_list(J, x) : jv_list(J, 0); }
+
 static jv *f_map(jctx *J, jv *x, jv **args, const char **kws, size_t na)
 {
-    jv *items = jinja_iter_list(J, x), *out = jv_list(J, items->u.list.n);
+    jv *items = iter_if_true(J, x), *out = jv_list(J, items->u.list.n);
     jv *attr = jinja_arg(args, kws, na, SIZE_MAX, "attribute");
     jv *dflt = jinja_arg(args, kws, na, SIZE_MAX, "default");
     jv *fname = attr ? NULL : jinja_arg(args, kws, na, 0, NULL);
@@ -174,7 +200,7 @@ static jv *f_map(jctx *J, jv *x, jv **args, const char **kws, size_t na)
 /* select / reject / selectattr / rejectattr */
 static jv *f_select(jctx *J, jv *x, jv **args, const char **kws, size_t na, bool by_attr, bool keep)
 {
-    jv *items = jinja_iter_list(J, x), *out = jv_list(J, 0);
+    jv *items = iter_if_true(J, x), *out = jv_list(J, 0);
     size_t first = by_attr ? 1 : 0;
     jv *attr = by_attr ? jinja_arg(args, kws, na, 0, NULL) : NULL;
     if (by_attr && !attr) jinja_fail(J, "selectattr: missing attribute");
@@ -229,6 +255,7 @@ static jv *f_dictsort(jctx *J, jv *x, jv **args, const char **kws, size_t na)
     jv *cs = jinja_arg(args, kws, na, 0, "case_sensitive"), *by = jinja_arg(args, kws, na, 1, "by");
     jv *rev = jinja_arg(args, kws, na, 2, "reverse");
     bool by_value = by && by->kind == JV_STR && by->u.str.n == 5 && !memcmp(by->u.str.s, "value", 5);
+    if (x->kind == JV_UNDEF) fail_undefined(J, x);
     jv *pairs = f_items(J, x);
     size_t n = pairs->u.list.n;
     sort_item *a = ja_alloc(J, (n + 1) * sizeof *a);
@@ -300,7 +327,7 @@ static jv *f_replace(jctx *J, jv *x, jv **args, const char **kws, size_t na)
     if (!old || !nw) jinja_fail(J, "replace: needs old and new");
     jv *a[3] = { str_of(J, old), str_of(J, nw), count };
     const char *k[3] = { NULL, NULL, NULL };
-    return jinja_method(J, str_of(J, x), "replace", 7, a, k, count ? 3 : 2);
+    return jinja_method(J, plain_of(J, x), "replace", 7, a, k, count ? 3 : 2); /* plain, as jinja2's */
 }
 
 static jv *f_trim(jctx *J, jv *x, jv **args, const char **kws, size_t na)
@@ -314,6 +341,7 @@ static jv *f_trim(jctx *J, jv *x, jv **args, const char **kws, size_t na)
 static jv *f_int(jctx *J, jv *x, jv **args, const char **kws, size_t na)
 {
     jv *d = jinja_arg(args, kws, na, 0, "default");
+    if (x->kind == JV_UNDEF) fail_undefined(J, x);
     switch (x->kind) {
     case JV_INT: return x;
     case JV_BOOL: return jv_int(J, x->u.b);
@@ -338,6 +366,7 @@ static jv *f_int(jctx *J, jv *x, jv **args, const char **kws, size_t na)
 static jv *f_float(jctx *J, jv *x, jv **args, const char **kws, size_t na)
 {
     jv *d = jinja_arg(args, kws, na, 0, "default");
+    if (x->kind == JV_UNDEF) fail_undefined(J, x);
     if (x->kind == JV_FLOAT) return x;
     if (x->kind == JV_INT || x->kind == JV_BOOL)
         return jv_float(J, x->kind == JV_INT ? (double)x->u.i : x->u.b);
@@ -422,9 +451,117 @@ static jv *f_sum_min_max(jctx *J, jv *x, jv **args, const char **kws, size_t na,
     return best;
 }
 
-static jv *f_escape(jctx *J, jv *x)
+/* jinja2's wordcount: the matches of \w+ (letters, digits, _ and, for UTF-8,
+ * every non-ASCII byte counted as a word character). */
+static jv *f_wordcount(jctx *J, jv *x)
 {
     x = str_of(J, x);
+    int64_t n = 0;
+    bool in = false;
+    for (size_t i = 0; i < x->u.str.n; i++) {
+        const unsigned char c = (unsigned char)x->u.str.s[i];
+        const bool w = isalnum(c) || c == '_' || c >= 0x80;
+        n += w && !in;
+        in = w;
+    }
+    return jv_int(J, n);
+}
+
+/* truncate(length=255, killwords=false, end="...", leeway=5): s itself when at
+ * most length + leeway code points, else its first length - len(end) code points
+ * (cut back to before their last space unless killwords) and end. */
+static jv *f_truncate(jctx *J, jv *x, jv **args, const char **kws, size_t na)
+{
+    jv *l = jinja_arg(args, kws, na, 0, "length"), *kill = jinja_arg(args, kws, na, 1, "killwords");
+    jv *end = jinja_arg(args, kws, na, 2, "end"), *lw = jinja_arg(args, kws, na, 3, "leeway");
+    x = str_of(J, x);
+    jv *e = end ? str_of(J, end) : jv_str(J, "...", 3);
+    const int64_t length = l ? to_int(J, l, "truncate length") : 255;
+    const int64_t leeway = lw && lw->kind != JV_NONE ? to_int(J, lw, "truncate leeway") : 5;
+    const size_t elen = u8_len(e->u.str.s, e->u.str.n), slen = u8_len(x->u.str.s, x->u.str.n);
+    if (length < (int64_t)elen) jinja_fail(J, "expected length >= %zu, got %lld", elen, (long long)length);
+    if (leeway < 0) jinja_fail(J, "expected leeway >= 0, got %lld", (long long)leeway);
+    if ((int64_t)slen <= length + leeway) return x;
+    const bool kill_words = kill && jv_truthy(kill);
+    const size_t keep = u8_offset(x->u.str.s, x->u.str.n, (size_t)(length - (int64_t)elen));
+    size_t cut = keep, k = keep;
+    while (!kill_words && k > 0 && x->u.str.s[k - 1] != ' ') k--;
+    if (!kill_words && k > 0) cut = k - 1; /* rsplit(" ", 1)[0] */
+    jbuf b = { 0 };
+    jb_put(J, &b, x->u.str.s, cut);
+    jb_put(J, &b, e->u.str.s, e->u.str.n);
+    return jv_str(J, b.p, b.n);
+}
+
+/* jinja2's filter and test names (what `x is filter` / `x is test` ask). */
+static const char *const jinja2_filters[] = {
+    "abs",    "attr",       "batch",       "capitalize", "center",   "count",
+    "d",      "default",    "dictsort",    "e",          "escape",   "filesizeformat",
+    "first",  "float",      "forceescape", "format",     "groupby",  "indent",
+    "int",    "items",      "join",        "last",       "length",   "list",
+    "lower",  "map",        "max",         "min",        "pprint",   "random",
+    "reject", "rejectattr", "replace",     "reverse",    "round",    "safe",
+    "select", "selectattr", "slice",       "sort",       "string",   "striptags",
+    "sum",    "title",      "tojson",      "trim",       "truncate", "unique",
+    "upper",  "urlencode",  "urlize",      "wordcount",  "wordwrap", "xmlattr",
+};
+static const char *const jinja2_tests[] = {
+    "!=",       "<",           "<=",          "==",      ">",       ">=",        "boolean",  "callable",
+    "defined",  "divisibleby", "eq",          "equalto", "escaped", "even",      "false",    "filter",
+    "float",    "ge",          "greaterthan", "gt",      "in",      "integer",   "iterable", "le",
+    "lessthan", "lower",       "lt",          "mapping", "ne",      "none",      "number",   "odd",
+    "sameas",   "sequence",    "string",      "test",    "true",    "undefined", "upper",
+};
+
+static bool named_in(const jv *x, const char *const *names, size_t n)
+{
+    if (x->kind != JV_STR) return false;
+    for (size_t i = 0; i < n; i++)
+        if (strlen(names[i]) == x->u.str.n && !memcmp(names[i], x->u.str.s, x->u.str.n)) return true;
+    return false;
+}
+
+/* batch(linecount, fill_with=none): lists of linecount items, the last filled. */
+static jv *f_batch(jctx *J, jv *x, jv **args, const char **kws, size_t na)
+{
+    jv *c = jinja_arg(args, kws, na, 0, "linecount"), *fill = jinja_arg(args, kws, na, 1, "fill_with");
+    const int64_t k = c ? to_int(J, c, "batch linecount") : 0;
+    if (k <= 0) jinja_fail(J, "batch: linecount must be positive");
+    jv *items = jinja_iter_list(J, x), *out = jv_list(J, 0), *cur = NULL;
+    for (size_t i = 0; i < items->u.list.n; i++) {
+        jinja_step(J);
+        if (!cur || (int64_t)cur->u.list.n == k) jv_list_push(J, out, cur = jv_list(J, (size_t)k));
+        jv_list_push(J, cur, items->u.list.v[i]);
+    }
+    while (fill && fill->kind != JV_NONE && cur && (int64_t)cur->u.list.n < k) jv_list_push(J, cur, fill);
+    return out;
+}
+
+/* slice(slices, fill_with=none): slices columns, the first len % slices one longer
+ * (the others filled when fill_with is given). */
+static jv *f_slice(jctx *J, jv *x, jv **args, const char **kws, size_t na)
+{
+    jv *c = jinja_arg(args, kws, na, 0, "slices"), *fill = jinja_arg(args, kws, na, 1, "fill_with");
+    const int64_t k = c ? to_int(J, c, "slice slices") : 0;
+    if (k <= 0 || k > 4096) jinja_fail(J, "slice: slices must be in 1..4096");
+    jv *items = jinja_iter_list(J, x), *out = jv_list(J, (size_t)k);
+    const size_t n = items->u.list.n, per = n / (size_t)k, extra = n % (size_t)k;
+    size_t off = 0;
+    for (size_t s = 0; s < (size_t)k; s++) {
+        const size_t len = per + (s < extra);
+        jv *col = jv_list(J, len + 1);
+        for (size_t i = 0; i < len; i++) jv_list_push(J, col, items->u.list.v[off + i]);
+        off += len;
+        if (fill && fill->kind != JV_NONE && extra && s >= extra) jv_list_push(J, col, fill);
+        jv_list_push(J, out, col);
+    }
+    return out;
+}
+
+jv *jinja_escape(jctx *J, jv *x, bool force)
+{
+    x = str_of(J, x);
+    if (x->is_markup && !force) return x;
     jbuf b = { 0 };
     for (size_t i = 0; i < x->u.str.n; i++) {
         char c = x->u.str.s[i];
@@ -439,12 +576,31 @@ static jv *f_escape(jctx *J, jv *x)
         else
             jb_put(J, &b, &c, 1);
     }
-    return jv_str(J, b.p ? b.p : "", b.n);
+    return jv_markup(J, jv_str(J, b.p ? b.p : "", b.n));
+}
+
+/* The filters that keep a markup input markup (jinja2's soft_str: the string
+ * methods of Markup), with format's arguments escaped as Markup's % does. */
+static const char *const markup_kept[] = { "trim",   "upper",  "lower",  "capitalize", "center",
+                                           "indent", "string", "format", "truncate" };
+
+static jv *filter_markup(jctx *J, const char *name, jv *x, jv **args, const char **kws, size_t na)
+{
+    jv **ea = ja_alloc(J, (na + 1) * sizeof *ea);
+    for (size_t i = 0; i < na; i++)
+        ea[i] = args[i]->kind == JV_STR ? jinja_escape(J, args[i], false) : args[i];
+    jv plain = *x;
+    plain.is_markup = false;
+    jv *r = jinja_filter(J, name, &plain, !strcmp(name, "format") ? ea : args, kws, na);
+    return jv_markup(J, r);
 }
 
 jv *jinja_filter(jctx *J, const char *name, jv *x, jv **args, const char **kws, size_t na)
 {
     jinja_step(J);
+    if (x->kind == JV_STR && x->is_markup)
+        for (size_t k = 0; k < sizeof markup_kept / sizeof *markup_kept; k++)
+            if (NAME_IS(markup_kept[k])) return filter_markup(J, name, x, args, kws, na);
     if (NAME_IS("tojson")) return f_tojson(J, x, args, kws, na);
     if (NAME_IS("trim")) return f_trim(J, x, args, kws, na);
     if (NAME_IS("length") || NAME_IS("count")) return f_length(J, x);
@@ -472,9 +628,10 @@ jv *jinja_filter(jctx *J, const char *name, jv *x, jv **args, const char **kws, 
     if (NAME_IS("capitalize")) return case_map(J, x, 2);
     if (NAME_IS("title")) return case_map(J, x, 3);
     if (NAME_IS("replace")) return f_replace(J, x, args, kws, na);
-    if (NAME_IS("safe")) return x;
+    if (NAME_IS("safe")) return jv_markup(J, str_of(J, x));
     if (NAME_IS("string")) return str_of(J, x);
-    if (NAME_IS("escape") || NAME_IS("e") || NAME_IS("forceescape")) return f_escape(J, x);
+    if (NAME_IS("escape") || NAME_IS("e") || NAME_IS("forceescape"))
+        return jinja_escape(J, x, NAME_IS("forceescape"));
     if (NAME_IS("int")) return f_int(J, x, args, kws, na);
     if (NAME_IS("float")) return f_float(J, x, args, kws, na);
     if (NAME_IS("unique")) return f_unique(J, x, args, kws, na);
@@ -483,7 +640,8 @@ jv *jinja_filter(jctx *J, const char *name, jv *x, jv **args, const char **kws, 
             jv *chars = jinja_iter_list(J, x);
             jbuf b = { 0 };
             for (size_t i = chars->u.list.n; i-- > 0;) jv_to_str(J, &b, chars->u.list.v[i]);
-            return jv_str(J, b.p ? b.p : "", b.n);
+            jv *r = jv_str(J, b.p ? b.p : "", b.n);
+            return x->is_markup ? jv_markup(J, r) : r; /* Markup[::-1] */
         }
         jv *items = jinja_iter_list(J, x), *l = jv_list(J, items->u.list.n);
         for (size_t i = items->u.list.n; i-- > 0;) jv_list_push(J, l, items->u.list.v[i]);
@@ -492,10 +650,10 @@ jv *jinja_filter(jctx *J, const char *name, jv *x, jv **args, const char **kws, 
     if (NAME_IS("sort")) return f_sort(J, x, args, kws, na);
     if (NAME_IS("dictsort")) return f_dictsort(J, x, args, kws, na);
     if (NAME_IS("indent")) return f_indent(J, x, args, kws, na);
-    if (NAME_IS("wordcount")) {
-        jv *l = jinja_method(J, str_of(J, x), "split", 5, NULL, NULL, 0);
-        return jv_int(J, (int64_t)l->u.list.n);
-    }
+    if (NAME_IS("wordcount")) return f_wordcount(J, x);
+    if (NAME_IS("batch")) return f_batch(J, x, args, kws, na);
+    if (NAME_IS("truncate")) return f_truncate(J, x, args, kws, na);
+    if (NAME_IS("slice")) return f_slice(J, x, args, kws, na);
     if (NAME_IS("abs")) {
         if (x->kind == JV_INT) return jv_int(J, x->u.i < 0 ? -x->u.i : x->u.i);
         if (x->kind == JV_FLOAT) return jv_float(J, fabs(x->u.f));
@@ -556,7 +714,9 @@ bool jinja_test(jctx *J, const char *name, jv *x, jv **args, size_t na)
         return x->kind == JV_LIST || (x->kind == JV_DICT && !x->is_ns) || x->kind == JV_STR ||
                x->kind == JV_UNDEF;
     if (NAME_IS("callable")) return x->kind == JV_MACRO || x->kind == JV_FUNC;
-    if (NAME_IS("escaped")) return false;
+    if (NAME_IS("escaped")) return x->kind == JV_STR && x->is_markup;
+    if (NAME_IS("filter")) return named_in(x, jinja2_filters, sizeof jinja2_filters / sizeof *jinja2_filters);
+    if (NAME_IS("test")) return named_in(x, jinja2_tests, sizeof jinja2_tests / sizeof *jinja2_tests);
     if (NAME_IS("sameas")) {
         if (!a) jinja_fail(J, "sameas: needs an argument");
         if (x->kind != a->kind) return false;

@@ -65,6 +65,8 @@ struct jv {
     uint8_t kind;
     bool is_tuple; /* JV_LIST: printed as (a, b) */
     bool is_ns;    /* JV_DICT: a namespace(), the one mutable value */
+    bool is_markup; /* JV_STR: jinja2's Markup (from safe or escape): `+`, `%` and its
+                       methods escape their plain string operands, and keep it markup */
     union {
         bool b;
         int64_t i;
@@ -227,6 +229,8 @@ void jb_put(jctx *J, jbuf *b, const char *s, size_t n);
 void jv_to_str(jctx *J, jbuf *b, const jv *x);
 void jv_repr(jctx *J, jbuf *b, const jv *x);
 jv *jv_stringify(jctx *J, const jv *x); /* str(x) as a JV_STR */
+jv *jv_markup(jctx *J, jv *s);          /* the string s as markup (a new value; s is kept) */
+jv *jinja_escape(jctx *J, jv *x, bool force); /* HTML-escaped markup of str(x); markup as is unless force */
 void jv_float_repr(char *buf, size_t cap, double f);
 /* json.dumps(x, ensure_ascii, indent (<0: None), separators, sort_keys) */
 typedef struct jjson_opts {
@@ -269,6 +273,8 @@ jtok *jinja_lex(jctx *J, const char *src, size_t n, size_t *n_tok);
 
 /* jinja_parse.c: template text to a tree (an N_BODY). */
 jnode *jinja_parse(jctx *J, const char *src, size_t n);
+/* jinja_content.c: whether some loop iterates a message's content (vLLM's "openai" form). */
+bool jinja_iterates_content(const jnode *root);
 
 /* jinja_eval.c */
 void jinja_exec(jctx *J, const jnode *body);

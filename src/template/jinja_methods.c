@@ -24,7 +24,7 @@ static const char *const str_methods[] = { "startswith", "endswith",   "split", 
                                            "title",      "capitalize", "format",  "find",       "rfind",
                                            "count",      "join",       "isdigit", "isalpha",    "isalnum",
                                            "isspace",    "islower",    "isupper", "splitlines", "index",
-                                           NULL };
+                                           "center",     "ljust",      "rjust",   NULL };
 static const char *const dict_methods[] = { "get", "items", "keys", "values", "copy", NULL };
 static const char *const list_methods[] = { "index", "count", "copy", NULL };
 /* refused by the immutable sandbox */
@@ -340,6 +340,26 @@ static bool all_chars(const jv *self, int (*pred)(int))
 
 #define IS(w) (n == strlen(w) && !memcmp(name, w, n))
 
+/* str.center / ljust / rjust (how: 'c', 'l', 'r') to width code points with fill (one character). */
+static jv *justify(jctx *J, jv *self, jv *width, jv *fill, char how)
+{
+    if (!width || width->kind != JV_INT) jinja_fail(J, "%cjust: the width must be an integer", how);
+    if (fill && (fill->kind != JV_STR || u8_len(fill->u.str.s, fill->u.str.n) != 1))
+        jinja_fail(J, "The fill character must be exactly one character long");
+    const char *f = fill ? fill->u.str.s : " ";
+    const size_t fn = fill ? fill->u.str.n : 1, len = u8_len(S(self), self->u.str.n);
+    if (width->u.i > 65536) jinja_fail(J, "%cjust: width too large", how);
+    if (width->u.i <= (int64_t)len) return self;
+    const size_t pad = (size_t)width->u.i - len;
+    /* Python's center puts the odd space on the left when the width is odd */
+    size_t left = how == 'l' ? 0 : how == 'r' ? pad : pad / 2 + (pad & (size_t)width->u.i & 1);
+    jbuf b = { 0 };
+    for (size_t i = 0; i < left; i++) jb_put(J, &b, f, fn);
+    jb_put(J, &b, S(self), self->u.str.n);
+    for (size_t i = left; i < pad; i++) jb_put(J, &b, f, fn);
+    return jv_str(J, b.p, b.n);
+}
+
 static jv *str_method(jctx *J, jv *self, const char *name, size_t n, jv **args, const char **kws, size_t na)
 {
     jv *a0 = jinja_arg(args, kws, na, 0, NULL), *a1 = jinja_arg(args, kws, na, 1, NULL);
@@ -386,6 +406,7 @@ static jv *str_method(jctx *J, jv *self, const char *name, size_t n, jv **args, 
         }
         return jv_str(J, b.p ? b.p : "", b.n);
     }
+    if (IS("center") || IS("ljust") || IS("rjust")) return justify(J, self, a0, a1, name[0]);
     if (IS("isdigit")) return jv_bool(all_chars(self, isdigit));
     if (IS("isalpha")) return jv_bool(all_chars(self, isalpha));
     if (IS("isalnum")) return jv_bool(all_chars(self, isalnum));
@@ -414,6 +435,36 @@ static jv *str_method(jctx *J, jv *self, const char *name, size_t n, jv **args, 
     return NULL;
 }
 
+/* Markup's string methods: their string arguments escaped (join's items too),
+ * a string result, or each string of a list result, markup. */
+static jv *markup_method(jctx *J, jv *self, const char *name, size_t n, jv **args, const char **kws,
+                         size_t na)
+{
+    jv **ea = ja_alloc(J, (na + 1) * sizeof *ea);
+    for (size_t i = 0; i < na; i++) {
+        jv *a = args[i];
+        /* replace escapes its new text only (markupsafe's Markup.replace) */
+        if (a->kind == JV_STR && !(IS("replace") && i != 1)) a = jinja_escape(J, a, false);
+        if (IS("join") && a->kind == JV_LIST) {
+            jv *l = jv_list(J, a->u.list.n);
+            for (size_t k = 0; k < a->u.list.n; k++) {
+                jv *it = a->u.list.v[k];
+                jv_list_push(J, l, it->kind == JV_STR ? jinja_escape(J, it, false) : it);
+            }
+            a = l;
+        }
+        ea[i] = a;
+    }
+    jv plain = *self;
+    plain.is_markup = false;
+    const bool escapes = IS("replace") || IS("join") || IS("format");
+    jv *r = str_method(J, &plain, name, n, escapes ? ea : args, kws, na);
+    if (r && r->kind == JV_STR) return jv_markup(J, r);
+    if (r && r->kind == JV_LIST && (IS("split") || IS("rsplit") || IS("splitlines")))
+        for (size_t k = 0; k < r->u.list.n; k++) r->u.list.v[k] = jv_markup(J, r->u.list.v[k]);
+    return r;
+}
+
 jv *jinja_method(jctx *J, jv *self, const char *name, size_t n, jv **args, const char **kws, size_t na)
 {
     jinja_step(J);
@@ -421,6 +472,7 @@ jv *jinja_method(jctx *J, jv *self, const char *name, size_t n, jv **args, const
         !(self->kind == JV_LIST && self->is_tuple))
         jinja_fail(J, "access to attribute '%.*s' of '%s' object is unsafe", (int)n, name,
                    jv_type_name(self));
+    if (self->kind == JV_STR && self->is_markup) return markup_method(J, self, name, n, args, kws, na);
     if (self->kind == JV_STR) return str_method(J, self, name, n, args, kws, na);
     jv *a0 = jinja_arg(args, kws, na, 0, NULL);
     if (self->kind == JV_DICT && !self->is_ns) {

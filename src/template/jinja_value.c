@@ -107,6 +107,15 @@ jv *jv_str(jctx *J, const char *s, size_t n)
 
 jv *jv_cstr(jctx *J, const char *s) { return jv_str(J, s, strlen(s)); }
 
+jv *jv_markup(jctx *J, jv *s)
+{
+    if (s->kind != JV_STR || s->is_markup) return s;
+    jv *x = jv_new(J, JV_STR);
+    x->u.str = s->u.str;
+    x->is_markup = true;
+    return x;
+}
+
 jv *jv_int(jctx *J, int64_t i)
 {
     jv *x = jv_new(J, JV_INT);

@@ -18,7 +18,9 @@
 
 struct kvi_chat_template {
     jarena A;
-    jnode *root; /* N_BODY */
+    jnode *root;           /* N_BODY */
+    bool iterates;         /* some loop iterates a message's content (jinja_content.c) */
+    kvi_content_format cf; /* set by kvi_chat_template_set_content_format; AUTO: from iterates */
 };
 
 jlimits jinja_default_limits(void)
@@ -51,8 +53,29 @@ kvi_chat_template *kvi_chat_template_parse(const char *text, size_t len, kvi_err
         return NULL;
     }
     t->root = jinja_parse(J, text ? text : "", text ? len : 0);
+    t->iterates = jinja_iterates_content(t->root);
     free(J);
     return t;
+}
+
+void kvi_chat_template_set_content_format(kvi_chat_template *t, kvi_content_format f)
+{
+    if (t) t->cf = f;
+}
+
+kvi_content_format kvi_chat_template_content_format(const kvi_chat_template *t)
+{
+    if (!t) return KVI_CONTENT_STRING;
+    if (t->cf != KVI_CONTENT_AUTO) return t->cf;
+    return t->iterates ? KVI_CONTENT_OPENAI : KVI_CONTENT_STRING;
+}
+
+int kvi_content_format_parse(const char *name)
+{
+    static const char *const names[] = { "auto", "string", "openai" };
+    for (int i = 0; name && i < 3; i++)
+        if (!strcmp(name, names[i])) return i;
+    return -1;
 }
 
 void kvi_chat_template_free(kvi_chat_template *t)
@@ -120,6 +143,7 @@ typedef struct text_arg {
     const char *s;
     size_t n;
     const char *bos, *eos;
+    bool join; /* the template takes content as a string: lists of parts are joined */
     /* continue_final_message: the final message's text (malloc'd, the caller frees it) */
     bool cont;
     char *final;
@@ -143,10 +167,42 @@ int jinja_render_vars(const kvi_chat_template *t, const char *vars_json, size_t 
     return render(t, lim, vars_from_json, &a, out, out_len, err);
 }
 
-/* A message with its tool calls' string arguments parsed as JSON (vLLM, llama.cpp). */
-static jv *prepare_message(jctx *J, jv *m)
+/* A list of content parts as one string: the text parts' texts joined with "\n"
+ * (vLLM's string form); another part is an error naming it. */
+static jv *join_parts(jctx *J, const jv *parts, size_t msg)
+{
+    jbuf b = { 0 };
+    for (size_t i = 0; i < parts->u.list.n; i++) {
+        const jv *p = parts->u.list.v[i];
+        const jv *type = p->kind == JV_DICT ? jv_dict_get(p, "type", 4) : NULL;
+        const bool refusal =
+            type && type->kind == JV_STR && type->u.str.n == 7 && !memcmp(type->u.str.s, "refusal", 7);
+        const jv *t =
+            p->kind == JV_DICT ? jv_dict_get(p, refusal ? "refusal" : "text", refusal ? 7 : 4) : NULL;
+        const bool text = type && type->kind == JV_STR &&
+                          ((type->u.str.n == 4 && !memcmp(type->u.str.s, "text", 4)) ||
+                           (type->u.str.n == 10 && !memcmp(type->u.str.s, "input_text", 10)) || refusal);
+        if (!text || !t || t->kind != JV_STR)
+            jinja_fail(J, "request: messages[%zu].content[%zu] is not a text part (this template takes text)",
+                       msg, i);
+        if (i) jb_put(J, &b, "\n", 1);
+        jb_put(J, &b, t->u.str.s, t->u.str.n);
+    }
+    return jv_str(J, b.p ? b.p : "", b.n);
+}
+
+/* A message with its tool calls' string arguments parsed as JSON (vLLM, llama.cpp)
+ * and, for a template of the string form, a list content joined. */
+static jv *prepare_message(jctx *J, jv *m, bool join, size_t idx)
 {
     if (m->kind != JV_DICT) jinja_fail(J, "request: every message must be an object");
+    jv *content = jv_dict_get(m, "content", 7);
+    if (join && content && content->kind == JV_LIST) {
+        jv *copy = jv_dict(J);
+        for (size_t i = 0; i < m->u.dict.n; i++) jv_dict_set(J, copy, m->u.dict.k[i], m->u.dict.v[i]);
+        jv_dict_set(J, copy, jv_str(J, "content", 7), join_parts(J, content, idx));
+        m = copy;
+    }
     jv *calls = jv_dict_get(m, "tool_calls", 10);
     if (!calls || calls->kind != JV_LIST) return m;
     jv *copy = jv_dict(J), *new_calls = jv_list(J, calls->u.list.n);
@@ -209,7 +265,8 @@ static jv *vars_from_chat(jctx *J, const void *arg)
     jv *msgs = jv_dict_get(req, "messages", 8);
     if (!msgs || msgs->kind != JV_LIST) jinja_fail(J, "request: messages must be an array");
     jv *list = jv_list(J, msgs->u.list.n);
-    for (size_t i = 0; i < msgs->u.list.n; i++) jv_list_push(J, list, prepare_message(J, msgs->u.list.v[i]));
+    for (size_t i = 0; i < msgs->u.list.n; i++)
+        jv_list_push(J, list, prepare_message(J, msgs->u.list.v[i], a->join, i));
     jv_dict_set(J, vars, jv_str(J, "messages", 8), list);
     jv *tools = jv_dict_get(req, "tools", 5);
     jv_dict_set(J, vars, jv_str(J, "tools", 5), tools ? tools : jv_none());
@@ -256,7 +313,11 @@ static int cut_at_final(char *out, size_t *out_len, const char *f, size_t fn, kv
 int jinja_render_chat(const kvi_chat_template *t, const char *request_json, size_t n, const char *bos_token,
                       const char *eos_token, const jlimits *lim, char **out, size_t *out_len, kvi_error *err)
 {
-    text_arg a = { .s = request_json, .n = n, .bos = bos_token, .eos = eos_token };
+    text_arg a = { .s = request_json,
+                   .n = n,
+                   .bos = bos_token,
+                   .eos = eos_token,
+                   .join = kvi_chat_template_content_format(t) == KVI_CONTENT_STRING };
     int rc = render(t, lim, vars_from_chat, &a, out, out_len, err);
     if (!rc && a.cont && (rc = cut_at_final(*out, out_len, a.final, a.final_n, err)) != 0) {
         free(*out);

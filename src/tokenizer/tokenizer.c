@@ -42,6 +42,7 @@ int tok_alloc(tok_tokenizer **out, int32_t n_vocab, kvi_error *err)
     memset(t->type, KVI_TOKEN_NORMAL, (size_t)n_vocab);
     t->bos = t->eos = t->eot = t->eom = t->unk = t->pad = -1;
     t->fim_pad = t->fim_rep = t->fim_sep = -1;
+    t->fim_pre = t->fim_suf = t->fim_mid = -1;
     for (int i = 0; i < 256; i++) t->byte_id[i] = -1;
     tok_byte_enc_init(t);
     *out = t;
@@ -153,6 +154,13 @@ static const char *const fim_pad_texts[] = { "<|fim_pad|>", "<fim-pad>", "<fim_p
 static const char *const fim_rep_texts[] = { "<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>",
                                              "<reponame>" };
 static const char *const fim_sep_texts[] = { "<|file_sep|>" };
+/* ... and, not ending generation, the prefix / suffix / middle tokens. */
+static const char *const fim_pre_texts[] = { "<|fim_prefix|>", "<fim-prefix>",    "<fim_prefix>",
+                                             "<PRE>",          "<|code_prefix|>", "<|prefix|>" };
+static const char *const fim_suf_texts[] = { "<|fim_suffix|>", "<fim-suffix>",    "<fim_suffix>",
+                                             "<SUF>",          "<|code_suffix|>", "<|suffix|>" };
+static const char *const fim_mid_texts[] = { "<|fim_middle|>", "<fim-middle>",    "<fim_middle>",
+                                             "<MID>",          "<|code_middle|>", "<|middle|>" };
 /* ... and every token with one of these texts. */
 static const char *const eog_texts[] = {
     "<|eot_id|>",
@@ -190,17 +198,20 @@ static int build_eog(tok_tokenizer *t)
     mark_control(t, t->eot);
     if (t->eom < 0) t->eom = tok_find(t, "<|eom_id|>", 10);
     mark_control(t, t->eom);
-    int32_t *fim[3] = { &t->fim_pad, &t->fim_rep, &t->fim_sep };
-    const char *const *fim_texts[3] = { fim_pad_texts, fim_rep_texts, fim_sep_texts };
-    const size_t fim_n[3] = { N_TEXTS(fim_pad_texts), N_TEXTS(fim_rep_texts), N_TEXTS(fim_sep_texts) };
+    /* the first three end generation */
+    int32_t *fim[6] = { &t->fim_pad, &t->fim_rep, &t->fim_sep, &t->fim_pre, &t->fim_suf, &t->fim_mid };
+    const char *const *fim_texts[6] = { fim_pad_texts, fim_rep_texts, fim_sep_texts,
+                                        fim_pre_texts, fim_suf_texts, fim_mid_texts };
+    const size_t fim_n[6] = { N_TEXTS(fim_pad_texts), N_TEXTS(fim_rep_texts), N_TEXTS(fim_sep_texts),
+                              N_TEXTS(fim_pre_texts), N_TEXTS(fim_suf_texts), N_TEXTS(fim_mid_texts) };
     free(t->eog);
     t->eog = NULL;
     t->n_eog = 0;
     int rc = 0;
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 6; k++) {
         if (*fim[k] < 0) *fim[k] = find_first(t, fim_texts[k], fim_n[k]);
         mark_control(t, *fim[k]);
-        rc |= eog_add(t, *fim[k]);
+        if (k < 3) rc |= eog_add(t, *fim[k]);
     }
     for (size_t k = 0; k < N_TEXTS(eog_texts); k++) {
         int32_t id = tok_find(t, eog_texts[k], strlen(eog_texts[k]));
@@ -687,6 +698,13 @@ int32_t tokenizer_detokenize(const tok_tokenizer *t, const int32_t *ids, int32_t
 int32_t tokenizer_n_vocab(const tok_tokenizer *t) { return t ? t->n_vocab : 0; }
 int32_t tokenizer_bos(const tok_tokenizer *t) { return t ? t->bos : -1; }
 int32_t tokenizer_eos(const tok_tokenizer *t) { return t ? t->eos : -1; }
+
+int32_t tokenizer_fim(const tok_tokenizer *t, int kind)
+{
+    if (!t) return -1;
+    const int32_t ids[6] = { t->fim_pre, t->fim_suf, t->fim_mid, t->fim_pad, t->fim_rep, t->fim_sep };
+    return kind >= 0 && kind < 6 ? ids[kind] : -1;
+}
 bool tokenizer_add_bos(const tok_tokenizer *t) { return t && t->add_bos && t->bos >= 0; }
 const char *tokenizer_chat_template(const tok_tokenizer *t) { return t ? t->chat_template : NULL; }
 

@@ -52,6 +52,8 @@ int32_t tokenizer_detokenize(const tok_tokenizer *t, const int32_t *ids, int32_t
 int32_t tokenizer_n_vocab(const tok_tokenizer *t);
 int32_t tokenizer_bos(const tok_tokenizer *t); /* -1 when none */
 int32_t tokenizer_eos(const tok_tokenizer *t); /* -1 when none */
+/* A fill-in-the-middle token, kind a kvi_fim_kind (-1 when none). */
+int32_t tokenizer_fim(const tok_tokenizer *t, int kind);
 bool tokenizer_is_eog(const tok_tokenizer *t, int32_t id);
 bool tokenizer_add_bos(const tok_tokenizer *t);
 /* The text of a token as stored in the vocabulary (NUL-terminated), NULL if out of range. */

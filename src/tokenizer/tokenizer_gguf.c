@@ -148,6 +148,13 @@ static int load(const gguf_ctx *g, tok_tokenizer **out, kvi_error *err)
         (rc = get_id(g, "tokenizer.ggml.fim_pad_token_id", nv, &t->fim_pad, err)) ||
         (rc = get_id(g, "tokenizer.ggml.fim_rep_token_id", nv, &t->fim_rep, err)) ||
         (rc = get_id(g, "tokenizer.ggml.fim_sep_token_id", nv, &t->fim_sep, err)) ||
+        (rc = get_id(g, "tokenizer.ggml.fim_pre_token_id", nv, &t->fim_pre, err)) ||
+        (rc = get_id(g, "tokenizer.ggml.fim_suf_token_id", nv, &t->fim_suf, err)) ||
+        (rc = get_id(g, "tokenizer.ggml.fim_mid_token_id", nv, &t->fim_mid, err)) ||
+        /* the older names, read after the new ones as llama.cpp does */
+        (rc = get_id(g, "tokenizer.ggml.prefix_token_id", nv, &t->fim_pre, err)) ||
+        (rc = get_id(g, "tokenizer.ggml.suffix_token_id", nv, &t->fim_suf, err)) ||
+        (rc = get_id(g, "tokenizer.ggml.middle_token_id", nv, &t->fim_mid, err)) ||
         (rc = get_flag(g, "tokenizer.ggml.add_bos_token", &t->add_bos, err)) ||
         (rc = get_flag(g, "tokenizer.ggml.add_eos_token", &t->add_eos, err)) ||
         (rc = get_flag(g, "tokenizer.ggml.add_space_prefix", &t->add_space_prefix, err)))

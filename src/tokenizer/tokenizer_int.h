@@ -50,6 +50,7 @@ struct tok_tokenizer {
 
     int32_t bos, eos, eot, eom, unk, pad; /* -1 when none */
     int32_t fim_pad, fim_rep, fim_sep;    /* fill-in-the-middle tokens that end generation, -1 when none */
+    int32_t fim_pre, fim_suf, fim_mid;    /* fill-in-the-middle prefix / suffix / middle, -1 when none */
     bool eog_to_control; /* GGUF: tokens recognised by their text become control tokens (llama.cpp) */
     bool add_bos, add_eos;
     bool add_space_prefix;   /* SPM / HF: prepend one space to the text */

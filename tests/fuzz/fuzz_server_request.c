@@ -2,7 +2,8 @@
  * fuzz_server_request.c — what the server does with a request body before it
  * reaches the scheduler: the guard every POST endpoint runs (srv_body_check),
  * then the parser (srv_parse_request) with the bytes as a /v1/completions body
- * and as a /v1/chat/completions body, against stories260K (loaded once, as
+ * (a "suffix" makes it fill in the middle), as a /v1/chat/completions body and
+ * as a POST /infill body (srv_parse_infill), against stories260K (loaded once, as
  * `kvinfer serve` holds it) with the built-in chat layouts, and again with a
  * Jinja template that writes tool calls (Qwen2.5's: tools, tool_choice, the
  * forced-call grammar), as an Anthropic /v1/messages and count_tokens body
@@ -112,6 +113,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         else
             free(srv_api_messages.error_json(&er));
     }
+    srv_params p;
+    memset(&er, 0, sizeof er);
+    if (srv_parse_infill(server(), (const char *)data, size, &p, &er) == 0)
+        srv_params_free(&p);
+    else
+        free(srv_error_json(&er));
     memset(&er, 0, sizeof er);
     free(srv_template_render(server_jinja(), (const char *)data, size, &er));
     return 0;
