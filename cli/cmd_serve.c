@@ -73,6 +73,9 @@ static const char serve_help[] =
     "  --body-max BYTES        larger request bodies get HTTP 413 (default 4194304)\n"
     "  --conn-max N            connections at once (default 1024)\n"
     "  --conn-per-ip N         of them from one address (default 64)\n"
+    "  --responses-max N       /v1/responses kept for previous_response_id and GET (default\n"
+    "                          1024; the oldest are evicted first)\n"
+    "  --responses-max-bytes S and the bytes they may hold, e.g. 64MiB (default 256MiB)\n"
     "  --api-key KEY           require \"Authorization: Bearer KEY\" on /v1 endpoints\n"
     "  --alias NAME            the model's name in the API (default: file name without .gguf)\n"
     "  --spec ngram            speculative decoding by prompt lookup for every request\n"
@@ -114,6 +117,8 @@ typedef struct serve_opts {
     bool quiet, special_in_content, no_reasoning;
     int64_t port, parallel, queue_max, batch_tokens, lanes;
     int64_t timeout_s, body_max, conn_max, conn_per_ip; /* HTTP limits (0: the server's default) */
+    int64_t responses_max;                              /* /v1/responses store (0: the default) */
+    size_t responses_max_bytes;
     run_spec_opts so;                                   /* speculative decoding */
 } serve_opts;
 
@@ -140,6 +145,8 @@ static int serve_int_flag(int argc, char **argv, int *i, serve_opts *o)
         dst = &o->conn_max, lo = 1, hi = 65536;
     else if (!strcmp(a, "--conn-per-ip"))
         dst = &o->conn_per_ip, lo = 1, hi = 65536;
+    else if (!strcmp(a, "--responses-max"))
+        dst = &o->responses_max, lo = 1, hi = 1 << 24;
     if (!dst) return 0;
     return cli_flag_i64(a, cli_flag_value(argc, argv, i), lo, hi, dst);
 }
@@ -177,6 +184,11 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o)
             o->quiet = true;
         } else if (!strcmp(a, "--special-in-content")) {
             o->special_in_content = true;
+        } else if (!strcmp(a, "--responses-max-bytes")) {
+            const char *v = cli_flag_value(argc, argv, &i);
+            if (!v) return 1;
+            if (!cli_parse_size(v, &o->responses_max_bytes) || o->responses_max_bytes == 0)
+                return cli_error("serve: --responses-max-bytes: '%s' is not a size", v);
         } else if (!strcmp(a, "--reasoning-format")) {
             const char *v = cli_flag_value(argc, argv, &i);
             if (!v) return 1;
@@ -244,6 +256,8 @@ static void serve_config(srv_server *srv, const serve_opts *o, const char *name)
     srv->cfg.body_max = (size_t)o->body_max;
     srv->cfg.conn_max = (unsigned)o->conn_max;
     srv->cfg.conn_per_ip = (unsigned)o->conn_per_ip;
+    srv->cfg.responses_max = (size_t)o->responses_max;
+    srv->cfg.responses_max_bytes = o->responses_max_bytes;
     srv->cfg.special_in_content = o->special_in_content;
     srv->cfg.no_reasoning = o->no_reasoning;
     kvi_sampler_params_default(&srv->cfg.sampling);
@@ -403,6 +417,7 @@ out:
     kvi_model_free(dm);
     kvi_engine_free(srv->e);
     srv_template_free(srv);
+    srv_store_free(srv);
     kvi_model_free(srv->m);
     srv_metrics_free(&srv->metrics);
     pthread_mutex_destroy(&srv->mu);

@@ -74,7 +74,13 @@ typedef struct srv_config {
     size_t body_max;      /* SRV_BODY_MAX */
     unsigned conn_max;    /* SRV_CONN_MAX */
     unsigned conn_per_ip; /* SRV_CONN_PER_IP */
+    /* stored responses of /v1/responses (server_store.c); 0: the SRV_RESPONSES_* default */
+    size_t responses_max;       /* most responses kept (--responses-max) */
+    size_t responses_max_bytes; /* most bytes they hold (--responses-max-bytes) */
 } srv_config;
+
+#define SRV_RESPONSES_MAX 1024                 /* stored responses kept by default */
+#define SRV_RESPONSES_MAX_BYTES ((size_t)256 << 20) /* and their bytes */
 
 typedef struct srv_server {
     srv_config cfg;
@@ -97,6 +103,11 @@ typedef struct srv_server {
     int tool_format;               /* kvi_tool_format; KVI_TOOLS_NONE: tools are refused */
     bool reasons;                  /* the template writes <think> (or harmony analysis) reasoning */
     kvi_grammar_vocab *gv_markers; /* the vocabulary of forced calls (built at the first; under mu) */
+    /* what the Jinja template's text reads (server_tools.c), for /v1/responses */
+    bool tmpl_think_switch;  /* enable_thinking: reasoning can be switched off */
+    bool tmpl_effort;        /* reasoning_effort */
+    bool tmpl_reasoning_in;  /* reasoning_content of earlier assistant messages */
+    struct srv_store *store; /* stored responses (server_store.c); NULL until the first */
 } srv_server;
 
 /* The body limit in force (--body-max, else SRV_BODY_MAX). */
@@ -145,6 +156,7 @@ typedef struct srv_err {
     int status;
     const char *type, *code;
     char msg[512];
+    char param[96]; /* the field at fault ("" : null); srv_err_set leaves it */
 } srv_err;
 
 int srv_err_set(srv_err *e, int status, const char *type, const char *code, const char *fmt, ...)
@@ -152,7 +164,7 @@ int srv_err_set(srv_err *e, int status, const char *type, const char *code, cons
     __attribute__((format(printf, 5, 6)))
 #endif
     ;
-/* {"error":{"message","type","param":null,"code"}} (malloc'd). */
+/* {"error":{"message","type","param","code"}} (malloc'd; param null when unset). */
 char *srv_error_json(const srv_err *e);
 /* Every JSON body before its endpoint reads it (server_guard.c): valid UTF-8,
  * one JSON value and nothing after it, escapes that form code points, nesting
@@ -265,6 +277,9 @@ typedef struct srv_req {
     double t_submit;
 } srv_req;
 
+/* Appends n bytes to r->out (caller holds r->mu). False: out of memory. */
+bool srv_out_append(srv_req *r, const char *s, size_t n);
+
 /* OpenAI's formatters (srv_api_openai): the SSE event of a token, or the final
  * ones (server_json.c). The caller holds r->mu. Returns false when out of memory. */
 bool srv_sse_token(srv_req *r, srv_choice *c, const char *piece, size_t n);
@@ -325,6 +340,34 @@ int srv_send_error(struct MHD_Connection *con, const srv_api *api, const srv_err
 int srv_start(srv_server *srv, kvi_error *err); /* binds, serves in its own threads */
 int srv_bound_port(srv_server *srv);
 void srv_stop(srv_server *srv);
+
+/* ---- the Responses API (server_responses.c, server_store.c) ---- */
+
+/* POST /v1/responses (body checked by srv_body_check), GET and DELETE
+ * /v1/responses/{id}. Return enum MHD_Result. */
+int srv_responses_create(srv_server *srv, struct MHD_Connection *con, const char *body, size_t len);
+int srv_responses_get(srv_server *srv, struct MHD_Connection *con, const char *id);
+int srv_responses_delete(srv_server *srv, struct MHD_Connection *con, const char *id);
+/* The hosted tools (web_search, ...) a /v1/responses request named and the
+ * prompt left out, ", "-joined (for a request log), or NULL: none / another family. */
+const char *srv_responses_hosted(const srv_req *r);
+
+/* The store of responses ("store": true), bounded by cfg.responses_max and
+ * cfg.responses_max_bytes (the oldest evicted first). Thread-safe. */
+/* Keeps a response: its turn's items (input then output, a JSON array) and
+ * the response object (JSON); takes both strings. prev: the previous
+ * response's id ("" none). 0, or KVI_E_NOMEM (nothing kept, strings freed). */
+int srv_store_put(srv_server *srv, const char *id, const char *prev, char *items, char *response);
+/* A copy of the stored response object (malloc'd), or NULL when unknown. */
+char *srv_store_response(srv_server *srv, const char *id);
+/* The conversation up to and including response id: the items of each
+ * response of its chain, oldest first (a new array), or NULL with *missing
+ * (>= 48 bytes) set to the first id of the chain that is not stored, or
+ * empty when out of memory. */
+cJSON *srv_store_chain(srv_server *srv, const char *id, char *missing);
+/* Removes response id; whether it was stored. */
+bool srv_store_delete(srv_server *srv, const char *id);
+void srv_store_free(srv_server *srv);
 
 /* ---- the web page (server_page.c) ---- */
 extern const char srv_page_html[];

@@ -768,6 +768,12 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *con, const char
     if (post && !strcmp(url, "/tokenize")) return tokenize_ep(srv, con, cc);
     if (post && !strcmp(url, "/detokenize")) return detokenize_ep(srv, con, cc);
     if (post && !strcmp(url, "/apply-template")) return apply_template_ep(srv, con, cc);
+    if (post && !strcmp(url, "/v1/responses"))
+        return (enum MHD_Result)srv_responses_create(srv, con, cc->body, cc->len);
+    if ((get || !strcmp(method, "DELETE")) && !strncmp(url, "/v1/responses/", 14) && url[14] &&
+        !strchr(url + 14, '/'))
+        return (enum MHD_Result)(get ? srv_responses_get(srv, con, url + 14)
+                                     : srv_responses_delete(srv, con, url + 14));
     srv_err_set(&er, 404, "invalid_request_error", "not_found", "no route %s %.200s", method, url);
     return send_error(con, &er);
 }

@@ -54,7 +54,10 @@ char *srv_error_json(const srv_err *e)
     char *clean = kvi_utf8_sanitize(e->msg, strlen(e->msg));
     cJSON_AddStringToObject(o, "message", clean ? clean : "error");
     cJSON_AddStringToObject(o, "type", e->type ? e->type : "invalid_request_error");
-    cJSON_AddNullToObject(o, "param");
+    if (e->param[0])
+        cJSON_AddStringToObject(o, "param", e->param);
+    else
+        cJSON_AddNullToObject(o, "param");
     if (e->code)
         cJSON_AddStringToObject(o, "code", e->code);
     else
@@ -648,7 +651,7 @@ static cJSON *envelope(srv_req *r, bool chunk)
     return o;
 }
 
-static bool out_append(srv_req *r, const char *s, size_t n)
+bool srv_out_append(srv_req *r, const char *s, size_t n)
 {
     if (r->out_len + n + 1 > r->out_cap) {
         size_t cap = (r->out_len + n + 1) * 2;
@@ -668,7 +671,7 @@ static bool emit(srv_req *r, cJSON *o)
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     if (!s) return false;
-    bool ok = out_append(r, "data: ", 6) && out_append(r, s, strlen(s)) && out_append(r, "\n\n", 2);
+    bool ok = srv_out_append(r, "data: ", 6) && srv_out_append(r, s, strlen(s)) && srv_out_append(r, "\n\n", 2);
     free(s);
     return ok;
 }
@@ -859,7 +862,7 @@ bool srv_sse_final(srv_req *r)
         cJSON_AddItemToObject(o, "usage", srv_usage_json(r));
         ok = ok && emit(r, o);
     }
-    return ok && out_append(r, "data: [DONE]\n\n", 14);
+    return ok && srv_out_append(r, "data: [DONE]\n\n", 14);
 }
 
 char *srv_response_json(srv_req *r)
