@@ -79,7 +79,7 @@ typedef struct srv_config {
     size_t responses_max_bytes; /* most bytes they hold (--responses-max-bytes) */
 } srv_config;
 
-#define SRV_RESPONSES_MAX 1024                 /* stored responses kept by default */
+#define SRV_RESPONSES_MAX 1024                      /* stored responses kept by default */
 #define SRV_RESPONSES_MAX_BYTES ((size_t)256 << 20) /* and their bytes */
 
 typedef struct srv_server {

@@ -671,7 +671,8 @@ static bool emit(srv_req *r, cJSON *o)
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     if (!s) return false;
-    bool ok = srv_out_append(r, "data: ", 6) && srv_out_append(r, s, strlen(s)) && srv_out_append(r, "\n\n", 2);
+    bool ok =
+        srv_out_append(r, "data: ", 6) && srv_out_append(r, s, strlen(s)) && srv_out_append(r, "\n\n", 2);
     free(s);
     return ok;
 }
