@@ -8,6 +8,11 @@
  * and validates every answer with ajv against its schema; a bad tool_choice must
  * raise the client's BadRequestError. Skips (77) with the reason when node or
  * the npm packages are missing.
+ *
+ * Built a second time as test_openai_responses (CMakeLists.txt) with
+ * KVI_OPENAI_SCRIPT "responses.mjs": the client's Responses API (create,
+ * stream, a function tool round trip by previous_response_id, retrieve,
+ * delete, json_schema) against POST /v1/responses.
  */
 #include "testutil.h"
 
@@ -22,6 +27,10 @@
 #endif
 #ifndef KVI_NODE_BIN
 #define KVI_NODE_BIN ""
+#endif
+#ifndef KVI_OPENAI_SCRIPT
+#define KVI_OPENAI_SCRIPT "client.mjs" /* and the least number of "ok" lines it prints */
+#define KVI_OPENAI_MIN_OK 7
 #endif
 
 int main(void)
@@ -40,10 +49,10 @@ int main(void)
     snprintf(extra, sizeof extra, "-c 4096 --chat-template-file '%s'",
              shared_path("templates/Qwen-Qwen2.5-7B-Instruct.jinja"));
     test_server s;
-    CHECK(test_server_start(&s, extra, "openai_client.err"), "server starts");
+    CHECK(test_server_start(&s, extra, KVI_OPENAI_SCRIPT ".err"), "server starts");
     char cmd[2048];
-    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' client.mjs http://127.0.0.1:%d 2>&1", KVI_OPENAI_DIR,
-             KVI_NODE_BIN, s.port);
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s http://127.0.0.1:%d 2>&1", KVI_OPENAI_DIR, KVI_NODE_BIN,
+             KVI_OPENAI_SCRIPT, s.port);
     FILE *p = popen(cmd, "r");
     CHECK(p != NULL, "node runs");
     char line[4096];
@@ -55,8 +64,9 @@ int main(void)
         if (!strcmp(line, "all ok\n")) all_ok = true;
     }
     const int rc = p ? pclose(p) : -1;
-    CHECK(rc == 0, "client.mjs exit status %d", rc);
-    CHECK(all_ok && n_ok >= 7, "client.mjs: %d checks passed, all ok %d", n_ok, all_ok);
+    CHECK(rc == 0, "%s exit status %d", KVI_OPENAI_SCRIPT, rc);
+    CHECK(all_ok && n_ok >= KVI_OPENAI_MIN_OK, "%s: %d checks passed, all ok %d", KVI_OPENAI_SCRIPT, n_ok,
+          all_ok);
     CHECK(test_server_stop(&s) == 0, "server stops cleanly");
     return test_main_end();
 }
