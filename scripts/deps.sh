@@ -5,7 +5,8 @@
 # (npm ci in tests/web, from the committed package-lock.json; it drives the
 # system chromium and downloads no browser). KVI_NO_WEB=1 skips those two. With node
 # and npm, also the tokenizer reference packages (npm ci in tests/tokref) and the
-# official OpenAI Node client with ajv (npm ci in tests/openai).
+# official OpenAI Node client with ajv (npm ci in tests/openai) and Codex CLI
+# (npm ci in tests/codex; its native binary is the package's platform dependency).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SUDO=""
@@ -50,6 +51,13 @@ if command -v node >/dev/null && command -v npm >/dev/null &&
   echo "installing: openai and ajv (npm ci in tests/openai)" >&2
   (cd tests/openai && npm ci --no-audit --no-fund --loglevel=error) ||
     echo "warning: npm ci in tests/openai failed; test_openai_client will be skipped" >&2
+fi
+# Codex CLI (npm ci in tests/codex) for test_codex_cli.
+if command -v node >/dev/null && command -v npm >/dev/null &&
+   [ ! -f tests/codex/node_modules/@openai/codex/package.json ]; then
+  echo "installing: @openai/codex (npm ci in tests/codex)" >&2
+  (cd tests/codex && npm ci --no-audit --no-fund --loglevel=error) ||
+    echo "warning: npm ci in tests/codex failed; test_codex_cli will be skipped" >&2
 fi
 
 if [ "${KVI_NO_WEB:-0}" != 1 ] && command -v node >/dev/null && command -v npm >/dev/null; then
