@@ -348,6 +348,9 @@ void srv_stop(srv_server *srv);
 int srv_responses_create(srv_server *srv, struct MHD_Connection *con, const char *body, size_t len);
 int srv_responses_get(srv_server *srv, struct MHD_Connection *con, const char *id);
 int srv_responses_delete(srv_server *srv, struct MHD_Connection *con, const char *id);
+/* A /v1/responses body translated and parsed into *p, as the route does but
+ * without a connection (the fuzz target). 0, or -1 with *er set. */
+int srv_responses_parse(srv_server *srv, const char *body, size_t len, srv_params *p, srv_err *er);
 /* The hosted tools (web_search, ...) a /v1/responses request named and the
  * prompt left out, ", "-joined (for a request log), or NULL: none / another family. */
 const char *srv_responses_hosted(const srv_req *r);

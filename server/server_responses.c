@@ -1136,6 +1136,38 @@ static bool stream_open(srv_req *r, resp_state *st)
     return ok;
 }
 
+/* The body translated into a chat body and parsed into *p: the body's JSON
+ * (for the echoed fields), or NULL with *er set. */
+static cJSON *parse_body(srv_server *srv, const char *body, size_t len, resp_state *st, srv_params *p,
+                         srv_err *er)
+{
+    cJSON *root = cJSON_ParseWithLength(body ? body : "", len);
+    cJSON *chat = NULL;
+    if (!cJSON_IsObject(root))
+        srv_err_set(er, 400, "invalid_request_error", NULL, "the body must be a JSON object");
+    else
+        chat = build_chat(srv, root, st, er);
+    char *text = chat ? cJSON_PrintUnformatted(chat) : NULL;
+    cJSON_Delete(chat);
+    if (chat && !text) oom(er);
+    const bool ok = text && srv_parse_request(srv, text, strlen(text), true, p, er) == 0;
+    if (text && !ok) rename_param(er);
+    free(text);
+    if (ok) return root;
+    cJSON_Delete(root);
+    return NULL;
+}
+
+int srv_responses_parse(srv_server *srv, const char *body, size_t len, srv_params *p, srv_err *er)
+{
+    resp_state *st = calloc(1, sizeof *st);
+    if (!st) return oom(er);
+    cJSON *root = parse_body(srv, body, len, st, p, er);
+    state_free(st);
+    cJSON_Delete(root);
+    return root ? 0 : -1;
+}
+
 int srv_responses_create(srv_server *srv, struct MHD_Connection *con, const char *body, size_t len)
 {
     srv_err er = { 0 };
@@ -1151,26 +1183,11 @@ int srv_responses_create(srv_server *srv, struct MHD_Connection *con, const char
     snprintf(r->id, sizeof r->id, "resp_%08lx%016llx", (unsigned long)r->created,
              strtoull(strchr(r->id, '-') + 1, NULL, 10));
     st->output = cJSON_CreateArray();
-    cJSON *root = cJSON_ParseWithLength(body ? body : "", len);
-    cJSON *chat = NULL;
-    if (!cJSON_IsObject(root))
-        srv_err_set(&er, 400, "invalid_request_error", NULL, "the body must be a JSON object");
-    else
-        chat = build_chat(srv, root, st, &er);
-    char *text = chat ? cJSON_PrintUnformatted(chat) : NULL;
-    cJSON_Delete(chat);
-    if (chat && !text) oom(&er);
-    if (text && srv_parse_request(srv, text, strlen(text), true, &r->p, &er)) {
-        rename_param(&er);
-        free(text);
-        text = NULL;
-    }
-    if (!text) {
-        cJSON_Delete(root);
+    cJSON *root = parse_body(srv, body, len, st, &r->p, &er);
+    if (!root) {
         srv_req_discard(r);
         return srv_send_error(con, &srv_api_responses, &er);
     }
-    free(text);
     st->base = base_new(r, root);
     cJSON_Delete(root);
     st->streaming = r->p.stream;

@@ -45,7 +45,7 @@ static void stored_free(srv_stored *e)
     free(e);
 }
 
-/* The store, created at the first call; NULL when out of memory. */
+/* The store, created at the first put; NULL when out of memory. */
 static srv_store *store_of(srv_server *srv)
 {
     srv_store *have = __atomic_load_n(&srv->store, __ATOMIC_ACQUIRE);
@@ -121,9 +121,12 @@ int srv_store_put(srv_server *srv, const char *id, const char *prev, char *items
     return 0;
 }
 
+/* The store when one was created (lookups do not create it). */
+static srv_store *store_peek(srv_server *srv) { return __atomic_load_n(&srv->store, __ATOMIC_ACQUIRE); }
+
 char *srv_store_response(srv_server *srv, const char *id)
 {
-    srv_store *st = store_of(srv);
+    srv_store *st = store_peek(srv);
     if (!st) return NULL;
     pthread_mutex_lock(&st->mu);
     const srv_stored *e = find(st, id, NULL);
@@ -148,8 +151,11 @@ static bool append_items(cJSON *dst, const char *text)
 cJSON *srv_store_chain(srv_server *srv, const char *id, char *missing)
 {
     missing[0] = 0;
-    srv_store *st = store_of(srv);
-    if (!st) return NULL;
+    srv_store *st = store_peek(srv);
+    if (!st) {
+        snprintf(missing, 48, "%s", id);
+        return NULL;
+    }
     pthread_mutex_lock(&st->mu);
     /* the chain, youngest first; a chain is at most n long (ids are unique) */
     const srv_stored **chain = calloc(st->n + 1, sizeof *chain);
@@ -178,7 +184,7 @@ cJSON *srv_store_chain(srv_server *srv, const char *id, char *missing)
 
 bool srv_store_delete(srv_server *srv, const char *id)
 {
-    srv_store *st = store_of(srv);
+    srv_store *st = store_peek(srv);
     if (!st) return false;
     pthread_mutex_lock(&st->mu);
     srv_stored *before = NULL, *e = find(st, id, &before);

@@ -5,8 +5,10 @@
  * and as a /v1/chat/completions body, against stories260K (loaded once, as
  * `kvinfer serve` holds it) with the built-in chat layouts, and again with a
  * Jinja template that writes tool calls (Qwen2.5's: tools, tool_choice, the
- * forced-call grammar) and its /apply-template rendering. The configuration is
- * test_server_parse's.
+ * forced-call grammar) and its /apply-template rendering; then as a
+ * /v1/responses body (srv_responses_parse: items, tools, text.format, reasoning
+ * translated into a chat body) with and without the template. The
+ * configuration is test_server_parse's.
  */
 #include "fuzz_util.h"
 
@@ -77,6 +79,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         srv_params p;
         memset(&er, 0, sizeof er);
         if (srv_parse_request(srv, (const char *)data, size, chat, &p, &er) == 0)
+            srv_params_free(&p);
+        else
+            free(srv_error_json(&er));
+    }
+    /* as a /v1/responses body (translated into a chat body), with and without a template */
+    for (int k = 0; k < 2; k++) {
+        srv_params p;
+        memset(&er, 0, sizeof er);
+        if (srv_responses_parse(k ? server_jinja() : server(), (const char *)data, size, &p, &er) == 0)
             srv_params_free(&p);
         else
             free(srv_error_json(&er));
