@@ -415,7 +415,13 @@ static int add_function_tool(cJSON *out, const cJSON *t, const char *param, srv_
 
 static int hosted_add(resp_state *st, const char *name)
 {
-    if (st->hosted && strstr(st->hosted, name)) return 0;
+    const size_t nl = strlen(name);
+    for (const char *h = st->hosted; h && *h;) { /* each name once: a whole entry of the list */
+        const char *e = strchr(h, ',');
+        const size_t k = e ? (size_t)(e - h) : strlen(h);
+        if (k == nl && !memcmp(h, name, nl)) return 0;
+        h = e ? e + 2 : h + k;
+    }
     const size_t have = st->hosted ? strlen(st->hosted) : 0;
     char *n = realloc(st->hosted, have + strlen(name) + 3);
     if (!n) return -1;
