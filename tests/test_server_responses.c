@@ -25,7 +25,9 @@
  *    without them; an image part is a 400 ("this model takes text only"), an
  *    unknown field a 400 naming it;
  *  - reasoning (R1): a reasoning item with reasoning_text content, streamed as
- *    response.reasoning_text.delta events joined to the same text.
+ *    response.reasoning_text.delta events joined to the same text;
+ *  - reasoning.effort (gpt-oss's template): the prompt of the chat route with
+ *    chat_template_kwargs.reasoning_effort (minimal as low).
  */
 #include "testutil.h"
 
@@ -493,6 +495,31 @@ static void test_reasoning(int port)
     cJSON_Delete(j);
 }
 
+/* reasoning.effort onto gpt-oss's reasoning_effort: the prompt of the chat
+ * route with that template variable (minimal: low). */
+static void test_effort(int port)
+{
+    const char *efforts[][2] = { { "high", "high" }, { "minimal", "low" }, { "medium", "medium" } };
+    for (int k = 0; k < 3; k++) {
+        cJSON *b = body_new("Hi", 1);
+        cJSON_AddStringToObject(cJSON_AddObjectToObject(b, "reasoning"), "effort", efforts[k][0]);
+        int st = 0;
+        cJSON *j = post(port, b, &st);
+        char chat[256];
+        snprintf(chat, sizeof chat,
+                 "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":1,"
+                 "\"chat_template_kwargs\":{\"reasoning_effort\":\"%s\"}}",
+                 efforts[k][1]);
+        cJSON *c = call(port, "POST", "/v1/chat/completions", cJSON_Parse(chat), &st);
+        CHECK(num_of(cJSON_GetObjectItem(j, "usage"), "input_tokens") ==
+                      num_of(cJSON_GetObjectItem(c, "usage"), "prompt_tokens") &&
+                  num_of(cJSON_GetObjectItem(j, "usage"), "input_tokens") > 0,
+              "effort %s: the prompt with reasoning_effort %s", efforts[k][0], efforts[k][1]);
+        cJSON_Delete(c);
+        cJSON_Delete(j);
+    }
+}
+
 int main(void)
 {
     char extra[1024];
@@ -516,6 +543,14 @@ int main(void)
         CHECK(test_server_stop(&s) == 0, "server exit status");
     } else {
         CHECK(false, "server with R1's template did not start");
+    }
+    snprintf(extra, sizeof extra, "-c 2048 --chat-template-file '%s'",
+             shared_path("templates/openai-gpt-oss-120b.jinja"));
+    if (test_server_start(&s, extra, "server_responses_gptoss.err")) {
+        test_effort(s.port);
+        CHECK(test_server_stop(&s) == 0, "server exit status");
+    } else {
+        CHECK(false, "server with gpt-oss's template did not start");
     }
     return test_main_end();
 }
