@@ -18,7 +18,8 @@
  *    the whole conversation sent at once (input_tokens equal), and its KV comes
  *    from the prefix cache (cached_tokens > 0);
  *  - the store: GET answers the stored response, DELETE removes it (then 404),
- *    store false keeps nothing, --responses-max 3 evicts the oldest; an
+ *    store false keeps nothing, --responses-max 3 evicts the oldest, so does
+ *    --responses-max-bytes (a response larger than it is not kept); an
  *    unknown previous_response_id is a 404 naming the param;
  *  - text.format json_schema: the text parses and follows the schema;
  *  - hosted tools (web_search, ...) are left out: the prompt is the one
@@ -495,6 +496,46 @@ static void test_reasoning(int port)
     cJSON_Delete(j);
 }
 
+/* --responses-max-bytes 6KiB: the oldest evicted to make room, and a response
+ * larger than the bound alone is not kept. */
+static void test_store_bytes(int port)
+{
+    char ids[8][64];
+    int st = 0;
+    for (int i = 0; i < 8; i++) {
+        cJSON *j = post(port, body_new("Tom", 1), &st);
+        snprintf(ids[i], sizeof ids[i], "%s", str_of(j, "id") ? str_of(j, "id") : "");
+        cJSON_Delete(j);
+    }
+    char path[640];
+    int kept = 0;
+    for (int i = 0; i < 8; i++) {
+        snprintf(path, sizeof path, "/v1/responses/%s", ids[i]);
+        cJSON *g = call(port, "GET", path, NULL, &st);
+        kept += st == 200;
+        if (i == 0) CHECK(st == 404, "the oldest is evicted by bytes: %d", st);
+        if (i == 7) CHECK(st == 200, "the youngest is kept: %d", st);
+        cJSON_Delete(g);
+    }
+    CHECK(kept >= 2 && kept < 8, "%d of 8 kept in 6 KiB", kept);
+    char big[7000]; /* "the cat " repeated: more than 6 KiB in the stored input items */
+    big[0] = 0;
+    while (strlen(big) + 9 < sizeof big) strcat(big, "the cat ");
+    cJSON *b = body_new(big, 1);
+    cJSON_AddStringToObject(b, "instructions", "x");
+    cJSON *j = post(port, b, &st);
+    CHECK(st == 200, "a large request: %d", st);
+    snprintf(path, sizeof path, "/v1/responses/%s", str_of(j, "id") ? str_of(j, "id") : "x");
+    cJSON *g = call(port, "GET", path, NULL, &st);
+    CHECK(st == 404, "a response larger than --responses-max-bytes is not kept: %d", st);
+    snprintf(path, sizeof path, "/v1/responses/%s", ids[7]);
+    cJSON_Delete(g);
+    g = call(port, "GET", path, NULL, &st);
+    CHECK(st == 200, "and evicts nothing: %d", st);
+    cJSON_Delete(g);
+    cJSON_Delete(j);
+}
+
 /* reasoning.effort onto gpt-oss's reasoning_effort: the prompt of the chat
  * route with that template variable (minimal: low). */
 static void test_effort(int port)
@@ -543,6 +584,12 @@ int main(void)
         CHECK(test_server_stop(&s) == 0, "server exit status");
     } else {
         CHECK(false, "server with R1's template did not start");
+    }
+    if (test_server_start(&s, "-c 4096 --responses-max-bytes 6KiB", "server_responses_bytes.err")) {
+        test_store_bytes(s.port);
+        CHECK(test_server_stop(&s) == 0, "server exit status");
+    } else {
+        CHECK(false, "server with --responses-max-bytes did not start");
     }
     snprintf(extra, sizeof extra, "-c 2048 --chat-template-file '%s'",
              shared_path("templates/openai-gpt-oss-120b.jinja"));
