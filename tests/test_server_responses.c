@@ -561,43 +561,39 @@ static void test_effort(int port)
     }
 }
 
-int main(void)
+/* The Qwen2.5 server's tests (one server: the store is shared). */
+static void qwen_tests(int port)
+{
+    test_plain(port);
+    test_tools(port);
+    test_schema(port);
+    test_refusals(port);
+    test_store(port);
+}
+
+/* Runs fn against a server started with flags and, when template is not
+ * NULL, --chat-template-file ../shared/templates/<template>. */
+static void with_server(const char *flags, const char *template, const char *err_name, void (*fn)(int))
 {
     char extra[1024];
+    snprintf(extra, sizeof extra, "%s", flags);
+    if (template) snprintf(extra, sizeof extra, "%s --chat-template-file '%s'", flags, shared_path(template));
     test_server s;
-    snprintf(extra, sizeof extra, "-c 4096 --responses-max 3 --chat-template-file '%s'",
-             shared_path("templates/Qwen-Qwen2.5-7B-Instruct.jinja"));
-    if (test_server_start(&s, extra, "server_responses_qwen.err")) {
-        test_plain(s.port);
-        test_tools(s.port);
-        test_schema(s.port);
-        test_refusals(s.port);
-        test_store(s.port);
-        CHECK(test_server_stop(&s) == 0, "server exit status");
-    } else {
-        CHECK(false, "server with Qwen2.5's template did not start");
+    if (!test_server_start(&s, extra, err_name)) {
+        CHECK(false, "the server (%s) did not start", extra);
+        return;
     }
-    snprintf(extra, sizeof extra, "-c 2048 --chat-template-file '%s'",
-             shared_path("templates/deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja"));
-    if (test_server_start(&s, extra, "server_responses_r1.err")) {
-        test_reasoning(s.port);
-        CHECK(test_server_stop(&s) == 0, "server exit status");
-    } else {
-        CHECK(false, "server with R1's template did not start");
-    }
-    if (test_server_start(&s, "-c 4096 --responses-max-bytes 6KiB", "server_responses_bytes.err")) {
-        test_store_bytes(s.port);
-        CHECK(test_server_stop(&s) == 0, "server exit status");
-    } else {
-        CHECK(false, "server with --responses-max-bytes did not start");
-    }
-    snprintf(extra, sizeof extra, "-c 2048 --chat-template-file '%s'",
-             shared_path("templates/openai-gpt-oss-120b.jinja"));
-    if (test_server_start(&s, extra, "server_responses_gptoss.err")) {
-        test_effort(s.port);
-        CHECK(test_server_stop(&s) == 0, "server exit status");
-    } else {
-        CHECK(false, "server with gpt-oss's template did not start");
-    }
+    fn(s.port);
+    CHECK(test_server_stop(&s) == 0, "server exit status (%s)", extra);
+}
+
+int main(void)
+{
+    with_server("-c 4096 --responses-max 3", "templates/Qwen-Qwen2.5-7B-Instruct.jinja",
+                "server_responses_qwen.err", qwen_tests);
+    with_server("-c 2048", "templates/deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja",
+                "server_responses_r1.err", test_reasoning);
+    with_server("-c 4096 --responses-max-bytes 6KiB", NULL, "server_responses_bytes.err", test_store_bytes);
+    with_server("-c 2048", "templates/openai-gpt-oss-120b.jinja", "server_responses_gptoss.err", test_effort);
     return test_main_end();
 }
