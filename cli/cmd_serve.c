@@ -92,6 +92,9 @@ static const char serve_help[] =
     "  -l, --logit-bias T(+|-)B  add B to token T's logit in every request, beside the\n"
     "                          request's own logit_bias (repeatable; e.g. -l 2-inf: token 2\n"
     "                          never sampled; B in [-100, 100] or -inf)\n"
+    "  --responses-max N       /v1/responses kept for previous_response_id and GET (default\n"
+    "                          1024; the oldest are evicted first)\n"
+    "  --responses-max-bytes S and the bytes they may hold, e.g. 64MiB (default 256MiB)\n"
     "  --spec ngram            speculative decoding by prompt lookup for every request\n"
     "  --draft PATH            speculative decoding with a draft model of the same vocabulary\n"
     "  --draft-max K           most tokens drafted per round (default 8)\n"
@@ -148,6 +151,8 @@ typedef struct serve_opts {
     int32_t bias_ids[SERVE_BIAS_MAX]; /* -l, in the order given */
     float bias_vals[SERVE_BIAS_MAX];
     int32_t n_bias;
+    int64_t responses_max;                              /* /v1/responses store (0: the default) */
+    size_t responses_max_bytes;
     run_spec_opts so;                                   /* speculative decoding */
 } serve_opts;
 
@@ -178,6 +183,8 @@ static int serve_int_flag(int argc, char **argv, int *i, serve_opts *o)
         dst = &o->shutdown_timeout, lo = 0, hi = 86400;
     else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict"))
         dst = &o->n_predict, lo = -1, hi = 1 << 30;
+    else if (!strcmp(a, "--responses-max"))
+        dst = &o->responses_max, lo = 1, hi = 1 << 24;
     if (!dst) return 0;
     return cli_flag_i64(a, cli_flag_value(argc, argv, i), lo, hi, dst);
 }
@@ -256,6 +263,11 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o)
             o->special_in_content = true;
         } else if (!strcmp(a, "--chat-template-content-format")) {
             if (cli_flag_content_format(cli_flag_value(argc, argv, &i), &o->content_format) < 0) return 1;
+        } else if (!strcmp(a, "--responses-max-bytes")) {
+            const char *v = cli_flag_value(argc, argv, &i);
+            if (!v) return 1;
+            if (!cli_parse_size(v, &o->responses_max_bytes) || o->responses_max_bytes == 0)
+                return cli_error("serve: --responses-max-bytes: '%s' is not a size", v);
         } else if (!strcmp(a, "--reasoning-format")) {
             const char *v = cli_flag_value(argc, argv, &i);
             if (!v) return 1;
@@ -372,6 +384,8 @@ static void serve_config(srv_server *srv, const serve_opts *o, const char *name)
     srv->cfg.body_max = (size_t)o->body_max;
     srv->cfg.conn_max = (unsigned)o->conn_max;
     srv->cfg.conn_per_ip = (unsigned)o->conn_per_ip;
+    srv->cfg.responses_max = (size_t)o->responses_max;
+    srv->cfg.responses_max_bytes = o->responses_max_bytes;
     srv->cfg.special_in_content = o->special_in_content;
     srv->cfg.no_reasoning = o->no_reasoning;
     srv->cfg.strict_model = o->strict_model;
@@ -558,6 +572,7 @@ out:
     free((char *)srv->cfg.chat_template);
     free(tls_cert);
     free(tls_key);
+    srv_store_free(srv);
     kvi_model_free(srv->m);
     srv_metrics_free(&srv->metrics);
     pthread_mutex_destroy(&srv->mu);

@@ -5,8 +5,9 @@
 # (npm ci in tests/web, from the committed package-lock.json; it drives the
 # system chromium and downloads no browser). KVI_NO_WEB=1 skips those two. With node
 # and npm, also the tokenizer reference packages (npm ci in tests/tokref) and the
-# official OpenAI Node client with ajv (npm ci in tests/openai), and the official
-# Anthropic SDK with Claude Code (npm ci in tests/anthropic).
+# official OpenAI Node client with ajv (npm ci in tests/openai), the official
+# Anthropic SDK with Claude Code (npm ci in tests/anthropic) and Codex CLI
+# (npm ci in tests/codex; its native binary is the package's platform dependency).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SUDO=""
@@ -55,13 +56,9 @@ if command -v node >/dev/null && command -v npm >/dev/null &&
   (cd tests/openai && npm ci --no-audit --no-fund --loglevel=error) ||
     echo "warning: npm ci in tests/openai failed; test_openai_client will be skipped" >&2
 fi
-# the official Anthropic TypeScript SDK, Claude Code (its pure-JS cli.js) and ajv
-# (npm ci in tests/anthropic) for test_anthropic_client and test_claude_code.
-if command -v node >/dev/null && command -v npm >/dev/null &&
-   [ ! -f tests/anthropic/node_modules/@anthropic-ai/sdk/package.json ]; then
-  echo "installing: @anthropic-ai/sdk, @anthropic-ai/claude-code and ajv (npm ci in tests/anthropic)" >&2
-  (cd tests/anthropic && npm ci --no-audit --no-fund --loglevel=error) ||
-    echo "warning: npm ci in tests/anthropic failed; test_anthropic_client and test_claude_code will be skipped" >&2
+# official OpenAI Node client with ajv (npm ci in tests/openai), the official
+# Anthropic SDK with Claude Code (npm ci in tests/anthropic) and Codex CLI
+# (npm ci in tests/codex; its native binary is the package's platform dependency).
 fi
 
 if [ "${KVI_NO_WEB:-0}" != 1 ] && command -v node >/dev/null && command -v npm >/dev/null; then

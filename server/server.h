@@ -119,7 +119,13 @@ typedef struct srv_config {
     /* HTTPS (--ssl-cert-file / --ssl-key-file): PEM texts, both or neither */
     const char *tls_cert_pem, *tls_key_pem;
     bool metrics_public;     /* GET /metrics without the API key */
+    /* stored responses of /v1/responses (server_store.c); 0: the SRV_RESPONSES_* default */
+    size_t responses_max;       /* most responses kept (--responses-max) */
+    size_t responses_max_bytes; /* most bytes they hold (--responses-max-bytes) */
 } srv_config;
+
+#define SRV_RESPONSES_MAX 1024                      /* stored responses kept by default */
+#define SRV_RESPONSES_MAX_BYTES ((size_t)256 << 20) /* and their bytes */
 
 typedef struct srv_server {
     srv_config cfg;
@@ -144,6 +150,11 @@ typedef struct srv_server {
     int tool_format;               /* kvi_tool_format; KVI_TOOLS_NONE: tools are refused */
     bool reasons;                  /* the template writes <think> (or harmony analysis) reasoning */
     kvi_grammar_vocab *gv_markers; /* the vocabulary of forced calls (built at the first; under mu) */
+    /* what the Jinja template's text reads (server_tools.c), for /v1/responses */
+    bool tmpl_think_switch;  /* enable_thinking: reasoning can be switched off */
+    bool tmpl_effort;        /* reasoning_effort */
+    bool tmpl_reasoning_in;  /* reasoning_content of earlier assistant messages */
+    struct srv_store *store; /* stored responses (server_store.c); NULL until the first */
 } srv_server;
 
 /* The body limit in force (--body-max, else SRV_BODY_MAX). */
@@ -204,6 +215,7 @@ typedef struct srv_err {
     int status;
     const char *type, *code;
     char msg[512];
+    char param[96]; /* the field at fault ("" : null); srv_err_set leaves it */
 } srv_err;
 
 int srv_err_set(srv_err *e, int status, const char *type, const char *code, const char *fmt, ...)
@@ -211,7 +223,7 @@ int srv_err_set(srv_err *e, int status, const char *type, const char *code, cons
     __attribute__((format(printf, 5, 6)))
 #endif
     ;
-/* {"error":{"message","type","param":null,"code"}} (malloc'd). */
+/* {"error":{"message","type","param","code"}} (malloc'd; param null when unset). */
 char *srv_error_json(const srv_err *e);
 /* Every JSON body before its endpoint reads it (server_guard.c): valid UTF-8,
  * one JSON value and nothing after it, escapes that form code points, nesting
@@ -351,6 +363,9 @@ typedef struct srv_req {
     srv_log_rec log; /* log.handed: the request writes its log line when freed */
 } srv_req;
 
+/* Appends n bytes to r->out (caller holds r->mu). False: out of memory. */
+bool srv_out_append(srv_req *r, const char *s, size_t n);
+
 /* OpenAI's formatters (srv_api_openai): the SSE event of a token, or the final
  * ones (server_json.c). The caller holds r->mu. Returns false when out of memory. */
 bool srv_sse_token(srv_req *r, srv_choice *c, const char *piece, size_t n);
@@ -473,6 +488,36 @@ void srv_log_write(srv_server *srv, const srv_log_rec *rec);
 int srv_props_ep(srv_server *srv, struct MHD_Connection *con);
 /* GET /slots: what each of the --parallel sequence slots holds now. */
 int srv_slots_ep(srv_server *srv, struct MHD_Connection *con);
+/* ---- the Responses API (server_responses.c, server_store.c) ---- */
+
+/* POST /v1/responses (body checked by srv_body_check), GET and DELETE
+ * /v1/responses/{id}. Return enum MHD_Result. */
+int srv_responses_create(srv_server *srv, struct MHD_Connection *con, const char *body, size_t len);
+int srv_responses_get(srv_server *srv, struct MHD_Connection *con, const char *id);
+int srv_responses_delete(srv_server *srv, struct MHD_Connection *con, const char *id);
+/* A /v1/responses body translated and parsed into *p, as the route does but
+ * without a connection (the fuzz target). 0, or -1 with *er set. */
+int srv_responses_parse(srv_server *srv, const char *body, size_t len, srv_params *p, srv_err *er);
+/* The hosted tools (web_search, ...) a /v1/responses request named and the
+ * prompt left out, ", "-joined (for a request log), or NULL: none / another family. */
+const char *srv_responses_hosted(const srv_req *r);
+
+/* The store of responses ("store": true), bounded by cfg.responses_max and
+ * cfg.responses_max_bytes (the oldest evicted first). Thread-safe. */
+/* Keeps a response: its turn's items (input then output, a JSON array) and
+ * the response object (JSON); takes both strings. prev: the previous
+ * response's id ("" none). 0, or KVI_E_NOMEM (nothing kept, strings freed). */
+int srv_store_put(srv_server *srv, const char *id, const char *prev, char *items, char *response);
+/* A copy of the stored response object (malloc'd), or NULL when unknown. */
+char *srv_store_response(srv_server *srv, const char *id);
+/* The conversation up to and including response id: the items of each
+ * response of its chain, oldest first (a new array), or NULL with *missing
+ * (>= 48 bytes) set to the first id of the chain that is not stored, or
+ * empty when out of memory. */
+cJSON *srv_store_chain(srv_server *srv, const char *id, char *missing);
+/* Removes response id; whether it was stored. */
+bool srv_store_delete(srv_server *srv, const char *id);
+void srv_store_free(srv_server *srv);
 
 /* ---- the web page (server_page.c) ---- */
 extern const char srv_page_html[];

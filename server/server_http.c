@@ -281,11 +281,22 @@ int srv_send_error(struct MHD_Connection *con, const srv_api *api, const srv_err
 
 /* ---- streaming ---- */
 
+/* Waits for SSE bytes; when none come for half the connection timeout (a long
+ * prefill before the first token), answers an SSE comment line, which every
+ * client skips, so that the connection is not closed as silent. */
 static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
 {
+    (void)pos;
     srv_req *r = cls;
+    static const char keep_alive[] = ": keep-alive\n\n";
+    const int timeout_s = r->srv->cfg.timeout_s > 0 ? r->srv->cfg.timeout_s : SRV_TIMEOUT_S;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += timeout_s > 1 ? timeout_s / 2 : 1;
+    bool idle = false;
     pthread_mutex_lock(&r->mu);
-    while (r->out_off == r->out_len && !r->finished) pthread_cond_wait(&r->cv, &r->mu);
+    while (r->out_off == r->out_len && !r->finished && !idle)
+        idle = pthread_cond_timedwait(&r->cv, &r->mu, &until) == ETIMEDOUT;
     ssize_t n;
     if (r->out_off < r->out_len) {
         size_t k = r->out_len - r->out_off;
@@ -293,6 +304,11 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
         memcpy(buf, r->out + r->out_off, k);
         r->out_off += k;
         n = (ssize_t)k;
+    } else if (!r->finished && max >= sizeof keep_alive - 1) {
+        memcpy(buf, keep_alive, sizeof keep_alive - 1);
+        n = (ssize_t)(sizeof keep_alive - 1);
+    } else if (!r->finished) {
+        n = 0; /* libmicrohttpd calls again */
     } else {
         n = MHD_CONTENT_READER_END_OF_STREAM;
     }
@@ -849,6 +865,12 @@ static enum MHD_Result route(srv_server *srv, struct MHD_Connection *con, conn_c
     if (post && !strcmp(url, "/tokenize")) return tokenize_ep(srv, con, cc);
     if (post && !strcmp(url, "/detokenize")) return detokenize_ep(srv, con, cc);
     if (post && !strcmp(url, "/apply-template")) return apply_template_ep(srv, con, cc);
+    if (post && !strcmp(url, "/v1/responses"))
+        return (enum MHD_Result)srv_responses_create(srv, con, cc->body, cc->len);
+    if ((get || !strcmp(method, "DELETE")) && !strncmp(url, "/v1/responses/", 14) && url[14] &&
+        !strchr(url + 14, '/'))
+        return (enum MHD_Result)(get ? srv_responses_get(srv, con, url + 14)
+                                     : srv_responses_delete(srv, con, url + 14));
     srv_err_set(&er, 404, "invalid_request_error", "not_found", "no route %s %.200s", method, url);
     return srv_send_error(con, api, &er);
 }

@@ -55,7 +55,10 @@ char *srv_error_json(const srv_err *e)
     char *clean = kvi_utf8_sanitize(e->msg, strlen(e->msg));
     cJSON_AddStringToObject(o, "message", clean ? clean : "error");
     cJSON_AddStringToObject(o, "type", e->type ? e->type : "invalid_request_error");
-    cJSON_AddNullToObject(o, "param");
+    if (e->param[0])
+        cJSON_AddStringToObject(o, "param", e->param);
+    else
+        cJSON_AddNullToObject(o, "param");
     if (e->code)
         cJSON_AddStringToObject(o, "code", e->code);
     else

@@ -33,6 +33,10 @@ void srv_tools_init(srv_server *srv, const char *template_text)
 {
     srv->tool_format = template_text ? kvi_tool_format_of(template_text) : KVI_TOOLS_NONE;
     srv->reasons = template_text && !srv->cfg.no_reasoning && kvi_template_reasons(template_text);
+    /* the variables /v1/responses may set or fill (reasoning.effort, reasoning items) */
+    srv->tmpl_think_switch = template_text && strstr(template_text, "enable_thinking");
+    srv->tmpl_effort = template_text && strstr(template_text, "reasoning_effort");
+    srv->tmpl_reasoning_in = template_text && strstr(template_text, "reasoning_content");
     if (template_text && !srv->cfg.quiet)
         fprintf(stderr, "kvinfer: chat template: tool calls: %s; reasoning: %s\n",
                 srv->tool_format ? kvi_tool_format_name(srv->tool_format) : "none (tools are refused)",

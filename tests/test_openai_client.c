@@ -8,6 +8,11 @@
  * and validates every answer with ajv against its schema; a bad tool_choice must
  * raise the client's BadRequestError. Skips (77) with the reason when node or
  * the npm packages are missing.
+ *
+ * Built a second time as test_openai_responses (CMakeLists.txt) with
+ * KVI_OPENAI_SCRIPT "responses.mjs": the client's Responses API (create,
+ * stream, a function tool round trip by previous_response_id, retrieve,
+ * delete, json_schema) against POST /v1/responses.
  */
 #include "testutil.h"
 
@@ -19,6 +24,10 @@
 #ifndef KVI_NODE_BIN
 #define KVI_NODE_BIN ""
 #endif
+#ifndef KVI_OPENAI_SCRIPT
+#define KVI_OPENAI_SCRIPT "client.mjs" /* and the least number of "ok" lines it prints */
+#define KVI_OPENAI_MIN_OK 7
+#endif
 
 int main(void)
 {
@@ -28,8 +37,8 @@ int main(void)
     snprintf(extra, sizeof extra, "-c 4096 --chat-template-file '%s'",
              shared_path("templates/Qwen-Qwen2.5-7B-Instruct.jinja"));
     test_server s;
-    CHECK(test_server_start(&s, extra, "openai_client.err"), "server starts");
-    node_script_check(KVI_NODE_BIN, KVI_OPENAI_DIR, "client.mjs", s.port, 7);
+    CHECK(test_server_start(&s, extra, KVI_OPENAI_SCRIPT ".err"), "server starts");
+    node_script_check(KVI_NODE_BIN, KVI_OPENAI_DIR, KVI_OPENAI_SCRIPT, s.port, KVI_OPENAI_MIN_OK);
     CHECK(test_server_stop(&s) == 0, "server stops cleanly");
     return test_main_end();
 }

@@ -12,6 +12,8 @@
  * -l 2-inf merged into each logit_bias) and the request log: each parse fills a
  * log record (the unknown field names, sanitised) that is then formatted, as
  * text and as JSON, into a sink that drops it.
+ * Then as a /v1/responses body (srv_responses_parse: items, tools, text.format,
+ * reasoning translated into a chat body) with and without the template.
  */
 #include "fuzz_util.h"
 
@@ -119,6 +121,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         srv_params_free(&p);
     else
         free(srv_error_json(&er));
+    /* as a /v1/responses body (translated into a chat body), with and without a template */
+    for (int k = 0; k < 2; k++) {
+        srv_params p;
+        memset(&er, 0, sizeof er);
+        if (srv_responses_parse(k ? server_jinja() : server(), (const char *)data, size, &p, &er) == 0)
+            srv_params_free(&p);
+        else
+            free(srv_error_json(&er));
+    }
     memset(&er, 0, sizeof er);
     free(srv_template_render(server_jinja(), (const char *)data, size, &er));
     return 0;
