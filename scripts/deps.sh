@@ -56,9 +56,21 @@ if command -v node >/dev/null && command -v npm >/dev/null &&
   (cd tests/openai && npm ci --no-audit --no-fund --loglevel=error) ||
     echo "warning: npm ci in tests/openai failed; test_openai_client will be skipped" >&2
 fi
-# official OpenAI Node client with ajv (npm ci in tests/openai), the official
-# Anthropic SDK with Claude Code (npm ci in tests/anthropic) and Codex CLI
-# (npm ci in tests/codex; its native binary is the package's platform dependency).
+# the official Anthropic TypeScript SDK, Claude Code (its pure-JS cli.js) and ajv
+# (npm ci in tests/anthropic) for test_anthropic_client and test_claude_code.
+if command -v node >/dev/null && command -v npm >/dev/null &&
+   [ ! -f tests/anthropic/node_modules/@anthropic-ai/sdk/package.json ]; then
+  echo "installing: @anthropic-ai/sdk, @anthropic-ai/claude-code and ajv (npm ci in tests/anthropic)" >&2
+  (cd tests/anthropic && npm ci --no-audit --no-fund --loglevel=error) ||
+    echo "warning: npm ci in tests/anthropic failed; test_anthropic_client and test_claude_code will be skipped" >&2
+fi
+# Codex CLI (npm ci in tests/codex; its native binary is the package's platform
+# dependency) for test_codex_cli.
+if command -v node >/dev/null && command -v npm >/dev/null &&
+   [ ! -f tests/codex/node_modules/@openai/codex/package.json ]; then
+  echo "installing: @openai/codex (npm ci in tests/codex)" >&2
+  (cd tests/codex && npm ci --no-audit --no-fund --loglevel=error) ||
+    echo "warning: npm ci in tests/codex failed; test_codex_cli will be skipped" >&2
 fi
 
 if [ "${KVI_NO_WEB:-0}" != 1 ] && command -v node >/dev/null && command -v npm >/dev/null; then
