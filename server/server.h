@@ -78,6 +78,7 @@ typedef struct srv_log_rec {
     double ttft_ms; /* submit to first token (-1: no token) */
     const char *finish;
     char unknown[SRV_LOG_UNKNOWN_MAX]; /* unrecognised body fields, comma-separated */
+    char left_out[SRV_LOG_UNKNOWN_MAX]; /* what the route left out of the request (hosted tools) */
     bool handed;                       /* its srv_req logs it when freed */
 } srv_log_rec;
 
@@ -475,6 +476,9 @@ void srv_log_end(srv_server *srv, srv_log_rec *rec);
 srv_log_rec *srv_log_current(void);
 /* Names obj's members that are in none of the n sets in the current record. */
 void srv_log_unknown(const cJSON *obj, const srv_field_set *sets, int n);
+/* Adds name to the current record's left_out list (what a route dropped from
+ * the request, e.g. a hosted tool it cannot run). */
+void srv_log_left_out(const char *name);
 /* The current record becomes r's (r logs it when freed: srv_log_request). */
 void srv_log_take(srv_req *r);
 /* r's line, with its tokens, first-token time and finish (when r->log.handed). */
@@ -498,9 +502,6 @@ int srv_responses_delete(srv_server *srv, struct MHD_Connection *con, const char
 /* A /v1/responses body translated and parsed into *p, as the route does but
  * without a connection (the fuzz target). 0, or -1 with *er set. */
 int srv_responses_parse(srv_server *srv, const char *body, size_t len, srv_params *p, srv_err *er);
-/* The hosted tools (web_search, ...) a /v1/responses request named and the
- * prompt left out, ", "-joined (for a request log), or NULL: none / another family. */
-const char *srv_responses_hosted(const srv_req *r);
 
 /* The store of responses ("store": true), bounded by cfg.responses_max and
  * cfg.responses_max_bytes (the oldest evicted first). Thread-safe. */

@@ -153,28 +153,6 @@ static void test_any_model(const char *ref6)
     CHECK(test_server_stop(&s) == 0, "server exit status");
 }
 
-/* The log's lines (JSON objects) whose path is path, in order; *n of them. */
-static cJSON *log_lines(const char *err_name, const char *path, int *n)
-{
-    size_t len = 0;
-    char *text = read_file(tmp_path(err_name), &len);
-    cJSON *a = cJSON_CreateArray();
-    *n = 0;
-    for (char *line = text, *nl; line && *line; line = nl ? nl + 1 : line + strlen(line)) {
-        nl = strchr(line, '\n');
-        if (nl) *nl = 0;
-        cJSON *j = line[0] == '{' ? cJSON_Parse(line) : NULL;
-        if (j && !strcmp(str_of(j, "path"), path)) {
-            cJSON_AddItemToArray(a, j);
-            (*n)++;
-        } else {
-            cJSON_Delete(j);
-        }
-    }
-    free(text);
-    return a;
-}
-
 static int num_of(const cJSON *o, const char *k)
 {
     const cJSON *v = cJSON_GetObjectItem(o, k);
@@ -204,14 +182,14 @@ static void test_log_json(void)
     free(bad.body);
     CHECK(test_server_stop(&s) == 0, "server exit status");
     int n = 0;
-    cJSON *a = log_lines("ops_log.err", "/health", &n);
+    cJSON *a = test_log_lines("ops_log.err", "/health", &n);
     const cJSON *l = cJSON_GetArrayItem(a, 0);
     CHECK(n == 1 && num_of(l, "status") == 200 && !strcmp(str_of(l, "method"), "GET") &&
               cJSON_IsNull(cJSON_GetObjectItem(l, "id")) &&
               cJSON_IsNull(cJSON_GetObjectItem(l, "finish_reason")),
           "/health line (%d)", n);
     cJSON_Delete(a);
-    a = log_lines("ops_log.err", "/v1/completions", &n);
+    a = test_log_lines("ops_log.err", "/v1/completions", &n);
     CHECK(n == 2, "%d completion lines, want 2", n);
     /* a generation's line is written when the request is freed, which may come
      * after the client had its answer and sent the next request */
