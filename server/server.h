@@ -156,6 +156,10 @@ typedef struct srv_server {
     bool tmpl_effort;        /* reasoning_effort */
     bool tmpl_reasoning_in;  /* reasoning_content of earlier assistant messages */
     struct srv_store *store; /* stored responses (server_store.c); NULL until the first */
+    /* start-up notes (the template in use, its tool format): lines, each ending
+     * in "\n", for the caller to show (the library never prints); NULL: none.
+     * Freed by srv_template_free. */
+    char *notes;
 } srv_server;
 
 /* The body limit in force (--body-max, else SRV_BODY_MAX). */
@@ -261,13 +265,15 @@ int32_t *srv_infill_ids(const kvi_model *m, const cJSON *root, bool openai, int 
 /* ---- the chat template (server_template.c) ---- */
 
 /* Sets srv->tmpl from file_text (--chat-template-file, file_name for messages)
- * or, when NULL, the model's tokenizer.chat_template, and logs on stderr which
- * template /v1/chat/completions uses. A file that does not parse is an error;
- * a model's template that does not parse falls back to the built-in layouts
- * with a warning. 0, or a negative code with err filled. */
+ * or, when NULL, the model's tokenizer.chat_template, and notes in srv->notes
+ * which template /v1/chat/completions uses. A file that does not parse is an
+ * error; a model's template that does not parse falls back to the built-in
+ * layouts with a note. 0, or a negative code with err filled. */
 int srv_template_init(srv_server *srv, const char *file_text, size_t file_len, const char *file_name,
                       kvi_error *err);
 void srv_template_free(srv_server *srv);
+/* Appends one line (printf's fmt, no newline) to srv->notes; none when out of memory. */
+void srv_note(srv_server *srv, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The prompt srv->tmpl renders for a chat body (malloc'd), or NULL with *er
  * set: 400 with the template's message when it raises or the body is bad. */
 char *srv_template_render(srv_server *srv, const char *body, size_t len, srv_err *er);
