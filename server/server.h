@@ -470,8 +470,9 @@ typedef struct srv_field_set {
     size_t n;
 } srv_field_set;
 
-/* OpenAI's completions / chat fields, with llama.cpp's and kvinfer's own. */
-extern const srv_field_set srv_fields_completions, srv_fields_chat;
+/* OpenAI's completions / chat fields, with llama.cpp's and kvinfer's own;
+ * llama.cpp's /infill fields. */
+extern const srv_field_set srv_fields_completions, srv_fields_chat, srv_fields_infill;
 
 /* Starts the log record of a request on this connection thread: the record the
  * calls below fill until srv_log_end. */

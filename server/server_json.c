@@ -577,7 +577,7 @@ static int parse_request(srv_server *srv, const char *body, size_t len, bool cha
         rc = srv_err_set(er, 400, "invalid_request_error", NULL, "the body must be a JSON object");
         goto done;
     }
-    srv_log_unknown(root, chat ? &srv_fields_chat : &srv_fields_completions, 1);
+    srv_log_unknown(root, infill ? &srv_fields_infill : chat ? &srv_fields_chat : &srv_fields_completions, 1);
     if ((rc = check_model(srv, root, er))) goto done;
     const int32_t big = 1 << 30;
     double mt = 0;

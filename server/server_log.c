@@ -44,7 +44,11 @@
         "xtc_threshold", "top_n_sigma", "dynatemp_range", "dynatemp_exponent", "repeat_last_n", "min_keep", \
         "samplers", "n_probs"
 
-static const char *const completions_names[] = { SRV_FIELDS_COMMON, "prompt" };
+/* "suffix" (with "input_extra") asks for fill in the middle (server_infill.c) */
+static const char *const completions_names[] = { SRV_FIELDS_COMMON, "prompt", "suffix", "input_extra" };
+/* llama.cpp's /infill: its pieces and n_predict (max_tokens) */
+static const char *const infill_names[] = { SRV_FIELDS_COMMON, "prompt",      "input_prefix",
+                                            "input_suffix",    "input_extra", "n_predict" };
 /* the Jinja template also reads chat_template_kwargs, add_generation_prompt
  * and continue_final_message from the body (src/template/template.c) */
 static const char *const chat_names[] = { SRV_FIELDS_COMMON,       "messages",
@@ -56,6 +60,7 @@ static const char *const chat_names[] = { SRV_FIELDS_COMMON,       "messages",
 const srv_field_set srv_fields_completions = { completions_names,
                                                sizeof completions_names / sizeof *completions_names };
 const srv_field_set srv_fields_chat = { chat_names, sizeof chat_names / sizeof *chat_names };
+const srv_field_set srv_fields_infill = { infill_names, sizeof infill_names / sizeof *infill_names };
 
 static _Thread_local srv_log_rec *tl_rec;
 

@@ -180,6 +180,16 @@ static void test_log_json(void)
         http_request(s.port, "POST", "/v1/completions", NULL, "{\"prompt\": \"x\", \"top_k\": \"a\"}");
     CHECK(bad.status == 400, "bad top_k: %d", bad.status);
     free(bad.body);
+    /* fill in the middle: stories260K has no FIM tokens (400), but the fields are known */
+    bad = http_request(s.port, "POST", "/v1/completions", NULL,
+                       "{\"prompt\": \"a\", \"suffix\": \"b\", \"input_extra\": [], \"foo_fim\": 1}");
+    CHECK(bad.status == 400, "suffix on a model without FIM tokens: %d", bad.status);
+    free(bad.body);
+    bad = http_request(s.port, "POST", "/infill", NULL,
+                       "{\"input_prefix\": \"a\", \"input_suffix\": \"b\", \"input_extra\": [], "
+                       "\"n_predict\": 4, \"prompt\": \"\", \"foo_fim\": 1}");
+    CHECK(bad.status == 400, "/infill on a model without FIM tokens: %d", bad.status);
+    free(bad.body);
     CHECK(test_server_stop(&s) == 0, "server exit status");
     int n = 0;
     cJSON *a = test_log_lines("ops_log.err", "/health", &n);
@@ -190,10 +200,15 @@ static void test_log_json(void)
           "/health line (%d)", n);
     cJSON_Delete(a);
     a = test_log_lines("ops_log.err", "/v1/completions", &n);
-    CHECK(n == 2, "%d completion lines, want 2", n);
+    CHECK(n == 3, "%d completion lines, want 3", n);
     /* a generation's line is written when the request is freed, which may come
      * after the client had its answer and sent the next request */
-    const int first = !strcmp(str_of(cJSON_GetArrayItem(a, 0), "id"), str_of(j, "id")) ? 0 : 1;
+    int first = 0, fim = -1;
+    for (int i = 0; i < n; i++) {
+        const cJSON *li = cJSON_GetArrayItem(a, i);
+        if (!strcmp(str_of(li, "id"), str_of(j, "id"))) first = i;
+        if (cJSON_GetArraySize(cJSON_GetObjectItem(li, "unknown_fields")) == 1) fim = i;
+    }
     l = cJSON_GetArrayItem(a, first);
     const cJSON *usage = cJSON_GetObjectItem(j, "usage");
     CHECK(!strcmp(str_of(l, "id"), str_of(j, "id")), "log id %s, response id %s", str_of(l, "id"),
@@ -214,9 +229,17 @@ static void test_log_json(void)
     CHECK(cJSON_GetArraySize(u) == 2 && !strcmp(cJSON_GetArrayItem(u, 0)->valuestring, "foo_unknown") &&
               !strcmp(cJSON_GetArrayItem(u, 1)->valuestring, "user"),
           "unknown fields: want foo_unknown, user (mirostat is known)");
-    l = cJSON_GetArrayItem(a, 1 - first);
+    l = cJSON_GetArrayItem(a, 3 - first - fim);
     CHECK(num_of(l, "status") == 400 && cJSON_IsNull(cJSON_GetObjectItem(l, "completion_tokens")),
           "the refused request's line");
+    l = cJSON_GetArrayItem(a, fim);
+    CHECK(num_of(l, "status") == 400 && test_log_names(l, "unknown_fields", "foo_fim"),
+          "suffix and input_extra are known on /v1/completions");
+    cJSON_Delete(a);
+    a = test_log_lines("ops_log.err", "/infill", &n);
+    l = cJSON_GetArrayItem(a, 0);
+    CHECK(n == 1 && num_of(l, "status") == 400 && test_log_names(l, "unknown_fields", "foo_fim"),
+          "/infill's fields are known (%d lines)", n);
     cJSON_Delete(a);
     cJSON_Delete(j);
 }
