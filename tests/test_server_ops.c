@@ -180,6 +180,10 @@ static void test_log_json(void)
         http_request(s.port, "POST", "/v1/completions", NULL, "{\"prompt\": \"x\", \"top_k\": \"a\"}");
     CHECK(bad.status == 400, "bad top_k: %d", bad.status);
     free(bad.body);
+    bad = http_request(s.port, "POST", "/tokenize", NULL,
+                       "{\"content\": \"a\", \"add_special\": true, \"with_pieces\": true}");
+    CHECK(bad.status == 200, "/tokenize: %d", bad.status);
+    free(bad.body);
     /* fill in the middle: stories260K has no FIM tokens (400), but the fields are known */
     bad = http_request(s.port, "POST", "/v1/completions", NULL,
                        "{\"prompt\": \"a\", \"suffix\": \"b\", \"input_extra\": [], \"foo_fim\": 1}");
@@ -235,6 +239,10 @@ static void test_log_json(void)
     l = cJSON_GetArrayItem(a, fim);
     CHECK(num_of(l, "status") == 400 && test_log_names(l, "unknown_fields", "foo_fim"),
           "suffix and input_extra are known on /v1/completions");
+    cJSON_Delete(a);
+    a = test_log_lines("ops_log.err", "/tokenize", &n);
+    CHECK(n == 1 && test_log_names(cJSON_GetArrayItem(a, 0), "unknown_fields", "with_pieces"),
+          "/tokenize names with_pieces (%d lines)", n);
     cJSON_Delete(a);
     a = test_log_lines("ops_log.err", "/infill", &n);
     l = cJSON_GetArrayItem(a, 0);
