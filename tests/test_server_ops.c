@@ -194,6 +194,10 @@ static void test_log_json(void)
                        "\"n_predict\": 4, \"prompt\": \"\", \"foo_fim\": 1}");
     CHECK(bad.status == 400, "/infill on a model without FIM tokens: %d", bad.status);
     free(bad.body);
+    bad = http_request(s.port, "POST", "/infill", NULL, "{\"input_prefix\": \"a\", \"n_probs\": 3}");
+    CHECK(bad.status == 400 && bad.body && strstr(bad.body, "'n_probs' is not supported on /infill"),
+          "n_probs on /infill: %d %s", bad.status, bad.body ? bad.body : "");
+    free(bad.body);
     CHECK(test_server_stop(&s) == 0, "server exit status");
     int n = 0;
     cJSON *a = test_log_lines("ops_log.err", "/health", &n);
@@ -246,7 +250,7 @@ static void test_log_json(void)
     cJSON_Delete(a);
     a = test_log_lines("ops_log.err", "/infill", &n);
     l = cJSON_GetArrayItem(a, 0);
-    CHECK(n == 1 && num_of(l, "status") == 400 && test_log_names(l, "unknown_fields", "foo_fim"),
+    CHECK(n == 2 && num_of(l, "status") == 400 && test_log_names(l, "unknown_fields", "foo_fim"),
           "/infill's fields are known (%d lines)", n);
     cJSON_Delete(a);
     cJSON_Delete(j);
