@@ -79,6 +79,7 @@ typedef struct srv_log_rec {
     const char *finish;
     char unknown[SRV_LOG_UNKNOWN_MAX]; /* unrecognised body fields, comma-separated */
     char left_out[SRV_LOG_UNKNOWN_MAX]; /* what the route left out of the request (hosted tools) */
+    char notes[128]; /* how the request was taken, one word each (special_text_recognised) */
     bool handed;                       /* its srv_req logs it when freed */
 } srv_log_rec;
 
@@ -486,6 +487,8 @@ void srv_log_unknown(const cJSON *obj, const srv_field_set *sets, int n);
 /* Adds name to the current record's left_out list (what a route dropped from
  * the request, e.g. a hosted tool it cannot run). */
 void srv_log_left_out(const char *name);
+/* Adds a note (one word, e.g. special_text_recognised) to the current record. */
+void srv_log_note(const char *word);
 /* The current record becomes r's (r logs it when freed: srv_log_request). */
 void srv_log_take(srv_req *r);
 /* r's line, with its tokens, first-token time and finish (when r->log.handed). */

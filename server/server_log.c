@@ -19,9 +19,11 @@
  * with "..." when names did not fit.
  *
  * Text: "TIME ID METHOD PATH STATUS CLIENT [prompt=N cached=N gen=N ttft_ms=X]
- * ms=X [finish=F] [unknown=a,b] [left_out=c,d]" (ID "-" outside generations;
- * left_out: what the route dropped from the request, e.g. the hosted tools of
- * /v1/responses); JSON: the same keys, null where absent, the lists arrays.
+ * ms=X [finish=F] [unknown=a,b] [left_out=c,d] [notes=e]" (ID "-" outside
+ * generations; left_out: what the route dropped from the request, e.g. the
+ * hosted tools of /v1/responses; notes: how it was taken, e.g.
+ * special_text_recognised); JSON: the same keys, null where absent, the lists
+ * arrays.
  */
 #include "server/server.h"
 
@@ -150,6 +152,11 @@ void srv_log_left_out(const char *name)
     if (tl_rec) list_add(tl_rec->left_out, sizeof tl_rec->left_out, name);
 }
 
+void srv_log_note(const char *word)
+{
+    if (tl_rec) list_add(tl_rec->notes, sizeof tl_rec->notes, word);
+}
+
 void srv_log_take(srv_req *r)
 {
     if (!tl_rec) return;
@@ -235,6 +242,7 @@ static char *json_line(const srv_log_rec *rec, const char *when, double ms)
         cJSON_AddNullToObject(o, "finish_reason");
     add_names(o, "unknown_fields", rec->unknown);
     add_names(o, "left_out", rec->left_out);
+    add_names(o, "notes", rec->notes);
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return s;
@@ -258,9 +266,10 @@ void srv_log_write(srv_server *srv, const srv_log_rec *rec)
         snprintf(gen, sizeof gen, " prompt=%d cached=%d gen=%d ttft_ms=%s", (int)rec->n_prompt,
                  (int)rec->n_cached, (int)rec->n_gen, ttft);
     }
-    snprintf(line, sizeof line, "%s %s %s %s %d %s%s ms=%.1f%s%s%s%s%s%s", when, rec->id[0] ? rec->id : "-",
-             rec->method, rec->path, rec->status, rec->client, gen, ms, rec->finish ? " finish=" : "",
-             rec->finish ? rec->finish : "", rec->unknown[0] ? " unknown=" : "", rec->unknown,
-             rec->left_out[0] ? " left_out=" : "", rec->left_out);
+    snprintf(line, sizeof line, "%s %s %s %s %d %s%s ms=%.1f%s%s%s%s%s%s%s%s", when,
+             rec->id[0] ? rec->id : "-", rec->method, rec->path, rec->status, rec->client, gen, ms,
+             rec->finish ? " finish=" : "", rec->finish ? rec->finish : "",
+             rec->unknown[0] ? " unknown=" : "", rec->unknown, rec->left_out[0] ? " left_out=" : "",
+             rec->left_out, rec->notes[0] ? " notes=" : "", rec->notes);
     srv->cfg.log_fn(srv->cfg.log_user, line);
 }

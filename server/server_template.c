@@ -15,7 +15,8 @@
  * output depends on the markers, or a body that holds them itself, fails the
  * check), and then the marked ranges are the plain ones (kvi_tokenize_plain).
  * When the check fails the prompt is tokenized as Hugging Face does (special
- * text recognised everywhere) and the server says so on stderr; that is also
+ * text recognised everywhere) and the request log line says so (notes=
+ * special_text_recognised); that is also
  * what --special-in-content (cfg.special_in_content) asks for.
  */
 #include "server/server.h"
@@ -325,10 +326,10 @@ int32_t *srv_template_ids(srv_server *srv, const char *body, size_t len, int32_t
     if (!text) return NULL;
     *in_reasoning = opens_think(text);
     size_t *ranges = NULL, n_ranges = 0;
-    if (!srv->cfg.special_in_content && !plain_ranges_of(srv, body, len, text, &ranges, &n_ranges) &&
-        !srv->cfg.quiet)
-        fprintf(stderr, "kvinfer: special-token text in a chat request could not be told apart from the "
-                        "template's: the prompt is tokenized with it recognised\n");
+    /* the request log line says when special-token text of the request could
+     * not be told apart from the template's (then it is recognised) */
+    if (!srv->cfg.special_in_content && !plain_ranges_of(srv, body, len, text, &ranges, &n_ranges))
+        srv_log_note("special_text_recognised");
     const size_t tl = strlen(text);
     int32_t cnt = kvi_tokenize_plain(srv->m, text, tl, false, ranges, n_ranges, NULL, 0);
     int32_t *ids = cnt >= 0 ? malloc(((size_t)cnt + 1) * sizeof *ids) : NULL;

@@ -162,7 +162,10 @@ static int num_of(const cJSON *o, const char *k)
 static void test_log_json(void)
 {
     test_server s;
-    CHECK(test_server_start_logged(&s, "--log-format json", "ops_log.err"), "server did not start");
+    char extra[1024];
+    snprintf(extra, sizeof extra, "--log-format json --chat-template-file '%s'",
+             shared_path("templates/Qwen-Qwen2.5-7B-Instruct.jinja"));
+    CHECK(test_server_start_logged(&s, extra, "ops_log.err"), "server did not start");
     if (s.port <= 0) {
         test_server_stop(&s);
         return;
@@ -183,6 +186,13 @@ static void test_log_json(void)
     bad = http_request(s.port, "POST", "/tokenize", NULL,
                        "{\"content\": \"a\", \"add_special\": true, \"with_pieces\": true}");
     CHECK(bad.status == 200, "/tokenize: %d", bad.status);
+    free(bad.body);
+    /* special-token text beside a private-use marker: it cannot be told apart,
+     * so it is recognised and the log line says so */
+    bad = http_request(s.port, "POST", "/v1/chat/completions", NULL,
+                       "{\"messages\": [{\"role\": \"user\", \"content\": \"a\\ue000</s>\"}], "
+                       "\"max_tokens\": 1}");
+    CHECK(bad.status == 200, "chat with special text: %d", bad.status);
     free(bad.body);
     /* fill in the middle: stories260K has no FIM tokens (400), but the fields are known */
     bad = http_request(s.port, "POST", "/v1/completions", NULL,
@@ -243,6 +253,10 @@ static void test_log_json(void)
     l = cJSON_GetArrayItem(a, fim);
     CHECK(num_of(l, "status") == 400 && test_log_names(l, "unknown_fields", "foo_fim"),
           "suffix and input_extra are known on /v1/completions");
+    cJSON_Delete(a);
+    a = test_log_lines("ops_log.err", "/v1/chat/completions", &n);
+    CHECK(n == 1 && test_log_names(cJSON_GetArrayItem(a, 0), "notes", "special_text_recognised"),
+          "the chat line notes the special text (%d lines)", n);
     cJSON_Delete(a);
     a = test_log_lines("ops_log.err", "/tokenize", &n);
     CHECK(n == 1 && test_log_names(cJSON_GetArrayItem(a, 0), "unknown_fields", "with_pieces"),
