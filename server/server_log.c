@@ -15,8 +15,8 @@
  *
  * Invariants: every string in a record is printable ASCII without spaces
  * (other bytes become '?'), so a client cannot forge or split log lines; the
- * unknown-name and left-out lists stay below SRV_LOG_UNKNOWN_MAX bytes and end
- * with "..." when names did not fit.
+ * lists (unknown names, left out, notes) stay within their arrays, name each
+ * entry once and end with "..." when names did not fit.
  *
  * Text: "TIME ID METHOD PATH STATUS CLIENT [prompt=N cached=N gen=N ttft_ms=X]
  * ms=X [finish=F] [unknown=a,b] [left_out=c,d] [notes=e]" (ID "-" outside
