@@ -105,6 +105,15 @@ bool test_log_names(const cJSON *line, const char *key, const char *want)
     return !strcmp(got, want);
 }
 
+bool test_log_one(const char *err_name, const char *path, const char *key, const char *want)
+{
+    int n = 0;
+    cJSON *a = test_log_lines(err_name, path, &n);
+    const bool ok = n == 1 && test_log_names(cJSON_GetArrayItem(a, 0), key, want);
+    cJSON_Delete(a);
+    return ok;
+}
+
 int test_server_stop(test_server *s)
 {
     int st = 0;

@@ -38,6 +38,8 @@ bool test_server_start_logged(test_server *s, const char *extra, const char *err
 cJSON *test_log_lines(const char *err_name, const char *path, int *n);
 /* Whether line[key] is an array of the names in want ("a,b"; "" for none). */
 bool test_log_names(const cJSON *line, const char *key, const char *want);
+/* Whether the log has exactly one line for path and its key names want. */
+bool test_log_one(const char *err_name, const char *path, const char *key, const char *want);
 /* SIGTERM and wait: the exit status, or 128 + the signal that ended it. */
 int test_server_stop(test_server *s);
 

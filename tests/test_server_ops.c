@@ -159,6 +159,14 @@ static int num_of(const cJSON *o, const char *k)
     return cJSON_IsNumber(v) ? v->valueint : -1;
 }
 
+/* POST body to path on port: CHECKs the status. */
+static void expect_status(int port, const char *path, const char *body, int status)
+{
+    http_resp r = http_request(port, "POST", path, NULL, body);
+    CHECK(r.status == status, "%s: %d, want %d (%.200s)", path, r.status, status, r.body ? r.body : "");
+    free(r.body);
+}
+
 static void test_log_json(void)
 {
     test_server s;
@@ -183,27 +191,20 @@ static void test_log_json(void)
         http_request(s.port, "POST", "/v1/completions", NULL, "{\"prompt\": \"x\", \"top_k\": \"a\"}");
     CHECK(bad.status == 400, "bad top_k: %d", bad.status);
     free(bad.body);
-    bad = http_request(s.port, "POST", "/tokenize", NULL,
-                       "{\"content\": \"a\", \"add_special\": true, \"with_pieces\": true}");
-    CHECK(bad.status == 200, "/tokenize: %d", bad.status);
-    free(bad.body);
+    expect_status(s.port, "/tokenize", "{\"content\": \"a\", \"add_special\": true, \"with_pieces\": true}",
+                  200);
     /* special-token text beside a private-use marker: it cannot be told apart,
      * so it is recognised and the log line says so */
-    bad = http_request(s.port, "POST", "/v1/chat/completions", NULL,
-                       "{\"messages\": [{\"role\": \"user\", \"content\": \"a\\ue000</s>\"}], "
-                       "\"max_tokens\": 1}");
-    CHECK(bad.status == 200, "chat with special text: %d", bad.status);
-    free(bad.body);
+    expect_status(s.port, "/v1/chat/completions",
+                  "{\"messages\": [{\"role\": \"user\", \"content\": \"a\\ue000</s>\"}], \"max_tokens\": 1}",
+                  200);
     /* fill in the middle: stories260K has no FIM tokens (400), but the fields are known */
-    bad = http_request(s.port, "POST", "/v1/completions", NULL,
-                       "{\"prompt\": \"a\", \"suffix\": \"b\", \"input_extra\": [], \"foo_fim\": 1}");
-    CHECK(bad.status == 400, "suffix on a model without FIM tokens: %d", bad.status);
-    free(bad.body);
-    bad = http_request(s.port, "POST", "/infill", NULL,
-                       "{\"input_prefix\": \"a\", \"input_suffix\": \"b\", \"input_extra\": [], "
-                       "\"n_predict\": 4, \"prompt\": \"\", \"foo_fim\": 1}");
-    CHECK(bad.status == 400, "/infill on a model without FIM tokens: %d", bad.status);
-    free(bad.body);
+    expect_status(s.port, "/v1/completions",
+                  "{\"prompt\": \"a\", \"suffix\": \"b\", \"input_extra\": [], \"foo_fim\": 1}", 400);
+    expect_status(s.port, "/infill",
+                  "{\"input_prefix\": \"a\", \"input_suffix\": \"b\", \"input_extra\": [], "
+                  "\"n_predict\": 4, \"prompt\": \"\", \"foo_fim\": 1}",
+                  400);
     bad = http_request(s.port, "POST", "/infill", NULL, "{\"input_prefix\": \"a\", \"n_probs\": 3}");
     CHECK(bad.status == 400 && bad.body && strstr(bad.body, "'n_probs' is not supported on /infill"),
           "n_probs on /infill: %d %s", bad.status, bad.body ? bad.body : "");
@@ -254,14 +255,10 @@ static void test_log_json(void)
     CHECK(num_of(l, "status") == 400 && test_log_names(l, "unknown_fields", "foo_fim"),
           "suffix and input_extra are known on /v1/completions");
     cJSON_Delete(a);
-    a = test_log_lines("ops_log.err", "/v1/chat/completions", &n);
-    CHECK(n == 1 && test_log_names(cJSON_GetArrayItem(a, 0), "notes", "special_text_recognised"),
-          "the chat line notes the special text (%d lines)", n);
-    cJSON_Delete(a);
-    a = test_log_lines("ops_log.err", "/tokenize", &n);
-    CHECK(n == 1 && test_log_names(cJSON_GetArrayItem(a, 0), "unknown_fields", "with_pieces"),
-          "/tokenize names with_pieces (%d lines)", n);
-    cJSON_Delete(a);
+    CHECK(test_log_one("ops_log.err", "/v1/chat/completions", "notes", "special_text_recognised"),
+          "the chat line notes the special text");
+    CHECK(test_log_one("ops_log.err", "/tokenize", "unknown_fields", "with_pieces"),
+          "/tokenize names with_pieces");
     a = test_log_lines("ops_log.err", "/infill", &n);
     l = cJSON_GetArrayItem(a, 0);
     CHECK(n == 2 && num_of(l, "status") == 400 && test_log_names(l, "unknown_fields", "foo_fim"),
