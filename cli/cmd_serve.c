@@ -415,6 +415,10 @@ static int serve_template(srv_server *srv, const serve_opts *o)
         return cli_error("serve: cannot read '%s': %s", o->chat_template_file, strerror(errno));
     int rc = srv_template_init(srv, text, len, o->chat_template_file, &err);
     if (!rc && srv->tmpl) srv_tools_init(srv, text ? text : kvi_model_chat_template(srv->m));
+    for (const char *p = srv->notes, *nl; p && *p; p = nl + 1) { /* each ends in "\n" */
+        nl = strchr(p, '\n');
+        fprintf(stderr, "kvinfer: %.*s\n", (int)(nl - p), p);
+    }
     /* GET /props shows the template in use (freed by cmd_serve) */
     const char *shown = text ? text : kvi_model_chat_template(srv->m);
     if (!rc && srv->tmpl && shown) srv->cfg.chat_template = strdup(shown);

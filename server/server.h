@@ -78,6 +78,8 @@ typedef struct srv_log_rec {
     double ttft_ms; /* submit to first token (-1: no token) */
     const char *finish;
     char unknown[SRV_LOG_UNKNOWN_MAX]; /* unrecognised body fields, comma-separated */
+    char left_out[SRV_LOG_UNKNOWN_MAX]; /* what the route left out of the request (hosted tools) */
+    char notes[128]; /* how the request was taken, one word each (special_text_recognised) */
     bool handed;                       /* its srv_req logs it when freed */
 } srv_log_rec;
 
@@ -155,6 +157,10 @@ typedef struct srv_server {
     bool tmpl_effort;        /* reasoning_effort */
     bool tmpl_reasoning_in;  /* reasoning_content of earlier assistant messages */
     struct srv_store *store; /* stored responses (server_store.c); NULL until the first */
+    /* start-up notes (the template in use, its tool format): lines, each ending
+     * in "\n", for the caller to show (the library never prints); NULL: none.
+     * Freed by srv_template_free. */
+    char *notes;
 } srv_server;
 
 /* The body limit in force (--body-max, else SRV_BODY_MAX). */
@@ -260,13 +266,15 @@ int32_t *srv_infill_ids(const kvi_model *m, const cJSON *root, bool openai, int 
 /* ---- the chat template (server_template.c) ---- */
 
 /* Sets srv->tmpl from file_text (--chat-template-file, file_name for messages)
- * or, when NULL, the model's tokenizer.chat_template, and logs on stderr which
- * template /v1/chat/completions uses. A file that does not parse is an error;
- * a model's template that does not parse falls back to the built-in layouts
- * with a warning. 0, or a negative code with err filled. */
+ * or, when NULL, the model's tokenizer.chat_template, and notes in srv->notes
+ * which template /v1/chat/completions uses. A file that does not parse is an
+ * error; a model's template that does not parse falls back to the built-in
+ * layouts with a note. 0, or a negative code with err filled. */
 int srv_template_init(srv_server *srv, const char *file_text, size_t file_len, const char *file_name,
                       kvi_error *err);
 void srv_template_free(srv_server *srv);
+/* Appends one line (printf's fmt, no newline) to srv->notes; none when out of memory. */
+void srv_note(srv_server *srv, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The prompt srv->tmpl renders for a chat body (malloc'd), or NULL with *er
  * set: 400 with the template's message when it raises or the body is bad. */
 char *srv_template_render(srv_server *srv, const char *body, size_t len, srv_err *er);
@@ -463,8 +471,9 @@ typedef struct srv_field_set {
     size_t n;
 } srv_field_set;
 
-/* OpenAI's completions / chat fields, with llama.cpp's and kvinfer's own. */
-extern const srv_field_set srv_fields_completions, srv_fields_chat;
+/* OpenAI's completions / chat fields, with llama.cpp's and kvinfer's own;
+ * llama.cpp's /infill fields. */
+extern const srv_field_set srv_fields_completions, srv_fields_chat, srv_fields_infill;
 
 /* Starts the log record of a request on this connection thread: the record the
  * calls below fill until srv_log_end. */
@@ -475,6 +484,11 @@ void srv_log_end(srv_server *srv, srv_log_rec *rec);
 srv_log_rec *srv_log_current(void);
 /* Names obj's members that are in none of the n sets in the current record. */
 void srv_log_unknown(const cJSON *obj, const srv_field_set *sets, int n);
+/* Adds name to the current record's left_out list (what a route dropped from
+ * the request, e.g. a hosted tool it cannot run). */
+void srv_log_left_out(const char *name);
+/* Adds a note (one word, e.g. special_text_recognised) to the current record. */
+void srv_log_note(const char *word);
 /* The current record becomes r's (r logs it when freed: srv_log_request). */
 void srv_log_take(srv_req *r);
 /* r's line, with its tokens, first-token time and finish (when r->log.handed). */
@@ -498,9 +512,6 @@ int srv_responses_delete(srv_server *srv, struct MHD_Connection *con, const char
 /* A /v1/responses body translated and parsed into *p, as the route does but
  * without a connection (the fuzz target). 0, or -1 with *er set. */
 int srv_responses_parse(srv_server *srv, const char *body, size_t len, srv_params *p, srv_err *er);
-/* The hosted tools (web_search, ...) a /v1/responses request named and the
- * prompt left out, ", "-joined (for a request log), or NULL: none / another family. */
-const char *srv_responses_hosted(const srv_req *r);
 
 /* The store of responses ("store": true), bounded by cfg.responses_max and
  * cfg.responses_max_bytes (the oldest evicted first). Thread-safe. */

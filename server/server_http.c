@@ -585,6 +585,8 @@ static enum MHD_Result tokenize_ep(srv_server *srv, struct MHD_Connection *con, 
         srv_err_set(&er, 400, "invalid_request_error", NULL, "expected {\"content\": \"text\"}");
         return send_error(con, &er);
     }
+    static const char *const names[] = { "content", "prompt", "add_special" };
+    srv_log_unknown(root, &(const srv_field_set){ names, 3 }, 1);
     const cJSON *as = cJSON_GetObjectItemCaseSensitive(root, "add_special");
     const bool add_special = cJSON_IsTrue(as);
     const size_t len = strlen(c->valuestring);
@@ -621,6 +623,8 @@ static enum MHD_Result detokenize_ep(srv_server *srv, struct MHD_Connection *con
         srv_err_set(&er, 400, "invalid_request_error", NULL, "expected {\"tokens\": [ids]}");
         return send_error(con, &er);
     }
+    static const char *const names[] = { "tokens" };
+    srv_log_unknown(root, &(const srv_field_set){ names, 1 }, 1);
     const int n = cJSON_GetArraySize(t);
     int32_t *ids = malloc(((size_t)n + 1) * sizeof *ids);
     int i = 0;

@@ -577,7 +577,7 @@ static int parse_request(srv_server *srv, const char *body, size_t len, bool cha
         rc = srv_err_set(er, 400, "invalid_request_error", NULL, "the body must be a JSON object");
         goto done;
     }
-    srv_log_unknown(root, chat ? &srv_fields_chat : &srv_fields_completions, 1);
+    srv_log_unknown(root, infill ? &srv_fields_infill : chat ? &srv_fields_chat : &srv_fields_completions, 1);
     if ((rc = check_model(srv, root, er))) goto done;
     const int32_t big = 1 << 30;
     double mt = 0;
@@ -636,6 +636,13 @@ static int parse_request(srv_server *srv, const char *body, size_t len, bool cha
     if ((rc = parse_stop(root, p, er))) goto done;
     if ((rc = parse_logprobs(root, chat, p, er))) goto done;
     if ((rc = srv_parse_sampling(srv, root, p, er))) goto done;
+    if (infill && p->logprobs) { /* llama.cpp's /infill answer shape has no place for them here */
+        const cJSON *lp = cJSON_GetObjectItemCaseSensitive(root, "logprobs");
+        rc = bad(er, lp && !cJSON_IsNull(lp) ? "logprobs" : "n_probs",
+                 "is not supported on /infill (its answer has no token probabilities; /v1/completions with "
+                 "\"suffix\" gives them)");
+        goto done;
+    }
     if ((rc = parse_logit_bias(&srv->cfg, root, kvi_n_vocab(srv->m), p, er))) goto done;
     if ((rc = parse_constraints(root, p, er))) goto done;
     if (chat && (rc = srv_parse_tools(srv, root, p, er))) goto done;

@@ -15,12 +15,15 @@
  *
  * Invariants: every string in a record is printable ASCII without spaces
  * (other bytes become '?'), so a client cannot forge or split log lines; the
- * unknown-name list stays below SRV_LOG_UNKNOWN_MAX bytes and ends with "..."
- * when names were left out.
+ * lists (unknown names, left out, notes) stay within their arrays, name each
+ * entry once and end with "..." when names did not fit.
  *
  * Text: "TIME ID METHOD PATH STATUS CLIENT [prompt=N cached=N gen=N ttft_ms=X]
- * ms=X [finish=F] [unknown=a,b]" (ID "-" outside generations); JSON: the same
- * keys, null where absent.
+ * ms=X [finish=F] [unknown=a,b] [left_out=c,d] [notes=e]" (ID "-" outside
+ * generations; left_out: what the route dropped from the request, e.g. the
+ * hosted tools of /v1/responses; notes: how it was taken, e.g.
+ * special_text_recognised); JSON: the same keys, null where absent, the lists
+ * arrays.
  */
 #include "server/server.h"
 
@@ -43,7 +46,11 @@
         "xtc_threshold", "top_n_sigma", "dynatemp_range", "dynatemp_exponent", "repeat_last_n", "min_keep", \
         "samplers", "n_probs"
 
-static const char *const completions_names[] = { SRV_FIELDS_COMMON, "prompt" };
+/* "suffix" (with "input_extra") asks for fill in the middle (server_infill.c) */
+static const char *const completions_names[] = { SRV_FIELDS_COMMON, "prompt", "suffix", "input_extra" };
+/* llama.cpp's /infill: its pieces and n_predict (max_tokens) */
+static const char *const infill_names[] = { SRV_FIELDS_COMMON, "prompt",      "input_prefix",
+                                            "input_suffix",    "input_extra", "n_predict" };
 /* the Jinja template also reads chat_template_kwargs, add_generation_prompt
  * and continue_final_message from the body (src/template/template.c) */
 static const char *const chat_names[] = { SRV_FIELDS_COMMON,       "messages",
@@ -55,6 +62,7 @@ static const char *const chat_names[] = { SRV_FIELDS_COMMON,       "messages",
 const srv_field_set srv_fields_completions = { completions_names,
                                                sizeof completions_names / sizeof *completions_names };
 const srv_field_set srv_fields_chat = { chat_names, sizeof chat_names / sizeof *chat_names };
+const srv_field_set srv_fields_infill = { infill_names, sizeof infill_names / sizeof *infill_names };
 
 static _Thread_local srv_log_rec *tl_rec;
 
@@ -108,23 +116,45 @@ static bool in_sets(const char *name, const srv_field_set *sets, int n)
     return false;
 }
 
+/* Appends name (cleaned) to the comma-separated list[cap] unless it is there;
+ * once full, ends it with "..." and keeps nothing more. */
+static void list_add(char *list, size_t cap, const char *raw)
+{
+    char name[64];
+    copy_clean(name, sizeof name, raw);
+    size_t len = strlen(list);
+    if (len >= 3 && !strcmp(list + len - 3, "...")) return;
+    const size_t nl = strlen(name);
+    for (const char *p = list; *p;) { /* each name once */
+        const char *c = strchr(p, ',');
+        const size_t k = c ? (size_t)(c - p) : strlen(p);
+        if (k == nl && !memcmp(p, name, nl)) return;
+        p += k + (c != NULL);
+    }
+    const size_t need = len + (len > 0) + nl + 1;
+    if (need + 4 > cap) { /* room for ",..." stays */
+        snprintf(list + len, cap - len, "%s...", len ? "," : "");
+        return;
+    }
+    snprintf(list + len, cap - len, "%s%s", len ? "," : "", name);
+}
+
 void srv_log_unknown(const cJSON *obj, const srv_field_set *sets, int n)
 {
     srv_log_rec *rec = tl_rec;
     if (!rec || !cJSON_IsObject(obj)) return;
-    for (const cJSON *e = obj->child; e; e = e->next) {
-        if (!e->string || in_sets(e->string, sets, n)) continue;
-        char name[64];
-        copy_clean(name, sizeof name, e->string);
-        size_t len = strlen(rec->unknown);
-        if (len >= 3 && !strcmp(rec->unknown + len - 3, "...")) return;
-        const size_t need = len + (len > 0) + strlen(name) + 1;
-        if (need + 4 > sizeof rec->unknown) { /* room for ",..." stays */
-            snprintf(rec->unknown + len, sizeof rec->unknown - len, "%s...", len ? "," : "");
-            return;
-        }
-        snprintf(rec->unknown + len, sizeof rec->unknown - len, "%s%s", len ? "," : "", name);
-    }
+    for (const cJSON *e = obj->child; e; e = e->next)
+        if (e->string && !in_sets(e->string, sets, n)) list_add(rec->unknown, sizeof rec->unknown, e->string);
+}
+
+void srv_log_left_out(const char *name)
+{
+    if (tl_rec) list_add(tl_rec->left_out, sizeof tl_rec->left_out, name);
+}
+
+void srv_log_note(const char *word)
+{
+    if (tl_rec) list_add(tl_rec->notes, sizeof tl_rec->notes, word);
 }
 
 void srv_log_take(srv_req *r)
@@ -168,6 +198,20 @@ static void iso_time(double wall, char *out, size_t cap)
     snprintf(out, cap, "%s.%03dZ", day, (int)((wall - (double)sec) * 1000.0));
 }
 
+/* o[key]: the names of a comma-separated list, as an array. */
+static void add_names(cJSON *o, const char *key, const char *list)
+{
+    cJSON *u = cJSON_AddArrayToObject(o, key);
+    for (const char *p = list; *p;) {
+        const char *c = strchr(p, ',');
+        const size_t n = c ? (size_t)(c - p) : strlen(p);
+        char name[64];
+        snprintf(name, sizeof name, "%.*s", (int)n, p);
+        cJSON_AddItemToArray(u, cJSON_CreateString(name));
+        p += n + (c != NULL);
+    }
+}
+
 static char *json_line(const srv_log_rec *rec, const char *when, double ms)
 {
     cJSON *o = cJSON_CreateObject();
@@ -196,15 +240,9 @@ static char *json_line(const srv_log_rec *rec, const char *when, double ms)
         cJSON_AddStringToObject(o, "finish_reason", rec->finish);
     else
         cJSON_AddNullToObject(o, "finish_reason");
-    cJSON *u = cJSON_AddArrayToObject(o, "unknown_fields");
-    for (const char *p = rec->unknown; *p;) {
-        const char *c = strchr(p, ',');
-        const size_t n = c ? (size_t)(c - p) : strlen(p);
-        char name[64];
-        snprintf(name, sizeof name, "%.*s", (int)n, p);
-        cJSON_AddItemToArray(u, cJSON_CreateString(name));
-        p += n + (c != NULL);
-    }
+    add_names(o, "unknown_fields", rec->unknown);
+    add_names(o, "left_out", rec->left_out);
+    add_names(o, "notes", rec->notes);
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return s;
@@ -222,14 +260,16 @@ void srv_log_write(srv_server *srv, const srv_log_rec *rec)
         cJSON_free(s);
         return;
     }
-    char line[768], gen[160] = "", ttft[32] = "-";
+    char line[1024], gen[160] = "", ttft[32] = "-";
     if (rec->gen) {
         if (rec->ttft_ms >= 0) snprintf(ttft, sizeof ttft, "%.1f", rec->ttft_ms);
         snprintf(gen, sizeof gen, " prompt=%d cached=%d gen=%d ttft_ms=%s", (int)rec->n_prompt,
                  (int)rec->n_cached, (int)rec->n_gen, ttft);
     }
-    snprintf(line, sizeof line, "%s %s %s %s %d %s%s ms=%.1f%s%s%s%s", when, rec->id[0] ? rec->id : "-",
-             rec->method, rec->path, rec->status, rec->client, gen, ms, rec->finish ? " finish=" : "",
-             rec->finish ? rec->finish : "", rec->unknown[0] ? " unknown=" : "", rec->unknown);
+    snprintf(line, sizeof line, "%s %s %s %s %d %s%s ms=%.1f%s%s%s%s%s%s%s%s", when,
+             rec->id[0] ? rec->id : "-", rec->method, rec->path, rec->status, rec->client, gen, ms,
+             rec->finish ? " finish=" : "", rec->finish ? rec->finish : "",
+             rec->unknown[0] ? " unknown=" : "", rec->unknown, rec->left_out[0] ? " left_out=" : "",
+             rec->left_out, rec->notes[0] ? " notes=" : "", rec->notes);
     srv->cfg.log_fn(srv->cfg.log_user, line);
 }

@@ -19,8 +19,9 @@
  * thinking enabled/disabled: chat_template_kwargs.enable_thinking (when the
  * template reasons); output_config.format json_schema: response_format.
  * Fields without effect here (cache_control, metadata, service_tier, ...)
- * are accepted (README.md says why that is harmless); unknown fields and
- * content the model cannot take (images, documents) are a 400.
+ * are accepted (README.md says why that is harmless), unknown fields too
+ * (named in the request log line: srv_log_unknown); content the model cannot
+ * take (images, documents) is a 400.
  *
  * Response side, state per request (msg_state, r->api_state): blocks are
  * numbered in the order they start; at most one block is open (open >= 0)
@@ -454,6 +455,10 @@ static const char *const accepted[] = {
     "container",     "mcp_servers",    "cache_control", "inference_geo"
 };
 
+/* The fields this route knows; the request log names the others (accepted). */
+static const srv_field_set known_fields[] = { { passed, sizeof passed / sizeof *passed },
+                                              { accepted, sizeof accepted / sizeof *accepted } };
+
 static bool listed(const char *k, const char *const *v, size_t n)
 {
     for (size_t i = 0; i < n; i++)
@@ -471,14 +476,11 @@ static cJSON *translate(srv_server *srv, const cJSON *root, bool count, srv_err 
     }
     cJSON *out = cJSON_CreateObject();
     int rc = 0;
-    for (const cJSON *f = root->child; f && !rc; f = f->next) {
-        if (listed(f->string, passed, sizeof passed / sizeof *passed)) {
-            if (!cJSON_IsNull(f)) cJSON_AddItemToObject(out, f->string, cJSON_Duplicate(f, true));
-        } else if (!listed(f->string, accepted, sizeof accepted / sizeof *accepted)) {
-            rc = srv_err_set(er, 400, "invalid_request_error", NULL, "%.64s: Extra inputs are not permitted",
-                             f->string);
-        }
+    for (const cJSON *f = root->child; f; f = f->next) {
+        if (listed(f->string, passed, sizeof passed / sizeof *passed) && !cJSON_IsNull(f))
+            cJSON_AddItemToObject(out, f->string, cJSON_Duplicate(f, true));
     }
+    srv_log_unknown(root, known_fields, 2);
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "max_tokens");
     const cJSON *temp = cJSON_GetObjectItemCaseSensitive(root, "temperature");
     const cJSON *md = cJSON_GetObjectItemCaseSensitive(root, "metadata");

@@ -2,19 +2,19 @@
  * server_responses.c — OpenAI's Responses API: POST /v1/responses, GET and
  * DELETE /v1/responses/{id}.
  *
- * Request: the body is checked field by field (an unknown field is a 400
- * naming it, as OpenAI answers) and translated into a chat-completions body
- * that srv_parse_request(chat = true) turns into the shared request model:
- * "instructions" becomes a first system message; the conversation of
- * "previous_response_id" (its chain's stored items, server_store.c) comes
- * next, then "input" (a string: one user message; items: messages with
- * input_text / output_text parts, function_call, function_call_output and
- * reasoning items); function tools (flat here) become chat tools, namespace
- * tools are flattened into theirs, and hosted tools the server cannot run are
- * left out (their names logged on stderr unless --quiet, and kept in the
- * request's state: srv_responses_hosted); "text.format" becomes
- * "response_format", "max_output_tokens" "max_tokens", "reasoning.effort" the
- * template's enable_thinking / reasoning_effort where it reads them.
+ * Request: the body is checked field by field (an unknown field is accepted
+ * and named in the request log line, as on the chat route) and translated
+ * into a chat-completions body that srv_parse_request(chat = true) turns into
+ * the shared request model: "instructions" becomes a first system message;
+ * the conversation of "previous_response_id" (its chain's stored items,
+ * server_store.c) comes next, then "input" (a string: one user message;
+ * items: messages with input_text / output_text parts, function_call,
+ * function_call_output and reasoning items); function tools (flat here)
+ * become chat tools, namespace tools are flattened into theirs, and hosted
+ * tools the server cannot run are left out (named once each in the request
+ * log line's left_out); "text.format" becomes "response_format",
+ * "max_output_tokens" "max_tokens", "reasoning.effort" the template's
+ * enable_thinking / reasoning_effort where it reads them.
  *
  * Output: the parsed choice (server_tools.c: reasoning, content and tool
  * calls, in the order the model wrote them) becomes output items: a
@@ -51,7 +51,6 @@ typedef struct resp_state {
     cJSON *output; /* closed output items */
     char prev[48]; /* previous_response_id ("" none) */
     bool store, summary, streaming;
-    char *hosted; /* hosted tools left out, ", "-joined; NULL: none */
     int seq;
     int open;
     char *open_text;
@@ -66,7 +65,6 @@ static void state_free(void *p)
     cJSON_Delete(st->base);
     cJSON_Delete(st->input);
     cJSON_Delete(st->output);
-    free(st->hosted);
     free(st->open_text);
     free(st);
 }
@@ -101,7 +99,7 @@ static int oom(srv_err *er) { return srv_err_set(er, 500, "server_error", NULL, 
 
 /* ---- the chat body ---- */
 
-/* Fields of the request (anything else is a 400). */
+/* Fields of the request (the request log names any other: srv_log_unknown). */
 static const char *const known_fields[] = {
     "model",
     "input",
@@ -413,23 +411,6 @@ static int add_function_tool(cJSON *out, const cJSON *t, const char *param, srv_
     return 0;
 }
 
-static int hosted_add(resp_state *st, const char *name)
-{
-    const size_t nl = strlen(name);
-    for (const char *h = st->hosted; h && *h;) { /* each name once: a whole entry of the list */
-        const char *e = strchr(h, ',');
-        const size_t k = e ? (size_t)(e - h) : strlen(h);
-        if (k == nl && !memcmp(h, name, nl)) return 0;
-        h = e ? e + 2 : h + k;
-    }
-    const size_t have = st->hosted ? strlen(st->hosted) : 0;
-    char *n = realloc(st->hosted, have + strlen(name) + 3);
-    if (!n) return -1;
-    snprintf(n + have, strlen(name) + 3, "%s%s", have ? ", " : "", name);
-    st->hosted = n;
-    return 0;
-}
-
 /* "tools": function tools, namespace tools' functions, hosted tools left out. */
 static int tools_to_chat(resp_state *st, const cJSON *tools, cJSON *chat, srv_err *er)
 {
@@ -463,13 +444,13 @@ static int tools_to_chat(resp_state *st, const cJSON *tools, cJSON *chat, srv_er
                     if (!cJSON_IsString(ft) ||
                         !in_list(ft->valuestring, hosted_tools, sizeof hosted_tools / sizeof *hosted_tools))
                         return fail(er, fp, "'%s' must be a function tool%s", fp, "");
-                    if (hosted_add(st, ft->valuestring)) return oom(er);
+                    srv_log_left_out(ft->valuestring);
                     continue;
                 }
                 if (add_function_tool(out, f, fp, er)) return -1;
             }
         } else if (in_list(type->valuestring, hosted_tools, sizeof hosted_tools / sizeof *hosted_tools)) {
-            if (hosted_add(st, type->valuestring)) return oom(er);
+            srv_log_left_out(type->valuestring);
         } else {
             char where[80];
             snprintf(where, sizeof where, "%s.type", param);
@@ -576,13 +557,8 @@ static int reasoning_to_chat(srv_server *srv, resp_state *st, const cJSON *rs, c
 /* The other top-level fields' checks (accepted: see README). */
 static int check_misc(const cJSON *root, srv_err *er)
 {
-    for (const cJSON *f = root->child; f; f = f->next)
-        if (!in_list(f->string, known_fields, sizeof known_fields / sizeof *known_fields)) {
-            srv_err_set(er, 400, "invalid_request_error", "unknown_parameter", "Unknown parameter: '%.64s'.",
-                        f->string);
-            set_param(er, f->string);
-            return -1;
-        }
+    const srv_field_set known = { known_fields, sizeof known_fields / sizeof *known_fields };
+    srv_log_unknown(root, &known, 1);
     const char *strs[] = { "model", "instructions",      "previous_response_id",
                            "user",  "safety_identifier", "prompt_cache_key" };
     for (size_t k = 0; k < sizeof strs / sizeof *strs; k++)
@@ -1122,11 +1098,6 @@ static const srv_api srv_api_responses = {
     .state_free = state_free,
 };
 
-const char *srv_responses_hosted(const srv_req *r)
-{
-    return r->api == &srv_api_responses && r->api_state ? ((const resp_state *)r->api_state)->hosted : NULL;
-}
-
 /* ---- routes ---- */
 
 /* The stream's first events: response.created and response.in_progress. */
@@ -1197,9 +1168,6 @@ int srv_responses_create(srv_server *srv, struct MHD_Connection *con, const char
     st->base = base_new(r, root);
     cJSON_Delete(root);
     st->streaming = r->p.stream;
-    if (st->hosted && !srv->cfg.quiet)
-        fprintf(stderr, "kvinfer: %s: hosted tools left out of the prompt (the server cannot run them): %s\n",
-                r->id, st->hosted);
     if (st->streaming && !stream_open(r, st)) {
         srv_req_discard(r);
         oom(&er);

@@ -15,11 +15,13 @@
  * output depends on the markers, or a body that holds them itself, fails the
  * check), and then the marked ranges are the plain ones (kvi_tokenize_plain).
  * When the check fails the prompt is tokenized as Hugging Face does (special
- * text recognised everywhere) and the server says so on stderr; that is also
+ * text recognised everywhere) and the request log line says so (notes=
+ * special_text_recognised); that is also
  * what --special-in-content (cfg.special_in_content) asks for.
  */
 #include "server/server.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,6 +58,21 @@ static int collect_special(srv_server *srv)
     return 0;
 }
 
+void srv_note(srv_server *srv, const char *fmt, ...)
+{
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    const size_t have = srv->notes ? strlen(srv->notes) : 0, n = strlen(line);
+    char *notes = realloc(srv->notes, have + n + 2);
+    if (!notes) return; /* a note is informative only */
+    memcpy(notes + have, line, n);
+    memcpy(notes + have + n, "\n", 2);
+    srv->notes = notes;
+}
+
 int srv_template_init(srv_server *srv, const char *file_text, size_t file_len, const char *file_name,
                       kvi_error *err)
 {
@@ -77,10 +94,8 @@ int srv_template_init(srv_server *srv, const char *file_text, size_t file_len, c
             return err ? err->code : KVI_E_INVALID;
         }
         if (!srv->tmpl)
-            fprintf(
-                stderr,
-                "kvinfer: the model's chat template does not parse (%s); using the built-in layout '%s'\n",
-                perr.msg, kvi_chat_family(srv->m));
+            srv_note(srv, "the model's chat template does not parse (%s); using the built-in layout '%s'",
+                     perr.msg, kvi_chat_family(srv->m));
     }
     if (srv->tmpl && collect_special(srv) != 0) {
         if (err) {
@@ -93,21 +108,21 @@ int srv_template_init(srv_server *srv, const char *file_text, size_t file_len, c
         srv->bos_text = token_text(srv->m, kvi_token_bos(srv->m));
         srv->eos_text = token_text(srv->m, kvi_token_eos(srv->m));
         if (file_text)
-            fprintf(stderr, "kvinfer: chat template: Jinja from --chat-template-file %s\n", file_name);
+            srv_note(srv, "chat template: Jinja from --chat-template-file %s", file_name);
         else
-            fprintf(stderr, "kvinfer: chat template: the model's Jinja template (tokenizer.chat_template)\n");
+            srv_note(srv, "chat template: the model's Jinja template (tokenizer.chat_template)");
         const kvi_content_format found = kvi_chat_template_content_format(srv->tmpl);
         kvi_chat_template_set_content_format(srv->tmpl, (kvi_content_format)srv->cfg.content_format);
         const bool forced = srv->cfg.content_format != KVI_CONTENT_AUTO;
-        fprintf(stderr, "kvinfer: chat template content format: %s (%s)\n",
-                kvi_chat_template_content_format(srv->tmpl) == KVI_CONTENT_OPENAI ? "openai" : "string",
-                !forced ? "detected"
-                : kvi_chat_template_content_format(srv->tmpl) == found
-                    ? "given, as detected"
-                    : "given; the template looks otherwise");
+        srv_note(srv, "chat template content format: %s (%s)",
+                 kvi_chat_template_content_format(srv->tmpl) == KVI_CONTENT_OPENAI ? "openai" : "string",
+                 !forced ? "detected"
+                 : kvi_chat_template_content_format(srv->tmpl) == found
+                     ? "given, as detected"
+                     : "given; the template looks otherwise");
     } else if (!text) {
-        fprintf(stderr, "kvinfer: chat template: built-in layout '%s' (the model ships no chat template)\n",
-                kvi_chat_family(srv->m));
+        srv_note(srv, "chat template: built-in layout '%s' (the model ships no chat template)",
+                 kvi_chat_family(srv->m));
     }
     return 0;
 }
@@ -123,6 +138,8 @@ void srv_template_free(srv_server *srv)
     free(srv->special);
     srv->special = NULL;
     srv->n_special = 0;
+    free(srv->notes);
+    srv->notes = NULL;
     srv_tools_free(srv);
     memset(srv->special_first, 0, sizeof srv->special_first);
 }
@@ -309,10 +326,10 @@ int32_t *srv_template_ids(srv_server *srv, const char *body, size_t len, int32_t
     if (!text) return NULL;
     *in_reasoning = opens_think(text);
     size_t *ranges = NULL, n_ranges = 0;
-    if (!srv->cfg.special_in_content && !plain_ranges_of(srv, body, len, text, &ranges, &n_ranges) &&
-        !srv->cfg.quiet)
-        fprintf(stderr, "kvinfer: special-token text in a chat request could not be told apart from the "
-                        "template's: the prompt is tokenized with it recognised\n");
+    /* the request log line says when special-token text of the request could
+     * not be told apart from the template's (then it is recognised) */
+    if (!srv->cfg.special_in_content && !plain_ranges_of(srv, body, len, text, &ranges, &n_ranges))
+        srv_log_note("special_text_recognised");
     const size_t tl = strlen(text);
     int32_t cnt = kvi_tokenize_plain(srv->m, text, tl, false, ranges, n_ranges, NULL, 0);
     int32_t *ids = cnt >= 0 ? malloc(((size_t)cnt + 1) * sizeof *ids) : NULL;

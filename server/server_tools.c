@@ -38,9 +38,9 @@ void srv_tools_init(srv_server *srv, const char *template_text)
     srv->tmpl_effort = template_text && strstr(template_text, "reasoning_effort");
     srv->tmpl_reasoning_in = template_text && strstr(template_text, "reasoning_content");
     if (template_text && !srv->cfg.quiet)
-        fprintf(stderr, "kvinfer: chat template: tool calls: %s; reasoning: %s\n",
-                srv->tool_format ? kvi_tool_format_name(srv->tool_format) : "none (tools are refused)",
-                srv->reasons ? "split off into reasoning_content" : "none");
+        srv_note(srv, "chat template: tool calls: %s; reasoning: %s",
+                 srv->tool_format ? kvi_tool_format_name(srv->tool_format) : "none (tools are refused)",
+                 srv->reasons ? "split off into reasoning_content" : "none");
 }
 
 void srv_tools_free(srv_server *srv)

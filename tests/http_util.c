@@ -70,6 +70,50 @@ bool test_server_start_logged(test_server *s, const char *extra, const char *err
     return server_start(s, "", extra, err_name, false);
 }
 
+cJSON *test_log_lines(const char *err_name, const char *path, int *n)
+{
+    char *text = read_file(tmp_path(err_name), NULL);
+    cJSON *a = cJSON_CreateArray();
+    *n = 0;
+    for (char *line = text, *nl; line && *line; line = nl ? nl + 1 : line + strlen(line)) {
+        nl = strchr(line, '\n');
+        if (nl) *nl = 0;
+        cJSON *j = line[0] == '{' ? cJSON_Parse(line) : NULL;
+        const cJSON *p = cJSON_GetObjectItem(j, "path");
+        if (cJSON_IsString(p) && !strcmp(p->valuestring, path)) {
+            cJSON_AddItemToArray(a, j);
+            (*n)++;
+        } else {
+            cJSON_Delete(j);
+        }
+    }
+    free(text);
+    return a;
+}
+
+bool test_log_names(const cJSON *line, const char *key, const char *want)
+{
+    const cJSON *a = cJSON_GetObjectItem(line, key), *e;
+    char got[512] = "";
+    if (!cJSON_IsArray(a)) return false;
+    cJSON_ArrayForEach(e, a)
+    {
+        if (!cJSON_IsString(e)) return false;
+        const size_t len = strlen(got);
+        snprintf(got + len, sizeof got - len, "%s%s", len ? "," : "", e->valuestring);
+    }
+    return !strcmp(got, want);
+}
+
+bool test_log_one(const char *err_name, const char *path, const char *key, const char *want)
+{
+    int n = 0;
+    cJSON *a = test_log_lines(err_name, path, &n);
+    const bool ok = n == 1 && test_log_names(cJSON_GetArrayItem(a, 0), key, want);
+    cJSON_Delete(a);
+    return ok;
+}
+
 int test_server_stop(test_server *s)
 {
     int st = 0;

@@ -1,7 +1,7 @@
 /*
  * http_util.h — what the server tests share: `kvinfer serve` on stories260K as a
- * child process on a free port, a tiny HTTP/1.0 client, SSE events, Prometheus
- * metric lines, the `kvinfer run --temp 0` reference text, and Node test
+ * child process on a free port, its request log's JSON lines, a tiny HTTP/1.0
+ * client, SSE events, Prometheus metric lines, the `kvinfer run --temp 0` reference text, and Node test
  * scripts (their skip and their "ok" / "all ok" lines).
  *
  * Invariants: a started test_server has pid > 0, port > 0 and `out` the read end
@@ -17,6 +17,8 @@
 #include <stdio.h>
 #include <sys/types.h>
 
+#include <cjson/cJSON.h>
+
 typedef struct test_server {
     pid_t pid;
     int port;
@@ -31,6 +33,13 @@ bool test_server_start(test_server *s, const char *extra, const char *err_name);
 bool test_server_start_via(test_server *s, const char *launcher, const char *extra, const char *err_name);
 /* The same without --quiet: the request log goes to tmp_path(err_name). */
 bool test_server_start_logged(test_server *s, const char *extra, const char *err_name);
+/* The request log's lines (--log-format json) in tmp_path(err_name) whose path
+ * is path, in order, as an array of objects (cJSON_Delete it); *n of them. */
+cJSON *test_log_lines(const char *err_name, const char *path, int *n);
+/* Whether line[key] is an array of the names in want ("a,b"; "" for none). */
+bool test_log_names(const cJSON *line, const char *key, const char *want);
+/* Whether the log has exactly one line for path and its key names want. */
+bool test_log_one(const char *err_name, const char *path, const char *key, const char *want);
 /* SIGTERM and wait: the exit status, or 128 + the signal that ended it. */
 int test_server_stop(test_server *s);
 

@@ -25,9 +25,12 @@
  *    cache_control, service_tier, context_management, redacted_thinking,
  *    thinking blocks and system messages inside the list are accepted;
  *  - errors in Anthropic's shape ({"type": "error", "error": {"type", "message"}}):
- *    max_tokens missing, a bad type, an image block, an unknown block type, an
- *    unknown field, bad JSON, no key / a wrong key (x-api-key or Bearer both
- *    accepted), an unknown route under /v1/messages, a body over --body-max.
+ *    max_tokens missing, a bad type, an image block, an unknown block type,
+ *    bad JSON, no key / a wrong key (x-api-key or Bearer both accepted), an
+ *    unknown route under /v1/messages, a body over --body-max;
+ *  - an unknown top-level field is accepted and named in the request log line
+ *    (JSON and text), the fields accepted without effect are not, on
+ *    /v1/messages and count_tokens.
  */
 #include "testutil.h"
 
@@ -406,9 +409,6 @@ static void test_errors(int port)
     bad_body(port,
              "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"hologram\"}]}]}",
              "'hologram'");
-    bad_body(port,
-             "{\"max_tokens\":5,\"frobnicate\":1,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}",
-             "frobnicate");
     bad_body(port, "{\"max_tokens\":5,\"messages\":[]}", "messages");
     bad_body(port,
              "{\"max_tokens\":5,\"tools\":[{\"type\":\"web_search_20250305\",\"name\":\"web_search\"}],"
@@ -502,6 +502,47 @@ static void test_thinking(int port)
     cJSON_Delete(j);
 }
 
+/* Unknown fields: answered, and named in the log line (the known ones, with
+ * an effect or without, are not). */
+static void test_unknown_logged(void)
+{
+    test_server s;
+    CHECK(test_server_start_logged(&s, "--log-format json", "messages_log.err"), "logged server starts");
+    int st = 0;
+    cJSON *b = body_new("hi", 2);
+    cJSON_AddNumberToObject(b, "frobnicate", 1);
+    cJSON_AddItemToObject(b, "metadata", cJSON_Parse("{\"user_id\":\"u\"}"));
+    cJSON_AddStringToObject(b, "service_tier", "auto");
+    cJSON_AddStringToObject(b, "betas", "x");
+    cJSON *j = post_to(s.port, "/v1/messages", NULL, b, &st);
+    CHECK(st == 200 && eq(str_of(j, "type"), "message"), "an unknown field is accepted (%d)", st);
+    cJSON_Delete(j);
+    b = body_new("hi", 2);
+    cJSON_AddTrueToObject(b, "frobnicate");
+    j = post_to(s.port, "/v1/messages/count_tokens", NULL, b, &st);
+    CHECK(st == 200 && num_of(j, "input_tokens") > 0, "count_tokens with an unknown field (%d)", st);
+    cJSON_Delete(j);
+    CHECK(test_server_stop(&s) == 0, "logged server stops cleanly");
+    CHECK(test_log_one("messages_log.err", "/v1/messages", "unknown_fields", "frobnicate,betas"),
+          "the /v1/messages line names frobnicate and betas");
+    CHECK(test_log_one("messages_log.err", "/v1/messages/count_tokens", "unknown_fields", "frobnicate"),
+          "the count_tokens line names frobnicate");
+    /* the text form */
+    CHECK(test_server_start_logged(&s, "", "messages_logt.err"), "text-logged server starts");
+    b = body_new("hi", 2);
+    cJSON_AddNumberToObject(b, "frobnicate", 1);
+    j = post_to(s.port, "/v1/messages", NULL, b, &st);
+    CHECK(st == 200, "an unknown field is accepted (%d)", st);
+    cJSON_Delete(j);
+    CHECK(test_server_stop(&s) == 0, "text-logged server stops cleanly");
+    char *text = read_file(tmp_path("messages_logt.err"), NULL);
+    const char *line = text ? strstr(text, " POST /v1/messages 200 ") : NULL;
+    const char *nl = line ? strchr(line, '\n') : NULL;
+    const char *u = line ? strstr(line, " unknown=frobnicate") : NULL;
+    CHECK(u && (!nl || u < nl), "the text line names frobnicate: %.300s", line ? line : "(no line)");
+    free(text);
+}
+
 int main(void)
 {
     char extra[1024];
@@ -520,5 +561,6 @@ int main(void)
     CHECK(test_server_start(&s, extra, "messages_r1.err"), "R1 server starts");
     test_thinking(s.port);
     CHECK(test_server_stop(&s) == 0, "R1 server stops cleanly");
+    test_unknown_logged();
     return test_main_end();
 }

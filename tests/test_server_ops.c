@@ -153,38 +153,27 @@ static void test_any_model(const char *ref6)
     CHECK(test_server_stop(&s) == 0, "server exit status");
 }
 
-/* The log's lines (JSON objects) whose path is path, in order; *n of them. */
-static cJSON *log_lines(const char *err_name, const char *path, int *n)
-{
-    size_t len = 0;
-    char *text = read_file(tmp_path(err_name), &len);
-    cJSON *a = cJSON_CreateArray();
-    *n = 0;
-    for (char *line = text, *nl; line && *line; line = nl ? nl + 1 : line + strlen(line)) {
-        nl = strchr(line, '\n');
-        if (nl) *nl = 0;
-        cJSON *j = line[0] == '{' ? cJSON_Parse(line) : NULL;
-        if (j && !strcmp(str_of(j, "path"), path)) {
-            cJSON_AddItemToArray(a, j);
-            (*n)++;
-        } else {
-            cJSON_Delete(j);
-        }
-    }
-    free(text);
-    return a;
-}
-
 static int num_of(const cJSON *o, const char *k)
 {
     const cJSON *v = cJSON_GetObjectItem(o, k);
     return cJSON_IsNumber(v) ? v->valueint : -1;
 }
 
+/* POST body to path on port: CHECKs the status. */
+static void expect_status(int port, const char *path, const char *body, int status)
+{
+    http_resp r = http_request(port, "POST", path, NULL, body);
+    CHECK(r.status == status, "%s: %d, want %d (%.200s)", path, r.status, status, r.body ? r.body : "");
+    free(r.body);
+}
+
 static void test_log_json(void)
 {
     test_server s;
-    CHECK(test_server_start_logged(&s, "--log-format json", "ops_log.err"), "server did not start");
+    char extra[1024];
+    snprintf(extra, sizeof extra, "--log-format json --chat-template-file '%s'",
+             shared_path("templates/Qwen-Qwen2.5-7B-Instruct.jinja"));
+    CHECK(test_server_start_logged(&s, extra, "ops_log.err"), "server did not start");
     if (s.port <= 0) {
         test_server_stop(&s);
         return;
@@ -202,20 +191,43 @@ static void test_log_json(void)
         http_request(s.port, "POST", "/v1/completions", NULL, "{\"prompt\": \"x\", \"top_k\": \"a\"}");
     CHECK(bad.status == 400, "bad top_k: %d", bad.status);
     free(bad.body);
+    expect_status(s.port, "/tokenize", "{\"content\": \"a\", \"add_special\": true, \"with_pieces\": true}",
+                  200);
+    /* special-token text beside a private-use marker: it cannot be told apart,
+     * so it is recognised and the log line says so */
+    expect_status(s.port, "/v1/chat/completions",
+                  "{\"messages\": [{\"role\": \"user\", \"content\": \"a\\ue000</s>\"}], \"max_tokens\": 1}",
+                  200);
+    /* fill in the middle: stories260K has no FIM tokens (400), but the fields are known */
+    expect_status(s.port, "/v1/completions",
+                  "{\"prompt\": \"a\", \"suffix\": \"b\", \"input_extra\": [], \"foo_fim\": 1}", 400);
+    expect_status(s.port, "/infill",
+                  "{\"input_prefix\": \"a\", \"input_suffix\": \"b\", \"input_extra\": [], "
+                  "\"n_predict\": 4, \"prompt\": \"\", \"foo_fim\": 1}",
+                  400);
+    bad = http_request(s.port, "POST", "/infill", NULL, "{\"input_prefix\": \"a\", \"n_probs\": 3}");
+    CHECK(bad.status == 400 && bad.body && strstr(bad.body, "'n_probs' is not supported on /infill"),
+          "n_probs on /infill: %d %s", bad.status, bad.body ? bad.body : "");
+    free(bad.body);
     CHECK(test_server_stop(&s) == 0, "server exit status");
     int n = 0;
-    cJSON *a = log_lines("ops_log.err", "/health", &n);
+    cJSON *a = test_log_lines("ops_log.err", "/health", &n);
     const cJSON *l = cJSON_GetArrayItem(a, 0);
     CHECK(n == 1 && num_of(l, "status") == 200 && !strcmp(str_of(l, "method"), "GET") &&
               cJSON_IsNull(cJSON_GetObjectItem(l, "id")) &&
               cJSON_IsNull(cJSON_GetObjectItem(l, "finish_reason")),
           "/health line (%d)", n);
     cJSON_Delete(a);
-    a = log_lines("ops_log.err", "/v1/completions", &n);
-    CHECK(n == 2, "%d completion lines, want 2", n);
+    a = test_log_lines("ops_log.err", "/v1/completions", &n);
+    CHECK(n == 3, "%d completion lines, want 3", n);
     /* a generation's line is written when the request is freed, which may come
      * after the client had its answer and sent the next request */
-    const int first = !strcmp(str_of(cJSON_GetArrayItem(a, 0), "id"), str_of(j, "id")) ? 0 : 1;
+    int first = 0, fim = -1;
+    for (int i = 0; i < n; i++) {
+        const cJSON *li = cJSON_GetArrayItem(a, i);
+        if (!strcmp(str_of(li, "id"), str_of(j, "id"))) first = i;
+        if (cJSON_GetArraySize(cJSON_GetObjectItem(li, "unknown_fields")) == 1) fim = i;
+    }
     l = cJSON_GetArrayItem(a, first);
     const cJSON *usage = cJSON_GetObjectItem(j, "usage");
     CHECK(!strcmp(str_of(l, "id"), str_of(j, "id")), "log id %s, response id %s", str_of(l, "id"),
@@ -236,9 +248,21 @@ static void test_log_json(void)
     CHECK(cJSON_GetArraySize(u) == 2 && !strcmp(cJSON_GetArrayItem(u, 0)->valuestring, "foo_unknown") &&
               !strcmp(cJSON_GetArrayItem(u, 1)->valuestring, "user"),
           "unknown fields: want foo_unknown, user (mirostat is known)");
-    l = cJSON_GetArrayItem(a, 1 - first);
+    l = cJSON_GetArrayItem(a, 3 - first - fim);
     CHECK(num_of(l, "status") == 400 && cJSON_IsNull(cJSON_GetObjectItem(l, "completion_tokens")),
           "the refused request's line");
+    l = cJSON_GetArrayItem(a, fim);
+    CHECK(num_of(l, "status") == 400 && test_log_names(l, "unknown_fields", "foo_fim"),
+          "suffix and input_extra are known on /v1/completions");
+    cJSON_Delete(a);
+    CHECK(test_log_one("ops_log.err", "/v1/chat/completions", "notes", "special_text_recognised"),
+          "the chat line notes the special text");
+    CHECK(test_log_one("ops_log.err", "/tokenize", "unknown_fields", "with_pieces"),
+          "/tokenize names with_pieces");
+    a = test_log_lines("ops_log.err", "/infill", &n);
+    l = cJSON_GetArrayItem(a, 0);
+    CHECK(n == 2 && num_of(l, "status") == 400 && test_log_names(l, "unknown_fields", "foo_fim"),
+          "/infill's fields are known (%d lines)", n);
     cJSON_Delete(a);
     cJSON_Delete(j);
 }
