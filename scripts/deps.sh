@@ -7,7 +7,8 @@
 # and npm, also the tokenizer reference packages (npm ci in tests/tokref) and the
 # official OpenAI Node client with ajv (npm ci in tests/openai), the official
 # Anthropic SDK with Claude Code (npm ci in tests/anthropic) and Codex CLI
-# (npm ci in tests/codex; its native binary is the package's platform dependency).
+# (npm ci in tests/codex; its native binary is the package's platform dependency),
+# Qwen Code and the Vercel AI SDK (npm ci in tests/agents).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SUDO=""
@@ -70,6 +71,14 @@ if command -v node >/dev/null && command -v npm >/dev/null &&
   echo "installing: @openai/codex (npm ci in tests/codex)" >&2
   (cd tests/codex && npm ci --no-audit --no-fund --loglevel=error) ||
     echo "warning: npm ci in tests/codex failed; test_codex_cli will be skipped" >&2
+fi
+# Qwen Code and the Vercel AI SDK with its OpenAI, OpenAI-compatible and Anthropic
+# providers (npm ci in tests/agents) for test_agents.
+if command -v node >/dev/null && command -v npm >/dev/null &&
+   [ ! -f tests/agents/node_modules/ai/package.json ]; then
+  echo "installing: @qwen-code/qwen-code, ai and @ai-sdk/* (npm ci in tests/agents)" >&2
+  (cd tests/agents && npm ci --no-audit --no-fund --loglevel=error) ||
+    echo "warning: npm ci in tests/agents failed; test_agents will be skipped" >&2
 fi
 
 if [ "${KVI_NO_WEB:-0}" != 1 ] && command -v node >/dev/null && command -v npm >/dev/null; then

@@ -1,0 +1,220 @@
+/*
+ * test_agents.c — more agent clients against `kvinfer serve` on stories260K
+ * with Qwen2.5's chat template (Hermes/Qwen tool calls), from the npm packages
+ * pinned in tests/agents/package.json (installed by scripts/deps.sh with npm ci;
+ * nothing is downloaded at run time):
+ *
+ *   1. The Vercel AI SDK (tests/agents/ai.mjs): generateText, streamText and a
+ *      required tool call with its result sent back, through the
+ *      openai-compatible provider and @ai-sdk/openai (chat completions), the
+ *      Responses API and @ai-sdk/anthropic (Messages). Its request bodies go
+ *      to testtmp/agents_ai_requests.txt.
+ *   2. Qwen Code (`qwen "Say hi"`, OpenAI chat completions, content as a list
+ *      of text parts, 11 function tools, stream with include_usage) with its
+ *      own request log (--openai-logging) in testtmp/agents_qwen_log. HOME is a
+ *      temporary folder whose settings turn off usage statistics, telemetry,
+ *      auto-update and the background memory extractor, so nothing leaves
+ *      127.0.0.1. The tiny model never ends a turn, so the server caps every
+ *      answer at 32 tokens (-n 32); Qwen Code then raises max_tokens and asks
+ *      to continue, and prints the answers joined. Its first request is sent
+ *      again (not streamed): the printed answer must begin with that text (the
+ *      server's seed is fixed for its lifetime, so the same prompt gives the
+ *      same tokens).
+ *
+ * Every request in each server's log must have been answered 200 with no
+ * unknown field. Skips (77) with the reason when node or the packages are
+ * missing, and in sanitizer builds (the clients, not the C code, are under
+ * test, and the ~29k-token prompt of Qwen Code is slow there).
+ */
+#include "testutil.h"
+
+#include "http_util.h"
+
+#include <dirent.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <cjson/cJSON.h>
+
+#ifndef KVI_AGENTS_DIR
+#define KVI_AGENTS_DIR "tests/agents"
+#endif
+#ifndef KVI_NODE_BIN
+#define KVI_NODE_BIN ""
+#endif
+
+/* Every request line of a server's log (test_server_start_logged) was answered
+ * 200 and named no unknown field; n_min lines at least. */
+static void check_log(const char *err_name, const char *path, int n_min)
+{
+    char *log = read_file(tmp_path(err_name), NULL);
+    CHECK(log != NULL, "%s read", err_name);
+    int n = 0;
+    for (const char *p = log ? strstr(log, path) : NULL; p; p = strstr(p + 1, path)) {
+        const char *end = strchr(p, '\n');
+        const size_t len = end ? (size_t)(end - p) : strlen(p);
+        char line[1024];
+        snprintf(line, sizeof line, "%.*s", (int)(len < sizeof line - 1 ? len : sizeof line - 1), p);
+        CHECK(strstr(line, " 200 ") && !strstr(line, "unknown="), "answered 200, no unknown field: %s", line);
+        n++;
+    }
+    CHECK(n >= n_min, "%s: %d requests to %s (at least %d)", err_name, n, path, n_min);
+    free(log);
+}
+
+static void ai_sdk(void)
+{
+    char extra[1024];
+    snprintf(extra, sizeof extra, "-c 4096 --chat-template-file '%s'",
+             shared_path("templates/Qwen-Qwen2.5-7B-Instruct.jinja"));
+    test_server s;
+    CHECK(test_server_start_logged(&s, extra, "agents_ai.err"), "server starts");
+    const char *dump = tmp_path("agents_ai_requests.txt");
+    remove(dump);
+    setenv("KVI_AGENTS_DUMP", dump, 1);
+    node_script_check(KVI_NODE_BIN, KVI_AGENTS_DIR, "ai.mjs", s.port, 12);
+    CHECK(test_server_stop(&s) == 0, "server stops cleanly");
+    check_log("agents_ai.err", " POST /v1/", 16);
+}
+
+/* The name of the oldest file in dir (Qwen Code's log names begin with an ISO
+ * time), malloc'd; NULL when there is none. */
+static char *oldest_file(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) return NULL;
+    char *best = NULL;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (e->d_name[0] == '.' || (best && strcmp(e->d_name, best) >= 0)) continue;
+        free(best);
+        best = strdup(e->d_name);
+    }
+    closedir(d);
+    return best;
+}
+
+static bool write_settings(const char *home)
+{
+    char path[1100];
+    snprintf(path, sizeof path, "%s/.qwen", home);
+    mkdir(home, 0700);
+    mkdir(path, 0700);
+    snprintf(path, sizeof path, "%s/.qwen/settings.json", home);
+    static const char text[] = "{\n"
+                               "  \"general\": {\"enableAutoUpdate\": false},\n"
+                               "  \"privacy\": {\"usageStatisticsEnabled\": false},\n"
+                               "  \"telemetry\": {\"enabled\": false},\n"
+                               "  \"memory\": {\"enableManagedAutoMemory\": false}\n"
+                               "}\n";
+    return write_file(path, text, sizeof text - 1) == 0;
+}
+
+/* The text of the first request in Qwen Code's log, sent again without stream
+ * (malloc'd; NULL on failure); prints the shape of what Qwen Code sent. */
+static char *first_request_again(int port, const char *logdir)
+{
+    char *name = oldest_file(logdir);
+    CHECK(name != NULL, "Qwen Code logged its requests in %s", logdir);
+    if (!name) return NULL;
+    char path[2048];
+    snprintf(path, sizeof path, "%s/%s", logdir, name);
+    free(name);
+    cJSON *log = load_json(path);
+    cJSON *req = cJSON_DetachItemFromObjectCaseSensitive(log, "request");
+    cJSON_Delete(log);
+    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(req, "messages");
+    const cJSON *last = cJSON_GetArrayItem(msgs, cJSON_GetArraySize(msgs) - 1);
+    const cJSON *part = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(last, "content"), 0);
+    const cJSON *text = cJSON_GetObjectItemCaseSensitive(part, "text");
+    CHECK(cJSON_IsString(text) && strstr(text->valuestring, "Say hi"),
+          "the prompt is the last message's first text part");
+    printf("Qwen Code sent:");
+    for (const cJSON *f = req ? req->child : NULL; f; f = f->next)
+        printf(cJSON_IsArray(f) ? " %s[%d]" : " %s", f->string, cJSON_GetArraySize(f));
+    printf("\n");
+    cJSON_DeleteItemFromObjectCaseSensitive(req, "stream_options");
+    cJSON_ReplaceItemInObjectCaseSensitive(req, "stream", cJSON_CreateFalse());
+    char *body = cJSON_PrintUnformatted(req);
+    cJSON_Delete(req);
+    http_resp r = http_request(port, "POST", "/v1/chat/completions", NULL, body);
+    free(body);
+    CHECK(r.status == 200, "the first request again: HTTP %d", r.status);
+    cJSON *answer = cJSON_Parse(r.body ? r.body : "");
+    free(r.body);
+    const cJSON *msg = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(answer, "choices"), 0), "message");
+    const cJSON *content = cJSON_GetObjectItemCaseSensitive(msg, "content");
+    char *out = cJSON_IsString(content) ? strdup(content->valuestring) : NULL;
+    cJSON_Delete(answer);
+    return out;
+}
+
+static void qwen_code(void)
+{
+    char extra[1024];
+    snprintf(extra, sizeof extra, "-c 65536 --parallel 2 -n 32 --chat-template-file '%s'",
+             shared_path("templates/Qwen-Qwen2.5-7B-Instruct.jinja"));
+    test_server s;
+    CHECK(test_server_start_logged(&s, extra, "agents_qwen.err"), "server starts");
+    char home[1024], work[1024], logdir[1024], cmd[8192];
+    snprintf(home, sizeof home, "%s", tmp_path("agents_qwen_home"));
+    snprintf(work, sizeof work, "%s", tmp_path("agents_qwen_work"));
+    snprintf(logdir, sizeof logdir, "%s", tmp_path("agents_qwen_log"));
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s' '%s'", home, work, logdir);
+    CHECK(system(cmd) == 0, "old folders removed");
+    mkdir(work, 0700);
+    CHECK(write_settings(home), "settings.json written");
+    snprintf(
+        cmd, sizeof cmd,
+        "cd '%s' && HOME='%s' QWEN_HOME='%s/.qwen' OPENAI_BASE_URL=http://127.0.0.1:%d/v1 "
+        "OPENAI_API_KEY=none "
+        "OPENAI_MODEL=stories260K timeout 300 '%s' '%s/node_modules/@qwen-code/qwen-code/cli.js' --auth-type "
+        "openai --system-prompt 'You are a helpful assistant.' --openai-logging --openai-logging-dir '%s' -o "
+        "json 'Say hi' </dev/null 2>'%s'",
+        work, home, home, s.port, KVI_NODE_BIN, KVI_AGENTS_DIR, logdir, tmp_path("agents_qwen_stderr.txt"));
+    FILE *p = popen(cmd, "r");
+    CHECK(p != NULL, "qwen runs");
+    size_t n = 0, cap = 1 << 16;
+    char *out = malloc(cap);
+    for (size_t got; p && out && (got = fread(out + n, 1, cap - n - 1, p)) > 0;) {
+        n += got;
+        if (n + 1 == cap) out = realloc(out, cap *= 2);
+    }
+    if (out) out[n] = 0;
+    const int rc = p ? pclose(p) : -1;
+    CHECK(rc == 0, "qwen exit status %d: %s", rc, out ? out : "");
+    /* -o json: an array of events; the last is the result */
+    cJSON *events = cJSON_Parse(out ? out : "");
+    free(out);
+    const cJSON *result = cJSON_GetArrayItem(events, cJSON_GetArraySize(events) - 1);
+    const cJSON *text = cJSON_GetObjectItemCaseSensitive(result, "result");
+    CHECK(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(result, "is_error")) && cJSON_IsString(text),
+          "a result without an error");
+    char *first = first_request_again(s.port, logdir);
+    CHECK(first && first[0] && cJSON_IsString(text) && !strncmp(text->valuestring, first, strlen(first)),
+          "the printed answer %s begins with the server's text %s",
+          cJSON_IsString(text) ? text->valuestring : "(none)", first ? first : "(none)");
+    printf("Qwen Code printed: %s\n", cJSON_IsString(text) ? text->valuestring : "(none)");
+    free(first);
+    cJSON_Delete(events);
+    CHECK(test_server_stop(&s) == 0, "server stops cleanly");
+    check_log("agents_qwen.err", " POST /v1/chat/completions ", 2);
+}
+
+int main(void)
+{
+#if defined(__SANITIZE_ADDRESS__)
+    printf(
+        "skipped: agent clients are not run in sanitizer builds (the clients are under test, and Qwen Code's "
+        "~29k-token prompt is slow there)\n");
+    return 77;
+#else
+    if (!node_ready(KVI_NODE_BIN, KVI_AGENTS_DIR, "node_modules/ai/package.json",
+                    "ai, @ai-sdk/* and @qwen-code/qwen-code"))
+        return 77;
+    ai_sdk();
+    qwen_code();
+    return test_main_end();
+#endif
+}
