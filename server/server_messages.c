@@ -37,6 +37,7 @@
 #include "formats/json_util.h"
 
 #include <math.h>
+#include <microhttpd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -399,8 +400,11 @@ static int translate_tool_choice(const cJSON *root, cJSON *out, srv_err *er)
 }
 
 /* thinking: {"type": "enabled", "budget_tokens"} | {"type": "disabled"} |
- * {"type": "adaptive"}: the template's enable_thinking switch (when it reasons). */
-static int translate_thinking(srv_server *srv, const cJSON *root, cJSON *out, srv_err *er)
+ * {"type": "adaptive"}: the template's enable_thinking switch (when it reasons).
+ * budget_tokens must be below max_tokens, except under interleaved thinking
+ * (the anthropic-beta header's interleaved-thinking-2025-05-14), where it is
+ * the budget of the whole turn and may exceed max_tokens, as Anthropic allows. */
+static int translate_thinking(srv_server *srv, const cJSON *root, bool interleaved, cJSON *out, srv_err *er)
 {
     const cJSON *th = cJSON_GetObjectItemCaseSensitive(root, "thinking");
     if (!th || cJSON_IsNull(th)) return 0;
@@ -413,7 +417,7 @@ static int translate_thinking(srv_server *srv, const cJSON *root, cJSON *out, sr
     if (!strcmp(type, "enabled")) {
         if (!cJSON_IsNumber(bt) || bt->valuedouble != floor(bt->valuedouble) || bt->valuedouble < 1024)
             return bad(er, "'%s' %s", "thinking.budget_tokens", "must be an integer >= 1024");
-        if (cJSON_IsNumber(mt) && bt->valuedouble >= mt->valuedouble)
+        if (!interleaved && cJSON_IsNumber(mt) && bt->valuedouble >= mt->valuedouble)
             return bad(er, "'%s' %s", "thinking.budget_tokens", "must be less than max_tokens");
     }
     if (!srv->reasons || !strcmp(type, "adaptive")) return 0; /* the template's own default */
@@ -463,7 +467,7 @@ static bool listed(const char *k, const char *const *v, size_t n)
 
 /* The OpenAI chat body of an Anthropic body (a cJSON tree), or NULL with *er
  * set. count: /v1/messages/count_tokens (max_tokens not required). */
-static cJSON *translate(srv_server *srv, const cJSON *root, bool count, srv_err *er)
+static cJSON *translate(srv_server *srv, const cJSON *root, bool count, bool interleaved, srv_err *er)
 {
     if (!cJSON_IsObject(root)) {
         srv_err_set(er, 400, "invalid_request_error", NULL, "the body must be a JSON object");
@@ -502,7 +506,7 @@ static cJSON *translate(srv_server *srv, const cJSON *root, bool count, srv_err 
     if (!rc) rc = translate_messages(root, out, er);
     if (!rc) rc = translate_tools(root, out, er);
     if (!rc) rc = translate_tool_choice(root, out, er);
-    if (!rc) rc = translate_thinking(srv, root, out, er);
+    if (!rc) rc = translate_thinking(srv, root, interleaved, out, er);
     if (!rc) rc = translate_output(root, out, er);
     if (rc) {
         cJSON_Delete(out);
@@ -803,14 +807,31 @@ static int send_err(struct MHD_Connection *con, const srv_err *er)
     return srv_send_error(con, &srv_api_messages, er);
 }
 
-int srv_messages_parse(srv_server *srv, const char *body, size_t len, bool count, srv_params *p, srv_err *er)
+/* Whether the anthropic-beta header (comma-separated names) names interleaved thinking. */
+static bool interleaved_beta(struct MHD_Connection *con)
+{
+    static const char name[] = "interleaved-thinking-2025-05-14";
+    const char *v = MHD_lookup_connection_value(con, MHD_HEADER_KIND, "anthropic-beta");
+    for (const char *p = v; p && *p;) {
+        p += strspn(p, " \t,");
+        const size_t n = strcspn(p, ",");
+        size_t m = n;
+        while (m && (p[m - 1] == ' ' || p[m - 1] == '\t')) m--;
+        if (m == sizeof name - 1 && !strncmp(p, name, m)) return true;
+        p += n;
+    }
+    return false;
+}
+
+static int parse_body(srv_server *srv, const char *body, size_t len, bool count, bool interleaved,
+                      srv_params *p, srv_err *er)
 {
     bool oom = false;
     cJSON *root = kvi_json_parse(body ? body : "", len, &oom);
     if (!root)
         return srv_err_set(er, oom ? 500 : 400, "invalid_request_error", NULL,
                            oom ? "out of memory" : "the body is not valid JSON");
-    cJSON *out = translate(srv, root, count, er);
+    cJSON *out = translate(srv, root, count, interleaved, er);
     cJSON_Delete(root);
     char *chat = out ? cJSON_PrintUnformatted(out) : NULL;
     cJSON_Delete(out);
@@ -820,11 +841,16 @@ int srv_messages_parse(srv_server *srv, const char *body, size_t len, bool count
     return rc;
 }
 
+int srv_messages_parse(srv_server *srv, const char *body, size_t len, bool count, srv_params *p, srv_err *er)
+{
+    return parse_body(srv, body, len, count, false, p, er);
+}
+
 static int count_tokens(srv_server *srv, struct MHD_Connection *con, const char *body, size_t len)
 {
     srv_err er = { 0 };
     srv_params p;
-    if (srv_messages_parse(srv, body, len, true, &p, &er)) return send_err(con, &er);
+    if (parse_body(srv, body, len, true, interleaved_beta(con), &p, &er)) return send_err(con, &er);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "input_tokens", p.n_prompt);
     srv_params_free(&p);
@@ -851,7 +877,7 @@ int srv_messages(srv_server *srv, struct MHD_Connection *con, const char *url, c
     ms->open = -1;
     r->api_state = ms;
     r->id[3] = '_'; /* "msg_<n>", Anthropic's spelling */
-    if (srv_messages_parse(srv, body, len, false, &r->p, &er)) {
+    if (parse_body(srv, body, len, false, interleaved_beta(con), &r->p, &er)) {
         srv_req_discard(r);
         return send_err(con, &er);
     }
