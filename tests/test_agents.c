@@ -9,9 +9,12 @@
  *      openai-compatible provider and @ai-sdk/openai (chat completions), the
  *      Responses API and @ai-sdk/anthropic (Messages). Its request bodies go
  *      to testtmp/agents_ai_requests.txt.
- *   2. Qwen Code (`qwen "Say hi"`, OpenAI chat completions, content as a list
- *      of text parts, 11 function tools, stream with include_usage) with its
- *      own request log (--openai-logging) in testtmp/agents_qwen_log. HOME is a
+ *   2. Qwen Code (`qwen "Say hi"`), twice: over OpenAI chat completions
+ *      (content as a list of text parts, 11 function tools, stream with
+ *      include_usage; its own request log, --openai-logging, in
+ *      testtmp/agents_qwen_log) and over the Messages API (--auth-type
+ *      anthropic: thinking budget_tokens 32000 over max_tokens 8000 under the
+ *      anthropic-beta interleaved-thinking header, tools, cache_control). HOME is a
  *      temporary folder whose settings turn off usage statistics, telemetry,
  *      auto-update and the background memory extractor, so nothing leaves
  *      127.0.0.1. The tiny model never ends a turn, so the server caps every
@@ -24,7 +27,7 @@
  * Every request in each server's log must have been answered 200 with no
  * unknown field. Skips (77) with the reason when node or the packages are
  * missing, and in sanitizer builds (the clients, not the C code, are under
- * test, and the ~29k-token prompt of Qwen Code is slow there).
+ * test, and the ~21k-token prompt of Qwen Code is slow there).
  */
 #include "testutil.h"
 
@@ -150,29 +153,33 @@ static char *first_request_again(int port, const char *logdir)
     return out;
 }
 
-static void qwen_code(void)
+/* Runs `qwen 'Say hi'` in the folders under testtmp against port with auth
+ * ("openai": chat completions, its requests logged in logdir; "anthropic":
+ * Messages); CHECKs its exit status and a result without an error, and
+ * returns the printed answer (malloc'd) or NULL. */
+static char *run_qwen(int port, const char *auth, const char *logdir)
 {
-    char extra[1024];
-    snprintf(extra, sizeof extra, "-c 65536 --parallel 2 -n 32 --chat-template-file '%s'",
-             shared_path("templates/Qwen-Qwen2.5-7B-Instruct.jinja"));
-    test_server s;
-    CHECK(test_server_start_logged(&s, extra, "agents_qwen.err"), "server starts");
-    char home[1024], work[1024], logdir[1024], cmd[8192];
+    char home[1024], work[1024], cmd[8192], env[1024];
     snprintf(home, sizeof home, "%s", tmp_path("agents_qwen_home"));
     snprintf(work, sizeof work, "%s", tmp_path("agents_qwen_work"));
-    snprintf(logdir, sizeof logdir, "%s", tmp_path("agents_qwen_log"));
     snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s' '%s'", home, work, logdir);
     CHECK(system(cmd) == 0, "old folders removed");
     mkdir(work, 0700);
     CHECK(write_settings(home), "settings.json written");
+    if (!strcmp(auth, "openai"))
+        snprintf(env, sizeof env,
+                 "OPENAI_BASE_URL=http://127.0.0.1:%d/v1 OPENAI_API_KEY=none OPENAI_MODEL=stories260K", port);
+    else
+        snprintf(env, sizeof env,
+                 "ANTHROPIC_BASE_URL=http://127.0.0.1:%d ANTHROPIC_API_KEY=none ANTHROPIC_MODEL=stories260K",
+                 port);
     snprintf(
         cmd, sizeof cmd,
-        "cd '%s' && HOME='%s' QWEN_HOME='%s/.qwen' OPENAI_BASE_URL=http://127.0.0.1:%d/v1 "
-        "OPENAI_API_KEY=none "
-        "OPENAI_MODEL=stories260K timeout 300 '%s' '%s/node_modules/@qwen-code/qwen-code/cli.js' --auth-type "
-        "openai --system-prompt 'You are a helpful assistant.' --openai-logging --openai-logging-dir '%s' -o "
-        "json 'Say hi' </dev/null 2>'%s'",
-        work, home, home, s.port, KVI_NODE_BIN, KVI_AGENTS_DIR, logdir, tmp_path("agents_qwen_stderr.txt"));
+        "cd '%s' && HOME='%s' QWEN_HOME='%s/.qwen' %s timeout 300 '%s' "
+        "'%s/node_modules/@qwen-code/qwen-code/cli.js' --auth-type %s --system-prompt 'You are a helpful "
+        "assistant.' --openai-logging --openai-logging-dir '%s' -o json 'Say hi' </dev/null 2>'%s'",
+        work, home, home, env, KVI_NODE_BIN, KVI_AGENTS_DIR, auth, logdir,
+        tmp_path("agents_qwen_stderr.txt"));
     FILE *p = popen(cmd, "r");
     CHECK(p != NULL, "qwen runs");
     size_t n = 0, cap = 1 << 16;
@@ -183,23 +190,44 @@ static void qwen_code(void)
     }
     if (out) out[n] = 0;
     const int rc = p ? pclose(p) : -1;
-    CHECK(rc == 0, "qwen exit status %d: %s", rc, out ? out : "");
+    CHECK(rc == 0, "qwen --auth-type %s: exit status %d: %s", auth, rc, out ? out : "");
     /* -o json: an array of events; the last is the result */
     cJSON *events = cJSON_Parse(out ? out : "");
     free(out);
     const cJSON *result = cJSON_GetArrayItem(events, cJSON_GetArraySize(events) - 1);
     const cJSON *text = cJSON_GetObjectItemCaseSensitive(result, "result");
-    CHECK(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(result, "is_error")) && cJSON_IsString(text),
-          "a result without an error");
-    char *first = first_request_again(s.port, logdir);
-    CHECK(first && first[0] && cJSON_IsString(text) && !strncmp(text->valuestring, first, strlen(first)),
-          "the printed answer %s begins with the server's text %s",
-          cJSON_IsString(text) ? text->valuestring : "(none)", first ? first : "(none)");
-    printf("Qwen Code printed: %s\n", cJSON_IsString(text) ? text->valuestring : "(none)");
-    free(first);
+    const bool ok =
+        cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(result, "is_error")) && cJSON_IsString(text);
+    CHECK(ok, "qwen --auth-type %s: a result without an error", auth);
+    char *answer = ok ? strdup(text->valuestring) : NULL;
+    printf("Qwen Code (%s) printed: %s\n", auth, answer ? answer : "(none)");
     cJSON_Delete(events);
+    return answer;
+}
+
+static void qwen_code(void)
+{
+    char extra[1024];
+    snprintf(extra, sizeof extra, "-c 65536 --parallel 2 -n 32 --chat-template-file '%s'",
+             shared_path("templates/Qwen-Qwen2.5-7B-Instruct.jinja"));
+    test_server s;
+    CHECK(test_server_start_logged(&s, extra, "agents_qwen.err"), "server starts");
+    const char *logdir = tmp_path("agents_qwen_log");
+    char *answer = run_qwen(s.port, "openai", logdir);
+    char *first = first_request_again(s.port, logdir);
+    CHECK(answer && first && first[0] && !strncmp(answer, first, strlen(first)),
+          "the printed answer %s begins with the server's text %s", answer ? answer : "(none)",
+          first ? first : "(none)");
+    free(first);
+    free(answer);
+    /* the Messages API: thinking budget_tokens 32000 over max_tokens 8000
+     * under anthropic-beta interleaved-thinking-2025-05-14, tools, cache_control */
+    answer = run_qwen(s.port, "anthropic", logdir);
+    CHECK(answer && answer[0], "an answer over /v1/messages");
+    free(answer);
     CHECK(test_server_stop(&s) == 0, "server stops cleanly");
     check_log("agents_qwen.err", " POST /v1/chat/completions ", 2);
+    check_log("agents_qwen.err", " POST /v1/messages ", 2);
 }
 
 int main(void)
@@ -207,7 +235,7 @@ int main(void)
 #if defined(__SANITIZE_ADDRESS__)
     printf(
         "skipped: agent clients are not run in sanitizer builds (the clients are under test, and Qwen Code's "
-        "~29k-token prompt is slow there)\n");
+        "~21k-token prompt is slow there)\n");
     return 77;
 #else
     if (!node_ready(KVI_NODE_BIN, KVI_AGENTS_DIR, "node_modules/ai/package.json",
