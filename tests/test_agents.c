@@ -5,7 +5,7 @@
  * nothing is downloaded at run time):
  *
  *   1. The Vercel AI SDK (tests/agents/ai.mjs): generateText, streamText and a
- *      required tool call with its result sent back, through the
+ *      required tool call (plain, with its result sent back, and streamed), through the
  *      openai-compatible provider and @ai-sdk/openai (chat completions), the
  *      Responses API and @ai-sdk/anthropic (Messages). Its request bodies go
  *      to testtmp/agents_ai_requests.txt.
@@ -76,9 +76,9 @@ static void ai_sdk(void)
     const char *dump = tmp_path("agents_ai_requests.txt");
     remove(dump);
     setenv("KVI_AGENTS_DUMP", dump, 1);
-    node_script_check(KVI_NODE_BIN, KVI_AGENTS_DIR, "ai.mjs", s.port, 12);
+    node_script_check(KVI_NODE_BIN, KVI_AGENTS_DIR, "ai.mjs", s.port, 16);
     CHECK(test_server_stop(&s) == 0, "server stops cleanly");
-    check_log("agents_ai.err", " POST /v1/", 16);
+    check_log("agents_ai.err", " POST /v1/", 20);
 }
 
 /* The name of the oldest file in dir (Qwen Code's log names begin with an ISO

@@ -19,8 +19,9 @@
 //      since greedy decoding of the same prompt gives the same tokens;
 //   3. a tool with toolChoice "required": the call's input validates against
 //      the tool's zod schema (parallel calls off, in each provider's own
-//      option), then the tool's result goes back in a second
-//      step (toolChoice "none"), which must finish with text.
+//      option), then the tool's result goes back in a second step
+//      (toolChoice "none"), which must finish with text;
+//   4. the first step of (3) streamed: the same call input.
 // Prints one "ok ..." line per check and "all ok"; exits 1 at the first failure.
 import { generateText, streamText, tool, stepCountIs } from 'ai';
 import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
@@ -74,6 +75,12 @@ const weather = z.object({
   city: z.string().min(1).max(12),
   unit: z.enum(['celsius', 'fahrenheit']),
 });
+// one call (the tiny model would call again and again); each provider reads its own key
+const oneCall = {
+  kvinfer: { parallel_tool_calls: false },
+  openai: { parallelToolCalls: false },
+  anthropic: { disableParallelToolUse: true },
+};
 const prompt = 'Once upon a time';
 const settings = { prompt, maxOutputTokens: 24, temperature: 0, maxRetries: 0 };
 
@@ -111,12 +118,7 @@ for (const api of apis) {
       }),
     },
     toolChoice: 'required',
-    // one call (the tiny model would call again and again); each provider reads its own key
-    providerOptions: {
-      kvinfer: { parallel_tool_calls: false },
-      openai: { parallelToolCalls: false },
-      anthropic: { disableParallelToolUse: true },
-    },
+    providerOptions: oneCall,
     stopWhen: stepCountIs(2),
     prepareStep: ({ stepNumber }) => (stepNumber > 0 ? { toolChoice: 'none' } : {}),
   });
@@ -129,5 +131,23 @@ for (const api of apis) {
   if (calls.steps.length !== 2 || calls.steps[1].toolCalls.length !== 0 || !calls.steps[1].text)
     fail(`${what} tool result`, `steps ${calls.steps.length}: ${JSON.stringify(calls.steps.at(-1)?.content)}`);
   console.log(`ok ${what} tool call ${JSON.stringify(call.input)}, then ${JSON.stringify(calls.steps[1].text)}`);
+
+  // the same first step streamed: the call arrives as tool-input deltas
+  const streamedCall = streamText({
+    model: api.model,
+    prompt: 'What is the weather in Paris?',
+    maxOutputTokens: 100,
+    temperature: 0,
+    maxRetries: 0,
+    tools: { get_weather: tool({ description: 'The weather of a city', inputSchema: weather }) },
+    toolChoice: 'required',
+    providerOptions: oneCall,
+    onError: ({ error }) => fail(`${what} streamed tool call`, error),
+  });
+  const streamedCalls = await streamedCall.toolCalls;
+  if ((await streamedCall.finishReason) !== 'tool-calls' || streamedCalls.length !== 1 ||
+      JSON.stringify(streamedCalls[0].input) !== JSON.stringify(call.input))
+    fail(`${what} streamed tool call`, `${JSON.stringify(streamedCalls)} (${await streamedCall.finishReason})`);
+  console.log(`ok ${what} streamed tool call: the same input`);
 }
 console.log('all ok');
