@@ -8,7 +8,7 @@
 # official OpenAI Node client with ajv (npm ci in tests/openai), the official
 # Anthropic SDK with Claude Code (npm ci in tests/anthropic) and Codex CLI
 # (npm ci in tests/codex; its native binary is the package's platform dependency),
-# Qwen Code and the Vercel AI SDK (npm ci in tests/agents).
+# Qwen Code, pi and the Vercel AI SDK (npm ci in tests/agents).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SUDO=""
@@ -72,11 +72,11 @@ if command -v node >/dev/null && command -v npm >/dev/null &&
   (cd tests/codex && npm ci --no-audit --no-fund --loglevel=error) ||
     echo "warning: npm ci in tests/codex failed; test_codex_cli will be skipped" >&2
 fi
-# Qwen Code and the Vercel AI SDK with its OpenAI, OpenAI-compatible and Anthropic
+# Qwen Code, pi and the Vercel AI SDK with its OpenAI, OpenAI-compatible and Anthropic
 # providers (npm ci in tests/agents) for test_agents.
 if command -v node >/dev/null && command -v npm >/dev/null &&
    [ ! -f tests/agents/node_modules/ai/package.json ]; then
-  echo "installing: @qwen-code/qwen-code, ai and @ai-sdk/* (npm ci in tests/agents)" >&2
+  echo "installing: @qwen-code/qwen-code, @mariozechner/pi-coding-agent, ai and @ai-sdk/* (npm ci in tests/agents)" >&2
   (cd tests/agents && npm ci --no-audit --no-fund --loglevel=error) ||
     echo "warning: npm ci in tests/agents failed; test_agents will be skipped" >&2
 fi
