@@ -528,7 +528,34 @@ static void test_thinking(int port)
               cJSON_GetArraySize(cJSON_GetObjectItem(j, "content")),
           "as many blocks streamed as plain");
     cJSON_Delete(sm.msg);
+    /* display "omitted" (pi sends display): the same blocks, the thinking one
+     * without its text, plain and streamed (no thinking_delta) */
+    static const char omitted[] = "{\"type\":\"enabled\",\"budget_tokens\":1024,\"display\":\"omitted\"}";
+    b = body_new("Tell me", 1030);
+    cJSON_AddItemToObject(b, "thinking", cJSON_Parse(omitted));
+    cJSON *o = post(port, b, &st);
+    const cJSON *oc = cJSON_GetObjectItem(o, "content"), *jc = cJSON_GetObjectItem(j, "content");
+    CHECK(st == 200 && eq(str_of(cJSON_GetArrayItem(oc, 0), "type"), "thinking") &&
+              eq(str_of(cJSON_GetArrayItem(oc, 0), "thinking"), "") &&
+              cJSON_GetArraySize(oc) == cJSON_GetArraySize(jc),
+          "display omitted: a thinking block without its text, as many blocks");
+    for (int i = 1; i < cJSON_GetArraySize(jc); i++)
+        CHECK(cJSON_Compare(cJSON_GetArrayItem(oc, i), cJSON_GetArrayItem(jc, i), true),
+              "display omitted: block %d as without it", i);
+    b = body_new("Tell me", 1030);
+    cJSON_AddItemToObject(b, "thinking", cJSON_Parse(omitted));
+    CHECK(stream(port, b, &sm), "omitted thinking streamed");
+    const cJSON *sc = cJSON_GetObjectItem(sm.msg, "content");
+    CHECK(eq(str_of(cJSON_GetArrayItem(sc, 0), "type"), "thinking") &&
+              eq(str_of(cJSON_GetArrayItem(sc, 0), "thinking"), "") && cJSON_Compare(sc, oc, true),
+          "streamed omitted thinking == plain");
+    cJSON_Delete(sm.msg);
+    cJSON_Delete(o);
     cJSON_Delete(j);
+    bad_body(port,
+             "{\"max_tokens\":2000,\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":1024,\"display\":"
+             "\"full\"},\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}",
+             "thinking.display");
 }
 
 int main(void)
