@@ -78,13 +78,20 @@ static void check_log(const char *err_name, const char *path, int n_min)
     free(log);
 }
 
-static void ai_sdk(void)
+/* Starts a server with flags and Qwen2.5's template, its request log in
+ * tmp_path(err_name). */
+static void start_server(test_server *s, const char *flags, const char *err_name)
 {
     char extra[1024];
-    snprintf(extra, sizeof extra, "-c 4096 --chat-template-file '%s'",
+    snprintf(extra, sizeof extra, "%s --chat-template-file '%s'", flags,
              shared_path("templates/Qwen-Qwen2.5-7B-Instruct.jinja"));
+    CHECK(test_server_start_logged(s, extra, err_name), "server starts (%s)", flags);
+}
+
+static void ai_sdk(void)
+{
     test_server s;
-    CHECK(test_server_start_logged(&s, extra, "agents_ai.err"), "server starts");
+    start_server(&s, "-c 4096", "agents_ai.err");
     const char *dump = tmp_path("agents_ai_requests.txt");
     remove(dump);
     setenv("KVI_AGENTS_DUMP", dump, 1);
@@ -328,11 +335,8 @@ static void run_pi(int port, const char *api, const char *path)
 
 static void cli_agents(void)
 {
-    char extra[1024];
-    snprintf(extra, sizeof extra, "-c 65536 --parallel 2 -n 32 --chat-template-file '%s'",
-             shared_path("templates/Qwen-Qwen2.5-7B-Instruct.jinja"));
     test_server s;
-    CHECK(test_server_start_logged(&s, extra, "agents_qwen.err"), "server starts");
+    start_server(&s, "-c 65536 --parallel 2 -n 32", "agents_qwen.err");
     const char *logdir = tmp_path("agents_qwen_log");
     char *answer = run_qwen(s.port, "openai", logdir);
     char *first = first_request_again(s.port, logdir);
@@ -355,19 +359,24 @@ static void cli_agents(void)
     check_log("agents_qwen.err", " POST /v1/responses ", 2);
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+static const bool sanitizer_build = true;
+#else
+static const bool sanitizer_build = false;
+#endif
+
 int main(void)
 {
-#if defined(__SANITIZE_ADDRESS__)
-    printf(
-        "skipped: agent clients are not run in sanitizer builds (the clients are under test, and Qwen Code's "
-        "~21k-token prompt is slow there)\n");
-    return 77;
-#else
+    if (sanitizer_build) {
+        printf("skipped: agent clients are not run in sanitizer builds (the clients are under test, and Qwen "
+               "Code's "
+               "~21k-token prompt is slow there)\n");
+        return 77;
+    }
     if (!node_ready(KVI_NODE_BIN, KVI_AGENTS_DIR, "node_modules/ai/package.json",
-                    "ai, @ai-sdk/* and @qwen-code/qwen-code"))
+                    "ai, @ai-sdk/*, @qwen-code/qwen-code and @mariozechner/pi-coding-agent"))
         return 77;
     ai_sdk();
     cli_agents();
     return test_main_end();
-#endif
 }
