@@ -7,7 +7,8 @@
 # and npm, also the tokenizer reference packages (npm ci in tests/tokref) and the
 # official OpenAI Node client with ajv (npm ci in tests/openai), the official
 # Anthropic SDK with Claude Code (npm ci in tests/anthropic) and Codex CLI
-# (npm ci in tests/codex; its native binary is the package's platform dependency).
+# (npm ci in tests/codex; its native binary is the package's platform dependency),
+# Qwen Code, pi and the Vercel AI SDK (npm ci in tests/agents).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SUDO=""
@@ -63,6 +64,10 @@ npm_ci tests/anthropic node_modules/@anthropic-ai/sdk/package.json \
   "@anthropic-ai/sdk, @anthropic-ai/claude-code and ajv" "test_anthropic_client and test_claude_code"
 # Codex CLI (its native binary is the package's platform dependency) for test_codex_cli.
 npm_ci tests/codex node_modules/@openai/codex/package.json @openai/codex test_codex_cli
+# Qwen Code, pi and the Vercel AI SDK with its OpenAI, OpenAI-compatible and Anthropic
+# providers for test_agents.
+npm_ci tests/agents node_modules/ai/package.json \
+  "@qwen-code/qwen-code, @mariozechner/pi-coding-agent, ai and @ai-sdk/*" test_agents
 
 if [ "${KVI_NO_WEB:-0}" != 1 ] && command -v node >/dev/null && command -v npm >/dev/null; then
   apt_install --no-install-recommends -- chromium fonts-dejavu-core ||

@@ -427,7 +427,8 @@ void srv_output_message(srv_req *r, srv_choice *c, cJSON *m);
  * even those found before the route runs, take Anthropic's shape. */
 bool srv_messages_path(const char *url);
 /* An Anthropic body translated and parsed into *p (count: a count_tokens
- * body, max_tokens not required). 0, or -1 with *er set. */
+ * body, max_tokens not required), as the route does for a request without an
+ * anthropic-beta header. 0, or -1 with *er set. */
 int srv_messages_parse(srv_server *srv, const char *body, size_t len, bool count, srv_params *p, srv_err *er);
 /* POST /v1/messages and /v1/messages/count_tokens (body already checked by
  * srv_body_check). Returns the enum MHD_Result. */

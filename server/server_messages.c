@@ -17,7 +17,8 @@
  * tool_choice auto/any/tool/none becomes auto/required/named/none and
  * disable_parallel_tool_use parallel_tool_calls false; stop_sequences: stop;
  * thinking enabled/disabled: chat_template_kwargs.enable_thinking (when the
- * template reasons); output_config.format json_schema: response_format.
+ * template reasons), thinking.display "omitted": thinking blocks without their
+ * text (msg_state.omit_thinking); output_config.format json_schema: response_format.
  * Fields without effect here (cache_control, metadata, service_tier, ...)
  * are accepted (README.md says why that is harmless), unknown fields too
  * (named in the request log line: srv_log_unknown); content the model cannot
@@ -38,6 +39,7 @@
 #include "formats/json_util.h"
 
 #include <math.h>
+#include <microhttpd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,10 +47,11 @@
 enum { BLK_NONE, BLK_TEXT, BLK_THINKING };
 
 typedef struct msg_state {
-    bool started;  /* message_start (and the ping) sent */
-    int n_blocks;  /* blocks started */
-    int open;      /* index of the open block, -1: none */
-    int open_kind; /* BLK_* of the open block */
+    bool started;       /* message_start (and the ping) sent */
+    int n_blocks;       /* blocks started */
+    int open;           /* index of the open block, -1: none */
+    int open_kind;      /* BLK_* of the open block */
+    bool omit_thinking; /* thinking.display "omitted": thinking blocks carry no text */
 } msg_state;
 
 /* ---- errors ---- */
@@ -400,8 +403,14 @@ static int translate_tool_choice(const cJSON *root, cJSON *out, srv_err *er)
 }
 
 /* thinking: {"type": "enabled", "budget_tokens"} | {"type": "disabled"} |
- * {"type": "adaptive"}: the template's enable_thinking switch (when it reasons). */
-static int translate_thinking(srv_server *srv, const cJSON *root, cJSON *out, srv_err *er)
+ * {"type": "adaptive"}: the template's enable_thinking switch (when it reasons).
+ * budget_tokens must be below max_tokens, except under interleaved thinking
+ * (the anthropic-beta header's interleaved-thinking-2025-05-14), where it is
+ * the budget of the whole turn and may exceed max_tokens, as Anthropic allows.
+ * display: "summarized" (the whole reasoning: no summarizer here) or "omitted"
+ * (*omit set: the blocks come without their text). */
+static int translate_thinking(srv_server *srv, const cJSON *root, bool interleaved, bool *omit, cJSON *out,
+                              srv_err *er)
 {
     const cJSON *th = cJSON_GetObjectItemCaseSensitive(root, "thinking");
     if (!th || cJSON_IsNull(th)) return 0;
@@ -409,12 +418,18 @@ static int translate_thinking(srv_server *srv, const cJSON *root, cJSON *out, sr
     if (!cJSON_IsObject(th) || !type ||
         (strcmp(type, "enabled") && strcmp(type, "disabled") && strcmp(type, "adaptive")))
         return bad(er, "'%s' %s", "thinking.type", "must be \"enabled\", \"disabled\" or \"adaptive\"");
+    const cJSON *dp = cJSON_GetObjectItemCaseSensitive(th, "display");
+    if (dp && !cJSON_IsNull(dp) &&
+        (!cJSON_IsString(dp) ||
+         (strcmp(dp->valuestring, "summarized") && strcmp(dp->valuestring, "omitted"))))
+        return bad(er, "'%s' %s", "thinking.display", "must be \"summarized\" or \"omitted\"");
+    *omit = cJSON_IsString(dp) && !strcmp(dp->valuestring, "omitted");
     const cJSON *bt = cJSON_GetObjectItemCaseSensitive(th, "budget_tokens");
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "max_tokens");
     if (!strcmp(type, "enabled")) {
         if (!cJSON_IsNumber(bt) || bt->valuedouble != floor(bt->valuedouble) || bt->valuedouble < 1024)
             return bad(er, "'%s' %s", "thinking.budget_tokens", "must be an integer >= 1024");
-        if (cJSON_IsNumber(mt) && bt->valuedouble >= mt->valuedouble)
+        if (!interleaved && cJSON_IsNumber(mt) && bt->valuedouble >= mt->valuedouble)
             return bad(er, "'%s' %s", "thinking.budget_tokens", "must be less than max_tokens");
     }
     if (!srv->reasons || !strcmp(type, "adaptive")) return 0; /* the template's own default */
@@ -468,7 +483,8 @@ static bool listed(const char *k, const char *const *v, size_t n)
 
 /* The OpenAI chat body of an Anthropic body (a cJSON tree), or NULL with *er
  * set. count: /v1/messages/count_tokens (max_tokens not required). */
-static cJSON *translate(srv_server *srv, const cJSON *root, bool count, srv_err *er)
+static cJSON *translate(srv_server *srv, const cJSON *root, bool count, bool interleaved, bool *omit,
+                        srv_err *er)
 {
     if (!cJSON_IsObject(root)) {
         srv_err_set(er, 400, "invalid_request_error", NULL, "the body must be a JSON object");
@@ -504,7 +520,7 @@ static cJSON *translate(srv_server *srv, const cJSON *root, bool count, srv_err 
     if (!rc) rc = translate_messages(root, out, er);
     if (!rc) rc = translate_tools(root, out, er);
     if (!rc) rc = translate_tool_choice(root, out, er);
-    if (!rc) rc = translate_thinking(srv, root, out, er);
+    if (!rc) rc = translate_thinking(srv, root, interleaved, omit, out, er);
     if (!rc) rc = translate_output(root, out, er);
     if (rc) {
         cJSON_Delete(out);
@@ -592,9 +608,10 @@ static cJSON *content_blocks(const srv_req *r, const srv_choice *c)
         free(s);
         return a;
     }
+    const msg_state *ms = r->api_state;
     const char *t = kvi_chat_output_reasoning(c->co, &n);
     char *s = n ? sanitized(t, n) : NULL;
-    if (s) cJSON_AddItemToArray(a, text_block(BLK_THINKING, s));
+    if (s) cJSON_AddItemToArray(a, text_block(BLK_THINKING, ms && ms->omit_thinking ? "" : s));
     free(s);
     t = kvi_chat_output_content(c->co, &n);
     s = n ? sanitized(t, n) : NULL;
@@ -699,6 +716,7 @@ static bool text_delta(srv_req *r, msg_state *ms, int kind, const char *text)
         ok = block_start(r, ms, text_block(kind, ""));
         ms->open_kind = kind;
     }
+    if (kind == BLK_THINKING && ms->omit_thinking) return ok; /* the block, without its text */
     cJSON *o = ev("content_block_delta"), *d;
     cJSON_AddNumberToObject(o, "index", ms->open);
     d = cJSON_AddObjectToObject(o, "delta");
@@ -805,14 +823,32 @@ static int send_err(struct MHD_Connection *con, const srv_err *er)
     return srv_send_error(con, &srv_api_messages, er);
 }
 
-int srv_messages_parse(srv_server *srv, const char *body, size_t len, bool count, srv_params *p, srv_err *er)
+/* Whether the anthropic-beta header (comma-separated names) names interleaved thinking. */
+static bool interleaved_beta(struct MHD_Connection *con)
+{
+    static const char name[] = "interleaved-thinking-2025-05-14";
+    const char *v = MHD_lookup_connection_value(con, MHD_HEADER_KIND, "anthropic-beta");
+    for (const char *p = v; p && *p;) {
+        p += strspn(p, " \t,");
+        const size_t n = strcspn(p, ",");
+        size_t m = n;
+        while (m && (p[m - 1] == ' ' || p[m - 1] == '\t')) m--;
+        if (m == sizeof name - 1 && !strncmp(p, name, m)) return true;
+        p += n;
+    }
+    return false;
+}
+
+/* omit: set when thinking.display is "omitted". */
+static int parse_body(srv_server *srv, const char *body, size_t len, bool count, bool interleaved, bool *omit,
+                      srv_params *p, srv_err *er)
 {
     bool oom = false;
     cJSON *root = kvi_json_parse(body ? body : "", len, &oom);
     if (!root)
         return srv_err_set(er, oom ? 500 : 400, "invalid_request_error", NULL,
                            oom ? "out of memory" : "the body is not valid JSON");
-    cJSON *out = translate(srv, root, count, er);
+    cJSON *out = translate(srv, root, count, interleaved, omit, er);
     cJSON_Delete(root);
     char *chat = out ? cJSON_PrintUnformatted(out) : NULL;
     cJSON_Delete(out);
@@ -822,11 +858,18 @@ int srv_messages_parse(srv_server *srv, const char *body, size_t len, bool count
     return rc;
 }
 
+int srv_messages_parse(srv_server *srv, const char *body, size_t len, bool count, srv_params *p, srv_err *er)
+{
+    bool omit = false;
+    return parse_body(srv, body, len, count, false, &omit, p, er);
+}
+
 static int count_tokens(srv_server *srv, struct MHD_Connection *con, const char *body, size_t len)
 {
     srv_err er = { 0 };
     srv_params p;
-    if (srv_messages_parse(srv, body, len, true, &p, &er)) return send_err(con, &er);
+    bool omit = false;
+    if (parse_body(srv, body, len, true, interleaved_beta(con), &omit, &p, &er)) return send_err(con, &er);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "input_tokens", p.n_prompt);
     srv_params_free(&p);
@@ -853,7 +896,7 @@ int srv_messages(srv_server *srv, struct MHD_Connection *con, const char *url, c
     ms->open = -1;
     r->api_state = ms;
     r->id[3] = '_'; /* "msg_<n>", Anthropic's spelling */
-    if (srv_messages_parse(srv, body, len, false, &r->p, &er)) {
+    if (parse_body(srv, body, len, false, interleaved_beta(con), &ms->omit_thinking, &r->p, &er)) {
         srv_req_discard(r);
         return send_err(con, &er);
     }

@@ -477,6 +477,35 @@ static void test_accepted(int port)
     cJSON_Delete(j);
 }
 
+/* budget_tokens over max_tokens: a 400, unless the anthropic-beta header names
+ * interleaved thinking, where the budget is the whole turn's (Anthropic's
+ * extended-thinking docs); Qwen Code sends budget 32000 with max_tokens 8000. */
+static void test_interleaved_budget(int port)
+{
+    static const char body[] =
+        "{\"max_tokens\":4,\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":32000},"
+        "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}";
+    int st = 0;
+    cJSON *j = post(port, cJSON_Parse(body), &st);
+    check_error(st, j, 400, "invalid_request_error", "must be less than max_tokens");
+    static const char *const betas[] = {
+        "interleaved-thinking-2025-05-14",
+        "fine-grained-tool-streaming-2025-05-14, interleaved-thinking-2025-05-14 "
+    };
+    for (int i = 0; i < 2; i++) {
+        char hdr[256];
+        snprintf(hdr, sizeof hdr, KEY_HDR "anthropic-beta: %s\r\n", betas[i]);
+        j = post_to(port, "/v1/messages", hdr, cJSON_Parse(body), &st);
+        const cJSON *u = cJSON_GetObjectItem(j, "usage");
+        CHECK(st == 200 && eq(str_of(j, "type"), "message") && num_of(u, "output_tokens") <= 4,
+              "interleaved thinking (%s): budget_tokens over max_tokens accepted (%d)", betas[i], st);
+        cJSON_Delete(j);
+    }
+    j = post_to(port, "/v1/messages", KEY_HDR "anthropic-beta: interleaved-thinking-2025-05-140\r\n",
+                cJSON_Parse(body), &st);
+    check_error(st, j, 400, "invalid_request_error", "must be less than max_tokens");
+}
+
 static void test_thinking(int port)
 {
     static const char th[] = "{\"type\":\"enabled\",\"budget_tokens\":1024}";
@@ -499,7 +528,34 @@ static void test_thinking(int port)
               cJSON_GetArraySize(cJSON_GetObjectItem(j, "content")),
           "as many blocks streamed as plain");
     cJSON_Delete(sm.msg);
+    /* display "omitted" (pi sends display): the same blocks, the thinking one
+     * without its text, plain and streamed (no thinking_delta) */
+    static const char omitted[] = "{\"type\":\"enabled\",\"budget_tokens\":1024,\"display\":\"omitted\"}";
+    b = body_new("Tell me", 1030);
+    cJSON_AddItemToObject(b, "thinking", cJSON_Parse(omitted));
+    cJSON *o = post(port, b, &st);
+    const cJSON *oc = cJSON_GetObjectItem(o, "content"), *jc = cJSON_GetObjectItem(j, "content");
+    CHECK(st == 200 && eq(str_of(cJSON_GetArrayItem(oc, 0), "type"), "thinking") &&
+              eq(str_of(cJSON_GetArrayItem(oc, 0), "thinking"), "") &&
+              cJSON_GetArraySize(oc) == cJSON_GetArraySize(jc),
+          "display omitted: a thinking block without its text, as many blocks");
+    for (int i = 1; i < cJSON_GetArraySize(jc); i++)
+        CHECK(cJSON_Compare(cJSON_GetArrayItem(oc, i), cJSON_GetArrayItem(jc, i), true),
+              "display omitted: block %d as without it", i);
+    b = body_new("Tell me", 1030);
+    cJSON_AddItemToObject(b, "thinking", cJSON_Parse(omitted));
+    CHECK(stream(port, b, &sm), "omitted thinking streamed");
+    const cJSON *sc = cJSON_GetObjectItem(sm.msg, "content");
+    CHECK(eq(str_of(cJSON_GetArrayItem(sc, 0), "type"), "thinking") &&
+              eq(str_of(cJSON_GetArrayItem(sc, 0), "thinking"), "") && cJSON_Compare(sc, oc, true),
+          "streamed omitted thinking == plain");
+    cJSON_Delete(sm.msg);
+    cJSON_Delete(o);
     cJSON_Delete(j);
+    bad_body(port,
+             "{\"max_tokens\":2000,\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":1024,\"display\":"
+             "\"full\"},\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}",
+             "thinking.display");
 }
 
 /* Unknown fields: answered, and named in the log line (the known ones, with
@@ -555,6 +611,7 @@ int main(void)
     test_tools(s.port);
     test_errors(s.port);
     test_accepted(s.port);
+    test_interleaved_budget(s.port);
     CHECK(test_server_stop(&s) == 0, "server stops cleanly");
     snprintf(extra, sizeof extra, "-c 2048 --api-key sk-messages --chat-template-file '%s'",
              shared_path("templates/deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja"));
