@@ -279,3 +279,15 @@ void node_script_check(const char *node_bin, const char *dir, const char *script
     CHECK(rc == 0, "%s exit status %d", script, rc);
     CHECK(all_ok && n_ok >= min_ok, "%s: %d checks passed, all ok %d", script, n_ok, all_ok);
 }
+
+const char *json_get_str(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItem(o, k);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+double json_get_num(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItem(o, k);
+    return cJSON_IsNumber(v) ? v->valuedouble : -1;
+}

@@ -36,6 +36,9 @@ bool test_server_start_logged(test_server *s, const char *extra, const char *err
 /* The request log's lines (--log-format json) in tmp_path(err_name) whose path
  * is path, in order, as an array of objects (cJSON_Delete it); *n of them. */
 cJSON *test_log_lines(const char *err_name, const char *path, int *n);
+/* o[k] as a string (NULL when absent or another type) / as a number (-1 then). */
+const char *json_get_str(const cJSON *o, const char *k);
+double json_get_num(const cJSON *o, const char *k);
 /* Whether line[key] is an array of the names in want ("a,b"; "" for none). */
 bool test_log_names(const cJSON *line, const char *key, const char *want);
 /* Whether the log has exactly one line for path and its key names want. */

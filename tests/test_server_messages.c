@@ -43,18 +43,6 @@
 
 #define KEY_HDR "x-api-key: sk-messages\r\n"
 
-static const char *str_of(const cJSON *o, const char *k)
-{
-    const cJSON *v = cJSON_GetObjectItem(o, k);
-    return cJSON_IsString(v) ? v->valuestring : NULL;
-}
-
-static double num_of(const cJSON *o, const char *k)
-{
-    const cJSON *v = cJSON_GetObjectItem(o, k);
-    return cJSON_IsNumber(v) ? v->valuedouble : -1;
-}
-
 static bool eq(const char *a, const char *b) { return a && b && !strcmp(a, b); }
 
 /* POST body (consumed) to path with headers; the parsed answer, *status set. */
@@ -102,8 +90,8 @@ static const char *tools_json =
 static const char *text_of(const cJSON *msg)
 {
     const cJSON *b;
-    cJSON_ArrayForEach(
-        b, cJSON_GetObjectItem(msg, "content")) if (eq(str_of(b, "type"), "text")) return str_of(b, "text");
+    cJSON_ArrayForEach(b, cJSON_GetObjectItem(msg, "content")) if (eq(json_get_str(b, "type"),
+                                                                      "text")) return json_get_str(b, "text");
     return "";
 }
 
@@ -116,10 +104,10 @@ typedef struct streamed {
 
 static void apply_delta(cJSON *blk, const cJSON *d, char **json_buf)
 {
-    const char *t = str_of(d, "type");
+    const char *t = json_get_str(d, "type");
     const char *field = eq(t, "text_delta") ? "text" : eq(t, "thinking_delta") ? "thinking" : NULL;
     if (field) {
-        const char *old = str_of(blk, field), *add = str_of(d, field);
+        const char *old = json_get_str(blk, field), *add = json_get_str(d, field);
         CHECK(old && add, "%s on a block with a %s", t, field);
         if (!old || !add) return;
         char *n = malloc(strlen(old) + strlen(add) + 1);
@@ -128,7 +116,7 @@ static void apply_delta(cJSON *blk, const cJSON *d, char **json_buf)
         cJSON_ReplaceItemInObject(blk, field, cJSON_CreateString(n));
         free(n);
     } else if (eq(t, "input_json_delta")) {
-        const char *pj = str_of(d, "partial_json");
+        const char *pj = json_get_str(d, "partial_json");
         CHECK(pj != NULL, "input_json_delta has partial_json");
         size_t old = *json_buf ? strlen(*json_buf) : 0;
         *json_buf = realloc(*json_buf, old + strlen(pj ? pj : "") + 1);
@@ -164,10 +152,10 @@ static bool stream(int port, cJSON *body, streamed *out)
         if (!data || data > end) break;
         cJSON *ev = cJSON_ParseWithLength(data + 7, (size_t)(end - data - 7));
         cur = end + 2;
-        const char *type = str_of(ev, "type");
+        const char *type = json_get_str(ev, "type");
         CHECK(eq(type, name), "event: %s carries data.type %s", name, type ? type : "(none)");
         CHECK(!out->ended, "nothing after message_stop (%s)", name);
-        const int idx = (int)num_of(ev, "index");
+        const int idx = (int)json_get_num(ev, "index");
         if (out->n_events == 0) {
             CHECK(eq(type, "message_start"), "message_start first (%s)", name);
             out->msg = cJSON_DetachItemFromObject(ev, "message");
@@ -222,10 +210,10 @@ static void check_error(int status, cJSON *j, int want_status, const char *want_
 {
     const cJSON *e = cJSON_GetObjectItem(j, "error");
     CHECK(status == want_status, "status %d, want %d (%s)", status, want_status, want_msg);
-    CHECK(eq(str_of(j, "type"), "error") && eq(str_of(e, "type"), want_type), "error type %s, want %s",
-          str_of(e, "type") ? str_of(e, "type") : "(none)", want_type);
-    CHECK(str_of(e, "message") && strstr(str_of(e, "message"), want_msg), "message '%s' has '%s'",
-          str_of(e, "message") ? str_of(e, "message") : "", want_msg);
+    CHECK(eq(json_get_str(j, "type"), "error") && eq(json_get_str(e, "type"), want_type),
+          "error type %s, want %s", json_get_str(e, "type") ? json_get_str(e, "type") : "(none)", want_type);
+    CHECK(json_get_str(e, "message") && strstr(json_get_str(e, "message"), want_msg), "message '%s' has '%s'",
+          json_get_str(e, "message") ? json_get_str(e, "message") : "", want_msg);
     cJSON_Delete(j);
 }
 
@@ -241,16 +229,17 @@ static void test_plain_and_stream(int port)
     int st = 0;
     cJSON *j = post_to(port, "/v1/messages?beta=true", KEY_HDR, body_new("Once upon a time", 40), &st);
     CHECK(st == 200, "status %d", st);
-    CHECK(str_of(j, "id") && !strncmp(str_of(j, "id"), "msg_", 4), "id msg_...");
-    CHECK(eq(str_of(j, "type"), "message") && eq(str_of(j, "role"), "assistant") &&
-              eq(str_of(j, "model"), "stories260K"),
+    CHECK(json_get_str(j, "id") && !strncmp(json_get_str(j, "id"), "msg_", 4), "id msg_...");
+    CHECK(eq(json_get_str(j, "type"), "message") && eq(json_get_str(j, "role"), "assistant") &&
+              eq(json_get_str(j, "model"), "stories260K"),
           "type, role, model");
     const cJSON *u = cJSON_GetObjectItem(j, "usage");
-    CHECK(num_of(u, "output_tokens") == 40 && eq(str_of(j, "stop_reason"), "max_tokens") &&
+    CHECK(json_get_num(u, "output_tokens") == 40 && eq(json_get_str(j, "stop_reason"), "max_tokens") &&
               cJSON_IsNull(cJSON_GetObjectItem(j, "stop_sequence")),
-          "max_tokens: 40 tokens, stop_reason %s", str_of(j, "stop_reason") ? str_of(j, "stop_reason") : "");
-    CHECK(num_of(u, "input_tokens") > 10 && num_of(u, "cache_creation_input_tokens") == 0 &&
-              num_of(u, "cache_read_input_tokens") >= 0,
+          "max_tokens: 40 tokens, stop_reason %s",
+          json_get_str(j, "stop_reason") ? json_get_str(j, "stop_reason") : "");
+    CHECK(json_get_num(u, "input_tokens") > 10 && json_get_num(u, "cache_creation_input_tokens") == 0 &&
+              json_get_num(u, "cache_read_input_tokens") >= 0,
           "usage figures");
     const char *text = text_of(j);
     CHECK(strlen(text) > 20 && cJSON_GetArraySize(cJSON_GetObjectItem(j, "content")) == 1,
@@ -261,11 +250,11 @@ static void test_plain_and_stream(int port)
     CHECK(stream(port, body_new("Once upon a time", 40), &sm), "the stream ends with message_stop");
     CHECK(sm.n_ping == 1, "one ping (%d)", sm.n_ping);
     CHECK(eq(text_of(sm.msg), text), "streamed text '%s' == '%s'", text_of(sm.msg), text);
-    CHECK(eq(str_of(sm.msg, "stop_reason"), "max_tokens"), "streamed stop_reason");
+    CHECK(eq(json_get_str(sm.msg, "stop_reason"), "max_tokens"), "streamed stop_reason");
     const cJSON *su = cJSON_GetObjectItem(sm.msg, "usage");
-    CHECK(num_of(su, "output_tokens") == 40 &&
-              num_of(su, "input_tokens") + num_of(su, "cache_read_input_tokens") ==
-                  num_of(u, "input_tokens") + num_of(u, "cache_read_input_tokens"),
+    CHECK(json_get_num(su, "output_tokens") == 40 &&
+              json_get_num(su, "input_tokens") + json_get_num(su, "cache_read_input_tokens") ==
+                  json_get_num(u, "input_tokens") + json_get_num(u, "cache_read_input_tokens"),
           "streamed usage: the same prompt and output");
     cJSON_Delete(sm.msg);
 
@@ -279,7 +268,8 @@ static void test_plain_and_stream(int port)
     cJSON_AddItemToArray(ss, cJSON_CreateString("zzqzz"));
     cJSON_AddItemToArray(ss, cJSON_CreateString(seq));
     cJSON *k = post(port, b, &st);
-    CHECK(st == 200 && eq(str_of(k, "stop_reason"), "stop_sequence") && eq(str_of(k, "stop_sequence"), seq),
+    CHECK(st == 200 && eq(json_get_str(k, "stop_reason"), "stop_sequence") &&
+              eq(json_get_str(k, "stop_sequence"), seq),
           "stop_sequence '%s' reported", seq);
     CHECK(strlen(text_of(k)) == cut && !strncmp(text_of(k), text, cut),
           "stopped text '%s' = the first %zu bytes", text_of(k), cut);
@@ -287,18 +277,18 @@ static void test_plain_and_stream(int port)
     b = body_new("Once upon a time", 40);
     cJSON_AddItemToArray(cJSON_AddArrayToObject(b, "stop_sequences"), cJSON_CreateString(seq));
     CHECK(stream(port, b, &sm), "stop_sequences streamed");
-    CHECK(eq(str_of(sm.msg, "stop_sequence"), seq) && strlen(text_of(sm.msg)) == cut, "streamed stop '%s'",
-          text_of(sm.msg));
+    CHECK(eq(json_get_str(sm.msg, "stop_sequence"), seq) && strlen(text_of(sm.msg)) == cut,
+          "streamed stop '%s'", text_of(sm.msg));
     cJSON_Delete(sm.msg);
 
     /* count_tokens: the prompt of the same body (max_tokens not needed) */
     b = body_new("Once upon a time", 40);
     cJSON_DeleteItemFromObject(b, "max_tokens");
     k = post_to(port, "/v1/messages/count_tokens", KEY_HDR, b, &st);
-    CHECK(st == 200 &&
-              num_of(k, "input_tokens") == num_of(u, "input_tokens") + num_of(u, "cache_read_input_tokens"),
-          "count_tokens %g = input %g + cache read %g", num_of(k, "input_tokens"), num_of(u, "input_tokens"),
-          num_of(u, "cache_read_input_tokens"));
+    CHECK(st == 200 && json_get_num(k, "input_tokens") ==
+                           json_get_num(u, "input_tokens") + json_get_num(u, "cache_read_input_tokens"),
+          "count_tokens %g = input %g + cache read %g", json_get_num(k, "input_tokens"),
+          json_get_num(u, "input_tokens"), json_get_num(u, "cache_read_input_tokens"));
     cJSON_Delete(k);
     cJSON_Delete(j);
 }
@@ -311,10 +301,10 @@ static void test_cache(int port)
     cJSON *a = post(port, body_new(big, 4), &st);
     cJSON *b = post(port, body_new(big, 4), &st);
     const cJSON *ua = cJSON_GetObjectItem(a, "usage"), *ub = cJSON_GetObjectItem(b, "usage");
-    CHECK(num_of(ub, "cache_read_input_tokens") > 256, "repeated prompt: cache_read_input_tokens %g",
-          num_of(ub, "cache_read_input_tokens"));
-    CHECK(num_of(ua, "input_tokens") + num_of(ua, "cache_read_input_tokens") ==
-              num_of(ub, "input_tokens") + num_of(ub, "cache_read_input_tokens"),
+    CHECK(json_get_num(ub, "cache_read_input_tokens") > 256, "repeated prompt: cache_read_input_tokens %g",
+          json_get_num(ub, "cache_read_input_tokens"));
+    CHECK(json_get_num(ua, "input_tokens") + json_get_num(ua, "cache_read_input_tokens") ==
+              json_get_num(ub, "input_tokens") + json_get_num(ub, "cache_read_input_tokens"),
           "input + cache read is the prompt both times");
     cJSON_Delete(a);
     cJSON_Delete(b);
@@ -322,7 +312,7 @@ static void test_cache(int port)
 
 static void check_weather_input(const cJSON *in)
 {
-    const char *city = str_of(in, "city"), *unit = str_of(in, "unit");
+    const char *city = json_get_str(in, "city"), *unit = json_get_str(in, "unit");
     CHECK(cJSON_IsObject(in) && city && strlen(city) <= 10 &&
               (eq(unit, "celsius") || eq(unit, "fahrenheit")) && cJSON_GetArraySize(in) == 2,
           "input follows the schema");
@@ -339,23 +329,24 @@ static void test_tools(int port)
     cJSON *j = post(port, b, &st);
     const cJSON *content = cJSON_GetObjectItem(j, "content");
     const cJSON *call = cJSON_GetArrayItem(content, cJSON_GetArraySize(content) - 1);
-    CHECK(st == 200 && eq(str_of(j, "stop_reason"), "tool_use"), "tool_use stop_reason");
-    CHECK(eq(str_of(call, "type"), "tool_use") && eq(str_of(call, "name"), "get_weather") &&
-              str_of(call, "id") && !strncmp(str_of(call, "id"), "toolu_", 6),
+    CHECK(st == 200 && eq(json_get_str(j, "stop_reason"), "tool_use"), "tool_use stop_reason");
+    CHECK(eq(json_get_str(call, "type"), "tool_use") && eq(json_get_str(call, "name"), "get_weather") &&
+              json_get_str(call, "id") && !strncmp(json_get_str(call, "id"), "toolu_", 6),
           "a tool_use block");
     check_weather_input(cJSON_GetObjectItem(call, "input"));
     streamed sm;
     CHECK(stream(port, cJSON_Parse(again), &sm), "tool call streamed");
     const cJSON *sc = cJSON_GetArrayItem(cJSON_GetObjectItem(sm.msg, "content"),
                                          cJSON_GetArraySize(cJSON_GetObjectItem(sm.msg, "content")) - 1);
-    CHECK(eq(str_of(sm.msg, "stop_reason"), "tool_use") && eq(str_of(sc, "name"), "get_weather") &&
+    CHECK(eq(json_get_str(sm.msg, "stop_reason"), "tool_use") &&
+              eq(json_get_str(sc, "name"), "get_weather") &&
               cJSON_Compare(cJSON_GetObjectItem(sc, "input"), cJSON_GetObjectItem(call, "input"), true),
           "streamed call == plain call");
     cJSON_Delete(sm.msg);
     free(again);
 
     /* the round trip: the call, its result (text reaches the prompt), an answer */
-    char *id = strdup(str_of(call, "id") ? str_of(call, "id") : "toolu_x");
+    char *id = strdup(json_get_str(call, "id") ? json_get_str(call, "id") : "toolu_x");
     double counts[2] = { 0, 0 };
     for (int v = 0; v < 3; v++) {
         char rt[2048];
@@ -375,11 +366,11 @@ static void test_tools(int port)
                      : "\"sunny\",\"is_error\":false");
         if (v < 2) {
             cJSON *c = post_to(port, "/v1/messages/count_tokens", KEY_HDR, cJSON_Parse(rt), &st);
-            counts[v] = num_of(c, "input_tokens");
+            counts[v] = json_get_num(c, "input_tokens");
             cJSON_Delete(c);
         }
         cJSON *a = post(port, cJSON_Parse(rt), &st);
-        CHECK(st == 200 && eq(str_of(a, "type"), "message"), "tool_result round trip %d accepted", v);
+        CHECK(st == 200 && eq(json_get_str(a, "type"), "message"), "tool_result round trip %d accepted", v);
         cJSON_Delete(a);
     }
     CHECK(counts[0] > 50 && counts[1] > counts[0] + 4,
@@ -432,7 +423,7 @@ static void test_errors(int port)
     j = post_to(port, "/v1/messages", "x-api-key: sk-wrong\r\n", body_new("hi", 2), &st);
     check_error(st, j, 401, "authentication_error", "API key");
     j = post_to(port, "/v1/messages", "Authorization: Bearer sk-messages\r\n", body_new("hi", 2), &st);
-    CHECK(st == 200 && eq(str_of(j, "type"), "message"), "a Bearer token works too");
+    CHECK(st == 200 && eq(json_get_str(j, "type"), "message"), "a Bearer token works too");
     cJSON_Delete(j);
     j = post_to(port, "/v1/messages/batches", KEY_HDR, body_new("hi", 2), &st);
     check_error(st, j, 404, "not_found_error", "no route");
@@ -459,7 +450,7 @@ static void test_accepted(int port)
              &st);
     cJSON *o = cJSON_Parse(text_of(j));
     CHECK(st == 200 && cJSON_IsNumber(cJSON_GetObjectItem(o, "a")) && cJSON_GetArraySize(o) == 1 &&
-              eq(str_of(j, "stop_reason"), "end_turn"),
+              eq(json_get_str(j, "stop_reason"), "end_turn"),
           "output_config.format: the text '%s' follows the schema", text_of(j));
     cJSON_Delete(o);
     cJSON_Delete(j);
@@ -473,7 +464,8 @@ static void test_accepted(int port)
                     "\"hm\",\"signature\":\"\"},{\"type\":\"text\",\"text\":\"hi\"}]},{\"role\":\"system\","
                     "\"content\":\"Be kind.\"},{\"role\":\"user\",\"content\":\"y\"}]}"),
         &st);
-    CHECK(st == 200 && eq(str_of(j, "type"), "message"), "accepted fields and blocks: a message (%d)", st);
+    CHECK(st == 200 && eq(json_get_str(j, "type"), "message"), "accepted fields and blocks: a message (%d)",
+          st);
     cJSON_Delete(j);
 }
 
@@ -497,7 +489,7 @@ static void test_interleaved_budget(int port)
         snprintf(hdr, sizeof hdr, KEY_HDR "anthropic-beta: %s\r\n", betas[i]);
         j = post_to(port, "/v1/messages", hdr, cJSON_Parse(body), &st);
         const cJSON *u = cJSON_GetObjectItem(j, "usage");
-        CHECK(st == 200 && eq(str_of(j, "type"), "message") && num_of(u, "output_tokens") <= 4,
+        CHECK(st == 200 && eq(json_get_str(j, "type"), "message") && json_get_num(u, "output_tokens") <= 4,
               "interleaved thinking (%s): budget_tokens over max_tokens accepted (%d)", betas[i], st);
         cJSON_Delete(j);
     }
@@ -514,15 +506,16 @@ static void test_thinking(int port)
     int st = 0;
     cJSON *j = post(port, b, &st);
     const cJSON *b0 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "content"), 0);
-    CHECK(st == 200 && eq(str_of(b0, "type"), "thinking") && str_of(b0, "thinking") &&
-              strlen(str_of(b0, "thinking")) > 0 && eq(str_of(b0, "signature"), ""),
+    CHECK(st == 200 && eq(json_get_str(b0, "type"), "thinking") && json_get_str(b0, "thinking") &&
+              strlen(json_get_str(b0, "thinking")) > 0 && eq(json_get_str(b0, "signature"), ""),
           "a thinking block with a signature first");
     b = body_new("Tell me", 1030);
     cJSON_AddItemToObject(b, "thinking", cJSON_Parse(th));
     streamed sm;
     CHECK(stream(port, b, &sm), "thinking streamed");
     const cJSON *s0 = cJSON_GetArrayItem(cJSON_GetObjectItem(sm.msg, "content"), 0);
-    CHECK(eq(str_of(s0, "type"), "thinking") && eq(str_of(s0, "thinking"), str_of(b0, "thinking")),
+    CHECK(eq(json_get_str(s0, "type"), "thinking") &&
+              eq(json_get_str(s0, "thinking"), json_get_str(b0, "thinking")),
           "streamed thinking == plain thinking");
     CHECK(cJSON_GetArraySize(cJSON_GetObjectItem(sm.msg, "content")) ==
               cJSON_GetArraySize(cJSON_GetObjectItem(j, "content")),
@@ -535,8 +528,8 @@ static void test_thinking(int port)
     cJSON_AddItemToObject(b, "thinking", cJSON_Parse(omitted));
     cJSON *o = post(port, b, &st);
     const cJSON *oc = cJSON_GetObjectItem(o, "content"), *jc = cJSON_GetObjectItem(j, "content");
-    CHECK(st == 200 && eq(str_of(cJSON_GetArrayItem(oc, 0), "type"), "thinking") &&
-              eq(str_of(cJSON_GetArrayItem(oc, 0), "thinking"), "") &&
+    CHECK(st == 200 && eq(json_get_str(cJSON_GetArrayItem(oc, 0), "type"), "thinking") &&
+              eq(json_get_str(cJSON_GetArrayItem(oc, 0), "thinking"), "") &&
               cJSON_GetArraySize(oc) == cJSON_GetArraySize(jc),
           "display omitted: a thinking block without its text, as many blocks");
     for (int i = 1; i < cJSON_GetArraySize(jc); i++)
@@ -546,8 +539,8 @@ static void test_thinking(int port)
     cJSON_AddItemToObject(b, "thinking", cJSON_Parse(omitted));
     CHECK(stream(port, b, &sm), "omitted thinking streamed");
     const cJSON *sc = cJSON_GetObjectItem(sm.msg, "content");
-    CHECK(eq(str_of(cJSON_GetArrayItem(sc, 0), "type"), "thinking") &&
-              eq(str_of(cJSON_GetArrayItem(sc, 0), "thinking"), "") && cJSON_Compare(sc, oc, true),
+    CHECK(eq(json_get_str(cJSON_GetArrayItem(sc, 0), "type"), "thinking") &&
+              eq(json_get_str(cJSON_GetArrayItem(sc, 0), "thinking"), "") && cJSON_Compare(sc, oc, true),
           "streamed omitted thinking == plain");
     cJSON_Delete(sm.msg);
     cJSON_Delete(o);
@@ -571,12 +564,12 @@ static void test_unknown_logged(void)
     cJSON_AddStringToObject(b, "service_tier", "auto");
     cJSON_AddStringToObject(b, "betas", "x");
     cJSON *j = post_to(s.port, "/v1/messages", NULL, b, &st);
-    CHECK(st == 200 && eq(str_of(j, "type"), "message"), "an unknown field is accepted (%d)", st);
+    CHECK(st == 200 && eq(json_get_str(j, "type"), "message"), "an unknown field is accepted (%d)", st);
     cJSON_Delete(j);
     b = body_new("hi", 2);
     cJSON_AddTrueToObject(b, "frobnicate");
     j = post_to(s.port, "/v1/messages/count_tokens", NULL, b, &st);
-    CHECK(st == 200 && num_of(j, "input_tokens") > 0, "count_tokens with an unknown field (%d)", st);
+    CHECK(st == 200 && json_get_num(j, "input_tokens") > 0, "count_tokens with an unknown field (%d)", st);
     cJSON_Delete(j);
     CHECK(test_server_stop(&s) == 0, "logged server stops cleanly");
     CHECK(test_log_one("messages_log.err", "/v1/messages", "unknown_fields", "frobnicate,betas"),

@@ -56,18 +56,6 @@ static cJSON *post(int port, cJSON *body, int *status)
     return call(port, "POST", "/v1/responses", body, status);
 }
 
-static const char *str_of(const cJSON *o, const char *k)
-{
-    const cJSON *v = cJSON_GetObjectItem(o, k);
-    return cJSON_IsString(v) ? v->valuestring : NULL;
-}
-
-static double num_of(const cJSON *o, const char *k)
-{
-    const cJSON *v = cJSON_GetObjectItem(o, k);
-    return cJSON_IsNumber(v) ? v->valuedouble : -1;
-}
-
 static bool str_eq(const char *a, const char *b) { return a && b && !strcmp(a, b); }
 
 /* A body: input, greedy, max_output_tokens n. */
@@ -86,8 +74,8 @@ static const char *message_text(const cJSON *resp)
     const cJSON *it;
     cJSON_ArrayForEach(it, cJSON_GetObjectItem(resp, "output"))
     {
-        if (str_eq(str_of(it, "type"), "message"))
-            return str_of(cJSON_GetArrayItem(cJSON_GetObjectItem(it, "content"), 0), "text");
+        if (str_eq(json_get_str(it, "type"), "message"))
+            return json_get_str(cJSON_GetArrayItem(cJSON_GetObjectItem(it, "content"), 0), "text");
     }
     return NULL;
 }
@@ -97,7 +85,7 @@ static const cJSON *item_of_type(const cJSON *resp, const char *type)
     const cJSON *it;
     cJSON_ArrayForEach(it, cJSON_GetObjectItem(resp, "output"))
     {
-        if (str_eq(str_of(it, "type"), type)) return it;
+        if (str_eq(json_get_str(it, "type"), type)) return it;
     }
     return NULL;
 }
@@ -105,11 +93,11 @@ static const cJSON *item_of_type(const cJSON *resp, const char *type)
 static void check_error(const cJSON *j, int st, int want_status, const char *want_msg, const char *want_param)
 {
     const cJSON *e = cJSON_GetObjectItem(j, "error");
-    const char *msg = str_of(e, "message");
+    const char *msg = json_get_str(e, "message");
     CHECK(st == want_status, "status %d, want %d (%s)", st, want_status, msg ? msg : "");
     CHECK(msg && strstr(msg, want_msg), "message '%s' lacks '%s'", msg ? msg : "", want_msg);
-    if (want_param) CHECK(str_eq(str_of(e, "param"), want_param), "param of '%s'", msg ? msg : "");
-    CHECK(str_eq(str_of(e, "type"), "invalid_request_error"), "error type");
+    if (want_param) CHECK(str_eq(json_get_str(e, "param"), want_param), "param of '%s'", msg ? msg : "");
+    CHECK(str_eq(json_get_str(e, "type"), "invalid_request_error"), "error type");
 }
 
 /* ---- streams ---- */
@@ -151,10 +139,10 @@ static void stream_join(int port, cJSON *b, joined *jn)
         char type[64];
         snprintf(type, sizeof type, "%.*s", (int)(nl - p - 7), p + 7);
         cJSON *ev = cJSON_ParseWithLength(nl + 7, (size_t)(end - nl - 7));
-        const char *dt = str_of(ev, "type");
-        if (!str_eq(dt, type) || num_of(ev, "sequence_number") != jn->n_events) {
+        const char *dt = json_get_str(ev, "type");
+        if (!str_eq(dt, type) || json_get_num(ev, "sequence_number") != jn->n_events) {
             CHECK(false, "event %d: '%s' / data type '%s', sequence_number %g", jn->n_events, type,
-                  dt ? dt : "", num_of(ev, "sequence_number"));
+                  dt ? dt : "", json_get_num(ev, "sequence_number"));
             jn->ok = false;
         }
         if ((jn->n_events == 0 && strcmp(type, "response.created") != 0) ||
@@ -165,9 +153,10 @@ static void stream_join(int port, cJSON *b, joined *jn)
         if (!strcmp(type, "response.output_item.added")) open_items++;
         if (!strcmp(type, "response.output_item.done")) open_items--;
         if (open_items < 0 || open_items > 1) jn->ok = false;
-        if (!strcmp(type, "response.output_text.delta")) cat(jn->text, sizeof jn->text, str_of(ev, "delta"));
+        if (!strcmp(type, "response.output_text.delta"))
+            cat(jn->text, sizeof jn->text, json_get_str(ev, "delta"));
         if (!strcmp(type, "response.reasoning_text.delta"))
-            cat(jn->reasoning, sizeof jn->reasoning, str_of(ev, "delta"));
+            cat(jn->reasoning, sizeof jn->reasoning, json_get_str(ev, "delta"));
         if (!strcmp(type, "response.completed") || !strcmp(type, "response.incomplete") ||
             !strcmp(type, "response.failed")) {
             cJSON_Delete(jn->last);
@@ -191,25 +180,25 @@ static void test_plain(int port)
     int st = 0;
     cJSON *j = post(port, body_new("Once upon a time", 24), &st);
     CHECK(st == 200, "plain status %d", st);
-    CHECK(str_eq(str_of(j, "object"), "response"), "object");
-    CHECK(str_of(j, "id") && !strncmp(str_of(j, "id"), "resp_", 5), "id resp_...");
-    CHECK(str_eq(str_of(j, "status"), "incomplete"), "status at the cap");
-    CHECK(str_eq(str_of(cJSON_GetObjectItem(j, "incomplete_details"), "reason"), "max_output_tokens"),
+    CHECK(str_eq(json_get_str(j, "object"), "response"), "object");
+    CHECK(json_get_str(j, "id") && !strncmp(json_get_str(j, "id"), "resp_", 5), "id resp_...");
+    CHECK(str_eq(json_get_str(j, "status"), "incomplete"), "status at the cap");
+    CHECK(str_eq(json_get_str(cJSON_GetObjectItem(j, "incomplete_details"), "reason"), "max_output_tokens"),
           "incomplete_details.reason");
-    CHECK(num_of(j, "max_output_tokens") == 24 && num_of(j, "temperature") == 0, "echoed fields");
+    CHECK(json_get_num(j, "max_output_tokens") == 24 && json_get_num(j, "temperature") == 0, "echoed fields");
     const cJSON *msg = item_of_type(j, "message");
-    CHECK(msg && str_eq(str_of(msg, "role"), "assistant") && str_of(msg, "id") &&
-              !strncmp(str_of(msg, "id"), "msg_", 4),
+    CHECK(msg && str_eq(json_get_str(msg, "role"), "assistant") && json_get_str(msg, "id") &&
+              !strncmp(json_get_str(msg, "id"), "msg_", 4),
           "a message item");
     const cJSON *part = cJSON_GetArrayItem(cJSON_GetObjectItem(msg, "content"), 0);
-    CHECK(str_eq(str_of(part, "type"), "output_text") &&
+    CHECK(str_eq(json_get_str(part, "type"), "output_text") &&
               cJSON_IsArray(cJSON_GetObjectItem(part, "annotations")),
           "output_text part with annotations");
     const cJSON *u = cJSON_GetObjectItem(j, "usage");
-    CHECK(num_of(u, "output_tokens") == 24, "usage.output_tokens %g", num_of(u, "output_tokens"));
-    CHECK(num_of(u, "total_tokens") == num_of(u, "input_tokens") + 24, "usage.total_tokens");
-    CHECK(num_of(cJSON_GetObjectItem(u, "input_tokens_details"), "cached_tokens") >= 0 &&
-              num_of(cJSON_GetObjectItem(u, "output_tokens_details"), "reasoning_tokens") == 0,
+    CHECK(json_get_num(u, "output_tokens") == 24, "usage.output_tokens %g", json_get_num(u, "output_tokens"));
+    CHECK(json_get_num(u, "total_tokens") == json_get_num(u, "input_tokens") + 24, "usage.total_tokens");
+    CHECK(json_get_num(cJSON_GetObjectItem(u, "input_tokens_details"), "cached_tokens") >= 0 &&
+              json_get_num(cJSON_GetObjectItem(u, "output_tokens_details"), "reasoning_tokens") == 0,
           "usage details");
     /* the chat route's answer for the same conversation */
     cJSON *c = cJSON_Parse("{\"messages\":[{\"role\":\"user\",\"content\":\"Once upon a time\"}],"
@@ -217,9 +206,9 @@ static void test_plain(int port)
     cJSON *cj = call(port, "POST", "/v1/chat/completions", c, &st);
     const cJSON *cm =
         cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(cj, "choices"), 0), "message");
-    CHECK(str_eq(message_text(j), str_of(cm, "content")), "text '%s' = chat's '%s'", message_text(j),
-          str_of(cm, "content") ? str_of(cm, "content") : "");
-    CHECK(num_of(u, "input_tokens") == num_of(cJSON_GetObjectItem(cj, "usage"), "prompt_tokens"),
+    CHECK(str_eq(message_text(j), json_get_str(cm, "content")), "text '%s' = chat's '%s'", message_text(j),
+          json_get_str(cm, "content") ? json_get_str(cm, "content") : "");
+    CHECK(json_get_num(u, "input_tokens") == json_get_num(cJSON_GetObjectItem(cj, "usage"), "prompt_tokens"),
           "input_tokens = the chat prompt's");
     /* streamed: the same answer */
     joined jn;
@@ -227,7 +216,7 @@ static void test_plain(int port)
     CHECK(jn.ok && jn.n_events >= 10, "stream events well formed (%d)", jn.n_events);
     CHECK(str_eq(jn.text, message_text(j)), "deltas '%s' = '%s'", jn.text, message_text(j));
     CHECK(str_eq(message_text(jn.last), message_text(j)), "final event's text");
-    CHECK(str_eq(str_of(jn.last, "status"), "incomplete"), "final event's status");
+    CHECK(str_eq(json_get_str(jn.last, "status"), "incomplete"), "final event's status");
     /* instructions: a system message first, as the chat route's */
     cJSON *b = body_new("Once upon a time", 4);
     cJSON_AddStringToObject(b, "instructions", "Tell a story about a cat.");
@@ -236,11 +225,11 @@ static void test_plain(int port)
         "{\"messages\":[{\"role\":\"system\",\"content\":\"Tell a story about a cat.\"},"
         "{\"role\":\"user\",\"content\":\"Once upon a time\"}],\"max_tokens\":4,\"temperature\":0}");
     cJSON *cs = call(port, "POST", "/v1/chat/completions", c, &st);
-    CHECK(st == 200 && num_of(cJSON_GetObjectItem(ji, "usage"), "input_tokens") ==
-                           num_of(cJSON_GetObjectItem(cs, "usage"), "prompt_tokens"),
+    CHECK(st == 200 && json_get_num(cJSON_GetObjectItem(ji, "usage"), "input_tokens") ==
+                           json_get_num(cJSON_GetObjectItem(cs, "usage"), "prompt_tokens"),
           "instructions: the prompt of a system message first");
     cJSON_Delete(cs);
-    CHECK(str_eq(str_of(ji, "instructions"), "Tell a story about a cat."), "instructions echoed");
+    CHECK(str_eq(json_get_str(ji, "instructions"), "Tell a story about a cat."), "instructions echoed");
     cJSON_Delete(ji);
     cJSON_Delete(jn.last);
     cJSON_Delete(cj);
@@ -262,26 +251,28 @@ static void test_tools(int port)
     cJSON *j = post(port, b, &st);
     CHECK(st == 200, "tool status %d", st);
     const cJSON *fc = item_of_type(j, "function_call");
-    CHECK(fc && str_eq(str_of(fc, "name"), "get_weather") && str_eq(str_of(fc, "status"), "completed"),
+    CHECK(fc && str_eq(json_get_str(fc, "name"), "get_weather") &&
+              str_eq(json_get_str(fc, "status"), "completed"),
           "a function_call item");
-    CHECK(fc && str_of(fc, "id") && !strncmp(str_of(fc, "id"), "fc_", 3), "its id fc_...");
-    CHECK(fc && str_of(fc, "call_id") && !strncmp(str_of(fc, "call_id"), "call_", 5), "its call_id call_...");
-    cJSON *args = fc ? cJSON_Parse(str_of(fc, "arguments")) : NULL;
-    const char *city = str_of(args, "city");
+    CHECK(fc && json_get_str(fc, "id") && !strncmp(json_get_str(fc, "id"), "fc_", 3), "its id fc_...");
+    CHECK(fc && json_get_str(fc, "call_id") && !strncmp(json_get_str(fc, "call_id"), "call_", 5),
+          "its call_id call_...");
+    cJSON *args = fc ? cJSON_Parse(json_get_str(fc, "arguments")) : NULL;
+    const char *city = json_get_str(args, "city");
     CHECK(city && strlen(city) <= 10 && cJSON_GetArraySize(args) == 1, "arguments follow the schema: %s",
-          fc ? str_of(fc, "arguments") : "");
+          fc ? json_get_str(fc, "arguments") : "");
     cJSON_Delete(args);
-    CHECK(str_eq(str_of(j, "tool_choice"), "required") &&
+    CHECK(str_eq(json_get_str(j, "tool_choice"), "required") &&
               cJSON_GetArraySize(cJSON_GetObjectItem(j, "tools")) == 1,
           "tools echoed");
-    const char *id = str_of(j, "id");
+    const char *id = json_get_str(j, "id");
     /* the result, sent back as a follow-up turn */
     cJSON *f = cJSON_CreateObject();
     cJSON_AddStringToObject(f, "previous_response_id", id);
     cJSON *in = cJSON_AddArrayToObject(f, "input");
     cJSON *out = cJSON_CreateObject();
     cJSON_AddStringToObject(out, "type", "function_call_output");
-    cJSON_AddStringToObject(out, "call_id", fc ? str_of(fc, "call_id") : "x");
+    cJSON_AddStringToObject(out, "call_id", fc ? json_get_str(fc, "call_id") : "x");
     cJSON_AddStringToObject(out, "output", "sunny, 21 C");
     cJSON_AddItemToArray(in, out);
     cJSON_AddItemToObject(f, "tools", cJSON_Parse(tool_json));
@@ -291,12 +282,13 @@ static void test_tools(int port)
     cJSON *k = post(port, f, &st);
     CHECK(st == 200, "follow-up status %d", st);
     const cJSON *u = cJSON_GetObjectItem(k, "usage");
-    const double n_in = num_of(u, "input_tokens");
-    CHECK(str_eq(str_of(k, "previous_response_id"), id), "previous_response_id echoed");
-    CHECK(n_in > num_of(cJSON_GetObjectItem(j, "usage"), "input_tokens"), "the follow-up's prompt is longer");
-    CHECK(num_of(cJSON_GetObjectItem(u, "input_tokens_details"), "cached_tokens") > 0,
+    const double n_in = json_get_num(u, "input_tokens");
+    CHECK(str_eq(json_get_str(k, "previous_response_id"), id), "previous_response_id echoed");
+    CHECK(n_in > json_get_num(cJSON_GetObjectItem(j, "usage"), "input_tokens"),
+          "the follow-up's prompt is longer");
+    CHECK(json_get_num(cJSON_GetObjectItem(u, "input_tokens_details"), "cached_tokens") > 0,
           "cached_tokens %g > 0 (prefix cache)",
-          num_of(cJSON_GetObjectItem(u, "input_tokens_details"), "cached_tokens"));
+          json_get_num(cJSON_GetObjectItem(u, "input_tokens_details"), "cached_tokens"));
     cJSON_DeleteItemFromObject(full, "previous_response_id");
     cJSON *fin = cJSON_CreateArray();
     cJSON *um = cJSON_CreateObject();
@@ -308,9 +300,9 @@ static void test_tools(int port)
                          cJSON_Duplicate(cJSON_GetArrayItem(cJSON_GetObjectItem(full, "input"), 0), true));
     cJSON_ReplaceItemInObject(full, "input", fin);
     cJSON *w = post(port, full, &st);
-    CHECK(st == 200 && num_of(cJSON_GetObjectItem(w, "usage"), "input_tokens") == n_in,
+    CHECK(st == 200 && json_get_num(cJSON_GetObjectItem(w, "usage"), "input_tokens") == n_in,
           "the stored chain's prompt = the whole conversation's (%g, %g)",
-          num_of(cJSON_GetObjectItem(w, "usage"), "input_tokens"), n_in);
+          json_get_num(cJSON_GetObjectItem(w, "usage"), "input_tokens"), n_in);
     CHECK(str_eq(message_text(w), message_text(k)), "and the same answer");
     cJSON_Delete(w);
     /* named function, streamed: the call's events */
@@ -320,7 +312,7 @@ static void test_tools(int port)
     joined jn;
     stream_join(port, b, &jn);
     const cJSON *sfc = item_of_type(jn.last, "function_call");
-    CHECK(jn.ok && sfc && str_eq(str_of(sfc, "name"), "get_weather"), "streamed named call");
+    CHECK(jn.ok && sfc && str_eq(json_get_str(sfc, "name"), "get_weather"), "streamed named call");
     cJSON_Delete(jn.last);
     cJSON_Delete(k);
     cJSON_Delete(j);
@@ -330,14 +322,14 @@ static void test_store(int port)
 {
     int st = 0;
     cJSON *j = post(port, body_new("Lily", 3), &st);
-    const char *id = str_of(j, "id");
+    const char *id = json_get_str(j, "id");
     char path[128];
     snprintf(path, sizeof path, "/v1/responses/%s", id ? id : "x");
     cJSON *g = call(port, "GET", path, NULL, &st);
     CHECK(st == 200 && cJSON_Compare(g, j, true), "GET answers the stored response");
     cJSON_Delete(g);
     cJSON *d = call(port, "DELETE", path, NULL, &st);
-    CHECK(st == 200 && str_eq(str_of(d, "object"), "response.deleted") &&
+    CHECK(st == 200 && str_eq(json_get_str(d, "object"), "response.deleted") &&
               cJSON_IsTrue(cJSON_GetObjectItem(d, "deleted")),
           "DELETE");
     cJSON_Delete(d);
@@ -353,7 +345,7 @@ static void test_store(int port)
     cJSON_AddFalseToObject(b, "store");
     j = post(port, b, &st);
     CHECK(st == 200 && cJSON_IsFalse(cJSON_GetObjectItem(j, "store")), "store false echoed");
-    snprintf(path, sizeof path, "/v1/responses/%s", str_of(j, "id") ? str_of(j, "id") : "x");
+    snprintf(path, sizeof path, "/v1/responses/%s", json_get_str(j, "id") ? json_get_str(j, "id") : "x");
     g = call(port, "GET", path, NULL, &st);
     CHECK(st == 404, "store false keeps nothing: %d", st);
     cJSON_Delete(g);
@@ -362,7 +354,7 @@ static void test_store(int port)
     char ids[4][64];
     for (int i = 0; i < 4; i++) {
         j = post(port, body_new("Tom", 1), &st);
-        snprintf(ids[i], sizeof ids[i], "%s", str_of(j, "id") ? str_of(j, "id") : "");
+        snprintf(ids[i], sizeof ids[i], "%s", json_get_str(j, "id") ? json_get_str(j, "id") : "");
         cJSON_Delete(j);
     }
     for (int i = 0; i < 4; i++) {
@@ -394,16 +386,16 @@ static void test_schema(int port)
                     "\"additionalProperties\":false}}}"));
     int st = 0;
     cJSON *j = post(port, b, &st);
-    CHECK(st == 200 && str_eq(str_of(j, "status"), "completed"), "json_schema status %d", st);
+    CHECK(st == 200 && str_eq(json_get_str(j, "status"), "completed"), "json_schema status %d", st);
     cJSON *v = message_text(j) ? cJSON_Parse(message_text(j)) : NULL;
     const cJSON *name = cJSON_GetObjectItem(v, "name"), *age = cJSON_GetObjectItem(v, "age");
     CHECK(cJSON_IsObject(v) && cJSON_GetArraySize(v) == 2 && cJSON_IsString(name) &&
               strlen(name->valuestring) <= 8 && cJSON_IsNumber(age) &&
               age->valuedouble == (double)(long)age->valuedouble,
           "the text follows the schema: %s", message_text(j) ? message_text(j) : "");
-    CHECK(
-        str_eq(str_of(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "text"), "format"), "type"), "json_schema"),
-        "text.format echoed");
+    CHECK(str_eq(json_get_str(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "text"), "format"), "type"),
+                 "json_schema"),
+          "text.format echoed");
     cJSON_Delete(v);
     cJSON_Delete(j);
 }
@@ -423,8 +415,8 @@ static void test_refusals(int port)
     cJSON_AddItemToObject(b, "tools", tools);
     cJSON *h = post(port, b, &st);
     CHECK(st == 200, "hosted tools accepted: %d", st);
-    CHECK(num_of(cJSON_GetObjectItem(h, "usage"), "input_tokens") ==
-              num_of(cJSON_GetObjectItem(a, "usage"), "input_tokens"),
+    CHECK(json_get_num(cJSON_GetObjectItem(h, "usage"), "input_tokens") ==
+              json_get_num(cJSON_GetObjectItem(a, "usage"), "input_tokens"),
           "hosted tools are not in the prompt");
     CHECK(cJSON_GetArraySize(cJSON_GetObjectItem(h, "tools")) == 4, "tools echoed as sent");
     cJSON_Delete(a);
@@ -458,8 +450,9 @@ static void test_refusals(int port)
                     "\"reasoning\":{\"effort\":\"minimal\",\"summary\":\"auto\"},\"seed\":7,\"top_p\":0.5}");
     j = post(port, b, &st);
     CHECK(st == 200, "accepted fields: %d", st);
-    CHECK(str_eq(str_of(cJSON_GetObjectItem(j, "metadata"), "k"), "v") && num_of(j, "top_p") == 0.5 &&
-              str_eq(str_of(cJSON_GetObjectItem(j, "reasoning"), "effort"), "minimal"),
+    CHECK(str_eq(json_get_str(cJSON_GetObjectItem(j, "metadata"), "k"), "v") &&
+              json_get_num(j, "top_p") == 0.5 &&
+              str_eq(json_get_str(cJSON_GetObjectItem(j, "reasoning"), "effort"), "minimal"),
           "metadata, top_p, reasoning echoed");
     cJSON_Delete(j);
 }
@@ -469,24 +462,24 @@ static void test_reasoning(int port)
     int st = 0;
     cJSON *j = post(port, body_new("Tell me", 30), &st);
     const cJSON *rs = item_of_type(j, "reasoning");
-    const char *text = str_of(cJSON_GetArrayItem(cJSON_GetObjectItem(rs, "content"), 0), "text");
+    const char *text = json_get_str(cJSON_GetArrayItem(cJSON_GetObjectItem(rs, "content"), 0), "text");
     CHECK(st == 200 && rs && text && strlen(text) > 0 && !strstr(text, "<think>"), "a reasoning item");
-    CHECK(str_of(rs, "id") && !strncmp(str_of(rs, "id"), "rs_", 3), "its id rs_...");
+    CHECK(json_get_str(rs, "id") && !strncmp(json_get_str(rs, "id"), "rs_", 3), "its id rs_...");
     const cJSON *otd = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "usage"), "output_tokens_details");
-    CHECK(num_of(otd, "reasoning_tokens") > 0 && num_of(otd, "reasoning_tokens") <= 30, "reasoning_tokens %g",
-          num_of(otd, "reasoning_tokens"));
+    CHECK(json_get_num(otd, "reasoning_tokens") > 0 && json_get_num(otd, "reasoning_tokens") <= 30,
+          "reasoning_tokens %g", json_get_num(otd, "reasoning_tokens"));
     joined jn;
     stream_join(port, body_new("Tell me", 30), &jn);
     CHECK(jn.ok && str_eq(jn.reasoning, text), "streamed reasoning '%s' = '%s'", jn.reasoning,
           text ? text : "");
     const cJSON *lrs = item_of_type(jn.last, "reasoning");
-    CHECK(str_eq(str_of(cJSON_GetArrayItem(cJSON_GetObjectItem(lrs, "content"), 0), "text"), text),
+    CHECK(str_eq(json_get_str(cJSON_GetArrayItem(cJSON_GetObjectItem(lrs, "content"), 0), "text"), text),
           "the final event's reasoning item");
     cJSON *b = body_new("Tell me", 4);
     cJSON_AddItemToObject(b, "reasoning", cJSON_Parse("{\"summary\":\"auto\"}"));
     cJSON *s = post(port, b, &st);
     const cJSON *sum = cJSON_GetObjectItem(item_of_type(s, "reasoning"), "summary");
-    CHECK(str_eq(str_of(cJSON_GetArrayItem(sum, 0), "type"), "summary_text"),
+    CHECK(str_eq(json_get_str(cJSON_GetArrayItem(sum, 0), "type"), "summary_text"),
           "reasoning.summary: summary_text");
     cJSON_Delete(s);
     cJSON_Delete(jn.last);
@@ -501,7 +494,7 @@ static void test_store_bytes(int port)
     int st = 0;
     for (int i = 0; i < 8; i++) {
         cJSON *j = post(port, body_new("Tom", 1), &st);
-        snprintf(ids[i], sizeof ids[i], "%s", str_of(j, "id") ? str_of(j, "id") : "");
+        snprintf(ids[i], sizeof ids[i], "%s", json_get_str(j, "id") ? json_get_str(j, "id") : "");
         cJSON_Delete(j);
     }
     char path[640];
@@ -522,7 +515,7 @@ static void test_store_bytes(int port)
     cJSON_AddStringToObject(b, "instructions", "x");
     cJSON *j = post(port, b, &st);
     CHECK(st == 200, "a large request: %d", st);
-    snprintf(path, sizeof path, "/v1/responses/%s", str_of(j, "id") ? str_of(j, "id") : "x");
+    snprintf(path, sizeof path, "/v1/responses/%s", json_get_str(j, "id") ? json_get_str(j, "id") : "x");
     cJSON *g = call(port, "GET", path, NULL, &st);
     CHECK(st == 404, "a response larger than --responses-max-bytes is not kept: %d", st);
     snprintf(path, sizeof path, "/v1/responses/%s", ids[7]);
@@ -549,9 +542,9 @@ static void test_effort(int port)
                  "\"chat_template_kwargs\":{\"reasoning_effort\":\"%s\"}}",
                  efforts[k][1]);
         cJSON *c = call(port, "POST", "/v1/chat/completions", cJSON_Parse(chat), &st);
-        CHECK(num_of(cJSON_GetObjectItem(j, "usage"), "input_tokens") ==
-                      num_of(cJSON_GetObjectItem(c, "usage"), "prompt_tokens") &&
-                  num_of(cJSON_GetObjectItem(j, "usage"), "input_tokens") > 0,
+        CHECK(json_get_num(cJSON_GetObjectItem(j, "usage"), "input_tokens") ==
+                      json_get_num(cJSON_GetObjectItem(c, "usage"), "prompt_tokens") &&
+                  json_get_num(cJSON_GetObjectItem(j, "usage"), "input_tokens") > 0,
               "effort %s: the prompt with reasoning_effort %s", efforts[k][0], efforts[k][1]);
         cJSON_Delete(c);
         cJSON_Delete(j);
@@ -599,7 +592,7 @@ static void logged_request(int port)
                                       "{\"type\":\"web_search\"}]"));
     int st = 0;
     cJSON *j = post(port, b, &st);
-    CHECK(st == 200 && str_eq(str_of(j, "object"), "response"), "unknown fields accepted: %d", st);
+    CHECK(st == 200 && str_eq(json_get_str(j, "object"), "response"), "unknown fields accepted: %d", st);
     cJSON_Delete(j);
 }
 

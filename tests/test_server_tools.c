@@ -77,15 +77,9 @@ static const cJSON *message_of(const cJSON *j)
     return cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0), "message");
 }
 
-static const char *str_of(const cJSON *o, const char *k)
-{
-    const cJSON *v = cJSON_GetObjectItem(o, k);
-    return cJSON_IsString(v) ? v->valuestring : NULL;
-}
-
 static const char *finish_of(const cJSON *j)
 {
-    const char *f = str_of(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0), "finish_reason");
+    const char *f = json_get_str(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0), "finish_reason");
     return f ? f : "";
 }
 
@@ -95,10 +89,10 @@ static void check_400(int port, cJSON *b, const char *want)
     char *s = cJSON_PrintUnformatted(b);
     cJSON *j = post(port, b, &st);
     const cJSON *e = cJSON_GetObjectItem(j, "error");
-    const char *msg = str_of(e, "message");
+    const char *msg = json_get_str(e, "message");
     CHECK(st == 400, "status %d for %.300s", st, s);
     CHECK(msg && strstr(msg, want), "message '%s' lacks '%s'", msg ? msg : "", want);
-    CHECK(str_of(e, "type") && !strcmp(str_of(e, "type"), "invalid_request_error"), "error type");
+    CHECK(json_get_str(e, "type") && !strcmp(json_get_str(e, "type"), "invalid_request_error"), "error type");
     free(s);
     cJSON_Delete(j);
 }
@@ -159,8 +153,8 @@ static bool stream_join(int port, cJSON *b, joined *out)
         const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(ev, "choices"), 0);
         const cJSON *d = cJSON_GetObjectItem(c0, "delta");
         out->n_events++;
-        cat(out->content, sizeof out->content, str_of(d, "content"));
-        cat(out->reasoning, sizeof out->reasoning, str_of(d, "reasoning_content"));
+        cat(out->content, sizeof out->content, json_get_str(d, "content"));
+        cat(out->reasoning, sizeof out->reasoning, json_get_str(d, "reasoning_content"));
         const cJSON *tc;
         cJSON_ArrayForEach(tc, cJSON_GetObjectItem(d, "tool_calls"))
         {
@@ -171,8 +165,8 @@ static bool stream_join(int port, cJSON *b, joined *out)
             cJSON_DeleteItemFromObject(copy, "index");
             cJSON_AddItemToArray(out->calls, copy);
         }
-        if (str_of(c0, "finish_reason"))
-            snprintf(out->finish, sizeof out->finish, "%s", str_of(c0, "finish_reason"));
+        if (json_get_str(c0, "finish_reason"))
+            snprintf(out->finish, sizeof out->finish, "%s", json_get_str(c0, "finish_reason"));
         cJSON_Delete(ev);
     }
     free(r.body);
@@ -205,15 +199,15 @@ static void test_hermes(int port)
     CHECK(st == 200 && cJSON_GetArraySize(calls) == 1, "one tool call (status %d)", st);
     CHECK(!strcmp(finish_of(j), "tool_calls"), "finish_reason '%s'", finish_of(j));
     CHECK(cJSON_IsNull(cJSON_GetObjectItem(m, "content")), "content is null beside the calls");
-    CHECK(str_of(c0, "type") && !strcmp(str_of(c0, "type"), "function") && str_of(c0, "id") &&
-              !strncmp(str_of(c0, "id"), "call_", 5),
+    CHECK(json_get_str(c0, "type") && !strcmp(json_get_str(c0, "type"), "function") &&
+              json_get_str(c0, "id") && !strncmp(json_get_str(c0, "id"), "call_", 5),
           "call type and id");
-    CHECK(str_of(fn, "name") && !strcmp(str_of(fn, "name"), "get_weather"), "function name");
-    cJSON *args = str_of(fn, "arguments") ? cJSON_Parse(str_of(fn, "arguments")) : NULL;
-    const char *city = str_of(args, "city");
-    CHECK(city && strlen(city) >= 2 && strlen(city) <= 6 && str_of(args, "unit") &&
-              !strcmp(str_of(args, "unit"), "celsius") && cJSON_GetArraySize(args) == 2,
-          "arguments %s", str_of(fn, "arguments") ? str_of(fn, "arguments") : "(none)");
+    CHECK(json_get_str(fn, "name") && !strcmp(json_get_str(fn, "name"), "get_weather"), "function name");
+    cJSON *args = json_get_str(fn, "arguments") ? cJSON_Parse(json_get_str(fn, "arguments")) : NULL;
+    const char *city = json_get_str(args, "city");
+    CHECK(city && strlen(city) >= 2 && strlen(city) <= 6 && json_get_str(args, "unit") &&
+              !strcmp(json_get_str(args, "unit"), "celsius") && cJSON_GetArraySize(args) == 2,
+          "arguments %s", json_get_str(fn, "arguments") ? json_get_str(fn, "arguments") : "(none)");
     /* streamed: the same call in delta.tool_calls */
     b = body_new("weather?");
     add_tools(b);
@@ -233,15 +227,15 @@ static void test_hermes(int port)
     cJSON_AddStringToObject(b, "grammar", weather_call_gbnf("\"Let me look. \" "));
     j = post(port, b, &st);
     m = message_of(j);
-    CHECK(str_of(m, "content") && !strncmp(str_of(m, "content"), "Let me look.", 12), "content '%s'",
-          str_of(m, "content") ? str_of(m, "content") : "(null)");
+    CHECK(json_get_str(m, "content") && !strncmp(json_get_str(m, "content"), "Let me look.", 12),
+          "content '%s'", json_get_str(m, "content") ? json_get_str(m, "content") : "(null)");
     CHECK(cJSON_GetArraySize(cJSON_GetObjectItem(m, "tool_calls")) == 1, "and one call");
     b = body_new("weather?");
     add_tools(b);
     cJSON_AddStringToObject(b, "grammar", weather_call_gbnf("\"Let me look. \" "));
     CHECK(stream_join(port, b, &sj), "stream ends");
-    CHECK(!strcmp(sj.content, str_of(m, "content") ? str_of(m, "content") : ""), "streamed content '%s'",
-          sj.content);
+    CHECK(!strcmp(sj.content, json_get_str(m, "content") ? json_get_str(m, "content") : ""),
+          "streamed content '%s'", sj.content);
     CHECK(same_calls(sj.calls, cJSON_GetObjectItem(m, "tool_calls")), "streamed calls == plain");
     cJSON_Delete(sj.calls);
     cJSON_Delete(j);
@@ -253,7 +247,7 @@ static void test_hermes(int port)
     cJSON_AddStringToObject(b, "grammar", weather_call_gbnf(""));
     j = post(port, b, &st);
     m = message_of(j);
-    CHECK(str_of(m, "content") && strstr(str_of(m, "content"), "<tool_call>") &&
+    CHECK(json_get_str(m, "content") && strstr(json_get_str(m, "content"), "<tool_call>") &&
               !cJSON_GetObjectItem(m, "tool_calls"),
           "tool_choice none: the call text stays content");
     CHECK(!strcmp(finish_of(j), "stop"), "tool_choice none: finish '%s'", finish_of(j));
@@ -272,20 +266,20 @@ static void test_forced(int port)
     cJSON *j = post(port, b, &st);
     const cJSON *calls = cJSON_GetObjectItem(message_of(j), "tool_calls");
     const cJSON *fn = cJSON_GetObjectItem(cJSON_GetArrayItem(calls, 0), "function");
-    const char *name = str_of(fn, "name");
-    cJSON *args = str_of(fn, "arguments") ? cJSON_Parse(str_of(fn, "arguments")) : NULL;
+    const char *name = json_get_str(fn, "name");
+    cJSON *args = json_get_str(fn, "arguments") ? cJSON_Parse(json_get_str(fn, "arguments")) : NULL;
     CHECK(st == 200 && cJSON_GetArraySize(calls) == 1 && !strcmp(finish_of(j), "tool_calls"),
           "required: exactly one call, finish '%s'", finish_of(j));
     if (name && !strcmp(name, "get_weather")) {
-        const char *u = str_of(args, "unit"), *city = str_of(args, "city");
+        const char *u = json_get_str(args, "unit"), *city = json_get_str(args, "city");
         CHECK(u && (!strcmp(u, "celsius") || !strcmp(u, "fahrenheit")) && city && strlen(city) <= 10 &&
                   cJSON_GetArraySize(args) == 2,
-              "required: get_weather arguments follow the schema: %s", str_of(fn, "arguments"));
+              "required: get_weather arguments follow the schema: %s", json_get_str(fn, "arguments"));
     } else {
-        const char *z = str_of(args, "zone");
+        const char *z = json_get_str(args, "zone");
         CHECK(name && !strcmp(name, "get_time") && z && (!strcmp(z, "UTC") || !strcmp(z, "CET")) &&
                   cJSON_GetArraySize(args) == 1,
-              "required: get_time arguments follow the schema: %s", str_of(fn, "arguments"));
+              "required: get_time arguments follow the schema: %s", json_get_str(fn, "arguments"));
     }
     cJSON_Delete(args);
     cJSON_Delete(j);
@@ -297,8 +291,8 @@ static void test_forced(int port)
     j = post(port, b, &st);
     calls = cJSON_GetObjectItem(message_of(j), "tool_calls");
     fn = cJSON_GetObjectItem(cJSON_GetArrayItem(calls, 0), "function");
-    CHECK(st == 200 && cJSON_GetArraySize(calls) >= 1 && str_of(fn, "name") &&
-              !strcmp(str_of(fn, "name"), "get_time"),
+    CHECK(st == 200 && cJSON_GetArraySize(calls) >= 1 && json_get_str(fn, "name") &&
+              !strcmp(json_get_str(fn, "name"), "get_time"),
           "named: get_time is called");
     cJSON_Delete(j);
 }
@@ -454,7 +448,7 @@ static void test_reasoning(int port, bool split)
     int st = 0;
     cJSON *j = post(port, b, &st);
     const cJSON *m = message_of(j);
-    const char *content = str_of(m, "content"), *reasoning = str_of(m, "reasoning_content");
+    const char *content = json_get_str(m, "content"), *reasoning = json_get_str(m, "reasoning_content");
     CHECK(st == 200 && content, "reasoning: a reply (status %d)", st);
     if (split) {
         CHECK(reasoning && strlen(reasoning) >= 7 && strchr(reasoning, ' ') && !strstr(reasoning, "think>"),
