@@ -77,10 +77,10 @@ typedef struct srv_log_rec {
     int32_t n_prompt, n_cached, n_gen;
     double ttft_ms; /* submit to first token (-1: no token) */
     const char *finish;
-    char unknown[SRV_LOG_UNKNOWN_MAX]; /* unrecognised body fields, comma-separated */
+    char unknown[SRV_LOG_UNKNOWN_MAX];  /* unrecognised body fields, comma-separated */
     char left_out[SRV_LOG_UNKNOWN_MAX]; /* what the route left out of the request (hosted tools) */
     char notes[128]; /* how the request was taken, one word each (special_text_recognised) */
-    bool handed;                       /* its srv_req logs it when freed */
+    bool handed;     /* its srv_req logs it when freed */
 } srv_log_rec;
 
 /* ---- the server ---- */
@@ -112,7 +112,7 @@ typedef struct srv_config {
     /* the request log: NULL writes nothing (the library never prints) */
     srv_log_fn log_fn;
     void *log_user;
-    bool log_json; /* one JSON object per line instead of text */
+    bool log_json;           /* one JSON object per line instead of text */
     const char *cors_origin; /* Access-Control-Allow-Origin of every answer (NULL: "*") */
     /* for GET /props and /slots */
     const char *model_path;    /* as given to --model (NULL: unknown) */
@@ -120,7 +120,7 @@ typedef struct srv_config {
     int n_parallel;            /* sequence slots (the scheduler's n_parallel) */
     /* HTTPS (--ssl-cert-file / --ssl-key-file): PEM texts, both or neither */
     const char *tls_cert_pem, *tls_key_pem;
-    bool metrics_public;     /* GET /metrics without the API key */
+    bool metrics_public; /* GET /metrics without the API key */
     /* stored responses of /v1/responses (server_store.c); 0: the SRV_RESPONSES_* default */
     size_t responses_max;       /* most responses kept (--responses-max) */
     size_t responses_max_bytes; /* most bytes they hold (--responses-max-bytes) */
@@ -330,7 +330,7 @@ typedef struct srv_choice {
     char *text;            /* generated text (stop strings cut off) */
     size_t len, cap, sent; /* sent: bytes already streamed */
     int32_t n_tokens;
-    bool done, stopped; /* stopped: a stop string matched */
+    bool done, stopped;   /* stopped: a stop string matched */
     const char *stop_hit; /* the stop string that matched (one of req->p.stop), or NULL */
     kvi_finish finish;
     kvi_usage usage;
@@ -380,6 +380,9 @@ bool srv_sse_token(srv_req *r, srv_choice *c, const char *piece, size_t n);
 bool srv_sse_final(srv_req *r);
 /* Queues "data: <o>\n\n" and frees o (caller holds r->mu). False when out of memory. */
 bool srv_sse_event(srv_req *r, cJSON *o);
+/* The same with an "event: <o.type>" line first (Anthropic's and the Responses
+ * API's typed events); false also when o has no string "type". */
+bool srv_sse_named(srv_req *r, cJSON *o);
 /* /infill's answers in llama.cpp's /completion shape (server_infill.c), OpenAI's errors. */
 extern const srv_api srv_api_infill;
 /* Records the logprobs of the choice's next token (caller holds r->mu; offset =

@@ -772,18 +772,27 @@ bool srv_out_append(srv_req *r, const char *s, size_t n)
     return true;
 }
 
-static bool emit(srv_req *r, cJSON *o)
+/* "[event: <o.type>\n]data: <o>\n\n"; o is consumed. */
+static bool sse_write(srv_req *r, cJSON *o, bool named)
 {
+    const cJSON *t = named ? cJSON_GetObjectItemCaseSensitive(o, "type") : NULL;
     char *s = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    if (!s) return false;
-    bool ok =
-        srv_out_append(r, "data: ", 6) && srv_out_append(r, s, strlen(s)) && srv_out_append(r, "\n\n", 2);
+    bool ok = s && (!named || cJSON_IsString(t));
+    if (ok && named)
+        ok = srv_out_append(r, "event: ", 7) && srv_out_append(r, t->valuestring, strlen(t->valuestring)) &&
+             srv_out_append(r, "\n", 1);
+    ok = ok && srv_out_append(r, "data: ", 6) && srv_out_append(r, s, strlen(s)) &&
+         srv_out_append(r, "\n\n", 2);
     free(s);
+    cJSON_Delete(o);
     return ok;
 }
 
-bool srv_sse_event(srv_req *r, cJSON *o) { return emit(r, o); }
+static bool emit(srv_req *r, cJSON *o) { return sse_write(r, o, false); }
+
+bool srv_sse_event(srv_req *r, cJSON *o) { return sse_write(r, o, false); }
+
+bool srv_sse_named(srv_req *r, cJSON *o) { return sse_write(r, o, true); }
 
 bool srv_logprobs_push(srv_choice *c, int32_t token, float logprob, const int32_t *top_ids,
                        const float *top_lps, int32_t n_top)

@@ -665,26 +665,13 @@ static cJSON *ev(const char *type)
     return o;
 }
 
-/* "event: <o.type>\ndata: <o>\n\n" (o is consumed). */
-static bool send_ev(srv_req *r, cJSON *o)
-{
-    const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "type");
-    char *s = cJSON_PrintUnformatted(o);
-    bool ok = s && cJSON_IsString(t) && srv_out_append(r, "event: ", 7) &&
-              srv_out_append(r, t->valuestring, strlen(t->valuestring)) && srv_out_append(r, "\ndata: ", 7) &&
-              srv_out_append(r, s, strlen(s)) && srv_out_append(r, "\n\n", 2);
-    cJSON_free(s);
-    cJSON_Delete(o);
-    return ok;
-}
-
 static bool start(srv_req *r, msg_state *ms)
 {
     if (ms->started) return true;
     ms->started = true;
     cJSON *o = ev("message_start");
     cJSON_AddItemToObject(o, "message", message_json(r, false));
-    return send_ev(r, o) && send_ev(r, ev("ping"));
+    return srv_sse_named(r, o) && srv_sse_named(r, ev("ping"));
 }
 
 static bool block_stop(srv_req *r, msg_state *ms)
@@ -694,7 +681,7 @@ static bool block_stop(srv_req *r, msg_state *ms)
     cJSON_AddNumberToObject(o, "index", ms->open);
     ms->open = -1;
     ms->open_kind = BLK_NONE;
-    return send_ev(r, o);
+    return srv_sse_named(r, o);
 }
 
 static bool block_start(srv_req *r, msg_state *ms, cJSON *block)
@@ -704,7 +691,7 @@ static bool block_start(srv_req *r, msg_state *ms, cJSON *block)
     cJSON_AddNumberToObject(o, "index", ms->n_blocks);
     cJSON_AddItemToObject(o, "content_block", block);
     ms->open = ms->n_blocks++;
-    return send_ev(r, o) && ok;
+    return srv_sse_named(r, o) && ok;
 }
 
 /* A text or thinking delta, in a block of its kind (opened when needed). */
@@ -722,7 +709,7 @@ static bool text_delta(srv_req *r, msg_state *ms, int kind, const char *text)
     d = cJSON_AddObjectToObject(o, "delta");
     cJSON_AddStringToObject(d, "type", kind == BLK_THINKING ? "thinking_delta" : "text_delta");
     cJSON_AddStringToObject(d, kind == BLK_THINKING ? "thinking" : "text", text);
-    return send_ev(r, o) && ok;
+    return srv_sse_named(r, o) && ok;
 }
 
 /* A whole call: its block, the input as one input_json_delta, the block's end. */
@@ -738,7 +725,7 @@ static bool call_events(srv_req *r, msg_state *ms, int k, const char *name, cons
     cJSON_AddStringToObject(d, "type", "input_json_delta");
     cJSON_AddStringToObject(d, "partial_json", js ? js : "{}");
     cJSON_free(js);
-    ok = send_ev(r, o) && ok;
+    ok = srv_sse_named(r, o) && ok;
     return block_stop(r, ms) && ok;
 }
 
@@ -787,7 +774,7 @@ static bool messages_sse_final(srv_req *r)
     if (r->error) {
         srv_err er = { 0 };
         srv_err_set(&er, r->err_code == KVI_E_TIMEOUT ? 503 : 500, "api_error", NULL, "%s", r->err_msg);
-        return send_ev(r, error_obj(&er)) && ok;
+        return srv_sse_named(r, error_obj(&er)) && ok;
     }
     if (c->co) {
         ok = parsed_events(r, c, ms, true) && ok;
@@ -803,8 +790,8 @@ static bool messages_sse_final(srv_req *r)
     cJSON_AddStringToObject(d, "stop_reason", stop_reason(c));
     add_stop_sequence(d, c);
     cJSON_AddItemToObject(o, "usage", usage_json(r, true));
-    ok = send_ev(r, o) && ok;
-    return send_ev(r, ev("message_stop")) && ok;
+    ok = srv_sse_named(r, o) && ok;
+    return srv_sse_named(r, ev("message_stop")) && ok;
 }
 
 const srv_api srv_api_messages = {

@@ -782,19 +782,6 @@ static cJSON *base_new(srv_req *r, const cJSON *root)
 
 /* ---- the item machine ---- */
 
-static bool emit_event(srv_req *r, resp_state *st, cJSON *ev)
-{
-    char *s = cJSON_PrintUnformatted(ev);
-    const char *type = cJSON_GetObjectItemCaseSensitive(ev, "type")->valuestring;
-    bool ok = s && srv_out_append(r, "event: ", 7) && srv_out_append(r, type, strlen(type)) &&
-              srv_out_append(r, "\ndata: ", 7) && srv_out_append(r, s, strlen(s)) &&
-              srv_out_append(r, "\n\n", 2);
-    free(s);
-    cJSON_Delete(ev);
-    (void)st;
-    return ok;
-}
-
 /* A new event {"type", "sequence_number"}; NULL when not streaming. */
 static cJSON *ev_new(resp_state *st, const char *type)
 {
@@ -864,10 +851,10 @@ static bool open_item(srv_req *r, resp_state *st, int kind)
     cJSON *e = ev_new(st, "response.output_item.added");
     cJSON_AddNumberToObject(e, "output_index", cJSON_GetArraySize(st->output));
     cJSON_AddItemToObject(e, "item", item_json(st, "in_progress", false));
-    bool ok = emit_event(r, st, e);
+    bool ok = srv_sse_named(r, e);
     e = ev_item(st, "response.content_part.added", true);
     cJSON_AddItemToObject(e, "part", part_json(kind, ""));
-    return emit_event(r, st, e) && ok;
+    return srv_sse_named(r, e) && ok;
 }
 
 static bool close_item(srv_req *r, resp_state *st, const char *status)
@@ -881,14 +868,14 @@ static bool close_item(srv_req *r, resp_state *st, const char *status)
             true);
         cJSON_AddStringToObject(e, "text", text);
         if (st->open == OPEN_MESSAGE) cJSON_AddArrayToObject(e, "logprobs");
-        ok = emit_event(r, st, e);
+        ok = srv_sse_named(r, e);
         e = ev_item(st, "response.content_part.done", true);
         cJSON_AddItemToObject(e, "part", part_json(st->open, text));
-        ok = emit_event(r, st, e) && ok;
+        ok = srv_sse_named(r, e) && ok;
         e = ev_new(st, "response.output_item.done");
         cJSON_AddNumberToObject(e, "output_index", cJSON_GetArraySize(st->output));
         cJSON_AddItemToObject(e, "item", item_json(st, status, true));
-        ok = emit_event(r, st, e) && ok;
+        ok = srv_sse_named(r, e) && ok;
     }
     cJSON_AddItemToArray(st->output, item_json(st, status, true));
     st->open = OPEN_NONE;
@@ -916,7 +903,7 @@ static bool add_text(srv_req *r, resp_state *st, int kind, const char *s)
         st, kind == OPEN_MESSAGE ? "response.output_text.delta" : "response.reasoning_text.delta", true);
     cJSON_AddStringToObject(e, "delta", s);
     if (kind == OPEN_MESSAGE) cJSON_AddArrayToObject(e, "logprobs");
-    return emit_event(r, st, e) && ok;
+    return srv_sse_named(r, e) && ok;
 }
 
 /* A chat tool call ({"id", "function": {"name", "arguments"}}) as a function_call item. */
@@ -939,18 +926,18 @@ static bool add_call(srv_req *r, resp_state *st, const cJSON *call)
         cJSON *e = ev_new(st, "response.output_item.added");
         cJSON_AddNumberToObject(e, "output_index", idx);
         cJSON_AddItemToObject(e, "item", cJSON_Duplicate(it, true));
-        ok = emit_event(r, st, e) && ok;
+        ok = srv_sse_named(r, e) && ok;
         e = ev_new(st, "response.function_call_arguments.delta");
         cJSON_AddStringToObject(e, "item_id", id);
         cJSON_AddNumberToObject(e, "output_index", idx);
         cJSON_AddStringToObject(e, "delta", args);
-        ok = emit_event(r, st, e) && ok;
+        ok = srv_sse_named(r, e) && ok;
         e = ev_new(st, "response.function_call_arguments.done");
         cJSON_AddStringToObject(e, "item_id", id);
         cJSON_AddNumberToObject(e, "output_index", idx);
         cJSON_AddStringToObject(e, "name", cJSON_GetObjectItemCaseSensitive(f, "name")->valuestring);
         cJSON_AddStringToObject(e, "arguments", args);
-        ok = emit_event(r, st, e) && ok;
+        ok = srv_sse_named(r, e) && ok;
     }
     cJSON_ReplaceItemInObjectCaseSensitive(it, "status", cJSON_CreateString("completed"));
     cJSON_ReplaceItemInObjectCaseSensitive(it, "arguments", cJSON_CreateString(args));
@@ -958,7 +945,7 @@ static bool add_call(srv_req *r, resp_state *st, const cJSON *call)
         cJSON *e = ev_new(st, "response.output_item.done");
         cJSON_AddNumberToObject(e, "output_index", idx);
         cJSON_AddItemToObject(e, "item", cJSON_Duplicate(it, true));
-        ok = emit_event(r, st, e) && ok;
+        ok = srv_sse_named(r, e) && ok;
     }
     cJSON_AddItemToArray(st->output, it);
     return ok;
@@ -1075,7 +1062,7 @@ static bool resp_sse_final(srv_req *r)
     snprintf(type, sizeof type, "response.%s", status);
     cJSON *e = ev_new(st, type);
     cJSON_AddItemToObject(e, "response", o);
-    return emit_event(r, st, e) && ok;
+    return srv_sse_named(r, e) && ok;
 }
 
 static char *resp_response_json(srv_req *r)
@@ -1108,7 +1095,7 @@ static bool stream_open(srv_req *r, resp_state *st)
     for (int k = 0; k < 2; k++) {
         cJSON *e = ev_new(st, types[k]);
         cJSON_AddItemToObject(e, "response", cJSON_Duplicate(st->base, true));
-        ok = emit_event(r, st, e) && ok;
+        ok = srv_sse_named(r, e) && ok;
     }
     return ok;
 }
