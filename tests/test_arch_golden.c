@@ -10,7 +10,7 @@
  * deepseek2's latent attention: its cache bytes, and fork, session file and prefix
  * reuse on the latent cache (check_latent).
  * gpt-oss also as published, its experts in MXFP4 (gpt-oss-mxfp4, tolerance 0.03).
- * Sliding-window models (gemma2, gemma3, gpt-oss) also over 400 positions, long enough
+ * Sliding-window models (gemma2, gemma3, gpt-oss, cohere2, exaone4) also over 400 positions, long enough
  * that decode releases window parts (kv_cache.h): token-by-token decode gives the
  * bits of one prefill step, and the KV bytes held stay far below a full cache.
  */
@@ -83,7 +83,7 @@ static float *run_seq_kv(kvi_model *m, const int32_t *toks, int n, bool decode, 
 
 /* 400 pseudo-random tokens: decode (releasing window parts as it goes) == one
  * prefill step, bit for bit; the bytes held at the end well below a full cache */
-static void check_long(kvi_model *m, const char *name)
+static void check_long(kvi_model *m, const char *name, int n_kvt)
 {
     enum { N = 400 };
     int32_t toks[N];
@@ -93,10 +93,11 @@ static void check_long(kvi_model *m, const char *name)
         toks[i] = i == 0 ? 1 : 3 + (int32_t)((x >> 8) % 509);
     }
     const int nv = kvi_n_vocab(m);
-    /* every KV type, KIVI q4 keys (per-table tail, groups) included */
+    /* every KV type, KIVI q4 keys (per-table tail, groups) included (the first n_kvt:
+     * rows of 16 fit f32 only) */
     static const kvi_type kvt[3] = { KVI_TYPE_F32, KVI_TYPE_Q8_0, KVI_TYPE_KV_Q4 };
     float *pre = NULL, *dec = NULL;
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < n_kvt; k++) {
         free(pre);
         free(dec);
         pre = run_seq_kv(m, toks, N, false, 0, kvt[k]);
@@ -330,7 +331,9 @@ static void check_file(const char *name, double tol, int n_expert, int used)
     }
     free(pre);
     free(blk);
-    if (!strncmp(name, "gemma", 5) || !strncmp(name, "gpt-oss", 7)) check_long(m, name);
+    if (!strncmp(name, "gemma", 5) || !strncmp(name, "gpt-oss", 7) || !strncmp(name, "cohere2", 7))
+        check_long(m, name, 3);
+    if (!strncmp(name, "exaone4", 7)) check_long(m, name, 1); /* head_dim 16 */
     free(toks);
     kvi_model_free(m);
     cJSON_Delete(j);
@@ -338,8 +341,9 @@ static void check_file(const char *name, double tol, int n_expert, int used)
 
 int main(void)
 {
-    static const char *const dense[] = { "qwen3",         "gemma2",  "gemma3", "phi3",
-                                         "phi3-longrope", "granite", "olmo2" };
+    static const char *const dense[] = { "qwen3",   "gemma2",  "gemma3",   "phi3",    "phi3-longrope",
+                                         "granite", "olmo2",   "mistral3", "smollm3", "seed_oss",
+                                         "apertus", "exaone4", "cohere2" };
     for (size_t i = 0; i < sizeof dense / sizeof *dense; i++) {
         char f32[64], q8[64];
         snprintf(f32, sizeof f32, "%s-f32", dense[i]);

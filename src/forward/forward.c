@@ -13,7 +13,8 @@
  *     v = xb Wv^T (+bv)     -- one matrix product       k, v [n][kv_dim]
  *                              over all rows
  *     q, k = qk_norm(q), qk_norm(k)    (per head or over the row; none)
- *     RoPE(q, k) at each row's position, with the layer's RoPE set (rc, rs tables)
+ *     RoPE(q, k) at each row's position, with the layer's RoPE set (rc, rs tables),
+ *       not on a NoPE layer; q *= the position's temperature on q_temp layers
  *       -- latent attention (DeepSeek's MLA, fwd_mla.h): q in cache space
  *          [n][n_heads * head_dim], k = [rmsnorm(c) | rope(k_pe)] [n][head_dim],
  *          one KV head whose values are the keys' first mla_kv_rank dims
@@ -24,8 +25,9 @@
  *     (latent: att of head h -> v_b[h] att[h][0..kv_rank)     mla_v [n][n_heads * v_dim])
  *     o = att Wo^T (+bo); o = post_attn_norm ? rmsnorm(o) * w : o
  *     x += residual_scale * o
- *     xb = ffn_norm ? rmsnorm(x) * ffn_norm : x
+ *     xb = ffn_norm ? rmsnorm(x) * ffn_norm : x  (parallel block: the attention's xb, kept in xp)
  *     h = act(xb Wgate^T (+b)) * (xb Wup^T (+b))        hg, hu [n][ffn_dim]
+ *       (ungated, w_gate unbound: h = xielu(xb Wup^T (+b)) with the layer's parameters)
  *     d = h Wdown^T (+b); d = post_ffn_norm ? rmsnorm(d) * w : d
  *       -- or, in a mixture-of-experts layer, d = the chosen experts' weighted
  *          sum (+ a shared expert), fwd_moe.h          moe_y [n][dim]
@@ -33,6 +35,7 @@
  *   logits = softcap(rmsnorm(x[out rows]) * output_norm Wout^T / logit_scale)
  *                                                       logits [n_out][n_vocab]
  *
+ * (rmsnorm of the block's pre-norms and the output norm: LayerNorm when m->norm says so)
  * Every optional step is decided by the model's fields and tensors (model.h),
  * never by the architecture's name.
  *
@@ -100,6 +103,7 @@ struct fwd_ctx {
     float **st, **sn;                  /* [chunk] per row: its sequence's layer state, snapshot or NULL */
     float *qg;                         /* [chunk][2 n_heads head_dim] gated q rows [q | gate] per head */
     float *gate;                       /* [chunk][n_heads * head_dim] the attention output gate */
+    float *xp;                         /* [chunk][dim] the parallel block's normed input, or NULL */
     size_t bytes;
     attn_scratch *attn;
     kv_stash stash; /* q4 key groups a layer's rows still read in f16 (kv_quant.h) */
@@ -130,6 +134,7 @@ void fwd_free(fwd_ctx *f)
     free(f->sn);
     free(f->qg);
     free(f->gate);
+    free(f->xp);
     free(f->moe_y);
     free(f->routed);
     attn_scratch_free(f->attn);
@@ -172,6 +177,7 @@ fwd_ctx *fwd_create(const struct kvi_model *m, int n_rows_max, int force_chunk, 
                       2 * (size_t)(m->expert_ffn > m->shared_ffn ? m->expert_ffn : m->shared_ffn)) *
                      sizeof(float);
     if (m->attn_gated) row_bytes += 3 * qd * sizeof(float); /* [q | gate] rows and the gate */
+    if (m->parallel_ffn) row_bytes += (size_t)m->dim * sizeof(float); /* xp */
     size_t chunk = FWD_CHUNK_BYTES / row_bytes;
     chunk = chunk > FWD_CHUNK_ALIGN ? chunk / FWD_CHUNK_ALIGN * FWD_CHUNK_ALIGN : FWD_CHUNK_ALIGN;
     /* a caller's chunk (kvi_engine_params.fwd_chunk: tests of the chunked path) */
@@ -246,6 +252,14 @@ fwd_ctx *fwd_create(const struct kvi_model *m, int n_rows_max, int force_chunk, 
             return NULL;
         }
     }
+    if (m->parallel_ffn) {
+        f->xp = falloc(f, chunk * m->dim, &ok);
+        if (!ok) {
+            fwd_free(f);
+            err_set(err, KVI_E_NOMEM, "forward: cannot allocate the parallel block's scratch");
+            return NULL;
+        }
+    }
     model_rope sets[MODEL_MAX_ROPE_SETS];
     model_rope_for_ctx(m, n_ctx, sets);
     for (size_t r = 0; r < ns; r++) {
@@ -302,11 +316,13 @@ static void rope_rows(const fwd_ctx *f, int set, float *x, int r0, int n, int n_
     }
 }
 
-/* rmsnorm of rows x [n][dim] into out by w, or a copy of x when w is NULL */
-static void norm_or_copy(float *out, const float *x, const float *w, int n, int dim, float eps)
+/* the model's norm (RMS or LayerNorm) of rows x [n][dim] into out by w, or a copy of x
+ * when w is NULL */
+static void norm_or_copy(const struct kvi_model *m, float *out, const float *x, const float *w, int n,
+                         int dim)
 {
     if (w)
-        fwd_rmsnorm_rows(out, x, w, n, dim, eps);
+        fwd_norm_rows(m->norm, out, x, w, n, dim, m->rms_eps);
     else if (out != x)
         memcpy(out, x, (size_t)n * dim * sizeof(float));
 }
@@ -329,8 +345,21 @@ static void qk_norm_rows(const struct kvi_model *m, float *y, const float *w, in
         fwd_rmsnorm_rows(y, y, w, n, n_h * m->head_dim, m->rms_eps);
 }
 
-/* q, k, v of rows [r0, r0 + n) from xb: projections, biases, q/k norms, RoPE. */
-static int qkv(fwd_ctx *f, tpool *pool, const model_layer *L, int r0, int n)
+/* q of rows [n][n_heads * head_dim] at positions pos [n] times the model's query
+ * temperature (model.h q_temp_*) */
+static void q_temperature(const struct kvi_model *m, float *q, const int32_t *pos, int n)
+{
+    const size_t qd = (size_t)m->n_heads * m->head_dim;
+    for (int r = 0; r < n; r++) {
+        const double p = floor((double)(pos[r] + m->q_temp_offset) / m->q_temp_len);
+        const float t = (float)(log(p + 1.0) * m->q_temp_beta + 1.0);
+        if (t != 1.0f) scale_rows(q + (size_t)r * qd, t, qd);
+    }
+}
+
+/* q, k, v of rows [r0, r0 + n) from xb: projections, biases, q/k norms, RoPE (not on a
+ * NoPE layer), the query temperature. */
+static int qkv(fwd_ctx *f, tpool *pool, const model_layer *L, const fwd_rows *rows, int r0, int n)
 {
     const struct kvi_model *m = f->m;
     const int qd = m->n_heads * m->head_dim, kvd = m->n_kv_heads * m->head_dim;
@@ -355,8 +384,11 @@ static int qkv(fwd_ctx *f, tpool *pool, const model_layer *L, int r0, int n)
     add_bias(f->v, L->bv, n, kvd);
     qk_norm_rows(m, f->q, L->q_norm, n, m->n_heads);
     qk_norm_rows(m, f->k, L->k_norm, n, m->n_kv_heads);
-    rope_rows(f, L->rope_set, f->q, r0, n, m->n_heads);
-    rope_rows(f, L->rope_set, f->k, r0, n, m->n_kv_heads);
+    if (!L->no_rope) {
+        rope_rows(f, L->rope_set, f->q, r0, n, m->n_heads);
+        rope_rows(f, L->rope_set, f->k, r0, n, m->n_kv_heads);
+    }
+    if (L->q_temp && m->q_temp_beta != 0.0f) q_temperature(m, f->q, rows->pos + r0, n);
     return KVI_OK;
 }
 
@@ -375,7 +407,7 @@ static int attn_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *rows
     const model_layer *L = &m->layers[l];
     const int dim = m->dim, hd = m->head_dim, kvd = m->n_kv_heads * hd;
     float *x = f->x + (size_t)r0 * dim; /* [n][dim] this chunk's residual rows */
-    int rc = m->mla_kv_rank > 0 ? mla_qk(f, pool, L, r0, n) : qkv(f, pool, L, r0, n);
+    int rc = m->mla_kv_rank > 0 ? mla_qk(f, pool, L, r0, n) : qkv(f, pool, L, rows, r0, n);
     if (rc) return rc;
 
     /* K and V appended to the cache, then every row reads its own sequence back */
@@ -449,13 +481,18 @@ static int layer_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *row
     float *x = f->x + (size_t)r0 * dim; /* [n][dim] this chunk's residual rows */
 
     /* mixer: attention, or a recurrent layer's DeltaNet */
-    norm_or_copy(f->xb, x, L->attn_norm, n, dim, m->rms_eps);
+    norm_or_copy(m, f->xb, x, L->attn_norm, n, dim);
+    if (f->xp) memcpy(f->xp, f->xb, (size_t)n * dim * sizeof(float));
     int rc =
         L->recurrent ? delta_chunk(f, pool, kv, rows, l, r0, n) : attn_chunk(f, pool, kv, rows, l, r0, n);
     if (rc) return rc;
 
-    /* feed-forward block: gated (SwiGLU / GeGLU), or the experts of a moe layer */
-    norm_or_copy(f->xb, x, L->ffn_norm, n, dim, m->rms_eps);
+    /* feed-forward block: gated (SwiGLU / GeGLU), ungated (xIELU), or the experts of a
+     * moe layer; a parallel block's reads the attention's normed input */
+    if (f->xp)
+        memcpy(f->xb, f->xp, (size_t)n * dim * sizeof(float));
+    else
+        norm_or_copy(m, f->xb, x, L->ffn_norm, n, dim);
     if (L->moe) {
         if ((rc = fwd_moe_run(f->moe, pool, m, L, f->gelu, f->xb, n, f->moe_y,
                               f->routed + (size_t)l * m->n_expert)))
@@ -463,15 +500,19 @@ static int layer_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *row
         residual_add(m, x, f->moe_y, L->post_ffn_norm, n);
         return KVI_OK;
     }
-    {
+    if (!L->w_gate.data) { /* h = act(xb Wup^T (+b)) into hg */
+        if ((rc = kern_matmul(pool, &L->w_up, f->xb, dim, n, f->hg, ffn))) return rc;
+        add_bias(f->hg, L->b_up, n, ffn);
+        fwd_xielu(&L->xielu, f->hg, (size_t)n * ffn);
+    } else {
         const kern_tensor *w2[2] = { &L->w_gate, &L->w_up };
         float *const y2[2] = { f->hg, f->hu };
         const int64_t ld2[2] = { ffn, ffn };
         if ((rc = kern_matmul_multi(pool, 2, w2, f->xb, dim, n, y2, ld2))) return rc;
+        add_bias(f->hg, L->b_gate, n, ffn);
+        add_bias(f->hu, L->b_up, n, ffn);
+        fwd_glu(m->act, f->gelu, f->hg, f->hu, (size_t)n * ffn);
     }
-    add_bias(f->hg, L->b_gate, n, ffn);
-    add_bias(f->hu, L->b_up, n, ffn);
-    fwd_glu(m->act, f->gelu, f->hg, f->hu, (size_t)n * ffn);
     if ((rc = kern_matmul(pool, &L->w_down, f->hg, ffn, n, f->xb, dim))) return rc;
     add_bias(f->xb, L->b_down, n, dim);
     residual_add(m, x, f->xb, L->post_ffn_norm, n);
@@ -522,7 +563,7 @@ int fwd_run_layers(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *rows, i
         for (int o = 0; o < no; o++)
             memcpy(f->xb + (size_t)o * dim, f->x + (size_t)rows->out_rows[o0 + o] * dim,
                    (size_t)dim * sizeof(float));
-        fwd_rmsnorm_rows(f->xb, f->xb, m->output_norm, no, dim, m->rms_eps);
+        fwd_norm_rows(m->norm, f->xb, f->xb, m->output_norm, no, dim, m->rms_eps);
         float *lg = rows->logits + (size_t)o0 * m->n_vocab; /* [no][n_vocab] */
         const int rc = kern_matmul(pool, &m->output, f->xb, dim, no, lg, m->n_vocab);
         if (rc) return rc;

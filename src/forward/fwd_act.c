@@ -1,6 +1,6 @@
 /*
  * fwd_act.c — gated activations (fwd_act.h): SwiGLU, tanh-GeGLU through llama.cpp's
- * f16 table, and gpt-oss's clamped SwiGLU.
+ * f16 table, and gpt-oss's clamped SwiGLU; apertus's ungated xIELU.
  */
 #include "forward/fwd_act.h"
 
@@ -53,5 +53,14 @@ void fwd_glu(model_act act, const uint16_t *gelu, float *g, const float *u, size
             const float x = g[i];
             g[i] = x / (1.0f + expf(-x)) * u[i];
         }
+    }
+}
+
+void fwd_xielu(const model_xielu *p, float *x, size_t n)
+{
+    const float ap = p->alpha_p, an = p->alpha_n, b = p->beta, eps = p->eps;
+    for (size_t i = 0; i < n; i++) {
+        const float v = x[i];
+        x[i] = v > 0.0f ? ap * v * v + b * v : (expm1f(v < eps ? v : eps) - v) * an + b * v;
     }
 }

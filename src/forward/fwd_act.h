@@ -21,4 +21,8 @@ uint16_t *fwd_act_table(model_act act, bool *needed);
 /* g[i] = act(g[i]) * u[i] for i < n; gelu: the table of fwd_act_table (GELU only) */
 void fwd_glu(model_act act, const uint16_t *gelu, float *g, const float *u, size_t n);
 
+/* x[i] = xielu(x[i]) for i < n with one layer's parameters (model.h model_xielu; the
+ * ungated FFN of apertus), in float as llama.cpp's CPU computes it */
+void fwd_xielu(const model_xielu *p, float *x, size_t n);
+
 #endif

@@ -1,5 +1,5 @@
 /*
- * fwd_norm.c — RMSNorm of rows (fwd_norm.h). The sum of squares of a row is one
+ * fwd_norm.c — RMSNorm and LayerNorm of rows (fwd_norm.h). The sum of squares of a row is one
  * chain in double, element by element in order; four rows run as four
  * independent chains (sumsq4), each with the one-row loop's sequence of
  * roundings, so a row's bits never depend on its neighbours or on n.
@@ -47,4 +47,31 @@ void fwd_rmsnorm_rows(float *out, const float *x, const float *w, int n, int dim
         for (; i + 4 <= dim; i += 4) st4(o + i, ld4(xr + i) * s * ld4(w + i));
         for (; i < dim; i++) o[i] = xr[i] * s * w[i];
     }
+}
+
+void fwd_layernorm_rows(float *out, const float *x, const float *w, int n, int dim, float eps)
+{
+    for (int r = 0; r < n; r++) {
+        const float *xr = x + (size_t)r * dim;
+        float *o = out + (size_t)r * dim;
+        double sum = 0;
+        for (int i = 0; i < dim; i++) sum += xr[i];
+        const float mean = (float)(sum / dim);
+        double ss = 0;
+        for (int i = 0; i < dim; i++) {
+            const float d = xr[i] - mean;
+            o[i] = d;
+            ss += (double)(d * d);
+        }
+        const float s = 1.0f / sqrtf((float)(ss / dim) + eps);
+        for (int i = 0; i < dim; i++) o[i] = o[i] * s * w[i];
+    }
+}
+
+void fwd_norm_rows(model_norm kind, float *out, const float *x, const float *w, int n, int dim, float eps)
+{
+    if (kind == MODEL_NORM_LAYER)
+        fwd_layernorm_rows(out, x, w, n, dim, eps);
+    else
+        fwd_rmsnorm_rows(out, x, w, n, dim, eps);
 }

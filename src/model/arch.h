@@ -25,6 +25,8 @@ enum {
     ARCH_POST_NORMS = 1 << 3,         /* post_attention_norm and post_ffw_norm (gemma2/3, olmo2) */
     ARCH_VISION_PART = 1 << 4,        /* a multimodal file's vision tensors (v.*, mm.*) are left unread */
     ARCH_FFN_NORM_POST_ATTN = 1 << 5, /* the pre-FFN norm is stored as post_attention_norm (gpt-oss) */
+    ARCH_FFN_NO_GATE = 1 << 6,        /* FFN down(act(up x)), no ffn_gate (apertus) */
+    ARCH_PARALLEL = 1 << 7,           /* one norm a layer, no ffn_norm: the FFN reads attn_norm's output */
 };
 
 typedef struct model_arch {
@@ -55,6 +57,14 @@ int model_gguf_float(const gguf_ctx *g, const char *arch, const char *key, bool 
  * Local layers get window W and rope_set local_rope. */
 int model_swa_layers(struct kvi_model *m, const gguf_ctx *g, int def_period, int local_rope, kvi_error *err);
 
+/* Sliding-window layers by a period alone, as llama.cpp reads them for exaone4 and
+ * cohere2: "<arch>.attention.sliding_window" (required) is W; the period P is
+ * "<arch>.attention.sliding_window_pattern" when it is an integer (an array there
+ * is ignored), else def_period; layer l is local when l % P < P - 1. Local layers
+ * get window W, the global ones no RoPE when global_nope. */
+int model_swa_period(struct kvi_model *m, const gguf_ctx *g, int def_period, bool global_nope,
+                     kvi_error *err);
+
 /* Hybrid models (qwen35, qwen3next): the ssm.* keys (conv taps, state size, key and
  * value heads, inner size) and which layers are gated DeltaNet layers:
  * "<arch>.attention.recurrent_layers" (per-layer flags) or, absent,
@@ -64,5 +74,7 @@ int model_hybrid_layers(struct kvi_model *m, const gguf_ctx *g, kvi_error *err);
 extern const model_arch model_arch_llama, model_arch_qwen2, model_arch_qwen3, model_arch_gemma2,
     model_arch_gemma3, model_arch_phi3, model_arch_granite, model_arch_olmo2, model_arch_qwen3moe,
     model_arch_olmoe, model_arch_gptoss, model_arch_deepseek2, model_arch_qwen35, model_arch_qwen3next;
+extern const model_arch model_arch_mistral3, model_arch_smollm3, model_arch_seed_oss, model_arch_apertus,
+    model_arch_exaone4, model_arch_cohere2;
 
 #endif

@@ -412,6 +412,7 @@ int model_validate(const struct kvi_model *m, kvi_error *err)
             mats[3].in = (int64_t)m->n_heads * m->mla_v_dim;
         }
         if (m->attn_gated) mats[0].out = 2 * q_dim; /* per head [q | gate] */
+        if (m->act == MODEL_ACT_XIELU) mats[4].t = NULL; /* ungated FFN */
         if (L->recurrent) {                         /* a DeltaNet mixer instead of attention */
             if ((rc = check_delta(m, L, l, err))) return rc;
             mats[0].t = mats[1].t = mats[2].t = mats[3].t = NULL;
@@ -428,7 +429,7 @@ int model_validate(const struct kvi_model *m, kvi_error *err)
             snprintf(nm, sizeof nm, "blk.%d.%s", l, mats[i].n);
             if ((rc = check_matrix(mats[i].t, nm, mats[i].in, mats[i].out, err))) return rc;
         }
-        if (!L->attn_norm != !L->ffn_norm)
+        if (!m->parallel_ffn && !L->attn_norm != !L->ffn_norm)
             return err_set(err, KVI_E_FORMAT, "model: blk.%d.%s is missing", l,
                            L->attn_norm ? "ffn_norm" : "attn_norm");
         if (!L->attn_norm && !L->post_attn_norm)

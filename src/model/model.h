@@ -9,15 +9,17 @@
  *     a = attn_norm ? rmsnorm(x) * attn_norm : x
  *     q, k, v = a Wq, a Wk, a Wv (+ biases)   -- views of one fused matrix or three
  *     q, k = qk_norm(q), qk_norm(k)           -- none, per head, or over the whole row
- *     q, k = rope(q, k; the layer's rope set) -- partial when n_rot < head_dim
+ *     q, k = rope(q, k; the layer's rope set) -- partial when n_rot < head_dim; none on NoPE layers
+ *     q *= temperature(pos)                   -- layers with q_temp (mistral3)
  *     o = attention(q, K, V; kq_scale, attn_softcap, the layer's window) Wo (+ bo)
  *     x += residual_scale * (post_attn_norm ? rmsnorm(o) * post_attn_norm : o)
- *     f = ffn_norm ? rmsnorm(x) * ffn_norm : x
- *     h = act(f Wgate (+b)) * (f Wup (+b)), act = SiLU or tanh-GELU
+ *     f = ffn_norm ? rmsnorm(x) * ffn_norm : x   -- parallel_ffn: f = a (x before the attention add)
+ *     h = act(f Wgate (+b)) * (f Wup (+b)), act = SiLU or tanh-GELU; ungated: xielu(f Wup (+b))
  *     d = h Wdown (+ b)
  *     x += residual_scale * (post_ffn_norm ? rmsnorm(d) * post_ffn_norm : d)
  *   logits = softcap(rmsnorm(x) * output_norm Wout / logit_scale; final_softcap)
  *
+ * (rmsnorm of the pre- and output norms is LayerNorm when norm is MODEL_NORM_LAYER.)
  * An architecture differs from the plain llama block only by these fields; which
  * tensors exist decides the optional steps (a NULL norm is skipped).
  *
@@ -48,7 +50,21 @@ typedef enum model_act {
     MODEL_ACT_SILU = 0,   /* SwiGLU */
     MODEL_ACT_GELU_TANH,  /* GeGLU with the tanh approximation (gemma) */
     MODEL_ACT_SWIGLU_OAI, /* gpt-oss: g = min(g, 7), u = clamp(u, -7, 7), g * sigmoid(1.702 g) * (u + 1) */
+    MODEL_ACT_XIELU,      /* apertus, no gate: xielu(up) with the layer's parameters (model_xielu) */
 } model_act;
+
+/* The norm of the block's pre-norms and the output norm (q/k and post norms stay RMS). */
+typedef enum model_norm {
+    MODEL_NORM_RMS = 0, /* x / sqrt(mean(x^2) + eps) * w */
+    MODEL_NORM_LAYER,   /* (x - mean(x)) / sqrt(var(x) + eps) * w, no bias (cohere2) */
+} model_norm;
+
+/* xIELU's parameters of one layer (apertus), as the activation uses them:
+ * alpha_p = softplus(raw alpha_p), alpha_n = beta + softplus(raw alpha_n);
+ * xielu(x) = alpha_p x^2 + beta x (x > 0), (expm1(min(x, eps)) - x) alpha_n + beta x. */
+typedef struct model_xielu {
+    float alpha_p, alpha_n, beta, eps;
+} model_xielu;
 
 /* How a mixture-of-experts layer turns router logits l [n_expert] into the chosen
  * experts and their weights (fwd_moe.c). Every kind selects the top n_expert_used
@@ -140,6 +156,10 @@ typedef struct model_layer {
     const float *ssm_a;    /* [Hv] -exp(A_log), negative */
     const float *ssm_norm; /* [dk] gated output RMSNorm, shared by the heads */
     kern_tensor ssm_out;   /* [dim][Hv dk] */
+    /* position handling and activation of dense variants (smollm3, mistral3, apertus, ...) */
+    bool no_rope;      /* q and k are not rotated (NoPE layer) */
+    bool q_temp;       /* q times the position's temperature (kvi_model q_temp_*) after RoPE */
+    model_xielu xielu; /* MODEL_ACT_XIELU's parameters; w_gate unbound (down(xielu(up x))) */
 } model_layer;
 
 #define MODEL_MAX_ROPE_SETS 2
@@ -220,6 +240,14 @@ struct kvi_model {
     int ssm_hv;      /* time_step_rank: value heads, a multiple of ssm_hk */
     bool ssm_tiled;  /* value head j reads key head j % Hk (qwen35), else j / (Hv / Hk) */
     bool attn_gated; /* attention q rows per head [q | gate]; the output times sigmoid(gate) */
+    /* dense variants: the pre- and output norms' kind; a parallel block (the FFN reads
+     * the attention's normed input, no ffn_norm: x += attn(h) + ffn(h)); the query
+     * temperature of layers with q_temp at position p:
+     * 1 + q_temp_beta ln(floor((p + q_temp_offset) / q_temp_len) + 1) (beta 0: none) */
+    model_norm norm;
+    bool parallel_ffn;
+    float q_temp_beta;
+    int q_temp_len, q_temp_offset;
 
     kern_tensor tok_embd;     /* [n_vocab][dim] */
     const float *output_norm; /* [dim] */

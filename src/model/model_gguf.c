@@ -383,11 +383,16 @@ int model_hparams_gguf(struct kvi_model *m, const gguf_ctx *g, bool metadata_onl
 
     /* what the forward pass computes with */
     int v_len;
-    if ((rc = model_gguf_int(g, arch, "attention.value_length", false, m->head_dim, 1, MODEL_MAX_HEAD_DIM,
+    float ln_eps = 0.0f; /* LayerNorm models (cohere2) name their epsilon so */
+    snprintf(key_len_name, sizeof key_len_name, "%s.attention.layer_norm_epsilon", arch);
+    if ((gguf_find_key(g, key_len_name) >= 0 &&
+         (rc = model_gguf_float(g, arch, "attention.layer_norm_epsilon", true, 0.0, &ln_eps, err))) ||
+        (rc = model_gguf_int(g, arch, "attention.value_length", false, m->head_dim, 1, MODEL_MAX_HEAD_DIM,
                              &v_len, err)) ||
         (rc = model_gguf_int(g, arch, "rope.dimension_count", false, m->head_dim, 1, MODEL_MAX_HEAD_DIM,
                              &m->n_rot, err)) ||
-        (rc = model_gguf_float(g, arch, "attention.layer_norm_rms_epsilon", true, 0, &m->rms_eps, err)) ||
+        (rc = model_gguf_float(g, arch, "attention.layer_norm_rms_epsilon", ln_eps == 0.0f, ln_eps,
+                               &m->rms_eps, err)) ||
         (rc = model_gguf_float(g, arch, "rope.freq_base", false, 10000.0, &m->rope_theta, err)))
         return rc;
     model_block_defaults(m);
@@ -608,7 +613,8 @@ static int bind_layer(gbind *b, const model_arch *a, int l, kvi_error *err)
     if (a->flags & ARCH_FFN_NORM_POST_ATTN) {
         if ((rc = bind_vector(b, NM("post_attention_norm.weight"), dim, true, &L->ffn_norm, err))) return rc;
     } else if ((rc = bind_vector(b, NM("post_attention_norm.weight"), dim, post, &L->post_attn_norm, err)) ||
-               (rc = bind_vector(b, NM("ffn_norm.weight"), dim, pre, &L->ffn_norm, err))) {
+               (rc = bind_vector(b, NM("ffn_norm.weight"), dim, pre && !(a->flags & ARCH_PARALLEL),
+                                 &L->ffn_norm, err))) {
         return rc;
     }
     L->moe = m->n_expert > 0 && l >= m->n_dense_lead;
@@ -637,6 +643,10 @@ static int bind_layer(gbind *b, const model_arch *a, int l, kvi_error *err)
         if ((rc = bind_matrix(b, NM("ffn_up.weight"), dim, 2 * ffn, true, &gu, err))) return rc;
         L->w_gate = kern_tensor_rows(&gu, 0, ffn);
         L->w_up = kern_tensor_rows(&gu, ffn, ffn);
+    } else if (a->flags & ARCH_FFN_NO_GATE) {
+        if ((rc = bind_matrix(b, NM("ffn_up.weight"), dim, ffn, true, &L->w_up, err)) ||
+            (rc = bind_vector(b, NM("ffn_up.bias"), ffn, false, &L->b_up, err)))
+            return rc;
     } else if ((rc = bind_matrix(b, NM("ffn_gate.weight"), dim, ffn, true, &L->w_gate, err)) ||
                (rc = bind_matrix(b, NM("ffn_up.weight"), dim, ffn, true, &L->w_up, err)) ||
                (rc = bind_vector(b, NM("ffn_gate.bias"), ffn, false, &L->b_gate, err)) ||
