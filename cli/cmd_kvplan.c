@@ -92,6 +92,14 @@
  *    262144; linear attention 16 key / 16 value heads of 128, conv kernel 4
  *  - Qwen/Qwen3-Next-80B-A3B: 48 layers (every 4th attention), 16 heads, 2 KV heads
  *    of 256, 262144; linear attention 16 key / 32 value heads of 128, conv kernel 4
+ *  - mistralai/Ministral-3-8B: 34 layers, 32 heads, 8 KV heads of 128, 262144
+ *  - HuggingFaceTB/SmolLM3-3B: 36 layers, 16 heads, 4 KV heads, 2048 / 16 = 128, 65536
+ *  - ByteDance-Seed/Seed-OSS-36B: 64 layers, 80 heads, 8 KV heads of 128, 524288
+ *  - swiss-ai/Apertus-8B: 32 layers, 32 heads, 8 KV heads, 4096 / 32 = 128, 65536
+ *  - LGAI-EXAONE/EXAONE-4.0-32B: 64 layers, 40 heads, 8 KV heads of 128, 131072,
+ *    sliding_window 4096 on 3 of every 4 layers (48 window, 16 global)
+ *  - CohereForAI/c4ai-command-r7b-12-2024: 32 layers, 32 heads, 8 KV heads, 4096 / 32
+ *    = 128, 131072, sliding_window 4096 on 3 of every 4 layers (24 window, 8 global)
  */
 typedef struct kvplan_shape {
     const char *name;
@@ -132,6 +140,13 @@ static const kvplan_shape presets[] = {
     { "qwen3-next-80b", 48, 16, 2, 256, 262144, 0, 0, 0, 0, 0, 0, 4, 128, 16, 32, 4, 0, 0 },
     /* qwen3.5-0.8b's width and depth with attention in every layer */
     { "qwen3.5-0.8b-all-attention", 24, 8, 2, 256, 262144, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
+    /* more dense architectures (window 4096 on 3 of every 4 layers: exaone-4-32b, command-r7b) */
+    { "ministral-3-8b", 34, 32, 8, 128, 262144, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
+    { "smollm3-3b", 36, 16, 4, 128, 65536, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
+    { "seed-oss-36b", 64, 80, 8, 128, 524288, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
+    { "apertus-8b", 32, 32, 8, 128, 65536, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
+    { "exaone-4-32b", 64, 40, 8, 128, 131072, 4096, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
+    { "command-r7b", 32, 32, 8, 128, 131072, 4096, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
     // clang-format on
 };
 
@@ -150,7 +165,9 @@ static const char kvplan_help[] =
     "                     gemma-3-1b, gemma-2-9b; with latent attention (MLA): deepseek-v3,\n"
     "                     deepseek-v2-lite; hybrids (gated DeltaNet + attention):\n"
     "                     qwen3.5-0.8b, qwen3-next-80b, and qwen3.5-0.8b-all-attention\n"
-    "                     (the same depth, attention everywhere)\n"
+    "                     (the same depth, attention everywhere); ministral-3-8b,\n"
+    "                     smollm3-3b, seed-oss-36b, apertus-8b; with window layers:\n"
+    "                     exaone-4-32b, command-r7b\n"
     "  -m, --model FILE   read the shape from a model file's metadata (weights not loaded)\n"
     "  -c, --ctx N        tokens per sequence (default: the model's context length)\n"
     "  --mem SIZE         memory for the KV cache alone: 80GiB, 512MiB, 1.5G, 4096 (bytes)\n"

@@ -52,6 +52,14 @@ static void synth_help(FILE *f)
            "  qwen35   hybrid: gated DeltaNet layers (a fixed-size state, no KV), every 4th\n"
            "           layer gated attention (q/k norms, partial NeoX RoPE); tied\n"
            "  qwen3next qwen35 with experts and a sigmoid-gated shared expert\n"
+           "  mistral3 llama with a query temperature; YaRN with --rope-orig-ctx\n"
+           "  smollm3  llama without RoPE on every 4th layer; tied\n"
+           "  seed_oss q/k/v biases, NeoX RoPE base 1e7, the pre-FFN norm as post_attention_norm\n"
+           "  apertus  q/k norms, ungated xIELU FFN (per-layer xielu.* arrays), rope_freqs\n"
+           "  exaone4  no pre-norms, post-norms, q/k norms, rope_freqs; with 64 layers a\n"
+           "           window (4096) on 3 of 4 layers, no RoPE on the others\n"
+           "  cohere2  LayerNorm, parallel attention + FFN, window 4096 on 3 of 4 layers (no\n"
+           "           RoPE on the others), logit scale 0.25; tied\n"
            "  (llama with --experts is the Mixtral layout)\n"
            "\n"
            "options:\n"
@@ -79,7 +87,7 @@ static void synth_help(FILE *f)
            "  --tied, --untied    output matrix = token embedding, or one of its own\n"
            "  --rope-base F       rope.freq_base\n"
            "  --rope-linear F     gemma3: linear RoPE scaling of the global layers\n"
-           "  --rope-orig-ctx N   phi3: LongRoPE, gpt-oss: YaRN (factor ctx / N) for an original\n"
+           "  --rope-orig-ctx N   phi3: LongRoPE, gpt-oss / mistral3: YaRN (factor ctx / N) for an original\n"
            "                      context of N (< ctx)\n"
            "  --experts N         a mixture of N experts in every layer's FFN\n"
            "  --experts-used K    experts chosen per token (default 2)\n"
@@ -99,7 +107,8 @@ static void synth_help(FILE *f)
         fprintf(f, "  %-14s %-8s %5d %5d %3d %3d %3d %4d %6d %6d", names[i], r.arch, r.dim, r.ffn_dim,
                 r.n_layers, r.n_heads, r.n_kv_heads, r.head_dim, r.n_vocab, r.n_ctx);
         if (r.n_rot != r.head_dim) fprintf(f, ", rotary %d", r.n_rot);
-        if (!strcmp(r.arch, "gemma2") || !strcmp(r.arch, "gemma3"))
+        if (!strcmp(r.arch, "gemma2") || !strcmp(r.arch, "gemma3") || !strcmp(r.arch, "cohere2") ||
+            !strcmp(r.arch, "exaone4"))
             fprintf(f, ", window %d / %d", r.window, r.window_pattern);
         if (r.rope_orig_ctx) fprintf(f, ", LongRoPE from %d", r.rope_orig_ctx);
         if (r.tie > 0) fprintf(f, ", tied");
@@ -270,7 +279,8 @@ int cmd_synth(int argc, char **argv)
         if (!an[k])
             return cli_error(
                 "synth: unknown --arch '%s' (llama, qwen2, qwen3, gemma2, gemma3, phi3, granite, "
-                "olmo2, qwen3moe, olmoe, gpt-oss, qwen35, qwen3next)",
+                "olmo2, qwen3moe, olmoe, gpt-oss, qwen35, qwen3next, mistral3, smollm3, seed_oss, "
+                "apertus, exaone4, cohere2)",
                 arch);
         p.arch = an[k];
     }

@@ -1,8 +1,9 @@
 /*
  * test_synth_arch.c — `kvinfer synth` for every architecture the loader runs.
  *
- *  - golden layout: for qwen3, gemma2, gemma3, phi3, phi3 with LongRoPE, granite and
- *    olmo2, synth's F32 file of the shape of ../shared/golden/arch/ARCH-f32.gguf
+ *  - golden layout: for qwen3, gemma2, gemma3, phi3, phi3 with LongRoPE, granite,
+ *    olmo2, the mixtures of experts, the hybrids and mistral3, smollm3, seed_oss,
+ *    apertus, exaone4 (64 layers), cohere2, synth's F32 file of the shape of ../shared/golden/arch/ARCH-f32.gguf
  *    (written by the golden's generator in llama.cpp's conventions) carries exactly
  *    that file's metadata keys (tokenizer.* and general.name aside) with the same
  *    value types and, for the shape keys, the same values, and exactly its tensors
@@ -11,7 +12,8 @@
  *    loaded model has the fields the architecture implies (window layers by the
  *    pattern worked out here, RoPE sets, norms, biases, tied output, scales) and
  *    one step over 8 rows gives finite, varying logits; in F32 the 8 rows run as
- *    one prefill and as 8 decode steps give the same bits;
+ *    one prefill and as 8 decode steps give the same bits; exaone4 also with 64
+ *    layers, where its windows and NoPE layers exist;
  *  - the presets of real models against their config.json values (typed in here),
  *    the q4_k_m mix's per-layer types against llama.cpp's use_more_bits rule
  *    worked out by hand, LongRoPE's attention factor, and --help.
@@ -26,8 +28,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const k_archs[] = { "llama",   "qwen2", "qwen3",    "gemma2", "gemma3", "phi3",
-                                       "granite", "olmo2", "qwen3moe", "olmoe",  "gpt-oss" };
+static const char *const k_archs[] = { "llama",   "qwen2",    "qwen3",    "gemma2",  "gemma3",  "phi3",
+                                       "granite", "olmo2",    "qwen3moe", "olmoe",   "gpt-oss", "mistral3",
+                                       "smollm3", "seed_oss", "apertus",  "exaone4", "cohere2" };
 #define N_ARCHS (int)(sizeof k_archs / sizeof k_archs[0])
 
 /* ---- the golden files' layout ---- */
@@ -197,6 +200,22 @@ static void test_golden_layout(void)
     p.n_rot = 16, p.ssm_groups = 2, p.ssm_heads = 4, p.ssm_state = 32;
     p.n_expert = 8, p.n_expert_used = 2, p.expert_ffn = 64, p.shared_ffn = 128;
     compare_golden("qwen3next", p);
+    /* more dense architectures (README-dense-t3.md) */
+    p = shape("mistral3", 64, 4, 4, 2, 32, 64);
+    p.tie = 1, p.rope_orig_ctx = 8, p.rope_linear = 16.0f;
+    compare_golden("mistral3", p);
+    p = shape("smollm3", 64, 4, 4, 1, 0, 96);
+    compare_golden("smollm3", p);
+    p = shape("seed_oss", 64, 4, 4, 2, 32, 64);
+    compare_golden("seed_oss", p);
+    p = shape("apertus", 64, 4, 4, 2, 0, 128);
+    compare_golden("apertus", p);
+    p = shape("exaone4", 32, 64, 2, 1, 0, 32);
+    p.window = 8;
+    compare_golden("exaone4", p);
+    p = shape("cohere2", 64, 4, 2, 1, 0, 96);
+    p.window = 8;
+    compare_golden("cohere2", p);
 }
 
 /* ---- every architecture x every type: load and run ---- */
@@ -211,21 +230,33 @@ static void check_fields(const char *what, const struct kvi_model *m, const kvi_
     CHECK((m->output.data == m->tok_embd.data) == tied, "%s: tied %d", what, (int)tied);
     const bool gemma = !strcmp(r->arch, "gemma2") || !strcmp(r->arch, "gemma3");
     const bool oss = !strcmp(r->arch, "gpt-oss");
+    /* period 4 windows: cohere2 always, exaone4 only with 64 layers (llama.cpp's rule) */
+    const bool p4 = !strcmp(r->arch, "cohere2") || (!strcmp(r->arch, "exaone4") && r->n_layers == 64);
+    const bool exa = !strcmp(r->arch, "exaone4");
     int n_local = 0;
     for (int l = 0; l < m->n_layers; l++) {
         const model_layer *L = &m->layers[l];
         /* gemma2: even layers local; gemma3: 5 local : 1 global */
         const int period = !strcmp(r->arch, "gemma2") || oss ? 2 : 6;
-        const bool local = (gemma || oss) && l % period < period - 1;
+        const bool local = ((gemma || oss) && l % period < period - 1) || (p4 && l % 4 < 3);
         n_local += local;
         CHECK(L->window == (local ? r->window : 0), "%s: layer %d window %d", what, l, L->window);
-        CHECK((L->attn_norm != NULL) == (strcmp(r->arch, "olmo2") != 0), "%s: attn_norm", what);
-        CHECK((L->post_attn_norm != NULL) == (gemma || !strcmp(r->arch, "olmo2")), "%s: post norm", what);
+        CHECK((L->attn_norm != NULL) == (strcmp(r->arch, "olmo2") != 0 && !exa), "%s: attn_norm", what);
+        CHECK((L->post_attn_norm != NULL) == (gemma || !strcmp(r->arch, "olmo2") || exa), "%s: post norm",
+              what);
         const bool qk = !strcmp(r->arch, "qwen3") || !strcmp(r->arch, "gemma3") ||
                         !strcmp(r->arch, "olmo2") || !strcmp(r->arch, "qwen3moe") ||
-                        !strcmp(r->arch, "olmoe");
+                        !strcmp(r->arch, "olmoe") || !strcmp(r->arch, "apertus") || exa;
         CHECK((L->q_norm != NULL) == qk && (L->k_norm != NULL) == qk, "%s: q/k norms", what);
-        CHECK((L->bq != NULL) == (!strcmp(r->arch, "qwen2") || oss), "%s: q bias", what);
+        CHECK((L->bq != NULL) == (!strcmp(r->arch, "qwen2") || oss || !strcmp(r->arch, "seed_oss")),
+              "%s: q bias", what);
+        /* NoPE: smollm3 every 4th layer, the global layers of cohere2 / 64-layer exaone4 */
+        CHECK(L->no_rope == ((!strcmp(r->arch, "smollm3") && l % 4 == 3) || (p4 && l % 4 == 3)),
+              "%s: layer %d RoPE", what, l);
+        CHECK((L->moe || (L->w_gate.data == NULL) == !strcmp(r->arch, "apertus")) &&
+                  (L->ffn_norm == NULL) == (exa || !strcmp(r->arch, "cohere2") || !strcmp(r->arch, "olmo2")),
+              "%s: layer %d FFN gate / norm", what, l);
+        CHECK(L->q_temp == !strcmp(r->arch, "mistral3"), "%s: layer %d temperature", what, l);
         CHECK((L->sinks != NULL) == oss && (L->bo != NULL) == oss, "%s: sinks, output bias", what);
         CHECK(L->moe == (r->n_expert > 0) &&
                   (!L->moe || (L->router.n_out == r->n_expert &&
@@ -234,6 +265,18 @@ static void check_fields(const char *what, const struct kvi_model *m, const kvi_
               "%s: layer %d experts", what, l);
     }
     if (gemma) CHECK(n_local > 0 && n_local < m->n_layers, "%s: %d local layers", what, n_local);
+    if (!strcmp(r->arch, "cohere2"))
+        CHECK(m->norm == MODEL_NORM_LAYER && m->parallel_ffn && m->logit_scale == 4.0f, "%s: cohere2 block",
+              what);
+    if (!strcmp(r->arch, "apertus"))
+        CHECK(m->act == MODEL_ACT_XIELU && m->rope_freqs && m->rope_neox &&
+                  fabsf(m->layers[0].xielu.beta - 0.5f) < 1e-7f &&
+                  fabsf(m->layers[1].xielu.alpha_p - log1pf(expf(-0.25f))) < 1e-6f,
+              "%s: xIELU", what);
+    if (!strcmp(r->arch, "mistral3"))
+        CHECK(m->q_temp_beta == 0.1f && m->q_temp_len == (r->rope_orig_ctx ? r->rope_orig_ctx : r->n_ctx) &&
+                  m->rope[0].yarn == (r->rope_orig_ctx > 0) && m->rope[0].mscale == 1.0f,
+              "%s: YaRN / temperature", what);
     if (!strcmp(r->arch, "gemma3"))
         CHECK(m->n_rope_sets == 2 && m->rope[1].theta == 10000.0f && m->rope[0].theta == 1e6f,
               "%s: rope sets", what);
@@ -254,7 +297,7 @@ static void check_fields(const char *what, const struct kvi_model *m, const kvi_
     if (oss && r->rope_orig_ctx)
         CHECK(m->rope[0].yarn && m->rope[0].freq_scale == (float)r->rope_orig_ctx / (float)r->n_ctx,
               "%s: YaRN", what);
-    if (r->rope_orig_ctx && !oss)
+    if (r->rope_orig_ctx && !oss && strcmp(r->arch, "mistral3") != 0)
         CHECK(m->rope_long && m->rope_short && m->rope_orig_ctx == r->rope_orig_ctx, "%s: LongRoPE", what);
 }
 
@@ -291,18 +334,24 @@ static int run_rows(kvi_model *m, const int32_t *tokens, int n, bool decode, flo
     return rc;
 }
 
-static void run_arch(const char *arch, const char *type)
+/* n_layers 0: 3 (gemma3 7); dim 0: 256 */
+static void run_arch_shape(const char *arch, const char *type, int n_layers, int dim)
 {
     char what[64], file[96];
-    snprintf(what, sizeof what, "%s %s", arch, type);
+    snprintf(what, sizeof what, "%s %s%s", arch, type, n_layers ? " (64 layers)" : "");
     snprintf(file, sizeof file, "synth_run_%s_%s.gguf", arch, type);
     /* rows of 256 so every K type stores its own blocks; head_dim 64 != 256 / 8 */
-    kvi_synth_params p = shape(arch, 256, !strcmp(arch, "gemma3") ? 7 : 3, 8, 2, 64, 512);
+    kvi_synth_params p = shape(arch, dim ? dim : 256,
+                               n_layers                  ? n_layers
+                               : !strcmp(arch, "gemma3") ? 7
+                                                         : 3,
+                               8, 2, 64, 512);
     p.window = 4;
     p.seed = 11;
     if (!strcmp(arch, "qwen3moe") || !strcmp(arch, "olmoe") || !strcmp(arch, "gpt-oss"))
         p.n_expert = 4, p.n_expert_used = 2, p.expert_ffn = 256;
     if (!strcmp(arch, "gpt-oss")) p.rope_orig_ctx = 128;
+    if (!strcmp(arch, "mistral3")) p.rope_orig_ctx = 4; /* the temperature changes inside the 8 rows */
     if (!strcmp(arch, "phi3")) {
         p.n_rot = 48;
         p.rope_orig_ctx = 32;
@@ -350,6 +399,8 @@ static void run_arch(const char *arch, const char *type)
     kvi_model_free(m);
     remove(path);
 }
+
+static void run_arch(const char *arch, const char *type) { run_arch_shape(arch, type, 0, 0); }
 
 /* A hybrid of each kind in a few weight types: loads with its recurrent layers
  * where the interval puts them, runs, and (F32) prefill == token-by-token decode. */
@@ -411,6 +462,9 @@ static void test_run_all(void)
     };
     for (int a = 0; a < N_ARCHS; a++)
         for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) run_arch(k_archs[a], types[t]);
+    /* exaone4's sliding windows exist only with 64 layers (llama.cpp's rule) */
+    run_arch_shape("exaone4", "f32", 64, 64);
+    run_arch_shape("exaone4", "q8_0", 64, 64);
 }
 
 /* ---- presets, mixes, LongRoPE factor, CLI ---- */
@@ -458,6 +512,65 @@ static void test_presets(void)
               r.n_kv_heads == 8 && r.head_dim == 128 && r.n_rot == 96 && r.ffn_dim == 8192 && r.tie == 1 &&
               r.rope_orig_ctx == 4096 && r.n_ctx == 131072 && r.n_vocab == 200064,
           "phi-4-mini shape");
+
+    /* more dense architectures, their config.json values (text part) */
+    CHECK(kvi_synth_preset("ministral-3-8b", &p) == 0 && kvi_synth_resolve(&p, &r) == 0, "ministral-3-8b");
+    CHECK(!strcmp(r.arch, "mistral3") && r.dim == 4096 && r.ffn_dim == 14336 && r.n_layers == 34 &&
+              r.n_heads == 32 && r.n_kv_heads == 8 && r.head_dim == 128 && r.n_vocab == 131072 &&
+              r.n_ctx == 262144 && r.rope_orig_ctx == 16384 && r.rope_base == 1e6f && r.tie == -1,
+          "ministral-3-8b shape");
+    CHECK(kvi_synth_preset("smollm3-3b", &p) == 0 && kvi_synth_resolve(&p, &r) == 0, "smollm3-3b");
+    CHECK(!strcmp(r.arch, "smollm3") && r.dim == 2048 && r.ffn_dim == 11008 && r.n_layers == 36 &&
+              r.n_heads == 16 && r.n_kv_heads == 4 && r.head_dim == 128 && r.n_vocab == 128256 &&
+              r.n_ctx == 65536 && r.rope_base == 5e6f && r.tie == 1,
+          "smollm3-3b shape");
+    CHECK(kvi_synth_preset("seed-oss-36b-8l", &p) == 0 && kvi_synth_resolve(&p, &r) == 0, "seed-oss-36b-8l");
+    CHECK(!strcmp(r.arch, "seed_oss") && r.dim == 5120 && r.ffn_dim == 27648 && r.n_layers == 8 &&
+              r.n_heads == 80 && r.n_kv_heads == 8 && r.head_dim == 128 && r.n_vocab == 155136 &&
+              r.n_ctx == 524288 && r.rope_base == 1e7f && r.tie == -1,
+          "seed-oss-36b-8l shape");
+    CHECK(kvi_synth_preset("apertus-8b", &p) == 0 && kvi_synth_resolve(&p, &r) == 0, "apertus-8b");
+    CHECK(!strcmp(r.arch, "apertus") && r.dim == 4096 && r.ffn_dim == 21504 && r.n_layers == 32 &&
+              r.n_heads == 32 && r.n_kv_heads == 8 && r.n_vocab == 131072 && r.n_ctx == 65536 &&
+              r.rope_base == 1.2e7f && r.tie == -1,
+          "apertus-8b shape");
+    CHECK(kvi_synth_preset("exaone-4-32b", &p) == 0 && kvi_synth_resolve(&p, &r) == 0, "exaone-4-32b");
+    CHECK(!strcmp(r.arch, "exaone4") && r.dim == 5120 && r.ffn_dim == 27392 && r.n_layers == 64 &&
+              r.n_heads == 40 && r.n_kv_heads == 8 && r.head_dim == 128 && r.n_vocab == 102400 &&
+              r.n_ctx == 131072 && r.window == 4096 && r.rope_base == 1e6f && r.tie == -1,
+          "exaone-4-32b shape");
+    CHECK(kvi_synth_preset("command-r7b", &p) == 0 && kvi_synth_resolve(&p, &r) == 0, "command-r7b");
+    CHECK(!strcmp(r.arch, "cohere2") && r.dim == 4096 && r.ffn_dim == 14336 && r.n_layers == 32 &&
+              r.n_heads == 32 && r.n_kv_heads == 8 && r.n_vocab == 256000 && r.window == 4096 &&
+              r.window_pattern == 4 && r.rope_base == 5e4f && r.tie == 1,
+          "command-r7b shape");
+    /* Apertus-8B's Llama 3 factors (factor 8, low 1, high 4 over 8192, theta 1.2e7, 64
+     * pairs): pair 0 keeps its frequency, the last is divided by 8 */
+    p = shape("apertus", 128, 1, 1, 1, 128, 128);
+    {
+        const char *path = tmp_path("synth_apertus_freqs.gguf");
+        gguf_ctx *g = NULL;
+        kvi_error err = { 0 };
+        CHECK(kvi_synth_write(&p, path, &err) == 0 && gguf_open(path, false, &g, &err) == 0, "apertus: %s",
+              err.msg);
+        if (g) {
+            const gguf_tensor *t = gguf_find_tensor(g, "rope_freqs.weight");
+            CHECK(t && t->ne[0] == 64, "apertus rope_freqs dims");
+            if (t) {
+                const float *v = (const float *)t->data;
+                /* wavelength 2 pi 1.2e7^(2i/128): < 2048 -> 1, > 8192 -> 8, between smooth */
+                int ok = 1;
+                for (int i = 0; i < 64; i++) {
+                    const double wl = 6.283185307179586 * pow(1.2e7, 2.0 * i / 128);
+                    const double sm = (8192.0 / wl - 1.0) / 3.0;
+                    const double want = wl < 2048 ? 1.0 : wl > 8192 ? 8.0 : 1.0 / ((1 - sm) / 8.0 + sm);
+                    ok &= fabs(v[i] - want) < 1e-5 * want;
+                }
+                CHECK(ok && v[0] == 1.0f && v[63] == 8.0f, "apertus rope_freqs values");
+            }
+            gguf_close(g);
+        }
+    }
 
     /* Phi-4-mini's metadata on a small shape: attn_factor = sqrt(1 + ln(131072 / 4096) /
      * ln 4096) = sqrt(1 + 5/12) = 1.1902381; factors [n_rot / 2] */

@@ -1,6 +1,7 @@
 /*
  * synth.c — synthetic GGUF files with random weights, of every architecture
- * kvinfer runs (llama, qwen2, qwen3, gemma2, gemma3, phi3, granite, olmo2), for
+ * kvinfer runs (llama, qwen2, qwen3, gemma2, gemma3, phi3, granite, olmo2, ...; the
+ * keys of mistral3, apertus, exaone4 and cohere2 beyond these in synth_dense_t3.c), for
  * benchmarks and tests of shapes no trained model in ../shared has.
  *
  * Data structure: a table of synth_tensor descriptions (name, GGUF dims, element
@@ -39,6 +40,7 @@
 #include "formats/quant.h"
 #include "base/rng.h"
 #include "model/arch.h"
+#include "tools/synth_dense_t3.h"
 #include "tools/synth_vocab_json.h"
 
 #include <math.h>
@@ -62,7 +64,10 @@ enum {
     SA_EXP_FFN_KEY =
         1 << 10, /* writes expert_feed_forward_length (else feed_forward_length is the expert width) */
     SA_GPTOSS = 1 << 11, /* attention biases and sinks, biased router and experts, YaRN */
-    SA_HYBRID = 1 << 12  /* gated DeltaNet layers + gated attention (qwen35, qwen3next) */
+    SA_HYBRID = 1 << 12, /* gated DeltaNet layers + gated attention (qwen35, qwen3next) */
+    SA_DENSE_T3 = 1 << 13,   /* more keys and rope_freqs from synth_dense_t3.c */
+    SA_LAYER_NORM = 1 << 14, /* attention.layer_norm_epsilon instead of the RMS one (cohere2) */
+    SA_YARN = 1 << 15,       /* rope_orig_ctx: YaRN (rope_linear its factor), written by synth_dense_t3.c */
 };
 
 typedef struct synth_arch {
@@ -86,12 +91,20 @@ static const synth_arch k_archs[] = {
     { "gpt-oss", SA_KEY_LEN | SA_SWA | SA_MOE | SA_EXP_FFN_KEY | SA_GPTOSS, 150000.0f, 1e-5f, 128, 2 },
     { "qwen35", SA_KEY_LEN | SA_ROPE_DIMS | SA_TIED | SA_HYBRID, 1e7f, 1e-6f, 0, 0 },
     { "qwen3next", SA_KEY_LEN | SA_ROPE_DIMS | SA_MOE | SA_EXP_FFN_KEY | SA_HYBRID, 1e7f, 1e-6f, 0, 0 },
+    { "mistral3", SA_KEY_LEN | SA_ROPE_DIMS | SA_VOCAB_SIZE | SA_DENSE_T3 | SA_YARN, 1e6f, 1e-5f, 0, 0 },
+    { "smollm3", SA_ROPE_DIMS | SA_VOCAB_SIZE | SA_TIED, 5e6f, 1e-6f, 0, 0 },
+    { "seed_oss", SA_KEY_LEN | SA_QKV_BIAS, 1e7f, 1e-6f, 0, 0 },
+    { "apertus", SA_ROPE_DIMS | SA_VOCAB_SIZE | SA_DENSE_T3, 1.2e7f, 1e-5f, 0, 0 },
+    { "exaone4", SA_VOCAB_SIZE | SA_DENSE_T3, 1e6f, 1e-5f, 0, 0 },
+    { "cohere2", SA_ROPE_DIMS | SA_VOCAB_SIZE | SA_TIED | SA_SWA | SA_LAYER_NORM | SA_DENSE_T3, 5e4f, 1e-5f,
+      4096, 4 },
 };
 #define N_ARCHS (sizeof k_archs / sizeof k_archs[0])
 
 static const char *const k_arch_names[N_ARCHS + 1] = {
-    "llama", "qwen2",    "qwen3", "gemma2",  "gemma3", "phi3",      "granite",
-    "olmo2", "qwen3moe", "olmoe", "gpt-oss", "qwen35", "qwen3next", NULL,
+    "llama",   "qwen2",    "qwen3",   "gemma2",  "gemma3",  "phi3",      "granite",
+    "olmo2",   "qwen3moe", "olmoe",   "gpt-oss", "qwen35",  "qwen3next", "mistral3",
+    "smollm3", "seed_oss", "apertus", "exaone4", "cohere2", NULL,
 };
 
 const char *const *kvi_synth_arch_names(void) { return k_arch_names; }
@@ -142,7 +155,25 @@ typedef struct synth_preset {
  *    (partial_rotary_factor 0.25), linear attention 16 key and 16 value heads of
  *    128, conv kernel 4, vocab 248320, tied, 262144 positions;
  *  - qwen35-dense-0.8b: a plain qwen3 of the same width and depth (every layer
- *    attention, 8 heads of 256, 2 KV heads): the KV cache the hybrid replaces. */
+ *    attention, 8 heads of 256, 2 KV heads): the KV cache the hybrid replaces.
+ * More dense architectures (text configs as published):
+ *  - mistralai/Ministral-3-8B (Instruct-2512): 4096, 14336, 34 layers, 32 heads, 8 KV
+ *    heads of 128, vocab 131072, 262144 positions, untied; YaRN factor 16 over 16384,
+ *    rope_theta 1e6, llama_4_scaling_beta 0.1;
+ *  - HuggingFaceTB/SmolLM3-3B: 2048, 11008, 36 layers, 16 heads, 4 KV heads, vocab
+ *    128256, 65536 positions, tied, rope_theta 5e6, no RoPE on every 4th layer;
+ *  - ByteDance-Seed/Seed-OSS-36B: 5120, 27648, 80 heads, 8 KV heads of 128, vocab
+ *    155136, 524288 positions, untied, rope_theta 1e7, q/k/v biases — with 8 of its
+ *    64 layers (seed-oss-36b-8l);
+ *  - swiss-ai/Apertus-8B: 4096, 21504, 32 layers, 32 heads, 8 KV heads, vocab 131072,
+ *    65536 positions, untied, rope_theta 1.2e7, Llama 3 scaling factor 8;
+ *  - LGAI-EXAONE/EXAONE-4.0-32B: 5120, 27392, 64 layers, 40 heads, 8 KV heads of 128,
+ *    vocab 102400, 131072 positions, untied, sliding_window 4096 on 3 of every 4
+ *    layers (llama.cpp enables them only at 64 layers: no reduced depth), Llama 3
+ *    scaling factor 16;
+ *  - CohereForAI/c4ai-command-r7b-12-2024: 4096, 14336, 32 layers, 32 heads, 8 KV
+ *    heads, vocab 256000, 131072 positions, tied, sliding_window 4096 on 3 of every
+ *    4 layers, rope_theta 50000, logit_scale 0.25. */
 static const synth_preset k_presets[] = {
     // clang-format off
     /* the shape of stories260K (../shared/models/stories260K.gguf) */
@@ -165,14 +196,22 @@ static const synth_preset k_presets[] = {
     { "qwen35-dense-0.8b", "qwen3", 1024, 3584, 24, 8, 2, 248320, 262144, 256, 64, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0 },
     /* ../shared/golden/arch/qwen35's shape */
     { "qwen35-tiny", "qwen35", 128, 256, 8, 4, 2, 512, 512, 64, 16, 0, 0, -1, 0, 0, 0, 0, 2, 4, 32 },
+    /* more dense architectures (see synth_dense_t3.c for their extra keys) */
+    { "ministral-3-8b", "mistral3", 4096, 14336, 34, 32, 8, 131072, 262144, 128, 0, 0, 0, -1, 16384, 0, 0, 0, 0, 0, 0 },
+    { "smollm3-3b", "smollm3", 2048, 11008, 36, 16, 4, 128256, 65536, 128, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0 },
+    { "seed-oss-36b-8l", "seed_oss", 5120, 27648, 8, 80, 8, 155136, 524288, 128, 0, 0, 0, -1, 0, 0, 0, 0, 0, 0, 0 },
+    { "apertus-8b", "apertus", 4096, 21504, 32, 32, 8, 131072, 65536, 128, 0, 0, 0, -1, 0, 0, 0, 0, 0, 0, 0 },
+    { "exaone-4-32b", "exaone4", 5120, 27392, 64, 40, 8, 102400, 131072, 128, 0, 4096, 4, -1, 0, 0, 0, 0, 0, 0, 0 },
+    { "command-r7b", "cohere2", 4096, 14336, 32, 32, 8, 256000, 131072, 128, 0, 4096, 4, 1, 0, 0, 0, 0, 0, 0, 0 },
     // clang-format on
 };
 #define N_PRESETS (sizeof k_presets / sizeof k_presets[0])
 
 static const char *const k_preset_names[N_PRESETS + 1] = {
-    "tiny",           "qtest",      "stories15M",   "stories42M",        "stories110M", "llama-1b",
-    "qwen3-0.6b",     "gemma-3-1b", "phi-4-mini",   "gemma3-tiny",       "olmoe-1b-7b", "dense-1.3b",
-    "gpt-oss-20b-6l", "moe-tiny",   "qwen3.5-0.8b", "qwen35-dense-0.8b", "qwen35-tiny", NULL,
+    "tiny",           "qtest",           "stories15M",   "stories42M",        "stories110M", "llama-1b",
+    "qwen3-0.6b",     "gemma-3-1b",      "phi-4-mini",   "gemma3-tiny",       "olmoe-1b-7b", "dense-1.3b",
+    "gpt-oss-20b-6l", "moe-tiny",        "qwen3.5-0.8b", "qwen35-dense-0.8b", "qwen35-tiny", "ministral-3-8b",
+    "smollm3-3b",     "seed-oss-36b-8l", "apertus-8b",   "exaone-4-32b",      "command-r7b", NULL,
 };
 
 const char *const *kvi_synth_preset_names(void) { return k_preset_names; }
@@ -242,6 +281,7 @@ int kvi_synth_resolve(const kvi_synth_params *p, kvi_synth_params *out)
     if ((a->flags & SA_PHI3) && out->window == 0) out->window = out->n_ctx;
     if (!strcmp(a->name, "gemma3") && out->rope_base_local == 0.0f) out->rope_base_local = 10000.0f;
     if (out->n_expert > 0 && out->expert_ffn == 0) out->expert_ffn = out->ffn_dim;
+    synth_dt3_resolve(out);
     if (a->flags & SA_HYBRID) {
         if (out->ssm_groups == 0) out->ssm_groups = 16;
         if (out->ssm_heads == 0) out->ssm_heads = out->ssm_groups;
@@ -312,6 +352,7 @@ typedef enum synth_kind {
     SK_CONV,       /* DeltaNet conv taps: N(0, 0.3), F32 (llama-quantize leaves them) */
     SK_SSM_A,      /* DeltaNet decay rates, stored negative: -exp(N(-1.5, 0.5)) */
     SK_DT_BIAS,    /* DeltaNet time-step bias: 1 + N(0, 0.3) */
+    SK_ROPE_FREQS, /* Llama 3 frequency factors (synth_dense_t3.h) */
 } synth_kind;
 
 typedef struct synth_tensor {
@@ -466,6 +507,8 @@ static void synth_build_table(const kvi_synth_params *p, const synth_arch *sa, c
         synth_add(tab, "rope_factors_short.weight", p->n_rot / 2, 1, SK_ROPE_SHORT, p->type);
     }
     synth_add(tab, "token_embd.weight", dim, n_vocab, SK_MATRIX, synth_role_type(p, "token_embd", -1, tied));
+    if ((sa->flags & SA_DENSE_T3) && synth_dt3_has_rope_freqs(p))
+        synth_add(tab, "rope_freqs.weight", p->n_rot / 2, 1, SK_ROPE_FREQS, p->type);
     const bool pre = !(ma->flags & ARCH_NO_PRE_NORM), post = (ma->flags & ARCH_POST_NORMS) != 0;
     for (int l = 0; l < p->n_layers; l++) {
 #define BLK(role, ne0, ne1, kind)                                               \
@@ -523,7 +566,8 @@ static void synth_build_table(const kvi_synth_params *p, const synth_arch *sa, c
             BLK("attn_sinks.weight", p->n_heads, 1, SK_SINK);
         }
         if (post || (ma->flags & ARCH_FFN_NORM_POST_ATTN)) BLK("post_attention_norm.weight", dim, 1, SK_NORM);
-        if (pre && !(ma->flags & ARCH_FFN_NORM_POST_ATTN)) BLK("ffn_norm.weight", dim, 1, SK_NORM);
+        if (pre && !(ma->flags & (ARCH_FFN_NORM_POST_ATTN | ARCH_PARALLEL)))
+            BLK("ffn_norm.weight", dim, 1, SK_NORM);
         if (p->n_expert > 0) {
             const int64_t E = p->n_expert, F = p->expert_ffn;
             const bool bias = (sa->flags & SA_GPTOSS) != 0;
@@ -557,7 +601,8 @@ static void synth_build_table(const kvi_synth_params *p, const synth_arch *sa, c
             synth_add(tab, nm, dim, 2 * ffn, SK_MATRIX, synth_role_type(p, "ffn_up", l, false));
         } else {
             snprintf(nm, sizeof nm, "blk.%d.ffn_gate.weight", l);
-            synth_add(tab, nm, dim, ffn, SK_MATRIX, synth_role_type(p, "ffn_gate", l, false));
+            if (!(ma->flags & ARCH_FFN_NO_GATE))
+                synth_add(tab, nm, dim, ffn, SK_MATRIX, synth_role_type(p, "ffn_gate", l, false));
             snprintf(nm, sizeof nm, "blk.%d.ffn_up.weight", l);
             synth_add(tab, nm, dim, ffn, SK_MATRIX, synth_role_type(p, "ffn_up", l, false));
         }
@@ -735,9 +780,11 @@ static int synth_check(const kvi_synth_params *p, kvi_error *err)
     NEED(p->rope_linear >= 0 && isfinite(p->rope_linear), "synth: RoPE scaling %g invalid", p->rope_linear);
     NEED(p->rope_base_local >= 0 && isfinite(p->rope_base_local), "synth: local RoPE base %g invalid",
          p->rope_base_local);
-    NEED(p->rope_orig_ctx == 0 || ((!strcmp(p->arch, "phi3") || !strcmp(p->arch, "gpt-oss")) &&
+    NEED(p->rope_orig_ctx == 0 || ((!strcmp(p->arch, "phi3") || !strcmp(p->arch, "gpt-oss") ||
+                                    (synth_arch_find(p->arch)->flags & SA_YARN)) &&
                                    p->rope_orig_ctx > 0 && p->rope_orig_ctx < p->n_ctx),
-         "synth: LongRoPE / YaRN (original context %d) needs arch phi3 / gpt-oss and an original context "
+         "synth: LongRoPE / YaRN (original context %d) needs arch phi3 / gpt-oss / mistral3 and an original "
+         "context "
          "below "
          "ctx %d",
          p->rope_orig_ctx, p->n_ctx);
@@ -813,7 +860,8 @@ static int synth_set_metadata(gguf_writer *w, const kvi_synth_params *p, const s
     }
     if ((a->flags & SA_ROPE_DIMS) || p->n_rot != p->head_dim) U32("rope.dimension_count", p->n_rot);
     F32("rope.freq_base", p->rope_base);
-    F32("attention.layer_norm_rms_epsilon", p->rms_eps);
+    F32((a->flags & SA_LAYER_NORM) ? "attention.layer_norm_epsilon" : "attention.layer_norm_rms_epsilon",
+        p->rms_eps);
     if (a->flags & SA_VOCAB_SIZE) U32("vocab_size", n_vocab);
     if (a->flags & SA_SWA) {
         U32("attention.sliding_window", p->window);
@@ -825,7 +873,7 @@ static int synth_set_metadata(gguf_writer *w, const kvi_synth_params *p, const s
     }
     if (!strcmp(ar, "gemma3") && p->rope_base_local != 10000.0f)
         F32("rope.freq_base_swa", p->rope_base_local);
-    if (p->rope_linear > 0.0f && p->rope_linear != 1.0f) {
+    if (p->rope_linear > 0.0f && p->rope_linear != 1.0f && !(a->flags & SA_YARN)) {
         bad |= gguf_writer_set_str(w, synth_key(k, sizeof k, ar, "rope.scaling.type"), "linear") < 0;
         F32("rope.scaling.factor", p->rope_linear);
     }
@@ -871,6 +919,7 @@ static int synth_set_metadata(gguf_writer *w, const kvi_synth_params *p, const s
         F32("rope.scaling.attn_factor", sqrt(1.0 + log(r) / log((double)p->rope_orig_ctx)));
         U32("rope.scaling.original_context_length", p->rope_orig_ctx);
     }
+    if ((a->flags & SA_DENSE_T3) && synth_dt3_metadata(w, p) != 0) bad = 1;
 #undef U32
 #undef F32
     return bad ? KVI_E_NOMEM : KVI_OK;
@@ -960,6 +1009,10 @@ static void synth_row(synth_job *j, const synth_tensor *t, synth_normal *g)
 {
     if (t->kind == SK_ROPE_LONG || t->kind == SK_ROPE_SHORT) {
         for (int64_t i = 0; i < t->ne[0]; i++) j->row[i] = synth_rope_factor(&j->p, t->kind, i, t->ne[0]);
+        return;
+    }
+    if (t->kind == SK_ROPE_FREQS) {
+        for (int64_t i = 0; i < t->ne[0]; i++) j->row[i] = synth_dt3_rope_freq(&j->p, i);
         return;
     }
     if (t->kind == SK_SSM_A) {
