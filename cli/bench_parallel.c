@@ -9,8 +9,10 @@
  * cache shares nothing), greedy, ignore_eos, max_tokens TG + 1: the prefill step
  * samples each request's first token, then TG decode steps of B rows each
  * sample the rest (llama-batched-bench's TG decode calls). Every token is
- * turned into text in on_token, as the server does. One warm-up run of 8
- * tokens first; then one timed run per N.
+ * turned into text in on_token, as the server does. One untimed warm-up run
+ * of the same size first (so the KV pool's pages are touched, as in a server
+ * that has run a while, and as llama.cpp clears its KV buffer up front); then
+ * one timed run per N.
  *
  * The numbers (as llama-batched-bench's columns):
  *   PP, TG, B      prompt tokens per sequence, decode steps, sequences
@@ -24,7 +26,10 @@
  * its workers inside products and attention), sampling (of which grammar
  * masks), callbacks (of which detokenization), the scheduler's bookkeeping
  * (kvi_sched_step minus the forward pass, sampling and callbacks) and the time
- * between steps (this loop: idle).
+ * between steps (this loop: idle). cpu_ms_per_step is the process's CPU time
+ * per decode step (all threads, spinning workers included): on a shared
+ * machine, where wall time also counts the time other processes held the
+ * cores, it is the steadier figure for before/after comparisons at -t 1.
  */
 #include "cli/bench_parallel.h"
 
@@ -33,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct par_req {
     kvi_model *m;
@@ -63,6 +69,13 @@ static void prof_sub(prof_counts *d, const prof_counts *a, const prof_counts *b)
     const uint64_t *pa = (const uint64_t *)a, *pb = (const uint64_t *)b;
     uint64_t *pd = (uint64_t *)d;
     for (size_t i = 0; i < sizeof *d / sizeof *pd; i++) pd[i] += pa[i] - pb[i];
+}
+
+static double cpu_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
 static uint64_t xorshift(uint64_t *s)
@@ -110,7 +123,7 @@ static int one_run(kvi_model *m, kvi_sched *sched, int B, int pp, int tg, uint64
     kvi_sched_stats_get(sched, &st);
     uint64_t prefill_rows = st.n_prefill_tokens;
     int alive = B;
-    double t_prev = kvi_time_ms();
+    double t_prev = kvi_time_ms(), c_prev = cpu_ms();
     while (!rc && alive > 0) {
         prof_counts p0, p1;
         prof_get(&p0);
@@ -120,18 +133,20 @@ static int one_run(kvi_model *m, kvi_sched *sched, int B, int pp, int tg, uint64
             rc = cli_error("bench: --parallel: step failed: %s", err.msg[0] ? err.msg : kvi_strerror(alive));
             break;
         }
-        const double t = kvi_time_ms();
+        const double t = kvi_time_ms(), c = cpu_ms();
         prof_get(&p1);
         kvi_sched_stats_get(sched, &st);
         if (st.n_prefill_tokens > prefill_rows) {
             r->t_pp_ms += t - t_prev;
         } else {
             r->t_tg_ms += t - t_prev;
+            r->cpu_tg_ms += c - c_prev;
             r->n_tg_steps++;
             prof_sub(&r->tg_prof, &p1, &p0);
         }
         prefill_rows = st.n_prefill_tokens;
         t_prev = t;
+        c_prev = c;
     }
     for (int i = 0; i < B; i++) r->n_gen += reqs[i].n_tokens;
     free(prompt);
@@ -163,7 +178,7 @@ int bench_parallel(kvi_model *m, const kvi_engine_params *base, int B, int pp, i
     uint64_t rng = 0x9E3779B97F4A7C15ull ^ (uint64_t)B;
     bench_par_result warm;
     fprintf(stderr, "kvinfer bench: --parallel %d: pp%d tg%d, warm-up + 1 run\n", B, pp, tg);
-    int rc = one_run(m, sched, B, pp, tg < 8 ? tg : 8, &rng, &warm);
+    int rc = one_run(m, sched, B, pp, tg, &rng, &warm);
     prof_enable(true);
     if (!rc) rc = one_run(m, sched, B, pp, tg, &rng, r);
     prof_enable(false);
@@ -233,6 +248,7 @@ void bench_parallel_json(cJSON *arr, const bench_par_result *r)
     cJSON_AddNumberToObject(o, "S", s_of((double)r->B * (r->pp + r->tg), t));
     cJSON_AddNumberToObject(o, "n_gen", r->n_gen);
     cJSON_AddNumberToObject(o, "tg_steps", r->n_tg_steps);
+    cJSON_AddNumberToObject(o, "cpu_ms_per_step", r->n_tg_steps ? r->cpu_tg_ms / r->n_tg_steps : 0.0);
     double v[BENCH_PAR_LINES];
     breakdown(r, v);
     cJSON *bd = cJSON_AddObjectToObject(o, "step_ms");

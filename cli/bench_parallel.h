@@ -18,6 +18,7 @@
 typedef struct bench_par_result {
     int B, pp, tg;
     double t_pp_ms, t_tg_ms; /* steps with prefill rows; decode-only steps */
+    double cpu_tg_ms;        /* the process's CPU time in the decode-only steps */
     int n_tg_steps, n_gen;   /* decode-only steps; tokens delivered (B x (TG + 1)) */
     prof_counts tg_prof;     /* the engine's timers over the decode-only steps */
 } bench_par_result;
