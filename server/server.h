@@ -29,8 +29,8 @@
 #define SRV_JSON_DEPTH_MAX 64      /* deeper request JSON gets 400 */
 #define SRV_HEADER_MAX (16u << 10) /* larger request headers (all together) get 431 */
 #define SRV_TIMEOUT_S 10           /* a connection silent this long while sending is closed */
-#define SRV_CONN_MAX 1024          /* connections served at once (at least 4 x n_parallel) */
-#define SRV_CONN_PER_IP 256        /* of them from one address (at least 4 x n_parallel) */
+#define SRV_CONN_MAX 1024          /* connections served at once (at least 8 x n_parallel) */
+#define SRV_CONN_PER_IP 256        /* of them from one address (at least 8 x n_parallel) */
 #define SRV_CONN_HARD_FACTOR 4     /* libmicrohttpd's own limits (a reset) are this many times higher */
 #define SRV_RETRY_AFTER_S 1        /* Retry-After of a 503 for a refused connection or a full queue */
 
@@ -75,7 +75,8 @@ typedef struct srv_conn {
 struct srv_config;
 struct sockaddr;
 /* The soft limits in force: --conn-max / --conn-per-ip, else the larger of the
- * SRV_CONN_* default and 4 x n_parallel. */
+ * SRV_CONN_* default and 8 x n_parallel: a load of 4 x n_parallel clients from
+ * one address has room for the connections being replaced. */
 unsigned srv_conn_limit(const struct srv_config *c);
 unsigned srv_conn_per_addr_limit(const struct srv_config *c);
 srv_admit *srv_admit_create(const struct srv_config *c);

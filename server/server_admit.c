@@ -43,15 +43,15 @@ struct srv_admit {
 unsigned srv_conn_limit(const srv_config *c)
 {
     if (c->conn_max) return c->conn_max;
-    const unsigned p4 = c->n_parallel > 0 ? 4u * (unsigned)c->n_parallel : 0;
-    return p4 > SRV_CONN_MAX ? p4 : SRV_CONN_MAX;
+    const unsigned p8 = c->n_parallel > 0 ? 8u * (unsigned)c->n_parallel : 0;
+    return p8 > SRV_CONN_MAX ? p8 : SRV_CONN_MAX;
 }
 
 unsigned srv_conn_per_addr_limit(const srv_config *c)
 {
     if (c->conn_per_ip) return c->conn_per_ip;
-    const unsigned p4 = c->n_parallel > 0 ? 4u * (unsigned)c->n_parallel : 0;
-    return p4 > SRV_CONN_PER_IP ? p4 : SRV_CONN_PER_IP;
+    const unsigned p8 = c->n_parallel > 0 ? 8u * (unsigned)c->n_parallel : 0;
+    return p8 > SRV_CONN_PER_IP ? p8 : SRV_CONN_PER_IP;
 }
 
 srv_admit *srv_admit_create(const srv_config *c)
