@@ -565,13 +565,15 @@ static int bench_parallel_cmd(const bench_opts *o)
     ep.n_threads = o->c.n_threads > 0 ? (int)o->c.n_threads : cli_n_cores();
     bench_par_result res[BENCH_MAX_VALUES];
     int rc = 0, n = 0;
-    for (int i = 0; rc == 0 && i < o->n_par; i++) rc = bench_parallel(m, &ep, (int)o->par[i], pp, tg, &res[n++]);
+    for (int i = 0; rc == 0 && i < o->n_par; i++)
+        rc = bench_parallel(m, &ep, (int)o->par[i], pp, tg, &res[n++]);
     if (rc == 0 && o->json) {
         cJSON *j = cJSON_CreateObject();
         kvi_model_info info;
         kvi_model_get_info(m, &info);
         cJSON_AddStringToObject(j, "model", o->c.model);
-        cJSON_AddStringToObject(j, "type", kvi_type_name(info.weight_type) ? kvi_type_name(info.weight_type) : "?");
+        cJSON_AddStringToObject(j, "type",
+                                kvi_type_name(info.weight_type) ? kvi_type_name(info.weight_type) : "?");
         cJSON_AddNumberToObject(j, "threads", ep.n_threads);
         cJSON *arr = cJSON_AddArrayToObject(j, "parallel");
         for (int i = 0; i < n; i++) bench_parallel_json(arr, &res[i]);

@@ -177,8 +177,7 @@ static double seconds_to_eof(int fd, double limit_s)
 static void test_flags(void)
 {
     test_server s;
-    if (!test_server_start(&s, "--parallel 2 --body-max 4096 --timeout 2",
-                           "server_hardening_flags.err")) {
+    if (!test_server_start(&s, "--parallel 2 --body-max 4096 --timeout 2", "server_hardening_flags.err")) {
         CHECK(false, "server with limit flags did not start");
         return;
     }
