@@ -24,8 +24,15 @@
  *   {"model", "type", "threads", "results": [{"test", "n_prompt", "n_gen",
  *    "n_depth", "avg_ts", "stddev_ts", ..., roofline fields}], "hw": {...}}
  * with results in the order: every pp test, then every tg test.
+ *
+ * --parallel LIST: instead of those tests, B sequences (each value of LIST)
+ * prefilled and decoded together through the scheduler, as llama-batched-bench
+ * -npl (cli/bench_parallel.c); the first -p and -n values are PP and TG; --json
+ * prints {"model", "type", "threads", "parallel": [{PP, TG, B, N_KV, T_PP, S_PP,
+ * T_TG, S_TG, T, S, step_ms: {...}}]}.
  */
 #include "cli/cli_opts.h"
+#include "cli/bench_parallel.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -59,13 +66,16 @@ static const char bench_help[] =
     "                       BF16 vdpbf16ps, INT8 vpdpbusd and (where AMX is on) AMX\n"
     "                       tdpbssd and tdpbf16ps peaks on all threads\n"
     "  --quick              short limit measurements (a 64 MiB buffer; for tests)\n"
+    "  --parallel LIST      B sequences prefilled (-p tokens each) and decoded (-n steps)\n"
+    "                       together through the scheduler, like llama-batched-bench\n"
+    "                       -npl, with a per-step breakdown (e.g. 1,4,16,64)\n"
     "  --json               print one JSON object only\n"
     "  -h, --help           this help\n";
 
 typedef struct bench_opts {
     cli_common c; /* model, --mmap, threads, --kv-type (K and V) */
-    int64_t pp[BENCH_MAX_VALUES], tg[BENCH_MAX_VALUES], depth[BENCH_MAX_VALUES];
-    int n_pp, n_tg, n_depth;
+    int64_t pp[BENCH_MAX_VALUES], tg[BENCH_MAX_VALUES], depth[BENCH_MAX_VALUES], par[BENCH_MAX_VALUES];
+    int n_pp, n_tg, n_depth, n_par;
     int64_t reps, batch;
     bool json, hw_only, no_hw, quick;
 } bench_opts;
@@ -332,6 +342,8 @@ static int list_flag(int argc, char **argv, int *i, bench_opts *o)
         vals = o->tg, n = &o->n_tg;
     else if (!strcmp(a, "-d") || !strcmp(a, "--n-depth"))
         vals = o->depth, n = &o->n_depth, hi = 1 << 22;
+    else if (!strcmp(a, "--parallel"))
+        vals = o->par, n = &o->n_par, hi = 4096;
     if (!vals) return 0;
     const char *v = cli_flag_value(argc, argv, i);
     if (!v) return -1;
@@ -539,6 +551,44 @@ static int bench_report(const bench_opts *o, const bench_model *bm, const bench_
     return 0;
 }
 
+/* --parallel: each B of the list, then the table or the JSON. */
+static int bench_parallel_cmd(const bench_opts *o)
+{
+    const int pp = (int)o->pp[0], tg = (int)o->tg[0];
+    for (int i = 0; i < o->n_par; i++)
+        if (o->par[i] < 1) return cli_error("bench: --parallel values must be at least 1");
+    if (tg < 1) return cli_error("bench: --parallel needs -n of at least 1");
+    kvi_model *m = cli_opt_load_model(&o->c);
+    if (!m) return 1;
+    kvi_engine_params ep;
+    cli_opt_engine_params(&o->c, &ep);
+    ep.n_threads = o->c.n_threads > 0 ? (int)o->c.n_threads : cli_n_cores();
+    bench_par_result res[BENCH_MAX_VALUES];
+    int rc = 0, n = 0;
+    for (int i = 0; rc == 0 && i < o->n_par; i++)
+        rc = bench_parallel(m, &ep, (int)o->par[i], pp, tg, &res[n++]);
+    if (rc == 0 && o->json) {
+        cJSON *j = cJSON_CreateObject();
+        kvi_model_info info;
+        kvi_model_get_info(m, &info);
+        cJSON_AddStringToObject(j, "model", o->c.model);
+        cJSON_AddStringToObject(j, "type",
+                                kvi_type_name(info.weight_type) ? kvi_type_name(info.weight_type) : "?");
+        cJSON_AddNumberToObject(j, "threads", ep.n_threads);
+        cJSON *arr = cJSON_AddArrayToObject(j, "parallel");
+        for (int i = 0; i < n; i++) bench_parallel_json(arr, &res[i]);
+        char *s = cJSON_Print(j);
+        if (s) puts(s);
+        free(s);
+        cJSON_Delete(j);
+    } else if (rc == 0) {
+        printf("model %s, %d threads, through the scheduler (no HTTP)\n\n", o->c.model, ep.n_threads);
+        bench_parallel_print(stdout, res, n);
+    }
+    kvi_model_free(m);
+    return rc;
+}
+
 /* Every pp test, then every tg test, each at every depth, into res. 0, or 1
  * with the error printed. */
 static int bench_tests(const bench_opts *o, bench_ctx *c, bench_result *res, int *n_tests)
@@ -566,6 +616,7 @@ int cmd_bench(int argc, char **argv)
         return 0;
     }
     if (o.hw_only) return bench_hw_only(&o);
+    if (o.n_par > 0) return bench_parallel_cmd(&o);
 
     int max_need = 1, max_pp = 1;
     for (int d = 0; d < o.n_depth; d++)

@@ -29,8 +29,10 @@
 #define SRV_JSON_DEPTH_MAX 64      /* deeper request JSON gets 400 */
 #define SRV_HEADER_MAX (16u << 10) /* larger request headers (all together) get 431 */
 #define SRV_TIMEOUT_S 10           /* a connection silent this long while sending is closed */
-#define SRV_CONN_MAX 1024          /* connections at once (libmicrohttpd's limit) */
-#define SRV_CONN_PER_IP 64         /* of them from one address */
+#define SRV_CONN_MAX 1024          /* connections served at once (at least 8 x n_parallel) */
+#define SRV_CONN_PER_IP 256        /* of them from one address (at least 8 x n_parallel) */
+#define SRV_CONN_HARD_FACTOR 4     /* libmicrohttpd's own limits (a reset) are this many times higher */
+#define SRV_RETRY_AFTER_S 1        /* Retry-After of a 503 for a refused connection or a full queue */
 
 /* ---- metrics (server_metrics.c) ---- */
 
@@ -45,6 +47,7 @@ typedef struct srv_metrics {
     pthread_mutex_t mu;
     srv_hist ttft, itl, e2e;
     uint64_t requests_ok, requests_error, requests_rejected, requests_cancelled;
+    uint64_t refused[4]; /* requests answered 503 for a refusal, by srv_refusal reason */
     uint64_t prompt_tokens, completion_tokens;
     char *extra; /* the owner's exposition lines appended to /metrics (a pipeline's stages), or NULL */
 } srv_metrics;
@@ -56,6 +59,31 @@ void srv_hist_observe(srv_metrics *m, srv_hist *h, double seconds);
 void srv_metrics_set_extra(srv_metrics *m, char *text);
 /* Prometheus text exposition (malloc'd). */
 char *srv_metrics_render(srv_metrics *m, kvi_sched *s);
+
+/* ---- connection admission (server_admit.c) ---- */
+
+/* Why a request was refused with 503 + Retry-After (/metrics' reason label). */
+enum { SRV_REFUSED_NONE, SRV_REFUSED_PER_ADDRESS, SRV_REFUSED_GLOBAL, SRV_REFUSED_QUEUE_FULL };
+const char *srv_refusal_name(int reason); /* "per_address", "global", "queue_full" */
+
+typedef struct srv_admit srv_admit;
+/* One connection's socket context: its client address and whether it is served. */
+typedef struct srv_conn {
+    uint8_t key[16]; /* the client's address (IPv4 v4-mapped) */
+    int refused;     /* SRV_REFUSED_NONE: counted in the limits and served */
+} srv_conn;
+struct srv_config;
+struct sockaddr;
+/* The soft limits in force: --conn-max / --conn-per-ip, else the larger of the
+ * SRV_CONN_* default and 8 x n_parallel: a load of 4 x n_parallel clients from
+ * one address has room for the connections being replaced. */
+unsigned srv_conn_limit(const struct srv_config *c);
+unsigned srv_conn_per_addr_limit(const struct srv_config *c);
+srv_admit *srv_admit_create(const struct srv_config *c);
+void srv_admit_free(srv_admit *a);
+/* A new connection from peer: counted and served, or refused (no count). NULL: out of memory. */
+srv_conn *srv_admit_open(srv_admit *a, const struct sockaddr *peer);
+void srv_admit_close(srv_admit *a, srv_conn *c);
 
 /* ---- the request log (server_log.c) ---- */
 
@@ -135,6 +163,7 @@ typedef struct srv_server {
     kvi_engine *e;
     kvi_sched *s;
     struct MHD_Daemon *d;
+    srv_admit *admit; /* connections counted against the soft limits (server_admit.c) */
     srv_metrics metrics;
     pthread_mutex_t mu; /* guards `closing` and the id counter */
     bool closing;
@@ -221,7 +250,8 @@ typedef struct srv_err {
     int status;
     const char *type, *code;
     char msg[512];
-    char param[96]; /* the field at fault ("" : null); srv_err_set leaves it */
+    char param[96];    /* the field at fault ("" : null); srv_err_set leaves it */
+    int retry_after_s; /* > 0: a Retry-After header (a refusal's 503); srv_err_set leaves it */
 } srv_err;
 
 int srv_err_set(srv_err *e, int status, const char *type, const char *code, const char *fmt, ...)

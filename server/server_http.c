@@ -235,7 +235,10 @@ static enum MHD_Result send_preflight(struct MHD_Connection *con)
     return ret;
 }
 
-static enum MHD_Result send_text(struct MHD_Connection *con, int status, const char *type, char *body)
+/* An answer; retry_after_s > 0 adds Retry-After (a refusal) and closes the
+ * connection after it (a refused connection stays refused). */
+static enum MHD_Result send_text_retry(struct MHD_Connection *con, int status, const char *type, char *body,
+                                       int retry_after_s)
 {
     srv_log_rec *rec = srv_log_current();
     if (rec) rec->status = body ? status : 500;
@@ -252,9 +255,20 @@ static enum MHD_Result send_text(struct MHD_Connection *con, int status, const c
     struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
     MHD_add_response_header(resp, "Content-Type", type);
     MHD_add_response_header(resp, "Access-Control-Allow-Origin", cors_origin());
+    if (retry_after_s > 0) {
+        char ra[16];
+        snprintf(ra, sizeof ra, "%d", retry_after_s);
+        MHD_add_response_header(resp, "Retry-After", ra);
+        MHD_add_response_header(resp, "Connection", "close");
+    }
     enum MHD_Result ret = MHD_queue_response(con, (unsigned)status, resp);
     MHD_destroy_response(resp);
     return ret;
+}
+
+static enum MHD_Result send_text(struct MHD_Connection *con, int status, const char *type, char *body)
+{
+    return send_text_retry(con, status, type, body, 0);
 }
 
 static enum MHD_Result send_json(struct MHD_Connection *con, int status, cJSON *o)
@@ -276,7 +290,18 @@ int srv_send_body(struct MHD_Connection *con, int status, char *body)
 
 int srv_send_error(struct MHD_Connection *con, const srv_api *api, const srv_err *e)
 {
-    return send_text(con, e->status, "application/json", api->error_json(e));
+    return send_text_retry(con, e->status, "application/json", api->error_json(e), e->retry_after_s);
+}
+
+/* Counts a refusal in /metrics and names it in the request's log line. */
+static void count_refusal(srv_server *srv, int reason)
+{
+    pthread_mutex_lock(&srv->metrics.mu);
+    srv->metrics.refused[reason]++;
+    pthread_mutex_unlock(&srv->metrics.mu);
+    char note[32];
+    snprintf(note, sizeof note, "refused_%s", srv_refusal_name(reason));
+    srv_log_note(note);
 }
 
 /* ---- streaming ---- */
@@ -422,10 +447,12 @@ static int submit_choices(srv_server *srv, srv_req *r, srv_err *er)
         uint64_t id = 0;
         int rc = kvi_sched_submit(srv->s, &rq, &id, &err);
         if (rc != 0) {
-            if (rc == KVI_E_QUEUE_FULL)
-                srv_err_set(er, 429, "server_overloaded", "server_overloaded",
+            if (rc == KVI_E_QUEUE_FULL) {
+                srv_err_set(er, 503, "server_overloaded", "server_overloaded",
                             "The server is over capacity (%s); retry later", err.msg);
-            else if (rc == KVI_E_CONTEXT_FULL || rc == KVI_E_NO_KV_SPACE)
+                er->retry_after_s = SRV_RETRY_AFTER_S;
+                count_refusal(srv, SRV_REFUSED_QUEUE_FULL);
+            } else if (rc == KVI_E_CONTEXT_FULL || rc == KVI_E_NO_KV_SPACE)
                 srv_err_set(er, 400, "invalid_request_error", "context_length_exceeded", "%s", err.msg);
             else
                 srv_err_set(er, 400, "invalid_request_error", "invalid_value", "%s", err.msg);
@@ -444,7 +471,7 @@ static enum MHD_Result answer_refused(srv_server *srv, struct MHD_Connection *co
 {
     const bool none = submitted == 0;
     pthread_mutex_lock(&srv->metrics.mu);
-    if (er->status != 429) srv->metrics.requests_error++;
+    if (er->retry_after_s <= 0) srv->metrics.requests_error++; /* refusals are counted apart */
     pthread_mutex_unlock(&srv->metrics.mu);
     cancel_unfinished(r);
     if (none) req_release(r); /* the engine side's reference */
@@ -748,6 +775,23 @@ static bool authorized(srv_server *srv, struct MHD_Connection *con)
 static enum MHD_Result route(srv_server *srv, struct MHD_Connection *con, conn_ctx *cc, const char *url,
                              const char *method);
 
+/* A request on a connection past a soft limit: 503 + Retry-After in the route
+ * family's error shape, counted, logged, and the connection closed. */
+static enum MHD_Result refuse(srv_server *srv, struct MHD_Connection *con, const char *url, int reason)
+{
+    srv_err er = { 0 };
+    const bool per_addr = reason == SRV_REFUSED_PER_ADDRESS;
+    srv_err_set(&er, 503, "server_overloaded", "server_overloaded",
+                "The server is over capacity (%u connections are open %s, --conn-%s); retry later",
+                per_addr ? srv_conn_per_addr_limit(&srv->cfg) : srv_conn_limit(&srv->cfg),
+                per_addr ? "from your address" : "in all", per_addr ? "per-ip" : "max");
+    er.retry_after_s = SRV_RETRY_AFTER_S;
+    count_refusal(srv, reason);
+    /* Anthropic's shape below /v1/messages, OpenAI's elsewhere (/v1/responses' too) */
+    const srv_api *api = srv_messages_path(url) ? &srv_api_messages : &srv_api_openai;
+    return (enum MHD_Result)srv_send_error(con, api, &er);
+}
+
 static enum MHD_Result handler(void *cls, struct MHD_Connection *con, const char *url, const char *method,
                                const char *version, const char *upload_data, size_t *upload_data_size,
                                void **con_cls)
@@ -784,8 +828,11 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *con, const char
     }
     srv_log_begin(&cc->log, con, method, url);
     tl_srv = srv;
-    const enum MHD_Result ret =
-        !strcmp(method, "OPTIONS") ? send_preflight(con) : route(srv, con, cc, url, method);
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(con, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    const srv_conn *sc = ci ? ci->socket_context : NULL;
+    const enum MHD_Result ret = sc && sc->refused            ? refuse(srv, con, url, sc->refused)
+                                : !strcmp(method, "OPTIONS") ? send_preflight(con)
+                                                             : route(srv, con, cc, url, method);
     tl_srv = NULL;
     srv_log_end(srv, &cc->log);
     return ret;
@@ -879,6 +926,21 @@ static enum MHD_Result route(srv_server *srv, struct MHD_Connection *con, conn_c
     return srv_send_error(con, api, &er);
 }
 
+/* Every connection is counted against the soft limits when it opens (refused
+ * ones are marked and answered 503 by the handler) and uncounted when it closes. */
+static void conn_notify(void *cls, struct MHD_Connection *con, void **socket_context,
+                        enum MHD_ConnectionNotificationCode toe)
+{
+    srv_server *srv = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(con, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        *socket_context = srv_admit_open(srv->admit, ci ? ci->client_addr : NULL);
+    } else {
+        srv_admit_close(srv->admit, *socket_context);
+        *socket_context = NULL;
+    }
+}
+
 static void completed(void *cls, struct MHD_Connection *con, void **con_cls,
                       enum MHD_RequestTerminationCode toe)
 {
@@ -916,14 +978,20 @@ int srv_start(srv_server *srv, kvi_error *err)
         { MHD_OPTION_END, 0, NULL },
     };
     srv->t_start = (double)time(NULL);
+    if (!srv->admit && !(srv->admit = srv_admit_create(&srv->cfg))) {
+        if (err) snprintf(err->msg, sizeof err->msg, "out of memory");
+        return KVI_E_NOMEM;
+    }
+    /* libmicrohttpd's limits reset the connection: far above the soft limits */
+    const unsigned hard = srv_conn_limit(&srv->cfg) * SRV_CONN_HARD_FACTOR;
+    unsigned hard_addr = srv_conn_per_addr_limit(&srv->cfg) * SRV_CONN_HARD_FACTOR;
+    if (hard_addr > hard) hard_addr = hard;
     srv->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL |
                                   (tls ? MHD_USE_TLS : 0),
                               (uint16_t)srv->cfg.port, NULL, NULL, handler, srv, MHD_OPTION_SOCK_ADDR, &addr,
-                              MHD_OPTION_NOTIFY_COMPLETED, completed, srv, MHD_OPTION_CONNECTION_LIMIT,
-                              srv->cfg.conn_max ? srv->cfg.conn_max : (unsigned)SRV_CONN_MAX,
-                              MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-                              srv->cfg.conn_per_ip ? srv->cfg.conn_per_ip : (unsigned)SRV_CONN_PER_IP,
-                              MHD_OPTION_CONNECTION_TIMEOUT,
+                              MHD_OPTION_NOTIFY_COMPLETED, completed, srv, MHD_OPTION_NOTIFY_CONNECTION,
+                              conn_notify, srv, MHD_OPTION_CONNECTION_LIMIT, hard,
+                              MHD_OPTION_PER_IP_CONNECTION_LIMIT, hard_addr, MHD_OPTION_CONNECTION_TIMEOUT,
                               (unsigned)(srv->cfg.timeout_s > 0 ? srv->cfg.timeout_s : SRV_TIMEOUT_S),
                               MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(2 * SRV_HEADER_MAX + 32768),
                               MHD_OPTION_ARRAY, tls_opts, MHD_OPTION_END);
@@ -961,4 +1029,6 @@ void srv_stop(srv_server *srv)
 {
     if (srv->d) MHD_stop_daemon(srv->d);
     srv->d = NULL;
+    srv_admit_free(srv->admit);
+    srv->admit = NULL;
 }

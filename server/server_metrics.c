@@ -164,8 +164,15 @@ char *srv_metrics_render(srv_metrics *m, kvi_sched *s)
             (double)c.requests_ok);
     counter(&b, "kvinfer_requests_cancelled_total", "counter", "Requests whose client went away.",
             (double)c.requests_cancelled);
-    counter(&b, "kvinfer_requests_rejected_total", "counter", "Requests refused with 429 (queue full).",
+    counter(&b, "kvinfer_requests_rejected_total", "counter", "Requests refused with 503 (queue full).",
             (double)st.n_rejected);
+    const char *rn = "kvinfer_requests_refused_total";
+    sb_printf(&b,
+              "# HELP %s Requests answered 503 with Retry-After, by reason: per_address (--conn-per-ip), "
+              "global (--conn-max), queue_full (--queue-max).\n# TYPE %s counter\n",
+              rn, rn);
+    for (int r = SRV_REFUSED_PER_ADDRESS; r <= SRV_REFUSED_QUEUE_FULL; r++)
+        sb_printf(&b, "%s{reason=\"%s\"} %llu\n", rn, srv_refusal_name(r), (unsigned long long)c.refused[r]);
     counter(&b, "kvinfer_requests_error_total", "counter", "Requests answered with an error.",
             (double)c.requests_error);
     counter(&b, "kvinfer_preemptions_total", "counter", "Sequences preempted to free KV blocks.",

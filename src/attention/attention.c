@@ -68,6 +68,7 @@
 
 #include "attention/attn_kernels.h"
 #include "kernels/kernels.h"
+#include "base/prof.h"
 #include "kv/kv_quant.h"
 #include "formats/quant.h"
 
@@ -783,7 +784,9 @@ void attention_rows(tpool *pool, attn_scratch *s, const attn_args *a)
     } else {
         job.n_tiles = a->n_rows; /* no memory for the tile list: one row per tile */
     }
+    const uint64_t t0 = prof_begin();
     tpool_run(pool, attn_worker, &job);
+    prof_end(PROF_ATTENTION, t0);
 }
 
 /* Key row of position tp as a query at position p sees it (kv_dim floats). */

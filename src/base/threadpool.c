@@ -72,6 +72,7 @@
  */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "base/threadpool.h"
+#include "base/prof.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -438,6 +439,7 @@ void tpool_run(tpool *p, tpool_fn fn, void *ctx)
         pthread_mutex_unlock(&p->mu);
     }
     const int64_t t2 = now_ns();
+    prof_add_ns(PROF_POOL_WAIT, (uint64_t)(t2 - t1));
     atomic_fetch_add_explicit(&p->n_parallel, 1, memory_order_relaxed);
     if (p->probing && p->probe_first) {
         /* the workers' wake-up from a long sleep (a vCPU the host let idle

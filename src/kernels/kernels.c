@@ -39,6 +39,7 @@
 #include "kernels/fmm_avx512.h"
 #include "kernels/kernels_int.h"
 #include "base/cpu.h"
+#include "base/prof.h"
 #include "kernels/q8.h"
 #include "kernels/r16.h"
 #include "formats/quant.h"
@@ -447,9 +448,9 @@ static void qmm_worker(void *vctx, int ith, int nth)
 
 /* Returns false (nothing written) when memory is short: the caller falls back.
  * Every W[i] has the activation type and n_in of W[0]. */
-static bool matmul_q8(tpool *pool, int n_w, const kern_tensor *const *W, const float *x, int64_t ldx,
-                      int64_t n_rows, const int64_t *row0, const int64_t *rows, float *const *y,
-                      const int64_t *ldy)
+static bool matmul_q8_run(tpool *pool, int n_w, const kern_tensor *const *W, const float *x, int64_t ldx,
+                          int64_t n_rows, const int64_t *row0, const int64_t *rows, float *const *y,
+                          const int64_t *ldy)
 {
     qmm_ctx c = {
         .row0 = row0,
@@ -508,6 +509,17 @@ static bool matmul_q8(tpool *pool, int n_w, const kern_tensor *const *W, const f
     return true;
 }
 
+/* matmul_q8_run, timed by row count for the profile (base/prof.h) */
+static bool matmul_q8(tpool *pool, int n_w, const kern_tensor *const *W, const float *x, int64_t ldx,
+                      int64_t n_rows, const int64_t *row0, const int64_t *rows, float *const *y,
+                      const int64_t *ldy)
+{
+    const uint64_t t0 = prof_begin();
+    const bool ok = matmul_q8_run(pool, n_w, W, x, ldx, n_rows, row0, rows, y, ldy);
+    prof_end_mm(n_rows, t0);
+    return ok;
+}
+
 static bool matmul_args_ok(const kern_tensor *W, const float *x, int64_t ldx, int64_t ldy)
 {
     return tensor_ok(W) && x && ldx >= W->n_in && ldy >= W->n_out;
@@ -542,7 +554,9 @@ int kern_matmul(tpool *pool, const kern_tensor *W, const float *x, int64_t ldx, 
     if (c.tile < 1) c.tile = 1;
     if (!pool && W->type != KVI_TYPE_F32)
         c.own_scratch = malloc((size_t)c.tile * (size_t)W->n_in * sizeof(float));
+    const uint64_t t0 = prof_begin();
     tpool_run(pool, mm_worker, &c);
+    prof_end_mm(n_rows, t0);
     free(c.own_scratch);
     return KVI_OK;
 }

@@ -15,6 +15,7 @@
 #include "kernels/qgemm_amx.h"
 #include "kernels/kernels_int.h"
 #include "kernels/r16.h"
+#include "kernels/qgemm_r16_mid.h"
 #include "kernels/r16_pack.h"
 #include "kernels/vnni_avx512.h"
 #include "formats/quant.h"
@@ -872,6 +873,7 @@ static int qgemm_r16_avx512(const kern_qgemm_args *a)
 {
     if (!kern_has_vnni()) return 0;
     if (kern_qgemm_amx_q8(a, true)) return 1;
+    if (kern_qgemm_r16_mid_avx512(a)) return 1; /* Q8_0, 5..64 rows (qgemm_r16_mid_avx512.c) */
     return a->n_rows <= KVI_R16_STREAM_ROWS_MAX ? kern_qgemv_r16_avx512(a) : kern_qgemm_r16_many_avx512(a);
 }
 

@@ -44,6 +44,7 @@
  *     temp <= 0): speculative decoding needs both to stay lossless.
  */
 #include "kvinfer.h"
+#include "base/prof.h"
 #include "base/rng.h"
 #include "sampling/sampler_int.h"
 
@@ -340,7 +341,10 @@ static const float *constrained_row(kvi_sampler *s, const float *logits)
     memcpy(s->work, logits, (size_t)nv * sizeof *s->work);
     for (int32_t i = 0; i < s->n_bias; i++) s->work[s->bias_ids[i]] += s->bias_vals[i];
     if (s->gm) {
-        if (kvi_grammar_matcher_mask(s->gm, s->mask) <= 0) return NULL;
+        const uint64_t t0 = prof_begin();
+        const int allowed = kvi_grammar_matcher_mask(s->gm, s->mask);
+        prof_end(PROF_GRAMMAR, t0);
+        if (allowed <= 0) return NULL;
         for (int32_t w = 0; w < (nv + 31) / 32; w++) {
             uint32_t m = s->mask[w];
             if (m == 0xFFFFFFFFu) continue;

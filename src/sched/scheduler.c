@@ -76,6 +76,7 @@
 #include "kvinfer.h"
 
 #include "base/error.h"
+#include "base/prof.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -1006,7 +1007,10 @@ static void sample_rows(kvi_sched *s, int L)
  * logits; a prefill chunk short of its last row moves n_done on. */
 static void lane_deliver(kvi_sched *s, int L)
 {
+    const uint64_t t_smp = prof_begin();
     sample_rows(s, L);
+    prof_end(PROF_SAMPLING, t_smp);
+    const uint64_t t_cb = prof_begin();
     const double t_done = kvi_time_ms();
     for (int i = 0; i < s->n_live;) {
         sreq *q = s->live[i];
@@ -1051,6 +1055,7 @@ static void lane_deliver(kvi_sched *s, int L)
             i++;
         }
     }
+    prof_end(PROF_CALLBACKS, t_cb);
 }
 
 /* Fails lane L's requests that have rows in its batch. */
@@ -1090,6 +1095,7 @@ static void drain_lanes(kvi_sched *s, int first)
 
 int kvi_sched_step(kvi_sched *s, kvi_error *err)
 {
+    const uint64_t t_prof = prof_begin();
     take_incoming(s, err);
     /* lane L: its launched step (the oldest in flight) finishes, then it takes
      * new requests and launches its next batch, while the other lanes' batches
@@ -1107,7 +1113,9 @@ int kvi_sched_step(kvi_sched *s, kvi_error *err)
         kvi_error se = { 0 };
         const double t0 = kvi_time_ms();
         /* one lane: the whole step now; more: launched, finished at the lane's next turn */
+        const uint64_t t_fwd = prof_begin();
         const int rc = s->n_lanes == 1 ? kvi_step(s->e, s->batch, &se) : kvi_step_launch(s->e, s->batch, &se);
+        prof_end(PROF_FORWARD, t_fwd);
         if (rc == 0) {
             if (s->n_lanes == 1)
                 spec_observe_step(s, n_rows, kvi_time_ms() - t0);
@@ -1148,6 +1156,7 @@ int kvi_sched_step(kvi_sched *s, kvi_error *err)
     for (sreq *q = s->incoming; q; q = q->next) alive++;
     pthread_mutex_unlock(&s->mu);
     if (s->p.after_step) s->p.after_step(s->p.after_step_user, s->e, alive);
+    prof_end(PROF_SCHED_STEP, t_prof);
     return alive;
 }
 
@@ -1156,8 +1165,10 @@ static void *engine_thread(void *arg)
     kvi_sched *s = arg;
     for (;;) {
         pthread_mutex_lock(&s->mu);
+        const uint64_t t_idle = prof_begin();
         while (!s->stop && s->n_live == 0 && !s->incoming && s->n_cancels == 0)
             pthread_cond_wait(&s->cv, &s->mu);
+        prof_end(PROF_IDLE, t_idle);
         const bool stop = s->stop;
         pthread_mutex_unlock(&s->mu);
         if (stop) break;
