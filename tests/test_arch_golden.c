@@ -20,6 +20,7 @@
 #include "formats/gguf.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -160,6 +161,8 @@ static void check_counts(kvi_model *m, const char *rel, int n_expert, int used)
     uint64_t all = 0, active = 0, bytes = 0;
     for (int64_t i = 0; i < gguf_n_tensors(g); i++) {
         const gguf_tensor *t = gguf_tensor_at(g, i);
+        int blk = -1;
+        if (sscanf(t->name, "blk.%d.", &blk) == 1 && blk >= info.n_layers) continue; /* MTP: not run */
         uint64_t el = 1;
         for (uint32_t d = 0; d < t->n_dims; d++) el *= (uint64_t)t->ne[d];
         all += el;
@@ -365,5 +368,17 @@ int main(void)
     }
     /* gpt-oss as published: its experts in MXFP4 (the other matrices Q8_0) */
     check_file("gpt-oss-mxfp4", 0.03, 8, 4);
+    /* more mixtures of experts (issue 36, README-moe-t3.md): F32 and Q8_0 each */
+    static const struct {
+        const char *name;
+        int n_expert, used;
+    } moe_t3[] = { { "glm4moe", 8, 3 } };
+    for (size_t i = 0; i < sizeof moe_t3 / sizeof *moe_t3; i++) {
+        char f32[64], q8[64];
+        snprintf(f32, sizeof f32, "%s-f32", moe_t3[i].name);
+        snprintf(q8, sizeof q8, "%s-q8_0", moe_t3[i].name);
+        check_file(f32, 0.002, moe_t3[i].n_expert, moe_t3[i].used);
+        check_file(q8, 0.03, moe_t3[i].n_expert, moe_t3[i].used);
+    }
     return test_main_end();
 }

@@ -9,8 +9,11 @@
  *     a = attn_norm ? rmsnorm(x) * attn_norm : x
  *     q, k, v = a Wq, a Wk, a Wv (+ biases)   -- views of one fused matrix or three
  *     q, k = qk_norm(q), qk_norm(k)           -- none, per head, or over the whole row
- *     q, k = rope(q, k; the layer's rope set) -- partial when n_rot < head_dim
- *     o = attention(q, K, V; kq_scale, attn_softcap, the layer's window) Wo (+ bo)
+ *     q, k = rope(q, k; the layer's rope set) -- partial when n_rot < head_dim; none
+ *                                                on a no_rope layer; the q/k norm after
+ *                                                it when qk_norm_after_rope
+ *     o = attention(q, K, V; kq_scale, attn_softcap, the layer's window)
+ *     o = o * sigmoid(a Wo_gate) when wo_gate; o = o Wo (+ bo)
  *     x += residual_scale * (post_attn_norm ? rmsnorm(o) * post_attn_norm : o)
  *     f = ffn_norm ? rmsnorm(x) * ffn_norm : x
  *     h = act(f Wgate (+b)) * (f Wup (+b)), act = SiLU or tanh-GELU
@@ -54,7 +57,7 @@ typedef enum model_act {
  * experts and their weights (fwd_moe.c). Every kind selects the top n_expert_used
  * by its selection score, ties broken by the lower expert index. */
 typedef enum model_gating {
-    MODEL_GATE_SOFTMAX = 0, /* p = softmax(l); select by p; w = p[sel] (Mixtral, Qwen3-MoE, OLMoE) */
+    MODEL_GATE_SOFTMAX = 0, /* p = softmax(l); select by p (+ sel_bias: ERNIE); w = p[sel] (Mixtral, Qwen3-MoE) */
     MODEL_GATE_SIGMOID, /* p = sigmoid(l); select by p + sel_bias (in the chosen groups); w = p[sel] (DeepSeek-V3) */
     MODEL_GATE_SOFTMAX_CHOSEN, /* select by l; w = softmax over the chosen l only (gpt-oss) */
 } model_gating;
@@ -87,6 +90,8 @@ typedef struct model_layer {
     const float *q_norm;         /* [head_dim] (MODEL_QK_HEAD), [n_heads * head_dim] (FULL), or NULL */
     const float *k_norm;         /* [head_dim] or [n_kv_heads * head_dim], or NULL */
     kern_tensor wo;              /* [dim][n_heads * head_dim] */
+    kern_tensor wo_gate;         /* [n_heads * head_dim][dim]: att *= sigmoid(a Wg^T) before wo (afmoe), or data NULL */
+    bool no_rope;                /* q and k not rotated (afmoe's global layers) */
     const float *bo;             /* [dim] or NULL */
     const float *sinks;          /* [n_heads] attention sink logits (gpt-oss) or NULL */
     const float *post_attn_norm; /* [dim] or NULL */
@@ -174,6 +179,7 @@ struct kvi_model {
     /* the block's shape (see the top of this file); model_block_defaults() sets the
      * plain llama block, an architecture's hparams function changes what differs */
     model_qk_norm qk_norm;
+    bool qk_norm_after_rope; /* q/k norm applied after RoPE (Hunyuan), else before */
     model_act act;
     float emb_scale;      /* 1: none */
     float residual_scale; /* 1: none */
@@ -198,7 +204,7 @@ struct kvi_model {
     int shared_ffn;   /* shared expert width (0: none) */
     int n_dense_lead; /* leading dense layers */
     model_gating gating;
-    bool expert_norm;    /* the chosen weights divided by their sum */
+    bool expert_norm;    /* the chosen weights divided by max(their sum, 2^-14) */
     float expert_scale;  /* the chosen weights multiplied by it (1: none) */
     int n_expert_groups; /* experts in n_expert_groups equal groups, only the */
     int n_groups_used;   /* n_groups_used best groups selectable (DeepSeek); 1, 1: none */
