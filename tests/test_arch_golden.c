@@ -10,7 +10,7 @@
  * deepseek2's latent attention: its cache bytes, and fork, session file and prefix
  * reuse on the latent cache (check_latent).
  * gpt-oss also as published, its experts in MXFP4 (gpt-oss-mxfp4, tolerance 0.03).
- * Sliding-window models (gemma2, gemma3, gpt-oss) also over 400 positions, long enough
+ * Sliding-window models (gemma2, gemma3, gpt-oss, afmoe) also over 400 positions, long enough
  * that decode releases window parts (kv_cache.h): token-by-token decode gives the
  * bits of one prefill step, and the KV bytes held stay far below a full cache.
  */
@@ -333,7 +333,8 @@ static void check_file(const char *name, double tol, int n_expert, int used)
     }
     free(pre);
     free(blk);
-    if (!strncmp(name, "gemma", 5) || !strncmp(name, "gpt-oss", 7)) check_long(m, name);
+    if (!strncmp(name, "gemma", 5) || !strncmp(name, "gpt-oss", 7) || !strncmp(name, "afmoe", 5))
+        check_long(m, name);
     free(toks);
     kvi_model_free(m);
     cJSON_Delete(j);
@@ -372,7 +373,8 @@ int main(void)
     static const struct {
         const char *name;
         int n_expert, used;
-    } moe_t3[] = { { "glm4moe", 8, 3 } };
+    } moe_t3[] = { { "glm4moe", 8, 3 },      { "minimax-m2", 8, 2 },  { "hunyuan-moe", 8, 2 },
+                   { "ernie4_5-moe", 8, 3 }, { "bailingmoe2", 8, 2 }, { "afmoe", 8, 2 } };
     for (size_t i = 0; i < sizeof moe_t3 / sizeof *moe_t3; i++) {
         char f32[64], q8[64];
         snprintf(f32, sizeof f32, "%s-f32", moe_t3[i].name);

@@ -1,5 +1,5 @@
 /*
- * test_hybrid_golden.c — the hybrid architectures (qwen35, qwen3next: gated DeltaNet
+ * test_hybrid_golden.c — the hybrid architectures (qwen35, qwen3next, qwen35moe: gated DeltaNet
  * layers with a recurrent state, gated full attention every 4th layer) against
  * llama.cpp (../shared/golden/arch, README-hybrid.md there; F32 < 0.002, Q8_0 < 0.03),
  * each file:
@@ -12,7 +12,8 @@
  *    batch (one 5 behind), two prompts with their rows interleaved in one step,
  *    1 thread vs 2 and forward chunks of 3 rows: the same bits;
  *  - the memory: the state is 6 layers x (3 x 256 + 4 x 32 x 32) floats = 116736
- *    bytes (the README's 114 KiB), K/V only for the 2 attention layers, and every
+ *    bytes (the README's 114 KiB; qwen35moe 3 x (3 x 128 + 4 x 16 x 16)), K/V only
+ *    for the attention layers, and every
  *    byte accounted (state slots reserved in the budget, states held);
  *  - fork (the child continues from the parent's state), the prefix snapshot
  *    (a repeated prompt computes only its tail, with the same logits), a session
@@ -116,18 +117,25 @@ static bool same(const float *a, const float *b, int n)
 }
 
 /* memory, fork, prefix snapshot, session, refusals on one engine; pre = prefill logits */
-static void check_state(kvi_model *m, const char *name, const int32_t *toks, int n, const float *pre)
+/* The README's shapes: recurrent layers, one layer's state floats (3 conv rows of C,
+ * Hv dk x dk delta rule), attention layers and their K (= V) floats a token. */
+typedef struct shape {
+    int n_rec, state_floats, n_attn, kv_floats;
+} shape;
+
+static void check_state(kvi_model *m, const char *name, const int32_t *toks, int n, const float *pre,
+                        const shape *sh)
 {
     kvi_engine_params p = engine_params(KVI_TYPE_F32, 2, 3, 0);
     kvi_engine *e = engine_create_checked(m, &p);
     if (!e) return;
     kvi_stats st;
     kvi_stats_get(e, NULL, &st);
-    const size_t state = 6 * (3 * 256 + 4 * 32 * 32) * sizeof(float);
-    CHECK(st.kv_n_layers_recurrent == 6 && st.kv_bytes_state_seq == state,
+    const size_t state = (size_t)sh->n_rec * sh->state_floats * sizeof(float);
+    CHECK(st.kv_n_layers_recurrent == sh->n_rec && st.kv_bytes_state_seq == state,
           "%s: %d recurrent layers, state %zu", name, st.kv_n_layers_recurrent, st.kv_bytes_state_seq);
-    CHECK(st.kv_bytes_per_token == 2 * 2 * 128 * sizeof(float), "%s: %zu KV bytes a token (2 layers of K, V)",
-          name, st.kv_bytes_per_token);
+    CHECK(st.kv_bytes_per_token == (size_t)sh->n_attn * 2 * sh->kv_floats * sizeof(float),
+          "%s: %zu KV bytes a token (%d layers of K, V)", name, st.kv_bytes_per_token, sh->n_attn);
     CHECK(st.kv_state_slots == 3 && st.kv_bytes_state == 0, "%s: %d slots, %zu state bytes before any step",
           name, st.kv_state_slots, st.kv_bytes_state);
     /* the budget holds every sequence at full length plus 3 states */
@@ -222,7 +230,7 @@ static void check_state(kvi_model *m, const char *name, const int32_t *toks, int
     kvi_engine_free(bad);
 }
 
-static void check_file(const char *name, double tol)
+static void check_file(const char *name, double tol, const shape *sh)
 {
     kvi_model *m;
     cJSON *j;
@@ -268,7 +276,7 @@ static void check_file(const char *name, double tol)
         free(lp);
         free(ld);
     }
-    if (pre) check_state(m, name, toks, n, pre);
+    if (pre) check_state(m, name, toks, n, pre, sh);
     free(pre);
     free(dec);
     kvi_model_free(m);
@@ -277,9 +285,15 @@ static void check_file(const char *name, double tol)
 
 int main(void)
 {
-    check_file("qwen35-f32", 0.002);
-    check_file("qwen35-q8_0", 0.03);
-    check_file("qwen3next-f32", 0.002);
-    check_file("qwen3next-q8_0", 0.03);
+    /* qwen35, qwen3next: 6 DeltaNet layers of 3 x 256 conv + 4 x 32 x 32 state floats,
+     * 2 attention layers of 128 K floats; qwen35moe: 3 of 3 x 128 + 4 x 16 x 16, 1 of 64 */
+    static const shape dense = { 6, 3 * 256 + 4 * 32 * 32, 2, 128 },
+                       moe = { 3, 3 * 128 + 4 * 16 * 16, 1, 64 };
+    check_file("qwen35-f32", 0.002, &dense);
+    check_file("qwen35-q8_0", 0.03, &dense);
+    check_file("qwen3next-f32", 0.002, &dense);
+    check_file("qwen3next-q8_0", 0.03, &dense);
+    check_file("qwen35moe-f32", 0.002, &moe);
+    check_file("qwen35moe-q8_0", 0.03, &moe);
     return test_main_end();
 }
