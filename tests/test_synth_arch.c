@@ -197,6 +197,23 @@ static void test_golden_layout(void)
     p.n_rot = 16, p.ssm_groups = 2, p.ssm_heads = 4, p.ssm_state = 32;
     p.n_expert = 8, p.n_expert_used = 2, p.expert_ffn = 64, p.shared_ffn = 128;
     compare_golden("qwen3next", p);
+    /* issue 36's mixtures of experts (README-moe-t3.md): dim 64, 8 experts of 32 */
+    static const struct {
+        const char *arch;
+        int layers, heads, kv, head_dim, ffn, n_rot, used, window;
+    } t3[] = { { "glm4moe", 3, 4, 2, 32, 128, 16, 3, 0 },    { "minimax-m2", 4, 4, 2, 32, 32, 16, 2, 0 },
+               { "hunyuan-moe", 3, 2, 1, 0, 32, 0, 2, 0 },   { "ernie4_5-moe", 3, 4, 2, 16, 128, 0, 3, 0 },
+               { "bailingmoe2", 3, 4, 2, 16, 128, 8, 2, 0 }, { "afmoe", 4, 4, 2, 0, 128, 0, 2, 8 } };
+    for (size_t i = 0; i < sizeof t3 / sizeof t3[0]; i++) {
+        p = shape(t3[i].arch, 64, t3[i].layers, t3[i].heads, t3[i].kv, t3[i].head_dim, t3[i].ffn);
+        p.n_rot = t3[i].n_rot, p.window = t3[i].window;
+        p.n_expert = 8, p.n_expert_used = t3[i].used, p.expert_ffn = 32;
+        compare_golden(t3[i].arch, p);
+    }
+    p = shape("qwen35moe", 64, 4, 4, 2, 32, 64);
+    p.n_rot = 8, p.ssm_groups = 2, p.ssm_heads = 4, p.ssm_state = 16;
+    p.n_expert = 8, p.n_expert_used = 2, p.expert_ffn = 32, p.shared_ffn = 64;
+    compare_golden("qwen35moe", p);
 }
 
 /* ---- every architecture x every type: load and run ---- */
@@ -361,7 +378,7 @@ static void run_hybrid(const char *arch, const char *type)
     kvi_synth_params p = shape(arch, 256, 4, 8, 2, 64, 512);
     p.seed = 12;
     p.n_rot = 32, p.ssm_groups = 2, p.ssm_heads = 4, p.ssm_state = 64, p.attn_interval = 2;
-    if (!strcmp(arch, "qwen3next")) p.n_expert = 4, p.n_expert_used = 2, p.expert_ffn = 256;
+    if (strcmp(arch, "qwen35") != 0) p.n_expert = 4, p.n_expert_used = 2, p.expert_ffn = 256;
     const size_t tl = strlen(type);
     char base[16];
     p.mix_m = tl == 6 && type[5] == 'm';
@@ -379,7 +396,7 @@ static void run_hybrid(const char *arch, const char *type)
     if (!m) return;
     CHECK(m->n_recurrent == 2 && m->layers[0].recurrent && !m->layers[1].recurrent &&
               m->layers[2].recurrent && !m->layers[3].recurrent && m->ssm_hk == 2 && m->ssm_hv == 4 &&
-              m->ssm_dk == 64 && m->ssm_tiled == !strcmp(arch, "qwen35") && m->attn_gated,
+              m->ssm_dk == 64 && m->ssm_tiled == (strcmp(arch, "qwen3next") != 0) && m->attn_gated,
           "%s: layer kinds / DeltaNet shape", what);
     enum { N = 8 };
     const int32_t tokens[N] = { 1, 270, 31, 99, 280, 7, 150, 42 };
@@ -404,6 +421,7 @@ static void test_run_all(void)
     for (size_t t = 0; t < sizeof htypes / sizeof htypes[0]; t++) {
         run_hybrid("qwen35", htypes[t]);
         run_hybrid("qwen3next", htypes[t]);
+        run_hybrid("qwen35moe", htypes[t]);
     }
     static const char *const types[] = {
         "f32",  "f16",  "bf16", "q8_0", "q4_0", "q4_1",   "q5_0",   "q5_1",
@@ -411,6 +429,77 @@ static void test_run_all(void)
     };
     for (int a = 0; a < N_ARCHS; a++)
         for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) run_arch(k_archs[a], types[t]);
+}
+
+/* Issue 36's mixtures of experts in a weight type: the file loads with the routing
+ * its architecture implies (README-moe-t3.md's table), runs, and (F32) prefill ==
+ * token-by-token decode. 256 wide, 8 heads of 64 (bailingmoe2: of 32, its q width
+ * is dim), 8 experts of 256, 2 used; afmoe 4 layers (a NoPE global layer). */
+static void run_moe_t3(const char *arch, const char *type)
+{
+    char what[64], file[96];
+    snprintf(what, sizeof what, "%s %s", arch, type);
+    snprintf(file, sizeof file, "synth_run_%s_%s.gguf", arch, type);
+    const bool bailing = !strcmp(arch, "bailingmoe2"), af = !strcmp(arch, "afmoe");
+    kvi_synth_params p = shape(arch, 256, af ? 4 : 3, 8, 2, bailing ? 32 : 64, 512);
+    p.seed = 13, p.window = 4, p.n_rot = 32;
+    p.n_expert = 8, p.n_expert_used = 2, p.expert_ffn = 256;
+    const size_t tl = strlen(type);
+    char base[16];
+    p.mix_m = tl == 6 && type[5] == 'm';
+    snprintf(base, sizeof base, "%.*s", (int)(p.mix_m ? 4 : tl), type);
+    CHECK(kvi_type_from_name(base, &p.type) == 0, "%s: type", what);
+    const char *path = tmp_path(file);
+    kvi_error err = { 0 };
+    int rc = kvi_synth_write(&p, path, &err);
+    CHECK(rc == 0, "%s: synth %d %s", what, rc, err.msg);
+    if (rc) return;
+    kvi_load_params lp;
+    kvi_load_params_default(&lp);
+    kvi_model *m = kvi_model_load(path, &lp, &err);
+    CHECK(m != NULL, "%s: load: %s", what, err.msg);
+    if (!m) return;
+    const bool sig = strcmp(arch, "hunyuan-moe") != 0 && strcmp(arch, "ernie4_5-moe") != 0;
+    const bool lead = !strcmp(arch, "glm4moe") || !strcmp(arch, "ernie4_5-moe") || bailing || af;
+    const bool shared = strcmp(arch, "minimax-m2") != 0;
+    const bool glm = !strcmp(arch, "glm4moe");
+    CHECK(m->n_layers == p.n_layers && m->n_nextn == glm && (m->n_unread_tensors > 0) == glm &&
+              m->n_dense_lead == lead && m->gating == (sig ? MODEL_GATE_SIGMOID : MODEL_GATE_SOFTMAX) &&
+              m->n_expert_groups == (bailing ? 4 : 1) &&
+              m->qk_norm_after_rope == !strcmp(arch, "hunyuan-moe"),
+          "%s: layers %d MTP %d unread %d, dense lead %d, gating %d", what, m->n_layers, m->n_nextn,
+          m->n_unread_tensors, m->n_dense_lead, (int)m->gating);
+    for (int l = 0; l < m->n_layers; l++) {
+        const model_layer *L = &m->layers[l];
+        CHECK(L->moe == (l >= (lead ? 1 : 0)) && (!L->moe || (L->sh_gate.data != NULL) == shared) &&
+                  (L->wo_gate.data != NULL) == af && L->no_rope == (af && l == 3) &&
+                  L->window == (af && l < 3 ? 4 : 0),
+              "%s: layer %d", what, l);
+    }
+    enum { N = 8 };
+    const int32_t tokens[N] = { 1, 270, 31, 99, 280, 7, 150, 42 };
+    const int nv = kvi_n_vocab(m);
+    float *a = malloc(sizeof(float) * N * (size_t)nv), *d = malloc(sizeof(float) * N * (size_t)nv);
+    CHECK(run_rows(m, tokens, N, false, a, nv) == 0, "%s: prefill step", what);
+    int finite = 1;
+    for (size_t i = 0; i < (size_t)N * nv; i++) finite &= isfinite(a[i]) != 0;
+    CHECK(finite && memcmp(a, a + (size_t)(N - 1) * nv, (size_t)nv * sizeof(float)) != 0,
+          "%s: logits finite %d, rows 0 and 7 differ", what, finite);
+    CHECK(run_rows(m, tokens, N, true, d, nv) == 0 && memcmp(a, d, sizeof(float) * N * (size_t)nv) == 0,
+          "%s: prefill and decode differ", what);
+    free(a);
+    free(d);
+    kvi_model_free(m);
+    remove(path);
+}
+
+static void test_moe_t3(void)
+{
+    static const char *const archs[] = { "glm4moe",      "minimax-m2",  "hunyuan-moe",
+                                         "ernie4_5-moe", "bailingmoe2", "afmoe" };
+    static const char *const types[] = { "f32", "q8_0", "q4_0", "q4_k_m" };
+    for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++)
+        for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) run_moe_t3(archs[a], types[t]);
 }
 
 /* ---- presets, mixes, LongRoPE factor, CLI ---- */
@@ -578,5 +667,6 @@ int main(void)
     test_presets();
     test_cli();
     test_run_all();
+    test_moe_t3();
     return test_main_end();
 }

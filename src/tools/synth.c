@@ -39,6 +39,7 @@
 #include "formats/quant.h"
 #include "base/rng.h"
 #include "model/arch.h"
+#include "tools/synth_moe_t3.h"
 #include "tools/synth_vocab_json.h"
 
 #include <math.h>
@@ -62,7 +63,8 @@ enum {
     SA_EXP_FFN_KEY =
         1 << 10, /* writes expert_feed_forward_length (else feed_forward_length is the expert width) */
     SA_GPTOSS = 1 << 11, /* attention biases and sinks, biased router and experts, YaRN */
-    SA_HYBRID = 1 << 12  /* gated DeltaNet layers + gated attention (qwen35, qwen3next) */
+    SA_HYBRID = 1 << 12, /* gated DeltaNet layers + gated attention (qwen35, qwen3next) */
+    SA_MOE_T3 = 1 << 13  /* routing keys and extra tensors from synth_moe_t3.c */
 };
 
 typedef struct synth_arch {
@@ -86,12 +88,23 @@ static const synth_arch k_archs[] = {
     { "gpt-oss", SA_KEY_LEN | SA_SWA | SA_MOE | SA_EXP_FFN_KEY | SA_GPTOSS, 150000.0f, 1e-5f, 128, 2 },
     { "qwen35", SA_KEY_LEN | SA_ROPE_DIMS | SA_TIED | SA_HYBRID, 1e7f, 1e-6f, 0, 0 },
     { "qwen3next", SA_KEY_LEN | SA_ROPE_DIMS | SA_MOE | SA_EXP_FFN_KEY | SA_HYBRID, 1e7f, 1e-6f, 0, 0 },
+    { "glm4moe", SA_KEY_LEN | SA_ROPE_DIMS | SA_QKV_BIAS | SA_MOE | SA_EXP_FFN_KEY | SA_MOE_T3, 1e6f, 1e-5f,
+      0, 0 },
+    { "minimax-m2", SA_KEY_LEN | SA_ROPE_DIMS | SA_MOE | SA_EXP_FFN_KEY | SA_MOE_T3, 5e6f, 1e-6f, 0, 0 },
+    { "hunyuan-moe", SA_TIED | SA_MOE | SA_EXP_FFN_KEY | SA_MOE_T3, 11158840.0f, 1e-5f, 0, 0 },
+    { "ernie4_5-moe", SA_KEY_LEN | SA_TIED | SA_MOE | SA_EXP_FFN_KEY | SA_MOE_T3, 5e5f, 1e-5f, 0, 0 },
+    { "bailingmoe2", SA_KEY_LEN | SA_ROPE_DIMS | SA_VOCAB_SIZE | SA_MOE | SA_EXP_FFN_KEY | SA_MOE_T3, 6e5f,
+      1e-6f, 0, 0 },
+    { "afmoe", SA_TIED | SA_SWA | SA_MOE | SA_EXP_FFN_KEY | SA_MOE_T3, 10000.0f, 1e-5f, 4096, 4 },
+    { "qwen35moe", SA_KEY_LEN | SA_ROPE_DIMS | SA_MOE | SA_EXP_FFN_KEY | SA_HYBRID | SA_MOE_T3, 1e7f, 1e-6f,
+      0, 0 },
 };
 #define N_ARCHS (sizeof k_archs / sizeof k_archs[0])
 
 static const char *const k_arch_names[N_ARCHS + 1] = {
-    "llama", "qwen2",    "qwen3", "gemma2",  "gemma3", "phi3",      "granite",
-    "olmo2", "qwen3moe", "olmoe", "gpt-oss", "qwen35", "qwen3next", NULL,
+    "llama",      "qwen2",       "qwen3",        "gemma2",      "gemma3", "phi3",      "granite",
+    "olmo2",      "qwen3moe",    "olmoe",        "gpt-oss",     "qwen35", "qwen3next", "glm4moe",
+    "minimax-m2", "hunyuan-moe", "ernie4_5-moe", "bailingmoe2", "afmoe",  "qwen35moe", NULL,
 };
 
 const char *const *kvi_synth_arch_names(void) { return k_arch_names; }
@@ -250,6 +263,7 @@ int kvi_synth_resolve(const kvi_synth_params *p, kvi_synth_params *out)
         if (out->attn_interval == 0) out->attn_interval = 4;
         if (out->n_expert > 0 && out->shared_ffn == 0) out->shared_ffn = out->ffn_dim;
     }
+    if (a->flags & SA_MOE_T3) synth_t3_resolve(out);
     return KVI_OK;
 }
 
@@ -450,8 +464,27 @@ static void synth_note_fallbacks(const kvi_synth_params *p, const synth_tensor *
 #undef FELL
 }
 
-/* Most tensors a table can hold: 5 outside the blocks, 24 per block. */
-static size_t synth_table_cap(int n_layers) { return 5 + 28 * (size_t)n_layers; }
+/* Most tensors a table can hold: 5 outside the blocks, 28 per block (MTP blocks too). */
+static size_t synth_table_cap(int n_layers) { return 5 + 28 * (size_t)(n_layers + 4); }
+
+/* synth_moe_t3.h's emitter: a tensor of block l into c->tab, typed for c->p. */
+typedef struct synth_t3_ctx {
+    const kvi_synth_params *p;
+    synth_table *tab;
+} synth_t3_ctx;
+
+static void synth_t3_add(void *ctx, int l, const char *name, int64_t ne0, int64_t ne1, synth_t3_kind kind,
+                         const char *role)
+{
+    const synth_t3_ctx *c = ctx;
+    char nm[64];
+    snprintf(nm, sizeof nm, "blk.%d.%s", l, name);
+    synth_add(c->tab, nm, ne0, ne1,
+              kind == T3_MATRIX ? SK_MATRIX
+              : kind == T3_NORM ? SK_NORM
+                                : SK_BIAS,
+              synth_role_type(c->p, role, l, false));
+}
 
 /* Fills tab (room for synth_table_cap) in file order for the resolved p. */
 static void synth_build_table(const kvi_synth_params *p, const synth_arch *sa, const model_arch *ma,
@@ -467,14 +500,16 @@ static void synth_build_table(const kvi_synth_params *p, const synth_arch *sa, c
     }
     synth_add(tab, "token_embd.weight", dim, n_vocab, SK_MATRIX, synth_role_type(p, "token_embd", -1, tied));
     const bool pre = !(ma->flags & ARCH_NO_PRE_NORM), post = (ma->flags & ARCH_POST_NORMS) != 0;
-    for (int l = 0; l < p->n_layers; l++) {
+    const int lead = synth_t3_dense_lead(p); /* leading dense blocks, then trailing MTP blocks */
+    synth_t3_ctx t3 = { p, tab };
+    for (int l = 0; l < p->n_layers + synth_t3_nextn(p); l++) {
 #define BLK(role, ne0, ne1, kind)                                               \
     do {                                                                        \
         snprintf(nm, sizeof nm, "blk.%d.%s", l, role);                          \
         synth_add(tab, nm, ne0, ne1, kind, synth_role_type(p, role, l, false)); \
     } while (0)
         if (pre) BLK("attn_norm.weight", dim, 1, SK_NORM);
-        const bool rec = (sa->flags & SA_HYBRID) && (l + 1) % p->attn_interval != 0;
+        const bool rec = (sa->flags & SA_HYBRID) && (l + 1) % p->attn_interval != 0 && l < p->n_layers;
         if (rec) { /* gated DeltaNet (model.h): conv dim C = 2 Hk dk + Hv dk */
             const int64_t dk = p->ssm_state, hv = p->ssm_heads,
                           conv = 2 * (int64_t)p->ssm_groups * dk + hv * dk;
@@ -486,7 +521,7 @@ static void synth_build_table(const kvi_synth_params *p, const synth_arch *sa, c
             synth_add(tab, nm, hv, 1, SK_DT_BIAS, KVI_TYPE_F32);
             snprintf(nm, sizeof nm, "blk.%d.ssm_a", l);
             synth_add(tab, nm, hv, 1, SK_SSM_A, KVI_TYPE_F32);
-            if (p->n_expert > 0) { /* qwen3next: beta and alpha fused */
+            if (!strcmp(p->arch, "qwen3next")) { /* beta and alpha fused */
                 BLK("ssm_ba.weight", dim, 2 * hv, SK_MATRIX);
             } else {
                 BLK("ssm_beta.weight", dim, hv, SK_MATRIX);
@@ -524,7 +559,8 @@ static void synth_build_table(const kvi_synth_params *p, const synth_arch *sa, c
         }
         if (post || (ma->flags & ARCH_FFN_NORM_POST_ATTN)) BLK("post_attention_norm.weight", dim, 1, SK_NORM);
         if (pre && !(ma->flags & ARCH_FFN_NORM_POST_ATTN)) BLK("ffn_norm.weight", dim, 1, SK_NORM);
-        if (p->n_expert > 0) {
+        if (sa->flags & SA_MOE_T3) synth_t3_block(p, l, synth_t3_add, &t3);
+        if (p->n_expert > 0 && l >= lead) {
             const int64_t E = p->n_expert, F = p->expert_ffn;
             const bool bias = (sa->flags & SA_GPTOSS) != 0;
 #define EXP(role, ne0, ne1, kind, want)                      \
@@ -804,7 +840,7 @@ static int synth_set_metadata(gguf_writer *w, const kvi_synth_params *p, const s
     U32("context_length", p->n_ctx);
     U32("embedding_length", p->dim);
     U32("feed_forward_length", p->n_expert > 0 && !(a->flags & SA_EXP_FFN_KEY) ? p->expert_ffn : p->ffn_dim);
-    U32("block_count", p->n_layers);
+    U32("block_count", p->n_layers + synth_t3_nextn(p));
     U32("attention.head_count", p->n_heads);
     U32("attention.head_count_kv", p->n_kv_heads);
     if ((a->flags & SA_KEY_LEN) || p->head_dim != p->dim / p->n_heads) {
@@ -851,14 +887,15 @@ static int synth_set_metadata(gguf_writer *w, const kvi_synth_params *p, const s
         U32("ssm.inner_size", p->ssm_heads * p->ssm_state);
         U32("full_attention_interval", p->attn_interval);
         if (p->n_expert > 0) U32("expert_shared_feed_forward_length", p->shared_ffn);
-        if (!strcmp(ar,
-                    "qwen35")) { /* M-RoPE sections over the rotated pairs, as Qwen3.5's [11, 11, 10, 0] */
+        if (!strncmp(ar, "qwen35",
+                     6)) { /* M-RoPE sections over the rotated pairs, as Qwen3.5's [11, 11, 10, 0] */
             const int half = p->n_rot / 2, s0 = (half + 2) / 3, s1 = (half + 1) / 3;
             const int32_t sec[4] = { s0, s1, half - s0 - s1, 0 };
             bad |=
                 gguf_writer_set_arr_i32(w, synth_key(k, sizeof k, ar, "rope.dimension_sections"), sec, 4) < 0;
         }
     }
+    if ((a->flags & SA_MOE_T3) && synth_t3_keys(w, p) < 0) bad = 1;
     if ((a->flags & SA_GPTOSS) && p->rope_orig_ctx > 0) { /* YaRN: gpt-oss-20b's factor 32 over 4096 */
         bad |= gguf_writer_set_str(w, synth_key(k, sizeof k, ar, "rope.scaling.type"), "yarn") < 0;
         F32("rope.scaling.factor", (double)p->n_ctx / p->rope_orig_ctx);
