@@ -500,6 +500,27 @@ static void test_moe_t3(void)
     static const char *const types[] = { "f32", "q8_0", "q4_0", "q4_k_m" };
     for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++)
         for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) run_moe_t3(archs[a], types[t]);
+    /* the presets of real shapes against their config.json values (typed in here):
+     * zai-org/GLM-4.5-Air, Qwen/Qwen3.5-35B-A3B (text part), MiniMaxAI/MiniMax-M2 */
+    kvi_synth_params p, r;
+    CHECK(kvi_synth_preset("glm-4.5-air-4l", &p) == 0 && kvi_synth_resolve(&p, &r) == 0, "glm-4.5-air-4l");
+    CHECK(!strcmp(r.arch, "glm4moe") && r.dim == 4096 && r.ffn_dim == 10944 && r.n_layers == 4 &&
+              r.n_heads == 96 && r.n_kv_heads == 8 && r.head_dim == 128 && r.n_rot == 64 &&
+              r.n_expert == 128 && r.n_expert_used == 8 && r.expert_ffn == 1408 && r.shared_ffn == 1408 &&
+              r.n_vocab == 151552 && r.n_ctx == 131072 && r.tie == -1,
+          "glm-4.5-air-4l shape");
+    CHECK(kvi_synth_preset("qwen3.5-35b-a3b-8l", &p) == 0 && kvi_synth_resolve(&p, &r) == 0, "qwen3.5-35b");
+    CHECK(!strcmp(r.arch, "qwen35moe") && r.dim == 2048 && r.n_layers == 8 && r.n_heads == 16 &&
+              r.n_kv_heads == 2 && r.head_dim == 256 && r.n_rot == 64 && r.n_expert == 256 &&
+              r.n_expert_used == 8 && r.expert_ffn == 512 && r.shared_ffn == 512 && r.ssm_groups == 16 &&
+              r.ssm_heads == 32 && r.ssm_state == 128 && r.attn_interval == 4 && r.n_vocab == 248320 &&
+              r.n_ctx == 262144 && r.tie == -1,
+          "qwen3.5-35b-a3b-8l shape");
+    CHECK(kvi_synth_preset("minimax-m2-4l", &p) == 0 && kvi_synth_resolve(&p, &r) == 0, "minimax-m2-4l");
+    CHECK(!strcmp(r.arch, "minimax-m2") && r.dim == 3072 && r.n_layers == 4 && r.n_heads == 48 &&
+              r.n_kv_heads == 8 && r.head_dim == 128 && r.n_rot == 64 && r.n_expert == 256 &&
+              r.n_expert_used == 8 && r.expert_ffn == 1536 && r.n_vocab == 200064 && r.n_ctx == 196608,
+          "minimax-m2-4l shape");
 }
 
 /* ---- presets, mixes, LongRoPE factor, CLI ---- */

@@ -155,7 +155,17 @@ typedef struct synth_preset {
  *    (partial_rotary_factor 0.25), linear attention 16 key and 16 value heads of
  *    128, conv kernel 4, vocab 248320, tied, 262144 positions;
  *  - qwen35-dense-0.8b: a plain qwen3 of the same width and depth (every layer
- *    attention, 8 heads of 256, 2 KV heads): the KV cache the hybrid replaces. */
+ *    attention, 8 heads of 256, 2 KV heads): the KV cache the hybrid replaces.
+ * Issue 36's mixtures of experts, fewer layers than published (+ their MTP block):
+ *  - zai-org/GLM-4.5-Air: hidden 4096, dense intermediate 10944, 96 heads of 128, 8
+ *    KV heads, partial_rotary_factor 0.5, 128 experts of 1408, 8 used, 1 shared,
+ *    first_k_dense_replace 1, vocab 151552, 131072 positions; 4 of its 46 layers;
+ *  - Qwen/Qwen3.5-35B-A3B (text part): hidden 2048, 16 heads of 256, 2 KV heads, 64
+ *    rotary dims, 256 experts of 512, 8 used, shared expert 512, linear attention
+ *    16 key / 32 value heads of 128, vocab 248320, 262144 positions; 8 of its 40
+ *    layers;
+ *  - MiniMaxAI/MiniMax-M2: hidden 3072, 48 heads of 128, 8 KV heads, rotary_dim 64,
+ *    256 experts of 1536, 8 used, vocab 200064, 196608 positions; 4 of its 62 layers. */
 static const synth_preset k_presets[] = {
     // clang-format off
     /* the shape of stories260K (../shared/models/stories260K.gguf) */
@@ -178,14 +188,36 @@ static const synth_preset k_presets[] = {
     { "qwen35-dense-0.8b", "qwen3", 1024, 3584, 24, 8, 2, 248320, 262144, 256, 64, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0 },
     /* ../shared/golden/arch/qwen35's shape */
     { "qwen35-tiny", "qwen35", 128, 256, 8, 4, 2, 512, 512, 64, 16, 0, 0, -1, 0, 0, 0, 0, 2, 4, 32 },
+    /* issue 36's mixtures of experts at reduced depth (their real widths) */
+    { "glm-4.5-air-4l", "glm4moe", 4096, 10944, 4, 96, 8, 151552, 131072, 128, 64, 0, 0, -1, 0, 128, 8, 1408, 0, 0, 0 },
+    { "qwen3.5-35b-a3b-8l", "qwen35moe", 2048, 512, 8, 16, 2, 248320, 262144, 256, 64, 0, 0, -1, 0, 256, 8, 512, 16, 32, 128 },
+    { "minimax-m2-4l", "minimax-m2", 3072, 1536, 4, 48, 8, 200064, 196608, 128, 64, 0, 0, -1, 0, 256, 8, 1536, 0, 0, 0 },
     // clang-format on
 };
 #define N_PRESETS (sizeof k_presets / sizeof k_presets[0])
 
 static const char *const k_preset_names[N_PRESETS + 1] = {
-    "tiny",           "qtest",      "stories15M",   "stories42M",        "stories110M", "llama-1b",
-    "qwen3-0.6b",     "gemma-3-1b", "phi-4-mini",   "gemma3-tiny",       "olmoe-1b-7b", "dense-1.3b",
-    "gpt-oss-20b-6l", "moe-tiny",   "qwen3.5-0.8b", "qwen35-dense-0.8b", "qwen35-tiny", NULL,
+    "tiny",
+    "qtest",
+    "stories15M",
+    "stories42M",
+    "stories110M",
+    "llama-1b",
+    "qwen3-0.6b",
+    "gemma-3-1b",
+    "phi-4-mini",
+    "gemma3-tiny",
+    "olmoe-1b-7b",
+    "dense-1.3b",
+    "gpt-oss-20b-6l",
+    "moe-tiny",
+    "qwen3.5-0.8b",
+    "qwen35-dense-0.8b",
+    "qwen35-tiny",
+    "glm-4.5-air-4l",
+    "qwen3.5-35b-a3b-8l",
+    "minimax-m2-4l",
+    NULL,
 };
 
 const char *const *kvi_synth_preset_names(void) { return k_preset_names; }
