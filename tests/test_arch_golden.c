@@ -340,17 +340,21 @@ static void check_file(const char *name, double tol, int n_expert, int used)
     cJSON_Delete(j);
 }
 
+/* name-f32 within 0.002 and name-<second> (a quantised file) within 0.03 */
+static void check_pair(const char *name, const char *second, int n_expert, int used)
+{
+    char f32[64], q[64];
+    snprintf(f32, sizeof f32, "%s-f32", name);
+    snprintf(q, sizeof q, "%s-%s", name, second);
+    check_file(f32, 0.002, n_expert, used);
+    check_file(q, 0.03, n_expert, used);
+}
+
 int main(void)
 {
     static const char *const dense[] = { "qwen3",         "gemma2",  "gemma3", "phi3",
                                          "phi3-longrope", "granite", "olmo2" };
-    for (size_t i = 0; i < sizeof dense / sizeof *dense; i++) {
-        char f32[64], q8[64];
-        snprintf(f32, sizeof f32, "%s-f32", dense[i]);
-        snprintf(q8, sizeof q8, "%s-q8_0", dense[i]);
-        check_file(f32, 0.002, 0, 0);
-        check_file(q8, 0.03, 0, 0);
-    }
+    for (size_t i = 0; i < sizeof dense / sizeof *dense; i++) check_pair(dense[i], "q8_0", 0, 0);
     /* mixtures of experts (issue 15): F32 and a llama-quantize Q4_K_M mix each */
     static const struct {
         const char *name;
@@ -360,13 +364,7 @@ int main(void)
                 { "olmoe", 16, 4 },
                 { "gpt-oss", 8, 4 },
                 { "deepseek2", 8, 2 } };
-    for (size_t i = 0; i < sizeof moe / sizeof *moe; i++) {
-        char f32[64], q4[64];
-        snprintf(f32, sizeof f32, "%s-f32", moe[i].name);
-        snprintf(q4, sizeof q4, "%s-q4_k_m", moe[i].name);
-        check_file(f32, 0.002, moe[i].n_expert, moe[i].used);
-        check_file(q4, 0.03, moe[i].n_expert, moe[i].used);
-    }
+    for (size_t i = 0; i < sizeof moe / sizeof *moe; i++) check_pair(moe[i].name, "q4_k_m", moe[i].n_expert, moe[i].used);
     /* gpt-oss as published: its experts in MXFP4 (the other matrices Q8_0) */
     check_file("gpt-oss-mxfp4", 0.03, 8, 4);
     /* more mixtures of experts (issue 36, README-moe-t3.md): F32 and Q8_0 each */
@@ -375,12 +373,7 @@ int main(void)
         int n_expert, used;
     } moe_t3[] = { { "glm4moe", 8, 3 },      { "minimax-m2", 8, 2 },  { "hunyuan-moe", 8, 2 },
                    { "ernie4_5-moe", 8, 3 }, { "bailingmoe2", 8, 2 }, { "afmoe", 8, 2 } };
-    for (size_t i = 0; i < sizeof moe_t3 / sizeof *moe_t3; i++) {
-        char f32[64], q8[64];
-        snprintf(f32, sizeof f32, "%s-f32", moe_t3[i].name);
-        snprintf(q8, sizeof q8, "%s-q8_0", moe_t3[i].name);
-        check_file(f32, 0.002, moe_t3[i].n_expert, moe_t3[i].used);
-        check_file(q8, 0.03, moe_t3[i].n_expert, moe_t3[i].used);
-    }
+    for (size_t i = 0; i < sizeof moe_t3 / sizeof *moe_t3; i++)
+        check_pair(moe_t3[i].name, "q8_0", moe_t3[i].n_expert, moe_t3[i].used);
     return test_main_end();
 }

@@ -368,36 +368,31 @@ static void run_arch(const char *arch, const char *type)
     remove(path);
 }
 
-/* A hybrid of each kind in a few weight types: loads with its recurrent layers
- * where the interval puts them, runs, and (F32) prefill == token-by-token decode. */
-static void run_hybrid(const char *arch, const char *type)
+/* p written in weight type `type` ("q4_k_m": the mix) to tmp file `file` and loaded,
+ * or NULL (a failed check); *path: the file. */
+static kvi_model *write_load(kvi_synth_params *p, const char *type, const char *what, const char *file,
+                             const char **path)
 {
-    char what[64], file[96];
-    snprintf(what, sizeof what, "%s %s", arch, type);
-    snprintf(file, sizeof file, "synth_run_%s_%s.gguf", arch, type);
-    kvi_synth_params p = shape(arch, 256, 4, 8, 2, 64, 512);
-    p.seed = 12;
-    p.n_rot = 32, p.ssm_groups = 2, p.ssm_heads = 4, p.ssm_state = 64, p.attn_interval = 2;
-    if (strcmp(arch, "qwen35") != 0) p.n_expert = 4, p.n_expert_used = 2, p.expert_ffn = 256;
     const size_t tl = strlen(type);
     char base[16];
-    p.mix_m = tl == 6 && type[5] == 'm';
-    snprintf(base, sizeof base, "%.*s", (int)(p.mix_m ? 4 : tl), type);
-    CHECK(kvi_type_from_name(base, &p.type) == 0, "%s: type", what);
-    const char *path = tmp_path(file);
+    p->mix_m = tl == 6 && type[5] == 'm';
+    snprintf(base, sizeof base, "%.*s", (int)(p->mix_m ? 4 : tl), type);
+    CHECK(kvi_type_from_name(base, &p->type) == 0, "%s: type", what);
+    *path = tmp_path(file);
     kvi_error err = { 0 };
-    int rc = kvi_synth_write(&p, path, &err);
+    int rc = kvi_synth_write(p, *path, &err);
     CHECK(rc == 0, "%s: synth %d %s", what, rc, err.msg);
-    if (rc) return;
+    if (rc) return NULL;
     kvi_load_params lp;
     kvi_load_params_default(&lp);
-    kvi_model *m = kvi_model_load(path, &lp, &err);
+    kvi_model *m = kvi_model_load(*path, &lp, &err);
     CHECK(m != NULL, "%s: load: %s", what, err.msg);
-    if (!m) return;
-    CHECK(m->n_recurrent == 2 && m->layers[0].recurrent && !m->layers[1].recurrent &&
-              m->layers[2].recurrent && !m->layers[3].recurrent && m->ssm_hk == 2 && m->ssm_hv == 4 &&
-              m->ssm_dk == 64 && m->ssm_tiled == (strcmp(arch, "qwen3next") != 0) && m->attn_gated,
-          "%s: layer kinds / DeltaNet shape", what);
+    return m;
+}
+
+/* 8 rows of m: finite logits, rows 0 and 7 differ, one prefill step == 8 decode steps */
+static void check_rows(kvi_model *m, const char *what)
+{
     enum { N = 8 };
     const int32_t tokens[N] = { 1, 270, 31, 99, 280, 7, 150, 42 };
     const int nv = kvi_n_vocab(m);
@@ -411,6 +406,27 @@ static void run_hybrid(const char *arch, const char *type)
           "%s: prefill and decode differ", what);
     free(a);
     free(d);
+}
+
+/* A hybrid of each kind in a few weight types: loads with its recurrent layers
+ * where the interval puts them, runs, and (F32) prefill == token-by-token decode. */
+static void run_hybrid(const char *arch, const char *type)
+{
+    char what[64], file[96];
+    snprintf(what, sizeof what, "%s %s", arch, type);
+    snprintf(file, sizeof file, "synth_run_%s_%s.gguf", arch, type);
+    kvi_synth_params p = shape(arch, 256, 4, 8, 2, 64, 512);
+    p.seed = 12;
+    p.n_rot = 32, p.ssm_groups = 2, p.ssm_heads = 4, p.ssm_state = 64, p.attn_interval = 2;
+    if (strcmp(arch, "qwen35") != 0) p.n_expert = 4, p.n_expert_used = 2, p.expert_ffn = 256;
+    const char *path;
+    kvi_model *m = write_load(&p, type, what, file, &path);
+    if (!m) return;
+    CHECK(m->n_recurrent == 2 && m->layers[0].recurrent && !m->layers[1].recurrent &&
+              m->layers[2].recurrent && !m->layers[3].recurrent && m->ssm_hk == 2 && m->ssm_hv == 4 &&
+              m->ssm_dk == 64 && m->ssm_tiled == (strcmp(arch, "qwen3next") != 0) && m->attn_gated,
+          "%s: layer kinds / DeltaNet shape", what);
+    check_rows(m, what);
     kvi_model_free(m);
     remove(path);
 }
@@ -444,20 +460,8 @@ static void run_moe_t3(const char *arch, const char *type)
     kvi_synth_params p = shape(arch, 256, af ? 4 : 3, 8, 2, bailing ? 32 : 64, 512);
     p.seed = 13, p.window = 4, p.n_rot = 32;
     p.n_expert = 8, p.n_expert_used = 2, p.expert_ffn = 256;
-    const size_t tl = strlen(type);
-    char base[16];
-    p.mix_m = tl == 6 && type[5] == 'm';
-    snprintf(base, sizeof base, "%.*s", (int)(p.mix_m ? 4 : tl), type);
-    CHECK(kvi_type_from_name(base, &p.type) == 0, "%s: type", what);
-    const char *path = tmp_path(file);
-    kvi_error err = { 0 };
-    int rc = kvi_synth_write(&p, path, &err);
-    CHECK(rc == 0, "%s: synth %d %s", what, rc, err.msg);
-    if (rc) return;
-    kvi_load_params lp;
-    kvi_load_params_default(&lp);
-    kvi_model *m = kvi_model_load(path, &lp, &err);
-    CHECK(m != NULL, "%s: load: %s", what, err.msg);
+    const char *path;
+    kvi_model *m = write_load(&p, type, what, file, &path);
     if (!m) return;
     const bool sig = strcmp(arch, "hunyuan-moe") != 0 && strcmp(arch, "ernie4_5-moe") != 0;
     const bool lead = !strcmp(arch, "glm4moe") || !strcmp(arch, "ernie4_5-moe") || bailing || af;
@@ -476,19 +480,7 @@ static void run_moe_t3(const char *arch, const char *type)
                   L->window == (af && l < 3 ? 4 : 0),
               "%s: layer %d", what, l);
     }
-    enum { N = 8 };
-    const int32_t tokens[N] = { 1, 270, 31, 99, 280, 7, 150, 42 };
-    const int nv = kvi_n_vocab(m);
-    float *a = malloc(sizeof(float) * N * (size_t)nv), *d = malloc(sizeof(float) * N * (size_t)nv);
-    CHECK(run_rows(m, tokens, N, false, a, nv) == 0, "%s: prefill step", what);
-    int finite = 1;
-    for (size_t i = 0; i < (size_t)N * nv; i++) finite &= isfinite(a[i]) != 0;
-    CHECK(finite && memcmp(a, a + (size_t)(N - 1) * nv, (size_t)nv * sizeof(float)) != 0,
-          "%s: logits finite %d, rows 0 and 7 differ", what, finite);
-    CHECK(run_rows(m, tokens, N, true, d, nv) == 0 && memcmp(a, d, sizeof(float) * N * (size_t)nv) == 0,
-          "%s: prefill and decode differ", what);
-    free(a);
-    free(d);
+    check_rows(m, what);
     kvi_model_free(m);
     remove(path);
 }
