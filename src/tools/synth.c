@@ -476,13 +476,16 @@ static void synth_note_fallbacks(const kvi_synth_params *p, const synth_tensor *
         for (size_t j = i; j < n; j++) {
             if (!FELL(t[j]) || t[j].ne[0] != len) continue;
             const char *nm = t[j].name;
-            if (!strncmp(nm, "blk.", 4)) {
-                if (strncmp(nm, "blk.0.", 6) != 0) continue;
-                nm += 6;
-            }
+            int skip = 0;
+            if (sscanf(nm, "blk.%*d.%n", &skip) >= 0 && skip > 0) nm += skip; /* any block's role, once */
             size_t rl = strcspn(nm, ".");
             size_t used = strlen(roles);
-            if (used + rl + 3 < sizeof roles)
+            char role[64];
+            snprintf(role, sizeof role, "%.*s", (int)rl, nm);
+            bool listed = false;
+            for (const char *r = strstr(roles, role); r && !listed; r = strstr(r + 1, role))
+                listed = (r == roles || r[-1] == ' ') && (r[rl] == ',' || r[rl] == 0);
+            if (!listed && used + rl + 3 < sizeof roles)
                 snprintf(roles + used, sizeof roles - used, "%s%.*s", used ? ", " : "", (int)rl, nm);
         }
         char msg[512];
