@@ -15,6 +15,7 @@
  *    bytes (the README's 114 KiB; qwen35moe 3 x (3 x 128 + 4 x 16 x 16)), K/V only
  *    for the attention layers, and every
  *    byte accounted (state slots reserved in the budget, states held);
+ *  - qwen35moe with its experts' gate and up fused (ffn_gate_up_exps): the same bits;
  *  - fork (the child continues from the parent's state), the prefix snapshot
  *    (a repeated prompt computes only its tail, with the same logits), a session
  *    file round trip, and the refusals: rewinding into the past, a context policy.
@@ -22,8 +23,10 @@
 #include "testutil.h"
 
 #include "kvinfer.h"
+#include "formats/gguf.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -283,6 +286,81 @@ static void check_file(const char *name, double tol, const shape *sh)
     cJSON_Delete(j);
 }
 
+/* qwen35moe-f32 rewritten with each layer's ffn_gate_exps and ffn_up_exps as one
+ * ffn_gate_up_exps {dim, 2F, E} (the converter's --fuse-gate-up-exps: rows [0, F) of
+ * an expert its gate, [F, 2F) its up projection) gives the original's logits, bit
+ * for bit. */
+static void check_fused_gate_up(void)
+{
+    kvi_error err = { 0 };
+    gguf_ctx *g = NULL;
+    CHECK(gguf_open(shared_path("golden/arch/qwen35moe-f32.gguf"), false, &g, &err) == 0, "open: %s", err.msg);
+    if (!g) return;
+    const char *path = tmp_path("qwen35moe-fused.gguf");
+    gguf_writer *w = gguf_writer_create();
+    FILE *f = fopen(path, "wb");
+    bool ok = w && f;
+    for (int64_t i = 0; ok && i < gguf_n_kv(g); i++) ok = gguf_writer_copy_kv(w, g, gguf_kv_key(g, i)) == 0;
+    const int64_t nt = gguf_n_tensors(g);
+    const gguf_tensor **src = calloc((size_t)nt, sizeof *src); /* [nt] declared order; gate: fused */
+    int64_t nd = 0;
+    for (int64_t i = 0; ok && i < nt; i++) {
+        const gguf_tensor *t = gguf_tensor_at(g, i);
+        if (strstr(t->name, "ffn_up_exps")) continue;
+        char name[96];
+        const char *gate = strstr(t->name, "ffn_gate_exps");
+        int64_t ne[4] = { t->ne[0], t->ne[1], t->ne[2], t->ne[3] };
+        snprintf(name, sizeof name, "%.*s%s", gate ? (int)(gate - t->name) : 0, t->name,
+                 gate ? "ffn_gate_up_exps.weight" : t->name);
+        if (gate) ne[1] *= 2;
+        ok = t->type == KVI_TYPE_F32 && gguf_writer_add_tensor(w, name, t->type, t->n_dims, ne) == 0;
+        src[nd++] = t;
+    }
+    ok = ok && gguf_writer_write_header(w, f, &err) == 0;
+    for (int64_t i = 0; ok && i < nd; i++) {
+        const gguf_tensor *t = src[i];
+        if (!strstr(t->name, "ffn_gate_exps")) {
+            ok = gguf_writer_write_tensor(w, f, i, t->data, &err) == 0;
+            continue;
+        }
+        char up_name[96];
+        snprintf(up_name, sizeof up_name, "%.*sffn_up_exps.weight", (int)(strstr(t->name, "ffn_gate_exps") - t->name),
+                 t->name);
+        const gguf_tensor *u = gguf_find_tensor(g, up_name);
+        const size_t mat = (size_t)t->ne[0] * (size_t)t->ne[1] * sizeof(float); /* one expert's matrix */
+        uint8_t *buf = malloc(2 * mat * (size_t)t->ne[2]);
+        ok = u && buf;
+        for (int64_t e = 0; ok && e < t->ne[2]; e++) {
+            memcpy(buf + 2 * mat * (size_t)e, (const uint8_t *)t->data + mat * (size_t)e, mat);
+            memcpy(buf + 2 * mat * (size_t)e + mat, (const uint8_t *)u->data + mat * (size_t)e, mat);
+        }
+        ok = ok && gguf_writer_write_tensor(w, f, i, buf, &err) == 0;
+        free(buf);
+    }
+    if (f) ok = fclose(f) == 0 && ok;
+    gguf_writer_free(w);
+    free(src);
+    CHECK(ok, "writing the fused file: %s", err.msg);
+    kvi_model *a = NULL, *b = NULL;
+    cJSON *j = NULL;
+    kvi_load_params lp;
+    kvi_load_params_default(&lp);
+    if (ok && load_arch_golden("qwen35moe-f32", &a, &j) && (b = kvi_model_load(path, &lp, &err))) {
+        int32_t toks[64];
+        const int n = json_token_ids(cJSON_GetObjectItem(j, "tokens"), toks, 64);
+        float *pa = run(a, toks, n, n, 2, 0), *pb = run(b, toks, n, n, 2, 0), *db = run(b, toks, n, 1, 2, 0);
+        CHECK(same(pa, pb, n) && same(pa, db, n), "fused ffn_gate_up_exps: logits differ from the separate file's");
+        free(pa);
+        free(pb);
+        free(db);
+    }
+    CHECK(b != NULL, "load the fused file: %s", err.msg);
+    kvi_model_free(a);
+    kvi_model_free(b);
+    cJSON_Delete(j);
+    gguf_close(g);
+}
+
 int main(void)
 {
     /* qwen35, qwen3next: 6 DeltaNet layers of 3 x 256 conv + 4 x 32 x 32 state floats,
@@ -295,5 +373,6 @@ int main(void)
     check_file("qwen3next-q8_0", 0.03, &dense);
     check_file("qwen35moe-f32", 0.002, &moe);
     check_file("qwen35moe-q8_0", 0.03, &moe);
+    check_fused_gate_up();
     return test_main_end();
 }

@@ -221,8 +221,13 @@ static int experts_batch(fwd_moe *s, tpool *pool, const struct kvi_model *m, con
     for (int e = e0; e < e1; e++) {
         const int c = s->start[e + 1] - s->start[e], o = s->start[e] - base;
         if (c == 0) continue; /* nobody chose it: its weights are not read */
-        gu[2 * ne] = kern_tensor_rows(&L->exp_gate, (int64_t)e * F, F);
-        gu[2 * ne + 1] = kern_tensor_rows(&L->exp_up, (int64_t)e * F, F);
+        if (L->exp_gate_up) { /* one fused matrix: expert e's gate rows, then its up rows */
+            gu[2 * ne] = kern_tensor_rows(&L->exp_gate, (int64_t)e * 2 * F, F);
+            gu[2 * ne + 1] = kern_tensor_rows(&L->exp_gate, (int64_t)e * 2 * F + F, F);
+        } else {
+            gu[2 * ne] = kern_tensor_rows(&L->exp_gate, (int64_t)e * F, F);
+            gu[2 * ne + 1] = kern_tensor_rows(&L->exp_up, (int64_t)e * F, F);
+        }
         dn[ne] = kern_tensor_rows(&L->exp_down, (int64_t)e * dim, dim);
         for (int h = 0; h < 2; h++) {
             gup[2 * ne + h] = &gu[2 * ne + h];

@@ -112,7 +112,9 @@ typedef struct model_layer {
     const float *router_b;      /* [E] or NULL (gpt-oss) */
     const float *sel_bias;      /* [E] exp_probs_b: added to the selection score only, or NULL */
     kern_tensor exp_gate;       /* [E * F][dim] */
-    kern_tensor exp_up;         /* [E * F][dim] */
+    kern_tensor exp_up;         /* [E * F][dim], or data NULL when exp_gate_up */
+    bool exp_gate_up;           /* exp_gate is one fused [E * 2F][dim] (ffn_gate_up_exps): expert e's
+                                   gate rows [2eF, 2eF + F), its up rows [2eF + F, 2(e + 1)F) */
     kern_tensor exp_down;       /* [E * dim][F] */
     const float *exp_b_gate;    /* [E][F] or NULL */
     const float *exp_b_up;      /* [E][F] or NULL */

@@ -620,8 +620,10 @@ static int bind_layer(gbind *b, const model_arch *a, int l, kvi_error *err)
         if ((rc = bind_matrix(b, NM("ffn_gate_inp.weight"), dim, E, true, &L->router, err)) ||
             (rc = bind_vector(b, NM("ffn_gate_inp.bias"), E, false, &L->router_b, err)) ||
             (rc = bind_vector(b, NM("exp_probs_b.bias"), E, false, &L->sel_bias, err)) ||
-            (rc = bind_experts(b, NM("ffn_gate_exps.weight"), dim, F, E, &L->exp_gate, err)) ||
-            (rc = bind_experts(b, NM("ffn_up_exps.weight"), dim, F, E, &L->exp_up, err)) ||
+            (rc = (L->exp_gate_up = gguf_find_tensor(m->gguf, NM("ffn_gate_up_exps.weight")) != NULL)
+                      ? bind_experts(b, n, dim, 2 * F, E, &L->exp_gate, err) /* fused: [gate | up] per expert */
+                      : bind_experts(b, NM("ffn_gate_exps.weight"), dim, F, E, &L->exp_gate, err)) ||
+            (rc = L->exp_gate_up ? 0 : bind_experts(b, NM("ffn_up_exps.weight"), dim, F, E, &L->exp_up, err)) ||
             (rc = bind_experts(b, NM("ffn_down_exps.weight"), F, dim, E, &L->exp_down, err)) ||
             (rc = bind_expert_bias(b, NM("ffn_gate_exps.bias"), F, E, &L->exp_b_gate, err)) ||
             (rc = bind_expert_bias(b, NM("ffn_up_exps.bias"), F, E, &L->exp_b_up, err)) ||
