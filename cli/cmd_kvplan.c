@@ -100,6 +100,11 @@
  *    sliding_window 4096 on 3 of every 4 layers (48 window, 16 global)
  *  - CohereForAI/c4ai-command-r7b-12-2024: 32 layers, 32 heads, 8 KV heads, 4096 / 32
  *    = 128, 131072, sliding_window 4096 on 3 of every 4 layers (24 window, 8 global)
+ *  - Qwen/Qwen3.5-35B-A3B: 40 layers (every 4th attention), 16 heads, 2 KV heads of
+ *    256, 262144; linear attention 16 key / 32 value heads of 128, conv kernel 4
+ *  - zai-org/GLM-4.5-Air: 46 layers (+ 1 MTP block, no cache), 96 heads, 8 KV heads
+ *    of 128, 131072
+ *  - MiniMaxAI/MiniMax-M2: 62 layers, 48 heads, 8 KV heads of 128, 196608
  */
 typedef struct kvplan_shape {
     const char *name;
@@ -138,6 +143,10 @@ static const kvplan_shape presets[] = {
     /* hybrids: gated DeltaNet in 3 of every 4 layers */
     { "qwen3.5-0.8b", 24, 8, 2, 256, 262144, 0, 0, 0, 0, 0, 0, 4, 128, 16, 16, 4, 0, 0 },
     { "qwen3-next-80b", 48, 16, 2, 256, 262144, 0, 0, 0, 0, 0, 0, 4, 128, 16, 32, 4, 0, 0 },
+    { "qwen3.5-35b-a3b", 40, 16, 2, 256, 262144, 0, 0, 0, 0, 0, 0, 4, 128, 16, 32, 4, 0, 0 },
+    /* mixtures of experts (the experts do not change the cache) */
+    { "glm-4.5-air", 46, 96, 8, 128, 131072, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
+    { "minimax-m2", 62, 48, 8, 128, 196608, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
     /* qwen3.5-0.8b's width and depth with attention in every layer */
     { "qwen3.5-0.8b-all-attention", 24, 8, 2, 256, 262144, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
     /* more dense architectures (window 4096 on 3 of every 4 layers: exaone-4-32b, command-r7b) */
@@ -164,10 +173,11 @@ static const char kvplan_help[] =
     "                     GQA: 64 KV heads); with sliding-window layers: gemma-3-27b,\n"
     "                     gemma-3-1b, gemma-2-9b; with latent attention (MLA): deepseek-v3,\n"
     "                     deepseek-v2-lite; hybrids (gated DeltaNet + attention):\n"
-    "                     qwen3.5-0.8b, qwen3-next-80b, and qwen3.5-0.8b-all-attention\n"
-    "                     (the same depth, attention everywhere); ministral-3-8b,\n"
-    "                     smollm3-3b, seed-oss-36b, apertus-8b; with window layers:\n"
-    "                     exaone-4-32b, command-r7b\n"
+    "                     qwen3.5-0.8b, qwen3-next-80b, qwen3.5-35b-a3b, and\n"
+    "                     qwen3.5-0.8b-all-attention (the same depth, attention\n"
+    "                     everywhere); mixtures of experts: glm-4.5-air, minimax-m2;\n"
+    "                     ministral-3-8b, smollm3-3b, seed-oss-36b, apertus-8b; with\n"
+    "                     window layers: exaone-4-32b, command-r7b\n"
     "  -m, --model FILE   read the shape from a model file's metadata (weights not loaded)\n"
     "  -c, --ctx N        tokens per sequence (default: the model's context length)\n"
     "  --mem SIZE         memory for the KV cache alone: 80GiB, 512MiB, 1.5G, 4096 (bytes)\n"

@@ -60,6 +60,17 @@ static void synth_help(FILE *f)
            "           window (4096) on 3 of 4 layers, no RoPE on the others\n"
            "  cohere2  LayerNorm, parallel attention + FFN, window 4096 on 3 of 4 layers (no\n"
            "           RoPE on the others), logit scale 0.25; tied\n"
+           "  glm4moe  q/k/v biases, q/k norms, partial RoPE, 1 dense layer, sigmoid routing\n"
+           "           with a selection bias, scale 2.5, a shared expert, 1 MTP block\n"
+           "  minimax-m2 q/k norms over the projection, sigmoid routing with a selection bias\n"
+           "  hunyuan-moe q/k norms after RoPE, softmax routing, a shared expert; tied\n"
+           "  ernie4_5-moe 1 dense layer, softmax routing with a selection bias, shared\n"
+           "           experts; tied\n"
+           "  bailingmoe2 fused attn_qkv, 1 dense layer, sigmoid routing in 4 groups (2\n"
+           "           kept), scale 2.5, a shared expert\n"
+           "  afmoe    attention output gate, post-norms, window 4096 on 3 of 4 layers, no\n"
+           "           RoPE on the 4th, sigmoid routing, scale 2.826; tied\n"
+           "  qwen35moe qwen35 with qwen3next's experts, 1 MTP block\n"
            "  (llama with --experts is the Mixtral layout)\n"
            "\n"
            "options:\n"
@@ -280,7 +291,8 @@ int cmd_synth(int argc, char **argv)
             return cli_error(
                 "synth: unknown --arch '%s' (llama, qwen2, qwen3, gemma2, gemma3, phi3, granite, "
                 "olmo2, qwen3moe, olmoe, gpt-oss, qwen35, qwen3next, mistral3, smollm3, seed_oss, "
-                "apertus, exaone4, cohere2)",
+                "apertus, exaone4, cohere2, glm4moe, minimax-m2, hunyuan-moe, ernie4_5-moe, "
+                "bailingmoe2, afmoe, qwen35moe)",
                 arch);
         p.arch = an[k];
     }

@@ -10,7 +10,8 @@
  * deepseek2's latent attention: its cache bytes, and fork, session file and prefix
  * reuse on the latent cache (check_latent).
  * gpt-oss also as published, its experts in MXFP4 (gpt-oss-mxfp4, tolerance 0.03).
- * Sliding-window models (gemma2, gemma3, gpt-oss, cohere2, exaone4) also over 400 positions, long enough
+ * Sliding-window models (gemma2, gemma3, gpt-oss, cohere2, exaone4, afmoe) also over 400
+ * positions, long enough
  * that decode releases window parts (kv_cache.h): token-by-token decode gives the
  * bits of one prefill step, and the KV bytes held stay far below a full cache.
  */
@@ -20,6 +21,7 @@
 #include "formats/gguf.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -161,6 +163,8 @@ static void check_counts(kvi_model *m, const char *rel, int n_expert, int used)
     uint64_t all = 0, active = 0, bytes = 0;
     for (int64_t i = 0; i < gguf_n_tensors(g); i++) {
         const gguf_tensor *t = gguf_tensor_at(g, i);
+        int blk = -1;
+        if (sscanf(t->name, "blk.%d.", &blk) == 1 && blk >= info.n_layers) continue; /* MTP: not run */
         uint64_t el = 1;
         for (uint32_t d = 0; d < t->n_dims; d++) el *= (uint64_t)t->ne[d];
         all += el;
@@ -331,7 +335,8 @@ static void check_file(const char *name, double tol, int n_expert, int used)
     }
     free(pre);
     free(blk);
-    if (!strncmp(name, "gemma", 5) || !strncmp(name, "gpt-oss", 7) || !strncmp(name, "cohere2", 7))
+    if (!strncmp(name, "gemma", 5) || !strncmp(name, "gpt-oss", 7) || !strncmp(name, "cohere2", 7) ||
+        !strncmp(name, "afmoe", 5))
         check_long(m, name, 3);
     if (!strncmp(name, "exaone4", 7)) check_long(m, name, 1); /* head_dim 16 */
     free(toks);
@@ -339,18 +344,22 @@ static void check_file(const char *name, double tol, int n_expert, int used)
     cJSON_Delete(j);
 }
 
+/* name-f32 within 0.002 and name-<second> (a quantised file) within 0.03 */
+static void check_pair(const char *name, const char *second, int n_expert, int used)
+{
+    char f32[64], q[64];
+    snprintf(f32, sizeof f32, "%s-f32", name);
+    snprintf(q, sizeof q, "%s-%s", name, second);
+    check_file(f32, 0.002, n_expert, used);
+    check_file(q, 0.03, n_expert, used);
+}
+
 int main(void)
 {
     static const char *const dense[] = { "qwen3",   "gemma2",  "gemma3",   "phi3",    "phi3-longrope",
                                          "granite", "olmo2",   "mistral3", "smollm3", "seed_oss",
                                          "apertus", "exaone4", "cohere2" };
-    for (size_t i = 0; i < sizeof dense / sizeof *dense; i++) {
-        char f32[64], q8[64];
-        snprintf(f32, sizeof f32, "%s-f32", dense[i]);
-        snprintf(q8, sizeof q8, "%s-q8_0", dense[i]);
-        check_file(f32, 0.002, 0, 0);
-        check_file(q8, 0.03, 0, 0);
-    }
+    for (size_t i = 0; i < sizeof dense / sizeof *dense; i++) check_pair(dense[i], "q8_0", 0, 0);
     /* mixtures of experts (issue 15): F32 and a llama-quantize Q4_K_M mix each */
     static const struct {
         const char *name;
@@ -360,14 +369,16 @@ int main(void)
                 { "olmoe", 16, 4 },
                 { "gpt-oss", 8, 4 },
                 { "deepseek2", 8, 2 } };
-    for (size_t i = 0; i < sizeof moe / sizeof *moe; i++) {
-        char f32[64], q4[64];
-        snprintf(f32, sizeof f32, "%s-f32", moe[i].name);
-        snprintf(q4, sizeof q4, "%s-q4_k_m", moe[i].name);
-        check_file(f32, 0.002, moe[i].n_expert, moe[i].used);
-        check_file(q4, 0.03, moe[i].n_expert, moe[i].used);
-    }
+    for (size_t i = 0; i < sizeof moe / sizeof *moe; i++) check_pair(moe[i].name, "q4_k_m", moe[i].n_expert, moe[i].used);
     /* gpt-oss as published: its experts in MXFP4 (the other matrices Q8_0) */
     check_file("gpt-oss-mxfp4", 0.03, 8, 4);
+    /* more mixtures of experts (issue 36, README-moe-t3.md): F32 and Q8_0 each */
+    static const struct {
+        const char *name;
+        int n_expert, used;
+    } moe_t3[] = { { "glm4moe", 8, 3 },      { "minimax-m2", 8, 2 },  { "hunyuan-moe", 8, 2 },
+                   { "ernie4_5-moe", 8, 3 }, { "bailingmoe2", 8, 2 }, { "afmoe", 8, 2 } };
+    for (size_t i = 0; i < sizeof moe_t3 / sizeof *moe_t3; i++)
+        check_pair(moe_t3[i].name, "q8_0", moe_t3[i].n_expert, moe_t3[i].used);
     return test_main_end();
 }

@@ -1,5 +1,5 @@
 /*
- * test_hybrid_golden.c — the hybrid architectures (qwen35, qwen3next: gated DeltaNet
+ * test_hybrid_golden.c — the hybrid architectures (qwen35, qwen3next, qwen35moe: gated DeltaNet
  * layers with a recurrent state, gated full attention every 4th layer) against
  * llama.cpp (../shared/golden/arch, README-hybrid.md there; F32 < 0.002, Q8_0 < 0.03),
  * each file:
@@ -12,8 +12,10 @@
  *    batch (one 5 behind), two prompts with their rows interleaved in one step,
  *    1 thread vs 2 and forward chunks of 3 rows: the same bits;
  *  - the memory: the state is 6 layers x (3 x 256 + 4 x 32 x 32) floats = 116736
- *    bytes (the README's 114 KiB), K/V only for the 2 attention layers, and every
+ *    bytes (the README's 114 KiB; qwen35moe 3 x (3 x 128 + 4 x 16 x 16)), K/V only
+ *    for the attention layers, and every
  *    byte accounted (state slots reserved in the budget, states held);
+ *  - qwen35moe with its experts' gate and up fused (ffn_gate_up_exps): the same bits;
  *  - fork (the child continues from the parent's state), the prefix snapshot
  *    (a repeated prompt computes only its tail, with the same logits), a session
  *    file round trip, and the refusals: rewinding into the past, a context policy.
@@ -21,8 +23,10 @@
 #include "testutil.h"
 
 #include "kvinfer.h"
+#include "formats/gguf.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -116,18 +120,25 @@ static bool same(const float *a, const float *b, int n)
 }
 
 /* memory, fork, prefix snapshot, session, refusals on one engine; pre = prefill logits */
-static void check_state(kvi_model *m, const char *name, const int32_t *toks, int n, const float *pre)
+/* The README's shapes: recurrent layers, one layer's state floats (3 conv rows of C,
+ * Hv dk x dk delta rule), attention layers and their K (= V) floats a token. */
+typedef struct shape {
+    int n_rec, state_floats, n_attn, kv_floats;
+} shape;
+
+static void check_state(kvi_model *m, const char *name, const int32_t *toks, int n, const float *pre,
+                        const shape *sh)
 {
     kvi_engine_params p = engine_params(KVI_TYPE_F32, 2, 3, 0);
     kvi_engine *e = engine_create_checked(m, &p);
     if (!e) return;
     kvi_stats st;
     kvi_stats_get(e, NULL, &st);
-    const size_t state = 6 * (3 * 256 + 4 * 32 * 32) * sizeof(float);
-    CHECK(st.kv_n_layers_recurrent == 6 && st.kv_bytes_state_seq == state,
+    const size_t state = (size_t)sh->n_rec * sh->state_floats * sizeof(float);
+    CHECK(st.kv_n_layers_recurrent == sh->n_rec && st.kv_bytes_state_seq == state,
           "%s: %d recurrent layers, state %zu", name, st.kv_n_layers_recurrent, st.kv_bytes_state_seq);
-    CHECK(st.kv_bytes_per_token == 2 * 2 * 128 * sizeof(float), "%s: %zu KV bytes a token (2 layers of K, V)",
-          name, st.kv_bytes_per_token);
+    CHECK(st.kv_bytes_per_token == (size_t)sh->n_attn * 2 * sh->kv_floats * sizeof(float),
+          "%s: %zu KV bytes a token (%d layers of K, V)", name, st.kv_bytes_per_token, sh->n_attn);
     CHECK(st.kv_state_slots == 3 && st.kv_bytes_state == 0, "%s: %d slots, %zu state bytes before any step",
           name, st.kv_state_slots, st.kv_bytes_state);
     /* the budget holds every sequence at full length plus 3 states */
@@ -222,7 +233,7 @@ static void check_state(kvi_model *m, const char *name, const int32_t *toks, int
     kvi_engine_free(bad);
 }
 
-static void check_file(const char *name, double tol)
+static void check_file(const char *name, double tol, const shape *sh)
 {
     kvi_model *m;
     cJSON *j;
@@ -268,18 +279,100 @@ static void check_file(const char *name, double tol)
         free(lp);
         free(ld);
     }
-    if (pre) check_state(m, name, toks, n, pre);
+    if (pre) check_state(m, name, toks, n, pre, sh);
     free(pre);
     free(dec);
     kvi_model_free(m);
     cJSON_Delete(j);
 }
 
+/* qwen35moe-f32 rewritten with each layer's ffn_gate_exps and ffn_up_exps as one
+ * ffn_gate_up_exps {dim, 2F, E} (the converter's --fuse-gate-up-exps: rows [0, F) of
+ * an expert its gate, [F, 2F) its up projection) gives the original's logits, bit
+ * for bit. */
+static void check_fused_gate_up(void)
+{
+    kvi_error err = { 0 };
+    gguf_ctx *g = NULL;
+    CHECK(gguf_open(shared_path("golden/arch/qwen35moe-f32.gguf"), false, &g, &err) == 0, "open: %s", err.msg);
+    if (!g) return;
+    const char *path = tmp_path("qwen35moe-fused.gguf");
+    gguf_writer *w = gguf_writer_create();
+    FILE *f = fopen(path, "wb");
+    bool ok = w && f;
+    for (int64_t i = 0; ok && i < gguf_n_kv(g); i++) ok = gguf_writer_copy_kv(w, g, gguf_kv_key(g, i)) == 0;
+    const int64_t nt = gguf_n_tensors(g);
+    const gguf_tensor **src = calloc((size_t)nt, sizeof *src); /* [nt] declared order; gate: fused */
+    int64_t nd = 0;
+    for (int64_t i = 0; ok && i < nt; i++) {
+        const gguf_tensor *t = gguf_tensor_at(g, i);
+        if (strstr(t->name, "ffn_up_exps")) continue;
+        char name[96];
+        const char *gate = strstr(t->name, "ffn_gate_exps");
+        int64_t ne[4] = { t->ne[0], t->ne[1], t->ne[2], t->ne[3] };
+        snprintf(name, sizeof name, "%.*s%s", gate ? (int)(gate - t->name) : 0, t->name,
+                 gate ? "ffn_gate_up_exps.weight" : t->name);
+        if (gate) ne[1] *= 2;
+        ok = t->type == KVI_TYPE_F32 && gguf_writer_add_tensor(w, name, t->type, t->n_dims, ne) == 0;
+        src[nd++] = t;
+    }
+    ok = ok && gguf_writer_write_header(w, f, &err) == 0;
+    for (int64_t i = 0; ok && i < nd; i++) {
+        const gguf_tensor *t = src[i];
+        if (!strstr(t->name, "ffn_gate_exps")) {
+            ok = gguf_writer_write_tensor(w, f, i, t->data, &err) == 0;
+            continue;
+        }
+        char up_name[96];
+        snprintf(up_name, sizeof up_name, "%.*sffn_up_exps.weight", (int)(strstr(t->name, "ffn_gate_exps") - t->name),
+                 t->name);
+        const gguf_tensor *u = gguf_find_tensor(g, up_name);
+        const size_t mat = (size_t)t->ne[0] * (size_t)t->ne[1] * sizeof(float); /* one expert's matrix */
+        uint8_t *buf = malloc(2 * mat * (size_t)t->ne[2]);
+        ok = u && buf;
+        for (int64_t e = 0; ok && e < t->ne[2]; e++) {
+            memcpy(buf + 2 * mat * (size_t)e, (const uint8_t *)t->data + mat * (size_t)e, mat);
+            memcpy(buf + 2 * mat * (size_t)e + mat, (const uint8_t *)u->data + mat * (size_t)e, mat);
+        }
+        ok = ok && gguf_writer_write_tensor(w, f, i, buf, &err) == 0;
+        free(buf);
+    }
+    if (f) ok = fclose(f) == 0 && ok;
+    gguf_writer_free(w);
+    free(src);
+    CHECK(ok, "writing the fused file: %s", err.msg);
+    kvi_model *a = NULL, *b = NULL;
+    cJSON *j = NULL;
+    kvi_load_params lp;
+    kvi_load_params_default(&lp);
+    if (ok && load_arch_golden("qwen35moe-f32", &a, &j) && (b = kvi_model_load(path, &lp, &err))) {
+        int32_t toks[64];
+        const int n = json_token_ids(cJSON_GetObjectItem(j, "tokens"), toks, 64);
+        float *pa = run(a, toks, n, n, 2, 0), *pb = run(b, toks, n, n, 2, 0), *db = run(b, toks, n, 1, 2, 0);
+        CHECK(same(pa, pb, n) && same(pa, db, n), "fused ffn_gate_up_exps: logits differ from the separate file's");
+        free(pa);
+        free(pb);
+        free(db);
+    }
+    CHECK(b != NULL, "load the fused file: %s", err.msg);
+    kvi_model_free(a);
+    kvi_model_free(b);
+    cJSON_Delete(j);
+    gguf_close(g);
+}
+
 int main(void)
 {
-    check_file("qwen35-f32", 0.002);
-    check_file("qwen35-q8_0", 0.03);
-    check_file("qwen3next-f32", 0.002);
-    check_file("qwen3next-q8_0", 0.03);
+    /* qwen35, qwen3next: 6 DeltaNet layers of 3 x 256 conv + 4 x 32 x 32 state floats,
+     * 2 attention layers of 128 K floats; qwen35moe: 3 of 3 x 128 + 4 x 16 x 16, 1 of 64 */
+    static const shape dense = { 6, 3 * 256 + 4 * 32 * 32, 2, 128 },
+                       moe = { 3, 3 * 128 + 4 * 16 * 16, 1, 64 };
+    check_file("qwen35-f32", 0.002, &dense);
+    check_file("qwen35-q8_0", 0.03, &dense);
+    check_file("qwen3next-f32", 0.002, &dense);
+    check_file("qwen3next-q8_0", 0.03, &dense);
+    check_file("qwen35moe-f32", 0.002, &moe);
+    check_file("qwen35moe-q8_0", 0.03, &moe);
+    check_fused_gate_up();
     return test_main_end();
 }

@@ -216,6 +216,23 @@ static void test_golden_layout(void)
     p = shape("cohere2", 64, 4, 2, 1, 0, 96);
     p.window = 8;
     compare_golden("cohere2", p);
+    /* issue 36's mixtures of experts (README-moe-t3.md): dim 64, 8 experts of 32 */
+    static const struct {
+        const char *arch;
+        int layers, heads, kv, head_dim, ffn, n_rot, used, window;
+    } t3[] = { { "glm4moe", 3, 4, 2, 32, 128, 16, 3, 0 },    { "minimax-m2", 4, 4, 2, 32, 32, 16, 2, 0 },
+               { "hunyuan-moe", 3, 2, 1, 0, 32, 0, 2, 0 },   { "ernie4_5-moe", 3, 4, 2, 16, 128, 0, 3, 0 },
+               { "bailingmoe2", 3, 4, 2, 16, 128, 8, 2, 0 }, { "afmoe", 4, 4, 2, 0, 128, 0, 2, 8 } };
+    for (size_t i = 0; i < sizeof t3 / sizeof t3[0]; i++) {
+        p = shape(t3[i].arch, 64, t3[i].layers, t3[i].heads, t3[i].kv, t3[i].head_dim, t3[i].ffn);
+        p.n_rot = t3[i].n_rot, p.window = t3[i].window;
+        p.n_expert = 8, p.n_expert_used = t3[i].used, p.expert_ffn = 32;
+        compare_golden(t3[i].arch, p);
+    }
+    p = shape("qwen35moe", 64, 4, 4, 2, 32, 64);
+    p.n_rot = 8, p.ssm_groups = 2, p.ssm_heads = 4, p.ssm_state = 16;
+    p.n_expert = 8, p.n_expert_used = 2, p.expert_ffn = 32, p.shared_ffn = 64;
+    compare_golden("qwen35moe", p);
 }
 
 /* ---- every architecture x every type: load and run ---- */
@@ -400,38 +417,31 @@ static void run_arch_shape(const char *arch, const char *type, int n_layers, int
     remove(path);
 }
 
-static void run_arch(const char *arch, const char *type) { run_arch_shape(arch, type, 0, 0); }
-
-/* A hybrid of each kind in a few weight types: loads with its recurrent layers
- * where the interval puts them, runs, and (F32) prefill == token-by-token decode. */
-static void run_hybrid(const char *arch, const char *type)
+/* p written in weight type `type` ("q4_k_m": the mix) to tmp file `file` and loaded,
+ * or NULL (a failed check); *path: the file. */
+static kvi_model *write_load(kvi_synth_params *p, const char *type, const char *what, const char *file,
+                             const char **path)
 {
-    char what[64], file[96];
-    snprintf(what, sizeof what, "%s %s", arch, type);
-    snprintf(file, sizeof file, "synth_run_%s_%s.gguf", arch, type);
-    kvi_synth_params p = shape(arch, 256, 4, 8, 2, 64, 512);
-    p.seed = 12;
-    p.n_rot = 32, p.ssm_groups = 2, p.ssm_heads = 4, p.ssm_state = 64, p.attn_interval = 2;
-    if (!strcmp(arch, "qwen3next")) p.n_expert = 4, p.n_expert_used = 2, p.expert_ffn = 256;
     const size_t tl = strlen(type);
     char base[16];
-    p.mix_m = tl == 6 && type[5] == 'm';
-    snprintf(base, sizeof base, "%.*s", (int)(p.mix_m ? 4 : tl), type);
-    CHECK(kvi_type_from_name(base, &p.type) == 0, "%s: type", what);
-    const char *path = tmp_path(file);
+    p->mix_m = tl == 6 && type[5] == 'm';
+    snprintf(base, sizeof base, "%.*s", (int)(p->mix_m ? 4 : tl), type);
+    CHECK(kvi_type_from_name(base, &p->type) == 0, "%s: type", what);
+    *path = tmp_path(file);
     kvi_error err = { 0 };
-    int rc = kvi_synth_write(&p, path, &err);
+    int rc = kvi_synth_write(p, *path, &err);
     CHECK(rc == 0, "%s: synth %d %s", what, rc, err.msg);
-    if (rc) return;
+    if (rc) return NULL;
     kvi_load_params lp;
     kvi_load_params_default(&lp);
-    kvi_model *m = kvi_model_load(path, &lp, &err);
+    kvi_model *m = kvi_model_load(*path, &lp, &err);
     CHECK(m != NULL, "%s: load: %s", what, err.msg);
-    if (!m) return;
-    CHECK(m->n_recurrent == 2 && m->layers[0].recurrent && !m->layers[1].recurrent &&
-              m->layers[2].recurrent && !m->layers[3].recurrent && m->ssm_hk == 2 && m->ssm_hv == 4 &&
-              m->ssm_dk == 64 && m->ssm_tiled == !strcmp(arch, "qwen35") && m->attn_gated,
-          "%s: layer kinds / DeltaNet shape", what);
+    return m;
+}
+
+/* 8 rows of m: finite logits, rows 0 and 7 differ, one prefill step == 8 decode steps */
+static void check_rows(kvi_model *m, const char *what)
+{
     enum { N = 8 };
     const int32_t tokens[N] = { 1, 270, 31, 99, 280, 7, 150, 42 };
     const int nv = kvi_n_vocab(m);
@@ -445,6 +455,29 @@ static void run_hybrid(const char *arch, const char *type)
           "%s: prefill and decode differ", what);
     free(a);
     free(d);
+}
+
+static void run_arch(const char *arch, const char *type) { run_arch_shape(arch, type, 0, 0); }
+
+/* A hybrid of each kind in a few weight types: loads with its recurrent layers
+ * where the interval puts them, runs, and (F32) prefill == token-by-token decode. */
+static void run_hybrid(const char *arch, const char *type)
+{
+    char what[64], file[96];
+    snprintf(what, sizeof what, "%s %s", arch, type);
+    snprintf(file, sizeof file, "synth_run_%s_%s.gguf", arch, type);
+    kvi_synth_params p = shape(arch, 256, 4, 8, 2, 64, 512);
+    p.seed = 12;
+    p.n_rot = 32, p.ssm_groups = 2, p.ssm_heads = 4, p.ssm_state = 64, p.attn_interval = 2;
+    if (strcmp(arch, "qwen35") != 0) p.n_expert = 4, p.n_expert_used = 2, p.expert_ffn = 256;
+    const char *path;
+    kvi_model *m = write_load(&p, type, what, file, &path);
+    if (!m) return;
+    CHECK(m->n_recurrent == 2 && m->layers[0].recurrent && !m->layers[1].recurrent &&
+              m->layers[2].recurrent && !m->layers[3].recurrent && m->ssm_hk == 2 && m->ssm_hv == 4 &&
+              m->ssm_dk == 64 && m->ssm_tiled == (strcmp(arch, "qwen3next") != 0) && m->attn_gated,
+          "%s: layer kinds / DeltaNet shape", what);
+    check_rows(m, what);
     kvi_model_free(m);
     remove(path);
 }
@@ -455,6 +488,7 @@ static void test_run_all(void)
     for (size_t t = 0; t < sizeof htypes / sizeof htypes[0]; t++) {
         run_hybrid("qwen35", htypes[t]);
         run_hybrid("qwen3next", htypes[t]);
+        run_hybrid("qwen35moe", htypes[t]);
     }
     static const char *const types[] = {
         "f32",  "f16",  "bf16", "q8_0", "q4_0", "q4_1",   "q5_0",   "q5_1",
@@ -465,6 +499,74 @@ static void test_run_all(void)
     /* exaone4's sliding windows exist only with 64 layers (llama.cpp's rule) */
     run_arch_shape("exaone4", "f32", 64, 64);
     run_arch_shape("exaone4", "q8_0", 64, 64);
+}
+
+/* Issue 36's mixtures of experts in a weight type: the file loads with the routing
+ * its architecture implies (README-moe-t3.md's table), runs, and (F32) prefill ==
+ * token-by-token decode. 256 wide, 8 heads of 64 (bailingmoe2: of 32, its q width
+ * is dim), 8 experts of 256, 2 used; afmoe 4 layers (a NoPE global layer). */
+static void run_moe_t3(const char *arch, const char *type)
+{
+    char what[64], file[96];
+    snprintf(what, sizeof what, "%s %s", arch, type);
+    snprintf(file, sizeof file, "synth_run_%s_%s.gguf", arch, type);
+    const bool bailing = !strcmp(arch, "bailingmoe2"), af = !strcmp(arch, "afmoe");
+    kvi_synth_params p = shape(arch, 256, af ? 4 : 3, 8, 2, bailing ? 32 : 64, 512);
+    p.seed = 13, p.window = 4, p.n_rot = 32;
+    p.n_expert = 8, p.n_expert_used = 2, p.expert_ffn = 256;
+    const char *path;
+    kvi_model *m = write_load(&p, type, what, file, &path);
+    if (!m) return;
+    const bool sig = strcmp(arch, "hunyuan-moe") != 0 && strcmp(arch, "ernie4_5-moe") != 0;
+    const bool lead = !strcmp(arch, "glm4moe") || !strcmp(arch, "ernie4_5-moe") || bailing || af;
+    const bool shared = strcmp(arch, "minimax-m2") != 0;
+    const bool glm = !strcmp(arch, "glm4moe");
+    CHECK(m->n_layers == p.n_layers && m->n_nextn == glm && (m->n_unread_tensors > 0) == glm &&
+              m->n_dense_lead == lead && m->gating == (sig ? MODEL_GATE_SIGMOID : MODEL_GATE_SOFTMAX) &&
+              m->n_expert_groups == (bailing ? 4 : 1) &&
+              m->qk_norm_after_rope == !strcmp(arch, "hunyuan-moe"),
+          "%s: layers %d MTP %d unread %d, dense lead %d, gating %d", what, m->n_layers, m->n_nextn,
+          m->n_unread_tensors, m->n_dense_lead, (int)m->gating);
+    for (int l = 0; l < m->n_layers; l++) {
+        const model_layer *L = &m->layers[l];
+        CHECK(L->moe == (l >= (lead ? 1 : 0)) && (!L->moe || (L->sh_gate.data != NULL) == shared) &&
+                  (L->wo_gate.data != NULL) == af && L->no_rope == (af && l == 3) &&
+                  L->window == (af && l < 3 ? 4 : 0),
+              "%s: layer %d", what, l);
+    }
+    check_rows(m, what);
+    kvi_model_free(m);
+    remove(path);
+}
+
+static void test_moe_t3(void)
+{
+    static const char *const archs[] = { "glm4moe",      "minimax-m2",  "hunyuan-moe",
+                                         "ernie4_5-moe", "bailingmoe2", "afmoe" };
+    static const char *const types[] = { "f32", "q8_0", "q4_0", "q4_k_m" };
+    for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++)
+        for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) run_moe_t3(archs[a], types[t]);
+    /* the presets of real shapes against their config.json values (typed in here):
+     * zai-org/GLM-4.5-Air, Qwen/Qwen3.5-35B-A3B (text part), MiniMaxAI/MiniMax-M2 */
+    kvi_synth_params p, r;
+    CHECK(kvi_synth_preset("glm-4.5-air-4l", &p) == 0 && kvi_synth_resolve(&p, &r) == 0, "glm-4.5-air-4l");
+    CHECK(!strcmp(r.arch, "glm4moe") && r.dim == 4096 && r.ffn_dim == 10944 && r.n_layers == 4 &&
+              r.n_heads == 96 && r.n_kv_heads == 8 && r.head_dim == 128 && r.n_rot == 64 &&
+              r.n_expert == 128 && r.n_expert_used == 8 && r.expert_ffn == 1408 && r.shared_ffn == 1408 &&
+              r.n_vocab == 151552 && r.n_ctx == 131072 && r.tie == -1,
+          "glm-4.5-air-4l shape");
+    CHECK(kvi_synth_preset("qwen3.5-35b-a3b-8l", &p) == 0 && kvi_synth_resolve(&p, &r) == 0, "qwen3.5-35b");
+    CHECK(!strcmp(r.arch, "qwen35moe") && r.dim == 2048 && r.n_layers == 8 && r.n_heads == 16 &&
+              r.n_kv_heads == 2 && r.head_dim == 256 && r.n_rot == 64 && r.n_expert == 256 &&
+              r.n_expert_used == 8 && r.expert_ffn == 512 && r.shared_ffn == 512 && r.ssm_groups == 16 &&
+              r.ssm_heads == 32 && r.ssm_state == 128 && r.attn_interval == 4 && r.n_vocab == 248320 &&
+              r.n_ctx == 262144 && r.tie == -1,
+          "qwen3.5-35b-a3b-8l shape");
+    CHECK(kvi_synth_preset("minimax-m2-4l", &p) == 0 && kvi_synth_resolve(&p, &r) == 0, "minimax-m2-4l");
+    CHECK(!strcmp(r.arch, "minimax-m2") && r.dim == 3072 && r.n_layers == 4 && r.n_heads == 48 &&
+              r.n_kv_heads == 8 && r.head_dim == 128 && r.n_rot == 64 && r.n_expert == 256 &&
+              r.n_expert_used == 8 && r.expert_ffn == 1536 && r.n_vocab == 200064 && r.n_ctx == 196608,
+          "minimax-m2-4l shape");
 }
 
 /* ---- presets, mixes, LongRoPE factor, CLI ---- */
@@ -691,5 +793,6 @@ int main(void)
     test_presets();
     test_cli();
     test_run_all();
+    test_moe_t3();
     return test_main_end();
 }

@@ -8,13 +8,15 @@
  *     xb = attn_norm ? rmsnorm(x) * attn_norm : x       xb   [n][dim]
  *     -- a recurrent layer (hybrid models): x += DeltaNet(xb), fwd_delta.h, each
  *        row advancing its sequence's state (kv_state); then the FFN below
- *     (gated attention: q rows per head [q | gate]; att *= sigmoid(gate))
+ *     (gated attention: q rows per head [q | gate], or gate = xb Wo_gate^T;
+ *      att *= sigmoid(gate))
  *     q = xb Wq^T (+bq), k = xb Wk^T (+bk),             q    [n][n_heads * head_dim]
  *     v = xb Wv^T (+bv)     -- one matrix product       k, v [n][kv_dim]
  *                              over all rows
  *     q, k = qk_norm(q), qk_norm(k)    (per head or over the row; none)
- *     RoPE(q, k) at each row's position, with the layer's RoPE set (rc, rs tables),
- *       not on a NoPE layer; q *= the position's temperature on q_temp layers
+ *     RoPE(q, k) at each row's position, with the layer's RoPE set (rc, rs tables)
+ *       (none on a NoPE / no_rope layer; the q/k norm after it when qk_norm_after_rope);
+ *       q *= the position's temperature on q_temp layers
  *       -- latent attention (DeepSeek's MLA, fwd_mla.h): q in cache space
  *          [n][n_heads * head_dim], k = [rmsnorm(c) | rope(k_pe)] [n][head_dim],
  *          one KV head whose values are the keys' first mla_kv_rank dims
@@ -176,7 +178,9 @@ fwd_ctx *fwd_create(const struct kvi_model *m, int n_rows_max, int force_chunk, 
         row_bytes += ((size_t)m->n_expert + 3 * (size_t)m->n_expert_used + 3 * (size_t)m->dim +
                       2 * (size_t)(m->expert_ffn > m->shared_ffn ? m->expert_ffn : m->shared_ffn)) *
                      sizeof(float);
-    if (m->attn_gated) row_bytes += 3 * qd * sizeof(float); /* [q | gate] rows and the gate */
+    bool out_gate = m->attn_gated; /* some layer's attention output is gated */
+    for (int l = 0; l < m->n_layers; l++) out_gate |= m->layers[l].wo_gate.data != NULL;
+    if (out_gate) row_bytes += 3 * qd * sizeof(float); /* [q | gate] rows and the gate */
     if (m->parallel_ffn) row_bytes += (size_t)m->dim * sizeof(float); /* xp */
     size_t chunk = FWD_CHUNK_BYTES / row_bytes;
     chunk = chunk > FWD_CHUNK_ALIGN ? chunk / FWD_CHUNK_ALIGN * FWD_CHUNK_ALIGN : FWD_CHUNK_ALIGN;
@@ -243,7 +247,7 @@ fwd_ctx *fwd_create(const struct kvi_model *m, int n_rows_max, int force_chunk, 
             return NULL;
         }
     }
-    if (m->attn_gated) {
+    if (out_gate) {
         f->qg = falloc(f, chunk * 2 * qd, &ok);
         f->gate = falloc(f, chunk * qd, &ok);
         if (!ok) {
@@ -382,13 +386,18 @@ static int qkv(fwd_ctx *f, tpool *pool, const model_layer *L, const fwd_rows *ro
     add_bias(f->q, L->bq, n, qd);
     add_bias(f->k, L->bk, n, kvd);
     add_bias(f->v, L->bv, n, kvd);
-    qk_norm_rows(m, f->q, L->q_norm, n, m->n_heads);
-    qk_norm_rows(m, f->k, L->k_norm, n, m->n_kv_heads);
-    if (!L->no_rope) {
-        rope_rows(f, L->rope_set, f->q, r0, n, m->n_heads);
-        rope_rows(f, L->rope_set, f->k, r0, n, m->n_kv_heads);
+    for (int step = 0; step < 2; step++) { /* q/k norm and RoPE, in the model's order */
+        if (step == (m->qk_norm_after_rope ? 1 : 0)) {
+            qk_norm_rows(m, f->q, L->q_norm, n, m->n_heads);
+            qk_norm_rows(m, f->k, L->k_norm, n, m->n_kv_heads);
+        } else if (!L->no_rope) {
+            rope_rows(f, L->rope_set, f->q, r0, n, m->n_heads);
+            rope_rows(f, L->rope_set, f->k, r0, n, m->n_kv_heads);
+        }
     }
     if (L->q_temp && m->q_temp_beta != 0.0f) q_temperature(m, f->q, rows->pos + r0, n);
+    if (L->wo_gate.data) /* the output gate's logits, from the same normed input */
+        return kern_matmul(pool, &L->wo_gate, f->xb, m->dim, n, f->gate, qd);
     return KVI_OK;
 }
 
@@ -436,7 +445,7 @@ static int attn_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *rows
         .sinks = L->sinks,
     };
     attention_rows(pool, f->attn, &aa);
-    if (m->attn_gated) { /* att *= sigmoid(gate) */
+    if (m->attn_gated || L->wo_gate.data) { /* att *= sigmoid(gate) */
         const size_t nq = (size_t)n * m->n_heads * hd;
         for (size_t i = 0; i < nq; i++) f->att[i] *= 1.0f / (1.0f + expf(-f->gate[i]));
     }

@@ -82,6 +82,10 @@ fwd_moe *fwd_moe_create(const struct kvi_model *m, int chunk, size_t *bytes)
     return s;
 }
 
+/* The smallest divisor of the chosen weights' normalisation: 2^-14 = 6.1e-5, as
+ * llama.cpp clamps the sum (a row whose sigmoid probabilities all vanish). */
+#define MOE_NORM_MIN 6.103515625e-5f
+
 /* The k best of score [n] (entries of -INFINITY never chosen unless nothing else
  * is left) into idx [k], best first; ties to the lower index. */
 static void top_k(const float *score, int n, int k, int *idx)
@@ -108,7 +112,10 @@ void fwd_moe_route(const struct kvi_model *m, const float *sel_bias, const float
         for (int e = 1; e < E; e++) mx = l[e] > mx ? l[e] : mx;
         float sum = 0.0f;
         for (int e = 0; e < E; e++) sum += (p[e] = expf(l[e] - mx));
-        for (int e = 0; e < E; e++) score[e] = p[e] /= sum;
+        for (int e = 0; e < E; e++) {
+            p[e] /= sum;
+            score[e] = sel_bias ? p[e] + sel_bias[e] : p[e];
+        }
     } else if (m->gating == MODEL_GATE_SIGMOID) {
         for (int e = 0; e < E; e++) {
             p[e] = 1.0f / (1.0f + expf(-l[e]));
@@ -144,6 +151,7 @@ void fwd_moe_route(const struct kvi_model *m, const float *sel_bias, const float
         if (m->expert_norm) {
             float sum = 0.0f;
             for (int i = 0; i < k; i++) sum += w[i];
+            sum = sum > MOE_NORM_MIN ? sum : MOE_NORM_MIN;
             for (int i = 0; i < k; i++) w[i] /= sum;
         }
     }
@@ -213,8 +221,13 @@ static int experts_batch(fwd_moe *s, tpool *pool, const struct kvi_model *m, con
     for (int e = e0; e < e1; e++) {
         const int c = s->start[e + 1] - s->start[e], o = s->start[e] - base;
         if (c == 0) continue; /* nobody chose it: its weights are not read */
-        gu[2 * ne] = kern_tensor_rows(&L->exp_gate, (int64_t)e * F, F);
-        gu[2 * ne + 1] = kern_tensor_rows(&L->exp_up, (int64_t)e * F, F);
+        if (L->exp_gate_up) { /* one fused matrix: expert e's gate rows, then its up rows */
+            gu[2 * ne] = kern_tensor_rows(&L->exp_gate, (int64_t)e * 2 * F, F);
+            gu[2 * ne + 1] = kern_tensor_rows(&L->exp_gate, (int64_t)e * 2 * F + F, F);
+        } else {
+            gu[2 * ne] = kern_tensor_rows(&L->exp_gate, (int64_t)e * F, F);
+            gu[2 * ne + 1] = kern_tensor_rows(&L->exp_up, (int64_t)e * F, F);
+        }
         dn[ne] = kern_tensor_rows(&L->exp_down, (int64_t)e * dim, dim);
         for (int h = 0; h < 2; h++) {
             gup[2 * ne + h] = &gu[2 * ne + h];

@@ -36,8 +36,12 @@ void fwd_moe_free(fwd_moe *s);
 /* The experts of one row: from its router logits l [E] (router bias included),
  * the k = n_expert_used chosen experts sel [k] (in the order chosen: best first;
  * ties go to the lower index) and their weights w [k], by m's gating rules
- * (model.h model_gating, expert_norm, expert_scale, expert groups). sel_bias [E]
- * or NULL. scratch: [2 * E] floats. */
+ * (model.h model_gating, expert_norm, expert_scale, expert groups):
+ *   p = softmax(l) or sigmoid(l); s = p + sel_bias (selection only; NULL: s = p);
+ *   with G groups: a group scores the sum of its two best s, all but the
+ *   n_groups_used best groups masked; sel = the k best s;
+ *   w = p[sel] (unbiased), / max(sum, 2^-14) when expert_norm, * expert_scale.
+ * sel_bias [E] or NULL. scratch: [2 * E] floats. */
 void fwd_moe_route(const struct kvi_model *m, const float *sel_bias, const float *l, int *sel, float *w,
                    float *scratch);
 

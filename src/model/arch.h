@@ -27,6 +27,7 @@ enum {
     ARCH_FFN_NORM_POST_ATTN = 1 << 5, /* the pre-FFN norm is stored as post_attention_norm (gpt-oss) */
     ARCH_FFN_NO_GATE = 1 << 6,        /* FFN down(act(up x)), no ffn_gate (apertus) */
     ARCH_PARALLEL = 1 << 7,           /* one norm a layer, no ffn_norm: the FFN reads attn_norm's output */
+    ARCH_ATTN_OUT_GATE = 1 << 8,      /* attn_gate [q dims][dim]: att *= sigmoid(a Wg^T) (afmoe) */
 };
 
 typedef struct model_arch {
@@ -71,10 +72,19 @@ int model_swa_period(struct kvi_model *m, const gguf_ctx *g, int def_period, boo
  * full_attention_interval I (default 4): layer l is recurrent when (l + 1) % I != 0. */
 int model_hybrid_layers(struct kvi_model *m, const gguf_ctx *g, kvi_error *err);
 
+/* The routing keys of a mixture of experts (model.h; fwd_moe.h), those named in
+ * `keys`: expert_gating_func (1 softmax, 2 sigmoid; def_gating when absent, or an
+ * error when def_gating < 0), expert_weights_norm (absent: false), expert_weights_scale
+ * (absent or 0: 1), expert_group_count / expert_group_used_count (absent: 1, all). */
+enum { MOE_KEY_GATING = 1, MOE_KEY_NORM = 2, MOE_KEY_SCALE = 4, MOE_KEY_GROUPS = 8 };
+int model_moe_keys(struct kvi_model *m, const gguf_ctx *g, unsigned keys, int def_gating, kvi_error *err);
+
 extern const model_arch model_arch_llama, model_arch_qwen2, model_arch_qwen3, model_arch_gemma2,
     model_arch_gemma3, model_arch_phi3, model_arch_granite, model_arch_olmo2, model_arch_qwen3moe,
     model_arch_olmoe, model_arch_gptoss, model_arch_deepseek2, model_arch_qwen35, model_arch_qwen3next;
 extern const model_arch model_arch_mistral3, model_arch_smollm3, model_arch_seed_oss, model_arch_apertus,
     model_arch_exaone4, model_arch_cohere2;
+extern const model_arch model_arch_glm4moe, model_arch_minimax_m2, model_arch_hunyuan_moe, model_arch_ernie45_moe,
+    model_arch_bailingmoe2, model_arch_afmoe, model_arch_qwen35moe;
 
 #endif

@@ -34,20 +34,10 @@ static int deepseek2_hparams(struct kvi_model *m, const gguf_ctx *g, kvi_error *
         return err_set(err, KVI_E_UNSUPPORTED,
                        "gguf: deepseek2 without attention.kv_lora_rank (DeepSeek-V1-style attention) is "
                        "not supported");
-    int rc, func = 1;
-    float scale = 1.0f, log_mul = 0.0f, attn = 1.0f, factor = 1.0f;
-    if ((rc = model_gguf_int(g, "deepseek2", "expert_gating_func", false, 1, 1, 2, &func, err)) ||
-        (rc = model_gguf_float(g, "deepseek2", "expert_weights_scale", false, 1.0, &scale, err)) ||
-        (rc = model_gguf_int(g, "deepseek2", "expert_group_count", false, 1, 1, MODEL_MAX_EXPERTS,
-                             &m->n_expert_groups, err)) ||
-        (rc = model_gguf_int(g, "deepseek2", "expert_group_used_count", false, m->n_expert_groups, 1,
-                             MODEL_MAX_EXPERTS, &m->n_groups_used, err)))
+    int rc;
+    float log_mul = 0.0f, attn = 1.0f, factor = 1.0f;
+    if ((rc = model_moe_keys(m, g, MOE_KEY_GATING | MOE_KEY_NORM | MOE_KEY_SCALE | MOE_KEY_GROUPS, 1, err)))
         return rc;
-    bool norm = false;
-    if ((rc = gguf_get_bool(g, "deepseek2.expert_weights_norm", &norm, err)) == KVI_E_FORMAT) return rc;
-    m->gating = func == 2 ? MODEL_GATE_SIGMOID : MODEL_GATE_SOFTMAX;
-    m->expert_norm = norm;
-    m->expert_scale = scale;
     if (m->rope[0].yarn) {
         const bool has_mul = gguf_find_key(g, "deepseek2.rope.scaling.yarn_log_multiplier") >= 0;
         if ((rc = model_gguf_float(g, "deepseek2", "rope.scaling.yarn_log_multiplier", false, 0.0, &log_mul,

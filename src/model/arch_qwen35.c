@@ -15,6 +15,7 @@
  *    rotated;
  *  - the pre-FFN norm stored as post_attention_norm;
  *  - trailing multi-token-prediction blocks (nextn_predict_layers) are not run.
+ * "qwen35moe" is the same with a mixture of experts in every layer (below).
  */
 #include "model/arch.h"
 
@@ -67,6 +68,20 @@ static int qwen35_hparams(struct kvi_model *m, const gguf_ctx *g, kvi_error *err
     const int rc = model_hybrid_layers(m, g, err);
     return rc ? rc : imrope_pairs(m, g, err);
 }
+
+/* qwen35moe (Qwen3.5 / 3.6 MoE): the same hybrid with qwen3next's FFN in every layer:
+ * softmax over all router logits, the top expert_used_count renormalised (llama.cpp
+ * hard-codes both), plus the shared expert scaled by sigmoid(ffn_gate_inp_shexp . x). */
+static int qwen35moe_hparams(struct kvi_model *m, const gguf_ctx *g, kvi_error *err)
+{
+    if (m->n_expert == 0) return err_set(err, KVI_E_FORMAT, "gguf: qwen35moe without qwen35moe.expert_count");
+    m->gating = MODEL_GATE_SOFTMAX;
+    m->expert_norm = true;
+    return qwen35_hparams(m, g, err);
+}
+
+const model_arch model_arch_qwen35moe = { "qwen35moe", ARCH_FFN_NORM_POST_ATTN, MODEL_QK_HEAD, true,
+                                          qwen35moe_hparams };
 
 const model_arch model_arch_qwen35 = { "qwen35", ARCH_FFN_NORM_POST_ATTN, MODEL_QK_HEAD, true,
                                        qwen35_hparams };

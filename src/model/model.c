@@ -420,6 +420,13 @@ int model_validate(const struct kvi_model *m, kvi_error *err)
         if (L->moe != (m->n_expert > 0 && l >= m->n_dense_lead))
             return err_set(err, KVI_E_FORMAT, "model: blk.%d: the FFN kind does not match the model", l);
         const size_t n_mats = sizeof mats / sizeof mats[0], n_moe = S > 0 ? 7 : 4;
+        if (L->exp_gate_up) { /* ffn_gate_up_exps: [gate | up] of each expert in exp_gate */
+            moe[1].n = "ffn_gate_up_exps";
+            moe[1].out = 2 * E * F;
+            moe[2].t = &L->exp_gate;
+            moe[2].n = "ffn_gate_up_exps";
+            moe[2].out = 2 * E * F;
+        }
         for (size_t i = 0; L->moe && i < n_moe; i++) {
             snprintf(nm, sizeof nm, "blk.%d.%s", l, moe[i].n);
             if ((rc = check_matrix(moe[i].t, nm, moe[i].in, moe[i].out, err))) return rc;

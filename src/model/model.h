@@ -9,9 +9,12 @@
  *     a = attn_norm ? rmsnorm(x) * attn_norm : x
  *     q, k, v = a Wq, a Wk, a Wv (+ biases)   -- views of one fused matrix or three
  *     q, k = qk_norm(q), qk_norm(k)           -- none, per head, or over the whole row
- *     q, k = rope(q, k; the layer's rope set) -- partial when n_rot < head_dim; none on NoPE layers
+ *     q, k = rope(q, k; the layer's rope set) -- partial when n_rot < head_dim; none
+ *                                                on a no_rope (NoPE) layer; the q/k norm
+ *                                                after it when qk_norm_after_rope
  *     q *= temperature(pos)                   -- layers with q_temp (mistral3)
- *     o = attention(q, K, V; kq_scale, attn_softcap, the layer's window) Wo (+ bo)
+ *     o = attention(q, K, V; kq_scale, attn_softcap, the layer's window)
+ *     o = o * sigmoid(a Wo_gate) when wo_gate; o = o Wo (+ bo)
  *     x += residual_scale * (post_attn_norm ? rmsnorm(o) * post_attn_norm : o)
  *     f = ffn_norm ? rmsnorm(x) * ffn_norm : x   -- parallel_ffn: f = a (x before the attention add)
  *     h = act(f Wgate (+b)) * (f Wup (+b)), act = SiLU or tanh-GELU; ungated: xielu(f Wup (+b))
@@ -70,7 +73,7 @@ typedef struct model_xielu {
  * experts and their weights (fwd_moe.c). Every kind selects the top n_expert_used
  * by its selection score, ties broken by the lower expert index. */
 typedef enum model_gating {
-    MODEL_GATE_SOFTMAX = 0, /* p = softmax(l); select by p; w = p[sel] (Mixtral, Qwen3-MoE, OLMoE) */
+    MODEL_GATE_SOFTMAX = 0, /* p = softmax(l); select by p (+ sel_bias: ERNIE); w = p[sel] (Mixtral, Qwen3-MoE) */
     MODEL_GATE_SIGMOID, /* p = sigmoid(l); select by p + sel_bias (in the chosen groups); w = p[sel] (DeepSeek-V3) */
     MODEL_GATE_SOFTMAX_CHOSEN, /* select by l; w = softmax over the chosen l only (gpt-oss) */
 } model_gating;
@@ -103,6 +106,7 @@ typedef struct model_layer {
     const float *q_norm;         /* [head_dim] (MODEL_QK_HEAD), [n_heads * head_dim] (FULL), or NULL */
     const float *k_norm;         /* [head_dim] or [n_kv_heads * head_dim], or NULL */
     kern_tensor wo;              /* [dim][n_heads * head_dim] */
+    kern_tensor wo_gate;         /* [n_heads * head_dim][dim]: att *= sigmoid(a Wg^T) before wo (afmoe), or data NULL */
     const float *bo;             /* [dim] or NULL */
     const float *sinks;          /* [n_heads] attention sink logits (gpt-oss) or NULL */
     const float *post_attn_norm; /* [dim] or NULL */
@@ -123,7 +127,9 @@ typedef struct model_layer {
     const float *router_b;      /* [E] or NULL (gpt-oss) */
     const float *sel_bias;      /* [E] exp_probs_b: added to the selection score only, or NULL */
     kern_tensor exp_gate;       /* [E * F][dim] */
-    kern_tensor exp_up;         /* [E * F][dim] */
+    kern_tensor exp_up;         /* [E * F][dim], or data NULL when exp_gate_up */
+    bool exp_gate_up;           /* exp_gate is one fused [E * 2F][dim] (ffn_gate_up_exps): expert e's
+                                   gate rows [2eF, 2eF + F), its up rows [2eF + F, 2(e + 1)F) */
     kern_tensor exp_down;       /* [E * dim][F] */
     const float *exp_b_gate;    /* [E][F] or NULL */
     const float *exp_b_up;      /* [E][F] or NULL */
@@ -194,6 +200,7 @@ struct kvi_model {
     /* the block's shape (see the top of this file); model_block_defaults() sets the
      * plain llama block, an architecture's hparams function changes what differs */
     model_qk_norm qk_norm;
+    bool qk_norm_after_rope; /* q/k norm applied after RoPE (Hunyuan), else before */
     model_act act;
     float emb_scale;      /* 1: none */
     float residual_scale; /* 1: none */
@@ -218,7 +225,7 @@ struct kvi_model {
     int shared_ffn;   /* shared expert width (0: none) */
     int n_dense_lead; /* leading dense layers */
     model_gating gating;
-    bool expert_norm;    /* the chosen weights divided by their sum */
+    bool expert_norm;    /* the chosen weights divided by max(their sum, 2^-14) */
     float expert_scale;  /* the chosen weights multiplied by it (1: none) */
     int n_expert_groups; /* experts in n_expert_groups equal groups, only the */
     int n_groups_used;   /* n_groups_used best groups selectable (DeepSeek); 1, 1: none */

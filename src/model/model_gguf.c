@@ -256,11 +256,6 @@ int model_hybrid_layers(struct kvi_model *m, const gguf_ctx *g, kvi_error *err)
                        "gguf: linear attention: %d value heads are not a multiple of %d key heads, or "
                        "inner_size %d is not %d x %d",
                        m->ssm_hv, m->ssm_hk, inner, m->ssm_hv, m->ssm_dk);
-    /* multi-token-prediction blocks (a draft head) end the layer list: not run */
-    if ((rc = model_gguf_int(g, m->arch, "nextn_predict_layers", false, 0, 0, m->n_layers - 1, &m->n_nextn,
-                             err)))
-        return rc;
-    m->n_layers -= m->n_nextn;
     const uint8_t *flags = NULL; /* [n_layers] */
     if ((rc = layer_flags(m, g, "attention.recurrent_layers", m->n_nextn, &flags, err))) return rc;
     m->n_recurrent = 0;
@@ -343,11 +338,15 @@ int model_hparams_gguf(struct kvi_model *m, const gguf_ctx *g, bool metadata_onl
         (rc = model_gguf_int(g, arch, "feed_forward_length", !metadata_only, 0, metadata_only ? 0 : 1,
                              MODEL_MAX_FFN, &m->ffn_dim, err)) ||
         (rc = model_gguf_int(g, arch, "block_count", true, 0, 1, MODEL_MAX_LAYERS, &m->n_layers, err)) ||
+        /* multi-token-prediction blocks (a draft head) end the block list: not run */
+        (rc = model_gguf_int(g, arch, "nextn_predict_layers", false, 0, 0, m->n_layers - 1, &m->n_nextn,
+                             err)) ||
         (rc = model_gguf_int(g, arch, "attention.head_count", true, 0, 1, MODEL_MAX_HEADS, &m->n_heads,
                              err)) ||
         (rc = model_gguf_int(g, arch, "attention.head_count_kv", false, m->n_heads, 1, MODEL_MAX_HEADS,
                              &m->n_kv_heads, err)))
         return rc;
+    m->n_layers -= m->n_nextn;
     if (m->n_heads % m->n_kv_heads != 0)
         return err_set(err, KVI_E_FORMAT, "gguf: head_count %d is not a multiple of head_count_kv %d",
                        m->n_heads, m->n_kv_heads);
@@ -464,7 +463,7 @@ static void model_prepare_weights(struct kvi_model *m)
 {
     if (!kern_prepare_wanted() || !gguf_set_writable(m->gguf, true)) return;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    kern_tensor **mats = malloc(((size_t)m->n_layers * 24 + 1) * sizeof *mats); /* [24 * n_layers + 1] */
+    kern_tensor **mats = malloc(((size_t)m->n_layers * 25 + 1) * sizeof *mats); /* [25 * n_layers + 1] */
     int n = 0;
     /* expert (head) views stay whole R16 tiles only when every expert's (head's)
      * rows start a tile */
@@ -479,6 +478,7 @@ static void model_prepare_weights(struct kvi_model *m)
                                 &L->ssm_beta, &L->ssm_alpha, &L->ssm_ba,  &L->ssm_out };
         for (int i = 0; i < 24; i++)
             if (lm[i]->data && (i < 13 || i >= 18 || (i < 16 ? exp_ok : head_ok))) mats[n++] = lm[i];
+        if (L->wo_gate.data) mats[n++] = &L->wo_gate;
     }
     if (mats && m->output.data && m->stage_l1 == m->n_layers) mats[n++] = &m->output;
     if (mats && kern_prepare_weights(mats, n, cores > 1 ? (int)cores : 1) == 0 &&
@@ -582,12 +582,15 @@ static int bind_attention(gbind *b, const model_arch *a, int l, kvi_error *err)
                (rc = bind_vector(b, NM("attn_v.bias"), kvd, false, &L->bv, err))) {
         return rc;
     }
-    if (a->qk_norm != MODEL_QK_NONE) {
-        const bool head = a->qk_norm == MODEL_QK_HEAD;
+    if (m->qk_norm != MODEL_QK_NONE) { /* the architecture's, unless its hparams turned it off */
+        const bool head = m->qk_norm == MODEL_QK_HEAD;
         if ((rc = bind_vector(b, NM("attn_q_norm.weight"), head ? m->head_dim : qd, true, &L->q_norm, err)) ||
             (rc = bind_vector(b, NM("attn_k_norm.weight"), head ? m->head_dim : kvd, true, &L->k_norm, err)))
             return rc;
     }
+    if ((a->flags & ARCH_ATTN_OUT_GATE) &&
+        (rc = bind_matrix(b, NM("attn_gate.weight"), dim, qd, true, &L->wo_gate, err)))
+        return rc;
     if ((rc = bind_matrix(b, NM("attn_output.weight"), m->mla_kv_rank ? m->n_heads * m->mla_v_dim : qd, dim,
                           true, &L->wo, err)) ||
         (rc = bind_vector(b, NM("attn_output.bias"), dim, false, &L->bo, err)) ||
@@ -623,8 +626,10 @@ static int bind_layer(gbind *b, const model_arch *a, int l, kvi_error *err)
         if ((rc = bind_matrix(b, NM("ffn_gate_inp.weight"), dim, E, true, &L->router, err)) ||
             (rc = bind_vector(b, NM("ffn_gate_inp.bias"), E, false, &L->router_b, err)) ||
             (rc = bind_vector(b, NM("exp_probs_b.bias"), E, false, &L->sel_bias, err)) ||
-            (rc = bind_experts(b, NM("ffn_gate_exps.weight"), dim, F, E, &L->exp_gate, err)) ||
-            (rc = bind_experts(b, NM("ffn_up_exps.weight"), dim, F, E, &L->exp_up, err)) ||
+            (rc = (L->exp_gate_up = gguf_find_tensor(m->gguf, NM("ffn_gate_up_exps.weight")) != NULL)
+                      ? bind_experts(b, n, dim, 2 * F, E, &L->exp_gate, err) /* fused: [gate | up] per expert */
+                      : bind_experts(b, NM("ffn_gate_exps.weight"), dim, F, E, &L->exp_gate, err)) ||
+            (rc = L->exp_gate_up ? 0 : bind_experts(b, NM("ffn_up_exps.weight"), dim, F, E, &L->exp_up, err)) ||
             (rc = bind_experts(b, NM("ffn_down_exps.weight"), F, dim, E, &L->exp_down, err)) ||
             (rc = bind_expert_bias(b, NM("ffn_gate_exps.bias"), F, E, &L->exp_b_gate, err)) ||
             (rc = bind_expert_bias(b, NM("ffn_up_exps.bias"), F, E, &L->exp_b_up, err)) ||
@@ -636,8 +641,8 @@ static int bind_layer(gbind *b, const model_arch *a, int l, kvi_error *err)
              (rc = bind_matrix(b, NM("ffn_down_shexp.weight"), S, dim, true, &L->sh_down, err)) ||
              (rc = bind_vector(b, NM("ffn_gate_inp_shexp.weight"), dim, false, &L->sh_gate_inp, err))))
             return rc;
-        if (m->gating == MODEL_GATE_SIGMOID ? false : L->sel_bias != NULL)
-            return err_set(err, KVI_E_UNSUPPORTED, "gguf: blk.%d.exp_probs_b needs sigmoid gating", l);
+        if (m->gating == MODEL_GATE_SOFTMAX_CHOSEN && L->sel_bias != NULL)
+            return err_set(err, KVI_E_UNSUPPORTED, "gguf: blk.%d.exp_probs_b needs sigmoid or softmax gating", l);
     } else if (a->flags & ARCH_FUSED_GATE_UP) {
         kern_tensor gu = { 0 };
         if ((rc = bind_matrix(b, NM("ffn_up.weight"), dim, 2 * ffn, true, &gu, err))) return rc;

@@ -125,6 +125,7 @@ static uint64_t layer_mats(const kvi_model *m, const model_layer *L, bool bytes,
                                      &L->ssm_out };
     uint64_t n = 0;
     for (int i = 0; i < 21; i++) n += bytes ? mat_bytes(dense[i]) : mat_elems(dense[i]);
+    n += bytes ? mat_bytes(&L->wo_gate) : mat_elems(&L->wo_gate);
     if (!L->moe || m->n_expert <= 0) return n;
     const kern_tensor *ex[3] = { &L->exp_gate, &L->exp_up, &L->exp_down };
     uint64_t e = 0;

@@ -41,6 +41,7 @@
 #include "base/rng.h"
 #include "model/arch.h"
 #include "tools/synth_dense_t3.h"
+#include "tools/synth_moe_t3.h"
 #include "tools/synth_vocab_json.h"
 
 #include <math.h>
@@ -68,6 +69,7 @@ enum {
     SA_DENSE_T3 = 1 << 13,   /* more keys and rope_freqs from synth_dense_t3.c */
     SA_LAYER_NORM = 1 << 14, /* attention.layer_norm_epsilon instead of the RMS one (cohere2) */
     SA_YARN = 1 << 15,       /* rope_orig_ctx: YaRN (rope_linear its factor), written by synth_dense_t3.c */
+    SA_MOE_T3 = 1 << 16, /* routing keys and extra tensors from synth_moe_t3.c */
 };
 
 typedef struct synth_arch {
@@ -98,13 +100,24 @@ static const synth_arch k_archs[] = {
     { "exaone4", SA_VOCAB_SIZE | SA_DENSE_T3, 1e6f, 1e-5f, 0, 0 },
     { "cohere2", SA_ROPE_DIMS | SA_VOCAB_SIZE | SA_TIED | SA_SWA | SA_LAYER_NORM | SA_DENSE_T3, 5e4f, 1e-5f,
       4096, 4 },
+    { "glm4moe", SA_KEY_LEN | SA_ROPE_DIMS | SA_QKV_BIAS | SA_MOE | SA_EXP_FFN_KEY | SA_MOE_T3, 1e6f, 1e-5f,
+      0, 0 },
+    { "minimax-m2", SA_KEY_LEN | SA_ROPE_DIMS | SA_MOE | SA_EXP_FFN_KEY | SA_MOE_T3, 5e6f, 1e-6f, 0, 0 },
+    { "hunyuan-moe", SA_TIED | SA_MOE | SA_EXP_FFN_KEY | SA_MOE_T3, 11158840.0f, 1e-5f, 0, 0 },
+    { "ernie4_5-moe", SA_KEY_LEN | SA_TIED | SA_MOE | SA_EXP_FFN_KEY | SA_MOE_T3, 5e5f, 1e-5f, 0, 0 },
+    { "bailingmoe2", SA_KEY_LEN | SA_ROPE_DIMS | SA_VOCAB_SIZE | SA_MOE | SA_EXP_FFN_KEY | SA_MOE_T3, 6e5f,
+      1e-6f, 0, 0 },
+    { "afmoe", SA_TIED | SA_SWA | SA_MOE | SA_EXP_FFN_KEY | SA_MOE_T3, 10000.0f, 1e-5f, 4096, 4 },
+    { "qwen35moe", SA_KEY_LEN | SA_ROPE_DIMS | SA_MOE | SA_EXP_FFN_KEY | SA_HYBRID | SA_MOE_T3, 1e7f, 1e-6f,
+      0, 0 },
 };
 #define N_ARCHS (sizeof k_archs / sizeof k_archs[0])
 
 static const char *const k_arch_names[N_ARCHS + 1] = {
-    "llama",   "qwen2",    "qwen3",   "gemma2",  "gemma3",  "phi3",      "granite",
-    "olmo2",   "qwen3moe", "olmoe",   "gpt-oss", "qwen35",  "qwen3next", "mistral3",
-    "smollm3", "seed_oss", "apertus", "exaone4", "cohere2", NULL,
+    "llama",       "qwen2",        "qwen3",       "gemma2",  "gemma3",    "phi3",      "granite",
+    "olmo2",       "qwen3moe",     "olmoe",       "gpt-oss", "qwen35",    "qwen3next", "mistral3",
+    "smollm3",     "seed_oss",     "apertus",     "exaone4", "cohere2",   "glm4moe",   "minimax-m2",
+    "hunyuan-moe", "ernie4_5-moe", "bailingmoe2", "afmoe",   "qwen35moe", NULL,
 };
 
 const char *const *kvi_synth_arch_names(void) { return k_arch_names; }
@@ -173,7 +186,17 @@ typedef struct synth_preset {
  *    scaling factor 16;
  *  - CohereForAI/c4ai-command-r7b-12-2024: 4096, 14336, 32 layers, 32 heads, 8 KV
  *    heads, vocab 256000, 131072 positions, tied, sliding_window 4096 on 3 of every
- *    4 layers, rope_theta 50000, logit_scale 0.25. */
+ *    4 layers, rope_theta 50000, logit_scale 0.25.
+ * Issue 36's mixtures of experts, fewer layers than published (+ their MTP block):
+ *  - zai-org/GLM-4.5-Air: hidden 4096, dense intermediate 10944, 96 heads of 128, 8
+ *    KV heads, partial_rotary_factor 0.5, 128 experts of 1408, 8 used, 1 shared,
+ *    first_k_dense_replace 1, vocab 151552, 131072 positions; 4 of its 46 layers;
+ *  - Qwen/Qwen3.5-35B-A3B (text part): hidden 2048, 16 heads of 256, 2 KV heads, 64
+ *    rotary dims, 256 experts of 512, 8 used, shared expert 512, linear attention
+ *    16 key / 32 value heads of 128, vocab 248320, 262144 positions; 8 of its 40
+ *    layers;
+ *  - MiniMaxAI/MiniMax-M2: hidden 3072, 48 heads of 128, 8 KV heads, rotary_dim 64,
+ *    256 experts of 1536, 8 used, vocab 200064, 196608 positions; 4 of its 62 layers. */
 static const synth_preset k_presets[] = {
     // clang-format off
     /* the shape of stories260K (../shared/models/stories260K.gguf) */
@@ -203,6 +226,10 @@ static const synth_preset k_presets[] = {
     { "apertus-8b", "apertus", 4096, 21504, 32, 32, 8, 131072, 65536, 128, 0, 0, 0, -1, 0, 0, 0, 0, 0, 0, 0 },
     { "exaone-4-32b", "exaone4", 5120, 27392, 64, 40, 8, 102400, 131072, 128, 0, 4096, 4, -1, 0, 0, 0, 0, 0, 0, 0 },
     { "command-r7b", "cohere2", 4096, 14336, 32, 32, 8, 256000, 131072, 128, 0, 4096, 4, 1, 0, 0, 0, 0, 0, 0, 0 },
+    /* issue 36's mixtures of experts at reduced depth (their real widths) */
+    { "glm-4.5-air-4l", "glm4moe", 4096, 10944, 4, 96, 8, 151552, 131072, 128, 64, 0, 0, -1, 0, 128, 8, 1408, 0, 0, 0 },
+    { "qwen3.5-35b-a3b-8l", "qwen35moe", 2048, 512, 8, 16, 2, 248320, 262144, 256, 64, 0, 0, -1, 0, 256, 8, 512, 16, 32, 128 },
+    { "minimax-m2-4l", "minimax-m2", 3072, 1536, 4, 48, 8, 200064, 196608, 128, 64, 0, 0, -1, 0, 256, 8, 1536, 0, 0, 0 },
     // clang-format on
 };
 #define N_PRESETS (sizeof k_presets / sizeof k_presets[0])
@@ -211,7 +238,8 @@ static const char *const k_preset_names[N_PRESETS + 1] = {
     "tiny",           "qtest",           "stories15M",   "stories42M",        "stories110M", "llama-1b",
     "qwen3-0.6b",     "gemma-3-1b",      "phi-4-mini",   "gemma3-tiny",       "olmoe-1b-7b", "dense-1.3b",
     "gpt-oss-20b-6l", "moe-tiny",        "qwen3.5-0.8b", "qwen35-dense-0.8b", "qwen35-tiny", "ministral-3-8b",
-    "smollm3-3b",     "seed-oss-36b-8l", "apertus-8b",   "exaone-4-32b",      "command-r7b", NULL,
+    "smollm3-3b",     "seed-oss-36b-8l", "apertus-8b",   "exaone-4-32b",      "command-r7b", "glm-4.5-air-4l",
+    "qwen3.5-35b-a3b-8l", "minimax-m2-4l", NULL,
 };
 
 const char *const *kvi_synth_preset_names(void) { return k_preset_names; }
@@ -290,6 +318,7 @@ int kvi_synth_resolve(const kvi_synth_params *p, kvi_synth_params *out)
         if (out->attn_interval == 0) out->attn_interval = 4;
         if (out->n_expert > 0 && out->shared_ffn == 0) out->shared_ffn = out->ffn_dim;
     }
+    if (a->flags & SA_MOE_T3) synth_t3_resolve(out);
     return KVI_OK;
 }
 
@@ -471,13 +500,16 @@ static void synth_note_fallbacks(const kvi_synth_params *p, const synth_tensor *
         for (size_t j = i; j < n; j++) {
             if (!FELL(t[j]) || t[j].ne[0] != len) continue;
             const char *nm = t[j].name;
-            if (!strncmp(nm, "blk.", 4)) {
-                if (strncmp(nm, "blk.0.", 6) != 0) continue;
-                nm += 6;
-            }
+            int skip = 0;
+            if (sscanf(nm, "blk.%*d.%n", &skip) >= 0 && skip > 0) nm += skip; /* any block's role, once */
             size_t rl = strcspn(nm, ".");
             size_t used = strlen(roles);
-            if (used + rl + 3 < sizeof roles)
+            char role[64];
+            snprintf(role, sizeof role, "%.*s", (int)rl, nm);
+            bool listed = false;
+            for (const char *r = strstr(roles, role); r && !listed; r = strstr(r + 1, role))
+                listed = (r == roles || r[-1] == ' ') && (r[rl] == ',' || r[rl] == 0);
+            if (!listed && used + rl + 3 < sizeof roles)
                 snprintf(roles + used, sizeof roles - used, "%s%.*s", used ? ", " : "", (int)rl, nm);
         }
         char msg[512];
@@ -491,8 +523,27 @@ static void synth_note_fallbacks(const kvi_synth_params *p, const synth_tensor *
 #undef FELL
 }
 
-/* Most tensors a table can hold: 5 outside the blocks, 24 per block. */
-static size_t synth_table_cap(int n_layers) { return 5 + 28 * (size_t)n_layers; }
+/* Most tensors a table can hold: 5 outside the blocks, 28 per block (MTP blocks too). */
+static size_t synth_table_cap(int n_layers) { return 5 + 28 * (size_t)(n_layers + 4); }
+
+/* synth_moe_t3.h's emitter: a tensor of block l into c->tab, typed for c->p. */
+typedef struct synth_t3_ctx {
+    const kvi_synth_params *p;
+    synth_table *tab;
+} synth_t3_ctx;
+
+static void synth_t3_add(void *ctx, int l, const char *name, int64_t ne0, int64_t ne1, synth_t3_kind kind,
+                         const char *role)
+{
+    const synth_t3_ctx *c = ctx;
+    char nm[64];
+    snprintf(nm, sizeof nm, "blk.%d.%s", l, name);
+    synth_add(c->tab, nm, ne0, ne1,
+              kind == T3_MATRIX ? SK_MATRIX
+              : kind == T3_NORM ? SK_NORM
+                                : SK_BIAS,
+              synth_role_type(c->p, role, l, false));
+}
 
 /* Fills tab (room for synth_table_cap) in file order for the resolved p. */
 static void synth_build_table(const kvi_synth_params *p, const synth_arch *sa, const model_arch *ma,
@@ -510,14 +561,16 @@ static void synth_build_table(const kvi_synth_params *p, const synth_arch *sa, c
     if ((sa->flags & SA_DENSE_T3) && synth_dt3_has_rope_freqs(p))
         synth_add(tab, "rope_freqs.weight", p->n_rot / 2, 1, SK_ROPE_FREQS, p->type);
     const bool pre = !(ma->flags & ARCH_NO_PRE_NORM), post = (ma->flags & ARCH_POST_NORMS) != 0;
-    for (int l = 0; l < p->n_layers; l++) {
+    const int lead = synth_t3_dense_lead(p); /* leading dense blocks, then trailing MTP blocks */
+    synth_t3_ctx t3 = { p, tab };
+    for (int l = 0; l < p->n_layers + synth_t3_nextn(p); l++) {
 #define BLK(role, ne0, ne1, kind)                                               \
     do {                                                                        \
         snprintf(nm, sizeof nm, "blk.%d.%s", l, role);                          \
         synth_add(tab, nm, ne0, ne1, kind, synth_role_type(p, role, l, false)); \
     } while (0)
         if (pre) BLK("attn_norm.weight", dim, 1, SK_NORM);
-        const bool rec = (sa->flags & SA_HYBRID) && (l + 1) % p->attn_interval != 0;
+        const bool rec = (sa->flags & SA_HYBRID) && (l + 1) % p->attn_interval != 0 && l < p->n_layers;
         if (rec) { /* gated DeltaNet (model.h): conv dim C = 2 Hk dk + Hv dk */
             const int64_t dk = p->ssm_state, hv = p->ssm_heads,
                           conv = 2 * (int64_t)p->ssm_groups * dk + hv * dk;
@@ -529,7 +582,7 @@ static void synth_build_table(const kvi_synth_params *p, const synth_arch *sa, c
             synth_add(tab, nm, hv, 1, SK_DT_BIAS, KVI_TYPE_F32);
             snprintf(nm, sizeof nm, "blk.%d.ssm_a", l);
             synth_add(tab, nm, hv, 1, SK_SSM_A, KVI_TYPE_F32);
-            if (p->n_expert > 0) { /* qwen3next: beta and alpha fused */
+            if (!strcmp(p->arch, "qwen3next")) { /* beta and alpha fused */
                 BLK("ssm_ba.weight", dim, 2 * hv, SK_MATRIX);
             } else {
                 BLK("ssm_beta.weight", dim, hv, SK_MATRIX);
@@ -568,7 +621,8 @@ static void synth_build_table(const kvi_synth_params *p, const synth_arch *sa, c
         if (post || (ma->flags & ARCH_FFN_NORM_POST_ATTN)) BLK("post_attention_norm.weight", dim, 1, SK_NORM);
         if (pre && !(ma->flags & (ARCH_FFN_NORM_POST_ATTN | ARCH_PARALLEL)))
             BLK("ffn_norm.weight", dim, 1, SK_NORM);
-        if (p->n_expert > 0) {
+        if (sa->flags & SA_MOE_T3) synth_t3_block(p, l, synth_t3_add, &t3);
+        if (p->n_expert > 0 && l >= lead) {
             const int64_t E = p->n_expert, F = p->expert_ffn;
             const bool bias = (sa->flags & SA_GPTOSS) != 0;
 #define EXP(role, ne0, ne1, kind, want)                      \
@@ -851,7 +905,7 @@ static int synth_set_metadata(gguf_writer *w, const kvi_synth_params *p, const s
     U32("context_length", p->n_ctx);
     U32("embedding_length", p->dim);
     U32("feed_forward_length", p->n_expert > 0 && !(a->flags & SA_EXP_FFN_KEY) ? p->expert_ffn : p->ffn_dim);
-    U32("block_count", p->n_layers);
+    U32("block_count", p->n_layers + synth_t3_nextn(p));
     U32("attention.head_count", p->n_heads);
     U32("attention.head_count_kv", p->n_kv_heads);
     if ((a->flags & SA_KEY_LEN) || p->head_dim != p->dim / p->n_heads) {
@@ -899,14 +953,15 @@ static int synth_set_metadata(gguf_writer *w, const kvi_synth_params *p, const s
         U32("ssm.inner_size", p->ssm_heads * p->ssm_state);
         U32("full_attention_interval", p->attn_interval);
         if (p->n_expert > 0) U32("expert_shared_feed_forward_length", p->shared_ffn);
-        if (!strcmp(ar,
-                    "qwen35")) { /* M-RoPE sections over the rotated pairs, as Qwen3.5's [11, 11, 10, 0] */
+        if (!strncmp(ar, "qwen35",
+                     6)) { /* M-RoPE sections over the rotated pairs, as Qwen3.5's [11, 11, 10, 0] */
             const int half = p->n_rot / 2, s0 = (half + 2) / 3, s1 = (half + 1) / 3;
             const int32_t sec[4] = { s0, s1, half - s0 - s1, 0 };
             bad |=
                 gguf_writer_set_arr_i32(w, synth_key(k, sizeof k, ar, "rope.dimension_sections"), sec, 4) < 0;
         }
     }
+    if ((a->flags & SA_MOE_T3) && synth_t3_keys(w, p) < 0) bad = 1;
     if ((a->flags & SA_GPTOSS) && p->rope_orig_ctx > 0) { /* YaRN: gpt-oss-20b's factor 32 over 4096 */
         bad |= gguf_writer_set_str(w, synth_key(k, sizeof k, ar, "rope.scaling.type"), "yarn") < 0;
         F32("rope.scaling.factor", (double)p->n_ctx / p->rope_orig_ctx);
