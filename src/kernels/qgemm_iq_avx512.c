@@ -1,0 +1,102 @@
+/*
+ * qgemm_iq_avx512.c — grid-type weights (IQ2_XXS IQ2_XS IQ2_S IQ3_XXS IQ3_S) times
+ * Q8_K activations with AVX-512 VNNI, decode and prefill alike (qgemm_iq.h).
+ *
+ * Each weight row j of [j0, j1) is decoded once per call into the scratch by
+ * quant_iq_unpack (the one reader of the blocks): per 256-input block b, at
+ * S + b * IQ_BLK: mag [256] (grid bytes, unsigned), sgn [32] (bit i % 8 of byte
+ * i / 8: input i negative), sc [16] (odd scales per 16 inputs), dw (f32).
+ * Then for the activation rows, IQ_RG at a time, block by block in order:
+ *   xs_q = x_q with the weight's signs applied (vpsubb under the sign mask; the
+ *          quants lie in [-127, 127], so the negation is exact),
+ *   D_q  = dpbusd(0, mag_q, xs_q): per dword lane the dot of 4 inputs, |D| <=
+ *          4 * 62 * 127 < 2^15, so it fits the low int16 word,
+ *   T   += dpwssd(D_q, SC_q): SC_q lane k = the scale of its 16 inputs (sub-block
+ *          4 q + k / 4) in the low word, 0 in the high word,
+ * for q = 0..3 (inputs 64 q .. 64 q + 63); isum = the lane sum of T, exact
+ * (|isum| < 2^26). The float step is the reference's: acc = fmaf(dw * dx,
+ * (float)isum, acc), so y[r][j] has kern_qgemm_ref's bits whatever the row
+ * grouping, the range or the thread split.
+ */
+#include "kernels/qgemm_iq.h"
+
+#include "kernels/isa_target.h"
+#include "base/cpu.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#define IQ_BLK 320 /* scratch bytes per block: mag 256, sgn 32, sc 16, dw 4, pad */
+#define IQ_RG 4    /* activation rows per pass over a decoded weight row */
+
+/* The row's nb blocks into the scratch layout above. */
+static void decode_row(kvi_type t, const uint8_t *w, int64_t nb, uint8_t *s)
+{
+    const size_t bb = quant_block_bytes(t);
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *o = s + (size_t)b * IQ_BLK;
+        float dw;
+        quant_iq_unpack(t, w + (size_t)b * bb, o, o + 256, o + 288, &dw);
+        memcpy(o + 304, &dw, 4);
+    }
+}
+
+KVI_TARGET_VNNI static void rows_dot(const uint8_t *s, int64_t nb, const kern_q8k *const *x, int nr,
+                                     float *acc)
+{
+    const __m512i z = _mm512_setzero_si512();
+    __m512i idx[4];
+    for (int q = 0; q < 4; q++) {
+        int32_t v[16];
+        for (int k = 0; k < 16; k++) v[k] = 4 * q + k / 4;
+        idx[q] = _mm512_loadu_si512((const void *)v);
+    }
+    for (int rr = 0; rr < nr; rr++) acc[rr] = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *o = s + (size_t)b * IQ_BLK;
+        const __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(o + 288)));
+        __m512i M[4], SC[4];
+        __mmask64 sg[4];
+        for (int q = 0; q < 4; q++) {
+            M[q] = _mm512_load_si512((const void *)(o + 64 * q));
+            SC[q] = _mm512_permutexvar_epi32(idx[q], sc);
+            uint64_t m;
+            memcpy(&m, o + 256 + 8 * q, 8);
+            sg[q] = (__mmask64)m;
+        }
+        float dw;
+        memcpy(&dw, o + 304, 4);
+        for (int rr = 0; rr < nr; rr++) {
+            const kern_q8k *xb = x[rr] + b;
+            __m512i T = z;
+            for (int q = 0; q < 4; q++) {
+                const __m512i xv = _mm512_loadu_si512((const void *)(xb->qs + 64 * q));
+                const __m512i xs = _mm512_mask_sub_epi8(xv, sg[q], z, xv);
+                T = _mm512_dpwssd_epi32(T, _mm512_dpbusd_epi32(z, M[q], xs), SC[q]);
+            }
+            const int32_t isum = _mm512_reduce_add_epi32(T);
+            acc[rr] = fmaf(dw * xb->d, (float)isum, acc[rr]);
+        }
+    }
+}
+
+int kern_qgemm_iq_avx512(const kern_qgemm_args *a)
+{
+    if (!quant_iq_is_grid(a->type) || !cpu_features()->avx512_vnni) return 0;
+    if (!a->scratch || ((uintptr_t)a->scratch & 63) || a->n_in <= 0 || a->n_in % QK_K) return 0;
+    const int64_t nb = a->n_in / QK_K;
+    for (int64_t j = a->j0; j < a->j1; j++) {
+        decode_row(a->type, a->w + (size_t)j * a->w_rb, nb, a->scratch);
+        for (int64_t r = 0; r < a->n_rows; r += IQ_RG) {
+            const int nr = a->n_rows - r < IQ_RG ? (int)(a->n_rows - r) : IQ_RG;
+            const kern_q8k *x[IQ_RG];
+            float acc[IQ_RG];
+            for (int rr = 0; rr < nr; rr++) x[rr] = (const kern_q8k *)(a->xq + (size_t)(r + rr) * a->xq_rb);
+            rows_dot(a->scratch, nb, x, nr, acc);
+            for (int rr = 0; rr < nr; rr++) a->y[(r + rr) * a->ldy + j] = acc[rr];
+        }
+    }
+    return 1;
+}
