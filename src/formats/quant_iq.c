@@ -19,17 +19,21 @@ static uint32_t le32(const uint8_t *p)
 
 static uint16_t le16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
 
-/* 8 grid bytes of an IQ2 entry into m [8] */
+/* The grid entries' bytes in value order: on a little-endian host that is their
+ * memory order, one store; elsewhere byte by byte. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+static void put8(uint8_t *m, uint64_t g) { memcpy(m, &g, 8); }
+static void put4(uint8_t *m, uint32_t g) { memcpy(m, &g, 4); }
+#else
 static void put8(uint8_t *m, uint64_t g)
 {
     for (int j = 0; j < 8; j++) m[j] = (uint8_t)(g >> (8 * j));
 }
-
-/* 4 grid bytes of an IQ3 entry into m [4] */
 static void put4(uint8_t *m, uint32_t g)
 {
     for (int j = 0; j < 4; j++) m[j] = (uint8_t)(g >> (8 * j));
 }
+#endif
 
 /* the two nibble scales of a byte as the odd scales of 16 values each */
 static void scales_nibbles(uint8_t b, uint8_t *sc)

@@ -43,42 +43,62 @@ static void decode_row(kvi_type t, const uint8_t *w, int64_t nb, uint8_t *s)
     }
 }
 
-KVI_TARGET_VNNI static void rows_dot(const uint8_t *s, int64_t nb, const kern_q8k *const *x, int nr,
-                                     float *acc)
+/* The dword lanes' sub-block (of 16 inputs) in vector q: 4 q + lane / 4. */
+static const int32_t SUB_OF_LANE[4][16] = {
+    { 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3 },
+    { 4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7 },
+    { 8, 8, 8, 8, 9, 9, 9, 9, 10, 10, 10, 10, 11, 11, 11, 11 },
+    { 12, 12, 12, 12, 13, 13, 13, 13, 14, 14, 14, 14, 15, 15, 15, 15 },
+};
+
+/* acc[rr] = the product of the decoded row s (nb blocks) with rows x[rr], rr < nr:
+ * the blocks in order, the nr rows' chains in flight together. One instance per
+ * nr, so that every loop unrolls. */
+__attribute__((always_inline)) KVI_TARGET_VNNI static inline void
+rows_dot_n(const uint8_t *s, int64_t nb, const kern_q8k *const *x, const int nr, float *acc)
 {
     const __m512i z = _mm512_setzero_si512();
     __m512i idx[4];
-    for (int q = 0; q < 4; q++) {
-        int32_t v[16];
-        for (int k = 0; k < 16; k++) v[k] = 4 * q + k / 4;
-        idx[q] = _mm512_loadu_si512((const void *)v);
-    }
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; q++) idx[q] = _mm512_loadu_si512((const void *)SUB_OF_LANE[q]);
+#pragma GCC unroll 4
     for (int rr = 0; rr < nr; rr++) acc[rr] = 0.0f;
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *o = s + (size_t)b * IQ_BLK;
         const __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(o + 288)));
-        __m512i M[4], SC[4];
-        __mmask64 sg[4];
+        __m512i T[IQ_RG];
+#pragma GCC unroll 4
+        for (int rr = 0; rr < nr; rr++) T[rr] = z;
+#pragma GCC unroll 4
         for (int q = 0; q < 4; q++) {
-            M[q] = _mm512_load_si512((const void *)(o + 64 * q));
-            SC[q] = _mm512_permutexvar_epi32(idx[q], sc);
+            const __m512i M = _mm512_load_si512((const void *)(o + 64 * q));
+            const __m512i SC = _mm512_permutexvar_epi32(idx[q], sc);
             uint64_t m;
             memcpy(&m, o + 256 + 8 * q, 8);
-            sg[q] = (__mmask64)m;
+            const __mmask64 sg = (__mmask64)m;
+#pragma GCC unroll 4
+            for (int rr = 0; rr < nr; rr++) {
+                const __m512i xv = _mm512_loadu_si512((const void *)(x[rr][b].qs + 64 * q));
+                const __m512i xs = _mm512_mask_sub_epi8(xv, sg, z, xv);
+                T[rr] = _mm512_dpwssd_epi32(T[rr], _mm512_dpbusd_epi32(z, M, xs), SC);
+            }
         }
         float dw;
         memcpy(&dw, o + 304, 4);
-        for (int rr = 0; rr < nr; rr++) {
-            const kern_q8k *xb = x[rr] + b;
-            __m512i T = z;
-            for (int q = 0; q < 4; q++) {
-                const __m512i xv = _mm512_loadu_si512((const void *)(xb->qs + 64 * q));
-                const __m512i xs = _mm512_mask_sub_epi8(xv, sg[q], z, xv);
-                T = _mm512_dpwssd_epi32(T, _mm512_dpbusd_epi32(z, M[q], xs), SC[q]);
-            }
-            const int32_t isum = _mm512_reduce_add_epi32(T);
-            acc[rr] = fmaf(dw * xb->d, (float)isum, acc[rr]);
-        }
+#pragma GCC unroll 4
+        for (int rr = 0; rr < nr; rr++)
+            acc[rr] = fmaf(dw * x[rr][b].d, (float)_mm512_reduce_add_epi32(T[rr]), acc[rr]);
+    }
+}
+
+KVI_TARGET_VNNI static void rows_dot(const uint8_t *s, int64_t nb, const kern_q8k *const *x, int nr,
+                                     float *acc)
+{
+    switch (nr) {
+    case 1: rows_dot_n(s, nb, x, 1, acc); break;
+    case 2: rows_dot_n(s, nb, x, 2, acc); break;
+    case 3: rows_dot_n(s, nb, x, 3, acc); break;
+    default: rows_dot_n(s, nb, x, 4, acc); break;
     }
 }
 
