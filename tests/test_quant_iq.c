@@ -23,6 +23,7 @@
 #include "kernels/q8.h"
 #include "kernels/qgemm_iq.h"
 #include "base/cpu.h"
+#include "base/threadpool.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -324,8 +325,9 @@ static void test_avx512_direct(void)
     }
 }
 
-/* kern_matmul on every ISA the CPU has against kern_q8_dot_ref per output. */
-static void test_matmul_isas(void)
+/* kern_matmul on every ISA the CPU has, without a pool and on 3 threads (an odd
+ * split of the 16-output tiles), against kern_q8_dot_ref per output. */
+static void test_matmul_isas(tpool *pool)
 {
     uint64_t rs = 0x77;
     const int64_t n_in = 512, n_out = 45, n_rows = 7;
@@ -348,7 +350,7 @@ static void test_matmul_isas(void)
             kern_isa_set((kern_isa)isa);
             for (int64_t nr = 1; nr <= n_rows; nr += n_rows - 1) {
                 memset(y, 0, (size_t)(n_rows * n_out) * sizeof(float));
-                CHECK(kern_matmul(NULL, &W, x, n_in, nr, y, n_out) == 0, "kern_matmul");
+                CHECK(kern_matmul(pool, &W, x, n_in, nr, y, n_out) == 0, "kern_matmul");
                 CHECK(memcmp(y, want, (size_t)(nr * n_out) * sizeof(float)) == 0,
                       "%s on %s, %lld rows: kern_matmul differs from kern_q8_dot_ref", kvi_type_name(t),
                       kern_isa_str((kern_isa)isa), (long long)nr);
@@ -370,6 +372,10 @@ int main(void)
     test_dequant_known();
     test_ref_vs_double();
     test_avx512_direct();
-    test_matmul_isas();
+    test_matmul_isas(NULL);
+    tpool *pool = tpool_create(3);
+    CHECK(pool != NULL, "tpool_create");
+    if (pool) test_matmul_isas(pool);
+    tpool_free(pool);
     return test_main_end();
 }
