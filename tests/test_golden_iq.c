@@ -29,21 +29,12 @@ static float *logits_on(kvi_model *m, const int32_t *toks, int n, bool decode)
 
 static void check_type(const char *type)
 {
-    char rel[128], grel[128];
+    char name[64], rel[96];
+    snprintf(name, sizeof name, "../quant/qtest-%s", type); /* load_arch_golden reads golden/arch/NAME */
     snprintf(rel, sizeof rel, "golden/quant/qtest-%s.gguf", type);
-    snprintf(grel, sizeof grel, "golden/quant/qtest-%s.logits.json", type);
-    kvi_error err = { 0 };
-    kvi_load_params lp;
-    kvi_load_params_default(&lp);
-    kvi_model *m = kvi_model_load(shared_path(rel), &lp, &err);
-    CHECK(m != NULL, "load %s: %s", rel, err.msg);
-    cJSON *j = load_json(shared_path(grel));
-    CHECK(j != NULL, "read %s", grel);
-    if (!m || !j) {
-        kvi_model_free(m);
-        cJSON_Delete(j);
-        return;
-    }
+    kvi_model *m;
+    cJSON *j;
+    if (!load_arch_golden(name, &m, &j)) return;
     int32_t toks[256];
     const int n = json_token_ids(cJSON_GetObjectItem(j, "tokens"), toks, 256);
     const int nv = kvi_n_vocab(m);

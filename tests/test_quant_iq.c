@@ -40,25 +40,21 @@ static bool byte_in(uint8_t b, const uint8_t *set, int n)
     return false;
 }
 
-/* every byte of every entry in set; entries pairwise distinct */
-static bool grid_ok64(const uint64_t *g, int n, const uint8_t *set, int ns)
+/* entry e of a grid of width-byte entries (8: uint64, 4: uint32) */
+static uint64_t entry(const void *g, int width, int e)
 {
-    for (int e = 0; e < n; e++) {
-        for (int j = 0; j < 8; j++)
-            if (!byte_in((uint8_t)(g[e] >> (8 * j)), set, ns)) return false;
-        for (int f = 0; f < e; f++)
-            if (g[f] == g[e]) return false;
-    }
-    return true;
+    return width == 8 ? ((const uint64_t *)g)[e] : ((const uint32_t *)g)[e];
 }
 
-static bool grid_ok32(const uint32_t *g, int n, const uint8_t *set, int ns)
+/* every byte of every entry in set; entries pairwise distinct */
+static bool grid_ok(const void *g, int width, int n, const uint8_t *set, int ns)
 {
     for (int e = 0; e < n; e++) {
-        for (int j = 0; j < 4; j++)
-            if (!byte_in((uint8_t)(g[e] >> (8 * j)), set, ns)) return false;
+        const uint64_t v = entry(g, width, e);
+        for (int j = 0; j < width; j++)
+            if (!byte_in((uint8_t)(v >> (8 * j)), set, ns)) return false;
         for (int f = 0; f < e; f++)
-            if (g[f] == g[e]) return false;
+            if (entry(g, width, f) == v) return false;
     }
     return true;
 }
@@ -67,11 +63,11 @@ static void test_tables(void)
 {
     static const uint8_t iq2[] = { 8, 25, 43 }, iq3xxs[] = { 4, 12, 20, 28, 36, 44, 52, 62 },
                          iq3s[] = { 1, 3, 5, 7, 9, 11, 13, 15 };
-    CHECK(grid_ok64(quant_iq2xxs_grid, 256, iq2, 3), "iq2xxs_grid: bytes or distinctness");
-    CHECK(grid_ok64(quant_iq2xs_grid, 512, iq2, 3), "iq2xs_grid: bytes or distinctness");
-    CHECK(grid_ok64(quant_iq2s_grid, 1024, iq2, 3), "iq2s_grid: bytes or distinctness");
-    CHECK(grid_ok32(quant_iq3xxs_grid, 256, iq3xxs, 8), "iq3xxs_grid: bytes or distinctness");
-    CHECK(grid_ok32(quant_iq3s_grid, 512, iq3s, 8), "iq3s_grid: bytes or distinctness");
+    CHECK(grid_ok(quant_iq2xxs_grid, 8, 256, iq2, 3), "iq2xxs_grid: bytes or distinctness");
+    CHECK(grid_ok(quant_iq2xs_grid, 8, 512, iq2, 3), "iq2xs_grid: bytes or distinctness");
+    CHECK(grid_ok(quant_iq2s_grid, 8, 1024, iq2, 3), "iq2s_grid: bytes or distinctness");
+    CHECK(grid_ok(quant_iq3xxs_grid, 4, 256, iq3xxs, 8), "iq3xxs_grid: bytes or distinctness");
+    CHECK(grid_ok(quant_iq3s_grid, 4, 512, iq3s, 8), "iq3s_grid: bytes or distinctness");
     /* entries as ggml-common.h prints them */
     static const uint64_t first_iq2[4] = { 0x0808080808080808, 0x080808080808082b, 0x0808080808081919,
                                            0x0808080808082b08 };
