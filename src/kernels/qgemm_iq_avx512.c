@@ -103,6 +103,7 @@ rows_dot_n(const uint8_t *s, int64_t nb, const kern_q8k *const *x, const int nr,
     for (int q = 0; q < 4; q++) idx[q] = _mm512_loadu_si512((const void *)SUB_OF_LANE[q]);
 #pragma GCC unroll 4
     for (int rr = 0; rr < nr; rr++) acc[rr] = 0.0f;
+    __m128 acc4 = _mm_setzero_ps(); /* nr == 4: lane rr = acc[rr] */
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *o = s + (size_t)b * IQ_BLK;
         const __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(o + 288)));
@@ -125,10 +126,24 @@ rows_dot_n(const uint8_t *s, int64_t nb, const kern_q8k *const *x, const int nr,
         }
         float dw;
         memcpy(&dw, o + 304, 4);
+        if (nr == 4) { /* the four lane sums at once (exact), then the float steps lane by lane */
+            const __m512i a01 =
+                _mm512_add_epi32(_mm512_unpacklo_epi32(T[0], T[1]), _mm512_unpackhi_epi32(T[0], T[1]));
+            const __m512i a23 =
+                _mm512_add_epi32(_mm512_unpacklo_epi32(T[2], T[3]), _mm512_unpackhi_epi32(T[2], T[3]));
+            const __m512i a4 =
+                _mm512_add_epi32(_mm512_unpacklo_epi64(a01, a23), _mm512_unpackhi_epi64(a01, a23));
+            const __m256i h = _mm256_add_epi32(_mm512_castsi512_si256(a4), _mm512_extracti64x4_epi64(a4, 1));
+            const __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+            const __m128 dx = _mm_set_ps(x[3][b].d, x[2][b].d, x[1][b].d, x[0][b].d);
+            acc4 = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(dw), dx), _mm_cvtepi32_ps(s4), acc4);
+            continue;
+        }
 #pragma GCC unroll 4
         for (int rr = 0; rr < nr; rr++)
             acc[rr] = fmaf(dw * x[rr][b].d, (float)_mm512_reduce_add_epi32(T[rr]), acc[rr]);
     }
+    if (nr == 4) _mm_storeu_ps(acc, acc4);
 }
 
 KVI_TARGET_VNNI static void rows_dot(const uint8_t *s, int64_t nb, const kern_q8k *const *x, int nr,
