@@ -225,6 +225,7 @@ def main():
     print(" * bytes 4..62, IQ3_S bytes odd 1..15; entries equal ggml-common.h's.")
     print(" */")
     print('#include "formats/quant_grids.h"\n')
+    print("/* clang-format off */")
     emit("quant_iq2xxs_grid", "uint64_t", 16, unpack(IQ2XXS_HEX, 256, 8, 2, IQ2_MAP), 4)
     emit("quant_iq2xs_grid", "uint64_t", 16, unpack(IQ2XS_HEX, 512, 8, 2, IQ2_MAP), 4)
     emit("quant_iq2s_grid", "uint64_t", 16, unpack(IQ2S_HEX, 1024, 8, 2, IQ2_MAP), 4)
@@ -234,6 +235,7 @@ def main():
     print("/* ksigns_iq2xs: i with bit 7 set when i has an odd number of bits */")
     emit("quant_ksigns_iq2xs", "uint8_t", 2, ksigns, 16)
     print("const uint8_t quant_kmask_iq2xs[8] = { 1, 2, 4, 8, 16, 32, 64, 128 };")
+    print("/* clang-format on */")
 
 
 if __name__ == "__main__":

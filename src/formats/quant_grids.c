@@ -9,6 +9,7 @@
  */
 #include "formats/quant_grids.h"
 
+/* clang-format off */
 const uint64_t quant_iq2xxs_grid[256] = {
     0x0808080808080808, 0x080808080808082b, 0x0808080808081919, 0x0808080808082b08,
     0x0808080808082b2b, 0x0808080808190819, 0x0808080808191908, 0x08080808082b0808,
@@ -581,3 +582,4 @@ const uint8_t quant_ksigns_iq2xs[128] = {
 };
 
 const uint8_t quant_kmask_iq2xs[8] = { 1, 2, 4, 8, 16, 32, 64, 128 };
+/* clang-format on */
