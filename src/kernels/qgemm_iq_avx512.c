@@ -32,10 +32,40 @@
 #define IQ_BLK 320 /* scratch bytes per block: mag 256, sgn 32, sc 16, dw 4, pad */
 #define IQ_RG 4    /* activation rows per pass over a decoded weight row */
 
+/* The signs, odd scales and factor of a block whose sub-block ib keeps its 4 sign
+ * indices (7 bits at 7l) and scale s (bits 28..31) in a u32, found at dword
+ * 2 ib + 1 (IQ2_XXS) or ib (IQ3_XXS) of v: into o + 256 (sign bytes, parity as
+ * bit 7: quant_ksigns_iq2xs's rule), o + 288 (2 s + 1, twice) and o + 304. */
+KVI_TARGET_VNNI static void decode_ksigns(__m512i v, int stride, int off, float dw, uint8_t *o)
+{
+    const __m512i sh = _mm512_set_epi32(21, 14, 7, 0, 21, 14, 7, 0, 21, 14, 7, 0, 21, 14, 7, 0);
+    const __m512i m7 = _mm512_set1_epi32(127), one = _mm512_set1_epi32(1);
+    const __m512i sub = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+    for (int h = 0; h < 2; h++) { /* sign groups 16h .. 16h+15: sub-blocks 4h .. 4h+3 */
+        const __m512i pos = _mm512_add_epi32(
+            _mm512_mullo_epi32(_mm512_add_epi32(sub, _mm512_set1_epi32(4 * h)), _mm512_set1_epi32(stride)),
+            _mm512_set1_epi32(off));
+        const __m512i aux = _mm512_permutexvar_epi32(pos, v);
+        const __m512i i7 = _mm512_and_si512(_mm512_srlv_epi32(aux, sh), m7);
+        __m512i t = _mm512_xor_si512(i7, _mm512_srli_epi32(i7, 4));
+        t = _mm512_xor_si512(t, _mm512_srli_epi32(t, 2));
+        t = _mm512_xor_si512(t, _mm512_srli_epi32(t, 1));
+        const __m512i sg = _mm512_or_si512(i7, _mm512_slli_epi32(_mm512_and_si512(t, one), 7));
+        _mm_storeu_si128((__m128i *)(o + 256 + 16 * h), _mm512_cvtepi32_epi8(sg));
+        /* lanes 0, 4, 8, 12 hold sub-blocks 4h .. 4h+3: their 2 s + 1 */
+        const __m512i sc = _mm512_add_epi32(_mm512_slli_epi32(_mm512_srli_epi32(aux, 28), 1), one);
+        uint8_t s8[16];
+        _mm_storeu_si128((__m128i *)s8, _mm512_cvtepi32_epi8(sc));
+        for (int k = 0; k < 4; k++) o[288 + 8 * h + 2 * k] = o[288 + 8 * h + 2 * k + 1] = s8[4 * k];
+    }
+    memcpy(o + 304, &dw, 4);
+}
+
+static float f16_at(const uint8_t *p) { return quant_f16_to_f32((quant_f16)(p[0] | p[1] << 8)); }
+
 /* One IQ2_XXS block at p into the scratch block o, the bytes quant_iq_unpack
  * writes, in vectors: the 8 index bytes of sub-blocks 2k, 2k+1 gather the grid
- * entries of inputs 64k..64k+63 (faster here than 32 scalar copies); the 32 sign
- * indices (7 bits at 7l of each sub-block's u32) get their parity as bit 7 (quant_ksigns_iq2xs's rule). */
+ * entries of inputs 64k..64k+63 (faster here than 32 scalar copies). */
 KVI_TARGET_VNNI static void decode_iq2xxs(const uint8_t *p, uint8_t *o)
 {
     const uint8_t *q = p + 2; /* 8 x (4 index bytes, u32 signs and scale) */
@@ -47,24 +77,19 @@ KVI_TARGET_VNNI static void decode_iq2xxs(const uint8_t *p, uint8_t *o)
         _mm512_store_si512((void *)(o + 64 * k),
                            _mm512_i64gather_epi64(idx, (const void *)quant_iq2xxs_grid, 8));
     }
-    const __m512i v = _mm512_loadu_si512((const void *)q); /* the u32 of sub-block a: dword 2a + 1 */
-    const __m512i sh = _mm512_set_epi32(21, 14, 7, 0, 21, 14, 7, 0, 21, 14, 7, 0, 21, 14, 7, 0);
-    const __m512i m7 = _mm512_set1_epi32(127), one = _mm512_set1_epi32(1);
-    for (int h = 0; h < 2; h++) { /* sign groups 16h .. 16h+15: sub-blocks 4h .. 4h+3 */
-        const __m512i pos = _mm512_set_epi32(8 * h + 7, 8 * h + 7, 8 * h + 7, 8 * h + 7, 8 * h + 5, 8 * h + 5,
-                                             8 * h + 5, 8 * h + 5, 8 * h + 3, 8 * h + 3, 8 * h + 3, 8 * h + 3,
-                                             8 * h + 1, 8 * h + 1, 8 * h + 1, 8 * h + 1);
-        const __m512i i7 = _mm512_and_si512(_mm512_srlv_epi32(_mm512_permutexvar_epi32(pos, v), sh), m7);
-        __m512i t = _mm512_xor_si512(i7, _mm512_srli_epi32(i7, 4));
-        t = _mm512_xor_si512(t, _mm512_srli_epi32(t, 2));
-        t = _mm512_xor_si512(t, _mm512_srli_epi32(t, 1));
-        const __m512i sg = _mm512_or_si512(i7, _mm512_slli_epi32(_mm512_and_si512(t, one), 7));
-        _mm_storeu_si128((__m128i *)(o + 256 + 16 * h), _mm512_cvtepi32_epi8(sg));
+    decode_ksigns(_mm512_loadu_si512((const void *)q), 2, 1, f16_at(p) * 0.125f, o);
+}
+
+/* One IQ3_XXS block likewise: 16 index bytes gather the entries of 64 inputs. */
+KVI_TARGET_VNNI static void decode_iq3xxs(const uint8_t *p, uint8_t *o)
+{
+    for (int k = 0; k < 4; k++) {
+        const __m512i idx = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p + 2 + 16 * k)));
+        _mm512_store_si512((void *)(o + 64 * k),
+                           _mm512_i32gather_epi32(idx, (const void *)quant_iq3xxs_grid, 4));
     }
-    for (int ib = 0; ib < 8; ib++)
-        o[288 + 2 * ib] = o[288 + 2 * ib + 1] = (uint8_t)(2 * (q[8 * ib + 7] >> 4) + 1);
-    const float dw = quant_f16_to_f32((quant_f16)(p[0] | p[1] << 8)) * 0.125f;
-    memcpy(o + 304, &dw, 4);
+    const __m512i v = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(p + 66)));
+    decode_ksigns(v, 1, 0, f16_at(p) * 0.25f, o);
 }
 
 /* The row's nb blocks into the scratch layout above. */
@@ -73,8 +98,8 @@ KVI_TARGET_VNNI static void decode_row(kvi_type t, const uint8_t *w, int64_t nb,
     const size_t bb = quant_block_bytes(t);
     for (int64_t b = 0; b < nb; b++) {
         uint8_t *o = s + (size_t)b * IQ_BLK;
-        if (t == KVI_TYPE_IQ2_XXS) {
-            decode_iq2xxs(w + (size_t)b * bb, o);
+        if (t == KVI_TYPE_IQ2_XXS || t == KVI_TYPE_IQ3_XXS) {
+            (t == KVI_TYPE_IQ2_XXS ? decode_iq2xxs : decode_iq3xxs)(w + (size_t)b * bb, o);
             continue;
         }
         float dw;
