@@ -92,15 +92,68 @@ KVI_TARGET_VNNI static void decode_iq3xxs(const uint8_t *p, uint8_t *o)
     decode_ksigns(v, 1, 0, f16_at(p) * 0.25f, o);
 }
 
+/* The odd scales of 8 bytes of nibble pairs (IQ2_S: byte ib, low nibble the first
+ * 16 inputs of sub-block ib) or 4 (IQ3_S: byte k, low nibble sub-block 2k). */
+static void nibble_scales(const uint8_t *b, int per16, uint8_t *sc)
+{
+    for (int i = 0; i < 16; i++) {
+        const int byte = per16 ? i / 2 : i / 4, hi = per16 ? i % 2 : (i / 2) % 2;
+        sc[i] = (uint8_t)(2 * ((b[byte] >> (4 * hi)) & 0xf) + 1);
+    }
+}
+
+/* One IQ2_S block likewise: group g's 10-bit index is its low byte and 2 bits of
+ * qh (bits 2l..2l+1 of sub-block ib's byte); the sign bytes are stored as such. */
+KVI_TARGET_VNNI static void decode_iq2s(const uint8_t *p, uint8_t *o)
+{
+    const __m512i sh = _mm512_set_epi64(14, 12, 10, 8, 6, 4, 2, 0), m3 = _mm512_set1_epi64(3);
+    for (int k = 0; k < 4; k++) { /* sub-blocks 2k, 2k+1: groups 8k .. 8k+7 */
+        uint64_t lo;
+        memcpy(&lo, p + 2 + 8 * k, 8);
+        const uint64_t h = (uint64_t)p[66 + 2 * k] | (uint64_t)p[67 + 2 * k] << 8;
+        const __m512i hi = _mm512_and_si512(_mm512_srlv_epi64(_mm512_set1_epi64((long long)h), sh), m3);
+        const __m512i idx =
+            _mm512_or_si512(_mm512_cvtepu8_epi64(_mm_cvtsi64_si128((long long)lo)), _mm512_slli_epi64(hi, 8));
+        _mm512_store_si512((void *)(o + 64 * k),
+                           _mm512_i64gather_epi64(idx, (const void *)quant_iq2s_grid, 8));
+    }
+    memcpy(o + 256, p + 34, 32);
+    nibble_scales(p + 74, 1, o + 288);
+    const float dw = f16_at(p) * 0.125f;
+    memcpy(o + 304, &dw, 4);
+}
+
+/* One IQ3_S block likewise: entry m of sub-blocks 2k, 2k+1 (16 of them) has bit 8
+ * of its index in bit m of qh[2k] | qh[2k+1] << 8, a lane mask. */
+KVI_TARGET_VNNI static void decode_iq3s(const uint8_t *p, uint8_t *o)
+{
+    const __m512i b8 = _mm512_set1_epi32(256);
+    for (int k = 0; k < 4; k++) {
+        const __mmask16 h = (__mmask16)(p[66 + 2 * k] | p[67 + 2 * k] << 8);
+        __m512i idx = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p + 2 + 16 * k)));
+        idx = _mm512_mask_or_epi32(idx, h, idx, b8);
+        _mm512_store_si512((void *)(o + 64 * k),
+                           _mm512_i32gather_epi32(idx, (const void *)quant_iq3s_grid, 4));
+    }
+    memcpy(o + 256, p + 74, 32);
+    nibble_scales(p + 106, 0, o + 288);
+    const float dw = f16_at(p);
+    memcpy(o + 304, &dw, 4);
+}
+
 /* The row's nb blocks into the scratch layout above. */
 KVI_TARGET_VNNI static void decode_row(kvi_type t, const uint8_t *w, int64_t nb, uint8_t *s)
 {
     const size_t bb = quant_block_bytes(t);
     for (int64_t b = 0; b < nb; b++) {
         uint8_t *o = s + (size_t)b * IQ_BLK;
-        if (t == KVI_TYPE_IQ2_XXS || t == KVI_TYPE_IQ3_XXS) {
-            (t == KVI_TYPE_IQ2_XXS ? decode_iq2xxs : decode_iq3xxs)(w + (size_t)b * bb, o);
-            continue;
+        const uint8_t *blk = w + (size_t)b * bb;
+        switch (t) {
+        case KVI_TYPE_IQ2_XXS: decode_iq2xxs(blk, o); continue;
+        case KVI_TYPE_IQ3_XXS: decode_iq3xxs(blk, o); continue;
+        case KVI_TYPE_IQ2_S: decode_iq2s(blk, o); continue;
+        case KVI_TYPE_IQ3_S: decode_iq3s(blk, o); continue;
+        default: break; /* IQ2_XS: the reference decoder */
         }
         float dw;
         quant_iq_unpack(t, w + (size_t)b * bb, o, o + 256, o + 288, &dw);
