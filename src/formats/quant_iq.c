@@ -2,9 +2,10 @@
  * quant_iq.c — decoding of the grid-based low-bit blocks (IQ2_XXS, IQ2_XS, IQ2_S,
  * IQ3_XXS, IQ3_S; layouts and the decoded form in quant_iq.h).
  *
- * quant_iq_unpack is the only reader of these blocks: the reference dequantisation
- * below and the kernels' integer products (kernels/q8*.c, qgemm_iq_avx512.c) all
- * start from its mag / sgn / sc / dw. It reads exactly one block's bytes.
+ * quant_iq_unpack is the reference reader of these blocks: the dequantisation
+ * below and the scalar / AVX2 integer products (kernels/q8_rows.h) start from its
+ * mag / sgn / sc / dw; the AVX-512 kernel (kernels/qgemm_iq_avx512.c) decodes the
+ * same bytes with vectors and is tested against it. It reads exactly one block.
  */
 #include "formats/quant_iq.h"
 

@@ -2,8 +2,10 @@
  * qgemm_iq_avx512.c — grid-type weights (IQ2_XXS IQ2_XS IQ2_S IQ3_XXS IQ3_S) times
  * Q8_K activations with AVX-512 VNNI, decode and prefill alike (qgemm_iq.h).
  *
- * Each weight row j of [j0, j1) is decoded once per call into the scratch by
- * quant_iq_unpack (the one reader of the blocks): per 256-input block b, at
+ * Each weight row j of [j0, j1) is decoded once per call into the scratch, by a
+ * vector decoder per type (grid entries gathered, sign parity computed; IQ2_XS by
+ * quant_iq_unpack itself) that writes exactly the bytes of quant_iq_unpack (formats/quant_iq.c; the products
+ * are checked against the reference bit for bit): per 256-input block b, at
  * S + b * IQ_BLK: mag [256] (grid bytes, unsigned), sgn [32] (bit i % 8 of byte
  * i / 8: input i negative), sc [16] (odd scales per 16 inputs), dw (f32).
  * Then for the activation rows, IQ_RG at a time, block by block in order:
@@ -32,6 +34,17 @@
 #define IQ_BLK 320 /* scratch bytes per block: mag 256, sgn 32, sc 16, dw 4, pad */
 #define IQ_RG 4    /* activation rows per pass over a decoded weight row */
 
+/* 16 sign indices (7 bits, one per dword lane) as their 16 sign bytes: the index
+ * with its parity as bit 7 (quant_ksigns_iq2xs's rule). */
+KVI_TARGET_VNNI static __m128i sign_bytes(__m512i i7)
+{
+    __m512i t = _mm512_xor_si512(i7, _mm512_srli_epi32(i7, 4));
+    t = _mm512_xor_si512(t, _mm512_srli_epi32(t, 2));
+    t = _mm512_xor_si512(t, _mm512_srli_epi32(t, 1));
+    const __m512i par = _mm512_and_si512(t, _mm512_set1_epi32(1));
+    return _mm512_cvtepi32_epi8(_mm512_or_si512(i7, _mm512_slli_epi32(par, 7)));
+}
+
 /* The signs, odd scales and factor of a block whose sub-block ib keeps its 4 sign
  * indices (7 bits at 7l) and scale s (bits 28..31) in a u32, found at dword
  * 2 ib + 1 (IQ2_XXS) or ib (IQ3_XXS) of v: into o + 256 (sign bytes, parity as
@@ -47,11 +60,7 @@ KVI_TARGET_VNNI static void decode_ksigns(__m512i v, int stride, int off, float 
             _mm512_set1_epi32(off));
         const __m512i aux = _mm512_permutexvar_epi32(pos, v);
         const __m512i i7 = _mm512_and_si512(_mm512_srlv_epi32(aux, sh), m7);
-        __m512i t = _mm512_xor_si512(i7, _mm512_srli_epi32(i7, 4));
-        t = _mm512_xor_si512(t, _mm512_srli_epi32(t, 2));
-        t = _mm512_xor_si512(t, _mm512_srli_epi32(t, 1));
-        const __m512i sg = _mm512_or_si512(i7, _mm512_slli_epi32(_mm512_and_si512(t, one), 7));
-        _mm_storeu_si128((__m128i *)(o + 256 + 16 * h), _mm512_cvtepi32_epi8(sg));
+        _mm_storeu_si128((__m128i *)(o + 256 + 16 * h), sign_bytes(i7));
         /* lanes 0, 4, 8, 12 hold sub-blocks 4h .. 4h+3: their 2 s + 1 */
         const __m512i sc = _mm512_add_epi32(_mm512_slli_epi32(_mm512_srli_epi32(aux, 28), 1), one);
         uint8_t s8[16];
@@ -153,10 +162,10 @@ KVI_TARGET_VNNI static void decode_row(kvi_type t, const uint8_t *w, int64_t nb,
         case KVI_TYPE_IQ3_XXS: decode_iq3xxs(blk, o); continue;
         case KVI_TYPE_IQ2_S: decode_iq2s(blk, o); continue;
         case KVI_TYPE_IQ3_S: decode_iq3s(blk, o); continue;
-        default: break; /* IQ2_XS: the reference decoder */
+        default: break; /* IQ2_XS: the reference decoder (its gathers measured slower) */
         }
         float dw;
-        quant_iq_unpack(t, w + (size_t)b * bb, o, o + 256, o + 288, &dw);
+        quant_iq_unpack(t, blk, o, o + 256, o + 288, &dw);
         memcpy(o + 304, &dw, 4);
     }
 }
