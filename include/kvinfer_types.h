@@ -59,7 +59,12 @@ typedef enum kvi_type {
     KVI_TYPE_Q5_K = 13,
     KVI_TYPE_Q6_K = 14,
     KVI_TYPE_Q8_K = 15,
+    KVI_TYPE_IQ2_XXS = 16, /* 256 per block: 8-value grid entries, signs, 4-bit scales */
+    KVI_TYPE_IQ2_XS = 17,
+    KVI_TYPE_IQ3_XXS = 18, /* 256 per block: 4-value grid entries */
     KVI_TYPE_IQ4_NL = 20, /* 32 per block: f16 d, 4-bit indices into a 16-value codebook */
+    KVI_TYPE_IQ3_S = 21,
+    KVI_TYPE_IQ2_S = 22,
     KVI_TYPE_IQ4_XS = 23, /* 256 per block: the same codebook, 6-bit scales per 32 */
     KVI_TYPE_BF16 = 30,
     KVI_TYPE_MXFP4 = 39, /* 32 per block: E8M0 exponent e, 4-bit FP4 (E2M1) codes */

@@ -29,6 +29,8 @@
  */
 #include "formats/quant.h"
 
+#include "formats/quant_iq.h"
+
 #include <ctype.h>
 #include <math.h>
 #include <string.h>
@@ -56,7 +58,12 @@ static const type_info TYPES[KVI_TYPE_COUNT] = {
     [KVI_TYPE_Q5_K] = { "q5_k", QK_K, sizeof(block_q5_K) },
     [KVI_TYPE_Q6_K] = { "q6_k", QK_K, sizeof(block_q6_K) },
     [KVI_TYPE_Q8_K] = { "q8_k", QK_K, sizeof(block_q8_K) },
+    [KVI_TYPE_IQ2_XXS] = { "iq2_xxs", QK_K, sizeof(block_iq2_xxs) },
+    [KVI_TYPE_IQ2_XS] = { "iq2_xs", QK_K, sizeof(block_iq2_xs) },
+    [KVI_TYPE_IQ3_XXS] = { "iq3_xxs", QK_K, sizeof(block_iq3_xxs) },
     [KVI_TYPE_IQ4_NL] = { "iq4_nl", QK4_NL, sizeof(block_iq4_nl) },
+    [KVI_TYPE_IQ3_S] = { "iq3_s", QK_K, sizeof(block_iq3_s) },
+    [KVI_TYPE_IQ2_S] = { "iq2_s", QK_K, sizeof(block_iq2_s) },
     [KVI_TYPE_IQ4_XS] = { "iq4_xs", QK_K, sizeof(block_iq4_xs) },
     [KVI_TYPE_BF16] = { "bf16", 1, 2 },
     [KVI_TYPE_MXFP4] = { "mxfp4", QK_MXFP4, sizeof(block_mxfp4) },
@@ -417,6 +424,7 @@ void quant_dequant_row(kvi_type t, const void *src, float *dst, int64_t n)
         return;
     default: break;
     }
+    if (quant_iq_dequant_row(t, p, dst, nb)) return; /* the grid types (quant_iq.c) */
     /* Block types: copy each block to an aligned local (rows may be unaligned). */
     for (int64_t i = 0; i < nb; i++, p += bb) {
         float *y = dst + i * be;

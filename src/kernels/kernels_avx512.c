@@ -13,6 +13,7 @@
 #include "base/cpu.h"
 #include "kernels/fmm_amx.h"
 #include "kernels/qgemm_amx.h"
+#include "kernels/qgemm_iq.h"
 #include "kernels/kernels_int.h"
 #include "kernels/r16.h"
 #include "kernels/qgemm_r16_mid.h"
@@ -858,6 +859,7 @@ VNNI static int qgemm_avx512(const kern_qgemm_args *a)
 {
     if (!kern_has_vnni() || kern_q8_act_type(a->type) == KVI_TYPE_F32) return 0;
     if (a->w_rb > (size_t)INT32_MAX / 16) return 0; /* gather offsets are int32 */
+    if (quant_iq_is_grid(a->type)) return kern_qgemm_iq_avx512(a); /* qgemm_iq_avx512.c */
     if (kern_qgemv_avx512(a) || kern_qgemv_kq_avx512(a)) return 1;
     if (a->type != KVI_TYPE_Q8_0 && a->type != KVI_TYPE_Q4_0 && a->type != KVI_TYPE_IQ4_NL &&
         a->type != KVI_TYPE_MXFP4)

@@ -41,7 +41,7 @@ kvi_type kern_q8_act_type(kvi_type t)
     case KVI_TYPE_Q5_K:
     case KVI_TYPE_Q6_K:
     case KVI_TYPE_IQ4_XS: return KVI_TYPE_Q8_K;
-    default: return KVI_TYPE_F32;
+    default: return quant_iq_is_grid(t) ? KVI_TYPE_Q8_K : KVI_TYPE_F32;
     }
 }
 
@@ -192,7 +192,7 @@ float kern_q8_dot_ref(kvi_type t, const void *w, const void *xq, int64_t n)
         float d, dmin;
         unpack256(t, wp + (size_t)b * bb, lv, sc, mn, &d, &dmin);
         int32_t isum = 0, msum = 0;
-        const int sub = t == KVI_TYPE_Q6_K ? 16 : 32;
+        const int sub = kern_q8k_sub(t);
         for (int s = 0; s < QK_K / sub; s++) {
             int32_t si = 0;
             for (int i = s * sub; i < (s + 1) * sub; i++) si += lv[i] * x[b].qs[i];

@@ -21,6 +21,8 @@
  * values, IQ4_XS's scale_s is ls_s - 32 (signed) over sub-blocks of 32, no min term.
  * MXFP4 is IQ4_NL-like with the levels quant_kvalues_mxfp4 (-12..12) and
  * dw_b = 2^(e_b - 128) (quant_e8m0_half; as ggml, sum(level * q8) * (dx * dw)).
+ * IQ2_XXS IQ2_XS IQ2_S IQ3_XXS IQ3_S (formats/quant_iq.h) are Q6_K-like: levels are
+ * the signed grid bytes, scale_s = 2 s + 1 per 16 inputs, dw_b the block's factor.
  * Every integer is exact, so a SIMD kernel that computes the same integers and then
  * the same float operations gives the scalar reference's bits: whatever the ISA,
  * the batch size, the tile or the thread count.
@@ -30,6 +32,7 @@
 
 #include "kernels/kernels.h"
 #include "formats/quant.h"
+#include "formats/quant_iq.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -54,6 +57,9 @@ typedef struct kern_q8k {
     int32_t pad[3];
 } kern_q8k;
 _Static_assert(sizeof(kern_q8k) == 256 + 4 + 32 + 64 + 12, "kern_q8k size");
+
+/* Inputs per sub-block scale of a Q8_K weight type: 16 (Q6_K, the grid types) or 32. */
+static inline int kern_q8k_sub(kvi_type t) { return t == KVI_TYPE_Q6_K || quant_iq_is_grid(t) ? 16 : 32; }
 
 /* The activation block type for weights of type t: KVI_TYPE_Q8_0 (kern_q8a),
  * KVI_TYPE_Q8_K (kern_q8k), or KVI_TYPE_F32 when t has no integer path. */

@@ -108,6 +108,15 @@ static void unpack32(kvi_type t, const uint8_t *p, int8_t lv[32], float *d, floa
 static void unpack256(kvi_type t, const uint8_t *p, int8_t lv[QK_K], int sc[16], int mn[8], float *d,
                       float *dmin)
 {
+    if (quant_iq_is_grid(t)) { /* signed grid bytes, odd scales per 16 (quant_iq.h) */
+        uint8_t mag[QK_K], sgn[QK_K / 8], s16[16];
+        quant_iq_unpack(t, p, mag, sgn, s16, d);
+        *dmin = 0.0f;
+        for (int i = 0; i < QK_K; i++) lv[i] = (int8_t)((sgn[i / 8] >> (i % 8)) & 1 ? -mag[i] : mag[i]);
+        for (int s = 0; s < 16; s++) sc[s] = s16[s];
+        for (int s = 0; s < 8; s++) mn[s] = 0;
+        return;
+    }
     if (t == KVI_TYPE_IQ4_XS) {
         block_iq4_xs b;
         memcpy(&b, p, sizeof b); /* the uint16_t scales_h may lie unaligned */
@@ -211,7 +220,7 @@ static int q8_rows(const kern_qgemm_args *a)
                 }
             } else {
                 const kern_q8k *x = (const kern_q8k *)(a->xq + (size_t)r * a->xq_rb);
-                const int sub = t == KVI_TYPE_Q6_K ? 16 : 32;
+                const int sub = kern_q8k_sub(t);
                 for (int64_t b = 0; b < nb; b++) {
                     int32_t isum = 0, msum = 0;
                     for (int s = 0; s < QK_K / sub; s++)
