@@ -6,15 +6,6 @@
  */
 #include "formats/quant_nvfp4.h"
 
-#include <math.h>
-
-float quant_ue4m3_half(uint8_t x)
-{
-    if (x == 0 || x == 0x7f) return 0.0f;
-    const int e = (x >> 3) & 0xf, m = x & 7;
-    return e == 0 ? ldexpf((float)m, -10) : ldexpf((float)(8 + m), e - 11);
-}
-
 void quant_nvfp4_unpack(const uint8_t *p, int8_t lv[QK_NVFP4], float dh[QK_NVFP4 / QK_NVFP4_SUB])
 {
     const uint8_t *qs = p + 4;

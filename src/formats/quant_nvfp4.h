@@ -25,8 +25,18 @@ typedef struct {
 } block_nvfp4;
 _Static_assert(sizeof(block_nvfp4) == 36, "block_nvfp4 size");
 
-/* Half the UE4M3 scale x, exactly. */
-float quant_ue4m3_half(uint8_t x);
+/* Half the UE4M3 scale x, exactly: m * 2^-10 for exponent field 0, else
+ * (1 + m/8) * 2^(e - 8) built from the float's bits (no libm call). */
+static inline float quant_ue4m3_half(uint8_t x)
+{
+    const uint32_t e = (x >> 3) & 0xfu, m = x & 7u;
+    if (x == 0x7f || e == 0) return x == 0x7f ? 0.0f : (float)m * 0x1p-10f;
+    union {
+        uint32_t u;
+        float f;
+    } c = { (e + 119u) << 23 | m << 20 };
+    return c.f;
+}
 /* One block at p: lv [64] and dh [4] = quant_ue4m3_half of each sub-block's scale. */
 void quant_nvfp4_unpack(const uint8_t *p, int8_t lv[QK_NVFP4], float dh[QK_NVFP4 / QK_NVFP4_SUB]);
 /* n values (n a multiple of 64) from src into dst. */

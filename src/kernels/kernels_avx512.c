@@ -14,6 +14,7 @@
 #include "kernels/fmm_amx.h"
 #include "kernels/qgemm_amx.h"
 #include "kernels/kernels_int.h"
+#include "kernels/q8_lowbit.h"
 #include "kernels/r16.h"
 #include "kernels/r16_pack.h"
 #include "kernels/vnni_avx512.h"
@@ -857,6 +858,7 @@ VNNI static int qgemm_avx512(const kern_qgemm_args *a)
 {
     if (!kern_has_vnni() || kern_q8_act_type(a->type) == KVI_TYPE_F32) return 0;
     if (a->w_rb > (size_t)INT32_MAX / 16) return 0; /* gather offsets are int32 */
+    if (kern_lowbit_type(a->type)) return kern_lowbit_gemm_avx512(a); /* q8_lowbit_avx512.c */
     if (kern_qgemv_avx512(a) || kern_qgemv_kq_avx512(a)) return 1;
     if (a->type != KVI_TYPE_Q8_0 && a->type != KVI_TYPE_Q4_0 && a->type != KVI_TYPE_IQ4_NL &&
         a->type != KVI_TYPE_MXFP4)
