@@ -33,6 +33,7 @@
 #include "formats/quant_iq1.h"
 #include "formats/quant_nvfp4.h"
 #include "formats/quant_tq.h"
+#include "formats/quant_grid_iq1.h"
 
 #include <math.h>
 
@@ -43,18 +44,24 @@ VNNI_INLINE __m512i q2x32(const int8_t *qa, const int8_t *qb)
                               _mm256_loadu_si256((const __m256i *)qb), 1);
 }
 
-VNNI static int32_t isum_tq2(const uint8_t *p, const kern_q8k *x)
+/* ---- Q8_K types: 16 weight rows unpacked, then dotted as 16 lanes -------- */
+
+typedef struct kq_blk {
+    int32_t ls[16]; /* IQ1: 2s + 1 of values 16h..16h+15 */
+} kq_blk;
+_Static_assert(sizeof(kq_blk) == 64, "kq_blk size");
+
+VNNI static void unpack_tq2(const uint8_t *p, uint8_t *u)
 {
     const __m512i qs = _mm512_loadu_si512((const void *)p), m3 = _mm512_set1_epi8(3);
-    __m512i acc = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_loadu_si512((const void *)x->sum16));
     for (int l = 0; l < 4; l++) {
         const __m512i t = _mm512_and_si512(_mm512_srli_epi16(qs, 2 * l), m3);
-        acc = _mm512_dpbusd_epi32(acc, t, q2x32(x->qs + 32 * l, x->qs + 128 + 32 * l));
+        _mm256_storeu_si256((__m256i *)(u + 32 * l), _mm512_castsi512_si256(t));
+        _mm256_storeu_si256((__m256i *)(u + 128 + 32 * l), _mm512_extracti64x4_epi64(t, 1));
     }
-    return _mm512_reduce_add_epi32(acc);
 }
 
-/* digit n (pow = 3^n) of every byte of b, as bytes */
+/* digit n (pow = 3^n) of every byte, as bytes, from the even and odd bytes */
 VNNI_INLINE __m512i tq1_digits(__m512i ev, __m512i od, int pow)
 {
     const __m512i p = _mm512_set1_epi16((short)pow), ff = _mm512_set1_epi16(0xff),
@@ -66,83 +73,172 @@ VNNI_INLINE __m512i tq1_digits(__m512i ev, __m512i od, int pow)
     return _mm512_or_si512(e, _mm512_slli_epi16(o, 8));
 }
 
-VNNI static int32_t isum_tq1(const uint8_t *p, const kern_q8k *x)
+VNNI static void unpack_tq1(const uint8_t *p, uint8_t *u)
 {
     static const int POW3[5] = { 1, 3, 9, 27, 81 };
     const __m512i b = _mm512_maskz_loadu_epi8((__mmask64)0x000fffffffffffffull, p); /* qs[48], qh[4] */
     const __m512i ev = _mm512_and_si512(b, _mm512_set1_epi16(0xff)), od = _mm512_srli_epi16(b, 8);
-    __m512i acc = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_loadu_si512((const void *)x->sum16));
     for (int n = 0; n < 5; n++) {
-        __m512i q = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(x->qs + 32 * n)));
-        q = _mm512_inserti32x4(q, _mm_loadu_si128((const __m128i *)(x->qs + 160 + 16 * n)), 2);
+        const __m512i t = tq1_digits(ev, od, POW3[n]);
+        _mm256_storeu_si256((__m256i *)(u + 32 * n), _mm512_castsi512_si256(t));
+        _mm_storeu_si128((__m128i *)(u + 160 + 16 * n), _mm512_extracti32x4_epi32(t, 2));
         if (n < 4) {
-            int32_t w;
-            memcpy(&w, x->qs + 240 + 4 * n, 4);
-            q = _mm512_inserti32x4(q, _mm_cvtsi32_si128(w), 3);
-        } else {
-            q = _mm512_inserti32x4(q, _mm_setzero_si128(), 3);
+            const int32_t w = _mm_cvtsi128_si32(_mm512_extracti32x4_epi32(t, 3));
+            memcpy(u + 240 + 4 * n, &w, 4);
         }
-        acc = _mm512_dpbusd_epi32(acc, tq1_digits(ev, od, POW3[n]), q);
     }
-    return _mm512_reduce_add_epi32(acc);
 }
 
-VNNI static float dot_tq(kvi_type t, const uint8_t *w, const kern_q8k *x, int64_t nb)
+/* IQ1_S / IQ1_M: u = 8 g + 9 + delta (0..18) */
+VNNI static void unpack_iq1(kvi_type t, const uint8_t *p, uint8_t *u, kq_blk *k, float *dw)
 {
-    const size_t bb = t == KVI_TYPE_TQ1_0 ? sizeof(block_tq1_0) : sizeof(block_tq2_0);
-    float acc = 0.0f;
-    for (int64_t b = 0; b < nb; b++, w += bb) {
-        const int32_t isum = t == KVI_TYPE_TQ1_0 ? isum_tq1(w, &x[b]) : isum_tq2(w, &x[b]);
-        const float d = quant_f16_to_f32((quant_f16)(w[bb - 2] | w[bb - 1] << 8));
-        acc = fmaf(d * x[b].d, (float)isum, acc);
+    int32_t idx[32];
+    uint32_t neg = 0; /* bit g: group g's delta is negative */
+    float d;
+    if (t == KVI_TYPE_IQ1_S) {
+        d = quant_f16_to_f32((quant_f16)(p[0] | p[1] << 8));
+        for (int ib = 0; ib < 8; ib++) {
+            const unsigned h = p[34 + 2 * ib] | (unsigned)p[35 + 2 * ib] << 8;
+            k->ls[2 * ib] = k->ls[2 * ib + 1] = (int32_t)(2 * ((h >> 12) & 7) + 1);
+            for (int l = 0; l < 4; l++)
+                idx[4 * ib + l] = (int32_t)(p[2 + 4 * ib + l] | ((h >> (3 * l)) & 7) << 8);
+            neg |= (h >> 15) * (0xfu << (4 * ib));
+        }
+    } else {
+        unsigned sc[4];
+        for (int q = 0; q < 4; q++) sc[q] = p[48 + 2 * q] | (unsigned)p[49 + 2 * q] << 8;
+        d = quant_f16_to_f32(
+            (quant_f16)((sc[0] >> 12) | (sc[1] >> 8 & 0xf0) | (sc[2] >> 4 & 0xf00) | (sc[3] & 0xf000)));
+        for (int ib = 0; ib < 8; ib++) {
+            k->ls[2 * ib] = (int32_t)(2 * ((sc[ib / 2] >> (6 * (ib % 2))) & 7) + 1);
+            k->ls[2 * ib + 1] = (int32_t)(2 * ((sc[ib / 2] >> (6 * (ib % 2) + 3)) & 7) + 1);
+        }
+        for (int g = 0; g < 32; g++) {
+            const unsigned h = p[32 + g / 2] >> (4 * (g % 2));
+            idx[g] = (int32_t)(p[g] | (h & 7) << 8);
+            neg |= (h >> 3 & 1u) << g;
+        }
     }
-    return acc;
+    *dw = d * 0.125f;
+    /* grid bytes -1, 0, 1 -> (& 3) 3, 0, 1 -> 8 g + 9 = 1, 9, 17 */
+    const __m512i tab =
+        _mm512_broadcast_i32x4(_mm_setr_epi8(9, 17, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0));
+    const __m512i three = _mm512_set1_epi8(3), plus = _mm512_set1_epi8(1), minus = _mm512_set1_epi8(-1);
+    /* the grid entries by scalar loads (gathers are slow on some CPUs), 8 at a time */
+    const uint64_t *G = quant_iq1s_grid;
+    for (int v = 0; v < 4; v++) {
+        const int32_t *ix = idx + 8 * v;
+        const __m512i g = _mm512_set_epi64((long long)G[ix[7] & 2047], (long long)G[ix[6] & 2047],
+                                           (long long)G[ix[5] & 2047], (long long)G[ix[4] & 2047],
+                                           (long long)G[ix[3] & 2047], (long long)G[ix[2] & 2047],
+                                           (long long)G[ix[1] & 2047], (long long)G[ix[0] & 2047]);
+        const __m512i base = _mm512_shuffle_epi8(tab, _mm512_and_si512(g, three));
+        const __m512i dl = _mm512_mask_blend_epi64((__mmask8)(neg >> (8 * v)), plus, minus);
+        _mm512_storeu_si512((void *)(u + 64 * v), _mm512_add_epi8(base, dl));
+    }
 }
 
-/* ---- IQ1: one row unpacked, then dotted with every activation row -------- */
-
-typedef struct iq1_blk {
-    int32_t ls[16]; /* 2s + 1 of values 16h..16h+15 */
-    float dw;       /* d / 8 */
-    int32_t pad[15];
-} iq1_blk;
-_Static_assert(sizeof(iq1_blk) == 128, "iq1_blk size");
-
-static void iq1_unpack_row(kvi_type t, const uint8_t *w, int64_t nb, uint8_t *u, iq1_blk *blk)
+/* lane l = the sum of the 16 lanes of S[l] (exact wrap-around int32 sums) */
+VNNI_INLINE __m512i hsum16x16(const __m512i S[16])
 {
-    const size_t bb = quant_block_bytes(t);
-    int8_t lv[QK_K];
-    uint8_t ls[16];
+    __m512i A[8], B[4];
+    for (int i = 0; i < 8; i++)
+        A[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(S[2 * i], S[2 * i + 1]),
+                                _mm512_unpackhi_epi32(S[2 * i], S[2 * i + 1]));
+    for (int i = 0; i < 4; i++)
+        B[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(A[2 * i], A[2 * i + 1]),
+                                _mm512_unpackhi_epi64(A[2 * i], A[2 * i + 1]));
+    const __m512i C0 =
+        _mm512_add_epi32(_mm512_shuffle_i32x4(B[0], B[1], 0x88), _mm512_shuffle_i32x4(B[0], B[1], 0xdd));
+    const __m512i C1 =
+        _mm512_add_epi32(_mm512_shuffle_i32x4(B[2], B[3], 0x88), _mm512_shuffle_i32x4(B[2], B[3], 0xdd));
+    return _mm512_add_epi32(_mm512_shuffle_i32x4(C0, C1, 0x88), _mm512_shuffle_i32x4(C0, C1, 0xdd));
+}
+
+/* The 16 unpacked rows (u [16][n_in], blk [16][nb]) with activation row x: lane l
+ * of the result is row l's output (rows past nv repeat row nv - 1). */
+VNNI static __m512 tile_dot_k(bool iq1, const uint8_t *u, const kq_blk *blk, const float *dwv, int64_t n_in,
+                              int nv, const kern_q8k *x)
+{
+    const int64_t nb = n_in / QK_K;
+    __m512 acc = _mm512_setzero_ps();
+    const __m512i lane_grp =
+        _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), 2);
     for (int64_t b = 0; b < nb; b++) {
-        float d;
-        quant_iq1_unpack(t, w + (size_t)b * bb, lv, ls, &d);
-        for (int i = 0; i < QK_K; i++) u[b * QK_K + i] = (uint8_t)(lv[i] + 9);
-        for (int h = 0; h < 16; h++) blk[b].ls[h] = ls[h];
-        blk[b].dw = d * 0.125f;
-    }
-}
-
-VNNI static float dot_iq1(const uint8_t *u, const iq1_blk *blk, const kern_q8k *x, int64_t nb)
-{
-    float acc = 0.0f;
-    for (int64_t b = 0; b < nb; b++, u += QK_K) {
-        const __m512i ls = _mm512_loadu_si512((const void *)blk[b].ls);
-        /* -9 * ls_h * sum16_h per lane h: the offset's term */
-        __m512i t = _mm512_mullo_epi32(_mm512_mullo_epi32(ls, _mm512_loadu_si512((const void *)x[b].sum16)),
-                                       _mm512_set1_epi32(-9));
-        for (int k = 0; k < 4; k++) {
-            const __m512i d =
-                _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_loadu_si512((const void *)(u + 64 * k)),
-                                    _mm512_loadu_si512((const void *)(x[b].qs + 64 * k)));
-            /* lane l of this 64 belongs to group 4k + l/4 */
-            const __m512i idx = _mm512_add_epi32(
-                _mm512_set1_epi32(4 * k),
-                _mm512_srli_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), 2));
-            t = _mm512_dpwssd_epi32(t, d, _mm512_permutexvar_epi32(idx, ls));
+        __m512i X[4], S[16];
+        for (int k = 0; k < 4; k++) X[k] = _mm512_loadu_si512((const void *)(x[b].qs + 64 * k));
+        const __m512i sum16 = _mm512_loadu_si512((const void *)x[b].sum16);
+        const __m512i off = _mm512_mullo_epi32(sum16, _mm512_set1_epi32(-9));
+        for (int l = 0; l < 16; l++) {
+            const int row = l < nv ? l : nv - 1;
+            const uint8_t *ur = u + (size_t)row * (size_t)n_in + (size_t)b * QK_K;
+            if (iq1) {
+                const __m512i ls =
+                    _mm512_loadu_si512((const void *)blk[(size_t)row * (size_t)nb + (size_t)b].ls);
+                __m512i t = _mm512_mullo_epi32(ls, off);
+                for (int k = 0; k < 4; k++) {
+                    const __m512i d = _mm512_dpbusd_epi32(
+                        _mm512_setzero_si512(), _mm512_loadu_si512((const void *)(ur + 64 * k)), X[k]);
+                    const __m512i lsk =
+                        _mm512_permutexvar_epi32(_mm512_add_epi32(lane_grp, _mm512_set1_epi32(4 * k)), ls);
+                    t = _mm512_dpwssd_epi32(t, d, lsk);
+                }
+                S[l] = t;
+            } else {
+                __m512i t = _mm512_sub_epi32(_mm512_setzero_si512(), sum16);
+                for (int k = 0; k < 4; k++)
+                    t = _mm512_dpbusd_epi32(t, _mm512_loadu_si512((const void *)(ur + 64 * k)), X[k]);
+                S[l] = t;
+            }
         }
-        acc = fmaf(blk[b].dw * x[b].d, (float)_mm512_reduce_add_epi32(t), acc);
+        const __m512 dw = _mm512_loadu_ps(dwv + 16 * b);
+        acc =
+            _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(x[b].d)), _mm512_cvtepi32_ps(hsum16x16(S)), acc);
     }
     return acc;
+}
+
+/* Rows [j0, j1) as tiles of 16: each tile unpacked once into the scratch, then
+ * every activation row. 0 when the scratch is missing or too small. */
+VNNI static int gemm_k(const kern_qgemm_args *a)
+{
+    const kvi_type t = a->type;
+    const bool iq1 = t == KVI_TYPE_IQ1_S || t == KVI_TYPE_IQ1_M;
+    const int64_t nb = a->n_in / QK_K;
+    const size_t bb = quant_block_bytes(t), ub = 16 * (size_t)a->n_in;
+    if (!a->scratch || (uintptr_t)a->scratch % 64 ||
+        ub + 16 * (size_t)nb * (sizeof(kq_blk) + sizeof(float)) > KVI_QGEMM_SCRATCH(a->n_in))
+        return 0;
+    uint8_t *u = a->scratch;                       /* [16][n_in] unsigned levels */
+    kq_blk *blk = (kq_blk *)(u + ub);              /* [16][nb] */
+    float *dwv = (float *)(blk + 16 * (size_t)nb); /* [nb][16] the rows' weight factors */
+    for (int64_t j0 = a->j0; j0 < a->j1; j0 += 16) {
+        const int nv = a->j1 - j0 < 16 ? (int)(a->j1 - j0) : 16;
+        memset(dwv, 0, 16 * (size_t)nb * sizeof(float));
+        for (int l = 0; l < nv; l++) {
+            const uint8_t *w = a->w + (size_t)(j0 + l) * a->w_rb;
+            for (int64_t b = 0; b < nb; b++) {
+                uint8_t *ur = u + (size_t)l * (size_t)a->n_in + (size_t)b * QK_K;
+                kq_blk *k = &blk[(size_t)l * (size_t)nb + (size_t)b];
+                const uint8_t *p = w + (size_t)b * bb;
+                if (iq1) {
+                    unpack_iq1(t, p, ur, k, &dwv[16 * b + l]);
+                    continue;
+                }
+                if (t == KVI_TYPE_TQ1_0)
+                    unpack_tq1(p, ur);
+                else
+                    unpack_tq2(p, ur);
+                dwv[16 * b + l] = quant_f16_to_f32((quant_f16)(p[bb - 2] | p[bb - 1] << 8));
+            }
+        }
+        for (int64_t r = 0; r < a->n_rows; r++) {
+            const __m512 v =
+                tile_dot_k(iq1, u, blk, dwv, a->n_in, nv, (const kern_q8k *)(a->xq + (size_t)r * a->xq_rb));
+            _mm512_mask_storeu_ps(a->y + r * a->ldy + j0, (__mmask16)((1u << nv) - 1), v);
+        }
+    }
+    return 1;
 }
 
 /* ---- NVFP4 -------------------------------------------------------------- */
@@ -178,26 +274,11 @@ VNNI static float dot_nvfp4(const uint8_t *w, const kern_q8a *x, int64_t nb)
 int kern_lowbit_gemm_avx512(const kern_qgemm_args *a)
 {
     if (!kern_lowbit_type(a->type) || !kern_has_vnni()) return 0;
-    const kvi_type t = a->type;
-    const bool iq1 = t == KVI_TYPE_IQ1_S || t == KVI_TYPE_IQ1_M;
-    const int64_t nb = a->n_in / (t == KVI_TYPE_NVFP4 ? QK_NVFP4 : QK_K);
-    uint8_t *u = a->scratch; /* IQ1: [n_in] unsigned levels, then [nb] iq1_blk */
-    iq1_blk *blk = (iq1_blk *)(u + ((a->n_in + 127) & ~(int64_t)127));
-    if (iq1 && (!a->scratch || (uintptr_t)a->scratch % 64)) return 0;
-    for (int64_t j = a->j0; j < a->j1; j++) {
-        const uint8_t *w = a->w + (size_t)j * a->w_rb;
-        if (iq1) iq1_unpack_row(t, w, nb, u, blk);
-        for (int64_t r = 0; r < a->n_rows; r++) {
-            const uint8_t *xq = a->xq + (size_t)r * a->xq_rb;
-            float v;
-            if (iq1)
-                v = dot_iq1(u, blk, (const kern_q8k *)xq, nb);
-            else if (t == KVI_TYPE_NVFP4)
-                v = dot_nvfp4(w, (const kern_q8a *)xq, nb);
-            else
-                v = dot_tq(t, w, (const kern_q8k *)xq, nb);
-            a->y[r * a->ldy + j] = v;
-        }
-    }
+    if (a->type != KVI_TYPE_NVFP4) return gemm_k(a);
+    for (int64_t j = a->j0; j < a->j1; j++)
+        for (int64_t r = 0; r < a->n_rows; r++)
+            a->y[r * a->ldy + j] =
+                dot_nvfp4(a->w + (size_t)j * a->w_rb, (const kern_q8a *)(a->xq + (size_t)r * a->xq_rb),
+                          a->n_in / QK_NVFP4);
     return 1;
 }
