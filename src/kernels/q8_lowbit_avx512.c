@@ -3,30 +3,31 @@
  * Q8_K activations, NVFP4 with Q8_0) on AVX-512 VNNI, with the bits of q8_lowbit.h's
  * contract (the scalar reference q8_lowbit.c).
  *
- * Each output y[r][j] is one pass over weight row j and activation row r, block by
- * block in order: vpdpbusd (unsigned weight byte times signed activation byte, four
- * products per dword lane) forms exact integer partial sums, a fixed reduction gives
- * the block's isum, and the float step is the reference's scalar fmaf. Weights are
- * made unsigned by an offset whose term is subtracted exactly:
- *   TQ2_0  64 bytes of qs, (qs >> 2l) & 3 = t (0..2) of values 128c + 32l + m at
- *          byte 32c + m; against q[32l..32l+31] | q[128+32l..]; isum = sum t*q -
- *          sum q (the activation block's sum16, summed lane-wise).
- *   TQ1_0  the 52 digit bytes (masked load), digit n by 16-bit multiplies of the
- *          even and odd bytes ((b * 3^n) mod 256 * 3 >> 8); byte i < 32 is value
- *          32n + i, 32 <= i < 48 value 160 + 16n + i - 32, 48 <= i < 52 value 240 +
- *          4n + i - 48 (n < 4); the activation bytes are gathered to match (zero
- *          elsewhere); isum = sum t*q - sum q.
- *   IQ1    each weight row is unpacked once (quant_iq1_unpack) into the scratch as
- *          u = lv + 9 (0..18) in order, with each block's 16 scales ls as dword
- *          lanes and its factor d / 8; per 64 values D = dpbusd(u, q) (|D| <= 4 *
- *          18 * 127 fits int16) is scaled by vpdpwssd against ls (high word 0);
- *          isum = that sum - 9 * sum_h ls_h * sum16_h.
- *   NVFP4  the 32 nibble bytes into codes in value order, looked up (vpshufb) as
- *          level + 12 (0..24); against the two Q8_0 blocks' quants; each 128-bit
- *          lane is one 16-value sub-block: its sum minus 12 * (its quants' sum, also
- *          by vpdpbusd) is isum_s.
- * Declines (0, nothing written) for other types, without VNNI, and for IQ1 without
- * scratch (KVI_QGEMM_SCRATCH(n_in) holds n_in + n_in / 256 * 72 bytes).
+ * Tiles: a thread's weight rows [j0, j1) go 16 at a time. Each row of a tile is
+ * unpacked once into the scratch as unsigned levels in value order, u[16][n_in]:
+ *   TQ2_0  t = (qs >> 2l) & 3 (0..2): byte 32c + m of that shift is value 128c + 32l + m;
+ *   TQ1_0  the 52 digit bytes (masked load), digit n by 16-bit multiplies of the even
+ *          and odd bytes ((b * 3^n) mod 256 * 3 >> 8), stored to values 32n + i,
+ *          160 + 16n + i, 240 + 4n + i;
+ *   IQ1    u = 8 g + 9 + delta (0..18): grid entries by scalar loads (gathers are
+ *          slow on Zen 4), -1/0/+1 bytes looked up (vpshufb), +-1 per group of 8;
+ *          with each block's 16 scales ls (kq_blk);
+ *   NVFP4  the nibbles in value order looked up (vpshufb) as level + 12 (0..24);
+ * and each block's weight factor per row as a 16-lane float vector (d, d / 8, or
+ * the four halved UE4M3 scales). Then for every activation row, block by block:
+ * vpdpbusd (unsigned level times signed quant, four per dword lane) gives each
+ * row's exact partial sums S[l]; the offset's term is subtracted exactly (TQ: the
+ * quants' sum16; IQ1: 9 * ls_h * sum16_h, the 64-value partials scaled by vpdpwssd
+ * against ls, |partial| <= 4 * 18 * 127 fits int16; NVFP4: 12 * the quants' sums by
+ * vpdpbusd); a fixed unpack/shuffle tree folds S[0..15] into isum with lane l =
+ * row l (NVFP4: one vector per 16-value sub-block); and the float steps run lane by
+ * lane in the reference's order (fmadd of the rounded product dw * dx), so each
+ * output has the reference's bits whatever the tile or the row range. Rows past the
+ * last of a tile repeat it and are not stored.
+ *
+ * Declines (0, nothing written) for other types, without VNNI, and without a
+ * 64-byte aligned scratch of KVI_QGEMM_SCRATCH(n_in) bytes (the tile needs at most
+ * 16 n_in + n_in / 256 * 16 * 68 bytes).
  */
 #include "kernels/q8_lowbit.h"
 #include "kernels/vnni_avx512.h"
@@ -241,44 +242,99 @@ VNNI static int gemm_k(const kern_qgemm_args *a)
     return 1;
 }
 
-/* ---- NVFP4 -------------------------------------------------------------- */
+/* ---- NVFP4: 16 weight rows unpacked, each sub-block's isum as 16 lanes ---- */
 
-VNNI static float dot_nvfp4(const uint8_t *w, const kern_q8a *x, int64_t nb)
+/* One block's 64 codes, looked up as level + 12 (0..24), in value order, into u */
+VNNI static void unpack_nvfp4(const uint8_t *p, __m512i tab, uint8_t *u)
 {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const __m256i qs = _mm256_loadu_si256((const __m256i *)(p + 4));
+    const __m256i lo = _mm256_and_si256(qs, m4), hi = _mm256_and_si256(_mm256_srli_epi16(qs, 4), m4);
+    /* [sub 0 | sub 2], [sub 1 | sub 3] in value order, then sub-blocks 0..3 */
+    const __m512i c = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_unpacklo_epi64(lo, hi)),
+                                         _mm256_unpackhi_epi64(lo, hi), 1);
+    const __m512i codes = _mm512_shuffle_i64x2(c, c, _MM_SHUFFLE(3, 1, 2, 0));
+    _mm512_storeu_si512((void *)u, _mm512_shuffle_epi8(tab, codes));
+}
+
+/* V[s] lane l = the sum of lanes 4s..4s+3 of S[l] (s < 4) */
+VNNI_INLINE void hsum16x4(const __m512i S[16], __m512i V[4])
+{
+    __m512i A[8], B[4];
+    for (int i = 0; i < 8; i++)
+        A[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(S[2 * i], S[2 * i + 1]),
+                                _mm512_unpackhi_epi32(S[2 * i], S[2 * i + 1]));
+    for (int i = 0; i < 4; i++)
+        B[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(A[2 * i], A[2 * i + 1]),
+                                _mm512_unpackhi_epi64(A[2 * i], A[2 * i + 1]));
+    /* B[i] chunk s lane k: row 4i + k, sub-block s; transpose the chunks */
+    const __m512i T0 = _mm512_shuffle_i32x4(B[0], B[1], 0x44), T1 = _mm512_shuffle_i32x4(B[2], B[3], 0x44);
+    const __m512i T2 = _mm512_shuffle_i32x4(B[0], B[1], 0xee), T3 = _mm512_shuffle_i32x4(B[2], B[3], 0xee);
+    V[0] = _mm512_shuffle_i32x4(T0, T1, 0x88);
+    V[1] = _mm512_shuffle_i32x4(T0, T1, 0xdd);
+    V[2] = _mm512_shuffle_i32x4(T2, T3, 0x88);
+    V[3] = _mm512_shuffle_i32x4(T2, T3, 0xdd);
+}
+
+VNNI static __m512 tile_dot_nvfp4(const uint8_t *u, const float *dhv, int64_t n_in, int nv, const kern_q8a *x)
+{
+    const int64_t nb = n_in / QK_NVFP4;
+    const __m512i c12 = _mm512_set1_epi8(12);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const __m512i q = q2x32(x[2 * b].qs, x[2 * b + 1].qs);
+        const __m512i off = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c12, q);
+        __m512i S[16], V[4];
+        for (int l = 0; l < 16; l++) {
+            const int row = l < nv ? l : nv - 1;
+            const __m512i w =
+                _mm512_loadu_si512((const void *)(u + (size_t)row * (size_t)n_in + (size_t)b * 64));
+            S[l] = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w, q), off);
+        }
+        hsum16x4(S, V);
+        for (int k = 0; k < 4; k++) {
+            const __m512 dw =
+                _mm512_mul_ps(_mm512_loadu_ps(dhv + (4 * b + k) * 16), _mm512_set1_ps(x[2 * b + k / 2].d));
+            acc = _mm512_fmadd_ps(dw, _mm512_cvtepi32_ps(V[k]), acc);
+        }
+    }
+    return acc;
+}
+
+VNNI static int gemm_nvfp4(const kern_qgemm_args *a)
+{
+    const int64_t nb = a->n_in / QK_NVFP4;
+    const size_t ub = 16 * (size_t)a->n_in;
+    if (!a->scratch || (uintptr_t)a->scratch % 64 ||
+        ub + 64 * (size_t)nb * sizeof(float) > KVI_QGEMM_SCRATCH(a->n_in))
+        return 0;
+    uint8_t *u = a->scratch;        /* [16][n_in] levels + 12 */
+    float *dhv = (float *)(u + ub); /* [nb][4][16] the rows' halved scales */
     int8_t lv12[16];
     for (int i = 0; i < 16; i++) lv12[i] = (int8_t)(quant_kvalues_mxfp4[i] + 12);
     const __m512i tab = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)lv12));
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
-    const __m512i c12 = _mm512_set1_epi8(12);
-    float acc = 0.0f;
-    for (int64_t b = 0; b < nb; b++, w += sizeof(block_nvfp4)) {
-        const __m256i qs = _mm256_loadu_si256((const __m256i *)(w + 4));
-        const __m256i lo = _mm256_and_si256(qs, m4), hi = _mm256_and_si256(_mm256_srli_epi16(qs, 4), m4);
-        /* [sub 0 | sub 2], [sub 1 | sub 3] in value order, then sub-blocks 0..3 */
-        const __m512i c = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_unpacklo_epi64(lo, hi)),
-                                             _mm256_unpackhi_epi64(lo, hi), 1);
-        const __m512i codes = _mm512_shuffle_i64x2(c, c, _MM_SHUFFLE(3, 1, 2, 0));
-        const __m512i q = q2x32(x[2 * b].qs, x[2 * b + 1].qs);
-        __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_shuffle_epi8(tab, codes), q);
-        s = _mm512_sub_epi32(s, _mm512_dpbusd_epi32(_mm512_setzero_si512(), c12, q));
-        s = _mm512_add_epi32(s, _mm512_shuffle_epi32(s, _MM_PERM_BADC));
-        s = _mm512_add_epi32(s, _mm512_shuffle_epi32(s, _MM_PERM_CDAB));
-        int32_t is[16];
-        _mm512_storeu_si512((void *)is, s);
-        for (int k = 0; k < 4; k++)
-            acc = fmaf(quant_ue4m3_half(w[k]) * x[2 * b + k / 2].d, (float)is[4 * k], acc);
+    for (int64_t j0 = a->j0; j0 < a->j1; j0 += 16) {
+        const int nv = a->j1 - j0 < 16 ? (int)(a->j1 - j0) : 16;
+        memset(dhv, 0, 64 * (size_t)nb * sizeof(float));
+        for (int l = 0; l < nv; l++) {
+            const uint8_t *w = a->w + (size_t)(j0 + l) * a->w_rb;
+            for (int64_t b = 0; b < nb; b++) {
+                const uint8_t *p = w + (size_t)b * sizeof(block_nvfp4);
+                unpack_nvfp4(p, tab, u + (size_t)l * (size_t)a->n_in + (size_t)b * 64);
+                for (int k = 0; k < 4; k++) dhv[(4 * b + k) * 16 + l] = quant_ue4m3_half(p[k]);
+            }
+        }
+        for (int64_t r = 0; r < a->n_rows; r++) {
+            const __m512 v =
+                tile_dot_nvfp4(u, dhv, a->n_in, nv, (const kern_q8a *)(a->xq + (size_t)r * a->xq_rb));
+            _mm512_mask_storeu_ps(a->y + r * a->ldy + j0, (__mmask16)((1u << nv) - 1), v);
+        }
     }
-    return acc;
+    return 1;
 }
 
 int kern_lowbit_gemm_avx512(const kern_qgemm_args *a)
 {
     if (!kern_lowbit_type(a->type) || !kern_has_vnni()) return 0;
-    if (a->type != KVI_TYPE_NVFP4) return gemm_k(a);
-    for (int64_t j = a->j0; j < a->j1; j++)
-        for (int64_t r = 0; r < a->n_rows; r++)
-            a->y[r * a->ldy + j] =
-                dot_nvfp4(a->w + (size_t)j * a->w_rb, (const kern_q8a *)(a->xq + (size_t)r * a->xq_rb),
-                          a->n_in / QK_NVFP4);
-    return 1;
+    return a->type == KVI_TYPE_NVFP4 ? gemm_nvfp4(a) : gemm_k(a);
 }
