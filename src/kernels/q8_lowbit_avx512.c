@@ -90,21 +90,41 @@ VNNI static void unpack_tq1(const uint8_t *p, uint8_t *u)
     }
 }
 
-/* IQ1_S / IQ1_M: u = 8 g + 9 + delta (0..18) */
+/* IQ1_S / IQ1_M: u = 8 g + 9 + delta (0..18); the 32 grid indices and delta signs
+ * computed as two vectors of 16 groups */
 VNNI static void unpack_iq1(kvi_type t, const uint8_t *p, uint8_t *u, kq_blk *k, float *dw)
 {
-    int32_t idx[32];
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const bool s = t == KVI_TYPE_IQ1_S;
+    const uint8_t *qs = s ? p + 2 : p;
+    /* IQ1_S: qh[ib] (uint16) per 4 groups, index bits at 3 (g % 4), sign bit 15;
+     * IQ1_M: qh byte per 2 groups, index bits at 4 (g % 2), sign bit 3 above them */
+    const __m512i H =
+        s ? _mm512_cvtepu16_epi32(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(p + 34))))
+          : _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p + 32)));
+    const __m512i sh =
+        s ? _mm512_mullo_epi32(_mm512_and_si512(lane, _mm512_set1_epi32(3)), _mm512_set1_epi32(3))
+          : _mm512_slli_epi32(_mm512_and_si512(lane, _mm512_set1_epi32(1)), 2);
+    const __m512i seven = _mm512_set1_epi32(7);
+    __m512i idx[2];
     uint32_t neg = 0; /* bit g: group g's delta is negative */
+    for (int v = 0; v < 2; v++) {
+        const __m512i sel = _mm512_srli_epi32(_mm512_add_epi32(lane, _mm512_set1_epi32(16 * v)), s ? 2 : 1);
+        const __m512i hv = _mm512_permutexvar_epi32(sel, H), f = _mm512_srlv_epi32(hv, sh);
+        const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qs + 16 * v)));
+        idx[v] = _mm512_or_si512(q, _mm512_slli_epi32(_mm512_and_si512(f, seven), 8));
+        const __mmask16 m = s ? _mm512_test_epi32_mask(hv, _mm512_set1_epi32(0x8000))
+                              : _mm512_test_epi32_mask(f, _mm512_set1_epi32(8));
+        neg |= (uint32_t)m << (16 * v);
+    }
     float d;
-    if (t == KVI_TYPE_IQ1_S) {
+    if (s) {
         d = quant_f16_to_f32((quant_f16)(p[0] | p[1] << 8));
-        for (int ib = 0; ib < 8; ib++) {
-            const unsigned h = p[34 + 2 * ib] | (unsigned)p[35 + 2 * ib] << 8;
-            k->ls[2 * ib] = k->ls[2 * ib + 1] = (int32_t)(2 * ((h >> 12) & 7) + 1);
-            for (int l = 0; l < 4; l++)
-                idx[4 * ib + l] = (int32_t)(p[2 + 4 * ib + l] | ((h >> (3 * l)) & 7) << 8);
-            neg |= (h >> 15) * (0xfu << (4 * ib));
-        }
+        /* ls of values 16h.. = 2 ((qh[h / 2] >> 12) & 7) + 1 */
+        const __m512i hh = _mm512_permutexvar_epi32(_mm512_srli_epi32(lane, 1), H);
+        const __m512i ls = _mm512_add_epi32(
+            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hh, 12), seven), 1), _mm512_set1_epi32(1));
+        _mm512_storeu_si512((void *)k->ls, ls);
     } else {
         unsigned sc[4];
         for (int q = 0; q < 4; q++) sc[q] = p[48 + 2 * q] | (unsigned)p[49 + 2 * q] << 8;
@@ -114,25 +134,16 @@ VNNI static void unpack_iq1(kvi_type t, const uint8_t *p, uint8_t *u, kq_blk *k,
             k->ls[2 * ib] = (int32_t)(2 * ((sc[ib / 2] >> (6 * (ib % 2))) & 7) + 1);
             k->ls[2 * ib + 1] = (int32_t)(2 * ((sc[ib / 2] >> (6 * (ib % 2) + 3)) & 7) + 1);
         }
-        for (int g = 0; g < 32; g++) {
-            const unsigned h = p[32 + g / 2] >> (4 * (g % 2));
-            idx[g] = (int32_t)(p[g] | (h & 7) << 8);
-            neg |= (h >> 3 & 1u) << g;
-        }
     }
     *dw = d * 0.125f;
     /* grid bytes -1, 0, 1 -> (& 3) 3, 0, 1 -> 8 g + 9 = 1, 9, 17 */
     const __m512i tab =
         _mm512_broadcast_i32x4(_mm_setr_epi8(9, 17, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0));
     const __m512i three = _mm512_set1_epi8(3), plus = _mm512_set1_epi8(1), minus = _mm512_set1_epi8(-1);
-    /* the grid entries by scalar loads (gathers are slow on some CPUs), 8 at a time */
-    const uint64_t *G = quant_iq1s_grid;
     for (int v = 0; v < 4; v++) {
-        const int32_t *ix = idx + 8 * v;
-        const __m512i g = _mm512_set_epi64((long long)G[ix[7] & 2047], (long long)G[ix[6] & 2047],
-                                           (long long)G[ix[5] & 2047], (long long)G[ix[4] & 2047],
-                                           (long long)G[ix[3] & 2047], (long long)G[ix[2] & 2047],
-                                           (long long)G[ix[1] & 2047], (long long)G[ix[0] & 2047]);
+        const __m256i iv =
+            v % 2 ? _mm512_extracti64x4_epi64(idx[v / 2], 1) : _mm512_castsi512_si256(idx[v / 2]);
+        const __m512i g = _mm512_i32gather_epi64(iv, (const void *)quant_iq1s_grid, 8);
         const __m512i base = _mm512_shuffle_epi8(tab, _mm512_and_si512(g, three));
         const __m512i dl = _mm512_mask_blend_epi64((__mmask8)(neg >> (8 * v)), plus, minus);
         _mm512_storeu_si512((void *)(u + 64 * v), _mm512_add_epi8(base, dl));
