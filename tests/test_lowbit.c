@@ -10,8 +10,8 @@
  *     (the TQ1_0 byte as ceil(256 V / 243), UE4M3 by its definition, subnormals
  *     included), dequantised by quant_dequant_row;
  *   - the integer products: the scalar reference against the f32 dot of the
- *     dequantised weights and activations (up to rounding), the AVX-512 kernel and
- *     kern_matmul on every ISA against the scalar reference bit for bit, on random
+ *     dequantised weights and activations (up to rounding), the AVX-512 and AVX2
+ *     kernels and kern_matmul on every ISA against the scalar reference bit for bit, on random
  *     blocks and on extreme ones (largest levels and scales, +-127 activations);
  *   - llama.cpp's logits of ../shared/golden/quant/qtest-TYPE (tolerance 0.06,
  *     README-lowbit.md), by prefill and by token-by-token decode, which must also
@@ -324,6 +324,14 @@ static void test_products(bool extreme)
                       (long long)n_in, extreme ? " (extreme)" : "");
             else
                 printf("%s: no AVX-512 VNNI here, kernel not checked\n", kvi_type_name(t));
+            if (kern_isa_detect() >= KVI_ISA_AVX2) {
+                for (int64_t i = 0; i < n_rows * ldy; i++) y[i] = -7.0f;
+                a.y = y;
+                CHECK(kern_lowbit_gemm_avx2(&a) == 1 &&
+                          memcmp(y, yr, sizeof(float) * (size_t)(n_rows * ldy)) == 0,
+                      "%s n_in %lld%s: AVX2 bits differ from the reference", kvi_type_name(t),
+                      (long long)n_in, extreme ? " (extreme)" : "");
+            }
             /* kern_matmul on every ISA: the same bits */
             kern_tensor W = { .data = w, .type = t, .n_in = n_in, .n_out = n_out };
             float *ym[3];

@@ -31,5 +31,7 @@ void kern_lowbit_gemm_ref(const kern_qgemm_args *a);
 /* The AVX-512 VNNI kernel (q8_lowbit_avx512.c): 1 when done (the reference's bits),
  * 0 (nothing written) for another type or without VNNI. */
 int kern_lowbit_gemm_avx512(const kern_qgemm_args *a);
+/* The AVX2 kernel (q8_lowbit_avx2.c): the same, 0 without scratch. */
+int kern_lowbit_gemm_avx2(const kern_qgemm_args *a);
 
 #endif

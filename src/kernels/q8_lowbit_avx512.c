@@ -150,16 +150,24 @@ VNNI static void unpack_iq1(kvi_type t, const uint8_t *p, uint8_t *u, kq_blk *k,
     }
 }
 
-/* lane l = the sum of the 16 lanes of S[l] (exact wrap-around int32 sums) */
-VNNI_INLINE __m512i hsum16x16(const __m512i S[16])
+/* B[i] 128-bit chunk c, lane k = the sum of the 4 lanes of chunk c of S[4i + k]
+ * (exact wrap-around int32 sums): the first two folds of 16 row vectors */
+VNNI_INLINE void fold16(const __m512i S[16], __m512i B[4])
 {
-    __m512i A[8], B[4];
+    __m512i A[8];
     for (int i = 0; i < 8; i++)
         A[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(S[2 * i], S[2 * i + 1]),
                                 _mm512_unpackhi_epi32(S[2 * i], S[2 * i + 1]));
     for (int i = 0; i < 4; i++)
         B[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(A[2 * i], A[2 * i + 1]),
                                 _mm512_unpackhi_epi64(A[2 * i], A[2 * i + 1]));
+}
+
+/* lane l = the sum of the 16 lanes of S[l] */
+VNNI_INLINE __m512i hsum16x16(const __m512i S[16])
+{
+    __m512i B[4];
+    fold16(S, B);
     const __m512i C0 =
         _mm512_add_epi32(_mm512_shuffle_i32x4(B[0], B[1], 0x88), _mm512_shuffle_i32x4(B[0], B[1], 0xdd));
     const __m512i C1 =
@@ -271,13 +279,8 @@ VNNI static void unpack_nvfp4(const uint8_t *p, __m512i tab, uint8_t *u)
 /* V[s] lane l = the sum of lanes 4s..4s+3 of S[l] (s < 4) */
 VNNI_INLINE void hsum16x4(const __m512i S[16], __m512i V[4])
 {
-    __m512i A[8], B[4];
-    for (int i = 0; i < 8; i++)
-        A[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(S[2 * i], S[2 * i + 1]),
-                                _mm512_unpackhi_epi32(S[2 * i], S[2 * i + 1]));
-    for (int i = 0; i < 4; i++)
-        B[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(A[2 * i], A[2 * i + 1]),
-                                _mm512_unpackhi_epi64(A[2 * i], A[2 * i + 1]));
+    __m512i B[4];
+    fold16(S, B);
     /* B[i] chunk s lane k: row 4i + k, sub-block s; transpose the chunks */
     const __m512i T0 = _mm512_shuffle_i32x4(B[0], B[1], 0x44), T1 = _mm512_shuffle_i32x4(B[2], B[3], 0x44);
     const __m512i T2 = _mm512_shuffle_i32x4(B[0], B[1], 0xee), T3 = _mm512_shuffle_i32x4(B[2], B[3], 0xee);
