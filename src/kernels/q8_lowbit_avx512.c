@@ -150,31 +150,6 @@ VNNI static void unpack_iq1(kvi_type t, const uint8_t *p, uint8_t *u, kq_blk *k,
     }
 }
 
-/* B[i] 128-bit chunk c, lane k = the sum of the 4 lanes of chunk c of S[4i + k]
- * (exact wrap-around int32 sums): the first two folds of 16 row vectors */
-VNNI_INLINE void fold16(const __m512i S[16], __m512i B[4])
-{
-    __m512i A[8];
-    for (int i = 0; i < 8; i++)
-        A[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(S[2 * i], S[2 * i + 1]),
-                                _mm512_unpackhi_epi32(S[2 * i], S[2 * i + 1]));
-    for (int i = 0; i < 4; i++)
-        B[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(A[2 * i], A[2 * i + 1]),
-                                _mm512_unpackhi_epi64(A[2 * i], A[2 * i + 1]));
-}
-
-/* lane l = the sum of the 16 lanes of S[l] */
-VNNI_INLINE __m512i hsum16x16(const __m512i S[16])
-{
-    __m512i B[4];
-    fold16(S, B);
-    const __m512i C0 =
-        _mm512_add_epi32(_mm512_shuffle_i32x4(B[0], B[1], 0x88), _mm512_shuffle_i32x4(B[0], B[1], 0xdd));
-    const __m512i C1 =
-        _mm512_add_epi32(_mm512_shuffle_i32x4(B[2], B[3], 0x88), _mm512_shuffle_i32x4(B[2], B[3], 0xdd));
-    return _mm512_add_epi32(_mm512_shuffle_i32x4(C0, C1, 0x88), _mm512_shuffle_i32x4(C0, C1, 0xdd));
-}
-
 /* The 16 unpacked rows (u [16][n_in], blk [16][nb]) with activation row x: lane l
  * of the result is row l's output (rows past nv repeat row nv - 1). */
 VNNI static __m512 tile_dot_k(bool iq1, const uint8_t *u, const kq_blk *blk, const float *dwv, int64_t n_in,
@@ -212,8 +187,8 @@ VNNI static __m512 tile_dot_k(bool iq1, const uint8_t *u, const kq_blk *blk, con
             }
         }
         const __m512 dw = _mm512_loadu_ps(dwv + 16 * b);
-        acc =
-            _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(x[b].d)), _mm512_cvtepi32_ps(hsum16x16(S)), acc);
+        acc = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(x[b].d)), _mm512_cvtepi32_ps(vnni_sum16(S)),
+                              acc);
     }
     return acc;
 }
@@ -280,7 +255,7 @@ VNNI static void unpack_nvfp4(const uint8_t *p, __m512i tab, uint8_t *u)
 VNNI_INLINE void hsum16x4(const __m512i S[16], __m512i V[4])
 {
     __m512i B[4];
-    fold16(S, B);
+    vnni_fold16(S, B);
     /* B[i] chunk s lane k: row 4i + k, sub-block s; transpose the chunks */
     const __m512i T0 = _mm512_shuffle_i32x4(B[0], B[1], 0x44), T1 = _mm512_shuffle_i32x4(B[2], B[3], 0x44);
     const __m512i T2 = _mm512_shuffle_i32x4(B[0], B[1], 0xee), T3 = _mm512_shuffle_i32x4(B[2], B[3], 0xee);
