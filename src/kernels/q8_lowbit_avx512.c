@@ -251,20 +251,6 @@ VNNI static void unpack_nvfp4(const uint8_t *p, __m512i tab, uint8_t *u)
     _mm512_storeu_si512((void *)u, _mm512_shuffle_epi8(tab, codes));
 }
 
-/* V[s] lane l = the sum of lanes 4s..4s+3 of S[l] (s < 4) */
-VNNI_INLINE void hsum16x4(const __m512i S[16], __m512i V[4])
-{
-    __m512i B[4];
-    vnni_fold16(S, B);
-    /* B[i] chunk s lane k: row 4i + k, sub-block s; transpose the chunks */
-    const __m512i T0 = _mm512_shuffle_i32x4(B[0], B[1], 0x44), T1 = _mm512_shuffle_i32x4(B[2], B[3], 0x44);
-    const __m512i T2 = _mm512_shuffle_i32x4(B[0], B[1], 0xee), T3 = _mm512_shuffle_i32x4(B[2], B[3], 0xee);
-    V[0] = _mm512_shuffle_i32x4(T0, T1, 0x88);
-    V[1] = _mm512_shuffle_i32x4(T0, T1, 0xdd);
-    V[2] = _mm512_shuffle_i32x4(T2, T3, 0x88);
-    V[3] = _mm512_shuffle_i32x4(T2, T3, 0xdd);
-}
-
 VNNI static __m512 tile_dot_nvfp4(const uint8_t *u, const float *dhv, int64_t n_in, int nv, const kern_q8a *x)
 {
     const int64_t nb = n_in / QK_NVFP4;
@@ -280,7 +266,7 @@ VNNI static __m512 tile_dot_nvfp4(const uint8_t *u, const float *dhv, int64_t n_
                 _mm512_loadu_si512((const void *)(u + (size_t)row * (size_t)n_in + (size_t)b * 64));
             S[l] = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w, q), off);
         }
-        hsum16x4(S, V);
+        vnni_sum16x4(S, V); /* V[s]: sub-block s of the 16 rows */
         for (int k = 0; k < 4; k++) {
             const __m512 dw =
                 _mm512_mul_ps(_mm512_loadu_ps(dhv + (4 * b + k) * 16), _mm512_set1_ps(x[2 * b + k / 2].d));
