@@ -324,6 +324,16 @@ static void test_products(bool extreme)
                       (long long)n_in, extreme ? " (extreme)" : "");
             else
                 printf("%s: no AVX-512 VNNI here, kernel not checked\n", kvi_type_name(t));
+            for (int64_t nr = 1; done && nr <= 4; nr += 3) { /* decode: TQ2_0 reads the rows in place */
+                kern_qgemm_args d1 = a;
+                d1.n_rows = nr;
+                for (int64_t i = 0; i < n_rows * ldy; i++) y[i] = -7.0f;
+                d1.y = y;
+                CHECK(kern_lowbit_gemm_avx512(&d1) == 1 &&
+                          memcmp(y, yr, sizeof(float) * (size_t)(nr * ldy)) == 0,
+                      "%s n_in %lld, %lld rows: AVX-512 bits differ from the reference", kvi_type_name(t),
+                      (long long)n_in, (long long)nr);
+            }
             if (kern_isa_detect() >= KVI_ISA_AVX2) {
                 for (int64_t i = 0; i < n_rows * ldy; i++) y[i] = -7.0f;
                 a.y = y;

@@ -193,6 +193,43 @@ VNNI static __m512 tile_dot_k(bool iq1, const uint8_t *u, const kq_blk *blk, con
     return acc;
 }
 
+/* TQ2_0 with few activation rows (decode): no unpacking, each tile's 16 rows read
+ * in place; a block's 2-bit fields (qs >> 2l) & 3 meet q[32l..] | q[128 + 32l..].
+ * The same integers and float steps as tile_dot_k. */
+#define TQ2_DIRECT_ROWS 4
+VNNI static void gemm_tq2_direct(const kern_qgemm_args *a)
+{
+    const int64_t nb = a->n_in / QK_K;
+    const __m512i m3 = _mm512_set1_epi8(3);
+    for (int64_t j0 = a->j0; j0 < a->j1; j0 += 16) {
+        const int nv = a->j1 - j0 < 16 ? (int)(a->j1 - j0) : 16;
+        for (int64_t r = 0; r < a->n_rows; r++) {
+            const kern_q8k *x = (const kern_q8k *)(a->xq + (size_t)r * a->xq_rb);
+            __m512 acc = _mm512_setzero_ps();
+            for (int64_t b = 0; b < nb; b++) {
+                __m512i X[4], S[16];
+                float dw[16];
+                for (int l = 0; l < 4; l++) X[l] = q2x32(x[b].qs + 32 * l, x[b].qs + 128 + 32 * l);
+                const __m512i nsum =
+                    _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_loadu_si512((const void *)x[b].sum16));
+                for (int l = 0; l < 16; l++) {
+                    const uint8_t *p = a->w + (size_t)(j0 + (l < nv ? l : nv - 1)) * a->w_rb +
+                                       (size_t)b * sizeof(block_tq2_0);
+                    const __m512i qs = _mm512_loadu_si512((const void *)p);
+                    __m512i t = nsum;
+                    for (int k = 0; k < 4; k++)
+                        t = _mm512_dpbusd_epi32(t, _mm512_and_si512(_mm512_srli_epi16(qs, 2 * k), m3), X[k]);
+                    S[l] = t;
+                    dw[l] = quant_f16_to_f32((quant_f16)(p[64] | p[65] << 8));
+                }
+                acc = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_loadu_ps(dw), _mm512_set1_ps(x[b].d)),
+                                      _mm512_cvtepi32_ps(vnni_sum16(S)), acc);
+            }
+            _mm512_mask_storeu_ps(a->y + r * a->ldy + j0, (__mmask16)((1u << nv) - 1), acc);
+        }
+    }
+}
+
 /* Rows [j0, j1) as tiles of 16: each tile unpacked once into the scratch, then
  * every activation row. 0 when the scratch is missing or too small. */
 VNNI static int gemm_k(const kern_qgemm_args *a)
@@ -311,5 +348,9 @@ VNNI static int gemm_nvfp4(const kern_qgemm_args *a)
 int kern_lowbit_gemm_avx512(const kern_qgemm_args *a)
 {
     if (!kern_lowbit_type(a->type) || !kern_has_vnni()) return 0;
+    if (a->type == KVI_TYPE_TQ2_0 && a->n_rows <= TQ2_DIRECT_ROWS) {
+        gemm_tq2_direct(a);
+        return 1;
+    }
     return a->type == KVI_TYPE_NVFP4 ? gemm_nvfp4(a) : gemm_k(a);
 }
