@@ -62,13 +62,18 @@ typedef enum kvi_type {
     KVI_TYPE_IQ2_XXS = 16, /* 256 per block: 8-value grid entries, signs, 4-bit scales */
     KVI_TYPE_IQ2_XS = 17,
     KVI_TYPE_IQ3_XXS = 18, /* 256 per block: 4-value grid entries */
+    KVI_TYPE_IQ1_S = 19, /* 256 per block: 11-bit indices into iq1s_grid (-1, 0, +1), 3-bit scales */
     KVI_TYPE_IQ4_NL = 20, /* 32 per block: f16 d, 4-bit indices into a 16-value codebook */
     KVI_TYPE_IQ3_S = 21,
     KVI_TYPE_IQ2_S = 22,
     KVI_TYPE_IQ4_XS = 23, /* 256 per block: the same codebook, 6-bit scales per 32 */
+    KVI_TYPE_IQ1_M = 29, /* 256 per block: IQ1_S's grid, scales per 16, the f16 d spread over them */
     KVI_TYPE_BF16 = 30,
+    KVI_TYPE_TQ1_0 = 34, /* 256 per block: ternary, 5 digits per byte (base 3) */
+    KVI_TYPE_TQ2_0 = 35, /* 256 per block: ternary, 2 bits per value */
     KVI_TYPE_MXFP4 = 39, /* 32 per block: E8M0 exponent e, 4-bit FP4 (E2M1) codes */
-    KVI_TYPE_COUNT = 40,
+    KVI_TYPE_NVFP4 = 40, /* 64 per block: a UE4M3 scale per 16, 4-bit FP4 (E2M1) codes */
+    KVI_TYPE_COUNT = 41,
     /* KV-cache-only type, outside ggml's numbering (never a tensor type in a file):
      * "q4" = KIVI. Keys: 4-bit codes quantised per channel over each KV block of
      * block_size tokens (f16 scale and min per channel), the newest, incomplete

@@ -256,6 +256,30 @@ static void test_corpus(void)
     MUT("n_dims 2^32-1", "n_dims", put_u32_at(m + b.off_t0_ndims, 0xFFFFFFFFu));
     MUT("tensor type 99", "unknown type 99", put_u32_at(m + b.off_t0_type, 99));
     MUT("tensor type 4 (removed Q4_2)", "unknown type 4", put_u32_at(m + b.off_t0_type, 4));
+    /* a ggml type kvinfer does not read: named (llama.cpp's, or ik_llama.cpp's) */
+    MUT("tensor type 144", "tensor 't0': type IQ4_KS (ggml type 144, ik_llama.cpp) is not supported",
+        put_u32_at(m + b.off_t0_type, 144));
+    MUT("tensor type 41", "tensor 't0': type Q1_0 (ggml type 41) is not supported",
+        put_u32_at(m + b.off_t0_type, 41));
+    MUT("tensor type 24", "type I8 (ggml type 24)", put_u32_at(m + b.off_t0_type, 24));
+    MUT("tensor type 1000", "unknown type 1000 (not a ggml type)", put_u32_at(m + b.off_t0_type, 1000));
+    /* the second tensor's type: the message names that tensor */
+    MUT("second tensor type 219", "tensor 't1': type IQ1_S_R4 (ggml type 219, ik_llama.cpp)",
+        put_u32_at(m + b.off_t1_type, 219));
+    /* from a file, through the model loader: one line with the file's path */
+    memcpy(m, src, n);
+    put_u32_at(m + b.off_t0_type, 137);
+    CHECK(write_file(tmp_path("refuse_iq2_k.gguf"), m, n) == 0, "write refuse_iq2_k.gguf");
+    {
+        kvi_error e3 = { 0 };
+        kvi_model *md = kvi_model_load(tmp_path("refuse_iq2_k.gguf"), NULL, &e3);
+        CHECK(
+            md == NULL &&
+                strstr(e3.msg, "refuse_iq2_k.gguf: tensor 't0': type IQ2_K (ggml type 137, ik_llama.cpp)") &&
+                !strchr(e3.msg, '\n'),
+            "model load of an IQ2_K file: '%s'", e3.msg);
+        kvi_model_free(md);
+    }
     MUT("ne negative", "negative", put_u64_at(m + b.off_t0_ne1, 0x8000000000000000ull));
     MUT("ne product overflow", "overflow",
         (put_u64_at(m + b.off_t0_ne0, 1ull << 33), put_u64_at(m + b.off_t0_ne1, 1ull << 31)));

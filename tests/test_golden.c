@@ -183,6 +183,8 @@ static void check_quant(const char *type)
         tol = 0.002;
     else if (!strcmp(type, "f16") || !strcmp(type, "bf16"))
         tol = 0.01;
+    else if (strstr("iq1_s iq1_m tq1_0 tq2_0 nvfp4", type)) /* README-lowbit.md */
+        tol = 0.06;
     CHECK(rel_err < tol, "qtest-%s: relative error %.4g >= %.3g", type, rel_err, tol);
     printf("qtest-%-6s relative error vs llama.cpp %.5f (tolerance %.3f)\n", type, rel_err, tol);
     free(all);
@@ -217,7 +219,8 @@ int main(void)
         kvi_model_free(m);
     }
     const char *types[] = { "f32",  "f16",  "bf16", "q8_0", "q4_0",   "q4_1",   "q5_0",   "q5_1", "q2_k",
-                            "q3_k", "q4_k", "q5_k", "q6_k", "q4_k_m", "iq4_nl", "iq4_xs", "mxfp4" };
+                            "q3_k", "q4_k", "q5_k", "q6_k", "q4_k_m", "iq4_nl", "iq4_xs", "mxfp4",
+                            "iq1_s", "iq1_m", "tq1_0", "tq2_0", "nvfp4" };
     for (size_t i = 0; i < sizeof types / sizeof *types; i++) check_quant(types[i]);
     return test_main_end();
 }

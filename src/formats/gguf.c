@@ -58,6 +58,7 @@
 
 #include "base/error.h"
 #include "formats/quant.h"
+#include "formats/ggml_type_name.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -414,9 +415,15 @@ static int parse_tensor_info(cursor *c, gguf_ctx *g, int64_t i, uint32_t *type_o
 static int check_tensor(cursor *c, gguf_ctx *g, int64_t i, uint32_t type, size_t avail)
 {
     gguf_tensor *t = &g->tensors[i];
-    if (type >= KVI_TYPE_COUNT || !quant_type_known((kvi_type)type))
-        return err_set(c->err, KVI_E_FORMAT, "gguf: %s: tensor '%s': unknown type %u", c->file, t->name,
-                       type);
+    if (type >= KVI_TYPE_COUNT || !quant_type_known((kvi_type)type)) { /* name what it is: ggml_type_name.h */
+        const char *fork, *gn = ggml_type_name(type, &fork);
+        if (gn)
+            return err_set(c->err, KVI_E_UNSUPPORTED,
+                           "gguf: %s: tensor '%s': type %s (ggml type %u%s%s) is not supported by kvinfer",
+                           c->file, t->name, gn, type, fork ? ", " : "", fork ? fork : "");
+        return err_set(c->err, KVI_E_FORMAT, "gguf: %s: tensor '%s': unknown type %u (not a ggml type)",
+                       c->file, t->name, type);
+    }
     t->type = (kvi_type)type;
     int64_t be = quant_block_elems(t->type);
     size_t bb = quant_block_bytes(t->type);

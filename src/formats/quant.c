@@ -28,6 +28,9 @@
  * the same bytes is the kernels' kern_quantize_row (kernels/actq.h).
  */
 #include "formats/quant.h"
+#include "formats/quant_iq1.h"
+#include "formats/quant_nvfp4.h"
+#include "formats/quant_tq.h"
 
 #include "formats/quant_iq.h"
 
@@ -67,6 +70,11 @@ static const type_info TYPES[KVI_TYPE_COUNT] = {
     [KVI_TYPE_IQ4_XS] = { "iq4_xs", QK_K, sizeof(block_iq4_xs) },
     [KVI_TYPE_BF16] = { "bf16", 1, 2 },
     [KVI_TYPE_MXFP4] = { "mxfp4", QK_MXFP4, sizeof(block_mxfp4) },
+    [KVI_TYPE_IQ1_S] = { "iq1_s", QK_K, sizeof(block_iq1_s) }, /* quant_iq1.h */
+    [KVI_TYPE_IQ1_M] = { "iq1_m", QK_K, sizeof(block_iq1_m) },
+    [KVI_TYPE_TQ1_0] = { "tq1_0", QK_K, sizeof(block_tq1_0) }, /* quant_tq.h */
+    [KVI_TYPE_TQ2_0] = { "tq2_0", QK_K, sizeof(block_tq2_0) },
+    [KVI_TYPE_NVFP4] = { "nvfp4", QK_NVFP4, sizeof(block_nvfp4) }, /* quant_nvfp4.h */
 };
 
 bool quant_type_known(kvi_type t) { return (int)t >= 0 && (int)t < KVI_TYPE_COUNT && TYPES[t].name != NULL; }
@@ -422,6 +430,11 @@ void quant_dequant_row(kvi_type t, const void *src, float *dst, int64_t n)
             dst[i] = quant_bf16_to_f32(h);
         }
         return;
+    case KVI_TYPE_IQ1_S:
+    case KVI_TYPE_IQ1_M: quant_iq1_dequant(t, src, dst, n); return;
+    case KVI_TYPE_TQ1_0:
+    case KVI_TYPE_TQ2_0: quant_tq_dequant(t, src, dst, n); return;
+    case KVI_TYPE_NVFP4: quant_nvfp4_dequant(src, dst, n); return;
     default: break;
     }
     if (quant_iq_dequant_row(t, p, dst, nb)) return; /* the grid types (quant_iq.c) */

@@ -63,8 +63,9 @@ float kern_dot_f32_ref(const float *a, const float *b, int64_t n);
 /* y[r * ldy + j] = sum_i x[r * ldx + i] * W[j][i]   for r < n_rows, j < W->n_out.
  * x: [n_rows][ldx] f32 with ldx >= W->n_in; y: [n_rows][ldy] f32 with ldy >= W->n_out.
  * Work is split over output columns j between the pool's threads.
- * For Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 IQ4_NL MXFP4 Q4_K Q5_K Q6_K IQ4_XS weights and the grid types
- * IQ2_XXS IQ2_XS IQ2_S IQ3_XXS IQ3_S the rows of x are first
+ * For Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 IQ4_NL MXFP4 Q4_K Q5_K Q6_K IQ4_XS weights, the grid types
+ * IQ2_XXS IQ2_XS IQ2_S IQ3_XXS IQ3_S and the low-bit IQ1_S IQ1_M TQ1_0 TQ2_0 NVFP4
+ * (q8_lowbit.h) the rows of x are first
  * quantised to 8 bits (as llama.cpp does) and multiplied in integers, with the
  * same bits on every ISA (q8.h); other types multiply in f32. */
 /* Returns 0, KVI_E_INVALID for bad arguments (y untouched), or KVI_E_NOMEM. */

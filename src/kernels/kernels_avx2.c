@@ -19,6 +19,7 @@
  */
 #include "kernels/isa_target.h"
 #include "kernels/kernels_int.h"
+#include "kernels/q8_lowbit.h"
 #include "kernels/r16_pack.h"
 #include "formats/quant.h"
 
@@ -240,7 +241,10 @@ static inline int32_t q8_idot(const int8_t *a, const int8_t *b, int n)
 }
 #define Q8_IDOT_DEFINED
 #include "kernels/q8_rows.h"
-static int qgemm_avx2(const kern_qgemm_args *a) { return q8_rows(a); }
+static int qgemm_avx2(const kern_qgemm_args *a)
+{
+    return kern_lowbit_type(a->type) ? kern_lowbit_gemm_avx2(a) : q8_rows(a); /* q8_lowbit_avx2.c */
+}
 #if defined(__clang__)
 #pragma clang attribute pop
 #else

@@ -15,6 +15,7 @@
 #include "kernels/qgemm_amx.h"
 #include "kernels/qgemm_iq.h"
 #include "kernels/kernels_int.h"
+#include "kernels/q8_lowbit.h"
 #include "kernels/r16.h"
 #include "kernels/qgemm_r16_mid.h"
 #include "kernels/r16_pack.h"
@@ -860,6 +861,7 @@ VNNI static int qgemm_avx512(const kern_qgemm_args *a)
     if (!kern_has_vnni() || kern_q8_act_type(a->type) == KVI_TYPE_F32) return 0;
     if (a->w_rb > (size_t)INT32_MAX / 16) return 0; /* gather offsets are int32 */
     if (quant_iq_is_grid(a->type)) return kern_qgemm_iq_avx512(a); /* qgemm_iq_avx512.c */
+    if (kern_lowbit_type(a->type)) return kern_lowbit_gemm_avx512(a); /* q8_lowbit_avx512.c */
     if (kern_qgemv_avx512(a) || kern_qgemv_kq_avx512(a)) return 1;
     if (a->type != KVI_TYPE_Q8_0 && a->type != KVI_TYPE_Q4_0 && a->type != KVI_TYPE_IQ4_NL &&
         a->type != KVI_TYPE_MXFP4)

@@ -23,6 +23,7 @@
 #include "kernels/kernels_int.h"
 #include "kernels/actq.h"
 #include "kernels/q8_rows.h"
+#include "kernels/q8_lowbit.h"
 
 #include <math.h>
 #include <string.h>
@@ -36,11 +37,16 @@ kvi_type kern_q8_act_type(kvi_type t)
     case KVI_TYPE_Q5_0:
     case KVI_TYPE_Q5_1:
     case KVI_TYPE_IQ4_NL:
-    case KVI_TYPE_MXFP4: return KVI_TYPE_Q8_0;
+    case KVI_TYPE_MXFP4:
+    case KVI_TYPE_NVFP4: return KVI_TYPE_Q8_0;
     case KVI_TYPE_Q4_K:
     case KVI_TYPE_Q5_K:
     case KVI_TYPE_Q6_K:
-    case KVI_TYPE_IQ4_XS: return KVI_TYPE_Q8_K;
+    case KVI_TYPE_IQ4_XS:
+    case KVI_TYPE_IQ1_S: /* q8_lowbit.h */
+    case KVI_TYPE_IQ1_M:
+    case KVI_TYPE_TQ1_0:
+    case KVI_TYPE_TQ2_0: return KVI_TYPE_Q8_K;
     default: return quant_iq_is_grid(t) ? KVI_TYPE_Q8_K : KVI_TYPE_F32;
     }
 }
@@ -167,6 +173,7 @@ int kern_q8_level_offset(kvi_type t)
 
 float kern_q8_dot_ref(kvi_type t, const void *w, const void *xq, int64_t n)
 {
+    if (kern_lowbit_type(t)) return kern_lowbit_dot_ref(t, w, xq, n);
     const uint8_t *wp = w;
     float acc = 0.0f;
     if (kern_q8_act_type(t) == KVI_TYPE_Q8_0) {
@@ -209,6 +216,10 @@ float kern_q8_dot_ref(kvi_type t, const void *w, const void *xq, int64_t n)
 
 void kern_qgemm_ref(const kern_qgemm_args *a)
 {
+    if (kern_lowbit_type(a->type)) {
+        kern_lowbit_gemm_ref(a);
+        return;
+    }
     if (q8_rows(a)) return;
     for (int64_t j = a->j0; j < a->j1; j++)
         for (int64_t r = 0; r < a->n_rows; r++)

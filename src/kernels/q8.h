@@ -7,7 +7,8 @@
  *   - Q8_0 Q4_0 Q5_0 Q4_1 Q5_1 IQ4_NL MXFP4 weights: one kern_q8a block per 32
  *     inputs (d, and for the _1 types s = d * sum(qs), both rounded through f16 as
  *     ggml's Q8_0 / Q8_1);
- *   - Q4_K Q5_K Q6_K IQ4_XS weights: one kern_q8k block per 256 inputs (ggml's Q8_K).
+ *   - Q4_K Q5_K Q6_K IQ4_XS weights: one kern_q8k block per 256 inputs (ggml's Q8_K);
+ *   - IQ1_S IQ1_M TQ1_0 TQ2_0 (kern_q8k) and NVFP4 (kern_q8a): q8_lowbit.h's contract.
  *
  * The reduction order (the determinism contract, identical for every ISA): output
  * y[r][j] starts at 0.0f and takes, for weight block b = 0, 1, ... in order,

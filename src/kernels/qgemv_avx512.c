@@ -66,19 +66,6 @@ static void gv_act_build(kvi_type t, const kern_q8a *x, int64_t nb, int G, uint8
     ga->dx = dx;
 }
 
-/* P_0..P_15 -> V_0..V_3: lane t of 128-bit chunk c of V_i = the sum of the four
- * dwords of chunk c of P_{4i+t}. */
-VNNI_INLINE void gv_fold(const __m512i P[16], __m512i V[4])
-{
-    __m512i U[8];
-    for (int i = 0; i < 8; i++)
-        U[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(P[2 * i], P[2 * i + 1]),
-                                _mm512_unpackhi_epi32(P[2 * i], P[2 * i + 1]));
-    for (int i = 0; i < 4; i++)
-        V[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(U[2 * i], U[2 * i + 1]),
-                                _mm512_unpackhi_epi64(U[2 * i], U[2 * i + 1]));
-}
-
 /* Q8_0, blocks b0 and b1 (byte offsets o0, o1) of the 16 rows against X:
  * R[0], R[1] with lane l = row l's sum of w (flipped to unsigned) * x. */
 VNNI_INLINE void gv_sums_q8_0(const tile16 *tl, size_t o0, size_t o1, __m512i X, __m512i R[2])
@@ -92,7 +79,7 @@ VNNI_INLINE void gv_sums_q8_0(const tile16 *tl, size_t o0, size_t o1, __m512i X,
         _mm_prefetch((const char *)(p + o0 + GV_PREFETCH), _MM_HINT_T0);
         P[l] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_xor_si512(w, flip), X);
     }
-    gv_fold(P, V);
+    vnni_fold16(P, V);
     /* chunks 0, 1 are block b0 and chunks 2, 3 block b1 */
     const __m512i A =
         _mm512_add_epi32(_mm512_shuffle_i32x4(V[0], V[1], 0x88), _mm512_shuffle_i32x4(V[0], V[1], 0xDD));
@@ -116,7 +103,7 @@ VNNI_INLINE void gv_sums_q4_0(const tile16 *tl, const size_t o[4], __m512i XL, _
     const int nl = kind != GV_Q4_0;
     const size_t q = kind == GV_MXFP4 ? 1 : 2; /* the quants' offset in a block */
     const __m512i lo = _mm512_set1_epi8(0x0f), lut = kind == GV_MXFP4 ? kern_mxfp4_lut() : kern_iq4nl_lut();
-    __m512i P[16], V[4];
+    __m512i P[16];
     for (int l = 0; l < 16; l++) {
         const uint8_t *p = tl->p[l];
         __m512i w = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p + o[0] + q)));
@@ -132,14 +119,7 @@ VNNI_INLINE void gv_sums_q4_0(const tile16 *tl, const size_t o[4], __m512i XL, _
         __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wl, XL);
         P[l] = _mm512_dpbusd_epi32(s, wh, XH);
     }
-    gv_fold(P, V);
-    /* chunk c of V_i is block c of rows 4i..4i+3: a 4 x 4 transpose of chunks */
-    const __m512i T0 = _mm512_shuffle_i32x4(V[0], V[1], 0x44), T1 = _mm512_shuffle_i32x4(V[0], V[1], 0xEE);
-    const __m512i T2 = _mm512_shuffle_i32x4(V[2], V[3], 0x44), T3 = _mm512_shuffle_i32x4(V[2], V[3], 0xEE);
-    R[0] = _mm512_shuffle_i32x4(T0, T2, 0x88);
-    R[1] = _mm512_shuffle_i32x4(T0, T2, 0xDD);
-    R[2] = _mm512_shuffle_i32x4(T1, T3, 0x88);
-    R[3] = _mm512_shuffle_i32x4(T1, T3, 0xDD);
+    vnni_sum16x4(P, R); /* chunk c of row l's sums is block c */
 }
 
 /* One tile of rows jt.. (mask m of valid lanes) for nr <= GV_ROWS input rows; kind:

@@ -124,44 +124,17 @@ static void kq_act_build(kvi_type t, const kern_q8k *x, int64_t nb, uint8_t *dst
     ka->dx = dx;
 }
 
-/* Q_0..Q_15 -> V_0..V_3: lane t of 128-bit chunk c of V_i = the sum of the four
- * dwords of chunk c of Q_{4i+t}. */
-VNNI_INLINE void kq_fold(const __m512i *Q, __m512i V[4])
-{
-    __m512i U[8];
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; i++)
-        U[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(Q[2 * i], Q[2 * i + 1]),
-                                _mm512_unpackhi_epi32(Q[2 * i], Q[2 * i + 1]));
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; i++)
-        V[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(U[2 * i], U[2 * i + 1]),
-                                _mm512_unpackhi_epi64(U[2 * i], U[2 * i + 1]));
-}
-
 /* Q4_K/Q5_K: chunks 0, 1 of Q_l hold isum parts, chunks 2, 3 msum parts. */
 VNNI_INLINE void kq_sums_min(const __m512i *Q, __m512i *isum, __m512i *msum)
 {
     __m512i V[4];
-    kq_fold(Q, V);
+    vnni_fold16(Q, V);
     const __m512i A =
         _mm512_add_epi32(_mm512_shuffle_i32x4(V[0], V[1], 0x88), _mm512_shuffle_i32x4(V[0], V[1], 0xDD));
     const __m512i B =
         _mm512_add_epi32(_mm512_shuffle_i32x4(V[2], V[3], 0x88), _mm512_shuffle_i32x4(V[2], V[3], 0xDD));
     *isum = _mm512_shuffle_i32x4(A, B, 0x88);
     *msum = _mm512_shuffle_i32x4(A, B, 0xDD);
-}
-
-/* Q6_K: every chunk of Q_l holds isum parts. */
-VNNI_INLINE __m512i kq_sums(const __m512i *Q)
-{
-    __m512i V[4];
-    kq_fold(Q, V);
-    const __m512i A =
-        _mm512_add_epi32(_mm512_shuffle_i32x4(V[0], V[1], 0x88), _mm512_shuffle_i32x4(V[0], V[1], 0xDD));
-    const __m512i B =
-        _mm512_add_epi32(_mm512_shuffle_i32x4(V[2], V[3], 0x88), _mm512_shuffle_i32x4(V[2], V[3], 0xDD));
-    return _mm512_add_epi32(_mm512_shuffle_i32x4(A, B, 0x88), _mm512_shuffle_i32x4(A, B, 0xDD));
 }
 
 /* pshufb controls taking, in every dword, byte i of the decoded scales (zero
@@ -352,7 +325,7 @@ VNNI_INLINE void kq_tile(kvi_type t, const kern_qgemm_args *a, const tile16 *tl,
             const __m512 d = t == KVI_TYPE_Q6_K ? scales16(tl, o + 208, 1) : scales16(tl, o, 0);
             for (int r = 0; r < nr; r++)
                 acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(x[r].dx[b])),
-                                         _mm512_cvtepi32_ps(kq_sums(Q + 16 * r)), acc[r]);
+                                         _mm512_cvtepi32_ps(vnni_sum16(Q + 16 * r)), acc[r]);
         } else {
             const __m512i g = gather16_u32(tl, o); /* d | dmin << 16 */
             const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));

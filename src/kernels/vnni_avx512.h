@@ -201,6 +201,48 @@ VNNI_INLINE void r16k_q6_levels(const uint8_t *sup, int h, int k, __m512i W[4])
                                      m30, 0xF8);
 }
 
+/* 16 vectors of dword partial sums (one per weight row) folded: V[i] 128-bit chunk
+ * c, lane k = the sum of the four dwords of chunk c of P[4i + k] (exact wrap-around
+ * int32 sums; the one fold of the decode kernels' and q8_lowbit_avx512.c's tiles). */
+VNNI_INLINE void vnni_fold16(const __m512i P[16], __m512i V[4])
+{
+    __m512i U[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++)
+        U[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(P[2 * i], P[2 * i + 1]),
+                                _mm512_unpackhi_epi32(P[2 * i], P[2 * i + 1]));
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++)
+        V[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(U[2 * i], U[2 * i + 1]),
+                                _mm512_unpackhi_epi64(U[2 * i], U[2 * i + 1]));
+}
+
+/* lane l = the sum of all 16 dwords of P[l] */
+VNNI_INLINE __m512i vnni_sum16(const __m512i P[16])
+{
+    __m512i V[4];
+    vnni_fold16(P, V);
+    const __m512i A =
+        _mm512_add_epi32(_mm512_shuffle_i32x4(V[0], V[1], 0x88), _mm512_shuffle_i32x4(V[0], V[1], 0xDD));
+    const __m512i B =
+        _mm512_add_epi32(_mm512_shuffle_i32x4(V[2], V[3], 0x88), _mm512_shuffle_i32x4(V[2], V[3], 0xDD));
+    return _mm512_add_epi32(_mm512_shuffle_i32x4(A, B, 0x88), _mm512_shuffle_i32x4(A, B, 0xDD));
+}
+
+/* R[c] lane 4i + k = the sum of the four dwords of chunk c of P[4i + k]: per row,
+ * the sums of its four 128-bit chunks (vnni_fold16, then a 4 x 4 transpose of chunks) */
+VNNI_INLINE void vnni_sum16x4(const __m512i P[16], __m512i R[4])
+{
+    __m512i V[4];
+    vnni_fold16(P, V);
+    const __m512i T0 = _mm512_shuffle_i32x4(V[0], V[1], 0x44), T1 = _mm512_shuffle_i32x4(V[0], V[1], 0xEE);
+    const __m512i T2 = _mm512_shuffle_i32x4(V[2], V[3], 0x44), T3 = _mm512_shuffle_i32x4(V[2], V[3], 0xEE);
+    R[0] = _mm512_shuffle_i32x4(T0, T2, 0x88);
+    R[1] = _mm512_shuffle_i32x4(T0, T2, 0xDD);
+    R[2] = _mm512_shuffle_i32x4(T1, T3, 0x88);
+    R[3] = _mm512_shuffle_i32x4(T1, T3, 0xDD);
+}
+
 /* 1 when the CPU has AVX-512 VNNI (cached). */
 int kern_has_vnni(void);
 
