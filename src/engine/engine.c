@@ -918,6 +918,8 @@ const float *kvi_logits(const kvi_engine *e, int32_t row)
 
 kv_pool *engine_kv_pool(kvi_engine *e) { return &e->kv; }
 
+tpool *engine_pool(kvi_engine *e) { return e->pool; }
+
 uint64_t engine_fnv1a(uint64_t h, const void *data, size_t n)
 {
     const unsigned char *p = data;

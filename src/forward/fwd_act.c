@@ -55,3 +55,8 @@ void fwd_glu(model_act act, const uint16_t *gelu, float *g, const float *u, size
         }
     }
 }
+
+void fwd_gelu(const uint16_t *gelu, float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++) x[i] = gelu_lookup(gelu, x[i]);
+}

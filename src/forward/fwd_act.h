@@ -21,4 +21,7 @@ uint16_t *fwd_act_table(model_act act, bool *needed);
 /* g[i] = act(g[i]) * u[i] for i < n; gelu: the table of fwd_act_table (GELU only) */
 void fwd_glu(model_act act, const uint16_t *gelu, float *g, const float *u, size_t n);
 
+/* x[i] = gelu(x[i]) for i < n through the table of fwd_act_table (BERT's ungated FFN) */
+void fwd_gelu(const uint16_t *gelu, float *x, size_t n);
+
 #endif

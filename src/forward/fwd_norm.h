@@ -8,4 +8,8 @@
 /* out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w for rows r < n of x [n][dim] (out may be x) */
 void fwd_rmsnorm_rows(float *out, const float *x, const float *w, int n, int dim, float eps);
 
+/* out[r] = (x[r] - mean) / sqrt(var + eps) * w (+ b) for rows r < n of x [n][dim],
+ * var the biased variance, both sums in double in order (out may be x; b may be NULL) */
+void fwd_layernorm_rows(float *out, const float *x, const float *w, const float *b, int n, int dim, float eps);
+
 #endif
