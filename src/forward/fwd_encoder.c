@@ -375,10 +375,15 @@ static int rank_head(enc_pass *p, float *h, int n, float *out)
     const model_enc *e = p->e;
     const int dim = p->m->dim, nc = e->n_cls_out;
     int rc;
-    if (e->cls.data) {
-        if ((rc = kern_matmul(p->pool, &e->cls, h, dim, n, p->att, dim))) return rc;
-        add_bias(p->att, e->cls_b, n, dim);
-        for (size_t i = 0; i < (size_t)n * dim; i++) h[i] = tanhf(p->att[i]);
+    if (e->cls.data) { /* h = tanh(cls h + cls_b), through t [n][dim] */
+        float *t = malloc((size_t)n * dim * sizeof *t);
+        rc = t ? kern_matmul(p->pool, &e->cls, h, dim, n, t, dim) : KVI_E_NOMEM;
+        if (!rc) {
+            add_bias(t, e->cls_b, n, dim);
+            for (size_t i = 0; i < (size_t)n * dim; i++) h[i] = tanhf(t[i]);
+        }
+        free(t);
+        if (rc) return rc;
     }
     if ((rc = kern_matmul(p->pool, &e->cls_out, h, dim, n, out, nc))) return rc;
     add_bias(out, e->cls_out_b, n, nc);
