@@ -64,3 +64,8 @@ void fwd_xielu(const model_xielu *p, float *x, size_t n)
         x[i] = v > 0.0f ? ap * v * v + b * v : (expm1f(v < eps ? v : eps) - v) * an + b * v;
     }
 }
+
+void fwd_gelu(const uint16_t *gelu, float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++) x[i] = gelu_lookup(gelu, x[i]);
+}

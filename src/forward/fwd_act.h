@@ -25,4 +25,7 @@ void fwd_glu(model_act act, const uint16_t *gelu, float *g, const float *u, size
  * ungated FFN of apertus), in float as llama.cpp's CPU computes it */
 void fwd_xielu(const model_xielu *p, float *x, size_t n);
 
+/* x[i] = gelu(x[i]) for i < n through the table of fwd_act_table (BERT's ungated FFN) */
+void fwd_gelu(const uint16_t *gelu, float *x, size_t n);
+
 #endif

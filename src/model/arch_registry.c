@@ -12,6 +12,9 @@ static const model_arch *const archs[] = {
     &model_arch_gptoss, &model_arch_deepseek2, &model_arch_qwen35, &model_arch_qwen3next,
     &model_arch_mistral3, &model_arch_smollm3, &model_arch_seed_oss, &model_arch_apertus, &model_arch_exaone4,
     &model_arch_cohere2,
+    /* embedding models */
+    &model_arch_bert, &model_arch_nomic_bert, &model_arch_nomic_bert_moe, &model_arch_modern_bert,
+    &model_arch_gemma_embedding,
 };
 
 const model_arch *model_arch_find(const char *name)
