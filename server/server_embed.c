@@ -83,8 +83,9 @@ bool srv_embed_path(const char *url) { return is_embed_url(url) || is_rerank_url
 
 bool srv_embed_refuses(const srv_server *srv, const char *url, srv_err *er)
 {
-    static const char *const gen[] = { "/v1/completions", "/v1/chat/completions", "/infill", "/v1/messages",
-                                       "/v1/messages/count_tokens", "/v1/responses", "/completion" };
+    static const char *const gen[] = { "/v1/completions", "/v1/chat/completions",      "/infill",
+                                       "/v1/messages",    "/v1/messages/count_tokens", "/v1/responses",
+                                       "/completion" };
     if (!srv->m || !kvi_model_is_encoder(srv->m)) return false;
     for (size_t i = 0; i < sizeof gen / sizeof *gen; i++)
         if (!strcmp(url, gen[i])) {
@@ -159,7 +160,8 @@ int srv_emb_run(srv_server *srv, const srv_emb_inputs *in, kvi_pooling pooling, 
     if (!rc) return 0;
     if (rc == KVI_E_NOMEM) return oom(er);
     return srv_err_set(er, rc == KVI_E_INVALID || rc == KVI_E_CONTEXT_FULL ? 400 : 500,
-                       rc == KVI_E_INVALID || rc == KVI_E_CONTEXT_FULL ? "invalid_request_error" : "server_error",
+                       rc == KVI_E_INVALID || rc == KVI_E_CONTEXT_FULL ? "invalid_request_error"
+                                                                       : "server_error",
                        NULL, "%s", err.msg);
 }
 
@@ -222,8 +224,8 @@ static int add_text(srv_server *srv, srv_emb_inputs *in, const char *s, bool tru
     int32_t *ids = n >= 0 ? malloc(((size_t)n + 1) * sizeof *ids) : NULL;
     if (n < 0 || !ids) {
         free(ids);
-        return n < 0 ? srv_err_set(er, 400, "invalid_request_error", "invalid_value", "%s cannot be tokenised",
-                                   what)
+        return n < 0 ? srv_err_set(er, 400, "invalid_request_error", "invalid_value",
+                                   "%s cannot be tokenised", what)
                      : oom(er);
     }
     n = kvi_tokenize(srv->m, s, len, true, true, ids, n);
@@ -265,7 +267,8 @@ static int parse_input(srv_server *srv, const cJSON *x, const char *field, bool 
         return add_text(srv, in, x->valuestring, truncate, what, er);
     }
     if (!cJSON_IsArray(x) || !x->child)
-        return bad(er, field, "must be a string, a list of strings or a non-empty list of token ids or of lists");
+        return bad(er, field,
+                   "must be a string, a list of strings or a non-empty list of token ids or of lists");
     if (cJSON_IsNumber(x->child)) {
         snprintf(what, sizeof what, "'%s'", field);
         return add_ids(srv, in, x, truncate, what, er);
@@ -275,7 +278,7 @@ static int parse_input(srv_server *srv, const cJSON *x, const char *field, bool 
     cJSON_ArrayForEach(v, x)
     {
         snprintf(what, sizeof what, "'%s[%d]'", field, i++);
-        const int rc = cJSON_IsString(v) ? add_text(srv, in, v->valuestring, truncate, what, er)
+        const int rc = cJSON_IsString(v)  ? add_text(srv, in, v->valuestring, truncate, what, er)
                        : cJSON_IsArray(v) ? add_ids(srv, in, v, truncate, what, er)
                                           : srv_err_set(er, 400, "invalid_request_error", "invalid_value",
                                                         "%s must be a string or a list of token ids", what);
@@ -296,7 +299,8 @@ static int parse_opts(srv_server *srv, const cJSON *root, emb_opts *o, srv_err *
     const int32_t n_out = srv->emb->n_out;
     const cJSON *f = cJSON_GetObjectItemCaseSensitive(root, "encoding_format");
     if (f && !cJSON_IsNull(f)) {
-        if (!cJSON_IsString(f) || (strcmp(f->valuestring, "float") != 0 && strcmp(f->valuestring, "base64") != 0))
+        if (!cJSON_IsString(f) ||
+            (strcmp(f->valuestring, "float") != 0 && strcmp(f->valuestring, "base64") != 0))
             return bad(er, "encoding_format", "must be \"float\" or \"base64\"");
         o->base64 = !strcmp(f->valuestring, "base64");
     }
@@ -382,7 +386,8 @@ static cJSON *answer(srv_server *srv, const srv_emb_inputs *in, const emb_opts *
         cJSON *e;
         if (per_token) { /* llama.cpp's /embedding: every token's vector, raw */
             e = cJSON_CreateArray();
-            for (int32_t t = 0; t < in->n[i]; t++, out += n_out) cJSON_AddItemToArray(e, vector_json(out, n_out, false));
+            for (int32_t t = 0; t < in->n[i]; t++, out += n_out)
+                cJSON_AddItemToArray(e, vector_json(out, n_out, false));
         } else {
             float *v = out;
             out += n_out;
@@ -403,8 +408,8 @@ static cJSON *answer(srv_server *srv, const srv_emb_inputs *in, const emb_opts *
 
 static int embeddings(srv_server *srv, struct MHD_Connection *con, bool oai, const char *body, size_t len)
 {
-    static const char *const names[] = { "input",          "content", "model", "encoding_format", "dimensions",
-                                         "embd_normalize", "truncate", "user" };
+    static const char *const names[] = { "input",      "content",        "model",    "encoding_format",
+                                         "dimensions", "embd_normalize", "truncate", "user" };
     srv_err er = { 0 };
     srv_emb_inputs in = { 0 };
     emb_opts o = { .oai = oai };
@@ -415,8 +420,9 @@ static int embeddings(srv_server *srv, struct MHD_Connection *con, bool oai, con
     const char *field = "input";
     if (!x) x = cJSON_GetObjectItemCaseSensitive(root, field = "content");
     int rc = srv_emb_unknown(root, names, sizeof names / sizeof *names, &er);
-    if (!rc && !x) rc = srv_err_set(&er, 400, "invalid_request_error", "missing_required_parameter",
-                                    "'input' is required");
+    if (!rc && !x)
+        rc = srv_err_set(&er, 400, "invalid_request_error", "missing_required_parameter",
+                         "'input' is required");
     if (!rc && oai && srv->emb->pooling == KVI_POOLING_NONE)
         rc = srv_err_set(&er, 400, "invalid_request_error", "invalid_value",
                          "pooling 'none' is not OpenAI-compatible: use /embeddings, or serve with --pooling "
@@ -440,7 +446,8 @@ static int embeddings(srv_server *srv, struct MHD_Connection *con, bool oai, con
     return srv_send_body(con, 200, s);
 }
 
-int srv_embed_route(srv_server *srv, struct MHD_Connection *con, const char *url, const char *body, size_t len)
+int srv_embed_route(srv_server *srv, struct MHD_Connection *con, const char *url, const char *body,
+                    size_t len)
 {
     srv_err er = { 0 };
     const bool rerank = is_rerank_url(url);

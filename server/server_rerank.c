@@ -57,7 +57,8 @@ static int add_pair(srv_server *srv, srv_emb_inputs *in, const char *q, const ch
     char what[64];
     snprintf(what, sizeof what, "the query with document %d", i);
     const int32_t n = kvi_rerank_tokenize(srv->m, q, strlen(q), doc, strlen(doc), NULL, 0);
-    if (n < 0) return srv_err_set(er, 400, "invalid_request_error", "invalid_value", "%s cannot be tokenised", what);
+    if (n < 0)
+        return srv_err_set(er, 400, "invalid_request_error", "invalid_value", "%s cannot be tokenised", what);
     int32_t *ids = malloc(((size_t)n + 1) * sizeof *ids);
     if (!ids) return srv_err_set(er, 500, "server_error", NULL, "out of memory");
     const int32_t got = kvi_rerank_tokenize(srv->m, q, strlen(q), doc, strlen(doc), ids, n);
@@ -78,7 +79,8 @@ static int parse(srv_server *srv, const cJSON *root, srv_emb_inputs *in, const c
     const bool tei = !cJSON_GetObjectItemCaseSensitive(root, "documents");
     const char *dname = tei ? "texts" : "documents";
     *docs = cJSON_GetObjectItemCaseSensitive(root, dname);
-    if (!cJSON_IsArray(*docs) || !(*docs)->child) return bad(er, dname, "must be a non-empty list of strings");
+    if (!cJSON_IsArray(*docs) || !(*docs)->child)
+        return bad(er, dname, "must be a non-empty list of strings");
     const cJSON *rd = cJSON_GetObjectItemCaseSensitive(root, tei ? "return_text" : "return_documents");
     if (rd && !cJSON_IsBool(rd) && !cJSON_IsNull(rd))
         return bad(er, tei ? "return_text" : "return_documents", "must be a boolean");
@@ -98,8 +100,9 @@ static int parse(srv_server *srv, const cJSON *root, srv_emb_inputs *in, const c
     cJSON_ArrayForEach(d, *docs)
     {
         const char *text = doc_text(d);
-        if (!text) return srv_err_set(er, 400, "invalid_request_error", "invalid_value",
-                                      "'%s[%d]' must be a string (or {\"text\": string})", dname, i);
+        if (!text)
+            return srv_err_set(er, 400, "invalid_request_error", "invalid_value",
+                               "'%s[%d]' must be a string (or {\"text\": string})", dname, i);
         if ((rc = add_pair(srv, in, q->valuestring, text, truncate, i++, er))) return rc;
     }
     return 0;
@@ -135,7 +138,8 @@ int srv_rerank(srv_server *srv, struct MHD_Connection *con, const char *body, si
             cJSON_AddNumberToObject(r, tei ? "score" : "relevance_score", (double)rk[i].score);
             const char *text = doc_text(cJSON_GetArrayItem(docs, rk[i].index));
             if (ret_docs && tei) cJSON_AddStringToObject(r, "text", text);
-            if (ret_docs && !tei) cJSON_AddStringToObject(cJSON_AddObjectToObject(r, "document"), "text", text);
+            if (ret_docs && !tei)
+                cJSON_AddStringToObject(cJSON_AddObjectToObject(r, "document"), "text", text);
             cJSON_AddItemToArray(res, r);
         }
     }
