@@ -333,8 +333,44 @@ static void check_normalize(void)
     CHECK(kvi_pooling_parse("avg", &p) == KVI_E_INVALID, "unknown pooling");
 }
 
+/* `kvinfer embed` from the texts: the vectors of /v1/embeddings (normalised), in order */
+static void check_cli(const char *name)
+{
+    char path[256], args[4096];
+    snprintf(path, sizeof path, "golden/embed/%s.embed.json", name);
+    cJSON *j = load_json(shared_path(path));
+    const cJSON *in0 = cJSON_GetObjectItem(j, "inputs")->child, *in1 = in0->next;
+    const char *f = tmp_path("embed_cli_texts.txt");
+    FILE *fp = fopen(f, "w");
+    fprintf(fp, "%s\n%s\n", cJSON_GetObjectItem(in0, "text")->valuestring, cJSON_GetObjectItem(in1, "text")->valuestring);
+    fclose(fp);
+    snprintf(path, sizeof path, "golden/embed/%s.gguf", name);
+    snprintf(args, sizeof args, "embed -m %s -f %s -t 2", shared_path(path), f);
+    char *out = NULL, *errout = NULL;
+    const int rc = run_kvinfer(args, &out, &errout);
+    CHECK(rc == 0 && out, "kvinfer %s: %s", args, errout ? errout : "");
+    const char *line = out;
+    const cJSON *ref = in0;
+    for (int i = 0; rc == 0 && i < 2; i++, ref = ref->next) {
+        cJSON *l = cJSON_Parse(line);
+        float a[512], b[512];
+        const int n = l ? floats(cJSON_GetObjectItem(l, "embedding"), a, 512) : 0;
+        CHECK(n > 0 && n == floats(cJSON_GetObjectItem(ref, "embedding"), b, 512), "%s cli: line %d", name, i);
+        CHECK(n > 0 && cosine(a, b, n) >= 0.99999, "%s cli: input %d cos %.9f", name, i, n ? cosine(a, b, n) : 0);
+        CHECK(l && cJSON_GetObjectItem(l, "index")->valueint == i, "%s cli: index", name);
+        cJSON_Delete(l);
+        line = strchr(line, '\n');
+        if (!line) break;
+        line++;
+    }
+    free(out), free(errout);
+    cJSON_Delete(j);
+}
+
 int main(int argc, char **argv)
 {
+    check_cli("qwen3-embed-f32");
+    check_cli("gemma-embedding-f32");
     check_normalize();
     check_errors();
     const char *only = argc > 1 ? argv[1] : NULL;
