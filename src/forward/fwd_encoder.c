@@ -48,6 +48,7 @@ typedef struct enc_pass {
     uint16_t *gelu;  /* [65536] or NULL */
     float *moe_buf;  /* [ENC_CHUNK][n_expert_used][dim] expert outputs, or NULL */
     int layer;       /* the layer an attention run is for */
+    bool failed;     /* an attention job could not run (scratch memory) */
     size_t bytes;
 } enc_pass;
 
@@ -173,41 +174,54 @@ static void key_range(const enc_pass *p, int w, int pos, int len, int *lo, int *
     }
 }
 
-/* One (input, head) attention job per index: softmax(q k^T * scale) v over the
- * input's visible rows, sums in a fixed order. */
+/* One (input, head) attention job per index, on the thread's scratch [kh | vt | sc]:
+ *   kh [len][hd]   the head's keys, gathered
+ *   vt [hd][len]   its values, transposed
+ *   sc [len][len]  scores q kh^T (one product), masked, softmax by rows in place,
+ * then att = sc vt^T (one product). The products run on the calling thread
+ * (kern_matmul without a pool), each with the input's own sizes, so a job's bits do
+ * not depend on the other inputs or on the thread that runs it. */
 static void attn_jobs(void *ctx, int ith, int nth)
 {
     enc_pass *p = ctx;
     const struct kvi_model *m = p->m;
     const int hd = m->head_dim, nh = m->n_heads, grp = m->n_heads / m->n_kv_heads;
-    const size_t qd = (size_t)nh * hd, kvd = (size_t)m->n_kv_heads * hd;
+    const size_t qd = (size_t)nh * hd, kvd = (size_t)m->n_kv_heads * hd, L = (size_t)p->max_len;
     const int w = m->layers[p->layer].window;
-    float *sc = tpool_scratch(p->pool, ith, (size_t)p->max_len * sizeof(float)); /* [max_len] scores */
-    for (int job = ith; sc && job < p->n_in * nh; job += nth) {
+    float *kh = tpool_scratch(p->pool, ith, (2 * L * hd + L * L) * sizeof(float));
+    for (int job = ith; kh && job < p->n_in * nh; job += nth) {
         const int in = job / nh, h = job % nh, r0 = p->start[in], len = p->start[in + 1] - r0;
+        float *vt = kh + (size_t)len * hd, *sc = vt + (size_t)len * hd;
+        for (int j = 0; j < len; j++) {
+            const size_t o = (size_t)(r0 + j) * kvd + (size_t)(h / grp) * hd;
+            memcpy(kh + (size_t)j * hd, p->k + o, (size_t)hd * sizeof(float));
+            for (int d = 0; d < hd; d++) vt[(size_t)d * len + j] = p->v[o + d];
+        }
+        const kern_tensor K = { .data = kh, .type = KVI_TYPE_F32, .n_in = hd, .n_out = len };
+        const kern_tensor V = { .data = vt, .type = KVI_TYPE_F32, .n_in = len, .n_out = hd };
+        if (kern_matmul(NULL, &K, p->q + (size_t)r0 * qd + (size_t)h * hd, (int64_t)qd, len, sc, len)) {
+            p->failed = true;
+            continue;
+        }
         for (int pos = 0; pos < len; pos++) {
-            const float *qr = p->q + (size_t)(r0 + pos) * qd + (size_t)h * hd;
-            float *o = p->att + (size_t)(r0 + pos) * qd + (size_t)h * hd;
+            float *row = sc + (size_t)pos * len, mx = -INFINITY;
             int lo, hi;
             key_range(p, w, pos, len, &lo, &hi);
-            float mx = -INFINITY;
             for (int j = lo; j <= hi; j++) {
-                const float *kr = p->k + (size_t)(r0 + j) * kvd + (size_t)(h / grp) * hd;
-                float s = kern_dot_f32(qr, kr, hd) * m->kq_scale;
+                float s = row[j] * m->kq_scale;
                 if (m->attn_softcap > 0.0f) s = m->attn_softcap * tanhf(s / m->attn_softcap);
-                sc[j] = s;
+                row[j] = s;
                 mx = s > mx ? s : mx;
             }
             double sum = 0;
-            for (int j = lo; j <= hi; j++) sum += sc[j] = expf(sc[j] - mx);
+            for (int j = lo; j <= hi; j++) sum += row[j] = expf(row[j] - mx);
             const float inv = (float)(1.0 / sum);
-            memset(o, 0, (size_t)hd * sizeof(float));
-            for (int j = lo; j <= hi; j++) {
-                const float *vr = p->v + (size_t)(r0 + j) * kvd + (size_t)(h / grp) * hd, pj = sc[j] * inv;
-                for (int d = 0; d < hd; d++) o[d] += pj * vr[d];
-            }
+            for (int j = 0; j < len; j++) row[j] = j < lo || j > hi ? 0.0f : row[j] * inv;
         }
+        if (kern_matmul(NULL, &V, sc, len, len, p->att + (size_t)r0 * qd + (size_t)h * hd, (int64_t)qd))
+            p->failed = true;
     }
+    if (!kh) p->failed = true;
 }
 
 /* q, k, v of all rows from xb, their biases, q/k norms and RoPE; attention into att;
@@ -237,8 +251,8 @@ static int attention(enc_pass *p, int l)
                 kern_rope_head(p->k + (size_t)r * kvd + (size_t)h * hd, p->rc + o, p->rs + o, half, m->rope_neox);
         }
     p->layer = l;
-    if (!tpool_scratch(p->pool, 0, (size_t)p->max_len * sizeof(float))) return KVI_E_NOMEM;
     tpool_run(p->pool, attn_jobs, p);
+    if (p->failed) return KVI_E_NOMEM;
     if ((rc = kern_matmul(p->pool, &L->wo, p->att, qd, N, p->xb, m->dim))) return rc;
     add_bias(p->xb, L->bo, N, m->dim);
     return 0;
