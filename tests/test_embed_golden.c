@@ -8,6 +8,9 @@
  */
 #include "testutil.h"
 
+#include "formats/quant.h"
+#include "forward/fwd_act.h"
+
 
 #include <math.h>
 #include <stdlib.h>
@@ -275,6 +278,30 @@ static void check_errors(void)
     kvi_model_free(m);
 }
 
+/* fwd_gelu's bit conversion against the reference lookup: f16 of x by
+ * quant_f32_to_f16, the table's f16 result widened (random x, and every f16 value
+ * with the point halfway to the next, where the rounding decides) */
+static void check_gelu(void)
+{
+    bool need;
+    uint16_t *t16 = fwd_act_table(MODEL_ACT_GELU_TANH, &need);
+    float *t32 = fwd_gelu_table_f32(t16);
+    uint64_t st = 42;
+    int bad = 0;
+    for (int i = 0; i < 3000000 && t32; i++) {
+        float x = i < 131072 ? quant_f16_to_f32((quant_f16)(i / 2)) : (trand_uniform(&st) - 0.5f) * 24.0f;
+        if (i < 131072 && (i & 1)) /* halfway to the next f16 value: the tie rounds to even */
+            x = 0.5f * (x + quant_f16_to_f32((quant_f16)(i / 2 + 1)));
+        if (!isfinite(x)) continue;
+        float y = x;
+        fwd_gelu(t32, &y, 1);
+        const float ref = x <= -10.0f ? 0.0f : x >= 10.0f ? x : quant_f16_to_f32(t16[quant_f32_to_f16(x)]);
+        bad += bits_of_f32(y) != bits_of_f32(ref);
+    }
+    CHECK(t32 && bad == 0, "fwd_gelu: %d values differ from the table lookup", bad);
+    free(t16), free(t32);
+}
+
 static void check_normalize(void)
 {
     float v[3] = { 3, -4, 0 };
@@ -336,6 +363,7 @@ int main(int argc, char **argv)
                                        "nomic-bert-moe-f32", "modern-bert-f32" };
     for (size_t i = 0; !only && i < sizeof cli / sizeof *cli; i++) check_cli(cli[i]);
     check_normalize();
+    check_gelu();
     check_errors();
     static const struct {
         const char *name;

@@ -21,7 +21,11 @@ uint16_t *fwd_act_table(model_act act, bool *needed);
 /* g[i] = act(g[i]) * u[i] for i < n; gelu: the table of fwd_act_table (GELU only) */
 void fwd_glu(model_act act, const uint16_t *gelu, float *g, const float *u, size_t n);
 
-/* x[i] = gelu(x[i]) for i < n through the table of fwd_act_table (BERT's ungated FFN) */
-void fwd_gelu(const uint16_t *gelu, float *x, size_t n);
+/* The table of fwd_act_table widened to f32 [65536] (malloc'd; NULL on allocation
+ * failure), for fwd_gelu. */
+float *fwd_gelu_table_f32(const uint16_t *gelu);
+/* x[i] = gelu(x[i]) for i < n, the same bits as the GeGLU path's lookup, through the
+ * f32 table of fwd_gelu_table_f32 (BERT's ungated FFN) */
+void fwd_gelu(const float *gelu32, float *x, size_t n);
 
 #endif

@@ -45,7 +45,8 @@ typedef struct enc_pass {
     int *start; /* [n_in + 1] first row of each input */
     float *x, *xb, *q, *k, *v, *att, *hg, *hu;
     float *rc, *rs;  /* [n_sets][max_len][half] */
-    uint16_t *gelu;  /* [65536] or NULL */
+    uint16_t *gelu;  /* [65536] f16 GELU table (fwd_act.h) */
+    float *gelu32;   /* [65536] the same widened to f32 */
     float *moe_buf;  /* [ENC_CHUNK][n_expert_used][dim] expert outputs, or NULL */
     int layer;       /* the layer an attention run is for */
     bool failed;     /* an attention job could not run (scratch memory) */
@@ -55,7 +56,7 @@ typedef struct enc_pass {
 static void pass_free(enc_pass *p)
 {
     free(p->start), free(p->x), free(p->xb), free(p->q), free(p->k), free(p->v), free(p->att);
-    free(p->hg), free(p->hu), free(p->rc), free(p->rs), free(p->gelu), free(p->moe_buf);
+    free(p->hg), free(p->hu), free(p->rc), free(p->rs), free(p->gelu), free(p->gelu32), free(p->moe_buf);
 }
 
 static float *falloc(enc_pass *p, size_t n, bool *ok) { return fwd_alloc64(n * sizeof(float), &p->bytes, ok); }
@@ -103,7 +104,8 @@ static int pass_alloc(enc_pass *p, kvi_error *err)
     p->rs = falloc(p, (size_t)m->n_rope_sets * p->max_len * (half ? half : 1), &ok);
     if (m->n_expert > 0) p->moe_buf = falloc(p, C * m->n_expert_used * m->dim, &ok);
     p->gelu = fwd_act_table(MODEL_ACT_GELU_TANH, &need_gelu);
-    if (!ok || !p->gelu)
+    p->gelu32 = fwd_gelu_table_f32(p->gelu);
+    if (!ok || !p->gelu32)
         return err_set(err, KVI_E_NOMEM, "embed: cannot allocate the scratch of %d rows (%zu bytes)", p->N,
                        p->bytes);
     return 0;
@@ -297,7 +299,7 @@ static int experts(enc_pass *p, const model_layer *L, const float *xb, int n, fl
             float *y = p->moe_buf + ((size_t)r * K + j) * dim;
             w[j] = lg[sel[j]];
             if ((rc = kern_matmul(p->pool, &up, xb + (size_t)r * dim, dim, 1, p->hu, F))) return rc;
-            fwd_gelu(p->gelu, p->hu, (size_t)F);
+            fwd_gelu(p->gelu32, p->hu, (size_t)F);
             if ((rc = kern_matmul(p->pool, &down, p->hu, F, 1, y, dim))) return rc;
         }
         float *o = out + (size_t)r * dim;
@@ -326,7 +328,7 @@ static int ffn(enc_pass *p, const model_layer *L, const float *xb, int n, float 
     } else {
         if ((rc = kern_matmul(p->pool, &L->w_up, xb, dim, n, p->hg, f))) return rc;
         add_bias(p->hg, L->b_up, n, f);
-        fwd_gelu(p->gelu, p->hg, (size_t)n * f);
+        fwd_gelu(p->gelu32, p->hg, (size_t)n * f);
     }
     if ((rc = kern_matmul(p->pool, &L->w_down, p->hg, f, n, out, dim))) return rc;
     add_bias(out, L->b_down, n, dim);
