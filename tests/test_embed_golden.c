@@ -302,6 +302,55 @@ static void check_gelu(void)
     free(t16), free(t32);
 }
 
+/* A synthetic BERT (kvinfer synth --arch bert) of type t: 40 inputs of 1..300
+ * tokens in one call (FFN chunks and thread splits cut across inputs) give the
+ * bits of each input alone and of 1 thread, with every pooling. */
+static void check_synth_batch(kvi_type t)
+{
+    kvi_synth_params sp = { .arch = "bert", .dim = 64, .ffn_dim = 128, .n_layers = 2, .n_heads = 4, .n_kv_heads = 4,
+                            .n_ctx = 512, .type = t, .seed = 5,
+                            .vocab_from = shared_path("golden/embed/ggml-vocab-bert-bge.gguf") };
+    const char *path = tmp_path("embed_synth_bert.gguf");
+    kvi_error err = { 0 };
+    CHECK(kvi_synth_write(&sp, path, &err) == 0, "synth: %s", err.msg);
+    kvi_model *m = kvi_model_load(path, NULL, &err);
+    CHECK(m != NULL, "synth bert: %s", err.msg);
+    if (!m) return;
+    enum { N = 40 };
+    int32_t *toks[N], n[N], total = 0;
+    uint64_t st = 9;
+    for (int i = 0; i < N; i++) {
+        n[i] = 1 + (int32_t)(trand_u64(&st) % 300);
+        toks[i] = malloc((size_t)n[i] * sizeof **toks);
+        for (int j = 0; j < n[i]; j++) toks[i][j] = (int32_t)(trand_u64(&st) % 30522);
+        total += n[i];
+    }
+    const int w = kvi_n_embd_out(m);
+    float *all = malloc((size_t)total * w * sizeof *all), *one = malloc((size_t)total * w * sizeof *one);
+    kvi_engine *e1 = open_engine(m, 1), *e2 = open_engine(m, 2);
+    for (int pl = KVI_POOLING_NONE; pl <= KVI_POOLING_LAST; pl++) {
+        CHECK(kvi_embed(e2, (const int32_t *const *)toks, n, N, (kvi_pooling)pl, all, &err) == 0, "%s", err.msg);
+        CHECK(kvi_embed(e1, (const int32_t *const *)toks, n, N, (kvi_pooling)pl, one, &err) == 0, "%s", err.msg);
+        const size_t rows = pl == KVI_POOLING_NONE ? (size_t)total : N;
+        CHECK(memcmp(all, one, rows * w * sizeof *all) == 0, "synth bert pooling %d: 1 thread != 2", pl);
+        bool finite = true;
+        for (size_t i = 0; i < rows * w; i++) finite &= isfinite(all[i]) != 0;
+        CHECK(finite, "synth bert pooling %d: not finite", pl);
+        size_t r0 = 0;
+        for (int i = 0; i < N; i++) {
+            const int32_t *t1[1] = { toks[i] };
+            CHECK(kvi_embed(e2, t1, &n[i], 1, (kvi_pooling)pl, one, &err) == 0, "%s", err.msg);
+            const size_t k = pl == KVI_POOLING_NONE ? (size_t)n[i] : 1;
+            CHECK(memcmp(all + r0 * w, one, k * w * sizeof *one) == 0, "synth bert pooling %d: input %d alone", pl, i);
+            r0 += k;
+        }
+    }
+    for (int i = 0; i < N; i++) free(toks[i]);
+    free(all), free(one);
+    kvi_engine_free(e1), kvi_engine_free(e2);
+    kvi_model_free(m);
+}
+
 static void check_normalize(void)
 {
     float v[3] = { 3, -4, 0 };
@@ -364,6 +413,10 @@ int main(int argc, char **argv)
     for (size_t i = 0; !only && i < sizeof cli / sizeof *cli; i++) check_cli(cli[i]);
     check_normalize();
     check_gelu();
+    if (!only) {
+        check_synth_batch(KVI_TYPE_F32);
+        check_synth_batch(KVI_TYPE_Q8_0);
+    }
     check_errors();
     static const struct {
         const char *name;
