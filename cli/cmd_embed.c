@@ -138,8 +138,9 @@ static int32_t tokenize(const kvi_model *m, const embed_opts *o, int i, int32_t 
     const char *s = o->in.s[i];
     for (int32_t cap = 256;; cap *= 2) {
         if (!(*ids = malloc((size_t)cap * sizeof **ids))) return -1;
-        const int32_t n = o->query ? kvi_rerank_tokenize(m, o->query, strlen(o->query), s, strlen(s), *ids, cap)
-                                   : kvi_tokenize(m, s, strlen(s), true, true, *ids, cap);
+        const int32_t n = o->query
+                              ? kvi_rerank_tokenize(m, o->query, strlen(o->query), s, strlen(s), *ids, cap)
+                              : kvi_tokenize(m, s, strlen(s), true, true, *ids, cap);
         if (n >= 0 && n <= cap) return n;
         free(*ids);
         *ids = NULL;
@@ -219,7 +220,8 @@ static int embed_main(int argc, char **argv, bool rerank)
     const kvi_pooling pl = o.pooling == KVI_POOLING_MODEL && m ? kvi_model_pooling(m) : o.pooling;
     scored *sc = calloc((size_t)o.in.n, sizeof *sc);
     rc = e && sc ? 0 : 1;
-    if (!rc && pl == KVI_POOLING_RANK && kvi_n_cls_out(m) == 0) rc = cli_error("the model has no rerank head");
+    if (!rc && pl == KVI_POOLING_RANK && kvi_n_cls_out(m) == 0)
+        rc = cli_error("the model has no rerank head");
     int64_t n_tokens = 0;
     const double t0 = kvi_time_ms();
     for (int i0 = 0; !rc && i0 < o.in.n; i0 += (int)o.batch)

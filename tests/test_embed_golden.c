@@ -11,7 +11,6 @@
 #include "formats/quant.h"
 #include "forward/fwd_act.h"
 
-
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,14 +58,16 @@ static int floats(const cJSON *arr, float *out, int cap)
 static double cosine(const float *a, const float *b, int n)
 {
     double ab = 0, aa = 0, bb = 0;
-    for (int i = 0; i < n; i++) ab += (double)a[i] * b[i], aa += (double)a[i] * a[i], bb += (double)b[i] * b[i];
+    for (int i = 0; i < n; i++)
+        ab += (double)a[i] * b[i], aa += (double)a[i] * a[i], bb += (double)b[i] * b[i];
     return ab / sqrt(aa * bb);
 }
 
 static double rel_err(const float *a, const float *b, size_t n)
 {
     double d = 0, r = 0;
-    for (size_t i = 0; i < n; i++) d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]), r += (double)b[i] * b[i];
+    for (size_t i = 0; i < n; i++)
+        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]), r += (double)b[i] * b[i];
     return sqrt(d / r);
 }
 
@@ -100,8 +101,8 @@ static void check_batch_invariance(const char *name, kvi_engine *e, const inputs
         const int32_t *t[1] = { in->toks[i] };
         kvi_error err = { 0 };
         CHECK(kvi_embed(e, t, &in->n_toks[i], 1, KVI_POOLING_MODEL, one, &err) == 0, "%s", err.msg);
-        CHECK(memcmp(one, all + (size_t)i * w, (size_t)w * sizeof *one) == 0, "%s: input %d alone != in the batch",
-              name, i);
+        CHECK(memcmp(one, all + (size_t)i * w, (size_t)w * sizeof *one) == 0,
+              "%s: input %d alone != in the batch", name, i);
     }
     free(one);
 }
@@ -122,7 +123,8 @@ static void check_embed(const char *name, double min_cos, double max_rel)
     const int w = kvi_n_embd_out(m);
     CHECK(w == cJSON_GetObjectItem(j, "n_embd_out")->valueint, "%s: n_embd_out %d", name, w);
     kvi_pooling pl;
-    CHECK(kvi_pooling_parse(cJSON_GetObjectItem(j, "pooling")->valuestring, &pl) == 0 && pl == kvi_model_pooling(m),
+    CHECK(kvi_pooling_parse(cJSON_GetObjectItem(j, "pooling")->valuestring, &pl) == 0 &&
+              pl == kvi_model_pooling(m),
           "%s: pooling %d", name, (int)kvi_model_pooling(m));
     inputs in;
     inputs_read(cJSON_GetObjectItem(j, "inputs"), &in);
@@ -163,8 +165,8 @@ static void check_embed(const char *name, double min_cos, double max_rel)
     printf("%-22s per-token rel %.2e\n", name, tre);
     /* threads 1 vs 2, alone vs batch */
     float *out1 = malloc((size_t)in.n * w * sizeof *out1);
-    CHECK(kvi_embed(e1, (const int32_t *const *)in.toks, in.n_toks, in.n, KVI_POOLING_MODEL, out1, &err) == 0, "%s",
-          err.msg);
+    CHECK(kvi_embed(e1, (const int32_t *const *)in.toks, in.n_toks, in.n, KVI_POOLING_MODEL, out1, &err) == 0,
+          "%s", err.msg);
     CHECK(memcmp(out, out1, (size_t)in.n * w * sizeof *out) == 0, "%s: 1 thread != 2 threads", name);
     check_batch_invariance(name, e2, &in, out, w);
     free(out1), free(tok), free(tref), free(out), free(ref);
@@ -212,7 +214,8 @@ static void check_rerank(const char *name, double tol, double max_rel)
         const cJSON *jb = cJSON_GetObjectItem(j, "documents")->child;
         const double sa = cJSON_GetObjectItem(it, "score")->valuedouble;
         for (int b = 0; b < in.n; b++, jb = jb->next)
-            CHECK((out[(size_t)a * nc] > out[(size_t)b * nc]) == (sa > cJSON_GetObjectItem(jb, "score")->valuedouble),
+            CHECK((out[(size_t)a * nc] > out[(size_t)b * nc]) ==
+                      (sa > cJSON_GetObjectItem(jb, "score")->valuedouble),
                   "%s: order of %d, %d", name, a, b);
     }
     printf("%-22s scores: max |d| %.2e\n", name, worst);
@@ -307,8 +310,15 @@ static void check_gelu(void)
  * bits of each input alone and of 1 thread, with every pooling. */
 static void check_synth_batch(kvi_type t)
 {
-    kvi_synth_params sp = { .arch = "bert", .dim = 64, .ffn_dim = 128, .n_layers = 2, .n_heads = 4, .n_kv_heads = 4,
-                            .n_ctx = 512, .type = t, .seed = 5,
+    kvi_synth_params sp = { .arch = "bert",
+                            .dim = 64,
+                            .ffn_dim = 128,
+                            .n_layers = 2,
+                            .n_heads = 4,
+                            .n_kv_heads = 4,
+                            .n_ctx = 512,
+                            .type = t,
+                            .seed = 5,
                             .vocab_from = shared_path("golden/embed/ggml-vocab-bert-bge.gguf") };
     const char *path = tmp_path("embed_synth_bert.gguf");
     kvi_error err = { 0 };
@@ -329,8 +339,10 @@ static void check_synth_batch(kvi_type t)
     float *all = malloc((size_t)total * w * sizeof *all), *one = malloc((size_t)total * w * sizeof *one);
     kvi_engine *e1 = open_engine(m, 1), *e2 = open_engine(m, 2);
     for (int pl = KVI_POOLING_NONE; pl <= KVI_POOLING_LAST; pl++) {
-        CHECK(kvi_embed(e2, (const int32_t *const *)toks, n, N, (kvi_pooling)pl, all, &err) == 0, "%s", err.msg);
-        CHECK(kvi_embed(e1, (const int32_t *const *)toks, n, N, (kvi_pooling)pl, one, &err) == 0, "%s", err.msg);
+        CHECK(kvi_embed(e2, (const int32_t *const *)toks, n, N, (kvi_pooling)pl, all, &err) == 0, "%s",
+              err.msg);
+        CHECK(kvi_embed(e1, (const int32_t *const *)toks, n, N, (kvi_pooling)pl, one, &err) == 0, "%s",
+              err.msg);
         const size_t rows = pl == KVI_POOLING_NONE ? (size_t)total : N;
         CHECK(memcmp(all, one, rows * w * sizeof *all) == 0, "synth bert pooling %d: 1 thread != 2", pl);
         bool finite = true;
@@ -341,7 +353,8 @@ static void check_synth_batch(kvi_type t)
             const int32_t *t1[1] = { toks[i] };
             CHECK(kvi_embed(e2, t1, &n[i], 1, (kvi_pooling)pl, one, &err) == 0, "%s", err.msg);
             const size_t k = pl == KVI_POOLING_NONE ? (size_t)n[i] : 1;
-            CHECK(memcmp(all + r0 * w, one, k * w * sizeof *one) == 0, "synth bert pooling %d: input %d alone", pl, i);
+            CHECK(memcmp(all + r0 * w, one, k * w * sizeof *one) == 0,
+                  "synth bert pooling %d: input %d alone", pl, i);
             r0 += k;
         }
     }
@@ -380,7 +393,8 @@ static void check_cli(const char *name)
     const cJSON *in0 = cJSON_GetObjectItem(j, "inputs")->child, *in1 = in0->next;
     const char *f = tmp_path("embed_cli_texts.txt");
     FILE *fp = fopen(f, "w");
-    fprintf(fp, "%s\n%s\n", cJSON_GetObjectItem(in0, "text")->valuestring, cJSON_GetObjectItem(in1, "text")->valuestring);
+    fprintf(fp, "%s\n%s\n", cJSON_GetObjectItem(in0, "text")->valuestring,
+            cJSON_GetObjectItem(in1, "text")->valuestring);
     fclose(fp);
     snprintf(path, sizeof path, "golden/embed/%s.gguf", name);
     snprintf(args, sizeof args, "embed -m %s -f %s -t 2", shared_path(path), f);
@@ -393,8 +407,10 @@ static void check_cli(const char *name)
         cJSON *l = cJSON_Parse(line);
         float a[512], b[512];
         const int n = l ? floats(cJSON_GetObjectItem(l, "embedding"), a, 512) : 0;
-        CHECK(n > 0 && n == floats(cJSON_GetObjectItem(ref, "embedding"), b, 512), "%s cli: line %d", name, i);
-        CHECK(n > 0 && cosine(a, b, n) >= 0.99999, "%s cli: input %d cos %.9f", name, i, n ? cosine(a, b, n) : 0);
+        CHECK(n > 0 && n == floats(cJSON_GetObjectItem(ref, "embedding"), b, 512), "%s cli: line %d", name,
+              i);
+        CHECK(n > 0 && cosine(a, b, n) >= 0.99999, "%s cli: input %d cos %.9f", name, i,
+              n ? cosine(a, b, n) : 0);
         CHECK(l && cJSON_GetObjectItem(l, "index")->valueint == i, "%s cli: index", name);
         cJSON_Delete(l);
         line = strchr(line, '\n');
@@ -408,8 +424,8 @@ static void check_cli(const char *name)
 int main(int argc, char **argv)
 {
     const char *only = argc > 1 ? argv[1] : NULL; /* one file's checks */
-    static const char *const cli[] = { "qwen3-embed-f32", "gemma-embedding-f32", "bert-f32", "nomic-bert-f32",
-                                       "nomic-bert-moe-f32", "modern-bert-f32" };
+    static const char *const cli[] = { "qwen3-embed-f32", "gemma-embedding-f32", "bert-f32",
+                                       "nomic-bert-f32",  "nomic-bert-moe-f32",  "modern-bert-f32" };
     for (size_t i = 0; !only && i < sizeof cli / sizeof *cli; i++) check_cli(cli[i]);
     check_normalize();
     check_gelu();
@@ -421,9 +437,11 @@ int main(int argc, char **argv)
     static const struct {
         const char *name;
         bool q8;
-    } embed[] = { { "qwen3-embed-f32", false }, { "qwen3-embed-q8_0", true }, { "gemma-embedding-f32", false },
-                  { "bert-f32", false },        { "bert-q8_0", true },        { "nomic-bert-f32", false },
-                  { "nomic-bert-moe-f32", false }, { "modern-bert-f32", false } };
+    } embed[] = {
+        { "qwen3-embed-f32", false },    { "qwen3-embed-q8_0", true }, { "gemma-embedding-f32", false },
+        { "bert-f32", false },           { "bert-q8_0", true },        { "nomic-bert-f32", false },
+        { "nomic-bert-moe-f32", false }, { "modern-bert-f32", false }
+    };
     for (size_t i = 0; i < sizeof embed / sizeof *embed; i++)
         if (!only || strcmp(only, embed[i].name) == 0)
             check_embed(embed[i].name, embed[i].q8 ? 0.998 : 0.99999, embed[i].q8 ? 0.06 : 0.002);

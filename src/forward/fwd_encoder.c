@@ -44,12 +44,12 @@ typedef struct enc_pass {
     int n_in, N, max_len;
     int *start; /* [n_in + 1] first row of each input */
     float *x, *xb, *q, *k, *v, *att, *hg, *hu;
-    float *rc, *rs;  /* [n_sets][max_len][half] */
-    uint16_t *gelu;  /* [65536] f16 GELU table (fwd_act.h) */
-    float *gelu32;   /* [65536] the same widened to f32 */
-    float *moe_buf;  /* [ENC_CHUNK][n_expert_used][dim] expert outputs, or NULL */
-    int layer;       /* the layer an attention run is for */
-    bool failed;     /* an attention job could not run (scratch memory) */
+    float *rc, *rs; /* [n_sets][max_len][half] */
+    uint16_t *gelu; /* [65536] f16 GELU table (fwd_act.h) */
+    float *gelu32;  /* [65536] the same widened to f32 */
+    float *moe_buf; /* [ENC_CHUNK][n_expert_used][dim] expert outputs, or NULL */
+    int layer;      /* the layer an attention run is for */
+    bool failed;    /* an attention job could not run (scratch memory) */
     size_t bytes;
 } enc_pass;
 
@@ -59,7 +59,10 @@ static void pass_free(enc_pass *p)
     free(p->hg), free(p->hu), free(p->rc), free(p->rs), free(p->gelu), free(p->gelu32), free(p->moe_buf);
 }
 
-static float *falloc(enc_pass *p, size_t n, bool *ok) { return fwd_alloc64(n * sizeof(float), &p->bytes, ok); }
+static float *falloc(enc_pass *p, size_t n, bool *ok)
+{
+    return fwd_alloc64(n * sizeof(float), &p->bytes, ok);
+}
 
 /* out = norm(x) by w (+ b): LayerNorm or RMSNorm as the model says; a copy when w is NULL */
 static void norm_rows(const enc_pass *p, float *out, const float *x, const float *w, const float *b, int n)
@@ -88,7 +91,8 @@ static void add_rows(float *x, const float *y, size_t n)
 static int pass_alloc(enc_pass *p, kvi_error *err)
 {
     const struct kvi_model *m = p->m;
-    const size_t N = (size_t)p->N, qd = (size_t)m->n_heads * m->head_dim, kvd = (size_t)m->n_kv_heads * m->head_dim;
+    const size_t N = (size_t)p->N, qd = (size_t)m->n_heads * m->head_dim,
+                 kvd = (size_t)m->n_kv_heads * m->head_dim;
     const size_t C = N < ENC_CHUNK ? N : ENC_CHUNK, half = (size_t)(m->n_rot / 2);
     const size_t ffn = (size_t)(m->ffn_dim > m->expert_ffn ? m->ffn_dim : m->expert_ffn);
     bool ok = true, need_gelu;
@@ -143,8 +147,9 @@ static int embed_rows(enc_pass *p, const int32_t *const toks[], kvi_error *err)
             float *xr = p->x + (size_t)(p->start[i] + j) * dim;
             const int32_t t = toks[i][j];
             if (t < 0 || t >= m->n_vocab || kern_tensor_get_row(&m->tok_embd, t, xr))
-                return err_set(err, KVI_E_INVALID, "embed: input %d: token %d is not in the vocabulary (0..%d)", i,
-                               (int)t, m->n_vocab - 1);
+                return err_set(err, KVI_E_INVALID,
+                               "embed: input %d: token %d is not in the vocabulary (0..%d)", i, (int)t,
+                               m->n_vocab - 1);
             if (m->emb_scale != 1.0f)
                 for (int d = 0; d < dim; d++) xr[d] *= m->emb_scale;
             if (e->tok_type0) add_rows(xr, e->tok_type0, (size_t)dim);
@@ -248,9 +253,11 @@ static int attention(enc_pass *p, int l)
         for (int r = p->start[i]; r < p->start[i + 1]; r++) {
             const size_t o = ((size_t)L->rope_set * p->max_len + (r - p->start[i])) * half;
             for (int h = 0; h < m->n_heads; h++)
-                kern_rope_head(p->q + (size_t)r * qd + (size_t)h * hd, p->rc + o, p->rs + o, half, m->rope_neox);
+                kern_rope_head(p->q + (size_t)r * qd + (size_t)h * hd, p->rc + o, p->rs + o, half,
+                               m->rope_neox);
             for (int h = 0; h < m->n_kv_heads; h++)
-                kern_rope_head(p->k + (size_t)r * kvd + (size_t)h * hd, p->rc + o, p->rs + o, half, m->rope_neox);
+                kern_rope_head(p->k + (size_t)r * kvd + (size_t)h * hd, p->rc + o, p->rs + o, half,
+                               m->rope_neox);
         }
     p->layer = l;
     tpool_run(p->pool, attn_jobs, p);
@@ -441,7 +448,8 @@ int fwd_encode(tpool *pool, const struct kvi_model *m, const int32_t *const toks
 {
     if (!m->enc) return err_set(err, KVI_E_UNSUPPORTED, "embed: the model has no embedding description");
     if (pooling == KVI_POOLING_RANK && m->enc->n_cls_out == 0)
-        return err_set(err, KVI_E_UNSUPPORTED, "embed: rank pooling needs a classification head (cls.output)");
+        return err_set(err, KVI_E_UNSUPPORTED,
+                       "embed: rank pooling needs a classification head (cls.output)");
     if (pooling < KVI_POOLING_NONE || pooling > KVI_POOLING_RANK)
         return err_set(err, KVI_E_INVALID, "embed: unknown pooling %d", pooling);
     enc_pass p = { .m = m, .e = m->enc, .pool = pool, .n_in = n_in };

@@ -81,7 +81,8 @@ int32_t kvi_rerank_tokenize(const kvi_model *m, const char *query, size_t query_
         return n;
     }
     /* [BOS] query [EOS] [SEP] document [EOS] by the vocabulary's flags */
-    return tokenizer_encode_pair(m->tok, query ? query : "", query_len, doc ? doc : "", doc_len, out, NULL, cap);
+    return tokenizer_encode_pair(m->tok, query ? query : "", query_len, doc ? doc : "", doc_len, out, NULL,
+                                 cap);
 }
 
 void kvi_embd_normalize(float *v, int32_t n, int mode)

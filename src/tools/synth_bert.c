@@ -41,10 +41,16 @@ int synth_bert_preset(const char *name, kvi_synth_params *p)
     for (size_t i = 0; name && i < sizeof presets / sizeof *presets; i++) {
         if (strcmp(name, presets[i].name) != 0) continue;
         memset(p, 0, sizeof *p);
-        *p = (kvi_synth_params){ .arch = "bert", .dim = presets[i].dim, .ffn_dim = presets[i].ffn,
-                                 .n_layers = presets[i].layers, .n_heads = presets[i].heads,
-                                 .n_kv_heads = presets[i].heads, .n_vocab = 30522, .n_ctx = 512,
-                                 .type = KVI_TYPE_F32, .name = presets[i].name,
+        *p = (kvi_synth_params){ .arch = "bert",
+                                 .dim = presets[i].dim,
+                                 .ffn_dim = presets[i].ffn,
+                                 .n_layers = presets[i].layers,
+                                 .n_heads = presets[i].heads,
+                                 .n_kv_heads = presets[i].heads,
+                                 .n_vocab = 30522,
+                                 .n_ctx = 512,
+                                 .type = KVI_TYPE_F32,
+                                 .name = presets[i].name,
                                  .window_pattern = presets[i].pooling };
         return 0;
     }
@@ -86,8 +92,8 @@ static void build(bert_job *j, const kvi_synth_params *p, int n_vocab, int n_ctx
         static const struct {
             const char *role;
             int in, out; /* 0: dim, 1: ffn */
-        } mats[] = { { "attn_q", 0, 0 }, { "attn_k", 0, 0 }, { "attn_v", 0, 0 }, { "attn_output", 0, 0 },
-                     { "ffn_up", 0, 1 }, { "ffn_down", 1, 0 } };
+        } mats[] = { { "attn_q", 0, 0 },      { "attn_k", 0, 0 }, { "attn_v", 0, 0 },
+                     { "attn_output", 0, 0 }, { "ffn_up", 0, 1 }, { "ffn_down", 1, 0 } };
         for (size_t i = 0; i < sizeof mats / sizeof *mats; i++) {
             snprintf(nm, sizeof nm, "blk.%d.%s.weight", l, mats[i].role);
             add(j, nm, mats[i].in ? f : d, mats[i].out ? f : d, p->type, BK_MATRIX);
@@ -113,7 +119,8 @@ static int metadata(gguf_writer *w, const kvi_synth_params *p, int n_ctx, const 
     bad |= gguf_writer_set_u32(w, "bert.feed_forward_length", (uint32_t)p->ffn_dim) < 0;
     bad |= gguf_writer_set_u32(w, "bert.block_count", (uint32_t)p->n_layers) < 0;
     bad |= gguf_writer_set_u32(w, "bert.attention.head_count", (uint32_t)p->n_heads) < 0;
-    bad |= gguf_writer_set_f32(w, "bert.attention.layer_norm_epsilon", p->rms_eps > 0 ? p->rms_eps : 1e-12f) < 0;
+    bad |=
+        gguf_writer_set_f32(w, "bert.attention.layer_norm_epsilon", p->rms_eps > 0 ? p->rms_eps : 1e-12f) < 0;
     bad |= gguf_writer_set_bool(w, "bert.attention.causal", false) < 0;
     bad |= gguf_writer_set_u32(w, "bert.pooling_type", p->window_pattern == 2 ? 2u : 1u) < 0;
     for (int64_t i = 0; i < gguf_n_kv(src); i++) {
@@ -153,7 +160,8 @@ static int write_data(const bert_job *j, gguf_writer *w, FILE *f, uint64_t seed,
         for (int64_t r = 0; !rc && r < t->ne[1]; r++) {
             fill(row, t->ne[0], seed, t->name, r, t->kind == BK_NORM ? 1.0f : 0.0f);
             if (quant_quantize_row(t->type, row, buf + (size_t)r * rb, t->ne[0]) < 0)
-                rc = err_set(err, KVI_E_INVALID, "synth: %s: cannot quantise to %s", t->name, kvi_type_name(t->type));
+                rc = err_set(err, KVI_E_INVALID, "synth: %s: cannot quantise to %s", t->name,
+                             kvi_type_name(t->type));
         }
         if (!rc) rc = gguf_writer_write_tensor(w, f, i, buf, err);
         free(buf), free(row);
@@ -164,10 +172,13 @@ static int write_data(const bert_job *j, gguf_writer *w, FILE *f, uint64_t seed,
 int synth_bert_write(const kvi_synth_params *p, const char *path, kvi_error *err)
 {
     if (!p->vocab_from)
-        return err_set(err, KVI_E_INVALID, "synth: --arch bert needs --vocab-from a GGUF with a WordPiece vocabulary "
-                                           "(../shared/golden/embed/ggml-vocab-bert-bge.gguf)");
-    if (p->dim < 1 || p->ffn_dim < 1 || p->n_layers < 1 || p->n_heads < 1 || p->dim % p->n_heads || p->n_layers > 1024)
-        return err_set(err, KVI_E_INVALID, "synth: bert needs dim, ffn, layers and heads (dim a multiple of heads)");
+        return err_set(err, KVI_E_INVALID,
+                       "synth: --arch bert needs --vocab-from a GGUF with a WordPiece vocabulary "
+                       "(../shared/golden/embed/ggml-vocab-bert-bge.gguf)");
+    if (p->dim < 1 || p->ffn_dim < 1 || p->n_layers < 1 || p->n_heads < 1 || p->dim % p->n_heads ||
+        p->n_layers > 1024)
+        return err_set(err, KVI_E_INVALID,
+                       "synth: bert needs dim, ffn, layers and heads (dim a multiple of heads)");
     gguf_ctx *src = NULL;
     int rc = gguf_open(p->vocab_from, true, &src, err);
     if (rc) return rc;
