@@ -78,9 +78,9 @@ void fwd_gelu(const float *gelu32, float *x, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         const float v = x[i], a = fabsf(v);
-        x[i] = v <= -10.0f ? 0.0f
-             : v >= 10.0f  ? v
-             : a >= 6.103515625e-05f ? gelu32[f16_of_normal(v)]
-                                      : gelu32[quant_f32_to_f16(v)];
+        x[i] = v <= -10.0f             ? 0.0f
+               : v >= 10.0f            ? v
+               : a >= 6.103515625e-05f ? gelu32[f16_of_normal(v)]
+                                       : gelu32[quant_f32_to_f16(v)];
     }
 }
