@@ -92,8 +92,8 @@ static const synth_arch k_archs[] = {
 #define N_ARCHS (sizeof k_archs / sizeof k_archs[0])
 
 static const char *const k_arch_names[N_ARCHS + 1] = {
-    "llama",    "qwen2", "qwen3",   "gemma2", "gemma3",    "phi3", "granite", "olmo2",
-    "qwen3moe", "olmoe", "gpt-oss", "qwen35", "qwen3next", "bert", NULL,
+    "llama", "qwen2",    "qwen3", "gemma2",  "gemma3", "phi3",      "granite",
+    "olmo2", "qwen3moe", "olmoe", "gpt-oss", "qwen35", "qwen3next", "bert", NULL,
 };
 
 const char *const *kvi_synth_arch_names(void) { return k_arch_names; }
