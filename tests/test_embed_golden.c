@@ -8,7 +8,8 @@
  */
 #include "testutil.h"
 
-#include "formats/gguf.h"
+#include "formats/quant.h"
+#include "forward/fwd_act.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -57,61 +58,26 @@ static int floats(const cJSON *arr, float *out, int cap)
 static double cosine(const float *a, const float *b, int n)
 {
     double ab = 0, aa = 0, bb = 0;
-    for (int i = 0; i < n; i++) ab += (double)a[i] * b[i], aa += (double)a[i] * a[i], bb += (double)b[i] * b[i];
+    for (int i = 0; i < n; i++)
+        ab += (double)a[i] * b[i], aa += (double)a[i] * a[i], bb += (double)b[i] * b[i];
     return ab / sqrt(aa * bb);
 }
 
 static double rel_err(const float *a, const float *b, size_t n)
 {
     double d = 0, r = 0;
-    for (size_t i = 0; i < n; i++) d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]), r += (double)b[i] * b[i];
+    for (size_t i = 0; i < n; i++)
+        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]), r += (double)b[i] * b[i];
     return sqrt(d / r);
 }
 
-/* src copied to dst with tokenizer.ggml.model "llama": the model's tensors and keys
- * as they are, for a build without the WordPiece loader (the inputs are ids). */
-static bool copy_as_spm(const char *src, const char *dst)
-{
-    gguf_ctx *g = NULL;
-    kvi_error err = { 0 };
-    if (gguf_open(src, false, &g, &err) != 0) return false;
-    gguf_writer *w = gguf_writer_create();
-    bool ok = w != NULL;
-    for (int64_t i = 0; ok && i < gguf_n_kv(g); i++)
-        if (strcmp(gguf_kv_key(g, i), "tokenizer.ggml.model") != 0) ok = gguf_writer_copy_kv(w, g, gguf_kv_key(g, i)) == 0;
-    ok = ok && gguf_writer_set_str(w, "tokenizer.ggml.model", "llama") == 0;
-    for (int64_t i = 0; ok && i < gguf_n_tensors(g); i++) {
-        const gguf_tensor *t = gguf_tensor_at(g, i);
-        ok = gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne) == 0;
-    }
-    FILE *f = ok ? fopen(dst, "wb") : NULL;
-    ok = f && gguf_writer_write_header(w, f, &err) == 0;
-    for (int64_t i = 0; ok && i < gguf_n_tensors(g); i++)
-        ok = gguf_writer_write_tensor(w, f, i, gguf_tensor_at(g, i)->data, &err) == 0;
-    if (f && fclose(f) != 0) ok = false;
-    gguf_writer_free(w);
-    gguf_close(g);
-    return ok;
-}
-
-/* The model of golden/embed/NAME.gguf; while kvinfer has no WordPiece loader, a
- * copy whose vocabulary loads as SentencePiece (said on stdout). */
-static bool loaded_as_copy;
-
+/* The model of golden/embed/NAME.gguf (a failed load is a failure) */
 static kvi_model *load(const char *name)
 {
-    loaded_as_copy = false;
     char path[256];
     snprintf(path, sizeof path, "golden/embed/%s.gguf", name);
     kvi_error err = { 0 };
     kvi_model *m = kvi_model_load(shared_path(path), NULL, &err);
-    if (!m && strstr(err.msg, "'bert' not supported")) {
-        printf("(%s: no WordPiece loader; its vocabulary read as SentencePiece, ids from the golden)\n", name);
-        const char *copy = tmp_path("embed_spm_copy.gguf");
-        loaded_as_copy = true;
-        CHECK(copy_as_spm(shared_path(path), copy), "%s: copy", name);
-        m = kvi_model_load(copy, NULL, &err);
-    }
     CHECK(m != NULL, "%s: %s", name, err.msg);
     return m;
 }
@@ -135,8 +101,8 @@ static void check_batch_invariance(const char *name, kvi_engine *e, const inputs
         const int32_t *t[1] = { in->toks[i] };
         kvi_error err = { 0 };
         CHECK(kvi_embed(e, t, &in->n_toks[i], 1, KVI_POOLING_MODEL, one, &err) == 0, "%s", err.msg);
-        CHECK(memcmp(one, all + (size_t)i * w, (size_t)w * sizeof *one) == 0, "%s: input %d alone != in the batch",
-              name, i);
+        CHECK(memcmp(one, all + (size_t)i * w, (size_t)w * sizeof *one) == 0,
+              "%s: input %d alone != in the batch", name, i);
     }
     free(one);
 }
@@ -157,7 +123,8 @@ static void check_embed(const char *name, double min_cos, double max_rel)
     const int w = kvi_n_embd_out(m);
     CHECK(w == cJSON_GetObjectItem(j, "n_embd_out")->valueint, "%s: n_embd_out %d", name, w);
     kvi_pooling pl;
-    CHECK(kvi_pooling_parse(cJSON_GetObjectItem(j, "pooling")->valuestring, &pl) == 0 && pl == kvi_model_pooling(m),
+    CHECK(kvi_pooling_parse(cJSON_GetObjectItem(j, "pooling")->valuestring, &pl) == 0 &&
+              pl == kvi_model_pooling(m),
           "%s: pooling %d", name, (int)kvi_model_pooling(m));
     inputs in;
     inputs_read(cJSON_GetObjectItem(j, "inputs"), &in);
@@ -198,8 +165,8 @@ static void check_embed(const char *name, double min_cos, double max_rel)
     printf("%-22s per-token rel %.2e\n", name, tre);
     /* threads 1 vs 2, alone vs batch */
     float *out1 = malloc((size_t)in.n * w * sizeof *out1);
-    CHECK(kvi_embed(e1, (const int32_t *const *)in.toks, in.n_toks, in.n, KVI_POOLING_MODEL, out1, &err) == 0, "%s",
-          err.msg);
+    CHECK(kvi_embed(e1, (const int32_t *const *)in.toks, in.n_toks, in.n, KVI_POOLING_MODEL, out1, &err) == 0,
+          "%s", err.msg);
     CHECK(memcmp(out, out1, (size_t)in.n * w * sizeof *out) == 0, "%s: 1 thread != 2 threads", name);
     check_batch_invariance(name, e2, &in, out, w);
     free(out1), free(tok), free(tref), free(out), free(ref);
@@ -247,14 +214,15 @@ static void check_rerank(const char *name, double tol, double max_rel)
         const cJSON *jb = cJSON_GetObjectItem(j, "documents")->child;
         const double sa = cJSON_GetObjectItem(it, "score")->valuedouble;
         for (int b = 0; b < in.n; b++, jb = jb->next)
-            CHECK((out[(size_t)a * nc] > out[(size_t)b * nc]) == (sa > cJSON_GetObjectItem(jb, "score")->valuedouble),
+            CHECK((out[(size_t)a * nc] > out[(size_t)b * nc]) ==
+                      (sa > cJSON_GetObjectItem(jb, "score")->valuedouble),
                   "%s: order of %d, %d", name, a, b);
     }
     printf("%-22s scores: max |d| %.2e\n", name, worst);
     /* the sequences as llama-server builds them from the texts */
     it = cJSON_GetObjectItem(j, "documents")->child;
     const char *q = cJSON_GetObjectItem(j, "query")->valuestring;
-    for (int i = 0; !loaded_as_copy && i < in.n; i++, it = it->next) {
+    for (int i = 0; i < in.n; i++, it = it->next) {
         int32_t ids[MAX_TOK];
         const char *d = cJSON_GetObjectItem(it, "text")->valuestring;
         const int32_t n = kvi_rerank_tokenize(m, q, strlen(q), d, strlen(d), ids, MAX_TOK);
@@ -313,6 +281,89 @@ static void check_errors(void)
     kvi_model_free(m);
 }
 
+/* fwd_gelu's bit conversion against the reference lookup: f16 of x by
+ * quant_f32_to_f16, the table's f16 result widened (random x, and every f16 value
+ * with the point halfway to the next, where the rounding decides) */
+static void check_gelu(void)
+{
+    bool need;
+    uint16_t *t16 = fwd_act_table(MODEL_ACT_GELU_TANH, &need);
+    float *t32 = fwd_gelu_table_f32(t16);
+    uint64_t st = 42;
+    int bad = 0;
+    for (int i = 0; i < 3000000 && t32; i++) {
+        float x = i < 131072 ? quant_f16_to_f32((quant_f16)(i / 2)) : (trand_uniform(&st) - 0.5f) * 24.0f;
+        if (i < 131072 && (i & 1)) /* halfway to the next f16 value: the tie rounds to even */
+            x = 0.5f * (x + quant_f16_to_f32((quant_f16)(i / 2 + 1)));
+        if (!isfinite(x)) continue;
+        float y = x;
+        fwd_gelu(t32, &y, 1);
+        const float ref = x <= -10.0f ? 0.0f : x >= 10.0f ? x : quant_f16_to_f32(t16[quant_f32_to_f16(x)]);
+        bad += bits_of_f32(y) != bits_of_f32(ref);
+    }
+    CHECK(t32 && bad == 0, "fwd_gelu: %d values differ from the table lookup", bad);
+    free(t16), free(t32);
+}
+
+/* A synthetic BERT (kvinfer synth --arch bert) of type t: 40 inputs of 1..300
+ * tokens in one call (FFN chunks and thread splits cut across inputs) give the
+ * bits of each input alone and of 1 thread, with every pooling. */
+static void check_synth_batch(kvi_type t)
+{
+    kvi_synth_params sp = { .arch = "bert",
+                            .dim = 64,
+                            .ffn_dim = 128,
+                            .n_layers = 2,
+                            .n_heads = 4,
+                            .n_kv_heads = 4,
+                            .n_ctx = 512,
+                            .type = t,
+                            .seed = 5,
+                            .vocab_from = shared_path("golden/embed/ggml-vocab-bert-bge.gguf") };
+    const char *path = tmp_path("embed_synth_bert.gguf");
+    kvi_error err = { 0 };
+    CHECK(kvi_synth_write(&sp, path, &err) == 0, "synth: %s", err.msg);
+    kvi_model *m = kvi_model_load(path, NULL, &err);
+    CHECK(m != NULL, "synth bert: %s", err.msg);
+    if (!m) return;
+    enum { N = 40 };
+    int32_t *toks[N], n[N], total = 0;
+    uint64_t st = 9;
+    for (int i = 0; i < N; i++) {
+        n[i] = 1 + (int32_t)(trand_u64(&st) % 300);
+        toks[i] = malloc((size_t)n[i] * sizeof **toks);
+        for (int j = 0; j < n[i]; j++) toks[i][j] = (int32_t)(trand_u64(&st) % 30522);
+        total += n[i];
+    }
+    const int w = kvi_n_embd_out(m);
+    float *all = malloc((size_t)total * w * sizeof *all), *one = malloc((size_t)total * w * sizeof *one);
+    kvi_engine *e1 = open_engine(m, 1), *e2 = open_engine(m, 2);
+    for (int pl = KVI_POOLING_NONE; pl <= KVI_POOLING_LAST; pl++) {
+        CHECK(kvi_embed(e2, (const int32_t *const *)toks, n, N, (kvi_pooling)pl, all, &err) == 0, "%s",
+              err.msg);
+        CHECK(kvi_embed(e1, (const int32_t *const *)toks, n, N, (kvi_pooling)pl, one, &err) == 0, "%s",
+              err.msg);
+        const size_t rows = pl == KVI_POOLING_NONE ? (size_t)total : N;
+        CHECK(memcmp(all, one, rows * w * sizeof *all) == 0, "synth bert pooling %d: 1 thread != 2", pl);
+        bool finite = true;
+        for (size_t i = 0; i < rows * w; i++) finite &= isfinite(all[i]) != 0;
+        CHECK(finite, "synth bert pooling %d: not finite", pl);
+        size_t r0 = 0;
+        for (int i = 0; i < N; i++) {
+            const int32_t *t1[1] = { toks[i] };
+            CHECK(kvi_embed(e2, t1, &n[i], 1, (kvi_pooling)pl, one, &err) == 0, "%s", err.msg);
+            const size_t k = pl == KVI_POOLING_NONE ? (size_t)n[i] : 1;
+            CHECK(memcmp(all + r0 * w, one, k * w * sizeof *one) == 0,
+                  "synth bert pooling %d: input %d alone", pl, i);
+            r0 += k;
+        }
+    }
+    for (int i = 0; i < N; i++) free(toks[i]);
+    free(all), free(one);
+    kvi_engine_free(e1), kvi_engine_free(e2);
+    kvi_model_free(m);
+}
+
 static void check_normalize(void)
 {
     float v[3] = { 3, -4, 0 };
@@ -333,17 +384,64 @@ static void check_normalize(void)
     CHECK(kvi_pooling_parse("avg", &p) == KVI_E_INVALID, "unknown pooling");
 }
 
+/* `kvinfer embed` from the texts of inputs 0 and 1 (the tokenizer included): the vectors of /v1/embeddings (normalised), in order */
+static void check_cli(const char *name)
+{
+    char path[256], args[4096];
+    snprintf(path, sizeof path, "golden/embed/%s.embed.json", name);
+    cJSON *j = load_json(shared_path(path));
+    const cJSON *in0 = cJSON_GetObjectItem(j, "inputs")->child, *in1 = in0->next;
+    const char *f = tmp_path("embed_cli_texts.txt");
+    FILE *fp = fopen(f, "w");
+    fprintf(fp, "%s\n%s\n", cJSON_GetObjectItem(in0, "text")->valuestring,
+            cJSON_GetObjectItem(in1, "text")->valuestring);
+    fclose(fp);
+    snprintf(path, sizeof path, "golden/embed/%s.gguf", name);
+    snprintf(args, sizeof args, "embed -m %s -f %s -t 2", shared_path(path), f);
+    char *out = NULL, *errout = NULL;
+    const int rc = run_kvinfer(args, &out, &errout);
+    CHECK(rc == 0 && out, "kvinfer %s: %s", args, errout ? errout : "");
+    const char *line = out;
+    const cJSON *ref = in0;
+    for (int i = 0; rc == 0 && i < 2; i++, ref = ref->next) {
+        cJSON *l = cJSON_Parse(line);
+        float a[512], b[512];
+        const int n = l ? floats(cJSON_GetObjectItem(l, "embedding"), a, 512) : 0;
+        CHECK(n > 0 && n == floats(cJSON_GetObjectItem(ref, "embedding"), b, 512), "%s cli: line %d", name,
+              i);
+        CHECK(n > 0 && cosine(a, b, n) >= 0.99999, "%s cli: input %d cos %.9f", name, i,
+              n ? cosine(a, b, n) : 0);
+        CHECK(l && cJSON_GetObjectItem(l, "index")->valueint == i, "%s cli: index", name);
+        cJSON_Delete(l);
+        line = strchr(line, '\n');
+        if (!line) break;
+        line++;
+    }
+    free(out), free(errout);
+    cJSON_Delete(j);
+}
+
 int main(int argc, char **argv)
 {
+    const char *only = argc > 1 ? argv[1] : NULL; /* one file's checks */
+    static const char *const cli[] = { "qwen3-embed-f32", "gemma-embedding-f32", "bert-f32",
+                                       "nomic-bert-f32",  "nomic-bert-moe-f32",  "modern-bert-f32" };
+    for (size_t i = 0; !only && i < sizeof cli / sizeof *cli; i++) check_cli(cli[i]);
     check_normalize();
+    check_gelu();
+    if (!only) {
+        check_synth_batch(KVI_TYPE_F32);
+        check_synth_batch(KVI_TYPE_Q8_0);
+    }
     check_errors();
-    const char *only = argc > 1 ? argv[1] : NULL;
     static const struct {
         const char *name;
         bool q8;
-    } embed[] = { { "qwen3-embed-f32", false }, { "qwen3-embed-q8_0", true }, { "gemma-embedding-f32", false },
-                  { "bert-f32", false },        { "bert-q8_0", true },        { "nomic-bert-f32", false },
-                  { "nomic-bert-moe-f32", false }, { "modern-bert-f32", false } };
+    } embed[] = {
+        { "qwen3-embed-f32", false },    { "qwen3-embed-q8_0", true }, { "gemma-embedding-f32", false },
+        { "bert-f32", false },           { "bert-q8_0", true },        { "nomic-bert-f32", false },
+        { "nomic-bert-moe-f32", false }, { "modern-bert-f32", false }
+    };
     for (size_t i = 0; i < sizeof embed / sizeof *embed; i++)
         if (!only || strcmp(only, embed[i].name) == 0)
             check_embed(embed[i].name, embed[i].q8 ? 0.998 : 0.99999, embed[i].q8 ? 0.06 : 0.002);

@@ -20,11 +20,13 @@ int kvi_embed(kvi_engine *e, const int32_t *const toks[], const int32_t n_toks[]
     for (int32_t i = 0; i < n_inputs; i++) {
         if (n_toks[i] < 1 || !toks[i]) return err_set(err, KVI_E_INVALID, "embed: input %d is empty", (int)i);
         if (n_toks[i] > n_ctx)
-            return err_set(err, KVI_E_CONTEXT_FULL, "embed: input %d has %d tokens, more than the context of %d",
-                           (int)i, (int)n_toks[i], n_ctx);
+            return err_set(err, KVI_E_CONTEXT_FULL,
+                           "embed: input %d has %d tokens, more than the context of %d", (int)i,
+                           (int)n_toks[i], n_ctx);
         total += n_toks[i];
     }
-    if (total > (int64_t)1 << 30) return err_set(err, KVI_E_INVALID, "embed: %lld tokens in one call", (long long)total);
+    if (total > (int64_t)1 << 30)
+        return err_set(err, KVI_E_INVALID, "embed: %lld tokens in one call", (long long)total);
     if (pooling == KVI_POOLING_MODEL) pooling = kvi_model_pooling(m);
     return fwd_encode(engine_pool(e), m, toks, n_toks, n_inputs, (int)pooling, out, err);
 }

@@ -827,8 +827,8 @@ int kvi_step_launch(kvi_engine *e, kvi_batch *b, kvi_error *err)
     const double t0 = kvi_time_ms();
     if (!b || b->n == 0) return err_set(err, KVI_E_BAD_BATCH, "step: empty batch");
     if (kvi_model_is_encoder(e->m))
-        return err_set(err, KVI_E_UNSUPPORTED, "step: %s is an encoder: it gives embeddings (kvi_embed), no logits",
-                       e->m->arch);
+        return err_set(err, KVI_E_UNSUPPORTED,
+                       "step: %s is an encoder: it gives embeddings (kvi_embed), no logits", e->m->arch);
     if (e->pipe_broken)
         return err_set(err, KVI_E_IO,
                        "pipeline: an earlier forward pass failed on this stage after its batch was sent; "

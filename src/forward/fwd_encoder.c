@@ -44,20 +44,25 @@ typedef struct enc_pass {
     int n_in, N, max_len;
     int *start; /* [n_in + 1] first row of each input */
     float *x, *xb, *q, *k, *v, *att, *hg, *hu;
-    float *rc, *rs;  /* [n_sets][max_len][half] */
-    uint16_t *gelu;  /* [65536] or NULL */
-    float *moe_buf;  /* [ENC_CHUNK][n_expert_used][dim] expert outputs, or NULL */
-    int layer;       /* the layer an attention run is for */
+    float *rc, *rs; /* [n_sets][max_len][half] */
+    uint16_t *gelu; /* [65536] f16 GELU table (fwd_act.h) */
+    float *gelu32;  /* [65536] the same widened to f32 */
+    float *moe_buf; /* [ENC_CHUNK][n_expert_used][dim] expert outputs, or NULL */
+    int layer;      /* the layer an attention run is for */
+    bool failed;    /* an attention job could not run (scratch memory) */
     size_t bytes;
 } enc_pass;
 
 static void pass_free(enc_pass *p)
 {
     free(p->start), free(p->x), free(p->xb), free(p->q), free(p->k), free(p->v), free(p->att);
-    free(p->hg), free(p->hu), free(p->rc), free(p->rs), free(p->gelu), free(p->moe_buf);
+    free(p->hg), free(p->hu), free(p->rc), free(p->rs), free(p->gelu), free(p->gelu32), free(p->moe_buf);
 }
 
-static float *falloc(enc_pass *p, size_t n, bool *ok) { return fwd_alloc64(n * sizeof(float), &p->bytes, ok); }
+static float *falloc(enc_pass *p, size_t n, bool *ok)
+{
+    return fwd_alloc64(n * sizeof(float), &p->bytes, ok);
+}
 
 /* out = norm(x) by w (+ b): LayerNorm or RMSNorm as the model says; a copy when w is NULL */
 static void norm_rows(const enc_pass *p, float *out, const float *x, const float *w, const float *b, int n)
@@ -86,7 +91,8 @@ static void add_rows(float *x, const float *y, size_t n)
 static int pass_alloc(enc_pass *p, kvi_error *err)
 {
     const struct kvi_model *m = p->m;
-    const size_t N = (size_t)p->N, qd = (size_t)m->n_heads * m->head_dim, kvd = (size_t)m->n_kv_heads * m->head_dim;
+    const size_t N = (size_t)p->N, qd = (size_t)m->n_heads * m->head_dim,
+                 kvd = (size_t)m->n_kv_heads * m->head_dim;
     const size_t C = N < ENC_CHUNK ? N : ENC_CHUNK, half = (size_t)(m->n_rot / 2);
     const size_t ffn = (size_t)(m->ffn_dim > m->expert_ffn ? m->ffn_dim : m->expert_ffn);
     bool ok = true, need_gelu;
@@ -102,7 +108,8 @@ static int pass_alloc(enc_pass *p, kvi_error *err)
     p->rs = falloc(p, (size_t)m->n_rope_sets * p->max_len * (half ? half : 1), &ok);
     if (m->n_expert > 0) p->moe_buf = falloc(p, C * m->n_expert_used * m->dim, &ok);
     p->gelu = fwd_act_table(MODEL_ACT_GELU_TANH, &need_gelu);
-    if (!ok || !p->gelu)
+    p->gelu32 = fwd_gelu_table_f32(p->gelu);
+    if (!ok || !p->gelu32)
         return err_set(err, KVI_E_NOMEM, "embed: cannot allocate the scratch of %d rows (%zu bytes)", p->N,
                        p->bytes);
     return 0;
@@ -140,8 +147,9 @@ static int embed_rows(enc_pass *p, const int32_t *const toks[], kvi_error *err)
             float *xr = p->x + (size_t)(p->start[i] + j) * dim;
             const int32_t t = toks[i][j];
             if (t < 0 || t >= m->n_vocab || kern_tensor_get_row(&m->tok_embd, t, xr))
-                return err_set(err, KVI_E_INVALID, "embed: input %d: token %d is not in the vocabulary (0..%d)", i,
-                               (int)t, m->n_vocab - 1);
+                return err_set(err, KVI_E_INVALID,
+                               "embed: input %d: token %d is not in the vocabulary (0..%d)", i, (int)t,
+                               m->n_vocab - 1);
             if (m->emb_scale != 1.0f)
                 for (int d = 0; d < dim; d++) xr[d] *= m->emb_scale;
             if (e->tok_type0) add_rows(xr, e->tok_type0, (size_t)dim);
@@ -173,41 +181,54 @@ static void key_range(const enc_pass *p, int w, int pos, int len, int *lo, int *
     }
 }
 
-/* One (input, head) attention job per index: softmax(q k^T * scale) v over the
- * input's visible rows, sums in a fixed order. */
+/* One (input, head) attention job per index, on the thread's scratch [kh | vt | sc]:
+ *   kh [len][hd]   the head's keys, gathered
+ *   vt [hd][len]   its values, transposed
+ *   sc [len][len]  scores q kh^T (one product), masked, softmax by rows in place,
+ * then att = sc vt^T (one product). The products run on the calling thread
+ * (kern_matmul without a pool), each with the input's own sizes, so a job's bits do
+ * not depend on the other inputs or on the thread that runs it. */
 static void attn_jobs(void *ctx, int ith, int nth)
 {
     enc_pass *p = ctx;
     const struct kvi_model *m = p->m;
     const int hd = m->head_dim, nh = m->n_heads, grp = m->n_heads / m->n_kv_heads;
-    const size_t qd = (size_t)nh * hd, kvd = (size_t)m->n_kv_heads * hd;
+    const size_t qd = (size_t)nh * hd, kvd = (size_t)m->n_kv_heads * hd, L = (size_t)p->max_len;
     const int w = m->layers[p->layer].window;
-    float *sc = tpool_scratch(p->pool, ith, (size_t)p->max_len * sizeof(float)); /* [max_len] scores */
-    for (int job = ith; sc && job < p->n_in * nh; job += nth) {
+    float *kh = tpool_scratch(p->pool, ith, (2 * L * hd + L * L) * sizeof(float));
+    for (int job = ith; kh && job < p->n_in * nh; job += nth) {
         const int in = job / nh, h = job % nh, r0 = p->start[in], len = p->start[in + 1] - r0;
+        float *vt = kh + (size_t)len * hd, *sc = vt + (size_t)len * hd;
+        for (int j = 0; j < len; j++) {
+            const size_t o = (size_t)(r0 + j) * kvd + (size_t)(h / grp) * hd;
+            memcpy(kh + (size_t)j * hd, p->k + o, (size_t)hd * sizeof(float));
+            for (int d = 0; d < hd; d++) vt[(size_t)d * len + j] = p->v[o + d];
+        }
+        const kern_tensor K = { .data = kh, .type = KVI_TYPE_F32, .n_in = hd, .n_out = len };
+        const kern_tensor V = { .data = vt, .type = KVI_TYPE_F32, .n_in = len, .n_out = hd };
+        if (kern_matmul(NULL, &K, p->q + (size_t)r0 * qd + (size_t)h * hd, (int64_t)qd, len, sc, len)) {
+            p->failed = true;
+            continue;
+        }
         for (int pos = 0; pos < len; pos++) {
-            const float *qr = p->q + (size_t)(r0 + pos) * qd + (size_t)h * hd;
-            float *o = p->att + (size_t)(r0 + pos) * qd + (size_t)h * hd;
+            float *row = sc + (size_t)pos * len, mx = -INFINITY;
             int lo, hi;
             key_range(p, w, pos, len, &lo, &hi);
-            float mx = -INFINITY;
             for (int j = lo; j <= hi; j++) {
-                const float *kr = p->k + (size_t)(r0 + j) * kvd + (size_t)(h / grp) * hd;
-                float s = kern_dot_f32(qr, kr, hd) * m->kq_scale;
+                float s = row[j] * m->kq_scale;
                 if (m->attn_softcap > 0.0f) s = m->attn_softcap * tanhf(s / m->attn_softcap);
-                sc[j] = s;
+                row[j] = s;
                 mx = s > mx ? s : mx;
             }
             double sum = 0;
-            for (int j = lo; j <= hi; j++) sum += sc[j] = expf(sc[j] - mx);
+            for (int j = lo; j <= hi; j++) sum += row[j] = expf(row[j] - mx);
             const float inv = (float)(1.0 / sum);
-            memset(o, 0, (size_t)hd * sizeof(float));
-            for (int j = lo; j <= hi; j++) {
-                const float *vr = p->v + (size_t)(r0 + j) * kvd + (size_t)(h / grp) * hd, pj = sc[j] * inv;
-                for (int d = 0; d < hd; d++) o[d] += pj * vr[d];
-            }
+            for (int j = 0; j < len; j++) row[j] = j < lo || j > hi ? 0.0f : row[j] * inv;
         }
+        if (kern_matmul(NULL, &V, sc, len, len, p->att + (size_t)r0 * qd + (size_t)h * hd, (int64_t)qd))
+            p->failed = true;
     }
+    if (!kh) p->failed = true;
 }
 
 /* q, k, v of all rows from xb, their biases, q/k norms and RoPE; attention into att;
@@ -232,13 +253,15 @@ static int attention(enc_pass *p, int l)
         for (int r = p->start[i]; r < p->start[i + 1]; r++) {
             const size_t o = ((size_t)L->rope_set * p->max_len + (r - p->start[i])) * half;
             for (int h = 0; h < m->n_heads; h++)
-                kern_rope_head(p->q + (size_t)r * qd + (size_t)h * hd, p->rc + o, p->rs + o, half, m->rope_neox);
+                kern_rope_head(p->q + (size_t)r * qd + (size_t)h * hd, p->rc + o, p->rs + o, half,
+                               m->rope_neox);
             for (int h = 0; h < m->n_kv_heads; h++)
-                kern_rope_head(p->k + (size_t)r * kvd + (size_t)h * hd, p->rc + o, p->rs + o, half, m->rope_neox);
+                kern_rope_head(p->k + (size_t)r * kvd + (size_t)h * hd, p->rc + o, p->rs + o, half,
+                               m->rope_neox);
         }
     p->layer = l;
-    if (!tpool_scratch(p->pool, 0, (size_t)p->max_len * sizeof(float))) return KVI_E_NOMEM;
     tpool_run(p->pool, attn_jobs, p);
+    if (p->failed) return KVI_E_NOMEM;
     if ((rc = kern_matmul(p->pool, &L->wo, p->att, qd, N, p->xb, m->dim))) return rc;
     add_bias(p->xb, L->bo, N, m->dim);
     return 0;
@@ -283,7 +306,7 @@ static int experts(enc_pass *p, const model_layer *L, const float *xb, int n, fl
             float *y = p->moe_buf + ((size_t)r * K + j) * dim;
             w[j] = lg[sel[j]];
             if ((rc = kern_matmul(p->pool, &up, xb + (size_t)r * dim, dim, 1, p->hu, F))) return rc;
-            fwd_gelu(p->gelu, p->hu, (size_t)F);
+            fwd_gelu(p->gelu32, p->hu, (size_t)F);
             if ((rc = kern_matmul(p->pool, &down, p->hu, F, 1, y, dim))) return rc;
         }
         float *o = out + (size_t)r * dim;
@@ -312,7 +335,7 @@ static int ffn(enc_pass *p, const model_layer *L, const float *xb, int n, float 
     } else {
         if ((rc = kern_matmul(p->pool, &L->w_up, xb, dim, n, p->hg, f))) return rc;
         add_bias(p->hg, L->b_up, n, f);
-        fwd_gelu(p->gelu, p->hg, (size_t)n * f);
+        fwd_gelu(p->gelu32, p->hg, (size_t)n * f);
     }
     if ((rc = kern_matmul(p->pool, &L->w_down, p->hg, f, n, out, dim))) return rc;
     add_bias(out, L->b_down, n, dim);
@@ -425,7 +448,8 @@ int fwd_encode(tpool *pool, const struct kvi_model *m, const int32_t *const toks
 {
     if (!m->enc) return err_set(err, KVI_E_UNSUPPORTED, "embed: the model has no embedding description");
     if (pooling == KVI_POOLING_RANK && m->enc->n_cls_out == 0)
-        return err_set(err, KVI_E_UNSUPPORTED, "embed: rank pooling needs a classification head (cls.output)");
+        return err_set(err, KVI_E_UNSUPPORTED,
+                       "embed: rank pooling needs a classification head (cls.output)");
     if (pooling < KVI_POOLING_NONE || pooling > KVI_POOLING_RANK)
         return err_set(err, KVI_E_INVALID, "embed: unknown pooling %d", pooling);
     enc_pass p = { .m = m, .e = m->enc, .pool = pool, .n_in = n_in };

@@ -75,15 +75,16 @@ int model_hybrid_layers(struct kvi_model *m, const gguf_ctx *g, kvi_error *err);
 /* Binders over a GGUF's tensors for model_enc.c (model_gguf.c's bind_matrix,
  * bind_vector, bind_experts: shapes and byte sizes checked, the tensor marked used). */
 typedef struct gbind gbind;
-int model_gbind_matrix(gbind *b, const char *name, int64_t n_in, int64_t n_out, bool required, kern_tensor *out,
+int model_gbind_matrix(gbind *b, const char *name, int64_t n_in, int64_t n_out, bool required,
+                       kern_tensor *out, kvi_error *err);
+int model_gbind_vector(gbind *b, const char *name, int64_t n, bool required, const float **out,
                        kvi_error *err);
-int model_gbind_vector(gbind *b, const char *name, int64_t n, bool required, const float **out, kvi_error *err);
-int model_gbind_experts(gbind *b, const char *name, int64_t n_in, int64_t n_out, int64_t n_exp, kern_tensor *out,
-                        kvi_error *err);
+int model_gbind_experts(gbind *b, const char *name, int64_t n_in, int64_t n_out, int64_t n_exp,
+                        kern_tensor *out, kvi_error *err);
 
 /* embedding models (model_enc.h) */
-extern const model_arch model_arch_bert, model_arch_nomic_bert, model_arch_nomic_bert_moe, model_arch_modern_bert,
-    model_arch_gemma_embedding;
+extern const model_arch model_arch_bert, model_arch_nomic_bert, model_arch_nomic_bert_moe,
+    model_arch_modern_bert, model_arch_gemma_embedding;
 
 extern const model_arch model_arch_llama, model_arch_qwen2, model_arch_qwen3, model_arch_gemma2,
     model_arch_gemma3, model_arch_phi3, model_arch_granite, model_arch_olmo2, model_arch_qwen3moe,

@@ -50,7 +50,8 @@ static int nomic_moe_hparams(struct kvi_model *m, const gguf_ctx *g, kvi_error *
     m->act = MODEL_ACT_GELU_TANH;
     int rc = enc_common(m, g, true, true, err);
     if (rc) return rc;
-    if ((rc = model_gguf_int(g, m->arch, "moe_every_n_layers", false, 0, 0, m->n_layers, &m->enc->moe_every, err)))
+    if ((rc = model_gguf_int(g, m->arch, "moe_every_n_layers", false, 0, 0, m->n_layers, &m->enc->moe_every,
+                             err)))
         return rc;
     if (m->n_expert > 0 && m->enc->moe_every == 0)
         return err_set(err, KVI_E_FORMAT, "gguf: %s has experts but no moe_every_n_layers", m->arch);
@@ -65,7 +66,8 @@ static int modern_hparams(struct kvi_model *m, const gguf_ctx *g, kvi_error *err
     m->n_rope_sets = 2;
     m->rope[1] = (model_rope){ .theta = 10000.0f, .freq_scale = 1.0f, .mscale = 1.0f };
     if ((rc = model_gguf_float(g, m->arch, "rope.freq_base_swa", false, 10000.0, &m->rope[1].theta, err)) ||
-        (rc = model_gguf_int(g, m->arch, "attention.sliding_window", false, 0, 0, MODEL_MAX_CTX, &window, err)) ||
+        (rc = model_gguf_int(g, m->arch, "attention.sliding_window", false, 0, 0, MODEL_MAX_CTX, &window,
+                             err)) ||
         (rc = model_gguf_int(g, m->arch, "attention.sliding_window_pattern", false, 1, 1, MODEL_MAX_LAYERS,
                              &period, err)))
         return rc;
@@ -75,7 +77,8 @@ static int modern_hparams(struct kvi_model *m, const gguf_ctx *g, kvi_error *err
 }
 
 const model_arch model_arch_bert = { "bert", ARCH_ENCODER_TENSORS, MODEL_QK_NONE, true, bert_hparams };
-const model_arch model_arch_nomic_bert = { "nomic-bert", ARCH_ENCODER_TENSORS, MODEL_QK_NONE, true, nomic_hparams };
+const model_arch model_arch_nomic_bert = { "nomic-bert", ARCH_ENCODER_TENSORS, MODEL_QK_NONE, true,
+                                           nomic_hparams };
 const model_arch model_arch_nomic_bert_moe = { "nomic-bert-moe", ARCH_ENCODER_TENSORS, MODEL_QK_NONE, true,
                                                nomic_moe_hparams };
 const model_arch model_arch_modern_bert = { "modern-bert", ARCH_ENCODER_TENSORS | ARCH_FUSED_GATE_UP,

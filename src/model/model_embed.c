@@ -41,28 +41,6 @@ int32_t kvi_n_embd_out(const kvi_model *m)
 
 int32_t kvi_n_cls_out(const kvi_model *m) { return m && m->enc ? m->enc->n_cls_out : 0; }
 
-/* text into out[n .. cap) (plain tokenisation, no BOS / EOS); the new count or a
- * negative KVI_E_* */
-static int32_t append_text(const kvi_model *m, const char *s, size_t len, bool parse_special, int32_t *out,
-                           int32_t n, int32_t cap)
-{
-    const int32_t room = cap > n ? cap - n : 0;
-    const int32_t k = kvi_tokenize(m, s, len, false, parse_special, room ? out + n : NULL, room);
-    return k < 0 ? k : n + k;
-}
-
-static int32_t append_tok(int32_t *out, int32_t n, int32_t cap, int32_t id)
-{
-    if (id >= 0 && n < cap) out[n] = id;
-    return id >= 0 ? n + 1 : n;
-}
-
-static bool gguf_flag(const gguf_ctx *g, const char *key, bool def)
-{
-    bool v = def;
-    return g && gguf_get_bool(g, key, &v, NULL) == 0 ? v : def;
-}
-
 /* The rerank template with every {query}, then every {document}, replaced (malloc'd). */
 static char *fill_template(const char *t, const char *q, size_t ql, const char *d, size_t dl, size_t *len)
 {
@@ -98,24 +76,13 @@ int32_t kvi_rerank_tokenize(const kvi_model *m, const char *query, size_t query_
         size_t len = 0;
         char *text = fill_template(tmpl, query ? query : "", query_len, doc ? doc : "", doc_len, &len);
         if (!text) return KVI_E_NOMEM;
-        const int32_t n = append_text(m, text, len, true, out, 0, cap);
+        const int32_t n = kvi_tokenize(m, text, len, false, true, cap ? out : NULL, cap);
         free(text);
         return n;
     }
-    /* llama.cpp's defaults: WordPiece adds [SEP] between, SentencePiece and BPE do not */
-    const char *model = g ? gguf_get_str(g, "tokenizer.ggml.model") : NULL;
-    const bool add_eos = gguf_flag(g, "tokenizer.ggml.add_eos_token", false);
-    const bool add_sep = gguf_flag(g, "tokenizer.ggml.add_sep_token", model && strcmp(model, "bert") == 0);
-    int64_t sep = -1;
-    if (!g || gguf_get_int(g, "tokenizer.ggml.seperator_token_id", &sep, NULL) != 0) sep = -1;
-    const int32_t eos = kvi_token_eos(m) >= 0 ? kvi_token_eos(m) : (int32_t)sep;
-    int32_t n = kvi_model_add_bos(m) ? append_tok(out, 0, cap, kvi_token_bos(m)) : 0;
-    if ((n = append_text(m, query, query_len, false, out, n, cap)) < 0) return n;
-    if (add_eos) n = append_tok(out, n, cap, eos);
-    if (add_sep) n = append_tok(out, n, cap, (int32_t)sep);
-    if ((n = append_text(m, doc, doc_len, false, out, n, cap)) < 0) return n;
-    if (add_eos) n = append_tok(out, n, cap, eos);
-    return n;
+    /* [BOS] query [EOS] [SEP] document [EOS] by the vocabulary's flags */
+    return tokenizer_encode_pair(m->tok, query ? query : "", query_len, doc ? doc : "", doc_len, out, NULL,
+                                 cap);
 }
 
 void kvi_embd_normalize(float *v, int32_t n, int mode)

@@ -57,7 +57,8 @@ static int bind_cls(gbind *b, struct kvi_model *m, model_enc *e, kvi_error *err)
         (rc = model_gbind_matrix(b, "cls.output.weight", dim, n_out, false, &e->cls_out, err)) ||
         (rc = model_gbind_vector(b, "cls.output.bias", n_out, false, &e->cls_out_b, err)))
         return rc;
-    if (e->cls.data && !e->cls_out.data) return err_set(err, KVI_E_FORMAT, "gguf: cls.weight without cls.output");
+    if (e->cls.data && !e->cls_out.data)
+        return err_set(err, KVI_E_FORMAT, "gguf: cls.weight without cls.output");
     e->n_cls_out = e->cls_out.data ? (int)n_out : 0;
     e->cls_softmax = strcmp(m->arch, "qwen3") == 0; /* as llama.cpp's graph, for this arch only */
     return 0;
@@ -71,14 +72,16 @@ int model_enc_bind_heads(gbind *b, struct kvi_model *m, const gguf_ctx *g, kvi_e
     int rc;
     if ((rc = bind_dense(b, m, e, err)) || (rc = bind_cls(b, m, e, err))) return rc;
     /* no key: rank for a file with a head (llama-server --reranking), else none */
-    return model_gguf_int(g, m->arch, "pooling_type", false, e->n_cls_out > 0 ? 4 : 0, 0, 4, &e->pooling, err);
+    return model_gguf_int(g, m->arch, "pooling_type", false, e->n_cls_out > 0 ? 4 : 0, 0, 4, &e->pooling,
+                          err);
 }
 
 /* Layer l's attention: fused attn_qkv (+ bias) or attn_q/k/v (+ biases); output. */
 static int bind_enc_attention(gbind *b, struct kvi_model *m, int l, kvi_error *err)
 {
     model_layer *L = &m->layers[l];
-    const int64_t dim = m->dim, qd = (int64_t)m->n_heads * m->head_dim, kvd = (int64_t)m->n_kv_heads * m->head_dim;
+    const int64_t dim = m->dim, qd = (int64_t)m->n_heads * m->head_dim,
+                  kvd = (int64_t)m->n_kv_heads * m->head_dim;
     char n[64];
 #define NM(part) (snprintf(n, sizeof n, "blk.%d.%s", l, part), n)
     int rc;
@@ -152,10 +155,12 @@ static int bind_enc_norms(gbind *b, struct kvi_model *m, int l, kvi_error *err)
 #define NM(part) (snprintf(n, sizeof n, "blk.%d.%s", l, part), n)
     int rc;
     if (post)
-        return (rc = model_gbind_vector(b, NM("attn_output_norm.weight"), dim, true, &EL->attn_out_norm, err)) ||
-                       (rc = model_gbind_vector(b, NM("attn_output_norm.bias"), dim, false, &EL->attn_out_norm_b,
-                                                err)) ||
-                       (rc = model_gbind_vector(b, NM("layer_output_norm.weight"), dim, true, &EL->out_norm, err))
+        return (rc = model_gbind_vector(b, NM("attn_output_norm.weight"), dim, true, &EL->attn_out_norm,
+                                        err)) ||
+                       (rc = model_gbind_vector(b, NM("attn_output_norm.bias"), dim, false,
+                                                &EL->attn_out_norm_b, err)) ||
+                       (rc = model_gbind_vector(b, NM("layer_output_norm.weight"), dim, true, &EL->out_norm,
+                                                err))
                    ? rc
                    : model_gbind_vector(b, NM("layer_output_norm.bias"), dim, false, &EL->out_norm_b, err);
     return (rc = model_gbind_vector(b, NM("attn_norm.weight"), dim, false, &L->attn_norm, err)) ||
@@ -171,7 +176,8 @@ static int bind_enc_embeddings(gbind *b, struct kvi_model *m, model_enc *e, kvi_
 {
     const int64_t dim = m->dim;
     int rc;
-    if ((rc = model_gbind_matrix(b, "token_embd.weight", dim, m->n_vocab, true, &m->tok_embd, err))) return rc;
+    if ((rc = model_gbind_matrix(b, "token_embd.weight", dim, m->n_vocab, true, &m->tok_embd, err)))
+        return rc;
     const gguf_tensor *tt = gguf_find_tensor(m->gguf, "token_types.weight");
     if (tt) {
         kern_tensor types = { 0 };
@@ -181,13 +187,15 @@ static int bind_enc_embeddings(gbind *b, struct kvi_model *m, model_enc *e, kvi_
         float *row = model_own(m, malloc((size_t)dim * sizeof *row)); /* [dim] */
         if (!row) return err_set(err, KVI_E_NOMEM, "gguf: out of memory");
         if ((rc = kern_tensor_get_row(&types, 0, row)))
-            return err_set(err, KVI_E_FORMAT, "gguf: token_types.weight: type %d not readable", (int)types.type);
+            return err_set(err, KVI_E_FORMAT, "gguf: token_types.weight: type %d not readable",
+                           (int)types.type);
         e->tok_type0 = row;
     }
     const gguf_tensor *pt = gguf_find_tensor(m->gguf, "position_embd.weight");
     if (pt) {
         if (pt->ne[1] < 1 || pt->ne[1] > MODEL_MAX_CTX)
-            return err_set(err, KVI_E_FORMAT, "gguf: position_embd.weight has %lld rows", (long long)pt->ne[1]);
+            return err_set(err, KVI_E_FORMAT, "gguf: position_embd.weight has %lld rows",
+                           (long long)pt->ne[1]);
         if ((rc = model_gbind_matrix(b, "position_embd.weight", dim, pt->ne[1], true, &e->pos_embd, err)))
             return rc;
     }
@@ -218,7 +226,8 @@ int model_enc_validate(const struct kvi_model *m, kvi_error *err)
     if (tokenizer_n_vocab(m->tok) > m->n_vocab)
         return err_set(err, KVI_E_FORMAT, "model: tokenizer has %d tokens but the embedding only %d rows",
                        (int)tokenizer_n_vocab(m->tok), m->n_vocab);
-    if (!m->enc || !m->enc->layers || !m->layers) return err_set(err, KVI_E_FORMAT, "model: no encoder layers");
+    if (!m->enc || !m->enc->layers || !m->layers)
+        return err_set(err, KVI_E_FORMAT, "model: no encoder layers");
     if (m->enc->rope && m->n_rot != m->head_dim)
         return err_set(err, KVI_E_UNSUPPORTED, "model: partial RoPE (%d of %d dims) in an encoder", m->n_rot,
                        m->head_dim);

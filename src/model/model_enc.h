@@ -46,28 +46,28 @@ typedef struct model_enc_layer {
 } model_enc_layer;
 
 typedef struct model_enc {
-    int pooling;      /* kvi_pooling of the file: <arch>.pooling_type (0: none) */
-    bool encoder;     /* bidirectional attention, no KV cache, no logits */
-    bool layer_norm;  /* norms are LayerNorm (mean removed, bias) instead of RMSNorm */
-    bool post_ln;     /* BERT's post-LN blocks (model_enc_layer attn_out_norm, out_norm) */
-    bool rope;        /* RoPE on q and k (else absolute positions or none) */
-    bool sym_window;  /* a window layer sees |p_q - p_k| <= window / 2 (else the last window) */
-    int moe_every;    /* layer l has experts when l % moe_every == 1 (nomic-bert-moe); 0: none */
-    kern_tensor pos_embd;    /* [n_pos][dim] absolute positions, or data NULL */
-    const float *tok_type0;  /* [dim] row 0 of token_types (llama.cpp's sentence A), or NULL */
-    const float *embd_norm;  /* [dim] LayerNorm of the embeddings, or NULL */
-    const float *embd_norm_b;/* [dim] or NULL */
-    const float *out_norm_b; /* [dim] bias of output_norm (LayerNorm), or NULL */
-    model_enc_layer *layers; /* [n_layers] (encoders), or NULL */
-    int n_dense;                       /* projections after pooling */
-    kern_tensor dense[MODEL_MAX_DENSE];/* dense[i] [out_i][in_i], in_0 = dim */
-    int n_embd_out;                    /* the vectors' length: dim, or the last dense's out */
-    kern_tensor cls;       /* [dim][dim] rerank dense before tanh, or data NULL */
-    const float *cls_b;    /* [dim] or NULL */
-    kern_tensor cls_out;   /* [n_cls_out][dim], or data NULL */
-    const float *cls_out_b;/* [n_cls_out] or NULL */
+    int pooling;              /* kvi_pooling of the file: <arch>.pooling_type (0: none) */
+    bool encoder;             /* bidirectional attention, no KV cache, no logits */
+    bool layer_norm;          /* norms are LayerNorm (mean removed, bias) instead of RMSNorm */
+    bool post_ln;             /* BERT's post-LN blocks (model_enc_layer attn_out_norm, out_norm) */
+    bool rope;                /* RoPE on q and k (else absolute positions or none) */
+    bool sym_window;          /* a window layer sees |p_q - p_k| <= window / 2 (else the last window) */
+    int moe_every;            /* layer l has experts when l % moe_every == 1 (nomic-bert-moe); 0: none */
+    kern_tensor pos_embd;     /* [n_pos][dim] absolute positions, or data NULL */
+    const float *tok_type0;   /* [dim] row 0 of token_types (llama.cpp's sentence A), or NULL */
+    const float *embd_norm;   /* [dim] LayerNorm of the embeddings, or NULL */
+    const float *embd_norm_b; /* [dim] or NULL */
+    const float *out_norm_b;  /* [dim] bias of output_norm (LayerNorm), or NULL */
+    model_enc_layer *layers;  /* [n_layers] (encoders), or NULL */
+    int n_dense;              /* projections after pooling */
+    kern_tensor dense[MODEL_MAX_DENSE]; /* dense[i] [out_i][in_i], in_0 = dim */
+    int n_embd_out;                     /* the vectors' length: dim, or the last dense's out */
+    kern_tensor cls;                    /* [dim][dim] rerank dense before tanh, or data NULL */
+    const float *cls_b;                 /* [dim] or NULL */
+    kern_tensor cls_out;                /* [n_cls_out][dim], or data NULL */
+    const float *cls_out_b;             /* [n_cls_out] or NULL */
     int n_cls_out;
-    bool cls_softmax;      /* the head's outputs through softmax (qwen3) */
+    bool cls_softmax; /* the head's outputs through softmax (qwen3) */
 } model_enc;
 
 /* m->enc, allocated (zeroed, owned by m) on first use; NULL when out of memory.

@@ -773,19 +773,20 @@ int model_load_gguf_mem(struct kvi_model *m, const void *buf, size_t len, const 
     return rc ? rc : model_bind_gguf(m, "<memory>", p, err);
 }
 
-int model_gbind_matrix(gbind *b, const char *name, int64_t n_in, int64_t n_out, bool required, kern_tensor *out,
-                       kvi_error *err)
+int model_gbind_matrix(gbind *b, const char *name, int64_t n_in, int64_t n_out, bool required,
+                       kern_tensor *out, kvi_error *err)
 {
     return bind_matrix(b, name, n_in, n_out, required, out, err);
 }
 
-int model_gbind_vector(gbind *b, const char *name, int64_t n, bool required, const float **out, kvi_error *err)
+int model_gbind_vector(gbind *b, const char *name, int64_t n, bool required, const float **out,
+                       kvi_error *err)
 {
     return bind_vector(b, name, n, required, out, err);
 }
 
-int model_gbind_experts(gbind *b, const char *name, int64_t n_in, int64_t n_out, int64_t n_exp, kern_tensor *out,
-                        kvi_error *err)
+int model_gbind_experts(gbind *b, const char *name, int64_t n_in, int64_t n_out, int64_t n_exp,
+                        kern_tensor *out, kvi_error *err)
 {
     return bind_experts(b, name, n_in, n_out, n_exp, out, err);
 }

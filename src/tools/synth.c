@@ -41,6 +41,7 @@
 #include "base/rng.h"
 #include "model/arch.h"
 #include "tools/synth_dense_t3.h"
+#include "tools/synth_bert.h"
 #include "tools/synth_vocab_json.h"
 
 #include <math.h>
@@ -98,13 +99,14 @@ static const synth_arch k_archs[] = {
     { "exaone4", SA_VOCAB_SIZE | SA_DENSE_T3, 1e6f, 1e-5f, 0, 0 },
     { "cohere2", SA_ROPE_DIMS | SA_VOCAB_SIZE | SA_TIED | SA_SWA | SA_LAYER_NORM | SA_DENSE_T3, 5e4f, 1e-5f,
       4096, 4 },
+    { "bert", 0, 0.0f, 1e-12f, 0, 0 }, /* written by synth_bert.c */
 };
 #define N_ARCHS (sizeof k_archs / sizeof k_archs[0])
 
 static const char *const k_arch_names[N_ARCHS + 1] = {
     "llama",   "qwen2",    "qwen3",   "gemma2",  "gemma3",  "phi3",      "granite",
     "olmo2",   "qwen3moe", "olmoe",   "gpt-oss", "qwen35",  "qwen3next", "mistral3",
-    "smollm3", "seed_oss", "apertus", "exaone4", "cohere2", NULL,
+    "smollm3", "seed_oss", "apertus", "exaone4", "cohere2", "bert",      NULL,
 };
 
 const char *const *kvi_synth_arch_names(void) { return k_arch_names; }
@@ -229,6 +231,7 @@ static int ascii_casecmp(const char *a, const char *b)
 int kvi_synth_preset(const char *name, kvi_synth_params *p)
 {
     if (!name || !p) return KVI_E_INVALID;
+    if (synth_bert_preset(name, p) == 0) return KVI_OK;
     for (size_t i = 0; i < N_PRESETS; i++) {
         const synth_preset *s = &k_presets[i];
         if (ascii_casecmp(name, s->name) != 0) continue;
@@ -1054,6 +1057,7 @@ static int synth_data(synth_job *j, FILE *f, kvi_error *err)
 int kvi_synth_write(const kvi_synth_params *p, const char *path, kvi_error *err)
 {
     if (!p || !path || !path[0]) return err_set(err, KVI_E_INVALID, "synth: no parameters or no output path");
+    if (p->arch && !strcmp(p->arch, "bert")) return synth_bert_write(p, path, err);
     synth_job j = { .n_vocab = p->n_vocab };
     if (kvi_synth_resolve(p, &j.p) != 0) {
         char list[128];
