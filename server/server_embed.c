@@ -5,8 +5,12 @@
  *
  * The embedder (server_embed.h) owns its engine, created for it alone by the
  * caller (cli/cmd_serve.c), so kvi_embed never runs beside the
- * scheduler's kvi_step on one engine; requests take the mutex in turn, and the
- * inputs of one request share forward passes (groups of SRV_EMB_BATCH_TOKENS).
+ * scheduler's kvi_step on one engine. Batching across requests: each request
+ * queues a job; whichever waiting connection thread finds the engine free leads
+ * and runs the queue's first jobs (up to SRV_EMB_BATCH_TOKENS tokens, one
+ * pooling) in one kvi_embed call, then wakes them; a job larger than that runs
+ * alone in groups of inputs of about that size. kvi_embed gives an input the
+ * same bits in any batch, so batching changes no answer.
  *
  * Request ("input" or llama.cpp's "content"): a string, a list of strings, a
  * list of token ids (one input) or a list of lists of ids (strings and lists
@@ -50,6 +54,7 @@ int srv_embed_attach(srv_server *srv, kvi_engine *e, kvi_pooling pooling, kvi_er
     struct srv_embedder *em = calloc(1, sizeof *em);
     if (!em) return KVI_E_NOMEM;
     pthread_mutex_init(&em->mu, NULL);
+    pthread_cond_init(&em->cv, NULL);
     em->e = e;
     em->pooling = p;
     em->n_ctx = kvi_engine_n_ctx(e);
@@ -63,6 +68,7 @@ void srv_embed_free(srv_server *srv)
 {
     if (!srv->emb) return;
     pthread_mutex_destroy(&srv->emb->mu);
+    pthread_cond_destroy(&srv->emb->cv);
     kvi_engine_free(srv->emb->e);
     free(srv->emb);
     srv->emb = NULL;
@@ -143,26 +149,123 @@ int srv_emb_inputs_add(srv_server *srv, srv_emb_inputs *in, const int32_t *ids, 
     return 0;
 }
 
-int srv_emb_run(srv_server *srv, const srv_emb_inputs *in, kvi_pooling pooling, float *out, srv_err *er)
+/* One request's inputs waiting for, or in, a forward pass. */
+typedef struct emb_job {
+    const srv_emb_inputs *in;
+    kvi_pooling pooling;
+    float *out;
+    int rc;
+    kvi_error err;
+    bool done;
+    struct emb_job *next;
+} emb_job;
+
+/* Rows one input fills in kvi_embed's output. */
+static size_t rows_of(kvi_pooling pooling, int32_t n_toks)
 {
-    struct srv_embedder *em = srv->emb;
-    const size_t row = pooling == KVI_POOLING_RANK ? (size_t)em->n_cls : (size_t)em->n_out;
-    kvi_error err = { 0 };
+    return pooling == KVI_POOLING_NONE ? (size_t)n_toks : 1;
+}
+
+/* One job alone: its inputs in groups of about SRV_EMB_BATCH_TOKENS tokens. */
+static int run_one(struct srv_embedder *em, emb_job *j, size_t row)
+{
+    const srv_emb_inputs *in = j->in;
+    float *out = j->out;
     int rc = 0;
-    pthread_mutex_lock(&em->mu);
     for (int32_t a = 0, b; a < in->count && !rc; a = b) {
         int64_t tokens = in->n[a];
         for (b = a + 1; b < in->count && tokens + in->n[b] <= SRV_EMB_BATCH_TOKENS; b++) tokens += in->n[b];
-        rc = kvi_embed(em->e, (const int32_t *const *)in->toks + a, in->n + a, b - a, pooling, out, &err);
-        out += (pooling == KVI_POOLING_NONE ? (size_t)tokens : (size_t)(b - a)) * row;
+        rc = kvi_embed(em->e, (const int32_t *const *)in->toks + a, in->n + a, b - a, j->pooling, out,
+                       &j->err);
+        out += (j->pooling == KVI_POOLING_NONE ? (size_t)tokens : (size_t)(b - a)) * row;
+    }
+    return rc;
+}
+
+/* The jobs of the list batch (one pooling) through kvi_embed: one call for all
+ * of them (their inputs in order), each job's rows copied to its out; a single
+ * job runs alone. Sets every job's rc and err. */
+static void run_batch(struct srv_embedder *em, emb_job *batch)
+{
+    const kvi_pooling pooling = batch->pooling;
+    const size_t row = pooling == KVI_POOLING_RANK ? (size_t)em->n_cls : (size_t)em->n_out;
+    if (!batch->next) {
+        batch->rc = run_one(em, batch, row);
+        return;
+    }
+    int32_t count = 0;
+    size_t rows = 0;
+    for (emb_job *j = batch; j; j = j->next) {
+        count += j->in->count;
+        for (int32_t i = 0; i < j->in->count; i++) rows += rows_of(pooling, j->in->n[i]);
+    }
+    const int32_t **toks = malloc((size_t)count * sizeof *toks);
+    int32_t *n = malloc((size_t)count * sizeof *n);
+    float *out = malloc(rows * row * sizeof *out);
+    kvi_error err = { 0 };
+    int rc = KVI_E_NOMEM;
+    if (toks && n && out) {
+        int32_t k = 0;
+        for (emb_job *j = batch; j; j = j->next)
+            for (int32_t i = 0; i < j->in->count; i++, k++) toks[k] = j->in->toks[i], n[k] = j->in->n[i];
+        rc = kvi_embed(em->e, toks, n, count, pooling, out, &err);
+    }
+    size_t at = 0;
+    for (emb_job *j = batch; j; j = j->next) {
+        size_t r = 0;
+        for (int32_t i = 0; i < j->in->count; i++) r += rows_of(pooling, j->in->n[i]);
+        if (!rc) memcpy(j->out, out + at * row, r * row * sizeof *out);
+        at += r;
+        j->rc = rc;
+        j->err = err;
+    }
+    free(toks);
+    free(n);
+    free(out);
+}
+
+int srv_emb_run(srv_server *srv, const srv_emb_inputs *in, kvi_pooling pooling, float *out, srv_err *er)
+{
+    struct srv_embedder *em = srv->emb;
+    emb_job job = { .in = in, .pooling = pooling, .out = out };
+    pthread_mutex_lock(&em->mu);
+    if (em->tail)
+        em->tail->next = &job;
+    else
+        em->head = &job;
+    em->tail = &job;
+    while (!job.done) {
+        if (em->busy) {
+            pthread_cond_wait(&em->cv, &em->mu);
+            continue;
+        }
+        /* lead: the queue's first jobs of one pooling, up to SRV_EMB_BATCH_TOKENS tokens */
+        em->busy = true;
+        emb_job *batch = em->head, *last = batch;
+        int64_t tokens = batch->in->total;
+        while (last->next && last->next->pooling == batch->pooling &&
+               tokens + last->next->in->total <= SRV_EMB_BATCH_TOKENS) {
+            last = last->next;
+            tokens += last->in->total;
+        }
+        em->head = last->next;
+        if (!em->head) em->tail = NULL;
+        last->next = NULL;
+        pthread_mutex_unlock(&em->mu);
+        run_batch(em, batch);
+        pthread_mutex_lock(&em->mu);
+        for (emb_job *j = batch; j; j = j->next) j->done = true;
+        em->busy = false;
+        pthread_cond_broadcast(&em->cv);
     }
     pthread_mutex_unlock(&em->mu);
+    const int rc = job.rc;
     if (!rc) return 0;
     if (rc == KVI_E_NOMEM) return oom(er);
     return srv_err_set(er, rc == KVI_E_INVALID || rc == KVI_E_CONTEXT_FULL ? 400 : 500,
                        rc == KVI_E_INVALID || rc == KVI_E_CONTEXT_FULL ? "invalid_request_error"
                                                                        : "server_error",
-                       NULL, "%s", err.msg);
+                       NULL, "%s", job.err.msg);
 }
 
 int srv_emb_unknown(const cJSON *root, const char *const *names, size_t n, srv_err *er)

@@ -4,8 +4,9 @@
  * request, and the checks both make of a body.
  *
  * srv_embedder: kvi_embed's own engine e (never the scheduler's, so embedding
- * requests run beside generation) behind mu, which makes kvi_embed calls on e
- * one at a time; pooling is resolved (never KVI_POOLING_MODEL).
+ * requests run beside generation); under mu, the queue of jobs (head..tail)
+ * and busy: at most one thread runs kvi_embed on e, the others wait on cv;
+ * pooling is resolved (never KVI_POOLING_MODEL).
  * srv_emb_inputs: count token sequences, toks[i] [n[i]] malloc'd, each 1 ..
  * n_ctx ids in [0, n_vocab); total = sum n[i].
  */
@@ -17,6 +18,9 @@
 struct srv_embedder {
     kvi_engine *e;
     pthread_mutex_t mu;
+    pthread_cond_t cv;           /* a batch ended */
+    struct emb_job *head, *tail; /* jobs waiting, oldest first (server_embed.c) */
+    bool busy;                   /* a leader runs a batch on e */
     kvi_pooling pooling;
     int32_t n_ctx, n_out, n_cls;
 };
@@ -37,8 +41,9 @@ void srv_emb_inputs_free(srv_emb_inputs *in);
  * what names the input in the message. 0, or -1 with *er set. */
 int srv_emb_inputs_add(srv_server *srv, srv_emb_inputs *in, const int32_t *ids, int32_t n, bool truncate,
                        const char *what, srv_err *er);
-/* Every input through kvi_embed with pooling, in groups of about
- * SRV_EMB_BATCH_TOKENS tokens, into out (kvi_embed's layout for all of them).
+/* Every input through kvi_embed with pooling, batched with other requests'
+ * inputs up to SRV_EMB_BATCH_TOKENS tokens, or alone in groups of about that
+ * many, into out (kvi_embed's layout for all of them).
  * 0, or -1 with *er set (400 for a refused input, 500 otherwise). */
 int srv_emb_run(srv_server *srv, const srv_emb_inputs *in, kvi_pooling pooling, float *out, srv_err *er);
 /* 400 naming the first member of root that is not in names [n]; 0 when none. */

@@ -20,6 +20,7 @@
 #include "http_util.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -248,6 +249,64 @@ static void check_options(int port, const cJSON *g)
     free(ids);
 }
 
+/* Concurrent requests (batched across requests by the server) beside a
+ * generation on the scheduler's engine: each thread posts golden input (k %
+ * 8) four times and counts answers within 1 - cos <= 1e-5. */
+typedef struct conc_arg {
+    int port, k, good;
+    const cJSON *g;
+} conc_arg;
+
+static void *conc_embed(void *p)
+{
+    conc_arg *a = p;
+    const cJSON *in = cJSON_GetArrayItem(cJSON_GetObjectItem(a->g, "inputs"), a->k % 8);
+    char *ids = cJSON_PrintUnformatted(cJSON_GetObjectItem(in, "tokens"));
+    char body[16384];
+    snprintf(body, sizeof body, "{\"input\":[%s]}", ids);
+    free(ids);
+    double gold[4096], v[4096];
+    const int n = vec_of(cJSON_GetObjectItem(in, "embedding"), gold, 4096);
+    for (int r = 0; r < 4; r++) {
+        int st;
+        cJSON *o = post_json(a->port, "/v1/embeddings", body, &st);
+        const int nv = vec_of(
+            cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "data"), 0), "embedding"), v, 4096);
+        a->good += st == 200 && nv == n && cosine(v, gold, n) >= 0.99999;
+        cJSON_Delete(o);
+    }
+    return NULL;
+}
+
+static void *conc_generate(void *p)
+{
+    conc_arg *a = p;
+    int st;
+    cJSON *o = post_json(a->port, "/v1/completions",
+                         "{\"prompt\":[5,6,7,8],\"max_tokens\":16,\"ignore_eos\":true}", &st);
+    a->good = st == 200 && cJSON_GetObjectItem(o, "choices");
+    cJSON_Delete(o);
+    return NULL;
+}
+
+static void check_concurrent(int port, const cJSON *g)
+{
+    enum { T = 12 };
+    pthread_t th[T + 1];
+    conc_arg args[T + 1];
+    for (int k = 0; k <= T; k++) {
+        args[k] = (conc_arg){ port, k, 0, g };
+        pthread_create(&th[k], NULL, k < T ? conc_embed : conc_generate, &args[k]);
+    }
+    int good = 0;
+    for (int k = 0; k <= T; k++) {
+        pthread_join(th[k], NULL);
+        if (k < T) good += args[k].good;
+    }
+    CHECK(good == 4 * T, "concurrent embeddings: %d of %d within 1e-5 of the golden", good, 4 * T);
+    CHECK(args[T].good, "a completion beside them");
+}
+
 /* --pooling none: /embedding gives every token's raw row; /v1/embeddings refuses. */
 static void check_per_token(int port, const cJSON *g)
 {
@@ -389,6 +448,7 @@ int main(void)
         check_inputs(s.port, g, false, 0.99999, "qwen3-embed-f32");
         check_inputs(s.port, g, true, 0.99999, "qwen3-embed-f32");
         check_options(s.port, g);
+        check_concurrent(s.port, g);
         stop(&s, g);
     }
     if ((g = start(&s, "qwen3-embed-q8_0", "--embeddings", "qwen3-embed-q8_0.embed.json"))) {
