@@ -307,6 +307,24 @@ static void check_concurrent(int port, const cJSON *g)
     CHECK(args[T].good, "a completion beside them");
 }
 
+/* kvinfer loadgen --embeddings against the server: every text embedded, tokens counted. */
+static void check_loadgen(int port)
+{
+    char args[256], *out = NULL;
+    snprintf(args, sizeof args,
+             "loadgen --url http://127.0.0.1:%d --embeddings --texts 10 --batch 4 --concurrency 2 --json",
+             port);
+    const int rc = run_kvinfer(args, &out, NULL);
+    cJSON *o = out ? cJSON_Parse(out) : NULL;
+    CHECK(rc == 0 && o, "loadgen: exit %d, output '%s'", rc, out ? out : "");
+    CHECK(json_get_num(o, "requests") == 3 && json_get_num(o, "completed") == 3 &&
+              json_get_num(o, "texts_embedded") == 10 && json_get_num(o, "prompt_tokens") >= 10 * 20 &&
+              json_get_num(o, "texts_per_s") > 0,
+          "loadgen: %s", out ? out : "");
+    cJSON_Delete(o);
+    free(out);
+}
+
 /* --pooling none: /embedding gives every token's raw row; /v1/embeddings refuses. */
 static void check_per_token(int port, const cJSON *g)
 {
@@ -451,8 +469,9 @@ int main(void)
         check_concurrent(s.port, g);
         stop(&s, g);
     }
-    if ((g = start(&s, "qwen3-embed-q8_0", "--embeddings", "qwen3-embed-q8_0.embed.json"))) {
+    if ((g = start(&s, "qwen3-embed-q8_0", "--embeddings -c 1024", "qwen3-embed-q8_0.embed.json"))) {
         check_inputs(s.port, g, true, 0.998, "qwen3-embed-q8_0");
+        check_loadgen(s.port);
         stop(&s, g);
     }
     if ((g = start(&s, "gemma-embedding-f32", "", "gemma-embedding-f32.embed.json"))) {
