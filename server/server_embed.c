@@ -38,8 +38,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int bad(srv_err *er, const char *field, const char *what)
+int srv_emb_bad(srv_err *er, const char *field, const char *what)
 {
+    snprintf(er->param, sizeof er->param, "%s", field);
     return srv_err_set(er, 400, "invalid_request_error", "invalid_value", "'%s' %s", field, what);
 }
 
@@ -273,6 +274,7 @@ int srv_emb_unknown(const cJSON *root, const char *const *names, size_t n, srv_e
     for (const cJSON *f = root->child; f; f = f->next) {
         size_t i = 0;
         while (i < n && strcmp(f->string, names[i]) != 0) i++;
+        if (i == n) snprintf(er->param, sizeof er->param, "%.95s", f->string);
         if (i == n)
             return srv_err_set(er, 400, "invalid_request_error", "unknown_parameter",
                                "Unrecognized request argument supplied: %.200s", f->string);
@@ -283,7 +285,7 @@ int srv_emb_unknown(const cJSON *root, const char *const *names, size_t n, srv_e
 int srv_emb_truncate(const cJSON *root, bool *truncate, srv_err *er)
 {
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "truncate");
-    if (t && !cJSON_IsBool(t) && !cJSON_IsNull(t)) return bad(er, "truncate", "must be a boolean");
+    if (t && !cJSON_IsBool(t) && !cJSON_IsNull(t)) return srv_emb_bad(er, "truncate", "must be a boolean");
     *truncate = cJSON_IsTrue(t);
     return 0;
 }
@@ -370,8 +372,8 @@ static int parse_input(srv_server *srv, const cJSON *x, const char *field, bool 
         return add_text(srv, in, x->valuestring, truncate, what, er);
     }
     if (!cJSON_IsArray(x) || !x->child)
-        return bad(er, field,
-                   "must be a string, a list of strings or a non-empty list of token ids or of lists");
+        return srv_emb_bad(
+            er, field, "must be a string, a list of strings or a non-empty list of token ids or of lists");
     if (cJSON_IsNumber(x->child)) {
         snprintf(what, sizeof what, "'%s'", field);
         return add_ids(srv, in, x, truncate, what, er);
@@ -404,7 +406,7 @@ static int parse_opts(srv_server *srv, const cJSON *root, emb_opts *o, srv_err *
     if (f && !cJSON_IsNull(f)) {
         if (!cJSON_IsString(f) ||
             (strcmp(f->valuestring, "float") != 0 && strcmp(f->valuestring, "base64") != 0))
-            return bad(er, "encoding_format", "must be \"float\" or \"base64\"");
+            return srv_emb_bad(er, "encoding_format", "must be \"float\" or \"base64\"");
         o->base64 = !strcmp(f->valuestring, "base64");
     }
     const cJSON *d = cJSON_GetObjectItemCaseSensitive(root, "dimensions");
@@ -415,7 +417,7 @@ static int parse_opts(srv_server *srv, const cJSON *root, emb_opts *o, srv_err *
                                "'dimensions' must be an integer in [1, %d] (the model's embedding length)",
                                (int)n_out);
         if (srv->emb->pooling == KVI_POOLING_NONE)
-            return bad(er, "dimensions", "needs a pooled embedding (this server's pooling is none)");
+            return srv_emb_bad(er, "dimensions", "needs a pooled embedding (this server's pooling is none)");
         o->dims = (int32_t)d->valuedouble;
     }
     const cJSON *nm = cJSON_GetObjectItemCaseSensitive(root, "embd_normalize");
@@ -423,7 +425,7 @@ static int parse_opts(srv_server *srv, const cJSON *root, emb_opts *o, srv_err *
     if (nm && !cJSON_IsNull(nm)) {
         if (!cJSON_IsNumber(nm) || nm->valuedouble != floor(nm->valuedouble) || nm->valuedouble < -1 ||
             nm->valuedouble > 1000)
-            return bad(er, "embd_normalize", "must be an integer in [-1, 1000]");
+            return srv_emb_bad(er, "embd_normalize", "must be an integer in [-1, 1000]");
         o->norm = (int)nm->valuedouble;
     }
     return srv_emb_truncate(root, &o->truncate, er);

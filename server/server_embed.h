@@ -46,6 +46,8 @@ int srv_emb_inputs_add(srv_server *srv, srv_emb_inputs *in, const int32_t *ids, 
  * many, into out (kvi_embed's layout for all of them).
  * 0, or -1 with *er set (400 for a refused input, 500 otherwise). */
 int srv_emb_run(srv_server *srv, const srv_emb_inputs *in, kvi_pooling pooling, float *out, srv_err *er);
+/* 400 invalid_value "'field' what". Returns -1. */
+int srv_emb_bad(srv_err *er, const char *field, const char *what);
 /* 400 naming the first member of root that is not in names [n]; 0 when none. */
 int srv_emb_unknown(const cJSON *root, const char *const *names, size_t n, srv_err *er);
 /* "truncate" (a boolean, default false): 0, or -1 with *er set. */

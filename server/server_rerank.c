@@ -37,11 +37,6 @@ static int by_score(const void *a, const void *b)
     return x->index < y->index ? -1 : x->index > y->index;
 }
 
-static int bad(srv_err *er, const char *field, const char *what)
-{
-    return srv_err_set(er, 400, "invalid_request_error", "invalid_value", "'%s' %s", field, what);
-}
-
 /* The text of documents[i]: a string or {"text": string}; NULL when neither. */
 static const char *doc_text(const cJSON *d)
 {
@@ -75,22 +70,22 @@ static int parse(srv_server *srv, const cJSON *root, srv_emb_inputs *in, const c
     int rc = srv_emb_unknown(root, names, sizeof names / sizeof *names, er);
     if (rc || (rc = srv_check_model(srv, root, er))) return rc;
     const cJSON *q = cJSON_GetObjectItemCaseSensitive(root, "query");
-    if (!cJSON_IsString(q) || !*q->valuestring) return bad(er, "query", "must be a non-empty string");
+    if (!cJSON_IsString(q) || !*q->valuestring) return srv_emb_bad(er, "query", "must be a non-empty string");
     const bool tei = !cJSON_GetObjectItemCaseSensitive(root, "documents");
     const char *dname = tei ? "texts" : "documents";
     *docs = cJSON_GetObjectItemCaseSensitive(root, dname);
     if (!cJSON_IsArray(*docs) || !(*docs)->child)
-        return bad(er, dname, "must be a non-empty list of strings");
+        return srv_emb_bad(er, dname, "must be a non-empty list of strings");
     const cJSON *rd = cJSON_GetObjectItemCaseSensitive(root, tei ? "return_text" : "return_documents");
     if (rd && !cJSON_IsBool(rd) && !cJSON_IsNull(rd))
-        return bad(er, tei ? "return_text" : "return_documents", "must be a boolean");
+        return srv_emb_bad(er, tei ? "return_text" : "return_documents", "must be a boolean");
     *ret_docs = cJSON_IsTrue(rd);
     const int n_docs = cJSON_GetArraySize(*docs);
     *top_n = n_docs;
     const cJSON *tn = cJSON_GetObjectItemCaseSensitive(root, "top_n");
     if (tn && !cJSON_IsNull(tn)) {
         if (!cJSON_IsNumber(tn) || tn->valuedouble != floor(tn->valuedouble) || tn->valuedouble < 1)
-            return bad(er, "top_n", "must be a positive integer");
+            return srv_emb_bad(er, "top_n", "must be a positive integer");
         if (tn->valuedouble < n_docs) *top_n = (int)tn->valuedouble;
     }
     bool truncate;
