@@ -511,33 +511,53 @@ static cJSON *answer(srv_server *srv, const srv_emb_inputs *in, const emb_opts *
     return root;
 }
 
-static int embeddings(srv_server *srv, struct MHD_Connection *con, bool oai, const char *body, size_t len)
+/* An embedding body's options and inputs (root parsed), as the routes check them. 0, or -1 with *er set. */
+static int parse_embed(srv_server *srv, const cJSON *root, emb_opts *o, srv_emb_inputs *in, srv_err *er)
 {
     static const char *const names[] = { "input",      "content",        "model",    "encoding_format",
                                          "dimensions", "embd_normalize", "truncate", "user" };
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(root, "input");
+    const char *field = "input";
+    if (!x) x = cJSON_GetObjectItemCaseSensitive(root, field = "content");
+    int rc = srv_emb_unknown(root, names, sizeof names / sizeof *names, er);
+    if (!rc && !x)
+        rc = srv_err_set(er, 400, "invalid_request_error", "missing_required_parameter",
+                         "'input' is required");
+    if (!rc && o->oai && srv->emb->pooling == KVI_POOLING_NONE)
+        rc = srv_err_set(er, 400, "invalid_request_error", "invalid_value",
+                         "pooling 'none' is not OpenAI-compatible: use /embeddings, or serve with --pooling "
+                         "mean, cls or last");
+    if (!rc && srv->emb->pooling == KVI_POOLING_RANK)
+        rc = srv_err_set(er, 400, "invalid_request_error", "invalid_value",
+                         "this server reranks (pooling rank): use POST /v1/rerank");
+    if (!rc) rc = srv_check_model(srv, root, er);
+    if (!rc) rc = parse_opts(srv, root, o, er);
+    if (!rc) rc = parse_input(srv, x, field, o->truncate, in, er);
+    return rc;
+}
+
+int srv_embed_parse(srv_server *srv, const char *body, size_t len, bool rerank, srv_emb_inputs *in,
+                    srv_err *er)
+{
+    memset(in, 0, sizeof *in);
+    cJSON *root = srv_emb_parse(body, len, er);
+    if (!root) return -1;
+    emb_opts o = { .oai = true };
+    const int rc = rerank ? srv_rerank_parse(srv, root, in, er) : parse_embed(srv, root, &o, in, er);
+    cJSON_Delete(root);
+    if (rc) srv_emb_inputs_free(in);
+    return rc;
+}
+
+static int embeddings(srv_server *srv, struct MHD_Connection *con, bool oai, const char *body, size_t len)
+{
     srv_err er = { 0 };
     srv_emb_inputs in = { 0 };
     emb_opts o = { .oai = oai };
     float *out = NULL;
     cJSON *root = srv_emb_parse(body, len, &er);
     if (!root) return srv_send_error(con, &srv_api_openai, &er);
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(root, "input");
-    const char *field = "input";
-    if (!x) x = cJSON_GetObjectItemCaseSensitive(root, field = "content");
-    int rc = srv_emb_unknown(root, names, sizeof names / sizeof *names, &er);
-    if (!rc && !x)
-        rc = srv_err_set(&er, 400, "invalid_request_error", "missing_required_parameter",
-                         "'input' is required");
-    if (!rc && oai && srv->emb->pooling == KVI_POOLING_NONE)
-        rc = srv_err_set(&er, 400, "invalid_request_error", "invalid_value",
-                         "pooling 'none' is not OpenAI-compatible: use /embeddings, or serve with --pooling "
-                         "mean, cls or last");
-    if (!rc && srv->emb->pooling == KVI_POOLING_RANK)
-        rc = srv_err_set(&er, 400, "invalid_request_error", "invalid_value",
-                         "this server reranks (pooling rank): use POST /v1/rerank");
-    if (!rc) rc = srv_check_model(srv, root, &er);
-    if (!rc) rc = parse_opts(srv, root, &o, &er);
-    if (!rc) rc = parse_input(srv, x, field, o.truncate, &in, &er);
+    int rc = parse_embed(srv, root, &o, &in, &er);
     const size_t rows = srv->emb->pooling == KVI_POOLING_NONE ? (size_t)in.total : (size_t)in.count;
     if (!rc && !(out = malloc(rows * (size_t)srv->emb->n_out * sizeof *out))) rc = oom(&er);
     if (!rc) rc = srv_emb_run(srv, &in, srv->emb->pooling, out, &er);

@@ -57,6 +57,13 @@ int srv_emb_truncate(const cJSON *root, bool *truncate, srv_err *er);
 cJSON *srv_emb_parse(const char *body, size_t len, srv_err *er);
 /* {"object": "list", "model", "usage": {prompt_tokens, total_tokens}} to add to. */
 cJSON *srv_emb_list(const srv_server *srv, int64_t tokens);
+/* A rerank body's inputs (root parsed), as the routes check them. 0, or -1 with *er set. */
+int srv_rerank_parse(srv_server *srv, const cJSON *root, srv_emb_inputs *in, srv_err *er);
+/* An embedding body (as /v1/embeddings) or a rerank body, parsed and checked as
+ * the routes do, without running it (the fuzz target): its inputs into *in
+ * (freed by the caller). 0, or -1 with *er set and *in empty. */
+int srv_embed_parse(srv_server *srv, const char *body, size_t len, bool rerank, srv_emb_inputs *in,
+                    srv_err *er);
 /* The rerank routes (server_rerank.c); body checked by srv_body_check. */
 int srv_rerank(srv_server *srv, struct MHD_Connection *con, const char *body, size_t len);
 

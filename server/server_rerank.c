@@ -103,6 +103,14 @@ static int parse(srv_server *srv, const cJSON *root, srv_emb_inputs *in, const c
     return 0;
 }
 
+int srv_rerank_parse(srv_server *srv, const cJSON *root, srv_emb_inputs *in, srv_err *er)
+{
+    const cJSON *docs;
+    int top_n;
+    bool ret_docs;
+    return parse(srv, root, in, &docs, &top_n, &ret_docs, er);
+}
+
 int srv_rerank(srv_server *srv, struct MHD_Connection *con, const char *body, size_t len)
 {
     srv_err er = { 0 };
