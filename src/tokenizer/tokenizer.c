@@ -687,6 +687,20 @@ int32_t tokenizer_token_to_piece(const tok_tokenizer *t, int32_t id, char *buf, 
     return n > INT32_MAX ? KVI_E_INVALID : (int32_t)n;
 }
 
+/* WordPiece's clean-up (llama.cpp's clean_spaces, Hugging Face's cleanup): no space
+ * before . ? ! , (1), none on either side of an apostrophe (2); else 0. */
+static int wpm_glue(const tok_tokenizer *t, int32_t id)
+{
+    const char *s = t->text[id];
+    size_t n = t->text_len[id];
+    if (t->wpm_first_len && n > t->wpm_first_len && memcmp(s, t->wpm_first, t->wpm_first_len) == 0) {
+        s += t->wpm_first_len;
+        n -= t->wpm_first_len;
+    }
+    if (n != 1) return 0;
+    return s[0] == '\'' ? 2 : (s[0] == '.' || s[0] == '?' || s[0] == '!' || s[0] == ',');
+}
+
 int32_t tokenizer_detokenize(const tok_tokenizer *t, const int32_t *ids, int32_t n, char *buf, size_t cap,
                              bool render_special, bool remove_leading_space)
 {
@@ -696,12 +710,14 @@ int32_t tokenizer_detokenize(const tok_tokenizer *t, const int32_t *ids, int32_t
      * WordPiece: the space before the first word. */
     bool wpm = t->algo == TOK_ALGO_WPM;
     bool strip_on = remove_leading_space && (t->add_space_prefix || wpm);
-    bool strip = strip_on;
+    bool strip = strip_on, glue = false;
     for (int32_t i = 0; i < n; i++) {
         if (ids[i] < 0 || ids[i] >= t->n_vocab) return KVI_E_INVALID;
+        int g = wpm ? wpm_glue(t, ids[i]) : 0;
         size_t w = piece_of(t, ids[i], pos < lim ? buf + pos : NULL, pos < lim ? lim - pos : 0,
-                            render_special, strip ? 1 : 0);
+                            render_special, strip || glue || g ? 1 : 0);
         pos += w;
+        glue = g == 2;
         strip = strip_on && (wpm ? pos == 0 : ids[i] == t->bos);
         if (pos > INT32_MAX) return KVI_E_INVALID;
     }
