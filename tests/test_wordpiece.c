@@ -9,7 +9,7 @@
  *    ([BOS] ... [EOS]) and qwen3-embed byte-level BPE (text [EOS]);
  *  - bert-rerank's query / document pairs (tokenizer_encode_pair) give the
  *    `tokens` of its rerank.json ([CLS] query [SEP] document [SEP]), and without the
- *    add_* keys llama.cpp's defaults give [CLS] query [SEP] document;
+ *    add_* keys llama.cpp's defaults give [CLS] query [SEP] document (kvi_tokenize_pair);
  *  - decoding: the BGE vocabulary's ids back to the normalised text (## joins);
  *  - robustness: invalid UTF-8, control characters, an over-long word, empty text,
  *    short output buffers.
@@ -118,14 +118,19 @@ static void test_rerank(void)
     cJSON_Delete(j);
     tokenizer_free(t);
 
-    /* the BGE vocabulary has no add_* keys: [CLS] a [SEP] b, with no final [SEP] */
-    t = load_tok("golden/embed/ggml-vocab-bert-bge.gguf");
-    if (!t) return;
-    int32_t ids[16];
-    int32_t k = tokenizer_encode_pair(t, "Hello", 5, "world", 5, ids, NULL, 16);
+    /* the BGE vocabulary has no add_* keys: [CLS] a [SEP] b, with no final [SEP];
+     * through the public API on the vocabulary-only file */
+    kvi_error err = { 0 };
+    kvi_model *m = kvi_vocab_load(shared_path("golden/embed/ggml-vocab-bert-bge.gguf"), &err);
+    CHECK(m != NULL, "load the BGE vocabulary: %s", err.msg);
+    if (!m) return;
+    int32_t ids[16], types[16];
+    int32_t k = kvi_tokenize_pair(m, "Hello", 5, "world", 5, ids, types, 16);
     CHECK(k == 4 && ids[0] == 101 && ids[1] == 7592 && ids[2] == 102 && ids[3] == 2088,
           "defaults: [CLS] hello [SEP] world, n=%d", k);
-    tokenizer_free(t);
+    CHECK(k == 4 && types[0] == 0 && types[2] == 0 && types[3] == 1, "segments 0 0 0 1");
+    CHECK(kvi_tokenize_pair(m, NULL, 3, "x", 1, ids, NULL, 16) == KVI_E_INVALID, "NULL query refused");
+    kvi_model_free(m);
 }
 
 static void test_decode_and_edges(void)
