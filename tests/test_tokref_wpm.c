@@ -183,25 +183,6 @@ static char **gguf_vocab(int32_t *n)
     return texts;
 }
 
-static char *run_node(const char *cmd)
-{
-    FILE *p = popen(cmd, "r");
-    if (!p) return NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *s = malloc(cap);
-    for (size_t r; s && (r = fread(s + n, 1, cap - n - 1, p)) > 0;) {
-        n += r;
-        if (n + 1 == cap) s = realloc(s, cap *= 2);
-    }
-    int st = pclose(p);
-    if (s) s[n] = 0;
-    if (st != 0) {
-        free(s);
-        return NULL;
-    }
-    return s;
-}
-
 static bool ids_equal(const int32_t *got, int32_t n, const cJSON *want)
 {
     if (n != cJSON_GetArraySize(want)) return false;
@@ -301,7 +282,7 @@ int main(void)
     for (int32_t i = 0; i < n_bge; i++) free(bge[i]);
     free(npm);
     free(bge);
-    char *out = run_node(cmd);
+    char *out = run_command(cmd);
     cJSON *ref = out ? cJSON_Parse(out) : NULL;
     free(out);
     CHECK(cJSON_IsObject(ref), "ref_wpm.mjs printed the reference ids");

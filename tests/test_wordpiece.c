@@ -14,25 +14,19 @@
  *  - robustness: invalid UTF-8, control characters, an over-long word, empty text,
  *    short output buffers.
  */
-#include "formats/gguf.h"
+#include "kvinfer.h"
 #include "testutil.h"
-#include "tokenizer/tokenizer.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-static tok_tokenizer *load_tok(const char *rel)
+/* The vocabulary of ../shared/REL through the public API. */
+static kvi_model *load_tok(const char *rel)
 {
     kvi_error err = { 0 };
-    gguf_ctx *g = NULL;
-    int rc = gguf_open(shared_path(rel), false, &g, &err);
-    CHECK(rc == 0, "gguf_open %s: %s", rel, err.msg);
-    if (rc) return NULL;
-    tok_tokenizer *t = NULL;
-    rc = tokenizer_load_gguf(g, &t, &err);
-    CHECK(rc == 0 && t, "tokenizer_load_gguf %s: %s", rel, err.msg);
-    gguf_close(g);
-    return t;
+    kvi_model *m = kvi_vocab_load(shared_path(rel), &err);
+    CHECK(m != NULL, "kvi_vocab_load %s: %s", rel, err.msg);
+    return m;
 }
 
 static bool same_ids(const int32_t *got, int32_t n_got, const cJSON *want, const char *what)
@@ -55,7 +49,7 @@ static void test_embed_golden(const char *name)
 {
     char rel[128];
     snprintf(rel, sizeof rel, "golden/embed/%s.gguf", name);
-    tok_tokenizer *t = load_tok(rel);
+    kvi_model *t = load_tok(rel);
     snprintf(rel, sizeof rel, "golden/embed/%s.embed.json", name);
     cJSON *j = load_json(shared_path(rel));
     CHECK(j != NULL, "cannot load %s", rel);
@@ -65,7 +59,7 @@ static void test_embed_golden(const char *name)
     {
         const char *text = cJSON_GetStringValue(cJSON_GetObjectItem(in, "text"));
         int32_t ids[1024];
-        int32_t k = t && text ? tokenizer_encode(t, text, strlen(text), true, true, ids, 1024) : -1;
+        int32_t k = t && text ? kvi_tokenize(t, text, strlen(text), true, true, ids, 1024) : -1;
         char what[160];
         snprintf(what, sizeof what, "%s input %d \"%.50s\"", name, n, text ? text : "?");
         same += same_ids(ids, k, cJSON_GetObjectItem(in, "tokens"), what);
@@ -75,18 +69,18 @@ static void test_embed_golden(const char *name)
     CHECK(n == 8 && same == n, "%s: %d of %d inputs give llama.cpp's ids", name, same, n);
     printf("%-20s %d/%d inputs, %d tokens\n", name, same, n, total);
     cJSON_Delete(j);
-    tokenizer_free(t);
+    kvi_model_free(t);
 }
 
 /* A copy of bert-rerank-f32.gguf without the add_bos / add_eos / add_sep keys is
  * what an older conversion writes: llama.cpp's defaults then give [CLS] q [SEP] d. */
 static void test_rerank(void)
 {
-    tok_tokenizer *t = load_tok("golden/embed/bert-rerank-f32.gguf");
+    kvi_model *t = load_tok("golden/embed/bert-rerank-f32.gguf");
     cJSON *j = load_json(shared_path("golden/embed/bert-rerank-f32.rerank.json"));
     CHECK(t && j, "bert-rerank vocabulary and golden");
     if (!t || !j) {
-        tokenizer_free(t);
+        kvi_model_free(t);
         cJSON_Delete(j);
         return;
     }
@@ -94,12 +88,12 @@ static void test_rerank(void)
     const cJSON *doc;
     int n = 0, same = 0;
     int32_t q_ids[256];
-    int32_t nq = tokenizer_encode(t, q, strlen(q), false, false, q_ids, 256);
+    int32_t nq = kvi_tokenize(t, q, strlen(q), false, false, q_ids, 256);
     cJSON_ArrayForEach(doc, cJSON_GetObjectItem(j, "documents"))
     {
         const char *d = cJSON_GetStringValue(cJSON_GetObjectItem(doc, "text"));
         int32_t ids[1024], types[1024];
-        int32_t k = tokenizer_encode_pair(t, q, strlen(q), d, strlen(d), ids, types, 1024);
+        int32_t k = kvi_tokenize_pair(t, q, strlen(q), d, strlen(d), ids, types, 1024);
         char what[160];
         snprintf(what, sizeof what, "rerank document %d \"%.50s\"", n, d);
         same += same_ids(ids, k, cJSON_GetObjectItem(doc, "tokens"), what);
@@ -109,14 +103,14 @@ static void test_rerank(void)
         CHECK(types_ok, "%s: segment types", what);
         /* a short buffer still reports the full count */
         int32_t small[4];
-        CHECK(tokenizer_encode_pair(t, q, strlen(q), d, strlen(d), small, NULL, 4) == k && small[0] == ids[0],
+        CHECK(kvi_tokenize_pair(t, q, strlen(q), d, strlen(d), small, NULL, 4) == k && small[0] == ids[0],
               "%s: short buffer", what);
         n++;
     }
     CHECK(n == 6 && same == n, "bert-rerank: %d of %d pairs give llama.cpp's ids", same, n);
     printf("%-20s %d/%d pairs\n", "bert-rerank", same, n);
     cJSON_Delete(j);
-    tokenizer_free(t);
+    kvi_model_free(t);
 
     /* the BGE vocabulary has no add_* keys: [CLS] a [SEP] b, with no final [SEP];
      * through the public API on the vocabulary-only file */
@@ -135,38 +129,37 @@ static void test_rerank(void)
 
 static void test_decode_and_edges(void)
 {
-    tok_tokenizer *t = load_tok("golden/embed/ggml-vocab-bert-bge.gguf");
+    kvi_model *t = load_tok("golden/embed/ggml-vocab-bert-bge.gguf");
     if (!t) return;
-    CHECK(tokenizer_bos(t) == 101 && tokenizer_sep(t) == 102 && tokenizer_n_vocab(t) == 30522,
-          "BGE specials");
+    CHECK(kvi_token_bos(t) == 101 && kvi_n_vocab(t) == 30522, "BGE specials");
     const char *s = "Héllo, Wörld! Tokenization 中文 don't";
     int32_t ids[64];
-    int32_t n = tokenizer_encode(t, s, strlen(s), true, false, ids, 64);
+    int32_t n = kvi_tokenize(t, s, strlen(s), true, false, ids, 64);
     CHECK(n > 4 && ids[0] == 101 && ids[n - 1] == 102, "[CLS] ... [SEP], n=%d", n);
     char buf[256];
-    int32_t len = tokenizer_detokenize(t, ids, n, buf, sizeof buf, false, true);
+    int32_t len = kvi_detokenize(t, ids, n, buf, sizeof buf, false, true);
     CHECK(len >= 0 && strcmp(buf, "hello, world! tokenization 中 文 don't") == 0, "decode: \"%s\"", buf);
-    len = tokenizer_detokenize(t, ids, n, buf, sizeof buf, true, true);
+    len = kvi_detokenize(t, ids, n, buf, sizeof buf, true, true);
     CHECK(len >= 0 && strncmp(buf, "[CLS] hello", 11) == 0, "decode with specials: \"%s\"", buf);
 
     /* control characters, U+FFFD and invalid bytes vanish; tabs and newlines split words */
     const char odd[] = "hel\x01lo\xEF\xBF\xBD\xFF\tworld\n";
     int32_t a[16], b[16];
-    int32_t na = tokenizer_encode(t, odd, sizeof odd - 1, false, false, a, 16);
-    int32_t nb = tokenizer_encode(t, "hello world", 11, false, false, b, 16);
+    int32_t na = kvi_tokenize(t, odd, sizeof odd - 1, false, false, a, 16);
+    int32_t nb = kvi_tokenize(t, "hello world", 11, false, false, b, 16);
     CHECK(na == nb && na == 2 && memcmp(a, b, 2 * sizeof *a) == 0, "cleaned text: %d ids", na);
     /* a word with a character the vocabulary lacks is one [UNK]: "x🍕y" */
-    n = tokenizer_encode(t, "a x\xF0\x9F\x8D\x95y b", 10, false, false, ids, 64);
+    n = kvi_tokenize(t, "a x\xF0\x9F\x8D\x95y b", 10, false, false, ids, 64);
     CHECK(n == 3 && ids[1] == 100, "unknown word: n=%d id %d", n, n > 1 ? ids[1] : -1);
     /* a very long word still matches piece by piece (llama.cpp has no word limit) */
     char longw[2001];
     memset(longw, 'a', 2000);
     longw[2000] = 0;
-    n = tokenizer_encode(t, longw, 2000, false, false, NULL, 0);
+    n = kvi_tokenize(t, longw, 2000, false, false, NULL, 0);
     CHECK(n > 100, "2000-letter word: %d pieces", n);
-    CHECK(tokenizer_encode(t, "", 0, true, false, ids, 64) == 2, "empty text: [CLS] [SEP]");
-    CHECK(tokenizer_encode(t, " \t\n", 3, false, false, ids, 64) == 0, "only white space: nothing");
-    tokenizer_free(t);
+    CHECK(kvi_tokenize(t, "", 0, true, false, ids, 64) == 2, "empty text: [CLS] [SEP]");
+    CHECK(kvi_tokenize(t, " \t\n", 3, false, false, ids, 64) == 0, "only white space: nothing");
+    kvi_model_free(t);
 }
 
 int main(void)

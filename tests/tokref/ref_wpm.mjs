@@ -5,17 +5,13 @@
 // gets them, and the text decoded back from the ids without special tokens.
 // Prints { "<folder>": { "ids": [[...]], "pair_ids": [[...]], "pair_types": [[...]],
 // "decoded": ["..."] }, ... }.
-import { readFileSync } from "node:fs";
-import { TokenizerLoader } from "@lenml/tokenizers";
+import { loadTokenizer, readJSON } from "./load.mjs";
 
 const [stringsPath, ...dirs] = process.argv.slice(2);
-const strings = JSON.parse(readFileSync(stringsPath, "utf8"));
+const strings = readJSON(stringsPath);
 const out = {};
 for (const dir of dirs) {
-  const tok = TokenizerLoader.fromPreTrained({
-    tokenizerJSON: JSON.parse(readFileSync(`${dir}/tokenizer.json`, "utf8")),
-    tokenizerConfig: JSON.parse(readFileSync(`${dir}/tokenizer_config.json`, "utf8")),
-  });
+  const tok = loadTokenizer(dir);
   const ids = strings.map((s) => Array.from(tok.encode(s)));
   const pairs = strings.map((s, i) =>
     tok._call(s, {
