@@ -105,7 +105,8 @@ bool kvi_model_has_weights(const kvi_model *m);
 
 /* ---- tokenizer ----------------------------------------------------------- */
 
-/* Encodes text. add_special: add BOS (and EOS) as the model's metadata says.
+/* Encodes text. add_special: add BOS (and EOS) as the model's metadata says
+ * (WordPiece: [CLS] text [SEP], as llama.cpp feeds an embedding model).
  * parse_special: text such as "<s>" becomes its special token (off for user text).
  * Returns the number of tokens (which may exceed n_max: then only n_max were written
  * and the caller retries with a larger buffer), or a negative KVI_E_* code. */
