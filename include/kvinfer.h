@@ -105,7 +105,8 @@ bool kvi_model_has_weights(const kvi_model *m);
 
 /* ---- tokenizer ----------------------------------------------------------- */
 
-/* Encodes text. add_special: add BOS (and EOS) as the model's metadata says.
+/* Encodes text. add_special: add BOS (and EOS) as the model's metadata says
+ * (WordPiece: [CLS] text [SEP], as llama.cpp feeds an embedding model).
  * parse_special: text such as "<s>" becomes its special token (off for user text).
  * Returns the number of tokens (which may exceed n_max: then only n_max were written
  * and the caller retries with a larger buffer), or a negative KVI_E_* code. */
@@ -117,6 +118,15 @@ int32_t kvi_tokenize(const kvi_model *m, const char *text, size_t len, bool add_
  * whose message contents stay plain text. */
 int32_t kvi_tokenize_plain(const kvi_model *m, const char *text, size_t len, bool add_special,
                            const size_t *plain, size_t n_plain, int32_t *out, int32_t n_max);
+/* A query / document pair for a cross-encoder reranker without a rerank template,
+ * as llama.cpp's server builds it: [CLS] query [SEP] document [SEP] for a WordPiece
+ * GGUF with add_bos / add_eos (the add_*_token keys decide; a tokenizer.json's
+ * post-processor template otherwise). types (NULL: not written) receives each
+ * token's segment, 0 for the query's part and 1 for the document's, as Hugging
+ * Face's token_type_ids (llama.cpp feeds 0 to every token). Returns the full count
+ * (out and types filled up to n_max) or a negative code. */
+int32_t kvi_tokenize_pair(const kvi_model *m, const char *query, size_t qlen, const char *doc, size_t dlen,
+                          int32_t *out, int32_t *types, int32_t n_max);
 
 /* The bytes of one token (SentencePiece "▁" shown as a space, byte tokens as their
  * byte). Special tokens are rendered only when render_special. Returns the number

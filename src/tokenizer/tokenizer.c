@@ -265,8 +265,8 @@ int tok_finish(tok_tokenizer *t, kvi_error *err)
     for (int32_t i = 0; i < t->n_vocab; i++)
         if (t->type[i] < KVI_TOKEN_NORMAL || t->type[i] > KVI_TOKEN_BYTE) t->type[i] = KVI_TOKEN_NORMAL;
 
-    int32_t *ids[] = { &t->bos,     &t->eos,     &t->eot,     &t->eom, &t->unk,
-                       &t->pad,     &t->fim_pad, &t->fim_rep, &t->fim_sep, &t->sep };
+    int32_t *ids[] = { &t->bos, &t->eos,     &t->eot,     &t->eom,     &t->unk,
+                       &t->pad, &t->fim_pad, &t->fim_rep, &t->fim_sep, &t->sep };
     for (size_t k = 0; k < N_TEXTS(ids); k++)
         if (*ids[k] >= t->n_vocab || *ids[k] < -1)
             return err_set(err, KVI_E_FORMAT, "tokenizer: special token id %d out of range [0, %d)",
@@ -687,10 +687,64 @@ int32_t tokenizer_token_to_piece(const tok_tokenizer *t, int32_t id, char *buf, 
     return n > INT32_MAX ? KVI_E_INVALID : (int32_t)n;
 }
 
+/* Hugging Face's clean_up_tokenization (WordPiece decoder's cleanup, llama.cpp's
+ * clean_spaces): each rule replaces every occurrence, left to right, in turn. In place;
+ * returns the new length. */
+static size_t wpm_cleanup(char *s, size_t n)
+{
+    static const char *const from[] = { " .", " ?", " !", " ,", " ' ", " n't", " 'm", " 's", " 've", " 're" };
+    static const char *const to[] = { ".", "?", "!", ",", "'", "n't", "'m", "'s", "'ve", "'re" };
+    for (size_t r = 0; r < sizeof from / sizeof from[0]; r++) {
+        size_t fl = strlen(from[r]), tl = strlen(to[r]), k = 0;
+        for (size_t i = 0; i < n;) {
+            if (i + fl <= n && memcmp(s + i, from[r], fl) == 0) {
+                memmove(s + k, to[r], tl);
+                k += tl;
+                i += fl;
+            } else {
+                s[k++] = s[i++];
+            }
+        }
+        n = k;
+    }
+    return n;
+}
+
+static int32_t detokenize_raw(const tok_tokenizer *t, const int32_t *ids, int32_t n, char *buf, size_t cap,
+                              bool render_special, bool remove_leading_space);
+
+/* WordPiece: the whole text decoded into a scratch buffer, cleaned up, then copied. */
+static int32_t wpm_detokenize(const tok_tokenizer *t, const int32_t *ids, int32_t n, char *buf, size_t cap,
+                              bool render_special, bool remove_leading_space)
+{
+    int32_t full = detokenize_raw(t, ids, n, NULL, 0, render_special, remove_leading_space);
+    if (full < 0) return full;
+    char *tmp = malloc((size_t)full + 1);
+    if (!tmp) return KVI_E_NOMEM;
+    detokenize_raw(t, ids, n, tmp, (size_t)full + 1, render_special, remove_leading_space);
+    size_t m = wpm_cleanup(tmp, (size_t)full);
+    if (cap > 0) {
+        size_t c = m < cap - 1 ? m : cap - 1;
+        memcpy(buf, tmp, c);
+        buf[c] = 0;
+    }
+    free(tmp);
+    return (int32_t)m;
+}
+
 int32_t tokenizer_detokenize(const tok_tokenizer *t, const int32_t *ids, int32_t n, char *buf, size_t cap,
                              bool render_special, bool remove_leading_space)
 {
     if (!t || n < 0 || (!ids && n > 0) || (!buf && cap > 0)) return KVI_E_INVALID;
+    if (t->algo == TOK_ALGO_WPM)
+        return wpm_detokenize(t, ids, n, buf, cap, render_special, remove_leading_space);
+    return detokenize_raw(t, ids, n, buf, cap, render_special, remove_leading_space);
+}
+
+/* The pieces back to back (the caller checked the arguments). */
+static int32_t detokenize_raw(const tok_tokenizer *t, const int32_t *ids, int32_t n, char *buf, size_t cap,
+                              bool render_special, bool remove_leading_space)
+{
     size_t lim = cap > 0 ? cap - 1 : 0, pos = 0;
     /* The dummy-prefix space starts the text and every text after a BOS (llama2.c);
      * WordPiece: the space before the first word. */
@@ -744,11 +798,12 @@ const char *tokenizer_token_text(const tok_tokenizer *t, int32_t id)
 static int32_t encode_bare(const tok_tokenizer *t, const char *s, size_t len, int32_t **ids)
 {
     *ids = NULL;
-    int32_t n = tokenizer_encode(t, s, len, false, false, NULL, 0);
+    bool parse = t->special_leftmost; /* Hugging Face splits added tokens in both texts */
+    int32_t n = tokenizer_encode(t, s, len, false, parse, NULL, 0);
     if (n < 0) return n;
     *ids = malloc(((size_t)n + 1) * sizeof **ids);
     if (!*ids) return KVI_E_NOMEM;
-    return tokenizer_encode(t, s, len, false, false, *ids, n);
+    return tokenizer_encode(t, s, len, false, parse, *ids, n);
 }
 
 /* Appends v[0..n) of token type `type` at out[*k], never past n_max (*k still counts). */

@@ -50,7 +50,8 @@ int32_t tokenizer_encode_plain(const tok_tokenizer *t, const char *text, size_t 
                                int32_t n_max);
 /* A query / document pair for a cross-encoder (rerank), as llama.cpp's server builds
  * it when the model has no rerank template: both encoded without special tokens
- * (parse_special off), then
+ * (parse_special off for GGUF vocabularies; on for tokenizer.json ones, whose added
+ * tokens Hugging Face always splits), then
  *   [BOS if add_bos] a [EOS if add_eos] [SEP if add_sep] b [EOS if add_eos]
  * where EOS falls back to SEP when the vocabulary has none (a GGUF WordPiece file
  * with add_bos, add_eos, no add_sep gives [CLS] a [SEP] b [SEP]); with a

@@ -177,7 +177,7 @@ static int load(const gguf_ctx *g, tok_tokenizer **out, kvi_error *err)
         (rc = get_flag(g, "tokenizer.ggml.add_eos_token", &t->add_eos, err)) ||
         (rc = get_flag(g, "tokenizer.ggml.add_space_prefix", &t->add_space_prefix, err)))
         return rc;
-    if (bpe || wpm) t->add_space_prefix = false; /* llama.cpp's BPE never adds the dummy prefix */
+    if (bpe || wpm) t->add_space_prefix = false;  /* llama.cpp's BPE never adds the dummy prefix */
     if (bpe && !t->byte_level) t->add_bos = true; /* llama.cpp forces it for Gemma 4 */
     /* as llama.cpp: tokens it recognises by text become control tokens, and gpt-oss's
      * channel markers are user-defined (always printed) */

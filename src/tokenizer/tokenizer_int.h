@@ -93,7 +93,7 @@ struct tok_tokenizer {
     bool wpm_chinese;       /* every CJK ideograph is a word of its own */
     bool wpm_lower;         /* lower-case */
     bool wpm_strip_accents; /* NFD, then drop nonspacing marks (Mn) */
-    bool wpm_hf;            /* Hugging Face's CJK range (0x2B820..; llama.cpp and the Rust crate: 0x2B920..) */
+    bool wpm_hf;            /* Hugging Face: CJK from 0x2B820 (llama.cpp 0x2B920), controls before spaces */
     char wpm_first[8], wpm_cont[16]; /* prefixes of a word's first piece and of the others */
     uint8_t wpm_first_len, wpm_cont_len;
     uint32_t wpm_max_chars; /* a longer word (in code points) is one [UNK]; 0 = no limit */

@@ -7,7 +7,9 @@
  *   1. normalise: each code point is split into its canonical decomposition (NFD)
  *      when accents are stripped, and nonspacing marks (Mn) are dropped; U+0000,
  *      U+FFFD and control characters (C*, but not tab / newline / CR) are dropped
- *      when cleaning; the rest is lower-cased (simple mapping) when asked;
+ *      when cleaning (before the white-space test for Hugging Face, after it for
+ *      llama.cpp: VT, FF and NEL vanish or split words); the rest is lower-cased
+ *      (simple mapping) when asked;
  *   2. cut words: at white space (Unicode White_Space); every punctuation
  *      character (P*), ASCII symbol (S* below 0x7F) and CJK ideograph is a word of
  *      its own; other symbols (emoji) stay inside their word;
@@ -180,9 +182,14 @@ static int add_char(wpm_state *s, utf8proc_int32_t c)
 static int feed(wpm_state *s, utf8proc_int32_t c)
 {
     const tok_tokenizer *t = s->t;
-    if (tok_cpt_is_space((uint32_t)c)) return flush_word(s);
     utf8proc_category_t cat = utf8proc_category(c);
-    if (t->wpm_clean && (c == 0 || c == 0xFFFD || is_control(cat))) return 0;
+    /* Hugging Face drops control characters before it looks for white space (so VT,
+     * FF and NEL vanish), llama.cpp the other way round (they split words) */
+    bool drop =
+        t->wpm_clean && (c == 0 || c == 0xFFFD || (is_control(cat) && c != '\t' && c != '\n' && c != '\r'));
+    if (t->wpm_hf && drop) return 0;
+    if (tok_cpt_is_space((uint32_t)c)) return flush_word(s);
+    if (drop) return 0;
     if (t->wpm_strip_accents && cat == UTF8PROC_CATEGORY_MN) return 0;
     utf8proc_int32_t lc = t->wpm_lower ? utf8proc_tolower(c) : c;
     if (is_punct(cat) || (c < 0x7F && is_symbol(cat)) || (t->wpm_chinese && is_cjk((uint32_t)c, t->wpm_hf))) {
