@@ -861,7 +861,8 @@ static int report(const lg_run *run, const char *url, bool json, double duration
     const lg_cfg *c = run->cfg;
     if (c->embeddings) {
         double *e2e = malloc(((size_t)c->n_requests + 1) * sizeof *e2e);
-        const int rc = e2e ? report_embed(run, url, json, duration_ms, e2e) : cli_error("loadgen: out of memory");
+        const int rc =
+            e2e ? report_embed(run, url, json, duration_ms, e2e) : cli_error("loadgen: out of memory");
         free(e2e);
         return rc;
     }

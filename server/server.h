@@ -580,7 +580,8 @@ void srv_embed_free(srv_server *srv);
 /* Whether url is one of the routes above. */
 bool srv_embed_path(const char *url);
 /* Answers a POST to one of them (body checked by srv_body_check). Returns the enum MHD_Result. */
-int srv_embed_route(srv_server *srv, struct MHD_Connection *con, const char *url, const char *body, size_t len);
+int srv_embed_route(srv_server *srv, struct MHD_Connection *con, const char *url, const char *body,
+                    size_t len);
 /* A generation route on an encoder-only model: true with a 400 in *er. */
 bool srv_embed_refuses(const srv_server *srv, const char *url, srv_err *er);
 /* "model" of a body: a string, any name unless --strict-model. 0, or -1 with *er set. */

@@ -41,7 +41,8 @@ int main(void)
 #ifdef KVI_OPENAI_EMBED
     /* embeddings.mjs: the synthetic qwen3-embed and its goldens */
     setenv("KVI_SHARED_DIR", KVI_SHARED_DIR, 1);
-    snprintf(extra, sizeof extra, "-m '%s' -c 512 --embeddings", shared_path("golden/embed/qwen3-embed-f32.gguf"));
+    snprintf(extra, sizeof extra, "-m '%s' -c 512 --embeddings",
+             shared_path("golden/embed/qwen3-embed-f32.gguf"));
 #else
     snprintf(extra, sizeof extra, "-c 4096 --chat-template-file '%s'",
              shared_path("templates/Qwen-Qwen2.5-7B-Instruct.jinja"));
