@@ -31,6 +31,8 @@ int cmd_chat(int argc, char **argv);
 int cmd_loadgen(int argc, char **argv);
 int cmd_template(int argc, char **argv);
 int cmd_sampler(int argc, char **argv);
+int cmd_embed(int argc, char **argv);  /* cmd_embed.c */
+int cmd_rerank(int argc, char **argv); /* cmd_embed.c */
 
 /* ---- helpers (cli/cli_util.c) ---- */
 

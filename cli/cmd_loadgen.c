@@ -19,12 +19,18 @@
  * completed requests and output tokens over the wall time of the whole run.
  * Percentiles interpolate linearly between order statistics (numpy's default).
  *
+ * --embeddings: each request posts a batch of --batch texts of a seeded corpus
+ * (--texts of them, 20..200 words each; cli/loadgen_embed.h) to /v1/embeddings
+ * and reads the whole answer; the report is texts/s, tokens/s (the server's
+ * usage.prompt_tokens) and request latency.
+ *
  * Invariants: the run is bounded (N requests, and --timeout seconds overall,
  * after which in-flight requests are abandoned and counted as failed); only
  * 127.0.0.0/8, localhost and ::1 are ever connected to (checked before any
  * socket is opened; no name is resolved).
  */
 #include "cli/cli.h"
+#include "cli/loadgen_embed.h"
 
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
@@ -64,6 +70,10 @@ static const char loadgen_help[] =
     "  --model NAME            the request's \"model\" field (default: left out)\n"
     "  --grammar-file F        every request constrained by the GBNF grammar in F (its\n"
     "                          \"grammar\" field), to measure what constrained decoding costs\n"
+    "  --embeddings            post batches of texts to /v1/embeddings instead (the default path\n"
+    "                          then) and report texts/s and tokens/s (usage.prompt_tokens)\n"
+    "  --texts N               the corpus: N texts of 20..200 words (default 256)\n"
+    "  --batch B               texts per request (default 16)\n"
     "  --json                  one JSON object on stdout\n"
     "  -h, --help              this help\n";
 
@@ -78,6 +88,8 @@ typedef struct lg_cfg {
     uint64_t seed;
     const char *api_key, *model;
     char *grammar_json; /* --grammar-file's text as a JSON string (malloc'd), or NULL */
+    bool embeddings;    /* --embeddings: n_texts texts in requests of batch */
+    int n_texts, batch;
 } lg_cfg;
 
 typedef struct lg_req {
@@ -162,7 +174,7 @@ static int parse_url(const char *url, lg_cfg *c)
     c->a6.sin6_port = htons((uint16_t)port);
     snprintf(c->host, sizeof c->host, "%s%s%s:%d", c->family == AF_INET6 ? "[" : "", host,
              c->family == AF_INET6 ? "]" : "", (int)port);
-    if (*path == 0 || !strcmp(path, "/")) path = "/v1/completions";
+    if (*path == 0 || !strcmp(path, "/")) path = c->embeddings ? "/v1/embeddings" : "/v1/completions";
     if (strlen(path) >= sizeof c->path || strpbrk(path, " \r\n"))
         return cli_error("loadgen: --url '%s': bad path", url);
     snprintf(c->path, sizeof c->path, "%s", path);
@@ -193,6 +205,7 @@ static uint64_t seed_mix(uint64_t seed, uint64_t k)
 static char *request_body(const lg_run *run, int i)
 {
     const lg_cfg *c = run->cfg;
+    if (c->embeddings) return lg_embed_body(c->seed, c->n_texts, c->batch, i, c->model);
     size_t cap = (size_t)c->prompt_len * 8 + 512, len = 0;
     char *b = malloc(cap);
     if (!b) return NULL;
@@ -469,7 +482,7 @@ static void run_request(lg_run *run, int i)
                 break;
             }
         }
-        if (r->status == 200 && dec.len > off) {
+        if (r->status == 200 && dec.len > off && !c->embeddings) {
             const int s = sse_scan(r, &dec, &off, t - t_send);
             if (s == 1) done = true;
             if (s < 0) failed = true;
@@ -480,6 +493,9 @@ static void run_request(lg_run *run, int i)
     r->e2e = kvi_time_ms() - t_send;
     if (!failed && r->status != 200) {
         snprintf(r->err, sizeof r->err, "HTTP %d: %.160s", r->status, dec.p ? dec.p : "");
+    } else if (!failed && c->embeddings) {
+        r->n_tok = lg_embed_count(c->n_texts, c->batch, i);
+        r->ok = lg_embed_check(dec.p, dec.len, r->n_tok, &r->usage_tokens, r->err, sizeof r->err);
     } else if (!failed && !done) {
         snprintf(r->err, sizeof r->err, "stream ended without [DONE] after %d tokens", r->n_tok);
     } else if (!failed) {
@@ -576,7 +592,8 @@ static int parse_loadgen_args(int argc, char **argv, lg_cfg *c, const char **url
     memset(c, 0, sizeof *c);
     const char *url = NULL;
     bool json = false;
-    int64_t conc = 1, nreq = 16, plen = 32, glen = 128, prefix = 0, vocab = 500, timeout = 600;
+    int64_t conc = 1, nreq = 16, plen = 32, glen = 128, prefix = 0, vocab = 500, timeout = 600, texts = 256,
+            batch = 16;
     float rate = 0;
     uint64_t seed = 1;
     for (int i = 1; i < argc; i++) {
@@ -595,6 +612,10 @@ static int parse_loadgen_args(int argc, char **argv, lg_cfg *c, const char **url
         }
         if (!strcmp(a, "--json")) {
             json = true;
+            continue;
+        }
+        if (!strcmp(a, "--embeddings")) {
+            c->embeddings = true;
             continue;
         }
         if (!strcmp(a, "--url")) {
@@ -641,6 +662,8 @@ static int parse_loadgen_args(int argc, char **argv, lg_cfg *c, const char **url
         LG_INT("--shared-prefix", prefix, 0, 1 << 20)
         LG_INT("--vocab", vocab, 4, 1 << 24)
         LG_INT("--timeout", timeout, 1, 86400)
+        LG_INT("--texts", texts, 1, 10000000)
+        LG_INT("--batch", batch, 1, 100000)
 #undef LG_INT
         return cli_error("loadgen: unknown option '%s' (kvinfer loadgen --help)", a);
     }
@@ -649,6 +672,9 @@ static int parse_loadgen_args(int argc, char **argv, lg_cfg *c, const char **url
         return cli_error("loadgen: --shared-prefix %lld exceeds --prompt-len %lld", (long long)prefix,
                          (long long)plen);
     if (parse_url(url, c) != 0) return 1;
+    c->n_texts = (int)texts;
+    c->batch = (int)batch;
+    if (c->embeddings) nreq = (texts + batch - 1) / batch;
     c->concurrency = (int)(conc < nreq ? conc : nreq);
     c->n_requests = (int)nreq;
     c->prompt_len = (int)plen;
@@ -782,10 +808,64 @@ static void report_text(const lg_cfg *c, const lg_summary *m)
     stat_print("E2E", "ms", m->e2e);
 }
 
+/* --embeddings: texts/s, tokens/s (usage.prompt_tokens) and request latency; e2e [n_requests]. */
+static int report_embed(const lg_run *run, const char *url, bool json, double duration_ms, double *e2e)
+{
+    const lg_cfg *c = run->cfg;
+    size_t n_ok = 0;
+    long long texts = 0, tokens = 0;
+    const char *first_err = NULL;
+    for (int i = 0; i < c->n_requests; i++) {
+        const lg_req *r = &run->req[i];
+        if (!r->ok && !first_err) first_err = r->err[0] ? r->err : "not run";
+        if (!r->ok) continue;
+        texts += r->n_tok;
+        tokens += r->usage_tokens > 0 ? r->usage_tokens : 0;
+        e2e[n_ok++] = r->e2e;
+    }
+    const double dur_s = duration_ms / 1000.0;
+    const lg_stat lat = stat_of(e2e, n_ok);
+    if (json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "url", url);
+        cJSON_AddStringToObject(o, "endpoint", c->path);
+        cJSON_AddNumberToObject(o, "concurrency", c->concurrency);
+        cJSON_AddNumberToObject(o, "texts", c->n_texts);
+        cJSON_AddNumberToObject(o, "batch", c->batch);
+        cJSON_AddNumberToObject(o, "requests", c->n_requests);
+        cJSON_AddNumberToObject(o, "completed", (double)n_ok);
+        cJSON_AddNumberToObject(o, "failed", (double)(c->n_requests - (int)n_ok));
+        if (first_err) cJSON_AddStringToObject(o, "first_error", first_err);
+        cJSON_AddNumberToObject(o, "duration_s", dur_s);
+        cJSON_AddNumberToObject(o, "texts_embedded", (double)texts);
+        cJSON_AddNumberToObject(o, "prompt_tokens", (double)tokens);
+        cJSON_AddNumberToObject(o, "texts_per_s", (double)texts / dur_s);
+        cJSON_AddNumberToObject(o, "tokens_per_s", (double)tokens / dur_s);
+        stat_json(o, "e2e_ms", lat);
+        if (cli_print_json(o, "loadgen: out of memory") != 0) return 1;
+    } else {
+        printf("loadgen: %s%s  concurrency %d  %d texts in batches of %d\n", c->host, c->path, c->concurrency,
+               c->n_texts, c->batch);
+        printf("requests: %zu completed, %d failed  in %.2f s\n", n_ok, c->n_requests - (int)n_ok, dur_s);
+        if (first_err) printf("first failure: %s\n", first_err);
+        printf("throughput: %.2f texts/s  %.1f tokens/s  (%lld texts, %lld tokens)\n", (double)texts / dur_s,
+               (double)tokens / dur_s, texts, tokens);
+        stat_print("E2E", "ms", lat);
+    }
+    return n_ok ? 0 : cli_error("loadgen: no request completed (%s)", first_err ? first_err : "?");
+}
+
 /* The metrics of the finished run, as JSON or text. */
 static int report(const lg_run *run, const char *url, bool json, double duration_ms)
 {
     const lg_cfg *c = run->cfg;
+    if (c->embeddings) {
+        double *e2e = malloc(((size_t)c->n_requests + 1) * sizeof *e2e);
+        const int rc =
+            e2e ? report_embed(run, url, json, duration_ms, e2e) : cli_error("loadgen: out of memory");
+        free(e2e);
+        return rc;
+    }
     size_t n_itl = 0;
     for (int i = 0; i < c->n_requests; i++)
         if (run->req[i].ok && run->req[i].n_tok > 1) n_itl += (size_t)run->req[i].n_tok - 1;

@@ -113,6 +113,11 @@ static const char serve_help[] =
     "                          while those in flight finish, for at most S seconds (a second\n"
     "                          signal: at once); then the rest are cancelled and the server\n"
     "                          exits (default 30)\n"
+    "  --embeddings            serve POST /v1/embeddings, /embedding(s) (the default for an\n"
+    "                          encoder, whose chat routes answer HTTP 400)\n"
+    "  --reranking             serve POST /v1/rerank and /rerank (pooling rank: the model's\n"
+    "                          classification head)\n"
+    "  --pooling P             none, mean, cls, last or rank (default: the file's pooling_type)\n"
     "  --quiet                 no request log (nor the template and tool-format notes)\n"
     "  -h, --help              this help\n"
     "\n"
@@ -155,6 +160,8 @@ typedef struct serve_opts {
     int64_t responses_max;                              /* /v1/responses store (0: the default) */
     size_t responses_max_bytes;
     run_spec_opts so;                                   /* speculative decoding */
+    bool embeddings, reranking;                         /* --embeddings, --reranking */
+    int pooling;                                        /* --pooling (kvi_pooling; MODEL: the file's) */
 } serve_opts;
 
 /* serve's own integer flags: 1 consumed, 0 not one of them, -1 error printed. */
@@ -223,6 +230,7 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o)
     o->queue_max = 256;
     o->batch_tokens = 512;
     o->shutdown_timeout = 30;
+    o->pooling = KVI_POOLING_MODEL;
     run_spec_opts_default(&o->so);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -260,6 +268,17 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o)
         } else if (!strcmp(a, "-l") || !strcmp(a, "--logit-bias")) {
             const char *v = cli_flag_value(argc, argv, &i);
             if (!v || serve_bias_flag(v, o) != 0) return 1;
+        } else if (!strcmp(a, "--embeddings") || !strcmp(a, "--embedding")) {
+            o->embeddings = true;
+        } else if (!strcmp(a, "--reranking") || !strcmp(a, "--rerank")) {
+            o->reranking = true;
+        } else if (!strcmp(a, "--pooling")) {
+            const char *v = cli_flag_value(argc, argv, &i);
+            kvi_pooling pl;
+            if (!v) return 1;
+            if (kvi_pooling_parse(v, &pl) != 0 || pl == KVI_POOLING_MODEL)
+                return cli_error("serve: --pooling must be none, mean, cls, last or rank (got '%s')", v);
+            o->pooling = pl;
         } else if (!strcmp(a, "--special-in-content")) {
             o->special_in_content = true;
         } else if (!strcmp(a, "--chat-template-content-format")) {
@@ -395,6 +414,9 @@ static void serve_config(srv_server *srv, const serve_opts *o, const char *name)
     srv->cfg.bias_vals = o->bias_vals;
     srv->cfg.n_bias = o->n_bias;
     srv->cfg.content_format = o->content_format;
+    srv->cfg.embeddings = o->embeddings;
+    srv->cfg.reranking = o->reranking;
+    srv->cfg.pooling = o->pooling;
     kvi_sampler_params_default(&srv->cfg.sampling);
     srv->cfg.sampling.temp = 0.8f;
     srv->cfg.sampling.top_k = 40;
@@ -447,6 +469,25 @@ static void serve_pipe_metrics(void *user, kvi_engine *e, int n_alive)
     if (text) srv_metrics_set_extra(&((srv_server *)user)->metrics, text);
 }
 
+/* Embeddings and reranking (--embeddings, --reranking, an encoder): an engine of
+ * their own, one sequence. 0, or 1 with the error printed. */
+static int serve_embed(srv_server *srv, const serve_opts *o, const kvi_engine_params *ep)
+{
+    const bool encoder = kvi_model_is_encoder(srv->m);
+    int pooling = o->reranking ? KVI_POOLING_RANK : o->pooling;
+    if (!o->embeddings && !o->reranking && !encoder && o->pooling == KVI_POOLING_MODEL) return 0;
+    kvi_engine_params eep = *ep;
+    eep.n_seq_max = 1;
+    kvi_engine *e = cli_engine_create(srv->m, &eep, "serve: embeddings: ");
+    if (!e) return 1;
+    kvi_error err = { 0 };
+    if (srv_embed_attach(srv, e, (kvi_pooling)pooling, &err) != 0) {
+        kvi_engine_free(e);
+        return cli_error("serve: %s", err.msg);
+    }
+    return 0;
+}
+
 /* Loads the model, creates the engine and starts the scheduler (with
  * speculation when asked); *sp gets the running scheduler. 0, or 1 with the
  * error printed. */
@@ -462,6 +503,7 @@ static int serve_start(srv_server *srv, const serve_opts *o, kvi_sched **sp, kvi
     if (!(srv->e = cli_engine_create(srv->m, &ep, "serve: "))) return 1;
     if (cli_pipe_attach(srv->e, &ep)) return 1; /* mpirun: stage 0 of the pipeline */
     srv->cfg.n_ctx = kvi_engine_n_ctx(srv->e);
+    if (serve_embed(srv, o, &ep) != 0) return 1;
     for (int32_t i = 0; i < o->n_bias; i++)
         if (o->bias_ids[i] >= kvi_n_vocab(srv->m))
             return cli_error("serve: --logit-bias: token %d is not in the vocabulary [0, %d)",
@@ -573,6 +615,7 @@ out:
     kvi_engine_free(de);
     kvi_model_free(dm);
     kvi_engine_free(srv->e);
+    srv_embed_free(srv);
     srv_template_free(srv);
     free((char *)srv->cfg.chat_template);
     free(tls_cert);

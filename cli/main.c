@@ -39,6 +39,8 @@ static const cli_command commands[] = {
     { "bench", cmd_bench, "prefill/decode tokens/s (llama-bench style) against the machine's limits" },
     { "perplexity", cmd_perplexity, "perplexity of a text file; KL divergence against saved logits" },
     { "kv-plan", cmd_kvplan, "KV cache bytes per token/sequence and what fits in a memory size" },
+    { "embed", cmd_embed, "embedding vectors of texts (JSON lines), pooled as the model says" },
+    { "rerank", cmd_rerank, "a reranker's relevance scores of documents for a query" },
 };
 
 static void print_help(FILE *f)

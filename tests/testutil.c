@@ -91,6 +91,29 @@ cJSON *load_json(const char *path)
     return j;
 }
 
+char *run_command(const char *cmd)
+{
+    FILE *p = popen(cmd, "r");
+    if (!p) return NULL;
+    size_t cap = 1 << 16, n = 0;
+    char *s = malloc(cap);
+    for (size_t r; s && (r = fread(s + n, 1, cap - n - 1, p)) > 0;) {
+        n += r;
+        if (n + 1 == cap) {
+            char *more = realloc(s, cap *= 2);
+            if (!more) free(s);
+            s = more;
+        }
+    }
+    int st = pclose(p);
+    if (s) s[n] = 0;
+    if (st != 0) {
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
 int run_kvinfer(const char *args, char **out, char **errout)
 {
     static int seq;

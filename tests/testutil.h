@@ -51,6 +51,9 @@ bool write_gguf_copy(const char *src, const char *dst, int (*add)(void *w, void 
 /* Parsed JSON file (cJSON_Delete it), NULL on failure. */
 cJSON *load_json(const char *path);
 
+/* The standard output of a shell command (malloc'd, NUL-terminated); NULL when it
+ * could not run or exited with a non-zero status. */
+char *run_command(const char *cmd);
 /* Runs `KVI_BIN args` through /bin/sh with stdin from /dev/null; captures stdout
  * and stderr (malloc'd, may be NULL) and returns the exit status (or 128+signal). */
 int run_kvinfer(const char *args, char **out, char **errout);

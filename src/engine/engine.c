@@ -826,6 +826,9 @@ int kvi_step_launch(kvi_engine *e, kvi_batch *b, kvi_error *err)
 {
     const double t0 = kvi_time_ms();
     if (!b || b->n == 0) return err_set(err, KVI_E_BAD_BATCH, "step: empty batch");
+    if (kvi_model_is_encoder(e->m))
+        return err_set(err, KVI_E_UNSUPPORTED,
+                       "step: %s is an encoder: it gives embeddings (kvi_embed), no logits", e->m->arch);
     if (e->pipe_broken)
         return err_set(err, KVI_E_IO,
                        "pipeline: an earlier forward pass failed on this stage after its batch was sent; "
@@ -917,6 +920,8 @@ const float *kvi_logits(const kvi_engine *e, int32_t row)
 }
 
 kv_pool *engine_kv_pool(kvi_engine *e) { return &e->kv; }
+
+tpool *engine_pool(kvi_engine *e) { return e->pool; }
 
 uint64_t engine_fnv1a(uint64_t h, const void *data, size_t n)
 {

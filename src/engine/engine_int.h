@@ -19,6 +19,8 @@ struct kvi_batch {
 };
 
 kv_pool *engine_kv_pool(kvi_engine *e);
+/* The engine's worker threads (embed.c runs its passes on them). */
+tpool *engine_pool(kvi_engine *e);
 /* Pipeline stages (engine_pipe.h): the sequence in slot (NULL: none), a
  * sequence's slot, the root's tables hash the next step must match, and the op
  * a root sends to the other stages (0 when e is no root or sends none now). */

@@ -8,6 +8,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* gelu(x) = x/2 (1 + tanh(sqrt(2/pi) x (1 + 0.044715 x^2))), the tanh approximation */
 static float gelu_tanh(float x)
@@ -62,5 +63,33 @@ void fwd_xielu(const model_xielu *p, float *x, size_t n)
     for (size_t i = 0; i < n; i++) {
         const float v = x[i];
         x[i] = v > 0.0f ? ap * v * v + b * v : (expm1f(v < eps ? v : eps) - v) * an + b * v;
+    }
+}
+
+float *fwd_gelu_table_f32(const uint16_t *gelu)
+{
+    float *t = gelu ? malloc(65536 * sizeof *t) : NULL; /* [65536] */
+    for (uint32_t h = 0; t && h < 65536; h++) t[h] = quant_f16_to_f32(gelu[h]);
+    return t;
+}
+
+/* quant_f32_to_f16(x) for 2^-14 <= |x| < 65504 (f16 normals) by the bits alone:
+ * the exponent rebased, the mantissa rounded to nearest even */
+static inline uint16_t f16_of_normal(float x)
+{
+    uint32_t b;
+    memcpy(&b, &x, sizeof b);
+    const uint32_t v = (b & 0x7fffffffu) - (112u << 23);
+    return (uint16_t)(((b >> 16) & 0x8000u) | ((v + 0xfffu + ((v >> 13) & 1u)) >> 13));
+}
+
+void fwd_gelu(const float *gelu32, float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const float v = x[i], a = fabsf(v);
+        x[i] = v <= -10.0f             ? 0.0f
+               : v >= 10.0f            ? v
+               : a >= 6.103515625e-05f ? gelu32[f16_of_normal(v)]
+                                       : gelu32[quant_f32_to_f16(v)];
     }
 }

@@ -25,4 +25,11 @@ void fwd_glu(model_act act, const uint16_t *gelu, float *g, const float *u, size
  * ungated FFN of apertus), in float as llama.cpp's CPU computes it */
 void fwd_xielu(const model_xielu *p, float *x, size_t n);
 
+/* The table of fwd_act_table widened to f32 [65536] (malloc'd; NULL on allocation
+ * failure), for fwd_gelu. */
+float *fwd_gelu_table_f32(const uint16_t *gelu);
+/* x[i] = gelu(x[i]) for i < n, the same bits as the GeGLU path's lookup, through the
+ * f32 table of fwd_gelu_table_f32 (BERT's ungated FFN) */
+void fwd_gelu(const float *gelu32, float *x, size_t n);
+
 #endif

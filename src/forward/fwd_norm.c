@@ -75,3 +75,17 @@ void fwd_norm_rows(model_norm kind, float *out, const float *x, const float *w, 
     else
         fwd_rmsnorm_rows(out, x, w, n, dim, eps);
 }
+
+void fwd_layernorm_bias_rows(float *out, const float *x, const float *w, const float *b, int n, int dim, float eps)
+{
+    for (int r = 0; r < n; r++) {
+        const float *xr = x + (size_t)r * dim;
+        float *o = out + (size_t)r * dim;
+        double sum = 0, var = 0;
+        for (int i = 0; i < dim; i++) sum += xr[i];
+        const float mean = (float)(sum / dim);
+        for (int i = 0; i < dim; i++) var += (double)(xr[i] - mean) * (xr[i] - mean);
+        const float s = (float)(1.0 / sqrt(var / dim + eps));
+        for (int i = 0; i < dim; i++) o[i] = (xr[i] - mean) * s * w[i] + (b ? b[i] : 0.0f);
+    }
+}

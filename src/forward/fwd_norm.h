@@ -18,4 +18,8 @@ void fwd_layernorm_rows(float *out, const float *x, const float *w, int n, int d
 /* the norm of kind (model.h model_norm): fwd_rmsnorm_rows or fwd_layernorm_rows */
 void fwd_norm_rows(model_norm kind, float *out, const float *x, const float *w, int n, int dim, float eps);
 
+/* out[r] = (x[r] - mean) / sqrt(var + eps) * w (+ b) for rows r < n of x [n][dim],
+ * var the biased variance, both sums in double in order (out may be x; b may be NULL) */
+void fwd_layernorm_bias_rows(float *out, const float *x, const float *w, const float *b, int n, int dim, float eps);
+
 #endif

@@ -28,6 +28,7 @@ enum {
     ARCH_FFN_NO_GATE = 1 << 6,        /* FFN down(act(up x)), no ffn_gate (apertus) */
     ARCH_PARALLEL = 1 << 7,           /* one norm a layer, no ffn_norm: the FFN reads attn_norm's output */
     ARCH_ATTN_OUT_GATE = 1 << 8,      /* attn_gate [q dims][dim]: att *= sigmoid(a Wg^T) (afmoe) */
+    ARCH_ENCODER_TENSORS = 1 << 9,    /* BERT-family tensors, bound by model_enc_bind_encoder (model_enc.h) */
 };
 
 typedef struct model_arch {
@@ -78,6 +79,19 @@ int model_hybrid_layers(struct kvi_model *m, const gguf_ctx *g, kvi_error *err);
  * (absent or 0: 1), expert_group_count / expert_group_used_count (absent: 1, all). */
 enum { MOE_KEY_GATING = 1, MOE_KEY_NORM = 2, MOE_KEY_SCALE = 4, MOE_KEY_GROUPS = 8 };
 int model_moe_keys(struct kvi_model *m, const gguf_ctx *g, unsigned keys, int def_gating, kvi_error *err);
+/* Binders over a GGUF's tensors for model_enc.c (model_gguf.c's bind_matrix,
+ * bind_vector, bind_experts: shapes and byte sizes checked, the tensor marked used). */
+typedef struct gbind gbind;
+int model_gbind_matrix(gbind *b, const char *name, int64_t n_in, int64_t n_out, bool required,
+                       kern_tensor *out, kvi_error *err);
+int model_gbind_vector(gbind *b, const char *name, int64_t n, bool required, const float **out,
+                       kvi_error *err);
+int model_gbind_experts(gbind *b, const char *name, int64_t n_in, int64_t n_out, int64_t n_exp,
+                        kern_tensor *out, kvi_error *err);
+
+/* embedding models (model_enc.h) */
+extern const model_arch model_arch_bert, model_arch_nomic_bert, model_arch_nomic_bert_moe,
+    model_arch_modern_bert, model_arch_gemma_embedding;
 
 extern const model_arch model_arch_llama, model_arch_qwen2, model_arch_qwen3, model_arch_gemma2,
     model_arch_gemma3, model_arch_phi3, model_arch_granite, model_arch_olmo2, model_arch_qwen3moe,

@@ -14,6 +14,9 @@ static const model_arch *const archs[] = {
     &model_arch_seed_oss,    &model_arch_apertus,     &model_arch_exaone4,     &model_arch_cohere2,
     &model_arch_glm4moe,     &model_arch_minimax_m2,  &model_arch_hunyuan_moe, &model_arch_ernie45_moe,
     &model_arch_bailingmoe2, &model_arch_afmoe,       &model_arch_qwen35moe,
+    /* embedding models */
+    &model_arch_bert, &model_arch_nomic_bert, &model_arch_nomic_bert_moe, &model_arch_modern_bert,
+    &model_arch_gemma_embedding,
 };
 
 const model_arch *model_arch_find(const char *name)

@@ -699,6 +699,13 @@ int32_t kvi_tokenize_plain(const kvi_model *m, const char *text, size_t len, boo
                                   n_max);
 }
 
+int32_t kvi_tokenize_pair(const kvi_model *m, const char *query, size_t qlen, const char *doc, size_t dlen,
+                          int32_t *out, int32_t *types, int32_t n_max)
+{
+    if (!m || !m->tok) return KVI_E_INVALID;
+    return tokenizer_encode_pair(m->tok, query, qlen, doc, dlen, out, types, n_max);
+}
+
 int32_t kvi_token_to_piece(const kvi_model *m, int32_t token, char *buf, size_t cap, bool render_special)
 {
     if (!m || !m->tok || (!buf && cap > 0)) return KVI_E_INVALID;

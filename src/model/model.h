@@ -272,6 +272,7 @@ struct kvi_model {
     size_t n_owned, cap_owned;
     void *map_addr; /* llama2.c / safetensors file mapped with use_mmap, or NULL */
     size_t map_len;
+    struct model_enc *enc; /* embedding pooling, heads and encoder tensors (model_enc.h), or NULL */
 };
 
 /* Keeps buf alive until the model is freed; returns buf (NULL on allocation failure

@@ -13,6 +13,7 @@
  * disjoint byte ranges of the one tensor, in its row order.
  */
 #include "model/arch.h"
+#include "model/model_enc.h"
 
 #include "base/error.h"
 #include "formats/quant.h"
@@ -23,10 +24,10 @@
 #include <string.h>
 #include <unistd.h>
 
-typedef struct gbind {
+struct gbind {
     struct kvi_model *m;
     uint8_t *used; /* [gguf_n_tensors] */
-} gbind;
+};
 
 static const gguf_tensor *bind_find(gbind *b, const char *name)
 {
@@ -381,17 +382,19 @@ int model_hparams_gguf(struct kvi_model *m, const gguf_ctx *g, bool metadata_onl
     if (metadata_only) return 0;
 
     /* what the forward pass computes with */
-    int v_len;
-    float ln_eps = 0.0f; /* LayerNorm models (cohere2) name their epsilon so */
     snprintf(key_len_name, sizeof key_len_name, "%s.attention.layer_norm_epsilon", arch);
-    if ((gguf_find_key(g, key_len_name) >= 0 &&
+    const bool has_ln_eps = gguf_find_key(g, key_len_name) >= 0;
+    int v_len;
+    float ln_eps = 0.0f; /* LayerNorm models (cohere2, encoders) name their epsilon so */
+    if ((has_ln_eps &&
          (rc = model_gguf_float(g, arch, "attention.layer_norm_epsilon", true, 0.0, &ln_eps, err))) ||
         (rc = model_gguf_int(g, arch, "attention.value_length", false, m->head_dim, 1, MODEL_MAX_HEAD_DIM,
                              &v_len, err)) ||
         (rc = model_gguf_int(g, arch, "rope.dimension_count", false, m->head_dim, 1, MODEL_MAX_HEAD_DIM,
                              &m->n_rot, err)) ||
-        (rc = model_gguf_float(g, arch, "attention.layer_norm_rms_epsilon", ln_eps == 0.0f, ln_eps,
-                               &m->rms_eps, err)) ||
+        /* encoders: their arch reads attention.layer_norm_epsilon again */
+        (rc = model_gguf_float(g, arch, "attention.layer_norm_rms_epsilon", !has_ln_eps, ln_eps, &m->rms_eps,
+                               err)) ||
         (rc = model_gguf_float(g, arch, "rope.freq_base", false, 10000.0, &m->rope_theta, err)))
         return rc;
     model_block_defaults(m);
@@ -692,6 +695,11 @@ static int bind_model(gbind *b, const model_arch *a, kvi_error *err)
     struct kvi_model *m = b->m;
     const int64_t dim = m->dim, half = m->n_rot / 2;
     int rc;
+    if (a->flags & ARCH_ENCODER_TENSORS)
+        return (rc = model_enc_bind_encoder(b, m, a->flags, err)) ||
+                       (rc = model_enc_bind_heads(b, m, m->gguf, err))
+                   ? rc
+                   : check_all_used(b, a, err);
     if ((rc = bind_matrix(b, "token_embd.weight", dim, m->n_vocab, true, &m->tok_embd, err)) ||
         (rc = bind_vector(b, "output_norm.weight", dim, true, &m->output_norm, err)) ||
         (rc = bind_matrix(b, "output.weight", dim, m->n_vocab, false, &m->output, err)) ||
@@ -705,6 +713,7 @@ static int bind_model(gbind *b, const model_arch *a, kvi_error *err)
     if (m->rope_freqs) m->rope[0].factors = m->rope_freqs;
     for (int l = 0; l < m->n_layers; l++)
         if ((rc = bind_layer(b, a, l, err))) return rc;
+    if ((rc = model_enc_bind_heads(b, m, m->gguf, err))) return rc;
     return check_all_used(b, a, err);
 }
 
@@ -747,7 +756,7 @@ static int model_bind_gguf(struct kvi_model *m, const char *path, const kvi_load
     if (!p->use_mmap && p->repack) model_prepare_weights(m);
     if ((rc = tokenizer_load_gguf(g, &m->tok, err))) return rc;
     m->has_weights = true;
-    return model_validate(m, err);
+    return (a->flags & ARCH_ENCODER_TENSORS) ? model_enc_validate(m, err) : model_validate(m, err);
 }
 
 int model_load_gguf(struct kvi_model *m, const char *path, const kvi_load_params *p, kvi_error *err)
@@ -767,4 +776,22 @@ int model_load_gguf_mem(struct kvi_model *m, const void *buf, size_t len, const 
 {
     int rc = gguf_open_mem(buf, len, &m->gguf, err);
     return rc ? rc : model_bind_gguf(m, "<memory>", p, err);
+}
+
+int model_gbind_matrix(gbind *b, const char *name, int64_t n_in, int64_t n_out, bool required,
+                       kern_tensor *out, kvi_error *err)
+{
+    return bind_matrix(b, name, n_in, n_out, required, out, err);
+}
+
+int model_gbind_vector(gbind *b, const char *name, int64_t n, bool required, const float **out,
+                       kvi_error *err)
+{
+    return bind_vector(b, name, n, required, out, err);
+}
+
+int model_gbind_experts(gbind *b, const char *name, int64_t n_in, int64_t n_out, int64_t n_exp,
+                        kern_tensor *out, kvi_error *err)
+{
+    return bind_experts(b, name, n_in, n_out, n_exp, out, err);
 }

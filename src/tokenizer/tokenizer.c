@@ -9,10 +9,14 @@
  * or leftmost-longest (Hugging Face's added vocabulary); the raw text between goes,
  * through the normalizer when the tokenizer.json has one, to the SPM or BPE encoder.
  * SPM adds the dummy-prefix space to a raw fragment that starts the text or follows
- * a special token. add_special adds the post-processor's template ids around the
- * text when there is one, else BOS / EOS as add_bos / add_eos say.
- * Decoding maps each id to its bytes: U+2581 -> space and <0xXX> -> byte for SPM,
- * the reverse byte-to-unicode map for byte-level BPE, control tokens only when
+ * a special token; WordPiece (tokenizer_wpm.c) normalises on its own. add_special
+ * adds the post-processor's template ids around the text when there is one, else
+ * BOS / EOS as add_bos / add_eos say; a WordPiece text without a template gets
+ * [BOS] ... [SEP] as llama.cpp builds it. tokenizer_encode_pair builds a rerank
+ * pair from two such encodings.
+ * Decoding maps each id to its bytes: U+2581 -> space and <0xXX> -> byte for SPM
+ * and GGUF WordPiece, the reverse byte-to-unicode map for byte-level BPE, "##s" ->
+ * "s" and "the" -> " the" for tokenizer.json WordPiece, control tokens only when
  * render_special.
  */
 #include "base/error.h"
@@ -40,7 +44,7 @@ int tok_alloc(tok_tokenizer **out, int32_t n_vocab, kvi_error *err)
         return err_set(err, KVI_E_NOMEM, "tokenizer: out of memory for %d tokens", (int)n_vocab);
     }
     memset(t->type, KVI_TOKEN_NORMAL, (size_t)n_vocab);
-    t->bos = t->eos = t->eot = t->eom = t->unk = t->pad = -1;
+    t->bos = t->eos = t->eot = t->eom = t->unk = t->pad = t->sep = -1;
     t->fim_pad = t->fim_rep = t->fim_sep = -1;
     t->fim_pre = t->fim_suf = t->fim_mid = -1;
     for (int i = 0; i < 256; i++) t->byte_id[i] = -1;
@@ -261,8 +265,8 @@ int tok_finish(tok_tokenizer *t, kvi_error *err)
     for (int32_t i = 0; i < t->n_vocab; i++)
         if (t->type[i] < KVI_TOKEN_NORMAL || t->type[i] > KVI_TOKEN_BYTE) t->type[i] = KVI_TOKEN_NORMAL;
 
-    int32_t *ids[] = { &t->bos, &t->eos,     &t->eot,     &t->eom,    &t->unk,
-                       &t->pad, &t->fim_pad, &t->fim_rep, &t->fim_sep };
+    int32_t *ids[] = { &t->bos, &t->eos,     &t->eot,     &t->eom,     &t->unk,
+                       &t->pad, &t->fim_pad, &t->fim_rep, &t->fim_sep, &t->sep };
     for (size_t k = 0; k < N_TEXTS(ids); k++)
         if (*ids[k] >= t->n_vocab || *ids[k] < -1)
             return err_set(err, KVI_E_FORMAT, "tokenizer: special token id %d out of range [0, %d)",
@@ -550,16 +554,20 @@ int32_t tokenizer_encode_plain(const tok_tokenizer *t, const char *text, size_t 
             rc = tok_norm_apply(t->norm, p, n, f.v[i].off == 0, &buf, &n);
             if (rc != 0) break;
             p = buf;
-        } else if (prefix || t->escape_space) {
+        } else if (t->algo != TOK_ALGO_WPM && (prefix || t->escape_space)) {
             rc = escape_text(t, p, n, prefix, &buf, &n);
             if (rc != 0) break;
             p = buf;
         }
-        rc = t->algo == TOK_ALGO_SPM ? tok_spm_encode(t, p, n, &ids) : tok_bpe_encode(t, p, n, &ids);
+        rc = t->algo == TOK_ALGO_SPM   ? tok_spm_encode(t, p, n, &ids)
+             : t->algo == TOK_ALGO_WPM ? tok_wpm_encode(t, p, n, &ids)
+                                       : tok_bpe_encode(t, p, n, &ids);
         prev_special = false;
     }
     if (rc == 0 && add_special && t->has_template)
         rc = push_ids(&ids, t->tmpl_post, t->n_tmpl_post);
+    else if (rc == 0 && add_special && t->algo == TOK_ALGO_WPM)
+        rc = t->sep >= 0 ? tok_ids_push(&ids, t->sep) : 0; /* whatever add_eos / add_sep say */
     else if (rc == 0 && add_special && t->add_eos && t->eos >= 0)
         rc = tok_ids_push(&ids, t->eos);
     free(buf);
@@ -632,6 +640,12 @@ static size_t piece_of(const tok_tokenizer *t, int32_t id, char *buf, size_t cap
         if (lstrip > 0 && b == ' ') return 0;
         return put(buf, cap, 0, &b, 1);
     }
+    if (t->algo == TOK_ALGO_WPM && t->wpm_cont_len > 0) { /* "##s" joins its word, "the" starts one */
+        if (n >= t->wpm_cont_len && memcmp(s, t->wpm_cont, t->wpm_cont_len) == 0)
+            return put(buf, cap, 0, s + t->wpm_cont_len, n - t->wpm_cont_len);
+        if (lstrip == 0) pos = put(buf, cap, 0, " ", 1);
+        return put(buf, cap, pos, s, n);
+    }
     if (t->byte_level) {
         for (size_t i = 0; i < n;) {
             size_t used;
@@ -673,20 +687,76 @@ int32_t tokenizer_token_to_piece(const tok_tokenizer *t, int32_t id, char *buf, 
     return n > INT32_MAX ? KVI_E_INVALID : (int32_t)n;
 }
 
+/* Hugging Face's clean_up_tokenization (WordPiece decoder's cleanup, llama.cpp's
+ * clean_spaces): each rule replaces every occurrence, left to right, in turn. In place;
+ * returns the new length. */
+static size_t wpm_cleanup(char *s, size_t n)
+{
+    static const char *const from[] = { " .", " ?", " !", " ,", " ' ", " n't", " 'm", " 's", " 've", " 're" };
+    static const char *const to[] = { ".", "?", "!", ",", "'", "n't", "'m", "'s", "'ve", "'re" };
+    for (size_t r = 0; r < sizeof from / sizeof from[0]; r++) {
+        size_t fl = strlen(from[r]), tl = strlen(to[r]), k = 0;
+        for (size_t i = 0; i < n;) {
+            if (i + fl <= n && memcmp(s + i, from[r], fl) == 0) {
+                memmove(s + k, to[r], tl);
+                k += tl;
+                i += fl;
+            } else {
+                s[k++] = s[i++];
+            }
+        }
+        n = k;
+    }
+    return n;
+}
+
+static int32_t detokenize_raw(const tok_tokenizer *t, const int32_t *ids, int32_t n, char *buf, size_t cap,
+                              bool render_special, bool remove_leading_space);
+
+/* WordPiece: the whole text decoded into a scratch buffer, cleaned up, then copied. */
+static int32_t wpm_detokenize(const tok_tokenizer *t, const int32_t *ids, int32_t n, char *buf, size_t cap,
+                              bool render_special, bool remove_leading_space)
+{
+    int32_t full = detokenize_raw(t, ids, n, NULL, 0, render_special, remove_leading_space);
+    if (full < 0) return full;
+    char *tmp = malloc((size_t)full + 1);
+    if (!tmp) return KVI_E_NOMEM;
+    detokenize_raw(t, ids, n, tmp, (size_t)full + 1, render_special, remove_leading_space);
+    size_t m = wpm_cleanup(tmp, (size_t)full);
+    if (cap > 0) {
+        size_t c = m < cap - 1 ? m : cap - 1;
+        memcpy(buf, tmp, c);
+        buf[c] = 0;
+    }
+    free(tmp);
+    return (int32_t)m;
+}
+
 int32_t tokenizer_detokenize(const tok_tokenizer *t, const int32_t *ids, int32_t n, char *buf, size_t cap,
                              bool render_special, bool remove_leading_space)
 {
     if (!t || n < 0 || (!ids && n > 0) || (!buf && cap > 0)) return KVI_E_INVALID;
+    if (t->algo == TOK_ALGO_WPM)
+        return wpm_detokenize(t, ids, n, buf, cap, render_special, remove_leading_space);
+    return detokenize_raw(t, ids, n, buf, cap, render_special, remove_leading_space);
+}
+
+/* The pieces back to back (the caller checked the arguments). */
+static int32_t detokenize_raw(const tok_tokenizer *t, const int32_t *ids, int32_t n, char *buf, size_t cap,
+                              bool render_special, bool remove_leading_space)
+{
     size_t lim = cap > 0 ? cap - 1 : 0, pos = 0;
-    /* The dummy-prefix space starts the text and every text after a BOS (llama2.c). */
-    bool strip_on = remove_leading_space && t->add_space_prefix;
+    /* The dummy-prefix space starts the text and every text after a BOS (llama2.c);
+     * WordPiece: the space before the first word. */
+    bool wpm = t->algo == TOK_ALGO_WPM;
+    bool strip_on = remove_leading_space && (t->add_space_prefix || wpm);
     bool strip = strip_on;
     for (int32_t i = 0; i < n; i++) {
         if (ids[i] < 0 || ids[i] >= t->n_vocab) return KVI_E_INVALID;
         size_t w = piece_of(t, ids[i], pos < lim ? buf + pos : NULL, pos < lim ? lim - pos : 0,
                             render_special, strip ? 1 : 0);
-        strip = strip_on && ids[i] == t->bos;
         pos += w;
+        strip = strip_on && (wpm ? pos == 0 : ids[i] == t->bos);
         if (pos > INT32_MAX) return KVI_E_INVALID;
     }
     if (cap > 0) buf[pos < lim ? pos : lim] = 0;
@@ -721,3 +791,63 @@ const char *tokenizer_token_text(const tok_tokenizer *t, int32_t id)
     if (!t || id < 0 || id >= t->n_vocab) return NULL;
     return t->text[id];
 }
+
+/* ---- pairs (rerank) ------------------------------------------------------ */
+
+/* ids of text without special tokens into *ids (malloc'd), count or a negative code. */
+static int32_t encode_bare(const tok_tokenizer *t, const char *s, size_t len, int32_t **ids)
+{
+    *ids = NULL;
+    bool parse = t->special_leftmost; /* Hugging Face splits added tokens in both texts */
+    int32_t n = tokenizer_encode(t, s, len, false, parse, NULL, 0);
+    if (n < 0) return n;
+    *ids = malloc(((size_t)n + 1) * sizeof **ids);
+    if (!*ids) return KVI_E_NOMEM;
+    return tokenizer_encode(t, s, len, false, parse, *ids, n);
+}
+
+/* Appends v[0..n) of token type `type` at out[*k], never past n_max (*k still counts). */
+static void pair_put(const int32_t *v, size_t n, int32_t type, int32_t *out, int32_t *types, int32_t n_max,
+                     size_t *k)
+{
+    for (size_t i = 0; i < n; i++, (*k)++) {
+        if (*k >= (size_t)n_max) continue;
+        out[*k] = v[i];
+        if (types) types[*k] = type;
+    }
+}
+
+int32_t tokenizer_encode_pair(const tok_tokenizer *t, const char *a, size_t alen, const char *b, size_t blen,
+                              int32_t *out, int32_t *types, int32_t n_max)
+{
+    if (!t || (!a && alen > 0) || (!b && blen > 0) || n_max < 0 || (!out && n_max > 0)) return KVI_E_INVALID;
+    int32_t *ia, *ib;
+    int32_t na = encode_bare(t, a, alen, &ia);
+    int32_t nb = na < 0 ? 0 : encode_bare(t, b, blen, &ib);
+    if (na < 0 || nb < 0) {
+        if (na >= 0) free(ia);
+        return na < 0 ? na : nb;
+    }
+    size_t k = 0;
+    if (t->has_template) { /* Hugging Face: pre A post B post, B of type 1 */
+        pair_put(t->tmpl_pre, t->n_tmpl_pre, 0, out, types, n_max, &k);
+        pair_put(ia, (size_t)na, 0, out, types, n_max, &k);
+        pair_put(t->tmpl_post, t->n_tmpl_post, 0, out, types, n_max, &k);
+        pair_put(ib, (size_t)nb, 1, out, types, n_max, &k);
+        pair_put(t->tmpl_post, t->n_tmpl_post, 1, out, types, n_max, &k);
+    } else { /* llama.cpp's server: EOS falls back to SEP */
+        int32_t eos = t->eos >= 0 ? t->eos : t->sep;
+        bool bos = t->add_bos && t->bos >= 0, e = t->add_eos && eos >= 0, sep = t->add_sep && t->sep >= 0;
+        pair_put(&t->bos, bos, 0, out, types, n_max, &k);
+        pair_put(ia, (size_t)na, 0, out, types, n_max, &k);
+        pair_put(&eos, e, 0, out, types, n_max, &k);
+        pair_put(&t->sep, sep, 0, out, types, n_max, &k);
+        pair_put(ib, (size_t)nb, 1, out, types, n_max, &k);
+        pair_put(&eos, e, 1, out, types, n_max, &k);
+    }
+    free(ia);
+    free(ib);
+    return k > INT32_MAX ? KVI_E_INVALID : (int32_t)k;
+}
+
+int32_t tokenizer_sep(const tok_tokenizer *t) { return t ? t->sep : -1; }

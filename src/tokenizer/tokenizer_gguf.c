@@ -5,8 +5,12 @@
  * scores, token_type; dummy-prefix space unless tokenizer.ggml.add_space_prefix is
  * false; spaces as U+2581) or "gpt2" (byte-level BPE: tokens, token_type, merges in
  * rank order, pre-tokenizer regexes named by tokenizer.ggml.pre; "gemma4" is BPE
- * over raw UTF-8). Array lengths must agree with the token count; every special id
- * (BOS, EOS, EOT, EOM, UNK, PAD, FIM pad/repo/separator) must be inside the
+ * over raw UTF-8), or "bert" (WordPiece: word-initial pieces stored as "▁the",
+ * continuations bare; llama.cpp's defaults BOS = [CLS] 101, UNK 100, SEP 102
+ * (tokenizer.ggml.seperator_token_id, llama.cpp's spelling), add_bos, add_sep;
+ * tokenizer.ggml.normalizer.lowercase / .strip_accents, true when absent).
+ * Array lengths must agree with the token count; every special id
+ * (BOS, EOS, EOT, EOM, UNK, PAD, SEP, FIM pad/repo/separator) must be inside the
  * vocabulary. The end-of-generation set follows llama.cpp (tok_finish).
  */
 #include "base/error.h"
@@ -61,7 +65,8 @@ static int load(const gguf_ctx *g, tok_tokenizer **out, kvi_error *err)
     const char *model = gguf_get_str(g, "tokenizer.ggml.model");
     if (!model) return err_set(err, KVI_E_FORMAT, "tokenizer: tokenizer.ggml.model missing");
     bool spm = strcmp(model, "llama") == 0, bpe = strcmp(model, "gpt2") == 0 || strcmp(model, "gemma4") == 0;
-    if (!spm && !bpe)
+    bool wpm = strcmp(model, "bert") == 0;
+    if (!spm && !bpe && !wpm)
         return err_set(err, KVI_E_UNSUPPORTED, "tokenizer: tokenizer.ggml.model '%s' not supported", model);
 
     gguf_vtype et;
@@ -117,6 +122,19 @@ static int load(const gguf_ctx *g, tok_tokenizer **out, kvi_error *err)
         t->bos = nv > 1 ? 1 : -1;
         t->eos = nv > 2 ? 2 : -1;
         t->unk = 0;
+    } else if (wpm) {
+        tok_wpm_init(t, "\xE2\x96\x81", "");
+        t->escape_space = true; /* "▁" decodes to a space */
+        t->add_bos = t->add_sep = true;
+        t->bos = nv > 101 ? 101 : -1;
+        t->unk = nv > 100 ? 100 : -1;
+        t->sep = nv > 102 ? 102 : -1;
+        t->pad = 0;
+        if ((rc = get_id(g, "tokenizer.ggml.seperator_token_id", nv, &t->sep, err)) ||
+            (rc = get_flag(g, "tokenizer.ggml.add_sep_token", &t->add_sep, err)) ||
+            (rc = get_flag(g, "tokenizer.ggml.normalizer.lowercase", &t->wpm_lower, err)) ||
+            (rc = get_flag(g, "tokenizer.ggml.normalizer.strip_accents", &t->wpm_strip_accents, err)))
+            return rc;
     } else {
         t->algo = TOK_ALGO_BPE;
         const char *pre = strcmp(model, "gemma4") == 0 ? "gemma4" : gguf_get_str(g, "tokenizer.ggml.pre");
@@ -159,7 +177,7 @@ static int load(const gguf_ctx *g, tok_tokenizer **out, kvi_error *err)
         (rc = get_flag(g, "tokenizer.ggml.add_eos_token", &t->add_eos, err)) ||
         (rc = get_flag(g, "tokenizer.ggml.add_space_prefix", &t->add_space_prefix, err)))
         return rc;
-    if (bpe) t->add_space_prefix = false;         /* llama.cpp's BPE never adds the dummy prefix */
+    if (bpe || wpm) t->add_space_prefix = false;  /* llama.cpp's BPE never adds the dummy prefix */
     if (bpe && !t->byte_level) t->add_bos = true; /* llama.cpp forces it for Gemma 4 */
     /* as llama.cpp: tokens it recognises by text become control tokens, and gpt-oss's
      * channel markers are user-defined (always printed) */

@@ -1,5 +1,6 @@
 /*
- * tokenizer_hf.c — loading a Hugging Face tokenizer.json (model.type "BPE").
+ * tokenizer_hf.c — loading a Hugging Face tokenizer.json (model.type "BPE" or
+ * "WordPiece").
  *
  * The pipeline is read as Hugging Face tokenizers runs it:
  *  - normalizer -> t->norm (tokenizer_norm.c): NFC/NFD/NFKC/NFKD, Lowercase,
@@ -12,6 +13,11 @@
  *  - model: model.vocab text -> id, added_tokens (control when "special", else
  *    user-defined; matched leftmost-longest), model.merges "a b" strings or
  *    ["a", "b"] pairs in rank order, byte fallback to <0xXX> tokens;
+ *  - WordPiece (BERT): model.vocab, unk_token, continuing_subword_prefix ("##"),
+ *    max_input_chars_per_word (100); BertNormalizer's clean_text,
+ *    handle_chinese_chars, lowercase, strip_accents (null: as lowercase) become the
+ *    encoder's own switches (tokenizer_wpm.c), another normalizer runs before it with
+ *    those switches off; the pre-tokenizer must be BertPreTokenizer (or none);
  *  - post-processor: TemplateProcessing (alone or in a Sequence) or Roberta/Bert
  *    cls + sep give the ids added around the text; without one,
  *    tokenizer_config.json's add_bos_token / add_eos_token add bos_token /
@@ -265,14 +271,16 @@ static int set_id(tok_tokenizer *t, const char **texts, size_t *lens, double idv
     return 0;
 }
 
-/* The shape this loader reads: model.type "BPE" with a model.vocab object and a
- * model.merges array. */
+/* The shapes this loader reads: model.type "BPE" with a model.vocab object and a
+ * model.merges array, or "WordPiece" with a model.vocab object. */
 static int check_model(const cJSON *model, const cJSON *vocab, const cJSON *merges, kvi_error *err)
 {
     if (!cJSON_IsObject(model) || !cJSON_IsObject(vocab))
         return err_set(err, KVI_E_FORMAT, "tokenizer.json: no model.vocab object");
+    if (str_is(cJSON_GetObjectItem(model, "type"), "WordPiece")) return 0;
     if (!str_is(cJSON_GetObjectItem(model, "type"), "BPE"))
-        return err_set(err, KVI_E_UNSUPPORTED, "tokenizer.json: only model.type \"BPE\" is supported");
+        return err_set(err, KVI_E_UNSUPPORTED,
+                       "tokenizer.json: only model.type \"BPE\" and \"WordPiece\" are supported");
     if (!cJSON_IsArray(merges)) return err_set(err, KVI_E_FORMAT, "tokenizer.json: no model.merges array");
     return 0;
 }
@@ -413,6 +421,52 @@ static int load_pipeline(tok_tokenizer *t, const cJSON *root, const cJSON *model
     return 0;
 }
 
+/* A boolean field of node; `dflt` when absent or null. */
+static bool flag_or(const cJSON *node, const char *key, bool dflt)
+{
+    const cJSON *v = cJSON_GetObjectItem(node, key);
+    return cJSON_IsBool(v) ? cJSON_IsTrue(v) : dflt;
+}
+
+/* WordPiece: the model's fields, BertNormalizer's switches (another normalizer runs
+ * through t->norm first), BertPreTokenizer. */
+static int load_wordpiece(tok_tokenizer *t, const cJSON *root, const cJSON *model, kvi_error *err)
+{
+    const cJSON *prefix = cJSON_GetObjectItem(model, "continuing_subword_prefix");
+    const char *cont = cJSON_IsString(prefix) ? prefix->valuestring : "##";
+    if (strlen(cont) >= sizeof t->wpm_cont)
+        return err_set(err, KVI_E_FORMAT, "tokenizer.json: continuing_subword_prefix too long");
+    tok_wpm_init(t, "", cont);
+    t->wpm_hf = true;
+    const cJSON *maxc = cJSON_GetObjectItem(model, "max_input_chars_per_word");
+    t->wpm_max_chars = 100;
+    if (cJSON_IsNumber(maxc))
+        t->wpm_max_chars =
+            maxc->valuedouble >= 1 && maxc->valuedouble < 1e9 ? (uint32_t)maxc->valuedouble : 0;
+    const cJSON *norm = cJSON_GetObjectItem(root, "normalizer");
+    if (str_is(cJSON_GetObjectItem(norm, "type"), "BertNormalizer")) {
+        t->wpm_clean = flag_or(norm, "clean_text", true);
+        t->wpm_chinese = flag_or(norm, "handle_chinese_chars", true);
+        t->wpm_lower = flag_or(norm, "lowercase", true);
+        t->wpm_strip_accents = flag_or(norm, "strip_accents", t->wpm_lower);
+    } else {
+        t->wpm_clean = t->wpm_chinese = t->wpm_lower = t->wpm_strip_accents = false;
+        if (tok_norm_create(&t->norm) != 0) return err_set(err, KVI_E_NOMEM, "tokenizer: out of memory");
+        int rc = read_normalizer(t, norm, 0, err);
+        if (rc) return rc;
+        t->escape_space = t->add_space_prefix = false;
+    }
+    const cJSON *pre = cJSON_GetObjectItem(root, "pre_tokenizer");
+    if (pre && !cJSON_IsNull(pre) && !str_is(cJSON_GetObjectItem(pre, "type"), "BertPreTokenizer"))
+        return err_set(err, KVI_E_UNSUPPORTED,
+                       "tokenizer.json: WordPiece with a pre-tokenizer other than "
+                       "BertPreTokenizer is not supported");
+    const cJSON *unk = cJSON_GetObjectItem(model, "unk_token");
+    if (cJSON_IsString(unk)) t->unk = tok_find(t, unk->valuestring, strlen(unk->valuestring));
+    t->sep = tok_find(t, "[SEP]", 5);
+    return 0;
+}
+
 /* The id of a template's special token: special_tokens[name].ids (one id), else the
  * token of that text; -1 when neither. */
 static int append_template_id(tok_tokenizer *t, const cJSON *specials, const char *name, int32_t **v,
@@ -523,9 +577,12 @@ static int load(cJSON *root, const char *json_path, tok_tokenizer **out, kvi_err
     *out = t;
     rc = load_vocab(t, vocab, added, err);
     if (rc) return rc;
-    rc = load_merges(t, merges, err);
-    if (rc) return rc;
-    rc = load_pipeline(t, root, model, err);
+    if (str_is(cJSON_GetObjectItem(model, "type"), "WordPiece")) {
+        rc = load_wordpiece(t, root, model, err);
+    } else {
+        rc = load_merges(t, merges, err);
+        if (rc == 0) rc = load_pipeline(t, root, model, err);
+    }
     if (rc) return rc;
     rc = read_post_processor(t, cJSON_GetObjectItem(root, "post_processor"), 0, err);
     if (rc) return rc;
@@ -534,6 +591,7 @@ static int load(cJSON *root, const char *json_path, tok_tokenizer **out, kvi_err
         t->add_bos = t->n_tmpl_pre > 0;
         t->add_eos = t->n_tmpl_post > 0;
         if (t->bos < 0 && t->n_tmpl_pre > 0) t->bos = t->tmpl_pre[0];
+        if (t->algo == TOK_ALGO_WPM && t->n_tmpl_post > 0) t->sep = t->tmpl_post[t->n_tmpl_post - 1];
     }
     t->special_leftmost = true;
     return tok_finish(t, err);

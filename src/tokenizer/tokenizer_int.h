@@ -12,6 +12,9 @@
  *     llama.cpp algorithm; llama2.c's encode() is the same with a plain space.
  *   - BPE (tokenizer_bpe.c): rank-ordered merges (tok_merges) over the pieces the
  *     pre-tokenizer (tokenizer_pretok.c) cut, byte-level or with byte fallback.
+ *   - WPM (tokenizer_wpm.c): WordPiece (BERT): normalised words, greedy longest
+ *     match with wpm_first before a word's first piece and wpm_cont before the
+ *     others ("▁" / "" in GGUF files, "" / "##" in tokenizer.json files).
  * Invariants: every id stored anywhere is in [0, n_vocab) or -1 for "none".
  */
 #ifndef KVI_TOKENIZER_INTERNAL_H
@@ -27,6 +30,7 @@
 typedef enum tok_algo {
     TOK_ALGO_SPM = 0, /* SentencePiece BPE: merges by piece score */
     TOK_ALGO_BPE = 1, /* merges by rank from a merges list */
+    TOK_ALGO_WPM = 2, /* WordPiece: greedy longest match per word (BERT) */
 } tok_algo;
 
 typedef struct tok_pretok tok_pretok; /* tokenizer_pretok.c */
@@ -53,6 +57,8 @@ struct tok_tokenizer {
     int32_t fim_pre, fim_suf, fim_mid;    /* fill-in-the-middle prefix / suffix / middle, -1 when none */
     bool eog_to_control; /* GGUF: tokens recognised by their text become control tokens (llama.cpp) */
     bool add_bos, add_eos;
+    int32_t sep;  /* separator ([SEP]) ending a WordPiece text and a rerank pair's parts, -1 when none */
+    bool add_sep; /* rerank pairs: [SEP] between query and document (llama.cpp's add_sep_token) */
     bool add_space_prefix;   /* SPM / HF: prepend one space to the text */
     bool escape_space;       /* SPM: spaces are written as U+2581 in pieces */
     bool byte_level;         /* BPE: GPT-2 byte-to-unicode mapping of the bytes */
@@ -81,6 +87,17 @@ struct tok_tokenizer {
     tok_map merges;     /* BPE: "left right" -> rank */
     char *merges_arena; /* the merge strings the keys of `merges` point into */
     tok_pretok *pretok; /* BPE: pre-tokenizer regexes, NULL = the whole text is one piece */
+
+    /* WordPiece (tokenizer_wpm.c) */
+    bool wpm_clean;         /* drop U+0000, U+FFFD and control characters */
+    bool wpm_chinese;       /* every CJK ideograph is a word of its own */
+    bool wpm_lower;         /* lower-case */
+    bool wpm_strip_accents; /* NFD, then drop nonspacing marks (Mn) */
+    bool wpm_hf;            /* Hugging Face: CJK from 0x2B820 (llama.cpp 0x2B920), controls before spaces */
+    char wpm_first[8], wpm_cont[16]; /* prefixes of a word's first piece and of the others */
+    uint8_t wpm_first_len, wpm_cont_len;
+    uint32_t wpm_max_chars; /* a longer word (in code points) is one [UNK]; 0 = no limit */
+    uint32_t max_token_len; /* longest token text in bytes (bounds the match) */
 };
 
 /* Allocates an empty tokenizer with n_vocab tokens (texts still unset). */
@@ -96,6 +113,11 @@ int tok_ids_push(tok_ids *ids, int32_t id);
 /* Encoders of one raw-text fragment (no special tokens inside). 0 or KVI_E_NOMEM. */
 int tok_spm_encode(const tok_tokenizer *t, const char *text, size_t len, tok_ids *out);
 int tok_bpe_encode(const tok_tokenizer *t, const char *text, size_t len, tok_ids *out);
+int tok_wpm_encode(const tok_tokenizer *t, const char *text, size_t len, tok_ids *out);
+/* WordPiece defaults (BERT's normalisation, the given piece prefixes, max token length). */
+void tok_wpm_init(tok_tokenizer *t, const char *first, const char *cont);
+/* Unicode White_Space (Rust's char::is_whitespace, llama.cpp's whitespace flag). */
+bool tok_cpt_is_space(uint32_t c);
 
 /* BPE merges from "left right" strings, rank = index. */
 int tok_merges_build(tok_tokenizer *t, const char *const *merges, const size_t *lens, size_t n,

@@ -275,10 +275,7 @@ static bool is_space_at(const char *s, size_t n, size_t *len)
     utf8proc_ssize_t l = utf8proc_iterate((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &c);
     if (l <= 0) return false;
     *len = (size_t)l;
-    /* Rust's char::is_whitespace: White_Space property */
-    return (c >= 9 && c <= 13) || c == ' ' || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
-           c == 0x3000;
+    return tok_cpt_is_space((uint32_t)c); /* Rust's char::is_whitespace */
 }
 
 static int apply_strip(const tok_norm_op *op, const char *s, size_t n, nbuf *out)

@@ -42,6 +42,7 @@
 #include "model/arch.h"
 #include "tools/synth_dense_t3.h"
 #include "tools/synth_moe_t3.h"
+#include "tools/synth_bert.h"
 #include "tools/synth_vocab_json.h"
 
 #include <math.h>
@@ -110,6 +111,7 @@ static const synth_arch k_archs[] = {
     { "afmoe", SA_TIED | SA_SWA | SA_MOE | SA_EXP_FFN_KEY | SA_MOE_T3, 10000.0f, 1e-5f, 4096, 4 },
     { "qwen35moe", SA_KEY_LEN | SA_ROPE_DIMS | SA_MOE | SA_EXP_FFN_KEY | SA_HYBRID | SA_MOE_T3, 1e7f, 1e-6f,
       0, 0 },
+    { "bert", 0, 0.0f, 1e-12f, 0, 0 }, /* written by synth_bert.c */
 };
 #define N_ARCHS (sizeof k_archs / sizeof k_archs[0])
 
@@ -117,7 +119,7 @@ static const char *const k_arch_names[N_ARCHS + 1] = {
     "llama",       "qwen2",        "qwen3",       "gemma2",  "gemma3",    "phi3",      "granite",
     "olmo2",       "qwen3moe",     "olmoe",       "gpt-oss", "qwen35",    "qwen3next", "mistral3",
     "smollm3",     "seed_oss",     "apertus",     "exaone4", "cohere2",   "glm4moe",   "minimax-m2",
-    "hunyuan-moe", "ernie4_5-moe", "bailingmoe2", "afmoe",   "qwen35moe", NULL,
+    "hunyuan-moe", "ernie4_5-moe", "bailingmoe2", "afmoe",   "qwen35moe", "bert",      NULL,
 };
 
 const char *const *kvi_synth_arch_names(void) { return k_arch_names; }
@@ -257,6 +259,7 @@ static int ascii_casecmp(const char *a, const char *b)
 int kvi_synth_preset(const char *name, kvi_synth_params *p)
 {
     if (!name || !p) return KVI_E_INVALID;
+    if (synth_bert_preset(name, p) == 0) return KVI_OK;
     for (size_t i = 0; i < N_PRESETS; i++) {
         const synth_preset *s = &k_presets[i];
         if (ascii_casecmp(name, s->name) != 0) continue;
@@ -1109,6 +1112,7 @@ static int synth_data(synth_job *j, FILE *f, kvi_error *err)
 int kvi_synth_write(const kvi_synth_params *p, const char *path, kvi_error *err)
 {
     if (!p || !path || !path[0]) return err_set(err, KVI_E_INVALID, "synth: no parameters or no output path");
+    if (p->arch && !strcmp(p->arch, "bert")) return synth_bert_write(p, path, err);
     synth_job j = { .n_vocab = p->n_vocab };
     if (kvi_synth_resolve(p, &j.p) != 0) {
         char list[128];

@@ -13,12 +13,16 @@
  * log record (the unknown field names, sanitised) that is then formatted, as
  * text and as JSON, into a sink that drops it.
  * Then as a /v1/responses body (srv_responses_parse: items, tools, text.format,
- * reasoning translated into a chat body) with and without the template.
+ * reasoning translated into a chat body) with and without the template. Then as
+ * a /v1/embeddings and a /v1/rerank body (srv_embed_parse: inputs tokenised and
+ * checked, nothing run) on an embedder of stories260K (mean pooling, a
+ * 64-token engine).
  */
 #include "fuzz_util.h"
 
 #include "kvinfer.h"
 #include "server/server.h"
+#include "server/server_embed.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -55,6 +59,26 @@ static srv_server *server(void)
         srv.cfg.log_user = &g_logged;
     }
     return &srv;
+}
+
+/* server() with an embedder: stories260K pooled by its mean, a context of 64. */
+static srv_server *server_embed(void)
+{
+    srv_server *srv = server();
+    if (!srv->emb) {
+        kvi_engine_params ep;
+        kvi_engine_params_default(&ep);
+        ep.n_ctx = 64;
+        ep.n_seq_max = 1;
+        ep.n_threads = 1;
+        kvi_error err = { 0 };
+        kvi_engine *e = kvi_engine_create(srv->m, &ep, &err);
+        if (!e || srv_embed_attach(srv, e, KVI_POOLING_MEAN, &err) != 0) {
+            fprintf(stderr, "fuzz_server_request: no embedder: %s\n", err.msg);
+            abort();
+        }
+    }
+    return srv;
 }
 
 /* The same model with Qwen2.5's Jinja template and its tool-call format. */
@@ -127,6 +151,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         memset(&er, 0, sizeof er);
         if (srv_responses_parse(k ? server_jinja() : server(), (const char *)data, size, &p, &er) == 0)
             srv_params_free(&p);
+        else
+            free(srv_error_json(&er));
+    }
+    /* as an embedding and a rerank body */
+    for (int k = 0; k < 2; k++) {
+        srv_emb_inputs in;
+        memset(&er, 0, sizeof er);
+        if (srv_embed_parse(server_embed(), (const char *)data, size, k == 1, &in, &er) == 0)
+            srv_emb_inputs_free(&in);
         else
             free(srv_error_json(&er));
     }

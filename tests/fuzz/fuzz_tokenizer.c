@@ -3,7 +3,7 @@
  * vocabulary (loaded once): stories260K's SentencePiece (GGUF), TinyStories-656K's
  * tokenizer.json (BPE with Prepend/Replace normalizers), a byte-level BPE with
  * regex pre-tokenizers (Split, ByteLevel: PCRE2) and a SentencePiece-style BPE
- * with byte fallback (Llama 2's tokenizer.json form). For each: the bytes as user text and as text with special tokens
+ * with byte fallback (Llama 2's tokenizer.json form), BGE's WordPiece (GGUF). For each: the bytes as user text and as text with special tokens
  * parsed, then the ids back to text, piece by piece and whole; and the bytes read
  * as token ids (any int32), as a request's "prompt": [ids] could hold.
  */
@@ -38,7 +38,7 @@ static const char bytefallback_json[] =
     "1, \"<0x41>\": 2, \"▁\": 3, \"a\": 4, \"▁a\": 5, \"b\": 6, \"ab\": 7}, \"merges\": [[\"▁\", \"a\"]"
     ", [\"a\", \"b\"]]}}";
 
-enum { N_VOCABS = 4 };
+enum { N_VOCABS = 5 };
 
 static kvi_model *load_or_die(const char *path)
 {
@@ -62,6 +62,7 @@ static kvi_model *vocab(int k)
             fuzz_input_file("tokenizer.json", (const uint8_t *)byte_bpe_json, sizeof byte_bpe_json - 1));
         m[3] = load_or_die(fuzz_input_file("tokenizer.json", (const uint8_t *)bytefallback_json,
                                            sizeof bytefallback_json - 1));
+        m[4] = load_or_die(fuzz_shared_path("golden/embed/ggml-vocab-bert-bge.gguf"));
     }
     return m[k];
 }
