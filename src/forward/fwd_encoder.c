@@ -443,10 +443,30 @@ static int pool_out(enc_pass *p, int pooling, float *out)
     return pooling == KVI_POOLING_RANK ? rank_head(p, p->xb, p->n_in, out) : project(p, p->xb, p->n_in, out);
 }
 
+/* What this pass does not run: decoder features of chat models (fwd_run has them). */
+static const char *unsupported(const struct kvi_model *m)
+{
+    if (m->mla_kv_rank > 0) return "latent attention";
+    if (m->n_recurrent > 0) return "linear attention layers";
+    if (m->attn_gated) return "gated attention";
+    for (int s = 0; s < m->n_rope_sets; s++)
+        if (m->rope[s].yarn || m->rope[s].mscale != 1.0f || m->rope_long)
+            return "RoPE scaling by YaRN or LongRoPE";
+    for (int l = 0; l < m->n_layers; l++) {
+        if (m->layers[l].sinks) return "attention sinks";
+        if (m->layers[l].moe && (m->layers[l].exp_gate.data || m->layers[l].sh_gate.data || m->expert_norm ||
+                                 m->gating != MODEL_GATE_SOFTMAX || m->layers[l].router_b))
+            return "gated or shared experts";
+    }
+    return NULL;
+}
+
 int fwd_encode(tpool *pool, const struct kvi_model *m, const int32_t *const toks[], const int32_t n_toks[],
                int n_in, int pooling, float *out, kvi_error *err)
 {
     if (!m->enc) return err_set(err, KVI_E_UNSUPPORTED, "embed: the model has no embedding description");
+    const char *no = unsupported(m);
+    if (no) return err_set(err, KVI_E_UNSUPPORTED, "embed: %s (%s) in an embedding pass", no, m->arch);
     if (pooling == KVI_POOLING_RANK && m->enc->n_cls_out == 0)
         return err_set(err, KVI_E_UNSUPPORTED,
                        "embed: rank pooling needs a classification head (cls.output)");
