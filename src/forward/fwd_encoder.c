@@ -71,7 +71,7 @@ static void norm_rows(const enc_pass *p, float *out, const float *x, const float
     if (!w) {
         if (out != x) memcpy(out, x, (size_t)n * m->dim * sizeof(float));
     } else if (p->e->layer_norm) {
-        fwd_layernorm_rows(out, x, w, b, n, m->dim, m->rms_eps);
+        fwd_layernorm_bias_rows(out, x, w, b, n, m->dim, m->rms_eps);
     } else {
         fwd_rmsnorm_rows(out, x, w, n, m->dim, m->rms_eps);
     }

@@ -49,7 +49,8 @@ void fwd_rmsnorm_rows(float *out, const float *x, const float *w, int n, int dim
     }
 }
 
-void fwd_layernorm_rows(float *out, const float *x, const float *w, const float *b, int n, int dim, float eps)
+void fwd_layernorm_bias_rows(float *out, const float *x, const float *w, const float *b, int n, int dim,
+                             float eps)
 {
     for (int r = 0; r < n; r++) {
         const float *xr = x + (size_t)r * dim;

@@ -10,7 +10,7 @@ void fwd_rmsnorm_rows(float *out, const float *x, const float *w, int n, int dim
 
 /* out[r] = (x[r] - mean) / sqrt(var + eps) * w (+ b) for rows r < n of x [n][dim],
  * var the biased variance, both sums in double in order (out may be x; b may be NULL) */
-void fwd_layernorm_rows(float *out, const float *x, const float *w, const float *b, int n, int dim,
-                        float eps);
+void fwd_layernorm_bias_rows(float *out, const float *x, const float *w, const float *b, int n, int dim,
+                             float eps);
 
 #endif
