@@ -1059,7 +1059,8 @@ int kvi_engine_expert_counts(const kvi_engine *e, uint64_t *out, size_t cap);
  * its inputs through the network in one pass with no KV cache kept: every input
  * attends only within itself (bidirectionally for encoders, causally for
  * decoders), so an input's vector has the same bits alone or inside any batch,
- * at any thread count. An encoder model has no logits: kvi_step refuses it.
+ * at any thread count. An encoder model has no logits: kvi_step refuses it, and its
+ * engine keeps the smallest KV pool (n_seq_max 1 whatever the parameters say).
  *
  * Pooling (values as llama.cpp's pooling_type): */
 typedef enum kvi_pooling {

@@ -188,6 +188,7 @@ kvi_engine *kvi_engine_create(kvi_model *m, const kvi_engine_params *params, kvi
     if (p.n_ctx <= 0) p.n_ctx = m->n_ctx_train > 0 ? m->n_ctx_train : 2048;
     if (p.kv_block_size <= 0) p.kv_block_size = 16;
     if (p.n_seq_max <= 0) p.n_seq_max = 1;
+    if (kvi_model_is_encoder(m)) p.n_seq_max = 1; /* no steps (kvi_embed keeps no KV): the least pool */
     if (p.n_batch_max <= 0) p.n_batch_max = 512;
     if (p.n_threads <= 0) p.n_threads = tpool_n_cores();
     if (p.kv_block_size > 4096 || p.n_ctx > (1 << 24) || p.n_seq_max > (1 << 16) ||

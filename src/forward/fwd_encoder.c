@@ -283,38 +283,51 @@ static void top_k(const float *s, int n, int k, int *idx)
 
 /* The experts of rows xb [n][dim] into out [n][dim] (model_enc.h): softmax router,
  * top n_expert_used, each chosen expert's plain GELU FFN weighted by its
- * probability, summed in the order of choice. */
+ * probability, summed in the order of choice. Each expert runs once over the rows
+ * that chose it (gathered into xg [n][dim], results yg [n][dim] scattered into
+ * moe_buf [n][K][dim]); a row's bits do not depend on which rows share its expert. */
 static int experts(enc_pass *p, const model_layer *L, const float *xb, int n, float *out)
 {
     const struct kvi_model *m = p->m;
     const int E = m->n_expert, K = m->n_expert_used, F = m->expert_ffn, dim = m->dim;
-    int rc = kern_matmul(p->pool, &L->router, xb, dim, n, p->hg, E); /* hg [n][E] logits */
-    if (rc) return rc;
-    int sel[MODEL_MAX_EXPERTS];
-    float w[MODEL_MAX_EXPERTS];
-    for (int r = 0; r < n; r++) {
+    int *sel = malloc((size_t)n * K * sizeof *sel), *who = malloc((size_t)n * sizeof *who); /* [n][K], [n] */
+    float *w = malloc((size_t)n * K * sizeof *w), *xg = malloc(2 * (size_t)n * dim * sizeof *xg), *yg;
+    int rc = sel && who && w && xg ? kern_matmul(p->pool, &L->router, xb, dim, n, p->hg, E) : KVI_E_NOMEM;
+    yg = xg + (size_t)n * dim;
+    for (int r = 0; !rc && r < n; r++) { /* hg [n][E] logits -> probabilities, the choice */
         float *lg = p->hg + (size_t)r * E, mx = -INFINITY;
         double sum = 0;
         for (int e = 0; e < E; e++) mx = lg[e] > mx ? lg[e] : mx;
         for (int e = 0; e < E; e++) sum += lg[e] = expf(lg[e] - mx);
         for (int e = 0; e < E; e++) lg[e] = (float)(lg[e] / sum);
-        top_k(lg, E, K, sel);
-        for (int j = 0; j < K; j++) {
-            /* one row through expert sel[j]: up, GELU, down, into moe_buf [r][j] */
-            const kern_tensor up = kern_tensor_rows(&L->exp_up, (int64_t)sel[j] * F, F);
-            const kern_tensor down = kern_tensor_rows(&L->exp_down, (int64_t)sel[j] * dim, dim);
-            float *y = p->moe_buf + ((size_t)r * K + j) * dim;
-            w[j] = lg[sel[j]];
-            if ((rc = kern_matmul(p->pool, &up, xb + (size_t)r * dim, dim, 1, p->hu, F))) return rc;
-            fwd_gelu(p->gelu32, p->hu, (size_t)F);
-            if ((rc = kern_matmul(p->pool, &down, p->hu, F, 1, y, dim))) return rc;
-        }
+        top_k(lg, E, K, sel + (size_t)r * K);
+        for (int j = 0; j < K; j++) w[(size_t)r * K + j] = lg[sel[(size_t)r * K + j]];
+    }
+    for (int e = 0; !rc && e < E; e++) {
+        int cnt = 0;
+        for (int i = 0; i < n * K; i++)
+            if (sel[i] == e) {
+                memcpy(xg + (size_t)cnt * dim, xb + (size_t)(i / K) * dim, (size_t)dim * sizeof *xg);
+                who[cnt++] = i;
+            }
+        if (cnt == 0) continue;
+        const kern_tensor up = kern_tensor_rows(&L->exp_up, (int64_t)e * F, F);
+        const kern_tensor down = kern_tensor_rows(&L->exp_down, (int64_t)e * dim, dim);
+        if ((rc = kern_matmul(p->pool, &up, xg, dim, cnt, p->hu, F))) break;
+        fwd_gelu(p->gelu32, p->hu, (size_t)cnt * F);
+        if ((rc = kern_matmul(p->pool, &down, p->hu, F, cnt, yg, dim))) break;
+        for (int c = 0; c < cnt; c++)
+            memcpy(p->moe_buf + (size_t)who[c] * dim, yg + (size_t)c * dim, (size_t)dim * sizeof *yg);
+    }
+    for (int r = 0; !rc && r < n; r++) {
         float *o = out + (size_t)r * dim;
         memset(o, 0, (size_t)dim * sizeof(float));
         for (int j = 0; j < K; j++)
-            for (int d = 0; d < dim; d++) o[d] += w[j] * p->moe_buf[((size_t)r * K + j) * dim + d];
+            for (int d = 0; d < dim; d++)
+                o[d] += w[(size_t)r * K + j] * p->moe_buf[((size_t)r * K + j) * dim + d];
     }
-    return 0;
+    free(sel), free(who), free(w), free(xg);
+    return rc;
 }
 
 /* The FFN of rows xb [n][dim] into out [n][dim]: experts, gated or plain. */
@@ -443,10 +456,30 @@ static int pool_out(enc_pass *p, int pooling, float *out)
     return pooling == KVI_POOLING_RANK ? rank_head(p, p->xb, p->n_in, out) : project(p, p->xb, p->n_in, out);
 }
 
+/* What this pass does not run: decoder features of chat models (fwd_run has them). */
+static const char *unsupported(const struct kvi_model *m)
+{
+    if (m->mla_kv_rank > 0) return "latent attention";
+    if (m->n_recurrent > 0) return "linear attention layers";
+    if (m->attn_gated) return "gated attention";
+    for (int s = 0; s < m->n_rope_sets; s++)
+        if (m->rope[s].yarn || m->rope[s].mscale != 1.0f || m->rope_long)
+            return "RoPE scaling by YaRN or LongRoPE";
+    for (int l = 0; l < m->n_layers; l++) {
+        if (m->layers[l].sinks) return "attention sinks";
+        if (m->layers[l].moe && (m->layers[l].exp_gate.data || m->layers[l].sh_gate.data || m->expert_norm ||
+                                 m->gating != MODEL_GATE_SOFTMAX || m->layers[l].router_b))
+            return "gated or shared experts";
+    }
+    return NULL;
+}
+
 int fwd_encode(tpool *pool, const struct kvi_model *m, const int32_t *const toks[], const int32_t n_toks[],
                int n_in, int pooling, float *out, kvi_error *err)
 {
     if (!m->enc) return err_set(err, KVI_E_UNSUPPORTED, "embed: the model has no embedding description");
+    const char *no = unsupported(m);
+    if (no) return err_set(err, KVI_E_UNSUPPORTED, "embed: %s (%s) in an embedding pass", no, m->arch);
     if (pooling == KVI_POOLING_RANK && m->enc->n_cls_out == 0)
         return err_set(err, KVI_E_UNSUPPORTED,
                        "embed: rank pooling needs a classification head (cls.output)");

@@ -51,21 +51,7 @@ void fwd_rmsnorm_rows(float *out, const float *x, const float *w, int n, int dim
 
 void fwd_layernorm_rows(float *out, const float *x, const float *w, int n, int dim, float eps)
 {
-    for (int r = 0; r < n; r++) {
-        const float *xr = x + (size_t)r * dim;
-        float *o = out + (size_t)r * dim;
-        double sum = 0;
-        for (int i = 0; i < dim; i++) sum += xr[i];
-        const float mean = (float)(sum / dim);
-        double ss = 0;
-        for (int i = 0; i < dim; i++) {
-            const float d = xr[i] - mean;
-            o[i] = d;
-            ss += (double)(d * d);
-        }
-        const float s = 1.0f / sqrtf((float)(ss / dim) + eps);
-        for (int i = 0; i < dim; i++) o[i] = o[i] * s * w[i];
-    }
+    fwd_layernorm_bias_rows(out, x, w, NULL, n, dim, eps);
 }
 
 void fwd_norm_rows(model_norm kind, float *out, const float *x, const float *w, int n, int dim, float eps)
@@ -76,7 +62,8 @@ void fwd_norm_rows(model_norm kind, float *out, const float *x, const float *w, 
         fwd_rmsnorm_rows(out, x, w, n, dim, eps);
 }
 
-void fwd_layernorm_bias_rows(float *out, const float *x, const float *w, const float *b, int n, int dim, float eps)
+void fwd_layernorm_bias_rows(float *out, const float *x, const float *w, const float *b, int n, int dim,
+                             float eps)
 {
     for (int r = 0; r < n; r++) {
         const float *xr = x + (size_t)r * dim;

@@ -11,8 +11,7 @@
 /* out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w for rows r < n of x [n][dim] (out may be x) */
 void fwd_rmsnorm_rows(float *out, const float *x, const float *w, int n, int dim, float eps);
 
-/* out[r] = (x[r] - mean(x[r])) / sqrt(var(x[r]) + eps) * w (LayerNorm without bias; out
- * may be x): the mean and the variance each one chain in double, in order */
+/* fwd_layernorm_bias_rows without a bias (cohere2's LayerNorm) */
 void fwd_layernorm_rows(float *out, const float *x, const float *w, int n, int dim, float eps);
 
 /* the norm of kind (model.h model_norm): fwd_rmsnorm_rows or fwd_layernorm_rows */
@@ -20,6 +19,7 @@ void fwd_norm_rows(model_norm kind, float *out, const float *x, const float *w, 
 
 /* out[r] = (x[r] - mean) / sqrt(var + eps) * w (+ b) for rows r < n of x [n][dim],
  * var the biased variance, both sums in double in order (out may be x; b may be NULL) */
-void fwd_layernorm_bias_rows(float *out, const float *x, const float *w, const float *b, int n, int dim, float eps);
+void fwd_layernorm_bias_rows(float *out, const float *x, const float *w, const float *b, int n, int dim,
+                             float eps);
 
 #endif

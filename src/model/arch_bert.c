@@ -48,6 +48,7 @@ static int nomic_hparams(struct kvi_model *m, const gguf_ctx *g, kvi_error *err)
 static int nomic_moe_hparams(struct kvi_model *m, const gguf_ctx *g, kvi_error *err)
 {
     m->act = MODEL_ACT_GELU_TANH;
+    m->expert_norm = false; /* the router's probabilities as they are */
     int rc = enc_common(m, g, true, true, err);
     if (rc) return rc;
     if ((rc = model_gguf_int(g, m->arch, "moe_every_n_layers", false, 0, 0, m->n_layers, &m->enc->moe_every,

@@ -366,7 +366,7 @@ static int check_delta(const struct kvi_model *m, const model_layer *L, int l, k
     return 0;
 }
 
-int model_validate(const struct kvi_model *m, kvi_error *err)
+int model_validate_vocab(const struct kvi_model *m, kvi_error *err)
 {
     int rc = model_check_hparams(m, err);
     if (rc) return rc;
@@ -374,6 +374,13 @@ int model_validate(const struct kvi_model *m, kvi_error *err)
     if (tokenizer_n_vocab(m->tok) > m->n_vocab)
         return err_set(err, KVI_E_FORMAT, "model: tokenizer has %d tokens but the embedding only %d rows",
                        (int)tokenizer_n_vocab(m->tok), m->n_vocab);
+    return 0;
+}
+
+int model_validate(const struct kvi_model *m, kvi_error *err)
+{
+    int rc = model_validate_vocab(m, err);
+    if (rc) return rc;
     const int64_t dim = m->dim, q_dim = (int64_t)m->n_heads * m->head_dim,
                   kv_dim = (int64_t)m->n_kv_heads * m->head_dim, ffn = m->ffn_dim;
     if ((rc = check_matrix(&m->tok_embd, "token_embd", dim, m->n_vocab, err)) ||

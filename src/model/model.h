@@ -341,6 +341,9 @@ int model_load_llama2c(struct kvi_model *m, const char *path, const kvi_load_par
 int model_load_hf(struct kvi_model *m, const char *dir, const kvi_load_params *p, kvi_error *err);
 /* Checks shapes and sizes of every tensor against the hyper-parameters. */
 int model_validate(const struct kvi_model *m, kvi_error *err);
+/* The part of model_validate every model shares: hyper-parameters, a tokenizer that
+ * fits the embedding (encoders, model_enc.h, check their tensors as they bind them). */
+int model_validate_vocab(const struct kvi_model *m, kvi_error *err);
 /* A pipeline stage that runs layers [l0, l1) only: gives back the pages of the
  * GGUF tensors it never reads (blk.L.* of other layers; token_embd unless l0 == 0
  * or it is the tied head of the last stage; output.weight unless l1 == n_layers).

@@ -220,12 +220,8 @@ int model_enc_bind_encoder(gbind *b, struct kvi_model *m, unsigned arch_flags, k
 
 int model_enc_validate(const struct kvi_model *m, kvi_error *err)
 {
-    int rc = model_check_hparams(m, err);
+    int rc = model_validate_vocab(m, err);
     if (rc) return rc;
-    if (!m->tok) return err_set(err, KVI_E_FORMAT, "model: no tokenizer");
-    if (tokenizer_n_vocab(m->tok) > m->n_vocab)
-        return err_set(err, KVI_E_FORMAT, "model: tokenizer has %d tokens but the embedding only %d rows",
-                       (int)tokenizer_n_vocab(m->tok), m->n_vocab);
     if (!m->enc || !m->enc->layers || !m->layers)
         return err_set(err, KVI_E_FORMAT, "model: no encoder layers");
     if (m->enc->rope && m->n_rot != m->head_dim)
