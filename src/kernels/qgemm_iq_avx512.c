@@ -1,6 +1,8 @@
 /*
  * qgemm_iq_avx512.c — grid-type weights (IQ2_XXS IQ2_XS IQ2_S IQ3_XXS IQ3_S) times
- * Q8_K activations with AVX-512 VNNI, decode and prefill alike (qgemm_iq.h).
+ * Q8_K activations with AVX-512 VNNI (qgemm_iq.h): fewer than KVI_IQ_TILE_MIN_ROWS
+ * activation rows here; from there on the 16-row tiles of qgemm_iq_tile_avx512.c,
+ * which start from this file's block decoder (kern_iq_decode_block).
  *
  * Each weight row j of [j0, j1) is decoded once per call into the scratch, by a
  * vector decoder per type (grid entries gathered, sign parity computed; IQ2_XS by
@@ -31,7 +33,6 @@
 #include <stdint.h>
 #include <string.h>
 
-#define IQ_BLK 320 /* scratch bytes per block: mag 256, sgn 32, sc 16, dw 4, pad */
 #define IQ_RG 4    /* activation rows per pass over a decoded weight row */
 
 /* 16 sign indices (7 bits, one per dword lane) as their 16 sign bytes: the index
@@ -150,24 +151,26 @@ KVI_TARGET_VNNI static void decode_iq3s(const uint8_t *p, uint8_t *o)
     memcpy(o + 304, &dw, 4);
 }
 
+/* One block of type t at blk into the scratch block o (the layout above). */
+KVI_TARGET_VNNI void kern_iq_decode_block(kvi_type t, const uint8_t *blk, uint8_t *o)
+{
+    switch (t) {
+    case KVI_TYPE_IQ2_XXS: decode_iq2xxs(blk, o); return;
+    case KVI_TYPE_IQ3_XXS: decode_iq3xxs(blk, o); return;
+    case KVI_TYPE_IQ2_S: decode_iq2s(blk, o); return;
+    case KVI_TYPE_IQ3_S: decode_iq3s(blk, o); return;
+    default: break; /* IQ2_XS: the reference decoder (its gathers measured slower) */
+    }
+    float dw;
+    quant_iq_unpack(t, blk, o, o + 256, o + 288, &dw);
+    memcpy(o + 304, &dw, 4);
+}
+
 /* The row's nb blocks into the scratch layout above. */
 KVI_TARGET_VNNI static void decode_row(kvi_type t, const uint8_t *w, int64_t nb, uint8_t *s)
 {
     const size_t bb = quant_block_bytes(t);
-    for (int64_t b = 0; b < nb; b++) {
-        uint8_t *o = s + (size_t)b * IQ_BLK;
-        const uint8_t *blk = w + (size_t)b * bb;
-        switch (t) {
-        case KVI_TYPE_IQ2_XXS: decode_iq2xxs(blk, o); continue;
-        case KVI_TYPE_IQ3_XXS: decode_iq3xxs(blk, o); continue;
-        case KVI_TYPE_IQ2_S: decode_iq2s(blk, o); continue;
-        case KVI_TYPE_IQ3_S: decode_iq3s(blk, o); continue;
-        default: break; /* IQ2_XS: the reference decoder (its gathers measured slower) */
-        }
-        float dw;
-        quant_iq_unpack(t, blk, o, o + 256, o + 288, &dw);
-        memcpy(o + 304, &dw, 4);
-    }
+    for (int64_t b = 0; b < nb; b++) kern_iq_decode_block(t, w + (size_t)b * bb, s + (size_t)b * IQ_BLK);
 }
 
 /* The dword lanes' sub-block (of 16 inputs) in vector q: 4 q + lane / 4. */
@@ -248,6 +251,7 @@ int kern_qgemm_iq_avx512(const kern_qgemm_args *a)
 {
     if (!quant_iq_is_grid(a->type) || !cpu_features()->avx512_vnni) return 0;
     if (!a->scratch || ((uintptr_t)a->scratch & 63) || a->n_in <= 0 || a->n_in % QK_K) return 0;
+    if (a->n_rows >= KVI_IQ_TILE_MIN_ROWS) return kern_qgemm_iq_tile_avx512(a); /* qgemm_iq_tile_avx512.c */
     const int64_t nb = a->n_in / QK_K;
     for (int64_t j = a->j0; j < a->j1; j++) {
         decode_row(a->type, a->w + (size_t)j * a->w_rb, nb, a->scratch);
