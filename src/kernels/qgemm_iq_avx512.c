@@ -5,8 +5,8 @@
  * which start from this file's block decoder (kern_iq_decode_block).
  *
  * Each weight row j of [j0, j1) is decoded once per call into the scratch, by a
- * vector decoder per type (grid entries gathered, sign parity computed; IQ2_XS by
- * quant_iq_unpack itself) that writes exactly the bytes of quant_iq_unpack (formats/quant_iq.c; the products
+ * vector decoder per type (u64 grid entries loaded, u32 ones gathered, sign parity computed; IQ2_XS
+ * by quant_iq_unpack itself) that writes exactly the bytes of quant_iq_unpack (formats/quant_iq.c; the products
  * are checked against the reference bit for bit): per 256-input block b, at
  * S + b * IQ_BLK: mag [256] (grid bytes, unsigned), sgn [32] (bit i % 8 of byte
  * i / 8: input i negative), sc [16] (odd scales per 16 inputs), dw (f32).
@@ -33,7 +33,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define IQ_RG 4    /* activation rows per pass over a decoded weight row */
+#define IQ_RG 4 /* activation rows per pass over a decoded weight row */
 
 /* 16 sign indices (7 bits, one per dword lane) as their 16 sign bytes: the index
  * with its parity as bit 7 (quant_ksigns_iq2xs's rule). */
@@ -73,9 +73,30 @@ KVI_TARGET_VNNI static void decode_ksigns(__m512i v, int stride, int off, float 
 
 static float f16_at(const uint8_t *p) { return quant_f16_to_f32((quant_f16)(p[0] | p[1] << 8)); }
 
+/* 8 u64 grid entries g[ix[0..7]] as one vector (entry m in qword m), built from
+ * scalar loads: on the AMD EPYC measured (bench/RESULTS.md) 1.45x faster than a
+ * vector gather for IQ2_XXS; 16 u32 entries (IQ3) stay gathers, there twice faster. */
+__attribute__((always_inline)) KVI_TARGET_VNNI static inline __m512i grid8(const uint64_t *g,
+                                                                           const uint32_t *ix)
+{
+    return _mm512_set_epi64((long long)g[ix[7]], (long long)g[ix[6]], (long long)g[ix[5]],
+                            (long long)g[ix[4]], (long long)g[ix[3]], (long long)g[ix[2]],
+                            (long long)g[ix[1]], (long long)g[ix[0]]);
+}
+
+/* The odd scales of 8 bytes of nibble pairs (IQ2_S: byte ib, low nibble the first
+ * 16 inputs of sub-block ib) or 4 (IQ3_S: byte k, low nibble sub-block 2k). */
+static void nibble_scales(const uint8_t *b, int per16, uint8_t *sc)
+{
+    for (int i = 0; i < 16; i++) {
+        const int byte = per16 ? i / 2 : i / 4, hi = per16 ? i % 2 : (i / 2) % 2;
+        sc[i] = (uint8_t)(2 * ((b[byte] >> (4 * hi)) & 0xf) + 1);
+    }
+}
+
 /* One IQ2_XXS block at p into the scratch block o, the bytes quant_iq_unpack
- * writes, in vectors: the 8 index bytes of sub-blocks 2k, 2k+1 gather the grid
- * entries of inputs 64k..64k+63 (faster here than 32 scalar copies). */
+ * writes, in vectors: the 8 index bytes of sub-blocks 2k, 2k+1 give the grid
+ * entries of inputs 64k..64k+63 (one vector each: no scalar copies to memory). */
 KVI_TARGET_VNNI static void decode_iq2xxs(const uint8_t *p, uint8_t *o)
 {
     const uint8_t *q = p + 2; /* 8 x (4 index bytes, u32 signs and scale) */
@@ -83,9 +104,9 @@ KVI_TARGET_VNNI static void decode_iq2xxs(const uint8_t *p, uint8_t *o)
         uint32_t lo, hi;
         memcpy(&lo, q + 16 * k, 4);
         memcpy(&hi, q + 16 * k + 8, 4);
-        const __m512i idx = _mm512_cvtepu8_epi64(_mm_cvtsi64_si128((long long)((uint64_t)hi << 32 | lo)));
-        _mm512_store_si512((void *)(o + 64 * k),
-                           _mm512_i64gather_epi64(idx, (const void *)quant_iq2xxs_grid, 8));
+        const uint32_t ix[8] = { lo & 255, (lo >> 8) & 255, (lo >> 16) & 255, lo >> 24,
+                                 hi & 255, (hi >> 8) & 255, (hi >> 16) & 255, hi >> 24 };
+        _mm512_store_si512((void *)(o + 64 * k), grid8(quant_iq2xxs_grid, ix));
     }
     decode_ksigns(_mm512_loadu_si512((const void *)q), 2, 1, f16_at(p) * 0.125f, o);
 }
@@ -102,30 +123,17 @@ KVI_TARGET_VNNI static void decode_iq3xxs(const uint8_t *p, uint8_t *o)
     decode_ksigns(v, 1, 0, f16_at(p) * 0.25f, o);
 }
 
-/* The odd scales of 8 bytes of nibble pairs (IQ2_S: byte ib, low nibble the first
- * 16 inputs of sub-block ib) or 4 (IQ3_S: byte k, low nibble sub-block 2k). */
-static void nibble_scales(const uint8_t *b, int per16, uint8_t *sc)
-{
-    for (int i = 0; i < 16; i++) {
-        const int byte = per16 ? i / 2 : i / 4, hi = per16 ? i % 2 : (i / 2) % 2;
-        sc[i] = (uint8_t)(2 * ((b[byte] >> (4 * hi)) & 0xf) + 1);
-    }
-}
-
 /* One IQ2_S block likewise: group g's 10-bit index is its low byte and 2 bits of
  * qh (bits 2l..2l+1 of sub-block ib's byte); the sign bytes are stored as such. */
 KVI_TARGET_VNNI static void decode_iq2s(const uint8_t *p, uint8_t *o)
 {
-    const __m512i sh = _mm512_set_epi64(14, 12, 10, 8, 6, 4, 2, 0), m3 = _mm512_set1_epi64(3);
     for (int k = 0; k < 4; k++) { /* sub-blocks 2k, 2k+1: groups 8k .. 8k+7 */
         uint64_t lo;
         memcpy(&lo, p + 2 + 8 * k, 8);
-        const uint64_t h = (uint64_t)p[66 + 2 * k] | (uint64_t)p[67 + 2 * k] << 8;
-        const __m512i hi = _mm512_and_si512(_mm512_srlv_epi64(_mm512_set1_epi64((long long)h), sh), m3);
-        const __m512i idx =
-            _mm512_or_si512(_mm512_cvtepu8_epi64(_mm_cvtsi64_si128((long long)lo)), _mm512_slli_epi64(hi, 8));
-        _mm512_store_si512((void *)(o + 64 * k),
-                           _mm512_i64gather_epi64(idx, (const void *)quant_iq2s_grid, 8));
+        const uint32_t h = (uint32_t)p[66 + 2 * k] | (uint32_t)p[67 + 2 * k] << 8;
+        uint32_t ix[8];
+        for (int m = 0; m < 8; m++) ix[m] = (uint32_t)((lo >> (8 * m)) & 255) | ((h >> (2 * m)) & 3) << 8;
+        _mm512_store_si512((void *)(o + 64 * k), grid8(quant_iq2s_grid, ix));
     }
     memcpy(o + 256, p + 34, 32);
     nibble_scales(p + 74, 1, o + 288);
@@ -159,7 +167,7 @@ KVI_TARGET_VNNI void kern_iq_decode_block(kvi_type t, const uint8_t *blk, uint8_
     case KVI_TYPE_IQ3_XXS: decode_iq3xxs(blk, o); return;
     case KVI_TYPE_IQ2_S: decode_iq2s(blk, o); return;
     case KVI_TYPE_IQ3_S: decode_iq3s(blk, o); return;
-    default: break; /* IQ2_XS: the reference decoder (its gathers measured slower) */
+    default: break; /* IQ2_XS: the reference decoder (its gathers, and grid8, measured slower) */
     }
     float dw;
     quant_iq_unpack(t, blk, o, o + 256, o + 288, &dw);
