@@ -5,7 +5,7 @@
  * which start from this file's block decoder (kern_iq_decode_block).
  *
  * Each weight row j of [j0, j1) is decoded once per call into the scratch, by a
- * vector decoder per type (u64 grid entries loaded, u32 ones gathered, sign parity computed; IQ2_XS
+ * vector decoder per type (IQ2_XXS grid entries loaded, the others gathered, sign parity computed; IQ2_XS
  * by quant_iq_unpack itself) that writes exactly the bytes of quant_iq_unpack (formats/quant_iq.c; the products
  * are checked against the reference bit for bit): per 256-input block b, at
  * S + b * IQ_BLK: mag [256] (grid bytes, unsigned), sgn [32] (bit i % 8 of byte
@@ -75,7 +75,8 @@ static float f16_at(const uint8_t *p) { return quant_f16_to_f32((quant_f16)(p[0]
 
 /* 8 u64 grid entries g[ix[0..7]] as one vector (entry m in qword m), built from
  * scalar loads: on the AMD EPYC measured (bench/RESULTS.md) 1.45x faster than a
- * vector gather for IQ2_XXS; 16 u32 entries (IQ3) stay gathers, there twice faster. */
+ * vector gather for IQ2_XXS; IQ2_S (10-bit indices) and the 16 u32 entries of IQ3
+ * keep their gathers, there as fast or faster. */
 __attribute__((always_inline)) KVI_TARGET_VNNI static inline __m512i grid8(const uint64_t *g,
                                                                            const uint32_t *ix)
 {
@@ -127,13 +128,16 @@ KVI_TARGET_VNNI static void decode_iq3xxs(const uint8_t *p, uint8_t *o)
  * qh (bits 2l..2l+1 of sub-block ib's byte); the sign bytes are stored as such. */
 KVI_TARGET_VNNI static void decode_iq2s(const uint8_t *p, uint8_t *o)
 {
+    const __m512i sh = _mm512_set_epi64(14, 12, 10, 8, 6, 4, 2, 0), m3 = _mm512_set1_epi64(3);
     for (int k = 0; k < 4; k++) { /* sub-blocks 2k, 2k+1: groups 8k .. 8k+7 */
         uint64_t lo;
         memcpy(&lo, p + 2 + 8 * k, 8);
-        const uint32_t h = (uint32_t)p[66 + 2 * k] | (uint32_t)p[67 + 2 * k] << 8;
-        uint32_t ix[8];
-        for (int m = 0; m < 8; m++) ix[m] = (uint32_t)((lo >> (8 * m)) & 255) | ((h >> (2 * m)) & 3) << 8;
-        _mm512_store_si512((void *)(o + 64 * k), grid8(quant_iq2s_grid, ix));
+        const uint64_t h = (uint64_t)p[66 + 2 * k] | (uint64_t)p[67 + 2 * k] << 8;
+        const __m512i hi = _mm512_and_si512(_mm512_srlv_epi64(_mm512_set1_epi64((long long)h), sh), m3);
+        const __m512i idx =
+            _mm512_or_si512(_mm512_cvtepu8_epi64(_mm_cvtsi64_si128((long long)lo)), _mm512_slli_epi64(hi, 8));
+        _mm512_store_si512((void *)(o + 64 * k),
+                           _mm512_i64gather_epi64(idx, (const void *)quant_iq2s_grid, 8));
     }
     memcpy(o + 256, p + 34, 32);
     nibble_scales(p + 74, 1, o + 288);
@@ -178,6 +182,18 @@ KVI_TARGET_VNNI void kern_iq_decode_block(kvi_type t, const uint8_t *blk, uint8_
 KVI_TARGET_VNNI static void decode_row(kvi_type t, const uint8_t *w, int64_t nb, uint8_t *s)
 {
     const size_t bb = quant_block_bytes(t);
+    /* one loop per type, so that each decoder is inlined into it */
+#define DECODE_ROW(fn)                                                               \
+    for (int64_t b = 0; b < nb; b++) fn(w + (size_t)b * bb, s + (size_t)b * IQ_BLK); \
+    return
+    switch (t) {
+    case KVI_TYPE_IQ2_XXS: DECODE_ROW(decode_iq2xxs);
+    case KVI_TYPE_IQ3_XXS: DECODE_ROW(decode_iq3xxs);
+    case KVI_TYPE_IQ2_S: DECODE_ROW(decode_iq2s);
+    case KVI_TYPE_IQ3_S: DECODE_ROW(decode_iq3s);
+    default: break;
+    }
+#undef DECODE_ROW
     for (int64_t b = 0; b < nb; b++) kern_iq_decode_block(t, w + (size_t)b * bb, s + (size_t)b * IQ_BLK);
 }
 
