@@ -9,7 +9,8 @@
  * with each block's leading f16 factors set to 0.01; Q4_K is laid out as R16 tiles
  * when the kernels prefer them, as the model loader does.
  *
- * Run: BUILD/bench_iq_gemm [reps] [type ...]   (default 20 reps, all six types)
+ * Run: BUILD/bench_iq_gemm [reps] [type ...]   (default 20 reps, all six types;
+ * BENCH_ROWS=n times n rows instead of 1, 16 and 64)
  */
 #include "kvinfer.h"
 #include "kernels/kernels.h"
@@ -83,12 +84,15 @@ int main(int argc, char **argv)
             if (find_type(argv[i], &types[n_types])) n_types++;
     }
     static const int64_t shapes[][2] = { { 2048, 2048 }, { 1408, 4096 } };
-    static const int64_t rowsv[] = { 1, 16, 64 };
+    int64_t rowsv[3] = { 1, 16, 64 };
+    int n_rows = 3;
+    if (getenv("BENCH_ROWS") && atoi(getenv("BENCH_ROWS")) > 0)
+        rowsv[0] = atoi(getenv("BENCH_ROWS")), n_rows = 1;
     printf("isa %s, 1 thread, best of %d (CPU time)\n", kvi_isa_name(), reps);
     printf("%-8s %-10s %5s %10s %10s\n", "type", "n_out*n_in", "rows", "ms", "ms/row");
     for (int ti = 0; ti < n_types; ti++)
         for (int si = 0; si < 2; si++)
-            for (int ri = 0; ri < 3; ri++) {
+            for (int ri = 0; ri < n_rows; ri++) {
                 const double ms = time_one(types[ti], shapes[si][0], shapes[si][1], rowsv[ri], reps);
                 printf("%-8s %4lldx%-5lld %5lld %10.3f %10.4f\n", kvi_type_name(types[ti]),
                        (long long)shapes[si][0], (long long)shapes[si][1], (long long)rowsv[ri], ms,

@@ -346,8 +346,8 @@ static void test_matmul_isas(tpool *pool)
         float *y = malloc((size_t)(n_rows * n_out) * sizeof(float));
         for (int isa = KVI_ISA_SCALAR; isa <= (int)best; isa++) {
             kern_isa_set((kern_isa)isa);
-            static const int64_t NR[] = { 1, 3, 4, 7, 16, 21, 64 }; /* the row path and the tiles */
-            for (int k = 0; k < 7; k++) {
+            static const int64_t NR[] = { 1, 3, 4, 11, 12, 16, 21, 64 }; /* the row path and the tiles */
+            for (int k = 0; k < 8; k++) {
                 const int64_t nr = NR[k];
                 memset(y, 0, (size_t)(n_rows * n_out) * sizeof(float));
                 CHECK(kern_matmul(pool, &W, x, n_in, nr, y, n_out) == 0, "kern_matmul");

@@ -21,8 +21,9 @@ int kern_qgemm_iq_avx512(const kern_qgemm_args *a);
  * Needs AVX-512 VNNI. */
 void kern_iq_decode_block(kvi_type t, const uint8_t *blk, uint8_t *o);
 
-/* From this many activation rows on, kern_qgemm_iq_avx512 runs the tiled kernel. */
-#define KVI_IQ_TILE_MIN_ROWS 4
+/* From this many activation rows on, kern_qgemm_iq_avx512 runs the tiled kernel
+ * (measured: below it the tile transposes cost more than the row path's dots). */
+#define KVI_IQ_TILE_MIN_ROWS 12
 /* The tiled kernel (qgemm_iq_tile_avx512.c): 16 weight rows decoded once per call
  * into int8 tiles, every activation row against them; the same contract and bits. */
 int kern_qgemm_iq_tile_avx512(const kern_qgemm_args *a);
