@@ -10,9 +10,11 @@
  *    the layouts of ../shared/golden/quant/README-lowbit.md;
  *  - kern_q8_dot_ref against a double-precision dot of the dequantised weights and
  *    activations (it is exact up to the f32 steps of the contract);
- *  - the AVX-512 kernel (kern_qgemm_iq_avx512, sub-ranges, 1..9 rows, outputs
- *    outside untouched) and kern_matmul on every ISA the CPU has against
- *    kern_qgemm_ref, bit for bit, on random blocks (every byte pattern is valid).
+ *  - the AVX-512 kernel (kern_qgemm_iq_avx512, sub-ranges, 1..18, 33, 48, 63 rows:
+ *    the one-row path below KVI_IQ_TILE_MIN_ROWS, the 16-row tiles from there,
+ *    outputs outside untouched) and kern_matmul on every ISA the CPU has, 1..64
+ *    rows, on 1, 2 and 3 threads, against kern_qgemm_ref, bit for bit, on random
+ *    blocks (every byte pattern is valid).
  */
 #include "testutil.h"
 
@@ -276,8 +278,8 @@ static void test_avx512_direct(void)
         const kvi_type t = TYPES[ti];
         uint8_t *w = random_matrix(t, n_out, n_in, &rs);
         const size_t xrb = kern_q8_act_row_bytes(t, n_in);
-        uint8_t *xq = malloc(xrb * 9);
-        for (int r = 0; r < 9; r++) {
+        uint8_t *xq = malloc(xrb * 64);
+        for (int r = 0; r < 64; r++) {
             float *x = random_x(n_in, &rs);
             kern_q8_quantize_act(t, x, xq + (size_t)r * xrb, n_in);
             free(x);
@@ -286,7 +288,7 @@ static void test_avx512_direct(void)
         void *s1 = aligned_alloc(64, sb), *s2 = aligned_alloc(64, sb);
         const int64_t ranges[][2] = { { 0, n_out }, { 5, 21 }, { n_out - 1, n_out } };
         for (int ri = 0; ri < 3; ri++)
-            for (int64_t nr = 1; nr <= 9; nr += 2) {
+            for (int64_t nr = 1; nr <= 64; nr += nr < 18 ? 1 : 15) { /* 1..18, 33, 48, 63 */
                 const size_t ny = (size_t)(nr + 1) * (size_t)ldy;
                 float *y = malloc(ny * sizeof(float)), *yr = malloc(ny * sizeof(float));
                 for (size_t i = 0; i < ny; i++) y[i] = yr[i] = -12345.0f;
@@ -321,12 +323,12 @@ static void test_avx512_direct(void)
     }
 }
 
-/* kern_matmul on every ISA the CPU has, without a pool and on 3 threads (an odd
+/* kern_matmul on every ISA the CPU has, without a pool and on 2 or 3 threads (an odd
  * split of the 16-output tiles), against kern_q8_dot_ref per output. */
 static void test_matmul_isas(tpool *pool)
 {
     uint64_t rs = 0x77;
-    const int64_t n_in = 512, n_out = 45, n_rows = 7;
+    const int64_t n_in = 512, n_out = 45, n_rows = 64;
     const kern_isa best = kern_isa_detect();
     for (int ti = 0; ti < N_TYPES; ti++) {
         const kvi_type t = TYPES[ti];
@@ -344,7 +346,9 @@ static void test_matmul_isas(tpool *pool)
         float *y = malloc((size_t)(n_rows * n_out) * sizeof(float));
         for (int isa = KVI_ISA_SCALAR; isa <= (int)best; isa++) {
             kern_isa_set((kern_isa)isa);
-            for (int64_t nr = 1; nr <= n_rows; nr += n_rows - 1) {
+            static const int64_t NR[] = { 1, 3, 4, 11, 12, 16, 21, 64 }; /* the row path and the tiles */
+            for (int k = 0; k < 8; k++) {
+                const int64_t nr = NR[k];
                 memset(y, 0, (size_t)(n_rows * n_out) * sizeof(float));
                 CHECK(kern_matmul(pool, &W, x, n_in, nr, y, n_out) == 0, "kern_matmul");
                 CHECK(memcmp(y, want, (size_t)(nr * n_out) * sizeof(float)) == 0,
@@ -369,9 +373,11 @@ int main(void)
     test_ref_vs_double();
     test_avx512_direct();
     test_matmul_isas(NULL);
-    tpool *pool = tpool_create(3);
-    CHECK(pool != NULL, "tpool_create");
-    if (pool) test_matmul_isas(pool);
-    tpool_free(pool);
+    for (int th = 2; th <= 3; th++) {
+        tpool *pool = tpool_create(th);
+        CHECK(pool != NULL, "tpool_create");
+        if (pool) test_matmul_isas(pool);
+        tpool_free(pool);
+    }
     return test_main_end();
 }

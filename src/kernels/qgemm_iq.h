@@ -13,4 +13,19 @@
  * n_in not a positive multiple of 256, or a CPU without AVX-512 VNNI. */
 int kern_qgemm_iq_avx512(const kern_qgemm_args *a);
 
+/* Bytes of one block decoded by kern_iq_decode_block: mag [256] (grid bytes) at 0,
+ * sgn [32] (bit i % 8 of byte i / 8: input i negative) at 256, sc [16] (odd scales
+ * per 16 inputs) at 288, dw (f32) at 304: quant_iq_unpack's values. */
+#define IQ_BLK 320
+/* One block of grid type t at blk (any alignment) into o [IQ_BLK], 64-byte aligned.
+ * Needs AVX-512 VNNI. */
+void kern_iq_decode_block(kvi_type t, const uint8_t *blk, uint8_t *o);
+
+/* From this many activation rows on, kern_qgemm_iq_avx512 runs the tiled kernel
+ * (measured: below it the tile transposes cost more than the row path's dots). */
+#define KVI_IQ_TILE_MIN_ROWS 12
+/* The tiled kernel (qgemm_iq_tile_avx512.c): 16 weight rows decoded once per call
+ * into int8 tiles, every activation row against them; the same contract and bits. */
+int kern_qgemm_iq_tile_avx512(const kern_qgemm_args *a);
+
 #endif

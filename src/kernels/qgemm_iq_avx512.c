@@ -1,10 +1,12 @@
 /*
  * qgemm_iq_avx512.c — grid-type weights (IQ2_XXS IQ2_XS IQ2_S IQ3_XXS IQ3_S) times
- * Q8_K activations with AVX-512 VNNI, decode and prefill alike (qgemm_iq.h).
+ * Q8_K activations with AVX-512 VNNI (qgemm_iq.h): fewer than KVI_IQ_TILE_MIN_ROWS
+ * activation rows here; from there on the 16-row tiles of qgemm_iq_tile_avx512.c,
+ * which start from this file's block decoder (kern_iq_decode_block).
  *
  * Each weight row j of [j0, j1) is decoded once per call into the scratch, by a
- * vector decoder per type (grid entries gathered, sign parity computed; IQ2_XS by
- * quant_iq_unpack itself) that writes exactly the bytes of quant_iq_unpack (formats/quant_iq.c; the products
+ * vector decoder per type (IQ2_XXS grid entries loaded, the others gathered, sign parity computed; IQ2_XS
+ * by quant_iq_unpack itself) that writes exactly the bytes of quant_iq_unpack (formats/quant_iq.c; the products
  * are checked against the reference bit for bit): per 256-input block b, at
  * S + b * IQ_BLK: mag [256] (grid bytes, unsigned), sgn [32] (bit i % 8 of byte
  * i / 8: input i negative), sc [16] (odd scales per 16 inputs), dw (f32).
@@ -31,8 +33,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define IQ_BLK 320 /* scratch bytes per block: mag 256, sgn 32, sc 16, dw 4, pad */
-#define IQ_RG 4    /* activation rows per pass over a decoded weight row */
+#define IQ_RG 4 /* activation rows per pass over a decoded weight row */
 
 /* 16 sign indices (7 bits, one per dword lane) as their 16 sign bytes: the index
  * with its parity as bit 7 (quant_ksigns_iq2xs's rule). */
@@ -72,9 +73,31 @@ KVI_TARGET_VNNI static void decode_ksigns(__m512i v, int stride, int off, float 
 
 static float f16_at(const uint8_t *p) { return quant_f16_to_f32((quant_f16)(p[0] | p[1] << 8)); }
 
+/* 8 u64 grid entries g[ix[0..7]] as one vector (entry m in qword m), built from
+ * scalar loads: on the AMD EPYC measured (bench/RESULTS.md) 1.45x faster than a
+ * vector gather for IQ2_XXS; IQ2_S (10-bit indices) and the 16 u32 entries of IQ3
+ * keep their gathers, there as fast or faster. */
+__attribute__((always_inline)) KVI_TARGET_VNNI static inline __m512i grid8(const uint64_t *g,
+                                                                           const uint32_t *ix)
+{
+    return _mm512_set_epi64((long long)g[ix[7]], (long long)g[ix[6]], (long long)g[ix[5]],
+                            (long long)g[ix[4]], (long long)g[ix[3]], (long long)g[ix[2]],
+                            (long long)g[ix[1]], (long long)g[ix[0]]);
+}
+
+/* The odd scales of 8 bytes of nibble pairs (IQ2_S: byte ib, low nibble the first
+ * 16 inputs of sub-block ib) or 4 (IQ3_S: byte k, low nibble sub-block 2k). */
+static void nibble_scales(const uint8_t *b, int per16, uint8_t *sc)
+{
+    for (int i = 0; i < 16; i++) {
+        const int byte = per16 ? i / 2 : i / 4, hi = per16 ? i % 2 : (i / 2) % 2;
+        sc[i] = (uint8_t)(2 * ((b[byte] >> (4 * hi)) & 0xf) + 1);
+    }
+}
+
 /* One IQ2_XXS block at p into the scratch block o, the bytes quant_iq_unpack
- * writes, in vectors: the 8 index bytes of sub-blocks 2k, 2k+1 gather the grid
- * entries of inputs 64k..64k+63 (faster here than 32 scalar copies). */
+ * writes, in vectors: the 8 index bytes of sub-blocks 2k, 2k+1 give the grid
+ * entries of inputs 64k..64k+63 (one vector each: no scalar copies to memory). */
 KVI_TARGET_VNNI static void decode_iq2xxs(const uint8_t *p, uint8_t *o)
 {
     const uint8_t *q = p + 2; /* 8 x (4 index bytes, u32 signs and scale) */
@@ -82,9 +105,9 @@ KVI_TARGET_VNNI static void decode_iq2xxs(const uint8_t *p, uint8_t *o)
         uint32_t lo, hi;
         memcpy(&lo, q + 16 * k, 4);
         memcpy(&hi, q + 16 * k + 8, 4);
-        const __m512i idx = _mm512_cvtepu8_epi64(_mm_cvtsi64_si128((long long)((uint64_t)hi << 32 | lo)));
-        _mm512_store_si512((void *)(o + 64 * k),
-                           _mm512_i64gather_epi64(idx, (const void *)quant_iq2xxs_grid, 8));
+        const uint32_t ix[8] = { lo & 255, (lo >> 8) & 255, (lo >> 16) & 255, lo >> 24,
+                                 hi & 255, (hi >> 8) & 255, (hi >> 16) & 255, hi >> 24 };
+        _mm512_store_si512((void *)(o + 64 * k), grid8(quant_iq2xxs_grid, ix));
     }
     decode_ksigns(_mm512_loadu_si512((const void *)q), 2, 1, f16_at(p) * 0.125f, o);
 }
@@ -99,16 +122,6 @@ KVI_TARGET_VNNI static void decode_iq3xxs(const uint8_t *p, uint8_t *o)
     }
     const __m512i v = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(p + 66)));
     decode_ksigns(v, 1, 0, f16_at(p) * 0.25f, o);
-}
-
-/* The odd scales of 8 bytes of nibble pairs (IQ2_S: byte ib, low nibble the first
- * 16 inputs of sub-block ib) or 4 (IQ3_S: byte k, low nibble sub-block 2k). */
-static void nibble_scales(const uint8_t *b, int per16, uint8_t *sc)
-{
-    for (int i = 0; i < 16; i++) {
-        const int byte = per16 ? i / 2 : i / 4, hi = per16 ? i % 2 : (i / 2) % 2;
-        sc[i] = (uint8_t)(2 * ((b[byte] >> (4 * hi)) & 0xf) + 1);
-    }
 }
 
 /* One IQ2_S block likewise: group g's 10-bit index is its low byte and 2 bits of
@@ -150,24 +163,38 @@ KVI_TARGET_VNNI static void decode_iq3s(const uint8_t *p, uint8_t *o)
     memcpy(o + 304, &dw, 4);
 }
 
+/* One block of type t at blk into the scratch block o (the layout above). */
+KVI_TARGET_VNNI void kern_iq_decode_block(kvi_type t, const uint8_t *blk, uint8_t *o)
+{
+    switch (t) {
+    case KVI_TYPE_IQ2_XXS: decode_iq2xxs(blk, o); return;
+    case KVI_TYPE_IQ3_XXS: decode_iq3xxs(blk, o); return;
+    case KVI_TYPE_IQ2_S: decode_iq2s(blk, o); return;
+    case KVI_TYPE_IQ3_S: decode_iq3s(blk, o); return;
+    default: break; /* IQ2_XS: the reference decoder (its gathers, and grid8, measured slower) */
+    }
+    float dw;
+    quant_iq_unpack(t, blk, o, o + 256, o + 288, &dw);
+    memcpy(o + 304, &dw, 4);
+}
+
 /* The row's nb blocks into the scratch layout above. */
 KVI_TARGET_VNNI static void decode_row(kvi_type t, const uint8_t *w, int64_t nb, uint8_t *s)
 {
     const size_t bb = quant_block_bytes(t);
-    for (int64_t b = 0; b < nb; b++) {
-        uint8_t *o = s + (size_t)b * IQ_BLK;
-        const uint8_t *blk = w + (size_t)b * bb;
-        switch (t) {
-        case KVI_TYPE_IQ2_XXS: decode_iq2xxs(blk, o); continue;
-        case KVI_TYPE_IQ3_XXS: decode_iq3xxs(blk, o); continue;
-        case KVI_TYPE_IQ2_S: decode_iq2s(blk, o); continue;
-        case KVI_TYPE_IQ3_S: decode_iq3s(blk, o); continue;
-        default: break; /* IQ2_XS: the reference decoder (its gathers measured slower) */
-        }
-        float dw;
-        quant_iq_unpack(t, blk, o, o + 256, o + 288, &dw);
-        memcpy(o + 304, &dw, 4);
+    /* one loop per type, so that each decoder is inlined into it */
+#define DECODE_ROW(fn)                                                               \
+    for (int64_t b = 0; b < nb; b++) fn(w + (size_t)b * bb, s + (size_t)b * IQ_BLK); \
+    return
+    switch (t) {
+    case KVI_TYPE_IQ2_XXS: DECODE_ROW(decode_iq2xxs);
+    case KVI_TYPE_IQ3_XXS: DECODE_ROW(decode_iq3xxs);
+    case KVI_TYPE_IQ2_S: DECODE_ROW(decode_iq2s);
+    case KVI_TYPE_IQ3_S: DECODE_ROW(decode_iq3s);
+    default: break;
     }
+#undef DECODE_ROW
+    for (int64_t b = 0; b < nb; b++) kern_iq_decode_block(t, w + (size_t)b * bb, s + (size_t)b * IQ_BLK);
 }
 
 /* The dword lanes' sub-block (of 16 inputs) in vector q: 4 q + lane / 4. */
@@ -248,6 +275,7 @@ int kern_qgemm_iq_avx512(const kern_qgemm_args *a)
 {
     if (!quant_iq_is_grid(a->type) || !cpu_features()->avx512_vnni) return 0;
     if (!a->scratch || ((uintptr_t)a->scratch & 63) || a->n_in <= 0 || a->n_in % QK_K) return 0;
+    if (a->n_rows >= KVI_IQ_TILE_MIN_ROWS) return kern_qgemm_iq_tile_avx512(a); /* qgemm_iq_tile_avx512.c */
     const int64_t nb = a->n_in / QK_K;
     for (int64_t j = a->j0; j < a->j1; j++) {
         decode_row(a->type, a->w + (size_t)j * a->w_rb, nb, a->scratch);
