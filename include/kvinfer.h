@@ -226,8 +226,20 @@ float kvi_lora_alpha(const kvi_lora *a);
  * of the engine's model. The cache already holds K/V of the old set: change it on
  * an empty sequence (or truncate). 0, or KVI_E_INVALID (nothing changed). */
 int kvi_seq_set_lora(kvi_seq *s, int n, kvi_lora *const *ad, const float *scales);
-/* A hash of s's adapter set (0: none), e.g. to key cached prefixes. */
+/* A hash of s's adapter set (0: none); the prefix cache keys s's blocks by it. */
 uint64_t kvi_seq_lora_hash(const kvi_seq *s);
+/* Adapters an engine owns (freed with it), numbered 0, 1, ... in load order, each
+ * with a scale that sequences created afterwards start with (0: off).
+ * kvi_engine_lora_load returns the new id, or a negative code (err says why). */
+#define KVI_ENGINE_LORA_MAX 64
+int kvi_engine_lora_load(kvi_engine *e, const char *path, float scale, kvi_error *err);
+int kvi_engine_lora_count(const kvi_engine *e);
+kvi_lora *kvi_engine_lora_get(const kvi_engine *e, int id); /* NULL: no such id */
+float kvi_engine_lora_scale(const kvi_engine *e, int id);
+int kvi_engine_lora_set_scale(kvi_engine *e, int id, float scale); /* 0 or KVI_E_INVALID */
+/* s's set from the engine's adapters: scales[id] for id < n (the others 0);
+ * kvi_seq_set_lora's rules. */
+int kvi_seq_set_lora_scales(kvi_seq *s, int n, const float *scales);
 
 kvi_batch *kvi_batch_create(int32_t n_rows_max);
 void kvi_batch_free(kvi_batch *b);

@@ -246,8 +246,48 @@ static void check_refusals(void)
     kvi_model_free(m);
 }
 
+/* The engine's own adapters (default scales for new sequences) and the prefix cache
+ * keyed by the adapter set: a prefix cached under adapter A is reused by a sequence
+ * with A, never by one without it or with another scale. */
+static void check_engine_adapters(void)
+{
+    kvi_error err = { 0 };
+    kvi_model *m = kvi_model_load(shared_path("golden/arch/qwen3-f32.gguf"), NULL, &err);
+    CHECK(m != NULL, "qwen3: %s", err.msg);
+    if (!m) return;
+    kvi_engine_params p = engine_params(KVI_TYPE_F32, 2, 2, 0);
+    p.kv_block_size = 16;
+    kvi_engine *e = engine_create_checked(m, &p);
+    const int id =
+        kvi_engine_lora_load(e, shared_path("golden/lora/qwen3-lora-attn-r4-f32.gguf"), 1.0f, &err);
+    CHECK(id == 0 && kvi_engine_lora_count(e) == 1, "engine load: %s", err.msg);
+    CHECK(kvi_engine_lora_load(e, shared_path("golden/arch/qwen3-f32.gguf"), 1.0f, &err) < 0, "bad load");
+    int32_t toks[N_TOK];
+    for (int i = 0; i < N_TOK; i++) toks[i] = (int32_t)(i * 7 + 3);
+    kvi_seq *s = kvi_seq_create(e); /* starts with adapter 0 at scale 1 */
+    CHECK(kvi_seq_lora_hash(s) != 0, "default set applied");
+    CHECK(step_rows(e, s, toks, 0, N_TOK, NULL) == 0, "run");
+    kvi_seq_free(s);
+    s = kvi_seq_create(e);
+    CHECK(kvi_seq_reuse_prefix(s, toks, N_TOK) == 32, "same adapter: the cached prefix is reused");
+    kvi_seq_free(s);
+    const float half = 0.5f;
+    s = kvi_seq_create(e);
+    CHECK(kvi_seq_set_lora_scales(s, 1, &half) == 0, "set scales");
+    CHECK(kvi_seq_reuse_prefix(s, toks, N_TOK) == 0, "another scale: no reuse");
+    kvi_seq_free(s);
+    CHECK(kvi_engine_lora_set_scale(e, 0, 0.0f) == 0, "off");
+    s = kvi_seq_create(e);
+    CHECK(kvi_seq_lora_hash(s) == 0, "no adapter");
+    CHECK(kvi_seq_reuse_prefix(s, toks, N_TOK) == 0, "no adapter: no reuse");
+    kvi_seq_free(s);
+    kvi_engine_free(e);
+    kvi_model_free(m);
+}
+
 int main(void)
 {
+    check_engine_adapters();
     check_refusals();
     check_models("qwen3", "qwen3-f32", 0.002);
     check_models("llama-moe", "llama-moe-f32", 0.002);

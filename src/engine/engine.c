@@ -100,6 +100,9 @@ struct kvi_engine {
     /* per-step arrays, [n_batch_max] */
     const kv_table **tables;
     const lora_set **lora_rows; /* [n_batch_max] per row of a forward chunk: its sequence's set */
+    kvi_lora *lora[KVI_ENGINE_LORA_MAX]; /* adapters the engine owns (kvi_engine_lora_load), by id */
+    float lora_scale[KVI_ENGINE_LORA_MAX]; /* their scales for new sequences */
+    int n_lora;
     float **snap_rows; /* [snap_rows_cap] per batch row: where its recurrent state snapshot goes, or NULL */
     int32_t snap_rows_cap;
     float *snap_stage; /* [snap_cap][state floats] snapshots taken during the pass */
@@ -161,6 +164,7 @@ void kvi_engine_free(kvi_engine *e)
             if (e->slots[i]) kvi_seq_free(e->slots[i]);
         free(e->slots);
     }
+    for (int i = 0; i < e->n_lora; i++) kvi_lora_free(e->lora[i]);
     fwd_free(e->fwd);
     kv_pool_free(&e->kv);
     tpool_free(e->pool);
@@ -346,6 +350,10 @@ kvi_seq *kvi_seq_create(kvi_engine *e)
                 }
             }
             e->slots[i] = s;
+            if (e->n_lora && kvi_seq_set_lora_scales(s, e->n_lora, e->lora_scale) != 0) {
+                kvi_seq_free(s); /* more adapters on than one sequence may use */
+                return NULL;
+            }
             const int32_t msg[2] = { PIPE_OP_CREATE, i };
             if (engine_pipe_send(e, msg, 2) != 0) {
                 e->pipe_quiet = true;
@@ -413,9 +421,58 @@ int kvi_seq_set_lora(kvi_seq *s, int n, kvi_lora *const *ad, const float *scales
         h = engine_fnv1a(h ? h : 0xcbf29ce484222325ull, &ad[i]->id, sizeof ad[i]->id);
         h = engine_fnv1a(h, &scales[i], sizeof scales[i]);
     }
+    /* K/V already cached under another set: its blocks must not be offered as this set's */
+    if (s->table.n_pos > 0 && h != s->table.salt) s->table.no_index = true;
     s->lora = ls;
     s->lora_hash = h;
+    s->table.salt = h;
     return 0;
+}
+
+int kvi_engine_lora_load(kvi_engine *e, const char *path, float scale, kvi_error *err)
+{
+    if (!e || !(scale == scale)) return err_set(err, KVI_E_INVALID, "lora: no engine or a bad scale");
+    if (e->n_lora >= KVI_ENGINE_LORA_MAX)
+        return err_set(err, KVI_E_INVALID, "lora: an engine holds at most %d adapters", KVI_ENGINE_LORA_MAX);
+    kvi_lora *a = kvi_lora_load(e->m, path, err);
+    if (!a) return err && err->code ? err->code : KVI_E_INVALID;
+    e->lora[e->n_lora] = a;
+    e->lora_scale[e->n_lora] = scale;
+    return e->n_lora++;
+}
+
+int kvi_engine_lora_count(const kvi_engine *e) { return e ? e->n_lora : 0; }
+
+kvi_lora *kvi_engine_lora_get(const kvi_engine *e, int id)
+{
+    return e && id >= 0 && id < e->n_lora ? e->lora[id] : NULL;
+}
+
+float kvi_engine_lora_scale(const kvi_engine *e, int id)
+{
+    return e && id >= 0 && id < e->n_lora ? e->lora_scale[id] : 0.0f;
+}
+
+int kvi_engine_lora_set_scale(kvi_engine *e, int id, float scale)
+{
+    if (!e || id < 0 || id >= e->n_lora || !(scale == scale)) return KVI_E_INVALID;
+    e->lora_scale[id] = scale;
+    return 0;
+}
+
+int kvi_seq_set_lora_scales(kvi_seq *s, int n, const float *scales)
+{
+    if (!s || n < 0 || n > s->e->n_lora || (n > 0 && !scales)) return KVI_E_INVALID;
+    kvi_lora *ad[KVI_LORA_SET_MAX];
+    float sc[KVI_LORA_SET_MAX];
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        if (scales[i] == 0.0f) continue;
+        if (k == KVI_LORA_SET_MAX) return KVI_E_INVALID;
+        ad[k] = s->e->lora[i];
+        sc[k++] = scales[i];
+    }
+    return kvi_seq_set_lora(s, k, ad, sc);
 }
 
 uint64_t kvi_seq_lora_hash(const kvi_seq *s) { return s ? s->lora_hash : 0; }
