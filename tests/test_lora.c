@@ -285,8 +285,71 @@ static void check_engine_adapters(void)
     kvi_model_free(m);
 }
 
+/* `kvinfer logits --json` with LoRA flags against golden/lora/<golden>; args: the flags */
+static void check_cli(const char *golden, const char *flags)
+{
+    char rel[256];
+    snprintf(rel, sizeof rel, "golden/lora/%s.logits.json", golden);
+    cJSON *j = load_json(shared_path(rel));
+    if (!j) return;
+    int32_t toks[N_TOK];
+    const int n = json_token_ids(cJSON_GetObjectItem(j, "tokens"), toks, N_TOK);
+    char ids[1024] = "", args[4096];
+    for (int i = 0; i < n; i++)
+        snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "%s%d", i ? "," : "", toks[i]);
+    snprintf(args, sizeof args, "logits --json --kv-type f32 -m %s --tokens %s %s",
+             shared_path("golden/arch/qwen3-f32.gguf"), ids, flags);
+    char *out = NULL, *errout = NULL;
+    const int rc = run_kvinfer(args, &out, &errout);
+    CHECK(rc == 0, "kvinfer %s: %s", flags, errout ? errout : "");
+    cJSON *o = rc == 0 && out ? cJSON_Parse(out) : NULL;
+    const cJSON *lg = o ? cJSON_GetObjectItem(o, "logits") : NULL;
+    if (lg && cJSON_GetArraySize(lg) == n) {
+        const int nv = cJSON_GetArraySize(cJSON_GetArrayItem(lg, 0));
+        float *v = malloc((size_t)n * nv * sizeof *v);
+        for (int i = 0; i < n; i++)
+            for (int k = 0; k < nv; k++)
+                v[(size_t)i * nv + k] = (float)cJSON_GetArrayItem(cJSON_GetArrayItem(lg, i), k)->valuedouble;
+        const double e = golden_rel_err(golden, v, cJSON_GetObjectItem(j, "logits"), n, nv);
+        CHECK(e < 0.002, "cli %s: relative error %.4g", flags, e);
+        printf("kvinfer logits %-60s vs %s: %.6f\n", flags, golden, e);
+        free(v);
+    } else {
+        CHECK(false, "cli %s: no logits", flags);
+    }
+    cJSON_Delete(o);
+    cJSON_Delete(j);
+    free(out);
+    free(errout);
+}
+
+static void check_cli_all(void)
+{
+    char a[512], b[512], f[1200];
+    snprintf(a, sizeof a, "%s", shared_path("golden/lora/qwen3-lora-attn-r4-f32.gguf"));
+    snprintf(b, sizeof b, "%s", shared_path("golden/lora/qwen3-lora-all-r8-f32.gguf"));
+    snprintf(f, sizeof f, "--lora %s", a);
+    check_cli("qwen3.A-f32.s1", f);
+    snprintf(f, sizeof f, "--lora-scaled %s 0.5", a);
+    check_cli("qwen3.A-f32.s0.5", f);
+    snprintf(f, sizeof f, "--lora-scaled %s:1,%s:0.5", a, b);
+    check_cli("qwen3.A-f32.s1+B-f32.s0.5", f);
+    snprintf(f, sizeof f, "--lora %s --lora-scaled %s:0.5", a, b);
+    check_cli("qwen3.A-f32.s1+B-f32.s0.5", f);
+    char args[2048], *out = NULL, *errout = NULL;
+    snprintf(args, sizeof args, "logits -m %s --tokens 1,2,3 --lora %s",
+             shared_path("golden/arch/qwen3-f32.gguf"),
+             shared_path("golden/lora/llama-moe-lora-attn-r4-f32.gguf"));
+    const int rc = run_kvinfer(args, &out, &errout);
+    CHECK(rc == 1 && errout && strstr(errout, "arch mismatch"), "cli: a wrong adapter is refused: %s",
+          errout ? errout : "");
+    free(out);
+    free(errout);
+}
+
 int main(void)
 {
+    check_cli_all();
     check_engine_adapters();
     check_refusals();
     check_models("qwen3", "qwen3-f32", 0.002);
