@@ -626,6 +626,10 @@ typedef struct kvi_request {
      * defaults), used when sampling turns DRY on. Valid until on_done. */
     const char *const *dry_breakers;
     int32_t n_dry_breakers;
+    /* LoRA: the scale of each of the engine's adapters by id (kvi_engine_lora_*),
+     * ids >= n_lora_scales at 0; copied at submit. NULL: the engine's scales. */
+    const float *lora_scales;
+    int32_t n_lora_scales;
 } kvi_request;
 
 typedef struct kvi_sched_stats {
