@@ -66,7 +66,7 @@ typedef struct cli_common {
     int64_t keep, sink, window;         /* 0, 4, 0 unless given */
     const char *prompt, *file, *tokens; /* the prompt's sources as given (cli_prompt_ids) */
     bool special;
-    int n_lora; /* LoRA adapters, in the order given (cli_opt_lora loads them) */
+    int n_lora;                          /* LoRA adapters, in the order given (cli_opt_lora loads them) */
     const char *lora_path[CLI_LORA_MAX]; /* into argv: lora_len[i] bytes (a FILE:SCALE list's part) */
     size_t lora_len[CLI_LORA_MAX];
     float lora_scale[CLI_LORA_MAX];

@@ -75,7 +75,8 @@ static bool msgs_add(msgs *m, const char *role, const char *text, size_t len)
 
 /* The shared flags `chat` takes (cli/cli_opts.h): -c 0 is the model's context,
  * and a bad number reads "X: bad value 'V'". */
-#define CHAT_OPTS (CLI_OPT_MODEL | CLI_OPT_THREADS | CLI_OPT_CTX | CLI_OPT_CTX_MIN0 | CLI_OPT_TERSE | CLI_OPT_LORA)
+#define CHAT_OPTS \
+    (CLI_OPT_MODEL | CLI_OPT_THREADS | CLI_OPT_CTX | CLI_OPT_CTX_MIN0 | CLI_OPT_TERSE | CLI_OPT_LORA)
 
 typedef struct chat_opts {
     cli_common c;

@@ -245,8 +245,8 @@ typedef struct srv_params {
     const kvi_grammar_vocab *grammar_vocab; /* of a forced call's grammar (the server's); NULL: the model's */
     srv_dry_breakers dry;                   /* server_sampling.c */
     bool infill; /* POST /infill: llama.cpp's fields in, its /completion shape out (server_infill.c) */
-    int32_t n_lora;                   /* the engine's adapters (server_lora.c) */
-    float lora[KVI_ENGINE_LORA_MAX];  /* their scales for this request */
+    int32_t n_lora;                  /* the engine's adapters (server_lora.c) */
+    float lora[KVI_ENGINE_LORA_MAX]; /* their scales for this request */
 } srv_params;
 
 enum { SRV_TOOLS_NONE, SRV_TOOLS_AUTO, SRV_TOOLS_REQUIRED, SRV_TOOLS_NAMED };

@@ -69,7 +69,7 @@ struct kvi_seq {
     int32_t step_first, step_last, step_rows;
     int32_t step_snap; /* index into snap_stage, or -1 */
     int32_t step_bnd;  /* the block boundary whose state step_snap keeps */
-    lora_set lora;      /* LoRA adapters of its rows (n 0: none); each holds a use of its adapter */
+    lora_set lora;     /* LoRA adapters of its rows (n 0: none); each holds a use of its adapter */
     uint64_t lora_hash; /* of lora, 0 when none */
 };
 
@@ -99,8 +99,8 @@ struct kvi_engine {
     uint64_t stamp;
     /* per-step arrays, [n_batch_max] */
     const kv_table **tables;
-    const lora_set **lora_rows; /* [n_batch_max] per row of a forward chunk: its sequence's set */
-    kvi_lora *lora[KVI_ENGINE_LORA_MAX]; /* adapters the engine owns (kvi_engine_lora_load), by id */
+    const lora_set **lora_rows;            /* [n_batch_max] per row of a forward chunk: its sequence's set */
+    kvi_lora *lora[KVI_ENGINE_LORA_MAX];   /* adapters the engine owns (kvi_engine_lora_load), by id */
     float lora_scale[KVI_ENGINE_LORA_MAX]; /* their scales for new sequences */
     int n_lora;
     float **snap_rows; /* [snap_rows_cap] per batch row: where its recurrent state snapshot goes, or NULL */

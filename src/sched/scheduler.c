@@ -305,12 +305,15 @@ int kvi_sched_submit(kvi_sched *s, const kvi_request *r, uint64_t *id, kvi_error
             return err_set(err, KVI_E_INVALID,
                            "logit_bias: token %d or its bias is outside [0, %d) / [-100, 100] or -inf",
                            r->bias_ids ? r->bias_ids[i] : -1, s->n_vocab);
-    if (r->n_lora_scales < 0 || r->n_lora_scales > kvi_engine_lora_count(s->e) || (r->n_lora_scales && !r->lora_scales))
+    if (r->n_lora_scales < 0 || r->n_lora_scales > kvi_engine_lora_count(s->e) ||
+        (r->n_lora_scales && !r->lora_scales))
         return err_set(err, KVI_E_INVALID, "lora: %d scales for %d adapters", r->n_lora_scales,
                        kvi_engine_lora_count(s->e));
     for (int32_t i = 0, on = 0; i < r->n_lora_scales; i++)
-        if (!(r->lora_scales[i] == r->lora_scales[i]) || ((on += r->lora_scales[i] != 0.0f) > KVI_LORA_SET_MAX))
-            return err_set(err, KVI_E_INVALID, "lora: a scale is not a number, or more than %d adapters are on",
+        if (!(r->lora_scales[i] == r->lora_scales[i]) ||
+            ((on += r->lora_scales[i] != 0.0f) > KVI_LORA_SET_MAX))
+            return err_set(err, KVI_E_INVALID,
+                           "lora: a scale is not a number, or more than %d adapters are on",
                            KVI_LORA_SET_MAX);
     kvi_grammar_matcher *gm = NULL;
     if (r->grammar) {
