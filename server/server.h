@@ -550,6 +550,9 @@ int srv_slots_ep(srv_server *srv, struct MHD_Connection *con);
 int srv_lora_parse(srv_server *srv, const cJSON *root, srv_params *p, srv_err *er);
 /* Whether name is one of the adapters' names (the file name less ".gguf"). */
 bool srv_lora_named(const srv_server *srv, const char *name);
+/* The adapters as models of GET /v1/models (vLLM): {"id": name, "object": "model",
+ * "parent": the base model's name, "owned_by"} appended to data. */
+void srv_lora_models(const srv_server *srv, cJSON *data);
 /* GET /lora-adapters: [{"id", "path", "scale"}]; POST: a list like a request's
  * "lora" sets the server-wide scales (adapters not listed at 0). */
 int srv_lora_ep(srv_server *srv, struct MHD_Connection *con, bool post, const char *body, size_t len);

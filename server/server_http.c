@@ -905,6 +905,7 @@ static enum MHD_Result route(srv_server *srv, struct MHD_Connection *con, conn_c
         cJSON_AddStringToObject(mo, "owned_by", "kvinfer");
         cJSON_AddNumberToObject(mo, "context_length", srv->cfg.n_ctx);
         cJSON_AddItemToArray(a, mo);
+        srv_lora_models(srv, a);
         return send_json(con, 200, o);
     }
     if (get && !strcmp(url, "/v1/kv")) return kv_ep(srv, con);

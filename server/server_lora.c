@@ -3,7 +3,7 @@
  * loaded at start (kvinfer serve --lora / --lora-scaled: the engine's, ids in load
  * order) listed at GET /lora-adapters, their server-wide scales set by POST
  * /lora-adapters, a request's own scales in its "lora" list, and vLLM's convention
- * of naming an adapter as the request's "model".
+ * of naming an adapter as the request's "model" (listed at GET /v1/models).
  *
  * Data structure: srv->lora_scale [n adapters] the server-wide scales, under srv->mu
  * (copied from the engine's at first use). Invariant: every request submitted
@@ -44,6 +44,20 @@ bool srv_lora_named(const srv_server *srv, const char *name)
         if (!strcmp(n, name)) return true;
     }
     return false;
+}
+
+void srv_lora_models(const srv_server *srv, cJSON *data)
+{
+    for (int i = 0; srv->e && i < kvi_engine_lora_count(srv->e); i++) {
+        char n[256];
+        adapter_name(kvi_engine_lora_get(srv->e, i), n, sizeof n);
+        cJSON *mo = cJSON_CreateObject();
+        cJSON_AddStringToObject(mo, "id", n);
+        cJSON_AddStringToObject(mo, "object", "model");
+        cJSON_AddStringToObject(mo, "parent", srv->cfg.model_name);
+        cJSON_AddStringToObject(mo, "owned_by", "kvinfer");
+        cJSON_AddItemToArray(data, mo);
+    }
 }
 
 /* A list [{"id": N, "scale": S}, ...] into scales [n] (the others 0). 0, or -1 with *er set. */

@@ -2,7 +2,8 @@
  * test_server_lora.c — LoRA adapters through `kvinfer serve` (llama-server's API):
  * adapters loaded by --lora / --lora-scaled listed at GET /lora-adapters (id, path,
  * scale), POST /lora-adapters setting the server-wide scales, a request's "lora"
- * list, an adapter named as the request's "model" (vLLM), bad ids refused (400).
+ * list, an adapter named as the request's "model" and listed at GET /v1/models (vLLM),
+ * bad ids refused (400).
  * The generated tokens are greedy on the qwen3 golden model: with adapter A at
  * scale 1 (by its id, or by its name as the model) they must equal
  * each other, and differ from the base model's for at least one of the prompts
@@ -52,6 +53,12 @@ int main(void)
           "adapter 0");
     CHECK(a1 && json_get_num(a1, "id") == 1 && json_get_num(a1, "scale") == 0, "adapter 1");
     cJSON_Delete(l);
+    free(r.body);
+
+    r = http_request(s.port, "GET", "/v1/models", NULL, NULL);
+    CHECK(r.status == 200 && r.body && strstr(r.body, "\"qwen3-lora-all-r8-f32\"") &&
+              strstr(r.body, "\"parent\""),
+          "the adapters as models: %s", r.body ? r.body : "");
     free(r.body);
 
     static const char *const prompts[] = { "1, 69, 200, 257, 306", "5, 9, 77, 301",
