@@ -17,6 +17,7 @@
 int cmd_bench(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 int cmd_kvplan(int argc, char **argv);
+int cmd_lora_merge(int argc, char **argv); /* cmd_lora_merge.c */
 
 typedef struct cli_command {
     const char *name;
@@ -39,6 +40,7 @@ static const cli_command commands[] = {
     { "bench", cmd_bench, "prefill/decode tokens/s (llama-bench style) against the machine's limits" },
     { "perplexity", cmd_perplexity, "perplexity of a text file; KL divergence against saved logits" },
     { "kv-plan", cmd_kvplan, "KV cache bytes per token/sequence and what fits in a memory size" },
+    { "lora-merge", cmd_lora_merge, "write a model with LoRA adapters merged into its matrices" },
 };
 
 static void print_help(FILE *f)

@@ -6,7 +6,8 @@
  * token by token (the same bits as the prefill); sequences with four different
  * adapters (F32 and Q8_0, attention-only and all matrices, experts on llama-moe), none
  * and two together, their rows interleaved in one batch, each bit-identical to the
- * same sequence alone; the prefix cache keyed by the adapter set; the CLI flags; bad adapter files refused with an error naming the fault.
+ * same sequence alone; the prefix cache keyed by the adapter set; the CLI flags;
+ * kvinfer lora-merge (dense and MoE) against the runtime golden; bad adapter files refused with an error naming the fault.
  */
 #include "testutil.h"
 
@@ -52,7 +53,7 @@ static float *lora_logits(kvi_model *m, const int32_t *toks, int n, int na, cons
 }
 
 /* One golden: golden/lora/<name>.logits.json on base model m */
-static void check_golden(kvi_model *m, const char *name, double tol)
+static void check_golden_as(kvi_model *m, const char *name, double tol, bool apply)
 {
     char rel[256];
     snprintf(rel, sizeof rel, "golden/lora/%s.logits.json", name);
@@ -65,7 +66,7 @@ static void check_golden(kvi_model *m, const char *name, double tol)
     const char *files[KVI_LORA_SET_MAX];
     float sc[KVI_LORA_SET_MAX];
     int na = 0;
-    for (int i = 0; ads && i < cJSON_GetArraySize(ads) && na < KVI_LORA_SET_MAX; i++, na++) {
+    for (int i = 0; apply && ads && i < cJSON_GetArraySize(ads) && na < KVI_LORA_SET_MAX; i++, na++) {
         const cJSON *it = cJSON_GetArrayItem(ads, i);
         files[na] = cJSON_GetObjectItem(it, "file")->valuestring;
         sc[na] = (float)cJSON_GetObjectItem(it, "scale")->valuedouble;
@@ -84,6 +85,8 @@ static void check_golden(kvi_model *m, const char *name, double tol)
     free(dec);
     cJSON_Delete(j);
 }
+
+static void check_golden(kvi_model *m, const char *name, double tol) { check_golden_as(m, name, tol, true); }
 
 /* Six sequences: no adapter, each of the four adapter files of model mname (attention
  * and all-matrix adapters, F32 and Q8_0) alone at its own scale, and two together;
@@ -346,8 +349,38 @@ static void check_cli_all(void)
     free(errout);
 }
 
+/* kvinfer lora-merge of base + A (1) + B (0.5): the merged model's logits against
+ * llama.cpp's runtime-adapter golden (F32 merged matrices: the F32 tolerance). */
+static void check_merge(const char *mname)
+{
+    char args[2048], out_name[64], golden[128];
+    snprintf(out_name, sizeof out_name, "lora_merged_%s.gguf", mname);
+    const char *out = tmp_path(out_name);
+    char base[512], fa[512];
+    snprintf(base, sizeof base, "golden/arch/%s-f32.gguf", mname);
+    snprintf(fa, sizeof fa, "golden/lora/%s-lora-attn-r4-f32.gguf", mname);
+    snprintf(args, sizeof args, "lora-merge -m %s --lora %s", shared_path(base), shared_path(fa));
+    snprintf(fa, sizeof fa, "golden/lora/%s-lora-all-r8-f32.gguf", mname);
+    snprintf(args + strlen(args), sizeof args - strlen(args), " --lora-scaled %s 0.5 -o %s", shared_path(fa),
+             out);
+    char *o = NULL, *e = NULL;
+    const int rc = run_kvinfer(args, &o, &e);
+    CHECK(rc == 0, "lora-merge: %s", e ? e : "");
+    free(o);
+    free(e);
+    kvi_error err = { 0 };
+    kvi_model *m = rc == 0 ? kvi_model_load(out, NULL, &err) : NULL;
+    CHECK(m != NULL, "merged model: %s", err.msg);
+    if (!m) return;
+    snprintf(golden, sizeof golden, "%s.A-f32.s1+B-f32.s0.5", mname);
+    check_golden_as(m, golden, 0.002, false); /* the adapters are in the weights */
+    kvi_model_free(m);
+}
+
 int main(void)
 {
+    check_merge("qwen3");
+    check_merge("llama-moe");
     check_cli_all();
     check_engine_adapters();
     check_refusals();

@@ -24,6 +24,8 @@ static const char *const mat_names[LORA_N_MAT] = {
     "ffn_up", "ffn_down", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps",
 };
 
+const char *lora_mat_name(lora_mat w) { return w >= 0 && w < LORA_N_MAT ? mat_names[w] : ""; }
+
 static bool ends_with(const char *s, const char *suf)
 {
     const size_t n = strlen(s), k = strlen(suf);

@@ -77,6 +77,9 @@ static inline const lora_pair *lora_pair_of(const struct kvi_lora *a, int l, lor
  * *per_out: rows per expert (expert matrices), else its n_out. */
 const kern_tensor *lora_base(const struct kvi_model *m, int l, lora_mat w, int64_t *per_out);
 
+/* The GGUF name of matrix w ("attn_q", "ffn_down_exps", ...) */
+const char *lora_mat_name(lora_mat w);
+
 /* Loads and checks the adapter at path against m (see the top of this file); the
  * error names the tensor or key at fault. 0 or KVI_E_FORMAT / KVI_E_INVALID /
  * KVI_E_NOMEM / KVI_E_IO, *out NULL on error. */
