@@ -156,7 +156,7 @@ typedef struct serve_opts {
     int32_t n_bias;
     int64_t responses_max;                              /* /v1/responses store (0: the default) */
     size_t responses_max_bytes;
-    run_spec_opts so; /* speculative decoding */
+    run_spec_opts so;                                   /* speculative decoding */
 } serve_opts;
 
 /* serve's own integer flags: 1 consumed, 0 not one of them, -1 error printed. */
