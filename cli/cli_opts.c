@@ -122,6 +122,63 @@ static bool *switch_flag(const char *a, cli_common *o, unsigned which)
     return NULL;
 }
 
+/* One adapter (path of len bytes, scale) onto o's list. */
+static int lora_push(cli_common *o, const char *flag, const char *path, size_t len, float scale)
+{
+    if (len == 0) return -cli_error("%s: empty file name", flag);
+    if (o->n_lora == CLI_LORA_MAX) return -cli_error("%s: at most %d adapters", flag, CLI_LORA_MAX);
+    o->lora_path[o->n_lora] = path;
+    o->lora_len[o->n_lora] = len;
+    o->lora_scale[o->n_lora++] = scale;
+    return 1;
+}
+
+/* --lora FILE; --lora-scaled FILE SCALE (two arguments, llama.cpp's older form) or
+ * --lora-scaled FILE:SCALE[,FILE:SCALE...] (its newer one; the scale after the last ':') */
+static int lora_flag(int argc, char **argv, int *i, cli_common *o)
+{
+    const char *a = argv[*i], *v = cli_flag_value(argc, argv, i);
+    if (!v) return -1;
+    if (!strcmp(a, "--lora")) return lora_push(o, a, v, strlen(v), 1.0f);
+    float sc;
+    if (*i + 1 < argc && cli_parse_f32(argv[*i + 1], &sc)) {
+        ++*i;
+        return lora_push(o, a, v, strlen(v), sc);
+    }
+    for (const char *p = v; *p;) {
+        const char *end = strchr(p, ',');
+        const size_t n = end ? (size_t)(end - p) : strlen(p);
+        const char *colon = NULL;
+        for (const char *q = p; q < p + n; q++)
+            if (*q == ':') colon = q;
+        char num[64];
+        const size_t nn = colon ? (size_t)(p + n - colon - 1) : 0;
+        if (!colon || nn == 0 || nn >= sizeof num)
+            return -cli_error("%s: '%s': want FILE SCALE or FILE:SCALE[,FILE:SCALE]", a, v);
+        memcpy(num, colon + 1, nn);
+        num[nn] = '\0';
+        if (!cli_parse_f32(num, &sc)) return -cli_error("%s: '%s' is not a scale", a, num);
+        const int r = lora_push(o, a, p, (size_t)(colon - p), sc);
+        if (r < 0) return r;
+        p = end ? end + 1 : p + n;
+    }
+    return 1;
+}
+
+int cli_opt_lora(const cli_common *o, kvi_engine *e, const char *who)
+{
+    for (int k = 0; k < o->n_lora; k++) {
+        char path[4096];
+        if (o->lora_len[k] >= sizeof path) return cli_error("%slora: file name too long", who);
+        memcpy(path, o->lora_path[k], o->lora_len[k]);
+        path[o->lora_len[k]] = '\0';
+        kvi_error err = { 0 };
+        if (kvi_engine_lora_load(e, path, o->lora_scale[k], &err) < 0)
+            return cli_error("%slora: %s: %s", who, path, err.msg[0] ? err.msg : kvi_strerror(err.code));
+    }
+    return 0;
+}
+
 int cli_opt_common(int argc, char **argv, int *i, cli_common *o, unsigned which)
 {
     const char *a = argv[*i];
@@ -146,6 +203,8 @@ int cli_opt_common(int argc, char **argv, int *i, cli_common *o, unsigned which)
         const int r = kv_type_flag(argc, argv, i, o, which);
         if (r != 0) return r;
     }
+    if ((which & CLI_OPT_LORA) && (!strcmp(a, "--lora") || !strcmp(a, "--lora-scaled")))
+        return lora_flag(argc, argv, i, o);
     if (which & CLI_OPT_POLICY) return policy_flag(argc, argv, i, o, which);
     return 0;
 }

@@ -32,6 +32,7 @@ enum {
     CLI_OPT_NO_PREFIX = 1u << 9,  /* --no-prefix-cache */
     CLI_OPT_POLICY = 1u << 10,    /* --ctx-policy P, --keep N, --sink N, --window N in [0, 2^24] */
     CLI_OPT_PROMPT = 1u << 11,    /* -p, --prompt TEXT; -f, --file PATH; --tokens IDS; --special */
+    CLI_OPT_LORA = 1u << 12,      /* --lora FILE, --lora-scaled FILE SCALE | FILE:SCALE[,FILE:SCALE] */
     /* where commands differ */
     CLI_OPT_CTX_MIN0 = 1u << 16,       /* -c 0 accepted: the model's context (serve, chat) */
     CLI_OPT_CTX_MIN4 = 1u << 17,       /* -c at least 4 (perplexity: a chunk of 4 scores one row) */
@@ -45,6 +46,8 @@ enum {
                                           of "X: 'P' is not a policy (...)" (perplexity) */
     CLI_OPT_TERSE = 1u << 22,          /* a bad number is "X: bad value 'V'" (chat) */
 };
+
+#define CLI_LORA_MAX 16
 
 /* What the flags that cli_opt_common consumed say. */
 typedef struct cli_common {
@@ -63,6 +66,10 @@ typedef struct cli_common {
     int64_t keep, sink, window;         /* 0, 4, 0 unless given */
     const char *prompt, *file, *tokens; /* the prompt's sources as given (cli_prompt_ids) */
     bool special;
+    int n_lora;                          /* LoRA adapters, in the order given (cli_opt_lora loads them) */
+    const char *lora_path[CLI_LORA_MAX]; /* into argv: lora_len[i] bytes (a FILE:SCALE list's part) */
+    size_t lora_len[CLI_LORA_MAX];
+    float lora_scale[CLI_LORA_MAX];
 } cli_common;
 
 /* The values of no flag given (see the invariants above). */
@@ -84,6 +91,9 @@ const char *cli_opt_policy(const cli_common *o);
 void cli_opt_engine_params(const cli_common *o, kvi_engine_params *ep);
 /* cli_load_model with o's model, --mmap and --tokenizer. */
 kvi_model *cli_opt_load_model(const cli_common *o);
+/* Loads o's LoRA adapters into e (kvi_engine_lora_load, each at its scale): 0, or 1
+ * with "<who>lora: <why>" printed. */
+int cli_opt_lora(const cli_common *o, kvi_engine *e, const char *who);
 /* kvi_engine_create, or NULL with "<who>cannot create the engine: <why>" printed
  * (who: "" or a prefix such as "bench: "). */
 kvi_engine *cli_engine_create(kvi_model *m, const kvi_engine_params *ep, const char *who);

@@ -60,6 +60,7 @@ static const char bench_help[] =
     "  -r, --repetitions N  timed repetitions per test (default 5)\n"
     "  -b, --batch-size N   rows per forward pass when filling the depth (default 512)\n"
     "  --kv-type T          KV cache type for K and V (default f16)\n"
+    "  --lora FILE          LoRA adapter (GGUF), scale 1; --lora-scaled FILE S (or FILE:S[,..])\n"
     "  --mmap               map the model file instead of reading it\n"
     "  --no-hw              do not measure the machine's limits (no roofline)\n"
     "  --hw                 measure only the machine's limits: read GB/s, FP32 FMA,\n"
@@ -82,7 +83,8 @@ typedef struct bench_opts {
 
 /* The shared flags `bench` takes (cli/cli_opts.h): --kv-type for K and V, any
  * type kvi_type_from_name knows (the engine refuses those it cannot cache). */
-#define BENCH_OPTS (CLI_OPT_MODEL | CLI_OPT_MMAP | CLI_OPT_THREADS | CLI_OPT_KV_TYPE | CLI_OPT_KV_ANY)
+#define BENCH_OPTS \
+    (CLI_OPT_MODEL | CLI_OPT_MMAP | CLI_OPT_THREADS | CLI_OPT_KV_TYPE | CLI_OPT_KV_ANY | CLI_OPT_LORA)
 
 typedef struct bench_result {
     char name[64];
@@ -649,6 +651,7 @@ int cmd_bench(int argc, char **argv)
     ep.n_batch_max = max_pp > (int)o.batch ? max_pp : (int)o.batch;
     int rc = 0;
     if (!(c.e = cli_engine_create(m, &ep, "bench: "))) rc = 1;
+    if (rc == 0 && cli_opt_lora(&o.c, c.e, "bench: ")) rc = 1;
     if (rc == 0 && cli_pipe_attach(c.e, &ep)) rc = 1; /* mpirun: stage 0 of the pipeline */
     if (rc == 0 && !(c.base = kvi_seq_create(c.e))) rc = cli_error("bench: cannot create a sequence");
     if (rc == 0 && !(c.b = kvi_batch_create(ep.n_batch_max)))

@@ -37,6 +37,7 @@ static const char chat_help[] =
     "                       one uses the built-in layouts)\n"
     "  -n, --n-predict N    most tokens per answer (default 256)\n"
     "  -c, --ctx-size N     context size (default: the model's)\n"
+    "  --lora FILE          LoRA adapter (GGUF), scale 1; --lora-scaled FILE S (or FILE:S[,..])\n"
     "  -t, --threads N      worker threads (default 0: every core)\n"
     "  --temp T             temperature (default 0.8; 0: argmax)\n"
     "  --seed S             sampler seed (default 0xC0FFEE)\n"
@@ -74,7 +75,8 @@ static bool msgs_add(msgs *m, const char *role, const char *text, size_t len)
 
 /* The shared flags `chat` takes (cli/cli_opts.h): -c 0 is the model's context,
  * and a bad number reads "X: bad value 'V'". */
-#define CHAT_OPTS (CLI_OPT_MODEL | CLI_OPT_THREADS | CLI_OPT_CTX | CLI_OPT_CTX_MIN0 | CLI_OPT_TERSE)
+#define CHAT_OPTS \
+    (CLI_OPT_MODEL | CLI_OPT_THREADS | CLI_OPT_CTX | CLI_OPT_CTX_MIN0 | CLI_OPT_TERSE | CLI_OPT_LORA)
 
 typedef struct chat_opts {
     cli_common c;
@@ -293,7 +295,8 @@ int cmd_chat(int argc, char **argv)
     if (!(st.m = cli_opt_load_model(&o.c))) return 1;
     kvi_engine_params ep;
     cli_opt_engine_params(&o.c, &ep);
-    if (!(st.e = cli_engine_create(st.m, &ep, "chat: ")) || cli_pipe_attach(st.e, &ep)) {
+    if (!(st.e = cli_engine_create(st.m, &ep, "chat: ")) || cli_opt_lora(&o.c, st.e, "chat: ") ||
+        cli_pipe_attach(st.e, &ep)) {
         kvi_engine_free(st.e); /* mpirun: stage 0 of the pipeline */
         kvi_model_free(st.m);
         return 1;

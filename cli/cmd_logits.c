@@ -27,6 +27,7 @@ static const char logits_help[] =
     "  -m, --model PATH    GGUF model, llama2.c checkpoint or Hugging Face folder\n"
     "                      (default: ../shared/models/stories260K.gguf if it exists)\n"
     "  --tokenizer PATH    tokenizer.bin for llama2.c checkpoints (default: next to it)\n"
+    "  --lora FILE         LoRA adapter (GGUF), scale 1; --lora-scaled FILE S (or FILE:S[,..])\n"
     "  --mmap              map the model file instead of reading it (default: off)\n"
     "  -p, --prompt TEXT   the prompt, tokenized with BOS as the model says\n"
     "  -f, --file PATH     read the prompt from a file (one trailing newline dropped)\n"
@@ -129,7 +130,7 @@ static void print_logits_text(const kvi_model *m, const kvi_engine *e, const int
 /* The shared flags `logits` takes (cli/cli_opts.h): --kv-type for K and V only. */
 #define LOGITS_OPTS                                                                                      \
     (CLI_OPT_MODEL | CLI_OPT_TOKENIZER | CLI_OPT_MMAP | CLI_OPT_PROMPT | CLI_OPT_THREADS | CLI_OPT_CTX | \
-     CLI_OPT_KV_TYPE)
+     CLI_OPT_KV_TYPE | CLI_OPT_LORA)
 
 /* 0: parsed; 1: error printed; 2: help printed. */
 static int parse_logits_args(int argc, char **argv, cli_common *c, int64_t *top, bool *json)
@@ -188,7 +189,7 @@ int cmd_logits(int argc, char **argv)
         if (ep.n_batch_max < n) ep.n_batch_max = n; /* one forward pass */
         if (n_ctx > 0 && n > n_ctx)
             rc = cli_ctx_exceeded(n, n_ctx);
-        else if (!(e = cli_engine_create(m, &ep, "")))
+        else if (!(e = cli_engine_create(m, &ep, "")) || cli_opt_lora(&c, e, ""))
             rc = 1;
         else if (cli_pipe_attach(e, &ep)) /* mpirun: stage 0 of the pipeline */
             rc = 1;

@@ -71,6 +71,7 @@ static const char ppl_help[] =
     "  --save-logits FILE   write the scored rows' log-probabilities (a KL baseline)\n"
     "  --kl-base FILE       compare with a baseline saved by --save-logits: mean, median,\n"
     "                       99th percentile and max KL divergence, top-1 agreement\n"
+    "  --lora FILE          LoRA adapter (GGUF), scale 1; --lora-scaled FILE S (or FILE:S[,..])\n"
     "  --mmap               map the model file instead of reading it\n"
     "  --json               print one JSON object only: perplexity, ppl_error, n_tokens,\n"
     "                       kv_type (+ kld_mean, top1_agreement, ... with --kl-base)\n"
@@ -89,7 +90,7 @@ typedef struct ppl_opts {
  * cmd_perplexity); a bad policy is an "unknown policy". */
 #define PPL_OPTS                                                                                         \
     (CLI_OPT_MODEL | CLI_OPT_MMAP | CLI_OPT_THREADS | CLI_OPT_CTX | CLI_OPT_CTX_MIN4 | CLI_OPT_KV_TYPE | \
-     CLI_OPT_KV_TYPE_KV | CLI_OPT_KV_LATER | CLI_OPT_POLICY | CLI_OPT_POLICY_UNKNOWN)
+     CLI_OPT_KV_TYPE_KV | CLI_OPT_KV_LATER | CLI_OPT_POLICY | CLI_OPT_POLICY_UNKNOWN | CLI_OPT_LORA)
 
 static void put_u32(uint8_t *p, uint32_t v)
 {
@@ -584,6 +585,7 @@ static int ppl_setup(const ppl_opts *o, ppl_run *r, const char *text, size_t tex
     ep.n_seq_max = 1;
     ep.n_batch_max = r->batch;
     if (!(r->e = cli_engine_create(r->m, &ep, "perplexity: "))) return 1;
+    if (cli_opt_lora(&o->c, r->e, "perplexity: ")) return 1;
     if (cli_pipe_attach(r->e, &ep)) return 1; /* mpirun: stage 0 of the pipeline */
     if (!(r->b = kvi_batch_create(r->batch)))
         return cli_error("perplexity: out of memory (batch of %d rows)", r->batch);

@@ -41,6 +41,8 @@ static const char run_help[] =
     "  -m, --model PATH        GGUF model, llama2.c checkpoint or Hugging Face folder\n"
     "                          (default: ../shared/models/stories260K.gguf if it exists)\n"
     "  --tokenizer PATH        tokenizer.bin for llama2.c checkpoints (default: next to it)\n"
+    "  --lora FILE             LoRA adapter (GGUF), scale 1; repeatable\n"
+    "  --lora-scaled FILE S    LoRA adapter at scale S (or FILE:S[,FILE:S]); repeatable\n"
     "  --mmap                  map the model file instead of reading it (default: off)\n"
     "  -p, --prompt TEXT       the prompt (default: empty, i.e. BOS alone)\n"
     "  -f, --file PATH         read the prompt from a file (one trailing newline dropped)\n"
@@ -121,7 +123,7 @@ typedef struct run_opts {
 #define RUN_OPTS                                                                                         \
     (CLI_OPT_MODEL | CLI_OPT_TOKENIZER | CLI_OPT_MMAP | CLI_OPT_PROMPT | CLI_OPT_THREADS | CLI_OPT_CTX | \
      CLI_OPT_KV_TYPE | CLI_OPT_KV_TYPE_KV | CLI_OPT_KV_BLOCK | CLI_OPT_KV_BUDGET | CLI_OPT_NO_PREFIX |   \
-     CLI_OPT_POLICY)
+     CLI_OPT_POLICY | CLI_OPT_LORA)
 
 /* Parses a float flag value; prints an error naming the flag on failure. */
 static int flag_f32(const char *flag, const char *v, float lo, float hi, float *out)
@@ -734,7 +736,7 @@ static kvi_engine *create_engine(const run_opts *o, kvi_model *m, int32_t n_prom
                                      : (n_prompt < RUN_PREFILL_STEP ? n_prompt : RUN_PREFILL_STEP);
     if (ep.n_batch_max < need) ep.n_batch_max = need;
     kvi_engine *e = cli_engine_create(m, &ep, "");
-    if (e && cli_pipe_attach(e, &ep)) { /* mpirun: stage 0 of the pipeline */
+    if (e && (cli_opt_lora(&o->c, e, "") || cli_pipe_attach(e, &ep))) { /* mpirun: stage 0 of the pipeline */
         kvi_engine_free(e);
         return NULL;
     }

@@ -48,6 +48,8 @@ static const char serve_help[] =
     "  --mmap                  map the model file instead of reading it\n"
     "  --host ADDR             IPv4 address to bind (default 127.0.0.1)\n"
     "  --port N                TCP port (default 8080; 0: any free port, printed)\n"
+    "  --lora FILE             LoRA adapter (GGUF), scale 1; --lora-scaled FILE S (or FILE:S[,..]);\n"
+    "                          listed at GET /lora-adapters, ids in load order\n"
     "  -t, --threads N         worker threads (default 0: every core)\n"
     "  -c, --ctx-size N        context of EACH sequence (default: the model's context_length)\n"
     "  --parallel N            sequences decoding at once (default 16)\n"
@@ -140,7 +142,7 @@ static char *model_name_of(const char *path)
  * --kv-budget 0 the default bound; --kv-type for K and V only. */
 #define SERVE_OPTS                                                                                         \
     (CLI_OPT_MODEL | CLI_OPT_TOKENIZER | CLI_OPT_MMAP | CLI_OPT_THREADS | CLI_OPT_CTX | CLI_OPT_CTX_MIN0 | \
-     CLI_OPT_KV_TYPE | CLI_OPT_KV_BUDGET | CLI_OPT_BUDGET_ZERO | CLI_OPT_NO_PREFIX)
+     CLI_OPT_KV_TYPE | CLI_OPT_KV_BUDGET | CLI_OPT_BUDGET_ZERO | CLI_OPT_NO_PREFIX | CLI_OPT_LORA)
 
 #define SERVE_BIAS_MAX 256 /* most -l flags */
 
@@ -501,6 +503,7 @@ static int serve_start(srv_server *srv, const serve_opts *o, kvi_sched **sp, kvi
     ep.n_seq_max = (int)o->parallel;
     ep.n_batch_max = (int)(o->batch_tokens + o->parallel);
     if (!(srv->e = cli_engine_create(srv->m, &ep, "serve: "))) return 1;
+    if (cli_opt_lora(&o->c, srv->e, "serve: ")) return 1;
     if (cli_pipe_attach(srv->e, &ep)) return 1; /* mpirun: stage 0 of the pipeline */
     srv->cfg.n_ctx = kvi_engine_n_ctx(srv->e);
     if (serve_embed(srv, o, &ep) != 0) return 1;

@@ -17,6 +17,7 @@
 int cmd_bench(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 int cmd_kvplan(int argc, char **argv);
+int cmd_lora_merge(int argc, char **argv); /* cmd_lora_merge.c */
 
 typedef struct cli_command {
     const char *name;
@@ -41,6 +42,7 @@ static const cli_command commands[] = {
     { "kv-plan", cmd_kvplan, "KV cache bytes per token/sequence and what fits in a memory size" },
     { "embed", cmd_embed, "embedding vectors of texts (JSON lines), pooled as the model says" },
     { "rerank", cmd_rerank, "a reranker's relevance scores of documents for a query" },
+    { "lora-merge", cmd_lora_merge, "write a model with LoRA adapters merged into its matrices" },
 };
 
 static void print_help(FILE *f)

@@ -214,6 +214,43 @@ int32_t kvi_seq_len(const kvi_seq *s); /* positions held in the cache */
  * what position n would need (they keep their window plus 64 positions). */
 int kvi_seq_truncate(kvi_seq *s, int32_t n);
 
+/* ---- LoRA adapters (llama.cpp's GGUF adapter format) ----
+ * An adapter adds s * B (A x) to the product of each matrix it adapts (attention,
+ * FFN, experts), s = scale * alpha / rank (scale alone when the file's alpha is 0
+ * or absent). Adapters are loaded on a model and chosen per sequence: rows of
+ * sequences with different adapter sets share one kvi_step, each row computed with
+ * its own set (a row gives the same bits alone or in any batch). */
+typedef struct kvi_lora kvi_lora;
+#define KVI_LORA_SET_MAX 8 /* adapters one sequence uses at once */
+/* Loads the adapter at path, checked against m (architecture, every shape; the
+ * error names the tensor at fault). NULL on error. m must outlive it. */
+kvi_lora *kvi_lora_load(const kvi_model *m, const char *path, kvi_error *err);
+/* Frees a; 0, or KVI_E_INVALID (nothing freed) while a sequence's set holds it. */
+int kvi_lora_free(kvi_lora *a);
+/* The file an adapter was loaded from; its rank (the largest of its pairs) and alpha. */
+const char *kvi_lora_path(const kvi_lora *a);
+int kvi_lora_rank(const kvi_lora *a);
+float kvi_lora_alpha(const kvi_lora *a);
+/* Sets s's adapters for its next rows: ad[i] with user scale scales[i], i < n <=
+ * KVI_LORA_SET_MAX (n 0: none; adapters with scale 0 are left out); each adapter
+ * of the engine's model. The cache already holds K/V of the old set: change it on
+ * an empty sequence (or truncate). 0, or KVI_E_INVALID (nothing changed). */
+int kvi_seq_set_lora(kvi_seq *s, int n, kvi_lora *const *ad, const float *scales);
+/* A hash of s's adapter set (0: none); the prefix cache keys s's blocks by it. */
+uint64_t kvi_seq_lora_hash(const kvi_seq *s);
+/* Adapters an engine owns (freed with it), numbered 0, 1, ... in load order, each
+ * with a scale that sequences created afterwards start with (0: off).
+ * kvi_engine_lora_load returns the new id, or a negative code (err says why). */
+#define KVI_ENGINE_LORA_MAX 64
+int kvi_engine_lora_load(kvi_engine *e, const char *path, float scale, kvi_error *err);
+int kvi_engine_lora_count(const kvi_engine *e);
+kvi_lora *kvi_engine_lora_get(const kvi_engine *e, int id); /* NULL: no such id */
+float kvi_engine_lora_scale(const kvi_engine *e, int id);
+int kvi_engine_lora_set_scale(kvi_engine *e, int id, float scale); /* 0 or KVI_E_INVALID */
+/* s's set from the engine's adapters: scales[id] for id < n (the others 0);
+ * kvi_seq_set_lora's rules. */
+int kvi_seq_set_lora_scales(kvi_seq *s, int n, const float *scales);
+
 kvi_batch *kvi_batch_create(int32_t n_rows_max);
 void kvi_batch_free(kvi_batch *b);
 void kvi_batch_clear(kvi_batch *b);
@@ -599,6 +636,10 @@ typedef struct kvi_request {
      * defaults), used when sampling turns DRY on. Valid until on_done. */
     const char *const *dry_breakers;
     int32_t n_dry_breakers;
+    /* LoRA: the scale of each of the engine's adapters by id (kvi_engine_lora_*),
+     * ids >= n_lora_scales at 0; copied at submit. NULL: the engine's scales. */
+    const float *lora_scales;
+    int32_t n_lora_scales;
 } kvi_request;
 
 typedef struct kvi_sched_stats {

@@ -194,6 +194,10 @@ typedef struct srv_server {
      * in "\n", for the caller to show (the library never prints); NULL: none.
      * Freed by srv_template_free. */
     char *notes;
+    /* LoRA (server_lora.c): the server-wide scale of each of the engine's adapters,
+     * under mu; lora_ready false until copied from the engine's */
+    bool lora_ready;
+    float lora_scale[KVI_ENGINE_LORA_MAX];
 } srv_server;
 
 /* The body limit in force (--body-max, else SRV_BODY_MAX). */
@@ -245,6 +249,8 @@ typedef struct srv_params {
     const kvi_grammar_vocab *grammar_vocab; /* of a forced call's grammar (the server's); NULL: the model's */
     srv_dry_breakers dry;                   /* server_sampling.c */
     bool infill; /* POST /infill: llama.cpp's fields in, its /completion shape out (server_infill.c) */
+    int32_t n_lora;                  /* the engine's adapters (server_lora.c) */
+    float lora[KVI_ENGINE_LORA_MAX]; /* their scales for this request */
 } srv_params;
 
 enum { SRV_TOOLS_NONE, SRV_TOOLS_AUTO, SRV_TOOLS_REQUIRED, SRV_TOOLS_NAMED };
@@ -540,6 +546,21 @@ void srv_log_write(srv_server *srv, const srv_log_rec *rec);
 int srv_props_ep(srv_server *srv, struct MHD_Connection *con);
 /* GET /slots: what each of the --parallel sequence slots holds now. */
 int srv_slots_ep(srv_server *srv, struct MHD_Connection *con);
+/* ---- LoRA adapters (server_lora.c) ---- */
+
+/* A request's adapter scales into p: its "lora" list ([{"id": N, "scale": S}],
+ * adapters not listed at 0), or the adapter its "model" names (scale 1, the others
+ * 0), else the server-wide scales. 0, or -1 with *er set (400). */
+int srv_lora_parse(srv_server *srv, const cJSON *root, srv_params *p, srv_err *er);
+/* Whether name is one of the adapters' names (the file name less ".gguf"). */
+bool srv_lora_named(const srv_server *srv, const char *name);
+/* The adapters as models of GET /v1/models (vLLM): {"id": name, "object": "model",
+ * "parent": the base model's name, "owned_by"} appended to data. */
+void srv_lora_models(const srv_server *srv, cJSON *data);
+/* GET /lora-adapters: [{"id", "path", "scale"}]; POST: a list like a request's
+ * "lora" sets the server-wide scales (adapters not listed at 0). */
+int srv_lora_ep(srv_server *srv, struct MHD_Connection *con, bool post, const char *body, size_t len);
+
 /* ---- the Responses API (server_responses.c, server_store.c) ---- */
 
 /* POST /v1/responses (body checked by srv_body_check), GET and DELETE

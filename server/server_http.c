@@ -436,6 +436,8 @@ static int submit_choices(srv_server *srv, srv_req *r, srv_err *er)
         rq.n_bias = r->p.n_bias;
         rq.dry_breakers = r->p.dry.given ? r->p.dry.v : NULL;
         rq.n_dry_breakers = r->p.dry.n;
+        rq.lora_scales = r->p.n_lora ? r->p.lora : NULL;
+        rq.n_lora_scales = r->p.n_lora;
         rq.on_token = on_token;
         rq.on_done = on_done;
         rq.user = c;
@@ -903,12 +905,16 @@ static enum MHD_Result route(srv_server *srv, struct MHD_Connection *con, conn_c
         cJSON_AddStringToObject(mo, "owned_by", "kvinfer");
         cJSON_AddNumberToObject(mo, "context_length", srv->cfg.n_ctx);
         cJSON_AddItemToArray(a, mo);
+        srv_lora_models(srv, a);
         return send_json(con, 200, o);
     }
     if (get && !strcmp(url, "/v1/kv")) return kv_ep(srv, con);
     if (get && !strcmp(url, "/props")) return (enum MHD_Result)srv_props_ep(srv, con);
+    if (get && !strcmp(url, "/lora-adapters")) return (enum MHD_Result)srv_lora_ep(srv, con, false, NULL, 0);
     if (get && !strcmp(url, "/slots")) return (enum MHD_Result)srv_slots_ep(srv, con);
     if (post && srv_body_check(cc->body, cc->len, &er)) return srv_send_error(con, api, &er);
+    if (post && !strcmp(url, "/lora-adapters"))
+        return (enum MHD_Result)srv_lora_ep(srv, con, true, cc->body, cc->len);
     if (post && srv_embed_path(url))
         return (enum MHD_Result)srv_embed_route(srv, con, url, cc->body, cc->len);
     if (post && srv_embed_refuses(srv, url, &er)) return srv_send_error(con, api, &er);

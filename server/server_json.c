@@ -545,14 +545,15 @@ static int parse_logit_bias(const srv_config *cfg, const cJSON *root, int32_t n_
 
 /* "model": any name is served by the one model and answered with its alias
  * (llama-server's way: agent CLIs send their own names); --strict-model
- * refuses other names with OpenAI's 404. (Where a LoRA adapter's name will
- * select the adapter.) 0, or -1 with *er set. */
+ * refuses other names with OpenAI's 404; a LoRA adapter's name selects the
+ * adapter (srv_lora_parse). 0, or -1 with *er set. */
 static int check_model(const srv_server *srv, const cJSON *root, srv_err *er)
 {
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
     if (!model || cJSON_IsNull(model)) return 0;
     if (!cJSON_IsString(model)) return bad(er, "model", "must be a string");
-    if (srv->cfg.strict_model && strcmp(model->valuestring, srv->cfg.model_name) != 0)
+    if (srv->cfg.strict_model && strcmp(model->valuestring, srv->cfg.model_name) != 0 &&
+        !srv_lora_named(srv, model->valuestring))
         return srv_err_set(er, 404, "invalid_request_error", "model_not_found",
                            "The model '%.200s' does not exist (this server serves '%.200s')",
                            model->valuestring, srv->cfg.model_name);
@@ -584,6 +585,7 @@ static int parse_request(srv_server *srv, const char *body, size_t len, bool cha
     }
     srv_log_unknown(root, infill ? &srv_fields_infill : chat ? &srv_fields_chat : &srv_fields_completions, 1);
     if ((rc = check_model(srv, root, er))) goto done;
+    if ((rc = srv_lora_parse(srv, root, p, er))) goto done;
     const int32_t big = 1 << 30;
     double mt = 0;
     if ((rc = num_field(root, "max_tokens", 1, big, true, &mt, er))) goto done;

@@ -32,6 +32,7 @@
 #include "kv/kv_cache.h"
 #include "kv/kv_txn.h"
 #include "kv/policy/policy.h"
+#include "model/lora.h"
 #include "model/model.h"
 #include "formats/quant.h"
 #include "base/threadpool.h"
@@ -68,6 +69,8 @@ struct kvi_seq {
     int32_t step_first, step_last, step_rows;
     int32_t step_snap; /* index into snap_stage, or -1 */
     int32_t step_bnd;  /* the block boundary whose state step_snap keeps */
+    lora_set lora;     /* LoRA adapters of its rows (n 0: none); each holds a use of its adapter */
+    uint64_t lora_hash; /* of lora, 0 when none */
 };
 
 /* Launched steps in flight at most, and the slots they need. */
@@ -96,6 +99,10 @@ struct kvi_engine {
     uint64_t stamp;
     /* per-step arrays, [n_batch_max] */
     const kv_table **tables;
+    const lora_set **lora_rows;            /* [n_batch_max] per row of a forward chunk: its sequence's set */
+    kvi_lora *lora[KVI_ENGINE_LORA_MAX];   /* adapters the engine owns (kvi_engine_lora_load), by id */
+    float lora_scale[KVI_ENGINE_LORA_MAX]; /* their scales for new sequences */
+    int n_lora;
     float **snap_rows; /* [snap_rows_cap] per batch row: where its recurrent state snapshot goes, or NULL */
     int32_t snap_rows_cap;
     float *snap_stage; /* [snap_cap][state floats] snapshots taken during the pass */
@@ -157,10 +164,12 @@ void kvi_engine_free(kvi_engine *e)
             if (e->slots[i]) kvi_seq_free(e->slots[i]);
         free(e->slots);
     }
+    for (int i = 0; i < e->n_lora; i++) kvi_lora_free(e->lora[i]);
     fwd_free(e->fwd);
     kv_pool_free(&e->kv);
     tpool_free(e->pool);
     free(e->tables);
+    free(e->lora_rows);
     free(e->snap_rows);
     free(e->snap_stage);
     free(e->out_rows);
@@ -285,9 +294,10 @@ kvi_engine *kvi_engine_create(kvi_model *m, const kvi_engine_params *params, kvi
     e->pool = tpool_create(p.n_threads);
     e->slots = calloc((size_t)p.n_seq_max, sizeof *e->slots);
     e->tables = malloc((size_t)p.n_batch_max * sizeof *e->tables);
+    e->lora_rows = malloc((size_t)p.n_batch_max * sizeof *e->lora_rows);
     e->out_rows = malloc((size_t)p.n_batch_max * sizeof *e->out_rows);
     e->keep = malloc((size_t)p.n_ctx * sizeof *e->keep);
-    if (!e->pool || !e->slots || !e->tables || !e->out_rows || !e->keep) {
+    if (!e->pool || !e->slots || !e->tables || !e->lora_rows || !e->out_rows || !e->keep) {
         err_set(err, KVI_E_NOMEM, "engine: out of memory");
         goto fail;
     }
@@ -341,6 +351,10 @@ kvi_seq *kvi_seq_create(kvi_engine *e)
                 }
             }
             e->slots[i] = s;
+            if (e->n_lora && kvi_seq_set_lora_scales(s, e->n_lora, e->lora_scale) != 0) {
+                kvi_seq_free(s); /* more adapters on than one sequence may use */
+                return NULL;
+            }
             const int32_t msg[2] = { PIPE_OP_CREATE, i };
             if (engine_pipe_send(e, msg, 2) != 0) {
                 e->pipe_quiet = true;
@@ -360,6 +374,7 @@ void kvi_seq_free(kvi_seq *s)
     const int32_t msg[2] = { PIPE_OP_FREE, s->slot };
     (void)engine_pipe_send(s->e, msg, 2); /* a lost stage fails the next step */
     kv_table_release(&s->e->kv, &s->table);
+    (void)kvi_seq_set_lora(s, 0, NULL, NULL);
     s->e->slots[s->slot] = NULL;
     free(s->recv);
     free(s);
@@ -379,6 +394,7 @@ kvi_seq *kvi_seq_fork(kvi_seq *s)
     e->pipe_quiet = quiet;
     if (!c) return NULL;
     if (s->recv && c->recv) memcpy(c->recv, s->recv, (size_t)e->p.n_ctx * sizeof *c->recv);
+    (void)kvi_seq_set_lora(c, s->lora.n, (kvi_lora *const *)s->lora.ad, s->lora.scale);
     const int32_t msg[3] = { PIPE_OP_FORK, s->slot, c->slot };
     if (engine_pipe_send(e, msg, 3) != 0) {
         e->pipe_quiet = true;
@@ -388,6 +404,79 @@ kvi_seq *kvi_seq_fork(kvi_seq *s)
     }
     return c;
 }
+
+int kvi_seq_set_lora(kvi_seq *s, int n, kvi_lora *const *ad, const float *scales)
+{
+    if (!s || n < 0 || n > KVI_LORA_SET_MAX || (n > 0 && (!ad || !scales))) return KVI_E_INVALID;
+    if (n > 0 && s->e->piped) return KVI_E_INVALID; /* the other stages would not know the set */
+    for (int i = 0; i < n; i++)
+        if (!ad[i] || ad[i]->m != s->e->m || !(scales[i] == scales[i])) return KVI_E_INVALID;
+    for (int i = 0; i < s->lora.n; i++) ((kvi_lora *)s->lora.ad[i])->n_users--;
+    lora_set ls = { 0 };
+    uint64_t h = 0;
+    for (int i = 0; i < n; i++) {
+        if (scales[i] == 0.0f) continue; /* dropped, as llama.cpp drops it */
+        ls.ad[ls.n] = ad[i];
+        ls.scale[ls.n++] = scales[i];
+        ad[i]->n_users++;
+        h = engine_fnv1a(h ? h : 0xcbf29ce484222325ull, &ad[i]->id, sizeof ad[i]->id);
+        h = engine_fnv1a(h, &scales[i], sizeof scales[i]);
+    }
+    /* K/V already cached under another set: its blocks must not be offered as this set's */
+    if (s->table.n_pos > 0 && h != s->table.salt) s->table.no_index = true;
+    s->lora = ls;
+    s->lora_hash = h;
+    s->table.salt = h;
+    return 0;
+}
+
+int kvi_engine_lora_load(kvi_engine *e, const char *path, float scale, kvi_error *err)
+{
+    if (!e || !(scale == scale)) return err_set(err, KVI_E_INVALID, "lora: no engine or a bad scale");
+    if (e->n_lora >= KVI_ENGINE_LORA_MAX)
+        return err_set(err, KVI_E_INVALID, "lora: an engine holds at most %d adapters", KVI_ENGINE_LORA_MAX);
+    kvi_lora *a = kvi_lora_load(e->m, path, err);
+    if (!a) return err && err->code ? err->code : KVI_E_INVALID;
+    e->lora[e->n_lora] = a;
+    e->lora_scale[e->n_lora] = scale;
+    return e->n_lora++;
+}
+
+int kvi_engine_lora_count(const kvi_engine *e) { return e ? e->n_lora : 0; }
+
+kvi_lora *kvi_engine_lora_get(const kvi_engine *e, int id)
+{
+    return e && id >= 0 && id < e->n_lora ? e->lora[id] : NULL;
+}
+
+float kvi_engine_lora_scale(const kvi_engine *e, int id)
+{
+    return e && id >= 0 && id < e->n_lora ? e->lora_scale[id] : 0.0f;
+}
+
+int kvi_engine_lora_set_scale(kvi_engine *e, int id, float scale)
+{
+    if (!e || id < 0 || id >= e->n_lora || !(scale == scale)) return KVI_E_INVALID;
+    e->lora_scale[id] = scale;
+    return 0;
+}
+
+int kvi_seq_set_lora_scales(kvi_seq *s, int n, const float *scales)
+{
+    if (!s || n < 0 || n > s->e->n_lora || (n > 0 && !scales)) return KVI_E_INVALID;
+    kvi_lora *ad[KVI_LORA_SET_MAX];
+    float sc[KVI_LORA_SET_MAX];
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        if (scales[i] == 0.0f) continue;
+        if (k == KVI_LORA_SET_MAX) return KVI_E_INVALID;
+        ad[k] = s->e->lora[i];
+        sc[k++] = scales[i];
+    }
+    return kvi_seq_set_lora(s, k, ad, sc);
+}
+
+uint64_t kvi_seq_lora_hash(const kvi_seq *s) { return s ? s->lora_hash : 0; }
 
 int32_t kvi_seq_reuse_prefix(kvi_seq *s, const int32_t *tokens, int32_t n)
 {
@@ -694,8 +783,11 @@ static int step_run(kvi_engine *e, const kvi_batch *b, step_flight *f)
     for (int32_t start = 0; !rc && start < b->n; start += e->p.n_batch_max) {
         const int32_t n = (b->n - start) < e->p.n_batch_max ? (b->n - start) : e->p.n_batch_max;
         int32_t n_out_chunk = 0;
+        bool any_lora = false;
         for (int32_t i = 0; i < n; i++) {
             e->tables[i] = &b->seq[start + i]->table;
+            e->lora_rows[i] = b->seq[start + i]->lora.n ? &b->seq[start + i]->lora : NULL;
+            any_lora |= e->lora_rows[i] != NULL;
             f->row_logit[start + i] = -1;
             if (b->want[start + i]) {
                 e->out_rows[n_out_chunk++] = i;
@@ -712,6 +804,7 @@ static int step_run(kvi_engine *e, const kvi_batch *b, step_flight *f)
             .logits = f->logits + (size_t)o * e->m->n_vocab,
             .recv = e->recv_rows + start,
             .snap = e->kv.n_rlayers ? e->snap_rows + start : NULL,
+            .lora = any_lora ? e->lora_rows : NULL,
         };
         if (e->piped) {
             rc = step_run_stage(e, &rows);

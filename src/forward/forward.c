@@ -58,6 +58,7 @@
 #include "forward/fwd_act.h"
 #include "forward/fwd_alloc.h"
 #include "forward/fwd_delta.h"
+#include "forward/fwd_lora.h"
 #include "forward/fwd_mla.h"
 #include "forward/fwd_moe.h"
 #include "forward/fwd_norm.h"
@@ -102,6 +103,7 @@ struct fwd_ctx {
     fwd_mla *mla;                      /* latent attention scratch (mla_kv_rank > 0) or NULL */
     float *mla_v;                      /* [chunk][n_heads * mla_v_dim] the heads' values */
     fwd_delta *delta;                  /* DeltaNet scratch (hybrid models) or NULL */
+    fwd_lora *lora;                    /* LoRA scratch, made by the first pass with adapters, or NULL */
     float **st, **sn;                  /* [chunk] per row: its sequence's layer state, snapshot or NULL */
     float *qg;                         /* [chunk][2 n_heads head_dim] gated q rows [q | gate] per head */
     float *gate;                       /* [chunk][n_heads * head_dim] the attention output gate */
@@ -132,6 +134,7 @@ void fwd_free(fwd_ctx *f)
     fwd_mla_free(f->mla);
     free(f->mla_v);
     fwd_delta_free(f->delta);
+    fwd_lora_free(f->lora);
     free(f->st);
     free(f->sn);
     free(f->qg);
@@ -361,6 +364,15 @@ static void q_temperature(const struct kvi_model *m, float *q, const int32_t *po
     }
 }
 
+/* y [n][ldy] += the LoRA terms of matrix w of layer L for rows [r0, r0 + n) with
+ * input x [n][ldx] (fwd_lora.h), after the base product */
+static int lora_add(fwd_ctx *f, tpool *pool, const fwd_rows *rows, int r0, const model_layer *L, lora_mat w,
+                    const float *x, int64_t ldx, int n, float *y, int64_t ldy)
+{
+    if (!rows->lora) return KVI_OK;
+    return fwd_lora_add(f->lora, pool, rows->lora + r0, (int)(L - f->m->layers), w, 0, x, ldx, n, y, ldy);
+}
+
 /* q, k, v of rows [r0, r0 + n) from xb: projections, biases, q/k norms, RoPE (not on a
  * NoPE layer), the query temperature. */
 static int qkv(fwd_ctx *f, tpool *pool, const model_layer *L, const fwd_rows *rows, int r0, int n)
@@ -371,7 +383,9 @@ static int qkv(fwd_ctx *f, tpool *pool, const model_layer *L, const fwd_rows *ro
         const kern_tensor *w3[3] = { &L->wq, &L->wk, &L->wv };
         float *const y3[3] = { m->attn_gated ? f->qg : f->q, f->k, f->v };
         const int64_t ld3[3] = { m->attn_gated ? 2 * qd : qd, kvd, kvd };
-        const int rc = kern_matmul_multi(pool, 3, w3, f->xb, m->dim, n, y3, ld3);
+        int rc = kern_matmul_multi(pool, 3, w3, f->xb, m->dim, n, y3, ld3);
+        for (int i = 0; i < 3 && !rc; i++)
+            rc = lora_add(f, pool, rows, r0, L, (lora_mat)(LORA_WQ + i), f->xb, m->dim, n, y3[i], ld3[i]);
         if (rc) return rc;
     }
     if (m->attn_gated) /* per head [q | gate] -> q, gate */
@@ -458,6 +472,7 @@ static int attn_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *rows
         wo_x = f->mla_v;
     }
     if ((rc = kern_matmul(pool, &L->wo, wo_x, L->wo.n_in, n, f->xb, dim))) return rc;
+    if ((rc = lora_add(f, pool, rows, r0, L, LORA_WO, wo_x, L->wo.n_in, n, f->xb, dim))) return rc;
     add_bias(f->xb, L->bo, n, dim);
     residual_add(m, x, f->xb, L->post_attn_norm, n);
     return KVI_OK;
@@ -503,14 +518,16 @@ static int layer_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *row
     else
         norm_or_copy(m, f->xb, x, L->ffn_norm, n, dim);
     if (L->moe) {
+        const fwd_moe_lora ml = { f->lora, rows->lora ? rows->lora + r0 : NULL, l };
         if ((rc = fwd_moe_run(f->moe, pool, m, L, f->gelu, f->xb, n, f->moe_y,
-                              f->routed + (size_t)l * m->n_expert)))
+                              f->routed + (size_t)l * m->n_expert, &ml)))
             return rc;
         residual_add(m, x, f->moe_y, L->post_ffn_norm, n);
         return KVI_OK;
     }
     if (!L->w_gate.data) { /* h = act(xb Wup^T (+b)) into hg */
         if ((rc = kern_matmul(pool, &L->w_up, f->xb, dim, n, f->hg, ffn))) return rc;
+        if ((rc = lora_add(f, pool, rows, r0, L, LORA_UP, f->xb, dim, n, f->hg, ffn))) return rc;
         add_bias(f->hg, L->b_up, n, ffn);
         fwd_xielu(&L->xielu, f->hg, (size_t)n * ffn);
     } else {
@@ -518,11 +535,14 @@ static int layer_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *row
         float *const y2[2] = { f->hg, f->hu };
         const int64_t ld2[2] = { ffn, ffn };
         if ((rc = kern_matmul_multi(pool, 2, w2, f->xb, dim, n, y2, ld2))) return rc;
+        if ((rc = lora_add(f, pool, rows, r0, L, LORA_GATE, f->xb, dim, n, f->hg, ffn))) return rc;
+        if ((rc = lora_add(f, pool, rows, r0, L, LORA_UP, f->xb, dim, n, f->hu, ffn))) return rc;
         add_bias(f->hg, L->b_gate, n, ffn);
         add_bias(f->hu, L->b_up, n, ffn);
         fwd_glu(m->act, f->gelu, f->hg, f->hu, (size_t)n * ffn);
     }
     if ((rc = kern_matmul(pool, &L->w_down, f->hg, ffn, n, f->xb, dim))) return rc;
+    if ((rc = lora_add(f, pool, rows, r0, L, LORA_DOWN, f->hg, ffn, n, f->xb, dim))) return rc;
     add_bias(f->xb, L->b_down, n, dim);
     residual_add(m, x, f->xb, L->post_ffn_norm, n);
     return KVI_OK;
@@ -539,6 +559,8 @@ int fwd_run_layers(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *rows, i
 {
     const struct kvi_model *m = f->m;
     const int n = rows->n, dim = m->dim, half = m->n_rot / 2;
+    if (rows->lora && !f->lora && !(f->lora = fwd_lora_create(m, f->n_rows_max, &f->bytes)))
+        return KVI_E_NOMEM;
 
     for (int r = 0; r < n; r++) {
         float *xr = f->x + (size_t)r * dim;

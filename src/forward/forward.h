@@ -9,6 +9,7 @@
 #define KVI_FORWARD_H
 
 #include "kv/kv_cache.h"
+#include "model/lora.h"
 #include "model/model.h"
 #include "base/threadpool.h"
 
@@ -25,6 +26,7 @@ typedef struct fwd_rows {
     float *const *snap;            /* [n] per row: where the recurrent layers' states go as they
                                          are right after the row (kv state layout), or NULL;
                                          NULL: none */
+    const lora_set *const *lora;   /* [n] per row: its LoRA adapters (lora.h) or NULL; NULL: none */
 } fwd_rows;
 
 typedef struct fwd_ctx fwd_ctx;

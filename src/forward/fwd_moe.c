@@ -32,6 +32,7 @@ struct fwd_moe {
     float *hu;     /* [rows_cap][max(F, S)] up */
     float *de;     /* [rows_cap][dim] the experts' output rows */
     float *route;  /* [2 * E] routing scratch */
+    const lora_set **ls; /* [chunk] the LoRA sets of one expert's rows, in their order */
 };
 
 void fwd_moe_free(fwd_moe *s)
@@ -47,6 +48,7 @@ void fwd_moe_free(fwd_moe *s)
     free(s->hu);
     free(s->de);
     free(s->route);
+    free(s->ls);
     free(s);
 }
 
@@ -75,6 +77,7 @@ fwd_moe *fwd_moe_create(const struct kvi_model *m, int chunk, size_t *bytes)
     s->hu = fwd_alloc64(R * h * sizeof(float), bytes, &ok);
     s->de = fwd_alloc64(R * (size_t)m->dim * sizeof(float), bytes, &ok);
     s->route = fwd_alloc64(2 * E * sizeof(float), bytes, &ok);
+    s->ls = fwd_alloc64(c * sizeof *s->ls, bytes, &ok);
     if (!ok) {
         fwd_moe_free(s);
         return NULL;
@@ -202,12 +205,23 @@ static int batch_end(const fwd_moe *s, int e0)
     return e;
 }
 
+/* The LoRA terms of matrix w of expert e for its c rows starting at order index
+ * start[e]: input x [c][ldx], output y [c][ldy] (fwd_lora.h). */
+static int experts_lora(fwd_moe *s, tpool *pool, const fwd_moe_lora *lo, lora_mat w, int e, const float *x,
+                        int64_t ldx, float *y, int64_t ldy)
+{
+    const int c = s->start[e + 1] - s->start[e];
+    if (!lo || !lo->sets || c == 0) return 0;
+    for (int j = 0; j < c; j++) s->ls[j] = lo->sets[s->order[s->start[e] + j] / s->k];
+    return fwd_lora_add(lo->s, pool, s->ls, lo->layer, w, e, x, ldx, c, y, ldy);
+}
+
 /* Experts [e0, e1) over their rows (order[start[e0] .. start[e1])), gathered into
  * xe in that order: gate and up of every chosen expert in one grouped product, the
  * activation, the downs in another; outputs in de, row i - start[e0]. Each
  * expert's rows go through exactly the products kern_matmul would give them. */
 static int experts_batch(fwd_moe *s, tpool *pool, const struct kvi_model *m, const model_layer *L,
-                         const uint16_t *gelu, const float *x, int e0, int e1)
+                         const uint16_t *gelu, const float *x, int e0, int e1, const fwd_moe_lora *lo)
 {
     const int k = s->k, F = s->F, dim = m->dim, base = s->start[e0], total = s->start[e1] - base;
     for (int i = 0; i < total; i++)
@@ -247,6 +261,9 @@ static int experts_batch(fwd_moe *s, tpool *pool, const struct kvi_model *m, con
     for (int e = e0; e < e1; e++) {
         const int c = s->start[e + 1] - s->start[e], o = s->start[e] - base;
         if (c == 0) continue;
+        const float *xo = s->xe + (size_t)o * dim;
+        if ((rc = experts_lora(s, pool, lo, LORA_EXP_GATE, e, xo, dim, s->hg + (size_t)o * F, F))) return rc;
+        if ((rc = experts_lora(s, pool, lo, LORA_EXP_UP, e, xo, dim, s->hu + (size_t)o * F, F))) return rc;
         add_bias_rows(s->hg + (size_t)o * F, L->exp_b_gate ? L->exp_b_gate + (size_t)e * F : NULL, c, F);
         add_bias_rows(s->hu + (size_t)o * F, L->exp_b_up ? L->exp_b_up + (size_t)e * F : NULL, c, F);
     }
@@ -259,6 +276,9 @@ static int experts_batch(fwd_moe *s, tpool *pool, const struct kvi_model *m, con
     if ((rc = kern_matmul_grouped(pool, ne, dnp, s->hg, F, total, r0d, nrd, ydn, ldd))) return rc;
     for (int e = e0; e < e1; e++) {
         const int c = s->start[e + 1] - s->start[e], o = s->start[e] - base;
+        if (c > 0 && (rc = experts_lora(s, pool, lo, LORA_EXP_DOWN, e, s->hg + (size_t)o * F, F,
+                                        s->de + (size_t)o * dim, dim)))
+            return rc;
         if (c > 0 && L->exp_b_down)
             add_bias_rows(s->de + (size_t)o * dim, L->exp_b_down + (size_t)e * dim, c, dim);
     }
@@ -266,7 +286,8 @@ static int experts_batch(fwd_moe *s, tpool *pool, const struct kvi_model *m, con
 }
 
 int fwd_moe_run(fwd_moe *s, tpool *pool, const struct kvi_model *m, const model_layer *L,
-                const uint16_t *gelu, const float *x, int n, float *y, uint64_t *counts)
+                const uint16_t *gelu, const float *x, int n, float *y, uint64_t *counts,
+                const fwd_moe_lora *lora)
 {
     const int E = s->E, k = s->k, dim = m->dim;
     if (n > s->chunk) return KVI_E_INVALID;
@@ -292,7 +313,7 @@ int fwd_moe_run(fwd_moe *s, tpool *pool, const struct kvi_model *m, const model_
     memset(y, 0, (size_t)n * dim * sizeof *y);
     for (int e0 = 0; e0 < E;) { /* batches of consecutive experts (experts_batch) */
         const int e1 = batch_end(s, e0);
-        if ((rc = experts_batch(s, pool, m, L, gelu, x, e0, e1))) return rc;
+        if ((rc = experts_batch(s, pool, m, L, gelu, x, e0, e1, lora))) return rc;
         for (int e = e0; e < e1; e++) /* a row's sum runs in increasing expert index */
             for (int i = s->start[e]; i < s->start[e + 1]; i++) {
                 const int rs = s->order[i];

@@ -22,6 +22,7 @@
 #define KVI_FWD_MOE_H
 
 #include "base/threadpool.h"
+#include "forward/fwd_lora.h"
 #include "model/model.h"
 
 #include <stdint.h>
@@ -45,11 +46,20 @@ void fwd_moe_free(fwd_moe *s);
 void fwd_moe_route(const struct kvi_model *m, const float *sel_bias, const float *l, int *sel, float *w,
                    float *scratch);
 
+/* The LoRA adapters of a call's rows (fwd_lora.h): sets [n] per row of x, or NULL. */
+typedef struct fwd_moe_lora {
+    fwd_lora *s;
+    const lora_set *const *sets;
+    int layer;
+} fwd_moe_lora;
+
 /* The block for rows x [n][dim] of layer L into y [n][dim] (not overlapping x),
  * n <= chunk. gelu: fwd_act_table's table when m->act needs it. 0 or the first
  * product's error. The rows routed to each expert are added into counts [E]
- * (when counts is not NULL). */
+ * (when counts is not NULL). lora (NULL or sets NULL: none): each chosen expert's
+ * products get the row's adapters' terms of that expert. */
 int fwd_moe_run(fwd_moe *s, tpool *pool, const struct kvi_model *m, const model_layer *L,
-                const uint16_t *gelu, const float *x, int n, float *y, uint64_t *counts);
+                const uint16_t *gelu, const float *x, int n, float *y, uint64_t *counts,
+                const fwd_moe_lora *lora);
 
 #endif

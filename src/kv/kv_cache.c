@@ -536,6 +536,7 @@ int kv_table_share(kv_pool *p, kv_table *dst, const kv_table *src, kvi_error *er
     dst->n_blocks = src->n_blocks;
     dst->n_pos = src->n_pos;
     dst->no_index = src->no_index;
+    dst->salt = src->salt;
     dst->lossy_block = src->lossy_block;
     /* q4 keys: the newest group's exact keys, or the child reads them quantised */
     if (kv_table_copy_tail(p, dst, src, err) != 0) {

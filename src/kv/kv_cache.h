@@ -175,6 +175,8 @@ typedef struct kv_table {
                                 Fork: kv_table_copy_tail; freed by kv_table_release */
     int32_t *tokens;     /* [cap * block_size] token of each position (prefix index) */
     bool no_index;       /* positions re-assigned by a context policy: never indexed */
+    uint64_t salt;       /* the K/V's inputs besides the tokens (a LoRA set), mixed into
+                            the first block's prefix hash; 0: none */
     int32_t wdrop;       /* window layers: blocks [0, wdrop) no longer needed (released) */
     float *state;        /* [pool state_bytes / 4] recurrent layers' state, or NULL */
     int32_t snap_at[2];  /* 1 + the blocks holding this table's two newest snapshots, 0: none */

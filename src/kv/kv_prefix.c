@@ -3,9 +3,10 @@
  *
  * A full block of a sequence (block_size positions, all written) is named by
  *
- *     hash(block i) = H(hash(block i - 1), tokens of block i),  hash(-1) = SEED
+ *     hash(block i) = H(hash(block i - 1), tokens of block i),  hash(-1) = SEED ^ salt
  *
- * so equal hashes mean (barring collisions) equal token prefixes up to the end
+ * (salt: the table's other inputs, e.g. its LoRA adapters; kv_cache.h)
+ * so equal hashes mean (barring collisions) equal token prefixes and salts up to the end
  * of the block, and equal prefixes mean equal keys and values at those positions
  * (every row's K/V depends only on its sequence's tokens before it). The index is
  * a chained hash table: bucket[hash & (n_buckets - 1)] -> block -> hnext -> ...
@@ -148,7 +149,7 @@ void kv_prefix_index_table(kv_pool *p, kv_table *t, int32_t b0)
         const int32_t b = t->blocks[i];
         if (p->indexed[b]) continue;
         int32_t par = -1;
-        uint64_t ph = PREFIX_SEED;
+        uint64_t ph = PREFIX_SEED ^ t->salt;
         if (i > 0) {
             par = t->blocks[i - 1];
             if (!p->indexed[par]) return; /* its chain is not named: neither is b */
@@ -177,7 +178,7 @@ int32_t kv_prefix_match(kv_pool *p, kv_table *t, const int32_t *tokens, int32_t 
     int32_t *ids = malloc((size_t)max_blocks * sizeof *ids); /* [max_blocks] */
     if (!ids) return err_set(err, KVI_E_NOMEM, "kv cache: out of memory matching a prefix");
     int32_t par = -1, n = 0;
-    uint64_t ph = PREFIX_SEED;
+    uint64_t ph = PREFIX_SEED ^ t->salt;
     for (; n < max_blocks; n++) {
         const int32_t *tok = tokens + (size_t)n * bs;
         const uint64_t h = block_hash(ph, tok, bs);

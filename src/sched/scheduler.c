@@ -109,6 +109,7 @@ typedef struct sreq {
     int32_t *drafts;   /* [spec draft_max] this step's proposal */
     int32_t n_draft;   /* drafts in this step's batch, rows row+1 .. row+n_draft */
     int lane;          /* RUNNING: the lane whose batches hold its rows */
+    float lora[KVI_ENGINE_LORA_MAX]; /* r.lora_scales copied ([r.n_lora_scales]) */
 } sreq;
 
 #define SCHED_LANES_MAX KVI_STEP_DEPTH_MAX
@@ -304,6 +305,16 @@ int kvi_sched_submit(kvi_sched *s, const kvi_request *r, uint64_t *id, kvi_error
             return err_set(err, KVI_E_INVALID,
                            "logit_bias: token %d or its bias is outside [0, %d) / [-100, 100] or -inf",
                            r->bias_ids ? r->bias_ids[i] : -1, s->n_vocab);
+    if (r->n_lora_scales < 0 || r->n_lora_scales > kvi_engine_lora_count(s->e) ||
+        (r->n_lora_scales && !r->lora_scales))
+        return err_set(err, KVI_E_INVALID, "lora: %d scales for %d adapters", r->n_lora_scales,
+                       kvi_engine_lora_count(s->e));
+    for (int32_t i = 0, on = 0; i < r->n_lora_scales; i++)
+        if (!(r->lora_scales[i] == r->lora_scales[i]) ||
+            ((on += r->lora_scales[i] != 0.0f) > KVI_LORA_SET_MAX))
+            return err_set(err, KVI_E_INVALID,
+                           "lora: a scale is not a number, or more than %d adapters are on",
+                           KVI_LORA_SET_MAX);
     kvi_grammar_matcher *gm = NULL;
     if (r->grammar) {
         pthread_mutex_lock(&s->mu);
@@ -343,6 +354,8 @@ int kvi_sched_submit(kvi_sched *s, const kvi_request *r, uint64_t *id, kvi_error
         }
     }
     q->r.dry_breakers = NULL;
+    if (r->n_lora_scales) memcpy(q->lora, r->lora_scales, (size_t)r->n_lora_scales * sizeof *q->lora);
+    q->r.lora_scales = r->lora_scales ? q->lora : NULL;
     memcpy(q->tokens, r->prompt, (size_t)r->n_prompt * sizeof *q->tokens);
     for (int32_t i = 0; i < r->n_prompt; i++) kvi_sampler_accept(q->smp, r->prompt[i]);
     q->n_prompt = q->n_tokens = r->n_prompt;
@@ -625,6 +638,17 @@ static void spec_draft_all(kvi_sched *s)
 /* (2) Admission, oldest first with preempted requests ahead of new ones. Each
  * admitted request joins the lane with the fewest running requests, lane L (the
  * one about to launch) on a tie. */
+/* A sequence for q with its adapters (the request's, or the engine's scales), or NULL */
+static kvi_seq *sched_seq_create(kvi_sched *s, const sreq *q)
+{
+    kvi_seq *seq = kvi_seq_create(s->e);
+    if (seq && q->r.lora_scales && kvi_seq_set_lora_scales(seq, q->r.n_lora_scales, q->r.lora_scales) != 0) {
+        kvi_seq_free(seq);
+        return NULL;
+    }
+    return seq;
+}
+
 static void admit(kvi_sched *s, int L)
 {
     int per_lane[SCHED_LANES_MAX] = { 0 };
@@ -655,7 +679,7 @@ static void admit(kvi_sched *s, int L)
                 best = q;
         }
         if (!best) break;
-        kvi_seq *seq = kvi_seq_create(s->e);
+        kvi_seq *seq = sched_seq_create(s, best);
         if (!seq) break;
         /* The prefix cache: whole cached blocks equal to the tokens' start are
          * taken instead of recomputed. Only blocks that were unheld (in the LRU)
@@ -666,7 +690,7 @@ static void admit(kvi_sched *s, int L)
         int32_t reused = kvi_seq_reuse_prefix(seq, best->tokens, best->n_tokens);
         if (reused < 0) {
             kvi_seq_free(seq);
-            if (!(seq = kvi_seq_create(s->e))) break;
+            if (!(seq = sched_seq_create(s, best))) break;
             reused = 0;
         }
         kvi_stats_get(s->e, NULL, &after);

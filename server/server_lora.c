@@ -1,0 +1,145 @@
+/*
+ * server_lora.c — LoRA adapters over HTTP, as llama-server has them: the adapters
+ * loaded at start (kvinfer serve --lora / --lora-scaled: the engine's, ids in load
+ * order) listed at GET /lora-adapters, their server-wide scales set by POST
+ * /lora-adapters, a request's own scales in its "lora" list, and vLLM's convention
+ * of naming an adapter as the request's "model" (listed at GET /v1/models).
+ *
+ * Data structure: srv->lora_scale [n adapters] the server-wide scales, under srv->mu
+ * (copied from the engine's at first use). Invariant: every request submitted
+ * carries explicit scales for every adapter (srv_params lora), so the scheduler
+ * never reads a scale a handler is changing.
+ */
+#include "server/server.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* The adapter's name: its file name without folders and ".gguf" into out[cap] */
+static void adapter_name(const kvi_lora *a, char *out, size_t cap)
+{
+    const char *path = kvi_lora_path(a), *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    size_t n = strlen(base);
+    if (n > 5 && !strcmp(base + n - 5, ".gguf")) n -= 5;
+    if (n >= cap) n = cap - 1;
+    memcpy(out, base, n);
+    out[n] = '\0';
+}
+
+/* srv->lora_scale made ready (under srv->mu) */
+static void scales_ready(srv_server *srv)
+{
+    if (srv->lora_ready) return;
+    for (int i = 0; i < kvi_engine_lora_count(srv->e); i++)
+        srv->lora_scale[i] = kvi_engine_lora_scale(srv->e, i);
+    srv->lora_ready = true;
+}
+
+bool srv_lora_named(const srv_server *srv, const char *name)
+{
+    for (int i = 0; srv->e && i < kvi_engine_lora_count(srv->e); i++) {
+        char n[256];
+        adapter_name(kvi_engine_lora_get(srv->e, i), n, sizeof n);
+        if (!strcmp(n, name)) return true;
+    }
+    return false;
+}
+
+void srv_lora_models(const srv_server *srv, cJSON *data)
+{
+    for (int i = 0; srv->e && i < kvi_engine_lora_count(srv->e); i++) {
+        char n[256];
+        adapter_name(kvi_engine_lora_get(srv->e, i), n, sizeof n);
+        cJSON *mo = cJSON_CreateObject();
+        cJSON_AddStringToObject(mo, "id", n);
+        cJSON_AddStringToObject(mo, "object", "model");
+        cJSON_AddStringToObject(mo, "parent", srv->cfg.model_name);
+        cJSON_AddStringToObject(mo, "owned_by", "kvinfer");
+        cJSON_AddItemToArray(data, mo);
+    }
+}
+
+/* A list [{"id": N, "scale": S}, ...] into scales [n] (the others 0). 0, or -1 with *er set. */
+static int parse_list(const cJSON *l, int n, float *scales, srv_err *er)
+{
+    if (!cJSON_IsArray(l))
+        return srv_err_set(er, 400, "invalid_request_error", NULL,
+                           "lora: must be a list of {\"id\", \"scale\"}");
+    for (int i = 0; i < n; i++) scales[i] = 0.0f;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, l)
+    {
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(it, "id");
+        const cJSON *sc = cJSON_GetObjectItemCaseSensitive(it, "scale");
+        if (!cJSON_IsNumber(id) || id->valuedouble != (double)(int)id->valuedouble || id->valueint < 0 ||
+            id->valueint >= n)
+            return srv_err_set(er, 400, "invalid_request_error", NULL,
+                               "lora: id must be an adapter id in [0, %d)", n);
+        if (!cJSON_IsNumber(sc) || !(sc->valuedouble >= -1e6 && sc->valuedouble <= 1e6))
+            return srv_err_set(er, 400, "invalid_request_error", NULL, "lora: scale must be a number");
+        scales[id->valueint] = (float)sc->valuedouble;
+    }
+    int on = 0;
+    for (int i = 0; i < n; i++) on += scales[i] != 0.0f;
+    if (on > KVI_LORA_SET_MAX)
+        return srv_err_set(er, 400, "invalid_request_error", NULL, "lora: at most %d adapters at once",
+                           KVI_LORA_SET_MAX);
+    return 0;
+}
+
+int srv_lora_parse(srv_server *srv, const cJSON *root, srv_params *p, srv_err *er)
+{
+    const int n = srv->e ? kvi_engine_lora_count(srv->e) : 0;
+    p->n_lora = n;
+    if (n == 0) return 0;
+    const cJSON *l = cJSON_GetObjectItemCaseSensitive(root, "lora");
+    if (l && !cJSON_IsNull(l)) return parse_list(l, n, p->lora, er);
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+    for (int i = 0; cJSON_IsString(model) && i < n; i++) {
+        char name[256];
+        adapter_name(kvi_engine_lora_get(srv->e, i), name, sizeof name);
+        if (strcmp(name, model->valuestring)) continue;
+        for (int k = 0; k < n; k++) p->lora[k] = k == i ? 1.0f : 0.0f;
+        return 0;
+    }
+    pthread_mutex_lock(&srv->mu);
+    scales_ready(srv);
+    memcpy(p->lora, srv->lora_scale, (size_t)n * sizeof *p->lora);
+    pthread_mutex_unlock(&srv->mu);
+    return 0;
+}
+
+int srv_lora_ep(srv_server *srv, struct MHD_Connection *con, bool post, const char *body, size_t len)
+{
+    const int n = srv->e ? kvi_engine_lora_count(srv->e) : 0;
+    srv_err er = { 0 };
+    if (post) {
+        float sc[KVI_ENGINE_LORA_MAX];
+        cJSON *root = cJSON_ParseWithLength(body ? body : "", len);
+        const int rc = parse_list(root, n, sc, &er);
+        cJSON_Delete(root);
+        if (rc) return srv_send_error(con, &srv_api_openai, &er);
+        pthread_mutex_lock(&srv->mu);
+        memcpy(srv->lora_scale, sc, (size_t)n * sizeof *sc);
+        srv->lora_ready = true;
+        pthread_mutex_unlock(&srv->mu);
+    }
+    cJSON *a = cJSON_CreateArray();
+    pthread_mutex_lock(&srv->mu);
+    scales_ready(srv);
+    for (int i = 0; i < n; i++) {
+        cJSON *o = cJSON_CreateObject();
+        char name[256];
+        adapter_name(kvi_engine_lora_get(srv->e, i), name, sizeof name);
+        cJSON_AddNumberToObject(o, "id", i);
+        cJSON_AddStringToObject(o, "path", kvi_lora_path(kvi_engine_lora_get(srv->e, i)));
+        cJSON_AddStringToObject(o, "name", name);
+        cJSON_AddNumberToObject(o, "scale", srv->lora_scale[i]);
+        cJSON_AddItemToArray(a, o);
+    }
+    pthread_mutex_unlock(&srv->mu);
+    char *out = post ? strdup("{\"success\":true}") : cJSON_PrintUnformatted(a);
+    cJSON_Delete(a);
+    return srv_send_body(con, 200, out);
+}
