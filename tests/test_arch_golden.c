@@ -365,5 +365,8 @@ int main(void)
     }
     /* gpt-oss as published: its experts in MXFP4 (the other matrices Q8_0) */
     check_file("gpt-oss-mxfp4", 0.03, 8, 4);
+    /* issue 36 (README-dense-t3.md): llama4, F32 and Q8_0 */
+    check_file("llama4-f32", 0.002, 4, 1);
+    check_file("llama4-q8_0", 0.03, 4, 1);
     return test_main_end();
 }

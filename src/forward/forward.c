@@ -329,8 +329,16 @@ static void qk_norm_rows(const struct kvi_model *m, float *y, const float *w, in
         fwd_rmsnorm_rows(y, y, w, n, n_h * m->head_dim, m->rms_eps);
 }
 
-/* q, k, v of rows [r0, r0 + n) from xb: projections, biases, q/k norms, RoPE. */
-static int qkv(fwd_ctx *f, tpool *pool, const model_layer *L, int r0, int n)
+/* The Q temperature at position p (model.h attn_temp_*). */
+static float attn_temp(const struct kvi_model *m, int32_t p)
+{
+    const double fl = floor((double)((int64_t)p + m->attn_temp_offset) / m->attn_temp_len);
+    return (float)(log(fl + 1.0) * m->attn_temp_beta + 1.0);
+}
+
+/* q, k, v of rows [r0, r0 + n) (positions pos [n]) from xb: projections, biases,
+ * q/k norms, RoPE, the Q temperature. */
+static int qkv(fwd_ctx *f, tpool *pool, const model_layer *L, const int32_t *pos, int r0, int n)
 {
     const struct kvi_model *m = f->m;
     const int qd = m->n_heads * m->head_dim, kvd = m->n_kv_heads * m->head_dim;
@@ -355,8 +363,19 @@ static int qkv(fwd_ctx *f, tpool *pool, const model_layer *L, int r0, int n)
     add_bias(f->v, L->bv, n, kvd);
     qk_norm_rows(m, f->q, L->q_norm, n, m->n_heads);
     qk_norm_rows(m, f->k, L->k_norm, n, m->n_kv_heads);
-    rope_rows(f, L->rope_set, f->q, r0, n, m->n_heads);
-    rope_rows(f, L->rope_set, f->k, r0, n, m->n_kv_heads);
+    if (!L->no_rope) {
+        rope_rows(f, L->rope_set, f->q, r0, n, m->n_heads);
+        rope_rows(f, L->rope_set, f->k, r0, n, m->n_kv_heads);
+    }
+    if (L->qk_rms_post) { /* llama4: per head, no weight, after RoPE */
+        fwd_rms_rows(f->q, n * m->n_heads, m->head_dim, m->rms_eps);
+        fwd_rms_rows(f->k, n * m->n_kv_heads, m->head_dim, m->rms_eps);
+    }
+    if (L->attn_temp)
+        for (int r = 0; r < n; r++) {
+            const float t = attn_temp(m, pos[r]);
+            if (t != 1.0f) scale_rows(f->q + (size_t)r * qd, t, (size_t)qd);
+        }
     return KVI_OK;
 }
 
@@ -375,7 +394,7 @@ static int attn_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *rows
     const model_layer *L = &m->layers[l];
     const int dim = m->dim, hd = m->head_dim, kvd = m->n_kv_heads * hd;
     float *x = f->x + (size_t)r0 * dim; /* [n][dim] this chunk's residual rows */
-    int rc = m->mla_kv_rank > 0 ? mla_qk(f, pool, L, r0, n) : qkv(f, pool, L, r0, n);
+    int rc = m->mla_kv_rank > 0 ? mla_qk(f, pool, L, r0, n) : qkv(f, pool, L, rows->pos + r0, r0, n);
     if (rc) return rc;
 
     /* K and V appended to the cache, then every row reads its own sequence back */
@@ -402,6 +421,7 @@ static int attn_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *rows
         .softcap = m->attn_softcap,
         .scale = m->kq_scale,
         .sinks = L->sinks,
+        .chunk = L->attn_chunk,
     };
     attention_rows(pool, f->attn, &aa);
     if (m->attn_gated) { /* att *= sigmoid(gate) */

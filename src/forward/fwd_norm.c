@@ -48,3 +48,14 @@ void fwd_rmsnorm_rows(float *out, const float *x, const float *w, int n, int dim
         for (; i < dim; i++) o[i] = xr[i] * s * w[i];
     }
 }
+
+void fwd_rms_rows(float *x, int n, int dim, float eps)
+{
+    for (int r = 0; r < n; r++) {
+        float *xr = x + (size_t)r * dim;
+        double ss = 0; /* in order, as fwd_rmsnorm_rows */
+        for (int i = 0; i < dim; i++) ss += (double)xr[i] * xr[i];
+        const float s = (float)(1.0 / sqrt(ss / dim + eps));
+        for (int i = 0; i < dim; i++) xr[i] *= s;
+    }
+}

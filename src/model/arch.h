@@ -64,5 +64,6 @@ int model_hybrid_layers(struct kvi_model *m, const gguf_ctx *g, kvi_error *err);
 extern const model_arch model_arch_llama, model_arch_qwen2, model_arch_qwen3, model_arch_gemma2,
     model_arch_gemma3, model_arch_phi3, model_arch_granite, model_arch_olmo2, model_arch_qwen3moe,
     model_arch_olmoe, model_arch_gptoss, model_arch_deepseek2, model_arch_qwen35, model_arch_qwen3next;
+extern const model_arch model_arch_llama4;
 
 #endif

@@ -300,6 +300,11 @@ int model_check_hparams(const struct kvi_model *m, kvi_error *err)
         if (m->layers[l].window < 0 || m->layers[l].rope_set < 0 || m->layers[l].rope_set >= m->n_rope_sets)
             return err_set(err, KVI_E_FORMAT, "model: layer %d: window %d / RoPE set %d invalid", l,
                            m->layers[l].window, m->layers[l].rope_set);
+    for (int l = 0; m->layers && l < m->n_layers; l++)
+        if (m->layers[l].attn_chunk < 0 ||
+            (m->layers[l].attn_temp && (m->attn_temp_len < 1 || !isfinite(m->attn_temp_beta))))
+            return err_set(err, KVI_E_FORMAT, "model: layer %d: attention chunk %d / temperature invalid", l,
+                           m->layers[l].attn_chunk);
     return 0;
 }
 
@@ -416,7 +421,7 @@ int model_validate(const struct kvi_model *m, kvi_error *err)
             if ((rc = check_delta(m, L, l, err))) return rc;
             mats[0].t = mats[1].t = mats[2].t = mats[3].t = NULL;
         }
-        if (L->moe != (m->n_expert > 0 && l >= m->n_dense_lead))
+        if (L->moe != model_layer_moe(m, l))
             return err_set(err, KVI_E_FORMAT, "model: blk.%d: the FFN kind does not match the model", l);
         const size_t n_mats = sizeof mats / sizeof mats[0], n_moe = S > 0 ? 7 : 4;
         for (size_t i = 0; L->moe && i < n_moe; i++) {

@@ -140,6 +140,11 @@ typedef struct model_layer {
     const float *ssm_a;    /* [Hv] -exp(A_log), negative */
     const float *ssm_norm; /* [dk] gated output RMSNorm, shared by the heads */
     kern_tensor ssm_out;   /* [dim][Hv dk] */
+    /* llama4 and later (all false / 0: the block above) */
+    bool no_rope;        /* NoPE layer: q, k not rotated */
+    bool qk_rms_post;    /* q, k RMS-normed per head without weight after RoPE */
+    int attn_chunk;      /* chunked attention: p sees (floor(p / C) C .. p]; 0: none */
+    bool attn_temp;      /* q times the model's position temperature (attn_temp_*) */
 } model_layer;
 
 #define MODEL_MAX_ROPE_SETS 2
@@ -220,6 +225,14 @@ struct kvi_model {
     int ssm_hv;      /* time_step_rank: value heads, a multiple of ssm_hk */
     bool ssm_tiled;  /* value head j reads key head j % Hk (qwen35), else j / (Hv / Hk) */
     bool attn_gated; /* attention q rows per head [q | gate]; the output times sigmoid(gate) */
+    /* llama4: moe on layer l only when (l + 1) % moe_step == 0 (0, 1: every layer past
+     * n_dense_lead); the chosen weight multiplies the expert's input instead of its output */
+    int moe_step;
+    bool moe_weight_input;
+    /* Q temperature of layers with attn_temp: q at position p times
+     * 1 + attn_temp_beta * ln(floor((p + attn_temp_offset) / attn_temp_len) + 1) */
+    float attn_temp_beta;
+    int attn_temp_len, attn_temp_offset;
 
     kern_tensor tok_embd;     /* [n_vocab][dim] */
     const float *output_norm; /* [dim] */
@@ -238,6 +251,12 @@ struct kvi_model {
     void *map_addr; /* llama2.c / safetensors file mapped with use_mmap, or NULL */
     size_t map_len;
 };
+
+/* Whether layer l's FFN is a mixture of experts (n_expert, n_dense_lead, moe_step). */
+static inline bool model_layer_moe(const struct kvi_model *m, int l)
+{
+    return m->n_expert > 0 && l >= m->n_dense_lead && (m->moe_step <= 1 || (l + 1) % m->moe_step == 0);
+}
 
 /* Keeps buf alive until the model is freed; returns buf (NULL on allocation failure
  * of the bookkeeping, in which case buf has been freed). */

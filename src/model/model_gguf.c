@@ -611,7 +611,7 @@ static int bind_layer(gbind *b, const model_arch *a, int l, kvi_error *err)
                (rc = bind_vector(b, NM("ffn_norm.weight"), dim, pre, &L->ffn_norm, err))) {
         return rc;
     }
-    L->moe = m->n_expert > 0 && l >= m->n_dense_lead;
+    L->moe = model_layer_moe(m, l);
     if (L->moe) {
         const int64_t E = m->n_expert, F = m->expert_ffn, S = m->shared_ffn;
         if ((rc = bind_matrix(b, NM("ffn_gate_inp.weight"), dim, E, true, &L->router, err)) ||
