@@ -10,7 +10,7 @@
  * deepseek2's latent attention: its cache bytes, and fork, session file and prefix
  * reuse on the latent cache (check_latent).
  * gpt-oss also as published, its experts in MXFP4 (gpt-oss-mxfp4, tolerance 0.03).
- * Sliding-window models (gemma2, gemma3, gpt-oss) also over 400 positions, long enough
+ * Sliding-window models (gemma2, gemma3, gemma4, gpt-oss) also over 400 positions, long enough
  * that decode releases window parts (kv_cache.h): token-by-token decode gives the
  * bits of one prefill step, and the KV bytes held stay far below a full cache.
  */
@@ -144,7 +144,8 @@ static float *run_seq(kvi_model *m, const int32_t *toks, int n, bool decode, int
 /* Parameter and byte counts against the file's own tensor list (gguf reader, not
  * the model): every tensor's elements == kvi_model_n_params; one token's share ==
  * kvi_model_active_params / kvi_model_decode_bytes, where a tensor named *_exps
- * counts used / n_expert of itself and an untied token_embd one row. n_expert and
+ * counts used / n_expert of itself and an untied token_embd (gemma4's
+ * per_layer_token_embd too) one row. n_expert and
  * used are the README's, checked against kvi_model_info. */
 static void check_counts(kvi_model *m, const char *rel, int n_expert, int used)
 {
@@ -166,7 +167,8 @@ static void check_counts(kvi_model *m, const char *rel, int n_expert, int used)
         if (strstr(t->name, "_exps")) {
             active += el / (uint64_t)n_expert * (uint64_t)used;
             bytes += t->nbytes / (size_t)n_expert * (size_t)used;
-        } else if (!tied && !strcmp(t->name, "token_embd.weight")) {
+        } else if ((!tied && !strcmp(t->name, "token_embd.weight")) ||
+                   !strcmp(t->name, "per_layer_token_embd.weight")) { /* a token reads one row */
             active += (uint64_t)t->ne[0];
             bytes += t->nbytes / (size_t)t->ne[1];
         } else {
@@ -294,6 +296,20 @@ static void check_latent(kvi_model *m, const int32_t *toks, int n, const float *
     }
 }
 
+/* gemma4 (5 layers, the last 2 reading layers 1 and 2's K/V): the cache holds K
+ * and V rows of 64 values for the 3 layers with their own K/V only. */
+static void check_shared_kv(kvi_model *m)
+{
+    kvi_engine_params p = engine_params(KVI_TYPE_F32, 2, 1, 0);
+    kvi_engine *e = engine_create_checked(m, &p);
+    if (!e) return;
+    kvi_stats st;
+    kvi_stats_get(e, NULL, &st);
+    CHECK(st.kv_bytes_per_token == (size_t)3 * 2 * 64 * 4, "gemma4: %zu KV bytes a token, want 3 layers' %d",
+          st.kv_bytes_per_token, 3 * 2 * 64 * 4);
+    kvi_engine_free(e);
+}
+
 static void check_file(const char *name, double tol, int n_expert, int used)
 {
     char rel[256];
@@ -327,6 +343,7 @@ static void check_file(const char *name, double tol, int n_expert, int used)
         free(dec);
         free(pair);
         if (!strncmp(name, "deepseek2", 9)) check_latent(m, toks, n, pre);
+        if (!strncmp(name, "gemma4", 6)) check_shared_kv(m);
     }
     free(pre);
     free(blk);
@@ -368,5 +385,7 @@ int main(void)
     /* issue 36 (README-dense-t3.md): llama4, F32 and Q8_0 */
     check_file("llama4-f32", 0.002, 4, 1);
     check_file("llama4-q8_0", 0.03, 4, 1);
+    check_file("gemma4-f32", 0.002, 0, 0);
+    check_file("gemma4-q8_0", 0.03, 0, 0);
     return test_main_end();
 }

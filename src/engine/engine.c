@@ -249,7 +249,7 @@ kvi_engine *kvi_engine_create(kvi_model *m, const kvi_engine_params *params, kvi
                                 .n_sink = p.n_sink,
                                 .n_window = p.n_window,
                                 .block_size = p.kv_block_size };
-    const int kv_dim = m->n_kv_heads * m->head_dim;
+    const int kv_dim = model_kv_dim(m); /* the widest layer's (gemma4), else n_kv_heads * head_dim */
     /* latent attention: the cache holds the latent rows only (values inside them) */
     if (m->mla_kv_rank > 0) e->p.kv_type_v = p.kv_type_v = KVI_TYPE_KV_LATENT;
     int *windows =
@@ -260,7 +260,9 @@ kvi_engine *kvi_engine_create(kvi_model *m, const kvi_engine_params *params, kvi
     }
     int n_win = 0;
     for (int l = 0; l < m->n_layers; l++) {
-        windows[l] = m->layers[l].recurrent ? KV_LAYER_RECURRENT : m->layers[l].window;
+        windows[l] = m->layers[l].recurrent  ? KV_LAYER_RECURRENT
+                     : m->layers[l].kv_share ? KV_LAYER_ABSENT /* reads another layer's K/V */
+                                             : m->layers[l].window;
         n_win += windows[l] > 0;
     }
     const size_t state_layer = m->n_recurrent > 0 ? model_state_layer_floats(m) * sizeof(float) : 0;

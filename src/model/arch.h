@@ -25,6 +25,8 @@ enum {
     ARCH_POST_NORMS = 1 << 3,         /* post_attention_norm and post_ffw_norm (gemma2/3, olmo2) */
     ARCH_VISION_PART = 1 << 4,        /* a multimodal file's vision tensors (v.*, mm.*) are left unread */
     ARCH_FFN_NORM_POST_ATTN = 1 << 5, /* the pre-FFN norm is stored as post_attention_norm (gpt-oss) */
+    ARCH_V_FROM_K = 1 << 6,           /* attn_v may be absent: V is K's projection (gemma4), and
+                                         layers with kv_share bind no K/V */
 };
 
 typedef struct model_arch {
@@ -55,6 +57,16 @@ int model_gguf_float(const gguf_ctx *g, const char *arch, const char *key, bool 
  * Local layers get window W and rope_set local_rope. */
 int model_swa_layers(struct kvi_model *m, const gguf_ctx *g, int def_period, int local_rope, kvi_error *err);
 
+/* "<arch>.<key>" as one value per layer into out [n_layers] when it is an int32 array
+ * of n_layers values in [lo, hi] (*is_array set); -1 when absent or a plain integer;
+ * KVI_E_FORMAT otherwise (model_gguf_layers.c). */
+int model_gguf_layer_ints(const gguf_ctx *g, const char *arch, const char *key, int n_layers, int64_t lo,
+                          int64_t hi, int32_t *out, bool *is_array, kvi_error *err);
+/* model_gguf_int, or the largest value when the key is such an array (n_layers: the
+ * block count; 0 when not known yet: arrays refused as by model_gguf_int). */
+int model_gguf_int_max(const gguf_ctx *g, const char *arch, const char *key, bool required, int64_t def,
+                       int64_t lo, int64_t hi, int n_layers, int *out, kvi_error *err);
+
 /* Hybrid models (qwen35, qwen3next): the ssm.* keys (conv taps, state size, key and
  * value heads, inner size) and which layers are gated DeltaNet layers:
  * "<arch>.attention.recurrent_layers" (per-layer flags) or, absent,
@@ -64,6 +76,6 @@ int model_hybrid_layers(struct kvi_model *m, const gguf_ctx *g, kvi_error *err);
 extern const model_arch model_arch_llama, model_arch_qwen2, model_arch_qwen3, model_arch_gemma2,
     model_arch_gemma3, model_arch_phi3, model_arch_granite, model_arch_olmo2, model_arch_qwen3moe,
     model_arch_olmoe, model_arch_gptoss, model_arch_deepseek2, model_arch_qwen35, model_arch_qwen3next;
-extern const model_arch model_arch_llama4;
+extern const model_arch model_arch_llama4, model_arch_gemma4;
 
 #endif
