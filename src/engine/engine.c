@@ -45,7 +45,8 @@
 #define ENGINE_WIN_SLACK 64
 
 /* Policies that move keys re-rotate them with one plain RoPE (kv_rope): a model
- * with window layers, two RoPE sets or scaled frequencies cannot be moved so. */
+ * with window layers, two RoPE sets, scaled frequencies or layers that are not
+ * rotated alike cannot be moved so. */
 static bool engine_policy_fits(const kvi_model *m)
 {
     const model_rope *r = &m->rope[0];
@@ -53,7 +54,9 @@ static bool engine_policy_fits(const kvi_model *m)
         m->mla_kv_rank > 0 || m->n_recurrent > 0)
         return false;
     for (int l = 0; l < m->n_layers; l++)
-        if (m->layers[l].window) return false;
+        if (m->layers[l].window || m->layers[l].no_rope || m->layers[l].attn_chunk || m->layers[l].kv_share ||
+            m->layers[l].head_dim) /* llama4's NoPE and chunked layers, gemma4's shared or narrow ones */
+            return false;
     return true;
 }
 
