@@ -90,6 +90,9 @@
  *  - deepseek-ai/DeepSeek-V2-Lite: 27 layers, 16 heads, the same MLA dims, 163840
  *  - Qwen/Qwen3.5-0.8B: 24 layers (every 4th attention), 8 heads, 2 KV heads of 256,
  *    262144; linear attention 16 key / 16 value heads of 128, conv kernel 4
+ *  - meta-llama/Llama-4-Scout-17B-16E: 48 layers, 40 heads, 8 KV heads, head_dim 128,
+ *    10485760 (chunked attention of 8192 on 3 of 4 layers: not modelled, the cache
+ *    keeps those layers whole as the engine does)
  *  - Qwen/Qwen3-Next-80B-A3B: 48 layers (every 4th attention), 16 heads, 2 KV heads
  *    of 256, 262144; linear attention 16 key / 32 value heads of 128, conv kernel 4
  */
@@ -132,6 +135,8 @@ static const kvplan_shape presets[] = {
     { "qwen3-next-80b", 48, 16, 2, 256, 262144, 0, 0, 0, 0, 0, 0, 4, 128, 16, 32, 4, 0, 0 },
     /* qwen3.5-0.8b's width and depth with attention in every layer */
     { "qwen3.5-0.8b-all-attention", 24, 8, 2, 256, 262144, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
+    /* Llama 4 Scout: its chunked layers kept whole (kvinfer releases no chunk) */
+    { "llama-4-scout", 48, 40, 8, 128, 10485760, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
     // clang-format on
 };
 
@@ -150,7 +155,7 @@ static const char kvplan_help[] =
     "                     gemma-3-1b, gemma-2-9b; with latent attention (MLA): deepseek-v3,\n"
     "                     deepseek-v2-lite; hybrids (gated DeltaNet + attention):\n"
     "                     qwen3.5-0.8b, qwen3-next-80b, and qwen3.5-0.8b-all-attention\n"
-    "                     (the same depth, attention everywhere)\n"
+    "                     (the same depth, attention everywhere); llama-4-scout\n"
     "  -m, --model FILE   read the shape from a model file's metadata (weights not loaded)\n"
     "  -c, --ctx N        tokens per sequence (default: the model's context length)\n"
     "  --mem SIZE         memory for the KV cache alone: 80GiB, 512MiB, 1.5G, 4096 (bytes)\n"
