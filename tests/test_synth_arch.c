@@ -354,6 +354,40 @@ static void run_arch(const char *arch, const char *type)
     remove(path);
 }
 
+/* p written to path and loaded (NULL, with the failure checked, when either fails). */
+static kvi_model *synth_load(const kvi_synth_params *p, const char *what, const char *path)
+{
+    kvi_error err = { 0 };
+    const int rc = kvi_synth_write(p, path, &err);
+    CHECK(rc == 0, "%s: synth %d %s", what, rc, err.msg);
+    if (rc) return NULL;
+    kvi_load_params lp;
+    kvi_load_params_default(&lp);
+    kvi_model *m = kvi_model_load(path, &lp, &err);
+    CHECK(m != NULL, "%s: load: %s", what, err.msg);
+    return m;
+}
+
+/* 8 rows in one prefill step: finite logits, first and last rows differ; with
+ * decode, the same bits as 8 decode steps. */
+static void check_runs(kvi_model *m, const char *what, bool decode)
+{
+    enum { N = 8 };
+    const int32_t tokens[N] = { 1, 270, 31, 99, 280, 7, 150, 42 };
+    const int nv = kvi_n_vocab(m);
+    float *a = malloc(sizeof(float) * N * (size_t)nv), *d = malloc(sizeof(float) * N * (size_t)nv);
+    CHECK(run_rows(m, tokens, N, false, a, nv) == 0, "%s: prefill step", what);
+    int finite = 1;
+    for (size_t i = 0; i < (size_t)N * nv; i++) finite &= isfinite(a[i]) != 0;
+    CHECK(finite && memcmp(a, a + (size_t)(N - 1) * nv, (size_t)nv * sizeof(float)) != 0,
+          "%s: logits finite %d, rows 0 and 7 differ", what, finite);
+    if (decode)
+        CHECK(run_rows(m, tokens, N, true, d, nv) == 0 && memcmp(a, d, sizeof(float) * N * (size_t)nv) == 0,
+              "%s: prefill and decode differ", what);
+    free(a);
+    free(d);
+}
+
 /* A hybrid of each kind in a few weight types: loads with its recurrent layers
  * where the interval puts them, runs, and (F32) prefill == token-by-token decode. */
 static void run_hybrid(const char *arch, const char *type)
@@ -371,32 +405,13 @@ static void run_hybrid(const char *arch, const char *type)
     snprintf(base, sizeof base, "%.*s", (int)(p.mix_m ? 4 : tl), type);
     CHECK(kvi_type_from_name(base, &p.type) == 0, "%s: type", what);
     const char *path = tmp_path(file);
-    kvi_error err = { 0 };
-    int rc = kvi_synth_write(&p, path, &err);
-    CHECK(rc == 0, "%s: synth %d %s", what, rc, err.msg);
-    if (rc) return;
-    kvi_load_params lp;
-    kvi_load_params_default(&lp);
-    kvi_model *m = kvi_model_load(path, &lp, &err);
-    CHECK(m != NULL, "%s: load: %s", what, err.msg);
+    kvi_model *m = synth_load(&p, what, path);
     if (!m) return;
     CHECK(m->n_recurrent == 2 && m->layers[0].recurrent && !m->layers[1].recurrent &&
               m->layers[2].recurrent && !m->layers[3].recurrent && m->ssm_hk == 2 && m->ssm_hv == 4 &&
               m->ssm_dk == 64 && m->ssm_tiled == !strcmp(arch, "qwen35") && m->attn_gated,
           "%s: layer kinds / DeltaNet shape", what);
-    enum { N = 8 };
-    const int32_t tokens[N] = { 1, 270, 31, 99, 280, 7, 150, 42 };
-    const int nv = kvi_n_vocab(m);
-    float *a = malloc(sizeof(float) * N * (size_t)nv), *d = malloc(sizeof(float) * N * (size_t)nv);
-    CHECK(run_rows(m, tokens, N, false, a, nv) == 0, "%s: prefill step", what);
-    int finite = 1;
-    for (size_t i = 0; i < (size_t)N * nv; i++) finite &= isfinite(a[i]) != 0;
-    CHECK(finite && memcmp(a, a + (size_t)(N - 1) * nv, (size_t)nv * sizeof(float)) != 0,
-          "%s: logits finite %d, rows 0 and 7 differ", what, finite);
-    CHECK(run_rows(m, tokens, N, true, d, nv) == 0 && memcmp(a, d, sizeof(float) * N * (size_t)nv) == 0,
-          "%s: prefill and decode differ", what);
-    free(a);
-    free(d);
+    check_runs(m, what, true);
     kvi_model_free(m);
     remove(path);
 }
@@ -443,14 +458,7 @@ static void run_t3(const char *preset, const char *type)
     p.seed = 13;
     CHECK(kvi_type_from_name(type, &p.type) == 0, "%s: type", what);
     const char *path = tmp_path(file);
-    kvi_error err = { 0 };
-    int rc = kvi_synth_write(&p, path, &err);
-    CHECK(rc == 0, "%s: synth %d %s", what, rc, err.msg);
-    if (rc) return;
-    kvi_load_params lp;
-    kvi_load_params_default(&lp);
-    kvi_model *m = kvi_model_load(path, &lp, &err);
-    CHECK(m != NULL, "%s: load: %s", what, err.msg);
+    kvi_model *m = synth_load(&p, what, path);
     if (!m) return;
     if (!strcmp(p.arch, "llama4")) /* 4 layers: NoPE on 3, experts on 1 and 3 */
         CHECK(m->layers[3].no_rope && !m->layers[2].no_rope && m->layers[0].qk_rms_post &&
@@ -464,20 +472,7 @@ static void run_t3(const char *preset, const char *type)
                   m->layers[5].kv_share == 3 && m->layers[5].ffn_dim == 128 && m->ple_dim == 32 &&
                   m->layers[5].ple_gate.data && m->final_softcap == 30.0f,
               "%s: gemma4 layer fields", what);
-    enum { N = 12 };
-    const int32_t tokens[N] = { 1, 270, 31, 99, 280, 7, 150, 42, 500, 3, 77, 311 };
-    const int nv = kvi_n_vocab(m);
-    float *a = malloc(sizeof(float) * N * (size_t)nv), *d = malloc(sizeof(float) * N * (size_t)nv);
-    CHECK(run_rows(m, tokens, N, false, a, nv) == 0, "%s: prefill step", what);
-    int finite = 1;
-    for (size_t i = 0; i < (size_t)N * nv; i++) finite &= isfinite(a[i]) != 0;
-    CHECK(finite && memcmp(a, a + (size_t)(N - 1) * nv, (size_t)nv * sizeof(float)) != 0,
-          "%s: logits finite %d, rows 0 and %d differ", what, finite, N - 1);
-    if (p.type == KVI_TYPE_F32)
-        CHECK(run_rows(m, tokens, N, true, d, nv) == 0 && memcmp(a, d, sizeof(float) * N * (size_t)nv) == 0,
-              "%s: prefill and decode differ", what);
-    free(a);
-    free(d);
+    check_runs(m, what, p.type == KVI_TYPE_F32);
     kvi_model_free(m);
     remove(path);
 }

@@ -234,6 +234,23 @@ int kvi_synth_preset(const char *name, kvi_synth_params *p)
     return KVI_E_INVALID;
 }
 
+void synth_preset_base(kvi_synth_params *p, const char *name, const char *arch, int dim, int ffn, int layers,
+                       int heads, int kv_heads, int head_dim, int vocab, int ctx)
+{
+    *p = (kvi_synth_params){ .dim = dim,
+                             .ffn_dim = ffn,
+                             .n_layers = layers,
+                             .n_heads = heads,
+                             .n_kv_heads = kv_heads,
+                             .n_vocab = vocab,
+                             .n_ctx = ctx,
+                             .type = KVI_TYPE_F32,
+                             .seed = 1,
+                             .name = name,
+                             .arch = arch,
+                             .head_dim = head_dim };
+}
+
 int kvi_synth_resolve(const kvi_synth_params *p, kvi_synth_params *out)
 {
     if (!p || !out) return KVI_E_INVALID;

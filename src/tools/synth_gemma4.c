@@ -179,27 +179,17 @@ static int gemma4_preset(const char *name, kvi_synth_params *p)
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
         if (strcasecmp(name, t[i].name) != 0) continue;
-        *p = (kvi_synth_params){ .dim = t[i].dim,
-                                 .ffn_dim = t[i].ffn,
-                                 .n_layers = t[i].layers,
-                                 .n_heads = t[i].heads,
-                                 .n_kv_heads = t[i].kvh,
-                                 .n_vocab = t[i].vocab,
-                                 .n_ctx = t[i].ctx,
-                                 .type = KVI_TYPE_F32,
-                                 .seed = 1,
-                                 .name = t[i].name,
-                                 .arch = "gemma4",
-                                 .head_dim = t[i].hd,
-                                 .window = t[i].win,
-                                 .window_pattern = t[i].pat,
-                                 .tie = 1,
-                                 .head_dim_global = t[i].hdg,
-                                 .n_kv_heads_global = t[i].kvhg,
-                                 .k_eq_v = t[i].keqv,
-                                 .ple_dim = t[i].ple,
-                                 .shared_kv_layers = t[i].shared,
-                                 .ffn_dim_shared = t[i].ffn_sh };
+        synth_preset_base(p, t[i].name, "gemma4", t[i].dim, t[i].ffn, t[i].layers, t[i].heads, t[i].kvh,
+                          t[i].hd, t[i].vocab, t[i].ctx);
+        p->window = t[i].win;
+        p->window_pattern = t[i].pat;
+        p->tie = 1;
+        p->head_dim_global = t[i].hdg;
+        p->n_kv_heads_global = t[i].kvhg;
+        p->k_eq_v = t[i].keqv;
+        p->ple_dim = t[i].ple;
+        p->shared_kv_layers = t[i].shared;
+        p->ffn_dim_shared = t[i].ffn_sh;
         return 0;
     }
     return -1;

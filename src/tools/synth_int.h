@@ -56,6 +56,10 @@ kvi_type synth_role_type(const kvi_synth_params *p, const char *role, int l, boo
  * original context rope_orig_ctx (synth_llama4.c). */
 float synth_llama3_factor(const kvi_synth_params *p, int64_t i, int64_t half);
 
+/* p = a preset's common fields (F32, seed 1, named after the preset). */
+void synth_preset_base(kvi_synth_params *p, const char *name, const char *arch, int dim, int ffn, int layers,
+                       int heads, int kv_heads, int head_dim, int vocab, int ctx);
+
 typedef struct synth_hooks {
     void (*resolve)(kvi_synth_params *p);                       /* defaults of the architecture's fields */
     int (*check)(const kvi_synth_params *p, kvi_error *err);    /* its fields' ranges */

@@ -117,23 +117,13 @@ static int llama4_preset(const char *name, kvi_synth_params *p)
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
         if (strcasecmp(name, t[i].name) != 0) continue;
-        *p = (kvi_synth_params){ .dim = t[i].dim,
-                                 .ffn_dim = t[i].ffn,
-                                 .n_layers = t[i].layers,
-                                 .n_heads = t[i].heads,
-                                 .n_kv_heads = t[i].kvh,
-                                 .n_vocab = t[i].vocab,
-                                 .n_ctx = t[i].ctx,
-                                 .type = KVI_TYPE_F32,
-                                 .seed = 1,
-                                 .name = t[i].name,
-                                 .arch = "llama4",
-                                 .head_dim = t[i].hd,
-                                 .n_expert = t[i].experts,
-                                 .n_expert_used = t[i].used,
-                                 .expert_ffn = t[i].eff,
-                                 .moe_step = t[i].step,
-                                 .rope_orig_ctx = t[i].orig };
+        synth_preset_base(p, t[i].name, "llama4", t[i].dim, t[i].ffn, t[i].layers, t[i].heads, t[i].kvh,
+                          t[i].hd, t[i].vocab, t[i].ctx);
+        p->n_expert = t[i].experts;
+        p->n_expert_used = t[i].used;
+        p->expert_ffn = t[i].eff;
+        p->moe_step = t[i].step;
+        p->rope_orig_ctx = t[i].orig;
         return 0;
     }
     return -1;
