@@ -303,7 +303,7 @@ int cmd_synth(int argc, char **argv)
     if (shape[17].set) p.ssm_state = ssm_state;
     if (shape[18].set) p.attn_interval = attn_interval;
     if (shape[19].set) p.shared_ffn = shared_ffn;
-    int *const xf[7] = { &p.moe_step, &p.head_dim_global, &p.n_kv_heads_global, &p.k_eq_v,
+    int *const xf[7] = { &p.moe_step, &p.head_dim_global,  &p.n_kv_heads_global, &p.k_eq_v,
                          &p.ple_dim,  &p.shared_kv_layers, &p.ffn_dim_shared };
     for (int i = 0; i < 7; i++)
         if (shape[20 + i].set) *xf[i] = extra[i];

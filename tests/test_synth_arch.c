@@ -440,7 +440,8 @@ static void same_values(const char *what, const char *name, const gguf_ctx *a, c
     const gguf_tensor *ta = gguf_find_tensor(a, name), *tb = gguf_find_tensor(b, name);
     CHECK(ta && tb && ta->type == KVI_TYPE_F32 && tb->type == KVI_TYPE_F32 && ta->ne[0] == tb->ne[0],
           "%s: %s in both, F32", what, name);
-    for (int64_t i = 0; ta && tb && ta->type == KVI_TYPE_F32 && tb->type == KVI_TYPE_F32 && i < ta->ne[0]; i++) {
+    for (int64_t i = 0; ta && tb && ta->type == KVI_TYPE_F32 && tb->type == KVI_TYPE_F32 && i < ta->ne[0];
+         i++) {
         const float x = ((const float *)ta->data)[i], y = ((const float *)tb->data)[i];
         CHECK(fabs(x - y) <= tol * fabs(x), "%s: %s[%lld] %g vs %g", what, name, (long long)i, x, y);
     }
@@ -461,9 +462,9 @@ static void run_t3(const char *preset, const char *type)
     kvi_model *m = synth_load(&p, what, path);
     if (!m) return;
     if (!strcmp(p.arch, "llama4")) /* 4 layers: NoPE on 3, experts on 1 and 3 */
-        CHECK(m->layers[3].no_rope && !m->layers[2].no_rope && m->layers[0].qk_rms_post &&
-                  m->layers[1].moe && !m->layers[2].moe && m->layers[3].moe && m->layers[1].sh_gate.data &&
-                  m->moe_weight_input && m->rope_freqs,
+        CHECK(m->layers[3].no_rope && !m->layers[2].no_rope && m->layers[0].qk_rms_post && m->layers[1].moe &&
+                  !m->layers[2].moe && m->layers[3].moe && m->layers[1].sh_gate.data && m->moe_weight_input &&
+                  m->rope_freqs,
               "%s: llama4 layer fields", what);
     else /* 6 layers, period 3 (2 and 5 global), the last 3 reading layers 1 and 2 */
         CHECK(m->layers[0].window == 8 && m->layers[2].window == 0 && m->layers[2].head_dim == 64 &&

@@ -109,11 +109,11 @@ struct fwd_ctx {
     int n_ash;
     attn_scratch *ash[FWD_ATTN_SHAPES];
     int ash_hd[FWD_ATTN_SHAPES], ash_kvh[FWD_ATTN_SHAPES];
-    int kv_ld;            /* the cache's row (model_kv_dim) */
-    float *kpad;          /* [kv_ld] a row padded with zeros to the cache's row, or NULL */
-    kv_stash *lstash;     /* [n_layers] layers whose K/V other layers read keep their own stash, or NULL */
-    kv_stash *cur;        /* the stash of the layer running */
-    fwd_ple *ple;         /* per-layer inputs (ple_dim > 0) or NULL */
+    int kv_ld;        /* the cache's row (model_kv_dim) */
+    float *kpad;      /* [kv_ld] a row padded with zeros to the cache's row, or NULL */
+    kv_stash *lstash; /* [n_layers] layers whose K/V other layers read keep their own stash, or NULL */
+    kv_stash *cur;    /* the stash of the layer running */
+    fwd_ple *ple;     /* per-layer inputs (ple_dim > 0) or NULL */
 };
 
 static float *falloc(fwd_ctx *f, size_t n, bool *ok) { return fwd_alloc64(n * sizeof(float), &f->bytes, ok); }
@@ -484,7 +484,8 @@ static int attn_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *rows
         kv_table *t = (kv_table *)rows->tables[r0 + r];
         kv_write_row_batch(kv, t, l, 0, rows->pos[r0 + r], kv_row(f, f->k + (size_t)r * kvd, kvd), f->cur);
         if (!kv->v_in_k)
-            kv_write_row_batch(kv, t, l, 1, rows->pos[r0 + r], kv_row(f, f->v + (size_t)r * kvd, kvd), f->cur);
+            kv_write_row_batch(kv, t, l, 1, rows->pos[r0 + r], kv_row(f, f->v + (size_t)r * kvd, kvd),
+                               f->cur);
     }
     const attn_args aa = {
         .kv = kv,
@@ -617,7 +618,8 @@ int fwd_run_layers(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *rows, i
         for (int set = 0; set < f->n_sets; set++) {
             const size_t o = ((size_t)set * f->n_rows_max + r) * half;
             const int sh = m->rope[set].n_rot ? m->rope[set].n_rot / 2 : half; /* the set's pairs */
-            kern_rope_cos_sin((double)rows->pos[r], f->inv_freq + (size_t)set * half, sh, f->rc + o, f->rs + o);
+            kern_rope_cos_sin((double)rows->pos[r], f->inv_freq + (size_t)set * half, sh, f->rc + o,
+                              f->rs + o);
             if (f->mscale[set] != 1.0f) {
                 scale_rows(f->rc + o, f->mscale[set], (size_t)half);
                 scale_rows(f->rs + o, f->mscale[set], (size_t)half);
@@ -634,7 +636,8 @@ int fwd_run_layers(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *rows, i
         /* a layer whose K/V others read keeps its stash for them (kv_share) */
         const int src = m->layers[l].kv_share ? m->layers[l].kv_share - 1 : l;
         f->cur = f->lstash ? &f->lstash[src] : &f->stash;
-        if (!m->layers[l].kv_share) kv_stash_begin(f->cur, l); /* once per layer: chunks of one batch share it */
+        if (!m->layers[l].kv_share)
+            kv_stash_begin(f->cur, l); /* once per layer: chunks of one batch share it */
         for (int r0 = 0; r0 < n; r0 += f->chunk) {
             const int rc = layer_chunk(f, pool, kv, rows, l, r0, n - r0 < f->chunk ? n - r0 : f->chunk);
             if (rc) return rc;

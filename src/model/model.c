@@ -311,9 +311,9 @@ int model_check_hparams(const struct kvi_model *m, kvi_error *err)
         const int nr = m->rope[L->rope_set].n_rot ? m->rope[L->rope_set].n_rot : m->n_rot;
         if (hd < 1 || hd > m->head_dim || kvh < 1 || kvh > m->n_kv_heads || m->n_heads % kvh != 0 ||
             model_lffn(m, L) < 1 || model_lffn(m, L) > m->ffn_dim ||
-            (m->rope[L->rope_set].n_rot && (nr < 2 || nr > hd || nr % 2 || nr > m->n_rot)) || (L->kv_share && (sh < 0 || sh >= l || m->layers[sh].kv_share ||
-                                              model_lhd(m, &m->layers[sh]) != hd ||
-                                              model_lkvh(m, &m->layers[sh]) != kvh)))
+            (m->rope[L->rope_set].n_rot && (nr < 2 || nr > hd || nr % 2 || nr > m->n_rot)) ||
+            (L->kv_share && (sh < 0 || sh >= l || m->layers[sh].kv_share ||
+                             model_lhd(m, &m->layers[sh]) != hd || model_lkvh(m, &m->layers[sh]) != kvh)))
             return err_set(err, KVI_E_FORMAT,
                            "model: layer %d: widths (head %d, %d KV heads, FFN %d, RoPE %d) or its K/V "
                            "source %d invalid",

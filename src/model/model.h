@@ -142,10 +142,10 @@ typedef struct model_layer {
     const float *ssm_norm; /* [dk] gated output RMSNorm, shared by the heads */
     kern_tensor ssm_out;   /* [dim][Hv dk] */
     /* llama4 and later (all false / 0: the block above) */
-    bool no_rope;        /* NoPE layer: q, k not rotated */
-    bool qk_rms_post;    /* q, k RMS-normed per head without weight after RoPE */
-    int attn_chunk;      /* chunked attention: p sees (floor(p / C) C .. p]; 0: none */
-    bool attn_temp;      /* q times the model's position temperature (attn_temp_*) */
+    bool no_rope;     /* NoPE layer: q, k not rotated */
+    bool qk_rms_post; /* q, k RMS-normed per head without weight after RoPE */
+    int attn_chunk;   /* chunked attention: p sees (floor(p / C) C .. p]; 0: none */
+    bool attn_temp;   /* q times the model's position temperature (attn_temp_*) */
     /* gemma4 (all 0 / NULL: the model's widths, own K/V) */
     int head_dim, n_kv_heads, ffn_dim; /* this layer's widths; 0: the model's */
     int kv_share;           /* 1 + the layer whose cached K/V this one reads (it stores none); 0: own */
@@ -244,9 +244,9 @@ struct kvi_model {
     int attn_temp_len, attn_temp_offset;
     /* gemma4 per-layer inputs (fwd_ple.h), P = ple_dim (0: none), N = n_layers */
     int ple_dim;
-    kern_tensor ple_tok;         /* [n_vocab][N * P] per_layer_token_embd */
-    kern_tensor ple_model_proj;  /* [N * P][dim] per_layer_model_proj */
-    const float *ple_proj_norm;  /* [P] per_layer_proj_norm */
+    kern_tensor ple_tok;        /* [n_vocab][N * P] per_layer_token_embd */
+    kern_tensor ple_model_proj; /* [N * P][dim] per_layer_model_proj */
+    const float *ple_proj_norm; /* [P] per_layer_proj_norm */
 
     kern_tensor tok_embd;     /* [n_vocab][dim] */
     const float *output_norm; /* [dim] */

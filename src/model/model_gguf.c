@@ -574,7 +574,8 @@ static int bind_attention_shared(gbind *b, const model_arch *a, int l, kvi_error
         (own && (rc = bind_matrix(b, NM("attn_v.weight"), dim, kvd, false, &L->wv, err))) ||
         (a->qk_norm != MODEL_QK_NONE &&
          ((rc = bind_vector(b, NM("attn_q_norm.weight"), head ? hd : qd, true, &L->q_norm, err)) ||
-          (own && (rc = bind_vector(b, NM("attn_k_norm.weight"), head ? hd : kvd, true, &L->k_norm, err))))) ||
+          (own &&
+           (rc = bind_vector(b, NM("attn_k_norm.weight"), head ? hd : kvd, true, &L->k_norm, err))))) ||
         (rc = bind_matrix(b, NM("attn_output.weight"), qd, dim, true, &L->wo, err)))
         return rc;
 #undef NM
@@ -680,9 +681,10 @@ static int bind_layer(gbind *b, const model_arch *a, int l, kvi_error *err)
         (rc = bind_vector(b, NM("post_ffw_norm.weight"), dim, post, &L->post_ffn_norm, err)) ||
         (rc = bind_vector(b, NM("layer_output_scale.weight"), 1, false, &L->out_scale, err)))
         return rc;
-    if (m->ple_dim && ((rc = bind_matrix(b, NM("inp_gate.weight"), dim, m->ple_dim, true, &L->ple_gate, err)) ||
-                       (rc = bind_matrix(b, NM("proj.weight"), m->ple_dim, dim, true, &L->ple_proj, err)) ||
-                       (rc = bind_vector(b, NM("post_norm.weight"), dim, true, &L->ple_norm, err))))
+    if (m->ple_dim &&
+        ((rc = bind_matrix(b, NM("inp_gate.weight"), dim, m->ple_dim, true, &L->ple_gate, err)) ||
+         (rc = bind_matrix(b, NM("proj.weight"), m->ple_dim, dim, true, &L->ple_proj, err)) ||
+         (rc = bind_vector(b, NM("post_norm.weight"), dim, true, &L->ple_norm, err))))
         return rc;
 #undef NM
     return 0;

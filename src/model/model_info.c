@@ -118,11 +118,11 @@ static size_t mat_bytes(const kern_tensor *t)
  * `experts` of n_expert (n_expert_used for one token, n_expert for the whole file). */
 static uint64_t layer_mats(const kvi_model *m, const model_layer *L, bool bytes, int experts)
 {
-    const kern_tensor *dense[23] = { &L->ple_gate, &L->ple_proj, &L->wq,      &L->wk,     &L->wv,       &L->wo,        &L->w_gate,
-                                     &L->w_up,    &L->w_down, &L->sh_gate,  &L->sh_up,     &L->sh_down,
-                                     &L->wq_a,    &L->wq_b,   &L->wkv_a,    &L->wk_b,      &L->wv_b,
-                                     &L->ssm_qkv, &L->ssm_z,  &L->ssm_beta, &L->ssm_alpha, &L->ssm_ba,
-                                     &L->ssm_out };
+    const kern_tensor *dense[23] = { &L->ple_gate,  &L->ple_proj, &L->wq,      &L->wk,     &L->wv,
+                                     &L->wo,        &L->w_gate,   &L->w_up,    &L->w_down, &L->sh_gate,
+                                     &L->sh_up,     &L->sh_down,  &L->wq_a,    &L->wq_b,   &L->wkv_a,
+                                     &L->wk_b,      &L->wv_b,     &L->ssm_qkv, &L->ssm_z,  &L->ssm_beta,
+                                     &L->ssm_alpha, &L->ssm_ba,   &L->ssm_out };
     uint64_t n = 0;
     for (int i = 0; i < 23; i++) n += bytes ? mat_bytes(dense[i]) : mat_elems(dense[i]);
     if (!L->moe || m->n_expert <= 0) return n;
@@ -148,7 +148,8 @@ static uint64_t vec(const float *v, uint64_t n) { return v ? n : 0; }
 static uint64_t vector_elems(const kvi_model *m)
 {
     const uint64_t qd = (uint64_t)m->n_heads * (uint64_t)m->head_dim;
-    const uint64_t kd = (uint64_t)m->n_kv_heads * (uint64_t)m->head_dim, d = (uint64_t)m->dim, f = (uint64_t)m->ffn_dim;
+    const uint64_t kd = (uint64_t)m->n_kv_heads * (uint64_t)m->head_dim, d = (uint64_t)m->dim,
+                   f = (uint64_t)m->ffn_dim;
     const bool full = m->qk_norm == MODEL_QK_FULL;
     const uint64_t half = (uint64_t)(m->n_rot / 2); /* RoPE frequency factors */
     uint64_t n = vec(m->output_norm, d) + vec(m->rope_freqs, half) + vec(m->rope_long, half) +
@@ -212,8 +213,7 @@ size_t kvi_model_decode_bytes(const kvi_model *m)
     size_t b = mat_bytes(&m->output) +
                (size_t)(vector_elems(m) + expert_bias_elems(m, m->n_expert_used)) * sizeof(float);
     for (int l = 0; l < m->n_layers; l++) b += layer_mats(m, &m->layers[l], true, m->n_expert_used);
-    if (m->ple_dim)
-        b += quant_row_bytes(m->ple_tok.type, m->ple_tok.n_in) + mat_bytes(&m->ple_model_proj);
+    if (m->ple_dim) b += quant_row_bytes(m->ple_tok.type, m->ple_tok.n_in) + mat_bytes(&m->ple_model_proj);
     if (m->tok_embd.data && m->tok_embd.data != m->output.data)
         b += quant_row_bytes(m->tok_embd.type, m->tok_embd.n_in); /* one embedding row */
     return b;

@@ -94,7 +94,9 @@ static const synth_arch k_archs[] = {
 /* Architectures described in their own file (synth_int.h), else NULL. */
 static const synth_hooks *synth_hooks_of(const synth_arch *a)
 {
-    return !strcmp(a->name, "llama4") ? &synth_hooks_llama4 : !strcmp(a->name, "gemma4") ? &synth_hooks_gemma4 : NULL;
+    return !strcmp(a->name, "llama4")   ? &synth_hooks_llama4
+           : !strcmp(a->name, "gemma4") ? &synth_hooks_gemma4
+                                        : NULL;
 }
 #define N_ARCHS (sizeof k_archs / sizeof k_archs[0])
 
@@ -386,8 +388,7 @@ kvi_type synth_role_type(const kvi_synth_params *p, const char *role, int l, boo
     return t;
 }
 
-void synth_add(synth_table *tab, const char *name, int64_t ne0, int64_t ne1, synth_kind kind,
-                      kvi_type want)
+void synth_add(synth_table *tab, const char *name, int64_t ne0, int64_t ne1, synth_kind kind, kvi_type want)
 {
     synth_tensor *d = &tab->t[tab->n++];
     snprintf(d->name, sizeof d->name, "%s", name);
@@ -401,7 +402,7 @@ void synth_add(synth_table *tab, const char *name, int64_t ne0, int64_t ne1, syn
 
 /* An expert tensor {ne0, ne1, n_exp}: a matrix per expert, or (bias) a vector per expert. */
 void synth_add_experts(synth_table *tab, const char *name, int64_t ne0, int64_t ne1, int64_t n_exp,
-                              synth_kind kind, kvi_type want)
+                       synth_kind kind, kvi_type want)
 {
     synth_add(tab, name, ne0, kind == SK_BIAS ? n_exp : ne1, kind, want);
     synth_tensor *d = &tab->t[tab->n - 1];
@@ -745,10 +746,11 @@ static int synth_check(const kvi_synth_params *p, kvi_error *err)
     NEED(p->rope_linear >= 0 && isfinite(p->rope_linear), "synth: RoPE scaling %g invalid", p->rope_linear);
     NEED(p->rope_base_local >= 0 && isfinite(p->rope_base_local), "synth: local RoPE base %g invalid",
          p->rope_base_local);
-    NEED(p->rope_orig_ctx == 0 || ((!strcmp(p->arch, "phi3") || !strcmp(p->arch, "gpt-oss") ||
-                                    !strcmp(p->arch, "llama4")) &&
-                                   p->rope_orig_ctx > 0 && p->rope_orig_ctx < p->n_ctx),
-         "synth: LongRoPE / YaRN / Llama 3 factors (original context %d) need arch phi3 / gpt-oss / llama4 and an original context "
+    NEED(p->rope_orig_ctx == 0 ||
+             ((!strcmp(p->arch, "phi3") || !strcmp(p->arch, "gpt-oss") || !strcmp(p->arch, "llama4")) &&
+              p->rope_orig_ctx > 0 && p->rope_orig_ctx < p->n_ctx),
+         "synth: LongRoPE / YaRN / Llama 3 factors (original context %d) need arch phi3 / gpt-oss / llama4 "
+         "and an original context "
          "below "
          "ctx %d",
          p->rope_orig_ctx, p->n_ctx);
@@ -983,7 +985,8 @@ static void synth_row(synth_job *j, const synth_tensor *t, synth_normal *g)
         return;
     }
     if (t->kind == SK_ONE || t->kind == SK_PROP_ROPE) { /* gemma4: fixed values */
-        for (int64_t i = 0; i < t->ne[0]; i++) j->row[i] = t->kind == SK_ONE || i < t->ne[0] / 4 ? 1.0f : 1e30f;
+        for (int64_t i = 0; i < t->ne[0]; i++)
+            j->row[i] = t->kind == SK_ONE || i < t->ne[0] / 4 ? 1.0f : 1e30f;
         return;
     }
     if (t->kind == SK_SSM_A) {
