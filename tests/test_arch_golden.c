@@ -18,6 +18,7 @@
 
 #include "kvinfer.h"
 #include "formats/gguf.h"
+#include "model/model.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -310,6 +311,30 @@ static void check_shared_kv(kvi_model *m)
     kvi_engine_free(e);
 }
 
+/* llama4's NoPE-layer Q temperature (inert at 48 positions with llama.cpp's floor
+ * of 8192): with a floor of 16 the README's numpy implementation moves the logits
+ * by 0.019 relative; rows below position 15 keep their bits; prefill == decode. */
+static void check_temp(kvi_model *m, const int32_t *toks, int n, const float *pre, const cJSON *ref)
+{
+    const int nv = kvi_n_vocab(m), len = m->attn_temp_len;
+    m->attn_temp_len = 16;
+    float *t = run_seq(m, toks, n, false, 0), *d = run_seq(m, toks, n, true, 0);
+    m->attn_temp_len = len;
+    if (!t || !d) {
+        free(t);
+        free(d);
+        return;
+    }
+    const double moved = golden_rel_err("llama4 floor 16", t, ref, n, nv);
+    CHECK(moved > 0.017 && moved < 0.021, "llama4: temperature floor 16 moves the logits by %.4f, numpy 0.019",
+          moved);
+    CHECK(!memcmp(t, pre, (size_t)15 * nv * sizeof *t), "llama4: rows below 15 changed with the temperature");
+    CHECK(!memcmp(t, d, (size_t)n * nv * sizeof *t), "llama4: temperature: decode differs from prefill");
+    printf("%-20s Q temperature floor 16: %.4f from llama.cpp's logits (numpy: 0.019)\n", "llama4", moved);
+    free(t);
+    free(d);
+}
+
 static void check_file(const char *name, double tol, int n_expert, int used)
 {
     char rel[256];
@@ -344,6 +369,7 @@ static void check_file(const char *name, double tol, int n_expert, int used)
         free(pair);
         if (!strncmp(name, "deepseek2", 9)) check_latent(m, toks, n, pre);
         if (!strncmp(name, "gemma4", 6)) check_shared_kv(m);
+        if (!strcmp(name, "llama4-f32")) check_temp(m, toks, n, pre, ref);
     }
     free(pre);
     free(blk);
