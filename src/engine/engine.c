@@ -944,11 +944,16 @@ static int pipe_kv_init(kvi_engine *e, int l0, int l1, kvi_error *err)
     const kvi_model *m = e->m;
     const int32_t nb = e->kv.n_blocks_max;
     const size_t budget = (size_t)nb * (size_t)(l1 - l0) * e->kv.layer_bytes;
+    for (int l = 0; l < m->n_layers; l++)
+        if (m->layers[l].kv_share || m->ple_dim) /* a stage would need another stage's K/V or embeddings */
+            return err_set(err, KVI_E_UNSUPPORTED,
+                           "pipeline: a model with per-layer inputs or shared K/V (gemma4 E2B/E4B) "
+                           "cannot be split into stages");
     int *win = malloc((size_t)m->n_layers * sizeof *win); /* [n_layers] 0 or KV_LAYER_ABSENT */
     if (!win) return err_set(err, KVI_E_NOMEM, "engine: out of memory");
     for (int l = 0; l < m->n_layers; l++) win[l] = l >= l0 && l < l1 ? 0 : KV_LAYER_ABSENT;
     kv_pool_free(&e->kv);
-    int rc = kv_pool_init_layers(&e->kv, m->n_layers, win, ENGINE_WIN_SLACK, m->n_kv_heads * m->head_dim,
+    int rc = kv_pool_init_layers(&e->kv, m->n_layers, win, ENGINE_WIN_SLACK, model_kv_dim(m),
                                  e->p.kv_block_size, e->p.kv_type_k, e->p.kv_type_v, budget, err);
     free(win);
     if (!rc && e->kv.n_blocks_max != nb)
