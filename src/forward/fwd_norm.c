@@ -75,3 +75,13 @@ void fwd_norm_rows(model_norm kind, float *out, const float *x, const float *w, 
     else
         fwd_rmsnorm_rows(out, x, w, n, dim, eps);
 }
+void fwd_rms_rows(float *x, int n, int dim, float eps)
+{
+    for (int r = 0; r < n; r++) {
+        float *xr = x + (size_t)r * dim;
+        double ss = 0; /* in order, as fwd_rmsnorm_rows */
+        for (int i = 0; i < dim; i++) ss += (double)xr[i] * xr[i];
+        const float s = (float)(1.0 / sqrt(ss / dim + eps));
+        for (int i = 0; i < dim; i++) xr[i] *= s;
+    }
+}

@@ -10,6 +10,8 @@
 
 /* out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w for rows r < n of x [n][dim] (out may be x) */
 void fwd_rmsnorm_rows(float *out, const float *x, const float *w, int n, int dim, float eps);
+/* x[r] = x[r] / sqrt(mean(x[r]^2) + eps) for rows r < n of x [n][dim]: no weight */
+void fwd_rms_rows(float *x, int n, int dim, float eps);
 
 /* out[r] = (x[r] - mean(x[r])) / sqrt(var(x[r]) + eps) * w (LayerNorm without bias; out
  * may be x): the mean and the variance each one chain in double, in order */

@@ -7,13 +7,14 @@
 #include <string.h>
 
 static const model_arch *const archs[] = {
-    &model_arch_llama,       &model_arch_qwen2,       &model_arch_qwen3,       &model_arch_gemma2,
-    &model_arch_gemma3,      &model_arch_phi3,        &model_arch_granite,     &model_arch_olmo2,
-    &model_arch_qwen3moe,    &model_arch_olmoe,       &model_arch_gptoss,      &model_arch_deepseek2,
-    &model_arch_qwen35,      &model_arch_qwen3next,   &model_arch_mistral3,    &model_arch_smollm3,
-    &model_arch_seed_oss,    &model_arch_apertus,     &model_arch_exaone4,     &model_arch_cohere2,
-    &model_arch_glm4moe,     &model_arch_minimax_m2,  &model_arch_hunyuan_moe, &model_arch_ernie45_moe,
-    &model_arch_bailingmoe2, &model_arch_afmoe,       &model_arch_qwen35moe,
+    &model_arch_llama,       &model_arch_qwen2,      &model_arch_qwen3,       &model_arch_gemma2,
+    &model_arch_gemma3,      &model_arch_phi3,       &model_arch_granite,     &model_arch_olmo2,
+    &model_arch_qwen3moe,    &model_arch_olmoe,      &model_arch_gptoss,      &model_arch_deepseek2,
+    &model_arch_qwen35,      &model_arch_qwen3next,  &model_arch_mistral3,    &model_arch_smollm3,
+    &model_arch_seed_oss,    &model_arch_apertus,    &model_arch_exaone4,     &model_arch_cohere2,
+    &model_arch_glm4moe,     &model_arch_minimax_m2, &model_arch_hunyuan_moe, &model_arch_ernie45_moe,
+    &model_arch_bailingmoe2, &model_arch_afmoe,      &model_arch_qwen35moe,   &model_arch_llama4,
+    &model_arch_gemma4,
 };
 
 const model_arch *model_arch_find(const char *name)
