@@ -1085,7 +1085,8 @@ static void synth_row(synth_job *j, const synth_tensor *t, synth_normal *g)
         return;
     }
     if (t->kind == SK_ROPE_LLAMA3) {
-        for (int64_t i = 0; i < t->ne[0]; i++) j->row[i] = synth_llama3_factor(&j->p, i, t->ne[0]);
+        for (int64_t i = 0; i < t->ne[0]; i++)
+            j->row[i] = synth_llama3_factor(j->p.rope_base, 2 * t->ne[0], i, 16.0, j->p.rope_orig_ctx);
         return;
     }
     if (t->kind == SK_ONE || t->kind == SK_PROP_ROPE) { /* gemma4: fixed values */

@@ -27,7 +27,7 @@ typedef enum synth_kind {
     SK_DT_BIAS,     /* DeltaNet time-step bias: 1 + N(0, 0.3) */
     SK_ONE,         /* a vector of ones (gemma4's layer_output_scale) */
     SK_PROP_ROPE,   /* gemma4's proportional RoPE factors: 1 for the first quarter of the pairs, then 1e30 */
-    SK_ROPE_LLAMA3, /* Llama 3 frequency factors (synth_llama3_factor) */
+    SK_ROPE_LLAMA3, /* llama4's Llama 3 frequency factors (synth_llama3_factor) */
     SK_ROPE_FREQS,  /* Llama 3 frequency factors of apertus / exaone4 (synth_dense_t3.h) */
 } synth_kind;
 
@@ -52,10 +52,11 @@ void synth_add_experts(synth_table *tab, const char *name, int64_t ne0, int64_t 
 /* The type llama-quantize gives matrix `role` of layer l (-1: not in a block). */
 kvi_type synth_role_type(const kvi_synth_params *p, const char *role, int l, bool is_output);
 
-/* Llama 3's RoPE factor of pair i of half = n_rot / 2 (rope_freqs), as the
- * converter computes it: factor 16, low / high frequency factors 1 / 4, over the
- * original context rope_orig_ctx (synth_llama4.c). */
-float synth_llama3_factor(const kvi_synth_params *p, int64_t i, int64_t half);
+/* Llama 3's RoPE factor of pair i of n_rot / 2 (rope_freqs), as the converters
+ * compute it: base, scaling factor, low / high frequency factors 1 / 4, over the
+ * original context orig (llama4: factor 16, rope_orig_ctx; apertus / exaone4:
+ * synth_dense_t3.c). */
+float synth_llama3_factor(double base, int64_t n_rot, int64_t i, double factor, double orig);
 
 /* p = a preset's common fields (F32, seed 1, named after the preset). */
 void synth_preset_base(kvi_synth_params *p, const char *name, const char *arch, int dim, int ffn, int layers,

@@ -22,10 +22,10 @@
 #include <string.h>
 #include <strings.h>
 
-float synth_llama3_factor(const kvi_synth_params *p, int64_t i, int64_t half)
+float synth_llama3_factor(double base, int64_t n_rot, int64_t i, double factor, double orig)
 {
-    const double factor = 16.0, low = 1.0, high = 4.0, orig = p->rope_orig_ctx;
-    const double freq = pow(p->rope_base, -(double)(2 * i) / (double)(2 * half));
+    const double low = 1.0, high = 4.0;
+    const double freq = pow(base, -(double)(2 * i) / (double)n_rot);
     const double wavelen = 2.0 * 3.14159265358979323846 / freq;
     if (wavelen < orig / high) return 1.0f;
     if (wavelen > orig / low) return (float)factor;
