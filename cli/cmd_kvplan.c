@@ -90,6 +90,9 @@
  *  - deepseek-ai/DeepSeek-V2-Lite: 27 layers, 16 heads, the same MLA dims, 163840
  *  - Qwen/Qwen3.5-0.8B: 24 layers (every 4th attention), 8 heads, 2 KV heads of 256,
  *    262144; linear attention 16 key / 16 value heads of 128, conv kernel 4
+ *  - meta-llama/Llama-4-Scout-17B-16E: 48 layers, 40 heads, 8 KV heads, head_dim 128,
+ *    10485760 (chunked attention of 8192 on 3 of 4 layers: not modelled, the cache
+ *    keeps those layers whole as the engine does)
  *  - Qwen/Qwen3-Next-80B-A3B: 48 layers (every 4th attention), 16 heads, 2 KV heads
  *    of 256, 262144; linear attention 16 key / 32 value heads of 128, conv kernel 4
  *  - mistralai/Ministral-3-8B: 34 layers, 32 heads, 8 KV heads of 128, 262144
@@ -156,6 +159,8 @@ static const kvplan_shape presets[] = {
     { "apertus-8b", 32, 32, 8, 128, 65536, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
     { "exaone-4-32b", 64, 40, 8, 128, 131072, 4096, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
     { "command-r7b", 32, 32, 8, 128, 131072, 4096, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
+    /* Llama 4 Scout: its chunked layers kept whole (kvinfer releases no chunk) */
+    { "llama-4-scout", 48, 40, 8, 128, 10485760, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
     // clang-format on
 };
 
@@ -177,7 +182,7 @@ static const char kvplan_help[] =
     "                     qwen3.5-0.8b-all-attention (the same depth, attention\n"
     "                     everywhere); mixtures of experts: glm-4.5-air, minimax-m2;\n"
     "                     ministral-3-8b, smollm3-3b, seed-oss-36b, apertus-8b; with\n"
-    "                     window layers: exaone-4-32b, command-r7b\n"
+    "                     window layers: exaone-4-32b, command-r7b; llama-4-scout\n"
     "  -m, --model FILE   read the shape from a model file's metadata (weights not loaded)\n"
     "  -c, --ctx N        tokens per sequence (default: the model's context length)\n"
     "  --mem SIZE         memory for the KV cache alone: 80GiB, 512MiB, 1.5G, 4096 (bytes)\n"

@@ -108,6 +108,13 @@ static void synth_help(FILE *f)
            "                      heads (default = key heads), their dims (128), and every\n"
            "                      N-th layer attention (4)\n"
            "  --shared-ffn N      qwen3next: the shared expert's width (default --ffn)\n"
+           "  --moe-step N        llama4: every N-th layer experts + a shared expert (default 1)\n"
+           "  --head-dim-global N --kv-heads-global N --k-eq-v 1 --ple-dim N\n"
+           "  --shared-kv-layers N --ffn-shared N\n"
+           "                      gemma4: global layers' head dim (2 x --head-dim) and KV heads\n"
+           "                      (--kv-heads), global layers without attn_v, per-layer input\n"
+           "                      width (0), the last N layers reading earlier layers' K/V and\n"
+           "                      their FFN width (--ffn)\n"
            "  -h, --help          this help\n"
            "\n"
            "presets (arch, dim, ffn, layers, heads, kv heads, head dim, vocab, ctx):\n");
@@ -172,6 +179,7 @@ int cmd_synth(int argc, char **argv)
     int experts = 0, experts_used = 0, expert_ffn = 0;
     int ssm_groups = 0, ssm_heads = 0, ssm_state = 0, attn_interval = 0, shared_ffn = 0;
     const char *arch = NULL, *rope_base = NULL, *rope_linear = NULL;
+    int extra[7] = { 0 }; /* llama4 / gemma4 fields (kvi_synth_params) */
     synth_flag shape[] = {
         { "--dim", &dim, false },
         { "--ffn", &ffn, false },
@@ -193,6 +201,13 @@ int cmd_synth(int argc, char **argv)
         { "--ssm-state", &ssm_state, false },
         { "--attn-interval", &attn_interval, false },
         { "--shared-ffn", &shared_ffn, false },
+        { "--moe-step", &extra[0], false },
+        { "--head-dim-global", &extra[1], false },
+        { "--kv-heads-global", &extra[2], false },
+        { "--k-eq-v", &extra[3], false },
+        { "--ple-dim", &extra[4], false },
+        { "--shared-kv-layers", &extra[5], false },
+        { "--ffn-shared", &extra[6], false },
     };
     const size_t n_shape = sizeof shape / sizeof shape[0];
 
@@ -292,7 +307,7 @@ int cmd_synth(int argc, char **argv)
                 "synth: unknown --arch '%s' (llama, qwen2, qwen3, gemma2, gemma3, phi3, granite, "
                 "olmo2, qwen3moe, olmoe, gpt-oss, qwen35, qwen3next, mistral3, smollm3, seed_oss, "
                 "apertus, exaone4, cohere2, glm4moe, minimax-m2, hunyuan-moe, ernie4_5-moe, "
-                "bailingmoe2, afmoe, qwen35moe)",
+                "bailingmoe2, afmoe, qwen35moe, llama4, gemma4)",
                 arch);
         p.arch = an[k];
     }
@@ -310,6 +325,10 @@ int cmd_synth(int argc, char **argv)
     if (shape[17].set) p.ssm_state = ssm_state;
     if (shape[18].set) p.attn_interval = attn_interval;
     if (shape[19].set) p.shared_ffn = shared_ffn;
+    int *const xf[7] = { &p.moe_step, &p.head_dim_global,  &p.n_kv_heads_global, &p.k_eq_v,
+                         &p.ple_dim,  &p.shared_kv_layers, &p.ffn_dim_shared };
+    for (int i = 0; i < 7; i++)
+        if (shape[20 + i].set) *xf[i] = extra[i];
     if (p.n_expert > 0 && p.n_expert_used == 0) p.n_expert_used = p.n_expert < 2 ? p.n_expert : 2;
     if (rope_base && (!cli_parse_f32(rope_base, &p.rope_base) || !(p.rope_base > 0)))
         return cli_error("--rope-base needs a positive number, got '%s'", rope_base);

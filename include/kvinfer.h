@@ -963,7 +963,7 @@ typedef struct kvi_synth_params {
     /* The architecture (NULL or "": llama) and its fields; 0 takes the
      * architecture's default (kvinfer synth --help lists them). */
     const char *arch;      /* llama, qwen2, qwen3, gemma2, gemma3, phi3, granite, olmo2, qwen3moe,
-                              olmoe, gpt-oss, qwen35, qwen3next */
+                              olmoe, gpt-oss, qwen35, qwen3next, llama4, gemma4 */
     int head_dim;          /* 0: dim / n_heads (else attention.key_length is written) */
     int n_rot;             /* RoPE dims per head (partial rotary, phi3); 0: head_dim */
     int window;            /* gemma2/3: sliding window of the local layers; phi3: the
@@ -989,6 +989,13 @@ typedef struct kvi_synth_params {
      * attention): key heads, value heads and their dims, conv taps; 0: the defaults
      * (16 / 16 / 128 / 4 / 4); qwen3next's shared expert width shared_ffn (0: ffn_dim) */
     int ssm_groups, ssm_heads, ssm_state, ssm_conv, attn_interval, shared_ffn;
+    /* llama4: moe_step (0: 1) makes every moe_step-th layer a mixture of experts with
+     * a shared expert, the others dense. gemma4: the global layers' head dim and KV
+     * heads (0: 2 x head_dim, n_kv_heads; head_dim and n_kv_heads are the sliding
+     * layers'), k_eq_v 1: global layers without attn_v (V = K), ple_dim per-layer
+     * input width (0: none), the last shared_kv_layers layers reading earlier layers'
+     * K/V, their FFN ffn_dim_shared wide (0: ffn_dim) */
+    int moe_step, head_dim_global, n_kv_heads_global, k_eq_v, ple_dim, shared_kv_layers, ffn_dim_shared;
     /* Reports, each optional (NULL: silent; the library never prints), called on
      * the caller's thread with user: progress after each tensor's data is written
      * (counts and bytes so far, of the totals); notice for a remark such as a

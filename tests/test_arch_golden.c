@@ -10,8 +10,8 @@
  * deepseek2's latent attention: its cache bytes, and fork, session file and prefix
  * reuse on the latent cache (check_latent).
  * gpt-oss also as published, its experts in MXFP4 (gpt-oss-mxfp4, tolerance 0.03).
- * Sliding-window models (gemma2, gemma3, gpt-oss, cohere2, exaone4, afmoe) also over 400
- * positions, long enough
+ * Sliding-window models (gemma2, gemma3, gemma4, gpt-oss, cohere2, exaone4, afmoe) also
+ * over 400 positions, long enough
  * that decode releases window parts (kv_cache.h): token-by-token decode gives the
  * bits of one prefill step, and the KV bytes held stay far below a full cache.
  */
@@ -19,6 +19,7 @@
 
 #include "kvinfer.h"
 #include "formats/gguf.h"
+#include "model/model.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -147,7 +148,8 @@ static float *run_seq(kvi_model *m, const int32_t *toks, int n, bool decode, int
 /* Parameter and byte counts against the file's own tensor list (gguf reader, not
  * the model): every tensor's elements == kvi_model_n_params; one token's share ==
  * kvi_model_active_params / kvi_model_decode_bytes, where a tensor named *_exps
- * counts used / n_expert of itself and an untied token_embd one row. n_expert and
+ * counts used / n_expert of itself and an untied token_embd (gemma4's
+ * per_layer_token_embd too) one row. n_expert and
  * used are the README's, checked against kvi_model_info. */
 static void check_counts(kvi_model *m, const char *rel, int n_expert, int used)
 {
@@ -171,7 +173,8 @@ static void check_counts(kvi_model *m, const char *rel, int n_expert, int used)
         if (strstr(t->name, "_exps")) {
             active += el / (uint64_t)n_expert * (uint64_t)used;
             bytes += t->nbytes / (size_t)n_expert * (size_t)used;
-        } else if (!tied && !strcmp(t->name, "token_embd.weight")) {
+        } else if ((!tied && !strcmp(t->name, "token_embd.weight")) ||
+                   !strcmp(t->name, "per_layer_token_embd.weight")) { /* a token reads one row */
             active += (uint64_t)t->ne[0];
             bytes += t->nbytes / (size_t)t->ne[1];
         } else {
@@ -299,6 +302,44 @@ static void check_latent(kvi_model *m, const int32_t *toks, int n, const float *
     }
 }
 
+/* gemma4 (5 layers, the last 2 reading layers 1 and 2's K/V): the cache holds K
+ * and V rows of 64 values for the 3 layers with their own K/V only. */
+static void check_shared_kv(kvi_model *m)
+{
+    kvi_engine_params p = engine_params(KVI_TYPE_F32, 2, 1, 0);
+    kvi_engine *e = engine_create_checked(m, &p);
+    if (!e) return;
+    kvi_stats st;
+    kvi_stats_get(e, NULL, &st);
+    CHECK(st.kv_bytes_per_token == (size_t)3 * 2 * 64 * 4, "gemma4: %zu KV bytes a token, want 3 layers' %d",
+          st.kv_bytes_per_token, 3 * 2 * 64 * 4);
+    kvi_engine_free(e);
+}
+
+/* llama4's NoPE-layer Q temperature (inert at 48 positions with llama.cpp's floor
+ * of 8192): with a floor of 16 the README's numpy implementation moves the logits
+ * by 0.019 relative; rows below position 15 keep their bits; prefill == decode. */
+static void check_temp(kvi_model *m, const int32_t *toks, int n, const float *pre, const cJSON *ref)
+{
+    const int nv = kvi_n_vocab(m), len = m->q_temp_len;
+    m->q_temp_len = 16;
+    float *t = run_seq(m, toks, n, false, 0), *d = run_seq(m, toks, n, true, 0);
+    m->q_temp_len = len;
+    if (!t || !d) {
+        free(t);
+        free(d);
+        return;
+    }
+    const double moved = golden_rel_err("llama4 floor 16", t, ref, n, nv);
+    CHECK(moved > 0.017 && moved < 0.021, "llama4: temperature floor 16 moves the logits by %.4f, numpy 0.019",
+          moved);
+    CHECK(!memcmp(t, pre, (size_t)15 * nv * sizeof *t), "llama4: rows below 15 changed with the temperature");
+    CHECK(!memcmp(t, d, (size_t)n * nv * sizeof *t), "llama4: temperature: decode differs from prefill");
+    printf("%-20s Q temperature floor 16: %.4f from llama.cpp's logits (numpy: 0.019)\n", "llama4", moved);
+    free(t);
+    free(d);
+}
+
 static void check_file(const char *name, double tol, int n_expert, int used)
 {
     char rel[256];
@@ -332,6 +373,8 @@ static void check_file(const char *name, double tol, int n_expert, int used)
         free(dec);
         free(pair);
         if (!strncmp(name, "deepseek2", 9)) check_latent(m, toks, n, pre);
+        if (!strncmp(name, "gemma4", 6)) check_shared_kv(m);
+        if (!strcmp(name, "llama4-f32")) check_temp(m, toks, n, pre, ref);
     }
     free(pre);
     free(blk);
@@ -380,5 +423,8 @@ int main(void)
                    { "ernie4_5-moe", 8, 3 }, { "bailingmoe2", 8, 2 }, { "afmoe", 8, 2 } };
     for (size_t i = 0; i < sizeof moe_t3 / sizeof *moe_t3; i++)
         check_pair(moe_t3[i].name, "q8_0", moe_t3[i].n_expert, moe_t3[i].used);
+    /* issue 36 (README-dense-t3.md): llama4, F32 and Q8_0 */
+    check_pair("llama4", "q8_0", 4, 1);
+    check_pair("gemma4", "q8_0", 0, 0);
     return test_main_end();
 }

@@ -14,6 +14,9 @@
  *    one step over 8 rows gives finite, varying logits; in F32 the 8 rows run as
  *    one prefill and as 8 decode steps give the same bits; exaone4 also with 64
  *    layers, where its windows and NoPE layers exist;
+ *  - llama4 and gemma4 (test_t3): the golden files' keys (llama4: and tensors, Llama
+ *    3 factors), at golden size in four weight types: loads with the layer fields
+ *    of the architecture, runs, prefill == decode; their real-shape presets;
  *  - the presets of real models against their config.json values (typed in here),
  *    the q4_k_m mix's per-layer types against llama.cpp's use_more_bits rule
  *    worked out by hand, LongRoPE's attention factor, and --help.
@@ -569,6 +572,104 @@ static void test_moe_t3(void)
           "minimax-m2-4l shape");
 }
 
+/* ---- llama4 and gemma4 (issue 36) ---- */
+
+/* Tensor `name` of the two files as floats, element for element within tol
+ * (a table of the file format: rope_freqs). */
+static void same_values(const char *what, const char *name, const gguf_ctx *a, const gguf_ctx *b, double tol)
+{
+    const gguf_tensor *ta = gguf_find_tensor(a, name), *tb = gguf_find_tensor(b, name);
+    CHECK(ta && tb && ta->type == KVI_TYPE_F32 && tb->type == KVI_TYPE_F32 && ta->ne[0] == tb->ne[0],
+          "%s: %s in both, F32", what, name);
+    for (int64_t i = 0; ta && tb && ta->type == KVI_TYPE_F32 && tb->type == KVI_TYPE_F32 && i < ta->ne[0];
+         i++) {
+        const float x = ((const float *)ta->data)[i], y = ((const float *)tb->data)[i];
+        CHECK(fabs(x - y) <= tol * fabs(x), "%s: %s[%lld] %g vs %g", what, name, (long long)i, x, y);
+    }
+}
+
+/* The preset at golden size, synthesised in `type`: loads with the fields the
+ * architecture implies, runs, and prefill == token-by-token decode. */
+static void run_t3(const char *preset, const char *type)
+{
+    char what[64], file[96];
+    snprintf(what, sizeof what, "%s %s", preset, type);
+    snprintf(file, sizeof file, "synth_t3_%s_%s.gguf", preset, type);
+    kvi_synth_params p;
+    CHECK(kvi_synth_preset(preset, &p) == 0, "%s: preset", what);
+    p.seed = 13;
+    const char *path;
+    kvi_model *m = write_load(&p, type, what, file, &path);
+    if (!m) return;
+    if (!strcmp(p.arch, "llama4")) /* 4 layers: NoPE on 3, experts on 1 and 3 */
+        CHECK(m->layers[3].no_rope && !m->layers[2].no_rope && m->layers[0].qk_rms_post && m->layers[1].moe &&
+                  !m->layers[2].moe && m->layers[3].moe && m->layers[1].sh_gate.data && m->moe_weight_input &&
+                  m->rope_freqs,
+              "%s: llama4 layer fields", what);
+    else /* 6 layers, period 3 (2 and 5 global), the last 3 reading layers 1 and 2 */
+        CHECK(m->layers[0].window == 8 && m->layers[2].window == 0 && m->layers[2].head_dim == 64 &&
+                  m->layers[0].head_dim == 32 && m->layers[2].n_kv_heads == 1 && !m->layers[2].wv.data &&
+                  m->layers[0].wv.data && m->layers[3].kv_share == 2 && m->layers[4].kv_share == 2 &&
+                  m->layers[5].kv_share == 3 && m->layers[5].ffn_dim == 128 && m->ple_dim == 32 &&
+                  m->layers[5].ple_gate.data && m->final_softcap == 30.0f,
+              "%s: gemma4 layer fields", what);
+    check_rows(m, what);
+    kvi_model_free(m);
+    remove(path);
+}
+
+static void test_t3(void)
+{
+    /* llama4 at the golden's shape: its keys and tensors, and the Llama 3 factors */
+    kvi_synth_params p;
+    CHECK(kvi_synth_preset("llama4-tiny", &p) == 0, "llama4-tiny");
+    compare_golden("llama4", p);
+    gguf_ctx *a = NULL, *b = NULL;
+    kvi_error err = { 0 };
+    if (gguf_open(shared_path("golden/arch/llama4-f32.gguf"), false, &a, &err) == 0 &&
+        gguf_open(tmp_path("synth_arch_llama4.gguf"), false, &b, &err) == 0)
+        same_values("llama4", "rope_freqs.weight", a, b, 1e-6);
+    if (a) gguf_close(a);
+    if (b) gguf_close(b);
+    /* gemma4: every key of the golden (whose 5-layer pattern is not periodic) with
+     * its type, and no other */
+    CHECK(kvi_synth_preset("gemma4-tiny", &p) == 0, "gemma4-tiny");
+    p.type = KVI_TYPE_F32;
+    p.vocab_from = shared_path("models/stories260K.gguf");
+    const char *path = tmp_path("synth_arch_gemma4.gguf");
+    CHECK(kvi_synth_write(&p, path, &err) == 0, "gemma4: synth %s", err.msg);
+    a = b = NULL;
+    if (gguf_open(shared_path("golden/arch/gemma4-f32.gguf"), false, &a, &err) == 0 &&
+        gguf_open(path, false, &b, &err) == 0) {
+        keys_in("gemma4", a, b, false);
+        keys_in("gemma4", b, a, false);
+        same_values("gemma4", "rope_freqs.weight", a, b, 0);
+    }
+    if (a) gguf_close(a);
+    if (b) gguf_close(b);
+    /* the real shapes (config.json values typed in here) */
+    kvi_synth_params r;
+    CHECK(kvi_synth_preset("llama-4-scout-4l", &p) == 0 && kvi_synth_resolve(&p, &r) == 0 &&
+              !strcmp(r.arch, "llama4") && r.dim == 5120 && r.n_heads == 40 && r.n_kv_heads == 8 &&
+              r.head_dim == 128 && r.n_expert == 16 && r.n_expert_used == 1 && r.expert_ffn == 8192 &&
+              r.ffn_dim == 16384 && r.moe_step == 1 && r.n_vocab == 202048 && r.rope_base == 500000.0f,
+          "llama-4-scout shape");
+    CHECK(kvi_synth_preset("gemma-4-E4B", &p) == 0 && kvi_synth_resolve(&p, &r) == 0 &&
+              !strcmp(r.arch, "gemma4") && r.dim == 2560 && r.n_layers == 42 && r.n_heads == 8 &&
+              r.n_kv_heads == 2 && r.head_dim == 256 && r.head_dim_global == 512 && r.ple_dim == 256 &&
+              r.shared_kv_layers == 18 && r.window == 512 && r.window_pattern == 6 && r.tie == 1,
+          "gemma-4-E4B shape");
+    CHECK(kvi_synth_preset("gemma-4-31b-6l", &p) == 0 && kvi_synth_resolve(&p, &r) == 0 && r.dim == 5376 &&
+              r.n_heads == 32 && r.n_kv_heads == 16 && r.n_kv_heads_global == 4 && r.k_eq_v == 1 &&
+              r.ple_dim == 0 && r.window == 1024,
+          "gemma-4-31B shape");
+    static const char *const types[] = { "f32", "q8_0", "q4_0", "q4_k" };
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        run_t3("llama4-tiny", types[t]);
+        run_t3("gemma4-tiny", types[t]);
+    }
+}
+
 /* ---- presets, mixes, LongRoPE factor, CLI ---- */
 
 static void test_presets(void)
@@ -792,6 +893,7 @@ int main(void)
     test_golden_layout();
     test_presets();
     test_cli();
+    test_t3();
     test_run_all();
     test_moe_t3();
     return test_main_end();

@@ -286,11 +286,12 @@ static int set_lim(const attn_args *a, attn_work *w, int r0, int nr, int group, 
     return most;
 }
 
-/* First position row r sees: max(0, pos - window + 1) with a window, else 0. */
+/* First position row r sees: max(0, pos - window + 1) with a window, else 0; with
+ * a chunk no earlier than the chunk's first position (attention.h). */
 static int32_t win_start(const attn_args *a, int r)
 {
-    if (a->window <= 0) return 0;
-    const int64_t w = (int64_t)a->pos[r] - a->window + 1;
+    int64_t w = a->window > 0 ? (int64_t)a->pos[r] - a->window + 1 : 0;
+    if (a->chunk > 0 && a->pos[r] - a->pos[r] % a->chunk > w) w = a->pos[r] - a->pos[r] % a->chunk;
     return w > 0 ? (int32_t)w : 0;
 }
 
@@ -825,7 +826,8 @@ void attention_rows_ref(const attn_args *a)
         for (int h = 0; h < a->n_heads; h++) {
             const int g = h / group;
             const float *qh = a->q + (size_t)r * qstride + (size_t)h * hd;
-            const int32_t ws = a->window > 0 && a->pos[r] - a->window + 1 > 0 ? a->pos[r] - a->window + 1 : 0;
+            int32_t ws = a->window > 0 && a->pos[r] - a->window + 1 > 0 ? a->pos[r] - a->window + 1 : 0;
+            if (a->chunk > 0 && a->pos[r] / a->chunk * a->chunk > ws) ws = a->pos[r] / a->chunk * a->chunk;
             double mx = -INFINITY, tot = 0;
             for (int32_t t = ws; t <= a->pos[r]; t++) {
                 ref_key(a, a->tables[r], t, a->pos[r], row);

@@ -3,7 +3,7 @@
  *
  * Row r (query q[r], position pos[r], block table tables[r]) attends to positions
  * w(r)..pos[r] of its own sequence, w(r) = max(0, pos[r] - window + 1) with a
- * sliding window, else 0: the causal mask is implied by the position, so prefill
+ * sliding window, else 0, and at least pos[r] - pos[r] % chunk with a chunk: the causal mask is implied by the position, so prefill
  * rows and decode rows go through the same code. Softmax is computed online, one
  * block of positions at a time (running max m, running sum l, and an accumulator
  * rescaled when m grows): no scores matrix of n x n is ever built.
@@ -53,6 +53,7 @@ typedef struct attn_args {
     float softcap;      /* scores capped by softcap * tanhf(s / softcap); 0: none (Gemma 2) */
     float scale;        /* KQ scale; 0: 1 / sqrtf(head_dim) */
     const float *sinks; /* [n_heads] sink logits (gpt-oss); NULL: none */
+    int chunk;          /* chunked attention (llama4): p sees [p - p % chunk, p] as well; <= 0: none */
 } attn_args;
 
 typedef struct attn_scratch attn_scratch;

@@ -46,7 +46,8 @@
 #define ENGINE_WIN_SLACK 64
 
 /* Policies that move keys re-rotate them with one plain RoPE (kv_rope): a model
- * with window layers, two RoPE sets or scaled frequencies cannot be moved so. */
+ * with window layers, two RoPE sets, scaled frequencies or layers that are not
+ * rotated alike cannot be moved so. */
 static bool engine_policy_fits(const kvi_model *m)
 {
     const model_rope *r = &m->rope[0];
@@ -54,7 +55,9 @@ static bool engine_policy_fits(const kvi_model *m)
         m->mla_kv_rank > 0 || m->n_recurrent > 0)
         return false;
     for (int l = 0; l < m->n_layers; l++)
-        if (m->layers[l].window) return false;
+        if (m->layers[l].window || m->layers[l].no_rope || m->layers[l].attn_chunk || m->layers[l].kv_share ||
+            m->layers[l].head_dim) /* llama4's NoPE and chunked layers, gemma4's shared or narrow ones */
+            return false;
     return true;
 }
 
@@ -259,7 +262,7 @@ kvi_engine *kvi_engine_create(kvi_model *m, const kvi_engine_params *params, kvi
                                 .n_sink = p.n_sink,
                                 .n_window = p.n_window,
                                 .block_size = p.kv_block_size };
-    const int kv_dim = m->n_kv_heads * m->head_dim;
+    const int kv_dim = model_kv_dim(m); /* the widest layer's (gemma4), else n_kv_heads * head_dim */
     /* latent attention: the cache holds the latent rows only (values inside them) */
     if (m->mla_kv_rank > 0) e->p.kv_type_v = p.kv_type_v = KVI_TYPE_KV_LATENT;
     int *windows =
@@ -270,7 +273,9 @@ kvi_engine *kvi_engine_create(kvi_model *m, const kvi_engine_params *params, kvi
     }
     int n_win = 0;
     for (int l = 0; l < m->n_layers; l++) {
-        windows[l] = m->layers[l].recurrent ? KV_LAYER_RECURRENT : m->layers[l].window;
+        windows[l] = m->layers[l].recurrent  ? KV_LAYER_RECURRENT
+                     : m->layers[l].kv_share ? KV_LAYER_ABSENT /* reads another layer's K/V */
+                                             : m->layers[l].window;
         n_win += windows[l] > 0;
     }
     const size_t state_layer = m->n_recurrent > 0 ? model_state_layer_floats(m) * sizeof(float) : 0;
@@ -1038,11 +1043,16 @@ static int pipe_kv_init(kvi_engine *e, int l0, int l1, kvi_error *err)
     const kvi_model *m = e->m;
     const int32_t nb = e->kv.n_blocks_max;
     const size_t budget = (size_t)nb * (size_t)(l1 - l0) * e->kv.layer_bytes;
+    for (int l = 0; l < m->n_layers; l++)
+        if (m->layers[l].kv_share || m->ple_dim) /* a stage would need another stage's K/V or embeddings */
+            return err_set(err, KVI_E_UNSUPPORTED,
+                           "pipeline: a model with per-layer inputs or shared K/V (gemma4 E2B/E4B) "
+                           "cannot be split into stages");
     int *win = malloc((size_t)m->n_layers * sizeof *win); /* [n_layers] 0 or KV_LAYER_ABSENT */
     if (!win) return err_set(err, KVI_E_NOMEM, "engine: out of memory");
     for (int l = 0; l < m->n_layers; l++) win[l] = l >= l0 && l < l1 ? 0 : KV_LAYER_ABSENT;
     kv_pool_free(&e->kv);
-    int rc = kv_pool_init_layers(&e->kv, m->n_layers, win, ENGINE_WIN_SLACK, m->n_kv_heads * m->head_dim,
+    int rc = kv_pool_init_layers(&e->kv, m->n_layers, win, ENGINE_WIN_SLACK, model_kv_dim(m),
                                  e->p.kv_block_size, e->p.kv_type_k, e->p.kv_type_v, budget, err);
     free(win);
     if (!rc && e->kv.n_blocks_max != nb)

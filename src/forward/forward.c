@@ -62,6 +62,7 @@
 #include "forward/fwd_mla.h"
 #include "forward/fwd_moe.h"
 #include "forward/fwd_norm.h"
+#include "forward/fwd_ple.h"
 
 #include "attention/attention.h"
 #include "base/error.h"
@@ -79,6 +80,7 @@
 #define FWD_CHUNK_BYTES ((size_t)16 << 20)
 #define FWD_CHUNK_ALIGN 16 /* rows; the GEMM's row tile */
 #define FWD_DELTA_ROWS 64  /* rows per part of a DeltaNet layer (fwd_delta.h) */
+#define FWD_ATTN_SHAPES 4  /* distinct (head_dim, KV heads) of the layers */
 
 struct fwd_ctx {
     const struct kvi_model *m;
@@ -111,6 +113,15 @@ struct fwd_ctx {
     size_t bytes;
     attn_scratch *attn;
     kv_stash stash; /* q4 key groups a layer's rows still read in f16 (kv_quant.h) */
+    /* per-layer widths (gemma4): one attention scratch per (head_dim, KV heads) */
+    int n_ash;
+    attn_scratch *ash[FWD_ATTN_SHAPES];
+    int ash_hd[FWD_ATTN_SHAPES], ash_kvh[FWD_ATTN_SHAPES];
+    int kv_ld;        /* the cache's row (model_kv_dim) */
+    float *kpad;      /* [kv_ld] a row padded with zeros to the cache's row, or NULL */
+    kv_stash *lstash; /* [n_layers] layers whose K/V other layers read keep their own stash, or NULL */
+    kv_stash *cur;    /* the stash of the layer running */
+    fwd_ple *ple;     /* per-layer inputs (ple_dim > 0) or NULL */
 };
 
 static float *falloc(fwd_ctx *f, size_t n, bool *ok) { return fwd_alloc64(n * sizeof(float), &f->bytes, ok); }
@@ -144,6 +155,11 @@ void fwd_free(fwd_ctx *f)
     free(f->routed);
     attn_scratch_free(f->attn);
     kv_stash_free(&f->stash);
+    for (int i = 0; i < f->n_ash; i++) attn_scratch_free(f->ash[i]);
+    free(f->kpad);
+    for (int l = 0; f->lstash && l < f->m->n_layers; l++) kv_stash_free(&f->lstash[l]);
+    free(f->lstash);
+    fwd_ple_free(f->ple);
     free(f);
 }
 
@@ -162,6 +178,47 @@ static double rope_freq(const model_rope *r, int n_rot, int i)
         f *= r->freq_scale;
     }
     return (double)(float)f;
+}
+
+/* Per-layer widths (gemma4): an attention scratch for each (head_dim, KV heads) the
+ * layers use besides the model's; a zero-padded row when a layer's K/V row is
+ * narrower than the cache's; own stashes for layers whose K/V others read. */
+static int fwd_layer_shapes(fwd_ctx *f, int n_threads, int block_size)
+{
+    const struct kvi_model *m = f->m;
+    bool share = false, narrow = false, ok = true;
+    for (int l = 0; l < m->n_layers; l++) {
+        const model_layer *L = &m->layers[l];
+        const int hd = model_lhd(m, L), kvh = model_lkvh(m, L);
+        share |= L->kv_share > 0;
+        narrow |= !L->recurrent && hd * kvh < f->kv_ld;
+        if (L->recurrent || (hd == m->head_dim && kvh == m->n_kv_heads)) continue;
+        int i = 0;
+        while (i < f->n_ash && (f->ash_hd[i] != hd || f->ash_kvh[i] != kvh)) i++;
+        if (i < f->n_ash) continue;
+        if (i == FWD_ATTN_SHAPES) return KVI_E_UNSUPPORTED;
+        f->ash[i] = attn_scratch_create(n_threads, block_size, hd, m->n_heads, kvh, f->kv_ld);
+        if (!f->ash[i]) return KVI_E_NOMEM;
+        f->ash_hd[i] = hd;
+        f->ash_kvh[i] = kvh;
+        f->n_ash++;
+    }
+    if (narrow && !(f->kpad = falloc(f, (size_t)f->kv_ld, &ok))) return KVI_E_NOMEM;
+    if (share) {
+        f->lstash = calloc((size_t)m->n_layers, sizeof *f->lstash);
+        if (!f->lstash) return KVI_E_NOMEM;
+        for (int l = 0; l < m->n_layers; l++) kv_stash_init(&f->lstash[l]);
+    }
+    return 0;
+}
+
+/* The attention scratch of layer L's widths. */
+static attn_scratch *layer_attn(const fwd_ctx *f, const model_layer *L)
+{
+    const int hd = model_lhd(f->m, L), kvh = model_lkvh(f->m, L);
+    for (int i = 0; i < f->n_ash; i++)
+        if (f->ash_hd[i] == hd && f->ash_kvh[i] == kvh) return f->ash[i];
+    return f->attn;
 }
 
 fwd_ctx *fwd_create(const struct kvi_model *m, int n_rows_max, int force_chunk, int n_threads, int block_size,
@@ -205,7 +262,9 @@ fwd_ctx *fwd_create(const struct kvi_model *m, int n_rows_max, int force_chunk, 
     f->rc = falloc(f, ns * n * half, &ok);
     f->rs = falloc(f, ns * n * half, &ok);
     f->inv_freq = (double *)falloc(f, 2 * ns * half, &ok); /* 64-aligned: doubles */
-    f->attn = attn_scratch_create(n_threads, block_size, m->head_dim, m->n_heads, m->n_kv_heads, (int)kvd);
+    f->kv_ld = model_kv_dim(m);
+    f->attn = attn_scratch_create(n_threads, block_size, m->head_dim, m->n_heads, m->n_kv_heads, f->kv_ld);
+    if (f->attn && fwd_layer_shapes(f, n_threads, block_size) != 0) ok = false;
     if (!ok || !f->attn) {
         fwd_free(f);
         err_set(err, KVI_E_NOMEM, "forward: cannot allocate scratch for %d rows", n_rows_max);
@@ -267,10 +326,17 @@ fwd_ctx *fwd_create(const struct kvi_model *m, int n_rows_max, int force_chunk, 
             return NULL;
         }
     }
+    if (m->ple_dim > 0 && !(f->ple = fwd_ple_create(m, n_rows_max, (int)chunk, &f->bytes))) {
+        fwd_free(f);
+        err_set(err, KVI_E_NOMEM, "forward: cannot allocate the per-layer input scratch");
+        return NULL;
+    }
     model_rope sets[MODEL_MAX_ROPE_SETS];
     model_rope_for_ctx(m, n_ctx, sets);
     for (size_t r = 0; r < ns; r++) {
-        for (size_t i = 0; i < half; i++) f->inv_freq[r * half + i] = rope_freq(&sets[r], m->n_rot, (int)i);
+        const int nr = sets[r].n_rot ? sets[r].n_rot : m->n_rot; /* a set's pairs: the first nr / 2 */
+        for (size_t i = 0; i < half; i++)
+            f->inv_freq[r * half + i] = (int)i < nr / 2 ? rope_freq(&sets[r], nr, (int)i) : 0.0;
         f->mscale[r] = sets[r].mscale;
     }
     return f;
@@ -309,15 +375,15 @@ static void scale_rows(float *x, float a, size_t n)
     for (; i < n; i++) x[i] *= a;
 }
 
-/* Rotates pairs of every head of rows x [n][n_h * head_dim], batch rows r0.., by
- * RoPE set `set` */
-static void rope_rows(const fwd_ctx *f, int set, float *x, int r0, int n, int n_h)
+/* Rotates pairs of every head of rows x [n][n_h * hd], batch rows r0.., by RoPE
+ * set `set` (its n_rot, else the model's; the tables' rows hold n_rot / 2 pairs) */
+static void rope_rows(const fwd_ctx *f, int set, float *x, int r0, int n, int n_h, int hd)
 {
     const struct kvi_model *m = f->m;
-    const int hd = m->head_dim, half = m->n_rot / 2;
-    const size_t base = (size_t)set * f->n_rows_max * half;
+    const int ld = m->n_rot / 2, half = m->rope[set].n_rot ? m->rope[set].n_rot / 2 : ld;
+    const size_t base = (size_t)set * f->n_rows_max * ld;
     for (int r = 0; r < n; r++) {
-        const float *c = f->rc + base + (size_t)(r0 + r) * half, *s = f->rs + base + (size_t)(r0 + r) * half;
+        const float *c = f->rc + base + (size_t)(r0 + r) * ld, *s = f->rs + base + (size_t)(r0 + r) * ld;
         for (int h = 0; h < n_h; h++)
             kern_rope_head(x + ((size_t)r * n_h + h) * hd, c, s, half, m->rope_neox);
     }
@@ -343,22 +409,21 @@ static void residual_add(const struct kvi_model *m, float *x, float *y, const fl
     add_into(x, y, nd);
 }
 
-/* q/k norm of rows y [n][n_h * head_dim] (model.h qk_norm) */
-static void qk_norm_rows(const struct kvi_model *m, float *y, const float *w, int n, int n_h)
+/* q/k norm of rows y [n][n_h * hd] (model.h qk_norm) */
+static void qk_norm_rows(const struct kvi_model *m, float *y, const float *w, int n, int n_h, int hd)
 {
     if (m->qk_norm == MODEL_QK_HEAD)
-        fwd_rmsnorm_rows(y, y, w, n * n_h, m->head_dim, m->rms_eps);
+        fwd_rmsnorm_rows(y, y, w, n * n_h, hd, m->rms_eps);
     else if (m->qk_norm == MODEL_QK_FULL)
-        fwd_rmsnorm_rows(y, y, w, n, n_h * m->head_dim, m->rms_eps);
+        fwd_rmsnorm_rows(y, y, w, n, n_h * hd, m->rms_eps);
 }
 
-/* q of rows [n][n_heads * head_dim] at positions pos [n] times the model's query
- * temperature (model.h q_temp_*) */
-static void q_temperature(const struct kvi_model *m, float *q, const int32_t *pos, int n)
+/* q of rows [n][qd] at positions pos [n] times the model's query temperature
+ * (model.h q_temp_*) */
+static void q_temperature(const struct kvi_model *m, float *q, size_t qd, const int32_t *pos, int n)
 {
-    const size_t qd = (size_t)m->n_heads * m->head_dim;
     for (int r = 0; r < n; r++) {
-        const double p = floor((double)(pos[r] + m->q_temp_offset) / m->q_temp_len);
+        const double p = floor((double)((int64_t)pos[r] + m->q_temp_offset) / m->q_temp_len);
         const float t = (float)(log(p + 1.0) * m->q_temp_beta + 1.0);
         if (t != 1.0f) scale_rows(q + (size_t)r * qd, t, qd);
     }
@@ -374,19 +439,23 @@ static int lora_add(fwd_ctx *f, tpool *pool, const fwd_rows *rows, int r0, const
 }
 
 /* q, k, v of rows [r0, r0 + n) from xb: projections, biases, q/k norms, RoPE (not on a
- * NoPE layer), the query temperature. */
+ * NoPE layer), the unweighted q/k RMSNorm after RoPE, the query temperature. */
 static int qkv(fwd_ctx *f, tpool *pool, const model_layer *L, const fwd_rows *rows, int r0, int n)
 {
     const struct kvi_model *m = f->m;
-    const int qd = m->n_heads * m->head_dim, kvd = m->n_kv_heads * m->head_dim;
-    { /* one quantisation of xb for the three products (bits as three kern_matmul) */
+    const int hd = model_lhd(m, L), kvh = model_lkvh(m, L), qd = m->n_heads * hd, kvd = kvh * hd;
+    const bool own_k = !L->kv_share; /* a layer reading another's K/V computes none */
+    { /* one quantisation of xb for the three products (bits as three kern_matmul);
+         without wv (gemma4) V is the raw K projection */
         const kern_tensor *w3[3] = { &L->wq, &L->wk, &L->wv };
         float *const y3[3] = { m->attn_gated ? f->qg : f->q, f->k, f->v };
         const int64_t ld3[3] = { m->attn_gated ? 2 * qd : qd, kvd, kvd };
-        int rc = kern_matmul_multi(pool, 3, w3, f->xb, m->dim, n, y3, ld3);
-        for (int i = 0; i < 3 && !rc; i++)
+        const int nw = !own_k ? 1 : L->wv.data ? 3 : 2;
+        int rc = kern_matmul_multi(pool, nw, w3, f->xb, m->dim, n, y3, ld3);
+        for (int i = 0; i < nw && !rc; i++)
             rc = lora_add(f, pool, rows, r0, L, (lora_mat)(LORA_WQ + i), f->xb, m->dim, n, y3[i], ld3[i]);
         if (rc) return rc;
+        if (own_k && !L->wv.data) memcpy(f->v, f->k, (size_t)n * kvd * sizeof(float));
     }
     if (m->attn_gated) /* per head [q | gate] -> q, gate */
         for (int r = 0; r < n; r++)
@@ -402,14 +471,19 @@ static int qkv(fwd_ctx *f, tpool *pool, const model_layer *L, const fwd_rows *ro
     add_bias(f->v, L->bv, n, kvd);
     for (int step = 0; step < 2; step++) { /* q/k norm and RoPE, in the model's order */
         if (step == (m->qk_norm_after_rope ? 1 : 0)) {
-            qk_norm_rows(m, f->q, L->q_norm, n, m->n_heads);
-            qk_norm_rows(m, f->k, L->k_norm, n, m->n_kv_heads);
+            qk_norm_rows(m, f->q, L->q_norm, n, m->n_heads, hd);
+            if (own_k) qk_norm_rows(m, f->k, L->k_norm, n, kvh, hd);
         } else if (!L->no_rope) {
-            rope_rows(f, L->rope_set, f->q, r0, n, m->n_heads);
-            rope_rows(f, L->rope_set, f->k, r0, n, m->n_kv_heads);
+            rope_rows(f, L->rope_set, f->q, r0, n, m->n_heads, hd);
+            if (own_k) rope_rows(f, L->rope_set, f->k, r0, n, kvh, hd);
         }
     }
-    if (L->q_temp && m->q_temp_beta != 0.0f) q_temperature(m, f->q, rows->pos + r0, n);
+    if (own_k && L->v_rms) fwd_rms_rows(f->v, n * kvh, hd, m->rms_eps); /* gemma4: per head, no weight */
+    if (L->qk_rms_post) { /* llama4: per head, no weight, after RoPE */
+        fwd_rms_rows(f->q, n * m->n_heads, hd, m->rms_eps);
+        if (own_k) fwd_rms_rows(f->k, n * kvh, hd, m->rms_eps);
+    }
+    if (L->q_temp && m->q_temp_beta != 0.0f) q_temperature(m, f->q, (size_t)qd, rows->pos + r0, n);
     if (L->wo_gate.data) /* the output gate's logits, from the same normed input */
         return kern_matmul(pool, &L->wo_gate, f->xb, m->dim, n, f->gate, qd);
     return KVI_OK;
@@ -423,42 +497,55 @@ static int mla_qk(fwd_ctx *f, tpool *pool, const model_layer *L, int r0, int n)
     return fwd_mla_qk(f->mla, pool, f->m, L, f->xb, n, f->rc + o, f->rs + o, f->q, f->k);
 }
 
+/* A K or V row of kvd elements as the cache stores it: itself, or padded with
+ * zeros to the cache's row (layers narrower than the widest). */
+static const float *kv_row(fwd_ctx *f, const float *row, int kvd)
+{
+    if (kvd == f->kv_ld) return row;
+    memcpy(f->kpad, row, (size_t)kvd * sizeof(float));
+    memset(f->kpad + kvd, 0, (size_t)(f->kv_ld - kvd) * sizeof(float));
+    return f->kpad;
+}
+
 /* The attention mixer of layer l over rows [r0, r0 + n): x += attention output. */
 static int attn_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *rows, int l, int r0, int n)
 {
     const struct kvi_model *m = f->m;
     const model_layer *L = &m->layers[l];
-    const int dim = m->dim, hd = m->head_dim, kvd = m->n_kv_heads * hd;
+    const int dim = m->dim, hd = model_lhd(m, L), kvd = model_lkvh(m, L) * hd;
     float *x = f->x + (size_t)r0 * dim; /* [n][dim] this chunk's residual rows */
     int rc = m->mla_kv_rank > 0 ? mla_qk(f, pool, L, r0, n) : qkv(f, pool, L, rows, r0, n);
     if (rc) return rc;
 
-    /* K and V appended to the cache, then every row reads its own sequence back */
-    for (int r = 0; r < n; r++) {
+    /* K and V appended to the cache (not by a layer reading another's), then every
+     * row reads its own sequence back */
+    for (int r = 0; r < n && !L->kv_share; r++) {
         kv_table *t = (kv_table *)rows->tables[r0 + r];
-        kv_write_row_batch(kv, t, l, 0, rows->pos[r0 + r], f->k + (size_t)r * kvd, &f->stash);
+        kv_write_row_batch(kv, t, l, 0, rows->pos[r0 + r], kv_row(f, f->k + (size_t)r * kvd, kvd), f->cur);
         if (!kv->v_in_k)
-            kv_write_row_batch(kv, t, l, 1, rows->pos[r0 + r], f->v + (size_t)r * kvd, &f->stash);
+            kv_write_row_batch(kv, t, l, 1, rows->pos[r0 + r], kv_row(f, f->v + (size_t)r * kvd, kvd),
+                               f->cur);
     }
     const attn_args aa = {
         .kv = kv,
-        .layer = l,
+        .layer = L->kv_share ? L->kv_share - 1 : l,
         .n_rows = n,
         .tables = rows->tables + r0,
         .pos = rows->pos + r0,
         .q = f->q,
         .out = f->att,
         .n_heads = m->n_heads,
-        .n_kv_heads = m->n_kv_heads,
-        .stash = &f->stash,
+        .n_kv_heads = model_lkvh(m, L),
+        .stash = f->cur,
         .head_dim = hd,
         .recv = rows->recv ? rows->recv + r0 : NULL,
         .window = L->window,
         .softcap = m->attn_softcap,
         .scale = m->kq_scale,
         .sinks = L->sinks,
+        .chunk = L->attn_chunk,
     };
-    attention_rows(pool, f->attn, &aa);
+    attention_rows(pool, layer_attn(f, L), &aa);
     if (m->attn_gated || L->wo_gate.data) { /* att *= sigmoid(gate) */
         const size_t nq = (size_t)n * m->n_heads * hd;
         for (size_t i = 0; i < nq; i++) f->att[i] *= 1.0f / (1.0f + expf(-f->gate[i]));
@@ -496,12 +583,27 @@ static int delta_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *row
     return KVI_OK;
 }
 
+/* After layer l's FFN (gemma4): the per-layer input branch, then the residual
+ * stream times layer_output_scale. */
+static int layer_tail(fwd_ctx *f, tpool *pool, int l, int r0, int n)
+{
+    const struct kvi_model *m = f->m;
+    const model_layer *L = &m->layers[l];
+    float *x = f->x + (size_t)r0 * m->dim; /* [n][dim] */
+    if (L->ple_gate.data) {
+        const int rc = fwd_ple_layer(f->ple, pool, m, l, f->gelu, x, r0, n, f->xb);
+        if (rc) return rc;
+    }
+    if (L->out_scale && L->out_scale[0] != 1.0f) scale_rows(x, L->out_scale[0], (size_t)n * m->dim);
+    return KVI_OK;
+}
+
 /* One layer over rows [r0, r0 + n) of the batch (a chunk; see the file comment). */
 static int layer_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *rows, int l, int r0, int n)
 {
     const struct kvi_model *m = f->m;
     const model_layer *L = &m->layers[l];
-    const int dim = m->dim, ffn = m->ffn_dim;
+    const int dim = m->dim, ffn = model_lffn(m, L);
     float *x = f->x + (size_t)r0 * dim; /* [n][dim] this chunk's residual rows */
 
     /* mixer: attention, or a recurrent layer's DeltaNet */
@@ -523,7 +625,7 @@ static int layer_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *row
                               f->routed + (size_t)l * m->n_expert, &ml)))
             return rc;
         residual_add(m, x, f->moe_y, L->post_ffn_norm, n);
-        return KVI_OK;
+        return layer_tail(f, pool, l, r0, n);
     }
     if (!L->w_gate.data) { /* h = act(xb Wup^T (+b)) into hg */
         if ((rc = kern_matmul(pool, &L->w_up, f->xb, dim, n, f->hg, ffn))) return rc;
@@ -545,7 +647,7 @@ static int layer_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *row
     if ((rc = lora_add(f, pool, rows, r0, L, LORA_DOWN, f->hg, ffn, n, f->xb, dim))) return rc;
     add_bias(f->xb, L->b_down, n, dim);
     residual_add(m, x, f->xb, L->post_ffn_norm, n);
-    return KVI_OK;
+    return layer_tail(f, pool, l, r0, n);
 }
 
 float *fwd_x(fwd_ctx *f) { return f->x; }
@@ -571,7 +673,8 @@ int fwd_run_layers(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *rows, i
         }
         for (int set = 0; set < f->n_sets; set++) {
             const size_t o = ((size_t)set * f->n_rows_max + r) * half;
-            kern_rope_cos_sin((double)rows->pos[r], f->inv_freq + (size_t)set * half, half, f->rc + o,
+            const int sh = m->rope[set].n_rot ? m->rope[set].n_rot / 2 : half; /* the set's pairs */
+            kern_rope_cos_sin((double)rows->pos[r], f->inv_freq + (size_t)set * half, sh, f->rc + o,
                               f->rs + o);
             if (f->mscale[set] != 1.0f) {
                 scale_rows(f->rc + o, f->mscale[set], (size_t)half);
@@ -580,8 +683,17 @@ int fwd_run_layers(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *rows, i
         }
     }
 
+    if (f->ple) { /* per-layer inputs from the embeddings, before the first layer */
+        if (l0 != 0) return KVI_E_UNSUPPORTED;
+        const int rc = fwd_ple_inputs(f->ple, pool, m, rows->tokens, f->x, n);
+        if (rc) return rc;
+    }
     for (int l = l0; l < l1; l++) {
-        kv_stash_begin(&f->stash, l); /* once per layer: chunks of one batch share it */
+        /* a layer whose K/V others read keeps its stash for them (kv_share) */
+        const int src = m->layers[l].kv_share ? m->layers[l].kv_share - 1 : l;
+        f->cur = f->lstash ? &f->lstash[src] : &f->stash;
+        if (!m->layers[l].kv_share)
+            kv_stash_begin(f->cur, l); /* once per layer: chunks of one batch share it */
         for (int r0 = 0; r0 < n; r0 += f->chunk) {
             const int rc = layer_chunk(f, pool, kv, rows, l, r0, n - r0 < f->chunk ? n - r0 : f->chunk);
             if (rc) return rc;

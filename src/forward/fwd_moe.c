@@ -224,8 +224,12 @@ static int experts_batch(fwd_moe *s, tpool *pool, const struct kvi_model *m, con
                          const uint16_t *gelu, const float *x, int e0, int e1, const fwd_moe_lora *lo)
 {
     const int k = s->k, F = s->F, dim = m->dim, base = s->start[e0], total = s->start[e1] - base;
-    for (int i = 0; i < total; i++)
-        memcpy(s->xe + (size_t)i * dim, x + (size_t)(s->order[base + i] / k) * dim, (size_t)dim * sizeof *x);
+    for (int i = 0; i < total; i++) {
+        float *xe = s->xe + (size_t)i * dim;
+        memcpy(xe, x + (size_t)(s->order[base + i] / k) * dim, (size_t)dim * sizeof *x);
+        if (m->moe_weight_input) /* llama4: the weight scales the expert's input */
+            for (int j = 0; j < dim; j++) xe[j] *= s->w[s->order[base + i]];
+    }
     kern_tensor gu[KVI_MATMUL_MULTI_MAX], dn[MOE_BATCH_EXPERTS];
     const kern_tensor *gup[KVI_MATMUL_MULTI_MAX], *dnp[MOE_BATCH_EXPERTS];
     int64_t r0[KVI_MATMUL_MULTI_MAX], nr[KVI_MATMUL_MULTI_MAX], ldf[KVI_MATMUL_MULTI_MAX],
@@ -317,7 +321,7 @@ int fwd_moe_run(fwd_moe *s, tpool *pool, const struct kvi_model *m, const model_
         for (int e = e0; e < e1; e++) /* a row's sum runs in increasing expert index */
             for (int i = s->start[e]; i < s->start[e + 1]; i++) {
                 const int rs = s->order[i];
-                const float wt = s->w[rs];
+                const float wt = m->moe_weight_input ? 1.0f : s->w[rs];
                 float *yr = y + (size_t)(rs / k) * dim;
                 const float *dr = s->de + (size_t)(i - s->start[e0]) * dim;
                 for (int j = 0; j < dim; j++) yr[j] += wt * dr[j];

@@ -76,3 +76,14 @@ void fwd_layernorm_bias_rows(float *out, const float *x, const float *w, const f
         for (int i = 0; i < dim; i++) o[i] = (xr[i] - mean) * s * w[i] + (b ? b[i] : 0.0f);
     }
 }
+
+void fwd_rms_rows(float *x, int n, int dim, float eps)
+{
+    for (int r = 0; r < n; r++) {
+        float *xr = x + (size_t)r * dim;
+        double ss = 0; /* in order, as fwd_rmsnorm_rows */
+        for (int i = 0; i < dim; i++) ss += (double)xr[i] * xr[i];
+        const float s = (float)(1.0 / sqrt(ss / dim + eps));
+        for (int i = 0; i < dim; i++) xr[i] *= s;
+    }
+}

@@ -10,6 +10,8 @@
 
 /* out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w for rows r < n of x [n][dim] (out may be x) */
 void fwd_rmsnorm_rows(float *out, const float *x, const float *w, int n, int dim, float eps);
+/* x[r] = x[r] / sqrt(mean(x[r]^2) + eps) for rows r < n of x [n][dim]: no weight */
+void fwd_rms_rows(float *x, int n, int dim, float eps);
 
 /* fwd_layernorm_bias_rows without a bias (cohere2's LayerNorm) */
 void fwd_layernorm_rows(float *out, const float *x, const float *w, int n, int dim, float eps);

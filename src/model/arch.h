@@ -29,6 +29,8 @@ enum {
     ARCH_PARALLEL = 1 << 7,           /* one norm a layer, no ffn_norm: the FFN reads attn_norm's output */
     ARCH_ATTN_OUT_GATE = 1 << 8,      /* attn_gate [q dims][dim]: att *= sigmoid(a Wg^T) (afmoe) */
     ARCH_ENCODER_TENSORS = 1 << 9,    /* BERT-family tensors, bound by model_enc_bind_encoder (model_enc.h) */
+    ARCH_V_FROM_K = 1 << 10,          /* attn_v may be absent: V is K's projection (gemma4), and
+                                         layers with kv_share bind no K/V */
 };
 
 typedef struct model_arch {
@@ -66,6 +68,15 @@ int model_swa_layers(struct kvi_model *m, const gguf_ctx *g, int def_period, int
  * get window W, the global ones no RoPE when global_nope. */
 int model_swa_period(struct kvi_model *m, const gguf_ctx *g, int def_period, bool global_nope,
                      kvi_error *err);
+/* "<arch>.<key>" as one value per layer into out [n_layers] when it is an int32 array
+ * of n_layers values in [lo, hi] (*is_array set); -1 when absent or a plain integer;
+ * KVI_E_FORMAT otherwise (model_gguf_layers.c). */
+int model_gguf_layer_ints(const gguf_ctx *g, const char *arch, const char *key, int n_layers, int64_t lo,
+                          int64_t hi, int32_t *out, bool *is_array, kvi_error *err);
+/* model_gguf_int, or the largest value when the key is such an array (n_layers: the
+ * block count; 0 when not known yet: arrays refused as by model_gguf_int). */
+int model_gguf_int_max(const gguf_ctx *g, const char *arch, const char *key, bool required, int64_t def,
+                       int64_t lo, int64_t hi, int n_layers, int *out, kvi_error *err);
 
 /* Hybrid models (qwen35, qwen3next): the ssm.* keys (conv taps, state size, key and
  * value heads, inner size) and which layers are gated DeltaNet layers:
@@ -100,5 +111,6 @@ extern const model_arch model_arch_mistral3, model_arch_smollm3, model_arch_seed
     model_arch_exaone4, model_arch_cohere2;
 extern const model_arch model_arch_glm4moe, model_arch_minimax_m2, model_arch_hunyuan_moe, model_arch_ernie45_moe,
     model_arch_bailingmoe2, model_arch_afmoe, model_arch_qwen35moe;
+extern const model_arch model_arch_llama4, model_arch_gemma4;
 
 #endif

@@ -13,7 +13,8 @@ static const model_arch *const archs[] = {
     &model_arch_qwen35,      &model_arch_qwen3next,   &model_arch_mistral3,    &model_arch_smollm3,
     &model_arch_seed_oss,    &model_arch_apertus,     &model_arch_exaone4,     &model_arch_cohere2,
     &model_arch_glm4moe,     &model_arch_minimax_m2,  &model_arch_hunyuan_moe, &model_arch_ernie45_moe,
-    &model_arch_bailingmoe2, &model_arch_afmoe,       &model_arch_qwen35moe,
+    &model_arch_bailingmoe2, &model_arch_afmoe,       &model_arch_qwen35moe,   &model_arch_llama4,
+    &model_arch_gemma4,
     /* embedding models */
     &model_arch_bert, &model_arch_nomic_bert, &model_arch_nomic_bert_moe, &model_arch_modern_bert,
     &model_arch_gemma_embedding,

@@ -300,6 +300,25 @@ int model_check_hparams(const struct kvi_model *m, kvi_error *err)
         if (m->layers[l].window < 0 || m->layers[l].rope_set < 0 || m->layers[l].rope_set >= m->n_rope_sets)
             return err_set(err, KVI_E_FORMAT, "model: layer %d: window %d / RoPE set %d invalid", l,
                            m->layers[l].window, m->layers[l].rope_set);
+    for (int l = 0; m->layers && l < m->n_layers; l++)
+        if (m->layers[l].attn_chunk < 0 ||
+            (m->layers[l].q_temp && (!isfinite(m->q_temp_beta) || (m->q_temp_beta != 0.0f && m->q_temp_len < 1))))
+            return err_set(err, KVI_E_FORMAT, "model: layer %d: attention chunk %d / temperature invalid", l,
+                           m->layers[l].attn_chunk);
+    for (int l = 0; m->layers && l < m->n_layers; l++) {
+        const model_layer *L = &m->layers[l];
+        const int hd = model_lhd(m, L), kvh = model_lkvh(m, L), sh = L->kv_share - 1;
+        const int nr = m->rope[L->rope_set].n_rot ? m->rope[L->rope_set].n_rot : m->n_rot;
+        if (hd < 1 || hd > m->head_dim || kvh < 1 || kvh > m->n_kv_heads || m->n_heads % kvh != 0 ||
+            model_lffn(m, L) < 1 || model_lffn(m, L) > m->ffn_dim ||
+            (m->rope[L->rope_set].n_rot && (nr < 2 || nr > hd || nr % 2 || nr > m->n_rot)) ||
+            (L->kv_share && (sh < 0 || sh >= l || m->layers[sh].kv_share ||
+                             model_lhd(m, &m->layers[sh]) != hd || model_lkvh(m, &m->layers[sh]) != kvh)))
+            return err_set(err, KVI_E_FORMAT,
+                           "model: layer %d: widths (head %d, %d KV heads, FFN %d, RoPE %d) or its K/V "
+                           "source %d invalid",
+                           l, hd, kvh, model_lffn(m, L), nr, sh);
+    }
     return 0;
 }
 
@@ -366,6 +385,38 @@ static int check_delta(const struct kvi_model *m, const model_layer *L, int l, k
     return 0;
 }
 
+/* gemma4's per-layer inputs: the model's tensors once (l == 0), the layer's branch. */
+static int check_ple(const struct kvi_model *m, const model_layer *L, int l, kvi_error *err)
+{
+    if (m->ple_dim == 0) return 0;
+    const int64_t P = m->ple_dim, NP = (int64_t)m->n_layers * m->ple_dim;
+    int rc;
+    char nm[64];
+    if (l == 0 && ((rc = check_matrix(&m->ple_tok, "per_layer_token_embd", NP, m->n_vocab, err)) ||
+                   (rc = check_matrix(&m->ple_model_proj, "per_layer_model_proj", m->dim, NP, err))))
+        return rc;
+    snprintf(nm, sizeof nm, "blk.%d.inp_gate", l);
+    if ((rc = check_matrix(&L->ple_gate, nm, m->dim, P, err))) return rc;
+    snprintf(nm, sizeof nm, "blk.%d.proj", l);
+    if ((rc = check_matrix(&L->ple_proj, nm, P, m->dim, err))) return rc;
+    if (!m->ple_proj_norm || !L->ple_norm)
+        return err_set(err, KVI_E_FORMAT, "model: blk.%d: a per-layer input norm is missing", l);
+    return 0;
+}
+
+int model_kv_dim(const struct kvi_model *m)
+{
+    int d = m->n_kv_heads * m->head_dim;
+    if (!m->layers) return d;
+    d = 0;
+    for (int l = 0; l < m->n_layers; l++) {
+        const model_layer *L = &m->layers[l];
+        const int ld = model_lkvh(m, L) * model_lhd(m, L);
+        if (!L->recurrent && !L->kv_share && ld > d) d = ld;
+    }
+    return d > 0 ? d : m->n_kv_heads * m->head_dim;
+}
+
 int model_validate_vocab(const struct kvi_model *m, kvi_error *err)
 {
     int rc = model_check_hparams(m, err);
@@ -381,8 +432,7 @@ int model_validate(const struct kvi_model *m, kvi_error *err)
 {
     int rc = model_validate_vocab(m, err);
     if (rc) return rc;
-    const int64_t dim = m->dim, q_dim = (int64_t)m->n_heads * m->head_dim,
-                  kv_dim = (int64_t)m->n_kv_heads * m->head_dim, ffn = m->ffn_dim;
+    const int64_t dim = m->dim;
     if ((rc = check_matrix(&m->tok_embd, "token_embd", dim, m->n_vocab, err)) ||
         (rc = check_matrix(&m->output, "output", dim, m->n_vocab, err)))
         return rc;
@@ -391,6 +441,8 @@ int model_validate(const struct kvi_model *m, kvi_error *err)
                        m->output_norm ? "the layer table" : "output_norm");
     for (int l = 0; l < m->n_layers; l++) {
         const model_layer *L = &m->layers[l];
+        const int64_t q_dim = (int64_t)m->n_heads * model_lhd(m, L),
+                      kv_dim = (int64_t)model_lkvh(m, L) * model_lhd(m, L), ffn = model_lffn(m, L);
         char nm[64];
         struct {
             const kern_tensor *t;
@@ -424,7 +476,10 @@ int model_validate(const struct kvi_model *m, kvi_error *err)
             if ((rc = check_delta(m, L, l, err))) return rc;
             mats[0].t = mats[1].t = mats[2].t = mats[3].t = NULL;
         }
-        if (L->moe != (m->n_expert > 0 && l >= m->n_dense_lead))
+        if (L->kv_share) mats[1].t = mats[2].t = NULL; /* reads another layer's K/V */
+        if (!L->wv.data && L->v_rms) mats[2].t = NULL; /* V is the K projection */
+        if ((rc = check_ple(m, L, l, err))) return rc;
+        if (L->moe != model_layer_moe(m, l))
             return err_set(err, KVI_E_FORMAT, "model: blk.%d: the FFN kind does not match the model", l);
         const size_t n_mats = sizeof mats / sizeof mats[0], n_moe = S > 0 ? 7 : 4;
         if (L->exp_gate_up) { /* ffn_gate_up_exps: [gate | up] of each expert in exp_gate */
@@ -448,7 +503,7 @@ int model_validate(const struct kvi_model *m, kvi_error *err)
                            L->attn_norm ? "ffn_norm" : "attn_norm");
         if (!L->attn_norm && !L->post_attn_norm)
             return err_set(err, KVI_E_FORMAT, "model: blk.%d has no norm at all", l);
-        if (!L->recurrent && (m->qk_norm != MODEL_QK_NONE) != (L->q_norm && L->k_norm))
+        if (!L->recurrent && (m->qk_norm != MODEL_QK_NONE) != (L->q_norm && (L->k_norm || L->kv_share)))
             return err_set(err, KVI_E_FORMAT, "model: blk.%d: q/k norm weights do not match the block", l);
     }
     return 0;

@@ -91,6 +91,7 @@ typedef struct model_rope {
     bool yarn;            /* YaRN ramp between interpolation and extrapolation */
     float yarn_lo, yarn_hi;
     float mscale; /* multiplies cos and sin; 1: none */
+    int n_rot;    /* rotated dims of this set (gemma4's sliding layers); 0: the model's n_rot */
 } model_rope;
 
 typedef struct model_layer {
@@ -166,6 +167,17 @@ typedef struct model_layer {
     bool no_rope;      /* q and k are not rotated (NoPE layer) */
     bool q_temp;       /* q times the position's temperature (kvi_model q_temp_*) after RoPE */
     model_xielu xielu; /* MODEL_ACT_XIELU's parameters; w_gate unbound (down(xielu(up x))) */
+    /* llama4 and later (all false / 0: the blocks above) */
+    bool qk_rms_post; /* q, k RMS-normed per head without weight after RoPE */
+    int attn_chunk;   /* chunked attention: p sees (floor(p / C) C .. p]; 0: none */
+    /* gemma4 (all 0 / NULL: the model's widths, own K/V) */
+    int head_dim, n_kv_heads, ffn_dim; /* this layer's widths; 0: the model's */
+    int kv_share;           /* 1 + the layer whose cached K/V this one reads (it stores none); 0: own */
+    bool v_rms;             /* V RMS-normed per head without weight (wv absent: V = the raw K projection) */
+    const float *out_scale; /* [1] the residual stream times it after the layer, or NULL */
+    kern_tensor ple_gate;   /* [ple_dim][dim] inp_gate: per-layer input branch, or data NULL */
+    kern_tensor ple_proj;   /* [dim][ple_dim] proj */
+    const float *ple_norm;  /* [dim] post_norm of the branch */
 } model_layer;
 
 #define MODEL_MAX_ROPE_SETS 2
@@ -250,11 +262,21 @@ struct kvi_model {
     /* dense variants: the pre- and output norms' kind; a parallel block (the FFN reads
      * the attention's normed input, no ffn_norm: x += attn(h) + ffn(h)); the query
      * temperature of layers with q_temp at position p:
-     * 1 + q_temp_beta ln(floor((p + q_temp_offset) / q_temp_len) + 1) (beta 0: none) */
+     * 1 + q_temp_beta ln(floor((p + q_temp_offset) / q_temp_len) + 1) (beta 0: none;
+     * mistral3: every layer; llama4: its NoPE layers, offset 1, len 8192, beta 0.1) */
     model_norm norm;
     bool parallel_ffn;
     float q_temp_beta;
     int q_temp_len, q_temp_offset;
+    /* llama4: moe on layer l only when (l + 1) % moe_step == 0 (0, 1: every layer past
+     * n_dense_lead); the chosen weight multiplies the expert's input instead of its output */
+    int moe_step;
+    bool moe_weight_input;
+    /* gemma4 per-layer inputs (fwd_ple.h), P = ple_dim (0: none), N = n_layers */
+    int ple_dim;
+    kern_tensor ple_tok;        /* [n_vocab][N * P] per_layer_token_embd */
+    kern_tensor ple_model_proj; /* [N * P][dim] per_layer_model_proj */
+    const float *ple_proj_norm; /* [P] per_layer_proj_norm */
 
     kern_tensor tok_embd;     /* [n_vocab][dim] */
     const float *output_norm; /* [dim] */
@@ -274,6 +296,28 @@ struct kvi_model {
     size_t map_len;
     struct model_enc *enc; /* embedding pooling, heads and encoder tensors (model_enc.h), or NULL */
 };
+
+/* Whether layer l's FFN is a mixture of experts (n_expert, n_dense_lead, moe_step). */
+static inline bool model_layer_moe(const struct kvi_model *m, int l)
+{
+    return m->n_expert > 0 && l >= m->n_dense_lead && (m->moe_step <= 1 || (l + 1) % m->moe_step == 0);
+}
+
+/* Layer L's widths (its own, else the model's) and the widest K/V row any layer
+ * stores (the cache's row: n_kv_heads * head_dim without per-layer widths). */
+static inline int model_lhd(const struct kvi_model *m, const model_layer *L)
+{
+    return L->head_dim ? L->head_dim : m->head_dim;
+}
+static inline int model_lkvh(const struct kvi_model *m, const model_layer *L)
+{
+    return L->n_kv_heads ? L->n_kv_heads : m->n_kv_heads;
+}
+static inline int model_lffn(const struct kvi_model *m, const model_layer *L)
+{
+    return L->ffn_dim ? L->ffn_dim : m->ffn_dim;
+}
+int model_kv_dim(const struct kvi_model *m);
 
 /* Keeps buf alive until the model is freed; returns buf (NULL on allocation failure
  * of the bookkeeping, in which case buf has been freed). */

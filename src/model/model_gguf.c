@@ -336,16 +336,16 @@ int model_hparams_gguf(struct kvi_model *m, const gguf_ctx *g, bool metadata_onl
     int rc;
     if ((rc = model_gguf_int(g, arch, "context_length", true, 0, 1, MODEL_MAX_CTX, &m->n_ctx_train, err)) ||
         (rc = model_gguf_int(g, arch, "embedding_length", true, 0, 1, MODEL_MAX_DIM, &m->dim, err)) ||
-        (rc = model_gguf_int(g, arch, "feed_forward_length", !metadata_only, 0, metadata_only ? 0 : 1,
-                             MODEL_MAX_FFN, &m->ffn_dim, err)) ||
         (rc = model_gguf_int(g, arch, "block_count", true, 0, 1, MODEL_MAX_LAYERS, &m->n_layers, err)) ||
+        (rc = model_gguf_int_max(g, arch, "feed_forward_length", !metadata_only, 0, metadata_only ? 0 : 1,
+                                 MODEL_MAX_FFN, m->n_layers, &m->ffn_dim, err)) ||
         /* multi-token-prediction blocks (a draft head) end the block list: not run */
         (rc = model_gguf_int(g, arch, "nextn_predict_layers", false, 0, 0, m->n_layers - 1, &m->n_nextn,
                              err)) ||
         (rc = model_gguf_int(g, arch, "attention.head_count", true, 0, 1, MODEL_MAX_HEADS, &m->n_heads,
                              err)) ||
-        (rc = model_gguf_int(g, arch, "attention.head_count_kv", false, m->n_heads, 1, MODEL_MAX_HEADS,
-                             &m->n_kv_heads, err)))
+        (rc = model_gguf_int_max(g, arch, "attention.head_count_kv", false, m->n_heads, 1, MODEL_MAX_HEADS,
+                                 m->n_layers, &m->n_kv_heads, err)))
         return rc;
     m->n_layers -= m->n_nextn;
     if (m->n_heads % m->n_kv_heads != 0)
@@ -558,16 +558,49 @@ static int bind_delta(gbind *b, int l, kvi_error *err)
     return 0;
 }
 
+/* Layer l's attention of the gemma4 kind (ARCH_V_FROM_K): attn_q, and attn_k with an
+ * optional attn_v (absent: V is K's projection) unless the layer reads another
+ * layer's K/V (kv_share: its attn_k / attn_v / attn_k_norm, if the file has them,
+ * are ignored as llama.cpp does); per-head q/k norms; attn_output. */
+static int bind_attention_shared(gbind *b, const model_arch *a, int l, kvi_error *err)
+{
+    struct kvi_model *m = b->m;
+    model_layer *L = &m->layers[l];
+    const int64_t dim = m->dim, hd = model_lhd(m, L), qd = (int64_t)m->n_heads * hd,
+                  kvd = (int64_t)model_lkvh(m, L) * hd;
+    const bool own = !L->kv_share, head = a->qk_norm == MODEL_QK_HEAD;
+    char n[64];
+#define NM(part) (snprintf(n, sizeof n, "blk.%d.%s", l, part), n)
+    int rc;
+    if (!own) { /* marked as read, never bound */
+        bind_find(b, NM("attn_k.weight"));
+        bind_find(b, NM("attn_v.weight"));
+        bind_find(b, NM("attn_k_norm.weight"));
+    }
+    if ((rc = bind_matrix(b, NM("attn_q.weight"), dim, qd, true, &L->wq, err)) ||
+        (own && (rc = bind_matrix(b, NM("attn_k.weight"), dim, kvd, true, &L->wk, err))) ||
+        (own && (rc = bind_matrix(b, NM("attn_v.weight"), dim, kvd, false, &L->wv, err))) ||
+        (a->qk_norm != MODEL_QK_NONE &&
+         ((rc = bind_vector(b, NM("attn_q_norm.weight"), head ? hd : qd, true, &L->q_norm, err)) ||
+          (own &&
+           (rc = bind_vector(b, NM("attn_k_norm.weight"), head ? hd : kvd, true, &L->k_norm, err))))) ||
+        (rc = bind_matrix(b, NM("attn_output.weight"), qd, dim, true, &L->wo, err)))
+        return rc;
+#undef NM
+    return 0;
+}
+
 /* Layer l's attention mixer as the architecture's flags say. */
 static int bind_attention(gbind *b, const model_arch *a, int l, kvi_error *err)
 {
     struct kvi_model *m = b->m;
     model_layer *L = &m->layers[l];
-    const int64_t dim = m->dim, qd = (int64_t)m->n_heads * m->head_dim,
-                  kvd = (int64_t)m->n_kv_heads * m->head_dim;
+    const int64_t dim = m->dim, hd = model_lhd(m, L), qd = (int64_t)m->n_heads * hd,
+                  kvd = (int64_t)model_lkvh(m, L) * hd;
     char n[64];
 #define NM(part) (snprintf(n, sizeof n, "blk.%d.%s", l, part), n)
     int rc;
+    if (L->kv_share || (a->flags & ARCH_V_FROM_K)) return bind_attention_shared(b, a, l, err);
     if (m->mla_kv_rank > 0) {
         if ((rc = bind_mla(b, l, err))) return rc;
     } else if (a->flags & ARCH_FUSED_QKV) {
@@ -608,7 +641,7 @@ static int bind_layer(gbind *b, const model_arch *a, int l, kvi_error *err)
 {
     struct kvi_model *m = b->m;
     model_layer *L = &m->layers[l];
-    const int64_t dim = m->dim, ffn = m->ffn_dim;
+    const int64_t dim = m->dim, ffn = model_lffn(m, L);
     const bool pre = !(a->flags & ARCH_NO_PRE_NORM), post = (a->flags & ARCH_POST_NORMS) != 0;
     char n[64];
 #define NM(part) (snprintf(n, sizeof n, "blk.%d.%s", l, part), n)
@@ -623,7 +656,7 @@ static int bind_layer(gbind *b, const model_arch *a, int l, kvi_error *err)
                                  &L->ffn_norm, err))) {
         return rc;
     }
-    L->moe = m->n_expert > 0 && l >= m->n_dense_lead;
+    L->moe = model_layer_moe(m, l);
     if (L->moe) {
         const int64_t E = m->n_expert, F = m->expert_ffn, S = m->shared_ffn;
         if ((rc = bind_matrix(b, NM("ffn_gate_inp.weight"), dim, E, true, &L->router, err)) ||
@@ -663,7 +696,13 @@ static int bind_layer(gbind *b, const model_arch *a, int l, kvi_error *err)
     }
     if ((!L->moe && ((rc = bind_matrix(b, NM("ffn_down.weight"), ffn, dim, true, &L->w_down, err)) ||
                      (rc = bind_vector(b, NM("ffn_down.bias"), dim, false, &L->b_down, err)))) ||
-        (rc = bind_vector(b, NM("post_ffw_norm.weight"), dim, post, &L->post_ffn_norm, err)))
+        (rc = bind_vector(b, NM("post_ffw_norm.weight"), dim, post, &L->post_ffn_norm, err)) ||
+        (rc = bind_vector(b, NM("layer_output_scale.weight"), 1, false, &L->out_scale, err)))
+        return rc;
+    if (m->ple_dim &&
+        ((rc = bind_matrix(b, NM("inp_gate.weight"), dim, m->ple_dim, true, &L->ple_gate, err)) ||
+         (rc = bind_matrix(b, NM("proj.weight"), m->ple_dim, dim, true, &L->ple_proj, err)) ||
+         (rc = bind_vector(b, NM("post_norm.weight"), dim, true, &L->ple_norm, err))))
         return rc;
 #undef NM
     return 0;
@@ -708,6 +747,12 @@ static int bind_model(gbind *b, const model_arch *a, kvi_error *err)
         (rc = bind_vector(b, "rope_factors_short.weight", half, false, &m->rope_short, err)))
         return rc;
     if (!m->output.data) m->output = m->tok_embd;
+    const int64_t np = (int64_t)m->n_layers * m->ple_dim; /* gemma4's per-layer inputs */
+    if (m->ple_dim &&
+        ((rc = bind_matrix(b, "per_layer_token_embd.weight", np, m->n_vocab, true, &m->ple_tok, err)) ||
+         (rc = bind_matrix(b, "per_layer_model_proj.weight", dim, np, true, &m->ple_model_proj, err)) ||
+         (rc = bind_vector(b, "per_layer_proj_norm.weight", m->ple_dim, true, &m->ple_proj_norm, err))))
+        return rc;
     if (!m->rope_long != !m->rope_short)
         return err_set(err, KVI_E_FORMAT, "gguf: rope_factors_long and rope_factors_short come in pairs");
     if (m->rope_freqs) m->rope[0].factors = m->rope_freqs;

@@ -118,13 +118,13 @@ static size_t mat_bytes(const kern_tensor *t)
  * `experts` of n_expert (n_expert_used for one token, n_expert for the whole file). */
 static uint64_t layer_mats(const kvi_model *m, const model_layer *L, bool bytes, int experts)
 {
-    const kern_tensor *dense[21] = { &L->wq,      &L->wk,     &L->wv,       &L->wo,        &L->w_gate,
-                                     &L->w_up,    &L->w_down, &L->sh_gate,  &L->sh_up,     &L->sh_down,
-                                     &L->wq_a,    &L->wq_b,   &L->wkv_a,    &L->wk_b,      &L->wv_b,
-                                     &L->ssm_qkv, &L->ssm_z,  &L->ssm_beta, &L->ssm_alpha, &L->ssm_ba,
-                                     &L->ssm_out };
+    const kern_tensor *dense[23] = { &L->ple_gate,  &L->ple_proj, &L->wq,      &L->wk,     &L->wv,
+                                     &L->wo,        &L->w_gate,   &L->w_up,    &L->w_down, &L->sh_gate,
+                                     &L->sh_up,     &L->sh_down,  &L->wq_a,    &L->wq_b,   &L->wkv_a,
+                                     &L->wk_b,      &L->wv_b,     &L->ssm_qkv, &L->ssm_z,  &L->ssm_beta,
+                                     &L->ssm_alpha, &L->ssm_ba,   &L->ssm_out };
     uint64_t n = 0;
-    for (int i = 0; i < 21; i++) n += bytes ? mat_bytes(dense[i]) : mat_elems(dense[i]);
+    for (int i = 0; i < 23; i++) n += bytes ? mat_bytes(dense[i]) : mat_elems(dense[i]);
     n += bytes ? mat_bytes(&L->wo_gate) : mat_elems(&L->wo_gate);
     if (!L->moe || m->n_expert <= 0) return n;
     const kern_tensor *ex[3] = { &L->exp_gate, &L->exp_up, &L->exp_down };
@@ -136,7 +136,7 @@ static uint64_t layer_mats(const kvi_model *m, const model_layer *L, bool bytes,
 uint64_t kvi_model_matmul_params(const kvi_model *m)
 {
     if (!m || !m->has_weights || !m->layers) return 0;
-    uint64_t n = mat_elems(&m->output);
+    uint64_t n = mat_elems(&m->output) + mat_elems(&m->ple_model_proj);
     for (int l = 0; l < m->n_layers; l++) n += layer_mats(m, &m->layers[l], false, m->n_expert_used);
     return n;
 }
@@ -148,14 +148,17 @@ static uint64_t vec(const float *v, uint64_t n) { return v ? n : 0; }
  * biases are counted with the experts). */
 static uint64_t vector_elems(const kvi_model *m)
 {
-    const uint64_t qd = (uint64_t)m->n_heads * (uint64_t)m->head_dim, hd = (uint64_t)m->head_dim;
-    const uint64_t kd = (uint64_t)m->n_kv_heads * hd, d = (uint64_t)m->dim, f = (uint64_t)m->ffn_dim;
+    const uint64_t qd = (uint64_t)m->n_heads * (uint64_t)m->head_dim;
+    const uint64_t kd = (uint64_t)m->n_kv_heads * (uint64_t)m->head_dim, d = (uint64_t)m->dim,
+                   f = (uint64_t)m->ffn_dim;
     const bool full = m->qk_norm == MODEL_QK_FULL;
     const uint64_t half = (uint64_t)(m->n_rot / 2); /* RoPE frequency factors */
     uint64_t n = vec(m->output_norm, d) + vec(m->rope_freqs, half) + vec(m->rope_long, half) +
-                 vec(m->rope_short, half);
+                 vec(m->rope_short, half) + vec(m->ple_proj_norm, (uint64_t)m->ple_dim);
     for (int l = 0; l < m->n_layers; l++) {
         const model_layer *L = &m->layers[l];
+        const uint64_t hd = (uint64_t)model_lhd(m, L);
+        n += vec(L->ple_norm, d) + vec(L->out_scale, 1);
         n += vec(L->attn_norm, d) + vec(L->bq, qd) + vec(L->bk, kd) + vec(L->bv, kd) +
              vec(L->q_norm, full ? qd : hd) + vec(L->k_norm, full ? kd : hd) + vec(L->bo, d) +
              vec(L->sinks, (uint64_t)m->n_heads) + vec(L->post_attn_norm, d) + vec(L->ffn_norm, d) +
@@ -189,7 +192,8 @@ static uint64_t expert_bias_elems(const kvi_model *m, int experts)
 uint64_t kvi_model_n_params(const kvi_model *m)
 {
     if (!m || !m->has_weights || !m->layers) return 0;
-    uint64_t n = mat_elems(&m->output) + vector_elems(m) + expert_bias_elems(m, m->n_expert);
+    uint64_t n = mat_elems(&m->output) + vector_elems(m) + expert_bias_elems(m, m->n_expert) +
+                 mat_elems(&m->ple_tok) + mat_elems(&m->ple_model_proj);
     for (int l = 0; l < m->n_layers; l++) n += layer_mats(m, &m->layers[l], false, m->n_expert);
     if (m->tok_embd.data != m->output.data) n += mat_elems(&m->tok_embd);
     return n;
@@ -198,7 +202,9 @@ uint64_t kvi_model_n_params(const kvi_model *m)
 uint64_t kvi_model_active_params(const kvi_model *m)
 {
     if (!m || !m->has_weights || !m->layers) return 0;
-    return kvi_model_matmul_params(m) + vector_elems(m) + expert_bias_elems(m, m->n_expert_used) +
+    /* per-layer inputs: one row of per_layer_token_embd */
+    const uint64_t ple = m->ple_dim ? (uint64_t)m->ple_tok.n_in : 0;
+    return ple + kvi_model_matmul_params(m) + vector_elems(m) + expert_bias_elems(m, m->n_expert_used) +
            (m->tok_embd.data != m->output.data ? (uint64_t)m->dim : 0);
 }
 
@@ -208,6 +214,7 @@ size_t kvi_model_decode_bytes(const kvi_model *m)
     size_t b = mat_bytes(&m->output) +
                (size_t)(vector_elems(m) + expert_bias_elems(m, m->n_expert_used)) * sizeof(float);
     for (int l = 0; l < m->n_layers; l++) b += layer_mats(m, &m->layers[l], true, m->n_expert_used);
+    if (m->ple_dim) b += quant_row_bytes(m->ple_tok.type, m->ple_tok.n_in) + mat_bytes(&m->ple_model_proj);
     if (m->tok_embd.data && m->tok_embd.data != m->output.data)
         b += quant_row_bytes(m->tok_embd.type, m->tok_embd.n_in); /* one embedding row */
     return b;

@@ -41,6 +41,7 @@
 #include "base/rng.h"
 #include "model/arch.h"
 #include "tools/synth_dense_t3.h"
+#include "tools/synth_int.h"
 #include "tools/synth_moe_t3.h"
 #include "tools/synth_bert.h"
 #include "tools/synth_vocab_json.h"
@@ -112,14 +113,25 @@ static const synth_arch k_archs[] = {
     { "qwen35moe", SA_KEY_LEN | SA_ROPE_DIMS | SA_MOE | SA_EXP_FFN_KEY | SA_HYBRID | SA_MOE_T3, 1e7f, 1e-6f,
       0, 0 },
     { "bert", 0, 0.0f, 1e-12f, 0, 0 }, /* written by synth_bert.c */
+    { "llama4", SA_KEY_LEN | SA_ROPE_DIMS | SA_VOCAB_SIZE | SA_MOE | SA_EXP_FFN_KEY, 500000.0f, 1e-5f, 0, 0 },
+    { "gemma4", SA_KEY_LEN | SA_ROPE_DIMS | SA_TIED, 1e6f, 1e-6f, 512, 6 },
 };
+
+/* Architectures described in their own file (synth_int.h), else NULL. */
+static const synth_hooks *synth_hooks_of(const synth_arch *a)
+{
+    return !strcmp(a->name, "llama4")   ? &synth_hooks_llama4
+           : !strcmp(a->name, "gemma4") ? &synth_hooks_gemma4
+                                        : NULL;
+}
 #define N_ARCHS (sizeof k_archs / sizeof k_archs[0])
 
 static const char *const k_arch_names[N_ARCHS + 1] = {
     "llama",       "qwen2",        "qwen3",       "gemma2",  "gemma3",    "phi3",      "granite",
     "olmo2",       "qwen3moe",     "olmoe",       "gpt-oss", "qwen35",    "qwen3next", "mistral3",
     "smollm3",     "seed_oss",     "apertus",     "exaone4", "cohere2",   "glm4moe",   "minimax-m2",
-    "hunyuan-moe", "ernie4_5-moe", "bailingmoe2", "afmoe",   "qwen35moe", "bert",      NULL,
+    "hunyuan-moe", "ernie4_5-moe", "bailingmoe2", "afmoe",   "qwen35moe", "bert",      "llama4",
+    "gemma4",      NULL,
 };
 
 const char *const *kvi_synth_arch_names(void) { return k_arch_names; }
@@ -236,12 +248,13 @@ static const synth_preset k_presets[] = {
 };
 #define N_PRESETS (sizeof k_presets / sizeof k_presets[0])
 
-static const char *const k_preset_names[N_PRESETS + 1] = {
-    "tiny",           "qtest",           "stories15M",   "stories42M",        "stories110M", "llama-1b",
-    "qwen3-0.6b",     "gemma-3-1b",      "phi-4-mini",   "gemma3-tiny",       "olmoe-1b-7b", "dense-1.3b",
-    "gpt-oss-20b-6l", "moe-tiny",        "qwen3.5-0.8b", "qwen35-dense-0.8b", "qwen35-tiny", "ministral-3-8b",
-    "smollm3-3b",     "seed-oss-36b-8l", "apertus-8b",   "exaone-4-32b",      "command-r7b", "glm-4.5-air-4l",
-    "qwen3.5-35b-a3b-8l", "minimax-m2-4l", NULL,
+/* k_presets, then the presets of synth_int.h hooks */
+static const char *const k_preset_names[] = {
+    "tiny", "qtest", "stories15M", "stories42M", "stories110M", "llama-1b", "qwen3-0.6b", "gemma-3-1b",
+    "phi-4-mini", "gemma3-tiny", "olmoe-1b-7b", "dense-1.3b", "gpt-oss-20b-6l", "moe-tiny", "qwen3.5-0.8b",
+    "qwen35-dense-0.8b", "qwen35-tiny", "ministral-3-8b", "smollm3-3b", "seed-oss-36b-8l", "apertus-8b",
+    "exaone-4-32b", "command-r7b", "glm-4.5-air-4l", "qwen3.5-35b-a3b-8l", "minimax-m2-4l",
+    "llama-4-scout-4l", "llama4-tiny", "gemma-4-e4b", "gemma-4-31b-6l", "gemma4-tiny", NULL,
 };
 
 const char *const *kvi_synth_preset_names(void) { return k_preset_names; }
@@ -290,7 +303,25 @@ int kvi_synth_preset(const char *name, kvi_synth_params *p)
         p->ssm_state = s->ssm_state;
         return KVI_OK;
     }
+    if (synth_hooks_llama4.preset(name, p) == 0 || synth_hooks_gemma4.preset(name, p) == 0) return KVI_OK;
     return KVI_E_INVALID;
+}
+
+void synth_preset_base(kvi_synth_params *p, const char *name, const char *arch, int dim, int ffn, int layers,
+                       int heads, int kv_heads, int head_dim, int vocab, int ctx)
+{
+    *p = (kvi_synth_params){ .dim = dim,
+                             .ffn_dim = ffn,
+                             .n_layers = layers,
+                             .n_heads = heads,
+                             .n_kv_heads = kv_heads,
+                             .n_vocab = vocab,
+                             .n_ctx = ctx,
+                             .type = KVI_TYPE_F32,
+                             .seed = 1,
+                             .name = name,
+                             .arch = arch,
+                             .head_dim = head_dim };
 }
 
 int kvi_synth_resolve(const kvi_synth_params *p, kvi_synth_params *out)
@@ -322,6 +353,7 @@ int kvi_synth_resolve(const kvi_synth_params *p, kvi_synth_params *out)
         if (out->n_expert > 0 && out->shared_ffn == 0) out->shared_ffn = out->ffn_dim;
     }
     if (a->flags & SA_MOE_T3) synth_t3_resolve(out);
+    if (synth_hooks_of(a)) synth_hooks_of(a)->resolve(out);
     return KVI_OK;
 }
 
@@ -373,28 +405,6 @@ static void synth_normal_fill(synth_normal *g, float *dst, int64_t n, float mean
 
 /* ---- the tensor table ---- */
 
-typedef enum synth_kind {
-    SK_MATRIX,     /* N(0, 0.02) */
-    SK_NORM,       /* 1 + N(0, 0.02) */
-    SK_BIAS,       /* N(0, 0.02), 1-D */
-    SK_ROPE_LONG,  /* LongRoPE factors, the long set */
-    SK_ROPE_SHORT, /* ... the short set */
-    SK_ROUTER,     /* N(0, 0.02), a matrix kept in F32 (llama.cpp's quantiser leaves routers) */
-    SK_SINK,       /* attention sink logits: 1 + N(0, 0.02) */
-    SK_CONV,       /* DeltaNet conv taps: N(0, 0.3), F32 (llama-quantize leaves them) */
-    SK_SSM_A,      /* DeltaNet decay rates, stored negative: -exp(N(-1.5, 0.5)) */
-    SK_DT_BIAS,    /* DeltaNet time-step bias: 1 + N(0, 0.3) */
-    SK_ROPE_FREQS, /* Llama 3 frequency factors (synth_dense_t3.h) */
-} synth_kind;
-
-typedef struct synth_tensor {
-    char name[64];
-    int64_t ne[3];   /* GGUF dims: ne[0] row length, ne[1] rows (1 for a vector), ne[2] experts (1) */
-    uint32_t n_dims; /* 1 for vectors, 2 for matrices (and expert biases), 3 for expert matrices */
-    kvi_type type;
-    synth_kind kind;
-} synth_tensor;
-
 /* llama.cpp's LLAMA_FTYPE_MOSTLY_* for a file whose matrices are all `t`
  * ("pure" K types take the _S number, as llama-quantize --pure writes them;
  * the _M mixes their own). */
@@ -439,7 +449,7 @@ static bool synth_more_bits(int l, int n) { return l < n / 8 || l >= 7 * n / 8 |
  * the file's type, or for the _M mixes (llama_tensor_get_type) Q6_K for attn_v
  * and ffn_down where use_more_bits, one K type up for a fused attn_qkv; the output
  * matrix (the embedding when tied) in Q6_K for Q4_0 and the mixes. */
-static kvi_type synth_role_type(const kvi_synth_params *p, const char *role, int l, bool is_output)
+kvi_type synth_role_type(const kvi_synth_params *p, const char *role, int l, bool is_output)
 {
     const kvi_type t = p->type;
     if (is_output) return (t == KVI_TYPE_Q4_0 || p->mix_m) && p->dim % QK_K == 0 ? KVI_TYPE_Q6_K : t;
@@ -451,13 +461,7 @@ static kvi_type synth_role_type(const kvi_synth_params *p, const char *role, int
     return t;
 }
 
-typedef struct synth_table {
-    synth_tensor *t;
-    size_t n;
-} synth_table;
-
-static void synth_add(synth_table *tab, const char *name, int64_t ne0, int64_t ne1, synth_kind kind,
-                      kvi_type want)
+void synth_add(synth_table *tab, const char *name, int64_t ne0, int64_t ne1, synth_kind kind, kvi_type want)
 {
     synth_tensor *d = &tab->t[tab->n++];
     snprintf(d->name, sizeof d->name, "%s", name);
@@ -470,8 +474,8 @@ static void synth_add(synth_table *tab, const char *name, int64_t ne0, int64_t n
 }
 
 /* An expert tensor {ne0, ne1, n_exp}: a matrix per expert, or (bias) a vector per expert. */
-static void synth_add_experts(synth_table *tab, const char *name, int64_t ne0, int64_t ne1, int64_t n_exp,
-                              synth_kind kind, kvi_type want)
+void synth_add_experts(synth_table *tab, const char *name, int64_t ne0, int64_t ne1, int64_t n_exp,
+                       synth_kind kind, kvi_type want)
 {
     synth_add(tab, name, ne0, kind == SK_BIAS ? n_exp : ne1, kind, want);
     synth_tensor *d = &tab->t[tab->n - 1];
@@ -527,7 +531,10 @@ static void synth_note_fallbacks(const kvi_synth_params *p, const synth_tensor *
 }
 
 /* Most tensors a table can hold: 5 outside the blocks, 28 per block (MTP blocks too). */
-static size_t synth_table_cap(int n_layers) { return 5 + 28 * (size_t)(n_layers + 4); }
+static size_t synth_table_cap(const kvi_synth_params *p, const synth_arch *sa)
+{
+    return synth_hooks_of(sa) ? synth_hooks_of(sa)->table_cap(p) : 5 + 28 * (size_t)(p->n_layers + 4);
+}
 
 /* synth_moe_t3.h's emitter: a tensor of block l into c->tab, typed for c->p. */
 typedef struct synth_t3_ctx {
@@ -556,6 +563,10 @@ static void synth_build_table(const kvi_synth_params *p, const synth_arch *sa, c
     const int64_t qd = hd * p->n_heads, kvd = hd * p->n_kv_heads;
     const bool tied = p->tie > 0;
     char nm[64];
+    if (synth_hooks_of(sa)) {
+        synth_hooks_of(sa)->table(p, n_vocab, tab);
+        return;
+    }
     if (p->rope_orig_ctx > 0 && (sa->flags & SA_PHI3)) {
         synth_add(tab, "rope_factors_long.weight", p->n_rot / 2, 1, SK_ROPE_LONG, p->type);
         synth_add(tab, "rope_factors_short.weight", p->n_rot / 2, 1, SK_ROPE_SHORT, p->type);
@@ -837,13 +848,12 @@ static int synth_check(const kvi_synth_params *p, kvi_error *err)
     NEED(p->rope_linear >= 0 && isfinite(p->rope_linear), "synth: RoPE scaling %g invalid", p->rope_linear);
     NEED(p->rope_base_local >= 0 && isfinite(p->rope_base_local), "synth: local RoPE base %g invalid",
          p->rope_base_local);
-    NEED(p->rope_orig_ctx == 0 || ((!strcmp(p->arch, "phi3") || !strcmp(p->arch, "gpt-oss") ||
-                                    (synth_arch_find(p->arch)->flags & SA_YARN)) &&
-                                   p->rope_orig_ctx > 0 && p->rope_orig_ctx < p->n_ctx),
-         "synth: LongRoPE / YaRN (original context %d) needs arch phi3 / gpt-oss / mistral3 and an original "
-         "context "
-         "below "
-         "ctx %d",
+    NEED(p->rope_orig_ctx == 0 ||
+             ((!strcmp(p->arch, "phi3") || !strcmp(p->arch, "gpt-oss") || !strcmp(p->arch, "llama4") ||
+               (synth_arch_find(p->arch)->flags & SA_YARN)) &&
+              p->rope_orig_ctx > 0 && p->rope_orig_ctx < p->n_ctx),
+         "synth: LongRoPE / YaRN / Llama 3 factors (original context %d) need arch phi3 / gpt-oss / "
+         "mistral3 / llama4 and an original context below ctx %d",
          p->rope_orig_ctx, p->n_ctx);
     NEED(p->n_expert >= 0 && p->n_expert <= 1024, "synth: experts %d out of range 0..1024", p->n_expert);
     NEED(p->n_expert == 0 || (p->n_expert_used >= 1 && p->n_expert_used <= p->n_expert),
@@ -871,6 +881,10 @@ static int synth_check(const kvi_synth_params *p, kvi_error *err)
         NEED(p->n_vocab > SYNTH_N_SPECIAL + SYNTH_N_BYTES && p->n_vocab <= (1 << 22),
              "synth: vocab %d out of range %d..4194304 (3 special + 256 byte tokens + pieces)", p->n_vocab,
              SYNTH_N_SPECIAL + SYNTH_N_BYTES + 1);
+    if (synth_hooks_of(synth_arch_find(p->arch))) {
+        const int rc = synth_hooks_of(synth_arch_find(p->arch))->check(p, err);
+        if (rc) return rc;
+    }
     if (synth_file_type(p->type, p->mix_m) < 0)
         return err_set(err, KVI_E_UNSUPPORTED,
                        "synth: type %s%s is not supported for weights (use f32, f16, "
@@ -980,6 +994,7 @@ static int synth_set_metadata(gguf_writer *w, const kvi_synth_params *p, const s
     if ((a->flags & SA_DENSE_T3) && synth_dt3_metadata(w, p) != 0) bad = 1;
 #undef U32
 #undef F32
+    if (synth_hooks_of(a)) bad |= synth_hooks_of(a)->metadata(w, p) < 0;
     return bad ? KVI_E_NOMEM : KVI_OK;
 }
 
@@ -992,7 +1007,7 @@ typedef struct synth_job {
     synth_json_vocab *js; /* p.vocab_from when it is a tokenizer.json, or NULL */
     gguf_writer *w;
     int n_vocab;
-    synth_table tab;    /* [synth_table_cap(n_layers)] the tensor table */
+    synth_table tab;    /* [synth_table_cap] the tensor table */
     size_t max_bytes;   /* the largest tensor in its stored type */
     size_t total_bytes; /* every tensor's bytes */
     int64_t max_row;    /* the longest row (ne0) */
@@ -1039,7 +1054,7 @@ static int synth_metadata(synth_job *j, kvi_error *err)
 static int synth_tensors(synth_job *j, kvi_error *err)
 {
     const kvi_synth_params *p = &j->p;
-    j->tab.t = calloc(synth_table_cap(p->n_layers), sizeof *j->tab.t);
+    j->tab.t = calloc(synth_table_cap(p, j->sa), sizeof *j->tab.t);
     if (!j->tab.t) return err_set(err, KVI_E_NOMEM, "synth: no memory for the tensor table");
     synth_build_table(p, j->sa, j->ma, j->n_vocab, &j->tab);
     synth_note_fallbacks(p, j->tab.t, j->tab.n);
@@ -1071,6 +1086,16 @@ static void synth_row(synth_job *j, const synth_tensor *t, synth_normal *g)
     }
     if (t->kind == SK_ROPE_FREQS) {
         for (int64_t i = 0; i < t->ne[0]; i++) j->row[i] = synth_dt3_rope_freq(&j->p, i);
+        return;
+    }
+    if (t->kind == SK_ROPE_LLAMA3) {
+        for (int64_t i = 0; i < t->ne[0]; i++)
+            j->row[i] = synth_llama3_factor(j->p.rope_base, 2 * t->ne[0], i, 16.0, j->p.rope_orig_ctx);
+        return;
+    }
+    if (t->kind == SK_ONE || t->kind == SK_PROP_ROPE) { /* gemma4: fixed values */
+        for (int64_t i = 0; i < t->ne[0]; i++)
+            j->row[i] = t->kind == SK_ONE || i < t->ne[0] / 4 ? 1.0f : 1e30f;
         return;
     }
     if (t->kind == SK_SSM_A) {

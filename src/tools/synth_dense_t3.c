@@ -18,6 +18,7 @@
  *  - cohere2: logit_scale 0.25 (Command R7B's) and rope.scaling.type none.
  */
 #include "tools/synth_dense_t3.h"
+#include "tools/synth_int.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -109,11 +110,5 @@ bool synth_dt3_has_rope_freqs(const kvi_synth_params *p) { return is(p, "apertus
 
 float synth_dt3_rope_freq(const kvi_synth_params *p, int64_t i)
 {
-    const double factor = is(p, "exaone4") ? 16.0 : 8.0, lo = 1.0, hi = 4.0, orig = 8192.0;
-    const double two_pi = 6.283185307179586476925286766559;
-    const double freq = pow(p->rope_base, -2.0 * (double)i / p->n_rot), wavelen = two_pi / freq;
-    if (wavelen < orig / hi) return 1.0f;
-    if (wavelen > orig / lo) return (float)factor;
-    const double smooth = (orig / wavelen - lo) / (hi - lo);
-    return (float)(1.0 / ((1.0 - smooth) / factor + smooth));
+    return synth_llama3_factor(p->rope_base, p->n_rot, i, is(p, "exaone4") ? 16.0 : 8.0, 8192.0);
 }
