@@ -30,6 +30,12 @@
  * per decode step (all threads, spinning workers included): on a shared
  * machine, where wall time also counts the time other processes held the
  * cores, it is the steadier figure for before/after comparisons at -t 1.
+ *
+ * LoRA (--lora / --lora-scaled): the adapters are loaded into the run's engine and
+ * every sequence applies all of them at their scales (llama-batched-bench --lora);
+ * with --lora-each, sequence i applies adapter i mod n alone (its request's
+ * lora_scales), so a batch holds n distinct adapters whose low-rank products
+ * each row gathers with its own adapter's rows.
  */
 #include "cli/bench_parallel.h"
 
@@ -87,8 +93,11 @@ static uint64_t xorshift(uint64_t *s)
 }
 
 /* One run of B sequences through sched; the tokens delivered into *n_gen. */
-static int one_run(kvi_model *m, kvi_sched *sched, int B, int pp, int tg, uint64_t *rng, bench_par_result *r)
+static int one_run(kvi_model *m, kvi_sched *sched, const cli_common *lora, bool lora_each, int B, int pp, int tg,
+                   uint64_t *rng, bench_par_result *r)
 {
+    float scales[CLI_LORA_MAX];
+    const int n_lora = lora ? lora->n_lora : 0;
     const int32_t nv = kvi_n_vocab(m);
     int32_t *prompt = malloc((size_t)pp * sizeof *prompt);
     par_req *reqs = calloc((size_t)B, sizeof *reqs);
@@ -112,6 +121,11 @@ static int one_run(kvi_model *m, kvi_sched *sched, int B, int pp, int tg, uint64
         q.on_token = on_token;
         q.on_done = on_done;
         q.user = &reqs[i];
+        if (lora_each && n_lora > 0) { /* adapter i mod n at its own scale, the others off */
+            for (int k = 0; k < n_lora; k++) scales[k] = k == i % n_lora ? lora->lora_scale[k] : 0.0f;
+            q.lora_scales = scales;
+            q.n_lora_scales = n_lora;
+        }
         kvi_error err = { 0 };
         uint64_t id;
         if (kvi_sched_submit(sched, &q, &id, &err))
@@ -154,7 +168,8 @@ static int one_run(kvi_model *m, kvi_sched *sched, int B, int pp, int tg, uint64
     return rc;
 }
 
-int bench_parallel(kvi_model *m, const kvi_engine_params *base, int B, int pp, int tg, bench_par_result *r)
+int bench_parallel(kvi_model *m, const kvi_engine_params *base, const cli_common *lora, bool lora_each, int B,
+                   int pp, int tg, bench_par_result *r)
 {
     kvi_engine_params ep = *base;
     ep.n_ctx = pp + tg + 2;
@@ -163,6 +178,10 @@ int bench_parallel(kvi_model *m, const kvi_engine_params *base, int B, int pp, i
     ep.n_batch_max = rows > 512 ? (int)rows : 512;
     kvi_engine *e = cli_engine_create(m, &ep, "bench: ");
     if (!e) return 1;
+    if (lora && cli_opt_lora(lora, e, "bench: ")) {
+        kvi_engine_free(e);
+        return 1;
+    }
     kvi_sched_params sp;
     kvi_sched_params_default(&sp);
     sp.n_parallel = B;
@@ -178,9 +197,9 @@ int bench_parallel(kvi_model *m, const kvi_engine_params *base, int B, int pp, i
     uint64_t rng = 0x9E3779B97F4A7C15ull ^ (uint64_t)B;
     bench_par_result warm;
     fprintf(stderr, "kvinfer bench: --parallel %d: pp%d tg%d, warm-up + 1 run\n", B, pp, tg);
-    int rc = one_run(m, sched, B, pp, tg, &rng, &warm);
+    int rc = one_run(m, sched, lora, lora_each, B, pp, tg, &rng, &warm);
     prof_enable(true);
-    if (!rc) rc = one_run(m, sched, B, pp, tg, &rng, r);
+    if (!rc) rc = one_run(m, sched, lora, lora_each, B, pp, tg, &rng, r);
     prof_enable(false);
     kvi_sched_free(sched);
     kvi_engine_free(e);

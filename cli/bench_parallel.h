@@ -26,7 +26,11 @@ typedef struct bench_par_result {
 /* One warm-up and one timed run of B sequences of pp prompt tokens and tg decode
  * steps on a fresh engine (base's threads, KV types ...) and scheduler. 0, or 1
  * with the error printed. */
-int bench_parallel(kvi_model *m, const kvi_engine_params *base, int B, int pp, int tg, bench_par_result *r);
+/* lora: the adapters to load into the run's engine (cli_opt_lora), or NULL; lora_each:
+ * sequence i uses adapter i mod n alone (at its scale) instead of all of them, so a
+ * batch of B >= n sequences mixes n distinct adapters. */
+int bench_parallel(kvi_model *m, const kvi_engine_params *base, const cli_common *lora, bool lora_each, int B,
+                   int pp, int tg, bench_par_result *r);
 void bench_parallel_json(cJSON *arr, const bench_par_result *r);
 void bench_parallel_print(FILE *f, const bench_par_result *res, int n);
 

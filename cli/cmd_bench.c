@@ -71,6 +71,8 @@ static const char bench_help[] =
     "                       together through the scheduler, like llama-batched-bench\n"
     "                       -npl, with a per-step breakdown (e.g. 1,4,16,64)\n"
     "  --json               print one JSON object only\n"
+    "  --lora-each          with --parallel: sequence i applies adapter i mod n alone, so\n"
+    "                       one batch mixes the n adapters given (default: all of them)\n"
     "  -h, --help           this help\n";
 
 typedef struct bench_opts {
@@ -78,7 +80,7 @@ typedef struct bench_opts {
     int64_t pp[BENCH_MAX_VALUES], tg[BENCH_MAX_VALUES], depth[BENCH_MAX_VALUES], par[BENCH_MAX_VALUES];
     int n_pp, n_tg, n_depth, n_par;
     int64_t reps, batch;
-    bool json, hw_only, no_hw, quick;
+    bool json, hw_only, no_hw, quick, lora_each;
 } bench_opts;
 
 /* The shared flags `bench` takes (cli/cli_opts.h): --kv-type for K and V, any
@@ -386,6 +388,8 @@ static int parse_opts(int argc, char **argv, bench_opts *o, bool *help)
             o->no_hw = true;
         } else if (!strcmp(a, "--quick")) {
             o->quick = true;
+        } else if (!strcmp(a, "--lora-each")) {
+            o->lora_each = true;
         } else if (a[0] == '-') {
             return cli_error("bench: unknown option '%s' (kvinfer bench --help)", a);
         } else {
@@ -393,6 +397,8 @@ static int parse_opts(int argc, char **argv, bench_opts *o, bool *help)
         }
     }
     if (o->hw_only && o->no_hw) return cli_error("bench: --hw and --no-hw contradict each other");
+    if (o->lora_each && (o->n_par == 0 || o->c.n_lora == 0))
+        return cli_error("bench: --lora-each needs --parallel and at least one --lora adapter");
     return 0;
 }
 
@@ -568,7 +574,7 @@ static int bench_parallel_cmd(const bench_opts *o)
     bench_par_result res[BENCH_MAX_VALUES];
     int rc = 0, n = 0;
     for (int i = 0; rc == 0 && i < o->n_par; i++)
-        rc = bench_parallel(m, &ep, (int)o->par[i], pp, tg, &res[n++]);
+        rc = bench_parallel(m, &ep, &o->c, o->lora_each, (int)o->par[i], pp, tg, &res[n++]);
     if (rc == 0 && o->json) {
         cJSON *j = cJSON_CreateObject();
         kvi_model_info info;
@@ -584,7 +590,11 @@ static int bench_parallel_cmd(const bench_opts *o)
         free(s);
         cJSON_Delete(j);
     } else if (rc == 0) {
-        printf("model %s, %d threads, through the scheduler (no HTTP)\n\n", o->c.model, ep.n_threads);
+        printf("model %s, %d threads, through the scheduler (no HTTP)", o->c.model, ep.n_threads);
+        if (o->c.n_lora > 0)
+            printf(", %d LoRA adapter%s (%s)", o->c.n_lora, o->c.n_lora > 1 ? "s" : "",
+                   o->lora_each ? "sequence i: adapter i mod n alone" : "every sequence: all of them");
+        printf("\n\n");
         bench_parallel_print(stdout, res, n);
     }
     kvi_model_free(m);

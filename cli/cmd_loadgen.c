@@ -70,6 +70,9 @@ static const char loadgen_help[] =
     "  --model NAME            the request's \"model\" field (default: left out)\n"
     "  --grammar-file F        every request constrained by the GBNF grammar in F (its\n"
     "                          \"grammar\" field), to measure what constrained decoding costs\n"
+    "  --lora-each N           request i applies the server's LoRA adapter i mod N alone\n"
+    "                          (\"lora\": [{\"id\": i mod N, \"scale\": 1}]), so a batch mixes N\n"
+    "                          adapters (kvinfer serve and llama-server read the field)\n"
     "  --embeddings            post batches of texts to /v1/embeddings instead (the default path\n"
     "                          then) and report texts/s and tokens/s (usage.prompt_tokens)\n"
     "  --texts N               the corpus: N texts of 20..200 words (default 256)\n"
@@ -90,6 +93,7 @@ typedef struct lg_cfg {
     char *grammar_json; /* --grammar-file's text as a JSON string (malloc'd), or NULL */
     bool embeddings;    /* --embeddings: n_texts texts in requests of batch */
     int n_texts, batch;
+    int lora_each; /* --lora-each N: request i names adapter i mod N (its "lora" field), or 0 */
 } lg_cfg;
 
 typedef struct lg_req {
@@ -232,6 +236,20 @@ static char *request_body(const lg_run *run, int i)
             cap = len + gl + 64;
         }
         len += (size_t)snprintf(b + len, cap - len, ",\"grammar\":%s", c->grammar_json);
+    }
+    if (c->lora_each > 0) { /* llama.cpp's per-request adapter list, which kvinfer also reads */
+        char lb[64];
+        const int ll = snprintf(lb, sizeof lb, ",\"lora\":[{\"id\":%d,\"scale\":1}]", i % c->lora_each);
+        if (len + (size_t)ll + 16 > cap) {
+            char *nb = realloc(b, len + (size_t)ll + 64);
+            if (!nb) {
+                free(b);
+                return NULL;
+            }
+            b = nb;
+            cap = len + (size_t)ll + 64;
+        }
+        len += (size_t)snprintf(b + len, cap - len, "%s", lb);
     }
     if (c->model) {
         cJSON *s = cJSON_CreateString(c->model);
@@ -593,7 +611,7 @@ static int parse_loadgen_args(int argc, char **argv, lg_cfg *c, const char **url
     const char *url = NULL;
     bool json = false;
     int64_t conc = 1, nreq = 16, plen = 32, glen = 128, prefix = 0, vocab = 500, timeout = 600, texts = 256,
-            batch = 16;
+            batch = 16, lora_each = 0;
     float rate = 0;
     uint64_t seed = 1;
     for (int i = 1; i < argc; i++) {
@@ -664,6 +682,7 @@ static int parse_loadgen_args(int argc, char **argv, lg_cfg *c, const char **url
         LG_INT("--timeout", timeout, 1, 86400)
         LG_INT("--texts", texts, 1, 10000000)
         LG_INT("--batch", batch, 1, 100000)
+        LG_INT("--lora-each", lora_each, 1, 1024)
 #undef LG_INT
         return cli_error("loadgen: unknown option '%s' (kvinfer loadgen --help)", a);
     }
@@ -674,6 +693,7 @@ static int parse_loadgen_args(int argc, char **argv, lg_cfg *c, const char **url
     if (parse_url(url, c) != 0) return 1;
     c->n_texts = (int)texts;
     c->batch = (int)batch;
+    c->lora_each = (int)lora_each;
     if (c->embeddings) nreq = (texts + batch - 1) / batch;
     c->concurrency = (int)(conc < nreq ? conc : nreq);
     c->n_requests = (int)nreq;
