@@ -36,6 +36,7 @@
 #include "kernels/fmm_amx.h"
 #include "kernels/qgemm_amx.h"
 #include "kernels/delta.h"
+#include "kernels/lora_bt.h"
 #include "kernels/fmm_avx512.h"
 #include "kernels/kernels_int.h"
 #include "base/cpu.h"
@@ -124,6 +125,13 @@ void kern_delta_step(const tpool *pool, float *S, const float *q, const float *k
 {
     const kern_table *t = tab_of(pool);
     (t->delta_step ? t->delta_step : kern_delta_step_ref)(S, q, k, v, decay, beta, scale, dk, o);
+}
+
+void kern_lora_bt(const tpool *pool, const float *t, int64_t ldt, int cnt, int r, const float *bt, int64_t n,
+                  const float *s, float *const *y)
+{
+    const kern_table *tb = tab_of(pool);
+    (tb->lora_bt ? tb->lora_bt : kern_lora_bt_ref)(t, ldt, cnt, r, bt, n, s, y);
 }
 
 /* AMX-INT8 for the integer products of this pool (the process-wide switch,

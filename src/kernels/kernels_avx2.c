@@ -260,4 +260,5 @@ const kern_table kern_table_avx2 = {
     .actq_k = kern_actq_k_avx2,
     .f16_row = kern_f16_row_avx2,
     .r16_to_rows = kern_r16_to_rows,
+    .lora_bt = kern_lora_bt_avx2,
 };

@@ -57,6 +57,9 @@ typedef struct kern_table {
     /* the gated delta rule's step (delta.h), with the reference's bits; NULL: the reference */
     void (*delta_step)(float *S, const float *q, const float *k, const float *v, float decay, float beta,
                        float scale, int dk, float *o);
+    /* y += s (B t) from B transposed (lora_bt.h), with the reference's bits; NULL: the reference */
+    void (*lora_bt)(const float *t, int64_t ldt, int cnt, int r, const float *bt, int64_t n, const float *s,
+                    float *const *y);
 } kern_table;
 
 /* The table of the active ISA (kernels.c): every SIMD entry is reached through it. */
@@ -70,6 +73,10 @@ void kern_f16_row_ref(const float *src, void *dst, int64_t n);
 extern const kern_table kern_table_avx2;
 extern const kern_table kern_table_avx512;
 
+void kern_lora_bt_avx512(const float *t, int64_t ldt, int cnt, int r, const float *bt, int64_t n, const float *s,
+                         float *const *y);
+void kern_lora_bt_avx2(const float *t, int64_t ldt, int cnt, int r, const float *bt, int64_t n, const float *s,
+                       float *const *y);
 void kern_delta_step_avx512(float *S, const float *q, const float *k, const float *v, float decay, float beta,
                             float scale, int dk, float *o);
 

@@ -13,6 +13,7 @@
 
 #include "base/error.h"
 #include "formats/quant.h"
+#include "kernels/lora_bt.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -137,6 +138,17 @@ static int bind_pair(struct kvi_lora *a, int l, lora_mat w, const gguf_tensor *g
             (long long)gb->ne[1], (long long)gb->ne[2], (long long)W->n_in, (long long)per_out, (long long)E);
     p->rank = (int)r;
     p->ar = a->alpha != 0.0f ? a->alpha / (float)r : 1.0f;
+    /* bt: E expert parts of kern_lora_bt_floats(r, per_out) from B's rows (each [r], widened exactly) */
+    float row[LORA_MAX_RANK];
+    const size_t part = kern_lora_bt_floats((int)r, per_out);
+    if (!(p->bt = calloc((size_t)E * part, sizeof(float))))
+        return err_set(err, KVI_E_NOMEM, "lora: out of memory for tensor '%s'", name);
+    for (int64_t e = 0; e < E; e++)
+        for (int64_t j = 0; j < per_out; j++) {
+            if (kern_tensor_get_row(&p->b, e * per_out + j, row))
+                return err_set(err, KVI_E_FORMAT, "lora: tensor '%s': cannot read lora_b", name);
+            for (int k = 0; k < (int)r; k++) p->bt[(size_t)e * part + kern_lora_bt_at((int)r, j, k)] = row[k];
+        }
     if (p->rank > a->max_rank) a->max_rank = p->rank;
     a->n_pairs++;
     return 0;
@@ -270,6 +282,7 @@ void lora_free(struct kvi_lora *a)
 {
     if (!a) return;
     gguf_close(a->g);
+    for (int i = 0; a->pairs && a->m && i < a->m->n_layers * LORA_N_MAT; i++) free(a->pairs[i].bt);
     free(a->pairs);
     free(a);
 }

@@ -13,7 +13,8 @@
  * (n_in; n_out, per expert for expert matrices), 1 <= r <= LORA_MAX_RANK, A and B
  * are F32, F16 or Q8_0 (Q8_0 only where the row length is a multiple of 32) in the
  * row layout, and their data lies inside the adapter's file buffer, which the
- * adapter owns. The model must outlive the adapter; the adapter must outlive every
+ * adapter owns; bt holds B's values (exact, widened to f32) transposed, which the
+ * products read (B itself is kept for lora-merge and listings). The model must outlive the adapter; the adapter must outlive every
  * sequence that uses it (kvi_lora_free refuses while one does).
  */
 #ifndef KVI_LORA_H
@@ -43,6 +44,7 @@ typedef enum lora_mat {
 typedef struct lora_pair {
     kern_tensor a; /* [r][n_in], experts [E * r][n_in]; data NULL: matrix not adapted */
     kern_tensor b; /* [n_out][r], experts [E * n_out][r] */
+    float *bt;     /* B transposed in f32 panels (kernels/lora_bt.h), one part per expert */
     int rank;      /* r */
     float ar;      /* alpha / r, or 1 when alpha is 0 */
 } lora_pair;
