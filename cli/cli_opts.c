@@ -129,8 +129,24 @@ static int lora_push(cli_common *o, const char *flag, const char *path, size_t l
     if (o->n_lora == CLI_LORA_MAX) return -cli_error("%s: at most %d adapters", flag, CLI_LORA_MAX);
     o->lora_path[o->n_lora] = path;
     o->lora_len[o->n_lora] = len;
+    o->lora_name[o->n_lora] = NULL;
+    o->lora_name_len[o->n_lora] = 0;
     o->lora_scale[o->n_lora++] = scale;
     return 1;
+}
+
+/* --lora NAME=PATH (vLLM's --lora-modules form): v is not a file, and the part before
+ * its first '=' is a name (no '/'); NULL otherwise */
+static const char *lora_name_split(const char *v)
+{
+    const char *eq = strchr(v, '=');
+    if (!eq || eq == v || !eq[1] || memchr(v, '/', (size_t)(eq - v))) return NULL;
+    FILE *f = fopen(v, "rb");
+    if (f) {
+        fclose(f);
+        return NULL;
+    }
+    return eq;
 }
 
 /* --lora FILE; --lora-scaled FILE SCALE (two arguments, llama.cpp's older form) or
@@ -139,7 +155,12 @@ static int lora_flag(int argc, char **argv, int *i, cli_common *o)
 {
     const char *a = argv[*i], *v = cli_flag_value(argc, argv, i);
     if (!v) return -1;
-    if (!strcmp(a, "--lora")) return lora_push(o, a, v, strlen(v), 1.0f);
+    if (!strcmp(a, "--lora")) {
+        const char *eq = lora_name_split(v);
+        const int r = lora_push(o, a, eq ? eq + 1 : v, strlen(eq ? eq + 1 : v), 1.0f);
+        if (r > 0 && eq) o->lora_name[o->n_lora - 1] = v, o->lora_name_len[o->n_lora - 1] = (size_t)(eq - v);
+        return r;
+    }
     float sc;
     if (*i + 1 < argc && cli_parse_f32(argv[*i + 1], &sc)) {
         ++*i;
@@ -173,8 +194,18 @@ int cli_opt_lora(const cli_common *o, kvi_engine *e, const char *who)
         memcpy(path, o->lora_path[k], o->lora_len[k]);
         path[o->lora_len[k]] = '\0';
         kvi_error err = { 0 };
-        if (kvi_engine_lora_load(e, path, o->lora_scale[k], &err) < 0)
-            return cli_error("%slora: %s: %s", who, path, err.msg[0] ? err.msg : kvi_strerror(err.code));
+        const int id = kvi_engine_lora_load(e, path, o->lora_scale[k], &err);
+        if (id < 0) return cli_error("%slora: %s: %s", who, path, err.msg[0] ? err.msg : kvi_strerror(err.code));
+        char name[128];
+        if (o->lora_name[k]) {
+            if (o->lora_name_len[k] >= sizeof name) return cli_error("%slora: name too long", who);
+            memcpy(name, o->lora_name[k], o->lora_name_len[k]);
+            name[o->lora_name_len[k]] = '\0';
+            if (kvi_lora_set_name(kvi_engine_lora_get(e, id), name))
+                return cli_error("%slora: '%s' is not a name (printable ASCII without spaces, '/' or '=')",
+                                 who, name);
+        }
+
     }
     return 0;
 }

@@ -32,7 +32,7 @@ enum {
     CLI_OPT_NO_PREFIX = 1u << 9,  /* --no-prefix-cache */
     CLI_OPT_POLICY = 1u << 10,    /* --ctx-policy P, --keep N, --sink N, --window N in [0, 2^24] */
     CLI_OPT_PROMPT = 1u << 11,    /* -p, --prompt TEXT; -f, --file PATH; --tokens IDS; --special */
-    CLI_OPT_LORA = 1u << 12,      /* --lora FILE, --lora-scaled FILE SCALE | FILE:SCALE[,FILE:SCALE] */
+    CLI_OPT_LORA = 1u << 12,      /* --lora [NAME=]FILE, --lora-scaled FILE SCALE | FILE:SCALE[,FILE:SCALE] */
     /* where commands differ */
     CLI_OPT_CTX_MIN0 = 1u << 16,       /* -c 0 accepted: the model's context (serve, chat) */
     CLI_OPT_CTX_MIN4 = 1u << 17,       /* -c at least 4 (perplexity: a chunk of 4 scores one row) */
@@ -70,6 +70,8 @@ typedef struct cli_common {
     const char *lora_path[CLI_LORA_MAX]; /* into argv: lora_len[i] bytes (a FILE:SCALE list's part) */
     size_t lora_len[CLI_LORA_MAX];
     float lora_scale[CLI_LORA_MAX];
+    const char *lora_name[CLI_LORA_MAX]; /* --lora NAME=PATH: NAME (lora_name_len bytes), else NULL */
+    size_t lora_name_len[CLI_LORA_MAX];
 } cli_common;
 
 /* The values of no flag given (see the invariants above). */

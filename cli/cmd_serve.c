@@ -48,7 +48,8 @@ static const char serve_help[] =
     "  --mmap                  map the model file instead of reading it\n"
     "  --host ADDR             IPv4 address to bind (default 127.0.0.1)\n"
     "  --port N                TCP port (default 8080; 0: any free port, printed)\n"
-    "  --lora FILE             LoRA adapter (GGUF), scale 1; --lora-scaled FILE S (or FILE:S[,..]);\n"
+    "  --lora [NAME=]FILE      LoRA adapter (GGUF), scale 1, named NAME (default: the file name\n"
+    "                          less .gguf); --lora-scaled FILE S (or FILE:S[,..]);\n"
     "                          listed at GET /lora-adapters, ids in load order\n"
     "  -t, --threads N         worker threads (default 0: every core)\n"
     "  -c, --ctx-size N        context of EACH sequence (default: the model's context_length)\n"
@@ -504,6 +505,11 @@ static int serve_start(srv_server *srv, const serve_opts *o, kvi_sched **sp, kvi
     ep.n_batch_max = (int)(o->batch_tokens + o->parallel);
     if (!(srv->e = cli_engine_create(srv->m, &ep, "serve: "))) return 1;
     if (cli_opt_lora(&o->c, srv->e, "serve: ")) return 1;
+    for (int i = 0; i < kvi_engine_lora_count(srv->e); i++) /* names select adapters: one each */
+        for (int j = 0; j < i; j++)
+            if (!strcmp(kvi_lora_name(kvi_engine_lora_get(srv->e, i)), kvi_lora_name(kvi_engine_lora_get(srv->e, j))))
+                return cli_error("serve: two LoRA adapters named '%s' (name them: --lora NAME=PATH)",
+                                 kvi_lora_name(kvi_engine_lora_get(srv->e, i)));
     if (cli_pipe_attach(srv->e, &ep)) return 1; /* mpirun: stage 0 of the pipeline */
     srv->cfg.n_ctx = kvi_engine_n_ctx(srv->e);
     if (serve_embed(srv, o, &ep) != 0) return 1;

@@ -229,6 +229,10 @@ kvi_lora *kvi_lora_load(const kvi_model *m, const char *path, kvi_error *err);
 int kvi_lora_free(kvi_lora *a);
 /* The file an adapter was loaded from; its rank (the largest of its pairs) and alpha. */
 const char *kvi_lora_path(const kvi_lora *a);
+/* Its name: the one set (kvi_lora_set_name), else the file name without folders
+ * and ".gguf". Names are up to 127 bytes of printable ASCII other than '/' and '='. */
+const char *kvi_lora_name(const kvi_lora *a);
+int kvi_lora_set_name(kvi_lora *a, const char *name); /* 0 or KVI_E_INVALID (unchanged) */
 int kvi_lora_rank(const kvi_lora *a);
 float kvi_lora_alpha(const kvi_lora *a);
 /* Sets s's adapters for its next rows: ad[i] with user scale scales[i], i < n <=

@@ -12,19 +12,15 @@
  */
 #include "server/server.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* The adapter's name: its file name without folders and ".gguf" into out[cap] */
+/* The adapter's name (kvi_lora_name: --lora NAME=PATH, else the file name without
+ * folders and ".gguf") into out[cap] */
 static void adapter_name(const kvi_lora *a, char *out, size_t cap)
 {
-    const char *path = kvi_lora_path(a), *slash = strrchr(path, '/');
-    const char *base = slash ? slash + 1 : path;
-    size_t n = strlen(base);
-    if (n > 5 && !strcmp(base + n - 5, ".gguf")) n -= 5;
-    if (n >= cap) n = cap - 1;
-    memcpy(out, base, n);
-    out[n] = '\0';
+    snprintf(out, cap, "%s", kvi_lora_name(a));
 }
 
 /* srv->lora_scale made ready (under srv->mu) */

@@ -1,7 +1,7 @@
 /*
  * test_server_lora.c — LoRA adapters through `kvinfer serve` (llama-server's API):
- * adapters loaded by --lora / --lora-scaled listed at GET /lora-adapters (id, path,
- * scale), POST /lora-adapters setting the server-wide scales, a request's "lora"
+ * adapters loaded by --lora NAME=PATH / --lora-scaled listed at GET /lora-adapters (id,
+ * path, name, scale), POST /lora-adapters setting the server-wide scales, a request's "lora"
  * list, an adapter named as the request's "model" and listed at GET /v1/models (vLLM),
  * bad ids refused (400).
  * The generated tokens are greedy on the qwen3 golden model: with adapter A at
@@ -36,7 +36,7 @@ static char *complete(int port, const char *prompt, const char *extra)
 int main(void)
 {
     char extra[2048];
-    snprintf(extra, sizeof extra, "-m %s --kv-type f32 --lora %s --lora-scaled %s 0",
+    snprintf(extra, sizeof extra, "-m %s --kv-type f32 --lora attn-a=%s --lora-scaled %s 0",
              shared_path("golden/arch/qwen3-f32.gguf"),
              shared_path("golden/lora/qwen3-lora-attn-r4-f32.gguf"),
              shared_path("golden/lora/qwen3-lora-all-r8-f32.gguf"));
@@ -49,15 +49,18 @@ int main(void)
     CHECK(r.status == 200 && cJSON_GetArraySize(l) == 2, "GET /lora-adapters: %s", r.body ? r.body : "");
     const cJSON *a0 = cJSON_GetArrayItem(l, 0), *a1 = cJSON_GetArrayItem(l, 1);
     CHECK(a0 && json_get_num(a0, "id") == 0 && json_get_num(a0, "scale") == 1 &&
-              strstr(json_get_str(a0, "path"), "qwen3-lora-attn-r4-f32.gguf"),
-          "adapter 0");
-    CHECK(a1 && json_get_num(a1, "id") == 1 && json_get_num(a1, "scale") == 0, "adapter 1");
+              strstr(json_get_str(a0, "path"), "qwen3-lora-attn-r4-f32.gguf") && json_get_str(a0, "name") &&
+              !strcmp(json_get_str(a0, "name"), "attn-a"),
+          "adapter 0 (named by --lora attn-a=PATH)");
+    CHECK(a1 && json_get_num(a1, "id") == 1 && json_get_num(a1, "scale") == 0 && json_get_str(a1, "name") &&
+              !strcmp(json_get_str(a1, "name"), "qwen3-lora-all-r8-f32"),
+          "adapter 1 (named by its file)");
     cJSON_Delete(l);
     free(r.body);
 
     r = http_request(s.port, "GET", "/v1/models", NULL, NULL);
     CHECK(r.status == 200 && r.body && strstr(r.body, "\"qwen3-lora-all-r8-f32\"") &&
-              strstr(r.body, "\"parent\""),
+              strstr(r.body, "\"attn-a\"") && strstr(r.body, "\"parent\""),
           "the adapters as models: %s", r.body ? r.body : "");
     free(r.body);
 
@@ -67,7 +70,7 @@ int main(void)
     for (int i = 0; i < 3; i++) {
         char *def = complete(s.port, prompts[i], "");
         char *by_id = complete(s.port, prompts[i], "\"lora\": [{\"id\": 0, \"scale\": 1}]");
-        char *by_name = complete(s.port, prompts[i], "\"model\": \"qwen3-lora-attn-r4-f32\"");
+        char *by_name = complete(s.port, prompts[i], "\"model\": \"attn-a\"");
         char *none = complete(s.port, prompts[i], "\"lora\": []");
         CHECK(!strcmp(def, by_id) && !strcmp(by_id, by_name),
               "adapter A by default, id and name: '%s' '%s' '%s'", def, by_id, by_name);

@@ -247,6 +247,12 @@ static int lora_finish(const struct kvi_model *m, gguf_ctx *g, const char *path,
     a->g = g;
     a->id = __atomic_add_fetch(&next_id, 1, __ATOMIC_RELAXED);
     model_copy_str(a->path, sizeof a->path, path);
+    const char *slash = strrchr(a->path, '/'), *base = slash ? slash + 1 : a->path;
+    size_t nl = strlen(base);
+    if (nl > 5 && !strcmp(base + nl - 5, ".gguf")) nl -= 5;
+    if (nl >= sizeof a->name) nl = sizeof a->name - 1;
+    memcpy(a->name, base, nl);
+    a->name[nl] = '\0';
     int rc = check_keys(a, g, &a->alpha, err);
     if (!rc) rc = bind_all(a, err);
     if (rc) {
@@ -302,5 +308,16 @@ int kvi_lora_free(kvi_lora *a)
 }
 
 const char *kvi_lora_path(const kvi_lora *a) { return a ? a->path : ""; }
+const char *kvi_lora_name(const kvi_lora *a) { return a ? a->name : ""; }
+
+int kvi_lora_set_name(kvi_lora *a, const char *name)
+{
+    const size_t n = name ? strlen(name) : 0;
+    if (!a || n == 0 || n >= sizeof a->name) return KVI_E_INVALID;
+    for (size_t i = 0; i < n; i++)
+        if (name[i] <= ' ' || name[i] > '~' || name[i] == '/' || name[i] == '=') return KVI_E_INVALID;
+    memcpy(a->name, name, n + 1);
+    return 0;
+}
 int kvi_lora_rank(const kvi_lora *a) { return a ? a->max_rank : 0; }
 float kvi_lora_alpha(const kvi_lora *a) { return a ? a->alpha : 0.0f; }

@@ -52,6 +52,7 @@ typedef struct lora_pair {
 struct kvi_lora {
     const struct kvi_model *m; /* the base model it was checked against */
     char path[256];            /* the file, for listings (truncated) */
+    char name[128];            /* kvi_lora_name: set, or the file name less folders and .gguf */
     float alpha;
     int n_pairs;      /* pairs bound (an expert matrix counts once) */
     int max_rank;     /* the largest r */
