@@ -349,12 +349,13 @@ static void check_cli_all(void)
     free(errout);
 }
 
-/* kvinfer lora-merge of base + A (1) + B (0.5): the merged model's logits against
- * llama.cpp's runtime-adapter golden (F32 merged matrices: the F32 tolerance). */
-static void check_merge(const char *mname)
+/* kvinfer lora-merge of base + A (1) + B (0.5), the merged matrices as type (NULL: the
+ * default, F32): the merged model's logits against llama.cpp's runtime-adapter golden
+ * within tol (the F32 tolerance, or the README's for the quantised type). */
+static void check_merge(const char *mname, const char *type, double tol)
 {
     char args[2048], out_name[64], golden[128];
-    snprintf(out_name, sizeof out_name, "lora_merged_%s.gguf", mname);
+    snprintf(out_name, sizeof out_name, "lora_merged_%s_%s.gguf", mname, type ? type : "default");
     const char *out = tmp_path(out_name);
     char base[512], fa[512];
     snprintf(base, sizeof base, "golden/arch/%s-f32.gguf", mname);
@@ -363,6 +364,7 @@ static void check_merge(const char *mname)
     snprintf(fa, sizeof fa, "golden/lora/%s-lora-all-r8-f32.gguf", mname);
     snprintf(args + strlen(args), sizeof args - strlen(args), " --lora-scaled %s 0.5 -o %s", shared_path(fa),
              out);
+    if (type) snprintf(args + strlen(args), sizeof args - strlen(args), " --type %s", type);
     char *o = NULL, *e = NULL;
     const int rc = run_kvinfer(args, &o, &e);
     CHECK(rc == 0, "lora-merge: %s", e ? e : "");
@@ -373,14 +375,57 @@ static void check_merge(const char *mname)
     CHECK(m != NULL, "merged model: %s", err.msg);
     if (!m) return;
     snprintf(golden, sizeof golden, "%s.A-f32.s1+B-f32.s0.5", mname);
-    check_golden_as(m, golden, 0.002, false); /* the adapters are in the weights */
+    check_golden_as(m, golden, tol, false); /* the adapters are in the weights */
+    kvi_model_info info;
+    kvi_model_get_info(m, &info);
+    CHECK(!type || strcmp(type, "q8_0") || info.weight_type == KVI_TYPE_Q8_0,
+          "lora-merge --type q8_0: the merged model's matrices are %s", kvi_type_name(info.weight_type));
     kvi_model_free(m);
+}
+
+/* How far Q8_0 weights alone move model mname's logits in llama.cpp's own goldens
+ * (golden/arch/<m>-q8_0 against <m>-f32): the floor a merged Q8_0 file sits on. */
+static double q8_floor(const char *mname)
+{
+    char a[128], b[128];
+    snprintf(a, sizeof a, "golden/arch/%s-f32.logits.json", mname);
+    snprintf(b, sizeof b, "golden/arch/%s-q8_0.logits.json", mname);
+    cJSON *ja = load_json(shared_path(a)), *jb = load_json(shared_path(b));
+    const cJSON *la = cJSON_GetObjectItem(ja, "logits"), *lb = cJSON_GetObjectItem(jb, "logits");
+    const int n = cJSON_GetArraySize(lb), nv = n > 0 ? cJSON_GetArraySize(cJSON_GetArrayItem(lb, 0)) : 0;
+    float *f = n > 0 && nv > 0 ? malloc((size_t)n * nv * sizeof *f) : NULL;
+    for (int i = 0; f && i < n; i++)
+        for (int v = 0; v < nv; v++)
+            f[(size_t)i * nv + v] = (float)cJSON_GetArrayItem(cJSON_GetArrayItem(lb, i), v)->valuedouble;
+    const double e = f && la ? golden_rel_err(b, f, la, n, nv) : 1.0;
+    CHECK(f && la && e < 0.1, "%s / %s: cannot compare (%.3g)", a, b, e);
+    free(f);
+    cJSON_Delete(ja);
+    cJSON_Delete(jb);
+    return e;
 }
 
 int main(void)
 {
-    check_merge("qwen3");
-    check_merge("llama-moe");
+    check_merge("qwen3", NULL, 0.002);
+    check_merge("llama-moe", NULL, 0.002);
+    /* quantised merges: Q8_0's tolerance (0.03), or 1.25 x what Q8_0 alone does to the model
+     * in llama.cpp's goldens where that is more (qwen3: 0.028) */
+    const double fq = 1.25 * q8_floor("qwen3");
+    check_merge("qwen3", "q8_0", fq > 0.03 ? fq : 0.03);
+    check_merge("llama-moe", "q8_0", 0.03);
+    check_merge("qwen3", "base", 0.002); /* an F32 base stays F32 */
+    { /* a type the rows cannot hold is refused before anything is written */
+        char args[1024], *o = NULL, *e = NULL;
+        snprintf(args, sizeof args, "lora-merge -m %s --lora %s --type q4_k -o %s",
+                 shared_path("golden/arch/qwen3-f32.gguf"), shared_path("golden/lora/qwen3-lora-attn-r4-f32.gguf"),
+                 tmp_path("lora_merged_bad.gguf"));
+        const int rc = run_kvinfer(args, &o, &e);
+        CHECK(rc == 1 && e && strstr(e, "cannot be stored as"), "lora-merge --type q4_k on rows of 64: %s",
+              e ? e : "");
+        free(o);
+        free(e);
+    }
     check_cli_all();
     check_engine_adapters();
     check_refusals();

@@ -9,7 +9,9 @@
 
 /* Writes base + the n adapters paths[k] at user scales[k] to out. 0 or a KVI_E_* code
  * with err set (adapters checked against the base as kvi_lora_load does). */
-int lora_merge(const char *base, int n, const char *const *paths, const float *scales, const char *out,
-               kvi_error *err);
+/* out_type: the type of the merged matrices (a type quant_quantize_row writes), or -1 for
+ * each base matrix's own type. */
+int lora_merge(const char *base, int n, const char *const *paths, const float *scales, int out_type,
+               const char *out, kvi_error *err);
 
 #endif
