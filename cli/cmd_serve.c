@@ -51,6 +51,9 @@ static const char serve_help[] =
     "  --lora [NAME=]FILE      LoRA adapter (GGUF), scale 1, named NAME (default: the file name\n"
     "                          less .gguf); --lora-scaled FILE S (or FILE:S[,..]);\n"
     "                          listed at GET /lora-adapters, ids in load order\n"
+    "  --lora-runtime          allow POST /v1/load_lora_adapter {\"lora_name\", \"lora_path\"} and\n"
+    "                          /v1/unload_lora_adapter {\"lora_name\"} while serving (vLLM's;\n"
+    "                          off by default: they read files named by the client)\n"
     "  -t, --threads N         worker threads (default 0: every core)\n"
     "  -c, --ctx-size N        context of EACH sequence (default: the model's context_length)\n"
     "  --parallel N            sequences decoding at once (default 16)\n"
@@ -164,6 +167,7 @@ typedef struct serve_opts {
     size_t responses_max_bytes;
     run_spec_opts so;                                   /* speculative decoding */
     bool embeddings, reranking;                         /* --embeddings, --reranking */
+    bool lora_runtime;                                  /* --lora-runtime */
     int pooling;                                        /* --pooling (kvi_pooling; MODEL: the file's) */
 } serve_opts;
 
@@ -271,6 +275,8 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o)
         } else if (!strcmp(a, "-l") || !strcmp(a, "--logit-bias")) {
             const char *v = cli_flag_value(argc, argv, &i);
             if (!v || serve_bias_flag(v, o) != 0) return 1;
+        } else if (!strcmp(a, "--lora-runtime")) {
+            o->lora_runtime = true;
         } else if (!strcmp(a, "--embeddings") || !strcmp(a, "--embedding")) {
             o->embeddings = true;
         } else if (!strcmp(a, "--reranking") || !strcmp(a, "--rerank")) {
@@ -418,6 +424,7 @@ static void serve_config(srv_server *srv, const serve_opts *o, const char *name)
     srv->cfg.n_bias = o->n_bias;
     srv->cfg.content_format = o->content_format;
     srv->cfg.embeddings = o->embeddings;
+    srv->cfg.lora_runtime = o->lora_runtime;
     srv->cfg.reranking = o->reranking;
     srv->cfg.pooling = o->pooling;
     kvi_sampler_params_default(&srv->cfg.sampling);

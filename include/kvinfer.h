@@ -247,8 +247,24 @@ uint64_t kvi_seq_lora_hash(const kvi_seq *s);
  * kvi_engine_lora_load returns the new id, or a negative code (err says why). */
 #define KVI_ENGINE_LORA_MAX 64
 int kvi_engine_lora_load(kvi_engine *e, const char *path, float scale, kvi_error *err);
+/* The same with a name (kvi_lora_set_name's rules; NULL: the file's), refused
+ * (KVI_E_INVALID) when a loaded adapter has it. Loading, unloading, describing and
+ * reading the count, adapters and scales may happen on any thread while another
+ * steps the engine (a server's hot load and unload). */
+int kvi_engine_lora_load_named(kvi_engine *e, const char *name, const char *path, float scale, kvi_error *err);
+/* Ids issued so far (unloaded ones included: ids are never reused). */
 int kvi_engine_lora_count(const kvi_engine *e);
-kvi_lora *kvi_engine_lora_get(const kvi_engine *e, int id); /* NULL: no such id */
+kvi_lora *kvi_engine_lora_get(const kvi_engine *e, int id); /* NULL: no such id, or unloaded */
+/* Unloads adapter id: no sequence created or set afterwards may use it (its scale
+ * 0; kvi_seq_set_lora_scales naming it fails); sequences holding it keep it until
+ * they drop it, and kvi_engine_lora_reap, on the thread that steps the engine, frees
+ * it then (it returns how many it freed). 0, or KVI_E_INVALID (no such live id). */
+int kvi_engine_lora_unload(kvi_engine *e, int id);
+int kvi_engine_lora_reap(kvi_engine *e);
+/* Copies live adapter id's name, path and scale (any may be NULL); KVI_E_INVALID
+ * when id is not a live adapter. */
+int kvi_engine_lora_describe(kvi_engine *e, int id, char *name, size_t name_cap, char *path, size_t path_cap,
+                             float *scale);
 float kvi_engine_lora_scale(const kvi_engine *e, int id);
 int kvi_engine_lora_set_scale(kvi_engine *e, int id, float scale); /* 0 or KVI_E_INVALID */
 /* s's set from the engine's adapters: scales[id] for id < n (the others 0);

@@ -154,6 +154,7 @@ typedef struct srv_config {
     size_t responses_max_bytes; /* most bytes they hold (--responses-max-bytes) */
     /* embeddings and reranking (server_embed.c; --embeddings, --reranking, --pooling) */
     bool embeddings, reranking;
+    bool lora_runtime; /* --lora-runtime: POST /v1/load_lora_adapter, /v1/unload_lora_adapter */
     int pooling; /* kvi_pooling; KVI_POOLING_MODEL: the model's */
 } srv_config;
 
@@ -560,6 +561,12 @@ void srv_lora_models(const srv_server *srv, cJSON *data);
 /* GET /lora-adapters: [{"id", "path", "scale"}]; POST: a list like a request's
  * "lora" sets the server-wide scales (adapters not listed at 0). */
 int srv_lora_ep(srv_server *srv, struct MHD_Connection *con, bool post, const char *body, size_t len);
+/* POST /v1/load_lora_adapter {"lora_name", "lora_path"} and /v1/unload_lora_adapter
+ * {"lora_name"} (vLLM's), with --lora-runtime only (else 403): a loaded adapter gets
+ * the next id at server-wide scale 0 (requests select it by name as the model or by
+ * their lora list); an unloaded one stops being selectable at once and is freed when
+ * the requests using it end. */
+int srv_lora_load_ep(srv_server *srv, struct MHD_Connection *con, bool load, const char *body, size_t len);
 
 /* ---- the Responses API (server_responses.c, server_store.c) ---- */
 

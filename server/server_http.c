@@ -915,6 +915,8 @@ static enum MHD_Result route(srv_server *srv, struct MHD_Connection *con, conn_c
     if (post && srv_body_check(cc->body, cc->len, &er)) return srv_send_error(con, api, &er);
     if (post && !strcmp(url, "/lora-adapters"))
         return (enum MHD_Result)srv_lora_ep(srv, con, true, cc->body, cc->len);
+    if (post && (!strcmp(url, "/v1/load_lora_adapter") || !strcmp(url, "/v1/unload_lora_adapter")))
+        return (enum MHD_Result)srv_lora_load_ep(srv, con, url[4] == 'l', cc->body, cc->len);
     if (post && srv_embed_path(url))
         return (enum MHD_Result)srv_embed_route(srv, con, url, cc->body, cc->len);
     if (post && srv_embed_refuses(srv, url, &er)) return srv_send_error(con, api, &er);

@@ -16,11 +16,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The adapter's name (kvi_lora_name: --lora NAME=PATH, else the file name without
- * folders and ".gguf") into out[cap] */
-static void adapter_name(const kvi_lora *a, char *out, size_t cap)
+/* Live adapter id's name (kvi_lora_name: --lora NAME=PATH or the load request's, else
+ * the file name without folders and ".gguf") into out[cap]; false when id was unloaded.
+ * Copied under the engine's lock: a handler never holds an adapter another thread
+ * may free. */
+static bool adapter_name(srv_server *srv, int id, char *out, size_t cap)
 {
-    snprintf(out, cap, "%s", kvi_lora_name(a));
+    return kvi_engine_lora_describe(srv->e, id, out, cap, NULL, 0, NULL) == 0;
 }
 
 /* srv->lora_scale made ready (under srv->mu) */
@@ -29,24 +31,29 @@ static void scales_ready(srv_server *srv)
     if (srv->lora_ready) return;
     for (int i = 0; i < kvi_engine_lora_count(srv->e); i++)
         srv->lora_scale[i] = kvi_engine_lora_scale(srv->e, i);
-    srv->lora_ready = true;
+    srv->lora_ready = true; /* later loads (POST /v1/load_lora_adapter) start at scale 0 */
+}
+
+/* The live adapter named name, or -1 */
+static int named_id(srv_server *srv, const char *name)
+{
+    for (int i = 0; srv->e && i < kvi_engine_lora_count(srv->e); i++) {
+        char n[256];
+        if (adapter_name(srv, i, n, sizeof n) && !strcmp(n, name)) return i;
+    }
+    return -1;
 }
 
 bool srv_lora_named(const srv_server *srv, const char *name)
 {
-    for (int i = 0; srv->e && i < kvi_engine_lora_count(srv->e); i++) {
-        char n[256];
-        adapter_name(kvi_engine_lora_get(srv->e, i), n, sizeof n);
-        if (!strcmp(n, name)) return true;
-    }
-    return false;
+    return named_id((srv_server *)srv, name) >= 0;
 }
 
 void srv_lora_models(const srv_server *srv, cJSON *data)
 {
     for (int i = 0; srv->e && i < kvi_engine_lora_count(srv->e); i++) {
         char n[256];
-        adapter_name(kvi_engine_lora_get(srv->e, i), n, sizeof n);
+        if (!adapter_name((srv_server *)srv, i, n, sizeof n)) continue;
         cJSON *mo = cJSON_CreateObject();
         cJSON_AddStringToObject(mo, "id", n);
         cJSON_AddStringToObject(mo, "object", "model");
@@ -57,7 +64,7 @@ void srv_lora_models(const srv_server *srv, cJSON *data)
 }
 
 /* A list [{"id": N, "scale": S}, ...] into scales [n] (the others 0). 0, or -1 with *er set. */
-static int parse_list(const cJSON *l, int n, float *scales, srv_err *er)
+static int parse_list(srv_server *srv, const cJSON *l, int n, float *scales, srv_err *er)
 {
     if (!cJSON_IsArray(l))
         return srv_err_set(er, 400, "invalid_request_error", NULL,
@@ -75,6 +82,9 @@ static int parse_list(const cJSON *l, int n, float *scales, srv_err *er)
         if (!cJSON_IsNumber(sc) || !(sc->valuedouble >= -1e6 && sc->valuedouble <= 1e6))
             return srv_err_set(er, 400, "invalid_request_error", NULL, "lora: scale must be a number");
         scales[id->valueint] = (float)sc->valuedouble;
+        if (scales[id->valueint] != 0.0f && !kvi_engine_lora_get(srv->e, id->valueint))
+            return srv_err_set(er, 400, "invalid_request_error", NULL, "lora: adapter %d was unloaded",
+                               id->valueint);
     }
     int on = 0;
     for (int i = 0; i < n; i++) on += scales[i] != 0.0f;
@@ -90,12 +100,10 @@ int srv_lora_parse(srv_server *srv, const cJSON *root, srv_params *p, srv_err *e
     p->n_lora = n;
     if (n == 0) return 0;
     const cJSON *l = cJSON_GetObjectItemCaseSensitive(root, "lora");
-    if (l && !cJSON_IsNull(l)) return parse_list(l, n, p->lora, er);
+    if (l && !cJSON_IsNull(l)) return parse_list(srv, l, n, p->lora, er);
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
-    for (int i = 0; cJSON_IsString(model) && i < n; i++) {
-        char name[256];
-        adapter_name(kvi_engine_lora_get(srv->e, i), name, sizeof name);
-        if (strcmp(name, model->valuestring)) continue;
+    const int i = cJSON_IsString(model) ? named_id(srv, model->valuestring) : -1;
+    if (i >= 0) {
         for (int k = 0; k < n; k++) p->lora[k] = k == i ? 1.0f : 0.0f;
         return 0;
     }
@@ -113,7 +121,7 @@ int srv_lora_ep(srv_server *srv, struct MHD_Connection *con, bool post, const ch
     if (post) {
         float sc[KVI_ENGINE_LORA_MAX];
         cJSON *root = cJSON_ParseWithLength(body ? body : "", len);
-        const int rc = parse_list(root, n, sc, &er);
+        const int rc = parse_list(srv, root, n, sc, &er);
         cJSON_Delete(root);
         if (rc) return srv_send_error(con, &srv_api_openai, &er);
         pthread_mutex_lock(&srv->mu);
@@ -125,11 +133,11 @@ int srv_lora_ep(srv_server *srv, struct MHD_Connection *con, bool post, const ch
     pthread_mutex_lock(&srv->mu);
     scales_ready(srv);
     for (int i = 0; i < n; i++) {
+        char name[256], path[512];
+        if (kvi_engine_lora_describe(srv->e, i, name, sizeof name, path, sizeof path, NULL)) continue;
         cJSON *o = cJSON_CreateObject();
-        char name[256];
-        adapter_name(kvi_engine_lora_get(srv->e, i), name, sizeof name);
         cJSON_AddNumberToObject(o, "id", i);
-        cJSON_AddStringToObject(o, "path", kvi_lora_path(kvi_engine_lora_get(srv->e, i)));
+        cJSON_AddStringToObject(o, "path", path);
         cJSON_AddStringToObject(o, "name", name);
         cJSON_AddNumberToObject(o, "scale", srv->lora_scale[i]);
         cJSON_AddItemToArray(a, o);
@@ -137,5 +145,67 @@ int srv_lora_ep(srv_server *srv, struct MHD_Connection *con, bool post, const ch
     pthread_mutex_unlock(&srv->mu);
     char *out = post ? strdup("{\"success\":true}") : cJSON_PrintUnformatted(a);
     cJSON_Delete(a);
+    return srv_send_body(con, 200, out);
+}
+
+/* The string field k of a JSON body, or NULL with *er set (400 naming it) */
+static const char *str_field(const cJSON *root, const char *k, srv_err *er)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, k);
+    if (cJSON_IsString(v) && v->valuestring[0]) return v->valuestring;
+    srv_err_set(er, 400, "invalid_request_error", NULL, "'%s' must be a non-empty string", k);
+    snprintf(er->param, sizeof er->param, "%s", k);
+    return NULL;
+}
+
+int srv_lora_load_ep(srv_server *srv, struct MHD_Connection *con, bool load, const char *body, size_t len)
+{
+    srv_err er = { 0 };
+    if (!srv->cfg.lora_runtime) {
+        srv_err_set(&er, 403, "invalid_request_error", NULL,
+                    "loading and unloading LoRA adapters at runtime is off: start serve with --lora-runtime");
+        return srv_send_error(con, &srv_api_openai, &er);
+    }
+    cJSON *root = cJSON_ParseWithLength(body ? body : "", len);
+    const char *name = root ? str_field(root, "lora_name", &er) : NULL;
+    const char *path = load && name ? str_field(root, "lora_path", &er) : NULL;
+    if (!root) srv_err_set(&er, 400, "invalid_request_error", NULL, "the body is not JSON");
+    char msg[512];
+    int id = -1;
+    if (name && load && path) {
+        kvi_error err = { 0 };
+        if (named_id(srv, name) >= 0) {
+            srv_err_set(&er, 400, "invalid_request_error", NULL,
+                        "The lora adapter '%s' has already been loaded.", name);
+            snprintf(er.param, sizeof er.param, "lora_name");
+        } else if ((id = kvi_engine_lora_load_named(srv->e, name, path, 0.0f, &err)) < 0) {
+            srv_err_set(&er, 400, "invalid_request_error", NULL, "%s", err.msg[0] ? err.msg : "cannot load");
+            snprintf(er.param, sizeof er.param, "lora_path");
+        } else {
+            pthread_mutex_lock(&srv->mu);
+            scales_ready(srv);
+            srv->lora_scale[id] = 0.0f; /* selected by name or by a request's list only */
+            pthread_mutex_unlock(&srv->mu);
+            snprintf(msg, sizeof msg, "Success: LoRA adapter '%s' added successfully.", name);
+        }
+    } else if (name && !load) {
+        if ((id = named_id(srv, name)) < 0 || kvi_engine_lora_unload(srv->e, id) != 0) {
+            srv_err_set(&er, 404, "not_found_error", NULL, "The lora adapter '%s' cannot be found.", name);
+            snprintf(er.param, sizeof er.param, "lora_name");
+        } else {
+            pthread_mutex_lock(&srv->mu);
+            scales_ready(srv);
+            srv->lora_scale[id] = 0.0f;
+            pthread_mutex_unlock(&srv->mu);
+            snprintf(msg, sizeof msg, "Success: LoRA adapter '%s' removed successfully.", name);
+        }
+    }
+    cJSON_Delete(root);
+    if (er.status) return srv_send_error(con, &srv_api_openai, &er);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "message", msg);
+    cJSON_AddNumberToObject(o, "id", id);
+    char *out = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
     return srv_send_body(con, 200, out);
 }

@@ -33,6 +33,66 @@ static char *complete(int port, const char *prompt, const char *extra)
     return out;
 }
 
+/* POST /v1/load_lora_adapter and /v1/unload_lora_adapter (serve --lora-runtime): adapter
+ * A loaded at runtime as "hot" gives, selected by name, the tokens it gives loaded at
+ * start (want_a); the default stays the base model (want_none); a second load of the
+ * name and a bad file are 400s; after the unload the name selects nothing (the base
+ * model's tokens) and a second unload is a 404. */
+static void check_runtime(const char *const prompts[3], char *const want_a[3], char *const want_none[3])
+{
+    char extra[1024], body[1024];
+    snprintf(extra, sizeof extra, "-m %s --kv-type f32 --lora-runtime",
+             shared_path("golden/arch/qwen3-f32.gguf"));
+    test_server s;
+    CHECK(test_server_start(&s, extra, "lora_rt.err"), "server (--lora-runtime) did not start");
+    if (s.pid <= 0) return;
+    snprintf(body, sizeof body, "{\"lora_name\": \"hot\", \"lora_path\": \"%s\"}",
+             shared_path("golden/lora/qwen3-lora-attn-r4-f32.gguf"));
+    http_resp r = http_request(s.port, "POST", "/v1/load_lora_adapter", NULL, body);
+    CHECK(r.status == 200 && r.body && strstr(r.body, "added successfully"), "runtime load: %d %s", r.status,
+          r.body ? r.body : "");
+    free(r.body);
+    r = http_request(s.port, "POST", "/v1/load_lora_adapter", NULL, body);
+    CHECK(r.status == 400 && r.body && strstr(r.body, "already been loaded"), "a second load of the name: %d",
+          r.status);
+    free(r.body);
+    r = http_request(s.port, "POST", "/v1/load_lora_adapter", NULL,
+                     "{\"lora_name\": \"bad\", \"lora_path\": \"/nonexistent/adapter.gguf\"}");
+    CHECK(r.status == 400, "a load of a missing file: %d", r.status);
+    free(r.body);
+    r = http_request(s.port, "GET", "/lora-adapters", NULL, NULL);
+    CHECK(r.status == 200 && r.body && strstr(r.body, "\"hot\"") && !strstr(r.body, "\"bad\""),
+          "the loaded adapter listed: %s", r.body ? r.body : "");
+    free(r.body);
+    for (int i = 0; i < 3; i++) {
+        char *hot = complete(s.port, prompts[i], "\"model\": \"hot\"");
+        char *def = complete(s.port, prompts[i], "");
+        CHECK(!strcmp(hot, want_a[i]), "runtime adapter by name: '%s' vs '%s' loaded at start", hot,
+              want_a[i]);
+        CHECK(!strcmp(def, want_none[i]), "the default after a runtime load: '%s' vs the base '%s'", def,
+              want_none[i]);
+        free(hot);
+        free(def);
+    }
+    r = http_request(s.port, "POST", "/v1/unload_lora_adapter", NULL, "{\"lora_name\": \"hot\"}");
+    CHECK(r.status == 200 && r.body && strstr(r.body, "removed successfully"), "unload: %d", r.status);
+    free(r.body);
+    for (int i = 0; i < 3; i++) {
+        char *hot = complete(s.port, prompts[i], "\"model\": \"hot\"");
+        CHECK(!strcmp(hot, want_none[i]), "after the unload the name selects no adapter: '%s'", hot);
+        free(hot);
+    }
+    r = http_request(s.port, "POST", "/v1/unload_lora_adapter", NULL, "{\"lora_name\": \"hot\"}");
+    CHECK(r.status == 404, "a second unload: %d", r.status);
+    free(r.body);
+    r = http_request(s.port, "POST", "/v1/completions", NULL,
+                     "{\"prompt\": [1, 2], \"max_tokens\": 1, \"lora\": [{\"id\": 0, \"scale\": 1}]}");
+    CHECK(r.status == 400 && r.body && strstr(r.body, "unloaded"), "a request naming the unloaded id: %d %s",
+          r.status, r.body ? r.body : "");
+    free(r.body);
+    test_server_stop(&s);
+}
+
 int main(void)
 {
     char extra[2048];
@@ -66,6 +126,7 @@ int main(void)
 
     static const char *const prompts[] = { "1, 69, 200, 257, 306", "5, 9, 77, 301",
                                            "42, 43, 44, 45, 46, 47" };
+    char *want_a[3] = { 0 }, *want_none[3] = { 0 }; /* adapter A alone / none, for the runtime load below */
     bool differs = false;
     for (int i = 0; i < 3; i++) {
         char *def = complete(s.port, prompts[i], "");
@@ -75,10 +136,10 @@ int main(void)
         CHECK(!strcmp(def, by_id) && !strcmp(by_id, by_name),
               "adapter A by default, id and name: '%s' '%s' '%s'", def, by_id, by_name);
         differs |= strcmp(by_id, none) != 0;
+        want_a[i] = by_id;
+        want_none[i] = none;
         free(def);
-        free(by_id);
         free(by_name);
-        free(none);
     }
     CHECK(differs, "the adapter changes no completion");
 
@@ -106,6 +167,13 @@ int main(void)
     r = http_request(s.port, "POST", "/lora-adapters", NULL, "{\"id\": 0}");
     CHECK(r.status == 400, "POST of a non-list: %d", r.status);
     free(r.body);
+    r = http_request(s.port, "POST", "/v1/load_lora_adapter", NULL,
+                     "{\"lora_name\": \"x\", \"lora_path\": \"y\"}");
+    CHECK(r.status == 403 && r.body && strstr(r.body, "--lora-runtime"),
+          "runtime load without --lora-runtime: %d %s", r.status, r.body ? r.body : "");
+    free(r.body);
     test_server_stop(&s);
+    check_runtime(prompts, want_a, want_none);
+    for (int i = 0; i < 3; i++) free(want_a[i]), free(want_none[i]);
     return test_main_end();
 }

@@ -37,6 +37,9 @@
 #include "formats/quant.h"
 #include "base/threadpool.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -103,9 +106,17 @@ struct kvi_engine {
     /* per-step arrays, [n_batch_max] */
     const kv_table **tables;
     const lora_set **lora_rows;            /* [n_batch_max] per row of a forward chunk: its sequence's set */
-    kvi_lora *lora[KVI_ENGINE_LORA_MAX];   /* adapters the engine owns (kvi_engine_lora_load), by id */
+    /* adapters the engine owns (kvi_engine_lora_load), by id; ids [0, n_lora) are
+     * published (n_lora grows by a release store after its slot is written, so any
+     * thread may read ids below an acquire load of it); an unloaded id is gone for
+     * good (lora_gone, its scale 0) and its adapter freed by kvi_engine_lora_reap on
+     * the stepping thread once no sequence holds it (lora[id] then NULL). lora_mu
+     * orders loads, unloads, reaps and kvi_engine_lora_describe. */
+    kvi_lora *lora[KVI_ENGINE_LORA_MAX];
     float lora_scale[KVI_ENGINE_LORA_MAX]; /* their scales for new sequences */
-    int n_lora;
+    atomic_bool lora_gone[KVI_ENGINE_LORA_MAX];
+    atomic_int n_lora;
+    pthread_mutex_t lora_mu;
     float **snap_rows; /* [snap_rows_cap] per batch row: where its recurrent state snapshot goes, or NULL */
     int32_t snap_rows_cap;
     float *snap_stage; /* [snap_cap][state floats] snapshots taken during the pass */
@@ -167,7 +178,8 @@ void kvi_engine_free(kvi_engine *e)
             if (e->slots[i]) kvi_seq_free(e->slots[i]);
         free(e->slots);
     }
-    for (int i = 0; i < e->n_lora; i++) kvi_lora_free(e->lora[i]);
+    for (int i = 0; i < atomic_load(&e->n_lora); i++) lora_free(e->lora[i]);
+    pthread_mutex_destroy(&e->lora_mu);
     fwd_free(e->fwd);
     kv_pool_free(&e->kv);
     tpool_free(e->pool);
@@ -254,6 +266,7 @@ kvi_engine *kvi_engine_create(kvi_model *m, const kvi_engine_params *params, kvi
         return NULL;
     }
     e->fl_cur = -1;
+    pthread_mutex_init(&e->lora_mu, NULL);
     e->m = m;
     e->p = p;
     e->policy = policy;
@@ -356,7 +369,8 @@ kvi_seq *kvi_seq_create(kvi_engine *e)
                 }
             }
             e->slots[i] = s;
-            if (e->n_lora && kvi_seq_set_lora_scales(s, e->n_lora, e->lora_scale) != 0) {
+            const int nl = atomic_load(&e->n_lora);
+            if (nl && kvi_seq_set_lora_scales(s, nl, e->lora_scale) != 0) {
                 kvi_seq_free(s); /* more adapters on than one sequence may use */
                 return NULL;
             }
@@ -435,46 +449,117 @@ int kvi_seq_set_lora(kvi_seq *s, int n, kvi_lora *const *ad, const float *scales
     return 0;
 }
 
-int kvi_engine_lora_load(kvi_engine *e, const char *path, float scale, kvi_error *err)
+int kvi_engine_lora_load_named(kvi_engine *e, const char *name, const char *path, float scale, kvi_error *err)
 {
     if (!e || !(scale == scale)) return err_set(err, KVI_E_INVALID, "lora: no engine or a bad scale");
-    if (e->n_lora >= KVI_ENGINE_LORA_MAX)
+    if (atomic_load(&e->n_lora) >= KVI_ENGINE_LORA_MAX)
         return err_set(err, KVI_E_INVALID, "lora: an engine holds at most %d adapters", KVI_ENGINE_LORA_MAX);
-    kvi_lora *a = kvi_lora_load(e->m, path, err);
+    kvi_lora *a = kvi_lora_load(e->m, path, err); /* outside the lock: it reads the file */
     if (!a) return err && err->code ? err->code : KVI_E_INVALID;
-    e->lora[e->n_lora] = a;
-    e->lora_scale[e->n_lora] = scale;
-    return e->n_lora++;
+    if (name && kvi_lora_set_name(a, name)) {
+        lora_free(a);
+        return err_set(err, KVI_E_INVALID, "lora: '%s' is not a name (printable ASCII without spaces, '/', '=')",
+                       name);
+    }
+    pthread_mutex_lock(&e->lora_mu);
+    const int id = atomic_load(&e->n_lora);
+    int rc = id < KVI_ENGINE_LORA_MAX ? 0 : KVI_E_INVALID;
+    for (int i = 0; !rc && name && i < id; i++)
+        if (e->lora[i] && !atomic_load(&e->lora_gone[i]) && !strcmp(kvi_lora_name(e->lora[i]), name))
+            rc = 1; /* the name is taken */
+    if (!rc) {
+        e->lora[id] = a;
+        e->lora_scale[id] = scale;
+        atomic_store(&e->lora_gone[id], false);
+        atomic_store_explicit(&e->n_lora, id + 1, memory_order_release);
+    }
+    pthread_mutex_unlock(&e->lora_mu);
+    if (rc) {
+        lora_free(a);
+        return rc == 1 ? err_set(err, KVI_E_INVALID, "lora: an adapter named '%s' is loaded", name)
+                       : err_set(err, rc, "lora: an engine holds at most %d adapters", KVI_ENGINE_LORA_MAX);
+    }
+    return id;
 }
 
-int kvi_engine_lora_count(const kvi_engine *e) { return e ? e->n_lora : 0; }
-
-kvi_lora *kvi_engine_lora_get(const kvi_engine *e, int id)
+int kvi_engine_lora_load(kvi_engine *e, const char *path, float scale, kvi_error *err)
 {
-    return e && id >= 0 && id < e->n_lora ? e->lora[id] : NULL;
+    return kvi_engine_lora_load_named(e, NULL, path, scale, err);
 }
 
-float kvi_engine_lora_scale(const kvi_engine *e, int id)
+int kvi_engine_lora_count(const kvi_engine *e)
 {
-    return e && id >= 0 && id < e->n_lora ? e->lora_scale[id] : 0.0f;
+    return e ? atomic_load_explicit(&((kvi_engine *)e)->n_lora, memory_order_acquire) : 0;
 }
+
+static bool lora_live(const kvi_engine *e, int id)
+{
+    return e && id >= 0 && id < kvi_engine_lora_count(e) && !atomic_load(&((kvi_engine *)e)->lora_gone[id]);
+}
+
+kvi_lora *kvi_engine_lora_get(const kvi_engine *e, int id) { return lora_live(e, id) ? e->lora[id] : NULL; }
+
+float kvi_engine_lora_scale(const kvi_engine *e, int id) { return lora_live(e, id) ? e->lora_scale[id] : 0.0f; }
 
 int kvi_engine_lora_set_scale(kvi_engine *e, int id, float scale)
 {
-    if (!e || id < 0 || id >= e->n_lora || !(scale == scale)) return KVI_E_INVALID;
+    if (!lora_live(e, id) || !(scale == scale)) return KVI_E_INVALID;
     e->lora_scale[id] = scale;
     return 0;
 }
 
+int kvi_engine_lora_unload(kvi_engine *e, int id)
+{
+    if (!e) return KVI_E_INVALID;
+    pthread_mutex_lock(&e->lora_mu);
+    const bool live = lora_live(e, id);
+    if (live) {
+        e->lora_scale[id] = 0.0f;
+        atomic_store(&e->lora_gone[id], true);
+    }
+    pthread_mutex_unlock(&e->lora_mu);
+    return live ? 0 : KVI_E_INVALID;
+}
+
+int kvi_engine_lora_reap(kvi_engine *e)
+{
+    int n = 0;
+    if (!e) return 0;
+    pthread_mutex_lock(&e->lora_mu);
+    for (int i = 0; i < atomic_load(&e->n_lora); i++)
+        if (atomic_load(&e->lora_gone[i]) && e->lora[i] && e->lora[i]->n_users == 0) {
+            lora_free(e->lora[i]);
+            e->lora[i] = NULL;
+            n++;
+        }
+    pthread_mutex_unlock(&e->lora_mu);
+    return n;
+}
+
+int kvi_engine_lora_describe(kvi_engine *e, int id, char *name, size_t name_cap, char *path, size_t path_cap,
+                             float *scale)
+{
+    if (!e) return KVI_E_INVALID;
+    pthread_mutex_lock(&e->lora_mu);
+    const bool live = lora_live(e, id);
+    if (live) {
+        if (name && name_cap) snprintf(name, name_cap, "%s", kvi_lora_name(e->lora[id]));
+        if (path && path_cap) snprintf(path, path_cap, "%s", kvi_lora_path(e->lora[id]));
+        if (scale) *scale = e->lora_scale[id];
+    }
+    pthread_mutex_unlock(&e->lora_mu);
+    return live ? 0 : KVI_E_INVALID;
+}
+
 int kvi_seq_set_lora_scales(kvi_seq *s, int n, const float *scales)
 {
-    if (!s || n < 0 || n > s->e->n_lora || (n > 0 && !scales)) return KVI_E_INVALID;
+    if (!s || n < 0 || n > kvi_engine_lora_count(s->e) || (n > 0 && !scales)) return KVI_E_INVALID;
     kvi_lora *ad[KVI_LORA_SET_MAX];
     float sc[KVI_LORA_SET_MAX];
     int k = 0;
     for (int i = 0; i < n; i++) {
         if (scales[i] == 0.0f) continue;
-        if (k == KVI_LORA_SET_MAX) return KVI_E_INVALID;
+        if (k == KVI_LORA_SET_MAX || !lora_live(s->e, i)) return KVI_E_INVALID; /* unloaded meanwhile */
         ad[k] = s->e->lora[i];
         sc[k++] = scales[i];
     }

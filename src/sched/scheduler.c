@@ -638,15 +638,31 @@ static void spec_draft_all(kvi_sched *s)
 /* (2) Admission, oldest first with preempted requests ahead of new ones. Each
  * admitted request joins the lane with the fewest running requests, lane L (the
  * one about to launch) on a tie. */
-/* A sequence for q with its adapters (the request's, or the engine's scales), or NULL */
-static kvi_seq *sched_seq_create(kvi_sched *s, const sreq *q)
+/* A sequence for q with its adapters (the request's, or the engine's scales), or NULL
+ * (*lora_gone set when an adapter the request names was unloaded since its submit) */
+static kvi_seq *sched_seq_create(kvi_sched *s, const sreq *q, bool *lora_gone)
 {
     kvi_seq *seq = kvi_seq_create(s->e);
+    *lora_gone = false;
     if (seq && q->r.lora_scales && kvi_seq_set_lora_scales(seq, q->r.n_lora_scales, q->r.lora_scales) != 0) {
         kvi_seq_free(seq);
+        *lora_gone = true;
         return NULL;
     }
     return seq;
+}
+
+/* Ends waiting request q with an error: its adapter was unloaded (kvi_engine_lora_unload). */
+static void drop_lora_gone(kvi_sched *s, sreq *q)
+{
+    for (int i = 0; i < s->n_live; i++)
+        if (s->live[i] == q) {
+            live_remove(s, i);
+            kvi_error e;
+            err_set(&e, KVI_E_INVALID, "lora: an adapter the request uses was unloaded");
+            finish(s, q, KVI_FINISH_ERROR, &e);
+            return;
+        }
 }
 
 static void admit(kvi_sched *s, int L)
@@ -679,7 +695,12 @@ static void admit(kvi_sched *s, int L)
                 best = q;
         }
         if (!best) break;
-        kvi_seq *seq = sched_seq_create(s, best);
+        bool gone;
+        kvi_seq *seq = sched_seq_create(s, best, &gone);
+        if (!seq && gone) {
+            drop_lora_gone(s, best);
+            continue;
+        }
         if (!seq) break;
         /* The prefix cache: whole cached blocks equal to the tokens' start are
          * taken instead of recomputed. Only blocks that were unheld (in the LRU)
@@ -690,7 +711,7 @@ static void admit(kvi_sched *s, int L)
         int32_t reused = kvi_seq_reuse_prefix(seq, best->tokens, best->n_tokens);
         if (reused < 0) {
             kvi_seq_free(seq);
-            if (!(seq = sched_seq_create(s, best))) break;
+            if (!(seq = sched_seq_create(s, best, &gone))) break; /* (an unloaded adapter: next admission) */
             reused = 0;
         }
         kvi_stats_get(s->e, NULL, &after);
@@ -1120,6 +1141,7 @@ static void drain_lanes(kvi_sched *s, int first)
 int kvi_sched_step(kvi_sched *s, kvi_error *err)
 {
     const uint64_t t_prof = prof_begin();
+    (void)kvi_engine_lora_reap(s->e); /* unloaded adapters no sequence holds any more */
     take_incoming(s, err);
     /* lane L: its launched step (the oldest in flight) finishes, then it takes
      * new requests and launches its next batch, while the other lanes' batches
