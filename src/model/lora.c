@@ -16,6 +16,7 @@
 #include "kernels/lora_bt.h"
 
 #include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -103,7 +104,7 @@ static int bind_half(const gguf_tensor *t, kern_tensor *out, kvi_error *err)
 }
 
 /* Checks a complete pair (a: ga, b: gb) against base matrix l, w and binds it. */
-static int bind_pair(struct kvi_lora *a, int l, lora_mat w, const gguf_tensor *ga, const gguf_tensor *gb,
+int lora_bind_pair(struct kvi_lora *a, int l, lora_mat w, const gguf_tensor *ga, const gguf_tensor *gb,
                      kvi_error *err)
 {
     const struct kvi_model *m = a->m;
@@ -224,35 +225,46 @@ static int bind_all(struct kvi_lora *a, kvi_error *err)
                 base);
         if (a->pairs[(size_t)l * LORA_N_MAT + w].a.data)
             return err_set(err, KVI_E_FORMAT, "lora: tensor '%s' appears twice", t->name);
-        const int rc = bind_pair(a, l, w, t, other, err);
+        const int rc = lora_bind_pair(a, l, w, t, other, err);
         if (rc) return rc;
     }
     if (a->n_pairs == 0) return err_set(err, KVI_E_FORMAT, "lora: the adapter adapts no matrix");
     return 0;
 }
 
-static int lora_finish(const struct kvi_model *m, gguf_ctx *g, const char *path, struct kvi_lora **out,
-                       kvi_error *err)
+struct kvi_lora *lora_alloc(const struct kvi_model *m, const char *path)
 {
-    *out = NULL;
     struct kvi_lora *a = calloc(1, sizeof *a);
     if (a) a->pairs = calloc((size_t)m->n_layers * LORA_N_MAT, sizeof *a->pairs);
     if (!a || !a->pairs) {
         if (a) free(a);
-        gguf_close(g);
-        return err_set(err, KVI_E_NOMEM, "lora: out of memory");
+        return NULL;
     }
     static uint64_t next_id;
     a->m = m;
-    a->g = g;
     a->id = __atomic_add_fetch(&next_id, 1, __ATOMIC_RELAXED);
     model_copy_str(a->path, sizeof a->path, path);
+    size_t pl = strlen(a->path);
+    while (pl > 1 && a->path[pl - 1] == '/') a->path[--pl] = '\0'; /* a folder's trailing slashes */
     const char *slash = strrchr(a->path, '/'), *base = slash ? slash + 1 : a->path;
     size_t nl = strlen(base);
     if (nl > 5 && !strcmp(base + nl - 5, ".gguf")) nl -= 5;
     if (nl >= sizeof a->name) nl = sizeof a->name - 1;
     memcpy(a->name, base, nl);
     a->name[nl] = '\0';
+    return a;
+}
+
+static int lora_finish(const struct kvi_model *m, gguf_ctx *g, const char *path, struct kvi_lora **out,
+                       kvi_error *err)
+{
+    *out = NULL;
+    struct kvi_lora *a = lora_alloc(m, path);
+    if (!a) {
+        gguf_close(g);
+        return err_set(err, KVI_E_NOMEM, "lora: out of memory");
+    }
+    a->g = g;
     int rc = check_keys(a, g, &a->alpha, err);
     if (!rc) rc = bind_all(a, err);
     if (rc) {
@@ -267,6 +279,8 @@ int lora_load(const struct kvi_model *m, const char *path, struct kvi_lora **out
 {
     *out = NULL;
     if (!m || !path || !m->layers) return err_set(err, KVI_E_INVALID, "lora: no model or no path");
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) return lora_load_peft(m, path, out, err);
     gguf_ctx *g = NULL;
     const int rc = gguf_open(path, false, &g, err);
     if (rc) return rc;
@@ -288,6 +302,7 @@ void lora_free(struct kvi_lora *a)
 {
     if (!a) return;
     gguf_close(a->g);
+    free(a->own);
     for (int i = 0; a->pairs && a->m && i < a->m->n_layers * LORA_N_MAT; i++) free(a->pairs[i].bt);
     free(a->pairs);
     free(a);

@@ -20,6 +20,7 @@
 #ifndef KVI_LORA_H
 #define KVI_LORA_H
 
+#include "formats/gguf.h"
 #include "model/model.h"
 
 /* The matrices of a layer an adapter may adapt. */
@@ -59,7 +60,8 @@ struct kvi_lora {
     lora_pair *pairs; /* [n_layers][LORA_N_MAT] */
     int n_users;      /* sequences whose set holds it */
     uint64_t id;      /* distinct for every adapter loaded by this process (keys cached prefixes) */
-    gguf_ctx *g;      /* the adapter file (owns the tensor bytes) */
+    gguf_ctx *g;      /* the adapter file (owns the tensor bytes), or NULL */
+    void *own;        /* a PEFT folder's safetensors bytes and permuted copies (lora_peft.c), or NULL */
 };
 
 /* A sequence's adapters: scales[i] is adapter ad[i]'s user scale (never 0: such an
@@ -87,6 +89,14 @@ const char *lora_mat_name(lora_mat w);
  * error names the tensor or key at fault. 0 or KVI_E_FORMAT / KVI_E_INVALID /
  * KVI_E_NOMEM / KVI_E_IO, *out NULL on error. */
 int lora_load(const struct kvi_model *m, const char *path, struct kvi_lora **out, kvi_error *err);
+/* A Hugging Face PEFT folder (adapter_config.json + adapter_model.safetensors): lora_peft.c.
+ * lora_load takes this path for a folder. */
+int lora_load_peft(const struct kvi_model *m, const char *dir, struct kvi_lora **out, kvi_error *err);
+/* For the loaders: an empty adapter of m named after path (NULL: out of memory), and
+ * the check and binding of one pair (ga: A {n_in, r[, E]}, gb: B {r, n_out[, E]}). */
+struct kvi_lora *lora_alloc(const struct kvi_model *m, const char *path);
+int lora_bind_pair(struct kvi_lora *a, int l, lora_mat w, const gguf_tensor *ga, const gguf_tensor *gb,
+                   kvi_error *err);
 /* The same from a GGUF image in memory that the caller keeps alive (tests, fuzzing). */
 int lora_load_mem(const struct kvi_model *m, const void *buf, size_t len, struct kvi_lora **out,
                   kvi_error *err);
