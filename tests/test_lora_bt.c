@@ -28,7 +28,7 @@ static void run(lbt_fn fn, const float *t, int ldt, int cnt, int r, const float 
                 const float *y0, float *y, int ldy, int cut)
 {
     memcpy(y, y0, (size_t)cnt * ldy * sizeof *y);
-    float *rows[8];
+    float *rows[8] = { 0 };
     for (int i = 0; i < cnt; i++) rows[i] = y + (size_t)i * ldy;
     fn(t, ldt, cnt, r, pan, cut, s, rows);
     for (int i = 0; i < cnt; i++) rows[i] += cut;
