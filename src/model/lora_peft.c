@@ -26,6 +26,7 @@
 #include "base/file.h"
 #include "formats/quant.h"
 #include "formats/safetensors.h"
+#include "model/rope_perm.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -134,18 +135,6 @@ static int as_gguf(const st_tensor *t, gguf_tensor *g, kvi_error *err)
     return 0;
 }
 
-/* rows (row bytes each) of B permuted into dst: within each head of hd rows, new 2i = old i,
- * new 2i + 1 = old i + hd / 2 */
-static void interleave_heads(uint8_t *dst, const uint8_t *src, int64_t n_rows, int64_t hd, size_t row)
-{
-    const int64_t half = hd / 2;
-    for (int64_t h = 0; h < n_rows / hd; h++)
-        for (int64_t i = 0; i < half; i++) {
-            memcpy(dst + (size_t)(h * hd + 2 * i) * row, src + (size_t)(h * hd + i) * row, row);
-            memcpy(dst + (size_t)(h * hd + 2 * i + 1) * row, src + (size_t)(h * hd + i + half) * row, row);
-        }
-}
-
 int lora_load_peft(const struct kvi_model *m, const char *dir, struct kvi_lora **out, kvi_error *err)
 {
     *out = NULL;
@@ -242,7 +231,7 @@ int lora_load_peft(const struct kvi_model *m, const char *dir, struct kvi_lora *
                              tb->name, (long long)gb.ne[1], (long long)hd);
                 break;
             }
-            interleave_heads(own + at, gb.data, gb.ne[1], hd, tb->nbytes / (size_t)gb.ne[1]);
+            rope_interleave_rows(own + at, gb.data, gb.ne[1], hd, tb->nbytes / (size_t)gb.ne[1]);
             gb.data = own + at;
             at += (tb->nbytes + 63) & ~(size_t)63;
         }

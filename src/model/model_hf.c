@@ -59,6 +59,7 @@
 #define _DEFAULT_SOURCE
 #define _POSIX_C_SOURCE 200809L
 #include "model/arch.h"
+#include "model/rope_perm.h"
 #include "formats/json_util.h"
 
 #include "base/error.h"
@@ -678,21 +679,8 @@ typedef struct hf_bind {
     bool shift; /* norms + 1 */
 } hf_bind;
 
-/* dst[r] = src[perm(r)] for rows of `row` bytes: within each head of hd rows,
- * new row 2i = old row i, new 2i+1 = old i + hd/2 (rotate-half -> interleaved). */
-static void hf_permute_rows(uint8_t *dst, const uint8_t *src, int64_t n_rows, int64_t hd, size_t row)
-{
-    const int64_t half = hd / 2;
-    for (int64_t h = 0; h < n_rows / hd; h++)
-        for (int64_t i = 0; i < half; i++) {
-            const int64_t base = h * hd;
-            memcpy(dst + (size_t)(base + 2 * i) * row, src + (size_t)(base + i) * row, row);
-            memcpy(dst + (size_t)(base + 2 * i + 1) * row, src + (size_t)(base + i + half) * row, row);
-        }
-}
-
 /* Binds a [n_out][n_in] matrix. perm_hd > 0: an owned copy with each head's rows
- * interleaved (hf_permute_rows); a misaligned one is copied too. */
+ * interleaved (rope_interleave_rows); a misaligned one is copied too. */
 static int hf_matrix(hf_bind *b, const char *name, int64_t n_in, int64_t n_out, bool required, int perm_hd,
                      kern_tensor *out, kvi_error *err)
 {
@@ -716,7 +704,7 @@ static int hf_matrix(hf_bind *b, const char *name, int64_t n_in, int64_t n_out, 
         uint8_t *dst = model_own(m, aligned_alloc(64, cap ? cap : 64));
         if (!dst) return err_set(err, KVI_E_NOMEM, "hf: out of memory copying %s", name);
         if (perm_hd > 0)
-            hf_permute_rows(dst, src, n_out, perm_hd, (size_t)n_in * (size_t)t->elem_size);
+            rope_interleave_rows(dst, src, n_out, perm_hd, (size_t)n_in * (size_t)t->elem_size);
         else
             memcpy(dst, src, t->nbytes);
         src = dst;
@@ -757,7 +745,7 @@ static int hf_vector(hf_bind *b, const char *name, int64_t n, bool required, boo
     float *c = model_own(m, malloc((size_t)n * sizeof *c));
     if (!c) return err_set(err, KVI_E_NOMEM, "hf: out of memory copying %s", name);
     if (perm_hd > 0)
-        hf_permute_rows((uint8_t *)c, (const uint8_t *)v, n, perm_hd, sizeof *c);
+        rope_interleave_rows((uint8_t *)c, (const uint8_t *)v, n, perm_hd, sizeof *c);
     else
         memcpy(c, v, (size_t)n * sizeof *c);
     for (int64_t i = 0; shift && i < n; i++) c[i] += 1.0f;
