@@ -112,6 +112,9 @@ int cli_pipe_attach(kvi_engine *e, const kvi_engine_params *ep)
 {
     if (!g_world) return 0;
     if (g_plan.n) return cli_error("pipeline: one engine per run is split over the ranks");
+    if (kvi_engine_lora_count(e) > 0) /* the other stages would run their layers without them */
+        return cli_error("pipeline: LoRA adapters are not split over pipeline stages yet (merge them with "
+                         "`kvinfer lora-merge`, or run without mpirun)");
     kvi_error err = { 0 };
     pipe_plan plan;
     if (pipe_plan_make(kvi_engine_model(e), pipe_size(g_world), g_spec, &plan, &err) ||

@@ -452,6 +452,8 @@ int kvi_seq_set_lora(kvi_seq *s, int n, kvi_lora *const *ad, const float *scales
 int kvi_engine_lora_load_named(kvi_engine *e, const char *name, const char *path, float scale, kvi_error *err)
 {
     if (!e || !(scale == scale)) return err_set(err, KVI_E_INVALID, "lora: no engine or a bad scale");
+    if (e->piped) /* the other stages would run their layers without the adapter */
+        return err_set(err, KVI_E_UNSUPPORTED, "lora: adapters are not split over pipeline stages (MPI) yet");
     if (atomic_load(&e->n_lora) >= KVI_ENGINE_LORA_MAX)
         return err_set(err, KVI_E_INVALID, "lora: an engine holds at most %d adapters", KVI_ENGINE_LORA_MAX);
     kvi_lora *a = kvi_lora_load(e->m, path, err); /* outside the lock: it reads the file */
