@@ -1076,6 +1076,10 @@ int engine_pipe_attach(kvi_engine *e, const engine_pipe_io *io, kvi_error *err)
     if (e->m->n_recurrent > 0)
         return err_set(err, KVI_E_UNSUPPORTED,
                        "pipeline: models with recurrent layers are not supported yet");
+    if (e->m->idx_heads > 0)
+        return err_set(
+            err, KVI_E_UNSUPPORTED,
+            "pipeline: sparse attention's indexer cache (deepseek32) is not supported across stages yet");
     for (int i = 0; i < e->p.n_seq_max; i++)
         if (e->slots[i]) return err_set(err, KVI_E_INVALID, "pipeline: attach before any sequence exists");
     /* window layers: the budget, not the block count alone, bounds their parts */
