@@ -583,6 +583,12 @@ static void print_summary(const run_opts *o, const run_result *r, int n_threads)
                 r->kv.kv_bytes_per_token_global, r->kv.kv_bytes_global, (int)r->kv.kv_n_layers_window,
                 (int)r->kv.kv_window, r->kv.kv_bytes_per_token_window, r->kv.kv_bytes_window,
                 (int)r->kv.kv_wparts_held, r->kv.kv_wparts_released);
+    if (r->kv.kv_bytes_per_token_indexer > 0)
+        fprintf(f,
+                "kvinfer: KV kinds   latent rows %zu bytes/token, sparse-attention indexer keys %zu "
+                "bytes/token (f32)\n",
+                r->kv.kv_bytes_per_token - r->kv.kv_bytes_per_token_indexer,
+                r->kv.kv_bytes_per_token_indexer);
     if (o->no_kv)
         fprintf(f, "kvinfer: no KV cache: recomputed %" PRId64 " rows (with the cache: %d)\n",
                 r->rows_computed, (int)(r->n_prompt + r->n_decode_steps));
@@ -670,6 +676,8 @@ static int print_json(const run_opts *o, const run_result *r, int n_threads, con
                                      (double)r->kv.kv_bytes_per_token_global) &&
              cJSON_AddNumberToObject(s, "kv_bytes_per_token_window",
                                      (double)r->kv.kv_bytes_per_token_window) &&
+             cJSON_AddNumberToObject(s, "kv_bytes_per_token_indexer",
+                                     (double)r->kv.kv_bytes_per_token_indexer) &&
              cJSON_AddNumberToObject(s, "kv_tokens", r->kv.n_tokens) &&
              cJSON_AddNumberToObject(s, "kv_bytes_global", (double)r->kv.kv_bytes_global) &&
              cJSON_AddNumberToObject(s, "kv_bytes_window", (double)r->kv.kv_bytes_window) &&

@@ -363,6 +363,10 @@ typedef struct kvi_stats {
     int32_t kv_snapshots;                               /* pool: prefix snapshots held */
     int32_t kv_blocks_snapshot;                         /* pool: blocks they hold */
     uint64_t kv_snapshots_taken, kv_snapshots_restored; /* pool */
+    /* DeepSeek V3.2's lightning indexer: a second row per position and layer beside
+     * the latent row, inside the blocks (counted in kv_bytes_per_token and the block
+     * figures above); its part reported apart. 0 without. */
+    size_t kv_bytes_per_token_indexer;
     uint64_t kv_snapshots_evicted;                      /* pool: dropped to give their blocks to new data */
     /* the thread pool on a shared CPU (engine only): parallel runs (matrix
      * products, attention ...), runs the calling thread did alone because the

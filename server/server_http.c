@@ -729,6 +729,8 @@ static enum MHD_Result kv_ep(srv_server *srv, struct MHD_Connection *con)
     /* layer kinds: window layers hold a block only while it is within their window */
     cJSON_AddNumberToObject(o, "bytes_per_token_global", (double)st.engine.kv_bytes_per_token_global);
     cJSON_AddNumberToObject(o, "bytes_per_token_window", (double)st.engine.kv_bytes_per_token_window);
+    /* sparse attention (deepseek32): the indexer's keys, a second row per token and layer */
+    cJSON_AddNumberToObject(o, "bytes_per_token_indexer", (double)st.engine.kv_bytes_per_token_indexer);
     cJSON_AddNumberToObject(o, "n_layers_window", st.engine.kv_n_layers_window);
     cJSON_AddNumberToObject(o, "window", st.engine.kv_window);
     cJSON_AddNumberToObject(o, "bytes_global", (double)st.engine.kv_bytes_global);

@@ -734,6 +734,7 @@ cJSON *srv_usage_json(srv_req *r)
     cJSON_AddNumberToObject(k, "bytes_window", (double)kvw);
     cJSON_AddNumberToObject(k, "bytes_per_token_global", (double)st.engine.kv_bytes_per_token_global);
     cJSON_AddNumberToObject(k, "bytes_per_token_window", (double)st.engine.kv_bytes_per_token_window);
+    cJSON_AddNumberToObject(k, "bytes_per_token_indexer", (double)st.engine.kv_bytes_per_token_indexer);
     cJSON_AddNumberToObject(k, "n_layers_window", st.engine.kv_n_layers_window);
     cJSON_AddNumberToObject(k, "window", st.engine.kv_window);
     cJSON_AddNumberToObject(k, "pool_window_parts_held", st.engine.kv_wparts_held);

@@ -26,6 +26,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* deepseek32-q8_0 (README-state-t3.md): its indexer's top-k follows the 8-bit rounding
+ * of activations, so < 0.03 holds only with llama.cpp's exact activation quantisation
+ * (measured 0.0104, the README's value for it); activations rounded otherwise land at
+ * 0.14-0.17. */
+#define DSA_Q8_TOL 0.03
+
 static int32_t *json_ids(const cJSON *a, int *n)
 {
     *n = cJSON_GetArraySize(a);
@@ -240,7 +246,8 @@ static void check_routed(kvi_model *m, const char *name, const int32_t *toks, in
  * cache (one prefill, decode after a fork, after a session file, after a reused
  * prefix) gives the one-pass prefill's bits (pre [n][nv]); key types that cannot
  * hold a latent row are refused with a message. */
-static void check_latent(kvi_model *m, const int32_t *toks, int n, const float *pre)
+static void check_latent(kvi_model *m, const int32_t *toks, int n, const float *pre,
+                         const size_t tok_bytes[2], size_t idx_bytes)
 {
     const int nv = kvi_n_vocab(m), half = 32;
     for (int f32 = 0; f32 < 2; f32++) {
@@ -249,8 +256,9 @@ static void check_latent(kvi_model *m, const int32_t *toks, int n, const float *
         if (!e) return;
         kvi_stats st;
         kvi_stats_get(e, NULL, &st);
-        CHECK(st.kv_bytes_per_token == (size_t)4 * 80 * (f32 ? 4 : 2), "latent: %zu KV bytes a token",
-              st.kv_bytes_per_token);
+        CHECK(st.kv_bytes_per_token == tok_bytes[f32] && st.kv_bytes_per_token_indexer == idx_bytes,
+              "latent: %zu KV bytes a token (%zu of them the indexer's), want %zu (%zu)",
+              st.kv_bytes_per_token, st.kv_bytes_per_token_indexer, tok_bytes[f32], idx_bytes);
         kvi_engine_free(e);
     }
     kvi_engine_params p = engine_params(KVI_TYPE_F32, 2, 4, 0);
@@ -290,9 +298,9 @@ static void check_latent(kvi_model *m, const int32_t *toks, int n, const float *
     kvi_seq_free(c);
     kvi_seq_free(d);
     kvi_engine_free(e);
-    /* q8_0 rows need a multiple of 32 (80 is not), q4 keys cannot hold values */
-    const kvi_type bad[2] = { KVI_TYPE_Q8_0, KVI_TYPE_KV_Q4 };
-    for (int i = 0; i < 2; i++) {
+    /* q4 keys cannot hold values, q8_0 rows need a multiple of 32 (deepseek2's 80 is not) */
+    const kvi_type bad[2] = { KVI_TYPE_KV_Q4, KVI_TYPE_Q8_0 };
+    for (int i = 0; i < (m->head_dim % 32 ? 2 : 1); i++) {
         kvi_engine_params q = engine_params(bad[i], 1, 1, 0);
         kvi_error qe = { 0 };
         kvi_engine *x = kvi_engine_create(m, &q, &qe);
@@ -340,6 +348,29 @@ static void check_temp(kvi_model *m, const int32_t *toks, int n, const float *pr
     free(d);
 }
 
+/* deepseek32 (3 layers, latent rows [c 64 | k_pe 32], indexer keys of 64 f32, top_k
+ * 8): per token 3 x (96 + 64) floats in f32 (README: 1920 B), 3 x (192 + 256) B with
+ * f16 latent rows; fork, session file and prefix reuse carry the indexer keys; and the
+ * selection matters: with top_k 512 (dense) the logits move from llama.cpp's by about
+ * the README's 0.63, while the rows that see at most 8 positions keep their bits. */
+static void check_dsa(kvi_model *m, const int32_t *toks, int n, const float *pre, const cJSON *ref)
+{
+    check_latent(m, toks, n, pre, (const size_t[2]){ 1344, 1920 }, 768);
+    const int nv = kvi_n_vocab(m), top = m->idx_top_k;
+    m->idx_top_k = 512;
+    float *dense = run_seq(m, toks, n, false, 0);
+    m->idx_top_k = top;
+    if (!dense) return;
+    const double moved = golden_rel_err("deepseek32 dense", dense, ref, n, nv);
+    CHECK(moved > 0.5 && moved < 0.8, "deepseek32: dense attention moves the logits by %.3f, README 0.63",
+          moved);
+    CHECK(!memcmp(dense, pre, (size_t)top * nv * sizeof *pre),
+          "deepseek32: rows that see at most top_k positions differ between sparse and dense");
+    printf("%-20s dense attention (top_k 512): %.3f from llama.cpp's logits (README: 0.63)\n", "deepseek32",
+           moved);
+    free(dense);
+}
+
 static void check_file(const char *name, double tol, int n_expert, int used)
 {
     char rel[256];
@@ -372,7 +403,8 @@ static void check_file(const char *name, double tol, int n_expert, int used)
         CHECK(pair && memcmp(pre, pair, bytes) == 0, "%s: batched decode differs from prefill", name);
         free(dec);
         free(pair);
-        if (!strncmp(name, "deepseek2", 9)) check_latent(m, toks, n, pre);
+        if (!strncmp(name, "deepseek2", 9)) check_latent(m, toks, n, pre, (const size_t[2]){ 640, 1280 }, 0);
+        if (!strncmp(name, "deepseek32", 10)) check_dsa(m, toks, n, pre, ref);
         if (!strncmp(name, "gemma4", 6)) check_shared_kv(m);
         if (!strcmp(name, "llama4-f32")) check_temp(m, toks, n, pre, ref);
     }
@@ -426,5 +458,9 @@ int main(void)
     /* issue 36 (README-dense-t3.md): llama4, F32 and Q8_0 */
     check_pair("llama4", "q8_0", 4, 1);
     check_pair("gemma4", "q8_0", 0, 0);
+    /* issue 41 (README-state-t3.md): deepseek32's sparse attention; its Q8_0 file
+     * only as the README says (the choice follows activation rounding) */
+    check_file("deepseek32-f32", 0.002, 4, 2);
+    check_file("deepseek32-q8_0", DSA_Q8_TOL, 4, 2);
     return test_main_end();
 }

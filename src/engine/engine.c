@@ -301,13 +301,16 @@ kvi_engine *kvi_engine_create(kvi_model *m, const kvi_engine_params *params, kvi
             (n_win ? ((size_t)p.n_batch_max / p.kv_block_size + 2) *
                          kv_layout_block_bytes(n_win, kv_dim, p.kv_block_size, p.kv_type_k, p.kv_type_v)
                    : 0) +
-            (size_t)p.n_seq_max * (size_t)m->n_recurrent * state_layer; /* the recurrent states */
+            (size_t)p.n_seq_max * (size_t)m->n_recurrent * state_layer + /* the recurrent states */
+            (size_t)p.n_seq_max * kv_layout_indexer_seq_bytes(m->n_layers - m->n_recurrent, m->idx_dim,
+                                                              p.kv_block_size, p.n_ctx); /* indexer rows */
     }
     const int kv_rc =
         kv_pool_init_layers(&e->kv, m->n_layers, windows, ENGINE_WIN_SLACK, kv_dim, p.kv_block_size,
                             p.kv_type_k, p.kv_type_v, e->p.kv_budget_bytes, err);
     free(windows);
     if (kv_rc != 0) goto fail;
+    if (m->idx_heads > 0 && kv_pool_indexer_init(&e->kv, m->idx_dim, err) != 0) goto fail;
     if (m->n_recurrent > 0 && kv_pool_state_init(&e->kv, state_layer, p.n_seq_max, err) != 0) goto fail;
     e->pool = tpool_create(p.n_threads);
     e->slots = calloc((size_t)p.n_seq_max, sizeof *e->slots);
@@ -1160,6 +1163,10 @@ int engine_pipe_attach(kvi_engine *e, const engine_pipe_io *io, kvi_error *err)
     if (e->m->n_recurrent > 0)
         return err_set(err, KVI_E_UNSUPPORTED,
                        "pipeline: models with recurrent layers are not supported yet");
+    if (e->m->idx_heads > 0)
+        return err_set(
+            err, KVI_E_UNSUPPORTED,
+            "pipeline: sparse attention's indexer cache (deepseek32) is not supported across stages yet");
     for (int i = 0; i < e->p.n_seq_max; i++)
         if (e->slots[i]) return err_set(err, KVI_E_INVALID, "pipeline: attach before any sequence exists");
     /* window layers: the budget, not the block count alone, bounds their parts */
@@ -1215,6 +1222,7 @@ void kvi_stats_get(const kvi_engine *e, const kvi_seq *s, kvi_stats *out)
     out->forward_ms = e->forward_ms;
     out->kv_bytes_per_token_global = kv->gblock_bytes / (size_t)kv->block_size;
     out->kv_bytes_per_token_window = kv->wblock_bytes / (size_t)kv->block_size;
+    out->kv_bytes_per_token_indexer = kv_pool_bytes_per_token_indexer(kv);
     out->kv_n_layers_window = kv->n_wlayers;
     out->kv_window = kv->win_max;
     out->kv_n_layers_recurrent = kv->n_rlayers;

@@ -20,6 +20,9 @@
  *       -- latent attention (DeepSeek's MLA, fwd_mla.h): q in cache space
  *          [n][n_heads * head_dim], k = [rmsnorm(c) | rope(k_pe)] [n][head_dim],
  *          one KV head whose values are the keys' first mla_kv_rank dims
+ *       -- sparse attention (DeepSeek V3.2, fwd_dsa.h): the indexer's key of each row
+ *          into the blocks' indexer rows; each row attends only to the top_k positions
+ *          its indexer scores highest
  *     K, V of each row -> its sequence's KV blocks at its position
  *     att = attention of each row over its sequence's  att  [n][n_heads * head_dim]
  *           cached positions (the causal mask is implied by the position; a
@@ -58,6 +61,7 @@
 #include "forward/fwd_act.h"
 #include "forward/fwd_alloc.h"
 #include "forward/fwd_delta.h"
+#include "forward/fwd_dsa.h"
 #include "forward/fwd_lora.h"
 #include "forward/fwd_mla.h"
 #include "forward/fwd_moe.h"
@@ -103,6 +107,7 @@ struct fwd_ctx {
     float *moe_y;                      /* [chunk][dim] the expert block's output */
     uint64_t *routed;                  /* [n_layers][n_expert] rows routed to each expert, or NULL */
     fwd_mla *mla;                      /* latent attention scratch (mla_kv_rank > 0) or NULL */
+    fwd_dsa *dsa;                      /* sparse attention's indexer (idx_heads > 0) or NULL */
     float *mla_v;                      /* [chunk][n_heads * mla_v_dim] the heads' values */
     fwd_delta *delta;                  /* DeltaNet scratch (hybrid models) or NULL */
     fwd_lora *lora;                    /* LoRA scratch, made by the first pass with adapters, or NULL */
@@ -143,6 +148,7 @@ void fwd_free(fwd_ctx *f)
     free(f->gelu);
     fwd_moe_free(f->moe);
     fwd_mla_free(f->mla);
+    fwd_dsa_free(f->dsa);
     free(f->mla_v);
     fwd_delta_free(f->delta);
     fwd_lora_free(f->lora);
@@ -292,6 +298,7 @@ fwd_ctx *fwd_create(const struct kvi_model *m, int n_rows_max, int force_chunk, 
     if (m->mla_kv_rank > 0) {
         f->mla = fwd_mla_create(m, (int)chunk, &f->bytes);
         f->mla_v = falloc(f, chunk * (size_t)m->n_heads * m->mla_v_dim, &ok);
+        if (m->idx_heads > 0 && !(f->dsa = fwd_dsa_create(m, (int)chunk, &f->bytes))) ok = false;
         if (!f->mla || !ok) {
             fwd_free(f);
             err_set(err, KVI_E_NOMEM, "forward: cannot allocate the latent attention scratch");
@@ -515,6 +522,11 @@ static int attn_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *rows
     const int dim = m->dim, hd = model_lhd(m, L), kvd = model_lkvh(m, L) * hd;
     float *x = f->x + (size_t)r0 * dim; /* [n][dim] this chunk's residual rows */
     int rc = m->mla_kv_rank > 0 ? mla_qk(f, pool, L, r0, n) : qkv(f, pool, L, rows, r0, n);
+    if (!rc && f->dsa) { /* sparse attention: the indexer's keys to the cache, its queries kept */
+        const size_t o = ((size_t)L->rope_set * f->n_rows_max + (size_t)r0) * (size_t)(m->n_rot / 2);
+        rc = fwd_dsa_index(f->dsa, pool, m, L, f->xb, fwd_mla_qa(f->mla), n, f->rc + o, f->rs + o, kv, l,
+                           rows->tables + r0, rows->pos + r0);
+    }
     if (rc) return rc;
 
     /* K and V appended to the cache (not by a layer reading another's), then every
@@ -545,7 +557,12 @@ static int attn_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *rows
         .sinks = L->sinks,
         .chunk = L->attn_chunk,
     };
-    attention_rows(pool, layer_attn(f, L), &aa);
+    if (f->dsa) {
+        if ((rc = fwd_dsa_attend(f->dsa, pool, m, kv, l, rows->tables + r0, rows->pos + r0, n, f->q, f->att)))
+            return rc;
+    } else {
+        attention_rows(pool, layer_attn(f, L), &aa);
+    }
     if (m->attn_gated || L->wo_gate.data) { /* att *= sigmoid(gate) */
         const size_t nq = (size_t)n * m->n_heads * hd;
         for (size_t i = 0; i < nq; i++) f->att[i] *= 1.0f / (1.0f + expf(-f->gate[i]));

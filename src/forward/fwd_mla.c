@@ -94,6 +94,8 @@ int fwd_mla_qk(fwd_mla *s, tpool *pool, const struct kvi_model *m, const model_l
     return 0;
 }
 
+const float *fwd_mla_qa(const fwd_mla *s) { return s->qa; }
+
 int fwd_mla_values(tpool *pool, const struct kvi_model *m, const model_layer *L, const float *att, int n,
                    float *out)
 {

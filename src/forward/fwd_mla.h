@@ -34,6 +34,9 @@ void fwd_mla_free(fwd_mla *s);
  * [n][R / 2]). 0 or a matrix product's error. */
 int fwd_mla_qk(fwd_mla *s, tpool *pool, const struct kvi_model *m, const model_layer *L, const float *xb,
                int n, const float *rc, const float *rs, float *q, float *k);
+/* The normed q_a rows [n][q_rank] of the last fwd_mla_qk (q_rank > 0): the queries'
+ * compressed form, which DeepSeek V3.2's indexer reads too (fwd_dsa.h). */
+const float *fwd_mla_qa(const fwd_mla *s);
 /* From the attention output att [n][NH * head_dim]: the heads' values
  * out [n][NH * mla_v_dim] (the input of attn_output). */
 int fwd_mla_values(tpool *pool, const struct kvi_model *m, const model_layer *L, const float *att, int n,

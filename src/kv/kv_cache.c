@@ -147,6 +147,50 @@ int kv_pool_init_layers(kv_pool *p, int n_layers, const int *window, int slack, 
     return 0;
 }
 
+int kv_pool_indexer_init(kv_pool *p, int idx_dim, kvi_error *err)
+{
+    if (idx_dim <= 0 || idx_dim > 65536 || p->n_alloc > 0)
+        return err_set(err, KVI_E_INVALID,
+                       "kv cache: indexer rows of %d elements on a pool in use (%d blocks)", idx_dim,
+                       p->n_alloc);
+    int ng = 0, nw = 0; /* the layers with rows: global and window */
+    for (int l = 0; l < p->n_layers; l++)
+        if (p->layer_slot[l] >= 0 && !p->layer_rec[l]) {
+            if (p->layer_win[l])
+                nw++;
+            else
+                ng++;
+        }
+    p->idx_dim = idx_dim;
+    p->idx_bytes = (size_t)p->block_size * (size_t)idx_dim * sizeof(float);
+    p->layer_bytes += p->idx_bytes;
+    p->block_bytes = (size_t)(ng + nw) * p->layer_bytes;
+    p->gblock_bytes = (size_t)ng * p->layer_bytes;
+    p->wblock_bytes = (size_t)nw * p->layer_bytes;
+    if (p->budget < p->gblock_bytes + p->wblock_bytes)
+        return err_set(err, KVI_E_INVALID,
+                       "kv cache: budget of %zu bytes is smaller than one block (%zu bytes)", p->budget,
+                       p->gblock_bytes + p->wblock_bytes);
+    /* fewer, larger blocks: the tables sized for the old count stay valid */
+    const size_t nb = p->gblock_bytes ? (p->budget - p->wblock_bytes) / p->gblock_bytes
+                                      : p->budget / (p->gblock_bytes + p->wblock_bytes);
+    if (nb < (size_t)p->n_blocks_max) p->n_blocks_max = (int32_t)nb;
+    return 0;
+}
+
+size_t kv_pool_bytes_per_token_indexer(const kv_pool *p)
+{
+    if (!p->idx_dim || p->block_size <= 0) return 0;
+    return (p->block_bytes / p->layer_bytes) * (size_t)p->idx_dim * sizeof(float);
+}
+
+size_t kv_layout_indexer_seq_bytes(int n_attn, int idx_dim, int block_size, int64_t n_ctx)
+{
+    if (n_attn <= 0 || idx_dim <= 0 || block_size <= 0 || n_ctx <= 0) return 0;
+    const int64_t nb = (n_ctx + block_size - 1) / block_size;
+    return (size_t)nb * (size_t)block_size * (size_t)n_attn * (size_t)idx_dim * sizeof(float);
+}
+
 void kv_pool_free(kv_pool *p)
 {
     if (p->mem)

@@ -75,6 +75,13 @@
  * newest snapshots (snap_at): a long prompt prefilled in chunks, or a long decode,
  * leaves two, not one a chunk or block.
  *
+ * Indexer rows (DeepSeek V3.2's lightning indexer, kv_pool_indexer_init): a second
+ * per-position row of idx_dim f32 beside each attention layer's K (and V) rows, at the
+ * end of the layer's region of a block: layer region = [K | V | block_size indexer
+ * rows]. Being part of the block, the rows are shared by the prefix index, copied on
+ * write, forked and saved with it; idx_bytes (one layer's rows of a block) is counted
+ * inside layer_bytes and reported apart (kv_pool_bytes_per_token_indexer).
+ *
  * KIVI (q4) keys and the per-table f16 tail (kv_quant.h), for every feature:
  *  - fork (kv_table_share) copies the tail: the child reads exactly the keys the
  *    parent reads, bit for bit;
@@ -142,6 +149,9 @@ typedef struct kv_pool {
     int32_t *refcount;    /* [n_blocks_max] */
     int32_t *free_ids;    /* [n_blocks_max] stack of allocated, unreferenced blocks */
     int32_t n_free;
+    /* indexer rows (see above); idx_dim 0: none */
+    int idx_dim;      /* f32 elements of one indexer row */
+    size_t idx_bytes; /* one layer's indexer rows of a block: block_size * idx_dim * 4 */
     /* layout (kv_quant.h) */
     size_t k_bytes;    /* one layer's K region of a block */
     size_t tail_bytes; /* per-table state (q4 keys: the newest group in f16), else 0 */
@@ -196,6 +206,15 @@ int kv_pool_init_layers(kv_pool *p, int n_layers, const int *window, int slack, 
 /* Value of window[l] for a layer another process holds (a pipeline stage's pool,
  * engine_pipe.h): no memory here, layer_slot[l] -1; never read or written. */
 #define KV_LAYER_ABSENT (-2)
+/* Indexer rows of idx_dim f32 per position and attention layer (see above). Call right
+ * after kv_pool_init_layers, before any block is handed out: the blocks grow by the
+ * rows and the pool holds as many blocks as the same budget allows. */
+int kv_pool_indexer_init(kv_pool *p, int idx_dim, kvi_error *err);
+/* Bytes per position of the indexer rows (all layers), 0 without them. */
+size_t kv_pool_bytes_per_token_indexer(const kv_pool *p);
+/* Bytes of the indexer rows of a sequence of n_ctx positions (attention layers
+ * n_attn, blocks of block_size positions), for budgets. */
+size_t kv_layout_indexer_seq_bytes(int n_attn, int idx_dim, int block_size, int64_t n_ctx);
 /* Recurrent layers' state (see above): state_layer_bytes per recurrent layer and
  * table, n_slots tables at once, reserved from the budget. Call right after
  * kv_pool_init_layers with a window array marking recurrent layers. */
@@ -299,6 +318,13 @@ static inline uint8_t *kv_v_row(const kv_pool *p, const kv_table *t, int l, int3
     if (p->v_in_k) return kv_k_row(p, t, l, pos);
     const int32_t b = t->blocks[pos / p->block_size];
     return kv_layer_mem(p, b, l) + p->k_bytes + (size_t)(pos % p->block_size) * p->row_bytes_v;
+}
+/* The indexer row (idx_dim f32) of position pos in layer l; pos must be reserved. */
+static inline float *kv_idx_row(const kv_pool *p, const kv_table *t, int l, int32_t pos)
+{
+    const int32_t b = t->blocks[pos / p->block_size];
+    return (float *)(kv_layer_mem(p, b, l) + (p->layer_bytes - p->idx_bytes)) +
+           (size_t)(pos % p->block_size) * (size_t)p->idx_dim;
 }
 /* K region of layer l of the table's block g (logical index). */
 static inline uint8_t *kv_k_group(const kv_pool *p, const kv_table *t, int l, int32_t g)

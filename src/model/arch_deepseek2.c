@@ -27,23 +27,28 @@
 #include "base/error.h"
 
 #include <math.h>
+#include <stdio.h>
 
 static int deepseek2_hparams(struct kvi_model *m, const gguf_ctx *g, kvi_error *err)
 {
     if (m->mla_kv_rank == 0)
-        return err_set(err, KVI_E_UNSUPPORTED,
-                       "gguf: deepseek2 without attention.kv_lora_rank (DeepSeek-V1-style attention) is "
-                       "not supported");
+        return err_set(
+            err, KVI_E_UNSUPPORTED,
+            "gguf: deepseek2 / deepseek32 without attention.kv_lora_rank (DeepSeek-V1-style attention) is "
+            "not supported");
     int rc;
     float log_mul = 0.0f, attn = 1.0f, factor = 1.0f;
     if ((rc = model_moe_keys(m, g, MOE_KEY_GATING | MOE_KEY_NORM | MOE_KEY_SCALE | MOE_KEY_GROUPS, 1, err)))
         return rc;
     if (m->rope[0].yarn) {
-        const bool has_mul = gguf_find_key(g, "deepseek2.rope.scaling.yarn_log_multiplier") >= 0;
-        if ((rc = model_gguf_float(g, "deepseek2", "rope.scaling.yarn_log_multiplier", false, 0.0, &log_mul,
-                                   err)) ||
-            (rc = model_gguf_float(g, "deepseek2", "rope.scaling.attn_factor", false, 1.0, &attn, err)) ||
-            (rc = model_gguf_float(g, "deepseek2", "rope.scaling.factor", false, 1.0, &factor, err)))
+        /* the file's own prefix: deepseek32 (arch_deepseek32.c) reads these keys too */
+        const char *arch = gguf_get_str(g, "general.architecture");
+        char key[96];
+        snprintf(key, sizeof key, "%s.rope.scaling.yarn_log_multiplier", arch);
+        const bool has_mul = gguf_find_key(g, key) >= 0;
+        if ((rc = model_gguf_float(g, arch, "rope.scaling.yarn_log_multiplier", false, 0.0, &log_mul, err)) ||
+            (rc = model_gguf_float(g, arch, "rope.scaling.attn_factor", false, 1.0, &attn, err)) ||
+            (rc = model_gguf_float(g, arch, "rope.scaling.factor", false, 1.0, &factor, err)))
             return rc;
         const float lf = factor > 1.0f ? logf(factor) : 0.0f;
         /* with the multiplier: RoPE magnitude attn_factor, KQ scale times

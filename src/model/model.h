@@ -149,6 +149,13 @@ typedef struct model_layer {
     kern_tensor wk_b;         /* [NH * KR][nope]: q_nope of head h into the latent space */
     kern_tensor wv_b;         /* [NH * VH][KR]: the latent output of head h to its value */
     const float *sh_gate_inp; /* [dim] the shared expert's scalar gate sigmoid(x . w), or NULL */
+    /* DeepSeek V3.2's lightning indexer (kvi_model idx_heads > 0; fwd_dsa.h): IH heads of
+     * ID dims, each [rope (n_rot) | nope]; one key per position in the KV pool's indexer rows */
+    kern_tensor idx_wq_b;    /* [IH * ID][q_rank] the heads' queries from the normed q_a */
+    kern_tensor idx_wk;      /* [ID][dim] the key */
+    const float *idx_k_norm; /* [ID] LayerNorm weight of the key */
+    const float *idx_k_bias; /* [ID] its bias */
+    kern_tensor idx_proj;    /* [IH][dim] the heads' weights */
     /* gated DeltaNet (recurrent) layer, when recurrent (kvi_model ssm_*; fwd_delta.h): no
      * attention matrices and no KV; Hk key heads, Hv value heads of dk (= dv) dims,
      * C = conv_dim = 2 Hk dk + Hv dk, K = ssm_conv taps */
@@ -249,6 +256,9 @@ struct kvi_model {
     int mla_kv_rank; /* c's width */
     int mla_nope;    /* per-head query/key dims without RoPE (key_length_mla - n_rot) */
     int mla_v_dim;   /* per-head value dims (value_length_mla) */
+    /* DeepSeek V3.2 sparse attention (fwd_dsa.h): the indexer's heads, key dims and the
+     * positions each query keeps (top_k); idx_heads 0: none (dense MLA) */
+    int idx_heads, idx_dim, idx_top_k;
     /* hybrid models (qwen35, qwen3next): layers marked recurrent are gated DeltaNet
      * layers keeping a fixed-size state per sequence (conv: (K - 1) C floats, delta
      * rule: Hv dk dk floats) instead of KV; n_recurrent of them; ssm_conv 0: none */

@@ -517,6 +517,15 @@ static int bind_mla(gbind *b, int l, kvi_error *err)
         (rc = bind_experts(b, NM("attn_k_b.weight"), m->mla_nope, kr, nh, &L->wk_b, err)) ||
         (rc = bind_experts(b, NM("attn_v_b.weight"), kr, m->mla_v_dim, nh, &L->wv_b, err)))
         return rc;
+    /* DeepSeek V3.2's lightning indexer (model.h idx_*) */
+    const int64_t ih = m->idx_heads, id = m->idx_dim;
+    if (ih > 0 &&
+        ((rc = bind_matrix(b, NM("indexer.attn_q_b.weight"), qr, ih * id, true, &L->idx_wq_b, err)) ||
+         (rc = bind_matrix(b, NM("indexer.attn_k.weight"), dim, id, true, &L->idx_wk, err)) ||
+         (rc = bind_vector(b, NM("indexer.k_norm.weight"), id, true, &L->idx_k_norm, err)) ||
+         (rc = bind_vector(b, NM("indexer.k_norm.bias"), id, true, &L->idx_k_bias, err)) ||
+         (rc = bind_matrix(b, NM("indexer.proj.weight"), dim, ih, true, &L->idx_proj, err))))
+        return rc;
 #undef NM
     return 0;
 }

@@ -126,6 +126,8 @@ static uint64_t layer_mats(const kvi_model *m, const model_layer *L, bool bytes,
     uint64_t n = 0;
     for (int i = 0; i < 23; i++) n += bytes ? mat_bytes(dense[i]) : mat_elems(dense[i]);
     n += bytes ? mat_bytes(&L->wo_gate) : mat_elems(&L->wo_gate);
+    const kern_tensor *idx[3] = { &L->idx_wq_b, &L->idx_wk, &L->idx_proj }; /* deepseek32's indexer */
+    for (int i = 0; i < 3; i++) n += bytes ? mat_bytes(idx[i]) : mat_elems(idx[i]);
     if (!L->moe || m->n_expert <= 0) return n;
     const kern_tensor *ex[3] = { &L->exp_gate, &L->exp_up, &L->exp_down };
     uint64_t e = 0;
@@ -164,7 +166,8 @@ static uint64_t vector_elems(const kvi_model *m)
              vec(L->sinks, (uint64_t)m->n_heads) + vec(L->post_attn_norm, d) + vec(L->ffn_norm, d) +
              vec(L->b_gate, f) + vec(L->b_up, f) + vec(L->b_down, d) + vec(L->post_ffn_norm, d) +
              vec(L->q_a_norm, (uint64_t)m->mla_q_rank) + vec(L->kv_a_norm, (uint64_t)m->mla_kv_rank) +
-             vec(L->sh_gate_inp, d);
+             vec(L->sh_gate_inp, d) + vec(L->idx_k_norm, (uint64_t)m->idx_dim) +
+             vec(L->idx_k_bias, (uint64_t)m->idx_dim);
         if (L->recurrent) { /* conv taps, the gates' vectors, the output norm */
             const uint64_t hv = (uint64_t)m->ssm_hv, dk = (uint64_t)m->ssm_dk;
             n += vec(L->conv_w, (2 * (uint64_t)m->ssm_hk * dk + hv * dk) * (uint64_t)m->ssm_conv) +
