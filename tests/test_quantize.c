@@ -15,6 +15,8 @@
 #include "tools/imatrix_file.h"
 #include "tools/quantize.h"
 
+#include <dirent.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Compares every tensor of got with want (names, types, bytes); returns the number
@@ -88,6 +90,32 @@ static void test_names(void)
     CHECK(quantize_ftype_default(QFT_IQ2_S) == KVI_TYPE_IQ2_XS, "IQ2_S is built on IQ2_XS tensors");
 }
 
+/* Every quantised file NAME-TYPE.gguf of golden/arch from NAME-f32.gguf (llama-quantize's
+ * mix of TYPE; "mxfp4" is the MXFP4_MOE file type). Returns the number of files. */
+static int test_arch(void)
+{
+    DIR *d = opendir(shared_path("golden/arch"));
+    CHECK(d != NULL, "golden/arch");
+    if (!d) return 0;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        const size_t len = strlen(e->d_name);
+        const char *dash = strrchr(e->d_name, '-');
+        if (len < 6 || strcmp(e->d_name + len - 5, ".gguf") || !dash || !strcmp(dash, "-f32.gguf")) continue;
+        char base[256], type[32], in[300], want[300];
+        snprintf(base, sizeof base, "%.*s", (int)(dash - e->d_name), e->d_name);
+        snprintf(type, sizeof type, "%.*s", (int)(e->d_name + len - 5 - dash - 1), dash + 1);
+        snprintf(in, sizeof in, "arch/%s-f32.gguf", base);
+        snprintf(want, sizeof want, "arch/%s", e->d_name);
+        const qcase c = { in, want, !strcmp(type, "mxfp4") ? "MXFP4_MOE" : type, false, false, NULL };
+        const int bad = run_case(&c, NULL);
+        CHECK(bad == 0, "%s: %d tensors differ", want, bad);
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
 int main(void)
 {
     test_names();
@@ -121,5 +149,9 @@ int main(void)
         CHECK(bad == 0, "%s: %d tensors differ", must[i].want, bad);
     }
     imatrix_free(&im);
+    const int n_arch = test_arch();
+    CHECK(n_arch >= 30, "only %d arch files", n_arch);
+    printf("test_quantize: %zu qtest files and %d arch files compared\n", sizeof must / sizeof must[0],
+           n_arch);
     return test_main_end();
 }
