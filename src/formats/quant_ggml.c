@@ -51,18 +51,25 @@ static float qx_weight(const float *qw, int i, float x, int rmse_type)
     return rmse_type == 1 ? x * x : rmse_type == 2 ? 1 : rmse_type == 3 ? fabsf(x) : sqrtf(fabsf(x));
 }
 
+/* The value of largest magnitude (the first such, with its sign); *amax its magnitude. */
+static float signed_absmax(const float *x, int n, float *amax)
+{
+    float max = 0;
+    *amax = 0;
+    for (int i = 0; i < n; ++i)
+        if (fabsf(x[i]) > *amax) {
+            *amax = fabsf(x[i]);
+            max = x[i];
+        }
+    return max;
+}
+
 /* Symmetric levels L [n] in 0..2 nmax - 1 (value = scale * (L - nmax)): the scale
  * maximising the weighted fit over 19 trial scales (rmse_type 0: abs-max only). */
 static float make_qx_quants(int n, int nmax, const float *x, int8_t *L, int rmse_type, const float *qw)
 {
-    float max = 0, amax = 0;
-    for (int i = 0; i < n; ++i) {
-        const float ax = fabsf(x[i]);
-        if (ax > amax) {
-            amax = ax;
-            max = x[i];
-        }
-    }
+    float amax;
+    const float max = signed_absmax(x, n, &amax);
     if (amax < GROUP_MAX_EPS) {
         memset(L, 0, (size_t)n);
         return 0.f;
@@ -106,14 +113,8 @@ static float make_qx_quants(int n, int nmax, const float *x, int8_t *L, int rmse
 /* Q3_K's levels: make_qx's start, then up to 5 passes moving single levels. */
 static float make_q3_quants(int n, int nmax, const float *x, int8_t *L)
 {
-    float max = 0, amax = 0;
-    for (int i = 0; i < n; ++i) {
-        const float ax = fabsf(x[i]);
-        if (ax > amax) {
-            amax = ax;
-            max = x[i];
-        }
-    }
+    float amax;
+    const float max = signed_absmax(x, n, &amax);
     if (amax < GROUP_MAX_EPS) {
         memset(L, 0, (size_t)n);
         return 0.f;
@@ -318,22 +319,11 @@ static void pack_q5(const uint8_t *L, uint8_t *qs, uint8_t qh_out[4])
     for (int k = 0; k < 4; k++) qh_out[k] = (uint8_t)(qh >> (8 * k));
 }
 
-/* The signed abs-max of 32 values (the first of largest magnitude). */
-static float absmax_signed32(const float *x)
-{
-    float amax = 0.0f, max = 0.0f;
-    for (int j = 0; j < 32; j++)
-        if (amax < fabsf(x[j])) {
-            amax = fabsf(x[j]);
-            max = x[j];
-        }
-    return max;
-}
-
 /* Q4_0 (nmax 8) / Q5_0 (nmax 16) reference levels of one block into L [32]. */
 static float q_0_ref(const float *x, int nmax, uint8_t *L)
 {
-    const float d = absmax_signed32(x) / -nmax;
+    float amax;
+    const float d = signed_absmax(x, 32, &amax) / -nmax;
     const float id = d ? 1.0f / d : 0.0f;
     const float off = (float)nmax + 0.5f;
     for (int j = 0; j < 32; ++j) L[j] = (uint8_t)imin(2 * nmax - 1, (int)(x[j] * id + off));
@@ -456,12 +446,8 @@ static float iq4_block_scale(const float *xb, const float *w, uint8_t *Lb)
 {
     const int8_t *values = quant_kvalues_iq4nl;
     const int ntry = 7;
-    float amax = 0, max = 0;
-    for (int j = 0; j < 32; ++j)
-        if (fabsf(xb[j]) > amax) {
-            amax = fabsf(xb[j]);
-            max = xb[j];
-        }
+    float amax;
+    const float max = signed_absmax(xb, 32, &amax);
     if (amax < GROUP_MAX_EPS) return 0;
     float d = -max / values[0];
     float id = 1 / d;
