@@ -116,9 +116,100 @@ static int test_arch(void)
     return n;
 }
 
+/* The legacy .dat format written by hand: values are sums / ncall (as stored when
+ * ncall is 0), the trailer gives the chunk count and dataset; a cut file is an error. */
+static void test_imatrix_dat(void)
+{
+    uint8_t buf[256];
+    size_t n = 0;
+#define PUT(v)                            \
+    do {                                  \
+        memcpy(buf + n, &(v), sizeof(v)); \
+        n += sizeof(v);                   \
+    } while (0)
+    const int32_t entries = 2, l1 = 19, c1 = 4, v1 = 3, l2 = 6, c2 = 0, v2 = 2, chunks = 7, dl = 4;
+    const float s1[3] = { 4, 8, 12 }, s2[2] = { 5, 6 };
+    PUT(entries);
+    PUT(l1);
+    memcpy(buf + n, "blk.0.attn_q.weight", 19);
+    n += 19;
+    PUT(c1);
+    PUT(v1);
+    PUT(s1);
+    PUT(l2);
+    memcpy(buf + n, "output", 6);
+    n += 6;
+    PUT(c2);
+    PUT(v2);
+    PUT(s2);
+    PUT(chunks);
+    PUT(dl);
+    memcpy(buf + n, "text", 4);
+    n += 4;
+#undef PUT
+    const char *path = tmp_path("imatrix.dat");
+    CHECK(write_file(path, buf, n) == 0, "write %s", path);
+    imatrix_data im;
+    kvi_error err = { 0 };
+    CHECK(imatrix_load(path, &im, &err) == 0, "dat: %s", err.msg);
+    const imatrix_entry *a = imatrix_find(&im, "blk.0.attn_q.weight"), *b = imatrix_find(&im, "output");
+    CHECK(a && a->n == 3 && a->values[0] == 1 && a->values[1] == 2 && a->values[2] == 3, "dat: sums / ncall");
+    CHECK(b && b->n == 2 && b->values[0] == 5 && b->values[1] == 6, "dat: ncall 0 keeps the sums");
+    CHECK(im.chunk_count == 7 && im.dataset && !strcmp(im.dataset, "text"), "dat: trailer");
+    imatrix_free(&im);
+    for (size_t cut = 1; cut < 60; cut += 7) {
+        CHECK(write_file(path, buf, cut) == 0, "write");
+        CHECK(imatrix_load(path, &im, &err) == KVI_E_FORMAT, "dat cut at %zu: %d", cut, err.code);
+    }
+}
+
+/* The GGUF format: each value is in_sum2 / counts, read here from the file's tensors. */
+static void test_imatrix_gguf(const imatrix_data *im)
+{
+    gguf_ctx *g = NULL;
+    kvi_error err = { 0 };
+    CHECK(gguf_open(shared_path("golden/quant/qtest-f32.imatrix.gguf"), false, &g, &err) == 0, "%s", err.msg);
+    if (!g) return;
+    const gguf_tensor *s = gguf_find_tensor(g, "blk.2.ffn_down.weight.in_sum2");
+    const gguf_tensor *c = gguf_find_tensor(g, "blk.2.ffn_down.weight.counts");
+    const imatrix_entry *e = imatrix_find(im, "blk.2.ffn_down.weight");
+    CHECK(s && c && e && e->n == s->ne[0] && e->n == 768, "ffn_down entry");
+    if (s && c && e && e->n == s->ne[0]) {
+        const float *sum = s->data, cnt = *(const float *)c->data;
+        int bad = 0;
+        for (int64_t i = 0; i < e->n; i++) bad += e->values[i] != sum[i] / cnt;
+        CHECK(bad == 0 && cnt > 0, "%d values differ from in_sum2 / counts", bad);
+    }
+    gguf_close(g);
+}
+
+/* Types kvinfer cannot write and imatrix-only types fail with a message, no file. */
+static void test_refusals(void)
+{
+    quantize_params p;
+    quantize_params_init(&p);
+    p.ftype = QFT_IQ2_XXS;
+    kvi_error err = { 0 };
+    const char *out = tmp_path("quantize-refused.gguf");
+    CHECK(quantize_file(shared_path("golden/quant/qtest-f32.gguf"), out, &p, &err) == KVI_E_INVALID,
+          "IQ2_XXS without imatrix: %s", err.msg);
+    CHECK(strstr(err.msg, "importance matrix") != NULL, "message: %s", err.msg);
+    p.ftype = QFT_TQ1_0;
+    CHECK(quantize_file(shared_path("golden/quant/qtest-f32.gguf"), out, &p, &err) == KVI_E_UNSUPPORTED,
+          "TQ1_0: %s", err.msg);
+    FILE *f = fopen(out, "rb");
+    CHECK(f == NULL, "no file left behind");
+    if (f) fclose(f);
+    p.ftype = 99;
+    CHECK(quantize_file(shared_path("golden/quant/qtest-f32.gguf"), out, &p, &err) == KVI_E_INVALID,
+          "ftype 99");
+}
+
 int main(void)
 {
     test_names();
+    test_imatrix_dat();
+    test_refusals();
     /* identical: these must stay byte-identical */
     static const qcase must[] = {
         { "quant/qtest-f32.gguf", "quant/qtest-f16.gguf", "F16", true, false, NULL },
@@ -144,6 +235,7 @@ int main(void)
           err.msg);
     CHECK(im.n_entries == 29 && im.chunk_count == 6, "imatrix: %d entries, %d chunks", im.n_entries,
           im.chunk_count);
+    test_imatrix_gguf(&im);
     for (size_t i = 0; i < sizeof must / sizeof must[0]; i++) {
         const int bad = run_case(&must[i], &im);
         CHECK(bad == 0, "%s: %d tensors differ", must[i].want, bad);
