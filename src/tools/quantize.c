@@ -119,15 +119,32 @@ static int layer_num(const char *n)
     return l;
 }
 
-static const gguf_ctx *g_sort; /* qsort has no user pointer; set only around the call */
+typedef struct sort_item {
+    int layer; /* N of "blk.N.", -1 for the other tensors */
+    const char *name;
+    int64_t idx; /* in the input file */
+} sort_item;
 
 static int cmp_tensor(const void *a, const void *b)
 {
-    const char *na = gguf_tensor_at(g_sort, *(const int64_t *)a)->name;
-    const char *nb = gguf_tensor_at(g_sort, *(const int64_t *)b)->name;
-    const int la = layer_num(na), lb = layer_num(nb);
-    if (la != lb) return la < lb ? -1 : 1;
-    return strcmp(na, nb);
+    const sort_item *x = a, *y = b;
+    if (x->layer != y->layer) return x->layer < y->layer ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+/* q->order: the input's tensors as llama-quantize visits them. */
+static bool sort_tensors(const gguf_ctx *g, int64_t *order, int64_t n)
+{
+    sort_item *it = malloc((size_t)(n ? n : 1) * sizeof *it);
+    if (!it) return false;
+    for (int64_t i = 0; i < n; i++) {
+        const char *name = gguf_tensor_at(g, i)->name;
+        it[i] = (sort_item){ layer_num(name), name, i };
+    }
+    qsort(it, (size_t)n, sizeof *it, cmp_tensor);
+    for (int64_t i = 0; i < n; i++) order[i] = it[i].idx;
+    free(it);
+    return true;
 }
 
 /* ---- the work on the pool --------------------------------------------------- */
@@ -345,11 +362,8 @@ int quantize_file(const char *in_path, const char *out_path, const quantize_para
     q.pool = tpool_create(p->nthread);
     if (!q.order || !q.types || !q.pool) rc = err_set(err, KVI_E_NOMEM, "quantize: out of memory");
     if (!rc) {
-        for (int64_t i = 0; i < q.n; i++) q.order[i] = i;
-        g_sort = q.in;
-        qsort(q.order, (size_t)q.n, sizeof *q.order, cmp_tensor);
-        g_sort = NULL;
-        rc = run(&q, out_path, err);
+        rc = sort_tensors(q.in, q.order, q.n) ? run(&q, out_path, err)
+                                              : err_set(err, KVI_E_NOMEM, "quantize: out of memory");
     }
     tpool_free(q.pool);
     free(q.order);
