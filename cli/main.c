@@ -18,6 +18,7 @@ int cmd_bench(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 int cmd_kvplan(int argc, char **argv);
 int cmd_lora_merge(int argc, char **argv); /* cmd_lora_merge.c */
+int cmd_quantize(int argc, char **argv);   /* cmd_quantize.c */
 
 typedef struct cli_command {
     const char *name;
@@ -43,6 +44,7 @@ static const cli_command commands[] = {
     { "embed", cmd_embed, "embedding vectors of texts (JSON lines), pooled as the model says" },
     { "rerank", cmd_rerank, "a reranker's relevance scores of documents for a query" },
     { "lora-merge", cmd_lora_merge, "write a model with LoRA adapters merged into its matrices" },
+    { "quantize", cmd_quantize, "write a model in another weight type, as llama-quantize does" },
 };
 
 static void print_help(FILE *f)
