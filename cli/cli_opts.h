@@ -65,9 +65,9 @@ typedef struct cli_common {
     int64_t kv_block;      /* 0: the engine's block size */
     size_t kv_budget;      /* 0: the engine's bound */
     bool no_prefix;
-    size_t kv_cache_ram;      /* RAM tier bytes (CLI_KV_CACHE_RAM unless given; 0: off) */
-    const char *kv_cache_dir; /* disk tier directory, NULL: off */
-    size_t kv_cache_disk;     /* disk tier bytes (CLI_KV_CACHE_DISK unless given) */
+    size_t kv_cache_ram;                /* RAM tier bytes (CLI_KV_CACHE_RAM unless given; 0: off) */
+    const char *kv_cache_dir;           /* disk tier directory, NULL: off */
+    size_t kv_cache_disk;               /* disk tier bytes (CLI_KV_CACHE_DISK unless given) */
     const char *ctx_policy;             /* as given ("error" too); NULL: not given */
     int64_t keep, sink, window;         /* 0, 4, 0 unless given */
     const char *prompt, *file, *tokens; /* the prompt's sources as given (cli_prompt_ids) */

@@ -146,7 +146,7 @@ static char *model_name_of(const char *path)
  * --kv-budget 0 the default bound; --kv-type for K and V only. */
 #define SERVE_OPTS                                                                                         \
     (CLI_OPT_MODEL | CLI_OPT_TOKENIZER | CLI_OPT_MMAP | CLI_OPT_THREADS | CLI_OPT_CTX | CLI_OPT_CTX_MIN0 | \
-     CLI_OPT_KV_TYPE | CLI_OPT_KV_BUDGET | CLI_OPT_BUDGET_ZERO | CLI_OPT_NO_PREFIX | CLI_OPT_LORA |      \
+     CLI_OPT_KV_TYPE | CLI_OPT_KV_BUDGET | CLI_OPT_BUDGET_ZERO | CLI_OPT_NO_PREFIX | CLI_OPT_LORA |        \
      CLI_OPT_KV_TIERS)
 
 #define SERVE_BIAS_MAX 256 /* most -l flags */

@@ -292,12 +292,12 @@ const float *kvi_logits(const kvi_engine *e, int32_t row);
 
 /* One tier of the prefix cache (kvi_engine_params kv_cache_ram / kv_cache_dir). */
 typedef struct kvi_tier_stats {
-    size_t bytes, bytes_max; /* held (RAM: block bytes; disk: file bytes) and the bound */
-    int64_t blocks;          /* blocks held */
-    uint64_t hits, misses;   /* blocks a prefix match loaded from it / looked for in vain */
-    uint64_t evictions;      /* blocks pushed out by the bound (RAM: to disk) */
+    size_t bytes, bytes_max;          /* held (RAM: block bytes; disk: file bytes) and the bound */
+    int64_t blocks;                   /* blocks held */
+    uint64_t hits, misses;            /* blocks a prefix match loaded from it / looked for in vain */
+    uint64_t evictions;               /* blocks pushed out by the bound (RAM: to disk) */
     uint64_t load_bytes, store_bytes; /* bytes read from it / written into it */
-    uint64_t dropped;        /* disk: damaged, foreign-sized or torn files deleted */
+    uint64_t dropped;                 /* disk: damaged, foreign-sized or torn files deleted */
 } kvi_tier_stats;
 
 typedef struct kvi_stats {

@@ -170,13 +170,16 @@ static void test_disk(void)
     e = engine(KVI_TYPE_F16, 0, 0, dir, 1 << 20);
     kvi_stats st;
     kvi_stats_get(e, NULL, &st);
-    CHECK(st.kv_tier_disk.blocks == 5 && st.kv_tier_disk.bytes == 5 * fb && st.kv_tier_disk.bytes_max == 1 << 20,
-          "disk: reopened with %lld blocks, %zu bytes", (long long)st.kv_tier_disk.blocks, st.kv_tier_disk.bytes);
+    CHECK(st.kv_tier_disk.blocks == 5 && st.kv_tier_disk.bytes == 5 * fb &&
+              st.kv_tier_disk.bytes_max == 1 << 20,
+          "disk: reopened with %lld blocks, %zu bytes", (long long)st.kv_tier_disk.blocks,
+          st.kv_tier_disk.bytes);
     run(e, P, NP, &held, x);
     kvi_stats_get(e, NULL, &st);
     CHECK(held == 64 && st.prefix_disk_tokens == 64 && st.kv_tier_disk.hits == 4 &&
               st.kv_tier_disk.load_bytes == 4 * fb,
-          "disk: P after a restart holds %d positions, %llu hits", held, (unsigned long long)st.kv_tier_disk.hits);
+          "disk: P after a restart holds %d positions, %llu hits", held,
+          (unsigned long long)st.kv_tier_disk.hits);
     CHECK(same_logits(x), "disk: logits of P with 4 blocks from disk equal the cold ones");
     kvi_engine_free(e);
 
@@ -214,10 +217,10 @@ static void test_disk(void)
         size_t len = 0;
         uint8_t *d = (uint8_t *)read_file(path, &len);
         if (!d) continue;
-        if (i == 0) write_file(path, d, len - 1);                  /* truncated */
-        if (i == 1) write_file(path, d, len + 1);                  /* (the NUL read_file adds) */
+        if (i == 0) write_file(path, d, len - 1); /* truncated */
+        if (i == 1) write_file(path, d, len + 1); /* (the NUL read_file adds) */
         if (i == 2) d[KV_TIER_HEADER + BS * 4 + 7] ^= 1, write_file(path, d, len); /* data */
-        if (i == 3) d[len - 1] ^= 0x80, write_file(path, d, len);  /* checksum */
+        if (i == 3) d[len - 1] ^= 0x80, write_file(path, d, len);                  /* checksum */
         if (i == 4) {
             d[20] ^= 1;
             write_file(path, d, len); /* layout id in the header */
@@ -231,8 +234,8 @@ static void test_disk(void)
     e = engine(KVI_TYPE_F16, 0, 0, dir, 1 << 20);
     kvi_stats_get(e, NULL, &st);
     CHECK(st.kv_tier_disk.dropped == 3 && st.kv_tier_disk.blocks == 3,
-          "damage: opening dropped %llu files (want 3), kept %lld", (unsigned long long)st.kv_tier_disk.dropped,
-          (long long)st.kv_tier_disk.blocks);
+          "damage: opening dropped %llu files (want 3), kept %lld",
+          (unsigned long long)st.kv_tier_disk.dropped, (long long)st.kv_tier_disk.blocks);
     CHECK(access(foreign, F_OK) == 0, "damage: a foreign layout's file is left alone");
     run(e, P, NP, &held, x);
     run(e, P, NP, &held, x); /* (whatever the first walk met, the second finds P in the pool) */

@@ -2,7 +2,7 @@
  * kv_tier_engine.c — the engine's side of the prefix cache tiers (kv/kv_tier.h):
  * what a tiered block's bytes depend on (the layout id), and the tiers' creation.
  *
- * Model identity: FNV-1a over the GGUF's metadata (keys, types, raw values), every
+ * Model identity: gguf_model_hash with samples: the GGUF's metadata, every
  * tensor's name, type and shape, and the first and last 256 bytes of each
  * tensor's data — two files that differ only deep inside one tensor collide;
  * that is the price of not hashing gigabytes at start-up, stated in the README.
@@ -20,34 +20,13 @@
 #include "kv/kv_tier.h"
 #include "model/model.h"
 
-#include <string.h>
-
 #define TIER_SAMPLE 256 /* bytes hashed at each end of a tensor's data */
 
 /* The model's identity, 0 when it has no GGUF source. */
 static uint64_t model_identity(const kvi_model *m)
 {
-    const gguf_ctx *g = m->gguf;
-    if (!g) return 0;
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (int64_t i = 0; i < gguf_n_kv(g); i++) {
-        const char *k = gguf_kv_key(g, i);
-        const void *raw;
-        size_t len;
-        gguf_vtype t;
-        h = engine_fnv1a(h, k, strlen(k) + 1);
-        if (gguf_kv_raw(g, i, &t, &raw, &len) == 0) h = engine_fnv1a(engine_fnv1a(h, &t, sizeof t), raw, len);
-    }
-    for (int64_t i = 0; i < gguf_n_tensors(g); i++) {
-        const gguf_tensor *t = gguf_tensor_at(g, i);
-        const uint64_t info[6] = { (uint64_t)t->type,  (uint64_t)t->ne[0], (uint64_t)t->ne[1],
-                                   (uint64_t)t->ne[2], (uint64_t)t->ne[3], (uint64_t)t->nbytes };
-        h = engine_fnv1a(engine_fnv1a(h, t->name, strlen(t->name) + 1), info, sizeof info);
-        if (!t->data) continue;
-        const size_t n = t->nbytes < TIER_SAMPLE ? t->nbytes : TIER_SAMPLE;
-        h = engine_fnv1a(h, t->data, n);
-        h = engine_fnv1a(h, (const uint8_t *)t->data + t->nbytes - n, n);
-    }
+    if (!m->gguf) return 0;
+    const uint64_t h = gguf_model_hash(m->gguf, TIER_SAMPLE);
     return h ? h : 1;
 }
 
@@ -56,15 +35,23 @@ int engine_tier_create(const kvi_model *m, const kv_pool *p, const kvi_engine_pa
 {
     *out = NULL;
     if (ep->kv_cache_ram == 0 && !ep->kv_cache_dir) return 0;
-    kv_tier_layout x = { .model_id = model_identity(m), .block_size = p->block_size,
+    kv_tier_layout x = { .model_id = model_identity(m),
+                         .block_size = p->block_size,
                          .block_bytes = p->gblock_bytes };
     if (ep->kv_cache_dir && x.model_id == 0)
         return err_set(err, KVI_E_UNSUPPORTED,
                        "engine: the disk tier of the KV cache needs a GGUF model (its identity names the "
                        "files): leave --kv-cache-dir off");
-    const uint64_t shape[10] = { 1, x.model_id, (uint64_t)p->n_layers, (uint64_t)p->kv_dim,
-                                 (uint64_t)p->block_size, (uint64_t)p->type_k, (uint64_t)p->type_v,
-                                 p->k_bytes, p->layer_bytes, p->gblock_bytes };
+    const uint64_t shape[10] = { 1,
+                                 x.model_id,
+                                 (uint64_t)p->n_layers,
+                                 (uint64_t)p->kv_dim,
+                                 (uint64_t)p->block_size,
+                                 (uint64_t)p->type_k,
+                                 (uint64_t)p->type_v,
+                                 p->k_bytes,
+                                 p->layer_bytes,
+                                 p->gblock_bytes };
     x.layout_id = engine_fnv1a(0xcbf29ce484222325ull, shape, sizeof shape);
     return kv_tier_create(p, &x, ep->kv_cache_ram, ep->kv_cache_dir, ep->kv_cache_disk, out, err);
 }

@@ -62,8 +62,8 @@ int kv_prefix_init(kv_pool *p, kvi_error *err)
     p->lru_prev = calloc(nb, sizeof *p->lru_prev);
     p->lru_next = calloc(nb, sizeof *p->lru_next);
     p->bucket = malloc((size_t)nbk * sizeof *p->bucket);
-    if (!p->indexed || !p->salted || !p->hash || !p->parent || !p->btok || !p->hnext || !p->lru_prev || !p->lru_next ||
-        !p->bucket)
+    if (!p->indexed || !p->salted || !p->hash || !p->parent || !p->btok || !p->hnext || !p->lru_prev ||
+        !p->lru_next || !p->bucket)
         return err_set(err, KVI_E_NOMEM, "kv cache: cannot allocate the prefix index for %zu blocks", nb);
     for (uint32_t i = 0; i < nbk; i++) p->bucket[i] = -1;
     p->lru_head = p->lru_tail = -1;

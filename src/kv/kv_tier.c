@@ -85,8 +85,14 @@ static void ram_unlink(kv_tier *tr, ram_ent *e)
     ram_ent **link = &tr->bucket[e->key & (tr->n_buckets - 1)];
     while (*link != e) link = &(*link)->hnext;
     *link = e->hnext;
-    if (e->prev) e->prev->next = e->next; else tr->lru_head = e->next;
-    if (e->next) e->next->prev = e->prev; else tr->lru_tail = e->prev;
+    if (e->prev)
+        e->prev->next = e->next;
+    else
+        tr->lru_head = e->next;
+    if (e->next)
+        e->next->prev = e->prev;
+    else
+        tr->lru_tail = e->prev;
     tr->st[0].blocks--;
     tr->st[0].bytes -= tr->x.block_bytes;
 }
@@ -115,7 +121,10 @@ static void ram_push(kv_tier *tr, ram_ent *e)
 {
     e->prev = tr->lru_tail;
     e->next = NULL;
-    if (tr->lru_tail) tr->lru_tail->next = e; else tr->lru_head = e;
+    if (tr->lru_tail)
+        tr->lru_tail->next = e;
+    else
+        tr->lru_head = e;
     tr->lru_tail = e;
 }
 
@@ -126,7 +135,10 @@ static void ram_put(kv_tier *tr, uint64_t key, const int32_t *tok, const uint8_t
     ram_ent *e = ram_find(tr, key, tok);
     if (e) { /* already here: now the most recent */
         if (e != tr->lru_tail) {
-            if (e->prev) e->prev->next = e->next; else tr->lru_head = e->next;
+            if (e->prev)
+                e->prev->next = e->next;
+            else
+                tr->lru_head = e->next;
             e->next->prev = e->prev;
             ram_push(tr, e);
         }

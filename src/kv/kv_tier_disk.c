@@ -52,7 +52,10 @@ static void ent_path(const kv_tier_disk *d, uint64_t key, const char *ext, char 
              (unsigned long long)key, ext);
 }
 
-static uint32_t bucket_of(const kv_tier_disk *d, uint64_t key) { return (uint32_t)(key ^ (key >> 32)) & (d->n_buckets - 1); }
+static uint32_t bucket_of(const kv_tier_disk *d, uint64_t key)
+{
+    return (uint32_t)(key ^ (key >> 32)) & (d->n_buckets - 1);
+}
 
 static int32_t find(const kv_tier_disk *d, uint64_t key)
 {
@@ -64,15 +67,24 @@ static int32_t find(const kv_tier_disk *d, uint64_t key)
 static void lru_unlink(kv_tier_disk *d, int32_t i)
 {
     disk_ent *e = &d->ent[i];
-    if (e->prev >= 0) d->ent[e->prev].next = e->next; else d->lru_head = e->next;
-    if (e->next >= 0) d->ent[e->next].prev = e->prev; else d->lru_tail = e->prev;
+    if (e->prev >= 0)
+        d->ent[e->prev].next = e->next;
+    else
+        d->lru_head = e->next;
+    if (e->next >= 0)
+        d->ent[e->next].prev = e->prev;
+    else
+        d->lru_tail = e->prev;
 }
 
 static void lru_push(kv_tier_disk *d, int32_t i)
 {
     d->ent[i].prev = d->lru_tail;
     d->ent[i].next = -1;
-    if (d->lru_tail >= 0) d->ent[d->lru_tail].next = i; else d->lru_head = i;
+    if (d->lru_tail >= 0)
+        d->ent[d->lru_tail].next = i;
+    else
+        d->lru_head = i;
     d->lru_tail = i;
 }
 

@@ -51,8 +51,8 @@ int kv_tier_file_check(const kv_tier_layout *x, uint64_t key, const int32_t *tok
 {
     const size_t fb = kv_tier_file_bytes(x);
     if (n != fb)
-        return err_set(err, KVI_E_FORMAT, "kv tier: block file of %zu bytes, the layout needs %zu (truncated?)",
-                       n, fb);
+        return err_set(err, KVI_E_FORMAT,
+                       "kv tier: block file of %zu bytes, the layout needs %zu (truncated?)", n, fb);
     if (memcmp(buf, tier_magic, sizeof tier_magic) != 0)
         return err_set(err, KVI_E_FORMAT, "kv tier: not a block file (bad magic)");
     if (kv_sess_get_u32(buf + 8) != TIER_VERSION || kv_sess_get_u32(buf + 12) != KV_TIER_HEADER)
