@@ -19,6 +19,7 @@ void cli_common_init(cli_common *o)
     memset(o, 0, sizeof *o);
     o->kv_k = o->kv_v = KVI_TYPE_F16;
     o->sink = 4;
+    o->kv_cache_disk = CLI_KV_CACHE_DISK;
 }
 
 static bool is_flag(const char *a, const char *short_name, const char *long_name)
@@ -78,6 +79,27 @@ static int budget_flag(int argc, char **argv, int *i, cli_common *o, unsigned wh
         return -1;
     }
     o->kv_budget = bytes;
+    return 1;
+}
+
+/* --kv-cache-ram SIZE, --kv-cache-dir DIR, --kv-cache-disk SIZE. */
+static int tier_flag(int argc, char **argv, int *i, cli_common *o)
+{
+    const char *a = argv[*i];
+    const bool ram = !strcmp(a, "--kv-cache-ram"), disk = !strcmp(a, "--kv-cache-disk");
+    if (!ram && !disk && strcmp(a, "--kv-cache-dir") != 0) return 0;
+    const char *s = cli_flag_value(argc, argv, i);
+    if (!s) return -1;
+    if (!ram && !disk) {
+        o->kv_cache_dir = s;
+        return 1;
+    }
+    size_t bytes;
+    if (!cli_parse_size(s, &bytes)) {
+        cli_error("%s: '%s' is not a size (bytes, or like 512MiB, 2GiB)", a, s);
+        return -1;
+    }
+    *(ram ? &o->kv_cache_ram : &o->kv_cache_disk) = bytes;
     return 1;
 }
 
@@ -236,6 +258,10 @@ int cli_opt_common(int argc, char **argv, int *i, cli_common *o, unsigned which)
     }
     if ((which & CLI_OPT_LORA) && (!strcmp(a, "--lora") || !strcmp(a, "--lora-scaled")))
         return lora_flag(argc, argv, i, o);
+    if (which & CLI_OPT_KV_TIERS) {
+        const int r = tier_flag(argc, argv, i, o);
+        if (r != 0) return r;
+    }
     if (which & CLI_OPT_POLICY) return policy_flag(argc, argv, i, o, which);
     return 0;
 }
@@ -264,6 +290,9 @@ void cli_opt_engine_params(const cli_common *o, kvi_engine_params *ep)
     if (o->kv_block > 0) ep->kv_block_size = (int)o->kv_block;
     if (o->kv_budget > 0) ep->kv_budget_bytes = o->kv_budget;
     ep->prefix_cache = !o->no_prefix;
+    ep->kv_cache_ram = o->kv_cache_ram;
+    ep->kv_cache_dir = o->kv_cache_dir;
+    ep->kv_cache_disk = o->kv_cache_disk;
     if (o->ctx_policy) ep->ctx_policy = o->ctx_policy;
     ep->n_keep = (int32_t)o->keep;
     ep->n_sink = (int32_t)o->sink;

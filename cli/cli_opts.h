@@ -33,6 +33,7 @@ enum {
     CLI_OPT_POLICY = 1u << 10,    /* --ctx-policy P, --keep N, --sink N, --window N in [0, 2^24] */
     CLI_OPT_PROMPT = 1u << 11,    /* -p, --prompt TEXT; -f, --file PATH; --tokens IDS; --special */
     CLI_OPT_LORA = 1u << 12,      /* --lora [NAME=]FILE, --lora-scaled FILE SCALE | FILE:SCALE[,FILE:SCALE] */
+    CLI_OPT_KV_TIERS = 1u << 13,  /* --kv-cache-ram SIZE, --kv-cache-dir DIR, --kv-cache-disk SIZE */
     /* where commands differ */
     CLI_OPT_CTX_MIN0 = 1u << 16,       /* -c 0 accepted: the model's context (serve, chat) */
     CLI_OPT_CTX_MIN4 = 1u << 17,       /* -c at least 4 (perplexity: a chunk of 4 scores one row) */
@@ -48,6 +49,8 @@ enum {
 };
 
 #define CLI_LORA_MAX 16
+#define CLI_KV_CACHE_RAM ((size_t)1 << 30)  /* --kv-cache-ram default: 1 GiB */
+#define CLI_KV_CACHE_DISK ((size_t)8 << 30) /* --kv-cache-disk default: 8 GiB */
 
 /* What the flags that cli_opt_common consumed say. */
 typedef struct cli_common {
@@ -62,6 +65,9 @@ typedef struct cli_common {
     int64_t kv_block;      /* 0: the engine's block size */
     size_t kv_budget;      /* 0: the engine's bound */
     bool no_prefix;
+    size_t kv_cache_ram;                /* RAM tier bytes (CLI_KV_CACHE_RAM unless given; 0: off) */
+    const char *kv_cache_dir;           /* disk tier directory, NULL: off */
+    size_t kv_cache_disk;               /* disk tier bytes (CLI_KV_CACHE_DISK unless given) */
     const char *ctx_policy;             /* as given ("error" too); NULL: not given */
     int64_t keep, sink, window;         /* 0, 4, 0 unless given */
     const char *prompt, *file, *tokens; /* the prompt's sources as given (cli_prompt_ids) */

@@ -65,6 +65,10 @@ static const char serve_help[] =
     "                          one per pipeline stage under mpirun, else 1; 1: one step at a\n"
     "                          time; at most 4)\n"
     "  --kv-type T             KV cache type for K and V: f32 or f16 (default f16)\n"
+    "  --kv-cache-ram BYTES    host-RAM tier for prefix blocks the pool evicts (default 1GiB; 0: off)\n"
+    "  --kv-cache-dir DIR      disk tier: evicted and, at shutdown, all cached prefix blocks as files\n"
+    "                          in DIR, found again after a restart (default: off)\n"
+    "  --kv-cache-disk BYTES   bound on the disk tier's files (default 8GiB)\n"
     "  --no-prefix-cache       recompute every prompt (default: whole KV blocks of earlier\n"
     "                          prompts are reused; usage.prompt_tokens_details.cached_tokens)\n"
     "  --chat-template-file F  render chat prompts with the Jinja template in F instead of\n"
@@ -146,7 +150,8 @@ static char *model_name_of(const char *path)
  * --kv-budget 0 the default bound; --kv-type for K and V only. */
 #define SERVE_OPTS                                                                                         \
     (CLI_OPT_MODEL | CLI_OPT_TOKENIZER | CLI_OPT_MMAP | CLI_OPT_THREADS | CLI_OPT_CTX | CLI_OPT_CTX_MIN0 | \
-     CLI_OPT_KV_TYPE | CLI_OPT_KV_BUDGET | CLI_OPT_BUDGET_ZERO | CLI_OPT_NO_PREFIX | CLI_OPT_LORA)
+     CLI_OPT_KV_TYPE | CLI_OPT_KV_BUDGET | CLI_OPT_BUDGET_ZERO | CLI_OPT_NO_PREFIX | CLI_OPT_LORA |        \
+     CLI_OPT_KV_TIERS)
 
 #define SERVE_BIAS_MAX 256 /* most -l flags */
 
@@ -231,6 +236,7 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o)
 {
     memset(o, 0, sizeof *o);
     cli_common_init(&o->c);
+    o->c.kv_cache_ram = CLI_KV_CACHE_RAM;
     o->host = "127.0.0.1";
     o->port = 8080;
     o->parallel = 16;

@@ -192,6 +192,12 @@ typedef struct kvi_engine_params {
     const kvi_cpu_params *cpu; /* this engine's CPU paths, read at kvi_engine_create (NULL:
                                   the process-wide choice of kvi_cpu_configure); the
                                   process-wide AMX switch bounds an engine's */
+    /* tiers of the prefix cache: blocks the pool evicts go to host RAM (bounded,
+     * LRU), from there and at kvi_engine_free to files in kv_cache_dir, found
+     * again by later prompts and after a restart (full-attention models only) */
+    size_t kv_cache_ram;      /* bytes of the RAM tier (0: off, the default) */
+    const char *kv_cache_dir; /* directory of the disk tier (NULL: off) */
+    size_t kv_cache_disk;     /* bytes of the disk tier's files */
 } kvi_engine_params;
 
 void kvi_engine_params_default(kvi_engine_params *p);
@@ -304,6 +310,16 @@ int kvi_step_finish(kvi_engine *e, kvi_error *err);
  * the next kvi_step or kvi_step_finish. */
 const float *kvi_logits(const kvi_engine *e, int32_t row);
 
+/* One tier of the prefix cache (kvi_engine_params kv_cache_ram / kv_cache_dir). */
+typedef struct kvi_tier_stats {
+    size_t bytes, bytes_max;          /* held (RAM: block bytes; disk: file bytes) and the bound */
+    int64_t blocks;                   /* blocks held */
+    uint64_t hits, misses;            /* blocks a prefix match loaded from it / looked for in vain */
+    uint64_t evictions;               /* blocks pushed out by the bound (RAM: to disk) */
+    uint64_t load_bytes, store_bytes; /* bytes read from it / written into it */
+    uint64_t dropped;                 /* disk: damaged, foreign-sized or torn files deleted */
+} kvi_tier_stats;
+
 typedef struct kvi_stats {
     /* KV cache (for a sequence: its blocks; for the pool: all blocks) */
     size_t kv_bytes;           /* bytes of the blocks held */
@@ -373,10 +389,17 @@ typedef struct kvi_stats {
      * workers were late (another process held their cores), and how often the
      * pool turned to running alone. Same results either way. */
     uint64_t pool_runs_parallel, pool_runs_serial, pool_to_serial;
+    /* prefix cache tiers: of prefix_hit_tokens, positions loaded from RAM / disk
+     * (sequence: its own; engine: totals); the tiers' figures (engine only) */
+    uint64_t prefix_ram_tokens, prefix_disk_tokens;
+    kvi_tier_stats kv_tier_ram, kv_tier_disk;
 } kvi_stats;
 
 /* Statistics of one sequence (s != NULL) or of the whole engine (s == NULL). */
 void kvi_stats_get(const kvi_engine *e, const kvi_seq *s, kvi_stats *out);
+/* Writes every cached prefix block (RAM tier and pool) to the disk tier, as
+ * kvi_engine_free does; 0 without a disk tier, or a negative code. */
+int kvi_engine_kv_flush(kvi_engine *e, kvi_error *err);
 
 /* ---- KV sharing, context policies, sessions -------------- */
 
@@ -595,6 +618,7 @@ typedef enum kvi_finish {
 typedef struct kvi_usage {
     int32_t prompt_tokens, completion_tokens;
     int32_t cached_tokens;  /* prompt tokens served from the prefix cache */
+    int32_t cached_ram_tokens, cached_disk_tokens; /* of cached_tokens: loaded from the RAM / disk tier */
     int32_t n_preempted;    /* times its blocks were freed and recomputed later */
     double queue_ms;        /* submit to admission */
     double prefill_ms;      /* start of its first prefill chunk to its first token */

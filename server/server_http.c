@@ -696,6 +696,21 @@ kvi_sched *srv_sched_enter(srv_server *srv)
 
 void srv_sched_leave(srv_server *srv) { pthread_mutex_unlock(&srv->mu); }
 
+/* One tier of the prefix cache as o[name] (bytes, blocks, hits, misses, ...). */
+static void kv_tier_json(cJSON *o, const char *name, const kvi_tier_stats *t)
+{
+    cJSON *j = cJSON_AddObjectToObject(o, name);
+    cJSON_AddNumberToObject(j, "bytes", (double)t->bytes);
+    cJSON_AddNumberToObject(j, "bytes_max", (double)t->bytes_max);
+    cJSON_AddNumberToObject(j, "blocks", (double)t->blocks);
+    cJSON_AddNumberToObject(j, "hits", (double)t->hits);
+    cJSON_AddNumberToObject(j, "misses", (double)t->misses);
+    cJSON_AddNumberToObject(j, "evictions", (double)t->evictions);
+    cJSON_AddNumberToObject(j, "load_bytes", (double)t->load_bytes);
+    cJSON_AddNumberToObject(j, "store_bytes", (double)t->store_bytes);
+    cJSON_AddNumberToObject(j, "dropped", (double)t->dropped);
+}
+
 static enum MHD_Result kv_ep(srv_server *srv, struct MHD_Connection *con)
 {
     kvi_sched_stats st;
@@ -726,6 +741,8 @@ static enum MHD_Result kv_ep(srv_server *srv, struct MHD_Connection *con)
     cJSON_AddNumberToObject(o, "blocks_cached", st.engine.kv_blocks_cached);
     cJSON_AddNumberToObject(o, "blocks_free", st.engine.kv_blocks_free);
     cJSON_AddNumberToObject(o, "prefix_hit_tokens", (double)st.n_cached_tokens);
+    kv_tier_json(o, "tier_ram", &st.engine.kv_tier_ram);
+    kv_tier_json(o, "tier_disk", &st.engine.kv_tier_disk);
     /* layer kinds: window layers hold a block only while it is within their window */
     cJSON_AddNumberToObject(o, "bytes_per_token_global", (double)st.engine.kv_bytes_per_token_global);
     cJSON_AddNumberToObject(o, "bytes_per_token_window", (double)st.engine.kv_bytes_per_token_window);

@@ -721,6 +721,12 @@ cJSON *srv_usage_json(srv_req *r)
     cJSON_AddNumberToObject(u, "total_tokens", r->p.n_prompt + comp);
     cJSON *d = cJSON_AddObjectToObject(u, "prompt_tokens_details");
     cJSON_AddNumberToObject(d, "cached_tokens", u0->cached_tokens);
+    /* where the prompt's positions came from: pool, RAM tier, disk tier, computed */
+    cJSON_AddNumberToObject(d, "cached_pool_tokens",
+                            u0->cached_tokens - u0->cached_ram_tokens - u0->cached_disk_tokens);
+    cJSON_AddNumberToObject(d, "cached_ram_tokens", u0->cached_ram_tokens);
+    cJSON_AddNumberToObject(d, "cached_disk_tokens", u0->cached_disk_tokens);
+    cJSON_AddNumberToObject(d, "computed_tokens", r->p.n_prompt - u0->cached_tokens);
     cJSON *t = cJSON_AddObjectToObject(u, "timings");
     cJSON_AddNumberToObject(t, "queue_ms", u0->queue_ms);
     cJSON_AddNumberToObject(t, "prefill_ms", u0->prefill_ms);

@@ -111,6 +111,31 @@ static void counter(sbuf *b, const char *name, const char *type, const char *hel
     sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
 }
 
+/* One tier of the prefix cache (RAM or disk): kvinfer_kv_<tier>_... */
+static void tier_metrics(sbuf *b, const char *tier, const kvi_tier_stats *t)
+{
+    const struct {
+        const char *name, *type, *help;
+        double v;
+    } m[] = {
+        { "bytes", "gauge", "Bytes the prefix cache tier holds.", (double)t->bytes },
+        { "bytes_max", "gauge", "Bound on the tier's bytes.", (double)t->bytes_max },
+        { "blocks", "gauge", "KV blocks the tier holds.", (double)t->blocks },
+        { "hits_total", "counter", "Blocks prefix matches loaded from the tier.", (double)t->hits },
+        { "misses_total", "counter", "Blocks prefix matches looked for in the tier in vain.",
+          (double)t->misses },
+        { "evictions_total", "counter", "Blocks the tier's bound pushed out.", (double)t->evictions },
+        { "load_bytes_total", "counter", "Bytes read from the tier.", (double)t->load_bytes },
+        { "store_bytes_total", "counter", "Bytes written into the tier.", (double)t->store_bytes },
+        { "dropped_total", "counter", "Damaged block files deleted.", (double)t->dropped },
+    };
+    char name[96];
+    for (size_t i = 0; i < sizeof m / sizeof m[0]; i++) {
+        snprintf(name, sizeof name, "kvinfer_kv_%s_%s", tier, m[i].name);
+        counter(b, name, m[i].type, m[i].help, m[i].v);
+    }
+}
+
 /* A mixture of experts: rows routed to each expert of each layer (nothing for a
  * dense model). */
 static void experts(sbuf *b, kvi_sched *s)
@@ -204,6 +229,8 @@ char *srv_metrics_render(srv_metrics *m, kvi_sched *s)
     counter(&b, "kvinfer_prefix_cache_hit_ratio", "gauge",
             "Prompt tokens served from the prefix cache / prompt tokens.",
             st.n_prompt_tokens ? (double)st.n_cached_tokens / (double)st.n_prompt_tokens : 0.0);
+    tier_metrics(&b, "ram", &st.engine.kv_tier_ram);
+    tier_metrics(&b, "disk", &st.engine.kv_tier_disk);
     if (s) experts(&b, s);
     if (extra) sb_printf(&b, "%s", extra);
     free(extra);

@@ -30,6 +30,7 @@
 #include "base/error.h"
 #include "forward/forward.h"
 #include "kv/kv_cache.h"
+#include "kv/kv_tier.h"
 #include "kv/kv_txn.h"
 #include "kv/policy/policy.h"
 #include "model/lora.h"
@@ -70,6 +71,7 @@ struct kvi_seq {
     int slot;
     float *recv; /* [n_ctx] received attention per position (heavy policy), or NULL */
     uint64_t prefix_hit, prefix_miss, n_evicted;
+    uint64_t prefix_ram, prefix_disk; /* of prefix_hit: loaded from the tiers */
     /* per-step bookkeeping, valid only inside kvi_step */
     uint64_t step_stamp;
     int32_t step_first, step_last, step_rows;
@@ -141,6 +143,9 @@ struct kvi_engine {
     /* statistics */
     uint64_t n_steps, n_rows;
     uint64_t prefix_hit, prefix_miss, n_evicted;
+    uint64_t prefix_ram, prefix_disk;
+    struct kv_tier *tier; /* the prefix cache tiers (kv/kv_tier.h), or NULL; kv.tier uses it
+                             unless the pool is a pipeline stage's */
     double forward_ms;
     /* a stage of a pipeline (engine_pipe.h), or piped false */
     bool piped;
@@ -181,7 +186,9 @@ void kvi_engine_free(kvi_engine *e)
     for (int i = 0; i < atomic_load(&e->n_lora); i++) lora_free(e->lora[i]);
     pthread_mutex_destroy(&e->lora_mu);
     fwd_free(e->fwd);
+    (void)kv_tier_flush(e->kv.tier, &e->kv, NULL); /* a clean shutdown: the disk tier keeps them */
     kv_pool_free(&e->kv);
+    kv_tier_free(e->tier);
     tpool_free(e->pool);
     free(e->tables);
     free(e->lora_rows);
@@ -312,6 +319,8 @@ kvi_engine *kvi_engine_create(kvi_model *m, const kvi_engine_params *params, kvi
     if (kv_rc != 0) goto fail;
     if (m->idx_heads > 0 && kv_pool_indexer_init(&e->kv, m->idx_dim, err) != 0) goto fail;
     if (m->n_recurrent > 0 && kv_pool_state_init(&e->kv, state_layer, p.n_seq_max, err) != 0) goto fail;
+    if (engine_tier_create(m, &e->kv, &e->p, &e->tier, err) != 0) goto fail;
+    e->kv.tier = e->tier;
     e->pool = tpool_create(p.n_threads);
     e->slots = calloc((size_t)p.n_seq_max, sizeof *e->slots);
     e->tables = malloc((size_t)p.n_batch_max * sizeof *e->tables);
@@ -584,6 +593,15 @@ int32_t kvi_seq_reuse_prefix(kvi_seq *s, const int32_t *tokens, int32_t n)
         int32_t n_max = n - 1 < e->p.n_ctx ? n - 1 : e->p.n_ctx;
         held = kv_prefix_match(&e->kv, &s->table, tokens, n_max, NULL);
         if (held < 0) return held;
+        int32_t n_ram = 0, n_disk = 0;
+        if (e->kv.tier && !e->piped) {
+            kv_tier_extend(e->kv.tier, &e->kv, &s->table, tokens, n_max, &n_ram, &n_disk);
+            held = s->table.n_pos;
+        }
+        s->prefix_ram += (uint64_t)n_ram;
+        s->prefix_disk += (uint64_t)n_disk;
+        e->prefix_ram += (uint64_t)n_ram;
+        e->prefix_disk += (uint64_t)n_disk;
     }
     s->prefix_hit += (uint64_t)held;
     s->prefix_miss += (uint64_t)(n - held);
@@ -1246,6 +1264,8 @@ void kvi_stats_get(const kvi_engine *e, const kvi_seq *s, kvi_stats *out)
         for (int32_t i = 0; i < s->table.n_blocks; i++)
             if (kv->refcount[s->table.blocks[i]] > 1) out->kv_blocks_shared++;
         out->prefix_hit_tokens = s->prefix_hit;
+        out->prefix_ram_tokens = s->prefix_ram;
+        out->prefix_disk_tokens = s->prefix_disk;
         out->prefix_miss_tokens = s->prefix_miss;
         out->n_evicted = s->n_evicted;
         out->kv_bytes_tail = s->table.tail ? kv->tail_bytes : 0;
@@ -1269,9 +1289,21 @@ void kvi_stats_get(const kvi_engine *e, const kvi_seq *s, kvi_stats *out)
         for (int32_t b = 0; b < kv->n_alloc; b++)
             if (kv->refcount[b] > 1) out->kv_blocks_shared++;
         out->prefix_hit_tokens = e->prefix_hit;
+        out->prefix_ram_tokens = e->prefix_ram;
+        out->prefix_disk_tokens = e->prefix_disk;
+        kvi_tier_stats ts[2];
+        kv_tier_get_stats(e->kv.tier, ts);
+        out->kv_tier_ram = ts[0];
+        out->kv_tier_disk = ts[1];
         out->prefix_miss_tokens = e->prefix_miss;
         out->n_evicted = e->n_evicted;
     }
+}
+
+int kvi_engine_kv_flush(kvi_engine *e, kvi_error *err)
+{
+    if (!e) return err_set(err, KVI_E_INVALID, "kv flush: no engine");
+    return kv_tier_flush(e->kv.tier, &e->kv, err);
 }
 
 void engine_pipe_get_stats(const kvi_engine *e, engine_pipe_stats *st)

@@ -37,6 +37,12 @@ bool engine_prefix_cache_on(const kvi_engine *e);
  * NULL: for tests and debugging. */
 const float *engine_seq_recv(const kvi_seq *s);
 
+/* The prefix cache tiers ep asks for on pool p of model m (kv_tier_engine.c);
+ * *out NULL when off. 0, or an error. */
+struct kv_tier;
+int engine_tier_create(const kvi_model *m, const kv_pool *p, const kvi_engine_params *ep,
+                       struct kv_tier **out, kvi_error *err);
+
 /* p (NULL: the defaults) as a kernel configuration (cpu_config.c); 0, or
  * KVI_E_INVALID for an unknown isa. */
 int engine_cpu_cfg(const kvi_cpu_params *p, kern_cfg *out, kvi_error *err);

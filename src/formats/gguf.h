@@ -176,4 +176,8 @@ int gguf_writer_write_header(gguf_writer *w, FILE *f, kvi_error *err);
 /* Writes the data of tensor idx (declaration order, each exactly once, in order). */
 int gguf_writer_write_tensor(gguf_writer *w, FILE *f, int64_t idx, const void *data, kvi_error *err);
 
+/* A hash naming the model in g (gguf_hash.c): metadata, tensor names, types and
+ * shapes, and the first and last `sample` bytes of each tensor's data (0: none). */
+uint64_t gguf_model_hash(const gguf_ctx *g, size_t sample);
+
 #endif

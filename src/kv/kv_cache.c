@@ -11,6 +11,7 @@
 #include "base/error.h"
 #include "kernels/actq.h"
 #include "kv/kv_quant.h"
+#include "kv/kv_tier.h"
 #include "formats/quant.h"
 
 #include <stdlib.h>
@@ -401,7 +402,8 @@ static int32_t pool_take(kv_pool *p)
         p->bytes_sys += p->gblock_bytes;
     } else if (p->lru_head >= 0) {
         b = p->lru_head;
-        kv_prefix_remove(p, b); /* moves it to the free stack */
+        if (p->tier) kv_tier_put_block(p->tier, p, b); /* its bytes to the next tier */
+        kv_prefix_remove(p, b);                        /* moves it to the free stack */
         b = p->free_ids[--p->n_free];
         p->n_lru_evicted++;
     } else if (snap_evict_one(p)) { /* a recurrent state snapshot's blocks: the last resort */

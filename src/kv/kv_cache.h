@@ -160,6 +160,7 @@ typedef struct kv_pool {
      * block that no table holds sits in the LRU instead of the free stack. */
     int32_t n_cached;             /* unreferenced indexed blocks (in the LRU) */
     uint8_t *indexed;             /* [n_blocks_max] 1 when in the prefix index */
+    uint8_t *salted;              /* [n_blocks_max] 1: indexed with a nonzero table salt */
     uint64_t *hash;               /* [n_blocks_max] chain hash of an indexed block */
     int32_t *parent;              /* [n_blocks_max] indexed block before it, -1 for a first block */
     int32_t *btok;                /* [n_blocks_max][block_size] tokens of an indexed block */
@@ -170,6 +171,7 @@ typedef struct kv_pool {
     int32_t lru_head, lru_tail;   /* least / most recently freed cached block, -1 */
     uint64_t n_lru_evicted;       /* cached blocks taken back for new data */
     uint64_t n_cow;               /* copy-on-write block copies */
+    struct kv_tier *tier;         /* RAM / disk tiers an evicted indexed block goes to, or NULL (kv_tier.h) */
     /* accounting */
     int32_t n_tails;  /* tables holding an allocated tail (tail_bytes each) */
     size_t bytes_sys; /* KV bytes held from the system: blocks and tails */
@@ -295,6 +297,10 @@ void kv_prefix_remove(kv_pool *p, int32_t b);
  * first whole blocks of tokens[0..n_max), at most n_max / block_size blocks;
  * returns the number of positions now held. KVI_E_NOMEM (table unchanged). */
 int32_t kv_prefix_match(kv_pool *p, kv_table *t, const int32_t *tokens, int32_t n_max, kvi_error *err);
+/* The chain hash of a block of n tokens after a block of hash parent_hash (the
+ * first block's parent hash is KV_PREFIX_SEED ^ salt). */
+#define KV_PREFIX_SEED 0xcbf29ce484222325ull
+uint64_t kv_prefix_block_hash(uint64_t parent_hash, const int32_t *tok, int n);
 /* LRU links (used by the pool): push as most recent / unlink. */
 void kv_lru_push(kv_pool *p, int32_t b);
 void kv_lru_unlink(kv_pool *p, int32_t b);

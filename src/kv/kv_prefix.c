@@ -27,8 +27,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PREFIX_SEED 0xcbf29ce484222325ull
-
 static uint64_t mix64(uint64_t x)
 {
     x ^= x >> 30;
@@ -39,7 +37,7 @@ static uint64_t mix64(uint64_t x)
     return x;
 }
 
-static uint64_t block_hash(uint64_t parent_hash, const int32_t *tok, int n)
+uint64_t kv_prefix_block_hash(uint64_t parent_hash, const int32_t *tok, int n)
 {
     uint64_t h = mix64(parent_hash ^ 0x9e3779b97f4a7c15ull);
     for (int i = 0; i < n; i++) {
@@ -56,6 +54,7 @@ int kv_prefix_init(kv_pool *p, kvi_error *err)
     while (nbk < nb && nbk < (1u << 22)) nbk <<= 1;
     p->n_buckets = nbk;
     p->indexed = calloc(nb, 1);
+    p->salted = calloc(nb, 1);
     p->hash = calloc(nb, sizeof *p->hash);
     p->parent = calloc(nb, sizeof *p->parent);
     p->btok = calloc(nb * (size_t)p->block_size, sizeof *p->btok);
@@ -63,8 +62,8 @@ int kv_prefix_init(kv_pool *p, kvi_error *err)
     p->lru_prev = calloc(nb, sizeof *p->lru_prev);
     p->lru_next = calloc(nb, sizeof *p->lru_next);
     p->bucket = malloc((size_t)nbk * sizeof *p->bucket);
-    if (!p->indexed || !p->hash || !p->parent || !p->btok || !p->hnext || !p->lru_prev || !p->lru_next ||
-        !p->bucket)
+    if (!p->indexed || !p->salted || !p->hash || !p->parent || !p->btok || !p->hnext || !p->lru_prev ||
+        !p->lru_next || !p->bucket)
         return err_set(err, KVI_E_NOMEM, "kv cache: cannot allocate the prefix index for %zu blocks", nb);
     for (uint32_t i = 0; i < nbk; i++) p->bucket[i] = -1;
     p->lru_head = p->lru_tail = -1;
@@ -74,6 +73,7 @@ int kv_prefix_init(kv_pool *p, kvi_error *err)
 void kv_prefix_free(kv_pool *p)
 {
     free(p->indexed);
+    free(p->salted);
     free(p->hash);
     free(p->parent);
     free(p->btok);
@@ -81,7 +81,7 @@ void kv_prefix_free(kv_pool *p)
     free(p->lru_prev);
     free(p->lru_next);
     free(p->bucket);
-    p->indexed = NULL;
+    p->indexed = p->salted = NULL;
     p->hash = NULL;
     p->parent = p->btok = p->hnext = p->lru_prev = p->lru_next = p->bucket = NULL;
 }
@@ -149,16 +149,17 @@ void kv_prefix_index_table(kv_pool *p, kv_table *t, int32_t b0)
         const int32_t b = t->blocks[i];
         if (p->indexed[b]) continue;
         int32_t par = -1;
-        uint64_t ph = PREFIX_SEED ^ t->salt;
+        uint64_t ph = KV_PREFIX_SEED ^ t->salt;
         if (i > 0) {
             par = t->blocks[i - 1];
             if (!p->indexed[par]) return; /* its chain is not named: neither is b */
             ph = p->hash[par];
         }
         const int32_t *tok = t->tokens + (size_t)i * bs;
-        const uint64_t h = block_hash(ph, tok, bs);
+        const uint64_t h = kv_prefix_block_hash(ph, tok, bs);
         if (lookup(p, h, par, tok) >= 0) return; /* an equal block is indexed already */
         p->indexed[b] = 1;
+        p->salted[b] = t->salt != 0;
         p->hash[b] = h;
         p->parent[b] = par;
         memcpy(p->btok + (size_t)b * bs, tok, (size_t)bs * sizeof *tok);
@@ -178,10 +179,10 @@ int32_t kv_prefix_match(kv_pool *p, kv_table *t, const int32_t *tokens, int32_t 
     int32_t *ids = malloc((size_t)max_blocks * sizeof *ids); /* [max_blocks] */
     if (!ids) return err_set(err, KVI_E_NOMEM, "kv cache: out of memory matching a prefix");
     int32_t par = -1, n = 0;
-    uint64_t ph = PREFIX_SEED ^ t->salt;
+    uint64_t ph = KV_PREFIX_SEED ^ t->salt;
     for (; n < max_blocks; n++) {
         const int32_t *tok = tokens + (size_t)n * bs;
-        const uint64_t h = block_hash(ph, tok, bs);
+        const uint64_t h = kv_prefix_block_hash(ph, tok, bs);
         const int32_t b = lookup(p, h, par, tok);
         if (b < 0) break;
         ids[n] = par = b;

@@ -23,34 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uint64_t fnv(uint64_t h, const void *data, size_t n)
-{
-    const unsigned char *p = data;
-    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
-    return h;
-}
-
-uint64_t pipe_model_hash(const kvi_model *m)
-{
-    const gguf_ctx *g = m->gguf;
-    if (!g) return 0;
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (int64_t i = 0; i < gguf_n_kv(g); i++) {
-        const char *k = gguf_kv_key(g, i);
-        const void *raw;
-        size_t len;
-        gguf_vtype t;
-        h = fnv(h, k, strlen(k) + 1);
-        if (gguf_kv_raw(g, i, &t, &raw, &len) == 0) h = fnv(fnv(h, &t, sizeof t), raw, len);
-    }
-    for (int64_t i = 0; i < gguf_n_tensors(g); i++) {
-        const gguf_tensor *t = gguf_tensor_at(g, i);
-        const uint64_t info[6] = { (uint64_t)t->type,  (uint64_t)t->ne[0], (uint64_t)t->ne[1],
-                                   (uint64_t)t->ne[2], (uint64_t)t->ne[3], (uint64_t)t->nbytes };
-        h = fnv(fnv(h, t->name, strlen(t->name) + 1), info, sizeof info);
-    }
-    return h;
-}
+uint64_t pipe_model_hash(const kvi_model *m) { return m->gguf ? gguf_model_hash(m->gguf, 0) : 0; }
 
 /* Bytes of each layer's tensors (blk.L.*) into layer [n_layers], and of the
  * embedding, output norm and head into *embd, *head. */

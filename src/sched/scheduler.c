@@ -102,6 +102,7 @@ typedef struct sreq {
     int32_t row;       /* batch row whose logits it samples, -1 when none */
     int32_t sampled;   /* token drawn by sample_rows for this step's row (< 0: none) */
     int32_t cached;
+    int32_t cached_ram, cached_disk; /* of cached: loaded from the prefix cache's tiers */
     int32_t n_preempted;
     double t_submit, t_admit, t_prefill0, t_first, t_last;
     struct sreq *next; /* incoming list */
@@ -245,6 +246,8 @@ static void finish(kvi_sched *s, sreq *q, kvi_finish f, const kvi_error *err)
     u.prompt_tokens = q->n_prompt;
     u.completion_tokens = q->n_tokens - q->n_prompt;
     u.cached_tokens = q->cached;
+    u.cached_ram_tokens = q->cached_ram;
+    u.cached_disk_tokens = q->cached_disk;
     u.n_preempted = q->n_preempted;
     u.queue_ms = q->t_admit > 0 ? q->t_admit - q->t_submit : 0.0;
     u.prefill_ms = q->t_first > 0 && q->t_prefill0 > 0 ? q->t_first - q->t_prefill0 : 0.0;
@@ -739,7 +742,11 @@ static void admit(kvi_sched *s, int L)
         best->preempted = false;
         free_blocks -= need;
         n_running++;
-        if (first) best->cached = reused < best->n_prompt ? reused : best->n_prompt;
+        if (first) {
+            best->cached = reused < best->n_prompt ? reused : best->n_prompt;
+            best->cached_ram = (int32_t)qs.prefix_ram_tokens;
+            best->cached_disk = (int32_t)qs.prefix_disk_tokens;
+        }
         if (first) spec_attach(s, best);
         pthread_mutex_lock(&s->mu);
         s->n_waiting--;
