@@ -19,6 +19,13 @@
  * completed requests and output tokens over the wall time of the whole run.
  * Percentiles interpolate linearly between order statistics (numpy's default).
  *
+ * --trace FILE: the requests of a Mooncake-format trace (cli/loadgen_trace.h),
+ * each sent at its scaled timestamp; the report adds the prompt positions the
+ * server took from its cache (usage.prompt_tokens_details.cached_tokens) and
+ * those it computed. With --slo-ttft / --slo-tpot, goodput is the completed
+ * requests whose TTFT and TPOT are within both bounds, per second of the run
+ * (DistServe's definition); a request with one token has no TPOT and meets it.
+ *
  * --embeddings: each request posts a batch of --batch texts of a seeded corpus
  * (--texts of them, 20..200 words each; cli/loadgen_embed.h) to /v1/embeddings
  * and reads the whole answer; the report is texts/s, tokens/s (the server's
@@ -31,6 +38,7 @@
  */
 #include "cli/cli.h"
 #include "cli/loadgen_embed.h"
+#include "cli/loadgen_trace.h"
 
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
@@ -70,6 +78,16 @@ static const char loadgen_help[] =
     "  --model NAME            the request's \"model\" field (default: left out)\n"
     "  --grammar-file F        every request constrained by the GBNF grammar in F (its\n"
     "                          \"grammar\" field), to measure what constrained decoding costs\n"
+    "  --trace FILE            replay a Mooncake-format trace (one JSON object a line: timestamp\n"
+    "                          ms, input_length, output_length, hash_ids of 512-token blocks);\n"
+    "                          equal hash ids give equal token blocks; --gen-len, when given,\n"
+    "                          caps output_length; concurrency defaults to 64\n"
+    "  --trace-block N         tokens per hash id (default 512; prompts scale by N/512)\n"
+    "  --time-scale F          arrival times multiplied by F (default 1; 0.1: ten times faster,\n"
+    "                          0: all at once)\n"
+    "  --max-requests N        the first N requests of the trace\n"
+    "  --slo-ttft MS           goodput: requests with TTFT <= MS (and --slo-tpot) per second\n"
+    "  --slo-tpot MS           goodput: requests with TPOT <= MS\n"
     "  --embeddings            post batches of texts to /v1/embeddings instead (the default path\n"
     "                          then) and report texts/s and tokens/s (usage.prompt_tokens)\n"
     "  --texts N               the corpus: N texts of 20..200 words (default 256)\n"
@@ -90,6 +108,9 @@ typedef struct lg_cfg {
     char *grammar_json; /* --grammar-file's text as a JSON string (malloc'd), or NULL */
     bool embeddings;    /* --embeddings: n_texts texts in requests of batch */
     int n_texts, batch;
+    const char *trace_path;    /* --trace FILE, or NULL */
+    lg_trace_opts trace;       /* --trace-block, --time-scale, --max-requests, the --gen-len cap */
+    double slo_ttft, slo_tpot; /* ms, 0: no bound */
 } lg_cfg;
 
 typedef struct lg_req {
@@ -97,6 +118,8 @@ typedef struct lg_req {
     int status;
     int n_tok;        /* token events */
     int usage_tokens; /* usage.completion_tokens, -1 when absent */
+    int n_prompt;     /* prompt tokens sent */
+    int cached;       /* usage.prompt_tokens_details.cached_tokens, -1 when absent */
     double e2e;       /* ms */
     double *tok_t;    /* [n_tok] ms since sent */
     int tok_cap;
@@ -108,6 +131,7 @@ typedef struct lg_run {
     lg_req *req;     /* [n_requests] */
     double *arrival; /* [n_requests] ms after start, NULL without --rate */
     int32_t *prefix; /* [shared_prefix] */
+    lg_trace trace;  /* --trace: its requests ([n_requests]) */
     pthread_mutex_t mu;
     int next;
     double t0, deadline; /* ms, kvi_time_ms clock */
@@ -201,25 +225,47 @@ static uint64_t seed_mix(uint64_t seed, uint64_t k)
     return z ? z : 1;
 }
 
-/* The request body (malloc'd): the shared prefix, then ids of request i. */
-static char *request_body(const lg_run *run, int i)
+/* Request i's prompt ids (malloc'd, *n of them): the trace's, or the shared
+ * prefix then ids drawn for request i. */
+static int32_t *request_ids(const lg_run *run, int i, int *n)
+{
+    const lg_cfg *c = run->cfg;
+    *n = c->trace_path ? run->trace.req[i].n_prompt : c->prompt_len;
+    int32_t *ids = malloc((size_t)*n * sizeof *ids);
+    if (!ids) return NULL;
+    if (c->trace_path) {
+        lg_trace_prompt(&run->trace, i, ids);
+        return ids;
+    }
+    uint64_t st = seed_mix(c->seed, (uint64_t)i + 1000);
+    for (int k = 0; k < c->prompt_len; k++)
+        ids[k] =
+            k < c->shared_prefix ? run->prefix[k] : 3 + (int32_t)(xorshift(&st) % (uint64_t)(c->vocab - 3));
+    return ids;
+}
+
+/* The request body (malloc'd) of request i; r->n_prompt gets its prompt length. */
+static char *request_body(const lg_run *run, int i, lg_req *r)
 {
     const lg_cfg *c = run->cfg;
     if (c->embeddings) return lg_embed_body(c->seed, c->n_texts, c->batch, i, c->model);
-    size_t cap = (size_t)c->prompt_len * 8 + 512, len = 0;
-    char *b = malloc(cap);
-    if (!b) return NULL;
-    len += (size_t)snprintf(b, cap, "{\"prompt\":[");
-    uint64_t st = seed_mix(c->seed, (uint64_t)i + 1000);
-    for (int k = 0; k < c->prompt_len; k++) {
-        const int32_t id =
-            k < c->shared_prefix ? run->prefix[k] : 3 + (int32_t)(xorshift(&st) % (uint64_t)(c->vocab - 3));
-        len += (size_t)snprintf(b + len, cap - len, "%s%d", k ? "," : "", (int)id);
+    int n = 0;
+    int32_t *ids = request_ids(run, i, &n);
+    size_t cap = (size_t)n * 12 + 512, len = 0;
+    char *b = ids ? malloc(cap) : NULL;
+    if (!b) {
+        free(ids);
+        return NULL;
     }
+    r->n_prompt = n;
+    len += (size_t)snprintf(b, cap, "{\"prompt\":[");
+    for (int k = 0; k < n; k++)
+        len += (size_t)snprintf(b + len, cap - len, "%s%d", k ? "," : "", (int)ids[k]);
+    free(ids);
     len += (size_t)snprintf(b + len, cap - len,
                             "],\"max_tokens\":%d,\"stream\":true,\"ignore_eos\":true,"
                             "\"stream_options\":{\"include_usage\":true}",
-                            c->gen_len);
+                            c->trace_path ? run->trace.req[i].n_gen : c->gen_len);
     if (c->grammar_json) {
         const size_t gl = strlen(c->grammar_json);
         if (len + gl + 16 > cap) {
@@ -394,6 +440,9 @@ static int sse_scan(lg_req *r, lg_buf *body, size_t *off, double t)
         const cJSON *u = cJSON_GetObjectItem(j, "usage");
         const cJSON *ct = cJSON_GetObjectItem(u, "completion_tokens");
         if (cJSON_IsNumber(ct)) r->usage_tokens = ct->valueint;
+        const cJSON *cached =
+            cJSON_GetObjectItem(cJSON_GetObjectItem(u, "prompt_tokens_details"), "cached_tokens");
+        if (cJSON_IsNumber(cached)) r->cached = cached->valueint;
         const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
         if (c0 && cJSON_IsNull(cJSON_GetObjectItem(c0, "finish_reason")) && !add_token_time(r, t)) {
             cJSON_Delete(j);
@@ -409,7 +458,8 @@ static void run_request(lg_run *run, int i)
     const lg_cfg *c = run->cfg;
     lg_req *r = &run->req[i];
     r->usage_tokens = -1;
-    char *body = request_body(run, i);
+    r->cached = -1;
+    char *body = request_body(run, i, r);
     if (!body) {
         snprintf(r->err, sizeof r->err, "out of memory");
         return;
@@ -593,8 +643,9 @@ static int parse_loadgen_args(int argc, char **argv, lg_cfg *c, const char **url
     const char *url = NULL;
     bool json = false;
     int64_t conc = 1, nreq = 16, plen = 32, glen = 128, prefix = 0, vocab = 500, timeout = 600, texts = 256,
-            batch = 16;
-    float rate = 0;
+            batch = 16, tblock = LG_TRACE_MOONCAKE_BLOCK, max_req = 0;
+    bool conc_given = false, glen_given = false;
+    float rate = 0, tscale = 1, slo[2] = { 0, 0 };
     uint64_t seed = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -650,6 +701,19 @@ static int parse_loadgen_args(int argc, char **argv, lg_cfg *c, const char **url
                 return cli_error("loadgen: --rate '%s' is not a positive number", v);
             continue;
         }
+        if (!strcmp(a, "--trace")) {
+            if (!(c->trace_path = cli_flag_value(argc, argv, &i))) return 1;
+            continue;
+        }
+        if (!strcmp(a, "--time-scale") || !strcmp(a, "--slo-ttft") || !strcmp(a, "--slo-tpot")) {
+            float *dst = !strcmp(a, "--time-scale") ? &tscale : !strcmp(a, "--slo-ttft") ? &slo[0] : &slo[1];
+            if (!(v = cli_flag_value(argc, argv, &i))) return 1;
+            if (!cli_parse_f32(v, dst) || !(*dst >= 0) || !isfinite(*dst))
+                return cli_error("loadgen: %s '%s' is not a number >= 0", a, v);
+            continue;
+        }
+        conc_given |= !strcmp(a, "--concurrency");
+        glen_given |= !strcmp(a, "--gen-len");
         if (!strcmp(a, "--seed")) {
             if (!(v = cli_flag_value(argc, argv, &i))) return 1;
             if (!cli_parse_u64(v, &seed)) return cli_error("loadgen: --seed '%s' is not an integer", v);
@@ -664,6 +728,8 @@ static int parse_loadgen_args(int argc, char **argv, lg_cfg *c, const char **url
         LG_INT("--timeout", timeout, 1, 86400)
         LG_INT("--texts", texts, 1, 10000000)
         LG_INT("--batch", batch, 1, 100000)
+        LG_INT("--trace-block", tblock, 1, 1 << 16)
+        LG_INT("--max-requests", max_req, 1, 100000000)
 #undef LG_INT
         return cli_error("loadgen: unknown option '%s' (kvinfer loadgen --help)", a);
     }
@@ -675,6 +741,17 @@ static int parse_loadgen_args(int argc, char **argv, lg_cfg *c, const char **url
     c->n_texts = (int)texts;
     c->batch = (int)batch;
     if (c->embeddings) nreq = (texts + batch - 1) / batch;
+    if (c->trace_path && c->embeddings)
+        return cli_error("loadgen: --trace and --embeddings exclude each other");
+    if (c->trace_path && !conc_given) conc = 64; /* open loop: the trace's arrivals set the load */
+    c->trace = (lg_trace_opts){ .block = (int)tblock,
+                                .time_scale = tscale,
+                                .max_requests = (int)max_req,
+                                .gen_cap = glen_given ? (int)glen : 0,
+                                .vocab = (int)vocab,
+                                .seed = seed };
+    c->slo_ttft = slo[0];
+    c->slo_tpot = slo[1];
     c->concurrency = (int)(conc < nreq ? conc : nreq);
     c->n_requests = (int)nreq;
     c->prompt_len = (int)plen;
@@ -696,7 +773,9 @@ static void plan_requests(lg_run *run)
     uint64_t st = seed_mix(c->seed, 0);
     for (int k = 0; k < c->shared_prefix; k++)
         run->prefix[k] = 3 + (int32_t)(xorshift(&st) % (uint64_t)(c->vocab - 3));
-    if (run->arrival) {
+    if (c->trace_path) {
+        for (int i = 0; i < c->n_requests; i++) run->arrival[i] = run->trace.req[i].arrival;
+    } else if (run->arrival) {
         /* Poisson process: exponential gaps, the first request at time 0 */
         uint64_t ar = seed_mix(c->seed, 1);
         double t = 0;
@@ -729,9 +808,13 @@ static double run_all(lg_run *run, pthread_t *th)
 /* The metrics of a run (see the file comment); the arrays are sorted by stat_of. */
 typedef struct lg_summary {
     size_t n_ok;
+    size_t n_good; /* completed within the SLO (all completed without one) */
     long long out_tokens;
+    long long in_tokens;   /* prompt tokens of the completed requests */
+    long long cached;      /* of those, positions the server took from its cache */
+    size_t n_cached;       /* requests whose usage said how many */
     const char *first_err; /* the first failed request's error, NULL when none failed */
-    double dur_s, req_tp, tok_tp;
+    double dur_s, req_tp, tok_tp, goodput;
     lg_stat ttft, tpot, itl, e2e;
 } lg_summary;
 
@@ -750,10 +833,16 @@ static lg_summary summarize(const lg_run *run, double duration_ms, double *ttft,
         }
         const int n_out = r->usage_tokens >= 0 ? r->usage_tokens : r->n_tok;
         m.out_tokens += n_out;
+        m.in_tokens += r->n_prompt;
+        m.cached += r->cached > 0 ? r->cached : 0;
+        m.n_cached += r->cached >= 0;
         ttft[m.n_ok] = r->tok_t[0];
         e2e[m.n_ok] = r->e2e;
         m.n_ok++;
-        if (n_out > 1) tpot[n_tpot++] = (r->e2e - r->tok_t[0]) / (double)(n_out - 1);
+        const double tp = n_out > 1 ? (r->e2e - r->tok_t[0]) / (double)(n_out - 1) : 0.0;
+        if (n_out > 1) tpot[n_tpot++] = tp;
+        m.n_good +=
+            (c->slo_ttft <= 0 || r->tok_t[0] <= c->slo_ttft) && (c->slo_tpot <= 0 || tp <= c->slo_tpot);
         for (int k = 1; k < r->n_tok; k++) itl[k_itl++] = r->tok_t[k] - r->tok_t[k - 1];
     }
     m.dur_s = duration_ms / 1000.0;
@@ -763,6 +852,7 @@ static lg_summary summarize(const lg_run *run, double duration_ms, double *ttft,
     m.e2e = stat_of(e2e, m.n_ok);
     m.req_tp = (double)m.n_ok / m.dur_s;
     m.tok_tp = (double)m.out_tokens / m.dur_s;
+    m.goodput = (double)m.n_good / m.dur_s;
     return m;
 }
 
@@ -781,7 +871,19 @@ static int report_json(const lg_cfg *c, const char *url, const lg_summary *m)
     cJSON_AddNumberToObject(o, "failed", (double)(c->n_requests - (int)m->n_ok));
     if (m->first_err) cJSON_AddStringToObject(o, "first_error", m->first_err);
     cJSON_AddNumberToObject(o, "duration_s", m->dur_s);
-    cJSON_AddNumberToObject(o, "total_input_tokens", (double)m->n_ok * c->prompt_len);
+    cJSON_AddNumberToObject(o, "total_input_tokens", (double)m->in_tokens);
+    cJSON_AddNumberToObject(o, "prompt_tokens_cached", (double)m->cached);
+    cJSON_AddNumberToObject(o, "prompt_tokens_computed", (double)(m->in_tokens - m->cached));
+    cJSON_AddNumberToObject(o, "requests_reporting_cached", (double)m->n_cached);
+    if (c->trace_path) {
+        cJSON_AddStringToObject(o, "trace", c->trace_path);
+        cJSON_AddNumberToObject(o, "trace_block", c->trace.block);
+        cJSON_AddNumberToObject(o, "time_scale", c->trace.time_scale);
+    }
+    cJSON_AddNumberToObject(o, "slo_ttft_ms", c->slo_ttft);
+    cJSON_AddNumberToObject(o, "slo_tpot_ms", c->slo_tpot);
+    cJSON_AddNumberToObject(o, "requests_within_slo", (double)m->n_good);
+    cJSON_AddNumberToObject(o, "goodput", m->goodput);
     cJSON_AddNumberToObject(o, "total_output_tokens", (double)m->out_tokens);
     cJSON_AddNumberToObject(o, "request_throughput", m->req_tp);
     cJSON_AddNumberToObject(o, "output_throughput", m->tok_tp);
@@ -794,14 +896,24 @@ static int report_json(const lg_cfg *c, const char *url, const lg_summary *m)
 
 static void report_text(const lg_cfg *c, const lg_summary *m)
 {
-    printf("loadgen: %s%s  concurrency %d  rate %s  prompt %d (shared %d)  gen %d\n", c->host, c->path,
-           c->concurrency, c->rate > 0 ? "poisson" : "inf", c->prompt_len, c->shared_prefix, c->gen_len);
+    if (c->trace_path)
+        printf("loadgen: %s%s  concurrency %d  trace %s  (%d requests, %d tokens per hash id, time x %g)\n",
+               c->host, c->path, c->concurrency, c->trace_path, c->n_requests, c->trace.block,
+               c->trace.time_scale);
+    else
+        printf("loadgen: %s%s  concurrency %d  rate %s  prompt %d (shared %d)  gen %d\n", c->host, c->path,
+               c->concurrency, c->rate > 0 ? "poisson" : "inf", c->prompt_len, c->shared_prefix, c->gen_len);
     if (c->rate > 0) printf("rate: %.3f req/s\n", c->rate);
     printf("requests: %zu completed, %d failed  in %.2f s\n", m->n_ok, c->n_requests - (int)m->n_ok,
            m->dur_s);
     if (m->first_err) printf("first failure: %s\n", m->first_err);
     printf("request throughput: %.3f req/s\n", m->req_tp);
     printf("output throughput:  %.2f tok/s  (%lld tokens)\n", m->tok_tp, m->out_tokens);
+    printf("prompt positions:   %lld  cached %lld (%.1f%%)  computed %lld\n", m->in_tokens, m->cached,
+           m->in_tokens ? 100.0 * (double)m->cached / (double)m->in_tokens : 0.0, m->in_tokens - m->cached);
+    if (c->slo_ttft > 0 || c->slo_tpot > 0)
+        printf("goodput:            %.3f req/s  (%zu of %zu within TTFT <= %g ms, TPOT <= %g ms; 0: none)\n",
+               m->goodput, m->n_good, m->n_ok, c->slo_ttft, c->slo_tpot);
     stat_print("TTFT", "ms", m->ttft);
     stat_print("TPOT", "ms", m->tpot);
     stat_print("ITL", "ms", m->itl);
@@ -906,12 +1018,22 @@ int cmd_loadgen(int argc, char **argv)
     lg_run run;
     memset(&run, 0, sizeof run);
     run.cfg = &c;
+    if (c.trace_path) {
+        char err[256];
+        if (lg_trace_load(c.trace_path, &c.trace, &run.trace, err, sizeof err) != 0) {
+            free(c.grammar_json);
+            return cli_error("loadgen: %s", err);
+        }
+        c.n_requests = run.trace.n;
+        if (c.concurrency > c.n_requests) c.concurrency = c.n_requests;
+    }
+    const bool timed = c.rate > 0 || c.trace_path;
     run.req = calloc((size_t)c.n_requests, sizeof *run.req);
     run.prefix = malloc((size_t)(c.shared_prefix + 1) * sizeof *run.prefix);
-    run.arrival = c.rate > 0 ? malloc((size_t)c.n_requests * sizeof *run.arrival) : NULL;
+    run.arrival = timed ? malloc((size_t)c.n_requests * sizeof *run.arrival) : NULL;
     pthread_t *th = malloc((size_t)c.concurrency * sizeof *th);
     int rc = 0;
-    if (!run.req || !run.prefix || (c.rate > 0 && !run.arrival) || !th) {
+    if (!run.req || !run.prefix || (timed && !run.arrival) || !th) {
         rc = cli_error("loadgen: out of memory");
     } else {
         plan_requests(&run);
@@ -922,6 +1044,7 @@ int cmd_loadgen(int argc, char **argv)
     free(run.req);
     free(run.prefix);
     free(run.arrival);
+    lg_trace_free(&run.trace);
     free(th);
     free(c.grammar_json);
     return rc;

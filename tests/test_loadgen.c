@@ -8,6 +8,12 @@
  * same generated tokens and prompt tokens (an independent tally); Poisson
  * arrivals at a low rate make the run last about as long as the arrivals say;
  * non-loopback hosts are refused before any connection, with a clear message.
+ * --trace: a four-request Mooncake-format trace written here replays with the
+ * prompt lengths the scaling rule gives (computed here from the file), the
+ * cached positions that its shared hash ids imply at the server's KV block size
+ * (read from /v1/kv), arrivals spread by --time-scale, goodput 0 under an SLO
+ * no request can meet and every request under a loose one; malformed traces are
+ * refused with the line named.
  */
 #include "testutil.h"
 
@@ -130,6 +136,83 @@ static void test_refusals(void)
     free(err);
 }
 
+/* Four requests, one at a time: the 2nd shares hash ids 901, 902 with the 1st,
+ * the 4th repeats the 1st, the 3rd shares nothing; 32 tokens per hash id. */
+static const char trace_text[] =
+    "{\"timestamp\": 0, \"input_length\": 1536, \"output_length\": 4, \"hash_ids\": [901, 902, 903]}\n"
+    "{\"timestamp\": 1000, \"input_length\": 1500, \"output_length\": 4, \"hash_ids\": [901, 902, 904]}\n"
+    "\n"
+    "{\"timestamp\": 2000, \"input_length\": 700, \"output_length\": 9, \"hash_ids\": [905, 906]}\n"
+    "{\"timestamp\": 3000, \"input_length\": 1536, \"output_length\": 4, \"hash_ids\": [901, 902, 903]}\n";
+
+static void test_trace(int port)
+{
+    const char *path = tmp_path("loadgen_trace.jsonl");
+    CHECK(write_file(path, trace_text, strlen(trace_text)) == 0, "write %s", path);
+    char *kvb = http_request(port, "GET", "/v1/kv", NULL, NULL).body;
+    cJSON *kv = kvb ? cJSON_Parse(kvb) : NULL;
+    const int bs = (int)num(kv, "block_size", NULL);
+    cJSON_Delete(kv);
+    free(kvb);
+    CHECK(bs > 0 && 64 % bs == 0, "KV block size %d", bs);
+    /* prompts: ceil(L * 32 / 512) = 96, 94, 44, 96; cached: the whole blocks of
+     * the shared 64 tokens for the 2nd, of the 1st's 96 less the last token for the 4th */
+    const double want_in = 96 + 94 + 44 + 96, want_cached = 64 + (95 / bs) * bs;
+    char args[512];
+    int rc;
+    snprintf(args, sizeof args,
+             "--trace '%s' --trace-block 32 --time-scale 0.05 --concurrency 1 --gen-len 6 --slo-ttft 1e6 "
+             "--slo-tpot 1e6",
+             path);
+    cJSON *j = loadgen(port, args, &rc);
+    CHECK(rc == 0 && num(j, "completed", NULL) == 4, "trace run: rc %d completed %g", rc,
+          num(j, "completed", NULL));
+    CHECK(num(j, "total_input_tokens", NULL) == want_in, "input tokens %g, want %g",
+          num(j, "total_input_tokens", NULL), want_in);
+    CHECK(num(j, "total_output_tokens", NULL) == 4 + 4 + 6 + 4,
+          "output tokens %g (the 3rd capped by --gen-len)", num(j, "total_output_tokens", NULL));
+    CHECK(num(j, "prompt_tokens_cached", NULL) == want_cached &&
+              num(j, "prompt_tokens_computed", NULL) == want_in - want_cached,
+          "cached %g computed %g, want %g and %g", num(j, "prompt_tokens_cached", NULL),
+          num(j, "prompt_tokens_computed", NULL), want_cached, want_in - want_cached);
+    CHECK(num(j, "duration_s", NULL) >= 0.15, "arrivals 3000 ms x 0.05 apart at the last: run of %g s",
+          num(j, "duration_s", NULL));
+    CHECK(num(j, "requests_within_slo", NULL) == 4 &&
+              fabs(num(j, "goodput", NULL) - num(j, "request_throughput", NULL)) < 1e-9,
+          "a loose SLO keeps every request: %g", num(j, "requests_within_slo", NULL));
+    cJSON_Delete(j);
+
+    /* an SLO no request meets; the first two requests only */
+    snprintf(args, sizeof args,
+             "--trace '%s' --trace-block 32 --time-scale 0 --max-requests 2 --slo-ttft 0.0001", path);
+    j = loadgen(port, args, &rc);
+    CHECK(rc == 0 && num(j, "completed", NULL) == 2 && num(j, "total_input_tokens", NULL) == 96 + 94,
+          "--max-requests 2: completed %g, input %g", num(j, "completed", NULL),
+          num(j, "total_input_tokens", NULL));
+    CHECK(num(j, "requests_within_slo", NULL) == 0 && num(j, "goodput", NULL) == 0,
+          "a TTFT SLO of 0.1 us: %g within", num(j, "requests_within_slo", NULL));
+    cJSON_Delete(j);
+
+    const char *bad[] = {
+        "{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 1}\n{\"timestamp\": 1}\n",
+        "{\"timestamp\": 5, \"input_length\": 10, \"output_length\": 1}\n"
+        "{\"timestamp\": 4, \"input_length\": 10, \"output_length\": 1}\n",
+        "{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 1}\n[1, 2]\n",
+        "{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 1}\n"
+        "{\"timestamp\": 1, \"input_length\": 10, \"output_length\": 1, \"hash_ids\": [-3]}\n",
+        "\n\n"
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        CHECK(write_file(path, bad[k], strlen(bad[k])) == 0, "write %s", path);
+        char *err = NULL;
+        snprintf(args, sizeof args, "loadgen --url http://127.0.0.1:%d --trace '%s'", port, path);
+        rc = run_kvinfer(args, NULL, &err);
+        CHECK(rc == 1 && err && (k == 4 ? strstr(err, "no request") != NULL : strstr(err, "line 2") != NULL),
+              "bad trace %zu: rc %d, %s", k, rc, err ? err : "");
+        free(err);
+    }
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -141,6 +224,7 @@ int main(void)
     }
     test_closed_loop(s.port);
     test_poisson(s.port);
+    test_trace(s.port);
     CHECK(test_server_stop(&s) == 0, "server exit status (see %s)", tmp_path("loadgen_server.err"));
     return test_main_end();
 }
