@@ -19,6 +19,10 @@
  * completed requests and output tokens over the wall time of the whole run.
  * Percentiles interpolate linearly between order statistics (numpy's default).
  *
+ * --turns T: --requests conversations of T chat turns each (cli/loadgen_turns.h),
+ * --concurrency of them at once; request c * T + t is conversation c's turn t,
+ * sent when turn t - 1 has been answered. The report is per turn.
+ *
  * --trace FILE: the requests of a Mooncake-format trace (cli/loadgen_trace.h),
  * each sent at its scaled timestamp; the report adds the prompt positions the
  * server took from its cache (usage.prompt_tokens_details.cached_tokens) and
@@ -39,6 +43,7 @@
 #include "cli/cli.h"
 #include "cli/loadgen_embed.h"
 #include "cli/loadgen_trace.h"
+#include "cli/loadgen_turns.h"
 
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
@@ -88,6 +93,11 @@ static const char loadgen_help[] =
     "  --max-requests N        the first N requests of the trace\n"
     "  --slo-ttft MS           goodput: requests with TTFT <= MS (and --slo-tpot) per second\n"
     "  --slo-tpot MS           goodput: requests with TPOT <= MS\n"
+    "  --turns T               --requests conversations of T chat turns (/v1/chat/completions):\n"
+    "                          each turn's messages are the last turn's, its answer and a new\n"
+    "                          user message; reports per turn the prompt positions cached,\n"
+    "                          computed and recomputed (held after the last turn, not cached)\n"
+    "  --turn-words W          words per user message (default 16)\n"
     "  --embeddings            post batches of texts to /v1/embeddings instead (the default path\n"
     "                          then) and report texts/s and tokens/s (usage.prompt_tokens)\n"
     "  --texts N               the corpus: N texts of 20..200 words (default 256)\n"
@@ -111,7 +121,14 @@ typedef struct lg_cfg {
     const char *trace_path;    /* --trace FILE, or NULL */
     lg_trace_opts trace;       /* --trace-block, --time-scale, --max-requests, the --gen-len cap */
     double slo_ttft, slo_tpot; /* ms, 0: no bound */
+    int turns, turn_words;     /* --turns (0: off), --turn-words */
 } lg_cfg;
+
+/* Growable byte buffer. */
+typedef struct lg_buf {
+    char *p;
+    size_t len, cap;
+} lg_buf;
 
 typedef struct lg_req {
     bool ok;
@@ -120,6 +137,8 @@ typedef struct lg_req {
     int usage_tokens; /* usage.completion_tokens, -1 when absent */
     int n_prompt;     /* prompt tokens sent */
     int cached;       /* usage.prompt_tokens_details.cached_tokens, -1 when absent */
+    int usage_prompt; /* usage.prompt_tokens, -1 when absent */
+    lg_buf answer;    /* --turns: the streamed text */
     double e2e;       /* ms */
     double *tok_t;    /* [n_tok] ms since sent */
     int tok_cap;
@@ -198,7 +217,8 @@ static int parse_url(const char *url, lg_cfg *c)
     c->a6.sin6_port = htons((uint16_t)port);
     snprintf(c->host, sizeof c->host, "%s%s%s:%d", c->family == AF_INET6 ? "[" : "", host,
              c->family == AF_INET6 ? "]" : "", (int)port);
-    if (*path == 0 || !strcmp(path, "/")) path = c->embeddings ? "/v1/embeddings" : "/v1/completions";
+    if (*path == 0 || !strcmp(path, "/"))
+        path = c->embeddings ? "/v1/embeddings" : c->turns ? "/v1/chat/completions" : "/v1/completions";
     if (strlen(path) >= sizeof c->path || strpbrk(path, " \r\n"))
         return cli_error("loadgen: --url '%s': bad path", url);
     snprintf(c->path, sizeof c->path, "%s", path);
@@ -324,12 +344,6 @@ static bool send_all(int fd, const char *p, size_t n, double deadline)
     return true;
 }
 
-/* Growable byte buffer. */
-typedef struct lg_buf {
-    char *p;
-    size_t len, cap;
-} lg_buf;
-
 static bool buf_add(lg_buf *b, const char *s, size_t n)
 {
     if (b->len + n + 1 > b->cap) {
@@ -412,9 +426,9 @@ static bool add_token_time(lg_req *r, double t)
     return true;
 }
 
-/* Handles the complete SSE events in body from *off on. Returns 1 at [DONE],
- * -1 on an error event, 0 otherwise. */
-static int sse_scan(lg_req *r, lg_buf *body, size_t *off, double t)
+/* Handles the complete SSE events in body from *off on (keep_text: their text
+ * appended to r->answer). Returns 1 at [DONE], -1 on an error event, 0 otherwise. */
+static int sse_scan(lg_req *r, lg_buf *body, size_t *off, double t, bool keep_text)
 {
     for (;;) {
         char *start = body->p + *off;
@@ -443,7 +457,17 @@ static int sse_scan(lg_req *r, lg_buf *body, size_t *off, double t)
         const cJSON *cached =
             cJSON_GetObjectItem(cJSON_GetObjectItem(u, "prompt_tokens_details"), "cached_tokens");
         if (cJSON_IsNumber(cached)) r->cached = cached->valueint;
+        const cJSON *pt = cJSON_GetObjectItem(u, "prompt_tokens");
+        if (cJSON_IsNumber(pt)) r->usage_prompt = pt->valueint;
         const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
+        const cJSON *txt = cJSON_GetObjectItem(c0, "text");
+        if (!txt) txt = cJSON_GetObjectItem(cJSON_GetObjectItem(c0, "delta"), "content");
+        if (keep_text && cJSON_IsString(txt) &&
+            !buf_add(&r->answer, txt->valuestring, strlen(txt->valuestring))) {
+            cJSON_Delete(j);
+            snprintf(r->err, sizeof r->err, "out of memory");
+            return -1;
+        }
         if (c0 && cJSON_IsNull(cJSON_GetObjectItem(c0, "finish_reason")) && !add_token_time(r, t)) {
             cJSON_Delete(j);
             snprintf(r->err, sizeof r->err, "out of memory");
@@ -453,13 +477,14 @@ static int sse_scan(lg_req *r, lg_buf *body, size_t *off, double t)
     }
 }
 
-static void run_request(lg_run *run, int i)
+/* Sends body (freed here; NULL: out of memory) as request i and reads its answer into run->req[i]. */
+static void run_request(lg_run *run, int i, char *body)
 {
     const lg_cfg *c = run->cfg;
     lg_req *r = &run->req[i];
     r->usage_tokens = -1;
     r->cached = -1;
-    char *body = request_body(run, i, r);
+    r->usage_prompt = -1;
     if (!body) {
         snprintf(r->err, sizeof r->err, "out of memory");
         return;
@@ -533,7 +558,7 @@ static void run_request(lg_run *run, int i)
             }
         }
         if (r->status == 200 && dec.len > off && !c->embeddings) {
-            const int s = sse_scan(r, &dec, &off, t - t_send);
+            const int s = sse_scan(r, &dec, &off, t - t_send, c->turns > 0);
             if (s == 1) done = true;
             if (s < 0) failed = true;
         }
@@ -578,7 +603,36 @@ static void *worker(void *arg)
                 continue;
             }
         }
-        run_request(run, i);
+        run_request(run, i, request_body(run, i, &run->req[i]));
+    }
+    return NULL;
+}
+
+/* --turns: conversation ci's turns, one after the other. */
+static void run_conversation(lg_run *run, int ci)
+{
+    const lg_cfg *c = run->cfg;
+    lg_conv conv;
+    bool ok = lg_conv_init(&conv, c->seed, ci, c->turn_words) == 0;
+    for (int t = 0; t < c->turns && ok; t++) {
+        lg_req *r = &run->req[ci * c->turns + t];
+        run_request(run, ci * c->turns + t, lg_conv_body(&conv, c->gen_len, c->model));
+        ok = r->ok && kvi_time_ms() < run->deadline && lg_conv_answer(&conv, r->answer.p) == 0;
+        if (!r->ok && !r->err[0]) snprintf(r->err, sizeof r->err, "out of memory");
+    }
+    lg_conv_free(&conv);
+}
+
+static void *conv_worker(void *arg)
+{
+    lg_run *run = arg;
+    const int n_conv = run->cfg->n_requests / run->cfg->turns;
+    for (;;) {
+        pthread_mutex_lock(&run->mu);
+        const int ci = run->next < n_conv && kvi_time_ms() < run->deadline ? run->next++ : -1;
+        pthread_mutex_unlock(&run->mu);
+        if (ci < 0) break;
+        run_conversation(run, ci);
     }
     return NULL;
 }
@@ -643,7 +697,7 @@ static int parse_loadgen_args(int argc, char **argv, lg_cfg *c, const char **url
     const char *url = NULL;
     bool json = false;
     int64_t conc = 1, nreq = 16, plen = 32, glen = 128, prefix = 0, vocab = 500, timeout = 600, texts = 256,
-            batch = 16, tblock = LG_TRACE_MOONCAKE_BLOCK, max_req = 0;
+            batch = 16, tblock = LG_TRACE_MOONCAKE_BLOCK, max_req = 0, turns = 0, twords = 16;
     bool conc_given = false, glen_given = false;
     float rate = 0, tscale = 1, slo[2] = { 0, 0 };
     uint64_t seed = 1;
@@ -730,6 +784,8 @@ static int parse_loadgen_args(int argc, char **argv, lg_cfg *c, const char **url
         LG_INT("--batch", batch, 1, 100000)
         LG_INT("--trace-block", tblock, 1, 1 << 16)
         LG_INT("--max-requests", max_req, 1, 100000000)
+        LG_INT("--turns", turns, 1, 10000)
+        LG_INT("--turn-words", twords, 1, 100000)
 #undef LG_INT
         return cli_error("loadgen: unknown option '%s' (kvinfer loadgen --help)", a);
     }
@@ -737,6 +793,11 @@ static int parse_loadgen_args(int argc, char **argv, lg_cfg *c, const char **url
     if (prefix > plen)
         return cli_error("loadgen: --shared-prefix %lld exceeds --prompt-len %lld", (long long)prefix,
                          (long long)plen);
+    if (turns && (c->trace_path || c->embeddings))
+        return cli_error("loadgen: --turns excludes --trace and --embeddings");
+    if (turns && nreq * turns > 100000000) return cli_error("loadgen: --requests x --turns is too many");
+    c->turns = (int)turns;
+    c->turn_words = (int)twords;
     if (parse_url(url, c) != 0) return 1;
     c->n_texts = (int)texts;
     c->batch = (int)batch;
@@ -753,7 +814,7 @@ static int parse_loadgen_args(int argc, char **argv, lg_cfg *c, const char **url
     c->slo_ttft = slo[0];
     c->slo_tpot = slo[1];
     c->concurrency = (int)(conc < nreq ? conc : nreq);
-    c->n_requests = (int)nreq;
+    c->n_requests = (int)(turns ? nreq * turns : nreq);
     c->prompt_len = (int)plen;
     c->gen_len = (int)glen;
     c->shared_prefix = (int)prefix;
@@ -795,10 +856,10 @@ static double run_all(lg_run *run, pthread_t *th)
     run->deadline = run->t0 + run->cfg->timeout_s * 1000.0;
     int started = 0;
     for (int t = 0; t < run->cfg->concurrency; t++) {
-        if (pthread_create(&th[t], NULL, worker, run) != 0) break;
+        if (pthread_create(&th[t], NULL, run->cfg->turns ? conv_worker : worker, run) != 0) break;
         started++;
     }
-    if (started == 0) worker(run);
+    if (started == 0) (run->cfg->turns ? conv_worker : worker)(run);
     for (int t = 0; t < started; t++) pthread_join(th[t], NULL);
     const double duration_ms = kvi_time_ms() - run->t0;
     pthread_mutex_destroy(&run->mu);
@@ -833,7 +894,7 @@ static lg_summary summarize(const lg_run *run, double duration_ms, double *ttft,
         }
         const int n_out = r->usage_tokens >= 0 ? r->usage_tokens : r->n_tok;
         m.out_tokens += n_out;
-        m.in_tokens += r->n_prompt;
+        m.in_tokens += r->usage_prompt >= 0 ? r->usage_prompt : r->n_prompt;
         m.cached += r->cached > 0 ? r->cached : 0;
         m.n_cached += r->cached >= 0;
         ttft[m.n_ok] = r->tok_t[0];
@@ -856,7 +917,8 @@ static lg_summary summarize(const lg_run *run, double duration_ms, double *ttft,
     return m;
 }
 
-static int report_json(const lg_cfg *c, const char *url, const lg_summary *m)
+/* tr: --turns' results [n_requests] (NULL without). */
+static int report_json(const lg_cfg *c, const char *url, const lg_summary *m, const lg_turn_res *tr)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "url", url);
@@ -891,15 +953,20 @@ static int report_json(const lg_cfg *c, const char *url, const lg_summary *m)
     stat_json(o, "tpot_ms", m->tpot);
     stat_json(o, "itl_ms", m->itl);
     stat_json(o, "e2e_ms", m->e2e);
+    if (tr) lg_turns_report(tr, c->n_requests / c->turns, c->turns, o);
     return cli_print_json(o, "loadgen: out of memory");
 }
 
-static void report_text(const lg_cfg *c, const lg_summary *m)
+static void report_text(const lg_cfg *c, const lg_summary *m, const lg_turn_res *tr)
 {
     if (c->trace_path)
         printf("loadgen: %s%s  concurrency %d  trace %s  (%d requests, %d tokens per hash id, time x %g)\n",
                c->host, c->path, c->concurrency, c->trace_path, c->n_requests, c->trace.block,
                c->trace.time_scale);
+    else if (c->turns)
+        printf("loadgen: %s%s  concurrency %d  %d conversations of %d turns (%d words a message)  gen %d\n",
+               c->host, c->path, c->concurrency, c->n_requests / c->turns, c->turns, c->turn_words,
+               c->gen_len);
     else
         printf("loadgen: %s%s  concurrency %d  rate %s  prompt %d (shared %d)  gen %d\n", c->host, c->path,
                c->concurrency, c->rate > 0 ? "poisson" : "inf", c->prompt_len, c->shared_prefix, c->gen_len);
@@ -918,6 +985,7 @@ static void report_text(const lg_cfg *c, const lg_summary *m)
     stat_print("TPOT", "ms", m->tpot);
     stat_print("ITL", "ms", m->itl);
     stat_print("E2E", "ms", m->e2e);
+    if (tr) lg_turns_report(tr, c->n_requests / c->turns, c->turns, NULL);
 }
 
 /* --embeddings: texts/s, tokens/s (usage.prompt_tokens) and request latency; e2e [n_requests]. */
@@ -985,15 +1053,21 @@ static int report(const lg_run *run, const char *url, bool json, double duration
     double *tpot = malloc(((size_t)c->n_requests + 1) * sizeof *tpot);
     double *e2e = malloc(((size_t)c->n_requests + 1) * sizeof *e2e);
     double *itl = malloc((n_itl + 1) * sizeof *itl);
+    lg_turn_res *tr = c->turns ? malloc((size_t)c->n_requests * sizeof *tr) : NULL;
     int rc = 0;
-    if (!ttft || !tpot || !e2e || !itl) {
+    if (!ttft || !tpot || !e2e || !itl || (c->turns && !tr)) {
         rc = cli_error("loadgen: out of memory");
     } else {
+        for (int i = 0; tr && i < c->n_requests; i++) {
+            const lg_req *r = &run->req[i];
+            tr[i] =
+                (lg_turn_res){ r->ok, r->usage_prompt, r->cached, r->usage_tokens, r->ok ? r->tok_t[0] : 0 };
+        }
         const lg_summary m = summarize(run, duration_ms, ttft, tpot, e2e, itl);
         if (json)
-            rc = report_json(c, url, &m);
+            rc = report_json(c, url, &m, tr);
         else
-            report_text(c, &m);
+            report_text(c, &m, tr);
         if (rc == 0 && m.n_ok == 0)
             rc = cli_error("loadgen: no request completed (%s)", m.first_err ? m.first_err : "?");
     }
@@ -1001,6 +1075,7 @@ static int report(const lg_run *run, const char *url, bool json, double duration
     free(tpot);
     free(e2e);
     free(itl);
+    free(tr);
     return rc;
 }
 
@@ -1039,7 +1114,10 @@ int cmd_loadgen(int argc, char **argv)
         plan_requests(&run);
         const double duration_ms = run_all(&run, th);
         rc = report(&run, url, json, duration_ms);
-        for (int i = 0; i < c.n_requests; i++) free(run.req[i].tok_t);
+        for (int i = 0; i < c.n_requests; i++) {
+            free(run.req[i].tok_t);
+            free(run.req[i].answer.p);
+        }
     }
     free(run.req);
     free(run.prefix);

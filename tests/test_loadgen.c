@@ -13,7 +13,10 @@
  * cached positions that its shared hash ids imply at the server's KV block size
  * (read from /v1/kv), arrivals spread by --time-scale, goodput 0 under an SLO
  * no request can meet and every request under a loose one; malformed traces are
- * refused with the line named.
+ * refused with the line named. --turns: every turn of every conversation
+ * completes, each turn's prompt holds the previous one and its answer, the
+ * prompt and cached positions add up to what the server's /metrics counted over
+ * the run, and recomputed == held after the last turn - cached.
  */
 #include "testutil.h"
 
@@ -213,6 +216,54 @@ static void test_trace(int port)
     }
 }
 
+static void test_turns(int port)
+{
+    char *m0 = http_request(port, "GET", "/metrics", NULL, NULL).body;
+    const double p0 = prom_metric(m0, "kvinfer_prompt_tokens_total"),
+                 c0 = prom_metric(m0, "kvinfer_prompt_tokens_cached_total");
+    free(m0);
+    int rc;
+    cJSON *j =
+        loadgen(port, "--turns 4 --requests 2 --concurrency 2 --gen-len 8 --turn-words 6 --seed 3", &rc);
+    CHECK(rc == 0 && num(j, "completed", NULL) == 8, "turns run: rc %d completed %g", rc,
+          num(j, "completed", NULL));
+    CHECK(j && !strcmp(cJSON_GetObjectItem(j, "endpoint")->valuestring, "/v1/chat/completions"),
+          "chat endpoint");
+    const cJSON *turns = cJSON_GetObjectItem(j, "turns");
+    CHECK(cJSON_GetArraySize(turns) == 4, "4 turns reported");
+    double sum_prompt = 0, sum_cached = 0, prev_held = 0;
+    for (int t = 0; t < cJSON_GetArraySize(turns); t++) {
+        const cJSON *e = cJSON_GetArrayItem(turns, t);
+        const double pr = num(e, "prompt_tokens", NULL), ca = num(e, "cached_tokens", NULL),
+                     re = num(e, "recomputed", NULL);
+        CHECK(num(e, "turn", NULL) == t + 1 && num(e, "completed", NULL) == 2, "turn %d: completed %g", t + 1,
+              num(e, "completed", NULL));
+        CHECK(num(e, "computed", NULL) == pr - ca && ca >= 0 && ca < pr,
+              "turn %d: prompt %g cached %g computed %g", t + 1, pr, ca, num(e, "computed", NULL));
+        /* the answer's 8 tokens come back as text: the prompt holds at least the
+         * previous prompt and a new message */
+        CHECK(t == 0 || pr > prev_held - 8 + 6, "turn %d: prompt %g after %g held", t + 1, pr, prev_held);
+        CHECK(t == 0 ? re == 0 : fabs(re - (prev_held - ca)) < 1e-9 && re >= 0,
+              "turn %d: recomputed %g, held %g cached %g", t + 1, re, prev_held, ca);
+        CHECK(t == 0 || ca > 0, "turn %d reuses the conversation's cache (%g)", t + 1, ca);
+        prev_held = pr + 8;
+        sum_prompt += 2 * pr;
+        sum_cached += 2 * ca;
+    }
+    CHECK(num(j, "total_input_tokens", NULL) == sum_prompt &&
+              num(j, "prompt_tokens_cached", NULL) == sum_cached,
+          "totals %g / %g", num(j, "total_input_tokens", NULL), num(j, "prompt_tokens_cached", NULL));
+    char *m1 = http_request(port, "GET", "/metrics", NULL, NULL).body;
+    CHECK(prom_metric(m1, "kvinfer_prompt_tokens_total") - p0 == sum_prompt,
+          "server counted %g prompt tokens, loadgen %g", prom_metric(m1, "kvinfer_prompt_tokens_total") - p0,
+          sum_prompt);
+    CHECK(prom_metric(m1, "kvinfer_prompt_tokens_cached_total") - c0 == sum_cached,
+          "server counted %g cached tokens, loadgen %g",
+          prom_metric(m1, "kvinfer_prompt_tokens_cached_total") - c0, sum_cached);
+    free(m1);
+    cJSON_Delete(j);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -225,6 +276,7 @@ int main(void)
     test_closed_loop(s.port);
     test_poisson(s.port);
     test_trace(s.port);
+    test_turns(s.port);
     CHECK(test_server_stop(&s) == 0, "server exit status (see %s)", tmp_path("loadgen_server.err"));
     return test_main_end();
 }
