@@ -138,6 +138,7 @@ typedef struct lg_req {
     int n_prompt;     /* prompt tokens sent */
     int cached;       /* usage.prompt_tokens_details.cached_tokens, -1 when absent */
     int usage_prompt; /* usage.prompt_tokens, -1 when absent */
+    int dropped;      /* usage.positions_dropped (serve --ctx-policy), 0 when absent */
     lg_buf answer;    /* --turns: the streamed text */
     double e2e;       /* ms */
     double *tok_t;    /* [n_tok] ms since sent */
@@ -459,6 +460,8 @@ static int sse_scan(lg_req *r, lg_buf *body, size_t *off, double t, bool keep_te
         if (cJSON_IsNumber(cached)) r->cached = cached->valueint;
         const cJSON *pt = cJSON_GetObjectItem(u, "prompt_tokens");
         if (cJSON_IsNumber(pt)) r->usage_prompt = pt->valueint;
+        const cJSON *pd = cJSON_GetObjectItem(u, "positions_dropped");
+        if (cJSON_IsNumber(pd)) r->dropped = pd->valueint;
         const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
         const cJSON *txt = cJSON_GetObjectItem(c0, "text");
         if (!txt) txt = cJSON_GetObjectItem(cJSON_GetObjectItem(c0, "delta"), "content");
@@ -1060,8 +1063,8 @@ static int report(const lg_run *run, const char *url, bool json, double duration
     } else {
         for (int i = 0; tr && i < c->n_requests; i++) {
             const lg_req *r = &run->req[i];
-            tr[i] =
-                (lg_turn_res){ r->ok, r->usage_prompt, r->cached, r->usage_tokens, r->ok ? r->tok_t[0] : 0 };
+            tr[i] = (lg_turn_res){ r->ok,           r->usage_prompt, r->cached,
+                                   r->usage_tokens, r->dropped,      r->ok ? r->tok_t[0] : 0 };
         }
         const lg_summary m = summarize(run, duration_ms, ttft, tpot, e2e, itl);
         if (json)

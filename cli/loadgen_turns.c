@@ -74,7 +74,7 @@ int lg_conv_answer(lg_conv *c, const char *text) { return add_message(c, "assist
 /* The means of turn t over the conversations that completed it. */
 typedef struct turn_sum {
     int n, n_re;
-    double prompt, cached, computed, recomputed, ttft;
+    double prompt, cached, computed, recomputed, dropped, ttft;
 } turn_sum;
 
 static turn_sum turn_of(const lg_turn_res *res, int n_conv, int turns, int t)
@@ -89,6 +89,7 @@ static turn_sum turn_of(const lg_turn_res *res, int n_conv, int turns, int t)
         s.cached += cached;
         s.computed += r->prompt - cached;
         s.ttft += r->ttft_ms;
+        s.dropped += r->dropped;
         const lg_turn_res *p = t > 0 ? r - 1 : NULL;
         if (p && p->ok && p->prompt >= 0 && p->completion >= 0) {
             s.recomputed += p->prompt + p->completion - cached;
@@ -100,6 +101,7 @@ static turn_sum turn_of(const lg_turn_res *res, int n_conv, int turns, int t)
         s.cached /= s.n;
         s.computed /= s.n;
         s.ttft /= s.n;
+        s.dropped /= s.n;
     }
     if (s.n_re) s.recomputed /= s.n_re;
     return s;
@@ -109,12 +111,13 @@ void lg_turns_report(const lg_turn_res *res, int n_conv, int turns, cJSON *o)
 {
     cJSON *a = o ? cJSON_AddArrayToObject(o, "turns") : NULL;
     if (!o)
-        printf("turn  completed  prompt  cached  computed  recomputed  TTFT ms   (means per conversation)\n");
+        printf("turn  completed  prompt  cached  computed  recomputed  dropped  TTFT ms   (means per "
+               "conversation)\n");
     for (int t = 0; t < turns; t++) {
         const turn_sum s = turn_of(res, n_conv, turns, t);
         if (!o) {
-            printf("%4d  %9d  %6.1f  %6.1f  %8.1f  %10.1f  %7.2f\n", t + 1, s.n, s.prompt, s.cached,
-                   s.computed, s.recomputed, s.ttft);
+            printf("%4d  %9d  %6.1f  %6.1f  %8.1f  %10.1f  %7.1f  %7.2f\n", t + 1, s.n, s.prompt, s.cached,
+                   s.computed, s.recomputed, s.dropped, s.ttft);
             continue;
         }
         cJSON *j = cJSON_CreateObject();
@@ -124,6 +127,7 @@ void lg_turns_report(const lg_turn_res *res, int n_conv, int turns, cJSON *o)
         cJSON_AddNumberToObject(j, "cached_tokens", s.cached);
         cJSON_AddNumberToObject(j, "computed", s.computed);
         cJSON_AddNumberToObject(j, "recomputed", s.recomputed);
+        cJSON_AddNumberToObject(j, "positions_dropped", s.dropped);
         cJSON_AddNumberToObject(j, "ttft_ms", s.ttft);
         cJSON_AddItemToArray(a, j);
     }

@@ -14,7 +14,8 @@
  *
  * so block rounding, a template that drops or rewrites earlier turns (reasoning
  * left out, say) and an answer tokenized differently when it comes back as text
- * all show as recomputed positions. The report gives, per turn, the means over
+ * all show as recomputed positions; positions a server's context policy
+ * dropped (usage.positions_dropped) are reported beside. The report gives, per turn, the means over
  * the conversations that reached it.
  *
  *   lg_conv.messages   JSON list of {"role", "content"}, the conversation so far
@@ -40,6 +41,7 @@ typedef struct lg_conv {
 typedef struct lg_turn_res {
     bool ok;
     int prompt, cached, completion;
+    int dropped; /* positions the server's context policy dropped */
     double ttft_ms;
 } lg_turn_res;
 

@@ -134,6 +134,28 @@ static void test_chat(int port, const char *policy)
     cJSON_Delete(msgs);
 }
 
+/* loadgen --turns past the context: every turn completes, the late ones report drops */
+static void test_loadgen_turns(int port, const char *policy)
+{
+    char args[256], *out = NULL;
+    snprintf(args, sizeof args,
+             "loadgen --url http://127.0.0.1:%d --json --timeout 120 --turns 6 --requests 1 --gen-len 24 "
+             "--turn-words 12",
+             port);
+    const int rc = run_kvinfer(args, &out, NULL);
+    cJSON *j = out ? cJSON_Parse(out) : NULL;
+    const cJSON *turns = cJSON_GetObjectItem(j, "turns");
+    CHECK(rc == 0 && cJSON_GetArraySize(turns) == 6, "%s: loadgen --turns: rc %d", policy, rc);
+    const cJSON *last = cJSON_GetArrayItem(turns, 5);
+    const double pr = cJSON_GetNumberValue(cJSON_GetObjectItem(last, "prompt_tokens")),
+                 dr = cJSON_GetNumberValue(cJSON_GetObjectItem(last, "positions_dropped"));
+    CHECK(cJSON_GetNumberValue(cJSON_GetObjectItem(last, "completed")) == 1 && pr + 23 > CTX &&
+              dr >= pr + 23 - CTX,
+          "%s: turn 6: prompt %g, %g dropped", policy, pr, dr);
+    cJSON_Delete(j);
+    free(out);
+}
+
 static void run_policy(const char *policy)
 {
     test_server s;
@@ -146,6 +168,7 @@ static void run_policy(const char *policy)
     }
     test_completion(s.port, policy);
     test_chat(s.port, policy);
+    test_loadgen_turns(s.port, policy);
     CHECK(test_server_stop(&s) == 0, "server exit status (see %s)", tmp_path(err_name));
 }
 
