@@ -816,7 +816,7 @@ static int parse_loadgen_args(int argc, char **argv, lg_cfg *c, const char **url
                                 .seed = seed };
     c->slo_ttft = slo[0];
     c->slo_tpot = slo[1];
-    c->concurrency = (int)(conc < nreq ? conc : nreq);
+    c->concurrency = (int)(conc < nreq || c->trace_path ? conc : nreq); /* a trace's count: once read */
     c->n_requests = (int)(turns ? nreq * turns : nreq);
     c->prompt_len = (int)plen;
     c->gen_len = (int)glen;

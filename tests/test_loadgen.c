@@ -192,6 +192,8 @@ static void test_trace(int port)
     CHECK(rc == 0 && num(j, "completed", NULL) == 2 && num(j, "total_input_tokens", NULL) == 96 + 94,
           "--max-requests 2: completed %g, input %g", num(j, "completed", NULL),
           num(j, "total_input_tokens", NULL));
+    CHECK(num(j, "concurrency", NULL) == 2, "the default concurrency (64) capped by the 2 requests: %g",
+          num(j, "concurrency", NULL));
     CHECK(num(j, "requests_within_slo", NULL) == 0 && num(j, "goodput", NULL) == 0,
           "a TTFT SLO of 0.1 us: %g within", num(j, "requests_within_slo", NULL));
     cJSON_Delete(j);
