@@ -19,6 +19,17 @@
  * completed requests and output tokens over the wall time of the whole run.
  * Percentiles interpolate linearly between order statistics (numpy's default).
  *
+ * --turns T: --requests conversations of T chat turns each (cli/loadgen_turns.h),
+ * --concurrency of them at once; request c * T + t is conversation c's turn t,
+ * sent when turn t - 1 has been answered. The report is per turn.
+ *
+ * --trace FILE: the requests of a Mooncake-format trace (cli/loadgen_trace.h),
+ * each sent at its scaled timestamp; the report adds the prompt positions the
+ * server took from its cache (usage.prompt_tokens_details.cached_tokens) and
+ * those it computed. With --slo-ttft / --slo-tpot, goodput is the completed
+ * requests whose TTFT and TPOT are within both bounds, per second of the run
+ * (DistServe's definition); a request with one token has no TPOT and meets it.
+ *
  * --embeddings: each request posts a batch of --batch texts of a seeded corpus
  * (--texts of them, 20..200 words each; cli/loadgen_embed.h) to /v1/embeddings
  * and reads the whole answer; the report is texts/s, tokens/s (the server's
@@ -31,6 +42,8 @@
  */
 #include "cli/cli.h"
 #include "cli/loadgen_embed.h"
+#include "cli/loadgen_trace.h"
+#include "cli/loadgen_turns.h"
 
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
@@ -73,6 +86,21 @@ static const char loadgen_help[] =
     "  --lora-each N           request i applies the server's LoRA adapter i mod N alone\n"
     "                          (\"lora\": [{\"id\": i mod N, \"scale\": 1}]), so a batch mixes N\n"
     "                          adapters (kvinfer serve and llama-server read the field)\n"
+    "  --trace FILE            replay a Mooncake-format trace (one JSON object a line: timestamp\n"
+    "                          ms, input_length, output_length, hash_ids of 512-token blocks);\n"
+    "                          equal hash ids give equal token blocks; --gen-len, when given,\n"
+    "                          caps output_length; concurrency defaults to 64\n"
+    "  --trace-block N         tokens per hash id (default 512; prompts scale by N/512)\n"
+    "  --time-scale F          arrival times multiplied by F (default 1; 0.1: ten times faster,\n"
+    "                          0: all at once)\n"
+    "  --max-requests N        the first N requests of the trace\n"
+    "  --slo-ttft MS           goodput: requests with TTFT <= MS (and --slo-tpot) per second\n"
+    "  --slo-tpot MS           goodput: requests with TPOT <= MS\n"
+    "  --turns T               --requests conversations of T chat turns (/v1/chat/completions):\n"
+    "                          each turn's messages are the last turn's, its answer and a new\n"
+    "                          user message; reports per turn the prompt positions cached,\n"
+    "                          computed and recomputed (held after the last turn, not cached)\n"
+    "  --turn-words W          words per user message (default 16)\n"
     "  --embeddings            post batches of texts to /v1/embeddings instead (the default path\n"
     "                          then) and report texts/s and tokens/s (usage.prompt_tokens)\n"
     "  --texts N               the corpus: N texts of 20..200 words (default 256)\n"
@@ -94,13 +122,28 @@ typedef struct lg_cfg {
     bool embeddings;    /* --embeddings: n_texts texts in requests of batch */
     int n_texts, batch;
     int lora_each; /* --lora-each N: request i names adapter i mod N (its "lora" field), or 0 */
+    const char *trace_path;    /* --trace FILE, or NULL */
+    lg_trace_opts trace;       /* --trace-block, --time-scale, --max-requests, the --gen-len cap */
+    double slo_ttft, slo_tpot; /* ms, 0: no bound */
+    int turns, turn_words;     /* --turns (0: off), --turn-words */
 } lg_cfg;
+
+/* Growable byte buffer. */
+typedef struct lg_buf {
+    char *p;
+    size_t len, cap;
+} lg_buf;
 
 typedef struct lg_req {
     bool ok;
     int status;
     int n_tok;        /* token events */
     int usage_tokens; /* usage.completion_tokens, -1 when absent */
+    int n_prompt;     /* prompt tokens sent */
+    int cached;       /* usage.prompt_tokens_details.cached_tokens, -1 when absent */
+    int usage_prompt; /* usage.prompt_tokens, -1 when absent */
+    int dropped;      /* usage.positions_dropped (serve --ctx-policy), 0 when absent */
+    lg_buf answer;    /* --turns: the streamed text */
     double e2e;       /* ms */
     double *tok_t;    /* [n_tok] ms since sent */
     int tok_cap;
@@ -112,6 +155,7 @@ typedef struct lg_run {
     lg_req *req;     /* [n_requests] */
     double *arrival; /* [n_requests] ms after start, NULL without --rate */
     int32_t *prefix; /* [shared_prefix] */
+    lg_trace trace;  /* --trace: its requests ([n_requests]) */
     pthread_mutex_t mu;
     int next;
     double t0, deadline; /* ms, kvi_time_ms clock */
@@ -178,7 +222,8 @@ static int parse_url(const char *url, lg_cfg *c)
     c->a6.sin6_port = htons((uint16_t)port);
     snprintf(c->host, sizeof c->host, "%s%s%s:%d", c->family == AF_INET6 ? "[" : "", host,
              c->family == AF_INET6 ? "]" : "", (int)port);
-    if (*path == 0 || !strcmp(path, "/")) path = c->embeddings ? "/v1/embeddings" : "/v1/completions";
+    if (*path == 0 || !strcmp(path, "/"))
+        path = c->embeddings ? "/v1/embeddings" : c->turns ? "/v1/chat/completions" : "/v1/completions";
     if (strlen(path) >= sizeof c->path || strpbrk(path, " \r\n"))
         return cli_error("loadgen: --url '%s': bad path", url);
     snprintf(c->path, sizeof c->path, "%s", path);
@@ -205,25 +250,47 @@ static uint64_t seed_mix(uint64_t seed, uint64_t k)
     return z ? z : 1;
 }
 
-/* The request body (malloc'd): the shared prefix, then ids of request i. */
-static char *request_body(const lg_run *run, int i)
+/* Request i's prompt ids (malloc'd, *n of them): the trace's, or the shared
+ * prefix then ids drawn for request i. */
+static int32_t *request_ids(const lg_run *run, int i, int *n)
+{
+    const lg_cfg *c = run->cfg;
+    *n = c->trace_path ? run->trace.req[i].n_prompt : c->prompt_len;
+    int32_t *ids = malloc((size_t)*n * sizeof *ids);
+    if (!ids) return NULL;
+    if (c->trace_path) {
+        lg_trace_prompt(&run->trace, i, ids);
+        return ids;
+    }
+    uint64_t st = seed_mix(c->seed, (uint64_t)i + 1000);
+    for (int k = 0; k < c->prompt_len; k++)
+        ids[k] =
+            k < c->shared_prefix ? run->prefix[k] : 3 + (int32_t)(xorshift(&st) % (uint64_t)(c->vocab - 3));
+    return ids;
+}
+
+/* The request body (malloc'd) of request i; r->n_prompt gets its prompt length. */
+static char *request_body(const lg_run *run, int i, lg_req *r)
 {
     const lg_cfg *c = run->cfg;
     if (c->embeddings) return lg_embed_body(c->seed, c->n_texts, c->batch, i, c->model);
-    size_t cap = (size_t)c->prompt_len * 8 + 512, len = 0;
-    char *b = malloc(cap);
-    if (!b) return NULL;
-    len += (size_t)snprintf(b, cap, "{\"prompt\":[");
-    uint64_t st = seed_mix(c->seed, (uint64_t)i + 1000);
-    for (int k = 0; k < c->prompt_len; k++) {
-        const int32_t id =
-            k < c->shared_prefix ? run->prefix[k] : 3 + (int32_t)(xorshift(&st) % (uint64_t)(c->vocab - 3));
-        len += (size_t)snprintf(b + len, cap - len, "%s%d", k ? "," : "", (int)id);
+    int n = 0;
+    int32_t *ids = request_ids(run, i, &n);
+    size_t cap = (size_t)n * 12 + 512, len = 0;
+    char *b = ids ? malloc(cap) : NULL;
+    if (!b) {
+        free(ids);
+        return NULL;
     }
+    r->n_prompt = n;
+    len += (size_t)snprintf(b, cap, "{\"prompt\":[");
+    for (int k = 0; k < n; k++)
+        len += (size_t)snprintf(b + len, cap - len, "%s%d", k ? "," : "", (int)ids[k]);
+    free(ids);
     len += (size_t)snprintf(b + len, cap - len,
                             "],\"max_tokens\":%d,\"stream\":true,\"ignore_eos\":true,"
                             "\"stream_options\":{\"include_usage\":true}",
-                            c->gen_len);
+                            c->trace_path ? run->trace.req[i].n_gen : c->gen_len);
     if (c->grammar_json) {
         const size_t gl = strlen(c->grammar_json);
         if (len + gl + 16 > cap) {
@@ -295,12 +362,6 @@ static bool send_all(int fd, const char *p, size_t n, double deadline)
     }
     return true;
 }
-
-/* Growable byte buffer. */
-typedef struct lg_buf {
-    char *p;
-    size_t len, cap;
-} lg_buf;
 
 static bool buf_add(lg_buf *b, const char *s, size_t n)
 {
@@ -384,9 +445,9 @@ static bool add_token_time(lg_req *r, double t)
     return true;
 }
 
-/* Handles the complete SSE events in body from *off on. Returns 1 at [DONE],
- * -1 on an error event, 0 otherwise. */
-static int sse_scan(lg_req *r, lg_buf *body, size_t *off, double t)
+/* Handles the complete SSE events in body from *off on (keep_text: their text
+ * appended to r->answer). Returns 1 at [DONE], -1 on an error event, 0 otherwise. */
+static int sse_scan(lg_req *r, lg_buf *body, size_t *off, double t, bool keep_text)
 {
     for (;;) {
         char *start = body->p + *off;
@@ -412,7 +473,22 @@ static int sse_scan(lg_req *r, lg_buf *body, size_t *off, double t)
         const cJSON *u = cJSON_GetObjectItem(j, "usage");
         const cJSON *ct = cJSON_GetObjectItem(u, "completion_tokens");
         if (cJSON_IsNumber(ct)) r->usage_tokens = ct->valueint;
+        const cJSON *cached =
+            cJSON_GetObjectItem(cJSON_GetObjectItem(u, "prompt_tokens_details"), "cached_tokens");
+        if (cJSON_IsNumber(cached)) r->cached = cached->valueint;
+        const cJSON *pt = cJSON_GetObjectItem(u, "prompt_tokens");
+        if (cJSON_IsNumber(pt)) r->usage_prompt = pt->valueint;
+        const cJSON *pd = cJSON_GetObjectItem(u, "positions_dropped");
+        if (cJSON_IsNumber(pd)) r->dropped = pd->valueint;
         const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
+        const cJSON *txt = cJSON_GetObjectItem(c0, "text");
+        if (!txt) txt = cJSON_GetObjectItem(cJSON_GetObjectItem(c0, "delta"), "content");
+        if (keep_text && cJSON_IsString(txt) &&
+            !buf_add(&r->answer, txt->valuestring, strlen(txt->valuestring))) {
+            cJSON_Delete(j);
+            snprintf(r->err, sizeof r->err, "out of memory");
+            return -1;
+        }
         if (c0 && cJSON_IsNull(cJSON_GetObjectItem(c0, "finish_reason")) && !add_token_time(r, t)) {
             cJSON_Delete(j);
             snprintf(r->err, sizeof r->err, "out of memory");
@@ -422,12 +498,14 @@ static int sse_scan(lg_req *r, lg_buf *body, size_t *off, double t)
     }
 }
 
-static void run_request(lg_run *run, int i)
+/* Sends body (freed here; NULL: out of memory) as request i and reads its answer into run->req[i]. */
+static void run_request(lg_run *run, int i, char *body)
 {
     const lg_cfg *c = run->cfg;
     lg_req *r = &run->req[i];
     r->usage_tokens = -1;
-    char *body = request_body(run, i);
+    r->cached = -1;
+    r->usage_prompt = -1;
     if (!body) {
         snprintf(r->err, sizeof r->err, "out of memory");
         return;
@@ -501,7 +579,7 @@ static void run_request(lg_run *run, int i)
             }
         }
         if (r->status == 200 && dec.len > off && !c->embeddings) {
-            const int s = sse_scan(r, &dec, &off, t - t_send);
+            const int s = sse_scan(r, &dec, &off, t - t_send, c->turns > 0);
             if (s == 1) done = true;
             if (s < 0) failed = true;
         }
@@ -546,7 +624,36 @@ static void *worker(void *arg)
                 continue;
             }
         }
-        run_request(run, i);
+        run_request(run, i, request_body(run, i, &run->req[i]));
+    }
+    return NULL;
+}
+
+/* --turns: conversation ci's turns, one after the other. */
+static void run_conversation(lg_run *run, int ci)
+{
+    const lg_cfg *c = run->cfg;
+    lg_conv conv;
+    bool ok = lg_conv_init(&conv, c->seed, ci, c->turn_words) == 0;
+    for (int t = 0; t < c->turns && ok; t++) {
+        lg_req *r = &run->req[ci * c->turns + t];
+        run_request(run, ci * c->turns + t, lg_conv_body(&conv, c->gen_len, c->model));
+        ok = r->ok && kvi_time_ms() < run->deadline && lg_conv_answer(&conv, r->answer.p) == 0;
+        if (!r->ok && !r->err[0]) snprintf(r->err, sizeof r->err, "out of memory");
+    }
+    lg_conv_free(&conv);
+}
+
+static void *conv_worker(void *arg)
+{
+    lg_run *run = arg;
+    const int n_conv = run->cfg->n_requests / run->cfg->turns;
+    for (;;) {
+        pthread_mutex_lock(&run->mu);
+        const int ci = run->next < n_conv && kvi_time_ms() < run->deadline ? run->next++ : -1;
+        pthread_mutex_unlock(&run->mu);
+        if (ci < 0) break;
+        run_conversation(run, ci);
     }
     return NULL;
 }
@@ -611,8 +718,9 @@ static int parse_loadgen_args(int argc, char **argv, lg_cfg *c, const char **url
     const char *url = NULL;
     bool json = false;
     int64_t conc = 1, nreq = 16, plen = 32, glen = 128, prefix = 0, vocab = 500, timeout = 600, texts = 256,
-            batch = 16, lora_each = 0;
-    float rate = 0;
+            batch = 16, lora_each = 0, tblock = LG_TRACE_MOONCAKE_BLOCK, max_req = 0, turns = 0, twords = 16;
+    bool conc_given = false, glen_given = false;
+    float rate = 0, tscale = 1, slo[2] = { 0, 0 };
     uint64_t seed = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -668,6 +776,19 @@ static int parse_loadgen_args(int argc, char **argv, lg_cfg *c, const char **url
                 return cli_error("loadgen: --rate '%s' is not a positive number", v);
             continue;
         }
+        if (!strcmp(a, "--trace")) {
+            if (!(c->trace_path = cli_flag_value(argc, argv, &i))) return 1;
+            continue;
+        }
+        if (!strcmp(a, "--time-scale") || !strcmp(a, "--slo-ttft") || !strcmp(a, "--slo-tpot")) {
+            float *dst = !strcmp(a, "--time-scale") ? &tscale : !strcmp(a, "--slo-ttft") ? &slo[0] : &slo[1];
+            if (!(v = cli_flag_value(argc, argv, &i))) return 1;
+            if (!cli_parse_f32(v, dst) || !(*dst >= 0) || !isfinite(*dst))
+                return cli_error("loadgen: %s '%s' is not a number >= 0", a, v);
+            continue;
+        }
+        conc_given |= !strcmp(a, "--concurrency");
+        glen_given |= !strcmp(a, "--gen-len");
         if (!strcmp(a, "--seed")) {
             if (!(v = cli_flag_value(argc, argv, &i))) return 1;
             if (!cli_parse_u64(v, &seed)) return cli_error("loadgen: --seed '%s' is not an integer", v);
@@ -683,6 +804,10 @@ static int parse_loadgen_args(int argc, char **argv, lg_cfg *c, const char **url
         LG_INT("--texts", texts, 1, 10000000)
         LG_INT("--batch", batch, 1, 100000)
         LG_INT("--lora-each", lora_each, 1, 1024)
+        LG_INT("--trace-block", tblock, 1, 1 << 16)
+        LG_INT("--max-requests", max_req, 1, 100000000)
+        LG_INT("--turns", turns, 1, 10000)
+        LG_INT("--turn-words", twords, 1, 100000)
 #undef LG_INT
         return cli_error("loadgen: unknown option '%s' (kvinfer loadgen --help)", a);
     }
@@ -690,13 +815,29 @@ static int parse_loadgen_args(int argc, char **argv, lg_cfg *c, const char **url
     if (prefix > plen)
         return cli_error("loadgen: --shared-prefix %lld exceeds --prompt-len %lld", (long long)prefix,
                          (long long)plen);
+    if (turns && (c->trace_path || c->embeddings))
+        return cli_error("loadgen: --turns excludes --trace and --embeddings");
+    if (turns && nreq * turns > 100000000) return cli_error("loadgen: --requests x --turns is too many");
+    c->turns = (int)turns;
+    c->turn_words = (int)twords;
     if (parse_url(url, c) != 0) return 1;
     c->n_texts = (int)texts;
     c->batch = (int)batch;
     c->lora_each = (int)lora_each;
     if (c->embeddings) nreq = (texts + batch - 1) / batch;
-    c->concurrency = (int)(conc < nreq ? conc : nreq);
-    c->n_requests = (int)nreq;
+    if (c->trace_path && c->embeddings)
+        return cli_error("loadgen: --trace and --embeddings exclude each other");
+    if (c->trace_path && !conc_given) conc = 64; /* open loop: the trace's arrivals set the load */
+    c->trace = (lg_trace_opts){ .block = (int)tblock,
+                                .time_scale = tscale,
+                                .max_requests = (int)max_req,
+                                .gen_cap = glen_given ? (int)glen : 0,
+                                .vocab = (int)vocab,
+                                .seed = seed };
+    c->slo_ttft = slo[0];
+    c->slo_tpot = slo[1];
+    c->concurrency = (int)(conc < nreq || c->trace_path ? conc : nreq); /* a trace's count: once read */
+    c->n_requests = (int)(turns ? nreq * turns : nreq);
     c->prompt_len = (int)plen;
     c->gen_len = (int)glen;
     c->shared_prefix = (int)prefix;
@@ -716,7 +857,9 @@ static void plan_requests(lg_run *run)
     uint64_t st = seed_mix(c->seed, 0);
     for (int k = 0; k < c->shared_prefix; k++)
         run->prefix[k] = 3 + (int32_t)(xorshift(&st) % (uint64_t)(c->vocab - 3));
-    if (run->arrival) {
+    if (c->trace_path) {
+        for (int i = 0; i < c->n_requests; i++) run->arrival[i] = run->trace.req[i].arrival;
+    } else if (run->arrival) {
         /* Poisson process: exponential gaps, the first request at time 0 */
         uint64_t ar = seed_mix(c->seed, 1);
         double t = 0;
@@ -736,10 +879,10 @@ static double run_all(lg_run *run, pthread_t *th)
     run->deadline = run->t0 + run->cfg->timeout_s * 1000.0;
     int started = 0;
     for (int t = 0; t < run->cfg->concurrency; t++) {
-        if (pthread_create(&th[t], NULL, worker, run) != 0) break;
+        if (pthread_create(&th[t], NULL, run->cfg->turns ? conv_worker : worker, run) != 0) break;
         started++;
     }
-    if (started == 0) worker(run);
+    if (started == 0) (run->cfg->turns ? conv_worker : worker)(run);
     for (int t = 0; t < started; t++) pthread_join(th[t], NULL);
     const double duration_ms = kvi_time_ms() - run->t0;
     pthread_mutex_destroy(&run->mu);
@@ -749,9 +892,13 @@ static double run_all(lg_run *run, pthread_t *th)
 /* The metrics of a run (see the file comment); the arrays are sorted by stat_of. */
 typedef struct lg_summary {
     size_t n_ok;
+    size_t n_good; /* completed within the SLO (all completed without one) */
     long long out_tokens;
+    long long in_tokens;   /* prompt tokens of the completed requests */
+    long long cached;      /* of those, positions the server took from its cache */
+    size_t n_cached;       /* requests whose usage said how many */
     const char *first_err; /* the first failed request's error, NULL when none failed */
-    double dur_s, req_tp, tok_tp;
+    double dur_s, req_tp, tok_tp, goodput;
     lg_stat ttft, tpot, itl, e2e;
 } lg_summary;
 
@@ -770,10 +917,16 @@ static lg_summary summarize(const lg_run *run, double duration_ms, double *ttft,
         }
         const int n_out = r->usage_tokens >= 0 ? r->usage_tokens : r->n_tok;
         m.out_tokens += n_out;
+        m.in_tokens += r->usage_prompt >= 0 ? r->usage_prompt : r->n_prompt;
+        m.cached += r->cached > 0 ? r->cached : 0;
+        m.n_cached += r->cached >= 0;
         ttft[m.n_ok] = r->tok_t[0];
         e2e[m.n_ok] = r->e2e;
         m.n_ok++;
-        if (n_out > 1) tpot[n_tpot++] = (r->e2e - r->tok_t[0]) / (double)(n_out - 1);
+        const double tp = n_out > 1 ? (r->e2e - r->tok_t[0]) / (double)(n_out - 1) : 0.0;
+        if (n_out > 1) tpot[n_tpot++] = tp;
+        m.n_good +=
+            (c->slo_ttft <= 0 || r->tok_t[0] <= c->slo_ttft) && (c->slo_tpot <= 0 || tp <= c->slo_tpot);
         for (int k = 1; k < r->n_tok; k++) itl[k_itl++] = r->tok_t[k] - r->tok_t[k - 1];
     }
     m.dur_s = duration_ms / 1000.0;
@@ -783,10 +936,12 @@ static lg_summary summarize(const lg_run *run, double duration_ms, double *ttft,
     m.e2e = stat_of(e2e, m.n_ok);
     m.req_tp = (double)m.n_ok / m.dur_s;
     m.tok_tp = (double)m.out_tokens / m.dur_s;
+    m.goodput = (double)m.n_good / m.dur_s;
     return m;
 }
 
-static int report_json(const lg_cfg *c, const char *url, const lg_summary *m)
+/* tr: --turns' results [n_requests] (NULL without). */
+static int report_json(const lg_cfg *c, const char *url, const lg_summary *m, const lg_turn_res *tr)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "url", url);
@@ -801,7 +956,19 @@ static int report_json(const lg_cfg *c, const char *url, const lg_summary *m)
     cJSON_AddNumberToObject(o, "failed", (double)(c->n_requests - (int)m->n_ok));
     if (m->first_err) cJSON_AddStringToObject(o, "first_error", m->first_err);
     cJSON_AddNumberToObject(o, "duration_s", m->dur_s);
-    cJSON_AddNumberToObject(o, "total_input_tokens", (double)m->n_ok * c->prompt_len);
+    cJSON_AddNumberToObject(o, "total_input_tokens", (double)m->in_tokens);
+    cJSON_AddNumberToObject(o, "prompt_tokens_cached", (double)m->cached);
+    cJSON_AddNumberToObject(o, "prompt_tokens_computed", (double)(m->in_tokens - m->cached));
+    cJSON_AddNumberToObject(o, "requests_reporting_cached", (double)m->n_cached);
+    if (c->trace_path) {
+        cJSON_AddStringToObject(o, "trace", c->trace_path);
+        cJSON_AddNumberToObject(o, "trace_block", c->trace.block);
+        cJSON_AddNumberToObject(o, "time_scale", c->trace.time_scale);
+    }
+    cJSON_AddNumberToObject(o, "slo_ttft_ms", c->slo_ttft);
+    cJSON_AddNumberToObject(o, "slo_tpot_ms", c->slo_tpot);
+    cJSON_AddNumberToObject(o, "requests_within_slo", (double)m->n_good);
+    cJSON_AddNumberToObject(o, "goodput", m->goodput);
     cJSON_AddNumberToObject(o, "total_output_tokens", (double)m->out_tokens);
     cJSON_AddNumberToObject(o, "request_throughput", m->req_tp);
     cJSON_AddNumberToObject(o, "output_throughput", m->tok_tp);
@@ -809,23 +976,39 @@ static int report_json(const lg_cfg *c, const char *url, const lg_summary *m)
     stat_json(o, "tpot_ms", m->tpot);
     stat_json(o, "itl_ms", m->itl);
     stat_json(o, "e2e_ms", m->e2e);
+    if (tr) lg_turns_report(tr, c->n_requests / c->turns, c->turns, o);
     return cli_print_json(o, "loadgen: out of memory");
 }
 
-static void report_text(const lg_cfg *c, const lg_summary *m)
+static void report_text(const lg_cfg *c, const lg_summary *m, const lg_turn_res *tr)
 {
-    printf("loadgen: %s%s  concurrency %d  rate %s  prompt %d (shared %d)  gen %d\n", c->host, c->path,
-           c->concurrency, c->rate > 0 ? "poisson" : "inf", c->prompt_len, c->shared_prefix, c->gen_len);
+    if (c->trace_path)
+        printf("loadgen: %s%s  concurrency %d  trace %s  (%d requests, %d tokens per hash id, time x %g)\n",
+               c->host, c->path, c->concurrency, c->trace_path, c->n_requests, c->trace.block,
+               c->trace.time_scale);
+    else if (c->turns)
+        printf("loadgen: %s%s  concurrency %d  %d conversations of %d turns (%d words a message)  gen %d\n",
+               c->host, c->path, c->concurrency, c->n_requests / c->turns, c->turns, c->turn_words,
+               c->gen_len);
+    else
+        printf("loadgen: %s%s  concurrency %d  rate %s  prompt %d (shared %d)  gen %d\n", c->host, c->path,
+               c->concurrency, c->rate > 0 ? "poisson" : "inf", c->prompt_len, c->shared_prefix, c->gen_len);
     if (c->rate > 0) printf("rate: %.3f req/s\n", c->rate);
     printf("requests: %zu completed, %d failed  in %.2f s\n", m->n_ok, c->n_requests - (int)m->n_ok,
            m->dur_s);
     if (m->first_err) printf("first failure: %s\n", m->first_err);
     printf("request throughput: %.3f req/s\n", m->req_tp);
     printf("output throughput:  %.2f tok/s  (%lld tokens)\n", m->tok_tp, m->out_tokens);
+    printf("prompt positions:   %lld  cached %lld (%.1f%%)  computed %lld\n", m->in_tokens, m->cached,
+           m->in_tokens ? 100.0 * (double)m->cached / (double)m->in_tokens : 0.0, m->in_tokens - m->cached);
+    if (c->slo_ttft > 0 || c->slo_tpot > 0)
+        printf("goodput:            %.3f req/s  (%zu of %zu within TTFT <= %g ms, TPOT <= %g ms; 0: none)\n",
+               m->goodput, m->n_good, m->n_ok, c->slo_ttft, c->slo_tpot);
     stat_print("TTFT", "ms", m->ttft);
     stat_print("TPOT", "ms", m->tpot);
     stat_print("ITL", "ms", m->itl);
     stat_print("E2E", "ms", m->e2e);
+    if (tr) lg_turns_report(tr, c->n_requests / c->turns, c->turns, NULL);
 }
 
 /* --embeddings: texts/s, tokens/s (usage.prompt_tokens) and request latency; e2e [n_requests]. */
@@ -893,15 +1076,21 @@ static int report(const lg_run *run, const char *url, bool json, double duration
     double *tpot = malloc(((size_t)c->n_requests + 1) * sizeof *tpot);
     double *e2e = malloc(((size_t)c->n_requests + 1) * sizeof *e2e);
     double *itl = malloc((n_itl + 1) * sizeof *itl);
+    lg_turn_res *tr = c->turns ? malloc((size_t)c->n_requests * sizeof *tr) : NULL;
     int rc = 0;
-    if (!ttft || !tpot || !e2e || !itl) {
+    if (!ttft || !tpot || !e2e || !itl || (c->turns && !tr)) {
         rc = cli_error("loadgen: out of memory");
     } else {
+        for (int i = 0; tr && i < c->n_requests; i++) {
+            const lg_req *r = &run->req[i];
+            tr[i] = (lg_turn_res){ r->ok,           r->usage_prompt, r->cached,
+                                   r->usage_tokens, r->dropped,      r->ok ? r->tok_t[0] : 0 };
+        }
         const lg_summary m = summarize(run, duration_ms, ttft, tpot, e2e, itl);
         if (json)
-            rc = report_json(c, url, &m);
+            rc = report_json(c, url, &m, tr);
         else
-            report_text(c, &m);
+            report_text(c, &m, tr);
         if (rc == 0 && m.n_ok == 0)
             rc = cli_error("loadgen: no request completed (%s)", m.first_err ? m.first_err : "?");
     }
@@ -909,6 +1098,7 @@ static int report(const lg_run *run, const char *url, bool json, double duration
     free(tpot);
     free(e2e);
     free(itl);
+    free(tr);
     return rc;
 }
 
@@ -926,22 +1116,36 @@ int cmd_loadgen(int argc, char **argv)
     lg_run run;
     memset(&run, 0, sizeof run);
     run.cfg = &c;
+    if (c.trace_path) {
+        char err[256];
+        if (lg_trace_load(c.trace_path, &c.trace, &run.trace, err, sizeof err) != 0) {
+            free(c.grammar_json);
+            return cli_error("loadgen: %s", err);
+        }
+        c.n_requests = run.trace.n;
+        if (c.concurrency > c.n_requests) c.concurrency = c.n_requests;
+    }
+    const bool timed = c.rate > 0 || c.trace_path;
     run.req = calloc((size_t)c.n_requests, sizeof *run.req);
     run.prefix = malloc((size_t)(c.shared_prefix + 1) * sizeof *run.prefix);
-    run.arrival = c.rate > 0 ? malloc((size_t)c.n_requests * sizeof *run.arrival) : NULL;
+    run.arrival = timed ? malloc((size_t)c.n_requests * sizeof *run.arrival) : NULL;
     pthread_t *th = malloc((size_t)c.concurrency * sizeof *th);
     int rc = 0;
-    if (!run.req || !run.prefix || (c.rate > 0 && !run.arrival) || !th) {
+    if (!run.req || !run.prefix || (timed && !run.arrival) || !th) {
         rc = cli_error("loadgen: out of memory");
     } else {
         plan_requests(&run);
         const double duration_ms = run_all(&run, th);
         rc = report(&run, url, json, duration_ms);
-        for (int i = 0; i < c.n_requests; i++) free(run.req[i].tok_t);
+        for (int i = 0; i < c.n_requests; i++) {
+            free(run.req[i].tok_t);
+            free(run.req[i].answer.p);
+        }
     }
     free(run.req);
     free(run.prefix);
     free(run.arrival);
+    lg_trace_free(&run.trace);
     free(th);
     free(c.grammar_json);
     return rc;

@@ -69,6 +69,10 @@ static const char serve_help[] =
     "  --kv-cache-dir DIR      disk tier: evicted and, at shutdown, all cached prefix blocks as files\n"
     "                          in DIR, found again after a restart (default: off)\n"
     "  --kv-cache-disk BYTES   bound on the disk tier's files (default 8GiB)\n"
+    "  --ctx-policy P          a conversation past the context continues: shift, sinks or heavy\n"
+    "                          makes room (default error: a 400); requests may opt out or in\n"
+    "                          with \"context_policy\": \"error\" | P; usage.positions_dropped\n"
+    "  --keep N, --sink N, --window N   the policy's parameters, as for `run`\n"
     "  --no-prefix-cache       recompute every prompt (default: whole KV blocks of earlier\n"
     "                          prompts are reused; usage.prompt_tokens_details.cached_tokens)\n"
     "  --chat-template-file F  render chat prompts with the Jinja template in F instead of\n"
@@ -151,7 +155,7 @@ static char *model_name_of(const char *path)
 #define SERVE_OPTS                                                                                         \
     (CLI_OPT_MODEL | CLI_OPT_TOKENIZER | CLI_OPT_MMAP | CLI_OPT_THREADS | CLI_OPT_CTX | CLI_OPT_CTX_MIN0 | \
      CLI_OPT_KV_TYPE | CLI_OPT_KV_BUDGET | CLI_OPT_BUDGET_ZERO | CLI_OPT_NO_PREFIX | CLI_OPT_LORA |        \
-     CLI_OPT_KV_TIERS)
+     CLI_OPT_KV_TIERS | CLI_OPT_POLICY)
 
 #define SERVE_BIAS_MAX 256 /* most -l flags */
 
@@ -525,6 +529,7 @@ static int serve_start(srv_server *srv, const serve_opts *o, kvi_sched **sp, kvi
                                  kvi_lora_name(kvi_engine_lora_get(srv->e, i)));
     if (cli_pipe_attach(srv->e, &ep)) return 1; /* mpirun: stage 0 of the pipeline */
     srv->cfg.n_ctx = kvi_engine_n_ctx(srv->e);
+    srv->cfg.ctx_policy = cli_opt_policy(&o->c);
     if (serve_embed(srv, o, &ep) != 0) return 1;
     for (int32_t i = 0; i < o->n_bias; i++)
         if (o->bias_ids[i] >= kvi_n_vocab(srv->m))

@@ -37,19 +37,34 @@ int lg_embed_count(int n_texts, int batch, int i)
     return b > a ? b - a : 0;
 }
 
+/* n words of the stream st appended to b at len, separated by spaces; the new length. */
+static size_t add_words(char *b, size_t len, uint64_t *st, int n)
+{
+    for (int w = 0; w < n; w++) {
+        const char *s = words[mix(st) % (sizeof words / sizeof *words)];
+        if (w) b[len++] = ' ';
+        const size_t sl = strlen(s);
+        memcpy(b + len, s, sl);
+        len += sl;
+    }
+    return len;
+}
+
+size_t lg_corpus_words(char *b, uint64_t seed, uint64_t k, int n)
+{
+    uint64_t st = seed * 0x100000001B3ull + k;
+    const size_t len = add_words(b, 0, &st, n);
+    b[len] = 0;
+    return len;
+}
+
 /* Appends text k of the corpus to b as a JSON string; the new length. */
 static size_t add_text(char *b, size_t len, uint64_t seed, int k)
 {
     uint64_t st = seed * 0x100000001B3ull + (uint64_t)k;
     const int n = 20 + (int)(mix(&st) % 181);
     b[len++] = '"';
-    for (int w = 0; w < n; w++) {
-        const char *s = words[mix(&st) % (sizeof words / sizeof *words)];
-        if (w) b[len++] = ' ';
-        const size_t sl = strlen(s);
-        memcpy(b + len, s, sl);
-        len += sl;
-    }
+    len = add_words(b, len, &st, n);
     b[len++] = '.';
     b[len++] = '"';
     return len;

@@ -16,6 +16,10 @@
 
 /* The body of request i (malloc'd; NULL when out of memory); model NULL: left out. */
 char *lg_embed_body(uint64_t seed, int n_texts, int batch, int i, const char *model);
+/* n words of common English drawn from (seed, k) alone into b (room for
+ * LG_CORPUS_WORD_MAX + 1 bytes a word, and the NUL); the length written. */
+#define LG_CORPUS_WORD_MAX 10
+size_t lg_corpus_words(char *b, uint64_t seed, uint64_t k, int n);
 /* Texts in request i. */
 int lg_embed_count(int n_texts, int batch, int i);
 /* Checks a 200 answer (body [len]): an object whose "data" holds want

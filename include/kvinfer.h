@@ -629,6 +629,7 @@ typedef struct kvi_usage {
     /* speculative decoding (kvi_sched_set_spec): draft tokens
      * verified for this request and how many of them were accepted */
     int32_t spec_drafted, spec_accepted;
+    int32_t positions_dropped; /* by the context policy (kvi_request.ctx_evict) */
 } kvi_usage;
 
 /* Both run on the scheduler's thread (the engine thread), never concurrently for
@@ -688,6 +689,10 @@ typedef struct kvi_request {
      * ids >= n_lora_scales at 0; copied at submit. NULL: the engine's scales. */
     const float *lora_scales;
     int32_t n_lora_scales;
+    /* at the context's end, room is made by the engine's context policy
+     * (kvi_seq_make_room) instead of finishing; a prompt may then be longer than
+     * the context. Never speculated. */
+    bool ctx_evict;
 } kvi_request;
 
 typedef struct kvi_sched_stats {

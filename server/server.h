@@ -119,6 +119,7 @@ typedef struct srv_config {
     const char *api_key;    /* NULL: no authentication */
     const char *model_name; /* what `model` may name (alias or file name without .gguf) */
     int n_ctx;
+    const char *ctx_policy;      /* the engine's context policy (--ctx-policy), NULL: error */
     kvi_sampler_params sampling; /* defaults, as `kvinfer run` */
     bool quiet;
     bool special_in_content; /* Hugging Face's tokenization: special text recognised in message text too */
@@ -227,6 +228,7 @@ typedef struct srv_params {
     int n;
     bool stream, include_usage, ignore_eos;
     bool no_spec; /* kvinfer's "speculative": false (spec2) */
+    bool ctx_evict; /* kvinfer's "context_policy": past the context, the server's policy makes room */
     kvi_sampler_params sp;
     char *stop[SRV_MAX_STOP];
     int n_stop;

@@ -430,6 +430,7 @@ static int submit_choices(srv_server *srv, srv_req *r, srv_err *er)
         rq.max_tokens = r->p.max_tokens;
         rq.ignore_eos = r->p.ignore_eos;
         rq.no_spec = r->p.no_spec;
+        rq.ctx_evict = r->p.ctx_evict;
         rq.grammar = r->p.grammar; /* the scheduler never speculates for it */
         rq.bias_ids = r->p.bias_ids;
         rq.bias_vals = r->p.bias_vals;

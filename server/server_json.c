@@ -111,6 +111,27 @@ static int bool_field(const cJSON *o, const char *name, bool *out, srv_err *er)
     return 0;
 }
 
+/* kvinfer's "context_policy": "error" opts out of the server's --ctx-policy, its
+ * name opts in; absent: the server's (evicting when it has one). */
+static int srv_ctx_policy_field(const srv_server *srv, const cJSON *o, srv_params *p, srv_err *er)
+{
+    const char *own = srv->cfg.ctx_policy;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "context_policy");
+    p->ctx_evict = own != NULL;
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (!cJSON_IsString(v)) return bad(er, "context_policy", "must be a string");
+    if (!strcmp(v->valuestring, "error")) {
+        p->ctx_evict = false;
+        return 0;
+    }
+    if (own && !strcmp(v->valuestring, own)) return 0;
+    return srv_err_set(
+        er, 400, "invalid_request_error", "invalid_value",
+        "'context_policy' '%.40s': this server's policy is '%s' (serve --ctx-policy NAME: shift, "
+        "sinks, heavy)",
+        v->valuestring, own ? own : "error");
+}
+
 /* Chat: "logprobs": bool, "top_logprobs": 0..20 (only with logprobs true).
  * Completions: "logprobs": 0..20 or null. */
 static int parse_logprobs(const cJSON *root, bool chat, srv_params *p, srv_err *er)
@@ -632,6 +653,7 @@ static int parse_request(srv_server *srv, const char *body, size_t len, bool cha
         if ((rc = bool_field(root, "speculative", &spec, er))) goto done;
         p->no_spec = !spec;
     }
+    if ((rc = srv_ctx_policy_field(srv, root, p, er))) goto done;
     const cJSON *so = cJSON_GetObjectItemCaseSensitive(root, "stream_options");
     if (so && !cJSON_IsNull(so)) {
         if (!cJSON_IsObject(so)) {
@@ -664,8 +686,10 @@ static int parse_request(srv_server *srv, const char *body, size_t len, bool cha
     }
     /* a cap the client did not ask for never makes the request too long: the
      * generation ends at the full context instead */
-    if ((int64_t)p->n_prompt + (asked_max ? p->max_tokens : 0) > srv->cfg.n_ctx ||
-        p->n_prompt > srv->cfg.n_ctx) {
+    /* past the context, an evicting request continues: an absent max_tokens is then the context */
+    if (p->ctx_evict && p->max_tokens == 0) p->max_tokens = srv->cfg.n_ctx;
+    if (!p->ctx_evict && ((int64_t)p->n_prompt + (asked_max ? p->max_tokens : 0) > srv->cfg.n_ctx ||
+                          p->n_prompt > srv->cfg.n_ctx)) {
         rc = srv_err_set(
             er, 400, "invalid_request_error", "context_length_exceeded",
             "This model's maximum context length is %d tokens. However, you requested %lld tokens "
@@ -727,6 +751,11 @@ cJSON *srv_usage_json(srv_req *r)
     cJSON_AddNumberToObject(d, "cached_ram_tokens", u0->cached_ram_tokens);
     cJSON_AddNumberToObject(d, "cached_disk_tokens", u0->cached_disk_tokens);
     cJSON_AddNumberToObject(d, "computed_tokens", r->p.n_prompt - u0->cached_tokens);
+    if (r->p.ctx_evict) {
+        int32_t dropped = 0;
+        for (int i = 0; i < r->p.n; i++) dropped += r->ch[i].usage.positions_dropped;
+        cJSON_AddNumberToObject(u, "positions_dropped", dropped);
+    }
     cJSON *t = cJSON_AddObjectToObject(u, "timings");
     cJSON_AddNumberToObject(t, "queue_ms", u0->queue_ms);
     cJSON_AddNumberToObject(t, "prefill_ms", u0->prefill_ms);

@@ -44,7 +44,7 @@
         "typical_p", "mirostat", "mirostat_tau", "mirostat_eta", "dry_multiplier", "dry_base",              \
         "dry_allowed_length", "dry_penalty_last_n", "dry_sequence_breakers", "xtc_probability",             \
         "xtc_threshold", "top_n_sigma", "dynatemp_range", "dynatemp_exponent", "repeat_last_n", "min_keep", \
-        "samplers", "n_probs", "lora"
+        "samplers", "n_probs", "lora", "context_policy"
 
 /* "suffix" (with "input_extra") asks for fill in the middle (server_infill.c) */
 static const char *const completions_names[] = { SRV_FIELDS_COMMON, "prompt", "suffix", "input_extra" };

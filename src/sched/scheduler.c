@@ -10,6 +10,7 @@
  *   tokens  [n_ctx + 1] int32  prompt, then every generated token
  *   n_tokens                   prompt + generated so far
  *   seq len (kvi_seq_len)      positions whose K/V are cached: 0..n_done-1
+ *   shift                      tokens[i] sits at position i - shift (0 unless ctx_evict)
  *
  * A request needs rows for tokens[n_done .. n_tokens-1]; the last of them wants
  * logits, from which the next token is sampled. One pending row is a decode row;
@@ -72,6 +73,15 @@
  * while the engine thread waits); callbacks run on it without the mutex held; every accepted request
  * gets exactly one on_done, after which it is freed. The engine is batch
  * invariant, so what a request gets does not depend on what else is running.
+ *
+ * Context policy (kvi_request.ctx_evict): before a batch is built, a request of
+ * the lane whose next rows (at most SCHED_EVICT_CHUNK) would pass n_ctx calls
+ * kvi_seq_make_room for them; the positions it drops add to shift and to its
+ * positions_dropped, and its prefill chunks stop at n_ctx. Its tokens array
+ * grows past n_ctx + 1. Preemption recomputes from the tokens with the policy
+ * applied again (shift 0). Where the evictions fall depends on the request's
+ * prefill chunks, so such a request is batch invariant only as far as its
+ * chunks are.
  */
 #include "kvinfer.h"
 
@@ -91,8 +101,10 @@ typedef struct sreq {
     uint64_t id;
     kvi_request r;   /* r.prompt not used after submit */
     int32_t *tokens; /* [cap] prompt then generated */
-    int32_t cap;     /* n_ctx + 1 */
+    int32_t cap;     /* n_ctx + 1, more with ctx_evict */
     int32_t n_prompt, n_tokens, n_done;
+    int32_t shift;   /* tokens[i] is at position i - shift */
+    int32_t dropped; /* positions the context policy dropped */
     kvi_sampler *smp;
     kvi_seq *seq; /* RUNNING only */
     int state;
@@ -114,6 +126,8 @@ typedef struct sreq {
 } sreq;
 
 #define SCHED_LANES_MAX KVI_STEP_DEPTH_MAX
+/* rows an evicting request is given room for at once (a quarter of the context at most) */
+#define SCHED_EVICT_CHUNK 256
 
 struct kvi_sched {
     kvi_engine *e;
@@ -249,6 +263,7 @@ static void finish(kvi_sched *s, sreq *q, kvi_finish f, const kvi_error *err)
     u.cached_ram_tokens = q->cached_ram;
     u.cached_disk_tokens = q->cached_disk;
     u.n_preempted = q->n_preempted;
+    u.positions_dropped = q->dropped;
     u.queue_ms = q->t_admit > 0 ? q->t_admit - q->t_submit : 0.0;
     u.prefill_ms = q->t_first > 0 && q->t_prefill0 > 0 ? q->t_first - q->t_prefill0 : 0.0;
     u.ttft_ms = q->t_first > 0 ? q->t_first - q->t_submit : 0.0;
@@ -286,7 +301,7 @@ int kvi_sched_submit(kvi_sched *s, const kvi_request *r, uint64_t *id, kvi_error
     if (r->top_logprobs < 0 || r->top_logprobs > KVI_LOGPROBS_MAX)
         return err_set(err, KVI_E_INVALID, "top_logprobs is %d, outside [0, %d]", r->top_logprobs,
                        KVI_LOGPROBS_MAX);
-    if (r->n_prompt > s->n_ctx)
+    if (r->n_prompt > s->n_ctx && !r->ctx_evict)
         return err_set(err, KVI_E_CONTEXT_FULL,
                        "context_length_exceeded: the prompt has %d tokens but the context holds %d",
                        r->n_prompt, s->n_ctx);
@@ -295,7 +310,8 @@ int kvi_sched_submit(kvi_sched *s, const kvi_request *r, uint64_t *id, kvi_error
         pthread_mutex_lock(&s->mu);
         ks = s->st.engine;
         pthread_mutex_unlock(&s->mu);
-        const int64_t need = ((int64_t)r->n_prompt + ks.kv_block_size) / ks.kv_block_size;
+        const int64_t held = r->ctx_evict && r->n_prompt > s->n_ctx ? s->n_ctx : r->n_prompt;
+        const int64_t need = (held + ks.kv_block_size) / ks.kv_block_size;
         if (need > ks.kv_blocks_total)
             return err_set(err, KVI_E_NO_KV_SPACE,
                            "context_length_exceeded: the prompt needs %lld KV blocks but the KV budget "
@@ -335,7 +351,7 @@ int kvi_sched_submit(kvi_sched *s, const kvi_request *r, uint64_t *id, kvi_error
     }
     q->r = *r;
     q->r.prompt = NULL;
-    q->cap = s->n_ctx + 1;
+    q->cap = (r->n_prompt > s->n_ctx ? r->n_prompt : s->n_ctx) + 1;
     q->tokens = malloc((size_t)q->cap * sizeof *q->tokens);
     q->r.bias_ids = NULL;
     q->r.bias_vals = NULL;
@@ -512,7 +528,7 @@ int kvi_sched_set_spec(kvi_sched *s, const kvi_spec_params *p, kvi_engine *draft
 static void spec_attach(kvi_sched *s, sreq *q)
 {
     /* a grammar's mask would have to follow every draft: such requests stay plain */
-    if (!s->spec_on || q->r.no_spec || q->r.grammar || q->sp) return;
+    if (!s->spec_on || q->r.no_spec || q->r.grammar || q->sp || q->r.ctx_evict) return;
     if (kvi_sampler_params_stateful(&q->r.sampling)) return;
     kvi_error e2 = { 0 };
     q->drafts = malloc((size_t)s->spec_p.draft_max * sizeof *q->drafts);
@@ -683,7 +699,8 @@ static void admit(kvi_sched *s, int L)
         per_lane[q->lane]++;
         kvi_stats qs;
         kvi_stats_get(s->e, q->seq, &qs);
-        const int32_t want = blocks_for(q->n_tokens, bs);
+        const int32_t want =
+            blocks_for(q->r.ctx_evict && q->n_tokens > s->n_ctx ? s->n_ctx : q->n_tokens, bs);
         if (want > qs.kv_blocks_used) pending += want - qs.kv_blocks_used;
     }
     /* (recurrent state snapshots hold blocks the pool takes back when it needs them) */
@@ -721,8 +738,9 @@ static void admit(kvi_sched *s, int L)
         kvi_stats_get(s->e, seq, &qs);
         const int64_t taken = (int64_t)after.kv_blocks_used - before.kv_blocks_used;
         /* the pending rows plus the first generated token's row, beyond the reused blocks */
-        const int64_t need =
-            (int64_t)blocks_for(best->n_tokens + 1, bs) - qs.kv_blocks_used + (taken > 0 ? taken : 0);
+        const int32_t n_hold =
+            best->r.ctx_evict && best->n_tokens >= s->n_ctx ? s->n_ctx : best->n_tokens + 1;
+        const int64_t need = (int64_t)blocks_for(n_hold, bs) - qs.kv_blocks_used + (taken > 0 ? taken : 0);
         if (need > free_blocks && n_running > 0) {
             kvi_seq_free(seq);
             break;
@@ -730,6 +748,7 @@ static void admit(kvi_sched *s, int L)
         best->seq = seq;
         best->state = SREQ_RUNNING;
         best->n_done = reused;
+        best->shift = 0;
         best->row = -1;
         best->n_draft = 0;
         best->lane = L;
@@ -771,7 +790,7 @@ static int32_t build_batch(kvi_sched *s, int L, double t_step, int32_t *n_prefil
         if (q->state != SREQ_RUNNING || q->lane != L) continue;
         q->row = -1;
         if (q->n_tokens - q->n_done != 1) continue;
-        q->row = kvi_batch_add(b, q->seq, q->tokens[q->n_done], q->n_done, true);
+        q->row = kvi_batch_add(b, q->seq, q->tokens[q->n_done], q->n_done - q->shift, true);
         for (int32_t k = 0; k < q->n_draft; k++)
             kvi_batch_add(b, q->seq, q->drafts[k], q->n_done + 1 + k, true);
     }
@@ -780,17 +799,22 @@ static int32_t build_batch(kvi_sched *s, int L, double t_step, int32_t *n_prefil
         sreq *next = NULL;
         for (int i = 0; i < s->n_live; i++) {
             sreq *q = s->live[i];
-            if (q->state != SREQ_RUNNING || q->lane != L || q->row >= 0 || q->n_tokens - q->n_done <= 1)
+            if (q->state != SREQ_RUNNING || q->lane != L || q->row != -1 || q->n_tokens - q->n_done <= 1)
                 continue;
             if (!next || q->admit_no < next->admit_no) next = q;
         }
         if (!next) break;
         int32_t n = next->n_tokens - next->n_done;
         if (n > budget) n = budget;
+        if (next->r.ctx_evict && n > s->n_ctx - kvi_seq_len(next->seq)) n = s->n_ctx - kvi_seq_len(next->seq);
+        if (n <= 0) { /* no room made (evict_all failed): not in this batch */
+            next->row = -2;
+            continue;
+        }
         int32_t last = -1;
         for (int32_t k = 0; k < n; k++) {
-            const int32_t pos = next->n_done + k;
-            last = kvi_batch_add(b, next->seq, next->tokens[pos], pos, pos == next->n_tokens - 1);
+            const int32_t i = next->n_done + k;
+            last = kvi_batch_add(b, next->seq, next->tokens[i], i - next->shift, i == next->n_tokens - 1);
         }
         if (next->n_done + n == next->n_tokens)
             next->row = last;
@@ -833,6 +857,7 @@ static bool preempt_youngest(kvi_sched *s)
     y->state = SREQ_WAITING;
     y->row = -1;
     y->n_done = 0;
+    y->shift = 0;
     y->preempted = true;
     y->n_preempted++;
     pthread_mutex_lock(&s->mu);
@@ -964,7 +989,14 @@ static bool deliver(kvi_sched *s, sreq *q, const float *logits, int32_t tok, dou
         *f = KVI_FINISH_STOP;
         return true;
     }
-    if ((q->r.max_tokens > 0 && n_gen >= q->r.max_tokens) || q->n_tokens > s->n_ctx ||
+    if (q->r.ctx_evict && q->n_tokens >= q->cap) {
+        int32_t *nt = q->cap < INT32_MAX / 2 ? realloc(q->tokens, (size_t)q->cap * 2 * sizeof *nt) : NULL;
+        if (nt) {
+            q->tokens = nt;
+            q->cap *= 2;
+        }
+    }
+    if ((q->r.max_tokens > 0 && n_gen >= q->r.max_tokens) || (q->n_tokens > s->n_ctx && !q->r.ctx_evict) ||
         q->n_tokens >= q->cap) {
         *f = KVI_FINISH_LENGTH;
         return true;
@@ -1072,7 +1104,7 @@ static void lane_deliver(kvi_sched *s, int L)
         }
         if (q->row == -2) {
             /* a prefill chunk that did not reach the last pending row */
-            q->n_done = kvi_seq_len(q->seq);
+            q->n_done = kvi_seq_len(q->seq) + q->shift;
             q->row = -1;
             i++;
             continue;
@@ -1108,6 +1140,33 @@ static void lane_deliver(kvi_sched *s, int L)
         }
     }
     prof_end(PROF_CALLBACKS, t_cb);
+}
+
+/* Room by the context policy for the next rows of lane L's evicting requests
+ * (see the file comment); a request whose room cannot be made finishes with the error. */
+static void evict_all(kvi_sched *s, int L)
+{
+    int32_t chunk = s->n_ctx / 4 < SCHED_EVICT_CHUNK ? s->n_ctx / 4 : SCHED_EVICT_CHUNK;
+    if (chunk < 1) chunk = 1;
+    for (int i = 0; i < s->n_live;) {
+        sreq *q = s->live[i];
+        const int32_t want = q->n_tokens - q->n_done < chunk ? q->n_tokens - q->n_done : chunk;
+        const int32_t held = q->seq ? kvi_seq_len(q->seq) : 0;
+        if (q->state != SREQ_RUNNING || q->lane != L || !q->r.ctx_evict || held + want <= s->n_ctx) {
+            i++;
+            continue;
+        }
+        kvi_error e = { 0 };
+        const int32_t now = kvi_seq_make_room(q->seq, want, &e);
+        if (now < 0) {
+            live_remove(s, i);
+            finish(s, q, KVI_FINISH_ERROR, &e);
+            continue;
+        }
+        q->dropped += held - now;
+        q->shift = q->n_done - now;
+        i++;
+    }
 }
 
 /* Fails lane L's requests that have rows in its batch. */
@@ -1157,6 +1216,7 @@ int kvi_sched_step(kvi_sched *s, kvi_error *err)
     s->cur = (L + 1) % s->n_lanes;
     if (s->inflight[L]) lane_finish(s, L);
     admit(s, L);
+    evict_all(s, L);
     spec_draft_all(s);
     const double t_step = kvi_time_ms();
     int32_t n_prefill = 0, n_rows = 0;
