@@ -31,6 +31,7 @@ enum {
     ARCH_ENCODER_TENSORS = 1 << 9,    /* BERT-family tensors, bound by model_enc_bind_encoder (model_enc.h) */
     ARCH_V_FROM_K = 1 << 10,          /* attn_v may be absent: V is K's projection (gemma4), and
                                          layers with kv_share bind no K/V */
+    ARCH_OUT_NORM_EMBD = 1 << 11,     /* the output norm is stored as token_embd_norm (lfm2) */
 };
 
 typedef struct model_arch {
@@ -112,5 +113,6 @@ extern const model_arch model_arch_mistral3, model_arch_smollm3, model_arch_seed
 extern const model_arch model_arch_glm4moe, model_arch_minimax_m2, model_arch_hunyuan_moe, model_arch_ernie45_moe,
     model_arch_bailingmoe2, model_arch_afmoe, model_arch_qwen35moe;
 extern const model_arch model_arch_llama4, model_arch_gemma4;
+extern const model_arch model_arch_lfm2, model_arch_lfm2moe;
 
 #endif
