@@ -584,10 +584,10 @@ static int delta_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *row
         f->sn[r] = rows->snap && rows->snap[r0 + r] ? rows->snap[r0 + r] + off : NULL;
     }
     /* the mixer's output replaces its input in xb [n][dim] */
-    const int rc =
-        m->shortconv
-            ? fwd_shortconv_run(f->sconv, pool, m, &m->layers[l], f->xb, n, f->st, rows->pos + r0, f->sn, f->xb)
-            : fwd_delta_run(f->delta, pool, m, &m->layers[l], f->xb, n, f->st, rows->pos + r0, f->sn, f->xb);
+    const int rc = m->shortconv ? fwd_shortconv_run(f->sconv, pool, m, &m->layers[l], f->xb, n, f->st,
+                                                    rows->pos + r0, f->sn, f->xb)
+                                : fwd_delta_run(f->delta, pool, m, &m->layers[l], f->xb, n, f->st,
+                                                rows->pos + r0, f->sn, f->xb);
     if (rc) return rc;
     residual_add(m, f->x + (size_t)r0 * m->dim, f->xb, m->layers[l].post_attn_norm, n);
     return KVI_OK;

@@ -399,7 +399,8 @@ static int check_shortconv(const struct kvi_model *m, const model_layer *L, int 
     if ((rc = check_matrix(&L->ssm_qkv, nm, m->dim, 3 * (int64_t)m->dim, err))) return rc;
     snprintf(nm, sizeof nm, "blk.%d.shortconv.out_proj", l);
     if ((rc = check_matrix(&L->ssm_out, nm, m->dim, m->dim, err))) return rc;
-    if (!L->conv_w) return err_set(err, KVI_E_FORMAT, "model: blk.%d: the short convolution's taps are missing", l);
+    if (!L->conv_w)
+        return err_set(err, KVI_E_FORMAT, "model: blk.%d: the short convolution's taps are missing", l);
     return 0;
 }
 
@@ -488,7 +489,7 @@ int model_validate(const struct kvi_model *m, kvi_error *err)
             mats[0].t = mats[1].t = mats[2].t = NULL;
             mats[3].in = (int64_t)m->n_heads * m->mla_v_dim;
         }
-        if (m->attn_gated) mats[0].out = 2 * q_dim; /* per head [q | gate] */
+        if (m->attn_gated) mats[0].out = 2 * q_dim;      /* per head [q | gate] */
         if (m->act == MODEL_ACT_XIELU) mats[4].t = NULL; /* ungated FFN */
         if (L->recurrent) { /* a DeltaNet mixer or a short convolution instead of attention */
             if ((rc = m->shortconv ? check_shortconv(m, L, l, err) : check_delta(m, L, l, err))) return rc;

@@ -763,8 +763,9 @@ static int bind_model(gbind *b, const model_arch *a, kvi_error *err)
                    ? rc
                    : check_all_used(b, a, err);
     if ((rc = bind_matrix(b, "token_embd.weight", dim, m->n_vocab, true, &m->tok_embd, err)) ||
-        (rc = bind_vector(b, (a->flags & ARCH_OUT_NORM_EMBD) ? "token_embd_norm.weight" : "output_norm.weight",
-                          dim, true, &m->output_norm, err)) ||
+        (rc =
+             bind_vector(b, (a->flags & ARCH_OUT_NORM_EMBD) ? "token_embd_norm.weight" : "output_norm.weight",
+                         dim, true, &m->output_norm, err)) ||
         (rc = bind_matrix(b, "output.weight", dim, m->n_vocab, false, &m->output, err)) ||
         (rc = bind_vector(b, "rope_freqs.weight", half, false, &m->rope_freqs, err)) ||
         (rc = bind_vector(b, "rope_factors_long.weight", half, false, &m->rope_long, err)) ||

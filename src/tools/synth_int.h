@@ -72,5 +72,6 @@ typedef struct synth_hooks {
 } synth_hooks;
 
 extern const synth_hooks synth_hooks_llama4, synth_hooks_gemma4;
+extern const synth_hooks synth_hooks_lfm2; /* lfm2, lfm2moe */
 
 #endif
