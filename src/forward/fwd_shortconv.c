@@ -65,12 +65,14 @@ typedef struct sconv_task {
     float *const *state;
     const int32_t *pos;
     float *const *snap;
+    const tpool *pool;
 } sconv_task;
 
 /* Channels [c0, c1) of thread ith of nth over every row, in row order. */
 static void sconv_channels(void *ctx, int ith, int nth)
 {
     const sconv_task *t = ctx;
+    const tpool *pool = t->pool;
     const int dim = t->m->dim, K = t->m->ssm_conv;
     const int c0 = (int)((int64_t)dim * ith / nth), c1 = (int)((int64_t)dim * (ith + 1) / nth);
     const size_t bytes = (size_t)(c1 - c0) * sizeof(float);
@@ -79,7 +81,7 @@ static void sconv_channels(void *ctx, int ith, int nth)
         if (t->pos[r] == 0)      /* a sequence's first position starts from zeros */
             for (int k = 0; k < K - 1; k++) memset(st + (size_t)k * dim + c0, 0, bytes);
         const float *p = t->s->p + (size_t)r * 3 * dim;
-        kern_shortconv_row(t->L->conv_w, K, st, (size_t)dim, p, p + dim, p + 2 * (size_t)dim, c0, c1,
+        kern_shortconv_row(pool, t->L->conv_w, K, st, (size_t)dim, p, p + dim, p + 2 * (size_t)dim, c0, c1,
                            t->s->v + (size_t)r * dim);
         if (t->snap && t->snap[r]) /* the state as it is after row r */
             for (int k = 0; k < K - 1; k++)
@@ -95,7 +97,7 @@ static int sconv_part(fwd_shortconv *s, tpool *pool, const struct kvi_model *m, 
     const int dim = m->dim;
     int rc = kern_matmul(pool, &L->ssm_qkv, xb, dim, n, s->p, 3 * dim);
     if (rc) return rc;
-    sconv_task t = { .m = m, .L = L, .s = s, .n = n, .state = state, .pos = pos, .snap = snap };
+    sconv_task t = { .m = m, .L = L, .s = s, .n = n, .state = state, .pos = pos, .snap = snap, .pool = pool };
     if (n >= FWD_SHORTCONV_PAR_ROWS) /* a few rows: less work than waking the pool */
         tpool_run(pool, sconv_channels, &t);
     else

@@ -36,6 +36,7 @@
 #include "kernels/fmm_amx.h"
 #include "kernels/qgemm_amx.h"
 #include "kernels/delta.h"
+#include "kernels/shortconv.h"
 #include "kernels/fmm_avx512.h"
 #include "kernels/kernels_int.h"
 #include "base/cpu.h"
@@ -124,6 +125,13 @@ void kern_delta_step(const tpool *pool, float *S, const float *q, const float *k
 {
     const kern_table *t = tab_of(pool);
     (t->delta_step ? t->delta_step : kern_delta_step_ref)(S, q, k, v, decay, beta, scale, dk, o);
+}
+
+void kern_shortconv_row(const tpool *pool, const float *w, int K, float *st, size_t ld, const float *b,
+                        const float *c, const float *x, int c0, int c1, float *y)
+{
+    const kern_table *t = tab_of(pool);
+    (t->shortconv_row ? t->shortconv_row : kern_shortconv_row_ref)(w, K, st, ld, b, c, x, c0, c1, y);
 }
 
 /* AMX-INT8 for the integer products of this pool (the process-wide switch,

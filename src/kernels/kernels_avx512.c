@@ -907,4 +907,5 @@ const kern_table kern_table_avx512 = {
     .fmm_amx = kern_fmm_amx,
     .amx_q8 = true,
     .delta_step = kern_delta_step_avx512,
+    .shortconv_row = kern_shortconv_row_avx512,
 };

@@ -57,6 +57,9 @@ typedef struct kern_table {
     /* the gated delta rule's step (delta.h), with the reference's bits; NULL: the reference */
     void (*delta_step)(float *S, const float *q, const float *k, const float *v, float decay, float beta,
                        float scale, int dk, float *o);
+    /* the short convolution's row step (shortconv.h), with the reference's bits; NULL: the reference */
+    void (*shortconv_row)(const float *w, int K, float *st, size_t ld, const float *b, const float *c,
+                          const float *x, int c0, int c1, float *y);
 } kern_table;
 
 /* The table of the active ISA (kernels.c): every SIMD entry is reached through it. */
@@ -72,6 +75,8 @@ extern const kern_table kern_table_avx512;
 
 void kern_delta_step_avx512(float *S, const float *q, const float *k, const float *v, float decay, float beta,
                             float scale, int dk, float *o);
+void kern_shortconv_row_avx512(const float *w, int K, float *st, size_t ld, const float *b, const float *c,
+                               const float *x, int c0, int c1, float *y);
 
 /* The AVX2 dequantisation, reused by the AVX-512 table for the block types. */
 int kern_dequant_avx2(kvi_type t, const void *src, float *dst, int64_t n);

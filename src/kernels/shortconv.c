@@ -1,6 +1,6 @@
 /*
  * shortconv.c — the gated short convolution's row step (shortconv.h): the scalar
- * reference, and the dispatch to the AVX-512 path where the CPU has it.
+ * reference (kernels.c dispatches to the pool's ISA path, shortconv_avx512.c).
  */
 #include "kernels/shortconv.h"
 
@@ -21,10 +21,4 @@ void kern_shortconv_row_ref(const float *w, int K, float *st, size_t ld, const f
         st[(size_t)(K - 2) * ld + ch] = u;
         y[ch] = c[ch] * s;
     }
-}
-
-void kern_shortconv_row(const float *w, int K, float *st, size_t ld, const float *b, const float *c,
-                        const float *x, int c0, int c1, float *y)
-{
-    kern_shortconv_row_ref(w, K, st, ld, b, c, x, c0, c1, y);
 }

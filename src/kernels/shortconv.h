@@ -16,12 +16,14 @@
 #ifndef KVI_KERNELS_SHORTCONV_H
 #define KVI_KERNELS_SHORTCONV_H
 
+#include "base/threadpool.h"
+
 #include <stddef.h>
 
 void kern_shortconv_row_ref(const float *w, int K, float *st, size_t ld, const float *b, const float *c,
                             const float *x, int c0, int c1, float *y);
-/* The step on the machine's best path (the same bits as the reference). */
-void kern_shortconv_row(const float *w, int K, float *st, size_t ld, const float *b, const float *c,
-                        const float *x, int c0, int c1, float *y);
+/* The step on the pool's ISA path (the same bits as the reference; kernels.c). */
+void kern_shortconv_row(const tpool *pool, const float *w, int K, float *st, size_t ld, const float *b,
+                        const float *c, const float *x, int c0, int c1, float *y);
 
 #endif
