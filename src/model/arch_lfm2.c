@@ -60,9 +60,10 @@ static int lfm2_hparams(struct kvi_model *m, const gguf_ctx *g, kvi_error *err)
 
 static int lfm2moe_hparams(struct kvi_model *m, const gguf_ctx *g, kvi_error *err)
 {
-    if (m->n_expert == 0) return err_set(err, KVI_E_FORMAT, "gguf: lfm2moe without lfm2moe.expert_count");
-    int rc = model_moe_keys(m, g, MOE_KEY_GATING, 2, err);
-    if (rc) return rc;
+    /* read here too: a metadata-only read (kv-plan -m) has no expert fields */
+    int n_expert = 0;
+    int rc = model_gguf_int(g, m->arch, "expert_count", true, 0, 1, MODEL_MAX_EXPERTS, &n_expert, err);
+    if (rc || (rc = model_moe_keys(m, g, MOE_KEY_GATING, 2, err))) return rc;
     m->expert_norm = true;
     return lfm2_hparams(m, g, err);
 }
