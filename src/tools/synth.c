@@ -480,6 +480,17 @@ void synth_add(synth_table *tab, const char *name, int64_t ne0, int64_t ne1, syn
     d->type = kind == SK_MATRIX ? synth_matrix_type(want, ne0) : KVI_TYPE_F32;
 }
 
+void synth_add_block(synth_table *tab, const kvi_synth_params *p, int l, const char *role, int64_t ne0,
+                     int64_t ne1, synth_kind kind, int64_t n_exp)
+{
+    char nm[64];
+    snprintf(nm, sizeof nm, "blk.%d.%s.weight", l, role);
+    if (n_exp > 0)
+        synth_add_experts(tab, nm, ne0, ne1, n_exp, kind, synth_role_type(p, role, l, false));
+    else
+        synth_add(tab, nm, ne0, ne1, kind, synth_role_type(p, role, l, false));
+}
+
 /* An expert tensor {ne0, ne1, n_exp}: a matrix per expert, or (bias) a vector per expert. */
 void synth_add_experts(synth_table *tab, const char *name, int64_t ne0, int64_t ne1, int64_t n_exp,
                        synth_kind kind, kvi_type want)
