@@ -441,7 +441,7 @@ static void print_plan_text(const kvplan_opts *o, const kvplan_shape *shape, con
         cli_human_bytes(st, sizeof st, (double)shape->state_bytes);
         cli_human_bytes(kv, sizeof kv, f->bps_d - (double)shape->state_bytes);
         cli_human_bytes(all, sizeof all, f->all_attn_d);
-        printf("layer kinds     %d attention: K/V %s at %lld tokens; %d recurrent (gated DeltaNet): state %s "
+        printf("layer kinds     %d attention: K/V %s at %lld tokens; %d recurrent (a fixed state): state %s "
                "(%llu bytes, f32, fixed whatever the context)\n",
                shape->n_layers - shape->n_recurrent, kv, (long long)f->ctx, shape->n_recurrent, st,
                (unsigned long long)shape->state_bytes);

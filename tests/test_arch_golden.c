@@ -462,5 +462,8 @@ int main(void)
      * only as the README says (the choice follows activation rounding) */
     check_file("deepseek32-f32", 0.002, 4, 2);
     check_file("deepseek32-q8_0", DSA_Q8_TOL, 4, 2);
+    /* issue 41 (README-state-t3.md): short-convolution hybrids */
+    check_pair("lfm2", "q8_0", 0, 0);
+    check_pair("lfm2moe", "q8_0", 4, 2);
     return test_main_end();
 }

@@ -124,6 +124,7 @@ static bool same(const float *a, const float *b, int n)
  * Hv dk x dk delta rule), attention layers and their K (= V) floats a token. */
 typedef struct shape {
     int n_rec, state_floats, n_attn, kv_floats;
+    int tight; /* blocks of a budget that must take snapshots back (0: 7) */
 } shape;
 
 static void check_state(kvi_model *m, const char *name, const int32_t *toks, int n, const float *pre,
@@ -258,9 +259,10 @@ static void check_file(const char *name, double tol, const shape *sh)
     CHECK(same(pre, mixed, n), "%s: two prompts with their rows interleaved in one step differ", name);
     free(mixed);
     uint64_t ev = 0;
-    float *tight = run_budget(m, toks, n, 16, 2, 0, 7, &ev);
-    CHECK(same(pre, tight, n) && ev > 0, "%s: chunked prefill in 7 blocks: same %d, %llu snapshots evicted",
-          name, same(pre, tight, n), (unsigned long long)ev);
+    const int tb = sh->tight ? sh->tight : 7;
+    float *tight = run_budget(m, toks, n, 16, 2, 0, tb, &ev);
+    CHECK(same(pre, tight, n) && ev > 0, "%s: chunked prefill in %d blocks: same %d, %llu snapshots evicted",
+          name, tb, same(pre, tight, n), (unsigned long long)ev);
     free(tight);
     CHECK(same(pre, c16, n) && same(pre, c5, n), "%s: chunked prefill (16 / 5) differs", name);
     CHECK(same(pre, t1, n), "%s: 1 thread differs from 2", name);
@@ -365,8 +367,8 @@ int main(void)
 {
     /* qwen35, qwen3next: 6 DeltaNet layers of 3 x 256 conv + 4 x 32 x 32 state floats,
      * 2 attention layers of 128 K floats; qwen35moe: 3 of 3 x 128 + 4 x 16 x 16, 1 of 64 */
-    static const shape dense = { 6, 3 * 256 + 4 * 32 * 32, 2, 128 },
-                       moe = { 3, 3 * 128 + 4 * 16 * 16, 1, 64 };
+    static const shape dense = { 6, 3 * 256 + 4 * 32 * 32, 2, 128, 0 },
+                       moe = { 3, 3 * 128 + 4 * 16 * 16, 1, 64, 0 };
     check_file("qwen35-f32", 0.002, &dense);
     check_file("qwen35-q8_0", 0.03, &dense);
     check_file("qwen3next-f32", 0.002, &dense);
@@ -374,5 +376,14 @@ int main(void)
     check_file("qwen35moe-f32", 0.002, &moe);
     check_file("qwen35moe-q8_0", 0.03, &moe);
     check_fused_gate_up();
+    /* lfm2, lfm2moe (README-state-t3.md): 3 short convolutions of 2 x 64 state floats
+     * (1536 bytes a sequence), 1 attention layer of 2 x 16 K floats; a snapshot fits
+     * one block, so a budget of 4 (3 for the sequence) takes them back */
+    static const shape lfm2 = { 3, 2 * 64, 1, 32, 4 };
+    CHECK(lfm2.n_rec * lfm2.state_floats * sizeof(float) == 1536, "lfm2: the README's 1536 state bytes");
+    check_file("lfm2-f32", 0.002, &lfm2);
+    check_file("lfm2-q8_0", 0.03, &lfm2);
+    check_file("lfm2moe-f32", 0.002, &lfm2);
+    check_file("lfm2moe-q8_0", 0.03, &lfm2);
     return test_main_end();
 }

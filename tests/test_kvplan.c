@@ -252,6 +252,14 @@ int main(void)
     snprintf(args, sizeof args, "-m %s --mem 1MiB --ctx 512 --kv-type f32",
              shared_path("golden/arch/qwen35-f32.gguf"));
     expect_plan(args, 2048, 1165312.0, 0, 455);
+    /* short-convolution hybrids (README-state-t3.md): 1 attention layer x 2 x (2 x 16) x 4 =
+     * 256 a token, state 3 x 2 x 64 x 4 = 1536; at 512 tokens 132608, 7 in 1 MiB, one
+     * sequence (1 MiB - 1536) / 256 = 4090 tokens */
+    for (int i = 0; i < 2; i++) {
+        snprintf(args, sizeof args, "-m %s --mem 1MiB --ctx 512 --kv-type f32",
+                 shared_path(i ? "golden/arch/lfm2moe-f32.gguf" : "golden/arch/lfm2-f32.gguf"));
+        expect_plan(args, 256, 132608.0, 7, 4090);
+    }
     {
         int prc;
         cJSON *j = plan("--preset qwen3.5-0.8b --ctx 1024 --mem 1GiB --kv-type q8_0", &prc);

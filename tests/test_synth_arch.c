@@ -888,6 +888,53 @@ static void test_cli(void)
     free(errs);
 }
 
+/* ---- lfm2, lfm2moe (issue 41) ---- */
+
+/* The golden shapes' keys and tensors; each at golden size in three weight types:
+ * loads with convolution layers 0, 1, 3 (attention 2), the output norm bound, the
+ * experts past layer 0 (lfm2moe), runs, prefill == decode; the real-shape presets
+ * against their config.json values (typed in here). */
+static void test_lfm2(void)
+{
+    static const char *const presets[] = { "lfm2-tiny", "lfm2moe-tiny" };
+    static const char *const golden[] = { "lfm2", "lfm2moe" };
+    static const char *const types[] = { "f32", "q8_0", "q4_k" };
+    kvi_synth_params p, r;
+    for (int a = 0; a < 2; a++) {
+        CHECK(kvi_synth_preset(presets[a], &p) == 0, "%s", presets[a]);
+        compare_golden(golden[a], p);
+        for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+            char what[64], file[96];
+            snprintf(what, sizeof what, "%s %s", presets[a], types[t]);
+            snprintf(file, sizeof file, "synth_lfm2_%s_%s.gguf", presets[a], types[t]);
+            CHECK(kvi_synth_preset(presets[a], &p) == 0, "%s", what);
+            p.seed = 17;
+            const char *path;
+            kvi_model *m = write_load(&p, types[t], what, file, &path);
+            if (!m) continue;
+            CHECK(m->shortconv && m->ssm_conv == 3 && m->n_recurrent == 3 && m->layers[0].recurrent &&
+                      m->layers[1].recurrent && !m->layers[2].recurrent && m->layers[3].recurrent &&
+                      m->layers[2].q_norm && m->output_norm && m->output.data == m->tok_embd.data &&
+                      (a == 0 ? m->n_expert == 0
+                              : !m->layers[0].moe && m->layers[1].moe && m->layers[3].sel_bias),
+                  "%s: lfm2 layer fields", what);
+            check_rows(m, what);
+            kvi_model_free(m);
+            remove(path);
+        }
+    }
+    CHECK(kvi_synth_preset("lfm2-1.2b", &p) == 0 && kvi_synth_resolve(&p, &r) == 0 &&
+              !strcmp(r.arch, "lfm2") && r.dim == 2048 && r.ffn_dim == 8192 && r.n_layers == 16 &&
+              r.n_heads == 32 && r.n_kv_heads == 8 && r.head_dim == 64 && r.n_vocab == 65536 &&
+              r.n_ctx == 128000 && r.ssm_conv == 3 && r.tie == 1 && r.rope_base == 1e6f,
+          "lfm2-1.2b shape");
+    CHECK(kvi_synth_preset("lfm2-8b-a1b", &p) == 0 && kvi_synth_resolve(&p, &r) == 0 &&
+              !strcmp(r.arch, "lfm2moe") && r.dim == 2048 && r.ffn_dim == 7168 && r.n_layers == 24 &&
+              r.n_heads == 32 && r.n_kv_heads == 8 && r.n_expert == 32 && r.n_expert_used == 4 &&
+              r.expert_ffn == 1792 && r.n_vocab == 65536,
+          "lfm2-8b-a1b shape");
+}
+
 int main(void)
 {
     test_golden_layout();
@@ -896,5 +943,6 @@ int main(void)
     test_t3();
     test_run_all();
     test_moe_t3();
+    test_lfm2();
     return test_main_end();
 }

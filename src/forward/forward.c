@@ -62,6 +62,7 @@
 #include "forward/fwd_alloc.h"
 #include "forward/fwd_delta.h"
 #include "forward/fwd_dsa.h"
+#include "forward/fwd_shortconv.h"
 #include "forward/fwd_lora.h"
 #include "forward/fwd_mla.h"
 #include "forward/fwd_moe.h"
@@ -110,6 +111,7 @@ struct fwd_ctx {
     fwd_dsa *dsa;                      /* sparse attention's indexer (idx_heads > 0) or NULL */
     float *mla_v;                      /* [chunk][n_heads * mla_v_dim] the heads' values */
     fwd_delta *delta;                  /* DeltaNet scratch (hybrid models) or NULL */
+    fwd_shortconv *sconv;              /* short convolution scratch (m->shortconv) or NULL */
     fwd_lora *lora;                    /* LoRA scratch, made by the first pass with adapters, or NULL */
     float **st, **sn;                  /* [chunk] per row: its sequence's layer state, snapshot or NULL */
     float *qg;                         /* [chunk][2 n_heads head_dim] gated q rows [q | gate] per head */
@@ -151,6 +153,7 @@ void fwd_free(fwd_ctx *f)
     fwd_dsa_free(f->dsa);
     free(f->mla_v);
     fwd_delta_free(f->delta);
+    fwd_shortconv_free(f->sconv);
     fwd_lora_free(f->lora);
     free(f->st);
     free(f->sn);
@@ -307,10 +310,14 @@ fwd_ctx *fwd_create(const struct kvi_model *m, int n_rows_max, int force_chunk, 
     }
     if (m->n_recurrent > 0) {
         /* its own parts of at most FWD_DELTA_ROWS rows: its scratch does not shrink the chunk */
-        f->delta = fwd_delta_create(m, chunk < FWD_DELTA_ROWS ? (int)chunk : FWD_DELTA_ROWS, &f->bytes);
+        const int part = chunk < FWD_DELTA_ROWS ? (int)chunk : FWD_DELTA_ROWS;
+        if (m->shortconv)
+            f->sconv = fwd_shortconv_create(m, part, &f->bytes);
+        else
+            f->delta = fwd_delta_create(m, part, &f->bytes);
         f->st = calloc(chunk, sizeof *f->st);
         f->sn = calloc(chunk, sizeof *f->sn);
-        if (!f->delta || !f->st || !f->sn) {
+        if ((!f->delta && !f->sconv) || !f->st || !f->sn) {
             fwd_free(f);
             err_set(err, KVI_E_NOMEM, "forward: cannot allocate the linear attention scratch");
             return NULL;
@@ -582,8 +589,9 @@ static int attn_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *rows
     return KVI_OK;
 }
 
-/* The gated DeltaNet mixer of recurrent layer l over rows [r0, r0 + n) (fwd_delta.h):
- * x += its output; each row's sequence state advances by the row. */
+/* The gated DeltaNet mixer (fwd_delta.h) or the short convolution (fwd_shortconv.h)
+ * of recurrent layer l over rows [r0, r0 + n): x += its output; each row's sequence
+ * state advances by the row. */
 static int delta_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *rows, int l, int r0, int n)
 {
     const struct kvi_model *m = f->m;
@@ -593,8 +601,10 @@ static int delta_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *row
         f->sn[r] = rows->snap && rows->snap[r0 + r] ? rows->snap[r0 + r] + off : NULL;
     }
     /* the mixer's output replaces its input in xb [n][dim] */
-    const int rc =
-        fwd_delta_run(f->delta, pool, m, &m->layers[l], f->xb, n, f->st, rows->pos + r0, f->sn, f->xb);
+    const int rc = m->shortconv ? fwd_shortconv_run(f->sconv, pool, m, &m->layers[l], f->xb, n, f->st,
+                                                    rows->pos + r0, f->sn, f->xb)
+                                : fwd_delta_run(f->delta, pool, m, &m->layers[l], f->xb, n, f->st,
+                                                rows->pos + r0, f->sn, f->xb);
     if (rc) return rc;
     residual_add(m, f->x + (size_t)r0 * m->dim, f->xb, m->layers[l].post_attn_norm, n);
     return KVI_OK;

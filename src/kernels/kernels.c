@@ -37,6 +37,7 @@
 #include "kernels/qgemm_amx.h"
 #include "kernels/delta.h"
 #include "kernels/lora_bt.h"
+#include "kernels/shortconv.h"
 #include "kernels/fmm_avx512.h"
 #include "kernels/kernels_int.h"
 #include "base/cpu.h"
@@ -132,6 +133,13 @@ void kern_lora_bt(const tpool *pool, const float *t, int64_t ldt, int cnt, int r
 {
     const kern_table *tb = tab_of(pool);
     (tb->lora_bt ? tb->lora_bt : kern_lora_bt_ref)(t, ldt, cnt, r, bt, n, s, y);
+}
+
+void kern_shortconv_row(const tpool *pool, const float *w, int K, float *st, size_t ld, const float *b,
+                        const float *c, const float *x, int c0, int c1, float *y)
+{
+    const kern_table *t = tab_of(pool);
+    (t->shortconv_row ? t->shortconv_row : kern_shortconv_row_ref)(w, K, st, ld, b, c, x, c0, c1, y);
 }
 
 /* AMX-INT8 for the integer products of this pool (the process-wide switch,

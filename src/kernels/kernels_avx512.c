@@ -908,4 +908,5 @@ const kern_table kern_table_avx512 = {
     .amx_q8 = true,
     .delta_step = kern_delta_step_avx512,
     .lora_bt = kern_lora_bt_avx512,
+    .shortconv_row = kern_shortconv_row_avx512,
 };

@@ -60,6 +60,9 @@ typedef struct kern_table {
     /* y += s (B t) from B transposed (lora_bt.h), with the reference's bits; NULL: the reference */
     void (*lora_bt)(const float *t, int64_t ldt, int cnt, int r, const float *bt, int64_t n, const float *s,
                     float *const *y);
+    /* the short convolution's row step (shortconv.h), with the reference's bits; NULL: the reference */
+    void (*shortconv_row)(const float *w, int K, float *st, size_t ld, const float *b, const float *c,
+                          const float *x, int c0, int c1, float *y);
 } kern_table;
 
 /* The table of the active ISA (kernels.c): every SIMD entry is reached through it. */
@@ -79,6 +82,8 @@ void kern_lora_bt_avx2(const float *t, int64_t ldt, int cnt, int r, const float 
                        float *const *y);
 void kern_delta_step_avx512(float *S, const float *q, const float *k, const float *v, float decay, float beta,
                             float scale, int dk, float *o);
+void kern_shortconv_row_avx512(const float *w, int K, float *st, size_t ld, const float *b, const float *c,
+                               const float *x, int c0, int c1, float *y);
 
 /* The AVX2 dequantisation, reused by the AVX-512 table for the block types. */
 int kern_dequant_avx2(kvi_type t, const void *src, float *dst, int64_t n);

@@ -32,6 +32,7 @@ enum {
     ARCH_V_FROM_K = 1 << 10,          /* attn_v may be absent: V is K's projection (gemma4), and
                                          layers with kv_share bind no K/V */
     ARCH_DSA_INDEXER = 1 << 17,       /* a lightning indexer per layer (deepseek32, fwd_dsa.h) */
+    ARCH_OUT_NORM_EMBD = 1 << 11,     /* the output norm is stored as token_embd_norm (lfm2) */
 };
 
 typedef struct model_arch {
@@ -114,5 +115,6 @@ extern const model_arch model_arch_glm4moe, model_arch_minimax_m2, model_arch_hu
     model_arch_bailingmoe2, model_arch_afmoe, model_arch_qwen35moe;
 extern const model_arch model_arch_llama4, model_arch_gemma4;
 extern const model_arch model_arch_deepseek32;
+extern const model_arch model_arch_lfm2, model_arch_lfm2moe;
 
 #endif

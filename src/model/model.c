@@ -283,7 +283,11 @@ int model_check_hparams(const struct kvi_model *m, kvi_error *err)
                        "dims, %d KV heads, cache row %d)",
                        m->mla_kv_rank, m->mla_q_rank, m->mla_nope, m->n_rot, m->mla_v_dim, m->n_kv_heads,
                        m->head_dim);
-    if (m->ssm_conv &&
+    if (m->shortconv && (m->ssm_conv < 2 || m->ssm_conv > 64 || m->n_recurrent < 1 ||
+                         m->n_recurrent >= m->n_layers || m->mla_kv_rank))
+        return err_set(err, KVI_E_FORMAT, "model: short convolution invalid (%d taps, %d of %d layers)",
+                       m->ssm_conv, m->n_recurrent, m->n_layers);
+    if (m->ssm_conv && !m->shortconv &&
         (m->ssm_conv < 2 || m->ssm_conv > 64 || m->ssm_dk < 1 || m->ssm_dk > MODEL_MAX_HEAD_DIM ||
          m->ssm_hk < 1 || m->ssm_hv < 1 || m->ssm_hv > MODEL_MAX_HEADS || m->ssm_hv % m->ssm_hk != 0 ||
          m->n_recurrent < 0 || m->n_recurrent >= m->n_layers || m->mla_kv_rank))
@@ -359,6 +363,7 @@ static int check_mla(const struct kvi_model *m, const model_layer *L, int l, kvi
 size_t model_state_layer_floats(const struct kvi_model *m)
 {
     if (m->ssm_conv <= 0) return 0;
+    if (m->shortconv) return (size_t)(m->ssm_conv - 1) * (size_t)m->dim;
     const size_t dk = (size_t)m->ssm_dk, conv = 2 * (size_t)m->ssm_hk * dk + (size_t)m->ssm_hv * dk;
     return (size_t)(m->ssm_conv - 1) * conv + (size_t)m->ssm_hv * dk * dk;
 }
@@ -382,6 +387,20 @@ static int check_delta(const struct kvi_model *m, const model_layer *L, int l, k
 #undef DELTA_CHECK
     if (!L->conv_w || !L->dt_bias || !L->ssm_a || !L->ssm_norm)
         return err_set(err, KVI_E_FORMAT, "model: blk.%d: a linear attention vector is missing", l);
+    return 0;
+}
+
+/* Layer l's gated short convolution (model.h shortconv). */
+static int check_shortconv(const struct kvi_model *m, const model_layer *L, int l, kvi_error *err)
+{
+    char nm[64];
+    int rc;
+    snprintf(nm, sizeof nm, "blk.%d.shortconv.in_proj", l);
+    if ((rc = check_matrix(&L->ssm_qkv, nm, m->dim, 3 * (int64_t)m->dim, err))) return rc;
+    snprintf(nm, sizeof nm, "blk.%d.shortconv.out_proj", l);
+    if ((rc = check_matrix(&L->ssm_out, nm, m->dim, m->dim, err))) return rc;
+    if (!L->conv_w)
+        return err_set(err, KVI_E_FORMAT, "model: blk.%d: the short convolution's taps are missing", l);
     return 0;
 }
 
@@ -470,10 +489,10 @@ int model_validate(const struct kvi_model *m, kvi_error *err)
             mats[0].t = mats[1].t = mats[2].t = NULL;
             mats[3].in = (int64_t)m->n_heads * m->mla_v_dim;
         }
-        if (m->attn_gated) mats[0].out = 2 * q_dim; /* per head [q | gate] */
+        if (m->attn_gated) mats[0].out = 2 * q_dim;      /* per head [q | gate] */
         if (m->act == MODEL_ACT_XIELU) mats[4].t = NULL; /* ungated FFN */
-        if (L->recurrent) {                         /* a DeltaNet mixer instead of attention */
-            if ((rc = check_delta(m, L, l, err))) return rc;
+        if (L->recurrent) { /* a DeltaNet mixer or a short convolution instead of attention */
+            if ((rc = m->shortconv ? check_shortconv(m, L, l, err) : check_delta(m, L, l, err))) return rc;
             mats[0].t = mats[1].t = mats[2].t = mats[3].t = NULL;
         }
         if (L->kv_share) mats[1].t = mats[2].t = NULL; /* reads another layer's K/V */

@@ -269,6 +269,10 @@ struct kvi_model {
     int ssm_hv;      /* time_step_rank: value heads, a multiple of ssm_hk */
     bool ssm_tiled;  /* value head j reads key head j % Hk (qwen35), else j / (Hv / Hk) */
     bool attn_gated; /* attention q rows per head [q | gate]; the output times sigmoid(gate) */
+    /* lfm2: the recurrent layers are gated short convolutions (fwd_shortconv.h), not
+     * DeltaNet: ssm_qkv is in_proj [3 dim][dim] -> [B | C | x], conv_w [dim][ssm_conv],
+     * ssm_out out_proj [dim][dim]; state (ssm_conv - 1) dim floats; ssm_dk/hk/hv 0 */
+    bool shortconv;
     /* dense variants: the pre- and output norms' kind; a parallel block (the FFN reads
      * the attention's normed input, no ffn_norm: x += attn(h) + ffn(h)); the query
      * temperature of layers with q_temp at position p:
@@ -364,7 +368,8 @@ void model_rope_for_ctx(const struct kvi_model *m, int n_ctx, model_rope out[MOD
 void model_info_shape(const struct kvi_model *m, kvi_model_info *out);
 
 /* Floats of one recurrent layer's state per sequence (fwd_delta.h's layout: conv
- * (K - 1) C, delta rule Hv dk dk), 0 without linear attention. */
+ * (K - 1) C, delta rule Hv dk dk; a short convolution's (K - 1) dim), 0 without
+ * linear attention. */
 size_t model_state_layer_floats(const struct kvi_model *m);
 
 /* Checks the hyper-parameters alone (ranges, divisibility); loaders call it before

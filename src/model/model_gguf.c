@@ -344,9 +344,11 @@ int model_hparams_gguf(struct kvi_model *m, const gguf_ctx *g, bool metadata_onl
                              err)) ||
         (rc = model_gguf_int(g, arch, "attention.head_count", true, 0, 1, MODEL_MAX_HEADS, &m->n_heads,
                              err)) ||
-        (rc = model_gguf_int_max(g, arch, "attention.head_count_kv", false, m->n_heads, 1, MODEL_MAX_HEADS,
+        /* per-layer arrays may hold 0 for layers without attention (lfm2) */
+        (rc = model_gguf_int_max(g, arch, "attention.head_count_kv", false, m->n_heads, 0, MODEL_MAX_HEADS,
                                  m->n_layers, &m->n_kv_heads, err)))
         return rc;
+    if (m->n_kv_heads < 1) return err_set(err, KVI_E_FORMAT, "gguf: %s.attention.head_count_kv is 0", arch);
     m->n_layers -= m->n_nextn;
     if (m->n_heads % m->n_kv_heads != 0)
         return err_set(err, KVI_E_FORMAT, "gguf: head_count %d is not a multiple of head_count_kv %d",
@@ -567,6 +569,25 @@ static int bind_delta(gbind *b, int l, kvi_error *err)
     return 0;
 }
 
+/* Layer l's gated short convolution (lfm2, model.h shortconv): in_proj, the taps
+ * {K, dim} (one f32 row of K per channel), out_proj. */
+static int bind_shortconv(gbind *b, int l, kvi_error *err)
+{
+    struct kvi_model *m = b->m;
+    model_layer *L = &m->layers[l];
+    const int64_t dim = m->dim;
+    char n[64];
+#define NM(part) (snprintf(n, sizeof n, "blk.%d.%s", l, part), n)
+    int rc;
+    if ((rc = bind_matrix(b, NM("shortconv.in_proj.weight"), dim, 3 * dim, true, &L->ssm_qkv, err)) ||
+        (rc = bind_expert_bias(b, NM("shortconv.conv.weight"), m->ssm_conv, dim, &L->conv_w, err)))
+        return rc;
+    if (!L->conv_w) return err_set(err, KVI_E_FORMAT, "gguf: missing tensor %s", n);
+    if ((rc = bind_matrix(b, NM("shortconv.out_proj.weight"), dim, dim, true, &L->ssm_out, err))) return rc;
+#undef NM
+    return 0;
+}
+
 /* Layer l's attention of the gemma4 kind (ARCH_V_FROM_K): attn_q, and attn_k with an
  * optional attn_v (absent: V is K's projection) unless the layer reads another
  * layer's K/V (kv_share: its attn_k / attn_v / attn_k_norm, if the file has them,
@@ -656,7 +677,9 @@ static int bind_layer(gbind *b, const model_arch *a, int l, kvi_error *err)
 #define NM(part) (snprintf(n, sizeof n, "blk.%d.%s", l, part), n)
     int rc;
     if ((rc = bind_vector(b, NM("attn_norm.weight"), dim, pre, &L->attn_norm, err)) ||
-        (rc = L->recurrent ? bind_delta(b, l, err) : bind_attention(b, a, l, err)))
+        (rc = !L->recurrent  ? bind_attention(b, a, l, err)
+              : m->shortconv ? bind_shortconv(b, l, err)
+                             : bind_delta(b, l, err)))
         return rc;
     if (a->flags & ARCH_FFN_NORM_POST_ATTN) {
         if ((rc = bind_vector(b, NM("post_attention_norm.weight"), dim, true, &L->ffn_norm, err))) return rc;
@@ -749,7 +772,9 @@ static int bind_model(gbind *b, const model_arch *a, kvi_error *err)
                    ? rc
                    : check_all_used(b, a, err);
     if ((rc = bind_matrix(b, "token_embd.weight", dim, m->n_vocab, true, &m->tok_embd, err)) ||
-        (rc = bind_vector(b, "output_norm.weight", dim, true, &m->output_norm, err)) ||
+        (rc =
+             bind_vector(b, (a->flags & ARCH_OUT_NORM_EMBD) ? "token_embd_norm.weight" : "output_norm.weight",
+                         dim, true, &m->output_norm, err)) ||
         (rc = bind_matrix(b, "output.weight", dim, m->n_vocab, false, &m->output, err)) ||
         (rc = bind_vector(b, "rope_freqs.weight", half, false, &m->rope_freqs, err)) ||
         (rc = bind_vector(b, "rope_factors_long.weight", half, false, &m->rope_long, err)) ||

@@ -170,8 +170,9 @@ static uint64_t vector_elems(const kvi_model *m)
              vec(L->idx_k_bias, (uint64_t)m->idx_dim);
         if (L->recurrent) { /* conv taps, the gates' vectors, the output norm */
             const uint64_t hv = (uint64_t)m->ssm_hv, dk = (uint64_t)m->ssm_dk;
-            n += vec(L->conv_w, (2 * (uint64_t)m->ssm_hk * dk + hv * dk) * (uint64_t)m->ssm_conv) +
-                 vec(L->dt_bias, hv) + vec(L->ssm_a, hv) + vec(L->ssm_norm, dk);
+            const uint64_t ch = m->shortconv ? d : 2 * (uint64_t)m->ssm_hk * dk + hv * dk; /* conv channels */
+            n += vec(L->conv_w, ch * (uint64_t)m->ssm_conv) + vec(L->dt_bias, hv) + vec(L->ssm_a, hv) +
+                 vec(L->ssm_norm, dk);
         }
         if (L->moe) n += vec(L->router_b, (uint64_t)m->n_expert) + vec(L->sel_bias, (uint64_t)m->n_expert);
     }

@@ -72,6 +72,7 @@ enum {
     SA_LAYER_NORM = 1 << 14, /* attention.layer_norm_epsilon instead of the RMS one (cohere2) */
     SA_YARN = 1 << 15,       /* rope_orig_ctx: YaRN (rope_linear its factor), written by synth_dense_t3.c */
     SA_MOE_T3 = 1 << 16, /* routing keys and extra tensors from synth_moe_t3.c */
+    SA_SHORTCONV = 1 << 17,  /* short-convolution hybrids: written by synth_lfm2.c */
 };
 
 typedef struct synth_arch {
@@ -115,6 +116,8 @@ static const synth_arch k_archs[] = {
     { "bert", 0, 0.0f, 1e-12f, 0, 0 }, /* written by synth_bert.c */
     { "llama4", SA_KEY_LEN | SA_ROPE_DIMS | SA_VOCAB_SIZE | SA_MOE | SA_EXP_FFN_KEY, 500000.0f, 1e-5f, 0, 0 },
     { "gemma4", SA_KEY_LEN | SA_ROPE_DIMS | SA_TIED, 1e6f, 1e-6f, 512, 6 },
+    { "lfm2", SA_VOCAB_SIZE | SA_TIED | SA_SHORTCONV, 1e6f, 1e-5f, 0, 0 },
+    { "lfm2moe", SA_VOCAB_SIZE | SA_TIED | SA_MOE | SA_EXP_FFN_KEY | SA_SHORTCONV, 1e6f, 1e-5f, 0, 0 },
 };
 
 /* Architectures described in their own file (synth_int.h), else NULL. */
@@ -122,6 +125,7 @@ static const synth_hooks *synth_hooks_of(const synth_arch *a)
 {
     return !strcmp(a->name, "llama4")   ? &synth_hooks_llama4
            : !strcmp(a->name, "gemma4") ? &synth_hooks_gemma4
+           : (a->flags & SA_SHORTCONV)  ? &synth_hooks_lfm2
                                         : NULL;
 }
 #define N_ARCHS (sizeof k_archs / sizeof k_archs[0])
@@ -131,7 +135,7 @@ static const char *const k_arch_names[N_ARCHS + 1] = {
     "olmo2",       "qwen3moe",     "olmoe",       "gpt-oss", "qwen35",    "qwen3next", "mistral3",
     "smollm3",     "seed_oss",     "apertus",     "exaone4", "cohere2",   "glm4moe",   "minimax-m2",
     "hunyuan-moe", "ernie4_5-moe", "bailingmoe2", "afmoe",   "qwen35moe", "bert",      "llama4",
-    "gemma4",      NULL,
+    "gemma4",      "lfm2",         "lfm2moe",     NULL,
 };
 
 const char *const *kvi_synth_arch_names(void) { return k_arch_names; }
@@ -254,7 +258,8 @@ static const char *const k_preset_names[] = {
     "phi-4-mini", "gemma3-tiny", "olmoe-1b-7b", "dense-1.3b", "gpt-oss-20b-6l", "moe-tiny", "qwen3.5-0.8b",
     "qwen35-dense-0.8b", "qwen35-tiny", "ministral-3-8b", "smollm3-3b", "seed-oss-36b-8l", "apertus-8b",
     "exaone-4-32b", "command-r7b", "glm-4.5-air-4l", "qwen3.5-35b-a3b-8l", "minimax-m2-4l",
-    "llama-4-scout-4l", "llama4-tiny", "gemma-4-e4b", "gemma-4-31b-6l", "gemma4-tiny", NULL,
+    "llama-4-scout-4l", "llama4-tiny", "gemma-4-e4b", "gemma-4-31b-6l", "gemma4-tiny", "lfm2-1.2b",
+    "lfm2-8b-a1b", "lfm2-tiny", "lfm2moe-tiny", NULL,
 };
 
 const char *const *kvi_synth_preset_names(void) { return k_preset_names; }
@@ -303,7 +308,9 @@ int kvi_synth_preset(const char *name, kvi_synth_params *p)
         p->ssm_state = s->ssm_state;
         return KVI_OK;
     }
-    if (synth_hooks_llama4.preset(name, p) == 0 || synth_hooks_gemma4.preset(name, p) == 0) return KVI_OK;
+    if (synth_hooks_llama4.preset(name, p) == 0 || synth_hooks_gemma4.preset(name, p) == 0 ||
+        synth_hooks_lfm2.preset(name, p) == 0)
+        return KVI_OK;
     return KVI_E_INVALID;
 }
 
@@ -471,6 +478,17 @@ void synth_add(synth_table *tab, const char *name, int64_t ne0, int64_t ne1, syn
     d->n_dims = kind == SK_MATRIX || kind == SK_ROUTER || kind == SK_CONV ? 2 : 1;
     d->kind = kind;
     d->type = kind == SK_MATRIX ? synth_matrix_type(want, ne0) : KVI_TYPE_F32;
+}
+
+void synth_add_block(synth_table *tab, const kvi_synth_params *p, int l, const char *role, int64_t ne0,
+                     int64_t ne1, synth_kind kind, int64_t n_exp)
+{
+    char nm[64];
+    snprintf(nm, sizeof nm, "blk.%d.%s.weight", l, role);
+    if (n_exp > 0)
+        synth_add_experts(tab, nm, ne0, ne1, n_exp, kind, synth_role_type(p, role, l, false));
+    else
+        synth_add(tab, nm, ne0, ne1, kind, synth_role_type(p, role, l, false));
 }
 
 /* An expert tensor {ne0, ne1, n_exp}: a matrix per expert, or (bias) a vector per expert. */

@@ -118,12 +118,7 @@ static void gemma4_table(const kvi_synth_params *p, int n_vocab, synth_table *ta
 {
     const int64_t dim = p->dim, P = p->ple_dim, NP = (int64_t)p->n_layers * p->ple_dim;
     const int n_kv = p->n_layers - p->shared_kv_layers;
-    char nm[64];
-#define ADD(role, ne0, ne1, kind)                                               \
-    do {                                                                        \
-        snprintf(nm, sizeof nm, "blk.%d.%s.weight", l, role);                   \
-        synth_add(tab, nm, ne0, ne1, kind, synth_role_type(p, role, l, false)); \
-    } while (0)
+#define ADD(role, ne0, ne1, kind) synth_add_block(tab, p, l, role, ne0, ne1, kind, 0)
     synth_add(tab, "token_embd.weight", dim, n_vocab, SK_MATRIX, synth_role_type(p, "token_embd", -1, true));
     if (P) {
         synth_add(tab, "per_layer_token_embd.weight", NP, n_vocab, SK_MATRIX, p->type);

@@ -49,6 +49,10 @@ void synth_add(synth_table *tab, const char *name, int64_t ne0, int64_t ne1, syn
 /* An expert tensor {ne0, ne1, n_exp}: a matrix per expert, or (bias) a vector per expert. */
 void synth_add_experts(synth_table *tab, const char *name, int64_t ne0, int64_t ne1, int64_t n_exp,
                        synth_kind kind, kvi_type want);
+/* Tensor blk.<l>.<role>.weight {ne0, ne1} of kind, typed as llama-quantize types role
+ * (synth_role_type); with n_exp > 0 an expert tensor {ne0, ne1, n_exp}. */
+void synth_add_block(synth_table *tab, const kvi_synth_params *p, int l, const char *role, int64_t ne0,
+                     int64_t ne1, synth_kind kind, int64_t n_exp);
 /* The type llama-quantize gives matrix `role` of layer l (-1: not in a block). */
 kvi_type synth_role_type(const kvi_synth_params *p, const char *role, int l, bool is_output);
 
@@ -72,5 +76,6 @@ typedef struct synth_hooks {
 } synth_hooks;
 
 extern const synth_hooks synth_hooks_llama4, synth_hooks_gemma4;
+extern const synth_hooks synth_hooks_lfm2; /* lfm2, lfm2moe */
 
 #endif

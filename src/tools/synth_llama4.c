@@ -60,16 +60,8 @@ static void llama4_table(const kvi_synth_params *p, int n_vocab, synth_table *ta
     const int64_t dim = p->dim, hd = p->head_dim, qd = hd * p->n_heads, kvd = hd * p->n_kv_heads;
     const int64_t E = p->n_expert, F = p->expert_ffn;
     char nm[64];
-#define ADD(role, ne0, ne1, kind)                                               \
-    do {                                                                        \
-        snprintf(nm, sizeof nm, "blk.%d.%s.weight", l, role);                   \
-        synth_add(tab, nm, ne0, ne1, kind, synth_role_type(p, role, l, false)); \
-    } while (0)
-#define EXP(role, ne0, ne1)                                                                     \
-    do {                                                                                        \
-        snprintf(nm, sizeof nm, "blk.%d.%s.weight", l, role);                                   \
-        synth_add_experts(tab, nm, ne0, ne1, E, SK_MATRIX, synth_role_type(p, role, l, false)); \
-    } while (0)
+#define ADD(role, ne0, ne1, kind) synth_add_block(tab, p, l, role, ne0, ne1, kind, 0)
+#define EXP(role, ne0, ne1) synth_add_block(tab, p, l, role, ne0, ne1, SK_MATRIX, E)
     synth_add(tab, "token_embd.weight", dim, n_vocab, SK_MATRIX, synth_role_type(p, "token_embd", -1, false));
     if (p->rope_orig_ctx > 0)
         synth_add(tab, "rope_freqs.weight", p->n_rot / 2, 1, SK_ROPE_LLAMA3, KVI_TYPE_F32);
