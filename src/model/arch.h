@@ -31,6 +31,7 @@ enum {
     ARCH_ENCODER_TENSORS = 1 << 9,    /* BERT-family tensors, bound by model_enc_bind_encoder (model_enc.h) */
     ARCH_V_FROM_K = 1 << 10,          /* attn_v may be absent: V is K's projection (gemma4), and
                                          layers with kv_share bind no K/V */
+    ARCH_FFN_NORM_BARE = 1 << 13,     /* the FFN norm is named blk.N.ffn_norm, without .weight (falcon-h1) */
 };
 
 typedef struct model_arch {
@@ -84,6 +85,19 @@ int model_gguf_int_max(const gguf_ctx *g, const char *arch, const char *key, boo
  * full_attention_interval I (default 4): layer l is recurrent when (l + 1) % I != 0. */
 int model_hybrid_layers(struct kvi_model *m, const gguf_ctx *g, kvi_error *err);
 
+/* Mamba-2 hybrids (granitehybrid, nemotron_h, falcon-h1; arch_mamba2.c): the ssm.* keys
+ * (conv_kernel, inner_size, state_size, time_step_rank heads, group_count) into the
+ * model's ssm_* fields with ssm_kind MODEL_SSM_MAMBA2; a layer is recurrent when its
+ * attention.head_count_kv entry is 0 and, with mlp_layers, its feed_forward_length
+ * entry is 0 too (then the layer is the mixer alone; a layer with an FFN width and no
+ * KV heads is the FFN alone, and an attention layer has no FFN). */
+int model_mamba2_layers(struct kvi_model *m, const gguf_ctx *g, bool mlp_layers, kvi_error *err);
+/* The ssm.* keys alone (model_mamba2_layers reads them first). */
+int model_mamba2_keys(struct kvi_model *m, const gguf_ctx *g, kvi_error *err);
+/* granite's four scales (embedding, residual, attention, logit) and its RoPE switch
+ * rope.scaling.finetuned (absent: on), arch_granite.c */
+int model_granite_scales(struct kvi_model *m, const gguf_ctx *g, kvi_error *err);
+
 /* The routing keys of a mixture of experts (model.h; fwd_moe.h), those named in
  * `keys`: expert_gating_func (1 softmax, 2 sigmoid; def_gating when absent, or an
  * error when def_gating < 0), expert_weights_norm (absent: false), expert_weights_scale
@@ -112,5 +126,6 @@ extern const model_arch model_arch_mistral3, model_arch_smollm3, model_arch_seed
 extern const model_arch model_arch_glm4moe, model_arch_minimax_m2, model_arch_hunyuan_moe, model_arch_ernie45_moe,
     model_arch_bailingmoe2, model_arch_afmoe, model_arch_qwen35moe;
 extern const model_arch model_arch_llama4, model_arch_gemma4;
+extern const model_arch model_arch_granitehybrid, model_arch_nemotron_h, model_arch_falcon_h1;
 
 #endif
