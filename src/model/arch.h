@@ -92,8 +92,10 @@ int model_hybrid_layers(struct kvi_model *m, const gguf_ctx *g, kvi_error *err);
  * entry is 0 too (then the layer is the mixer alone; a layer with an FFN width and no
  * KV heads is the FFN alone, and an attention layer has no FFN). */
 int model_mamba2_layers(struct kvi_model *m, const gguf_ctx *g, bool mlp_layers, kvi_error *err);
-/* The ssm.* keys alone (model_mamba2_layers reads them first). */
+/* The ssm.* keys alone (model_mamba2_layers reads them first), ssm_kind Mamba-2 ... */
 int model_mamba2_keys(struct kvi_model *m, const gguf_ctx *g, kvi_error *err);
+/* ... and without the kind or its checks (model_hybrid_layers, arch_mamba2.c) */
+int model_ssm_keys(struct kvi_model *m, const gguf_ctx *g, kvi_error *err);
 /* granite's four scales (embedding, residual, attention, logit) and its RoPE switch
  * rope.scaling.finetuned (absent: on), arch_granite.c */
 int model_granite_scales(struct kvi_model *m, const gguf_ctx *g, kvi_error *err);

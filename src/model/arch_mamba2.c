@@ -11,7 +11,7 @@
 
 #include <stdlib.h>
 
-int model_mamba2_keys(struct kvi_model *m, const gguf_ctx *g, kvi_error *err)
+int model_ssm_keys(struct kvi_model *m, const gguf_ctx *g, kvi_error *err)
 {
     int rc;
     if ((rc = model_gguf_int(g, m->arch, "ssm.conv_kernel", true, 0, 2, 64, &m->ssm_conv, err)) ||
@@ -22,6 +22,13 @@ int model_mamba2_keys(struct kvi_model *m, const gguf_ctx *g, kvi_error *err)
                              err)) ||
         (rc = model_gguf_int(g, m->arch, "ssm.inner_size", true, 0, 1, MODEL_MAX_DIM, &m->ssm_inner, err)))
         return rc;
+    return 0;
+}
+
+int model_mamba2_keys(struct kvi_model *m, const gguf_ctx *g, kvi_error *err)
+{
+    const int rc = model_ssm_keys(m, g, err);
+    if (rc) return rc;
     m->ssm_kind = MODEL_SSM_MAMBA2;
     if (m->ssm_hv % m->ssm_hk != 0 || m->ssm_inner % m->ssm_hv != 0)
         return err_set(

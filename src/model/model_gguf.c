@@ -241,17 +241,11 @@ int model_swa_layers(struct kvi_model *m, const gguf_ctx *g, int def_period, int
 }
 int model_hybrid_layers(struct kvi_model *m, const gguf_ctx *g, kvi_error *err)
 {
-    int rc, inner, interval;
-    if ((rc = model_gguf_int(g, m->arch, "ssm.conv_kernel", true, 0, 2, 64, &m->ssm_conv, err)) ||
-        (rc =
-             model_gguf_int(g, m->arch, "ssm.state_size", true, 0, 1, MODEL_MAX_HEAD_DIM, &m->ssm_dk, err)) ||
-        (rc = model_gguf_int(g, m->arch, "ssm.group_count", true, 0, 1, MODEL_MAX_HEADS, &m->ssm_hk, err)) ||
-        (rc = model_gguf_int(g, m->arch, "ssm.time_step_rank", true, 0, 1, MODEL_MAX_HEADS, &m->ssm_hv,
-                             err)) ||
-        (rc = model_gguf_int(g, m->arch, "ssm.inner_size", true, 0, 1, MODEL_MAX_DIM, &inner, err)) ||
-        (rc = model_gguf_int(g, m->arch, "full_attention_interval", false, 4, 1, MODEL_MAX_LAYERS, &interval,
-                             err)))
+    int rc, interval;
+    if ((rc = model_ssm_keys(m, g, err)) || (rc = model_gguf_int(g, m->arch, "full_attention_interval", false,
+                                                                 4, 1, MODEL_MAX_LAYERS, &interval, err)))
         return rc;
+    const int inner = m->ssm_inner;
     if (m->ssm_hv % m->ssm_hk != 0 || (int64_t)m->ssm_hv * m->ssm_dk != inner)
         return err_set(err, KVI_E_FORMAT,
                        "gguf: linear attention: %d value heads are not a multiple of %d key heads, or "

@@ -72,5 +72,7 @@ typedef struct synth_hooks {
 } synth_hooks;
 
 extern const synth_hooks synth_hooks_llama4, synth_hooks_gemma4;
+/* granitehybrid, nemotron_h, falcon-h1 (synth_mamba2.c) */
+extern const synth_hooks synth_hooks_mamba2;
 
 #endif
