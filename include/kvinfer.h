@@ -1042,6 +1042,7 @@ typedef struct kvi_synth_params {
      * attention): key heads, value heads and their dims, conv taps; 0: the defaults
      * (16 / 16 / 128 / 4 / 4); qwen3next's shared expert width shared_ffn (0: ffn_dim) */
     int ssm_groups, ssm_heads, ssm_state, ssm_conv, attn_interval, shared_ffn;
+    int ssm_inner; /* Mamba-2 hybrids (granitehybrid, nemotron_h, falcon-h1): d_inner (0: 2 dim) */
     /* llama4: moe_step (0: 1) makes every moe_step-th layer a mixture of experts with
      * a shared expert, the others dense. gemma4: the global layers' head dim and KV
      * heads (0: 2 x head_dim, n_kv_heads; head_dim and n_kv_heads are the sliding

@@ -6,7 +6,7 @@
  *  - all 48 positions in one prefill step, and token by token (the state carried
  *    between steps), both within the tolerance, and bit for bit equal;
  *  - 200 rows in one step (parts of 64 rows in the DeltaNet layers) == decode;
- *  - chunked prefill in a budget of 7 blocks, where the pool must take back the
+ *  - chunked prefill in a budget of 3 blocks and one snapshot (qwen35: 7 blocks), where the pool must take back the
  *    blocks of state snapshots (4 each) for the sequence's own: the same bits;
  *  - chunked prefill (chunks of 16 and 5, then decode), two sequences in one
  *    batch (one 5 behind), two prompts with their rows interleaved in one step,
@@ -19,6 +19,8 @@
  *  - fork (the child continues from the parent's state), the prefix snapshot
  *    (a repeated prompt computes only its tail, with the same logits), a session
  *    file round trip, and the refusals: rewinding into the past, a context policy.
+ * The same for the Mamba-2 hybrids (granitehybrid, nemotron_h, falcon-h1; README-state-t3.md),
+ * their state bytes per sequence the README's table.
  */
 #include "testutil.h"
 
@@ -34,20 +36,21 @@
 
 /* logits [n][NV] of toks on one new sequence: prefill in steps of `step` rows (n: one
  * step; 1: token by token) with threads and forward chunk `chunk` (0: default); with
- * blocks > 0 in a budget of one state and that many blocks (*evicted: the snapshots the
- * pool took back) */
+ * blocks > 0 in a budget of one state and that many blocks, blocks < 0 in one of a
+ * state, 3 blocks and one snapshot's blocks (*evicted: the snapshots the pool took back) */
 static float *run_budget(kvi_model *m, const int32_t *toks, int n, int step, int threads, int chunk,
                          int blocks, uint64_t *evicted)
 {
     kvi_engine_params p = engine_params(KVI_TYPE_F32, threads, 1, 0);
     p.fwd_chunk = chunk;
-    if (blocks > 0) {
+    if (blocks != 0) {
         kvi_engine *probe = engine_create_checked(m, &p);
         if (!probe) return NULL;
         kvi_stats st;
         kvi_stats_get(probe, NULL, &st);
         kvi_engine_free(probe);
-        p.kv_budget_bytes = st.kv_bytes_state_seq + (size_t)blocks * st.kv_bytes_block;
+        const size_t bb = st.kv_bytes_block, snap = (st.kv_bytes_state_seq + bb - 1) / bb;
+        p.kv_budget_bytes = st.kv_bytes_state_seq + (blocks > 0 ? (size_t)blocks : 3 + snap) * bb;
     }
     kvi_engine *e = engine_create_checked(m, &p);
     if (!e) return NULL;
@@ -124,7 +127,7 @@ static bool same(const float *a, const float *b, int n)
  * Hv dk x dk delta rule), attention layers and their K (= V) floats a token. */
 typedef struct shape {
     int n_rec, state_floats, n_attn, kv_floats;
-    int tight; /* blocks of a budget that must take snapshots back (0: 7) */
+    int tight; /* blocks of a budget that must take snapshots back (0: 3 + a snapshot's blocks) */
 } shape;
 
 static void check_state(kvi_model *m, const char *name, const int32_t *toks, int n, const float *pre,
@@ -259,10 +262,11 @@ static void check_file(const char *name, double tol, const shape *sh)
     CHECK(same(pre, mixed, n), "%s: two prompts with their rows interleaved in one step differ", name);
     free(mixed);
     uint64_t ev = 0;
-    const int tb = sh->tight ? sh->tight : 7;
+    const int tb = sh->tight ? sh->tight : -1; /* -1: 3 + a snapshot's blocks (qwen35: 7) */
     float *tight = run_budget(m, toks, n, 16, 2, 0, tb, &ev);
-    CHECK(same(pre, tight, n) && ev > 0, "%s: chunked prefill in %d blocks: same %d, %llu snapshots evicted",
-          name, tb, same(pre, tight, n), (unsigned long long)ev);
+    CHECK(same(pre, tight, n) && ev > 0,
+          "%s: chunked prefill in %d blocks (-1: 3 + a snapshot's): same %d, %llu snapshots evicted", name, tb,
+          same(pre, tight, n), (unsigned long long)ev);
     free(tight);
     CHECK(same(pre, c16, n) && same(pre, c5, n), "%s: chunked prefill (16 / 5) differs", name);
     CHECK(same(pre, t1, n), "%s: 1 thread differs from 2", name);
@@ -385,5 +389,18 @@ int main(void)
     check_file("lfm2-q8_0", 0.03, &lfm2);
     check_file("lfm2moe-f32", 0.002, &lfm2);
     check_file("lfm2moe-q8_0", 0.03, &lfm2);
+    /* Mamba-2 hybrids (README-state-t3.md): per layer conv 3 x (d_inner + 2 G N) and
+     * SSM N d_inner floats; granitehybrid 3 of 3 x 192 + 16 x 128 (31488 bytes) and one
+     * attention layer of 32 K floats, nemotron_h 2 of 3 x 160 + 16 x 96 (16128 bytes)
+     * and one of 64 */
+    static const shape granite = { 3, 3 * 192 + 16 * 128, 1, 32, 0 }, nemo = { 2, 3 * 160 + 16 * 96, 1, 64, 0 };
+    check_file("granitehybrid-f32", 0.002, &granite);
+    check_file("granitehybrid-q8_0", 0.03, &granite);
+    check_file("nemotron_h-f32", 0.002, &nemo);
+    check_file("nemotron_h-q8_0", 0.03, &nemo);
+    /* falcon-h1: every layer both, 3 x 96 + 16 x 64 state floats (15744 bytes) and 32 K floats */
+    static const shape falcon = { 3, 3 * 96 + 16 * 64, 3, 32, 0 };
+    check_file("falcon-h1-f32", 0.002, &falcon);
+    check_file("falcon-h1-q8_0", 0.03, &falcon);
     return test_main_end();
 }

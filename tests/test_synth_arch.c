@@ -935,6 +935,50 @@ static void test_lfm2(void)
           "lfm2-8b-a1b shape");
 }
 
+/* The Mamba-2 hybrids (README-state-t3.md): each golden-shape preset carries exactly
+ * the golden file's keys and tensors, and loads in F32 and Q8_0 with its layer kinds
+ * (granitehybrid: layer 2 attention, the others Mamba-2; nemotron_h: M-*-M- with MLP
+ * layers 1, 3, 5; falcon-h1: both in every layer), runs, prefill == decode. */
+static void test_mamba2(void)
+{
+    static const struct {
+        const char *preset, *golden;
+    } t[] = { { "granitehybrid-tiny", "granitehybrid" },
+              { "nemotron_h-tiny", "nemotron_h" },
+              { "falcon-h1-tiny", "falcon-h1" } };
+    static const char *const types[] = { "f32", "q8_0" };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        kvi_synth_params p;
+        CHECK(kvi_synth_preset(t[i].preset, &p) == 0, "%s: preset", t[i].preset);
+        compare_golden(t[i].golden, p);
+        for (int k = 0; k < 2; k++) {
+            char what[64], file[96];
+            snprintf(what, sizeof what, "%s %s", t[i].preset, types[k]);
+            snprintf(file, sizeof file, "synth_m2_%s_%s.gguf", t[i].preset, types[k]);
+            p.seed = 17;
+            const char *path;
+            kvi_model *m = write_load(&p, types[k], what, file, &path);
+            if (!m) continue;
+            const model_layer *L = m->layers;
+            if (i == 0)
+                CHECK(L[0].recurrent && L[1].recurrent && !L[2].recurrent && L[3].recurrent && L[0].moe &&
+                          L[0].ssm_in.data && L[0].ssm_norm && m->n_recurrent == 3,
+                      "%s: layer kinds", what);
+            else if (i == 1)
+                CHECK(L[0].recurrent && L[1].no_mixer && !L[2].recurrent && L[2].no_ffn && L[3].no_mixer &&
+                          L[4].recurrent && L[5].no_mixer && m->n_recurrent == 2,
+                      "%s: layer kinds", what);
+            else
+                CHECK(m->ssm_both && m->n_recurrent == 3 && L[0].wq.data && L[0].ssm_in.data &&
+                          !L[0].ssm_norm,
+                      "%s: layer kinds", what);
+            check_rows(m, what);
+            kvi_model_free(m);
+            remove(path);
+        }
+    }
+}
+
 int main(void)
 {
     test_golden_layout();
@@ -944,5 +988,6 @@ int main(void)
     test_run_all();
     test_moe_t3();
     test_lfm2();
+    test_mamba2();
     return test_main_end();
 }

@@ -293,9 +293,11 @@ kvi_engine *kvi_engine_create(kvi_model *m, const kvi_engine_params *params, kvi
     }
     int n_win = 0;
     for (int l = 0; l < m->n_layers; l++) {
-        windows[l] = m->layers[l].recurrent  ? KV_LAYER_RECURRENT
-                     : m->layers[l].kv_share ? KV_LAYER_ABSENT /* reads another layer's K/V */
-                                             : m->layers[l].window;
+        windows[l] = m->layers[l].recurrent ? KV_LAYER_RECURRENT
+                     : m->layers[l].kv_share || m->layers[l].no_mixer
+                         ? KV_LAYER_ABSENT /* reads another layer's K/V, or has no attention */
+                     : m->ssm_both ? KV_LAYER_GLOBAL_STATE /* attention beside a recurrent mixer */
+                                   : m->layers[l].window;
         n_win += windows[l] > 0;
     }
     const size_t state_layer = m->n_recurrent > 0 ? model_state_layer_floats(m) * sizeof(float) : 0;

@@ -64,6 +64,7 @@
 #include "forward/fwd_dsa.h"
 #include "forward/fwd_shortconv.h"
 #include "forward/fwd_lora.h"
+#include "forward/fwd_mamba2.h"
 #include "forward/fwd_mla.h"
 #include "forward/fwd_moe.h"
 #include "forward/fwd_norm.h"
@@ -112,11 +113,14 @@ struct fwd_ctx {
     float *mla_v;                      /* [chunk][n_heads * mla_v_dim] the heads' values */
     fwd_delta *delta;                  /* DeltaNet scratch (hybrid models) or NULL */
     fwd_shortconv *sconv;              /* short convolution scratch (m->shortconv) or NULL */
+    fwd_mamba2 *mamba;                 /* Mamba-2 scratch (ssm_kind MODEL_SSM_MAMBA2) or NULL */
     fwd_lora *lora;                    /* LoRA scratch, made by the first pass with adapters, or NULL */
     float **st, **sn;                  /* [chunk] per row: its sequence's layer state, snapshot or NULL */
     float *qg;                         /* [chunk][2 n_heads head_dim] gated q rows [q | gate] per head */
     float *gate;                       /* [chunk][n_heads * head_dim] the attention output gate */
     float *xp;                         /* [chunk][dim] the parallel block's normed input, or NULL */
+    float *xm;                         /* [chunk][dim] the normed input of a Mamba-2 mixer beside
+                                          attention (ssm_both), or NULL */
     size_t bytes;
     attn_scratch *attn;
     kv_stash stash; /* q4 key groups a layer's rows still read in f16 (kv_quant.h) */
@@ -154,12 +158,14 @@ void fwd_free(fwd_ctx *f)
     free(f->mla_v);
     fwd_delta_free(f->delta);
     fwd_shortconv_free(f->sconv);
+    fwd_mamba2_free(f->mamba);
     fwd_lora_free(f->lora);
     free(f->st);
     free(f->sn);
     free(f->qg);
     free(f->gate);
     free(f->xp);
+    free(f->xm);
     free(f->moe_y);
     free(f->routed);
     attn_scratch_free(f->attn);
@@ -313,11 +319,13 @@ fwd_ctx *fwd_create(const struct kvi_model *m, int n_rows_max, int force_chunk, 
         const int part = chunk < FWD_DELTA_ROWS ? (int)chunk : FWD_DELTA_ROWS;
         if (m->shortconv)
             f->sconv = fwd_shortconv_create(m, part, &f->bytes);
+        else if (m->ssm_kind == MODEL_SSM_MAMBA2)
+            f->mamba = fwd_mamba2_create(m, part, &f->bytes);
         else
             f->delta = fwd_delta_create(m, part, &f->bytes);
         f->st = calloc(chunk, sizeof *f->st);
         f->sn = calloc(chunk, sizeof *f->sn);
-        if ((!f->delta && !f->sconv) || !f->st || !f->sn) {
+        if ((!f->delta && !f->sconv && !f->mamba) || !f->st || !f->sn) {
             fwd_free(f);
             err_set(err, KVI_E_NOMEM, "forward: cannot allocate the linear attention scratch");
             return NULL;
@@ -339,6 +347,11 @@ fwd_ctx *fwd_create(const struct kvi_model *m, int n_rows_max, int force_chunk, 
             err_set(err, KVI_E_NOMEM, "forward: cannot allocate the parallel block's scratch");
             return NULL;
         }
+    }
+    if (m->ssm_both && !(f->xm = falloc(f, chunk * m->dim, &ok))) {
+        fwd_free(f);
+        err_set(err, KVI_E_NOMEM, "forward: cannot allocate the parallel mixer's scratch");
+        return NULL;
     }
     if (m->ple_dim > 0 && !(f->ple = fwd_ple_create(m, n_rows_max, (int)chunk, &f->bytes))) {
         fwd_free(f);
@@ -589,22 +602,24 @@ static int attn_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *rows
     return KVI_OK;
 }
 
-/* The gated DeltaNet mixer (fwd_delta.h) or the short convolution (fwd_shortconv.h)
+/* The gated DeltaNet mixer (fwd_delta.h), the short convolution (fwd_shortconv.h) or Mamba-2 (fwd_mamba2.h)
  * of recurrent layer l over rows [r0, r0 + n): x += its output; each row's sequence
  * state advances by the row. */
 static int delta_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *rows, int l, int r0, int n)
 {
     const struct kvi_model *m = f->m;
-    const size_t off = (size_t)kv->layer_slot[l] * kv->state_layer_bytes / sizeof(float);
+    const size_t off = (size_t)kv->state_slot[l] * kv->state_layer_bytes / sizeof(float);
     for (int r = 0; r < n; r++) {
         f->st[r] = kv_state(kv, rows->tables[r0 + r], l);
         f->sn[r] = rows->snap && rows->snap[r0 + r] ? rows->snap[r0 + r] + off : NULL;
     }
     /* the mixer's output replaces its input in xb [n][dim] */
-    const int rc = m->shortconv ? fwd_shortconv_run(f->sconv, pool, m, &m->layers[l], f->xb, n, f->st,
-                                                    rows->pos + r0, f->sn, f->xb)
-                                : fwd_delta_run(f->delta, pool, m, &m->layers[l], f->xb, n, f->st,
-                                                rows->pos + r0, f->sn, f->xb);
+    const int rc = f->sconv   ? fwd_shortconv_run(f->sconv, pool, m, &m->layers[l], f->xb, n, f->st,
+                                                  rows->pos + r0, f->sn, f->xb)
+                   : f->mamba ? fwd_mamba2_run(f->mamba, pool, m, &m->layers[l], f->xb, n, f->st,
+                                               rows->pos + r0, f->sn, f->xb)
+                              : fwd_delta_run(f->delta, pool, m, &m->layers[l], f->xb, n, f->st,
+                                              rows->pos + r0, f->sn, f->xb);
     if (rc) return rc;
     residual_add(m, f->x + (size_t)r0 * m->dim, f->xb, m->layers[l].post_attn_norm, n);
     return KVI_OK;
@@ -633,12 +648,21 @@ static int layer_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *row
     const int dim = m->dim, ffn = model_lffn(m, L);
     float *x = f->x + (size_t)r0 * dim; /* [n][dim] this chunk's residual rows */
 
-    /* mixer: attention, or a recurrent layer's DeltaNet */
-    norm_or_copy(m, f->xb, x, L->attn_norm, n, dim);
-    if (f->xp) memcpy(f->xp, f->xb, (size_t)n * dim * sizeof(float));
-    int rc =
-        L->recurrent ? delta_chunk(f, pool, kv, rows, l, r0, n) : attn_chunk(f, pool, kv, rows, l, r0, n);
-    if (rc) return rc;
+    /* mixer: attention, or a recurrent layer's DeltaNet / Mamba-2; none on an FFN-only layer */
+    int rc = 0;
+    if (!L->no_mixer) {
+        norm_or_copy(m, f->xb, x, L->attn_norm, n, dim);
+        if (f->xp) memcpy(f->xp, f->xb, (size_t)n * dim * sizeof(float));
+        if (f->xm) memcpy(f->xm, f->xb, (size_t)n * dim * sizeof(float));
+        rc =
+            L->recurrent ? delta_chunk(f, pool, kv, rows, l, r0, n) : attn_chunk(f, pool, kv, rows, l, r0, n);
+        if (rc) return rc;
+        if (f->xm) { /* the Mamba-2 mixer beside attention, on the same normed input */
+            memcpy(f->xb, f->xm, (size_t)n * dim * sizeof(float));
+            if ((rc = delta_chunk(f, pool, kv, rows, l, r0, n))) return rc;
+        }
+    }
+    if (L->no_ffn) return layer_tail(f, pool, l, r0, n);
 
     /* feed-forward block: gated (SwiGLU / GeGLU), ungated (xIELU), or the experts of a
      * moe layer; a parallel block's reads the attention's normed input */
@@ -654,11 +678,14 @@ static int layer_chunk(fwd_ctx *f, tpool *pool, kv_pool *kv, const fwd_rows *row
         residual_add(m, x, f->moe_y, L->post_ffn_norm, n);
         return layer_tail(f, pool, l, r0, n);
     }
-    if (!L->w_gate.data) { /* h = act(xb Wup^T (+b)) into hg */
+    if (!L->w_gate.data) { /* h = act(xb Wup^T (+b)) into hg (xIELU or ReLU^2) */
         if ((rc = kern_matmul(pool, &L->w_up, f->xb, dim, n, f->hg, ffn))) return rc;
         if ((rc = lora_add(f, pool, rows, r0, L, LORA_UP, f->xb, dim, n, f->hg, ffn))) return rc;
         add_bias(f->hg, L->b_up, n, ffn);
-        fwd_xielu(&L->xielu, f->hg, (size_t)n * ffn);
+        if (m->act == MODEL_ACT_RELU2)
+            fwd_relu2(f->hg, (size_t)n * ffn);
+        else
+            fwd_xielu(&L->xielu, f->hg, (size_t)n * ffn);
     } else {
         const kern_tensor *w2[2] = { &L->w_gate, &L->w_up };
         float *const y2[2] = { f->hg, f->hu };

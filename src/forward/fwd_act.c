@@ -66,6 +66,14 @@ void fwd_xielu(const model_xielu *p, float *x, size_t n)
     }
 }
 
+void fwd_relu2(float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const float v = x[i] > 0.0f ? x[i] : 0.0f;
+        x[i] = v * v;
+    }
+}
+
 float *fwd_gelu_table_f32(const uint16_t *gelu)
 {
     float *t = gelu ? malloc(65536 * sizeof *t) : NULL; /* [65536] */

@@ -25,6 +25,9 @@ void fwd_glu(model_act act, const uint16_t *gelu, float *g, const float *u, size
  * ungated FFN of apertus), in float as llama.cpp's CPU computes it */
 void fwd_xielu(const model_xielu *p, float *x, size_t n);
 
+/* x[i] = max(x[i], 0)^2 for i < n (the ungated FFN of nemotron_h) */
+void fwd_relu2(float *x, size_t n);
+
 /* The table of fwd_act_table widened to f32 [65536] (malloc'd; NULL on allocation
  * failure), for fwd_gelu. */
 float *fwd_gelu_table_f32(const uint16_t *gelu);

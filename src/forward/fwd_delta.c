@@ -25,6 +25,7 @@
 #include "forward/fwd_delta.h"
 
 #include "forward/fwd_alloc.h"
+#include "forward/fwd_conv.h"
 #include "forward/fwd_norm.h"
 
 #include "base/error.h"
@@ -144,55 +145,25 @@ static void share(int n, int ith, int nth, int *i0, int *i1)
     *i1 = (int)((int64_t)n * (ith + 1) / nth);
 }
 
-/* Where row r's input from `back` positions earlier is (0 <= back < K): p of an
- * earlier row of its sequence in this pass, or (before its first row here) a row of
- * its conv state [K - 1][conv], which holds the K - 1 positions before that row. */
-static const float *conv_src(const delta_task *t, int r, int back, int conv)
-{
-    int j = r;
-    for (int b = 0; b < back; b++) {
-        if (t->d->prev[j] < 0) /* back - b positions before row j, the sequence's first here */
-            return t->state[r] + (size_t)(t->m->ssm_conv - 1 - (back - b)) * conv;
-        j = t->d->prev[j];
-    }
-    return t->d->p + (size_t)j * conv;
-}
-
-/* The causal conv and SiLU of channels [c0, c1) over every row: each tap reads the
- * projection of the row that many positions back (conv_src), in tap order; then
- * each sequence's conv state takes the raw inputs of its last K - 1 positions
- * (snapshots: those after their row). */
+/* The causal conv and SiLU of the channels of thread ith over every row (fwd_conv.h) */
 static void delta_conv(void *ctx, int ith, int nth)
 {
     const delta_task *t = ctx;
     const struct kvi_model *m = t->m;
-    const int K = m->ssm_conv, conv = 2 * m->ssm_hk * m->ssm_dk + m->ssm_hv * m->ssm_dk;
-    const float *src[64];
-    int c0, c1;
-    share(conv, ith, nth, &c0, &c1);
-    for (int r = 0; r < t->n; r++) {
-        for (int k = 0; k < K; k++) src[k] = conv_src(t, r, K - 1 - k, conv);
-        float *c = t->d->c + (size_t)r * conv;
-        for (int ch = c0; ch < c1; ch++) {
-            const float *w = t->L->conv_w + (size_t)ch * K;
-            float s = 0.0f;
-            for (int k = 0; k < K; k++) s += w[k] * src[k][ch];
-            c[ch] = silu(s);
-        }
-        if (t->snap && t->snap[r]) /* the state as it is after row r */
-            for (int i = 0; i < K - 1; i++)
-                memcpy(t->snap[r] + (size_t)i * conv + c0, src[i + 1] + c0,
-                       (size_t)(c1 - c0) * sizeof(float));
-    }
-    /* the new states, from each sequence's last row (read before any is written:
-     * a state row may be the source of another) */
-    for (int r = 0; r < t->n; r++) {
-        if (!t->d->last[r]) continue;
-        for (int k = 0; k < K - 1; k++) src[k] = conv_src(t, r, K - 2 - k, conv);
-        for (int k = 0; k < K - 1; k++) /* oldest first: a source is never a row already written */
-            if (src[k] != t->state[r] + (size_t)k * conv)
-                memcpy(t->state[r] + (size_t)k * conv + c0, src[k] + c0, (size_t)(c1 - c0) * sizeof(float));
-    }
+    const int conv = 2 * m->ssm_hk * m->ssm_dk + m->ssm_hv * m->ssm_dk;
+    const fwd_conv_rows cr = { .n = t->n,
+                               .K = m->ssm_conv,
+                               .C = conv,
+                               .p = t->d->p,
+                               .ldp = (size_t)conv,
+                               .state = t->state,
+                               .snap = t->snap,
+                               .prev = t->d->prev,
+                               .last = t->d->last,
+                               .w = t->L->conv_w,
+                               .b = NULL,
+                               .out = t->d->c };
+    fwd_conv_part(&cr, ith, nth);
 }
 
 /* q, k heads L2-normalised; beta and decay per value head: rows [r0, r1) */
@@ -270,17 +241,7 @@ static int delta_part(fwd_delta *d, tpool *pool, const struct kvi_model *m, cons
         }
     }
     /* a sequence's first row starts from zeros; each row's predecessor in this pass */
-    for (int r = 0; r < n; r++) {
-        if (pos[r] == 0) memset(state[r], 0, sf * sizeof(float));
-        d->prev[r] = -1;
-        d->last[r] = 1;
-        for (int j = r - 1; j >= 0; j--) /* rows of one sequence usually follow each other */
-            if (state[j] == state[r]) {
-                d->prev[r] = j;
-                d->last[j] = 0;
-                break;
-            }
-    }
+    fwd_conv_link(state, pos, n, sf, d->prev, d->last);
     delta_task t = { .m = m, .L = L, .d = d, .n = n, .state = state, .snap = snap, .pool = pool };
     const bool par = n >= FWD_DELTA_PAR_ROWS; /* a few rows: less work than waking the pool */
     run_on(pool, delta_conv, &t, par);        /* channels split, rows in order */

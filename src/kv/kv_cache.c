@@ -85,20 +85,27 @@ int kv_pool_init_layers(kv_pool *p, int n_layers, const int *window, int slack, 
     p->layer_slot = malloc((size_t)n_layers * sizeof *p->layer_slot);
     p->layer_win = calloc((size_t)n_layers, 1);
     p->layer_rec = calloc((size_t)n_layers, 1);
-    if (!p->layer_slot || !p->layer_win || !p->layer_rec) {
+    p->state_slot = malloc((size_t)n_layers * sizeof *p->state_slot);
+    if (!p->layer_slot || !p->layer_win || !p->layer_rec || !p->state_slot) {
         kv_pool_free(p);
         return err_set(err, KVI_E_NOMEM, "kv cache: out of memory");
     }
     int ng = 0, nw = 0, nr = 0;
     for (int l = 0; l < n_layers; l++) {
         const int w = window ? window[l] : 0;
+        p->state_slot[l] = -1;
+        if (w == KV_LAYER_GLOBAL_STATE) { /* rows in the global part, and a state */
+            p->state_slot[l] = nr++;
+            p->layer_slot[l] = ng++;
+            continue;
+        }
         if (w == KV_LAYER_ABSENT) {
             p->layer_slot[l] = -1;
             continue;
         }
         if (w == KV_LAYER_RECURRENT) {
             p->layer_rec[l] = 1;
-            p->layer_slot[l] = nr++;
+            p->state_slot[l] = p->layer_slot[l] = nr++;
             continue;
         }
         if (w < 0) {
@@ -205,6 +212,7 @@ void kv_pool_free(kv_pool *p)
     free(p->layer_slot);
     free(p->layer_win);
     free(p->layer_rec);
+    free(p->state_slot);
     if (p->snap)
         for (int32_t i = 0; i < p->n_blocks_max; i++) free(p->snap[i]);
     free(p->snap);

@@ -58,8 +58,9 @@
  *    part + n_wfree.
  *
  * Recurrent layers (hybrid models: window[l] == KV_LAYER_RECURRENT at init) hold no
- * rows in blocks: layer_rec[l] is set and layer_slot[l] is the layer's slot in the
- * table's state instead. A table's state (state, state_bytes = n_rlayers *
+ * rows in blocks: layer_rec[l] is set and state_slot[l] (== layer_slot[l]) is the
+ * layer's slot in the table's state instead; a KV_LAYER_GLOBAL_STATE layer has both,
+ * its rows in the global part (layer_slot) and a state slot (state_slot). A table's state (state, state_bytes = n_rlayers *
  * state_layer_bytes, allocated at its first step: kv_table_state_take) holds what
  * the recurrent layers keep of the sequence so far, after position n_pos - 1 (the
  * forward pass's layout, fwd_delta.h); it cannot be rewound, only restarted at
@@ -129,6 +130,7 @@ typedef struct kv_pool {
     int32_t n_wfree;
     /* recurrent layers (see above); n_rlayers 0: none */
     uint8_t *layer_rec; /* [n_layers] 1: recurrent (no KV rows) */
+    int32_t *state_slot; /* [n_layers] the layer's slot in a table's state, -1: none */
     int n_rlayers;
     size_t state_layer_bytes; /* one recurrent layer's state */
     size_t state_bytes;       /* one table's state: n_rlayers * state_layer_bytes */
@@ -217,6 +219,9 @@ size_t kv_pool_bytes_per_token_indexer(const kv_pool *p);
 /* Bytes of the indexer rows of a sequence of n_ctx positions (attention layers
  * n_attn, blocks of block_size positions), for budgets. */
 size_t kv_layout_indexer_seq_bytes(int n_attn, int idx_dim, int block_size, int64_t n_ctx);
+/* Value of window[l] for a global attention layer that keeps a recurrent state too
+ * (falcon-h1: attention and Mamba-2 in parallel): KV rows and a state slot. */
+#define KV_LAYER_GLOBAL_STATE (-3)
 /* Recurrent layers' state (see above): state_layer_bytes per recurrent layer and
  * table, n_slots tables at once, reserved from the budget. Call right after
  * kv_pool_init_layers with a window array marking recurrent layers. */
@@ -228,7 +233,7 @@ size_t kv_pool_bytes_states(const kv_pool *p); /* n_states * state_bytes */
 /* Layer l's part of the table's state (recurrent layers only). */
 static inline float *kv_state(const kv_pool *p, const kv_table *t, int l)
 {
-    return t->state + (size_t)p->layer_slot[l] * (p->state_layer_bytes / sizeof(float));
+    return t->state + (size_t)p->state_slot[l] * (p->state_layer_bytes / sizeof(float));
 }
 /* Attaches the state src (state_bytes) to indexed block b as its snapshot (no-op
  * when b has one, is not indexed, or the pool has no room). 0, or -1: not taken. */

@@ -31,8 +31,9 @@ enum {
     ARCH_ENCODER_TENSORS = 1 << 9,    /* BERT-family tensors, bound by model_enc_bind_encoder (model_enc.h) */
     ARCH_V_FROM_K = 1 << 10,          /* attn_v may be absent: V is K's projection (gemma4), and
                                          layers with kv_share bind no K/V */
-    ARCH_DSA_INDEXER = 1 << 17,       /* a lightning indexer per layer (deepseek32, fwd_dsa.h) */
     ARCH_OUT_NORM_EMBD = 1 << 11,     /* the output norm is stored as token_embd_norm (lfm2) */
+    ARCH_FFN_NORM_BARE = 1 << 13,     /* the FFN norm is named blk.N.ffn_norm, without .weight (falcon-h1) */
+    ARCH_DSA_INDEXER = 1 << 17,       /* a lightning indexer per layer (deepseek32, fwd_dsa.h) */
 };
 
 typedef struct model_arch {
@@ -86,6 +87,21 @@ int model_gguf_int_max(const gguf_ctx *g, const char *arch, const char *key, boo
  * full_attention_interval I (default 4): layer l is recurrent when (l + 1) % I != 0. */
 int model_hybrid_layers(struct kvi_model *m, const gguf_ctx *g, kvi_error *err);
 
+/* Mamba-2 hybrids (granitehybrid, nemotron_h, falcon-h1; arch_mamba2.c): the ssm.* keys
+ * (conv_kernel, inner_size, state_size, time_step_rank heads, group_count) into the
+ * model's ssm_* fields with ssm_kind MODEL_SSM_MAMBA2; a layer is recurrent when its
+ * attention.head_count_kv entry is 0 and, with mlp_layers, its feed_forward_length
+ * entry is 0 too (then the layer is the mixer alone; a layer with an FFN width and no
+ * KV heads is the FFN alone, and an attention layer has no FFN). */
+int model_mamba2_layers(struct kvi_model *m, const gguf_ctx *g, bool mlp_layers, kvi_error *err);
+/* The ssm.* keys alone (model_mamba2_layers reads them first), ssm_kind Mamba-2 ... */
+int model_mamba2_keys(struct kvi_model *m, const gguf_ctx *g, kvi_error *err);
+/* ... and without the kind or its checks (model_hybrid_layers, arch_mamba2.c) */
+int model_ssm_keys(struct kvi_model *m, const gguf_ctx *g, kvi_error *err);
+/* granite's four scales (embedding, residual, attention, logit) and its RoPE switch
+ * rope.scaling.finetuned (absent: on), arch_granite.c */
+int model_granite_scales(struct kvi_model *m, const gguf_ctx *g, kvi_error *err);
+
 /* The routing keys of a mixture of experts (model.h; fwd_moe.h), those named in
  * `keys`: expert_gating_func (1 softmax, 2 sigmoid; def_gating when absent, or an
  * error when def_gating < 0), expert_weights_norm (absent: false), expert_weights_scale
@@ -116,5 +132,6 @@ extern const model_arch model_arch_glm4moe, model_arch_minimax_m2, model_arch_hu
 extern const model_arch model_arch_llama4, model_arch_gemma4;
 extern const model_arch model_arch_deepseek32;
 extern const model_arch model_arch_lfm2, model_arch_lfm2moe;
+extern const model_arch model_arch_granitehybrid, model_arch_nemotron_h, model_arch_falcon_h1;
 
 #endif

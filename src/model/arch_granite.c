@@ -9,7 +9,7 @@
  */
 #include "model/arch.h"
 
-static int granite_hparams(struct kvi_model *m, const gguf_ctx *g, kvi_error *err)
+int model_granite_scales(struct kvi_model *m, const gguf_ctx *g, kvi_error *err)
 {
     int rc;
     if ((rc = model_gguf_float(g, m->arch, "embedding_scale", false, 1.0, &m->emb_scale, err)) ||
@@ -23,4 +23,4 @@ static int granite_hparams(struct kvi_model *m, const gguf_ctx *g, kvi_error *er
     return 0;
 }
 
-const model_arch model_arch_granite = { "granite", 0, MODEL_QK_NONE, false, granite_hparams };
+const model_arch model_arch_granite = { "granite", 0, MODEL_QK_NONE, false, model_granite_scales };

@@ -290,12 +290,18 @@ int model_check_hparams(const struct kvi_model *m, kvi_error *err)
     if (m->ssm_conv && !m->shortconv &&
         (m->ssm_conv < 2 || m->ssm_conv > 64 || m->ssm_dk < 1 || m->ssm_dk > MODEL_MAX_HEAD_DIM ||
          m->ssm_hk < 1 || m->ssm_hv < 1 || m->ssm_hv > MODEL_MAX_HEADS || m->ssm_hv % m->ssm_hk != 0 ||
-         m->n_recurrent < 0 || m->n_recurrent >= m->n_layers || m->mla_kv_rank))
+         m->n_recurrent < 0 || m->n_recurrent > m->n_layers - !m->ssm_both || m->mla_kv_rank))
         return err_set(
             err, KVI_E_FORMAT,
             "model: linear attention invalid (%d taps, head dims %d, %d key / %d value heads, %d of %d "
             "layers)",
             m->ssm_conv, m->ssm_dk, m->ssm_hk, m->ssm_hv, m->n_recurrent, m->n_layers);
+    if (m->ssm_conv && m->ssm_kind == MODEL_SSM_MAMBA2 &&
+        (m->ssm_inner < 1 || m->ssm_inner > MODEL_MAX_DIM || m->ssm_inner % m->ssm_hv != 0 ||
+         m->ssm_inner % m->ssm_hk != 0))
+        return err_set(err, KVI_E_FORMAT,
+                       "model: Mamba-2 inner size %d does not split into %d heads and %d groups",
+                       m->ssm_inner, m->ssm_hv, m->ssm_hk);
     for (int l = 0; m->layers && l < m->n_layers; l++)
         if (m->layers[l].recurrent && !m->ssm_conv)
             return err_set(err, KVI_E_FORMAT,
@@ -364,6 +370,10 @@ size_t model_state_layer_floats(const struct kvi_model *m)
 {
     if (m->ssm_conv <= 0) return 0;
     if (m->shortconv) return (size_t)(m->ssm_conv - 1) * (size_t)m->dim;
+    if (m->ssm_kind == MODEL_SSM_MAMBA2) {
+        const size_t inner = (size_t)m->ssm_inner, gn = 2 * (size_t)m->ssm_hk * (size_t)m->ssm_dk;
+        return (size_t)(m->ssm_conv - 1) * (inner + gn) + (size_t)m->ssm_dk * inner;
+    }
     const size_t dk = (size_t)m->ssm_dk, conv = 2 * (size_t)m->ssm_hk * dk + (size_t)m->ssm_hv * dk;
     return (size_t)(m->ssm_conv - 1) * conv + (size_t)m->ssm_hv * dk * dk;
 }
@@ -401,6 +411,21 @@ static int check_shortconv(const struct kvi_model *m, const model_layer *L, int 
     if ((rc = check_matrix(&L->ssm_out, nm, m->dim, m->dim, err))) return rc;
     if (!L->conv_w)
         return err_set(err, KVI_E_FORMAT, "model: blk.%d: the short convolution's taps are missing", l);
+    return 0;
+}
+
+/* Layer l's Mamba-2 matrices and vectors (model.h). */
+static int check_mamba2(const struct kvi_model *m, const model_layer *L, int l, kvi_error *err)
+{
+    const int64_t dim = m->dim, di = m->ssm_inner, gn = 2 * (int64_t)m->ssm_hk * m->ssm_dk;
+    char nm[64];
+    int rc;
+    snprintf(nm, sizeof nm, "blk.%d.ssm_in", l);
+    if ((rc = check_matrix(&L->ssm_in, nm, dim, 2 * di + gn + m->ssm_hv, err))) return rc;
+    snprintf(nm, sizeof nm, "blk.%d.ssm_out", l);
+    if ((rc = check_matrix(&L->ssm_out, nm, di, dim, err))) return rc;
+    if (!L->conv_w || !L->conv_b || !L->dt_bias || !L->ssm_a || !L->ssm_d)
+        return err_set(err, KVI_E_FORMAT, "model: blk.%d: a Mamba-2 vector is missing", l);
     return 0;
 }
 
@@ -489,12 +514,17 @@ int model_validate(const struct kvi_model *m, kvi_error *err)
             mats[0].t = mats[1].t = mats[2].t = NULL;
             mats[3].in = (int64_t)m->n_heads * m->mla_v_dim;
         }
-        if (m->attn_gated) mats[0].out = 2 * q_dim;      /* per head [q | gate] */
-        if (m->act == MODEL_ACT_XIELU) mats[4].t = NULL; /* ungated FFN */
-        if (L->recurrent) { /* a DeltaNet mixer or a short convolution instead of attention */
-            if ((rc = m->shortconv ? check_shortconv(m, L, l, err) : check_delta(m, L, l, err))) return rc;
-            mats[0].t = mats[1].t = mats[2].t = mats[3].t = NULL;
+        if (m->attn_gated) mats[0].out = 2 * q_dim; /* per head [q | gate] */
+        if (m->act == MODEL_ACT_XIELU || m->act == MODEL_ACT_RELU2) mats[4].t = NULL; /* ungated FFN */
+        if (L->recurrent || m->ssm_both) { /* a DeltaNet, short-convolution or Mamba-2 mixer instead of (or beside) attention */
+            if ((rc = m->shortconv                       ? check_shortconv(m, L, l, err)
+                      : m->ssm_kind == MODEL_SSM_MAMBA2 ? check_mamba2(m, L, l, err)
+                                                        : check_delta(m, L, l, err)))
+                return rc;
+            if (!m->ssm_both) mats[0].t = mats[1].t = mats[2].t = mats[3].t = NULL;
         }
+        if (L->no_mixer) mats[0].t = mats[1].t = mats[2].t = mats[3].t = NULL;
+        if (L->no_ffn) mats[4].t = mats[5].t = mats[6].t = NULL;
         if (L->kv_share) mats[1].t = mats[2].t = NULL; /* reads another layer's K/V */
         if (!L->wv.data && L->v_rms) mats[2].t = NULL; /* V is the K projection */
         if ((rc = check_ple(m, L, l, err))) return rc;
@@ -517,12 +547,13 @@ int model_validate(const struct kvi_model *m, kvi_error *err)
             snprintf(nm, sizeof nm, "blk.%d.%s", l, mats[i].n);
             if ((rc = check_matrix(mats[i].t, nm, mats[i].in, mats[i].out, err))) return rc;
         }
-        if (!m->parallel_ffn && !L->attn_norm != !L->ffn_norm)
+        if (!m->parallel_ffn && !L->no_ffn && !L->attn_norm != !L->ffn_norm)
             return err_set(err, KVI_E_FORMAT, "model: blk.%d.%s is missing", l,
                            L->attn_norm ? "ffn_norm" : "attn_norm");
         if (!L->attn_norm && !L->post_attn_norm)
             return err_set(err, KVI_E_FORMAT, "model: blk.%d has no norm at all", l);
-        if (!L->recurrent && (m->qk_norm != MODEL_QK_NONE) != (L->q_norm && (L->k_norm || L->kv_share)))
+        if (!L->recurrent && !L->no_mixer &&
+            (m->qk_norm != MODEL_QK_NONE) != (L->q_norm && (L->k_norm || L->kv_share)))
             return err_set(err, KVI_E_FORMAT, "model: blk.%d: q/k norm weights do not match the block", l);
     }
     return 0;

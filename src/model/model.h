@@ -54,6 +54,7 @@ typedef enum model_act {
     MODEL_ACT_GELU_TANH,  /* GeGLU with the tanh approximation (gemma) */
     MODEL_ACT_SWIGLU_OAI, /* gpt-oss: g = min(g, 7), u = clamp(u, -7, 7), g * sigmoid(1.702 g) * (u + 1) */
     MODEL_ACT_XIELU,      /* apertus, no gate: xielu(up) with the layer's parameters (model_xielu) */
+    MODEL_ACT_RELU2,      /* nemotron_h, no gate: relu(up)^2 */
 } model_act;
 
 /* The norm of the block's pre-norms and the output norm (q/k and post norms stay RMS). */
@@ -68,6 +69,12 @@ typedef enum model_norm {
 typedef struct model_xielu {
     float alpha_p, alpha_n, beta, eps;
 } model_xielu;
+
+/* The kind of a hybrid model's recurrent layers. */
+typedef enum model_ssm {
+    MODEL_SSM_DELTA = 0, /* gated DeltaNet (fwd_delta.h) */
+    MODEL_SSM_MAMBA2,    /* Mamba-2 (fwd_mamba2.h) */
+} model_ssm;
 
 /* How a mixture-of-experts layer turns router logits l [n_expert] into the chosen
  * experts and their weights (fwd_moe.c). Every kind selects the top n_expert_used
@@ -169,7 +176,16 @@ typedef struct model_layer {
     const float *dt_bias;  /* [Hv] */
     const float *ssm_a;    /* [Hv] -exp(A_log), negative */
     const float *ssm_norm; /* [dk] gated output RMSNorm, shared by the heads */
-    kern_tensor ssm_out;   /* [dim][Hv dk] */
+    kern_tensor ssm_out;   /* [dim][Hv dk] (Mamba-2: [dim][d_inner]) */
+    /* Mamba-2 layer (ssm_kind MODEL_SSM_MAMBA2; fwd_mamba2.h), besides conv_w [C][K],
+     * dt_bias, ssm_a [n_h], ssm_norm [d_inner] (G groups; NULL: none) and ssm_out:
+     * C = d_inner + 2 G N conv channels */
+    kern_tensor ssm_in;  /* [2 d_inner + 2 G N + n_h][dim]: [z | x B C | dt] */
+    const float *conv_b; /* [C] conv bias */
+    const float *ssm_d;  /* [n_h] skip D */
+    /* layers with one sub-layer only (nemotron_h): no_mixer, the FFN alone, normed by
+     * attn_norm (bound as ffn_norm); no_ffn, the mixer alone */
+    bool no_mixer, no_ffn;
     /* position handling and activation of dense variants (smollm3, mistral3, apertus, ...) */
     bool no_rope;      /* q and k are not rotated (NoPE layer) */
     bool q_temp;       /* q times the position's temperature (kvi_model q_temp_*) after RoPE */
@@ -268,6 +284,13 @@ struct kvi_model {
     int ssm_hk;      /* group_count: key heads */
     int ssm_hv;      /* time_step_rank: value heads, a multiple of ssm_hk */
     bool ssm_tiled;  /* value head j reads key head j % Hk (qwen35), else j / (Hv / Hk) */
+    /* the recurrent layers' kind: DeltaNet as above, or Mamba-2 (granitehybrid,
+     * nemotron_h, falcon-h1) with ssm_conv K, ssm_dk the state size N, ssm_hk the
+     * groups G, ssm_hv the heads n_h, ssm_inner d_inner = n_h P; its state per layer:
+     * conv (K - 1) (d_inner + 2 G N), SSM N d_inner floats (fwd_mamba2.h) */
+    model_ssm ssm_kind;
+    int ssm_inner;
+    bool ssm_both;   /* every layer runs attention and a Mamba-2 mixer in parallel (falcon-h1) */
     bool attn_gated; /* attention q rows per head [q | gate]; the output times sigmoid(gate) */
     /* lfm2: the recurrent layers are gated short convolutions (fwd_shortconv.h), not
      * DeltaNet: ssm_qkv is in_proj [3 dim][dim] -> [B | C | x], conv_w [dim][ssm_conv],

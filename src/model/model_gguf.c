@@ -241,17 +241,11 @@ int model_swa_layers(struct kvi_model *m, const gguf_ctx *g, int def_period, int
 }
 int model_hybrid_layers(struct kvi_model *m, const gguf_ctx *g, kvi_error *err)
 {
-    int rc, inner, interval;
-    if ((rc = model_gguf_int(g, m->arch, "ssm.conv_kernel", true, 0, 2, 64, &m->ssm_conv, err)) ||
-        (rc =
-             model_gguf_int(g, m->arch, "ssm.state_size", true, 0, 1, MODEL_MAX_HEAD_DIM, &m->ssm_dk, err)) ||
-        (rc = model_gguf_int(g, m->arch, "ssm.group_count", true, 0, 1, MODEL_MAX_HEADS, &m->ssm_hk, err)) ||
-        (rc = model_gguf_int(g, m->arch, "ssm.time_step_rank", true, 0, 1, MODEL_MAX_HEADS, &m->ssm_hv,
-                             err)) ||
-        (rc = model_gguf_int(g, m->arch, "ssm.inner_size", true, 0, 1, MODEL_MAX_DIM, &inner, err)) ||
-        (rc = model_gguf_int(g, m->arch, "full_attention_interval", false, 4, 1, MODEL_MAX_LAYERS, &interval,
-                             err)))
+    int rc, interval;
+    if ((rc = model_ssm_keys(m, g, err)) || (rc = model_gguf_int(g, m->arch, "full_attention_interval", false,
+                                                                 4, 1, MODEL_MAX_LAYERS, &interval, err)))
         return rc;
+    const int inner = m->ssm_inner;
     if (m->ssm_hv % m->ssm_hk != 0 || (int64_t)m->ssm_hv * m->ssm_dk != inner)
         return err_set(err, KVI_E_FORMAT,
                        "gguf: linear attention: %d value heads are not a multiple of %d key heads, or "
@@ -468,7 +462,7 @@ static void model_prepare_weights(struct kvi_model *m)
 {
     if (!kern_prepare_wanted() || !gguf_set_writable(m->gguf, true)) return;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    kern_tensor **mats = malloc(((size_t)m->n_layers * 25 + 1) * sizeof *mats); /* [25 * n_layers + 1] */
+    kern_tensor **mats = malloc(((size_t)m->n_layers * 26 + 1) * sizeof *mats); /* [26 * n_layers + 1] */
     int n = 0;
     /* expert (head) views stay whole R16 tiles only when every expert's (head's)
      * rows start a tile */
@@ -484,6 +478,7 @@ static void model_prepare_weights(struct kvi_model *m)
         for (int i = 0; i < 24; i++)
             if (lm[i]->data && (i < 13 || i >= 18 || (i < 16 ? exp_ok : head_ok))) mats[n++] = lm[i];
         if (L->wo_gate.data) mats[n++] = &L->wo_gate;
+        if (L->ssm_in.data) mats[n++] = &L->ssm_in;
     }
     if (mats && m->output.data && m->stage_l1 == m->n_layers) mats[n++] = &m->output;
     if (mats && kern_prepare_weights(mats, n, cores > 1 ? (int)cores : 1) == 0 &&
@@ -588,6 +583,32 @@ static int bind_shortconv(gbind *b, int l, kvi_error *err)
     return 0;
 }
 
+/* Layer l's Mamba-2 mixer (model.h): ssm_in, the conv taps {K, C} and bias, dt bias,
+ * A and D {1, n_h}, the grouped norm {d_inner / G, G} (absent: none), ssm_out. */
+static int bind_mamba2(gbind *b, int l, kvi_error *err)
+{
+    struct kvi_model *m = b->m;
+    model_layer *L = &m->layers[l];
+    const int64_t dim = m->dim, di = m->ssm_inner, g = m->ssm_hk, nh = m->ssm_hv;
+    const int64_t conv = di + 2 * g * m->ssm_dk;
+    char n[64];
+#define NM(part) (snprintf(n, sizeof n, "blk.%d.%s", l, part), n)
+    int rc;
+    if ((rc = bind_matrix(b, NM("ssm_in.weight"), dim, di + conv + nh, true, &L->ssm_in, err)) ||
+        (rc = bind_expert_bias(b, NM("ssm_conv1d.weight"), m->ssm_conv, conv, &L->conv_w, err)) ||
+        (rc = bind_vector(b, NM("ssm_conv1d.bias"), conv, true, &L->conv_b, err)) ||
+        (rc = bind_vector(b, NM("ssm_dt.bias"), nh, true, &L->dt_bias, err)) ||
+        (rc = bind_expert_bias(b, NM("ssm_a"), 1, nh, &L->ssm_a, err)) ||
+        (rc = bind_expert_bias(b, NM("ssm_d"), 1, nh, &L->ssm_d, err)) ||
+        (rc = bind_expert_bias(b, NM("ssm_norm.weight"), di / g, g, &L->ssm_norm, err)) ||
+        (rc = bind_matrix(b, NM("ssm_out.weight"), di, dim, true, &L->ssm_out, err)))
+        return rc;
+    if (!L->conv_w || !L->ssm_a || !L->ssm_d)
+        return err_set(err, KVI_E_FORMAT, "gguf: blk.%d: ssm_conv1d.weight, ssm_a or ssm_d is missing", l);
+#undef NM
+    return 0;
+}
+
 /* Layer l's attention of the gemma4 kind (ARCH_V_FROM_K): attn_q, and attn_k with an
  * optional attn_v (absent: V is K's projection) unless the layer reads another
  * layer's K/V (kv_share: its attn_k / attn_v / attn_k_norm, if the file has them,
@@ -676,19 +697,27 @@ static int bind_layer(gbind *b, const model_arch *a, int l, kvi_error *err)
     char n[64];
 #define NM(part) (snprintf(n, sizeof n, "blk.%d.%s", l, part), n)
     int rc;
+    const bool mamba2 = m->ssm_kind == MODEL_SSM_MAMBA2;
     if ((rc = bind_vector(b, NM("attn_norm.weight"), dim, pre, &L->attn_norm, err)) ||
-        (rc = !L->recurrent  ? bind_attention(b, a, l, err)
-              : m->shortconv ? bind_shortconv(b, l, err)
-                             : bind_delta(b, l, err)))
+        (!L->no_mixer && (rc = !L->recurrent  ? bind_attention(b, a, l, err)
+                               : m->shortconv ? bind_shortconv(b, l, err)
+                               : mamba2       ? bind_mamba2(b, l, err)
+                                              : bind_delta(b, l, err))) ||
+        (m->ssm_both && (rc = bind_mamba2(b, l, err))))
         return rc;
-    if (a->flags & ARCH_FFN_NORM_POST_ATTN) {
+    L->moe = model_layer_moe(m, l);
+    if (L->no_ffn) return 0; /* the mixer alone (nemotron_h) */
+    if (L->no_mixer) {       /* the FFN alone, normed by attn_norm */
+        L->ffn_norm = L->attn_norm;
+    } else if (a->flags & ARCH_FFN_NORM_BARE) {
+        if ((rc = bind_vector(b, NM("ffn_norm"), dim, true, &L->ffn_norm, err))) return rc;
+    } else if (a->flags & ARCH_FFN_NORM_POST_ATTN) {
         if ((rc = bind_vector(b, NM("post_attention_norm.weight"), dim, true, &L->ffn_norm, err))) return rc;
     } else if ((rc = bind_vector(b, NM("post_attention_norm.weight"), dim, post, &L->post_attn_norm, err)) ||
                (rc = bind_vector(b, NM("ffn_norm.weight"), dim, pre && !(a->flags & ARCH_PARALLEL),
                                  &L->ffn_norm, err))) {
         return rc;
     }
-    L->moe = model_layer_moe(m, l);
     if (L->moe) {
         const int64_t E = m->n_expert, F = m->expert_ffn, S = m->shared_ffn;
         if ((rc = bind_matrix(b, NM("ffn_gate_inp.weight"), dim, E, true, &L->router, err)) ||

@@ -4,7 +4,7 @@
  * of one value per layer.
  *
  * Invariant: an array is accepted only with exactly n_layers elements, each in
- * [lo, hi]; the model-wide value read from it is the largest (what the scratch and
+ * [lo, hi] (model_gguf_int_max: in [0, hi], its largest >= lo); the model-wide value read from it is the largest (what the scratch and
  * the widest layer need), the per-layer values go into the layers.
  */
 #include "model/arch.h"
@@ -39,7 +39,8 @@ int model_gguf_int_max(const gguf_ctx *g, const char *arch, const char *key, boo
 {
     bool arr = false;
     int32_t *v = n_layers > 0 ? malloc((size_t)n_layers * sizeof *v) : NULL; /* [n_layers] */
-    int rc = v ? model_gguf_layer_ints(g, arch, key, n_layers, lo, hi, v, &arr, err) : -1;
+    /* an array's entries may be 0 (hybrids: a layer without attention or FFN); its largest must be >= lo */
+    int rc = v ? model_gguf_layer_ints(g, arch, key, n_layers, lo < 0 ? lo : 0, hi, v, &arr, err) : -1;
     if (rc > -1 && rc != 0) {
         free(v);
         return rc;
@@ -48,6 +49,11 @@ int model_gguf_int_max(const gguf_ctx *g, const char *arch, const char *key, boo
         int mx = v[0];
         for (int l = 1; l < n_layers; l++) mx = v[l] > mx ? v[l] : mx;
         *out = mx;
+        if (mx < lo) {
+            free(v);
+            return err_set(err, KVI_E_FORMAT, "gguf: %s.%s: every layer's value is below %lld", arch, key,
+                           (long long)lo);
+        }
     }
     free(v);
     return arr ? 0 : model_gguf_int(g, arch, key, required, def, lo, hi, out, err);

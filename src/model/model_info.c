@@ -128,6 +128,7 @@ static uint64_t layer_mats(const kvi_model *m, const model_layer *L, bool bytes,
     n += bytes ? mat_bytes(&L->wo_gate) : mat_elems(&L->wo_gate);
     const kern_tensor *idx[3] = { &L->idx_wq_b, &L->idx_wk, &L->idx_proj }; /* deepseek32's indexer */
     for (int i = 0; i < 3; i++) n += bytes ? mat_bytes(idx[i]) : mat_elems(idx[i]);
+    n += bytes ? mat_bytes(&L->ssm_in) : mat_elems(&L->ssm_in);
     if (!L->moe || m->n_expert <= 0) return n;
     const kern_tensor *ex[3] = { &L->exp_gate, &L->exp_up, &L->exp_down };
     uint64_t e = 0;
@@ -163,12 +164,18 @@ static uint64_t vector_elems(const kvi_model *m)
         n += vec(L->ple_norm, d) + vec(L->out_scale, 1);
         n += vec(L->attn_norm, d) + vec(L->bq, qd) + vec(L->bk, kd) + vec(L->bv, kd) +
              vec(L->q_norm, full ? qd : hd) + vec(L->k_norm, full ? kd : hd) + vec(L->bo, d) +
-             vec(L->sinks, (uint64_t)m->n_heads) + vec(L->post_attn_norm, d) + vec(L->ffn_norm, d) +
+             vec(L->sinks, (uint64_t)m->n_heads) + vec(L->post_attn_norm, d) +
+             vec(L->no_mixer ? NULL : L->ffn_norm, d) + /* no_mixer: attn_norm */
              vec(L->b_gate, f) + vec(L->b_up, f) + vec(L->b_down, d) + vec(L->post_ffn_norm, d) +
              vec(L->q_a_norm, (uint64_t)m->mla_q_rank) + vec(L->kv_a_norm, (uint64_t)m->mla_kv_rank) +
              vec(L->sh_gate_inp, d) + vec(L->idx_k_norm, (uint64_t)m->idx_dim) +
              vec(L->idx_k_bias, (uint64_t)m->idx_dim);
-        if (L->recurrent) { /* conv taps, the gates' vectors, the output norm */
+        if (L->ssm_in.data) { /* Mamba-2: conv taps and bias, dt bias, A, D, the grouped norm */
+            const uint64_t di = (uint64_t)m->ssm_inner, hv = (uint64_t)m->ssm_hv;
+            const uint64_t c = di + 2 * (uint64_t)m->ssm_hk * (uint64_t)m->ssm_dk;
+            n += vec(L->conv_w, c * (uint64_t)m->ssm_conv) + vec(L->conv_b, c) + vec(L->dt_bias, hv) +
+                 vec(L->ssm_a, hv) + vec(L->ssm_d, hv) + vec(L->ssm_norm, di);
+        } else if (L->recurrent) { /* conv taps, the gates' vectors, the output norm */
             const uint64_t hv = (uint64_t)m->ssm_hv, dk = (uint64_t)m->ssm_dk;
             const uint64_t ch = m->shortconv ? d : 2 * (uint64_t)m->ssm_hk * dk + hv * dk; /* conv channels */
             n += vec(L->conv_w, ch * (uint64_t)m->ssm_conv) + vec(L->dt_bias, hv) + vec(L->ssm_a, hv) +

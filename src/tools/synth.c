@@ -73,6 +73,7 @@ enum {
     SA_YARN = 1 << 15,       /* rope_orig_ctx: YaRN (rope_linear its factor), written by synth_dense_t3.c */
     SA_MOE_T3 = 1 << 16, /* routing keys and extra tensors from synth_moe_t3.c */
     SA_SHORTCONV = 1 << 17,  /* short-convolution hybrids: written by synth_lfm2.c */
+    SA_NO_ROPE_BASE = 1 << 19, /* no rope.freq_base (nemotron_h: no positional encoding) */
 };
 
 typedef struct synth_arch {
@@ -118,6 +119,10 @@ static const synth_arch k_archs[] = {
     { "gemma4", SA_KEY_LEN | SA_ROPE_DIMS | SA_TIED, 1e6f, 1e-6f, 512, 6 },
     { "lfm2", SA_VOCAB_SIZE | SA_TIED | SA_SHORTCONV, 1e6f, 1e-5f, 0, 0 },
     { "lfm2moe", SA_VOCAB_SIZE | SA_TIED | SA_MOE | SA_EXP_FFN_KEY | SA_SHORTCONV, 1e6f, 1e-5f, 0, 0 },
+    /* Mamba-2 hybrids: synth_mamba2.c */
+    { "granitehybrid", 0, 10000.0f, 1e-5f, 0, 0 },
+    { "nemotron_h", SA_KEY_LEN | SA_NO_ROPE_BASE, 10000.0f, 1e-5f, 0, 0 },
+    { "falcon-h1", SA_KEY_LEN | SA_VOCAB_SIZE, 100000.0f, 1e-5f, 0, 0 },
 };
 
 /* Architectures described in their own file (synth_int.h), else NULL. */
@@ -126,7 +131,9 @@ static const synth_hooks *synth_hooks_of(const synth_arch *a)
     return !strcmp(a->name, "llama4")   ? &synth_hooks_llama4
            : !strcmp(a->name, "gemma4") ? &synth_hooks_gemma4
            : (a->flags & SA_SHORTCONV)  ? &synth_hooks_lfm2
-                                        : NULL;
+           : !strcmp(a->name, "granitehybrid") || !strcmp(a->name, "nemotron_h") || !strcmp(a->name, "falcon-h1")
+               ? &synth_hooks_mamba2
+               : NULL;
 }
 #define N_ARCHS (sizeof k_archs / sizeof k_archs[0])
 
@@ -135,7 +142,7 @@ static const char *const k_arch_names[N_ARCHS + 1] = {
     "olmo2",       "qwen3moe",     "olmoe",       "gpt-oss", "qwen35",    "qwen3next", "mistral3",
     "smollm3",     "seed_oss",     "apertus",     "exaone4", "cohere2",   "glm4moe",   "minimax-m2",
     "hunyuan-moe", "ernie4_5-moe", "bailingmoe2", "afmoe",   "qwen35moe", "bert",      "llama4",
-    "gemma4",      "lfm2",         "lfm2moe",     NULL,
+    "gemma4",      "lfm2",         "lfm2moe",     "granitehybrid", "nemotron_h", "falcon-h1", NULL,
 };
 
 const char *const *kvi_synth_arch_names(void) { return k_arch_names; }
@@ -309,7 +316,7 @@ int kvi_synth_preset(const char *name, kvi_synth_params *p)
         return KVI_OK;
     }
     if (synth_hooks_llama4.preset(name, p) == 0 || synth_hooks_gemma4.preset(name, p) == 0 ||
-        synth_hooks_lfm2.preset(name, p) == 0)
+        synth_hooks_lfm2.preset(name, p) == 0 || synth_hooks_mamba2.preset(name, p) == 0)
         return KVI_OK;
     return KVI_E_INVALID;
 }
@@ -948,7 +955,7 @@ static int synth_set_metadata(gguf_writer *w, const kvi_synth_params *p, const s
         U32("attention.value_length", p->head_dim);
     }
     if ((a->flags & SA_ROPE_DIMS) || p->n_rot != p->head_dim) U32("rope.dimension_count", p->n_rot);
-    F32("rope.freq_base", p->rope_base);
+    if (!(a->flags & SA_NO_ROPE_BASE)) F32("rope.freq_base", p->rope_base);
     F32((a->flags & SA_LAYER_NORM) ? "attention.layer_norm_epsilon" : "attention.layer_norm_rms_epsilon",
         p->rms_eps);
     if (a->flags & SA_VOCAB_SIZE) U32("vocab_size", n_vocab);

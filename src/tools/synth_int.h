@@ -77,5 +77,7 @@ typedef struct synth_hooks {
 
 extern const synth_hooks synth_hooks_llama4, synth_hooks_gemma4;
 extern const synth_hooks synth_hooks_lfm2; /* lfm2, lfm2moe */
+/* granitehybrid, nemotron_h, falcon-h1 (synth_mamba2.c) */
+extern const synth_hooks synth_hooks_mamba2;
 
 #endif
