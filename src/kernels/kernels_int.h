@@ -55,8 +55,8 @@ typedef struct kern_table {
      * activation tiles */
     bool amx_q8;
     /* the gated delta rule's step (delta.h), with the reference's bits; NULL: the reference */
-    void (*delta_step)(float *S, const float *q, const float *k, const float *v, float decay, float beta,
-                       float scale, int dk, float *o);
+    void (*delta_step)(float *S, const float *q, const float *k, const float *v, float decay, const float *gk,
+                       float beta, float scale, int dk, float *o);
 } kern_table;
 
 /* The table of the active ISA (kernels.c): every SIMD entry is reached through it. */
@@ -70,8 +70,8 @@ void kern_f16_row_ref(const float *src, void *dst, int64_t n);
 extern const kern_table kern_table_avx2;
 extern const kern_table kern_table_avx512;
 
-void kern_delta_step_avx512(float *S, const float *q, const float *k, const float *v, float decay, float beta,
-                            float scale, int dk, float *o);
+void kern_delta_step_avx512(float *S, const float *q, const float *k, const float *v, float decay,
+                            const float *gk, float beta, float scale, int dk, float *o);
 
 /* The AVX2 dequantisation, reused by the AVX-512 table for the block types. */
 int kern_dequant_avx2(kvi_type t, const void *src, float *dst, int64_t n);
