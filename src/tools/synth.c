@@ -72,6 +72,7 @@ enum {
     SA_LAYER_NORM = 1 << 14, /* attention.layer_norm_epsilon instead of the RMS one (cohere2) */
     SA_YARN = 1 << 15,       /* rope_orig_ctx: YaRN (rope_linear its factor), written by synth_dense_t3.c */
     SA_MOE_T3 = 1 << 16, /* routing keys and extra tensors from synth_moe_t3.c */
+    SA_KIMI = 1 << 21,   /* kimi-linear: no rope.freq_base, key_length / value_length from its hooks */
 };
 
 typedef struct synth_arch {
@@ -115,14 +116,16 @@ static const synth_arch k_archs[] = {
     { "bert", 0, 0.0f, 1e-12f, 0, 0 }, /* written by synth_bert.c */
     { "llama4", SA_KEY_LEN | SA_ROPE_DIMS | SA_VOCAB_SIZE | SA_MOE | SA_EXP_FFN_KEY, 500000.0f, 1e-5f, 0, 0 },
     { "gemma4", SA_KEY_LEN | SA_ROPE_DIMS | SA_TIED, 1e6f, 1e-6f, 512, 6 },
+    { "kimi-linear", SA_VOCAB_SIZE | SA_MOE | SA_EXP_FFN_KEY | SA_KIMI, 10000.0f, 1e-5f, 0, 0 },
 };
 
 /* Architectures described in their own file (synth_int.h), else NULL. */
 static const synth_hooks *synth_hooks_of(const synth_arch *a)
 {
-    return !strcmp(a->name, "llama4")   ? &synth_hooks_llama4
-           : !strcmp(a->name, "gemma4") ? &synth_hooks_gemma4
-                                        : NULL;
+    return !strcmp(a->name, "llama4")        ? &synth_hooks_llama4
+           : !strcmp(a->name, "gemma4")      ? &synth_hooks_gemma4
+           : !strcmp(a->name, "kimi-linear") ? &synth_hooks_kimi_linear
+                                             : NULL;
 }
 #define N_ARCHS (sizeof k_archs / sizeof k_archs[0])
 
@@ -131,7 +134,7 @@ static const char *const k_arch_names[N_ARCHS + 1] = {
     "olmo2",       "qwen3moe",     "olmoe",       "gpt-oss", "qwen35",    "qwen3next", "mistral3",
     "smollm3",     "seed_oss",     "apertus",     "exaone4", "cohere2",   "glm4moe",   "minimax-m2",
     "hunyuan-moe", "ernie4_5-moe", "bailingmoe2", "afmoe",   "qwen35moe", "bert",      "llama4",
-    "gemma4",      NULL,
+    "gemma4",      "kimi-linear", NULL,
 };
 
 const char *const *kvi_synth_arch_names(void) { return k_arch_names; }
@@ -254,7 +257,7 @@ static const char *const k_preset_names[] = {
     "phi-4-mini", "gemma3-tiny", "olmoe-1b-7b", "dense-1.3b", "gpt-oss-20b-6l", "moe-tiny", "qwen3.5-0.8b",
     "qwen35-dense-0.8b", "qwen35-tiny", "ministral-3-8b", "smollm3-3b", "seed-oss-36b-8l", "apertus-8b",
     "exaone-4-32b", "command-r7b", "glm-4.5-air-4l", "qwen3.5-35b-a3b-8l", "minimax-m2-4l",
-    "llama-4-scout-4l", "llama4-tiny", "gemma-4-e4b", "gemma-4-31b-6l", "gemma4-tiny", NULL,
+    "llama-4-scout-4l", "llama4-tiny", "gemma-4-e4b", "gemma-4-31b-6l", "gemma4-tiny", "kimi-linear-tiny", NULL,
 };
 
 const char *const *kvi_synth_preset_names(void) { return k_preset_names; }
@@ -303,7 +306,9 @@ int kvi_synth_preset(const char *name, kvi_synth_params *p)
         p->ssm_state = s->ssm_state;
         return KVI_OK;
     }
-    if (synth_hooks_llama4.preset(name, p) == 0 || synth_hooks_gemma4.preset(name, p) == 0) return KVI_OK;
+    if (synth_hooks_llama4.preset(name, p) == 0 || synth_hooks_gemma4.preset(name, p) == 0 ||
+        synth_hooks_kimi_linear.preset(name, p) == 0)
+        return KVI_OK;
     return KVI_E_INVALID;
 }
 
@@ -467,7 +472,7 @@ void synth_add(synth_table *tab, const char *name, int64_t ne0, int64_t ne1, syn
     snprintf(d->name, sizeof d->name, "%s", name);
     d->ne[0] = ne0;
     d->ne[1] = ne1;
-    d->ne[2] = 1;
+    d->ne[2] = d->ne[3] = 1;
     d->n_dims = kind == SK_MATRIX || kind == SK_ROUTER || kind == SK_CONV ? 2 : 1;
     d->kind = kind;
     d->type = kind == SK_MATRIX ? synth_matrix_type(want, ne0) : KVI_TYPE_F32;
@@ -925,12 +930,12 @@ static int synth_set_metadata(gguf_writer *w, const kvi_synth_params *p, const s
     U32("block_count", p->n_layers + synth_t3_nextn(p));
     U32("attention.head_count", p->n_heads);
     U32("attention.head_count_kv", p->n_kv_heads);
-    if ((a->flags & SA_KEY_LEN) || p->head_dim != p->dim / p->n_heads) {
+    if (((a->flags & SA_KEY_LEN) || p->head_dim != p->dim / p->n_heads) && !(a->flags & SA_KIMI)) {
         U32("attention.key_length", p->head_dim);
         U32("attention.value_length", p->head_dim);
     }
     if ((a->flags & SA_ROPE_DIMS) || p->n_rot != p->head_dim) U32("rope.dimension_count", p->n_rot);
-    F32("rope.freq_base", p->rope_base);
+    if (!(a->flags & SA_KIMI)) F32("rope.freq_base", p->rope_base);
     F32((a->flags & SA_LAYER_NORM) ? "attention.layer_norm_epsilon" : "attention.layer_norm_rms_epsilon",
         p->rms_eps);
     if (a->flags & SA_VOCAB_SIZE) U32("vocab_size", n_vocab);
