@@ -426,5 +426,7 @@ int main(void)
     /* issue 36 (README-dense-t3.md): llama4, F32 and Q8_0 */
     check_pair("llama4", "q8_0", 4, 1);
     check_pair("gemma4", "q8_0", 0, 0);
+    /* issue 41 (README-state-t3.md): kimi-linear (its state: test_hybrid_golden) */
+    check_pair("kimi-linear", "q8_0", 4, 2);
     return test_main_end();
 }
