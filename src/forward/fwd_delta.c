@@ -141,8 +141,9 @@ static void delta_heads(void *ctx, int ith, int nth)
             float *S = t->state[r] + cf + (size_t)j * hs;
             const float *gk = m->ssm_kda ? t->d->gd + ((size_t)r * hv + j) * dk : NULL;
             kern_delta_step(pool, S, c + (size_t)kh * dk, c + (size_t)(hk + kh) * dk,
-                            c + 2 * (size_t)hk * dk + (size_t)j * dk, gk ? 0.0f : t->d->gd[(size_t)r * hv + j],
-                            gk, t->d->gb[(size_t)r * hv + j], scale, dk, t->d->o + ((size_t)r * hv + j) * dk);
+                            c + 2 * (size_t)hk * dk + (size_t)j * dk,
+                            gk ? 0.0f : t->d->gd[(size_t)r * hv + j], gk, t->d->gb[(size_t)r * hv + j], scale,
+                            dk, t->d->o + ((size_t)r * hv + j) * dk);
             if (t->snap && t->snap[r]) memcpy(t->snap[r] + cf + (size_t)j * hs, S, hs * sizeof(float));
         }
     }
@@ -273,7 +274,9 @@ static int kda_projections(fwd_delta *d, tpool *pool, const struct kvi_model *m,
     const int dim = m->dim, dk = m->ssm_dk, hk = m->ssm_hk, hv = m->ssm_hv, R = m->ssm_rank;
     const int conv = 2 * hk * dk + hv * dk, inner = hv * dk;
     const kern_tensor *w[6] = { &L->wq, &L->wk, &L->wv, &L->ssm_beta, &L->ssm_f_a, &L->ssm_g_a };
-    float *const yy[6] = { d->p, d->p + (size_t)hk * dk, d->p + 2 * (size_t)hk * dk, d->ba, d->lr, d->lr + R };
+    float *const yy[6] = {
+        d->p, d->p + (size_t)hk * dk, d->p + 2 * (size_t)hk * dk, d->ba, d->lr, d->lr + R
+    };
     const int64_t ld[6] = { conv, conv, conv, 2 * hv, 2 * R, 2 * R };
     int rc;
     if ((rc = kern_matmul_multi(pool, 6, w, xb, dim, n, yy, ld)) ||

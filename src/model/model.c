@@ -477,7 +477,8 @@ int model_validate(const struct kvi_model *m, kvi_error *err)
             { &L->sh_gate, "ffn_gate_shexp", dim, S }, { &L->sh_up, "ffn_up_shexp", dim, S },
             { &L->sh_down, "ffn_down_shexp", S, dim },
         };
-        if (m->mla_kv_rank > 0 && !L->recurrent) { /* latent attention: its own matrices instead of wq, wk, wv */
+        /* latent attention: its own matrices instead of wq, wk, wv */
+        if (m->mla_kv_rank > 0 && !L->recurrent) {
             if ((rc = check_mla(m, L, l, err))) return rc;
             mats[0].t = mats[1].t = mats[2].t = NULL;
             mats[3].in = (int64_t)m->n_heads * m->mla_v_dim;

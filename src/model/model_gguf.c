@@ -349,8 +349,7 @@ int model_hparams_gguf(struct kvi_model *m, const gguf_ctx *g, bool metadata_onl
                                  m->n_layers, &m->n_kv_heads, err)))
         return rc;
     m->n_layers -= m->n_nextn;
-    if (m->n_kv_heads < 1)
-        return err_set(err, KVI_E_FORMAT, "gguf: %s.attention.head_count_kv is 0", arch);
+    if (m->n_kv_heads < 1) return err_set(err, KVI_E_FORMAT, "gguf: %s.attention.head_count_kv is 0", arch);
     if (m->n_heads % m->n_kv_heads != 0)
         return err_set(err, KVI_E_FORMAT, "gguf: head_count %d is not a multiple of head_count_kv %d",
                        m->n_heads, m->n_kv_heads);
@@ -846,9 +845,11 @@ int model_gbind_f32(gbind *b, const char *name, const int64_t ne[4], const float
     *out = NULL;
     if (!t) return err_set(err, KVI_E_FORMAT, "gguf: missing tensor %s", name);
     if (t->ne[0] != ne[0] || t->ne[1] != ne[1] || t->ne[2] != ne[2] || t->ne[3] != ne[3])
-        return err_set(err, KVI_E_FORMAT, "gguf: tensor %s has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld, %lld, %lld]",
-                       name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
-                       (long long)ne[0], (long long)ne[1], (long long)ne[2], (long long)ne[3]);
+        return err_set(
+            err, KVI_E_FORMAT,
+            "gguf: tensor %s has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld, %lld, %lld]", name,
+            (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
+            (long long)ne[0], (long long)ne[1], (long long)ne[2], (long long)ne[3]);
     const int64_t rows = ne[1] * ne[2] * ne[3];
     const size_t row = quant_row_bytes(t->type, ne[0]);
     if (row == 0 || t->nbytes != row * (size_t)rows || !t->data)

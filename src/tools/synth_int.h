@@ -33,7 +33,7 @@ typedef enum synth_kind {
 
 typedef struct synth_tensor {
     char name[64];
-    int64_t ne[4];   /* GGUF dims: ne[0] row length, ne[1] rows (1 for a vector), ne[2] experts (1), ne[3] 1 */
+    int64_t ne[4]; /* GGUF dims: ne[0] row length, ne[1] rows (1 for a vector), ne[2] experts (1), ne[3] 1 */
     uint32_t n_dims; /* 1 for vectors, 2 for matrices (and expert biases), 3 for expert matrices, 4 for
                         kimi-linear's conv taps {K, 1, C, 1} and ssm_a {1, H, 1, 1} */
     kvi_type type;
