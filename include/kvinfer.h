@@ -1050,6 +1050,11 @@ typedef struct kvi_synth_params {
      * input width (0: none), the last shared_kv_layers layers reading earlier layers'
      * K/V, their FFN ffn_dim_shared wide (0: ffn_dim) */
     int moe_step, head_dim_global, n_kv_heads_global, k_eq_v, ple_dim, shared_kv_layers, ffn_dim_shared;
+    /* kimi-linear: head_dim is the KDA heads' dims, ssm_conv their conv taps, every
+     * attn_interval-th layer MLA (0: 4) with a latent of kv_lora_rank, mla_nope key dims
+     * without RoPE, n_rot with (used as they are: no RoPE), mla_v_dim value dims per head
+     * (0: 512, 128, 64, 128); shared_ffn: the shared expert's width (0: expert_ffn) */
+    int kv_lora_rank, mla_nope, mla_v_dim;
     /* Reports, each optional (NULL: silent; the library never prints), called on
      * the caller's thread with user: progress after each tensor's data is written
      * (counts and bytes so far, of the totals); notice for a remark such as a

@@ -465,5 +465,7 @@ int main(void)
     /* issue 41 (README-state-t3.md): short-convolution hybrids */
     check_pair("lfm2", "q8_0", 0, 0);
     check_pair("lfm2moe", "q8_0", 4, 2);
+    /* issue 41 (README-state-t3.md): kimi-linear (its state: test_hybrid_golden) */
+    check_pair("kimi-linear", "q8_0", 4, 2);
     return test_main_end();
 }

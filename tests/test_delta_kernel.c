@@ -1,7 +1,8 @@
 /*
  * test_delta_kernel.c — the gated delta rule's step (kernels/delta.h) against plain
  * double-precision loops on random inputs (never zeros), head sizes 128, 64 and
- * 37 (a tail after the 16-lane loop), over 6 consecutive tokens:
+ * 37 (a tail after the 16-lane loop), over 6 consecutive tokens, every other one
+ * with a decay per key channel (gk, KDA) instead of the head's scalar:
  *  - the state and the outputs within 2e-6 relative of the reference;
  *  - kern_delta_dot equal, bit for bit, to its documented order written out in
  *    scalar code (lane i % 16 in index order, lanes l, 4 + l, 8 + l, 12 + l
@@ -45,6 +46,7 @@ static void check_size(int dk, uint64_t *rng)
     float *S = malloc(hs * sizeof *S), *q = malloc((size_t)dk * sizeof *q),
           *k = malloc((size_t)dk * sizeof *k);
     float *v = malloc((size_t)dk * sizeof *v), *o = malloc((size_t)dk * sizeof *o);
+    float *gk = malloc((size_t)dk * sizeof *gk); /* [dk] a decay per key channel */
     double *R = malloc(hs * sizeof *R), *ro = malloc((size_t)dk * sizeof *ro);
     trand_fill_normal(S, (int64_t)hs, rng);
     for (size_t i = 0; i < hs; i++) R[i] = S[i];
@@ -57,11 +59,13 @@ static void check_size(int dk, uint64_t *rng)
         unit(q, dk);
         unit(k, dk);
         const float decay = 0.3f + 0.7f * trand_uniform(rng), beta = 0.05f + 0.9f * trand_uniform(rng);
-        kern_delta_step_ref(S, q, k, v, decay, beta, scale, dk, o);
+        for (int c = 0; c < dk; c++) gk[c] = 0.3f + 0.7f * trand_uniform(rng);
+        const bool per_key = t % 2 == 1;
+        kern_delta_step_ref(S, q, k, v, decay, per_key ? gk : NULL, beta, scale, dk, o);
         /* reference: decay, u = S k, S += k (beta (v - u)), o = S q scale (row i = value dim i) */
         for (int i = 0; i < dk; i++) {
             double *row = R + (size_t)i * dk, u = 0, oo = 0;
-            for (int c = 0; c < dk; c++) row[c] *= decay;
+            for (int c = 0; c < dk; c++) row[c] *= per_key ? gk[c] : decay;
             for (int c = 0; c < dk; c++) u += row[c] * k[c];
             const double d = beta * (v[i] - u);
             for (int c = 0; c < dk; c++) row[c] += d * k[c];
@@ -92,10 +96,10 @@ static void check_size(int dk, uint64_t *rng)
     /* decay 1, beta 0: nothing written */
     float *S0 = malloc(hs * sizeof *S0);
     memcpy(S0, S, hs * sizeof *S);
-    kern_delta_step_ref(S, q, k, v, 1.0f, 0.0f, scale, dk, o);
+    kern_delta_step_ref(S, q, k, v, 1.0f, NULL, 0.0f, scale, dk, o);
     CHECK(memcmp(S0, S, hs * sizeof *S) == 0, "dk %d: decay 1 and beta 0 changed the state", dk);
     /* beta 1, unit key: the state now maps k to v */
-    kern_delta_step_ref(S, q, k, v, 0.5f, 1.0f, scale, dk, o);
+    kern_delta_step_ref(S, q, k, v, 0.5f, NULL, 1.0f, scale, dk, o);
     double err = 0, den = 0;
     for (int i = 0; i < dk; i++) {
         double u = 0;
@@ -115,8 +119,10 @@ static void check_size(int dk, uint64_t *rng)
             trand_fill_normal(k, dk, rng);
             trand_fill_normal(v, dk, rng);
             unit(k, dk);
-            kern_delta_step_ref(A, q, k, v, 0.9f, 0.4f, scale, dk, o);
-            kern_delta_step_avx512(B, q, k, v, 0.9f, 0.4f, scale, dk, oa);
+            for (int c = 0; c < dk; c++) gk[c] = 0.3f + 0.7f * trand_uniform(rng);
+            const float *g = t % 2 ? gk : NULL;
+            kern_delta_step_ref(A, q, k, v, 0.9f, g, 0.4f, scale, dk, o);
+            kern_delta_step_avx512(B, q, k, v, 0.9f, g, 0.4f, scale, dk, oa);
             same &= memcmp(A, B, hs * sizeof *A) == 0 && memcmp(o, oa, (size_t)dk * sizeof *o) == 0;
         }
         CHECK(same, "dk %d: the AVX-512 step differs from the reference", dk);
@@ -126,6 +132,7 @@ static void check_size(int dk, uint64_t *rng)
     }
     printf("dk %3d: state %.2g, output %.2g relative to float64\n", dk, worst_s, worst_o);
     free(S0);
+    free(gk);
     free(S);
     free(q);
     free(k);

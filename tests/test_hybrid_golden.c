@@ -1,13 +1,15 @@
 /*
  * test_hybrid_golden.c — the hybrid architectures (qwen35, qwen3next, qwen35moe: gated DeltaNet
- * layers with a recurrent state, gated full attention every 4th layer) against
+ * layers with a recurrent state, gated full attention every 4th layer; kimi-linear: KDA
+ * layers and an MLA layer, README-state-t3.md) against
  * llama.cpp (../shared/golden/arch, README-hybrid.md there; F32 < 0.002, Q8_0 < 0.03),
  * each file:
  *  - all 48 positions in one prefill step, and token by token (the state carried
  *    between steps), both within the tolerance, and bit for bit equal;
  *  - 200 rows in one step (parts of 64 rows in the DeltaNet layers) == decode;
- *  - chunked prefill in a budget of 3 blocks and one snapshot (qwen35: 7 blocks), where the pool must take back the
- *    blocks of state snapshots (4 each) for the sequence's own: the same bits;
+ *  - chunked prefill in a budget of 3 blocks and one snapshot (qwen35: 7 blocks; kimi-linear 14),
+ *    where the pool must take back the blocks of state snapshots (4 each; kimi-linear 11) for the
+ *    sequence's own: the same bits;
  *  - chunked prefill (chunks of 16 and 5, then decode), two sequences in one
  *    batch (one 5 behind), two prompts with their rows interleaved in one step,
  *    1 thread vs 2 and forward chunks of 3 rows: the same bits;
@@ -124,10 +126,12 @@ static bool same(const float *a, const float *b, int n)
 
 /* memory, fork, prefix snapshot, session, refusals on one engine; pre = prefill logits */
 /* The README's shapes: recurrent layers, one layer's state floats (3 conv rows of C,
- * Hv dk x dk delta rule), attention layers and their K (= V) floats a token. */
+ * Hv dk x dk delta rule), attention layers and their K (= V) floats a token (latent:
+ * the one MLA row, no V). */
 typedef struct shape {
     int n_rec, state_floats, n_attn, kv_floats;
-    int tight; /* blocks of a budget that must take snapshots back (0: 3 + a snapshot's blocks) */
+    bool latent;
+    int tight; /* blocks that hold the sequence and one snapshot, not two (0: 3 + a snapshot's blocks) */
 } shape;
 
 static void check_state(kvi_model *m, const char *name, const int32_t *toks, int n, const float *pre,
@@ -141,7 +145,7 @@ static void check_state(kvi_model *m, const char *name, const int32_t *toks, int
     const size_t state = (size_t)sh->n_rec * sh->state_floats * sizeof(float);
     CHECK(st.kv_n_layers_recurrent == sh->n_rec && st.kv_bytes_state_seq == state,
           "%s: %d recurrent layers, state %zu", name, st.kv_n_layers_recurrent, st.kv_bytes_state_seq);
-    CHECK(st.kv_bytes_per_token == (size_t)sh->n_attn * 2 * sh->kv_floats * sizeof(float),
+    CHECK(st.kv_bytes_per_token == (size_t)sh->n_attn * (sh->latent ? 1 : 2) * sh->kv_floats * sizeof(float),
           "%s: %zu KV bytes a token (%d layers of K, V)", name, st.kv_bytes_per_token, sh->n_attn);
     CHECK(st.kv_state_slots == 3 && st.kv_bytes_state == 0, "%s: %d slots, %zu state bytes before any step",
           name, st.kv_state_slots, st.kv_bytes_state);
@@ -371,8 +375,8 @@ int main(void)
 {
     /* qwen35, qwen3next: 6 DeltaNet layers of 3 x 256 conv + 4 x 32 x 32 state floats,
      * 2 attention layers of 128 K floats; qwen35moe: 3 of 3 x 128 + 4 x 16 x 16, 1 of 64 */
-    static const shape dense = { 6, 3 * 256 + 4 * 32 * 32, 2, 128, 0 },
-                       moe = { 3, 3 * 128 + 4 * 16 * 16, 1, 64, 0 };
+    static const shape dense = { 6, 3 * 256 + 4 * 32 * 32, 2, 128, false, 7 },
+                       moe = { 3, 3 * 128 + 4 * 16 * 16, 1, 64, false, 7 };
     check_file("qwen35-f32", 0.002, &dense);
     check_file("qwen35-q8_0", 0.03, &dense);
     check_file("qwen3next-f32", 0.002, &dense);
@@ -383,7 +387,7 @@ int main(void)
     /* lfm2, lfm2moe (README-state-t3.md): 3 short convolutions of 2 x 64 state floats
      * (1536 bytes a sequence), 1 attention layer of 2 x 16 K floats; a snapshot fits
      * one block, so a budget of 4 (3 for the sequence) takes them back */
-    static const shape lfm2 = { 3, 2 * 64, 1, 32, 4 };
+    static const shape lfm2 = { 3, 2 * 64, 1, 32, false, 4 };
     CHECK(lfm2.n_rec * lfm2.state_floats * sizeof(float) == 1536, "lfm2: the README's 1536 state bytes");
     check_file("lfm2-f32", 0.002, &lfm2);
     check_file("lfm2-q8_0", 0.03, &lfm2);
@@ -393,14 +397,22 @@ int main(void)
      * SSM N d_inner floats; granitehybrid 3 of 3 x 192 + 16 x 128 (31488 bytes) and one
      * attention layer of 32 K floats, nemotron_h 2 of 3 x 160 + 16 x 96 (16128 bytes)
      * and one of 64 */
-    static const shape granite = { 3, 3 * 192 + 16 * 128, 1, 32, 0 }, nemo = { 2, 3 * 160 + 16 * 96, 1, 64, 0 };
+    static const shape granite = { 3, 3 * 192 + 16 * 128, 1, 32, false, 0 },
+                       nemo = { 2, 3 * 160 + 16 * 96, 1, 64, false, 0 };
     check_file("granitehybrid-f32", 0.002, &granite);
     check_file("granitehybrid-q8_0", 0.03, &granite);
     check_file("nemotron_h-f32", 0.002, &nemo);
     check_file("nemotron_h-q8_0", 0.03, &nemo);
     /* falcon-h1: every layer both, 3 x 96 + 16 x 64 state floats (15744 bytes) and 32 K floats */
-    static const shape falcon = { 3, 3 * 96 + 16 * 64, 3, 32, 0 };
+    static const shape falcon = { 3, 3 * 96 + 16 * 64, 3, 32, false, 0 };
     check_file("falcon-h1-f32", 0.002, &falcon);
     check_file("falcon-h1-q8_0", 0.03, &falcon);
+    /* kimi-linear (README-state-t3.md): 3 KDA layers of 3 x 192 conv + 2 x 32 x 32 state
+     * floats (31488 bytes a sequence), 1 MLA layer of 48 floats a token (192 bytes): a
+     * snapshot takes 11 blocks of 16 positions, so 14 blocks hold one and the sequence */
+    static const shape kimi = { 3, 3 * 192 + 2 * 32 * 32, 1, 48, true, 14 };
+    CHECK(3 * (3 * 192 + 2 * 32 * 32) * sizeof(float) == 31488, "kimi-linear: the README's state bytes");
+    check_file("kimi-linear-f32", 0.002, &kimi);
+    check_file("kimi-linear-q8_0", 0.03, &kimi);
     return test_main_end();
 }

@@ -979,6 +979,35 @@ static void test_mamba2(void)
     }
 }
 
+/* kimi-linear (issue 41): the golden file's keys and tensors (4-D conv taps and ssm_a
+ * included) at its shape; in F32 and Q8_0 the file loads with KDA layers 0-2 and
+ * an MLA layer 3 without RoPE, runs, and prefill == decode. */
+static void test_kimi(void)
+{
+    kvi_synth_params p;
+    CHECK(kvi_synth_preset("kimi-linear-tiny", &p) == 0, "kimi-linear-tiny");
+    compare_golden("kimi-linear", p);
+    static const char *const types[] = { "f32", "q8_0" };
+    for (int t = 0; t < 2; t++) {
+        char what[64], file[64];
+        snprintf(what, sizeof what, "kimi-linear-tiny %s", types[t]);
+        snprintf(file, sizeof file, "synth_kimi_%s.gguf", types[t]);
+        CHECK(kvi_synth_preset("kimi-linear-tiny", &p) == 0, "%s: preset", what);
+        p.seed = 13;
+        const char *path;
+        kvi_model *m = write_load(&p, types[t], what, file, &path);
+        if (!m) continue;
+        CHECK(m->ssm_kda && m->n_recurrent == 3 && m->layers[0].recurrent && m->layers[2].recurrent &&
+                  !m->layers[3].recurrent && m->layers[3].no_rope && m->mla_kv_rank == 32 &&
+                  !m->layers[0].moe && m->layers[1].moe && m->layers[3].moe && m->layers[1].sh_gate.data &&
+                  m->expert_norm && fabsf(m->expert_scale - 2.446f) < 1e-6f,
+              "%s: kimi-linear layer fields", what);
+        check_rows(m, what);
+        kvi_model_free(m);
+        remove(path);
+    }
+}
+
 int main(void)
 {
     test_golden_layout();
@@ -989,5 +1018,6 @@ int main(void)
     test_moe_t3();
     test_lfm2();
     test_mamba2();
+    test_kimi();
     return test_main_end();
 }

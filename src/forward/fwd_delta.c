@@ -17,6 +17,13 @@
  *   o_j = rmsnorm(o_j) * ssm_norm * SiLU(z_j)
  *   y = o Wout^T                                                  y [n][dim]
  *
+ * KDA (m->ssm_kda, Kimi Linear) is the same recurrence with other inputs:
+ *   p = [xb Wq^T | xb Wk^T | xb Wv^T], b = xb Wbeta^T; lr = [xb Wf_a^T | xb Wg_a^T]
+ *   (one quantisation of xb), f = lr_f Wf_b^T, z = lr_g Wg_b^T    lr [n][2R], f [n][Hv dk]
+ *   decay of key channel i of head j: exp(softplus(f + dt_bias)[j dk + i] * ssm_a[j])
+ *     (kern_delta_step's gk: S's key row i scaled by it)
+ *   o_j = rmsnorm(o_j) * ssm_norm * sigmoid(z_j)
+ *
  * Every value is computed by the same scalar expressions in the same order
  * whatever the batch, the thread count and the ISA (a channel's and a head's rows
  * stay with one thread, in row order; kernels/delta.h fixes the step's order), so
@@ -48,7 +55,8 @@ struct fwd_delta {
     float *raw;    /* [chunk][2 Hv] ssm_ba's rows as stored */
     float *c;      /* [chunk][C] conv output: q | k | v */
     float *gb;     /* [chunk][Hv] beta */
-    float *gd;     /* [chunk][Hv] decay */
+    float *gd;     /* [chunk][Hv] decay, or [chunk][Hv dk] one per key channel (KDA) */
+    float *lr;     /* [chunk][2R] the low-rank gates' first products f_a x | g_a x (KDA) */
     float *o;      /* [chunk][Hv dk] */
     int *prev;     /* [chunk] the previous row of the row's sequence in this pass, or -1 */
     uint8_t *last; /* [chunk] 1: the last row of its sequence in this pass */
@@ -64,6 +72,7 @@ void fwd_delta_free(fwd_delta *d)
     free(d->c);
     free(d->gb);
     free(d->gd);
+    free(d->lr);
     free(d->o);
     free(d->prev);
     free(d->last);
@@ -84,7 +93,8 @@ fwd_delta *fwd_delta_create(const struct kvi_model *m, int chunk, size_t *bytes)
     d->raw = fwd_alloc64(n * 2 * hv * sizeof(float), bytes, &ok);
     d->c = fwd_alloc64(n * conv * sizeof(float), bytes, &ok);
     d->gb = fwd_alloc64(n * hv * sizeof(float), bytes, &ok);
-    d->gd = fwd_alloc64(n * hv * sizeof(float), bytes, &ok);
+    d->gd = fwd_alloc64(n * hv * (m->ssm_kda ? dk : 1) * sizeof(float), bytes, &ok);
+    d->lr = fwd_alloc64(n * 2 * (size_t)m->ssm_rank * sizeof(float), bytes, &ok);
     d->o = fwd_alloc64(n * hv * dk * sizeof(float), bytes, &ok);
     d->prev = fwd_alloc64(n * sizeof(int), bytes, &ok);
     d->last = fwd_alloc64(n, bytes, &ok);
@@ -130,9 +140,11 @@ static void delta_heads(void *ctx, int ith, int nth)
         for (int r = 0; r < t->n; r++) {
             const float *c = t->d->c + (size_t)r * conv;
             float *S = t->state[r] + cf + (size_t)j * hs;
+            const float *gk = m->ssm_kda ? t->d->gd + ((size_t)r * hv + j) * dk : NULL;
             kern_delta_step(pool, S, c + (size_t)kh * dk, c + (size_t)(hk + kh) * dk,
-                            c + 2 * (size_t)hk * dk + (size_t)j * dk, t->d->gd[(size_t)r * hv + j],
-                            t->d->gb[(size_t)r * hv + j], scale, dk, t->d->o + ((size_t)r * hv + j) * dk);
+                            c + 2 * (size_t)hk * dk + (size_t)j * dk,
+                            gk ? 0.0f : t->d->gd[(size_t)r * hv + j], gk, t->d->gb[(size_t)r * hv + j], scale,
+                            dk, t->d->o + ((size_t)r * hv + j) * dk);
             if (t->snap && t->snap[r]) memcpy(t->snap[r] + cf + (size_t)j * hs, S, hs * sizeof(float));
         }
     }
@@ -178,6 +190,17 @@ static void delta_gates(void *ctx, int ith, int nth)
         float *c = t->d->c + (size_t)r * conv;
         for (int h = 0; h < 2 * hk; h++) l2_normalise(c + (size_t)h * dk, dk, m->rms_eps);
         const float *b = t->d->ba + (size_t)r * 2 * hv, *a = b + hv;
+        if (m->ssm_kda) { /* a decay per key channel, from f (already in gd) */
+            float *g = t->d->gd + (size_t)r * hv * dk;
+            for (int j = 0; j < hv; j++) {
+                t->d->gb[(size_t)r * hv + j] = 1.0f / (1.0f + expf(-b[j]));
+                for (int i = j * dk; i < (j + 1) * dk; i++) {
+                    const float x = g[i] + t->L->dt_bias[i];
+                    g[i] = expf((x > 20.0f ? x : log1pf(expf(x))) * t->L->ssm_a[j]);
+                }
+            }
+            continue;
+        }
         for (int j = 0; j < hv; j++) {
             const float x = a[j] + t->L->dt_bias[j];
             const float sp = x > 20.0f ? x : log1pf(expf(x));
@@ -199,7 +222,10 @@ static void delta_out(void *ctx, int ith, int nth)
     float *o = t->d->o + (size_t)r0 * hv * dk;
     const float *z = t->d->z + (size_t)r0 * hv * dk;
     fwd_rmsnorm_rows(o, o, t->L->ssm_norm, (r1 - r0) * hv, dk, m->rms_eps);
-    for (size_t i = 0; i < (size_t)(r1 - r0) * hv * dk; i++) o[i] *= silu(z[i]);
+    if (m->ssm_kda)
+        for (size_t i = 0; i < (size_t)(r1 - r0) * hv * dk; i++) o[i] *= 1.0f / (1.0f + expf(-z[i]));
+    else
+        for (size_t i = 0; i < (size_t)(r1 - r0) * hv * dk; i++) o[i] *= silu(z[i]);
 }
 
 /* fn over the pool's threads, or on the calling thread alone (the same bits) */
@@ -211,6 +237,25 @@ static void run_on(tpool *pool, tpool_fn fn, delta_task *t, bool par)
         fn(t, 0, 1);
 }
 
+/* KDA's projections (top of the file): q, k, v, beta and the low-rank gates' first
+ * halves from one quantisation of xb, then their second halves */
+static int kda_projections(fwd_delta *d, tpool *pool, const struct kvi_model *m, const model_layer *L,
+                           const float *xb, int n)
+{
+    const int dim = m->dim, dk = m->ssm_dk, hk = m->ssm_hk, hv = m->ssm_hv, R = m->ssm_rank;
+    const int conv = 2 * hk * dk + hv * dk, inner = hv * dk;
+    const kern_tensor *w[6] = { &L->wq, &L->wk, &L->wv, &L->ssm_beta, &L->ssm_f_a, &L->ssm_g_a };
+    float *const yy[6] = {
+        d->p, d->p + (size_t)hk * dk, d->p + 2 * (size_t)hk * dk, d->ba, d->lr, d->lr + R
+    };
+    const int64_t ld[6] = { conv, conv, conv, 2 * hv, 2 * R, 2 * R };
+    int rc;
+    if ((rc = kern_matmul_multi(pool, 6, w, xb, dim, n, yy, ld)) ||
+        (rc = kern_matmul(pool, &L->ssm_f_b, d->lr, 2 * R, n, d->gd, inner)))
+        return rc;
+    return kern_matmul(pool, &L->ssm_g_b, d->lr + R, 2 * R, n, d->z, inner);
+}
+
 /* fwd_delta_run over at most d->chunk rows */
 static int delta_part(fwd_delta *d, tpool *pool, const struct kvi_model *m, const model_layer *L,
                       const float *xb, int n, float *const *state, const int32_t *pos, float *const *snap,
@@ -220,7 +265,9 @@ static int delta_part(fwd_delta *d, tpool *pool, const struct kvi_model *m, cons
     const int conv = 2 * hk * dk + hv * dk, inner = hv * dk;
     const size_t sf = model_state_layer_floats(m);
     int rc;
-    { /* projections: one quantisation of xb */
+    if (m->ssm_kda) {
+        if ((rc = kda_projections(d, pool, m, L, xb, n))) return rc;
+    } else { /* projections: one quantisation of xb */
         const bool fused = L->ssm_ba.data != NULL;
         const kern_tensor *w[4] = { &L->ssm_qkv, &L->ssm_z, fused ? &L->ssm_ba : &L->ssm_beta,
                                     &L->ssm_alpha };

@@ -70,17 +70,17 @@ int fwd_mla_qk(fwd_mla *s, tpool *pool, const struct kvi_model *m, const model_l
         const int64_t ld2[2] = { (int64_t)nh * qh, kr + R };
         if ((rc_ = kern_matmul_multi(pool, 2, w2, xb, m->dim, n, y2, ld2))) return rc_;
     }
-    /* cache rows: [rmsnorm(c) | rope(k_pe)]; the queries' RoPE parts */
+    /* cache rows: [rmsnorm(c) | rope(k_pe)]; the queries' RoPE parts (as they are on a no_rope layer) */
     for (int r = 0; r < n; r++) {
         const float *kv = s->kva + (size_t)r * (kr + R), *c = rc + (size_t)r * half,
                     *sn = rs + (size_t)r * half;
         float *kr_row = k + (size_t)r * hd;
         fwd_rmsnorm_rows(kr_row, kv, L->kv_a_norm, 1, kr, m->rms_eps);
         memcpy(kr_row + kr, kv + kr, (size_t)R * sizeof(float));
-        kern_rope_head(kr_row + kr, c, sn, half, m->rope_neox);
+        if (!L->no_rope) kern_rope_head(kr_row + kr, c, sn, half, m->rope_neox);
         for (int h = 0; h < nh; h++) {
             float *qp = s->qr + (size_t)r * nh * qh + (size_t)h * qh + nope;
-            kern_rope_head(qp, c, sn, half, m->rope_neox);
+            if (!L->no_rope) kern_rope_head(qp, c, sn, half, m->rope_neox);
             memcpy(q + (size_t)r * nh * hd + (size_t)h * hd + kr, qp, (size_t)R * sizeof(float));
         }
     }

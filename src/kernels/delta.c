@@ -25,15 +25,20 @@ float kern_delta_dot(const float *a, const float *b, int n)
     return r;
 }
 
-void kern_delta_step_ref(float *S, const float *q, const float *k, const float *v, float decay, float beta,
-                         float scale, int dk, float *o)
+void kern_delta_step_ref(float *S, const float *q, const float *k, const float *v, float decay,
+                         const float *gk, float beta, float scale, int dk, float *o)
 {
     const v4f dv = { decay, decay, decay, decay };
     for (int i = 0; i < dk; i++) {
         float *row = S + (size_t)i * dk; /* [dk] value dim i over the key dims */
         int c = 0;
-        for (; c + 4 <= dk; c += 4) st4(row + c, ld4(row + c) * dv);
-        for (; c < dk; c++) row[c] *= decay;
+        if (gk) {
+            for (; c + 4 <= dk; c += 4) st4(row + c, ld4(row + c) * ld4(gk + c));
+            for (; c < dk; c++) row[c] *= gk[c];
+        } else {
+            for (; c + 4 <= dk; c += 4) st4(row + c, ld4(row + c) * dv);
+            for (; c < dk; c++) row[c] *= decay;
+        }
         const float u = kern_delta_dot(row, k, dk);
         const float dl = beta * (v[i] - u);
         const v4f d4 = { dl, dl, dl, dl };

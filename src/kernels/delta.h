@@ -3,7 +3,8 @@
  * hybrid models, forward/fwd_delta.h), and the dot product whose order it fixes.
  *
  *   S [dk][dk], row i = value dim i over the dk key dims (S^T, key index fastest):
- *   for each row i:  row *= decay
+ *   for each row i:  row *= decay        (gk [dk] given: row[c] *= gk[c], a decay
+ *                                         per key channel (KDA); gk NULL: the scalar)
  *                    u = dot(row, k)
  *                    row += (beta (v[i] - u)) k
  *                    o[i] = dot(row, q) * scale
@@ -21,10 +22,10 @@
 #include "base/threadpool.h"
 
 float kern_delta_dot(const float *a, const float *b, int n);
-void kern_delta_step_ref(float *S, const float *q, const float *k, const float *v, float decay, float beta,
-                         float scale, int dk, float *o);
+void kern_delta_step_ref(float *S, const float *q, const float *k, const float *v, float decay,
+                         const float *gk, float beta, float scale, int dk, float *o);
 /* The step on the pool's ISA path (the same bits as the reference). */
 void kern_delta_step(const tpool *pool, float *S, const float *q, const float *k, const float *v, float decay,
-                     float beta, float scale, int dk, float *o);
+                     const float *gk, float beta, float scale, int dk, float *o);
 
 #endif

@@ -122,10 +122,10 @@ static const kern_table *tab_of(const tpool *pool)
 kern_isa kern_isa_of(const tpool *pool) { return tab_of(pool)->isa; }
 
 void kern_delta_step(const tpool *pool, float *S, const float *q, const float *k, const float *v, float decay,
-                     float beta, float scale, int dk, float *o)
+                     const float *gk, float beta, float scale, int dk, float *o)
 {
     const kern_table *t = tab_of(pool);
-    (t->delta_step ? t->delta_step : kern_delta_step_ref)(S, q, k, v, decay, beta, scale, dk, o);
+    (t->delta_step ? t->delta_step : kern_delta_step_ref)(S, q, k, v, decay, gk, beta, scale, dk, o);
 }
 
 void kern_lora_bt(const tpool *pool, const float *t, int64_t ldt, int cnt, int r, const float *bt, int64_t n,

@@ -55,8 +55,8 @@ typedef struct kern_table {
      * activation tiles */
     bool amx_q8;
     /* the gated delta rule's step (delta.h), with the reference's bits; NULL: the reference */
-    void (*delta_step)(float *S, const float *q, const float *k, const float *v, float decay, float beta,
-                       float scale, int dk, float *o);
+    void (*delta_step)(float *S, const float *q, const float *k, const float *v, float decay, const float *gk,
+                       float beta, float scale, int dk, float *o);
     /* y += s (B t) from B transposed (lora_bt.h), with the reference's bits; NULL: the reference */
     void (*lora_bt)(const float *t, int64_t ldt, int cnt, int r, const float *bt, int64_t n, const float *s,
                     float *const *y);
@@ -80,8 +80,8 @@ void kern_lora_bt_avx512(const float *t, int64_t ldt, int cnt, int r, const floa
                          float *const *y);
 void kern_lora_bt_avx2(const float *t, int64_t ldt, int cnt, int r, const float *bt, int64_t n, const float *s,
                        float *const *y);
-void kern_delta_step_avx512(float *S, const float *q, const float *k, const float *v, float decay, float beta,
-                            float scale, int dk, float *o);
+void kern_delta_step_avx512(float *S, const float *q, const float *k, const float *v, float decay,
+                            const float *gk, float beta, float scale, int dk, float *o);
 void kern_shortconv_row_avx512(const float *w, int K, float *st, size_t ld, const float *b, const float *c,
                                const float *x, int c0, int c1, float *y);
 

@@ -118,6 +118,13 @@ int model_gbind_vector(gbind *b, const char *name, int64_t n, bool required, con
 int model_gbind_experts(gbind *b, const char *name, int64_t n_in, int64_t n_out, int64_t n_exp,
                         kern_tensor *out, kvi_error *err);
 
+/* An n-D tensor {ne[0], ne[1], ne[2], ne[3]} (GGUF order) as ne[0] ne[1] ne[2] ne[3]
+ * f32 values (conv taps, per-head vectors stored as 4-D); the model its binder fills. */
+int model_gbind_f32(gbind *b, const char *name, const int64_t ne[4], const float **out, kvi_error *err);
+struct kvi_model *model_gbind_model(gbind *b);
+/* Layer l's KDA mixer (model_gguf_kda.c; model.h's ssm_kda fields). */
+int model_bind_kda(gbind *b, int l, kvi_error *err);
+
 /* embedding models (model_enc.h) */
 extern const model_arch model_arch_bert, model_arch_nomic_bert, model_arch_nomic_bert_moe,
     model_arch_modern_bert, model_arch_gemma_embedding;
@@ -133,5 +140,6 @@ extern const model_arch model_arch_llama4, model_arch_gemma4;
 extern const model_arch model_arch_deepseek32;
 extern const model_arch model_arch_lfm2, model_arch_lfm2moe;
 extern const model_arch model_arch_granitehybrid, model_arch_nemotron_h, model_arch_falcon_h1;
+extern const model_arch model_arch_kimi_linear;
 
 #endif

@@ -15,7 +15,7 @@ static const model_arch *const archs[] = {
     &model_arch_glm4moe,     &model_arch_minimax_m2,  &model_arch_hunyuan_moe, &model_arch_ernie45_moe,
     &model_arch_bailingmoe2, &model_arch_afmoe,       &model_arch_qwen35moe,   &model_arch_llama4,
     &model_arch_gemma4,      &model_arch_deepseek32,  &model_arch_lfm2,        &model_arch_lfm2moe,
-    &model_arch_granitehybrid, &model_arch_nemotron_h, &model_arch_falcon_h1,
+    &model_arch_granitehybrid, &model_arch_nemotron_h, &model_arch_falcon_h1, &model_arch_kimi_linear,
     /* embedding models */
     &model_arch_bert, &model_arch_nomic_bert, &model_arch_nomic_bert_moe, &model_arch_modern_bert,
     &model_arch_gemma_embedding,

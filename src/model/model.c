@@ -290,7 +290,8 @@ int model_check_hparams(const struct kvi_model *m, kvi_error *err)
     if (m->ssm_conv && !m->shortconv &&
         (m->ssm_conv < 2 || m->ssm_conv > 64 || m->ssm_dk < 1 || m->ssm_dk > MODEL_MAX_HEAD_DIM ||
          m->ssm_hk < 1 || m->ssm_hv < 1 || m->ssm_hv > MODEL_MAX_HEADS || m->ssm_hv % m->ssm_hk != 0 ||
-         m->n_recurrent < 0 || m->n_recurrent > m->n_layers - !m->ssm_both || m->mla_kv_rank))
+         m->n_recurrent < 0 || m->n_recurrent > m->n_layers - !m->ssm_both || (m->mla_kv_rank && !m->ssm_kda) ||
+         (m->ssm_kda && (m->ssm_hk != m->ssm_hv || m->ssm_rank < 1 || m->ssm_rank > MODEL_MAX_DIM))))
         return err_set(
             err, KVI_E_FORMAT,
             "model: linear attention invalid (%d taps, head dims %d, %d key / %d value heads, %d of %d "
@@ -387,12 +388,23 @@ static int check_delta(const struct kvi_model *m, const model_layer *L, int l, k
     int rc;
 #define DELTA_CHECK(t, name, in, out) \
     (snprintf(nm, sizeof nm, "blk.%d.%s", l, name), check_matrix(t, nm, in, out, err))
-    if ((rc = DELTA_CHECK(&L->ssm_qkv, "attn_qkv", dim, conv)) ||
-        (rc = DELTA_CHECK(&L->ssm_z, "attn_gate", dim, inner)) ||
-        (rc = DELTA_CHECK(&L->ssm_out, "ssm_out", inner, dim)) ||
-        (L->ssm_ba.data ? (rc = DELTA_CHECK(&L->ssm_ba, "ssm_ba", dim, 2 * hv))
-                        : ((rc = DELTA_CHECK(&L->ssm_beta, "ssm_beta", dim, hv)) ||
-                           (rc = DELTA_CHECK(&L->ssm_alpha, "ssm_alpha", dim, hv)))))
+    const int64_t R = m->ssm_rank;
+    if (m->ssm_kda && ((rc = DELTA_CHECK(&L->wq, "attn_q", dim, inner)) ||
+                       (rc = DELTA_CHECK(&L->wk, "attn_k", dim, inner)) ||
+                       (rc = DELTA_CHECK(&L->wv, "attn_v", dim, inner)) ||
+                       (rc = DELTA_CHECK(&L->ssm_f_a, "ssm_f_a", dim, R)) ||
+                       (rc = DELTA_CHECK(&L->ssm_f_b, "ssm_f_b", R, inner)) ||
+                       (rc = DELTA_CHECK(&L->ssm_g_a, "ssm_g_a", dim, R)) ||
+                       (rc = DELTA_CHECK(&L->ssm_g_b, "ssm_g_b", R, inner)) ||
+                       (rc = DELTA_CHECK(&L->ssm_beta, "ssm_beta", dim, hv)) ||
+                       (rc = DELTA_CHECK(&L->ssm_out, "ssm_out", inner, dim))))
+        return rc;
+    if (!m->ssm_kda && ((rc = DELTA_CHECK(&L->ssm_qkv, "attn_qkv", dim, conv)) ||
+                        (rc = DELTA_CHECK(&L->ssm_z, "attn_gate", dim, inner)) ||
+                        (rc = DELTA_CHECK(&L->ssm_out, "ssm_out", inner, dim)) ||
+                        (L->ssm_ba.data ? (rc = DELTA_CHECK(&L->ssm_ba, "ssm_ba", dim, 2 * hv))
+                                        : ((rc = DELTA_CHECK(&L->ssm_beta, "ssm_beta", dim, hv)) ||
+                                           (rc = DELTA_CHECK(&L->ssm_alpha, "ssm_alpha", dim, hv))))))
         return rc;
 #undef DELTA_CHECK
     if (!L->conv_w || !L->dt_bias || !L->ssm_a || !L->ssm_norm)
@@ -509,7 +521,8 @@ int model_validate(const struct kvi_model *m, kvi_error *err)
             { &L->sh_gate, "ffn_gate_shexp", dim, S }, { &L->sh_up, "ffn_up_shexp", dim, S },
             { &L->sh_down, "ffn_down_shexp", S, dim },
         };
-        if (m->mla_kv_rank > 0) { /* latent attention: its own matrices instead of wq, wk, wv */
+        /* latent attention: its own matrices instead of wq, wk, wv */
+        if (m->mla_kv_rank > 0 && !L->recurrent) {
             if ((rc = check_mla(m, L, l, err))) return rc;
             mats[0].t = mats[1].t = mats[2].t = NULL;
             mats[3].in = (int64_t)m->n_heads * m->mla_v_dim;

@@ -173,7 +173,7 @@ typedef struct model_layer {
     kern_tensor ssm_alpha; /* [Hv][dim] (qwen35) or data NULL */
     kern_tensor ssm_ba;    /* [2 Hv][dim] per key head g: r b's then r a's (qwen3next), or NULL */
     const float *conv_w;   /* [C][K] causal depthwise conv taps, [K - 1] the current token */
-    const float *dt_bias;  /* [Hv] */
+    const float *dt_bias;  /* [Hv], or [Hv dk] (ssm_kda: one per key channel) */
     const float *ssm_a;    /* [Hv] -exp(A_log), negative */
     const float *ssm_norm; /* [dk] gated output RMSNorm, shared by the heads */
     kern_tensor ssm_out;   /* [dim][Hv dk] (Mamba-2: [dim][d_inner]) */
@@ -186,6 +186,11 @@ typedef struct model_layer {
     /* layers with one sub-layer only (nemotron_h): no_mixer, the FFN alone, normed by
      * attn_norm (bound as ffn_norm); no_ffn, the mixer alone */
     bool no_mixer, no_ffn;
+    /* KDA (kvi_model ssm_kda): q, k, v from wq / wk / wv [Hv dk][dim] into conv_w's
+     * [q | k | v] channels (ssm_qkv unbound), beta from ssm_beta, and low-rank gates of
+     * rank R: the decay's f_b f_a and the output gate's g_b g_a */
+    kern_tensor ssm_f_a, ssm_g_a; /* [R][dim] */
+    kern_tensor ssm_f_b, ssm_g_b; /* [Hv dk][R] */
     /* position handling and activation of dense variants (smollm3, mistral3, apertus, ...) */
     bool no_rope;      /* q and k are not rotated (NoPE layer) */
     bool q_temp;       /* q times the position's temperature (kvi_model q_temp_*) after RoPE */
@@ -291,6 +296,11 @@ struct kvi_model {
     model_ssm ssm_kind;
     int ssm_inner;
     bool ssm_both;   /* every layer runs attention and a Mamba-2 mixer in parallel (falcon-h1) */
+    /* KDA (kimi-linear) instead of the gated DeltaNet's gates: Hk == Hv; the decay per
+     * key channel exp(softplus(f_b f_a x + dt_bias) A_j), the output gate sigmoid(g_b g_a x)
+     * instead of SiLU(z); R = ssm_rank */
+    bool ssm_kda;
+    int ssm_rank;
     bool attn_gated; /* attention q rows per head [q | gate]; the output times sigmoid(gate) */
     /* lfm2: the recurrent layers are gated short convolutions (fwd_shortconv.h), not
      * DeltaNet: ssm_qkv is in_proj [3 dim][dim] -> [B | C | x], conv_w [dim][ssm_conv],

@@ -338,7 +338,7 @@ int model_hparams_gguf(struct kvi_model *m, const gguf_ctx *g, bool metadata_onl
                              err)) ||
         (rc = model_gguf_int(g, arch, "attention.head_count", true, 0, 1, MODEL_MAX_HEADS, &m->n_heads,
                              err)) ||
-        /* per-layer arrays may hold 0 for layers without attention (lfm2) */
+        /* per-layer arrays may hold 0 for layers without attention (lfm2, kimi-linear) */
         (rc = model_gguf_int_max(g, arch, "attention.head_count_kv", false, m->n_heads, 0, MODEL_MAX_HEADS,
                                  m->n_layers, &m->n_kv_heads, err)))
         return rc;
@@ -384,8 +384,9 @@ int model_hparams_gguf(struct kvi_model *m, const gguf_ctx *g, bool metadata_onl
     float ln_eps = 0.0f; /* LayerNorm models (cohere2, encoders) name their epsilon so */
     if ((has_ln_eps &&
          (rc = model_gguf_float(g, arch, "attention.layer_norm_epsilon", true, 0.0, &ln_eps, err))) ||
-        (rc = model_gguf_int(g, arch, "attention.value_length", false, m->head_dim, 1, MODEL_MAX_HEAD_DIM,
-                             &v_len, err)) ||
+        (rc = model_gguf_int(g, arch, "attention.value_length", false,
+                             m->mla_kv_rank > 0 ? m->mla_kv_rank : m->head_dim, 1, MODEL_MAX_HEAD_DIM, &v_len,
+                             err)) ||
         (rc = model_gguf_int(g, arch, "rope.dimension_count", false, m->head_dim, 1, MODEL_MAX_HEAD_DIM,
                              &m->n_rot, err)) ||
         /* encoders: their arch reads attention.layer_norm_epsilon again */
@@ -538,6 +539,7 @@ static int bind_delta(gbind *b, int l, kvi_error *err)
     const int64_t dim = m->dim, dk = m->ssm_dk, hk = m->ssm_hk, hv = m->ssm_hv;
     const int64_t conv = 2 * hk * dk + hv * dk, inner = hv * dk;
     char n[64];
+    if (m->ssm_kda) return model_bind_kda(b, l, err); /* KDA's own tensors (model_gguf_kda.c) */
 #define NM(part) (snprintf(n, sizeof n, "blk.%d.%s", l, part), n)
     if (bind_find(b, NM("ssm_in.weight")))
         return err_set(err, KVI_E_UNSUPPORTED,
@@ -897,6 +899,28 @@ int model_gbind_vector(gbind *b, const char *name, int64_t n, bool required, con
 {
     return bind_vector(b, name, n, required, out, err);
 }
+
+int model_gbind_f32(gbind *b, const char *name, const int64_t ne[4], const float **out, kvi_error *err)
+{
+    const gguf_tensor *t = bind_find(b, name);
+    *out = NULL;
+    if (!t) return err_set(err, KVI_E_FORMAT, "gguf: missing tensor %s", name);
+    if (t->ne[0] != ne[0] || t->ne[1] != ne[1] || t->ne[2] != ne[2] || t->ne[3] != ne[3])
+        return err_set(
+            err, KVI_E_FORMAT,
+            "gguf: tensor %s has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld, %lld, %lld]", name,
+            (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
+            (long long)ne[0], (long long)ne[1], (long long)ne[2], (long long)ne[3]);
+    const int64_t rows = ne[1] * ne[2] * ne[3];
+    const size_t row = quant_row_bytes(t->type, ne[0]);
+    if (row == 0 || t->nbytes != row * (size_t)rows || !t->data)
+        return err_set(err, KVI_E_FORMAT, "gguf: tensor %s has %zu bytes for %lld elements", name, t->nbytes,
+                       (long long)(ne[0] * rows));
+    b->m->weight_bytes += t->nbytes;
+    return model_vec_f32(b->m, name, t->data, t->type, ne[0] * rows, out, err);
+}
+
+struct kvi_model *model_gbind_model(gbind *b) { return b->m; }
 
 int model_gbind_experts(gbind *b, const char *name, int64_t n_in, int64_t n_out, int64_t n_exp,
                         kern_tensor *out, kvi_error *err)

@@ -118,13 +118,14 @@ static size_t mat_bytes(const kern_tensor *t)
  * `experts` of n_expert (n_expert_used for one token, n_expert for the whole file). */
 static uint64_t layer_mats(const kvi_model *m, const model_layer *L, bool bytes, int experts)
 {
-    const kern_tensor *dense[23] = { &L->ple_gate,  &L->ple_proj, &L->wq,      &L->wk,     &L->wv,
-                                     &L->wo,        &L->w_gate,   &L->w_up,    &L->w_down, &L->sh_gate,
-                                     &L->sh_up,     &L->sh_down,  &L->wq_a,    &L->wq_b,   &L->wkv_a,
-                                     &L->wk_b,      &L->wv_b,     &L->ssm_qkv, &L->ssm_z,  &L->ssm_beta,
-                                     &L->ssm_alpha, &L->ssm_ba,   &L->ssm_out };
+    const kern_tensor *dense[27] = { &L->ple_gate,  &L->ple_proj, &L->wq,      &L->wk,      &L->wv,
+                                     &L->wo,        &L->w_gate,   &L->w_up,    &L->w_down,  &L->sh_gate,
+                                     &L->sh_up,     &L->sh_down,  &L->wq_a,    &L->wq_b,    &L->wkv_a,
+                                     &L->wk_b,      &L->wv_b,     &L->ssm_qkv, &L->ssm_z,   &L->ssm_beta,
+                                     &L->ssm_alpha, &L->ssm_ba,   &L->ssm_out, &L->ssm_f_a, &L->ssm_f_b,
+                                     &L->ssm_g_a,   &L->ssm_g_b };
     uint64_t n = 0;
-    for (int i = 0; i < 23; i++) n += bytes ? mat_bytes(dense[i]) : mat_elems(dense[i]);
+    for (int i = 0; i < 27; i++) n += bytes ? mat_bytes(dense[i]) : mat_elems(dense[i]);
     n += bytes ? mat_bytes(&L->wo_gate) : mat_elems(&L->wo_gate);
     const kern_tensor *idx[3] = { &L->idx_wq_b, &L->idx_wk, &L->idx_proj }; /* deepseek32's indexer */
     for (int i = 0; i < 3; i++) n += bytes ? mat_bytes(idx[i]) : mat_elems(idx[i]);
@@ -178,8 +179,8 @@ static uint64_t vector_elems(const kvi_model *m)
         } else if (L->recurrent) { /* conv taps, the gates' vectors, the output norm */
             const uint64_t hv = (uint64_t)m->ssm_hv, dk = (uint64_t)m->ssm_dk;
             const uint64_t ch = m->shortconv ? d : 2 * (uint64_t)m->ssm_hk * dk + hv * dk; /* conv channels */
-            n += vec(L->conv_w, ch * (uint64_t)m->ssm_conv) + vec(L->dt_bias, hv) + vec(L->ssm_a, hv) +
-                 vec(L->ssm_norm, dk);
+            n += vec(L->conv_w, ch * (uint64_t)m->ssm_conv) + vec(L->dt_bias, m->ssm_kda ? hv * dk : hv) +
+                 vec(L->ssm_a, hv) + vec(L->ssm_norm, dk);
         }
         if (L->moe) n += vec(L->router_b, (uint64_t)m->n_expert) + vec(L->sel_bias, (uint64_t)m->n_expert);
     }

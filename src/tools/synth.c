@@ -74,6 +74,7 @@ enum {
     SA_MOE_T3 = 1 << 16, /* routing keys and extra tensors from synth_moe_t3.c */
     SA_SHORTCONV = 1 << 17,  /* short-convolution hybrids: written by synth_lfm2.c */
     SA_NO_ROPE_BASE = 1 << 19, /* no rope.freq_base (nemotron_h: no positional encoding) */
+    SA_KIMI = 1 << 21,   /* kimi-linear: no rope.freq_base, key_length / value_length from its hooks */
 };
 
 typedef struct synth_arch {
@@ -123,17 +124,19 @@ static const synth_arch k_archs[] = {
     { "granitehybrid", 0, 10000.0f, 1e-5f, 0, 0 },
     { "nemotron_h", SA_KEY_LEN | SA_NO_ROPE_BASE, 10000.0f, 1e-5f, 0, 0 },
     { "falcon-h1", SA_KEY_LEN | SA_VOCAB_SIZE, 100000.0f, 1e-5f, 0, 0 },
+    { "kimi-linear", SA_VOCAB_SIZE | SA_MOE | SA_EXP_FFN_KEY | SA_KIMI, 10000.0f, 1e-5f, 0, 0 },
 };
 
 /* Architectures described in their own file (synth_int.h), else NULL. */
 static const synth_hooks *synth_hooks_of(const synth_arch *a)
 {
-    return !strcmp(a->name, "llama4")   ? &synth_hooks_llama4
-           : !strcmp(a->name, "gemma4") ? &synth_hooks_gemma4
-           : (a->flags & SA_SHORTCONV)  ? &synth_hooks_lfm2
+    return !strcmp(a->name, "llama4")        ? &synth_hooks_llama4
+           : !strcmp(a->name, "gemma4")      ? &synth_hooks_gemma4
+           : (a->flags & SA_SHORTCONV)       ? &synth_hooks_lfm2
            : !strcmp(a->name, "granitehybrid") || !strcmp(a->name, "nemotron_h") || !strcmp(a->name, "falcon-h1")
                ? &synth_hooks_mamba2
-               : NULL;
+           : !strcmp(a->name, "kimi-linear") ? &synth_hooks_kimi_linear
+                                             : NULL;
 }
 #define N_ARCHS (sizeof k_archs / sizeof k_archs[0])
 
@@ -142,7 +145,7 @@ static const char *const k_arch_names[N_ARCHS + 1] = {
     "olmo2",       "qwen3moe",     "olmoe",       "gpt-oss", "qwen35",    "qwen3next", "mistral3",
     "smollm3",     "seed_oss",     "apertus",     "exaone4", "cohere2",   "glm4moe",   "minimax-m2",
     "hunyuan-moe", "ernie4_5-moe", "bailingmoe2", "afmoe",   "qwen35moe", "bert",      "llama4",
-    "gemma4",      "lfm2",         "lfm2moe",     "granitehybrid", "nemotron_h", "falcon-h1", NULL,
+    "gemma4",      "lfm2",         "lfm2moe",     "granitehybrid", "nemotron_h", "falcon-h1", "kimi-linear", NULL,
 };
 
 const char *const *kvi_synth_arch_names(void) { return k_arch_names; }
@@ -266,7 +269,7 @@ static const char *const k_preset_names[] = {
     "qwen35-dense-0.8b", "qwen35-tiny", "ministral-3-8b", "smollm3-3b", "seed-oss-36b-8l", "apertus-8b",
     "exaone-4-32b", "command-r7b", "glm-4.5-air-4l", "qwen3.5-35b-a3b-8l", "minimax-m2-4l",
     "llama-4-scout-4l", "llama4-tiny", "gemma-4-e4b", "gemma-4-31b-6l", "gemma4-tiny", "lfm2-1.2b",
-    "lfm2-8b-a1b", "lfm2-tiny", "lfm2moe-tiny", NULL,
+    "lfm2-8b-a1b", "lfm2-tiny", "lfm2moe-tiny", "kimi-linear-tiny", NULL,
 };
 
 const char *const *kvi_synth_preset_names(void) { return k_preset_names; }
@@ -316,7 +319,8 @@ int kvi_synth_preset(const char *name, kvi_synth_params *p)
         return KVI_OK;
     }
     if (synth_hooks_llama4.preset(name, p) == 0 || synth_hooks_gemma4.preset(name, p) == 0 ||
-        synth_hooks_lfm2.preset(name, p) == 0 || synth_hooks_mamba2.preset(name, p) == 0)
+        synth_hooks_lfm2.preset(name, p) == 0 || synth_hooks_mamba2.preset(name, p) == 0 ||
+        synth_hooks_kimi_linear.preset(name, p) == 0)
         return KVI_OK;
     return KVI_E_INVALID;
 }
@@ -481,7 +485,7 @@ void synth_add(synth_table *tab, const char *name, int64_t ne0, int64_t ne1, syn
     snprintf(d->name, sizeof d->name, "%s", name);
     d->ne[0] = ne0;
     d->ne[1] = ne1;
-    d->ne[2] = 1;
+    d->ne[2] = d->ne[3] = 1;
     d->n_dims = kind == SK_MATRIX || kind == SK_ROUTER || kind == SK_CONV ? 2 : 1;
     d->kind = kind;
     d->type = kind == SK_MATRIX ? synth_matrix_type(want, ne0) : KVI_TYPE_F32;
@@ -950,12 +954,12 @@ static int synth_set_metadata(gguf_writer *w, const kvi_synth_params *p, const s
     U32("block_count", p->n_layers + synth_t3_nextn(p));
     U32("attention.head_count", p->n_heads);
     U32("attention.head_count_kv", p->n_kv_heads);
-    if ((a->flags & SA_KEY_LEN) || p->head_dim != p->dim / p->n_heads) {
+    if (((a->flags & SA_KEY_LEN) || p->head_dim != p->dim / p->n_heads) && !(a->flags & SA_KIMI)) {
         U32("attention.key_length", p->head_dim);
         U32("attention.value_length", p->head_dim);
     }
     if ((a->flags & SA_ROPE_DIMS) || p->n_rot != p->head_dim) U32("rope.dimension_count", p->n_rot);
-    if (!(a->flags & SA_NO_ROPE_BASE)) F32("rope.freq_base", p->rope_base);
+    if (!(a->flags & (SA_NO_ROPE_BASE | SA_KIMI))) F32("rope.freq_base", p->rope_base);
     F32((a->flags & SA_LAYER_NORM) ? "attention.layer_norm_epsilon" : "attention.layer_norm_rms_epsilon",
         p->rms_eps);
     if (a->flags & SA_VOCAB_SIZE) U32("vocab_size", n_vocab);

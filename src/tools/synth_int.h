@@ -33,8 +33,9 @@ typedef enum synth_kind {
 
 typedef struct synth_tensor {
     char name[64];
-    int64_t ne[3];   /* GGUF dims: ne[0] row length, ne[1] rows (1 for a vector), ne[2] experts (1) */
-    uint32_t n_dims; /* 1 for vectors, 2 for matrices (and expert biases), 3 for expert matrices */
+    int64_t ne[4]; /* GGUF dims: ne[0] row length, ne[1] rows (1 for a vector), ne[2] experts (1), ne[3] 1 */
+    uint32_t n_dims; /* 1 for vectors, 2 for matrices (and expert biases), 3 for expert matrices, 4 for
+                        kimi-linear's conv taps {K, 1, C, 1} and ssm_a {1, H, 1, 1} */
     kvi_type type;
     synth_kind kind;
 } synth_tensor;
@@ -79,5 +80,6 @@ extern const synth_hooks synth_hooks_llama4, synth_hooks_gemma4;
 extern const synth_hooks synth_hooks_lfm2; /* lfm2, lfm2moe */
 /* granitehybrid, nemotron_h, falcon-h1 (synth_mamba2.c) */
 extern const synth_hooks synth_hooks_mamba2;
+extern const synth_hooks synth_hooks_kimi_linear;
 
 #endif
