@@ -14,6 +14,7 @@
 #define KVI_THREADS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct tpool tpool;
 typedef void (*tpool_fn)(void *ctx, int ith, int nth);
@@ -21,6 +22,13 @@ typedef void (*tpool_fn)(void *ctx, int ith, int nth);
 tpool *tpool_create(int n_threads); /* n_threads <= 0: number of cores */
 void tpool_free(tpool *p);
 int tpool_size(const tpool *p);
+/* [*i0, *i1): part ith of nth of n items, as even as integer division makes it
+ * (the split a run's function uses for rows or channels) */
+static inline void tpool_share(int n, int ith, int nth, int *i0, int *i1)
+{
+    *i0 = (int)((int64_t)n * ith / nth);
+    *i1 = (int)((int64_t)n * (ith + 1) / nth);
+}
 /* Runs fn on all threads of the pool (a NULL pool runs fn(ctx, 0, 1)). */
 void tpool_run(tpool *p, tpool_fn fn, void *ctx);
 int tpool_n_cores(void);

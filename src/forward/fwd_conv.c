@@ -39,18 +39,12 @@ static const float *conv_src(const fwd_conv_rows *t, int r, int back)
     return t->p + (size_t)j * t->ldp;
 }
 
-static void share(int n, int ith, int nth, int *i0, int *i1)
-{
-    *i0 = (int)((int64_t)n * ith / nth);
-    *i1 = (int)((int64_t)n * (ith + 1) / nth);
-}
-
 void fwd_conv_part(const fwd_conv_rows *t, int ith, int nth)
 {
     const int K = t->K, C = t->C;
     const float *src[64]; /* [K] (K <= 64: model_check_hparams) */
     int c0, c1;
-    share(C, ith, nth, &c0, &c1);
+    tpool_share(C, ith, nth, &c0, &c1);
     for (int r = 0; r < t->n; r++) {
         for (int k = 0; k < K; k++) src[k] = conv_src(t, r, K - 1 - k);
         kern_ssm_conv_ref(src, t->w, t->b, K, c0, c1, t->out + (size_t)r * C);

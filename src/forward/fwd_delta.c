@@ -150,13 +150,6 @@ static void delta_heads(void *ctx, int ith, int nth)
     }
 }
 
-/* [i0, i1) of n items for thread ith of nth */
-static void share(int n, int ith, int nth, int *i0, int *i1)
-{
-    *i0 = (int)((int64_t)n * ith / nth);
-    *i1 = (int)((int64_t)n * (ith + 1) / nth);
-}
-
 /* The causal conv and SiLU of the channels of thread ith over every row (fwd_conv.h) */
 static void delta_conv(void *ctx, int ith, int nth)
 {
@@ -185,7 +178,7 @@ static void delta_gates(void *ctx, int ith, int nth)
     const struct kvi_model *m = t->m;
     const int dk = m->ssm_dk, hk = m->ssm_hk, hv = m->ssm_hv, conv = 2 * hk * dk + hv * dk;
     int r0, r1;
-    share(t->n, ith, nth, &r0, &r1);
+    tpool_share(t->n, ith, nth, &r0, &r1);
     for (int r = r0; r < r1; r++) {
         float *c = t->d->c + (size_t)r * conv;
         for (int h = 0; h < 2 * hk; h++) l2_normalise(c + (size_t)h * dk, dk, m->rms_eps);
@@ -217,7 +210,7 @@ static void delta_out(void *ctx, int ith, int nth)
     const struct kvi_model *m = t->m;
     const int dk = m->ssm_dk, hv = m->ssm_hv;
     int r0, r1;
-    share(t->n, ith, nth, &r0, &r1);
+    tpool_share(t->n, ith, nth, &r0, &r1);
     if (r1 <= r0) return;
     float *o = t->d->o + (size_t)r0 * hv * dk;
     const float *z = t->d->z + (size_t)r0 * hv * dk;

@@ -86,12 +86,6 @@ typedef struct mamba_task {
     const tpool *pool;
 } mamba_task;
 
-static void share(int n, int ith, int nth, int *i0, int *i1)
-{
-    *i0 = (int)((int64_t)n * ith / nth);
-    *i1 = (int)((int64_t)n * (ith + 1) / nth);
-}
-
 /* conv input width and the projection's row width */
 static int conv_width(const struct kvi_model *m) { return m->ssm_inner + 2 * m->ssm_hk * m->ssm_dk; }
 static int proj_width(const struct kvi_model *m) { return m->ssm_inner + conv_width(m) + m->ssm_hv; }
@@ -122,7 +116,7 @@ static void mamba_gates(void *ctx, int ith, int nth)
     const struct kvi_model *m = t->m;
     const int nh = m->ssm_hv, off = m->ssm_inner + conv_width(m), w = proj_width(m);
     int r0, r1;
-    share(t->n, ith, nth, &r0, &r1);
+    tpool_share(t->n, ith, nth, &r0, &r1);
     for (int r = r0; r < r1; r++)
         for (int h = 0; h < nh; h++) {
             const float x = t->d->zx[(size_t)r * w + off + h] + t->L->dt_bias[h];
@@ -161,7 +155,7 @@ static void mamba_out(void *ctx, int ith, int nth)
     const struct kvi_model *m = t->m;
     const int di = m->ssm_inner, w = proj_width(m), G = m->ssm_hk, gs = di / G;
     int r0, r1;
-    share(t->n, ith, nth, &r0, &r1);
+    tpool_share(t->n, ith, nth, &r0, &r1);
     for (int r = r0; r < r1; r++) {
         float *y = t->d->y + (size_t)r * di;       /* [d_inner] */
         const float *z = t->d->zx + (size_t)r * w; /* [d_inner] */

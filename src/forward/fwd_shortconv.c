@@ -74,7 +74,8 @@ static void sconv_channels(void *ctx, int ith, int nth)
     const sconv_task *t = ctx;
     const tpool *pool = t->pool;
     const int dim = t->m->dim, K = t->m->ssm_conv;
-    const int c0 = (int)((int64_t)dim * ith / nth), c1 = (int)((int64_t)dim * (ith + 1) / nth);
+    int c0, c1;
+    tpool_share(dim, ith, nth, &c0, &c1);
     const size_t bytes = (size_t)(c1 - c0) * sizeof(float);
     for (int r = 0; r < t->n; r++) {
         float *st = t->state[r]; /* [K - 1][dim] */
